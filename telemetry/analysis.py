@@ -1,0 +1,90 @@
+"""The hub's conclusions about ranks: stalled, silent, exited, finished, stragglers.
+
+The detector runs in the hub at every frame. It reads a :class:`RunState` and returns
+:class:`Verdict` records; the hub applies and records them, so every viewer, the log and the
+report see the same verdicts. Clock: ``now`` is the hub's monotonic clock and ``last_seen`` is
+when the hub last heard from a rank, so clock skew between nodes never matters.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from .schema import Verdict
+from .state import RankState, RunState
+from .stragglers import StragglerDetector
+
+
+@dataclass(kw_only=True, slots=True)
+class LivenessConfig:
+    """When a rank counts as silent or stalled."""
+
+    silent_s: float = 3.0
+    """No message at all for this long (heartbeats come every second): silent."""
+    stall_min_s: float = 5.0
+    """Never call a rank stalled sooner than this."""
+    stall_factor: float = 8.0
+    """...nor sooner than this many median step times without a new step."""
+
+
+class Detector:
+    """Turns a RunState into verdicts; keeps only what it needs to not repeat itself."""
+
+    def __init__(self, liveness: LivenessConfig | None = None, stragglers: StragglerDetector | None = None) -> None:
+        self.cfg = liveness or LivenessConfig()
+        self.stragglers = stragglers or StragglerDetector()
+        self._progress: dict[int, tuple[int, float]] = {}
+        """rank -> (last step seen, hub time it was first seen)."""
+
+    def update(self, state: RunState, now: float) -> list[Verdict]:
+        out: list[Verdict] = []
+        median = state.median_step_s() or 0.0
+        stall_after = max(self.cfg.stall_min_s, self.cfg.stall_factor * median)
+        for r in state.ranks.values():
+            if r.finished or r.exit_code is not None or r.hello is None:
+                continue
+            out.extend(self._liveness(r, now, stall_after))
+        out.extend(self.stragglers.update(state))
+        return out
+
+    def _liveness(self, r: RankState, now: float, stall_after: float) -> list[Verdict]:
+        out: list[Verdict] = []
+        step = r.step.step if r.step is not None else -1
+        last = self._progress.get(r.rank)
+        if last is None or last[0] != step:
+            self._progress[r.rank] = (step, now)
+            if r.stalled is not None:
+                out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} resumed at step {step}"))
+            last = self._progress[r.rank]
+        quiet = now - r.last_seen
+        if quiet > self.cfg.silent_s:
+            if r.silent is None:
+                out.append(
+                    Verdict(
+                        rank=r.rank,
+                        verdict="silent",
+                        step=step if step >= 0 else None,
+                        message=f"rank {r.rank} silent for {quiet:.0f} s (no heartbeat)",
+                    )
+                )
+            return out
+        if r.silent is not None:
+            out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} heard from again"))
+        stuck_s = now - last[1]
+        if step >= 0 and stuck_s > stall_after and r.stalled is None:
+            phase = r.heartbeat.phase if r.heartbeat is not None and r.heartbeat.phase else "unknown"
+            out.append(
+                Verdict(
+                    rank=r.rank,
+                    verdict="stalled",
+                    cause=phase,
+                    step=step,
+                    message=f"rank {r.rank} stalled in {phase} after step {step} ({stuck_s:.0f} s without progress)",
+                )
+            )
+        return out
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

@@ -1,0 +1,280 @@
+"""How a viewer (TUI, headless printer) follows a run: a live hub or a recorded log.
+
+Both sources keep a :class:`RunState` built only from the hub's frames and snapshots, so a
+viewer that attaches late and one that was there from the start show the same thing, and
+replay runs through the very same code as a live run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import zmq
+
+from . import frames, registry, schema
+from .hub import HubCore
+from .logreader import LogReadStats, read_log
+from .state import RunState
+
+
+class AttachError(Exception):
+    """The hub could not be reached or found; the message says what to do."""
+
+
+class Source(Protocol):
+    """What the TUI and the headless printer read from."""
+
+    state: RunState
+    stats: frames.HubStats
+    live: bool
+    """True for a hub, False for a replay."""
+    fseq: int
+
+    def poll(self) -> bool:
+        """Apply whatever arrived; True if the state changed. Never blocks."""
+
+    def close(self) -> None: ...
+
+
+class FrameApplier:
+    """Builds a viewer's RunState from a snapshot and the frames after it."""
+
+    def __init__(self) -> None:
+        self.state = RunState(track_seq=False)
+        self.stats = frames.HubStats()
+        self.fseq = 0
+        self.frames_applied = 0
+        self.last_frame_t = 0.0
+        """Wall clock at which the last frame was made (hub side)."""
+
+    def load_snapshot(self, snap: frames.Snapshot) -> None:
+        st = RunState(run_id=snap.run_id, track_seq=False, t0=snap.t0)
+        now = time.monotonic()
+        for msg in snap.messages:
+            st.apply(msg, now)
+        for rank, columns in snap.history.items():
+            r = st.rank(rank)
+            for name, data in columns.items():
+                ring = r.history.get(name)
+                if ring is not None:
+                    ring.load_bytes(data)
+        st.t0 = snap.t0 or st.t0
+        st.lost_reported = snap.stats.lost
+        self.state = st
+        self.stats = snap.stats
+        self.fseq = snap.fseq
+        self.last_frame_t = snap.t
+
+    def apply_frame(self, frame: frames.Frame) -> None:
+        now = time.monotonic()
+        st = self.state
+        for msg in frame.messages:
+            st.apply(msg, now)
+        st.commit_history(frame.history)
+        st.lost_reported = frame.stats.lost
+        self.stats = frame.stats
+        self.fseq = frame.fseq
+        self.frames_applied += 1
+        self.last_frame_t = frame.t
+
+
+def resolve(target: str | None) -> dict:
+    """Endpoints of a run: a registry entry by run id (newest live when None) or
+    ``tcp://HOST:PORT`` of a hub's ingest (updates and snapshot are PORT+1 and PORT+2)."""
+    if target and target.startswith("tcp://"):
+        host, _, port = target[len("tcp://") :].rpartition(":")
+        try:
+            p = int(port)
+        except ValueError:
+            raise AttachError(f"bad endpoint {target!r}: expected tcp://HOST:PORT") from None
+        return {
+            "run_id": "",
+            "ingest": target,
+            "updates": f"tcp://{host}:{p + 1}",
+            "snapshot": f"tcp://{host}:{p + 2}",
+        }
+    entry = registry.find(target)
+    if entry is None:
+        if target:
+            raise AttachError(f"no live run {target!r}; `pardash ps` lists the live ones")
+        raise AttachError("no live run found; start one with `pardash launch` or name a hub as tcp://HOST:PORT")
+    return entry
+
+
+class HubClient(FrameApplier):
+    """A live hub: SUB to frames first, then a snapshot over DEALER, then frames after it."""
+
+    live = True
+
+    def __init__(self, updates: str, snapshot: str, *, context: zmq.Context | None = None, run_id: str = "") -> None:
+        super().__init__()
+        self.ctx = context or zmq.Context.instance()
+        self.updates_endpoint = updates
+        self.snapshot_endpoint = snapshot
+        self.run_id = run_id
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, frames.FRAME_TOPIC)
+        self.sub.setsockopt(zmq.RCVHWM, 1000)
+        self.sub.setsockopt(zmq.MAXMSGSIZE, 256 << 20)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.connect(updates)
+        self.dealer: zmq.Socket | None = None
+        self.synced = False
+        self.snapshots = 0
+        self._request_snapshot()
+
+    @classmethod
+    def attach(cls, target: str | None = None, **kw) -> "HubClient":
+        info = resolve(target)
+        return cls(info["updates"], info["snapshot"], run_id=info.get("run_id", ""), **kw)
+
+    def _request_snapshot(self) -> None:
+        if self.dealer is not None:
+            self.dealer.close(0)
+        self.dealer = self.ctx.socket(zmq.DEALER)
+        self.dealer.setsockopt(zmq.LINGER, 0)
+        self.dealer.setsockopt(zmq.MAXMSGSIZE, 1 << 30)
+        self.dealer.connect(self.snapshot_endpoint)
+        self.dealer.send(frames.SNAPSHOT_REQUEST)
+        self.synced = False
+        self._asked = time.monotonic()
+
+    def poll(self) -> bool:
+        changed = False
+        if not self.synced:
+            try:
+                raw = self.dealer.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                if time.monotonic() - self._asked > 5.0:
+                    self._request_snapshot()  # the hub may have restarted
+                raw = None
+            if raw is not None:
+                self.load_snapshot(frames.decode_snapshot(raw))
+                self.synced = True
+                self.snapshots += 1
+                changed = True
+        while True:
+            try:
+                _topic, raw = self.sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            except ValueError:
+                continue
+            if not self.synced:
+                continue  # frames before the snapshot are in it
+            frame = frames.decode_frame(raw)
+            if frame.fseq <= self.fseq:
+                continue
+            if frame.fseq != self.fseq + 1:
+                self._request_snapshot()  # missed a frame (slow viewer or hub restart)
+                break
+            self.apply_frame(frame)
+            changed = True
+        return changed
+
+    def wait_synced(self, timeout_s: float = 5.0) -> bool:
+        """Poll until the snapshot has arrived (for tests and the headless printer)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            self.poll()
+            if self.synced:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def close(self) -> None:
+        self.sub.close(0)
+        if self.dealer is not None:
+            self.dealer.close(0)
+
+
+class NullDetector:
+    """Replay draws no new conclusions: the recorded verdicts are replayed as they were."""
+
+    class _NoStragglers:
+        def observe(self, step: schema.Step) -> None:
+            pass
+
+    stragglers = _NoStragglers()
+
+    def update(self, state: RunState, now: float) -> list:
+        return []
+
+
+class ReplaySource(FrameApplier):
+    """A recorded log served through a HubCore at ``speed`` times real time, with pause and
+    seek: the same frames a live hub would have sent."""
+
+    live = False
+
+    def __init__(self, path: str, *, speed: float = 1.0, frame_s: float = 0.1) -> None:
+        super().__init__()
+        self.path = path
+        self.speed = speed
+        self.paused = False
+        self.frame_s = frame_s
+        self.read_stats = LogReadStats()
+        self._messages = list(read_log(path, self.read_stats))
+        if not self._messages:
+            raise AttachError(f"{path}: no telemetry records to replay")
+        ts = [m.t for m in self._messages if m.t]
+        self.t_start = min(ts) if ts else 0.0
+        self.t_end = max(ts) if ts else 0.0
+        self._restart()
+
+    @property
+    def duration_s(self) -> float:
+        return self.t_end - self.t_start
+
+    @property
+    def position_s(self) -> float:
+        return self._clock - self.t_start
+
+    @property
+    def done(self) -> bool:
+        return self._i >= len(self._messages)
+
+    def _restart(self) -> None:
+        FrameApplier.__init__(self)
+        self.core = HubCore(detector=NullDetector())  # type: ignore[arg-type]
+        self._i = 0
+        self._clock = self.t_start
+        self._wall = time.monotonic()
+
+    def _feed_until(self, t: float) -> None:
+        msgs = self._messages
+        core = self.core
+        now = time.monotonic()
+        while self._i < len(msgs) and (msgs[self._i].t or t) <= t:
+            msg = msgs[self._i]
+            self._i += 1
+            core.replay(msg, now)
+
+    def seek(self, position_s: float) -> None:
+        """Jump to ``position_s`` seconds into the run (backwards rebuilds from the start)."""
+        target = self.t_start + max(0.0, min(position_s, self.duration_s))
+        if target < self._clock:
+            self._restart()
+        step = self.frame_s * max(self.speed, 1.0)
+        while self._clock < target:
+            self._clock = min(target, self._clock + step)
+            self._feed_until(self._clock)
+            self.apply_frame(self.core.tick(time.monotonic()))
+        self._wall = time.monotonic()
+
+    def poll(self) -> bool:
+        now = time.monotonic()
+        elapsed = now - self._wall
+        if self.paused or self.done or elapsed < self.frame_s:
+            if self.paused or self.done:
+                self._wall = now
+            return False
+        self._wall = now
+        self._clock += elapsed * self.speed
+        self._feed_until(self._clock)
+        self.apply_frame(self.core.tick(now))
+        return True
+
+    def close(self) -> None:
+        self._messages = []

@@ -1,0 +1,72 @@
+"""The hub-to-viewer protocol: frames on PUB, a snapshot on request (the Clone pattern).
+
+A viewer subscribes first, then asks for a snapshot (state and history as of frame ``hseq``),
+then applies every frame whose ``fseq`` follows the snapshot's. A frame holds at most one step,
+system sample and heartbeat per rank (the latest since the previous frame) plus the events and
+verdicts in between, so its size follows the number of ranks, never the message rate.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .schema import Message, Step
+
+FRAME_TOPIC = b"f"
+"""PUB topic of frames."""
+SNAPSHOT_REQUEST = b"snapshot"
+
+
+class HubStats(msgspec.Struct, omit_defaults=True):
+    """Hub counters a viewer shows."""
+
+    received: int = 0
+    """Messages decoded and accepted."""
+    rejected: dict[str, int] = {}
+    """Frames refused, by reason."""
+    lost: int = 0
+    """Rank messages that never arrived (seq gaps)."""
+    dropped: int = 0
+    """Messages the ranks' reporters dropped (sum of their heartbeats' counts)."""
+    ingest_hz: float = 0.0
+    """Messages per second over the last second."""
+    log_path: str = ""
+    log_error: str = ""
+    """Why the log is not being written, when it is not."""
+    viewers: int = 0
+    """Snapshots served so far (a proxy for viewers attached)."""
+
+
+class Frame(msgspec.Struct, omit_defaults=True):
+    """What changed since the previous frame."""
+
+    fseq: int
+    """Frame counter; a gap means the viewer missed a frame and must re-snapshot."""
+    hseq: int
+    """Hub sequence number of the last message folded into this frame."""
+    t: float
+    messages: list[Message] = []
+    history: list[Step] = []
+    """Steps appended to the histories at this frame (one per rank at most)."""
+    stats: HubStats = msgspec.field(default_factory=HubStats)
+
+
+class Snapshot(msgspec.Struct, omit_defaults=True):
+    """Full state as of frame ``fseq``: replaying ``messages`` in order rebuilds every
+    rank's latest values, verdicts and the event log; ``history`` holds each rank's chart
+    columns as float32 bytes (see ring.HISTORY_COLUMNS)."""
+
+    fseq: int
+    hseq: int
+    t: float
+    run_id: str = ""
+    t0: float = 0.0
+    messages: list[Message] = []
+    history: dict[int, dict[str, bytes]] = {}
+    stats: HubStats = msgspec.field(default_factory=HubStats)
+
+
+_enc = msgspec.msgpack.Encoder()
+encode = _enc.encode
+decode_frame = msgspec.msgpack.Decoder(Frame).decode
+decode_snapshot = msgspec.msgpack.Decoder(Snapshot).decode

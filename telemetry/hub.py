@@ -1,0 +1,401 @@
+"""The hub: ingest every rank's messages, record them, judge them, and serve viewers.
+
+``HubCore`` is the socket-free heart (tests, replay and the benchmarks drive it directly);
+``Hub`` wraps it with three ZeroMQ sockets:
+
+- ingest, PULL (bind): ranks PUSH MessagePack records here;
+- updates, PUB (bind): a :class:`Frame` at most ``frame_hz`` times a second;
+- snapshot, ROUTER (bind): a :class:`Snapshot` to each viewer that asks (Clone pattern).
+
+Nothing received is ever executed or unpickled: bytes are decoded by msgspec against the
+schema, and anything that does not fit is counted by reason and dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections import Counter
+
+import msgspec
+import zmq
+
+from . import frames, registry, schema
+from .analysis import Detector
+from .recorder import Recorder
+from .state import RunState
+
+MAX_RANK = 1 << 20
+"""Ranks above this are refused (no job has a million ranks; a hostile frame might)."""
+
+
+def _finite(x: float | None) -> bool:
+    return x is None or (x == x and x not in (float("inf"), float("-inf")))
+
+
+class HubCore:
+    """Validates, stamps, applies, records and frames messages. No sockets, no threads."""
+
+    def __init__(self, run_id: str = "", recorder: Recorder | None = None, detector: Detector | None = None) -> None:
+        self.state = RunState(run_id=run_id, track_seq=True)
+        self.recorder = recorder
+        self.detector = detector if detector is not None else Detector()
+        self.hseq = 0
+        self.fseq = 0
+        self.received = 0
+        self.rejected: Counter[str] = Counter()
+        self.snapshots_served = 0
+        self._pending: list[schema.Message] = []
+        self._steps: dict[int, schema.Step] = {}
+        self._systems: dict[int, schema.System] = {}
+        self._beats: dict[int, schema.Heartbeat] = {}
+        self._rate_t = time.monotonic()
+        self._rate_n = 0
+        self._rate_hz = 0.0
+
+    # -- ingest ---------------------------------------------------------------------------
+
+    def ingest_bytes(self, raw: bytes, now: float) -> bool:
+        """Decode and take one frame from a rank; False (and counted) if refused."""
+        try:
+            msg = schema.decode(raw)
+        except msgspec.ValidationError:
+            self.rejected["invalid"] += 1
+            return False
+        except msgspec.DecodeError:
+            self.rejected["undecodable"] += 1
+            return False
+        return self.ingest(msg, now)
+
+    def _refuse(self, msg: schema.Message) -> str | None:
+        if msg.v > schema.SCHEMA_VERSION:
+            return "newer_version"
+        if isinstance(msg, schema.Verdict):
+            return "verdict_from_rank"
+        if not 0 <= msg.rank < MAX_RANK:
+            return "rank_out_of_range"
+        if self.state.run_id and msg.run and msg.run != self.state.run_id:
+            return "foreign_run"
+        if not _finite(msg.t):
+            return "not_finite"
+        if isinstance(msg, schema.Step):
+            for x in (msg.step_s, msg.data_s, msg.forward_s, msg.backward_s, msg.optimizer_s, msg.comm_s, msg.self_s):
+                if not _finite(x) or (x is not None and x < 0):
+                    return "not_finite"
+        hello = self.state.hello
+        if hello is not None and hello.world_size and msg.rank >= max(hello.world_size, 1) and not isinstance(msg, schema.Hello):
+            if msg.rank not in self.state.ranks:
+                return "rank_out_of_range"
+        return None
+
+    def ingest(self, msg: schema.Message, now: float) -> bool:
+        reason = self._refuse(msg)
+        if reason is not None:
+            self.rejected[reason] += 1
+            return False
+        self._rate_n += 1
+        self.replay(msg, now)
+        return True
+
+    def replay(self, msg: schema.Message, now: float) -> None:
+        """Take a message without judging it (recorded logs, whose verdicts are recorded)."""
+        self.received += 1
+        self._take(msg, now)
+        if isinstance(msg, schema.Step):
+            self._steps[msg.rank] = msg
+            self.detector.stragglers.observe(msg)
+        elif isinstance(msg, schema.Heartbeat):
+            self._beats[msg.rank] = msg
+        elif isinstance(msg, schema.System):
+            self._systems[msg.rank] = msg
+        else:
+            self._pending.append(msg)
+
+    def _take(self, msg: schema.Message, now: float) -> None:
+        self.hseq += 1
+        msg.hseq = self.hseq
+        self.state.apply(msg, now)
+        if self.recorder is not None:
+            self.recorder.write(msg)
+
+    def note(self, message: str, name: str = "hub") -> None:
+        """Record a hub-level event (rank -1) in the log and the event stream."""
+        ev = schema.Event(rank=-1, name=name, message=message, t=time.time(), run=self.state.run_id)
+        self._take(ev, time.monotonic())
+        self._pending.append(ev)
+
+    def verdict(self, v: schema.Verdict) -> None:
+        """Record a verdict (from the detector or the launcher) and send it to viewers."""
+        v.run = self.state.run_id
+        v.t = v.t or time.time()
+        self._take(v, time.monotonic())
+        self._pending.append(v)
+
+    # -- frames ---------------------------------------------------------------------------
+
+    def stats(self) -> frames.HubStats:
+        dropped = sum(r.heartbeat.dropped for r in self.state.ranks.values() if r.heartbeat is not None)
+        rec = self.recorder
+        return frames.HubStats(
+            received=self.received,
+            rejected=dict(self.rejected),
+            lost=self.state.lost,
+            dropped=dropped,
+            ingest_hz=self._rate_hz,
+            log_path=str(rec.path) if rec else "",
+            log_error=rec.error if rec else "",
+            viewers=self.snapshots_served,
+        )
+
+    def tick(self, now: float) -> frames.Frame:
+        """Judge, then fold everything since the last frame into a new one."""
+        if now - self._rate_t >= 1.0:
+            self._rate_hz = self._rate_n / (now - self._rate_t)
+            self._rate_t, self._rate_n = now, 0
+        for v in self.detector.update(self.state, now):
+            self.verdict(v)
+        steps = list(self._steps.values())
+        messages: list[schema.Message] = self._pending
+        messages.extend(self._systems.values())
+        messages.extend(self._beats.values())
+        messages.extend(steps)
+        self._pending = []
+        self._steps.clear()
+        self._systems.clear()
+        self._beats.clear()
+        self.state.commit_history(steps)
+        self.fseq += 1
+        if self.recorder is not None:
+            self.recorder.flush()
+        return frames.Frame(
+            fseq=self.fseq, hseq=self.hseq, t=time.time(), messages=messages, history=steps, stats=self.stats()
+        )
+
+    def snapshot(self) -> frames.Snapshot:
+        """State as of the last frame (call right after ``tick``)."""
+        self.snapshots_served += 1
+        st = self.state
+        msgs: list[schema.Message] = [r.hello for r in st.ranks.values() if r.hello is not None]
+        msgs.extend(st.events)
+        for r in st.ranks.values():
+            for m in (r.system, r.heartbeat, r.step):
+                if m is not None:
+                    msgs.append(m)
+            for v in (r.straggler, r.stalled, r.silent, r.not_sharding):
+                if v is not None and v not in st.events:
+                    msgs.append(v)
+        history = {
+            r.rank: {name: ring.to_bytes() for name, ring in r.history.items()} for r in st.ranks.values()
+        }
+        return frames.Snapshot(
+            fseq=self.fseq,
+            hseq=self.hseq,
+            t=time.time(),
+            run_id=st.run_id,
+            t0=st.t0,
+            messages=msgs,
+            history=history,
+            stats=self.stats(),
+        )
+
+
+def _bind(sock: zmq.Socket, host: str, port: int) -> str:
+    if port:
+        sock.bind(f"tcp://{host}:{port}")
+    else:
+        sock.bind(f"tcp://{host}:*")
+    return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+class Hub:
+    """The hub process's sockets and loop around a :class:`HubCore`."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        log_path: str | None,
+        host: str = "127.0.0.1",
+        ports: tuple[int, int, int] = (0, 0, 0),
+        frame_hz: float = 10.0,
+        context: zmq.Context | None = None,
+    ) -> None:
+        self.ctx = context or zmq.Context.instance()
+        self.recorder = Recorder(log_path) if log_path else None
+        self.core = HubCore(run_id=run_id, recorder=self.recorder)
+        self.frame_s = 1.0 / frame_hz
+        self._stop = False
+        self.ingest = self.ctx.socket(zmq.PULL)
+        self.ingest.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
+        self.ingest.setsockopt(zmq.RCVHWM, 100_000)
+        self.updates = self.ctx.socket(zmq.PUB)
+        self.updates.setsockopt(zmq.SNDHWM, 100)
+        self.snap = self.ctx.socket(zmq.ROUTER)
+        self.snap.setsockopt(zmq.MAXMSGSIZE, 4096)
+        for s in (self.ingest, self.updates, self.snap):
+            s.setsockopt(zmq.LINGER, 0)
+        try:
+            if ports[0]:
+                self.ingest_endpoint = _bind(self.ingest, host, ports[0])
+                self.updates_endpoint = _bind(self.updates, host, ports[1])
+                self.snapshot_endpoint = _bind(self.snap, host, ports[2])
+            else:
+                self._bind_consecutive(host)
+        except zmq.ZMQError:
+            self.close()
+            raise
+
+    def _bind_consecutive(self, host: str, tries: int = 50) -> None:
+        # Three consecutive ports, so `attach tcp://HOST:PORT` (the ingest port that ranks
+        # know) finds updates at PORT+1 and snapshots at PORT+2.
+        for _ in range(tries):
+            self.ingest_endpoint = _bind(self.ingest, host, 0)
+            port = int(self.ingest_endpoint.rsplit(":", 1)[1])
+            try:
+                self.updates_endpoint = _bind(self.updates, host, port + 1)
+            except zmq.ZMQError:
+                self.ingest.unbind(self.ingest_endpoint)
+                continue
+            try:
+                self.snapshot_endpoint = _bind(self.snap, host, port + 2)
+            except zmq.ZMQError:
+                self.ingest.unbind(self.ingest_endpoint)
+                self.updates.unbind(self.updates_endpoint)
+                continue
+            return
+        raise zmq.ZMQError(zmq.EADDRINUSE, "no three consecutive free ports")
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        return {
+            "ingest": self.ingest_endpoint,
+            "updates": self.updates_endpoint,
+            "snapshot": self.snapshot_endpoint,
+        }
+
+    def stop(self, *_: object) -> None:
+        self._stop = True
+
+    def serve(self, *, until: float | None = None) -> None:
+        """Run the loop until ``stop()`` (or a SIGTERM handler calling it)."""
+        poller = zmq.Poller()
+        poller.register(self.ingest, zmq.POLLIN)
+        poller.register(self.snap, zmq.POLLIN)
+        core = self.core
+        next_frame = time.monotonic() + self.frame_s
+        waiting: list[bytes] = []
+        while not self._stop:
+            now = time.monotonic()
+            if until is not None and now >= until:
+                break
+            timeout_ms = max(0.0, (next_frame - now) * 1000)
+            events = dict(poller.poll(timeout_ms))
+            if self.ingest in events:
+                self._drain(now)
+            if self.snap in events:
+                while True:
+                    try:
+                        parts = self.snap.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    if len(parts) >= 2 and parts[-1] == frames.SNAPSHOT_REQUEST:
+                        waiting.append(parts[0])
+            now = time.monotonic()
+            if now >= next_frame:
+                self._publish(core.tick(now))
+                # Snapshots are cut at frame boundaries: the viewer then applies frames with
+                # fseq > snapshot.fseq and never sees a message twice.
+                if waiting:
+                    payload = frames.encode(core.snapshot())
+                    for ident in waiting:
+                        self.snap.send_multipart([ident, payload])
+                    waiting.clear()
+                next_frame = max(next_frame + self.frame_s, now + self.frame_s / 2)
+        # Final drain so the last messages before a stop reach the log and the viewers.
+        self._drain(time.monotonic())
+        self._publish(core.tick(time.monotonic()))
+
+    def _drain(self, now: float, budget: int = 50_000) -> None:
+        recv = self.ingest.recv
+        ingest = self.core.ingest_bytes
+        for _ in range(budget):
+            try:
+                raw = recv(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            ingest(raw, now)
+
+    def _publish(self, frame: frames.Frame) -> None:
+        try:
+            self.updates.send_multipart([frames.FRAME_TOPIC, frames.encode(frame)], zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def close(self) -> None:
+        for s in (self.ingest, self.updates, self.snap):
+            s.close(0)
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pardash.telemetry.hub``: run a hub until SIGTERM/SIGINT."""
+    p = argparse.ArgumentParser(prog="pardash hub", description="Run a pardash hub alone.")
+    add_hub_arguments(p)
+    p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--meta", default="{}", help=argparse.SUPPRESS)
+    ns = p.parse_args(argv)
+    return run_hub(ns, ready_fd=ns.ready_fd, meta=json.loads(ns.meta))
+
+
+def add_hub_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run-id", default=None, help="run id (default: a new one)")
+    p.add_argument("--log", default=None, help="JSONL log path (default: runs/<run id>/telemetry.jsonl)")
+    p.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="ingest port (default: a free one); updates and snapshot take the next two when set")
+    p.add_argument("--frame-hz", type=float, default=10.0, help="frames a second to viewers (default 10)")
+    p.add_argument("--no-registry", action="store_true", help="do not list this hub in `pardash ps`")
+
+
+def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
+    run_id = ns.run_id or registry.new_run_id()
+    log = ns.log or os.path.join("runs", run_id, "telemetry.jsonl")
+    ports = (ns.port, ns.port + 1, ns.port + 2) if ns.port else (0, 0, 0)
+    try:
+        hub = Hub(run_id=run_id, log_path=log, host=ns.bind, ports=ports, frame_hz=ns.frame_hz)
+    except zmq.ZMQError as exc:
+        print(f"pardash hub: cannot bind {ns.bind}:{ns.port or '*'} ({exc}); choose another --port", file=sys.stderr)
+        return 2
+    if hub.recorder is not None and hub.recorder.error:
+        print(f"pardash hub: {hub.recorder.error}; choose a writable --log", file=sys.stderr)
+        hub.close()
+        return 2
+    info = {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), **hub.endpoints, **(meta or {})}
+    entry = None if getattr(ns, "no_registry", False) else registry.register(info)
+    signal.signal(signal.SIGTERM, hub.stop)
+    signal.signal(signal.SIGINT, hub.stop)
+    hub.core.note(f"hub started (pid {os.getpid()}), ingest {hub.ingest_endpoint}")
+    if ready_fd is not None:
+        with os.fdopen(ready_fd, "w") as fh:
+            fh.write(json.dumps(info) + "\n")
+    else:
+        print(json.dumps(info), flush=True)
+    try:
+        hub.serve()
+    finally:
+        st = hub.core.stats()
+        hub.core.note(
+            f"hub stopped: {st.received} messages, {st.lost} lost, {sum(st.rejected.values())} rejected"
+        )
+        hub.close()
+        if entry is not None:
+            registry.unregister(entry)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The run registry: one small JSON file per live hub, so `pardash ps` and `pardash attach`
+find running jobs.
+
+Files live in ``$PARDASH_REGISTRY_DIR``, else ``$XDG_RUNTIME_DIR/pardash``, else
+``~/.cache/pardash/runs``; they are readable by their owner only. An entry whose hub pid is gone
+is stale and is ignored (and removed) by :func:`live_runs`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+
+
+def registry_dir() -> Path:
+    env = os.environ.get("PARDASH_REGISTRY_DIR")
+    if env:
+        return Path(env)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "pardash"
+    return Path.home() / ".cache" / "pardash" / "runs"
+
+
+def new_run_id() -> str:
+    """Sortable and unique: UTC time plus 4 random hex digits."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def register(info: dict) -> Path:
+    """Write ``info`` (run_id, endpoints, pid, ...) as a 0600 JSON file; returns its path."""
+    d = registry_dir()
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = d / f"{info['run_id']}.json"
+    entry = {"started": time.time(), **info}
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(entry, fh)
+    os.replace(tmp, path)
+    return path
+
+
+def update(run_id: str, **fields: object) -> None:
+    """Merge fields into a run's entry (no-op if it is gone)."""
+    path = registry_dir() / f"{run_id}.json"
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    entry.update(fields)
+    register(entry)
+
+
+def unregister(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def live_runs() -> list[dict]:
+    """Entries whose hub is alive, newest first."""
+    d = registry_dir()
+    out = []
+    if not d.is_dir():
+        return out
+    for path in d.glob("*.json"):
+        try:
+            entry = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = entry.get("pid")
+        if isinstance(pid, int) and not _alive(pid):
+            unregister(path)
+            continue
+        out.append(entry)
+    out.sort(key=lambda e: e.get("started", 0), reverse=True)
+    return out
+
+
+def find(run_id: str | None = None) -> dict | None:
+    """The live run with this id (or id prefix); the newest live one when None."""
+    runs = live_runs()
+    if run_id is None:
+        return runs[0] if runs else None
+    for e in runs:
+        if e.get("run_id") == run_id:
+            return e
+    matches = [e for e in runs if str(e.get("run_id", "")).startswith(run_id)]
+    return matches[0] if len(matches) == 1 else None

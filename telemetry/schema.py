@@ -1,0 +1,195 @@
+"""The one wire and disk format of pardash.
+
+Every message a rank sends, and every record the hub makes, is a msgspec Struct in one tagged
+union keyed by ``kind``. The same structs decode MessagePack from the socket and JSON Lines from
+the log; decoding validates, so a malformed frame becomes a :class:`msgspec.ValidationError`
+(or :class:`msgspec.DecodeError`) and never an object of the wrong shape.
+
+Units: seconds for every ``*_s`` field, bytes for every ``*_bytes`` field, wall clock ``t`` in
+seconds since the epoch, ``mono`` the rank's ``time.monotonic()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+SCHEMA_VERSION = 1
+"""Bumped when a field changes meaning. Readers accept this version and older ones."""
+
+MAX_MESSAGE_BYTES = 1 << 20
+"""Largest frame a receiving socket accepts (ZMQ_MAXMSGSIZE); a hello with a big config fits."""
+
+
+class Mem(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
+    """Memory one rank holds after its optimizer step, de-duplicated by storage.
+
+    ``*_full_bytes`` is what the same tensors would take unsharded (what DDP holds).
+    """
+
+    params_bytes: int = 0
+    """Bytes of parameters held locally (FSDP2: the local shards' storage)."""
+    grads_bytes: int = 0
+    """Bytes of gradients held locally."""
+    optim_bytes: int = 0
+    """Bytes of optimizer state held locally (Adam: exp_avg, exp_avg_sq, step)."""
+    buckets_bytes: int = 0
+    """DDP gradient-bucket bytes (0 for other strategies)."""
+    params_full_bytes: int = 0
+    """Bytes of the unsharded parameters."""
+    grads_full_bytes: int = 0
+    """Bytes of the unsharded gradients."""
+    optim_full_bytes: int = 0
+    """Bytes of the unsharded optimizer state."""
+    cuda_allocated_bytes: int | None = None
+    """torch.cuda.memory_allocated at the end of the step (GPU only)."""
+    cuda_reserved_bytes: int | None = None
+    """Caching allocator's reserved bytes (GPU only)."""
+    cuda_peak_bytes: int | None = None
+    """Peak allocated bytes since the last step (GPU only)."""
+    nvml_used_bytes: int | None = None
+    """NVML's used memory on this rank's device (GPU only)."""
+    rss_bytes: int | None = None
+    """Resident set size of the rank's process."""
+
+
+class Base(msgspec.Struct, tag_field="kind", omit_defaults=True, kw_only=True):
+    """Fields every record carries."""
+
+    v: int = SCHEMA_VERSION
+    """Schema version of the sender."""
+    run: str = ""
+    """Run id, from PARDASH_RUN_ID."""
+    rank: int = -1
+    """Global rank (-1: the hub itself)."""
+    seq: int = 0
+    """Per-rank message counter from 0; gaps are lost messages."""
+    t: float = 0.0
+    """Wall clock at the sender, seconds since the epoch."""
+    hseq: int = 0
+    """Stamped by the hub on ingest: its own total order over all ranks."""
+
+
+class Hello(Base, tag="hello"):
+    """First message of a rank: who it is and what it trains."""
+
+    local_rank: int = 0
+    world_size: int = 1
+    node: int = 0
+    """Node rank (torchrun's GROUP_RANK / SLURM_NODEID)."""
+    host: str = ""
+    pid: int = 0
+    restart: int = 0
+    """torchrun's restart count (TORCHELASTIC_RESTART_COUNT)."""
+    strategy: str = ""
+    backend: str = ""
+    device: str = "cpu"
+    device_name: str = ""
+    device_mem_bytes: int = 0
+    torch_version: str = ""
+    params_count: int = 0
+    params_bytes: int = 0
+    """Bytes of the full (unsharded) model parameters."""
+    source: str = "trainer"
+    """``trainer`` (bundled), ``auto`` (zero-code hooks) or ``api`` (explicit API)."""
+    note: str = ""
+    """A line the TUI header and the log show, e.g. why DP runs one replica."""
+    config: dict[str, Any] = {}
+
+
+class Step(Base, tag="step"):
+    """One optimizer step of one rank."""
+
+    step: int = 0
+    epoch: int = 0
+    loss: float | None = None
+    samples: int = 0
+    """Samples this rank processed in this step."""
+    step_s: float = 0.0
+    """Wall time from the end of the previous step to the end of this one."""
+    data_s: float | None = None
+    forward_s: float | None = None
+    backward_s: float | None = None
+    optimizer_s: float | None = None
+    comm_s: float | None = None
+    """Time spent waiting on communication, where known."""
+    self_s: float | None = None
+    """Work before the first collective of the step (no waiting): the straggler signal."""
+    lr: float | None = None
+    mono: float = 0.0
+    mem: Mem | None = None
+    custom: dict[str, float] = {}
+    """Metrics from ``pardash.telemetry.log(**custom)``."""
+
+
+class System(Base, tag="system"):
+    """About 1 Hz sample of the rank's process and device."""
+
+    cpu_pct: float | None = None
+    rss_bytes: int | None = None
+    gpu_util_pct: float | None = None
+    gpu_mem_used_bytes: int | None = None
+    gpu_mem_total_bytes: int | None = None
+    gpu_temp_c: float | None = None
+    gpu_power_w: float | None = None
+    gpu_sm_clock_mhz: float | None = None
+
+
+class Event(Base, tag="event"):
+    """Something that happened once: checkpoint, epoch end, warning, error, exit."""
+
+    name: str = ""
+    """checkpoint | epoch_end | warning | error | exit | restart | info"""
+    message: str = ""
+    step: int | None = None
+    code: int | None = None
+    """Exit code, for ``exit``."""
+    duration_s: float | None = None
+    traceback: str | None = None
+
+
+class Heartbeat(Base, tag="heartbeat"):
+    """About 1 Hz sign of life, sent even while the training loop is stuck."""
+
+    step: int = 0
+    """Last completed step."""
+    phase: str = ""
+    """Phase the loop is in now (data, forward, backward, optimizer, ...)."""
+    phase_s: float = 0.0
+    """How long it has been in that phase."""
+    dropped: int = 0
+    """Messages the reporter dropped so far (queue full)."""
+    mono: float = 0.0
+
+
+class Verdict(Base, tag="verdict"):
+    """A conclusion the hub drew (rank = the rank it is about)."""
+
+    verdict: str = ""
+    """straggler | straggler_cleared | stalled | silent | exited | finished | not_sharding | resumed"""
+    cause: str = ""
+    """Kind of straggler (data, compute, host, gpu), phase of a stall, ..."""
+    cost_s: float | None = None
+    """Seconds per step the other ranks wait for this one."""
+    step: int | None = None
+    code: int | None = None
+    message: str = ""
+
+
+Message = Union[Hello, Step, System, Event, Heartbeat, Verdict]
+RANK_KINDS = ("hello", "step", "system", "event", "heartbeat")
+
+_mp_encoder = msgspec.msgpack.Encoder()
+_mp_decoder = msgspec.msgpack.Decoder(Message)
+_js_encoder = msgspec.json.Encoder()
+_js_decoder = msgspec.json.Decoder(Message)
+
+encode = _mp_encoder.encode
+"""Message -> MessagePack bytes (the wire)."""
+decode = _mp_decoder.decode
+"""MessagePack bytes -> Message; raises msgspec.DecodeError/ValidationError."""
+encode_json = _js_encoder.encode
+"""Message -> one JSON object (a log line, without the newline)."""
+decode_json = _js_decoder.decode
+"""One JSON log line -> Message."""

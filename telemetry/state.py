@@ -1,0 +1,311 @@
+"""RunState: what is known about a run, built by applying messages in order.
+
+One class, one code path: the hub applies what ranks send, a viewer applies the hub's frames
+(and its snapshot), replay and ``pardash report`` apply the lines of a log. Verdicts are
+messages too, so a rank's status is the same wherever it is computed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from . import schema
+from .ring import HISTORY_COLUMNS, Ring
+
+HISTORY_POINTS = 240
+"""Points per rank kept for charts (a chart is downsampled to its width)."""
+EVENTS_KEPT = 500
+"""Events and verdicts kept for the event log."""
+
+# Status of a rank, most severe last wins in display ordering.
+STARTING, RUNNING, STRAGGLER, STALLED, SILENT, EXITED, FINISHED = (
+    "starting",
+    "running",
+    "straggler",
+    "stalled",
+    "silent",
+    "exited",
+    "finished",
+)
+STATUSES = (STARTING, RUNNING, STRAGGLER, STALLED, SILENT, EXITED, FINISHED)
+
+
+@dataclass(slots=True)
+class SeqTracker:
+    """Counts a rank's lost messages from its per-rank ``seq`` (robust to reordering)."""
+
+    received: int = 0
+    max_seq: int = -1
+    lost_before: int = 0
+    """Lost in earlier incarnations of the rank (before a restart)."""
+
+    def see(self, seq: int) -> None:
+        self.received += 1
+        if seq > self.max_seq:
+            self.max_seq = seq
+
+    def restart(self) -> None:
+        self.lost_before = self.lost
+        self.received = 0
+        self.max_seq = -1
+
+    @property
+    def lost(self) -> int:
+        return self.lost_before + max(0, self.max_seq + 1 - self.received)
+
+
+class RankState:
+    """Everything known about one rank."""
+
+    __slots__ = (
+        "rank",
+        "hello",
+        "step",
+        "system",
+        "heartbeat",
+        "last_seen",
+        "steps_seen",
+        "exit_code",
+        "finished",
+        "stalled",
+        "silent",
+        "straggler",
+        "not_sharding",
+        "restarts",
+        "history",
+        "seq",
+    )
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.hello: schema.Hello | None = None
+        self.step: schema.Step | None = None
+        self.system: schema.System | None = None
+        self.heartbeat: schema.Heartbeat | None = None
+        self.last_seen = 0.0
+        """Receiver's clock (hub: monotonic) when anything last came from this rank."""
+        self.steps_seen = 0
+        self.exit_code: int | None = None
+        self.finished = False
+        self.stalled: schema.Verdict | None = None
+        self.silent: schema.Verdict | None = None
+        self.straggler: schema.Verdict | None = None
+        self.not_sharding: schema.Verdict | None = None
+        self.restarts = 0
+        self.history = {name: Ring(HISTORY_POINTS) for name in HISTORY_COLUMNS}
+        self.seq = SeqTracker()
+
+    @property
+    def status(self) -> str:
+        if self.finished:
+            return FINISHED
+        if self.exit_code is not None:
+            return EXITED
+        if self.silent is not None:
+            return SILENT
+        if self.stalled is not None:
+            return STALLED
+        if self.straggler is not None:
+            return STRAGGLER
+        if self.step is not None:
+            return RUNNING
+        return STARTING
+
+    @property
+    def host(self) -> str:
+        return self.hello.host if self.hello else ""
+
+    @property
+    def node(self) -> int:
+        return self.hello.node if self.hello else 0
+
+
+def mem_held_bytes(mem: schema.Mem | None) -> int | None:
+    """Parameters + gradients + optimizer state + DDP buckets held by the rank."""
+    if mem is None:
+        return None
+    return mem.params_bytes + mem.grads_bytes + mem.optim_bytes + mem.buckets_bytes
+
+
+def mem_full_bytes(mem: schema.Mem | None) -> int | None:
+    """What the same rank would hold unsharded (as DDP does, buckets aside)."""
+    if mem is None:
+        return None
+    return mem.params_full_bytes + mem.grads_full_bytes + mem.optim_full_bytes
+
+
+def mem_device_bytes(mem: schema.Mem | None) -> int | None:
+    """The device's view of the rank's memory: CUDA allocated on GPU, RSS on CPU."""
+    if mem is None:
+        return None
+    if mem.cuda_allocated_bytes is not None:
+        return mem.cuda_allocated_bytes
+    return mem.rss_bytes
+
+
+@dataclass
+class RunState:
+    """A run as seen by whoever applies its messages."""
+
+    run_id: str = ""
+    track_seq: bool = True
+    """Count lost messages from seq (hub, report); viewers take the hub's count instead."""
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    events: deque = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
+    """Events and verdicts, oldest first."""
+    hseq: int = 0
+    t0: float = 0.0
+    """Wall clock of the first message (history ``t`` is relative to it)."""
+    t_last: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    """Messages applied, by kind."""
+    lost_reported: int = 0
+    """Lost messages as reported by the hub (viewers)."""
+    hub_note: str = ""
+
+    # -- apply ----------------------------------------------------------------------------
+
+    def rank(self, rank: int) -> RankState:
+        r = self.ranks.get(rank)
+        if r is None:
+            r = self.ranks[rank] = RankState(rank)
+        return r
+
+    def apply(self, msg: schema.Message, now: float) -> None:
+        """Fold one message in. ``now`` is the receiver's clock, used for liveness."""
+        kind = type(msg).__name__.lower()
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if msg.hseq > self.hseq:
+            self.hseq = msg.hseq
+        if msg.t:
+            if not self.t0:
+                self.t0 = msg.t
+            if msg.t > self.t_last:
+                self.t_last = msg.t
+        if not self.run_id and msg.run:
+            self.run_id = msg.run
+        if isinstance(msg, schema.Verdict):
+            self._apply_verdict(msg)
+            return
+        if msg.rank < 0:
+            if isinstance(msg, schema.Event):
+                self.events.append(msg)
+            return
+        r = self.rank(msg.rank)
+        r.last_seen = now
+        if self.track_seq:
+            if isinstance(msg, schema.Hello) and msg.seq == 0 and r.seq.received:
+                r.seq.restart()
+            r.seq.see(msg.seq)
+        if isinstance(msg, schema.Step):
+            r.step = msg
+            r.steps_seen += 1
+        elif isinstance(msg, schema.Heartbeat):
+            r.heartbeat = msg
+        elif isinstance(msg, schema.System):
+            r.system = msg
+        elif isinstance(msg, schema.Hello):
+            if r.hello is not None and msg.restart > r.hello.restart:
+                r.restarts = msg.restart
+            r.hello = msg
+            # A (re)started rank is alive again.
+            r.exit_code = None
+            r.finished = False
+            r.silent = r.stalled = None
+        elif isinstance(msg, schema.Event):
+            self.events.append(msg)
+            if msg.name == "exit":
+                code = msg.code if msg.code is not None else 0
+                if code == 0:
+                    r.finished = True
+                else:
+                    r.exit_code = code
+
+    def _apply_verdict(self, v: schema.Verdict) -> None:
+        self.events.append(v)
+        if v.rank < 0:
+            return
+        r = self.rank(v.rank)
+        name = v.verdict
+        if name == "straggler":
+            r.straggler = v
+        elif name == "straggler_cleared":
+            r.straggler = None
+        elif name == "stalled":
+            r.stalled = v
+        elif name == "silent":
+            r.silent = v
+        elif name == "resumed":
+            r.stalled = r.silent = None
+        elif name == "exited":
+            r.exit_code = v.code if v.code is not None else -1
+        elif name == "finished":
+            r.finished = True
+        elif name == "not_sharding":
+            r.not_sharding = v
+        elif name == "sharding_ok":
+            r.not_sharding = None
+
+    def commit_history(self, steps: list[schema.Step]) -> None:
+        """Append one point per step to the ranks' histories (called once per frame)."""
+        for s in steps:
+            h = self.rank(s.rank).history
+            h["step"].append(s.step)
+            h["t"].append(s.t - self.t0 if self.t0 else 0.0)
+            h["loss"].append(s.loss)
+            h["step_s"].append(s.step_s)
+            h["self_s"].append(s.self_s)
+            h["data_s"].append(s.data_s)
+            h["forward_s"].append(s.forward_s)
+            h["backward_s"].append(s.backward_s)
+            h["optimizer_s"].append(s.optimizer_s)
+            h["comm_s"].append(s.comm_s)
+            h["mem_held_bytes"].append(mem_held_bytes(s.mem))
+            h["mem_device_bytes"].append(mem_device_bytes(s.mem))
+
+    # -- derived --------------------------------------------------------------------------
+
+    @property
+    def hello(self) -> schema.Hello | None:
+        """Any rank's hello (rank 0's when there), for run-wide facts."""
+        r0 = self.ranks.get(0)
+        if r0 is not None and r0.hello is not None:
+            return r0.hello
+        for r in self.ranks.values():
+            if r.hello is not None:
+                return r.hello
+        return None
+
+    @property
+    def world_size(self) -> int:
+        h = self.hello
+        return max(h.world_size if h else 0, len(self.ranks))
+
+    @property
+    def strategy(self) -> str:
+        h = self.hello
+        return h.strategy if h else ""
+
+    @property
+    def lost(self) -> int:
+        if not self.track_seq:
+            return self.lost_reported
+        return sum(r.seq.lost for r in self.ranks.values())
+
+    @property
+    def step(self) -> int:
+        """The slowest running rank's last step (the run's progress)."""
+        steps = [r.step.step for r in self.ranks.values() if r.step is not None]
+        return min(steps) if steps else 0
+
+    def median_step_s(self) -> float | None:
+        values = [r.step.step_s for r in self.ranks.values() if r.step is not None]
+        return statistics.median(values) if values else None
+
+    def status_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.ranks.values():
+            out[r.status] = out.get(r.status, 0) + 1
+        return out

@@ -1,0 +1,167 @@
+"""Find the rank the others wait for.
+
+In synchronous DDP and FSDP every rank's wall step time is the same (all wait at the
+collectives), so wall step times say nothing. Each rank instead reports ``self_s``: the time
+from the end of its previous step to its arrival at this step's first collective, which holds
+its own work and no waiting. The straggler is the rank whose self time exceeds the others'.
+
+Method (see DESIGN.md): steps are grouped into windows of ``window`` steps, aligned by step
+number across ranks; a window is scored once every live rank has passed it. Each rank's window
+score is the median of its self times (robust to one-off hiccups), compared with the median of
+the *other* ranks' scores (leave-one-out, so two ranks work). The excess must beat a relative
+bar, an absolute bar and a noise floor learnt from this run's clean windows; it must persist
+for ``persist`` windows before a verdict, and stay under half the bar for ``clear_after``
+windows before the verdict is cleared. Ranks are never ranked top-k: a clean run says nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from .schema import Step, Verdict
+from .state import RunState
+
+
+@dataclass(kw_only=True, slots=True)
+class StragglerConfig:
+    """Thresholds of the straggler detector."""
+
+    window: int = 10
+    """Steps per scoring window."""
+    warmup_steps: int = 10
+    """Steps skipped at the start (and after a restart): compile, caches, allocator."""
+    rel: float = 0.25
+    """Excess over the others' median self time, as a fraction of it."""
+    abs_s: float = 0.005
+    """Excess in seconds a straggler must also have (timer and scheduler noise sit below)."""
+    noise_k: float = 4.0
+    """Excess must also exceed this many times the run's learnt noise floor."""
+    persist: int = 2
+    """Consecutive flagged windows before a verdict."""
+    clear_after: int = 2
+    """Consecutive calm windows before a verdict is cleared."""
+
+
+@dataclass(slots=True)
+class _RankWindow:
+    self_s: dict[int, float] = field(default_factory=dict)
+    data_s: dict[int, float] = field(default_factory=dict)
+    flagged: int = 0
+    calm: int = 0
+
+
+class StragglerDetector:
+    """Fed every step by the hub (``observe``), scores complete windows in ``update``."""
+
+    def __init__(self, config: StragglerConfig | None = None) -> None:
+        self.cfg = config or StragglerConfig()
+        self._ranks: dict[int, _RankWindow] = {}
+        self._next_window = 0
+        self._noise: deque[float] = deque(maxlen=50)
+        """Per-window spread of clean ranks' scores: the noise floor is their median."""
+        self.windows_scored = 0
+
+    def observe(self, step: Step) -> None:
+        if step.self_s is None or step.step < self.cfg.warmup_steps:
+            return
+        w = self._ranks.get(step.rank)
+        if w is None:
+            w = self._ranks[step.rank] = _RankWindow()
+        w.self_s[step.step] = step.self_s
+        w.data_s[step.step] = step.data_s or 0.0
+
+    @property
+    def noise_s(self) -> float:
+        return statistics.median(self._noise) if self._noise else 0.0
+
+    def update(self, state: RunState) -> list[Verdict]:
+        out: list[Verdict] = []
+        live = [
+            r.rank
+            for r in state.ranks.values()
+            if r.exit_code is None and not r.finished and r.step is not None and r.rank in self._ranks
+        ]
+        if len(live) < 2:
+            return out
+        cfg = self.cfg
+        first = max(self._next_window, cfg.warmup_steps)
+        reached = min(state.ranks[r].step.step for r in live)
+        while first + cfg.window - 1 <= reached:
+            steps = range(first, first + cfg.window)
+            out.extend(self._score(state, live, steps))
+            first += cfg.window
+            self._next_window = first
+            for r in live:
+                w = self._ranks[r]
+                for s in steps:
+                    w.self_s.pop(s, None)
+                    w.data_s.pop(s, None)
+        return out
+
+    def _score(self, state: RunState, live: list[int], steps: range) -> list[Verdict]:
+        cfg = self.cfg
+        score: dict[int, float] = {}
+        data: dict[int, float] = {}
+        for r in live:
+            w = self._ranks[r]
+            vals = [w.self_s[s] for s in steps if s in w.self_s]
+            if len(vals) < max(1, len(steps) // 2):
+                continue
+            score[r] = statistics.median(vals)
+            data[r] = statistics.median([w.data_s[s] for s in steps if s in w.data_s])
+        if len(score) < 2:
+            return []
+        self.windows_scored += 1
+        noise = self.noise_s
+        out: list[Verdict] = []
+        calm_scores = []
+        for r, m in score.items():
+            others = [v for q, v in score.items() if q != r]
+            base = statistics.median(others)
+            excess = m - base
+            bar = max(cfg.rel * base, cfg.abs_s, cfg.noise_k * noise)
+            w = self._ranks[r]
+            current = state.ranks[r].straggler
+            if excess > bar:
+                w.flagged += 1
+                w.calm = 0
+                if current is None and w.flagged >= cfg.persist:
+                    out.append(self._verdict(r, m, base, max(others), data, steps))
+            else:
+                calm_scores.append(m)
+                w.flagged = 0
+                if excess < bar / 2:
+                    w.calm += 1
+                    if current is not None and w.calm >= cfg.clear_after:
+                        out.append(
+                            Verdict(
+                                rank=r,
+                                verdict="straggler_cleared",
+                                step=steps[-1],
+                                message=f"rank {r} no longer a straggler (self time {m * 1e3:.1f} ms, others {base * 1e3:.1f} ms)",
+                            )
+                        )
+        if len(calm_scores) >= 2:
+            med = statistics.median(calm_scores)
+            self._noise.append(statistics.median([abs(v - med) for v in calm_scores]))
+        return out
+
+    def _verdict(
+        self, r: int, m: float, base: float, others_max: float, data: dict[int, float], steps: range
+    ) -> Verdict:
+        others_data = statistics.median([v for q, v in data.items() if q != r])
+        data_excess = data.get(r, 0.0) - others_data
+        excess = m - base
+        cause = "data" if data_excess > excess / 2 else "compute"
+        cost = max(0.0, m - others_max)
+        what = "data loading" if cause == "data" else "compute"
+        return Verdict(
+            rank=r,
+            verdict="straggler",
+            cause=cause,
+            cost_s=cost,
+            step=steps[-1],
+            message=f"rank {r} is a straggler ({what}): the others wait {cost * 1e3:.0f} ms a step for it",
+        )

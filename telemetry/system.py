@@ -1,0 +1,62 @@
+"""About-1 Hz samples of a rank's process (psutil) and its GPU (NVML, where present)."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+from .schema import System
+
+
+class SystemSampler:
+    """Reads CPU %, RSS and, with a GPU index and NVML, utilisation, memory, temperature,
+    power and SM clock. Every figure NVML cannot give stays None."""
+
+    def __init__(self, gpu_index: int | None = None) -> None:
+        self._proc = psutil.Process(os.getpid())
+        self._proc.cpu_percent(None)  # prime: the first call always answers 0.0
+        self._nvml = None
+        self._handle = None
+        if gpu_index is not None:
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                self._nvml = pynvml
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+            except Exception:  # no driver, no device: CPU figures only
+                self._nvml = None
+                self._handle = None
+
+    def rss_bytes(self) -> int:
+        """Resident set size of this process."""
+        return self._proc.memory_info().rss
+
+    def sample(self) -> System:
+        """One System record (run, rank, seq and t are filled in by the reporter)."""
+        msg = System(cpu_pct=self._proc.cpu_percent(None), rss_bytes=self.rss_bytes())
+        nv, h = self._nvml, self._handle
+        if nv is not None and h is not None:
+            for attr, read in (
+                ("gpu_util_pct", lambda: float(nv.nvmlDeviceGetUtilizationRates(h).gpu)),
+                ("gpu_mem_used_bytes", lambda: int(nv.nvmlDeviceGetMemoryInfo(h).used)),
+                ("gpu_mem_total_bytes", lambda: int(nv.nvmlDeviceGetMemoryInfo(h).total)),
+                ("gpu_temp_c", lambda: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))),
+                ("gpu_power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                ("gpu_sm_clock_mhz", lambda: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
+            ):
+                try:
+                    setattr(msg, attr, read())
+                except Exception:  # a figure this device does not report
+                    pass
+        return msg
+
+    def nvml_used_bytes(self) -> int | None:
+        """NVML's used memory on the device, or None without NVML."""
+        if self._nvml is None or self._handle is None:
+            return None
+        try:
+            return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+        except Exception:
+            return None
