@@ -1,0 +1,3 @@
+"""pardash: a terminal dashboard for distributed PyTorch training."""
+
+__version__ = "0.1.0"

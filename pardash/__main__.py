@@ -1,0 +1,5 @@
+import sys
+
+from pardash.cli import main
+
+sys.exit(main())

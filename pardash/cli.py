@@ -1,0 +1,413 @@
+"""The ``pardash`` command: a thin layer over functions the tests call directly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import NoReturn, Sequence
+
+from pardash.telemetry import registry
+
+PROG = "pardash"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: what is wrong and where help is, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+# -- launch -------------------------------------------------------------------------------
+
+
+def _launch_parser(sub) -> argparse.ArgumentParser:
+    from pardash.trainer import config as train_config
+
+    p = sub.add_parser(
+        "launch",
+        help="run the bundled trainer (or your script) under torchrun and watch it",
+        description=(
+            "Run the bundled trainer (single, dp, ddp or fsdp) under torchrun, or any torchrun "
+            "script after `--`, with a hub recording every rank's telemetry and the TUI (or, "
+            "with --headless, progress lines) attached."
+        ),
+        epilog="examples:\n  pardash launch --strategy fsdp --nproc 4\n  pardash launch --nproc 2 --headless --steps 100\n  pardash launch --nproc 4 -- train.py --lr 3e-4",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("job (torchrun's meanings)")
+    g.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=None, help="ranks on this node (default: 2 for ddp/fsdp, 1 for single/dp)")
+    g.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
+    g.add_argument("--node-rank", type=int, default=0, help="this node's rank (default 0)")
+    g.add_argument("--master-addr", default=None, help="address of node 0 (default 127.0.0.1)")
+    g.add_argument("--master-port", type=int, default=None, help="rendezvous port on node 0 (default: a free one on one node, 29500 on several)")
+    g.add_argument("--max-restarts", type=int, default=0, help="torchrun's elastic restarts (default 0)")
+    v = p.add_argument_group("telemetry and view")
+    v.add_argument("--headless", action="store_true", help="no TUI: print progress lines and keep the log")
+    v.add_argument("--log", default=None, help="JSONL telemetry log (default runs/<run id>/telemetry.jsonl)")
+    v.add_argument("--runs-dir", default="runs", help="folder for run logs and outputs (default ./runs)")
+    v.add_argument("--telemetry-addr", default=None, help="address the hub binds (default 127.0.0.1 on one node, the master address on several)")
+    v.add_argument("--telemetry-port", type=int, default=0, help="hub ingest port (default: free ports; several nodes: 29600)")
+    v.add_argument("--every", type=float, default=5.0, help="seconds between headless progress lines (default 5)")
+    t = p.add_argument_group("bundled trainer")
+    train_config.add_arguments(t)
+    p.add_argument("-m", dest="module", default=None, help="run this module under torchrun instead of the bundled trainer")
+    return p
+
+
+def _gpu_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+def _port_free(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def prepare_launch(ns: argparse.Namespace, script: list[str]):
+    """Validate a launch and build its LaunchSpec; raises SystemExit(2) with one line."""
+    from pardash.trainer import config as train_config
+    from pardash.trainer.launcher import LaunchError, new_spec
+
+    try:
+        cfg = train_config.from_args(ns)
+    except ValueError as exc:
+        fail(str(exc))
+    nproc = ns.nproc if ns.nproc is not None else (1 if cfg.strategy in ("single", "dp") else 2)
+    if nproc < 1:
+        fail(f"--nproc {nproc}: need at least 1 rank per node")
+    if ns.nnodes < 1 or not 0 <= ns.node_rank < ns.nnodes:
+        fail(f"--nnodes {ns.nnodes} --node-rank {ns.node_rank}: node rank must be in 0..nnodes-1")
+    world = nproc * ns.nnodes
+    if not script and not ns.module:
+        try:
+            cfg.check_world_size(world)
+        except ValueError as exc:
+            fail(str(exc))
+        if cfg.device == "cuda" and _gpu_count() == 0:
+            fail("--device cuda: no NVIDIA GPU is visible here; use --device cpu (or auto)")
+    if ns.master_port is not None and ns.node_rank == 0:
+        host = ns.master_addr or "127.0.0.1"
+        if not _port_free("0.0.0.0" if host not in ("127.0.0.1", "localhost") else "127.0.0.1", ns.master_port):
+            fail(f"--master-port {ns.master_port} is busy; pick a free port or leave it out")
+    telemetry_port = ns.telemetry_port or (29600 if ns.nnodes > 1 else 0)
+    bind = ns.telemetry_addr or ("127.0.0.1" if ns.nnodes == 1 else (ns.master_addr or "127.0.0.1"))
+    if telemetry_port and ns.node_rank == 0:
+        for port in (telemetry_port, telemetry_port + 1, telemetry_port + 2):
+            if not _port_free(bind, port):
+                fail(f"--telemetry-port {telemetry_port}: port {port} is busy; pick another (the hub uses PORT..PORT+2)")
+    if script:
+        from pardash.trainer import autorun
+
+        command = autorun.torchrun_command(script)
+    elif ns.module:
+        from pardash.trainer import autorun
+
+        command = autorun.torchrun_command(["-m", ns.module])
+    else:
+        command = ["-m", "pardash.trainer.train", *cfg.to_argv()]
+    try:
+        spec = new_spec(
+            log_path=ns.log,
+            runs_dir=ns.runs_dir,
+            nproc=nproc,
+            nnodes=ns.nnodes,
+            node_rank=ns.node_rank,
+            master_addr=ns.master_addr,
+            master_port=ns.master_port,
+            max_restarts=ns.max_restarts,
+            telemetry_bind=bind,
+            telemetry_port=telemetry_port,
+            command=command,
+            strategy=cfg.strategy if not (script or ns.module) else "script",
+            world_size=world,
+        )
+    except LaunchError as exc:
+        fail(str(exc))
+    return spec
+
+
+def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
+    from pardash.telemetry.client import HubClient
+    from pardash.trainer.launcher import LaunchError, start
+
+    spec = prepare_launch(ns, script)
+    if not ns.headless:
+        spec.output = os.path.join(spec.run_dir, "output.log")
+        spec.viewer_pid = os.getpid()
+    print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
+    try:
+        job = start(spec)
+    except LaunchError as exc:
+        fail(str(exc))
+    client = HubClient(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id)
+    try:
+        if ns.headless:
+            from pardash.telemetry.printer import ProgressPrinter
+
+            printer = ProgressPrinter(client, every_s=ns.every)
+            try:
+                printer.follow(lambda: job.poll() is not None)
+            except KeyboardInterrupt:
+                print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
+                job.stop()
+                printer.follow(lambda: job.poll() is not None)
+            code = job.wait()
+        else:
+            from pardash.tui.app import make_app
+
+            app = make_app(client, launched=True, title=f"pardash {spec.run_id}")
+            choice = app.run()
+            if choice == "detach":
+                print(f"{PROG}: detached; the job goes on. `{PROG} attach {spec.run_id}` to watch it again, log {spec.log_path}")
+                return 0
+            job.stop()
+            code = job.wait()
+            client.poll()
+    finally:
+        client.close()
+    from pardash.telemetry.printer import outcome_line
+
+    print(outcome_line(client.state, code, job.result(), spec.log_path), file=sys.stderr if code else sys.stdout)
+    return code
+
+
+# -- other commands -------------------------------------------------------------------------
+
+
+def cmd_hub(ns: argparse.Namespace) -> int:
+    from pardash.telemetry.hub import run_hub
+
+    return run_hub(ns)
+
+
+def cmd_ps(ns: argparse.Namespace) -> int:
+    runs = registry.live_runs()
+    if ns.json:
+        print(json.dumps(runs, indent=2))
+        return 0
+    if not runs:
+        print("no live runs")
+        return 0
+    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>8}  INGEST                  LOG")
+    now = time.time()
+    for e in runs:
+        age = now - e.get("started", now)
+        print(
+            f"{e.get('run_id', ''):24} {e.get('strategy', '') or '-':9} {e.get('world_size', '-')!s:>5} "
+            f"{age:7.0f}s  {e.get('ingest', ''):23} {e.get('log', '')}"
+        )
+    return 0
+
+
+def _run_tui(source, *, title: str) -> int:
+    from pardash.tui.app import make_app
+
+    make_app(source, launched=False, title=title).run()
+    return 0
+
+
+def cmd_attach(ns: argparse.Namespace) -> int:
+    from pardash.telemetry.client import AttachError, HubClient
+
+    try:
+        client = HubClient.attach(ns.target)
+    except AttachError as exc:
+        fail(str(exc))
+    if ns.headless:
+        from pardash.telemetry.printer import ProgressPrinter
+
+        if not client.wait_synced(5.0):
+            fail(f"no answer from the hub at {client.snapshot_endpoint}; is the run still live? (`pardash ps`)")
+        try:
+            ProgressPrinter(client, every_s=ns.every).follow(lambda: False)
+        except KeyboardInterrupt:
+            return 0
+        return 0
+    return _run_tui(client, title=f"pardash attach {client.run_id or ns.target or ''}")
+
+
+def cmd_replay(ns: argparse.Namespace) -> int:
+    from pardash.telemetry.client import AttachError, ReplaySource
+
+    if not os.path.isfile(ns.log):
+        fail(f"{ns.log}: no such log file")
+    if ns.speed <= 0:
+        fail(f"--speed {ns.speed}: must be above 0")
+    try:
+        source = ReplaySource(ns.log, speed=ns.speed)
+    except AttachError as exc:
+        fail(str(exc))
+    return _run_tui(source, title=f"pardash replay {os.path.basename(ns.log)}")
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    from pardash.telemetry.report import build_report, render_text
+
+    if not os.path.isfile(ns.log):
+        fail(f"{ns.log}: no such log file")
+    rep = build_report(ns.log)
+    if ns.format == "json":
+        print(json.dumps(rep, indent=2))
+    else:
+        print(render_text(rep), end="")
+    return 0
+
+
+def cmd_simulate(ns: argparse.Namespace) -> int:
+    import threading
+
+    from pardash.telemetry.client import HubClient
+    from pardash.telemetry.hub import Hub
+    from pardash.telemetry.simulate import SimConfig, SimulatedJob, parse_rank_step
+
+    try:
+        cfg = SimConfig(
+            ranks=ns.ranks,
+            rate_hz=ns.rate,
+            ranks_per_node=ns.ranks_per_node,
+            strategy=ns.strategy,
+            steps=ns.steps,
+            straggler=ns.straggler,
+            straggler_kind=ns.straggler_kind,
+            stall=parse_rank_step(ns.stall, "--stall") if ns.stall else None,
+            crash=parse_rank_step(ns.crash, "--crash") if ns.crash else None,
+            seed=ns.seed,
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    run_id = "sim-" + registry.new_run_id()
+    log = ns.log or os.path.join(ns.runs_dir, run_id, "telemetry.jsonl")
+    try:
+        hub = Hub(run_id=run_id, log_path=log, host=ns.bind, ports=(ns.port, ns.port + 1, ns.port + 2) if ns.port else (0, 0, 0))
+    except Exception as exc:  # zmq.ZMQError: a busy port
+        fail(f"cannot bind the hub ({exc}); choose another --port")
+    if hub.recorder is not None and hub.recorder.error:
+        fail(f"{hub.recorder.error}; pass a writable --log PATH")
+    entry = registry.register(
+        {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), "strategy": cfg.strategy, "world_size": cfg.ranks, **hub.endpoints}
+    )
+    hub_thread = threading.Thread(target=hub.serve, name="hub", daemon=True)
+    hub_thread.start()
+    job = SimulatedJob(cfg, hub.ingest_endpoint, run_id)
+    stop = threading.Event()
+    sim_thread = threading.Thread(target=job.run, args=(stop.is_set,), name="simulate", daemon=True)
+    sim_thread.start()
+    print(f"{PROG}: simulating {cfg.ranks} ranks at {cfg.rate_hz:g} steps/s, run {run_id}, hub {hub.ingest_endpoint}, log {log}", flush=True)
+    client = HubClient(hub.updates_endpoint, hub.snapshot_endpoint, run_id=run_id)
+    try:
+        if ns.headless:
+            from pardash.telemetry.printer import ProgressPrinter
+
+            try:
+                ProgressPrinter(client, every_s=ns.every).follow(lambda: not sim_thread.is_alive())
+            except KeyboardInterrupt:
+                pass
+        else:
+            from pardash.tui.app import make_app
+
+            make_app(client, launched=False, title=f"pardash simulate {cfg.ranks} ranks").run()
+    finally:
+        stop.set()
+        sim_thread.join(5)
+        job.close()
+        time.sleep(0.3)
+        hub.stop()
+        hub_thread.join(10)
+        hub.close()
+        client.close()
+        registry.unregister(entry)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog=PROG, description="A terminal dashboard for distributed PyTorch training.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    _launch_parser(sub)
+
+    from pardash.telemetry.hub import add_hub_arguments
+
+    h = sub.add_parser("hub", help="run a hub alone, for jobs started by torchrun, srun or Kubernetes")
+    add_hub_arguments(h)
+
+    a = sub.add_parser("attach", help="open the TUI on a running job")
+    a.add_argument("target", nargs="?", default=None, help="run id (prefix) or tcp://HOST:PORT of a hub's ingest (default: the newest live run)")
+    a.add_argument("--headless", action="store_true", help="print progress lines instead of the TUI")
+    a.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
+
+    sim = sub.add_parser("simulate", help="a synthetic job of N ranks, to try the TUI without GPUs")
+    sim.add_argument("--ranks", type=int, default=64, help="number of ranks (default 64)")
+    sim.add_argument("--rate", type=float, default=10.0, help="steps a second per rank (default 10)")
+    sim.add_argument("--ranks-per-node", type=int, default=8, help="ranks per host (default 8)")
+    sim.add_argument("--strategy", choices=("ddp", "fsdp"), default="fsdp", help="strategy to pretend (default fsdp)")
+    sim.add_argument("--steps", type=int, default=0, help="stop after this many steps (default: until quit)")
+    sim.add_argument("--straggler", type=int, default=None, metavar="RANK", help="make this rank a straggler from step 20")
+    sim.add_argument("--straggler-kind", choices=("data", "compute"), default="data", help="what the straggler is slow at")
+    sim.add_argument("--stall", default=None, metavar="RANK@STEP", help="this rank stops at this step")
+    sim.add_argument("--crash", default=None, metavar="RANK@STEP", help="this rank exits with code 1 at this step")
+    sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sim.add_argument("--headless", action="store_true", help="print progress lines; attach the TUI with `pardash attach`")
+    sim.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
+    sim.add_argument("--log", default=None, help="JSONL log (default runs/<run id>/telemetry.jsonl)")
+    sim.add_argument("--runs-dir", default="runs", help="folder for logs (default ./runs)")
+    sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
+    sim.add_argument("--port", type=int, default=0, help="hub ingest port (default: free ports)")
+
+    ps = sub.add_parser("ps", help="list live runs")
+    ps.add_argument("--json", action="store_true", help="print the registry entries as JSON")
+
+    r = sub.add_parser("replay", help="the TUI over a recorded log")
+    r.add_argument("log", help="telemetry.jsonl of a run")
+    r.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
+
+    rep = sub.add_parser("report", help="per-rank summary of a recorded log")
+    rep.add_argument("log", help="telemetry.jsonl of a run")
+    rep.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, script = argv[:i], argv[i + 1 :]
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if script and ns.command != "launch":
+        parser.error("`-- SCRIPT` goes with `pardash launch` only")
+    try:
+        if ns.command == "launch":
+            return cmd_launch(ns, script)
+        return {
+            "hub": cmd_hub,
+            "ps": cmd_ps,
+            "attach": cmd_attach,
+            "replay": cmd_replay,
+            "report": cmd_report,
+            "simulate": cmd_simulate,
+        }[ns.command](ns)
+    except KeyboardInterrupt:
+        return 130

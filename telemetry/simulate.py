@@ -1,0 +1,262 @@
+"""``pardash simulate``: a synthetic job of N ranks publishing realistic telemetry through the
+real reporter and wire format into a real hub, so anyone can watch the TUI at 1024 ranks
+without GPUs, and the benchmarks and snapshot tests have a reproducible feed.
+
+The ranks behave like synchronous data-parallel training: every rank's wall step time is the
+same (they wait for each other at the collectives), only self time differs; a straggler makes
+every rank slower and shows in its own self time; a stalled rank stops the others at the next
+collective (their heartbeats say they wait in ``comm``); a crashed rank exits with code 1 and
+the others are stopped (-15) like torchrun does.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+
+import zmq
+
+from . import schema
+from .env import RankIdentity
+from .reporter import Reporter
+
+
+@dataclass(kw_only=True, slots=True)
+class SimConfig:
+    """The synthetic job."""
+
+    ranks: int = 8
+    """Number of ranks."""
+    rate_hz: float = 10.0
+    """Steps a second per rank."""
+    ranks_per_node: int = 8
+    """Ranks per host (for grouping by node)."""
+    strategy: str = "fsdp"
+    """Strategy named in the hello (fsdp shards the memory figures by the world size)."""
+    params: int = 124_000_000
+    """Parameters of the pretend model."""
+    steps: int = 0
+    """Stop after this many steps (0: run until stopped)."""
+    straggler: int | None = None
+    """Rank whose self time is 30% of a step longer from step 20 on."""
+    straggler_kind: str = "data"
+    stall: tuple[int, int] | None = None
+    """(rank, step): that rank stops stepping at that step; the others wait in comm."""
+    crash: tuple[int, int] | None = None
+    """(rank, step): that rank exits with code 1 at that step; the others are stopped."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise ValueError(f"--ranks {self.ranks}: need at least 1")
+        if self.rate_hz <= 0:
+            raise ValueError(f"--rate {self.rate_hz}: must be above 0")
+        for name, rs in (("--stall", self.stall), ("--crash", self.crash)):
+            if rs is not None and not 0 <= rs[0] < self.ranks:
+                raise ValueError(f"{name} {rs[0]}@{rs[1]}: rank must be below {self.ranks}")
+        if self.straggler is not None and not 0 <= self.straggler < self.ranks:
+            raise ValueError(f"--straggler {self.straggler}: rank must be below {self.ranks}")
+
+
+def parse_rank_step(text: str, flag: str) -> tuple[int, int]:
+    """'3@40' -> (3, 40)."""
+    try:
+        r, s = text.split("@")
+        return int(r), int(s)
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected RANK@STEP, e.g. 3@40") from None
+
+
+class SimulatedJob:
+    """Publishes for every rank from one thread, over one shared PUSH socket per 256 ranks."""
+
+    def __init__(self, cfg: SimConfig, endpoint: str, run_id: str, *, context: zmq.Context | None = None) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.ctx = context or zmq.Context.instance()
+        self.reporters: list[Reporter] = []
+        for r in range(cfg.ranks):
+            ident = RankIdentity(
+                rank=r,
+                local_rank=r % cfg.ranks_per_node,
+                world_size=cfg.ranks,
+                node=r // cfg.ranks_per_node,
+                host=f"node{r // cfg.ranks_per_node:03d}",
+                restart=0,
+            )
+            rep = Reporter(None, run=run_id, identity=ident, heartbeat_s=0)
+            rep.endpoint = endpoint
+            self.reporters.append(rep)
+        self._socks = []
+        for i in range(0, cfg.ranks, 256):
+            s = self.ctx.socket(zmq.PUSH)
+            s.setsockopt(zmq.SNDHWM, 200_000)
+            s.setsockopt(zmq.LINGER, 2000)
+            s.connect(endpoint)
+            self._socks.append(s)
+        self.step = 0
+        self.alive = [True] * cfg.ranks
+        self.done = False
+        self.t_start = time.time()
+
+    def _sock(self, rank: int) -> zmq.Socket:
+        return self._socks[rank // 256]
+
+    def _mem(self, rank: int) -> schema.Mem:
+        cfg = self.cfg
+        full = cfg.params * 4
+        shard = full // cfg.ranks if cfg.strategy == "fsdp" else full
+        return schema.Mem(
+            params_bytes=shard,
+            grads_bytes=shard,
+            optim_bytes=2 * shard,
+            params_full_bytes=full,
+            grads_full_bytes=full,
+            optim_full_bytes=2 * full,
+            cuda_allocated_bytes=4 * shard + 2_000_000_000 + rank * 1_000_000,
+            cuda_reserved_bytes=4 * shard + 3_000_000_000,
+            cuda_peak_bytes=4 * shard + 6_000_000_000,
+        )
+
+    def hello(self) -> None:
+        cfg = self.cfg
+        for rep in self.reporters:
+            rep.send(
+                schema.Hello(
+                    local_rank=rep.identity.local_rank,
+                    world_size=cfg.ranks,
+                    node=rep.identity.node,
+                    host=rep.identity.host,
+                    pid=100_000 + rep.rank,
+                    strategy=cfg.strategy,
+                    backend="nccl",
+                    device=f"cuda:{rep.identity.local_rank}",
+                    device_name="Simulated H100",
+                    device_mem_bytes=80 << 30,
+                    torch_version="simulated",
+                    params_count=cfg.params,
+                    params_bytes=cfg.params * 4,
+                    source="simulate",
+                    config={"steps": cfg.steps or None, "simulated": True},
+                ),
+                self._sock(rep.rank),
+            )
+
+    def tick(self) -> None:
+        """One synchronous step of every live rank (plus heartbeats and system samples)."""
+        cfg, rng = self.cfg, self.rng
+        s = self.step
+        base = 1.0 / cfg.rate_hz
+        stalled = cfg.stall is not None and s >= cfg.stall[1]
+        if cfg.crash is not None and s == cfg.crash[1] and self.alive[cfg.crash[0]]:
+            self._crash(cfg.crash[0])
+            return
+        slow = 0.3 * base if cfg.straggler is not None and s >= 20 else 0.0
+        if not stalled:
+            step_s = base + slow
+            for rep in self.reporters:
+                r = rep.rank
+                if not self.alive[r]:
+                    continue
+                jitter = rng.gauss(0, 0.01 * base)
+                data = 0.05 * base + abs(jitter)
+                fwd = 0.3 * base
+                extra = slow if r == cfg.straggler else 0.0
+                data_x = extra if cfg.straggler_kind == "data" else 0.0
+                fwd_x = extra - data_x
+                self_s = data + data_x + fwd + fwd_x
+                loss = 4.0 * math.exp(-s / 300) + 0.5 + rng.gauss(0, 0.02)
+                rep.send(
+                    schema.Step(
+                        step=s,
+                        epoch=s // 1000,
+                        loss=loss,
+                        samples=32,
+                        step_s=step_s + jitter,
+                        data_s=data + data_x,
+                        forward_s=fwd + fwd_x,
+                        backward_s=0.45 * base,
+                        optimizer_s=0.05 * base,
+                        comm_s=max(0.0, step_s - self_s - 0.5 * base),
+                        self_s=self_s,
+                        lr=3e-4,
+                        mono=time.monotonic(),
+                        mem=self._mem(r),
+                    ),
+                    self._sock(r),
+                )
+                rep.last_step = s
+            self.step += 1
+        if cfg.steps and self.step >= cfg.steps:
+            for rep in self.reporters:
+                if self.alive[rep.rank]:
+                    rep.send(schema.Event(name="exit", code=0, step=rep.last_step), self._sock(rep.rank))
+                    self.alive[rep.rank] = False
+            self.done = True
+
+    def beat(self) -> None:
+        """Heartbeats and system samples, about once a second."""
+        cfg = self.cfg
+        stalled = cfg.stall is not None and self.step >= cfg.stall[1]
+        for rep in self.reporters:
+            r = rep.rank
+            if not self.alive[r]:
+                continue
+            phase = ("data" if r == cfg.stall[0] else "comm") if stalled and cfg.stall else "forward"
+            rep.send(schema.Heartbeat(step=rep.last_step, phase=phase, mono=time.monotonic()), self._sock(r))
+            rep.send(
+                schema.System(
+                    cpu_pct=100.0 + self.rng.uniform(-5, 5),
+                    rss_bytes=6 << 30,
+                    gpu_util_pct=95.0 + self.rng.uniform(-3, 3),
+                    gpu_mem_used_bytes=60 << 30,
+                    gpu_mem_total_bytes=80 << 30,
+                    gpu_temp_c=65.0 + r % 7,
+                    gpu_power_w=600.0,
+                    gpu_sm_clock_mhz=1980.0,
+                ),
+                self._sock(r),
+            )
+
+    def _crash(self, rank: int) -> None:
+        rep = self.reporters[rank]
+        rep.send(
+            schema.Event(
+                name="error",
+                message="RuntimeError: simulated crash",
+                traceback="Traceback (most recent call last):\n  ...\nRuntimeError: simulated crash",
+                step=self.step,
+            ),
+            self._sock(rank),
+        )
+        rep.send(schema.Event(name="exit", code=1, step=self.step), self._sock(rank))
+        self.alive[rank] = False
+        for other in self.reporters:
+            if self.alive[other.rank]:
+                other.send(schema.Event(name="exit", code=-15, step=other.last_step), self._sock(other.rank))
+                self.alive[other.rank] = False
+        self.done = True
+
+    def run(self, stop=lambda: False) -> None:
+        """Publish in real time until ``stop()``, the step count, or a crash."""
+        self.hello()
+        period = 1.0 / self.cfg.rate_hz
+        next_step = time.monotonic()
+        next_beat = next_step
+        while not stop() and not self.done:
+            now = time.monotonic()
+            if now >= next_beat:
+                self.beat()
+                next_beat = now + 1.0
+            if now >= next_step:
+                self.tick()
+                next_step += period
+                if next_step < now - 1.0:  # fell behind by a second: do not try to catch up
+                    next_step = now + period
+            time.sleep(max(0.0, min(next_step, next_beat) - time.monotonic()))
+
+    def close(self) -> None:
+        for s in self._socks:
+            s.close()

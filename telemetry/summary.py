@@ -1,0 +1,66 @@
+"""Cross-rank figures that the headless printer, the report and the TUI header share."""
+
+from __future__ import annotations
+
+import statistics
+
+from .state import RunState, mem_full_bytes, mem_held_bytes
+
+
+def samples_per_s(state: RunState) -> float:
+    """Samples a second across ranks, from each rank's latest step."""
+    total = 0.0
+    for r in state.ranks.values():
+        s = r.step
+        if s is not None and s.step_s > 0 and r.exit_code is None and not r.finished:
+            total += s.samples / s.step_s
+    return total
+
+
+def spread(values: list[float]) -> tuple[float, float, float] | None:
+    """(min, median, max), or None for no values."""
+    if not values:
+        return None
+    return min(values), statistics.median(values), max(values)
+
+
+def step_s_spread(state: RunState) -> tuple[float, float, float] | None:
+    return spread([r.step.step_s for r in state.ranks.values() if r.step is not None])
+
+
+def self_s_spread(state: RunState) -> tuple[float, float, float] | None:
+    return spread([r.step.self_s for r in state.ranks.values() if r.step is not None and r.step.self_s is not None])
+
+
+def held_spread(state: RunState) -> tuple[float, float, float] | None:
+    vals = [mem_held_bytes(r.step.mem) for r in state.ranks.values() if r.step is not None and r.step.mem is not None]
+    return spread([float(v) for v in vals if v is not None])
+
+
+def full_bytes(state: RunState) -> int | None:
+    """What one rank would hold unsharded (the largest any rank reports)."""
+    vals = [mem_full_bytes(r.step.mem) for r in state.ranks.values() if r.step is not None and r.step.mem is not None]
+    vals = [v for v in vals if v]
+    return max(vals) if vals else None
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.1f}"
+
+
+def zero_expected_bytes(params_count: int, world_size: int, strategy: str, bytes_per_param: int = 16) -> int:
+    """ZeRO arithmetic for fp32/mixed-precision Adam: 16 bytes a parameter unsharded,
+    16/N a rank fully sharded (FSDP), 16 for every DDP/DP/single rank."""
+    if strategy == "fsdp" and world_size > 1:
+        return params_count * bytes_per_param // world_size
+    return params_count * bytes_per_param

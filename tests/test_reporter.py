@@ -1,0 +1,75 @@
+"""The rank side never blocks and never breaks training, hub or no hub."""
+
+import threading
+
+import zmq
+
+from conftest import identity, wait_for
+from pardash.telemetry import schema
+from pardash.telemetry.env import rank_identity, telemetry_enabled
+from pardash.telemetry.reporter import Reporter
+
+
+def _free_endpoint() -> str:
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.PULL)
+    port = s.bind_to_random_port("tcp://127.0.0.1")
+    s.close(0)  # nothing listens there any more
+    return f"tcp://127.0.0.1:{port}"
+
+
+def test_no_hub_never_blocks_and_counts_drops():
+    rep = Reporter(_free_endpoint(), run="r", identity=identity(0), hwm=100, heartbeat_s=0)
+    done = threading.Event()
+
+    def publish():
+        for i in range(5000):
+            rep.step(step=i, loss=1.0, step_s=0.01)
+        done.set()
+
+    t = threading.Thread(target=publish, daemon=True)
+    t.start()
+    t.join(60)  # a liveness bound: a blocking send would hang here forever
+    assert done.is_set()
+    assert rep.dropped > 0
+    assert rep.sent + rep.dropped == 5000
+    rep.close(linger_ms=0)
+
+
+def test_disabled_reporter_is_a_no_op(monkeypatch):
+    monkeypatch.setenv("PARDASH_TELEMETRY", "0")
+    monkeypatch.setenv("PARDASH_ENDPOINT", "tcp://127.0.0.1:1")
+    assert not telemetry_enabled()
+    rep = Reporter.from_env()
+    assert not rep.enabled
+    assert rep.step(step=1, loss=1.0, step_s=0.1) is False
+    rep.close()
+
+
+def test_identity_from_torchrun_and_slurm():
+    ident = rank_identity({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "GROUP_RANK": "1"})
+    assert (ident.rank, ident.local_rank, ident.world_size, ident.node) == (3, 1, 8, 1)
+    ident = rank_identity({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "6", "SLURM_NODEID": "2"})
+    assert (ident.rank, ident.local_rank, ident.world_size, ident.node) == (5, 1, 6, 2)
+
+
+def test_heartbeats_name_the_phase_while_the_loop_is_stuck():
+    ctx = zmq.Context.instance()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    rep = Reporter(f"tcp://127.0.0.1:{port}", run="r", identity=identity(1), heartbeat_s=0.05)
+    rep.hello(strategy="ddp")
+    rep.set_phase("backward")  # and then the loop never comes back
+    seen: list = []
+
+    def got_heartbeat():
+        while pull.poll(10):
+            seen.append(schema.decode(pull.recv()))
+        beat = any(isinstance(m, schema.Heartbeat) and m.phase == "backward" for m in seen)
+        return beat and any(isinstance(m, schema.System) for m in seen)
+
+    wait_for(got_heartbeat)
+    assert isinstance(seen[0], schema.Hello) and seen[0].seq == 0 and seen[0].rank == 1
+    assert all(m.rss_bytes > 0 for m in seen if isinstance(m, schema.System))
+    rep.close()
+    pull.close(0)

@@ -1,0 +1,64 @@
+"""The one schema: every kind round-trips through MessagePack (wire) and JSON (log), and
+malformed input is refused by validation, never turned into a wrong object."""
+
+import math
+
+import msgspec
+import pytest
+
+from pardash.telemetry import schema
+
+SAMPLES = [
+    schema.Hello(run="r", rank=3, seq=0, t=1.5, world_size=4, host="h", strategy="fsdp", params_count=10, config={"lr": 0.1, "steps": 30}),
+    schema.Step(
+        run="r", rank=1, seq=7, t=2.0, step=5, loss=2.5, samples=16, step_s=0.01, data_s=0.001, forward_s=0.002,
+        backward_s=0.004, optimizer_s=0.001, comm_s=0.002, self_s=0.003, lr=1e-3, mono=9.0,
+        mem=schema.Mem(params_bytes=100, params_full_bytes=400, grads_bytes=100, optim_bytes=200, rss_bytes=1 << 30),
+        custom={"tokens": 512.0},
+    ),
+    schema.System(rank=0, seq=2, cpu_pct=55.0, rss_bytes=123, gpu_util_pct=None),
+    schema.Event(rank=2, name="error", message="boom", traceback="Traceback...", step=4),
+    schema.Event(rank=2, name="exit", code=-9),
+    schema.Heartbeat(rank=0, step=12, phase="backward", phase_s=0.5, dropped=3, mono=1.0),
+    schema.Verdict(rank=2, verdict="straggler", cause="data", cost_s=0.021, step=40, message="m"),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_round_trip_wire_and_log(msg):
+    assert schema.decode(schema.encode(msg)) == msg
+    line = schema.encode_json(msg)
+    assert b"\n" not in line
+    assert schema.decode_json(line) == msg
+
+
+def test_log_line_has_the_documented_fields():
+    step = SAMPLES[1]
+    obj = msgspec.json.decode(schema.encode_json(step))
+    assert obj["kind"] == "step"
+    for key in ("rank", "step", "loss", "step_s", "data_s", "forward_s", "backward_s", "optimizer_s", "mem"):
+        assert key in obj
+    assert obj["mem"]["params_full_bytes"] == 400
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\xc1\xc1",  # never-used msgpack byte
+        msgspec.msgpack.encode({"kind": "nope", "rank": 0}),
+        msgspec.msgpack.encode({"kind": "step", "rank": "zero"}),
+        msgspec.msgpack.encode({"kind": "step", "step_s": "fast"}),
+        msgspec.msgpack.encode([1, 2, 3]),
+    ],
+)
+def test_malformed_frames_are_refused(raw):
+    with pytest.raises((msgspec.DecodeError, msgspec.ValidationError)):
+        schema.decode(raw)
+
+
+def test_nan_loss_survives_json_as_null_or_nan():
+    # A NaN loss is information (training diverged); it must not break the log.
+    line = schema.encode_json(schema.Step(rank=0, loss=math.nan))
+    back = schema.decode_json(line)
+    assert back.loss is None or math.isnan(back.loss)

@@ -1,0 +1,311 @@
+"""Start a job: a hub, torchrun with the ranks, and a supervisor that outlives the viewer.
+
+``pardash launch`` (the foreground: TUI or headless printer) starts one *supervisor* process in
+its own session. The supervisor starts the hub process, waits for its endpoints, starts
+``python -m torch.distributed.run`` with PARDASH_ENDPOINT/PARDASH_RUN_ID in the ranks'
+environment, waits for it, and exits with its exit code. So the viewer can quit, detach or
+crash without stopping the job or losing the log; SIGTERM to the supervisor stops the job
+(torchrun first, then the hub after a final flush).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pardash.telemetry import registry
+from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
+
+HUB_READY_TIMEOUT_S = 30.0
+STOP_GRACE_S = 10.0
+"""Seconds torchrun gets after SIGTERM before SIGKILL."""
+
+
+class LaunchError(Exception):
+    """A launch that cannot start; the message is one line that says what to do."""
+
+
+@dataclass(kw_only=True, slots=True)
+class LaunchSpec:
+    """Everything the supervisor needs to run one job (JSON-serialisable)."""
+
+    run_id: str
+    """Run id (registry key, PARDASH_RUN_ID)."""
+    log_path: str
+    """Absolute path of the JSONL telemetry log."""
+    run_dir: str
+    """Folder for the job's output log and result file."""
+    nproc: int = 1
+    """Ranks per node (torchrun --nproc-per-node)."""
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    max_restarts: int = 0
+    telemetry_bind: str = "127.0.0.1"
+    """Address the hub binds (loopback unless the user asks otherwise)."""
+    telemetry_port: int = 0
+    """Hub ingest port (0: free ports picked by the hub)."""
+    command: list[str] = field(default_factory=list)
+    """What torchrun runs per rank: ['-m', module, args...] or [script, args...]."""
+    strategy: str = ""
+    world_size: int = 1
+    output: str = "inherit"
+    """'inherit' (the terminal) or a file path for the ranks' stdout/stderr."""
+    viewer_pid: int = 0
+    """Foreground pid; after the job ends the hub stays up while this process lives."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def torchrun_argv(spec: LaunchSpec) -> list[str]:
+    """The torchrun command line for ``spec`` (torchrun's own flags, then the rank command)."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(spec.nproc)]
+    if spec.nnodes == 1 and spec.master_port is None:
+        argv.append("--standalone")
+    else:
+        argv += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank)]
+        argv += ["--master-addr", spec.master_addr or "127.0.0.1"]
+        argv += ["--master-port", str(spec.master_port or 29500)]
+    argv += ["--max-restarts", str(spec.max_restarts), "--monitor-interval", "0.5"]
+    argv += ["--log-dir", os.path.join(spec.run_dir, "torchrun")]
+    return argv + list(spec.command)
+
+
+class Supervisor:
+    """Runs in its own process: hub, then torchrun, then a clean stop."""
+
+    def __init__(self, spec: LaunchSpec) -> None:
+        self.spec = spec
+        self.hub: subprocess.Popen | None = None
+        self.job: subprocess.Popen | None = None
+        self.endpoints: dict = {}
+        self._stopping = False
+
+    def start_hub(self) -> dict:
+        spec = self.spec
+        r, w = os.pipe()
+        meta = {"strategy": spec.strategy, "world_size": spec.world_size, "supervisor_pid": os.getpid(), "cwd": os.getcwd()}
+        argv = [
+            sys.executable, "-m", "pardash.telemetry.hub",
+            "--run-id", spec.run_id, "--log", spec.log_path, "--bind", spec.telemetry_bind,
+            "--ready-fd", str(w), "--meta", json.dumps(meta),
+        ]  # fmt: skip
+        if spec.telemetry_port:
+            argv += ["--port", str(spec.telemetry_port)]
+        self.hub = subprocess.Popen(argv, pass_fds=(w,), stdin=subprocess.DEVNULL)
+        os.close(w)
+        line = _read_line(r, HUB_READY_TIMEOUT_S)
+        os.close(r)
+        if not line:
+            code = self.hub.poll()
+            raise LaunchError(f"the hub did not start (exit code {code}); see the message above")
+        self.endpoints = json.loads(line)
+        return self.endpoints
+
+    def start_job(self) -> None:
+        spec = self.spec
+        env = dict(os.environ)
+        env.update(spec.extra_env)
+        env[ENDPOINT_VAR] = self.endpoints["ingest"]
+        env[RUN_ID_VAR] = spec.run_id
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        Path(spec.run_dir, "torchrun").mkdir(parents=True, exist_ok=True)
+        out = None
+        if spec.output != "inherit":
+            out = open(spec.output, "ab")
+        self.job = subprocess.Popen(
+            torchrun_argv(spec), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )
+        if out is not None:
+            out.close()
+
+    def stop(self, *_: object) -> None:
+        """Stop the job: SIGTERM to torchrun's process group, SIGKILL after a grace period."""
+        self._stopping = True
+        if self.job is not None and self.job.poll() is None:
+            _signal_group(self.job, signal.SIGTERM)
+
+    def run(self, ready_fd: int | None) -> int:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the terminal may close; the job goes on
+        try:
+            self.start_hub()
+        except LaunchError as exc:
+            _tell(ready_fd, {"error": str(exc)})
+            return 2
+        self.start_job()
+        _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()})
+        code = self._wait_job()
+        self._finish(code)
+        return code
+
+    def _wait_job(self) -> int:
+        assert self.job is not None
+        deadline = None
+        while True:
+            code = self.job.poll()
+            if code is not None:
+                return code
+            if self._stopping and deadline is None:
+                deadline = time.monotonic() + STOP_GRACE_S
+            if deadline is not None and time.monotonic() > deadline:
+                _signal_group(self.job, signal.SIGKILL)
+            time.sleep(0.1)
+
+    def _finish(self, code: int) -> None:
+        spec = self.spec
+        result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path}
+        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+        Path(spec.run_dir, "result.json").write_text(json.dumps(result))
+        # Ranks linger up to reporter.LINGER_MS flushing their last messages; the hub drains
+        # them before it stops. A viewer still attached keeps the hub up so it can read the end.
+        time.sleep(0.3)
+        while spec.viewer_pid and _alive(spec.viewer_pid):
+            time.sleep(0.2)
+        if self.hub is not None and self.hub.poll() is None:
+            self.hub.send_signal(signal.SIGTERM)
+            try:
+                self.hub.wait(10)
+            except subprocess.TimeoutExpired:
+                self.hub.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_line(fd: int, timeout_s: float) -> str:
+    buf = b""
+    end = time.monotonic() + timeout_s
+    while not buf.endswith(b"\n"):
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode(errors="replace").strip()
+
+
+def _tell(fd: int | None, info: dict) -> None:
+    if fd is None:
+        return
+    try:
+        os.write(fd, (json.dumps(info) + "\n").encode())
+        os.close(fd)
+    except OSError:
+        pass
+
+
+# -- the foreground's side ----------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    """A launched job as the foreground sees it."""
+
+    spec: LaunchSpec
+    supervisor: subprocess.Popen
+    endpoints: dict
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
+
+    def poll(self) -> int | None:
+        return self.supervisor.poll()
+
+    def stop(self) -> None:
+        if self.supervisor.poll() is None:
+            self.supervisor.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.supervisor.wait(timeout)
+
+    def result(self) -> dict:
+        try:
+            return json.loads(Path(self.spec.run_dir, "result.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+
+def start(spec: LaunchSpec, *, output=None) -> Job:
+    """Start the supervisor (which starts hub and torchrun); returns once the hub is up."""
+    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    r, w = os.pipe()
+    argv = [sys.executable, "-m", "pardash.trainer.launcher", "--ready-fd", str(w), json.dumps(asdict(spec))]
+    sup = subprocess.Popen(
+        argv, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
+    )
+    os.close(w)
+    line = _read_line(r, HUB_READY_TIMEOUT_S + 5)
+    os.close(r)
+    info = json.loads(line) if line else {"error": f"the supervisor exited with code {sup.poll()}"}
+    if "error" in info:
+        if sup.poll() is None:
+            sup.terminate()
+        raise LaunchError(info["error"])
+    return Job(spec=spec, supervisor=sup, endpoints=info)
+
+
+def new_spec(*, log_path: str | None, runs_dir: str = "runs", **kw) -> LaunchSpec:
+    """A LaunchSpec with a fresh run id and its folder; checks the log path is writable."""
+    run_id = registry.new_run_id()
+    run_dir = os.path.abspath(os.path.join(runs_dir, run_id))
+    log = os.path.abspath(log_path) if log_path else os.path.join(run_dir, "telemetry.jsonl")
+    check_writable(log)
+    return LaunchSpec(run_id=run_id, log_path=log, run_dir=run_dir, **kw)
+
+
+def check_writable(path: str) -> None:
+    """Raise LaunchError unless ``path`` can be created or appended to."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "ab"):
+            pass
+    except OSError as exc:
+        raise LaunchError(f"cannot write the log {path}: {exc.strerror or exc}; pass a writable --log PATH") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pardash.trainer.launcher --ready-fd N SPEC_JSON``: the supervisor."""
+    argv = sys.argv[1:] if argv is None else argv
+    ready_fd = None
+    if argv[:1] == ["--ready-fd"]:
+        ready_fd = int(argv[1])
+        argv = argv[2:]
+    spec = LaunchSpec(**json.loads(argv[0]))
+    return Supervisor(spec).run(ready_fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["Job", "LaunchError", "LaunchSpec", "Supervisor", "check_writable", "new_spec", "start"]

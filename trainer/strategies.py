@@ -1,0 +1,387 @@
+"""Process group set-up and the four ways the trainer wraps its model.
+
+- ``single``: the model as it is, one process.
+- ``dp``: :class:`torch.nn.DataParallel` over the visible GPUs of one process. With fewer than
+  two GPUs it runs one replica, and says so in a note (never silently).
+- ``ddp``: :class:`DistributedDataParallel` with ``broadcast_buffers=False`` (so forward holds
+  no collective and backward's first all-reduce is the step's first collective) and a comm
+  hook that times every bucket's all-reduce from launch to completion (:class:`CommTimer`).
+- ``fsdp``: FSDP2, :func:`fully_shard` on each block, then on the root; bf16 parameters with
+  fp32 gradient reduction under ``--precision bf16``.
+
+Small typed functions in the manner of torchtitan's ``distributed/fsdp.py``; the training loop
+composes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import threading
+from dataclasses import dataclass
+from typing import Any, ContextManager
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from .config import TrainConfig
+
+
+# -- where this rank runs ----------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class Runtime:
+    """Where this rank runs and how it talks to the others."""
+
+    rank: int
+    """Global rank (0 without torchrun)."""
+    local_rank: int
+    """Rank on this node; picks the GPU."""
+    world_size: int
+    """Number of ranks."""
+    local_world_size: int
+    """Ranks on this node (they share its cores)."""
+    device: torch.device
+    """The device this rank computes on (dp: its first GPU)."""
+    backend: str
+    """Process group backend: gloo, nccl, or "" when there is no process group."""
+    device_name: str = ""
+    """GPU name, or the CPU model."""
+    device_mem_bytes: int = 0
+    """GPU memory, or the host's RAM."""
+    owns_process_group: bool = False
+    """True when this module created the process group (and so destroys it)."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def resolve_device(choice: str, local_rank: int) -> torch.device:
+    """``auto`` -> this rank's GPU when CUDA is available, else the CPU."""
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError("--device cuda but no GPU is visible; use --device cpu or --device auto")
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise ValueError(
+            f"local rank {local_rank} has no GPU of its own ({count} visible); start at most "
+            f"{count} ranks per node or use --device cpu"
+        )
+    return torch.device("cuda", local_rank)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe_device(device: torch.device) -> tuple[str, int]:
+    """(name, total memory in bytes) of a GPU, or of the CPU and the host's RAM."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return props.name, int(props.total_memory)
+    import psutil
+
+    return _cpu_name(), int(psutil.virtual_memory().total)
+
+
+def set_cpu_threads(rt: Runtime) -> int:
+    """Give each CPU rank an equal share of the cores; returns the thread count set.
+
+    Several ranks on one host each default to one intra-op thread per core, so N ranks run N x
+    cores threads that preempt one another, and every collective waits for the slowest,
+    descheduled one: step times get several times slower and jittery, and look like
+    stragglers. torchrun already exports OMP_NUM_THREADS=1 for several local ranks; this
+    makes the split explicit and also holds under other launchers.
+    """
+    if rt.device.type != "cpu" or rt.local_world_size <= 1:
+        return torch.get_num_threads()
+    threads = max(1, (os.cpu_count() or 1) // rt.local_world_size)
+    torch.set_num_threads(threads)
+    return threads
+
+
+def init_distributed(cfg: TrainConfig) -> Runtime:
+    """Find this rank from torchrun's environment, pick its device and, for ddp and fsdp,
+    create the process group (gloo on CPU, nccl on GPU).
+
+    Without torchrun (no MASTER_ADDR), a world of one uses an in-process store, so
+    ``python -m pardash.trainer.train --strategy ddp`` also runs as one plain process.
+    """
+    rank = _env_int("RANK", 0)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    world_size = _env_int("WORLD_SIZE", 1)
+    local_world_size = _env_int("LOCAL_WORLD_SIZE", world_size)
+    cfg.check_world_size(world_size)
+    if cfg.strategy == "dp":
+        device = torch.device("cuda", 0) if _want_cuda(cfg.device) else torch.device("cpu")
+    else:
+        device = resolve_device(cfg.device, local_rank)
+    if cfg.precision == "bf16" and device.type != "cuda":
+        raise ValueError("--precision bf16 needs a GPU and none is in use; use --precision fp32")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    name, mem = describe_device(device)
+    rt = Runtime(
+        rank=rank, local_rank=local_rank, world_size=world_size,
+        local_world_size=local_world_size, device=device, backend="",
+        device_name=name, device_mem_bytes=mem,
+    )
+    if cfg.strategy in ("ddp", "fsdp"):
+        rt.backend = "nccl" if device.type == "cuda" else "gloo"
+        if not dist.is_initialized():
+            timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
+            if "MASTER_ADDR" in os.environ:
+                dist.init_process_group(
+                    rt.backend, timeout=timeout, rank=rank, world_size=world_size,
+                    device_id=device if device.type == "cuda" else None,
+                )
+            elif world_size == 1:
+                dist.init_process_group(
+                    rt.backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
+                )
+            else:
+                raise ValueError(
+                    f"WORLD_SIZE is {world_size} but MASTER_ADDR is unset; start the ranks "
+                    "with torchrun (or pardash launch)"
+                )
+            rt.owns_process_group = True
+    return rt
+
+
+def _want_cuda(choice: str) -> bool:
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda but no GPU is visible; use --device cpu or --device auto")
+    return choice == "cuda" or (choice == "auto" and torch.cuda.is_available())
+
+
+def destroy_distributed(rt: Runtime | None) -> None:
+    """Destroy the process group this module created (a no-op otherwise)."""
+    if rt is not None and rt.owns_process_group and dist.is_initialized():
+        dist.destroy_process_group()
+        rt.owns_process_group = False
+
+
+# -- DDP comm hook -----------------------------------------------------------------------------
+
+
+class CommTimer:
+    """State of a DDP comm hook that times each gradient bucket's all-reduce.
+
+    Each bucket's all-reduce is timed from its launch (DDP calls the hook when the bucket's
+    gradients are ready) to its completion (the future's callback). On CPU (gloo) the stamps
+    are ``perf_counter`` readings taken in the hook and in gloo's completion callback; on GPU
+    they are CUDA events recorded on the stream, resolved one step late by :meth:`seconds`.
+
+    A step's communication wait is the union of its buckets' in-flight intervals: the wall
+    time during which at least one all-reduce was outstanding. Buckets overlap each other (and
+    backward's compute), so the sum of bucket durations would count the same wait twice. A
+    rank that arrives late at the step's first collective finds the others already there, so
+    its wait is short; the ranks that wait for it show long waits.
+    """
+
+    def __init__(self, *, group: dist.ProcessGroup | None = None, cuda: bool = False) -> None:
+        self.group = group
+        self.cuda = cuda
+        self.buckets = 0
+        """Bucket all-reduces timed so far."""
+        self._marks: list[Any] = []
+        self._lock = threading.Lock()  # gloo runs completion callbacks on its own threads
+
+    @staticmethod
+    def hook(state: "CommTimer", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        """The comm hook: average ``bucket`` across ranks, stamping launch and completion."""
+        group = state.group if state.group is not None else dist.group.WORLD
+        tensor = bucket.buffer()
+        tensor.div_(group.size())
+        start = state._stamp()
+        fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+
+        def done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+            end = state._stamp()
+            with state._lock:
+                state._marks.append((start, end))
+                state.buckets += 1
+            return f.value()[0]
+
+        return fut.then(done)
+
+    def _stamp(self) -> Any:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        import time
+
+        return time.perf_counter()
+
+    def take(self) -> list[Any]:
+        """This step's (launch, completion) marks; call after backward (DDP waits for every
+        bucket's future before backward returns)."""
+        with self._lock:
+            marks, self._marks = self._marks, []
+        return marks
+
+    @staticmethod
+    def seconds(marks: list[Any]) -> float:
+        """Union of the marked intervals, seconds. CUDA marks must have completed (read them
+        one step late, when the step's end event has been synchronised)."""
+        if not marks:
+            return 0.0
+        if isinstance(marks[0][0], float):
+            spans = sorted(marks)
+        else:  # CUDA events: place each relative to the first launch, in seconds
+            ref = marks[0][0]
+            spans = sorted(
+                (ref.elapsed_time(s) / 1e3, ref.elapsed_time(e) / 1e3) for s, e in marks
+            )
+        total, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
+        for s, e in spans[1:]:
+            if s > cur_e:
+                total += cur_e - cur_s
+                cur_s, cur_e = s, e
+            else:
+                cur_e = max(cur_e, e)
+        return total + (cur_e - cur_s)
+
+
+# -- wrapping ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class Wrapped:
+    """The model as the training loop calls it, and what came with the wrapping."""
+
+    model: nn.Module
+    """Call this one: the DP/DDP wrapper, the FSDP2 root module, or the bare model."""
+    inner: nn.Module
+    """The user's module (what DDP/DP wrap; the same module as ``model`` for single/fsdp)."""
+    strategy: str
+    note: str = ""
+    """A line for the hello message and the TUI header (e.g. DP's single replica)."""
+    comm: CommTimer | None = None
+    """DDP's bucket timer (None for the other strategies)."""
+    autocast_dtype: torch.dtype | None = None
+    """Dtype to autocast forward to (bf16 on GPU for single/dp/ddp), else None."""
+
+
+def apply_dp(model: nn.Module, device: torch.device) -> tuple[nn.Module, str]:
+    """nn.DataParallel over every visible GPU; returns (module, note).
+
+    With fewer than two GPUs DataParallel runs a single replica (on CPU it just calls the
+    module), which the note says, so that a "dp" run is never silently a single-device run.
+    """
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    model = model.to(device)
+    if gpus >= 2:
+        return nn.DataParallel(model, device_ids=list(range(gpus))), ""
+    where = "1 GPU" if gpus == 1 else "no GPU"
+    note = (
+        f"dp: {where} visible, so DataParallel runs one replica (no parallelism); "
+        "use ddp or fsdp for several ranks"
+    )
+    return nn.DataParallel(model), note
+
+
+def apply_ddp(model: nn.Module, rt: Runtime) -> tuple[nn.Module, CommTimer]:
+    """DistributedDataParallel with the timing comm hook; returns (ddp_module, timer)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = model.to(rt.device)
+    ddp = DDP(
+        model,
+        device_ids=[rt.device.index] if rt.is_cuda else None,
+        # No buffers to broadcast in these models, and without the broadcast forward holds
+        # no collective: the first collective of a step is backward's first bucket.
+        broadcast_buffers=False,
+    )
+    timer = CommTimer(cuda=rt.is_cuda)
+    ddp.register_comm_hook(timer, CommTimer.hook)
+    return ddp, timer
+
+
+def fsdp_mp_policy(precision: str, device: torch.device) -> Any:
+    """bf16 parameters and fp32 gradient reduction with --precision bf16 on GPU; else fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if precision == "bf16" and device.type == "cuda":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def apply_fsdp(
+    model: nn.Module, rt: Runtime, *, reshard_after_forward: bool, mp_policy: Any
+) -> nn.Module:
+    """FSDP2: shard each block of ``model.blocks``, then the root (embeddings, head, norms).
+
+    Sharding per block lets FSDP2 all-gather one block's parameters at a time, prefetching the
+    next while the current one computes; the root's pre-forward hook all-gathers the rest, so
+    the root forward is the step's first collective.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = model.to(rt.device)
+    mesh = init_device_mesh(rt.device.type, (rt.world_size,))
+    for block in model.blocks:  # type: ignore[union-attr]
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward,
+                    mp_policy=mp_policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward,
+                mp_policy=mp_policy)
+    return model
+
+
+def wrap_model(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> Wrapped:
+    """Wrap ``model`` for ``cfg.strategy`` on ``rt``."""
+    bf16 = cfg.precision == "bf16" and rt.is_cuda
+    if cfg.strategy == "single":
+        return Wrapped(model=model.to(rt.device), inner=model, strategy="single",
+                       autocast_dtype=torch.bfloat16 if bf16 else None)
+    if cfg.strategy == "dp":
+        wrapped, note = apply_dp(model, rt.device)
+        return Wrapped(model=wrapped, inner=model, strategy="dp", note=note,
+                       autocast_dtype=torch.bfloat16 if bf16 else None)
+    if cfg.strategy == "ddp":
+        ddp, timer = apply_ddp(model, rt)
+        return Wrapped(model=ddp, inner=model, strategy="ddp", comm=timer,
+                       autocast_dtype=torch.bfloat16 if bf16 else None)
+    if cfg.strategy == "fsdp":
+        sharded = apply_fsdp(model, rt, reshard_after_forward=cfg.reshard_after_forward,
+                             mp_policy=fsdp_mp_policy(cfg.precision, rt.device))
+        return Wrapped(model=sharded, inner=sharded, strategy="fsdp")
+    raise ValueError(f"unknown strategy {cfg.strategy!r}")
+
+
+def grad_sync(w: Wrapped, sync: bool) -> ContextManager[None]:
+    """Context for one micro-batch's forward and backward: with ``sync=False`` gradients only
+    accumulate locally (DDP ``no_sync``, FSDP2 ``set_requires_gradient_sync(False)``); the
+    last micro-batch of a step runs with ``sync=True`` and reduces the sum."""
+    if w.strategy == "ddp" and not sync:
+        return w.model.no_sync()  # type: ignore[operator]
+    if w.strategy == "fsdp":
+        w.model.set_requires_gradient_sync(sync)  # type: ignore[operator]
+    return contextlib.nullcontext()
+
+
+def autocast(w: Wrapped, device: torch.device) -> ContextManager[Any]:
+    """bf16 autocast for single/dp/ddp under --precision bf16 on GPU (FSDP2 casts by policy)."""
+    if w.autocast_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=w.autocast_dtype)

@@ -1,0 +1,410 @@
+"""The bundled trainer's per-rank entry: ``python -m pardash.trainer.train [flags]``.
+
+Run it under torchrun (``pardash launch`` does), or alone as one process. Every rank trains the
+same model on its share of a synthetic dataset with the strategy ``--strategy`` names, and
+publishes what it does through a :class:`~pardash.telemetry.reporter.Reporter` (a no-op when
+PARDASH_ENDPOINT is unset): a hello, one step message per optimizer step with its phase times
+and memory, epoch ends, errors and always an exit event.
+
+Timing. On CPU every phase is stamped with ``perf_counter``, which is exact since the work is
+done when the call returns. On GPU the stamps are CUDA events, and a step's times and loss are
+read one step late, once the next step is queued: the only CPU-GPU synchronisation in the loop
+is waiting for the previous step's last event, which the GPU has reached (or is about to) by
+then, so the GPU is never left idle to report on it.
+
+The step's "self time" is the time from the end of the previous step to this rank's arrival at
+the step's first collective: the work no other rank can hold up, where a straggler shows.
+DDP (no buffer broadcast): the start of the last micro-batch's backward, whose first bucket
+all-reduce is the first collective; FSDP2: the start of the root forward, whose pre-forward
+hook all-gathers; single and dp: the whole step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from pardash.telemetry.memory import account
+from pardash.telemetry.reporter import Reporter
+
+from . import config as config_mod
+from .config import TrainConfig
+from .data import build_dataset, build_loader, step_batches, steps_per_epoch
+from .models import build_model, count_params
+from .strategies import (
+    CommTimer,
+    Runtime,
+    Wrapped,
+    autocast,
+    destroy_distributed,
+    grad_sync,
+    init_distributed,
+    set_cpu_threads,
+    wrap_model,
+)
+
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
+class InjectedCrash(RuntimeError):
+    """Raised by --inject-crash."""
+
+
+# -- timing ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """What one step measured; on GPU its stamps are CUDA events, resolved one step late."""
+
+    step: int
+    epoch: int
+    loss: torch.Tensor
+    """Mean loss over the step's micro-batches (a device tensor; read it with .item())."""
+    marks: list[tuple[str, Any]]
+    """(phase entered, stamp) in order; the first is the end of the previous step."""
+    end: Any
+    arrive: Any
+    """Stamp of the arrival at the step's first collective (None: the whole step is self)."""
+    comm: list[Any] | None
+    lr: float
+    samples: int
+    mem: Any
+
+
+class StepClock:
+    """Stamps phase boundaries: ``perf_counter`` on CPU, CUDA events on GPU.
+
+    A step starts where the previous one ended (the same stamp), so step times add up to the
+    run's wall time, publishing included.
+    """
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self._last_end: Any = None
+
+    def stamp(self) -> Any:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()  # enqueued on the current stream: no synchronisation
+            return ev
+        return time.perf_counter()
+
+    def start(self) -> list[tuple[str, Any]]:
+        begin = self._last_end if self._last_end is not None else self.stamp()
+        return [("data", begin)]
+
+    def end(self) -> Any:
+        self._last_end = self.stamp()
+        return self._last_end
+
+    def elapsed(self, a: Any, b: Any) -> float:
+        """Seconds from stamp a to stamp b (CUDA events must have completed)."""
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+    def resolve(self, rec: StepRecord) -> dict[str, float | None]:
+        """Phase times, step time and self time of ``rec`` in seconds."""
+        out: dict[str, float | None] = {f"{p}_s": 0.0 for p in PHASES}
+        bounds = rec.marks + [("", rec.end)]
+        for (phase, a), (_, b) in zip(bounds, bounds[1:]):
+            out[f"{phase}_s"] = (out[f"{phase}_s"] or 0.0) + self.elapsed(a, b)
+        begin = rec.marks[0][1]
+        out["step_s"] = self.elapsed(begin, rec.end)
+        out["self_s"] = self.elapsed(begin, rec.arrive if rec.arrive is not None else rec.end)
+        return out
+
+
+class BusyCompute:
+    """Extra compute for a --inject-straggler RANK:compute:SECONDS rank.
+
+    CPU: matrix products until SECONDS have passed. GPU: a number of products calibrated once at
+    start-up (the only synchronisation it adds), so that the loop itself never waits.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        n = 2048 if device.type == "cuda" else 96
+        self.a = torch.randn(n, n, device=device)
+        self.per_product_s = 0.0
+        if device.type == "cuda":
+            for _ in range(3):
+                self.a @ self.a
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(20):
+                self.a @ self.a
+            end.record()
+            end.synchronize()  # sync: one-time calibration, before the first step
+            self.per_product_s = start.elapsed_time(end) / 1e3 / 20
+
+    def run(self, seconds: float) -> None:
+        if self.device.type == "cuda":
+            for _ in range(max(1, math.ceil(seconds / self.per_product_s))):
+                self.a @ self.a
+            return
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            self.a @ self.a
+
+
+def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
+    """Linear warm-up to cfg.lr, then constant or cosine decay to cfg.lr / 10."""
+    if cfg.warmup_steps and step <= cfg.warmup_steps:
+        return cfg.lr * step / cfg.warmup_steps
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    min_lr = cfg.lr / 10
+    progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))) * (cfg.lr - min_lr)
+
+
+# -- the loop ----------------------------------------------------------------------------------
+
+
+def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
+    """Train ``cfg`` on this rank, publishing through ``reporter``."""
+    threads = set_cpu_threads(rt)
+    is_master = rt.rank == 0
+
+    # Identical initial weights on every rank: DDP would broadcast rank 0's anyway, FSDP2 does
+    # not, and each rank shards what it built.
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg)
+    params_count, params_bytes = count_params(model)
+    w: Wrapped = wrap_model(model, cfg, rt)
+    if w.strategy == "dp":  # DataParallel gathers each replica's scalar loss into a vector
+        warnings.filterwarnings("ignore", message=".*gather along dimension 0.*")
+    optimizer = torch.optim.AdamW(w.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    dataset = build_dataset(cfg)
+    loader, sampler = build_loader(dataset, cfg, rank=rt.rank, world_size=rt.world_size)
+    per_epoch = steps_per_epoch(loader, cfg.grad_accum)
+    total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch  # type: ignore[operator]
+    batches = step_batches(loader, sampler, cfg.grad_accum)
+
+    # Faults this rank was asked to suffer.
+    straggler = cfg.inject_straggler if cfg.inject_straggler and cfg.inject_straggler.rank == rt.rank else None
+    stall_step = cfg.inject_stall.step if cfg.inject_stall and cfg.inject_stall.rank == rt.rank else 0
+    crash_step = cfg.inject_crash.step if cfg.inject_crash and cfg.inject_crash.rank == rt.rank else 0
+    busy = BusyCompute(rt.device) if straggler and straggler.kind == "compute" else None
+
+    reporter.hello(
+        strategy=cfg.strategy,
+        backend=rt.backend,
+        device=str(rt.device),
+        device_name=rt.device_name,
+        device_mem_bytes=rt.device_mem_bytes,
+        torch_version=torch.__version__,
+        params_count=params_count,
+        params_bytes=params_bytes,
+        source="trainer",
+        note=w.note,
+        config=cfg.to_dict(),
+    )
+    if is_master:
+        print(
+            f"pardash trainer: {cfg.strategy} on {rt.world_size} rank(s), "
+            f"{rt.backend or 'no process group'}, {rt.device} ({threads} thread(s) per rank), "
+            f"{cfg.model} {params_count:,} params, {total_steps} steps",
+            flush=True,
+        )
+        if w.note:
+            print(f"note: {w.note}", flush=True)
+
+    clock = StepClock(rt.is_cuda)
+    pending: StepRecord | None = None  # GPU: the step whose numbers are read one step late
+    micro_steps = cfg.grad_accum
+    t_run = time.perf_counter()
+    w.model.train()
+
+    def publish(rec: StepRecord) -> None:
+        if rt.is_cuda:
+            # sync: wait for the previous step's last event. The GPU is busy with this step's
+            # queued work meanwhile, so waiting here costs it nothing.
+            rec.end.synchronize()
+        times = clock.resolve(rec)
+        loss = rec.loss.item()  # sync on GPU, but the step has completed (see above)
+        comm_s = CommTimer.seconds(rec.comm) if rec.comm is not None else None
+        if w.strategy == "single":
+            comm_s = 0.0
+        reporter.step(
+            step=rec.step, epoch=rec.epoch, loss=loss, samples=rec.samples,
+            step_s=times["step_s"], data_s=times["data_s"], forward_s=times["forward_s"],
+            backward_s=times["backward_s"], optimizer_s=times["optimizer_s"], comm_s=comm_s,
+            self_s=times["self_s"], lr=rec.lr, mem=rec.mem,
+        )
+        if is_master and cfg.log_every and (rec.step % cfg.log_every == 0 or rec.step == 1):
+            print(
+                f"step {rec.step:>5}/{total_steps} | epoch {rec.epoch} | loss {loss:.4f} | "
+                f"{times['step_s'] * 1e3:7.2f} ms | lr {rec.lr:.2e}",
+                flush=True,
+            )
+
+    for step in range(1, total_steps + 1):
+        marks = clock.start()
+
+        # -- data: the next micro-batches, moved to the device ------------------------------
+        reporter.set_phase("data")
+        if step == crash_step:
+            raise InjectedCrash(f"injected crash on rank {rt.rank} at step {step} (--inject-crash)")
+        if step == stall_step:
+            while True:  # --inject-stall: stuck in the data phase; the heartbeat thread goes on
+                time.sleep(1.0)
+        sb = next(batches)
+        if straggler is not None and straggler.kind == "data":
+            time.sleep(straggler.seconds)
+        micro = [(x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True))
+                 for x, y in sb.micro]
+        lr = lr_at(step, cfg, total_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+        # -- forward and backward, micro-batch by micro-batch -------------------------------
+        arrive = None
+        loss_sum = torch.zeros((), device=rt.device)
+        for i, (x, y) in enumerate(micro):
+            last = i == micro_steps - 1
+            # Gradients are reduced across ranks only on the last micro-batch.
+            with grad_sync(w, sync=last):
+                marks.append(("forward", clock.stamp()))
+                reporter.set_phase("forward")
+                if i == 0 and busy is not None:
+                    busy.run(straggler.seconds)  # type: ignore[union-attr]
+                if i == 0 and w.strategy == "fsdp":
+                    arrive = clock.stamp()  # the root's pre-forward hook all-gathers
+                with autocast(w, rt.device):
+                    loss = w.model(x, y)
+                if loss.dim():  # DataParallel: one loss per replica
+                    loss = loss.mean()
+                loss = loss / micro_steps
+
+                marks.append(("backward", clock.stamp()))
+                reporter.set_phase("backward")
+                if last and w.strategy == "ddp":
+                    arrive = clock.stamp()  # backward launches the first bucket's all-reduce
+                loss.backward()
+            loss_sum += loss.detach()
+
+        # -- optimizer ----------------------------------------------------------------------
+        marks.append(("optimizer", clock.stamp()))
+        reporter.set_phase("optimizer")
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(w.model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        # After the step and before zero_grad: parameters, gradients and Adam state all held.
+        mem = account(w.inner, optimizer, ddp_module=w.model if w.strategy == "ddp" else None)
+        optimizer.zero_grad(set_to_none=True)
+        end = clock.end()
+
+        rec = StepRecord(
+            step=step, epoch=sb.epoch, loss=loss_sum, marks=marks, end=end, arrive=arrive,
+            comm=w.comm.take() if w.comm is not None else None, lr=lr,
+            samples=cfg.batch_size * micro_steps, mem=mem,
+        )
+        if rt.is_cuda:
+            if pending is not None:
+                publish(pending)
+            pending = rec
+        else:
+            publish(rec)
+        if sb.last_in_epoch:
+            reporter.event("epoch_end", step=step)
+
+    if pending is not None:
+        publish(pending)
+    if is_master:
+        run_s = time.perf_counter() - t_run
+        print(
+            f"done: {total_steps} steps in {run_s:.2f} s "
+            f"({run_s / max(1, total_steps) * 1e3:.1f} ms/step)",
+            flush=True,
+        )
+
+
+# -- entry -------------------------------------------------------------------------------------
+
+
+def _record_error_file(e: BaseException) -> None:
+    """Write torchrun's error file (TORCHELASTIC_ERROR_FILE) so the launcher can name the
+    root cause, as torch's @record decorator would."""
+    if not os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        return
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+        ErrorHandler().record_exception(e)
+    except Exception:
+        pass
+
+
+def _usage_error(prog: str, message: str, reporter: Reporter | None = None) -> int:
+    """Print a one-line usage error, publish it, and return exit code 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    reporter = reporter or Reporter.from_env()
+    reporter.event("error", message=message)
+    reporter.event("exit", code=2)
+    reporter.close()
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one rank; returns the exit code (0 success, 1 error, 2 bad flags)."""
+    prog = "pardash-train"
+    parser = config_mod.argparse.ArgumentParser(
+        prog=prog, description="The pardash bundled trainer (one rank; run it under torchrun)."
+    )
+    config_mod.add_arguments(parser)
+    try:
+        cfg = config_mod.from_args(parser.parse_args(argv))
+    except ValueError as e:
+        return _usage_error(prog, str(e))
+    except SystemExit as e:  # argparse: it has printed its message already
+        code = e.code if isinstance(e.code, int) else 2
+        if code:
+            reporter = Reporter.from_env()
+            reporter.event("error", message="bad command-line flags")
+            reporter.event("exit", code=code)
+            reporter.close()
+        return code
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    gpu_index = local_rank if cfg.device != "cpu" and torch.cuda.is_available() else None
+    reporter = Reporter.from_env(gpu_index=gpu_index)
+    try:
+        rt = init_distributed(cfg)
+    except ValueError as e:
+        return _usage_error(prog, str(e), reporter)
+
+    code = 0
+    try:
+        train(cfg, rt, reporter)
+    except KeyboardInterrupt:
+        code = 130
+        reporter.event("error", message="interrupted", step=reporter.last_step)
+    except Exception as e:
+        code = 1
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr, flush=True)
+        reporter.event("error", message=f"{type(e).__name__}: {e}", traceback=tb,
+                       step=reporter.last_step)
+        _record_error_file(e)
+    finally:
+        reporter.event("exit", code=code)
+        reporter.close()
+        if code == 0:
+            destroy_distributed(rt)
+        # After an error the other ranks may be blocked in a collective with this one;
+        # destroying the group could wait on them, so the process just exits.
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

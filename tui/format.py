@@ -1,0 +1,135 @@
+"""Short, fixed-width renderings of the numbers the dashboard shows.
+
+Every function takes ``None`` (or NaN) for "not known" and answers a dash, so a rank that has not
+reported a figure yet reads as missing rather than as zero.
+"""
+
+from __future__ import annotations
+
+import math
+
+DASH = "–"
+
+
+def _missing(x: float | None) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def fmt_bytes(n: float | None, *, short: bool = False) -> str:
+    """Bytes in binary units: ``1.21 GiB`` (``short``: ``1.21G``)."""
+    if _missing(n):
+        return DASH
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            break
+        n /= 1024
+    if unit == "B":
+        text = f"{n:.0f}"
+    elif n >= 100:
+        text = f"{n:.0f}"
+    elif n >= 10:
+        text = f"{n:.1f}"
+    else:
+        text = f"{n:.2f}"
+    if short:
+        return f"{sign}{text}{unit[0]}"
+    return f"{sign}{text} {unit}"
+
+
+def fmt_step_time(seconds: float | None) -> str:
+    """A step or phase time: ``812µs``, ``125ms``, ``1.25s``, ``2m05s``."""
+    if _missing(seconds):
+        return DASH
+    s = float(seconds)
+    if s < 1e-3:
+        return f"{s * 1e6:.0f}µs"
+    if s < 1.0:
+        return f"{s * 1e3:.0f}ms" if s >= 0.1 else f"{s * 1e3:.1f}ms"
+    if s < 60:
+        return f"{s:.2f}s"
+    return fmt_duration(s)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """A span of run time: ``42s``, ``3m05s``, ``1h02m``, ``2d03h``."""
+    if _missing(seconds):
+        return DASH
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m}m{s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def fmt_clock(seconds: float | None) -> str:
+    """Run time as a clock for the event log: ``00:42``, ``12:05``, ``1:02:05``."""
+    if _missing(seconds):
+        return "--:--"
+    s = max(0, int(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def fmt_loss(loss: float | None) -> str:
+    """A loss in at most 7 characters: ``2.3141``, ``12.052``, ``1.2e+04``."""
+    if _missing(loss):
+        return DASH
+    x = float(loss)
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    a = abs(x)
+    if a != 0 and (a >= 1e4 or a < 1e-3):
+        return f"{x:.1e}"
+    if a >= 100:
+        return f"{x:.1f}"
+    if a >= 10:
+        return f"{x:.3f}"
+    return f"{x:.4f}"
+
+
+def fmt_deviation(fraction: float | None) -> str:
+    """How far a value sits from the others' median: ``+31%``, ``-4%``, ``+3.2×``."""
+    if _missing(fraction):
+        return DASH
+    f = float(fraction)
+    if f >= 9.995:
+        return f"+{f + 1:.0f}×"
+    if f >= 0.995:
+        return f"+{f + 1:.1f}×"
+    return f"{f * 100:+.0f}%"
+
+
+def fmt_rate(per_s: float | None) -> str:
+    """A throughput: ``812``, ``12.3k``, ``1.20M``."""
+    if _missing(per_s):
+        return DASH
+    x = float(per_s)
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e4:
+        return f"{x / 1e3:.1f}k"
+    if x >= 100:
+        return f"{x:.0f}"
+    return f"{x:.1f}"
+
+
+def fmt_count(n: int) -> str:
+    """A big count with thin grouping: ``1,234,567``."""
+    return f"{n:,}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    """A saving ratio: ``4.0×``."""
+    if _missing(x):
+        return DASH
+    return f"{x:.1f}×" if x < 100 else f"{x:.0f}×"

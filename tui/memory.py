@@ -1,0 +1,157 @@
+"""Sharding savings: what the ranks hold against what an unsharded run would hold.
+
+Measured bytes come from each rank's last ``Step.mem`` (parameters, gradients, optimizer state
+and DDP buckets held locally, and the ``*_full_bytes`` the same tensors take unsharded). The
+expectation follows the ZeRO paper's arithmetic for fp32 AdamW (also mixed-precision Adam):
+16 bytes per parameter (4 parameters + 4 gradients + 8 optimizer state) on every rank unsharded,
+16 / N per rank fully sharded over N ranks.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from pardash.telemetry import state as st
+
+BYTES_PER_PARAM = 16
+"""Parameters + gradients + AdamW state per parameter, fp32 (ZeRO paper: 2 + 2 + 12 mixed)."""
+SHARDED_STRATEGIES = ("fsdp", "zero", "shard")
+"""Strategy names (substrings) whose ranks are expected to hold 1/N of the model state."""
+NOT_SHARDING_FACTOR = 1.5
+"""A sharded run whose ranks hold this many times the expectation is flagged here too."""
+
+
+def is_sharded(strategy: str) -> bool:
+    """Does ``strategy`` shard parameters, gradients and optimizer state across ranks?"""
+    s = strategy.lower()
+    return any(name in s for name in SHARDED_STRATEGIES)
+
+
+@dataclass(frozen=True, slots=True)
+class RankMemory:
+    """One rank's model-state bytes, measured."""
+
+    rank: int
+    params_bytes: int
+    grads_bytes: int
+    optim_bytes: int
+    buckets_bytes: int
+    full_bytes: int
+    """What the same rank would hold unsharded (parameters + gradients + optimizer state)."""
+    device_bytes: int | None
+    """CUDA allocated (GPU) or RSS (CPU), for comparison."""
+    not_sharding: bool
+
+    @property
+    def held_bytes(self) -> int:
+        return self.params_bytes + self.grads_bytes + self.optim_bytes + self.buckets_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySavings:
+    """Sharding savings of a run, summed and per rank."""
+
+    strategy: str
+    world_size: int
+    ranks: tuple[RankMemory, ...]
+    """Ranks that reported memory, by rank."""
+    params_count: int
+    """Model parameters (from the ranks' hello; 0 when unknown)."""
+
+    @property
+    def sharded(self) -> bool:
+        return is_sharded(self.strategy)
+
+    @property
+    def held_bytes(self) -> int:
+        """Model state held across all reporting ranks."""
+        return sum(r.held_bytes for r in self.ranks)
+
+    @property
+    def full_bytes(self) -> int:
+        """What the same ranks would hold unsharded (DDP: every rank a full copy)."""
+        return sum(r.full_bytes for r in self.ranks)
+
+    @property
+    def saving_bytes(self) -> int:
+        return self.full_bytes - self.held_bytes
+
+    @property
+    def ratio(self) -> float | None:
+        """Unsharded over held: 4.0 means a quarter of the memory."""
+        held = self.held_bytes
+        return self.full_bytes / held if held > 0 else None
+
+    @property
+    def held_per_rank(self) -> tuple[int, int, int]:
+        """(min, median, max) bytes held by a rank."""
+        held = [r.held_bytes for r in self.ranks]
+        return min(held), int(statistics.median(held)), max(held)
+
+    @property
+    def full_per_rank_bytes(self) -> int:
+        """Median bytes a rank would hold unsharded."""
+        return int(statistics.median(r.full_bytes for r in self.ranks))
+
+    @property
+    def unsharded_expected_bytes(self) -> int | None:
+        """ZeRO arithmetic: 16 bytes per parameter on every rank."""
+        return BYTES_PER_PARAM * self.params_count if self.params_count else None
+
+    @property
+    def sharded_expected_bytes(self) -> int | None:
+        """ZeRO arithmetic: 16 bytes per parameter over N ranks (fully sharded)."""
+        if not self.params_count or self.world_size < 1:
+            return None
+        return BYTES_PER_PARAM * self.params_count // self.world_size
+
+    @property
+    def expected_per_rank_bytes(self) -> int | None:
+        """What a rank should hold for this run's strategy."""
+        return self.sharded_expected_bytes if self.sharded else self.unsharded_expected_bytes
+
+    @property
+    def expected_label(self) -> str:
+        if self.sharded:
+            return f"16 B/param ÷ {self.world_size}"
+        return "16 B/param"
+
+    @property
+    def over_expectation(self) -> list[int]:
+        """Sharded run: ranks holding far more than the expectation (a wrap-policy mistake)."""
+        exp = self.expected_per_rank_bytes
+        out = [r.rank for r in self.ranks if r.not_sharding]
+        if self.sharded and exp and self.world_size > 1:
+            out += [r.rank for r in self.ranks if r.held_bytes > NOT_SHARDING_FACTOR * exp and not r.not_sharding]
+        return sorted(out)
+
+
+def memory_savings(state: st.RunState) -> MemorySavings | None:
+    """Savings of the run in ``state``; None until a rank has reported its memory."""
+    ranks: list[RankMemory] = []
+    for r in sorted(state.ranks.values(), key=lambda r: r.rank):
+        mem = r.step.mem if r.step is not None else None
+        if mem is None:
+            continue
+        ranks.append(
+            RankMemory(
+                rank=r.rank,
+                params_bytes=mem.params_bytes,
+                grads_bytes=mem.grads_bytes,
+                optim_bytes=mem.optim_bytes,
+                buckets_bytes=mem.buckets_bytes,
+                full_bytes=st.mem_full_bytes(mem) or 0,
+                device_bytes=st.mem_device_bytes(mem),
+                not_sharding=r.not_sharding is not None,
+            )
+        )
+    if not ranks:
+        return None
+    hello = state.hello
+    return MemorySavings(
+        strategy=state.strategy,
+        world_size=state.world_size,
+        ranks=tuple(ranks),
+        params_count=hello.params_count if hello else 0,
+    )

@@ -1,0 +1,210 @@
+"""What the rank grid shows, derived from a :class:`RunState` (no Textual here).
+
+A :class:`RankRow` holds one rank's figures as the grid draws them. Self times are compared with
+the median of the *other* ranks (leave-one-out, as the hub's straggler detector does), each
+rank's figure being the median of its last few steps so one slow step does not flash a cell.
+Building the rows costs one pass over the ranks, whatever the message rate; the smoothed
+figures are cached per rank and recomputed only when the rank has a new step.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from pardash.telemetry import state as st
+
+SMOOTH_POINTS = 5
+"""Steps over which a rank's step and self time are smoothed (median) for the grid."""
+DEVIATION_WARN = 0.10
+"""Self time this far above the others' median is shown in the warning colour."""
+DEVIATION_BAD = 0.25
+"""...and this far above in the alarm colour (the straggler detector's relative bar)."""
+
+FLAGGED_STATUSES = frozenset({st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED})
+"""Statuses that count as flagged (the filter keeps them)."""
+
+SORT_KEYS = ("rank", "step_time", "self_time", "memory", "status")
+"""Orders of the grid, in the order the sort key cycles through them."""
+SORT_LABELS = {
+    "rank": "rank",
+    "step_time": "step time ↓",
+    "self_time": "self time ↓",
+    "memory": "memory ↓",
+    "status": "status",
+}
+
+_STATUS_ORDER = {
+    st.EXITED: 0,
+    st.SILENT: 1,
+    st.STALLED: 2,
+    st.STRAGGLER: 3,
+    st.STARTING: 4,
+    st.RUNNING: 5,
+    st.FINISHED: 6,
+}
+"""Most urgent first when sorting by status."""
+
+
+@dataclass(slots=True, eq=True)
+class RankRow:
+    """One rank as the grid draws it."""
+
+    rank: int
+    node: int
+    host: str
+    status: str
+    step: int | None
+    loss: float | None
+    step_s: float | None
+    """Smoothed wall step time."""
+    self_s: float | None
+    """Smoothed self time (work before the first collective)."""
+    self_dev: float | None
+    """(self_s - others' median) / others' median; None when unknown."""
+    held_bytes: int | None
+    """Parameters + gradients + optimizer state + buckets held."""
+    not_sharding: bool
+    exit_code: int | None
+
+    @property
+    def flagged(self) -> bool:
+        """A verdict or a condition a person should look at."""
+        return self.status in FLAGGED_STATUSES or self.not_sharding
+
+    @property
+    def deviation_level(self) -> int:
+        """0 calm, 1 warning, 2 alarm, from the self-time deviation."""
+        d = self.self_dev
+        if d is None:
+            return 0
+        if d >= DEVIATION_BAD:
+            return 2
+        if d >= DEVIATION_WARN:
+            return 1
+        return 0
+
+
+def _median_tail(values: list[float], n: int) -> float | None:
+    tail = [v for v in values[-n:] if not math.isnan(v)]
+    return statistics.median(tail) if tail else None
+
+
+def leave_one_out_medians(values: list[float]) -> list[float | None]:
+    """For each value, the median of all the *others* (None when there are none).
+
+    One sort, then O(1) per value: removing element ``i`` from the sorted list shifts every
+    later index down by one.
+    """
+    n = len(values)
+    if n < 2:
+        return [None] * n
+    s = sorted(values)
+    m = n - 1
+    out: list[float | None] = []
+    for v in values:
+        i = bisect_left(s, v)
+        if m % 2:
+            k = m // 2
+            out.append(s[k] if k < i else s[k + 1])
+        else:
+            k1, k2 = m // 2 - 1, m // 2
+            a = s[k1] if k1 < i else s[k1 + 1]
+            b = s[k2] if k2 < i else s[k2 + 1]
+            out.append((a + b) / 2)
+    return out
+
+
+class RowBuilder:
+    """Builds the grid's rows from a run state, caching each rank's smoothed figures."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[object, float | None, float | None]] = {}
+        self._state_id = 0
+
+    def build(self, state: st.RunState) -> list[RankRow]:
+        if id(state) != self._state_id:
+            # A new snapshot or a replay seek replaced the state: nothing cached holds.
+            self._cache.clear()
+            self._state_id = id(state)
+        cache = self._cache
+        rows: list[RankRow] = []
+        for r in state.ranks.values():
+            step = r.step
+            key = (r.steps_seen, step.step if step else None, len(r.history["step_s"]))
+            hit = cache.get(r.rank)
+            if hit is None or hit[0] != key:
+                step_s = _median_tail(r.history["step_s"].values(), SMOOTH_POINTS)
+                self_s = _median_tail(r.history["self_s"].values(), SMOOTH_POINTS)
+                if step is not None:
+                    # A snapshot may carry a step that never reached the history yet.
+                    step_s = step.step_s if step_s is None else step_s
+                    self_s = step.self_s if self_s is None else self_s
+                hit = cache[r.rank] = (key, step_s, self_s)
+            rows.append(
+                RankRow(
+                    rank=r.rank,
+                    node=r.node,
+                    host=r.host,
+                    status=r.status,
+                    step=step.step if step else None,
+                    loss=step.loss if step else None,
+                    step_s=hit[1],
+                    self_s=hit[2],
+                    self_dev=None,
+                    held_bytes=st.mem_held_bytes(step.mem) if step else None,
+                    not_sharding=r.not_sharding is not None,
+                    exit_code=r.exit_code,
+                )
+            )
+        _fill_deviation(rows)
+        rows.sort(key=lambda row: row.rank)
+        return rows
+
+
+def _fill_deviation(rows: list[RankRow]) -> None:
+    # Ranks that are gone (exited, finished, silent) no longer set the pace: compare the
+    # working ranks only.
+    live = [
+        row for row in rows if row.self_s is not None and row.status in (st.RUNNING, st.STRAGGLER, st.STALLED)
+    ]
+    medians = leave_one_out_medians([row.self_s for row in live])  # type: ignore[misc]
+    for row, med in zip(live, medians):
+        if med is not None and med > 0:
+            row.self_dev = (row.self_s - med) / med  # type: ignore[operator]
+
+
+def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
+    """Rows in ``key`` order (ties by rank); unknown figures last."""
+    inf = float("inf")
+    if key == "rank":
+        return sorted(rows, key=lambda r: r.rank)
+    if key == "step_time":
+        return sorted(rows, key=lambda r: (-(r.step_s if r.step_s is not None else -inf), r.rank))
+    if key == "self_time":
+        return sorted(rows, key=lambda r: (-(r.self_dev if r.self_dev is not None else -inf), r.rank))
+    if key == "memory":
+        return sorted(rows, key=lambda r: (-(r.held_bytes if r.held_bytes is not None else -1), r.rank))
+    if key == "status":
+        return sorted(rows, key=lambda r: (_STATUS_ORDER.get(r.status, 9), r.rank))
+    raise ValueError(f"unknown sort key {key!r}")
+
+
+def throughput(state: st.RunState) -> float | None:
+    """Samples per second over the working ranks: each rank's samples per step over its
+    recent step time (the median of its last steps), summed."""
+    total = 0.0
+    seen = False
+    for r in state.ranks.values():
+        step = r.step
+        if step is None or not step.samples or r.status in (st.EXITED, st.FINISHED, st.SILENT):
+            continue
+        ring = r.history["step_s"]
+        last = ring.last()
+        step_s = last if last is not None and not math.isnan(last) and last > 0 else step.step_s
+        if step_s and step_s > 0:
+            total += step.samples / step_s
+            seen = True
+    return total if seen else None
