@@ -87,6 +87,12 @@ class HubCore:
                 if not _finite(x) or (x is not None and x < 0):
                     return "not_finite"
         hello = self.state.hello
+        if msg.seq < 0:
+            # Said by the launcher on a rank's behalf (a worker torchrun saw die); redundant
+            # when the rank said it itself.
+            r = self.state.ranks.get(msg.rank)
+            if not isinstance(msg, schema.Event) or (r is not None and (r.exit_code is not None or r.finished)):
+                return "redundant"
         if hello is not None and hello.world_size and msg.rank >= max(hello.world_size, 1) and not isinstance(msg, schema.Hello):
             if msg.rank not in self.state.ranks:
                 return "rank_out_of_range"
@@ -95,7 +101,8 @@ class HubCore:
     def ingest(self, msg: schema.Message, now: float) -> bool:
         reason = self._refuse(msg)
         if reason is not None:
-            self.rejected[reason] += 1
+            if reason != "redundant":
+                self.rejected[reason] += 1
             return False
         self._rate_n += 1
         self.replay(msg, now)
@@ -249,6 +256,30 @@ class Hub:
             self.close()
             raise
 
+    def recover(self) -> int:
+        """Rebuild state from the log this hub appends to (after a hub restart), so seq gaps,
+        verdicts and histories carry on; returns the number of records read."""
+        if self.recorder is None or not self.recorder.path.exists():
+            return 0
+        from .logreader import read_log
+
+        core = self.core
+        n = 0
+        rec, core.recorder = core.recorder, None  # do not write the old records again
+        now = time.monotonic()
+        try:
+            for msg in read_log(self.recorder.path):
+                hseq = msg.hseq
+                core.replay(msg, now)
+                core.hseq = max(core.hseq, hseq)
+                if isinstance(msg, schema.Step):
+                    core.detector.stragglers.observe(msg)
+                n += 1
+        finally:
+            core.recorder = rec
+        core.tick(now)
+        return n
+
     def _bind_consecutive(self, host: str, tries: int = 50) -> None:
         # Three consecutive ports, so `attach tcp://HOST:PORT` (the ingest port that ranks
         # know) finds updates at PORT+1 and snapshots at PORT+2.
@@ -359,6 +390,7 @@ def add_hub_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=0, help="ingest port (default: a free one); updates and snapshot take the next two when set")
     p.add_argument("--frame-hz", type=float, default=10.0, help="frames a second to viewers (default 10)")
     p.add_argument("--no-registry", action="store_true", help="do not list this hub in `pardash ps`")
+    p.add_argument("--resume", action="store_true", help="carry on an existing log: rebuild state from it, then append")
 
 
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
@@ -378,7 +410,15 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     entry = None if getattr(ns, "no_registry", False) else registry.register(info)
     signal.signal(signal.SIGTERM, hub.stop)
     signal.signal(signal.SIGINT, hub.stop)
-    hub.core.note(f"hub started (pid {os.getpid()}), ingest {hub.ingest_endpoint}")
+    recovered = hub.recover() if getattr(ns, "resume", False) else 0
+    if recovered:
+        hub.core.note(
+            f"hub restarted (pid {os.getpid()}): {recovered} records recovered from the log; "
+            "messages the ranks sent while no hub listened are counted as lost",
+            name="hub_restart",
+        )
+    else:
+        hub.core.note(f"hub started (pid {os.getpid()}), ingest {hub.ingest_endpoint}")
     if ready_fd is not None:
         with os.fdopen(ready_fd, "w") as fh:
             fh.write(json.dumps(info) + "\n")

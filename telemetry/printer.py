@@ -3,6 +3,8 @@ comes, read from a hub through the same client as the TUI."""
 
 from __future__ import annotations
 
+import re
+import signal
 import sys
 import time
 from typing import TextIO
@@ -108,18 +110,68 @@ def _ranks_text(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
+# Errors a rank raises because another rank died (its peer's socket closed under it).
+PEER_FAILURE = re.compile(
+    r"Connection reset by peer|Connection closed by peer|Broken pipe|remote worker|"
+    r"NCCL communicator was aborted|ProcessGroupNCCL.*(?:Watchdog|timeout)|Socket Timeout|"
+    r"DistNetworkError|DistBackendError|Connection refused",
+    re.IGNORECASE,
+)
+
+
+def root_cause(st) -> tuple[schema.Event, list[int], list[int]] | None:
+    """(the exit that caused a failure, ranks that failed because of it, ranks stopped).
+
+    A rank killed by a signal (SIGKILL from the OOM killer or a user, SIGSEGV...) is always a
+    cause; next a rank that failed on its own error; ranks whose error is a peer failure
+    (the collective's socket closed under them) are victims, SIGTERM (-15) is how torchrun
+    stops the rest.
+    """
+    exits = [e for e in st.events if isinstance(e, schema.Event) and e.name == "exit" and e.rank >= 0 and e.code]
+    if not exits:
+        return None
+    errors: dict[int, str] = {}
+    for e in st.events:
+        if isinstance(e, schema.Event) and e.name == "error" and e.rank >= 0:
+            errors.setdefault(e.rank, (e.message or "") + "\n" + (e.traceback or ""))
+
+    def grade(e: schema.Event) -> int:
+        if e.code < 0 and e.code != -15:
+            return 0
+        if e.code > 0 and not PEER_FAILURE.search(errors.get(e.rank, "")):
+            return 1
+        if e.code > 0:
+            return 2
+        return 3
+
+    first = min(exits, key=lambda e: (grade(e), e.hseq))
+    victims = sorted({e.rank for e in exits if e.rank != first.rank and grade(e) == 2})
+    stopped = sorted({e.rank for e in exits if e.rank != first.rank and e.code == -15} - set(victims))
+    return first, victims, stopped
+
+
 def outcome_line(st, code: int, result: dict, log_path: str) -> str:
     """The launcher's last line: success, or the one-line cause of a failure."""
     if code == 0:
-        steps = st.step
-        return f"pardash: done, {len(st.ranks)} rank(s), step {steps}, log {log_path}"
+        return f"pardash: done, {len(st.ranks)} rank(s), step {st.step}, log {log_path}"
     if result.get("stopped"):
         return f"pardash: stopped by you (exit code {code}); log {log_path}"
-    failed = [r for r in st.ranks.values() if r.exit_code is not None]
-    if failed:
-        first = min(failed, key=lambda r: (r.step.t if r.step else 0.0, r.rank))
-        at = f" at step {first.step.step}" if first.step is not None else ""
-        others = sorted(r.rank for r in st.ranks.values() if r.rank != first.rank)
-        tail = f"; ranks {_ranks_text(others)} were stopped" if others else ""
-        return f"pardash: rank {first.rank} exited with code {first.exit_code}{at}{tail} (exit code {code}); log {log_path}"
-    return f"pardash: the job failed with exit code {code}; log {log_path}"
+    found = root_cause(st)
+    if found is None:
+        return f"pardash: the job failed with exit code {code}; log {log_path}"
+    first, victims, stopped = found
+    r = st.ranks.get(first.rank)
+    step = first.step if first.step is not None else (r.step.step if r is not None and r.step is not None else None)
+    at = f" at step {step}" if step is not None else ""
+    how = ""
+    if first.code < 0:
+        try:
+            how = f" ({signal.Signals(-first.code).name})"
+        except ValueError:
+            pass
+    line = f"pardash: rank {first.rank} exited with code {first.code}{how}{at}"
+    if victims:
+        line += f"; rank{'s' if len(victims) > 1 else ''} {_ranks_text(victims)} failed after it"
+    if stopped:
+        line += f"; rank{'s' if len(stopped) > 1 else ''} {_ranks_text(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
+    return line + f" (exit code {code}); log {log_path}"

@@ -30,17 +30,23 @@ def build_report(path: str) -> dict:
     step_s: dict[int, list[float]] = defaultdict(list)
     phases: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     samples: dict[int, int] = defaultdict(int)
+    first_loss: dict[int, float] = {}
     stragglers: list[dict] = []
     exits: dict[int, dict] = {}
     first_t = last_t = None
+    step_t0 = step_t1 = None
     for msg in read_log(path, stats):
         state.apply(msg, msg.t)
         if msg.t:
             first_t = msg.t if first_t is None else min(first_t, msg.t)
             last_t = msg.t if last_t is None else max(last_t, msg.t)
         if isinstance(msg, schema.Step):
+            step_t0 = msg.t - msg.step_s if step_t0 is None else min(step_t0, msg.t - msg.step_s)
+            step_t1 = msg.t if step_t1 is None else max(step_t1, msg.t)
             step_s[msg.rank].append(msg.step_s)
             samples[msg.rank] += msg.samples
+            if msg.loss is not None:
+                first_loss.setdefault(msg.rank, msg.loss)
             for p in PHASES:
                 v = getattr(msg, p)
                 if v is not None:
@@ -66,7 +72,7 @@ def build_report(path: str) -> dict:
             "steps": len(step_s.get(rank, [])),
             "last_step": r.step.step if r.step else None,
             "last_loss": r.step.loss if r.step else None,
-            "first_loss": None,
+            "first_loss": first_loss.get(rank),
             "median_step_s": _median(step_s.get(rank, [])),
             "samples": samples.get(rank, 0),
             "params_bytes": mem.params_bytes if mem else None,
@@ -84,6 +90,7 @@ def build_report(path: str) -> dict:
     hello = state.hello
     duration = (last_t - first_t) if first_t is not None and last_t is not None else 0.0
     total_samples = sum(samples.values())
+    train_s = (step_t1 - step_t0) if step_t0 is not None and step_t1 is not None else 0.0
     return {
         "log": path,
         "run_id": state.run_id,
@@ -95,7 +102,8 @@ def build_report(path: str) -> dict:
         "params_count": hello.params_count if hello else 0,
         "expected_bytes_per_rank": zero_expected_bytes(hello.params_count, state.world_size, hello.strategy) if hello else None,
         "duration_s": duration,
-        "samples_per_s": total_samples / duration if duration > 0 else None,
+        "train_s": train_s,
+        "samples_per_s": total_samples / train_s if train_s > 0 else None,
         "ranks": ranks,
         "stragglers": stragglers,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),

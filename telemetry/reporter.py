@@ -102,7 +102,9 @@ class Reporter:
         msg.t = time.time()
         try:
             sock.send(schema.encode(msg), zmq.NOBLOCK)
-        except (zmq.Again, zmq.ZMQError):
+        except (zmq.Again, zmq.ZMQError, TypeError, ValueError, OverflowError):
+            # Queue full, hub gone, or a value that cannot be encoded: count it, never raise
+            # into the training loop.
             self.dropped += 1
             return False
         self.sent += 1

@@ -180,9 +180,24 @@ class Verdict(Base, tag="verdict"):
 Message = Union[Hello, Step, System, Event, Heartbeat, Verdict]
 RANK_KINDS = ("hello", "step", "system", "event", "heartbeat")
 
-_mp_encoder = msgspec.msgpack.Encoder()
+def _enc_hook(obj: Any) -> Any:
+    """Values msgspec does not know (torch.__version__, a Path, a numpy scalar in a config):
+    their plain form, so a user's odd config value never breaks publishing."""
+    for plain in (str, int, float):
+        if isinstance(obj, plain):
+            return plain(obj)
+    item = getattr(obj, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except Exception:
+            pass
+    return str(obj)
+
+
+_mp_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 _mp_decoder = msgspec.msgpack.Decoder(Message)
-_js_encoder = msgspec.json.Encoder()
+_js_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 _js_decoder = msgspec.json.Decoder(Message)
 
 encode = _mp_encoder.encode

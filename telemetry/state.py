@@ -195,7 +195,7 @@ class RunState:
             return
         r = self.rank(msg.rank)
         r.last_seen = now
-        if self.track_seq:
+        if self.track_seq and msg.seq >= 0:
             if isinstance(msg, schema.Hello) and msg.seq == 0 and r.seq.received:
                 r.seq.restart()
             r.seq.see(msg.seq)

@@ -62,3 +62,14 @@ def test_nan_loss_survives_json_as_null_or_nan():
     line = schema.encode_json(schema.Step(rank=0, loss=math.nan))
     back = schema.decode_json(line)
     assert back.loss is None or math.isnan(back.loss)
+
+
+def test_odd_values_in_a_config_are_published_in_plain_form():
+    class Version(str):
+        pass
+
+    from pathlib import Path
+
+    hello = schema.Hello(torch_version=Version("2.13.0"), config={"out": Path("/tmp/x"), "v": Version("1")})
+    back = schema.decode(schema.encode(hello))
+    assert back.torch_version == "2.13.0" and back.config == {"out": "/tmp/x", "v": "1"}

@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pardash.telemetry import registry
+from pardash.telemetry import registry, schema
 from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
+
+# torchrun's agent logs each worker failure as it finds it (every --monitor-interval):
+#   "... failed (exitcode: -9) local_rank: 1 (pid: 4056) of binary: ..."
+FAILED_WORKER = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 
 HUB_READY_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
@@ -87,8 +93,9 @@ class Supervisor:
         self.job: subprocess.Popen | None = None
         self.endpoints: dict = {}
         self._stopping = False
+        self.hub_restarts = 0
 
-    def start_hub(self) -> dict:
+    def start_hub(self, *, resume: bool = False) -> dict:
         spec = self.spec
         r, w = os.pipe()
         meta = {"strategy": spec.strategy, "world_size": spec.world_size, "supervisor_pid": os.getpid(), "cwd": os.getcwd()}
@@ -97,7 +104,11 @@ class Supervisor:
             "--run-id", spec.run_id, "--log", spec.log_path, "--bind", spec.telemetry_bind,
             "--ready-fd", str(w), "--meta", json.dumps(meta),
         ]  # fmt: skip
-        if spec.telemetry_port:
+        if resume:
+            # Same ports (the ranks know them and reconnect by themselves), same log.
+            port = int(self.endpoints["ingest"].rsplit(":", 1)[1])
+            argv += ["--port", str(port), "--resume"]
+        elif spec.telemetry_port:
             argv += ["--port", str(spec.telemetry_port)]
         self.hub = subprocess.Popen(argv, pass_fds=(w,), stdin=subprocess.DEVNULL)
         os.close(w)
@@ -108,6 +119,17 @@ class Supervisor:
             raise LaunchError(f"the hub did not start (exit code {code}); see the message above")
         self.endpoints = json.loads(line)
         return self.endpoints
+
+    def _watch_hub(self) -> None:
+        """Restart a hub that died while the job runs (training never notices)."""
+        if self.hub is None or self.hub.poll() is None or self._stopping:
+            return
+        self.hub_restarts += 1
+        print(f"pardash: the hub exited (code {self.hub.returncode}); restarting it", file=sys.stderr, flush=True)
+        try:
+            self.start_hub(resume=True)
+        except LaunchError as exc:
+            print(f"pardash: {exc}; training goes on without telemetry", file=sys.stderr, flush=True)
 
     def start_job(self) -> None:
         spec = self.spec
@@ -120,11 +142,58 @@ class Supervisor:
         out = None
         if spec.output != "inherit":
             out = open(spec.output, "ab")
+        # stderr comes through us: torchrun reports dead workers there, and we pass every
+        # line on to where it would have gone.
         self.job = subprocess.Popen(
-            torchrun_argv(spec), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            torchrun_argv(spec),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
-        if out is not None:
-            out.close()
+        self._stderr_thread = threading.Thread(
+            target=self._follow_stderr, args=(self.job.stderr, out), name="torchrun-stderr", daemon=True
+        )
+        self._stderr_thread.start()
+
+    def _follow_stderr(self, pipe, out) -> None:
+        import zmq
+
+        sink = out if out is not None else sys.stderr.buffer
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 2000)
+        push.connect(self.endpoints["ingest"])
+        spec = self.spec
+        try:
+            for line in iter(pipe.readline, b""):
+                try:
+                    sink.write(line)
+                    sink.flush()
+                except (OSError, ValueError):
+                    pass
+                m = FAILED_WORKER.search(line.decode(errors="replace"))
+                if m:
+                    code, local_rank = int(m.group(1)), int(m.group(2))
+                    rank = spec.node_rank * spec.nproc + local_rank
+                    self.report_exit(push, rank, code)
+        finally:
+            push.close()
+            if out is not None:
+                out.close()
+
+    def report_exit(self, push, rank: int, code: int) -> None:
+        """Tell the hub a rank died, on its behalf (seq -1: not part of the rank's own count).
+        The hub ignores it when the rank already said so itself."""
+        why = f"killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else f"exit code {code}"
+        msg = schema.Event(
+            run=self.spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=code,
+            message=f"torchrun: rank {rank} {why}",
+        )  # fmt: skip
+        try:
+            push.send(schema.encode(msg))
+        except Exception:
+            pass
 
     def stop(self, *_: object) -> None:
         """Stop the job: SIGTERM to torchrun's process group, SIGKILL after a grace period."""
@@ -144,8 +213,30 @@ class Supervisor:
         self.start_job()
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()})
         code = self._wait_job()
+        self._mark_stopped()
         self._finish(code)
         return code
+
+    def _mark_stopped(self) -> None:
+        """After torchrun ends, every rank of this node that never said it exited was stopped
+        (by torchrun after another rank failed, or by the user): say so for it."""
+        import zmq
+
+        t = getattr(self, "_stderr_thread", None)
+        if t is not None:
+            t.join(5)
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 2000)
+        push.connect(self.endpoints["ingest"])
+        spec = self.spec
+        for local in range(spec.nproc):
+            rank = spec.node_rank * spec.nproc + local
+            msg = schema.Event(
+                run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=-15,
+                message=f"rank {rank} was stopped" + (" by you" if self._stopping else " by torchrun"),
+            )  # fmt: skip
+            push.send(schema.encode(msg))
+        push.close()
 
     def _wait_job(self) -> int:
         assert self.job is not None
@@ -154,6 +245,8 @@ class Supervisor:
             code = self.job.poll()
             if code is not None:
                 return code
+            if self.hub_restarts < 20:
+                self._watch_hub()
             if self._stopping and deadline is None:
                 deadline = time.monotonic() + STOP_GRACE_S
             if deadline is not None and time.monotonic() > deadline:

@@ -1,0 +1,1 @@
+"""pardash benchmarks: each prints ratios against a baseline measured in the same run."""

@@ -1,0 +1,70 @@
+"""Shared helpers: percentiles, the results table, and writing bench/RESULTS.md."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+
+
+def pct(values: list[float], q: float) -> float:
+    """q-th percentile (0..100) by nearest rank."""
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
+    return s[k]
+
+
+@dataclass
+class Row:
+    """One line of the results table."""
+
+    bench: str
+    metric: str
+    value: str
+    baseline: str
+    ratio: str
+    target: str
+    ok: bool | None = None
+
+    def cells(self) -> list[str]:
+        verdict = "" if self.ok is None else ("met" if self.ok else "MISSED")
+        return [self.bench, self.metric, self.value, self.baseline, self.ratio, self.target, verdict]
+
+
+HEAD = ["bench", "metric", "pardash", "baseline (same run)", "ratio", "target", ""]
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_results(sections: dict[str, list[Row]], notes: dict[str, str]) -> str:
+    """Replace the sections named in ``sections`` in RESULTS.md, keep the others."""
+    old = RESULTS.read_text() if RESULTS.exists() else ""
+    kept: dict[str, str] = {}
+    current = None
+    for line in old.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            kept[current] = ""
+        elif current is not None:
+            kept[current] += line + "\n"
+    stamp = f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} on {platform.node()} ({os.cpu_count()} cores, {platform.python_version()})"
+    for name, rows in sections.items():
+        body = f"\n_{stamp}_\n\n{table(rows)}\n"
+        if notes.get(name):
+            body += f"\n{notes[name]}\n"
+        kept[name] = body + "\n"
+    out = "# Benchmark results\n\nWritten by `python -m bench` (see bench/README in each module's docstring). Ratios compare with a baseline measured in the same run.\n\n"
+    for name, body in kept.items():
+        out += f"## {name}\n{body.rstrip()}\n\n"
+    RESULTS.write_text(out)
+    return out

@@ -1,0 +1,108 @@
+"""`pardash launch --headless` end to end: real torchrun, real gloo ranks, real hub, real log."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import pardash_env
+from pardash.telemetry import schema
+from pardash.telemetry.logreader import load_log
+
+pytestmark = pytest.mark.slow
+
+
+def _launch(tmp_path, *args: str, timeout: int = 240) -> tuple[subprocess.CompletedProcess, list]:
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(log), "--runs-dir", str(tmp_path / "runs"), "--every", "1", *args],
+        capture_output=True, text=True, timeout=timeout, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    msgs, stats = load_log(log) if log.exists() else ([], None)
+    return proc, msgs
+
+
+def _steps(msgs, rank):
+    return [m for m in msgs if isinstance(m, schema.Step) and m.rank == rank]
+
+
+def test_fsdp_two_ranks_shard_parameters_and_report(tmp_path):
+    proc, msgs = _launch(tmp_path, "--strategy", "fsdp", "--nproc", "2", "--steps", "12")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done" in proc.stdout
+    for rank in (0, 1):
+        steps = _steps(msgs, rank)
+        assert [s.step for s in steps] == list(range(1, 13))
+        for s in steps:
+            assert s.loss is not None and s.step_s > 0
+            assert None not in (s.data_s, s.forward_s, s.backward_s, s.optimizer_s)
+            assert s.mem is not None and s.mem.params_full_bytes > 0
+            assert abs(s.mem.params_bytes - s.mem.params_full_bytes / 2) <= 0.05 * s.mem.params_full_bytes
+    exits = [m for m in msgs if isinstance(m, schema.Event) and m.name == "exit"]
+    assert sorted((e.rank, e.code) for e in exits) == [(0, 0), (1, 0)]
+
+    rep = subprocess.run(
+        [sys.executable, "-m", "pardash", "report", str(tmp_path / "run.jsonl"), "--format", "json"],
+        capture_output=True, text=True, check=True, env=pardash_env(),
+    )  # fmt: skip
+    out = json.loads(rep.stdout)
+    assert out["strategy"] == "fsdp" and out["world_size"] == 2 and out["lost_messages"] == 0
+    assert out["stragglers"] == [] and out["exits"] == []
+    assert [r["rank"] for r in out["ranks"]] == [0, 1]
+    for r in out["ranks"]:
+        assert r["steps"] == 12 and r["median_step_s"] > 0 and r["last_loss"] is not None
+        assert r["params_bytes"] * 2 == pytest.approx(r["params_full_bytes"], rel=0.05)
+    text = subprocess.run(
+        [sys.executable, "-m", "pardash", "report", str(tmp_path / "run.jsonl")], capture_output=True, text=True, check=True
+    ).stdout
+    assert "lost messages: 0" in text and "fsdp" in text
+
+
+def test_ddp_holds_everything_and_learns(tmp_path):
+    proc, msgs = _launch(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "40")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        steps = _steps(msgs, rank)
+        assert len(steps) == 40
+        assert all(s.mem.params_bytes == s.mem.params_full_bytes for s in steps)
+        first = sum(s.loss for s in steps[:5]) / 5
+        last = sum(s.loss for s in steps[-5:]) / 5
+        assert last < first
+    assert any("step" in line and "samples/s" in line for line in proc.stdout.splitlines())
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--strategy", "zero3"], "invalid choice"),
+        (["--model", "resnet"], "invalid choice"),
+        (["--nproc", "0"], "--nproc 0"),
+        (["--device", "cuda"], "no NVIDIA GPU"),
+        (["--log", "/proc/nope/run.jsonl"], "cannot write the log"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--runs-dir", str(tmp_path / "runs"), *args],
+        capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_busy_master_port_is_refused(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "pardash", "launch", "--headless", "--master-port", str(port)],
+            capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+        )  # fmt: skip
+    assert proc.returncode == 2
+    assert f"--master-port {port} is busy" in proc.stderr

@@ -1,0 +1,227 @@
+"""The pardash Textual app: owns a telemetry source and polls it; screens draw the run.
+
+The CLI and the snapshot tests build the app the same way, through :func:`make_app`::
+
+    app = make_app(HubClient.attach(target), launched=True)
+    choice = app.run()        # "stop", "detach", "quit" or None (treat None as "detach")
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, ClassVar, Iterable
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from pardash.telemetry.client import Source
+
+from .messages import RunUpdated
+from .screens.dashboard import DashboardScreen
+from .screens.help import HelpScreen
+from .screens.quit import QuitScreen
+
+POLL_S = 0.1
+"""How often the app asks the source for new frames (the hub sends at most 10 a second)."""
+HUB_QUIET_S = 3.0
+"""A live hub that sent no frame for this long is shown as quiet (it frames at 10 Hz)."""
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+"""Replay speeds that + and - step through."""
+SEEK_S = 10.0
+
+QUIT = "quit"
+"""Return value when a viewer that did not launch the job quits."""
+
+ExitChoiceCallback = Callable[[str], None]
+
+
+class PardashApp(App[str | None]):
+    """A terminal dashboard for one distributed training run.
+
+    The app owns ``source`` (a live :class:`~pardash.telemetry.client.HubClient` or a
+    :class:`~pardash.telemetry.client.ReplaySource`), polls it every 100 ms without blocking,
+    and posts :class:`RunUpdated` to the active screen when something changed. It closes the
+    source when it exits. Its return value says how the user left: ``"stop"`` or ``"detach"``
+    (launched runs) or ``"quit"``.
+    """
+
+    TITLE = "pardash"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit", tooltip="Quit (a launched job asks: stop or detach)"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("space", "pause", "Pause", tooltip="Pause or resume the replay"),
+        Binding("plus,equals_sign", "speed(1)", "Faster", key_display="+", show=False),
+        Binding("minus", "speed(-1)", "Slower", key_display="-", show=False),
+        Binding("left_square_bracket", "seek(-1)", "Back 10 s", key_display="[", show=False),
+        Binding("right_square_bracket", "seek(1)", "Forward 10 s", key_display="]", show=False),
+    ]
+
+    REPLAY_ACTIONS = frozenset({"pause", "speed", "seek"})
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        launched: bool = False,
+        title: str = "",
+        on_exit_choice: ExitChoiceCallback | None = None,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        """Where the run comes from; the app polls it and closes it on exit."""
+        self.launched = launched
+        """True when this viewer started the job: quitting asks stop or detach."""
+        self.on_exit_choice = on_exit_choice
+        self.version = 0
+        """Counts polls that changed the run's state (screens redraw slow panels on change)."""
+        self._last_change = time.monotonic()
+        self._poll_error = ""
+        if title:
+            self.title = title
+
+    # -- the source ---------------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen:
+        return DashboardScreen()
+
+    def on_mount(self) -> None:
+        self._poll()
+        self.set_interval(POLL_S, self._poll)
+
+    def _poll(self) -> None:
+        try:
+            changed = self.source.poll()
+        except Exception as exc:  # a bad frame must not take the dashboard down
+            message = f"telemetry source error: {exc}"
+            if message != self._poll_error:
+                self._poll_error = message
+                self.notify(message, severity="error", timeout=10)
+            return
+        now = time.monotonic()
+        if changed:
+            self._last_change = now
+            self.version += 1
+            self.screen.post_message(RunUpdated(self.version))
+        elif self.source.live and now - self._last_change > HUB_QUIET_S:
+            # Keep the "hub quiet" counter in the header moving.
+            if int((now - self._last_change) / POLL_S) % 10 == 0:
+                self.screen.post_message(RunUpdated(self.version))
+
+    @property
+    def hub_quiet_s(self) -> float | None:
+        """Seconds since the live hub's last frame, when that is longer than it should be."""
+        if not self.source.live or not getattr(self.source, "synced", True):
+            return None
+        quiet = time.monotonic() - self._last_change
+        return quiet if quiet > HUB_QUIET_S else None
+
+    def _moved(self) -> None:
+        self.version += 1
+        self.screen.post_message(RunUpdated(self.version))
+
+    def on_unmount(self) -> None:
+        try:
+            self.source.close()
+        except Exception:
+            pass
+
+    # -- replay -------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.REPLAY_ACTIONS and self.source.live:
+            return False
+        return True
+
+    def action_pause(self) -> None:
+        src = self.source
+        src.paused = not src.paused  # type: ignore[attr-defined]
+        self._moved()
+
+    def action_speed(self, direction: int) -> None:
+        src = self.source
+        speed = src.speed  # type: ignore[attr-defined]
+        if direction > 0:
+            faster = [s for s in SPEEDS if s > speed]
+            src.speed = faster[0] if faster else SPEEDS[-1]  # type: ignore[attr-defined]
+        else:
+            slower = [s for s in SPEEDS if s < speed]
+            src.speed = slower[-1] if slower else SPEEDS[0]  # type: ignore[attr-defined]
+        self._moved()
+
+    def action_seek(self, direction: int) -> None:
+        src = self.source
+        src.seek(src.position_s + direction * SEEK_S)  # type: ignore[attr-defined]
+        self._moved()
+
+    # -- leaving ------------------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        if not self.launched:
+            self._leave(QUIT)
+            return
+        if isinstance(self.screen, QuitScreen):
+            return
+        run_id = self.source.state.run_id
+        self.push_screen(QuitScreen(run_id), self._quit_chosen)
+
+    def _quit_chosen(self, choice: str | None) -> None:
+        if choice:
+            self._leave(choice)
+
+    def _leave(self, choice: str) -> None:
+        if self.on_exit_choice is not None:
+            self.on_exit_choice(choice)
+        self.exit(choice)
+
+    # -- help and the command palette ---------------------------------------------------------
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+        else:
+            self.push_screen(HelpScreen())
+
+    @property
+    def dashboard(self) -> DashboardScreen:
+        return self.screen_stack[0]  # type: ignore[return-value]
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        dash = self.dashboard
+        yield SystemCommand("Grid: cells or heat map", "Switch the rank grid's form (c)", dash.action_toggle_form)
+        yield SystemCommand("Grid: flagged ranks only / all", "Filter the rank grid (f)", dash.action_toggle_flagged)
+        for key, label in (
+            ("rank", "rank"),
+            ("step_time", "step time"),
+            ("self_time", "self time (stragglers first)"),
+            ("memory", "memory held"),
+            ("status", "status (worst first)"),
+        ):
+            yield SystemCommand(f"Grid: sort by {label}", f"Order the ranks by {label}", lambda k=key: dash.action_sort(k))
+        yield SystemCommand("Memory", "Per-rank memory against unsharded (m)", dash.action_memory)
+        yield SystemCommand("Help", "Keys and what the figures mean (?)", self.action_help)
+        if not self.source.live:
+            yield SystemCommand("Replay: pause / resume", "Pause or resume the replay (space)", self.action_pause)
+            yield SystemCommand("Replay: faster", "Double the replay speed (+)", lambda: self.action_speed(1))
+            yield SystemCommand("Replay: slower", "Halve the replay speed (-)", lambda: self.action_speed(-1))
+        yield from super().get_system_commands(screen)
+
+
+def make_app(
+    source: Source,
+    *,
+    launched: bool = False,
+    title: str = "",
+    on_exit_choice: ExitChoiceCallback | None = None,
+) -> PardashApp:
+    """Build the dashboard over ``source``.
+
+    ``launched``: this viewer started the job, so ``q`` asks whether to stop it or detach.
+    ``title``: the terminal title (default "pardash"). ``on_exit_choice``: called with
+    ``"stop"``, ``"detach"`` or ``"quit"`` the moment the user decides, before the app exits
+    (so the CLI can start stopping the job while the terminal is restored). ``app.run()``
+    returns the same string, or None if the app ended another way (treat it as detach).
+    """
+    return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice)

@@ -1,0 +1,190 @@
+"""The dashboard: header, rank grid, alerts, memory savings and the event log."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from pardash.telemetry.client import Source
+
+from ..alerts import run_alerts
+from ..memory import memory_savings
+from ..messages import RankChosen, RankHighlighted, RunUpdated
+from ..model import SORT_KEYS, SORT_LABELS, RowBuilder
+from ..widgets.alert_list import AlertList
+from ..widgets.event_log import EventLog
+from ..widgets.memory_summary import MemorySummary
+from ..widgets.rank_grid import RankGrid
+from ..widgets.run_header import RunHeader, summarize
+from ..widgets.selected_rank import SelectedRank
+
+SLOW_REFRESH_S = 0.5
+"""Panels that summarise every rank (memory savings) redraw at most this often."""
+
+
+class DashboardScreen(Screen):
+    """The default screen: every rank at a glance, and what needs attention.
+
+    It holds the view settings (the grid's form, sort and filter live on the grid) and turns
+    :class:`RunUpdated` into widget updates: the grid, header, alerts and event log on every
+    update, the memory summary at a lower rate.
+    """
+
+    DEFAULT_CSS = """
+    DashboardScreen {
+        layout: vertical;
+    }
+    DashboardScreen #body {
+        height: 1fr;
+    }
+    DashboardScreen #main {
+        width: 1fr;
+        min-width: 40;
+        border: round $panel-lighten-2;
+        border-title-color: $text-accent;
+        border-title-style: bold;
+        border-subtitle-color: $text-muted;
+    }
+    DashboardScreen #main:focus-within {
+        border: round $border;
+    }
+    DashboardScreen #side {
+        width: 38%;
+        max-width: 64;
+        min-width: 30;
+    }
+    DashboardScreen .panel {
+        border: round $panel-lighten-2;
+        border-title-color: $text-accent;
+        border-title-style: bold;
+        background: $surface;
+    }
+    DashboardScreen #events:focus {
+        border: round $border;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("m", "memory", "Memory", tooltip="Per-rank memory: sharded against unsharded"),
+        Binding("c", "toggle_form", "Cells/heat", tooltip="Switch the grid between cells and a heat map"),
+        Binding("s", "cycle_sort", "Sort", tooltip="Sort by rank, step time, self time, memory, status"),
+        Binding("f", "toggle_flagged", "Flagged", tooltip="Show only flagged ranks, or all"),
+    ]
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._rows = RowBuilder()
+        self._slow_version = -1
+
+    @property
+    def source(self) -> Source:
+        return self.app.source  # type: ignore[attr-defined]
+
+    @property
+    def grid(self) -> RankGrid:
+        return self.query_one(RankGrid)
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="header")
+        with Horizontal(id="body"):
+            with Vertical(id="main"):
+                yield RankGrid(id="grid")
+                yield SelectedRank(id="selected")
+            with Vertical(id="side"):
+                yield AlertList(id="alerts", classes="panel")
+                yield MemorySummary(id="memory", classes="panel")
+                yield EventLog(id="events", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#main").border_title = "ranks"
+        self.query_one("#alerts").border_title = "alerts"
+        self.query_one("#memory").border_title = "memory · m"
+        self.query_one("#events").border_title = "events"
+        self.grid.focus()
+        self._update_labels()
+        self.set_interval(SLOW_REFRESH_S, self._refresh_slow)
+        self.refresh_run()
+
+    # -- updates ------------------------------------------------------------------------------
+
+    @on(RunUpdated)
+    def _run_updated(self, _message: RunUpdated) -> None:
+        self.refresh_run()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_run()
+
+    def refresh_run(self) -> None:
+        """Redraw from the source's current state (cheap: one pass over the ranks)."""
+        if not self.is_mounted:
+            return
+        source = self.source
+        state = source.state
+        grid = self.grid
+        grid.update_rows(self._rows.build(state))
+        self.query_one(SelectedRank).row = grid.row_of(grid.cursor_rank)
+        self.query_one(RunHeader).summary = summarize(source, hub_quiet_s=self.app.hub_quiet_s)  # type: ignore[attr-defined]
+        alerts = self.query_one(AlertList)
+        alerts.alerts = tuple(run_alerts(state))
+        alerts.waiting = not state.ranks
+        self.query_one(EventLog).sync(state)
+        self._update_labels()
+        if self._slow_version < 0:
+            self._refresh_slow()
+
+    def _refresh_slow(self) -> None:
+        version = self.app.version  # type: ignore[attr-defined]
+        if version == self._slow_version:
+            return
+        self._slow_version = version
+        self.query_one(MemorySummary).savings = memory_savings(self.source.state)
+
+    @on(RankHighlighted)
+    def _highlighted(self, message: RankHighlighted) -> None:
+        self.query_one(SelectedRank).row = self.grid.row_of(message.rank)
+
+    @on(RankChosen)
+    def _chosen(self, message: RankChosen) -> None:
+        from .rank_detail import RankDetailScreen
+
+        self.app.push_screen(RankDetailScreen(message.rank))
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def _update_labels(self) -> None:
+        grid = self.grid
+        sort = SORT_LABELS[grid.sort_key]
+        label = f"sort: {sort}" + (" · flagged only" if grid.flagged_only else "")
+        self.query_one(SelectedRank).sort_label = label
+        form = "heat map" if grid.heat else "cells"
+        self.query_one("#main").border_subtitle = f"{form} · c  sort · s  filter · f"
+
+    def action_memory(self) -> None:
+        from .memory import MemoryScreen
+
+        self.app.push_screen(MemoryScreen())
+
+    def action_toggle_form(self) -> None:
+        grid = self.grid
+        grid.form = "cells" if grid.heat else "heat"
+        self._update_labels()
+
+    def action_cycle_sort(self) -> None:
+        grid = self.grid
+        grid.sort_key = SORT_KEYS[(SORT_KEYS.index(grid.sort_key) + 1) % len(SORT_KEYS)]
+        self._update_labels()
+
+    def action_sort(self, key: str) -> None:
+        self.grid.sort_key = key
+        self._update_labels()
+
+    def action_toggle_flagged(self) -> None:
+        self.grid.flagged_only = not self.grid.flagged_only
+        self._update_labels()

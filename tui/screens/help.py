@@ -1,0 +1,104 @@
+"""The keys, in one place."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "Dashboard",
+        (
+            ("↑ ↓ ← →", "move between ranks"),
+            ("home end pgup pgdn", "first, last, a page up or down"),
+            ("enter / double click", "rank detail: charts, phases, memory, system, events"),
+            ("c", "cells or heat map (one character per rank)"),
+            ("s", "sort: rank, step time, self time, memory, status"),
+            ("f", "flagged ranks only, or all"),
+            ("m", "memory: per-rank shards against unsharded"),
+            ("tab", "focus the event log (scroll it with ↑ ↓)"),
+        ),
+    ),
+    (
+        "Replay",
+        (
+            ("space", "pause or resume"),
+            ("+  -", "faster, slower"),
+            ("[  ]", "back, forward 10 s"),
+        ),
+    ),
+    (
+        "Anywhere",
+        (
+            ("escape", "back to the dashboard"),
+            ("?", "this help"),
+            ("ctrl+p", "command palette (actions, themes)"),
+            ("q", "quit (a launched job asks: stop or detach)"),
+        ),
+    ),
+)
+
+
+def keys_table() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for i, (group, rows) in enumerate(KEYS):
+        if i:
+            table.add_row("", "")
+        table.add_row(Text(group, style="bold underline"), "")
+        for key, what in rows:
+            table.add_row(key, what)
+    return table
+
+
+GLOSSARY = (
+    "self time: a rank's work before the step's first collective (no waiting). In DDP and FSDP "
+    "every rank's step time is the same, because all wait for the slowest; the straggler is "
+    "the rank whose self time exceeds the others' median.\n"
+    "held: parameters + gradients + optimizer state (+ DDP buckets) on the rank; unsharded: "
+    "what the same rank would hold with a full copy (DDP)."
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key of pardash, and what the grid's figures mean."""
+
+    DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+    }
+    HelpScreen > VerticalScroll {
+        width: 80;
+        max-width: 95%;
+        height: auto;
+        max-height: 90%;
+        padding: 1 2;
+        border: thick $primary 60%;
+        border-title-color: $text-accent;
+        background: $surface;
+    }
+    HelpScreen #glossary {
+        margin-top: 1;
+        color: $text-muted;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("question_mark", "dismiss", "Close", show=False),
+        Binding("q", "dismiss", "Close", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as scroll:
+            scroll.border_title = "pardash keys"
+            yield Static(keys_table())
+            yield Static(GLOSSARY, id="glossary")

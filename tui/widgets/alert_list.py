@@ -1,0 +1,90 @@
+"""The alerts panel: what wants attention now, most severe first."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from ..alerts import Alert
+
+GLYPHS = {"exited": "×", "silent": "○", "stalled": "◆", "straggler": "▲", "not_sharding": "▣"}
+LABELS = {
+    "exited": "exited",
+    "silent": "silent",
+    "stalled": "stalled",
+    "straggler": "stragglers",
+    "not_sharding": "not sharding",
+}
+MAX_LINES = 8
+"""Alert lines shown before alerts of one kind are folded into a line per kind."""
+
+
+def _rank_list(ranks: list[int], limit: int = 6) -> str:
+    shown = ", ".join(str(r) for r in ranks[:limit])
+    return shown + (f", … (+{len(ranks) - limit})" if len(ranks) > limit else "")
+
+
+class AlertList(Widget):
+    """Stragglers with what they cost, stalled ranks with the phase they are stuck in, silent
+    ranks, exited ranks with their code and ranks that do not shard. Calm when there are
+    none; folded into one line per kind when there are many."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "alert-list--ok",
+        "alert-list--exited",
+        "alert-list--silent",
+        "alert-list--stalled",
+        "alert-list--straggler",
+        "alert-list--not_sharding",
+    }
+
+    DEFAULT_CSS = """
+    AlertList {
+        height: auto;
+        max-height: 12;
+        padding: 0 1;
+    }
+    AlertList > .alert-list--ok { color: $text-success; }
+    AlertList > .alert-list--exited { color: $text-error; }
+    AlertList > .alert-list--silent { color: $text-error; }
+    AlertList > .alert-list--stalled { color: $text-warning; }
+    AlertList > .alert-list--straggler { color: $text-warning; }
+    AlertList > .alert-list--not_sharding { color: $text-warning; }
+    """
+
+    alerts: reactive[tuple[Alert, ...]] = reactive((), layout=True)
+    """Current alerts, most severe first."""
+    waiting: reactive[bool] = reactive(True)
+    """True until any rank has said hello (then "no alerts" means the run is healthy)."""
+
+    def _s(self, name: str) -> Style:
+        return self.get_component_rich_style(f"alert-list--{name}", partial=True)
+
+    def render(self) -> Text:
+        alerts = self.alerts
+        if not alerts:
+            return Text("waiting for ranks…" if self.waiting else "✓ no alerts: every rank is healthy", style=self._s("ok"))
+        lines: list[Text] = []
+        if len(alerts) <= MAX_LINES:
+            for a in alerts:
+                lines.append(Text.assemble((GLYPHS[a.kind] + " ", self._s(a.kind)), a.text))
+        else:
+            by_kind: dict[str, list[Alert]] = {}
+            for a in alerts:
+                by_kind.setdefault(a.kind, []).append(a)
+            for kind, items in by_kind.items():
+                if len(items) <= 2 and len(by_kind) < MAX_LINES // 2:
+                    lines += [Text.assemble((GLYPHS[kind] + " ", self._s(kind)), a.text) for a in items]
+                else:
+                    ranks = sorted(a.rank for a in items)
+                    lines.append(
+                        Text.assemble(
+                            (f"{GLYPHS[kind]} {len(items)} {LABELS[kind]}: ", self._s(kind)),
+                            f"ranks {_rank_list(ranks)}",
+                        )
+                    )
+        return Text("\n").join(lines)

@@ -1,0 +1,121 @@
+"""The event log: events and verdicts as they happen, newest at the bottom."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Iterable
+
+from rich.style import Style
+from rich.text import Text
+from textual.widgets import RichLog
+
+from pardash.telemetry import schema
+from pardash.telemetry.state import EVENTS_KEPT, RunState
+
+from ..format import fmt_clock, fmt_step_time
+
+VERDICT_STYLES = {
+    "straggler": "warn",
+    "stalled": "warn",
+    "not_sharding": "warn",
+    "silent": "bad",
+    "exited": "bad",
+    "straggler_cleared": "good",
+    "resumed": "good",
+    "sharding_ok": "good",
+    "finished": "good",
+}
+EVENT_STYLES = {"error": "bad", "warning": "warn", "exit": "bad", "checkpoint": "info", "epoch_end": "info"}
+
+
+def describe(m: schema.Message) -> tuple[str, str]:
+    """(text, style name) of one event or verdict, in the user's words."""
+    if isinstance(m, schema.Verdict):
+        text = m.message or f"rank {m.rank}: {m.verdict.replace('_', ' ')}"
+        return text, VERDICT_STYLES.get(m.verdict, "info")
+    if isinstance(m, schema.Event):
+        who = "hub" if m.rank < 0 else f"rank {m.rank}"
+        name = m.name.replace("_", " ")
+        if m.name == "exit":
+            code = m.code if m.code is not None else 0
+            text = f"{who} exited with code {code}"
+            if m.message:
+                text += f": {m.message}"
+            return text, "bad" if code else "good"
+        text = f"{who} {name}"
+        if m.step is not None:
+            text += f" at step {m.step}"
+        if m.duration_s:
+            text += f" ({fmt_step_time(m.duration_s)})"
+        if m.message:
+            first = m.message.strip().splitlines()[0] if m.message.strip() else ""
+            text += f": {first}" if first else ""
+        if m.rank < 0:
+            text = m.message or text
+            return f"hub: {text}", "dim"
+        return text, EVENT_STYLES.get(m.name, "info")
+    return type(m).__name__.lower(), "dim"
+
+
+class EventLog(RichLog):
+    """Checkpoints, epoch ends, warnings, errors, exits and the hub's verdicts (straggler found
+    or cleared, stalled, silent, exited, not sharding), stamped with the run's own clock.
+    Feed it with :meth:`sync`; it writes only what it has not written yet."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "event-log--time",
+        "event-log--info",
+        "event-log--good",
+        "event-log--warn",
+        "event-log--bad",
+        "event-log--dim",
+    }
+
+    DEFAULT_CSS = """
+    EventLog {
+        height: 1fr;
+        padding: 0 1;
+        background: $surface;
+        scrollbar-size-vertical: 1;
+    }
+    EventLog > .event-log--time { color: $text-muted; }
+    EventLog > .event-log--info { color: $foreground; }
+    EventLog > .event-log--good { color: $text-success; }
+    EventLog > .event-log--warn { color: $text-warning; }
+    EventLog > .event-log--bad { color: $text-error; }
+    EventLog > .event-log--dim { color: $text-muted; }
+    """
+
+    def __init__(self, *, rank: int | None = None, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(max_lines=EVENTS_KEPT, wrap=True, markup=False, min_width=20, name=name, id=id, classes=classes)
+        self.rank = rank
+        """Only this rank's events (None: every rank and the hub)."""
+        self._state_id = 0
+        self._last_hseq = -1
+
+    def _s(self, name: str) -> Style:
+        return self.get_component_rich_style(f"event-log--{name}", partial=True)
+
+    def _new(self, state: RunState) -> Iterable[schema.Message]:
+        if id(state) != self._state_id:
+            self._state_id = id(state)
+            self._last_hseq = -1
+            self.clear()
+        last = self._last_hseq
+        fresh = []
+        for m in reversed(state.events):
+            if m.hseq <= last:
+                break
+            fresh.append(m)
+        fresh.reverse()
+        if fresh:
+            self._last_hseq = max(m.hseq for m in fresh)
+        return fresh
+
+    def sync(self, state: RunState) -> None:
+        """Write the events that arrived since the last call (all of them after a new state)."""
+        for m in self._new(state):
+            if self.rank is not None and m.rank != self.rank:
+                continue
+            text, style = describe(m)
+            t = m.t - state.t0 if m.t and state.t0 else None
+            self.write(Text.assemble((fmt_clock(t) + " ", self._s("time")), (text, self._s(style))))

@@ -1,0 +1,80 @@
+"""The sharding-savings panel: memory held across ranks against the unsharded alternative."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from ..format import fmt_bytes, fmt_count, fmt_ratio
+from ..memory import MemorySavings
+
+
+class MemorySummary(Widget):
+    """Model state (parameters, gradients, optimizer state) held across all ranks against what
+    the same ranks would hold unsharded, the saving in bytes and as a ratio, the bytes per rank
+    and the ZeRO expectation for the run's strategy (16 bytes a parameter, over N when fully
+    sharded). ``m`` opens the per-rank view."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "memory-summary--label",
+        "memory-summary--value",
+        "memory-summary--good",
+        "memory-summary--bad",
+        "memory-summary--dim",
+    }
+
+    DEFAULT_CSS = """
+    MemorySummary {
+        height: auto;
+        padding: 0 1;
+    }
+    MemorySummary > .memory-summary--label { color: $text-muted; }
+    MemorySummary > .memory-summary--value { text-style: bold; }
+    MemorySummary > .memory-summary--good { color: $text-success; text-style: bold; }
+    MemorySummary > .memory-summary--bad { color: $text-warning; text-style: bold; }
+    MemorySummary > .memory-summary--dim { color: $text-muted; }
+    """
+
+    savings: reactive[MemorySavings | None] = reactive(None, layout=True)
+    """The run's savings (None until a rank has reported its memory)."""
+
+    def _s(self, name: str) -> Style:
+        return self.get_component_rich_style(f"memory-summary--{name}", partial=True)
+
+    def _row(self, label: str, value: str, rest: str = "", style: str = "value") -> Text:
+        return Text.assemble(
+            (f"{label:<10}", self._s("label")), (value, self._s(style)), (f" {rest}" if rest else "", self._s("dim"))
+        )
+
+    def render(self) -> Text:
+        s = self.savings
+        if s is None:
+            return Text("no memory figures yet", style=self._s("dim"))
+        n = len(s.ranks)
+        lo, med, hi = s.held_per_rank
+        lines = [
+            self._row("held", fmt_bytes(s.held_bytes), f"across {n} rank{'s' if n != 1 else ''}"),
+            self._row("unsharded", fmt_bytes(s.full_bytes), "(a full copy per rank)"),
+        ]
+        ratio = s.ratio
+        saving_style = "good" if s.saving_bytes > 0 and (ratio or 0) > 1.05 else "dim"
+        lines.append(self._row("saving", fmt_bytes(s.saving_bytes), f"· {fmt_ratio(ratio)} less", saving_style))
+        per_rank = fmt_bytes(med)
+        spread = f"(min {fmt_bytes(lo, short=True)} · max {fmt_bytes(hi, short=True)})" if hi > lo * 1.01 else ""
+        lines.append(self._row("per rank", per_rank, spread))
+        expected = s.expected_per_rank_bytes
+        if expected:
+            lines.append(self._row("expected", fmt_bytes(expected), f"({s.expected_label}, {fmt_count(s.params_count)} params)"))
+            if not s.sharded and s.world_size > 1 and s.sharded_expected_bytes:
+                lines.append(
+                    self._row("sharded", fmt_bytes(s.sharded_expected_bytes), f"would be a rank's share (FSDP over {s.world_size})")
+                )
+        over = s.over_expectation
+        if over:
+            ranks = ", ".join(str(r) for r in over[:6]) + (", …" if len(over) > 6 else "")
+            lines.append(Text(f"⚠ not sharding as expected: rank{'s' if len(over) > 1 else ''} {ranks}", style=self._s("bad")))
+        return Text("\n").join(lines)

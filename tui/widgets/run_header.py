@@ -1,0 +1,246 @@
+"""The run header: what runs, how far it is, and whether the telemetry can be trusted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from pardash.telemetry import state as st
+from pardash.telemetry.client import Source
+
+from ..format import fmt_count, fmt_duration, fmt_rate
+from ..model import throughput
+
+STATUS_MARKS = (
+    (st.RUNNING, "●"),
+    (st.STRAGGLER, "▲"),
+    (st.STALLED, "◆"),
+    (st.SILENT, "○"),
+    (st.EXITED, "×"),
+    (st.FINISHED, "□"),
+    (st.STARTING, "·"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPosition:
+    """Where a replay is."""
+
+    position_s: float
+    duration_s: float
+    speed: float
+    paused: bool
+    done: bool
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """Everything the header shows, read from a source in one go (equal summaries do not
+    redraw)."""
+
+    run_id: str = ""
+    strategy: str = ""
+    world_size: int = 0
+    nodes: int = 0
+    device: str = ""
+    step: int = 0
+    samples_per_s: float | None = None
+    elapsed_s: float = 0.0
+    """Run time from the run's own timestamps (first to last message), never the viewer's clock."""
+    status_counts: tuple[tuple[str, int], ...] = ()
+    lost: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    log_path: str = ""
+    log_error: str = ""
+    ingest_hz: float = 0.0
+    note: str = ""
+    live: bool = True
+    synced: bool = True
+    """False while a live viewer waits for the hub's snapshot."""
+    hub_quiet_s: float | None = None
+    """Seconds without a frame from a live hub (None while frames arrive)."""
+    replay: ReplayPosition | None = None
+
+
+def summarize(source: Source, *, hub_quiet_s: float | None = None) -> RunSummary:
+    """Read a :class:`RunSummary` from ``source``."""
+    state = source.state
+    stats = source.stats
+    hello = state.hello
+    counts = state.status_counts()
+    notes: list[str] = []
+    for r in state.ranks.values():
+        if r.hello is not None and r.hello.note and r.hello.note not in notes:
+            notes.append(r.hello.note)
+    if state.hub_note and state.hub_note not in notes:
+        notes.append(state.hub_note)
+    replay = None
+    if not source.live:
+        replay = ReplayPosition(
+            position_s=getattr(source, "position_s", 0.0),
+            duration_s=getattr(source, "duration_s", 0.0),
+            speed=getattr(source, "speed", 1.0),
+            paused=getattr(source, "paused", False),
+            done=getattr(source, "done", False),
+            path=str(getattr(source, "path", "")),
+        )
+    device = ""
+    if hello is not None:
+        device = hello.device_name or hello.device
+    return RunSummary(
+        run_id=state.run_id or getattr(source, "run_id", ""),
+        strategy=state.strategy,
+        world_size=state.world_size,
+        nodes=len({r.node for r in state.ranks.values()}),
+        device=device,
+        step=state.step,
+        samples_per_s=throughput(state),
+        elapsed_s=max(0.0, state.t_last - state.t0) if state.t0 else 0.0,
+        status_counts=tuple((s, counts[s]) for s, _ in STATUS_MARKS if counts.get(s)),
+        lost=stats.lost,
+        rejected=sum(stats.rejected.values()),
+        dropped=stats.dropped,
+        log_path=stats.log_path,
+        log_error=stats.log_error,
+        ingest_hz=stats.ingest_hz,
+        note=" · ".join(notes),
+        live=source.live,
+        synced=getattr(source, "synced", True),
+        hub_quiet_s=hub_quiet_s,
+        replay=replay,
+    )
+
+
+class RunHeader(Widget):
+    """Run id, strategy, world size, device, step, throughput and elapsed run time on the
+    first line; rank statuses and the hub's counters (or the replay position) on the second;
+    the run's note (e.g. why DP runs one replica) on a third line whenever there is one."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "run-header--title",
+        "run-header--label",
+        "run-header--value",
+        "run-header--good",
+        "run-header--warn",
+        "run-header--bad",
+        "run-header--note",
+        "run-header--running",
+        "run-header--straggler",
+        "run-header--stalled",
+        "run-header--silent",
+        "run-header--exited",
+        "run-header--finished",
+        "run-header--starting",
+    }
+
+    DEFAULT_CSS = """
+    RunHeader {
+        height: auto;
+        padding: 0 1;
+        background: $panel;
+        color: $foreground;
+    }
+    RunHeader > .run-header--title { color: $text-accent; text-style: bold; }
+    RunHeader > .run-header--label { color: $text-muted; }
+    RunHeader > .run-header--value { text-style: bold; }
+    RunHeader > .run-header--good { color: $text-success; }
+    RunHeader > .run-header--warn { color: $text-warning; text-style: bold; }
+    RunHeader > .run-header--bad { color: $text-error; text-style: bold; }
+    RunHeader > .run-header--note { color: $text-warning; }
+    RunHeader > .run-header--running { color: $text-success; }
+    RunHeader > .run-header--straggler { color: $text-warning; text-style: bold; }
+    RunHeader > .run-header--stalled { color: $text-warning; text-style: bold; }
+    RunHeader > .run-header--silent { color: $text-error; }
+    RunHeader > .run-header--exited { color: $text-error; text-style: bold; }
+    RunHeader > .run-header--finished { color: $text-primary; }
+    RunHeader > .run-header--starting { color: $text-muted; }
+    """
+
+    summary: reactive[RunSummary] = reactive(RunSummary, layout=True)
+    """What the header shows; set it from :func:`summarize`."""
+
+    def _s(self, name: str) -> Style:
+        return self.get_component_rich_style(f"run-header--{name}", partial=True)
+
+    def _fit(self, pieces: list[Text], width: int, sep: str = "   ") -> Text:
+        """Join pieces left to right, dropping those that no longer fit (least important last)."""
+        out = Text(no_wrap=True, overflow="ellipsis")
+        for i, piece in enumerate(pieces):
+            extra = (len(sep) if out.cell_len else 0) + piece.cell_len
+            if out.cell_len and out.cell_len + extra > width:
+                continue
+            if out.cell_len:
+                out.append(sep)
+            out.append_text(piece)
+        return out
+
+    def _pair(self, label: str, value: str, style: str = "value") -> Text:
+        return Text.assemble((label + " ", self._s("label")), (value, self._s(style)))
+
+    def render(self) -> Text:
+        s = self.summary
+        width = max(20, self.content_region.width or 80)
+        if s.live and not s.synced:
+            return Text("waiting for the hub's snapshot… (is the hub running?)", style=self._s("warn"))
+        first: list[Text] = [Text(s.run_id or "pardash", style=self._s("title"))]
+        what = [s.strategy or "?", f"{s.world_size} rank{'s' if s.world_size != 1 else ''}"]
+        if s.nodes > 1:
+            what[-1] += f" on {s.nodes} nodes"
+        first.append(Text(" · ".join(what), style=self._s("value")))
+        first.append(self._pair("step", fmt_count(s.step)))
+        first.append(self._pair("samples/s", fmt_rate(s.samples_per_s)))
+        first.append(self._pair("elapsed", fmt_duration(s.elapsed_s)))
+        if s.device:
+            first.append(Text(s.device, style=self._s("label")))
+
+        second: list[Text] = []
+        marks = Text()
+        for status, n in s.status_counts:
+            glyph = dict(STATUS_MARKS)[status]
+            if marks:
+                marks.append("  ")
+            marks.append(f"{glyph} {n} {status}", style=self._s(status))
+        if marks:
+            second.append(marks)
+        if s.replay is not None:
+            second.append(self._replay_text(s.replay))
+        if s.live and s.hub_quiet_s is not None:
+            second.append(Text(f"hub quiet for {s.hub_quiet_s:.0f} s", style=self._s("bad")))
+        counters = Text.assemble(
+            ("lost ", self._s("label")),
+            (fmt_count(s.lost), self._s("bad" if s.lost else "value")),
+            (" · rejected ", self._s("label")),
+            (fmt_count(s.rejected), self._s("warn" if s.rejected else "value")),
+            (" · dropped ", self._s("label")),
+            (fmt_count(s.dropped), self._s("warn" if s.dropped else "value")),
+        )
+        second.append(counters)
+        if s.live and s.ingest_hz:
+            second.append(self._pair("hub", f"{fmt_rate(s.ingest_hz)} msg/s", "label"))
+        if s.log_error:
+            second.append(Text(f"log: {s.log_error}", style=self._s("bad")))
+        elif s.log_path:
+            second.append(self._pair("log", s.log_path, "label"))
+        lines = [self._fit(first, width), self._fit(second, width)]
+        if s.note:
+            note = Text("⚠ " + s.note, style=self._s("note"))
+            note.overflow = "fold"  # the note is never hidden: it wraps instead
+            lines.append(note)
+        return Text("\n").join(lines)
+
+    def _replay_text(self, r: ReplayPosition) -> Text:
+        state = "ended" if r.done else "paused" if r.paused else "playing"
+        style = "warn" if r.paused else "good"
+        return Text.assemble(
+            ("replay ", self._s("label")),
+            (f"{fmt_duration(r.position_s)} / {fmt_duration(r.duration_s)}", self._s("value")),
+            (f" · {r.speed:g}× · ", self._s("label")),
+            (state, self._s(style)),
+        )
