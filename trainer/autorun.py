@@ -1,9 +1,33 @@
-"""Run a user's script as ``__main__`` on each rank, with pardash's instrumentation installed."""
+"""Run a user's script as ``__main__`` on each rank, with pardash's instrumentation installed.
+
+``pardash launch [flags] -- SCRIPT ARGS`` (or ``-m MODULE ARGS``) has torchrun run
+``python -m pardash.trainer.autorun SCRIPT ARGS`` on every rank. This module installs the hooks
+of :mod:`pardash.trainer.instrument` (only when PARDASH_ENDPOINT names a hub), then runs the
+script as ``python SCRIPT ARGS`` would: as ``__main__``, with ``sys.argv`` exactly the user's
+and the script's folder first on ``sys.path``.
+
+The script's failures stay the script's: an exception prints a traceback that starts at the
+user's code (runpy's, this module's and the hooks' frames are cut), is published as an
+``error`` event with that traceback and written to torchrun's error file, and the process exits
+with code 1; ``SystemExit`` codes pass through. Every way out publishes an ``exit`` event.
+"""
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
+import traceback
+from types import TracebackType
+
+USAGE = "usage: python -m pardash.trainer.autorun SCRIPT [ARGS...] | -m MODULE [ARGS...]"
+
+_OURS = (
+    os.path.abspath(__file__),
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "instrument.py"),
+    os.path.abspath(runpy.__file__),
+)
+"""Files whose frames never show in the user's traceback."""
 
 
 def torchrun_command(script: list[str]) -> list[str]:
@@ -11,17 +35,137 @@ def torchrun_command(script: list[str]) -> list[str]:
     return ["-m", "pardash.trainer.autorun", *script]
 
 
-def main() -> None:
-    args = sys.argv[1:]
-    if not args:
-        raise SystemExit("usage: python -m pardash.trainer.autorun SCRIPT [ARGS...] | -m MODULE [ARGS...]")
+def _trim(exc: BaseException) -> BaseException:
+    """Cut our frames from ``exc``'s traceback (and its causes'), keeping the frame where it was
+    raised even if it is ours, so a pardash bug still shows where it is."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        frames: list[TracebackType] = []
+        tb = e.__traceback__
+        while tb is not None:
+            frames.append(tb)
+            tb = tb.tb_next
+        keep = [f for i, f in enumerate(frames) if i == len(frames) - 1 or f.tb_frame.f_code.co_filename not in _OURS]
+        for a, b in zip(keep, keep[1:]):
+            a.tb_next = b
+        if keep:
+            keep[-1].tb_next = None
+        e.__traceback__ = keep[0] if keep else None
+        todo += [e.__cause__, e.__context__]
+    return exc
+
+
+def _exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    return 1  # Python prints the message and exits with 1
+
+
+def _record_error_file(e: BaseException) -> None:
+    """Write torchrun's error file (TORCHELASTIC_ERROR_FILE), as torch's @record would, so
+    torchrun's summary names this rank's exception as the root cause."""
+    if not os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        return
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+        ErrorHandler().record_exception(e)
+    except Exception:
+        pass
+
+
+def _run(args: list[str]) -> None:
     if args[0] == "-m":
-        sys.argv = [args[1], *args[2:]]
+        if len(args) < 2:
+            raise SystemExit(USAGE)
+        sys.argv = [args[1], *args[2:]]  # runpy puts the module's file in argv[0], as python -m
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     else:
+        script = args[0]
+        if not os.path.exists(script):
+            print(f"pardash: can't open file {script!r}: no such file", file=sys.stderr)
+            raise SystemExit(2)
         sys.argv = list(args)
-        runpy.run_path(args[0], run_name="__main__")
+        # python SCRIPT puts the script's folder first on sys.path (where autorun's -m put the
+        # working directory) and gives __main__ an absolute __file__.
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        runpy.run_path(os.path.abspath(script), run_name="__main__")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr)
+        return 2
+    from pardash.telemetry import api
+
+    instrument = None
+    if api.enabled():
+        reporter = api.reporter(gpu_index=_gpu_index())
+        from pardash.trainer import instrument as instrument_mod
+
+        instrument = instrument_mod.install(reporter)
+    else:
+        reporter = api.reporter()  # a no-op: the script runs as it would without pardash
+    code = 0
+    try:
+        _run(args)
+    except SystemExit as e:
+        code = _exit_code(e)
+        _finish(reporter, instrument, code)
+        raise
+    except KeyboardInterrupt as e:
+        code = 130
+        traceback.print_exception(_trim(e))
+        reporter.event("error", message="interrupted", step=reporter.last_step)
+    except BaseException as e:
+        code = 1
+        _trim(e)
+        tb = "".join(traceback.format_exception(e))
+        sys.stderr.write(tb)
+        sys.stderr.flush()
+        message = traceback.format_exception_only(e)[-1].strip()
+        reporter.event("error", message=message, traceback=tb, step=reporter.last_step)
+        _record_error_file(e)
+    _finish(reporter, instrument, code)
+    return code
+
+
+def _finish(reporter, instrument, code: int) -> None:
+    """Publish what is still held back, then the exit event, then flush."""
+    from pardash.telemetry import api
+
+    if instrument is not None:
+        try:
+            instrument.finish()
+        except Exception:
+            pass
+    api.flush()
+    reporter.event("exit", code=code, step=reporter.last_step)
+    reporter.close()
+
+
+def _gpu_index() -> int | None:
+    """This rank's GPU (LOCAL_RANK) for the system sampler, when there are GPUs. Counted with
+    NVML (torch.cuda.device_count), which unlike is_available() does not initialise CUDA, so
+    a script that forks workers still can."""
+    try:
+        import torch
+
+        count = torch.cuda.device_count()
+    except Exception:
+        return None
+    if count <= 0:
+        return None
+    return int(os.environ.get("LOCAL_RANK", "0") or 0) % count
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

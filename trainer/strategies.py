@@ -206,7 +206,7 @@ class CommTimer:
         self._lock = threading.Lock()  # gloo runs completion callbacks on its own threads
 
     @staticmethod
-    def hook(state: "CommTimer", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    def hook(state: "CommTimer", bucket):  # no annotations: DDP checks them against the real classes, and `from __future__ import annotations` makes them strings
         """The comm hook: average ``bucket`` across ranks, stamping launch and completion."""
         group = state.group if state.group is not None else dist.group.WORLD
         tensor = bucket.buffer()

@@ -39,7 +39,7 @@ def rank_alerts(r: st.RankState, cause: str = "") -> list[Alert]:
     if status == st.EXITED:
         text = f"rank {r.rank} exited with code {r.exit_code}"
         if r.step is not None:
-            text += f" after step {r.step.step}"
+            text += f" at step {r.step.step}"
         if cause:
             text += f": {cause}"
         out.append(Alert("exited", r.rank, text))
@@ -50,7 +50,7 @@ def rank_alerts(r: st.RankState, cause: str = "") -> list[Alert]:
         phase = v.cause or "unknown phase"
         text = f"rank {r.rank} stalled in {phase}"
         if v.step is not None:
-            text += f" after step {v.step}"
+            text += f" at step {v.step}"
         out.append(Alert("stalled", r.rank, text))
     elif status == st.STRAGGLER and r.straggler is not None:
         v = r.straggler

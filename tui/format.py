@@ -106,7 +106,8 @@ def fmt_deviation(fraction: float | None) -> str:
         return f"+{f + 1:.0f}×"
     if f >= 0.995:
         return f"+{f + 1:.1f}×"
-    return f"{f * 100:+.0f}%"
+    pct = round(f * 100)
+    return "0%" if pct == 0 else f"{pct:+d}%"
 
 
 def fmt_rate(per_s: float | None) -> str:
@@ -121,6 +122,17 @@ def fmt_rate(per_s: float | None) -> str:
     if x >= 100:
         return f"{x:.0f}"
     return f"{x:.1f}"
+
+
+def fmt_params(n: int) -> str:
+    """A parameter count: ``124.4M``, ``6.74B``."""
+    if n >= 1e9:
+        return f"{n / 1e9:.2f}B"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f}M"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f}k"
+    return str(n)
 
 
 def fmt_count(n: int) -> str:

@@ -45,7 +45,13 @@ class RankMemory:
 
     @property
     def held_bytes(self) -> int:
-        return self.params_bytes + self.grads_bytes + self.optim_bytes + self.buckets_bytes
+        """Parameters + gradients + optimizer state held (comparable with ``full_bytes``)."""
+        return self.params_bytes + self.grads_bytes + self.optim_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """Everything the rank holds for the model, DDP buckets included."""
+        return self.held_bytes + self.buckets_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +71,13 @@ class MemorySavings:
 
     @property
     def held_bytes(self) -> int:
-        """Model state held across all reporting ranks."""
+        """Model state (parameters, gradients, optimizer state) held across all reporting ranks."""
         return sum(r.held_bytes for r in self.ranks)
+
+    @property
+    def buckets_bytes(self) -> int:
+        """DDP gradient buckets across ranks (extra to the model state; 0 for other strategies)."""
+        return sum(r.buckets_bytes for r in self.ranks)
 
     @property
     def full_bytes(self) -> int:

@@ -68,6 +68,13 @@ class RankRow:
     """Parameters + gradients + optimizer state + buckets held."""
     not_sharding: bool
     exit_code: int | None
+    data_s: float | None = None
+    """Last step's data-loading time."""
+    comm_s: float | None = None
+    """Last step's communication wait (victims of a straggler wait longest)."""
+    gpu_util_pct: float | None = None
+    gpu_mem_bytes: int | None = None
+    """Device memory in use (NVML), else CUDA allocated."""
 
     @property
     def flagged(self) -> bool:
@@ -143,6 +150,11 @@ class RowBuilder:
                     step_s = step.step_s if step_s is None else step_s
                     self_s = step.self_s if self_s is None else self_s
                 hit = cache[r.rank] = (key, step_s, self_s)
+            sysm = r.system
+            mem = step.mem if step is not None else None
+            gpu_mem = sysm.gpu_mem_used_bytes if sysm is not None else None
+            if gpu_mem is None and mem is not None:
+                gpu_mem = mem.nvml_used_bytes if mem.nvml_used_bytes is not None else mem.cuda_allocated_bytes
             rows.append(
                 RankRow(
                     rank=r.rank,
@@ -157,6 +169,10 @@ class RowBuilder:
                     held_bytes=st.mem_held_bytes(step.mem) if step else None,
                     not_sharding=r.not_sharding is not None,
                     exit_code=r.exit_code,
+                    data_s=step.data_s if step else None,
+                    comm_s=step.comm_s if step else None,
+                    gpu_util_pct=sysm.gpu_util_pct if sysm is not None else None,
+                    gpu_mem_bytes=gpu_mem,
                 )
             )
         _fill_deviation(rows)

@@ -162,7 +162,7 @@ def synchronous_steps(
                     comm_s=comm,
                     lr=round(3e-4 * min(1.0, (step + 1) / 20), 8),
                     mono=round(1000 + t, 6),
-                    mem=mem_of(r) if step % mem_every == 0 or step == steps[-1] else None,
+                    mem=mem_of(r) if (step + 1) % mem_every == 0 or step == steps[-1] else None,
                     **p,
                 ),
                 t + r * 0.0005,
@@ -220,7 +220,7 @@ def straggler8(path: Path) -> None:
     end = synchronous_steps(
         log, ranks=ranks, steps=range(100), step_dt=0.2, t_start=1.0, rng=rng, mem_of=mems.get,
         loss_of=lambda s, r: 0.9 + 6.0 * math.exp(-s / 30) + (rng.random() - 0.5) * 0.05,
-        slow={5: {"slow_data": 0.045}}, samples=256,
+        slow={5: {"slow_data": 0.045}}, samples=256, mem_every=5,
     )  # fmt: skip
     t_verdict = 1.0 + 50 * 0.245
     log.add(

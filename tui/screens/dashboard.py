@@ -59,6 +59,13 @@ class DashboardScreen(Screen):
         max-width: 64;
         min-width: 30;
     }
+    DashboardScreen.-narrow #side {
+        width: 34;
+        min-width: 30;
+    }
+    DashboardScreen.-narrow #memory {
+        display: none;
+    }
     DashboardScreen .panel {
         border: round $panel-lighten-2;
         border-title-color: $text-accent;
@@ -101,6 +108,12 @@ class DashboardScreen(Screen):
                 yield MemorySummary(id="memory", classes="panel")
                 yield EventLog(id="events", classes="panel")
         yield Footer()
+
+    NARROW_WIDTH = 100
+    """Below this many columns the memory panel gives its room to the event log (m shows it)."""
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width < self.NARROW_WIDTH, "-narrow")
 
     def on_mount(self) -> None:
         self.query_one("#main").border_title = "ranks"
@@ -160,11 +173,9 @@ class DashboardScreen(Screen):
 
     def _update_labels(self) -> None:
         grid = self.grid
-        sort = SORT_LABELS[grid.sort_key]
-        label = f"sort: {sort}" + (" · flagged only" if grid.flagged_only else "")
-        self.query_one(SelectedRank).sort_label = label
         form = "heat map" if grid.heat else "cells"
-        self.query_one("#main").border_subtitle = f"{form} · c  sort · s  filter · f"
+        label = f"{form} · sorted by {SORT_LABELS[grid.sort_key]}" + (" · flagged only" if grid.flagged_only else "")
+        self.query_one("#main").border_subtitle = label
 
     def action_memory(self) -> None:
         from .memory import MemoryScreen

@@ -31,10 +31,12 @@ class QuitScreen(ModalScreen[str | None]):
         background: $surface;
     }
     QuitScreen #question {
+        width: 100%;
         text-style: bold;
         margin-bottom: 1;
     }
     QuitScreen .explain {
+        width: 100%;
         color: $text-muted;
         margin-bottom: 1;
     }
@@ -70,8 +72,7 @@ class QuitScreen(ModalScreen[str | None]):
                 classes="explain",
             )
             yield Label(
-                "Detach leaves the job, the hub and the log running; come back with "
-                "`pardash attach`.",
+                "Detach: the job, the hub and the log go on; come back with `pardash attach`.",
                 classes="explain",
             )
             with Horizontal():

@@ -75,7 +75,9 @@ class EventLog(RichLog):
         height: 1fr;
         padding: 0 1;
         background: $surface;
+        overflow-y: auto;
         scrollbar-size-vertical: 1;
+        scrollbar-background: $surface;
     }
     EventLog > .event-log--time { color: $text-muted; }
     EventLog > .event-log--info { color: $foreground; }

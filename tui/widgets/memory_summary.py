@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..format import fmt_bytes, fmt_count, fmt_ratio
+from ..format import fmt_bytes, fmt_params, fmt_ratio
 from ..memory import MemorySavings
 
 
@@ -56,22 +56,24 @@ class MemorySummary(Widget):
             return Text("no memory figures yet", style=self._s("dim"))
         n = len(s.ranks)
         lo, med, hi = s.held_per_rank
-        lines = [
-            self._row("held", fmt_bytes(s.held_bytes), f"across {n} rank{'s' if n != 1 else ''}"),
-            self._row("unsharded", fmt_bytes(s.full_bytes), "(a full copy per rank)"),
-        ]
+        lines = [self._row("held", fmt_bytes(s.held_bytes), f"across {n} rank{'s' if n != 1 else ''}")]
+        if s.buckets_bytes:
+            lines.append(self._row("buckets", fmt_bytes(s.buckets_bytes), "DDP gradient buckets, extra"))
+        lines.append(self._row("unsharded", fmt_bytes(s.full_bytes), "a full copy per rank"))
         ratio = s.ratio
-        saving_style = "good" if s.saving_bytes > 0 and (ratio or 0) > 1.05 else "dim"
-        lines.append(self._row("saving", fmt_bytes(s.saving_bytes), f"· {fmt_ratio(ratio)} less", saving_style))
+        if s.saving_bytes > 0 and (ratio or 0) > 1.05:
+            lines.append(self._row("saving", fmt_bytes(s.saving_bytes), f"· {fmt_ratio(ratio)} less", "good"))
+        else:
+            lines.append(self._row("saving", "none:", "every rank holds a full copy", "dim"))
         per_rank = fmt_bytes(med)
         spread = f"(min {fmt_bytes(lo, short=True)} · max {fmt_bytes(hi, short=True)})" if hi > lo * 1.01 else ""
         lines.append(self._row("per rank", per_rank, spread))
         expected = s.expected_per_rank_bytes
         if expected:
-            lines.append(self._row("expected", fmt_bytes(expected), f"({s.expected_label}, {fmt_count(s.params_count)} params)"))
+            lines.append(self._row("expected", fmt_bytes(expected), f"(16 B × {fmt_params(s.params_count)}{' ÷ ' + str(s.world_size) if s.sharded else ''})"))
             if not s.sharded and s.world_size > 1 and s.sharded_expected_bytes:
                 lines.append(
-                    self._row("sharded", fmt_bytes(s.sharded_expected_bytes), f"would be a rank's share (FSDP over {s.world_size})")
+                    self._row("sharded", fmt_bytes(s.sharded_expected_bytes), f"a rank's share with FSDP (÷ {s.world_size})")
                 )
         over = s.over_expectation
         if over:

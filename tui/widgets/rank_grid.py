@@ -34,6 +34,27 @@ HEAT_GLYPHS = {
 }
 """One character per rank in the heat map: the shape says the status, the colour the rest."""
 
+COLUMNS = ("rank", "status", "loss", "step", "held", "dev")
+"""Fields of a cell."""
+WIDE_COLUMNS = (
+    ("rank", "status", "loss", "step", "self", "dev", "data", "comm", "held", "gpu", "gpu_mem"),
+    ("rank", "status", "loss", "step", "self", "dev", "data", "comm", "held"),
+)
+"""Richer cells, widest first, used when every rank fits on a line of its own."""
+COLUMN_SPEC = {
+    # key: (title, width, sort key it shows)
+    "status": ("status", 9, "status"),
+    "loss": ("loss", 7, ""),
+    "step": ("step", 6, "step_time"),
+    "self": ("self", 6, ""),
+    "dev": ("Δself", 5, "self_time"),
+    "data": ("data", 6, ""),
+    "comm": ("comm", 6, ""),
+    "held": ("held", 6, "memory"),
+    "gpu": ("gpu", 4, ""),
+    "gpu_mem": ("gpu mem", 7, ""),
+}
+
 HEAT_BLOCK = 8
 """Ranks per block in a heat-map row (a space between blocks makes counting easy)."""
 CELL_GAP = 3
@@ -142,6 +163,12 @@ class RankGrid(ScrollView, can_focus=True):
         self._heat = False
         """The form actually drawn (auto decides from the size)."""
         self._rank_width = 3
+        self._columns: tuple[str, ...] = COLUMNS
+        self._max_cols = 1
+        """Most cells on one line (how many title blocks to draw)."""
+        self._looks: dict[int, list[Segment]] = {}
+        """Drawing of each ordered rank, cleared when rows, layout or styles change."""
+        """The fields cells show now (COLUMNS, or WIDE_COLUMNS when there is room)."""
 
     # -- feeding ----------------------------------------------------------------------------
 
@@ -169,6 +196,7 @@ class RankGrid(ScrollView, can_focus=True):
         or the set of drawn ranks does, so cells update in place."""
         self._rows = rows
         self._by_rank = {row.rank: row for row in rows}
+        self._looks.clear()
         self._relayout()
         self.refresh()
 
@@ -192,7 +220,15 @@ class RankGrid(ScrollView, can_focus=True):
             return
         self._layout_key = key
         self._rank_width = max(3, len(str(max((row.rank for row in self._rows), default=0))))
-        lines = self._layout_cells(ordered, width)
+        lines = []
+        for columns in WIDE_COLUMNS:
+            self._columns = columns
+            if self.cell_width <= width - 1:
+                lines = self._layout_cells(ordered, width, single=True)
+                break
+        if not lines or len(lines) > max(1, height - 1):
+            self._columns = COLUMNS
+            lines = self._layout_cells(ordered, width)
         heat = self.form == "heat" or (self.form == "auto" and len(lines) > max(1, height - 1))
         if heat:
             lines = self._layout_heat(ordered, width)
@@ -201,6 +237,8 @@ class RankGrid(ScrollView, can_focus=True):
             lines = [_Line("note", labels=[(1, text, "rank-grid--dim")])]
         self._heat = heat
         self._lines = lines
+        self._looks.clear()
+        self._max_cols = max((len(line.cells) for line in lines if line.kind == "cells"), default=1) or 1
         self._where = {}
         for y, line in enumerate(lines):
             for pos, (_x, idx) in enumerate(line.cells):
@@ -225,10 +263,13 @@ class RankGrid(ScrollView, can_focus=True):
 
     # -- layout -------------------------------------------------------------------------------
 
+    def _column_width(self, key: str) -> int:
+        return self._rank_width if key == "rank" else COLUMN_SPEC[key][1]
+
     @property
     def cell_width(self) -> int:
-        # rank, status 9, loss 7, step 6, held 6, self 5, with a space between fields
-        return self._rank_width + 1 + 9 + 1 + 7 + 1 + 6 + 1 + 6 + 1 + 5
+        """Columns a cell takes (its fields with a space between them)."""
+        return sum(self._column_width(k) for k in self._columns) + len(self._columns) - 1
 
     def _node_label(self, rows: list[RankRow]) -> str:
         first = rows[0]
@@ -252,9 +293,9 @@ class RankGrid(ScrollView, can_focus=True):
                 start = i
         return spans
 
-    def _layout_cells(self, ordered: list[RankRow], width: int) -> list[_Line]:
+    def _layout_cells(self, ordered: list[RankRow], width: int, *, single: bool = False) -> list[_Line]:
         cw = self.cell_width
-        cols = max(1, (width - 1 + CELL_GAP) // (cw + CELL_GAP))
+        cols = 1 if single else max(1, (width - 1 + CELL_GAP) // (cw + CELL_GAP))
         lines: list[_Line] = []
         for start, end in self._groups(ordered):
             lines.append(_Line("node", labels=[(0, self._node_label(ordered[start:end]), "rank-grid--node")]))
@@ -324,35 +365,32 @@ class RankGrid(ScrollView, can_focus=True):
             index = self.scroll_offset.y + y - 1
             if index >= len(self._lines):
                 return Strip.blank(width, base)
-            segments = list(self._line_segments(self._lines[index], width))
-        return Strip(segments).apply_style(base).crop_extend(0, width, base)
+            segments = self._line_segments(self._lines[index], width)
+        return Strip(Segment.simplify(segments)).apply_style(base).crop_extend(0, width, base)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._looks.clear()
 
     def _title_segments(self, width: int) -> Iterable[Segment]:
         if self._heat:
             yield from self._legend_segments(width)
             return
-        cw = self.cell_width
-        cols = max(1, (width - 1 + CELL_GAP) // (cw + CELL_GAP))
-        cols = min(cols, max(1, max((len(line.cells) for line in self._lines), default=1)))
-        rw = self._rank_width
-        fields = [
-            ("rank", f"{'rank':>{rw}}"),
-            ("status", f"{'status':<9}"),
-            ("loss", f"{'loss':>7}"),
-            ("step_time", f"{'step':>6}"),
-            ("memory", f"{'held':>6}"),
-            ("self_time", f"{'self':>5}"),
-        ]
         title = self._style("rank-grid--title")
         sorted_style = self._style("rank-grid--title-sorted")
         yield Segment(" ")
-        for k in range(cols):
+        for k in range(self._max_cols):
             if k:
                 yield Segment(" " * CELL_GAP)
-            for j, (key, text) in enumerate(fields):
+            for j, key in enumerate(self._columns):
                 if j:
                     yield Segment(" ")
-                yield Segment(text, sorted_style if key == self.sort_key else title)
+                if key == "rank":
+                    text, sort = f"{'rank':>{self._rank_width}}", "rank"
+                else:
+                    name, w, sort = COLUMN_SPEC[key]
+                    text = f"{name:<{w}}" if key == "status" else f"{name:>{w}}"
+                yield Segment(text, sorted_style if sort == self.sort_key else title)
 
     def _legend_segments(self, width: int) -> Iterable[Segment]:
         dim = self._style("rank-grid--dim")
@@ -376,38 +414,52 @@ class RankGrid(ScrollView, can_focus=True):
             yield Segment(f" {text}  ", dim)
             used += piece
 
-    def _line_segments(self, line: _Line, width: int) -> Iterable[Segment]:
-        items: list[tuple[int, int, object]] = [(x, 0, (text, cls)) for x, text, cls in line.labels]
-        items += [(x, 1, idx) for x, idx in line.cells]
-        items.sort(key=lambda item: item[0])
+    def _look(self, index: int) -> list[Segment]:
+        """The segments of the rank at ``index`` (a glyph or a cell), cached until the rows,
+        the layout or the styles change, so redrawing a line costs no formatting."""
+        look = self._looks.get(index)
+        if look is None:
+            row = self._ordered[index]
+            if self._heat:
+                look = [Segment(HEAT_GLYPHS.get(row.status, "?"), self._heat_style(row))]
+            else:
+                look = self._cell_segments(row)
+            self._looks[index] = look
+        return look
+
+    def _line_segments(self, line: _Line, width: int) -> list[Segment]:
+        out: list[Segment] = []
         x_at = 0
-        cursor = self._cursor_style()
-        for x, kind, payload in items:
+        cursor_rank = self.cursor_rank
+        ordered = self._ordered
+        for x, text, cls in line.labels if line.kind != "heat" else ():
+            if line.kind == "node":
+                text = f"─ {text} "
+                text = text + "─" * max(0, width - len(text) - 1)
+            out.append(Segment(" " * (x - x_at) + text, self._style(cls)))
+            x_at = x + len(text)
+        if line.kind == "heat":
+            items = sorted([(x, 0, text, cls) for x, text, cls in line.labels] + [(x, 1, idx, "") for x, idx in line.cells])
+        else:
+            items = [(x, 1, idx, "") for x, idx in line.cells]
+        for x, kind, payload, cls in items:
             if x > x_at:
-                yield Segment(" " * (x - x_at))
+                out.append(Segment(" " * (x - x_at)))
                 x_at = x
             if kind == 0:
-                text, cls = payload  # type: ignore[misc]
-                if line.kind == "node":
-                    text = f"─ {text} "
-                    text = text + "─" * max(0, width - len(text) - 1)
-                yield Segment(text, self._style(cls))
-                x_at += len(text)
+                out.append(Segment(payload, self._style(cls)))  # type: ignore[arg-type]
+                x_at += len(payload)  # type: ignore[arg-type]
                 continue
-            row = self._ordered[payload]  # type: ignore[index]
-            selected = row.rank == self.cursor_rank
-            if line.kind == "heat":
-                style = self._heat_style(row)
-                if selected:
-                    style = style + Style(reverse=True, bold=True)
-                yield Segment(HEAT_GLYPHS.get(row.status, "?"), style)
-                x_at += 1
-            else:
-                for seg in self._cell_segments(row):
-                    yield Segment(seg.text, seg.style + cursor) if selected and seg.style else (
-                        Segment(seg.text, cursor) if selected else seg
-                    )
-                x_at += self.cell_width
+            look = self._look(payload)  # type: ignore[arg-type]
+            if ordered[payload].rank == cursor_rank:  # type: ignore[index]
+                if self._heat:
+                    look = [Segment(look[0].text, look[0].style + Style(reverse=True, bold=True))]
+                else:
+                    cursor = self._cursor_style()
+                    look = [Segment(seg.text, (seg.style or Style()) + cursor) for seg in look]
+            out.extend(look)
+            x_at += 1 if self._heat else self.cell_width
+        return out
 
     def _cursor_style(self) -> Style:
         return self._style("rank-grid--cursor" if self.has_focus else "rank-grid--cursor-blurred")
@@ -416,31 +468,47 @@ class RankGrid(ScrollView, can_focus=True):
         dim = self._style("rank-grid--dim")
         status = row.status
         if status == st.EXITED and row.exit_code is not None:
-            status_text = f"exit {row.exit_code}"
+            status_text, status_style = f"exit {row.exit_code}", self._status_style(row)
+        elif row.not_sharding and status == st.RUNNING:
+            status_text, status_style = "unsharded", self._style("rank-grid--stalled")
         else:
-            status_text = status
-        if row.not_sharding and status == st.RUNNING:
-            status_text = "unsharded"
-        dev_level = row.deviation_level
-        dev_style = (
-            self._style("rank-grid--dev-bad") if dev_level == 2 else self._style("rank-grid--dev-warn") if dev_level == 1 else dim
-        )
-        gone = row.status in (st.EXITED, st.FINISHED, st.SILENT)
+            status_text, status_style = status, self._status_style(row)
+        level = row.deviation_level
+        dev_style = self._style("rank-grid--dev-bad") if level == 2 else self._style("rank-grid--dev-warn") if level == 1 else dim
+        gone = status in (st.EXITED, st.FINISHED, st.SILENT)
         value = dim if gone else Style()
-        sep = Segment(" ")
-        return [
-            Segment(f"{row.rank:>{self._rank_width}}", self._style("rank-grid--rank")),
-            sep,
-            Segment(f"{status_text[:9]:<9}", self._style("rank-grid--stalled") if row.not_sharding and status == st.RUNNING else self._status_style(row)),
-            sep,
-            Segment(f"{fmt_loss(row.loss):>7}", value),
-            sep,
-            Segment(f"{fmt_step_time(row.step_s):>6}", value),
-            sep,
-            Segment(f"{fmt_bytes(row.held_bytes, short=True):>6}", value),
-            sep,
-            Segment(f"{fmt_deviation(row.self_dev) if not gone else DASH:>5}", dev_style),
-        ]
+        out: list[Segment] = []
+        for j, key in enumerate(self._columns):
+            if j:
+                out.append(Segment(" "))
+            if key == "rank":
+                out.append(Segment(f"{row.rank:>{self._rank_width}}", self._style("rank-grid--rank")))
+                continue
+            w = COLUMN_SPEC[key][1]
+            style = value
+            if key == "status":
+                out.append(Segment(f"{status_text[:w]:<{w}}", status_style))
+                continue
+            if key == "loss":
+                text = fmt_loss(row.loss)
+            elif key == "step":
+                text = fmt_step_time(row.step_s)
+            elif key == "self":
+                text = fmt_step_time(row.self_s)
+            elif key == "dev":
+                text, style = (DASH if gone else fmt_deviation(row.self_dev)), dev_style
+            elif key == "data":
+                text = fmt_step_time(row.data_s)
+            elif key == "comm":
+                text = fmt_step_time(row.comm_s)
+            elif key == "held":
+                text = fmt_bytes(row.held_bytes, short=True)
+            elif key == "gpu":
+                text = DASH if row.gpu_util_pct is None else f"{row.gpu_util_pct:.0f}%"
+            else:  # gpu_mem
+                text = fmt_bytes(row.gpu_mem_bytes, short=True)
+            out.append(Segment(f"{text:>{w}}", style))
+        return out
 
     # -- cursor -------------------------------------------------------------------------------
 

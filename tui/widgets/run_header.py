@@ -169,17 +169,20 @@ class RunHeader(Widget):
     def _s(self, name: str) -> Style:
         return self.get_component_rich_style(f"run-header--{name}", partial=True)
 
-    def _fit(self, pieces: list[Text], width: int, sep: str = "   ") -> Text:
-        """Join pieces left to right, dropping those that no longer fit (least important last)."""
-        out = Text(no_wrap=True, overflow="ellipsis")
-        for i, piece in enumerate(pieces):
-            extra = (len(sep) if out.cell_len else 0) + piece.cell_len
-            if out.cell_len and out.cell_len + extra > width:
-                continue
-            if out.cell_len:
-                out.append(sep)
-            out.append_text(piece)
-        return out
+    def _flow(self, pieces: list[Text], width: int, sep: str = "   ") -> list[Text]:
+        """Lay pieces out left to right, starting a new line when the next does not fit."""
+        lines: list[Text] = []
+        line = Text(no_wrap=True, overflow="ellipsis")
+        for piece in pieces:
+            if line.cell_len and line.cell_len + len(sep) + piece.cell_len > width:
+                lines.append(line)
+                line = Text(no_wrap=True, overflow="ellipsis")
+            if line.cell_len:
+                line.append(sep)
+            line.append_text(piece)
+        if line.cell_len:
+            lines.append(line)
+        return lines
 
     def _pair(self, label: str, value: str, style: str = "value") -> Text:
         return Text.assemble((label + " ", self._s("label")), (value, self._s(style)))
@@ -228,7 +231,7 @@ class RunHeader(Widget):
             second.append(Text(f"log: {s.log_error}", style=self._s("bad")))
         elif s.log_path:
             second.append(self._pair("log", s.log_path, "label"))
-        lines = [self._fit(first, width), self._fit(second, width)]
+        lines = self._flow(first, width) + self._flow(second, width)
         if s.note:
             note = Text("⚠ " + s.note, style=self._s("note"))
             note.overflow = "fold"  # the note is never hidden: it wraps instead
@@ -238,8 +241,9 @@ class RunHeader(Widget):
     def _replay_text(self, r: ReplayPosition) -> Text:
         state = "ended" if r.done else "paused" if r.paused else "playing"
         style = "warn" if r.paused else "good"
+        name = r.path.replace("\\", "/").rsplit("/", 1)[-1]
         return Text.assemble(
-            ("replay ", self._s("label")),
+            (f"replay {name} " if name else "replay ", self._s("label")),
             (f"{fmt_duration(r.position_s)} / {fmt_duration(r.duration_s)}", self._s("value")),
             (f" · {r.speed:g}× · ", self._s("label")),
             (state, self._s(style)),

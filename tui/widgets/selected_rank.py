@@ -40,40 +40,45 @@ class SelectedRank(Widget):
 
     row: reactive[RankRow | None] = reactive(None)
     """The selected rank's row (None: nothing selected)."""
-    sort_label: reactive[str] = reactive("")
-    """How the grid is ordered and filtered, shown at the right."""
 
     def _s(self, name: str) -> Style:
         return self.get_component_rich_style(f"selected-rank--{name}", partial=True)
 
+    def _pair(self, label: str, value: str) -> Text:
+        return Text.assemble((label + " ", self._s("label")), (value, self._s("value")))
+
     def render(self) -> Text:
         row = self.row
+        width = self.content_region.width or 80
         out = Text(no_wrap=True, overflow="ellipsis")
         if row is None:
             out.append("no rank selected", style=self._s("label"))
-        else:
-            label, value = self._s("label"), self._s("value")
-            out.append(f"rank {row.rank}", style=value)
-            where = f" · node {row.node}" + (f" {row.host}" if row.host else "")
-            out.append(where, style=label)
-            status = row.status if row.exit_code is None else f"exited {row.exit_code}"
-            out.append(f" · {status}", style=self._s("flag") if row.flagged else value)
-            pairs = [
-                ("step", str(row.step) if row.step is not None else "–"),
-                ("loss", fmt_loss(row.loss)),
-                ("step", fmt_step_time(row.step_s)),
-                ("self", fmt_step_time(row.self_s)),
-            ]
-            for name, text in pairs:
-                out.append(f" · {name} ", style=label)
-                out.append(text, style=value)
-            if row.self_dev is not None and row.status not in (st.EXITED, st.FINISHED):
-                out.append(f" ({fmt_deviation(row.self_dev)} vs others)", style=label)
-            out.append(" · held ", style=label)
-            out.append(fmt_bytes(row.held_bytes), style=value)
-        hint = f"  {self.sort_label}  ⏎ detail" if row is not None else f"  {self.sort_label}"
-        width = self.content_region.width or 80
-        if out.cell_len + len(hint) <= width:
-            out.append(" " * (width - out.cell_len - len(hint)))
-            out.append(hint, style=self._s("hint"))
+            return out
+        status = row.status if row.exit_code is None else f"exited {row.exit_code}"
+        self_text = fmt_step_time(row.self_s)
+        if row.self_dev is not None and row.status not in (st.EXITED, st.FINISHED):
+            self_text += f" ({fmt_deviation(row.self_dev)})"
+        # Most telling first; what does not fit is left out, never wrapped.
+        pieces = [
+            Text(f"rank {row.rank}", style=self._s("value")),
+            Text(status, style=self._s("flag") if row.flagged else self._s("value")),
+            self._pair("self", self_text),
+            self._pair("loss", fmt_loss(row.loss)),
+            self._pair("step time", fmt_step_time(row.step_s)),
+            self._pair("held", fmt_bytes(row.held_bytes)),
+            self._pair("step", str(row.step) if row.step is not None else "–"),
+            Text(f"{row.host or 'node'} (node {row.node})", style=self._s("label")),
+        ]
+        sep = " · "
+        for piece in pieces:
+            need = (len(sep) if out.cell_len else 0) + piece.cell_len
+            if out.cell_len + need > width:
+                break
+            if out.cell_len:
+                out.append(sep, style=self._s("label"))
+            out.append_text(piece)
+        hint = Text("⏎ detail", style=self._s("hint"))
+        if out.cell_len + 2 + hint.cell_len <= width:
+            out.append(" " * (width - out.cell_len - hint.cell_len))
+            out.append_text(hint)
         return out

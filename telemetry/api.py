@@ -1,0 +1,561 @@
+"""The explicit API: mark steps, log metrics and time phases from your own training loop.
+
+    import pardash.telemetry as pt
+
+    pt.init(model=model, optimizer=optimizer, config=vars(args))
+    for x, y in loader:
+        with pt.step():
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            pt.log(loss=loss, samples=len(x), tokens=x.numel())
+
+Everything here is a cheap no-op unless ``PARDASH_ENDPOINT`` names a hub (``pardash launch``
+sets it for the ranks; ``pardash hub`` prints it for jobs started by torchrun or srun).
+
+Under ``pardash launch`` a script is also instrumented without any code change
+(:mod:`pardash.trainer.instrument`, which counts a step at every round of optimizer steps).
+When both are active, ``pt.step()`` takes precedence: the first ``with pt.step():`` switches
+the automatic step boundaries off, and each explicit step still gets the automatic phase
+times, loss, samples and memory for whatever ``pt.log`` and ``pt.phase`` did not give.
+
+Values logged outside a ``pt.step()`` block go with the next step published. A tensor passed to
+``pt.log`` is read with ``.item()`` when its step is published; on a GPU that step is published
+once the next one ends, so reading it waits for nothing.
+
+torch is never imported here at module level: a model, optimizer or tensor you pass in is
+inspected through its own methods, and torch is imported inside functions only when you passed
+one (so it is loaded already).
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import sys
+import threading
+import time
+from typing import Any, Iterator, Protocol
+
+from .env import telemetry_enabled
+from .reporter import Reporter
+from .schema import Mem
+
+STEP_FIELDS = ("loss", "samples", "epoch", "lr")
+"""``log`` keys that map to :class:`~pardash.telemetry.schema.Step` fields; the rest go in
+``Step.custom``."""
+PHASE_FIELDS = ("data", "forward", "backward", "optimizer", "comm")
+"""``phase`` names with their own Step field (``data`` -> ``data_s``); others go in ``custom``
+as ``<name>_s``."""
+
+MEM_BUDGET = 0.01
+"""Fraction of the step time that memory accounting may take; above it, it is sampled every
+few steps and the steps between repeat the last measurement."""
+MEM_MAX_EVERY = 100
+"""Memory is measured at least once every this many steps."""
+
+
+# -- what the automatic instrumentation offers the API --------------------------------------
+
+
+class AutoSteps(Protocol):
+    """The hooks of :mod:`pardash.trainer.instrument`, as the explicit API drives them."""
+
+    def use(self, model: Any, optimizer: Any, hello: dict[str, Any]) -> None:
+        """Take the model and optimizer(s) the user named, and extra hello fields."""
+
+    def begin_explicit(self) -> None:
+        """A ``pt.step()`` block starts: automatic step boundaries are off from now on."""
+
+    def end_explicit(self, logged: "Logged") -> None:
+        """A ``pt.step()`` block ended: publish it, ``logged`` overriding what was measured."""
+
+
+class Logged:
+    """What ``log`` and ``phase`` collected for one step (cleared when the step publishes)."""
+
+    __slots__ = ("fields", "custom", "phases")
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] = {}
+        """Step fields by name (loss, samples, epoch, lr); values may be tensors."""
+        self.custom: dict[str, Any] = {}
+        """Custom metrics by name; values may be tensors."""
+        self.phases: dict[str, float] = {}
+        """Seconds per phase name."""
+
+    def __bool__(self) -> bool:
+        return bool(self.fields or self.custom or self.phases)
+
+    def deferred(self) -> bool:
+        """True when a logged value is a tensor on a device, whose reading would wait for it."""
+        return any(_on_device(v) for d in (self.fields, self.custom) for v in d.values())
+
+    def apply(self, out: dict[str, Any]) -> None:
+        """Put these values into ``out`` (keyword arguments of ``Reporter.step``), reading
+        tensors now; they override what ``out`` had."""
+        for name, value in self.fields.items():
+            number = as_number(value)
+            if number is not None:
+                out[name] = int(number) if name in ("samples", "epoch") else number
+        custom = dict(out.get("custom") or {})
+        for name, value in self.custom.items():
+            number = as_number(value)
+            if number is not None:
+                custom[name] = number
+        for name, seconds in self.phases.items():
+            if name in PHASE_FIELDS:
+                out[f"{name}_s"] = seconds
+            else:
+                custom[f"{name}_s"] = seconds
+        if custom:
+            out["custom"] = custom
+
+
+def _on_device(value: Any) -> bool:
+    device = getattr(value, "device", None)
+    return device is not None and getattr(device, "type", "cpu") != "cpu"
+
+
+def as_number(value: Any) -> float | None:
+    """A logged value as a float (a tensor or numpy scalar via ``.item()``); None when it is
+    not finite, since the hub refuses NaN and infinity in a step."""
+    if not isinstance(value, (int, float)):
+        value = value.item()
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _check_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) or callable(getattr(value, "item", None))):
+        raise TypeError(f"pardash.telemetry.log({name}=...): expected a number or a one-element tensor, got {type(value).__name__}")
+
+
+# -- model facts for the hello --------------------------------------------------------------
+
+
+def strategy_of(model: Any) -> str:
+    """``ddp``, ``fsdp``, ``dp`` or ``single`` from the type of the module that is called."""
+    import torch
+
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return "ddp"
+    if isinstance(model, torch.nn.DataParallel):
+        return "dp"
+    try:
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+
+        sharded: tuple[type, ...] = (FSDPModule, FullyShardedDataParallel)
+    except ImportError:  # torch built without distributed
+        return "single"
+    if isinstance(model, sharded) or any(isinstance(m, sharded) for m in model.modules()):
+        return "fsdp"
+    return "single"
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def model_facts(model: Any) -> dict[str, Any]:
+    """Hello fields that describe ``model``: strategy, full parameter count and bytes (each
+    shared parameter once; an FSDP2 DTensor counts its global size), device, its name and
+    memory, torch version."""
+    import torch
+
+    count = nbytes = 0
+    device = None
+    for p in model.parameters():
+        count += p.numel()
+        nbytes += p.numel() * p.element_size()
+        if device is None:
+            device = p.device
+    facts: dict[str, Any] = {
+        "strategy": strategy_of(model),
+        "params_count": count,
+        "params_bytes": nbytes,
+        "torch_version": str(torch.__version__),
+    }
+    if device is not None and device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        facts.update(device=f"cuda:{index}", device_name=props.name, device_mem_bytes=int(props.total_memory))
+    else:
+        import psutil
+
+        facts.update(device="cpu", device_name=_cpu_name(), device_mem_bytes=int(psutil.virtual_memory().total))
+    return facts
+
+
+def process_group_facts() -> dict[str, Any]:
+    """The process group's backend, when torch is loaded and one exists."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return {"backend": str(dist.get_backend())}
+    except Exception:
+        pass
+    return {}
+
+
+# -- memory, measured no more often than it is cheap ----------------------------------------
+
+
+class MemoryProbe:
+    """Calls :func:`pardash.telemetry.memory.account` every step while it costs under
+    :data:`MEM_BUDGET` of the step time, else every N steps (N chosen from the measured cost);
+    the steps in between repeat the last measurement, so every step carries one."""
+
+    def __init__(self) -> None:
+        self.last: Mem | None = None
+        self.cost_s = 0.0
+        """Wall time of the last ``account`` call."""
+        self.every = 1
+        """Steps per measurement, from the last cost and step time."""
+        self._skip = 0
+
+    def measure(self, model: Any, optimizers: Any, *, ddp_module: Any = None, step_s: float = 0.0, force: bool = False) -> Mem | None:
+        if not force and self._skip > 0:
+            self._skip -= 1
+            return self.last
+        from .memory import account
+
+        t0 = time.perf_counter()
+        try:
+            self.last = account(model, optimizers, ddp_module=ddp_module)
+        except Exception:  # an odd model or optimizer: the step goes out without memory
+            self.last = None
+            self.every = MEM_MAX_EVERY
+        else:
+            self.cost_s = time.perf_counter() - t0
+            budget_s = MEM_BUDGET * step_s
+            self.every = 1 if budget_s <= 0 or self.cost_s <= budget_s else min(MEM_MAX_EVERY, math.ceil(self.cost_s / budget_s))
+        self._skip = self.every - 1
+        return self.last
+
+
+class _Holder:
+    """Several modules (or optimizers' parameters) seen as one model by ``account``."""
+
+    def __init__(self, modules: list[Any], optimizers: list[Any]) -> None:
+        self.modules = list(modules)
+        self.optimizers = list(optimizers)
+
+    def parameters(self) -> Iterator[Any]:
+        seen: set[int] = set()
+        if self.modules:
+            params = (p for m in self.modules for p in m.parameters())
+        else:
+            params = (p for opt in self.optimizers for g in opt.param_groups for p in g["params"])
+        for p in params:
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield p
+
+
+def accountable(modules: list[Any], optimizers: list[Any], cache: dict[str, Any]) -> Any:
+    """The object to pass to ``account`` as the model: the one module when there is one, else a
+    holder of all (kept in ``cache`` while the lists do not change, since ``account`` caches by
+    model)."""
+    if len(modules) == 1:
+        return modules[0]
+    key = (tuple(id(m) for m in modules), tuple(id(o) for o in optimizers) if not modules else ())
+    if cache.get("key") != key:
+        cache["key"] = key
+        cache["holder"] = _Holder(modules, optimizers)
+    return cache["holder"]
+
+
+# -- the process's one reporter and state ----------------------------------------------------
+
+
+class _Api:
+    """Process-wide state of the explicit API (one per rank process)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reporter: Reporter | None = None
+        self.auto: AutoSteps | None = None
+        self.initialised = False
+        self.model: Any = None
+        self.optimizers: list[Any] = []
+        self.logged = Logged()
+        self.step = 0
+        self.in_step = False
+        self.phase = ""
+        self.step_s = 0.0
+        self.probe = MemoryProbe()
+        self.holder_cache: dict[str, Any] = {}
+        self.late: tuple[dict[str, Any], Logged] | None = None
+        """A step held back because a logged value is still on the device."""
+
+
+_api = _Api()
+
+
+def reporter(**kwargs: Any) -> Reporter:
+    """This process's one :class:`Reporter` (every message of a rank shares its ``seq``
+    counter): made on first use from the environment, with ``kwargs`` (e.g. ``gpu_index``)."""
+    if _api.reporter is None:
+        with _api.lock:
+            if _api.reporter is None:
+                _api.reporter = Reporter.from_env(**kwargs)
+    return _api.reporter
+
+
+def attach_auto(auto: AutoSteps | None) -> None:
+    """Called by the automatic instrumentation when it is installed (None when removed)."""
+    _api.auto = auto
+
+
+def enabled() -> bool:
+    """True when telemetry goes somewhere (PARDASH_ENDPOINT set, PARDASH_TELEMETRY not 0)."""
+    return telemetry_enabled()
+
+
+def _gpu_index(model: Any) -> int | None:
+    torch = sys.modules.get("torch")
+    if torch is None or model is None:
+        return None
+    for p in model.parameters():
+        return p.device.index if p.device.type == "cuda" and p.device.index is not None else (
+            torch.cuda.current_device() if p.device.type == "cuda" else None
+        )
+    return None
+
+
+def _as_list(optimizer: Any) -> list[Any]:
+    if optimizer is None:
+        return []
+    if isinstance(optimizer, (list, tuple)):
+        return list(optimizer)
+    return [optimizer]
+
+
+def init(model: Any = None, optimizer: Any = None, **hello_fields: Any) -> None:
+    """Introduce this rank to the hub: strategy, parameter count and device from ``model``
+    (the module you call: DDP, FSDP2 or plain), memory from ``model`` and ``optimizer`` (one
+    or a list) after each step, and any hello field you pass (``config={...}``, ``note=``).
+
+    Idempotent: a second call only adds a model or optimizer not given before. Finds the hub
+    through PARDASH_ENDPOINT and PARDASH_RUN_ID; without them it does nothing.
+    """
+    api = _api
+    if model is not None and api.model is None:
+        api.model = model
+    for opt in _as_list(optimizer):
+        if all(opt is not o for o in api.optimizers):
+            api.optimizers.append(opt)
+    if api.auto is not None:
+        api.auto.use(model, optimizer, hello_fields)
+        api.initialised = True
+        return
+    if api.initialised:
+        return
+    api.initialised = True
+    rep = reporter(gpu_index=_gpu_index(model))
+    if not rep.enabled:
+        return
+    fields: dict[str, Any] = {"source": "api", **process_group_facts()}
+    if model is not None:
+        fields.update(model_facts(model))
+    elif "torch" in sys.modules:
+        fields["torch_version"] = str(sys.modules["torch"].__version__)
+    fields.update(hello_fields)
+    rep.hello(**fields)
+    atexit.register(close)  # runs before the reporter's own close (atexit is last-in, first-out)
+
+
+class _StepBlock:
+    """``with pt.step():`` — one step, from entering the block to leaving it."""
+
+    __slots__ = ("t0",)
+
+    def __enter__(self) -> "_StepBlock":
+        api = _api
+        if api.in_step:
+            raise RuntimeError("pardash.telemetry.step() blocks cannot be nested: mark each step once")
+        if not api.initialised:
+            init()
+        api.in_step = True
+        self.t0 = time.perf_counter()
+        if api.auto is not None:
+            api.auto.begin_explicit()
+        else:
+            reporter().set_phase("step")
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        api = _api
+        api.in_step = False
+        if exc_type is not None:  # the step did not complete: nothing to publish
+            api.logged = Logged()
+            return
+        logged, api.logged = api.logged, Logged()
+        if api.auto is not None:
+            api.auto.end_explicit(logged)
+            return
+        step_s = time.perf_counter() - self.t0
+        api.step += 1
+        rep = reporter()
+        rep.set_phase("")
+        if not rep.enabled:
+            return
+        api.step_s = step_s
+        out: dict[str, Any] = {"step": api.step, "step_s": step_s}
+        if api.model is not None and api.optimizers:
+            holder = accountable([api.model], api.optimizers, api.holder_cache)
+            out["mem"] = api.probe.measure(holder, api.optimizers, ddp_module=_ddp_of(api.model), step_s=step_s)
+        if api.late is not None:  # the previous step, held for a device tensor: ready by now
+            _publish(*api.late)
+            api.late = None
+        if logged.deferred():
+            api.late = (out, logged)
+        else:
+            _publish(out, logged)
+
+
+def _ddp_of(model: Any) -> Any:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model
+    return None
+
+
+def _publish(out: dict[str, Any], logged: Logged) -> None:
+    logged.apply(out)
+    reporter().step(**out)
+
+
+def step() -> _StepBlock:
+    """``with pt.step(): ...`` marks one training step: it is timed, and published with what
+    ``log`` and ``phase`` gave inside it (and, under ``pardash launch``, the measured phases,
+    loss and memory)."""
+    return _StepBlock()
+
+
+def log(**metrics: Any) -> None:
+    """Values for the current step (or, outside a step, the next one published).
+
+    ``loss``, ``samples``, ``epoch`` and ``lr`` fill the Step fields of those names; any other
+    name is a custom metric (``tokens=...``, ``grad_norm=...``) in ``Step.custom``. Values are
+    numbers or one-element tensors (read when the step is published, not now).
+    """
+    logged = _api.logged
+    for name, value in metrics.items():
+        _check_number(name, value)
+        if name in STEP_FIELDS:
+            logged.fields[name] = value
+        else:
+            logged.custom[name] = value
+
+
+class _PhaseBlock:
+    """``with pt.phase(name):`` — time spent in ``name`` during the current step."""
+
+    __slots__ = ("name", "t0", "outer")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> "_PhaseBlock":
+        api = _api
+        self.outer = api.phase
+        api.phase = self.name
+        reporter().set_phase(self.name)
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        api = _api
+        seconds = time.perf_counter() - self.t0
+        phases = api.logged.phases
+        phases[self.name] = phases.get(self.name, 0.0) + seconds
+        api.phase = self.outer
+        reporter().set_phase(self.outer)
+
+
+def phase(name: str) -> _PhaseBlock:
+    """``with pt.phase("data"): ...`` times a phase of the current step. ``data``,
+    ``forward``, ``backward``, ``optimizer`` and ``comm`` fill the Step fields of those names
+    (taking precedence over measured ones); other names go in ``Step.custom`` as
+    ``<name>_s``. The heartbeat names the phase while the block runs, so a rank stuck in it is
+    reported stuck there."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("pardash.telemetry.phase(name): name must be a non-empty string")
+    return _PhaseBlock(name)
+
+
+def event(name: str, message: str = "", **fields: Any) -> None:
+    """Publish an event: ``checkpoint``, ``epoch_end``, ``warning``, ``info`` or your own name,
+    with a one-line message (and ``step=``, ``duration_s=`` where they apply)."""
+    if "step" not in fields:
+        rep = reporter()
+        fields["step"] = rep.last_step
+    reporter().event(name, message, **fields)
+
+
+def take_logged() -> Logged:
+    """What ``log``/``phase`` collected since the last step (the automatic instrumentation
+    publishes it with its next step)."""
+    logged, _api.logged = _api.logged, Logged()
+    return logged
+
+
+def flush() -> None:
+    """Publish a step still held back for a device tensor."""
+    api = _api
+    if api.late is not None:
+        late, api.late = api.late, None
+        _publish(*late)
+
+
+def close() -> None:
+    """Publish a step still held back and flush what is queued (also done at exit)."""
+    flush()
+    if _api.reporter is not None:
+        _api.reporter.close()
+
+
+def _reset_for_tests() -> None:
+    """Forget this process's state (tests only)."""
+    global _api
+    if _api.reporter is not None:
+        _api.reporter.close(linger_ms=0)
+    _api = _Api()
+
+
+__all__ = [
+    "AutoSteps",
+    "Logged",
+    "MemoryProbe",
+    "accountable",
+    "as_number",
+    "attach_auto",
+    "close",
+    "enabled",
+    "event",
+    "flush",
+    "init",
+    "log",
+    "model_facts",
+    "phase",
+    "process_group_facts",
+    "reporter",
+    "step",
+    "strategy_of",
+    "take_logged",
+]

@@ -1,0 +1,249 @@
+"""The dashboard against a real hub: real sockets, real reporters, a real Textual app.
+
+Each test starts a hub in a thread, publishes with real :class:`Reporter`s and attaches the app
+through a :class:`HubClient`, then checks what a person would see. Waits poll the screen with
+generous bounds; nothing asserts a time.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pardash.telemetry.client import HubClient
+from pardash.telemetry.env import RankIdentity
+from pardash.telemetry.hub import Hub
+from pardash.telemetry.reporter import Reporter
+from pardash.tui.app import make_app
+from pardash.tui.screens.memory import MemoryScreen
+from pardash.tui.screens.quit import QuitScreen
+from pardash.tui.screens.rank_detail import RankDetailScreen
+from pardash.tui.widgets.alert_list import AlertList
+from pardash.tui.widgets.rank_grid import RankGrid
+from pardash.tui.widgets.run_header import RunHeader
+from pardash.tui.widgets.selected_rank import SelectedRank
+from tui_helpers import grid_text, strip_text, widget_text
+
+RUN = "tui-live"
+SIZE = (120, 40)
+GiB = 1 << 30
+
+
+@pytest.fixture
+def live_hub(tmp_path):
+    """A hub serving in a thread, stopped and closed after the test."""
+    hub = Hub(run_id=RUN, log_path=str(tmp_path / "telemetry.jsonl"))
+    thread = threading.Thread(target=hub.serve, daemon=True)
+    thread.start()
+    yield hub
+    hub.stop()
+    thread.join(10)
+    hub.close()
+
+
+@pytest.fixture
+def ranks(live_hub):
+    """Two ranks on one node, said hello (FSDP over 2 ranks of a 1M-parameter model)."""
+    reporters = []
+    for r in range(2):
+        ident = RankIdentity(rank=r, local_rank=r, world_size=2, node=0, host="node0", restart=0)
+        rep = Reporter(live_hub.ingest_endpoint, run=RUN, identity=ident, heartbeat_s=0.2)
+        rep.hello(strategy="fsdp", backend="gloo", device="cpu", params_count=1_000_000, params_bytes=4_000_000)
+        reporters.append(rep)
+    yield reporters
+    for rep in reporters:
+        rep.close(linger_ms=0)
+
+
+def publish_steps(reporters: list[Reporter], steps: range) -> None:
+    from pardash.telemetry.schema import Mem
+
+    for step in steps:
+        for rep in reporters:
+            rep.step(
+                step=step,
+                loss=2.0 - 0.01 * step,
+                samples=8,
+                step_s=0.05,
+                data_s=0.002,
+                forward_s=0.01,
+                backward_s=0.02,
+                optimizer_s=0.005,
+                comm_s=0.01,
+                self_s=0.02,
+                mem=Mem(
+                    params_bytes=2_000_000,
+                    grads_bytes=2_000_000,
+                    optim_bytes=4_000_000,
+                    params_full_bytes=4_000_000,
+                    grads_full_bytes=4_000_000,
+                    optim_full_bytes=8_000_000,
+                ),
+            )
+
+
+def attach(live_hub, **kw):
+    client = HubClient(live_hub.updates_endpoint, live_hub.snapshot_endpoint)
+    return make_app(client, **kw)
+
+
+async def until(pilot, predicate, *, tries: int = 400, pause_s: float = 0.05) -> None:
+    """Let the app run until ``predicate()`` holds (a generous bound, not a timing claim)."""
+    for _ in range(tries):
+        await pilot.pause(pause_s)
+        if predicate():
+            return
+    raise AssertionError("the screen never showed what was expected")
+
+
+def grid_rows(app) -> dict[int, str]:
+    """Rank -> the text of its cell line, from what the grid draws."""
+    out = {}
+    for line in grid_text(app).splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].isdigit():
+            out[int(parts[0])] = line
+    return out
+
+
+async def test_grid_shows_both_ranks_with_their_steps(live_hub, ranks):
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(12))
+        await until(pilot, lambda: "11" in widget_text(app.screen.query_one(RunHeader)) and len(grid_rows(app)) == 2)
+        rows = grid_rows(app)
+        assert set(rows) == {0, 1}
+        assert all("running" in line for line in rows.values())
+        assert "1.8900" in rows[0]  # loss of step 11
+        header = widget_text(app.screen.query_one(RunHeader))
+        assert RUN in header and "fsdp" in header and "2 ranks" in header
+        assert "step 11" in header
+        assert "node 0 · node0 · 2 ranks" in grid_text(app)
+
+
+async def test_an_exiting_rank_changes_status_and_raises_an_alert(live_hub, ranks):
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(3))
+        await until(pilot, lambda: len(grid_rows(app)) == 2)
+        ranks[1].event("exit", code=3, step=2)
+        await until(pilot, lambda: "exit 3" in grid_rows(app).get(1, ""))
+        alerts = widget_text(app.screen.query_one(AlertList))
+        assert "rank 1 exited with code 3" in alerts
+        assert "running" in grid_rows(app)[0]
+
+
+async def test_arrows_move_the_selection_and_enter_opens_the_detail(live_hub, ranks):
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(5))
+        await until(pilot, lambda: len(grid_rows(app)) == 2)
+        grid = app.screen.query_one(RankGrid)
+        assert grid.cursor_rank == 0
+        await pilot.press("down")
+        assert grid.cursor_rank == 1
+        assert widget_text(app.screen.query_one(SelectedRank)).startswith("rank 1")
+        await pilot.press("up")
+        assert grid.cursor_rank == 0
+        await pilot.press("end")
+        assert grid.cursor_rank == 1
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RankDetailScreen))
+        assert app.screen.rank == 1
+        title = app.screen.query_one("#title")
+        assert "rank 1" in str(title.render())
+        await until(pilot, lambda: app.screen.query_one("#chart-loss").series is not None)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, RankDetailScreen)
+
+
+async def test_clicking_a_cell_selects_its_rank(live_hub, ranks):
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(3))
+        await until(pilot, lambda: len(grid_rows(app)) == 2)
+        grid = app.screen.query_one(RankGrid)
+        lines = grid_text(app).splitlines()
+        y = next(i for i, line in enumerate(lines) if line.split()[:1] == ["1"])
+        await pilot.click(RankGrid, offset=(3, y))
+        assert grid.cursor_rank == 1
+
+
+async def test_m_opens_the_memory_screen(live_hub, ranks):
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(3))
+        await until(pilot, lambda: len(grid_rows(app)) == 2)
+        await pilot.press("m")
+        await until(pilot, lambda: isinstance(app.screen, MemoryScreen))
+        screen = app.screen
+        await until(pilot, lambda: screen.query_one("#bars").savings is not None)
+        bars = screen.query_one("#bars")
+        lines = [strip_text(bars.render_line(y)) for y in range(2)]
+        assert lines[0].split()[0] == "0" and "2.0× less" in lines[0]
+        assert lines[1].split()[0] == "1"
+        summary = widget_text(screen.query_one("#summary"))
+        assert "saving" in summary and "2.0×" in summary
+        await pilot.press("escape")
+        assert not isinstance(app.screen, MemoryScreen)
+
+
+async def test_filter_hides_clean_ranks(live_hub, ranks):
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(3))
+        ranks[0].event("exit", code=1, step=2)
+        await until(pilot, lambda: "exit 1" in grid_rows(app).get(0, ""))
+        await pilot.press("f")
+        assert set(grid_rows(app)) == {0}
+        await pilot.press("f")
+        assert set(grid_rows(app)) == {0, 1}
+
+
+@pytest.mark.parametrize("choice", ["stop", "detach"])
+async def test_q_on_a_launched_run_asks_and_returns_the_choice(live_hub, ranks, choice):
+    chosen: list[str] = []
+    app = attach(live_hub, launched=True, on_exit_choice=chosen.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("escape")  # cancel keeps the dashboard
+        assert not isinstance(app.screen, QuitScreen)
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.click(f"#{choice}")
+        await pilot.pause()
+    assert app.return_value == choice
+    assert chosen == [choice]
+
+
+async def test_q_on_an_attached_run_just_quits(live_hub, ranks):
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_value == "quit"
+
+
+async def test_grid_refreshes_per_poll_not_per_message(live_hub, ranks):
+    """A burst of messages costs a bounded number of grid refreshes: the app draws what the
+    hub's frames (at most 10 a second) carry, never once per message."""
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(2))
+        await until(pilot, lambda: len(grid_rows(app)) == 2)
+        grid = app.screen.query_one(RankGrid)
+        calls = 0
+        update = grid.update_rows
+
+        def counting(rows):
+            nonlocal calls
+            calls += 1
+            update(rows)
+
+        grid.update_rows = counting
+        messages = 2 * 1500
+        publish_steps(ranks, range(2, 1502))
+        await until(pilot, lambda: "step 1,501" in widget_text(app.screen.query_one(RunHeader)))
+        assert 0 < calls < messages / 20

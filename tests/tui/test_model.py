@@ -1,0 +1,132 @@
+"""The figures the dashboard derives from a run state, without Textual."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from pardash.telemetry import schema
+from pardash.telemetry.state import RunState
+from pardash.tui import format as fmt
+from pardash.tui.alerts import run_alerts
+from pardash.tui.charts import chart_series
+from pardash.tui.memory import memory_savings
+from pardash.tui.model import RowBuilder, leave_one_out_medians, sort_rows, throughput
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[1.0, 2.0], [3.0, 1.0, 2.0], [5.0, 1.0, 4.0, 2.0], [1.0, 1.0, 1.0, 9.0, 1.0], [0.2, 0.4, 0.1, 0.3, 0.5, 0.6]],
+)
+def test_leave_one_out_medians_match_the_definition(values):
+    got = leave_one_out_medians(values)
+    for i, v in enumerate(values):
+        others = values[:i] + values[i + 1 :]
+        assert got[i] == pytest.approx(statistics.median(others))
+
+
+def test_leave_one_out_of_one_value_is_unknown():
+    assert leave_one_out_medians([1.0]) == [None]
+
+
+@pytest.mark.parametrize(
+    ("fn", "value", "text"),
+    [
+        (fmt.fmt_bytes, 497_759_232, "475 MiB"),
+        (fmt.fmt_bytes, 1536, "1.50 KiB"),
+        (fmt.fmt_bytes, None, "–"),
+        (fmt.fmt_step_time, 0.2431, "243ms"),
+        (fmt.fmt_step_time, 0.0512, "51.2ms"),
+        (fmt.fmt_step_time, 0.0008, "800µs"),
+        (fmt.fmt_step_time, 1.25, "1.25s"),
+        (fmt.fmt_duration, 3725, "1h02m"),
+        (fmt.fmt_duration, 65, "1m05s"),
+        (fmt.fmt_loss, 2.31412, "2.3141"),
+        (fmt.fmt_loss, 12345.0, "1.2e+04"),
+        (fmt.fmt_deviation, 0.45, "+45%"),
+        (fmt.fmt_deviation, -0.001, "0%"),
+        (fmt.fmt_deviation, 2.1, "+3.1×"),
+        (fmt.fmt_rate, 12345.0, "12.3k"),
+    ],
+)
+def test_formats(fn, value, text):
+    assert fn(value) == text
+
+
+def _state(world: int = 4, strategy: str = "fsdp", params: int = 1000, *, sharded: bool = True) -> RunState:
+    st = RunState(run_id="r")
+    t = 1.0
+    for r in range(world):
+        st.apply(schema.Hello(rank=r, world_size=world, node=r // 2, host=f"h{r // 2}", strategy=strategy, params_count=params, t=t), 0)
+    div = world if sharded else 1
+    for step in range(5):
+        steps = []
+        for r in range(world):
+            self_s = 0.10 if r != 2 else 0.15
+            mem = schema.Mem(
+                params_bytes=4 * params // div, grads_bytes=4 * params // div, optim_bytes=8 * params // div,
+                params_full_bytes=4 * params, grads_full_bytes=4 * params, optim_full_bytes=8 * params,
+            )  # fmt: skip
+            s = schema.Step(rank=r, step=step, loss=1.0, samples=8, step_s=0.2, self_s=self_s, t=t + step, mem=mem)
+            st.apply(s, 0)
+            steps.append(s)
+        st.commit_history(steps)
+    return st
+
+
+def test_rows_compare_self_time_with_the_others_median():
+    rows = RowBuilder().build(_state())
+    by_rank = {row.rank: row for row in rows}
+    assert by_rank[2].self_dev == pytest.approx(0.5)
+    assert by_rank[0].self_dev == pytest.approx(0.0)
+    assert by_rank[2].deviation_level == 2 and by_rank[0].deviation_level == 0
+    assert [row.rank for row in sort_rows(rows, "self_time")][0] == 2
+
+
+def test_throughput_sums_samples_over_step_time():
+    assert throughput(_state()) == pytest.approx(4 * 8 / 0.2)
+
+
+def test_memory_savings_follow_zero_arithmetic():
+    s = memory_savings(_state(world=4, params=1000))
+    assert s is not None and s.sharded
+    assert s.held_bytes == 4 * 16 * 1000 // 4
+    assert s.full_bytes == 4 * 16 * 1000
+    assert s.ratio == pytest.approx(4.0)
+    assert s.expected_per_rank_bytes == 16 * 1000 // 4
+    assert s.over_expectation == []
+
+
+def test_an_fsdp_run_holding_full_copies_is_flagged():
+    s = memory_savings(_state(world=4, params=1000, sharded=False))
+    assert s is not None and s.over_expectation == [0, 1, 2, 3]
+    ddp = memory_savings(_state(world=4, strategy="ddp", params=1000, sharded=False))
+    assert ddp is not None and not ddp.sharded and ddp.over_expectation == []
+    assert ddp.expected_per_rank_bytes == 16 * 1000 and ddp.sharded_expected_bytes == 16 * 1000 // 4
+
+
+def test_alerts_name_the_cost_the_phase_and_the_code():
+    st = _state()
+    st.apply(schema.Verdict(rank=2, verdict="straggler", cost_s=0.05, message="rank 2 is a straggler (data loading): the others wait 50 ms a step for it"), 0)
+    st.apply(schema.Verdict(rank=1, verdict="stalled", cause="backward", step=4), 0)
+    st.apply(schema.Event(rank=3, name="error", message="RuntimeError: boom\nmore"), 0)
+    st.apply(schema.Event(rank=3, name="exit", code=1), 0)
+    alerts = run_alerts(st)
+    assert [a.kind for a in alerts] == ["exited", "stalled", "straggler"]
+    assert alerts[0].text == "rank 3 exited with code 1 at step 4: RuntimeError: boom"
+    assert alerts[1].text == "rank 1 stalled in backward at step 4"
+    assert "50 ms a step" in alerts[2].text
+    st.apply(schema.Verdict(rank=2, verdict="straggler_cleared"), 0)
+    assert [a.kind for a in run_alerts(st)] == ["exited", "stalled"]
+
+
+def test_chart_series_downsample_to_the_width_and_band_the_others():
+    st = _state()
+    s = chart_series(st, 2, "self_s", 10)
+    assert s is not None
+    assert len(s.values) == 10 and s.first_step == 0 and s.last_step == 4
+    assert s.values[0] == pytest.approx(0.15)
+    assert s.median[0] == pytest.approx(0.10) and s.high[0] == pytest.approx(0.10)
+    assert s.others == 3
+    assert chart_series(st, 99, "self_s", 10) is None

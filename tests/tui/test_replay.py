@@ -1,0 +1,111 @@
+"""The dashboard over recorded runs: replay controls, the header's note, the grid's forms."""
+
+from __future__ import annotations
+
+from pardash.telemetry.client import ReplaySource
+from pardash.tui.app import make_app
+from pardash.tui.widgets.rank_grid import RankGrid
+from pardash.tui.widgets.run_header import RunHeader
+from tui_helpers import DATA, grid_text, replay_app, widget_text
+
+SIZE = (120, 40)
+
+
+def header(app) -> str:
+    return widget_text(app.screen.query_one(RunHeader))
+
+
+async def test_replay_controls_pause_speed_and_seek():
+    src = ReplaySource(str(DATA / "run4.jsonl"))
+    src.seek(20.0)
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "replay run4.jsonl 20s / 31s · 1× · paused" in header(app)
+        await pilot.press("plus")
+        await pilot.press("plus")
+        assert src.speed == 4.0 and "4×" in header(app)
+        await pilot.press("minus")
+        assert src.speed == 2.0
+        await pilot.press("left_square_bracket")
+        await pilot.pause()
+        assert src.position_s == 10.0 and "replay run4.jsonl 10s / 31s" in header(app)
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+        assert src.position_s == 20.0
+        await pilot.press("space")
+        assert not src.paused and "playing" in header(app)
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if src.position_s > 20.5:
+                break
+        assert src.position_s > 20.5
+        await pilot.press("space")
+        assert src.paused
+
+
+async def test_live_only_keys_are_not_replay_keys():
+    app = replay_app("run4.jsonl")
+    async with app.run_test(size=SIZE):
+        assert app.check_action("pause", ()) is True
+
+
+async def test_the_note_is_always_in_the_header_even_at_80_columns():
+    app = replay_app("dp1.jsonl")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        text = header(app)
+        assert "dp runs one process (torch.nn.DataParallel over 2 GPUs)" in text
+        assert "no per-GPU ranks" in text  # wrapped, not cut
+        assert "□ 1 finished" in text
+
+
+async def test_c_switches_between_cells_and_heat_map_and_back():
+    app = replay_app("run4.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        grid = app.screen.query_one(RankGrid)
+        assert not grid.heat and "running" in grid_text(app)
+        await pilot.press("c")
+        assert grid.heat and "■■" in grid_text(app)
+        await pilot.press("c")
+        assert not grid.heat
+
+
+async def test_1024_ranks_become_a_heat_map_and_arrows_still_select():
+    app = replay_app("run1024.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        grid = app.screen.query_one(RankGrid)
+        assert grid.heat
+        text = grid_text(app)
+        assert "n127" in text and "▲" in text and "×" in text
+        await pilot.press("down")
+        assert grid.cursor_rank == 32  # the same place one line down: node 4's first rank
+        await pilot.press("right")
+        assert grid.cursor_rank == 33
+        await pilot.press("end")
+        assert grid.cursor_rank == 1023
+
+
+async def test_sort_by_self_time_puts_the_straggler_first_and_filter_keeps_it():
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        grid = app.screen.query_one(RankGrid)
+        await pilot.press("s", "s")
+        assert grid.sort_key == "self_time"
+        assert grid.shown_ranks[:4] == [5, 4, 6, 7]  # rank 5's node leads, rank 5 first
+        await pilot.press("f")
+        assert grid.shown_ranks == [5]
+
+
+async def test_palette_offers_the_dashboard_actions():
+    app = replay_app("run4.jsonl")
+    async with app.run_test(size=SIZE):
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Grid: cells or heat map" in titles
+        assert "Grid: sort by self time (stragglers first)" in titles
+        assert "Replay: pause / resume" in titles
+        assert "Theme" in titles

@@ -1,0 +1,42 @@
+"""Helpers for the TUI tests: recorded runs to replay and reading what is on screen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def replay_at_end(name: str):
+    """A ReplaySource over tests/tui/data/<name>, seeked to the end and paused, so what is
+    drawn depends on the recording only."""
+    from pardash.telemetry.client import ReplaySource
+
+    src = ReplaySource(str(DATA / name))
+    src.seek(src.duration_s)
+    src.paused = True
+    return src
+
+
+def replay_app(name: str, **kw):
+    from pardash.tui.app import make_app
+
+    return make_app(replay_at_end(name), **kw)
+
+
+def strip_text(strip) -> str:
+    return "".join(seg.text for seg in strip)
+
+
+def grid_text(app) -> str:
+    """The rank grid's visible lines, as a person reads them."""
+    from pardash.tui.widgets.rank_grid import RankGrid
+
+    grid = app.screen.query_one(RankGrid)
+    return "\n".join(strip_text(grid.render_line(y)) for y in range(grid.size.height))
+
+
+def widget_text(widget) -> str:
+    """Plain text of a widget that renders with render()."""
+    rendered = widget.render()
+    return getattr(rendered, "plain", str(rendered))

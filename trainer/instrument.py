@@ -1,0 +1,556 @@
+"""Zero-code instrumentation of a training script, through PyTorch's global hooks.
+
+``python -m pardash.trainer.autorun SCRIPT`` (what ``pardash launch -- SCRIPT`` runs on each
+rank) installs an :class:`Instrument` before the script runs; the script is not changed. What
+is hooked, and what each hook tells:
+
+- optimizer step pre/post hooks (``torch.optim.optimizer.register_optimizer_step_*_hook``):
+  step boundaries and optimizer time;
+- module forward pre/post hooks (``register_module_forward_*_hook``), acting on the *root*
+  call only, the outermost module call (a submodule call costs a depth increment): the start
+  of a micro-batch's forward, its batch size (the first dimension of the first tensor
+  argument), and the model: the root modules seen training (the DDP or FSDP2 wrapper when
+  there is one), whose type gives the strategy;
+- ``torch.autograd.backward`` (which ``Tensor.backward`` calls): the start of each backward,
+  the loss (the tensor backpropagated) and the micro-batch count;
+- ``torch.distributed.init_process_group``: the backend; ``DistributedSampler.set_epoch``: the
+  epoch; ``GradScaler.scale``: the unscaled loss behind a scaled one.
+
+Step boundaries. A step is one *round* of optimizer steps: the optimizer steps between two
+micro-batches (a micro-batch starts at a root forward or a backward), so two optimizers stepped
+back to back make one step, and several forward/backward passes before one optimizer step (
+gradient accumulation) make one step of several micro-batches. A step ends at the post-hook of
+the round's last optimizer: in the first round that is known only when the next micro-batch
+starts; after it, the number of optimizer steps per round is known and the step is published
+at that post-hook, after the update and before ``zero_grad`` frees the gradients, which is
+when memory is read. A round that differs (an optimizer skipped, or one more) still makes
+exactly one step, and teaches the new count.
+
+Phases are the intervals between marks, as in the bundled trainer: ``data`` from the end of
+the previous step to the first root forward, ``forward`` to the backward (the loss function
+included), ``backward`` to the first optimizer step (gradient clipping included),
+``optimizer`` to the end; with several micro-batches, forward and backward add up. So the
+phases sum to the step time, and step times sum to the run's wall time.
+
+Self time (``self_s``, the straggler signal) runs from the end of the previous step to this
+rank's arrival at the step's first collective: DDP, the start of the backward whose gradients
+are all-reduced (the first one outside ``no_sync``), or the root forward when DDP broadcasts
+buffers first; FSDP (a module made by ``fully_shard``), the first root forward, whose pre-hook
+all-gathers; one process alone, the whole step; otherwise unknown.
+
+Cost. On CPU the stamps are ``perf_counter`` and a step is published when it ends; on a GPU
+they are CUDA events and a step is published once the next one ends (its events and loss are
+ready by then), so no hook waits for the device. Memory accounting is the one expensive part:
+it runs every step while it costs under 1% of the step time, else every few steps
+(:class:`pardash.telemetry.api.MemoryProbe`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from pardash.telemetry import api
+from pardash.telemetry.reporter import Reporter
+
+WARN_AFTER_FORWARDS = 20
+"""Forward passes without any optimizer step before the user is told how steps are counted."""
+NO_STEP_WARNING = (
+    "no optimizer step seen after {n} forward passes: pardash counts steps at optimizer.step(); "
+    "use pardash.telemetry.step() to mark them"
+)
+
+_is_compiling = torch.compiler.is_compiling
+_get_ident = threading.get_ident
+
+
+class _Clock:
+    """Stamps: ``perf_counter`` seconds on CPU, recorded CUDA events on a GPU (no waiting)."""
+
+    def __init__(self, cuda: bool = False) -> None:
+        self.cuda = cuda
+
+    def stamp(self) -> Any:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def seconds(self, a: Any, b: Any) -> float:
+        """From stamp a to stamp b (CUDA: both events must have completed)."""
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+
+@dataclass(slots=True)
+class _OpenStep:
+    """What the step being measured has seen so far."""
+
+    marks: list[tuple[str, Any]]
+    """(phase entered, stamp), in order; the first is ("data", end of the previous step)."""
+    losses: list[Any] = field(default_factory=list)
+    """Detached loss of each micro-batch."""
+    micro: int = 0
+    samples: int = 0
+    arrive: Any = None
+    """Stamp of the arrival at the first collective (None: not seen)."""
+
+
+@dataclass(slots=True)
+class _Done:
+    """A finished step, resolved when published (one step late on a GPU)."""
+
+    step: int
+    epoch: int
+    open: _OpenStep
+    end: Any
+    lr: float | None
+    mem: Any
+    logged: api.Logged
+
+
+class Instrument:
+    """Measures a training loop through global hooks and publishes one Step per step."""
+
+    def __init__(self, reporter: Reporter, *, warn_after: int = WARN_AFTER_FORWARDS) -> None:
+        self.reporter = reporter
+        self.warn_after = warn_after
+        self.clock = _Clock()
+        self._handles: list[Any] = []
+        self._patched: list[tuple[Any, str, Any]] = []
+        self._tid = _get_ident()
+        """The training thread; module calls elsewhere (DataParallel replicas) are ignored."""
+        self._depth = 0
+        self._has_params: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        # the model, as seen
+        self.roots: list[Any] = []
+        self._root_ids: set[int] = set()
+        self.optimizers: list[Any] = []
+        self.ddp: Any = None
+        self.strategy = ""
+        self.backend = ""
+        self._hello: dict[str, Any] = {}
+        self._hello_sent = False
+        self._hello_extra: dict[str, Any] = {}
+        # the step being measured
+        self.step = 0
+        self.epoch = 0
+        self._open: _OpenStep | None = None
+        self._phase = ""
+        self._count_samples = False
+        self._ddp_sync = False
+        self._in_backward = False
+        self._scaled: tuple[Any, Any] | None = None
+        # optimizer rounds
+        self._round: list[Any] = []
+        self._per_round = 0
+        """Optimizer steps per round, learnt from the last round (0: not known yet)."""
+        self._published_round = False
+        self._pending_end: Any = None
+        self._pending_mem: Any = None
+        self._explicit = False
+        self._late: _Done | None = None
+        # warnings and memory
+        self.forwards = 0
+        self._stepped = False
+        self._warned = False
+        self.probe = api.MemoryProbe()
+        self._holder_cache: dict[str, Any] = {}
+        self._step_s = 0.0
+
+    # -- installing -----------------------------------------------------------------------
+
+    def install(self) -> "Instrument":
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim_module
+
+        self._handles = [
+            nn_module.register_module_forward_pre_hook(self._forward_pre),
+            nn_module.register_module_forward_hook(self._forward_post, with_kwargs=True, always_call=True),
+            optim_module.register_optimizer_step_pre_hook(self._optimizer_pre),
+            optim_module.register_optimizer_step_post_hook(self._optimizer_post),
+        ]
+        self._patch(torch.autograd, "backward", self._wrap_backward)
+        if torch.distributed.is_available():
+            self._patch(torch.distributed, "init_process_group", self._wrap_init_process_group)
+        from torch.utils.data.distributed import DistributedSampler
+
+        self._patch(DistributedSampler, "set_epoch", self._wrap_set_epoch)
+        try:
+            from torch.amp import GradScaler
+        except ImportError:
+            GradScaler = None
+        if GradScaler is not None:
+            self._patch(GradScaler, "scale", self._wrap_scale)
+        api.attach_auto(self)
+        return self
+
+    def uninstall(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched = []
+        api.attach_auto(None)
+
+    def _patch(self, owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+        original = getattr(owner, name)
+        setattr(owner, name, functools.wraps(original)(wrap(original)))
+        self._patched.append((owner, name, original))
+
+    # -- module forward: the root call only -------------------------------------------------
+
+    def _forward_pre(self, module: Any, args: Any) -> None:
+        if _get_ident() != self._tid:
+            return None
+        depth = self._depth
+        if depth:  # a submodule: the hot path
+            self._depth = depth + 1
+            return None
+        if _is_compiling():
+            return None
+        self._depth = 1
+        self._root_begin(module)
+        return None
+
+    def _forward_post(self, module: Any, args: Any, *rest: Any) -> None:
+        # rest is (kwargs, output), or (output,) when the forward raised (always_call).
+        if _get_ident() != self._tid:
+            return None
+        depth = self._depth
+        if depth > 1:
+            self._depth = depth - 1
+            return None
+        if depth == 0:  # compiled, or called in a thread of its own
+            return None
+        self._depth = 0
+        if self._count_samples:
+            self._count_samples = False
+            n = _batch_size(args, rest[0] if len(rest) == 2 else None)
+            if n and self._open is not None:
+                self._open.samples += n
+        return None
+
+    def _root_begin(self, module: Any) -> None:
+        has = self._has_params.get(module)
+        if has is None:
+            has = self._has_params[module] = next(module.parameters(), None) is not None
+        if not has:  # a loss module, a transform: part of whatever phase it runs in
+            return
+        self.forwards += 1
+        if not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit:
+            self._warned = True
+            self.reporter.event("warning", message=NO_STEP_WARNING.format(n=self.warn_after))
+        if self._in_backward or not torch.is_grad_enabled():
+            return  # recomputation inside a backward (checkpointing), or evaluation
+        if id(module) not in self._root_ids:
+            self._add_root(module)
+        if self._phase != "forward":
+            now = self._micro_batch_begins()
+            self._mark("forward", now)
+            self._count_samples = True
+            if self.strategy == "fsdp" and self._open.arrive is None:
+                self._open.arrive = now  # the root's pre-forward hook all-gathers
+        if module is self.ddp:
+            if self.ddp.require_backward_grad_sync:
+                self._ddp_sync = True  # the next backward all-reduces
+            if self._open.arrive is None and _ddp_syncs_buffers(self.ddp):
+                self._open.arrive = self.clock.stamp()
+
+    def _add_root(self, module: Any) -> None:
+        self.roots.append(module)
+        self._root_ids.add(id(module))
+        strategy = api.strategy_of(module)
+        if strategy == "ddp" and self.ddp is None:
+            self.ddp = module
+        if not self.strategy or self.strategy == "single":
+            self.strategy = strategy
+        if len(self.roots) == 1:
+            facts = api.model_facts(module)
+            self.clock = _Clock(cuda=facts["device"].startswith("cuda"))
+            self._hello.update(facts)
+        else:  # a second model (a GAN's): the hello counts the parameters of all, once each
+            params = list(api.accountable(self.roots, [], {}).parameters())
+            self._hello["params_count"] = sum(p.numel() for p in params)
+            self._hello["params_bytes"] = sum(p.numel() * p.element_size() for p in params)
+        self._hello["strategy"] = self.strategy
+        self._send_hello()
+
+    # -- backward ------------------------------------------------------------------------------
+
+    def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._in_backward or _get_ident() != self._tid or _is_compiling():
+                return original(tensors, *args, **kwargs)
+            self._backward_begins(tensors)
+            self._in_backward = True
+            try:
+                return original(tensors, *args, **kwargs)
+            finally:
+                self._in_backward = False
+
+        return backward
+
+    def _backward_begins(self, tensors: Any) -> None:
+        now = self._micro_batch_begins()
+        self._mark("backward", now)
+        step = self._open
+        step.micro += 1
+        loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            if self._scaled is not None and loss is self._scaled[0]:
+                loss = self._scaled[1]  # GradScaler: report the loss, not loss * scale
+            step.losses.append(loss.detach())
+        self._scaled = None
+        if self._ddp_sync and step.arrive is None:
+            step.arrive = now  # the backward launches the first bucket's all-reduce
+        self._ddp_sync = False
+
+    def _wrap_scale(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def scale(scaler: Any, outputs: Any) -> Any:
+            scaled = original(scaler, outputs)
+            if isinstance(outputs, torch.Tensor):
+                self._scaled = (scaled, outputs)
+            return scaled
+
+        return scale
+
+    # -- optimizer: step boundaries -------------------------------------------------------------
+
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if _is_compiling():
+            return None
+        if any(optimizer is o for o in self._round):
+            self._round_ends()  # the same optimizer again with no micro-batch between: a new round
+        if self._open is None:
+            self._open = _OpenStep(marks=[("data", self.clock.stamp())])
+        if self._phase != "optimizer":
+            self._mark("optimizer", self.clock.stamp())
+        return None
+
+    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if _is_compiling():
+            return None
+        now = self.clock.stamp()
+        self._stepped = True
+        if all(optimizer is not o for o in self.optimizers):
+            self.optimizers.append(optimizer)
+        self._round.append(optimizer)
+        if self._explicit:
+            self._pending_mem = self._memory()
+            return None
+        if self._published_round:
+            return None  # one optimizer more than the last rounds had: it joins the next step
+        if self._per_round and len(self._round) >= self._per_round:
+            self._publish(now, self._memory())
+            self._published_round = True
+        else:  # the round may go on: publish when the next micro-batch starts
+            self._pending_end = now
+            self._pending_mem = self._memory(force=True)
+        return None
+
+    def _micro_batch_begins(self) -> Any:
+        """A forward or backward starts: close the optimizer round before it, if any."""
+        if self._round:
+            self._round_ends()
+        if self._open is None:
+            now = self.clock.stamp()
+            self._open = _OpenStep(marks=[("data", now)])
+            return now
+        return self.clock.stamp()
+
+    def _round_ends(self) -> None:
+        if not self._explicit:
+            if self._pending_end is not None:
+                self._publish(self._pending_end, self._pending_mem)
+            self._per_round = len(self._round)
+        self._round = []
+        self._published_round = False
+        self._pending_end = self._pending_mem = None
+
+    # -- explicit steps (pardash.telemetry.step) ---------------------------------------------
+
+    def use(self, model: Any, optimizer: Any, hello: dict[str, Any]) -> None:
+        if model is not None and id(model) not in self._root_ids:
+            self._add_root(model)
+        for opt in api._as_list(optimizer):
+            if all(opt is not o for o in self.optimizers):
+                self.optimizers.append(opt)
+        if hello:
+            self._hello_extra.update(hello)
+            if self._hello_sent:
+                self._send_hello()
+
+    def begin_explicit(self) -> None:
+        if not self._explicit:
+            if self._round:
+                self._round_ends()
+            self._explicit = True
+        self._open = _OpenStep(marks=[("data", self.clock.stamp())])
+        self._phase = "data"
+        self._round = []
+
+    def end_explicit(self, logged: api.Logged) -> None:
+        mem, self._pending_mem = self._pending_mem, None
+        self._publish(self.clock.stamp(), mem, logged)
+        self._round = []
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    def _mark(self, phase: str, stamp: Any) -> None:
+        if self._open is None:
+            self._open = _OpenStep(marks=[("data", stamp)])
+        self._open.marks.append((phase, stamp))
+        self._phase = phase
+        self.reporter.set_phase(phase)
+
+    def _memory(self, force: bool = False) -> Any:
+        if not self.roots and not self.optimizers:
+            return None
+        model = api.accountable(self.roots, self.optimizers, self._holder_cache)
+        return self.probe.measure(model, self.optimizers, ddp_module=self.ddp, step_s=self._step_s, force=force)
+
+    def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
+        """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
+        step = self._open or _OpenStep(marks=[("data", end)])
+        self.step += 1
+        lr = None
+        if self.optimizers:
+            try:
+                lr = float(self.optimizers[0].param_groups[0]["lr"])
+            except (KeyError, IndexError, TypeError, ValueError):
+                pass
+        done = _Done(self.step, self.epoch, step, end, lr, mem, logged if logged is not None else api.take_logged())
+        self._open = _OpenStep(marks=[("data", end)])
+        self._phase = "data"
+        self.reporter.set_phase("data")
+        if self.clock.cuda:
+            late, self._late = self._late, done
+            if late is not None:
+                self._emit(late)
+        else:
+            self._emit(done)
+
+    def _emit(self, d: _Done) -> None:
+        clock = self.clock
+        if clock.cuda:
+            d.end.synchronize()  # sync: the step's last event; the device is a step ahead by now
+        out: dict[str, Any] = {f"{p}_s": 0.0 for p in ("data", "forward", "backward", "optimizer")}
+        marks = d.open.marks
+        bounds = marks + [("", d.end)]
+        for (phase, a), (_, b) in zip(bounds, bounds[1:]):
+            out[f"{phase}_s"] += clock.seconds(a, b)
+        step_s = clock.seconds(marks[0][1], d.end)
+        self._step_s = step_s
+        if d.open.arrive is not None:
+            self_s: float | None = clock.seconds(marks[0][1], d.open.arrive)
+        elif self.strategy in ("single", "dp") and self.reporter.identity.world_size == 1:
+            self_s = step_s
+        else:
+            self_s = None
+        loss = sum(float(t.item()) for t in d.open.losses) if d.open.losses else None
+        out.update(
+            step=d.step, epoch=d.epoch, step_s=step_s, self_s=self_s, samples=d.open.samples,
+            loss=loss if loss is not None and math.isfinite(loss) else None,
+            lr=d.lr, mem=d.mem,
+        )  # fmt: skip
+        if d.open.micro > 1:
+            out["custom"] = {"micro_batches": float(d.open.micro)}
+        d.logged.apply(out)
+        self.reporter.step(**out)
+
+    def finish(self) -> None:
+        """At exit: publish the step still open after its optimizer round, and a held one."""
+        if self._round and not self._explicit:
+            self._round_ends()
+        if self._late is not None:
+            late, self._late = self._late, None
+            try:
+                self._emit(late)
+            except Exception:  # a device in an error state: the step is lost, the exit is not
+                pass
+
+    # -- hello, process group, epoch -----------------------------------------------------------
+
+    def _send_hello(self) -> None:
+        fields = {"source": "auto", "torch_version": str(torch.__version__), **self._hello}
+        fields.update(api.process_group_facts())
+        fields.update(self._hello_extra)
+        self.backend = fields.get("backend", self.backend)
+        self.reporter.hello(**fields)
+        self._hello_sent = True
+
+    def _wrap_init_process_group(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if not self._hello_sent:
+                # The rank shows as starting (and its heartbeat runs) before its first forward;
+                # the first forward sends the full hello with the model.
+                self._send_hello()
+            return result
+
+        return init_process_group
+
+    def _wrap_set_epoch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def set_epoch(sampler: Any, epoch: int) -> Any:
+            if isinstance(epoch, int) and epoch != self.epoch:
+                if self.step and epoch > self.epoch:
+                    self.reporter.event("epoch_end", step=self.step, message=f"epoch {self.epoch} ended")
+                self.epoch = epoch
+            return original(sampler, epoch)
+
+        return set_epoch
+
+
+def _ddp_syncs_buffers(ddp: Any) -> bool:
+    """True when this DDP forward broadcasts buffers first (a collective before the backward)."""
+    try:
+        return bool(ddp._check_sync_bufs_pre_fwd())
+    except Exception:
+        return False
+
+
+def _batch_size(args: Any, kwargs: Any) -> int:
+    """First dimension of the first tensor among the arguments (one level into lists and
+    dicts), 0 when there is none."""
+    for value in (*args, *(kwargs.values() if kwargs else ())):
+        if isinstance(value, torch.Tensor):
+            return int(value.shape[0]) if value.dim() else 1
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                if isinstance(v, torch.Tensor):
+                    return int(v.shape[0]) if v.dim() else 1
+    return 0
+
+
+_instrument: Instrument | None = None
+
+
+def install(reporter: Reporter | None = None) -> Instrument | None:
+    """Install the hooks for this process (once), publishing through ``reporter`` (the
+    process's reporter by default). None when telemetry is off: then nothing is hooked."""
+    global _instrument
+    if _instrument is not None:
+        return _instrument
+    reporter = reporter or api.reporter()
+    if not reporter.enabled:
+        return None
+    _instrument = Instrument(reporter).install()
+    return _instrument
+
+
+def installed() -> Instrument | None:
+    return _instrument
+
+
+__all__ = ["Instrument", "NO_STEP_WARNING", "WARN_AFTER_FORWARDS", "install", "installed"]

@@ -1,0 +1,105 @@
+"""A rank's figures for the detail screen: phases against the others, memory, system."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from pardash.telemetry import schema
+from pardash.telemetry.state import RankState, RunState
+
+from .format import fmt_bytes, fmt_ratio
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One phase of the rank's last step against the other ranks."""
+
+    name: str
+    seconds: float | None
+    others_median_s: float | None
+
+PHASES = (
+    ("step", "step_s"),
+    ("data", "data_s"),
+    ("forward", "forward_s"),
+    ("backward", "backward_s"),
+    ("optimizer", "optimizer_s"),
+    ("comm wait", "comm_s"),
+    ("self time", "self_s"),
+)
+"""(label, Step field) of each phase row; the first is the whole step."""
+
+
+def phases_of(state: RunState, rank: int) -> tuple[Phase, ...]:
+    """The rank's last step by phase, each with the other ranks' median of the same phase."""
+    r = state.ranks.get(rank)
+    if r is None or r.step is None:
+        return ()
+    others = [q.step for q in state.ranks.values() if q.rank != rank and q.step is not None]
+    out = []
+    for label, name in PHASES:
+        mine = getattr(r.step, name)
+        if mine is None and name != "step_s":
+            continue
+        values = [getattr(s, name) for s in others if getattr(s, name) is not None]
+        out.append(Phase(label, mine, statistics.median(values) if values else None))
+    return tuple(out)
+
+
+def memory_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
+    """What the rank holds (model state by kind, against unsharded) and what the device says."""
+    mem: schema.Mem | None = r.step.mem if r.step is not None else None
+    if mem is None:
+        return ()
+    rows: list[tuple[str, str, str]] = []
+
+    def share(held: int, full: int) -> str:
+        if not full:
+            return ""
+        if held >= full:
+            return f"of {fmt_bytes(full, short=True)} (full copy)"
+        return f"of {fmt_bytes(full, short=True)} ({fmt_ratio(full / held) if held else '∞'} less)"
+
+    rows.append(("params", fmt_bytes(mem.params_bytes), share(mem.params_bytes, mem.params_full_bytes)))
+    rows.append(("grads", fmt_bytes(mem.grads_bytes), share(mem.grads_bytes, mem.grads_full_bytes)))
+    rows.append(("optimizer", fmt_bytes(mem.optim_bytes), share(mem.optim_bytes, mem.optim_full_bytes)))
+    if mem.buckets_bytes:
+        rows.append(("buckets", fmt_bytes(mem.buckets_bytes), "DDP gradient buckets"))
+    held = mem.params_bytes + mem.grads_bytes + mem.optim_bytes
+    full = mem.params_full_bytes + mem.grads_full_bytes + mem.optim_full_bytes
+    rows.append(("held", fmt_bytes(held), share(held, full)))
+    if mem.cuda_allocated_bytes is not None:
+        extra = []
+        if mem.cuda_reserved_bytes is not None:
+            extra.append(f"reserved {fmt_bytes(mem.cuda_reserved_bytes, short=True)}")
+        if mem.cuda_peak_bytes is not None:
+            extra.append(f"peak {fmt_bytes(mem.cuda_peak_bytes, short=True)}")
+        rows.append(("allocated", fmt_bytes(mem.cuda_allocated_bytes), " · ".join(extra)))
+    elif mem.rss_bytes is not None:
+        rows.append(("rss", fmt_bytes(mem.rss_bytes), "process resident set"))
+    return tuple(rows)
+
+
+def system_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
+    """The rank's last system sample (CPU, RSS and, where present, the GPU's NVML figures)."""
+    s = r.system
+    if s is None:
+        return ()
+    rows: list[tuple[str, str, str]] = []
+    if s.cpu_pct is not None:
+        rows.append(("cpu", f"{s.cpu_pct:.0f}%", "of one core"))
+    if s.rss_bytes is not None:
+        rows.append(("rss", fmt_bytes(s.rss_bytes), ""))
+    if s.gpu_util_pct is not None:
+        rows.append(("gpu util", f"{s.gpu_util_pct:.0f}%", ""))
+    if s.gpu_mem_used_bytes is not None:
+        total = f"of {fmt_bytes(s.gpu_mem_total_bytes, short=True)}" if s.gpu_mem_total_bytes else ""
+        rows.append(("gpu mem", fmt_bytes(s.gpu_mem_used_bytes), total))
+    if s.gpu_temp_c is not None:
+        rows.append(("gpu temp", f"{s.gpu_temp_c:.0f} °C", ""))
+    if s.gpu_power_w is not None:
+        rows.append(("gpu power", f"{s.gpu_power_w:.0f} W", ""))
+    if s.gpu_sm_clock_mhz is not None:
+        rows.append(("sm clock", f"{s.gpu_sm_clock_mhz:.0f} MHz", ""))
+    return tuple(rows)

@@ -1,0 +1,121 @@
+"""Per-rank memory: what each rank holds against what it should and what DDP would hold."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from pardash.telemetry.client import Source
+
+from ..format import fmt_bytes, fmt_params
+from ..memory import memory_savings
+from ..messages import RunUpdated
+from ..widgets.memory_bars import PARTS, MemoryBars
+from ..widgets.memory_summary import MemorySummary
+
+REFRESH_S = 0.5
+"""Memory changes slowly: redraw at most twice a second."""
+
+
+class MemoryScreen(Screen):
+    """The sharding savings in full: a summary over the run, then one stacked bar per rank
+    (parameters, gradients, optimizer state, DDP buckets) against the strategy's expectation
+    and the unsharded alternative. Escape goes back."""
+
+    DEFAULT_CSS = """
+    MemoryScreen {
+        layout: vertical;
+    }
+    MemoryScreen #title {
+        height: auto;
+        padding: 0 1;
+        background: $panel;
+    }
+    MemoryScreen .panel {
+        border: round $panel-lighten-2;
+        border-title-color: $text-accent;
+        border-title-style: bold;
+        background: $surface;
+    }
+    MemoryScreen #legend {
+        height: 1;
+        padding: 0 1;
+        background: $surface;
+    }
+    MemoryScreen MemoryBars {
+        border: round $panel-lighten-2;
+        border-title-color: $text-accent;
+        border-title-style: bold;
+    }
+    MemoryScreen MemoryBars:focus {
+        border: round $border;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,m", "back", "Back")]
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._version = -1
+
+    @property
+    def source(self) -> Source:
+        return self.app.source  # type: ignore[attr-defined]
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield MemorySummary(id="summary", classes="panel")
+        yield Static(id="legend")
+        yield MemoryBars(id="bars")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#summary").border_title = "sharding savings"
+        self.query_one("#bars").border_title = "per rank"
+        self.query_one(MemoryBars).focus()
+        self.set_interval(REFRESH_S, self._refresh)
+        self._refresh(force=True)
+
+    @on(RunUpdated)
+    def _run_updated(self, _message: RunUpdated) -> None:
+        pass  # redrawn by the timer, at most twice a second
+
+    def on_screen_resume(self) -> None:
+        self._refresh(force=True)
+
+    def _refresh(self, force: bool = False) -> None:
+        version = self.app.version  # type: ignore[attr-defined]
+        if version == self._version and not force:
+            return
+        self._version = version
+        state = self.source.state
+        savings = memory_savings(state)
+        self.query_one(MemorySummary).savings = savings
+        self.query_one(MemoryBars).savings = savings
+        strategy = state.strategy or "?"
+        title: list[str | tuple[str, str]] = [("memory", "bold $text-accent"), f"  {strategy} · {state.world_size} ranks"]
+        hello = state.hello
+        if hello is not None and hello.params_count:
+            title.append(f" · {fmt_params(hello.params_count)} parameters ({fmt_bytes(hello.params_bytes)})")
+        if savings is not None and savings.expected_per_rank_bytes:
+            how = "16 B/param ÷ N, fully sharded" if savings.sharded else "16 B/param, a full copy"
+            title.append((f" · expected per rank {fmt_bytes(savings.expected_per_rank_bytes)} ({how})", "$text-muted"))
+        self.query_one("#title", Static).update(Content.assemble(*title))
+        legend: list[str | tuple[str, str]] = []
+        styles = {"params": "$primary", "grads": "$secondary", "optimizer": "$accent", "DDP buckets": "$foreground 45%"}
+        for _field, _cls, label in PARTS:
+            if label == "DDP buckets" and not (savings and savings.buckets_bytes):
+                continue
+            legend += [("█ ", styles[label]), (f"{label}   ", "$text-muted")]
+        legend += [("░ ", "$foreground 40%"), ("unsharded (what DDP holds)   ", "$text-muted")]
+        legend += [("┃ ", "bold $text-success"), ("expected for the strategy", "$text-muted")]
+        self.query_one("#legend", Static).update(Content.assemble(*legend))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

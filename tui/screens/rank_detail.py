@@ -1,0 +1,207 @@
+"""One rank up close: its history against the others, its phases, memory, system and events."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from pardash.telemetry import state as st
+from pardash.telemetry.client import Source
+
+from ..charts import chart_series
+from ..format import fmt_bytes, fmt_loss, fmt_step_time
+from ..messages import RunUpdated
+from ..rank_facts import memory_facts, phases_of, system_facts
+from ..widgets.event_log import EventLog
+from ..widgets.fact_list import FactList
+from ..widgets.history_chart import HistoryChart
+from ..widgets.phase_bars import PhaseBars
+
+CHART_REFRESH_S = 0.5
+"""Charts redraw at most twice a second (the figures beside them at every update)."""
+
+CHARTS = (
+    ("loss", "loss", fmt_loss),
+    ("step_s", "step time", fmt_step_time),
+    ("self_s", "self time", fmt_step_time),
+)
+"""(history column, title, axis format) of each chart."""
+
+STATUS_STYLES = {
+    st.RUNNING: "$text-success",
+    st.FINISHED: "$text-primary",
+    st.STRAGGLER: "$text-warning",
+    st.STALLED: "$text-warning",
+    st.SILENT: "$text-error",
+    st.EXITED: "$text-error",
+    st.STARTING: "$text-muted",
+}
+
+
+class RankDetailScreen(Screen):
+    """Loss, step time and self time over the rank's history against the other ranks' median
+    and spread; the last step's phases against the others; memory and system figures; the
+    rank's events. ``n``/``p`` move to the next or previous rank, escape goes back."""
+
+    DEFAULT_CSS = """
+    RankDetailScreen {
+        layout: vertical;
+    }
+    RankDetailScreen #title {
+        height: auto;
+        padding: 0 1;
+        background: $panel;
+    }
+    RankDetailScreen #body {
+        height: 1fr;
+    }
+    RankDetailScreen #charts {
+        width: 1fr;
+    }
+    RankDetailScreen #figures {
+        width: 44%;
+        max-width: 56;
+        min-width: 34;
+    }
+    RankDetailScreen .panel {
+        border: round $panel-lighten-2;
+        border-title-color: $text-accent;
+        border-title-style: bold;
+        border-subtitle-color: $text-muted;
+        background: $surface;
+    }
+    RankDetailScreen #phases, RankDetailScreen #memory, RankDetailScreen #system {
+        height: auto;
+    }
+    RankDetailScreen #rank-events {
+        height: 8;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("n", "move(1)", "Next rank"),
+        Binding("p", "move(-1)", "Prev rank"),
+    ]
+
+    def __init__(self, rank: int, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.rank = rank
+        """The rank shown."""
+        self._chart_version = -1
+
+    @property
+    def source(self) -> Source:
+        return self.app.source  # type: ignore[attr-defined]
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        with Horizontal(id="body"):
+            with Vertical(id="charts"):
+                for column, title, fmt in CHARTS:
+                    chart = HistoryChart(fmt, id=f"chart-{column}", classes="panel")
+                    chart.border_title = title
+                    yield chart
+            with Vertical(id="figures"):
+                yield PhaseBars(id="phases", classes="panel")
+                yield FactList(id="memory", classes="panel")
+                yield FactList(id="system", classes="panel")
+        yield EventLog(rank=self.rank, id="rank-events", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#phases").border_title = "last step"
+        self.query_one("#memory").border_title = "memory"
+        self.query_one("#system").border_title = "system"
+        self.query_one("#rank-events").border_title = f"rank {self.rank} events"
+        self.set_interval(CHART_REFRESH_S, self._refresh_charts)
+        self.refresh_run()
+        self.call_after_refresh(self._refresh_charts, force=True)
+
+    @on(RunUpdated)
+    def _run_updated(self, _message: RunUpdated) -> None:
+        self.refresh_run()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_run()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._refresh_charts, force=True)
+
+    def refresh_run(self) -> None:
+        """Redraw the figures (cheap); charts follow at their own rate."""
+        if not self.is_mounted:
+            return
+        state = self.source.state
+        r = state.ranks.get(self.rank)
+        self.query_one("#title", Static).update(self._title(state, r))
+        self.query_one(PhaseBars).phases = phases_of(state, self.rank)
+        if r is not None:
+            memory = self.query_one("#memory", FactList)
+            memory.facts = memory_facts(r)
+            system = self.query_one("#system", FactList)
+            system.facts = system_facts(r)
+        self.query_one(EventLog).sync(state)
+
+    def _refresh_charts(self, force: bool = False) -> None:
+        version = self.app.version  # type: ignore[attr-defined]
+        if version == self._chart_version and not force:
+            return
+        self._chart_version = version
+        state = self.source.state
+        for column, title, fmt in CHARTS:
+            chart = self.query_one(f"#chart-{column}", HistoryChart)
+            series = chart_series(state, self.rank, column, chart.plot_width)
+            chart.series = series
+            if series is not None:
+                others = f"{series.others} other rank{'s' if series.others != 1 else ''}"
+                chart.border_subtitle = f"now {fmt(series.latest)} · ▀ rank {self.rank}  ─ others' median  ░ spread ({others})"
+            else:
+                chart.border_subtitle = ""
+
+    def _title(self, state: st.RunState, r: st.RankState | None) -> Content:
+        parts: list[str | tuple[str, str]] = [(f"rank {self.rank}", "bold")]
+        if r is None:
+            parts.append(("  not seen yet", "$text-muted"))
+            return Content.assemble(*parts)
+        status = r.status
+        label = status if r.exit_code is None else f"exited with code {r.exit_code}"
+        parts.append((f"  {label}", f"bold {STATUS_STYLES[status]}"))
+        h = r.hello
+        if h is not None:
+            device = h.device + (f" {h.device_name}" if h.device_name else "")
+            if h.device_mem_bytes:
+                device += f" {fmt_bytes(h.device_mem_bytes, short=True)}"
+            where = f"  {h.host or '?'} (node {h.node}, local rank {h.local_rank}) · pid {h.pid} · {device}"
+            parts.append((where, "$text-muted"))
+        if r.step is not None:
+            parts.append((f"\nstep {r.step.step}", "bold"))
+            line = f" · epoch {r.step.epoch} · loss {fmt_loss(r.step.loss)} · step time {fmt_step_time(r.step.step_s)}"
+            if r.step.lr is not None:
+                line += f" · lr {r.step.lr:.3g}"
+            parts.append(line)
+        if r.heartbeat is not None and r.heartbeat.phase and r.status not in (st.EXITED, st.FINISHED):
+            parts.append((f" · now in {r.heartbeat.phase}", "$text-muted"))
+        for v in (r.straggler, r.stalled, r.silent, r.not_sharding):
+            if v is not None and v.message:
+                parts.append((f"\n⚠ {v.message}", "$text-warning"))
+        if r.restarts:
+            parts.append((f"\nrestarted {r.restarts} time{'s' if r.restarts != 1 else ''}", "$text-warning"))
+        return Content.assemble(*parts)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_move(self, delta: int) -> None:
+        ranks = sorted(self.source.state.ranks)
+        if not ranks:
+            return
+        i = ranks.index(self.rank) if self.rank in ranks else 0
+        self.app.switch_screen(RankDetailScreen(ranks[(i + delta) % len(ranks)]))

@@ -1,0 +1,64 @@
+"""A panel of labelled figures (a rank's memory breakdown, its system samples)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+
+class FactList(Widget):
+    """Rows of ``label  value  note``; a row whose label is empty is a sub-heading."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "fact-list--label",
+        "fact-list--value",
+        "fact-list--note",
+        "fact-list--heading",
+    }
+
+    DEFAULT_CSS = """
+    FactList {
+        height: auto;
+        padding: 0 1;
+    }
+    FactList > .fact-list--label { color: $text-muted; }
+    FactList > .fact-list--value { text-style: bold; }
+    FactList > .fact-list--note { color: $text-muted; }
+    FactList > .fact-list--heading { color: $text-secondary; }
+    """
+
+    facts: reactive[tuple[tuple[str, str, str], ...]] = reactive((), layout=True)
+    """(label, value, note) rows."""
+    empty: reactive[str] = reactive("nothing reported yet")
+    """Shown when there are no rows."""
+
+    def _s(self, name: str) -> Style:
+        return self.get_component_rich_style(f"fact-list--{name}", partial=True)
+
+    def render(self) -> Text:
+        if not self.facts:
+            return Text(self.empty, style=self._s("note"))
+        label_w = max(len(label) for label, _, _ in self.facts)
+        value_w = max(len(value) for label, value, _ in self.facts if label)
+        lines = []
+        for label, value, note in self.facts:
+            if not label:
+                lines.append(Text(value, style=self._s("heading")))
+                continue
+            lines.append(
+                Text.assemble(
+                    (f"{label:<{label_w}}  ", self._s("label")),
+                    (f"{value:>{value_w}}", self._s("value")),
+                    (f"  {note}" if note else "", self._s("note")),
+                    no_wrap=True,
+                    overflow="ellipsis",
+                )
+            )
+        out = Text("\n").join(lines)
+        out.no_wrap = True
+        out.overflow = "ellipsis"
+        return out

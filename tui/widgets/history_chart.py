@@ -1,0 +1,171 @@
+"""A line chart of one rank's history over the other ranks' median and spread (Line API)."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.reactive import reactive
+from textual.strip import Strip
+from textual.widget import Widget
+
+from ..charts import ChartSeries
+
+AXIS_WIDTH = 8
+"""Columns for the y-axis labels."""
+
+_HALVES = {1: "▀", 2: "▄", 3: "█"}
+
+
+class HistoryChart(Widget):
+    """The selected rank's values as a line (half-block resolution), the others' median as a
+    dotted rule and their min-to-max spread as a shaded band, against the step number.
+
+    The series arrives already downsampled to :attr:`plot_width` columns (see
+    :func:`pardash.tui.charts.chart_series`); drawing caches one strip per line until the
+    series or the size changes.
+    """
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "history-chart--rank",
+        "history-chart--median",
+        "history-chart--band",
+        "history-chart--axis",
+        "history-chart--empty",
+    }
+
+    DEFAULT_CSS = """
+    HistoryChart {
+        height: 1fr;
+        min-height: 4;
+    }
+    HistoryChart > .history-chart--rank { color: $text-accent; }
+    HistoryChart > .history-chart--median { color: $text-muted; }
+    HistoryChart > .history-chart--band { background: $primary 22%; }
+    HistoryChart > .history-chart--axis { color: $text-muted; }
+    HistoryChart > .history-chart--empty { color: $text-muted; }
+    """
+
+    series: reactive[ChartSeries | None] = reactive(None)
+    """What to draw (None: no history yet)."""
+
+    def __init__(
+        self,
+        fmt: Callable[[float | None], str],
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.fmt = fmt
+        """Formats axis values (a loss, a time)."""
+        self._lines: list[Strip] | None = None
+
+    @property
+    def plot_width(self) -> int:
+        """Columns of the plot area (the widget less its y axis)."""
+        return max(2, self.content_region.width - AXIS_WIDTH)
+
+    def watch_series(self) -> None:
+        self._lines = None
+        self.refresh()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._lines = None
+
+    def render_line(self, y: int) -> Strip:
+        if self._lines is None:
+            self._lines = self._draw()
+        if 0 <= y < len(self._lines):
+            return self._lines[y]
+        return Strip.blank(self.content_region.width, self.rich_style)
+
+    def _s(self, name: str) -> Style:
+        return self.get_component_rich_style(f"history-chart--{name}", partial=True)
+
+    def _draw(self) -> list[Strip]:
+        width = self.content_region.width
+        height = self.content_region.height
+        base = self.rich_style
+        s = self.series
+        if s is None or height < 2 or width <= AXIS_WIDTH:
+            lines = [Strip.blank(width, base) for _ in range(max(0, height))]
+            if lines:
+                lines[0] = Strip([Segment(" no history yet", self._s("empty"))]).apply_style(base).crop_extend(0, width, base)
+            return lines
+        plot_h = height - 1
+        plot_w = min(width - AXIS_WIDTH, len(s.values))
+        finite = [v for seq in (s.values, s.low, s.high) for v in seq[:plot_w] if not math.isnan(v)]
+        if not finite:
+            return [Strip.blank(width, base) for _ in range(height)]
+        lo, hi = min(finite), max(finite)
+        if hi - lo < 1e-12:
+            pad = abs(hi) * 0.05 or 1.0
+            lo, hi = lo - pad, hi + pad
+        else:
+            pad = (hi - lo) * 0.05
+            lo, hi = lo - pad, hi + pad
+        span = hi - lo
+
+        def half_row(v: float) -> int:
+            return min(2 * plot_h - 1, max(0, int(round((hi - v) / span * (2 * plot_h - 1)))))
+
+        def row(v: float) -> int:
+            return min(plot_h - 1, max(0, int(round((hi - v) / span * (plot_h - 1)))))
+
+        # mask[r][c]: 1 upper half, 2 lower half of the rank's line; median row; band rows.
+        mask = [[0] * plot_w for _ in range(plot_h)]
+        median_row = [-1] * plot_w
+        band = [(-1, -1)] * plot_w
+        prev = None
+        for c in range(plot_w):
+            v = s.values[c]
+            if not math.isnan(s.median[c]):
+                median_row[c] = row(s.median[c])
+            if not math.isnan(s.low[c]):
+                band[c] = (row(s.high[c]), row(s.low[c]))
+            if math.isnan(v):
+                prev = None
+                continue
+            h = half_row(v)
+            a, b = (h, h) if prev is None else (min(prev, h), max(prev, h))
+            if prev is not None and b - a > 1:
+                # Join a jump with a vertical run in this column (skip the previous point).
+                a, b = (a + 1, b) if prev < h else (a, b - 1)
+            for k in range(a, b + 1):
+                mask[k // 2][c] |= 1 if k % 2 == 0 else 2
+            prev = h
+
+        rank_style = self._s("rank")
+        median_style = self._s("median")
+        # The band's colour has alpha: take it blended over the background (a full style).
+        band_style = Style(bgcolor=self.get_component_rich_style("history-chart--band").bgcolor)
+        axis = self._s("axis")
+        labels = {0: self.fmt(hi - pad), plot_h - 1: self.fmt(lo + pad)}
+        if plot_h >= 5:
+            labels[(plot_h - 1) // 2] = self.fmt((hi + lo) / 2)
+        lines: list[Strip] = []
+        for r in range(plot_h):
+            segments = [Segment(f"{labels.get(r, ''):>{AXIS_WIDTH - 2}} ┤" if r in labels else " " * (AXIS_WIDTH - 1) + "│", axis)]
+            for c in range(plot_w):
+                top, bottom = band[c]
+                in_band = top >= 0 and top <= r <= bottom
+                style = band_style if in_band else Style()
+                m = mask[r][c]
+                if m:
+                    segments.append(Segment(_HALVES[m], style + rank_style))
+                elif median_row[c] == r:
+                    segments.append(Segment("─", style + median_style))
+                else:
+                    segments.append(Segment(" ", style))
+            lines.append(Strip(segments).apply_style(base).crop_extend(0, width, base))
+        left = f"step {s.first_step}"
+        right = f"{s.last_step}"
+        gap = max(1, plot_w - len(left) - len(right))
+        x_axis = " " * AXIS_WIDTH + left + " " * gap + right
+        lines.append(Strip([Segment(x_axis, axis)]).apply_style(base).crop_extend(0, width, base))
+        return lines

@@ -1,0 +1,123 @@
+"""Per-rank stacked bars of model state held, against expected and unsharded (Line API)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Size
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from ..format import fmt_bytes, fmt_ratio
+from ..memory import MemorySavings, RankMemory
+
+PARTS = (
+    ("params_bytes", "memory-bars--params", "params"),
+    ("grads_bytes", "memory-bars--grads", "grads"),
+    ("optim_bytes", "memory-bars--optim", "optimizer"),
+    ("buckets_bytes", "memory-bars--buckets", "DDP buckets"),
+)
+"""Stacked parts, left to right: (RankMemory field, component class, legend label)."""
+TAIL_WIDTH = 30
+"""Columns after the bar: held / unsharded and the saving."""
+
+
+class MemoryBars(ScrollView, can_focus=True):
+    """One line per rank: parameters, gradients, optimizer state and DDP buckets as a stacked
+    bar, the rest of what an unsharded rank would hold shaded after it, and a marker where the
+    strategy's expectation (ZeRO arithmetic) sits. Draws only the lines on screen."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "memory-bars--params",
+        "memory-bars--grads",
+        "memory-bars--optim",
+        "memory-bars--buckets",
+        "memory-bars--unsharded",
+        "memory-bars--expected",
+        "memory-bars--rank",
+        "memory-bars--text",
+        "memory-bars--good",
+        "memory-bars--bad",
+    }
+
+    DEFAULT_CSS = """
+    MemoryBars {
+        height: 1fr;
+        overflow-x: hidden;
+        scrollbar-size-vertical: 1;
+        background: $surface;
+    }
+    MemoryBars > .memory-bars--params { color: $primary; }
+    MemoryBars > .memory-bars--grads { color: $secondary; }
+    MemoryBars > .memory-bars--optim { color: $accent; }
+    MemoryBars > .memory-bars--buckets { color: $foreground 45%; }
+    MemoryBars > .memory-bars--unsharded { color: $foreground 25%; }
+    MemoryBars > .memory-bars--expected { color: $text-success; text-style: bold; }
+    MemoryBars > .memory-bars--rank { text-style: bold; }
+    MemoryBars > .memory-bars--text { color: $text-muted; }
+    MemoryBars > .memory-bars--good { color: $text-success; }
+    MemoryBars > .memory-bars--bad { color: $text-warning; text-style: bold; }
+    """
+
+    savings: reactive[MemorySavings | None] = reactive(None)
+    """The run's per-rank memory (None until a rank has reported it)."""
+
+    def watch_savings(self, savings: MemorySavings | None) -> None:
+        n = len(savings.ranks) if savings is not None else 1
+        self.virtual_size = Size(self.scrollable_content_region.width, n)
+        self.refresh()
+
+    def _s(self, name: str, partial: bool = True) -> Style:
+        return self.get_component_rich_style(f"memory-bars--{name}", partial=partial)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width or self.size.width
+        base = self.rich_style
+        s = self.savings
+        index = self.scroll_offset.y + y
+        if s is None:
+            if y == 0:
+                return Strip([Segment(" no memory figures yet", self._s("text"))]).apply_style(base).crop_extend(0, width, base)
+            return Strip.blank(width, base)
+        if index >= len(s.ranks):
+            return Strip.blank(width, base)
+        return Strip(self._bar(s, s.ranks[index], width)).apply_style(base).crop_extend(0, width, base)
+
+    def _bar(self, s: MemorySavings, r: RankMemory, width: int) -> list[Segment]:
+        rank_w = max(3, len(str(s.ranks[-1].rank)))
+        bar_w = max(10, width - rank_w - 2 - TAIL_WIDTH)
+        expected = s.expected_per_rank_bytes or 0
+        scale = max(max(max(m.total_bytes, m.full_bytes) for m in s.ranks), expected, 1)
+        cells = bar_w / scale
+        bounds = []
+        acc = 0
+        for field, cls, _ in PARTS:
+            acc += getattr(r, field)
+            bounds.append((int(round(acc * cells)), self._s(cls.split("--")[1])))
+        full_end = int(round(r.full_bytes * cells))
+        marker = min(bar_w - 1, int(round(expected * cells))) if expected else -1
+        unsharded = Style(color=self._s("unsharded", partial=False).color)
+        expected_style = self._s("expected")
+        segments = [Segment(f"{r.rank:>{rank_w}} ", self._s("rank"))]
+        for x in range(bar_w):
+            if x == marker:
+                segments.append(Segment("┃", expected_style))
+                continue
+            style = next((st for end, st in bounds if x < end), None)
+            if style is not None:
+                segments.append(Segment("█", style))
+            else:
+                segments.append(Segment("░" if x < full_end else " ", unsharded))
+        over = r.rank in s.over_expectation
+        ratio = r.full_bytes / r.held_bytes if r.held_bytes else None
+        shards = bool(ratio and ratio > 1.05)
+        saving = f"{fmt_ratio(ratio)} less" if shards else "full copy"
+        tail = f" {fmt_bytes(r.held_bytes, short=True):>6} of {fmt_bytes(r.full_bytes, short=True):>6}  "
+        segments.append(Segment(tail, self._s("text")))
+        segments.append(Segment(f"{saving:<10}", self._s("bad") if over else self._s("good") if shards else self._s("text")))
+        if over:
+            segments.append(Segment(" ⚠", self._s("bad")))
+        return list(Segment.simplify(segments))

@@ -1,0 +1,84 @@
+"""Where a rank's step goes: data, forward, backward, optimizer, communication wait, self time."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from ..format import fmt_step_time
+from ..rank_facts import Phase
+
+BAR_CHARS = " ▏▎▍▌▋▊▉█"
+
+
+def bar(fraction: float, width: int) -> str:
+    """A horizontal bar ``fraction`` of ``width`` long, with eighth-cell ends."""
+    fraction = min(1.0, max(0.0, fraction))
+    eighths = int(round(fraction * width * 8))
+    full, part = divmod(eighths, 8)
+    text = "█" * full + (BAR_CHARS[part] if part else "")
+    return text.ljust(width)
+
+
+class PhaseBars(Widget):
+    """The rank's last step split into phases, each as a bar against the step time, with the
+    other ranks' median beside it: a straggler's long phase (or a victim's long communication
+    wait) stands out."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "phase-bars--label",
+        "phase-bars--bar",
+        "phase-bars--value",
+        "phase-bars--others",
+        "phase-bars--worse",
+    }
+
+    DEFAULT_CSS = """
+    PhaseBars {
+        height: auto;
+        padding: 0 1;
+    }
+    PhaseBars > .phase-bars--label { color: $text-muted; }
+    PhaseBars > .phase-bars--bar { color: $text-primary; }
+    PhaseBars > .phase-bars--value { text-style: bold; }
+    PhaseBars > .phase-bars--others { color: $text-muted; }
+    PhaseBars > .phase-bars--worse { color: $text-warning; text-style: bold; }
+    """
+
+    phases: reactive[tuple[Phase, ...]] = reactive((), layout=True)
+    """Phases of the last step; the first is the whole step (the bars' scale)."""
+
+    def _s(self, name: str) -> Style:
+        return self.get_component_rich_style(f"phase-bars--{name}", partial=True)
+
+    def render(self) -> Text:
+        phases = self.phases
+        if not phases:
+            return Text("no step yet", style=self._s("label"))
+        width = self.content_region.width or 40
+        scale = max((p.seconds or 0.0) for p in phases) or 1.0
+        label_w = max(len(p.name) for p in phases)
+        bar_w = max(4, width - label_w - 1 - 7 - 1 - 11)
+        lines = []
+        for p in phases:
+            worse = (
+                p.seconds is not None
+                and p.others_median_s is not None
+                and p.seconds > 1.25 * p.others_median_s
+                and p.seconds - p.others_median_s > 0.002
+            )
+            others = f"med {fmt_step_time(p.others_median_s)}" if p.others_median_s is not None else ""
+            lines.append(
+                Text.assemble(
+                    (f"{p.name:<{label_w}} ", self._s("label")),
+                    (bar((p.seconds or 0.0) / scale, bar_w), self._s("worse") if worse else self._s("bar")),
+                    (f" {fmt_step_time(p.seconds):>7}", self._s("worse") if worse else self._s("value")),
+                    (f" {others:>10}", self._s("others")),
+                    no_wrap=True,
+                )
+            )
+        return Text("\n").join(lines)
