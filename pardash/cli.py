@@ -184,7 +184,6 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 return 0
             job.stop()
             code = job.wait()
-            client.poll()
     finally:
         client.close()
     from pardash.telemetry.printer import outcome_line

@@ -301,6 +301,7 @@ class _Api:
         self.holder_cache: dict[str, Any] = {}
         self.late: tuple[dict[str, Any], Logged] | None = None
         """A step held back because a logged value is still on the device."""
+        self.user_events: set[str] = set()
 
 
 _api = _Api()
@@ -502,10 +503,16 @@ def phase(name: str) -> _PhaseBlock:
 def event(name: str, message: str = "", **fields: Any) -> None:
     """Publish an event: ``checkpoint``, ``epoch_end``, ``warning``, ``info`` or your own name,
     with a one-line message (and ``step=``, ``duration_s=`` where they apply)."""
+    _api.user_events.add(name)
     if "step" not in fields:
-        rep = reporter()
-        fields["step"] = rep.last_step
+        fields["step"] = reporter().last_step
     reporter().event(name, message, **fields)
+
+
+def user_sent(name: str) -> bool:
+    """True once the script published an event of this name itself (the automatic
+    instrumentation then leaves that kind to it)."""
+    return name in _api.user_events
 
 
 def take_logged() -> Logged:
@@ -558,4 +565,5 @@ __all__ = [
     "step",
     "strategy_of",
     "take_logged",
+    "user_sent",
 ]

@@ -26,6 +26,7 @@ _OURS = (
     os.path.abspath(__file__),
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "instrument.py"),
     os.path.abspath(runpy.__file__),
+    "<frozen runpy>",
 )
 """Files whose frames never show in the user's traceback."""
 
@@ -128,12 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:
         code = 1
         _trim(e)
+        _record_error_file(e)  # first: torchrun names the earliest error file the root cause
         tb = "".join(traceback.format_exception(e))
         sys.stderr.write(tb)
         sys.stderr.flush()
         message = traceback.format_exception_only(e)[-1].strip()
         reporter.event("error", message=message, traceback=tb, step=reporter.last_step)
-        _record_error_file(e)
     _finish(reporter, instrument, code)
     return code
 

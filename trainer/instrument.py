@@ -150,6 +150,7 @@ class Instrument:
         self._scaled: tuple[Any, Any] | None = None
         # optimizer rounds
         self._round: list[Any] = []
+        self._posts = 0
         self._per_round = 0
         """Optimizer steps per round, learnt from the last round (0: not known yet)."""
         self._published_round = False
@@ -189,6 +190,7 @@ class Instrument:
             GradScaler = None
         if GradScaler is not None:
             self._patch(GradScaler, "scale", self._wrap_scale)
+            self._patch(GradScaler, "step", self._wrap_scaler_step)
         api.attach_auto(self)
         return self
 
@@ -323,6 +325,18 @@ class Instrument:
 
         return scale
 
+    def _wrap_scaler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            before = self._posts
+            result = original(scaler, optimizer, *args, **kwargs)
+            if self._posts == before and _get_ident() == self._tid:
+                # The scaler skipped optimizer.step() (inf or NaN gradients): still a step.
+                self._optimizer_pre(optimizer, (), {})
+                self._optimizer_post(optimizer, (), {})
+            return result
+
+        return step
+
     # -- optimizer: step boundaries -------------------------------------------------------------
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -340,6 +354,7 @@ class Instrument:
         if _is_compiling():
             return None
         now = self.clock.stamp()
+        self._posts += 1
         self._stepped = True
         if all(optimizer is not o for o in self.optimizers):
             self.optimizers.append(optimizer)
@@ -352,9 +367,11 @@ class Instrument:
         if self._per_round and len(self._round) >= self._per_round:
             self._publish(now, self._memory())
             self._published_round = True
+            self._pending_end = self._pending_mem = None
         else:  # the round may go on: publish when the next micro-batch starts
             self._pending_end = now
-            self._pending_mem = self._memory(force=True)
+            if not self._per_round:  # the first round: any post-hook may be its last
+                self._pending_mem = self._memory(force=True)
         return None
 
     def _micro_batch_begins(self) -> Any:
@@ -370,7 +387,8 @@ class Instrument:
     def _round_ends(self) -> None:
         if not self._explicit:
             if self._pending_end is not None:
-                self._publish(self._pending_end, self._pending_mem)
+                mem = self._pending_mem if self._pending_mem is not None else self.probe.last
+                self._publish(self._pending_end, mem)
             self._per_round = len(self._round)
         self._round = []
         self._published_round = False
@@ -502,7 +520,7 @@ class Instrument:
     def _wrap_set_epoch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def set_epoch(sampler: Any, epoch: int) -> Any:
             if isinstance(epoch, int) and epoch != self.epoch:
-                if self.step and epoch > self.epoch:
+                if self.step and epoch > self.epoch and not api.user_sent("epoch_end"):
                     self.reporter.event("epoch_end", step=self.step, message=f"epoch {self.epoch} ended")
                 self.epoch = epoch
             return original(sampler, epoch)

@@ -261,7 +261,7 @@ class Supervisor:
         # Ranks linger up to reporter.LINGER_MS flushing their last messages; the hub drains
         # them before it stops. A viewer still attached keeps the hub up so it can read the end.
         time.sleep(0.3)
-        while spec.viewer_pid and _alive(spec.viewer_pid):
+        while spec.viewer_pid and _alive(spec.viewer_pid) and not self._stopping:
             time.sleep(0.2)
         if self.hub is not None and self.hub.poll() is None:
             self.hub.send_signal(signal.SIGTERM)

@@ -90,7 +90,7 @@ def exit_causes(state: st.RunState) -> dict[int, str]:
         rank = m.rank
         if rank < 0:
             continue
-        if isinstance(m, schema.Event) and m.name == "error" and m.message:
+        if isinstance(m, schema.Event) and m.name in ("error", "exit") and m.message:
             out[rank] = m.message.strip().splitlines()[0]
         elif isinstance(m, schema.Verdict) and m.verdict == "exited" and m.cause:
             out[rank] = m.cause.strip().splitlines()[0]

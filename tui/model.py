@@ -3,8 +3,8 @@
 A :class:`RankRow` holds one rank's figures as the grid draws them. Self times are compared with
 the median of the *other* ranks (leave-one-out, as the hub's straggler detector does), each
 rank's figure being the median of its last few steps so one slow step does not flash a cell.
-Building the rows costs one pass over the ranks, whatever the message rate; the smoothed
-figures are cached per rank and recomputed only when the rank has a new step.
+Building the rows costs one pass over the ranks, whatever the message rate: each rank's
+smoothing window is seeded once from its history and then fed its latest step.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass
 
 from pardash.telemetry import state as st
@@ -94,11 +95,6 @@ class RankRow:
         return 0
 
 
-def _median_tail(values: list[float], n: int) -> float | None:
-    tail = [v for v in values[-n:] if not math.isnan(v)]
-    return statistics.median(tail) if tail else None
-
-
 def leave_one_out_medians(values: list[float]) -> list[float | None]:
     """For each value, the median of all the *others* (None when there are none).
 
@@ -124,32 +120,64 @@ def leave_one_out_medians(values: list[float]) -> list[float | None]:
     return out
 
 
+def _median_small(values) -> float | None:
+    """Median of a handful of numbers (cheaper than statistics.median for five)."""
+    v = sorted(values)
+    n = len(v)
+    if not n:
+        return None
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+class _Smoothed:
+    """A rank's last few step and self times, fed one step per change of ``steps_seen``."""
+
+    __slots__ = ("seen", "step_s", "self_s")
+
+    def __init__(self, r: st.RankState) -> None:
+        # Seeded once from the history (a snapshot's or a replay's), then fed step by step.
+        self.step_s = deque((v for v in r.history["step_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS)
+        self.self_s = deque((v for v in r.history["self_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS)
+        self.seen = r.steps_seen
+
+    def feed(self, r: st.RankState) -> None:
+        if r.steps_seen == self.seen or r.step is None:
+            return
+        self.seen = r.steps_seen
+        if r.step.step_s is not None:
+            self.step_s.append(r.step.step_s)
+        if r.step.self_s is not None:
+            self.self_s.append(r.step.self_s)
+
+
 class RowBuilder:
-    """Builds the grid's rows from a run state, caching each rank's smoothed figures."""
+    """Builds the grid's rows from a run state; keeps each rank's smoothing window, so a
+    refresh costs a few operations per rank whatever arrived in between."""
 
     def __init__(self) -> None:
-        self._cache: dict[int, tuple[object, float | None, float | None]] = {}
+        self._smooth: dict[int, _Smoothed] = {}
         self._state_id = 0
 
     def build(self, state: st.RunState) -> list[RankRow]:
         if id(state) != self._state_id:
-            # A new snapshot or a replay seek replaced the state: nothing cached holds.
-            self._cache.clear()
+            # A new snapshot or a replay seek replaced the state: start the windows again.
+            self._smooth.clear()
             self._state_id = id(state)
-        cache = self._cache
+        smooth = self._smooth
         rows: list[RankRow] = []
         for r in state.ranks.values():
             step = r.step
-            key = (r.steps_seen, step.step if step else None, len(r.history["step_s"]))
-            hit = cache.get(r.rank)
-            if hit is None or hit[0] != key:
-                step_s = _median_tail(r.history["step_s"].values(), SMOOTH_POINTS)
-                self_s = _median_tail(r.history["self_s"].values(), SMOOTH_POINTS)
-                if step is not None:
-                    # A snapshot may carry a step that never reached the history yet.
-                    step_s = step.step_s if step_s is None else step_s
-                    self_s = step.self_s if self_s is None else self_s
-                hit = cache[r.rank] = (key, step_s, self_s)
+            sm = smooth.get(r.rank)
+            if sm is None:
+                sm = smooth[r.rank] = _Smoothed(r)
+            else:
+                sm.feed(r)
+            step_s = _median_small(sm.step_s)
+            self_s = _median_small(sm.self_s)
+            if step is not None:
+                # A snapshot may carry a step that never reached the history.
+                step_s = step.step_s if step_s is None else step_s
+                self_s = step.self_s if self_s is None else self_s
             sysm = r.system
             mem = step.mem if step is not None else None
             gpu_mem = sysm.gpu_mem_used_bytes if sysm is not None else None
@@ -163,10 +191,10 @@ class RowBuilder:
                     status=r.status,
                     step=step.step if step else None,
                     loss=step.loss if step else None,
-                    step_s=hit[1],
-                    self_s=hit[2],
+                    step_s=step_s,
+                    self_s=self_s,
                     self_dev=None,
-                    held_bytes=st.mem_held_bytes(step.mem) if step else None,
+                    held_bytes=st.mem_held_bytes(mem),
                     not_sharding=r.not_sharding is not None,
                     exit_code=r.exit_code,
                     data_s=step.data_s if step else None,

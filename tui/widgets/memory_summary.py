@@ -58,13 +58,13 @@ class MemorySummary(Widget):
         lo, med, hi = s.held_per_rank
         lines = [self._row("held", fmt_bytes(s.held_bytes), f"across {n} rank{'s' if n != 1 else ''}")]
         if s.buckets_bytes:
-            lines.append(self._row("buckets", fmt_bytes(s.buckets_bytes), "DDP gradient buckets, extra"))
+            lines.append(self._row("buckets", fmt_bytes(s.buckets_bytes), "DDP buckets, extra"))
         lines.append(self._row("unsharded", fmt_bytes(s.full_bytes), "a full copy per rank"))
         ratio = s.ratio
         if s.saving_bytes > 0 and (ratio or 0) > 1.05:
             lines.append(self._row("saving", fmt_bytes(s.saving_bytes), f"· {fmt_ratio(ratio)} less", "good"))
         else:
-            lines.append(self._row("saving", "none:", "every rank holds a full copy", "dim"))
+            lines.append(self._row("saving", "none:", "full copies", "dim"))
         per_rank = fmt_bytes(med)
         spread = f"(min {fmt_bytes(lo, short=True)} · max {fmt_bytes(hi, short=True)})" if hi > lo * 1.01 else ""
         lines.append(self._row("per rank", per_rank, spread))
@@ -73,7 +73,7 @@ class MemorySummary(Widget):
             lines.append(self._row("expected", fmt_bytes(expected), f"(16 B × {fmt_params(s.params_count)}{' ÷ ' + str(s.world_size) if s.sharded else ''})"))
             if not s.sharded and s.world_size > 1 and s.sharded_expected_bytes:
                 lines.append(
-                    self._row("sharded", fmt_bytes(s.sharded_expected_bytes), f"a rank's share with FSDP (÷ {s.world_size})")
+                    self._row("FSDP", fmt_bytes(s.sharded_expected_bytes), f"per rank if sharded ÷ {s.world_size}")
                 )
         over = s.over_expectation
         if over:

@@ -71,6 +71,8 @@ class _Line:
     """(x, index into the ordered rows) of each rank on the line."""
     labels: list[tuple[int, str, str]] = field(default_factory=list)
     """(x, text, component class) drawn between the cells."""
+    items: list[tuple[int, int, object, str]] = field(default_factory=list)
+    """Heat labels and cells in x order: (x, 0 label / 1 cell, text or row index, class)."""
 
 
 class RankGrid(ScrollView, can_focus=True):
@@ -167,6 +169,12 @@ class RankGrid(ScrollView, can_focus=True):
         self._max_cols = 1
         """Most cells on one line (how many title blocks to draw)."""
         self._looks: dict[int, list[Segment]] = {}
+        self._styles: dict[str, Style] = {}
+        """Component styles over the base style ("" is the base), cleared on style changes."""
+        self._width = 80
+        """Columns the layout was made for."""
+        self._strips: dict[int, Strip] = {}
+        """Drawn lines by line number, cleared when anything on them may have changed."""
         """Drawing of each ordered rank, cleared when rows, layout or styles change."""
         """The fields cells show now (COLUMNS, or WIDE_COLUMNS when there is room)."""
 
@@ -197,6 +205,7 @@ class RankGrid(ScrollView, can_focus=True):
         self._rows = rows
         self._by_rank = {row.rank: row for row in rows}
         self._looks.clear()
+        self._strips.clear()
         self._relayout()
         self.refresh()
 
@@ -216,6 +225,7 @@ class RankGrid(ScrollView, can_focus=True):
             self.sort_key,
         )
         self._ordered = ordered
+        self._width = width
         if key == self._layout_key and not force:
             return
         self._layout_key = key
@@ -237,7 +247,12 @@ class RankGrid(ScrollView, can_focus=True):
             lines = [_Line("note", labels=[(1, text, "rank-grid--dim")])]
         self._heat = heat
         self._lines = lines
+        for line in lines:
+            items = [(x, 0, text, cls) for x, text, cls in line.labels if line.kind == "heat"]
+            items += [(x, 1, idx, "") for x, idx in line.cells]
+            line.items = sorted(items, key=lambda item: item[0])
         self._looks.clear()
+        self._strips.clear()
         self._max_cols = max((len(line.cells) for line in lines if line.kind == "cells"), default=1) or 1
         self._where = {}
         for y, line in enumerate(lines):
@@ -342,7 +357,17 @@ class RankGrid(ScrollView, can_focus=True):
     # -- drawing ------------------------------------------------------------------------------
 
     def _style(self, name: str) -> Style:
-        return self.get_component_rich_style(name, partial=True)
+        """A component's style over the widget's own (cached until the styles change)."""
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = self._base() + self.get_component_rich_style(name, partial=True)
+        return style
+
+    def _base(self) -> Style:
+        style = self._styles.get("")
+        if style is None:
+            style = self._styles[""] = self.rich_style
+        return style
 
     def _status_style(self, row: RankRow) -> Style:
         return self._style(f"rank-grid--{row.status}")
@@ -357,20 +382,26 @@ class RankGrid(ScrollView, can_focus=True):
         return self._status_style(row)
 
     def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width or self.size.width
-        base = self.rich_style
+        width = self._width
+        base = self._base()
         if y == 0:
             segments = list(self._title_segments(width))
         else:
             index = self.scroll_offset.y + y - 1
             if index >= len(self._lines):
                 return Strip.blank(width, base)
-            segments = self._line_segments(self._lines[index], width)
-        return Strip(Segment.simplify(segments)).apply_style(base).crop_extend(0, width, base)
+            strip = self._strips.get(index)
+            if strip is None:
+                segments = self._line_segments(self._lines[index], width)
+                strip = self._strips[index] = Strip(Segment.simplify(segments)).crop_extend(0, width, base)
+            return strip
+        return Strip(Segment.simplify(segments)).crop_extend(0, width, base)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._looks.clear()
+        self._styles.clear()
+        self._strips.clear()
 
     def _title_segments(self, width: int) -> Iterable[Segment]:
         if self._heat:
@@ -378,13 +409,13 @@ class RankGrid(ScrollView, can_focus=True):
             return
         title = self._style("rank-grid--title")
         sorted_style = self._style("rank-grid--title-sorted")
-        yield Segment(" ")
+        yield Segment(" ", self._base())
         for k in range(self._max_cols):
             if k:
-                yield Segment(" " * CELL_GAP)
+                yield Segment(" " * CELL_GAP, self._base())
             for j, key in enumerate(self._columns):
                 if j:
-                    yield Segment(" ")
+                    yield Segment(" ", self._base())
                 if key == "rank":
                     text, sort = f"{'rank':>{self._rank_width}}", "rank"
                 else:
@@ -394,7 +425,7 @@ class RankGrid(ScrollView, can_focus=True):
 
     def _legend_segments(self, width: int) -> Iterable[Segment]:
         dim = self._style("rank-grid--dim")
-        yield Segment(" ")
+        yield Segment(" ", self._base())
         items = [
             (HEAT_GLYPHS[st.RUNNING], "rank-grid--running", "ok"),
             (HEAT_GLYPHS[st.RUNNING], "rank-grid--dev-warn", "self +10%"),
@@ -436,15 +467,12 @@ class RankGrid(ScrollView, can_focus=True):
             if line.kind == "node":
                 text = f"─ {text} "
                 text = text + "─" * max(0, width - len(text) - 1)
-            out.append(Segment(" " * (x - x_at) + text, self._style(cls)))
+            out.append(Segment(" " * (x - x_at), self._base()))
+            out.append(Segment(text, self._style(cls)))
             x_at = x + len(text)
-        if line.kind == "heat":
-            items = sorted([(x, 0, text, cls) for x, text, cls in line.labels] + [(x, 1, idx, "") for x, idx in line.cells])
-        else:
-            items = [(x, 1, idx, "") for x, idx in line.cells]
-        for x, kind, payload, cls in items:
+        for x, kind, payload, cls in line.items:
             if x > x_at:
-                out.append(Segment(" " * (x - x_at)))
+                out.append(Segment(" " * (x - x_at), self._base()))
                 x_at = x
             if kind == 0:
                 out.append(Segment(payload, self._style(cls)))  # type: ignore[arg-type]
@@ -476,11 +504,11 @@ class RankGrid(ScrollView, can_focus=True):
         level = row.deviation_level
         dev_style = self._style("rank-grid--dev-bad") if level == 2 else self._style("rank-grid--dev-warn") if level == 1 else dim
         gone = status in (st.EXITED, st.FINISHED, st.SILENT)
-        value = dim if gone else Style()
+        value = dim if gone else self._base()
         out: list[Segment] = []
         for j, key in enumerate(self._columns):
             if j:
-                out.append(Segment(" "))
+                out.append(Segment(" ", self._base()))
             if key == "rank":
                 out.append(Segment(f"{row.rank:>{self._rank_width}}", self._style("rank-grid--rank")))
                 continue
@@ -513,6 +541,10 @@ class RankGrid(ScrollView, can_focus=True):
     # -- cursor -------------------------------------------------------------------------------
 
     def watch_cursor_rank(self, old: int | None, new: int | None) -> None:
+        for rank in (old, new):
+            where = self._where.get(rank) if rank is not None else None
+            if where is not None:
+                self._strips.pop(where[0], None)
         self._scroll_to_cursor()
         self.refresh()
         self.post_message(RankHighlighted(new))
@@ -539,9 +571,11 @@ class RankGrid(ScrollView, can_focus=True):
         self._relayout(force=True)
 
     def on_focus(self) -> None:
+        self._strips.clear()
         self.refresh()
 
     def on_blur(self) -> None:
+        self._strips.clear()
         self.refresh()
 
     def _scroll_to_cursor(self) -> None:

@@ -1,0 +1,16 @@
+"""Prints how it was started, as JSON; exits with --exit CODE, raises with --raise."""
+
+import json
+import os
+import sys
+
+
+def fail():
+    raise RuntimeError("probe failed on purpose")
+
+
+if "--raise" in sys.argv:
+    fail()
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "file": os.path.abspath(__file__) if "__file__" in globals() else None, "name": __name__}))
+if "--exit" in sys.argv:
+    sys.exit(int(sys.argv[sys.argv.index("--exit") + 1]))
