@@ -161,7 +161,8 @@ def outcome_line(st, code: int, result: dict, log_path: str) -> str:
         return f"pardash: the job failed with exit code {code}; log {log_path}"
     first, victims, stopped = found
     r = st.ranks.get(first.rank)
-    step = first.step if first.step is not None else (r.step.step if r is not None and r.step is not None else None)
+    # The step it died in: the one after its last completed step, unless it said.
+    step = first.step if first.step is not None else (r.step.step + 1 if r is not None and r.step is not None else None)
     at = f" at step {step}" if step is not None else ""
     how = ""
     if first.code < 0:

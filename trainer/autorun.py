@@ -14,10 +14,13 @@ with code 1; ``SystemExit`` codes pass through. Every way out publishes an ``exi
 
 from __future__ import annotations
 
+import builtins
+import importlib.machinery
 import os
 import runpy
 import sys
 import traceback
+import types
 from types import TracebackType
 
 USAGE = "usage: python -m pardash.trainer.autorun SCRIPT [ARGS...] | -m MODULE [ARGS...]"
@@ -51,7 +54,8 @@ def _trim(exc: BaseException) -> BaseException:
         while tb is not None:
             frames.append(tb)
             tb = tb.tb_next
-        keep = [f for i, f in enumerate(frames) if i == len(frames) - 1 or f.tb_frame.f_code.co_filename not in _OURS]
+        last = len(frames) - 1 if not isinstance(e, SyntaxError) else -1  # compile()'s: the script's
+        keep = [f for i, f in enumerate(frames) if i == last or f.tb_frame.f_code.co_filename not in _OURS]
         for a, b in zip(keep, keep[1:]):
             a.tb_next = b
         if keep:
@@ -88,16 +92,29 @@ def _run(args: list[str]) -> None:
             raise SystemExit(USAGE)
         sys.argv = [args[1], *args[2:]]  # runpy puts the module's file in argv[0], as python -m
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-    else:
-        script = args[0]
-        if not os.path.exists(script):
-            print(f"pardash: can't open file {script!r}: no such file", file=sys.stderr)
-            raise SystemExit(2)
-        sys.argv = list(args)
-        # python SCRIPT puts the script's folder first on sys.path (where autorun's -m put the
-        # working directory) and gives __main__ an absolute __file__.
-        sys.path[0] = os.path.dirname(os.path.realpath(script))
-        runpy.run_path(os.path.abspath(script), run_name="__main__")
+        return
+    script = args[0]
+    if not os.path.exists(script):
+        print(f"pardash: can't open file {script!r}: no such file", file=sys.stderr)
+        raise SystemExit(2)
+    sys.argv = list(args)
+    # python SCRIPT puts the script's folder first on sys.path (where autorun's -m put the
+    # working directory), and gives __main__ an absolute __file__.
+    path = os.path.abspath(script)
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    if not os.path.isfile(path):  # a folder or zip with __main__.py
+        runpy.run_path(path, run_name="__main__")
+        return
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    main.__builtins__ = builtins
+    # The script is __main__ for good, as under python SCRIPT: pickling its classes and
+    # multiprocessing's spawn find it there.
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
 
 
 def main(argv: list[str] | None = None) -> int:

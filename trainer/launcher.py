@@ -28,6 +28,10 @@ from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
 # torchrun's agent logs each worker failure as it finds it (every --monitor-interval):
 #   "... failed (exitcode: -9) local_rank: 1 (pid: 4056) of binary: ..."
 FAILED_WORKER = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+# ...and, when it gives up, lists every failed worker in its summary:
+#   "  rank      : 1 (local_rank: 1)"  then  "  exitcode  : -9 (pid: 5294)"
+SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: \d+\)")
+SUMMARY_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 
 HUB_READY_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
@@ -165,6 +169,7 @@ class Supervisor:
         push.setsockopt(zmq.LINGER, 2000)
         push.connect(self.endpoints["ingest"])
         spec = self.spec
+        summary_rank = None
         try:
             for line in iter(pipe.readline, b""):
                 try:
@@ -172,11 +177,21 @@ class Supervisor:
                     sink.flush()
                 except (OSError, ValueError):
                     pass
-                m = FAILED_WORKER.search(line.decode(errors="replace"))
+                text = line.decode(errors="replace")
+                m = FAILED_WORKER.search(text)
                 if m:
                     code, local_rank = int(m.group(1)), int(m.group(2))
                     rank = spec.node_rank * spec.nproc + local_rank
                     self.report_exit(push, rank, code)
+                    continue
+                m = SUMMARY_RANK.match(text)
+                if m:
+                    summary_rank = int(m.group(1))
+                    continue
+                m = SUMMARY_CODE.match(text)
+                if m and summary_rank is not None:
+                    self.report_exit(push, summary_rank, int(m.group(1)))
+                    summary_rank = None
         finally:
             push.close()
             if out is not None:

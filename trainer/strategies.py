@@ -305,13 +305,17 @@ def apply_ddp(model: nn.Module, rt: Runtime) -> tuple[nn.Module, CommTimer]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     model = model.to(rt.device)
-    ddp = DDP(
-        model,
-        device_ids=[rt.device.index] if rt.is_cuda else None,
-        # No buffers to broadcast in these models, and without the broadcast forward holds
-        # no collective: the first collective of a step is backward's first bucket.
-        broadcast_buffers=False,
+    # No buffer sync in forward: these models have no buffers, and without it forward holds
+    # no collective, so a step's first collective is backward's first bucket all-reduce.
+    # torch >= 2.12 spells it forward_sync_buffers=False (broadcast_buffers is deprecated).
+    import inspect
+
+    no_buffer_sync = (
+        {"forward_sync_buffers": False}
+        if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+        else {"broadcast_buffers": False}
     )
+    ddp = DDP(model, device_ids=[rt.device.index] if rt.is_cuda else None, **no_buffer_sync)
     timer = CommTimer(cuda=rt.is_cuda)
     ddp.register_comm_hook(timer, CommTimer.hook)
     return ddp, timer

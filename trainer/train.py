@@ -21,6 +21,7 @@ hook all-gathers; single and dp: the whole step.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -358,7 +359,7 @@ def _usage_error(prog: str, message: str, reporter: Reporter | None = None) -> i
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one rank; returns the exit code (0 success, 1 error, 2 bad flags)."""
     prog = "pardash-train"
-    parser = config_mod.argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog=prog, description="The pardash bundled trainer (one rank; run it under torchrun)."
     )
     config_mod.add_arguments(parser)

@@ -1,7 +1,9 @@
 """The conditions that want a person's attention now, most severe first.
 
 Alerts are read from the ranks' current verdicts (the hub's conclusions), not from the event
-log: a straggler that was cleared, or a stalled rank that resumed, is no longer an alert.
+log: a straggler that was cleared, or a stalled rank that resumed, is no longer an alert. The
+event log is read for one thing only: the order in which ranks exited, because when a job dies
+the first rank to exit is the cause and the others (stopped by torchrun) are its victims.
 """
 
 from __future__ import annotations
@@ -25,24 +27,56 @@ class Alert:
     """exited | silent | stalled | straggler | not_sharding"""
     rank: int
     text: str
+    code: int | None = None
+    """Exit code (exited)."""
+    first: bool = False
+    """The first rank to exit (the likely cause when several did)."""
 
     @property
     def severity(self) -> int:
         return SEVERITY[self.kind]
 
 
-def rank_alerts(r: st.RankState, cause: str = "") -> list[Alert]:
-    """The alerts of one rank (a rank may be both a straggler and not sharding); ``cause`` is
-    the last error the rank (or the launcher, from torchrun's error file) reported."""
+@dataclass(frozen=True, slots=True)
+class ExitInfo:
+    """When (in order) and why a rank exited, from the event log."""
+
+    order: int
+    cause: str
+
+
+def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
+    """Rank -> the order of its exit among the ranks that exited, and the first line of its
+    last error (its own error event, its exit message or the launcher's verdict)."""
+    order: dict[int, int] = {}
+    causes: dict[int, str] = {}
+    for m in state.events:
+        rank = m.rank
+        if rank < 0:
+            continue
+        if isinstance(m, schema.Event):
+            if m.name in ("error", "exit") and m.message.strip():
+                causes[rank] = m.message.strip().splitlines()[0]
+            if m.name == "exit" and (m.code or 0) != 0:
+                order.setdefault(rank, len(order))
+        elif isinstance(m, schema.Verdict) and m.verdict == "exited":
+            if m.cause.strip():
+                causes[rank] = m.cause.strip().splitlines()[0]
+            order.setdefault(rank, len(order))
+    return {rank: ExitInfo(order=i, cause=causes.get(rank, "")) for rank, i in order.items()}
+
+
+def rank_alerts(r: st.RankState, exit: ExitInfo | None = None, *, first: bool = False) -> list[Alert]:
+    """The alerts of one rank (a rank may be both a straggler and not sharding)."""
     out: list[Alert] = []
     status = r.status
     if status == st.EXITED:
-        text = f"rank {r.rank} exited with code {r.exit_code}"
+        text = f"rank {r.rank} exited {'first, ' if first else ''}with code {r.exit_code}"
         if r.step is not None:
             text += f" at step {r.step.step}"
-        if cause:
-            text += f": {cause}"
-        out.append(Alert("exited", r.rank, text))
+        if exit is not None and exit.cause:
+            text += f": {exit.cause}"
+        out.append(Alert("exited", r.rank, text, code=r.exit_code, first=first))
     elif status == st.SILENT and r.silent is not None:
         out.append(Alert("silent", r.rank, r.silent.message or f"rank {r.rank} silent (no heartbeat)"))
     elif status == st.STALLED and r.stalled is not None:
@@ -67,31 +101,32 @@ def rank_alerts(r: st.RankState, cause: str = "") -> list[Alert]:
 
 
 def run_alerts(state: st.RunState) -> list[Alert]:
-    """Every current alert of the run, most severe first, then by rank."""
+    """Every current alert of the run, most severe first; exited ranks in the order they
+    exited (the first flagged as such when several did), the rest by rank."""
     out: list[Alert] = []
-    causes: dict[int, str] | None = None
+    exits: dict[int, ExitInfo] | None = None
+    exited = 0
     for r in state.ranks.values():
         if r.status in (st.RUNNING, st.STARTING, st.FINISHED) and r.not_sharding is None:
             continue
-        cause = ""
+        info = None
         if r.status == st.EXITED:
-            if causes is None:
-                causes = exit_causes(state)
-            cause = causes.get(r.rank, "")
-        out.extend(rank_alerts(r, cause))
-    out.sort(key=lambda a: (a.severity, a.rank))
-    return out
+            if exits is None:
+                exits = exit_info(state)
+            info = exits.get(r.rank)
+            exited += 1
+        out.extend(rank_alerts(r, info))
+    if exited > 1 and exits:
+        first = min(exits, key=lambda rank: exits[rank].order)
+        out = [
+            rank_alerts(state.ranks[a.rank], exits.get(a.rank), first=True)[0] if a.kind == "exited" and a.rank == first else a
+            for a in out
+        ]
+    big = len(state.ranks) + 1
 
+    def key(a: Alert) -> tuple[int, int, int]:
+        order = exits[a.rank].order if a.kind == "exited" and exits and a.rank in exits else big
+        return (a.severity, order, a.rank)
 
-def exit_causes(state: st.RunState) -> dict[int, str]:
-    """Rank -> first line of its last error event or exit verdict message (the root cause)."""
-    out: dict[int, str] = {}
-    for m in state.events:
-        rank = m.rank
-        if rank < 0:
-            continue
-        if isinstance(m, schema.Event) and m.name in ("error", "exit") and m.message:
-            out[rank] = m.message.strip().splitlines()[0]
-        elif isinstance(m, schema.Verdict) and m.verdict == "exited" and m.cause:
-            out[rank] = m.cause.strip().splitlines()[0]
+    out.sort(key=key)
     return out

@@ -9,7 +9,8 @@ The CLI and the snapshot tests build the app the same way, through :func:`make_a
 from __future__ import annotations
 
 import time
-from typing import Callable, ClassVar, Iterable
+from typing import ClassVar
+from collections.abc import Callable, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType

@@ -10,12 +10,13 @@ smoothing window is seeded once from its history and then fed its latest step.
 from __future__ import annotations
 
 import math
-import statistics
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
 from pardash.telemetry import state as st
+
+from .alerts import exit_info
 
 SMOOTH_POINTS = 5
 """Steps over which a rank's step and self time are smoothed (median) for the grid."""
@@ -76,6 +77,9 @@ class RankRow:
     gpu_util_pct: float | None = None
     gpu_mem_bytes: int | None = None
     """Device memory in use (NVML), else CUDA allocated."""
+    exit_first: bool | None = None
+    """When several ranks exited: True for the first to exit (the likely cause), False for
+    the others (usually stopped because of it); None otherwise."""
 
     @property
     def flagged(self) -> bool:
@@ -204,8 +208,21 @@ class RowBuilder:
                 )
             )
         _fill_deviation(rows)
+        _mark_first_exit(state, rows)
         rows.sort(key=lambda row: row.rank)
         return rows
+
+
+def _mark_first_exit(state: st.RunState, rows: list[RankRow]) -> None:
+    exited = [row for row in rows if row.status == st.EXITED]
+    if len(exited) < 2:
+        return
+    info = exit_info(state)
+    if not info:
+        return
+    first = min(info, key=lambda rank: info[rank].order)
+    for row in exited:
+        row.exit_first = row.rank == first
 
 
 def _fill_deviation(rows: list[RankRow]) -> None:

@@ -113,7 +113,9 @@ class MemoryScreen(Screen):
             if label == "DDP buckets" and not (savings and savings.buckets_bytes):
                 continue
             legend += [("█ ", styles[label]), (f"{label}   ", "$text-muted")]
-        legend += [("░ ", "$foreground 40%"), ("unsharded (what DDP holds)   ", "$text-muted")]
+        bars = self.query_one(MemoryBars)
+        off = savings is not None and bars.off_scale(savings)
+        legend += [("░ ", "$foreground 40%"), ("unsharded (what DDP holds)" + (", runs off the scale »" if off else "") + "   ", "$text-muted")]
         legend += [("┃ ", "bold $text-success"), ("expected for the strategy", "$text-muted")]
         self.query_one("#legend", Static).update(Content.assemble(*legend))
 

@@ -47,6 +47,12 @@ class QuitScreen(ModalScreen[str | None]):
     QuitScreen Button {
         margin-left: 1;
     }
+    QuitScreen #keys {
+        width: 100%;
+        margin-top: 1;
+        color: $text-muted;
+        text-align: right;
+    }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -79,6 +85,7 @@ class QuitScreen(ModalScreen[str | None]):
                 yield Button("Stop the job", variant="error", id="stop")
                 yield Button("Detach", variant="primary", id="detach")
                 yield Button("Cancel", id="cancel")
+            yield Label("s stop · d detach · esc cancel", id="keys")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()

@@ -83,7 +83,21 @@ class RankDetailScreen(Screen):
     RankDetailScreen #rank-events {
         height: 8;
     }
+    RankDetailScreen.-short #rank-events {
+        display: none;
+    }
+    RankDetailScreen.-narrow #figures {
+        width: 34;
+        min-width: 30;
+    }
+    RankDetailScreen HistoryChart {
+        min-height: 5;
+    }
     """
+
+    SHORT_HEIGHT = 34
+    """Below this many rows the rank's events give their room to the charts."""
+    NARROW_WIDTH = 100
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
@@ -133,6 +147,8 @@ class RankDetailScreen(Screen):
         self.refresh_run()
 
     def on_resize(self) -> None:
+        self.set_class(self.size.height < self.SHORT_HEIGHT, "-short")
+        self.set_class(self.size.width < self.NARROW_WIDTH, "-narrow")
         self.call_after_refresh(self._refresh_charts, force=True)
 
     def refresh_run(self) -> None:

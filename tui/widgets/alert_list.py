@@ -73,18 +73,21 @@ class AlertList(Widget):
             for a in alerts:
                 lines.append(Text.assemble((GLYPHS[a.kind] + " ", self._s(a.kind)), a.text))
         else:
-            by_kind: dict[str, list[Alert]] = {}
+            # Too many to list: one line per kind (exited ranks: the first to exit on its own
+            # line, the others by exit code), so the cause is never buried under its victims.
+            groups: dict[tuple[str, object], list[Alert]] = {}
             for a in alerts:
-                by_kind.setdefault(a.kind, []).append(a)
-            for kind, items in by_kind.items():
-                if len(items) <= 2 and len(by_kind) < MAX_LINES // 2:
+                key: tuple[str, object] = (a.kind, "first" if a.first else a.code if a.kind == "exited" else None)
+                groups.setdefault(key, []).append(a)
+            for (kind, detail), items in groups.items():
+                if len(items) <= 1 and len(groups) < MAX_LINES:
                     lines += [Text.assemble((GLYPHS[kind] + " ", self._s(kind)), a.text) for a in items]
-                else:
-                    ranks = sorted(a.rank for a in items)
-                    lines.append(
-                        Text.assemble(
-                            (f"{GLYPHS[kind]} {len(items)} {LABELS[kind]}: ", self._s(kind)),
-                            f"ranks {_rank_list(ranks)}",
-                        )
-                    )
+                    continue
+                ranks = sorted(a.rank for a in items)
+                what = f"{len(items)} {LABELS[kind]}"
+                if kind == "exited" and detail is not None:
+                    what += f" with code {detail}"
+                lines.append(
+                    Text.assemble((f"{GLYPHS[kind]} {what}: ", self._s(kind)), f"ranks {_rank_list(ranks)}")
+                )
         return Text("\n").join(lines)

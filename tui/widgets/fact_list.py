@@ -22,6 +22,8 @@ class FactList(Widget):
 
     DEFAULT_CSS = """
     FactList {
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
         height: auto;
         padding: 0 1;
     }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, ClassVar
+from typing import ClassVar
+from collections.abc import Callable
 
 from rich.segment import Segment
 from rich.style import Style

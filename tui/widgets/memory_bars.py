@@ -86,11 +86,33 @@ class MemoryBars(ScrollView, can_focus=True):
             return Strip.blank(width, base)
         return Strip(self._bar(s, s.ranks[index], width)).apply_style(base).crop_extend(0, width, base)
 
+    @staticmethod
+    def scale_bytes(s: MemorySavings, bar_w: int) -> int:
+        """Bytes a full bar stands for: the unsharded size, unless that would leave the held
+        part under a few cells (hundreds of ranks sharding): then the held and expected bytes
+        set the scale and the unsharded rest runs off it (drawn ``░…»``)."""
+        held = max(m.total_bytes for m in s.ranks)
+        full = max(m.full_bytes for m in s.ranks)
+        expected = s.expected_per_rank_bytes or 0
+        linear = max(held, full, expected, 1)
+        if held * bar_w / linear >= 4 or not held:
+            return linear
+        return int(max(held, expected) * 1.5)
+
+    def _bar_width(self, s: MemorySavings, width: int) -> int:
+        rank_w = max(3, len(str(s.ranks[-1].rank)))
+        return max(10, width - rank_w - 2 - TAIL_WIDTH)
+
+    def off_scale(self, s: MemorySavings) -> bool:
+        """Does the unsharded size run off the bars (see :meth:`scale_bytes`)?"""
+        width = self.scrollable_content_region.width or self.size.width or 80
+        return self.scale_bytes(s, self._bar_width(s, width)) < max(m.full_bytes for m in s.ranks)
+
     def _bar(self, s: MemorySavings, r: RankMemory, width: int) -> list[Segment]:
         rank_w = max(3, len(str(s.ranks[-1].rank)))
-        bar_w = max(10, width - rank_w - 2 - TAIL_WIDTH)
+        bar_w = self._bar_width(s, width)
         expected = s.expected_per_rank_bytes or 0
-        scale = max(max(max(m.total_bytes, m.full_bytes) for m in s.ranks), expected, 1)
+        scale = self.scale_bytes(s, bar_w)
         cells = bar_w / scale
         bounds = []
         acc = 0
@@ -98,6 +120,7 @@ class MemoryBars(ScrollView, can_focus=True):
             acc += getattr(r, field)
             bounds.append((int(round(acc * cells)), self._s(cls.split("--")[1])))
         full_end = int(round(r.full_bytes * cells))
+        off_scale = full_end > bar_w
         marker = min(bar_w - 1, int(round(expected * cells))) if expected else -1
         unsharded = Style(color=self._s("unsharded", partial=False).color)
         expected_style = self._s("expected")
@@ -109,6 +132,8 @@ class MemoryBars(ScrollView, can_focus=True):
             style = next((st for end, st in bounds if x < end), None)
             if style is not None:
                 segments.append(Segment("█", style))
+            elif off_scale and x == bar_w - 1:
+                segments.append(Segment("»", unsharded))
             else:
                 segments.append(Segment("░" if x < full_end else " ", unsharded))
         over = r.rank in s.over_expectation

@@ -39,6 +39,8 @@ class PhaseBars(Widget):
 
     DEFAULT_CSS = """
     PhaseBars {
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
         height: auto;
         padding: 0 1;
     }
@@ -62,7 +64,8 @@ class PhaseBars(Widget):
         width = self.content_region.width or 40
         scale = max((p.seconds or 0.0) for p in phases) or 1.0
         label_w = max(len(p.name) for p in phases)
-        bar_w = max(4, width - label_w - 1 - 7 - 1 - 11)
+        show_others = width - label_w - 1 - 8 - 11 >= 6
+        bar_w = max(3, width - label_w - 1 - 8 - (11 if show_others else 0))
         lines = []
         for p in phases:
             worse = (
@@ -71,14 +74,16 @@ class PhaseBars(Widget):
                 and p.seconds > 1.25 * p.others_median_s
                 and p.seconds - p.others_median_s > 0.002
             )
-            others = f"med {fmt_step_time(p.others_median_s)}" if p.others_median_s is not None else ""
+            others = f"med {fmt_step_time(p.others_median_s)}" if p.others_median_s is not None and show_others else ""
             lines.append(
                 Text.assemble(
                     (f"{p.name:<{label_w}} ", self._s("label")),
                     (bar((p.seconds or 0.0) / scale, bar_w), self._s("worse") if worse else self._s("bar")),
                     (f" {fmt_step_time(p.seconds):>7}", self._s("worse") if worse else self._s("value")),
-                    (f" {others:>10}", self._s("others")),
+                    (f" {others:>10}" if show_others else "", self._s("others")),
                     no_wrap=True,
                 )
             )
-        return Text("\n").join(lines)
+        out = Text("\n").join(lines)
+        out.no_wrap = True
+        return out

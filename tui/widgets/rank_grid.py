@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable
+from typing import ClassVar
+from collections.abc import Iterable
 
 from rich.segment import Segment
 from rich.style import Style
@@ -41,7 +42,10 @@ WIDE_COLUMNS = (
     ("rank", "status", "loss", "step", "self", "dev", "data", "comm", "held"),
 )
 """Richer cells, widest first, used when every rank fits on a line of its own."""
+COMPACT_COLUMNS = ("rank", "glyph", "dev")
+"""Fields of a compact cell, when full cells do not fit but a heat map would waste the room."""
 COLUMN_SPEC = {
+    "glyph": ("", 1, "status"),
     # key: (title, width, sort key it shows)
     "status": ("status", 9, "status"),
     "loss": ("loss", 7, ""),
@@ -98,6 +102,7 @@ class RankGrid(ScrollView, can_focus=True):
         "rank-grid--stalled",
         "rank-grid--silent",
         "rank-grid--exited",
+        "rank-grid--exited-after",
         "rank-grid--finished",
         "rank-grid--dev-warn",
         "rank-grid--dev-bad",
@@ -124,7 +129,8 @@ class RankGrid(ScrollView, can_focus=True):
     RankGrid > .rank-grid--straggler { color: $text-warning; text-style: bold; }
     RankGrid > .rank-grid--stalled { color: $text-warning; text-style: bold; }
     RankGrid > .rank-grid--silent { color: $text-error; }
-    RankGrid > .rank-grid--exited { color: $text-error; text-style: bold; }
+    RankGrid > .rank-grid--exited { color: $text-error; text-style: bold reverse; }
+    RankGrid > .rank-grid--exited-after { color: $text-error 70%; }
     RankGrid > .rank-grid--finished { color: $text-primary; }
     RankGrid > .rank-grid--dev-warn { color: $text-warning; }
     RankGrid > .rank-grid--dev-bad { color: $text-error; text-style: bold; }
@@ -169,6 +175,8 @@ class RankGrid(ScrollView, can_focus=True):
         self._max_cols = 1
         """Most cells on one line (how many title blocks to draw)."""
         self._looks: dict[int, list[Segment]] = {}
+        self._look_keys: dict[int, object] = {}
+        """What each cached drawing was made from (see _look_key)."""
         self._styles: dict[str, Style] = {}
         """Component styles over the base style ("" is the base), cleared on style changes."""
         self._width = 80
@@ -200,14 +208,44 @@ class RankGrid(ScrollView, can_focus=True):
         return self._by_rank.get(rank) if rank is not None else None
 
     def update_rows(self, rows: list[RankRow]) -> None:
-        """Take the latest rows (by rank) and redraw; the layout changes only when the order
-        or the set of drawn ranks does, so cells update in place."""
+        """Take the latest rows (by rank) and redraw what changed.
+
+        The layout changes only when the order or the set of drawn ranks does; otherwise
+        cells update in place, and only the visible lines holding a cell that looks
+        different are redrawn (a heat map of steady ranks redraws nothing).
+        """
         self._rows = rows
         self._by_rank = {row.rank: row for row in rows}
-        self._looks.clear()
-        self._strips.clear()
+        layout = self._layout_key
         self._relayout()
-        self.refresh()
+        if self._layout_key != layout:
+            self.refresh()
+            return
+        # Same layout: keep the drawings whose look did not change, redraw the lines that did.
+        keys = self._look_keys
+        ordered = self._ordered
+        heat = self._heat
+        top = self.scroll_offset.y
+        visible = range(top, min(len(self._lines), top + self.size.height))
+        for index in list(self._looks):
+            if index >= len(ordered) or keys.get(index) != self._look_key(ordered[index], heat):
+                del self._looks[index]
+        for y in list(self._strips):
+            if y not in visible:
+                del self._strips[y]
+        for y in visible:
+            line = self._lines[y]
+            if any(idx not in self._looks for _x, idx in line.cells):
+                self._strips.pop(y, None)
+                self.refresh_lines(y + 1)  # line 0 on screen is the title
+
+    @staticmethod
+    def _look_key(row: RankRow, heat: bool) -> object:
+        """What a rank's drawing depends on: status and deviation in a heat map, everything
+        in a cell."""
+        if heat:
+            return (row.status, row.deviation_level, row.exit_first)
+        return row
 
     def _relayout(self, force: bool = False) -> None:
         rows = self._rows
@@ -229,17 +267,22 @@ class RankGrid(ScrollView, can_focus=True):
         if key == self._layout_key and not force:
             return
         self._layout_key = key
-        self._rank_width = max(3, len(str(max((row.rank for row in self._rows), default=0))))
+        self._rank_width = max(4, len(str(max((row.rank for row in self._rows), default=0))))
         lines = []
         for columns in WIDE_COLUMNS:
             self._columns = columns
             if self.cell_width <= width - 1:
                 lines = self._layout_cells(ordered, width, single=True)
                 break
-        if not lines or len(lines) > max(1, height - 1):
+        room = max(1, height - 1)
+        if not lines or len(lines) > room:
             self._columns = COLUMNS
             lines = self._layout_cells(ordered, width)
-        heat = self.form == "heat" or (self.form == "auto" and len(lines) > max(1, height - 1))
+        if len(lines) > room and self.form == "auto":
+            # Tens to hundreds of ranks: rank, status mark and self-time deviation only.
+            self._columns = COMPACT_COLUMNS
+            lines = self._layout_cells(ordered, width)
+        heat = self.form == "heat" or (self.form == "auto" and len(lines) > room)
         if heat:
             lines = self._layout_heat(ordered, width)
         if not ordered:
@@ -314,8 +357,11 @@ class RankGrid(ScrollView, can_focus=True):
         lines: list[_Line] = []
         for start, end in self._groups(ordered):
             lines.append(_Line("node", labels=[(0, self._node_label(ordered[start:end]), "rank-grid--node")]))
-            for row_start in range(start, end, cols):
-                cells = [(1 + k * (cw + CELL_GAP), i) for k, i in enumerate(range(row_start, min(end, row_start + cols)))]
+            # Balance the lines of a node: 8 ranks in 5 columns go 4 + 4, not 5 + 3.
+            count = end - start
+            per_line = -(-count // -(-count // cols))
+            for row_start in range(start, end, per_line):
+                cells = [(1 + k * (cw + CELL_GAP), i) for k, i in enumerate(range(row_start, min(end, row_start + per_line)))]
                 lines.append(_Line("cells", cells=cells))
         return lines
 
@@ -370,6 +416,8 @@ class RankGrid(ScrollView, can_focus=True):
         return style
 
     def _status_style(self, row: RankRow) -> Style:
+        if row.exit_first is False:
+            return self._style("rank-grid--exited-after")
         return self._style(f"rank-grid--{row.status}")
 
     def _heat_style(self, row: RankRow) -> Style:
@@ -456,6 +504,7 @@ class RankGrid(ScrollView, can_focus=True):
             else:
                 look = self._cell_segments(row)
             self._looks[index] = look
+            self._look_keys[index] = self._look_key(row, self._heat)
         return look
 
     def _line_segments(self, line: _Line, width: int) -> list[Segment]:
@@ -516,6 +565,9 @@ class RankGrid(ScrollView, can_focus=True):
             style = value
             if key == "status":
                 out.append(Segment(f"{status_text[:w]:<{w}}", status_style))
+                continue
+            if key == "glyph":
+                out.append(Segment(HEAT_GLYPHS.get(status, "?"), self._heat_style(row)))
                 continue
             if key == "loss":
                 text = fmt_loss(row.loss)

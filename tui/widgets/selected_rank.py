@@ -28,6 +28,8 @@ class SelectedRank(Widget):
 
     DEFAULT_CSS = """
     SelectedRank {
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
         height: 1;
         padding: 0 1;
         background: $panel;

@@ -1,0 +1,35 @@
+"""`python -m bench [NAME ...]`: run benchmarks, print their tables, update bench/RESULTS.md."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from .common import table, write_results
+
+BENCHES = {
+    "publish": "Rank-side publish cost (issue 2)",
+    "throughput": "Training throughput, telemetry on/off (issue 2)",
+}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        print(f"unknown bench: {', '.join(unknown)}; choose from {', '.join(BENCHES)}", file=sys.stderr)
+        return 2
+    sections, notes = {}, {}
+    for name in names:
+        print(f"== {BENCHES[name]}", flush=True)
+        rows, note = importlib.import_module(f"bench.{name}").run()
+        print(table(rows))
+        print(note, flush=True)
+        sections[BENCHES[name]] = rows
+        notes[BENCHES[name]] = note
+    write_results(sections, notes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,168 @@
+"""The explicit API (``import pardash.telemetry as pt``): in this process against a real hub,
+as a no-op without one, and under plain torchrun with a hub the test starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, pardash_env, wait_for
+from pardash.telemetry import api, schema
+from pardash.telemetry.logreader import load_log
+
+PY = sys.executable
+
+
+@pytest.fixture
+def fresh_api():
+    api._reset_for_tests()
+    yield api
+    api._reset_for_tests()
+
+
+def _log(tmp_path: Path) -> list:
+    path = tmp_path / "telemetry.jsonl"
+    return load_log(path)[0] if path.exists() else []
+
+
+def test_steps_logs_phases_and_events_reach_the_hub(hub, tmp_path, monkeypatch, fresh_api):
+    import torch
+    from torch import nn
+
+    import pardash.telemetry as pt
+
+    monkeypatch.setenv("PARDASH_ENDPOINT", hub.ingest_endpoint)
+    monkeypatch.setenv("PARDASH_RUN_ID", "test-run")
+    model = nn.Linear(8, 4)
+    opt = torch.optim.AdamW(model.parameters())
+    pt.init(model=model, optimizer=opt, config={"lr": 1e-3})
+    pt.init(model=model)  # idempotent: no second hello
+    for i in range(3):
+        with pt.step():
+            with pt.phase("data"):
+                x = torch.randn(5, 8)
+            with pt.phase("eval"):
+                pass
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            pt.log(loss=loss.detach(), samples=len(x), tokens=40 * (i + 1), grad_norm=torch.tensor(0.5))
+    pt.event("checkpoint", "saved step 3")
+    api.close()
+
+    def steps():
+        return [m for m in _log(tmp_path) if isinstance(m, schema.Step)]
+
+    wait_for(lambda: len(steps()) == 3)
+    msgs = _log(tmp_path)
+    hellos = [m for m in msgs if isinstance(m, schema.Hello)]
+    assert len(hellos) == 1
+    h = hellos[0]
+    assert (h.source, h.strategy, h.params_count, h.params_bytes) == ("api", "single", 36, 144)
+    assert h.config == {"lr": 1e-3}
+    for i, s in enumerate(steps()):
+        assert s.step == i + 1 and s.samples == 5 and s.loss is not None
+        assert s.custom == {"tokens": 40.0 * (i + 1), "grad_norm": 0.5, "eval_s": pytest.approx(s.custom["eval_s"])}
+        assert s.data_s is not None and s.data_s <= s.step_s
+        assert s.mem is not None and s.mem.params_bytes == 144 and s.mem.optim_bytes >= 288
+    wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "checkpoint" for m in _log(tmp_path)))
+    ev = next(m for m in _log(tmp_path) if isinstance(m, schema.Event) and m.name == "checkpoint")
+    assert ev.message == "saved step 3" and ev.step == 3
+
+
+def test_a_step_that_raises_is_not_published(hub, tmp_path, monkeypatch, fresh_api):
+    import pardash.telemetry as pt
+
+    monkeypatch.setenv("PARDASH_ENDPOINT", hub.ingest_endpoint)
+    monkeypatch.setenv("PARDASH_RUN_ID", "test-run")
+    with pytest.raises(StopIteration):
+        with pt.step():
+            pt.log(loss=1.0)
+            next(iter(()))
+    with pt.step():
+        pt.log(loss=2.0)
+    api.close()
+    wait_for(lambda: any(isinstance(m, schema.Step) for m in _log(tmp_path)))
+    steps = [m for m in _log(tmp_path) if isinstance(m, schema.Step)]
+    assert [(s.step, s.loss) for s in steps] == [(1, 2.0)]
+
+
+def test_without_a_hub_everything_is_a_no_op(monkeypatch, fresh_api):
+    import pardash.telemetry as pt
+
+    monkeypatch.delenv("PARDASH_ENDPOINT", raising=False)
+    pt.init(config={"a": 1})
+    for _ in range(3):
+        with pt.step():
+            with pt.phase("data"):
+                pass
+            pt.log(loss=0.5, tokens=3)
+    pt.event("info", "nothing listens")
+    assert not api.reporter().enabled
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda pt: pt.log(loss="low"), TypeError),
+        (lambda pt: pt.log(tokens=None), TypeError),
+        (lambda pt: pt.log(ok=True), TypeError),
+        (lambda pt: pt.phase(""), ValueError),
+    ],
+)
+def test_bad_values_fail_at_the_call(call, error, fresh_api):
+    import pardash.telemetry as pt
+
+    with pytest.raises(error):
+        call(pt)
+
+
+def test_steps_cannot_nest(fresh_api):
+    import pardash.telemetry as pt
+
+    with pytest.raises(RuntimeError, match="cannot be nested"):
+        with pt.step():
+            with pt.step():
+                pass
+
+
+def test_the_api_never_loads_torch():
+    code = (
+        "import sys, pardash.telemetry as pt\n"
+        "pt.init(config={'x': 1})\n"
+        "with pt.step():\n"
+        "    with pt.phase('data'):\n"
+        "        pt.log(loss=1.0, tokens=2)\n"
+        "pt.event('info', 'hi')\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([PY, "-c", code], check=True, env=pardash_env(PARDASH_ENDPOINT="tcp://127.0.0.1:9"), timeout=60)
+
+
+@pytest.mark.slow
+def test_explicit_api_under_plain_torchrun(hub, tmp_path):
+    env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
+    proc = subprocess.run(
+        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(ROOT / "demos" / "explicit_api.py"), "--steps", "5"],
+        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def steps(rank):
+        return [m for m in _log(tmp_path) if isinstance(m, schema.Step) and m.rank == rank]
+
+    wait_for(lambda: len(steps(0)) == 5 and len(steps(1)) == 5)
+    msgs = _log(tmp_path)
+    hellos = {m.rank: m for m in msgs if isinstance(m, schema.Hello)}
+    assert {r: (h.source, h.strategy, h.backend) for r, h in hellos.items()} == {0: ("api", "ddp", "gloo"), 1: ("api", "ddp", "gloo")}
+    assert hellos[0].config["steps"] == 5
+    for rank in (0, 1):
+        for i, s in enumerate(steps(rank)):
+            assert s.step == i + 1 and s.samples == 32 and s.loss is not None and s.data_s is not None
+            assert s.custom["tokens"] == 32 * 32 and s.custom["grad_norm"] > 0
+            assert s.mem is not None and s.mem.params_bytes == s.mem.params_full_bytes

@@ -1,0 +1,404 @@
+"""Zero-code instrumentation: the hooks' step boundaries in process, then real torchrun runs
+of plain scripts under `pardash launch` (and under torchrun alone, to compare losses)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import ROOT, pardash_env
+from pardash.telemetry import api, schema
+from pardash.telemetry.env import RankIdentity
+from pardash.telemetry.logreader import load_log
+from pardash.trainer.instrument import NO_STEP_WARNING, Instrument
+
+SCRIPTS = ROOT / "tests" / "scripts"
+DEMOS = ROOT / "demos"
+PY = sys.executable
+
+
+# -- the hooks, in this process --------------------------------------------------------------
+
+
+class RecordingReporter:
+    """Stands in for a Reporter: keeps what would have been published."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.identity = RankIdentity(rank=0, local_rank=0, world_size=1, node=0, host="here", restart=0)
+        self.steps: list[dict] = []
+        self.events: list[tuple[str, str]] = []
+        self.hellos: list[dict] = []
+        self.phases: list[str] = []
+        self.last_step = 0
+
+    def step(self, **fields) -> bool:
+        self.steps.append(fields)
+        self.last_step = fields["step"]
+        return True
+
+    def hello(self, **fields) -> bool:
+        self.hellos.append(fields)
+        return True
+
+    def event(self, name: str, message: str = "", **fields) -> bool:
+        self.events.append((name, message))
+        return True
+
+    def set_phase(self, phase: str) -> None:
+        self.phases.append(phase)
+
+
+@pytest.fixture
+def hooked():
+    """An Instrument installed on this process's torch, removed after the test."""
+    api._reset_for_tests()
+    rep = RecordingReporter()
+    inst = Instrument(rep).install()
+    torch.manual_seed(0)
+    yield inst, rep
+    inst.uninstall()
+    api._reset_for_tests()
+
+
+def _model() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def _batch(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(n, 8), torch.randint(0, 4, (n,))
+
+
+def test_one_step_per_optimizer_step_with_phases_loss_and_memory(hooked):
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()  # a root call without parameters: not the model
+    losses = []
+    for _ in range(5):
+        x, y = _batch()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5]
+    for s, loss in zip(rep.steps, losses):
+        assert s["loss"] == pytest.approx(loss)
+        assert s["samples"] == 6 and s["lr"] == pytest.approx(1e-3)
+        phases = sum(s[f"{p}_s"] for p in ("data", "forward", "backward", "optimizer"))
+        assert s["step_s"] > 0 and phases == pytest.approx(s["step_s"])
+        assert s["self_s"] == pytest.approx(s["step_s"])  # one process: the whole step is its own
+        assert s["mem"].params_bytes == s["mem"].params_full_bytes > 0
+        assert s["mem"].optim_bytes >= 2 * s["mem"].params_bytes  # AdamW: exp_avg, exp_avg_sq, step
+    assert inst.roots == [model] and inst.strategy == "single"
+    hello = rep.hellos[-1]
+    assert hello["source"] == "auto" and hello["strategy"] == "single"
+    assert hello["params_count"] == sum(p.numel() for p in model.parameters())
+
+
+def test_gradient_accumulation_is_one_step_of_several_micro_batches(hooked):
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []
+    for _ in range(4):
+        total = 0.0
+        for _ in range(3):
+            x, y = _batch()
+            loss = nn.functional.cross_entropy(model(x), y) / 3
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        opt.zero_grad()
+        expected.append(total)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    for s, loss in zip(rep.steps, expected):
+        assert s["samples"] == 18 and s["custom"] == {"micro_batches": 3.0}
+        assert s["loss"] == pytest.approx(loss)
+
+
+def test_two_optimizers_stepped_together_are_one_step(hooked):
+    inst, rep = hooked
+    body, head = nn.Linear(8, 16), nn.Linear(16, 4)
+    model = nn.Sequential(body, nn.ReLU(), head)
+    opts = [torch.optim.AdamW(body.parameters()), torch.optim.SGD(head.parameters(), lr=0.1)]
+    for _ in range(6):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        for o in opts:
+            o.step()
+        for o in opts:
+            o.zero_grad()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5, 6]
+    assert all(s["mem"].optim_bytes > 0 for s in rep.steps)
+    assert inst.optimizers == opts
+
+
+def test_each_round_of_optimizer_steps_between_passes_is_a_step(hooked):
+    # A GAN's loop: each optimizer steps after its own forward/backward. pardash counts a step
+    # per round of optimizer steps between passes (two per iteration here); a script that
+    # wants one per iteration marks it with pt.step().
+    inst, rep = hooked
+    gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
+    opt_g, opt_d = torch.optim.SGD(gen.parameters(), lr=0.1), torch.optim.SGD(disc.parameters(), lr=0.1)
+    for _ in range(3):
+        disc(gen(torch.randn(5, 4)).detach()).mean().backward()
+        opt_d.step()
+        opt_d.zero_grad()
+        (-disc(gen(torch.randn(5, 4)))).mean().backward()
+        opt_g.step()
+        opt_g.zero_grad()
+    inst.finish()
+    assert len(rep.steps) == 6
+    assert rep.hellos[-1]["params_count"] == sum(p.numel() for m in (gen, disc) for p in m.parameters())
+
+
+def test_explicit_steps_take_precedence_and_keep_measured_phases(hooked):
+    import pardash.telemetry as pt
+
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(3):
+        with pt.step():
+            for _ in range(2):  # two optimizer steps inside one marked step
+                x, y = _batch()
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            pt.log(tokens=100 * (i + 1))
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    for i, s in enumerate(rep.steps):
+        assert s["custom"]["tokens"] == 100.0 * (i + 1)
+        assert s["samples"] == 12 and s["loss"] is not None
+        assert s["forward_s"] > 0 and s["backward_s"] > 0 and s["optimizer_s"] > 0
+
+
+def test_no_optimizer_step_warns_once(hooked):
+    inst, rep = hooked
+    model = _model()
+    for _ in range(45):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+    inst.finish()
+    assert rep.steps == []
+    assert rep.events == [("warning", NO_STEP_WARNING.format(n=20))]
+
+
+def test_evaluation_and_checkpoint_recomputation_are_not_training_passes(hooked):
+    from torch.utils.checkpoint import checkpoint
+
+    inst, rep = hooked
+    inner = _model()
+
+    class Checkpointed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return checkpoint(self.inner, x, use_reentrant=False)
+
+    model = Checkpointed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        with torch.no_grad():
+            model(torch.randn(50, 8))  # evaluation: no step, no samples
+    inst.finish()
+    assert [s["samples"] for s in rep.steps] == [6, 6, 6]
+    assert inst.roots == [model]
+
+
+# -- autorun as a process, without torchrun --------------------------------------------------
+
+
+def _probe(*cmd: str, cwd: Path = SCRIPTS, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, *cmd], capture_output=True, text=True, cwd=cwd, env=env or pardash_env(), timeout=120)
+
+
+@pytest.mark.parametrize(
+    "plain, ours",
+    [
+        (["argv_probe.py", "a", "--b"], ["-m", "pardash.trainer.autorun", "argv_probe.py", "a", "--b"]),
+        (["-m", "argv_probe", "x"], ["-m", "pardash.trainer.autorun", "-m", "argv_probe", "x"]),
+    ],
+)
+def test_the_script_sees_what_python_would_show_it(plain, ours, tmp_path):
+    a, b = _probe(*plain), _probe(*ours)
+    assert a.returncode == b.returncode == 0, b.stderr
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+    assert json.loads(b.stdout)["name"] == "__main__"
+
+
+def test_exit_codes_pass_through():
+    assert _probe("-m", "pardash.trainer.autorun", "argv_probe.py", "--exit", "3").returncode == 3
+
+
+def test_a_crash_prints_the_users_traceback_and_reaches_the_hub(hub, tmp_path):
+    from conftest import wait_for
+
+    env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
+    proc = _probe("-m", "pardash.trainer.autorun", "argv_probe.py", "--raise", env=env)
+    assert proc.returncode == 1
+    frames = re.findall(r'File "([^"]+)"', proc.stderr)
+    assert frames == [str(SCRIPTS / "argv_probe.py")] * 2, proc.stderr
+    assert proc.stderr.rstrip().endswith("RuntimeError: probe failed on purpose")
+
+    def events():
+        return [m for m in load_log(tmp_path / "telemetry.jsonl")[0] if isinstance(m, schema.Event) and m.rank == 0]
+
+    wait_for(lambda: any(e.name == "exit" for e in events()))
+    error = next(e for e in events() if e.name == "error")
+    assert error.message == "RuntimeError: probe failed on purpose"
+    assert error.traceback.strip() == proc.stderr.strip()
+    assert [e.code for e in events() if e.name == "exit"] == [1]
+
+
+def test_a_missing_script_is_one_line():
+    proc = _probe("-m", "pardash.trainer.autorun", "nope.py")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "pardash: can't open file 'nope.py': no such file"
+
+
+# -- real torchrun runs ----------------------------------------------------------------------
+
+
+def _launch(tmp_path: Path, *script: str, nproc: int = 2) -> tuple[subprocess.CompletedProcess, list]:
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [PY, "-m", "pardash", "launch", "--nproc", str(nproc), "--headless", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs"), "--", *script],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    msgs = load_log(log)[0] if log.exists() else []
+    return proc, msgs
+
+
+def _steps(msgs: list, rank: int) -> list[schema.Step]:
+    return [m for m in msgs if isinstance(m, schema.Step) and m.rank == rank]
+
+
+def _printed_losses(stdout: str) -> list[tuple[int, str]]:
+    return [(int(m.group(1)), m.group(2)) for m in re.finditer(r"^step (\d+) loss (\S+)$", stdout, re.M)]
+
+
+@pytest.mark.slow
+def test_plain_ddp_script_every_step_of_every_rank(tmp_path):
+    proc, msgs = _launch(tmp_path, str(DEMOS / "ddp_plain.py"), "--steps", "15")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = _printed_losses(proc.stdout)
+    assert [s for s, _ in printed] == list(range(1, 16))
+    hellos = [m for m in msgs if isinstance(m, schema.Hello) and m.strategy]
+    assert {(h.rank, h.strategy, h.source, h.backend) for h in hellos} == {(0, "ddp", "auto", "gloo"), (1, "ddp", "auto", "gloo")}
+    for rank in (0, 1):
+        steps = _steps(msgs, rank)
+        assert [s.step for s in steps] == list(range(1, 16))
+        for s in steps:
+            assert s.loss is not None and s.step_s > 0 and s.samples == 32
+            assert None not in (s.data_s, s.forward_s, s.backward_s, s.optimizer_s, s.self_s)
+            assert s.mem is not None and s.mem.params_bytes == s.mem.params_full_bytes > 0 and s.mem.buckets_bytes > 0
+    # rank 0's published losses are the ones it printed
+    assert [f"{s.loss:.6f}" for s in _steps(msgs, 0)] == [loss for _, loss in printed]
+    exits = sorted((m.rank, m.code) for m in msgs if isinstance(m, schema.Event) and m.name == "exit" and m.seq >= 0)
+    assert exits == [(0, 0), (1, 0)]
+
+
+@pytest.mark.slow
+def test_fsdp2_per_block_holds_half_the_parameters(tmp_path):
+    proc, msgs = _launch(tmp_path, str(DEMOS / "fsdp_plain.py"), "--steps", "6")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = subprocess.run(
+        [PY, "-m", "pardash", "report", str(tmp_path / "run.jsonl"), "--format", "json"],
+        capture_output=True, text=True, check=True, env=pardash_env(),
+    )  # fmt: skip
+    out = json.loads(rep.stdout)
+    assert out["strategy"] == "fsdp" and out["world_size"] == 2
+    for r in out["ranks"]:
+        assert r["steps"] == 6
+        assert r["params_bytes"] * 2 == pytest.approx(r["params_full_bytes"], rel=0.01)
+    for rank in (0, 1):
+        assert all(s.self_s is not None and s.mem.optim_bytes * 2 == pytest.approx(s.mem.optim_full_bytes, rel=0.01) for s in _steps(msgs, rank))
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
+    proc, msgs = _launch(tmp_path, str(DEMOS / "ddp_plain.py"), "--steps", "5", "--grad-accum", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        steps = _steps(msgs, rank)
+        assert [s.step for s in steps] == [1, 2, 3, 4, 5]
+        assert all(s.samples == 96 and s.custom.get("micro_batches") == 3 for s in steps)
+        # DDP all-reduces in the last micro-batch's backward: the self time reaches past the
+        # first two micro-batches' forward and backward.
+        assert all(s.self_s > s.data_s for s in steps)
+    printed = dict(_printed_losses(proc.stdout))
+    assert {s.step: f"{s.loss:.6f}" for s in _steps(msgs, 0)} == printed
+
+
+@pytest.mark.slow
+def test_two_optimizers_make_one_step_per_iteration(tmp_path):
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "two_optimizers.py"), "--steps", "6")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        assert [s.step for s in _steps(msgs, rank)] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.slow
+def test_a_script_without_optimizer_steps_is_told_so(tmp_path):
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "no_step.py"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [m for m in msgs if isinstance(m, schema.Event) and m.name == "warning"]
+    assert sorted(w.rank for w in warnings) == [0, 1]
+    assert all(w.message == NO_STEP_WARNING.format(n=20) for w in warnings)
+    assert _steps(msgs, 0) == []
+
+
+@pytest.mark.slow
+def test_a_crashing_script_reports_its_own_traceback(tmp_path):
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "crash.py"))
+    assert proc.returncode != 0
+    errors = {m.rank: m for m in msgs if isinstance(m, schema.Event) and m.name == "error"}
+    boom = errors[1]
+    assert boom.message == "ValueError: boom in backward"
+    assert 'crash.py", line' in boom.traceback and "in train_step" in boom.traceback
+    # Every traceback printed (the ranks', and torchrun's copy of the root cause) starts at the
+    # script and holds no frame of pardash; torchrun's own traceback of itself aside.
+    blocks = [re.findall(r'File "([^"]+)"', b) for b in proc.stderr.split("Traceback (most recent call last):")[1:]]
+    ranks = [b for b in blocks if not any(f.endswith("torch/distributed/run.py") for f in b)]
+    assert ranks, proc.stderr[-3000:]
+    for frames in ranks:
+        assert frames[0] == str(SCRIPTS / "crash.py"), frames
+        assert not any(("pardash" in f or str(ROOT / "trainer") in f or "runpy" in f) for f in frames), frames
+    assert not re.search(r'File "[^"]*(autorun|instrument)\.py"', boom.traceback)
+
+
+@pytest.mark.slow
+def test_the_same_script_learns_the_same_under_pardash(tmp_path):
+    script = [str(DEMOS / "ddp_plain.py"), "--steps", "8", "--seed", "3"]
+    plain = subprocess.run(
+        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *script],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    ours, _ = _launch(tmp_path, *script)
+    assert ours.returncode == 0, ours.stderr[-3000:]
+    assert len(_printed_losses(plain.stdout)) == 8
+    assert _printed_losses(ours.stdout) == _printed_losses(plain.stdout)

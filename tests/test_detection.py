@@ -1,0 +1,116 @@
+"""Straggler, stall and death detection on real gloo runs (issue 4), sized for CI: 2 ranks.
+
+Each test launches the bundled trainer with a fault injected, and reads what a user reads:
+the verdicts in the log, the launcher's last line and exit code.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import pardash_env, wait_for
+from pardash.telemetry import schema
+from pardash.telemetry.logreader import load_log
+
+pytestmark = pytest.mark.slow
+
+
+def _cmd(tmp_path, *args):
+    return [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(tmp_path / "run.jsonl"),
+            "--runs-dir", str(tmp_path / "runs"), "--every", "1", "--log-every", "0", *args]  # fmt: skip
+
+
+def _launch(tmp_path, *args, timeout=300):
+    proc = subprocess.run(_cmd(tmp_path, *args), capture_output=True, text=True, timeout=timeout, env=pardash_env(), cwd=tmp_path)
+    msgs, _ = load_log(tmp_path / "run.jsonl")
+    return proc, msgs
+
+
+def _verdicts(msgs, name):
+    return [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == name]
+
+
+@pytest.mark.parametrize(
+    "strategy, kind",
+    [("ddp", "data"), ("fsdp", "compute")],
+)
+def test_injected_straggler_is_named_with_its_kind(tmp_path, strategy, kind):
+    proc, msgs = _launch(tmp_path, "--strategy", strategy, "--nproc", "2", "--steps", "60", "--inject-straggler", f"1:{kind}:0.04")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = _verdicts(msgs, "straggler")
+    assert found, "no straggler verdict"
+    assert {v.rank for v in found} == {1}
+    assert found[0].cause == kind
+    assert found[0].step <= 10 + 3 * 10  # warm-up, then within 3 windows
+    assert "the others wait" in found[0].message
+    assert f"[straggler] rank 1 is a straggler" in proc.stdout
+
+
+def test_clean_run_has_no_straggler(tmp_path):
+    proc, msgs = _launch(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "150")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _verdicts(msgs, "straggler") == []
+    assert len([m for m in msgs if isinstance(m, schema.Step)]) == 300
+
+
+def test_stalled_rank_is_shown_with_its_phase(tmp_path):
+    p = subprocess.Popen(
+        _cmd(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "400", "--inject-stall", "1@30"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path, start_new_session=True,
+    )  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    try:
+        def stalled():
+            if not log.exists():
+                return False
+            return any(_verdicts(load_log(log)[0], "stalled"))
+
+        wait_for(stalled, timeout_s=120, poll_s=0.5)
+        v = _verdicts(load_log(log)[0], "stalled")
+        assert 1 in {x.rank for x in v}
+        assert next(x for x in v if x.rank == 1).cause == "data"
+    finally:
+        os.killpg(p.pid, signal.SIGINT)
+        p.wait(60)
+
+
+def test_injected_crash_gives_a_one_line_cause(tmp_path):
+    proc, msgs = _launch(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "200", "--inject-crash", "1@20")
+    assert proc.returncode != 0
+    last = [line for line in proc.stderr.splitlines() if line.startswith("pardash:")][-1]
+    assert last.startswith("pardash: rank 1 exited with code 1 at step 20"), last
+    errors = [m for m in msgs if isinstance(m, schema.Event) and m.name == "error" and m.rank == 1]
+    assert errors and "injected crash" in errors[0].message
+    exits = {m.rank: m.code for m in msgs if isinstance(m, schema.Event) and m.name == "exit" and m.rank >= 0}
+    assert exits[1] == 1 and exits[0] != 0
+    steps1 = [m.step for m in msgs if isinstance(m, schema.Step) and m.rank == 1]
+    assert steps1 == list(range(1, 20))  # intact up to the end
+
+
+def test_kill_9_of_a_rank_is_named_as_the_cause(tmp_path):
+    p = subprocess.Popen(
+        _cmd(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "2000"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    log = tmp_path / "run.jsonl"
+
+    def rank1_pid():
+        if not log.exists():
+            return None
+        msgs = load_log(log)[0]
+        hellos = [m for m in msgs if isinstance(m, schema.Hello) and m.rank == 1]
+        steps = [m for m in msgs if isinstance(m, schema.Step) and m.rank == 1]
+        return hellos[0].pid if hellos and len(steps) >= 15 else None
+
+    wait_for(lambda: rank1_pid() is not None, timeout_s=120, poll_s=0.5)
+    os.kill(rank1_pid(), signal.SIGKILL)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode != 0
+    last = [line for line in err.splitlines() if line.startswith("pardash:")][-1]
+    assert last.startswith("pardash: rank 1 exited with code -9 (SIGKILL)"), last
+    exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit" and m.rank == 1]
+    assert exits and exits[0].code == -9
