@@ -223,6 +223,8 @@ class MemoryProbe:
         self.last: Mem | None = None
         self.cost_s = 0.0
         """Wall time of the last ``account`` call."""
+        self.mean_cost_s: float | None = None
+        """Running mean of those times."""
         self.every = 1
         """Steps per measurement, from the last cost and step time."""
         self._skip = 0
@@ -241,8 +243,12 @@ class MemoryProbe:
             self.every = MEM_MAX_EVERY
         else:
             self.cost_s = time.perf_counter() - t0
+            # A running mean: account() itself caches, so its calls are mostly cheap with an
+            # occasional full recount; the mean is what a step pays.
+            self.mean_cost_s = self.cost_s if self.mean_cost_s is None else 0.8 * self.mean_cost_s + 0.2 * self.cost_s
             budget_s = MEM_BUDGET * step_s
-            self.every = 1 if budget_s <= 0 or self.cost_s <= budget_s else min(MEM_MAX_EVERY, math.ceil(self.cost_s / budget_s))
+            cost = self.mean_cost_s
+            self.every = 1 if budget_s <= 0 or cost <= budget_s else min(MEM_MAX_EVERY, math.ceil(cost / budget_s))
         self._skip = self.every - 1
         return self.last
 

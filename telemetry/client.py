@@ -44,6 +44,7 @@ class FrameApplier:
         self.state = RunState(track_seq=False)
         self.stats = frames.HubStats()
         self.fseq = 0
+        self.hub_id = ""
         self.frames_applied = 0
         self.last_frame_t = 0.0
         """Wall clock at which the last frame was made (hub side)."""
@@ -64,6 +65,7 @@ class FrameApplier:
         self.state = st
         self.stats = snap.stats
         self.fseq = snap.fseq
+        self.hub_id = snap.hub_id
         self.last_frame_t = snap.t
 
     def apply_frame(self, frame: frames.Frame) -> None:
@@ -122,6 +124,7 @@ class HubClient(FrameApplier):
         self.dealer: zmq.Socket | None = None
         self.synced = False
         self.snapshots = 0
+        self.hub_restarts = 0
         self._request_snapshot()
 
     @classmethod
@@ -164,6 +167,10 @@ class HubClient(FrameApplier):
             if not self.synced:
                 continue  # frames before the snapshot are in it
             frame = frames.decode_frame(raw)
+            if frame.hub_id != self.hub_id:
+                self.hub_restarts += 1
+                self._request_snapshot()  # a new hub process: its counters start again
+                break
             if frame.fseq <= self.fseq:
                 continue
             if frame.fseq != self.fseq + 1:

@@ -45,6 +45,8 @@ class Frame(msgspec.Struct, omit_defaults=True):
     hseq: int
     """Hub sequence number of the last message folded into this frame."""
     t: float
+    hub_id: str = ""
+    """Changes when the hub process restarts: the viewer must re-snapshot."""
     messages: list[Message] = []
     history: list[Step] = []
     """Steps appended to the histories at this frame (one per rank at most)."""
@@ -59,6 +61,7 @@ class Snapshot(msgspec.Struct, omit_defaults=True):
     fseq: int
     hseq: int
     t: float
+    hub_id: str = ""
     run_id: str = ""
     t0: float = 0.0
     messages: list[Message] = []

@@ -49,6 +49,7 @@ class HubCore:
         self.received = 0
         self.rejected: Counter[str] = Counter()
         self.snapshots_served = 0
+        self.hub_id = os.urandom(4).hex()
         self._pending: list[schema.Message] = []
         self._steps: dict[int, schema.Step] = {}
         self._systems: dict[int, schema.System] = {}
@@ -179,7 +180,7 @@ class HubCore:
         if self.recorder is not None:
             self.recorder.flush()
         return frames.Frame(
-            fseq=self.fseq, hseq=self.hseq, t=time.time(), messages=messages, history=steps, stats=self.stats()
+            fseq=self.fseq, hseq=self.hseq, t=time.time(), hub_id=self.hub_id, messages=messages, history=steps, stats=self.stats()
         )
 
     def snapshot(self) -> frames.Snapshot:
@@ -202,6 +203,7 @@ class HubCore:
             fseq=self.fseq,
             hseq=self.hseq,
             t=time.time(),
+            hub_id=self.hub_id,
             run_id=st.run_id,
             t0=st.t0,
             messages=msgs,

@@ -128,7 +128,7 @@ class StragglerDetector:
                 w.flagged += 1
                 w.calm = 0
                 if current is None and w.flagged >= cfg.persist:
-                    out.append(self._verdict(r, m, base, max(others), data, steps))
+                    out.append(self._verdict(state, r, m, base, max(others), data, steps))
             else:
                 calm_scores.append(m)
                 w.flagged = 0
@@ -149,7 +149,7 @@ class StragglerDetector:
         return out
 
     def _verdict(
-        self, r: int, m: float, base: float, others_max: float, data: dict[int, float], steps: range
+        self, state: RunState, r: int, m: float, base: float, others_max: float, data: dict[int, float], steps: range
     ) -> Verdict:
         others_data = statistics.median([v for q, v in data.items() if q != r])
         data_excess = data.get(r, 0.0) - others_data
@@ -157,6 +157,10 @@ class StragglerDetector:
         cause = "data" if data_excess > excess / 2 else "compute"
         cost = max(0.0, m - others_max)
         what = "data loading" if cause == "data" else "compute"
+        if cause == "compute":
+            hint = _device_hint(state, r)
+            if hint:
+                cause, what = hint
         return Verdict(
             rank=r,
             verdict="straggler",
@@ -165,3 +169,25 @@ class StragglerDetector:
             step=steps[-1],
             message=f"rank {r} is a straggler ({what}): the others wait {cost * 1e3:.0f} ms a step for it",
         )
+
+
+def _device_hint(state: RunState, r: int) -> tuple[str, str] | None:
+    """Where the system figures explain slow compute: a GPU clocked lower than the others'
+    (throttling), or a host whose CPU is busier than the others' (a noisy neighbour)."""
+    me = state.ranks[r].system
+    others = [x.system for q, x in state.ranks.items() if q != r and x.system is not None]
+    if me is None or not others:
+        return None
+    clocks = [o.gpu_sm_clock_mhz for o in others if o.gpu_sm_clock_mhz]
+    if me.gpu_sm_clock_mhz and clocks:
+        ref = statistics.median(clocks)
+        if me.gpu_sm_clock_mhz < 0.9 * ref:
+            return "gpu", f"GPU slowness: SM clock {me.gpu_sm_clock_mhz:.0f} MHz against {ref:.0f} MHz"
+    utils = [o.gpu_util_pct for o in others if o.gpu_util_pct is not None]
+    if me.gpu_util_pct is None and not utils:
+        cpus = [o.cpu_pct for o in others if o.cpu_pct is not None]
+        if me.cpu_pct is not None and cpus:
+            ref = statistics.median(cpus)
+            if me.cpu_pct > ref + 30:
+                return "host", f"host compute: CPU {me.cpu_pct:.0f}% against {ref:.0f}%"
+    return None

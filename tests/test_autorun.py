@@ -4,24 +4,48 @@ of plain scripts under `pardash launch` (and under torchrun alone, to compare lo
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from conftest import ROOT, pardash_env
 from pardash.telemetry import api, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.logreader import load_log
 from pardash.trainer.instrument import NO_STEP_WARNING, Instrument
 
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def pardash_env(**extra: str) -> dict[str, str]:
+    """This environment without a hub endpoint, plus ``extra``. (Defined here rather than
+    imported from conftest: tests/tui has a conftest of its own, and ``import conftest``
+    finds whichever pytest loaded first.)"""
+    env = dict(os.environ)
+    env.pop("PARDASH_ENDPOINT", None)
+    env.update(extra)
+    return env
+
+
+def wait_for(pred, timeout_s: float = 30.0, poll_s: float = 0.05) -> None:
+    """Poll until ``pred()`` is true; fails after a generous bound (not a timing claim)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(poll_s)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
 SCRIPTS = ROOT / "tests" / "scripts"
 DEMOS = ROOT / "demos"
-PY = sys.executable
 
 
 # -- the hooks, in this process --------------------------------------------------------------
@@ -227,6 +251,78 @@ def test_evaluation_and_checkpoint_recomputation_are_not_training_passes(hooked)
     assert inst.roots == [model]
 
 
+def test_grad_scaler_loss_is_unscaled_and_a_skipped_step_still_counts(hooked):
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    losses = []
+    for i in range(4):
+        x, y = _batch()
+        if i == 2:
+            x[0, 0] = float("inf")  # inf gradients: the scaler skips optimizer.step()
+        loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        losses.append(loss.item())
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    assert [s["samples"] for s in rep.steps] == [6, 6, 6, 6]
+    assert rep.steps[0]["loss"] == pytest.approx(losses[0])  # not 1024 times it
+
+
+def test_an_internal_error_stops_the_instrumentation_not_the_training(hooked, monkeypatch):
+    inst, rep = hooked
+
+    def broken(model):
+        raise RuntimeError("no facts today")
+
+    monkeypatch.setattr(api, "model_facts", broken)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert inst.dead and rep.steps == []
+    assert [name for name, _ in rep.events] == ["warning"]
+    assert "internal error (RuntimeError: no facts today)" in rep.events[0][1]
+    assert not hasattr(torch.autograd.backward, "__wrapped__")  # the patches are gone
+    assert not torch.nn.modules.module._global_forward_pre_hooks
+
+
+def test_global_module_hooks_give_way_to_root_hooks_once_the_roots_settle(hooked):
+    from pardash.trainer.instrument import SETTLE_STEPS
+
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train(model, opt, steps):
+        for _ in range(steps):
+            x, y = _batch()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+
+    train(model, opt, SETTLE_STEPS + 1)
+    assert not inst.watching_all and not torch.nn.modules.module._global_forward_pre_hooks
+    train(model, opt, 2)
+    # A new model with its own optimizer: its first forward passes unseen, its optimizer's
+    # first step brings the global hooks back, and from the next step it is measured.
+    second = _model()
+    train(second, torch.optim.SGD(second.parameters(), lr=0.1), 3)
+    assert inst.watching_all
+    inst.finish()
+    samples = [s["samples"] for s in rep.steps]
+    assert samples == [6] * (SETTLE_STEPS + 3) + [0, 6, 6]
+    assert inst.roots == [model, second]
+
+
 # -- autorun as a process, without torchrun --------------------------------------------------
 
 
@@ -253,8 +349,6 @@ def test_exit_codes_pass_through():
 
 
 def test_a_crash_prints_the_users_traceback_and_reaches_the_hub(hub, tmp_path):
-    from conftest import wait_for
-
     env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
     proc = _probe("-m", "pardash.trainer.autorun", "argv_probe.py", "--raise", env=env)
     assert proc.returncode == 1

@@ -87,21 +87,24 @@ def build_dataset(cfg: TrainConfig) -> Dataset:
 
 
 def build_loader(
-    dataset: Dataset, cfg: TrainConfig, *, rank: int, world_size: int
+    dataset: Dataset, cfg: TrainConfig, *, rank: int, world_size: int, pin_memory: bool = False
 ) -> tuple[DataLoader, DistributedSampler]:
     """A loader over this rank's share of ``dataset``.
 
     All strategies use a DistributedSampler (one replica for single and dp), so the order is a
     function of (seed, epoch, rank) alone. ``drop_last`` everywhere keeps every rank at the
     same number of batches per epoch: a rank with one batch more would wait in a collective
-    that the others never join.
+    that the others never join. ``pin_memory`` (for a GPU) lets batches copy to the device
+    asynchronously.
     """
     sampler = DistributedSampler(
         dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
     )
     # num_workers=0: the batches are slices of an in-memory tensor; worker processes would
     # only add start-up time and compete for the same cores as the ranks.
-    loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, drop_last=True)
+    loader = DataLoader(
+        dataset, batch_size=cfg.batch_size, sampler=sampler, drop_last=True, pin_memory=pin_memory
+    )
     return loader, sampler
 
 

@@ -49,8 +49,10 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import threading
 import time
+import traceback
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -67,8 +69,30 @@ NO_STEP_WARNING = (
     "use pardash.telemetry.step() to mark them"
 )
 
+SETTLE_STEPS = 3
+"""Steps with no new root module before the global module hooks give way to root hooks."""
+
 _is_compiling = torch.compiler.is_compiling
 _get_ident = threading.get_ident
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A hook body that must never break the training loop: an internal error stops the
+    instrumentation (a warning event says so, with the traceback) instead of reaching the
+    user's code. Also inert in a forked child (a DataLoader worker), whose copy of the
+    reporter's socket must not be used."""
+
+    @functools.wraps(method)
+    def guarded(self: "Instrument", *args: Any, **kwargs: Any) -> Any:
+        if self.dead or os.getpid() != self._pid:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            self._fail(exc)
+            return None
+
+    return guarded
 
 
 class _Clock:
@@ -124,9 +148,16 @@ class Instrument:
         self.warn_after = warn_after
         self.clock = _Clock()
         self._handles: list[Any] = []
+        self._module_handles: list[Any] = []
+        self.watching_all = False
+        """True while global module hooks run (until the roots settle)."""
+        self._settled_from = 0
         self._patched: list[tuple[Any, str, Any]] = []
         self._tid = _get_ident()
         """The training thread; module calls elsewhere (DataParallel replicas) are ignored."""
+        self._pid = os.getpid()
+        self.dead = False
+        """Set after an internal error: every hook does nothing from then on."""
         self._depth = 0
         self._has_params: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
         # the model, as seen
@@ -173,11 +204,10 @@ class Instrument:
         from torch.optim import optimizer as optim_module
 
         self._handles = [
-            nn_module.register_module_forward_pre_hook(self._forward_pre),
-            nn_module.register_module_forward_hook(self._forward_post, with_kwargs=True, always_call=True),
             optim_module.register_optimizer_step_pre_hook(self._optimizer_pre),
             optim_module.register_optimizer_step_post_hook(self._optimizer_post),
         ]
+        self._watch_all_modules()
         self._patch(torch.autograd, "backward", self._wrap_backward)
         if torch.distributed.is_available():
             self._patch(torch.distributed, "init_process_group", self._wrap_init_process_group)
@@ -195,9 +225,9 @@ class Instrument:
         return self
 
     def uninstall(self) -> None:
-        for h in self._handles:
+        for h in self._handles + self._module_handles:
             h.remove()
-        self._handles = []
+        self._handles, self._module_handles = [], []
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
@@ -209,6 +239,36 @@ class Instrument:
         self._patched.append((owner, name, original))
 
     # -- module forward: the root call only -------------------------------------------------
+    #
+    # Global module hooks make every module call take PyTorch's slow call path (about 10 us a
+    # call on a small CPU core, most of it PyTorch's own). They are needed only to find the
+    # roots; once the same roots have trained for SETTLE_STEPS steps, they are swapped for hooks
+    # on the roots alone, and submodule calls cost nothing again. An optimizer never seen
+    # before (a new model, likely) swaps the global hooks back in until the roots settle.
+
+    def _watch_all_modules(self) -> None:
+        from torch.nn.modules import module as nn_module
+
+        self._unwatch()
+        self._module_handles = [
+            nn_module.register_module_forward_pre_hook(self._forward_pre),
+            nn_module.register_module_forward_hook(self._forward_post, with_kwargs=True, always_call=True),
+        ]
+        self.watching_all = True
+        self._settled_from = self.step
+
+    def _watch_roots(self) -> None:
+        self._unwatch()
+        for root in self.roots:
+            # prepend: before FSDP2's pre-forward hook, whose all-gather is the arrival
+            self._module_handles.append(root.register_forward_pre_hook(self._forward_pre, prepend=True))
+            self._module_handles.append(root.register_forward_hook(self._forward_post, with_kwargs=True, always_call=True))
+        self.watching_all = False
+
+    def _unwatch(self) -> None:
+        for h in self._module_handles:
+            h.remove()
+        self._module_handles = []
 
     def _forward_pre(self, module: Any, args: Any) -> None:
         if _get_ident() != self._tid:
@@ -235,12 +295,17 @@ class Instrument:
             return None
         self._depth = 0
         if self._count_samples:
-            self._count_samples = False
-            n = _batch_size(args, rest[0] if len(rest) == 2 else None)
-            if n and self._open is not None:
-                self._open.samples += n
+            self._root_end(args, rest[0] if len(rest) == 2 else None)
         return None
 
+    @_guarded
+    def _root_end(self, args: Any, kwargs: Any) -> None:
+        self._count_samples = False
+        n = _batch_size(args, kwargs)
+        if n and self._open is not None:
+            self._open.samples += n
+
+    @_guarded
     def _root_begin(self, module: Any) -> None:
         has = self._has_params.get(module)
         if has is None:
@@ -269,6 +334,7 @@ class Instrument:
 
     def _add_root(self, module: Any) -> None:
         self.roots.append(module)
+        self._settled_from = self.step
         self._root_ids.add(id(module))
         strategy = api.strategy_of(module)
         if strategy == "ddp" and self.ddp is None:
@@ -277,7 +343,10 @@ class Instrument:
             self.strategy = strategy
         if len(self.roots) == 1:
             facts = api.model_facts(module)
-            self.clock = _Clock(cuda=facts["device"].startswith("cuda"))
+            cuda = facts["device"].startswith("cuda")
+            if cuda != self.clock.cuda:
+                self.clock = _Clock(cuda=cuda)
+                self._open = None  # stamps of the other kind cannot be compared with the new
             self._hello.update(facts)
         else:  # a second model (a GAN's): the hello counts the parameters of all, once each
             params = list(api.accountable(self.roots, [], {}).parameters())
@@ -301,6 +370,7 @@ class Instrument:
 
         return backward
 
+    @_guarded
     def _backward_begins(self, tensors: Any) -> None:
         now = self._micro_batch_begins()
         self._mark("backward", now)
@@ -339,6 +409,7 @@ class Instrument:
 
     # -- optimizer: step boundaries -------------------------------------------------------------
 
+    @_guarded
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling():
             return None
@@ -350,6 +421,7 @@ class Instrument:
             self._mark("optimizer", self.clock.stamp())
         return None
 
+    @_guarded
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling():
             return None
@@ -358,6 +430,8 @@ class Instrument:
         self._stepped = True
         if all(optimizer is not o for o in self.optimizers):
             self.optimizers.append(optimizer)
+            if not self.watching_all and self._handles:
+                self._watch_all_modules()  # a new optimizer: maybe a new model to find
         self._round.append(optimizer)
         if self._explicit:
             self._pending_mem = self._memory()
@@ -396,6 +470,7 @@ class Instrument:
 
     # -- explicit steps (pardash.telemetry.step) ---------------------------------------------
 
+    @_guarded
     def use(self, model: Any, optimizer: Any, hello: dict[str, Any]) -> None:
         if model is not None and id(model) not in self._root_ids:
             self._add_root(model)
@@ -407,6 +482,7 @@ class Instrument:
             if self._hello_sent:
                 self._send_hello()
 
+    @_guarded
     def begin_explicit(self) -> None:
         if not self._explicit:
             if self._round:
@@ -416,6 +492,7 @@ class Instrument:
         self._phase = "data"
         self._round = []
 
+    @_guarded
     def end_explicit(self, logged: api.Logged) -> None:
         mem, self._pending_mem = self._pending_mem, None
         self._publish(self.clock.stamp(), mem, logged)
@@ -450,6 +527,8 @@ class Instrument:
         self._open = _OpenStep(marks=[("data", end)])
         self._phase = "data"
         self.reporter.set_phase("data")
+        if self.watching_all and self.roots and self._depth == 0 and self.step - self._settled_from >= SETTLE_STEPS:
+            self._watch_roots()  # at depth 0: no module call is between its pre- and post-hook
         if self.clock.cuda:
             late, self._late = self._late, done
             if late is not None:
@@ -485,6 +564,7 @@ class Instrument:
         d.logged.apply(out)
         self.reporter.step(**out)
 
+    @_guarded
     def finish(self) -> None:
         """At exit: publish the step still open after its optimizer round, and a held one."""
         if self._round and not self._explicit:
@@ -498,6 +578,7 @@ class Instrument:
 
     # -- hello, process group, epoch -----------------------------------------------------------
 
+    @_guarded
     def _send_hello(self) -> None:
         fields = {"source": "auto", "torch_version": str(torch.__version__), **self._hello}
         fields.update(api.process_group_facts())
@@ -519,13 +600,35 @@ class Instrument:
 
     def _wrap_set_epoch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def set_epoch(sampler: Any, epoch: int) -> Any:
-            if isinstance(epoch, int) and epoch != self.epoch:
-                if self.step and epoch > self.epoch and not api.user_sent("epoch_end"):
-                    self.reporter.event("epoch_end", step=self.step, message=f"epoch {self.epoch} ended")
-                self.epoch = epoch
+            self._new_epoch(epoch)
             return original(sampler, epoch)
 
         return set_epoch
+
+    @_guarded
+    def _new_epoch(self, epoch: Any) -> None:
+        if isinstance(epoch, int) and epoch != self.epoch:
+            if self.step and epoch > self.epoch and not api.user_sent("epoch_end"):
+                self.reporter.event("epoch_end", step=self.step, message=f"epoch {self.epoch} ended")
+            self.epoch = epoch
+
+    def _fail(self, exc: Exception) -> None:
+        self.dead = True
+        # Module hooks and patches can go now (PyTorch copies its module hook lists before
+        # calling them); the optimizer hooks stay, inert, since PyTorch may be iterating them.
+        self._unwatch()
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched = []
+        try:
+            self.reporter.event(
+                "warning",
+                message=f"pardash: automatic instrumentation stopped after an internal error "
+                f"({type(exc).__name__}: {exc}); the script runs on, unobserved",
+                traceback=traceback.format_exc(),
+            )
+        except Exception:
+            pass
 
 
 def _ddp_syncs_buffers(ddp: Any) -> bool:

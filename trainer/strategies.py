@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import os
 import platform
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, ContextManager
 
@@ -197,17 +199,24 @@ class CommTimer:
     its wait is short; the ranks that wait for it show long waits.
     """
 
-    def __init__(self, *, group: dist.ProcessGroup | None = None, cuda: bool = False) -> None:
+    def __init__(
+        self, *, group: dist.ProcessGroup | None = None, device: torch.device | None = None
+    ) -> None:
         self.group = group
-        self.cuda = cuda
+        self.device = device
+        self.cuda = device is not None and device.type == "cuda"
         self.buckets = 0
         """Bucket all-reduces timed so far."""
         self._marks: list[Any] = []
         self._lock = threading.Lock()  # gloo runs completion callbacks on its own threads
 
     @staticmethod
-    def hook(state: "CommTimer", bucket):  # no annotations: DDP checks them against the real classes, and `from __future__ import annotations` makes them strings
-        """The comm hook: average ``bucket`` across ranks, stamping launch and completion."""
+    def hook(state, bucket):  # type: ignore[no-untyped-def]
+        """The comm hook: average ``bucket`` (a dist.GradBucket) across ranks, stamping launch
+        and completion; returns the future of the averaged buffer.
+
+        Unannotated on purpose: register_comm_hook compares the annotations with the real
+        classes, and this module's postponed annotations would be strings."""
         group = state.group if state.group is not None else dist.group.WORLD
         tensor = bucket.buffer()
         tensor.div_(group.size())
@@ -226,9 +235,11 @@ class CommTimer:
     def _stamp(self) -> Any:
         if self.cuda:
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+            # The hook runs on autograd's thread and the callback on the future's: name the
+            # device, and record on its current stream there (for the callback, a stream that
+            # waits for the all-reduce to finish).
+            ev.record(torch.cuda.current_stream(self.device))
             return ev
-        import time
 
         return time.perf_counter()
 
@@ -248,6 +259,10 @@ class CommTimer:
         if isinstance(marks[0][0], float):
             spans = sorted(marks)
         else:  # CUDA events: place each relative to the first launch, in seconds
+            for _, e in marks:
+                # sync: none in effect; DDP made the step's stream wait for every bucket, and
+                # the caller has synchronised the step's last event.
+                e.synchronize()
             ref = marks[0][0]
             spans = sorted(
                 (ref.elapsed_time(s) / 1e3, ref.elapsed_time(e) / 1e3) for s, e in marks
@@ -308,15 +323,13 @@ def apply_ddp(model: nn.Module, rt: Runtime) -> tuple[nn.Module, CommTimer]:
     # No buffer sync in forward: these models have no buffers, and without it forward holds
     # no collective, so a step's first collective is backward's first bucket all-reduce.
     # torch >= 2.12 spells it forward_sync_buffers=False (broadcast_buffers is deprecated).
-    import inspect
-
     no_buffer_sync = (
         {"forward_sync_buffers": False}
         if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
         else {"broadcast_buffers": False}
     )
     ddp = DDP(model, device_ids=[rt.device.index] if rt.is_cuda else None, **no_buffer_sync)
-    timer = CommTimer(cuda=rt.is_cuda)
+    timer = CommTimer(device=rt.device)
     ddp.register_comm_hook(timer, CommTimer.hook)
     return ddp, timer
 

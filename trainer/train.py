@@ -79,6 +79,7 @@ class StepRecord:
     lr: float
     samples: int
     mem: Any
+    last_in_epoch: bool
 
 
 class StepClock:
@@ -186,7 +187,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     optimizer = torch.optim.AdamW(w.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     dataset = build_dataset(cfg)
-    loader, sampler = build_loader(dataset, cfg, rank=rt.rank, world_size=rt.world_size)
+    loader, sampler = build_loader(dataset, cfg, rank=rt.rank, world_size=rt.world_size,
+                                   pin_memory=rt.is_cuda)
     per_epoch = steps_per_epoch(loader, cfg.grad_accum)
     total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch  # type: ignore[operator]
     batches = step_batches(loader, sampler, cfg.grad_accum)
@@ -242,6 +244,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             backward_s=times["backward_s"], optimizer_s=times["optimizer_s"], comm_s=comm_s,
             self_s=times["self_s"], lr=rec.lr, mem=rec.mem,
         )
+        if rec.last_in_epoch:  # after the epoch's last step, also when that is read late
+            reporter.event("epoch_end", step=rec.step)
         if is_master and cfg.log_every and (rec.step % cfg.log_every == 0 or rec.step == 1):
             print(
                 f"step {rec.step:>5}/{total_steps} | epoch {rec.epoch} | loss {loss:.4f} | "
@@ -262,6 +266,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         sb = next(batches)
         if straggler is not None and straggler.kind == "data":
             time.sleep(straggler.seconds)
+        # GPU: pinned batches copy asynchronously, ordered on the stream (no sync).
         micro = [(x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True))
                  for x, y in sb.micro]
         lr = lr_at(step, cfg, total_steps)
@@ -301,6 +306,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             torch.nn.utils.clip_grad_norm_(w.model.parameters(), cfg.grad_clip)
         optimizer.step()
         # After the step and before zero_grad: parameters, gradients and Adam state all held.
+        # Sizes and the allocator's counters are host-side figures: no sync.
         mem = account(w.inner, optimizer, ddp_module=w.model if w.strategy == "ddp" else None)
         optimizer.zero_grad(set_to_none=True)
         end = clock.end()
@@ -308,16 +314,14 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         rec = StepRecord(
             step=step, epoch=sb.epoch, loss=loss_sum, marks=marks, end=end, arrive=arrive,
             comm=w.comm.take() if w.comm is not None else None, lr=lr,
-            samples=cfg.batch_size * micro_steps, mem=mem,
+            samples=cfg.batch_size * micro_steps, mem=mem, last_in_epoch=sb.last_in_epoch,
         )
-        if rt.is_cuda:
+        if rt.is_cuda:  # read one step late: this step's work is queued, the last one done
             if pending is not None:
                 publish(pending)
             pending = rec
         else:
             publish(rec)
-        if sb.last_in_epoch:
-            reporter.event("epoch_end", step=step)
 
     if pending is not None:
         publish(pending)

@@ -96,7 +96,11 @@ def rank_alerts(r: st.RankState, exit: ExitInfo | None = None, *, first: bool = 
                 text += f": the others wait {fmt_step_time(v.cost_s)} a step"
         out.append(Alert("straggler", r.rank, text))
     if r.not_sharding is not None and status not in (st.EXITED, st.FINISHED):
-        out.append(Alert("not_sharding", r.rank, r.not_sharding.message or f"rank {r.rank} holds the full model (not sharding)"))
+        out.append(
+            Alert(
+                "not_sharding", r.rank, r.not_sharding.message or f"rank {r.rank} holds the full model (not sharding)"
+            )
+        )
     return out
 
 
@@ -119,7 +123,9 @@ def run_alerts(state: st.RunState) -> list[Alert]:
     if exited > 1 and exits:
         first = min(exits, key=lambda rank: exits[rank].order)
         out = [
-            rank_alerts(state.ranks[a.rank], exits.get(a.rank), first=True)[0] if a.kind == "exited" and a.rank == first else a
+            rank_alerts(state.ranks[a.rank], exits.get(a.rank), first=True)[0]
+            if a.kind == "exited" and a.rank == first
+            else a
             for a in out
         ]
     big = len(state.ranks) + 1

@@ -9,8 +9,8 @@ The CLI and the snapshot tests build the app the same way, through :func:`make_a
 from __future__ import annotations
 
 import time
-from typing import ClassVar
 from collections.abc import Callable, Iterable
+from typing import ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
@@ -200,7 +200,9 @@ class PardashApp(App[str | None]):
             ("memory", "memory held"),
             ("status", "status (worst first)"),
         ):
-            yield SystemCommand(f"Grid: sort by {label}", f"Order the ranks by {label}", lambda k=key: dash.action_sort(k))
+            yield SystemCommand(
+                f"Grid: sort by {label}", f"Order the ranks by {label}", lambda k=key: dash.action_sort(k)
+            )
         yield SystemCommand("Memory", "Per-rank memory against unsharded (m)", dash.action_memory)
         yield SystemCommand("Help", "Keys and what the figures mean (?)", self.action_help)
         if not self.source.live:

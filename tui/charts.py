@@ -45,7 +45,7 @@ def _bucketize(steps: list[float], values: list[float], s0: float, span: float, 
     sums = [0.0] * width
     counts = [0] * width
     scale = (width - 1) / span if span > 0 else 0.0
-    for step, v in zip(steps, values):
+    for step, v in zip(steps, values, strict=False):
         if v != v or step != step:  # NaN
             continue
         c = int(round((step - s0) * scale))
@@ -78,7 +78,7 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
         return None
     steps = r.history["step"].values()
     values = r.history[column].values()
-    finite = [s for s, v in zip(steps, values) if not math.isnan(v)]
+    finite = [s for s, v in zip(steps, values, strict=False) if not math.isnan(v)]
     if not finite:
         return None
     s0, s1 = min(finite), max(finite)

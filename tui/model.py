@@ -140,8 +140,12 @@ class _Smoothed:
 
     def __init__(self, r: st.RankState) -> None:
         # Seeded once from the history (a snapshot's or a replay's), then fed step by step.
-        self.step_s = deque((v for v in r.history["step_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS)
-        self.self_s = deque((v for v in r.history["self_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS)
+        self.step_s = deque(
+            (v for v in r.history["step_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS
+        )
+        self.self_s = deque(
+            (v for v in r.history["self_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS
+        )
         self.seen = r.steps_seen
 
     def feed(self, r: st.RankState) -> None:
@@ -228,11 +232,9 @@ def _mark_first_exit(state: st.RunState, rows: list[RankRow]) -> None:
 def _fill_deviation(rows: list[RankRow]) -> None:
     # Ranks that are gone (exited, finished, silent) no longer set the pace: compare the
     # working ranks only.
-    live = [
-        row for row in rows if row.self_s is not None and row.status in (st.RUNNING, st.STRAGGLER, st.STALLED)
-    ]
+    live = [row for row in rows if row.self_s is not None and row.status in (st.RUNNING, st.STRAGGLER, st.STALLED)]
     medians = leave_one_out_medians([row.self_s for row in live])  # type: ignore[misc]
-    for row, med in zip(live, medians):
+    for row, med in zip(live, medians, strict=True):
         if med is not None and med > 0:
             row.self_dev = (row.self_s - med) / med  # type: ignore[operator]
 

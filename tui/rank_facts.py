@@ -19,6 +19,7 @@ class Phase:
     seconds: float | None
     others_median_s: float | None
 
+
 PHASES = (
     ("step", "step_s"),
     ("data", "data_s"),

@@ -1,5 +1,7 @@
 """Run under torchrun: build the trainer's model for a strategy, take two optimizer steps, and
-print this rank's memory account as one JSON line ``MEM {"rank": .., "mem": {..}}``.
+print this rank's memory account as one JSON line ``MEM {"rank": .., "mem": {..}}``; with
+MEM_PROBE_OUT=DIR set, also write it to DIR/rank<N>.json (the ranks share torchrun's stdout,
+where their lines can interleave).
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 \
         tests/scripts/mem_probe.py --strategy fsdp
@@ -8,6 +10,7 @@ print this rank's memory account as one JSON line ``MEM {"rank": .., "mem": {..}
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import msgspec
@@ -47,7 +50,12 @@ def main() -> int:
         "expected_bytes": expected_bytes_per_rank(params_count, rt.world_size, cfg.strategy),
         "mem": msgspec.to_builtins(mem),
     }
-    print("MEM " + json.dumps(out), flush=True)
+    line = json.dumps(out)
+    sys.stdout.write(f"MEM {line}\n")
+    sys.stdout.flush()
+    if os.environ.get("MEM_PROBE_OUT"):
+        with open(os.path.join(os.environ["MEM_PROBE_OUT"], f"rank{rt.rank}.json"), "w") as f:
+            f.write(line)
     destroy_distributed(rt)
     return 0
 

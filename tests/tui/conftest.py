@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+
 @pytest.fixture(autouse=True)
 def no_cursor_blink(monkeypatch):
     """A blinking cursor (the command palette's input) would make snapshots flaky."""

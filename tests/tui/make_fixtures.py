@@ -171,13 +171,18 @@ def synchronous_steps(
     return t
 
 
-def beats_and_systems(log: Log, ranks: list[int], t_from: float, t_to: float, rng, step_at, mem_of, phase_of=None) -> None:
+def beats_and_systems(
+    log: Log, ranks: list[int], t_from: float, t_to: float, rng, step_at, mem_of, phase_of=None
+) -> None:
     """A heartbeat and a system sample per rank per second."""
     t = math.ceil(t_from)
     while t <= t_to:
         for r in ranks:
             phase = phase_of(r, t) if phase_of else "forward"
-            log.add(schema.Heartbeat(rank=r, step=step_at(r, t), phase=phase, phase_s=0.05, mono=1000 + t), t + 0.3 + r * 0.0001)
+            log.add(
+                schema.Heartbeat(rank=r, step=step_at(r, t), phase=phase, phase_s=0.05, mono=1000 + t),
+                t + 0.3 + r * 0.0001,
+            )
             log.add(system(r, rng, mem_of(r)), t + 0.31 + r * 0.0001)
         t += 1
 
@@ -197,14 +202,20 @@ def run4(path: Path) -> None:
     ranks = list(range(4))
     log.add(schema.Event(rank=-1, name="hub", message="hub started (pid 4242), ingest tcp://127.0.0.1:5555"), 0.0)
     for r in ranks:
-        log.add(hello(r, 4, r // 2, 2, hosts[r // 2], "fsdp", GPT2_PARAMS, config={"model": "gpt2", "batch_size": 32}), 0.5 + r * 0.01)
+        log.add(
+            hello(r, 4, r // 2, 2, hosts[r // 2], "fsdp", GPT2_PARAMS, config={"model": "gpt2", "batch_size": 32}),
+            0.5 + r * 0.01,
+        )
     mems = {r: sharded_mem(GPT2_PARAMS, 4, rng, sharded=True) for r in ranks}
     end = synchronous_steps(
         log, ranks=ranks, steps=range(120), step_dt=0.25, t_start=2.0, rng=rng, mem_of=mems.get,
         loss_of=lambda s, r: loss_curve(s, r, rng),
     )  # fmt: skip
     log.add(schema.Event(rank=0, name="epoch_end", step=99, message="epoch 0 done"), 2.0 + 100 * 0.25)
-    log.add(schema.Event(rank=0, name="checkpoint", step=100, duration_s=1.84, message="checkpoints/step-100.pt"), 2.0 + 101 * 0.25)
+    log.add(
+        schema.Event(rank=0, name="checkpoint", step=100, duration_s=1.84, message="checkpoints/step-100.pt"),
+        2.0 + 101 * 0.25,
+    )
     beats_and_systems(log, ranks, 1.0, end, rng, lambda r, t: max(0, int((t - 2.0) / 0.25)), mems.get)
     log.write(path)
 
@@ -256,7 +267,16 @@ def exited4(path: Path) -> None:
         "    loss.backward()\n"
         "RuntimeError: CUDA error: an illegal memory access was encountered\n"
     )
-    log.add(schema.Event(rank=1, name="error", step=40, message="RuntimeError: CUDA error: an illegal memory access was encountered", traceback=tb), end + 0.05)
+    log.add(
+        schema.Event(
+            rank=1,
+            name="error",
+            step=40,
+            message="RuntimeError: CUDA error: an illegal memory access was encountered",
+            traceback=tb,
+        ),
+        end + 0.05,
+    )
     log.add(schema.Event(rank=1, name="exit", code=1, step=40), end + 0.06)
     stall_t = end + 8.5
     for r in (0, 2, 3):
@@ -297,7 +317,10 @@ def run1024(path: Path) -> None:
                        message="rank 517 is a straggler (compute): the others wait 98 ms a step for it"),
         end + 0.1,
     )  # fmt: skip
-    log.add(schema.Event(rank=900, name="exit", code=-9, step=1, message="killed by SIGKILL (host out of memory)"), end + 0.2)
+    log.add(
+        schema.Event(rank=900, name="exit", code=-9, step=1, message="killed by SIGKILL (host out of memory)"),
+        end + 0.2,
+    )
     log.add(
         schema.Verdict(rank=64, verdict="silent", step=1, message="rank 64 silent for 4 s (no heartbeat)"), end + 0.3
     )

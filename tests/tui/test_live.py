@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from tui_helpers import grid_text, strip_text, widget_text
 
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.env import RankIdentity
@@ -23,7 +24,6 @@ from pardash.tui.widgets.alert_list import AlertList
 from pardash.tui.widgets.rank_grid import RankGrid
 from pardash.tui.widgets.run_header import RunHeader
 from pardash.tui.widgets.selected_rank import SelectedRank
-from tui_helpers import grid_text, strip_text, widget_text
 
 RUN = "tui-live"
 SIZE = (120, 40)
@@ -158,7 +158,7 @@ async def test_arrows_move_the_selection_and_enter_opens_the_detail(live_hub, ra
         assert not isinstance(app.screen, RankDetailScreen)
 
 
-async def test_clicking_a_cell_selects_its_rank(live_hub, ranks):
+async def test_clicking_a_cell_selects_it_and_a_double_click_opens_it(live_hub, ranks):
     app = attach(live_hub)
     async with app.run_test(size=SIZE) as pilot:
         publish_steps(ranks, range(3))
@@ -168,6 +168,9 @@ async def test_clicking_a_cell_selects_its_rank(live_hub, ranks):
         y = next(i for i, line in enumerate(lines) if line.split()[:1] == ["1"])
         await pilot.click(RankGrid, offset=(3, y))
         assert grid.cursor_rank == 1
+        await pilot.click(RankGrid, offset=(3, y - 1), times=2)  # a double click opens the detail
+        await until(pilot, lambda: isinstance(app.screen, RankDetailScreen))
+        assert app.screen.rank == 0
 
 
 async def test_m_opens_the_memory_screen(live_hub, ranks):

@@ -21,7 +21,7 @@ from pardash.tui.model import RowBuilder, leave_one_out_medians, sort_rows, thro
 )
 def test_leave_one_out_medians_match_the_definition(values):
     got = leave_one_out_medians(values)
-    for i, v in enumerate(values):
+    for i in range(len(values)):
         others = values[:i] + values[i + 1 :]
         assert got[i] == pytest.approx(statistics.median(others))
 
@@ -58,7 +58,12 @@ def _state(world: int = 4, strategy: str = "fsdp", params: int = 1000, *, sharde
     st = RunState(run_id="r")
     t = 1.0
     for r in range(world):
-        st.apply(schema.Hello(rank=r, world_size=world, node=r // 2, host=f"h{r // 2}", strategy=strategy, params_count=params, t=t), 0)
+        st.apply(
+            schema.Hello(
+                rank=r, world_size=world, node=r // 2, host=f"h{r // 2}", strategy=strategy, params_count=params, t=t
+            ),
+            0,
+        )
     div = world if sharded else 1
     for step in range(5):
         steps = []
@@ -108,7 +113,15 @@ def test_an_fsdp_run_holding_full_copies_is_flagged():
 
 def test_alerts_name_the_cost_the_phase_and_the_code():
     st = _state()
-    st.apply(schema.Verdict(rank=2, verdict="straggler", cost_s=0.05, message="rank 2 is a straggler (data loading): the others wait 50 ms a step for it"), 0)
+    st.apply(
+        schema.Verdict(
+            rank=2,
+            verdict="straggler",
+            cost_s=0.05,
+            message="rank 2 is a straggler (data loading): the others wait 50 ms a step for it",
+        ),
+        0,
+    )
     st.apply(schema.Verdict(rank=1, verdict="stalled", cause="backward", step=4), 0)
     st.apply(schema.Event(rank=3, name="error", message="RuntimeError: boom\nmore"), 0)
     st.apply(schema.Event(rank=3, name="exit", code=1), 0)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from tui_helpers import DATA, grid_text, replay_app, widget_text
+
 from pardash.telemetry.client import ReplaySource
 from pardash.tui.app import make_app
 from pardash.tui.widgets.rank_grid import RankGrid
 from pardash.tui.widgets.run_header import RunHeader
-from tui_helpers import DATA, grid_text, replay_app, widget_text
 
 SIZE = (120, 40)
 
@@ -109,3 +110,22 @@ async def test_palette_offers_the_dashboard_actions():
         assert "Grid: sort by self time (stragglers first)" in titles
         assert "Replay: pause / resume" in titles
         assert "Theme" in titles
+
+
+async def test_detail_moves_to_the_next_and_previous_rank_and_back():
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, RankDetailScreen) and app.screen.rank == 0
+        await pilot.press("n", "n")
+        await pilot.pause()
+        assert app.screen.rank == 2
+        await pilot.press("p", "p", "p")
+        await pilot.pause()
+        assert app.screen.rank == 7  # wraps around
+        await pilot.press("escape")
+        assert not isinstance(app.screen, RankDetailScreen)

@@ -146,7 +146,12 @@ class DashboardScreen(Screen):
         self.query_one(RunHeader).summary = summarize(source, hub_quiet_s=self.app.hub_quiet_s)  # type: ignore[attr-defined]
         alerts = self.query_one(AlertList)
         alerts.alerts = tuple(run_alerts(state))
-        alerts.waiting = not state.ranks
+        if not state.ranks:
+            alerts.calm = "waiting for ranks…"
+        elif all(r.finished for r in state.ranks.values()):
+            alerts.calm = "✓ every rank finished"
+        else:
+            alerts.calm = "✓ no alerts: every rank is healthy"
         self.query_one(EventLog).sync(state)
         self._update_labels()
         if self._slow_version < 0:

@@ -99,7 +99,10 @@ class MemoryScreen(Screen):
         self.query_one(MemorySummary).savings = savings
         self.query_one(MemoryBars).savings = savings
         strategy = state.strategy or "?"
-        title: list[str | tuple[str, str]] = [("memory", "bold $text-accent"), f"  {strategy} · {state.world_size} ranks"]
+        title: list[str | tuple[str, str]] = [
+            ("memory", "bold $text-accent"),
+            f"  {strategy} · {state.world_size} ranks",
+        ]
         hello = state.hello
         if hello is not None and hello.params_count:
             title.append(f" · {fmt_params(hello.params_count)} parameters ({fmt_bytes(hello.params_bytes)})")
@@ -115,7 +118,10 @@ class MemoryScreen(Screen):
             legend += [("█ ", styles[label]), (f"{label}   ", "$text-muted")]
         bars = self.query_one(MemoryBars)
         off = savings is not None and bars.off_scale(savings)
-        legend += [("░ ", "$foreground 40%"), ("unsharded (what DDP holds)" + (", runs off the scale »" if off else "") + "   ", "$text-muted")]
+        legend += [
+            ("░ ", "$foreground 40%"),
+            ("unsharded (what DDP holds)" + (", runs off the scale »" if off else "") + "   ", "$text-muted"),
+        ]
         legend += [("┃ ", "bold $text-success"), ("expected for the strategy", "$text-muted")]
         self.query_one("#legend", Static).update(Content.assemble(*legend))
 

@@ -73,8 +73,7 @@ class QuitScreen(ModalScreen[str | None]):
         with Vertical():
             yield Label(f"Leave run{run}?", id="question")
             yield Label(
-                "Stop the job ends every rank (torchrun gets SIGTERM); the hub writes the "
-                "log to the end.",
+                "Stop the job ends every rank (torchrun gets SIGTERM); the hub writes the log to the end.",
                 classes="explain",
             )
             yield Label(

@@ -105,7 +105,9 @@ class RankDetailScreen(Screen):
         Binding("p", "move(-1)", "Prev rank"),
     ]
 
-    def __init__(self, rank: int, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(
+        self, rank: int, *, name: str | None = None, id: str | None = None, classes: str | None = None
+    ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.rank = rank
         """The rank shown."""
@@ -172,13 +174,15 @@ class RankDetailScreen(Screen):
             return
         self._chart_version = version
         state = self.source.state
-        for column, title, fmt in CHARTS:
+        for column, _title, fmt in CHARTS:
             chart = self.query_one(f"#chart-{column}", HistoryChart)
             series = chart_series(state, self.rank, column, chart.plot_width)
             chart.series = series
             if series is not None:
                 others = f"{series.others} other rank{'s' if series.others != 1 else ''}"
-                chart.border_subtitle = f"now {fmt(series.latest)} · ▀ rank {self.rank}  ─ others' median  ░ spread ({others})"
+                chart.border_subtitle = (
+                    f"now {fmt(series.latest)} · ▀ rank {self.rank}  ─ others' median  ░ spread ({others})"
+                )
             else:
                 chart.border_subtitle = ""
 

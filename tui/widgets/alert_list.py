@@ -10,6 +10,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ..alerts import Alert
+from ..styles import component_fg
 
 GLYPHS = {"exited": "×", "silent": "○", "stalled": "◆", "straggler": "▲", "not_sharding": "▣"}
 LABELS = {
@@ -58,16 +59,18 @@ class AlertList(Widget):
 
     alerts: reactive[tuple[Alert, ...]] = reactive((), layout=True)
     """Current alerts, most severe first."""
-    waiting: reactive[bool] = reactive(True)
-    """True until any rank has said hello (then "no alerts" means the run is healthy)."""
+    calm: reactive[str] = reactive("waiting for ranks…")
+    """What to say when there is no alert (waiting, healthy, finished)."""
 
     def _s(self, name: str) -> Style:
-        return self.get_component_rich_style(f"alert-list--{name}", partial=True)
+        return component_fg(self, f"alert-list--{name}")
 
     def render(self) -> Text:
         alerts = self.alerts
         if not alerts:
-            return Text("waiting for ranks…" if self.waiting else "✓ no alerts: every rank is healthy", style=self._s("ok"))
+            return Text(
+                "waiting for ranks…" if self.waiting else "✓ no alerts: every rank is healthy", style=self._s("ok")
+            )
         lines: list[Text] = []
         if len(alerts) <= MAX_LINES:
             for a in alerts:
@@ -87,7 +90,5 @@ class AlertList(Widget):
                 what = f"{len(items)} {LABELS[kind]}"
                 if kind == "exited" and detail is not None:
                     what += f" with code {detail}"
-                lines.append(
-                    Text.assemble((f"{GLYPHS[kind]} {what}: ", self._s(kind)), f"ranks {_rank_list(ranks)}")
-                )
+                lines.append(Text.assemble((f"{GLYPHS[kind]} {what}: ", self._s(kind)), f"ranks {_rank_list(ranks)}"))
         return Text("\n").join(lines)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
 from collections.abc import Iterable
+from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
@@ -13,6 +13,7 @@ from pardash.telemetry import schema
 from pardash.telemetry.state import EVENTS_KEPT, RunState
 
 from ..format import fmt_clock, fmt_step_time
+from ..styles import component_fg
 
 VERDICT_STYLES = {
     "straggler": "warn",
@@ -38,7 +39,7 @@ def describe(m: schema.Message) -> tuple[str, str]:
         name = m.name.replace("_", " ")
         if m.name == "exit":
             code = m.code if m.code is not None else 0
-            text = f"{who} exited with code {code}"
+            text = f"{who} exited with code {code}" if code else f"{who} finished (exit code 0)"
             if m.message:
                 text += f": {m.message}"
             return text, "bad" if code else "good"
@@ -88,15 +89,29 @@ class EventLog(RichLog):
     EventLog > .event-log--dim { color: $text-muted; }
     """
 
-    def __init__(self, *, rank: int | None = None, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(max_lines=EVENTS_KEPT, wrap=True, markup=False, min_width=20, name=name, id=id, classes=classes)
+    def __init__(
+        self, *, rank: int | None = None, name: str | None = None, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(
+            max_lines=EVENTS_KEPT, wrap=True, markup=False, min_width=20, name=name, id=id, classes=classes
+        )
         self.rank = rank
         """Only this rank's events (None: every rank and the hub)."""
         self._state_id = 0
         self._last_hseq = -1
+        self._state: RunState | None = None
+
+    def on_mount(self) -> None:
+        # Written lines keep the colours of the theme they were written in: rewrite on change.
+        self.app.theme_changed_signal.subscribe(self, self._rewrite)
+
+    def _rewrite(self, _theme: object) -> None:
+        if self._state is not None:
+            self._state_id = 0
+            self.sync(self._state)
 
     def _s(self, name: str) -> Style:
-        return self.get_component_rich_style(f"event-log--{name}", partial=True)
+        return component_fg(self, f"event-log--{name}")
 
     def _new(self, state: RunState) -> Iterable[schema.Message]:
         if id(state) != self._state_id:
@@ -116,6 +131,7 @@ class EventLog(RichLog):
 
     def sync(self, state: RunState) -> None:
         """Write the events that arrived since the last call (all of them after a new state)."""
+        self._state = state
         for m in self._new(state):
             if self.rank is not None and m.rank != self.rank:
                 continue

@@ -9,6 +9,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from ..styles import component_fg
+
 
 class FactList(Widget):
     """Rows of ``label  value  note``; a row whose label is empty is a sub-heading."""
@@ -39,7 +41,7 @@ class FactList(Widget):
     """Shown when there are no rows."""
 
     def _s(self, name: str) -> Style:
-        return self.get_component_rich_style(f"fact-list--{name}", partial=True)
+        return component_fg(self, f"fact-list--{name}")
 
     def render(self) -> Text:
         if not self.facts:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 from collections.abc import Callable
+from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -14,6 +14,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..charts import ChartSeries
+from ..styles import component_bg, component_fg
 
 AXIS_WIDTH = 8
 """Columns for the y-axis labels."""
@@ -86,7 +87,7 @@ class HistoryChart(Widget):
         return Strip.blank(self.content_region.width, self.rich_style)
 
     def _s(self, name: str) -> Style:
-        return self.get_component_rich_style(f"history-chart--{name}", partial=True)
+        return component_fg(self, f"history-chart--{name}")
 
     def _draw(self) -> list[Strip]:
         width = self.content_region.width
@@ -96,7 +97,9 @@ class HistoryChart(Widget):
         if s is None or height < 2 or width <= AXIS_WIDTH:
             lines = [Strip.blank(width, base) for _ in range(max(0, height))]
             if lines:
-                lines[0] = Strip([Segment(" no history yet", self._s("empty"))]).apply_style(base).crop_extend(0, width, base)
+                lines[0] = (
+                    Strip([Segment(" no history yet", self._s("empty"))]).apply_style(base).crop_extend(0, width, base)
+                )
             return lines
         plot_h = height - 1
         plot_w = min(width - AXIS_WIDTH, len(s.values))
@@ -144,14 +147,18 @@ class HistoryChart(Widget):
         rank_style = self._s("rank")
         median_style = self._s("median")
         # The band's colour has alpha: take it blended over the background (a full style).
-        band_style = Style(bgcolor=self.get_component_rich_style("history-chart--band").bgcolor)
+        band_style = component_bg(self, "history-chart--band")
         axis = self._s("axis")
         labels = {0: self.fmt(hi - pad), plot_h - 1: self.fmt(lo + pad)}
         if plot_h >= 5:
             labels[(plot_h - 1) // 2] = self.fmt((hi + lo) / 2)
         lines: list[Strip] = []
         for r in range(plot_h):
-            segments = [Segment(f"{labels.get(r, ''):>{AXIS_WIDTH - 2}} ┤" if r in labels else " " * (AXIS_WIDTH - 1) + "│", axis)]
+            segments = [
+                Segment(
+                    f"{labels.get(r, ''):>{AXIS_WIDTH - 2}} ┤" if r in labels else " " * (AXIS_WIDTH - 1) + "│", axis
+                )
+            ]
             for c in range(plot_w):
                 top, bottom = band[c]
                 in_band = top >= 0 and top <= r <= bottom

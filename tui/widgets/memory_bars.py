@@ -13,6 +13,7 @@ from textual.strip import Strip
 
 from ..format import fmt_bytes, fmt_ratio
 from ..memory import MemorySavings, RankMemory
+from ..styles import component_fg
 
 PARTS = (
     ("params_bytes", "memory-bars--params", "params"),
@@ -70,8 +71,12 @@ class MemoryBars(ScrollView, can_focus=True):
         self.virtual_size = Size(self.scrollable_content_region.width, n)
         self.refresh()
 
-    def _s(self, name: str, partial: bool = True) -> Style:
-        return self.get_component_rich_style(f"memory-bars--{name}", partial=partial)
+    def _s(self, name: str) -> Style:
+        return self._base + component_fg(self, f"memory-bars--{name}")
+
+    @property
+    def _base(self) -> Style:
+        return self.rich_style
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width or self.size.width
@@ -80,7 +85,11 @@ class MemoryBars(ScrollView, can_focus=True):
         index = self.scroll_offset.y + y
         if s is None:
             if y == 0:
-                return Strip([Segment(" no memory figures yet", self._s("text"))]).apply_style(base).crop_extend(0, width, base)
+                return (
+                    Strip([Segment(" no memory figures yet", self._s("text"))])
+                    .apply_style(base)
+                    .crop_extend(0, width, base)
+                )
             return Strip.blank(width, base)
         if index >= len(s.ranks):
             return Strip.blank(width, base)
@@ -122,7 +131,7 @@ class MemoryBars(ScrollView, can_focus=True):
         full_end = int(round(r.full_bytes * cells))
         off_scale = full_end > bar_w
         marker = min(bar_w - 1, int(round(expected * cells))) if expected else -1
-        unsharded = Style(color=self._s("unsharded", partial=False).color)
+        unsharded = self._s("unsharded")
         expected_style = self._s("expected")
         segments = [Segment(f"{r.rank:>{rank_w}} ", self._s("rank"))]
         for x in range(bar_w):
@@ -142,7 +151,9 @@ class MemoryBars(ScrollView, can_focus=True):
         saving = f"{fmt_ratio(ratio)} less" if shards else "full copy"
         tail = f" {fmt_bytes(r.held_bytes, short=True):>6} of {fmt_bytes(r.full_bytes, short=True):>6}  "
         segments.append(Segment(tail, self._s("text")))
-        segments.append(Segment(f"{saving:<10}", self._s("bad") if over else self._s("good") if shards else self._s("text")))
+        segments.append(
+            Segment(f"{saving:<10}", self._s("bad") if over else self._s("good") if shards else self._s("text"))
+        )
         if over:
             segments.append(Segment(" ⚠", self._s("bad")))
         return list(Segment.simplify(segments))

@@ -11,6 +11,7 @@ from textual.widget import Widget
 
 from ..format import fmt_bytes, fmt_params, fmt_ratio
 from ..memory import MemorySavings
+from ..styles import component_fg
 
 
 class MemorySummary(Widget):
@@ -43,7 +44,7 @@ class MemorySummary(Widget):
     """The run's savings (None until a rank has reported its memory)."""
 
     def _s(self, name: str) -> Style:
-        return self.get_component_rich_style(f"memory-summary--{name}", partial=True)
+        return component_fg(self, f"memory-summary--{name}")
 
     def _row(self, label: str, value: str, rest: str = "", style: str = "value") -> Text:
         return Text.assemble(
@@ -70,13 +71,19 @@ class MemorySummary(Widget):
         lines.append(self._row("per rank", per_rank, spread))
         expected = s.expected_per_rank_bytes
         if expected:
-            lines.append(self._row("expected", fmt_bytes(expected), f"(16 B × {fmt_params(s.params_count)}{' ÷ ' + str(s.world_size) if s.sharded else ''})"))
-            if not s.sharded and s.world_size > 1 and s.sharded_expected_bytes:
-                lines.append(
-                    self._row("FSDP", fmt_bytes(s.sharded_expected_bytes), f"per rank if sharded ÷ {s.world_size}")
+            lines.append(
+                self._row(
+                    "expected",
+                    fmt_bytes(expected),
+                    f"(16 B × {fmt_params(s.params_count)}{' ÷ ' + str(s.world_size) if s.sharded else ''})",
                 )
+            )
+            if not s.sharded and s.world_size > 1 and s.sharded_expected_bytes:
+                lines.append(self._row("FSDP", fmt_bytes(s.sharded_expected_bytes), f"if sharded ÷ {s.world_size}"))
         over = s.over_expectation
         if over:
             ranks = ", ".join(str(r) for r in over[:6]) + (", …" if len(over) > 6 else "")
-            lines.append(Text(f"⚠ not sharding as expected: rank{'s' if len(over) > 1 else ''} {ranks}", style=self._s("bad")))
+            lines.append(
+                Text(f"⚠ not sharding as expected: rank{'s' if len(over) > 1 else ''} {ranks}", style=self._s("bad"))
+            )
         return Text("\n").join(lines)

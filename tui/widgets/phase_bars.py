@@ -11,6 +11,7 @@ from textual.widget import Widget
 
 from ..format import fmt_step_time
 from ..rank_facts import Phase
+from ..styles import component_fg
 
 BAR_CHARS = " ▏▎▍▌▋▊▉█"
 
@@ -55,7 +56,7 @@ class PhaseBars(Widget):
     """Phases of the last step; the first is the whole step (the bars' scale)."""
 
     def _s(self, name: str) -> Style:
-        return self.get_component_rich_style(f"phase-bars--{name}", partial=True)
+        return component_fg(self, f"phase-bars--{name}")
 
     def render(self) -> Text:
         phases = self.phases

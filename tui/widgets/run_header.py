@@ -15,6 +15,7 @@ from pardash.telemetry.client import Source
 
 from ..format import fmt_count, fmt_duration, fmt_rate
 from ..model import throughput
+from ..styles import component_fg
 
 STATUS_MARKS = (
     (st.RUNNING, "●"),
@@ -167,7 +168,7 @@ class RunHeader(Widget):
     """What the header shows; set it from :func:`summarize`."""
 
     def _s(self, name: str) -> Style:
-        return self.get_component_rich_style(f"run-header--{name}", partial=True)
+        return component_fg(self, f"run-header--{name}")
 
     def _flow(self, pieces: list[Text], width: int, sep: str = "   ") -> list[Text]:
         """Lay pieces out left to right, starting a new line when the next does not fit."""

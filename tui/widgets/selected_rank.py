@@ -13,6 +13,7 @@ from pardash.telemetry import state as st
 
 from ..format import fmt_bytes, fmt_deviation, fmt_loss, fmt_step_time
 from ..model import RankRow
+from ..styles import component_fg
 
 
 class SelectedRank(Widget):
@@ -44,7 +45,7 @@ class SelectedRank(Widget):
     """The selected rank's row (None: nothing selected)."""
 
     def _s(self, name: str) -> Style:
-        return self.get_component_rich_style(f"selected-rank--{name}", partial=True)
+        return component_fg(self, f"selected-rank--{name}")
 
     def _pair(self, label: str, value: str) -> Text:
         return Text.assemble((label + " ", self._s("label")), (value, self._s("value")))

@@ -1,0 +1,88 @@
+"""The straggler detector on synthetic step streams: leave-one-out scoring, warm-up, both bars,
+persistence, hysteresis, silence on clean runs."""
+
+import random
+
+import pytest
+
+from pardash.telemetry import schema
+from pardash.telemetry.analysis import Detector
+from pardash.telemetry.state import RunState
+from pardash.telemetry.stragglers import StragglerConfig, StragglerDetector
+
+
+def _run(ranks, steps, self_s, data_s=lambda r, s: 0.001, system=None, seed=0):
+    """Feed a detector as the hub would; returns the verdicts with the step they came at."""
+    rng = random.Random(seed)
+    st = RunState()
+    det = StragglerDetector(StragglerConfig())
+    out = []
+    for r in range(ranks):
+        st.apply(schema.Hello(rank=r, world_size=ranks), 0.0)
+        if system:
+            st.apply(system(r), 0.0)
+    for s in range(steps):
+        for r in range(ranks):
+            msg = schema.Step(rank=r, step=s, step_s=0.05, self_s=self_s(r, s) + rng.uniform(0, 0.0005), data_s=data_s(r, s))
+            st.apply(msg, 0.0)
+            det.observe(msg)
+        for v in det.update(st):
+            st.apply(v, 0.0)
+            out.append(v)
+    return out
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 16])
+def test_clean_runs_say_nothing(ranks):
+    assert _run(ranks, 500, lambda r, s: 0.010) == []
+
+
+def test_one_off_hiccups_are_not_stragglers():
+    # Every rank has a 50 ms hiccup now and then; medians over a window ignore them.
+    assert _run(4, 500, lambda r, s: 0.010 + (0.05 if (s * 7 + r * 13) % 37 == 0 else 0)) == []
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_data_straggler_named_within_three_windows(ranks):
+    out = _run(ranks, 200, lambda r, s: 0.010 + (0.02 if r == 1 else 0), data_s=lambda r, s: 0.001 + (0.02 if r == 1 else 0))
+    assert [v.verdict for v in out] == ["straggler"]
+    v = out[0]
+    assert v.rank == 1 and v.cause == "data"
+    assert v.step < 10 + 3 * 10
+    assert v.cost_s == pytest.approx(0.02, abs=0.002)
+
+
+def test_compute_straggler_and_its_clearing_with_hysteresis():
+    slow = lambda r, s: 0.010 + (0.03 if r == 2 and s < 100 else 0)  # noqa: E731
+    out = _run(4, 200, slow)
+    assert [(v.verdict, v.rank) for v in out] == [("straggler", 2), ("straggler_cleared", 2)]
+    assert out[0].cause == "compute"
+    assert 100 <= out[1].step < 100 + 3 * 10
+
+
+def test_small_absolute_excess_is_not_a_straggler():
+    # 40% slower but only 2 ms: below the absolute bar.
+    assert _run(2, 300, lambda r, s: 0.005 + (0.002 if r == 0 else 0)) == []
+
+
+def test_host_hint_from_system_figures():
+    def system(r):
+        return schema.System(rank=r, cpu_pct=190.0 if r == 3 else 100.0)
+
+    out = _run(4, 100, lambda r, s: 0.010 + (0.03 if r == 3 else 0), system=system)
+    assert out[0].rank == 3 and out[0].cause == "host"
+
+
+def test_liveness_verdicts():
+    st = RunState()
+    det = Detector()
+    st.apply(schema.Hello(rank=0, world_size=1), 0.0)
+    st.apply(schema.Step(rank=0, step=5, step_s=0.1), 0.0)
+    st.apply(schema.Heartbeat(rank=0, step=5, phase="backward"), 0.0)
+    assert det.update(st, 1.0) == []
+    st.ranks[0].last_seen = 9.0  # heartbeats still arriving, no new step
+    out = det.update(st, 9.5)
+    assert [(v.verdict, v.cause) for v in out] == [("stalled", "backward")]
+    st.apply(out[0], 9.5)
+    out = det.update(st, 20.0)  # and then nothing at all
+    assert [v.verdict for v in out] == ["silent"]

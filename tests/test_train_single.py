@@ -1,0 +1,72 @@
+"""The bundled trainer as a user runs it: one plain process, and 2 gloo ranks under torchrun,
+without a hub (no PARDASH_ENDPOINT). It exits 0 and its loss falls."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+LOSS = re.compile(r"^step\s+(\d+)/\d+ .*\| loss ([0-9.]+)", re.M)
+
+
+def trainer_env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("PARDASH_ENDPOINT", None)
+    return env
+
+
+def losses(stdout: str) -> list[tuple[int, float]]:
+    return [(int(s), float(v)) for s, v in LOSS.findall(stdout)]
+
+
+def assert_learns(stdout: str, vocab: int = 64) -> None:
+    seen = losses(stdout)
+    assert len(seen) >= 3, stdout
+    first, last = seen[0][1], seen[-1][1]
+    # The first loss is about ln(vocab): the model starts knowing nothing ...
+    assert abs(first - math.log(vocab)) < 0.3, seen
+    # ... and it learns the hidden rule: the loss falls well below that.
+    assert last < first - 1.0, seen
+
+
+@pytest.mark.slow
+def test_single_process_trains_and_exits_0():
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash.trainer.train", "--strategy", "single", "--steps", "30",
+         "--log-every", "5"],
+        capture_output=True, text=True, env=trainer_env(), timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_learns(proc.stdout)
+    assert "done: 30 steps" in proc.stdout
+
+
+@pytest.mark.slow
+def test_two_ddp_ranks_train_and_exit_0():
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "pardash.trainer.train", "--strategy", "ddp", "--steps", "30", "--log-every", "5"],
+        capture_output=True, text=True, env=trainer_env(), timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ddp on 2 rank(s), gloo, cpu" in proc.stdout
+    # Only rank 0 prints: one line per logged step.
+    assert [s for s, _ in losses(proc.stdout)] == [1, 5, 10, 15, 20, 25, 30]
+    assert_learns(proc.stdout)
+
+
+def test_bad_flags_exit_2_with_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash.trainer.train", "--n-embd", "64", "--n-head", "5"],
+        capture_output=True, text=True, env=trainer_env(), timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "--n-embd 64 is not divisible by --n-head 5; pick a head count that divides the width"
+    )
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,140 @@
+"""TrainConfig: every validation rule, and the flags round trip the launcher relies on."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from pardash.trainer.config import (
+    DEFAULT_STEPS,
+    RankStep,
+    Straggler,
+    TrainConfig,
+    add_arguments,
+    from_args,
+)
+
+
+def parse(argv: list[str]) -> TrainConfig:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_args(parser.parse_args(argv))
+
+
+def test_defaults_are_valid_and_small():
+    cfg = TrainConfig()
+    assert (cfg.strategy, cfg.model, cfg.steps, cfg.epochs) == ("ddp", "gpt", DEFAULT_STEPS, None)
+    assert (cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab, cfg.seq_len) == (2, 64, 4, 64, 32)
+    assert (cfg.batch_size, cfg.lr, cfg.grad_accum, cfg.reshard_after_forward) == (16, 3e-3, 1, True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"strategy": "zero"}, "--strategy 'zero' is not one of"),
+        ({"device": "tpu"}, "--device 'tpu' is not one of"),
+        ({"model": "bert"}, "--model 'bert' is not one of"),
+        ({"precision": "fp16"}, "--precision 'fp16' is not one of"),
+        ({"precision": "bf16", "device": "cpu"}, "--precision bf16 needs a GPU"),
+        ({"steps": 10, "epochs": 2}, "give --steps or --epochs, not both"),
+        ({"steps": 0}, "--steps must be at least 1"),
+        ({"epochs": 0}, "--epochs must be at least 1"),
+        ({"batch_size": 0}, "--batch-size must be at least 1"),
+        ({"grad_accum": 0}, "--grad-accum must be at least 1"),
+        ({"n_layer": 0}, "--n-layer must be at least 1"),
+        ({"dataset_size": 0}, "--dataset-size must be at least 1"),
+        ({"vocab": 1}, "--vocab must be at least 2"),
+        ({"seq_len": 1}, "--seq-len must be at least 2"),
+        ({"n_classes": 1}, "--n-classes must be at least 2"),
+        ({"lr": 0.0}, "--lr must be a positive number"),
+        ({"lr": float("nan")}, "--lr must be a positive number"),
+        ({"warmup_steps": -1}, "--warmup-steps must not be negative"),
+        ({"log_every": -1}, "--log-every must not be negative"),
+        ({"noise": 1.0}, "--noise is a probability"),
+        ({"pg_timeout_s": 0.0}, "--pg-timeout-s must be positive"),
+        ({"n_embd": 64, "n_head": 5}, "--n-embd 64 is not divisible by --n-head 5"),
+        ({"inject_straggler": "1:data"}, "expected RANK:KIND:SECONDS"),
+        ({"inject_straggler": "x:data:1"}, "RANK must be an integer"),
+        ({"inject_straggler": "1:disk:0.1"}, "KIND must be one of data, compute"),
+        ({"inject_straggler": "1:data:0"}, "SECONDS must be a positive number"),
+        ({"inject_straggler": "-1:data:0.1"}, "RANK must not be negative"),
+        ({"inject_stall": "1-5"}, "--inject-stall '1-5': expected RANK@STEP"),
+        ({"inject_stall": "1@0"}, "STEP counts from 1"),
+        ({"inject_crash": "1@x"}, "--inject-crash '1@x': expected RANK@STEP"),
+        ({"inject_crash": "0@500", "steps": 100}, "step 500 is past --steps 100"),
+    ],
+)
+def test_invalid_configs_are_one_clear_line(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        TrainConfig(**kwargs)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "world", "message"),
+    [
+        ({"strategy": "single"}, 2, "--strategy single runs one process"),
+        ({"strategy": "dp"}, 4, "--strategy dp runs one process"),
+        ({"inject_crash": "2@5"}, 2, "rank 2 does not exist in a world of 2"),
+        ({"inject_straggler": "3:compute:0.1"}, 2, "rank 3 does not exist"),
+        ({"dataset_size": 100, "batch_size": 16, "grad_accum": 2}, 4, "raise it to at least 128"),
+    ],
+)
+def test_rules_that_need_the_world_size(kwargs, world, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs).check_world_size(world)
+
+
+def test_check_world_size_accepts_a_fitting_world():
+    TrainConfig(strategy="fsdp", inject_stall="3@10").check_world_size(4)
+
+
+def test_faults_parse_into_typed_fields():
+    cfg = TrainConfig(inject_straggler="1:compute:0.25", inject_stall="0@7", inject_crash="1@9")
+    assert cfg.inject_straggler == Straggler(rank=1, kind="compute", seconds=0.25)
+    assert cfg.inject_stall == RankStep(rank=0, step=7)
+    assert cfg.inject_crash == RankStep(rank=1, step=9)
+    assert cfg.to_dict()["inject_straggler"] == "1:compute:0.25"
+
+
+def test_epochs_leave_steps_unset():
+    cfg = TrainConfig(epochs=3)
+    assert (cfg.steps, cfg.epochs) == (None, 3)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        TrainConfig(),
+        TrainConfig(strategy="fsdp", reshard_after_forward=False, steps=30, lr=1e-3 / 3),
+        TrainConfig(strategy="single", model="mlp", epochs=2, hidden=128, depth=2, seed=7),
+        TrainConfig(device="cuda", precision="bf16", grad_accum=4, tie_weights=False),
+        TrainConfig(inject_straggler="1:data:0.05", inject_stall="0@3", inject_crash="1@4",
+                    steps=10, log_every=0, noise=0.0),
+    ],
+    ids=["defaults", "fsdp", "mlp-epochs", "bf16", "faults"],
+)
+def test_to_argv_round_trips_through_the_flags(cfg):
+    argv = cfg.to_argv()
+    assert parse(argv) == cfg
+    assert all(isinstance(a, str) for a in argv)
+
+
+def test_to_argv_names_only_what_differs_from_the_defaults():
+    assert TrainConfig().to_argv() == []
+    assert TrainConfig(reshard_after_forward=False).to_argv() == ["--no-reshard-after-forward"]
+
+
+def test_flags_map_to_fields():
+    cfg = parse(["--strategy", "fsdp", "--steps", "5", "--batch-size", "8", "--n-layer", "3",
+                 "--no-reshard-after-forward", "--inject-stall", "1@2"])
+    assert (cfg.strategy, cfg.steps, cfg.batch_size, cfg.n_layer) == ("fsdp", 5, 8, 3)
+    assert cfg.reshard_after_forward is False
+    assert cfg.inject_stall == RankStep(rank=1, step=2)
+
+
+def test_from_args_ignores_foreign_attributes():
+    ns = argparse.Namespace(strategy="single", nproc_per_node=4, headless=True)
+    assert from_args(ns).strategy == "single"

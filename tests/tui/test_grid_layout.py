@@ -1,0 +1,77 @@
+"""The rank grid picks the richest form that fits, grouped by node (no Textual needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pardash.tui.grid_layout import COLUMNS, COMPACT_COLUMNS, WIDE_COLUMNS, lay_out
+from pardash.tui.model import RankRow
+
+
+def rows(n: int, per_node: int = 8) -> list[RankRow]:
+    return [
+        RankRow(
+            rank=r,
+            node=r // per_node,
+            host=f"h{r // per_node}",
+            status="running",
+            step=1,
+            loss=1.0,
+            step_s=0.1,
+            self_s=0.05,
+            self_dev=0.0,
+            held_bytes=1,
+            not_sharding=False,
+            exit_code=None,
+        )  # fmt: skip
+        for r in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "size", "columns", "heat"),
+    [
+        (4, (120, 33), WIDE_COLUMNS[0], False),  # a few ranks: one a line, every figure
+        (8, (74, 33), WIDE_COLUMNS[1], False),
+        (8, (44, 20), COLUMNS, False),  # 80x24 terminal
+        (64, (73, 33), COMPACT_COLUMNS, False),  # tens of ranks: compact cells
+        (1024, (73, 33), None, True),  # thousands: a heat map
+    ],
+)
+def test_the_richest_form_that_fits(ranks, size, columns, heat):
+    layout = lay_out(rows(ranks), width=size[0], height=size[1])
+    assert layout.heat is heat
+    if columns is not None:
+        assert layout.columns == columns
+    assert len(layout.lines) <= size[1] - 1
+    assert sorted(layout.where) == list(range(ranks))
+
+
+def test_every_node_has_a_header_and_its_lines_are_balanced():
+    layout = lay_out(rows(64), width=73, height=33)
+    headers = [line for line in layout.lines if line.kind == "node"]
+    assert len(headers) == 8 and headers[0].labels[0][1] == "node 0 · h0 · 8 ranks"
+    cells = [len(line.cells) for line in layout.lines if line.kind == "cells"]
+    assert set(cells) == {4}  # 8 ranks in 5 columns go 4 + 4
+
+
+def test_heat_map_packs_small_nodes_side_by_side():
+    layout = lay_out(rows(1024), width=73, height=33)
+    first = layout.lines[0]
+    assert [text.strip() for _x, text, _s in first.labels] == ["n0", "n1", "n2", "n3"]
+    assert len(first.cells) == 32
+
+
+def test_forced_cells_scroll_instead_of_a_heat_map():
+    layout = lay_out(rows(1024), width=73, height=33, form="cells")
+    assert not layout.heat and layout.columns == COLUMNS and len(layout.lines) > 33
+
+
+def test_flagged_only_and_the_empty_note():
+    rs = rows(8)
+    rs[3].status = "straggler"
+    layout = lay_out(rs, width=120, height=33, flagged_only=True)
+    assert [row.rank for row in layout.ordered] == [3]
+    rs[3].status = "running"
+    empty = lay_out(rs, width=120, height=33, flagged_only=True)
+    assert empty.lines[0].kind == "note" and "no flagged ranks" in empty.lines[0].labels[0][1]

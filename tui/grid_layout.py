@@ -1,0 +1,241 @@
+"""Where each rank goes in the rank grid (no Textual here: the widget only draws the result).
+
+Ranks are grouped by node, each group under a header line. The form is the richest that fits:
+
+- wide cells, one rank a line, with phase times and GPU figures (a few ranks);
+- cells of rank, status, loss, step time, memory held and self-time deviation, several a line;
+- compact cells of rank, status mark and self-time deviation (tens to hundreds of ranks);
+- a heat map, one character per rank (hundreds to thousands), small nodes packed side by side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pardash.telemetry import state as st
+
+from .model import RankRow, sort_rows
+
+FORMS = ("auto", "cells", "heat")
+"""auto: the richest form that fits; cells: never a heat map (full cells scroll when even
+compact ones do not fit); heat: always one."""
+
+HEAT_GLYPHS = {
+    st.STARTING: "·",
+    st.RUNNING: "■",
+    st.STRAGGLER: "▲",
+    st.STALLED: "◆",
+    st.SILENT: "○",
+    st.EXITED: "×",
+    st.FINISHED: "□",
+}
+"""One character per rank: the shape says the status (the colour says the rest)."""
+
+COLUMNS = ("rank", "status", "loss", "step", "held", "dev")
+"""Fields of a cell."""
+WIDE_COLUMNS = (
+    ("rank", "status", "loss", "step", "self", "dev", "data", "comm", "held", "gpu", "gpu_mem"),
+    ("rank", "status", "loss", "step", "self", "dev", "data", "comm", "held"),
+)
+"""Richer cells, widest first, used when every rank fits on a line of its own."""
+COMPACT_COLUMNS = ("rank", "glyph", "dev")
+"""Fields of a compact cell, when full cells do not fit but a heat map would waste the room."""
+COLUMN_SPEC = {
+    # key: (title, width, the sort key it shows)
+    "glyph": ("", 1, "status"),
+    "status": ("status", 9, "status"),
+    "loss": ("loss", 7, ""),
+    "step": ("step", 6, "step_time"),
+    "self": ("self", 6, ""),
+    "dev": ("Δself", 5, "self_time"),
+    "data": ("data", 6, ""),
+    "comm": ("comm", 6, ""),
+    "held": ("held", 6, "memory"),
+    "gpu": ("gpu", 4, ""),
+    "gpu_mem": ("gpu mem", 7, ""),
+}
+
+HEAT_BLOCK = 8
+"""Ranks per block in a heat-map row (a space between blocks makes counting easy)."""
+CELL_GAP = 3
+"""Columns between two cells on a line."""
+
+
+@dataclass(slots=True)
+class GridLine:
+    """One line of the grid."""
+
+    kind: str
+    """node (a group header) | cells | heat | note"""
+    cells: list[tuple[int, int]] = field(default_factory=list)
+    """(x, index into the ordered rows) of each rank on the line."""
+    labels: list[tuple[int, str, str]] = field(default_factory=list)
+    """(x, text, style name: node | dim) drawn between the cells."""
+    items: list[tuple[int, int, object, str]] = field(default_factory=list)
+    """Heat-map labels and cells in x order: (x, 0 label / 1 cell, text or row index, style)."""
+
+
+@dataclass(slots=True)
+class GridLayout:
+    """The grid laid out for one width and height."""
+
+    ordered: list[RankRow]
+    """The ranks drawn, in drawing order."""
+    lines: list[GridLine]
+    columns: tuple[str, ...]
+    """The fields of a cell (unused in a heat map)."""
+    heat: bool
+    rank_width: int
+    max_cols: int = 1
+    """Most cells on one line (title blocks to draw)."""
+    where: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """rank -> (line, position on the line)."""
+
+    @property
+    def cell_width(self) -> int:
+        return cell_width(self.columns, self.rank_width)
+
+
+def column_width(key: str, rank_width: int) -> int:
+    return rank_width if key == "rank" else COLUMN_SPEC[key][1]
+
+
+def cell_width(columns: tuple[str, ...], rank_width: int) -> int:
+    """Columns a cell takes: its fields with a space between them."""
+    return sum(column_width(k, rank_width) for k in columns) + len(columns) - 1
+
+
+def order_rows(rows: list[RankRow], sort_key: str) -> list[RankRow]:
+    """Sorted by ``sort_key`` and grouped by node; groups ordered by their first member."""
+    groups: dict[int, list[RankRow]] = {}
+    for row in sort_rows(rows, sort_key):
+        groups.setdefault(row.node, []).append(row)
+    # By rank: nodes in order. Otherwise the group holding the first-sorted rank leads.
+    keys = sorted(groups) if sort_key == "rank" else list(groups)
+    return [row for k in keys for row in groups[k]]
+
+
+def node_label(rows: list[RankRow]) -> str:
+    first = rows[0]
+    flagged = sum(1 for row in rows if row.flagged)
+    label = f"node {first.node}"
+    if first.host:
+        label += f" · {first.host}"
+    label += f" · {len(rows)} rank{'s' if len(rows) != 1 else ''}"
+    if flagged:
+        label += f" · {flagged} flagged"
+    return label
+
+
+def node_spans(ordered: list[RankRow]) -> list[tuple[int, int]]:
+    """(start, end) index spans of consecutive rows on one node."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(ordered) + 1):
+        if i == len(ordered) or ordered[i].node != ordered[start].node:
+            spans.append((start, i))
+            start = i
+    return spans
+
+
+def layout_cells(ordered: list[RankRow], width: int, cw: int, *, single: bool = False) -> list[GridLine]:
+    cols = 1 if single else max(1, (width - 1 + CELL_GAP) // (cw + CELL_GAP))
+    lines: list[GridLine] = []
+    for start, end in node_spans(ordered):
+        lines.append(GridLine("node", labels=[(0, node_label(ordered[start:end]), "node")]))
+        # Balance the lines of a node: 8 ranks in 5 columns go 4 + 4, not 5 + 3.
+        count = end - start
+        per_line = -(-count // -(-count // cols))
+        for row_start in range(start, end, per_line):
+            stop = min(end, row_start + per_line)
+            lines.append(
+                GridLine("cells", cells=[(1 + k * (cw + CELL_GAP), i) for k, i in enumerate(range(row_start, stop))])
+            )
+    return lines
+
+
+def layout_heat(ordered: list[RankRow], width: int, rank_width: int, *, label_rows: bool) -> list[GridLine]:
+    spans = node_spans(ordered)
+    lines: list[GridLine] = []
+    widest = max((end - start for start, end in spans), default=0)
+    node_w = max((len(f"n{ordered[s].node}") for s, _ in spans), default=2)
+    packed_w = node_w + 1 + widest + 2
+    if len(spans) > 1 and widest <= HEAT_BLOCK * 4 and packed_w <= width - 1:
+        # Many small nodes: "n12 ■■■■■■■■" segments side by side.
+        per_line = max(1, (width - 1) // packed_w)
+        for g in range(0, len(spans), per_line):
+            line = GridLine("heat")
+            for k, (start, end) in enumerate(spans[g : g + per_line]):
+                x = 1 + k * packed_w
+                line.labels.append((x, f"n{ordered[start].node}".rjust(node_w), "node"))
+                line.cells.extend((x + node_w + 1 + j, i) for j, i in enumerate(range(start, end)))
+            lines.append(line)
+        return lines
+    # Few big nodes: a header per node, then rows of blocks labelled by their first rank.
+    label_w = rank_width + 1
+    room = max(HEAT_BLOCK, width - 1 - label_w)
+    per_row = max(1, (room + 1) // (HEAT_BLOCK + 1)) * HEAT_BLOCK
+    for start, end in spans:
+        lines.append(GridLine("node", labels=[(0, node_label(ordered[start:end]), "node")]))
+        for row_start in range(start, end, per_row):
+            line = GridLine("heat")
+            if label_rows:
+                line.labels.append((1, str(ordered[row_start].rank).rjust(rank_width), "dim"))
+            stop = min(end, row_start + per_row)
+            line.cells.extend((1 + label_w + j + j // HEAT_BLOCK, i) for j, i in enumerate(range(row_start, stop)))
+            lines.append(line)
+    return lines
+
+
+def shown_rows(rows: list[RankRow], *, sort_key: str = "rank", flagged_only: bool = False) -> list[RankRow]:
+    """The rows the grid draws, in drawing order."""
+    return order_rows([row for row in rows if row.flagged] if flagged_only else rows, sort_key)
+
+
+def lay_out(
+    rows: list[RankRow],
+    *,
+    width: int,
+    height: int,
+    form: str = "auto",
+    sort_key: str = "rank",
+    flagged_only: bool = False,
+    ordered: list[RankRow] | None = None,
+) -> GridLayout:
+    """Lay ``rows`` (every rank) out in ``width`` x ``height`` cells, the first line of
+    which is the grid's title (``ordered``: :func:`shown_rows`, when already at hand)."""
+    if ordered is None:
+        ordered = shown_rows(rows, sort_key=sort_key, flagged_only=flagged_only)
+    rank_width = max(4, len(str(max((row.rank for row in rows), default=0))))
+    room = max(1, height - 1)
+    lines: list[GridLine] = []
+    columns = COLUMNS
+    for wide in WIDE_COLUMNS:
+        if cell_width(wide, rank_width) <= width - 1:
+            columns = wide
+            lines = layout_cells(ordered, width, cell_width(wide, rank_width), single=True)
+            break
+    if not lines or len(lines) > room:
+        columns = COLUMNS
+        lines = layout_cells(ordered, width, cell_width(columns, rank_width))
+    if len(lines) > room and form != "heat":
+        compact = layout_cells(ordered, width, cell_width(COMPACT_COLUMNS, rank_width))
+        if len(compact) <= room or form == "auto":
+            columns, lines = COMPACT_COLUMNS, compact
+    heat = form == "heat" or (form == "auto" and len(lines) > room)
+    if heat:
+        lines = layout_heat(ordered, width, rank_width, label_rows=sort_key == "rank")
+    if not ordered:
+        text = "no flagged ranks (f shows all)" if rows else "waiting for ranks to say hello…"
+        lines = [GridLine("note", labels=[(1, text, "dim")])]
+    layout = GridLayout(ordered=ordered, lines=lines, columns=columns, heat=heat, rank_width=rank_width)
+    for y, line in enumerate(lines):
+        items: list[tuple[int, int, object, str]] = [
+            (x, 0, text, s) for x, text, s in line.labels if line.kind == "heat"
+        ]
+        items += [(x, 1, idx, "") for x, idx in line.cells]
+        line.items = sorted(items, key=lambda item: item[0])
+        for pos, (_x, idx) in enumerate(line.cells):
+            layout.where[ordered[idx].rank] = (y, pos)
+    layout.max_cols = max((len(line.cells) for line in lines if line.kind == "cells"), default=1) or 1
+    return layout
