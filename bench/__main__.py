@@ -10,6 +10,7 @@ from .common import table, write_results
 BENCHES = {
     "publish": "Rank-side publish cost (issue 2)",
     "throughput": "Training throughput, telemetry on/off (issue 2)",
+    "detection": "Straggler detection matrix (issue 4)",
 }
 
 

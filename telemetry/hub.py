@@ -106,6 +106,14 @@ class HubCore:
                 self.rejected[reason] += 1
             return False
         self._rate_n += 1
+        if isinstance(msg, schema.Hello):
+            prev = self.state.ranks.get(msg.rank)
+            if prev is not None and prev.hello is not None and msg.restart > prev.hello.restart:
+                self.note(
+                    f"rank {msg.rank} restarted by torchrun (restart {msg.restart}, pid {msg.pid})",
+                    name="restart",
+                    rank=msg.rank,
+                )
         self.replay(msg, now)
         return True
 
@@ -130,9 +138,10 @@ class HubCore:
         if self.recorder is not None:
             self.recorder.write(msg)
 
-    def note(self, message: str, name: str = "hub") -> None:
-        """Record a hub-level event (rank -1) in the log and the event stream."""
-        ev = schema.Event(rank=-1, name=name, message=message, t=time.time(), run=self.state.run_id)
+    def note(self, message: str, name: str = "hub", rank: int = -1) -> None:
+        """Record an event the hub concluded (rank -1: about the hub itself) in the log and
+        the event stream; seq -1 keeps it out of the rank's own message count."""
+        ev = schema.Event(rank=rank, seq=-1, name=name, message=message, t=time.time(), run=self.state.run_id)
         self._take(ev, time.monotonic())
         self._pending.append(ev)
 

@@ -416,6 +416,16 @@ def test_plain_ddp_script_every_step_of_every_rank(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):
+    # The script sleeps in rank 1's data path; both ranks' step times are equal (they wait
+    # for each other), so only the self time the hooks measure can tell them apart.
+    proc, msgs = _launch(tmp_path, str(DEMOS / "ddp_plain.py"), "--steps", "60", "--straggler-rank", "1", "--straggler-s", "0.05")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verdicts = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
+    assert [(v.rank, v.cause) for v in verdicts] == [(1, "data")]
+
+
+@pytest.mark.slow
 def test_fsdp2_per_block_holds_half_the_parameters(tmp_path):
     proc, msgs = _launch(tmp_path, str(DEMOS / "fsdp_plain.py"), "--steps", "6")
     assert proc.returncode == 0, proc.stderr[-3000:]

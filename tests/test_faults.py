@@ -89,3 +89,25 @@ def test_unwritable_log_warns_and_training_goes_on(tmp_path):
     assert rec.error == ""
     rec.close()
     assert [m.step for m in load_log(d / "run.jsonl")[0]] == [1, 2, 3]
+
+
+def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "60", "--max-restarts", "1")
+
+    def rank1_pid():
+        msgs = load_log(log)[0] if log.exists() else []
+        hello = [m for m in msgs if isinstance(m, schema.Hello) and m.rank == 1]
+        return hello[0].pid if hello and len(_steps(log, 1)) >= 10 else None
+
+    wait_for(lambda: rank1_pid() is not None, timeout_s=120, poll_s=0.3)
+    os.kill(rank1_pid(), signal.SIGKILL)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-2000:]
+    msgs, _ = load_log(log)
+    restarts = [m for m in msgs if isinstance(m, schema.Event) and m.name == "restart"]
+    assert sorted(m.rank for m in restarts) == [0, 1]
+    hellos = [m for m in msgs if isinstance(m, schema.Hello)]
+    assert sorted((m.rank, m.restart) for m in hellos) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # after the restart the job runs to its end
+    assert max(s.step for s in _steps(log, 0)) == 60
