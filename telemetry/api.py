@@ -287,6 +287,8 @@ def accountable(modules: list[Any], optimizers: list[Any], cache: dict[str, Any]
 
 # -- the process's one reporter and state ----------------------------------------------------
 
+_MISSING = object()
+
 
 class _Api:
     """Process-wide state of the explicit API (one per rank process)."""
@@ -302,7 +304,8 @@ class _Api:
         self.step = 0
         self.in_step = False
         self.phase = ""
-        self.step_s = 0.0
+        self.hello: dict[str, Any] = {}
+        """Hello fields given to init (sent again when a later init adds some)."""
         self.probe = MemoryProbe()
         self.holder_cache: dict[str, Any] = {}
         self.late: tuple[dict[str, Any], Logged] | None = None
@@ -334,14 +337,13 @@ def enabled() -> bool:
 
 
 def _gpu_index(model: Any) -> int | None:
-    torch = sys.modules.get("torch")
-    if torch is None or model is None:
+    """The GPU ``model`` lives on, for the reporter's system samples (None: CPU or no model)."""
+    if model is None:
         return None
-    for p in model.parameters():
-        return p.device.index if p.device.type == "cuda" and p.device.index is not None else (
-            torch.cuda.current_device() if p.device.type == "cuda" else None
-        )
-    return None
+    p = next(model.parameters(), None)
+    if p is None or p.device.type != "cuda":
+        return None
+    return p.device.index if p.device.index is not None else sys.modules["torch"].cuda.current_device()
 
 
 def _as_list(optimizer: Any) -> list[Any]:
@@ -357,33 +359,41 @@ def init(model: Any = None, optimizer: Any = None, **hello_fields: Any) -> None:
     (the module you call: DDP, FSDP2 or plain), memory from ``model`` and ``optimizer`` (one
     or a list) after each step, and any hello field you pass (``config={...}``, ``note=``).
 
-    Idempotent: a second call only adds a model or optimizer not given before. Finds the hub
+    Idempotent: a later call adds what an earlier one did not give (a model, an optimizer,
+    hello fields) and says so to the hub; one that adds nothing does nothing. Finds the hub
     through PARDASH_ENDPOINT and PARDASH_RUN_ID; without them it does nothing.
     """
     api = _api
+    news = not api.initialised
     if model is not None and api.model is None:
         api.model = model
+        news = True
     for opt in _as_list(optimizer):
         if all(opt is not o for o in api.optimizers):
             api.optimizers.append(opt)
+    if hello_fields and any(api.hello.get(k, _MISSING) != v for k, v in hello_fields.items()):
+        api.hello.update(hello_fields)
+        news = True
     if api.auto is not None:
-        api.auto.use(model, optimizer, hello_fields)
         api.initialised = True
+        api.auto.use(model, optimizer, hello_fields)
         return
-    if api.initialised:
+    if not news:
         return
+    first = not api.initialised
     api.initialised = True
-    rep = reporter(gpu_index=_gpu_index(model))
+    rep = reporter(gpu_index=_gpu_index(api.model))
     if not rep.enabled:
         return
     fields: dict[str, Any] = {"source": "api", **process_group_facts()}
-    if model is not None:
-        fields.update(model_facts(model))
+    if api.model is not None:
+        fields.update(model_facts(api.model))
     elif "torch" in sys.modules:
         fields["torch_version"] = str(sys.modules["torch"].__version__)
-    fields.update(hello_fields)
+    fields.update(api.hello)
     rep.hello(**fields)
-    atexit.register(close)  # runs before the reporter's own close (atexit is last-in, first-out)
+    if first:
+        atexit.register(close)  # runs before the reporter's own close (atexit: last in, first out)
 
 
 class _StepBlock:
@@ -421,7 +431,6 @@ class _StepBlock:
         rep.set_phase("")
         if not rep.enabled:
             return
-        api.step_s = step_s
         out: dict[str, Any] = {"step": api.step, "step_s": step_s}
         if api.model is not None and api.optimizers:
             holder = accountable([api.model], api.optimizers, api.holder_cache)

@@ -113,6 +113,26 @@ def test_a_step_that_raises_is_not_published(hub, tmp_path, monkeypatch, fresh_a
     assert [(s.step, s.loss) for s in steps] == [(1, 2.0)]
 
 
+def test_a_later_init_adds_the_model(hub, tmp_path, monkeypatch, fresh_api):
+    from torch import nn
+
+    import pardash.telemetry as pt
+
+    monkeypatch.setenv("PARDASH_ENDPOINT", hub.ingest_endpoint)
+    monkeypatch.setenv("PARDASH_RUN_ID", "test-run")
+    with pt.step():  # the first use introduces the rank, as yet without a model
+        pass
+    pt.init(model=nn.Linear(3, 2), note="warm-up done")
+    api.close()
+
+    def hellos():
+        return [m for m in _log(tmp_path) if isinstance(m, schema.Hello)]
+
+    wait_for(lambda: len(hellos()) == 2)
+    first, second = hellos()
+    assert first.params_count == 0 and (second.params_count, second.note) == (8, "warm-up done")
+
+
 def test_without_a_hub_everything_is_a_no_op(monkeypatch, fresh_api):
     import pardash.telemetry as pt
 

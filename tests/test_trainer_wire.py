@@ -135,3 +135,42 @@ def test_injected_crash_is_published_with_its_traceback():
     assert "injected crash on rank 1 at step 3" in error.message
     assert error.traceback and "InjectedCrash" in error.traceback
     assert (events[-1].name, events[-1].code) == ("exit", 1)
+
+
+class FakeEvent:
+    """Stands in for torch.cuda.Event (no GPU here): a time stamp in seconds."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, other: "FakeEvent") -> float:
+        return (other.t - self.t) * 1e3  # milliseconds, as CUDA events report
+
+
+def test_comm_wait_is_the_union_of_bucket_intervals():
+    from pardash.trainer.strategies import CommTimer
+
+    assert CommTimer.seconds([]) == 0.0
+    # Overlapping buckets count once; a gap between them is not waiting.
+    assert CommTimer.seconds([(1.0, 3.0), (0.0, 2.0), (5.0, 6.0)]) == pytest.approx(4.0)
+    events = [(FakeEvent(10.0), FakeEvent(12.0)), (FakeEvent(11.0), FakeEvent(13.5))]
+    assert CommTimer.seconds(events) == pytest.approx(3.5)
+
+
+def test_gpu_step_times_resolve_from_events():
+    import torch
+
+    from pardash.trainer.train import StepClock, StepRecord
+
+    e = [FakeEvent(t) for t in (0.0, 0.5, 1.5, 4.0, 4.25)]
+    rec = StepRecord(
+        step=1, epoch=0, loss=torch.zeros(()), marks=[("data", e[0]), ("forward", e[1]),
+        ("backward", e[2]), ("optimizer", e[3])], end=e[4], arrive=e[2], comm=None, lr=1e-3,
+        samples=16, mem=None, last_in_epoch=False,
+    )
+    times = StepClock(cuda=True).resolve(rec)
+    assert times == pytest.approx({"data_s": 0.5, "forward_s": 1.0, "backward_s": 2.5,
+                                   "optimizer_s": 0.25, "step_s": 4.25, "self_s": 1.5})

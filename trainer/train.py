@@ -190,13 +190,16 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     loader, sampler = build_loader(dataset, cfg, rank=rt.rank, world_size=rt.world_size,
                                    pin_memory=rt.is_cuda)
     per_epoch = steps_per_epoch(loader, cfg.grad_accum)
-    total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch  # type: ignore[operator]
+    total_steps = cfg.steps if cfg.steps is not None else (cfg.epochs or 1) * per_epoch
     batches = step_batches(loader, sampler, cfg.grad_accum)
 
-    # Faults this rank was asked to suffer.
-    straggler = cfg.inject_straggler if cfg.inject_straggler and cfg.inject_straggler.rank == rt.rank else None
-    stall_step = cfg.inject_stall.step if cfg.inject_stall and cfg.inject_stall.rank == rt.rank else 0
-    crash_step = cfg.inject_crash.step if cfg.inject_crash and cfg.inject_crash.rank == rt.rank else 0
+    # Faults this rank was asked to suffer (0: no such fault on this rank).
+    straggler = cfg.inject_straggler
+    if straggler is not None and straggler.rank != rt.rank:
+        straggler = None
+    stall, crash = cfg.inject_stall, cfg.inject_crash
+    stall_step = stall.step if stall is not None and stall.rank == rt.rank else 0
+    crash_step = crash.step if crash is not None and crash.rank == rt.rank else 0
     busy = BusyCompute(rt.device) if straggler and straggler.kind == "compute" else None
 
     reporter.hello(
@@ -282,8 +285,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             with grad_sync(w, sync=last):
                 marks.append(("forward", clock.stamp()))
                 reporter.set_phase("forward")
-                if i == 0 and busy is not None:
-                    busy.run(straggler.seconds)  # type: ignore[union-attr]
+                if i == 0 and busy is not None and straggler is not None:
+                    busy.run(straggler.seconds)
                 if i == 0 and w.strategy == "fsdp":
                     arrive = clock.stamp()  # the root's pre-forward hook all-gathers
                 with autocast(w, rt.device):

@@ -179,10 +179,8 @@ class RankDetailScreen(Screen):
             series = chart_series(state, self.rank, column, chart.plot_width)
             chart.series = series
             if series is not None:
-                others = f"{series.others} other rank{'s' if series.others != 1 else ''}"
-                chart.border_subtitle = (
-                    f"now {fmt(series.latest)} · ▀ rank {self.rank}  ─ others' median  ░ spread ({others})"
-                )
+                others = f"{series.others} other{'s' if series.others != 1 else ''}"
+                chart.border_subtitle = f"now {fmt(series.latest)} · ▀ rank {self.rank}  ─ median, ░ range of {others}"
             else:
                 chart.border_subtitle = ""
 

@@ -68,9 +68,7 @@ class AlertList(Widget):
     def render(self) -> Text:
         alerts = self.alerts
         if not alerts:
-            return Text(
-                "waiting for ranks…" if self.waiting else "✓ no alerts: every rank is healthy", style=self._s("ok")
-            )
+            return Text(self.calm, style=self._s("ok"))
         lines: list[Text] = []
         if len(alerts) <= MAX_LINES:
             for a in alerts:
