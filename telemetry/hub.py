@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from math import isfinite
 
 import msgspec
 import zmq
@@ -34,7 +35,7 @@ MAX_RANK = 1 << 20
 
 
 def _finite(x: float | None) -> bool:
-    return x is None or (x == x and x not in (float("inf"), float("-inf")))
+    return x is None or isfinite(x)
 
 
 class HubCore:
@@ -85,7 +86,7 @@ class HubCore:
             return "not_finite"
         if isinstance(msg, schema.Step):
             for x in (msg.step_s, msg.data_s, msg.forward_s, msg.backward_s, msg.optimizer_s, msg.comm_s, msg.self_s):
-                if not _finite(x) or (x is not None and x < 0):
+                if x is not None and not (isfinite(x) and x >= 0):
                     return "not_finite"
         hello = self.state.hello
         if msg.seq < 0:

@@ -1,21 +1,39 @@
-"""``pardash report LOG``: per-rank answers from a recorded log, as text or JSON.
+"""``pardash report LOG``: the answers a recorded log holds, as text, markdown or JSON.
 
-The JSON keys (``ranks`` with rank/steps/median_step_s/last_loss/params_bytes/
-params_full_bytes, ``stragglers``, ``exits``, ``lost_messages``, ``strategy``, ``world_size``)
-are a contract: later additions extend them, never rename them.
+:func:`build_report` reads the log once and returns one JSON-able dict; the renderers only
+format it. The JSON keys that existed first (``ranks`` with rank/steps/median_step_s/
+last_loss/params_bytes/params_full_bytes, ``stragglers`` with rank/kind, ``exits`` with
+rank/code, ``lost_messages``, ``strategy``, ``world_size``) are a contract: later additions
+extend them, never rename them.
+
+What the report answers, beyond the per-rank table:
+
+- stragglers over time: each verdict with the step it was found and cleared, and its cost
+  measured from the log: at every step the straggler arrived last at the collective, the
+  others waited the gap between its self time and the second-slowest rank's;
+- stalls (with the phase a rank was stuck in) and exits, with the root cause of a failure;
+- memory held against the ZeRO expectation for the strategy and against the unsharded model;
+- lost messages (per-rank seq gaps) and log lines skipped as malformed or truncated.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
-from collections import defaultdict
+from collections import defaultdict, deque
+from typing import Any
 
 from . import schema
 from .logreader import LogReadStats, read_log
+from .printer import ranks_text, root_cause
 from .state import RunState, mem_full_bytes, mem_held_bytes
 from .summary import human_bytes, ms, zero_expected_bytes
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
+PHASE_LABELS = {"data_s": "data", "forward_s": "fwd", "backward_s": "bwd", "optimizer_s": "opt", "comm_s": "comm", "self_s": "self"}
+BYTES_PER_PARAM = 16
+"""ZeRO's model-state bytes a parameter (fp32 AdamW: 4 + 4 + 8; mixed-precision Adam: 2 + 2 + 12)."""
 
 
 def _median(values: list[float]) -> float | None:
@@ -23,15 +41,65 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _state_bytes(mem: schema.Mem | None) -> int | None:
+    """Parameters + gradients + optimizer state: what ZeRO's arithmetic counts."""
+    return None if mem is None else mem.params_bytes + mem.grads_bytes + mem.optim_bytes
+
+
+def _signal_name(code: int | None) -> str | None:
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return None
+
+
+class _Arrivals:
+    """Per step, the last rank to arrive at the collective and its lead over the second-last.
+
+    O(steps) memory whatever the world size: the top two self times of each step.
+    """
+
+    def __init__(self) -> None:
+        self.top: dict[int, tuple[float, int, float]] = {}
+        """step -> (slowest self_s, its rank, second-slowest self_s)."""
+
+    def see(self, step: int, rank: int, self_s: float) -> None:
+        cur = self.top.get(step)
+        if cur is None:
+            self.top[step] = (self_s, rank, float("-inf"))
+        elif self_s > cur[0]:
+            self.top[step] = (self_s, rank, cur[0])
+        elif self_s > cur[2]:
+            self.top[step] = (cur[0], cur[1], self_s)
+
+    def gap(self, step: int, rank: int) -> float | None:
+        """Seconds the others waited for ``rank`` at ``step`` (None: it was not the last)."""
+        cur = self.top.get(step)
+        if cur is None or cur[1] != rank or cur[2] == float("-inf"):
+            return None
+        return cur[0] - cur[2]
+
+
 def build_report(path: str) -> dict:
     """Read the log at ``path`` and summarise it (the ``--format json`` object)."""
     stats = LogReadStats()
     state = RunState(track_seq=True)
+    state.events = deque()  # the report needs every event and verdict, not the last 500
     step_s: dict[int, list[float]] = defaultdict(list)
     phases: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     samples: dict[int, int] = defaultdict(int)
+    samples_per_step: dict[int, int] = {}
     first_loss: dict[int, float] = {}
+    peak: dict[int, int] = {}
+    peak_kind = ""
+    arrivals = _Arrivals()
     stragglers: list[dict] = []
+    open_stragglers: dict[int, dict] = {}
+    stalls: list[dict] = []
+    open_stalls: dict[int, dict] = {}
+    not_sharding: dict[int, str] = {}
     exits: dict[int, dict] = {}
     first_t = last_t = None
     step_t0 = step_t1 = None
@@ -45,29 +113,53 @@ def build_report(path: str) -> dict:
             step_t1 = msg.t if step_t1 is None else max(step_t1, msg.t)
             step_s[msg.rank].append(msg.step_s)
             samples[msg.rank] += msg.samples
+            samples_per_step[msg.rank] = msg.samples
             if msg.loss is not None:
                 first_loss.setdefault(msg.rank, msg.loss)
             for p in PHASES:
                 v = getattr(msg, p)
                 if v is not None:
                     phases[msg.rank][p].append(v)
+            if msg.self_s is not None:
+                arrivals.see(msg.step, msg.rank, msg.self_s)
+            mem = msg.mem
+            if mem is not None:
+                if mem.cuda_peak_bytes is not None:
+                    peak_kind = "cuda"
+                    peak[msg.rank] = max(peak.get(msg.rank, 0), mem.cuda_peak_bytes)
+                elif mem.rss_bytes is not None and peak_kind != "cuda":
+                    peak_kind = "rss"
+                    peak[msg.rank] = max(peak.get(msg.rank, 0), mem.rss_bytes)
         elif isinstance(msg, schema.Verdict):
-            if msg.verdict == "straggler":
-                stragglers.append(
-                    {"rank": msg.rank, "kind": msg.cause, "cost_s": msg.cost_s, "step": msg.step, "message": msg.message}
-                )
-            elif msg.verdict == "exited" and msg.rank not in exits:
-                exits[msg.rank] = {"rank": msg.rank, "code": msg.code, "step": msg.step, "message": msg.message}
+            _fold_verdict(msg, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits)
         elif isinstance(msg, schema.Event) and msg.name == "exit" and msg.rank >= 0 and msg.code:
             exits[msg.rank] = {"rank": msg.rank, "code": msg.code, "step": msg.step, "message": msg.message}
+            ep = open_stalls.pop(msg.rank, None)
+            if ep is not None:
+                ep["until"] = "exit"
+
+    last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
+    for ep in stragglers:
+        _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0))
+    train_s = (step_t1 - step_t0) if step_t0 is not None and step_t1 is not None else 0.0
+    for ep in stragglers:
+        ep["share_of_train"] = ep["cost_total_s"] / train_s if train_s > 0 else None
+
+    hello = state.hello
+    strategy = hello.strategy if hello else ""
+    world = state.world_size
+    params_count = hello.params_count if hello else 0
+    expected = zero_expected_bytes(params_count, world, strategy, BYTES_PER_PARAM) if hello and params_count else None
 
     ranks = []
     for rank in sorted(state.ranks):
         r = state.ranks[rank]
         mem = r.step.mem if r.step is not None else None
-        row = {
+        state_b = _state_bytes(mem)
+        row: dict[str, Any] = {
             "rank": rank,
             "host": r.host,
+            "device": r.hello.device if r.hello else "",
             "status": r.status,
             "steps": len(step_s.get(rank, [])),
             "last_step": r.step.step if r.step else None,
@@ -79,82 +171,415 @@ def build_report(path: str) -> dict:
             "params_full_bytes": mem.params_full_bytes if mem else None,
             "grads_bytes": mem.grads_bytes if mem else None,
             "optim_bytes": mem.optim_bytes if mem else None,
+            "buckets_bytes": mem.buckets_bytes if mem else None,
+            "state_bytes": state_b,
             "held_bytes": mem_held_bytes(mem),
             "full_bytes": mem_full_bytes(mem),
-            "peak_bytes": (mem.cuda_peak_bytes if mem and mem.cuda_peak_bytes is not None else (mem.rss_bytes if mem else None)),
+            "expected_bytes": expected,
+            "vs_expected": state_b / expected if state_b is not None and expected else None,
+            "peak_bytes": peak.get(rank),
             "lost_messages": r.seq.lost,
+            "restarts": r.restarts,
         }
         for p in PHASES:
             row[f"median_{p}"] = _median(phases[rank].get(p, []))
         ranks.append(row)
-    hello = state.hello
+
     duration = (last_t - first_t) if first_t is not None and last_t is not None else 0.0
     total_samples = sum(samples.values())
-    train_s = (step_t1 - step_t0) if step_t0 is not None and step_t1 is not None else 0.0
+    median_step = _median([r["median_step_s"] for r in ranks])
+    step_samples = sum(samples_per_step.values())
+    failure = _failure(state)
+    for e in exits.values():
+        e["signal"] = _signal_name(e["code"])
+        e["role"] = _role(e["rank"], failure)
     return {
         "log": path,
         "run_id": state.run_id,
-        "strategy": hello.strategy if hello else "",
-        "world_size": state.world_size,
+        "strategy": strategy,
+        "world_size": world,
+        "backend": hello.backend if hello else "",
         "device": hello.device if hello else "",
         "device_name": hello.device_name if hello else "",
+        "devices": _devices(state),
+        "torch_version": hello.torch_version if hello else "",
         "note": hello.note if hello else "",
-        "params_count": hello.params_count if hello else 0,
-        "expected_bytes_per_rank": zero_expected_bytes(hello.params_count, state.world_size, hello.strategy) if hello else None,
+        "config": dict(hello.config) if hello else {},
+        "params_count": params_count,
+        "expected_bytes_per_rank": expected,
         "duration_s": duration,
         "train_s": train_s,
+        "steps": max((r["steps"] for r in ranks), default=0),
+        "last_step": state.step,
+        "samples": total_samples,
         "samples_per_s": total_samples / train_s if train_s > 0 else None,
+        "steady_samples_per_s": step_samples / median_step if median_step else None,
+        "median_step_s": median_step,
+        "phases": {p: _median([r[f"median_{p}"] for r in ranks]) for p in PHASES},
         "ranks": ranks,
         "stragglers": stragglers,
+        "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
+        "failure": failure,
+        "memory": _memory(ranks, expected, params_count, strategy, world, peak_kind, not_sharding),
+        "statuses": state.status_counts(),
+        "messages": dict(sorted(state.counts.items())),
         "lost_messages": state.lost,
         "skipped_lines": stats.skipped_total,
-        "skipped_by_reason": dict(stats.skipped),
+        "skipped_by_reason": dict(sorted(stats.skipped.items())),
     }
 
 
-def render_text(rep: dict) -> str:
-    """The report as a plain-text table (rich renders it to a string)."""
+def _fold_verdict(v: schema.Verdict, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits) -> None:
+    if v.verdict == "straggler":
+        ep = {
+            "rank": v.rank,
+            "kind": v.cause,
+            "cost_s": v.cost_s,
+            "step": v.step,
+            "since_step": v.step,
+            "cleared_step": None,
+            "message": v.message,
+        }
+        stragglers.append(ep)
+        open_stragglers[v.rank] = ep
+    elif v.verdict == "straggler_cleared":
+        ep = open_stragglers.pop(v.rank, None)
+        if ep is not None:
+            ep["cleared_step"] = v.step
+    elif v.verdict in ("stalled", "silent"):
+        ep = {"rank": v.rank, "kind": v.verdict, "phase": v.cause or None, "step": v.step, "until": None, "message": v.message}
+        stalls.append(ep)
+        open_stalls[v.rank] = ep
+    elif v.verdict == "resumed":
+        ep = open_stalls.pop(v.rank, None)
+        if ep is not None:
+            ep["until"] = "resumed" if v.step is None else f"resumed at step {v.step}"
+    elif v.verdict == "not_sharding":
+        not_sharding[v.rank] = v.message
+    elif v.verdict == "sharding_ok":
+        not_sharding.pop(v.rank, None)
+    elif v.verdict == "exited" and v.rank not in exits:
+        exits[v.rank] = {"rank": v.rank, "code": v.code, "step": v.step, "message": v.message}
+
+
+def _charge(ep: dict, arrivals: _Arrivals, last_step: int) -> None:
+    """Measure what a straggler cost: from the first step of the streak in which it arrived
+    last (before the verdict, which needs whole windows) to its clearing or the end."""
+    rank, found = ep["rank"], ep["step"]
+    if found is None:
+        ep.update(cost_total_s=0.0, steps_charged=0)
+        return
+    since = found
+    while arrivals.gap(since - 1, rank) is not None:
+        since -= 1
+    ep["since_step"] = since
+    until = ep["cleared_step"] if ep["cleared_step"] is not None else last_step
+    total, n = 0.0, 0
+    for s in range(since, until + 1):
+        g = arrivals.gap(s, rank)
+        if g is not None:
+            total += g
+            n += 1
+    ep["cost_total_s"] = total
+    ep["steps_charged"] = n
+
+
+def _failure(state: RunState) -> dict | None:
+    found = root_cause(state)
+    if found is None:
+        return None
+    first, victims, stopped = found
+    r = state.ranks.get(first.rank)
+    step = first.step if first.step is not None else (r.step.step + 1 if r is not None and r.step is not None else None)
+    error = None
+    for e in state.events:
+        if isinstance(e, schema.Event) and e.name == "error" and e.rank == first.rank:
+            lines = (e.message or "").strip().splitlines()
+            error = lines[0] if lines else None
+            break
+    sig = _signal_name(first.code)
+    line = f"rank {first.rank} exited with code {first.code}" + (f" ({sig})" if sig else "")
+    line += f" at step {step}" if step is not None else ""
+    line += f": {error}" if error else ""
+    if victims:
+        line += f"; rank{'s' if len(victims) > 1 else ''} {ranks_text(victims)} failed after it"
+    if stopped:
+        line += f"; rank{'s' if len(stopped) > 1 else ''} {ranks_text(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
+    return {
+        "rank": first.rank,
+        "code": first.code,
+        "signal": sig,
+        "step": step,
+        "error": error,
+        "victims": victims,
+        "stopped": stopped,
+        "line": line,
+    }
+
+
+def _role(rank: int, failure: dict | None) -> str | None:
+    if failure is None:
+        return None
+    if rank == failure["rank"]:
+        return "cause"
+    if rank in failure["victims"]:
+        return "victim"
+    if rank in failure["stopped"]:
+        return "stopped"
+    return None
+
+
+def _devices(state: RunState) -> list[dict]:
+    """Ranks grouped by host and device kind: [{host, device, device_name, ranks}]."""
+    groups: dict[tuple[str, str, str], int] = {}
+    for rank in sorted(state.ranks):
+        h = state.ranks[rank].hello
+        if h is None:
+            continue
+        key = (h.host, h.device.split(":")[0], h.device_name)
+        groups[key] = groups.get(key, 0) + 1
+    return [{"host": k[0], "device": k[1], "device_name": k[2], "ranks": n} for k, n in groups.items()]
+
+
+def _memory(ranks: list[dict], expected, params_count: int, strategy: str, world: int, peak_kind: str, not_sharding: dict) -> dict:
+    def span(key: str) -> tuple[int | None, int | None]:
+        vals = [r[key] for r in ranks if r[key] is not None]
+        return (min(vals), max(vals)) if vals else (None, None)
+
+    state_min, state_max = span("state_bytes")
+    held_min, held_max = span("held_bytes")
+    _, full = span("full_bytes")
+    _, buckets = span("buckets_bytes")
+    _, peak = span("peak_bytes")
+    unsharded = params_count * BYTES_PER_PARAM if params_count else None
+    vs = state_max / expected if state_max is not None and expected else None
+    if vs is None:
+        verdict = "no memory figures in this log"
+    elif vs > 1.5:
+        verdict = f"ranks hold {vs:.1f}x the ZeRO expectation for {strategy} x{world}: is every block wrapped (fully_shard per block)?"
+    else:
+        verdict = f"ranks hold {vs:.2f}x the ZeRO expectation for {strategy} x{world}"
+    return {
+        "bytes_per_param": BYTES_PER_PARAM,
+        "expected_bytes_per_rank": expected,
+        "unsharded_bytes_per_rank": unsharded,
+        "measured_full_bytes": full,
+        "state_bytes_min": state_min,
+        "state_bytes_max": state_max,
+        "held_bytes_min": held_min,
+        "held_bytes_max": held_max,
+        "buckets_bytes_max": buckets,
+        "vs_expected": vs,
+        "saving_vs_unsharded": 1 - state_max / full if state_max is not None and full else None,
+        "peak_bytes_max": peak,
+        "peak_kind": peak_kind or None,
+        "not_sharding": sorted(not_sharding),
+        "verdict": verdict,
+    }
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+
+def _num(x: float | None, fmt: str = ",.0f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def _devices_text(rep: dict) -> str:
+    parts = []
+    for d in rep.get("devices", []):
+        name = d["device_name"] or d["device"]
+        parts.append(f"{d['ranks']} x {name} ({d['device']}) on {d['host'] or '?'}")
+    return "; ".join(parts) or "-"
+
+
+def summary_rows(rep: dict) -> list[tuple[str, str]]:
+    """The run summary as (label, value) pairs, shared by the text and markdown renderers."""
+    skipped = rep["skipped_lines"]
+    reasons = ", ".join(f"{n} {why}" for why, n in rep["skipped_by_reason"].items())
+    sps = _num(rep["samples_per_s"])
+    if rep.get("steady_samples_per_s"):
+        sps += f" (steady {_num(rep['steady_samples_per_s'])}: samples a step / median step time)"
+    return [
+        ("run", rep["run_id"] or "-"),
+        ("log", os.path.basename(rep["log"])),
+        ("strategy", rep["strategy"] or "-"),
+        ("world size", str(rep["world_size"])),
+        ("devices", _devices_text(rep)),
+        ("duration", f"{rep['duration_s']:.1f} s (training {rep['train_s']:.1f} s)"),
+        ("steps", f"{rep['steps']} (last step {rep['last_step']})"),
+        ("samples/s", sps),
+        ("median step", f"{ms(rep['median_step_s'])} ms"),
+        ("lost messages", str(rep["lost_messages"])),
+        ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "")),
+    ]
+
+
+RANK_COLUMNS = ("rank", "host", "status", "steps", "last loss", "step ms", *PHASE_LABELS.values(), "params", "full", "grads", "optim", "held", "peak", "lost")
+
+
+def rank_cells(r: dict) -> list[str]:
+    return [
+        str(r["rank"]),
+        r["host"] or "-",
+        r["status"],
+        str(r["steps"]),
+        "-" if r["last_loss"] is None else f"{r['last_loss']:.4f}",
+        ms(r["median_step_s"]),
+        *(ms(r[f"median_{p}"]) for p in PHASES),
+        human_bytes(r["params_bytes"]),
+        human_bytes(r["params_full_bytes"]),
+        human_bytes(r["grads_bytes"]),
+        human_bytes(r["optim_bytes"]),
+        human_bytes(r["held_bytes"]),
+        human_bytes(r["peak_bytes"]),
+        str(r["lost_messages"]),
+    ]
+
+
+def straggler_lines(rep: dict) -> list[str]:
+    out = []
+    for s in rep["stragglers"]:
+        until = f"cleared at step {s['cleared_step']}" if s["cleared_step"] is not None else "until the end"
+        out.append(
+            f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}, found at step {s['step']}, {until}; "
+            f"the others waited {ms(s['cost_s'])} ms a step, {s['cost_total_s']:.2f} s over {s['steps_charged']} steps "
+            f"({_pct(s['share_of_train'])} of training)"
+        )
+    return out
+
+
+def stall_lines(rep: dict) -> list[str]:
+    out = []
+    for s in rep["stalls"]:
+        what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
+        at = f" after step {s['step']}" if s["step"] is not None else ""
+        out.append(f"rank {s['rank']} {what}{at}; {s['until'] or 'never resumed'}")
+    return out
+
+
+def exit_lines(rep: dict) -> list[str]:
+    out = []
+    for e in rep["exits"]:
+        sig = f" ({e['signal']})" if e.get("signal") else ""
+        at = f" at step {e['step']}" if e.get("step") is not None else ""
+        role = {"cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped"}.get(e.get("role") or "", "")
+        out.append(f"rank {e['rank']} exited with code {e['code']}{sig}{at}{role}")
+    return out
+
+
+def memory_rows(rep: dict) -> list[tuple[str, str]]:
+    m = rep["memory"]
+    st = f"{rep['strategy'] or '?'} x{rep['world_size']}"
+    span = human_bytes(m["state_bytes_max"])
+    if m["state_bytes_min"] is not None and m["state_bytes_min"] != m["state_bytes_max"]:
+        span = f"{human_bytes(m['state_bytes_min'])} .. {span}"
+    rows = [
+        ("measured: params + grads + optimizer, a rank", span),
+        (f"ZeRO expectation for {st} ({m['bytes_per_param']} B/param{' / N' if rep['strategy'] == 'fsdp' else ''})", human_bytes(m["expected_bytes_per_rank"])),
+        ("measured against expected", "-" if m["vs_expected"] is None else f"{m['vs_expected']:.2f}x"),
+        (f"unsharded alternative ({m['bytes_per_param']} B/param)", human_bytes(m["unsharded_bytes_per_rank"])),
+        ("saving against unsharded", _pct(m["saving_vs_unsharded"])),
+    ]
+    if m["buckets_bytes_max"]:
+        rows.append(("DDP gradient buckets, a rank", human_bytes(m["buckets_bytes_max"])))
+    if m["peak_bytes_max"] is not None:
+        rows.append((f"peak ({'CUDA allocator' if m['peak_kind'] == 'cuda' else 'process RSS'}), largest rank", human_bytes(m["peak_bytes_max"])))
+    return rows
+
+
+def render_text(rep: dict, width: int = 160) -> str:
+    """The report as plain text with rich tables."""
     from io import StringIO
 
     from rich.console import Console
     from rich.table import Table
 
     buf = StringIO()
-    con = Console(file=buf, width=160, force_terminal=False, color_system=None)
-    head = (
-        f"run {rep['run_id']}  strategy {rep['strategy'] or '-'}  world size {rep['world_size']}  "
-        f"device {rep['device_name'] or rep['device'] or '-'}  duration {rep['duration_s']:.1f} s"
-    )
-    if rep.get("samples_per_s"):
-        head += f"  {rep['samples_per_s']:,.0f} samples/s"
-    con.print(head)
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    summary = Table(box=None, show_header=False, pad_edge=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    for k, v in summary_rows(rep):
+        summary.add_row(k, v)
+    con.print(summary)
     if rep.get("note"):
         con.print(f"note: {rep['note']}")
-    t = Table(box=None, pad_edge=False)
-    for col in ("rank", "host", "status", "steps", "last loss", "step ms", "data", "fwd", "bwd", "opt", "comm", "self", "params", "full", "grads", "optim", "held"):
+    con.print()
+    t = Table(box=None, pad_edge=False, title="ranks (medians; memory after the last step)", title_justify="left")
+    for col in RANK_COLUMNS:
         t.add_column(col, justify="left" if col in ("host", "status") else "right")
     for r in rep["ranks"]:
-        t.add_row(
-            str(r["rank"]),
-            r["host"],
-            r["status"],
-            str(r["steps"]),
-            "-" if r["last_loss"] is None else f"{r['last_loss']:.4f}",
-            ms(r["median_step_s"]),
-            *(ms(r[f"median_{p}"]) for p in PHASES),
-            human_bytes(r["params_bytes"]),
-            human_bytes(r["params_full_bytes"]),
-            human_bytes(r["grads_bytes"]),
-            human_bytes(r["optim_bytes"]),
-            human_bytes(r["held_bytes"]),
-        )
+        t.add_row(*rank_cells(r))
     con.print(t)
-    if rep.get("expected_bytes_per_rank"):
-        con.print(f"ZeRO expectation for {rep['strategy']} x{rep['world_size']}: {human_bytes(rep['expected_bytes_per_rank'])} a rank (16 bytes/parameter unsharded)")
-    for s in rep["stragglers"]:
-        con.print(f"straggler: {s['message']} (from step {s['step']})")
-    for e in rep["exits"]:
-        con.print(f"exit: rank {e['rank']} exited with code {e['code']}" + (f" at step {e['step']}" if e.get("step") is not None else ""))
-    con.print(f"lost messages: {rep['lost_messages']}" + (f"; skipped log lines: {rep['skipped_lines']}" if rep["skipped_lines"] else ""))
+    con.print()
+    con.print("stragglers:" + ("" if rep["stragglers"] else " none"))
+    for line in straggler_lines(rep):
+        con.print(f"  {line}")
+    con.print("stalls:" + ("" if rep["stalls"] else " none"))
+    for line in stall_lines(rep):
+        con.print(f"  {line}")
+    con.print("exits:" + ("" if rep["exits"] else " none with an error"))
+    for line in exit_lines(rep):
+        con.print(f"  {line}")
+    if rep.get("failure"):
+        con.print(f"root cause: {rep['failure']['line']}")
+    con.print()
+    mt = Table(box=None, show_header=False, pad_edge=False, title="memory (model state a rank holds)", title_justify="left")
+    mt.add_column()
+    mt.add_column(justify="right")
+    for k, v in memory_rows(rep):
+        mt.add_row(k, v)
+    con.print(mt)
+    con.print(rep["memory"]["verdict"])
+    for rank in rep["memory"]["not_sharding"]:
+        con.print(f"  rank {rank}: not sharding")
+    line = f"lost messages: {rep['lost_messages']}"
+    if rep["skipped_lines"]:
+        line += f"; skipped log lines: {rep['skipped_lines']}"
+    con.print(line)
     return buf.getvalue()
+
+
+def md_table(head: list[str] | tuple[str, ...], rows: list[list[str]], right: set[int] | None = None) -> str:
+    """A GitHub-flavoured markdown table (``|`` in cells escaped)."""
+    right = right if right is not None else set(range(1, len(head)))
+
+    def cell(x: str) -> str:
+        return str(x).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in head) + " |"]
+    lines.append("|" + "|".join("---:" if i in right else "---" for i in range(len(head))) + "|")
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(rep: dict) -> str:
+    """The report as GitHub-flavoured markdown."""
+    out = [f"# pardash report: {rep['run_id'] or os.path.basename(rep['log'])}", ""]
+    out.append(md_table(["", ""], [[k, v] for k, v in summary_rows(rep)], right=set()))
+    if rep.get("note"):
+        out += ["", f"> {rep['note']}"]
+    out += ["", "## Ranks", "", "Medians over the run; memory after the last step.", ""]
+    text_cols = {1, 2}
+    out.append(md_table(RANK_COLUMNS, [rank_cells(r) for r in rep["ranks"]], right=set(range(len(RANK_COLUMNS))) - text_cols))
+    out += ["", "## Stragglers", ""]
+    out += [f"- {line}" for line in straggler_lines(rep)] or ["None found."]
+    out += ["", "## Stalls and exits", ""]
+    lines = stall_lines(rep) + exit_lines(rep)
+    out += [f"- {line}" for line in lines] or ["None."]
+    if rep.get("failure"):
+        out += ["", f"**Root cause:** {rep['failure']['line']}"]
+    out += ["", "## Memory", "", md_table(["model state a rank holds", "bytes"], [list(r) for r in memory_rows(rep)]), ""]
+    out.append(rep["memory"]["verdict"] + ".")
+    for rank in rep["memory"]["not_sharding"]:
+        out.append(f"- rank {rank}: not sharding")
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["PHASES", "build_report", "md_table", "render_markdown", "render_text"]

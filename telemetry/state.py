@@ -161,6 +161,8 @@ class RunState:
     t_last: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
     """Messages applied, by kind."""
+    run_hello: schema.Hello | None = None
+    """Rank 0's hello when there, else the first one seen (see ``hello``)."""
     lost_reported: int = 0
     """Lost messages as reported by the hub (viewers)."""
     hub_note: str = ""
@@ -210,6 +212,8 @@ class RunState:
             if r.hello is not None and msg.restart > r.hello.restart:
                 r.restarts = msg.restart
             r.hello = msg
+            if self.run_hello is None or msg.rank == 0 or self.run_hello.rank == msg.rank:
+                self.run_hello = msg
             # A (re)started rank is alive again.
             r.exit_code = None
             r.finished = False
@@ -269,14 +273,8 @@ class RunState:
 
     @property
     def hello(self) -> schema.Hello | None:
-        """Any rank's hello (rank 0's when there), for run-wide facts."""
-        r0 = self.ranks.get(0)
-        if r0 is not None and r0.hello is not None:
-            return r0.hello
-        for r in self.ranks.values():
-            if r.hello is not None:
-                return r.hello
-        return None
+        """Rank 0's hello when there, else the first one seen: run-wide facts."""
+        return self.run_hello
 
     @property
     def world_size(self) -> int:

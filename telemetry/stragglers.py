@@ -117,9 +117,9 @@ class StragglerDetector:
         noise = self.noise_s
         out: list[Verdict] = []
         calm_scores = []
+        loo = LeaveOneOut(score)
         for r, m in score.items():
-            others = [v for q, v in score.items() if q != r]
-            base = statistics.median(others)
+            base = loo.median_without(r)
             excess = m - base
             bar = max(cfg.rel * base, cfg.abs_s, cfg.noise_k * noise)
             w = self._ranks[r]
@@ -128,7 +128,7 @@ class StragglerDetector:
                 w.flagged += 1
                 w.calm = 0
                 if current is None and w.flagged >= cfg.persist:
-                    out.append(self._verdict(state, r, m, base, max(others), data, steps))
+                    out.append(self._verdict(state, r, m, base, loo.max_without(r), data, steps))
             else:
                 calm_scores.append(m)
                 w.flagged = 0
@@ -151,7 +151,7 @@ class StragglerDetector:
     def _verdict(
         self, state: RunState, r: int, m: float, base: float, others_max: float, data: dict[int, float], steps: range
     ) -> Verdict:
-        others_data = statistics.median([v for q, v in data.items() if q != r])
+        others_data = LeaveOneOut(data).median_without(r)
         data_excess = data.get(r, 0.0) - others_data
         excess = m - base
         cause = "data" if data_excess > excess / 2 else "compute"
@@ -169,6 +169,33 @@ class StragglerDetector:
             step=steps[-1],
             message=f"rank {r} is a straggler ({what}): the others wait {cost * 1e3:.0f} ms a step for it",
         )
+
+
+class LeaveOneOut:
+    """Median and max of all values but one, for every one, in O(n log n) overall (a
+    1024-rank window must not cost a million operations)."""
+
+    def __init__(self, values: dict[int, float]) -> None:
+        self._sorted = sorted(values.values())
+        # Index of each key's value in the sorted list (ties: each key gets its own slot).
+        order = sorted(values, key=values.__getitem__)
+        self._index = {k: i for i, k in enumerate(order)}
+
+    def _at(self, j: int, skip: int) -> float:
+        return self._sorted[j if j < skip else j + 1]
+
+    def median_without(self, key: int) -> float:
+        i = self._index[key]
+        m = len(self._sorted) - 1
+        if m <= 0:
+            return self._sorted[0]
+        lo, hi = (m - 1) // 2, m // 2
+        return (self._at(lo, i) + self._at(hi, i)) / 2
+
+    def max_without(self, key: int) -> float:
+        i = self._index[key]
+        n = len(self._sorted)
+        return self._sorted[-1] if i != n - 1 or n == 1 else self._sorted[-2]
 
 
 def _device_hint(state: RunState, r: int) -> tuple[str, str] | None:

@@ -86,3 +86,18 @@ def test_liveness_verdicts():
     st.apply(out[0], 9.5)
     out = det.update(st, 20.0)  # and then nothing at all
     assert [v.verdict for v in out] == ["silent"]
+
+
+def test_leave_one_out_matches_the_naive_median():
+    import statistics
+
+    from pardash.telemetry.stragglers import LeaveOneOut
+
+    rng = random.Random(3)
+    for n in (2, 3, 4, 7, 16, 33):
+        values = {k: rng.choice([0.01, 0.02, rng.random()]) for k in range(n)}
+        loo = LeaveOneOut(values)
+        for k in values:
+            others = [v for q, v in values.items() if q != k]
+            assert loo.median_without(k) == pytest.approx(statistics.median(others))
+            assert loo.max_without(k) == max(others)

@@ -310,7 +310,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         optimizer.step()
         # After the step and before zero_grad: parameters, gradients and Adam state all held.
         # Sizes and the allocator's counters are host-side figures: no sync.
-        mem = account(w.inner, optimizer, ddp_module=w.model if w.strategy == "ddp" else None)
+        # Only when someone listens: with PARDASH_TELEMETRY=0 the loop pays nothing for it.
+        mem = account(w.inner, optimizer, ddp_module=w.model if w.strategy == "ddp" else None) if reporter.enabled else None
         optimizer.zero_grad(set_to_none=True)
         end = clock.end()
 
