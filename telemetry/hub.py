@@ -25,13 +25,15 @@ from math import isfinite
 import msgspec
 import zmq
 
-from . import frames, registry, schema
+from . import frames, registry, schema, security
 from .analysis import Detector
 from .recorder import Recorder
 from .state import RunState
 
 MAX_RANK = 1 << 20
 """Ranks above this are refused (no job has a million ranks; a hostile frame might)."""
+MAX_SNAPSHOT_WAITERS = 256
+"""Snapshot requests served per frame; more wait for the next frames (a request flood)."""
 
 
 def _finite(x: float | None) -> bool:
@@ -41,14 +43,21 @@ def _finite(x: float | None) -> bool:
 class HubCore:
     """Validates, stamps, applies, records and frames messages. No sockets, no threads."""
 
-    def __init__(self, run_id: str = "", recorder: Recorder | None = None, detector: Detector | None = None) -> None:
+    def __init__(
+        self, run_id: str = "", recorder: Recorder | None = None, detector: Detector | None = None, *, world_size: int = 0
+    ) -> None:
         self.state = RunState(run_id=run_id, track_seq=True)
+        self.world_size = world_size
+        """The job's world size when the launcher (or ``--world-size``) said it: ranks at or
+        above it are refused, hellos included. 0: learnt from the ranks' hellos."""
         self.recorder = recorder
         self.detector = detector if detector is not None else Detector()
         self.hseq = 0
         self.fseq = 0
         self.received = 0
         self.rejected: Counter[str] = Counter()
+        self.redundant = 0
+        """Launcher notes the rank had already sent itself (not rejects: expected)."""
         self.snapshots_served = 0
         self.hub_id = os.urandom(4).hex()
         self._pending: list[schema.Message] = []
@@ -62,7 +71,8 @@ class HubCore:
     # -- ingest ---------------------------------------------------------------------------
 
     def ingest_bytes(self, raw: bytes, now: float) -> bool:
-        """Decode and take one frame from a rank; False (and counted) if refused."""
+        """Decode and take one frame from a rank; False (and counted) if refused. Never
+        raises: whatever arrives is taken or counted under a reason."""
         try:
             msg = schema.decode(raw)
         except msgspec.ValidationError:
@@ -71,23 +81,60 @@ class HubCore:
         except msgspec.DecodeError:
             self.rejected["undecodable"] += 1
             return False
-        return self.ingest(msg, now)
+        except RecursionError:  # msgspec's answer to nesting deeper than Python's stack
+            self.rejected["too_deep"] += 1
+            return False
+        if len(raw) > security.MAX_RECORD_BYTES and not isinstance(msg, schema.Event):
+            if not isinstance(msg, schema.Hello) or len(raw) > security.MAX_HELLO_BYTES:
+                self.rejected["too_large"] += 1
+                return False
+        try:
+            return self.ingest(msg, now)
+        except Exception:
+            # A last guard: the checks in _refuse are meant to make this unreachable (the fuzz
+            # tests assert it stays 0), but a bug must cost one record, never the hub.
+            self.rejected["internal_error"] += 1
+            return False
 
     def _refuse(self, msg: schema.Message) -> str | None:
         if msg.v > schema.SCHEMA_VERSION:
             return "newer_version"
+        if msg.v < 1:
+            return "unknown_version"
         if isinstance(msg, schema.Verdict):
             return "verdict_from_rank"
-        if not 0 <= msg.rank < MAX_RANK:
+        if not 0 <= msg.rank < MAX_RANK or (self.world_size and msg.rank >= self.world_size):
             return "rank_out_of_range"
         if self.state.run_id and msg.run and msg.run != self.state.run_id:
             return "foreign_run"
         if not _finite(msg.t):
             return "not_finite"
+        if msg.t < 0 or msg.seq > security.MAX_COUNT:
+            return "out_of_range"
         if isinstance(msg, schema.Step):
             for x in (msg.step_s, msg.data_s, msg.forward_s, msg.backward_s, msg.optimizer_s, msg.comm_s, msg.self_s):
                 if x is not None and not (isfinite(x) and x >= 0):
                     return "not_finite"
+            if len(msg.custom) > security.MAX_CUSTOM:
+                return "too_large"
+        elif isinstance(msg, schema.Heartbeat):
+            if not 0 <= msg.dropped <= security.MAX_COUNT:
+                return "out_of_range"
+        elif isinstance(msg, schema.Hello):
+            if not 1 <= msg.world_size <= MAX_RANK or msg.rank >= msg.world_size:
+                return "rank_out_of_range"
+            if not security.config_fits(msg.config):
+                return "too_large"
+        elif isinstance(msg, schema.Event):
+            if len(msg.name) > 64:
+                return "invalid"
+            # An error report is worth keeping even when huge: cut it rather than refuse it.
+            if len(msg.message) > security.MAX_TEXT:
+                msg.message = security.cut_text(msg.message, security.MAX_TEXT)
+            if msg.traceback is not None and len(msg.traceback) > security.MAX_TRACEBACK:
+                msg.traceback = security.cut_text(msg.traceback, security.MAX_TRACEBACK, keep_tail=True)
+        if msg.rank not in self.state.ranks and len(self.state.ranks) >= security.MAX_RANKS_TRACKED:
+            return "too_many_ranks"
         hello = self.state.hello
         if msg.seq < 0:
             # Said by the launcher on a rank's behalf (a worker torchrun saw die); redundant
@@ -95,6 +142,8 @@ class HubCore:
             r = self.state.ranks.get(msg.rank)
             if not isinstance(msg, schema.Event) or (r is not None and (r.exit_code is not None or r.finished)):
                 return "redundant"
+            if msg.seq < -1:
+                return "out_of_range"
         if hello is not None and hello.world_size and msg.rank >= max(hello.world_size, 1) and not isinstance(msg, schema.Hello):
             if msg.rank not in self.state.ranks:
                 return "rank_out_of_range"
@@ -105,6 +154,8 @@ class HubCore:
         if reason is not None:
             if reason != "redundant":
                 self.rejected[reason] += 1
+            else:
+                self.redundant += 1
             return False
         self._rate_n += 1
         if isinstance(msg, schema.Hello):
@@ -158,11 +209,12 @@ class HubCore:
     def stats(self) -> frames.HubStats:
         dropped = sum(r.heartbeat.dropped for r in self.state.ranks.values() if r.heartbeat is not None)
         rec = self.recorder
+        big = (1 << 63) - 1  # hostile counts summed over many ranks must still encode
         return frames.HubStats(
             received=self.received,
             rejected=dict(self.rejected),
-            lost=self.state.lost,
-            dropped=dropped,
+            lost=min(self.state.lost, big),
+            dropped=min(dropped, big),
             ingest_hz=self._rate_hz,
             log_path=str(rec.path) if rec else "",
             log_error=rec.error if rec else "",

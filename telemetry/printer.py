@@ -1,8 +1,10 @@
-"""The headless view: a progress line every few seconds, and every event and verdict as it
-comes, read from a hub through the same client as the TUI."""
+"""The headless view, read from a hub through the same client as the TUI: every event and
+verdict as it comes, and the run's progress: a live progress bar when stdout is a terminal,
+a plain line every few seconds otherwise (logs, CI, pipes: the format tests parse)."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sys
@@ -14,25 +16,60 @@ from .client import Source
 from .summary import held_spread, human_bytes, ms, samples_per_s, self_s_spread, step_s_spread
 
 
-class ProgressPrinter:
-    """Prints what a :class:`Source` shows, as plain lines."""
+def is_terminal(out: TextIO) -> bool:
+    """True when ``out`` is an interactive terminal that can redraw a bar."""
+    try:
+        return out.isatty() and os.environ.get("TERM", "") != "dumb"
+    except (AttributeError, ValueError):
+        return False
 
-    def __init__(self, source: Source, *, out: TextIO | None = None, every_s: float = 5.0) -> None:
+
+class ProgressPrinter:
+    """Prints what a :class:`Source` shows: events as lines, progress as a bar or lines."""
+
+    def __init__(self, source: Source, *, out: TextIO | None = None, every_s: float = 5.0, bar: bool | None = None) -> None:
         self.source = source
         self.out = out or sys.stdout
         self.every_s = every_s
+        self.bar = is_terminal(self.out) if bar is None else bar
+        """A rich progress bar (terminals) instead of a progress line every ``every_s``."""
         self._last_line = 0.0
         self._printed_hseq = 0
         self._noted = False
         self.t_start = time.monotonic()
+        self._progress = None
+        self._task = None
 
     def _print(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        if self._progress is not None:
+            # Printed above the live bar, which redraws below it.
+            self._progress.console.print(line, markup=False, highlight=False)
+        else:
+            print(line, file=self.out, flush=True)
+
+    def _start_bar(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(file=self.out, force_terminal=True)
+        self._progress = Progress(
+            TextColumn("step"),
+            MofNCompleteColumn(),
+            BarColumn(bar_width=30),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=console,
+            refresh_per_second=4,
+        )
+        self._task = self._progress.add_task("train", total=None, stats="waiting for ranks")
+        self._progress.start()
 
     def update(self, *, force: bool = False) -> None:
-        """Poll the source; print new events now and a progress line when one is due."""
+        """Poll the source; print new events now, and progress (the bar, or a line when due)."""
         self.source.poll()
         st = self.source.state
+        if self.bar and self._progress is None:
+            self._start_bar()
         hello = st.hello
         if hello is not None and hello.note and not self._noted:
             self._noted = True
@@ -45,17 +82,33 @@ class ProgressPrinter:
             if line:
                 self._print(line)
         now = time.monotonic()
+        if self._progress is not None:
+            if st.ranks:
+                total = (hello.config or {}).get("steps") if hello else None
+                self._progress.update(self._task, completed=st.step, total=total or None, stats=progress_stats(st))
+            if force:
+                self._progress.refresh()
+            return
         if force or now - self._last_line >= self.every_s:
             self._last_line = now
             if st.ranks:
                 self._print(progress_line(st, now - self.t_start))
 
+    def close(self) -> None:
+        """Stop the bar (it stays on screen as the last state); lines need nothing."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
     def follow(self, done, poll_s: float = 0.1) -> None:
-        """Print until ``done()`` is true, then a last progress line."""
-        while not done():
-            self.update()
-            time.sleep(poll_s)
-        self.update(force=True)
+        """Print until ``done()`` is true, then a last progress line (or the bar's last state)."""
+        try:
+            while not done():
+                self.update()
+                time.sleep(poll_s)
+            self.update(force=True)
+        finally:
+            self.close()
 
 
 def event_line(ev: schema.Message) -> str:
@@ -72,6 +125,19 @@ def event_line(ev: schema.Message) -> str:
             return ""
         return f"[{ev.name}] {who}: {ev.message}".rstrip(": ")
     return ""
+
+
+def progress_stats(st) -> str:
+    """What the bar shows beside step/total: samples/s, step time spread, rank states."""
+    parts = [f"{samples_per_s(st):,.0f} samples/s"]
+    sp = step_s_spread(st)
+    if sp:
+        parts.append("step ms " + "/".join(ms(x) for x in sp) + " min/med/max")
+    counts = st.status_counts()
+    parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    if st.lost:
+        parts.append(f"{st.lost} lost")
+    return " | ".join(parts)
 
 
 def progress_line(st, elapsed_s: float) -> str:
@@ -97,7 +163,7 @@ def progress_line(st, elapsed_s: float) -> str:
     return " | ".join(parts)
 
 
-def _ranks_text(ranks: list[int]) -> str:
+def ranks_text(ranks: list[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     out: list[str] = []
     for r in sorted(ranks):
@@ -108,6 +174,9 @@ def _ranks_text(ranks: list[int]) -> str:
         else:
             out.append(str(r))
     return ", ".join(out)
+
+
+_ranks_text = ranks_text  # the old private name
 
 
 # Errors a rank raises because another rank died (its peer's socket closed under it).
@@ -172,7 +241,7 @@ def outcome_line(st, code: int, result: dict, log_path: str) -> str:
             pass
     line = f"pardash: rank {first.rank} exited with code {first.code}{how}{at}"
     if victims:
-        line += f"; rank{'s' if len(victims) > 1 else ''} {_ranks_text(victims)} failed after it"
+        line += f"; rank{'s' if len(victims) > 1 else ''} {ranks_text(victims)} failed after it"
     if stopped:
-        line += f"; rank{'s' if len(stopped) > 1 else ''} {_ranks_text(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
+        line += f"; rank{'s' if len(stopped) > 1 else ''} {ranks_text(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
     return line + f" (exit code {code}); log {log_path}"

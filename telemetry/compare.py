@@ -1,0 +1,272 @@
+"""Runs side by side, from their reports: ``pardash report A --compare B`` and the table of
+``pardash bench``.
+
+Both take the dicts :func:`pardash.telemetry.report.build_report` returns, so what they show
+is what the report says of each run; no figure is measured twice in two ways.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .report import PHASE_LABELS, PHASES, md_table
+from .summary import human_bytes
+
+# (key, label, unit, better): unit is "1/s", "s", "bytes" or "count"; better "higher"/"lower".
+_RUN_METRICS: list[tuple[str, str, str, str]] = [
+    ("samples_per_s", "samples/s (whole run)", "1/s", "higher"),
+    ("steady_samples_per_s", "samples/s (median step)", "1/s", "higher"),
+    ("median_step_s", "step time", "s", "lower"),
+    *((f"phase:{p}", f"  {PHASE_LABELS[p]}", "s", "lower") for p in PHASES),
+]
+_MEMORY_METRICS: list[tuple[str, str, str, str]] = [
+    ("params_bytes", "parameters a rank", "bytes", "lower"),
+    ("grads_bytes", "gradients a rank", "bytes", "lower"),
+    ("optim_bytes", "optimizer state a rank", "bytes", "lower"),
+    ("buckets_bytes", "DDP buckets a rank", "bytes", "lower"),
+    ("held_bytes", "model state held a rank", "bytes", "lower"),
+    ("peak_bytes", "peak memory a rank", "bytes", "lower"),
+]
+_HEALTH_METRICS: list[tuple[str, str, str, str]] = [
+    ("stragglers", "straggler verdicts", "count", "lower"),
+    ("stalls", "stalls", "count", "lower"),
+    ("exits", "exits with an error", "count", "lower"),
+    ("lost_messages", "lost messages", "count", "lower"),
+    ("skipped_lines", "skipped log lines", "count", "lower"),
+]
+SAME_WITHIN = 0.01
+"""Changes smaller than this fraction are called "same"."""
+
+
+def _max_rank(rep: dict, key: str) -> float | None:
+    vals = [r[key] for r in rep["ranks"] if r.get(key) is not None]
+    return max(vals) if vals else None
+
+
+def _value(rep: dict, key: str) -> float | None:
+    if key.startswith("phase:"):
+        return rep.get("phases", {}).get(key[6:])
+    if key in ("stragglers", "stalls", "exits"):
+        return len(rep.get(key, []))
+    if key in ("lost_messages", "skipped_lines") or key.endswith("_per_s") or key == "median_step_s":
+        return rep.get(key)
+    return _max_rank(rep, key)
+
+
+def _verdict(a: float | None, b: float | None, better: str) -> str:
+    if a is None or b is None:
+        return ""
+    if a == b or (a and abs(b - a) / abs(a) < SAME_WITHIN):
+        return "same"
+    up = b > a
+    return "better" if up == (better == "higher") else "worse"
+
+
+def run_label(rep: dict) -> str:
+    return f"{rep['strategy'] or '?'} x{rep['world_size']}"
+
+
+def compare_reports(a: dict, b: dict) -> dict:
+    """Two reports side by side: every metric with A, B, B - A, B / A - 1 and a verdict."""
+    rows: list[dict[str, Any]] = []
+    for section, metrics in (("throughput and time", _RUN_METRICS), ("memory per rank (largest rank)", _MEMORY_METRICS), ("health", _HEALTH_METRICS)):
+        for key, label, unit, better in metrics:
+            va, vb = _value(a, key), _value(b, key)
+            if va is None and vb is None:
+                continue
+            rows.append(
+                {
+                    "section": section,
+                    "metric": key,
+                    "label": label.strip(),
+                    "unit": unit,
+                    "better": better,
+                    "a": va,
+                    "b": vb,
+                    "delta": vb - va if va is not None and vb is not None else None,
+                    "change": (vb - va) / va if va and vb is not None else None,
+                    "verdict": _verdict(va, vb, better),
+                }
+            )
+    side = ("log", "run_id", "strategy", "world_size", "devices", "steps", "params_count")
+    return {"a": {k: a.get(k) for k in side}, "b": {k: b.get(k) for k in side}, "rows": rows}
+
+
+def _fmt(x: float | None, unit: str, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    sign = "+" if signed and x > 0 else ("-" if signed and x < 0 else "")
+    v = abs(x) if signed else x
+    if unit == "bytes":
+        return sign + human_bytes(v)
+    if unit == "s":
+        return f"{sign}{v * 1e3:.1f} ms"
+    if unit == "1/s":
+        return f"{sign}{v:,.0f}"
+    return f"{sign}{v:g}"
+
+
+def _change(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _compare_cells(cmp: dict) -> tuple[list[str], list[list[str]]]:
+    head = ["metric", f"A: {run_label(cmp['a'])}", f"B: {run_label(cmp['b'])}", "B - A", "change", "B is"]
+    body = []
+    section = None
+    for r in cmp["rows"]:
+        if r["section"] != section:
+            section = r["section"]
+            body.append([f"**{section}**", "", "", "", "", ""])
+        label = r["label"] if not r["metric"].startswith("phase:") else f"  {r['label']}"
+        body.append([label, _fmt(r["a"], r["unit"]), _fmt(r["b"], r["unit"]), _fmt(r["delta"], r["unit"], signed=True), _change(r["change"]), r["verdict"]])
+    return head, body
+
+
+def render_compare_markdown(cmp: dict) -> str:
+    head, body = _compare_cells(cmp)
+    for row in body:
+        row[0] = row[0].replace("  ", "&nbsp;&nbsp;", 1) if row[0].startswith("  ") else row[0]
+    a, b = cmp["a"], cmp["b"]
+    out = [
+        f"# pardash: {run_label(a)} against {run_label(b)}",
+        "",
+        f"- A: `{a['run_id'] or a['log']}` ({run_label(a)}, {a['steps']} steps)",
+        f"- B: `{b['run_id'] or b['log']}` ({run_label(b)}, {b['steps']} steps)",
+        "",
+        md_table(head, body, right={1, 2, 3, 4}),
+    ]
+    return "\n".join(out) + "\n"
+
+
+def render_compare_text(cmp: dict, width: int = 120) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    head, body = _compare_cells(cmp)
+    buf = StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    a, b = cmp["a"], cmp["b"]
+    con.print(f"A: {a['run_id'] or a['log']} ({run_label(a)}, {a['steps']} steps)")
+    con.print(f"B: {b['run_id'] or b['log']} ({run_label(b)}, {b['steps']} steps)")
+    t = Table(box=None, pad_edge=False)
+    for i, h in enumerate(head):
+        t.add_column(h, justify="right" if i in (1, 2, 3, 4) else "left")
+    for row in body:
+        t.add_row(row[0].replace("**", ""), *row[1:])
+    con.print(t)
+    return buf.getvalue()
+
+
+# -- strategies side by side (pardash bench) -----------------------------------------------
+
+
+def strategy_rows(results: list[dict]) -> list[dict]:
+    """One row per strategy run: ``results`` items hold strategy, devices (GPUs or ranks the
+    run used), code (its exit code) and report (its build_report dict, None if it failed)."""
+    rows = []
+    for res in results:
+        rep = res.get("report")
+        row: dict[str, Any] = {"strategy": res["strategy"], "ranks": res.get("ranks"), "devices": res.get("devices"), "code": res.get("code")}
+        if rep is not None and rep["ranks"]:
+            row["steps"] = rep["steps"]
+            row["samples_per_s"] = rep["steady_samples_per_s"]
+            row["median_step_s"] = rep["median_step_s"]
+            for p in PHASES:
+                row[f"median_{p}"] = rep["phases"].get(p)
+            for key in ("params_bytes", "params_full_bytes", "grads_bytes", "optim_bytes", "buckets_bytes", "held_bytes", "peak_bytes"):
+                row[key] = _max_rank(rep, key)
+            row["peak_kind"] = rep["memory"]["peak_kind"]
+            row["log"] = rep["log"]
+        rows.append(row)
+    ddp = next((r for r in rows if r["strategy"] == "ddp" and r.get("held_bytes")), None)
+    single = next((r for r in rows if r["strategy"] == "single" and r.get("samples_per_s")), None)
+    for r in rows:
+        held = r.get("held_bytes")
+        r["saving_vs_ddp"] = 1 - held / ddp["held_bytes"] if ddp is not None and held is not None else None
+        sps, dev = r.get("samples_per_s"), r.get("devices") or 1
+        r["scaling_efficiency"] = sps / dev / single["samples_per_s"] if single is not None and sps else None
+    return rows
+
+
+BENCH_COLUMNS = (
+    "strategy", "ranks", "samples/s", "step ms",
+    *(f"{PHASE_LABELS[p]} ms" for p in PHASES if p != "self_s"),
+    "params/rank", "grads/rank", "optim/rank", "peak/rank", "saving vs DDP", "scaling vs single",
+)  # fmt: skip
+
+
+def bench_cells(r: dict) -> list[str]:
+    def t(x):
+        return "-" if x is None else f"{x * 1e3:.1f}"
+
+    if r.get("samples_per_s") is None:
+        why = f"failed (exit code {r.get('code')})" if r.get("code") else "no steps"
+        return [r["strategy"], str(r.get("ranks") or "-"), why, *["-"] * (len(BENCH_COLUMNS) - 3)]
+    return [
+        r["strategy"],
+        str(r["ranks"]),
+        f"{r['samples_per_s']:,.0f}",
+        t(r["median_step_s"]),
+        *(t(r.get(f"median_{p}")) for p in PHASES if p != "self_s"),
+        human_bytes(r.get("params_bytes")),
+        human_bytes(r.get("grads_bytes")),
+        human_bytes(r.get("optim_bytes")),
+        human_bytes(r.get("peak_bytes")),
+        "-" if r["saving_vs_ddp"] is None else f"{r['saving_vs_ddp'] * 100:.0f}%",
+        "-" if r["scaling_efficiency"] is None else f"{r['scaling_efficiency'] * 100:.0f}%",
+    ]
+
+
+BENCH_NOTES = (
+    "samples/s: samples a step over all ranks / median step time (the median leaves warm-up out).",
+    "step and phase times: medians over steps and ranks; comm is time waiting on communication.",
+    "memory: the largest rank after its last step; peak is the CUDA allocator's peak on GPU, the process RSS on CPU.",
+    "saving vs DDP: model state a rank holds (parameters, gradients, optimizer state, DDP buckets) against DDP's.",
+    "scaling vs single: samples/s per device / single's samples/s.",
+)
+
+
+def bench_notes(bench: dict) -> list[str]:
+    out = list(BENCH_NOTES)
+    for left in bench.get("left_out", []):
+        out.append(f"{left['strategy']} left out: {left['why']}")
+    return out
+
+
+def render_bench_markdown(bench: dict) -> str:
+    head = f"# pardash bench: {bench['model']}, {bench['steps']} steps, {bench['nproc']} ranks, {bench['device']}"
+    table = md_table(BENCH_COLUMNS, [bench_cells(r) for r in bench["rows"]], right=set(range(1, len(BENCH_COLUMNS))))
+    return "\n".join([head, "", table, "", *(f"- {n}" for n in bench_notes(bench))]) + "\n"
+
+
+def render_bench_text(bench: dict, width: int = 200) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    con.print(f"pardash bench: {bench['model']}, {bench['steps']} steps, {bench['nproc']} ranks, {bench['device']}")
+    t = Table(box=None, pad_edge=False)
+    for i, h in enumerate(BENCH_COLUMNS):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for r in bench["rows"]:
+        t.add_row(*bench_cells(r))
+    con.print(t)
+    for n in bench_notes(bench):
+        con.print(n)
+    return buf.getvalue()
+
+
+__all__ = [
+    "compare_reports",
+    "render_bench_markdown",
+    "render_bench_text",
+    "render_compare_markdown",
+    "render_compare_text",
+    "strategy_rows",
+]

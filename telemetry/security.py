@@ -1,0 +1,265 @@
+"""Who may talk to a hub, and how much of what they send the hub will hold.
+
+Keys. ``pardash keys`` makes a CURVE key folder (ZeroMQ's elliptic-curve authentication and
+encryption, made with pyzmq's ``zmq.auth``)::
+
+    DIR/                      0700
+      server.key              the hub's public key (ranks and viewers need it)
+      server.key_secret       the hub's key pair (the hub's host only)
+      client.key              the ranks' and viewers' public key
+      client.key_secret       the ranks' and viewers' key pair
+      authorized_clients/     public keys the hub lets in (client.key; add a viewer's here)
+
+Every file is readable by its owner only. The hub takes the folder by ``--curve-dir`` or
+``PARDASH_CURVE_DIR``; ranks and viewers by ``PARDASH_CURVE_DIR`` (or an argument). With keys,
+the hub's three sockets are CURVE servers and pyzmq's authenticator admits only the public keys
+in ``authorized_clients/``: anyone else gets no frame, no snapshot, and what they push is never
+read. Authentication happens once per connection, so publishing costs nothing more per message
+in Python (libzmq encrypts in its I/O thread).
+
+Binding. Endpoints bind to loopback unless the user asks otherwise; binding anywhere else needs
+keys or an explicit ``--insecure`` (:func:`bind_refusal`).
+
+Limits. A message that fits the socket's size limit can still ask the hub to hold far more than
+its size (a config nested a thousand deep, ten thousand custom metrics): :func:`config_fits`
+and the ``MAX_*`` constants bound what one record may hold, so a flood of hostile but
+well-formed records cannot grow the hub's memory without bound.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+CURVE_DIR_VAR = "PARDASH_CURVE_DIR"
+SERVER = "server"
+CLIENT = "client"
+AUTHORIZED = "authorized_clients"
+"""Sub-folder of public keys the hub admits."""
+
+# -- limits on what one record may hold -----------------------------------------------------
+
+MAX_RECORD_BYTES = 64 << 10
+"""Largest step, system or heartbeat frame (a step with a few dozen custom metrics is < 2 KiB)."""
+MAX_HELLO_BYTES = 256 << 10
+"""Largest hello frame (it carries the run's config)."""
+MAX_CONFIG_DEPTH = 16
+"""Nesting depth of a hello's config (msgspec itself fails past Python's recursion limit)."""
+MAX_CONFIG_ITEMS = 4096
+"""Values in a hello's config, counted through every nested list and dict."""
+MAX_CUSTOM = 256
+"""Custom metrics in one step."""
+MAX_TEXT = 16 << 10
+"""An event's message is cut to this many characters (the log keeps the cut text)."""
+MAX_TRACEBACK = 64 << 10
+"""An event's traceback keeps its last this many characters (where the error is)."""
+MAX_COUNT = 1 << 48
+"""Largest seq or drop count a rank may report (9 years at a million messages a second); sums
+over every rank then stay inside MessagePack's 64-bit integers."""
+MAX_RANKS_TRACKED = 1 << 15
+"""Ranks a hub tracks when it was not told the world size (each costs about 15 KiB)."""
+
+
+def config_fits(obj: Any, max_depth: int = MAX_CONFIG_DEPTH, max_items: int = MAX_CONFIG_ITEMS) -> bool:
+    """True when ``obj`` nests at most ``max_depth`` deep and holds at most ``max_items``
+    values. Iterative, so a hostile depth cannot exhaust the stack here either."""
+    todo: list[tuple[Any, int]] = [(obj, 0)]
+    items = 0
+    while todo:
+        value, depth = todo.pop()
+        items += 1
+        if items > max_items or depth > max_depth:
+            return False
+        if isinstance(value, dict):
+            todo.extend((v, depth + 1) for v in value.values())
+            items += len(value)  # the keys
+        elif isinstance(value, (list, tuple)):
+            todo.extend((v, depth + 1) for v in value)
+    return True
+
+
+def cut_text(text: str, limit: int, *, keep_tail: bool = False) -> str:
+    """``text`` cut to ``limit`` characters, saying so."""
+    if len(text) <= limit:
+        return text
+    if keep_tail:
+        return f"[{len(text) - limit} characters cut]\n" + text[-limit:]
+    return text[:limit] + f" [{len(text) - limit} characters cut]"
+
+
+# -- where a hub may bind ----------------------------------------------------------------------
+
+
+class InsecureBindError(ValueError):
+    """A hub asked to bind beyond loopback with neither keys nor ``--insecure``."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1, ``localhost`` and the ``lo`` interface; anything else
+    (``*``, ``0.0.0.0``, a host name, another interface) counts as reachable from outside."""
+    h = host.strip().strip("[]")
+    if h in ("localhost", "lo"):
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_refusal(host: str, *, curve: bool, insecure: bool) -> str | None:
+    """Why a hub must not bind ``host`` (one line that says what to do), or None."""
+    if is_loopback(host) or curve or insecure:
+        return None
+    return (
+        f"refusing to bind {host} without authentication: anyone who can reach it could read the run "
+        "and send it records. Make keys with `pardash keys` and pass --curve-dir DIR (or set "
+        "PARDASH_CURVE_DIR), or pass --insecure on a network you trust"
+    )
+
+
+# -- keys ----------------------------------------------------------------------------------------
+
+
+class CurveKeyError(Exception):
+    """Keys missing, unreadable or readable by others; the message says what to do."""
+
+
+def default_curve_dir() -> Path:
+    """``$PARDASH_CURVE_DIR``, else ``$XDG_CONFIG_HOME/pardash/curve`` (``~/.config/...``)."""
+    env = os.environ.get(CURVE_DIR_VAR)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(Path.home(), ".config")
+    return Path(base) / "pardash" / "curve"
+
+
+def curve_dir_from_env() -> str | None:
+    return os.environ.get(CURVE_DIR_VAR) or None
+
+
+def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict[str, Path]:
+    """Make a server and a client key pair in ``curve_dir`` and admit the client's public key.
+    The folder becomes 0700 before any key is written, so no other user can read a key at any
+    moment; each file is then 0600. Refuses to replace existing keys unless ``force``."""
+    import zmq.auth
+
+    d = Path(curve_dir)
+    existing = [p for p in (d / f"{SERVER}.key_secret", d / f"{CLIENT}.key_secret") if p.exists()]
+    if existing and not force:
+        raise CurveKeyError(f"{d} already holds keys; hubs and ranks using them would be locked out. Pass --force to replace them")
+    auth = d / AUTHORIZED
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(d, 0o700)
+        auth.mkdir(exist_ok=True, mode=0o700)
+        os.chmod(auth, 0o700)
+        for old in auth.glob("*.key"):
+            old.unlink()
+        paths: dict[str, Path] = {}
+        for name in (SERVER, CLIENT):
+            public, secret = zmq.auth.create_certificates(d, name)
+            paths[f"{name}_public"], paths[f"{name}_secret"] = Path(public), Path(secret)
+        admitted = auth / f"{CLIENT}.key"
+        admitted.write_bytes(paths["client_public"].read_bytes())
+        paths["authorized"] = auth
+        for p in (*paths.values(),):
+            if p.is_file():
+                os.chmod(p, 0o600)
+    except OSError as exc:
+        raise CurveKeyError(f"cannot write keys in {d}: {exc.strerror or exc}; choose another --dir") from None
+    return paths
+
+
+def _load(path: Path, *, secret: bool) -> tuple[bytes, bytes | None]:
+    import zmq.auth
+
+    if not path.is_file():
+        raise CurveKeyError(f"no key {path}; make keys with `pardash keys --dir {path.parent}`")
+    if secret:
+        mode = path.stat().st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise CurveKeyError(f"{path} can be read by other users; `chmod 600 {path}` (and make new keys if others may have read it)")
+    try:
+        public, secret_key = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise CurveKeyError(f"cannot read the key {path} ({exc}); make new keys with `pardash keys --force`") from None
+    if secret and not secret_key:
+        raise CurveKeyError(f"{path} holds no secret key; make new keys with `pardash keys --force`")
+    return public, secret_key
+
+
+@dataclass(frozen=True, slots=True)
+class ClientKeys:
+    """What a rank or a viewer needs: its key pair and the hub's public key."""
+
+    public: bytes
+    secret: bytes
+    server_public: bytes
+
+    def apply(self, sock: zmq.Socket) -> None:
+        """Make ``sock`` a CURVE client of the hub (before ``connect``)."""
+        sock.curve_secretkey = self.secret
+        sock.curve_publickey = self.public
+        sock.curve_serverkey = self.server_public
+
+
+@dataclass(frozen=True, slots=True)
+class ServerKeys:
+    """What a hub needs: its key pair and the folder of public keys it admits."""
+
+    public: bytes
+    secret: bytes
+    authorized: Path
+
+    def apply(self, sock: zmq.Socket) -> None:
+        """Make ``sock`` a CURVE server (before ``bind``)."""
+        sock.curve_secretkey = self.secret
+        sock.curve_publickey = self.public
+        sock.curve_server = True
+
+    def start_authenticator(self, ctx: zmq.Context):
+        """pyzmq's authenticator on ``ctx`` (one per context), admitting only the public keys
+        in ``authorized``. Stop it with ``.stop()`` before the context ends."""
+        from zmq.auth.thread import ThreadAuthenticator
+
+        auth = ThreadAuthenticator(ctx)
+        auth.start()
+        auth.configure_curve(domain="*", location=str(self.authorized))
+        return auth
+
+
+def load_client_keys(curve_dir: str | os.PathLike[str]) -> ClientKeys:
+    d = Path(curve_dir)
+    public, secret = _load(d / f"{CLIENT}.key_secret", secret=True)
+    server_public, _ = _load(d / f"{SERVER}.key", secret=False)
+    assert secret is not None
+    return ClientKeys(public=public, secret=secret, server_public=server_public)
+
+
+def load_server_keys(curve_dir: str | os.PathLike[str]) -> ServerKeys:
+    d = Path(curve_dir)
+    public, secret = _load(d / f"{SERVER}.key_secret", secret=True)
+    assert secret is not None
+    auth = d / AUTHORIZED
+    if not auth.is_dir() or not any(auth.glob("*.key")):
+        raise CurveKeyError(f"no authorised client keys in {auth}; make keys with `pardash keys --dir {d}`")
+    return ServerKeys(public=public, secret=secret, authorized=auth)
+
+
+def client_keys(curve: ClientKeys | str | os.PathLike[str] | None = None) -> ClientKeys | None:
+    """Client keys from ``curve`` (keys or their folder), else from ``$PARDASH_CURVE_DIR``;
+    None when neither names any (a plain connection)."""
+    if isinstance(curve, ClientKeys):
+        return curve
+    folder = curve if curve else curve_dir_from_env()
+    return load_client_keys(folder) if folder else None
+
+
+def server_keys(curve: ServerKeys | str | os.PathLike[str]) -> ServerKeys:
+    return curve if isinstance(curve, ServerKeys) else load_server_keys(curve)

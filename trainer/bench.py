@@ -1,0 +1,167 @@
+"""``pardash bench``: the same model and data under each strategy, then one table.
+
+Each strategy runs as a real job through :mod:`pardash.trainer.launcher` (a hub recording
+every rank's telemetry, torchrun starting the ranks), one after the other so they never share
+the machine; its log lands in the runs folder like any ``pardash launch --headless`` run, and
+the table is built from the logs by :func:`pardash.telemetry.report.build_report`, so the
+bench and ``pardash report`` can never disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from pardash.telemetry import registry
+from pardash.telemetry.compare import strategy_rows
+from pardash.telemetry.report import build_report
+
+from .config import STRATEGIES, TrainConfig
+from .launcher import LaunchError, new_spec, start
+
+
+@dataclass(kw_only=True, slots=True)
+class BenchConfig:
+    """What ``pardash bench`` runs."""
+
+    strategies: list[str]
+    """Strategies in the order they run (single, dp, ddp, fsdp)."""
+    nproc: int = 2
+    """Ranks for ddp and fsdp (single and dp run one process)."""
+    train: TrainConfig
+    """Model, data and schedule shared by every strategy (its ``strategy`` is replaced)."""
+    runs_dir: str = "runs"
+    """Folder for the runs' logs and the bench's JSON."""
+    gpu_count: int = 0
+    """GPUs visible (NVML): dp needs 2 or more."""
+
+    def __post_init__(self) -> None:
+        if not self.strategies:
+            raise ValueError("--strategies is empty; e.g. --strategies single,ddp,fsdp")
+        for s in self.strategies:
+            if s not in STRATEGIES:
+                raise ValueError(f"--strategies: {s!r} is not one of {', '.join(STRATEGIES)}")
+        if len(set(self.strategies)) != len(self.strategies):
+            raise ValueError(f"--strategies {','.join(self.strategies)}: each strategy once")
+        if self.nproc < 1:
+            raise ValueError(f"--nproc {self.nproc}: need at least 1 rank")
+
+
+@dataclass(kw_only=True, slots=True)
+class PlannedRun:
+    strategy: str
+    ranks: int
+    devices: int
+    """Devices the run uses (for scaling efficiency): its ranks, or dp's GPUs."""
+    train: TrainConfig
+
+
+def plan(cfg: BenchConfig) -> tuple[list[PlannedRun], list[dict]]:
+    """The runs to make, and the strategies left out with why. Raises ValueError (one line)
+    when a run could not start, before any run starts."""
+    runs: list[PlannedRun] = []
+    left_out: list[dict] = []
+    for s in cfg.strategies:
+        if s == "dp" and cfg.gpu_count < 2:
+            left_out.append(
+                {"strategy": "dp", "why": f"nn.DataParallel splits a batch over 2 or more GPUs; {cfg.gpu_count} visible here"}
+            )
+            continue
+        ranks = 1 if s in ("single", "dp") else cfg.nproc
+        train = dataclasses.replace(cfg.train, strategy=s)
+        train.check_world_size(ranks)
+        runs.append(PlannedRun(strategy=s, ranks=ranks, devices=cfg.gpu_count if s == "dp" else ranks, train=train))
+    return runs, left_out
+
+
+def run_one(run: PlannedRun, runs_dir: str) -> dict:
+    """Launch one strategy, wait for it, and read its log."""
+    spec = new_spec(
+        log_path=None,
+        runs_dir=runs_dir,
+        nproc=run.ranks,
+        command=["-m", "pardash.trainer.train", *run.train.to_argv()],
+        strategy=run.strategy,
+        world_size=run.ranks,
+    )
+    spec.output = os.path.join(spec.run_dir, "output.log")
+    job = start(spec)
+    try:
+        code = job.wait()
+    except KeyboardInterrupt:
+        job.stop()
+        job.wait()
+        raise
+    report = build_report(spec.log_path) if os.path.exists(spec.log_path) else None
+    return {
+        "strategy": run.strategy,
+        "ranks": run.ranks,
+        "devices": run.devices,
+        "code": code,
+        "log": spec.log_path,
+        "output": spec.output,
+        "report": report,
+    }
+
+
+def run_bench(cfg: BenchConfig, *, progress: TextIO | None = None) -> dict:
+    """Run every planned strategy; one progress line each on ``progress``; the bench dict."""
+    out = progress if progress is not None else sys.stderr
+    runs, left_out = plan(cfg)
+    for left in left_out:
+        print(f"bench: {left['strategy']} left out: {left['why']}", file=out, flush=True)
+    results = []
+    for i, run in enumerate(runs, start=1):
+        print(f"bench [{i}/{len(runs)}] {run.strategy} x{run.ranks}: running...", end="", file=out, flush=True)
+        t0 = time.monotonic()
+        try:
+            res = run_one(run, cfg.runs_dir)
+        except LaunchError as exc:
+            print(f" could not start: {exc}", file=out, flush=True)
+            results.append({"strategy": run.strategy, "ranks": run.ranks, "devices": run.devices, "code": 2, "report": None, "error": str(exc)})
+            continue
+        rep = res["report"]
+        took = time.monotonic() - t0
+        if res["code"] == 0 and rep is not None and rep["steady_samples_per_s"]:
+            print(
+                f" {rep['steps']} steps, {rep['steady_samples_per_s']:,.0f} samples/s, "
+                f"{rep['median_step_s'] * 1e3:.1f} ms/step ({took:.0f} s), log {res['log']}",
+                file=out,
+                flush=True,
+            )
+        else:
+            print(f" failed with exit code {res['code']} ({took:.0f} s); see {res['output']}", file=out, flush=True)
+        results.append(res)
+    reps = [r["report"] for r in results if r.get("report")]
+    first = reps[0] if reps else {}
+    model = cfg.train.model
+    if first.get("params_count"):
+        model = f"{model} {first['params_count']:,} params"
+    bench = {
+        "model": model,
+        "config": cfg.train.to_dict() | {"strategy": None},
+        "steps": cfg.train.steps,
+        "nproc": cfg.nproc,
+        "device": (first.get("device_name") or first.get("device") or cfg.train.device) if first else cfg.train.device,
+        "left_out": left_out,
+        "rows": strategy_rows(results),
+        "runs": [{k: r.get(k) for k in ("strategy", "ranks", "code", "log")} for r in results],
+    }
+    path = os.path.join(cfg.runs_dir, f"bench-{registry.new_run_id()}.json")
+    try:
+        os.makedirs(cfg.runs_dir, exist_ok=True)
+        with open(path, "w") as fh:
+            json.dump(bench, fh, indent=2)
+        bench["path"] = os.path.abspath(path)
+        print(f"bench: results in {bench['path']}", file=out, flush=True)
+    except OSError as exc:
+        print(f"bench: could not write {path}: {exc.strerror or exc}", file=out, flush=True)
+    return bench
+
+
+__all__ = ["BenchConfig", "PlannedRun", "plan", "run_bench", "run_one"]
