@@ -57,6 +57,9 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
     v.add_argument("--telemetry-addr", default=None, help="address the hub binds (default 127.0.0.1 on one node, the master address on several)")
     v.add_argument("--telemetry-port", type=int, default=0, help="hub ingest port (default: free ports; several nodes: 29600)")
     v.add_argument("--every", type=float, default=5.0, help="seconds between headless progress lines (default 5)")
+    from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
+
+    add_prometheus_arguments(v)
     t = p.add_argument_group("bundled trainer")
     train_config.add_arguments(t)
     p.add_argument("-m", dest="module", default=None, help="run this module under torchrun instead of the bundled trainer")
@@ -117,14 +120,14 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
         for port in (telemetry_port, telemetry_port + 1, telemetry_port + 2):
             if not _port_free(bind, port):
                 fail(f"--telemetry-port {telemetry_port}: port {port} is busy; pick another (the hub uses PORT..PORT+2)")
-    if script:
+    if ns.module:
+        from pardash.trainer import autorun
+
+        command = autorun.torchrun_command(["-m", ns.module, *script])
+    elif script:
         from pardash.trainer import autorun
 
         command = autorun.torchrun_command(script)
-    elif ns.module:
-        from pardash.trainer import autorun
-
-        command = autorun.torchrun_command(["-m", ns.module])
     else:
         command = ["-m", "pardash.trainer.train", *cfg.to_argv()]
     try:
@@ -153,6 +156,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     from pardash.trainer.launcher import LaunchError, start
 
     spec = prepare_launch(ns, script)
+    _prometheus_spec(ns, spec)
     if not ns.headless:
         spec.output = os.path.join(spec.run_dir, "output.log")
         spec.viewer_pid = os.getpid()
@@ -161,6 +165,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         job = start(spec)
     except LaunchError as exc:
         fail(str(exc))
+    if job.endpoints.get("metrics"):
+        print(f"{PROG}: Prometheus metrics on {job.endpoints['metrics']}", flush=True)
     client = HubClient(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id)
     try:
         if ns.headless:
@@ -179,7 +185,9 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
 
             app = make_app(client, launched=True, title=f"pardash {spec.run_id}")
             choice = app.run()
-            if choice == "detach":
+            # None: the app ended some other way (crashed, terminal gone). The job must not
+            # die with its viewer, so that counts as a detach.
+            if choice in ("detach", None):
                 print(f"{PROG}: detached; the job goes on. `{PROG} attach {spec.run_id}` to watch it again, log {spec.log_path}")
                 return 0
             job.stop()
@@ -262,24 +270,87 @@ def cmd_replay(ns: argparse.Namespace) -> int:
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
-    from pardash.telemetry.report import build_report, render_text
+    from pardash.telemetry.report import build_report, render_markdown, render_text
 
-    if not os.path.isfile(ns.log):
-        fail(f"{ns.log}: no such log file")
+    for path in (ns.log, ns.compare):
+        if path is not None and not os.path.isfile(path):
+            fail(f"{path}: no such log file")
     rep = build_report(ns.log)
-    if ns.format == "json":
-        print(json.dumps(rep, indent=2))
+    if ns.compare is not None:
+        from pardash.telemetry.compare import compare_reports, render_compare_markdown, render_compare_text
+
+        cmp = compare_reports(rep, build_report(ns.compare))
+        out = {"json": lambda c: json.dumps(c, indent=2) + "\n", "markdown": render_compare_markdown, "text": render_compare_text}[ns.format](cmp)
     else:
-        print(render_text(rep), end="")
+        out = {"json": lambda r: json.dumps(r, indent=2) + "\n", "markdown": render_markdown, "text": render_text}[ns.format](rep)
+    print(out, end="")
+    return 0
+
+
+# -- issue 6: bench, export, Prometheus -----------------------------------------------------
+
+
+def _prometheus_spec(ns: argparse.Namespace, spec) -> None:
+    """Pass --prometheus on to the hub the supervisor starts (after checking the port)."""
+    if ns.prometheus is None:
+        return
+    if ns.prometheus and not _port_free(ns.prometheus_addr, ns.prometheus):
+        fail(f"--prometheus {ns.prometheus}: port {ns.prometheus} is busy on {ns.prometheus_addr}; pick another")
+    spec.prometheus_port = ns.prometheus
+    spec.prometheus_addr = ns.prometheus_addr
+    spec.prometheus_per_rank = ns.prometheus_per_rank
+
+
+def cmd_bench(ns: argparse.Namespace) -> int:
+    from pardash.telemetry.compare import render_bench_markdown, render_bench_text
+    from pardash.trainer import config as train_config
+    from pardash.trainer.bench import BenchConfig, run_bench
+    from pardash.trainer.launcher import LaunchError
+
+    if ns.strategy is not None:
+        fail("bench runs every strategy in --strategies LIST (e.g. single,ddp,fsdp), not --strategy")
+    ns.strategy = "single"
+    try:
+        train = train_config.from_args(ns)
+        cfg = BenchConfig(
+            strategies=[x.strip() for x in ns.strategies.split(",") if x.strip()],
+            nproc=ns.nproc,
+            train=train,
+            runs_dir=ns.runs_dir,
+            gpu_count=_gpu_count(),
+        )
+        if train.device == "cuda" and cfg.gpu_count == 0:
+            fail("--device cuda: no NVIDIA GPU is visible here; use --device cpu (or auto)")
+        bench = run_bench(cfg, progress=sys.stderr)
+    except (ValueError, LaunchError) as exc:
+        fail(str(exc))
+    render = {"json": lambda b: json.dumps(b, indent=2) + "\n", "markdown": render_bench_markdown, "text": render_bench_text}[ns.format]
+    print(render(bench), end="", flush=True)
+    return 0 if all(r.get("code") == 0 for r in bench["rows"]) else 1
+
+
+def cmd_export(ns: argparse.Namespace) -> int:
+    from pardash.telemetry.export import ExportError, export_tensorboard
+
+    try:
+        res = export_tensorboard(ns.log, ns.tensorboard)
+    except ExportError as exc:
+        fail(str(exc))
+    steps = ", ".join(f"rank {r}: {n}" for r, n in res["ranks"].items()) or "none"
+    print(f"{PROG}: wrote {res['points']} scalars to {ns.tensorboard} (steps {steps}); view with: tensorboard --logdir {ns.tensorboard}")
+    if res["skipped_lines"]:
+        print(f"{PROG}: skipped {res['skipped_lines']} malformed or truncated log line(s)")
     return 0
 
 
 def cmd_simulate(ns: argparse.Namespace) -> int:
-    import threading
+    import dataclasses
+    import signal
+    import subprocess
 
     from pardash.telemetry.client import HubClient
-    from pardash.telemetry.hub import Hub
-    from pardash.telemetry.simulate import SimConfig, SimulatedJob, parse_rank_step
+    from pardash.telemetry.simulate import SimConfig, parse_rank_step
+    from pardash.telemetry.spawn import SpawnError, spawn_hub
 
     try:
         cfg = SimConfig(
@@ -298,29 +369,35 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
         fail(str(exc))
     run_id = "sim-" + registry.new_run_id()
     log = ns.log or os.path.join(ns.runs_dir, run_id, "telemetry.jsonl")
+    from pardash.trainer.launcher import LaunchError, check_writable
+
     try:
-        hub = Hub(run_id=run_id, log_path=log, host=ns.bind, ports=(ns.port, ns.port + 1, ns.port + 2) if ns.port else (0, 0, 0))
-    except Exception as exc:  # zmq.ZMQError: a busy port
-        fail(f"cannot bind the hub ({exc}); choose another --port")
-    if hub.recorder is not None and hub.recorder.error:
-        fail(f"{hub.recorder.error}; pass a writable --log PATH")
-    entry = registry.register(
-        {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), "strategy": cfg.strategy, "world_size": cfg.ranks, **hub.endpoints}
-    )
-    hub_thread = threading.Thread(target=hub.serve, name="hub", daemon=True)
-    hub_thread.start()
-    job = SimulatedJob(cfg, hub.ingest_endpoint, run_id)
-    stop = threading.Event()
-    sim_thread = threading.Thread(target=job.run, args=(stop.is_set,), name="simulate", daemon=True)
-    sim_thread.start()
-    print(f"{PROG}: simulating {cfg.ranks} ranks at {cfg.rate_hz:g} steps/s, run {run_id}, hub {hub.ingest_endpoint}, log {log}", flush=True)
-    client = HubClient(hub.updates_endpoint, hub.snapshot_endpoint, run_id=run_id)
+        check_writable(log)
+    except LaunchError as exc:
+        fail(str(exc))
+    # Hub, simulated ranks and viewer each in a process of their own, as in a real job: at
+    # 1024 ranks none of them waits on another's interpreter lock.
+    hub_args = ["--run-id", run_id, "--log", log, "--bind", ns.bind, "--meta", json.dumps({"strategy": cfg.strategy, "world_size": cfg.ranks, "simulated": True})]
+    if ns.port:
+        hub_args += ["--port", str(ns.port)]
+    hub_args += getattr(ns, "hub_extra_args", [])
+    try:
+        hub, info = spawn_hub(hub_args, start_new_session=True)
+    except SpawnError as exc:
+        fail(f"{exc}; see the message above")
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "pardash.telemetry.simulate", "--endpoint", info["ingest"], "--run-id", run_id,
+         "--config", json.dumps(dataclasses.asdict(cfg))],
+        stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    print(f"{PROG}: simulating {cfg.ranks} ranks at {cfg.rate_hz:g} steps/s, run {run_id}, hub {info['ingest']}, log {log}", flush=True)
+    client = HubClient(info["updates"], info["snapshot"], run_id=run_id)
     try:
         if ns.headless:
             from pardash.telemetry.printer import ProgressPrinter
 
             try:
-                ProgressPrinter(client, every_s=ns.every).follow(lambda: not sim_thread.is_alive())
+                ProgressPrinter(client, every_s=ns.every).follow(lambda: sim.poll() is not None)
             except KeyboardInterrupt:
                 pass
         else:
@@ -328,15 +405,19 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
 
             make_app(client, launched=False, title=f"pardash simulate {cfg.ranks} ranks").run()
     finally:
-        stop.set()
-        sim_thread.join(5)
-        job.close()
-        time.sleep(0.3)
-        hub.stop()
-        hub_thread.join(10)
-        hub.close()
+        if sim.poll() is None:
+            sim.send_signal(signal.SIGTERM)
+        try:
+            sim.wait(10)
+        except subprocess.TimeoutExpired:
+            sim.kill()
+        time.sleep(0.3)  # the hub drains what the ranks sent last
+        hub.send_signal(signal.SIGTERM)
+        try:
+            hub.wait(10)
+        except subprocess.TimeoutExpired:
+            hub.kill()
         client.close()
-        registry.unregister(entry)
     return 0
 
 
@@ -373,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--runs-dir", default="runs", help="folder for logs (default ./runs)")
     sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
     sim.add_argument("--port", type=int, default=0, help="hub ingest port (default: free ports)")
+    from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
+
+    add_prometheus_arguments(sim)
 
     ps = sub.add_parser("ps", help="list live runs")
     ps.add_argument("--json", action="store_true", help="print the registry entries as JSON")
@@ -383,7 +467,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="per-rank summary of a recorded log")
     rep.add_argument("log", help="telemetry.jsonl of a run")
-    rep.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
+    rep.add_argument("--compare", default=None, metavar="LOG_B", help="set this second run beside the first (DDP against FSDP, before against after)")
+
+    _bench_parser(sub)
+
+    ex = sub.add_parser("export", help="write a recorded log's per-rank scalars for TensorBoard")
+    ex.add_argument("log", help="telemetry.jsonl of a run")
+    ex.add_argument("--tensorboard", required=True, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
     return p
 
 
@@ -407,6 +498,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "replay": cmd_replay,
             "report": cmd_report,
             "simulate": cmd_simulate,
+            "bench": cmd_bench,
+            "export": cmd_export,
         }[ns.command](ns)
     except KeyboardInterrupt:
         return 130

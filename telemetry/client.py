@@ -133,30 +133,32 @@ class HubClient(FrameApplier):
         return cls(info["updates"], info["snapshot"], run_id=info.get("run_id", ""), **kw)
 
     def _request_snapshot(self) -> None:
-        if self.dealer is not None:
-            self.dealer.close(0)
-        self.dealer = self.ctx.socket(zmq.DEALER)
-        self.dealer.setsockopt(zmq.LINGER, 0)
-        self.dealer.setsockopt(zmq.MAXMSGSIZE, 1 << 30)
-        self.dealer.connect(self.snapshot_endpoint)
-        self.dealer.send(frames.SNAPSHOT_REQUEST)
+        # One DEALER for the client's life: a slow answer to an earlier request is still
+        # taken (a busy hub at 1024 ranks may need a while), never thrown away.
+        if self.dealer is None:
+            self.dealer = self.ctx.socket(zmq.DEALER)
+            self.dealer.setsockopt(zmq.LINGER, 0)
+            self.dealer.setsockopt(zmq.MAXMSGSIZE, 1 << 30)
+            self.dealer.connect(self.snapshot_endpoint)
+        self.dealer.send(frames.SNAPSHOT_REQUEST, zmq.NOBLOCK)
         self.synced = False
         self._asked = time.monotonic()
 
     def poll(self) -> bool:
         changed = False
-        if not self.synced:
+        while True:
             try:
                 raw = self.dealer.recv(zmq.NOBLOCK)
             except zmq.Again:
-                if time.monotonic() - self._asked > 5.0:
-                    self._request_snapshot()  # the hub may have restarted
-                raw = None
-            if raw is not None:
-                self.load_snapshot(frames.decode_snapshot(raw))
-                self.synced = True
-                self.snapshots += 1
-                changed = True
+                break
+            if self.synced:
+                continue  # an answer to a repeated request: already synced
+            self.load_snapshot(frames.decode_snapshot(raw))
+            self.synced = True
+            self.snapshots += 1
+            changed = True
+        if not self.synced and time.monotonic() - self._asked > 5.0:
+            self._request_snapshot()  # ask again: the hub may have restarted meanwhile
         while True:
             try:
                 _topic, raw = self.sub.recv_multipart(zmq.NOBLOCK)

@@ -138,12 +138,12 @@ class HubCore:
         hello = self.state.hello
         if msg.seq < 0:
             # Said by the launcher on a rank's behalf (a worker torchrun saw die); redundant
-            # when the rank said it itself.
-            r = self.state.ranks.get(msg.rank)
-            if not isinstance(msg, schema.Event) or (r is not None and (r.exit_code is not None or r.finished)):
-                return "redundant"
-            if msg.seq < -1:
+            # when the rank said it itself. The launcher only ever says events, with seq -1.
+            if not isinstance(msg, schema.Event) or msg.seq != -1:
                 return "out_of_range"
+            r = self.state.ranks.get(msg.rank)
+            if r is not None and (r.exit_code is not None or r.finished):
+                return "redundant"
         if hello is not None and hello.world_size and msg.rank >= max(hello.world_size, 1) and not isinstance(msg, schema.Hello):
             if msg.rank not in self.state.ranks:
                 return "rank_out_of_range"
@@ -455,6 +455,10 @@ def add_hub_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frame-hz", type=float, default=10.0, help="frames a second to viewers (default 10)")
     p.add_argument("--no-registry", action="store_true", help="do not list this hub in `pardash ps`")
     p.add_argument("--resume", action="store_true", help="carry on an existing log: rebuild state from it, then append")
+    # Prometheus /metrics (telemetry/prometheus.py): --prometheus PORT, --prometheus-addr, --prometheus-per-rank.
+    from .prometheus import add_arguments as add_prometheus_arguments
+
+    add_prometheus_arguments(p)
 
 
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
@@ -471,6 +475,18 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
         hub.close()
         return 2
     info = {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), **hub.endpoints, **(meta or {})}
+    # -- Prometheus /metrics, read from this hub's state at scrape time --
+    metrics = None
+    if getattr(ns, "prometheus", None) is not None:
+        from .prometheus import MetricsError, serve_metrics
+
+        try:
+            metrics = serve_metrics(hub.core, ns.prometheus, addr=ns.prometheus_addr, per_rank=ns.prometheus_per_rank)
+        except MetricsError as exc:
+            print(f"pardash hub: {exc}", file=sys.stderr)
+            hub.close()
+            return 2
+        info["metrics"] = metrics.url
     entry = None if getattr(ns, "no_registry", False) else registry.register(info)
     signal.signal(signal.SIGTERM, hub.stop)
     signal.signal(signal.SIGINT, hub.stop)
@@ -496,6 +512,8 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
             f"hub stopped: {st.received} messages, {st.lost} lost, {sum(st.rejected.values())} rejected"
         )
         hub.close()
+        if metrics is not None:
+            metrics.close()
         if entry is not None:
             registry.unregister(entry)
     return 0

@@ -69,8 +69,11 @@ class Ring:
         return (self._buf[self._head :] + self._buf[: self._head]).tobytes()
 
     def load_bytes(self, data: bytes) -> None:
+        """Replace the contents with ``to_bytes()`` output (oldest first), in one copy."""
         values = array("f")
         values.frombytes(data[: len(data) - len(data) % 4])
-        self._head = 0
-        self._count = 0
-        self.extend(values[-self.capacity :])
+        values = values[-self.capacity :]
+        n = len(values)
+        self._buf[:n] = values
+        self._count = n
+        self._head = n % self.capacity

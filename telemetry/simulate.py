@@ -260,3 +260,36 @@ class SimulatedJob:
     def close(self) -> None:
         for s in self._socks:
             s.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pardash.telemetry.simulate --endpoint E --run-id R --config JSON``: publish
+    until SIGTERM, the step count, or a crash (the CLI runs this in a process of its own so
+    the hub and the viewer each get their own interpreter)."""
+    import argparse
+    import json
+    import signal
+    import threading
+
+    p = argparse.ArgumentParser(prog="pardash simulate (ranks)")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--config", required=True, help="SimConfig fields as JSON")
+    ns = p.parse_args(argv)
+    fields = json.loads(ns.config)
+    for key in ("stall", "crash"):
+        if fields.get(key) is not None:
+            fields[key] = tuple(fields[key])
+    job = SimulatedJob(SimConfig(**fields), ns.endpoint, ns.run_id)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        job.run(stop.is_set)
+    finally:
+        job.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -31,30 +31,3 @@ def hub(tmp_path):
     h.stop()
     t.join(10)
     h.close()
-
-
-def identity(rank: int, world: int = 2, node: int = 0):
-    from pardash.telemetry.env import RankIdentity
-
-    return RankIdentity(rank=rank, local_rank=rank, world_size=world, node=node, host=f"node{node}", restart=0)
-
-
-def wait_for(pred, timeout_s: float = 20.0, poll_s: float = 0.02, poll=None):
-    """Poll until ``pred()`` is true; fails the test after a generous bound (not a timing claim)."""
-    import time
-
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if poll is not None:
-            poll()
-        if pred():
-            return True
-        time.sleep(poll_s)
-    raise AssertionError(f"condition not met within {timeout_s} s")
-
-
-def pardash_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PARDASH_ENDPOINT", None)
-    env.update(extra)
-    return env

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import pardash_env, wait_for
+from helpers import pardash_env, wait_for
 from pardash.telemetry import registry, schema
 from pardash.telemetry.logreader import load_log
 

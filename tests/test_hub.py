@@ -4,7 +4,7 @@ joiners, refuses garbage without falling over."""
 import msgspec
 import zmq
 
-from conftest import identity, wait_for
+from helpers import identity, wait_for
 from pardash.telemetry import schema
 from pardash.telemetry.client import HubClient, ReplaySource
 from pardash.telemetry.logreader import load_log

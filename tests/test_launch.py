@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import pardash_env
+from helpers import pardash_env
 from pardash.telemetry import schema
 from pardash.telemetry.logreader import load_log
 

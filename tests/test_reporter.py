@@ -4,7 +4,7 @@ import threading
 
 import zmq
 
-from conftest import identity, wait_for
+from helpers import identity, wait_for
 from pardash.telemetry import schema
 from pardash.telemetry.env import rank_identity, telemetry_enabled
 from pardash.telemetry.reporter import Reporter

@@ -7,14 +7,18 @@ is hooked, and what each hook tells:
 - optimizer step pre/post hooks (``torch.optim.optimizer.register_optimizer_step_*_hook``):
   step boundaries and optimizer time;
 - module forward pre/post hooks (``register_module_forward_*_hook``), acting on the *root*
-  call only, the outermost module call (a submodule call costs a depth increment): the start
-  of a micro-batch's forward, its batch size (the first dimension of the first tensor
-  argument), and the model: the root modules seen training (the DDP or FSDP2 wrapper when
-  there is one), whose type gives the strategy;
+  call only, the outermost module call with parameters, under grad mode (a submodule call
+  costs a depth increment): the start of a micro-batch's forward, its batch size (the first
+  dimension of the first tensor argument), and the model: the root modules seen training (the
+  DDP or FSDP2 wrapper when there is one), whose type gives the strategy. Once the same roots
+  have trained for ``SETTLE_STEPS`` steps, the global hooks give way to hooks on the roots
+  alone, so submodule calls go back to PyTorch's fast path; a new optimizer brings the
+  global hooks back to find its model;
 - ``torch.autograd.backward`` (which ``Tensor.backward`` calls): the start of each backward,
   the loss (the tensor backpropagated) and the micro-batch count;
-- ``torch.distributed.init_process_group``: the backend; ``DistributedSampler.set_epoch``: the
-  epoch; ``GradScaler.scale``: the unscaled loss behind a scaled one.
+- ``torch.distributed.init_process_group``: the backend (and an early hello);
+  ``DistributedSampler.set_epoch``: the epoch; ``GradScaler.scale``: the unscaled loss behind
+  a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round.
 
 Step boundaries. A step is one *round* of optimizer steps: the optimizer steps between two
 micro-batches (a micro-batch starts at a root forward or a backward), so two optimizers stepped
@@ -42,7 +46,11 @@ Cost. On CPU the stamps are ``perf_counter`` and a step is published when it end
 they are CUDA events and a step is published once the next one ends (its events and loss are
 ready by then), so no hook waits for the device. Memory accounting is the one expensive part:
 it runs every step while it costs under 1% of the step time, else every few steps
-(:class:`pardash.telemetry.api.MemoryProbe`).
+(:class:`pardash.telemetry.api.MemoryProbe`). ``tests/scripts/measure_overhead.py`` measures
+all of it.
+
+An internal error in a hook never reaches the script: the instrumentation stops and says so in
+a warning event. Forked children (DataLoader workers) inherit the hooks inert.
 """
 
 from __future__ import annotations

@@ -72,6 +72,12 @@ class LaunchSpec:
     viewer_pid: int = 0
     """Foreground pid; after the job ends the hub stays up while this process lives."""
     extra_env: dict[str, str] = field(default_factory=dict)
+    prometheus_port: int | None = None
+    """Serve Prometheus metrics from the hub on this port (None: no; 0: a free port)."""
+    prometheus_addr: str = "127.0.0.1"
+    """Address the hub's /metrics binds."""
+    prometheus_per_rank: bool = False
+    """Add per-rank series to /metrics."""
 
 
 def torchrun_argv(spec: LaunchSpec) -> list[str]:
@@ -114,6 +120,11 @@ class Supervisor:
             argv += ["--port", str(port), "--resume"]
         elif spec.telemetry_port:
             argv += ["--port", str(spec.telemetry_port)]
+        if spec.prometheus_port is not None:
+            # A restarted hub serves /metrics on the same port again.
+            metrics_port = self.endpoints.get("metrics", "").rsplit(":", 1)[-1].split("/")[0] if resume else ""
+            argv += ["--prometheus", metrics_port or str(spec.prometheus_port), "--prometheus-addr", spec.prometheus_addr]
+            argv += ["--prometheus-per-rank"] if spec.prometheus_per_rank else []
         self.hub = subprocess.Popen(argv, pass_fds=(w,), stdin=subprocess.DEVNULL)
         os.close(w)
         line = _read_line(r, HUB_READY_TIMEOUT_S)

@@ -1,0 +1,115 @@
+"""``pardash export LOG --tensorboard DIR``: a recorded log as TensorBoard scalars.
+
+One TensorBoard run per rank (``DIR/rank0``, ``DIR/rank1``, ...), so TensorBoard's run
+selector overlays the ranks. Every step record becomes one point per scalar, at the step's
+number and wall clock:
+
+- ``loss``, ``lr``, ``throughput/samples_per_s`` (the rank's samples / its step time);
+- ``time/step_s`` and the phases ``time/data_s`` ... ``time/self_s`` (seconds);
+- ``memory/<field>`` for every figure of the step's ``mem`` (bytes: params_bytes,
+  held_bytes, cuda_peak_bytes, rss_bytes, ...);
+- ``custom/<name>`` for metrics a script logged with ``pardash.telemetry.log``.
+
+The writer is TensorBoard's own event-file writer (``tensorboard.summary.writer``, the one
+``torch.utils.tensorboard`` wraps) with scalar ``Summary`` protos: no torch, no TensorFlow.
+TensorBoard stores scalars as float32, so values come back to about 7 significant digits.
+It is imported when an export runs (the ``export`` extra), never when this module loads.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from . import schema
+from .logreader import LogReadStats, read_log
+from .state import mem_held_bytes
+
+TIMES = ("step_s", "data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
+MEM_FIELDS = (
+    "params_bytes", "grads_bytes", "optim_bytes", "buckets_bytes",
+    "params_full_bytes", "grads_full_bytes", "optim_full_bytes",
+    "cuda_allocated_bytes", "cuda_reserved_bytes", "cuda_peak_bytes", "nvml_used_bytes", "rss_bytes",
+)  # fmt: skip
+INSTALL_HINT = "pardash export --tensorboard needs the tensorboard package: pip install 'pardash[export]'"
+
+
+class ExportError(Exception):
+    """An export that cannot run; the message is one line that says what to do."""
+
+
+def step_scalars(s: schema.Step) -> dict[str, float]:
+    """The scalars one step record gives (tag -> value), the ones the export writes."""
+    out: dict[str, float] = {}
+    if s.loss is not None:
+        out["loss"] = s.loss
+    if s.lr is not None:
+        out["lr"] = s.lr
+    if s.step_s > 0 and s.samples:
+        out["throughput/samples_per_s"] = s.samples / s.step_s
+    for name in TIMES:
+        v = getattr(s, name)
+        if v is not None:
+            out[f"time/{name}"] = v
+    if s.mem is not None:
+        for name in MEM_FIELDS:
+            v = getattr(s.mem, name)
+            if v is not None:
+                out[f"memory/{name}"] = v
+        out["memory/held_bytes"] = mem_held_bytes(s.mem)
+    for name, v in s.custom.items():
+        out[f"custom/{name}"] = v
+    return out
+
+
+def _writer_classes():
+    try:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError:
+        raise ExportError(INSTALL_HINT) from None
+    return EventFileWriter, Event, Summary
+
+
+def export_tensorboard(log_path: str, out_dir: str) -> dict:
+    """Write ``log_path``'s per-rank scalars under ``out_dir``; returns what was written:
+    ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": n, "skipped_lines": n}``."""
+    if not os.path.isfile(log_path):
+        raise ExportError(f"{log_path}: no such log file")
+    existing = glob.glob(os.path.join(out_dir, "rank*", "events.out.tfevents.*"))
+    if existing:
+        raise ExportError(f"{out_dir} already holds TensorBoard event files ({existing[0]}); choose an empty --tensorboard DIR")
+    EventFileWriter, Event, Summary = _writer_classes()
+    writers: dict[int, object] = {}
+    steps: dict[int, int] = {}
+    points = 0
+    stats = LogReadStats()
+    try:
+        for msg in read_log(log_path, stats):
+            if not isinstance(msg, schema.Step) or msg.rank < 0:
+                continue
+            w = writers.get(msg.rank)
+            if w is None:
+                path = os.path.join(out_dir, f"rank{msg.rank}")
+                try:
+                    os.makedirs(path, exist_ok=True)
+                except OSError as exc:
+                    raise ExportError(f"cannot write {path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
+                w = writers[msg.rank] = EventFileWriter(path, max_queue_size=1000, flush_secs=30)
+            values = [Summary.Value(tag=tag, simple_value=v) for tag, v in step_scalars(msg).items()]
+            w.add_event(Event(wall_time=msg.t, step=msg.step, summary=Summary(value=values)))
+            steps[msg.rank] = steps.get(msg.rank, 0) + 1
+            points += len(values)
+    finally:
+        for w in writers.values():
+            w.close()
+    return {
+        "ranks": dict(sorted(steps.items())),
+        "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(writers)},
+        "points": points,
+        "skipped_lines": stats.skipped_total,
+    }
+
+
+__all__ = ["ExportError", "export_tensorboard", "step_scalars"]

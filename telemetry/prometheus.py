@@ -1,0 +1,230 @@
+"""``--prometheus PORT``: the hub's state as Prometheus metrics on ``/metrics``.
+
+A custom collector reads the hub's :class:`~pardash.telemetry.state.RunState` and
+:meth:`HubCore.stats` when Prometheus scrapes, so ingest pays nothing per message. It runs on
+prometheus-client's HTTP thread while the hub loop mutates the state: it copies what it
+iterates (``list(dict.values())`` is atomic under the GIL) and reads each message object once.
+
+Names follow Prometheus' conventions: a ``pardash_`` prefix, base units in the name (seconds,
+bytes), ``_total`` on counters. By default the series are cross-rank aggregates, so a
+thousand-rank job is a few dozen series; ``per_rank=True`` (``--prometheus-per-rank``) adds
+``pardash_rank_*`` series labelled by rank (cardinality grows with the world size).
+
+prometheus-client is imported lazily (it is in the ``export`` extra): the hub imports this
+module only when asked to serve metrics.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING, Iterator
+
+from .state import STATUSES, mem_device_bytes, mem_full_bytes, mem_held_bytes
+from .summary import samples_per_s, zero_expected_bytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .hub import HubCore
+
+PHASES = ("data", "forward", "backward", "optimizer", "comm")
+
+INSTALL_HINT = "--prometheus needs prometheus-client: pip install 'pardash[export]'"
+
+
+class MetricsError(Exception):
+    """Metrics cannot be served; the message is one line that says what to do."""
+
+
+def _stat(values: list[float]) -> tuple[float, float, float] | None:
+    return (min(values), statistics.median(values), max(values)) if values else None
+
+
+class HubCollector:
+    """Yields the hub's metrics at scrape time (a prometheus-client custom collector)."""
+
+    def __init__(self, core: "HubCore", *, per_rank: bool = False) -> None:
+        self.core = core
+        self.per_rank = per_rank
+
+    def describe(self) -> list:
+        # Registering without calling collect() (which reads live state) at registration.
+        return []
+
+    def collect(self) -> Iterator:
+        # The hub thread may add a rank while we iterate its dicts: build every family first,
+        # and start again on "dictionary changed size during iteration" (rare: a rank joins).
+        for attempt in range(3):
+            try:
+                families = list(self._families())
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+        yield from families
+
+    def _families(self) -> Iterator:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+        core = self.core
+        st = core.state
+        stats = core.stats()
+        ranks = list(st.ranks.values())
+        steps = [(r, r.step) for r in ranks if r.step is not None]
+        hello = st.hello
+
+        info = InfoMetricFamily("pardash_run", "The run this hub records.")
+        info.add_metric([], {"run_id": st.run_id, "strategy": st.strategy, "hub_id": core.hub_id})
+        yield info
+
+        def gauge(name: str, doc: str, value: float | None):
+            g = GaugeMetricFamily(name, doc)
+            if value is not None:
+                g.add_metric([], value)
+            return g
+
+        yield gauge("pardash_world_size", "Ranks in the job (from the ranks' hello).", st.world_size)
+        yield gauge("pardash_step", "Last step completed by the slowest rank (the run's progress).", st.step if steps else None)
+        yield gauge("pardash_samples_per_second", "Samples a second over all ranks, from each rank's latest step.", samples_per_s(st) if steps else None)
+
+        by_state = GaugeMetricFamily("pardash_ranks", "Ranks in each state.", labels=["state"])
+        counts = {s: 0 for s in STATUSES}
+        for r in ranks:
+            counts[r.status] += 1
+        for s in STATUSES:
+            by_state.add_metric([s], counts[s])
+        yield by_state
+
+        step_stat = _stat([s.step_s for _, s in steps])
+        self_stat = _stat([s.self_s for _, s in steps if s.self_s is not None])
+        yield gauge("pardash_step_median_seconds", "Median over ranks of the latest step's wall time.", step_stat[1] if step_stat else None)
+        yield gauge("pardash_step_max_seconds", "Largest latest step wall time of any rank.", step_stat[2] if step_stat else None)
+        yield gauge("pardash_self_median_seconds", "Median over ranks of the latest self time (work before the first collective).", self_stat[1] if self_stat else None)
+        yield gauge("pardash_self_max_seconds", "Largest latest self time of any rank (the straggler signal).", self_stat[2] if self_stat else None)
+
+        strag = GaugeMetricFamily(
+            "pardash_straggler_cost_seconds", "Seconds a step the other ranks wait for each straggler rank.", labels=["rank", "cause"]
+        )
+        n_strag = 0
+        for r in ranks:
+            v = r.straggler
+            if v is not None:
+                n_strag += 1
+                strag.add_metric([str(r.rank), v.cause or "unknown"], v.cost_s or 0.0)
+        yield gauge("pardash_stragglers", "Ranks judged stragglers now.", n_strag)
+        yield strag
+
+        mems = [s.mem for _, s in steps if s.mem is not None]
+        held = _stat([float(b) for b in (mem_held_bytes(m) for m in mems) if b is not None])
+        dev = _stat([float(b) for b in (mem_device_bytes(m) for m in mems) if b is not None])
+        peaks = [m.cuda_peak_bytes for m in mems if m.cuda_peak_bytes is not None]
+        full = [b for b in (mem_full_bytes(m) for m in mems) if b]
+        yield gauge("pardash_held_min_bytes", "Smallest model state a rank holds (parameters, gradients, optimizer state, DDP buckets).", held[0] if held else None)
+        yield gauge("pardash_held_max_bytes", "Largest model state a rank holds (parameters, gradients, optimizer state, DDP buckets).", held[2] if held else None)
+        yield gauge("pardash_unsharded_bytes", "Model state one rank would hold unsharded (measured).", max(full) if full else None)
+        expected = None
+        if hello is not None and hello.params_count:
+            expected = zero_expected_bytes(hello.params_count, st.world_size, hello.strategy)
+        yield gauge("pardash_expected_bytes", "ZeRO expectation of the model state a rank holds for the strategy (16 bytes a parameter, / N when sharded).", expected)
+        yield gauge("pardash_device_memory_min_bytes", "Smallest device memory of a rank (CUDA allocated on GPU, RSS on CPU).", dev[0] if dev else None)
+        yield gauge("pardash_device_memory_max_bytes", "Largest device memory of a rank (CUDA allocated on GPU, RSS on CPU).", dev[2] if dev else None)
+        yield gauge("pardash_device_peak_max_bytes", "Largest CUDA allocator peak of a rank during its latest step.", max(peaks) if peaks else None)
+
+        received = CounterMetricFamily("pardash_messages_received", "Messages the hub took from ranks.")
+        received.add_metric([], stats.received)
+        yield received
+        rejected = CounterMetricFamily("pardash_messages_rejected", "Messages the hub refused, by reason.", labels=["reason"])
+        for reason, n in sorted(stats.rejected.items()):
+            rejected.add_metric([reason], n)
+        yield rejected
+        lost = CounterMetricFamily("pardash_messages_lost", "Messages that never arrived (gaps in the ranks' sequence numbers).")
+        lost.add_metric([], stats.lost)
+        yield lost
+        dropped = CounterMetricFamily("pardash_messages_dropped", "Messages the ranks' reporters dropped (queue full), as their heartbeats say.")
+        dropped.add_metric([], stats.dropped)
+        yield dropped
+        yield gauge("pardash_ingest_messages_per_second", "Messages a second the hub ingested over the last second.", stats.ingest_hz)
+
+        if self.per_rank:
+            yield from self._per_rank(ranks)
+
+    def _per_rank(self, ranks) -> Iterator:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        step = GaugeMetricFamily("pardash_rank_step", "Last step the rank completed.", labels=["rank"])
+        step_s = GaugeMetricFamily("pardash_rank_step_seconds", "Wall time of the rank's latest step.", labels=["rank"])
+        self_s = GaugeMetricFamily("pardash_rank_self_seconds", "Self time of the rank's latest step.", labels=["rank"])
+        phase = GaugeMetricFamily("pardash_rank_phase_seconds", "Phase times of the rank's latest step.", labels=["rank", "phase"])
+        loss = GaugeMetricFamily("pardash_rank_loss", "Loss of the rank's latest step.", labels=["rank"])
+        held = GaugeMetricFamily("pardash_rank_held_bytes", "Model state the rank holds.", labels=["rank"])
+        device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS).", labels=["rank"])
+        state = GaugeMetricFamily("pardash_rank_state", "1 for the rank's current state.", labels=["rank", "state"])
+        lost = CounterMetricFamily("pardash_rank_messages_lost", "The rank's messages that never arrived.", labels=["rank"])
+        for r in ranks:
+            lab = str(r.rank)
+            state.add_metric([lab, r.status], 1)
+            lost.add_metric([lab], r.seq.lost)
+            s = r.step
+            if s is None:
+                continue
+            step.add_metric([lab], s.step)
+            step_s.add_metric([lab], s.step_s)
+            if s.self_s is not None:
+                self_s.add_metric([lab], s.self_s)
+            for p in PHASES:
+                v = getattr(s, f"{p}_s")
+                if v is not None:
+                    phase.add_metric([lab, p], v)
+            if s.loss is not None:
+                loss.add_metric([lab], s.loss)
+            h, d = mem_held_bytes(s.mem), mem_device_bytes(s.mem)
+            if h is not None:
+                held.add_metric([lab], h)
+            if d is not None:
+                device.add_metric([lab], d)
+        yield from (step, step_s, self_s, phase, loss, held, device, state, lost)
+
+
+class MetricsServer:
+    """``/metrics`` over HTTP for one hub, on prometheus-client's server thread."""
+
+    def __init__(self, core: "HubCore", *, port: int, addr: str = "127.0.0.1", per_rank: bool = False) -> None:
+        try:
+            from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+        except ImportError:
+            raise MetricsError(INSTALL_HINT) from None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(HubCollector(core, per_rank=per_rank))
+        ProcessCollector(registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+        except OSError as exc:
+            raise MetricsError(
+                f"cannot serve /metrics on {addr}:{port} ({exc.strerror or exc}); choose another --prometheus PORT"
+            ) from None
+        self.addr = addr
+        self.port = self._server.server_port
+        """The port bound (the one asked, or a free one for 0)."""
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def serve_metrics(core: "HubCore", port: int, *, addr: str = "127.0.0.1", per_rank: bool = False) -> MetricsServer:
+    """Start serving ``core``'s metrics; raises :class:`MetricsError` with one line."""
+    return MetricsServer(core, port=port, addr=addr, per_rank=per_rank)
+
+
+def add_arguments(p) -> None:
+    """``--prometheus PORT``, ``--prometheus-addr``, ``--prometheus-per-rank`` (hub, launch, simulate)."""
+    p.add_argument("--prometheus", type=int, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port)")
+    p.add_argument("--prometheus-addr", default="127.0.0.1", metavar="ADDR", help="address /metrics binds (default 127.0.0.1)")
+    p.add_argument("--prometheus-per-rank", action="store_true", help="add per-rank series (pardash_rank_*; one series per rank and metric)")
+
+
+__all__ = ["HubCollector", "MetricsError", "MetricsServer", "add_arguments", "serve_metrics"]
