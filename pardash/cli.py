@@ -301,6 +301,24 @@ def _prometheus_spec(ns: argparse.Namespace, spec) -> None:
     spec.prometheus_per_rank = ns.prometheus_per_rank
 
 
+def _bench_parser(sub) -> argparse.ArgumentParser:
+    from pardash.trainer import config as train_config
+
+    b = sub.add_parser(
+        "bench",
+        help="run several strategies on the same model and data, and compare them",
+        description="Run each strategy (single, ddp, fsdp; dp with 2+ GPUs) on the same model and data with telemetry, then print samples/s, step time and its phases, per-rank memory, the saving against DDP and scaling efficiency against single.",
+    )
+    b.add_argument("--strategies", default="single,ddp,fsdp", help="comma-separated strategies (default single,ddp,fsdp)")
+    b.add_argument("--nproc", type=int, default=2, help="ranks for ddp/fsdp (default 2)")
+    b.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="output format (default text)")
+    b.add_argument("--runs-dir", default="runs", help="folder for the runs' logs (default ./runs)")
+    t = b.add_argument_group("bundled trainer (same for every strategy)")
+    train_config.add_arguments(t)
+    b.set_defaults(strategy=None)
+    return b
+
+
 def cmd_bench(ns: argparse.Namespace) -> int:
     from pardash.telemetry.compare import render_bench_markdown, render_bench_text
     from pardash.trainer import config as train_config
@@ -380,7 +398,9 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     hub_args = ["--run-id", run_id, "--log", log, "--bind", ns.bind, "--meta", json.dumps({"strategy": cfg.strategy, "world_size": cfg.ranks, "simulated": True})]
     if ns.port:
         hub_args += ["--port", str(ns.port)]
-    hub_args += getattr(ns, "hub_extra_args", [])
+    if getattr(ns, "prometheus", None) is not None:
+        hub_args += ["--prometheus", str(ns.prometheus), "--prometheus-addr", ns.prometheus_addr]
+        hub_args += ["--prometheus-per-rank"] if ns.prometheus_per_rank else []
     try:
         hub, info = spawn_hub(hub_args, start_new_session=True)
     except SpawnError as exc:

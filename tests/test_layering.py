@@ -37,7 +37,7 @@ def test_telemetry_is_headless_and_torch_free(module):
     assert "pardash.trainer" not in loaded and "pardash.tui" not in loaded
 
 
-@pytest.mark.parametrize("module", [m for m in _modules("trainer") if not m.endswith(".autorun")])
+@pytest.mark.parametrize("module", _modules("trainer"))
 def test_trainer_never_loads_textual_or_tui(module):
     loaded = _loaded_after(module)
     assert "textual" not in loaded

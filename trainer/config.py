@@ -153,6 +153,17 @@ class TrainConfig:
     log_every: int = 10
     """Rank 0 prints the loss every this many steps (0: never)."""
 
+    # -- checkpoints -------------------------------------------------------------------------
+    checkpoint_dir: str | None = None
+    """Folder for checkpoints, one step-NNNNNNNN folder each (ddp and fsdp save with
+    torch.distributed.checkpoint, every rank its own shard: on several nodes, a shared folder)."""
+    checkpoint_every: int | None = None
+    """Save every this many steps (default: only at the end of the run); needs
+    --checkpoint-dir."""
+    resume: bool = False
+    """Continue from the newest checkpoint in --checkpoint-dir (start afresh when there is
+    none): model, optimizer, step, data order, learning rate schedule and RNG state."""
+
     # -- fault injection (for straggler / stall / crash detection) ---------------------------
     inject_straggler: Straggler | None = None
     """RANK:KIND:SECONDS: that rank spends SECONDS more per step, sleeping in its data
@@ -160,7 +171,9 @@ class TrainConfig:
     inject_stall: RankStep | None = None
     """RANK@STEP: that rank blocks forever in the data phase of STEP (heartbeats go on)."""
     inject_crash: RankStep | None = None
-    """RANK@STEP: that rank raises at STEP and exits with code 1."""
+    """RANK@STEP: that rank raises at STEP and exits with code 1, on the first attempt only
+    (not after a torchrun restart), so --max-restarts 1 --resume --checkpoint-every N shows the
+    job recover."""
 
     def __post_init__(self) -> None:
         # Faults may arrive as their flag text (from argparse or a dict).
@@ -218,6 +231,17 @@ class TrainConfig:
             raise ValueError(f"--pg-timeout-s must be positive, got {self.pg_timeout_s}")
         if not (0.0 <= self.noise < 1.0):
             raise ValueError(f"--noise is a probability in [0, 1), got {self.noise}")
+        if self.checkpoint_dir is not None and not self.checkpoint_dir.strip():
+            raise ValueError("--checkpoint-dir is empty; name a folder, e.g. --checkpoint-dir ckpt")
+        if self.checkpoint_every is not None:
+            if self.checkpoint_every < 1:
+                raise ValueError(
+                    f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"
+                )
+            if self.checkpoint_dir is None:
+                raise ValueError("--checkpoint-every needs --checkpoint-dir DIR to save into")
+        if self.resume and self.checkpoint_dir is None:
+            raise ValueError("--resume needs --checkpoint-dir DIR to resume from")
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"--n-embd {self.n_embd} is not divisible by --n-head {self.n_head}; "
@@ -326,6 +350,8 @@ _METAVARS = {
     "inject_straggler": "RANK:KIND:SECONDS",
     "inject_stall": "RANK@STEP",
     "inject_crash": "RANK@STEP",
+    "checkpoint_dir": "DIR",
+    "checkpoint_every": "STEPS",
 }
 
 
@@ -366,9 +392,10 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
     for f in dataclasses.fields(TrainConfig):
         help_text = docs.get(f.name, "").replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": f.name, "default": f.default}
-        if f.name in ("steps", "epochs"):
+        if f.name in ("steps", "epochs", "checkpoint_every"):
             kwargs["type"] = int
             kwargs["default"] = None
+            kwargs["metavar"] = _METAVARS.get(f.name)
         elif f.name in _METAVARS:
             kwargs["type"] = str
             kwargs["metavar"] = _METAVARS[f.name]
