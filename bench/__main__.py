@@ -11,6 +11,7 @@ BENCHES = {
     "publish": "Rank-side publish cost (issue 2)",
     "throughput": "Training throughput, telemetry on/off (issue 2)",
     "detection": "Straggler detection matrix (issue 4)",
+    "script": "Unmodified script under pardash against plain torchrun (issue 5)",
 }
 
 

@@ -54,8 +54,8 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
     v.add_argument("--headless", action="store_true", help="no TUI: print progress lines and keep the log")
     v.add_argument("--log", default=None, help="JSONL telemetry log (default runs/<run id>/telemetry.jsonl)")
     v.add_argument("--runs-dir", default="runs", help="folder for run logs and outputs (default ./runs)")
-    v.add_argument("--telemetry-addr", default=None, help="address the hub binds (default 127.0.0.1 on one node, the master address on several)")
-    v.add_argument("--telemetry-port", type=int, default=0, help="hub ingest port (default: free ports; several nodes: 29600)")
+    v.add_argument("--telemetry-addr", default=None, help="address the hub binds (default 127.0.0.1 on one node, the master address on several); on nodes > 0, where node 0's hub is")
+    v.add_argument("--telemetry-port", type=int, default=0, help="hub ingest port (default: free ports; several nodes: 29600, and node 0's hub takes PORT..PORT+2)")
     v.add_argument("--every", type=float, default=5.0, help="seconds between headless progress lines (default 5)")
     from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
 
@@ -120,6 +120,8 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
         for port in (telemetry_port, telemetry_port + 1, telemetry_port + 2):
             if not _port_free(bind, port):
                 fail(f"--telemetry-port {telemetry_port}: port {port} is busy; pick another (the hub uses PORT..PORT+2)")
+    # Nodes > 0 start no hub: their ranks send to node 0's, at the same address and port.
+    remote_hub = f"tcp://{bind}:{telemetry_port}" if ns.node_rank > 0 else ""
     if ns.module:
         from pardash.trainer import autorun
 
@@ -142,6 +144,7 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
             max_restarts=ns.max_restarts,
             telemetry_bind=bind,
             telemetry_port=telemetry_port,
+            remote_hub=remote_hub,
             command=command,
             strategy=cfg.strategy if not (script or ns.module) else "script",
             world_size=world,
@@ -155,11 +158,19 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     from pardash.telemetry.client import HubClient
     from pardash.trainer.launcher import LaunchError, start
 
+    _check_prometheus_port(ns)
     spec = prepare_launch(ns, script)
     _prometheus_spec(ns, spec)
     if not ns.headless:
         spec.output = os.path.join(spec.run_dir, "output.log")
         spec.viewer_pid = os.getpid()
+    else:
+        from pardash.telemetry.printer import is_terminal
+
+        if is_terminal(sys.stdout):
+            # The progress bar owns the terminal: the ranks write to a file that the printer
+            # follows and prints above the bar (a viewer that dies never breaks their stdout).
+            spec.output = os.path.join(spec.run_dir, "output.log")
     print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
     try:
         job = start(spec)
@@ -172,7 +183,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         if ns.headless:
             from pardash.telemetry.printer import ProgressPrinter
 
-            printer = ProgressPrinter(client, every_s=ns.every)
+            printer = ProgressPrinter(client, every_s=ns.every, tail=None if spec.output == "inherit" else spec.output)
             try:
                 printer.follow(lambda: job.poll() is not None)
             except KeyboardInterrupt:
@@ -290,12 +301,16 @@ def cmd_report(ns: argparse.Namespace) -> int:
 # -- issue 6: bench, export, Prometheus -----------------------------------------------------
 
 
-def _prometheus_spec(ns: argparse.Namespace, spec) -> None:
-    """Pass --prometheus on to the hub the supervisor starts (after checking the port)."""
-    if ns.prometheus is None:
-        return
+def _check_prometheus_port(ns: argparse.Namespace) -> None:
+    """Refuse a busy --prometheus port before anything starts (one line, exit 2)."""
     if ns.prometheus and not _port_free(ns.prometheus_addr, ns.prometheus):
         fail(f"--prometheus {ns.prometheus}: port {ns.prometheus} is busy on {ns.prometheus_addr}; pick another")
+
+
+def _prometheus_spec(ns: argparse.Namespace, spec) -> None:
+    """Pass --prometheus on to the hub the supervisor starts."""
+    if ns.prometheus is None:
+        return
     spec.prometheus_port = ns.prometheus
     spec.prometheus_addr = ns.prometheus_addr
     spec.prometheus_per_rank = ns.prometheus_per_rank
@@ -313,9 +328,12 @@ def _bench_parser(sub) -> argparse.ArgumentParser:
     b.add_argument("--nproc", type=int, default=2, help="ranks for ddp/fsdp (default 2)")
     b.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="output format (default text)")
     b.add_argument("--runs-dir", default="runs", help="folder for the runs' logs (default ./runs)")
-    t = b.add_argument_group("bundled trainer (same for every strategy)")
+    t = b.add_argument_group("bundled trainer (same for every strategy; --steps defaults to 50)")
     train_config.add_arguments(t)
-    b.set_defaults(strategy=None)
+    for action in b._actions:  # --strategies replaces the trainer's --strategy here
+        if action.dest == "strategy":
+            action.help = argparse.SUPPRESS
+    b.set_defaults(strategy=None, steps=50)
     return b
 
 
@@ -411,6 +429,8 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
         stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     print(f"{PROG}: simulating {cfg.ranks} ranks at {cfg.rate_hz:g} steps/s, run {run_id}, hub {info['ingest']}, log {log}", flush=True)
+    if info.get("metrics"):
+        print(f"{PROG}: Prometheus metrics on {info['metrics']}", flush=True)
     client = HubClient(info["updates"], info["snapshot"], run_id=run_id)
     try:
         if ns.headless:

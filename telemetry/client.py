@@ -7,12 +7,14 @@ replay runs through the very same code as a live run.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Protocol
 
+import msgspec
 import zmq
 
-from . import frames, registry, schema
+from . import frames, registry, schema, security
 from .hub import HubCore
 from .logreader import LogReadStats, read_log
 from .state import RunState
@@ -109,8 +111,24 @@ class HubClient(FrameApplier):
 
     live = True
 
-    def __init__(self, updates: str, snapshot: str, *, context: zmq.Context | None = None, run_id: str = "") -> None:
+    def __init__(
+        self,
+        updates: str,
+        snapshot: str,
+        *,
+        context: zmq.Context | None = None,
+        run_id: str = "",
+        curve: security.ClientKeys | str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``curve``: client keys or their folder for a hub with CURVE keys (default: the
+        folder in PARDASH_CURVE_DIR, when set); unreadable keys raise AttachError."""
         super().__init__()
+        try:
+            self.keys = security.client_keys(curve)
+        except security.CurveKeyError as exc:
+            raise AttachError(str(exc)) from None
+        self.bad_frames = 0
+        """Frames or snapshots from the hub that did not decode (skipped)."""
         self.ctx = context or zmq.Context.instance()
         self.updates_endpoint = updates
         self.snapshot_endpoint = snapshot
@@ -120,6 +138,8 @@ class HubClient(FrameApplier):
         self.sub.setsockopt(zmq.RCVHWM, 1000)
         self.sub.setsockopt(zmq.MAXMSGSIZE, 256 << 20)
         self.sub.setsockopt(zmq.LINGER, 0)
+        if self.keys is not None:
+            self.keys.apply(self.sub)
         self.sub.connect(updates)
         self.dealer: zmq.Socket | None = None
         self.synced = False
@@ -130,6 +150,11 @@ class HubClient(FrameApplier):
     @classmethod
     def attach(cls, target: str | None = None, **kw) -> "HubClient":
         info = resolve(target)
+        if info.get("curve") and kw.get("curve") is None and security.curve_dir_from_env() is None:
+            raise AttachError(
+                f"run {info.get('run_id')} takes only viewers with an authorised key: set PARDASH_CURVE_DIR "
+                "to its key folder (`pardash keys`)"
+            )
         return cls(info["updates"], info["snapshot"], run_id=info.get("run_id", ""), **kw)
 
     def _request_snapshot(self) -> None:
@@ -139,8 +164,13 @@ class HubClient(FrameApplier):
             self.dealer = self.ctx.socket(zmq.DEALER)
             self.dealer.setsockopt(zmq.LINGER, 0)
             self.dealer.setsockopt(zmq.MAXMSGSIZE, 1 << 30)
+            if self.keys is not None:
+                self.keys.apply(self.dealer)
             self.dealer.connect(self.snapshot_endpoint)
-        self.dealer.send(frames.SNAPSHOT_REQUEST, zmq.NOBLOCK)
+        try:
+            self.dealer.send(frames.SNAPSHOT_REQUEST, zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # requests already queued for a hub not there (yet): one of them will do
         self.synced = False
         self._asked = time.monotonic()
 
@@ -153,7 +183,12 @@ class HubClient(FrameApplier):
                 break
             if self.synced:
                 continue  # an answer to a repeated request: already synced
-            self.load_snapshot(frames.decode_snapshot(raw))
+            try:
+                snap = frames.decode_snapshot(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                self.bad_frames += 1
+                continue
+            self.load_snapshot(snap)
             self.synced = True
             self.snapshots += 1
             changed = True
@@ -168,7 +203,11 @@ class HubClient(FrameApplier):
                 continue
             if not self.synced:
                 continue  # frames before the snapshot are in it
-            frame = frames.decode_frame(raw)
+            try:
+                frame = frames.decode_frame(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                self.bad_frames += 1
+                continue
             if frame.hub_id != self.hub_id:
                 self.hub_restarts += 1
                 self._request_snapshot()  # a new hub process: its counters start again
@@ -247,6 +286,8 @@ class ReplaySource(FrameApplier):
     def _restart(self) -> None:
         FrameApplier.__init__(self)
         self.core = HubCore(detector=NullDetector())  # type: ignore[arg-type]
+        # Log lines the reader skipped show where a live hub shows its rejects (the header).
+        self.core.rejected.update({f"log_{why}": n for why, n in self.read_stats.skipped.items()})
         self._i = 0
         self._clock = self.t_start
         self._wall = time.monotonic()

@@ -194,7 +194,7 @@ def strategy_rows(results: list[dict]) -> list[dict]:
 BENCH_COLUMNS = (
     "strategy", "ranks", "samples/s", "step ms",
     *(f"{PHASE_LABELS[p]} ms" for p in PHASES if p != "self_s"),
-    "params/rank", "grads/rank", "optim/rank", "peak/rank", "saving vs DDP", "scaling vs single",
+    "params/rank", "grads/rank", "optim/rank", "held/rank", "peak/rank", "saving vs DDP", "scaling vs single",
 )  # fmt: skip
 
 
@@ -214,6 +214,7 @@ def bench_cells(r: dict) -> list[str]:
         human_bytes(r.get("params_bytes")),
         human_bytes(r.get("grads_bytes")),
         human_bytes(r.get("optim_bytes")),
+        human_bytes(r.get("held_bytes")),
         human_bytes(r.get("peak_bytes")),
         "-" if r["saving_vs_ddp"] is None else f"{r['saving_vs_ddp'] * 100:.0f}%",
         "-" if r["scaling_efficiency"] is None else f"{r['scaling_efficiency'] * 100:.0f}%",
@@ -223,8 +224,9 @@ def bench_cells(r: dict) -> list[str]:
 BENCH_NOTES = (
     "samples/s: samples a step over all ranks / median step time (the median leaves warm-up out).",
     "step and phase times: medians over steps and ranks; comm is time waiting on communication.",
-    "memory: the largest rank after its last step; peak is the CUDA allocator's peak on GPU, the process RSS on CPU.",
-    "saving vs DDP: model state a rank holds (parameters, gradients, optimizer state, DDP buckets) against DDP's.",
+    "memory: the largest rank after its last step; held is parameters + gradients + optimizer state + DDP buckets; "
+    "peak is the CUDA allocator's peak on GPU, the process RSS on CPU.",
+    "saving vs DDP: held bytes a rank against DDP's.",
     "scaling vs single: samples/s per device / single's samples/s.",
 )
 

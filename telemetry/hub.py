@@ -8,7 +8,11 @@
 - snapshot, ROUTER (bind): a :class:`Snapshot` to each viewer that asks (Clone pattern).
 
 Nothing received is ever executed or unpickled: bytes are decoded by msgspec against the
-schema, and anything that does not fit is counted by reason and dropped.
+schema, and anything that does not fit is counted by reason and dropped (``HubCore.rejected``;
+viewers show the total). Each part of a multipart message is judged as a frame of its own:
+asking ZeroMQ whether more parts follow would cost more than the rest of ingest. Frames above
+the socket's size limit never reach Python: libzmq drops them and disconnects the sender.
+Security (keys, where a hub may bind, what one record may hold) lives in :mod:`.security`.
 """
 
 from __future__ import annotations
@@ -115,11 +119,21 @@ class HubCore:
             for x in (msg.step_s, msg.data_s, msg.forward_s, msg.backward_s, msg.optimizer_s, msg.comm_s, msg.self_s):
                 if x is not None and not (isfinite(x) and x >= 0):
                     return "not_finite"
-            if len(msg.custom) > security.MAX_CUSTOM:
-                return "too_large"
+            if not isfinite(msg.mono):
+                return "not_finite"
+            if msg.custom:
+                if len(msg.custom) > security.MAX_CUSTOM:
+                    return "too_large"
+                # JSON has no inf or NaN: such a metric would make the whole log line unreadable.
+                for x in msg.custom.values():
+                    if not isfinite(x):
+                        msg.custom = {k: x for k, x in msg.custom.items() if isfinite(x)}
+                        break
         elif isinstance(msg, schema.Heartbeat):
             if not 0 <= msg.dropped <= security.MAX_COUNT:
                 return "out_of_range"
+            if not (isfinite(msg.phase_s) and isfinite(msg.mono)):
+                return "not_finite"
         elif isinstance(msg, schema.Hello):
             if not 1 <= msg.world_size <= MAX_RANK or msg.rank >= msg.world_size:
                 return "rank_out_of_range"
@@ -294,10 +308,27 @@ class Hub:
         ports: tuple[int, int, int] = (0, 0, 0),
         frame_hz: float = 10.0,
         context: zmq.Context | None = None,
+        curve: security.ServerKeys | str | os.PathLike[str] | None = None,
+        insecure: bool = False,
+        world_size: int = 0,
     ) -> None:
+        """``curve``: the hub's keys or their folder (``pardash keys``): only authorised
+        clients connect. Binding beyond loopback needs ``curve`` or ``insecure``
+        (:class:`security.InsecureBindError` otherwise); bad keys raise
+        :class:`security.CurveKeyError`. ``world_size``: refuse ranks at or above it."""
+        refusal = security.bind_refusal(host, curve=curve is not None, insecure=insecure)
+        if refusal:
+            raise security.InsecureBindError(refusal)
+        self.keys = security.server_keys(curve) if curve is not None else None
+        self.auth = None
+        self._own_ctx: zmq.Context | None = None
+        if self.keys is not None and context is None:
+            # The authenticator serves a whole context: a private one keeps this hub's key list
+            # from deciding for other sockets of the process (and a second hub's from clashing).
+            self._own_ctx = context = zmq.Context()
         self.ctx = context or zmq.Context.instance()
         self.recorder = Recorder(log_path) if log_path else None
-        self.core = HubCore(run_id=run_id, recorder=self.recorder)
+        self.core = HubCore(run_id=run_id, recorder=self.recorder, world_size=world_size)
         self.frame_s = 1.0 / frame_hz
         self._stop = False
         self.ingest = self.ctx.socket(zmq.PULL)
@@ -305,10 +336,15 @@ class Hub:
         self.ingest.setsockopt(zmq.RCVHWM, 100_000)
         self.updates = self.ctx.socket(zmq.PUB)
         self.updates.setsockopt(zmq.SNDHWM, 100)
+        self.updates.setsockopt(zmq.MAXMSGSIZE, 256)  # it receives subscriptions only
         self.snap = self.ctx.socket(zmq.ROUTER)
         self.snap.setsockopt(zmq.MAXMSGSIZE, 4096)
         for s in (self.ingest, self.updates, self.snap):
             s.setsockopt(zmq.LINGER, 0)
+            if self.keys is not None:
+                self.keys.apply(s)
+        if self.keys is not None:
+            self.auth = self.keys.start_authenticator(self.ctx)
         try:
             if ports[0]:
                 self.ingest_endpoint = _bind(self.ingest, host, ports[0])
@@ -397,8 +433,11 @@ class Hub:
                         parts = self.snap.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    if len(parts) >= 2 and parts[-1] == frames.SNAPSHOT_REQUEST:
-                        waiting.append(parts[0])
+                    # One answer per viewer and a bounded number per frame: past that a
+                    # request is dropped (a viewer asks again), never queued without bound.
+                    if len(parts) >= 2 and parts[-1] == frames.SNAPSHOT_REQUEST and parts[0] not in waiting:
+                        if len(waiting) < MAX_SNAPSHOT_WAITERS:
+                            waiting.append(parts[0])
             now = time.monotonic()
             if now >= next_frame:
                 self._publish(core.tick(now))
@@ -407,7 +446,11 @@ class Hub:
                 if waiting:
                     payload = frames.encode(core.snapshot())
                     for ident in waiting:
-                        self.snap.send_multipart([ident, payload])
+                        try:
+                            # copy=False: every queued answer shares the one encoded snapshot
+                            self.snap.send_multipart([ident, payload], zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            pass  # that viewer's queue is full; it asks again
                     waiting.clear()
                 next_frame = max(next_frame + self.frame_s, now + self.frame_s / 2)
         # Final drain so the last messages before a stop reach the log and the viewers.
@@ -433,6 +476,12 @@ class Hub:
     def close(self) -> None:
         for s in (self.ingest, self.updates, self.snap):
             s.close(0)
+        if self.auth is not None:
+            self.auth.stop()
+            self.auth = None
+        if self._own_ctx is not None:
+            self._own_ctx.term()
+            self._own_ctx = None
         if self.recorder is not None:
             self.recorder.close()
 
@@ -450,7 +499,10 @@ def main(argv: list[str] | None = None) -> int:
 def add_hub_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-id", default=None, help="run id (default: a new one)")
     p.add_argument("--log", default=None, help="JSONL log path (default: runs/<run id>/telemetry.jsonl)")
-    p.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --curve-dir or --insecure)")
+    p.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: only ranks and viewers with an authorised key get in (default $PARDASH_CURVE_DIR)")
+    p.add_argument("--insecure", action="store_true", help="bind beyond loopback without keys: anyone who reaches the ports can read the run and send it records")
+    p.add_argument("--world-size", type=int, default=0, help="the job's number of ranks: refuse any other rank (default: learnt from the ranks)")
     p.add_argument("--port", type=int, default=0, help="ingest port (default: a free one); updates and snapshot take the next two when set")
     p.add_argument("--frame-hz", type=float, default=10.0, help="frames a second to viewers (default 10)")
     p.add_argument("--no-registry", action="store_true", help="do not list this hub in `pardash ps`")
@@ -465,8 +517,16 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     run_id = ns.run_id or registry.new_run_id()
     log = ns.log or os.path.join("runs", run_id, "telemetry.jsonl")
     ports = (ns.port, ns.port + 1, ns.port + 2) if ns.port else (0, 0, 0)
+    curve_dir = getattr(ns, "curve_dir", None) or security.curve_dir_from_env()
+    world_size = getattr(ns, "world_size", 0) or int((meta or {}).get("world_size") or 0)
     try:
-        hub = Hub(run_id=run_id, log_path=log, host=ns.bind, ports=ports, frame_hz=ns.frame_hz)
+        hub = Hub(
+            run_id=run_id, log_path=log, host=ns.bind, ports=ports, frame_hz=ns.frame_hz,
+            curve=curve_dir, insecure=getattr(ns, "insecure", False), world_size=world_size,
+        )  # fmt: skip
+    except (security.InsecureBindError, security.CurveKeyError) as exc:
+        print(f"pardash hub: {exc}", file=sys.stderr)
+        return 2
     except zmq.ZMQError as exc:
         print(f"pardash hub: cannot bind {ns.bind}:{ns.port or '*'} ({exc}); choose another --port", file=sys.stderr)
         return 2
@@ -474,7 +534,7 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
         print(f"pardash hub: {hub.recorder.error}; choose a writable --log", file=sys.stderr)
         hub.close()
         return 2
-    info = {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), **hub.endpoints, **(meta or {})}
+    info = {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), "curve": hub.keys is not None, **hub.endpoints, **(meta or {})}
     # -- Prometheus /metrics, read from this hub's state at scrape time --
     metrics = None
     if getattr(ns, "prometheus", None) is not None:

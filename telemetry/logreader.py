@@ -15,6 +15,10 @@ import msgspec
 
 from . import schema
 
+MAX_LINE_BYTES = 8 << 20
+"""Longer lines are skipped unread (the hub writes none above ~2 MiB); a log without newlines
+never has to fit in memory."""
+
 
 @dataclass
 class LogReadStats:
@@ -23,7 +27,8 @@ class LogReadStats:
     lines: int = 0
     records: int = 0
     skipped: Counter = field(default_factory=Counter)
-    """Skipped lines by reason: truncated (last line without newline), malformed, invalid."""
+    """Skipped lines by reason: truncated (last line without newline), malformed, invalid,
+    too_deep (nesting past Python's recursion limit), too_long (over MAX_LINE_BYTES)."""
 
     @property
     def skipped_total(self) -> int:
@@ -35,9 +40,17 @@ def read_log(path: str | os.PathLike[str], stats: LogReadStats | None = None) ->
     stats = stats if stats is not None else LogReadStats()
     decode = schema.decode_json
     with open(path, "rb") as fh:
-        for raw in fh:
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES)
+            if not raw:
+                break
             stats.lines += 1
             complete = raw.endswith(b"\n")
+            if not complete and len(raw) >= MAX_LINE_BYTES:
+                while raw and not raw.endswith(b"\n"):  # skip the rest, a chunk at a time
+                    raw = fh.readline(MAX_LINE_BYTES)
+                stats.skipped["too_long"] += 1
+                continue
             line = raw.strip()
             if not line:
                 continue
@@ -48,6 +61,9 @@ def read_log(path: str | os.PathLike[str], stats: LogReadStats | None = None) ->
                 continue
             except msgspec.DecodeError:
                 stats.skipped["truncated" if not complete else "malformed"] += 1
+                continue
+            except RecursionError:
+                stats.skipped["too_deep"] += 1
                 continue
             stats.records += 1
             yield msg

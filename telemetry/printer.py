@@ -27,12 +27,19 @@ def is_terminal(out: TextIO) -> bool:
 class ProgressPrinter:
     """Prints what a :class:`Source` shows: events as lines, progress as a bar or lines."""
 
-    def __init__(self, source: Source, *, out: TextIO | None = None, every_s: float = 5.0, bar: bool | None = None) -> None:
+    def __init__(
+        self, source: Source, *, out: TextIO | None = None, every_s: float = 5.0, bar: bool | None = None, tail: str | None = None
+    ) -> None:
         self.source = source
         self.out = out or sys.stdout
         self.every_s = every_s
         self.bar = is_terminal(self.out) if bar is None else bar
         """A rich progress bar (terminals) instead of a progress line every ``every_s``."""
+        self.tail = tail
+        """A file the job's processes write to (their stdout and stderr): its lines are printed
+        as they come, above the bar, which otherwise they would tear apart."""
+        self._tail_pos = 0
+        self._tail_rest = b""
         self._last_line = 0.0
         self._printed_hseq = 0
         self._noted = False
@@ -64,12 +71,32 @@ class ProgressPrinter:
         self._task = self._progress.add_task("train", total=None, stats="waiting for ranks")
         self._progress.start()
 
+    def _follow_tail(self, *, final: bool = False) -> None:
+        if self.tail is None:
+            return
+        try:
+            with open(self.tail, "rb") as fh:
+                fh.seek(self._tail_pos)
+                data = fh.read(1 << 20)
+        except OSError:  # not created yet
+            return
+        self._tail_pos += len(data)
+        data = self._tail_rest + data
+        lines = data.split(b"\n")
+        self._tail_rest = lines.pop()
+        if final and self._tail_rest:
+            lines.append(self._tail_rest)
+            self._tail_rest = b""
+        for line in lines:
+            self._print(line.decode(errors="replace").rstrip("\r"))
+
     def update(self, *, force: bool = False) -> None:
         """Poll the source; print new events now, and progress (the bar, or a line when due)."""
         self.source.poll()
         st = self.source.state
         if self.bar and self._progress is None:
             self._start_bar()
+        self._follow_tail(final=force)
         hello = st.hello
         if hello is not None and hello.note and not self._noted:
             self._noted = True
@@ -129,7 +156,8 @@ def event_line(ev: schema.Message) -> str:
 
 def progress_stats(st) -> str:
     """What the bar shows beside step/total: samples/s, step time spread, rank states."""
-    parts = [f"{samples_per_s(st):,.0f} samples/s"]
+    sps = samples_per_s(st)
+    parts = [f"{sps:,.0f} samples/s"] if sps > 0 else []  # 0 once every rank is done: say nothing
     sp = step_s_spread(st)
     if sp:
         parts.append("step ms " + "/".join(ms(x) for x in sp) + " min/med/max")

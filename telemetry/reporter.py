@@ -5,6 +5,11 @@ with msgspec and sends with ``NOBLOCK``: when the queue (``hwm`` messages) is fu
 gone, the message is dropped and counted, never waited for. A daemon thread with its own socket
 sends a heartbeat (last step, current phase, drop count) and a system sample about once a
 second, so a loop stuck in a collective still shows as alive-but-stalled.
+
+On a hub with CURVE keys (``pardash keys``), the reporter's sockets authenticate with the client
+keys from ``PARDASH_CURVE_DIR`` (or ``curve=``); that happens once per connection, so ``send``
+costs the same. Keys that cannot be read switch publishing off with one warning: telemetry
+never stops training.
 """
 
 from __future__ import annotations
@@ -12,13 +17,14 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import sys
 import threading
 import time
 from typing import Any
 
 import zmq
 
-from . import schema
+from . import schema, security
 from .env import ENDPOINT_VAR, RUN_ID_VAR, RankIdentity, rank_identity, telemetry_enabled
 from .system import SystemSampler
 
@@ -41,7 +47,10 @@ class Reporter:
         heartbeat_s: float = 1.0,
         gpu_index: int | None = None,
         context: zmq.Context | None = None,
+        curve: security.ClientKeys | str | os.PathLike[str] | None = None,
     ) -> None:
+        """``curve``: client keys or their folder for a hub with CURVE keys (default: the
+        folder in PARDASH_CURVE_DIR, when set)."""
         self.identity = identity or rank_identity()
         self.rank = self.identity.rank
         self.run = run
@@ -62,6 +71,13 @@ class Reporter:
         self._thread: threading.Thread | None = None
         self._sock: zmq.Socket | None = None
         self.sampler: SystemSampler | None = None
+        self.keys: security.ClientKeys | None = None
+        if endpoint:
+            try:
+                self.keys = security.client_keys(curve)
+            except security.CurveKeyError as exc:
+                print(f"pardash: {exc}; telemetry is off for rank {self.rank}", file=sys.stderr, flush=True)
+                endpoint = self.endpoint = None
         if endpoint:
             self._ctx = context or zmq.Context.instance()
             self._sock = self._connect()
@@ -86,6 +102,8 @@ class Reporter:
         # Reconnect quickly when the hub restarts; ranks never need to know.
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        if self.keys is not None:
+            self.keys.apply(sock)
         sock.connect(self.endpoint)
         return sock
 

@@ -76,6 +76,8 @@ def plan(cfg: BenchConfig) -> tuple[list[PlannedRun], list[dict]]:
         train = dataclasses.replace(cfg.train, strategy=s)
         train.check_world_size(ranks)
         runs.append(PlannedRun(strategy=s, ranks=ranks, devices=cfg.gpu_count if s == "dp" else ranks, train=train))
+    if not runs:
+        raise ValueError("nothing to run: " + "; ".join(f"{x['strategy']} left out: {x['why']}" for x in left_out))
     return runs, left_out
 
 

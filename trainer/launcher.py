@@ -63,6 +63,9 @@ class LaunchSpec:
     """Address the hub binds (loopback unless the user asks otherwise)."""
     telemetry_port: int = 0
     """Hub ingest port (0: free ports picked by the hub)."""
+    remote_hub: str = ""
+    """Nodes > 0: node 0's hub ingest (tcp://HOST:PORT; updates and snapshot on PORT+1 and
+    PORT+2). The ranks send there, and this node starts no hub of its own."""
     command: list[str] = field(default_factory=list)
     """What torchrun runs per rank: ['-m', module, args...] or [script, args...]."""
     strategy: str = ""
@@ -107,6 +110,9 @@ class Supervisor:
 
     def start_hub(self, *, resume: bool = False) -> dict:
         spec = self.spec
+        if spec.remote_hub:
+            self.endpoints = self.join_remote_hub()
+            return self.endpoints
         r, w = os.pipe()
         meta = {"strategy": spec.strategy, "world_size": spec.world_size, "supervisor_pid": os.getpid(), "cwd": os.getcwd()}
         argv = [
@@ -135,6 +141,27 @@ class Supervisor:
         self.endpoints = json.loads(line)
         return self.endpoints
 
+    def join_remote_hub(self) -> dict:
+        """Node > 0: node 0's hub endpoints, and its run id for our ranks' messages (the hub
+        drops messages of another run). A hub that does not answer in time is no reason to
+        stop the job: the ranks then send with no run id, which the hub accepts once it is up."""
+        from pardash.telemetry.client import HubClient, resolve
+
+        spec = self.spec
+        endpoints = {k: v for k, v in resolve(spec.remote_hub).items() if k != "run_id"}
+        client = HubClient(endpoints["updates"], endpoints["snapshot"])
+        try:
+            if client.wait_synced(HUB_READY_TIMEOUT_S):
+                spec.run_id = client.state.run_id
+            else:
+                spec.run_id = ""
+                print(f"pardash: no answer from node 0's hub at {endpoints['snapshot']}; "
+                      "training goes on, its telemetry reaches the hub once it is up",
+                      file=sys.stderr, flush=True)
+        finally:
+            client.close()
+        return endpoints
+
     def _watch_hub(self) -> None:
         """Restart a hub that died while the job runs (training never notices)."""
         if self.hub is None or self.hub.poll() is None or self._stopping:
@@ -153,6 +180,12 @@ class Supervisor:
         env[ENDPOINT_VAR] = self.endpoints["ingest"]
         env[RUN_ID_VAR] = spec.run_id
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if spec.max_restarts > 0:
+            # torchrun's workers share its rendezvous TCPStore across restarts, keys and all
+            # (no per-attempt prefix): restarted gloo ranks can read their peers' addresses from
+            # the failed attempt and die in connectFullMesh ("Connection refused"). Opting out
+            # gives each attempt a store of its own.
+            env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
         Path(spec.run_dir, "torchrun").mkdir(parents=True, exist_ok=True)
         out = None
         if spec.output != "inherit":

@@ -33,9 +33,11 @@ from typing import Any, Sequence
 
 import torch
 
+from pardash.telemetry.env import rank_identity
 from pardash.telemetry.memory import account
 from pardash.telemetry.reporter import Reporter
 
+from . import checkpoint
 from . import config as config_mod
 from .config import TrainConfig
 from .data import build_dataset, build_loader, step_batches, steps_per_epoch
@@ -107,6 +109,11 @@ class StepClock:
     def end(self) -> Any:
         self._last_end = self.stamp()
         return self._last_end
+
+    def restart(self) -> None:
+        """The next step starts now: time spent between steps (a checkpoint, reported as an
+        event with its duration) is left out of the next step's data time."""
+        self._last_end = self.stamp()
 
     def elapsed(self, a: Any, b: Any) -> float:
         """Seconds from stamp a to stamp b (CUDA events must have completed)."""
@@ -191,7 +198,6 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
                                    pin_memory=rt.is_cuda)
     per_epoch = steps_per_epoch(loader, cfg.grad_accum)
     total_steps = cfg.steps if cfg.steps is not None else (cfg.epochs or 1) * per_epoch
-    batches = step_batches(loader, sampler, cfg.grad_accum)
 
     # Faults this rank was asked to suffer (0: no such fault on this rank).
     straggler = cfg.inject_straggler
@@ -199,7 +205,10 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         straggler = None
     stall, crash = cfg.inject_stall, cfg.inject_crash
     stall_step = stall.step if stall is not None and stall.rank == rt.rank else 0
-    crash_step = crash.step if crash is not None and crash.rank == rt.rank else 0
+    # The crash fires on the first attempt only: after torchrun restarts the workers, the run
+    # goes on (and, with --resume, from its last checkpoint).
+    first_attempt = rank_identity().restart == 0
+    crash_step = crash.step if crash is not None and crash.rank == rt.rank and first_attempt else 0
     busy = BusyCompute(rt.device) if straggler and straggler.kind == "compute" else None
 
     reporter.hello(
@@ -224,6 +233,34 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         )
         if w.note:
             print(f"note: {w.note}", flush=True)
+
+    # -- resume: model, optimizer, step, data position, RNG from the newest checkpoint ------
+    start = checkpoint.Progress(step=0, epoch=0, steps_into_epoch=0, total_steps=total_steps,
+                                lr=0.0, seed=cfg.seed, world_size=rt.world_size)
+    if cfg.resume and cfg.checkpoint_dir:
+        reporter.set_phase("resume")
+        found = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device)
+        if found is None:
+            if is_master:
+                print(f"resume: no checkpoint in {cfg.checkpoint_dir} yet; starting at step 1",
+                      flush=True)
+        else:
+            start, load_s, had_rng = checkpoint.load(found, w=w, optimizer=optimizer,
+                                                     rank=rt.rank, device=rt.device)
+            notes = _resume_notes(start, cfg, total_steps, rt.world_size, had_rng)
+            reporter.event("resume", message=f"step {start.step} from {found.path}"
+                           + "".join(f"; {n}" for n in notes), step=start.step, duration_s=load_s)
+            if is_master:
+                print(f"resume: step {start.step} restored from {found.path} in {load_s:.2f} s",
+                      flush=True)
+                for note in notes:
+                    print(f"note: {note}", flush=True)
+    epoch, into_epoch = start.epoch, start.steps_into_epoch
+    if into_epoch >= per_epoch:  # a checkpoint from a world with longer epochs
+        epoch, into_epoch = epoch + 1, 0
+    batches = step_batches(loader, sampler, cfg.grad_accum, start_epoch=epoch)
+    for _ in range(into_epoch):
+        next(batches)  # the steps of this epoch taken before the checkpoint: same order, skipped
 
     clock = StepClock(rt.is_cuda)
     pending: StepRecord | None = None  # GPU: the step whose numbers are read one step late
@@ -256,7 +293,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
                 flush=True,
             )
 
-    for step in range(1, total_steps + 1):
+    for step in range(start.step + 1, total_steps + 1):
         marks = clock.start()
 
         # -- data: the next micro-batches, moved to the device ------------------------------
@@ -326,16 +363,56 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             pending = rec
         else:
             publish(rec)
+        epoch, into_epoch = (sb.epoch + 1, 0) if sb.last_in_epoch else (sb.epoch, into_epoch + 1)
+
+        # -- checkpoint: every --checkpoint-every steps and after the last -----------------
+        every = cfg.checkpoint_every
+        if cfg.checkpoint_dir and (step == total_steps or (every and step % every == 0)):
+            if pending is not None:  # the save syncs anyway: publish this step first
+                publish(pending)
+                pending = None
+            reporter.set_phase("checkpoint")
+            progress = checkpoint.Progress(
+                step=step, epoch=epoch, steps_into_epoch=into_epoch, total_steps=total_steps,
+                lr=lr, seed=cfg.seed, world_size=rt.world_size,
+            )
+            path, save_s = checkpoint.save(cfg.checkpoint_dir, progress, w=w,
+                                           optimizer=optimizer, rank=rt.rank, device=rt.device)
+            reporter.event("checkpoint", message=str(path), step=step, duration_s=save_s)
+            if is_master:
+                print(f"checkpoint: step {step} saved to {path} in {save_s:.2f} s", flush=True)
+            clock.restart()
 
     if pending is not None:
         publish(pending)
     if is_master:
         run_s = time.perf_counter() - t_run
+        ran = total_steps - start.step
         print(
             f"done: {total_steps} steps in {run_s:.2f} s "
-            f"({run_s / max(1, total_steps) * 1e3:.1f} ms/step)",
+            f"({run_s / max(1, ran) * 1e3:.1f} ms/step)",
             flush=True,
         )
+
+
+def _resume_notes(
+    saved: checkpoint.Progress, cfg: TrainConfig, total_steps: int, world_size: int,
+    had_rng: bool,
+) -> list[str]:
+    """What differs between the checkpoint's run and this one, so the loss curve may too."""
+    notes = []
+    if saved.seed != cfg.seed:
+        notes.append(f"the checkpoint was saved with --seed {saved.seed}, this run has "
+                     f"{cfg.seed}: the data order differs")
+    if saved.world_size != world_size:
+        notes.append(f"the checkpoint was saved by {saved.world_size} rank(s), this run has "
+                     f"{world_size}: each rank's data differs from then on")
+    elif not had_rng:
+        notes.append("this rank's RNG state is not in the checkpoint")
+    if saved.total_steps != total_steps:
+        notes.append(f"the checkpoint's run had {saved.total_steps} steps, this one "
+                     f"{total_steps}: the learning rate schedule is stretched to the new length")
+    return notes
 
 
 # -- entry -------------------------------------------------------------------------------------

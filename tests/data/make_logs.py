@@ -247,10 +247,10 @@ def fsdp2_not_sharding() -> Log:
     return log
 
 
-def write_logs() -> None:
-    ddp4_straggler().write(DATA / "ddp4_straggler.jsonl", cut_last=True)
-    fsdp4_crash().write(DATA / "fsdp4_crash.jsonl")
-    fsdp2_not_sharding().write(DATA / "fsdp2_not_sharding.jsonl")
+def write_logs(folder: Path = DATA) -> None:
+    ddp4_straggler().write(folder / "ddp4_straggler.jsonl", cut_last=True)
+    fsdp4_crash().write(folder / "fsdp4_crash.jsonl")
+    fsdp2_not_sharding().write(folder / "fsdp2_not_sharding.jsonl")
 
 
 def pinned_report(name: str) -> dict:

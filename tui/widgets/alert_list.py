@@ -11,6 +11,7 @@ from textual.widget import Widget
 
 from ..alerts import Alert
 from ..styles import component_fg
+from .fit import refresh_fitted
 
 GLYPHS = {"exited": "×", "silent": "○", "stalled": "◆", "straggler": "▲", "not_sharding": "▣"}
 LABELS = {
@@ -57,10 +58,16 @@ class AlertList(Widget):
     AlertList > .alert-list--not_sharding { color: $text-warning; }
     """
 
-    alerts: reactive[tuple[Alert, ...]] = reactive((), layout=True)
+    alerts: reactive[tuple[Alert, ...]] = reactive(())
     """Current alerts, most severe first."""
     calm: reactive[str] = reactive("waiting for ranks…")
     """What to say when there is no alert (waiting, healthy, finished)."""
+
+    def watch_alerts(self) -> None:
+        refresh_fitted(self)
+
+    def watch_calm(self) -> None:
+        refresh_fitted(self)
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"alert-list--{name}")

@@ -10,6 +10,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ..styles import component_fg
+from .fit import refresh_fitted
 
 
 class FactList(Widget):
@@ -35,10 +36,13 @@ class FactList(Widget):
     FactList > .fact-list--heading { color: $text-secondary; }
     """
 
-    facts: reactive[tuple[tuple[str, str, str], ...]] = reactive((), layout=True)
+    facts: reactive[tuple[tuple[str, str, str], ...]] = reactive(())
     """(label, value, note) rows."""
     empty: reactive[str] = reactive("nothing reported yet")
     """Shown when there are no rows."""
+
+    def watch_facts(self) -> None:
+        refresh_fitted(self)
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"fact-list--{name}")

@@ -12,6 +12,7 @@ from textual.widget import Widget
 from ..format import fmt_bytes, fmt_params, fmt_ratio
 from ..memory import MemorySavings
 from ..styles import component_fg
+from .fit import refresh_fitted
 
 
 class MemorySummary(Widget):
@@ -40,8 +41,11 @@ class MemorySummary(Widget):
     MemorySummary > .memory-summary--dim { color: $text-muted; }
     """
 
-    savings: reactive[MemorySavings | None] = reactive(None, layout=True)
+    savings: reactive[MemorySavings | None] = reactive(None)
     """The run's savings (None until a rank has reported its memory)."""
+
+    def watch_savings(self) -> None:
+        refresh_fitted(self)
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"memory-summary--{name}")

@@ -12,6 +12,7 @@ from textual.widget import Widget
 from ..format import fmt_step_time
 from ..rank_facts import Phase
 from ..styles import component_fg
+from .fit import refresh_fitted
 
 BAR_CHARS = " ▏▎▍▌▋▊▉█"
 
@@ -52,8 +53,11 @@ class PhaseBars(Widget):
     PhaseBars > .phase-bars--worse { color: $text-warning; text-style: bold; }
     """
 
-    phases: reactive[tuple[Phase, ...]] = reactive((), layout=True)
+    phases: reactive[tuple[Phase, ...]] = reactive(())
     """Phases of the last step; the first is the whole step (the bars' scale)."""
+
+    def watch_phases(self) -> None:
+        refresh_fitted(self)
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"phase-bars--{name}")

@@ -16,6 +16,7 @@ from pardash.telemetry.client import Source
 from ..format import fmt_count, fmt_duration, fmt_rate
 from ..model import throughput
 from ..styles import component_fg
+from .fit import refresh_fitted
 
 STATUS_MARKS = (
     (st.RUNNING, "●"),
@@ -164,8 +165,11 @@ class RunHeader(Widget):
     RunHeader > .run-header--starting { color: $text-muted; }
     """
 
-    summary: reactive[RunSummary] = reactive(RunSummary, layout=True)
+    summary: reactive[RunSummary] = reactive(RunSummary)
     """What the header shows; set it from :func:`summarize`."""
+
+    def watch_summary(self) -> None:
+        refresh_fitted(self)
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"run-header--{name}")

@@ -1,0 +1,85 @@
+"""An unmodified torchrun script under pardash against plain torchrun (issue 5).
+
+The demo DDP script (demos/ddp_plain.py, imports nothing from pardash) runs on 2 gloo ranks
+plain (`python -m torch.distributed.run`) and under `pardash launch --headless -- SCRIPT`
+(hub, zero-code instrumentation, log). Steady steps/s comes from the times at which rank 0's
+own "step N loss" lines arrive (steps 20..N, so start-up is out); start-to-exit is the whole
+command's wall time on a short job, the hub's start and final flush included. Runs alternate.
+Targets: steps/s ratio >= 0.98; start-to-exit at most 1.2x.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .common import Row
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "demos" / "ddp_plain.py")
+STEP = re.compile(rb"^step (\d+) loss")
+
+
+def _cmd(under_pardash: bool, steps: int, workdir: str) -> list[str]:
+    if under_pardash:
+        return [sys.executable, "-m", "pardash", "launch", "--headless", "--nproc", "2", "--every", "600",
+                "--log", os.path.join(workdir, f"run{time.monotonic_ns()}.jsonl"), "--runs-dir", workdir,
+                "--", SCRIPT, "--steps", str(steps)]  # fmt: skip
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", SCRIPT, "--steps", str(steps)]
+
+
+def _run(under_pardash: bool, steps: int, workdir: str) -> tuple[float, float]:
+    """(steady steps/s from step 20 to the last, whole wall seconds)."""
+    env = dict(os.environ)
+    env.pop("PARDASH_ENDPOINT", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    t0 = time.perf_counter()
+    p = subprocess.Popen(_cmd(under_pardash, steps, workdir), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=workdir)
+    seen: dict[int, float] = {}
+    assert p.stdout is not None
+    for line in p.stdout:
+        m = STEP.match(line)
+        if m:
+            seen[int(m.group(1))] = time.perf_counter()
+    code = p.wait()
+    wall = time.perf_counter() - t0
+    if code != 0 or steps not in seen or 20 not in seen:
+        raise RuntimeError(f"run failed (code {code}, steps seen {len(seen)})")
+    return (steps - 20) / (seen[steps] - seen[20]), wall
+
+
+def run(steps: int = 200, short_steps: int = 30, pairs: int = 3) -> tuple[list[Row], str]:
+    rate = {True: [], False: []}
+    wall = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as d:
+        _run(False, short_steps, d)  # warm the page cache
+        for i in range(pairs):
+            for under in ((True, False) if i % 2 == 0 else (False, True)):
+                rate[under].append(_run(under, steps, d)[0])
+                wall[under].append(_run(under, short_steps, d)[1])
+    r_pd, r_plain = statistics.median(rate[True]), statistics.median(rate[False])
+    w_pd, w_plain = statistics.median(wall[True]), statistics.median(wall[False])
+    rows = [
+        Row("script under pardash", "steps/s (demo DDP x2)", f"{r_pd:.1f}", f"{r_plain:.1f} (plain torchrun)", f"{r_pd / r_plain:.3f}", ">= 0.98", r_pd / r_plain >= 0.98),
+        Row("script under pardash", f"start to exit, {short_steps} steps (s)", f"{w_pd:.2f}", f"{w_plain:.2f}", f"{w_pd / w_plain:.2f}x", "<= 1.2x", w_pd / w_plain <= 1.2),
+    ]
+    load = os.getloadavg()[0]
+    note = (
+        f"script: {pairs} alternating pairs; steps/s from rank 0's own step lines 20..{steps}: pardash "
+        f"{', '.join(f'{x:.1f}' for x in rate[True])}, plain {', '.join(f'{x:.1f}' for x in rate[False])}; "
+        f"start-to-exit pardash {', '.join(f'{x:.2f}' for x in wall[True])} s, plain {', '.join(f'{x:.2f}' for x in wall[False])} s; load average {load:.1f}."
+    )
+    return rows, note
+
+
+if __name__ == "__main__":
+    rs, n = run()
+    for r in rs:
+        print(r.cells())
+    print(n)

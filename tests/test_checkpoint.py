@@ -1,0 +1,200 @@
+"""Checkpoints of the bundled trainer (issue 7) on real runs: `pardash launch` with 2 gloo ranks.
+
+A run killed at step 25 and resumed from its step-20 checkpoint must report, step for step and
+rank for rank, the losses of the same run left alone: model, optimizer, step, learning rate
+schedule, data order and RNG state all come back. Once through torchrun's elastic restart
+(--max-restarts 1 --resume), once by hand (a second launch with --resume).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import pardash_env
+from pardash.telemetry import schema
+from pardash.telemetry.logreader import load_log
+from pardash.trainer import checkpoint
+
+
+
+# 256 samples / (8 per batch x 2 ranks) = 16 steps an epoch: the step-20 checkpoint lies 4
+# steps into epoch 1, so resuming must restore the epoch and skip within it.
+SMALL = ["--dataset-size", "256", "--batch-size", "8", "--n-embd", "32", "--seq-len", "16",
+         "--warmup-steps", "5", "--log-every", "0"]  # fmt: skip
+TOLERANCE = dict(rel=1e-6, abs=1e-7)
+
+
+def launch(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, list]:
+    """``pardash launch --headless`` with ``args``; (process, messages of its log)."""
+    log = tmp_path / f"{name}.jsonl"
+    cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(log),
+           "--runs-dir", str(tmp_path / "runs"), "--every", "5", *SMALL, *args]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env=pardash_env(OMP_NUM_THREADS="1"))
+    return proc, load_log(log)[0] if log.exists() else []
+
+
+def losses(msgs: list) -> list[tuple[int, int, float]]:
+    """(rank, step, loss) of every step message, in log order (a step run twice shows twice)."""
+    return [(m.rank, m.step, m.loss) for m in msgs if isinstance(m, schema.Step)]
+
+
+def events(msgs: list, name: str) -> list[schema.Event]:
+    return [m for m in msgs if isinstance(m, schema.Event) and m.name == name and m.seq >= 0]
+
+
+def assert_same_curve(run: list[tuple[int, int, float]], reference: dict[tuple[int, int], float]):
+    for rank, step, loss in run:
+        assert loss == pytest.approx(reference[rank, step], **TOLERANCE), (rank, step)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Losses {(rank, step): loss} of a run left alone, per (strategy, steps), made once."""
+    made: dict[tuple[str, int, int], dict[tuple[int, int], float]] = {}
+
+    def get(strategy: str, steps: int, nproc: int = 2) -> dict[tuple[int, int], float]:
+        key = (strategy, steps, nproc)
+        if key not in made:
+            tmp = tmp_path_factory.mktemp(f"{strategy}-{steps}")
+            proc, msgs = launch(tmp, "a", "--strategy", strategy, "--nproc", str(nproc),
+                                "--steps", str(steps))
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            made[key] = {(r, s): loss for r, s, loss in losses(msgs)}
+            assert sorted(made[key]) == [(r, s) for r in range(nproc) for s in range(1, steps + 1)]
+        return made[key]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_crashed_rank_restarts_from_the_checkpoint_on_the_same_curve(
+    tmp_path, strategy, uninterrupted
+):
+    reference = uninterrupted(strategy, 40)
+    ckpt = tmp_path / "ckpt"
+    proc, msgs = launch(
+        tmp_path, "b", "--strategy", strategy, "--nproc", "2", "--steps", "40",
+        "--inject-crash", "1@25", "--max-restarts", "1",
+        "--checkpoint-every", "10", "--resume", "--checkpoint-dir", str(ckpt),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    # Every rank saved at 10 and 20, crashed at 25, came back at 20, saved at 30 and 40.
+    saves = events(msgs, "checkpoint")
+    assert sorted((e.rank, e.step) for e in saves) == [
+        (r, s) for r in (0, 1) for s in (10, 20, 30, 40)
+    ]
+    assert all(e.duration_s is not None and e.duration_s > 0 for e in saves)
+    assert all(e.message == str(checkpoint.step_path(ckpt, e.step)) for e in saves)
+    resumes = events(msgs, "resume")
+    assert sorted((e.rank, e.step) for e in resumes) == [(0, 20), (1, 20)]
+    assert all(e.duration_s is not None and e.duration_s > 0 for e in resumes)
+    assert f"resume: no checkpoint in {ckpt} yet; starting at step 1" in proc.stdout
+    assert "resume: step 20 restored from" in proc.stdout
+    assert "checkpoint: step 40 saved to" in proc.stdout
+    assert checkpoint.find_latest(ckpt) == checkpoint.Found(40, checkpoint.step_path(ckpt, 40))
+
+    # The restarted attempt ran steps 21..40; every loss either attempt reported is the
+    # uninterrupted run's for that rank and step.
+    run = losses(msgs)
+    after_resume = [(r, s) for r, s, _ in run[-40:]]
+    assert sorted(after_resume) == [(r, s) for r in (0, 1) for s in range(21, 41)]
+    assert {(r, s) for r, s, _ in run} == set(reference)
+    assert_same_curve(run, reference)
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    common = ["--strategy", "fsdp", "--nproc", "2", "--steps", "30", "--checkpoint-every", "10",
+              "--checkpoint-dir", str(ckpt)]  # fmt: skip
+    first, first_msgs = launch(tmp_path, "first", *common, "--inject-crash", "0@25")
+    assert first.returncode != 0
+    assert sorted((e.rank, e.step) for e in events(first_msgs, "checkpoint")) == [
+        (0, 10), (0, 20), (1, 10), (1, 20)
+    ]
+    assert checkpoint.find_latest(ckpt).step == 20
+
+    second, msgs = launch(tmp_path, "second", *common, "--resume")
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+    assert sorted((e.rank, e.step) for e in events(msgs, "resume")) == [(0, 20), (1, 20)]
+    run = losses(msgs)
+    assert sorted((r, s) for r, s, _ in run) == [(r, s) for r in (0, 1) for s in range(21, 31)]
+    # Steps 21..24 ran in both launches: the same losses.
+    before = {(r, s): loss for r, s, loss in losses(first_msgs) if s > 20}
+    assert {(r, s) for r in (0, 1) for s in range(21, 25)} <= set(before)
+    assert_same_curve([(r, s, loss) for r, s, loss in run if (r, s) in before], before)
+    assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 30), (1, 30)]
+
+
+@pytest.mark.slow
+def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path, uninterrupted):
+    reference = uninterrupted("single", 30, nproc=1)
+    ckpt = tmp_path / "ckpt"
+    common = ["--strategy", "single", "--steps", "30", "--checkpoint-every", "10",
+              "--checkpoint-dir", str(ckpt)]  # fmt: skip
+    first, _ = launch(tmp_path, "first", *common, "--inject-crash", "0@25")
+    assert first.returncode != 0
+    assert (checkpoint.step_path(ckpt, 20) / checkpoint.PLAIN_FILE).is_file()
+
+    second, msgs = launch(tmp_path, "second", *common, "--resume")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert [e.step for e in events(msgs, "resume")] == [20]
+    run = losses(msgs)
+    assert [s for _, s, _ in run] == list(range(21, 31))
+    assert_same_curve(run, reference)
+
+
+def test_only_complete_checkpoints_count(tmp_path):
+    # A save that died before DCP wrote its metadata is not a checkpoint.
+    (checkpoint.step_path(tmp_path, 50)).mkdir()
+    (checkpoint.step_path(tmp_path, 50) / "__0_0.distcp").write_bytes(b"partial")
+    (tmp_path / "notes").mkdir()
+    assert checkpoint.find_latest(tmp_path) is None
+    assert checkpoint.find_latest(tmp_path / "missing") is None
+    done = checkpoint.step_path(tmp_path, 7)
+    done.mkdir()
+    (done / ".metadata").write_bytes(b"")
+    assert checkpoint.find_latest(tmp_path) == checkpoint.Found(7, done)
+
+
+def test_progress_round_trips_through_tensors():
+    p = checkpoint.Progress(step=20, epoch=1, steps_into_epoch=4, total_steps=40, lr=1.95e-3,
+                            seed=1337, world_size=2)
+    assert checkpoint.Progress.from_tensors(p.to_tensors()) == p
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"resume": True}, "--resume needs --checkpoint-dir DIR"),
+        ({"checkpoint_every": 10}, "--checkpoint-every needs --checkpoint-dir DIR"),
+        ({"checkpoint_every": 0, "checkpoint_dir": "c"}, "--checkpoint-every must be at least 1"),
+        ({"checkpoint_dir": " "}, "--checkpoint-dir is empty"),
+    ],
+)
+def test_checkpoint_flags_are_checked_in_one_line(kwargs, message):
+    from pardash.trainer.config import TrainConfig
+
+    with pytest.raises(ValueError, match=message) as err:
+        TrainConfig(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_checkpoint_flags_round_trip_to_the_ranks():
+    import argparse
+
+    from pardash.trainer.config import TrainConfig, add_arguments, from_args
+
+    cfg = TrainConfig(checkpoint_dir="ckpt", checkpoint_every=10, resume=True)
+    assert cfg.to_argv() == ["--checkpoint-dir", "ckpt", "--checkpoint-every", "10", "--resume"]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert from_args(parser.parse_args(cfg.to_argv())) == cfg
+    assert "first attempt only" in " ".join(parser.format_help().split())

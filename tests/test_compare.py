@@ -1,0 +1,127 @@
+"""``pardash bench``: which strategies run and why one is left out, the table's arithmetic, and
+a real bench of single, DDP and FSDP on gloo (FSDP holds half of DDP's parameters a rank)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import pardash_env
+from pardash.telemetry.compare import render_bench_markdown, strategy_rows
+from pardash.telemetry.report import build_report
+from pardash.trainer.bench import BenchConfig, plan
+from pardash.trainer.config import TrainConfig
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _cfg(strategies, gpus=0, **train) -> BenchConfig:
+    return BenchConfig(strategies=strategies, nproc=2, train=TrainConfig(steps=20, **train), gpu_count=gpus)
+
+
+def test_dp_is_left_out_below_two_gpus_and_says_why():
+    runs, left = plan(_cfg(["single", "dp", "ddp", "fsdp"], gpus=1))
+    assert [(r.strategy, r.ranks) for r in runs] == [("single", 1), ("ddp", 2), ("fsdp", 2)]
+    assert left == [{"strategy": "dp", "why": "nn.DataParallel splits a batch over 2 or more GPUs; 1 visible here"}]
+
+
+def test_dp_runs_one_process_over_every_gpu():
+    runs, left = plan(_cfg(["single", "dp"], gpus=4))
+    assert left == [] and [(r.strategy, r.ranks, r.devices) for r in runs] == [("single", 1, 1), ("dp", 1, 4)]
+    assert all(r.train.strategy == r.strategy and r.train.steps == 20 for r in runs)
+
+
+@pytest.mark.parametrize(
+    "strategies, train, needle",
+    [
+        ([], {}, "--strategies is empty"),
+        (["single", "zero3"], {}, "'zero3' is not one of"),
+        (["ddp", "ddp"], {}, "each strategy once"),
+        (["dp"], {}, "nothing to run: dp left out"),
+        (["single", "ddp"], {"inject_straggler": "1:data:0.1"}, "rank 1 does not exist in a world of 1"),
+    ],
+)
+def test_a_bench_that_cannot_run_says_why_before_running(strategies, train, needle):
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
+        plan(_cfg(strategies, **train))
+
+
+def test_table_arithmetic_saving_against_ddp_and_scaling_against_single():
+    ddp = build_report(str(DATA / "real_ddp2.jsonl"))
+    fsdp = build_report(str(DATA / "real_fsdp2.jsonl"))
+    single = json.loads(json.dumps(ddp))  # a pretend single run: DDP's memory, one rank at 500 samples/s
+    single["steady_samples_per_s"] = 500.0
+    results = [
+        {"strategy": "single", "ranks": 1, "devices": 1, "code": 0, "report": single},
+        {"strategy": "ddp", "ranks": 2, "devices": 2, "code": 0, "report": ddp},
+        {"strategy": "fsdp", "ranks": 2, "devices": 2, "code": 0, "report": fsdp},
+        {"strategy": "dp", "ranks": 1, "devices": 2, "code": 1, "report": None},
+    ]
+    rows = {r["strategy"]: r for r in strategy_rows(results)}
+    assert rows["ddp"]["saving_vs_ddp"] == 0
+    held = lambda rep: max(r["held_bytes"] for r in rep["ranks"])  # noqa: E731
+    assert rows["fsdp"]["saving_vs_ddp"] == pytest.approx(1 - held(fsdp) / held(ddp))
+    assert rows["fsdp"]["params_bytes"] * 2 == pytest.approx(rows["ddp"]["params_bytes"], rel=0.01)
+    assert rows["single"]["scaling_efficiency"] == 1
+    assert rows["ddp"]["scaling_efficiency"] == pytest.approx(ddp["steady_samples_per_s"] / 2 / 500.0)
+    md = render_bench_markdown({"model": "gpt", "steps": 12, "nproc": 2, "device": "cpu", "left_out": [], "rows": list(rows.values())})
+    assert "| dp | 1 | failed (exit code 1) |" in md
+
+
+def _bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pardash", "bench", "--runs-dir", str(tmp_path / "runs"), *args],
+        capture_output=True, text=True, timeout=600, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--strategy", "fsdp"], "not --strategy"),
+        (["--strategies", "single,zero3"], "'zero3' is not one of"),
+        (["--nproc", "0"], "--nproc 0"),
+    ],
+)
+def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    p = _bench(tmp_path, *args)
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_bench_single_ddp_fsdp_on_two_ranks(tmp_path):
+    p = _bench(tmp_path, "--strategies", "single,ddp,fsdp", "--nproc", "2", "--steps", "20", "--format", "markdown")
+    assert p.returncode == 0, p.stderr[-3000:]
+    progress = [line for line in p.stderr.splitlines() if line.startswith("bench [")]
+    assert len(progress) == 3 and all("20 steps" in line and "samples/s" in line for line in progress), p.stderr
+    rows = {}
+    for line in p.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] in ("single", "ddp", "fsdp"):
+            rows[cells[0]] = cells
+    assert list(rows) == ["single", "ddp", "fsdp"], p.stdout
+    head = [c.strip() for c in p.stdout.splitlines()[2].strip().strip("|").split("|")]
+    col = {name: i for i, name in enumerate(head)}
+    assert rows["single"][col["ranks"]] == "1" and rows["ddp"][col["ranks"]] == "2" and rows["fsdp"][col["ranks"]] == "2"
+    assert rows["ddp"][col["saving vs DDP"]] == "0%" and rows["single"][col["scaling vs single"]] == "100%"
+    for name in rows:
+        assert float(rows[name][col["samples/s"]].replace(",", "")) > 0
+    # FSDP holds half of DDP's parameters a rank: exactly, from the bench's JSON...
+    (path,) = glob.glob(str(tmp_path / "runs" / "bench-*.json"))
+    bench = {r["strategy"]: r for r in json.loads(Path(path).read_text())["rows"]}
+    assert bench["fsdp"]["params_bytes"] * 2 == pytest.approx(bench["ddp"]["params_bytes"], rel=0.01)
+    assert bench["ddp"]["params_bytes"] == bench["single"]["params_bytes"] == bench["ddp"]["params_full_bytes"]
+    assert bench["fsdp"]["saving_vs_ddp"] > 0.5
+    # ...and as the table prints it
+    kib = {name: float(rows[name][col["params/rank"]].split()[0]) for name in ("ddp", "fsdp")}
+    assert kib["fsdp"] * 2 == pytest.approx(kib["ddp"], rel=0.01)
+    # each strategy's run is a normal run with a log that `pardash report` reads
+    for run in json.loads(Path(path).read_text())["runs"]:
+        assert run["code"] == 0 and build_report(run["log"])["steps"] == 20

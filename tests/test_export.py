@@ -1,0 +1,103 @@
+"""``pardash export LOG --tensorboard DIR``: TensorBoard's own event reader reads back, for
+every rank, the values the log holds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import pardash_env
+from pardash.telemetry import schema
+from pardash.telemetry.export import ExportError, export_tensorboard
+from pardash.telemetry.logreader import load_log
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _read_back(folder: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every point
+    acc.Reload()
+    return acc
+
+
+def _expected(step: schema.Step) -> dict[str, float]:
+    """What the log says, computed here without the exporter's help."""
+    m = step.mem
+    out = {
+        "loss": step.loss,
+        "lr": step.lr,
+        "throughput/samples_per_s": step.samples / step.step_s,
+        "time/step_s": step.step_s,
+        "time/data_s": step.data_s,
+        "time/forward_s": step.forward_s,
+        "time/backward_s": step.backward_s,
+        "time/optimizer_s": step.optimizer_s,
+        "time/self_s": step.self_s,
+        "memory/params_bytes": m.params_bytes,
+        "memory/grads_bytes": m.grads_bytes,
+        "memory/optim_bytes": m.optim_bytes,
+        "memory/held_bytes": m.params_bytes + m.grads_bytes + m.optim_bytes + m.buckets_bytes,
+        "memory/rss_bytes": m.rss_bytes,
+    }
+    if step.comm_s is not None:
+        out["time/comm_s"] = step.comm_s
+    if m.cuda_peak_bytes is not None:
+        out["memory/cuda_peak_bytes"] = m.cuda_peak_bytes
+        out["memory/cuda_allocated_bytes"] = m.cuda_allocated_bytes
+    return out
+
+
+@pytest.mark.parametrize("name", ["ddp4_straggler.jsonl", "real_fsdp2.jsonl"])
+def test_tensorboard_reads_back_the_logs_values(tmp_path, name):
+    out = tmp_path / "tb"
+    res = export_tensorboard(str(DATA / name), str(out))
+    msgs, stats = load_log(DATA / name)
+    steps = [m for m in msgs if isinstance(m, schema.Step)]
+    ranks = sorted({s.rank for s in steps})
+    assert list(res["ranks"]) == ranks and res["skipped_lines"] == stats.skipped_total
+    assert sorted(p.name for p in out.iterdir()) == [f"rank{r}" for r in ranks]
+    for rank in ranks:
+        mine = [s for s in steps if s.rank == rank]
+        acc = _read_back(out / f"rank{rank}")
+        tags = set(acc.Tags()["scalars"])
+        for tag, _ in _expected(mine[0]).items():
+            assert tag in tags, tag
+            events = acc.Scalars(tag)
+            assert [e.step for e in events] == [s.step for s in mine]
+            assert [e.wall_time for e in events] == pytest.approx([s.t for s in mine], abs=1e-6)
+            # TensorBoard keeps scalars as float32: 7 significant digits
+            assert [e.value for e in events] == pytest.approx([_expected(s)[tag] for s in mine], rel=1e-6), tag
+        if name.startswith("real"):
+            assert "memory/cuda_peak_bytes" not in tags  # a CPU run has no CUDA figures
+
+
+def test_export_refuses_to_mix_with_an_earlier_export(tmp_path):
+    out = tmp_path / "tb"
+    export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
+    with pytest.raises(ExportError, match="already holds TensorBoard event files"):
+        export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
+
+
+def test_export_command(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pardash", "export", *args], capture_output=True, text=True, env=pardash_env(), timeout=120)
+
+    ok = run(str(DATA / "ddp4_straggler.jsonl"), "--tensorboard", str(tmp_path / "tb"))
+    assert ok.returncode == 0, ok.stderr
+    assert "rank 0: 60, rank 1: 60, rank 2: 60, rank 3: 60" in ok.stdout
+    assert "skipped 5 malformed or truncated log line(s)" in ok.stdout
+    again = run(str(DATA / "ddp4_straggler.jsonl"), "--tensorboard", str(tmp_path / "tb"))
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1
+    missing = run(str(tmp_path / "nope.jsonl"), "--tensorboard", str(tmp_path / "tb2"))
+    assert missing.returncode == 2 and "no such log file" in missing.stderr
+
+
+def test_the_exporter_imports_tensorboard_only_when_it_runs():
+    code = "import sys, pardash.telemetry.export, pardash.telemetry.prometheus; print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'prometheus_client', 'torch')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

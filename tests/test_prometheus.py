@@ -1,0 +1,248 @@
+"""``--prometheus PORT``: /metrics from the hub's process, scraped over HTTP while real runs
+feed it, parsed with prometheus-client's own parser and, where installed, ``promtool``."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers import identity, pardash_env, wait_for
+from pardash.telemetry.prometheus import MetricsError, serve_metrics
+from pardash.telemetry.reporter import Reporter
+
+AGGREGATES = {
+    "pardash_run_info", "pardash_world_size", "pardash_step", "pardash_samples_per_second", "pardash_ranks",
+    "pardash_step_median_seconds", "pardash_step_max_seconds", "pardash_self_median_seconds", "pardash_self_max_seconds",
+    "pardash_stragglers", "pardash_straggler_cost_seconds", "pardash_held_min_bytes", "pardash_held_max_bytes",
+    "pardash_unsharded_bytes", "pardash_expected_bytes", "pardash_device_memory_min_bytes", "pardash_device_memory_max_bytes",
+    "pardash_messages_received", "pardash_messages_lost", "pardash_messages_dropped", "pardash_ingest_messages_per_second",
+}  # fmt: skip
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200
+        return r.read().decode()
+
+
+def families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def value(fams: dict, name: str, **labels) -> float | None:
+    fam = fams.get(name.removesuffix("_total"))
+    for s in fam.samples if fam else []:
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    return None
+
+
+def check_conventions(text: str) -> None:
+    """Prometheus' naming rules, and promtool's linter where it is installed."""
+    for fam in text_string_to_metric_families(text):
+        if not fam.name.startswith("pardash_"):
+            continue
+        assert re.fullmatch(r"pardash_[a-z0-9_]+", fam.name), fam.name
+        assert fam.documentation, f"{fam.name} has no HELP"
+        assert not re.search(r"(milli|micro|kilo|mega|giga)", fam.name), fam.name
+        for s in fam.samples:
+            if fam.type == "counter":
+                assert s.name.endswith("_total") or s.name.endswith("_created"), s.name
+            else:
+                assert not s.name.endswith("_total"), s.name
+    promtool = shutil.which("promtool")
+    if promtool:
+        p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_a_hub_fed_by_real_reporters_serves_what_they_sent(hub):
+    server = serve_metrics(hub.core, 0, per_rank=True)
+    reps = [Reporter(hub.ingest_endpoint, run="test-run", identity=identity(r, 2), heartbeat_s=0) for r in range(2)]
+    try:
+        for r in reps:
+            r.hello(strategy="fsdp", world_size=2, params_count=1000)
+        for step in range(1, 6):
+            for r in reps:
+                mem = {"params_bytes": 2000 + 8 * r.rank, "grads_bytes": 2000, "optim_bytes": 4000, "params_full_bytes": 4000,
+                       "grads_full_bytes": 4000, "optim_full_bytes": 8000, "rss_bytes": 10_000_000 + r.rank}  # fmt: skip
+                r.step(step=step, loss=1.0 / step + r.rank, step_s=0.1 + 0.01 * r.rank, self_s=0.02, data_s=0.005, samples=8, mem=mem)
+        wait_for(lambda: all(x.step is not None and x.step.step == 5 for x in hub.core.state.ranks.values()) and len(hub.core.state.ranks) == 2)
+        text = scrape(server.url)
+        fams = families(text)
+        assert AGGREGATES - {"pardash_straggler_cost_seconds"} <= set(fams)  # no straggler, no series
+        assert value(fams, "pardash_world_size") == 2 and value(fams, "pardash_step") == 5
+        assert value(fams, "pardash_ranks", state="running") == 2 and value(fams, "pardash_ranks", state="exited") == 0
+        assert value(fams, "pardash_step_max_seconds") == pytest.approx(0.11)
+        assert value(fams, "pardash_step_median_seconds") == pytest.approx(0.105)
+        assert value(fams, "pardash_held_min_bytes") == 8000 and value(fams, "pardash_held_max_bytes") == 8008
+        assert value(fams, "pardash_expected_bytes") == 1000 * 16 / 2 and value(fams, "pardash_unsharded_bytes") == 16000
+        assert value(fams, "pardash_device_memory_max_bytes") == 10_000_001
+        assert value(fams, "pardash_messages_received_total") >= 12 and value(fams, "pardash_messages_lost_total") == 0
+        assert value(fams, "pardash_rank_step", rank="1") == 5
+        assert value(fams, "pardash_rank_loss", rank="1") == pytest.approx(1.2)
+        assert value(fams, "pardash_rank_phase_seconds", rank="0", phase="data") == pytest.approx(0.005)
+        assert value(fams, "pardash_rank_state", rank="0", state="running") == 1
+        assert "process_cpu_seconds_total" in text  # the hub process's own figures
+        check_conventions(text)
+    finally:
+        for r in reps:
+            r.close()
+        server.close()
+
+
+def test_per_rank_series_only_when_asked(hub):
+    server = serve_metrics(hub.core, 0)
+    rep = Reporter(hub.ingest_endpoint, run="test-run", identity=identity(0, 1), heartbeat_s=0)
+    try:
+        rep.hello(strategy="ddp", world_size=1)
+        rep.step(step=1, loss=1.0, step_s=0.1, samples=8)
+        wait_for(lambda: 0 in hub.core.state.ranks and hub.core.state.ranks[0].step is not None)
+        assert "pardash_rank_" not in scrape(server.url)
+    finally:
+        rep.close()
+        server.close()
+
+
+def test_a_busy_port_is_one_clear_line(hub):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(MetricsError, match=f"cannot serve /metrics on 127.0.0.1:{port}.*choose another --prometheus PORT"):
+            serve_metrics(hub.core, port)
+        p = subprocess.run(
+            [sys.executable, "-m", "pardash", "hub", "--no-registry", "--prometheus", str(port)],
+            capture_output=True, text=True, timeout=60, env=pardash_env(),
+        )  # fmt: skip
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "choose another --prometheus PORT" in p.stderr
+
+
+def _read_until(proc: subprocess.Popen, pattern: str, timeout_s: float = 120) -> re.Match:
+    end = time.monotonic() + timeout_s
+    seen = []
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        m = re.search(pattern, line)
+        if m:
+            return m
+    raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(seen)}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C, as a user stops it: the command stops its job, hub and simulator itself."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+def test_simulate_serves_aggregates_and_names_the_straggler(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "simulate", "--headless", "--ranks", "8", "--steps", "200", "--rate", "20",
+         "--straggler", "3", "--prometheus", "0", "--runs-dir", str(tmp_path), "--every", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        url = _read_until(proc, r"Prometheus metrics on (http://127\.0\.0\.1:\d+/metrics)").group(1)
+        found = {}
+
+        def straggler_named():
+            fams = families(scrape(url))
+            found.update(fams)
+            return value(fams, "pardash_straggler_cost_seconds", rank="3") is not None
+
+        wait_for(straggler_named, timeout_s=60, poll_s=0.2)
+        text = scrape(url)
+        fams = families(text)
+        assert AGGREGATES <= set(fams)
+        assert value(fams, "pardash_world_size") == 8 and value(fams, "pardash_stragglers") == 1
+        assert value(fams, "pardash_ranks", state="straggler") == 1 and value(fams, "pardash_ranks", state="running") == 7
+        assert value(fams, "pardash_straggler_cost_seconds", rank="3", cause="data") > 0
+        assert value(fams, "pardash_self_max_seconds") > value(fams, "pardash_self_median_seconds")
+        assert value(fams, "pardash_held_min_bytes") == value(fams, "pardash_held_max_bytes") > 0
+        assert not any(name.startswith("pardash_rank_") for name in fams)
+        check_conventions(text)
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.slow
+def test_launch_serves_metrics_from_its_hub_while_it_trains(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "fsdp", "--nproc", "2", "--steps", "300",
+         "--prometheus", "0", "--prometheus-per-rank", "--log", str(tmp_path / "run.jsonl"), "--runs-dir", str(tmp_path / "runs"), "--every", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        url = _read_until(proc, r"Prometheus metrics on (http://127\.0\.0\.1:\d+/metrics)").group(1)
+        seen = {}
+
+        def training():
+            try:
+                fams = families(scrape(url))
+            except OSError:
+                return False
+            seen.update(fams)
+            return (value(fams, "pardash_step") or 0) >= 2 and value(fams, "pardash_ranks", state="running") == 2
+
+        wait_for(training, timeout_s=240, poll_s=0.3)
+        text = scrape(url)
+        fams = families(text)
+        assert AGGREGATES - {"pardash_straggler_cost_seconds"} <= set(fams)
+        assert value(fams, "pardash_world_size") == 2
+        run = [s for s in fams["pardash_run_info"].samples][0]
+        assert run.labels["strategy"] == "fsdp"
+        # FSDP on 2 ranks: each holds half the model state the ZeRO arithmetic expects unsharded
+        assert value(fams, "pardash_held_max_bytes") == pytest.approx(value(fams, "pardash_unsharded_bytes") / 2, rel=0.01)
+        assert value(fams, "pardash_rank_step", rank="0") >= 2 and value(fams, "pardash_rank_step", rank="1") >= 2
+        check_conventions(text)
+    finally:
+        _stop(proc)
+
+
+def test_hub_announces_its_metrics_url(tmp_path):
+    r, w = __import__("os").pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash.telemetry.hub", "--no-registry", "--log", str(tmp_path / "t.jsonl"), "--prometheus", "0", "--ready-fd", str(w)],
+        pass_fds=(w,), env=pardash_env(),
+    )  # fmt: skip
+    __import__("os").close(w)
+    try:
+        with open(r) as fh:
+            info = json.loads(fh.readline())
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", info["metrics"])
+        assert "pardash_world_size" in scrape(info["metrics"])
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_launch_refuses_a_busy_metrics_port_before_starting_anything(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = subprocess.run(
+            [sys.executable, "-m", "pardash", "launch", "--headless", "--prometheus", str(port), "--runs-dir", str(tmp_path / "runs")],
+            capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+        )  # fmt: skip
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and f"--prometheus {port}: port {port} is busy" in lines[0], p.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -1,0 +1,268 @@
+"""``pardash report``: pinned JSON and markdown on recorded logs (damaged ones included), the
+answers a user reads in them, ``--compare``, and the headless progress (bar or lines)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pty
+import random
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import pardash_env
+from pardash.telemetry.compare import render_compare_markdown
+from pardash.telemetry.report import build_report, render_markdown, render_text
+
+DATA = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(DATA))
+import make_logs  # noqa: E402  (tests/data/make_logs.py: the logs' writer)
+
+LOGS = make_logs.SYNTHETIC + make_logs.REAL
+
+
+def _same(got, want, path="$"):
+    """Equal, with floats compared to 1e-9 relative (the same arithmetic on another libm)."""
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12), f"{path}: {got} != {want}"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), f"{path}: keys {list(got)} != {list(want)}"
+        for k in want:
+            _same(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{path}: {got!r} != {want!r}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            _same(g, w, f"{path}[{i}]")
+    else:
+        assert got == want, f"{path}: {got!r} != {want!r}"
+
+
+# -- pinned outputs ----------------------------------------------------------------------
+
+
+def test_the_synthetic_logs_are_reproducible(tmp_path):
+    make_logs.write_logs(tmp_path)
+    for name in make_logs.SYNTHETIC:
+        assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), f"{name}: rerun tests/data/make_logs.py"
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_report_json_is_pinned(name):
+    want = json.loads((DATA / f"{name.removesuffix('.jsonl')}.report.json").read_text())
+    _same(json.loads(json.dumps(make_logs.pinned_report(name))), want)
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_report_markdown_is_pinned(name):
+    want = (DATA / f"{name.removesuffix('.jsonl')}.report.md").read_text()
+    assert render_markdown(make_logs.pinned_report(name)) == want
+
+
+@pytest.mark.parametrize("a, b", make_logs.COMPARE)
+def test_compare_is_pinned(a, b):
+    stem = f"{a.removesuffix('.jsonl')}.vs.{b.removesuffix('.jsonl')}"
+    cmp = make_logs.pinned_compare(a, b)
+    _same(json.loads(json.dumps(cmp)), json.loads((DATA / f"{stem}.compare.json").read_text()))
+    assert render_compare_markdown(cmp) == (DATA / f"{stem}.compare.md").read_text()
+
+
+# -- what the report says ----------------------------------------------------------------
+
+
+def test_the_contract_keys_of_the_first_report_are_kept():
+    rep = build_report(str(DATA / "real_fsdp2.jsonl"))
+    for key in ("ranks", "stragglers", "exits", "lost_messages", "strategy", "world_size"):
+        assert key in rep
+    for r in rep["ranks"]:
+        assert {"rank", "steps", "median_step_s", "last_loss", "params_bytes", "params_full_bytes"} <= set(r)
+    assert rep["strategy"] == "fsdp" and rep["world_size"] == 2 and rep["exits"] == [] and rep["stragglers"] == []
+    for r in rep["ranks"]:
+        assert r["params_bytes"] * 2 == pytest.approx(r["params_full_bytes"], rel=0.01)
+
+
+def test_damaged_lines_are_skipped_and_counted_never_raised():
+    rep = build_report(str(DATA / "ddp4_straggler.jsonl"))
+    assert rep["skipped_by_reason"] == {"invalid": 2, "malformed": 2, "truncated": 1}
+    assert rep["skipped_lines"] == 5
+    assert [r["steps"] for r in rep["ranks"]] == [60, 60, 60, 60]
+    assert rep["lost_messages"] == 1 and [r["lost_messages"] for r in rep["ranks"]] == [0, 1, 0, 0]
+    text = render_text(rep)
+    assert "lost messages: 1; skipped log lines: 5" in text
+    assert "5 (2 invalid, 2 malformed, 1 truncated)" in render_markdown(rep)
+
+
+def test_a_log_cut_anywhere_or_sprayed_with_garbage_still_reports(tmp_path):
+    raw = (DATA / "fsdp4_crash.jsonl").read_bytes()
+    rng = random.Random(0)
+    for i, cut in enumerate(sorted(rng.sample(range(1, len(raw)), 25))):
+        log = tmp_path / f"cut{i}.jsonl"
+        body = bytearray(raw[:cut])
+        for _ in range(3):  # and a few bytes flipped on the way
+            at = rng.randrange(len(body))
+            body[at] = rng.randrange(256)
+        log.write_bytes(bytes(body))
+        rep = build_report(str(log))
+        render_text(rep)
+        render_markdown(rep)
+        assert rep["skipped_lines"] >= 0
+
+
+def test_a_straggler_is_dated_and_its_cost_measured():
+    rep = build_report(str(DATA / "ddp4_straggler.jsonl"))
+    (s,) = rep["stragglers"]
+    assert (s["rank"], s["kind"], s["step"], s["since_step"], s["cleared_step"]) == (2, "data", 39, 20, 59)
+    # 25 slow steps (20..44) at 30 ms, plus the odd step it arrived last by a hair after
+    assert s["cost_total_s"] == pytest.approx(25 * 0.030, rel=0.05)
+    assert 0 < s["share_of_train"] < 1
+    assert "rank 2 (data): straggling from step 20, found at step 39, cleared at step 59" in render_text(rep)
+
+
+def test_a_failure_names_its_root_cause_and_the_stall_before_it():
+    rep = build_report(str(DATA / "fsdp4_crash.jsonl"))
+    f = rep["failure"]
+    assert (f["rank"], f["code"], f["step"], f["victims"], f["stopped"]) == (1, 1, 25, [0], [2, 3])
+    assert f["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert [(e["rank"], e["code"], e["role"]) for e in rep["exits"]] == [(0, 1, "victim"), (1, 1, "cause"), (2, -15, "stopped"), (3, -15, "stopped")]
+    assert rep["exits"][2]["signal"] == "SIGTERM"
+    (stall,) = rep["stalls"]
+    assert (stall["rank"], stall["kind"], stall["phase"], stall["step"], stall["until"]) == (3, "stalled", "data", 12, "resumed at step 13")
+    md = render_markdown(rep)
+    assert "**Root cause:** rank 1 exited with code 1 at step 25: RuntimeError: CUDA error" in md
+    assert "ranks 2-3 were stopped" in md
+
+
+def test_memory_is_measured_against_zero_and_the_unsharded_model():
+    fsdp = build_report(str(DATA / "fsdp4_crash.jsonl"))["memory"]
+    assert fsdp["vs_expected"] == pytest.approx(1.0) and fsdp["saving_vs_unsharded"] == pytest.approx(0.75)
+    assert fsdp["expected_bytes_per_rank"] * 4 == fsdp["unsharded_bytes_per_rank"]
+    wrong = build_report(str(DATA / "fsdp2_not_sharding.jsonl"))
+    m = wrong["memory"]
+    assert m["vs_expected"] == pytest.approx(2.0, rel=0.01) and m["not_sharding"] == [0, 1]
+    assert "is every block wrapped" in m["verdict"] and "is every block wrapped" in render_text(wrong)
+    ddp = build_report(str(DATA / "real_ddp2.jsonl"))["memory"]
+    assert ddp["vs_expected"] == pytest.approx(1.0, rel=0.01) and ddp["buckets_bytes_max"] > 0
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def _pardash(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pardash", *args], capture_output=True, text=True, env=pardash_env(), timeout=120, **kw)
+
+
+def test_report_command_formats(tmp_path):
+    log = tmp_path / "fsdp4_crash.jsonl"
+    log.write_bytes((DATA / "fsdp4_crash.jsonl").read_bytes())
+    md = _pardash("report", "fsdp4_crash.jsonl", "--format", "markdown", cwd=tmp_path)
+    assert md.returncode == 0, md.stderr
+    assert md.stdout == (DATA / "fsdp4_crash.report.md").read_text()
+    js = _pardash("report", str(log), "--format", "json")
+    assert json.loads(js.stdout)["failure"]["rank"] == 1
+    text = _pardash("report", str(log))
+    assert text.returncode == 0 and "root cause: rank 1 exited with code 1 at step 25" in text.stdout
+    cmp = _pardash("report", str(DATA / "real_ddp2.jsonl"), "--compare", str(DATA / "real_fsdp2.jsonl"))
+    assert cmp.returncode == 0, cmp.stderr
+    row = next(line for line in cmp.stdout.splitlines() if line.startswith("parameters a rank"))
+    assert "-50.0%" in row and "better" in row
+    missing = _pardash("report", str(log), "--compare", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2 and missing.stderr.strip().endswith("nope.jsonl: no such log file")
+
+
+# -- headless progress: a bar on a terminal, lines elsewhere ---------------------------------
+
+SIM = ["simulate", "--headless", "--ranks", "4", "--steps", "40", "--rate", "20", "--every", "0.5"]
+PLAIN_LINE = re.compile(r"^\[\s*\d+\.\ds\] step \d+/40 \| [\d,]+ samples/s \| step ms min/med/max [\d.]+/[\d.]+/[\d.]+ \|")
+
+
+def test_progress_is_plain_lines_when_piped(tmp_path):
+    p = _pardash(*SIM, "--runs-dir", str(tmp_path), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = [line for line in p.stdout.splitlines() if PLAIN_LINE.match(line)]
+    assert lines, p.stdout
+    assert "finished" in lines[-1]
+    assert "\x1b[" not in p.stdout  # no terminal control codes in a log file
+
+
+def test_progress_is_a_bar_on_a_terminal(tmp_path):
+    master, slave = pty.openpty()
+    env = pardash_env(TERM="xterm-256color", COLUMNS="160", LINES="40")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pardash", *SIM, "--runs-dir", str(tmp_path)], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp_path
+    )
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 60)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(60) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode(errors="replace"))  # colours, cursor moves
+    assert "━" in text  # rich's bar
+    assert re.search(r"step\s+\d+/40", text) and "samples/s" in text and "min/med/max" in text
+    assert not any(PLAIN_LINE.match(line.strip()) for line in text.splitlines())
+
+
+class _LogSource:
+    """A Source over a whole recorded log (every message applied at once)."""
+
+    live = False
+    fseq = 0
+
+    def __init__(self, path: Path) -> None:
+        from pardash.telemetry.logreader import load_log
+        from pardash.telemetry.state import RunState
+
+        self.state = RunState()
+        for msg in load_log(path)[0]:
+            self.state.apply(msg, msg.t)
+
+    def poll(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_bar_prints_the_jobs_output_above_itself(tmp_path):
+    import io
+
+    from pardash.telemetry.printer import ProgressPrinter
+
+    out = io.StringIO()
+    output = tmp_path / "output.log"
+    output.write_bytes(b"pardash trainer: ddp on 2 rank(s)\nstep     1/12 | loss 4.18")
+    printer = ProgressPrinter(_LogSource(DATA / "real_ddp2.jsonl"), out=out, bar=True, tail=str(output))
+    printer.update()
+    with open(output, "ab") as fh:
+        fh.write(b"52\ndone: 12 steps\n")
+    printer.update(force=True)
+    printer.close()
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.getvalue())
+    lines = [line.strip() for line in text.replace("\r", "\n").splitlines()]
+    assert "pardash trainer: ddp on 2 rank(s)" in lines and "step     1/12 | loss 4.1852" in lines and "done: 12 steps" in lines
+    assert re.search(r"step 12/12 ━+ step ms [\d.]+/[\d.]+/[\d.]+ min/med/max \| 2 finished", text)
+
+
+def test_plain_lines_keep_their_format():
+    import io
+
+    from pardash.telemetry.printer import ProgressPrinter
+
+    out = io.StringIO()
+    ProgressPrinter(_LogSource(DATA / "real_ddp2.jsonl"), out=out, bar=False).update(force=True)
+    (line,) = out.getvalue().splitlines()
+    assert re.fullmatch(r"\[\s*\d+\.\ds\] step 12/12 \| 0 samples/s \| step ms min/med/max [\d./]+ \| self ms [\d./]+ \| mem/rank [\d.]+ MiB \| 2 finished", line)

@@ -1,0 +1,277 @@
+"""Checkpoints of the bundled trainer: save every N steps, resume from the newest.
+
+Layout: ``DIR/step-00000020/``, one folder per saved step.
+
+- ddp, fsdp: :mod:`torch.distributed.checkpoint` (DCP). ``get_state_dict`` gives the model's
+  and the optimizer's state as this rank holds it (FSDP2: its DTensor shards; DDP: the module
+  without the wrapper's ``module.`` prefix); every rank writes its part in parallel and rank 0
+  writes ``.metadata`` last (by rename). A folder with ``.metadata`` is complete; one without is
+  a save that died, and is ignored. DCP reshards on load, so the model and optimizer also load
+  into another world size.
+- single, dp: one process, so a plain :func:`torch.save` of the same dictionary to
+  ``state.pt``, written under a temporary name and renamed (complete: ``state.pt`` exists).
+
+What makes a resumed run follow the uninterrupted run's loss curve:
+
+- the model and the optimizer state (AdamW's moments and its step count);
+- the step: the loop goes on at step + 1, and the learning rate is a function of the step
+  (``train.lr_at``), so the schedule continues where it stood;
+- the data order: the DistributedSampler's order is a function of (seed, epoch, rank, world
+  size); the checkpoint keeps the epoch and the steps already taken in it, which the loop skips;
+- each rank's RNG state (CPU, and its GPU) for whatever is random in a step (dropout).
+
+The progress scalars are stored as tensors. Like any torch checkpoint, a checkpoint folder is
+trusted input (DCP unpickles the optimizer's hyper-parameters): load only your own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .strategies import Wrapped
+
+STEP_DIR = re.compile(r"^step-(\d+)$")
+"""A checkpoint folder's name: ``step-`` and the step, zero-padded to 8 digits."""
+PLAIN_FILE = "state.pt"
+"""The single/dp checkpoint inside its step folder."""
+DCP_METADATA = ".metadata"
+"""Written last by DCP's coordinator: its presence marks a complete DCP checkpoint."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Progress:
+    """Where the run stood after a saved step: everything besides model and optimizer."""
+
+    step: int
+    """Optimizer steps completed; the run resumes at step + 1."""
+    epoch: int
+    """Epoch of the next step."""
+    steps_into_epoch: int
+    """Steps of that epoch already taken (the resumed loop skips their batches)."""
+    total_steps: int
+    """The run's length when saved: the learning rate schedule's horizon."""
+    lr: float
+    """Learning rate of the saved step."""
+    seed: int
+    """--seed: model init, the data and its order."""
+    world_size: int
+    """Ranks when saved: the data order is per rank, so another world size changes it."""
+
+    def to_tensors(self) -> dict[str, torch.Tensor]:
+        """Each field as a 0-d tensor (float64 for ``lr``, int64 otherwise)."""
+        return {
+            f.name: torch.tensor(
+                getattr(self, f.name), dtype=torch.float64 if f.name == "lr" else torch.int64
+            )
+            for f in fields(self)
+        }
+
+    @classmethod
+    def from_tensors(cls, values: dict[str, torch.Tensor]) -> "Progress":
+        kw = {f.name: values[f.name].item() for f in fields(cls)}
+        return cls(**{k: float(v) if k == "lr" else int(v) for k, v in kw.items()})
+
+    @classmethod
+    def blank_tensors(cls) -> dict[str, torch.Tensor]:
+        """Tensors of the right dtypes for DCP to load into."""
+        return cls(step=0, epoch=0, steps_into_epoch=0, total_steps=0, lr=0.0, seed=0,
+                   world_size=0).to_tensors()
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A complete checkpoint on disk."""
+
+    step: int
+    path: Path
+
+
+def uses_dcp(strategy: str) -> bool:
+    """ddp and fsdp save with DCP (every rank its part); single and dp with torch.save."""
+    return strategy in ("ddp", "fsdp")
+
+
+def step_path(root: str | os.PathLike[str], step: int) -> Path:
+    """The folder of the checkpoint of ``step`` under ``root``."""
+    return Path(root) / f"step-{step:08d}"
+
+
+def is_complete(path: Path) -> bool:
+    """True when the save into ``path`` finished (DCP's metadata or the plain file is there)."""
+    return (path / DCP_METADATA).is_file() or (path / PLAIN_FILE).is_file()
+
+
+def find_latest(root: str | os.PathLike[str]) -> Found | None:
+    """The complete checkpoint of the highest step under ``root`` (None: no folder, or none)."""
+    try:
+        entries = list(os.scandir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    best: Found | None = None
+    for entry in entries:
+        m = STEP_DIR.match(entry.name)
+        if m and entry.is_dir() and is_complete(Path(entry.path)):
+            step = int(m.group(1))
+            if best is None or step > best.step:
+                best = Found(step, Path(entry.path))
+    return best
+
+
+def agree_on_latest(root: str | os.PathLike[str], device: torch.device) -> Found | None:
+    """:func:`find_latest` as rank 0 sees it, on every rank.
+
+    Ranks listing the folder on their own could pick different steps (a slow shared file
+    system) and then silently train from different states; rank 0 decides instead.
+    """
+    found = find_latest(root)
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return found
+    step = torch.tensor([found.step if found is not None else -1], dtype=torch.int64,
+                        device=device)
+    dist.broadcast(step, src=0)
+    chosen = int(step.item())  # sync (GPU): once, before the first step
+    if chosen < 0:
+        return None
+    path = step_path(root, chosen)
+    if not is_complete(path):
+        raise FileNotFoundError(
+            f"rank 0 resumes from {path}, which this rank cannot read; "
+            "--checkpoint-dir must be a folder every node shares"
+        )
+    return Found(chosen, path)
+
+
+# -- RNG ---------------------------------------------------------------------------------------
+
+
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """This process's CPU RNG state, and its GPU's when ``device`` is one."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor], device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"].cpu())
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+
+def _rng_key(rank: int) -> str:
+    # Per-rank key: DCP saves a plain tensor under a key all ranks share only once (rank 0's).
+    return f"rng_rank{rank}"
+
+
+# -- save --------------------------------------------------------------------------------------
+
+
+def save(
+    root: str | os.PathLike[str],
+    progress: Progress,
+    *,
+    w: Wrapped,
+    optimizer: torch.optim.Optimizer,
+    rank: int,
+    device: torch.device,
+) -> tuple[Path, float]:
+    """Save the model, the optimizer, ``progress`` and this rank's RNG state after step
+    ``progress.step``; returns (folder, seconds this rank spent). Collective for ddp/fsdp:
+    every rank calls it at the same step."""
+    t0 = time.perf_counter()
+    path = step_path(root, progress.step)
+    path.mkdir(parents=True, exist_ok=True)
+    if uses_dcp(w.strategy):
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        if rank == 0:
+            # A folder saved before (a resumed run passing the same step again) must not look
+            # complete while it is being rewritten. Other ranks write only after DCP's first
+            # collective, which rank 0 reaches after this.
+            (path / DCP_METADATA).unlink(missing_ok=True)
+        model_sd, optim_sd = get_state_dict(w.model, optimizer)
+        state = {
+            "model": model_sd,
+            "optim": optim_sd,
+            "progress": progress.to_tensors(),
+            _rng_key(rank): rng_state(device),
+        }
+        dcp.save(state, checkpoint_id=str(path))  # sync (GPU): copies the state to the host
+    else:
+        state = {
+            "model": w.inner.state_dict(),
+            "optim": optimizer.state_dict(),
+            "progress": progress.to_tensors(),
+            _rng_key(0): rng_state(device),
+        }
+        tmp = path / (PLAIN_FILE + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path / PLAIN_FILE)
+    return path, time.perf_counter() - t0
+
+
+# -- load --------------------------------------------------------------------------------------
+
+
+def load(
+    found: Found,
+    *,
+    w: Wrapped,
+    optimizer: torch.optim.Optimizer,
+    rank: int,
+    device: torch.device,
+) -> tuple[Progress, float, bool]:
+    """Load ``found`` into the model and optimizer and restore this rank's RNG state;
+    returns (progress, seconds, whether this rank's RNG state was in the checkpoint).
+    Collective for ddp/fsdp."""
+    t0 = time.perf_counter()
+    key = _rng_key(rank)
+    if uses_dcp(w.strategy):
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        saved = FileSystemReader(str(found.path)).read_metadata().state_dict_metadata
+        # The optimizer must hold state to load into: get_state_dict creates it (a step with
+        # zero gradients and lr 0, which changes no parameter).
+        model_sd, optim_sd = get_state_dict(w.model, optimizer)
+        state: dict = {"model": model_sd, "optim": optim_sd, "progress": Progress.blank_tensors()}
+        has_rng = f"{key}.cpu" in saved  # a rank the saving run did not have: none
+        if has_rng:
+            state[key] = rng_state(device)
+            if device.type == "cuda" and f"{key}.cuda" not in saved:
+                del state[key]["cuda"]
+        dcp.load(state, checkpoint_id=str(found.path))
+        set_state_dict(w.model, optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+    else:
+        state = torch.load(found.path / PLAIN_FILE, map_location="cpu", weights_only=True)
+        w.inner.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optim"])
+        has_rng = key in state
+    if has_rng:
+        set_rng_state(state[key], device)
+    return Progress.from_tensors(state["progress"]), time.perf_counter() - t0, has_rng
+
+
+__all__ = [
+    "Found",
+    "Progress",
+    "agree_on_latest",
+    "find_latest",
+    "is_complete",
+    "load",
+    "rng_state",
+    "save",
+    "set_rng_state",
+    "step_path",
+    "uses_dcp",
+]
