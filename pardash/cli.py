@@ -57,6 +57,8 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
     v.add_argument("--telemetry-addr", default=None, help="address the hub binds (default 127.0.0.1 on one node, the master address on several); on nodes > 0, where node 0's hub is")
     v.add_argument("--telemetry-port", type=int, default=0, help="hub ingest port (default: free ports; several nodes: 29600, and node 0's hub takes PORT..PORT+2)")
     v.add_argument("--every", type=float, default=5.0, help="seconds between headless progress lines (default 5)")
+    v.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: the hub admits only ranks and viewers with an authorised key (default $PARDASH_CURVE_DIR)")
+    v.add_argument("--insecure", action="store_true", help="let the hub bind beyond loopback without keys: anyone who reaches its ports can read the run and send it records")
     from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
 
     add_prometheus_arguments(v)
@@ -122,6 +124,8 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
                 fail(f"--telemetry-port {telemetry_port}: port {port} is busy; pick another (the hub uses PORT..PORT+2)")
     # Nodes > 0 start no hub: their ranks send to node 0's, at the same address and port.
     remote_hub = f"tcp://{bind}:{telemetry_port}" if ns.node_rank > 0 else ""
+    insecure = getattr(ns, "insecure", False)
+    curve_dir = _check_security(bind if not remote_hub else "127.0.0.1", getattr(ns, "curve_dir", None), insecure, hub=not remote_hub)
     if ns.module:
         from pardash.trainer import autorun
 
@@ -145,6 +149,8 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
             telemetry_bind=bind,
             telemetry_port=telemetry_port,
             remote_hub=remote_hub,
+            curve_dir=curve_dir,
+            insecure=insecure,
             command=command,
             strategy=cfg.strategy if not (script or ns.module) else "script",
             world_size=world,
@@ -152,6 +158,25 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     except LaunchError as exc:
         fail(str(exc))
     return spec
+
+
+def _check_security(bind: str, curve_dir: str | None, insecure: bool, *, hub: bool) -> str:
+    """The absolute key folder to use ('' for none), after checking that a hub may bind
+    ``bind`` and that the keys it and the ranks need are there; fails with one line."""
+    from pardash.telemetry import security
+
+    curve_dir = curve_dir or security.curve_dir_from_env() or ""
+    refusal = security.bind_refusal(bind, curve=bool(curve_dir), insecure=insecure)
+    if refusal:
+        fail(refusal)
+    if curve_dir:
+        try:
+            if hub:
+                security.load_server_keys(curve_dir)
+            security.load_client_keys(curve_dir)
+        except security.CurveKeyError as exc:
+            fail(str(exc))
+    return os.path.abspath(curve_dir) if curve_dir else ""
 
 
 def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
@@ -178,7 +203,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         fail(str(exc))
     if job.endpoints.get("metrics"):
         print(f"{PROG}: Prometheus metrics on {job.endpoints['metrics']}", flush=True)
-    client = HubClient(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id)
+    client = HubClient(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id, curve=spec.curve_dir or None)
     try:
         if ns.headless:
             from pardash.telemetry.printer import ProgressPrinter
@@ -220,6 +245,24 @@ def cmd_hub(ns: argparse.Namespace) -> int:
     return run_hub(ns)
 
 
+def cmd_keys(ns: argparse.Namespace) -> int:
+    from pardash.telemetry import security
+
+    d = ns.dir or str(security.default_curve_dir())
+    try:
+        paths = security.make_keys(d, force=ns.force)
+    except security.CurveKeyError as exc:
+        fail(str(exc))
+    d = os.path.abspath(d)
+    print(f"{PROG}: CURVE keys in {d} (folder 0700, files 0600)")
+    print(f"  hub:              {paths['server_secret']}")
+    print(f"  ranks, viewers:   {paths['client_secret']} and {paths['server_public']}")
+    print(f"  admitted clients: {paths['authorized']}/ (add another client's .key here to let it in)")
+    print(f"use: {PROG} hub --bind 0.0.0.0 --curve-dir {d}    (or {PROG} launch --curve-dir {d} ...)")
+    print(f"     export PARDASH_CURVE_DIR={d}    for ranks and viewers (copy the folder to other nodes)")
+    return 0
+
+
 def cmd_ps(ns: argparse.Namespace) -> int:
     runs = registry.live_runs()
     if ns.json:
@@ -257,7 +300,8 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         from pardash.telemetry.printer import ProgressPrinter
 
         if not client.wait_synced(5.0):
-            fail(f"no answer from the hub at {client.snapshot_endpoint}; is the run still live? (`pardash ps`)")
+            hint = "" if client.keys is not None else "; a hub with CURVE keys answers only viewers with an authorised key (PARDASH_CURVE_DIR)"
+            fail(f"no answer from the hub at {client.snapshot_endpoint}; is the run still live? (`pardash ps`){hint}")
         try:
             ProgressPrinter(client, every_s=ns.every).follow(lambda: False)
         except KeyboardInterrupt:
@@ -416,11 +460,15 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     hub_args = ["--run-id", run_id, "--log", log, "--bind", ns.bind, "--meta", json.dumps({"strategy": cfg.strategy, "world_size": cfg.ranks, "simulated": True})]
     if ns.port:
         hub_args += ["--port", str(ns.port)]
+    if getattr(ns, "insecure", False):
+        hub_args += ["--insecure"]
+    # The simulated ranks hold no keys: hub and viewer go without them too.
+    plain_env = {k: v for k, v in os.environ.items() if k != "PARDASH_CURVE_DIR"}
     if getattr(ns, "prometheus", None) is not None:
         hub_args += ["--prometheus", str(ns.prometheus), "--prometheus-addr", ns.prometheus_addr]
         hub_args += ["--prometheus-per-rank"] if ns.prometheus_per_rank else []
     try:
-        hub, info = spawn_hub(hub_args, start_new_session=True)
+        hub, info = spawn_hub(hub_args, start_new_session=True, env=plain_env)
     except SpawnError as exc:
         fail(f"{exc}; see the message above")
     sim = subprocess.Popen(
@@ -431,7 +479,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     print(f"{PROG}: simulating {cfg.ranks} ranks at {cfg.rate_hz:g} steps/s, run {run_id}, hub {info['ingest']}, log {log}", flush=True)
     if info.get("metrics"):
         print(f"{PROG}: Prometheus metrics on {info['metrics']}", flush=True)
-    client = HubClient(info["updates"], info["snapshot"], run_id=run_id)
+    client = HubClient(info["updates"], info["snapshot"], run_id=run_id, curve=False)
     try:
         if ns.headless:
             from pardash.telemetry.printer import ProgressPrinter
@@ -494,6 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--runs-dir", default="runs", help="folder for logs (default ./runs)")
     sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
     sim.add_argument("--port", type=int, default=0, help="hub ingest port (default: free ports)")
+    sim.add_argument("--insecure", action="store_true", help="let --bind be beyond loopback (simulated ranks hold no keys)")
     from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
 
     add_prometheus_arguments(sim)
@@ -509,6 +558,18 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("log", help="telemetry.jsonl of a run")
     rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
     rep.add_argument("--compare", default=None, metavar="LOG_B", help="set this second run beside the first (DDP against FSDP, before against after)")
+
+    k = sub.add_parser(
+        "keys",
+        help="make CURVE keys: a hub bound beyond loopback admits only ranks and viewers holding them",
+        description=(
+            "Make a server and a client CURVE key pair (files readable by you only) and admit the "
+            "client key. Give the folder to the hub (--curve-dir DIR) and to ranks and viewers "
+            "(PARDASH_CURVE_DIR=DIR); copy it to the other nodes of a job."
+        ),
+    )
+    k.add_argument("--dir", default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve)")
+    k.add_argument("--force", action="store_true", help="replace existing keys (hubs and ranks using them are locked out)")
 
     _bench_parser(sub)
 
@@ -538,6 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "replay": cmd_replay,
             "report": cmd_report,
             "simulate": cmd_simulate,
+            "keys": cmd_keys,
             "bench": cmd_bench,
             "export": cmd_export,
         }[ns.command](ns)

@@ -118,10 +118,11 @@ class HubClient(FrameApplier):
         *,
         context: zmq.Context | None = None,
         run_id: str = "",
-        curve: security.ClientKeys | str | os.PathLike[str] | None = None,
+        curve: security.ClientKeys | str | os.PathLike[str] | bool | None = None,
     ) -> None:
         """``curve``: client keys or their folder for a hub with CURVE keys (default: the
-        folder in PARDASH_CURVE_DIR, when set); unreadable keys raise AttachError."""
+        folder in PARDASH_CURVE_DIR, when set; False: none); unreadable keys raise
+        AttachError."""
         super().__init__()
         try:
             self.keys = security.client_keys(curve)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .report import PHASE_LABELS, PHASES, md_table
+from .report_render import PHASE_LABELS, PHASES, md_table
 from .summary import human_bytes
 
 # (key, label, unit, better): unit is "1/s", "s", "bytes" or "count"; better "higher"/"lower".

@@ -336,7 +336,8 @@ class Hub:
         self.ingest.setsockopt(zmq.RCVHWM, 100_000)
         self.updates = self.ctx.socket(zmq.PUB)
         self.updates.setsockopt(zmq.SNDHWM, 100)
-        self.updates.setsockopt(zmq.MAXMSGSIZE, 256)  # it receives subscriptions only
+        # It receives only subscriptions (and, with keys, CURVE handshakes of a few hundred bytes).
+        self.updates.setsockopt(zmq.MAXMSGSIZE, 4096)
         self.snap = self.ctx.socket(zmq.ROUTER)
         self.snap.setsockopt(zmq.MAXMSGSIZE, 4096)
         for s in (self.ingest, self.updates, self.snap):

@@ -36,11 +36,21 @@ def register(info: dict) -> Path:
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = d / f"{info['run_id']}.json"
     entry = {"started": time.time(), **info}
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(entry, fh)
-    os.replace(tmp, path)
+    # A fresh temporary name, never an existing file or a link someone planted there: the
+    # entry is 0600 whatever the folder's mode or umask.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(entry, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return path
 
 

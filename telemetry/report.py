@@ -18,7 +18,6 @@ What the report answers, beyond the per-rank table:
 
 from __future__ import annotations
 
-import os
 import signal
 import statistics
 from collections import defaultdict, deque
@@ -27,11 +26,10 @@ from typing import Any
 from . import schema
 from .logreader import LogReadStats, read_log
 from .printer import ranks_text, root_cause
+from .report_render import PHASES, md_table, render_markdown, render_text
 from .state import RunState, mem_full_bytes, mem_held_bytes
-from .summary import human_bytes, ms, zero_expected_bytes
+from .summary import zero_expected_bytes
 
-PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
-PHASE_LABELS = {"data_s": "data", "forward_s": "fwd", "backward_s": "bwd", "optimizer_s": "opt", "comm_s": "comm", "self_s": "self"}
 BYTES_PER_PARAM = 16
 """ZeRO's model-state bytes a parameter (fp32 AdamW: 4 + 4 + 8; mixed-precision Adam: 2 + 2 + 12)."""
 
@@ -377,209 +375,6 @@ def _memory(ranks: list[dict], expected, params_count: int, strategy: str, world
         "not_sharding": sorted(not_sharding),
         "verdict": verdict,
     }
-
-
-# -- rendering ------------------------------------------------------------------------------
-
-
-def _num(x: float | None, fmt: str = ",.0f") -> str:
-    return "-" if x is None else format(x, fmt)
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.1f}%"
-
-
-def _devices_text(rep: dict) -> str:
-    parts = []
-    for d in rep.get("devices", []):
-        name = d["device_name"] or d["device"]
-        parts.append(f"{d['ranks']} x {name} ({d['device']}) on {d['host'] or '?'}")
-    return "; ".join(parts) or "-"
-
-
-def summary_rows(rep: dict) -> list[tuple[str, str]]:
-    """The run summary as (label, value) pairs, shared by the text and markdown renderers."""
-    skipped = rep["skipped_lines"]
-    reasons = ", ".join(f"{n} {why}" for why, n in rep["skipped_by_reason"].items())
-    sps = _num(rep["samples_per_s"])
-    if rep.get("steady_samples_per_s"):
-        sps += f" (steady {_num(rep['steady_samples_per_s'])}: samples a step / median step time)"
-    return [
-        ("run", rep["run_id"] or "-"),
-        ("log", os.path.basename(rep["log"])),
-        ("strategy", rep["strategy"] or "-"),
-        ("world size", str(rep["world_size"])),
-        ("devices", _devices_text(rep)),
-        ("duration", f"{rep['duration_s']:.1f} s (training {rep['train_s']:.1f} s)"),
-        ("steps", f"{rep['steps']} (last step {rep['last_step']})"),
-        ("samples/s", sps),
-        ("median step", f"{ms(rep['median_step_s'])} ms"),
-        ("lost messages", str(rep["lost_messages"])),
-        ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "")),
-    ]
-
-
-RANK_COLUMNS = ("rank", "host", "status", "steps", "last loss", "step ms", *PHASE_LABELS.values(), "params", "full", "grads", "optim", "held", "peak", "lost")
-
-
-def rank_cells(r: dict) -> list[str]:
-    return [
-        str(r["rank"]),
-        r["host"] or "-",
-        r["status"],
-        str(r["steps"]),
-        "-" if r["last_loss"] is None else f"{r['last_loss']:.4f}",
-        ms(r["median_step_s"]),
-        *(ms(r[f"median_{p}"]) for p in PHASES),
-        human_bytes(r["params_bytes"]),
-        human_bytes(r["params_full_bytes"]),
-        human_bytes(r["grads_bytes"]),
-        human_bytes(r["optim_bytes"]),
-        human_bytes(r["held_bytes"]),
-        human_bytes(r["peak_bytes"]),
-        str(r["lost_messages"]),
-    ]
-
-
-def straggler_lines(rep: dict) -> list[str]:
-    out = []
-    for s in rep["stragglers"]:
-        until = f"cleared at step {s['cleared_step']}" if s["cleared_step"] is not None else "until the end"
-        out.append(
-            f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}, found at step {s['step']}, {until}; "
-            f"the others waited {ms(s['cost_s'])} ms a step, {s['cost_total_s']:.2f} s over {s['steps_charged']} steps "
-            f"({_pct(s['share_of_train'])} of training)"
-        )
-    return out
-
-
-def stall_lines(rep: dict) -> list[str]:
-    out = []
-    for s in rep["stalls"]:
-        what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
-        at = f" after step {s['step']}" if s["step"] is not None else ""
-        out.append(f"rank {s['rank']} {what}{at}; {s['until'] or 'never resumed'}")
-    return out
-
-
-def exit_lines(rep: dict) -> list[str]:
-    out = []
-    for e in rep["exits"]:
-        sig = f" ({e['signal']})" if e.get("signal") else ""
-        at = f" at step {e['step']}" if e.get("step") is not None else ""
-        role = {"cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped"}.get(e.get("role") or "", "")
-        out.append(f"rank {e['rank']} exited with code {e['code']}{sig}{at}{role}")
-    return out
-
-
-def memory_rows(rep: dict) -> list[tuple[str, str]]:
-    m = rep["memory"]
-    st = f"{rep['strategy'] or '?'} x{rep['world_size']}"
-    span = human_bytes(m["state_bytes_max"])
-    if m["state_bytes_min"] is not None and m["state_bytes_min"] != m["state_bytes_max"]:
-        span = f"{human_bytes(m['state_bytes_min'])} .. {span}"
-    rows = [
-        ("measured: params + grads + optimizer, a rank", span),
-        (f"ZeRO expectation for {st} ({m['bytes_per_param']} B/param{' / N' if rep['strategy'] == 'fsdp' else ''})", human_bytes(m["expected_bytes_per_rank"])),
-        ("measured against expected", "-" if m["vs_expected"] is None else f"{m['vs_expected']:.2f}x"),
-        (f"unsharded alternative ({m['bytes_per_param']} B/param)", human_bytes(m["unsharded_bytes_per_rank"])),
-        ("saving against unsharded", _pct(m["saving_vs_unsharded"])),
-    ]
-    if m["buckets_bytes_max"]:
-        rows.append(("DDP gradient buckets, a rank", human_bytes(m["buckets_bytes_max"])))
-    if m["peak_bytes_max"] is not None:
-        rows.append((f"peak ({'CUDA allocator' if m['peak_kind'] == 'cuda' else 'process RSS'}), largest rank", human_bytes(m["peak_bytes_max"])))
-    return rows
-
-
-def render_text(rep: dict, width: int = 160) -> str:
-    """The report as plain text with rich tables."""
-    from io import StringIO
-
-    from rich.console import Console
-    from rich.table import Table
-
-    buf = StringIO()
-    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
-    summary = Table(box=None, show_header=False, pad_edge=False)
-    summary.add_column(style="bold")
-    summary.add_column()
-    for k, v in summary_rows(rep):
-        summary.add_row(k, v)
-    con.print(summary)
-    if rep.get("note"):
-        con.print(f"note: {rep['note']}")
-    con.print()
-    t = Table(box=None, pad_edge=False, title="ranks (medians; memory after the last step)", title_justify="left")
-    for col in RANK_COLUMNS:
-        t.add_column(col, justify="left" if col in ("host", "status") else "right")
-    for r in rep["ranks"]:
-        t.add_row(*rank_cells(r))
-    con.print(t)
-    con.print()
-    con.print("stragglers:" + ("" if rep["stragglers"] else " none"))
-    for line in straggler_lines(rep):
-        con.print(f"  {line}")
-    con.print("stalls:" + ("" if rep["stalls"] else " none"))
-    for line in stall_lines(rep):
-        con.print(f"  {line}")
-    con.print("exits:" + ("" if rep["exits"] else " none with an error"))
-    for line in exit_lines(rep):
-        con.print(f"  {line}")
-    if rep.get("failure"):
-        con.print(f"root cause: {rep['failure']['line']}")
-    con.print()
-    mt = Table(box=None, show_header=False, pad_edge=False, title="memory (model state a rank holds)", title_justify="left")
-    mt.add_column()
-    mt.add_column(justify="right")
-    for k, v in memory_rows(rep):
-        mt.add_row(k, v)
-    con.print(mt)
-    con.print(rep["memory"]["verdict"])
-    for rank in rep["memory"]["not_sharding"]:
-        con.print(f"  rank {rank}: not sharding")
-    line = f"lost messages: {rep['lost_messages']}"
-    if rep["skipped_lines"]:
-        line += f"; skipped log lines: {rep['skipped_lines']}"
-    con.print(line)
-    return buf.getvalue()
-
-
-def md_table(head: list[str] | tuple[str, ...], rows: list[list[str]], right: set[int] | None = None) -> str:
-    """A GitHub-flavoured markdown table (``|`` in cells escaped)."""
-    right = right if right is not None else set(range(1, len(head)))
-
-    def cell(x: str) -> str:
-        return str(x).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(cell(h) for h in head) + " |"]
-    lines.append("|" + "|".join("---:" if i in right else "---" for i in range(len(head))) + "|")
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def render_markdown(rep: dict) -> str:
-    """The report as GitHub-flavoured markdown."""
-    out = [f"# pardash report: {rep['run_id'] or os.path.basename(rep['log'])}", ""]
-    out.append(md_table(["", ""], [[k, v] for k, v in summary_rows(rep)], right=set()))
-    if rep.get("note"):
-        out += ["", f"> {rep['note']}"]
-    out += ["", "## Ranks", "", "Medians over the run; memory after the last step.", ""]
-    text_cols = {1, 2}
-    out.append(md_table(RANK_COLUMNS, [rank_cells(r) for r in rep["ranks"]], right=set(range(len(RANK_COLUMNS))) - text_cols))
-    out += ["", "## Stragglers", ""]
-    out += [f"- {line}" for line in straggler_lines(rep)] or ["None found."]
-    out += ["", "## Stalls and exits", ""]
-    lines = stall_lines(rep) + exit_lines(rep)
-    out += [f"- {line}" for line in lines] or ["None."]
-    if rep.get("failure"):
-        out += ["", f"**Root cause:** {rep['failure']['line']}"]
-    out += ["", "## Memory", "", md_table(["model state a rank holds", "bytes"], [list(r) for r in memory_rows(rep)]), ""]
-    out.append(rep["memory"]["verdict"] + ".")
-    for rank in rep["memory"]["not_sharding"]:
-        out.append(f"- rank {rank}: not sharding")
-    return "\n".join(out) + "\n"
 
 
 __all__ = ["PHASES", "build_report", "md_table", "render_markdown", "render_text"]

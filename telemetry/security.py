@@ -167,10 +167,9 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
             paths[f"{name}_public"], paths[f"{name}_secret"] = Path(public), Path(secret)
         admitted = auth / f"{CLIENT}.key"
         admitted.write_bytes(paths["client_public"].read_bytes())
+        for p in (*paths.values(), admitted):
+            os.chmod(p, 0o600)
         paths["authorized"] = auth
-        for p in (*paths.values(),):
-            if p.is_file():
-                os.chmod(p, 0o600)
     except OSError as exc:
         raise CurveKeyError(f"cannot write keys in {d}: {exc.strerror or exc}; choose another --dir") from None
     return paths
@@ -252,11 +251,13 @@ def load_server_keys(curve_dir: str | os.PathLike[str]) -> ServerKeys:
     return ServerKeys(public=public, secret=secret, authorized=auth)
 
 
-def client_keys(curve: ClientKeys | str | os.PathLike[str] | None = None) -> ClientKeys | None:
+def client_keys(curve: ClientKeys | str | os.PathLike[str] | bool | None = None) -> ClientKeys | None:
     """Client keys from ``curve`` (keys or their folder), else from ``$PARDASH_CURVE_DIR``;
-    None when neither names any (a plain connection)."""
+    None when neither names any, or ``curve`` is False (a plain connection)."""
     if isinstance(curve, ClientKeys):
         return curve
+    if curve is False:
+        return None
     folder = curve if curve else curve_dir_from_env()
     return load_client_keys(folder) if folder else None
 

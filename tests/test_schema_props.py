@@ -322,7 +322,7 @@ def test_arbitrary_bytes_never_raise_out_of_ingest(blobs):
     check_encodable(core)
 
 
-def test_a_hello_flood_of_distinct_ranks_is_bounded():
+def test_a_hello_flood_of_distinct_ranks_is_bounded(monkeypatch):
     # Without a world size the hub learns it from the hellos, and never tracks more than
     # MAX_RANKS_TRACKED ranks; with one (the launcher passes it) it refuses every other rank.
     told = HubCore(run_id=RUN, world_size=WORLD)
@@ -331,6 +331,7 @@ def test_a_hello_flood_of_distinct_ranks_is_bounded():
     assert set(told.state.ranks) <= set(range(WORLD))
     assert told.rejected["rank_out_of_range"] > 700
 
+    monkeypatch.setattr(security, "MAX_RANKS_TRACKED", 64)  # the hub reads it per message
     learnt = HubCore(run_id=RUN)
     big = security.MAX_RANKS_TRACKED
     for r in range(big + 100):

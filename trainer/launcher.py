@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pardash.telemetry import registry, schema
+from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
 
 # torchrun's agent logs each worker failure as it finds it (every --monitor-interval):
@@ -81,6 +81,11 @@ class LaunchSpec:
     """Address the hub's /metrics binds."""
     prometheus_per_rank: bool = False
     """Add per-rank series to /metrics."""
+    curve_dir: str = ""
+    """CURVE key folder (``pardash keys``): the hub admits only authorised keys, the ranks and
+    the supervisor use the client keys (PARDASH_CURVE_DIR in the ranks' environment)."""
+    insecure: bool = False
+    """Let the hub bind beyond loopback without keys (``--insecure``)."""
 
 
 def torchrun_argv(spec: LaunchSpec) -> list[str]:
@@ -120,6 +125,10 @@ class Supervisor:
             "--run-id", spec.run_id, "--log", spec.log_path, "--bind", spec.telemetry_bind,
             "--ready-fd", str(w), "--meta", json.dumps(meta),
         ]  # fmt: skip
+        if spec.curve_dir:
+            argv += ["--curve-dir", spec.curve_dir]
+        if spec.insecure:
+            argv += ["--insecure"]
         if resume:
             # Same ports (the ranks know them and reconnect by themselves), same log.
             port = int(self.endpoints["ingest"].rsplit(":", 1)[1])
@@ -149,7 +158,7 @@ class Supervisor:
 
         spec = self.spec
         endpoints = {k: v for k, v in resolve(spec.remote_hub).items() if k != "run_id"}
-        client = HubClient(endpoints["updates"], endpoints["snapshot"])
+        client = HubClient(endpoints["updates"], endpoints["snapshot"], curve=spec.curve_dir or None)
         try:
             if client.wait_synced(HUB_READY_TIMEOUT_S):
                 spec.run_id = client.state.run_id
@@ -179,6 +188,8 @@ class Supervisor:
         env.update(spec.extra_env)
         env[ENDPOINT_VAR] = self.endpoints["ingest"]
         env[RUN_ID_VAR] = spec.run_id
+        if spec.curve_dir:
+            env[security.CURVE_DIR_VAR] = spec.curve_dir
         env.setdefault("PYTHONUNBUFFERED", "1")
         if spec.max_restarts > 0:
             # torchrun's workers share its rendezvous TCPStore across restarts, keys and all
@@ -205,13 +216,26 @@ class Supervisor:
         )
         self._stderr_thread.start()
 
-    def _follow_stderr(self, pipe, out) -> None:
+    def _push(self):
+        """A PUSH socket to the hub's ingest for the supervisor's own notes (with the client
+        keys when the hub has CURVE keys)."""
         import zmq
 
-        sink = out if out is not None else sys.stderr.buffer
         push = zmq.Context.instance().socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 2000)
+        try:
+            keys = security.client_keys(self.spec.curve_dir or None)
+        except security.CurveKeyError as exc:
+            print(f"pardash: {exc}", file=sys.stderr, flush=True)
+            keys = None
+        if keys is not None:
+            keys.apply(push)
         push.connect(self.endpoints["ingest"])
+        return push
+
+    def _follow_stderr(self, pipe, out) -> None:
+        sink = out if out is not None else sys.stderr.buffer
+        push = self._push()
         spec = self.spec
         summary_rank = None
         try:
@@ -279,14 +303,10 @@ class Supervisor:
     def _mark_stopped(self) -> None:
         """After torchrun ends, every rank of this node that never said it exited was stopped
         (by torchrun after another rank failed, or by the user): say so for it."""
-        import zmq
-
         t = getattr(self, "_stderr_thread", None)
         if t is not None:
             t.join(5)
-        push = zmq.Context.instance().socket(zmq.PUSH)
-        push.setsockopt(zmq.LINGER, 2000)
-        push.connect(self.endpoints["ingest"])
+        push = self._push()
         spec = self.spec
         for local in range(spec.nproc):
             rank = spec.node_rank * spec.nproc + local

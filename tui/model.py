@@ -133,29 +133,49 @@ def _median_small(values) -> float | None:
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
-class _Smoothed:
-    """A rank's last few step and self times, fed one step per change of ``steps_seen``."""
+def _known(values: list[float]) -> list[float]:
+    """The last SMOOTH_POINTS values that are not NaN (a step without the figure)."""
+    return [v for v in values if v == v][-SMOOTH_POINTS:]
 
-    __slots__ = ("seen", "step_s", "self_s")
+
+class _Smoothed:
+    """A rank's last few known step and self times, read from its history.
+
+    A viewer's state commits one history point for every step it applies (``steps_seen``
+    counts them), so the window is the same whether it was seeded from a snapshot or fed
+    frame by frame, and whether or not every frame was drawn: a late viewer shows what an early
+    one shows. The medians are worked out when the window changes, not at every draw.
+    """
+
+    __slots__ = ("seen", "step_s", "self_s", "step_med", "self_med")
 
     def __init__(self, r: st.RankState) -> None:
-        # Seeded once from the history (a snapshot's or a replay's), then fed step by step.
-        self.step_s = deque(
-            (v for v in r.history["step_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS
-        )
-        self.self_s = deque(
-            (v for v in r.history["self_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS
-        )
+        self.step_s = deque(_known(r.history["step_s"].values()), SMOOTH_POINTS)
+        self.self_s = deque(_known(r.history["self_s"].values()), SMOOTH_POINTS)
         self.seen = r.steps_seen
+        self.step_med = _median_small(self.step_s)
+        self.self_med = _median_small(self.self_s)
 
     def feed(self, r: st.RankState) -> None:
-        if r.steps_seen == self.seen or r.step is None:
-            return
+        """Take the history points added since the last call."""
+        new = r.steps_seen - self.seen
         self.seen = r.steps_seen
-        if r.step.step_s is not None:
-            self.step_s.append(r.step.step_s)
-        if r.step.self_s is not None:
-            self.self_s.append(r.step.self_s)
+        if new <= 0:
+            return
+        step_ring = r.history["step_s"]
+        self_ring = r.history["self_s"]
+        if new == 1:
+            last = step_ring.last()
+            if last is not None and last == last:
+                self.step_s.append(last)
+            last = self_ring.last()
+            if last is not None and last == last:
+                self.self_s.append(last)
+        else:
+            self.step_s.extend(_known(step_ring.values()[-min(new, SMOOTH_POINTS) :]))
+            self.self_s.extend(_known(self_ring.values()[-min(new, SMOOTH_POINTS) :]))
+        self.step_med = _median_small(self.step_s)
+        self.self_med = _median_small(self.self_s)
 
 
 class RowBuilder:
@@ -172,49 +192,66 @@ class RowBuilder:
             self._smooth.clear()
             self._state_id = id(state)
         smooth = self._smooth
+        held_of = st.mem_held_bytes
         rows: list[RankRow] = []
-        for r in state.ranks.values():
-            step = r.step
-            sm = smooth.get(r.rank)
+        append = rows.append
+        # The hot loop of a refresh at 1024 ranks: plain attribute reads, positional fields.
+        for rank, r in state.ranks.items():
+            sm = smooth.get(rank)
             if sm is None:
-                sm = smooth[r.rank] = _Smoothed(r)
-            else:
+                sm = smooth[rank] = _Smoothed(r)
+            elif r.steps_seen != sm.seen:
                 sm.feed(r)
-            step_s = _median_small(sm.step_s)
-            self_s = _median_small(sm.self_s)
+            step_s = sm.step_med
+            self_s = sm.self_med
+            step = r.step
+            sysm = r.system
+            hello = r.hello
             if step is not None:
                 # A snapshot may carry a step that never reached the history.
-                step_s = step.step_s if step_s is None else step_s
-                self_s = step.self_s if self_s is None else self_s
-            sysm = r.system
-            mem = step.mem if step is not None else None
-            gpu_mem = sysm.gpu_mem_used_bytes if sysm is not None else None
+                if step_s is None:
+                    step_s = step.step_s
+                if self_s is None:
+                    self_s = step.self_s
+                mem = step.mem
+                step_no, loss, data_s, comm_s = step.step, step.loss, step.data_s, step.comm_s
+            else:
+                mem = None
+                step_no = loss = data_s = comm_s = None
+            if sysm is not None:
+                gpu_util, gpu_mem = sysm.gpu_util_pct, sysm.gpu_mem_used_bytes
+            else:
+                gpu_util = gpu_mem = None
             if gpu_mem is None and mem is not None:
                 gpu_mem = mem.nvml_used_bytes if mem.nvml_used_bytes is not None else mem.cuda_allocated_bytes
-            rows.append(
+            append(
                 RankRow(
-                    rank=r.rank,
-                    node=r.node,
-                    host=r.host,
-                    status=r.status,
-                    step=step.step if step else None,
-                    loss=step.loss if step else None,
-                    step_s=step_s,
-                    self_s=self_s,
-                    self_dev=None,
-                    held_bytes=st.mem_held_bytes(mem),
-                    not_sharding=r.not_sharding is not None,
-                    exit_code=r.exit_code,
-                    data_s=step.data_s if step else None,
-                    comm_s=step.comm_s if step else None,
-                    gpu_util_pct=sysm.gpu_util_pct if sysm is not None else None,
-                    gpu_mem_bytes=gpu_mem,
+                    rank,
+                    hello.node if hello is not None else 0,
+                    hello.host if hello is not None else "",
+                    r.status,
+                    step_no,
+                    loss,
+                    step_s,
+                    self_s,
+                    None,
+                    held_of(mem),
+                    r.not_sharding is not None,
+                    r.exit_code,
+                    data_s,
+                    comm_s,
+                    gpu_util,
+                    gpu_mem,
                 )
             )
         _fill_deviation(rows)
         _mark_first_exit(state, rows)
-        rows.sort(key=lambda row: row.rank)
+        rows.sort(key=_by_rank)
         return rows
+
+
+def _by_rank(row: RankRow) -> int:
+    return row.rank
 
 
 def _mark_first_exit(state: st.RunState, rows: list[RankRow]) -> None:

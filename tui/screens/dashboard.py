@@ -180,7 +180,9 @@ class DashboardScreen(Screen):
         grid = self.grid
         form = "heat map" if grid.heat else "cells"
         label = f"{form} · sorted by {SORT_LABELS[grid.sort_key]}" + (" · flagged only" if grid.flagged_only else "")
-        self.query_one("#main").border_subtitle = label
+        main = self.query_one("#main")
+        if main.border_subtitle != label:  # setting it repaints the grid's whole panel
+            main.border_subtitle = label
 
     def action_memory(self) -> None:
         from .memory import MemoryScreen

@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ..alerts import Alert
-from ..styles import component_fg
+from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
 
 GLYPHS = {"exited": "×", "silent": "○", "stalled": "◆", "straggler": "▲", "not_sharding": "▣"}
@@ -30,7 +30,7 @@ def _rank_list(ranks: list[int], limit: int = 6) -> str:
     return shown + (f", … (+{len(ranks) - limit})" if len(ranks) > limit else "")
 
 
-class AlertList(Widget):
+class AlertList(CachedStyles, Widget):
     """Stragglers with what they cost, stalled ranks with the phase they are stuck in, silent
     ranks, exited ranks with their code and ranks that do not shard. Calm when there are
     none; folded into one line per kind when there are many."""

@@ -13,7 +13,7 @@ from pardash.telemetry import schema
 from pardash.telemetry.state import EVENTS_KEPT, RunState
 
 from ..format import fmt_clock, fmt_step_time
-from ..styles import component_fg
+from ..styles import CachedStyles, component_fg
 
 VERDICT_STYLES = {
     "straggler": "warn",
@@ -58,7 +58,7 @@ def describe(m: schema.Message) -> tuple[str, str]:
     return type(m).__name__.lower(), "dim"
 
 
-class EventLog(RichLog):
+class EventLog(CachedStyles, RichLog):
     """Checkpoints, epoch ends, warnings, errors, exits and the hub's verdicts (straggler found
     or cleared, stalled, silent, exited, not sharding), stamped with the run's own clock.
     Feed it with :meth:`sync`; it writes only what it has not written yet."""

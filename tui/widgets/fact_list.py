@@ -9,11 +9,11 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..styles import component_fg
+from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
 
 
-class FactList(Widget):
+class FactList(CachedStyles, Widget):
     """Rows of ``label  value  note``; a row whose label is empty is a sub-heading."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {

@@ -14,7 +14,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..charts import ChartSeries
-from ..styles import component_bg, component_fg
+from ..styles import CachedStyles, component_bg, component_fg
 
 AXIS_WIDTH = 8
 """Columns for the y-axis labels."""
@@ -22,7 +22,7 @@ AXIS_WIDTH = 8
 _HALVES = {1: "▀", 2: "▄", 3: "█"}
 
 
-class HistoryChart(Widget):
+class HistoryChart(CachedStyles, Widget):
     """The selected rank's values as a line (half-block resolution), the others' median as a
     dotted rule and their min-to-max spread as a shaded band, against the step number.
 

@@ -13,7 +13,7 @@ from textual.strip import Strip
 
 from ..format import fmt_bytes, fmt_ratio
 from ..memory import MemorySavings, RankMemory
-from ..styles import component_fg
+from ..styles import CachedStyles, component_fg
 
 PARTS = (
     ("params_bytes", "memory-bars--params", "params"),
@@ -26,7 +26,7 @@ TAIL_WIDTH = 30
 """Columns after the bar: held / unsharded and the saving."""
 
 
-class MemoryBars(ScrollView, can_focus=True):
+class MemoryBars(CachedStyles, ScrollView, can_focus=True):
     """One line per rank: parameters, gradients, optimizer state and DDP buckets as a stacked
     bar, the rest of what an unsharded rank would hold shaded after it, and a marker where the
     strategy's expectation (ZeRO arithmetic) sits. Draws only the lines on screen."""

@@ -11,11 +11,11 @@ from textual.widget import Widget
 
 from ..format import fmt_bytes, fmt_params, fmt_ratio
 from ..memory import MemorySavings
-from ..styles import component_fg
+from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
 
 
-class MemorySummary(Widget):
+class MemorySummary(CachedStyles, Widget):
     """Model state (parameters, gradients, optimizer state) held across all ranks against what
     the same ranks would hold unsharded, the saving in bytes and as a ratio, the bytes per rank
     and the ZeRO expectation for the run's strategy (16 bytes a parameter, over N when fully

@@ -11,7 +11,7 @@ from textual.widget import Widget
 
 from ..format import fmt_step_time
 from ..rank_facts import Phase
-from ..styles import component_fg
+from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
 
 BAR_CHARS = " ▏▎▍▌▋▊▉█"
@@ -26,7 +26,7 @@ def bar(fraction: float, width: int) -> str:
     return text.ljust(width)
 
 
-class PhaseBars(Widget):
+class PhaseBars(CachedStyles, Widget):
     """The rank's last step split into phases, each as a bar against the step time, with the
     other ranks' median beside it: a straggler's long phase (or a victim's long communication
     wait) stands out."""

@@ -15,7 +15,7 @@ from pardash.telemetry.client import Source
 
 from ..format import fmt_count, fmt_duration, fmt_rate
 from ..model import throughput
-from ..styles import component_fg
+from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
 
 STATUS_MARKS = (
@@ -120,7 +120,7 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None) -> RunSummary
     )
 
 
-class RunHeader(Widget):
+class RunHeader(CachedStyles, Widget):
     """Run id, strategy, world size, device, step, throughput and elapsed run time on the
     first line; rank statuses and the hub's counters (or the replay position) on the second;
     the run's note (e.g. why DP runs one replica) on a third line whenever there is one."""

@@ -13,10 +13,10 @@ from pardash.telemetry import state as st
 
 from ..format import fmt_bytes, fmt_deviation, fmt_loss, fmt_step_time
 from ..model import RankRow
-from ..styles import component_fg
+from ..styles import CachedStyles, component_fg
 
 
-class SelectedRank(Widget):
+class SelectedRank(CachedStyles, Widget):
     """The rank under the grid's cursor: node, host, status, step, loss, step time, self time
     against the others and memory held, with the key that opens its detail."""
 

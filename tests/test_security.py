@@ -1,0 +1,289 @@
+"""Strangers get nothing: CURVE keys on real sockets, loopback by default, files for the owner.
+
+On a hub with keys, a viewer without an authorised key gets no snapshot and no frame, and a rank
+without one never reaches the log; the same viewer and rank with the keys work. The refusals are
+seen, not inferred from silence: each stranger's socket reports its failed handshake.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+import zmq
+import zmq.auth
+from zmq.utils.monitor import recv_monitor_message
+
+from helpers import identity, pardash_env, wait_for
+from pardash.telemetry import registry, schema, security
+from pardash.telemetry.client import HubClient
+from pardash.telemetry.hub import Hub
+from pardash.telemetry.logreader import load_log
+from pardash.telemetry.reporter import Reporter
+
+RUN = "secure-run"
+HANDSHAKE_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.fixture
+def keys(tmp_path):
+    d = tmp_path / "curve"
+    security.make_keys(d)
+    return d
+
+
+@pytest.fixture
+def curve_hub(tmp_path, keys):
+    h = Hub(run_id=RUN, log_path=str(tmp_path / "telemetry.jsonl"), curve=keys, world_size=4)
+    t = threading.Thread(target=h.serve, daemon=True)
+    t.start()
+    yield h
+    h.stop()
+    t.join(10)
+    h.close()
+
+
+@pytest.fixture
+def stranger_keys(tmp_path, keys):
+    """A key pair the hub never admitted, holding the hub's real public key."""
+    public, secret = zmq.curve_keypair()
+    return security.ClientKeys(public=public, secret=secret, server_public=security.load_client_keys(keys).server_public)
+
+
+def _refused(sock: zmq.Socket) -> None:
+    """Wait until ``sock`` reports a failed handshake with the hub."""
+    mon = sock.get_monitor_socket()
+    try:
+        wait_for(lambda: mon.poll(10) and recv_monitor_message(mon)["event"] & HANDSHAKE_FAILED)
+    finally:
+        sock.disable_monitor()
+        mon.close(0)
+
+
+# -- keys and files ------------------------------------------------------------------------------
+
+
+def test_keys_are_for_their_owner_only(tmp_path):
+    d = tmp_path / "k"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "keys", "--dir", str(d)], capture_output=True, text=True, env=pardash_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert _mode(d) == 0o700 and _mode(d / security.AUTHORIZED) == 0o700
+    files = sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
+    assert files == ["authorized_clients/client.key", "client.key", "client.key_secret", "server.key", "server.key_secret"]
+    for f in files:
+        assert _mode(d / f) == 0o600, f
+    # The admitted key is the client's, and the hub's and the client's pairs load.
+    assert zmq.auth.load_certificate(d / "authorized_clients/client.key")[0] == security.load_client_keys(d).public
+    assert security.load_server_keys(d).public == security.load_client_keys(d).server_public
+
+    again = subprocess.run(
+        [sys.executable, "-m", "pardash", "keys", "--dir", str(d)], capture_output=True, text=True, env=pardash_env()
+    )
+    assert again.returncode == 2
+    assert len(again.stderr.strip().splitlines()) == 1 and "--force" in again.stderr
+
+
+def test_a_secret_key_others_can_read_is_refused_and_never_breaks_a_rank(keys, capsys):
+    os.chmod(keys / "client.key_secret", 0o644)
+    with pytest.raises(security.CurveKeyError, match="chmod 600"):
+        security.load_client_keys(keys)
+    rep = Reporter("tcp://127.0.0.1:1", run=RUN, identity=identity(0), heartbeat_s=0, curve=keys)
+    assert not rep.enabled and rep.step(step=1, loss=1.0) is False
+    assert "telemetry is off" in capsys.readouterr().err
+
+
+def test_registry_entries_are_for_their_owner_only(tmp_path, monkeypatch):
+    d = tmp_path / "fresh" / "registry"
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(d))
+    old = os.umask(0o022)
+    try:
+        path = registry.register({"run_id": "r1", "pid": os.getpid()})
+        registry.update("r1", strategy="ddp")
+    finally:
+        os.umask(old)
+    assert _mode(d) == 0o700
+    assert _mode(path) == 0o600
+    assert [p.name for p in d.iterdir()] == ["r1.json"]  # no temporary left behind
+
+
+# -- where a hub may bind ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("localhost", True), ("::1", True), ("[::1]", True), ("lo", True),
+     ("0.0.0.0", False), ("*", False), ("10.0.0.1", False), ("eth0", False), ("myhost", False), ("::", False)],
+)  # fmt: skip
+def test_only_loopback_binds_without_keys(host, loopback):
+    assert security.is_loopback(host) is loopback
+    assert (security.bind_refusal(host, curve=False, insecure=False) is None) is loopback
+    assert security.bind_refusal(host, curve=True, insecure=False) is None
+    assert security.bind_refusal(host, curve=False, insecure=True) is None
+
+
+def _own_address() -> str | None:
+    """This machine's own non-loopback IPv4 address, if it has one."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+            addr = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if security.is_loopback(addr) else addr
+
+
+def test_a_hub_beyond_loopback_needs_keys_or_insecure(tmp_path, keys):
+    addr = _own_address() or "0.0.0.0"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "hub", "--bind", addr, "--no-registry", "--log", str(tmp_path / "t.jsonl")],
+        capture_output=True, text=True, timeout=60, env=pardash_env(),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--curve-dir" in lines[0] and "--insecure" in lines[0], proc.stderr
+    assert proc.stdout == ""  # no endpoints announced: nothing was bound
+    with pytest.raises(security.InsecureBindError):
+        Hub(run_id=RUN, log_path=None, host=addr)
+    if _own_address() is None:
+        return
+    # With keys the same address binds (and only the admitted get in, as tested below).
+    hub = Hub(run_id=RUN, log_path=None, host=addr, curve=keys)
+    try:
+        assert hub.ingest_endpoint.startswith(f"tcp://{addr}:")
+    finally:
+        hub.close()
+
+
+def test_launch_beyond_loopback_without_keys_stops_before_starting(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "single", "--steps", "1",
+         "--telemetry-addr", "0.0.0.0", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "refusing to bind 0.0.0.0" in proc.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+# -- a hub with keys, on real sockets --------------------------------------------------------------
+
+
+def test_an_authorised_rank_and_viewer_work(curve_hub, keys):
+    rep = Reporter(curve_hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=0, curve=keys)
+    viewer = HubClient(curve_hub.updates_endpoint, curve_hub.snapshot_endpoint, curve=keys)
+    try:
+        assert viewer.wait_synced(20.0)
+        rep.hello(strategy="ddp", world_size=4)
+        for i in range(10):
+            rep.step(step=i, loss=1.0, step_s=0.01)
+        wait_for(lambda: 0 in viewer.state.ranks and viewer.state.ranks[0].step is not None and viewer.state.ranks[0].step.step == 9, poll=viewer.poll)
+        assert curve_hub.core.received == 11
+    finally:
+        rep.close()
+        viewer.close()
+
+
+def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys):
+    hub = curve_hub
+    ctx = zmq.Context.instance()
+    # Ranks: one with no keys at all (a plain ZeroMQ client), one with a key the hub never admitted.
+    plain = ctx.socket(zmq.PUSH)
+    plain.setsockopt(zmq.LINGER, 0)
+    mon_plain = plain.get_monitor_socket()
+    plain.connect(hub.ingest_endpoint)
+    forged = ctx.socket(zmq.PUSH)
+    forged.setsockopt(zmq.LINGER, 0)
+    stranger_keys.apply(forged)
+    mon_forged = forged.get_monitor_socket()
+    forged.connect(hub.ingest_endpoint)
+    for sock, rank in ((plain, 1), (forged, 2)):
+        for seq in range(20):
+            sock.send(schema.encode(schema.Step(run=RUN, rank=rank, seq=seq, step=seq, loss=1.0, step_s=0.01)), zmq.NOBLOCK)
+        sock.send(b"\xc1 garbage that would be counted, if it arrived", zmq.NOBLOCK)
+    for mon in (mon_plain, mon_forged):
+        wait_for(lambda mon=mon: mon.poll(10) and recv_monitor_message(mon)["event"] & HANDSHAKE_FAILED)
+
+    # Viewers: the same two kinds, through the real client.
+    lost_viewers = [
+        HubClient(hub.updates_endpoint, hub.snapshot_endpoint, curve=False),
+        HubClient(hub.updates_endpoint, hub.snapshot_endpoint, curve=stranger_keys),
+    ]
+    for v in lost_viewers:
+        _refused(v.sub)
+
+    # Meanwhile the admitted rank and viewer go on as if the strangers were not there.
+    rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=0, curve=keys)
+    friend = HubClient(hub.updates_endpoint, hub.snapshot_endpoint, curve=keys)
+    try:
+        assert friend.wait_synced(20.0)
+        rep.hello(strategy="ddp", world_size=4)
+        for i in range(5):
+            rep.step(step=i, loss=1.0, step_s=0.01)
+        wait_for(lambda: 0 in friend.state.ranks and friend.state.ranks[0].step is not None and friend.state.ranks[0].step.step == 4, poll=friend.poll)
+        start = friend.fseq
+        wait_for(lambda: friend.fseq >= start + 5, poll=friend.poll)  # half a second more of frames
+
+        for v in lost_viewers:
+            v.poll()
+            assert not v.synced and v.snapshots == 0 and v.frames_applied == 0 and not v.state.ranks
+        assert hub.core.received == 6  # the hello and five steps of rank 0
+        assert sum(hub.core.rejected.values()) == 0  # not even their garbage reached the hub
+        assert set(hub.core.state.ranks) == {0}
+        assert hub.core.snapshots_served == 1  # the friend's only
+        hub.recorder.flush()
+        msgs, _ = load_log(hub.recorder.path)
+        assert {m.rank for m in msgs if m.rank >= 0} == {0}
+    finally:
+        rep.close()
+        friend.close()
+        for v in lost_viewers:
+            v.close()
+        for s in (mon_plain, mon_forged):
+            s.close(0)
+        plain.close(0)
+        forged.close(0)
+
+
+def test_ranks_and_viewers_take_keys_from_the_environment(curve_hub, keys, monkeypatch):
+    monkeypatch.setenv(security.CURVE_DIR_VAR, str(keys))
+    monkeypatch.setenv("PARDASH_ENDPOINT", curve_hub.ingest_endpoint)
+    monkeypatch.setenv("PARDASH_RUN_ID", RUN)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    rep = Reporter.from_env(heartbeat_s=0)
+    viewer = HubClient(curve_hub.updates_endpoint, curve_hub.snapshot_endpoint)
+    try:
+        assert rep.keys is not None and viewer.keys is not None
+        assert viewer.wait_synced(20.0)
+        rep.hello(world_size=4)
+        wait_for(lambda: 3 in viewer.state.ranks and viewer.state.ranks[3].hello is not None, poll=viewer.poll)
+    finally:
+        rep.close()
+        viewer.close()
+
+
+@pytest.mark.slow
+def test_a_launched_job_with_keys_records_every_step(tmp_path, keys):
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "single", "--steps", "5",
+         "--curve-dir", str(keys), "--log", str(log), "--runs-dir", str(tmp_path / "runs"), "--every", "1"],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    msgs, stats = load_log(log)
+    assert [m.step for m in msgs if isinstance(m, schema.Step)] == [1, 2, 3, 4, 5]
+    assert stats.skipped_total == 0

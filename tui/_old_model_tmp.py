@@ -1,0 +1,273 @@
+"""What the rank grid shows, derived from a :class:`RunState` (no Textual here).
+
+A :class:`RankRow` holds one rank's figures as the grid draws them. Self times are compared with
+the median of the *other* ranks (leave-one-out, as the hub's straggler detector does), each
+rank's figure being the median of its last few steps so one slow step does not flash a cell.
+Building the rows costs one pass over the ranks, whatever the message rate: each rank's
+smoothing window is seeded once from its history and then fed its latest step.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass
+
+from pardash.telemetry import state as st
+
+from .alerts import exit_info
+
+SMOOTH_POINTS = 5
+"""Steps over which a rank's step and self time are smoothed (median) for the grid."""
+DEVIATION_WARN = 0.10
+"""Self time this far above the others' median is shown in the warning colour."""
+DEVIATION_BAD = 0.25
+"""...and this far above in the alarm colour (the straggler detector's relative bar)."""
+
+FLAGGED_STATUSES = frozenset({st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED})
+"""Statuses that count as flagged (the filter keeps them)."""
+
+SORT_KEYS = ("rank", "step_time", "self_time", "memory", "status")
+"""Orders of the grid, in the order the sort key cycles through them."""
+SORT_LABELS = {
+    "rank": "rank",
+    "step_time": "step time ↓",
+    "self_time": "self time ↓",
+    "memory": "memory ↓",
+    "status": "status",
+}
+
+_STATUS_ORDER = {
+    st.EXITED: 0,
+    st.SILENT: 1,
+    st.STALLED: 2,
+    st.STRAGGLER: 3,
+    st.STARTING: 4,
+    st.RUNNING: 5,
+    st.FINISHED: 6,
+}
+"""Most urgent first when sorting by status."""
+
+
+@dataclass(slots=True, eq=True)
+class RankRow:
+    """One rank as the grid draws it."""
+
+    rank: int
+    node: int
+    host: str
+    status: str
+    step: int | None
+    loss: float | None
+    step_s: float | None
+    """Smoothed wall step time."""
+    self_s: float | None
+    """Smoothed self time (work before the first collective)."""
+    self_dev: float | None
+    """(self_s - others' median) / others' median; None when unknown."""
+    held_bytes: int | None
+    """Parameters + gradients + optimizer state + buckets held."""
+    not_sharding: bool
+    exit_code: int | None
+    data_s: float | None = None
+    """Last step's data-loading time."""
+    comm_s: float | None = None
+    """Last step's communication wait (victims of a straggler wait longest)."""
+    gpu_util_pct: float | None = None
+    gpu_mem_bytes: int | None = None
+    """Device memory in use (NVML), else CUDA allocated."""
+    exit_first: bool | None = None
+    """When several ranks exited: True for the first to exit (the likely cause), False for
+    the others (usually stopped because of it); None otherwise."""
+
+    @property
+    def flagged(self) -> bool:
+        """A verdict or a condition a person should look at."""
+        return self.status in FLAGGED_STATUSES or self.not_sharding
+
+    @property
+    def deviation_level(self) -> int:
+        """0 calm, 1 warning, 2 alarm, from the self-time deviation."""
+        d = self.self_dev
+        if d is None:
+            return 0
+        if d >= DEVIATION_BAD:
+            return 2
+        if d >= DEVIATION_WARN:
+            return 1
+        return 0
+
+
+def leave_one_out_medians(values: list[float]) -> list[float | None]:
+    """For each value, the median of all the *others* (None when there are none).
+
+    One sort, then O(1) per value: removing element ``i`` from the sorted list shifts every
+    later index down by one.
+    """
+    n = len(values)
+    if n < 2:
+        return [None] * n
+    s = sorted(values)
+    m = n - 1
+    out: list[float | None] = []
+    for v in values:
+        i = bisect_left(s, v)
+        if m % 2:
+            k = m // 2
+            out.append(s[k] if k < i else s[k + 1])
+        else:
+            k1, k2 = m // 2 - 1, m // 2
+            a = s[k1] if k1 < i else s[k1 + 1]
+            b = s[k2] if k2 < i else s[k2 + 1]
+            out.append((a + b) / 2)
+    return out
+
+
+def _median_small(values) -> float | None:
+    """Median of a handful of numbers (cheaper than statistics.median for five)."""
+    v = sorted(values)
+    n = len(v)
+    if not n:
+        return None
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+class _Smoothed:
+    """A rank's last few step and self times, fed one step per change of ``steps_seen``."""
+
+    __slots__ = ("seen", "step_s", "self_s")
+
+    def __init__(self, r: st.RankState) -> None:
+        # Seeded once from the history (a snapshot's or a replay's), then fed step by step.
+        self.step_s = deque(
+            (v for v in r.history["step_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS
+        )
+        self.self_s = deque(
+            (v for v in r.history["self_s"].values()[-SMOOTH_POINTS:] if not math.isnan(v)), SMOOTH_POINTS
+        )
+        self.seen = r.steps_seen
+
+    def feed(self, r: st.RankState) -> None:
+        if r.steps_seen == self.seen or r.step is None:
+            return
+        self.seen = r.steps_seen
+        if r.step.step_s is not None:
+            self.step_s.append(r.step.step_s)
+        if r.step.self_s is not None:
+            self.self_s.append(r.step.self_s)
+
+
+class RowBuilder:
+    """Builds the grid's rows from a run state; keeps each rank's smoothing window, so a
+    refresh costs a few operations per rank whatever arrived in between."""
+
+    def __init__(self) -> None:
+        self._smooth: dict[int, _Smoothed] = {}
+        self._state_id = 0
+
+    def build(self, state: st.RunState) -> list[RankRow]:
+        if id(state) != self._state_id:
+            # A new snapshot or a replay seek replaced the state: start the windows again.
+            self._smooth.clear()
+            self._state_id = id(state)
+        smooth = self._smooth
+        rows: list[RankRow] = []
+        for r in state.ranks.values():
+            step = r.step
+            sm = smooth.get(r.rank)
+            if sm is None:
+                sm = smooth[r.rank] = _Smoothed(r)
+            else:
+                sm.feed(r)
+            step_s = _median_small(sm.step_s)
+            self_s = _median_small(sm.self_s)
+            if step is not None:
+                # A snapshot may carry a step that never reached the history.
+                step_s = step.step_s if step_s is None else step_s
+                self_s = step.self_s if self_s is None else self_s
+            sysm = r.system
+            mem = step.mem if step is not None else None
+            gpu_mem = sysm.gpu_mem_used_bytes if sysm is not None else None
+            if gpu_mem is None and mem is not None:
+                gpu_mem = mem.nvml_used_bytes if mem.nvml_used_bytes is not None else mem.cuda_allocated_bytes
+            rows.append(
+                RankRow(
+                    rank=r.rank,
+                    node=r.node,
+                    host=r.host,
+                    status=r.status,
+                    step=step.step if step else None,
+                    loss=step.loss if step else None,
+                    step_s=step_s,
+                    self_s=self_s,
+                    self_dev=None,
+                    held_bytes=st.mem_held_bytes(mem),
+                    not_sharding=r.not_sharding is not None,
+                    exit_code=r.exit_code,
+                    data_s=step.data_s if step else None,
+                    comm_s=step.comm_s if step else None,
+                    gpu_util_pct=sysm.gpu_util_pct if sysm is not None else None,
+                    gpu_mem_bytes=gpu_mem,
+                )
+            )
+        _fill_deviation(rows)
+        _mark_first_exit(state, rows)
+        rows.sort(key=lambda row: row.rank)
+        return rows
+
+
+def _mark_first_exit(state: st.RunState, rows: list[RankRow]) -> None:
+    exited = [row for row in rows if row.status == st.EXITED]
+    if len(exited) < 2:
+        return
+    info = exit_info(state)
+    if not info:
+        return
+    first = min(info, key=lambda rank: info[rank].order)
+    for row in exited:
+        row.exit_first = row.rank == first
+
+
+def _fill_deviation(rows: list[RankRow]) -> None:
+    # Ranks that are gone (exited, finished, silent) no longer set the pace: compare the
+    # working ranks only.
+    live = [row for row in rows if row.self_s is not None and row.status in (st.RUNNING, st.STRAGGLER, st.STALLED)]
+    medians = leave_one_out_medians([row.self_s for row in live])  # type: ignore[misc]
+    for row, med in zip(live, medians, strict=True):
+        if med is not None and med > 0:
+            row.self_dev = (row.self_s - med) / med  # type: ignore[operator]
+
+
+def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
+    """Rows in ``key`` order (ties by rank); unknown figures last."""
+    inf = float("inf")
+    if key == "rank":
+        return sorted(rows, key=lambda r: r.rank)
+    if key == "step_time":
+        return sorted(rows, key=lambda r: (-(r.step_s if r.step_s is not None else -inf), r.rank))
+    if key == "self_time":
+        return sorted(rows, key=lambda r: (-(r.self_dev if r.self_dev is not None else -inf), r.rank))
+    if key == "memory":
+        return sorted(rows, key=lambda r: (-(r.held_bytes if r.held_bytes is not None else -1), r.rank))
+    if key == "status":
+        return sorted(rows, key=lambda r: (_STATUS_ORDER.get(r.status, 9), r.rank))
+    raise ValueError(f"unknown sort key {key!r}")
+
+
+def throughput(state: st.RunState) -> float | None:
+    """Samples per second over the working ranks: each rank's samples per step over its
+    recent step time (the median of its last steps), summed."""
+    total = 0.0
+    seen = False
+    for r in state.ranks.values():
+        step = r.step
+        if step is None or not step.samples or r.status in (st.EXITED, st.FINISHED, st.SILENT):
+            continue
+        ring = r.history["step_s"]
+        last = ring.last()
+        step_s = last if last is not None and not math.isnan(last) and last > 0 else step.step_s
+        if step_s and step_s > 0:
+            total += step.samples / step_s
+            seen = True
+    return total if seen else None
