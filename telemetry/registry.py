@@ -72,7 +72,8 @@ def unregister(path: Path) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while a process with this pid exists (ours or, without permission to signal it, someone's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -94,7 +95,7 @@ def live_runs() -> list[dict]:
         except (OSError, ValueError):
             continue
         pid = entry.get("pid")
-        if isinstance(pid, int) and not _alive(pid):
+        if isinstance(pid, int) and not pid_alive(pid):
             unregister(path)
             continue
         out.append(entry)

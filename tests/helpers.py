@@ -12,7 +12,7 @@ def identity(rank: int, world: int = 2, node: int = 0):
     return RankIdentity(rank=rank, local_rank=rank, world_size=world, node=node, host=f"node{node}", restart=0)
 
 
-def wait_for(pred, timeout_s: float = 20.0, poll_s: float = 0.02, poll=None):
+def wait_for(pred, timeout_s: float = 30.0, poll_s: float = 0.02, poll=None):
     """Poll until ``pred()`` is true; fails the test after a generous bound (not a timing claim)."""
     import time
 

@@ -3,39 +3,18 @@ as a no-op without one, and under plain torchrun with a hub the test starts."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from helpers import pardash_env, wait_for
 from pardash.telemetry import api, schema
 from pardash.telemetry.logreader import load_log
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-
-
-def pardash_env(**extra: str) -> dict[str, str]:
-    """This environment without a hub endpoint, plus ``extra``. (Defined here rather than
-    imported from conftest: tests/tui has a conftest of its own, and ``import conftest``
-    finds whichever pytest loaded first.)"""
-    env = dict(os.environ)
-    env.pop("PARDASH_ENDPOINT", None)
-    env.update(extra)
-    return env
-
-
-def wait_for(pred, timeout_s: float = 30.0, poll_s: float = 0.05) -> None:
-    """Poll until ``pred()`` is true; fails after a generous bound (not a timing claim)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(poll_s)
-    raise AssertionError(f"condition not met within {timeout_s} s")
 
 
 @pytest.fixture

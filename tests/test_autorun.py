@@ -4,17 +4,16 @@ of plain scripts under `pardash launch` (and under torchrun alone, to compare lo
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from helpers import pardash_env, wait_for
 from pardash.telemetry import api, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.logreader import load_log
@@ -22,26 +21,6 @@ from pardash.trainer.instrument import NO_STEP_WARNING, Instrument
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-
-
-def pardash_env(**extra: str) -> dict[str, str]:
-    """This environment without a hub endpoint, plus ``extra``. (Defined here rather than
-    imported from conftest: tests/tui has a conftest of its own, and ``import conftest``
-    finds whichever pytest loaded first.)"""
-    env = dict(os.environ)
-    env.pop("PARDASH_ENDPOINT", None)
-    env.update(extra)
-    return env
-
-
-def wait_for(pred, timeout_s: float = 30.0, poll_s: float = 0.05) -> None:
-    """Poll until ``pred()`` is true; fails after a generous bound (not a timing claim)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(poll_s)
-    raise AssertionError(f"condition not met within {timeout_s} s")
 
 
 SCRIPTS = ROOT / "tests" / "scripts"

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -47,7 +46,7 @@ def test_injected_straggler_is_named_with_its_kind(tmp_path, strategy, kind):
     assert found[0].cause == kind
     assert found[0].step <= 10 + 3 * 10  # warm-up, then within 3 windows
     assert "the others wait" in found[0].message
-    assert f"[straggler] rank 1 is a straggler" in proc.stdout
+    assert "[straggler] rank 1 is a straggler" in proc.stdout
 
 
 def test_clean_run_has_no_straggler(tmp_path):

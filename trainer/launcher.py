@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
+from pardash.telemetry.spawn import read_line
 
 # torchrun's agent logs each worker failure as it finds it (every --monitor-interval):
 #   "... failed (exitcode: -9) local_rank: 1 (pid: 4056) of binary: ..."
@@ -142,7 +142,7 @@ class Supervisor:
             argv += ["--prometheus-per-rank"] if spec.prometheus_per_rank else []
         self.hub = subprocess.Popen(argv, pass_fds=(w,), stdin=subprocess.DEVNULL)
         os.close(w)
-        line = _read_line(r, HUB_READY_TIMEOUT_S)
+        line = read_line(r, HUB_READY_TIMEOUT_S)
         os.close(r)
         if not line:
             code = self.hub.poll()
@@ -340,7 +340,7 @@ class Supervisor:
         # Ranks linger up to reporter.LINGER_MS flushing their last messages; the hub drains
         # them before it stops. A viewer still attached keeps the hub up so it can read the end.
         time.sleep(0.3)
-        while spec.viewer_pid and _alive(spec.viewer_pid) and not self._stopping:
+        while spec.viewer_pid and registry.pid_alive(spec.viewer_pid) and not self._stopping:
             time.sleep(0.2)
         if self.hub is not None and self.hub.poll() is None:
             self.hub.send_signal(signal.SIGTERM)
@@ -350,38 +350,11 @@ class Supervisor:
                 self.hub.kill()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _read_line(fd: int, timeout_s: float) -> str:
-    buf = b""
-    end = time.monotonic() + timeout_s
-    while not buf.endswith(b"\n"):
-        left = end - time.monotonic()
-        if left <= 0:
-            break
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            break
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        buf += chunk
-    return buf.decode(errors="replace").strip()
 
 
 def _tell(fd: int | None, info: dict) -> None:
@@ -435,7 +408,7 @@ def start(spec: LaunchSpec, *, output=None) -> Job:
         argv, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
     )
     os.close(w)
-    line = _read_line(r, HUB_READY_TIMEOUT_S + 5)
+    line = read_line(r, HUB_READY_TIMEOUT_S + 5)
     os.close(r)
     info = json.loads(line) if line else {"error": f"the supervisor exited with code {sup.poll()}"}
     if "error" in info:
