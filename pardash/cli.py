@@ -196,7 +196,10 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             # The progress bar owns the terminal: the ranks write to a file that the printer
             # follows and prints above the bar (a viewer that dies never breaks their stdout).
             spec.output = os.path.join(spec.run_dir, "output.log")
-    print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
+    if spec.remote_hub:  # node > 0: node 0's hub names the run and records it
+        print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.world_size} rank(s), telemetry to node 0's hub at {spec.remote_hub}", flush=True)
+    else:
+        print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
     try:
         job = start(spec)
     except LaunchError as exc:

@@ -61,9 +61,12 @@ def stranger_keys(tmp_path, keys):
     return security.ClientKeys(public=public, secret=secret, server_public=security.load_client_keys(keys).server_public)
 
 
-def _refused(sock: zmq.Socket) -> None:
-    """Wait until ``sock`` reports a failed handshake with the hub."""
+def _refused(sock: zmq.Socket, endpoint: str) -> None:
+    """Connect ``sock`` to ``endpoint`` afresh and wait until it reports a failed handshake
+    (a monitor attached after the first attempt may have missed it)."""
     mon = sock.get_monitor_socket()
+    sock.disconnect(endpoint)
+    sock.connect(endpoint)
     try:
         wait_for(lambda: mon.poll(10) and recv_monitor_message(mon)["event"] & HANDSHAKE_FAILED)
     finally:
@@ -222,7 +225,8 @@ def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys)
         HubClient(hub.updates_endpoint, hub.snapshot_endpoint, curve=stranger_keys),
     ]
     for v in lost_viewers:
-        _refused(v.sub)
+        _refused(v.sub, hub.updates_endpoint)
+        _refused(v.dealer, hub.snapshot_endpoint)
 
     # Meanwhile the admitted rank and viewer go on as if the strangers were not there.
     rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=0, curve=keys)

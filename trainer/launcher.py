@@ -160,9 +160,12 @@ class Supervisor:
         endpoints = {k: v for k, v in resolve(spec.remote_hub).items() if k != "run_id"}
         client = HubClient(endpoints["updates"], endpoints["snapshot"], curve=spec.curve_dir or None)
         try:
-            if client.wait_synced(HUB_READY_TIMEOUT_S):
+            deadline = time.monotonic() + HUB_READY_TIMEOUT_S
+            while not (client.wait_synced(0.5) or self._stopping or time.monotonic() > deadline):
+                pass
+            if client.synced:
                 spec.run_id = client.state.run_id
-            else:
+            elif not self._stopping:
                 spec.run_id = ""
                 print(f"pardash: no answer from node 0's hub at {endpoints['snapshot']}; "
                       "training goes on, its telemetry reaches the hub once it is up",
@@ -293,6 +296,10 @@ class Supervisor:
         except LaunchError as exc:
             _tell(ready_fd, {"error": str(exc)})
             return 2
+        if self._stopping:  # stopped while waiting for a hub (node > 0: node 0's)
+            _tell(ready_fd, {"error": "stopped before the job started"})
+            self._finish(130)
+            return 130
         self.start_job()
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()})
         code = self._wait_job()
@@ -408,8 +415,15 @@ def start(spec: LaunchSpec, *, output=None) -> Job:
         argv, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
     )
     os.close(w)
-    line = read_line(r, HUB_READY_TIMEOUT_S + 5)
-    os.close(r)
+    try:
+        line = read_line(r, HUB_READY_TIMEOUT_S + 5)
+    except KeyboardInterrupt:
+        # Ctrl-C before the job is up (say, a node > 0 waiting for node 0's hub): stop the
+        # supervisor too, rather than leave a job running that nobody watches.
+        sup.terminate()
+        raise
+    finally:
+        os.close(r)
     info = json.loads(line) if line else {"error": f"the supervisor exited with code {sup.poll()}"}
     if "error" in info:
         if sup.poll() is None:

@@ -120,6 +120,14 @@ def set_cpu_threads(rt: Runtime) -> int:
     return threads
 
 
+def attempt_store(restart: int, rank: int, world_size: int, timeout: datetime.timedelta) -> dist.Store:
+    """torchrun's TCP store (the agent's, or rank 0's) under a prefix for this restart attempt."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(host, port, world_size, is_master=not agent and rank == 0, timeout=timeout)
+    return dist.PrefixStore(f"pardash/attempt{restart}/", store)
+
+
 def init_distributed(cfg: TrainConfig) -> Runtime:
     """Find this rank from torchrun's environment, pick its device and, for ddp and fsdp,
     create the process group (gloo on CPU, nccl on GPU).
@@ -150,7 +158,17 @@ def init_distributed(cfg: TrainConfig) -> Runtime:
         rt.backend = "nccl" if device.type == "cuda" else "gloo"
         if not dist.is_initialized():
             timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
-            if "MASTER_ADDR" in os.environ:
+            restart = _env_int("TORCHELASTIC_RESTART_COUNT", 0)
+            if "MASTER_ADDR" in os.environ and restart > 0:
+                # After an elastic restart torchrun's store still holds the last attempt's
+                # keys: gloo would read a dead peer's address and wait for it forever. A prefix
+                # per attempt keeps each attempt's rendezvous apart.
+                dist.init_process_group(
+                    rt.backend, timeout=timeout, rank=rank, world_size=world_size,
+                    store=attempt_store(restart, rank, world_size, timeout),
+                    device_id=device if device.type == "cuda" else None,
+                )
+            elif "MASTER_ADDR" in os.environ:
                 dist.init_process_group(
                     rt.backend, timeout=timeout, rank=rank, world_size=world_size,
                     device_id=device if device.type == "cuda" else None,

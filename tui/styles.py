@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from rich.style import Style
+from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
 
@@ -53,3 +55,13 @@ def component_fg(widget: Widget, name: str) -> Style:
 def component_bg(widget: Widget, name: str) -> Style:
     """A component class's background only (alpha blended), e.g. a cursor or a band."""
     return Style(bgcolor=widget.get_component_rich_style(name).bgcolor)
+
+
+def text_strip(widget: Widget, text: Text, width: int) -> Strip:
+    """One line of Rich text as a Strip over the widget's own style, cut or padded to ``width``.
+
+    For one-line widgets redrawn every frame: going straight to segments skips Textual's
+    conversion of the text to its own content, which was most of their cost.
+    """
+    base = widget.rich_style
+    return Strip(text.render(widget.app.console, end="")).apply_style(base).crop_extend(0, width, base)

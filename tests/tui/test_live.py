@@ -111,7 +111,9 @@ async def test_grid_shows_both_ranks_with_their_steps(live_hub, ranks):
     app = attach(live_hub)
     async with app.run_test(size=SIZE) as pilot:
         publish_steps(ranks, range(12))
-        await until(pilot, lambda: "11" in widget_text(app.screen.query_one(RunHeader)) and len(grid_rows(app)) == 2)
+        # Rank 1's steps may land a frame after rank 0's: wait for both (the header's step is
+        # the slowest rank's).
+        await until(pilot, lambda: "step 11" in widget_text(app.screen.query_one(RunHeader)) and len(grid_rows(app)) == 2)
         rows = grid_rows(app)
         assert set(rows) == {0, 1}
         assert all("running" in line for line in rows.values())

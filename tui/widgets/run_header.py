@@ -8,6 +8,7 @@ from typing import ClassVar
 from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widget import Widget
 
 from pardash.telemetry import state as st
@@ -15,7 +16,7 @@ from pardash.telemetry.client import Source
 
 from ..format import fmt_count, fmt_duration, fmt_rate
 from ..model import throughput
-from ..styles import CachedStyles, component_fg
+from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
 
 STATUS_MARKS = (
@@ -168,8 +169,36 @@ class RunHeader(CachedStyles, Widget):
     summary: reactive[RunSummary] = reactive(RunSummary)
     """What the header shows; set it from :func:`summarize`."""
 
+    _lines: tuple[int, list[Strip]] | None = None
+    """(width, drawn lines), until the summary, the size or the styles change."""
+
     def watch_summary(self) -> None:
+        self._lines = None
         refresh_fitted(self)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._lines = None
+
+    def _strips(self, width: int) -> list[Strip]:
+        # Drawn as segments (the Line API): the header changes every frame, and Textual's own
+        # conversion of the text cost more than everything else it does for it.
+        if self._lines is None or self._lines[0] != width:
+            console = self.app.console
+            strips = []
+            for line in self._text(width).split("\n"):
+                for part in line.wrap(console, width) if line.cell_len > width else (line,):
+                    strips.append(text_strip(self, part, width))
+            self._lines = (width, strips)
+        return self._lines[1]
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self._strips(width)) if width else 0
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_region.width
+        strips = self._strips(width)
+        return strips[y] if 0 <= y < len(strips) else Strip.blank(width, self.rich_style)
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"run-header--{name}")
@@ -193,8 +222,12 @@ class RunHeader(CachedStyles, Widget):
         return Text.assemble((label + " ", self._s("label")), (value, self._s(style)))
 
     def render(self) -> Text:
+        return self._text(self.content_region.width or 80)
+
+    def _text(self, width: int) -> Text:
+        """The header's lines for a content ``width``, separated by newlines."""
         s = self.summary
-        width = max(20, self.content_region.width or 80)
+        width = max(20, width)
         if s.live and not s.synced:
             return Text("waiting for the hub's snapshot… (is the hub running?)", style=self._s("warn"))
         first: list[Text] = [Text(s.run_id or "pardash", style=self._s("title"))]

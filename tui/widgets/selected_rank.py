@@ -7,13 +7,14 @@ from typing import ClassVar
 from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widget import Widget
 
 from pardash.telemetry import state as st
 
 from ..format import fmt_bytes, fmt_deviation, fmt_loss, fmt_step_time
 from ..model import RankRow
-from ..styles import CachedStyles, component_fg
+from ..styles import CachedStyles, component_fg, text_strip
 
 
 class SelectedRank(CachedStyles, Widget):
@@ -43,6 +44,27 @@ class SelectedRank(CachedStyles, Widget):
 
     row: reactive[RankRow | None] = reactive(None)
     """The selected rank's row (None: nothing selected)."""
+
+    _line: Strip | None = None
+    """The drawn line, until the row, the size or the styles change."""
+
+    def watch_row(self) -> None:
+        self._line = None
+
+    def on_resize(self) -> None:
+        self._line = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._line = None
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_region.width
+        if y:
+            return Strip.blank(width, self.rich_style)
+        if self._line is None or self._line.cell_length != width:
+            self._line = text_strip(self, self.render(), width)
+        return self._line
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"selected-rank--{name}")

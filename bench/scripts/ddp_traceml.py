@@ -1,0 +1,140 @@
+"""demos/ddp_plain.py instrumented for TraceML the way its docs say, and nothing else changed.
+
+TraceML (traceml-ai on PyPI) sees no step of a plain training loop by itself: its zero-code
+path covers the Hugging Face Trainer, Lightning and RF-DETR only. For "Plain PyTorch or a
+custom loop" its README and Public API page say: ``import traceml_ai as traceml``,
+``traceml.init(mode="auto")`` once, ``with traceml.trace_step(model):`` around each step, and
+launch with ``traceml run train.py --nproc-per-node=N --args ...``. Its own DDP examples
+(examples/distributed/ddp_minimal.py, ddp_rank_straggler_demo.py) call ``traceml.init`` after
+``init_process_group`` and pass ``model.module`` to ``trace_step``; the DataLoader fetch stays
+outside the block and is timed by the ``mode="auto"`` patch. Those are the only edits here,
+each marked ``# traceml``; the losses match demos/ddp_plain.py for the same seed.
+
+``--straggler-in collate`` (not in the demo) moves the injected sleep into the DataLoader's
+collate function, where TraceML's own straggler demo puts it, so it counts as input wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import default_collate
+
+import traceml_ai as traceml  # traceml
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100)")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    p.add_argument("--batch-size", type=int, default=32, help="samples per rank per micro-batch (default 32)")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights (default 0)")
+    p.add_argument("--straggler-rank", type=int, default=None, metavar="R", help="this rank is slow to load data")
+    p.add_argument("--straggler-s", type=float, default=0.05, metavar="S", help="seconds it sleeps each step (default 0.05)")
+    p.add_argument("--straggler-in", choices=("step", "collate"), default="step", help="where the sleep goes: the demo's place (default) or the DataLoader's collate")
+    return p.parse_args()
+
+
+def synthetic_dataset(seed: int, n: int = 4096, dim: int = 32, classes: int = 10) -> TensorDataset:
+    """Points labelled by a fixed random linear teacher: learnable, and the same on every rank."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, dim, generator=g)
+    teacher = torch.randn(dim, classes, generator=g)
+    y = (x @ teacher).argmax(dim=1)
+    return TensorDataset(x, y)
+
+
+def build_model(dim: int = 32, hidden: int = 128, classes: int = 10) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(dim, hidden), nn.GELU(),
+        nn.Linear(hidden, hidden), nn.GELU(),
+        nn.Linear(hidden, classes),
+    )  # fmt: skip
+
+
+def main() -> None:
+    args = parse_args()
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    traceml.init(mode="auto")  # traceml
+
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    model = DDP(build_model().to(device), device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    loss_fn = nn.CrossEntropyLoss()
+
+    dataset = synthetic_dataset(args.seed)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+    in_collate = args.straggler_in == "collate" and rank == args.straggler_rank
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
+                        collate_fn=_SlowCollate(args.straggler_s) if in_collate else None)
+
+    step, epoch = 0, 0
+    model.train()
+    while step < args.steps:
+        sampler.set_epoch(epoch)
+        batches = iter(loader)
+        while step < args.steps:
+            micro = []
+            for _ in range(args.grad_accum):
+                try:
+                    micro.append(next(batches))
+                except StopIteration:
+                    break
+            if len(micro) < args.grad_accum:
+                break  # the epoch ran out
+            with traceml.trace_step(model.module):  # traceml
+                if rank == args.straggler_rank and args.straggler_in == "step":
+                    time.sleep(args.straggler_s)  # a slow data path on this rank only
+                total = 0.0
+                for i, (x, y) in enumerate(micro):
+                    x, y = x.to(device), y.to(device)
+                    last = i == len(micro) - 1
+                    # Gradients are all-reduced on the last micro-batch only.
+                    with model.no_sync() if not last else _nothing():
+                        loss = loss_fn(model(x), y) / args.grad_accum
+                        loss.backward()
+                    total += loss.item()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            step += 1
+            if rank == 0:
+                print(f"step {step} loss {total:.6f}", flush=True)
+        epoch += 1
+
+    dist.destroy_process_group()
+
+
+class _SlowCollate:
+    """The default collate, after a sleep: a slow input pipeline inside the DataLoader."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, batch):
+        time.sleep(self.seconds)
+        return default_collate(batch)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    main()
