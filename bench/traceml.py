@@ -55,6 +55,13 @@ class RunOut:
     seen: dict[int, float] = field(default_factory=dict)
     last_loss: str | None = None
     out_dir: str = ""
+    t0: float = 0.0
+
+    def ends(self) -> tuple[float | None, float | None]:
+        """(start to rank 0's first step line, its last step line to exit), seconds."""
+        if self.code != 0 or not self.seen:
+            return None, None
+        return self.seen[min(self.seen)] - self.t0, self.wall - (self.seen[max(self.seen)] - self.t0)
 
     def rate(self, steps: int, first: int = 20) -> float | None:
         if self.code != 0 or steps not in self.seen or first not in self.seen or self.seen[steps] <= self.seen[first]:
@@ -112,7 +119,7 @@ def _run(tool: str, steps: int, straggler: bool, workdir: str, script: str | Non
     env["PYTHONUNBUFFERED"] = "1"
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=workdir)
-    out = RunOut(wall=0.0, code=0, out_dir=out_dir)
+    out = RunOut(wall=0.0, code=0, out_dir=out_dir, t0=t0)
     assert p.stdout is not None
     for line in p.stdout:
         m = STEP.match(line)
@@ -177,6 +184,8 @@ def run(steps: int = 200, straggler_steps: int = 80, rounds: int = 2) -> tuple[l
     rate: dict[str, list] = {t: [] for t in tools}
     srate: dict[str, list] = {t: [] for t in tools}
     wall: dict[str, list] = {t: [] for t in tools}
+    head: dict[str, list] = {t: [] for t in tools}
+    tail: dict[str, list] = {t: [] for t in tools}
     loss: dict[str, set] = {t: set() for t in tools}
     pd_v: list[dict] = []
     tm_v: list[dict | None] = []
@@ -189,6 +198,9 @@ def run(steps: int = 200, straggler_steps: int = 80, rounds: int = 2) -> tuple[l
                 r = _run(tool, steps, False, d)
                 rate[tool].append(r.rate(steps))
                 wall[tool].append(r.wall if r.code == 0 else None)
+                h, t = r.ends()
+                head[tool].append(h)
+                tail[tool].append(t)
                 loss[tool].add(r.last_loss)
                 if r.code:
                     failures.append(f"{tool} clean exit {r.code}")
@@ -278,6 +290,8 @@ def run(steps: int = 200, straggler_steps: int = 80, rounds: int = 2) -> tuple[l
         + (f"; TraceML {runs(rate['traceml'], '.1f')}" if have else "")
         + f". Start-to-exit plain {runs(wall['plain'], '.2f')} s; pardash {runs(wall['pardash'], '.2f')} s"
         + (f"; TraceML {runs(wall['traceml'], '.2f')} s" if have else "")
+        + ". Of which start to step 1 / last step to exit (medians): "
+        + "; ".join(f"{t} {_f(_med(head[t]), '.1f')} / {_f(_med(tail[t]), '.1f')} s" for t in tools)
         + ". "
         + (f"TraceML verdicts: {'; '.join(v['status'] + ' ' + str(v['named']) if v else 'none' for v in tm_v)}. " if have else "")
         + (f"Failures: {'; '.join(failures)}. " if failures else "")

@@ -47,10 +47,10 @@ class Reporter:
         heartbeat_s: float = 1.0,
         gpu_index: int | None = None,
         context: zmq.Context | None = None,
-        curve: security.ClientKeys | str | os.PathLike[str] | None = None,
+        curve: security.ClientKeys | str | os.PathLike[str] | bool | None = None,
     ) -> None:
         """``curve``: client keys or their folder for a hub with CURVE keys (default: the
-        folder in PARDASH_CURVE_DIR, when set)."""
+        folder in PARDASH_CURVE_DIR, when set; False: none)."""
         self.identity = identity or rank_identity()
         self.rank = self.identity.rank
         self.run = run

@@ -1,0 +1,138 @@
+"""Keys a person presses, over recorded runs: leaving a launched run, help, paging through 1024
+ranks, sorting, and the replay controls at their limits (test_live.py and test_replay.py cover
+the arrows, enter, clicks, the filter and the replay controls' ordinary use)."""
+
+from __future__ import annotations
+
+import pytest
+from tui_helpers import DATA, replay_app
+
+from pardash.telemetry.client import FrameApplier, ReplaySource
+from pardash.tui.app import SPEEDS, make_app
+from pardash.tui.model import SORT_KEYS
+from pardash.tui.screens.dashboard import DashboardScreen
+from pardash.tui.screens.help import HelpScreen
+from pardash.tui.screens.memory import MemoryScreen
+from pardash.tui.screens.quit import QuitScreen
+from pardash.tui.screens.rank_detail import RankDetailScreen
+from pardash.tui.widgets.rank_grid import RankGrid
+
+SIZE = (120, 40)
+
+
+@pytest.mark.parametrize(("key", "choice"), [("d", "detach"), ("s", "stop")])
+async def test_q_then_a_key_leaves_a_launched_run_that_way(key, choice):
+    chosen: list[str] = []
+    app = replay_app("run4.jsonl", launched=True, on_exit_choice=chosen.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press(key)
+        await pilot.pause()
+    assert app.return_value == choice
+    assert chosen == [choice]
+
+
+async def test_q_then_c_cancels_and_the_dashboard_carries_on():
+    chosen: list[str] = []
+    app = replay_app("run4.jsonl", launched=True, on_exit_choice=chosen.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q", "c")
+        assert isinstance(app.screen, DashboardScreen)
+        await pilot.press("down")
+        assert app.screen.query_one(RankGrid).cursor_rank == 1  # the grid still has the keys
+    assert chosen == []
+
+
+async def test_help_opens_on_question_mark_and_closes_on_it_escape_or_q():
+    app = replay_app("run4.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        for close in ("question_mark", "escape", "q"):
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press(close)
+            assert isinstance(app.screen, DashboardScreen)
+    assert app.return_value is None  # q closed the help, it did not quit
+
+
+async def test_escape_walks_back_from_detail_and_memory():
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("enter")
+        assert isinstance(app.screen, RankDetailScreen)
+        await pilot.press("escape", "m")
+        assert isinstance(app.screen, MemoryScreen)
+        await pilot.press("m")  # m toggles it
+        assert isinstance(app.screen, DashboardScreen)
+
+
+async def test_paging_through_1024_ranks_in_cells():
+    app = replay_app("run1024.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        grid = app.screen.query_one(RankGrid)
+        await pilot.press("c")  # cells: 1024 ranks are many screens long
+        assert not grid.heat and grid.cursor_rank == 0
+        await pilot.press("pagedown")
+        paged = grid.cursor_rank
+        assert paged is not None and paged > 30  # a screenful down
+        assert grid.scroll_offset.y > 0
+        await pilot.press("pagedown")
+        assert grid.cursor_rank > paged
+        await pilot.press("pageup")
+        assert grid.cursor_rank == paged
+        await pilot.press("end")
+        assert grid.cursor_rank == 1023
+        assert grid.scroll_offset.y == grid.max_scroll_y  # the last line is on screen
+        await pilot.press("home")
+        assert grid.cursor_rank == 0 and grid.scroll_offset.y == 0
+
+
+async def test_s_cycles_through_every_order_and_back():
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        grid = app.screen.query_one(RankGrid)
+        seen = [grid.sort_key]
+        for _ in SORT_KEYS:
+            await pilot.press("s")
+            seen.append(grid.sort_key)
+        assert seen == [*SORT_KEYS, SORT_KEYS[0]]
+        assert "sorted by rank" in str(app.screen.query_one("#main").border_subtitle)
+
+
+async def test_replay_speed_and_seek_stop_at_their_limits():
+    src = ReplaySource(str(DATA / "run4.jsonl"))
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*["plus"] * (len(SPEEDS) + 2))
+        assert src.speed == SPEEDS[-1]
+        await pilot.press(*["minus"] * (len(SPEEDS) + 2))
+        assert src.speed == SPEEDS[0]
+        await pilot.press("left_square_bracket")
+        assert src.position_s == 0.0
+        await pilot.press(*["right_square_bracket"] * 5)
+        assert src.position_s == src.duration_s  # 31 s: the end, not past it
+        assert src.done
+
+
+class _Live(FrameApplier):
+    """A live source with nothing arriving."""
+
+    live = True
+    synced = True
+
+    def poll(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+async def test_replay_keys_do_nothing_on_a_live_run():
+    src = _Live()
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("space", "plus", "minus", "left_square_bracket", "right_square_bracket")
+        assert isinstance(app.screen, DashboardScreen)
+        assert not hasattr(src, "paused") and not hasattr(src, "speed")
+        assert app.check_action("pause", ()) is False
