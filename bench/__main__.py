@@ -12,6 +12,7 @@ BENCHES = {
     "throughput": "Training throughput, telemetry on/off (issue 2)",
     "detection": "Straggler detection matrix (issue 4)",
     "script": "Unmodified script under pardash against plain torchrun (issue 5)",
+    "fuzz": "Hostile frames against a live hub (issue 7)",
     "traceml": "Side by side with TraceML, same script and slowdown (issues 4, 5)",
 }
 

@@ -20,8 +20,11 @@ set -euo pipefail
 NPROC="${NPROC:-2}"
 cd "$(dirname "$0")/.."
 
+# Telemetry crosses the network: use CURVE keys made once with `pardash keys --dir keys/` and
+# copied to both nodes (CURVE_DIR=keys), or accept an open port on a trusted network (--insecure).
+if [ -n "${CURVE_DIR:-}" ]; then security=(--curve-dir "$CURVE_DIR"); else security=(--insecure); fi
 exec .venv/bin/pardash launch \
-    --nnodes 2 --node-rank "$NODE_RANK" \
+    --nnodes 2 --node-rank "$NODE_RANK" "${security[@]}" \
     --master-addr "$MASTER_ADDR" --master-port 29500 \
     --nproc "$NPROC" "$@" \
     -- demos/ddp_plain.py --steps 200

@@ -24,6 +24,10 @@ from .schema import Step, Verdict
 from .state import RunState
 
 
+MAX_PENDING = 1000
+"""Steps kept per rank waiting for the slowest rank to finish their window."""
+
+
 @dataclass(kw_only=True, slots=True)
 class StragglerConfig:
     """Thresholds of the straggler detector."""
@@ -64,13 +68,19 @@ class StragglerDetector:
         self.windows_scored = 0
 
     def observe(self, step: Step) -> None:
-        if step.self_s is None or step.step < self.cfg.warmup_steps:
+        # Steps of windows already scored (or in warm-up) are of no use any more.
+        if step.self_s is None or step.step < max(self.cfg.warmup_steps, self._next_window):
             return
         w = self._ranks.get(step.rank)
         if w is None:
             w = self._ranks[step.rank] = _RankWindow()
         w.self_s[step.step] = step.self_s
         w.data_s[step.step] = step.data_s or 0.0
+        if len(w.self_s) > MAX_PENDING:
+            # A rank far ahead of a stuck one must not grow without bound: drop its oldest.
+            oldest = next(iter(w.self_s))
+            del w.self_s[oldest]
+            w.data_s.pop(oldest, None)
 
     @property
     def noise_s(self) -> float:
@@ -89,15 +99,24 @@ class StragglerDetector:
         first = max(self._next_window, cfg.warmup_steps)
         reached = min(state.ranks[r].step.step for r in live)
         while first + cfg.window - 1 <= reached:
+            # Jump over windows nobody has data for (a rank that says it is at step 10**9
+            # must not make the hub walk a hundred million empty windows).
+            oldest = min((next(iter(self._ranks[r].self_s)) for r in live if self._ranks[r].self_s), default=None)
+            if oldest is None or oldest > reached:
+                first += (reached - first + 1) // cfg.window * cfg.window
+                break
+            if oldest >= first + cfg.window:
+                first += (oldest - first) // cfg.window * cfg.window
+                continue
             steps = range(first, first + cfg.window)
             out.extend(self._score(state, live, steps))
             first += cfg.window
-            self._next_window = first
             for r in live:
                 w = self._ranks[r]
                 for s in steps:
                     w.self_s.pop(s, None)
                     w.data_s.pop(s, None)
+        self._next_window = first
         return out
 
     def _score(self, state: RunState, live: list[int], steps: range) -> list[Verdict]:
