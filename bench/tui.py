@@ -539,6 +539,7 @@ def measure_rss(ranks: int, steps: int) -> dict:
             "end": samples[-1][1],
             "first": _slope_per_1000(first),
             "second": _slope_per_1000(second),
+            "samples": samples,
         }
     return out
 

@@ -9,7 +9,6 @@ means. Empty columns carry the previous value, so a short history still draws a 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
 from pardash.telemetry.state import RankState, RunState
@@ -42,6 +41,8 @@ class ChartSeries:
 
 
 def _bucketize(steps: list[float], values: list[float], s0: float, span: float, width: int) -> list[float]:
+    """Mean of the values per column (a point goes to the column nearest its step), empty
+    columns carrying the previous value. The reference implementation, for any history."""
     sums = [0.0] * width
     counts = [0] * width
     scale = (width - 1) / span if span > 0 else 0.0
@@ -52,15 +53,106 @@ def _bucketize(steps: list[float], values: list[float], s0: float, span: float, 
         if 0 <= c < width:
             sums[c] += v
             counts[c] += 1
-    out = [NAN] * width
+    return _carry([sums[c] / counts[c] if counts[c] else NAN for c in range(width)])
+
+
+def _carry(means: list[float]) -> list[float]:
+    """Empty (NaN) columns take the previous column's value, from the first filled one on."""
+    out = means
     last = NAN
-    started = False
-    for c in range(width):
-        if counts[c]:
-            last = sums[c] / counts[c]
-            started = True
-        if started:
+    for c, v in enumerate(means):
+        if v == v:
+            last = v
+        elif last == last:
             out[c] = last
+    return out
+
+
+Runs = list[tuple[int, int, int]]
+"""(column, first point, end point): the points of a history that fall in each column."""
+
+
+def _runs(steps: list[float], s0: float, span: float, width: int) -> Runs | None:
+    """Where each column's points lie, when the steps rise (always, unless a rank restarted)
+    and are all known; None otherwise."""
+    if steps != sorted(steps) or sum(steps) != sum(steps):  # not rising, or a NaN among them
+        return None
+    scale = (width - 1) / span if span > 0 else 0.0
+    cols = [int(round((step - s0) * scale)) for step in steps]
+    runs: Runs = []
+    start = 0
+    for i in range(1, len(cols) + 1):
+        if i == len(cols) or cols[i] != cols[start]:
+            if 0 <= cols[start] < width:
+                runs.append((cols[start], start, i))
+            start = i
+    return runs
+
+
+class _Columns:
+    """Downsamples histories to a chart's columns. Ranks of one job share their steps, so the
+    points-to-columns map is worked out once per distinct step sequence, and each column's mean
+    is a sum over a slice (no Python loop per point): a band over 128 ranks costs milliseconds."""
+
+    def __init__(self, s0: float, span: float, width: int) -> None:
+        self.s0, self.span, self.width = s0, span, width
+        self._runs: dict[tuple[float, ...], Runs | None] = {}
+
+    def runs(self, steps: list[float]) -> Runs | None:
+        key = tuple(steps)
+        runs = self._runs.get(key, ())
+        if runs == ():
+            runs = self._runs[key] = _runs(steps, self.s0, self.span, self.width)
+        return runs
+
+    def means(self, steps: list[float], values: list[float]) -> list[float]:
+        runs = self.runs(steps)
+        if runs is None:
+            return _bucketize(steps, values, self.s0, self.span, self.width)
+        means = [NAN] * self.width
+        for c, a, b in runs:
+            total = sum(values[a:b])
+            if total != total:  # a step without this figure: leave it out, as _bucketize does
+                known = [v for v in values[a:b] if v == v]
+                means[c] = sum(known) / len(known) if known else NAN
+            else:
+                means[c] = total / (b - a)
+        return _carry(means)
+
+
+def _band_columns(steps: list[list[float]], values: list[list[float]], columns: _Columns) -> list[list[float]]:
+    """The other ranks' known column means, column by column.
+
+    Ranks that share their steps (a synchronous job: one or two groups, as a frame may catch
+    some ranks a step ahead) and whose values are all known are done a column at a time, each
+    column's points being one tuple across the group's ranks; the others rank by rank."""
+    width = columns.width
+    out: list[list[float]] = [[] for _ in range(width)]
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for i, s in enumerate(steps):
+        groups.setdefault(tuple(s), []).append(i)
+    for members in groups.values():
+        runs = columns.runs(steps[members[0]])
+        # A rank with a missing value (NaN), or steps that fall back, goes alone.
+        alone = set(members) if runs is None else {i for i in members if sum(values[i]) != sum(values[i])}
+        for i in sorted(alone):
+            for c, v in enumerate(columns.means(steps[i], values[i])):
+                if v == v:
+                    out[c].append(v)
+        group_values = [values[i] for i in members if i not in alone]
+        if not group_values or runs is None:
+            continue
+        points = list(zip(*group_values))
+        col: tuple[float, ...] = ()
+        at = 0
+        for c, a, b in runs:
+            for empty in range(at, c):  # empty columns carry the previous one
+                out[empty].extend(col)
+            col = points[a] if b - a == 1 else tuple(sum(t) / (b - a) for t in zip(*points[a:b]))
+            out[c].extend(col)
+            at = c + 1
+        for empty in range(at, width):
+            out[empty].extend(col)
     return out
 
 
@@ -83,17 +175,20 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
         return None
     s0, s1 = min(finite), max(finite)
     span = s1 - s0
-    mine = _bucketize(steps, values, s0, span, width)
+    columns = _Columns(s0, span, width)
+    mine = columns.means(steps, values)
     others = [q for q in state.ranks.values() if q.rank != rank and len(q.history[column])]
     others = _sample(sorted(others, key=lambda q: q.rank), MAX_BAND_RANKS)
-    per_rank = [_bucketize(q.history["step"].values(), q.history[column].values(), s0, span, width) for q in others]
+    others_steps = [q.history["step"].values() for q in others]
+    others_values = [q.history[column].values() for q in others]
     median, low, high = [NAN] * width, [NAN] * width, [NAN] * width
-    for c in range(width):
-        col = [series[c] for series in per_rank if not math.isnan(series[c])]
+    for c, col in enumerate(_band_columns(others_steps, others_values, columns)):
         if col:
-            median[c] = statistics.median(col)
-            low[c] = min(col)
-            high[c] = max(col)
+            col.sort()
+            n = len(col)
+            median[c] = col[n // 2] if n % 2 else (col[n // 2 - 1] + col[n // 2]) / 2
+            low[c] = col[0]
+            high[c] = col[-1]
     last = r.history[column].last()
     return ChartSeries(
         values=tuple(mine),
@@ -103,5 +198,5 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
         first_step=int(s0),
         last_step=int(s1),
         latest=None if last is None or math.isnan(last) else float(last),
-        others=len(per_rank),
+        others=len(others),
     )
