@@ -44,7 +44,7 @@ class MemoryScreen(Screen):
         background: $surface;
     }
     MemoryScreen #legend {
-        height: 1;
+        height: auto;  /* wraps in a narrow terminal rather than lose the expected marker's key */
         padding: 0 1;
         background: $surface;
     }
