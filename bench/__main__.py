@@ -14,6 +14,7 @@ BENCHES = {
     "script": "Unmodified script under pardash against plain torchrun (issue 5)",
     "fuzz": "Hostile frames against a live hub (issue 7)",
     "traceml": "Side by side with TraceML, same script and slowdown (issues 4, 5)",
+    "tui": "The dashboard at 256 and 1024 ranks (issue 3)",
 }
 
 

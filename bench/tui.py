@@ -4,26 +4,30 @@ Live parts run a real hub process (``spawn_hub``) fed by ``python -m pardash.tel
 in a process of its own, and the app headless in this process (``app.run_test``), attached
 through a real :class:`HubClient`:
 
-- **CPU per frame**: the main thread's CPU time (``time.thread_time``) from one poll of the
-  source to the next, over the polls that applied at least one hub frame. That interval holds
-  everything one frame costs: decoding and applying it, rebuilding the rows, the widgets'
-  updates, Textual's compositor and the escape sequences a terminal would get (headless Textual
-  skips that last step, so the bench encodes each update itself). Baseline, same hub and run: a
-  naive grid of one ``Static`` per rank showing the same fields, updated from the same rows.
+- **CPU per frame drawn**: the app thread's CPU time (``time.thread_time``) from one poll that
+  brought hub frames to the next such poll (see :class:`FrameMeter`): applying the frames,
+  rebuilding the rows, the widgets' updates, Textual's compositor and the escape sequences a
+  terminal would get (headless Textual skips that last step, so the bench encodes each update
+  itself). Also reported: the part spent in ``HubClient.poll`` (decoding and applying frames,
+  telemetry code). Baseline, same hub and run: a naive grid of one ``Static`` per rank showing
+  the same fields, updated from the same rows; it falls behind and draws several hub frames at
+  once, so the notes also give CPU per hub frame. At 1024 ranks x 40 steps/s the ratio to 10
+  steps/s says whether the cost follows the message rate.
 - **Attach to full screen**: from creating the ``HubClient`` to the first screen update whose
   grid has every rank's cell filled (a step for every rank), app start-up included.
 - **Publish to screen**: each simulated rank's steps carry ``t``, the wall clock at which its
-  Reporter sent them. In cells form, when the grid's redrawn line shows a rank's new loss, the
+  Reporter sent them. In cells form, when a redrawn grid line shows a rank's new loss, the
   screen update that carries it is the moment it reaches the terminal; latency = that moment
   minus ``t`` of the step drawn.
 
-RSS (offline, as fast as possible): a hub-side process feeds a ``HubCore`` through a
-``SimulatedJob``'s real reporters (sockets swapped for a direct call), ticks a frame per step
-(10 steps a second at 10 frames a second) and pushes each encoded frame to a viewer process that
-decodes and applies it and redraws the real app every ``FRAMES_PER_DRAW`` frames. Both sample
-their RSS; the slope of the second half of the run says whether memory is bounded.
+RSS (offline, as fast as possible): a hub-side process feeds a ``HubCore`` (log to /dev/null)
+through a ``SimulatedJob``'s real reporters (sockets swapped for a direct call), ticks a frame per
+step (10 steps a second at 10 frames a second) and pushes each encoded frame to a viewer process
+that decodes and applies it and redraws the real app every ``FRAMES_PER_DRAW`` frames. Both
+sample their RSS and live Python objects; the second half's RSS slope and object count say
+whether memory is bounded. ``PARDASH_BENCH_RSS_STEPS=36000`` runs a full hour's worth.
 
-``python -m bench tui`` (about 4 minutes on 2 cores).
+``python -m bench tui``: about 2.5 minutes on 2 quiet cores (timings are noisy on a busy one).
 """
 
 from __future__ import annotations
@@ -114,15 +118,17 @@ def encode_updates(app) -> None:
 
 
 class FrameMeter:
-    """Main-thread CPU from one poll of the source to the next, for the polls that applied
-    hub frames: each such interval holds the frames' application and everything the app then
-    does to show them (rows, widgets, compositor, escape sequences)."""
+    """Main-thread CPU from one poll that applied hub frames to the next such poll: the frames'
+    application and everything the app then does to show them (rows, widgets, compositor,
+    escape sequences), plus the empty polls in between. The app polls on a timer and when a
+    frame arrives, so a frame's drawing may fall after a later empty poll; cutting at the polls
+    that bring frames keeps each frame's drawing with it."""
 
     def __init__(self, app) -> None:
         self.app = app
         self.on = False
         self.intervals: list[tuple[float, float, int]] = []
-        """(CPU seconds, of which applying frames, frames applied) per interval with frames."""
+        """(CPU seconds, of which applying frames, frames applied) per interval."""
         self.frames = 0
         self.wall_s = 0.0
         self.cpu_s = 0.0
@@ -141,15 +147,19 @@ class FrameMeter:
 
         def _poll() -> None:
             cpu = time.thread_time()
-            if self.on and self._cpu is not None and self._applied:
-                self.intervals.append((cpu - self._cpu, self._apply_s, self._applied))
             before = app.source.frames_applied
-            self._apply_s = 0.0
+            apply_before = self._apply_s
             poll()
-            self._applied = app.source.frames_applied - before
+            applied = app.source.frames_applied - before
+            if not applied:
+                return
+            if self.on and self._cpu is not None:
+                self.intervals.append((cpu - self._cpu, apply_before, self._applied))
             if self.on:
-                self.frames += self._applied
+                self.frames += applied
             self._cpu = cpu
+            self._applied = applied
+            self._apply_s -= apply_before  # this poll's application starts the next interval
 
         app.source.poll = _source_poll
         app._poll = _poll
@@ -160,13 +170,8 @@ class FrameMeter:
         return [cpu / n for cpu, _a, n in self.intervals]
 
     @property
-    def apply_per_frame_s(self) -> list[float]:
-        """Of that, decoding and applying the frame (telemetry.client, not the TUI)."""
-        return [a / n for _c, a, n in self.intervals]
-
-    @property
     def per_update_s(self) -> list[float]:
-        """CPU per screen update (one per poll that applied frames)."""
+        """CPU from one poll that brought frames to the next (a screen update or more)."""
         return [cpu for cpu, _a, _n in self.intervals]
 
     def start(self) -> None:
@@ -403,6 +408,15 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+def _sample(step: int) -> tuple[int, int, int]:
+    """(step, RSS bytes, live Python objects after a collection): RSS alone mixes a leak with
+    the allocator settling; a steady object count says nothing accumulates."""
+    import gc
+
+    gc.collect()
+    return step, _rss(), len(gc.get_objects()) + gc.get_freeze_count()  # the app freezes its start-up objects
+
+
 class _Direct:
     """Stands in for a simulated rank's PUSH socket: hands each message to the hub core."""
 
@@ -446,7 +460,7 @@ def rss_hub_side(ranks: int, steps: int, endpoint: str, out_path: str) -> None:
         clock[0] += 0.1
         push.send(frames.encode(core.tick(clock[0])))
         if step % RSS_SAMPLE_EVERY == 0 or step == steps - 1:
-            samples.append((step, _rss()))
+            samples.append(_sample(step))
     push.send(b"")
     push.close(linger=-1)
     with open(out_path, "w") as fh:
@@ -482,7 +496,7 @@ def rss_viewer_side(ranks: int, steps: int, endpoint: str, out_path: str) -> Non
                 self.apply_frame(frames.decode_frame(raw))
                 changed = True
                 if self.frames_applied % RSS_SAMPLE_EVERY == 1:
-                    samples.append((self.frames_applied - 1, _rss()))
+                    samples.append(_sample(self.frames_applied - 1))
             return changed
 
         def close(self) -> None:
@@ -497,7 +511,7 @@ def rss_viewer_side(ranks: int, steps: int, endpoint: str, out_path: str) -> Non
             while not source.ended:
                 app._poll()
                 await pilot.pause()
-            samples.append((source.frames_applied, _rss()))
+            samples.append(_sample(source.frames_applied))
 
     asyncio.run(drive())
     pull.close(0)
@@ -505,12 +519,12 @@ def rss_viewer_side(ranks: int, steps: int, endpoint: str, out_path: str) -> Non
         json.dump({"samples": samples, "frames": source.frames_applied}, fh)
 
 
-def _slope_per_1000(samples: list[tuple[int, int]]) -> float:
+def _slope_per_1000(samples: list[tuple[int, int, int]]) -> float:
     """Least-squares slope of RSS over steps, in bytes per 1000 steps."""
     if len(samples) < 2:
         return float("nan")
-    xs = [s for s, _ in samples]
-    ys = [b for _, b in samples]
+    xs = [s[0] for s in samples]
+    ys = [s[1] for s in samples]
     return statistics.linear_regression(xs, ys).slope * 1000
 
 
@@ -539,6 +553,8 @@ def measure_rss(ranks: int, steps: int) -> dict:
             "end": samples[-1][1],
             "first": _slope_per_1000(first),
             "second": _slope_per_1000(second),
+            "objects_half": second[0][2],
+            "objects_end": samples[-1][2],
             "samples": samples,
         }
     return out
@@ -589,27 +605,28 @@ def run() -> tuple[list[Row], str]:
         measured["256 naive"] = measure_frames(info, 256, naive=True)
     live_s = time.monotonic() - t_start
 
-    med = {k: statistics.median(m.per_frame_s) for k, m in measured.items()}
-    p95 = {k: pct(m.per_frame_s, 95) for k, m in measured.items()}
+    # A frame drawn: from a poll that brought hub frames to the next one (see FrameMeter).
+    med = {k: statistics.median(m.per_update_s) for k, m in measured.items()}
+    p95 = {k: pct(m.per_update_s, 95) for k, m in measured.items()}
 
     def frame_rows(label: str, key: str, base: str | None, target: str = "") -> None:
         ok = med[key] <= 0.015 if target else None
         if base is not None:
-            rows.append(Row(label, "CPU ms per frame, median", _ms(med[key]), f"{_ms(med[base])} (a Static per rank)", f"{med[base] / med[key]:.1f}x cheaper", target, ok))
-            rows.append(Row(label, "CPU ms per frame, p95", _ms(p95[key]), _ms(p95[base]), f"{p95[base] / p95[key]:.1f}x cheaper", "", None))
+            rows.append(Row(label, "CPU ms per frame drawn, median", _ms(med[key]), f"{_ms(med[base])} (a Static per rank)", f"{med[base] / med[key]:.1f}x cheaper", target, ok))
+            rows.append(Row(label, "CPU ms per frame drawn, p95", _ms(p95[key]), _ms(p95[base]), f"{p95[base] / p95[key]:.1f}x cheaper", "", None))
         else:
-            rows.append(Row(label, "CPU ms per frame, median", _ms(med[key]), "", "", target, ok))
-            rows.append(Row(label, "CPU ms per frame, p95", _ms(p95[key]), "", "", "", None))
-        apply = statistics.median(measured[key].apply_per_frame_s)
-        rows.append(Row(label, "of which applying the frame (client), median", _ms(apply), "", "", "", None))
+            rows.append(Row(label, "CPU ms per frame drawn, median", _ms(med[key]), "", "", target, ok))
+            rows.append(Row(label, "CPU ms per frame drawn, p95", _ms(p95[key]), "", "", "", None))
+        apply = statistics.median(a for _c, a, _n in measured[key].intervals)
+        rows.append(Row(label, "of which HubClient applying frames, median", _ms(apply), "", "", "", None))
 
     frame_rows("256 ranks x 10 steps/s", "256", "256 naive")
     frame_rows("1024 ranks x 10 steps/s", "1024", "1024 naive", "<= 15 ms")
     frame_rows("1024 ranks x 10 steps/s, cells form", "1024 cells", "1024 naive", "<= 15 ms")
     growth = med["1024x40"] / med["1024"]
     rate_ratio = ingest["1024x40"] / ingest["1024"] if ingest["1024"] else float("nan")
-    rows.append(Row("1024 ranks x 40 steps/s", "CPU ms per frame, median", _ms(med["1024x40"]), f"{_ms(med['1024'])} (x 10 steps/s)", f"{growth:.2f}x at {rate_ratio:.1f}x the messages", "no growth (<= 1.3x)", growth <= 1.3))
-    rows.append(Row("1024 ranks x 40 steps/s", "CPU ms per frame, p95", _ms(p95["1024x40"]), _ms(p95["1024"]), f"{p95['1024x40'] / p95['1024']:.2f}x", "", None))
+    rows.append(Row("1024 ranks x 40 steps/s", "CPU ms per frame drawn, median", _ms(med["1024x40"]), f"{_ms(med['1024'])} (x 10 steps/s)", f"{growth:.2f}x at {rate_ratio:.1f}x the messages", "no growth (<= 1.3x)", growth <= 1.3))
+    rows.append(Row("1024 ranks x 40 steps/s", "CPU ms per frame drawn, p95", _ms(p95["1024x40"]), _ms(p95["1024"]), f"{p95['1024x40'] / p95['1024']:.2f}x", "", None))
 
     full = [f for _s, f in attaches]
     rows.append(Row("attach, 1024 ranks", "s to a full screen, median", f"{statistics.median(full):.2f}", "", "", "< 1 s", statistics.median(full) < 1.0))
@@ -621,14 +638,17 @@ def run() -> tuple[list[Row], str]:
     rss = measure_rss(1024, RSS_STEPS)
     for side, name in (("tui", "TUI"), ("hub", "hub")):
         r = rss[side]
-        # Bounded: the second half grows by less than 2 MiB (allocator noise).
-        bounded = abs(r["second"]) * (RSS_STEPS / 2) / 1000 < 2 * (1 << 20)
+        # Bounded: nothing accumulates (over the second half, fewer new live objects than
+        # frames, where a leak of one object per rank and frame would add 600,000) and RSS grows
+        # by less than 2 MiB there (the allocator settling).
+        steady = r["objects_end"] - r["objects_half"] < RSS_STEPS / 2
+        bounded = steady and abs(r["second"]) * (RSS_STEPS / 2) / 1000 < 2 * (1 << 20)
         rows.append(Row(
             f"RSS, {name}, 1024 ranks x {RSS_STEPS} steps",
             "bytes per 1000 steps, 2nd half",
             f"{r['second']:+,.0f}",
             f"{r['first']:+,.0f} (1st half)",
-            f"RSS {_mib(r['start'])} -> {_mib(r['end'])} MiB",
+            f"RSS {_mib(r['start'])} -> {_mib(r['end'])} MiB; objects {r['objects_half']:,} -> {r['objects_end']:,}",
             "~0 (bounded)",
             bounded,
         ))  # fmt: skip
@@ -636,17 +656,19 @@ def run() -> tuple[list[Row], str]:
     load1 = os.getloadavg()[0]
     facts.append(
         f"tui: {SIZE[0]}x{SIZE[1]} terminal, headless Textual with each update encoded to escape sequences as "
-        f"for a terminal; hub and simulated ranks in processes of their own (log to /dev/null); CPU is the app "
-        f"thread's thread_time from one poll to the next, over the polls that applied hub frames, divided by the "
-        f"frames applied; {MEASURE_S:g} s measured per configuration after {WARM_S:g} s of warm-up."
+        f"for a terminal; hub and simulated ranks in processes of their own (log to /dev/null). A frame drawn: the "
+        f"app thread's thread_time from one poll that brought hub frames to the next such poll (applying them, rows, "
+        f"widgets, compositor, escape sequences); pardash draws every hub frame, the naive grid falls behind and "
+        f"draws several in one. {MEASURE_S:g} s measured per configuration after {WARM_S:g} s of warm-up."
     )
     for key, label in (("256", "256 x 10"), ("1024", "1024 x 10"), ("1024x40", "1024 x 40")):
         facts.append(f"hub ingest at {label}: {ingest[key]:,.0f} messages/s (steps + 1 Hz heartbeats and system samples)")
     for key, m in measured.items():
         per_update = m.per_update_s
+        per_frame = m.per_frame_s
         facts.append(
-            f"{key}: {len(per_update)} screen updates from {m.frames} hub frames in {m.wall_s:.1f} s; "
-            f"per update median {_ms(statistics.median(per_update))} ms, p95 {_ms(pct(per_update, 95))} ms; "
+            f"{key}: {len(per_update)} frames drawn from {m.frames} hub frames in {m.wall_s:.1f} s; "
+            f"per hub frame median {_ms(statistics.median(per_frame))} ms, p95 {_ms(pct(per_frame, 95))} ms; "
             f"app thread {100 * m.cpu_s / m.wall_s:.0f}% of a core"
         )
     facts.append(
