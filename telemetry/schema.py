@@ -127,6 +127,9 @@ class System(Base, tag="system"):
     """About 1 Hz sample of the rank's process and device."""
 
     cpu_pct: float | None = None
+    """This process's CPU, in % of one core."""
+    host_cpu_pct: float | None = None
+    """The whole host's CPU busy, in % of all its cores (a noisy neighbour shows here)."""
     rss_bytes: int | None = None
     gpu_util_pct: float | None = None
     gpu_mem_used_bytes: int | None = None

@@ -209,6 +209,7 @@ class SimulatedJob:
             rep.send(
                 schema.System(
                     cpu_pct=100.0 + self.rng.uniform(-5, 5),
+                    host_cpu_pct=60.0 + self.rng.uniform(-5, 5),
                     rss_bytes=6 << 30,
                     gpu_util_pct=95.0 + self.rng.uniform(-3, 3),
                     gpu_mem_used_bytes=60 << 30,

@@ -231,9 +231,27 @@ def _device_hint(state: RunState, r: int) -> tuple[str, str] | None:
             return "gpu", f"GPU slowness: SM clock {me.gpu_sm_clock_mhz:.0f} MHz against {ref:.0f} MHz"
     utils = [o.gpu_util_pct for o in others if o.gpu_util_pct is not None]
     if me.gpu_util_pct is None and not utils:
-        cpus = [o.cpu_pct for o in others if o.cpu_pct is not None]
-        if me.cpu_pct is not None and cpus:
-            ref = statistics.median(cpus)
-            if me.cpu_pct > ref + 30:
-                return "host", f"host compute: CPU {me.cpu_pct:.0f}% against {ref:.0f}%"
+        return _host_hint(state, r)
+    return None
+
+
+def _host_hint(state: RunState, r: int) -> tuple[str, str] | None:
+    """A CPU-bound rank slowed by its host rather than by its own work: its host is busier than
+    the other hosts while its own process burns no more CPU than the others' do. A rank that
+    simply computes more is busier itself, and stays "compute"; ranks sharing one host can't
+    tell a neighbour from each other, so the hint needs ranks on other hosts to compare with."""
+    me_state = state.ranks[r]
+    me = me_state.system
+    host = me_state.host
+    away = [x.system for q, x in state.ranks.items() if q != r and x.system is not None and x.host != host]
+    near = [x.system for q, x in state.ranks.items() if q != r and x.system is not None]
+    if me is None or me.host_cpu_pct is None or me.cpu_pct is None or not away:
+        return None
+    host_loads = [o.host_cpu_pct for o in away if o.host_cpu_pct is not None]
+    own = [o.cpu_pct for o in near if o.cpu_pct is not None]
+    if not host_loads or not own:
+        return None
+    ref_host, ref_own = statistics.median(host_loads), statistics.median(own)
+    if me.host_cpu_pct > ref_host + 30 and me.cpu_pct <= ref_own * 1.1:
+        return "host", f"busy host: CPU {me.host_cpu_pct:.0f}% of the host against {ref_host:.0f}% elsewhere"
     return None

@@ -16,6 +16,7 @@ class SystemSampler:
     def __init__(self, gpu_index: int | None = None) -> None:
         self._proc = psutil.Process(os.getpid())
         self._proc.cpu_percent(None)  # prime: the first call always answers 0.0
+        psutil.cpu_percent(None)
         self._nvml = None
         self._handle = None
         if gpu_index is not None:
@@ -35,7 +36,9 @@ class SystemSampler:
 
     def sample(self) -> System:
         """One System record (run, rank, seq and t are filled in by the reporter)."""
-        msg = System(cpu_pct=self._proc.cpu_percent(None), rss_bytes=self.rss_bytes())
+        msg = System(
+            cpu_pct=self._proc.cpu_percent(None), host_cpu_pct=psutil.cpu_percent(None), rss_bytes=self.rss_bytes()
+        )
         nv, h = self._nvml, self._handle
         if nv is not None and h is not None:
             for attr, read in (

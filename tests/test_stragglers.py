@@ -11,14 +11,14 @@ from pardash.telemetry.state import RunState
 from pardash.telemetry.stragglers import StragglerConfig, StragglerDetector
 
 
-def _run(ranks, steps, self_s, data_s=lambda r, s: 0.001, system=None, seed=0):
+def _run(ranks, steps, self_s, data_s=lambda r, s: 0.001, system=None, seed=0, host=lambda r: "h"):
     """Feed a detector as the hub would; returns the verdicts with the step they came at."""
     rng = random.Random(seed)
     st = RunState()
     det = StragglerDetector(StragglerConfig())
     out = []
     for r in range(ranks):
-        st.apply(schema.Hello(rank=r, world_size=ranks), 0.0)
+        st.apply(schema.Hello(rank=r, world_size=ranks, host=host(r)), 0.0)
         if system:
             st.apply(system(r), 0.0)
     for s in range(steps):
@@ -65,12 +65,25 @@ def test_small_absolute_excess_is_not_a_straggler():
     assert _run(2, 300, lambda r, s: 0.005 + (0.002 if r == 0 else 0)) == []
 
 
-def test_host_hint_from_system_figures():
-    def system(r):
-        return schema.System(rank=r, cpu_pct=190.0 if r == 3 else 100.0)
+def test_host_hint_needs_a_busy_host_not_a_busy_rank():
+    slow = lambda r, s: 0.010 + (0.03 if r == 3 else 0)  # noqa: E731
 
-    out = _run(4, 100, lambda r, s: 0.010 + (0.03 if r == 3 else 0), system=system)
+    def neighbour(r):  # rank 3's host is busy with someone else's work; its own CPU is as others'
+        return schema.System(rank=r, cpu_pct=100.0, host_cpu_pct=95.0 if r == 3 else 40.0)
+
+    out = _run(4, 100, slow, system=neighbour, host=lambda r: f"node{r // 2}" if r < 2 else f"node{r}")
     assert out[0].rank == 3 and out[0].cause == "host"
+    assert "busy host" in out[0].message
+
+    def own_work(r):  # rank 3 burns more CPU itself: that is its own compute
+        return schema.System(rank=r, cpu_pct=190.0 if r == 3 else 100.0, host_cpu_pct=95.0 if r == 3 else 40.0)
+
+    out = _run(4, 100, slow, system=own_work, host=lambda r: f"node{r}")
+    assert out[0].rank == 3 and out[0].cause == "compute"
+
+    # One host for all: a neighbour can't be told from the ranks themselves.
+    out = _run(4, 100, slow, system=neighbour)
+    assert out[0].rank == 3 and out[0].cause == "compute"
 
 
 def test_liveness_verdicts():

@@ -90,6 +90,8 @@ def system_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
     rows: list[tuple[str, str, str]] = []
     if s.cpu_pct is not None:
         rows.append(("cpu", f"{s.cpu_pct:.0f}%", "of one core"))
+    if s.host_cpu_pct is not None:
+        rows.append(("host cpu", f"{s.host_cpu_pct:.0f}%", "of all cores"))
     if s.rss_bytes is not None:
         rows.append(("rss", fmt_bytes(s.rss_bytes), ""))
     if s.gpu_util_pct is not None:
