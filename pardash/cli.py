@@ -432,7 +432,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     import subprocess
 
     from pardash.telemetry.client import HubClient
-    from pardash.telemetry.simulate import SimConfig, parse_rank_step
+    from pardash.telemetry.simulate import SimConfig, log_bytes_per_minute, parse_rank_step
     from pardash.telemetry.spawn import SpawnError, spawn_hub
 
     try:
@@ -451,13 +451,21 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
     run_id = "sim-" + registry.new_run_id()
-    log = ns.log or os.path.join(ns.runs_dir, run_id, "telemetry.jsonl")
-    from pardash.trainer.launcher import LaunchError, check_writable
+    # A simulated job is for watching, and its log grows fast (about 430 MB a minute at 1024
+    # ranks x 10 steps/s): none unless asked for. The hub still encodes every record.
+    keep = ns.log is not None or ns.keep_log
+    log = ns.log or (os.path.join(ns.runs_dir, run_id, "telemetry.jsonl") if keep else os.devnull)
+    per_minute = _megabytes(log_bytes_per_minute(cfg))
+    if keep:
+        from pardash.trainer.launcher import LaunchError, check_writable
 
-    try:
-        check_writable(log)
-    except LaunchError as exc:
-        fail(str(exc))
+        try:
+            check_writable(log)
+        except LaunchError as exc:
+            fail(str(exc))
+        log_text = f"log {log}, about {per_minute} a minute"
+    else:
+        log_text = f"no log (--keep-log to record one: about {per_minute} a minute)"
     # Hub, simulated ranks and viewer each in a process of their own, as in a real job: at
     # 1024 ranks none of them waits on another's interpreter lock.
     hub_args = ["--run-id", run_id, "--log", log, "--bind", ns.bind, "--meta", json.dumps({"strategy": cfg.strategy, "world_size": cfg.ranks, "simulated": True})]
@@ -479,7 +487,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
          "--config", json.dumps(dataclasses.asdict(cfg))],
         stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    print(f"{PROG}: simulating {cfg.ranks} ranks at {cfg.rate_hz:g} steps/s, run {run_id}, hub {info['ingest']}, log {log}", flush=True)
+    print(f"{PROG}: simulating {cfg.ranks} ranks at {cfg.rate_hz:g} steps/s, run {run_id}, hub {info['ingest']}, {log_text}", flush=True)
     if info.get("metrics"):
         print(f"{PROG}: Prometheus metrics on {info['metrics']}", flush=True)
     client = HubClient(info["updates"], info["snapshot"], run_id=run_id, curve=False)
@@ -512,6 +520,10 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _megabytes(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB" if n >= 10e6 else f"{n / 1e6:.1f} MB"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="A terminal dashboard for distributed PyTorch training.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
@@ -541,8 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--headless", action="store_true", help="print progress lines; attach the TUI with `pardash attach`")
     sim.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
-    sim.add_argument("--log", default=None, help="JSONL log (default runs/<run id>/telemetry.jsonl)")
-    sim.add_argument("--runs-dir", default="runs", help="folder for logs (default ./runs)")
+    sim.add_argument("--log", default=None, help="record the JSONL log here (default: no log; it grows fast, see --keep-log)")
+    sim.add_argument("--keep-log", action="store_true", help="record the log under --runs-dir (the start line says how fast it grows)")
+    sim.add_argument("--runs-dir", default="runs", help="folder for kept logs (default ./runs)")
     sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
     sim.add_argument("--port", type=int, default=0, help="hub ingest port (default: free ports)")
     sim.add_argument("--insecure", action="store_true", help="let --bind be beyond loopback (simulated ranks hold no keys)")

@@ -69,6 +69,92 @@ def parse_rank_step(text: str, flag: str) -> tuple[int, int]:
         raise ValueError(f"{flag} {text!r}: expected RANK@STEP, e.g. 3@40") from None
 
 
+def memory(cfg: SimConfig, rank: int) -> schema.Mem:
+    """A rank's memory figures: the pretend model's fp32 Adam state, sharded by the world size
+    under fsdp."""
+    full = cfg.params * 4
+    shard = full // cfg.ranks if cfg.strategy == "fsdp" else full
+    return schema.Mem(
+        params_bytes=shard,
+        grads_bytes=shard,
+        optim_bytes=2 * shard,
+        params_full_bytes=full,
+        grads_full_bytes=full,
+        optim_full_bytes=2 * full,
+        cuda_allocated_bytes=4 * shard + 2_000_000_000 + rank * 1_000_000,
+        cuda_reserved_bytes=4 * shard + 3_000_000_000,
+        cuda_peak_bytes=4 * shard + 6_000_000_000,
+    )
+
+
+def step_message(cfg: SimConfig, rank: int, step: int, jitter: float, extra_s: float, loss_noise: float) -> schema.Step:
+    """One rank's step: ``jitter`` (s) on its step and data time, ``extra_s`` of straggling."""
+    base = 1.0 / cfg.rate_hz
+    step_s = base + (0.3 * base if cfg.straggler is not None and step >= 20 else 0.0)
+    data = 0.05 * base + abs(jitter)
+    fwd = 0.3 * base
+    data_x = extra_s if cfg.straggler_kind == "data" else 0.0
+    fwd_x = extra_s - data_x
+    self_s = data + data_x + fwd + fwd_x
+    return schema.Step(
+        step=step,
+        epoch=step // 1000,
+        loss=4.0 * math.exp(-step / 300) + 0.5 + loss_noise,
+        samples=32,
+        step_s=step_s + jitter,
+        data_s=data + data_x,
+        forward_s=fwd + fwd_x,
+        backward_s=0.45 * base,
+        optimizer_s=0.05 * base,
+        comm_s=max(0.0, step_s - self_s - 0.5 * base),
+        self_s=self_s,
+        lr=3e-4,
+        mono=time.monotonic(),
+        mem=memory(cfg, rank),
+    )
+
+
+def system_sample(rank: int, rng: random.Random) -> schema.System:
+    """A rank's once-a-second system sample."""
+    return schema.System(
+        cpu_pct=100.0 + rng.uniform(-5, 5),
+        host_cpu_pct=60.0 + rng.uniform(-5, 5),
+        rss_bytes=6 << 30,
+        gpu_util_pct=95.0 + rng.uniform(-3, 3),
+        gpu_mem_used_bytes=60 << 30,
+        gpu_mem_total_bytes=80 << 30,
+        gpu_temp_c=65.0 + rank % 7,
+        gpu_power_w=600.0,
+        gpu_sm_clock_mhz=1980.0,
+    )
+
+
+def log_line_bytes(cfg: SimConfig, *, after_s: float = 3600.0, run_id: str = "sim-20260101-000000-abcd") -> dict[str, int]:
+    """Bytes of one line of each kind the job sends each rank, as the hub records them (JSON,
+    with its hub seq and a newline), for the highest rank ``after_s`` seconds into the run."""
+    rng = random.Random(cfg.seed)
+    rank = cfg.ranks - 1
+    step = int(cfg.rate_hz * after_s)
+    msgs = {
+        "step": step_message(cfg, rank, step, 0.01 / cfg.rate_hz, 0.0, 0.012345),
+        "heartbeat": schema.Heartbeat(step=step, phase="forward", mono=time.monotonic()),
+        "system": system_sample(rank, rng),
+    }
+    seq = int((cfg.rate_hz + 2) * after_s)
+    out = {}
+    for kind, m in msgs.items():
+        m.run, m.rank, m.seq, m.t, m.hseq = run_id, rank, seq, time.time(), seq * cfg.ranks
+        out[kind] = len(schema.encode_json(m)) + 1
+    return out
+
+
+def log_bytes_per_minute(cfg: SimConfig) -> int:
+    """About how fast the hub's log grows for this job: every rank's steps, and its heartbeat
+    and system sample once a second."""
+    b = log_line_bytes(cfg)
+    return int(60 * cfg.ranks * (cfg.rate_hz * b["step"] + b["heartbeat"] + b["system"]))
+
+
 class SimulatedJob:
     """Publishes for every rank from one thread, over one shared PUSH socket per 256 ranks."""
 
@@ -103,22 +189,6 @@ class SimulatedJob:
 
     def _sock(self, rank: int) -> zmq.Socket:
         return self._socks[rank // 256]
-
-    def _mem(self, rank: int) -> schema.Mem:
-        cfg = self.cfg
-        full = cfg.params * 4
-        shard = full // cfg.ranks if cfg.strategy == "fsdp" else full
-        return schema.Mem(
-            params_bytes=shard,
-            grads_bytes=shard,
-            optim_bytes=2 * shard,
-            params_full_bytes=full,
-            grads_full_bytes=full,
-            optim_full_bytes=2 * full,
-            cuda_allocated_bytes=4 * shard + 2_000_000_000 + rank * 1_000_000,
-            cuda_reserved_bytes=4 * shard + 3_000_000_000,
-            cuda_peak_bytes=4 * shard + 6_000_000_000,
-        )
 
     def hello(self) -> None:
         cfg = self.cfg
@@ -155,38 +225,12 @@ class SimulatedJob:
             return
         slow = 0.3 * base if cfg.straggler is not None and s >= 20 else 0.0
         if not stalled:
-            step_s = base + slow
             for rep in self.reporters:
                 r = rep.rank
                 if not self.alive[r]:
                     continue
-                jitter = rng.gauss(0, 0.01 * base)
-                data = 0.05 * base + abs(jitter)
-                fwd = 0.3 * base
                 extra = slow if r == cfg.straggler else 0.0
-                data_x = extra if cfg.straggler_kind == "data" else 0.0
-                fwd_x = extra - data_x
-                self_s = data + data_x + fwd + fwd_x
-                loss = 4.0 * math.exp(-s / 300) + 0.5 + rng.gauss(0, 0.02)
-                rep.send(
-                    schema.Step(
-                        step=s,
-                        epoch=s // 1000,
-                        loss=loss,
-                        samples=32,
-                        step_s=step_s + jitter,
-                        data_s=data + data_x,
-                        forward_s=fwd + fwd_x,
-                        backward_s=0.45 * base,
-                        optimizer_s=0.05 * base,
-                        comm_s=max(0.0, step_s - self_s - 0.5 * base),
-                        self_s=self_s,
-                        lr=3e-4,
-                        mono=time.monotonic(),
-                        mem=self._mem(r),
-                    ),
-                    self._sock(r),
-                )
+                rep.send(step_message(cfg, r, s, rng.gauss(0, 0.01 * base), extra, rng.gauss(0, 0.02)), self._sock(r))
                 rep.last_step = s
             self.step += 1
         if cfg.steps and self.step >= cfg.steps:
@@ -206,20 +250,7 @@ class SimulatedJob:
                 continue
             phase = ("data" if r == cfg.stall[0] else "comm") if stalled and cfg.stall else "forward"
             rep.send(schema.Heartbeat(step=rep.last_step, phase=phase, mono=time.monotonic()), self._sock(r))
-            rep.send(
-                schema.System(
-                    cpu_pct=100.0 + self.rng.uniform(-5, 5),
-                    host_cpu_pct=60.0 + self.rng.uniform(-5, 5),
-                    rss_bytes=6 << 30,
-                    gpu_util_pct=95.0 + self.rng.uniform(-3, 3),
-                    gpu_mem_used_bytes=60 << 30,
-                    gpu_mem_total_bytes=80 << 30,
-                    gpu_temp_c=65.0 + r % 7,
-                    gpu_power_w=600.0,
-                    gpu_sm_clock_mhz=1980.0,
-                ),
-                self._sock(r),
-            )
+            rep.send(system_sample(r, self.rng), self._sock(r))
 
     def _crash(self, rank: int) -> None:
         rep = self.reporters[rank]

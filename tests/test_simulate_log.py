@@ -1,0 +1,64 @@
+"""`pardash simulate` keeps no log unless asked (1024 ranks x 10 steps/s write about 430 MB a
+minute), and the growth rate it announces matches the log it writes when asked."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import pardash_env
+
+from pardash.telemetry.simulate import SimConfig, log_bytes_per_minute, log_line_bytes
+
+SIM = ["simulate", "--headless", "--ranks", "8", "--steps", "40", "--rate", "20", "--every", "60"]
+PER_MINUTE = re.compile(r"about ([\d,.]+) MB a minute")
+
+
+def _simulate(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    p = subprocess.run(
+        [sys.executable, "-m", "pardash", *SIM, "--runs-dir", str(tmp_path / "runs"), *extra],
+        capture_output=True, text=True, env=pardash_env(), cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_no_log_by_default_and_the_start_line_says_how_to_keep_one(tmp_path):
+    p = _simulate(tmp_path)
+    assert "no log (--keep-log to record one" in p.stdout
+    assert not list(tmp_path.rglob("*.jsonl"))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_kept_log_grows_as_the_start_line_says(tmp_path):
+    p = _simulate(tmp_path, "--keep-log")
+    (log,) = (tmp_path / "runs").glob("sim-*/telemetry.jsonl")
+    assert f"log {log.relative_to(tmp_path)}" in p.stdout or f"log {log}" in p.stdout
+    announced = float(PER_MINUTE.search(p.stdout).group(1).replace(",", ""))
+    cfg = SimConfig(ranks=8, rate_hz=20.0, steps=40)
+    assert announced == round(log_bytes_per_minute(cfg) / 1e6, 1)
+    # Each kind of line the projection counts is the size the hub really writes.
+    sizes: dict[str, list[int]] = {}
+    for line in log.read_bytes().splitlines():
+        kind = json.loads(line)["kind"]
+        sizes.setdefault(kind, []).append(len(line) + 1)
+    assert len(sizes["step"]) == 8 * 40
+    projected = log_line_bytes(cfg, after_s=2.0)  # 40 steps at 20 a second
+    for kind in ("step", "heartbeat", "system"):
+        mean = sum(sizes[kind]) / len(sizes[kind])
+        assert 0.95 <= projected[kind] / mean <= 1.05, (kind, projected[kind], mean)
+
+
+def test_explicit_log_path_is_kept(tmp_path):
+    target = tmp_path / "mine.jsonl"
+    p = _simulate(tmp_path, "--log", str(target))
+    assert target.stat().st_size > 0 and f"log {target}, about" in p.stdout
+
+
+def test_projection_at_1024_ranks_is_hundreds_of_megabytes_a_minute():
+    # The figure the issue saw: 9.5 GB in 23 minutes at 1024 ranks x 10 steps/s.
+    per_minute = log_bytes_per_minute(SimConfig(ranks=1024, rate_hz=10.0))
+    assert 300e6 <= per_minute <= 600e6
