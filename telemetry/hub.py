@@ -212,8 +212,10 @@ class HubCore:
         self._pending.append(ev)
 
     def verdict(self, v: schema.Verdict) -> None:
-        """Record a verdict (from the detector or the launcher) and send it to viewers."""
+        """Record a verdict (from the detector or the launcher) and send it to viewers; seq -1,
+        as the hub's own notes: a verdict is said about a rank, not by it."""
         v.run = self.state.run_id
+        v.seq = -1
         v.t = v.t or time.time()
         self._take(v, time.monotonic())
         self._pending.append(v)
@@ -255,9 +257,8 @@ class HubCore:
         self.fseq += 1
         if self.recorder is not None:
             self.recorder.flush()
-        return frames.Frame(
-            fseq=self.fseq, hseq=self.hseq, t=time.time(), hub_id=self.hub_id, messages=messages, history=steps, stats=self.stats()
-        )
+        # The steps travel once, in ``messages``: each is also its rank's history point.
+        return frames.Frame(fseq=self.fseq, hseq=self.hseq, t=time.time(), hub_id=self.hub_id, messages=messages, stats=self.stats())
 
     def snapshot(self) -> frames.Snapshot:
         """State as of the last frame (call right after ``tick``)."""
@@ -272,9 +273,7 @@ class HubCore:
             for v in (r.straggler, r.stalled, r.silent, r.not_sharding):
                 if v is not None and v not in st.events:
                     msgs.append(v)
-        history = {
-            r.rank: {name: ring.to_bytes() for name, ring in r.history.items()} for r in st.ranks.values()
-        }
+        history = {r.rank: {name: column.to_bytes() for name, column in r.history.items()} for r in st.ranks.values()}
         return frames.Snapshot(
             fseq=self.fseq,
             hseq=self.hseq,

@@ -79,7 +79,10 @@ class Reporter:
                 print(f"pardash: {exc}; telemetry is off for rank {self.rank}", file=sys.stderr, flush=True)
                 endpoint = self.endpoint = None
         if endpoint:
-            self._ctx = context or zmq.Context.instance()
+            # A context of its own, so that close() can wait for the queue to drain (term); the
+            # process-wide instance may hold the user's sockets, which close() must not wait on.
+            self._own_ctx = context is None
+            self._ctx = context or zmq.Context()
             self._sock = self._connect()
             self.sampler = SystemSampler(gpu_index)
             atexit.register(self.close)
@@ -204,3 +207,7 @@ class Reporter:
         self._sock.setsockopt(zmq.LINGER, linger_ms)
         self._sock.close()
         self._sock = None
+        if self._own_ctx:
+            # Returns once what was queued is sent, or after linger_ms with no hub to take it:
+            # a process may exit at once afterwards (the trainer skips its teardown).
+            self._ctx.destroy(linger=linger_ms)

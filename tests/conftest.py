@@ -30,3 +30,55 @@ def hub(tmp_path):
     h.stop()
     t.join(10)
     h.close()
+
+
+# -- shared launches -------------------------------------------------------------------------
+# Launching torchrun ranks costs seconds of a 2-core machine before the first step, so the
+# tests that only read a finished run's log and output (launch, wire format, memory accounting,
+# the trainer learning) share one launch per strategy instead of starting their own.
+SHARED_RUNS = {
+    # 256 samples / 2 ranks / 16 a batch = 8 steps an epoch; 40 steps is 5 epochs.
+    "ddp": ["--strategy", "ddp", "--steps", "40"],
+    # Gradient accumulation: 2 micro-batches a step, 4 steps an epoch.
+    "fsdp": ["--strategy", "fsdp", "--steps", "12", "--grad-accum", "2"],
+}
+
+
+class SharedRun:
+    """One finished ``pardash launch --headless`` on 2 gloo ranks: its process, log and messages."""
+
+    def __init__(self, strategy: str, base: Path) -> None:
+        import subprocess
+
+        from helpers import pardash_env
+        from pardash.telemetry.logreader import load_log
+
+        self.strategy = strategy
+        self.args = SHARED_RUNS[strategy]
+        self.dir = base
+        self.log = base / "run.jsonl"
+        cmd = [PY, "-m", "pardash", "launch", "--headless", "--log", str(self.log), "--nproc", "2",
+               "--runs-dir", str(base / "runs"), "--every", "1", "--log-every", "5",
+               "--dataset-size", "256", *self.args]  # fmt: skip
+        env = pardash_env(PARDASH_REGISTRY_DIR=str(base / "registry"))
+        self.proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=base)
+        self.messages, self.stats = load_log(self.log) if self.log.exists() else ([], None)
+
+    @property
+    def steps(self) -> int:
+        return int(self.args[self.args.index("--steps") + 1])
+
+
+@pytest.fixture(scope="session")
+def shared_run(tmp_path_factory):
+    """``shared_run("ddp")`` or ``("fsdp")``: the session's launch of that strategy, made once."""
+    made: dict[str, SharedRun] = {}
+
+    def get(strategy: str) -> SharedRun:
+        if strategy not in made:
+            made[strategy] = SharedRun(strategy, tmp_path_factory.mktemp(f"shared-{strategy}"))
+        run = made[strategy]
+        assert run.proc.returncode == 0, run.proc.stdout[-2000:] + run.proc.stderr[-3000:]
+        return run
+
+    return get

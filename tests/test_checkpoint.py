@@ -72,10 +72,9 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_a_crashed_rank_restarts_from_the_checkpoint_on_the_same_curve(
-    tmp_path, strategy, uninterrupted
-):
+def test_a_crashed_fsdp_rank_restarts_from_the_checkpoint_on_the_same_curve(tmp_path, uninterrupted):
+    # FSDP2 here, DDP in the resume by hand below: both through torch.distributed.checkpoint.
+    strategy = "fsdp"
     reference = uninterrupted(strategy, 40)
     ckpt = tmp_path / "ckpt"
     proc, msgs = launch(
@@ -110,9 +109,9 @@ def test_a_crashed_rank_restarts_from_the_checkpoint_on_the_same_curve(
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path):
+def test_a_killed_ddp_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path):
     ckpt = tmp_path / "ckpt"
-    common = ["--strategy", "fsdp", "--nproc", "2", "--steps", "30", "--checkpoint-every", "10",
+    common = ["--strategy", "ddp", "--nproc", "2", "--steps", "30", "--checkpoint-every", "10",
               "--checkpoint-dir", str(ckpt)]  # fmt: skip
     first, first_msgs = launch(tmp_path, "first", *common, "--inject-crash", "0@25")
     assert first.returncode != 0
@@ -134,12 +133,11 @@ def test_a_killed_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path, uninterrupted):
-    reference = uninterrupted("single", 30, nproc=1)
+def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     ckpt = tmp_path / "ckpt"
     common = ["--strategy", "single", "--steps", "30", "--checkpoint-every", "10",
               "--checkpoint-dir", str(ckpt)]  # fmt: skip
-    first, _ = launch(tmp_path, "first", *common, "--inject-crash", "0@25")
+    first, first_msgs = launch(tmp_path, "first", *common, "--inject-crash", "0@25")
     assert first.returncode != 0
     assert (checkpoint.step_path(ckpt, 20) / checkpoint.PLAIN_FILE).is_file()
 
@@ -148,7 +146,11 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path, un
     assert [e.step for e in events(msgs, "resume")] == [20]
     run = losses(msgs)
     assert [s for _, s, _ in run] == list(range(21, 31))
-    assert_same_curve(run, reference)
+    # Steps 21..24 ran in both launches: the same losses, and the loss goes on falling after.
+    before = {(r, s): loss for r, s, loss in losses(first_msgs) if s > 20}
+    assert sorted(before) == [(0, s) for s in range(21, 25)]
+    assert_same_curve([x for x in run if (x[0], x[1]) in before], before)
+    assert run[-1][2] < losses(first_msgs)[0][2]
 
 
 def test_only_complete_checkpoints_count(tmp_path):

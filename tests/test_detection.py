@@ -83,7 +83,8 @@ def test_injected_crash_gives_a_one_line_cause(tmp_path):
     last = [line for line in proc.stderr.splitlines() if line.startswith("pardash:")][-1]
     assert last.startswith("pardash: rank 1 exited with code 1 at step 20"), last
     errors = [m for m in msgs if isinstance(m, schema.Event) and m.name == "error" and m.rank == 1]
-    assert errors and "injected crash" in errors[0].message
+    assert errors and "injected crash on rank 1 at step 20" in errors[0].message
+    assert errors[0].traceback and "InjectedCrash" in errors[0].traceback
     exits = {m.rank: m.code for m in msgs if isinstance(m, schema.Event) and m.name == "exit" and m.rank >= 0}
     assert exits[1] == 1 and exits[0] != 0
     steps1 = [m.step for m in msgs if isinstance(m, schema.Step) and m.rank == 1]

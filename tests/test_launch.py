@@ -1,6 +1,7 @@
 """`pardash launch --headless` end to end: real torchrun, real gloo ranks, real hub, real log."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -8,32 +9,21 @@ import pytest
 
 from helpers import pardash_env
 from pardash.telemetry import schema
-from pardash.telemetry.logreader import load_log
 
 pytestmark = pytest.mark.slow
-
-
-def _launch(tmp_path, *args: str, timeout: int = 240) -> tuple[subprocess.CompletedProcess, list]:
-    log = tmp_path / "run.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(log), "--runs-dir", str(tmp_path / "runs"), "--every", "1", *args],
-        capture_output=True, text=True, timeout=timeout, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
-    msgs, stats = load_log(log) if log.exists() else ([], None)
-    return proc, msgs
 
 
 def _steps(msgs, rank):
     return [m for m in msgs if isinstance(m, schema.Step) and m.rank == rank]
 
 
-def test_fsdp_two_ranks_shard_parameters_and_report(tmp_path):
-    proc, msgs = _launch(tmp_path, "--strategy", "fsdp", "--nproc", "2", "--steps", "12")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_fsdp_two_ranks_shard_parameters_and_report(shared_run):
+    run = shared_run("fsdp")
+    proc, msgs, n = run.proc, run.messages, run.steps
     assert "done" in proc.stdout
     for rank in (0, 1):
         steps = _steps(msgs, rank)
-        assert [s.step for s in steps] == list(range(1, 13))
+        assert [s.step for s in steps] == list(range(1, n + 1))
         for s in steps:
             assert s.loss is not None and s.step_s > 0
             assert None not in (s.data_s, s.forward_s, s.backward_s, s.optimizer_s)
@@ -43,7 +33,7 @@ def test_fsdp_two_ranks_shard_parameters_and_report(tmp_path):
     assert sorted((e.rank, e.code) for e in exits) == [(0, 0), (1, 0)]
 
     rep = subprocess.run(
-        [sys.executable, "-m", "pardash", "report", str(tmp_path / "run.jsonl"), "--format", "json"],
+        [sys.executable, "-m", "pardash", "report", str(run.log), "--format", "json"],
         capture_output=True, text=True, check=True, env=pardash_env(),
     )  # fmt: skip
     out = json.loads(rep.stdout)
@@ -51,25 +41,29 @@ def test_fsdp_two_ranks_shard_parameters_and_report(tmp_path):
     assert out["stragglers"] == [] and out["exits"] == []
     assert [r["rank"] for r in out["ranks"]] == [0, 1]
     for r in out["ranks"]:
-        assert r["steps"] == 12 and r["median_step_s"] > 0 and r["last_loss"] is not None
+        assert r["steps"] == n and r["median_step_s"] > 0 and r["last_loss"] is not None
         assert r["params_bytes"] * 2 == pytest.approx(r["params_full_bytes"], rel=0.05)
     text = subprocess.run(
-        [sys.executable, "-m", "pardash", "report", str(tmp_path / "run.jsonl")], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "pardash", "report", str(run.log)], capture_output=True, text=True, check=True
     ).stdout
     assert "lost messages: 0" in text and "fsdp" in text
 
 
-def test_ddp_holds_everything_and_learns(tmp_path):
-    proc, msgs = _launch(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "40")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_ddp_holds_everything_and_learns(shared_run):
+    run = shared_run("ddp")
+    proc, msgs = run.proc, run.messages
     for rank in (0, 1):
         steps = _steps(msgs, rank)
-        assert len(steps) == 40
+        assert len(steps) == run.steps
         assert all(s.mem.params_bytes == s.mem.params_full_bytes for s in steps)
         first = sum(s.loss for s in steps[:5]) / 5
         last = sum(s.loss for s in steps[-5:]) / 5
         assert last < first
     assert any("step" in line and "samples/s" in line for line in proc.stdout.splitlines())
+    # The trainer's own lines come through: rank 0 says what it runs and logs every 5th step.
+    assert "ddp on 2 rank(s), gloo, cpu" in proc.stdout
+    logged = [int(m) for m in re.findall(r"^step\s+(\d+)/40 ", proc.stdout, re.M)]
+    assert logged == [1, *range(5, 41, 5)]
 
 
 @pytest.mark.parametrize(

@@ -1,39 +1,37 @@
 """Memory accounting: FSDP2 ranks hold half of what DDP ranks hold, measured on 2 real gloo
-ranks; plus the ZeRO arithmetic and the torch-free import of the module."""
+ranks of the bundled trainer (AdamW) as their steps report it; plus the ZeRO arithmetic and the torch-free import of the module."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
+import msgspec
 import pytest
 
+from pardash.telemetry import schema
 from pardash.telemetry.memory import expected_bytes_per_rank
 
-PROBE = Path(__file__).parent / "scripts" / "mem_probe.py"
-
-
-def run_probe(strategy: str, out: Path, nproc: int = 2) -> list[dict]:
-    """Start ``nproc`` gloo ranks of the probe; one parsed account per rank, by rank."""
-    out.mkdir()
-    env = dict(os.environ, OMP_NUM_THREADS="1", MEM_PROBE_OUT=str(out))
-    env.pop("PARDASH_ENDPOINT", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone",
-         "--nproc-per-node", str(nproc), str(PROBE), "--strategy", strategy],
-        capture_output=True, text=True, env=env, timeout=240,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+def accounts(run) -> list[dict]:
+    """Each rank's memory account after its last step (DDP has built its buckets by then),
+    with its parameter count and the ZeRO expectation, by rank."""
+    out = []
+    for r in (0, 1):
+        hello = next(m for m in run.messages if isinstance(m, schema.Hello) and m.rank == r)
+        last = [m for m in run.messages if isinstance(m, schema.Step) and m.rank == r][-1]
+        out.append({
+            "rank": r,
+            "params_count": hello.params_count,
+            "expected_bytes": expected_bytes_per_rank(hello.params_count, 2, run.strategy),
+            "mem": msgspec.to_builtins(last.mem),
+        })
+    return out
 
 
 @pytest.fixture(scope="module")
-def ddp_fsdp(tmp_path_factory) -> tuple[list[dict], list[dict]]:
-    base = tmp_path_factory.mktemp("mem")
-    return run_probe("ddp", base / "ddp"), run_probe("fsdp", base / "fsdp")
+def ddp_fsdp(shared_run) -> tuple[list[dict], list[dict]]:
+    """The accounts of the session's shared 2-rank DDP and FSDP2 launches (conftest.py)."""
+    return accounts(shared_run("ddp")), accounts(shared_run("fsdp"))
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
-"""The bundled trainer as a user runs it: one plain process, and 2 gloo ranks under torchrun,
-without a hub (no PARDASH_ENDPOINT). It exits 0 and its loss falls."""
+"""The bundled trainer as a user runs it without pardash: one plain process without a hub (no
+PARDASH_ENDPOINT). It exits 0 and its loss falls. (2 ranks: tests/test_launch.py.)"""
 
 from __future__ import annotations
 
@@ -44,20 +44,6 @@ def test_single_process_trains_and_exits_0():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_learns(proc.stdout)
     assert "done: 30 steps" in proc.stdout
-
-
-@pytest.mark.slow
-def test_two_ddp_ranks_train_and_exit_0():
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "pardash.trainer.train", "--strategy", "ddp", "--steps", "30", "--log-every", "5"],
-        capture_output=True, text=True, env=trainer_env(), timeout=240,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "ddp on 2 rank(s), gloo, cpu" in proc.stdout
-    # Only rank 0 prints: one line per logged step.
-    assert [s for s, _ in losses(proc.stdout)] == [1, 5, 10, 15, 20, 25, 30]
-    assert_learns(proc.stdout)
 
 
 def test_bad_flags_exit_2_with_one_line():

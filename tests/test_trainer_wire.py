@@ -1,57 +1,15 @@
-"""What the bundled trainer publishes, read off a real ZeroMQ socket without the hub.
-
-The test binds a PULL socket where the hub's ingest would be, points the ranks at it through
-PARDASH_ENDPOINT / PARDASH_RUN_ID, runs 2 gloo ranks under torchrun and decodes every frame
-with the wire schema.
+"""What the bundled trainer publishes: every record of 2 real gloo ranks, as the hub logged
+them (the session's shared launches, see conftest.py), checked field by field against the wire
+schema; and the GPU step-time arithmetic on stand-in events.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from collections import defaultdict
 
 import pytest
-import zmq
 
 from pardash.telemetry import schema
-
-RUN_ID = "wire-test"
-
-
-def run_ranks(args: list[str], nproc: int = 2) -> tuple[subprocess.CompletedProcess, list]:
-    """Run the trainer on ``nproc`` ranks publishing to a socket of ours; (process, messages)."""
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
-    sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
-    sock.setsockopt(zmq.LINGER, 0)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PARDASH_ENDPOINT=f"tcp://127.0.0.1:{port}",
-               PARDASH_RUN_ID=RUN_ID)
-    env.pop("PARDASH_TELEMETRY", None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", str(nproc), "-m", "pardash.trainer.train", "--log-every", "0",
-           *args]
-    messages = []
-    try:
-        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) as proc:
-            # Read while the ranks run, so nothing waits on a full queue.
-            while proc.poll() is None:
-                if sock.poll(100):
-                    messages.append(schema.decode(sock.recv()))
-            out, err = proc.communicate(timeout=240)
-        # Ranks flush on close (linger) before they exit; take what is still queued here.
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and sock.poll(200):
-            messages.append(schema.decode(sock.recv()))
-    finally:
-        sock.close()
-        ctx.term()
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), messages
-
 
 def by_rank(messages: list) -> dict[int, list]:
     ranks: dict[int, list] = defaultdict(list)
@@ -63,20 +21,17 @@ def by_rank(messages: list) -> dict[int, list]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("strategy", "extra"),
-    [("ddp", []), ("fsdp", ["--grad-accum", "2"])],
-)
-def test_every_rank_publishes_hello_steps_and_exit(strategy, extra):
-    steps = 12
-    proc, messages = run_ranks(
-        ["--strategy", strategy, "--steps", str(steps), "--dataset-size", "256", *extra]
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_every_rank_publishes_hello_steps_and_exit(strategy, shared_run):
+    run = shared_run(strategy)
+    steps, extra = run.steps, "--grad-accum" in run.args
+    run_id = run.messages[0].run
+    # What the ranks said themselves (the launcher and hub add records with seq -1).
+    messages = [m for m in run.messages if m.seq >= 0]
     ranks = by_rank(messages)
     assert sorted(ranks) == [0, 1]
     for rank, msgs in ranks.items():
-        assert all(m.run == RUN_ID for m in msgs)
+        assert all(m.run == run_id for m in msgs)
         # Nothing lost: the per-rank sequence numbers run without a gap.
         assert [m.seq for m in msgs] == list(range(len(msgs)))
 
@@ -120,21 +75,6 @@ def test_every_rank_publishes_hello_steps_and_exit(strategy, extra):
         # The exit event comes last, after every step (only heartbeats may follow it).
         assert (events[-1].name, events[-1].code) == ("exit", 0)
         assert events[-1].seq > step_msgs[-1].seq
-
-
-@pytest.mark.slow
-def test_injected_crash_is_published_with_its_traceback():
-    proc, messages = run_ranks(["--strategy", "ddp", "--steps", "20", "--inject-crash", "1@3",
-                                "--dataset-size", "256"])
-    assert proc.returncode != 0
-    crashed = by_rank(messages)[1]
-    steps = [m.step for m in crashed if isinstance(m, schema.Step)]
-    assert steps == [1, 2]
-    events = [m for m in crashed if isinstance(m, schema.Event)]
-    error = next(e for e in events if e.name == "error")
-    assert "injected crash on rank 1 at step 3" in error.message
-    assert error.traceback and "InjectedCrash" in error.traceback
-    assert (events[-1].name, events[-1].code) == ("exit", 1)
 
 
 class FakeEvent:

@@ -90,14 +90,14 @@ class LaunchSpec:
 
 def torchrun_argv(spec: LaunchSpec) -> list[str]:
     """The torchrun command line for ``spec`` (torchrun's own flags, then the rank command)."""
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(spec.nproc)]
+    argv = [sys.executable, "-m", "pardash.trainer.torchrun", "--nproc-per-node", str(spec.nproc)]
     if spec.nnodes == 1 and spec.master_port is None:
         argv.append("--standalone")
     else:
         argv += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank)]
         argv += ["--master-addr", spec.master_addr or "127.0.0.1"]
         argv += ["--master-port", str(spec.master_port or 29500)]
-    argv += ["--max-restarts", str(spec.max_restarts), "--monitor-interval", "0.5"]
+    argv += ["--max-restarts", str(spec.max_restarts), "--monitor-interval", "0.1"]
     argv += ["--log-dir", os.path.join(spec.run_dir, "torchrun")]
     return argv + list(spec.command)
 

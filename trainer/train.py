@@ -492,5 +492,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown. Everything this rank owes is out by now (the
+    reporter closed with its linger, checkpoints written, the group destroyed); what is left is
+    torch unloading module by module, about 0.9 s of a 2-core machine per rank per launch, which
+    every launch would otherwise wait for."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed pipe: nothing more to say
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_now(main())
