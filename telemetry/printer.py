@@ -172,7 +172,10 @@ def progress_line(st, elapsed_s: float) -> str:
     hello = st.hello
     total = (hello.config or {}).get("steps") if hello else None
     step = f"step {st.step}" + (f"/{total}" if total else "")
-    parts = [f"[{elapsed_s:6.1f}s] {step}", f"{samples_per_s(st):,.0f} samples/s"]
+    parts = [f"[{elapsed_s:6.1f}s] {step}"]
+    sps = samples_per_s(st)
+    if sps > 0:  # 0 once every rank is done (or before a first step): say nothing
+        parts.append(f"{sps:,.0f} samples/s")
     sp = step_s_spread(st)
     if sp:
         parts.append("step ms min/med/max " + "/".join(ms(x) for x in sp))
