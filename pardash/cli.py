@@ -183,7 +183,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     from pardash.telemetry.client import HubClient
     from pardash.trainer.launcher import LaunchError, start
 
-    _check_prometheus_port(ns)
+    _check_prometheus(ns)
     spec = prepare_launch(ns, script)
     _prometheus_spec(ns, spec)
     if not ns.headless:
@@ -245,6 +245,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
 def cmd_hub(ns: argparse.Namespace) -> int:
     from pardash.telemetry.hub import run_hub
 
+    _check_prometheus(ns)
     return run_hub(ns)
 
 
@@ -348,10 +349,21 @@ def cmd_report(ns: argparse.Namespace) -> int:
 # -- issue 6: bench, export, Prometheus -----------------------------------------------------
 
 
-def _check_prometheus_port(ns: argparse.Namespace) -> None:
-    """Refuse a busy --prometheus port before anything starts (one line, exit 2)."""
+def _check_prometheus(ns: argparse.Namespace) -> None:
+    """Refuse, before anything starts (one line, exit 2): /metrics beyond loopback without
+    --insecure (HTTP has no CURVE keys: anyone who reaches it reads the run), a busy port."""
+    from pardash.telemetry import security
+
+    if getattr(ns, "prometheus", None) is None:
+        return
+    if not security.is_loopback(ns.prometheus_addr) and not getattr(ns, "insecure", False):
+        fail(
+            f"--prometheus-addr {ns.prometheus_addr}: /metrics has no authentication, so anyone who reaches "
+            "it reads the run; keep it on loopback (the default) and scrape through a local agent or a "
+            "tunnel, or pass --insecure on a network you trust"
+        )
     if ns.prometheus and not _port_free(ns.prometheus_addr, ns.prometheus):
-        fail(f"--prometheus {ns.prometheus}: port {ns.prometheus} is busy on {ns.prometheus_addr}; pick another")
+        fail(f"--prometheus {ns.prometheus}: port {ns.prometheus} is busy on {ns.prometheus_addr}; choose another --prometheus PORT")
 
 
 def _prometheus_spec(ns: argparse.Namespace, spec) -> None:
@@ -435,6 +447,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     from pardash.telemetry.simulate import SimConfig, log_bytes_per_minute, parse_rank_step
     from pardash.telemetry.spawn import SpawnError, spawn_hub
 
+    _check_prometheus(ns)
     try:
         cfg = SimConfig(
             ranks=ns.ranks,

@@ -246,3 +246,23 @@ def test_launch_refuses_a_busy_metrics_port_before_starting_anything(tmp_path):
     lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert p.returncode == 2 and len(lines) == 1 and f"--prometheus {port}: port {port} is busy" in lines[0], p.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["launch", "--headless", "--strategy", "ddp", "--nproc", "2"],
+        ["hub", "--no-registry"],
+        ["simulate", "--headless", "--ranks", "2"],
+    ],
+)
+def test_metrics_beyond_loopback_need_insecure(tmp_path, command):
+    # /metrics is plain HTTP: no CURVE keys can guard it, so leaving loopback is the user's call.
+    p = subprocess.run(
+        [sys.executable, "-m", "pardash", *command, "--prometheus", "0", "--prometheus-addr", "0.0.0.0"],
+        capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "--prometheus-addr 0.0.0.0: /metrics has no authentication" in line and "--insecure" in line
+    assert list(tmp_path.iterdir()) == []  # nothing started, nothing written
