@@ -80,7 +80,7 @@ def test_a_crashed_fsdp_rank_restarts_from_the_checkpoint_on_the_same_curve(tmp_
     proc, msgs = launch(
         tmp_path, "b", "--strategy", strategy, "--nproc", "2", "--steps", "40",
         "--inject-crash", "1@25", "--max-restarts", "1",
-        "--checkpoint-every", "10", "--resume", "--checkpoint-dir", str(ckpt),
+        "--checkpoint-every", "10", "--resume", "--checkpoint-dir", str(ckpt), "--checkpoint-keep", "2",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
@@ -98,6 +98,9 @@ def test_a_crashed_fsdp_rank_restarts_from_the_checkpoint_on_the_same_curve(tmp_
     assert "resume: step 20 restored from" in proc.stdout
     assert "checkpoint: step 40 saved to" in proc.stdout
     assert checkpoint.find_latest(ckpt) == checkpoint.Found(40, checkpoint.step_path(ckpt, 40))
+    # --checkpoint-keep 2: the resume found step 20 (10 and 20 were kept), the end keeps 30, 40.
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000030", "step-00000040"]
+    assert f"checkpoint: removed {checkpoint.step_path(ckpt, 20)} (--checkpoint-keep 2)" in proc.stdout
 
     # The restarted attempt ran steps 21..40; every loss either attempt reported is the
     # uninterrupted run's for that rank and step.
@@ -153,6 +156,26 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     assert run[-1][2] < losses(first_msgs)[0][2]
 
 
+def test_prune_keeps_the_newest_complete_checkpoints(tmp_path):
+    def make(step, complete=True):
+        p = checkpoint.step_path(tmp_path, step)
+        p.mkdir()
+        if complete:
+            (p / checkpoint.DCP_METADATA).write_bytes(b"m")
+        return p
+
+    for step in (10, 20, 30):
+        make(step)
+    make(15, complete=False)  # a save that died: older than what is kept, so it goes too
+    make(40, complete=False)  # a save under way (or dead) newer than the last complete one: kept
+    (tmp_path / "notes").mkdir()  # not a checkpoint: never touched
+    gone = checkpoint.prune(tmp_path, 2)
+    assert sorted(p.name for p in gone) == ["step-00000010", "step-00000015"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "step-00000020", "step-00000030", "step-00000040"]
+    assert checkpoint.prune(tmp_path, 2) == [] and checkpoint.prune(tmp_path, 0) == []
+    assert checkpoint.prune(tmp_path / "missing", 1) == []
+
+
 def test_only_complete_checkpoints_count(tmp_path):
     # A save that died before DCP wrote its metadata is not a checkpoint.
     (checkpoint.step_path(tmp_path, 50)).mkdir()
@@ -178,6 +201,8 @@ def test_progress_round_trips_through_tensors():
         ({"resume": True}, "--resume needs --checkpoint-dir DIR"),
         ({"checkpoint_every": 10}, "--checkpoint-every needs --checkpoint-dir DIR"),
         ({"checkpoint_every": 0, "checkpoint_dir": "c"}, "--checkpoint-every must be at least 1"),
+        ({"checkpoint_keep": 2}, "--checkpoint-keep needs --checkpoint-dir DIR"),
+        ({"checkpoint_keep": -1, "checkpoint_dir": "c"}, "--checkpoint-keep must not be negative"),
         ({"checkpoint_dir": " "}, "--checkpoint-dir is empty"),
     ],
 )

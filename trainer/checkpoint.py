@@ -27,6 +27,7 @@ trusted input (DCP unpickles the optimizer's hyper-parameters): load only your o
 from __future__ import annotations
 
 import os
+import shutil
 import re
 import time
 from dataclasses import dataclass, fields
@@ -122,6 +123,27 @@ def find_latest(root: str | os.PathLike[str]) -> Found | None:
             if best is None or step > best.step:
                 best = Found(step, Path(entry.path))
     return best
+
+
+def prune(root: str | os.PathLike[str], keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` complete checkpoints under ``root``, and any
+    unfinished save older than the oldest one kept; returns what was deleted. Safe to call from
+    several processes on one shared folder (what another deleted first is skipped)."""
+    if keep < 1:
+        return []
+    try:
+        entries = [e for e in os.scandir(root) if e.is_dir() and STEP_DIR.match(e.name)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    steps = sorted(((int(STEP_DIR.match(e.name).group(1)), Path(e.path)) for e in entries), reverse=True)
+    complete = [(s, p) for s, p in steps if is_complete(p)]
+    if len(complete) <= keep:
+        return []
+    oldest_kept = complete[keep - 1][0]
+    gone = [p for s, p in steps if s < oldest_kept]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone
 
 
 def agree_on_latest(root: str | os.PathLike[str], device: torch.device) -> Found | None:

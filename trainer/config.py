@@ -160,6 +160,9 @@ class TrainConfig:
     checkpoint_every: int | None = None
     """Save every this many steps (default: only at the end of the run); needs
     --checkpoint-dir."""
+    checkpoint_keep: int = 0
+    """Keep only the newest this many checkpoints, deleting older ones after each save (0:
+    keep every one)."""
     resume: bool = False
     """Continue from the newest checkpoint in --checkpoint-dir (start afresh when there is
     none): model, optimizer, step, data order, learning rate schedule and RNG state."""
@@ -240,6 +243,10 @@ class TrainConfig:
                 )
             if self.checkpoint_dir is None:
                 raise ValueError("--checkpoint-every needs --checkpoint-dir DIR to save into")
+        if self.checkpoint_keep < 0:
+            raise ValueError(f"--checkpoint-keep must not be negative, got {self.checkpoint_keep}")
+        if self.checkpoint_keep and self.checkpoint_dir is None:
+            raise ValueError("--checkpoint-keep needs --checkpoint-dir DIR")
         if self.resume and self.checkpoint_dir is None:
             raise ValueError("--resume needs --checkpoint-dir DIR to resume from")
         if self.n_embd % self.n_head:

@@ -381,6 +381,12 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             reporter.event("checkpoint", message=str(path), step=step, duration_s=save_s)
             if is_master:
                 print(f"checkpoint: step {step} saved to {path} in {save_s:.2f} s", flush=True)
+            if cfg.checkpoint_keep and rank_identity().local_rank == 0:
+                # After the save every rank's shard is written (DCP ends on a collective): the
+                # first process of each node prunes, so a folder per node is pruned too.
+                for old in checkpoint.prune(cfg.checkpoint_dir, cfg.checkpoint_keep):
+                    if is_master:
+                        print(f"checkpoint: removed {old} (--checkpoint-keep {cfg.checkpoint_keep})", flush=True)
             clock.restart()
 
     if pending is not None:
