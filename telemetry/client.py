@@ -36,6 +36,9 @@ class Source(Protocol):
     def poll(self) -> bool:
         """Apply whatever arrived; True if the state changed. Never blocks."""
 
+    def sockets(self) -> list[zmq.Socket]:
+        """Sockets whose readiness means poll() has something (empty: poll on a timer)."""
+
     def close(self) -> None: ...
 
 
@@ -51,17 +54,17 @@ class FrameApplier:
         self.last_frame_t = 0.0
         """Wall clock at which the last frame was made (hub side)."""
 
+    def sockets(self) -> list[zmq.Socket]:
+        """None: a replay (or any source without sockets) is polled on a timer."""
+        return []
+
     def load_snapshot(self, snap: frames.Snapshot) -> None:
         st = RunState(run_id=snap.run_id, track_seq=False, t0=snap.t0)
         now = time.monotonic()
         for msg in snap.messages:
             st.apply(msg, now)
         for rank, columns in snap.history.items():
-            r = st.rank(rank)
-            for name, data in columns.items():
-                ring = r.history.get(name)
-                if ring is not None:
-                    ring.load_bytes(data)
+            st.rank(rank).history.load_columns(columns)
         st.t0 = snap.t0 or st.t0
         st.lost_reported = snap.stats.lost
         self.state = st
@@ -73,9 +76,7 @@ class FrameApplier:
     def apply_frame(self, frame: frames.Frame) -> None:
         now = time.monotonic()
         st = self.state
-        for msg in frame.messages:
-            st.apply(msg, now)
-        st.commit_history(frame.history)
+        st.apply_frame(frame.messages, now)
         st.lost_reported = frame.stats.lost
         self.stats = frame.stats
         self.fseq = frame.fseq
@@ -221,6 +222,12 @@ class HubClient(FrameApplier):
             self.apply_frame(frame)
             changed = True
         return changed
+
+    def sockets(self) -> list[zmq.Socket]:
+        """The frame subscription and the snapshot socket (while open): a viewer's event loop
+        watches their descriptors (``getsockopt(zmq.FD)``, then ``zmq.EVENTS``) and polls as
+        soon as either has something, rather than on its next timer tick."""
+        return [s for s in (self.sub, self.dealer) if s is not None and not s.closed]
 
     def wait_synced(self, timeout_s: float = 5.0) -> bool:
         """Poll until the snapshot has arrived (for tests and the headless printer)."""

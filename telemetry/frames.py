@@ -4,13 +4,19 @@ A viewer subscribes first, then asks for a snapshot (state and history as of fra
 then applies every frame whose ``fseq`` follows the snapshot's. A frame holds at most one step,
 system sample and heartbeat per rank (the latest since the previous frame) plus the events and
 verdicts in between, so its size follows the number of ranks, never the message rate.
+
+Each step in a frame's ``messages`` is also that rank's history point for the frame: the viewer
+applies the step and appends it to the rank's history (``RunState.commit_history``), as the hub
+did when it made the frame. Frames before this layout also carried the same steps a second time
+in a ``history`` field; a viewer ignores that field (msgspec skips unknown fields), so it follows
+an older hub as well.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from .schema import Message, Step
+from .schema import Message
 
 FRAME_TOPIC = b"f"
 """PUB topic of frames."""
@@ -48,15 +54,16 @@ class Frame(msgspec.Struct, omit_defaults=True):
     hub_id: str = ""
     """Changes when the hub process restarts: the viewer must re-snapshot."""
     messages: list[Message] = []
-    history: list[Step] = []
-    """Steps appended to the histories at this frame (one per rank at most)."""
+    """Events and verdicts in hub order, then each rank's latest system sample, heartbeat
+    and step since the previous frame; each step is also its rank's history point."""
     stats: HubStats = msgspec.field(default_factory=HubStats)
 
 
 class Snapshot(msgspec.Struct, omit_defaults=True):
     """Full state as of frame ``fseq``: replaying ``messages`` in order rebuilds every
     rank's latest values, verdicts and the event log; ``history`` holds each rank's chart
-    columns as float32 bytes (see ring.HISTORY_COLUMNS)."""
+    columns as float32 little-endian bytes, oldest first, one string per column (see
+    ring.HISTORY_COLUMNS; ``Ring.load_columns`` reads them back)."""
 
     fseq: int
     hseq: int

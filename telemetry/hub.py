@@ -426,7 +426,7 @@ class Hub:
             timeout_ms = max(0.0, (next_frame - now) * 1000)
             events = dict(poller.poll(timeout_ms))
             if self.ingest in events:
-                self._drain(now)
+                self._drain(now, until=next_frame)
             if self.snap in events:
                 while True:
                     try:
@@ -453,19 +453,29 @@ class Hub:
                             pass  # that viewer's queue is full; it asks again
                     waiting.clear()
                 next_frame = max(next_frame + self.frame_s, now + self.frame_s / 2)
-        # Final drain so the last messages before a stop reach the log and the viewers.
-        self._drain(time.monotonic())
+        # Final drain so the last messages before a stop reach the log and the viewers (bounded:
+        # ranks may still be sending).
+        self._drain(time.monotonic(), until=time.monotonic() + 1.0)
         self._publish(core.tick(time.monotonic()))
 
-    def _drain(self, now: float, budget: int = 50_000) -> None:
+    def _drain(self, now: float, until: float | None = None, batch: int = 256) -> None:
+        """Take what the ranks sent, until the queue is empty or the clock reaches ``until``
+        (checked every ``batch`` messages): under a flood the loop comes back in time to send
+        the next frame, rather than after tens of thousands of messages (a late, huge frame).
+        What is left waits in the socket for the next pass."""
         recv = self.ingest.recv
         ingest = self.core.ingest_bytes
-        for _ in range(budget):
-            try:
-                raw = recv(zmq.NOBLOCK, copy=True)
-            except zmq.Again:
+        clock = time.monotonic
+        while True:
+            for _ in range(batch):
+                try:
+                    raw = recv(zmq.NOBLOCK, copy=True)
+                except zmq.Again:
+                    return
+                ingest(raw, now)
+            now = clock()
+            if until is not None and now >= until:
                 return
-            ingest(raw, now)
 
     def _publish(self, frame: frames.Frame) -> None:
         try:

@@ -1,14 +1,24 @@
-"""Fixed-size rings of float32 columns: the bounded history behind every chart.
+"""A fixed-size ring of float32 rows: the bounded history behind every chart.
 
 A week-long run must not grow the hub or the TUI, so every history is a ring of a fixed
-capacity; float32 keeps 1024 ranks x 12 columns x 240 points near 12 MB.
+capacity. A rank's history is one :class:`Ring` whose rows are its steps and whose columns are
+:data:`HISTORY_COLUMNS`: committing a step writes one row (one ``struct.pack_into`` into a flat
+float32 buffer), where a ring per column took a dozen appends. float32 keeps 1024 ranks x 12
+columns x 240 points near 12 MB.
+
+Reading goes by column, oldest first: ``ring["loss"].values()``, ``ring["loss"].last()``,
+``len(ring["loss"])``; ``ring.tail(n)`` gives the last ``n`` rows whole. The snapshot carries a
+rank's history as one float32 byte string per column (``ring["loss"].to_bytes()``, loaded back
+with :meth:`Ring.load_columns`), as it did when each column was a ring of its own.
 """
 
 from __future__ import annotations
 
+import struct
+import sys
 from array import array
-from math import nan
-from typing import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from math import isfinite, nan
 
 HISTORY_COLUMNS = (
     "step",
@@ -26,54 +36,175 @@ HISTORY_COLUMNS = (
 )
 """Columns of a rank's history; ``t`` is seconds since the run started (float32-safe)."""
 
+_FLOAT32_MAX = 3.4028234663852886e38
+_NATIVE = sys.byteorder == "little"
 
-class Ring:
-    """A float32 ring buffer; missing values are NaN."""
 
-    __slots__ = ("_buf", "_head", "_count", "capacity")
+def _float32(value: float | None) -> float:
+    """A value as float32 stores it: None is NaN, beyond float32's range is +-inf."""
+    if value is None:
+        return nan
+    x = float(value)
+    if isfinite(x) and abs(x) > _FLOAT32_MAX:
+        return float("inf") if x > 0 else float("-inf")
+    return x
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._buf = array("f", bytes(4 * capacity))
-        self._head = 0  # next slot to write
-        self._count = 0
+
+class Column:
+    """One column of a :class:`Ring`, read oldest first (a view: it follows the ring)."""
+
+    __slots__ = ("_ring", "_j")
+
+    def __init__(self, ring: Ring, j: int) -> None:
+        self._ring = ring
+        self._j = j
 
     def __len__(self) -> int:
+        return self._ring._count
+
+    def values(self) -> list[float]:
+        """Oldest first; NaN where a step lacked the value."""
+        return self._ring._column(self._j).tolist()
+
+    def last(self) -> float | None:
+        """The newest value (NaN when that step lacked it); None when the ring is empty."""
+        ring = self._ring
+        if not ring._count:
+            return None
+        return ring._flat[((ring._head - 1) % ring.capacity) * ring._width + self._j]
+
+    def to_bytes(self) -> bytes:
+        """Oldest first, float32 little-endian (the snapshot's history format)."""
+        data = self._ring._column(self._j)
+        if _NATIVE:
+            return data.tobytes()
+        return struct.pack(f"<{len(data)}f", *data.tolist())
+
+
+class Ring:
+    """A ring of ``capacity`` float32 rows of ``len(columns)`` values; missing values are NaN."""
+
+    __slots__ = ("capacity", "columns", "_index", "_width", "_buf", "_flat", "_pack", "_head", "_count", "_views")
+
+    def __init__(self, capacity: int, columns: Sequence[str] = HISTORY_COLUMNS) -> None:
+        if capacity < 1:
+            raise ValueError(f"ring capacity {capacity}: must be at least 1")
+        self.capacity = capacity
+        self.columns = tuple(columns)
+        self._index = {name: j for j, name in enumerate(self.columns)}
+        self._width = len(self.columns)
+        self._buf = bytearray(4 * capacity * self._width)
+        self._flat = memoryview(self._buf).cast("f")
+        """The rows one after another, in slot order (not oldest first)."""
+        self._pack = struct.Struct(f"={self._width}f").pack_into
+        self._head = 0  # next slot to write
+        self._count = 0
+        self._views: dict[str, Column] = {}
+
+    def __len__(self) -> int:
+        """Rows held."""
         return self._count
 
-    def append(self, value: float | None) -> None:
-        self._buf[self._head] = nan if value is None else value
+    # -- writing ----------------------------------------------------------------------------
+
+    def append_row(self, *values: float) -> None:
+        """Append one row, a float for each column (NaN for a missing one): the hot path."""
+        try:
+            self._pack(self._buf, 4 * self._head * self._width, *values)
+        except (OverflowError, struct.error, TypeError):
+            # A value float32 cannot hold (1e300 as a loss), or None: stored as float32 would.
+            self._pack(self._buf, 4 * self._head * self._width, *map(_float32, values))
         self._head = (self._head + 1) % self.capacity
         if self._count < self.capacity:
             self._count += 1
 
-    def extend(self, values: Iterable[float]) -> None:
-        for v in values:
-            self.append(v)
+    def append(self, row: Sequence[float | None]) -> None:
+        """Append one row given as a sequence; None is NaN."""
+        if len(row) != self._width:
+            raise ValueError(f"a row of {len(row)} values for a ring of {self._width} columns")
+        self.append_row(*row)  # type: ignore[arg-type]
 
-    def values(self) -> list[float]:
-        """Oldest first."""
-        if self._count < self.capacity:
-            return self._buf[: self._count].tolist()
-        return (self._buf[self._head :] + self._buf[: self._head]).tolist()
+    def extend(self, rows: Iterable[Sequence[float | None]]) -> None:
+        for row in rows:
+            self.append(row)
 
-    def last(self) -> float | None:
-        if not self._count:
-            return None
-        return self._buf[(self._head - 1) % self.capacity]
-
-    def to_bytes(self) -> bytes:
-        """Oldest first, float32 little-endian as the machine stores them."""
-        if self._count < self.capacity:
-            return self._buf[: self._count].tobytes()
-        return (self._buf[self._head :] + self._buf[: self._head]).tobytes()
-
-    def load_bytes(self, data: bytes) -> None:
-        """Replace the contents with ``to_bytes()`` output (oldest first), in one copy."""
-        values = array("f")
-        values.frombytes(data[: len(data) - len(data) % 4])
-        values = values[-self.capacity :]
-        n = len(values)
-        self._buf[:n] = values
+    def load_columns(self, columns: Mapping[str, bytes]) -> None:
+        """Replace the contents with columns as ``Column.to_bytes()`` gives them (oldest
+        first). Unknown names are ignored; columns of unequal length are aligned on their
+        newest values, the older rows of a short one being NaN."""
+        arrays: dict[int, memoryview] = {}
+        for name, data in columns.items():
+            j = self._index.get(name)
+            if j is None:
+                continue
+            n = len(data) // 4
+            if _NATIVE:
+                values = memoryview(data)[: 4 * n].cast("f")
+            else:
+                values = memoryview(array("f", struct.unpack(f"<{n}f", data[: 4 * n])))
+            arrays[j] = values[max(0, n - self.capacity) :]
+        n = max((len(v) for v in arrays.values()), default=0)
+        w = self._width
+        flat = self._flat
+        for j in range(w):
+            values = arrays.get(j)
+            start = n - (len(values) if values is not None else 0)
+            if start:
+                # Older rows than a short (or missing) column holds: NaN.
+                flat[j : start * w : w] = memoryview(array("f", [nan]) * start)
+            if values is not None and len(values):
+                flat[start * w + j : n * w : w] = values
         self._count = n
         self._head = n % self.capacity
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _column(self, j: int) -> memoryview:
+        """Column ``j`` oldest first (a float32 memoryview; a copy when the ring wrapped)."""
+        w = self._width
+        flat = self._flat
+        if self._count < self.capacity:
+            return flat[j : self._count * w : w]
+        h = self._head
+        if h == 0:
+            return flat[j::w]
+        older, newer = flat[h * w + j :: w], flat[j : h * w : w]
+        return memoryview(older.tobytes() + newer.tobytes()).cast("f")
+
+    def last(self, name: str) -> float | None:
+        """The newest value of column ``name`` (NaN when that step lacked it); None when the
+        ring is empty. The same as ``ring[name].last()``, in one call (hot loops use it)."""
+        if not self._count:
+            return None
+        return self._flat[((self._head - 1) % self.capacity) * self._width + self._index[name]]
+
+    def tail(self, n: int | None = None) -> list[list[float]]:
+        """The last ``n`` rows (all when None), oldest first, each a list in column order."""
+        count = self._count if n is None else max(0, min(n, self._count))
+        w = self._width
+        h = self._head
+        first = (h - count) % self.capacity
+        if first + count <= self.capacity:
+            flat = self._flat[first * w : (first + count) * w].tolist()
+        else:
+            flat = self._flat[first * w :].tolist() + self._flat[: h * w].tolist()
+        return [flat[i : i + w] for i in range(0, count * w, w)]
+
+    def __getitem__(self, name: str) -> Column:
+        view = self._views.get(name)
+        if view is None:
+            view = self._views[name] = Column(self, self._index[name])
+        return view
+
+    def get(self, name: str, default: Column | None = None) -> Column | None:
+        return self[name] if name in self._index else default
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def keys(self) -> tuple[str, ...]:
+        return self.columns
+
+    def items(self) -> list[tuple[str, Column]]:
+        """(column name, column) pairs, in column order."""
+        return [(name, self[name]) for name in self.columns]

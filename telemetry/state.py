@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from math import nan
 
 from . import schema
-from .ring import HISTORY_COLUMNS, Ring
+from .ring import Ring
 
 HISTORY_POINTS = 240
 """Points per rank kept for charts (a chart is downsampled to its width)."""
@@ -94,7 +96,8 @@ class RankState:
         self.straggler: schema.Verdict | None = None
         self.not_sharding: schema.Verdict | None = None
         self.restarts = 0
-        self.history = {name: Ring(HISTORY_POINTS) for name in HISTORY_COLUMNS}
+        self.history = Ring(HISTORY_POINTS)
+        """One row per step, columns ring.HISTORY_COLUMNS (``history["loss"].values()``)."""
         self.seq = SeqTracker()
 
     @property
@@ -252,22 +255,93 @@ class RunState:
         elif name == "sharding_ok":
             r.not_sharding = None
 
-    def commit_history(self, steps: list[schema.Step]) -> None:
-        """Append one point per step to the ranks' histories (called once per frame)."""
+    def apply_frame(self, messages: Iterable[schema.Message], now: float) -> None:
+        """Apply a hub frame's messages in order, then append each of its steps to its rank's
+        history (a frame's steps are its history points, see frames.py): the same as ``apply``
+        on each message then ``commit_history``, with a short path for the steps, system
+        samples and heartbeats of known ranks that make up nearly all of a frame at scale."""
+        steps: list[schema.Step] = []
+        Step, System, Heartbeat = schema.Step, schema.System, schema.Heartbeat
+        apply = self.apply
+        if self.track_seq or not self.t0 or not self.run_id:
+            for msg in messages:
+                apply(msg, now)
+                if type(msg) is Step:
+                    steps.append(msg)
+            self.commit_history(steps)
+            return
+        ranks = self.ranks
+        hseq, t_last = self.hseq, self.t_last
+        n_step = n_system = n_beat = 0
+        for msg in messages:
+            cls = type(msg)
+            if cls is Step or cls is System or cls is Heartbeat:
+                r = ranks.get(msg.rank)
+                if r is not None:
+                    # What apply() does for these kinds once t0 and run_id are known.
+                    if msg.hseq > hseq:
+                        hseq = msg.hseq
+                    if msg.t > t_last:
+                        t_last = msg.t
+                    r.last_seen = now
+                    if cls is Step:
+                        r.step = msg
+                        r.steps_seen += 1
+                        steps.append(msg)
+                        n_step += 1
+                    elif cls is System:
+                        r.system = msg
+                        n_system += 1
+                    else:
+                        r.heartbeat = msg
+                        n_beat += 1
+                    continue
+            self.hseq, self.t_last = hseq, t_last
+            apply(msg, now)
+            hseq, t_last = self.hseq, self.t_last
+            if cls is Step:
+                steps.append(msg)
+        self.hseq, self.t_last = hseq, t_last
+        counts = self.counts
+        for kind, n in (("step", n_step), ("system", n_system), ("heartbeat", n_beat)):
+            if n:
+                counts[kind] = counts.get(kind, 0) + n
+        self.commit_history(steps)
+
+    def commit_history(self, steps: Iterable[schema.Step]) -> None:
+        """Append one history row per step (called once per frame, with each rank's latest
+        step since the previous frame): one row write per step, the hot path of a frame."""
+        t0 = self.t0
+        ranks = self.ranks
         for s in steps:
-            h = self.rank(s.rank).history
-            h["step"].append(s.step)
-            h["t"].append(s.t - self.t0 if self.t0 else 0.0)
-            h["loss"].append(s.loss)
-            h["step_s"].append(s.step_s)
-            h["self_s"].append(s.self_s)
-            h["data_s"].append(s.data_s)
-            h["forward_s"].append(s.forward_s)
-            h["backward_s"].append(s.backward_s)
-            h["optimizer_s"].append(s.optimizer_s)
-            h["comm_s"].append(s.comm_s)
-            h["mem_held_bytes"].append(mem_held_bytes(s.mem))
-            h["mem_device_bytes"].append(mem_device_bytes(s.mem))
+            r = ranks.get(s.rank)
+            if r is None:
+                r = self.rank(s.rank)
+            mem = s.mem
+            if mem is None:
+                held = device = nan
+            else:
+                held = mem.params_bytes + mem.grads_bytes + mem.optim_bytes + mem.buckets_bytes
+                device = mem.cuda_allocated_bytes
+                if device is None:
+                    device = mem.rss_bytes
+                    if device is None:
+                        device = nan
+            # In HISTORY_COLUMNS order; None (a figure the rank did not measure) is NaN.
+            r.history.append_row(
+                s.step,
+                s.t - t0 if t0 else 0.0,
+                nan if s.loss is None else s.loss,
+                s.step_s,
+                nan if s.self_s is None else s.self_s,
+                nan if s.data_s is None else s.data_s,
+                nan if s.forward_s is None else s.forward_s,
+                nan if s.backward_s is None else s.backward_s,
+                nan if s.optimizer_s is None else s.optimizer_s,
+                nan if s.comm_s is None else s.comm_s,
+                held,
+                device,
+            )
 
     # -- derived --------------------------------------------------------------------------
 

@@ -124,9 +124,9 @@ class PardashApp(App[str | None]):
         The timer stays, for replays and as a fallback."""
         self._watched: list[tuple[int, zmq.Socket]] = []
         loop = asyncio.get_running_loop()
-        # HubClient's sockets (a source without them, e.g. a replay, is polled by the timer).
-        for name in ("sub", "dealer"):
-            sock = getattr(self.source, name, None)
+        # A live hub's sockets (a source without them, e.g. a replay, is polled by the timer).
+        sockets = getattr(self.source, "sockets", None)
+        for sock in sockets() if callable(sockets) else ():
             if not isinstance(sock, zmq.Socket) or sock.closed:
                 continue
             fd = sock.getsockopt(zmq.FD)

@@ -9,8 +9,6 @@ smoothing window is seeded once from its history and then fed its latest step.
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
@@ -102,26 +100,24 @@ class RankRow:
 def leave_one_out_medians(values: list[float]) -> list[float | None]:
     """For each value, the median of all the *others* (None when there are none).
 
-    One sort, then O(1) per value: removing element ``i`` from the sorted list shifts every
-    later index down by one.
+    One sort, then a comparison or two per value: removing a value at or below the middle of
+    the sorted list shifts the middle up by one, removing one above it leaves it in place, so
+    the others' median is one of three numbers worked out once.
     """
     n = len(values)
     if n < 2:
         return [None] * n
     s = sorted(values)
     m = n - 1
-    out: list[float | None] = []
-    for v in values:
-        i = bisect_left(s, v)
-        if m % 2:
-            k = m // 2
-            out.append(s[k] if k < i else s[k + 1])
-        else:
-            k1, k2 = m // 2 - 1, m // 2
-            a = s[k1] if k1 < i else s[k1 + 1]
-            b = s[k2] if k2 < i else s[k2 + 1]
-            out.append((a + b) / 2)
-    return out
+    if m % 2:
+        k = m // 2
+        lo, hi = s[k], s[k + 1]
+        return [hi if v <= lo else lo for v in values]
+    k1, k2 = m // 2 - 1, m // 2
+    a_lo, a_hi, b_lo, b_hi = s[k1], s[k1 + 1], s[k2], s[k2 + 1]
+    # v <= s[k1]: both middles move up; s[k1] < v <= s[k2]: only the upper one; above: neither.
+    both_up, upper_up, neither = (a_hi + b_hi) / 2, (a_lo + b_hi) / 2, (a_lo + b_lo) / 2
+    return [both_up if v <= a_lo else upper_up if v <= b_lo else neither for v in values]
 
 
 def _median_small(values) -> float | None:
@@ -158,22 +154,14 @@ class _Smoothed:
 
     def feed(self, r: st.RankState) -> None:
         """Take the history points added since the last call."""
-        new = r.steps_seen - self.seen
-        self.seen = r.steps_seen
+        seen = r.steps_seen
+        new = seen - self.seen
+        self.seen = seen
         if new <= 0:
             return
-        step_ring = r.history["step_s"]
-        self_ring = r.history["self_s"]
-        if new == 1:
-            last = step_ring.last()
-            if last is not None and last == last:
-                self.step_s.append(last)
-            last = self_ring.last()
-            if last is not None and last == last:
-                self.self_s.append(last)
-        else:
-            self.step_s.extend(_known(step_ring.values()[-min(new, SMOOTH_POINTS) :]))
-            self.self_s.extend(_known(self_ring.values()[-min(new, SMOOTH_POINTS) :]))
+        ring = r.history
+        self.step_s.extend(_known(ring["step_s"].values()[-min(new, SMOOTH_POINTS) :]))
+        self.self_s.extend(_known(ring["self_s"].values()[-min(new, SMOOTH_POINTS) :]))
         self.step_med = _median_small(self.step_s)
         self.self_med = _median_small(self.self_s)
 
@@ -195,11 +183,29 @@ class RowBuilder:
         held_of = st.mem_held_bytes
         rows: list[RankRow] = []
         append = rows.append
+        full = SMOOTH_POINTS
+        mid = SMOOTH_POINTS // 2 if SMOOTH_POINTS % 2 else -1
         # The hot loop of a refresh at 1024 ranks: plain attribute reads, positional fields.
         for rank, r in state.ranks.items():
             sm = smooth.get(rank)
             if sm is None:
                 sm = smooth[rank] = _Smoothed(r)
+            elif r.steps_seen == sm.seen + 1 and mid >= 0:
+                # _Smoothed.feed's common case inlined (one new point per rank and frame).
+                sm.seen += 1
+                ring = r.history
+                last = ring.last("step_s")
+                if last is not None and last == last:
+                    window = sm.step_s
+                    window.append(last)
+                    v = sorted(window)
+                    sm.step_med = v[mid] if len(v) == full else _median_small(v)
+                last = ring.last("self_s")
+                if last is not None and last == last:
+                    window = sm.self_s
+                    window.append(last)
+                    v = sorted(window)
+                    sm.self_med = v[mid] if len(v) == full else _median_small(v)
             elif r.steps_seen != sm.seen:
                 sm.feed(r)
             step_s = sm.step_med
@@ -294,17 +300,14 @@ def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
 
 def throughput(state: st.RunState) -> float | None:
     """Samples per second over the working ranks: each rank's samples per step over its
-    recent step time (the median of its last steps), summed."""
+    latest step time, summed."""
     total = 0.0
     seen = False
+    gone = (st.EXITED, st.FINISHED, st.SILENT)
     for r in state.ranks.values():
         step = r.step
-        if step is None or not step.samples or r.status in (st.EXITED, st.FINISHED, st.SILENT):
+        if step is None or not step.samples or not step.step_s > 0 or r.status in gone:
             continue
-        ring = r.history["step_s"]
-        last = ring.last()
-        step_s = last if last is not None and not math.isnan(last) and last > 0 else step.step_s
-        if step_s and step_s > 0:
-            total += step.samples / step_s
-            seen = True
+        total += step.samples / step.step_s
+        seen = True
     return total if seen else None
