@@ -118,6 +118,11 @@ class Supervisor:
         if spec.remote_hub:
             self.endpoints = self.join_remote_hub()
             return self.endpoints
+        return self.wait_hub(self.spawn_hub(resume=resume))
+
+    def spawn_hub(self, *, resume: bool = False) -> int:
+        """Start the hub process; returns the read end of its ready pipe (see :meth:`wait_hub`)."""
+        spec = self.spec
         r, w = os.pipe()
         meta = {"strategy": spec.strategy, "world_size": spec.world_size, "supervisor_pid": os.getpid(), "cwd": os.getcwd()}
         argv = [
@@ -142,6 +147,11 @@ class Supervisor:
             argv += ["--prometheus-per-rank"] if spec.prometheus_per_rank else []
         self.hub = subprocess.Popen(argv, pass_fds=(w,), stdin=subprocess.DEVNULL)
         os.close(w)
+        return r
+
+    def wait_hub(self, r: int) -> dict:
+        """Wait for the hub's ready line on ``r``; its endpoints (LaunchError if it failed)."""
+        assert self.hub is not None
         line = read_line(r, HUB_READY_TIMEOUT_S)
         os.close(r)
         if not line:
@@ -173,6 +183,33 @@ class Supervisor:
         finally:
             client.close()
         return endpoints
+
+    def _early_port(self) -> int:
+        """A port P with P..P+2 free on loopback, for a local hub whose ports nobody chose
+        (0: start the hub first, as for a remote hub, a chosen port or another bind address)."""
+        spec = self.spec
+        if spec.remote_hub or spec.telemetry_port or spec.telemetry_bind != "127.0.0.1":
+            return 0
+        import socket
+
+        for _ in range(20):
+            socks = []
+            try:
+                first = socket.socket()
+                socks.append(first)
+                first.bind(("127.0.0.1", 0))
+                port = first.getsockname()[1]
+                for p in (port + 1, port + 2):
+                    s = socket.socket()
+                    socks.append(s)
+                    s.bind(("127.0.0.1", p))
+                return port
+            except OSError:
+                continue
+            finally:
+                for s in socks:
+                    s.close()
+        return 0
 
     def _watch_hub(self) -> None:
         """Restart a hub that died while the job runs (training never notices)."""
@@ -291,16 +328,30 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the terminal may close; the job goes on
+        early = self._early_port()
         try:
-            self.start_hub()
+            if early:
+                # The ranks take seconds to import torch; the hub starts meanwhile, on ports
+                # picked here, and ZeroMQ holds their first messages until it binds.
+                self.spec.telemetry_port = early
+                ready = self.spawn_hub()
+                self.endpoints = {"ingest": f"tcp://127.0.0.1:{early}"}
+                self.start_job()
+                self.wait_hub(ready)
+            else:
+                self.start_hub()
         except LaunchError as exc:
+            if self.job is not None:  # nothing half-started stays behind
+                self.stop()
+                self._wait_job()
             _tell(ready_fd, {"error": str(exc)})
             return 2
-        if self._stopping:  # stopped while waiting for a hub (node > 0: node 0's)
+        if self._stopping and self.job is None:  # stopped while waiting for a hub (node > 0: node 0's)
             _tell(ready_fd, {"error": "stopped before the job started"})
             self._finish(130)
             return 130
-        self.start_job()
+        if self.job is None:
+            self.start_job()
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()})
         code = self._wait_job()
         self._mark_stopped()
