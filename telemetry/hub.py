@@ -279,7 +279,7 @@ class HubCore:
             for v in (r.straggler, r.stalled, r.silent, r.not_sharding):
                 if v is not None and v not in st.events:
                     msgs.append(v)
-        history = {r.rank: {name: column.to_bytes() for name, column in r.history.items()} for r in st.ranks.values()}
+        history = {r.rank: r.history.columns_bytes() for r in st.ranks.values()}
         return frames.Snapshot(
             fseq=self.fseq,
             hseq=self.hseq,

@@ -178,6 +178,20 @@ class Ring:
             return None
         return self._flat[((self._head - 1) % self.capacity) * self._width + self._index[name]]
 
+    def columns_bytes(self) -> dict[str, bytes]:
+        """Every column as ``Column.to_bytes()`` gives it (the snapshot's history of a rank),
+        cut from one oldest-first copy of the rows."""
+        w = self._width
+        flat = self._flat
+        if self._count < self.capacity or self._head == 0:
+            rows = flat[: self._count * w]
+        else:
+            h = self._head * w
+            rows = memoryview(flat[h:].tobytes() + flat[:h].tobytes()).cast("f")
+        if not _NATIVE:
+            return {name: self[name].to_bytes() for name in self.columns}
+        return {name: rows[j::w].tobytes() for j, name in enumerate(self.columns)}
+
     def tail(self, n: int | None = None) -> list[list[float]]:
         """The last ``n`` rows (all when None), oldest first, each a list in column order."""
         count = self._count if n is None else max(0, min(n, self._count))

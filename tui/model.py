@@ -298,16 +298,51 @@ def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
     raise ValueError(f"unknown sort key {key!r}")
 
 
-def throughput(state: st.RunState) -> float | None:
-    """Samples per second over the working ranks: each rank's samples per step over its
-    latest step time, summed."""
+@dataclass(slots=True)
+class RunTotals:
+    """Run-wide figures the header shows, gathered in one pass over the ranks."""
+
+    status_counts: dict[str, int]
+    nodes: int
+    step: int
+    """The slowest rank's last step (as ``RunState.step``)."""
+    samples_per_s: float | None
+    """As :func:`throughput`."""
+    notes: list[str]
+    """The ranks' hello notes, each once, in rank order of first appearance."""
+
+
+def run_totals(state: st.RunState) -> RunTotals:
+    """Status counts, nodes, progress, throughput and notes of the run: one pass over the
+    ranks where asking each of ``RunState`` and :func:`throughput` took four."""
+    counts: dict[str, int] = {}
+    nodes: set[int] = set()
+    notes: list[str] = []
+    slowest: int | None = None
     total = 0.0
     seen = False
     gone = (st.EXITED, st.FINISHED, st.SILENT)
     for r in state.ranks.values():
+        status = r.status
+        counts[status] = counts.get(status, 0) + 1
+        hello = r.hello
+        if hello is None:
+            nodes.add(0)
+        else:
+            nodes.add(hello.node)
+            if hello.note and hello.note not in notes:
+                notes.append(hello.note)
         step = r.step
-        if step is None or not step.samples or not step.step_s > 0 or r.status in gone:
-            continue
-        total += step.samples / step.step_s
-        seen = True
-    return total if seen else None
+        if step is not None:
+            if slowest is None or step.step < slowest:
+                slowest = step.step
+            if step.samples and step.step_s > 0 and status not in gone:
+                total += step.samples / step.step_s
+                seen = True
+    return RunTotals(counts, len(nodes), slowest or 0, total if seen else None, notes)
+
+
+def throughput(state: st.RunState) -> float | None:
+    """Samples per second over the working ranks: each rank's samples per step over its
+    latest step time, summed."""
+    return run_totals(state).samples_per_s

@@ -15,7 +15,7 @@ from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
 
 from ..format import fmt_count, fmt_duration, fmt_rate
-from ..model import throughput
+from ..model import run_totals
 from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
 
@@ -77,11 +77,9 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None) -> RunSummary
     state = source.state
     stats = source.stats
     hello = state.hello
-    counts = state.status_counts()
-    notes: list[str] = []
-    for r in state.ranks.values():
-        if r.hello is not None and r.hello.note and r.hello.note not in notes:
-            notes.append(r.hello.note)
+    totals = run_totals(state)
+    counts = totals.status_counts
+    notes = totals.notes
     if state.hub_note and state.hub_note not in notes:
         notes.append(state.hub_note)
     replay = None
@@ -101,10 +99,10 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None) -> RunSummary
         run_id=state.run_id or getattr(source, "run_id", ""),
         strategy=state.strategy,
         world_size=state.world_size,
-        nodes=len({r.node for r in state.ranks.values()}),
+        nodes=totals.nodes,
         device=device,
-        step=state.step,
-        samples_per_s=throughput(state),
+        step=totals.step,
+        samples_per_s=totals.samples_per_s,
         elapsed_s=max(0.0, state.t_last - state.t0) if state.t0 else 0.0,
         status_counts=tuple((s, counts[s]) for s, _ in STATUS_MARKS if counts.get(s)),
         lost=stats.lost,
