@@ -15,6 +15,7 @@ BENCHES = {
     "fuzz": "Hostile frames against a live hub (issue 7)",
     "traceml": "Side by side with TraceML, same script and slowdown (issues 4, 5)",
     "tui": "The dashboard at 256 and 1024 ranks (issue 3)",
+    "soak": "Hub soak at 1024 ranks and ingest headroom against raw ZeroMQ (issue 7)",
 }
 
 

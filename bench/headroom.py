@@ -1,0 +1,480 @@
+"""Ingest headroom: the highest message rate a hub process holds, against a raw pyzmq PULL loop
+on the same machine with the same senders (issue 7, target ratio >= 0.5).
+
+Run with the soak (``python -m bench soak``) or alone (``python -m bench.soak --skip-soak``).
+
+**Held rate.** The same sender processes feed, in turn, a fresh hub process (started as
+``pardash hub`` starts it, recording to its JSONL log, told the world size) and a raw pyzmq PULL
+loop (the hub's RCVHWM and MAXMSGSIZE, a poller and a NOBLOCK drain loop like the hub's; it only
+counts). The senders speak for 1024 ranks: a hello each, then step messages built by
+``pardash simulate``'s own builder and encoded by ``schema.encode`` once per rank (about 430
+bytes), with seq, step, t and mono patched in for each send (fixed-width msgpack ints and
+floats, which msgspec decodes like any other). They send on PUSH sockets with the reporter's HWM
+(10,000) and NOBLOCK: a message that finds the queue full is dropped and counted, as a rank's
+reporter would drop it. A level offers a rate for ``window`` seconds (8), paced in 5 ms slices.
+It is *held* when nothing was dropped, the receiver has every message within 0.5 s of the
+window's end, and (hub) the hub counts 0 seq gaps. Levels double from 20,000/s until one is not
+held, then bisect 3 times; a level the senders cannot offer (below 97% of the asked rate) ends
+the climb and the figure is marked sender-bound.
+
+**Drain.** On 2 cores the Python senders share the CPU with the receiver, so the raw loop's
+held rate is what the busy senders leave it, and the held ratio flatters the hub. Drain takes
+the senders out: the receiver is stopped (SIGSTOP), the senders queue 400,000 step messages in
+their unbounded queues, then the receiver is continued and timed until it has all of them (the
+hub by its frames' clock, 100 ms resolution): its rate with only the senders' ZeroMQ I/O
+threads running beside it.
+
+Where the hub's time goes: bench/hubprofile.py.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import struct
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import zmq
+
+from pardash.telemetry import schema
+from pardash.telemetry.simulate import SimConfig, step_message
+from pardash.telemetry.spawn import spawn_hub
+
+from .common import Row
+from .soak import RANKS, RUN, StatsWatcher, _load, _stop
+
+WINDOW_S = 8.0
+"""Seconds a headroom level is offered."""
+GRACE_S = 0.5
+"""How long after a level's window the receiver may take to have every message."""
+SENDERS = 2
+"""Sender processes (one a core)."""
+HWM = 10_000
+"""Each sender socket's SNDHWM: the reporter's default."""
+DRAIN_N = 400_000
+START_RATE = 20_000
+BISECT = 3
+SLICE_S = 0.005
+
+
+# -- headroom: senders ------------------------------------------------------------------------
+
+_SEQ, _STEP, _T, _MONO = 0x7FFFFFF0, 0x7FFFFFE0, 1234567.25, 7654321.5
+_U32 = struct.Struct(">I")
+_F64 = struct.Struct(">d")
+
+
+def step_template(rank: int, ranks: int = RANKS) -> tuple[bytearray, tuple[int, int, int, int]]:
+    """A simulated rank's step message (``pardash simulate``'s own, encoded by ``schema.encode``)
+    and the byte offsets at which seq, step (fixed-width uint32) and t, mono (float64) are
+    patched for each send."""
+    msg = step_message(SimConfig(ranks=ranks), rank, _STEP, 0.0013, 0.0, 0.0123)
+    msg.run, msg.rank, msg.seq, msg.t, msg.mono = RUN, rank, _SEQ, _T, _MONO
+    raw = schema.encode(msg)
+    offs = (
+        raw.index(b"\xce" + _U32.pack(_SEQ)) + 1,
+        raw.index(b"\xce" + _U32.pack(_STEP)) + 1,
+        raw.index(b"\xcb" + _F64.pack(_T)) + 1,
+        raw.index(b"\xcb" + _F64.pack(_MONO)) + 1,
+    )
+    return bytearray(raw), offs
+
+
+def hello_bytes(rank: int, ranks: int = RANKS) -> bytes:
+    return schema.encode(
+        schema.Hello(run=RUN, rank=rank, seq=0, t=time.time(), local_rank=rank % 8, world_size=ranks, node=rank // 8,
+                     host=f"node{rank // 8:03d}", pid=100_000 + rank, strategy="fsdp", backend="nccl", device="cuda:0",
+                     device_name="Simulated H100", device_mem_bytes=80 << 30, torch_version="simulated", params_count=124_000_000,
+                     params_bytes=124_000_000 * 4, source="simulate", config={"simulated": True})
+    )  # fmt: skip
+
+
+def _sender_main(conn, first: int, count: int, ranks: int) -> None:
+    """A sender process: for each command, connect, send hellos, then steps at a rate (or a
+    burst of N as fast as it can), report, and close when told."""
+    ctx = zmq.Context()
+    tpls = [step_template(r, ranks) for r in range(first, first + count)]
+    hellos = [hello_bytes(r, ranks) for r in range(first, first + count)]
+    u32, f64 = _U32.pack_into, _F64.pack_into
+    while True:
+        cmd = conn.recv()
+        if cmd is None:
+            break
+        endpoint, rate, window_s, burst, hwm, start_at = cmd
+        sock = ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.SNDHWM, hwm)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        send, NB, Again = sock.send, zmq.NOBLOCK, zmq.Again
+        sent = dropped = 0
+        for h in hellos:
+            try:
+                send(h, NB)
+                sent += 1
+            except Again:
+                dropped += 1
+        seq = 0
+        i = 0  # messages of the level so far, cycling through the ranks
+        n = len(tpls)
+        while time.monotonic() < start_at:
+            time.sleep(0.001)
+        t0 = time.monotonic()
+        target_total = burst if burst else int(rate * window_s)
+        while i < target_total:
+            now = time.monotonic()
+            due = target_total if burst else min(target_total, int(rate * (now - t0 + SLICE_S)))
+            t_wall = time.time()
+            while i < due:
+                k = i % n
+                if k == 0:
+                    seq += 1
+                buf, (o_seq, o_step, o_t, o_mono) = tpls[k]
+                u32(buf, o_seq, seq)
+                u32(buf, o_step, seq)
+                f64(buf, o_t, t_wall)
+                f64(buf, o_mono, now)
+                try:
+                    send(buf, NB, copy=True)
+                    sent += 1
+                except Again:
+                    dropped += 1
+                i += 1
+            if not burst:
+                if now - t0 > window_s * 1.05 + 0.1:
+                    break  # the senders cannot keep up: the level ends on time, under-offered
+                left = t0 + (i / rate) - time.monotonic()
+                if left > 0:
+                    time.sleep(min(left, SLICE_S))
+            elif window_s and time.monotonic() - t0 > window_s:
+                break
+        elapsed = time.monotonic() - t0
+        conn.send((sent, dropped, elapsed, i))
+        conn.recv()  # close: the receiver has been judged
+        sock.close(0)
+    ctx.term()
+
+
+class Senders:
+    """``SENDERS`` processes speaking for ``ranks`` ranks between them."""
+
+    def __init__(self, n: int = SENDERS, ranks: int = RANKS) -> None:
+        spawn = mp.get_context("spawn")
+        self.conns, self.procs = [], []
+        per = ranks // n
+        for k in range(n):
+            a, b = spawn.Pipe()
+            first = k * per
+            count = per if k < n - 1 else ranks - first
+            p = spawn.Process(target=_sender_main, args=(b, first, count, ranks), daemon=True)
+            p.start()
+            self.conns.append(a)
+            self.procs.append(p)
+
+    def start(self, endpoint: str, rate: float, window_s: float, *, burst: int = 0, hwm: int = HWM, lead_s: float = 1.0) -> float:
+        start_at = time.monotonic() + lead_s
+        n = len(self.conns)
+        for c in self.conns:
+            c.send((endpoint, rate / n, window_s, burst // n, hwm, start_at))
+        return start_at
+
+    def results(self, timeout_s: float) -> tuple[int, int, float, int]:
+        """(sent, dropped, longest elapsed, asked) summed over the senders."""
+        sent = dropped = asked = 0
+        elapsed = 0.0
+        for c in self.conns:
+            if not c.poll(timeout_s):
+                raise RuntimeError("a sender did not report")
+            s, d, e, i = c.recv()
+            sent, dropped, asked, elapsed = sent + s, dropped + d, asked + i, max(elapsed, e)
+        return sent, dropped, elapsed, asked
+
+    def release(self) -> None:
+        for c in self.conns:
+            c.send("close")
+
+    def close(self) -> None:
+        for c in self.conns:
+            try:
+                c.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self.procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+
+
+# -- headroom: receivers ----------------------------------------------------------------------
+
+
+def _raw_main(conn, count, last_t) -> None:
+    """The baseline: a PULL socket like the hub's ingest, a poller and a NOBLOCK drain loop
+    like the hub's; it only counts."""
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
+    pull.setsockopt(zmq.RCVHWM, 100_000)
+    pull.setsockopt(zmq.LINGER, 0)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    conn.send(f"tcp://127.0.0.1:{port}")
+    poller = zmq.Poller()
+    poller.register(pull, zmq.POLLIN)
+    recv, NB, Again = pull.recv, zmq.NOBLOCK, zmq.Again
+    n = 0
+    while not conn.poll():
+        if not poller.poll(100):
+            continue
+        for _ in range(50_000):
+            try:
+                recv(NB, copy=True)
+            except Again:
+                break
+            n += 1
+        count.value = n
+        last_t.value = time.time()
+    pull.close(0)
+    ctx.term()
+
+
+class RawReceiver:
+    kind = "raw PULL loop"
+
+    def __init__(self) -> None:
+        spawn = mp.get_context("spawn")
+        self.count = spawn.Value("q", 0, lock=False)
+        self.last_t = spawn.Value("d", 0.0, lock=False)
+        self.conn, child = spawn.Pipe()
+        self.proc = spawn.Process(target=_raw_main, args=(child, self.count, self.last_t), daemon=True)
+        self.proc.start()
+        self.endpoint = self.conn.recv()
+        self.pid = self.proc.pid
+
+    def received(self, timeout_ms: int = 50) -> tuple[int, float]:
+        time.sleep(timeout_ms / 1000)
+        return self.count.value, self.last_t.value
+
+    lost = 0
+
+    def close(self) -> None:
+        self.conn.send("stop")
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+class HubReceiver:
+    kind = "hub"
+
+    def __init__(self, ranks: int, folder: str) -> None:
+        self.log = os.path.join(folder, f"headroom-{time.monotonic_ns()}.jsonl")
+        self.proc, info = spawn_hub(["--run-id", RUN, "--log", self.log, "--no-registry", "--world-size", str(ranks)])
+        self.endpoint = info["ingest"]
+        self.pid = self.proc.pid
+        self.ctx = zmq.Context()
+        self.watch = StatsWatcher(self.ctx, info["updates"])
+
+    def received(self, timeout_ms: int = 50) -> tuple[int, float]:
+        st = self.watch.poll(timeout_ms)
+        return st.received, self.watch.t
+
+    @property
+    def lost(self) -> int:
+        return self.watch.stats.lost
+
+    def close(self) -> None:
+        _stop(self.proc)
+        self.watch.close()
+        self.ctx.term()
+        try:
+            os.unlink(self.log)
+        except OSError:
+            pass
+
+
+@dataclass
+class Level:
+    rate: float
+    sent: int
+    dropped: int
+    received: int
+    lost: int
+    offered: float
+    """The rate the senders achieved."""
+    behind: int
+    """Messages the receiver had not taken 1 s after the window."""
+
+    @property
+    def sender_bound(self) -> bool:
+        return self.offered < 0.97 * self.rate
+
+    @property
+    def held(self) -> bool:
+        return not self.dropped and not self.lost and not self.behind and not self.sender_bound
+
+    def text(self) -> str:
+        if self.held:
+            what = "held"
+        elif self.sender_bound and not self.dropped and not self.behind:
+            what = f"senders offered only {self.offered:,.0f}/s"
+        else:
+            what = f"NOT held (dropped {self.dropped:,}, behind {self.behind:,}, lost {self.lost:,})"
+        return f"{self.rate / 1000:,.0f}k {what}"
+
+
+def one_level(make, senders: Senders, rate: float, window_s: float) -> Level:
+    rx = make()
+    try:
+        senders.start(rx.endpoint, rate, window_s)
+        sent, dropped, elapsed, asked = senders.results(window_s + 30)
+        end = time.monotonic() + GRACE_S
+        got = 0
+        while time.monotonic() < end:
+            got, _ = rx.received(50)
+            if got >= sent:
+                break
+        got, _ = rx.received(100)  # and the hub's gap count as of now
+        senders.release()
+        steps = asked
+        return Level(rate, sent, dropped, got, rx.lost, steps / elapsed if elapsed else 0.0, max(0, sent - got))
+    finally:
+        rx.close()
+
+
+def search(make, senders: Senders, window_s: float, progress=print) -> tuple[float, bool, list[Level]]:
+    """Highest rate held: double from START_RATE until a level fails, then bisect.
+    Returns (rate, sender_bound, levels tried)."""
+    levels: list[Level] = []
+    lo, hi = 0.0, 0.0
+    rate = START_RATE
+    while True:
+        lv = one_level(make, senders, rate, window_s)
+        levels.append(lv)
+        progress(f"  {lv.text()}", flush=True)
+        if lv.held:
+            lo = rate
+            rate *= 2
+        elif lv.sender_bound and not lv.dropped and not lv.behind:
+            return max(lo, lv.offered), True, levels
+        else:
+            hi = rate
+            break
+    for _ in range(BISECT):
+        if not lo:
+            lo = hi / 4
+        mid = (lo + hi) / 2
+        lv = one_level(make, senders, mid, window_s)
+        levels.append(lv)
+        progress(f"  {lv.text()}", flush=True)
+        if lv.held:
+            lo = mid
+        else:
+            hi = mid
+    return lo, False, levels
+
+
+def drain(make, senders: Senders, n: int = DRAIN_N) -> tuple[float, int]:
+    """The receiver's rate on a queued backlog of ``n`` steps (plus hellos): stopped while the
+    senders queue, then continued and timed to the last message. Returns (rate, received)."""
+    rx = make()
+    try:
+        os.kill(rx.pid, signal.SIGSTOP)
+        try:
+            senders.start(rx.endpoint, 0, 0, burst=n, hwm=0, lead_s=0.2)
+            sent, dropped, _, _ = senders.results(300)
+        finally:
+            t_cont = time.time()
+            os.kill(rx.pid, signal.SIGCONT)
+        got, t_last = 0, 0.0
+        end = time.monotonic() + 300
+        while time.monotonic() < end:
+            got, t_last = rx.received(20)
+            if got >= sent:
+                break
+        senders.release()
+        return (got / (t_last - t_cont) if got >= sent and t_last > t_cont else 0.0), got
+    finally:
+        rx.close()
+
+
+@dataclass
+class Headroom:
+    hub_rate: float = 0.0
+    hub_sender_bound: bool = False
+    hub_levels: list[Level] = field(default_factory=list)
+    raw_rate: float = 0.0
+    raw_sender_bound: bool = False
+    raw_levels: list[Level] = field(default_factory=list)
+    hub_drain: float = 0.0
+    raw_drain: float = 0.0
+    message_bytes: int = 0
+    window_s: float = WINDOW_S
+    seconds: float = 0.0
+    load_start: str = ""
+    load_end: str = ""
+
+
+def headroom(window_s: float = WINDOW_S, ranks: int = RANKS, progress=print) -> Headroom:
+    res = Headroom(load_start=_load(), message_bytes=len(step_template(0, ranks)[0]), window_s=window_s)
+    t0 = time.monotonic()
+    folder = tempfile.mkdtemp(prefix="pardash-headroom-")
+    senders = Senders(SENDERS, ranks)
+    try:
+        hub = lambda: HubReceiver(ranks, folder)  # noqa: E731
+        progress("headroom, hub:", flush=True)
+        res.hub_rate, res.hub_sender_bound, res.hub_levels = search(hub, senders, window_s, progress)
+        progress("headroom, raw PULL loop:", flush=True)
+        res.raw_rate, res.raw_sender_bound, res.raw_levels = search(RawReceiver, senders, window_s, progress)
+        res.hub_drain, _ = drain(hub, senders)
+        res.raw_drain, _ = drain(RawReceiver, senders)
+        progress(f"drain: hub {res.hub_drain:,.0f}/s, raw {res.raw_drain:,.0f}/s", flush=True)
+    finally:
+        senders.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    res.seconds = time.monotonic() - t0
+    res.load_end = _load()
+    return res
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def headroom_rows(h: Headroom, prof: dict | None = None) -> tuple[list[Row], list[str]]:
+    rows: list[Row] = []
+    notes: list[str] = []
+    name = "ingest headroom, step messages"
+    ratio = h.hub_rate / h.raw_rate if h.raw_rate else float("nan")
+    dratio = h.hub_drain / h.raw_drain if h.raw_drain else float("nan")
+
+    def held(rate: float, bound: bool) -> str:
+        return f"{'>= ' if bound else ''}{rate:,.0f}/s{' (sender-bound)' if bound else ''}"
+
+    rows += [
+        Row(name, "highest rate held with 0 gaps", held(h.hub_rate, h.hub_sender_bound),
+            f"{held(h.raw_rate, h.raw_sender_bound)} (raw pyzmq PULL loop)",
+            f"{'<= ' if h.raw_sender_bound and not h.hub_sender_bound else ''}{ratio:.2f}", ">= 0.5", ratio >= 0.5),
+        Row(name, "drain of a 400k backlog, messages/s", f"{h.hub_drain:,.0f}", f"{h.raw_drain:,.0f} (raw pyzmq PULL loop)",
+            f"{dratio:.2f}", ">= 0.5", dratio >= 0.5),
+    ]  # fmt: skip
+    notes.append(
+        f"headroom: {SENDERS} sender processes speak for {RANKS} ranks (hello, then {h.message_bytes}-byte step messages "
+        f"from `pardash simulate`'s builder via schema.encode, seq/step/t/mono patched per send; PUSH, NOBLOCK, SNDHWM {HWM:,}); a level is held when "
+        f"nothing is dropped, the receiver has every message within {GRACE_S:g} s of the {h.window_s:g} s window and (hub) "
+        f"0 seq gaps; fresh receiver each level. Hub levels: {', '.join(lv.text() for lv in h.hub_levels)}. "
+        f"Raw levels: {', '.join(lv.text() for lv in h.raw_levels)}. "
+        + ("The Python senders on this machine cannot offer what the raw loop takes, so its held rate is a floor and "
+           "the first ratio a ceiling; the drain row compares the receivers alone. " if h.raw_sender_bound else "")
+        + (f"Senders and receiver share {os.cpu_count()} cores: the raw loop's held rate is what the busy senders leave it "
+           f"(it drains {h.raw_drain / max(h.raw_rate, 1):.1f}x faster with them idle), so the first ratio flatters the hub; "
+           "the drain row compares the receivers alone. " if not h.raw_sender_bound and h.raw_drain > 1.2 * h.raw_rate else "")
+        + f"Drain: receiver stopped, {DRAIN_N:,} steps queued, receiver continued and timed to the last message "
+        f"(hub: its frame clock, 100 ms resolution). {h.seconds:.0f} s; load average {h.load_start} before, {h.load_end} after."
+    )  # fmt: skip
+    if prof:
+        from .hubprofile import profile_note
+
+        notes.append(profile_note(prof))
+    return rows, notes
