@@ -32,6 +32,17 @@ DEFAULT_HWM = 10_000
 """Messages queued per socket before new ones are dropped (about 15 minutes of 10 Hz steps)."""
 LINGER_MS = 1500
 """How long close() waits to flush queued messages to a hub that is there."""
+BATCH_S = 0.05
+"""Steps leave in bursts at most this often (or every BATCH_MAX of them). Each send wakes
+ZeroMQ's I/O thread, and each arrival the hub: on a machine whose cores the ranks keep busy,
+every wake-up takes a core from a rank and, through the next collective, from all of them. A
+burst per 50 ms wakes each once for many steps; frames reach viewers every 100 ms anyway.
+Events, hellos and a step after a slow one go at once; a loop stuck with steps still held has
+them sent by the heartbeat thread (see STUCK_S)."""
+BATCH_MAX = 64
+STUCK_S = 0.1
+"""Steps held this long (the loop stopped sending: stuck, done, or in a long evaluation) go
+out from the heartbeat thread, at its next beat. Without a heartbeat thread nothing is held."""
 
 
 class Reporter:
@@ -63,6 +74,10 @@ class Reporter:
         self._phase = ""
         self._phase_t0 = time.monotonic()
         self._seq = itertools.count()
+        self._held: list[bytes] = []
+        """Encoded steps waiting for the next burst (see BATCH_S)."""
+        self._held_lock = threading.Lock()
+        self._flushed = time.monotonic()
         self._hwm = hwm
         self._heartbeat_s = heartbeat_s
         self._gpu_index = gpu_index
@@ -113,7 +128,8 @@ class Reporter:
     # -- the hot path ---------------------------------------------------------------------
 
     def send(self, msg: schema.Message, _sock: zmq.Socket | None = None) -> bool:
-        """Stamp and publish one message; False if it was dropped. Never blocks."""
+        """Stamp and publish one message; False if it was dropped. Never blocks. A step may be
+        held for the next burst (see BATCH_S); it then counts as sent or dropped when it goes."""
         sock = _sock or self._sock
         if sock is None:
             return False
@@ -122,14 +138,53 @@ class Reporter:
         msg.seq = next(self._seq)
         msg.t = time.time()
         try:
-            sock.send(schema.encode(msg), zmq.NOBLOCK)
-        except (zmq.Again, zmq.ZMQError, TypeError, ValueError, OverflowError):
-            # Queue full, hub gone, or a value that cannot be encoded: count it, never raise
-            # into the training loop.
-            self.dropped += 1
+            data = schema.encode(msg)
+        except (TypeError, ValueError, OverflowError):
+            self.dropped += 1  # a value that cannot be encoded: counted, never raised
             return False
-        self.sent += 1
-        return True
+        if _sock is not None:  # the heartbeat thread's own socket
+            return self._send_all(sock, [data]) == 1
+        now = time.monotonic()
+        with self._held_lock:
+            self._held.append(data)
+            hold = (
+                type(msg) is schema.Step
+                and self._thread is not None  # someone to send what the loop leaves held
+                and now - self._flushed < BATCH_S
+                and len(self._held) < BATCH_MAX
+            )
+        if hold:
+            return True
+        return self.flush(now) > 0
+
+    def flush(self, now: float | None = None) -> int:
+        """Send the held steps now (from the loop's thread); returns how many went."""
+        if self._sock is None:
+            return 0
+        with self._held_lock:
+            batch, self._held = self._held, []
+            self._flushed = time.monotonic() if now is None else now
+        return self._send_all(self._sock, batch) if batch else 0
+
+    def _send_all(self, sock: zmq.Socket, batch: list[bytes]) -> int:
+        for i, data in enumerate(batch):
+            try:
+                sock.send(data, zmq.NOBLOCK)
+            except (zmq.Again, zmq.ZMQError):
+                # Queue full or hub gone: count what is left, never raise into the loop.
+                self.dropped += len(batch) - i
+                return i
+            self.sent += 1
+        return len(batch)
+
+    def _rescue_held(self, sock: zmq.Socket) -> None:
+        """Heartbeat thread: send steps the loop has held for STUCK_S (it is stuck)."""
+        with self._held_lock:
+            if not self._held or time.monotonic() - self._flushed < STUCK_S:
+                return
+            batch, self._held = self._held, []
+            self._flushed = time.monotonic()
+        self._send_all(sock, batch)
 
     def step(self, **fields: Any) -> bool:
         """Publish one optimizer step (fields of :class:`schema.Step`)."""
@@ -190,6 +245,7 @@ class Reporter:
         sock = self._connect()  # a socket of its own: ZeroMQ sockets are not thread-safe
         try:
             while not self._stop.wait(self._heartbeat_s):
+                self._rescue_held(sock)
                 self.heartbeat(sock)
                 if self.sampler is not None:
                     self.send(self.sampler.sample(), sock)
@@ -204,6 +260,7 @@ class Reporter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        self.flush()
         self._sock.setsockopt(zmq.LINGER, linger_ms)
         self._sock.close()
         self._sock = None

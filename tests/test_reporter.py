@@ -31,6 +31,7 @@ def test_no_hub_never_blocks_and_counts_drops():
     t.start()
     t.join(60)  # a liveness bound: a blocking send would hang here forever
     assert done.is_set()
+    rep.flush()  # steps held for the last burst
     assert rep.dropped > 0
     assert rep.sent + rep.dropped == 5000
     rep.close(linger_ms=0)
@@ -71,5 +72,29 @@ def test_heartbeats_name_the_phase_while_the_loop_is_stuck():
     wait_for(got_heartbeat)
     assert isinstance(seen[0], schema.Hello) and seen[0].seq == 0 and seen[0].rank == 1
     assert all(m.rss_bytes > 0 for m in seen if isinstance(m, schema.System))
+    rep.close()
+    pull.close(0)
+
+
+def test_fast_steps_go_in_bursts_and_none_is_left_behind():
+    ctx = zmq.Context.instance()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    rep = Reporter(f"tcp://127.0.0.1:{port}", run="r", identity=identity(0), heartbeat_s=0.05)
+    rep.hello(strategy="ddp")  # goes at once, and starts the heartbeat thread
+    for i in range(1, 11):  # ten steps within a burst interval: held, not sent one by one
+        rep.step(step=i, loss=1.0, step_s=0.001)
+    assert rep.sent < 11
+    # The loop sends nothing more (stuck, or done without close): the heartbeat thread sends
+    # what it left held.
+    seen: list = []
+
+    def all_steps():
+        while pull.poll(10):
+            seen.append(schema.decode(pull.recv()))
+        return sorted(m.step for m in seen if isinstance(m, schema.Step)) == list(range(1, 11))
+
+    wait_for(all_steps)
+    assert rep.dropped == 0
     rep.close()
     pull.close(0)

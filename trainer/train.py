@@ -262,6 +262,12 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     for _ in range(into_epoch):
         next(batches)  # the steps of this epoch taken before the checkpoint: same order, skipped
 
+    # PARDASH_AB_STEPS=K (bench/throughput.py): publish only every other chunk of K steps and
+    # time both kinds of chunk, so telemetry's cost is measured against itself switched off
+    # seconds apart, in one run, where two runs minutes apart differ by more than that cost.
+    ab_steps = int(os.environ.get("PARDASH_AB_STEPS", "0") or 0) if reporter.enabled else 0
+    ab_s = {True: 0.0, False: 0.0}
+    ab_n = {True: 0, False: 0}
     clock = StepClock(rt.is_cuda)
     pending: StepRecord | None = None  # GPU: the step whose numbers are read one step late
     micro_steps = cfg.grad_accum
@@ -295,6 +301,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
 
     for step in range(start.step + 1, total_steps + 1):
         marks = clock.start()
+        on = not ab_steps or ((step - 1) // ab_steps) % 2 == 0
+        t_step = time.perf_counter()
 
         # -- data: the next micro-batches, moved to the device ------------------------------
         reporter.set_phase("data")
@@ -348,7 +356,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         # After the step and before zero_grad: parameters, gradients and Adam state all held.
         # Sizes and the allocator's counters are host-side figures: no sync.
         # Only when someone listens: with PARDASH_TELEMETRY=0 the loop pays nothing for it.
-        mem = account(w.inner, optimizer, ddp_module=w.model if w.strategy == "ddp" else None) if reporter.enabled else None
+        mem = account(w.inner, optimizer, ddp_module=w.model if w.strategy == "ddp" else None) if reporter.enabled and on else None
         optimizer.zero_grad(set_to_none=True)
         end = clock.end()
 
@@ -357,12 +365,17 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             comm=w.comm.take() if w.comm is not None else None, lr=lr,
             samples=cfg.batch_size * micro_steps, mem=mem, last_in_epoch=sb.last_in_epoch,
         )
-        if rt.is_cuda:  # read one step late: this step's work is queued, the last one done
+        if not on:
+            pass  # an A/B chunk without telemetry (PARDASH_AB_STEPS)
+        elif rt.is_cuda:  # read one step late: this step's work is queued, the last one done
             if pending is not None:
                 publish(pending)
             pending = rec
         else:
             publish(rec)
+        if ab_steps:
+            ab_s[on] += time.perf_counter() - t_step
+            ab_n[on] += 1
         epoch, into_epoch = (sb.epoch + 1, 0) if sb.last_in_epoch else (sb.epoch, into_epoch + 1)
 
         # -- checkpoint: every --checkpoint-every steps and after the last -----------------
@@ -399,6 +412,12 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             f"({run_s / max(1, ran) * 1e3:.1f} ms/step)",
             flush=True,
         )
+        if ab_steps and ab_n[True] and ab_n[False]:
+            print(
+                f"ab: telemetry on {ab_n[True]} steps {ab_s[True] / ab_n[True] * 1e3:.4f} ms/step, "
+                f"off {ab_n[False]} steps {ab_s[False] / ab_n[False] * 1e3:.4f} ms/step",
+                flush=True,
+            )
 
 
 def _resume_notes(
