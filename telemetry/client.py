@@ -15,7 +15,7 @@ import msgspec
 import zmq
 
 from . import frames, registry, schema, security
-from .hub import HubCore
+from .hubcore import HubCore
 from .logreader import LogReadStats, read_log
 from .state import RunState
 

@@ -23,7 +23,7 @@ from .state import STATUSES, mem_device_bytes, mem_full_bytes, mem_held_bytes
 from .summary import samples_per_s, zero_expected_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .hub import HubCore
+    from .hubcore import HubCore
 
 PHASES = ("data", "forward", "backward", "optimizer", "comm")
 

@@ -1,0 +1,270 @@
+"""The hub's socket-free heart: validate, stamp, apply, record, judge and frame messages.
+
+:class:`HubCore` has no sockets and no threads: :class:`~.hub.Hub` drives it from the hub
+process's loop, and the replay source, the tests and the benchmarks drive it directly. Nothing
+received is ever executed or unpickled: bytes are decoded by msgspec against the schema, and
+anything that does not fit is counted by reason and dropped (``HubCore.rejected``; viewers show
+the total). Each part of a multipart message is judged as a frame of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from math import isfinite
+
+import msgspec
+
+from . import frames, schema, security
+from .analysis import Detector
+from .recorder import Recorder
+from .state import RunState
+
+MAX_RANK = 1 << 20
+"""Ranks above this are refused (no job has a million ranks; a hostile frame might)."""
+def _finite(x: float | None) -> bool:
+    return x is None or isfinite(x)
+
+
+class HubCore:
+    """Validates, stamps, applies, records and frames messages. No sockets, no threads."""
+
+    def __init__(
+        self, run_id: str = "", recorder: Recorder | None = None, detector: Detector | None = None, *, world_size: int = 0
+    ) -> None:
+        self.state = RunState(run_id=run_id, track_seq=True)
+        self.world_size = world_size
+        """The job's world size when the launcher (or ``--world-size``) said it: ranks at or
+        above it are refused, hellos included. 0: learnt from the ranks' hellos."""
+        self.recorder = recorder
+        self.detector = detector if detector is not None else Detector()
+        self.hseq = 0
+        self.fseq = 0
+        self.received = 0
+        self.rejected: Counter[str] = Counter()
+        self.redundant = 0
+        """Launcher notes the rank had already sent itself (not rejects: expected)."""
+        self.snapshots_served = 0
+        self.hub_id = os.urandom(4).hex()
+        self._pending: list[schema.Message] = []
+        self._steps: dict[int, schema.Step] = {}
+        self._systems: dict[int, schema.System] = {}
+        self._beats: dict[int, schema.Heartbeat] = {}
+        self._rate_t = time.monotonic()
+        self._rate_n = 0
+        self._rate_hz = 0.0
+
+    # -- ingest ---------------------------------------------------------------------------
+
+    def ingest_bytes(self, raw: bytes, now: float) -> bool:
+        """Decode and take one frame from a rank; False (and counted) if refused. Never
+        raises: whatever arrives is taken or counted under a reason."""
+        try:
+            msg = schema.decode(raw)
+        except msgspec.ValidationError:
+            self.rejected["invalid"] += 1
+            return False
+        except msgspec.DecodeError:
+            self.rejected["undecodable"] += 1
+            return False
+        except RecursionError:  # msgspec's answer to nesting deeper than Python's stack
+            self.rejected["too_deep"] += 1
+            return False
+        if len(raw) > security.MAX_RECORD_BYTES and not isinstance(msg, schema.Event):
+            if not isinstance(msg, schema.Hello) or len(raw) > security.MAX_HELLO_BYTES:
+                self.rejected["too_large"] += 1
+                return False
+        try:
+            return self.ingest(msg, now)
+        except Exception:
+            # A last guard: the checks in _refuse are meant to make this unreachable (the fuzz
+            # tests assert it stays 0), but a bug must cost one record, never the hub.
+            self.rejected["internal_error"] += 1
+            return False
+
+    def _refuse(self, msg: schema.Message) -> str | None:
+        if msg.v > schema.SCHEMA_VERSION:
+            return "newer_version"
+        if msg.v < 1:
+            return "unknown_version"
+        if isinstance(msg, schema.Verdict):
+            return "verdict_from_rank"
+        if not 0 <= msg.rank < MAX_RANK or (self.world_size and msg.rank >= self.world_size):
+            return "rank_out_of_range"
+        if self.state.run_id and msg.run and msg.run != self.state.run_id:
+            return "foreign_run"
+        if not _finite(msg.t):
+            return "not_finite"
+        if msg.t < 0 or msg.seq > security.MAX_COUNT:
+            return "out_of_range"
+        if isinstance(msg, schema.Step):
+            for x in (msg.step_s, msg.data_s, msg.forward_s, msg.backward_s, msg.optimizer_s, msg.comm_s, msg.self_s):
+                if x is not None and not (isfinite(x) and x >= 0):
+                    return "not_finite"
+            if not isfinite(msg.mono):
+                return "not_finite"
+            if msg.custom:
+                if len(msg.custom) > security.MAX_CUSTOM:
+                    return "too_large"
+                # JSON has no inf or NaN: such a metric would make the whole log line unreadable.
+                for x in msg.custom.values():
+                    if not isfinite(x):
+                        msg.custom = {k: x for k, x in msg.custom.items() if isfinite(x)}
+                        break
+        elif isinstance(msg, schema.Heartbeat):
+            if not 0 <= msg.dropped <= security.MAX_COUNT:
+                return "out_of_range"
+            if not (isfinite(msg.phase_s) and isfinite(msg.mono)):
+                return "not_finite"
+        elif isinstance(msg, schema.Hello):
+            if not 1 <= msg.world_size <= MAX_RANK or msg.rank >= msg.world_size:
+                return "rank_out_of_range"
+            if not security.config_fits(msg.config):
+                return "too_large"
+        elif isinstance(msg, schema.Event):
+            if len(msg.name) > 64:
+                return "invalid"
+            # An error report is worth keeping even when huge: cut it rather than refuse it.
+            if len(msg.message) > security.MAX_TEXT:
+                msg.message = security.cut_text(msg.message, security.MAX_TEXT)
+            if msg.traceback is not None and len(msg.traceback) > security.MAX_TRACEBACK:
+                msg.traceback = security.cut_text(msg.traceback, security.MAX_TRACEBACK, keep_tail=True)
+        if msg.rank not in self.state.ranks and len(self.state.ranks) >= security.MAX_RANKS_TRACKED:
+            return "too_many_ranks"
+        hello = self.state.hello
+        if msg.seq < 0:
+            # Said by the launcher on a rank's behalf (a worker torchrun saw die); redundant
+            # when the rank said it itself. The launcher only ever says events, with seq -1.
+            if not isinstance(msg, schema.Event) or msg.seq != -1:
+                return "out_of_range"
+            r = self.state.ranks.get(msg.rank)
+            if r is not None and (r.exit_code is not None or r.finished):
+                return "redundant"
+        if hello is not None and hello.world_size and msg.rank >= max(hello.world_size, 1) and not isinstance(msg, schema.Hello):
+            if msg.rank not in self.state.ranks:
+                return "rank_out_of_range"
+        return None
+
+    def ingest(self, msg: schema.Message, now: float) -> bool:
+        reason = self._refuse(msg)
+        if reason is not None:
+            if reason != "redundant":
+                self.rejected[reason] += 1
+            else:
+                self.redundant += 1
+            return False
+        self._rate_n += 1
+        if isinstance(msg, schema.Hello):
+            prev = self.state.ranks.get(msg.rank)
+            if prev is not None and prev.hello is not None and msg.restart > prev.hello.restart:
+                self.note(
+                    f"rank {msg.rank} restarted by torchrun (restart {msg.restart}, pid {msg.pid})",
+                    name="restart",
+                    rank=msg.rank,
+                )
+        self.replay(msg, now)
+        return True
+
+    def replay(self, msg: schema.Message, now: float) -> None:
+        """Take a message without judging it (recorded logs, whose verdicts are recorded)."""
+        self.received += 1
+        self._take(msg, now)
+        if isinstance(msg, schema.Step):
+            self._steps[msg.rank] = msg
+            self.detector.stragglers.observe(msg)
+        elif isinstance(msg, schema.Heartbeat):
+            self._beats[msg.rank] = msg
+        elif isinstance(msg, schema.System):
+            self._systems[msg.rank] = msg
+        else:
+            self._pending.append(msg)
+
+    def _take(self, msg: schema.Message, now: float) -> None:
+        self.hseq += 1
+        msg.hseq = self.hseq
+        self.state.apply(msg, now)
+        if self.recorder is not None:
+            self.recorder.write(msg)
+
+    def note(self, message: str, name: str = "hub", rank: int = -1) -> None:
+        """Record an event the hub concluded (rank -1: about the hub itself) in the log and
+        the event stream; seq -1 keeps it out of the rank's own message count."""
+        ev = schema.Event(rank=rank, seq=-1, name=name, message=message, t=time.time(), run=self.state.run_id)
+        self._take(ev, time.monotonic())
+        self._pending.append(ev)
+
+    def verdict(self, v: schema.Verdict) -> None:
+        """Record a verdict (from the detector or the launcher) and send it to viewers; seq -1,
+        as the hub's own notes: a verdict is said about a rank, not by it."""
+        v.run = self.state.run_id
+        v.seq = -1
+        v.t = v.t or time.time()
+        self._take(v, time.monotonic())
+        self._pending.append(v)
+
+    # -- frames ---------------------------------------------------------------------------
+
+    def stats(self) -> frames.HubStats:
+        dropped = sum(r.heartbeat.dropped for r in self.state.ranks.values() if r.heartbeat is not None)
+        rec = self.recorder
+        big = (1 << 63) - 1  # hostile counts summed over many ranks must still encode
+        return frames.HubStats(
+            received=self.received,
+            rejected=dict(self.rejected),
+            lost=min(self.state.lost, big),
+            dropped=min(dropped, big),
+            ingest_hz=self._rate_hz,
+            log_path=str(rec.path) if rec else "",
+            log_error=rec.error if rec else "",
+            viewers=self.snapshots_served,
+        )
+
+    def tick(self, now: float) -> frames.Frame:
+        """Judge, then fold everything since the last frame into a new one."""
+        if now - self._rate_t >= 1.0:
+            self._rate_hz = self._rate_n / (now - self._rate_t)
+            self._rate_t, self._rate_n = now, 0
+        for v in self.detector.update(self.state, now):
+            self.verdict(v)
+        steps = list(self._steps.values())
+        messages: list[schema.Message] = self._pending
+        messages.extend(self._systems.values())
+        messages.extend(self._beats.values())
+        messages.extend(steps)
+        self._pending = []
+        self._steps.clear()
+        self._systems.clear()
+        self._beats.clear()
+        self.state.commit_history(steps)
+        self.fseq += 1
+        if self.recorder is not None:
+            self.recorder.flush()
+        # The steps travel once, in ``messages``: each is also its rank's history point.
+        return frames.Frame(fseq=self.fseq, hseq=self.hseq, t=time.time(), hub_id=self.hub_id, messages=messages, stats=self.stats())
+
+    def snapshot(self) -> frames.Snapshot:
+        """State as of the last frame (call right after ``tick``)."""
+        self.snapshots_served += 1
+        st = self.state
+        msgs: list[schema.Message] = [r.hello for r in st.ranks.values() if r.hello is not None]
+        msgs.extend(st.events)
+        for r in st.ranks.values():
+            for m in (r.system, r.heartbeat, r.step):
+                if m is not None:
+                    msgs.append(m)
+            for v in (r.straggler, r.stalled, r.silent, r.not_sharding):
+                if v is not None and v not in st.events:
+                    msgs.append(v)
+        history = {r.rank: r.history.columns_bytes() for r in st.ranks.values()}
+        return frames.Snapshot(
+            fseq=self.fseq,
+            hseq=self.hseq,
+            t=time.time(),
+            hub_id=self.hub_id,
+            run_id=st.run_id,
+            t0=st.t0,
+            messages=msgs,
+            history=history,
+            stats=self.stats(),
+        )
