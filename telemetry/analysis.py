@@ -26,6 +26,9 @@ class LivenessConfig:
     """Never call a rank stalled sooner than this."""
     stall_factor: float = 8.0
     """...nor sooner than this many median step times without a new step."""
+    check_every_s: float = 0.25
+    """Liveness is judged at most this often (a walk over every rank; frames come at 10 Hz,
+    and a second-scale verdict gains nothing from being judged at each of them)."""
 
 
 class Detector:
@@ -36,15 +39,19 @@ class Detector:
         self.stragglers = stragglers or StragglerDetector()
         self._progress: dict[int, tuple[int, float]] = {}
         """rank -> (last step seen, hub time it was first seen)."""
+        self._checked = -float("inf")
+        """Hub time liveness was last judged."""
 
     def update(self, state: RunState, now: float) -> list[Verdict]:
         out: list[Verdict] = []
-        median = state.median_step_s() or 0.0
-        stall_after = max(self.cfg.stall_min_s, self.cfg.stall_factor * median)
-        for r in state.ranks.values():
-            if r.finished or r.exit_code is not None or r.hello is None:
-                continue
-            out.extend(self._liveness(r, now, stall_after))
+        if abs(now - self._checked) >= self.cfg.check_every_s:
+            self._checked = now
+            median = state.median_step_s() or 0.0
+            stall_after = max(self.cfg.stall_min_s, self.cfg.stall_factor * median)
+            for r in state.ranks.values():
+                if r.finished or r.exit_code is not None or r.hello is None:
+                    continue
+                out.extend(self._liveness(r, now, stall_after))
         out.extend(self.stragglers.update(state))
         return out
 

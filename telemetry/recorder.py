@@ -13,6 +13,16 @@ from pathlib import Path
 from . import schema
 
 
+_encode = schema.encode_json
+
+
+def _encode_or_skip(msg: schema.Message) -> bytes:
+    try:
+        return _encode(msg) + b"\n"
+    except Exception:
+        return b""
+
+
 class Recorder:
     """Appends messages to a JSON Lines file."""
 
@@ -22,7 +32,7 @@ class Recorder:
         """Lines written (or buffered) so far."""
         self.error = ""
         """Last write error, '' when writing works."""
-        self._buf: list[bytes] = []
+        self._buf: list[schema.Message] = []
         self._fh = None
         self._open()
 
@@ -36,7 +46,9 @@ class Recorder:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
 
     def write(self, msg: schema.Message) -> None:
-        self._buf.append(schema.encode_json(msg))
+        """Keep ``msg`` for the next flush, which encodes what is kept in one pass. The hub
+        never changes a message once taken, so encoding it later writes the same line."""
+        self._buf.append(msg)
         self.lines += 1
 
     def flush(self) -> None:
@@ -49,7 +61,13 @@ class Recorder:
                 self._trim()
                 return
         try:
-            self._fh.write(b"\n".join(self._buf) + b"\n")
+            data = b"\n".join(map(_encode, self._buf)) + b"\n"
+        except Exception:
+            # Not expected (every message came from the schema's own decoder), but one bad
+            # message must cost its own line, never the log or the hub.
+            data = b"".join(_encode_or_skip(m) for m in self._buf)
+        try:
+            self._fh.write(data)
             self._fh.flush()
             self._buf.clear()
             self.error = ""

@@ -22,7 +22,7 @@ MAX_MESSAGE_BYTES = 1 << 20
 """Largest frame a receiving socket accepts (ZMQ_MAXMSGSIZE); a hello with a big config fits."""
 
 
-class Mem(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
+class Mem(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False, gc=False):
     """Memory one rank holds after its optimizer step, de-duplicated by storage.
 
     ``*_full_bytes`` is what the same tensors would take unsharded (what DDP holds).
@@ -54,7 +54,7 @@ class Mem(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
     """Resident set size of the rank's process."""
 
 
-class Base(msgspec.Struct, tag_field="kind", omit_defaults=True, kw_only=True):
+class Base(msgspec.Struct, tag_field="kind", omit_defaults=True, kw_only=True, gc=False):
     """Fields every record carries."""
 
     v: int = SCHEMA_VERSION

@@ -14,6 +14,7 @@ can speak for any rank (that is what CURVE keys are for, see test_security.py).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from typing import Any
@@ -358,3 +359,63 @@ def test_counters_summed_over_hostile_ranks_still_encode():
             core.ingest(schema.Hello(run=RUN, rank=r, world_size=3, seq=0), 0.0)
             core.ingest(schema.Heartbeat(run=RUN, rank=r, seq=security.MAX_COUNT, dropped=security.MAX_COUNT), 0.0)
     check_encodable(core)
+
+
+def mostly(valid: st.SearchStrategy, hostile: st.SearchStrategy) -> st.SearchStrategy:
+    """``valid`` three times in four: a step must often be valid in every field at once."""
+    return st.one_of(valid, valid, valid, hostile)
+
+
+SECONDS = st.floats(0, 10)
+ODD_FLOATS = st.floats() | st.sampled_from([-0.0, 1e308, -1e-9, 3.5e38, 1e39, math.inf, math.nan])
+STEP_FIGURE = mostly(st.none() | SECONDS, ODD_FLOATS)
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "rank": mostly(st.sampled_from([0, 1, 2]), st.sampled_from([3, 7, -1])),
+                "seq": mostly(st.integers(0, 40), st.sampled_from([-2, -1, security.MAX_COUNT, security.MAX_COUNT + 1])),
+                "v": mostly(st.just(schema.SCHEMA_VERSION), st.integers(0, schema.SCHEMA_VERSION + 1)),
+                "run": mostly(st.sampled_from([RUN, ""]), st.just("someone-else")),
+                "t": mostly(st.just(1.0e9) | st.floats(1.0e9, 2.0e9), ODD_FLOATS),
+                "step_s": mostly(SECONDS, ODD_FLOATS),
+                "data_s": STEP_FIGURE,
+                "forward_s": STEP_FIGURE,
+                "self_s": STEP_FIGURE,
+                "comm_s": STEP_FIGURE,
+                "mono": mostly(st.floats(0, 1e6), ODD_FLOATS),
+                "loss": st.none() | st.floats(),
+                "custom": mostly(st.just({}), st.dictionaries(st.text(max_size=3), ODD_FLOATS, min_size=1, max_size=3)),
+            }
+        ).map(lambda kw: schema.Step(step=max(kw["seq"], 0), **kw)),
+        max_size=40,
+    )
+)
+def test_the_hubs_fast_step_path_takes_and_refuses_as_the_general_one(tmp_path_factory, steps):
+    # ingest_bytes takes the plainly valid steps of known ranks by a short path (the hot path
+    # at scale); ingest judges every message the general way. Fed the same stream, both hubs
+    # must end in the same state, with the same counts and the same log.
+    fast, general = HubCore(run_id=RUN, world_size=4), HubCore(run_id=RUN, world_size=4)
+    logs = tmp_path_factory.mktemp("fast")
+    fast.recorder, general.recorder = Recorder(logs / "fast.jsonl"), Recorder(logs / "general.jsonl")
+    hellos = [schema.Hello(run=RUN, rank=r, world_size=4, t=1.0e9) for r in range(3)]
+    for m in hellos + steps:
+        raw = schema.encode(m)
+        assert fast.ingest_bytes(raw, 1.0) == general.ingest(schema.decode(raw), 1.0)
+    assert fast.received == general.received and fast.rejected == general.rejected and fast.hseq == general.hseq
+    assert fast.state.counts == general.state.counts and fast.state.t_last == general.state.t_last
+    for r in fast.state.ranks:
+        assert rank_view(fast, r) == rank_view(general, r)
+    check_encodable(fast)
+    check_encodable(general)
+    fast.recorder.close()
+    general.recorder.close()
+    # The same lines, but for the clock time on the hub's own notes (seq -1).
+    def lines(name):
+        records = [json.loads(line) for line in (logs / name).read_bytes().split(b"\n") if line]
+        return [{k: v for k, v in rec.items() if k != "t" or rec.get("seq") != -1} for rec in records]
+
+    assert lines("fast.jsonl") == lines("general.jsonl")
