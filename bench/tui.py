@@ -261,7 +261,7 @@ def naive_app(source):
 # -- live measurements --------------------------------------------------------------------------
 
 
-async def _measure_frames(app, ranks: int, *, cells: bool = False) -> FrameMeter:
+async def _measure_frames(app, ranks: int, *, cells: bool = False, profiler=None) -> FrameMeter:
     encode_updates(app)
     meter = FrameMeter(app)
     async with app.run_test(size=SIZE) as pilot:
@@ -270,18 +270,22 @@ async def _measure_frames(app, ranks: int, *, cells: bool = False) -> FrameMeter
         if cells:
             app.screen.query_one("RankGrid").form = "cells"
         await pilot.pause(WARM_S)
+        if profiler is not None:
+            profiler.enable()
         meter.start()
         await asyncio.sleep(MEASURE_S)
         meter.stop()
+        if profiler is not None:
+            profiler.disable()
     return meter
 
 
-def measure_frames(info: dict, ranks: int, *, naive: bool = False, cells: bool = False) -> FrameMeter:
+def measure_frames(info: dict, ranks: int, *, naive: bool = False, cells: bool = False, profiler=None) -> FrameMeter:
     from pardash.tui.app import make_app
 
     source = client_for(info)
     app = naive_app(source) if naive else make_app(source)
-    return asyncio.run(_measure_frames(app, ranks, cells=cells))
+    return asyncio.run(_measure_frames(app, ranks, cells=cells, profiler=profiler))
 
 
 async def _attach_once(info: dict, ranks: int) -> tuple[float, float]:
@@ -690,9 +694,48 @@ def run() -> tuple[list[Row], str]:
     return rows, "\n".join(f"- {f}" for f in facts)
 
 
+def quick(argv: list[str]) -> None:
+    """One live configuration, for iterating on the frame cost: ``python -m bench.tui quick
+    [--ranks 1024] [--rate 10] [--cells] [--naive] [--profile FILE]`` prints the median and p95
+    CPU per frame drawn and the part spent applying frames. ``--profile`` writes a cProfile of
+    the measured seconds (the profiler's overhead inflates the times printed with it)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.tui quick")
+    parser.add_argument("--ranks", type=int, default=1024)
+    parser.add_argument("--rate", type=float, default=10.0)
+    parser.add_argument("--cells", action="store_true")
+    parser.add_argument("--naive", action="store_true")
+    parser.add_argument("--profile", default="")
+    parser.add_argument("--repeat", type=int, default=1, help="measurements against the same job")
+    args = parser.parse_args(argv)
+    with live_job(args.ranks, args.rate) as info:
+        for _ in range(args.repeat):
+            profiler = None
+            if args.profile:
+                import cProfile
+
+                profiler = cProfile.Profile()
+            m = measure_frames(info, args.ranks, naive=args.naive, cells=args.cells, profiler=profiler)
+            if profiler is not None:
+                profiler.dump_stats(args.profile)
+            per = m.per_update_s
+            apply = statistics.median(a for _c, a, _n in m.intervals)
+            print(
+                f"{args.ranks} ranks x {args.rate:g} steps/s{' cells' if args.cells else ''}: "
+                f"median {_ms(statistics.median(per))} ms, p95 {_ms(pct(per, 95))} ms, "
+                f"applying {_ms(apply)} ms; {len(per)} frames drawn from {m.frames}; "
+                f"load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+
+
 if __name__ == "__main__":
     from .common import table
 
+    if sys.argv[1:2] == ["quick"]:
+        quick(sys.argv[2:])
+        sys.exit(0)
     rows, note = run()
     print(table(rows))
     print(note)

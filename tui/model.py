@@ -3,12 +3,15 @@
 A :class:`RankRow` holds one rank's figures as the grid draws them. Self times are compared with
 the median of the *other* ranks (leave-one-out, as the hub's straggler detector does), each
 rank's figure being the median of its last few steps so one slow step does not flash a cell.
-Building the rows costs one pass over the ranks, whatever the message rate: each rank's
-smoothing window is seeded once from its history and then fed its latest step.
+Keeping the rows costs one pass over the ranks a frame, whatever the message rate: each rank's
+smoothing window is seeded once from its history and then fed its latest step. That pass works
+out only what every rank shows in a heat map (status, self-time deviation) and the run's totals;
+a rank's full row is made when something draws it.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
@@ -134,152 +137,371 @@ def _known(values: list[float]) -> list[float]:
     return [v for v in values if v == v][-SMOOTH_POINTS:]
 
 
-class _Smoothed:
-    """A rank's last few known step and self times, read from its history.
+_LIVE = (st.RUNNING, st.STRAGGLER, st.STALLED)
+"""Statuses whose self time sets the pace (gone ranks are left out of the others' median)."""
+_GONE = (st.EXITED, st.FINISHED, st.SILENT)
 
-    A viewer's state commits one history point for every step it applies (``steps_seen``
-    counts them), so the window is the same whether it was seeded from a snapshot or fed
-    frame by frame, and whether or not every frame was drawn: a late viewer shows what an early
-    one shows. The medians are worked out when the window changes, not at every draw.
+
+class _Rank:
+    """What the builder keeps of one rank between updates.
+
+    The self-time window is fed at every update (every rank's deviation depends on it); the
+    step-time window only when the rank's full row is asked for (a cell on screen, the selected
+    rank, a sort by step time), catching up from the rank's history then. Either way a window
+    holds the last SMOOTH_POINTS known history points, so it is the same whether it was seeded
+    from a snapshot or fed frame by frame, and whether or not every frame was drawn: a late
+    viewer shows what an early one shows.
     """
 
-    __slots__ = ("seen", "step_s", "self_s", "step_med", "self_med")
+    __slots__ = (
+        "rank",
+        "r",
+        "seen",
+        "self_win",
+        "self_med",
+        "step_seen",
+        "step_win",
+        "step_med",
+        "hello",
+        "node",
+        "host",
+        "status",
+        "self_s",
+        "self_dev",
+        "level",
+        "flagged",
+        "exit_first",
+        "row",
+        "row_gen",
+    )
 
     def __init__(self, r: st.RankState) -> None:
-        self.step_s = deque(_known(r.history["step_s"].values()), SMOOTH_POINTS)
-        self.self_s = deque(_known(r.history["self_s"].values()), SMOOTH_POINTS)
+        self.rank = r.rank
+        self.r = r
+        self.self_win = deque(_known(r.history["self_s"].values()), SMOOTH_POINTS)
+        self.self_med = _median_small(self.self_win)
         self.seen = r.steps_seen
-        self.step_med = _median_small(self.step_s)
-        self.self_med = _median_small(self.self_s)
+        self.step_seen = -1
+        """steps_seen the step-time window was fed up to (-1: not seeded yet)."""
+        self.step_win: deque[float] = deque((), SMOOTH_POINTS)
+        self.step_med: float | None = None
+        self.hello: object = None
+        self.node = 0
+        self.host = ""
+        self.status = ""
+        self.self_s: float | None = None
+        self.self_dev: float | None = None
+        self.level = 0
+        self.flagged = False
+        self.exit_first: bool | None = None
+        self.row: RankRow | None = None
+        self.row_gen = -1
 
-    def feed(self, r: st.RankState) -> None:
-        """Take the history points added since the last call."""
-        seen = r.steps_seen
-        new = seen - self.seen
-        self.seen = seen
+    def feed_self(self) -> None:
+        """Take the self times of the history points added since the last call."""
+        r = self.r
+        new = r.steps_seen - self.seen
+        self.seen = r.steps_seen
         if new <= 0:
             return
-        ring = r.history
-        self.step_s.extend(_known(ring["step_s"].values()[-min(new, SMOOTH_POINTS) :]))
-        self.self_s.extend(_known(ring["self_s"].values()[-min(new, SMOOTH_POINTS) :]))
-        self.step_med = _median_small(self.step_s)
-        self.self_med = _median_small(self.self_s)
+        if new == 1:
+            last = r.history.last("self_s")
+            if last is not None and last == last:
+                self.self_win.append(last)
+        else:
+            self.self_win.extend(_known(r.history["self_s"].values()[-min(new, SMOOTH_POINTS) :]))
+        self.self_med = _median_small(self.self_win)
+
+    def smoothed_step_s(self) -> float | None:
+        """The median of the last few known step times, fed up to the latest history point."""
+        r = self.r
+        seen = r.steps_seen
+        if self.step_seen < 0:
+            self.step_win.extend(_known(r.history["step_s"].values()))
+            self.step_med = _median_small(self.step_win)
+        elif seen != self.step_seen:
+            new = seen - self.step_seen
+            if new == 1:
+                last = r.history.last("step_s")
+                if last is not None and last == last:
+                    self.step_win.append(last)
+                    self.step_med = _median_small(self.step_win)
+            elif new > 1:
+                self.step_win.extend(_known(r.history["step_s"].values()[-min(new, SMOOTH_POINTS) :]))
+                self.step_med = _median_small(self.step_win)
+        self.step_seen = seen
+        return self.step_med
 
 
 class RowBuilder:
-    """Builds the grid's rows from a run state; keeps each rank's smoothing window, so a
-    refresh costs a few operations per rank whatever arrived in between."""
+    """Every rank as the grid draws it, kept up to date from a run state.
+
+    :meth:`update` makes one pass over the ranks, feeding each rank's self-time window and
+    working out what every rank shows in a heat map (status, self-time deviation), the run's
+    totals for the header, and which ranks changed since the previous update. A rank's full
+    :class:`RankRow` (loss, step time, memory, ...) is made only when asked for, by
+    :meth:`row` or :meth:`rows`, and kept until the next update: a heat map of 1024 ranks needs
+    one (the selected rank), a screen of cells a few hundred.
+    """
 
     def __init__(self) -> None:
-        self._smooth: dict[int, _Smoothed] = {}
+        self._state: st.RunState | None = None
         self._state_id = 0
+        self._ranks: list[_Rank] = []
+        """By rank."""
+        self._by_rank: dict[int, _Rank] = {}
+        self._rows: list[RankRow] | None = None
+        self.gen = 0
+        """Counts updates (rows made for one update are kept until the next)."""
+        self.changed: set[int] | None = None
+        """Ranks whose status, deviation level or exit order changed in the last update
+        (what a heat map draws); None when every rank may have (a new state, new ranks)."""
+        self.layout_gen = 0
+        """Changes when the set of ranks or a rank's node does (the grid lays out again)."""
+        self.flagged_gen = 0
+        """Changes when any rank becomes flagged or stops being flagged."""
+        self.totals = RunTotals({}, 0, 0, None, [])
+        """Run-wide figures of the last update (see :func:`run_totals`)."""
+        self._notes: list[str] = []
+        self._nodes = 0
+        self._exit_marked = False
 
-    def build(self, state: st.RunState) -> list[RankRow]:
-        if id(state) != self._state_id:
+    # -- updating -----------------------------------------------------------------------------
+
+    def update(self, state: st.RunState) -> RowBuilder:
+        """Bring every rank up to date with ``state``: one pass over the ranks."""
+        self.gen += 1
+        self._rows = None
+        changed: set[int] | None = set()
+        if id(state) != self._state_id or self._state is not state:
             # A new snapshot or a replay seek replaced the state: start the windows again.
-            self._smooth.clear()
-            self._state_id = id(state)
-        smooth = self._smooth
-        held_of = st.mem_held_bytes
-        rows: list[RankRow] = []
-        append = rows.append
+            self._state, self._state_id = state, id(state)
+            self._ranks, self._by_rank = [], {}
+            self._notes, self._nodes, self._exit_marked = [], 0, False
+            changed = None
+        if len(self._ranks) != len(state.ranks):
+            by_rank = self._by_rank
+            for rank, r in state.ranks.items():
+                if rank not in by_rank:
+                    by_rank[rank] = _Rank(r)
+            self._ranks = sorted(by_rank.values(), key=_rank_of)
+            self.layout_gen += 1
+            changed = None
+        self.changed = changed
+        self._update(state)
+        return self
+
+    def _update(self, state: st.RunState) -> None:
+        # The hot loop of a frame at 1024 ranks: plain attribute reads, no calls per rank
+        # beyond the status and the window's sort.
         full = SMOOTH_POINTS
         mid = SMOOTH_POINTS // 2 if SMOOTH_POINTS % 2 else -1
-        # The hot loop of a refresh at 1024 ranks: plain attribute reads, positional fields.
-        for rank, r in state.ranks.items():
-            sm = smooth.get(rank)
-            if sm is None:
-                sm = smooth[rank] = _Smoothed(r)
-            elif r.steps_seen == sm.seen + 1 and mid >= 0:
-                # _Smoothed.feed's common case inlined (one new point per rank and frame).
-                sm.seen += 1
-                ring = r.history
-                last = ring.last("step_s")
-                if last is not None and last == last:
-                    window = sm.step_s
-                    window.append(last)
-                    v = sorted(window)
-                    sm.step_med = v[mid] if len(v) == full else _median_small(v)
-                last = ring.last("self_s")
-                if last is not None and last == last:
-                    window = sm.self_s
-                    window.append(last)
-                    v = sorted(window)
-                    sm.self_med = v[mid] if len(v) == full else _median_small(v)
-            elif r.steps_seen != sm.seen:
-                sm.feed(r)
-            step_s = sm.step_med
-            self_s = sm.self_med
-            step = r.step
-            sysm = r.system
+        changed = self.changed
+        counts: dict[str, int] = {}
+        nodes_moved = hellos_moved = flags_moved = False
+        slowest: int | None = None
+        total = 0.0
+        seen_rate = False
+        fresh: list[_Rank] = []
+        fresh_self: list[float] = []
+        live: list[_Rank] = []
+        exited = 0
+        for e in self._ranks:
+            r = e.r
+            status = r.status
+            counts[status] = counts.get(status, 0) + 1
             hello = r.hello
+            if hello is not e.hello:
+                e.hello = hello
+                node, host = (hello.node, hello.host) if hello is not None else (0, "")
+                if node != e.node or host != e.host:
+                    e.node, e.host = node, host
+                    nodes_moved = True  # the grid's groups and their labels
+                hellos_moved = True
+            step = r.step
+            seen = r.steps_seen
+            if seen != e.seen:
+                if seen == e.seen + 1 and step is not None and mid >= 0:
+                    # The common case: one new history point, the step just applied; its
+                    # self time goes through float32 below, as the history holds it.
+                    e.seen = seen
+                    if step.self_s is not None:
+                        fresh.append(e)
+                        fresh_self.append(step.self_s)
+                else:
+                    e.feed_self()
+            self_s = e.self_med
             if step is not None:
-                # A snapshot may carry a step that never reached the history.
-                if step_s is None:
-                    step_s = step.step_s
                 if self_s is None:
-                    self_s = step.self_s
-                mem = step.mem
-                step_no, loss, data_s, comm_s = step.step, step.loss, step.data_s, step.comm_s
+                    self_s = step.self_s  # a snapshot may carry a step that never reached the history
+                n = step.step
+                if slowest is None or n < slowest:
+                    slowest = n
+                if step.samples and step.step_s > 0 and status not in _GONE:
+                    total += step.samples / step.step_s
+                    seen_rate = True
+            e.self_s = self_s
+            e.self_dev = None
+            if status != e.status:
+                e.status = status
+                if changed is not None:
+                    changed.add(e.rank)
+            flagged = status in FLAGGED_STATUSES or r.not_sharding is not None
+            if flagged != e.flagged:
+                e.flagged = flagged
+                flags_moved = True
+            if status == st.EXITED:
+                exited += 1
+            if self_s is not None and status in _LIVE:
+                live.append(e)
+            elif e.level:
+                e.level = 0
+                if changed is not None:
+                    changed.add(e.rank)
+        if fresh:
+            try:
+                values = array("f", fresh_self).tolist()
+            except (OverflowError, TypeError):
+                values = [e.r.history.last("self_s") for e in fresh]
+            for e, last in zip(fresh, values, strict=True):
+                if last is not None and last == last:
+                    window = e.self_win
+                    window.append(last)
+                    v = sorted(window)
+                    e.self_med = e.self_s = v[mid] if len(v) == full else _median_small(v)
+        self._fill_deviation(live)
+        if exited >= 2 or self._exit_marked:
+            self._mark_first_exit(state, exited)
+        if nodes_moved:
+            self.layout_gen += 1
+        if flags_moved:
+            self.flagged_gen += 1
+        if hellos_moved or changed is None:
+            notes: list[str] = []
+            for r in state.ranks.values():
+                note = r.hello.note if r.hello is not None else ""
+                if note and note not in notes:
+                    notes.append(note)
+            self._notes = notes
+            self._nodes = len({e.node for e in self._ranks})
+        self.totals = RunTotals(counts, self._nodes, slowest or 0, total if seen_rate else None, list(self._notes))
+
+    def _fill_deviation(self, live: list[_Rank]) -> None:
+        """Self time against the others' median, for the working ranks only (gone ranks no
+        longer set the pace), and its level; notes the ranks whose level moved."""
+        changed = self.changed
+        medians = leave_one_out_medians([e.self_s for e in live])  # type: ignore[misc]
+        warn, bad = DEVIATION_WARN, DEVIATION_BAD
+        for e, med in zip(live, medians, strict=True):
+            if med is not None and med > 0:
+                d = e.self_dev = (e.self_s - med) / med  # type: ignore[operator]
+                level = 2 if d >= bad else 1 if d >= warn else 0
             else:
-                mem = None
-                step_no = loss = data_s = comm_s = None
-            if sysm is not None:
-                gpu_util, gpu_mem = sysm.gpu_util_pct, sysm.gpu_mem_used_bytes
-            else:
-                gpu_util = gpu_mem = None
-            if gpu_mem is None and mem is not None:
-                gpu_mem = mem.nvml_used_bytes if mem.nvml_used_bytes is not None else mem.cuda_allocated_bytes
-            append(
-                RankRow(
-                    rank,
-                    hello.node if hello is not None else 0,
-                    hello.host if hello is not None else "",
-                    r.status,
-                    step_no,
-                    loss,
-                    step_s,
-                    self_s,
-                    None,
-                    held_of(mem),
-                    r.not_sharding is not None,
-                    r.exit_code,
-                    data_s,
-                    comm_s,
-                    gpu_util,
-                    gpu_mem,
-                )
-            )
-        _fill_deviation(rows)
-        _mark_first_exit(state, rows)
-        rows.sort(key=_by_rank)
-        return rows
+                level = 0
+            if level != e.level:
+                e.level = level
+                if changed is not None:
+                    changed.add(e.rank)
+
+    def _mark_first_exit(self, state: st.RunState, exited: int) -> None:
+        """When several ranks exited, mark the first to exit (the likely cause) and the others."""
+        first: int | None = None
+        if exited >= 2:
+            info = exit_info(state)
+            if info:
+                first = min(info, key=lambda rank: info[rank].order)
+        changed = self.changed
+        marked = False
+        for e in self._ranks:
+            mark = (e.rank == first) if first is not None and e.status == st.EXITED else None
+            marked = marked or mark is not None
+            if mark != e.exit_first:
+                e.exit_first = mark
+                if changed is not None:
+                    changed.add(e.rank)
+        self._exit_marked = marked
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def ranks(self) -> list[int]:
+        """Every rank known, in order."""
+        return [e.rank for e in self._ranks]
+
+    def __len__(self) -> int:
+        return len(self._ranks)
+
+    def __contains__(self, rank: object) -> bool:
+        return rank in self._by_rank
+
+    def heat_key(self, rank: int) -> tuple[str, int, bool | None] | None:
+        """What a rank's heat-map glyph shows: (status, deviation level, exit order mark)."""
+        e = self._by_rank.get(rank)
+        return (e.status, e.level, e.exit_first) if e is not None else None
+
+    def row(self, rank: int | None) -> RankRow | None:
+        """The full row of ``rank`` as of the last update (None for an unknown rank)."""
+        e = self._by_rank.get(rank) if rank is not None else None  # type: ignore[arg-type]
+        if e is None:
+            return None
+        if e.row_gen != self.gen:
+            e.row = self._make_row(e)
+            e.row_gen = self.gen
+        return e.row
+
+    def rows(self) -> list[RankRow]:
+        """Every rank's full row, by rank (made once per update)."""
+        if self._rows is None:
+            row = self.row
+            self._rows = [row(e.rank) for e in self._ranks]  # type: ignore[misc]
+        return self._rows
+
+    def build(self, state: st.RunState) -> list[RankRow]:
+        """:meth:`update`, then every rank's row, by rank."""
+        return self.update(state).rows()
+
+    def _make_row(self, e: _Rank) -> RankRow:
+        r = e.r
+        step = r.step
+        sysm = r.system
+        step_s = e.smoothed_step_s()
+        if step is not None:
+            if step_s is None:
+                step_s = step.step_s
+            mem = step.mem
+            step_no, loss, data_s, comm_s = step.step, step.loss, step.data_s, step.comm_s
+        else:
+            mem = None
+            step_no = loss = data_s = comm_s = None
+        if sysm is not None:
+            gpu_util, gpu_mem = sysm.gpu_util_pct, sysm.gpu_mem_used_bytes
+        else:
+            gpu_util = gpu_mem = None
+        if gpu_mem is None and mem is not None:
+            gpu_mem = mem.nvml_used_bytes if mem.nvml_used_bytes is not None else mem.cuda_allocated_bytes
+        return RankRow(
+            e.rank,
+            e.node,
+            e.host,
+            e.status,
+            step_no,
+            loss,
+            step_s,
+            e.self_s,
+            e.self_dev,
+            st.mem_held_bytes(mem),
+            r.not_sharding is not None,
+            r.exit_code,
+            data_s,
+            comm_s,
+            gpu_util,
+            gpu_mem,
+            e.exit_first,
+        )
 
 
-def _by_rank(row: RankRow) -> int:
-    return row.rank
-
-
-def _mark_first_exit(state: st.RunState, rows: list[RankRow]) -> None:
-    exited = [row for row in rows if row.status == st.EXITED]
-    if len(exited) < 2:
-        return
-    info = exit_info(state)
-    if not info:
-        return
-    first = min(info, key=lambda rank: info[rank].order)
-    for row in exited:
-        row.exit_first = row.rank == first
-
-
-def _fill_deviation(rows: list[RankRow]) -> None:
-    # Ranks that are gone (exited, finished, silent) no longer set the pace: compare the
-    # working ranks only.
-    live = [row for row in rows if row.self_s is not None and row.status in (st.RUNNING, st.STRAGGLER, st.STALLED)]
-    medians = leave_one_out_medians([row.self_s for row in live])  # type: ignore[misc]
-    for row, med in zip(live, medians, strict=True):
-        if med is not None and med > 0:
-            row.self_dev = (row.self_s - med) / med  # type: ignore[operator]
+def _rank_of(e: _Rank) -> int:
+    return e.rank
 
 
 def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:

@@ -141,9 +141,14 @@ class DashboardScreen(Screen):
         source = self.source
         state = source.state
         grid = self.grid
-        grid.update_rows(self._rows.build(state))
+        table = self._rows.update(state)
+        grid.update_rows(table)
         self.query_one(SelectedRank).row = grid.row_of(grid.cursor_rank)
-        self.query_one(RunHeader).summary = summarize(source, hub_quiet_s=self.app.hub_quiet_s)  # type: ignore[attr-defined]
+        self.query_one(RunHeader).summary = summarize(
+            source,
+            hub_quiet_s=self.app.hub_quiet_s,  # type: ignore[attr-defined]
+            totals=table.totals,
+        )
         alerts = self.query_one(AlertList)
         alerts.alerts = tuple(run_alerts(state))
         if not state.ranks:

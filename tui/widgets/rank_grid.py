@@ -28,7 +28,7 @@ from ..grid_layout import (
     shown_rows,
 )
 from ..messages import RankChosen, RankHighlighted
-from ..model import SORT_KEYS, RankRow
+from ..model import SORT_KEYS, RankRow, RowBuilder
 from ..styles import component_fg
 
 
@@ -120,18 +120,24 @@ class RankGrid(ScrollView, can_focus=True):
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self._rows: list[RankRow] = []
-        """Every rank, by rank."""
-        self._by_rank: dict[int, RankRow] = {}
+        self._table = RowBuilder()
+        """Every rank (see update_rows)."""
+        self._table_gen = -1
+        """The table's update last drawn from."""
         self._layout = GridLayout(ordered=[], lines=[], columns=(), heat=False, rank_width=4)
         self._layout_key: tuple = ()
         """What the layout was made from (order, nodes, size, form, sort)."""
         self._looks: dict[int, list[Segment]] = {}
         """Drawing of each ordered rank (a cell or a glyph), kept while it looks the same."""
         self._look_keys: dict[int, object] = {}
-        """What each kept drawing was made from (see _look_key)."""
+        """What each kept drawing was made from: a heat key (status, deviation level, exit
+        order) or a cell's row."""
         self._strips: dict[int, Strip] = {}
         """Drawn lines by line number, dropped when anything on them changes."""
+        self._line_of: dict[int, int] = {}
+        """Line of each ordered rank."""
+        self._glyphs: dict[object, list[Segment]] = {}
+        """A heat-map glyph for each look (status, deviation level, exit order)."""
         self._styles: dict[str, Style] = {}
         """Component styles over the base style ("" is the base), cleared on style changes."""
         self._width = 80
@@ -142,7 +148,12 @@ class RankGrid(ScrollView, can_focus=True):
     @property
     def rows(self) -> list[RankRow]:
         """Every rank's row, by rank."""
-        return self._rows
+        return self._table.rows()
+
+    @property
+    def table(self) -> RowBuilder:
+        """Every rank as of the last update (see :meth:`update_rows`)."""
+        return self._table
 
     @property
     def shown_ranks(self) -> list[int]:
@@ -161,71 +172,102 @@ class RankGrid(ScrollView, can_focus=True):
 
     def row_of(self, rank: int | None) -> RankRow | None:
         """The row of ``rank`` (drawn or filtered out), if the rank is known."""
-        return self._by_rank.get(rank) if rank is not None else None
+        return self._table.row(rank)
 
-    def update_rows(self, rows: list[RankRow]) -> None:
-        """Take the latest rows (by rank) and redraw what changed.
+    def update_rows(self, table: RowBuilder) -> None:
+        """Take the ranks as of ``table``'s last update and redraw what changed.
 
         The layout changes only when the order or the set of drawn ranks does; otherwise
         cells update in place, and only the visible lines holding a cell that looks
-        different are redrawn (a heat map of steady ranks redraws nothing).
+        different are redrawn (a heat map of steady ranks redraws nothing). A heat map looks
+        only at the ranks the update says changed; cells compare the rows of the visible
+        lines, so the rows of ranks off screen are never made.
         """
-        self._rows = rows
-        self._by_rank = {row.rank: row for row in rows}
+        since = self._table_gen
+        if table is not self._table:
+            self._table = table
+            since = -1
+        self._table_gen = table.gen
         layout = self._layout_key
         self._relayout()
         if self._layout_key != layout:
             self.refresh()
             return
         # Same layout: keep the drawings whose look did not change, redraw the lines that did.
-        keys = self._look_keys
-        ordered = self._layout.ordered
-        heat = self._layout.heat
+        looks, keys = self._looks, self._look_keys
         lines = self._layout.lines
         top = self.scroll_offset.y
         visible = range(top, min(len(lines), top + self.size.height))
-        for index in list(self._looks):
-            if index >= len(ordered) or keys.get(index) != self._look_key(ordered[index], heat):
-                del self._looks[index]
         for y in list(self._strips):
             if y not in visible:
                 del self._strips[y]
-        for y in visible:
-            line = lines[y]
-            if any(idx not in self._looks for _x, idx in line.cells):
-                self._strips.pop(y, None)
-                self.refresh_lines(y + 1)  # line 0 on screen is the title
-
-    @staticmethod
-    def _look_key(row: RankRow, heat: bool) -> object:
-        """What a rank's drawing depends on: status and deviation in a heat map, everything
-        in a cell."""
-        if heat:
-            return (row.status, row.deviation_level, row.exit_first)
-        return row
+        dirty: set[int] = set()
+        if self._layout.heat:
+            changed = table.changed if since == table.gen - 1 else None
+            if changed is None:
+                suspects = list(looks)
+            else:
+                suspects = []
+                where, cells = self._layout.where, [line.cells for line in lines]
+                for rank in changed:
+                    at = where.get(rank)
+                    if at is not None:
+                        suspects.append(cells[at[0]][at[1]][1])
+            ordered = self._layout.ordered
+            for index in suspects:
+                if index in looks and keys.get(index) != table.heat_key(ordered[index].rank):
+                    del looks[index]
+                    dirty.add(self._line_of[index])
+        else:
+            kept: dict[int, list[Segment]] = {}
+            ordered = self._layout.ordered
+            for y in visible:
+                for _x, index in lines[y].cells:
+                    look = looks.get(index)
+                    if look is not None and keys.get(index) == table.row(ordered[index].rank):
+                        kept[index] = look
+                    else:
+                        dirty.add(y)
+            self._looks = kept
+        for y in sorted(dirty):
+            self._strips.pop(y, None)
+            self.refresh_lines(y + 1)  # line 0 on screen is the title
 
     def _relayout(self, force: bool = False) -> None:
         width = self.scrollable_content_region.width or self.size.width or 80
         height = self.scrollable_content_region.height or self.size.height or 24
-        ordered = shown_rows(self._rows, sort_key=self.sort_key, flagged_only=self.flagged_only)
-        key = (
-            tuple(row.rank for row in ordered),
-            tuple(row.node for row in ordered),
-            width,
-            height,
-            self.form,
-            self.sort_key,
-        )
+        table = self._table
         self._width = width
+        if self.sort_key == "rank":
+            # Rank order: the places change only with the ranks, their nodes or their flags.
+            ordered = None
+            key: tuple = (id(table), table.layout_gen, table.flagged_gen, width, height, self.form, self.flagged_only)
+        else:
+            ordered = shown_rows(table.rows(), sort_key=self.sort_key, flagged_only=self.flagged_only)
+            key = (
+                tuple(row.rank for row in ordered),
+                tuple(row.node for row in ordered),
+                table.flagged_gen,
+                width,
+                height,
+                self.form,
+                self.sort_key,
+            )
         if key == self._layout_key and not force:
-            # Same places: keep the lines, take the new rows (cells update in place).
-            self._layout.ordered = ordered
             return
+        rows = table.rows()
         layout = lay_out(
-            self._rows, width=width, height=height, form=self.form, sort_key=self.sort_key, ordered=ordered
+            rows,
+            width=width,
+            height=height,
+            form=self.form,
+            sort_key=self.sort_key,
+            flagged_only=self.flagged_only,
+            ordered=ordered,
         )
         self._layout_key = key
         self._layout = layout
+        self._line_of = {idx: y for y, line in enumerate(layout.lines) for _x, idx in line.cells}
         self._looks.clear()
         self._strips.clear()
         self.virtual_size = Size(width, len(layout.lines) + 1)
@@ -255,19 +297,18 @@ class RankGrid(ScrollView, can_focus=True):
             style = self._styles[""] = self.rich_style
         return style
 
-    def _status_style(self, row: RankRow) -> Style:
-        if row.exit_first is False:
+    def _status_style(self, status: str, exit_first: bool | None) -> Style:
+        if exit_first is False:
             return self._style("rank-grid--exited-after")
-        return self._style(f"rank-grid--{row.status}")
+        return self._style(f"rank-grid--{status}")
 
-    def _heat_style(self, row: RankRow) -> Style:
-        if row.status == st.RUNNING:
-            level = row.deviation_level
+    def _heat_style(self, status: str, level: int, exit_first: bool | None) -> Style:
+        if status == st.RUNNING:
             if level == 2:
                 return self._style("rank-grid--dev-bad")
             if level == 1:
                 return self._style("rank-grid--dev-warn")
-        return self._status_style(row)
+        return self._status_style(status, exit_first)
 
     def render_line(self, y: int) -> Strip:
         width = self._width
@@ -288,6 +329,7 @@ class RankGrid(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._looks.clear()
+        self._glyphs.clear()
         self._styles.clear()
         self._strips.clear()
 
@@ -334,17 +376,24 @@ class RankGrid(ScrollView, can_focus=True):
             used += piece
 
     def _look(self, index: int) -> list[Segment]:
-        """The segments of the rank at ``index`` (a glyph or a cell), cached until the rows,
-        the layout or the styles change, so redrawing a line costs no formatting."""
+        """The segments of the rank at ``index`` (a glyph or a cell), cached until it looks
+        different, the layout or the styles change, so redrawing a line costs no formatting."""
         look = self._looks.get(index)
         if look is None:
-            row = self._layout.ordered[index]
+            rank = self._layout.ordered[index].rank
+            key: object
             if self._layout.heat:
-                look = [Segment(HEAT_GLYPHS.get(row.status, "?"), self._heat_style(row))]
+                key = self._table.heat_key(rank)
+                look = self._glyphs.get(key)
+                if look is None:
+                    status, level, exit_first = key  # type: ignore[misc]
+                    look = [Segment(HEAT_GLYPHS.get(status, "?"), self._heat_style(status, level, exit_first))]
+                    self._glyphs[key] = look
             else:
-                look = self._cell_segments(row)
+                key = row = self._table.row(rank)
+                look = self._cell_segments(row)  # type: ignore[arg-type]
             self._looks[index] = look
-            self._look_keys[index] = self._look_key(row, self._layout.heat)
+            self._look_keys[index] = key
         return look
 
     def _line_segments(self, line: GridLine, width: int) -> list[Segment]:
@@ -385,11 +434,11 @@ class RankGrid(ScrollView, can_focus=True):
         dim = self._style("rank-grid--dim")
         status = row.status
         if status == st.EXITED and row.exit_code is not None:
-            status_text, status_style = f"exit {row.exit_code}", self._status_style(row)
+            status_text, status_style = f"exit {row.exit_code}", self._status_style(status, row.exit_first)
         elif row.not_sharding and status == st.RUNNING:
             status_text, status_style = "unsharded", self._style("rank-grid--stalled")
         else:
-            status_text, status_style = status, self._status_style(row)
+            status_text, status_style = status, self._status_style(status, row.exit_first)
         level = row.deviation_level
         dev_style = (
             self._style("rank-grid--dev-bad")
@@ -413,7 +462,7 @@ class RankGrid(ScrollView, can_focus=True):
                 out.append(Segment(f"{status_text[:w]:<{w}}", status_style))
                 continue
             if key == "glyph":
-                out.append(Segment(HEAT_GLYPHS.get(status, "?"), self._heat_style(row)))
+                out.append(Segment(HEAT_GLYPHS.get(status, "?"), self._heat_style(status, level, row.exit_first)))
                 continue
             if key == "loss":
                 text = fmt_loss(row.loss)

@@ -15,7 +15,7 @@ from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
 
 from ..format import fmt_count, fmt_duration, fmt_rate
-from ..model import run_totals
+from ..model import RunTotals, run_totals
 from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
 
@@ -72,16 +72,18 @@ class RunSummary:
     replay: ReplayPosition | None = None
 
 
-def summarize(source: Source, *, hub_quiet_s: float | None = None) -> RunSummary:
-    """Read a :class:`RunSummary` from ``source``."""
+def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTotals | None = None) -> RunSummary:
+    """Read a :class:`RunSummary` from ``source`` (``totals``: :func:`run_totals` of its state,
+    when already at hand)."""
     state = source.state
     stats = source.stats
     hello = state.hello
-    totals = run_totals(state)
+    if totals is None:
+        totals = run_totals(state)
     counts = totals.status_counts
     notes = totals.notes
     if state.hub_note and state.hub_note not in notes:
-        notes.append(state.hub_note)
+        notes = [*notes, state.hub_note]
     replay = None
     if not source.live:
         replay = ReplayPosition(
