@@ -8,6 +8,7 @@ the first rank to exit is the cause and the others (stopped by torchrun) are its
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pardash.telemetry import schema
@@ -104,13 +105,14 @@ def rank_alerts(r: st.RankState, exit: ExitInfo | None = None, *, first: bool = 
     return out
 
 
-def run_alerts(state: st.RunState) -> list[Alert]:
+def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) -> list[Alert]:
     """Every current alert of the run, most severe first; exited ranks in the order they
-    exited (the first flagged as such when several did), the rest by rank."""
+    exited (the first flagged as such when several did), the rest by rank. ``ranks``: the
+    ranks that may have one (those with a verdict or an exit), when known; default all."""
     out: list[Alert] = []
     exits: dict[int, ExitInfo] | None = None
     exited = 0
-    for r in state.ranks.values():
+    for r in state.ranks.values() if ranks is None else ranks:
         if r.status in (st.RUNNING, st.STARTING, st.FINISHED) and r.not_sharding is None:
             continue
         info = None

@@ -262,6 +262,9 @@ class RowBuilder:
         """Changes when any rank becomes flagged or stops being flagged."""
         self.totals = RunTotals({}, 0, 0, None, [])
         """Run-wide figures of the last update (see :func:`run_totals`)."""
+        self.flagged: list[st.RankState] = []
+        """The ranks with a verdict, an exit or a memory flag (the ones alerts are about), by
+        rank, as of the last update."""
         self._notes: list[str] = []
         self._nodes = 0
         self._exit_marked = False
@@ -305,6 +308,7 @@ class RowBuilder:
         fresh: list[_Rank] = []
         fresh_self: list[float] = []
         live: list[_Rank] = []
+        self.flagged = flagged_ranks = []
         exited = 0
         for e in self._ranks:
             r = e.r
@@ -347,6 +351,8 @@ class RowBuilder:
                 if changed is not None:
                     changed.add(e.rank)
             flagged = status in FLAGGED_STATUSES or r.not_sharding is not None
+            if flagged:
+                flagged_ranks.append(r)
             if flagged != e.flagged:
                 e.flagged = flagged
                 flags_moved = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from textual import on
@@ -26,6 +27,17 @@ from ..widgets.selected_rank import SelectedRank
 
 SLOW_REFRESH_S = 0.5
 """Panels that summarise every rank (memory savings) redraw at most this often."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Widgets:
+    grid: RankGrid
+    selected: SelectedRank
+    header: RunHeader
+    alerts: AlertList
+    memory: MemorySummary
+    events: EventLog
+    main: Vertical
 
 
 class DashboardScreen(Screen):
@@ -88,6 +100,8 @@ class DashboardScreen(Screen):
         super().__init__(name=name, id=id, classes=classes)
         self._rows = RowBuilder()
         self._slow_version = -1
+        self._widgets: _Widgets | None = None
+        """The widgets a frame updates, found once (a query per widget and frame added up)."""
 
     @property
     def source(self) -> Source:
@@ -95,7 +109,7 @@ class DashboardScreen(Screen):
 
     @property
     def grid(self) -> RankGrid:
-        return self.query_one(RankGrid)
+        return self._widgets.grid if self._widgets is not None else self.query_one(RankGrid)
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -116,6 +130,15 @@ class DashboardScreen(Screen):
         self.set_class(self.size.width < self.NARROW_WIDTH, "-narrow")
 
     def on_mount(self) -> None:
+        self._widgets = _Widgets(
+            grid=self.query_one(RankGrid),
+            selected=self.query_one(SelectedRank),
+            header=self.query_one(RunHeader),
+            alerts=self.query_one(AlertList),
+            memory=self.query_one(MemorySummary),
+            events=self.query_one(EventLog),
+            main=self.query_one("#main", Vertical),
+        )
         self.query_one("#main").border_title = "ranks"
         self.query_one("#alerts").border_title = "alerts"
         self.query_one("#memory").border_title = "memory · m"
@@ -136,38 +159,40 @@ class DashboardScreen(Screen):
 
     def refresh_run(self) -> None:
         """Redraw from the source's current state (cheap: one pass over the ranks)."""
-        if not self.is_mounted:
+        w = self._widgets
+        if not self.is_mounted or w is None:
             return
         source = self.source
         state = source.state
-        grid = self.grid
+        grid = w.grid
         table = self._rows.update(state)
         grid.update_rows(table)
-        self.query_one(SelectedRank).row = grid.row_of(grid.cursor_rank)
-        self.query_one(RunHeader).summary = summarize(
+        w.selected.row = grid.row_of(grid.cursor_rank)
+        w.header.summary = summarize(
             source,
             hub_quiet_s=self.app.hub_quiet_s,  # type: ignore[attr-defined]
             totals=table.totals,
         )
-        alerts = self.query_one(AlertList)
-        alerts.alerts = tuple(run_alerts(state))
+        alerts = w.alerts
+        alerts.alerts = tuple(run_alerts(state, table.flagged))
         if not state.ranks:
             alerts.calm = "waiting for ranks…"
         elif all(r.finished for r in state.ranks.values()):
             alerts.calm = "✓ every rank finished"
         else:
             alerts.calm = "✓ no alerts: every rank is healthy"
-        self.query_one(EventLog).sync(state)
+        w.events.sync(state)
         self._update_labels()
         if self._slow_version < 0:
             self._refresh_slow()
 
     def _refresh_slow(self) -> None:
         version = self.app.version  # type: ignore[attr-defined]
-        if version == self._slow_version:
+        if version == self._slow_version or self._widgets is None:
             return
         self._slow_version = version
-        self.query_one(MemorySummary).savings = memory_savings(self.source.state)
+        memory = self._widgets.memory
+        memory.savings = memory_savings(self.source.state, reuse=memory.savings)
 
     @on(RankHighlighted)
     def _highlighted(self, message: RankHighlighted) -> None:
@@ -185,7 +210,7 @@ class DashboardScreen(Screen):
         grid = self.grid
         form = "heat map" if grid.heat else "cells"
         label = f"{form} · sorted by {SORT_LABELS[grid.sort_key]}" + (" · flagged only" if grid.flagged_only else "")
-        main = self.query_one("#main")
+        main = self._widgets.main if self._widgets is not None else self.query_one("#main")
         if main.border_subtitle != label:  # setting it repaints the grid's whole panel
             main.border_subtitle = label
 

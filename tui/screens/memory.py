@@ -95,7 +95,7 @@ class MemoryScreen(Screen):
             return
         self._version = version
         state = self.source.state
-        savings = memory_savings(state)
+        savings = memory_savings(state, reuse=self.query_one(MemorySummary).savings)
         self.query_one(MemorySummary).savings = savings
         self.query_one(MemoryBars).savings = savings
         strategy = state.strategy or "?"

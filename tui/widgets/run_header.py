@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
@@ -28,6 +30,9 @@ STATUS_MARKS = (
     (st.FINISHED, "□"),
     (st.STARTING, "·"),
 )
+_GLYPHS = dict(STATUS_MARKS)
+Run = tuple[str, "Style | None"]
+"""A stretch of text in one style (None: the widget's own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,13 +186,25 @@ class RunHeader(CachedStyles, Widget):
         self._lines = None
 
     def _strips(self, width: int) -> list[Strip]:
-        # Drawn as segments (the Line API): the header changes every frame, and Textual's own
-        # conversion of the text cost more than everything else it does for it.
+        # Drawn as segments (the Line API): the header changes every frame. A line that fits
+        # goes straight from its runs to a strip, its length the sum of theirs (measuring whole
+        # lines of changing text, with their "·", cost most of a frame's header).
         if self._lines is None or self._lines[0] != width:
             console = self.app.console
+            base = self.rich_style
             strips = []
-            for line in self._text(width).split("\n"):
-                for part in line.wrap(console, width) if line.cell_len > width else (line,):
+            lines, extra = self._runs(width)
+            for runs, length in lines:
+                if length <= width:
+                    segments = [Segment(text, base + style if style else base) for text, style in runs]
+                    if length < width:
+                        segments.append(Segment(" " * (width - length), base))
+                    strips.append(Strip(segments, width))
+                    continue
+                for part in _line_text(runs).wrap(console, width):
+                    strips.append(text_strip(self, part, width))
+            if extra is not None:
+                for part in extra.wrap(console, width) if extra.cell_len > width else (extra,):
                     strips.append(text_strip(self, part, width))
             self._lines = (width, strips)
         return self._lines[1]
@@ -203,86 +220,107 @@ class RunHeader(CachedStyles, Widget):
     def _s(self, name: str) -> Style:
         return component_fg(self, f"run-header--{name}")
 
-    def _flow(self, pieces: list[Text], width: int, sep: str = "   ") -> list[Text]:
-        """Lay pieces out left to right, starting a new line when the next does not fit."""
-        lines: list[Text] = []
-        line = Text(no_wrap=True, overflow="ellipsis")
+    def _flow(self, pieces: list[list[Run]], width: int, sep: str = "   ") -> list[tuple[list[Run], int]]:
+        """Lay pieces out left to right, starting a new line when the next does not fit:
+        each line's runs and its length in cells."""
+        lines: list[tuple[list[Run], int]] = []
+        line: list[Run] = []
+        used = 0
         for piece in pieces:
-            if line.cell_len and line.cell_len + len(sep) + piece.cell_len > width:
-                lines.append(line)
-                line = Text(no_wrap=True, overflow="ellipsis")
-            if line.cell_len:
-                line.append(sep)
-            line.append_text(piece)
-        if line.cell_len:
-            lines.append(line)
+            n = sum(cell_len(text) for text, _style in piece)
+            if used and used + len(sep) + n > width:
+                lines.append((line, used))
+                line, used = [], 0
+            if used:
+                line.append((sep, None))
+                used += len(sep)
+            line.extend(piece)
+            used += n
+        if used:
+            lines.append((line, used))
         return lines
 
-    def _pair(self, label: str, value: str, style: str = "value") -> Text:
-        return Text.assemble((label + " ", self._s("label")), (value, self._s(style)))
+    def _pair(self, label: str, value: str, style: str = "value") -> list[Run]:
+        return [(label + " ", self._s("label")), (value, self._s(style))]
 
     def render(self) -> Text:
         return self._text(self.content_region.width or 80)
 
     def _text(self, width: int) -> Text:
         """The header's lines for a content ``width``, separated by newlines."""
+        lines, extra = self._runs(width)
+        texts = [_line_text(runs) for runs, _length in lines]
+        if extra is not None:
+            texts.append(extra)
+        return Text("\n").join(texts)
+
+    def _runs(self, width: int) -> tuple[list[tuple[list[Run], int]], Text | None]:
+        """The header's lines for a content ``width`` as runs of styled text (with each line's
+        length), and a text that wraps on its own below them (the run's note), if any."""
         s = self.summary
         width = max(20, width)
         if s.live and not s.synced:
-            return Text("waiting for the hub's snapshot… (is the hub running?)", style=self._s("warn"))
-        first: list[Text] = [Text(s.run_id or "pardash", style=self._s("title"))]
+            return [], Text("waiting for the hub's snapshot… (is the hub running?)", style=self._s("warn"))
+        first: list[list[Run]] = [[(s.run_id or "pardash", self._s("title"))]]
         what = [s.strategy or "?", f"{s.world_size} rank{'s' if s.world_size != 1 else ''}"]
         if s.nodes > 1:
             what[-1] += f" on {s.nodes} nodes"
-        first.append(Text(" · ".join(what), style=self._s("value")))
+        first.append([(" · ".join(what), self._s("value"))])
         first.append(self._pair("step", fmt_count(s.step)))
         first.append(self._pair("samples/s", fmt_rate(s.samples_per_s)))
         first.append(self._pair("elapsed", fmt_duration(s.elapsed_s)))
         if s.device:
-            first.append(Text(s.device, style=self._s("label")))
+            first.append([(s.device, self._s("label"))])
 
-        second: list[Text] = []
-        marks = Text()
+        second: list[list[Run]] = []
+        marks: list[Run] = []
         for status, n in s.status_counts:
-            glyph = dict(STATUS_MARKS)[status]
+            glyph = _GLYPHS[status]
             if marks:
-                marks.append("  ")
-            marks.append(f"{glyph} {n} {status}", style=self._s(status))
+                marks.append(("  ", None))
+            marks.append((f"{glyph} {n} {status}", self._s(status)))
         if marks:
             second.append(marks)
         if s.replay is not None:
-            second.append(self._replay_text(s.replay))
+            second.append(self._replay_runs(s.replay))
         if s.live and s.hub_quiet_s is not None:
-            second.append(Text(f"hub quiet for {s.hub_quiet_s:.0f} s", style=self._s("bad")))
-        counters = Text.assemble(
-            ("lost ", self._s("label")),
-            (fmt_count(s.lost), self._s("bad" if s.lost else "value")),
-            (" · rejected ", self._s("label")),
-            (fmt_count(s.rejected), self._s("warn" if s.rejected else "value")),
-            (" · dropped ", self._s("label")),
-            (fmt_count(s.dropped), self._s("warn" if s.dropped else "value")),
+            second.append([(f"hub quiet for {s.hub_quiet_s:.0f} s", self._s("bad"))])
+        second.append(
+            [
+                ("lost ", self._s("label")),
+                (fmt_count(s.lost), self._s("bad" if s.lost else "value")),
+                (" · rejected ", self._s("label")),
+                (fmt_count(s.rejected), self._s("warn" if s.rejected else "value")),
+                (" · dropped ", self._s("label")),
+                (fmt_count(s.dropped), self._s("warn" if s.dropped else "value")),
+            ]
         )
-        second.append(counters)
         if s.live and s.ingest_hz:
             second.append(self._pair("hub", f"{fmt_rate(s.ingest_hz)} msg/s", "label"))
         if s.log_error:
-            second.append(Text(f"log: {s.log_error}", style=self._s("bad")))
+            second.append([(f"log: {s.log_error}", self._s("bad"))])
         elif s.log_path:
             second.append(self._pair("log", s.log_path, "label"))
-        lines = self._flow(first, width) + self._flow(second, width)
+        note = None
         if s.note:
             note = Text("⚠ " + s.note, style=self._s("note"))
             note.overflow = "fold"  # the note is never hidden: it wraps instead
-            lines.append(note)
-        return Text("\n").join(lines)
+        return self._flow(first, width) + self._flow(second, width), note
 
-    def _replay_text(self, r: ReplayPosition) -> Text:
+    def _replay_runs(self, r: ReplayPosition) -> list[Run]:
         state = "ended" if r.done else "paused" if r.paused else "playing"
         style = "warn" if r.paused else "good"
         name = r.path.replace("\\", "/").rsplit("/", 1)[-1]
-        return Text.assemble(
+        return [
             (f"replay {name} " if name else "replay ", self._s("label")),
             (f"{fmt_duration(r.position_s)} / {fmt_duration(r.duration_s)}", self._s("value")),
             (f" · {r.speed:g}× · ", self._s("label")),
             (state, self._s(style)),
-        )
+        ]
+
+
+def _line_text(runs: list[Run]) -> Text:
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for text, style in runs:
+        line.append(text, style=style)
+    return line

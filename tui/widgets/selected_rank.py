@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
@@ -14,7 +16,7 @@ from pardash.telemetry import state as st
 
 from ..format import fmt_bytes, fmt_deviation, fmt_loss, fmt_step_time
 from ..model import RankRow
-from ..styles import CachedStyles, component_fg, text_strip
+from ..styles import CachedStyles, component_fg
 
 
 class SelectedRank(CachedStyles, Widget):
@@ -63,47 +65,64 @@ class SelectedRank(CachedStyles, Widget):
         if y:
             return Strip.blank(width, self.rich_style)
         if self._line is None or self._line.cell_length != width:
-            self._line = text_strip(self, self.render(), width)
+            # Straight from runs to segments: the line changes with every step of the rank.
+            base = self.rich_style
+            runs, used = self._runs(width)
+            segments = [Segment(text, base + style) for text, style in runs]
+            if used < width:
+                segments.append(Segment(" " * (width - used), base))
+            self._line = Strip(segments, max(width, used)).crop(0, width) if used > width else Strip(segments, width)
         return self._line
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"selected-rank--{name}")
 
-    def _pair(self, label: str, value: str) -> Text:
-        return Text.assemble((label + " ", self._s("label")), (value, self._s("value")))
+    def _pair(self, label: str, value: str) -> list[tuple[str, Style]]:
+        return [(label + " ", self._s("label")), (value, self._s("value"))]
 
     def render(self) -> Text:
-        row = self.row
-        width = self.content_region.width or 80
         out = Text(no_wrap=True, overflow="ellipsis")
+        for text, style in self._runs(self.content_region.width or 80)[0]:
+            out.append(text, style=style)
+        return out
+
+    def _runs(self, width: int) -> tuple[list[tuple[str, Style]], int]:
+        """The line as runs of styled text, and its length in cells: the most telling figures
+        first; what does not fit is left out, never wrapped."""
+        row = self.row
         if row is None:
-            out.append("no rank selected", style=self._s("label"))
-            return out
+            text = "no rank selected"
+            return [(text, self._s("label"))], cell_len(text)
         status = row.status if row.exit_code is None else f"exited {row.exit_code}"
         self_text = fmt_step_time(row.self_s)
         if row.self_dev is not None and row.status not in (st.EXITED, st.FINISHED):
             self_text += f" ({fmt_deviation(row.self_dev)})"
-        # Most telling first; what does not fit is left out, never wrapped.
         pieces = [
-            Text(f"rank {row.rank}", style=self._s("value")),
-            Text(status, style=self._s("flag") if row.flagged else self._s("value")),
+            [(f"rank {row.rank}", self._s("value"))],
+            [(status, self._s("flag") if row.flagged else self._s("value"))],
             self._pair("self", self_text),
             self._pair("loss", fmt_loss(row.loss)),
             self._pair("step time", fmt_step_time(row.step_s)),
             self._pair("held", fmt_bytes(row.held_bytes)),
             self._pair("step", str(row.step) if row.step is not None else "–"),
-            Text(f"{row.host or 'node'} (node {row.node})", style=self._s("label")),
+            [(f"{row.host or 'node'} (node {row.node})", self._s("label"))],
         ]
         sep = " · "
+        out: list[tuple[str, Style]] = []
+        used = 0
         for piece in pieces:
-            need = (len(sep) if out.cell_len else 0) + piece.cell_len
-            if out.cell_len + need > width:
+            n = sum(cell_len(text) for text, _style in piece)
+            need = (len(sep) if used else 0) + n
+            if used + need > width:
                 break
-            if out.cell_len:
-                out.append(sep, style=self._s("label"))
-            out.append_text(piece)
-        hint = Text("⏎ detail", style=self._s("hint"))
-        if out.cell_len + 2 + hint.cell_len <= width:
-            out.append(" " * (width - out.cell_len - hint.cell_len))
-            out.append_text(hint)
-        return out
+            if used:
+                out.append((sep, self._s("label")))
+            out.extend(piece)
+            used += need
+        hint = "⏎ detail"
+        n = cell_len(hint)
+        if used + 2 + n <= width:
+            out.append((" " * (width - used - n), None))  # type: ignore[arg-type]
+            out.append((hint, self._s("hint")))
+            used = width
+        return out, used
