@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from textual import on
@@ -10,6 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer
 
 from pardash.telemetry.client import Source
@@ -17,16 +19,22 @@ from pardash.telemetry.client import Source
 from ..alerts import run_alerts
 from ..memory import memory_savings
 from ..messages import RankChosen, RankHighlighted, RunUpdated
-from ..model import SORT_KEYS, SORT_LABELS, RowBuilder
+from ..model import SORT_KEYS, SORT_LABELS, RankRow, RowBuilder
 from ..widgets.alert_list import AlertList
 from ..widgets.event_log import EventLog
 from ..widgets.memory_summary import MemorySummary
 from ..widgets.rank_grid import RankGrid
-from ..widgets.run_header import RunHeader, summarize
+from ..widgets.run_header import RunHeader, RunSummary, summarize
 from ..widgets.selected_rank import SelectedRank
 
 SLOW_REFRESH_S = 0.5
 """Panels that summarise every rank (memory savings) redraw at most this often."""
+FIGURES_S = 0.25
+"""The header's running figures (step, samples/s, elapsed time, the hub's rate) and the
+selected rank's figures (loss, times) redraw at most this often; what they say about the run
+(rank statuses, flags, notes, warnings) redraws at once. Each frame moves those figures, and
+redrawing the header and that line at every frame, at opposite ends of the screen, cost more
+than all the rest of drawing a frame of 1024 ranks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +46,21 @@ class _Widgets:
     memory: MemorySummary
     events: EventLog
     main: Vertical
+
+
+def _said(summary: RunSummary) -> RunSummary:
+    """What a header says about the run, its running figures left out (see FIGURES_S)."""
+    replay = summary.replay
+    if replay is not None:
+        replay = replace(replay, position_s=0.0)
+    return replace(summary, step=0, samples_per_s=None, elapsed_s=0.0, ingest_hz=0.0, replay=replay)
+
+
+def _said_row(row: RankRow | None) -> tuple | None:
+    """What the selected-rank line says about the rank, its figures left out."""
+    if row is None:
+        return None
+    return (row.rank, row.node, row.host, row.status, row.flagged, row.exit_code, row.self_dev is None)
 
 
 class DashboardScreen(Screen):
@@ -102,6 +125,12 @@ class DashboardScreen(Screen):
         self._slow_version = -1
         self._widgets: _Widgets | None = None
         """The widgets a frame updates, found once (a query per widget and frame added up)."""
+        self._figures_t = 0.0
+        """When the header and the selected-rank line last took a frame's figures."""
+        self._figures_due: Timer | None = None
+        """Brings the latest figures when frames stop coming (see FIGURES_S)."""
+        self._summary: RunSummary | None = None
+        """The latest frame's header, shown or waiting for its turn."""
 
     @property
     def source(self) -> Source:
@@ -156,6 +185,7 @@ class DashboardScreen(Screen):
 
     def on_screen_resume(self) -> None:
         self.refresh_run()
+        self._show_figures(now=True)
 
     def refresh_run(self) -> None:
         """Redraw from the source's current state (cheap: one pass over the ranks)."""
@@ -164,15 +194,14 @@ class DashboardScreen(Screen):
             return
         source = self.source
         state = source.state
-        grid = w.grid
         table = self._rows.update(state)
-        grid.update_rows(table)
-        w.selected.row = grid.row_of(grid.cursor_rank)
-        w.header.summary = summarize(
+        w.grid.update_rows(table)
+        self._summary = summarize(
             source,
             hub_quiet_s=self.app.hub_quiet_s,  # type: ignore[attr-defined]
             totals=table.totals,
         )
+        self._show_figures()
         alerts = w.alerts
         alerts.alerts = tuple(run_alerts(state, table.flagged))
         if not state.ranks:
@@ -185,6 +214,32 @@ class DashboardScreen(Screen):
         self._update_labels()
         if self._slow_version < 0:
             self._refresh_slow()
+
+    def _show_figures(self, *, now: bool = False) -> None:
+        """The latest header and selected-rank line: at once when what they say changed (or
+        ``now``), else with the next turn of FIGURES_S (see there)."""
+        w = self._widgets
+        summary = self._summary
+        if w is None or summary is None:
+            return
+        grid = w.grid
+        row = grid.row_of(grid.cursor_rank)
+        t = time.monotonic()
+        wait = self._figures_t + FIGURES_S - t
+        if not now and wait > 0 and _said(summary) == _said(w.header.summary) and _said_row(row) == _said_row(w.selected.row):
+            if self._figures_due is None:
+                self._figures_due = self.set_timer(wait, self._figures_turn)
+            return
+        self._figures_t = t
+        if self._figures_due is not None:
+            self._figures_due.stop()
+            self._figures_due = None
+        w.header.summary = summary
+        w.selected.row = row
+
+    def _figures_turn(self) -> None:
+        self._figures_due = None
+        self._show_figures(now=True)
 
     def _refresh_slow(self) -> None:
         version = self.app.version  # type: ignore[attr-defined]
