@@ -30,16 +30,10 @@ from . import frames, registry, schema, security
 from .hubcore import MAX_RANK, HubCore
 from .recorder import Recorder
 
-__all__ = ["Hub", "HubCore", "MAX_RANK", "MAX_SNAPSHOT_WAITERS", "INGEST_GAP_S", "add_hub_arguments", "run_hub", "main"]
+__all__ = ["Hub", "HubCore", "MAX_RANK", "MAX_SNAPSHOT_WAITERS", "add_hub_arguments", "run_hub", "main"]
 
 MAX_SNAPSHOT_WAITERS = 256
 """Snapshot requests served per frame; more wait for the next frames (a request flood)."""
-INGEST_GAP_S = 0.02
-"""Shortest time between two ingest passes that emptied the queue. Each wake-up of the hub
-takes a core from a rank on a machine the ranks keep busy (and, through the next collective,
-from every rank). Taking what arrived every 20 ms makes hundreds of wake-ups a second at most
-50 (a 2-rank DDP job at 65 steps/s: a quarter less hub CPU), and frames (every 100 ms) carry
-the same messages. Under a flood the queue never empties and no pass waits."""
 
 
 def _bind(sock: zmq.Socket, host: str, port: int) -> str:
@@ -168,9 +162,15 @@ class Hub:
 
     def serve(self, *, until: float | None = None) -> None:
         """Run the loop until ``stop()`` (or a SIGTERM handler calling it)."""
+        # Messages are taken at the frame when the last pass emptied the queue: the loop then
+        # waits only for the frame clock and for snapshot requests. Each wake-up of the hub
+        # takes a core from a rank on a machine the ranks keep busy (and, through the next
+        # collective, from every rank), and a frame carries the same messages either way.
+        # A pass that could not empty the queue (a flood) keeps the loop taking as they come.
         poller = zmq.Poller()
         poller.register(self.ingest, zmq.POLLIN)
         poller.register(self.snap, zmq.POLLIN)
+        watching = True
         core = self.core
         next_frame = time.monotonic() + self.frame_s
         waiting: list[bytes] = []
@@ -180,11 +180,17 @@ class Hub:
                 break
             timeout_ms = max(0.0, (next_frame - now) * 1000)
             events = dict(poller.poll(timeout_ms))
-            if self.ingest in events and self._drain(now, until=next_frame):
-                # The queue is empty: let the next messages gather (see INGEST_GAP_S).
-                rest = min(INGEST_GAP_S, next_frame - time.monotonic())
-                if rest > 0:
-                    time.sleep(rest)
+            now = time.monotonic()
+            if self.ingest in events or now >= next_frame:
+                # At the frame, what gathered since the last pass goes into it: up to half a
+                # frame's time for it (then the frame goes out, and the rest follows).
+                emptied = self._drain(now, until=next_frame if now < next_frame else now + self.frame_s / 2)
+                if emptied == watching:
+                    if emptied:
+                        poller.unregister(self.ingest)
+                    else:
+                        poller.register(self.ingest, zmq.POLLIN)
+                    watching = not emptied
             if self.snap in events:
                 while True:
                     try:

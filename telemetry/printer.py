@@ -13,7 +13,7 @@ from typing import TextIO
 
 from . import schema
 from .client import Source
-from .summary import held_spread, human_bytes, ms, samples_per_s, self_s_spread, step_s_spread
+from .summary import held_spread, human_bytes, ms, samples_per_s, samples_per_s_recent, self_s_spread, step_s_spread
 
 
 def is_terminal(out: TextIO) -> bool:
@@ -156,8 +156,7 @@ def event_line(ev: schema.Message) -> str:
 
 def progress_stats(st) -> str:
     """What the bar shows beside step/total: samples/s, step time spread, rank states."""
-    sps = samples_per_s(st)
-    parts = [f"{sps:,.0f} samples/s"] if sps > 0 else []  # 0 once every rank is done: say nothing
+    parts = [rate_text(st)]
     sp = step_s_spread(st)
     if sp:
         parts.append("step ms " + "/".join(ms(x) for x in sp) + " min/med/max")
@@ -165,17 +164,24 @@ def progress_stats(st) -> str:
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     if st.lost:
         parts.append(f"{st.lost} lost")
-    return " | ".join(parts)
+    return " | ".join(p for p in parts if p)
+
+
+def rate_text(st) -> str:
+    """Samples a second now; once every rank is done, what they ran at over their last steps
+    ("avg"); '' before a first step."""
+    sps = samples_per_s(st)
+    if sps > 0:
+        return f"{sps:,.0f} samples/s"
+    recent = samples_per_s_recent(st)
+    return f"{recent:,.0f} samples/s avg" if recent > 0 else ""
 
 
 def progress_line(st, elapsed_s: float) -> str:
     hello = st.hello
     total = (hello.config or {}).get("steps") if hello else None
     step = f"step {st.step}" + (f"/{total}" if total else "")
-    parts = [f"[{elapsed_s:6.1f}s] {step}"]
-    sps = samples_per_s(st)
-    if sps > 0:  # 0 once every rank is done (or before a first step): say nothing
-        parts.append(f"{sps:,.0f} samples/s")
+    parts = [f"[{elapsed_s:6.1f}s] {step}", rate_text(st)]
     sp = step_s_spread(st)
     if sp:
         parts.append("step ms min/med/max " + "/".join(ms(x) for x in sp))
@@ -191,7 +197,7 @@ def progress_line(st, elapsed_s: float) -> str:
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     if st.lost:
         parts.append(f"{st.lost} lost")
-    return " | ".join(parts)
+    return " | ".join(p for p in parts if p)
 
 
 def ranks_text(ranks: list[int]) -> str:

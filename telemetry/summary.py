@@ -17,6 +17,21 @@ def samples_per_s(state: RunState) -> float:
     return total
 
 
+def samples_per_s_recent(state: RunState) -> float:
+    """Samples a second across ranks over each rank's recent steps (its history, the last
+    HISTORY_POINTS points): what a run ran at, still known once every rank is done. A history
+    keeps a rank's latest step of each frame, so steps are counted by their numbers."""
+    total = 0.0
+    for r in state.ranks.values():
+        s = r.step
+        if s is None or not s.samples:
+            continue
+        steps, t = r.history["step"].values(), r.history["t"].values()
+        if len(t) >= 2 and t[-1] > t[0] and steps[-1] > steps[0]:
+            total += s.samples * (steps[-1] - steps[0]) / (t[-1] - t[0])
+    return total
+
+
 def spread(values: list[float]) -> tuple[float, float, float] | None:
     """(min, median, max), or None for no values."""
     if not values:

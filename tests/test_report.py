@@ -18,7 +18,10 @@ import pytest
 
 from helpers import pardash_env
 from pardash.telemetry.compare import render_compare_markdown
+from pardash.telemetry import schema
+from pardash.telemetry.printer import progress_line
 from pardash.telemetry.report import build_report, render_markdown, render_text
+from pardash.telemetry.state import RunState
 
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))
@@ -177,7 +180,21 @@ def test_report_command_formats(tmp_path):
 # -- headless progress: a bar on a terminal, lines elsewhere ---------------------------------
 
 SIM = ["simulate", "--headless", "--ranks", "4", "--steps", "40", "--rate", "20", "--every", "0.5"]
-PLAIN_LINE = re.compile(r"^\[\s*\d+\.\ds\] step \d+/40 \| (?:[\d,]+ samples/s \| )?step ms min/med/max [\d.]+/[\d.]+/[\d.]+ \|")
+PLAIN_LINE = re.compile(r"^\[\s*\d+\.\ds\] step \d+/40 \| (?:[\d,]+ samples/s(?: avg)? \| )?step ms min/med/max [\d.]+/[\d.]+/[\d.]+ \|")
+
+
+def test_a_finished_run_shows_the_rate_it_ran_at():
+    # Two ranks, 16 samples a step, a step every 50 ms: 640 samples/s. Frames carry each rank's
+    # latest step only (every other one here), so the rate counts steps by their numbers.
+    st = RunState(run_id="r", track_seq=False)
+    for step in range(0, 40, 2):
+        frame = [schema.Step(run="r", rank=r, step=step, samples=16, step_s=0.05, t=1000.0 + step * 0.05) for r in (0, 1)]
+        st.apply_frame(frame, 0.0)
+    assert "| 640 samples/s |" in progress_line(st, 2.0)  # live: 2 x 16 / 0.05, from the latest steps
+    for r in (0, 1):
+        st.apply(schema.Event(run="r", rank=r, name="exit", code=0, t=1002.0), 0.0)
+    line = progress_line(st, 2.5)
+    assert "| 640 samples/s avg |" in line and "2 finished" in line, line
 
 
 def test_progress_is_plain_lines_when_piped(tmp_path):
@@ -185,8 +202,9 @@ def test_progress_is_plain_lines_when_piped(tmp_path):
     assert p.returncode == 0, p.stderr
     lines = [line for line in p.stdout.splitlines() if PLAIN_LINE.match(line)]
     assert lines, p.stdout
-    assert "finished" in lines[-1] and "samples/s" not in lines[-1]  # no "0 samples/s" once done
-    assert any("samples/s" in line for line in lines[:-1])
+    # Once done, never "0 samples/s": the rate the ranks ran at over their last steps.
+    assert "finished" in lines[-1] and re.search(r"\| [1-9][\d,]* samples/s avg \|", lines[-1]), lines[-1]
+    assert any(re.search(r"\| [1-9][\d,]* samples/s \|", line) for line in lines[:-1])
     assert "\x1b[" not in p.stdout  # no terminal control codes in a log file
 
 
