@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -30,6 +31,11 @@ from ..grid_layout import (
 from ..messages import RankChosen, RankHighlighted
 from ..model import SORT_KEYS, RankRow, RowBuilder
 from ..styles import component_fg
+
+
+_GONE = (st.EXITED, st.FINISHED, st.SILENT)
+Look = tuple[tuple[str, Style], ...]
+"""How a rank is drawn: runs of text, a style each (a heat-map glyph, or a cell's fields)."""
 
 
 class RankGrid(ScrollView, can_focus=True):
@@ -127,7 +133,7 @@ class RankGrid(ScrollView, can_focus=True):
         self._layout = GridLayout(ordered=[], lines=[], columns=(), heat=False, rank_width=4)
         self._layout_key: tuple = ()
         """What the layout was made from (order, nodes, size, form, sort)."""
-        self._looks: dict[int, list[Segment]] = {}
+        self._looks: dict[int, Look] = {}
         """Drawing of each ordered rank (a cell or a glyph), kept while it looks the same."""
         self._look_keys: dict[int, object] = {}
         """What each kept drawing was made from: a heat key (status, deviation level, exit
@@ -136,7 +142,9 @@ class RankGrid(ScrollView, can_focus=True):
         """Drawn lines by line number, dropped when anything on them changes."""
         self._line_of: dict[int, int] = {}
         """Line of each ordered rank."""
-        self._glyphs: dict[object, list[Segment]] = {}
+        self._glyphs: dict[object, Look] = {}
+        self._plan: tuple[GridLayout | None, list[tuple[str, int]]] = (None, [])
+        """The layout a cell plan was made for, and the plan (see _cell_plan)."""
         """A heat-map glyph for each look (status, deviation level, exit order)."""
         self._styles: dict[str, Style] = {}
         """Component styles over the base style ("" is the base), cleared on style changes."""
@@ -219,19 +227,29 @@ class RankGrid(ScrollView, can_focus=True):
                     del looks[index]
                     dirty.add(self._line_of[index])
         else:
-            kept: dict[int, list[Segment]] = {}
+            # Cells: the visible ones' rows are made and drawn now (their look is their key:
+            # a rank whose figures moved without changing what the cell says is not redrawn).
+            kept: dict[int, Look] = {}
             ordered = self._layout.ordered
+            row_of, cell_look = table.row, self._cell_look
             for y in visible:
                 for _x, index in lines[y].cells:
-                    look = looks.get(index)
-                    if look is not None and keys.get(index) == table.row(ordered[index].rank):
-                        kept[index] = look
-                    else:
+                    look = cell_look(row_of(ordered[index].rank))  # type: ignore[arg-type]
+                    if looks.get(index) != look:
                         dirty.add(y)
+                    kept[index] = look
             self._looks = kept
+        start = count = 0
         for y in sorted(dirty):
             self._strips.pop(y, None)
-            self.refresh_lines(y + 1)  # line 0 on screen is the title
+            if count and y == start + count:
+                count += 1
+                continue
+            if count:
+                self.refresh_lines(start + 1, count)  # line 0 on screen is the title
+            start, count = y, 1
+        if count:
+            self.refresh_lines(start + 1, count)
 
     def _relayout(self, force: bool = False) -> None:
         width = self.scrollable_content_region.width or self.size.width or 80
@@ -321,8 +339,7 @@ class RankGrid(ScrollView, can_focus=True):
                 return Strip.blank(width, base)
             strip = self._strips.get(index)
             if strip is None:
-                segments = self._line_segments(self._layout.lines[index], width)
-                strip = self._strips[index] = Strip(Segment.simplify(segments)).crop_extend(0, width, base)
+                strip = self._strips[index] = self._line_strip(self._layout.lines[index], width)
             return strip
         return Strip(Segment.simplify(segments)).crop_extend(0, width, base)
 
@@ -375,115 +392,165 @@ class RankGrid(ScrollView, can_focus=True):
             yield Segment(f" {text}  ", dim)
             used += piece
 
-    def _look(self, index: int) -> list[Segment]:
-        """The segments of the rank at ``index`` (a glyph or a cell), cached until it looks
+    def _look(self, index: int) -> Look:
+        """The runs of the rank at ``index`` (a glyph or a cell), cached until it looks
         different, the layout or the styles change, so redrawing a line costs no formatting."""
         look = self._looks.get(index)
         if look is None:
             rank = self._layout.ordered[index].rank
-            key: object
             if self._layout.heat:
                 key = self._table.heat_key(rank)
                 look = self._glyphs.get(key)
                 if look is None:
                     status, level, exit_first = key  # type: ignore[misc]
-                    look = [Segment(HEAT_GLYPHS.get(status, "?"), self._heat_style(status, level, exit_first))]
+                    look = ((HEAT_GLYPHS.get(status, "?"), self._heat_style(status, level, exit_first)),)
                     self._glyphs[key] = look
+                self._look_keys[index] = key
             else:
-                key = row = self._table.row(rank)
-                look = self._cell_segments(row)  # type: ignore[arg-type]
+                look = self._cell_look(self._table.row(rank))  # type: ignore[arg-type]
             self._looks[index] = look
-            self._look_keys[index] = key
         return look
 
-    def _line_segments(self, line: GridLine, width: int) -> list[Segment]:
-        out: list[Segment] = []
+    def _line_strip(self, line: GridLine, width: int) -> Strip:
+        """One grid line as a strip of exactly ``width`` cells. Runs of one style are joined as
+        they come (styles are shared objects, so ``is`` finds them), sparing Rich's simplify
+        and Textual's measuring and padding of the strip."""
+        base = self._base()
+        segments: list[Segment] = []
+        texts: list[str] = []
+        current: Style | None = base
+        length = 0
+        """Cells drawn so far."""
+
+        def run(text: str, style: Style, cells: int) -> None:
+            nonlocal current, length
+            if style is not current and style != current:
+                if texts:
+                    segments.append(Segment("".join(texts), current))
+                    texts.clear()
+                current = style
+            texts.append(text)
+            length += cells
+
         x_at = 0
+        """Where the layout puts the next piece (a cell that overflows its width pushes the
+        rest of the line right, as text does)."""
+        heat = self._layout.heat
+        if line.kind != "heat":
+            for x, text, cls in line.labels:
+                if line.kind == "node":
+                    text = f"─ {text} "
+                    text = text + "─" * max(0, width - cell_len(text) - 1)
+                run(" " * max(0, x - x_at), base, max(0, x - x_at))
+                n = cell_len(text)
+                run(text, self._style(f"rank-grid--{cls}"), n)
+                x_at = x + n
         cursor_rank = self.cursor_rank
         ordered = self._layout.ordered
-        for x, text, cls in line.labels if line.kind != "heat" else ():
-            if line.kind == "node":
-                text = f"─ {text} "
-                text = text + "─" * max(0, width - len(text) - 1)
-            out.append(Segment(" " * (x - x_at), self._base()))
-            out.append(Segment(text, self._style(f"rank-grid--{cls}")))
-            x_at = x + len(text)
+        step = 1 if heat else self._layout.cell_width
         for x, kind, payload, cls in line.items:
             if x > x_at:
-                out.append(Segment(" " * (x - x_at), self._base()))
+                run(" " * (x - x_at), base, x - x_at)
                 x_at = x
             if kind == 0:
-                out.append(Segment(payload, self._style(f"rank-grid--{cls}")))  # type: ignore[arg-type]
-                x_at += len(payload)  # type: ignore[arg-type]
+                n = cell_len(payload)  # type: ignore[arg-type]
+                run(payload, self._style(f"rank-grid--{cls}"), n)  # type: ignore[arg-type]
+                x_at += n
                 continue
             look = self._look(payload)  # type: ignore[arg-type]
             if ordered[payload].rank == cursor_rank:  # type: ignore[index]
-                if self._layout.heat:
-                    look = [Segment(look[0].text, look[0].style + Style(reverse=True, bold=True))]
-                else:
-                    cursor = self._cursor_style()
-                    look = [Segment(seg.text, (seg.style or Style()) + cursor) for seg in look]
-            out.extend(look)
-            x_at += 1 if self._layout.heat else self._layout.cell_width
-        return out
+                extra = Style(reverse=True, bold=True) if heat else self._cursor_style()
+                look = tuple((text, style + extra) for text, style in look)
+            for text, style in look:
+                run(text, style, len(text))
+            x_at += step
+        if texts:
+            segments.append(Segment("".join(texts), current))
+        if length < width:
+            segments.append(Segment(" " * (width - length), base))
+        elif length > width:
+            return Strip(segments, length).crop(0, width)
+        return Strip(segments, width)
 
     def _cursor_style(self) -> Style:
         return self._style("rank-grid--cursor" if self.has_focus else "rank-grid--cursor-blurred")
 
-    def _cell_segments(self, row: RankRow) -> list[Segment]:
+    def _cell_look(self, row: RankRow) -> Look:
+        """A cell's runs of text, a style each (the figures of a cell are single-width);
+        neighbouring fields of one style make one run."""
+        base = self._base()
         dim = self._style("rank-grid--dim")
         status = row.status
+        exit_first = row.exit_first
         if status == st.EXITED and row.exit_code is not None:
-            status_text, status_style = f"exit {row.exit_code}", self._status_style(status, row.exit_first)
+            status_text, status_style = f"exit {row.exit_code}", self._status_style(status, exit_first)
         elif row.not_sharding and status == st.RUNNING:
             status_text, status_style = "unsharded", self._style("rank-grid--stalled")
         else:
-            status_text, status_style = status, self._status_style(status, row.exit_first)
+            status_text, status_style = status, self._status_style(status, exit_first)
         level = row.deviation_level
-        dev_style = (
-            self._style("rank-grid--dev-bad")
-            if level == 2
-            else self._style("rank-grid--dev-warn")
-            if level == 1
-            else dim
-        )
-        gone = status in (st.EXITED, st.FINISHED, st.SILENT)
-        value = dim if gone else self._base()
-        out: list[Segment] = []
-        for j, key in enumerate(self._layout.columns):
-            if j:
-                out.append(Segment(" ", self._base()))
-            if key == "rank":
-                out.append(Segment(f"{row.rank:>{self._layout.rank_width}}", self._style("rank-grid--rank")))
-                continue
-            w = COLUMN_SPEC[key][1]
-            style = value
-            if key == "status":
-                out.append(Segment(f"{status_text[:w]:<{w}}", status_style))
-                continue
-            if key == "glyph":
-                out.append(Segment(HEAT_GLYPHS.get(status, "?"), self._heat_style(status, level, row.exit_first)))
-                continue
-            if key == "loss":
-                text = fmt_loss(row.loss)
-            elif key == "step":
-                text = fmt_step_time(row.step_s)
-            elif key == "self":
-                text = fmt_step_time(row.self_s)
+        gone = status in _GONE
+        value = dim if gone else base
+        runs: list[tuple[str, Style]] = []
+        texts: list[str] = []
+        current = None
+        for key, w in self._cell_plan():
+            if key == " ":
+                text, style = " ", base
+            elif key == "rank":
+                text, style = f"{row.rank:>{w}}", self._style("rank-grid--rank")
+            elif key == "status":
+                text, style = f"{status_text[:w]:<{w}}", status_style
+            elif key == "glyph":
+                text, style = HEAT_GLYPHS.get(status, "?"), self._heat_style(status, level, exit_first)
             elif key == "dev":
-                text, style = (DASH if gone else fmt_deviation(row.self_dev)), dev_style
-            elif key == "data":
-                text = fmt_step_time(row.data_s)
-            elif key == "comm":
-                text = fmt_step_time(row.comm_s)
-            elif key == "held":
-                text = fmt_bytes(row.held_bytes, short=True)
-            elif key == "gpu":
-                text = DASH if row.gpu_util_pct is None else f"{row.gpu_util_pct:.0f}%"
-            else:  # gpu_mem
-                text = fmt_bytes(row.gpu_mem_bytes, short=True)
-            out.append(Segment(f"{text:>{w}}", style))
-        return out
+                text = f"{DASH if gone else fmt_deviation(row.self_dev):>{w}}"
+                style = (
+                    self._style("rank-grid--dev-bad")
+                    if level == 2
+                    else self._style("rank-grid--dev-warn")
+                    if level == 1
+                    else dim
+                )
+            else:
+                if key == "loss":
+                    figure = fmt_loss(row.loss)
+                elif key == "step":
+                    figure = fmt_step_time(row.step_s)
+                elif key == "held":
+                    figure = fmt_bytes(row.held_bytes, short=True)
+                elif key == "self":
+                    figure = fmt_step_time(row.self_s)
+                elif key == "data":
+                    figure = fmt_step_time(row.data_s)
+                elif key == "comm":
+                    figure = fmt_step_time(row.comm_s)
+                elif key == "gpu":
+                    figure = DASH if row.gpu_util_pct is None else f"{row.gpu_util_pct:.0f}%"
+                else:  # gpu_mem
+                    figure = fmt_bytes(row.gpu_mem_bytes, short=True)
+                text, style = f"{figure:>{w}}", value
+            if style is not current:
+                if texts:
+                    runs.append(("".join(texts), current))  # type: ignore[arg-type]
+                    texts.clear()
+                current = style
+            texts.append(text)
+        if texts:
+            runs.append(("".join(texts), current))  # type: ignore[arg-type]
+        return tuple(runs)
+
+    def _cell_plan(self) -> list[tuple[str, int]]:
+        """A cell's fields and their widths, a " " between two (for the current layout)."""
+        layout = self._layout
+        if self._plan[0] is not layout:
+            plan: list[tuple[str, int]] = []
+            for j, key in enumerate(layout.columns):
+                if j:
+                    plan.append((" ", 1))
+                plan.append((key, layout.rank_width if key == "rank" else COLUMN_SPEC[key][1]))
+            self._plan = (layout, plan)
+        return self._plan[1]
 
     # -- cursor -------------------------------------------------------------------------------
 
