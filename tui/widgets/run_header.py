@@ -201,9 +201,12 @@ class RunHeader(CachedStyles, Widget):
                         segments.append(Segment(" " * (width - length), base))
                     strips.append(Strip(segments, width))
                     continue
-                for part in _line_text(runs).wrap(console, width):
+                # Wider than the widget (one long piece): it wraps, as the text does.
+                for part in Text("\n").join([_line_text(runs)]).wrap(console, width):
                     strips.append(text_strip(self, part, width))
             if extra is not None:
+                # Its style as a span: rendering a text alone drops a style of its own.
+                extra = Text("\n").join([extra])
                 for part in extra.wrap(console, width) if extra.cell_len > width else (extra,):
                     strips.append(text_strip(self, part, width))
             self._lines = (width, strips)

@@ -1,0 +1,262 @@
+"""What a frame redraws (issue 3): rows kept frame by frame match rows built afresh, a changed
+rank's line is drawn again while the others keep what they drew, and the header's running
+figures wait for their turn while what it says about the run shows at once.
+
+A hub core is fed directly (no sockets) and framed on demand; the viewer applies its frames as
+a live client does. Nothing here asserts a time: the one wait is a generous bound.
+"""
+
+from __future__ import annotations
+
+import random
+
+from pardash.telemetry import schema
+from pardash.telemetry.client import FrameApplier, NullDetector
+from pardash.telemetry.hubcore import HubCore
+from pardash.tui.app import make_app
+from pardash.tui.memory import memory_savings
+from pardash.tui.model import RowBuilder, run_totals
+from pardash.tui.screens import dashboard
+from pardash.tui.styles import text_strip
+from pardash.tui.widgets.rank_grid import RankGrid
+from pardash.tui.widgets.run_header import RunHeader, RunSummary
+
+RUN = "redraw"
+GiB = 1 << 30
+
+
+class Job:
+    """A hub core fed with steps, verdicts and events, and a viewer applying its frames."""
+
+    def __init__(self, ranks: int, *, per_node: int = 8, seed: int = 0) -> None:
+        self.core = HubCore(run_id=RUN, detector=NullDetector())  # type: ignore[arg-type]
+        self.viewer = Fed()
+        self.rng = random.Random(seed)
+        self.t = 1000.0
+        self.steps = dict.fromkeys(range(ranks), 0)
+        for r in range(ranks):
+            self.send(
+                schema.Hello(
+                    rank=r, world_size=ranks, node=r // per_node, host=f"h{r // per_node}", strategy="fsdp",
+                    params_count=1_000_000, run=RUN, t=self.t,
+                )
+            )  # fmt: skip
+        self.frame()
+
+    def send(self, msg: schema.Message) -> None:
+        self.core.replay(msg, self.t)
+
+    def step(self, ranks=None, *, loss: float | None = None, self_s: float | None = None, held: int = GiB) -> None:
+        """A step of each of ``ranks`` (default all), with jittered self times (unless given)."""
+        for r in self.steps if ranks is None else ranks:
+            n = self.steps[r] = self.steps[r] + 1
+            mem = schema.Mem(params_bytes=held // 4, grads_bytes=held // 4, optim_bytes=held // 2)
+            self.send(
+                schema.Step(
+                    rank=r, step=n, loss=loss if loss is not None else 2.0 + self.rng.random(), samples=8,
+                    step_s=0.1 + 0.001 * self.rng.random(),
+                    self_s=self_s if self_s is not None else 0.05 + 0.02 * self.rng.random(),
+                    t=self.t, run=RUN, mem=mem,
+                )
+            )  # fmt: skip
+
+    def frame(self) -> None:
+        self.t += 0.1
+        self.viewer.apply_frame(self.core.tick(self.t))
+        self.viewer.pending = True
+
+
+class Fed(FrameApplier):
+    """A live source whose poll reports the frames the test applied."""
+
+    live = True
+    synced = True
+    pending = False
+
+    def poll(self) -> bool:
+        changed, self.pending = self.pending, False
+        return changed
+
+    def close(self) -> None:
+        pass
+
+
+def heat_keys(rows: RowBuilder) -> dict:
+    return {rank: rows.heat_key(rank) for rank in rows.ranks}
+
+
+def test_rows_kept_frame_by_frame_match_rows_built_afresh():
+    """The rows a viewer keeps by feeding each frame are the rows a late viewer builds from the
+    history at once; the totals are run_totals'; ``changed`` names exactly the ranks whose
+    heat-map look moved."""
+    job = Job(24)
+    kept = RowBuilder()
+    kept.update(job.viewer.state)
+    for i in range(40):
+        if i == 10:
+            job.core.verdict(schema.Verdict(rank=5, verdict="straggler", message="rank 5 is a straggler"))
+        if i == 20:
+            job.core.verdict(schema.Verdict(rank=11, verdict="stalled", cause="backward", step=job.steps[11]))
+        if i == 25:
+            for r in (7, 9):
+                job.send(schema.Event(rank=r, name="exit", code=1, run=RUN, t=job.t))
+        job.step([r for r in job.steps if not (i >= 25 and r in (7, 9)) and not (i >= 20 and r == 11)])
+        job.frame()
+        state = job.viewer.state
+        before = heat_keys(kept)
+        kept.update(state)
+        after = heat_keys(kept)
+        assert kept.rows() == RowBuilder().build(state), f"frame {i}"
+        assert kept.totals == run_totals(state)
+        assert kept.changed == {rank for rank in after if after[rank] != before.get(rank)}
+        assert [r.rank for r in kept.flagged] == sorted(kept.row(r.rank).rank for r in kept.flagged)
+    rows = {row.rank: row for row in kept.rows()}
+    assert rows[5].status == "straggler" and rows[11].status == "stalled"
+    assert rows[7].status == "exited" and {rows[7].exit_first, rows[9].exit_first} == {True, False}
+    assert {r.rank for r in kept.flagged} == {5, 7, 9, 11}
+
+
+def test_memory_savings_reuse_what_did_not_change():
+    job = Job(8)
+    job.step()
+    job.frame()
+    first = memory_savings(job.viewer.state)
+    job.step()
+    job.frame()
+    assert memory_savings(job.viewer.state, reuse=first) is first  # new steps, same memory
+    job.step([3], held=2 * GiB)
+    job.frame()
+    moved = memory_savings(job.viewer.state, reuse=first)
+    assert moved is not first and moved == memory_savings(job.viewer.state)
+    assert moved.ranks[3].held_bytes == 2 * GiB and moved.ranks[0] is first.ranks[0]
+
+
+def strips_of(grid: RankGrid) -> list:
+    return [grid.render_line(y) for y in range(grid.size.height)]
+
+
+def strip_text(strip) -> str:
+    return "".join(seg.text for seg in strip)
+
+
+async def test_a_changed_rank_is_redrawn_and_the_others_keep_their_lines():
+    job = Job(48)
+    job.step(loss=2.0, self_s=0.05)  # every rank level with the others: no deviation moves
+    job.frame()
+    app = make_app(job.viewer)
+    async with app.run_test(size=(200, 60)) as pilot:  # cells with the loss, 3 a line
+        grid = app.screen.query_one(RankGrid)
+        grid.form = "cells"
+        await pilot.pause()
+        before = strips_of(grid)
+        assert "2.0000" in strip_text(before[grid.layout.where[13][0] + 1])
+        # Only rank 13 steps, with a loss its cell shows: its line alone is drawn again.
+        job.step([13], loss=7.25, self_s=0.05)
+        job.frame()
+        app._poll()
+        await pilot.pause()
+        after = strips_of(grid)
+        line = grid.layout.where[13][0] + 1  # line 0 is the title
+        assert "7.2500" in strip_text(after[line]) and after[line] is not before[line]
+        kept = [y for y in range(1, len(before)) if after[y] is before[y]]
+        assert kept == [y for y in range(1, len(before)) if y != line]
+
+        # A heat map: a rank that turns straggler changes its glyph's line, and only that.
+        grid.form = "heat"
+        await pilot.pause()
+        before = strips_of(grid)
+        job.core.verdict(schema.Verdict(rank=20, verdict="straggler"))
+        job.step(loss=2.0, self_s=0.05)
+        job.frame()
+        app._poll()
+        await pilot.pause()
+        after = strips_of(grid)
+        line = grid.layout.where[20][0] + 1
+        assert "▲" in strip_text(after[line]) and "▲" not in strip_text(before[line])
+        changed = [y for y in range(1, len(before)) if after[y] is not before[y]]
+        assert line in changed
+        # The flag also moves the node's label ("1 flagged"): the grid lays out again.
+        assert all(y == line or strip_text(after[y]) == strip_text(before[y]) or "flagged" in strip_text(after[y]) for y in changed)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+async def test_running_figures_wait_their_turn_but_statuses_show_at_once(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(dashboard, "time", clock)
+    job = Job(4)
+    job.step()
+    job.frame()
+    app = make_app(job.viewer)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        header = screen.query_one(RunHeader)
+        assert header.summary.step == 1
+        # The same instant: a frame that only moves the figures waits for its turn...
+        job.step()
+        job.frame()
+        screen.refresh_run()
+        assert header.summary.step == 1
+        # ...one that changes a rank's status shows at once, figures and all.
+        job.core.verdict(schema.Verdict(rank=2, verdict="straggler"))
+        job.step()
+        job.frame()
+        screen.refresh_run()
+        assert dict(header.summary.status_counts).get("straggler") == 1 and header.summary.step == 3
+        # A turn later the figures follow; and when frames stop, the last ones still arrive.
+        job.step()
+        job.frame()
+        screen.refresh_run()
+        assert header.summary.step == 3
+        clock.t += dashboard.FIGURES_S
+        job.step()
+        job.frame()
+        screen.refresh_run()
+        assert header.summary.step == 5
+        job.step()
+        job.frame()
+        screen.refresh_run()
+        assert header.summary.step == 5
+        for _ in range(200):
+            if header.summary.step == 6:
+                break
+            await pilot.pause(0.05)
+        assert header.summary.step == 6
+
+
+async def test_header_lines_drawn_from_runs_match_the_text():
+    """The header draws its runs straight to segments; the same lines as Rich renders its text
+    (the path it took before), narrow or wide, with a note that wraps."""
+    app = make_app(Fed())
+    async with app.run_test(size=(120, 40)) as pilot:
+        header = app.screen.query_one(RunHeader)
+        header.summary = RunSummary(
+            run_id="run-20260101-000000-abcd", strategy="fsdp", world_size=1024, nodes=128, device="NVIDIA H100 80GB",
+            step=12345, samples_per_s=65432.1, elapsed_s=3725, status_counts=(("running", 1020), ("straggler", 4)),
+            lost=3, dropped=1, ingest_hz=30000.0, log_path="/tmp/a/very/long/path/to/telemetry.jsonl",
+            note="DP runs one replica per rank: the memory figures are per replica",
+        )  # fmt: skip
+        await pilot.pause()
+        console = app.console
+        for width in (118, 70, 40, 24):
+            header._lines = None
+            drawn = [[(s.text, s.style) for s in strip] for strip in header._strips(width)]
+            expected = []
+            for line in header._text(width).split("\n"):
+                for part in line.wrap(console, width) if line.cell_len > width else (line,):
+                    expected.append([(s.text, s.style) for s in text_strip(header, part, width)])
+            assert ["".join(t for t, _ in line) for line in drawn] == ["".join(t for t, _ in line) for line in expected]
+            for line_drawn, line_expected in zip(drawn, expected, strict=True):
+                assert _by_cell(line_drawn) == _by_cell(line_expected), width
+
+
+def _by_cell(segments: list) -> list:
+    """(character, style) per cell: the same picture whatever the segment boundaries."""
+    return [(ch, style) for text, style in segments for ch in text]
