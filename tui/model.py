@@ -302,18 +302,19 @@ class RowBuilder:
         changed = self.changed
         counts: dict[str, int] = {}
         nodes_moved = hellos_moved = flags_moved = False
-        slowest: int | None = None
+        none = 1 << 62
+        slowest = none
         total = 0.0
         seen_rate = False
         fresh: list[_Rank] = []
         fresh_self: list[float] = []
         live: list[_Rank] = []
         self.flagged = flagged_ranks = []
-        exited = 0
+        exited = running = 0
+        RUNNING = st.RUNNING
         for e in self._ranks:
             r = e.r
             status = r.status
-            counts[status] = counts.get(status, 0) + 1
             hello = r.hello
             if hello is not e.hello:
                 e.hello = hello
@@ -335,11 +336,33 @@ class RowBuilder:
                 else:
                     e.feed_self()
             self_s = e.self_med
-            if step is not None:
+            if status is RUNNING and e.status is RUNNING and not e.flagged and r.not_sharding is None:
+                # Nearly every rank of a healthy run, every frame: running (so it has a step)
+                # and was running, nothing flagged; the general case below, cut short.
+                running += 1
                 if self_s is None:
                     self_s = step.self_s  # a snapshot may carry a step that never reached the history
+                n = step.step  # type: ignore[union-attr]
+                if n < slowest:
+                    slowest = n
+                if step.samples and step.step_s > 0:  # type: ignore[union-attr]
+                    total += step.samples / step.step_s  # type: ignore[union-attr]
+                    seen_rate = True
+                e.self_s = self_s
+                e.self_dev = None
+                if self_s is not None:
+                    live.append(e)
+                elif e.level:
+                    e.level = 0
+                    if changed is not None:
+                        changed.add(e.rank)
+                continue
+            counts[status] = counts.get(status, 0) + 1
+            if step is not None:
+                if self_s is None:
+                    self_s = step.self_s
                 n = step.step
-                if slowest is None or n < slowest:
+                if n < slowest:
                     slowest = n
                 if step.samples and step.step_s > 0 and status not in _GONE:
                     total += step.samples / step.step_s
@@ -364,6 +387,8 @@ class RowBuilder:
                 e.level = 0
                 if changed is not None:
                     changed.add(e.rank)
+        if running:
+            counts[RUNNING] = counts.get(RUNNING, 0) + running
         if fresh:
             try:
                 values = array("f", fresh_self).tolist()
@@ -390,7 +415,9 @@ class RowBuilder:
                     notes.append(note)
             self._notes = notes
             self._nodes = len({e.node for e in self._ranks})
-        self.totals = RunTotals(counts, self._nodes, slowest or 0, total if seen_rate else None, list(self._notes))
+        self.totals = RunTotals(
+            counts, self._nodes, slowest if slowest != none else 0, total if seen_rate else None, list(self._notes)
+        )
 
     def _fill_deviation(self, live: list[_Rank]) -> None:
         """Self time against the others' median, for the working ranks only (gone ranks no
