@@ -313,8 +313,11 @@ async def _attach_once(info: dict, ranks: int) -> tuple[float, float]:
             grid = app.screen.query_one(RankGrid)
         except Exception:
             return False
-        rows = grid.rows
-        return len(rows) >= ranks and all(r.step is not None for r in rows) and len(grid.layout.ordered) >= ranks
+        # Every rank in the grid's table and none still starting (no step yet); the table's
+        # counts, as making every rank's row at each screen update would slow what is measured.
+        table = grid.table
+        starting = table.totals.status_counts.get("starting", 0)
+        return len(table) >= ranks and not starting and len(grid.layout.ordered) >= ranks
 
     def _display(screen, renderable) -> None:
         display(screen, renderable)
