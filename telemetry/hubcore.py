@@ -115,11 +115,12 @@ class HubCore:
         r.last_seen = now
         if st.track_seq:
             r.seq.see(m.seq)
-        r.step = m
         r.steps_seen += 1
+        if r.step is None or m.seq >= r.step.seq:  # the newest by the rank's order (see RunState.apply)
+            r.step = m
+            self._steps[m.rank] = m
         if self.recorder is not None:
             self.recorder.write(m)
-        self._steps[m.rank] = m
         self.detector.stragglers.observe(m)
         return True
 
@@ -211,7 +212,9 @@ class HubCore:
         self.received += 1
         self._take(msg, now)
         if isinstance(msg, schema.Step):
-            self._steps[msg.rank] = msg
+            r = self.state.ranks.get(msg.rank)
+            if r is not None and r.step is msg:  # the rank's newest step (see RunState.apply)
+                self._steps[msg.rank] = msg
             self.detector.stragglers.observe(msg)
         elif isinstance(msg, schema.Heartbeat):
             self._beats[msg.rank] = msg

@@ -205,7 +205,10 @@ class RunState:
                 r.seq.restart()
             r.seq.see(msg.seq)
         if isinstance(msg, schema.Step):
-            r.step = msg
+            # The newest step by the rank's own order: steps may arrive out of it (a rank's
+            # heartbeat thread sends the steps its loop left held on a socket of its own).
+            if r.step is None or msg.seq >= r.step.seq:
+                r.step = msg
             r.steps_seen += 1
         elif isinstance(msg, schema.Heartbeat):
             r.heartbeat = msg
@@ -214,6 +217,8 @@ class RunState:
         elif isinstance(msg, schema.Hello):
             if r.hello is not None and msg.restart > r.hello.restart:
                 r.restarts = msg.restart
+            if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart):
+                r.step = None  # a new process for the rank: its message order starts anew
             r.hello = msg
             if self.run_hello is None or msg.rank == 0 or self.run_hello.rank == msg.rank:
                 self.run_hello = msg
@@ -266,7 +271,7 @@ class RunState:
         if self.track_seq or not self.t0 or not self.run_id:
             for msg in messages:
                 apply(msg, now)
-                if type(msg) is Step:
+                if type(msg) is Step and self.ranks[msg.rank].step is msg:
                     steps.append(msg)
             self.commit_history(steps)
             return
@@ -285,10 +290,11 @@ class RunState:
                         t_last = msg.t
                     r.last_seen = now
                     if cls is Step:
-                        r.step = msg
                         r.steps_seen += 1
-                        steps.append(msg)
                         n_step += 1
+                        if r.step is None or msg.seq >= r.step.seq:  # see apply()
+                            r.step = msg
+                            steps.append(msg)
                     elif cls is System:
                         r.system = msg
                         n_system += 1
@@ -299,7 +305,7 @@ class RunState:
             self.hseq, self.t_last = hseq, t_last
             apply(msg, now)
             hseq, t_last = self.hseq, self.t_last
-            if cls is Step:
+            if cls is Step and self.ranks[msg.rank].step is msg:
                 steps.append(msg)
         self.hseq, self.t_last = hseq, t_last
         counts = self.counts

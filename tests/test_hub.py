@@ -89,3 +89,35 @@ def test_replay_serves_a_log_like_a_live_hub(hub, tmp_path):
     assert len(src.state.ranks[0].history["step"]) >= 1
     for r in reps:
         r.close()
+
+
+def test_a_step_that_arrives_late_never_replaces_a_newer_one():
+    # A rank's heartbeat thread sends the steps its loop left held on a socket of its own, so
+    # they can overtake the loop's last burst. The rank's newest step is the one of highest
+    # seq, at the hub, in the frame's history points and at every viewer.
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.state import RunState
+
+    core = HubCore(run_id="r")
+    viewer = RunState(run_id="r", track_seq=False)
+
+    def step(seq):
+        return schema.encode(schema.Step(run="r", rank=0, seq=seq, step=seq, step_s=0.1, t=1.0e9 + seq))
+
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=1, pid=10, t=1.0e9)), 1.0)
+    for seq in (1, 2, 3, 6, 7):
+        assert core.ingest_bytes(step(seq), 1.0)
+    viewer.apply_frame(core.tick(2.0).messages, 2.0)
+    for seq in (4, 5):  # the loop's burst, overtaken
+        assert core.ingest_bytes(step(seq), 2.0)
+    frame = core.tick(3.0)
+    viewer.apply_frame(frame.messages, 3.0)
+    assert core.state.ranks[0].step.step == 7 and viewer.ranks[0].step.step == 7
+    assert not [m for m in frame.messages if isinstance(m, schema.Step)]  # no stale history point
+    assert viewer.ranks[0].history["step"].values() == [7.0]
+    assert core.state.ranks[0].steps_seen == 7 and core.state.lost == 0
+    # A new process for the rank (torchrun restarted it) counts its steps from 1 again.
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=1, pid=11, restart=1, t=1.0e9 + 8)), 4.0)
+    assert core.ingest_bytes(step(1), 4.0)
+    viewer.apply_frame(core.tick(5.0).messages, 5.0)
+    assert core.state.ranks[0].step.seq == 1 and viewer.ranks[0].step.seq == 1
