@@ -1,7 +1,9 @@
 """The rank side never blocks and never breaks training, hub or no hub."""
 
+import os
 import threading
 
+import pytest
 import zmq
 
 from helpers import identity, wait_for
@@ -98,3 +100,30 @@ def test_fast_steps_go_in_bursts_and_none_is_left_behind():
     assert rep.dropped == 0
     rep.close()
     pull.close(0)
+
+
+def _sched(tid: int) -> tuple[str, int]:
+    with open(f"/proc/self/task/{tid}/comm") as fh:
+        return fh.read().strip(), os.sched_getscheduler(tid)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not os.path.isdir("/proc/self/task"), reason="Linux scheduling")
+def test_zeromq_threads_of_the_reporter_never_take_a_core_from_training():
+    # Its own context's I/O thread and reaper run under SCHED_IDLE; the process's other
+    # threads, and the ZeroMQ threads of a context the user made, keep their scheduling.
+    user_ctx = zmq.Context()
+    user_sock = user_ctx.socket(zmq.PUSH)  # starts the user's context's threads
+    before = {t: _sched(t) for t in map(int, os.listdir("/proc/self/task"))}
+    rep = Reporter("tcp://127.0.0.1:9", identity=identity(0), heartbeat_s=0)
+    try:
+        after = {t: _sched(t) for t in map(int, os.listdir("/proc/self/task"))}
+        new = {t: s for t, s in after.items() if t not in before}
+        assert sorted(name for name, _ in new.values()) == ["ZMQbg/IO/0", "ZMQbg/Reaper"]
+        assert all(policy == os.SCHED_IDLE for _, policy in new.values()), new
+        # The user's context's threads (named by now; perhaps not yet in ``before``) untouched.
+        assert all(after[t][1] == policy for t, (_, policy) in before.items() if t in after)
+        assert any(after[t][0].startswith("ZMQbg") and after[t][1] != os.SCHED_IDLE for t in before if t in after)
+    finally:
+        rep.close(linger_ms=0)
+        user_sock.close(0)
+        user_ctx.term()
