@@ -22,7 +22,10 @@ from .soak import RANKS
 
 
 HUB_METHODS = {
-    "ingest_bytes": "decode (msgspec, in ingest_bytes)",
+    "ingest_bytes": "decode and take (ingest_batch: msgspec decode, checks, state)",
+    "ingest_batch": "decode and take (ingest_batch: msgspec decode, checks, state)",
+    "_settle": "decode and take (ingest_batch: msgspec decode, checks, state)",
+    "_ingest_decoded": "take (ingest, replay, _take: stamp, dispatch)",
     "_refuse": "validate (_refuse)",
     "ingest": "take (ingest, replay, _take: stamp, dispatch)",
     "replay": "take (ingest, replay, _take: stamp, dispatch)",

@@ -14,6 +14,7 @@ from . import schema
 
 
 _encode = schema.encode_json
+_encode_lines = schema.encode_json_lines
 
 
 def _encode_or_skip(msg: schema.Message) -> bytes:
@@ -32,7 +33,9 @@ class Recorder:
         """Lines written (or buffered) so far."""
         self.error = ""
         """Last write error, '' when writing works."""
-        self._buf: list[schema.Message] = []
+        self.pending: list[schema.Message] = []
+        """Messages for the next flush. The hub's loop appends to it directly (and adds to
+        ``lines``): ``write`` is the same, a call per message slower."""
         self._fh = None
         self._open()
 
@@ -48,12 +51,12 @@ class Recorder:
     def write(self, msg: schema.Message) -> None:
         """Keep ``msg`` for the next flush, which encodes what is kept in one pass. The hub
         never changes a message once taken, so encoding it later writes the same line."""
-        self._buf.append(msg)
+        self.pending.append(msg)
         self.lines += 1
 
     def flush(self) -> None:
         """Write what is buffered; on failure keep it (bounded) and remember why."""
-        if not self._buf:
+        if not self.pending:
             return
         if self._fh is None:
             self._open()
@@ -61,15 +64,15 @@ class Recorder:
                 self._trim()
                 return
         try:
-            data = b"\n".join(map(_encode, self._buf)) + b"\n"
+            data = _encode_lines(self.pending)
         except Exception:
             # Not expected (every message came from the schema's own decoder), but one bad
             # message must cost its own line, never the log or the hub.
-            data = b"".join(_encode_or_skip(m) for m in self._buf)
+            data = b"".join(_encode_or_skip(m) for m in self.pending)
         try:
             self._fh.write(data)
             self._fh.flush()
-            self._buf.clear()
+            self.pending.clear()
             self.error = ""
         except OSError as exc:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
@@ -82,8 +85,8 @@ class Recorder:
 
     def _trim(self, keep: int = 1_000_000) -> None:
         # Keep the newest lines in memory while the disk is unwritable, bounded.
-        if len(self._buf) > keep:
-            del self._buf[: len(self._buf) - keep]
+        if len(self.pending) > keep:
+            del self.pending[: len(self.pending) - keep]
 
     def close(self) -> None:
         self.flush()

@@ -209,5 +209,7 @@ decode = _mp_decoder.decode
 """MessagePack bytes -> Message; raises msgspec.DecodeError/ValidationError."""
 encode_json = _js_encoder.encode
 """Message -> one JSON object (a log line, without the newline)."""
+encode_json_lines = _js_encoder.encode_lines
+"""Messages -> JSON Lines (each object followed by a newline)."""
 decode_json = _js_decoder.decode
 """One JSON log line -> Message."""

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from .schema import Step, Verdict
 from .state import RunState
@@ -51,7 +53,10 @@ class StragglerConfig:
 @dataclass(slots=True)
 class _RankWindow:
     self_s: dict[int, float] = field(default_factory=dict)
+    """Step -> self time, of the steps not yet scored. (Floats only: dicts of them are outside
+    the garbage collector's reach, which at 100k steps a second matters.)"""
     data_s: dict[int, float] = field(default_factory=dict)
+    """Step -> data time, of the same steps."""
     flagged: int = 0
     calm: int = 0
 
@@ -68,19 +73,30 @@ class StragglerDetector:
         self.windows_scored = 0
 
     def observe(self, step: Step) -> None:
+        self.observe_many((step,))
+
+    def observe_many(self, steps: Iterable[Step]) -> None:
+        """Keep each step's self and data time for the scoring of its window (the hub's loop
+        hands over the steps it took in one pass)."""
         # Steps of windows already scored (or in warm-up) are of no use any more.
-        if step.self_s is None or step.step < max(self.cfg.warmup_steps, self._next_window):
-            return
-        w = self._ranks.get(step.rank)
-        if w is None:
-            w = self._ranks[step.rank] = _RankWindow()
-        w.self_s[step.step] = step.self_s
-        w.data_s[step.step] = step.data_s or 0.0
-        if len(w.self_s) > MAX_PENDING:
-            # A rank far ahead of a stuck one must not grow without bound: drop its oldest.
-            oldest = next(iter(w.self_s))
-            del w.self_s[oldest]
-            w.data_s.pop(oldest, None)
+        floor = max(self.cfg.warmup_steps, self._next_window)
+        ranks = self._ranks
+        for step in steps:
+            x = step.self_s
+            s = step.step
+            if x is None or s < floor:
+                continue
+            w = ranks.get(step.rank)
+            if w is None:
+                w = ranks[step.rank] = _RankWindow()
+            pending = w.self_s
+            pending[s] = x
+            w.data_s[s] = step.data_s or 0.0
+            if len(pending) > MAX_PENDING:
+                # A rank far ahead of a stuck one must not grow without bound: drop its oldest.
+                oldest = next(iter(pending))
+                del pending[oldest]
+                w.data_s.pop(oldest, None)
 
     @property
     def noise_s(self) -> float:
@@ -111,25 +127,24 @@ class StragglerDetector:
             steps = range(first, first + cfg.window)
             out.extend(self._score(state, live, steps))
             first += cfg.window
-            for r in live:
-                w = self._ranks[r]
-                for s in steps:
-                    w.self_s.pop(s, None)
-                    w.data_s.pop(s, None)
         self._next_window = first
         return out
 
     def _score(self, state: RunState, live: list[int], steps: range) -> list[Verdict]:
+        """Score the window of ``steps`` for the live ranks, and forget its steps."""
         cfg = self.cfg
         score: dict[int, float] = {}
         data: dict[int, float] = {}
+        enough = max(1, len(steps) // 2)
+        median = statistics.median
         for r in live:
             w = self._ranks[r]
-            vals = [w.self_s[s] for s in steps if s in w.self_s]
-            if len(vals) < max(1, len(steps) // 2):
+            self_s = [x for x in map(w.self_s.pop, steps, repeat(None)) if x is not None]
+            data_s = [x for x in map(w.data_s.pop, steps, repeat(None)) if x is not None]
+            if len(self_s) < enough:
                 continue
-            score[r] = statistics.median(vals)
-            data[r] = statistics.median([w.data_s[s] for s in steps if s in w.data_s])
+            score[r] = median(self_s)
+            data[r] = median(data_s)
         if len(score) < 2:
             return []
         self.windows_scored += 1

@@ -26,6 +26,19 @@ def wait_for(pred, timeout_s: float = 30.0, poll_s: float = 0.02, poll=None):
     raise AssertionError(f"condition not met within {timeout_s} s")
 
 
+def wait_logged(hub) -> None:
+    """Wait until a hub serving in another thread has flushed to its log every record it has
+    taken (its frames flush the log; a flush from the test's thread would race the hub's)."""
+    import json
+
+    def flushed() -> bool:
+        data = hub.recorder.path.read_bytes().rstrip(b"\n") if hub.recorder.path.exists() else b""
+        last = data.rsplit(b"\n", 1)[-1]
+        return bool(last) and json.loads(last).get("hseq", 0) >= hub.core.hseq
+
+    wait_for(flushed)
+
+
 def pardash_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PARDASH_ENDPOINT", None)

@@ -4,7 +4,7 @@ joiners, refuses garbage without falling over."""
 import msgspec
 import zmq
 
-from helpers import identity, wait_for
+from helpers import identity, wait_for, wait_logged
 from pardash.telemetry import schema
 from pardash.telemetry.client import HubClient, ReplaySource
 from pardash.telemetry.logreader import load_log
@@ -44,7 +44,7 @@ def test_every_message_is_recorded_and_viewers_agree(hub):
 
     for r in reps:
         r.close()
-    hub.recorder.flush()
+    wait_logged(hub)
     msgs, stats = load_log(hub.recorder.path)
     steps = [m for m in msgs if isinstance(m, schema.Step)]
     assert len(steps) == 80
@@ -81,7 +81,7 @@ def test_replay_serves_a_log_like_a_live_hub(hub, tmp_path):
             r.step(step=step, loss=2.0 - step * 0.05, step_s=0.01, samples=4)
     reps[1].event("exit", code=3)
     wait_for(lambda: hub.core.state.ranks.get(1) is not None and hub.core.state.ranks[1].exit_code == 3)
-    hub.recorder.flush()
+    wait_logged(hub)
     src = ReplaySource(str(hub.recorder.path), speed=1000.0)
     src.seek(src.duration_s + 1)
     assert src.state.ranks[0].step.step == 19

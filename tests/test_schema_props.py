@@ -251,13 +251,18 @@ def rank_view(core: HubCore, rank: int) -> tuple:
     """Everything the hub holds about ``rank`` (its records without the hub's stamps)."""
     r = core.state.ranks[rank]
 
-    def plain(m):
-        return None if m is None else msgspec.structs.replace(m, hseq=0)
+    def plain(m):  # as bytes: a NaN loss is then equal to itself
+        return None if m is None else schema.encode(msgspec.structs.replace(m, hseq=0))
 
     return (
         plain(r.hello), plain(r.step), plain(r.heartbeat), plain(r.system), r.steps_seen, r.exit_code, r.finished,
         r.seq.received, r.seq.max_seq, r.seq.lost, {k: ring.to_bytes() for k, ring in r.history.items() if k != "t"},
     )  # fmt: skip
+
+
+def detector_view(core: HubCore) -> dict:
+    """The straggler detector's pending windows: the steps it has kept, by rank."""
+    return {rank: (dict(w.self_s), dict(w.data_s)) for rank, w in core.detector.stragglers._ranks.items()}
 
 
 def check_encodable(core: HubCore) -> None:
@@ -392,30 +397,48 @@ STEP_FIGURE = mostly(st.none() | SECONDS, ODD_FLOATS)
             }
         ).map(lambda kw: schema.Step(step=max(kw["seq"], 0), **kw)),
         max_size=40,
-    )
+    ),
+    st.data(),
 )
-def test_the_hubs_fast_step_path_takes_and_refuses_as_the_general_one(tmp_path_factory, steps):
+def test_the_hubs_fast_step_path_takes_and_refuses_as_the_general_one(tmp_path_factory, steps, data):
     # ingest_bytes takes the plainly valid steps of known ranks by a short path (the hot path
     # at scale); ingest judges every message the general way. Fed the same stream, both hubs
     # must end in the same state, with the same counts and the same log.
-    fast, general = HubCore(run_id=RUN, world_size=4), HubCore(run_id=RUN, world_size=4)
+    # The hub's loop hands over a pass's frames at once (ingest_batch): a third hub takes the
+    # stream in batches cut at drawn points, hostile frames among them, and must end the same.
+    fast, general, batched = (HubCore(run_id=RUN, world_size=4) for _ in range(3))
     logs = tmp_path_factory.mktemp("fast")
     fast.recorder, general.recorder = Recorder(logs / "fast.jsonl"), Recorder(logs / "general.jsonl")
+    batched.recorder = Recorder(logs / "batched.jsonl")
     hellos = [schema.Hello(run=RUN, rank=r, world_size=4, t=1.0e9) for r in range(3)]
-    for m in hellos + steps:
-        raw = schema.encode(m)
-        assert fast.ingest_bytes(raw, 1.0) == general.ingest(schema.decode(raw), 1.0)
-    assert fast.received == general.received and fast.rejected == general.rejected and fast.hseq == general.hseq
-    assert fast.state.counts == general.state.counts and fast.state.t_last == general.state.t_last
-    for r in fast.state.ranks:
-        assert rank_view(fast, r) == rank_view(general, r)
-    check_encodable(fast)
-    check_encodable(general)
-    fast.recorder.close()
-    general.recorder.close()
+    raws = [schema.encode(m) for m in hellos + steps]
+    taken = 0
+    for raw in raws:
+        ok = general.ingest(schema.decode(raw), 1.0)
+        assert fast.ingest_bytes(raw, 1.0) == ok
+        taken += ok
+    garbage = b"\x81\xa4kind\xa4step\x00"  # does not decode: counted, and the batch goes on
+    general.rejected["undecodable"] += 1
+    fast.rejected["undecodable"] += 1
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raws)), max_size=4)))
+    taken_batched = 0
+    chunks = [raws[a:b] for a, b in zip([0] + cuts, cuts + [len(raws)])]
+    chunks[-1] = chunks[-1] + [garbage]
+    for chunk in chunks:
+        taken_batched += batched.ingest_batch(chunk, 1.0)
+    assert taken_batched == taken
+    for other in (fast, batched):
+        assert other.received == general.received and other.rejected == general.rejected and other.hseq == general.hseq
+        assert other.state.counts == general.state.counts and other.state.t_last == general.state.t_last
+        for r in general.state.ranks:
+            assert rank_view(other, r) == rank_view(general, r)
+        assert detector_view(other) == detector_view(general)
+    for core in (fast, general, batched):
+        check_encodable(core)
+        core.recorder.close()
     # The same lines, but for the clock time on the hub's own notes (seq -1).
     def lines(name):
         records = [json.loads(line) for line in (logs / name).read_bytes().split(b"\n") if line]
         return [{k: v for k, v in rec.items() if k != "t" or rec.get("seq") != -1} for rec in records]
 
-    assert lines("fast.jsonl") == lines("general.jsonl")
+    assert lines("fast.jsonl") == lines("general.jsonl") == lines("batched.jsonl")

@@ -19,7 +19,7 @@ import zmq
 import zmq.auth
 from zmq.utils.monitor import recv_monitor_message
 
-from helpers import identity, pardash_env, wait_for
+from helpers import identity, pardash_env, wait_for, wait_logged
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.hub import Hub
@@ -247,7 +247,7 @@ def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys)
         assert sum(hub.core.rejected.values()) == 0  # not even their garbage reached the hub
         assert set(hub.core.state.ranks) == {0}
         assert hub.core.snapshots_served == 1  # the friend's only
-        hub.recorder.flush()
+        wait_logged(hub)
         msgs, _ = load_log(hub.recorder.path)
         assert {m.rank for m in msgs if m.rank >= 0} == {0}
     finally:
