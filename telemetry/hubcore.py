@@ -162,6 +162,8 @@ class HubCore:
         if fast:
             self._settle(fast, fresh, h, t_last)
             taken += fast
+        if self.recorder is not None:
+            self.recorder.encode()
         return taken
 
     def _settle(self, n: int, steps: list[schema.Step], h: int, t_last: float) -> None:

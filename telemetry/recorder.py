@@ -24,6 +24,11 @@ def _encode_or_skip(msg: schema.Message) -> bytes:
         return b""
 
 
+MAX_UNWRITTEN_BYTES = 512 << 20
+"""Encoded lines kept in memory while the log cannot be written (about 80 s of 1024 ranks at 10
+steps a second); past that the oldest go."""
+
+
 class Recorder:
     """Appends messages to a JSON Lines file."""
 
@@ -34,8 +39,11 @@ class Recorder:
         self.error = ""
         """Last write error, '' when writing works."""
         self.pending: list[schema.Message] = []
-        """Messages for the next flush. The hub's loop appends to it directly (and adds to
+        """Messages not yet encoded. The hub's loop appends to it directly (and adds to
         ``lines``): ``write`` is the same, a call per message slower."""
+        self._unwritten: list[bytes] = []
+        """Encoded lines, a chunk per ``encode``, for the next flush."""
+        self._unwritten_bytes = 0
         self._fh = None
         self._open()
 
@@ -49,14 +57,32 @@ class Recorder:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
 
     def write(self, msg: schema.Message) -> None:
-        """Keep ``msg`` for the next flush, which encodes what is kept in one pass. The hub
-        never changes a message once taken, so encoding it later writes the same line."""
+        """Keep ``msg`` for the next ``encode`` (or flush). The hub never changes a message
+        once taken, so encoding it later writes the same line."""
         self.pending.append(msg)
         self.lines += 1
 
+    def encode(self) -> None:
+        """Encode the pending messages into lines now, in one pass. The hub calls this after
+        each batch it takes, while those messages are fresh in the CPU's caches (encoding a
+        whole frame's worth at the flush reads them back from memory); they are then freed."""
+        pending = self.pending
+        if not pending:
+            return
+        try:
+            data = _encode_lines(pending)
+        except Exception:
+            # Not expected (every message came from the schema's own decoder), but one bad
+            # message must cost its own line, never the log or the hub.
+            data = b"".join(_encode_or_skip(m) for m in pending)
+        pending.clear()
+        self._unwritten.append(data)
+        self._unwritten_bytes += len(data)
+
     def flush(self) -> None:
         """Write what is buffered; on failure keep it (bounded) and remember why."""
-        if not self.pending:
+        self.encode()
+        if not self._unwritten:
             return
         if self._fh is None:
             self._open()
@@ -64,15 +90,10 @@ class Recorder:
                 self._trim()
                 return
         try:
-            data = _encode_lines(self.pending)
-        except Exception:
-            # Not expected (every message came from the schema's own decoder), but one bad
-            # message must cost its own line, never the log or the hub.
-            data = b"".join(_encode_or_skip(m) for m in self.pending)
-        try:
-            self._fh.write(data)
+            self._fh.write(b"".join(self._unwritten))
             self._fh.flush()
-            self.pending.clear()
+            self._unwritten.clear()
+            self._unwritten_bytes = 0
             self.error = ""
         except OSError as exc:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
@@ -83,10 +104,10 @@ class Recorder:
             self._fh = None
             self._trim()
 
-    def _trim(self, keep: int = 1_000_000) -> None:
+    def _trim(self) -> None:
         # Keep the newest lines in memory while the disk is unwritable, bounded.
-        if len(self.pending) > keep:
-            del self.pending[: len(self.pending) - keep]
+        while self._unwritten_bytes > MAX_UNWRITTEN_BYTES and len(self._unwritten) > 1:
+            self._unwritten_bytes -= len(self._unwritten.pop(0))
 
     def close(self) -> None:
         self.flush()

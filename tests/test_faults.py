@@ -90,6 +90,26 @@ def test_unwritable_log_warns_and_training_goes_on(tmp_path):
     assert [m.step for m in load_log(d / "run.jsonl")[0]] == [1, 2, 3]
 
 
+def test_a_log_that_stays_unwritable_keeps_only_the_newest_lines_in_memory(tmp_path, monkeypatch):
+    from pardash.telemetry import recorder
+    from pardash.telemetry.recorder import Recorder
+
+    monkeypatch.setattr(recorder, "MAX_UNWRITTEN_BYTES", 4096)
+    rec = Recorder(tmp_path / "run.jsonl")
+    rec._fh.close()
+    rec._fh = open("/dev/full", "ab", buffering=0)
+    for step in range(1, 201):  # a flush a step: each fails, and what is kept stays bounded
+        rec.write(schema.Step(rank=0, step=step))
+        rec.flush()
+        assert "cannot write" in rec.error
+        assert rec._unwritten_bytes <= 4096 + 64
+        rec._fh = open("/dev/full", "ab", buffering=0)
+    rec._fh = None  # the disk has room again: the newest lines are written, in order
+    rec.close()
+    steps = [m.step for m in load_log(tmp_path / "run.jsonl")[0]]
+    assert steps[-1] == 200 and steps == list(range(201 - len(steps), 201)) and 40 < len(steps) < 200
+
+
 def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
     log = tmp_path / "run.jsonl"
     p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "60", "--max-restarts", "1")
