@@ -63,14 +63,16 @@ def test_stalled_rank_is_shown_with_its_phase(tmp_path):
     )  # fmt: skip
     log = tmp_path / "run.jsonl"
     try:
-        def stalled():
+        # Rank 0 stalls too (it waits for rank 1 in a collective), and its verdict may come a
+        # check earlier: each rank's last step reaches the hub when its heartbeat thread sends
+        # what the stopped loop held, up to a beat apart.
+        def rank1_stalled():
             if not log.exists():
                 return False
-            return any(_verdicts(load_log(log)[0], "stalled"))
+            return any(x.rank == 1 for x in _verdicts(load_log(log)[0], "stalled"))
 
-        wait_for(stalled, timeout_s=120, poll_s=0.5)
+        wait_for(rank1_stalled, timeout_s=120, poll_s=0.5)
         v = _verdicts(load_log(log)[0], "stalled")
-        assert 1 in {x.rank for x in v}
         assert next(x for x in v if x.rank == 1).cause == "data"
     finally:
         os.killpg(p.pid, signal.SIGINT)
