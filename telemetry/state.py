@@ -232,6 +232,10 @@ class RunState:
                 code = msg.code if msg.code is not None else 0
                 if code == 0:
                     r.finished = True
+                    if msg.seq >= 0:
+                        # The rank's own word wins over a launcher's note about it (seq -1)
+                        # that happened to be taken first.
+                        r.exit_code = None
                 else:
                     r.exit_code = code
 

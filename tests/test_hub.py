@@ -7,6 +7,7 @@ import zmq
 from helpers import identity, wait_for, wait_logged
 from pardash.telemetry import schema
 from pardash.telemetry.client import HubClient, ReplaySource
+from pardash.telemetry.hubcore import HubCore
 from pardash.telemetry.logreader import load_log
 from pardash.telemetry.reporter import Reporter
 
@@ -121,3 +122,16 @@ def test_a_step_that_arrives_late_never_replaces_a_newer_one():
     assert core.ingest_bytes(step(1), 4.0)
     viewer.apply_frame(core.tick(5.0).messages, 5.0)
     assert core.state.ranks[0].step.seq == 1 and viewer.ranks[0].step.seq == 1
+
+
+def test_a_ranks_own_exit_wins_over_a_launcher_note_taken_first():
+    # ZeroMQ takes from each sender in turn: a launcher's note that a rank "was stopped" (seq
+    # -1) can be taken before the rank's own last word, sent earlier. The rank's word decides.
+    core = HubCore(run_id="r")
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=1, pid=10, t=1.0e9)), 1.0)
+    note = schema.Event(run="r", rank=0, seq=-1, t=1.0e9 + 2, name="exit", code=-15, message="rank 0 was stopped by torchrun")
+    assert core.ingest_bytes(schema.encode(note), 2.0)
+    assert core.state.ranks[0].status == "exited"
+    assert core.ingest_bytes(schema.encode(schema.Event(run="r", rank=0, seq=1, t=1.0e9 + 1, name="exit", code=0)), 2.0)
+    r = core.state.ranks[0]
+    assert r.status == "finished" and r.exit_code is None

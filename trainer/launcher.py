@@ -354,7 +354,11 @@ class Supervisor:
             self.start_job()
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()})
         code = self._wait_job()
-        self._mark_stopped()
+        if code != 0 or self._stopping:
+            # torchrun ends with 0 only when every rank did: then none was stopped, and notes
+            # saying so could reach the hub before the ranks' own last words (ZeroMQ takes
+            # from each sender in turn, not in the order they sent).
+            self._mark_stopped()
         self._finish(code)
         return code
 

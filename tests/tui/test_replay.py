@@ -129,3 +129,24 @@ async def test_detail_moves_to_the_next_and_previous_rank_and_back():
         assert app.screen.rank == 7  # wraps around
         await pilot.press("escape")
         assert not isinstance(app.screen, RankDetailScreen)
+
+
+def test_a_finished_run_shows_the_rate_it_ran_at():
+    # While ranks work the header shows their rate now; once every rank is done it shows what
+    # they ran at over their last steps, marked "avg", rather than nothing.
+    from pardash.tui.widgets.run_header import summarize
+
+    from pardash.telemetry import schema
+    from pardash.telemetry.logreader import load_log
+
+    log = DATA.parent.parent / "data" / "real_ddp2.jsonl"  # a real DDP run's log
+    msgs, _ = load_log(log)
+    steps = [m.t for m in msgs if isinstance(m, schema.Step)]
+    src = ReplaySource(str(log))
+    src.seek((steps[0] + steps[-1]) / 2 - msgs[0].t)  # half-way through its steps
+    mid = summarize(src)
+    assert mid.samples_per_s and not mid.samples_per_s_avg
+    src.seek(src.duration_s + 1)
+    end = summarize(src)
+    assert all(r.finished for r in src.state.ranks.values())
+    assert end.samples_per_s_avg and 0.5 * mid.samples_per_s < end.samples_per_s < 2 * mid.samples_per_s

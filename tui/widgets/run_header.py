@@ -15,6 +15,7 @@ from textual.widget import Widget
 
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
+from pardash.telemetry.summary import samples_per_s_recent
 
 from ..format import fmt_count, fmt_duration, fmt_rate
 from ..model import RunTotals, run_totals
@@ -59,6 +60,8 @@ class RunSummary:
     device: str = ""
     step: int = 0
     samples_per_s: float | None = None
+    samples_per_s_avg: bool = False
+    """``samples_per_s`` is what the run ran at over each rank's last steps (every rank done)."""
     elapsed_s: float = 0.0
     """Run time from the run's own timestamps (first to last message), never the viewer's clock."""
     status_counts: tuple[tuple[str, int], ...] = ()
@@ -102,6 +105,11 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
     device = ""
     if hello is not None:
         device = hello.device_name or hello.device
+    sps, avg = totals.samples_per_s, False
+    if sps is None and counts and not counts.get(st.RUNNING) and not counts.get(st.STARTING):
+        recent = samples_per_s_recent(state)  # every rank is done (or stuck): what it ran at
+        if recent > 0:
+            sps, avg = recent, True
     return RunSummary(
         run_id=state.run_id or getattr(source, "run_id", ""),
         strategy=state.strategy,
@@ -109,7 +117,8 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
         nodes=totals.nodes,
         device=device,
         step=totals.step,
-        samples_per_s=totals.samples_per_s,
+        samples_per_s=sps,
+        samples_per_s_avg=avg,
         elapsed_s=max(0.0, state.t_last - state.t0) if state.t0 else 0.0,
         status_counts=tuple((s, counts[s]) for s, _ in STATUS_MARKS if counts.get(s)),
         lost=stats.lost,
@@ -270,7 +279,7 @@ class RunHeader(CachedStyles, Widget):
             what[-1] += f" on {s.nodes} nodes"
         first.append([(" · ".join(what), self._s("value"))])
         first.append(self._pair("step", fmt_count(s.step)))
-        first.append(self._pair("samples/s", fmt_rate(s.samples_per_s)))
+        first.append(self._pair("samples/s", fmt_rate(s.samples_per_s) + (" avg" if s.samples_per_s_avg else "")))
         first.append(self._pair("elapsed", fmt_duration(s.elapsed_s)))
         if s.device:
             first.append([(s.device, self._s("label"))])
