@@ -16,6 +16,7 @@ BENCHES = {
     "traceml": "Side by side with TraceML, same script and slowdown (issues 4, 5)",
     "tui": "The dashboard at 256 and 1024 ranks (issue 3)",
     "soak": "Hub soak at 1024 ranks and ingest headroom against raw ZeroMQ (issue 7)",
+    "hubcost": "Hub work per step message against decoding it alone (issue 7)",
 }
 
 
