@@ -279,6 +279,7 @@ def _tune_gc() -> None:
     collection waits for more allocations. Cycles are still collected."""
     import gc
 
+    gc.collect()  # what is garbage now would be frozen for good
     gc.freeze()
     _, mid, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, mid, old)

@@ -84,6 +84,7 @@ class HubCore:
         fresh: list[schema.Step] = []
         keep = fresh.append
         max_bytes, max_count, version = security.MAX_RECORD_BYTES, security.MAX_COUNT, schema.SCHEMA_VERSION
+        world = self.world_size or MAX_RANK  # a rank recovered from an older log may lie above it
         taken = fast = 0
         h = self.hseq
         t_last = st.t_last
@@ -109,6 +110,7 @@ class HubCore:
                         # but finite value) goes the general way, where each figure is judged.
                         if (
                             r is not None
+                            and m.rank < world
                             and 1 <= m.v <= version
                             and (not m.run or m.run == run_id)
                             and not m.custom

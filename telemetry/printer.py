@@ -225,6 +225,13 @@ PEER_FAILURE = re.compile(
 )
 
 
+def _finished_itself(st, rank: int) -> bool:
+    """The rank said it finished (exit 0), so a launcher's note that it was stopped, taken
+    before its own word, is wrong (RunState.apply lets the rank's word win)."""
+    r = st.ranks.get(rank)
+    return r is not None and r.finished and r.exit_code is None
+
+
 def root_cause(st) -> tuple[schema.Event, list[int], list[int]] | None:
     """(the exit that caused a failure, ranks that failed because of it, ranks stopped).
 
@@ -233,7 +240,11 @@ def root_cause(st) -> tuple[schema.Event, list[int], list[int]] | None:
     (the collective's socket closed under them) are victims, SIGTERM (-15) is how torchrun
     stops the rest.
     """
-    exits = [e for e in st.events if isinstance(e, schema.Event) and e.name == "exit" and e.rank >= 0 and e.code]
+    exits = [
+        e for e in st.events
+        if isinstance(e, schema.Event) and e.name == "exit" and e.rank >= 0 and e.code
+        and not (e.seq < 0 and _finished_itself(st, e.rank))
+    ]  # fmt: skip
     if not exits:
         return None
     errors: dict[int, str] = {}

@@ -130,11 +130,16 @@ def build_report(path: str) -> dict:
                     peak[msg.rank] = max(peak.get(msg.rank, 0), mem.rss_bytes)
         elif isinstance(msg, schema.Verdict):
             _fold_verdict(msg, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits)
-        elif isinstance(msg, schema.Event) and msg.name == "exit" and msg.rank >= 0 and msg.code:
-            exits[msg.rank] = {"rank": msg.rank, "code": msg.code, "step": msg.step, "message": msg.message}
-            ep = open_stalls.pop(msg.rank, None)
-            if ep is not None:
-                ep["until"] = "exit"
+        elif isinstance(msg, schema.Event) and msg.name == "exit" and msg.rank >= 0:
+            if msg.code:
+                exits[msg.rank] = {"rank": msg.rank, "code": msg.code, "step": msg.step, "message": msg.message}
+                ep = open_stalls.pop(msg.rank, None)
+                if ep is not None:
+                    ep["until"] = "exit"
+            elif msg.seq >= 0:
+                # The rank's own word that it finished wins over a launcher's note about it
+                # taken first (the hub takes from each sender in turn).
+                exits.pop(msg.rank, None)
 
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
     for ep in stragglers:

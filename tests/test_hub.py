@@ -135,3 +135,15 @@ def test_a_ranks_own_exit_wins_over_a_launcher_note_taken_first():
     assert core.ingest_bytes(schema.encode(schema.Event(run="r", rank=0, seq=1, t=1.0e9 + 1, name="exit", code=0)), 2.0)
     r = core.state.ranks[0]
     assert r.status == "finished" and r.exit_code is None
+
+
+def test_a_step_of_a_rank_beyond_the_world_size_is_refused_even_when_the_rank_is_known():
+    # A hub told the world size that resumes a log holding a higher rank (an earlier, larger
+    # job under the same run id) knows that rank, yet must refuse its steps, by either path.
+    core = HubCore(run_id="r", world_size=4)
+    core.replay(schema.Hello(run="r", rank=5, world_size=8, pid=10, t=1.0e9), 1.0)
+    core.replay(schema.Hello(run="r", rank=0, world_size=4, pid=11, t=1.0e9), 1.0)
+    step = schema.Step(run="r", rank=5, seq=1, step=1, step_s=0.1, t=1.0e9 + 1)
+    assert not core.ingest_bytes(schema.encode(step), 2.0)
+    assert core.ingest_batch([schema.encode(step)] * 2, 2.0) == 0
+    assert core.rejected["rank_out_of_range"] == 3 and core.state.ranks[5].steps_seen == 0

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from helpers import pardash_env
@@ -285,3 +286,26 @@ def test_plain_lines_keep_their_format():
     ProgressPrinter(_LogSource(DATA / "real_ddp2.jsonl"), out=out, bar=False).update(force=True)
     (line,) = out.getvalue().splitlines()
     assert re.fullmatch(r"\[\s*\d+\.\ds\] step 12/12 \| step ms min/med/max [\d./]+ \| self ms [\d./]+ \| mem/rank [\d.]+ MiB \| 2 finished", line)
+
+
+def test_a_rank_that_finished_is_not_reported_stopped_by_a_note_taken_first(tmp_path):
+    # Rank 1 fails; the launcher then notes that rank 0 "was stopped" (seq -1), and the hub,
+    # taking from each sender in turn, records that note before rank 0's own exit 0, sent
+    # earlier. The report, the failure line and the state must all take rank 0's word.
+    t = 1.0e9
+    records = [
+        schema.Hello(run="r", rank=r, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)
+    ] + [
+        schema.Step(run="r", rank=r, seq=1, step=1, step_s=0.1, samples=4, t=t + 1) for r in (0, 1)
+    ] + [
+        schema.Event(run="r", rank=1, seq=2, name="exit", code=1, step=1, message="boom", t=t + 2),
+        schema.Event(run="r", rank=0, seq=-1, name="exit", code=-15, message="rank 0 was stopped by torchrun", t=t + 3),
+        schema.Event(run="r", rank=0, seq=2, name="exit", code=0, step=1, t=t + 2),
+    ]  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b"".join(schema.encode_json(msgspec.structs.replace(m, hseq=i + 1)) + b"\n" for i, m in enumerate(records)))
+    rep = build_report(str(log))
+    assert [(e["rank"], e["code"]) for e in rep["exits"]] == [(1, 1)]
+    f = rep["failure"]
+    assert (f["rank"], f["code"], f["victims"], f["stopped"]) == (1, 1, [], [])
+    assert "stopped" not in render_text(rep)

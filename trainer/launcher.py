@@ -354,6 +354,9 @@ class Supervisor:
             self.start_job()
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()})
         code = self._wait_job()
+        t = getattr(self, "_stderr_thread", None)
+        if t is not None:
+            t.join(5)  # the ranks' last lines pass through it
         if code != 0 or self._stopping:
             # torchrun ends with 0 only when every rank did: then none was stopped, and notes
             # saying so could reach the hub before the ranks' own last words (ZeroMQ takes
@@ -365,9 +368,6 @@ class Supervisor:
     def _mark_stopped(self) -> None:
         """After torchrun ends, every rank of this node that never said it exited was stopped
         (by torchrun after another rank failed, or by the user): say so for it."""
-        t = getattr(self, "_stderr_thread", None)
-        if t is not None:
-            t.join(5)
         push = self._push()
         spec = self.spec
         for local in range(spec.nproc):
