@@ -44,12 +44,23 @@ class Recorder:
         self._unwritten: list[bytes] = []
         """Encoded lines, a chunk per ``encode``, for the next flush."""
         self._unwritten_bytes = 0
+        self._good: tuple[int, int] | None = None
+        """(inode, size) of the log before a write that failed: part of it may have reached the
+        file, and the whole is written again once writing works."""
         self._fh = None
         self._open()
 
     def _open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self._good is not None:
+                # A failed write may have left part of its lines (a torn last line): cut the
+                # file back to where it was good, so the lines kept are written once, whole.
+                ino, size = self._good
+                st = os.stat(self.path) if self.path.exists() else None
+                if st is not None and st.st_ino == ino and st.st_size > size:
+                    os.truncate(self.path, size)
+                self._good = None
             self._fh = open(self.path, "ab", buffering=1 << 16)
             self.error = ""
         except OSError as exc:
@@ -90,6 +101,10 @@ class Recorder:
                 self._trim()
                 return
         try:
+            before = self._fh.tell()
+        except (OSError, ValueError):
+            before = None
+        try:
             self._fh.write(b"".join(self._unwritten))
             self._fh.flush()
             self._unwritten.clear()
@@ -97,6 +112,11 @@ class Recorder:
             self.error = ""
         except OSError as exc:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
+            if before is not None and self._good is None:
+                try:
+                    self._good = (os.fstat(self._fh.fileno()).st_ino, before)
+                except (OSError, ValueError):
+                    pass
             try:
                 self._fh.close()
             except OSError:

@@ -90,6 +90,46 @@ def test_unwritable_log_warns_and_training_goes_on(tmp_path):
     assert [m.step for m in load_log(d / "run.jsonl")[0]] == [1, 2, 3]
 
 
+def test_a_write_that_fails_half_way_leaves_no_torn_or_doubled_line(tmp_path):
+    # The disk fills in the middle of a flush: part of the lines reach the file, the last one
+    # torn. When space comes back the file is cut back to its last good line and the kept
+    # lines are written once, whole.
+    from pardash.telemetry.recorder import Recorder
+
+    rec = Recorder(tmp_path / "run.jsonl")
+    rec.write(schema.Step(rank=0, step=1))
+    rec.flush()
+    real = rec._fh
+
+    class HalfFull:
+        def tell(self):
+            return real.tell()
+
+        def fileno(self):
+            return real.fileno()
+
+        def write(self, data):
+            real.write(data[: len(data) // 2])
+            real.flush()
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            pass
+
+        def close(self):
+            real.close()
+
+    rec._fh = HalfFull()
+    for step in (2, 3, 4):
+        rec.write(schema.Step(rank=0, step=step))
+    rec.flush()
+    assert "No space left" in rec.error and rec._fh is None
+    rec.write(schema.Step(rank=0, step=5))
+    rec.close()  # writing works again
+    msgs, stats = load_log(tmp_path / "run.jsonl")
+    assert [m.step for m in msgs] == [1, 2, 3, 4, 5] and not stats.skipped
+
+
 def test_a_log_that_stays_unwritable_keeps_only_the_newest_lines_in_memory(tmp_path, monkeypatch):
     from pardash.telemetry import recorder
     from pardash.telemetry.recorder import Recorder
