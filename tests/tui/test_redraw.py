@@ -260,3 +260,32 @@ async def test_header_lines_drawn_from_runs_match_the_text():
 def _by_cell(segments: list) -> list:
     """(character, style) per cell: the same picture whatever the segment boundaries."""
     return [(ch, style) for text, style in segments for ch in text]
+
+
+async def test_quiet_hub_hides_its_stale_rate_and_alarms_only_while_ranks_run():
+    """A hub that stops sending frames: its last ingest rate is not shown as if current; the
+    'hub quiet' line is an alarm while ranks still run, and a plain remark once every rank ended
+    (the launcher stops the hub then)."""
+    app = make_app(Fed())
+    async with app.run_test(size=(160, 40)) as pilot:
+        header = app.screen.query_one(RunHeader)
+        base = dict(run_id="r", strategy="ddp", world_size=2, ingest_hz=1234.0, live=True)
+        texts = {}
+        for name, counts, quiet in (
+            ("flowing", (("running", 2),), None),
+            ("running", (("running", 2),), 12.0),
+            ("ended", (("finished", 1), ("exited", 1)), 12.0),
+        ):
+            header.summary = RunSummary(status_counts=counts, hub_quiet_s=quiet, **base)
+            await pilot.pause()
+            texts[name] = header._text(158)
+        assert "hub 1234 msg/s" in texts["flowing"].plain and "quiet" not in texts["flowing"].plain
+        for name in ("running", "ended"):
+            assert "msg/s" not in texts[name].plain and "hub quiet for 12 s" in texts[name].plain
+        assert "job ended" not in texts["running"].plain and "job ended" in texts["ended"].plain
+        bad = header._s("bad")
+        def style_of(text, needle):
+            start = text.plain.index(needle)
+            return [sp.style for sp in text.spans if sp.start <= start < sp.end]
+        assert bad in style_of(texts["running"], "hub quiet")
+        assert bad not in style_of(texts["ended"], "hub quiet")

@@ -79,6 +79,11 @@ class RunSummary:
     """Seconds without a frame from a live hub (None while frames arrive)."""
     replay: ReplayPosition | None = None
 
+    @property
+    def ended(self) -> bool:
+        """Every rank finished or exited."""
+        return bool(self.status_counts) and all(s in (st.FINISHED, st.EXITED) for s, _ in self.status_counts)
+
 
 def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTotals | None = None) -> RunSummary:
     """Read a :class:`RunSummary` from ``source`` (``totals``: :func:`run_totals` of its state,
@@ -296,7 +301,10 @@ class RunHeader(CachedStyles, Widget):
         if s.replay is not None:
             second.append(self._replay_runs(s.replay))
         if s.live and s.hub_quiet_s is not None:
-            second.append([(f"hub quiet for {s.hub_quiet_s:.0f} s", self._s("bad"))])
+            if s.ended:  # the launcher stops the hub when the job ends: no alarm then
+                second.append([(f"job ended · hub quiet for {s.hub_quiet_s:.0f} s", self._s("label"))])
+            else:
+                second.append([(f"hub quiet for {s.hub_quiet_s:.0f} s", self._s("bad"))])
         second.append(
             [
                 ("lost ", self._s("label")),
@@ -307,7 +315,7 @@ class RunHeader(CachedStyles, Widget):
                 (fmt_count(s.dropped), self._s("warn" if s.dropped else "value")),
             ]
         )
-        if s.live and s.ingest_hz:
+        if s.live and s.ingest_hz and s.hub_quiet_s is None:  # a quiet hub's last rate is stale
             second.append(self._pair("hub", f"{fmt_rate(s.ingest_hz)} msg/s", "label"))
         if s.log_error:
             second.append([(f"log: {s.log_error}", self._s("bad"))])
