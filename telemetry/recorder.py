@@ -29,6 +29,23 @@ MAX_UNWRITTEN_BYTES = 512 << 20
 steps a second); past that the oldest go."""
 
 
+def _end_torn_line(path: Path) -> None:
+    """End a log that stops in the middle of a line (its hub died mid-write) with a newline, so
+    the next line appended is a line of its own and not glued to the fragment, unreadable with
+    it. The fragment stays, as a line readers skip and count (nothing of a file is cut away);
+    the message it held is counted lost by the gap it leaves in its rank's seq."""
+    try:
+        with open(path, "r+b") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            if end == 0:
+                return
+            fh.seek(end - 1)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+    except (FileNotFoundError, IsADirectoryError):
+        pass
+
+
 class Recorder:
     """Appends messages to a JSON Lines file."""
 
@@ -61,6 +78,7 @@ class Recorder:
                 if st is not None and st.st_ino == ino and st.st_size > size:
                     os.truncate(self.path, size)
                 self._good = None
+            _end_torn_line(self.path)
             self._fh = open(self.path, "ab", buffering=1 << 16)
             self.error = ""
         except OSError as exc:

@@ -130,6 +130,24 @@ def test_a_write_that_fails_half_way_leaves_no_torn_or_doubled_line(tmp_path):
     assert [m.step for m in msgs] == [1, 2, 3, 4, 5] and not stats.skipped
 
 
+def test_a_hub_restarted_on_a_torn_log_starts_its_own_line(tmp_path):
+    # The hub died in the middle of a line; the restarted hub (--resume, on the same log) must
+    # not glue its first record to the fragment, which would make both unreadable.
+    from pardash.telemetry.recorder import Recorder
+
+    path = tmp_path / "run.jsonl"
+    whole = schema.encode_json(schema.Step(rank=0, step=1)) + b"\n"
+    path.write_bytes(whole + schema.encode_json(schema.Step(rank=0, step=2))[:25])
+    rec = Recorder(path)
+    for step in (3, 4):
+        rec.write(schema.Step(rank=0, step=step))
+    rec.close()
+    msgs, stats = load_log(path)
+    assert [m.step for m in msgs] == [1, 3, 4]
+    assert stats.skipped == {"malformed": 1}  # the fragment, kept as a line of its own and counted
+    assert path.read_bytes().startswith(whole)
+
+
 def test_a_log_that_stays_unwritable_keeps_only_the_newest_lines_in_memory(tmp_path, monkeypatch):
     from pardash.telemetry import recorder
     from pardash.telemetry.recorder import Recorder
