@@ -87,6 +87,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_a_log_that_holds_a_run_is_not_appended_to(tmp_path):
+    # A second run appended to the first one's log would read as one run mixing both.
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b'{"kind":"event","name":"hub","message":"old run","run":"old","seq":-1,"t":1.0,"hseq":1}\n')
+    before = log.read_bytes()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(log), "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "already holds a run" in lines[0], proc.stderr
+    assert log.read_bytes() == before
+
+
 def test_busy_master_port_is_refused(tmp_path):
     import socket
 

@@ -497,14 +497,18 @@ def new_spec(*, log_path: str | None, runs_dir: str = "runs", **kw) -> LaunchSpe
 
 
 def check_writable(path: str) -> None:
-    """Raise LaunchError unless ``path`` can be created or appended to."""
+    """Raise LaunchError unless ``path`` can be created or appended to, and holds no records
+    yet: a new run appended to an old one's log would read as one run whose steps, duration and
+    throughput mix the two."""
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "ab"):
-            pass
+        with open(p, "ab") as fh:
+            used = fh.tell() > 0 and p.is_file()
     except OSError as exc:
         raise LaunchError(f"cannot write the log {path}: {exc.strerror or exc}; pass a writable --log PATH") from None
+    if used:
+        raise LaunchError(f"the log {path} already holds a run; pass a new --log PATH (or remove that file)")
 
 
 def main(argv: list[str] | None = None) -> int:
