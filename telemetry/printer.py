@@ -232,24 +232,46 @@ def _finished_itself(st, rank: int) -> bool:
     return r is not None and r.finished and r.exit_code is None
 
 
-def root_cause(st) -> tuple[schema.Event, list[int], list[int]] | None:
-    """(the exit that caused a failure, ranks that failed because of it, ranks stopped).
+def attempts(st) -> list[list[schema.Event]]:
+    """The run's events, split where torchrun restarted the job (``--max-restarts``): the hub
+    notes each rank's hello of a new attempt (``restart``), and the first such note after an
+    exit starts the next attempt. A failure that a restart recovered from is not the cause of
+    how the run ended."""
+    out: list[list[schema.Event]] = [[]]
+    exited = False
+    for e in st.events:
+        if not isinstance(e, schema.Event):
+            continue
+        if e.name == "restart" and exited:
+            out.append([])
+            exited = False
+        exited = exited or (e.name == "exit" and e.rank >= 0)
+        out[-1].append(e)
+    return out
+
+
+def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Event, list[int], list[int]] | None:
+    """(the exit that caused a failure, ranks that failed because of it, ranks stopped), among
+    ``events`` (default: the last attempt's, see :func:`attempts`).
 
     A rank killed by a signal (SIGKILL from the OOM killer or a user, SIGSEGV...) is always a
     cause; next a rank that failed on its own error; ranks whose error is a peer failure
     (the collective's socket closed under them) are victims, SIGTERM (-15) is how torchrun
-    stops the rest.
+    stops the rest. A job in which every rank was only stopped (by the user, or a scheduler
+    that sent SIGTERM) has no cause among its ranks: None.
     """
+    if events is None:
+        events = attempts(st)[-1]
     exits = [
-        e for e in st.events
-        if isinstance(e, schema.Event) and e.name == "exit" and e.rank >= 0 and e.code
+        e for e in events
+        if e.name == "exit" and e.rank >= 0 and e.code
         and not (e.seq < 0 and _finished_itself(st, e.rank))
     ]  # fmt: skip
     if not exits:
         return None
     errors: dict[int, str] = {}
-    for e in st.events:
-        if isinstance(e, schema.Event) and e.name == "error" and e.rank >= 0:
+    for e in events:
+        if e.name == "error" and e.rank >= 0:
             errors.setdefault(e.rank, (e.message or "") + "\n" + (e.traceback or ""))
 
     def grade(e: schema.Event) -> int:
@@ -262,9 +284,74 @@ def root_cause(st) -> tuple[schema.Event, list[int], list[int]] | None:
         return 3
 
     first = min(exits, key=lambda e: (grade(e), e.hseq))
+    if grade(first) == 3:
+        return None
     victims = sorted({e.rank for e in exits if e.rank != first.rank and grade(e) == 2})
     stopped = sorted({e.rank for e in exits if e.rank != first.rank and e.code == -15} - set(victims))
     return first, victims, stopped
+
+
+def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None:
+    """The root cause among ``events`` (default: the last attempt's; or an earlier one's list
+    from :func:`attempts`) as the report and the launcher's last line tell it: rank, code,
+    signal, the step it died in, its error's first line, victims, stopped, and ``line``, one
+    sentence of all that."""
+    last = events is None
+    if events is None:
+        events = attempts(st)[-1]
+    found = root_cause(st, events)
+    if found is None:
+        return None
+    first, victims, stopped = found
+    error, step = None, first.step  # the step it died in, when it said (exit events carry it)
+    for e in events:
+        if e.name == "error" and e.rank == first.rank:
+            lines = (e.message or "").strip().splitlines()
+            error = lines[0] if lines else None
+            if step is None and e.step is not None:
+                step = e.step + 1  # an error event carries the last step completed
+            break
+    r = st.ranks.get(first.rank)
+    if step is None and last and r is not None and r.step is not None:
+        step = r.step.step + 1  # the one after its last step (known for the last attempt only)
+    f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
+         "victims": victims, "stopped": stopped}  # fmt: skip
+    f["line"] = failure_line(f)
+    return f
+
+
+def failure_line(f: dict, *, error: bool = True) -> str:
+    """One sentence of a :func:`failure_summary` (``error``: with the error's first line)."""
+    line = f"rank {f['rank']} exited with code {f['code']}" + (f" ({f['signal']})" if f["signal"] else "")
+    line += f" at step {f['step']}" if f["step"] is not None else ""
+    line += f": {f['error']}" if error and f["error"] else ""
+    victims, stopped = f["victims"], f["stopped"]
+    if victims:
+        line += f"; rank{'s' if len(victims) > 1 else ''} {ranks_text(victims)} failed after it"
+    if stopped:
+        line += f"; rank{'s' if len(stopped) > 1 else ''} {ranks_text(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
+    return line
+
+
+def recovered_failures(st) -> list[dict]:
+    """The failures torchrun restarted the job after (:func:`failure_summary` of each attempt
+    but the last), oldest first."""
+    out = []
+    for events in attempts(st)[:-1]:
+        f = failure_summary(st, events)
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def signal_name(code: int | None) -> str | None:
+    """SIGKILL for -9; None for a code that is no signal."""
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return None
 
 
 def outcome_line(st, code: int, result: dict, log_path: str) -> str:
@@ -273,23 +360,8 @@ def outcome_line(st, code: int, result: dict, log_path: str) -> str:
         return f"pardash: done, {len(st.ranks)} rank(s), step {st.step}, log {log_path}"
     if result.get("stopped"):
         return f"pardash: stopped by you (exit code {code}); log {log_path}"
-    found = root_cause(st)
-    if found is None:
+    f = failure_summary(st)
+    if f is None:
         return f"pardash: the job failed with exit code {code}; log {log_path}"
-    first, victims, stopped = found
-    r = st.ranks.get(first.rank)
-    # The step it died in: the one after its last completed step, unless it said.
-    step = first.step if first.step is not None else (r.step.step + 1 if r is not None and r.step is not None else None)
-    at = f" at step {step}" if step is not None else ""
-    how = ""
-    if first.code < 0:
-        try:
-            how = f" ({signal.Signals(-first.code).name})"
-        except ValueError:
-            pass
-    line = f"pardash: rank {first.rank} exited with code {first.code}{how}{at}"
-    if victims:
-        line += f"; rank{'s' if len(victims) > 1 else ''} {ranks_text(victims)} failed after it"
-    if stopped:
-        line += f"; rank{'s' if len(stopped) > 1 else ''} {ranks_text(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
-    return line + f" (exit code {code}); log {log_path}"
+    # The error's text is in the ranks' output just above: the line names who and where.
+    return f"pardash: {failure_line(f, error=False)} (exit code {code}); log {log_path}"

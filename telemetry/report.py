@@ -18,14 +18,13 @@ What the report answers, beyond the per-rank table:
 
 from __future__ import annotations
 
-import signal
 import statistics
 from collections import defaultdict, deque
 from typing import Any
 
 from . import schema
 from .logreader import LogReadStats, read_log
-from .printer import ranks_text, root_cause
+from .printer import failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
 from .state import RunState, mem_full_bytes, mem_held_bytes
 from .summary import zero_expected_bytes
@@ -42,15 +41,6 @@ def _median(values: list[float]) -> float | None:
 def _state_bytes(mem: schema.Mem | None) -> int | None:
     """Parameters + gradients + optimizer state: what ZeRO's arithmetic counts."""
     return None if mem is None else mem.params_bytes + mem.grads_bytes + mem.optim_bytes
-
-
-def _signal_name(code: int | None) -> str | None:
-    if code is None or code >= 0:
-        return None
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return None
 
 
 class _Arrivals:
@@ -192,10 +182,10 @@ def build_report(path: str) -> dict:
     total_samples = sum(samples.values())
     median_step = _median([r["median_step_s"] for r in ranks])
     step_samples = sum(samples_per_step.values())
-    failure = _failure(state)
+    failure = failure_summary(state)
     for e in exits.values():
-        e["signal"] = _signal_name(e["code"])
-        e["role"] = _role(e["rank"], failure)
+        e["signal"] = signal_name(e["code"])
+        e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] == -15 else None)
     return {
         "log": path,
         "run_id": state.run_id,
@@ -224,6 +214,7 @@ def build_report(path: str) -> dict:
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         "failure": failure,
+        "recovered": recovered_failures(state),
         "memory": _memory(ranks, expected, params_count, strategy, world, peak_kind, not_sharding),
         "statuses": state.status_counts(),
         "messages": dict(sorted(state.counts.items())),
@@ -286,39 +277,6 @@ def _charge(ep: dict, arrivals: _Arrivals, last_step: int) -> None:
             n += 1
     ep["cost_total_s"] = total
     ep["steps_charged"] = n
-
-
-def _failure(state: RunState) -> dict | None:
-    found = root_cause(state)
-    if found is None:
-        return None
-    first, victims, stopped = found
-    r = state.ranks.get(first.rank)
-    step = first.step if first.step is not None else (r.step.step + 1 if r is not None and r.step is not None else None)
-    error = None
-    for e in state.events:
-        if isinstance(e, schema.Event) and e.name == "error" and e.rank == first.rank:
-            lines = (e.message or "").strip().splitlines()
-            error = lines[0] if lines else None
-            break
-    sig = _signal_name(first.code)
-    line = f"rank {first.rank} exited with code {first.code}" + (f" ({sig})" if sig else "")
-    line += f" at step {step}" if step is not None else ""
-    line += f": {error}" if error else ""
-    if victims:
-        line += f"; rank{'s' if len(victims) > 1 else ''} {ranks_text(victims)} failed after it"
-    if stopped:
-        line += f"; rank{'s' if len(stopped) > 1 else ''} {ranks_text(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
-    return {
-        "rank": first.rank,
-        "code": first.code,
-        "signal": sig,
-        "step": step,
-        "error": error,
-        "victims": victims,
-        "stopped": stopped,
-        "line": line,
-    }
 
 
 def _role(rank: int, failure: dict | None) -> str | None:

@@ -104,6 +104,11 @@ def exit_lines(rep: dict) -> list[str]:
     return out
 
 
+def recovered_lines(rep: dict) -> list[str]:
+    """The failures torchrun restarted the job after (``--max-restarts``)."""
+    return [f"restarted by torchrun after: {f['line']}" for f in rep.get("recovered") or []]
+
+
 def memory_rows(rep: dict) -> list[tuple[str, str]]:
     m = rep["memory"]
     st = f"{rep['strategy'] or '?'} x{rep['world_size']}"
@@ -160,6 +165,8 @@ def render_text(rep: dict, width: int = 160) -> str:
         con.print(f"  {line}")
     if rep.get("failure"):
         con.print(f"root cause: {rep['failure']['line']}")
+    for line in recovered_lines(rep):
+        con.print(line)
     con.print()
     mt = Table(box=None, show_header=False, pad_edge=False, title="memory (model state a rank holds)", title_justify="left")
     mt.add_column()
@@ -206,6 +213,8 @@ def render_markdown(rep: dict) -> str:
     out += [f"- {line}" for line in lines] or ["None."]
     if rep.get("failure"):
         out += ["", f"**Root cause:** {rep['failure']['line']}"]
+    if rep.get("recovered"):
+        out += [""] + [f"- {line}" for line in recovered_lines(rep)]
     out += ["", "## Memory", "", md_table(["model state a rank holds", "bytes"], [list(r) for r in memory_rows(rep)]), ""]
     out.append(rep["memory"]["verdict"] + ".")
     for rank in rep["memory"]["not_sharding"]:

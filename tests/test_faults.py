@@ -51,6 +51,23 @@ def test_hub_killed_mid_run_is_restarted_and_the_log_carries_on(tmp_path):
     assert max(s.step for s in _steps(log, 0)) == 150
 
 
+def test_a_job_stopped_with_ctrl_c_exits_143_and_blames_no_rank(tmp_path):
+    # Ctrl-C: the launcher stops the job (SIGTERM to torchrun, which passes it on), says so,
+    # and exits as the shell would for SIGTERM, 128 + 15 (not -15's byte, 241). The report of
+    # such a run names no rank as the root cause: every rank was stopped.
+    from pardash.telemetry.report import build_report
+
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "100000")
+    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.3)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 143, err[-2000:]
+    assert "stopped by you (exit code 143)" in err
+    rep = build_report(str(log))
+    assert rep["failure"] is None
+
+
 def test_viewer_killed_the_job_and_log_go_on(tmp_path):
     log = tmp_path / "run.jsonl"
     p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "120")

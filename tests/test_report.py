@@ -19,6 +19,7 @@ import pytest
 
 from helpers import pardash_env
 from pardash.telemetry.compare import render_compare_markdown
+from pardash.telemetry.logreader import load_log
 from pardash.telemetry import schema
 from pardash.telemetry.printer import progress_line
 from pardash.telemetry.report import build_report, render_markdown, render_text
@@ -309,3 +310,62 @@ def test_a_rank_that_finished_is_not_reported_stopped_by_a_note_taken_first(tmp_
     f = rep["failure"]
     assert (f["rank"], f["code"], f["victims"], f["stopped"]) == (1, 1, [], [])
     assert "stopped" not in render_text(rep)
+
+
+def _write_log(path, records):
+    path.write_bytes(b"".join(schema.encode_json(msgspec.structs.replace(m, hseq=i + 1)) + b"\n" for i, m in enumerate(records)))
+
+
+def test_a_failure_torchrun_restarted_from_is_no_root_cause_and_keeps_its_step(tmp_path):
+    # --max-restarts 1: rank 1 crashes in step 13; torchrun restarts both ranks, which resume
+    # from the checkpoint at step 10 and finish at 20. The run did not fail: no root cause, and
+    # the recovered failure is told with the step it happened in, not the rank's last step.
+    t = 1.0e9
+    hello = lambda r, restart: schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r + 100 * restart, strategy="ddp", restart=restart, t=t)  # noqa: E731
+    step = lambda r, s, seq: schema.Step(run="r", rank=r, seq=seq, step=s, step_s=0.1, samples=4, t=t + s)  # noqa: E731
+    records = [hello(0, 0), hello(1, 0)]
+    records += [step(r, s, s) for s in range(1, 13) for r in (0, 1)]
+    records += [
+        schema.Event(run="r", rank=1, seq=13, name="error", message="InjectedCrash: injected crash on rank 1 at step 13", step=12, t=t + 13),
+        schema.Event(run="r", rank=1, seq=14, name="exit", code=1, step=13, t=t + 13),
+    ]  # fmt: skip
+    records += [hello(0, 1), schema.Event(run="r", rank=0, seq=-1, name="restart", message="rank 0 restarted by torchrun", t=t + 14)]
+    records += [hello(1, 1), schema.Event(run="r", rank=1, seq=-1, name="restart", message="rank 1 restarted by torchrun", t=t + 14)]
+    records += [step(r, s, s - 9) for s in range(11, 21) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=r, seq=12, name="exit", code=0, step=20, t=t + 21) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["failure"] is None and rep["exits"] == []
+    (f,) = rep["recovered"]
+    assert (f["rank"], f["code"], f["step"]) == (1, 1, 13)
+    text = render_text(rep)
+    assert "root cause" not in text
+    assert "restarted by torchrun after: rank 1 exited with code 1 at step 13: InjectedCrash" in text
+    assert "restarted by torchrun after: rank 1 exited with code 1 at step 13" in render_markdown(rep)
+    # An older log whose exit events carry no step: the error event's step tells it.
+    records[2 + 24 + 1] = msgspec.structs.replace(records[2 + 24 + 1], step=None)
+    _write_log(log, records)
+    assert build_report(str(log))["recovered"][0]["step"] == 13
+
+
+def test_a_job_whose_ranks_were_only_stopped_names_no_root_cause(tmp_path):
+    # The user stopped the job (or a scheduler sent SIGTERM): every rank ended by SIGTERM, as
+    # the launcher notes for them. None of them caused it.
+    from pardash.telemetry.printer import outcome_line
+
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=1, step=1, step_s=0.1, samples=4, t=t + 1) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=r, seq=-1, name="exit", code=-15, message=f"rank {r} was stopped by you", t=t + 2) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["failure"] is None
+    assert [(e["rank"], e["code"], e["signal"], e["role"]) for e in rep["exits"]] == [(0, -15, "SIGTERM", "stopped"), (1, -15, "SIGTERM", "stopped")]
+    assert "root cause" not in render_text(rep)
+    st = RunState()
+    for m in load_log(log)[0]:
+        st.apply(m, 0.0)
+    assert outcome_line(st, 143, {}, "run.jsonl") == "pardash: the job failed with exit code 143; log run.jsonl"
+    assert outcome_line(st, 143, {"stopped": True}, "run.jsonl") == "pardash: stopped by you (exit code 143); log run.jsonl"

@@ -166,7 +166,8 @@ def _finish(reporter, instrument, code: int) -> None:
         except Exception:
             pass
     api.flush()
-    reporter.event("exit", code=code, step=reporter.last_step)
+    # The step it was in: its last one when it finished, the one after when it failed in it.
+    reporter.event("exit", code=code, step=reporter.last_step + 1 if code else reporter.last_step)
     reporter.close()
 
 

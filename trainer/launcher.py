@@ -354,6 +354,8 @@ class Supervisor:
             self.start_job()
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()})
         code = self._wait_job()
+        if code < 0:  # torchrun killed by a signal: the shell's 128 + N, not N's byte (241 for -15)
+            code = 128 - code
         t = getattr(self, "_stderr_thread", None)
         if t is not None:
             t.join(5)  # the ranks' last lines pass through it

@@ -4,7 +4,8 @@ flags and the same output, but without the interpreter's teardown when it is don
 torchrun's agent imports torch; unloading it module by module once the workers have exited
 takes about 0.7 s of a 2-core machine, which every launch would wait for before it could
 report its exit. Failures print exactly what torchrun prints (its traceback ends with the
-ChildFailedError summary the launcher reads) and exit 1, as torchrun does.
+ChildFailedError summary the launcher reads) and exit 1, as torchrun does; a stop signal
+exits 128 + its number.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ def main() -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
         return 130
-    except BaseException:
+    except BaseException as e:
+        sig = getattr(e, "sigval", None)
+        if sig is not None:
+            # SignalException: the agent was told to stop (SIGTERM from the launcher, a
+            # scheduler) and has stopped the workers. A stop, not a failure to trace back:
+            # exit as the shell would for the signal.
+            return 128 + int(sig)
         traceback.print_exc()
         return 1
 

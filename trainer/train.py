@@ -508,7 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        step=reporter.last_step)
         _record_error_file(e)
     finally:
-        reporter.event("exit", code=code)
+        # The step it was in: its last one when it finished, the one after when it failed in it.
+        reporter.event("exit", code=code, step=reporter.last_step + 1 if code else reporter.last_step)
         reporter.close()
         if code == 0:
             destroy_distributed(rt)
