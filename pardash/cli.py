@@ -235,7 +235,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         client.close()
     from pardash.telemetry.printer import outcome_line
 
-    print(outcome_line(client.state, code, job.result(), spec.log_path), file=sys.stderr if code else sys.stdout)
+    line = outcome_line(client.state, code, job.result(), spec.log_path, log_error=client.stats.log_error)
+    print(line, file=sys.stderr if code else sys.stdout)
     return code
 
 
@@ -301,16 +302,18 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     except AttachError as exc:
         fail(str(exc))
     if ns.headless:
-        from pardash.telemetry.printer import ProgressPrinter
+        from pardash.telemetry.printer import ProgressPrinter, follow_attached, run_over
 
         if not client.wait_synced(5.0):
             hint = "" if client.keys is not None else "; a hub with CURVE keys answers only viewers with an authorised key (PARDASH_CURVE_DIR)"
             fail(f"no answer from the hub at {client.snapshot_endpoint}; is the run still live? (`pardash ps`){hint}")
         try:
-            ProgressPrinter(client, every_s=ns.every).follow(lambda: False)
+            print(follow_attached(ProgressPrinter(client, every_s=ns.every), client), flush=True)
         except KeyboardInterrupt:
             return 0
-        return 0
+        finally:
+            client.close()
+        return 0 if run_over(client.state) else 1
     return _run_tui(client, title=f"pardash attach {client.run_id or ns.target or ''}")
 
 
@@ -328,17 +331,34 @@ def cmd_replay(ns: argparse.Namespace) -> int:
     return _run_tui(source, title=f"pardash replay {os.path.basename(ns.log)}")
 
 
+def _report_of(path: str) -> dict:
+    """The report of the log at ``path``; fails with one line when it has nothing to report."""
+    from collections import Counter
+
+    from pardash.telemetry.logreader import LogReadStats, no_records
+    from pardash.telemetry.report import build_report
+
+    try:
+        rep = build_report(path)
+    except OSError as exc:
+        fail(f"{path}: cannot read it: {exc.strerror or exc}")
+    if not sum(rep["messages"].values()):
+        stats = LogReadStats(lines=rep["skipped_lines"], skipped=Counter(rep["skipped_by_reason"]))
+        fail(no_records(path, stats))
+    return rep
+
+
 def cmd_report(ns: argparse.Namespace) -> int:
-    from pardash.telemetry.report import build_report, render_markdown, render_text
+    from pardash.telemetry.report import render_markdown, render_text
 
     for path in (ns.log, ns.compare):
         if path is not None and not os.path.isfile(path):
             fail(f"{path}: no such log file")
-    rep = build_report(ns.log)
+    rep = _report_of(ns.log)
     if ns.compare is not None:
         from pardash.telemetry.compare import compare_reports, render_compare_markdown, render_compare_text
 
-        cmp = compare_reports(rep, build_report(ns.compare))
+        cmp = compare_reports(rep, _report_of(ns.compare))
         out = {"json": lambda c: json.dumps(c, indent=2) + "\n", "markdown": render_compare_markdown, "text": render_compare_text}[ns.format](cmp)
     else:
         out = {"json": lambda r: json.dumps(r, indent=2) + "\n", "markdown": render_markdown, "text": render_text}[ns.format](rep)

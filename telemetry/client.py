@@ -16,7 +16,7 @@ import zmq
 
 from . import frames, registry, schema, security
 from .hubcore import HubCore
-from .logreader import LogReadStats, read_log
+from .logreader import LogReadStats, no_records, read_log
 from .state import RunState
 
 
@@ -271,9 +271,12 @@ class ReplaySource(FrameApplier):
         self.paused = False
         self.frame_s = frame_s
         self.read_stats = LogReadStats()
-        self._messages = list(read_log(path, self.read_stats))
+        try:
+            self._messages = list(read_log(path, self.read_stats))
+        except OSError as exc:
+            raise AttachError(f"{path}: cannot read it: {exc.strerror or exc}") from None
         if not self._messages:
-            raise AttachError(f"{path}: no telemetry records to replay")
+            raise AttachError(no_records(path, self.read_stats))
         ts = [m.t for m in self._messages if m.t]
         self.t_start = min(ts) if ts else 0.0
         self.t_end = max(ts) if ts else 0.0

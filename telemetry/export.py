@@ -22,7 +22,7 @@ import glob
 import os
 
 from . import schema
-from .logreader import LogReadStats, read_log
+from .logreader import LogReadStats, no_records, read_log
 from .state import mem_held_bytes
 
 TIMES = ("step_s", "data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -101,9 +101,13 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
             w.add_event(Event(wall_time=msg.t, step=msg.step, summary=Summary(value=values)))
             steps[msg.rank] = steps.get(msg.rank, 0) + 1
             points += len(values)
+    except OSError as exc:
+        raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
     finally:
         for w in writers.values():
             w.close()
+    if not stats.records:
+        raise ExportError(no_records(log_path, stats))
     return {
         "ranks": dict(sorted(steps.items())),
         "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(writers)},

@@ -6,10 +6,12 @@ skipped and counted, never raised, so report, replay and export always get an an
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import msgspec
 
@@ -35,13 +37,41 @@ class LogReadStats:
         return sum(self.skipped.values())
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _open(path: str | os.PathLike[str]) -> BinaryIO:
+    """The log's bytes: a log compressed with gzip for keeping (``run.jsonl.gz``) reads as the
+    log itself."""
+    fh = open(path, "rb")
+    if fh.read(2) == GZIP_MAGIC:
+        fh.close()
+        return gzip.open(path, "rb")
+    fh.seek(0)
+    return fh
+
+
+def no_records(path: str | os.PathLike[str], stats: LogReadStats) -> str:
+    """Why a log gave nothing to read, in one line."""
+    if not stats.lines:
+        return f"{path}: empty, no telemetry records"
+    why = ", ".join(f"{n} {reason}" for reason, n in sorted(stats.skipped.items()))
+    return f"{path}: no telemetry records in {stats.lines} line(s) ({why or 'all blank'}); is it a pardash log?"
+
+
 def read_log(path: str | os.PathLike[str], stats: LogReadStats | None = None) -> Iterator[schema.Message]:
-    """Yield the log's records in order; fill ``stats`` with what was skipped."""
+    """Yield the log's records in order; fill ``stats`` with what was skipped. A gzip-compressed
+    log is read as it is. OSError when it cannot be read (an OSError subclass too for a
+    corrupt gzip stream)."""
     stats = stats if stats is not None else LogReadStats()
     decode = schema.decode_json
-    with open(path, "rb") as fh:
+    with _open(path) as fh:
         while True:
-            raw = fh.readline(MAX_LINE_BYTES)
+            try:
+                raw = fh.readline(MAX_LINE_BYTES)
+            except (EOFError, zlib.error):  # a gzip stream cut short, or damaged: its end is lost
+                stats.skipped["truncated"] += 1
+                break
             if not raw:
                 break
             stats.lines += 1

@@ -43,6 +43,8 @@ class ProgressPrinter:
         self._last_line = 0.0
         self._printed_hseq = 0
         self._noted = False
+        self.log_error = ""
+        """The hub's last word on its log: '' while it writes, else why it cannot."""
         self.t_start = time.monotonic()
         self._progress = None
         self._task = None
@@ -101,6 +103,14 @@ class ProgressPrinter:
         if hello is not None and hello.note and not self._noted:
             self._noted = True
             self._print(f"note: {hello.note}")
+        stats = getattr(self.source, "stats", None)
+        log_error = stats.log_error if stats is not None else ""
+        if log_error != self.log_error:
+            if log_error:
+                self._print(f"warning: {log_error}; training goes on, the hub keeps the newest lines in memory until it can write")
+            else:
+                self._print("log: writable again, the lines kept in memory are written")
+            self.log_error = log_error
         for ev in list(st.events):
             if ev.hseq <= self._printed_hseq:
                 continue
@@ -354,14 +364,46 @@ def signal_name(code: int | None) -> str | None:
         return None
 
 
-def outcome_line(st, code: int, result: dict, log_path: str) -> str:
-    """The launcher's last line: success, or the one-line cause of a failure."""
+HUB_GONE_S = 5.0
+"""A live hub sends a frame ten times a second, messages or not: this long without one, and it
+has stopped (or cannot be reached)."""
+
+
+def run_over(st) -> bool:
+    """Every rank of the job has finished or exited."""
+    ranks = st.ranks.values()
+    return bool(st.ranks) and len(st.ranks) >= (st.world_size or 1) and all(r.finished or r.exit_code is not None for r in ranks)
+
+
+def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S) -> str:
+    """Print a live run until it is over or its hub has gone quiet (a viewer attached to a run
+    that ended must not print its last state for ever); returns the closing line."""
+    seen = {"t": source.last_frame_t, "at": time.monotonic()}
+
+    def done() -> bool:
+        if source.last_frame_t != seen["t"]:
+            seen["t"], seen["at"] = source.last_frame_t, time.monotonic()
+        return run_over(source.state) or time.monotonic() - seen["at"] > gone_s
+
+    printer.follow(done)
+    st = source.state
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(st.status_counts().items()))
+    if run_over(st):
+        f = failure_summary(st)
+        return f"pardash: the run is over: {counts}" + (f"; {f['line']}" if f else "")
+    return f"pardash: the hub has sent nothing for {gone_s:.0f} s (stopped, or out of reach); last seen: {counts or 'no ranks'}"
+
+
+def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = "") -> str:
+    """The launcher's last line: success, or the one-line cause of a failure (``log_error``:
+    the hub's last word on the log, when it could not write it)."""
+    log = f"log {log_path}" + (f" (incomplete: {log_error})" if log_error else "")
     if code == 0:
-        return f"pardash: done, {len(st.ranks)} rank(s), step {st.step}, log {log_path}"
+        return f"pardash: done, {len(st.ranks)} rank(s), step {st.step}, {log}"
     if result.get("stopped"):
-        return f"pardash: stopped by you (exit code {code}); log {log_path}"
+        return f"pardash: stopped by you (exit code {code}); {log}"
     f = failure_summary(st)
     if f is None:
-        return f"pardash: the job failed with exit code {code}; log {log_path}"
+        return f"pardash: the job failed with exit code {code}; {log}"
     # The error's text is in the ranks' output just above: the line names who and where.
-    return f"pardash: {failure_line(f, error=False)} (exit code {code}); log {log_path}"
+    return f"pardash: {failure_line(f, error=False)} (exit code {code}); {log}"

@@ -75,8 +75,14 @@ def test_viewer_killed_the_job_and_log_go_on(tmp_path):
     run_id = registry.live_runs()[0]["run_id"]
     p.kill()  # the foreground (viewer) dies; the supervisor, hub and ranks are in another session
     p.wait()
+    # Attach again: the new viewer follows the run to its end, then ends by itself.
+    att = subprocess.run(
+        [sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", run_id],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert att.returncode == 0, att.stderr[-2000:]
+    assert "step 120/120" in att.stdout and "pardash: the run is over: 2 finished" in att.stdout
     wait_for(lambda: any(s.step == 120 for s in _steps(log, 1)), timeout_s=180, poll_s=0.5)
-    # attach again while the hub lives, or read the finished run's result
     result = tmp_path / "runs" / run_id / "result.json"
     wait_for(result.exists, timeout_s=60)
     assert json.loads(result.read_text())["code"] == 0
@@ -105,6 +111,40 @@ def test_unwritable_log_warns_and_training_goes_on(tmp_path):
     assert rec.error == ""
     rec.close()
     assert [m.step for m in load_log(d / "run.jsonl")[0]] == [1, 2, 3]
+
+
+def test_the_headless_view_warns_when_the_log_cannot_be_written():
+    # The TUI's header shows the hub's log error; the headless view (and the launcher's last
+    # line) must say it too, or a run whose disk filled would read as recorded in full.
+    import io
+
+    from pardash.telemetry import frames
+    from pardash.telemetry.printer import ProgressPrinter, outcome_line
+    from pardash.telemetry.state import RunState
+
+    class Source:
+        live = True
+
+        def __init__(self):
+            self.state, self.stats = RunState(), frames.HubStats()
+
+        def poll(self):
+            return False
+
+    src, out = Source(), io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600)
+    printer.update()
+    src.stats = frames.HubStats(log_error="cannot write /x/run.jsonl: No space left on device")
+    printer.update()
+    printer.update()
+    src.stats = frames.HubStats()
+    printer.update()
+    assert out.getvalue().splitlines() == [
+        "warning: cannot write /x/run.jsonl: No space left on device; training goes on, the hub keeps the newest lines in memory until it can write",
+        "log: writable again, the lines kept in memory are written",
+    ]
+    line = outcome_line(src.state, 0, {}, "/x/run.jsonl", log_error="cannot write /x/run.jsonl: No space left on device")
+    assert line.endswith("log /x/run.jsonl (incomplete: cannot write /x/run.jsonl: No space left on device)")
 
 
 def test_a_write_that_fails_half_way_leaves_no_torn_or_doubled_line(tmp_path):

@@ -161,6 +161,31 @@ def _pardash(*args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pardash", *args], capture_output=True, text=True, env=pardash_env(), timeout=120, **kw)
 
 
+def test_a_log_kept_compressed_reads_as_itself_and_one_with_nothing_is_an_error(tmp_path):
+    import gzip
+
+    from pardash.telemetry.logreader import load_log
+
+    plain = (DATA / "real_ddp2.jsonl").read_bytes()
+    gz = tmp_path / "run.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain))
+    msgs, stats = load_log(gz)
+    assert [schema.encode_json(m) for m in msgs] == [schema.encode_json(m) for m in load_log(DATA / "real_ddp2.jsonl")[0]]
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gz.read_bytes()[: len(gz.read_bytes()) // 2])
+    msgs_cut, stats_cut = load_log(cut)
+    assert 0 < len(msgs_cut) < len(msgs) and stats_cut.skipped["truncated"] == 1
+    # Nothing to report is one line and exit 2, not an empty report.
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("hello\nworld\n")
+    for name, needle in (("empty.jsonl", "empty.jsonl: empty, no telemetry records"),
+                         ("notes.txt", "notes.txt: no telemetry records in 2 line(s) (2 malformed)")):  # fmt: skip
+        proc = _pardash("report", name, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stdout == "" and needle in proc.stderr, proc.stderr
+    proc = _pardash("report", "run.jsonl.gz", cwd=tmp_path)
+    assert proc.returncode == 0 and "steps              12" in proc.stdout, proc.stderr
+
+
 def test_report_command_formats(tmp_path):
     log = tmp_path / "fsdp4_crash.jsonl"
     log.write_bytes((DATA / "fsdp4_crash.jsonl").read_bytes())
