@@ -376,12 +376,9 @@ def _check_prometheus(ns: argparse.Namespace) -> None:
 
     if getattr(ns, "prometheus", None) is None:
         return
-    if not security.is_loopback(ns.prometheus_addr) and not getattr(ns, "insecure", False):
-        fail(
-            f"--prometheus-addr {ns.prometheus_addr}: /metrics has no authentication, so anyone who reaches "
-            "it reads the run; keep it on loopback (the default) and scrape through a local agent or a "
-            "tunnel, or pass --insecure on a network you trust"
-        )
+    refusal = security.metrics_refusal(ns.prometheus_addr, insecure=getattr(ns, "insecure", False))
+    if refusal:
+        fail(refusal)
     if ns.prometheus and not _port_free(ns.prometheus_addr, ns.prometheus):
         fail(f"--prometheus {ns.prometheus}: port {ns.prometheus} is busy on {ns.prometheus_addr}; choose another --prometheus PORT")
 

@@ -318,10 +318,17 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     ports = (ns.port, ns.port + 1, ns.port + 2) if ns.port else (0, 0, 0)
     curve_dir = getattr(ns, "curve_dir", None) or security.curve_dir_from_env()
     world_size = getattr(ns, "world_size", 0) or int((meta or {}).get("world_size") or 0)
+    insecure = getattr(ns, "insecure", False)
+    wants_metrics = getattr(ns, "prometheus", None) is not None
+    # Before anything binds or writes: `python -m pardash.telemetry.hub` has no CLI in front.
+    refusal = security.metrics_refusal(ns.prometheus_addr, insecure=insecure) if wants_metrics else None
+    if refusal:
+        print(f"pardash hub: {refusal}", file=sys.stderr)
+        return 2
     try:
         hub = Hub(
             run_id=run_id, log_path=log, host=ns.bind, ports=ports, frame_hz=ns.frame_hz,
-            curve=curve_dir, insecure=getattr(ns, "insecure", False), world_size=world_size,
+            curve=curve_dir, insecure=insecure, world_size=world_size,
         )  # fmt: skip
     except (security.InsecureBindError, security.CurveKeyError) as exc:
         print(f"pardash hub: {exc}", file=sys.stderr)
@@ -336,11 +343,13 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     info = {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), "curve": hub.keys is not None, **hub.endpoints, **(meta or {})}
     # -- Prometheus /metrics, read from this hub's state at scrape time --
     metrics = None
-    if getattr(ns, "prometheus", None) is not None:
+    if wants_metrics:
         from .prometheus import MetricsError, serve_metrics
 
         try:
-            metrics = serve_metrics(hub.core, ns.prometheus, addr=ns.prometheus_addr, per_rank=ns.prometheus_per_rank)
+            metrics = serve_metrics(
+                hub.core, ns.prometheus, addr=ns.prometheus_addr, per_rank=ns.prometheus_per_rank, insecure=insecure
+            )
         except MetricsError as exc:
             print(f"pardash hub: {exc}", file=sys.stderr)
             hub.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Iterator
 
+from .security import metrics_refusal
 from .state import STATUSES, mem_device_bytes, mem_full_bytes, mem_held_bytes
 from .summary import samples_per_s, zero_expected_bytes
 
@@ -186,7 +187,11 @@ class HubCollector:
 class MetricsServer:
     """``/metrics`` over HTTP for one hub, on prometheus-client's server thread."""
 
-    def __init__(self, core: "HubCore", *, port: int, addr: str = "127.0.0.1", per_rank: bool = False) -> None:
+    def __init__(self, core: "HubCore", *, port: int, addr: str = "127.0.0.1", per_rank: bool = False, insecure: bool = False) -> None:
+        # Checked here, where the socket is bound, so no entry point can skip it.
+        refusal = metrics_refusal(addr, insecure=insecure)
+        if refusal:
+            raise MetricsError(refusal)
         try:
             from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
         except ImportError:
@@ -215,9 +220,10 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def serve_metrics(core: "HubCore", port: int, *, addr: str = "127.0.0.1", per_rank: bool = False) -> MetricsServer:
-    """Start serving ``core``'s metrics; raises :class:`MetricsError` with one line."""
-    return MetricsServer(core, port=port, addr=addr, per_rank=per_rank)
+def serve_metrics(core: "HubCore", port: int, *, addr: str = "127.0.0.1", per_rank: bool = False, insecure: bool = False) -> MetricsServer:
+    """Start serving ``core``'s metrics; raises :class:`MetricsError` with one line (also for
+    ``addr`` beyond loopback without ``insecure``: /metrics has no authentication)."""
+    return MetricsServer(core, port=port, addr=addr, per_rank=per_rank, insecure=insecure)
 
 
 def add_arguments(p) -> None:

@@ -32,8 +32,9 @@ def new_run_id() -> str:
 
 def register(info: dict) -> Path:
     """Write ``info`` (run_id, endpoints, pid, ...) as a 0600 JSON file; returns its path."""
-    d = registry_dir()
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    from .security import make_private_dir  # loads zmq: not on every `pardash` start
+
+    d = make_private_dir(registry_dir())
     path = d / f"{info['run_id']}.json"
     entry = {"started": time.time(), **info}
     # A fresh temporary name, never an existing file or a link someone planted there: the

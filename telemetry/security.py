@@ -10,8 +10,10 @@ encryption, made with pyzmq's ``zmq.auth``)::
       client.key_secret       the ranks' and viewers' key pair
       authorized_clients/     public keys the hub lets in (client.key; add a viewer's here)
 
-Every file is readable by its owner only. The hub takes the folder by ``--curve-dir`` or
-``PARDASH_CURVE_DIR``; ranks and viewers by ``PARDASH_CURVE_DIR`` (or an argument). With keys,
+Every file is readable by its owner only, and loading refuses a folder (or ``authorized_clients/``)
+that another user owns or can write: they could admit their own key or swap the hub's. The hub
+takes the folder by ``--curve-dir`` or ``PARDASH_CURVE_DIR``; ranks and viewers by
+``PARDASH_CURVE_DIR`` (or an argument). With keys,
 the hub's three sockets are CURVE servers and pyzmq's authenticator admits only the public keys
 in ``authorized_clients/``: anyone else gets no frame, no snapshot, and what they push is never
 read. Authentication happens once per connection, so publishing costs nothing more per message
@@ -28,6 +30,7 @@ well-formed records cannot grow the hub's memory without bound.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import stat
@@ -123,6 +126,18 @@ def bind_refusal(host: str, *, curve: bool, insecure: bool) -> str | None:
     )
 
 
+def metrics_refusal(addr: str, *, insecure: bool) -> str | None:
+    """Why ``/metrics`` must not be served on ``addr`` (one line that says what to do), or None.
+    Plain HTTP takes no CURVE keys, so beyond loopback only ``--insecure`` will do."""
+    if is_loopback(addr) or insecure:
+        return None
+    return (
+        f"--prometheus-addr {addr}: /metrics has no authentication, so anyone who reaches "
+        "it reads the run; keep it on loopback (the default) and scrape through a local agent or a "
+        "tunnel, or pass --insecure on a network you trust"
+    )
+
+
 # -- keys ----------------------------------------------------------------------------------------
 
 
@@ -143,6 +158,25 @@ def curve_dir_from_env() -> str | None:
     return os.environ.get(CURVE_DIR_VAR) or None
 
 
+def make_private_dir(path: str | os.PathLike[str]) -> Path:
+    """Make ``path`` and every missing parent 0700, whatever the umask. ``Path.mkdir(parents=True,
+    mode=0o700)`` gives the parents ``0777 & ~umask``: under umask 000 another user could rename
+    the folder away from a world-writable parent and plant their own. Folders that already exist
+    keep their mode."""
+    p = Path(path)
+    for folder in (*reversed(p.parents), p):
+        if folder.is_dir():
+            continue
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # made meanwhile by someone else, or a file (said below)
+            continue
+        os.chmod(folder, 0o700)  # the umask may have taken bits the owner needs
+    if not p.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(p))
+    return p
+
+
 def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict[str, Path]:
     """Make a server and a client key pair in ``curve_dir`` and admit the client's public key.
     The folder becomes 0700 before any key is written, so no other user can read a key at any
@@ -155,7 +189,7 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
         raise CurveKeyError(f"{d} already holds keys; hubs and ranks using them would be locked out. Pass --force to replace them")
     auth = d / AUTHORIZED
     try:
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(d)
         os.chmod(d, 0o700)
         auth.mkdir(exist_ok=True, mode=0o700)
         os.chmod(auth, 0o700)
@@ -173,6 +207,22 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
     except OSError as exc:
         raise CurveKeyError(f"cannot write keys in {d}: {exc.strerror or exc}; choose another --dir") from None
     return paths
+
+
+def _check_folder(folder: Path) -> None:
+    """Refuse a key folder another user could write into: they could admit their own key or
+    swap ``server.key``, which ranks trust. A missing folder is left to the key loading to report."""
+    try:
+        st = folder.stat()
+    except FileNotFoundError:
+        return
+    if st.st_uid != os.getuid():
+        raise CurveKeyError(
+            f"{folder} belongs to uid {st.st_uid}, who could add or swap keys; copy the keys to a folder of "
+            "your own (`chmod 700` it) or make new ones with `pardash keys --dir DIR`"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise CurveKeyError(f"{folder} can be written by other users, who could add or swap keys; `chmod 700 {folder}`")
 
 
 def _load(path: Path, *, secret: bool) -> tuple[bytes, bytes | None]:
@@ -235,6 +285,7 @@ class ServerKeys:
 
 def load_client_keys(curve_dir: str | os.PathLike[str]) -> ClientKeys:
     d = Path(curve_dir)
+    _check_folder(d)
     public, secret = _load(d / f"{CLIENT}.key_secret", secret=True)
     server_public, _ = _load(d / f"{SERVER}.key", secret=False)
     assert secret is not None
@@ -243,9 +294,11 @@ def load_client_keys(curve_dir: str | os.PathLike[str]) -> ClientKeys:
 
 def load_server_keys(curve_dir: str | os.PathLike[str]) -> ServerKeys:
     d = Path(curve_dir)
+    _check_folder(d)
     public, secret = _load(d / f"{SERVER}.key_secret", secret=True)
     assert secret is not None
     auth = d / AUTHORIZED
+    _check_folder(auth)
     if not auth.is_dir() or not any(auth.glob("*.key")):
         raise CurveKeyError(f"no authorised client keys in {auth}; make keys with `pardash keys --dir {d}`")
     return ServerKeys(public=public, secret=secret, authorized=auth)

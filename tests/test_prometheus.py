@@ -266,3 +266,33 @@ def test_metrics_beyond_loopback_need_insecure(tmp_path, command):
     (line,) = p.stderr.strip().splitlines()
     assert "--prometheus-addr 0.0.0.0: /metrics has no authentication" in line and "--insecure" in line
     assert list(tmp_path.iterdir()) == []  # nothing started, nothing written
+
+
+def test_the_hub_module_alone_keeps_metrics_on_loopback_without_insecure(tmp_path, hub):
+    # `python -m pardash.telemetry.hub` is a documented entry point of its own: it must not skip
+    # the rule that `pardash hub` checks. Its first stdout line is the ready line of a hub that
+    # started; a refused one prints nothing there and exits.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash.telemetry.hub", "--no-registry", "--log", str(tmp_path / "t.jsonl"),
+         "--prometheus", "0", "--prometheus-addr", "0.0.0.0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(),
+    )  # fmt: skip
+    try:
+        ready = proc.stdout.readline()
+        assert ready == "", f"the hub started: {ready}"
+        assert proc.wait(60) == 2
+        (line,) = proc.stderr.read().strip().splitlines()
+        assert "--prometheus-addr 0.0.0.0: /metrics has no authentication" in line and "--insecure" in line
+        assert not (tmp_path / "t.jsonl").exists()  # refused before anything started
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.communicate(timeout=30)
+    # The server itself refuses too, for any other caller; --insecure is the user's say-so.
+    with pytest.raises(MetricsError, match="--prometheus-addr 0.0.0.0: /metrics has no authentication"):
+        serve_metrics(hub.core, 0, addr="0.0.0.0")
+    server = serve_metrics(hub.core, 0, addr="0.0.0.0", insecure=True)
+    try:
+        assert "pardash_world_size" in scrape(f"http://127.0.0.1:{server.port}/metrics")
+    finally:
+        server.close()

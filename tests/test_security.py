@@ -122,6 +122,68 @@ def test_registry_entries_are_for_their_owner_only(tmp_path, monkeypatch):
     assert [p.name for p in d.iterdir()] == ["r1.json"]  # no temporary left behind
 
 
+@pytest.mark.parametrize("folder", [".", security.AUTHORIZED])
+@pytest.mark.parametrize("mode", [0o770, 0o707], ids=["group", "others"])
+def test_a_key_folder_others_can_write_is_refused(tmp_path, keys, folder, mode, capsys):
+    # Whoever can write there could admit their own key or swap the hub's public key.
+    os.chmod(keys / folder, mode)
+    intruder, _ = zmq.auth.create_certificates(tmp_path, "intruder")
+    os.replace(intruder, keys / security.AUTHORIZED / "intruder.key")
+    path = (keys / folder) if folder != "." else keys
+    with pytest.raises(security.CurveKeyError, match=f"can be written by other users.*chmod 700 {path}") as err:
+        Hub(run_id=RUN, log_path=None, curve=keys)
+    assert "\n" not in str(err.value)
+    if folder == ".":  # ranks and viewers read only the folder itself, never authorized_clients/
+        rep = Reporter("tcp://127.0.0.1:1", run=RUN, identity=identity(0), heartbeat_s=0, curve=keys)
+        assert not rep.enabled and "telemetry is off" in capsys.readouterr().err
+    else:
+        assert security.load_client_keys(keys).public
+    os.chmod(keys / folder, 0o700)
+    assert security.load_server_keys(keys).authorized == keys / security.AUTHORIZED
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+@pytest.mark.parametrize("folder", [".", security.AUTHORIZED])
+def test_a_key_folder_another_user_owns_is_refused(keys, folder):
+    os.chown(keys / folder, 65534, -1)
+    with pytest.raises(security.CurveKeyError, match="belongs to uid 65534"):
+        security.load_server_keys(keys)
+    if folder == ".":
+        with pytest.raises(security.CurveKeyError, match="belongs to uid 65534"):
+            security.load_client_keys(keys)
+
+
+def test_keys_under_umask_0_leave_no_folder_others_can_write(tmp_path):
+    # `pardash keys` with no --dir makes $XDG_CONFIG_HOME/pardash/curve and any parent missing.
+    config = tmp_path / "config"
+    old = os.umask(0)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pardash", "keys"], capture_output=True, text=True,
+            env=pardash_env(XDG_CONFIG_HOME=str(config), PARDASH_CURVE_DIR=""),
+        )  # fmt: skip
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0, proc.stderr
+    d = config / "pardash" / "curve"
+    for folder in (config, config / "pardash", d, d / security.AUTHORIZED):
+        assert _mode(folder) == 0o700, folder
+    assert security.load_server_keys(d).public == security.load_client_keys(d).server_public
+
+
+def test_registry_under_umask_0_leaves_no_folder_others_can_write(tmp_path, monkeypatch):
+    d = tmp_path / "cache" / "pardash" / "runs"
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(d))
+    old = os.umask(0)
+    try:
+        path = registry.register({"run_id": "r1", "pid": os.getpid()})
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "cache", tmp_path / "cache" / "pardash", d):
+        assert _mode(folder) == 0o700, folder
+    assert _mode(path) == 0o600
+
+
 # -- where a hub may bind ------------------------------------------------------------------------
 
 
