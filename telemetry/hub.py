@@ -105,9 +105,10 @@ class Hub:
             self.close()
             raise
 
-    def recover(self) -> int:
+    def recover(self, *, now: float | None = None) -> int:
         """Rebuild state from the log this hub appends to (after a hub restart), so seq gaps,
-        verdicts and histories carry on; returns the number of records read."""
+        verdicts and histories carry on; returns the number of records read. ``now``: the
+        hub's monotonic clock (tests pass a fake one)."""
         if self.recorder is None or not self.recorder.path.exists():
             return 0
         from .logreader import read_log
@@ -115,7 +116,8 @@ class Hub:
         core = self.core
         n = 0
         rec, core.recorder = core.recorder, None  # do not write the old records again
-        now = time.monotonic()
+        if now is None:
+            now = time.monotonic()
         try:
             for msg in read_log(self.recorder.path):
                 hseq = msg.hseq
@@ -358,6 +360,17 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     entry = None if getattr(ns, "no_registry", False) else registry.register(info)
     signal.signal(signal.SIGTERM, hub.stop)
     signal.signal(signal.SIGINT, hub.stop)
+    # Ready before the log is read back: the ports are bound, so what the ranks send waits in
+    # ZeroMQ's queues meanwhile, and a supervisor never takes a long recovery (minutes, for a
+    # day's log) for a hub that did not start.
+    try:
+        if ready_fd is not None:
+            with os.fdopen(ready_fd, "w") as fh:
+                fh.write(json.dumps(info) + "\n")
+        else:
+            print(json.dumps(info), flush=True)
+    except OSError:
+        pass  # nobody waits for the line any more: serve all the same
     recovered = hub.recover() if getattr(ns, "resume", False) else 0
     if recovered:
         hub.core.note(
@@ -367,11 +380,6 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
         )
     else:
         hub.core.note(f"hub started (pid {os.getpid()}), ingest {hub.ingest_endpoint}")
-    if ready_fd is not None:
-        with os.fdopen(ready_fd, "w") as fh:
-            fh.write(json.dumps(info) + "\n")
-    else:
-        print(json.dumps(info), flush=True)
     _tune_gc()
     try:
         hub.serve()

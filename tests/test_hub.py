@@ -147,3 +147,52 @@ def test_a_step_of_a_rank_beyond_the_world_size_is_refused_even_when_the_rank_is
     assert not core.ingest_bytes(schema.encode(step), 2.0)
     assert core.ingest_batch([schema.encode(step)] * 2, 2.0) == 0
     assert core.rejected["rank_out_of_range"] == 3 and core.state.ranks[5].steps_seen == 0
+
+
+def _hub_args(tmp_path, *extra):
+    import argparse
+
+    from pardash.telemetry.hub import add_hub_arguments
+
+    p = argparse.ArgumentParser()
+    add_hub_arguments(p)
+    return p.parse_args(["--run-id", "r", "--log", str(tmp_path / "run.jsonl"), "--no-registry", *extra])
+
+
+def test_a_restarted_hub_is_ready_before_it_reads_its_log_back(tmp_path, monkeypatch):
+    # Reading a day's log back takes minutes: the supervisor waiting for the ready line must
+    # not take that for a hub that failed to start (it gave up, and the hub crash-looped).
+    import os
+    import select
+
+    from pardash.telemetry import hub as hub_mod
+
+    (tmp_path / "run.jsonl").write_bytes(schema.encode_json(schema.Step(run="r", rank=0, seq=1, step=1, hseq=1)) + b"\n")
+    r, w = os.pipe()
+    seen = {}
+
+    def recover(self):
+        seen["ready_first"] = bool(select.select([r], [], [], 0)[0])
+        self.stop()  # serve returns at once
+        return 0
+
+    monkeypatch.setattr(hub_mod.Hub, "recover", recover)
+    monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)  # keep pytest's own handlers
+    assert hub_mod.run_hub(_hub_args(tmp_path, "--resume"), ready_fd=w) == 0
+    assert seen == {"ready_first": True}
+    assert b'"ingest"' in os.read(r, 65536)
+    os.close(r)
+
+
+def test_a_hub_nobody_waits_for_any_more_serves_all_the_same(tmp_path, monkeypatch):
+    import os
+
+    from pardash.telemetry import hub as hub_mod
+
+    r, w = os.pipe()
+    os.close(r)  # the supervisor gave up waiting
+    served = []
+    monkeypatch.setattr(hub_mod.Hub, "serve", lambda self, **kw: served.append(True))
+    monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)  # keep pytest's own handlers
+    assert hub_mod.run_hub(_hub_args(tmp_path), ready_fd=w) == 0
+    assert served == [True]
