@@ -8,6 +8,7 @@ schedule, data order and RNG state all come back. Once through torchrun's elasti
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -214,14 +215,66 @@ def test_checkpoint_flags_are_checked_in_one_line(kwargs, message):
     assert "\n" not in str(err.value)
 
 
-def test_checkpoint_flags_round_trip_to_the_ranks():
+def test_checkpoint_flags_round_trip_to_the_ranks(tmp_path, monkeypatch):
     import argparse
 
     from pardash.trainer.config import TrainConfig, add_arguments, from_args
 
+    monkeypatch.chdir(tmp_path)  # from_args creates the folder
     cfg = TrainConfig(checkpoint_dir="ckpt", checkpoint_every=10, resume=True)
     assert cfg.to_argv() == ["--checkpoint-dir", "ckpt", "--checkpoint-every", "10", "--resume"]
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     assert from_args(parser.parse_args(cfg.to_argv())) == cfg
     assert "first attempt only" in " ".join(parser.format_help().split())
+
+
+def parse_flags(*argv: str):
+    import argparse
+
+    from pardash.trainer.config import add_arguments, from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_args(parser.parse_args(argv))
+
+
+def test_the_checkpoint_dir_is_created_before_the_run(tmp_path):
+    ckpt = tmp_path / "a" / "ckpt"
+    assert parse_flags("--checkpoint-dir", str(ckpt)).checkpoint_dir == str(ckpt)
+    assert ckpt.is_dir() and list(ckpt.iterdir()) == []  # the test file is gone again
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_checkpoint_dir_is_one_line(tmp_path):
+    ckpt = tmp_path / "ro"
+    ckpt.mkdir(mode=0o500)
+    with pytest.raises(ValueError, match=r"--checkpoint-dir .*ro: cannot write there \(Permission denied\)"):
+        parse_flags("--checkpoint-dir", str(ckpt))
+
+
+@pytest.mark.parametrize(
+    ("where", "flags", "message"),
+    [
+        ("file", ["--checkpoint-every", "2"],
+         "{dir} exists and is not a folder; name a folder to save checkpoints in"),
+        # --resume used to find "no checkpoint" in a file and start afresh.
+        ("file", ["--resume"],
+         "{dir} exists and is not a folder; name a folder to save checkpoints in"),
+        ("file/ckpt", ["--checkpoint-every", "2"],
+         "{dir}: cannot write there (Not a directory); name a writable folder"),
+    ],
+    ids=["file", "file-resume", "under-a-file"],
+)
+def test_a_bad_checkpoint_dir_stops_the_launch_before_anything_starts(tmp_path, where, flags,
+                                                                       message):
+    # It used to be found at the first save, after --checkpoint-every steps of training, and
+    # end in a traceback.
+    (tmp_path / "file").write_text("not a folder")
+    proc, msgs = launch(tmp_path, "bad", "--strategy", "single", "--steps", "4",
+                        "--checkpoint-dir", str(tmp_path / where), *flags)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    line = "pardash: error: --checkpoint-dir " + message.format(dir=tmp_path / where)
+    assert proc.stderr.splitlines() == [line]
+    assert msgs == [] and not (tmp_path / "bad.jsonl").exists() and not (tmp_path / "runs").exists()
+    assert (tmp_path / "file").read_text() == "not a folder"

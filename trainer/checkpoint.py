@@ -11,6 +11,11 @@ Layout: ``DIR/step-00000020/``, one folder per saved step.
 - single, dp: one process, so a plain :func:`torch.save` of the same dictionary to
   ``state.pt``, written under a temporary name and renamed (complete: ``state.pt`` exists).
 
+Either strategy family resumes the other's checkpoint: :func:`load` goes by what the folder
+holds, not by the strategy. One process reads a DCP folder without a process group; ddp and
+fsdp ranks each read ``state.pt`` whole and keep their part (it was saved by one process, so it
+fits in one).
+
 What makes a resumed run follow the uninterrupted run's loss curve:
 
 - the model and the optimizer state (AdamW's moments and its step count);
@@ -107,6 +112,14 @@ def step_path(root: str | os.PathLike[str], step: int) -> Path:
 def is_complete(path: Path) -> bool:
     """True when the save into ``path`` finished (DCP's metadata or the plain file is there)."""
     return (path / DCP_METADATA).is_file() or (path / PLAIN_FILE).is_file()
+
+
+def saved_with_dcp(path: Path, strategy: str) -> bool:
+    """True when the checkpoint in ``path`` is DCP's, False when it is ``state.pt``. A folder
+    holding both (saved before :func:`save` cleared the other format's marker) is read the way
+    ``strategy`` saves."""
+    dcp_done, plain_done = (path / DCP_METADATA).is_file(), (path / PLAIN_FILE).is_file()
+    return uses_dcp(strategy) if dcp_done and plain_done else dcp_done
 
 
 def find_latest(root: str | os.PathLike[str]) -> Found | None:
@@ -215,10 +228,11 @@ def save(
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         if rank == 0:
-            # A folder saved before (a resumed run passing the same step again) must not look
-            # complete while it is being rewritten. Other ranks write only after DCP's first
-            # collective, which rank 0 reaches after this.
+            # A folder saved before (a resumed run passing the same step again, perhaps with
+            # another strategy) must not look complete while it is being rewritten. Other
+            # ranks write only after DCP's first collective, which rank 0 reaches after this.
             (path / DCP_METADATA).unlink(missing_ok=True)
+            (path / PLAIN_FILE).unlink(missing_ok=True)
         model_sd, optim_sd = get_state_dict(w.model, optimizer)
         state = {
             "model": model_sd,
@@ -234,6 +248,8 @@ def save(
             "progress": progress.to_tensors(),
             _rng_key(0): rng_state(device),
         }
+        # As above: a DCP save of this step by an earlier run must not outlive this one.
+        (path / DCP_METADATA).unlink(missing_ok=True)
         tmp = path / (PLAIN_FILE + ".tmp")
         torch.save(state, tmp)
         os.replace(tmp, path / PLAIN_FILE)
@@ -256,32 +272,72 @@ def load(
     Collective for ddp/fsdp."""
     t0 = time.perf_counter()
     key = _rng_key(rank)
-    if uses_dcp(w.strategy):
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import FileSystemReader
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-        saved = FileSystemReader(str(found.path)).read_metadata().state_dict_metadata
-        # The optimizer must hold state to load into: get_state_dict creates it (a step with
-        # zero gradients and lr 0, which changes no parameter).
-        model_sd, optim_sd = get_state_dict(w.model, optimizer)
-        state: dict = {"model": model_sd, "optim": optim_sd, "progress": Progress.blank_tensors()}
-        has_rng = f"{key}.cpu" in saved  # a rank the saving run did not have: none
-        if has_rng:
-            state[key] = rng_state(device)
-            if device.type == "cuda" and f"{key}.cuda" not in saved:
-                del state[key]["cuda"]
-        dcp.load(state, checkpoint_id=str(found.path))
-        set_state_dict(w.model, optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+    if saved_with_dcp(found.path, w.strategy):
+        state, has_rng = _load_dcp(found.path, w=w, optimizer=optimizer, key=key, device=device)
     else:
         state = torch.load(found.path / PLAIN_FILE, map_location="cpu", weights_only=True)
-        w.inner.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optim"])
+        if uses_dcp(w.strategy):
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+            # Every rank holds the whole state: full_state_dict makes each keep its shard.
+            set_state_dict(w.model, optimizer, model_state_dict=state["model"],
+                           optim_state_dict=_optim_by_name(state["optim"], w.inner, optimizer),
+                           options=StateDictOptions(full_state_dict=True))
+        else:
+            w.inner.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optim"])
         has_rng = key in state
     if has_rng:
         set_rng_state(state[key], device)
     return Progress.from_tensors(state["progress"]), time.perf_counter() - t0, has_rng
+
+
+def _load_dcp(
+    path: Path, *, w: Wrapped, optimizer: torch.optim.Optimizer, key: str, device: torch.device
+) -> tuple[dict, bool]:
+    """The DCP checkpoint in ``path``, loaded into the model and optimizer; (state, whether
+    ``key``'s RNG state was in it). Without a process group (single, dp) DCP reads every shard
+    in this process."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    # single/dp: the bare module, whose names DCP saved (DataParallel's would add "module.").
+    module = w.model if uses_dcp(w.strategy) else w.inner
+    saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    # The optimizer must hold state to load into: get_state_dict creates it (a step with
+    # zero gradients and lr 0, which changes no parameter).
+    model_sd, optim_sd = get_state_dict(module, optimizer)
+    state: dict = {"model": model_sd, "optim": optim_sd, "progress": Progress.blank_tensors()}
+    has_rng = f"{key}.cpu" in saved  # a rank the saving run did not have: none
+    if has_rng:
+        state[key] = rng_state(device)
+        if device.type == "cuda" and f"{key}.cuda" not in saved:
+            del state[key]["cuda"]
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(module, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    return state, has_rng
+
+
+def _optim_by_name(saved: dict, inner: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """A plain ``optimizer.state_dict()`` (parameters numbered in the optimizer's order) keyed
+    by parameter name instead, as :func:`set_state_dict` takes it. The numbering is the order of
+    ``model.parameters()``, the same in the saving run as in this one, whatever the wrapper."""
+    names = {id(p): name for name, p in inner.named_parameters()}
+    ours = [p for group in optimizer.param_groups for p in group["params"]]
+    numbers = [i for group in saved["param_groups"] for i in group["params"]]
+    if len(numbers) != len(ours):
+        raise ValueError(
+            f"the checkpoint's optimizer holds {len(numbers)} parameters, this model "
+            f"{len(ours)}; resume with the model flags the checkpoint was saved with"
+        )
+    name_of = {i: names[id(p)] for i, p in zip(numbers, ours)}
+    return {
+        "state": {name_of[i]: s for i, s in saved["state"].items()},
+        "param_groups": [{**g, "params": [name_of[i] for i in g["params"]]}
+                         for g in saved["param_groups"]],
+    }
 
 
 __all__ = [
@@ -293,6 +349,7 @@ __all__ = [
     "load",
     "rng_state",
     "save",
+    "saved_with_dcp",
     "set_rng_state",
     "step_path",
     "uses_dcp",

@@ -5,6 +5,8 @@ the CLI calls :func:`add_arguments` on its parser, builds a :class:`TrainConfig`
 :func:`from_args`, and passes :meth:`TrainConfig.to_argv` on to every rank through torchrun.
 Every rule lives in ``__post_init__`` (and :meth:`TrainConfig.check_world_size` for the rules
 that need the world size), each raising a one-line :class:`ValueError` that says what to do.
+:func:`from_args` also checks the one path on disk, ``--checkpoint-dir``
+(:func:`check_checkpoint_dir`), so a config built in code touches no disk.
 """
 
 from __future__ import annotations
@@ -422,9 +424,41 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
 
 def from_args(ns: argparse.Namespace) -> TrainConfig:
     """Build a TrainConfig from a namespace :func:`add_arguments` filled (other attributes of
-    the namespace are ignored). Raises ValueError with a one-line reason."""
+    the namespace are ignored), and create and test ``--checkpoint-dir``. Raises ValueError
+    with a one-line reason."""
     names = [f.name for f in dataclasses.fields(TrainConfig)]
-    return TrainConfig(**{n: getattr(ns, n) for n in names if hasattr(ns, n)})
+    cfg = TrainConfig(**{n: getattr(ns, n) for n in names if hasattr(ns, n)})
+    if cfg.checkpoint_dir is not None:
+        check_checkpoint_dir(cfg.checkpoint_dir)
+    return cfg
+
+
+def check_checkpoint_dir(path: str) -> None:
+    """Create the folder ``path`` if it is missing and write a file in it; raise ValueError
+    (one line) when either fails.
+
+    Checked before anything starts, like the log path: otherwise the first save finds out
+    only after --checkpoint-every steps of training, and --resume on a file finds "no
+    checkpoint" and starts afresh. The test file's name is unique: several ranks check at once.
+    """
+    import os
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".pardash-write-test-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except FileExistsError:  # makedirs: something other than a folder holds the name
+        raise ValueError(
+            f"--checkpoint-dir {path} exists and is not a folder; name a folder to save "
+            "checkpoints in"
+        ) from None
+    except OSError as exc:
+        raise ValueError(
+            f"--checkpoint-dir {path}: cannot write there ({exc.strerror or exc}); "
+            "name a writable folder"
+        ) from None
 
 
 def parse_args(argv: Sequence[str] | None = None, *, prog: str | None = None) -> TrainConfig:
@@ -444,6 +478,7 @@ __all__ = [
     "Straggler",
     "RankStep",
     "add_arguments",
+    "check_checkpoint_dir",
     "from_args",
     "parse_args",
     "STRATEGIES",

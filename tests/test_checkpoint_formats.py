@@ -1,0 +1,136 @@
+"""A checkpoint resumes under the other save format: single/dp save ``state.pt`` with
+torch.save, ddp/fsdp save with torch.distributed.checkpoint, and either family resumes the
+other's (it used to fail with FileNotFoundError on every rank).
+
+The fast tests run the trainer as one plain process (a world of one, where single, dp, ddp and
+fsdp all follow the same loss curve); the slow one resumes a single-process checkpoint on 2
+gloo ranks, sharded, and that run's checkpoint in one process again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pardash.trainer import checkpoint
+from test_checkpoint import SMALL, TOLERANCE, launch, losses
+
+STEP_LINE = re.compile(r"^step\s+(\d+)/\d+ .*$", re.M)
+
+
+def train(ckpt: Path, strategy: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m pardash.trainer.train`` as one process without a hub, every step printed."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("PARDASH_ENDPOINT", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash.trainer.train", "--strategy", strategy, "--steps", "6",
+         "--checkpoint-dir", str(ckpt), *SMALL, "--log-every", "1", *args],
+        capture_output=True, text=True, env=env, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def step_lines(stdout: str) -> dict[int, str]:
+    """{step: its printed line, less the timing}: loss and learning rate to 4 digits."""
+    return {int(m.group(1)): re.sub(r"\|\s+[0-9.]+ ms ", "", m.group(0))
+            for m in STEP_LINE.finditer(stdout)}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """``saved("single")``: (a 6-step run's checkpoint folder holding only step 4, its printed
+    steps), made once per saving strategy."""
+    made: dict[str, tuple[Path, dict[int, str]]] = {}
+
+    def get(strategy: str) -> tuple[Path, dict[int, str]]:
+        if strategy not in made:
+            ckpt = tmp_path_factory.mktemp(f"saved-{strategy}") / "ckpt"
+            proc = train(ckpt, strategy, "--checkpoint-every", "4")
+            shutil.rmtree(checkpoint.step_path(ckpt, 6))  # as if it died after step 4
+            made[strategy] = ckpt, step_lines(proc.stdout)
+        return made[strategy]
+
+    return get
+
+
+@pytest.mark.parametrize(
+    ("saved_by", "resumed_by"),
+    # ddp's own load (the wrapper's "module." names) is in the slow test, on 2 ranks.
+    [("single", "fsdp"), ("fsdp", "dp")],
+)
+def test_a_checkpoint_resumes_under_the_other_format_on_the_same_curve(
+    tmp_path, saved, saved_by, resumed_by
+):
+    original, reference = saved(saved_by)
+    saved_file = checkpoint.DCP_METADATA if saved_by in ("ddp", "fsdp") else checkpoint.PLAIN_FILE
+    assert (checkpoint.step_path(original, 4) / saved_file).is_file()
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(original, ckpt)
+    proc = train(ckpt, resumed_by, "--resume")
+    assert f"resume: step 4 restored from {checkpoint.step_path(ckpt, 4)}" in proc.stdout
+    assert step_lines(proc.stdout) == {s: reference[s] for s in (5, 6)}
+    # Its own save of step 6 is in its own format.
+    own_file = checkpoint.DCP_METADATA if resumed_by in ("ddp", "fsdp") else checkpoint.PLAIN_FILE
+    assert sorted(p.name for p in checkpoint.step_path(ckpt, 6).iterdir()
+                  if not p.name.endswith(".distcp")) == [own_file]
+
+
+def test_a_step_saved_again_in_the_other_format_holds_one_checkpoint(tmp_path):
+    # A single run resumed from an earlier step saves a step a ddp run had saved before: the
+    # ddp save's marker goes, so the folder is not read as the old DCP checkpoint.
+    import torch
+
+    from pardash.trainer.strategies import Wrapped
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    progress = checkpoint.Progress(step=6, epoch=0, steps_into_epoch=6, total_steps=6, lr=1e-3,
+                                   seed=1, world_size=1)
+    step6 = checkpoint.step_path(tmp_path, 6)
+    step6.mkdir()
+    (step6 / checkpoint.DCP_METADATA).write_bytes(b"a ddp save of step 6")
+    checkpoint.save(tmp_path, progress, w=Wrapped(model=model, inner=model, strategy="single"),
+                    optimizer=optimizer, rank=0, device=torch.device("cpu"))
+    assert sorted(p.name for p in step6.iterdir()) == [checkpoint.PLAIN_FILE]
+    assert checkpoint.saved_with_dcp(step6, "ddp") is False
+
+
+def test_a_folder_holding_both_formats_is_read_as_the_strategy_saves(tmp_path):
+    (tmp_path / checkpoint.DCP_METADATA).write_bytes(b"")
+    (tmp_path / checkpoint.PLAIN_FILE).write_bytes(b"")
+    assert [checkpoint.saved_with_dcp(tmp_path, s) for s in ("single", "dp", "ddp", "fsdp")] == [
+        False, False, True, True
+    ]
+
+
+@pytest.mark.slow
+def test_a_single_process_checkpoint_resumes_sharded_on_two_ranks_and_back(tmp_path, saved):
+    original, _ = saved("single")
+    curves = {}
+    for strategy in ("fsdp", "ddp"):
+        ckpt = tmp_path / strategy
+        shutil.copytree(original, ckpt)
+        proc, msgs = launch(tmp_path, strategy, "--strategy", strategy, "--nproc", "2",
+                            "--steps", "6", "--resume", "--checkpoint-dir", str(ckpt))
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr
+        curves[strategy] = losses(msgs)
+        assert sorted((r, s) for r, s, _ in curves[strategy]) == [(r, s) for r in (0, 1)
+                                                                  for s in (5, 6)]
+    # FSDP took its shards of the full state the single process saved: the same model as DDP.
+    reference = {(r, s): loss for r, s, loss in curves["ddp"]}
+    for rank, step, loss in curves["fsdp"]:
+        assert loss == pytest.approx(reference[rank, step], **TOLERANCE), (rank, step)
+
+    # And their step 6, saved in 2 DCP shards each, resumes in one process: the same model.
+    after = {s: step_lines(train(tmp_path / s, "single", "--steps", "8", "--resume").stdout)
+             for s in ("fsdp", "ddp")}
+    assert after["fsdp"] == after["ddp"] and sorted(after["fsdp"]) == [7, 8]
