@@ -232,6 +232,10 @@ class HubCore:
         elif isinstance(msg, schema.Hello):
             if not 1 <= msg.world_size <= MAX_RANK or msg.rank >= msg.world_size:
                 return "rank_out_of_range"
+            if self.world_size and msg.world_size != self.world_size:
+                # The launcher said the job's size: a hello saying otherwise would set the run's
+                # world size (the ZeRO expectation, /metrics) to its word.
+                return "world_size_mismatch"
             if not security.config_fits(msg.config):
                 return "too_large"
         elif isinstance(msg, schema.Event):

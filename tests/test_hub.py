@@ -149,6 +149,19 @@ def test_a_step_of_a_rank_beyond_the_world_size_is_refused_even_when_the_rank_is
     assert core.rejected["rank_out_of_range"] == 3 and core.state.ranks[5].steps_seen == 0
 
 
+def test_a_hello_that_contradicts_the_world_size_the_hub_was_told_is_refused():
+    # Rank 0 saying the job has a million ranks must not become the run's world size (the
+    # memory expectation divides by it, /metrics reports it) on a hub the launcher told 2.
+    core = HubCore(run_id="r", world_size=2)
+    assert not core.ingest(schema.Hello(run="r", rank=0, world_size=1 << 20, pid=10, t=1.0e9), 1.0)
+    assert core.rejected == {"world_size_mismatch": 1} and core.state.world_size == 0
+    assert core.ingest(schema.Hello(run="r", rank=0, world_size=2, pid=10, t=1.0e9), 1.0)
+    assert core.state.world_size == 2
+    learnt = HubCore(run_id="r")  # told nothing: the hellos say it
+    assert learnt.ingest(schema.Hello(run="r", rank=0, world_size=8, pid=10, t=1.0e9), 1.0)
+    assert learnt.state.world_size == 8
+
+
 def _hub_args(tmp_path, *extra):
     import argparse
 
