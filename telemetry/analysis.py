@@ -41,6 +41,20 @@ class Detector:
         """rank -> (last step seen, hub time it was first seen)."""
         self._checked = -float("inf")
         """Hub time liveness was last judged."""
+        self._unheard: dict[int, float] = {}
+        """rank -> its ``last_seen`` when the run was recovered from a log (see ``carry_over``),
+        while the rank was silent then and nothing has come from it since."""
+
+    def carry_over(self, state: RunState, now: float) -> None:
+        """Take over a run rebuilt from its log at hub time ``now`` (a restarted hub): what
+        the dead hub concluded stays in force. Each rank's progress counts from ``now`` at
+        its recovered step, so a stalled rank is "resumed" only by a new step; a silent rank
+        stays silent until a message received after ``now`` comes from it (recovery stamps
+        every rank as seen at ``now``, which would otherwise read as "heard from again")."""
+        for r in state.ranks.values():
+            self._progress[r.rank] = (r.step.step if r.step is not None else -1, now)
+            if r.silent is not None:
+                self._unheard[r.rank] = r.last_seen
 
     def update(self, state: RunState, now: float) -> list[Verdict]:
         out: list[Verdict] = []
@@ -49,7 +63,12 @@ class Detector:
             median = state.median_step_s() or 0.0
             stall_after = max(self.cfg.stall_min_s, self.cfg.stall_factor * median)
             for r in state.ranks.values():
-                if r.finished or r.exit_code is not None or r.hello is None:
+                if r.finished or r.exit_code is not None:
+                    continue
+                # A rank counts once it has said anything, hello or not (a hello can be lost:
+                # a hub killed before writing it, a reporter's full queue). One known only
+                # from what others said of it (a verdict) is not judged.
+                if r.hello is None and r.step is None and r.heartbeat is None and r.system is None:
                     continue
                 out.extend(self._liveness(r, now, stall_after))
         out.extend(self.stragglers.update(state))
@@ -64,6 +83,11 @@ class Detector:
             if r.stalled is not None:
                 out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} resumed at step {step}"))
             last = self._progress[r.rank]
+        unheard = self._unheard.get(r.rank) if self._unheard else None
+        if unheard is not None:
+            if r.last_seen <= unheard:
+                return out  # silent before the restart, and not heard from since
+            del self._unheard[r.rank]
         quiet = now - r.last_seen
         if quiet > self.cfg.silent_s:
             if r.silent is None:

@@ -108,26 +108,65 @@ class Hub:
     def recover(self, *, now: float | None = None) -> int:
         """Rebuild state from the log this hub appends to (after a hub restart), so seq gaps,
         verdicts and histories carry on; returns the number of records read. ``now``: the
-        hub's monotonic clock (tests pass a fake one)."""
+        hub's monotonic clock when the log has been read (tests pass a fake one), the first
+        moment this hub can hear the ranks: their silence and stuck time count from it.
+
+        Charts get the points the live hub kept: a frame's newest step of each rank. The frames'
+        times are not in the log, so frames are cut from the rank's own clock (``t``), one each
+        ``frame_s``; only the last points a history holds are kept while reading. The detector
+        takes over what the dead hub concluded (``Detector.carry_over``): a rank stalled or
+        silent stays so until a message this hub receives says otherwise. The straggler
+        detector scores the windows the dead hub scored as it did, at each recorded verdict
+        and every few thousand records (its verdicts, already in the log, are dropped), so its
+        streaks carry on and no window is judged twice."""
         if self.recorder is None or not self.recorder.path.exists():
             return 0
+        from collections import deque
+
         from .logreader import read_log
+        from .state import HISTORY_POINTS
 
         core = self.core
+        ranks = core.state.ranks
+        Step, Verdict = schema.Step, schema.Verdict
+        stragglers = core.detector.stragglers
+        frame_s = self.frame_s
+        points: dict[int, deque[tuple[float, schema.Step]]] = {}
+        """rank -> (frame, step) of its newest history points, oldest first."""
         n = 0
         rec, core.recorder = core.recorder, None  # do not write the old records again
-        if now is None:
-            now = time.monotonic()
+        start = now if now is not None else time.monotonic()
         try:
             for msg in read_log(self.recorder.path):
                 hseq = msg.hseq
-                core.replay(msg, now)
-                core.hseq = max(core.hseq, hseq)
-                if isinstance(msg, schema.Step):
-                    core.detector.stragglers.observe(msg)
+                if type(msg) is Verdict or not n % 4096:
+                    stragglers.update(core.state)  # what the dead hub saw when it judged
+                core.replay(msg, start)  # which also feeds the straggler detector
+                if hseq > core.hseq:
+                    core.hseq = hseq
                 n += 1
+                if type(msg) is Step:
+                    r = ranks.get(msg.rank)
+                    if r is None or r.step is not msg:
+                        continue  # older than the rank's newest (RunState.apply): no point
+                    frame = msg.t // frame_s
+                    q = points.get(msg.rank)
+                    if q is None:
+                        q = points[msg.rank] = deque(maxlen=HISTORY_POINTS)
+                    if q and q[-1][0] == frame:
+                        q[-1] = (frame, msg)
+                    else:
+                        q.append((frame, msg))
         finally:
             core.recorder = rec
+        if now is None:
+            now = time.monotonic()  # a long log takes a while: ranks were not heard meanwhile
+        for r in ranks.values():
+            if r.last_seen == start:
+                r.last_seen = now
+        core.state.commit_history(s for q in points.values() for _, s in q)
+        core._steps.clear()  # each rank's newest step is its last point already
+        core.detector.carry_over(core.state, now)
         core.tick(now)
         return n
 
@@ -339,9 +378,13 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
         print(f"pardash hub: cannot bind {ns.bind}:{ns.port or '*'} ({exc}); choose another --port", file=sys.stderr)
         return 2
     if hub.recorder is not None and hub.recorder.error:
-        print(f"pardash hub: {hub.recorder.error}; choose a writable --log", file=sys.stderr)
-        hub.close()
-        return 2
+        if not getattr(ns, "resume", False):
+            print(f"pardash hub: {hub.recorder.error}; choose a writable --log", file=sys.stderr)
+            hub.close()
+            return 2
+        # A hub restarted under a running job serves all the same: the ranks' telemetry goes on
+        # to viewers, and the recorder keeps the newest lines and retries at every frame.
+        print(f"pardash hub: {hub.recorder.error}; serving without it until it can write", file=sys.stderr)
     info = {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), "curve": hub.keys is not None, **hub.endpoints, **(meta or {})}
     # -- Prometheus /metrics, read from this hub's state at scrape time --
     metrics = None
@@ -371,7 +414,11 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
             print(json.dumps(info), flush=True)
     except OSError:
         pass  # nobody waits for the line any more: serve all the same
-    recovered = hub.recover() if getattr(ns, "resume", False) else 0
+    try:
+        recovered = hub.recover() if getattr(ns, "resume", False) else 0
+    except OSError as exc:  # the log cannot be read back: serve what comes from now on
+        print(f"pardash hub: cannot read the log back ({exc.strerror or exc}); carrying on without its past", file=sys.stderr)
+        recovered = 0
     if recovered:
         hub.core.note(
             f"hub restarted (pid {os.getpid()}): {recovered} records recovered from the log; "

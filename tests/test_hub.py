@@ -209,3 +209,25 @@ def test_a_hub_nobody_waits_for_any_more_serves_all_the_same(tmp_path, monkeypat
     monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)  # keep pytest's own handlers
     assert hub_mod.run_hub(_hub_args(tmp_path), ready_fd=w) == 0
     assert served == [True]
+
+
+def test_a_hub_restarted_on_a_log_it_cannot_write_serves_all_the_same(tmp_path, monkeypatch, capsys):
+    # Refusing an unwritable --log is right when a job starts; a hub the supervisor restarts
+    # under a running job must serve anyway, or its restarts are spent in seconds and the run
+    # loses its telemetry for good.
+    import argparse
+
+    from pardash.telemetry import hub as hub_mod
+    from pardash.telemetry.hub import add_hub_arguments
+
+    (tmp_path / "file").write_text("not a folder")
+    p = argparse.ArgumentParser()
+    add_hub_arguments(p)
+    argv = ["--run-id", "r", "--log", str(tmp_path / "file" / "run.jsonl"), "--no-registry"]
+    served = []
+    monkeypatch.setattr(hub_mod.Hub, "serve", lambda self, **kw: served.append(self.recorder.error))
+    monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)
+    assert hub_mod.run_hub(p.parse_args(argv)) == 2 and served == []
+    assert hub_mod.run_hub(p.parse_args([*argv, "--resume"])) == 0
+    assert len(served) == 1 and "cannot write" in served[0]
+    assert "serving without it until it can write" in capsys.readouterr().err

@@ -1,0 +1,258 @@
+"""A hub restarted on its log (``Hub.recover``) carries on where the dead one stopped: the
+verdicts in force stay in force, charts keep their history, and every rank is judged, even one
+whose hello the log lost. Driven with a fake clock: HubCore for the first hub, Hub.recover and
+HubCore.tick for the restarted one."""
+
+from pardash.telemetry import schema
+from pardash.telemetry.hub import Hub
+from pardash.telemetry.hubcore import HubCore
+from pardash.telemetry.logreader import load_log
+from pardash.telemetry.recorder import Recorder
+from pardash.telemetry.state import HISTORY_POINTS
+
+RUN = "r"
+T0 = 1.0e9
+"""Wall clock of the ranks (log ``t``)."""
+
+
+class Ranks:
+    """Ranks that talk to a HubCore with their own seq counters, on a fake hub clock."""
+
+    def __init__(self, core: HubCore, now: float) -> None:
+        self.core, self.now = core, now
+        self.seq: dict[int, int] = {}
+
+    def send(self, msg: schema.Message) -> None:
+        msg.run = RUN
+        msg.seq = self.seq.get(msg.rank, 0)
+        self.seq[msg.rank] = msg.seq + 1
+        assert self.core.ingest_bytes(schema.encode(msg), self.now), self.core.rejected
+
+    def hello(self, rank: int, world: int = 2) -> None:
+        self.send(schema.Hello(rank=rank, world_size=world, pid=100 + rank, strategy="ddp", t=T0))
+
+    def step(self, rank: int, step: int, t: float) -> None:
+        self.send(schema.Step(rank=rank, step=step, step_s=0.1, self_s=0.05, loss=1.0 / step, t=t, mono=t - T0))
+
+    def beat(self, rank: int, step: int) -> None:
+        self.send(schema.Heartbeat(rank=rank, step=step, phase="backward", t=T0 + self.now, mono=self.now))
+
+    def tick(self, dt: float) -> None:
+        self.now += dt
+        self.core.tick(self.now)
+
+
+def _verdicts(core: HubCore) -> list[tuple[int, str, str]]:
+    return [(v.rank, v.verdict, v.message) for v in core.state.events if isinstance(v, schema.Verdict)]
+
+
+def _restart(path, now: float) -> Hub:
+    hub = Hub(run_id=RUN, log_path=str(path))
+    assert hub.recover(now=now) > 0
+    return hub
+
+
+def test_a_restart_keeps_stalled_and_silent_ranks_so_until_a_new_message_says_otherwise(tmp_path):
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id=RUN, recorder=Recorder(path))
+    ranks = Ranks(core, now=100.0)
+    for r in (0, 1):
+        ranks.hello(r)
+    for step in range(1, 6):
+        for r in (0, 1):
+            ranks.step(r, step, T0 + step * 0.1)
+        ranks.tick(0.1)
+    # Rank 0 hangs in backward (heartbeats, no steps); rank 1 goes quiet altogether.
+    for _ in range(30):
+        ranks.beat(0, 5)
+        ranks.tick(0.5)
+    before = [(r, v) for r, v, _ in _verdicts(core)]
+    assert before == [(1, "silent"), (0, "stalled")]
+    core.recorder.close()
+
+    # The hub dies; a new one recovers the log. Nothing the ranks did says they recovered.
+    hub = _restart(path, now=5000.0)
+    try:
+        new = hub.core
+        assert [(r, v) for r, v, _ in _verdicts(new)] == before
+        assert {r.rank: r.status for r in new.state.ranks.values()} == {0: "stalled", 1: "silent"}
+        ranks = Ranks(new, now=5000.0)
+        ranks.seq = {0: 100, 1: 100}  # their counters went on (the gap is counted as lost)
+        for _ in range(40):  # 20 s: rank 0 still hangs, rank 1 is still quiet
+            ranks.beat(0, 5)
+            ranks.tick(0.5)
+        assert [(r, v) for r, v, _ in _verdicts(new)] == before  # no false "resumed", no second episode
+        assert {r.rank: r.status for r in new.state.ranks.values()} == {0: "stalled", 1: "silent"}
+
+        # What is received after the restart and shows progress (or life) is said.
+        ranks.step(0, 6, T0 + 60)
+        ranks.step(1, 6, T0 + 60)
+        ranks.tick(0.5)
+        after = _verdicts(new)[len(before) :]
+        assert sorted((r, v, m) for r, v, m in after) == [
+            (0, "resumed", "rank 0 resumed at step 6"),
+            (1, "resumed", "rank 1 heard from again"),
+        ]
+    finally:
+        hub.close()
+    logged = [(m.rank, m.verdict) for m in load_log(path)[0] if isinstance(m, schema.Verdict)]
+    assert logged == [(1, "silent"), (0, "stalled"), *((r, v) for r, v, _ in after)]
+
+
+def test_a_rank_still_running_at_the_restart_is_judged_from_the_restart_on(tmp_path):
+    # The restarted hub has not heard the rank yet: its quiet and its stuck time count from
+    # the restart, so it is called silent (or stalled) when it really is, not before.
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id=RUN, recorder=Recorder(path))
+    ranks = Ranks(core, now=100.0)
+    ranks.hello(0, world=1)
+    for step in range(1, 4):
+        ranks.step(0, step, T0 + step * 0.1)
+        ranks.tick(0.1)
+    core.recorder.close()
+    hub = _restart(path, now=5000.0)
+    try:
+        ranks = Ranks(hub.core, now=5000.0)
+        ranks.seq = {0: 10}
+        for _ in range(4):
+            ranks.tick(0.5)
+        assert _verdicts(hub.core) == []
+        for _ in range(4):  # 4 s without a word
+            ranks.tick(0.5)
+        assert [(r, v) for r, v, _ in _verdicts(hub.core)] == [(0, "silent")]
+    finally:
+        hub.close()
+
+
+def _history(state, rank: int) -> list[float]:
+    return state.ranks[rank].history["step"].values()
+
+
+def test_a_restart_keeps_every_ranks_chart_history(tmp_path):
+    # Steps slower than frames: the live hub keeps one point a step, the last HISTORY_POINTS.
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id=RUN, recorder=Recorder(path))
+    ranks = Ranks(core, now=100.0)
+    for r in (0, 1):
+        ranks.hello(r)
+    n = HISTORY_POINTS + 60
+    for step in range(1, n + 1):
+        for r in (0, 1):
+            ranks.step(r, step, T0 + step * 0.25)
+            if step % 50 == 0:
+                ranks.beat(r, step)
+        ranks.tick(0.25)
+    core.recorder.close()
+    live = {r: _history(core.state, r) for r in (0, 1)}
+    assert live[0] == [float(s) for s in range(n - HISTORY_POINTS + 1, n + 1)]
+
+    hub = _restart(path, now=5000.0)
+    try:
+        for r in (0, 1):
+            assert _history(hub.core.state, r) == live[r]
+            assert hub.core.state.ranks[r].history["loss"].values() == core.state.ranks[r].history["loss"].values()
+        # The next step is the next point, once.
+        ranks = Ranks(hub.core, now=5000.0)
+        ranks.seq = {0: 10_000, 1: 10_000}
+        ranks.step(0, n + 1, T0 + (n + 1) * 0.25)
+        ranks.tick(0.1)
+        assert _history(hub.core.state, 0)[-2:] == [float(n), float(n + 1)]
+        assert _history(hub.core.state, 1)[-1] == float(n)
+        # A viewer that joins the restarted hub gets the history too.
+        snap = hub.core.snapshot()
+        assert set(snap.history) == {0, 1}
+    finally:
+        hub.close()
+
+
+def test_a_restart_keeps_one_history_point_per_frame_for_ranks_faster_than_frames(tmp_path):
+    # Five steps in each 0.1 s frame: the live hub kept each frame's newest; so does recovery,
+    # framing by the rank's own clock (the hub's frame times are not in the log).
+    path = tmp_path / "run.jsonl"
+    rec = Recorder(path)
+    core = HubCore(run_id=RUN, recorder=rec)
+    ranks = Ranks(core, now=100.0)
+    ranks.hello(0, world=1)
+    step = 0
+    for frame in range(50):
+        for i in range(5):
+            step += 1
+            ranks.step(0, step, T0 + frame * 0.1 + 0.005 + i * 0.01)
+        ranks.tick(0.1)
+    rec.close()
+    live = _history(core.state, 0)
+    assert live == [float(s) for s in range(5, 251, 5)]
+    hub = _restart(path, now=5000.0)
+    try:
+        assert _history(hub.core.state, 0) == live
+    finally:
+        hub.close()
+
+
+def test_a_rank_whose_hello_never_arrived_is_still_judged_silent():
+    # The hub died within the unflushed window after the hellos, or the hello was lost: the
+    # rank's steps and heartbeats are known, so its silence is too.
+    core = HubCore(run_id=RUN, world_size=2)
+    ranks = Ranks(core, now=100.0)
+    ranks.hello(0)
+    ranks.seq[1] = 1  # rank 1's hello (seq 0) never arrived
+    for step in range(1, 6):
+        for r in (0, 1):
+            ranks.step(r, step, T0 + step * 0.1)
+        ranks.tick(0.1)
+    for _ in range(40):  # 20 s of rank 0's heartbeats only; rank 0 is stuck too
+        ranks.beat(0, 5)
+        ranks.tick(0.5)
+    assert [(r, v) for r, v, _ in _verdicts(core)] == [(1, "silent"), (0, "stalled")]
+    assert core.state.ranks[1].status == "silent"
+
+
+def test_a_rank_whose_hello_the_log_lost_is_judged_after_a_restart(tmp_path):
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id=RUN, recorder=Recorder(path))
+    ranks = Ranks(core, now=100.0)
+    ranks.seq = {0: 1, 1: 1}  # neither hello reached the log
+    for step in range(1, 4):
+        for r in (0, 1):
+            ranks.step(r, step, T0 + step * 0.1)
+        ranks.tick(0.1)
+    core.recorder.close()
+    hub = _restart(path, now=5000.0)
+    try:
+        ranks = Ranks(hub.core, now=5000.0)
+        ranks.seq = {0: 10, 1: 10}
+        for _ in range(24):  # 12 s: rank 0 beats at step 3 (stuck), rank 1 says nothing
+            ranks.beat(0, 3)
+            ranks.tick(0.5)
+        assert [(r, v) for r, v, _ in _verdicts(hub.core)] == [(1, "silent"), (0, "stalled")]
+    finally:
+        hub.close()
+
+
+def test_a_restart_does_not_judge_a_cleared_straggler_again(tmp_path):
+    # The restarted hub holds the logged steps of windows the dead hub already scored: it must
+    # not score them again (and call rank 1 a straggler anew, long after it was cleared).
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id=RUN, recorder=Recorder(path))
+    ranks = Ranks(core, now=100.0)
+    for r in (0, 1):
+        ranks.hello(r)
+    for step in range(1, 101):
+        for r in (0, 1):
+            slow = r == 1 and 20 <= step < 50
+            ranks.send(schema.Step(rank=r, step=step, step_s=0.1, self_s=0.09 if slow else 0.02, t=T0 + step))
+        ranks.tick(0.1)
+    core.recorder.close()
+    before = [(r, v) for r, v, _ in _verdicts(core)]
+    assert before == [(1, "straggler"), (1, "straggler_cleared")]
+    hub = _restart(path, now=5000.0)
+    try:
+        ranks = Ranks(hub.core, now=5000.0)
+        ranks.seq = {0: 1000, 1: 1000}
+        for step in range(101, 131):  # and it goes on judging new windows as before
+            for r in (0, 1):
+                ranks.send(schema.Step(rank=r, step=step, step_s=0.1, self_s=0.09 if r == 0 else 0.02, t=T0 + step))
+            ranks.tick(0.1)
+        assert [(r, v) for r, v, _ in _verdicts(hub.core)] == [*before, (0, "straggler")]
+    finally:
+        hub.close()
