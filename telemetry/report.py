@@ -130,6 +130,13 @@ def build_report(path: str) -> dict:
                 # The rank's own word that it finished wins over a launcher's note about it
                 # taken first (the hub takes from each sender in turn).
                 exits.pop(msg.rank, None)
+                ep = open_stalls.pop(msg.rank, None)
+                if ep is not None:
+                    ep["until"] = "finished"
+        elif isinstance(msg, schema.Hello) and msg.restart and msg.rank in open_stalls:
+            # torchrun stopped the rank to restart the job (it sends no word for the ranks it
+            # stops then): the episode ends with the restart.
+            open_stalls.pop(msg.rank)["until"] = f"restarted by torchrun (restart {msg.restart})"
 
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
     for ep in stragglers:

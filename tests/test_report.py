@@ -358,9 +358,12 @@ def test_a_failure_torchrun_restarted_from_is_no_root_cause_and_keeps_its_step(t
     records += [hello(1, 1), schema.Event(run="r", rank=1, seq=-1, name="restart", message="rank 1 restarted by torchrun", t=t + 14)]
     records += [step(r, s, s - 9) for s in range(11, 21) for r in (0, 1)]
     records += [schema.Event(run="r", rank=r, seq=12, name="exit", code=0, step=20, t=t + 21) for r in (0, 1)]
+    # Rank 0, stopped by torchrun for the restart without a word, went silent meanwhile.
+    records.insert(2 + 24 + 2, schema.Verdict(run="r", rank=0, seq=-1, verdict="silent", step=12, message="rank 0 silent for 3 s", t=t + 13))
     log = tmp_path / "run.jsonl"
     _write_log(log, records)
     rep = build_report(str(log))
+    assert [(s["rank"], s["kind"], s["until"]) for s in rep["stalls"]] == [(0, "silent", "restarted by torchrun (restart 1)")]
     assert rep["failure"] is None and rep["exits"] == []
     (f,) = rep["recovered"]
     assert (f["rank"], f["code"], f["step"]) == (1, 1, 13)
@@ -370,6 +373,7 @@ def test_a_failure_torchrun_restarted_from_is_no_root_cause_and_keeps_its_step(t
     assert "restarted by torchrun after: rank 1 exited with code 1 at step 13" in render_markdown(rep)
     # An older log whose exit events carry no step: the error event's step tells it.
     records[2 + 24 + 1] = msgspec.structs.replace(records[2 + 24 + 1], step=None)
+    assert records[2 + 24 + 1].name == "exit"
     _write_log(log, records)
     assert build_report(str(log))["recovered"][0]["step"] == 13
 
