@@ -114,6 +114,7 @@ class Reporter:
         self._held: list[bytes] = []
         """Encoded steps waiting for the next burst (see BATCH_S)."""
         self._held_lock = threading.Lock()
+        self._count_lock = threading.Lock()
         self._flushed = time.monotonic()
         self._hwm = hwm
         self._heartbeat_s = heartbeat_s
@@ -180,7 +181,8 @@ class Reporter:
         try:
             data = schema.encode(msg)
         except (TypeError, ValueError, OverflowError):
-            self.dropped += 1  # a value that cannot be encoded: counted, never raised
+            with self._count_lock:
+                self.dropped += 1  # a value that cannot be encoded: counted, never raised
             return False
         if _sock is not None:  # the heartbeat thread's own socket
             return self._send_all(sock, [data]) == 1
@@ -207,15 +209,19 @@ class Reporter:
         return self._send_all(self._sock, batch) if batch else 0
 
     def _send_all(self, sock: zmq.Socket, batch: list[bytes]) -> int:
-        for i, data in enumerate(batch):
+        sent = 0
+        for data in batch:
             try:
                 sock.send(data, zmq.NOBLOCK)
             except (zmq.Again, zmq.ZMQError):
-                # Queue full or hub gone: count what is left, never raise into the loop.
-                self.dropped += len(batch) - i
-                return i
-            self.sent += 1
-        return len(batch)
+                break  # queue full or hub gone: what is left is counted, never raised into the loop
+            sent += 1
+        # The loop's thread and the heartbeat thread both send: ``+=`` on an attribute is no
+        # single step, and a count lost between them would hide a dropped message.
+        with self._count_lock:
+            self.sent += sent
+            self.dropped += len(batch) - sent
+        return sent
 
     def _rescue_held(self, sock: zmq.Socket) -> None:
         """Heartbeat thread: send steps the loop has held for STUCK_S (it is stuck)."""
