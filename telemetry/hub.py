@@ -360,6 +360,10 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     curve_dir = getattr(ns, "curve_dir", None) or security.curve_dir_from_env()
     world_size = getattr(ns, "world_size", 0) or int((meta or {}).get("world_size") or 0)
     insecure = getattr(ns, "insecure", False)
+    if not getattr(ns, "resume", False) and os.path.isfile(log) and os.path.getsize(log) > 0:
+        # A second run appended to a first one's log would read as one run mixing both.
+        print(f"pardash hub: the log {log} already holds a run; pass --resume to carry it on, or a new --log PATH", file=sys.stderr)
+        return 2
     wants_metrics = getattr(ns, "prometheus", None) is not None
     # Before anything binds or writes: `python -m pardash.telemetry.hub` has no CLI in front.
     refusal = security.metrics_refusal(ns.prometheus_addr, insecure=insecure) if wants_metrics else None

@@ -231,3 +231,16 @@ def test_a_hub_restarted_on_a_log_it_cannot_write_serves_all_the_same(tmp_path, 
     assert hub_mod.run_hub(p.parse_args([*argv, "--resume"])) == 0
     assert len(served) == 1 and "cannot write" in served[0]
     assert "serving without it until it can write" in capsys.readouterr().err
+
+
+def test_a_hub_does_not_append_a_new_run_to_a_log_that_holds_one(tmp_path, monkeypatch, capsys):
+    from pardash.telemetry import hub as hub_mod
+
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json(schema.Step(run="old", rank=0, seq=1, step=1, hseq=1)) + b"\n")
+    before = log.read_bytes()
+    monkeypatch.setattr(hub_mod.Hub, "serve", lambda self, **kw: None)
+    monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)
+    assert hub_mod.run_hub(_hub_args(tmp_path)) == 2
+    assert "already holds a run; pass --resume" in capsys.readouterr().err and log.read_bytes() == before
+    assert hub_mod.run_hub(_hub_args(tmp_path, "--resume")) == 0  # carrying it on is asked for
