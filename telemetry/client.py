@@ -135,6 +135,8 @@ class HubClient(FrameApplier):
         self.updates_endpoint = updates
         self.snapshot_endpoint = snapshot
         self.run_id = run_id
+        self.info: dict = {}
+        """The run's registry entry when attached through it (pids of its hub and supervisor)."""
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, frames.FRAME_TOPIC)
         self.sub.setsockopt(zmq.RCVHWM, 1000)
@@ -157,7 +159,9 @@ class HubClient(FrameApplier):
                 f"run {info.get('run_id')} takes only viewers with an authorised key: set PARDASH_CURVE_DIR "
                 "to its key folder (`pardash keys`)"
             )
-        return cls(info["updates"], info["snapshot"], run_id=info.get("run_id", ""), **kw)
+        client = cls(info["updates"], info["snapshot"], run_id=info.get("run_id", ""), **kw)
+        client.info = info
+        return client
 
     def _request_snapshot(self) -> None:
         # One DEALER for the client's life: a slow answer to an earlier request is still

@@ -147,7 +147,7 @@ def render_compare_text(cmp: dict, width: int = 120) -> str:
 
     head, body = _compare_cells(cmp)
     buf = StringIO()
-    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False, highlight=False)
     a, b = cmp["a"], cmp["b"]
     con.print(f"A: {a['run_id'] or a['log']} ({run_label(a)}, {a['steps']} steps)")
     con.print(f"B: {b['run_id'] or b['log']} ({run_label(b)}, {b['steps']} steps)")
@@ -251,7 +251,7 @@ def render_bench_text(bench: dict, width: int = 200) -> str:
     from rich.table import Table
 
     buf = StringIO()
-    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False, highlight=False)
     con.print(f"pardash bench: {bench['model']}, {bench['steps']} steps, {bench['nproc']} ranks, {bench['device']}")
     t = Table(box=None, pad_edge=False)
     for i, h in enumerate(BENCH_COLUMNS):

@@ -235,13 +235,6 @@ PEER_FAILURE = re.compile(
 )
 
 
-def _finished_itself(st, rank: int) -> bool:
-    """The rank said it finished (exit 0), so a launcher's note that it was stopped, taken
-    before its own word, is wrong (RunState.apply lets the rank's word win)."""
-    r = st.ranks.get(rank)
-    return r is not None and r.finished and r.exit_code is None
-
-
 def attempts(st) -> list[list[schema.Event]]:
     """The run's events, split where torchrun restarted the job (``--max-restarts``): the hub
     notes each rank's hello of a new attempt (``restart``), and the first such note after an
@@ -272,10 +265,12 @@ def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Eve
     """
     if events is None:
         events = attempts(st)[-1]
+    # A rank that said it finished (exit 0) makes a launcher's note that it was stopped, taken
+    # before its own word, wrong (as RunState.apply has it); judged within the attempt.
+    finished = {e.rank for e in events if e.name == "exit" and e.seq >= 0 and e.code == 0}
     exits = [
         e for e in events
-        if e.name == "exit" and e.rank >= 0 and e.code
-        and not (e.seq < 0 and _finished_itself(st, e.rank))
+        if e.name == "exit" and e.rank >= 0 and e.code and not (e.seq < 0 and e.rank in finished)
     ]  # fmt: skip
     if not exits:
         return None
@@ -324,8 +319,15 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     r = st.ranks.get(first.rank)
     if step is None and last and r is not None and r.step is not None:
         step = r.step.step + 1  # the one after its last step (known for the last attempt only)
+    unrecorded = None
+    if first.code > 0 and error is not None and PEER_FAILURE.search(error):
+        # Even the first failure is a peer's failure: the rank that failed first left no exit
+        # (torchrun, restarting, names only the first worker it saw fail). Ranks with no word
+        # in this attempt are where to look.
+        said = {e.rank for e in events if e.name == "exit"}
+        unrecorded = sorted(q for q in st.ranks if q not in said)
     f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
-         "victims": victims, "stopped": stopped}  # fmt: skip
+         "victims": victims, "stopped": stopped, "unrecorded": unrecorded}  # fmt: skip
     f["line"] = failure_line(f)
     return f
 
@@ -340,6 +342,11 @@ def failure_line(f: dict, *, error: bool = True) -> str:
         line += f"; rank{'s' if len(victims) > 1 else ''} {ranks_text(victims)} failed after it"
     if stopped:
         line += f"; rank{'s' if len(stopped) > 1 else ''} {ranks_text(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
+    unrecorded = f.get("unrecorded")
+    if unrecorded is not None:
+        line += "; that is a peer's failure, and the rank that failed first left no exit record"
+        if unrecorded:
+            line += f" (no word from rank{'s' if len(unrecorded) > 1 else ''} {ranks_text(unrecorded)}: killed?)"
     return line
 
 
@@ -376,14 +383,29 @@ def run_over(st) -> bool:
 
 
 def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S) -> str:
-    """Print a live run until it is over or its hub has gone quiet (a viewer attached to a run
-    that ended must not print its last state for ever); returns the closing line."""
+    """Print a live run until it is over or its hub is gone (a viewer attached to a run that
+    ended must not print its last state for ever); returns the closing line.
+
+    Over: every rank has finished or exited, and the job's supervisor (when the registry names
+    it) has ended too: with ``--max-restarts`` torchrun may start the ranks again. Gone: no frame
+    for ``gone_s`` while neither the hub nor the supervisor lives (a hub restarted on a long log
+    sends none while it reads it back)."""
+    from .registry import pid_alive
+
+    info = getattr(source, "info", None) or {}
+    supervisor, hub = info.get("supervisor_pid"), info.get("pid")
     seen = {"t": source.last_frame_t, "at": time.monotonic()}
+
+    def job_alive() -> bool:
+        return bool(supervisor) and pid_alive(supervisor)
 
     def done() -> bool:
         if source.last_frame_t != seen["t"]:
             seen["t"], seen["at"] = source.last_frame_t, time.monotonic()
-        return run_over(source.state) or time.monotonic() - seen["at"] > gone_s
+        if run_over(source.state) and not job_alive():
+            return True
+        quiet = time.monotonic() - seen["at"] > gone_s
+        return quiet and not job_alive() and not (bool(hub) and pid_alive(hub))
 
     printer.follow(done)
     st = source.state

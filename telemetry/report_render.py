@@ -137,7 +137,7 @@ def render_text(rep: dict, width: int = 160) -> str:
     from rich.table import Table
 
     buf = StringIO()
-    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False, highlight=False)
     summary = Table(box=None, show_header=False, pad_edge=False)
     summary.add_column(style="bold")
     summary.add_column()

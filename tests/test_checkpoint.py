@@ -155,6 +155,14 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     assert sorted(before) == [(0, s) for s in range(21, 25)]
     assert_same_curve([x for x in run if (x[0], x[1]) in before], before)
     assert run[-1][2] < losses(first_msgs)[0][2]
+    assert [e.step for e in events(first_msgs, "exit")] == [25]  # the step it failed in
+    # Resumed at 30, failing in its first step, before it published any: the exit still names
+    # the step (the reporter's own count starts again at 0).
+    third, third_msgs = launch(tmp_path, "third", "--strategy", "single", "--steps", "40", "--checkpoint-every", "10",
+                               "--checkpoint-dir", str(ckpt), "--resume", "--inject-crash", "0@31")  # fmt: skip
+    assert third.returncode != 0
+    assert [e.step for e in events(third_msgs, "exit")] == [31]
+    assert [e.step for e in events(third_msgs, "error")] == [30]
 
 
 def test_prune_keeps_the_newest_complete_checkpoints(tmp_path):

@@ -245,3 +245,55 @@ def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
     assert sorted((m.rank, m.restart) for m in hellos) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     # after the restart the job runs to its end
     assert max(s.step for s in _steps(log, 0)) == 60
+
+
+def test_an_attached_headless_view_waits_out_restarts_and_hub_restarts():
+    # Every rank exited, but the job's supervisor lives: torchrun may start them again
+    # (--max-restarts), so the view goes on until the supervisor ends. A hub that sends no frame
+    # while it lives (a restarted hub reading a long log back) is not taken for gone either.
+    import io
+    import threading
+
+    from pardash.telemetry import frames
+    from pardash.telemetry.printer import ProgressPrinter, follow_attached
+    from pardash.telemetry.state import RunState
+
+    class Source:
+        live = True
+        last_frame_t = 0.0
+
+        def __init__(self, info):
+            self.state, self.stats, self.info = RunState(), frames.HubStats(), info
+
+        def poll(self):
+            return False
+
+    def follow(src):
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("line", follow_attached(ProgressPrinter(src, out=io.StringIO(), bar=False), src, gone_s=0.2)))
+        t.start()
+        return t, out
+
+    supervisor = subprocess.Popen(["sleep", "60"])
+    src = Source({"supervisor_pid": supervisor.pid})
+    for r in (0, 1):
+        src.state.apply(schema.Hello(run="r", rank=r, world_size=2, t=1.0), 0.0)
+        src.state.apply(schema.Event(run="r", rank=r, seq=1, name="exit", code=1, t=2.0), 0.0)
+    t, out = follow(src)
+    t.join(1.0)
+    assert t.is_alive()  # all exited, hub quiet for 5x gone_s: the supervisor decides
+    supervisor.kill()
+    supervisor.wait()
+    t.join(30)
+    assert not t.is_alive() and out["line"].startswith("pardash: the run is over: 2 exited")
+
+    hub = subprocess.Popen(["sleep", "60"])
+    src = Source({"pid": hub.pid})
+    src.state.apply(schema.Hello(run="r", rank=0, world_size=2, t=1.0), 0.0)
+    t, out = follow(src)
+    t.join(1.0)
+    assert t.is_alive()
+    hub.kill()
+    hub.wait()
+    t.join(30)
+    assert not t.is_alive() and out["line"].startswith("pardash: the hub has sent nothing for 0 s")

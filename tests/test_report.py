@@ -398,3 +398,54 @@ def test_a_job_whose_ranks_were_only_stopped_names_no_root_cause(tmp_path):
         st.apply(m, 0.0)
     assert outcome_line(st, 143, {}, "run.jsonl") == "pardash: the job failed with exit code 143; log run.jsonl"
     assert outcome_line(st, 143, {"stopped": True}, "run.jsonl") == "pardash: stopped by you (exit code 143); log run.jsonl"
+
+
+def test_a_kill_torchrun_restarted_from_is_a_recovered_failure_told_verbatim(tmp_path):
+    # Attempt 1: rank 1 SIGKILLed (the launcher's note), rank 0 fails on the broken connection;
+    # torchrun restarts both, which finish. The kill is the recovered failure even though rank
+    # 1 finished in the end; gloo's '[/path/pair.cc:537]' is text, not markup.
+    t = 1.0e9
+    hello = lambda r, restart: schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", restart=restart, t=t)  # noqa: E731
+    gloo = "RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:1: Connection reset by peer"
+    records = [hello(0, 0), hello(1, 0)]
+    records += [
+        schema.Event(run="r", rank=1, seq=-1, name="exit", code=-9, message="torchrun: rank 1 killed by signal 9 (SIGKILL)", t=t + 1),
+        schema.Event(run="r", rank=0, seq=1, name="error", message=gloo, step=3, t=t + 1),
+        schema.Event(run="r", rank=0, seq=2, name="exit", code=1, step=4, t=t + 1),
+        hello(0, 1), schema.Event(run="r", rank=0, seq=-1, name="restart", message="rank 0 restarted", t=t + 2),
+        hello(1, 1), schema.Event(run="r", rank=1, seq=-1, name="restart", message="rank 1 restarted", t=t + 2),
+    ]  # fmt: skip
+    records += [schema.Event(run="r", rank=r, seq=1, name="exit", code=0, step=9, t=t + 3) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["failure"] is None
+    (f,) = rep["recovered"]
+    assert (f["rank"], f["code"], f["signal"], f["victims"]) == (1, -9, "SIGKILL", [0])
+    # Without the kill's note, only the victim's word is there: it is told as a peer's failure.
+    del records[2]
+    _write_log(log, records)
+    rep = build_report(str(log))
+    (f,) = rep["recovered"]
+    assert (f["rank"], f["unrecorded"]) == (0, [1])
+    text = " ".join(render_text(rep).split())  # as words: the console wraps long lines
+    assert "[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:1" in text
+    assert "the rank that failed first left no exit record (no word from rank 1: killed?)" in text
+
+
+def test_a_failure_far_back_in_a_long_run_is_still_reported():
+    # A viewer keeps the newest 500 events; the report must keep a long run's early failure.
+    import tempfile
+
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", restart=0, t=t) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=1, seq=1, name="exit", code=1, step=3, t=t + 1)]
+    records += [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=20 + r, strategy="ddp", restart=1, t=t + 2) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=r, seq=-1, name="restart", message="restarted", t=t + 2) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=0, seq=1 + i, name="checkpoint", step=10 * i, duration_s=0.1, t=t + 3) for i in range(1, 700)]
+    records += [schema.Event(run="r", rank=r, seq=800, name="exit", code=0, step=7000, t=t + 4) for r in (0, 1)]
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "run.jsonl"
+        _write_log(log, records)
+        rep = build_report(str(log))
+    assert rep["failure"] is None and [(f["rank"], f["step"]) for f in rep["recovered"]] == [(1, 3)]

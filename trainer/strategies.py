@@ -57,6 +57,8 @@ class Runtime:
     """GPU memory, or the host's RAM."""
     owns_process_group: bool = False
     """True when this module created the process group (and so destroys it)."""
+    step: int | None = None
+    """The step the training loop is in (None before it starts): where a failure happened."""
 
     @property
     def is_cuda(self) -> bool:

@@ -300,6 +300,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             )
 
     for step in range(start.step + 1, total_steps + 1):
+        rt.step = step
         marks = clock.start()
         on = not ab_steps or ((step - 1) // ab_steps) % 2 == 0
         t_step = time.perf_counter()
@@ -456,6 +457,11 @@ def _record_error_file(e: BaseException) -> None:
         pass
 
 
+def _done(rt) -> int | None:
+    """The last step the loop completed, as error events carry it (None before the loop)."""
+    return rt.step - 1 if rt.step is not None else None
+
+
 def _usage_error(prog: str, message: str, reporter: Reporter | None = None) -> int:
     """Print a one-line usage error, publish it, and return exit code 2."""
     print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
@@ -499,17 +505,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         train(cfg, rt, reporter)
     except KeyboardInterrupt:
         code = 130
-        reporter.event("error", message="interrupted", step=reporter.last_step)
+        reporter.event("error", message="interrupted", step=_done(rt))
     except Exception as e:
         code = 1
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
-        reporter.event("error", message=f"{type(e).__name__}: {e}", traceback=tb,
-                       step=reporter.last_step)
+        reporter.event("error", message=f"{type(e).__name__}: {e}", traceback=tb, step=_done(rt))
         _record_error_file(e)
     finally:
-        # The step it was in: its last one when it finished, the one after when it failed in it.
-        reporter.event("exit", code=code, step=reporter.last_step + 1 if code else reporter.last_step)
+        # The step the loop was in: its last when it finished, the one it failed in (none when
+        # it failed before its first). The loop's own count: after a resume, or with steps
+        # published a step late, the reporter's last step says otherwise.
+        reporter.event("exit", code=code, step=rt.step)
         reporter.close()
         if code == 0:
             destroy_distributed(rt)
