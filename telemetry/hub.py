@@ -28,7 +28,7 @@ import zmq
 
 from . import frames, registry, schema, security
 from .hubcore import MAX_RANK, HubCore
-from .recorder import Recorder
+from .recorder import Recorder, holds_records, is_gzip
 
 __all__ = ["Hub", "HubCore", "MAX_RANK", "MAX_SNAPSHOT_WAITERS", "add_hub_arguments", "run_hub", "main"]
 
@@ -360,8 +360,10 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     curve_dir = getattr(ns, "curve_dir", None) or security.curve_dir_from_env()
     world_size = getattr(ns, "world_size", 0) or int((meta or {}).get("world_size") or 0)
     insecure = getattr(ns, "insecure", False)
-    if not getattr(ns, "resume", False) and os.path.isfile(log) and os.path.getsize(log) > 0:
-        # A second run appended to a first one's log would read as one run mixing both.
+    if is_gzip(log):
+        print(f"pardash hub: the log {log} is gzip-compressed: lines appended to it would be lost; decompress it, or pass a new --log PATH", file=sys.stderr)
+        return 2
+    if not getattr(ns, "resume", False) and holds_records(log):
         print(f"pardash hub: the log {log} already holds a run; pass --resume to carry it on, or a new --log PATH", file=sys.stderr)
         return 2
     wants_metrics = getattr(ns, "prometheus", None) is not None

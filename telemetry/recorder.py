@@ -8,6 +8,7 @@ the error is kept for viewers to show, and writing is retried at the next flush.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from . import schema
@@ -29,21 +30,40 @@ MAX_UNWRITTEN_BYTES = 512 << 20
 steps a second); past that the oldest go."""
 
 
+def holds_records(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a regular file with something in it: a run's log already. A
+    second run appended to it would read as one run mixing both (a FIFO or /dev/null holds
+    nothing)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size > 0
+
+
+def is_gzip(path: str | os.PathLike[str]) -> bool:
+    """A log kept compressed: readers take it as it is, but lines appended to it are lost."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
 def _end_torn_line(path: Path) -> None:
     """End a log that stops in the middle of a line (its hub died mid-write) with a newline, so
     the next line appended is a line of its own and not glued to the fragment, unreadable with
     it. The fragment stays, as a line readers skip and count (nothing of a file is cut away);
     the message it held is counted lost by the gap it leaves in its rank's seq."""
+    if not holds_records(path):  # nothing to end (a FIFO, /dev/null, a new log)
+        return
     try:
         with open(path, "r+b") as fh:
-            end = fh.seek(0, os.SEEK_END)
-            if end == 0:
-                return
-            fh.seek(end - 1)
+            fh.seek(-1, os.SEEK_END)
             if fh.read(1) != b"\n":
                 fh.write(b"\n")
-    except (FileNotFoundError, IsADirectoryError):
-        pass
+    except OSError:
+        pass  # unreadable or unwritable: opening it for appending says why
 
 
 class Recorder:

@@ -216,7 +216,7 @@ def _check_folder(folder: Path) -> None:
         st = folder.stat()
     except FileNotFoundError:
         return
-    if st.st_uid != os.getuid():
+    if st.st_uid not in (os.getuid(), 0):  # root's own folders are trusted, as OpenSSH does
         raise CurveKeyError(
             f"{folder} belongs to uid {st.st_uid}, who could add or swap keys; copy the keys to a folder of "
             "your own (`chmod 700` it) or make new ones with `pardash keys --dir DIR`"

@@ -244,3 +244,17 @@ def test_a_hub_does_not_append_a_new_run_to_a_log_that_holds_one(tmp_path, monke
     assert hub_mod.run_hub(_hub_args(tmp_path)) == 2
     assert "already holds a run; pass --resume" in capsys.readouterr().err and log.read_bytes() == before
     assert hub_mod.run_hub(_hub_args(tmp_path, "--resume")) == 0  # carrying it on is asked for
+
+
+def test_a_hub_does_not_append_to_a_compressed_log(tmp_path, monkeypatch, capsys):
+    import gzip
+
+    from pardash.telemetry import hub as hub_mod
+
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(gzip.compress(schema.encode_json(schema.Step(run="r", rank=0, seq=1, step=1, hseq=1)) + b"\n"))
+    before = log.read_bytes()
+    monkeypatch.setattr(hub_mod.Hub, "serve", lambda self, **kw: None)
+    monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)
+    assert hub_mod.run_hub(_hub_args(tmp_path, "--resume")) == 2
+    assert "gzip-compressed" in capsys.readouterr().err and log.read_bytes() == before

@@ -1,6 +1,7 @@
 """`pardash launch --headless` end to end: real torchrun, real gloo ranks, real hub, real log."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -115,3 +116,28 @@ def test_busy_master_port_is_refused(tmp_path):
         )  # fmt: skip
     assert proc.returncode == 2
     assert f"--master-port {port} is busy" in proc.stderr
+
+
+def test_a_fifo_log_is_taken_and_node_1_leaves_the_log_to_node_0(tmp_path):
+    # A FIFO (a log piped into another tool) holds no run; node 1 of a job never writes the log
+    # (node 0's hub does), so a --log shared by both nodes is not "already holding a run".
+    from pardash.trainer.launcher import check_writable, new_spec
+
+    from pardash.telemetry.recorder import Recorder
+
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    opened = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so a writer may open it
+    try:
+        check_writable(str(fifo))
+        rec = Recorder(fifo)
+        assert rec.error == ""
+        rec.close()
+    finally:
+        os.close(opened)
+    shared = tmp_path / "shared.jsonl"
+    shared.write_text('{"kind":"event","name":"hub","message":"node 0","run":"r","seq":-1,"t":1.0,"hseq":1}\n')
+    spec = new_spec(log_path=str(shared), runs_dir=str(tmp_path / "runs"), node_rank=1, nnodes=2)
+    assert spec.log_path == str(shared)
+    with pytest.raises(Exception, match="already holds a run"):
+        new_spec(log_path=str(shared), runs_dir=str(tmp_path / "runs"), node_rank=0, nnodes=2)

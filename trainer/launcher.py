@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
+from pardash.telemetry.recorder import holds_records
 from pardash.telemetry.spawn import read_line
 
 # torchrun's agent logs each worker failure as it finds it (every --monitor-interval):
@@ -494,23 +495,23 @@ def new_spec(*, log_path: str | None, runs_dir: str = "runs", **kw) -> LaunchSpe
     run_id = registry.new_run_id()
     run_dir = os.path.abspath(os.path.join(runs_dir, run_id))
     log = os.path.abspath(log_path) if log_path else os.path.join(run_dir, "telemetry.jsonl")
-    check_writable(log)
+    if not kw.get("node_rank"):  # nodes > 0 start no hub: node 0's records the run
+        check_writable(log)
     return LaunchSpec(run_id=run_id, log_path=log, run_dir=run_dir, **kw)
 
 
 def check_writable(path: str) -> None:
-    """Raise LaunchError unless ``path`` can be created or appended to, and holds no records
-    yet: a new run appended to an old one's log would read as one run whose steps, duration and
-    throughput mix the two."""
+    """Raise LaunchError unless ``path`` can be created or appended to, and holds no run yet
+    (:func:`recorder.holds_records`)."""
+    if holds_records(path):
+        raise LaunchError(f"the log {path} already holds a run; pass a new --log PATH (or remove that file)")
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "ab") as fh:
-            used = fh.tell() > 0 and p.is_file()
+        with open(p, "ab"):
+            pass
     except OSError as exc:
         raise LaunchError(f"cannot write the log {path}: {exc.strerror or exc}; pass a writable --log PATH") from None
-    if used:
-        raise LaunchError(f"the log {path} already holds a run; pass a new --log PATH (or remove that file)")
 
 
 def main(argv: list[str] | None = None) -> int:
