@@ -141,3 +141,11 @@ def test_a_fifo_log_is_taken_and_node_1_leaves_the_log_to_node_0(tmp_path):
     assert spec.log_path == str(shared)
     with pytest.raises(Exception, match="already holds a run"):
         new_spec(log_path=str(shared), runs_dir=str(tmp_path / "runs"), node_rank=0, nnodes=2)
+
+
+def test_a_torchrun_killed_by_a_signal_exits_as_the_shell_says():
+    # Ctrl-C before torchrun's own handler is up kills it with SIGINT or SIGTERM: the launch
+    # exits 128 + N, as a shell reports it, not the low byte of -N (241 for SIGTERM).
+    from pardash.trainer.launcher import exit_status
+
+    assert [exit_status(c) for c in (-15, -9, -2, 0, 1, 3)] == [143, 137, 130, 0, 1, 3]

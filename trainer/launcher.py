@@ -354,9 +354,7 @@ class Supervisor:
         if self.job is None:
             self.start_job()
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()})
-        code = self._wait_job()
-        if code < 0:  # torchrun killed by a signal: the shell's 128 + N, not N's byte (241 for -15)
-            code = 128 - code
+        code = exit_status(self._wait_job())
         t = getattr(self, "_stderr_thread", None)
         if t is not None:
             t.join(5)  # the ranks' last lines pass through it
@@ -413,6 +411,12 @@ class Supervisor:
                 self.hub.wait(10)
             except subprocess.TimeoutExpired:
                 self.hub.kill()
+
+
+def exit_status(code: int) -> int:
+    """A process's return code as an exit status: a death by signal N (code -N) is the shell's
+    128 + N (sys.exit(-15) would exit 241, -15's low byte)."""
+    return 128 - code if code < 0 else code
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
