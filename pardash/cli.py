@@ -263,6 +263,9 @@ def cmd_keys(ns: argparse.Namespace) -> int:
     print(f"  hub:              {paths['server_secret']}")
     print(f"  ranks, viewers:   {paths['client_secret']} and {paths['server_public']}")
     print(f"  admitted clients: {paths['authorized']}/ (add another client's .key here to let it in)")
+    revoked = [p.name for k, p in paths.items() if k.startswith("revoked_")]
+    if revoked:
+        print(f"  revoked:          {', '.join(revoked)} (admitted before; add them again to let them in)")
     print(f"use: {PROG} hub --bind 0.0.0.0 --curve-dir {d}    (or {PROG} launch --curve-dir {d} ...)")
     print(f"     export PARDASH_CURVE_DIR={d}    for ranks and viewers (copy the folder to other nodes)")
     return 0
@@ -615,7 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     k.add_argument("--dir", default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve)")
-    k.add_argument("--force", action="store_true", help="replace existing keys (hubs and ranks using them are locked out)")
+    k.add_argument("--force", action="store_true", help="replace existing keys: hubs, ranks and viewers using the old ones are locked out, and every client key admitted in authorized_clients/ is revoked")
 
     _bench_parser(sub)
 

@@ -180,7 +180,9 @@ def make_private_dir(path: str | os.PathLike[str]) -> Path:
 def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict[str, Path]:
     """Make a server and a client key pair in ``curve_dir`` and admit the client's public key.
     The folder becomes 0700 before any key is written, so no other user can read a key at any
-    moment; each file is then 0600. Refuses to replace existing keys unless ``force``."""
+    moment; each file is then 0600. Refuses to replace existing keys unless ``force``, which
+    also revokes every client key admitted before (``revoked_NAME`` entries name those that
+    were not our own client's)."""
     import zmq.auth
 
     d = Path(curve_dir)
@@ -193,7 +195,8 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
         os.chmod(d, 0o700)
         auth.mkdir(exist_ok=True, mode=0o700)
         os.chmod(auth, 0o700)
-        for old in auth.glob("*.key"):
+        revoked = sorted(auth.glob("*.key"))
+        for old in revoked:
             old.unlink()
         paths: dict[str, Path] = {}
         for name in (SERVER, CLIENT):
@@ -204,6 +207,9 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
         for p in (*paths.values(), admitted):
             os.chmod(p, 0o600)
         paths["authorized"] = auth
+        # Replacing keys revokes every admitted client, ours and any added by hand: a rotation
+        # must not leave an old key (perhaps the reason for it) let in.
+        paths.update({f"revoked_{old.name}": old for old in revoked if old.name != f"{CLIENT}.key"})
     except OSError as exc:
         raise CurveKeyError(f"cannot write keys in {d}: {exc.strerror or exc}; choose another --dir") from None
     return paths

@@ -200,8 +200,64 @@ def test_only_complete_checkpoints_count(tmp_path):
 
 def test_progress_round_trips_through_tensors():
     p = checkpoint.Progress(step=20, epoch=1, steps_into_epoch=4, total_steps=40, lr=1.95e-3,
-                            seed=1337, world_size=2)
+                            seed=1337, world_size=2, batch_size=8, grad_accum=2, dataset_size=256)
     assert checkpoint.Progress.from_tensors(p.to_tensors()) == p
+    # A checkpoint saved before the data flags were kept: they read as 0 (unknown).
+    older = {k: v for k, v in p.to_tensors().items()
+             if k not in ("batch_size", "grad_accum", "dataset_size")}
+    back = checkpoint.Progress.from_tensors(older)
+    assert (back.step, back.batch_size, back.grad_accum, back.dataset_size) == (20, 0, 0, 0)
+    # DCP is given blanks of only the keys the checkpoint holds (it refuses a missing one).
+    assert sorted(checkpoint.Progress.blank_tensors([f"progress.{k}" for k in older])) == sorted(older)
+
+
+def test_a_resume_with_other_data_flags_says_what_differs():
+    from pardash.trainer.config import TrainConfig
+    from pardash.trainer.train import _resume_notes
+
+    saved = checkpoint.Progress(step=4, epoch=0, steps_into_epoch=4, total_steps=6, lr=1e-3, seed=1,
+                                world_size=1, batch_size=8, grad_accum=1, dataset_size=256)
+    same = TrainConfig(seed=1, batch_size=8, grad_accum=1, dataset_size=256)
+    assert _resume_notes(saved, same, 6, 1, True) == []
+    other = TrainConfig(seed=1, batch_size=16, grad_accum=2, dataset_size=512)
+    notes = _resume_notes(saved, other, 6, 1, True)
+    assert [n.split(":")[0] for n in notes] == [
+        "the checkpoint was saved with --batch-size 8, this run has 16",
+        "the checkpoint was saved with --grad-accum 1, this run has 2",
+        "the checkpoint was saved with --dataset-size 256, this run has 512",
+    ]
+    # An older checkpoint, which did not keep them, is not second-guessed.
+    older = checkpoint.Progress(step=4, epoch=0, steps_into_epoch=4, total_steps=6, lr=1e-3,
+                                seed=1, world_size=1)
+    assert _resume_notes(older, other, 6, 1, True) == []
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP in one process, as meant
+def test_a_dcp_checkpoint_from_before_the_data_flags_were_kept_resumes(tmp_path):
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from pardash.trainer.strategies import Wrapped
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    progress = checkpoint.Progress(step=6, epoch=1, steps_into_epoch=2, total_steps=9, lr=1e-3,
+                                   seed=3, world_size=2)
+    older = {k: v for k, v in progress.to_tensors().items()
+             if k not in ("batch_size", "grad_accum", "dataset_size")}
+    path = checkpoint.step_path(tmp_path, 6)
+    model_sd, optim_sd = get_state_dict(model, optimizer)  # as checkpoint.save has it
+    dcp.save({"model": model_sd, "optim": optim_sd, "progress": older}, checkpoint_id=str(path))
+    fresh = torch.nn.Linear(3, 2)
+    fresh_opt = torch.optim.AdamW(fresh.parameters())
+    back, _, had_rng = checkpoint.load(
+        checkpoint.Found(6, path), w=Wrapped(model=fresh, inner=fresh, strategy="single"),
+        optimizer=fresh_opt, rank=0, device=torch.device("cpu"))
+    assert back == progress and not had_rng
+    assert torch.equal(fresh.weight, model.weight)
 
 
 @pytest.mark.parametrize(

@@ -46,14 +46,14 @@ def step_lines(stdout: str) -> dict[int, str]:
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """``saved("single")``: (a 6-step run's checkpoint folder holding only step 4, its printed
-    steps), made once per saving strategy."""
+    """``saved("single")``: (a 6-step run's checkpoint folder holding steps 2 and 4, its
+    printed steps), made once per saving strategy."""
     made: dict[str, tuple[Path, dict[int, str]]] = {}
 
     def get(strategy: str) -> tuple[Path, dict[int, str]]:
         if strategy not in made:
             ckpt = tmp_path_factory.mktemp(f"saved-{strategy}") / "ckpt"
-            proc = train(ckpt, strategy, "--checkpoint-every", "4")
+            proc = train(ckpt, strategy, "--checkpoint-every", "2")
             shutil.rmtree(checkpoint.step_path(ckpt, 6))  # as if it died after step 4
             made[strategy] = ckpt, step_lines(proc.stdout)
         return made[strategy]
@@ -134,3 +134,39 @@ def test_a_single_process_checkpoint_resumes_sharded_on_two_ranks_and_back(tmp_p
     after = {s: step_lines(train(tmp_path / s, "single", "--steps", "8", "--resume").stdout)
              for s in ("fsdp", "ddp")}
     assert after["fsdp"] == after["ddp"] and sorted(after["fsdp"]) == [7, 8]
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, saved):
+    # A shard cut short after its save completed (.metadata is there, so it looks complete):
+    # the resume says so and goes on from the checkpoint before, on the same curve.
+    original, reference = saved("fsdp")
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(original, ckpt)
+
+    def damage(step: int) -> None:
+        shards = sorted(checkpoint.step_path(ckpt, step).glob("*.distcp"))
+        assert shards
+        for shard in shards:
+            shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+
+    damage(4)
+    proc = train(ckpt, "fsdp", "--resume")
+    assert f"resume: step 2 restored from {checkpoint.step_path(ckpt, 2)}" in proc.stdout
+    assert f"resume: {checkpoint.step_path(ckpt, 4)} could not be read (" in proc.stderr
+    assert f"trying {checkpoint.step_path(ckpt, 2)}" in proc.stderr
+    assert step_lines(proc.stdout) == {s: reference[s] for s in (3, 4, 5, 6)}
+
+    # With none readable the resume fails rather than quietly starting afresh.
+    shutil.rmtree(checkpoint.step_path(ckpt, 6))
+    shutil.rmtree(checkpoint.step_path(ckpt, 4))
+    damage(2)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("PARDASH_ENDPOINT", None)
+    failed = subprocess.run(
+        [sys.executable, "-m", "pardash.trainer.train", "--strategy", "fsdp", "--steps", "6",
+         "--checkpoint-dir", str(ckpt), *SMALL, "--resume"],
+        capture_output=True, text=True, env=env, timeout=240,
+    )  # fmt: skip
+    assert failed.returncode != 0
+    assert "could not be read" in failed.stderr and "no older checkpoint" in failed.stderr
+    assert not STEP_LINE.search(failed.stdout)

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ is not an installed package

@@ -8,6 +8,7 @@ seen, not inferred from silence: each stranger's socket reports its failed hands
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -97,6 +98,19 @@ def test_keys_are_for_their_owner_only(tmp_path):
     )
     assert again.returncode == 2
     assert len(again.stderr.strip().splitlines()) == 1 and "--force" in again.stderr
+
+    # --force makes new pairs and revokes every admitted key, one added by hand too, and says so.
+    old_client = security.load_client_keys(d).public
+    shutil.copy(d / "authorized_clients/client.key", d / "authorized_clients/alice.key")
+    forced = subprocess.run(
+        [sys.executable, "-m", "pardash", "keys", "--dir", str(d), "--force"], capture_output=True, text=True,
+        env=pardash_env(),
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert "revoked:          alice.key" in forced.stdout
+    assert sorted(p.name for p in (d / security.AUTHORIZED).iterdir()) == ["client.key"]
+    assert security.load_client_keys(d).public != old_client
+    assert zmq.auth.load_certificate(d / "authorized_clients/client.key")[0] == security.load_client_keys(d).public
 
 
 def test_a_secret_key_others_can_read_is_refused_and_never_breaks_a_rank(keys, capsys):

@@ -35,6 +35,7 @@ import os
 import shutil
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -69,6 +70,13 @@ class Progress:
     """--seed: model init, the data and its order."""
     world_size: int
     """Ranks when saved: the data order is per rank, so another world size changes it."""
+    batch_size: int = 0
+    """--batch-size when saved (0: a checkpoint from before it was kept). The steps already
+    taken in the epoch are skipped by count, so another batch size moves the data position."""
+    grad_accum: int = 0
+    """--grad-accum when saved (0: not kept); as --batch-size."""
+    dataset_size: int = 0
+    """--dataset-size when saved (0: not kept): another size is other data and epochs."""
 
     def to_tensors(self) -> dict[str, torch.Tensor]:
         """Each field as a 0-d tensor (float64 for ``lr``, int64 otherwise)."""
@@ -81,14 +89,21 @@ class Progress:
 
     @classmethod
     def from_tensors(cls, values: dict[str, torch.Tensor]) -> "Progress":
-        kw = {f.name: values[f.name].item() for f in fields(cls)}
+        """The progress ``values`` hold; a field an older checkpoint lacks keeps its default."""
+        kw = {f.name: values[f.name].item() for f in fields(cls) if f.name in values}
         return cls(**{k: float(v) if k == "lr" else int(v) for k, v in kw.items()})
 
     @classmethod
-    def blank_tensors(cls) -> dict[str, torch.Tensor]:
-        """Tensors of the right dtypes for DCP to load into."""
-        return cls(step=0, epoch=0, steps_into_epoch=0, total_steps=0, lr=0.0, seed=0,
-                   world_size=0).to_tensors()
+    def blank_tensors(cls, saved: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
+        """Tensors of the right dtypes for DCP to load into: of every field, or of those whose
+        flattened key (``progress.step``) is in ``saved`` (DCP refuses to load a key the
+        checkpoint lacks, and an older one lacks the newer fields)."""
+        blank = cls(step=0, epoch=0, steps_into_epoch=0, total_steps=0, lr=0.0, seed=0,
+                    world_size=0).to_tensors()
+        if saved is None:
+            return blank
+        keys = set(saved)
+        return {k: v for k, v in blank.items() if f"progress.{k}" in keys}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +137,9 @@ def saved_with_dcp(path: Path, strategy: str) -> bool:
     return uses_dcp(strategy) if dcp_done and plain_done else dcp_done
 
 
-def find_latest(root: str | os.PathLike[str]) -> Found | None:
-    """The complete checkpoint of the highest step under ``root`` (None: no folder, or none)."""
+def find_latest(root: str | os.PathLike[str], below: int | None = None) -> Found | None:
+    """The complete checkpoint of the highest step under ``root`` (None: no folder, or none),
+    or of the highest step under ``below`` (the one before a checkpoint that would not load)."""
     try:
         entries = list(os.scandir(root))
     except (FileNotFoundError, NotADirectoryError):
@@ -133,6 +149,8 @@ def find_latest(root: str | os.PathLike[str]) -> Found | None:
         m = STEP_DIR.match(entry.name)
         if m and entry.is_dir() and is_complete(Path(entry.path)):
             step = int(m.group(1))
+            if below is not None and step >= below:
+                continue
             if best is None or step > best.step:
                 best = Found(step, Path(entry.path))
     return best
@@ -159,13 +177,15 @@ def prune(root: str | os.PathLike[str], keep: int) -> list[Path]:
     return gone
 
 
-def agree_on_latest(root: str | os.PathLike[str], device: torch.device) -> Found | None:
+def agree_on_latest(
+    root: str | os.PathLike[str], device: torch.device, below: int | None = None
+) -> Found | None:
     """:func:`find_latest` as rank 0 sees it, on every rank.
 
     Ranks listing the folder on their own could pick different steps (a slow shared file
     system) and then silently train from different states; rank 0 decides instead.
     """
-    found = find_latest(root)
+    found = find_latest(root, below)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return found
     step = torch.tensor([found.step if found is not None else -1], dtype=torch.int64,
@@ -181,6 +201,17 @@ def agree_on_latest(root: str | os.PathLike[str], device: torch.device) -> Found
             "--checkpoint-dir must be a folder every node shares"
         )
     return Found(chosen, path)
+
+
+def loaded_everywhere(ok: bool, device: torch.device) -> bool:
+    """True when every rank loaded its checkpoint (``ok`` is this rank's word). A load that
+    failed on one rank alone (its node's copy unreadable) must send every rank back to an
+    older checkpoint, never leave them training from different states. Collective."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return ok
+    failed = torch.tensor([0 if ok else 1], dtype=torch.int64, device=device)
+    dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+    return int(failed.item()) == 0  # sync (GPU): once, before the first step
 
 
 # -- RNG ---------------------------------------------------------------------------------------
@@ -308,7 +339,7 @@ def _load_dcp(
     # The optimizer must hold state to load into: get_state_dict creates it (a step with
     # zero gradients and lr 0, which changes no parameter).
     model_sd, optim_sd = get_state_dict(module, optimizer)
-    state: dict = {"model": model_sd, "optim": optim_sd, "progress": Progress.blank_tensors()}
+    state: dict = {"model": model_sd, "optim": optim_sd, "progress": Progress.blank_tensors(saved)}
     has_rng = f"{key}.cpu" in saved  # a rank the saving run did not have: none
     if has_rng:
         state[key] = rng_state(device)
@@ -347,6 +378,7 @@ __all__ = [
     "find_latest",
     "is_complete",
     "load",
+    "loaded_everywhere",
     "rng_state",
     "save",
     "saved_with_dcp",

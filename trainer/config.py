@@ -167,7 +167,8 @@ class TrainConfig:
     keep every one)."""
     resume: bool = False
     """Continue from the newest checkpoint in --checkpoint-dir (start afresh when there is
-    none): model, optimizer, step, data order, learning rate schedule and RNG state."""
+    none): model, optimizer, step, data order, learning rate schedule and RNG state. One that
+    cannot be read is named and the one before it is used."""
 
     # -- fault injection (for straggler / stall / crash detection) ---------------------------
     inject_straggler: Straggler | None = None

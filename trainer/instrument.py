@@ -208,7 +208,6 @@ class Instrument:
     # -- installing -----------------------------------------------------------------------
 
     def install(self) -> "Instrument":
-        from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim_module
 
         self._handles = [
