@@ -213,7 +213,7 @@ def test_progress_round_trips_through_tensors():
 
 def test_a_resume_with_other_data_flags_says_what_differs():
     from pardash.trainer.config import TrainConfig
-    from pardash.trainer.train import _resume_notes
+    from pardash.trainer.resume import resume_notes as _resume_notes
 
     saved = checkpoint.Progress(step=4, epoch=0, steps_into_epoch=4, total_steps=6, lr=1e-3, seed=1,
                                 world_size=1, batch_size=8, grad_accum=1, dataset_size=256)

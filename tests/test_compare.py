@@ -97,7 +97,8 @@ def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
 
 @pytest.mark.slow
 def test_bench_single_ddp_fsdp_on_two_ranks(tmp_path):
-    p = _bench(tmp_path, "--strategies", "single,ddp,fsdp", "--nproc", "2", "--steps", "20", "--format", "markdown")
+    p = _bench(tmp_path, "--strategies", "single,ddp,fsdp", "--nproc", "2", "--steps", "20", "--format", "markdown",
+               "--n-embd", "32", "--seq-len", "16", "--dataset-size", "512", "--batch-size", "8")
     assert p.returncode == 0, p.stderr[-3000:]
     progress = [line for line in p.stderr.splitlines() if line.startswith("bench [")]
     assert len(progress) == 3 and all("20 steps" in line and "samples/s" in line for line in progress), p.stderr

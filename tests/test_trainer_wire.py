@@ -103,7 +103,7 @@ def test_comm_wait_is_the_union_of_bucket_intervals():
 def test_gpu_step_times_resolve_from_events():
     import torch
 
-    from pardash.trainer.train import StepClock, StepRecord
+    from pardash.trainer.clock import StepClock, StepRecord
 
     e = [FakeEvent(t) for t in (0.0, 0.5, 1.5, 4.0, 4.25)]
     rec = StepRecord(

@@ -28,8 +28,7 @@ import sys
 import time
 import traceback
 import warnings
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
@@ -37,7 +36,8 @@ from pardash.telemetry.env import rank_identity
 from pardash.telemetry.memory import account
 from pardash.telemetry.reporter import Reporter
 
-from . import checkpoint
+from . import checkpoint, resume
+from .clock import StepClock, StepRecord
 from . import config as config_mod
 from .config import TrainConfig
 from .data import build_dataset, build_loader, step_batches, steps_per_epoch
@@ -54,81 +54,8 @@ from .strategies import (
     wrap_model,
 )
 
-PHASES = ("data", "forward", "backward", "optimizer")
-
-
 class InjectedCrash(RuntimeError):
     """Raised by --inject-crash."""
-
-
-# -- timing ------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class StepRecord:
-    """What one step measured; on GPU its stamps are CUDA events, resolved one step late."""
-
-    step: int
-    epoch: int
-    loss: torch.Tensor
-    """Mean loss over the step's micro-batches (a device tensor; read it with .item())."""
-    marks: list[tuple[str, Any]]
-    """(phase entered, stamp) in order; the first is the end of the previous step."""
-    end: Any
-    arrive: Any
-    """Stamp of the arrival at the step's first collective (None: the whole step is self)."""
-    comm: list[Any] | None
-    lr: float
-    samples: int
-    mem: Any
-    last_in_epoch: bool
-
-
-class StepClock:
-    """Stamps phase boundaries: ``perf_counter`` on CPU, CUDA events on GPU.
-
-    A step starts where the previous one ended (the same stamp), so step times add up to the
-    run's wall time, publishing included.
-    """
-
-    def __init__(self, cuda: bool) -> None:
-        self.cuda = cuda
-        self._last_end: Any = None
-
-    def stamp(self) -> Any:
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()  # enqueued on the current stream: no synchronisation
-            return ev
-        return time.perf_counter()
-
-    def start(self) -> list[tuple[str, Any]]:
-        begin = self._last_end if self._last_end is not None else self.stamp()
-        return [("data", begin)]
-
-    def end(self) -> Any:
-        self._last_end = self.stamp()
-        return self._last_end
-
-    def restart(self) -> None:
-        """The next step starts now: time spent between steps (a checkpoint, reported as an
-        event with its duration) is left out of the next step's data time."""
-        self._last_end = self.stamp()
-
-    def elapsed(self, a: Any, b: Any) -> float:
-        """Seconds from stamp a to stamp b (CUDA events must have completed)."""
-        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
-
-    def resolve(self, rec: StepRecord) -> dict[str, float | None]:
-        """Phase times, step time and self time of ``rec`` in seconds."""
-        out: dict[str, float | None] = {f"{p}_s": 0.0 for p in PHASES}
-        bounds = rec.marks + [("", rec.end)]
-        for (phase, a), (_, b) in zip(bounds, bounds[1:]):
-            out[f"{phase}_s"] = (out[f"{phase}_s"] or 0.0) + self.elapsed(a, b)
-        begin = rec.marks[0][1]
-        out["step_s"] = self.elapsed(begin, rec.end)
-        out["self_s"] = self.elapsed(begin, rec.arrive if rec.arrive is not None else rec.end)
-        return out
 
 
 class BusyCompute:
@@ -235,27 +162,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             print(f"note: {w.note}", flush=True)
 
     # -- resume: model, optimizer, step, data position, RNG from the newest checkpoint ------
-    start = checkpoint.Progress(step=0, epoch=0, steps_into_epoch=0, total_steps=total_steps,
-                                lr=0.0, seed=cfg.seed, world_size=rt.world_size,
-                                **_data_flags(cfg))
-    if cfg.resume and cfg.checkpoint_dir:
-        reporter.set_phase("resume")
-        found = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device)
-        if found is None:
-            if is_master:
-                print(f"resume: no checkpoint in {cfg.checkpoint_dir} yet; starting at step 1",
-                      flush=True)
-        else:
-            start, load_s, had_rng, found = _load_newest_readable(found, cfg, w, optimizer, rt,
-                                                                  reporter)
-            notes = _resume_notes(start, cfg, total_steps, rt.world_size, had_rng)
-            reporter.event("resume", message=f"step {start.step} from {found.path}"
-                           + "".join(f"; {n}" for n in notes), step=start.step, duration_s=load_s)
-            if is_master:
-                print(f"resume: step {start.step} restored from {found.path} in {load_s:.2f} s",
-                      flush=True)
-                for note in notes:
-                    print(f"note: {note}", flush=True)
+    start = resume.resume(cfg, rt, w, optimizer, reporter, total_steps)
     epoch, into_epoch = start.epoch, start.steps_into_epoch
     if into_epoch >= per_epoch:  # a checkpoint from a world with longer epochs
         epoch, into_epoch = epoch + 1, 0
@@ -389,7 +296,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             reporter.set_phase("checkpoint")
             progress = checkpoint.Progress(
                 step=step, epoch=epoch, steps_into_epoch=into_epoch, total_steps=total_steps,
-                lr=lr, seed=cfg.seed, world_size=rt.world_size, **_data_flags(cfg),
+                lr=lr, seed=cfg.seed, world_size=rt.world_size, **resume.data_flags(cfg),
             )
             path, save_s = checkpoint.save(cfg.checkpoint_dir, progress, w=w,
                                            optimizer=optimizer, rank=rt.rank, device=rt.device)
@@ -420,88 +327,6 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
                 f"off {ab_n[False]} steps {ab_s[False] / ab_n[False] * 1e3:.4f} ms/step",
                 flush=True,
             )
-
-
-def _load_newest_readable(
-    found: checkpoint.Found, cfg: TrainConfig, w: Wrapped, optimizer: torch.optim.Optimizer,
-    rt: Runtime, reporter: Reporter,
-) -> tuple[checkpoint.Progress, float, bool, checkpoint.Found]:
-    """Load ``found``, or when it cannot be read on some rank (a shard cut short or damaged
-    after its save completed) the newest older checkpoint that can, saying which and why:
-    (progress, seconds, whether the RNG state was there, the checkpoint loaded). Every rank
-    goes back together. Raises the first error when no checkpoint can be read: starting
-    afresh instead would quietly throw the run's progress away."""
-    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
-
-    first: BaseException | None = None
-    while True:
-        try:
-            loaded = checkpoint.load(found, w=w, optimizer=optimizer, rank=rt.rank, device=rt.device)
-            err = None
-        except (Exception, CheckpointException) as e:  # files on a disk: anything can be wrong
-            loaded, err = None, e
-        if checkpoint.loaded_everywhere(err is None, rt.device):
-            return (*loaded, found)
-        first = first or err
-        why = _one_line(err) if err is not None else "another rank could not read it"
-        older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step)
-        message = (f"{found.path} could not be read ({why}); "
-                   + (f"trying {older.path}" if older is not None else "no older checkpoint"))
-        reporter.event("warning", message=f"resume: {message}", step=found.step)
-        if rt.rank == 0:
-            print(f"resume: {message}", file=sys.stderr, flush=True)
-        if older is None:
-            if first is None:
-                raise RuntimeError(f"resume: no checkpoint in {cfg.checkpoint_dir} could be read on every rank")
-            raise first
-        found = older
-
-
-def _one_line(e: BaseException, limit: int = 200) -> str:
-    """``e`` as one line; DCP's CheckpointException as the first rank's own error in it."""
-    failures = getattr(e, "failures", None)
-    if isinstance(failures, dict) and failures:
-        rank = min(failures)
-        inner = failures[rank][0] if isinstance(failures[rank], tuple) else None
-        if isinstance(inner, BaseException):
-            return f"rank {rank}: {_one_line(inner, limit)}"
-    text = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
-    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _data_flags(cfg: TrainConfig) -> dict[str, int]:
-    """The flags besides --seed that decide which samples each step takes, as a checkpoint's
-    :class:`~.checkpoint.Progress` keeps them."""
-    return {"batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum, "dataset_size": cfg.dataset_size}
-
-
-def _resume_notes(
-    saved: checkpoint.Progress, cfg: TrainConfig, total_steps: int, world_size: int,
-    had_rng: bool,
-) -> list[str]:
-    """What differs between the checkpoint's run and this one, so the loss curve may too."""
-    notes = []
-    if saved.seed != cfg.seed:
-        notes.append(f"the checkpoint was saved with --seed {saved.seed}, this run has "
-                     f"{cfg.seed}: the data order differs")
-    for name, value in _data_flags(cfg).items():
-        was = getattr(saved, name)
-        if was and was != value:  # 0: a checkpoint from before the flag was kept
-            flag = "--" + name.replace("_", "-")
-            why = ("the data and its epochs differ from the saved run's" if name == "dataset_size"
-                   else "the steps already taken in the epoch are skipped by count, so each step "
-                        "from here takes other samples than the saved run's would have")
-            notes.append(f"the checkpoint was saved with {flag} {was}, this run has {value}: {why}")
-    if saved.world_size != world_size:
-        notes.append(f"the checkpoint was saved by {saved.world_size} rank(s), this run has "
-                     f"{world_size}: each rank's data differs from then on")
-    elif not had_rng:
-        notes.append("this rank's RNG state is not in the checkpoint")
-    if saved.total_steps != total_steps:
-        notes.append(f"the checkpoint's run had {saved.total_steps} steps, this one "
-                     f"{total_steps}: the learning rate schedule is stretched to the new length")
-    return notes
 
 
 # -- entry -------------------------------------------------------------------------------------

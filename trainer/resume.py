@@ -1,0 +1,131 @@
+"""What ``--resume`` does in the bundled trainer: find the newest checkpoint every rank can read,
+load it, and say what differs between the run that saved it and this one.
+
+The checkpoint itself (layout, formats, what makes the curve continue) is :mod:`.checkpoint`'s.
+Here: every rank agrees on the checkpoint rank 0 finds; one that fails to load on any rank (a
+shard cut short after its save completed, a node's copy unreadable) is named, and every rank
+goes back to the one before it together; when none can be read the resume fails rather than
+start afresh, which would quietly throw the run's progress away.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from pardash.telemetry.reporter import Reporter
+
+from . import checkpoint
+from .config import TrainConfig
+from .strategies import Runtime, Wrapped
+
+
+def resume(
+    cfg: TrainConfig, rt: Runtime, w: Wrapped, optimizer: torch.optim.Optimizer,
+    reporter: Reporter, total_steps: int,
+) -> checkpoint.Progress:
+    """Where this run starts: the progress of the checkpoint loaded into ``w`` and
+    ``optimizer`` (with --resume and one to resume from), else step 0. Collective for ddp/fsdp."""
+    start = checkpoint.Progress(step=0, epoch=0, steps_into_epoch=0, total_steps=total_steps,
+                                lr=0.0, seed=cfg.seed, world_size=rt.world_size, **data_flags(cfg))
+    if not (cfg.resume and cfg.checkpoint_dir):
+        return start
+    is_master = rt.rank == 0
+    reporter.set_phase("resume")
+    found = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device)
+    if found is None:
+        if is_master:
+            print(f"resume: no checkpoint in {cfg.checkpoint_dir} yet; starting at step 1", flush=True)
+        return start
+    start, load_s, had_rng, found = load_newest_readable(found, cfg, w, optimizer, rt, reporter)
+    notes = resume_notes(start, cfg, total_steps, rt.world_size, had_rng)
+    reporter.event("resume", message=f"step {start.step} from {found.path}"
+                   + "".join(f"; {n}" for n in notes), step=start.step, duration_s=load_s)
+    if is_master:
+        print(f"resume: step {start.step} restored from {found.path} in {load_s:.2f} s", flush=True)
+        for note in notes:
+            print(f"note: {note}", flush=True)
+    return start
+
+
+def load_newest_readable(
+    found: checkpoint.Found, cfg: TrainConfig, w: Wrapped, optimizer: torch.optim.Optimizer,
+    rt: Runtime, reporter: Reporter,
+) -> tuple[checkpoint.Progress, float, bool, checkpoint.Found]:
+    """Load ``found``, or when it cannot be read on some rank (a shard cut short or damaged
+    after its save completed) the newest older checkpoint that can, saying which and why:
+    (progress, seconds, whether the RNG state was there, the checkpoint loaded). Every rank
+    goes back together. Raises the first error when no checkpoint can be read: starting
+    afresh instead would quietly throw the run's progress away."""
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+
+    first: BaseException | None = None
+    while True:
+        try:
+            loaded = checkpoint.load(found, w=w, optimizer=optimizer, rank=rt.rank, device=rt.device)
+            err = None
+        except (Exception, CheckpointException) as e:  # files on a disk: anything can be wrong
+            loaded, err = None, e
+        if checkpoint.loaded_everywhere(err is None, rt.device):
+            return (*loaded, found)
+        first = first or err
+        why = one_line(err) if err is not None else "another rank could not read it"
+        older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step)
+        message = (f"{found.path} could not be read ({why}); "
+                   + (f"trying {older.path}" if older is not None else "no older checkpoint"))
+        reporter.event("warning", message=f"resume: {message}", step=found.step)
+        if rt.rank == 0:
+            print(f"resume: {message}", file=sys.stderr, flush=True)
+        if older is None:
+            if first is None:
+                raise RuntimeError(f"resume: no checkpoint in {cfg.checkpoint_dir} could be read on every rank")
+            raise first
+        found = older
+
+
+def one_line(e: BaseException, limit: int = 200) -> str:
+    """``e`` as one line; DCP's CheckpointException as the first rank's own error in it."""
+    failures = getattr(e, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank = min(failures)
+        inner = failures[rank][0] if isinstance(failures[rank], tuple) else None
+        if isinstance(inner, BaseException):
+            return f"rank {rank}: {one_line(inner, limit)}"
+    text = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def data_flags(cfg: TrainConfig) -> dict[str, int]:
+    """The flags besides --seed that decide which samples each step takes, as a checkpoint's
+    :class:`~.checkpoint.Progress` keeps them."""
+    return {"batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum, "dataset_size": cfg.dataset_size}
+
+
+def resume_notes(
+    saved: checkpoint.Progress, cfg: TrainConfig, total_steps: int, world_size: int,
+    had_rng: bool,
+) -> list[str]:
+    """What differs between the checkpoint's run and this one, so the loss curve may too."""
+    notes = []
+    if saved.seed != cfg.seed:
+        notes.append(f"the checkpoint was saved with --seed {saved.seed}, this run has "
+                     f"{cfg.seed}: the data order differs")
+    for name, value in data_flags(cfg).items():
+        was = getattr(saved, name)
+        if was and was != value:  # 0: a checkpoint from before the flag was kept
+            flag = "--" + name.replace("_", "-")
+            why = ("the data and its epochs differ from the saved run's" if name == "dataset_size"
+                   else "the steps already taken in the epoch are skipped by count, so each step "
+                        "from here takes other samples than the saved run's would have")
+            notes.append(f"the checkpoint was saved with {flag} {was}, this run has {value}: {why}")
+    if saved.world_size != world_size:
+        notes.append(f"the checkpoint was saved by {saved.world_size} rank(s), this run has "
+                     f"{world_size}: each rank's data differs from then on")
+    elif not had_rng:
+        notes.append("this rank's RNG state is not in the checkpoint")
+    if saved.total_steps != total_steps:
+        notes.append(f"the checkpoint's run had {saved.total_steps} steps, this one "
+                     f"{total_steps}: the learning rate schedule is stretched to the new length")
+    return notes
