@@ -1,0 +1,154 @@
+"""The ``pardash`` command line: every subcommand's flags and help, one-line errors.
+
+:mod:`pardash.cli` runs what is parsed here. The bundled trainer's flags come from
+:func:`pardash.trainer.config.add_arguments`, the hub's and /metrics' from their own modules, so
+a flag is spelled in one place whichever command takes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+PROG = "pardash"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: what is wrong and where help is, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# -- launch and bench take the trainer's flags ------------------------------------------
+
+
+def _launch_parser(sub) -> argparse.ArgumentParser:
+    from pardash.trainer import config as train_config
+
+    p = sub.add_parser(
+        "launch",
+        help="run the bundled trainer (or your script) under torchrun and watch it",
+        description=(
+            "Run the bundled trainer (single, dp, ddp or fsdp) under torchrun, or any torchrun "
+            "script after `--`, with a hub recording every rank's telemetry and the TUI (or, "
+            "with --headless, progress lines) attached."
+        ),
+        epilog="examples:\n  pardash launch --strategy fsdp --nproc 4\n  pardash launch --nproc 2 --headless --steps 100\n  pardash launch --nproc 4 -- train.py --lr 3e-4",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g = p.add_argument_group("job (torchrun's meanings)")
+    g.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=None, help="ranks on this node (default: 2 for ddp/fsdp, 1 for single/dp)")
+    g.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
+    g.add_argument("--node-rank", type=int, default=0, help="this node's rank (default 0)")
+    g.add_argument("--master-addr", default=None, help="address of node 0 (default 127.0.0.1)")
+    g.add_argument("--master-port", type=int, default=None, help="rendezvous port on node 0 (default: a free one on one node, 29500 on several)")
+    g.add_argument("--max-restarts", type=int, default=0, help="torchrun's elastic restarts (default 0)")
+    v = p.add_argument_group("telemetry and view")
+    v.add_argument("--headless", action="store_true", help="no TUI: print progress lines and keep the log")
+    v.add_argument("--log", default=None, help="JSONL telemetry log (default runs/<run id>/telemetry.jsonl)")
+    v.add_argument("--runs-dir", default="runs", help="folder for run logs and outputs (default ./runs)")
+    v.add_argument("--telemetry-addr", default=None, help="address the hub binds (default 127.0.0.1 on one node, the master address on several); on nodes > 0, where node 0's hub is")
+    v.add_argument("--telemetry-port", type=int, default=0, help="hub ingest port (default: free ports; several nodes: 29600, and node 0's hub takes PORT..PORT+2)")
+    v.add_argument("--every", type=float, default=5.0, help="seconds between headless progress lines (default 5)")
+    v.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: the hub admits only ranks and viewers with an authorised key (default $PARDASH_CURVE_DIR)")
+    v.add_argument("--insecure", action="store_true", help="let the hub bind beyond loopback without keys: anyone who reaches its ports can read the run and send it records")
+    from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
+
+    add_prometheus_arguments(v)
+    t = p.add_argument_group("bundled trainer")
+    train_config.add_arguments(t)
+    p.add_argument("-m", dest="module", default=None, help="run this module under torchrun instead of the bundled trainer")
+    return p
+
+
+def _bench_parser(sub) -> argparse.ArgumentParser:
+    from pardash.trainer import config as train_config
+
+    b = sub.add_parser(
+        "bench",
+        help="run several strategies on the same model and data, and compare them",
+        description="Run each strategy (single, ddp, fsdp; dp with 2+ GPUs) on the same model and data with telemetry, then print samples/s, step time and its phases, per-rank memory, the saving against DDP and scaling efficiency against single.",
+    )
+    b.add_argument("--strategies", default="single,ddp,fsdp", help="comma-separated strategies (default single,ddp,fsdp)")
+    b.add_argument("--nproc", type=int, default=2, help="ranks for ddp/fsdp (default 2)")
+    b.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="output format (default text)")
+    b.add_argument("--runs-dir", default="runs", help="folder for the runs' logs (default ./runs)")
+    t = b.add_argument_group("bundled trainer (same for every strategy; --steps defaults to 50)")
+    train_config.add_arguments(t)
+    for action in b._actions:  # --strategies replaces the trainer's --strategy here
+        if action.dest == "strategy":
+            action.help = argparse.SUPPRESS
+    b.set_defaults(strategy=None, steps=50)
+    return b
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog=PROG, description="A terminal dashboard for distributed PyTorch training.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    _launch_parser(sub)
+
+    from pardash.telemetry.hub import add_hub_arguments
+
+    h = sub.add_parser("hub", help="run a hub alone, for jobs started by torchrun, srun or Kubernetes")
+    add_hub_arguments(h)
+
+    a = sub.add_parser("attach", help="open the TUI on a running job")
+    a.add_argument("target", nargs="?", default=None, help="run id (prefix) or tcp://HOST:PORT of a hub's ingest (default: the newest live run)")
+    a.add_argument("--headless", action="store_true", help="print progress lines instead of the TUI")
+    a.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
+
+    sim = sub.add_parser("simulate", help="a synthetic job of N ranks, to try the TUI without GPUs")
+    sim.add_argument("--ranks", type=int, default=64, help="number of ranks (default 64)")
+    sim.add_argument("--rate", type=float, default=10.0, help="steps a second per rank (default 10)")
+    sim.add_argument("--ranks-per-node", type=int, default=8, help="ranks per host (default 8)")
+    sim.add_argument("--strategy", choices=("ddp", "fsdp"), default="fsdp", help="strategy to pretend (default fsdp)")
+    sim.add_argument("--steps", type=int, default=0, help="stop after this many steps (default: until quit)")
+    sim.add_argument("--straggler", type=int, default=None, metavar="RANK", help="make this rank a straggler from step 20")
+    sim.add_argument("--straggler-kind", choices=("data", "compute"), default="data", help="what the straggler is slow at")
+    sim.add_argument("--stall", default=None, metavar="RANK@STEP", help="this rank stops at this step")
+    sim.add_argument("--crash", default=None, metavar="RANK@STEP", help="this rank exits with code 1 at this step")
+    sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sim.add_argument("--headless", action="store_true", help="print progress lines; attach the TUI with `pardash attach`")
+    sim.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
+    sim.add_argument("--log", default=None, help="record the JSONL log here (default: no log; it grows fast, see --keep-log)")
+    sim.add_argument("--keep-log", action="store_true", help="record the log under --runs-dir (the start line says how fast it grows)")
+    sim.add_argument("--runs-dir", default="runs", help="folder for kept logs (default ./runs)")
+    sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
+    sim.add_argument("--port", type=int, default=0, help="hub ingest port (default: free ports)")
+    sim.add_argument("--insecure", action="store_true", help="let --bind be beyond loopback (simulated ranks hold no keys)")
+    from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
+
+    add_prometheus_arguments(sim)
+
+    ps = sub.add_parser("ps", help="list live runs")
+    ps.add_argument("--json", action="store_true", help="print the registry entries as JSON")
+
+    r = sub.add_parser("replay", help="the TUI over a recorded log")
+    r.add_argument("log", help="telemetry.jsonl of a run")
+    r.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
+
+    rep = sub.add_parser("report", help="per-rank summary of a recorded log")
+    rep.add_argument("log", help="telemetry.jsonl of a run")
+    rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
+    rep.add_argument("--compare", default=None, metavar="LOG_B", help="set this second run beside the first (DDP against FSDP, before against after)")
+
+    k = sub.add_parser(
+        "keys",
+        help="make CURVE keys: a hub bound beyond loopback admits only ranks and viewers holding them",
+        description=(
+            "Make a server and a client CURVE key pair (files readable by you only) and admit the "
+            "client key. Give the folder to the hub (--curve-dir DIR) and to ranks and viewers "
+            "(PARDASH_CURVE_DIR=DIR); copy it to the other nodes of a job."
+        ),
+    )
+    k.add_argument("--dir", default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve)")
+    k.add_argument("--force", action="store_true", help="replace existing keys: hubs, ranks and viewers using the old ones are locked out, and every client key admitted in authorized_clients/ is revoked")
+
+    _bench_parser(sub)
+
+    ex = sub.add_parser("export", help="write a recorded log's per-rank scalars for TensorBoard")
+    ex.add_argument("log", help="telemetry.jsonl of a run")
+    ex.add_argument("--tensorboard", required=True, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
+    return p
