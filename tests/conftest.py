@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,11 +15,49 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Started in the background by a shell without job control, which ignores SIGINT for the
+    # job, and every process started from here would inherit that: a launch stopped "with
+    # Ctrl-C" by a test would go on. A handler of our own is undone by exec in each child.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture(autouse=True)
 def _private_registry(tmp_path_factory, monkeypatch):
-    # Every test (and every process it starts) sees its own run registry.
-    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path_factory.mktemp("registry")))
+    # Every test (and every process it starts) sees its own run registry; whatever of those
+    # processes outlives the test (a test failed before stopping its job, and the job's
+    # supervisor is detached from the launch on purpose) is killed, so it cannot slow the
+    # tests after it.
+    registry = str(tmp_path_factory.mktemp("registry"))
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", registry)
+    started = time.time()
+    yield
+    left = _kill_processes_of(registry, started)
+    if left:
+        warnings.warn(f"killed {len(left)} process(es) the test left running: {'; '.join(left)[:300]}")
+
+
+def _kill_processes_of(registry: str, since: float) -> list[str]:
+    """Kill the processes started since ``since`` with ``registry`` as their run registry (the
+    environment every process a test starts inherits); returns their command lines."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "create_time"]):
+        if p.pid == os.getpid() or (p.info["create_time"] or 0) < since - 1:
+            continue
+        try:
+            if p.environ().get("PARDASH_REGISTRY_DIR") == registry:
+                found.append((p, " ".join(p.cmdline()[1:4])))
+        except (psutil.Error, OSError):
+            continue
+    for p, _ in found:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs([p for p, _ in found], timeout=5)
+    return [cmd for _, cmd in found]
 
 
 @pytest.fixture
