@@ -13,6 +13,8 @@ What the report answers, beyond the per-rank table:
   others waited the gap between its self time and the second-slowest rank's;
 - stalls (with the phase a rank was stuck in) and exits, with the root cause of a failure;
 - memory held against the ZeRO expectation for the strategy and against the unsharded model;
+- checkpoints saved (how many, at which steps, the slowest save) and resumes (from where, and
+  what differed), and the warnings ranks sent (each text once, with the ranks that sent it);
 - lost messages (per-rank seq gaps) and log lines skipped as malformed or truncated.
 """
 
@@ -89,6 +91,9 @@ def build_report(path: str) -> dict:
     open_stalls: dict[int, dict] = {}
     not_sharding: dict[int, str] = {}
     exits: dict[int, dict] = {}
+    saves: dict[int, dict] = {}
+    resumes: dict[tuple[int, int], dict] = {}
+    warnings: dict[str, dict] = {}
     first_t = last_t = None
     step_t0 = step_t1 = None
     for msg in read_log(path, stats):
@@ -133,6 +138,8 @@ def build_report(path: str) -> dict:
                 ep = open_stalls.pop(msg.rank, None)
                 if ep is not None:
                     ep["until"] = "finished"
+        elif isinstance(msg, schema.Event) and msg.name in ("checkpoint", "resume", "warning") and msg.seq >= 0:
+            _fold_event(msg, state, saves, resumes, warnings)
         elif isinstance(msg, schema.Hello) and msg.restart and msg.rank in open_stalls:
             # torchrun stopped the rank to restart the job (it sends no word for the ranks it
             # stops then): the episode ends with the restart.
@@ -222,6 +229,8 @@ def build_report(path: str) -> dict:
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         "failure": failure,
         "recovered": recovered_failures(state),
+        "checkpoints": {"saved": [saves[k] for k in sorted(saves)], "resumed": list(resumes.values())},
+        "warnings": [w | {"ranks": sorted(w["ranks"])} for w in warnings.values()],
         "memory": _memory(ranks, expected, params_count, strategy, world, peak_kind, not_sharding),
         "statuses": state.status_counts(),
         "messages": dict(sorted(state.counts.items())),
@@ -262,6 +271,33 @@ def _fold_verdict(v: schema.Verdict, stragglers, open_stragglers, stalls, open_s
         not_sharding.pop(v.rank, None)
     elif v.verdict == "exited" and v.rank not in exits:
         exits[v.rank] = {"rank": v.rank, "code": v.code, "step": v.step, "message": v.message}
+
+
+def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, warnings: dict) -> None:
+    """Checkpoint saves by step, resumes by (torchrun attempt, step) and warnings by text, each
+    with the ranks that said it; a save or resume takes as long as its slowest rank."""
+    r = state.ranks.get(msg.rank)
+    if msg.name == "warning":
+        key = msg.message
+        if key not in warnings and len(warnings) >= MAX_WARNINGS:
+            key = ""  # the rest are counted under one entry
+        warnings.setdefault(key, {"message": key, "step": msg.step, "ranks": set()})["ranks"].add(msg.rank)
+        return
+    if msg.name == "checkpoint":
+        if msg.step is None:
+            return
+        entry = saves.setdefault(msg.step, {"step": msg.step, "path": msg.message, "ranks": 0, "duration_s": None})
+    else:
+        attempt = r.restarts if r is not None else 0
+        entry = resumes.setdefault((attempt, msg.step or 0), {
+            "step": msg.step, "message": msg.message, "restart": attempt, "ranks": 0, "duration_s": None})
+    entry["ranks"] += 1
+    if msg.duration_s is not None:
+        entry["duration_s"] = max(entry["duration_s"] or 0.0, msg.duration_s)
+
+
+MAX_WARNINGS = 50
+"""Distinct warning texts a report lists; any more are counted under one entry with text ''."""
 
 
 def _charge(ep: dict, arrivals: _Arrivals, last_step: int) -> None:

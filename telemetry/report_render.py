@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from .printer import ranks_text
 from .summary import human_bytes, ms
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -109,6 +110,40 @@ def recovered_lines(rep: dict) -> list[str]:
     return [f"restarted by torchrun after: {f['line']}" for f in rep.get("recovered") or []]
 
 
+def checkpoint_lines(rep: dict) -> list[str]:
+    """The checkpoints saved (steps, the last one, the slowest save) and each resume."""
+    ck = rep.get("checkpoints") or {}
+    out = []
+    saved = ck.get("saved") or []
+    if saved:
+        steps = [c["step"] for c in saved]
+        if len(steps) <= 6:
+            at = ", ".join(map(str, steps))
+        else:
+            gaps = {b - a for a, b in zip(steps, steps[1:])}
+            at = f"{steps[0]} .. {steps[-1]}" + (f", every {gaps.pop()}" if len(gaps) == 1 else "")
+        line = f"{len(saved)} saved at step{'s' if len(steps) > 1 else ''} {at}; the last in {saved[-1]['path']}"
+        slowest = max((c for c in saved if c["duration_s"] is not None), key=lambda c: c["duration_s"], default=None)
+        if slowest is not None:
+            line += f"; slowest save {slowest['duration_s']:.2f} s (step {slowest['step']})"
+        out.append(line)
+    for r in ck.get("resumed") or []:
+        after = f" after torchrun restart {r['restart']}" if r.get("restart") else ""
+        took = f" ({r['duration_s']:.2f} s)" if r.get("duration_s") is not None else ""
+        out.append(f"resumed{after}: {r['message']}{took}")
+    return out
+
+
+def warning_lines(rep: dict) -> list[str]:
+    """Each warning text the ranks sent, once, with the ranks that sent it."""
+    out = []
+    for w in rep.get("warnings") or []:
+        who = f"rank{'s' if len(w['ranks']) > 1 else ''} {ranks_text(w['ranks'])}"
+        at = f" at step {w['step']}" if w.get("step") is not None else ""
+        out.append(f"{who}{at}: {w['message'] or '(more warnings than a report lists)'}")
+    return out
+
+
 def memory_rows(rep: dict) -> list[tuple[str, str]]:
     m = rep["memory"]
     st = f"{rep['strategy'] or '?'} x{rep['world_size']}"
@@ -167,6 +202,16 @@ def render_text(rep: dict, width: int = 160) -> str:
         con.print(f"root cause: {rep['failure']['line']}")
     for line in recovered_lines(rep):
         con.print(line)
+    ck = checkpoint_lines(rep)
+    if ck:
+        con.print("checkpoints:")
+        for line in ck:
+            con.print(f"  {line}")
+    warned = warning_lines(rep)
+    if warned:
+        con.print("warnings:")
+        for line in warned:
+            con.print(f"  {line}")
     con.print()
     mt = Table(box=None, show_header=False, pad_edge=False, title="memory (model state a rank holds)", title_justify="left")
     mt.add_column()
@@ -215,6 +260,10 @@ def render_markdown(rep: dict) -> str:
         out += ["", f"**Root cause:** {rep['failure']['line']}"]
     if rep.get("recovered"):
         out += [""] + [f"- {line}" for line in recovered_lines(rep)]
+    if checkpoint_lines(rep):
+        out += ["", "## Checkpoints", ""] + [f"- {line}" for line in checkpoint_lines(rep)]
+    if warning_lines(rep):
+        out += ["", "## Warnings", ""] + [f"- {line}" for line in warning_lines(rep)]
     out += ["", "## Memory", "", md_table(["model state a rank holds", "bytes"], [list(r) for r in memory_rows(rep)]), ""]
     out.append(rep["memory"]["verdict"] + ".")
     for rank in rep["memory"]["not_sharding"]:

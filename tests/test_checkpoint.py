@@ -111,6 +111,14 @@ def test_a_crashed_fsdp_rank_restarts_from_the_checkpoint_on_the_same_curve(tmp_
     assert {(r, s) for r, s, _ in run} == set(reference)
     assert_same_curve(run, reference)
 
+    # The report tells the same story: four saves, and the resume after torchrun's restart.
+    from pardash.telemetry.report import build_report
+
+    ck = build_report(str(tmp_path / "b.jsonl"))["checkpoints"]
+    assert [(c["step"], c["ranks"]) for c in ck["saved"]] == [(s, 2) for s in (10, 20, 30, 40)]
+    assert [(r["step"], r["restart"], r["ranks"]) for r in ck["resumed"]] == [(20, 1, 2)]
+    assert ck["resumed"][0]["message"] == f"step 20 from {checkpoint.step_path(ckpt, 20)}"
+
 
 @pytest.mark.slow
 def test_a_killed_ddp_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path):

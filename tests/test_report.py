@@ -142,6 +142,27 @@ def test_a_failure_names_its_root_cause_and_the_stall_before_it():
     assert "ranks 2-3 were stopped" in md
 
 
+def test_checkpoints_and_warnings_are_summed_up():
+    rep = build_report(str(DATA / "ddp4_straggler.jsonl"))
+    saved = rep["checkpoints"]["saved"]
+    assert [(c["step"], c["ranks"], c["path"]) for c in saved] == [
+        (s, 4, f"/ckpt/step-{s:08d}") for s in (20, 40, 60)
+    ]
+    # A save takes as long as its slowest rank: rank 3's at step 40.
+    assert [c["duration_s"] for c in saved] == pytest.approx([2.8, 4.3, 2.8])
+    assert rep["checkpoints"]["resumed"] == []
+    assert [(w["step"], w["ranks"], w["message"]) for w in rep["warnings"]] == [
+        (5, [0, 1, 2, 3], "DataLoader has 2 workers for 8 cores"),
+        (50, [0, 1], "loss scale fell to 1024"),
+    ]
+    text = render_text(rep)
+    assert "checkpoints:\n  3 saved at steps 20, 40, 60; the last in /ckpt/step-00000060; slowest save 4.30 s (step 40)\n" in text
+    assert "warnings:\n  ranks 0-3 at step 5: DataLoader has 2 workers for 8 cores\n  ranks 0-1 at step 50: loss scale fell to 1024\n" in text
+    # A run with neither says nothing of them.
+    plain = render_text(build_report(str(DATA / "real_ddp2.jsonl")))
+    assert "checkpoints:" not in plain and "warnings:" not in plain
+
+
 def test_memory_is_measured_against_zero_and_the_unsharded_model():
     fsdp = build_report(str(DATA / "fsdp4_crash.jsonl"))["memory"]
     assert fsdp["vs_expected"] == pytest.approx(1.0) and fsdp["saving_vs_unsharded"] == pytest.approx(0.75)

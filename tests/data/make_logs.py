@@ -100,7 +100,9 @@ def hello(rank: int, world: int, *, strategy: str, host: str, node: int, local: 
 
 def ddp4_straggler() -> Log:
     """DDP on 4 GPUs, 60 steps: rank 2 loads data 30 ms slower from step 20 to 44 (found at
-    39, cleared at 59); rank 1 loses one message; damaged lines; the last line cut short."""
+    39, cleared at 59); rank 1 loses one message; damaged lines; the last line cut short.
+    Checkpoints at steps 20, 40 and 60 (rank 3 the slowest to save at 40); every rank warns
+    once at step 5, ranks 0 and 1 once more at 50."""
     rng = random.Random(4)
     log = Log("ddp4-straggler")
     hub_note(log, 0.0, "hub started (pid 4242), ingest tcp://127.0.0.1:29600")
@@ -125,6 +127,15 @@ def ddp4_straggler() -> Log:
                 t + 0.001 * r,
                 lose_before=(r == 1 and s == 33),
             )  # fmt: skip
+        if s == 5 or s == 50:
+            for r in range(4) if s == 5 else range(2):
+                text = "DataLoader has 2 workers for 8 cores" if s == 5 else "loss scale fell to 1024"
+                log.add(schema.Event(rank=r, name="warning", step=s, message=text), t + 0.002)
+        if s % 20 == 0:
+            for r in range(4):
+                path = f"/ckpt/step-{s:08d}"
+                took = 2.5 + 0.1 * r + (1.5 if (s, r) == (40, 3) else 0.0)
+                log.add(schema.Event(rank=r, name="checkpoint", step=s, message=path, duration_s=took), t + 0.003)
         if s % 10 == 0:
             for r in range(4):
                 log.add(schema.Heartbeat(rank=r, step=s, phase="forward", phase_s=0.01, mono=1000.0 + t), t + 0.005)
@@ -160,7 +171,7 @@ def ddp4_straggler() -> Log:
 def fsdp4_crash() -> Log:
     """FSDP on 2 nodes x 2 GPUs, 30 steps planned: rank 3 stalls in data after step 12 and
     resumes; rank 1 dies with a CUDA error in step 25, rank 0 fails on the closed connection,
-    torchrun stops ranks 2 and 3."""
+    torchrun stops ranks 2 and 3. A checkpoint at step 20; every rank warns once at step 5."""
     rng = random.Random(7)
     log = Log("fsdp4-crash")
     hub_note(log, 0.0, "hub started (pid 4343), ingest tcp://10.0.0.1:29600")
@@ -194,6 +205,15 @@ def fsdp4_crash() -> Log:
             )  # fmt: skip
         if s == 13:
             log.add(schema.Verdict(rank=3, verdict="resumed", step=13, message="rank 3 resumed at step 13"), t + 0.01)
+        if s == 5 or s == 50:
+            for r in range(4) if s == 5 else range(2):
+                text = "DataLoader has 2 workers for 8 cores" if s == 5 else "loss scale fell to 1024"
+                log.add(schema.Event(rank=r, name="warning", step=s, message=text), t + 0.002)
+        if s % 20 == 0:
+            for r in range(4):
+                path = f"/ckpt/step-{s:08d}"
+                took = 2.5 + 0.1 * r + (1.5 if (s, r) == (40, 3) else 0.0)
+                log.add(schema.Event(rank=r, name="checkpoint", step=s, message=path, duration_s=took), t + 0.003)
         if s % 10 == 0:
             for r in range(4):
                 log.add(schema.Heartbeat(rank=r, step=s, phase="forward", dropped=3 if r == 2 else 0, mono=2000.0 + t), t + 0.005)
