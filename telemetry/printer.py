@@ -9,6 +9,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from typing import TextIO
 
 from . import schema
@@ -111,11 +112,11 @@ class ProgressPrinter:
             else:
                 self._print("log: writable again, the lines kept in memory are written")
             self.log_error = log_error
-        for ev in list(st.events):
-            if ev.hseq <= self._printed_hseq:
-                continue
-            self._printed_hseq = ev.hseq
-            line = event_line(ev)
+        fresh = [ev for ev in list(st.events) if ev.hseq > self._printed_hseq]
+        if fresh:
+            self._printed_hseq = max(ev.hseq for ev in fresh)
+        for ev, ranks, took in group_alike(fresh):
+            line = event_line(ev, ranks, took)
             if line:
                 self._print(line)
         now = time.monotonic()
@@ -148,11 +149,15 @@ class ProgressPrinter:
             self.close()
 
 
-def event_line(ev: schema.Message) -> str:
+def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float | None = None) -> str:
+    """One event or verdict as a progress line ('' for those not worth one); ``ranks`` and
+    ``took``: the ranks that sent the same event and the slowest one's duration (see
+    :func:`group_alike`)."""
     if isinstance(ev, schema.Verdict):
         return f"[{ev.verdict}] {ev.message}"
     if isinstance(ev, schema.Event):
-        who = "hub" if ev.rank < 0 else f"rank {ev.rank}"
+        several = ranks is not None and len(ranks) > 1
+        who = "hub" if ev.rank < 0 else f"ranks {ranks_text(ranks)}" if several else f"rank {ev.rank}"
         if ev.name == "exit":
             return "" if not ev.code else f"[exit] {who} exited with code {ev.code}"
         if ev.name == "error":
@@ -160,7 +165,11 @@ def event_line(ev: schema.Message) -> str:
             return f"[error] {who}: {first[0] if first else 'error'}"
         if ev.name in ("hub", "epoch_end"):
             return ""
-        return f"[{ev.name}] {who}: {ev.message}".rstrip(": ")
+        took = took if several else ev.duration_s
+        line = f"[{ev.name}] {who}: {ev.message}".rstrip(": ")
+        if took is not None and ev.name in ("checkpoint", "resume"):
+            line += f" ({'slowest ' if several else ''}{took:.2f} s)"
+        return line
     return ""
 
 
@@ -224,6 +233,33 @@ def ranks_text(ranks: list[int]) -> str:
 
 
 _ranks_text = ranks_text  # the old private name
+
+
+GROUPED = frozenset({"checkpoint", "resume", "warning", "epoch_end", "exit"})
+"""Events every rank sends alike (a save, a resume, an epoch's end, a clean exit): the same
+event from several ranks taken in one refresh is one line naming the ranks, in the progress
+lines and the TUI's event log. Errors are not: each carries its own traceback."""
+
+
+def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, list[int] | None, float | None]]:
+    """``msgs`` in order as (first message, its ranks, the slowest duration): the same
+    :data:`GROUPED` event (name, step, text, code) from several ranks is one entry, where
+    the first of them was; anything else is an entry of its own (ranks None)."""
+    out: list[list] = []
+    alike: dict[tuple, list] = {}
+    for m in msgs:
+        if isinstance(m, schema.Event) and m.rank >= 0 and m.name in GROUPED:
+            key = (m.name, m.step, m.message, m.code)
+            entry = alike.get(key)
+            if entry is None:
+                entry = alike[key] = [m, [], None]
+                out.append(entry)
+            entry[1].append(m.rank)
+            if m.duration_s is not None and (entry[2] is None or m.duration_s > entry[2]):
+                entry[2] = m.duration_s
+        else:
+            out.append([m, None, None])
+    return [(m, ranks, took) for m, ranks, took in out]
 
 
 # Errors a rank raises because another rank died (its peer's socket closed under it).

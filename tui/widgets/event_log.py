@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from pardash.telemetry import schema
+from pardash.telemetry.printer import group_alike, ranks_text
 from pardash.telemetry.state import EVENTS_KEPT, RunState
 
 from ..format import fmt_clock, fmt_step_time
@@ -29,13 +30,16 @@ VERDICT_STYLES = {
 EVENT_STYLES = {"error": "bad", "warning": "warn", "exit": "bad", "checkpoint": "info", "epoch_end": "info"}
 
 
-def describe(m: schema.Message) -> tuple[str, str]:
-    """(text, style name) of one event or verdict, in the user's words."""
+def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: float | None = None) -> tuple[str, str]:
+    """(text, style name) of one event or verdict, in the user's words; ``ranks`` (two or
+    more) and ``duration_s`` (the slowest of theirs) when it stands for the same event of
+    several ranks."""
     if isinstance(m, schema.Verdict):
         text = m.message or f"rank {m.rank}: {m.verdict.replace('_', ' ')}"
         return text, VERDICT_STYLES.get(m.verdict, "info")
     if isinstance(m, schema.Event):
-        who = "hub" if m.rank < 0 else f"rank {m.rank}"
+        several = ranks is not None and len(ranks) > 1
+        who = "hub" if m.rank < 0 else f"ranks {ranks_text(ranks)}" if several else f"rank {m.rank}"
         name = m.name.replace("_", " ")
         if m.name == "exit":
             code = m.code if m.code is not None else 0
@@ -46,8 +50,9 @@ def describe(m: schema.Message) -> tuple[str, str]:
         text = f"{who} {name}"
         if m.step is not None:
             text += f" at step {m.step}"
-        if m.duration_s:
-            text += f" ({fmt_step_time(m.duration_s)})"
+        took = duration_s if several else m.duration_s
+        if took:
+            text += f" ({'slowest ' if several else ''}{fmt_step_time(took)})"
         if m.message:
             first = m.message.strip().splitlines()[0] if m.message.strip() else ""
             text += f": {first}" if first else ""
@@ -132,9 +137,8 @@ class EventLog(CachedStyles, RichLog):
     def sync(self, state: RunState) -> None:
         """Write the events that arrived since the last call (all of them after a new state)."""
         self._state = state
-        for m in self._new(state):
-            if self.rank is not None and m.rank != self.rank:
-                continue
-            text, style = describe(m)
+        mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
+        for m, ranks, took in group_alike(mine):
+            text, style = describe(m, ranks, took)
             t = m.t - state.t0 if m.t and state.t0 else None
             self.write(Text.assemble((fmt_clock(t) + " ", self._s("time")), (text, self._s(style))))
