@@ -366,13 +366,15 @@ class HubCore:
         self.snapshots_served += 1
         st = self.state
         msgs: list[schema.Message] = [r.hello for r in st.ranks.values() if r.hello is not None]
-        msgs.extend(st.events)
+        events = st.events_for_snapshot()
+        msgs.extend(events)
+        sent = {id(m) for m in events}
         for r in st.ranks.values():
             for m in (r.system, r.heartbeat, r.step):
                 if m is not None:
                     msgs.append(m)
             for v in (r.straggler, r.stalled, r.silent, r.not_sharding):
-                if v is not None and v not in st.events:
+                if v is not None and id(v) not in sent:
                     msgs.append(v)
         history = {r.rank: r.history.columns_bytes() for r in st.ranks.values()}
         return frames.Snapshot(

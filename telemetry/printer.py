@@ -278,7 +278,7 @@ def attempts(st) -> list[list[schema.Event]]:
     how the run ended."""
     out: list[list[schema.Event]] = [[]]
     exited = False
-    for e in st.events:
+    for e in st.lifecycle:
         if not isinstance(e, schema.Event):
             continue
         if e.name == "restart" and exited:

@@ -77,6 +77,7 @@ def build_report(path: str) -> dict:
     stats = LogReadStats()
     state = RunState(track_seq=True)
     state.events = deque()  # the report needs every event and verdict, not the last 500
+    state.lifecycle_limit = None
     step_s: dict[int, list[float]] = defaultdict(list)
     phases: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     samples: dict[int, int] = defaultdict(int)

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import nan
 
+import msgspec
+
 from . import schema
 from .ring import Ring
 
@@ -20,6 +22,19 @@ HISTORY_POINTS = 240
 """Points per rank kept for charts (a chart is downsampled to its width)."""
 EVENTS_KEPT = 500
 """Events and verdicts kept for the event log."""
+LIFECYCLE_KEPT = 8192
+"""Error, exit and restart events (and exited verdicts) kept to judge how a run ended, at the
+least; a run of many ranks keeps four a rank (see ``RunState.lifecycle``)."""
+TRACEBACK_KEPT = 2048
+"""Characters of an error's traceback (its end, where the error is) that ``lifecycle`` keeps."""
+
+
+def is_lifecycle(msg: schema.Message) -> bool:
+    """An error, exit or torchrun restart event, or an exited verdict: what judges how a run
+    ended and why (the root cause, its victims, the ranks stopped, who exited first)."""
+    if isinstance(msg, schema.Event):
+        return msg.name in ("error", "exit", "restart")
+    return isinstance(msg, schema.Verdict) and msg.verdict == "exited"
 
 # Status of a rank, most severe last wins in display ordering.
 STARTING, RUNNING, STRAGGLER, STALLED, SILENT, EXITED, FINISHED = (
@@ -157,7 +172,14 @@ class RunState:
     """Count lost messages from seq (hub, report); viewers take the hub's count instead."""
     ranks: dict[int, RankState] = field(default_factory=dict)
     events: deque = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
-    """Events and verdicts, oldest first."""
+    """Events and verdicts, oldest first: the newest EVENTS_KEPT, for the event log."""
+    lifecycle: deque = field(default_factory=deque)
+    """Every error, exit and restart event and exited verdict (:func:`is_lifecycle`), oldest
+    first, errors with the end of their traceback: a failure of 1024 ranks is some 2,000 events,
+    which push its first error out of ``events``, and the root cause with it. Bounded by
+    ``lifecycle_limit`` (at least; four a rank when there are more), oldest out first."""
+    lifecycle_limit: int | None = LIFECYCLE_KEPT
+    """None: keep every one (``pardash report`` reads a whole log)."""
     hseq: int = 0
     t0: float = 0.0
     """Wall clock of the first message (history ``t`` is relative to it)."""
@@ -197,6 +219,8 @@ class RunState:
         if msg.rank < 0:
             if isinstance(msg, schema.Event):
                 self.events.append(msg)
+                if msg.name in ("error", "exit", "restart"):
+                    self._keep_lifecycle(msg)
             return
         r = self.rank(msg.rank)
         r.last_seen = now
@@ -228,6 +252,8 @@ class RunState:
             r.silent = r.stalled = None
         elif isinstance(msg, schema.Event):
             self.events.append(msg)
+            if msg.name in ("error", "exit", "restart"):
+                self._keep_lifecycle(msg)
             if msg.name == "exit":
                 code = msg.code if msg.code is not None else 0
                 if code == 0:
@@ -239,8 +265,30 @@ class RunState:
                 else:
                     r.exit_code = code
 
+    def _keep_lifecycle(self, msg: schema.Message) -> None:
+        if isinstance(msg, schema.Event) and msg.traceback and len(msg.traceback) > TRACEBACK_KEPT:
+            msg = msgspec.structs.replace(msg, traceback=msg.traceback[-TRACEBACK_KEPT:])
+        kept = self.lifecycle
+        kept.append(msg)
+        if self.lifecycle_limit is not None:
+            limit = max(self.lifecycle_limit, 4 * len(self.ranks))
+            while len(kept) > limit:
+                kept.popleft()
+
+    def events_for_snapshot(self) -> list[schema.Message]:
+        """``events`` and ``lifecycle`` merged in the hub's order (each message once, the
+        event log's copy first): applied in order, they give a viewer both."""
+        seen: dict[int, schema.Message] = {}
+        for m in self.events:
+            seen.setdefault(m.hseq or id(m), m)
+        for m in self.lifecycle:
+            seen.setdefault(m.hseq or id(m), m)
+        return sorted(seen.values(), key=lambda m: m.hseq)
+
     def _apply_verdict(self, v: schema.Verdict) -> None:
         self.events.append(v)
+        if v.verdict == "exited":
+            self._keep_lifecycle(v)
         if v.rank < 0:
             return
         r = self.rank(v.rank)

@@ -51,7 +51,7 @@ def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
     last error (its own error event, its exit message or the launcher's verdict)."""
     order: dict[int, int] = {}
     causes: dict[int, str] = {}
-    for m in state.events:
+    for m in state.lifecycle:  # every exit and error, however many ranks failed
         rank = m.rank
         if rank < 0:
             continue
