@@ -459,12 +459,28 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     client = HubClient(info["updates"], info["snapshot"], run_id=run_id, curve=False)
     try:
         if ns.headless:
-            from pardash.telemetry.printer import ProgressPrinter
+            from pardash.telemetry.printer import ProgressPrinter, failure_line, failure_summary
+
+            ended: list[float] = []
+
+            def over() -> bool:
+                # The simulator's last messages reach this viewer a frame or two after it ends.
+                if sim.poll() is None:
+                    return False
+                ended[:1] = ended[:1] or [time.monotonic()]
+                return time.monotonic() - ended[0] >= SIM_SETTLE_S
 
             try:
-                ProgressPrinter(client, every_s=ns.every).follow(lambda: sim.poll() is not None)
+                ProgressPrinter(client, every_s=ns.every).follow(over)
             except KeyboardInterrupt:
-                pass
+                print(f"{PROG}: stopped by you", flush=True)
+            else:
+                st = client.state
+                f = failure_summary(st)
+                if f is not None:
+                    print(f"{PROG}: simulated failure: {failure_line(f)}", flush=True)
+                else:
+                    print(f"{PROG}: done, {len(st.ranks)} rank(s), step {st.step}", flush=True)
         else:
             from pardash.tui.app import make_app
 
@@ -484,6 +500,10 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
             hub.kill()
         client.close()
     return 0
+
+
+SIM_SETTLE_S = 0.5
+"""How long a headless simulate follows the hub after the simulator ends (5 frames)."""
 
 
 def _megabytes(n: float) -> str:

@@ -87,22 +87,26 @@ def straggler_lines(rep: dict) -> list[str]:
 
 
 def stall_lines(rep: dict) -> list[str]:
-    out = []
+    """Stall and silence episodes, ranks that stalled alike (phase, step, end) on one line: in
+    a hang every rank waits in the same collective."""
+    alike: dict[str, list[int]] = {}
     for s in rep["stalls"]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
-        out.append(f"rank {s['rank']} {what}{at}; {s['until'] or 'never resumed'}")
-    return out
+        alike.setdefault(f"{what}{at}; {s['until'] or 'never resumed'}", []).append(s["rank"])
+    return [f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)} {what}" for what, ranks in alike.items()]
 
 
 def exit_lines(rep: dict) -> list[str]:
-    out = []
+    """The exits with an error, ranks that exited alike (code, step, role) on one line, in the
+    order of their first rank: a job of 1024 ranks stopped after one failed is two lines."""
+    alike: dict[str, list[int]] = {}
     for e in rep["exits"]:
         sig = f" ({e['signal']})" if e.get("signal") else ""
         at = f" at step {e['step']}" if e.get("step") is not None else ""
         role = {"cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped"}.get(e.get("role") or "", "")
-        out.append(f"rank {e['rank']} exited with code {e['code']}{sig}{at}{role}")
-    return out
+        alike.setdefault(f"exited with code {e['code']}{sig}{at}{role}", []).append(e["rank"])
+    return [f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)} {what}" for what, ranks in alike.items()]
 
 
 def recovered_lines(rep: dict) -> list[str]:

@@ -217,7 +217,7 @@ class SimulatedJob:
     def tick(self) -> None:
         """One synchronous step of every live rank (plus heartbeats and system samples)."""
         cfg, rng = self.cfg, self.rng
-        s = self.step
+        s = self.step + 1  # steps are numbered from 1, as the trainer's
         base = 1.0 / cfg.rate_hz
         stalled = cfg.stall is not None and s >= cfg.stall[1]
         if cfg.crash is not None and s == cfg.crash[1] and self.alive[cfg.crash[0]]:
@@ -243,7 +243,7 @@ class SimulatedJob:
     def beat(self) -> None:
         """Heartbeats and system samples, about once a second."""
         cfg = self.cfg
-        stalled = cfg.stall is not None and self.step >= cfg.stall[1]
+        stalled = cfg.stall is not None and self.step + 1 >= cfg.stall[1]
         for rep in self.reporters:
             r = rep.rank
             if not self.alive[r]:
@@ -259,11 +259,11 @@ class SimulatedJob:
                 name="error",
                 message="RuntimeError: simulated crash",
                 traceback="Traceback (most recent call last):\n  ...\nRuntimeError: simulated crash",
-                step=self.step,
+                step=self.step,  # an error carries the last step completed
             ),
             self._sock(rank),
         )
-        rep.send(schema.Event(name="exit", code=1, step=self.step), self._sock(rank))
+        rep.send(schema.Event(name="exit", code=1, step=self.step + 1), self._sock(rank))  # the step it died in
         self.alive[rank] = False
         for other in self.reporters:
             if self.alive[other.rank]:

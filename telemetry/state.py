@@ -21,7 +21,9 @@ from .ring import Ring
 HISTORY_POINTS = 240
 """Points per rank kept for charts (a chart is downsampled to its width)."""
 EVENTS_KEPT = 500
-"""Events and verdicts kept for the event log."""
+"""Events and verdicts kept for the event log, at the least: ``EVENTS_PER_RANK`` a rank when
+there are more ranks."""
+EVENTS_PER_RANK = 4
 LIFECYCLE_KEPT = 8192
 """Error, exit and restart events (and exited verdicts) kept to judge how a run ended, at the
 least; a run of many ranks keeps four a rank (see ``RunState.lifecycle``)."""
@@ -172,7 +174,8 @@ class RunState:
     """Count lost messages from seq (hub, report); viewers take the hub's count instead."""
     ranks: dict[int, RankState] = field(default_factory=dict)
     events: deque = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
-    """Events and verdicts, oldest first: the newest EVENTS_KEPT, for the event log."""
+    """Events and verdicts, oldest first: the newest EVENTS_KEPT (or EVENTS_PER_RANK a rank),
+    for the event log."""
     lifecycle: deque = field(default_factory=deque)
     """Every error, exit and restart event and exited verdict (:func:`is_lifecycle`), oldest
     first, errors with the end of their traceback: a failure of 1024 ranks is some 2,000 events,
@@ -198,6 +201,11 @@ class RunState:
         r = self.ranks.get(rank)
         if r is None:
             r = self.ranks[rank] = RankState(rank)
+            kept = self.events.maxlen
+            if kept is not None and EVENTS_PER_RANK * len(self.ranks) > kept:
+                # Every rank saving a checkpoint, or exiting, is an event each within a frame or
+                # two: the log keeps room for a few such rounds, whatever the world size.
+                self.events = deque(self.events, maxlen=2 * kept)
         return r
 
     def apply(self, msg: schema.Message, now: float) -> None:

@@ -1,6 +1,6 @@
-"""A failure of many ranks is some two thousand events (each rank's error and exit), far more
-than the event log keeps (its newest 500): the root cause, the first to exit and the victims are
-still named right, by the hub, by a viewer that watched it happen and by one that attached after
+"""A failure of many ranks is some two thousand events (each rank's error and exit), and more
+may follow it out of the event log (its newest 500, or four a rank): the root cause, the first
+to exit and the victims are still named right, by the hub, by a viewer that watched it happen and by one that attached after
 (through the hub's snapshot). Driven through a real HubCore with encoded frames, no sockets."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from pardash.telemetry import schema
 from pardash.telemetry.client import FrameApplier
 from pardash.telemetry.hubcore import HubCore
 from pardash.telemetry.printer import failure_summary
-from pardash.telemetry.state import EVENTS_KEPT
+from pardash.telemetry.recorder import Recorder
+from pardash.telemetry.report import build_report, render_text
+from pardash.telemetry.state import EVENTS_PER_RANK
 from pardash.tui.alerts import exit_info
 
 RUN = "big"
@@ -17,8 +19,8 @@ WORLD = 1024
 CAUSE = 5
 
 
-def test_the_first_error_of_1024_failing_ranks_is_the_root_cause_everywhere():
-    core = HubCore(run_id=RUN, world_size=WORLD)
+def test_the_first_error_of_1024_failing_ranks_is_the_root_cause_everywhere(tmp_path):
+    core = HubCore(run_id=RUN, world_size=WORLD, recorder=Recorder(tmp_path / "run.jsonl"))
     seq = dict.fromkeys(range(WORLD), 0)
     now = 100.0
 
@@ -44,18 +46,28 @@ def test_the_first_error_of_1024_failing_ranks_is_the_root_cause_everywhere():
             send(schema.Event(rank=r, name="error", step=24, message="RuntimeError: Connection reset by peer"))
             send(schema.Event(rank=r, name="exit", code=1, step=25))
     early.apply_frame(core.tick(now + 0.2))
+    # Every rank's round of warnings as the job went down pushes the failure out of the event
+    # log, however large it grew for 1024 ranks.
+    for _ in range(8):
+        for r in range(WORLD):
+            send(schema.Event(rank=r, name="warning", message="NCCL watchdog: collective timed out"))
+        early.apply_frame(core.tick(now + 0.3))
     late = FrameApplier()
     late.load_snapshot(core.snapshot())
 
     for name, st in (("hub", core.state), ("early viewer", early.state), ("late viewer", late.state)):
-        assert len(st.events) == EVENTS_KEPT, name  # the cause's own events are long gone from it
-        assert all(e.rank != CAUSE for e in st.events), name
+        assert len(st.events) == st.events.maxlen >= EVENTS_PER_RANK * WORLD, name
+        assert not any(isinstance(e, schema.Event) and e.name in ("error", "exit") for e in st.events), name
         f = failure_summary(st)
         assert f is not None and f["rank"] == CAUSE, (name, f and f["line"])
         assert f["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered", name
         assert f["victims"] == [r for r in range(WORLD) if r != CAUSE], name
         assert f["line"].startswith(f"rank {CAUSE} exited with code 1 at step 25: RuntimeError: CUDA error"), name
         assert min(exit_info(st).items(), key=lambda kv: kv[1].order)[0] == CAUSE, name
+    # The report says it in a few lines, not one a rank.
+    core.recorder.close()
+    text = render_text(build_report(str(tmp_path / "run.jsonl")))
+    assert f"exits:\n  ranks 0-4, 6-1023 exited with code 1 at step 25 - failed because of it\n  rank {CAUSE} exited with code 1 at step 25 - the root cause\nroot cause: rank {CAUSE}" in text
     # What is kept of an error for this is its end, not a 5,000-line traceback.
     kept = next(e for e in core.state.lifecycle if e.name == "error" and e.rank == CAUSE)
     assert kept.traceback.endswith("RuntimeError: CUDA error") and len(kept.traceback) <= 2048
@@ -69,3 +81,49 @@ def test_what_is_kept_is_bounded():
         st.apply(schema.Event(rank=-1, seq=-1, name="restart", message=f"restart {i}", hseq=i + 1, run=RUN), 0.0)
     assert len(st.lifecycle) == LIFECYCLE_KEPT
     assert st.lifecycle[-1].message == f"restart {3 * LIFECYCLE_KEPT - 1}"
+
+
+def test_one_frame_of_every_ranks_checkpoint_is_one_line():
+    from pardash.telemetry.printer import event_line, group_alike
+
+    core = HubCore(run_id=RUN, world_size=WORLD)
+    for r in range(WORLD):
+        core.ingest_bytes(schema.encode(schema.Hello(rank=r, world_size=WORLD, run=RUN, seq=0, t=1.0e9)), 1.0)
+    viewer = FrameApplier()
+    viewer.load_snapshot(core.snapshot())
+    for r in range(WORLD):
+        save = schema.Event(rank=r, name="checkpoint", step=100, message="/ckpt/step-00000100", duration_s=2.0,
+                            run=RUN, seq=1, t=1.0e9 + 1)
+        assert core.ingest_bytes(schema.encode(save), 2.0)
+    viewer.apply_frame(core.tick(2.0))
+    saves = [e for e in viewer.state.events if e.name == "checkpoint"]
+    assert [event_line(*entry) for entry in group_alike(saves)] == [
+        "[checkpoint] ranks 0-1023: /ckpt/step-00000100 (slowest 2.00 s)"
+    ]
+
+
+def test_the_tui_names_the_cause_not_the_first_exit_heard():
+    from pardash.telemetry.state import RunState
+    from pardash.tui.alerts import run_alerts
+
+    def run(cause: bool) -> RunState:
+        st = RunState(run_id=RUN)
+        for r in range(8):
+            st.apply(schema.Hello(rank=r, world_size=8, run=RUN, seq=0, hseq=r + 1), 0.0)
+        h = 100
+        order = [6, 7, 5, 0, 1, 2, 3, 4]  # torchrun's SIGTERMs of ranks 6, 7 heard first
+        for r in order:
+            h += 1
+            if r == 5 and cause:
+                st.apply(schema.Event(rank=5, name="error", step=29, message="RuntimeError: boom", run=RUN, seq=1, hseq=h), 0.0)
+                st.apply(schema.Event(rank=5, name="exit", code=1, step=30, run=RUN, seq=2, hseq=h + 1000), 0.0)
+            else:
+                st.apply(schema.Event(rank=r, name="exit", code=-15, step=29, run=RUN, seq=1, hseq=h), 0.0)
+        return st
+
+    alerts = run_alerts(run(cause=True))
+    assert alerts[0].rank == 5 and alerts[0].first
+    assert alerts[0].text == "rank 5, the root cause, exited with code 1: RuntimeError: boom"
+    assert sum(a.first for a in alerts) == 1
+    # Every rank only stopped (by the user, or a scheduler's SIGTERM): none is named the cause.
+    assert not any(a.first for a in run_alerts(run(cause=False)))

@@ -2,8 +2,9 @@
 
 Alerts are read from the ranks' current verdicts (the hub's conclusions), not from the event
 log: a straggler that was cleared, or a stalled rank that resumed, is no longer an alert. The
-event log is read for one thing only: the order in which ranks exited, because when a job dies
-the first rank to exit is the cause and the others (stopped by torchrun) are its victims.
+exits and errors are read for one thing only: which rank is the cause when a job dies and
+the others failed after it or were stopped by torchrun (the root cause, as the report and the
+launcher's last line name it), and the order in which the rest exited.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
+from pardash.telemetry.printer import root_cause
 
 from .format import fmt_step_time
 
@@ -31,7 +33,7 @@ class Alert:
     code: int | None = None
     """Exit code (exited)."""
     first: bool = False
-    """The first rank to exit (the likely cause when several did)."""
+    """The root cause, when several ranks exited and one is."""
 
     @property
     def severity(self) -> int:
@@ -67,12 +69,22 @@ def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
     return {rank: ExitInfo(order=i, cause=causes.get(rank, "")) for rank, i in order.items()}
 
 
+def cause_rank(state: st.RunState) -> int | None:
+    """The rank whose exit caused the others', as the report and the launcher's last line name
+    it (a signal death, then a rank's own error, before the ranks that failed on its closed
+    connection or were stopped); None when no rank did (every one was stopped). Not the first
+    exit heard: the hub takes from each rank in turn, so a rank torchrun stopped may be heard
+    from before the one that failed."""
+    found = root_cause(state)
+    return found[0].rank if found is not None else None
+
+
 def rank_alerts(r: st.RankState, exit: ExitInfo | None = None, *, first: bool = False) -> list[Alert]:
     """The alerts of one rank (a rank may be both a straggler and not sharding)."""
     out: list[Alert] = []
     status = r.status
     if status == st.EXITED:
-        text = f"rank {r.rank} exited {'first, ' if first else ''}with code {r.exit_code}"
+        text = f"rank {r.rank}{', the root cause,' if first else ''} exited with code {r.exit_code}"
         if r.step is not None:
             text += f" at step {r.step.step}"
         if exit is not None and exit.cause:
@@ -122,8 +134,8 @@ def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) 
             info = exits.get(r.rank)
             exited += 1
         out.extend(rank_alerts(r, info))
-    if exited > 1 and exits:
-        first = min(exits, key=lambda rank: exits[rank].order)
+    first = cause_rank(state) if exited > 1 and exits else None
+    if first is not None and first in exits:
         out = [
             rank_alerts(state.ranks[a.rank], exits.get(a.rank), first=True)[0]
             if a.kind == "exited" and a.rank == first
@@ -134,6 +146,8 @@ def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) 
 
     def key(a: Alert) -> tuple[int, int, int]:
         order = exits[a.rank].order if a.kind == "exited" and exits and a.rank in exits else big
+        if a.kind == "exited" and a.rank == first:
+            order = -1
         return (a.severity, order, a.rank)
 
     out.sort(key=key)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pardash.telemetry import state as st
 
-from .alerts import exit_info
+from .alerts import cause_rank
 
 SMOOTH_POINTS = 5
 """Steps over which a rank's step and self time are smoothed (median) for the grid."""
@@ -79,8 +79,8 @@ class RankRow:
     gpu_mem_bytes: int | None = None
     """Device memory in use (NVML), else CUDA allocated."""
     exit_first: bool | None = None
-    """When several ranks exited: True for the first to exit (the likely cause), False for
-    the others (usually stopped because of it); None otherwise."""
+    """When several ranks exited: True for the root cause (see ``alerts.cause_rank``), False
+    for the others (failed or stopped because of it); None otherwise."""
 
     @property
     def flagged(self) -> bool:
@@ -437,12 +437,8 @@ class RowBuilder:
                     changed.add(e.rank)
 
     def _mark_first_exit(self, state: st.RunState, exited: int) -> None:
-        """When several ranks exited, mark the first to exit (the likely cause) and the others."""
-        first: int | None = None
-        if exited >= 2:
-            info = exit_info(state)
-            if info:
-                first = min(info, key=lambda rank: info[rank].order)
+        """When several ranks exited, mark the root cause and the others."""
+        first = cause_rank(state) if exited >= 2 else None
         changed = self.changed
         marked = False
         for e in self._ranks:
