@@ -61,6 +61,8 @@ class FrameApplier:
     def load_snapshot(self, snap: frames.Snapshot) -> None:
         st = RunState(run_id=snap.run_id, track_seq=False, t0=snap.t0)
         now = time.monotonic()
+        for rank in sorted({m.rank for m in snap.messages if isinstance(m, schema.Hello)}):
+            st.rank(rank)  # ranks in their order, whatever message of theirs comes first
         for msg in snap.messages:
             st.apply(msg, now)
         for rank, columns in snap.history.items():

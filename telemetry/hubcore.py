@@ -365,9 +365,12 @@ class HubCore:
         """State as of the last frame (call right after ``tick``)."""
         self.snapshots_served += 1
         st = self.state
-        msgs: list[schema.Message] = [r.hello for r in st.ranks.values() if r.hello is not None]
         events = st.events_for_snapshot()
-        msgs.extend(events)
+        # In the hub's order: a rank's exit before torchrun restarted it, then its new hello
+        # (applied the other way round, the restarted rank would read as exited).
+        msgs: list[schema.Message] = sorted(
+            [r.hello for r in st.ranks.values() if r.hello is not None] + events, key=lambda m: m.hseq
+        )
         sent = {id(m) for m in events}
         for r in st.ranks.values():
             for m in (r.system, r.heartbeat, r.step):

@@ -254,7 +254,8 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
             if entry is None:
                 entry = alike[key] = [m, [], None]
                 out.append(entry)
-            entry[1].append(m.rank)
+            if m.rank not in entry[1]:  # a rank that said it twice is named once
+                entry[1].append(m.rank)
             if m.duration_s is not None and (entry[2] is None or m.duration_s > entry[2]):
                 entry[2] = m.duration_s
         else:

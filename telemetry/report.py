@@ -230,7 +230,8 @@ def build_report(path: str) -> dict:
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         "failure": failure,
         "recovered": recovered_failures(state),
-        "checkpoints": {"saved": [saves[k] for k in sorted(saves)], "resumed": list(resumes.values())},
+        "checkpoints": {"saved": [_public(saves[k]) for k in sorted(saves)],
+                        "resumed": [_public(r) for r in resumes.values()]},
         "warnings": [w | {"ranks": sorted(w["ranks"])} for w in warnings.values()],
         "memory": _memory(ranks, expected, params_count, strategy, world, peak_kind, not_sharding),
         "statuses": state.status_counts(),
@@ -287,14 +288,22 @@ def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, 
     if msg.name == "checkpoint":
         if msg.step is None:
             return
-        entry = saves.setdefault(msg.step, {"step": msg.step, "path": msg.message, "ranks": 0, "duration_s": None})
+        entry = saves.setdefault(msg.step, {"step": msg.step, "path": msg.message, "ranks": 0, "duration_s": None,
+                                            "_ranks": set()})
     else:
         attempt = r.restarts if r is not None else 0
         entry = resumes.setdefault((attempt, msg.step or 0), {
-            "step": msg.step, "message": msg.message, "restart": attempt, "ranks": 0, "duration_s": None})
-    entry["ranks"] += 1
+            "step": msg.step, "message": msg.message, "restart": attempt, "ranks": 0, "duration_s": None,
+            "_ranks": set()})
+    entry["_ranks"].add(msg.rank)  # a step saved again after a resume: the same ranks
+    entry["ranks"] = len(entry["_ranks"])
     if msg.duration_s is not None:
         entry["duration_s"] = max(entry["duration_s"] or 0.0, msg.duration_s)
+
+
+def _public(entry: dict) -> dict:
+    """``entry`` without its working keys (those starting with ``_``)."""
+    return {k: v for k, v in entry.items() if not k.startswith("_")}
 
 
 MAX_WARNINGS = 50

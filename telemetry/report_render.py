@@ -93,7 +93,9 @@ def stall_lines(rep: dict) -> list[str]:
     for s in rep["stalls"]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
-        alike.setdefault(f"{what}{at}; {s['until'] or 'never resumed'}", []).append(s["rank"])
+        ranks = alike.setdefault(f"{what}{at}; {s['until'] or 'never resumed'}", [])
+        if s["rank"] not in ranks:
+            ranks.append(s["rank"])
     return [f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)} {what}" for what, ranks in alike.items()]
 
 

@@ -56,6 +56,9 @@ class SimConfig:
         for name, rs in (("--stall", self.stall), ("--crash", self.crash)):
             if rs is not None and not 0 <= rs[0] < self.ranks:
                 raise ValueError(f"{name} {rs[0]}@{rs[1]}: rank must be below {self.ranks}")
+            if rs is not None and not (1 <= rs[1] and (not self.steps or rs[1] <= self.steps)):
+                last = f" and at most --steps {self.steps}" if self.steps else ""
+                raise ValueError(f"{name} {rs[0]}@{rs[1]}: the step must be at least 1{last} (steps count from 1)")
         if self.straggler is not None and not 0 <= self.straggler < self.ranks:
             raise ValueError(f"--straggler {self.straggler}: rank must be below {self.ranks}")
 

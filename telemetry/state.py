@@ -247,7 +247,7 @@ class RunState:
         elif isinstance(msg, schema.System):
             r.system = msg
         elif isinstance(msg, schema.Hello):
-            if r.hello is not None and msg.restart > r.hello.restart:
+            if msg.restart > r.restarts:  # torchrun's count so far: a viewer that attached late knows it too
                 r.restarts = msg.restart
             if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart):
                 r.step = None  # a new process for the rank: its message order starts anew

@@ -48,9 +48,13 @@ def _kill_processes_of(registry: str, since: float) -> list[str]:
             continue
         try:
             if p.environ().get("PARDASH_REGISTRY_DIR") == registry:
-                found.append((p, " ".join(p.cmdline()[1:4])))
+                cmd = " ".join(p.cmdline()[1:4])
+                if "multiprocessing" not in cmd:  # this process's own helpers (resource tracker)
+                    found.append((p, cmd))
+                    found += [(c, " ".join(c.cmdline()[1:4])) for c in p.children(recursive=True)]
         except (psutil.Error, OSError):
             continue
+    found = list({p.pid: (p, cmd) for p, cmd in found}.values())  # a child may be matched twice
     for p, _ in found:
         try:
             p.kill()

@@ -160,7 +160,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, save
     shutil.rmtree(checkpoint.step_path(ckpt, 6))
     shutil.rmtree(checkpoint.step_path(ckpt, 4))
     damage(2)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    error_file = tmp_path / "error.json"  # torchrun's: the trainer's handler of errors writes it
+    env = dict(os.environ, OMP_NUM_THREADS="1", TORCHELASTIC_ERROR_FILE=str(error_file))
     env.pop("PARDASH_ENDPOINT", None)
     failed = subprocess.run(
         [sys.executable, "-m", "pardash.trainer.train", "--strategy", "fsdp", "--steps", "6",
@@ -170,3 +171,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, save
     assert failed.returncode != 0
     assert "could not be read" in failed.stderr and "no older checkpoint" in failed.stderr
     assert not STEP_LINE.search(failed.stdout)
+    # A failure of the run as any other (DCP's own error would pass `except Exception` by, and
+    # the rank would report a clean exit): it names the folder and the newest's error.
+    assert f"RuntimeError: resume: no checkpoint in {ckpt} can be read on every rank; the newest: rank 0: " in (
+        error_file.read_text())

@@ -127,3 +127,33 @@ def test_the_tui_names_the_cause_not_the_first_exit_heard():
     assert sum(a.first for a in alerts) == 1
     # Every rank only stopped (by the user, or a scheduler's SIGTERM): none is named the cause.
     assert not any(a.first for a in run_alerts(run(cause=False)))
+
+
+def test_a_viewer_attached_after_torchrun_restarted_the_ranks_sees_them_running():
+    # The snapshot keeps every exit now (lifecycle): each must come before the rank's new hello.
+    core = HubCore(run_id=RUN)
+    seq = {0: 0, 1: 0}
+
+    def send(msg: schema.Message) -> None:
+        msg.run, msg.seq, msg.t = RUN, seq[msg.rank], 1.0e9
+        seq[msg.rank] += 1
+        assert core.ingest(msg, 1.0), core.rejected
+
+    for r in (0, 1):
+        send(schema.Hello(rank=r, world_size=2, pid=100 + r, restart=0))
+    send(schema.Event(rank=1, name="error", message="RuntimeError: boom"))
+    send(schema.Event(rank=1, name="exit", code=1))
+    send(schema.Event(rank=0, name="exit", code=-15))
+    seq = {0: 0, 1: 0}
+    for r in (0, 1):
+        send(schema.Hello(rank=r, world_size=2, pid=200 + r, restart=1))
+        send(schema.Step(rank=r, step=1, step_s=0.1))
+    for i in range(600):  # the exits leave the event log, not the snapshot
+        send(schema.Event(rank=i % 2, name="warning", message=f"w{i}"))
+    core.tick(2.0)
+    late = FrameApplier()
+    late.load_snapshot(core.snapshot())
+    assert {r: s.status for r, s in core.state.ranks.items()} == {0: "running", 1: "running"}
+    assert list(late.state.ranks) == [0, 1]
+    assert {r: s.status for r, s in late.state.ranks.items()} == {0: "running", 1: "running"}
+    assert [r.restarts for r in late.state.ranks.values()] == [1, 1]

@@ -470,3 +470,19 @@ def test_a_failure_far_back_in_a_long_run_is_still_reported():
         _write_log(log, records)
         rep = build_report(str(log))
     assert rep["failure"] is None and [(f["rank"], f["step"]) for f in rep["recovered"]] == [(1, 3)]
+
+
+def test_a_step_saved_again_after_a_resume_counts_its_ranks_once(tmp_path):
+    lines = []
+    for rank in (0, 1):
+        lines.append(schema.Hello(rank=rank, world_size=2, run="r", seq=0, t=1.0, hseq=1 + rank))
+    h = 10
+    for attempt in range(2):  # saved, then saved again by a run resumed from an earlier step
+        for rank in (0, 1):
+            h += 1
+            lines.append(schema.Event(rank=rank, name="checkpoint", step=4, message="/c/step-00000004",
+                                      duration_s=1.0 + attempt, run="r", seq=h, t=2.0, hseq=h))
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in lines))
+    (saved,) = build_report(str(log))["checkpoints"]["saved"]
+    assert saved == {"step": 4, "path": "/c/step-00000004", "ranks": 2, "duration_s": 2.0}

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import pardash_env
 
 from pardash.telemetry.simulate import SimConfig, log_bytes_per_minute, log_line_bytes
@@ -62,3 +63,17 @@ def test_projection_at_1024_ranks_is_hundreds_of_megabytes_a_minute():
     # The figure the issue saw: 9.5 GB in 23 minutes at 1024 ranks x 10 steps/s.
     per_minute = log_bytes_per_minute(SimConfig(ranks=1024, rate_hz=10.0))
     assert 300e6 <= per_minute <= 600e6
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ranks": 0}, "--ranks 0: need at least 1"),
+        ({"crash": (9, 5)}, "--crash 9@5: rank must be below 8"),
+        ({"crash": (1, 0)}, "--crash 1@0: the step must be at least 1 and at most --steps 40"),
+        ({"stall": (1, 41)}, "--stall 1@41: the step must be at least 1 and at most --steps 40"),
+    ],
+)
+def test_a_simulated_fault_that_could_never_happen_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SimConfig(**{"ranks": 8, "steps": 40, **kwargs})

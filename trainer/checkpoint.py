@@ -203,10 +203,11 @@ def agree_on_latest(
     return Found(chosen, path)
 
 
-def loaded_everywhere(ok: bool, device: torch.device) -> bool:
-    """True when every rank loaded its checkpoint (``ok`` is this rank's word). A load that
-    failed on one rank alone (its node's copy unreadable) must send every rank back to an
-    older checkpoint, never leave them training from different states. Collective."""
+def on_every_rank(ok: bool, device: torch.device) -> bool:
+    """True when ``ok`` (this rank's word) is true on every rank. A read that failed on one
+    rank alone (its node's copy unreadable) must stop every rank at the same point: never
+    leave them training from different states, or some in a collective the others never
+    reach. Collective."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return ok
     failed = torch.tensor([0 if ok else 1], dtype=torch.int64, device=device)
@@ -303,10 +304,28 @@ def load(
     Collective for ddp/fsdp."""
     t0 = time.perf_counter()
     key = _rng_key(rank)
-    if saved_with_dcp(found.path, w.strategy):
-        state, has_rng = _load_dcp(found.path, w=w, optimizer=optimizer, key=key, device=device)
+    # What each rank reads on its own (DCP's metadata, the whole plain file) is read before any
+    # collective, and every rank learns whether every other read it: one that failed alone
+    # would otherwise wait in the resume's agreement on going back while the others wait in
+    # DCP's or set_state_dict's collectives, until the process group timed out.
+    dcp_format = saved_with_dcp(found.path, w.strategy)
+    try:
+        if dcp_format:
+            from torch.distributed.checkpoint import FileSystemReader
+
+            saved = FileSystemReader(str(found.path)).read_metadata().state_dict_metadata
+        else:
+            state = torch.load(found.path / PLAIN_FILE, map_location="cpu", weights_only=True)
+        err = None
+    except Exception as e:
+        err = e
+    if not on_every_rank(err is None, device):
+        if err is not None:
+            raise err
+        raise RuntimeError(f"another rank could not read {found.path}")
+    if dcp_format:
+        state, has_rng = _load_dcp(found.path, saved, w=w, optimizer=optimizer, key=key, device=device)
     else:
-        state = torch.load(found.path / PLAIN_FILE, map_location="cpu", weights_only=True)
         if uses_dcp(w.strategy):
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
@@ -324,18 +343,16 @@ def load(
 
 
 def _load_dcp(
-    path: Path, *, w: Wrapped, optimizer: torch.optim.Optimizer, key: str, device: torch.device
+    path: Path, saved: dict, *, w: Wrapped, optimizer: torch.optim.Optimizer, key: str, device: torch.device
 ) -> tuple[dict, bool]:
-    """The DCP checkpoint in ``path``, loaded into the model and optimizer; (state, whether
-    ``key``'s RNG state was in it). Without a process group (single, dp) DCP reads every shard
-    in this process."""
+    """The DCP checkpoint in ``path`` (``saved``: its metadata's keys), loaded into the model
+    and optimizer; (state, whether ``key``'s RNG state was in it). Without a process group
+    (single, dp) DCP reads every shard in this process."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     # single/dp: the bare module, whose names DCP saved (DataParallel's would add "module.").
     module = w.model if uses_dcp(w.strategy) else w.inner
-    saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
     # The optimizer must hold state to load into: get_state_dict creates it (a step with
     # zero gradients and lr 0, which changes no parameter).
     model_sd, optim_sd = get_state_dict(module, optimizer)
@@ -378,7 +395,7 @@ __all__ = [
     "find_latest",
     "is_complete",
     "load",
-    "loaded_everywhere",
+    "on_every_rank",
     "rng_state",
     "save",
     "saved_with_dcp",

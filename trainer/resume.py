@@ -56,8 +56,8 @@ def load_newest_readable(
     """Load ``found``, or when it cannot be read on some rank (a shard cut short or damaged
     after its save completed) the newest older checkpoint that can, saying which and why:
     (progress, seconds, whether the RNG state was there, the checkpoint loaded). Every rank
-    goes back together. Raises the first error when no checkpoint can be read: starting
-    afresh instead would quietly throw the run's progress away."""
+    goes back together. Raises RuntimeError (from the first error) when no checkpoint can be
+    read: starting afresh instead would quietly throw the run's progress away."""
     from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
     first: BaseException | None = None
@@ -67,7 +67,7 @@ def load_newest_readable(
             err = None
         except (Exception, CheckpointException) as e:  # files on a disk: anything can be wrong
             loaded, err = None, e
-        if checkpoint.loaded_everywhere(err is None, rt.device):
+        if checkpoint.on_every_rank(err is None, rt.device):
             return (*loaded, found)
         first = first or err
         why = one_line(err) if err is not None else "another rank could not read it"
@@ -78,9 +78,10 @@ def load_newest_readable(
         if rt.rank == 0:
             print(f"resume: {message}", file=sys.stderr, flush=True)
         if older is None:
-            if first is None:
-                raise RuntimeError(f"resume: no checkpoint in {cfg.checkpoint_dir} could be read on every rank")
-            raise first
+            # An error of our own (DCP's CheckpointException is a BaseException, which a
+            # caller's `except Exception` would let through as if the run had ended well).
+            raise RuntimeError(f"resume: no checkpoint in {cfg.checkpoint_dir} can be read on every rank"
+                               + (f"; the newest: {one_line(first)}" if first is not None else "")) from first
         found = older
 
 

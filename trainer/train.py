@@ -394,11 +394,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
         reporter.event("error", message="interrupted", step=_done(rt))
-    except Exception as e:
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        raise
+    except BaseException as e:  # Exception, and DCP's CheckpointException (a BaseException)
         code = 1
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
-        reporter.event("error", message=f"{type(e).__name__}: {e}", traceback=tb, step=_done(rt))
+        # DCP's CheckpointException says only which ranks failed on its first line: name theirs.
+        text = resume.one_line(e, 4000) if getattr(e, "failures", None) else f"{type(e).__name__}: {e}"
+        reporter.event("error", message=text, traceback=tb, step=_done(rt))
         _record_error_file(e)
     finally:
         # The step the loop was in: its last when it finished, the one it failed in (none when

@@ -50,3 +50,10 @@ def test_progress_lines_say_it_once_too():
         "[checkpoint] ranks 0-3: /ckpt/step-00000020 (slowest 1.00 s)",
         "[warning] rank 1: slow disk",
     ]
+
+
+def test_a_rank_that_says_it_twice_is_named_once():
+    from pardash.telemetry.printer import event_line
+
+    twice = [schema.Event(rank=3, name="warning", message="slow disk") for _ in range(2)]
+    assert [event_line(*entry) for entry in group_alike(twice)] == ["[warning] rank 3: slow disk"]

@@ -1,0 +1,84 @@
+"""A checkpoint that one rank alone cannot read (its node's copy of DCP's metadata) sends every
+rank back to the checkpoint before, together: none is left waiting in a collective the others
+never reach. Two gloo ranks under DDP, in processes of their own (torch.multiprocessing)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import types
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, root: str, port: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from pardash.trainer import checkpoint, resume
+    from pardash.trainer.strategies import Wrapped
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # A rank left behind in a collective fails after this, instead of hanging the test.
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=30))
+    torch.manual_seed(0)
+    inner = torch.nn.Linear(4, 2)
+    model = DDP(inner)
+    opt = torch.optim.AdamW(model.parameters())
+    w = Wrapped(model=model, inner=inner, strategy="ddp")
+    cpu = torch.device("cpu")
+    weights = {}
+    for step in (2, 4):
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        weights[step] = inner.weight.detach().clone()
+        progress = checkpoint.Progress(step=step, epoch=0, steps_into_epoch=step, total_steps=6, lr=1e-3, seed=0,
+                                       world_size=2)
+        checkpoint.save(root, progress, w=w, optimizer=opt, rank=rank, device=cpu)
+    if rank == 1:
+        from torch.distributed.checkpoint import FileSystemReader
+
+        read = FileSystemReader.read_metadata
+
+        def unreadable_here(self, *a, **k):
+            if "step-00000004" in str(self.path):
+                raise OSError(5, "Input/output error")
+            return read(self, *a, **k)
+
+        FileSystemReader.read_metadata = unreadable_here
+    said = []
+    reporter = types.SimpleNamespace(event=lambda name, **kw: said.append((name, kw.get("message", ""))))
+    try:
+        progress, _, _, found = resume.load_newest_readable(
+            checkpoint.Found(4, checkpoint.step_path(root, 4)), types.SimpleNamespace(checkpoint_dir=root), w, opt,
+            types.SimpleNamespace(rank=rank, device=cpu), reporter,
+        )  # fmt: skip
+        same = torch.equal(inner.weight.detach(), weights[2])
+        result = f"step {progress.step} from {found.path.name}, weights of step 2: {same}; {said}"
+    except BaseException as e:  # noqa: BLE001 - the test reads what happened
+        result = f"failed: {type(e).__name__}: {e}"
+    with open(os.path.join(out, f"rank{rank}"), "w") as fh:
+        fh.write(result)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_one_rank_cannot_read_sends_every_rank_back(tmp_path):
+    import torch.multiprocessing as mp
+
+    root, out = tmp_path / "ckpt", tmp_path / "out"
+    out.mkdir()
+    mp.spawn(_rank, args=(str(root), _free_port(), str(out)), nprocs=2, join=True)
+    results = {r: (out / f"rank{r}").read_text() for r in (0, 1)}
+    for r, text in results.items():
+        assert text.startswith("step 2 from step-00000002, weights of step 2: True"), (r, text)
+    assert "could not be read (OSError: [Errno 5] Input/output error)" in results[1]
+    assert "another rank could not read" in results[0]
