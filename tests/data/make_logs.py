@@ -72,6 +72,19 @@ def hub_note(log: Log, t: float, message: str, name: str = "hub") -> None:
     log.add(schema.Event(rank=-1, seq=-1, name=name, message=message), t)
 
 
+def warnings_and_saves(log: Log, s: int, t: float) -> None:
+    """After step ``s`` of 4 ranks: every rank warns at step 5, ranks 0-1 at 50; a checkpoint
+    every 20 steps (rank 3 the slowest to save at 40)."""
+    if s == 5 or s == 50:
+        for r in range(4) if s == 5 else range(2):
+            text = "DataLoader has 2 workers for 8 cores" if s == 5 else "loss scale fell to 1024"
+            log.add(schema.Event(rank=r, name="warning", step=s, message=text), t + 0.002)
+    if s % 20 == 0:
+        for r in range(4):
+            took = 2.5 + 0.1 * r + (1.5 if (s, r) == (40, 3) else 0.0)
+            log.add(schema.Event(rank=r, name="checkpoint", step=s, message=f"/ckpt/step-{s:08d}", duration_s=took), t + 0.003)
+
+
 def gpu_mem(params: int, world: int, rng: random.Random, *, sharded: bool, buckets: bool) -> schema.Mem:
     full_p, full_g, full_o = 4 * params, 4 * params, 8 * params
     div = world if sharded else 1
@@ -127,15 +140,7 @@ def ddp4_straggler() -> Log:
                 t + 0.001 * r,
                 lose_before=(r == 1 and s == 33),
             )  # fmt: skip
-        if s == 5 or s == 50:
-            for r in range(4) if s == 5 else range(2):
-                text = "DataLoader has 2 workers for 8 cores" if s == 5 else "loss scale fell to 1024"
-                log.add(schema.Event(rank=r, name="warning", step=s, message=text), t + 0.002)
-        if s % 20 == 0:
-            for r in range(4):
-                path = f"/ckpt/step-{s:08d}"
-                took = 2.5 + 0.1 * r + (1.5 if (s, r) == (40, 3) else 0.0)
-                log.add(schema.Event(rank=r, name="checkpoint", step=s, message=path, duration_s=took), t + 0.003)
+        warnings_and_saves(log, s, t)
         if s % 10 == 0:
             for r in range(4):
                 log.add(schema.Heartbeat(rank=r, step=s, phase="forward", phase_s=0.01, mono=1000.0 + t), t + 0.005)
@@ -205,15 +210,7 @@ def fsdp4_crash() -> Log:
             )  # fmt: skip
         if s == 13:
             log.add(schema.Verdict(rank=3, verdict="resumed", step=13, message="rank 3 resumed at step 13"), t + 0.01)
-        if s == 5 or s == 50:
-            for r in range(4) if s == 5 else range(2):
-                text = "DataLoader has 2 workers for 8 cores" if s == 5 else "loss scale fell to 1024"
-                log.add(schema.Event(rank=r, name="warning", step=s, message=text), t + 0.002)
-        if s % 20 == 0:
-            for r in range(4):
-                path = f"/ckpt/step-{s:08d}"
-                took = 2.5 + 0.1 * r + (1.5 if (s, r) == (40, 3) else 0.0)
-                log.add(schema.Event(rank=r, name="checkpoint", step=s, message=path, duration_s=took), t + 0.003)
+        warnings_and_saves(log, s, t)
         if s % 10 == 0:
             for r in range(4):
                 log.add(schema.Heartbeat(rank=r, step=s, phase="forward", dropped=3 if r == 2 else 0, mono=2000.0 + t), t + 0.005)
