@@ -444,6 +444,13 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     if getattr(ns, "prometheus", None) is not None:
         hub_args += ["--prometheus", str(ns.prometheus), "--prometheus-addr", ns.prometheus_addr]
         hub_args += ["--prometheus-per-rank"] if ns.prometheus_per_rank else []
+    # The hub and the simulator are in sessions of their own (a Ctrl-C is this process's to
+    # handle): a SIGTERM or the terminal closing must stop them too, through the clean-up below.
+    def _stop_on(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on)
     try:
         hub, info = spawn_hub(hub_args, start_new_session=True, env=plain_env)
     except SpawnError as exc:

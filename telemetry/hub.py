@@ -258,9 +258,15 @@ class Hub:
                             pass  # that viewer's queue is full; it asks again
                     waiting.clear()
                 next_frame = max(next_frame + self.frame_s, now + self.frame_s / 2)
-        # Final drain so the last messages before a stop reach the log and the viewers (bounded:
-        # ranks may still be sending).
-        self._drain(time.monotonic(), until=time.monotonic() + 1.0)
+        # Final drain so the last messages before a stop reach the log and the viewers: what
+        # ranks sent as they exited may still be on its way (their sockets flush to the kernel,
+        # not to us), so take until the ingest has been quiet a while (bounded: ranks may still
+        # be sending).
+        deadline = time.monotonic() + 1.0
+        while True:
+            self._drain(time.monotonic(), until=deadline)
+            if time.monotonic() >= deadline or not self.ingest.poll(FINAL_QUIET_MS):
+                break
         self._publish(core.tick(time.monotonic()))
 
     def _drain(self, now: float, until: float | None = None, batch: int = 256) -> bool:
@@ -304,6 +310,9 @@ class Hub:
         if self.recorder is not None:
             self.recorder.close()
 
+
+FINAL_QUIET_MS = 100
+"""A stopping hub takes messages until its ingest has been quiet this long (or for 1 s)."""
 
 GC_YOUNG_THRESHOLD = 20_000
 """Container allocations between young collections in a hub process (Python's default: 700)."""

@@ -24,6 +24,7 @@ EVENTS_KEPT = 500
 """Events and verdicts kept for the event log, at the least: ``EVENTS_PER_RANK`` a rank when
 there are more ranks."""
 EVENTS_PER_RANK = 4
+"""Events kept for the event log a rank, past EVENTS_KEPT (a save or an exit of every rank)."""
 LIFECYCLE_KEPT = 8192
 """Error, exit and restart events (and exited verdicts) kept to judge how a run ended, at the
 least; a run of many ranks keeps four a rank (see ``RunState.lifecycle``)."""
@@ -227,7 +228,7 @@ class RunState:
         if msg.rank < 0:
             if isinstance(msg, schema.Event):
                 self.events.append(msg)
-                if msg.name in ("error", "exit", "restart"):
+                if is_lifecycle(msg):
                     self._keep_lifecycle(msg)
             return
         r = self.rank(msg.rank)
@@ -260,7 +261,7 @@ class RunState:
             r.silent = r.stalled = None
         elif isinstance(msg, schema.Event):
             self.events.append(msg)
-            if msg.name in ("error", "exit", "restart"):
+            if is_lifecycle(msg):
                 self._keep_lifecycle(msg)
             if msg.name == "exit":
                 code = msg.code if msg.code is not None else 0
@@ -295,7 +296,7 @@ class RunState:
 
     def _apply_verdict(self, v: schema.Verdict) -> None:
         self.events.append(v)
-        if v.verdict == "exited":
+        if is_lifecycle(v):
             self._keep_lifecycle(v)
         if v.rank < 0:
             return

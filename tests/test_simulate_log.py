@@ -77,3 +77,22 @@ def test_projection_at_1024_ranks_is_hundreds_of_megabytes_a_minute():
 def test_a_simulated_fault_that_could_never_happen_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SimConfig(**{"ranks": 8, "steps": 40, **kwargs})
+
+
+def test_a_simulate_stopped_by_sigterm_stops_its_hub_and_ranks_too(tmp_path):
+    import signal
+
+    import psutil
+
+    p = subprocess.Popen([sys.executable, "-m", "pardash", "simulate", "--headless", "--ranks", "4", "--every", "0.2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pardash_env(), cwd=tmp_path)
+    try:
+        assert "step" in p.stdout.readline() + p.stdout.readline()  # the start line, then progress
+        children = psutil.Process(p.pid).children(recursive=True)
+        assert len(children) >= 2  # the hub and the simulated ranks
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(children, timeout=15)
+        assert not alive, [c.cmdline() for c in alive]
+    finally:
+        p.kill()

@@ -400,9 +400,9 @@ class Supervisor:
         result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path}
         Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
         Path(spec.run_dir, "result.json").write_text(json.dumps(result))
-        # Ranks linger up to reporter.LINGER_MS flushing their last messages; the hub drains
-        # them before it stops. A viewer still attached keeps the hub up so it can read the end.
-        time.sleep(0.3)
+        # The ranks have flushed their last messages as they exited; the hub takes them before
+        # it stops (until its ingest is quiet, hub.FINAL_QUIET_MS). A viewer still attached
+        # keeps the hub up so it can read the end.
         while spec.viewer_pid and registry.pid_alive(spec.viewer_pid) and not self._stopping:
             time.sleep(0.2)
         if self.hub is not None and self.hub.poll() is None:
