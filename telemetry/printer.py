@@ -157,7 +157,7 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
         return f"[{ev.verdict}] {ev.message}"
     if isinstance(ev, schema.Event):
         several = ranks is not None and len(ranks) > 1
-        who = "hub" if ev.rank < 0 else f"ranks {ranks_text(ranks)}" if several else f"rank {ev.rank}"
+        who = "hub" if ev.rank < 0 else ranks_named(ranks if several else [ev.rank])
         if ev.name == "exit":
             return "" if not ev.code else f"[exit] {who} exited with code {ev.code}"
         if ev.name == "error":
@@ -233,6 +233,11 @@ def ranks_text(ranks: list[int]) -> str:
 
 
 _ranks_text = ranks_text  # the old private name
+
+
+def ranks_named(ranks: list[int]) -> str:
+    """[3] -> 'rank 3'; [0, 1, 2, 5] -> 'ranks 0-2, 5'."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
 
 
 GROUPED = frozenset({"checkpoint", "resume", "warning", "epoch_end", "exit"})
@@ -376,14 +381,14 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     line += f": {f['error']}" if error and f["error"] else ""
     victims, stopped = f["victims"], f["stopped"]
     if victims:
-        line += f"; rank{'s' if len(victims) > 1 else ''} {ranks_text(victims)} failed after it"
+        line += f"; {ranks_named(victims)} failed after it"
     if stopped:
-        line += f"; rank{'s' if len(stopped) > 1 else ''} {ranks_text(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
+        line += f"; {ranks_named(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
     unrecorded = f.get("unrecorded")
     if unrecorded is not None:
         line += "; that is a peer's failure, and the rank that failed first left no exit record"
         if unrecorded:
-            line += f" (no word from rank{'s' if len(unrecorded) > 1 else ''} {ranks_text(unrecorded)}: killed?)"
+            line += f" (no word from {ranks_named(unrecorded)}: killed?)"
     return line
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .printer import ranks_text
+from .printer import ranks_named
 from .summary import human_bytes, ms
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -96,7 +96,7 @@ def stall_lines(rep: dict) -> list[str]:
         ranks = alike.setdefault(f"{what}{at}; {s['until'] or 'never resumed'}", [])
         if s["rank"] not in ranks:
             ranks.append(s["rank"])
-    return [f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)} {what}" for what, ranks in alike.items()]
+    return [f"{ranks_named(ranks)} {what}" for what, ranks in alike.items()]
 
 
 def exit_lines(rep: dict) -> list[str]:
@@ -108,7 +108,7 @@ def exit_lines(rep: dict) -> list[str]:
         at = f" at step {e['step']}" if e.get("step") is not None else ""
         role = {"cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped"}.get(e.get("role") or "", "")
         alike.setdefault(f"exited with code {e['code']}{sig}{at}{role}", []).append(e["rank"])
-    return [f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)} {what}" for what, ranks in alike.items()]
+    return [f"{ranks_named(ranks)} {what}" for what, ranks in alike.items()]
 
 
 def recovered_lines(rep: dict) -> list[str]:
@@ -144,7 +144,7 @@ def warning_lines(rep: dict) -> list[str]:
     """Each warning text the ranks sent, once, with the ranks that sent it."""
     out = []
     for w in rep.get("warnings") or []:
-        who = f"rank{'s' if len(w['ranks']) > 1 else ''} {ranks_text(w['ranks'])}"
+        who = ranks_named(w["ranks"])
         at = f" at step {w['step']}" if w.get("step") is not None else ""
         out.append(f"{who}{at}: {w['message'] or '(more warnings than a report lists)'}")
     return out

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from pardash.telemetry import schema
-from pardash.telemetry.printer import group_alike, ranks_text
+from pardash.telemetry.printer import group_alike, ranks_named
 from pardash.telemetry.state import EVENTS_KEPT, RunState
 
 from ..format import fmt_clock, fmt_step_time
@@ -39,7 +39,7 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
         return text, VERDICT_STYLES.get(m.verdict, "info")
     if isinstance(m, schema.Event):
         several = ranks is not None and len(ranks) > 1
-        who = "hub" if m.rank < 0 else f"ranks {ranks_text(ranks)}" if several else f"rank {m.rank}"
+        who = "hub" if m.rank < 0 else ranks_named(ranks if several else [m.rank])
         name = m.name.replace("_", " ")
         if m.name == "exit":
             code = m.code if m.code is not None else 0
