@@ -7,7 +7,9 @@ frames built by ``pardash simulate``'s builder, as the headroom senders build th
 ``HubCore`` the way a hub process takes them: ``ingest_batch`` in passes of 256, a frame (tick,
 ``frames.encode``) and a flush of the JSONL log to a temporary file every 8,192 frames, the
 hub process's garbage-collector settings. The baseline, in the same run: ``schema.decode`` of
-the same frames, and nothing else.
+the same frames, and nothing else. The floor, in the same run: ``schema.decode`` of each frame
+and its JSON line written, nothing else: what any hub that checks and records every frame must
+spend, so hub/floor bounds what reworking the hub's Python could still gain.
 
 - **Instructions** (deterministic): each workload under valgrind's callgrind, less a run that
   only builds the frames, divided by the frames. Needs ``valgrind``; the row says so without.
@@ -50,7 +52,9 @@ def _frames():
 
 def _workload(mode: str, hellos: list[bytes], frames_: list[bytes], folder: str) -> float:
     """Every mode sets up the same hub (hellos taken, a first frame); 'hub' then takes the step
-    frames, 'decode' only decodes them, 'base' stops there (what the others are counted above)."""
+    frames, 'decode' only decodes them, 'floor' decodes them and writes their JSON lines to a
+    file in passes (what any hub that checks and records every frame must do, and no more),
+    'base' stops there (what the others are counted above)."""
     from pardash.telemetry import frames, schema
     from pardash.telemetry.hub import _tune_gc
     from pardash.telemetry.hubcore import HubCore
@@ -67,6 +71,11 @@ def _workload(mode: str, hellos: list[bytes], frames_: list[bytes], folder: str)
         decode = schema.decode
         for raw in frames_:
             decode(raw)
+    elif mode == "floor":
+        decode, lines = schema.decode, schema.encode_json_lines
+        with open(os.path.join(folder, f"floor-{os.getpid()}.jsonl"), "wb") as fh:
+            for i in range(0, len(frames_), PASS):
+                fh.write(lines([decode(raw) for raw in frames_[i : i + PASS]]))
     elif mode == "hub":
         for i in range(0, len(frames_), PASS):
             core.ingest_batch(frames_[i : i + PASS], now)
@@ -98,7 +107,7 @@ def instructions() -> dict[str, float] | None:
     if shutil.which("valgrind") is None:
         return None
     counts = {}
-    for mode in ("base", "decode", "hub"):
+    for mode in ("base", "decode", "floor", "hub"):
         proc = subprocess.run(
             ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m", "bench.hubcost", "--child", mode],
             capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -108,7 +117,7 @@ def instructions() -> dict[str, float] | None:
             raise RuntimeError(f"callgrind run '{mode}' failed: {proc.stderr[-500:]}")
         counts[mode] = int(m.group(1))
     n = RANKS * ROUNDS
-    return {k: (counts[k] - counts["base"]) / n for k in ("hub", "decode")}
+    return {k: (counts[k] - counts["base"]) / n for k in ("hub", "decode", "floor")}
 
 
 def cpu_us(repeats: int = 5) -> dict[str, float]:
@@ -142,13 +151,17 @@ def run() -> tuple[list[Row], str]:
     else:
         rows.append(Row(name, "CPU instructions (callgrind)", f"{ins['hub']:,.0f}", f"{ins['decode']:,.0f} (msgspec decode alone)",
                         f"{ins['hub'] / ins['decode']:.2f}x", ""))  # fmt: skip
+        rows.append(Row(name, "CPU instructions against the floor (callgrind)", f"{ins['hub']:,.0f}",
+                        f"{ins['floor']:,.0f} (decode + JSON line, nothing else)", f"{ins['hub'] / ins['floor']:.2f}x", ""))  # fmt: skip
     rows.append(Row(name, "CPU time, us (best of 5)", f"{cpu['hub']:.2f}", f"{cpu['decode']:.2f} (msgspec decode alone)",
                     f"{cpu['hub'] / cpu['decode']:.2f}x", ""))  # fmt: skip
     note = (
         f"- {RANKS} ranks' hellos, then {ROUNDS} steps of each ({RANKS * ROUNDS:,} frames of {len(_frames()[1][0])} bytes from "
         f"`pardash simulate`'s builder) through a HubCore as a hub process takes them: ingest_batch in passes of {PASS}, "
         f"a frame (tick, frames.encode) and a JSONL flush every {FRAME_EVERY:,} frames, the hub's GC settings; baseline: "
-        f"schema.decode of the same frames alone. Instructions: callgrind, less a run that sets up the same hub and stops there. "
+        f"schema.decode of the same frames alone; floor: schema.decode of each frame and its JSON line written (encode_lines "
+        f"per pass), what any hub that checks and records every frame must spend: hub/floor bounds what reworking the hub's "
+        f"Python could still gain. Instructions: callgrind, less a run that sets up the same hub and stops there. "
         f"{time.monotonic() - t0:.0f} s."
     )
     return rows, note

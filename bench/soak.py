@@ -1,7 +1,7 @@
 """The hub under a long 1024-rank job, and how far its ingest is from a raw ZeroMQ loop (issue 7).
 
 ``python -m bench soak`` (the full measure, written to RESULTS.md) or
-``python -m bench.soak [--minutes M] [--window S] [--skip-soak] [--skip-headroom] [--profile] [--write]``.
+``python -m bench.soak [--minutes M] [--window S] [--rounds N] [--skip-soak] [--skip-headroom] [--profile] [--write]``.
 
 **Soak.** A hub process started as ``pardash launch``/``pardash hub`` start it (``spawn_hub``,
 recording every message to its JSONL log, told the world size) is fed by
@@ -293,16 +293,16 @@ def rows_and_note(s: SoakResult | None, h: Headroom | None = None, prof: dict | 
 
 
 def run(minutes: float = MINUTES, window_s: float | None = None, *, do_soak: bool = True, do_headroom: bool = True,
-        do_profile: bool = False) -> tuple[list[Row], str]:  # fmt: skip
+        do_profile: bool = False, rounds: int | None = None) -> tuple[list[Row], str]:  # fmt: skip
     """The soak, then the ingest headroom (bench/headroom.py), then, when the hub misses the
     headroom target (or when asked), a profile of where its time per message goes."""
-    from .headroom import WINDOW_S, headroom
+    from .headroom import ROUNDS, WINDOW_S, headroom
     from .hubprofile import profile
 
     s = soak(minutes) if do_soak else None
-    h = headroom(window_s or WINDOW_S) if do_headroom else None
+    h = headroom(window_s or WINDOW_S, rounds=rounds or ROUNDS) if do_headroom else None
     # Where the hub's time goes, when it misses the headroom target (or when asked).
-    missed = h is not None and h.raw_rate and h.hub_rate / h.raw_rate < 0.5
+    missed = h is not None and not h.ratio >= 0.5
     p = profile() if do_profile or missed else None
     return rows_and_note(s, h, p)
 
@@ -313,12 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=MINUTES, help=f"soak length (default {MINUTES:g})")
     p.add_argument("--window", type=float, default=None, help="seconds per headroom level (default 8)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds of the headroom climbs; the median round counts (default 3)")
     p.add_argument("--skip-soak", action="store_true")
     p.add_argument("--skip-headroom", action="store_true")
     p.add_argument("--profile", action="store_true", help="py-spy the hub draining a backlog; time per message by part")
     p.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     ns = p.parse_args(argv)
-    rows, note = run(ns.minutes, ns.window, do_soak=not ns.skip_soak, do_headroom=not ns.skip_headroom, do_profile=ns.profile)
+    rows, note = run(ns.minutes, ns.window, do_soak=not ns.skip_soak, do_headroom=not ns.skip_headroom, do_profile=ns.profile,
+                     rounds=ns.rounds)
     print(table(rows))
     print(note)
     if ns.write:
