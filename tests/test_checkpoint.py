@@ -78,14 +78,20 @@ def test_a_crashed_fsdp_rank_restarts_from_the_checkpoint_on_the_same_curve(tmp_
     strategy = "fsdp"
     reference = uninterrupted(strategy, 40)
     ckpt = tmp_path / "ckpt"
+    # An older run's checkpoint, further on than this job will be when it crashes: the
+    # restart must not take it (this job never said --resume).
+    older = checkpoint.step_path(ckpt, 30)
+    older.mkdir(parents=True)
+    (older / checkpoint.DCP_METADATA).write_bytes(b"not this job's")
     proc, msgs = launch(
         tmp_path, "b", "--strategy", strategy, "--nproc", "2", "--steps", "40",
         "--inject-crash", "1@25", "--max-restarts", "1",
-        "--checkpoint-every", "10", "--resume", "--checkpoint-dir", str(ckpt), "--checkpoint-keep", "2",
+        "--checkpoint-every", "10", "--checkpoint-dir", str(ckpt), "--checkpoint-keep", "2",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
-    # Every rank saved at 10 and 20, crashed at 25, came back at 20, saved at 30 and 40.
+    # Every rank saved at 10 and 20, crashed at 25, came back at 20 on its own, saved at 30
+    # and 40.
     saves = events(msgs, "checkpoint")
     assert sorted((e.rank, e.step) for e in saves) == [
         (r, s) for r in (0, 1) for s in (10, 20, 30, 40)
@@ -95,8 +101,9 @@ def test_a_crashed_fsdp_rank_restarts_from_the_checkpoint_on_the_same_curve(tmp_
     resumes = events(msgs, "resume")
     assert sorted((e.rank, e.step) for e in resumes) == [(0, 20), (1, 20)]
     assert all(e.duration_s is not None and e.duration_s > 0 for e in resumes)
-    assert f"resume: no checkpoint in {ckpt} yet; starting at step 1" in proc.stdout
+    assert "resume: torchrun restart 1: from this job's newest checkpoint" in proc.stdout
     assert "resume: step 20 restored from" in proc.stdout
+    assert checkpoint.saved_by(checkpoint.step_path(ckpt, 40)) == checkpoint.saved_by(older) != ""
     assert "checkpoint: step 40 saved to" in proc.stdout
     assert checkpoint.find_latest(ckpt) == checkpoint.Found(40, checkpoint.step_path(ckpt, 40))
     # --checkpoint-keep 2: the resume found step 20 (10 and 20 were kept), the end keeps 30, 40.
@@ -204,6 +211,30 @@ def test_only_complete_checkpoints_count(tmp_path):
     done.mkdir()
     (done / ".metadata").write_bytes(b"")
     assert checkpoint.find_latest(tmp_path) == checkpoint.Found(7, done)
+
+
+def test_a_restart_takes_only_its_own_jobs_checkpoints(tmp_path):
+    def saved(step: int, job: str | None) -> Path:
+        path = checkpoint.step_path(tmp_path, step)
+        path.mkdir()
+        (path / checkpoint.PLAIN_FILE).write_bytes(b"")
+        if job is not None:
+            (path / checkpoint.JOB_FILE).write_text(job + "\n")
+        return path
+
+    saved(50, None)  # from before jobs were named
+    saved(40, "other-run")
+    mine = saved(20, "20261201-140749-c5ee")
+    saved(10, "20261201-140749-c5ee")
+    assert checkpoint.find_latest(tmp_path).step == 50
+    assert checkpoint.find_latest(tmp_path, job="20261201-140749-c5ee") == checkpoint.Found(20, mine)
+    assert checkpoint.find_latest(tmp_path, below=20, job="20261201-140749-c5ee").step == 10
+    assert checkpoint.find_latest(tmp_path, job="a-job-that-saved-nothing") is None
+    assert checkpoint.saved_by(mine) == "20261201-140749-c5ee" and checkpoint.saved_by(tmp_path / "missing") == ""
+    # The job's id: pardash's run id, else torchrun's; torchrun's default id tells no job apart.
+    assert checkpoint.job_id({"PARDASH_RUN_ID": "r1", "TORCHELASTIC_RUN_ID": "t1"}) == "r1"
+    assert checkpoint.job_id({"TORCHELASTIC_RUN_ID": "t1"}) == "t1"
+    assert checkpoint.job_id({"TORCHELASTIC_RUN_ID": "none"}) == checkpoint.job_id({}) == ""
 
 
 def test_progress_round_trips_through_tensors():

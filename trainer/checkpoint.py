@@ -25,6 +25,10 @@ What makes a resumed run follow the uninterrupted run's loss curve:
   size); the checkpoint keeps the epoch and the steps already taken in it, which the loop skips;
 - each rank's RNG state (CPU, and its GPU) for whatever is random in a step (dropout).
 
+Each folder also names the job that saved it (``job``: the pardash run id, else torchrun's
+run id), so that a torchrun restart resumes from its own job's checkpoints and never from an
+older run's left in the same folder (:func:`job_id`, ``find_latest(job=...)``).
+
 The progress scalars are stored as tensors. Like any torch checkpoint, a checkpoint folder is
 trusted input (DCP unpickles the optimizer's hyper-parameters): load only your own.
 """
@@ -50,6 +54,29 @@ PLAIN_FILE = "state.pt"
 """The single/dp checkpoint inside its step folder."""
 DCP_METADATA = ".metadata"
 """Written last by DCP's coordinator: its presence marks a complete DCP checkpoint."""
+JOB_FILE = "job"
+"""The id of the job that saved the folder (:func:`job_id`), written by rank 0 before the save."""
+
+
+def job_id(env: dict[str, str] | None = None) -> str:
+    """This job's id, the same on every rank and across torchrun's restarts: the pardash run id
+    (``PARDASH_RUN_ID``, set by ``pardash launch``), else torchrun's rendezvous id. "" when
+    neither tells one job from another (torchrun's default id on several nodes is "none")."""
+    env = os.environ if env is None else env
+    for var in ("PARDASH_RUN_ID", "TORCHELASTIC_RUN_ID"):
+        value = env.get(var, "").strip()
+        if value and value != "none":
+            return value
+    return ""
+
+
+def saved_by(path: Path) -> str:
+    """The job id a checkpoint folder names ("" when it names none: saved before ids were kept,
+    or by a job without one)."""
+    try:
+        return (path / JOB_FILE).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -137,9 +164,10 @@ def saved_with_dcp(path: Path, strategy: str) -> bool:
     return uses_dcp(strategy) if dcp_done and plain_done else dcp_done
 
 
-def find_latest(root: str | os.PathLike[str], below: int | None = None) -> Found | None:
+def find_latest(root: str | os.PathLike[str], below: int | None = None, job: str | None = None) -> Found | None:
     """The complete checkpoint of the highest step under ``root`` (None: no folder, or none),
-    or of the highest step under ``below`` (the one before a checkpoint that would not load)."""
+    or of the highest step under ``below`` (the one before a checkpoint that would not load);
+    with ``job``, only among the checkpoints that job saved."""
     try:
         entries = list(os.scandir(root))
     except (FileNotFoundError, NotADirectoryError):
@@ -150,6 +178,8 @@ def find_latest(root: str | os.PathLike[str], below: int | None = None) -> Found
         if m and entry.is_dir() and is_complete(Path(entry.path)):
             step = int(m.group(1))
             if below is not None and step >= below:
+                continue
+            if job is not None and saved_by(Path(entry.path)) != job:
                 continue
             if best is None or step > best.step:
                 best = Found(step, Path(entry.path))
@@ -178,14 +208,14 @@ def prune(root: str | os.PathLike[str], keep: int) -> list[Path]:
 
 
 def agree_on_latest(
-    root: str | os.PathLike[str], device: torch.device, below: int | None = None
+    root: str | os.PathLike[str], device: torch.device, below: int | None = None, job: str | None = None
 ) -> Found | None:
     """:func:`find_latest` as rank 0 sees it, on every rank.
 
     Ranks listing the folder on their own could pick different steps (a slow shared file
     system) and then silently train from different states; rank 0 decides instead.
     """
-    found = find_latest(root, below)
+    found = find_latest(root, below, job)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return found
     step = torch.tensor([found.step if found is not None else -1], dtype=torch.int64,
@@ -248,10 +278,11 @@ def save(
     optimizer: torch.optim.Optimizer,
     rank: int,
     device: torch.device,
+    job: str = "",
 ) -> tuple[Path, float]:
     """Save the model, the optimizer, ``progress`` and this rank's RNG state after step
-    ``progress.step``; returns (folder, seconds this rank spent). Collective for ddp/fsdp:
-    every rank calls it at the same step."""
+    ``progress.step``, in a folder naming ``job`` (:func:`job_id`); returns (folder, seconds
+    this rank spent). Collective for ddp/fsdp: every rank calls it at the same step."""
     t0 = time.perf_counter()
     path = step_path(root, progress.step)
     path.mkdir(parents=True, exist_ok=True)
@@ -265,6 +296,7 @@ def save(
             # ranks write only after DCP's first collective, which rank 0 reaches after this.
             (path / DCP_METADATA).unlink(missing_ok=True)
             (path / PLAIN_FILE).unlink(missing_ok=True)
+            _name_job(path, job)
         model_sd, optim_sd = get_state_dict(w.model, optimizer)
         state = {
             "model": model_sd,
@@ -282,10 +314,20 @@ def save(
         }
         # As above: a DCP save of this step by an earlier run must not outlive this one.
         (path / DCP_METADATA).unlink(missing_ok=True)
+        _name_job(path, job)
         tmp = path / (PLAIN_FILE + ".tmp")
         torch.save(state, tmp)
         os.replace(tmp, path / PLAIN_FILE)
     return path, time.perf_counter() - t0
+
+
+def _name_job(path: Path, job: str) -> None:
+    """Name the saving job in ``path`` (before the save completes: a complete folder never
+    names another job); an earlier job's name goes when this job has none."""
+    if job:
+        (path / JOB_FILE).write_text(job + "\n")
+    else:
+        (path / JOB_FILE).unlink(missing_ok=True)
 
 
 # -- load --------------------------------------------------------------------------------------

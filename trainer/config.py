@@ -168,7 +168,8 @@ class TrainConfig:
     resume: bool = False
     """Continue from the newest checkpoint in --checkpoint-dir (start afresh when there is
     none): model, optimizer, step, data order, learning rate schedule and RNG state. One that
-    cannot be read is named and the one before it is used."""
+    cannot be read is named and the one before it is used. After a torchrun restart
+    (--max-restarts) the run resumes without it, from the newest checkpoint this job saved."""
 
     # -- fault injection (for straggler / stall / crash detection) ---------------------------
     inject_straggler: Straggler | None = None
@@ -178,8 +179,8 @@ class TrainConfig:
     """RANK@STEP: that rank blocks forever in the data phase of STEP (heartbeats go on)."""
     inject_crash: RankStep | None = None
     """RANK@STEP: that rank raises at STEP and exits with code 1, on the first attempt only
-    (not after a torchrun restart), so --max-restarts 1 --resume --checkpoint-every N shows the
-    job recover."""
+    (not after a torchrun restart), so --max-restarts 1 --checkpoint-every N shows the job
+    recover from its last checkpoint."""
 
     def __post_init__(self) -> None:
         # Faults may arrive as their flag text (from argparse or a dict).

@@ -1,5 +1,7 @@
 """What ``--resume`` does in the bundled trainer: find the newest checkpoint every rank can read,
-load it, and say what differs between the run that saved it and this one.
+load it, and say what differs between the run that saved it and this one. After a torchrun
+restart (``--max-restarts``) the trainer resumes without being asked, from the newest
+checkpoint its own job saved (an older run's, left in the same folder, is never taken then).
 
 The checkpoint itself (layout, formats, what makes the curve continue) is :mod:`.checkpoint`'s.
 Here: every rank agrees on the checkpoint rank 0 finds; one that fails to load on any rank (a
@@ -23,22 +25,35 @@ from .strategies import Runtime, Wrapped
 
 def resume(
     cfg: TrainConfig, rt: Runtime, w: Wrapped, optimizer: torch.optim.Optimizer,
-    reporter: Reporter, total_steps: int,
+    reporter: Reporter, total_steps: int, *, restart: int = 0, job: str = "",
 ) -> checkpoint.Progress:
     """Where this run starts: the progress of the checkpoint loaded into ``w`` and
-    ``optimizer`` (with --resume and one to resume from), else step 0. Collective for ddp/fsdp."""
+    ``optimizer``, else step 0. With --resume: the newest checkpoint in --checkpoint-dir. Without
+    it, after torchrun's ``restart`` (1, 2, ...): the newest one saved by ``job`` (this job's
+    id, :func:`checkpoint.job_id`), as the attempt before this one left it. Collective for
+    ddp/fsdp."""
     start = checkpoint.Progress(step=0, epoch=0, steps_into_epoch=0, total_steps=total_steps,
                                 lr=0.0, seed=cfg.seed, world_size=rt.world_size, **data_flags(cfg))
-    if not (cfg.resume and cfg.checkpoint_dir):
+    if not cfg.checkpoint_dir or not (cfg.resume or restart > 0):
         return start
     is_master = rt.rank == 0
+    own = None if cfg.resume else job  # after a restart: only this job's own checkpoints
+    if own == "":
+        if is_master:
+            print(f"resume: torchrun restart {restart} starts at step 1: this job has no id to tell its "
+                  f"checkpoints in {cfg.checkpoint_dir} from another run's (--resume takes the newest)", flush=True)
+        return start
     reporter.set_phase("resume")
-    found = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device)
+    found = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, job=own)
     if found is None:
         if is_master:
-            print(f"resume: no checkpoint in {cfg.checkpoint_dir} yet; starting at step 1", flush=True)
+            print(f"resume: no checkpoint in {cfg.checkpoint_dir} yet; starting at step 1" if own is None else
+                  f"resume: torchrun restart {restart}: no checkpoint of this job in {cfg.checkpoint_dir} yet; "
+                  "starting at step 1", flush=True)
         return start
-    start, load_s, had_rng, found = load_newest_readable(found, cfg, w, optimizer, rt, reporter)
+    if own is not None and is_master:
+        print(f"resume: torchrun restart {restart}: from this job's newest checkpoint", flush=True)
+    start, load_s, had_rng, found = load_newest_readable(found, cfg, w, optimizer, rt, reporter, job=own)
     notes = resume_notes(start, cfg, total_steps, rt.world_size, had_rng)
     reporter.event("resume", message=f"step {start.step} from {found.path}"
                    + "".join(f"; {n}" for n in notes), step=start.step, duration_s=load_s)
@@ -51,10 +66,11 @@ def resume(
 
 def load_newest_readable(
     found: checkpoint.Found, cfg: TrainConfig, w: Wrapped, optimizer: torch.optim.Optimizer,
-    rt: Runtime, reporter: Reporter,
+    rt: Runtime, reporter: Reporter, job: str | None = None,
 ) -> tuple[checkpoint.Progress, float, bool, checkpoint.Found]:
     """Load ``found``, or when it cannot be read on some rank (a shard cut short or damaged
-    after its save completed) the newest older checkpoint that can, saying which and why:
+    after its save completed) the newest older checkpoint that can (of ``job``'s, when given),
+    saying which and why:
     (progress, seconds, whether the RNG state was there, the checkpoint loaded). Every rank
     goes back together. Raises RuntimeError (from the first error) when no checkpoint can be
     read: starting afresh instead would quietly throw the run's progress away."""
@@ -71,7 +87,7 @@ def load_newest_readable(
             return (*loaded, found)
         first = first or err
         why = one_line(err) if err is not None else "another rank could not read it"
-        older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step)
+        older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step, job=job)
         message = (f"{found.path} could not be read ({why}); "
                    + (f"trying {older.path}" if older is not None else "no older checkpoint"))
         reporter.event("warning", message=f"resume: {message}", step=found.step)

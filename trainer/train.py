@@ -133,7 +133,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     stall, crash = cfg.inject_stall, cfg.inject_crash
     stall_step = stall.step if stall is not None and stall.rank == rt.rank else 0
     # The crash fires on the first attempt only: after torchrun restarts the workers, the run
-    # goes on (and, with --resume, from its last checkpoint).
+    # goes on (from this job's last checkpoint, when it saves any).
     first_attempt = rank_identity().restart == 0
     crash_step = crash.step if crash is not None and crash.rank == rt.rank and first_attempt else 0
     busy = BusyCompute(rt.device) if straggler and straggler.kind == "compute" else None
@@ -162,7 +162,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             print(f"note: {w.note}", flush=True)
 
     # -- resume: model, optimizer, step, data position, RNG from the newest checkpoint ------
-    start = resume.resume(cfg, rt, w, optimizer, reporter, total_steps)
+    job = checkpoint.job_id()
+    start = resume.resume(cfg, rt, w, optimizer, reporter, total_steps, restart=rank_identity().restart, job=job)
     epoch, into_epoch = start.epoch, start.steps_into_epoch
     if into_epoch >= per_epoch:  # a checkpoint from a world with longer epochs
         epoch, into_epoch = epoch + 1, 0
@@ -298,8 +299,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
                 step=step, epoch=epoch, steps_into_epoch=into_epoch, total_steps=total_steps,
                 lr=lr, seed=cfg.seed, world_size=rt.world_size, **resume.data_flags(cfg),
             )
-            path, save_s = checkpoint.save(cfg.checkpoint_dir, progress, w=w,
-                                           optimizer=optimizer, rank=rt.rank, device=rt.device)
+            path, save_s = checkpoint.save(cfg.checkpoint_dir, progress, w=w, optimizer=optimizer,
+                                           rank=rt.rank, device=rt.device, job=job)
             reporter.event("checkpoint", message=str(path), step=step, duration_s=save_s)
             if is_master:
                 print(f"checkpoint: step {step} saved to {path} in {save_s:.2f} s", flush=True)
