@@ -199,6 +199,17 @@ def test_prune_keeps_the_newest_complete_checkpoints(tmp_path):
     assert checkpoint.prune(tmp_path, 2) == [] and checkpoint.prune(tmp_path, 0) == []
     assert checkpoint.prune(tmp_path / "missing", 1) == []
 
+    # An older run's checkpoints further on (500, 400) never push this run's newest out: a new
+    # run saving step 5 with --checkpoint-keep 2 used to delete its own step 5 at once.
+    for step in (400, 500):
+        make(step)
+    make(5)
+    assert checkpoint.prune(tmp_path, 2, upto=5) == []
+    gone = checkpoint.prune(tmp_path, 2, upto=30)
+    assert [p.name for p in gone] == ["step-00000005"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "notes", "step-00000020", "step-00000030", "step-00000040", "step-00000400", "step-00000500"]
+
 
 def test_only_complete_checkpoints_count(tmp_path):
     # A save that died before DCP wrote its metadata is not a checkpoint.

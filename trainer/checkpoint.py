@@ -186,9 +186,11 @@ def find_latest(root: str | os.PathLike[str], below: int | None = None, job: str
     return best
 
 
-def prune(root: str | os.PathLike[str], keep: int) -> list[Path]:
+def prune(root: str | os.PathLike[str], keep: int, upto: int | None = None) -> list[Path]:
     """Delete all but the newest ``keep`` complete checkpoints under ``root``, and any
-    unfinished save older than the oldest one kept; returns what was deleted. Safe to call from
+    unfinished save older than the oldest one kept; returns what was deleted. ``upto``: the
+    step just saved; checkpoints of later steps (another run's, left in the folder) are neither
+    counted nor deleted, so they never push this run's own newest ones out. Safe to call from
     several processes on one shared folder (what another deleted first is skipped)."""
     if keep < 1:
         return []
@@ -197,6 +199,8 @@ def prune(root: str | os.PathLike[str], keep: int) -> list[Path]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     steps = sorted(((int(STEP_DIR.match(e.name).group(1)), Path(e.path)) for e in entries), reverse=True)
+    if upto is not None:
+        steps = [(s, p) for s, p in steps if s <= upto]
     complete = [(s, p) for s, p in steps if is_complete(p)]
     if len(complete) <= keep:
         return []
