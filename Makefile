@@ -25,8 +25,14 @@ $(VENV)/.installed: pyproject.toml
 run: setup
 	$(VENV)/bin/pardash launch $(ARGS)
 
+# The suite in two parts: most tests on TEST_JOBS workers (pytest-xdist; the shared launches
+# stay on one worker), then alone the few whose verdicts are judged from real processes'
+# timing (marked serial), which another test's load beside them could sway. Fails if either does.
+TEST_JOBS ?= 2
 test: setup
-	$(PY) -m pytest -q
+	@$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup -m "not serial"; a=$$?; \
+	  $(PY) -m pytest -q -m serial; b=$$?; \
+	  [ $$a -eq 0 ] && [ $$b -eq 0 ]
 
 bench: setup
 	$(PY) -m bench

@@ -407,6 +407,7 @@ def test_plain_ddp_script_every_step_of_every_rank(plain_ddp_run):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a straggler judged from real timing: run alone
 def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):
     # The script sleeps in rank 1's data path; both ranks' step times are equal (they wait
     # for each other), so only the self time the hooks measure can tell them apart.

@@ -37,6 +37,7 @@ def _verdicts(msgs, name):
     "strategy, kind",
     [("ddp", "data"), ("fsdp", "compute")],
 )
+@pytest.mark.serial  # verdicts judged from real timing: run alone (make test)
 def test_injected_straggler_is_named_with_its_kind(tmp_path, strategy, kind):
     proc, msgs = _launch(tmp_path, "--strategy", strategy, "--nproc", "2", "--steps", "60", "--inject-straggler", f"1:{kind}:0.04")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -49,6 +50,7 @@ def test_injected_straggler_is_named_with_its_kind(tmp_path, strategy, kind):
     assert "[straggler] rank 1 is a straggler" in proc.stdout
 
 
+@pytest.mark.serial
 def test_clean_run_has_no_straggler(tmp_path):
     proc, msgs = _launch(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "150")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -56,6 +58,7 @@ def test_clean_run_has_no_straggler(tmp_path):
     assert len([m for m in msgs if isinstance(m, schema.Step)]) == 300
 
 
+@pytest.mark.serial
 def test_stalled_rank_is_shown_with_its_phase(tmp_path):
     p = subprocess.Popen(
         _cmd(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "400", "--inject-stall", "1@30"),

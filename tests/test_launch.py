@@ -11,13 +11,14 @@ import pytest
 from helpers import pardash_env
 from pardash.telemetry import schema
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shared_run")]  # one worker makes the shared launches
 
 
 def _steps(msgs, rank):
     return [m for m in msgs if isinstance(m, schema.Step) and m.rank == rank]
 
 
+@pytest.mark.serial  # a clean run names no straggler: judged from real timing, so run alone
 def test_fsdp_two_ranks_shard_parameters_and_report(shared_run):
     run = shared_run("fsdp")
     proc, msgs, n = run.proc, run.messages, run.steps

@@ -12,6 +12,9 @@ import pytest
 from pardash.telemetry import schema
 from pardash.telemetry.memory import expected_bytes_per_rank
 
+pytestmark = pytest.mark.xdist_group("shared_run")  # one worker makes the shared launches
+
+
 def accounts(run) -> list[dict]:
     """Each rank's memory account after its last step (DDP has built its buckets by then),
     with its parameter count and the ZeRO expectation, by rank."""

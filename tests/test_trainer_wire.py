@@ -21,6 +21,7 @@ def by_rank(messages: list) -> dict[int, list]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("shared_run")  # one worker makes the shared launches
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_every_rank_publishes_hello_steps_and_exit(strategy, shared_run):
     run = shared_run(strategy)
