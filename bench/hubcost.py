@@ -35,7 +35,7 @@ FRAME_EVERY = 8192
 
 
 def _frames():
-    from .headroom import _F64, _U32, hello_bytes, step_template
+    from .ingest_peers import _F64, _U32, hello_bytes, step_template
 
     hellos = [hello_bytes(r, RANKS) for r in range(RANKS)]
     tpls = [step_template(r, RANKS) for r in range(RANKS)]

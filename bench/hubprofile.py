@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from .headroom import SENDERS, HubReceiver, Senders
+from .ingest_peers import SENDERS, HubReceiver, Senders
 from .soak import RANKS
 
 
