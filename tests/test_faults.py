@@ -227,7 +227,9 @@ def test_a_log_that_stays_unwritable_keeps_only_the_newest_lines_in_memory(tmp_p
 
 def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
     log = tmp_path / "run.jsonl"
-    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "60", "--max-restarts", "1")
+    # Checkpoints only at the end: the restart finds none of this job's and says it starts over.
+    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "60", "--max-restarts", "1",
+               "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "1000")
 
     def rank1_pid():
         msgs = load_log(log)[0] if log.exists() else []
@@ -243,8 +245,12 @@ def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
     assert sorted(m.rank for m in restarts) == [0, 1]
     hellos = [m for m in msgs if isinstance(m, schema.Hello)]
     assert sorted((m.rank, m.restart) for m in hellos) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    # after the restart the job runs to its end
+    # after the restart the job runs to its end, from step 1, and the dashboard is told why
     assert max(s.step for s in _steps(log, 0)) == 60
+    warnings = [m for m in msgs if isinstance(m, schema.Event) and m.name == "warning"]
+    assert [(m.rank, m.message) for m in warnings] == [
+        (0, f"resume: torchrun restart 1: no checkpoint of this job in {tmp_path / 'ck'} yet; starting at step 1")]
+    assert not [m for m in msgs if isinstance(m, schema.Event) and m.name == "resume"]
 
 
 def test_an_attached_headless_view_waits_out_restarts_and_hub_restarts():

@@ -39,17 +39,18 @@ def resume(
     is_master = rt.rank == 0
     own = None if cfg.resume else job  # after a restart: only this job's own checkpoints
     if own == "":
-        if is_master:
-            print(f"resume: torchrun restart {restart} starts at step 1: this job has no id to tell its "
-                  f"checkpoints in {cfg.checkpoint_dir} from another run's (--resume takes the newest)", flush=True)
+        _starts_over(reporter, is_master, f"resume: torchrun restart {restart} starts at step 1: this job has no id "
+                     f"to tell its checkpoints in {cfg.checkpoint_dir} from another run's (--resume takes the newest)")
         return start
     reporter.set_phase("resume")
     found = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, job=own)
     if found is None:
-        if is_master:
-            print(f"resume: no checkpoint in {cfg.checkpoint_dir} yet; starting at step 1" if own is None else
-                  f"resume: torchrun restart {restart}: no checkpoint of this job in {cfg.checkpoint_dir} yet; "
-                  "starting at step 1", flush=True)
+        if own is None:
+            if is_master:
+                print(f"resume: no checkpoint in {cfg.checkpoint_dir} yet; starting at step 1", flush=True)
+        else:
+            _starts_over(reporter, is_master, f"resume: torchrun restart {restart}: no checkpoint of this job in "
+                         f"{cfg.checkpoint_dir} yet; starting at step 1")
         return start
     if own is not None and is_master:
         print(f"resume: torchrun restart {restart}: from this job's newest checkpoint", flush=True)
@@ -62,6 +63,14 @@ def resume(
         for note in notes:
             print(f"note: {note}", flush=True)
     return start
+
+
+def _starts_over(reporter: Reporter, is_master: bool, message: str) -> None:
+    """A restarted job that goes back to step 1: said on rank 0's output and, as a warning, in
+    the dashboard and the log (where the steps starting over would otherwise go unexplained)."""
+    if is_master:
+        print(message, flush=True)
+        reporter.event("warning", message=message, step=0)
 
 
 def load_newest_readable(
