@@ -257,15 +257,14 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
             key = (m.name, m.step, m.message, m.code)
             entry = alike.get(key)
             if entry is None:
-                entry = alike[key] = [m, [], None]
+                entry = alike[key] = [m, {}, None]  # ranks as a dict: ordered, and 1024 of them are cheap to look up
                 out.append(entry)
-            if m.rank not in entry[1]:  # a rank that said it twice is named once
-                entry[1].append(m.rank)
+            entry[1][m.rank] = None  # a rank that said it twice is named once
             if m.duration_s is not None and (entry[2] is None or m.duration_s > entry[2]):
                 entry[2] = m.duration_s
         else:
             out.append([m, None, None])
-    return [(m, ranks, took) for m, ranks, took in out]
+    return [(m, list(ranks) if ranks is not None else None, took) for m, ranks, took in out]
 
 
 # Errors a rank raises because another rank died (its peer's socket closed under it).

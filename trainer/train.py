@@ -134,7 +134,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     stall_step = stall.step if stall is not None and stall.rank == rt.rank else 0
     # The crash fires on the first attempt only: after torchrun restarts the workers, the run
     # goes on (from this job's last checkpoint, when it saves any).
-    first_attempt = rank_identity().restart == 0
+    restart = rank_identity().restart
+    first_attempt = restart == 0
     crash_step = crash.step if crash is not None and crash.rank == rt.rank and first_attempt else 0
     busy = BusyCompute(rt.device) if straggler and straggler.kind == "compute" else None
 
@@ -163,7 +164,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
 
     # -- resume: model, optimizer, step, data position, RNG from the newest checkpoint ------
     job = checkpoint.job_id()
-    start = resume.resume(cfg, rt, w, optimizer, reporter, total_steps, restart=rank_identity().restart, job=job)
+    start = resume.resume(cfg, rt, w, optimizer, reporter, total_steps, restart=restart, job=job)
     epoch, into_epoch = start.epoch, start.steps_into_epoch
     if into_epoch >= per_epoch:  # a checkpoint from a world with longer epochs
         epoch, into_epoch = epoch + 1, 0
