@@ -81,7 +81,15 @@ def test_replay_serves_a_log_like_a_live_hub(hub, tmp_path):
         for r in reps:
             r.step(step=step, loss=2.0 - step * 0.05, step_s=0.01, samples=4)
     reps[1].event("exit", code=3)
-    wait_for(lambda: hub.core.state.ranks.get(1) is not None and hub.core.state.ranks[1].exit_code == 3)
+    # Each rank pushes on a socket of its own: rank 1's exit can reach the hub before any of
+    # rank 0's steps, so wait for both ranks' last message before reading the log.
+    wait_for(
+        lambda: hub.core.state.ranks.get(1) is not None
+        and hub.core.state.ranks[1].exit_code == 3
+        and hub.core.state.ranks.get(0) is not None
+        and hub.core.state.ranks[0].step is not None
+        and hub.core.state.ranks[0].step.step == 19
+    )
     wait_logged(hub)
     src = ReplaySource(str(hub.recorder.path), speed=1000.0)
     src.seek(src.duration_s + 1)
