@@ -392,3 +392,46 @@ def test_a_bad_checkpoint_dir_stops_the_launch_before_anything_starts(tmp_path, 
     assert proc.stderr.splitlines() == [line]
     assert msgs == [] and not (tmp_path / "bad.jsonl").exists() and not (tmp_path / "runs").exists()
     assert (tmp_path / "file").read_text() == "not a folder"
+
+
+def test_no_resume_starts_a_restarted_job_over_and_says_so(tmp_path, hub):
+    # After a torchrun restart the trainer resumes from its job's newest checkpoint unasked;
+    # --no-resume (False, not the default None) starts the restart over at step 1, with a
+    # warning in the dashboard, and --resume/none/--no-resume survive the trip through argv.
+    import argparse
+
+    import torch
+
+    from helpers import identity, wait_for
+    from pardash.telemetry.reporter import Reporter
+    from pardash.trainer import config, resume
+    from pardash.trainer.strategies import Runtime, Wrapped
+
+    p = argparse.ArgumentParser()
+    config.add_arguments(p)
+    for argv, want in (([], None), (["--resume"], True), (["--no-resume"], False)):
+        cfg = config.from_args(p.parse_args([*argv, "--checkpoint-dir", str(tmp_path / "ck")]))
+        assert cfg.resume is want
+        assert config.from_args(p.parse_args(cfg.to_argv())).resume is want
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    w = Wrapped(model=model, inner=model, strategy="single")
+    rt = Runtime(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend="")
+    progress = checkpoint.Progress(step=4, epoch=0, steps_into_epoch=4, total_steps=8, lr=1e-3, seed=1, world_size=1)
+    checkpoint.save(tmp_path / "ck", progress, w=w, optimizer=optimizer, rank=0, device=rt.device, job="job-1")
+    rep = Reporter(hub.ingest_endpoint, run="test-run", identity=identity(0, 1), heartbeat_s=0)
+    try:
+        rep.hello(strategy="single", world_size=1, params_count=8)
+        unasked = config.TrainConfig(checkpoint_dir=str(tmp_path / "ck"))
+        assert resume.resume(unasked, rt, w, optimizer, rep, 8, restart=1, job="job-1").step == 4
+        refused = config.TrainConfig(checkpoint_dir=str(tmp_path / "ck"), resume=False)
+        assert resume.resume(refused, rt, w, optimizer, rep, 8, restart=1, job="job-1").step == 0
+
+        def warned() -> list[str]:
+            return [e.message for e in hub.core.state.events if isinstance(e, schema.Event) and e.name == "warning"]
+
+        wait_for(lambda: warned())
+        assert warned() == ["resume: torchrun restart 1 starts at step 1 (--no-resume)"]
+    finally:
+        rep.close()

@@ -165,11 +165,12 @@ class TrainConfig:
     checkpoint_keep: int = 0
     """Keep only the newest this many checkpoints, deleting older ones after each save (0:
     keep every one)."""
-    resume: bool = False
+    resume: bool | None = None
     """Continue from the newest checkpoint in --checkpoint-dir (start afresh when there is
     none): model, optimizer, step, data order, learning rate schedule and RNG state. One that
     cannot be read is named and the one before it is used. After a torchrun restart
-    (--max-restarts) the run resumes without it, from the newest checkpoint this job saved."""
+    (--max-restarts) the run resumes without it, from the newest checkpoint this job saved;
+    --no-resume starts every restart over at step 1."""
 
     # -- fault injection (for straggler / stall / crash detection) ---------------------------
     inject_straggler: Straggler | None = None
@@ -410,7 +411,7 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
         elif f.name in _METAVARS:
             kwargs["type"] = str
             kwargs["metavar"] = _METAVARS[f.name]
-        elif isinstance(f.default, bool):
+        elif isinstance(f.default, bool) or f.name == "resume":
             kwargs["action"] = argparse.BooleanOptionalAction
         elif f.name in _CHOICES:
             kwargs["choices"] = _CHOICES[f.name]
@@ -418,6 +419,8 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
             kwargs["type"] = type(f.default)
         if "action" not in kwargs and kwargs["default"] is not None:
             help_text += " (default: %(default)s)"
+        elif f.name == "resume":
+            help_text += " (default: only after a torchrun restart)"
         elif "action" in kwargs:
             help_text += f" (default: {'on' if f.default else 'off'})"
         kwargs["help"] = help_text

@@ -30,13 +30,16 @@ def resume(
     """Where this run starts: the progress of the checkpoint loaded into ``w`` and
     ``optimizer``, else step 0. With --resume: the newest checkpoint in --checkpoint-dir. Without
     it, after torchrun's ``restart`` (1, 2, ...): the newest one saved by ``job`` (this job's
-    id, :func:`checkpoint.job_id`), as the attempt before this one left it. Collective for
-    ddp/fsdp."""
+    id, :func:`checkpoint.job_id`), as the attempt before this one left it, unless --no-resume.
+    Collective for ddp/fsdp."""
     start = checkpoint.Progress(step=0, epoch=0, steps_into_epoch=0, total_steps=total_steps,
                                 lr=0.0, seed=cfg.seed, world_size=rt.world_size, **data_flags(cfg))
+    is_master = rt.rank == 0
+    if cfg.checkpoint_dir and cfg.resume is False and restart > 0:
+        _starts_over(reporter, is_master, f"resume: torchrun restart {restart} starts at step 1 (--no-resume)")
+        return start
     if not cfg.checkpoint_dir or not (cfg.resume or restart > 0):
         return start
-    is_master = rt.rank == 0
     own = None if cfg.resume else job  # after a restart: only this job's own checkpoints
     if own == "":
         _starts_over(reporter, is_master, f"resume: torchrun restart {restart} starts at step 1: this job has no id "
