@@ -75,7 +75,7 @@ class Hub:
             # from deciding for other sockets of the process (and a second hub's from clashing).
             self._own_ctx = context = zmq.Context()
         self.ctx = context or zmq.Context.instance()
-        self.recorder = Recorder(log_path) if log_path else None
+        self.recorder = Recorder(log_path, background=True) if log_path else None
         self.core = HubCore(run_id=run_id, recorder=self.recorder, world_size=world_size)
         self.frame_s = 1.0 / frame_hz
         self._stop = False

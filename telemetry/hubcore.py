@@ -357,7 +357,7 @@ class HubCore:
         self.state.commit_history(steps)
         self.fseq += 1
         if self.recorder is not None:
-            self.recorder.flush()
+            self.recorder.flush_soon()
         # The steps travel once, in ``messages``: each is also its rank's history point.
         return frames.Frame(fseq=self.fseq, hseq=self.hseq, t=time.time(), hub_id=self.hub_id, messages=messages, stats=self.stats())
 

@@ -3,12 +3,20 @@
 Writes are buffered and flushed at every frame (10 Hz), so the log is at most 100 ms behind and
 a crash of the hub loses at most that. A write error (disk full, path gone) never stops the hub:
 the error is kept for viewers to show, and writing is retried at the next flush.
+
+A hub's recorder (``background=True``) writes from a thread of its own: the hub's loop encodes
+the lines (that needs the interpreter) and hands them over at each frame, and the copy into the
+file, which does not hold the interpreter, runs on another core while the loop takes the next
+messages. A slow disk (a network mount) then delays the log, not the ingest; when the lines
+waiting for it pass :data:`MAX_UNWRITTEN_BYTES` the loop writes itself, as without the thread.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
+from collections import deque
 from pathlib import Path
 
 from . import schema
@@ -69,8 +77,10 @@ def _end_torn_line(path: Path) -> None:
 class Recorder:
     """Appends messages to a JSON Lines file."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, background: bool = False) -> None:
         self.path = Path(path)
+        self.background = background
+        """Write from a thread of its own at :meth:`flush_soon` (a hub's recorder)."""
         self.lines = 0
         """Lines written (or buffered) so far."""
         self.error = ""
@@ -78,8 +88,21 @@ class Recorder:
         self.pending: list[schema.Message] = []
         """Messages not yet encoded. The hub's loop appends to it directly (and adds to
         ``lines``): ``write`` is the same, a call per message slower."""
+        self._encoded: list[bytes] = []
+        """Encoded lines, a chunk per ``encode``, not yet handed to the writing (the caller's
+        thread only)."""
+        self._handed_bytes = 0
+        """Bytes handed to the writer thread so far (written by the caller's thread only)."""
+        self._done_bytes = 0
+        """Of those, bytes the writing side has taken over (changed under the lock only)."""
+        self._handoff: deque[list[bytes]] = deque()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._writer: threading.Thread | None = None
+        self._lock = threading.Lock()
+        """Held while writing: the writer thread's writes and a flush's never interleave."""
         self._unwritten: list[bytes] = []
-        """Encoded lines, a chunk per ``encode``, for the next flush."""
+        """Encoded lines taken for writing and not yet written (a failed write keeps them)."""
         self._unwritten_bytes = 0
         self._good: tuple[int, int] | None = None
         """(inode, size) of the log before a write that failed: part of it may have reached the
@@ -125,12 +148,61 @@ class Recorder:
             # message must cost its own line, never the log or the hub.
             data = b"".join(_encode_or_skip(m) for m in pending)
         pending.clear()
-        self._unwritten.append(data)
-        self._unwritten_bytes += len(data)
+        self._encoded.append(data)
+
+    def _take_encoded(self) -> list[bytes]:
+        self.encode()
+        chunks, self._encoded = self._encoded, []
+        return chunks
+
+    def flush_soon(self) -> None:
+        """Hand what is buffered to the writer thread and return (a recorder made with
+        ``background=True``); otherwise, or when the thread is too far behind, :meth:`flush`."""
+        chunks = self._take_encoded()
+        size = sum(map(len, chunks))
+        if not self.background or self._handed_bytes - self._done_bytes + size > MAX_UNWRITTEN_BYTES:
+            self._write(chunks)
+            return
+        if not chunks:
+            return
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_forever, name="pardash-log-writer", daemon=True)
+            self._writer.start()
+        self._handed_bytes += size
+        self._handoff.append(chunks)
+        self._wake.set()
+
+    def _write_forever(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()  # before taking: a hand-over from now on wakes the loop again
+            self._write([])
+            if self._stopping:
+                return
 
     def flush(self) -> None:
-        """Write what is buffered; on failure keep it (bounded) and remember why."""
-        self.encode()
+        """Write what is buffered, and what the writer thread has not written yet, now; on
+        failure keep it (bounded) and remember why."""
+        self._write(self._take_encoded())
+
+    def _write(self, chunks: list[bytes]) -> None:
+        with self._lock:
+            # Lines handed to the thread go first, taken only under the lock: the log keeps
+            # the hub's order whichever side writes them.
+            handed = self._handoff
+            taken = 0
+            while handed:
+                earlier = handed.popleft()
+                size = sum(map(len, earlier))
+                self._unwritten.extend(earlier)
+                self._unwritten_bytes += size
+                taken += size
+            self._unwritten.extend(chunks)
+            self._unwritten_bytes += sum(map(len, chunks))
+            self._write_unwritten()
+            self._done_bytes += taken
+
+    def _write_unwritten(self) -> None:
         if not self._unwritten:
             return
         if self._fh is None:
@@ -143,7 +215,8 @@ class Recorder:
         except (OSError, ValueError):
             before = None
         try:
-            self._fh.write(b"".join(self._unwritten))
+            for chunk in self._unwritten:  # a chunk a pass of the hub: each write frees the interpreter
+                self._fh.write(chunk)
             self._fh.flush()
             self._unwritten.clear()
             self._unwritten_bytes = 0
@@ -168,6 +241,11 @@ class Recorder:
             self._unwritten_bytes -= len(self._unwritten.pop(0))
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._stopping = True
+            self._wake.set()
+            self._writer.join()
+            self._writer = None
         self.flush()
         if self._fh is not None:
             try:

@@ -303,3 +303,51 @@ def test_an_attached_headless_view_waits_out_restarts_and_hub_restarts():
     hub.wait()
     t.join(30)
     assert not t.is_alive() and out["line"].startswith("pardash: the hub has sent nothing for 0 s")
+
+
+def test_a_hubs_log_is_written_from_a_thread_in_order_and_bounded(tmp_path, monkeypatch):
+    # A hub's recorder hands its lines to a writer thread at each frame; a slow disk delays the
+    # log, not the hub, until the lines waiting pass MAX_UNWRITTEN_BYTES: then the hub writes
+    # them itself. Whoever writes, the log keeps the hub's order and loses nothing.
+    import threading
+
+    from pardash.telemetry import recorder
+    from pardash.telemetry.recorder import Recorder
+
+    line = len(schema.encode_json(schema.Step(rank=0, step=100))) + 1
+    monkeypatch.setattr(recorder, "MAX_UNWRITTEN_BYTES", 5 * line)
+    path = tmp_path / "run.jsonl"
+    rec = Recorder(path, background=True)
+    rec.write(schema.Step(rank=0, step=100))
+    rec.flush_soon()
+    wait_for(lambda: path.stat().st_size == line)  # written by the thread, not by this one
+    assert rec._writer is not None and rec._writer.is_alive()
+
+    # The disk stalls: a write holds the lock, and what is handed over waits behind it.
+    held, release = threading.Event(), threading.Event()
+
+    def stalled_write() -> None:
+        with rec._lock:
+            held.set()
+            release.wait(60)
+
+    stall = threading.Thread(target=stalled_write)
+    stall.start()
+    held.wait(10)
+    for step in range(101, 106):
+        rec.write(schema.Step(rank=0, step=step))
+        rec.flush_soon()  # returns at once: handed to the thread
+    assert path.stat().st_size == line
+    # Past the bound the hub writes itself (blocking on the stalled write, as it would on the
+    # disk without the thread), everything handed over first.
+    release.set()
+    rec.write(schema.Step(rank=0, step=106))
+    rec.flush_soon()
+    assert [m.step for m in load_log(path)[0]] == list(range(100, 107))
+    stall.join(10)
+    rec.write(schema.Step(rank=0, step=107))
+    rec.flush_soon()
+    rec.close()
+    assert rec._writer is None
+    msgs, stats = load_log(path)
+    assert [m.step for m in msgs] == list(range(100, 108)) and not stats.skipped
