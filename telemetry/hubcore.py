@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from math import isfinite
+from typing import Annotated, Union
 
 import msgspec
 
@@ -24,6 +25,45 @@ from .state import RunState
 
 MAX_RANK = 1 << 20
 """Ranks above this are refused (no job has a million ranks; a hostile frame might)."""
+
+_FINITE = 1.7976931348623157e308  # the largest float: NaN and the infinities fall outside
+_Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=_FINITE)]
+
+
+class IngestStep(schema.Step, tag="step"):
+    """A step as the hub's ingest decodes it first: the schema's Step (same fields, same order,
+    same log line), with the bounds of a step the hub takes on its short path checked by
+    msgspec while decoding. A step outside them (NaN, a negative time, a newer version, custom
+    metrics) fails this decode and is decoded again as a plain Step, which the general way
+    judges and, when refused, counts under its reason."""
+
+    v: Annotated[int, msgspec.Meta(ge=1, le=schema.SCHEMA_VERSION)] = schema.SCHEMA_VERSION
+    run: str = ""
+    rank: Annotated[int, msgspec.Meta(ge=0, lt=MAX_RANK)] = -1
+    seq: Annotated[int, msgspec.Meta(ge=0, le=security.MAX_COUNT)] = 0
+    t: _Seconds = 0.0
+    hseq: int = 0
+    step: int = 0
+    epoch: int = 0
+    loss: float | None = None
+    samples: int = 0
+    step_s: _Seconds = 0.0
+    data_s: _Seconds | None = None
+    forward_s: _Seconds | None = None
+    backward_s: _Seconds | None = None
+    optimizer_s: _Seconds | None = None
+    comm_s: _Seconds | None = None
+    self_s: _Seconds | None = None
+    lr: float | None = None
+    mono: Annotated[float, msgspec.Meta(ge=-_FINITE, le=_FINITE)] = 0.0
+    mem: schema.Mem | None = None
+    custom: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
+
+
+assert IngestStep.__struct_fields__ == schema.Step.__struct_fields__, "IngestStep must mirror schema.Step"
+_ingest_decode = msgspec.msgpack.Decoder(
+    Union[schema.Hello, IngestStep, schema.System, schema.Event, schema.Heartbeat, schema.Verdict]
+).decode
 def _finite(x: float | None) -> bool:
     return x is None or isfinite(x)
 
@@ -73,8 +113,7 @@ class HubCore:
         and log) but without its general dispatch, one Python call per frame instead of six.
         Anything else (another kind, an odd figure, custom metrics, a frame that does not
         decode) goes the general way."""
-        decode = schema.decode
-        Step = schema.Step
+        decode, decode_plain = _ingest_decode, schema.decode
         st = self.state
         ranks = st.ranks
         run_id = st.run_id
@@ -83,7 +122,7 @@ class HubCore:
         latest = self._steps
         fresh: list[schema.Step] = []
         keep = fresh.append
-        max_bytes, max_count, version = security.MAX_RECORD_BYTES, security.MAX_COUNT, schema.SCHEMA_VERSION
+        max_bytes = security.MAX_RECORD_BYTES
         world = self.world_size or MAX_RANK  # a rank recovered from an older log may lie above it
         taken = fast = 0
         h = self.hseq
@@ -96,29 +135,32 @@ class HubCore:
                     try:
                         m = decode(raw)
                     except msgspec.ValidationError:
-                        m, why = None, "invalid"
+                        # Outside a short-path step's bounds, or not of the schema at all: the
+                        # plain decode tells (and the general way names the reason).
+                        try:
+                            m = decode_plain(raw)
+                        except msgspec.ValidationError:
+                            m, why = None, "invalid"
+                        except msgspec.DecodeError:
+                            m, why = None, "undecodable"
+                        except RecursionError:
+                            m, why = None, "too_deep"
                     except msgspec.DecodeError:
                         m, why = None, "undecodable"
                     except RecursionError:  # msgspec's answer to nesting deeper than Python's stack
                         m, why = None, "too_deep"
-                    if type(m) is Step and st.t0 and len(raw) <= max_bytes:
+                    if type(m) is IngestStep:
+                        # Every figure is known finite and in range (the decode checked them).
                         r = ranks.get(m.rank)
-                        t = m.t
-                        d, f, b, o, c, x = m.data_s, m.forward_s, m.backward_s, m.optimizer_s, m.comm_s, m.self_s
-                        d, f, b, o, c, x = d or 0.0, f or 0.0, b or 0.0, o or 0.0, c or 0.0, x or 0.0
-                        # NaN and the infinities make the sum NaN or infinite; an odd case (a huge
-                        # but finite value) goes the general way, where each figure is judged.
                         if (
                             r is not None
+                            and st.t0
                             and m.rank < world
-                            and 1 <= m.v <= version
                             and (not m.run or m.run == run_id)
-                            and not m.custom
-                            and 0 <= m.seq <= max_count
-                            and isfinite(t + m.step_s + d + f + b + o + c + x + m.mono)
-                            and min(t, m.step_s, d, f, b, o, c, x) >= 0
+                            and len(raw) <= max_bytes
                         ):
                             # What ingest -> replay -> RunState.apply do with such a step.
+                            t = m.t
                             h += 1
                             m.hseq = h
                             if t > t_last:
@@ -139,6 +181,7 @@ class HubCore:
                             keep(m)
                             fast += 1
                             continue
+                        m = decode_plain(raw)  # the general way takes the schema's own Step
                     # The general way. What the fast path holds is booked first: order is kept.
                     if fast:
                         self._settle(fast, fresh, h, t_last)

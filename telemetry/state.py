@@ -211,7 +211,7 @@ class RunState:
 
     def apply(self, msg: schema.Message, now: float) -> None:
         """Fold one message in. ``now`` is the receiver's clock, used for liveness."""
-        kind = type(msg).__name__.lower()
+        kind = msg.__struct_config__.tag  # "step" for any Step (the hub's ingest decodes a subclass)
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if msg.hseq > self.hseq:
             self.hseq = msg.hseq
@@ -332,7 +332,7 @@ class RunState:
         if self.track_seq or not self.t0 or not self.run_id:
             for msg in messages:
                 apply(msg, now)
-                if type(msg) is Step and self.ranks[msg.rank].step is msg:
+                if isinstance(msg, Step) and self.ranks[msg.rank].step is msg:
                     steps.append(msg)
             self.commit_history(steps)
             return
@@ -366,7 +366,7 @@ class RunState:
             self.hseq, self.t_last = hseq, t_last
             apply(msg, now)
             hseq, t_last = self.hseq, self.t_last
-            if cls is Step and self.ranks[msg.rank].step is msg:
+            if isinstance(msg, Step) and self.ranks[msg.rank].step is msg:
                 steps.append(msg)
         self.hseq, self.t_last = hseq, t_last
         counts = self.counts
