@@ -60,7 +60,13 @@ class IngestStep(schema.Step, tag="step"):
     custom: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
 
 
-assert IngestStep.__struct_fields__ == schema.Step.__struct_fields__, "IngestStep must mirror schema.Step"
+def _defaults(cls: type) -> tuple:
+    return tuple(getattr(d, "factory", d) for d in cls.__struct_defaults__)  # a {} default is a factory
+
+
+assert (IngestStep.__struct_fields__, _defaults(IngestStep)) == (schema.Step.__struct_fields__, _defaults(schema.Step)), (
+    "IngestStep must mirror schema.Step: its fields, their order and defaults"
+)
 _ingest_decode = msgspec.msgpack.Decoder(
     Union[schema.Hello, IngestStep, schema.System, schema.Event, schema.Heartbeat, schema.Verdict]
 ).decode
@@ -108,7 +114,8 @@ class HubCore:
         taken. Never raises.
 
         The hub's loop hands over what one pass received. Nearly every frame at scale is a step
-        of a known rank with every figure plainly valid: those are taken here, with the effects
+        of a known rank with every figure plainly valid (which msgspec checks as it decodes it,
+        see :class:`IngestStep`): those are taken here, with the effects
         :meth:`ingest` would have (a property test holds the two paths to the same state, counts
         and log) but without its general dispatch, one Python call per frame instead of six.
         Anything else (another kind, an odd figure, custom metrics, a frame that does not

@@ -266,3 +266,34 @@ def test_a_hub_does_not_append_to_a_compressed_log(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)
     assert hub_mod.run_hub(_hub_args(tmp_path, "--resume")) == 2
     assert "gzip-compressed" in capsys.readouterr().err and log.read_bytes() == before
+
+
+def test_the_ingest_decodes_a_plain_step_as_a_step_and_sends_the_odd_ones_the_general_way():
+    # The hub's first decode checks a step's bounds (IngestStep); it must mirror the schema's
+    # Step (a log line is the same whichever way the step came), and every step outside the
+    # bounds must still reach the general way, which names its reason.
+    from pardash.telemetry.hubcore import HubCore, IngestStep, _defaults
+
+    assert IngestStep.__struct_fields__ == schema.Step.__struct_fields__
+    assert _defaults(IngestStep) == _defaults(schema.Step)
+    core = HubCore(run_id="r", world_size=4)
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=4, t=1.0e9)), 1.0)
+    plain = schema.Step(run="r", rank=0, seq=1, step=1, step_s=0.1, data_s=0.01, t=1.0e9 + 1, mono=5.0)
+    assert core.ingest_bytes(schema.encode(plain), 1.0)
+    taken = core.state.ranks[0].step
+    assert type(taken) is IngestStep and schema.encode_json(taken) == schema.encode_json(
+        msgspec.structs.replace(plain, hseq=taken.hseq)
+    )
+    odd = {
+        "not_finite": dict(step_s=float("nan")),
+        "out_of_range": dict(t=-1.0),
+        "newer_version": dict(v=schema.SCHEMA_VERSION + 1),
+        "rank_out_of_range": dict(rank=4),
+    }
+    for seq, (reason, change) in enumerate(odd.items(), start=2):
+        fields = {**msgspec.structs.asdict(plain), "seq": seq, **change}
+        assert not core.ingest_bytes(schema.encode(schema.Step(**fields)), 1.0)
+        assert core.rejected[reason] == 1, reason
+    # Custom metrics are taken, by the general way.
+    assert core.ingest_bytes(schema.encode(msgspec.structs.replace(plain, seq=9, step=2, custom={"acc": 0.5})), 1.0)
+    assert core.state.ranks[0].step.custom == {"acc": 0.5} and core.state.counts["step"] == 2
