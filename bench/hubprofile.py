@@ -93,7 +93,7 @@ def profile(seconds: float = 20.0, ranks: int = RANKS, n: int = 1_500_000) -> di
 
         cpu0, main0 = sum(proc.cpu_times()[:2]), main_cpu()
         pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-        subprocess.run([pyspy, "record", "--pid", str(rx.pid), "-o", out, "--format", "raw", "-d", str(int(seconds)), "-r", str(PYSPY_HZ)],
+        subprocess.run([pyspy, "record", "--pid", str(rx.pid), "-o", out, "--format", "raw", "-d", str(int(seconds)), "-r", str(PYSPY_HZ), "--threads"],
                        check=True, capture_output=True)  # fmt: skip
         got1, _ = rx.received(50)
         cpu, main = sum(proc.cpu_times()[:2]) - cpu0, main_cpu() - main0
@@ -102,20 +102,27 @@ def profile(seconds: float = 20.0, ranks: int = RANKS, n: int = 1_500_000) -> di
         rx.close()
         senders.close()
         shutil.rmtree(folder, ignore_errors=True)
-    shares, samples = categorise(out)
+    shares, samples = categorise(out, thread=rx.pid)
     return {"shares": shares, "python_s": samples / PYSPY_HZ, "main_cpu_s": main, "cpu_s": cpu, "messages": got1 - got0, "raw": out, "seconds": seconds}
 
 
-def categorise(path: str) -> tuple[dict[str, float], int]:
+def categorise(path: str, thread: int | None = None) -> tuple[dict[str, float], int]:
     """Shares of py-spy raw samples (``frame;frame;... count``) by the innermost pardash frame,
-    and the number of samples."""
+    and the number of samples. With ``thread``, only that thread's samples (py-spy ``--threads``
+    starts each stack with ``thread (ID): NAME``): the hub's loop, not its log writer, whose
+    waits for the next frame's lines py-spy may count as busy."""
     totals: dict[str, int] = {}
     all_n = 0
+    own = f"thread ({thread}):"
     with open(path) as fh:
         for line in fh:
             stack, _, num = line.rstrip().rpartition(" ")
             if not num.isdigit():
                 continue
+            if thread is not None:
+                if not stack.startswith(own):
+                    continue
+                stack = stack.split(";", 1)[1] if ";" in stack else ""
             count = int(num)
             all_n += count
             cat = "outside pardash (start-up, interpreter)"
