@@ -37,16 +37,13 @@ class IngestStep(schema.Step, tag="step"):
     metrics) fails this decode and is decoded again as a plain Step, which the general way
     judges and, when refused, counts under its reason."""
 
+    # Only the bounded fields are declared again (and ``run``, which keeps the order of the
+    # schema's keyword fields: a field declared again moves behind those that are not).
     v: Annotated[int, msgspec.Meta(ge=1, le=schema.SCHEMA_VERSION)] = schema.SCHEMA_VERSION
     run: str = ""
     rank: Annotated[int, msgspec.Meta(ge=0, lt=MAX_RANK)] = -1
     seq: Annotated[int, msgspec.Meta(ge=0, le=security.MAX_COUNT)] = 0
     t: _Seconds = 0.0
-    hseq: int = 0
-    step: int = 0
-    epoch: int = 0
-    loss: float | None = None
-    samples: int = 0
     step_s: _Seconds = 0.0
     data_s: _Seconds | None = None
     forward_s: _Seconds | None = None
@@ -54,9 +51,7 @@ class IngestStep(schema.Step, tag="step"):
     optimizer_s: _Seconds | None = None
     comm_s: _Seconds | None = None
     self_s: _Seconds | None = None
-    lr: float | None = None
     mono: Annotated[float, msgspec.Meta(ge=-_FINITE, le=_FINITE)] = 0.0
-    mem: schema.Mem | None = None
     custom: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
 
 
