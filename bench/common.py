@@ -46,6 +46,28 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def read_section(name: str) -> tuple[str, list[Row], list[str]]:
+    """RESULTS.md's section ``name`` as last written: its time stamp, table rows and notes
+    (("", [], []) when there is none)."""
+    old = RESULTS.read_text() if RESULTS.exists() else ""
+    stamp, rows, notes = "", [], []
+    inside = False
+    for line in old.splitlines():
+        if line.startswith("## "):
+            inside = line[3:].strip() == name
+        elif not inside:
+            continue
+        elif line.startswith("_") and line.endswith("_") and not stamp:
+            stamp = line.strip("_")
+        elif line.startswith("| ") and not line.startswith("| " + HEAD[0] + " |"):
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            if len(cells) == len(HEAD):
+                rows.append(Row(*cells[:6], ok={"met": True, "MISSED": False}.get(cells[6])))
+        elif line.startswith("- "):
+            notes.append(line[2:])
+    return stamp, rows, notes
+
+
 def write_results(sections: dict[str, list[Row]], notes: dict[str, str]) -> str:
     """Replace the sections named in ``sections`` in RESULTS.md, keep the others."""
     old = RESULTS.read_text() if RESULTS.exists() else ""

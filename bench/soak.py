@@ -326,9 +326,29 @@ def main(argv: list[str] | None = None) -> int:
     if ns.write:
         from .__main__ import BENCHES
 
-        write_results({BENCHES["soak"]: rows}, {BENCHES["soak"]: note})
+        name = BENCHES["soak"]
+        if ns.skip_soak or ns.skip_headroom:
+            rows, note = _keep_other_part(name, rows, note, soak_ran=not ns.skip_soak)
+        write_results({name: rows}, {name: note})
     return 0
 
+
+def _keep_other_part(name: str, rows: list[Row], note: str, *, soak_ran: bool) -> tuple[list[Row], str]:
+    """Rows and notes for RESULTS.md's section when only one part ran: the other part's rows
+    and notes stay as last written, marked with the time of their run."""
+    from .common import read_section
+
+    stamp, old_rows, old_notes = read_section(name)
+    kept_rows = [r for r in old_rows if r.bench.startswith("soak") != soak_ran]
+    if not kept_rows:
+        return rows, note
+    kept_notes = [n for n in old_notes if n.startswith("soak:") != soak_ran and not n.startswith("The ")]
+    notes = [n[2:] for n in note.splitlines() if n.startswith("- ")] + kept_notes
+    # The soak first, as a whole run writes them (sorted() keeps the order within each part).
+    rows = sorted(rows + kept_rows, key=lambda r: not r.bench.startswith("soak"))
+    notes = sorted(notes, key=lambda n: not n.startswith("soak:"))
+    notes.append(f"The {'headroom' if soak_ran else 'soak'} rows and notes are kept from the run of {stamp}; the others are this run's.")
+    return rows, "\n".join(f"- {n}" for n in notes)
 
 if __name__ == "__main__":
     sys.exit(main())
