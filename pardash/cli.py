@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from typing import NoReturn, Sequence
@@ -133,6 +134,10 @@ def _check_security(bind: str, curve_dir: str | None, insecure: bool, *, hub: bo
     return os.path.abspath(curve_dir) if curve_dir else ""
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     from pardash.telemetry.client import HubClient
     from pardash.trainer.launcher import LaunchError, start
@@ -166,6 +171,10 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             from pardash.telemetry.printer import ProgressPrinter
 
             printer = ProgressPrinter(client, every_s=ns.every, tail=None if spec.output == "inherit" else spec.output)
+            # Headless, this process stands for the job (as torchrun does): a SIGTERM (`timeout`,
+            # `kill`, a CI job cancelled) stops the job as Ctrl-C does, rather than leave it
+            # running unwatched. (A viewer killed outright, SIGKILL, leaves it running.)
+            signal.signal(signal.SIGTERM, _interrupt)
             try:
                 printer.follow(lambda: job.poll() is not None)
             except KeyboardInterrupt:
@@ -393,7 +402,6 @@ def cmd_export(ns: argparse.Namespace) -> int:
 
 def cmd_simulate(ns: argparse.Namespace) -> int:
     import dataclasses
-    import signal
     import subprocess
 
     from pardash.telemetry.client import HubClient

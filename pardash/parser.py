@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from typing import NoReturn
+from pardash.telemetry import cliargs
 
 PROG = "pardash"
 
@@ -42,15 +43,15 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
     g.add_argument("--node-rank", type=int, default=0, help="this node's rank (default 0)")
     g.add_argument("--master-addr", default=None, help="address of node 0 (default 127.0.0.1)")
-    g.add_argument("--master-port", type=int, default=None, help="rendezvous port on node 0 (default: a free one on one node, 29500 on several)")
+    g.add_argument("--master-port", type=cliargs.port, default=None, help="rendezvous port on node 0 (default: a free one on one node, 29500 on several)")
     g.add_argument("--max-restarts", type=int, default=0, help="torchrun's elastic restarts (default 0)")
     v = p.add_argument_group("telemetry and view")
     v.add_argument("--headless", action="store_true", help="no TUI: print progress lines and keep the log")
     v.add_argument("--log", default=None, help="JSONL telemetry log (default runs/<run id>/telemetry.jsonl)")
     v.add_argument("--runs-dir", default="runs", help="folder for run logs and outputs (default ./runs)")
     v.add_argument("--telemetry-addr", default=None, help="address the hub binds (default 127.0.0.1 on one node, the master address on several); on nodes > 0, where node 0's hub is")
-    v.add_argument("--telemetry-port", type=int, default=0, help="hub ingest port (default: free ports; several nodes: 29600, and node 0's hub takes PORT..PORT+2)")
-    v.add_argument("--every", type=float, default=5.0, help="seconds between headless progress lines (default 5)")
+    v.add_argument("--telemetry-port", type=cliargs.hub_port, default=0, help="hub ingest port (default: free ports; several nodes: 29600, and node 0's hub takes PORT..PORT+2)")
+    v.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between headless progress lines (default 5)")
     v.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: the hub admits only ranks and viewers with an authorised key (default $PARDASH_CURVE_DIR)")
     v.add_argument("--insecure", action="store_true", help="let the hub bind beyond loopback without keys: anyone who reaches its ports can read the run and send it records")
     from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
@@ -97,11 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("attach", help="open the TUI on a running job")
     a.add_argument("target", nargs="?", default=None, help="run id (prefix) or tcp://HOST:PORT of a hub's ingest (default: the newest live run)")
     a.add_argument("--headless", action="store_true", help="print progress lines instead of the TUI")
-    a.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
+    a.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between progress lines (default 5)")
 
     sim = sub.add_parser("simulate", help="a synthetic job of N ranks, to try the TUI without GPUs")
     sim.add_argument("--ranks", type=int, default=64, help="number of ranks (default 64)")
-    sim.add_argument("--rate", type=float, default=10.0, help="steps a second per rank (default 10)")
+    sim.add_argument("--rate", type=cliargs.positive, default=10.0, help="steps a second per rank (default 10)")
     sim.add_argument("--ranks-per-node", type=int, default=8, help="ranks per host (default 8)")
     sim.add_argument("--strategy", choices=("ddp", "fsdp"), default="fsdp", help="strategy to pretend (default fsdp)")
     sim.add_argument("--steps", type=int, default=0, help="stop after this many steps (default: until quit)")
@@ -111,12 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--crash", default=None, metavar="RANK@STEP", help="this rank exits with code 1 at this step")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--headless", action="store_true", help="print progress lines; attach the TUI with `pardash attach`")
-    sim.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
+    sim.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between progress lines (default 5)")
     sim.add_argument("--log", default=None, help="record the JSONL log here (default: no log; it grows fast, see --keep-log)")
     sim.add_argument("--keep-log", action="store_true", help="record the log under --runs-dir (the start line says how fast it grows)")
     sim.add_argument("--runs-dir", default="runs", help="folder for kept logs (default ./runs)")
     sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
-    sim.add_argument("--port", type=int, default=0, help="hub ingest port (default: free ports)")
+    sim.add_argument("--port", type=cliargs.hub_port, default=0, help="hub ingest port (default: free ports)")
     sim.add_argument("--insecure", action="store_true", help="let --bind be beyond loopback (simulated ranks hold no keys)")
     from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
 

@@ -26,7 +26,7 @@ import time
 
 import zmq
 
-from . import frames, registry, schema, security
+from . import cliargs, frames, registry, schema, security
 from .hubcore import MAX_RANK, HubCore
 from .recorder import Recorder, holds_records, is_gzip
 
@@ -352,8 +352,8 @@ def add_hub_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: only ranks and viewers with an authorised key get in (default $PARDASH_CURVE_DIR)")
     p.add_argument("--insecure", action="store_true", help="bind beyond loopback without keys: anyone who reaches the ports can read the run and send it records")
     p.add_argument("--world-size", type=int, default=0, help="the job's number of ranks: refuse any other rank (default: learnt from the ranks)")
-    p.add_argument("--port", type=int, default=0, help="ingest port (default: a free one); updates and snapshot take the next two when set")
-    p.add_argument("--frame-hz", type=float, default=10.0, help="frames a second to viewers (default 10)")
+    p.add_argument("--port", type=cliargs.hub_port, default=0, help="ingest port (default: a free one); updates and snapshot take the next two when set")
+    p.add_argument("--frame-hz", type=cliargs.positive, default=10.0, help="frames a second to viewers (default 10)")
     p.add_argument("--no-registry", action="store_true", help="do not list this hub in `pardash ps`")
     p.add_argument("--resume", action="store_true", help="carry on an existing log: rebuild state from it, then append")
     # Prometheus /metrics (telemetry/prometheus.py): --prometheus PORT, --prometheus-addr, --prometheus-per-rank.
@@ -390,7 +390,8 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
         print(f"pardash hub: {exc}", file=sys.stderr)
         return 2
     except zmq.ZMQError as exc:
-        print(f"pardash hub: cannot bind {ns.bind}:{ns.port or '*'} ({exc}); choose another --port", file=sys.stderr)
+        fix = "choose another --port" if exc.errno == zmq.EADDRINUSE else "check --bind (an address of this machine)"
+        print(f"pardash hub: cannot bind {ns.bind}:{ns.port or '*'} ({exc}); {fix}", file=sys.stderr)
         return 2
     if hub.recorder is not None and hub.recorder.error:
         if not getattr(ns, "resume", False):

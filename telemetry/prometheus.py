@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Iterator
 
+from . import cliargs
 from .security import metrics_refusal
 from .state import STATUSES, mem_device_bytes, mem_full_bytes, mem_held_bytes
 from .summary import samples_per_s, zero_expected_bytes
@@ -228,7 +229,7 @@ def serve_metrics(core: "HubCore", port: int, *, addr: str = "127.0.0.1", per_ra
 
 def add_arguments(p) -> None:
     """``--prometheus PORT``, ``--prometheus-addr``, ``--prometheus-per-rank`` (hub, launch, simulate)."""
-    p.add_argument("--prometheus", type=int, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port)")
+    p.add_argument("--prometheus", type=cliargs.port, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port)")
     p.add_argument("--prometheus-addr", default="127.0.0.1", metavar="ADDR", help="address /metrics binds (default 127.0.0.1; beyond loopback only with --insecure: /metrics has no authentication)")
     p.add_argument("--prometheus-per-rank", action="store_true", help="add per-rank series (pardash_rank_*; one series per rank and metric)")
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import psutil
 
 from helpers import pardash_env, wait_for
 from pardash.telemetry import registry, schema
@@ -51,21 +52,26 @@ def test_hub_killed_mid_run_is_restarted_and_the_log_carries_on(tmp_path):
     assert max(s.step for s in _steps(log, 0)) == 150
 
 
-def test_a_job_stopped_with_ctrl_c_exits_143_and_blames_no_rank(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_job_stopped_with_ctrl_c_exits_143_and_blames_no_rank(tmp_path, sig):
     # Ctrl-C: the launcher stops the job (SIGTERM to torchrun, which passes it on), says so,
     # and exits as the shell would for SIGTERM, 128 + 15 (not -15's byte, 241). The report of
-    # such a run names no rank as the root cause: every rank was stopped.
+    # such a run names no rank as the root cause: every rank was stopped. A SIGTERM to a
+    # headless launch (`timeout`, a cancelled CI job) does the same: nothing is left running.
     from pardash.telemetry.report import build_report
 
     log = tmp_path / "run.jsonl"
     p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "100000")
     wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.3)
-    p.send_signal(signal.SIGINT)
+    run = registry.live_runs()[0]
+    p.send_signal(sig)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 143, err[-2000:]
     assert "stopped by you (exit code 143)" in err
     rep = build_report(str(log))
     assert rep["failure"] is None
+    assert not registry.live_runs()
+    assert not psutil.pid_exists(run["pid"]) or psutil.Process(run["pid"]).status() == psutil.STATUS_ZOMBIE  # the hub
 
 
 def test_viewer_killed_the_job_and_log_go_on(tmp_path):

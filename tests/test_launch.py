@@ -76,6 +76,10 @@ def test_ddp_holds_everything_and_learns(shared_run):
         (["--nproc", "0"], "--nproc 0"),
         (["--device", "cuda"], "no NVIDIA GPU"),
         (["--log", "/proc/nope/run.jsonl"], "cannot write the log"),
+        (["--master-port", "70000"], "argument --master-port: 70000 is not a port (0-65535)"),
+        (["--telemetry-port", "65535"], "a hub takes PORT..PORT+2, so at most 65533"),
+        (["--prometheus", "-1"], "argument --prometheus: -1 is not a port"),
+        (["--every", "0"], "argument --every: 0 must be above 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
@@ -150,3 +154,25 @@ def test_a_torchrun_killed_by_a_signal_exits_as_the_shell_says():
     from pardash.trainer.launcher import exit_status
 
     assert [exit_status(c) for c in (-15, -9, -2, 0, 1, 3)] == [143, 137, 130, 0, 1, 3]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["hub", "--frame-hz", "0"], "argument --frame-hz: 0 must be above 0"),
+        (["hub", "--port", "70000"], "argument --port: 70000 is not a port (0-65535)"),
+        (["hub", "--bind", "999.1.1.1", "--insecure", "--no-registry"], "check --bind"),
+        (["simulate", "--port", "65534"], "a hub takes PORT..PORT+2"),
+        (["simulate", "--rate", "nan"], "'nan' is not a finite number"),
+    ],
+)
+def test_bad_numbers_and_addresses_are_one_line_and_exit_2(tmp_path, args, needle):
+    # Before, a port past 65535 reached bind() (a traceback) or wrapped round, a frame rate of
+    # 0 divided by zero, and an address not of this machine was blamed on the port.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", *args, *(["--log", str(tmp_path / "x.jsonl")] if args[0] == "hub" else [])],
+        capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr

@@ -1,0 +1,41 @@
+"""Value types for the command lines' numbers (``type=`` of argparse): a bad value is a
+one-line usage error naming the flag, never a traceback from deep inside (a port past 65535
+reached the socket's bind, a frame rate of 0 a division)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _number(text: str, kind: type) -> int | float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0-65535 (0: a free one)."""
+    n = _number(text, int)
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{n} is not a port (0-65535)")
+    return n
+
+
+def hub_port(text: str) -> int:
+    """A hub's ingest port: the hub also takes the next two, so 0-65533 (0: free ones)."""
+    n = port(text)
+    if n > 65533:
+        raise argparse.ArgumentTypeError(f"{n}: a hub takes PORT..PORT+2, so at most 65533")
+    return n
+
+
+def positive(text: str) -> float:
+    """A number above 0 (a rate, an interval)."""
+    x = _number(text, float)
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"{x:g} must be above 0")
+    return x
