@@ -190,8 +190,9 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             # None: the app ended some other way (crashed, terminal gone). The job must not
             # die with its viewer, so that counts as a detach.
             if choice in ("detach", None):
-                print(f"{PROG}: detached; the job goes on. `{PROG} attach {spec.run_id}` to watch it again, log {spec.log_path}")
-                return 0
+                how = "the viewer ended on an error" if app.return_code else "detached"
+                print(f"{PROG}: {how}; the job goes on. `{PROG} attach {spec.run_id}` to watch it again, log {spec.log_path}")
+                return app.return_code or 0
             job.stop()
             code = job.wait()
     finally:
@@ -256,8 +257,9 @@ def cmd_ps(ns: argparse.Namespace) -> int:
 def _run_tui(source, *, title: str) -> int:
     from pardash.tui.app import make_app
 
-    make_app(source, launched=False, title=title).run()
-    return 0
+    app = make_app(source, launched=False, title=title)
+    app.run()
+    return app.return_code or 0  # 1 when the app ended on an error (Textual printed it)
 
 
 def cmd_attach(ns: argparse.Namespace) -> int:

@@ -281,6 +281,7 @@ class RowBuilder:
             self._state, self._state_id = state, id(state)
             self._ranks, self._by_rank = [], {}
             self._notes, self._nodes, self._exit_marked = [], 0, False
+            self.layout_gen += 1  # the places go too (a seek to before any rank leaves none)
             changed = None
         if len(self._ranks) != len(state.ranks):
             by_rank = self._by_rank

@@ -150,3 +150,24 @@ def test_a_finished_run_shows_the_rate_it_ran_at():
     end = summarize(src)
     assert all(r.finished for r in src.state.ranks.values())
     assert end.samples_per_s_avg and 0.5 * mid.samples_per_s < end.samples_per_s < 2 * mid.samples_per_s
+
+
+async def test_seeking_back_to_before_any_rank_empties_the_grid_and_forward_fills_it():
+    # The grid kept the places of the ranks a seek back to the log's start had removed, and
+    # drew them from rows that were no longer there (a crash, exit code 0).
+    src = ReplaySource(str(DATA / "run4.jsonl"))
+    src.seek(20.0)
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert len(src.state.ranks) == 4
+        before = grid_text(app)
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        await pilot.pause()
+        assert src.position_s == 0.0 and not src.state.ranks
+        assert app.is_running and grid_text(app) != before
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await pilot.pause()
+        assert src.position_s == 20.0 and len(src.state.ranks) == 4
+        assert grid_text(app) == before
