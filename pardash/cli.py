@@ -138,12 +138,21 @@ def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
+def _headless_without_terminal(ns: argparse.Namespace) -> None:
+    """Without a terminal (CI, nohup, a pipe) nobody could see the TUI or quit it, and the
+    command would wait for its `q` for ever: progress lines instead, said once."""
+    if not ns.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print(f"{PROG}: no terminal here, so progress lines instead of the TUI (as --headless)", file=sys.stderr, flush=True)
+        ns.headless = True
+
+
 def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     from pardash.telemetry.client import HubClient
     from pardash.trainer.launcher import LaunchError, start
 
     _check_prometheus(ns)
     spec = prepare_launch(ns, script)
+    _headless_without_terminal(ns)
     _prometheus_spec(ns, spec)
     if not ns.headless:
         spec.output = os.path.join(spec.run_dir, "output.log")
@@ -269,6 +278,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         client = HubClient.attach(ns.target)
     except AttachError as exc:
         fail(str(exc))
+    _headless_without_terminal(ns)
     if ns.headless:
         from pardash.telemetry.printer import ProgressPrinter, follow_attached, run_over
 
@@ -290,6 +300,8 @@ def cmd_replay(ns: argparse.Namespace) -> int:
 
     if not os.path.isfile(ns.log):
         fail(f"{ns.log}: no such log file")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        fail(f"replay shows the TUI, which needs a terminal; for a summary without one: {PROG} report {ns.log}")
     if ns.speed <= 0:
         fail(f"--speed {ns.speed}: must be above 0")
     try:
@@ -426,6 +438,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         fail(str(exc))
+    _headless_without_terminal(ns)
     run_id = "sim-" + registry.new_run_id()
     # A simulated job is for watching, and its log grows fast (about 430 MB a minute at 1024
     # ranks x 10 steps/s): none unless asked for. The hub still encodes every record.

@@ -176,3 +176,20 @@ def test_bad_numbers_and_addresses_are_one_line_and_exit_2(tmp_path, args, needl
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_without_a_terminal_launch_prints_progress_lines_and_ends(tmp_path):
+    # In CI, under nohup or into a pipe nobody can see the TUI or press its `q`: the launch
+    # used to write the TUI's escape codes into the file and wait for a key for ever.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "3", "--runs-dir", str(tmp_path / "runs")],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no terminal here, so progress lines instead of the TUI" in proc.stderr
+    assert "pardash: done, 1 rank(s), step 3" in proc.stdout and "\x1b[" not in proc.stdout
+    replay = subprocess.run(
+        [sys.executable, "-m", "pardash", "replay", *map(str, (tmp_path / "runs").glob("*/telemetry.jsonl"))],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert replay.returncode == 2 and "needs a terminal" in replay.stderr and "pardash report" in replay.stderr
