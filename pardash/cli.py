@@ -67,6 +67,26 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
             fail(str(exc))
         if cfg.device == "cuda" and _gpu_count() == 0:
             fail("--device cuda: no NVIDIA GPU is visible here; use --device cpu (or auto)")
+        if cfg.precision == "bf16" and _gpu_count() == 0:
+            fail("--precision bf16 needs a GPU and none is visible here; use --precision fp32")
+    elif _trainer_flags_given(cfg):
+        given = ", ".join(_trainer_flags_given(cfg))
+        fail(f"{given}: the bundled trainer's flags, which your script would not see; pass your script's own flags after `--`")
+    elif script and not os.path.isfile(script[0]):
+        fail(f"{script[0]}: no such script (the command after `--` is run as `python SCRIPT ARGS`)")
+    elif ns.module:
+        import importlib.util
+
+        top = ns.module.split(".")[0]
+        sys.path.insert(0, os.getcwd())  # where torchrun's `python -m` looks first
+        try:
+            found = importlib.util.find_spec(top) is not None  # the top level only: nothing is imported
+        except (ImportError, ValueError):
+            found = False
+        finally:
+            sys.path.pop(0)
+        if not found:
+            fail(f"-m {ns.module}: no module {top!r} here (run from the folder that holds it, or install it)")
     if ns.master_port is not None and ns.node_rank == 0:
         host = ns.master_addr or "127.0.0.1"
         if not _port_free("0.0.0.0" if host not in ("127.0.0.1", "localhost") else "127.0.0.1", ns.master_port):
@@ -113,6 +133,15 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     except LaunchError as exc:
         fail(str(exc))
     return spec
+
+
+def _trainer_flags_given(cfg) -> list[str]:
+    """The bundled trainer's flags set away from their defaults (with a script of one's own they
+    would be silently ignored)."""
+    import dataclasses
+
+    default = type(cfg)()
+    return [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(default, f.name)]
 
 
 def _check_security(bind: str, curve_dir: str | None, insecure: bool, *, hub: bool) -> str:

@@ -469,4 +469,5 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     if f is None:
         return f"pardash: the job failed with exit code {code}; {log}"
     # The error's text is in the ranks' output just above: the line names who and where.
-    return f"pardash: {failure_line(f, error=False)} (exit code {code}); {log}"
+    # The launch's own exit code is torchrun's, not the rank's (which the line names): say whose.
+    return f"pardash: {failure_line(f, error=False)}; the job's exit code {code}; {log}"

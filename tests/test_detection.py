@@ -87,6 +87,7 @@ def test_injected_crash_gives_a_one_line_cause(tmp_path):
     assert proc.returncode != 0
     last = [line for line in proc.stderr.splitlines() if line.startswith("pardash:")][-1]
     assert last.startswith("pardash: rank 1 exited with code 1 at step 20"), last
+    assert f"; the job's exit code {proc.returncode}; log " in last  # torchrun's, not the rank's
     errors = [m for m in msgs if isinstance(m, schema.Event) and m.name == "error" and m.rank == 1]
     assert errors and "injected crash on rank 1 at step 20" in errors[0].message
     assert errors[0].traceback and "InjectedCrash" in errors[0].traceback

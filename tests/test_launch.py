@@ -10,6 +10,7 @@ import pytest
 
 from helpers import pardash_env
 from pardash.telemetry import schema
+from pardash.cli import _gpu_count
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shared_run")]  # one worker makes the shared launches
 
@@ -193,3 +194,23 @@ def test_without_a_terminal_launch_prints_progress_lines_and_ends(tmp_path):
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
     )  # fmt: skip
     assert replay.returncode == 2 and "needs a terminal" in replay.stderr and "pardash report" in replay.stderr
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--", "nope.py"], "nope.py: no such script"),
+        (["-m", "nope_mod", "--"], "-m nope_mod: no module 'nope_mod' here"),
+        (["--strategy", "fsdp", "--steps", "5", "--", "train.py"], "--strategy, --steps: the bundled trainer's flags"),
+        pytest.param(["--precision", "bf16"], "--precision bf16 needs a GPU and none is visible here",
+                     marks=pytest.mark.skipif(bool(_gpu_count()), reason="a GPU is visible")),
+    ],
+)  # fmt: skip
+def test_what_cannot_run_is_refused_before_the_job_starts(tmp_path, args, needle):
+    # These used to start the hub, torchrun and every rank, to end in 40 lines of tracebacks.
+    cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--runs-dir", str(tmp_path / "runs"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
