@@ -72,7 +72,7 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     elif _trainer_flags_given(cfg):
         given = ", ".join(_trainer_flags_given(cfg))
         fail(f"{given}: the bundled trainer's flags, which your script would not see; pass your script's own flags after `--`")
-    elif script and not os.path.isfile(script[0]):
+    elif script and not ns.module and not os.path.isfile(script[0]):
         fail(f"{script[0]}: no such script (the command after `--` is run as `python SCRIPT ARGS`)")
     elif ns.module:
         import importlib.util

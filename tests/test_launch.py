@@ -201,6 +201,7 @@ def test_without_a_terminal_launch_prints_progress_lines_and_ends(tmp_path):
     [
         (["--", "nope.py"], "nope.py: no such script"),
         (["-m", "nope_mod", "--"], "-m nope_mod: no module 'nope_mod' here"),
+        (["-m", "nope_mod", "--", "--lr", "3e-4"], "-m nope_mod: no module 'nope_mod' here"),  # not "--lr: no such script"
         (["--strategy", "fsdp", "--steps", "5", "--", "train.py"], "--strategy, --steps: the bundled trainer's flags"),
         pytest.param(["--precision", "bf16"], "--precision bf16 needs a GPU and none is visible here",
                      marks=pytest.mark.skipif(bool(_gpu_count()), reason="a GPU is visible")),
