@@ -188,12 +188,12 @@ def progress_stats(st) -> str:
 
 def rate_text(st) -> str:
     """Samples a second now; once every rank is done, what they ran at over their last steps
-    ("avg"); '' before a first step."""
+    ("at the end": not the run's average, which `pardash report` gives); '' before a first step."""
     sps = samples_per_s(st)
     if sps > 0:
         return f"{sps:,.0f} samples/s"
     recent = samples_per_s_recent(st)
-    return f"{recent:,.0f} samples/s avg" if recent > 0 else ""
+    return f"{recent:,.0f} samples/s at the end" if recent > 0 else ""
 
 
 def progress_line(st, elapsed_s: float) -> str:

@@ -228,7 +228,7 @@ def test_report_command_formats(tmp_path):
 # -- headless progress: a bar on a terminal, lines elsewhere ---------------------------------
 
 SIM = ["simulate", "--headless", "--ranks", "4", "--steps", "40", "--rate", "20", "--every", "0.5"]
-PLAIN_LINE = re.compile(r"^\[\s*\d+\.\ds\] step \d+/40 \| (?:[\d,]+ samples/s(?: avg)? \| )?step ms min/med/max [\d.]+/[\d.]+/[\d.]+ \|")
+PLAIN_LINE = re.compile(r"^\[\s*\d+\.\ds\] step \d+/40 \| (?:[\d,]+ samples/s(?: at the end)? \| )?step ms min/med/max [\d.]+/[\d.]+/[\d.]+ \|")
 
 
 def test_a_finished_run_shows_the_rate_it_ran_at():
@@ -242,7 +242,7 @@ def test_a_finished_run_shows_the_rate_it_ran_at():
     for r in (0, 1):
         st.apply(schema.Event(run="r", rank=r, name="exit", code=0, t=1002.0), 0.0)
     line = progress_line(st, 2.5)
-    assert "| 640 samples/s avg |" in line and "2 finished" in line, line
+    assert "| 640 samples/s at the end |" in line and "2 finished" in line, line
 
 
 def test_progress_is_plain_lines_when_piped(tmp_path):
@@ -251,7 +251,7 @@ def test_progress_is_plain_lines_when_piped(tmp_path):
     lines = [line for line in p.stdout.splitlines() if PLAIN_LINE.match(line)]
     assert lines, p.stdout
     # Once done, never "0 samples/s": the rate the ranks ran at over their last steps.
-    assert "finished" in lines[-1] and re.search(r"\| [1-9][\d,]* samples/s avg \|", lines[-1]), lines[-1]
+    assert "finished" in lines[-1] and re.search(r"\| [1-9][\d,]* samples/s at the end \|", lines[-1]), lines[-1]
     assert any(re.search(r"\| [1-9][\d,]* samples/s \|", line) for line in lines[:-1])
     assert "\x1b[" not in p.stdout  # no terminal control codes in a log file
 

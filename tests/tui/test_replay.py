@@ -133,7 +133,7 @@ async def test_detail_moves_to_the_next_and_previous_rank_and_back():
 
 def test_a_finished_run_shows_the_rate_it_ran_at():
     # While ranks work the header shows their rate now; once every rank is done it shows what
-    # they ran at over their last steps, marked "avg", rather than nothing.
+    # they ran at over their last steps, marked "at the end", rather than nothing.
     from pardash.tui.widgets.run_header import summarize
 
     from pardash.telemetry import schema

@@ -284,7 +284,7 @@ class RunHeader(CachedStyles, Widget):
             what[-1] += f" on {s.nodes} nodes"
         first.append([(" · ".join(what), self._s("value"))])
         first.append(self._pair("step", fmt_count(s.step)))
-        first.append(self._pair("samples/s", fmt_rate(s.samples_per_s) + (" avg" if s.samples_per_s_avg else "")))
+        first.append(self._pair("samples/s", fmt_rate(s.samples_per_s) + (" at the end" if s.samples_per_s_avg else "")))
         first.append(self._pair("elapsed", fmt_duration(s.elapsed_s)))
         if s.device:
             first.append([(s.device, self._s("label"))])
