@@ -57,3 +57,38 @@ def test_a_rank_that_says_it_twice_is_named_once():
 
     twice = [schema.Event(rank=3, name="warning", message="slow disk") for _ in range(2)]
     assert [event_line(*entry) for entry in group_alike(twice)] == ["[warning] rank 3: slow disk"]
+
+
+async def test_a_line_wrapped_before_the_scrollbar_came_keeps_its_last_character():
+    # The log wrapped lines to its whole width; once enough lines came for a scrollbar, that
+    # took the last column and hid the last character of every line wrapped before.
+    from textual.app import App
+
+    from pardash.telemetry.state import RunState
+    from pardash.tui.widgets.event_log import EventLog
+
+    long = "RuntimeError: " + "".join(chr(97 + i % 26) for i in range(150))
+
+    class One(App):
+        CSS = "EventLog { width: 40; height: 8; }"
+
+        def compose(self):
+            yield EventLog()
+
+    app = One()
+    async with app.run_test(size=(60, 12)) as pilot:
+        st, log = RunState(), app.query_one(EventLog)
+        st.apply(schema.Event(rank=1, seq=1, name="error", message=long, t=2.0, hseq=1), 0.0)
+        log.sync(st)
+        await pilot.pause()
+        width_then = log.scrollable_content_region.width
+        for i in range(12):
+            st.apply(schema.Event(rank=-1, seq=-1, name="hub", message=f"note {i}", t=3.0 + i, hseq=2 + i), 0.0)
+        log.sync(st)
+        await pilot.pause()
+        assert log.show_vertical_scrollbar
+        width = log.scrollable_content_region.width
+        assert width == width_then
+        texts = [strip.text.rstrip() for strip in log.lines]
+        assert max(map(len, texts)) <= width
+        assert long.replace(" ", "") in "".join(texts).replace(" ", "")  # every character, in order

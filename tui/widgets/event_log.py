@@ -85,6 +85,9 @@ class EventLog(CachedStyles, RichLog):
         overflow-y: auto;
         scrollbar-size-vertical: 1;
         scrollbar-background: $surface;
+        /* The scrollbar's column is kept from the start: a line wrapped before the log
+           needed it would lose its last character under it. */
+        scrollbar-gutter: stable;
     }
     EventLog > .event-log--time { color: $text-muted; }
     EventLog > .event-log--info { color: $foreground; }
