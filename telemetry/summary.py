@@ -8,11 +8,12 @@ from .state import RunState, mem_full_bytes, mem_held_bytes
 
 
 def samples_per_s(state: RunState) -> float:
-    """Samples a second across ranks, from each rank's latest step."""
+    """Samples a second across ranks, from each working rank's latest step (a stalled or
+    silent rank's last step is no rate)."""
     total = 0.0
     for r in state.ranks.values():
         s = r.step
-        if s is not None and s.step_s > 0 and r.exit_code is None and not r.finished:
+        if s is not None and s.step_s > 0 and r.exit_code is None and not r.finished and r.stalled is None and r.silent is None:
             total += s.samples / s.step_s
     return total
 

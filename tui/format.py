@@ -119,7 +119,7 @@ def fmt_rate(per_s: float | None) -> str:
         return f"{x / 1e6:.2f}M"
     if x >= 1e4:
         return f"{x / 1e3:.1f}k"
-    if x >= 100:
+    if x >= 100 or x == 0:
         return f"{x:.0f}"
     return f"{x:.1f}"
 

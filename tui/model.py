@@ -140,6 +140,8 @@ def _known(values: list[float]) -> list[float]:
 _LIVE = (st.RUNNING, st.STRAGGLER, st.STALLED)
 """Statuses whose self time sets the pace (gone ranks are left out of the others' median)."""
 _GONE = (st.EXITED, st.FINISHED, st.SILENT)
+_NO_RATE = (*_GONE, st.STALLED)
+"""Statuses whose last step is no rate of the run's (a stalled rank's moves nothing)."""
 
 
 class _Rank:
@@ -365,7 +367,7 @@ class RowBuilder:
                 n = step.step
                 if n < slowest:
                     slowest = n
-                if step.samples and step.step_s > 0 and status not in _GONE:
+                if step.samples and step.step_s > 0 and status not in _NO_RATE:
                     total += step.samples / step.step_s
                     seen_rate = True
             e.self_s = self_s
@@ -573,7 +575,6 @@ def run_totals(state: st.RunState) -> RunTotals:
     slowest: int | None = None
     total = 0.0
     seen = False
-    gone = (st.EXITED, st.FINISHED, st.SILENT)
     for r in state.ranks.values():
         status = r.status
         counts[status] = counts.get(status, 0) + 1
@@ -588,7 +589,7 @@ def run_totals(state: st.RunState) -> RunTotals:
         if step is not None:
             if slowest is None or step.step < slowest:
                 slowest = step.step
-            if step.samples and step.step_s > 0 and status not in gone:
+            if step.samples and step.step_s > 0 and status not in _NO_RATE:
                 total += step.samples / step.step_s
                 seen = True
     return RunTotals(counts, len(nodes), slowest or 0, total if seen else None, notes)

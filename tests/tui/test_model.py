@@ -93,6 +93,32 @@ def test_throughput_sums_samples_over_step_time():
     assert throughput(_state()) == pytest.approx(4 * 8 / 0.2)
 
 
+def test_a_stuck_run_moves_no_samples_and_a_finished_one_says_what_it_ran_at():
+    # The header and the progress lines kept the stalled ranks' last rate on screen for as
+    # long as the stall lasted.
+    from types import SimpleNamespace
+
+    from pardash.telemetry.frames import HubStats
+    from pardash.telemetry.printer import rate_text
+    from pardash.tui.widgets.run_header import summarize
+
+    st = _state()
+    src = SimpleNamespace(state=st, stats=HubStats(), live=False)
+    st.apply(schema.Verdict(rank=1, verdict="stalled", cause="data", step=4), 0)
+    assert throughput(st) == pytest.approx(3 * 8 / 0.2) and rate_text(st) == "120 samples/s"
+    for r in (0, 2, 3):
+        st.apply(schema.Verdict(rank=r, verdict="stalled", cause="comm", step=4), 0)
+    assert throughput(st) is None
+    s = summarize(src)
+    assert s.samples_per_s == 0.0 and not s.samples_per_s_avg
+    assert rate_text(st) == "0 samples/s"
+    for r in range(4):  # the ranks come back, then all finish: the rate they ran at, "at the end"
+        st.apply(schema.Verdict(rank=r, verdict="resumed", step=4), 0)
+        st.apply(schema.Event(rank=r, name="exit", code=0, step=4), 0)
+    s = summarize(src)
+    assert s.samples_per_s_avg and s.samples_per_s > 0 and rate_text(st).endswith("samples/s at the end")
+
+
 def test_memory_savings_follow_zero_arithmetic():
     s = memory_savings(_state(world=4, params=1000))
     assert s is not None and s.sharded

@@ -65,7 +65,7 @@ class MemorySummary(CachedStyles, Widget):
         if s.buckets_bytes:
             lines.append(self._row("buckets", fmt_bytes(s.buckets_bytes), "DDP buckets, extra"))
         # A total, like "held": what the same ranks would hold with a full copy each.
-        lines.append(self._row("unsharded", fmt_bytes(s.full_bytes), f"across {n} rank{'s' if n != 1 else ''}, a full copy each"))
+        lines.append(self._row("unsharded", fmt_bytes(s.full_bytes), f"{n} full cop{'ies' if n != 1 else 'y'}"))
         ratio = s.ratio
         if s.saving_bytes > 0 and (ratio or 0) > 1.05:
             lines.append(self._row("saving", fmt_bytes(s.saving_bytes), f"· {fmt_ratio(ratio)} less", "good"))

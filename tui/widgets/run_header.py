@@ -112,9 +112,12 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
         device = hello.device_name or hello.device
     sps, avg = totals.samples_per_s, False
     if sps is None and counts and not counts.get(st.RUNNING) and not counts.get(st.STARTING):
-        recent = samples_per_s_recent(state)  # every rank is done (or stuck): what it ran at
-        if recent > 0:
-            sps, avg = recent, True
+        if counts.get(st.STALLED) or counts.get(st.SILENT):
+            sps = 0.0  # stuck: nothing moves (the rate of their last steps would say otherwise)
+        else:
+            recent = samples_per_s_recent(state)  # every rank is done: what it ran at
+            if recent > 0:
+                sps, avg = recent, True
     return RunSummary(
         run_id=state.run_id or getattr(source, "run_id", ""),
         strategy=state.strategy,
