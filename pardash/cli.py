@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from typing import NoReturn, Sequence
@@ -163,6 +164,12 @@ def _check_security(bind: str, curve_dir: str | None, insecure: bool, *, hub: bo
     return os.path.abspath(curve_dir) if curve_dir else ""
 
 
+JOB_STOP_WAIT_S = 60.0
+"""How long an attached viewer that stops a job waits for it to end (torchrun's grace is 10 s)."""
+JOB_END_WAIT_S = 15.0
+"""How long a viewer that quits after every rank is done waits for the job to end."""
+
+
 def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
@@ -227,12 +234,18 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             choice = app.run()
             # None: the app ended some other way (crashed, terminal gone). The job must not
             # die with its viewer, so that counts as a detach.
+            if choice == "over":  # every rank is done: the job ends by itself
+                try:
+                    code = job.wait(JOB_END_WAIT_S)
+                except subprocess.TimeoutExpired:  # torchrun restarting them (--max-restarts)
+                    choice = "detach"
             if choice in ("detach", None):
                 how = "the viewer ended on an error" if app.return_code else "detached"
                 print(f"{PROG}: {how}; the job goes on. `{PROG} attach {spec.run_id}` to watch it again, log {spec.log_path}")
                 return app.return_code or 0
-            job.stop()
-            code = job.wait()
+            if choice != "over":
+                job.stop()
+                code = job.wait()
     finally:
         client.close()
     from pardash.telemetry.printer import outcome_line
@@ -321,7 +334,27 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         finally:
             client.close()
         return 0 if run_over(client.state) else 1
-    return _run_tui(client, title=f"pardash attach {client.run_id or ns.target or ''}")
+    # A job `pardash launch` started can be stopped from any viewer, as from the one that
+    # launched it (which may have detached): its supervisor is in the registry.
+    entry = next((e for e in registry.live_runs() if client.run_id and e.get("run_id") == client.run_id), {})
+    supervisor = int(entry.get("supervisor_pid") or 0)
+    from pardash.tui.app import make_app
+
+    app = make_app(client, launched=bool(supervisor), title=f"pardash attach {client.run_id or ns.target or ''}")
+    choice = app.run()
+    if choice == "stop" and supervisor:
+        print(f"{PROG}: stopping run {client.run_id}...", flush=True)
+        try:
+            os.kill(supervisor, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        end = time.monotonic() + JOB_STOP_WAIT_S
+        while registry.pid_alive(supervisor) and time.monotonic() < end:
+            time.sleep(0.2)
+        if registry.pid_alive(supervisor):
+            fail(f"run {client.run_id} did not stop within {JOB_STOP_WAIT_S:.0f} s; its supervisor is pid {supervisor}", 1)
+        print(f"{PROG}: stopped run {client.run_id}; log {entry.get('log', '')}")
+    return app.return_code or 0
 
 
 def cmd_replay(ns: argparse.Namespace) -> int:
@@ -445,7 +478,6 @@ def cmd_export(ns: argparse.Namespace) -> int:
 
 def cmd_simulate(ns: argparse.Namespace) -> int:
     import dataclasses
-    import subprocess
 
     from pardash.telemetry.client import HubClient
     from pardash.telemetry.simulate import SimConfig, log_bytes_per_minute, parse_rank_step

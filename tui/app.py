@@ -20,11 +20,12 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from pardash.telemetry.client import Source
+from pardash.telemetry.printer import run_over
 
 from .messages import RunUpdated
 from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
-from .screens.quit import QuitScreen
+from .screens.quit import OVER, QuitScreen
 
 POLL_S = 0.1
 """How often the app asks the source for new frames (the hub sends at most 10 a second); a
@@ -60,7 +61,7 @@ class PardashApp(App[str | None]):
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit", tooltip="Quit (a launched job asks: stop or detach)"),
+        Binding("q", "quit", "Quit", tooltip="Quit (a job pardash launched asks: stop or detach)"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("space", "pause", "Pause", tooltip="Pause or resume the replay"),
         Binding("plus,equals_sign", "speed(1)", "Faster", key_display="+", show=False),
@@ -221,6 +222,9 @@ class PardashApp(App[str | None]):
             self._leave(QUIT)
             return
         if isinstance(self.screen, QuitScreen):
+            return
+        if run_over(self.source.state):
+            self._leave(OVER)  # every rank is done: no job to stop or leave running
             return
         run_id = self.source.state.run_id
         self.push_screen(QuitScreen(run_id), self._quit_chosen)

@@ -136,3 +136,15 @@ async def test_replay_keys_do_nothing_on_a_live_run():
         assert isinstance(app.screen, DashboardScreen)
         assert not hasattr(src, "paused") and not hasattr(src, "speed")
         assert app.check_action("pause", ()) is False
+
+
+async def test_q_after_every_rank_is_done_leaves_without_asking():
+    # The dialog offered to stop a job whose ranks had all finished, and "detach" then said
+    # the job goes on.
+    chosen: list[str] = []
+    app = replay_app("dp1.jsonl", launched=True, on_exit_choice=chosen.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        assert not isinstance(app.screen, QuitScreen)
+    assert app.return_value == "over" and chosen == ["over"]

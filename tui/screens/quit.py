@@ -13,6 +13,8 @@ from textual.widgets import Button, Label
 
 STOP = "stop"
 DETACH = "detach"
+OVER = "over"
+"""Leaving once every rank has finished or exited: nothing to stop (the dialog is not shown)."""
 
 
 class QuitScreen(ModalScreen[str | None]):
