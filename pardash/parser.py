@@ -18,6 +18,11 @@ class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: what is wrong and where help is, exit code 2."""
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            # torchrun's habit, `torchrun --nproc-per-node 2 train.py`: pardash takes the script after `--`
+            script = next((a for a in message.split()[2:] if a.endswith(".py")), None)
+            if script:
+                self.exit(2, f"{self.prog}: error: {message}; a script goes after `--`: {PROG} launch [OPTIONS] -- {script} [ITS ARGS]\n")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -30,6 +35,7 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "launch",
         help="run the bundled trainer (or your script) under torchrun and watch it",
+        usage="%(prog)s [OPTIONS] [-- SCRIPT [ARGS] | -m MODULE -- [ARGS]]",
         description=(
             "Run the bundled trainer (single, dp, ddp or fsdp) under torchrun, or any torchrun "
             "script after `--`, with a hub recording every rank's telemetry and the TUI (or, "
