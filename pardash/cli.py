@@ -360,8 +360,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
 def cmd_replay(ns: argparse.Namespace) -> int:
     from pardash.telemetry.client import AttachError, ReplaySource
 
-    if not os.path.isfile(ns.log):
-        fail(f"{ns.log}: no such log file")
+    ns.log = find_log(ns.log)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         fail(f"replay shows the TUI, which needs a terminal; for a summary without one: {PROG} report {ns.log}")
     if ns.speed <= 0:
@@ -390,12 +389,37 @@ def _report_of(path: str) -> dict:
     return rep
 
 
+LOG_NAME = "telemetry.jsonl"
+
+
+def find_log(what: str, runs_dir: str = "runs") -> str:
+    """The log a user means: a log file, a run's folder (its telemetry.jsonl), or a run id (or
+    its unique prefix) under ``runs_dir`` or in the registry of live runs, as `launch` prints it
+    and `ps` lists it. Fails with one line when none is found."""
+    if os.path.isfile(what):
+        return what
+    if os.path.isdir(what):
+        inside = os.path.join(what, LOG_NAME)
+        if os.path.isfile(inside):
+            return inside
+        fail(f"{what}: a folder without a {LOG_NAME} (a run's folder holds one)")
+    found = {e["log"] for e in registry.live_runs() if str(e.get("run_id", "")).startswith(what) and e.get("log")}
+    if os.path.isdir(runs_dir) and os.sep not in what:
+        found |= {os.path.join(runs_dir, d, LOG_NAME) for d in os.listdir(runs_dir) if d.startswith(what)}
+    found = {p for p in found if os.path.isfile(p)}
+    if len(found) == 1:
+        return found.pop()
+    if found:
+        fail(f"{what}: matches {len(found)} runs ({', '.join(sorted(found)[:3])}{', ...' if len(found) > 3 else ''}); give more of the id")
+    fail(f"{what}: no such log file, run folder or run id (runs are in ./{runs_dir}; `{PROG} ps` lists live ones)")
+
+
 def cmd_report(ns: argparse.Namespace) -> int:
     from pardash.telemetry.report import render_markdown, render_text
 
-    for path in (ns.log, ns.compare):
-        if path is not None and not os.path.isfile(path):
-            fail(f"{path}: no such log file")
+    ns.log = find_log(ns.log)
+    if ns.compare is not None:
+        ns.compare = find_log(ns.compare)
     rep = _report_of(ns.log)
     if ns.compare is not None:
         from pardash.telemetry.compare import compare_reports, render_compare_markdown, render_compare_text
@@ -465,6 +489,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
 def cmd_export(ns: argparse.Namespace) -> int:
     from pardash.telemetry.export import ExportError, export_tensorboard
 
+    ns.log = find_log(ns.log)
     try:
         res = export_tensorboard(ns.log, ns.tensorboard)
     except ExportError as exc:

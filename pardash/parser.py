@@ -133,13 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--json", action="store_true", help="print the registry entries as JSON")
 
     r = sub.add_parser("replay", help="the TUI over a recorded log")
-    r.add_argument("log", help="telemetry.jsonl of a run")
+    r.add_argument("log", help="a run's telemetry.jsonl, its folder, or its run id")
     r.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
 
     rep = sub.add_parser("report", help="per-rank summary of a recorded log")
-    rep.add_argument("log", help="telemetry.jsonl of a run")
+    rep.add_argument("log", help="a run's telemetry.jsonl, its folder, or its run id")
     rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
-    rep.add_argument("--compare", default=None, metavar="LOG_B", help="set this second run beside the first (DDP against FSDP, before against after)")
+    rep.add_argument("--compare", default=None, metavar="LOG_B", help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after)")
 
     k = sub.add_parser(
         "keys",
@@ -156,6 +156,6 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_parser(sub)
 
     ex = sub.add_parser("export", help="write a recorded log's per-rank scalars for TensorBoard")
-    ex.add_argument("log", help="telemetry.jsonl of a run")
+    ex.add_argument("log", help="a run's telemetry.jsonl, its folder, or its run id")
     ex.add_argument("--tensorboard", required=True, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
     return p

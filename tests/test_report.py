@@ -222,7 +222,27 @@ def test_report_command_formats(tmp_path):
     row = next(line for line in cmp.stdout.splitlines() if line.startswith("parameters a rank"))
     assert "-50.0%" in row and "better" in row
     missing = _pardash("report", str(log), "--compare", str(tmp_path / "nope.jsonl"))
-    assert missing.returncode == 2 and missing.stderr.strip().endswith("nope.jsonl: no such log file")
+    assert missing.returncode == 2 and "nope.jsonl: no such log file, run folder or run id" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_is_found_by_its_folder_or_its_run_id(tmp_path):
+    # `launch` prints the run id and the folder; report, replay and export took only the file.
+    import shutil
+
+    for run in ("20261201-120000-aaaa", "20261201-130000-bbbb"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        shutil.copy(DATA / "fsdp4_crash.jsonl", tmp_path / "runs" / run / "telemetry.jsonl")
+    by_file = _pardash("report", "runs/20261201-120000-aaaa/telemetry.jsonl", cwd=tmp_path)
+    assert by_file.returncode == 0 and "root cause: rank 1" in by_file.stdout, by_file.stderr
+    for what in ("runs/20261201-120000-aaaa", "runs/20261201-120000-aaaa/", "20261201-120000-aaaa", "20261201-13"):
+        got = _pardash("report", what, cwd=tmp_path)
+        assert got.returncode == 0 and got.stdout == by_file.stdout, (what, got.stderr)
+    both = _pardash("report", "20261201", cwd=tmp_path)
+    assert both.returncode == 2 and "20261201: matches 2 runs" in both.stderr
+    (tmp_path / "empty").mkdir()
+    empty = _pardash("report", "empty", cwd=tmp_path)
+    assert empty.returncode == 2 and "empty: a folder without a telemetry.jsonl" in empty.stderr
 
 
 # -- headless progress: a bar on a terminal, lines elsewhere ---------------------------------
