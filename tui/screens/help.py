@@ -61,10 +61,11 @@ def keys_table() -> Table:
 
 GLOSSARY = (
     "self time: a rank's work before the step's first collective (no waiting). In DDP and FSDP "
-    "every rank's step time is the same, because all wait for the slowest; the straggler is "
+    "every rank's step time is about the same, because all wait for the slowest; the straggler is "
     "the rank whose self time exceeds the others' median.\n"
     "held: parameters + gradients + optimizer state (+ DDP buckets) on the rank; unsharded: "
-    "what the same rank would hold with a full copy (DDP)."
+    "what the ranks would hold with a full copy each (DDP): the memory panel's total, and a "
+    "rank's own in its detail."
 )
 
 
