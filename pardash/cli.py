@@ -326,7 +326,8 @@ def cmd_attach(ns: argparse.Namespace) -> int:
 
         if not client.wait_synced(5.0):
             hint = "" if client.keys is not None else "; a hub with CURVE keys answers only viewers with an authorised key (PARDASH_CURVE_DIR)"
-            fail(f"no answer from the hub at {client.snapshot_endpoint}; is the run still live? (`pardash ps`){hint}")
+            where = f"{ns.target} (asked on its snapshot port, {client.snapshot_endpoint})" if (ns.target or "").startswith("tcp://") else client.snapshot_endpoint
+            fail(f"no answer from the hub at {where}; is the run still live? (`pardash ps`){hint}")
         try:
             print(follow_attached(ProgressPrinter(client, every_s=ns.every), client), flush=True)
         except KeyboardInterrupt:
@@ -336,7 +337,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         return 0 if run_over(client.state) else 1
     # A job `pardash launch` started can be stopped from any viewer, as from the one that
     # launched it (which may have detached): its supervisor is in the registry.
-    entry = next((e for e in registry.live_runs() if client.run_id and e.get("run_id") == client.run_id), {})
+    entry = getattr(client, "info", {})  # the registry's entry of a run attached by id
     supervisor = int(entry.get("supervisor_pid") or 0)
     from pardash.tui.app import make_app
 

@@ -95,6 +95,8 @@ def resolve(target: str | None) -> dict:
             p = int(port)
         except ValueError:
             raise AttachError(f"bad endpoint {target!r}: expected tcp://HOST:PORT") from None
+        if not host or not 0 < p <= 65533:
+            raise AttachError(f"bad endpoint {target!r}: expected tcp://HOST:PORT, PORT the hub's ingest port (1-65533)")
         return {
             "run_id": "",
             "ingest": target,
