@@ -42,6 +42,7 @@ class ProgressPrinter:
         self._tail_pos = 0
         self._tail_rest = b""
         self._last_line = 0.0
+        self._last_said = ""
         self._printed_hseq = 0
         self._noted = False
         self.log_error = ""
@@ -130,7 +131,11 @@ class ProgressPrinter:
         if force or now - self._last_line >= self.every_s:
             self._last_line = now
             if st.ranks:
-                self._print(progress_line(st, now - self.t_start))
+                line = progress_line(st, now - self.t_start)
+                said = line.partition("] ")[2]  # the line but its time
+                if not (force and said == self._last_said):  # the last line, said again
+                    self._print(line)
+                    self._last_said = said
 
     def close(self) -> None:
         """Stop the bar (it stays on screen as the last state); lines need nothing."""

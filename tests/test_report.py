@@ -273,6 +273,8 @@ def test_progress_is_plain_lines_when_piped(tmp_path):
     # Once done, never "0 samples/s": the rate the ranks ran at over their last steps.
     assert "finished" in lines[-1] and re.search(r"\| [1-9][\d,]* samples/s at the end \|", lines[-1]), lines[-1]
     assert any(re.search(r"\| [1-9][\d,]* samples/s \|", line) for line in lines[:-1])
+    said = [line.partition("] ")[2] for line in lines]
+    assert len(said) < 2 or said[-1] != said[-2]  # the last state once, not again as the closing line
     assert "\x1b[" not in p.stdout  # no terminal control codes in a log file
 
 
