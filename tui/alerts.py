@@ -33,7 +33,7 @@ class Alert:
     code: int | None = None
     """Exit code (exited)."""
     first: bool = False
-    """The root cause, when several ranks exited and one is."""
+    """The root cause, when several ranks exited and one is (or, stalled, the likely cause)."""
 
     @property
     def severity(self) -> int:
@@ -117,6 +117,23 @@ def rank_alerts(r: st.RankState, exit: ExitInfo | None = None, *, first: bool = 
     return out
 
 
+STALL_CAUSE_PHASES = ("data",)
+"""Phases no collective waits in: when some stalled ranks are stuck in one and the others are
+not, the others wait for them (a hung data loader holds every rank at the next collective)."""
+
+
+def _stall_causes(state: st.RunState, alerts: list[Alert]) -> list[Alert]:
+    """Mark the stalled ranks stuck outside any collective as the likely cause, when others
+    are stalled waiting (in a collective's phase) for them."""
+    stalled = [a for a in alerts if a.kind == "stalled"]
+    own = {a.rank for a in stalled if (state.ranks[a.rank].stalled.cause or "") in STALL_CAUSE_PHASES}  # type: ignore[union-attr]
+    waiting = len(stalled) - len(own)
+    if not own or not waiting:
+        return alerts
+    why = f", likely the cause: {waiting} other{'s' if waiting > 1 else ''} wait for it"
+    return [Alert(a.kind, a.rank, a.text + why, first=True) if a.kind == "stalled" and a.rank in own else a for a in alerts]
+
+
 def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) -> list[Alert]:
     """Every current alert of the run, most severe first; exited ranks in the order they
     exited (the first flagged as such when several did), the rest by rank. ``ranks``: the
@@ -142,11 +159,12 @@ def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) 
             else a
             for a in out
         ]
+    out = _stall_causes(state, out)
     big = len(state.ranks) + 1
 
     def key(a: Alert) -> tuple[int, int, int]:
         order = exits[a.rank].order if a.kind == "exited" and exits and a.rank in exits else big
-        if a.kind == "exited" and a.rank == first:
+        if (a.kind == "exited" and a.rank == first) or (a.kind == "stalled" and a.first):
             order = -1
         return (a.severity, order, a.rank)
 

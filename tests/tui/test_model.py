@@ -137,6 +137,23 @@ def test_an_fsdp_run_holding_full_copies_is_flagged():
     assert ddp.expected_per_rank_bytes == 16 * 1000 and ddp.sharded_expected_bytes == 16 * 1000 // 4
 
 
+def test_a_rank_stalled_outside_any_collective_is_named_before_those_waiting_for_it():
+    # 64 ranks stalled, rank 9 in its data loader, the others in the all-reduce waiting for it:
+    # the alerts listed them by rank, the cause among the victims.
+    st = _state()
+    st.apply(schema.Verdict(rank=3, verdict="stalled", cause="data", step=4), 0)
+    for r in (0, 1, 2):
+        st.apply(schema.Verdict(rank=r, verdict="stalled", cause="backward", step=4), 0)
+    alerts = run_alerts(st)
+    assert [a.rank for a in alerts] == [3, 0, 1, 2]
+    assert alerts[0].first and alerts[0].text == "rank 3 stalled in data at step 4, likely the cause: 3 others wait for it"
+    assert not any(a.first for a in alerts[1:])
+    # Every rank stuck in a collective's phase (or all in data): no guess.
+    st.apply(schema.Verdict(rank=3, verdict="resumed", step=4), 0)
+    st.apply(schema.Verdict(rank=3, verdict="stalled", cause="comm", step=4), 0)
+    assert not any(a.first for a in run_alerts(st)) and [a.rank for a in run_alerts(st)] == [0, 1, 2, 3]
+
+
 def test_alerts_name_the_cost_the_phase_and_the_code():
     st = _state()
     st.apply(
