@@ -266,6 +266,10 @@ class NullDetector:
         return []
 
 
+MAX_POLL_GAP_S = 0.5
+"""The most replay time one poll moves by (times the speed): a viewer's pause is not skipped."""
+
+
 class ReplaySource(FrameApplier):
     """A recorded log served through a HubCore at ``speed`` times real time, with pause and
     seek: the same frames a live hub would have sent."""
@@ -340,7 +344,9 @@ class ReplaySource(FrameApplier):
                 self._wall = now
             return False
         self._wall = now
-        self._clock += elapsed * self.speed
+        # A viewer busy for a while (starting up, a slow redraw) slows the replay rather than
+        # skipping what it missed; the clock stops at the log's end.
+        self._clock = min(self._clock + min(elapsed, MAX_POLL_GAP_S) * self.speed, self.t_end)
         self._feed_until(self._clock)
         self.apply_frame(self.core.tick(now))
         return True

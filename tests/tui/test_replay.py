@@ -171,3 +171,19 @@ async def test_seeking_back_to_before_any_rank_empties_the_grid_and_forward_fill
         await pilot.pause()
         assert src.position_s == 20.0 and len(src.state.ranks) == 4
         assert grid_text(app) == before
+
+
+def test_a_slow_viewer_slows_the_replay_and_the_clock_stops_at_the_end():
+    # `replay --speed 50` showed "19s / 11s" and skipped the run's start: the viewer's start-up
+    # time, times the speed, was added to the clock at the first poll.
+    import time
+
+    src = ReplaySource(str(DATA / "run4.jsonl"), speed=4.0)
+    src._wall = time.monotonic() - 5.0  # the viewer was busy for 5 s before its first poll
+    assert src.poll()
+    assert 0 < src.position_s <= 0.5 * 4.0 + 0.1  # half a second of replay at most, times 4
+    src.speed = 1000.0
+    for _ in range(3):
+        src._wall = time.monotonic() - 1.0
+        src.poll()
+    assert src.position_s == src.duration_s and src.done
