@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import ClassVar
@@ -216,6 +217,11 @@ class PardashApp(App[str | None]):
         self._moved()
 
     # -- leaving ------------------------------------------------------------------------------
+
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """The palette's screenshot, into the current folder: Textual's default, the user's
+        Downloads folder, is often missing on a training node (and it then said only "failed")."""
+        self.deliver_screenshot(filename, path or os.getcwd())
 
     async def action_quit(self) -> None:
         if not self.launched:

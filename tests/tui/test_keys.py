@@ -148,3 +148,19 @@ async def test_q_after_every_rank_is_done_leaves_without_asking():
         await pilot.pause()
         assert not isinstance(app.screen, QuitScreen)
     assert app.return_value == "over" and chosen == ["over"]
+
+
+async def test_the_palettes_screenshot_is_saved_in_the_current_folder(tmp_path, monkeypatch):
+    # Textual's default folder, ~/Downloads, is often missing on a training node: it said only
+    # "Failed to save screenshot".
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "no-home"))
+    app = replay_app("run4.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        app.action_screenshot()
+        for _ in range(20):
+            await pilot.pause(0.05)
+            if list(tmp_path.glob("*.svg")):
+                break
+    shots = list(tmp_path.glob("*.svg"))
+    assert len(shots) == 1 and "fsdp-gpt2-4" in shots[0].read_text()
