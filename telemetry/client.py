@@ -141,6 +141,9 @@ class HubClient(FrameApplier):
         self.run_id = run_id
         self.info: dict = {}
         """The run's registry entry when attached through it (pids of its hub and supervisor)."""
+        self.opened_t = time.time()
+        """When this viewer opened (the wait for a run's first rank counts from the hub's start
+        when known, else from this)."""
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, frames.FRAME_TOPIC)
         self.sub.setsockopt(zmq.RCVHWM, 1000)

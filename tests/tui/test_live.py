@@ -223,6 +223,15 @@ async def test_q_on_a_launched_run_asks_and_returns_the_choice(live_hub, ranks, 
     assert chosen == [choice]
 
 
+async def test_before_any_rank_the_header_says_it_waits_for_them(live_hub):
+    # For the 20 s torchrun and the ranks' imports take, the header read "? · 0 ranks  step 0
+    # elapsed 0s", standing still: it looked hung.
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "waiting for the ranks to start · " in widget_text(app.screen.query_one(RunHeader)))
+        assert "? · 0 ranks" not in widget_text(app.screen.query_one(RunHeader))
+
+
 async def test_q_on_an_attached_run_just_quits(live_hub, ranks):
     app = attach(live_hub)
     async with app.run_test(size=SIZE) as pilot:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -77,6 +78,9 @@ class RunSummary:
     """False while a live viewer waits for the hub's snapshot."""
     hub_quiet_s: float | None = None
     """Seconds without a frame from a live hub (None while frames arrive)."""
+    waiting_s: float | None = None
+    """Live, before any rank has said anything: seconds since the hub started (torchrun and
+    the ranks' imports can take a while; the header says so rather than look hung)."""
     replay: ReplayPosition | None = None
 
     @property
@@ -139,6 +143,9 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
         live=source.live,
         synced=getattr(source, "synced", True),
         hub_quiet_s=hub_quiet_s,
+        waiting_s=max(0.0, time.time() - (state.t0 or getattr(source, "opened_t", time.time())))
+        if source.live and not state.ranks
+        else None,
         replay=replay,
     )
 
@@ -282,7 +289,10 @@ class RunHeader(CachedStyles, Widget):
         if s.live and not s.synced:
             return [], Text("waiting for the hub's snapshot… (is the hub running?)", style=self._s("warn"))
         first: list[list[Run]] = [[(s.run_id or "pardash", self._s("title"))]]
-        what = [s.strategy or "?", f"{s.world_size} rank{'s' if s.world_size != 1 else ''}"]
+        if s.waiting_s is not None:
+            what = [f"waiting for the ranks to start · {s.waiting_s:.0f} s"]
+        else:
+            what = [s.strategy or "?", f"{s.world_size} rank{'s' if s.world_size != 1 else ''}"]
         if s.nodes > 1:
             what[-1] += f" on {s.nodes} nodes"
         first.append([(" · ".join(what), self._s("value"))])
