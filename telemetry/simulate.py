@@ -132,6 +132,13 @@ def system_sample(rank: int, rng: random.Random) -> schema.System:
     )
 
 
+# A clock reading of full precision, as time.time() and time.monotonic() give: fixed, so that
+# the projection is the same figure in every process (the start line's and a test's; a reading
+# of the clock varied by a digit or two).
+_TYPICAL_T = 1764600000.123456
+_TYPICAL_MONO = 3600.123456789
+
+
 def log_line_bytes(cfg: SimConfig, *, after_s: float = 3600.0, run_id: str = "sim-20260101-000000-abcd") -> dict[str, int]:
     """Bytes of one line of each kind the job sends each rank, as the hub records them (JSON,
     with its hub seq and a newline), for the highest rank ``after_s`` seconds into the run."""
@@ -140,13 +147,15 @@ def log_line_bytes(cfg: SimConfig, *, after_s: float = 3600.0, run_id: str = "si
     step = int(cfg.rate_hz * after_s)
     msgs = {
         "step": step_message(cfg, rank, step, 0.01 / cfg.rate_hz, 0.0, 0.012345),
-        "heartbeat": schema.Heartbeat(step=step, phase="forward", mono=time.monotonic()),
+        "heartbeat": schema.Heartbeat(step=step, phase="forward", mono=_TYPICAL_MONO),
         "system": system_sample(rank, rng),
     }
     seq = int((cfg.rate_hz + 2) * after_s)
     out = {}
     for kind, m in msgs.items():
-        m.run, m.rank, m.seq, m.t, m.hseq = run_id, rank, seq, time.time(), seq * cfg.ranks
+        m.run, m.rank, m.seq, m.t, m.hseq = run_id, rank, seq, _TYPICAL_T, seq * cfg.ranks
+        if hasattr(m, "mono"):
+            m.mono = _TYPICAL_MONO
         out[kind] = len(schema.encode_json(m)) + 1
     return out
 
