@@ -383,14 +383,20 @@ class RankGrid(ScrollView, can_focus=True):
             (HEAT_GLYPHS[st.EXITED], "rank-grid--exited", "exited"),
             (HEAT_GLYPHS[st.FINISHED], "rank-grid--finished", "done"),
         ]
+        # Every item when it fits: two spaces between items, then one, then "self +10%" as
+        # "+10%"; past that, the items that fit (each piece: glyph, space, text, gap).
+        short = [(g, c, "+10%" if t == "self +10%" else t) for g, c, t in items]
+        for labels, gap in ((items, 2), (items, 1), (short, 1)):
+            if 1 + sum(len(t) + 2 + gap for _, _, t in labels) - gap <= width:
+                break
         used = 1
-        for glyph, cls, text in items:
-            piece = len(text) + 3
+        for glyph, cls, text in labels:
+            piece = len(text) + 2
             if used + piece > width:
                 break
             yield Segment(glyph, self._style(cls))
-            yield Segment(f" {text}  ", dim)
-            used += piece
+            yield Segment(f" {text}" + " " * gap, dim)
+            used += piece + gap
 
     def _look(self, index: int) -> Look:
         """The runs of the rank at ``index`` (a glyph or a cell), cached until it looks
