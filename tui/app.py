@@ -162,11 +162,19 @@ class PardashApp(App[str | None]):
         if changed:
             self._last_change = now
             self.version += 1
-            self.screen.post_message(RunUpdated(self.version))
+            self._tell_updated()
         elif self.source.live and now - self._last_change > HUB_QUIET_S:
             # Keep the "hub quiet" counter in the header moving.
             if int((now - self._last_change) / POLL_S) % 10 == 0:
-                self.screen.post_message(RunUpdated(self.version))
+                self._tell_updated()
+
+    def _tell_updated(self) -> None:
+        """Post RunUpdated to the active screen and, under a modal one (help, the quit
+        dialog), to the screens it shows through: the dashboard behind stays live."""
+        for screen in reversed(self.screen_stack):
+            screen.post_message(RunUpdated(self.version))
+            if not screen.is_modal:
+                break
 
     @property
     def hub_quiet_s(self) -> float | None:
@@ -178,7 +186,7 @@ class PardashApp(App[str | None]):
 
     def _moved(self) -> None:
         self.version += 1
-        self.screen.post_message(RunUpdated(self.version))
+        self._tell_updated()
 
     def on_unmount(self) -> None:
         self._unwatch_sockets()

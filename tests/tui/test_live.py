@@ -232,6 +232,23 @@ async def test_before_any_rank_the_header_says_it_waits_for_them(live_hub):
         assert "? · 0 ranks" not in widget_text(app.screen.query_one(RunHeader))
 
 
+async def test_the_dashboard_behind_the_help_stays_live(live_hub, ranks):
+    # Under the help or the quit dialog the dashboard stood still (the header kept its step
+    # for as long as the modal was open), then jumped.
+    from pardash.tui.screens.help import HelpScreen
+
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(3))
+        await until(pilot, lambda: "step 2" in widget_text(app.screen.query_one(RunHeader)))
+        dashboard = app.screen
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        publish_steps(ranks, range(3, 8))
+        await until(pilot, lambda: "step 7" in widget_text(dashboard.query_one(RunHeader)))
+        assert isinstance(app.screen, HelpScreen)
+
+
 async def test_q_on_an_attached_run_just_quits(live_hub, ranks):
     app = attach(live_hub)
     async with app.run_test(size=SIZE) as pilot:
