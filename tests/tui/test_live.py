@@ -249,6 +249,18 @@ async def test_the_dashboard_behind_the_help_stays_live(live_hub, ranks):
         assert isinstance(app.screen, HelpScreen)
 
 
+async def test_a_hub_gone_silent_is_no_all_clear(live_hub, ranks):
+    # With its hub killed the viewer went on saying "every rank is healthy" from stale figures.
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(3))
+        alerts = app.screen.query_one(AlertList)
+        await until(pilot, lambda: "every rank is healthy" in widget_text(alerts))
+        live_hub.stop()
+        await until(pilot, lambda: "no word from the hub for " in widget_text(alerts))
+        assert "healthy" not in widget_text(alerts)
+
+
 async def test_q_on_an_attached_run_just_quits(live_hub, ranks):
     app = attach(live_hub)
     async with app.run_test(size=SIZE) as pilot:

@@ -20,7 +20,7 @@ from ..alerts import run_alerts
 from ..memory import memory_savings
 from ..messages import RankChosen, RankHighlighted, RunUpdated
 from ..model import SORT_KEYS, SORT_LABELS, RankRow, RowBuilder
-from ..widgets.alert_list import AlertList
+from ..widgets.alert_list import STALE_MARK, AlertList
 from ..widgets.event_log import EventLog
 from ..widgets.memory_summary import MemorySummary
 from ..widgets.rank_grid import RankGrid
@@ -207,10 +207,14 @@ class DashboardScreen(Screen):
         self._show_figures()
         alerts = w.alerts
         alerts.alerts = tuple(run_alerts(state, table.flagged))
+        quiet = self._summary.hub_quiet_s
         if not state.ranks:
             alerts.calm = "waiting for ranks…"
         elif all(r.finished for r in state.ranks.values()):
             alerts.calm = "✓ every rank finished"
+        elif quiet is not None and not self._summary.ended:
+            # The hub itself is not heard from: "healthy" would be a guess from stale figures.
+            alerts.calm = f"{STALE_MARK} no word from the hub for {quiet:.0f} s: these figures may be stale"
         else:
             alerts.calm = "✓ no alerts: every rank is healthy"
         w.events.sync(state)

@@ -25,6 +25,9 @@ MAX_LINES = 8
 """Alert lines shown before alerts of one kind are folded into a line per kind."""
 
 
+STALE_MARK = "⚠"
+
+
 def _rank_list(ranks: list[int], limit: int = 6) -> str:
     shown = ", ".join(str(r) for r in ranks[:limit])
     return shown + (f", … (+{len(ranks) - limit})" if len(ranks) > limit else "")
@@ -61,7 +64,8 @@ class AlertList(CachedStyles, Widget):
     alerts: reactive[tuple[Alert, ...]] = reactive(())
     """Current alerts, most severe first."""
     calm: reactive[str] = reactive("waiting for ranks…")
-    """What to say when there is no alert (waiting, healthy, finished)."""
+    """What to say when there is no alert (waiting, healthy, finished; in the warning's colour
+    when it starts with STALE_MARK: no word from the hub)."""
 
     def watch_alerts(self) -> None:
         refresh_fitted(self)
@@ -75,7 +79,7 @@ class AlertList(CachedStyles, Widget):
     def render(self) -> Text:
         alerts = self.alerts
         if not alerts:
-            return Text(self.calm, style=self._s("ok"))
+            return Text(self.calm, style=self._s("stalled" if self.calm.startswith(STALE_MARK) else "ok"))
         lines: list[Text] = []
         if len(alerts) <= MAX_LINES:
             for a in alerts:
