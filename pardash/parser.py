@@ -86,6 +86,8 @@ def _bench_parser(sub) -> argparse.ArgumentParser:
     for action in b._actions:  # --strategies replaces the trainer's --strategy here
         if action.dest == "strategy":
             action.help = argparse.SUPPRESS
+        elif action.dest == "steps":  # and the bench's own default is 50
+            action.help = "optimizer steps each strategy runs (default 50)"
     b.set_defaults(strategy=None, steps=50)
     return b
 
