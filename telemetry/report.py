@@ -97,8 +97,11 @@ def build_report(path: str) -> dict:
     warnings: dict[str, dict] = {}
     first_t = last_t = None
     step_t0 = step_t1 = None
+    run_ids: set[str] = set()
     for msg in read_log(path, stats):
         state.apply(msg, msg.t)
+        if msg.run:
+            run_ids.add(msg.run)
         if msg.t:
             first_t = msg.t if first_t is None else min(first_t, msg.t)
             last_t = msg.t if last_t is None else max(last_t, msg.t)
@@ -204,6 +207,8 @@ def build_report(path: str) -> dict:
     return {
         "log": path,
         "run_id": state.run_id,
+        # A log that holds more than one run (appended to by hand): the figures mix them.
+        **({"runs": sorted(run_ids)} if len(run_ids) > 1 else {}),
         "strategy": strategy,
         "world_size": world,
         "backend": hello.backend if hello else "",

@@ -226,6 +226,16 @@ def test_report_command_formats(tmp_path):
     assert len(missing.stderr.strip().splitlines()) == 1
 
 
+def test_a_log_holding_two_runs_is_reported_with_a_warning(tmp_path):
+    # A log appended to by hand: the report merged both runs without a word.
+    both = tmp_path / "both.jsonl"
+    both.write_bytes((DATA / "real_ddp2.jsonl").read_bytes() + (DATA / "real_fsdp2.jsonl").read_bytes())
+    p = _pardash("report", str(both))
+    assert p.returncode == 0 and "holds 2 runs" in p.stderr and "the figures below mix them" in p.stderr
+    one = _pardash("report", str(DATA / "real_ddp2.jsonl"))
+    assert one.returncode == 0 and "warning" not in one.stderr
+
+
 def test_a_run_is_found_by_its_folder_or_its_run_id(tmp_path):
     # `launch` prints the run id and the folder; report, replay and export took only the file.
     import shutil
