@@ -642,8 +642,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("`-- SCRIPT` goes with `pardash launch` only")
     try:
         if ns.command == "launch":
-            return cmd_launch(ns, script)
-        return {
+            return _no_thread_left_behind(cmd_launch(ns, script))
+        return _no_thread_left_behind({
             "hub": cmd_hub,
             "ps": cmd_ps,
             "attach": cmd_attach,
@@ -653,6 +653,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             "keys": cmd_keys,
             "bench": cmd_bench,
             "export": cmd_export,
-        }[ns.command](ns)
+        }[ns.command](ns))
     except KeyboardInterrupt:
         return 130
+
+
+STUCK_THREAD_GRACE_S = 1.0
+
+
+def _no_thread_left_behind(code: int) -> int:
+    """After a TUI: a terminal closed under the viewer can leave Textual's input thread spinning
+    on the dead terminal, and Python would wait for it at exit for ever (seen: a viewer with no
+    terminal at 50-70% of a core). Past a short grace such a thread is not waited for."""
+    if "textual" not in sys.modules:  # no TUI ran: nothing of its kind to wait for
+        return code
+    import threading
+
+    end = time.monotonic() + STUCK_THREAD_GRACE_S
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join(max(0.0, end - time.monotonic()))
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -217,3 +217,16 @@ def test_what_cannot_run_is_refused_before_the_job_starts(tmp_path, args, needle
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_viewer_is_not_kept_alive_by_a_thread_spinning_on_a_dead_terminal():
+    # A terminal closed under the TUI could leave Textual's input thread looping on it; Python
+    # then waited for that thread at exit for ever, the viewer burning CPU with no terminal.
+    code = (
+        "import sys, threading, time, textual\n"
+        "from pardash.cli import _no_thread_left_behind\n"
+        "threading.Thread(target=lambda: time.sleep(3600)).start()\n"
+        "sys.exit(_no_thread_left_behind(3))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], timeout=60, env=pardash_env())
+    assert proc.returncode == 3
