@@ -100,15 +100,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     from pardash.telemetry.hub import add_hub_arguments
 
-    h = sub.add_parser("hub", help="run a hub alone, for jobs started by torchrun, srun or Kubernetes")
+    h = sub.add_parser(
+        "hub",
+        help="run a hub alone, for jobs started by torchrun, srun or Kubernetes",
+        description="Run a hub alone: ranks started by torchrun, srun or Kubernetes with PARDASH_ENDPOINT set to "
+        "its ingest (printed at start) publish to it; it records the JSONL log and serves viewers (`pardash attach`).",
+    )
     add_hub_arguments(h)
 
-    a = sub.add_parser("attach", help="open the TUI on a running job")
+    a = sub.add_parser(
+        "attach",
+        help="open the TUI on a running job",
+        description="Open the TUI (or, with --headless or without a terminal, progress lines) on a live run: the "
+        "newest, one named by its run id (`pardash ps`), or a hub at tcp://HOST:PORT. A job `pardash launch` "
+        "started can be stopped from here (q, then s).",
+    )
     a.add_argument("target", nargs="?", default=None, help="run id (prefix) or tcp://HOST:PORT of a hub's ingest (default: the newest live run)")
     a.add_argument("--headless", action="store_true", help="print progress lines instead of the TUI")
     a.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between progress lines (default 5)")
 
-    sim = sub.add_parser("simulate", help="a synthetic job of N ranks, to try the TUI without GPUs")
+    sim = sub.add_parser(
+        "simulate",
+        help="a synthetic job of N ranks, to try the TUI without GPUs",
+        description="A synthetic job of N ranks (a hub, the ranks and the viewer each a process, real sockets) with a straggler, "
+        "stall or crash if asked, to try the TUI and the hub at 1024 ranks on a laptop.",
+    )
     sim.add_argument("--ranks", type=int, default=64, help="number of ranks (default 64)")
     sim.add_argument("--rate", type=cliargs.positive, default=10.0, help="steps a second per rank (default 10)")
     sim.add_argument("--ranks-per-node", type=int, default=8, help="ranks per host (default 8)")
@@ -131,14 +147,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_prometheus_arguments(sim)
 
-    ps = sub.add_parser("ps", help="list live runs")
+    ps = sub.add_parser("ps", help="list live runs", description="List the live runs on this machine: run id, strategy, ranks, age, hub and log.")
     ps.add_argument("--json", action="store_true", help="print the registry entries as JSON")
 
-    r = sub.add_parser("replay", help="the TUI over a recorded log")
+    r = sub.add_parser(
+        "replay",
+        help="the TUI over a recorded log",
+        description="Play a recorded run's log in the TUI: space pauses, + and - change speed, [ and ] seek.",
+    )
     r.add_argument("log", help="a run's telemetry.jsonl, its folder, or its run id")
     r.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
 
-    rep = sub.add_parser("report", help="per-rank summary of a recorded log")
+    rep = sub.add_parser(
+        "report",
+        help="per-rank summary of a recorded log",
+        description="Summarise a recorded run: per-rank steps, times, memory against the ZeRO expectation, "
+        "stragglers and their cost, stalls, exits and the root cause, checkpoints; --compare sets two runs side by side.",
+    )
     rep.add_argument("log", help="a run's telemetry.jsonl, its folder, or its run id")
     rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
     rep.add_argument("--compare", default=None, metavar="LOG_B", help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after)")
@@ -157,7 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     _bench_parser(sub)
 
-    ex = sub.add_parser("export", help="write a recorded log's per-rank scalars for TensorBoard")
+    ex = sub.add_parser(
+        "export",
+        help="write a recorded log's per-rank scalars for TensorBoard",
+        description="Write a recorded run's per-rank scalars (loss, step and phase times, memory, custom metrics) as TensorBoard "
+        "event files, one folder a rank: `tensorboard --logdir DIR`.",
+    )
     ex.add_argument("log", help="a run's telemetry.jsonl, its folder, or its run id")
     ex.add_argument("--tensorboard", required=True, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
     return p
