@@ -8,10 +8,17 @@ a flag is spelled in one place whichever command takes it.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import NoReturn
+
 from pardash.telemetry import cliargs
 
 PROG = "pardash"
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,0 +1,90 @@
+"""``pardash report`` and ``pardash export``, and finding the log a user names (a file, a
+run's folder or its run id) for them and for ``replay``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from pardash.parser import PROG, fail
+from pardash.telemetry import registry
+
+
+def _report_of(path: str) -> dict:
+    """The report of the log at ``path``; fails with one line when it has nothing to report."""
+    from collections import Counter
+
+    from pardash.telemetry.logreader import LogReadStats, no_records
+    from pardash.telemetry.report import build_report
+
+    try:
+        rep = build_report(path)
+    except OSError as exc:
+        fail(f"{path}: cannot read it: {exc.strerror or exc}")
+    if not sum(rep["messages"].values()):
+        stats = LogReadStats(lines=rep["skipped_lines"], skipped=Counter(rep["skipped_by_reason"]))
+        fail(no_records(path, stats))
+    if rep.get("runs"):
+        runs = rep["runs"]
+        print(f"{PROG}: warning: {path} holds {len(runs)} runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}): the figures below mix them", file=sys.stderr)
+    return rep
+
+
+LOG_NAME = "telemetry.jsonl"
+
+
+def find_log(what: str, runs_dir: str = "runs") -> str:
+    """The log a user means: a log file, a run's folder (its telemetry.jsonl), or a run id (or
+    its unique prefix) under ``runs_dir`` or in the registry of live runs, as `launch` prints it
+    and `ps` lists it. Fails with one line when none is found."""
+    if os.path.isfile(what):
+        return what
+    if os.path.isdir(what):
+        inside = os.path.join(what, LOG_NAME)
+        if os.path.isfile(inside):
+            return inside
+        fail(f"{what}: a folder without a {LOG_NAME} (a run's folder holds one)")
+    found = {e["log"] for e in registry.live_runs() if str(e.get("run_id", "")).startswith(what) and e.get("log")}
+    if os.path.isdir(runs_dir) and os.sep not in what:
+        found |= {os.path.join(runs_dir, d, LOG_NAME) for d in os.listdir(runs_dir) if d.startswith(what)}
+    found = {p for p in found if os.path.isfile(p)}
+    if len(found) == 1:
+        return found.pop()
+    if found:
+        fail(f"{what}: matches {len(found)} runs ({', '.join(sorted(found)[:3])}{', ...' if len(found) > 3 else ''}); give more of the id")
+    fail(f"{what}: no such log file, run folder or run id (runs are in ./{runs_dir}; `{PROG} ps` lists live ones)")
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    from pardash.telemetry.report import render_markdown, render_text
+
+    ns.log = find_log(ns.log)
+    if ns.compare is not None:
+        ns.compare = find_log(ns.compare)
+    rep = _report_of(ns.log)
+    if ns.compare is not None:
+        from pardash.telemetry.compare import compare_reports, render_compare_markdown, render_compare_text
+
+        cmp = compare_reports(rep, _report_of(ns.compare))
+        out = {"json": lambda c: json.dumps(c, indent=2) + "\n", "markdown": render_compare_markdown, "text": render_compare_text}[ns.format](cmp)
+    else:
+        out = {"json": lambda r: json.dumps(r, indent=2) + "\n", "markdown": render_markdown, "text": render_text}[ns.format](rep)
+    print(out, end="")
+    return 0
+
+
+def cmd_export(ns: argparse.Namespace) -> int:
+    from pardash.telemetry.export import ExportError, export_tensorboard
+
+    ns.log = find_log(ns.log)
+    try:
+        res = export_tensorboard(ns.log, ns.tensorboard)
+    except ExportError as exc:
+        fail(str(exc))
+    steps = ", ".join(f"rank {r}: {n}" for r, n in res["ranks"].items()) or "none"
+    print(f"{PROG}: wrote {res['points']} scalars to {ns.tensorboard} (steps {steps}); view with: tensorboard --logdir {ns.tensorboard}")
+    if res["skipped_lines"]:
+        print(f"{PROG}: skipped {res['skipped_lines']} malformed or truncated log line(s)")
+    return 0
