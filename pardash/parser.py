@@ -21,6 +21,10 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
+LOG_HELP = "a run's telemetry.jsonl, its folder, or its run id"
+"""What report, replay and export take (pardash.recorded.find_log finds it)."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: what is wrong and where help is, exit code 2."""
 
@@ -162,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the TUI over a recorded log",
         description="Play a recorded run's log in the TUI: space pauses, + and - change speed, [ and ] seek.",
     )
-    r.add_argument("log", help="a run's telemetry.jsonl, its folder, or its run id")
+    r.add_argument("log", help=LOG_HELP)
     r.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
 
     rep = sub.add_parser(
@@ -171,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Summarise a recorded run: per-rank steps, times, memory against the ZeRO expectation, "
         "stragglers and their cost, stalls, exits and the root cause, checkpoints; --compare sets two runs side by side.",
     )
-    rep.add_argument("log", help="a run's telemetry.jsonl, its folder, or its run id")
+    rep.add_argument("log", help=LOG_HELP)
     rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
     rep.add_argument("--compare", default=None, metavar="LOG_B", help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after)")
 
@@ -195,6 +199,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write a recorded run's per-rank scalars (loss, step and phase times, memory, custom metrics) as TensorBoard "
         "event files, one folder a rank: `tensorboard --logdir DIR`.",
     )
-    ex.add_argument("log", help="a run's telemetry.jsonl, its folder, or its run id")
+    ex.add_argument("log", help=LOG_HELP)
     ex.add_argument("--tensorboard", required=True, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
     return p
