@@ -56,6 +56,8 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
         fail(f"--nproc {nproc}: need at least 1 rank per node")
     if ns.nnodes < 1 or not 0 <= ns.node_rank < ns.nnodes:
         fail(f"--nnodes {ns.nnodes} --node-rank {ns.node_rank}: node rank must be in 0..nnodes-1")
+    if os.path.exists(ns.runs_dir) and not os.path.isdir(ns.runs_dir):
+        fail(f"--runs-dir {ns.runs_dir} is a file; give a folder (default ./runs)")
     world = nproc * ns.nnodes
     if not script and not ns.module:
         try:

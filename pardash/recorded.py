@@ -26,6 +26,8 @@ def _report_of(path: str) -> dict:
     if not sum(rep["messages"].values()):
         stats = LogReadStats(lines=rep["skipped_lines"], skipped=Counter(rep["skipped_by_reason"]))
         fail(no_records(path, stats))
+    if not rep["ranks"]:
+        print(f"{PROG}: warning: no rank was heard from in {path}: only the hub's own records (did the ranks start?)", file=sys.stderr)
     if rep.get("runs"):
         runs = rep["runs"]
         print(f"{PROG}: warning: {path} holds {len(runs)} runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}): the figures below mix them", file=sys.stderr)

@@ -81,6 +81,7 @@ def test_ddp_holds_everything_and_learns(shared_run):
         (["--telemetry-port", "65535"], "a hub takes PORT..PORT+2, so at most 65533"),
         (["--prometheus", "-1"], "argument --prometheus: -1 is not a port"),
         (["--every", "0"], "argument --every: 0 must be above 0"),
+        (["--runs-dir", "/etc/hostname"], "--runs-dir /etc/hostname is a file; give a folder"),
         (["--nproc-per-node=2", "train.py"], "a script goes after `--`: pardash launch [OPTIONS] -- train.py"),
     ],
 )

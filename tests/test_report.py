@@ -234,6 +234,10 @@ def test_a_log_holding_two_runs_is_reported_with_a_warning(tmp_path):
     assert p.returncode == 0 and "holds 2 runs" in p.stderr and "the figures below mix them" in p.stderr
     one = _pardash("report", str(DATA / "real_ddp2.jsonl"))
     assert one.returncode == 0 and "warning" not in one.stderr
+    hub_only = tmp_path / "hub_only.jsonl"
+    hub_only.write_bytes(b'{"kind":"event","name":"hub","message":"hub started","run":"r","seq":-1,"t":1.0,"hseq":1}\n')
+    p = _pardash("report", str(hub_only))
+    assert p.returncode == 0 and "no rank was heard from" in p.stderr
 
 
 def test_a_run_is_found_by_its_folder_or_its_run_id(tmp_path):
