@@ -25,6 +25,10 @@ DEVIATION_WARN = 0.10
 """Self time this far above the others' median is shown in the warning colour."""
 DEVIATION_BAD = 0.25
 """...and this far above in the alarm colour (the straggler detector's relative bar)."""
+DEVIATION_ABS_S = 0.005
+"""...and never for less than this many seconds above it (the straggler detector's absolute
+bar: timer and scheduler noise sit below it, and a small model's 1 ms self time flashed +25%
+from frame to frame on a healthy run)."""
 
 FLAGGED_STATUSES = frozenset({st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED})
 """Statuses that count as flagged (the filter keeps them)."""
@@ -91,7 +95,7 @@ class RankRow:
     def deviation_level(self) -> int:
         """0 calm, 1 warning, 2 alarm, from the self-time deviation."""
         d = self.self_dev
-        if d is None:
+        if d is None or d <= -1 or (self.self_s or 0.0) * d / (1 + d) < DEVIATION_ABS_S:  # excess in seconds
             return 0
         if d >= DEVIATION_BAD:
             return 2
@@ -427,11 +431,11 @@ class RowBuilder:
         longer set the pace), and its level; notes the ranks whose level moved."""
         changed = self.changed
         medians = leave_one_out_medians([e.self_s for e in live])  # type: ignore[misc]
-        warn, bad = DEVIATION_WARN, DEVIATION_BAD
+        warn, bad, floor = DEVIATION_WARN, DEVIATION_BAD, DEVIATION_ABS_S
         for e, med in zip(live, medians, strict=True):
             if med is not None and med > 0:
                 d = e.self_dev = (e.self_s - med) / med  # type: ignore[operator]
-                level = 2 if d >= bad else 1 if d >= warn else 0
+                level = 0 if e.self_s - med < floor else 2 if d >= bad else 1 if d >= warn else 0  # type: ignore[operator]
             else:
                 level = 0
             if level != e.level:

@@ -89,6 +89,26 @@ def test_rows_compare_self_time_with_the_others_median():
     assert [row.rank for row in sort_rows(rows, "self_time")][0] == 2
 
 
+def test_a_small_models_noise_is_not_coloured_but_a_real_excess_is():
+    # On a healthy 2-rank CPU run with ~1 ms self times, +25% (0.25 ms) flashed the alarm
+    # colour from frame to frame; the colour now also needs 5 ms of excess, as a verdict does.
+    from pardash.tui.model import DEVIATION_ABS_S
+
+    st = _state(world=2)
+    builder = RowBuilder()
+    for step, times in ((5, (0.0010, 0.0013)), (6, (0.100, 0.130))):
+        steps = [schema.Step(rank=r, step=step, samples=8, step_s=0.2, self_s=x, t=10.0 + step) for r, x in enumerate(times)]
+        for _ in range(6):  # fill the smoothing window
+            for s in steps:
+                st.apply(s, 0)
+            st.commit_history(steps)
+        rows = {row.rank: row for row in builder.build(st)}
+        excess = times[1] - times[0]
+        assert rows[1].self_dev == pytest.approx(0.3)
+        assert rows[1].deviation_level == (0 if excess < DEVIATION_ABS_S else 2), step
+        assert builder.heat_key(1)[1] == rows[1].deviation_level
+
+
 def test_throughput_sums_samples_over_step_time():
     assert throughput(_state()) == pytest.approx(4 * 8 / 0.2)
 
