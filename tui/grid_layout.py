@@ -45,7 +45,7 @@ COLUMN_SPEC = {
     "glyph": ("", 1, "status"),
     "status": ("status", 9, "status"),
     "loss": ("loss", 7, ""),
-    "step": ("step", 6, "step_time"),
+    "step": ("wall", 6, "step_time"),  # the step's wall time ("step" read as its number)
     "self": ("self", 6, ""),
     "dev": ("Δself", 5, "self_time"),
     "data": ("data", 6, ""),
