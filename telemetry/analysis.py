@@ -16,6 +16,12 @@ from .state import RankState, RunState
 from .stragglers import StragglerDetector
 
 
+STALL_CAUSE_PHASES = ("data",)
+"""Phases no collective waits in: when, at one step, some ranks are stalled in one of them and
+the others in another phase, the others are waiting for them (a hung data loader holds every
+rank at the next collective). The alerts and the report name those first, as the likely cause."""
+
+
 @dataclass(kw_only=True, slots=True)
 class LivenessConfig:
     """When a rank counts as silent or stalled."""

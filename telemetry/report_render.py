@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from .analysis import STALL_CAUSE_PHASES
 from .printer import ranks_named
 from .summary import human_bytes, ms
 
@@ -89,14 +90,22 @@ def straggler_lines(rep: dict) -> list[str]:
 def stall_lines(rep: dict) -> list[str]:
     """Stall and silence episodes, ranks that stalled alike (phase, step, end) on one line: in
     a hang every rank waits in the same collective."""
+    # A step where some ranks stalled outside any collective and others in one: the former
+    # are the likely cause (see STALL_CAUSE_PHASES), named first.
+    kinds: dict[object, set[bool]] = {}
+    for s in rep["stalls"]:
+        if s["kind"] == "stalled":
+            kinds.setdefault(s["step"], set()).add(s["phase"] in STALL_CAUSE_PHASES)
     alike: dict[str, list[int]] = {}
     for s in rep["stalls"]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
-        ranks = alike.setdefault(f"{what}{at}; {s['until'] or 'never resumed'}", [])
+        cause = s["kind"] == "stalled" and s["phase"] in STALL_CAUSE_PHASES and kinds.get(s["step"]) == {True, False}
+        ranks = alike.setdefault(f"{what}{at}; {s['until'] or 'never resumed'}{' - likely the cause' if cause else ''}", [])
         if s["rank"] not in ranks:
             ranks.append(s["rank"])
-    return [f"{ranks_named(ranks)} {what}" for what, ranks in alike.items()]
+    lines = sorted(alike.items(), key=lambda item: not item[0].endswith(" - likely the cause"))  # stable: the rest keep their order
+    return [f"{ranks_named(ranks)} {what}" for what, ranks in lines]
 
 
 def exit_lines(rep: dict) -> list[str]:

@@ -522,3 +522,21 @@ def test_a_step_saved_again_after_a_resume_counts_its_ranks_once(tmp_path):
     log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in lines))
     (saved,) = build_report(str(log))["checkpoints"]["saved"]
     assert saved == {"step": 4, "path": "/c/step-00000004", "ranks": 2, "duration_s": 2.0}
+
+
+def test_a_hang_names_the_rank_stalled_outside_any_collective_first():
+    # rank 1 stuck in its data loader, the others waiting for it in backward's all-reduce: the
+    # report listed rank 0 first, each "stalled" alike.
+    from pardash.telemetry.printer import ranks_named
+    from pardash.telemetry.report_render import stall_lines
+
+    def stall(rank, phase, step=5):
+        return {"rank": rank, "kind": "stalled", "phase": phase, "step": step, "until": None}
+
+    rep = {"stalls": [stall(0, "backward"), stall(1, "data"), stall(2, "backward")]}
+    assert stall_lines(rep) == [
+        "rank 1 stalled in data after step 5; never resumed - likely the cause",
+        f"{ranks_named([0, 2])} stalled in backward after step 5; never resumed",
+    ]
+    # A data stall alone (or every rank in data) is no guess about anyone else.
+    assert stall_lines({"stalls": [stall(3, "data", 12)]}) == ["rank 3 stalled in data after step 12; never resumed"]

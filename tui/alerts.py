@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
+from pardash.telemetry.analysis import STALL_CAUSE_PHASES
 from pardash.telemetry.printer import root_cause
 
 from .format import fmt_step_time
@@ -115,11 +116,6 @@ def rank_alerts(r: st.RankState, exit: ExitInfo | None = None, *, first: bool = 
             )
         )
     return out
-
-
-STALL_CAUSE_PHASES = ("data",)
-"""Phases no collective waits in: when some stalled ranks are stuck in one and the others are
-not, the others wait for them (a hung data loader holds every rank at the next collective)."""
 
 
 def _stall_causes(state: st.RunState, alerts: list[Alert]) -> list[Alert]:
