@@ -102,6 +102,7 @@ def main() -> None:
                 print(f"step {step} loss {total:.6f}", flush=True)
         epoch += 1
 
+    dist.barrier()  # every rank done with its collectives before the group goes (gloo's teardown)
     dist.destroy_process_group()
 
 

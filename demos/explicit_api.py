@@ -80,6 +80,7 @@ def main() -> None:
         pt.event("epoch_end", f"epoch {epoch} done")
         epoch += 1
 
+    dist.barrier()  # every rank done with its collectives before the group goes (gloo's teardown)
     dist.destroy_process_group()
 
 

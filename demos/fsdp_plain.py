@@ -111,6 +111,7 @@ def main() -> None:
                 break
         epoch += 1
 
+    dist.barrier()  # every rank done with its collectives before the group goes (gloo's teardown)
     dist.destroy_process_group()
 
 
