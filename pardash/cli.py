@@ -68,9 +68,8 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
             fail("--device cuda: no NVIDIA GPU is visible here; use --device cpu (or auto)")
         if cfg.precision == "bf16" and _gpu_count() == 0:
             fail("--precision bf16 needs a GPU and none is visible here; use --precision fp32")
-    elif _trainer_flags_given(cfg):
-        given = ", ".join(_trainer_flags_given(cfg))
-        fail(f"{given}: the bundled trainer's flags, which your script would not see; pass your script's own flags after `--`")
+    elif given := _trainer_flags_given(cfg):
+        fail(f"{', '.join(given)}: the bundled trainer's flags, which your script would not see; pass your script's own flags after `--`")
     elif script and not ns.module and not os.path.isfile(script[0]):
         fail(f"{script[0]}: no such script (the command after `--` is run as `python SCRIPT ARGS`)")
     elif ns.module:
