@@ -159,7 +159,7 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
     ``took``: the ranks that sent the same event and the slowest one's duration (see
     :func:`group_alike`)."""
     if isinstance(ev, schema.Verdict):
-        return f"[{ev.verdict}] {ev.message}"
+        return f"[{ev.verdict}] {verdict_text(ev, ranks)}"
     if isinstance(ev, schema.Event):
         several = ranks is not None and len(ranks) > 1
         who = "hub" if ev.rank < 0 else ranks_named(ranks if several else [ev.rank])
@@ -253,22 +253,52 @@ event from several ranks taken in one refresh is one line naming the ranks, in t
 lines and the TUI's event log. Errors are not: each carries its own traceback."""
 
 
+GROUPED_VERDICTS = frozenset({"stalled", "silent", "resumed"})
+"""Verdicts the hub draws of many ranks at once (a hang stalls them all): the same verdict
+(kind, cause, step, text but for the rank and a count of seconds) of several ranks taken in
+one refresh is one line naming the ranks. A hang of 1024 ranks is two lines, not 1024."""
+
+_SECONDS = re.compile(r"\b\d+ s\b")
+
+
+def verdict_tail(v: schema.Verdict) -> str | None:
+    """A verdict's message without its leading 'rank N ' (None if it does not start so)."""
+    head = f"rank {v.rank} "
+    return v.message[len(head):] if v.message.startswith(head) else None
+
+
+def verdict_text(v: schema.Verdict, ranks: list[int] | None = None) -> str:
+    """A verdict's message; for several ranks (see :func:`group_alike`), naming them all."""
+    tail = verdict_tail(v) if ranks is not None and len(ranks) > 1 else None
+    if tail is None:
+        return v.message or f"rank {v.rank}: {v.verdict.replace('_', ' ')}"
+    return f"{ranks_named(ranks)} {tail}"
+
+
 def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, list[int] | None, float | None]]:
     """``msgs`` in order as (first message, its ranks, the slowest duration): the same
-    :data:`GROUPED` event (name, step, text, code) from several ranks is one entry, where
-    the first of them was; anything else is an entry of its own (ranks None)."""
+    :data:`GROUPED` event (name, step, text, code) or :data:`GROUPED_VERDICTS` verdict from
+    several ranks is one entry, where the first of them was; anything else is an entry of its
+    own (ranks None)."""
     out: list[list] = []
     alike: dict[tuple, list] = {}
     for m in msgs:
+        key: tuple | None = None
         if isinstance(m, schema.Event) and m.rank >= 0 and m.name in GROUPED:
             key = (m.name, m.step, m.message, m.code)
+        elif isinstance(m, schema.Verdict) and m.rank >= 0 and m.verdict in GROUPED_VERDICTS:
+            tail = verdict_tail(m)
+            if tail is not None:
+                key = ("verdict", m.verdict, m.cause, m.step, _SECONDS.sub("N s", tail))
+        if key is not None:
             entry = alike.get(key)
             if entry is None:
                 entry = alike[key] = [m, {}, None]  # ranks as a dict: ordered, and 1024 of them are cheap to look up
                 out.append(entry)
             entry[1][m.rank] = None  # a rank that said it twice is named once
-            if m.duration_s is not None and (entry[2] is None or m.duration_s > entry[2]):
-                entry[2] = m.duration_s
+            took = m.duration_s if isinstance(m, schema.Event) else None
+            if took is not None and (entry[2] is None or took > entry[2]):
+                entry[2] = took
         else:
             out.append([m, None, None])
     return [(m, list(ranks) if ranks is not None else None, took) for m, ranks, took in out]

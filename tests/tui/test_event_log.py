@@ -59,6 +59,46 @@ def test_a_rank_that_says_it_twice_is_named_once():
     assert [event_line(*entry) for entry in group_alike(twice)] == ["[warning] rank 3: slow disk"]
 
 
+def _stalled(rank: int, phase: str, seconds: int) -> schema.Verdict:
+    return schema.Verdict(
+        rank=rank, verdict="stalled", cause=phase, step=79,
+        message=f"rank {rank} stalled in {phase} after step 79 ({seconds} s without progress)",
+    )
+
+
+def test_a_hang_of_many_ranks_is_a_line_per_phase_not_one_per_rank():
+    from pardash.telemetry.printer import event_line
+
+    # The hub's liveness check finds them all in one pass; their seconds differ by rounding.
+    msgs = [_stalled(r, "data" if r == 5 else "comm", 5 + (r % 3 == 0)) for r in range(1024)]
+    msgs.append(schema.Verdict(rank=2, verdict="straggler", step=79, message="rank 2 is a straggler"))
+    msgs += [
+        schema.Verdict(rank=r, verdict="resumed", step=80, message=f"rank {r} resumed at step 80") for r in (0, 1, 2)
+    ]
+    assert [describe(*e)[0] for e in group_alike(msgs)] == [
+        "ranks 0-4, 6-1023 stalled in comm after step 79 (6 s without progress)",
+        "rank 5 stalled in data after step 79 (5 s without progress)",
+        "rank 2 is a straggler",
+        "ranks 0-2 resumed at step 80",
+    ]
+    assert [event_line(*e) for e in group_alike(msgs)][:2] == [
+        "[stalled] ranks 0-4, 6-1023 stalled in comm after step 79 (6 s without progress)",
+        "[stalled] rank 5 stalled in data after step 79 (5 s without progress)",
+    ]
+
+
+def test_verdicts_of_other_steps_or_kinds_stay_apart():
+    msgs = [
+        schema.Verdict(rank=0, verdict="silent", step=3, message="rank 0 silent for 3 s (no heartbeat)"),
+        schema.Verdict(rank=1, verdict="silent", step=4, message="rank 1 silent for 3 s (no heartbeat)"),
+        schema.Verdict(rank=2, verdict="resumed", step=4, message="rank 2 heard from again"),
+        schema.Verdict(rank=3, verdict="resumed", step=4, message="rank 3 resumed at step 4"),
+        # a message that does not start with its rank is kept as it is
+        schema.Verdict(rank=4, verdict="silent", step=4, message="no heartbeat from rank 4"),
+    ]
+    assert [describe(*e)[0] for e in group_alike(msgs)] == [m.message for m in msgs]
+
+
 async def test_a_line_wrapped_before_the_scrollbar_came_keeps_its_last_character():
     # The log wrapped lines to its whole width; once enough lines came for a scrollbar, that
     # took the last column and hid the last character of every line wrapped before.

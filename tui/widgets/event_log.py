@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from pardash.telemetry import schema
-from pardash.telemetry.printer import group_alike, ranks_named
+from pardash.telemetry.printer import group_alike, ranks_named, verdict_text
 from pardash.telemetry.state import EVENTS_KEPT, RunState
 
 from ..format import fmt_clock, fmt_step_time
@@ -35,8 +35,7 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
     more) and ``duration_s`` (the slowest of theirs) when it stands for the same event of
     several ranks."""
     if isinstance(m, schema.Verdict):
-        text = m.message or f"rank {m.rank}: {m.verdict.replace('_', ' ')}"
-        return text, VERDICT_STYLES.get(m.verdict, "info")
+        return verdict_text(m, ranks), VERDICT_STYLES.get(m.verdict, "info")
     if isinstance(m, schema.Event):
         several = ranks is not None and len(ranks) > 1
         who = "hub" if m.rank < 0 else ranks_named(ranks if several else [m.rank])
