@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pardash.tui.grid_layout import COLUMNS, COMPACT_COLUMNS, WIDE_COLUMNS, lay_out
@@ -75,3 +77,44 @@ def test_flagged_only_and_the_empty_note():
     rs[3].status = "running"
     empty = lay_out(rs, width=120, height=33, flagged_only=True)
     assert empty.lines[0].kind == "note" and "no flagged ranks" in empty.lines[0].labels[0][1]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "size", "side_grows"),
+    [
+        ("run4.jsonl", (220, 50), True),  # 4 ranks: the grid needs a fraction of the width
+        ("straggler8.jsonl", (120, 40), False),  # the stylesheet's split below 168 columns
+        ("run1024.jsonl", (220, 50), False),  # a heat map uses every column it gets
+    ],
+)
+async def test_a_wide_terminal_gives_the_grids_spare_columns_to_the_side_panels(fixture, size, side_grows):
+    from pardash.tui.grid_layout import WIDE_COLUMNS
+    from pardash.tui.screens.dashboard import DashboardScreen
+    from pardash.tui.widgets.event_log import EventLog
+    from pardash.tui.widgets.rank_grid import RankGrid
+    from tui_helpers import replay_app, strip_text
+
+    app = replay_app(fixture)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        side = screen.query_one("#side").size.width
+        grid = screen.query_one(RankGrid)
+        if side_grows:
+            assert side > DashboardScreen.SIDE_WIDTH
+            # ... while the grid keeps every column, a rank a line
+            assert grid._layout.columns == WIDE_COLUMNS[0] and grid._layout.max_cols == 1
+            # and the event log's lines are not wrapped: each begins with its time
+            log = screen.query_one(EventLog)
+            texts = [strip_text(line) for line in log.lines]
+            assert texts and all(re.match(r"\d\d:\d\d ", t) for t in texts), texts
+        else:
+            assert side <= DashboardScreen.SIDE_WIDTH
+
+
+def test_the_alerts_name_runs_of_ranks_as_ranges_and_count_the_rest():
+    from pardash.tui.widgets.alert_list import rank_list
+
+    assert rank_list([0, 1, 2, 3, 4, 6, 7, 8]) == "0-4, 6-8"
+    assert rank_list(list(range(0, 20, 2))) == "0, 2, 4, 6, 8, 10, … (+4)"
+    assert rank_list(list(range(6)) + list(range(7, 1024, 2)), limit=2) == "0-5, 7, … (+508)"

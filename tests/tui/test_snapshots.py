@@ -54,3 +54,9 @@ def test_help(snap_compare):
 
 def test_quit_modal_of_a_launched_run(snap_compare):
     assert snap_compare(replay_app("run4.jsonl", launched=True), terminal_size=SIZE, press=["q"])
+
+
+def test_dashboard_wide_200x50(snap_compare):
+    """200x50: the grid keeps the width its cells need; the alerts, memory and events take
+    the rest, their lines unwrapped."""
+    assert snap_compare(replay_app("straggler8.jsonl"), terminal_size=(200, 50))

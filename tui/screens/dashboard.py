@@ -49,6 +49,7 @@ class _Widgets:
     memory: MemorySummary
     events: EventLog
     main: Vertical
+    side: Vertical
 
 
 def _said(summary: RunSummary) -> RunSummary:
@@ -133,6 +134,8 @@ class DashboardScreen(Screen):
         self._figures_due: Timer | None = None
         """Brings the latest figures when frames stop coming (see FIGURES_S)."""
         self._summary: RunSummary | None = None
+        self._side_width: int | None = None
+        """The side panels' width when the grid leaves them more than the stylesheet's."""
         """The latest frame's header, shown or waiting for its turn."""
 
     @property
@@ -158,8 +161,41 @@ class DashboardScreen(Screen):
     NARROW_WIDTH = 100
     """Below this many columns the memory panel gives its room to the event log (m shows it)."""
 
+    SIDE_WIDTH = 64
+    """The side panels' width on a terminal of 168 columns or more (38% below), unless the grid
+    leaves them more (see :meth:`_fit_side`)."""
+    WIDE_SIDE_WIDTH = 110
+    """The most the side panels take when the grid needs less than its share: enough for the
+    event log's lines not to wrap."""
+    MAIN_CHROME = 3
+    """Columns of the grid's panel around the grid itself: its border and the scrollbar's."""
+
     def on_resize(self) -> None:
         self.set_class(self.size.width < self.NARROW_WIDTH, "-narrow")
+        self._fit_side()
+
+    def _fit_side(self) -> None:
+        """On a wide terminal whose ranks fit the grid a line each, the grid's panel keeps the
+        width it needs and the side panels (alerts, memory, events) take the rest, up to
+        WIDE_SIDE_WIDTH; otherwise the grid keeps its share (it packs more ranks a line)."""
+        w = self._widgets
+        if w is None:
+            return
+        need = w.grid.one_column_width
+        width: int | None = None
+        if need is not None:
+            room = self.size.width - need - self.MAIN_CHROME
+            if room > self.SIDE_WIDTH:
+                width = min(room, self.WIDE_SIDE_WIDTH)
+        if width == self._side_width:
+            return
+        self._side_width = width
+        styles = w.side.styles
+        if width is None:  # back to the stylesheet's
+            styles.clear_rule("width")
+            styles.clear_rule("max_width")
+        else:
+            styles.width = styles.max_width = width
 
     def on_mount(self) -> None:
         self._widgets = _Widgets(
@@ -170,6 +206,7 @@ class DashboardScreen(Screen):
             memory=self.query_one(MemorySummary),
             events=self.query_one(EventLog),
             main=self.query_one("#main", Vertical),
+            side=self.query_one("#side", Vertical),
         )
         self.query_one("#main").border_title = "ranks"
         self.query_one("#alerts").border_title = "alerts"
@@ -199,6 +236,7 @@ class DashboardScreen(Screen):
         state = source.state
         table = self._rows.update(state)
         w.grid.update_rows(table)
+        self._fit_side()
         self._summary = summarize(
             source,
             hub_quiet_s=self.app.hub_quiet_s,  # type: ignore[attr-defined]

@@ -9,6 +9,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from pardash.telemetry.printer import ranks_text
+
 from ..alerts import Alert
 from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
@@ -28,9 +30,18 @@ MAX_LINES = 8
 STALE_MARK = "⚠"
 
 
-def _rank_list(ranks: list[int], limit: int = 6) -> str:
-    shown = ", ".join(str(r) for r in ranks[:limit])
-    return shown + (f", … (+{len(ranks) - limit})" if len(ranks) > limit else "")
+def rank_list(ranks: list[int], limit: int = 6) -> str:
+    """[0, 1, 2, 3, 4, 6, 7] -> '0-4, 6-7': runs as ranges, the first ``limit`` pieces shown and
+    the ranks of the others counted."""
+    pieces = ranks_text(ranks).split(", ")
+    shown = ", ".join(pieces[:limit])
+    if len(pieces) <= limit:
+        return shown
+    hidden = 0
+    for piece in pieces[limit:]:
+        lo, _, hi = piece.partition("-")
+        hidden += int(hi) - int(lo) + 1 if hi else 1
+    return f"{shown}, … (+{hidden})"
 
 
 class AlertList(CachedStyles, Widget):
@@ -99,5 +110,5 @@ class AlertList(CachedStyles, Widget):
                 what = f"{len(items)} {LABELS[kind]}"
                 if kind == "exited" and detail is not None:
                     what += f" with code {detail}"
-                lines.append(Text.assemble((f"{GLYPHS[kind]} {what}: ", self._s(kind)), f"ranks {_rank_list(ranks)}"))
+                lines.append(Text.assemble((f"{GLYPHS[kind]} {what}: ", self._s(kind)), f"ranks {rank_list(ranks)}"))
         return Text("\n").join(lines)

@@ -107,10 +107,19 @@ class EventLog(CachedStyles, RichLog):
         self._state_id = 0
         self._last_hseq = -1
         self._state: RunState | None = None
+        self._wrapped_at = 0
 
     def on_mount(self) -> None:
         # Written lines keep the colours of the theme they were written in: rewrite on change.
         self.app.theme_changed_signal.subscribe(self, self._rewrite)
+
+    def on_resize(self) -> None:
+        # Lines are wrapped to the width they were written at: rewrap them at the new one.
+        width = self.scrollable_content_region.width
+        if width != self._wrapped_at:
+            if self._wrapped_at:
+                self._rewrite(None)
+            self._wrapped_at = width
 
     def _rewrite(self, _theme: object) -> None:
         if self._state is not None:

@@ -23,8 +23,10 @@ from ..grid_layout import (
     COLUMN_SPEC,
     FORMS,
     HEAT_GLYPHS,
+    WIDE_COLUMNS,
     GridLayout,
     GridLine,
+    cell_width,
     lay_out,
     shown_rows,
 )
@@ -181,6 +183,17 @@ class RankGrid(ScrollView, can_focus=True):
     def row_of(self, rank: int | None) -> RankRow | None:
         """The row of ``rank`` (drawn or filtered out), if the rank is known."""
         return self._table.row(rank)
+
+    @property
+    def one_column_width(self) -> int | None:
+        """The width the grid needs to draw every shown rank a line each with every column, if
+        they fit its height so (else None: it is using whatever width it has). The dashboard
+        gives the rest of a wide terminal to the panels beside it."""
+        layout = self._layout
+        room = (self.scrollable_content_region.height or self.size.height) - 1
+        if layout.heat or layout.max_cols != 1 or not 0 < len(layout.lines) <= room:
+            return None
+        return cell_width(WIDE_COLUMNS[0], layout.rank_width) + 1
 
     def update_rows(self, table: RowBuilder) -> None:
         """Take the ranks as of ``table``'s last update and redraw what changed.
