@@ -164,3 +164,46 @@ async def test_the_palettes_screenshot_is_saved_in_the_current_folder(tmp_path, 
                 break
     shots = list(tmp_path.glob("*.svg"))
     assert len(shots) == 1 and "fsdp-gpt2-4" in shots[0].read_text()
+
+
+async def test_the_cursor_stays_on_the_first_rank_until_a_person_moves_it():
+    # Ranks say hello in any order: the cursor used to stay on whichever came first (rank 1
+    # after most launches) with rank 0 drawn above it.
+    from textual.app import App
+
+    from pardash.telemetry import schema
+    from pardash.telemetry.state import RunState
+    from pardash.tui.model import RowBuilder
+
+    class Host(App):
+        def compose(self):
+            yield RankGrid()
+
+    state, rows, now = RunState(run_id="r"), RowBuilder(), 1000.0
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(RankGrid)
+        grid.focus()
+
+        def hello(rank: int) -> None:
+            state.apply(schema.Hello(rank=rank, world_size=8, run="r", t=now), now)
+            grid.update_rows(rows.update(state))
+
+        for r in (3, 1, 0, 2):
+            hello(r)
+            await pilot.pause()
+        assert grid.cursor_rank == 0
+        await pilot.press("down", "down")
+        assert grid.cursor_rank == 2
+        hello(5)  # a rank joining later leaves a chosen rank where it is
+        await pilot.pause()
+        assert grid.cursor_rank == 2
+
+
+async def test_back_from_a_ranks_detail_the_grid_is_on_the_rank_last_shown():
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("enter", "n", "n", "n", "escape")
+        await pilot.pause()
+        assert isinstance(app.screen, DashboardScreen)
+        assert app.screen.query_one(RankGrid).cursor_rank == 3

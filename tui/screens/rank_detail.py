@@ -216,6 +216,10 @@ class RankDetailScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+        # Back on the grid, its cursor is on the rank last looked at (n and p move it here).
+        grid = getattr(self.app.screen, "grid", None)
+        if grid is not None:
+            grid.select(self.rank)
 
     def action_move(self, delta: int) -> None:
         ranks = sorted(self.source.state.ranks)

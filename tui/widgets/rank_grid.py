@@ -145,13 +145,15 @@ class RankGrid(ScrollView, can_focus=True):
         self._line_of: dict[int, int] = {}
         """Line of each ordered rank."""
         self._glyphs: dict[object, Look] = {}
+        """A heat-map glyph for each look (status, deviation level, exit order)."""
         self._plan: tuple[GridLayout | None, list[tuple[str, int]]] = (None, [])
         """The layout a cell plan was made for, and the plan (see _cell_plan)."""
-        """A heat-map glyph for each look (status, deviation level, exit order)."""
         self._styles: dict[str, Style] = {}
         """Component styles over the base style ("" is the base), cleared on style changes."""
         self._width = 80
         """Columns the layout was made for."""
+        self._cursor_moved = False
+        """Whether a person moved the cursor (until then it stays on the first rank drawn)."""
 
     # -- feeding ----------------------------------------------------------------------------
 
@@ -302,7 +304,10 @@ class RankGrid(ScrollView, can_focus=True):
         self._looks.clear()
         self._strips.clear()
         self.virtual_size = Size(width, len(layout.lines) + 1)
-        if layout.ordered and (self.cursor_rank is None or self.cursor_rank not in layout.where):
+        if layout.ordered and (
+            self.cursor_rank is None or self.cursor_rank not in layout.where or not self._cursor_moved
+        ):
+            # Until a rank is chosen, the cursor is on the first (ranks say hello in any order).
             self.cursor_rank = layout.ordered[0].rank
         elif self.cursor_rank is not None:
             self._scroll_to_cursor()
@@ -625,9 +630,16 @@ class RankGrid(ScrollView, can_focus=True):
         elif line >= top + visible:
             self.scroll_to(y=line - visible + 1, animate=False)
 
+    def select(self, rank: int) -> None:
+        """Put the cursor on ``rank`` (if drawn), as a person moving it there would."""
+        if rank in self._layout.where:
+            self._cursor_moved = True
+            self.cursor_rank = rank
+
     def action_cursor(self, how: str) -> None:
         if not self._layout.where:
             return
+        self._cursor_moved = True
         if self.cursor_rank not in self._layout.where:
             self.cursor_rank = self._layout.ordered[0].rank
             return
@@ -690,6 +702,7 @@ class RankGrid(ScrollView, can_focus=True):
         rank = self.rank_at(offset.x, offset.y)
         if rank is None:
             return
+        self._cursor_moved = True
         self.cursor_rank = rank
         if event.chain >= 2:
             self.post_message(RankChosen(rank))
