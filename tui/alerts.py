@@ -17,7 +17,7 @@ from pardash.telemetry import state as st
 from pardash.telemetry.analysis import STALL_CAUSE_PHASES
 from pardash.telemetry.printer import root_cause
 
-from .format import fmt_step_time
+from .format import fmt_clock, fmt_step_time
 
 SEVERITY = {"exited": 0, "silent": 1, "stalled": 2, "straggler": 3, "not_sharding": 4}
 """Lower is more severe."""
@@ -80,8 +80,11 @@ def cause_rank(state: st.RunState) -> int | None:
     return found[0].rank if found is not None else None
 
 
-def rank_alerts(r: st.RankState, exit: ExitInfo | None = None, *, first: bool = False) -> list[Alert]:
-    """The alerts of one rank (a rank may be both a straggler and not sharding)."""
+def rank_alerts(
+    r: st.RankState, exit: ExitInfo | None = None, *, first: bool = False, t0: float | None = None
+) -> list[Alert]:
+    """The alerts of one rank (a rank may be both a straggler and not sharding); ``t0``: the
+    run's start, to say since when on the run's clock (the event log's)."""
     out: list[Alert] = []
     status = r.status
     if status == st.EXITED:
@@ -92,7 +95,11 @@ def rank_alerts(r: st.RankState, exit: ExitInfo | None = None, *, first: bool = 
             text += f": {exit.cause}"
         out.append(Alert("exited", r.rank, text, code=r.exit_code, first=first))
     elif status == st.SILENT and r.silent is not None:
-        out.append(Alert("silent", r.rank, r.silent.message or f"rank {r.rank} silent (no heartbeat)"))
+        # Not the verdict's "silent for 3 s": said once, it would stay 3 s for as long as
+        # the rank is silent. When it fell silent does not go stale.
+        v = r.silent
+        since = f" since {fmt_clock(v.t - t0)}" if v.t and t0 else ""
+        out.append(Alert("silent", r.rank, f"rank {r.rank} silent{since} (no heartbeat)"))
     elif status == st.STALLED and r.stalled is not None:
         v = r.stalled
         phase = v.cause or "unknown phase"
@@ -146,7 +153,7 @@ def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) 
                 exits = exit_info(state)
             info = exits.get(r.rank)
             exited += 1
-        out.extend(rank_alerts(r, info))
+        out.extend(rank_alerts(r, info, t0=state.t0))
     first = cause_rank(state) if exited > 1 and exits else None
     if first is not None and first in exits:
         out = [

@@ -206,3 +206,12 @@ def test_chart_series_downsample_to_the_width_and_band_the_others():
     assert s.median[0] == pytest.approx(0.10) and s.high[0] == pytest.approx(0.10)
     assert s.others == 3
     assert chart_series(st, 99, "self_s", 10) is None
+
+
+def test_a_silent_rank_says_since_when_not_a_count_that_goes_stale():
+    # The verdict says "silent for 3 s" once; an alert quoting it said 3 s for as long as the
+    # rank stayed silent.
+    st = _state()
+    st.apply(schema.Verdict(rank=1, verdict="silent", step=4, t=st.t0 + 83.5, message="rank 1 silent for 3 s (no heartbeat)"), 0)
+    [alert] = run_alerts(st)
+    assert (alert.kind, alert.text) == ("silent", "rank 1 silent since 01:23 (no heartbeat)")
