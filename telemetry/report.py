@@ -106,8 +106,9 @@ def build_report(path: str) -> dict:
             first_t = msg.t if first_t is None else min(first_t, msg.t)
             last_t = msg.t if last_t is None else max(last_t, msg.t)
         if isinstance(msg, schema.Step):
-            step_t0 = msg.t - msg.step_s if step_t0 is None else min(step_t0, msg.t - msg.step_s)
-            step_t1 = msg.t if step_t1 is None else max(step_t1, msg.t)
+            if msg.t:  # 0: a step without its time (a hand-made or foreign line) spans nothing
+                step_t0 = msg.t - msg.step_s if step_t0 is None else min(step_t0, msg.t - msg.step_s)
+                step_t1 = msg.t if step_t1 is None else max(step_t1, msg.t)
             step_s[msg.rank].append(msg.step_s)
             samples[msg.rank] += msg.samples
             samples_per_step[msg.rank] = msg.samples

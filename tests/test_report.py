@@ -102,6 +102,23 @@ def test_damaged_lines_are_skipped_and_counted_never_raised():
     assert "5 (2 invalid, 2 malformed, 1 truncated)" in render_markdown(rep)
 
 
+def test_a_step_without_its_time_does_not_stretch_the_run_to_1970(tmp_path):
+    # t is 0 on a step line written by hand or by another tool: read as 1970, it made the
+    # training time 56 years and the rate 0 samples/s.
+    source = DATA / "real_fsdp2.jsonl"
+    data = source.read_bytes()
+    want = build_report(str(source))
+    step = next(line for line in data.splitlines() if b'"kind":"step"' in line)
+    timeless = msgspec.json.decode(step)
+    timeless["t"] = 0.0
+    timeless["seq"] = 10**6  # another line, not a copy of one already read
+    log = tmp_path / "timeless.jsonl"
+    log.write_bytes(data.rstrip(b"\n") + b"\n" + msgspec.json.encode(timeless) + b"\n")
+    got = build_report(str(log))
+    assert got["train_s"] == want["train_s"] > 0
+    assert got["samples"] > want["samples"] and got["samples_per_s"] > want["samples_per_s"]
+
+
 def test_a_log_cut_anywhere_or_sprayed_with_garbage_still_reports(tmp_path):
     raw = (DATA / "fsdp4_crash.jsonl").read_bytes()
     rng = random.Random(0)
