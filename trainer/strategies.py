@@ -7,7 +7,8 @@
   no collective and backward's first all-reduce is the step's first collective) and a comm
   hook that times every bucket's all-reduce from launch to completion (:class:`CommTimer`).
 - ``fsdp``: FSDP2, :func:`fully_shard` on each block, then on the root; bf16 parameters with
-  fp32 gradient reduction under ``--precision bf16``.
+  fp32 gradient reduction under ``--precision bf16``; every all-gather and reduce-scatter
+  timed the same way, through FSDP2's custom-collective hooks (:func:`time_fsdp_comm`).
 
 Small typed functions in the manner of torchtitan's ``distributed/fsdp.py``; the training loop
 composes them.
@@ -201,7 +202,7 @@ def destroy_distributed(rt: Runtime | None) -> None:
         rt.owns_process_group = False
 
 
-# -- DDP comm hook -----------------------------------------------------------------------------
+# -- timing collectives -----------------------------------------------------------------------
 
 
 class CommTimer:
@@ -244,10 +245,7 @@ class CommTimer:
         fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
 
         def done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-            end = state._stamp()
-            with state._lock:
-                state._marks.append((start, end))
-                state.buckets += 1
+            state._done(start)
             return f.value()[0]
 
         return fut.then(done)
@@ -263,9 +261,23 @@ class CommTimer:
 
         return time.perf_counter()
 
+    def mark(self, start: Any, work: Any = None) -> None:
+        """Note a collective launched at ``start``: complete now (``work`` None, a blocking
+        call), or when ``work`` (an async op's handle) completes."""
+        if work is None:
+            self._done(start)
+        else:
+            work.get_future().then(lambda _f: self._done(start))
+
+    def _done(self, start: Any) -> None:
+        end = self._stamp()
+        with self._lock:
+            self._marks.append((start, end))
+            self.buckets += 1
+
     def take(self) -> list[Any]:
         """This step's (launch, completion) marks; call after backward (DDP waits for every
-        bucket's future before backward returns)."""
+        bucket's future before backward returns; FSDP2 for its last reduce-scatter)."""
         with self._lock:
             marks, self._marks = self._marks, []
         return marks
@@ -312,7 +324,8 @@ class Wrapped:
     note: str = ""
     """A line for the hello message and the TUI header (e.g. DP's single replica)."""
     comm: CommTimer | None = None
-    """DDP's bucket timer (None for the other strategies)."""
+    """Times the collectives: DDP's buckets, FSDP2's all-gathers and reduce-scatters (None
+    for single and dp)."""
     autocast_dtype: torch.dtype | None = None
     """Dtype to autocast forward to (bf16 on GPU for single/dp/ddp), else None."""
 
@@ -352,6 +365,63 @@ def apply_ddp(model: nn.Module, rt: Runtime) -> tuple[nn.Module, CommTimer]:
     timer = CommTimer(device=rt.device)
     ddp.register_comm_hook(timer, CommTimer.hook)
     return ddp, timer
+
+
+class _TimedAllGather:
+    """FSDP2's all-gather (what its default does: ``dist.all_gather_single`` into a fresh
+    buffer), each call marked on a :class:`CommTimer`. Given to every FSDP module by
+    ``set_custom_all_gather``, the public way to take over its collectives."""
+
+    def __init__(self, timer: CommTimer) -> None:
+        self.timer = timer
+
+    def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(
+        self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, async_op: bool = False
+    ) -> Any:
+        start = self.timer._stamp()
+        work = dist.all_gather_single(output_tensor, input_tensor, group=group, async_op=async_op)  # type: ignore[attr-defined]
+        self.timer.mark(start, work)
+        return work
+
+
+class _TimedReduceScatter(_TimedAllGather):
+    """FSDP2's reduce-scatter of gradients, marked as :class:`_TimedAllGather` marks its
+    all-gathers."""
+
+    def __call__(  # type: ignore[override]
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: Any,
+        op: Any,
+        async_op: bool = False,
+    ) -> Any:
+        start = self.timer._stamp()
+        work = dist.reduce_scatter_single(  # type: ignore[attr-defined]
+            output=output_tensor, input=input_tensor, group=group, op=op, async_op=async_op
+        )
+        self.timer.mark(start, work)
+        return work
+
+
+def time_fsdp_comm(model: nn.Module, device: torch.device) -> CommTimer | None:
+    """Time every all-gather and reduce-scatter of the FSDP2 modules in ``model``: a step's
+    communication is the union of their in-flight intervals, as DDP's buckets'. None where this
+    torch lacks the public hooks for it, and the comm column stays empty."""
+    from torch.distributed.fsdp import FSDPModule
+
+    needed = ("all_gather_single", "reduce_scatter_single")
+    if not hasattr(FSDPModule, "set_custom_reduce_scatter") or not all(hasattr(dist, n) for n in needed):
+        return None
+    timer = CommTimer(device=device)
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_custom_all_gather(_TimedAllGather(timer))  # type: ignore[arg-type]
+            m.set_custom_reduce_scatter(_TimedReduceScatter(timer))  # type: ignore[arg-type]
+    return timer
 
 
 def fsdp_mp_policy(precision: str, device: torch.device) -> Any:
@@ -402,7 +472,7 @@ def wrap_model(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> Wrapped:
     if cfg.strategy == "fsdp":
         sharded = apply_fsdp(model, rt, reshard_after_forward=cfg.reshard_after_forward,
                              mp_policy=fsdp_mp_policy(cfg.precision, rt.device))
-        return Wrapped(model=sharded, inner=sharded, strategy="fsdp")
+        return Wrapped(model=sharded, inner=sharded, strategy="fsdp", comm=time_fsdp_comm(sharded, rt.device))
     raise ValueError(f"unknown strategy {cfg.strategy!r}")
 
 
