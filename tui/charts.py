@@ -163,6 +163,22 @@ def _sample(ranks: list[RankState], limit: int) -> list[RankState]:
     return [ranks[int(i * stride)] for i in range(limit)]
 
 
+def _band(others: list[RankState], column: str, columns: _Columns) -> tuple[list[float], list[float], list[float]]:
+    """Per column: the median, minimum and maximum of ``others``' ``column`` (NaN where none)."""
+    width = columns.width
+    others_steps = [q.history["step"].values() for q in others]
+    others_values = [q.history[column].values() for q in others]
+    median, low, high = [NAN] * width, [NAN] * width, [NAN] * width
+    for c, col in enumerate(_band_columns(others_steps, others_values, columns)):
+        if col:
+            col.sort()
+            n = len(col)
+            median[c] = col[n // 2] if n % 2 else (col[n // 2 - 1] + col[n // 2]) / 2
+            low[c] = col[0]
+            high[c] = col[-1]
+    return median, low, high
+
+
 def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSeries | None:
     """The rank's ``column`` history and the others' band, ``width`` columns wide."""
     r = state.ranks.get(rank)
@@ -179,16 +195,7 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
     mine = columns.means(steps, values)
     others = [q for q in state.ranks.values() if q.rank != rank and len(q.history[column])]
     others = _sample(sorted(others, key=lambda q: q.rank), MAX_BAND_RANKS)
-    others_steps = [q.history["step"].values() for q in others]
-    others_values = [q.history[column].values() for q in others]
-    median, low, high = [NAN] * width, [NAN] * width, [NAN] * width
-    for c, col in enumerate(_band_columns(others_steps, others_values, columns)):
-        if col:
-            col.sort()
-            n = len(col)
-            median[c] = col[n // 2] if n % 2 else (col[n // 2 - 1] + col[n // 2]) / 2
-            low[c] = col[0]
-            high[c] = col[-1]
+    median, low, high = _band(others, column, columns)
     last = r.history[column].last()
     return ChartSeries(
         values=tuple(mine),
@@ -199,4 +206,32 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
         last_step=int(s1),
         latest=None if last is None or math.isnan(last) else float(last),
         others=len(others),
+    )
+
+
+def run_series(state: RunState, column: str, width: int) -> ChartSeries | None:
+    """The whole run's ``column``: the ranks' median as the line (no rank of its own, no
+    median rule) over their spread, ``width`` columns wide; ``others`` is the ranks read
+    (at most MAX_BAND_RANKS, evenly spaced) and ``latest`` their newest values' median."""
+    if width < 2:
+        return None
+    ranks = [q for q in state.ranks.values() if len(q.history[column])]
+    ranks = _sample(sorted(ranks, key=lambda q: q.rank), MAX_BAND_RANKS)
+    spans = [(min(steps), max(steps)) for q in ranks if (steps := q.history["step"].values())]
+    if not spans:
+        return None
+    s0, s1 = min(a for a, _ in spans), max(b for _, b in spans)
+    median, low, high = _band(ranks, column, _Columns(s0, s1 - s0, width))
+    newest = sorted(v for q in ranks if (v := q.history[column].last()) is not None and not math.isnan(v))
+    n = len(newest)
+    latest = (newest[n // 2] if n % 2 else (newest[n // 2 - 1] + newest[n // 2]) / 2) if n else None
+    return ChartSeries(
+        values=tuple(median),
+        median=(NAN,) * width,
+        low=tuple(low),
+        high=tuple(high),
+        first_step=int(s0),
+        last_step=int(s1),
+        latest=latest,
+        others=len(ranks),
     )

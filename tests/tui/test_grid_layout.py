@@ -118,3 +118,33 @@ def test_the_alerts_name_runs_of_ranks_as_ranges_and_count_the_rest():
     assert rank_list([0, 1, 2, 3, 4, 6, 7, 8]) == "0-4, 6-8"
     assert rank_list(list(range(0, 20, 2))) == "0, 2, 4, 6, 8, 10, … (+4)"
     assert rank_list(list(range(6)) + list(range(7, 1024, 2)), limit=2) == "0-5, 7, … (+508)"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "size", "shown"),
+    [
+        ("run4.jsonl", (120, 40), True),  # 4 ranks leave most of the grid's lines free
+        ("straggler8.jsonl", (80, 24), False),  # 8 ranks and their nodes fill a small terminal
+        ("run1024.jsonl", (120, 40), False),  # a heat map keeps every line
+    ],
+)
+async def test_the_runs_loss_shows_under_the_grid_when_the_grid_leaves_room(fixture, size, shown):
+    from pardash.tui.widgets.history_chart import HistoryChart
+    from pardash.tui.widgets.rank_grid import RankGrid
+    from tui_helpers import replay_app
+
+    app = replay_app(fixture)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await pilot.pause(0.6)  # the chart follows at the slow panels' rate
+        trend = app.screen.query_one("#trend", HistoryChart)
+        grid = app.screen.query_one(RankGrid)
+        assert trend.display == shown
+        # the grid, with or without the chart, draws every line it drew before
+        assert len(grid._layout.lines) + 1 <= grid.scrollable_content_region.height
+        if shown:
+            series = trend.series
+            assert series is not None and series.others == 4
+            # the line is the ranks' median: the last column lies within their spread
+            assert series.low[-1] <= series.values[-1] <= series.high[-1]
+            assert series.first_step == 0 < series.last_step

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import pytest
@@ -10,7 +11,7 @@ from pardash.telemetry import schema
 from pardash.telemetry.state import RunState
 from pardash.tui import format as fmt
 from pardash.tui.alerts import run_alerts
-from pardash.tui.charts import chart_series
+from pardash.tui.charts import chart_series, run_series
 from pardash.tui.memory import memory_savings
 from pardash.tui.model import RowBuilder, leave_one_out_medians, sort_rows, throughput
 
@@ -206,6 +207,17 @@ def test_chart_series_downsample_to_the_width_and_band_the_others():
     assert s.median[0] == pytest.approx(0.10) and s.high[0] == pytest.approx(0.10)
     assert s.others == 3
     assert chart_series(st, 99, "self_s", 10) is None
+
+
+def test_the_runs_series_is_every_ranks_median_over_their_spread():
+    st = _state()  # self times 0.10, but rank 2's 0.15, at every step
+    s = run_series(st, "self_s", 10)
+    assert s is not None and s.others == 4 and (s.first_step, s.last_step) == (0, 4)
+    assert s.values[0] == pytest.approx(0.10) and s.values[-1] == pytest.approx(0.10)
+    assert s.low[0] == pytest.approx(0.10) and s.high[0] == pytest.approx(0.15)
+    assert all(math.isnan(m) for m in s.median)  # no rank of its own: no median rule over it
+    assert s.latest == pytest.approx(0.10)
+    assert run_series(RunState(run_id="r"), "self_s", 10) is None
 
 
 def test_a_silent_rank_says_since_when_not_a_count_that_goes_stale():

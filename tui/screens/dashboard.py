@@ -17,11 +17,15 @@ from textual.widgets import Footer
 from pardash.telemetry.client import Source
 
 from ..alerts import run_alerts
+from ..charts import run_series
+from ..format import fmt_loss
+from ..grid_layout import lay_out
 from ..memory import memory_savings
 from ..messages import RankChosen, RankHighlighted, RunUpdated
 from ..model import SORT_KEYS, SORT_LABELS, RankRow, RowBuilder
 from ..widgets.alert_list import STALE_MARK, AlertList
 from ..widgets.event_log import EventLog
+from ..widgets.history_chart import HistoryChart
 from ..widgets.memory_summary import MemorySummary
 from ..widgets.rank_grid import RankGrid
 from ..widgets.run_header import RunHeader, RunSummary, summarize
@@ -50,6 +54,7 @@ class _Widgets:
     events: EventLog
     main: Vertical
     side: Vertical
+    trend: HistoryChart
 
 
 def _said(summary: RunSummary) -> RunSummary:
@@ -93,6 +98,16 @@ class DashboardScreen(Screen):
     DashboardScreen #main:focus-within {
         border: round $border;
     }
+    DashboardScreen #trend {
+        display: none;
+        height: 11;
+        border-top: solid $panel-lighten-2;
+        border-title-color: $text-accent;
+        border-title-style: bold;
+    }
+    DashboardScreen.-trend #trend {
+        display: block;
+    }
     DashboardScreen #side {
         width: 38%;
         max-width: 64;
@@ -135,6 +150,7 @@ class DashboardScreen(Screen):
         """Brings the latest figures when frames stop coming (see FIGURES_S)."""
         self._summary: RunSummary | None = None
         self._side_width: int | None = None
+        self._trend_key: tuple = ()
         """The side panels' width when the grid leaves them more than the stylesheet's."""
         """The latest frame's header, shown or waiting for its turn."""
 
@@ -151,6 +167,7 @@ class DashboardScreen(Screen):
         with Horizontal(id="body"):
             with Vertical(id="main"):
                 yield RankGrid(id="grid")
+                yield HistoryChart(fmt_loss, id="trend")
                 yield SelectedRank(id="selected")
             with Vertical(id="side"):
                 yield AlertList(id="alerts", classes="panel")
@@ -170,9 +187,46 @@ class DashboardScreen(Screen):
     MAIN_CHROME = 3
     """Columns of the grid's panel around the grid itself: its border and the scrollbar's."""
 
+    TREND_HEIGHT = 11
+    """Lines of the run's loss chart under the grid (its rule included), shown when the grid
+    leaves them free (see :meth:`_fit_trend`)."""
+
     def on_resize(self) -> None:
         self.set_class(self.size.width < self.NARROW_WIDTH, "-narrow")
         self._fit_side()
+        self._fit_trend()
+
+    def _fit_trend(self) -> None:
+        """Show the run's loss under the grid when the grid, that much shorter, still draws
+        its ranks as it does now (same columns, every line, no heat map); a run of a few ranks
+        gets its loss curve on the first screen, one of 1024 keeps every line for the grid."""
+        w = self._widgets
+        if w is None:
+            return
+        grid = w.grid
+        table = self._rows
+        height = w.main.scrollable_content_region.height - 1  # the selected-rank line
+        width = grid.scrollable_content_region.width
+        key = (table.layout_gen, table.flagged_gen, width, height, grid.form, grid.sort_key, grid.flagged_only)
+        if key == self._trend_key:
+            return
+        self._trend_key = key
+        show = False
+        rows = table.rows()
+        if rows and width > 0 and height > self.TREND_HEIGHT:
+            settings = {"width": width, "form": grid.form, "sort_key": grid.sort_key, "flagged_only": grid.flagged_only}
+            tall = lay_out(rows, height=height, **settings)
+            short = lay_out(rows, height=height - self.TREND_HEIGHT, **settings)
+            show = (
+                not short.heat
+                and short.columns == tall.columns
+                and len(short.lines) + 1 <= height - self.TREND_HEIGHT
+            )
+        if show != self.has_class("-trend"):
+            self.set_class(show, "-trend")
+            if show:
+                self._slow_version = -1
+                self.call_after_refresh(self._refresh_slow)
 
     def _fit_side(self) -> None:
         """On a wide terminal whose ranks fit the grid a line each, the grid's panel keeps the
@@ -207,6 +261,7 @@ class DashboardScreen(Screen):
             events=self.query_one(EventLog),
             main=self.query_one("#main", Vertical),
             side=self.query_one("#side", Vertical),
+            trend=self.query_one("#trend", HistoryChart),
         )
         self.query_one("#main").border_title = "ranks"
         self.query_one("#alerts").border_title = "alerts"
@@ -237,6 +292,7 @@ class DashboardScreen(Screen):
         table = self._rows.update(state)
         w.grid.update_rows(table)
         self._fit_side()
+        self._fit_trend()
         self._summary = summarize(
             source,
             hub_quiet_s=self.app.hub_quiet_s,  # type: ignore[attr-defined]
@@ -293,6 +349,13 @@ class DashboardScreen(Screen):
         self._slow_version = version
         memory = self._widgets.memory
         memory.savings = memory_savings(self.source.state, reuse=memory.savings)
+        trend = self._widgets.trend
+        if self.has_class("-trend"):
+            series = run_series(self.source.state, "loss", trend.plot_width)
+            trend.series = series
+            if series is not None:
+                ranks = f"{series.others} rank{'s' if series.others != 1 else ''}"
+                trend.border_title = f"loss [not bold dim]now {fmt_loss(series.latest)} · ▀ median, ░ range of {ranks}[/]"
 
     @on(RankHighlighted)
     def _highlighted(self, message: RankHighlighted) -> None:

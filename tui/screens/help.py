@@ -66,7 +66,9 @@ GLOSSARY = (
     "the rank whose self time exceeds the others' median.\n"
     "held: parameters + gradients + optimizer state (+ DDP buckets) on the rank; unsharded: "
     "what the ranks would hold with a full copy each (DDP): the memory panel's total, and a "
-    "rank's own in its detail."
+    "rank's own in its detail.\n"
+    "comm: time with a collective in flight (DDP's bucket all-reduces, FSDP's all-gathers and "
+    "reduce-scatters). loss (under the grid, when it has room): the ranks' median and spread."
 )
 
 
