@@ -22,6 +22,11 @@ the others in another phase, the others are waiting for them (a hung data loader
 rank at the next collective). The alerts and the report name those first, as the likely cause."""
 
 
+BUSY_PHASES = ("eval", "checkpoint", "resume")
+"""Phases a rank spends between steps on purpose (an evaluation, a save, loading a
+checkpoint): no step comes for a while, and that is no hang (see LivenessConfig.busy_stall_s)."""
+
+
 @dataclass(kw_only=True, slots=True)
 class LivenessConfig:
     """When a rank counts as silent or stalled."""
@@ -32,6 +37,9 @@ class LivenessConfig:
     """Never call a rank stalled sooner than this."""
     stall_factor: float = 8.0
     """...nor sooner than this many median step times without a new step."""
+    busy_stall_s: float = 600.0
+    """A rank whose heartbeat says it is evaluating or saving a checkpoint (BUSY_PHASES) makes
+    no step for as long as that takes: it counts as stalled only after this long."""
     check_every_s: float = 0.25
     """Liveness is judged at most this often (a walk over every rank; frames come at 10 Hz,
     and a second-scale verdict gains nothing from being judged at each of them)."""
@@ -109,8 +117,10 @@ class Detector:
         if r.silent is not None:
             out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} heard from again"))
         stuck_s = now - last[1]
+        phase = r.heartbeat.phase if r.heartbeat is not None and r.heartbeat.phase else "unknown"
+        if phase in BUSY_PHASES:
+            stall_after = max(stall_after, self.cfg.busy_stall_s)
         if step >= 0 and stuck_s > stall_after and r.stalled is None:
-            phase = r.heartbeat.phase if r.heartbeat is not None and r.heartbeat.phase else "unknown"
             out.append(
                 Verdict(
                     rank=r.rank,

@@ -172,7 +172,9 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
             return ""
         took = took if several else ev.duration_s
         line = f"[{ev.name}] {who}: {ev.message}".rstrip(": ")
-        if took is not None and ev.name in ("checkpoint", "resume"):
+        if ev.name == "eval":
+            line = f"[eval] {who} after step {ev.step}"
+        if took is not None and ev.name in ("checkpoint", "resume", "eval"):
             line += f" ({'slowest ' if several else ''}{took:.2f} s)"
         return line
     return ""
@@ -247,7 +249,7 @@ def ranks_named(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
 
 
-GROUPED = frozenset({"checkpoint", "resume", "warning", "epoch_end", "exit"})
+GROUPED = frozenset({"checkpoint", "resume", "warning", "epoch_end", "exit", "eval"})
 """Events every rank sends alike (a save, a resume, an epoch's end, a clean exit): the same
 event from several ranks taken in one refresh is one line naming the ranks, in the progress
 lines and the TUI's event log. Errors are not: each carries its own traceback."""

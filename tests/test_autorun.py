@@ -230,6 +230,84 @@ def test_evaluation_and_checkpoint_recomputation_are_not_training_passes(hooked)
     assert inst.roots == [model]
 
 
+def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, monkeypatch):
+    # A validation loop under no_grad every few steps: its time went to the next step's data
+    # phase (and self time, the straggler signal), and 5 s of it made the hub call the rank
+    # stalled. Its forwards before any training step also raised the "no optimizer step" warning.
+    inst, rep = hooked
+    inst.warn_after = 3
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def evaluate(seconds: float) -> None:
+        with torch.no_grad():
+            for i in range(5):
+                clock[0] += seconds / 4 if i else 0.0  # (the clock stands still in a forward)
+                model(torch.randn(4, 8))
+
+    evaluate(7.0)  # a baseline evaluation before training
+    for i in range(3):
+        clock[0] += 0.010  # loading the batch
+        x, y = _batch()
+        loss = nn.functional.cross_entropy(model(x), y)
+        clock[0] += 0.020
+        loss.backward()
+        clock[0] += 0.030
+        opt.step()
+        opt.zero_grad()
+        if i == 1:
+            evaluate(0.5)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    # (the first step's clock starts at its first forward; the third's after the evaluation)
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
+    assert [s["self_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
+    assert [name for name, _ in rep.events] == ["eval", "eval"]  # and no "no optimizer step" warning
+    assert "eval" in rep.phases
+
+
+def test_a_micro_batchs_loading_after_a_backward_is_data_time(hooked, monkeypatch):
+    inst, rep = hooked
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        for _ in range(4):
+            clock[0] += 0.010  # loading the micro-batch
+            x, y = _batch()
+            loss = nn.functional.cross_entropy(model(x), y) / 4
+            clock[0] += 0.001
+            loss.backward()
+        clock[0] += 0.005  # clipping: backward's, as the docs say
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    # (the first step's clock starts at its first forward: its first load is before it)
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.030, 0.040])
+    for s in rep.steps:
+        assert s["forward_s"] == pytest.approx(0.004)
+        assert s["backward_s"] == pytest.approx(0.005)
+
+
+def test_the_learning_rate_is_the_one_the_step_ran_at(hooked):
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 / (i + 1))
+    for _ in range(3):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        sched.step()  # before the first step is published (at the next forward)
+        opt.zero_grad()
+    inst.finish()
+    assert [s["lr"] for s in rep.steps] == pytest.approx([0.1, 0.05, 0.1 / 3])
+
+
 def test_grad_scaler_loss_is_unscaled_and_a_skipped_step_still_counts(hooked):
     inst, rep = hooked
     model = _model()

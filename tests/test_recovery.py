@@ -256,3 +256,29 @@ def test_a_restart_does_not_judge_a_cleared_straggler_again(tmp_path):
         assert [(r, v) for r, v, _ in _verdicts(hub.core)] == [*before, (0, "straggler")]
     finally:
         hub.close()
+
+
+def test_a_rank_evaluating_or_saving_is_given_longer_before_it_counts_as_stalled():
+    from pardash.telemetry.analysis import LivenessConfig
+
+    core = HubCore(run_id=RUN)
+    ranks = Ranks(core, now=100.0)
+    for r in (0, 1):
+        ranks.hello(r)
+    for step in range(1, 6):
+        for r in (0, 1):
+            ranks.step(r, step, T0 + step * 0.1)
+        ranks.tick(0.1)
+
+    def beats(seconds: float, phases: dict[int, str]) -> None:
+        for _ in range(int(seconds / 0.5)):
+            for r, phase in phases.items():
+                ranks.send(schema.Heartbeat(rank=r, step=5, phase=phase, t=T0 + ranks.now, mono=ranks.now))
+            ranks.tick(0.5)
+
+    # 30 s: rank 0 evaluates, rank 1 waits for it in a collective.
+    beats(30, {0: "eval", 1: "comm"})
+    assert [(r, v) for r, v, _ in _verdicts(core)] == [(1, "stalled")]
+    # An evaluation that never ends is a hang too, only later.
+    beats(LivenessConfig().busy_stall_s, {0: "eval", 1: "comm"})
+    assert [(r, v) for r, v, _ in _verdicts(core)] == [(1, "stalled"), (0, "stalled")]

@@ -33,8 +33,13 @@ exactly one step, and teaches the new count.
 Phases are the intervals between marks, as in the bundled trainer: ``data`` from the end of
 the previous step to the first root forward, ``forward`` to the backward (the loss function
 included), ``backward`` to the first optimizer step (gradient clipping included),
-``optimizer`` to the end; with several micro-batches, forward and backward add up. So the
-phases sum to the step time, and step times sum to the run's wall time.
+``optimizer`` to the end; with several micro-batches, forward and backward add up, and the
+time from a backward's return to the next micro-batch's forward is data again. So the phases
+sum to the step time. Root forwards without grad between two steps are an evaluation: its
+phase is ``eval`` (the hub gives such a rank longer before calling it stalled), an ``eval``
+event says how long it took, and the next step's clock starts when it ends; so step times sum
+to the run's wall time less its evaluations. The learning rate is read as the round's first
+optimizer step begins (a scheduler moves it right after).
 
 Self time (``self_s``, the straggler signal) runs from the end of the previous step to this
 rank's arrival at the step's first collective: DDP, the start of the backward whose gradients
@@ -133,6 +138,8 @@ class _OpenStep:
     samples: int = 0
     arrive: Any = None
     """Stamp of the arrival at the first collective (None: not seen)."""
+    lr: float | None = None
+    """The first optimizer's learning rate as its step began (a scheduler changes it after)."""
 
 
 @dataclass(slots=True)
@@ -186,7 +193,15 @@ class Instrument:
         self._count_samples = False
         self._ddp_sync = False
         self._in_backward = False
+        self._backward_end: Any = None
+        """When the last backward returned (a micro-batch's data time runs from there)."""
         self._scaled: tuple[Any, Any] | None = None
+        self._eval_t0 = 0.0
+        """perf_counter at the first no-grad root forward of an evaluation (0: none going)."""
+        self._eval_t1 = 0.0
+        self._eval_end: Any = None
+        """Stamp at the end of the evaluation's last forward so far."""
+        self.evals = 0
         # optimizer rounds
         self._round: list[Any] = []
         self._posts = 0
@@ -303,6 +318,9 @@ class Instrument:
         self._depth = 0
         if self._count_samples:
             self._root_end(args, rest[0] if len(rest) == 2 else None)
+        elif self._eval_t0:
+            self._eval_end = self.clock.stamp()
+            self._eval_t1 = time.perf_counter()
         return None
 
     @_guarded
@@ -319,12 +337,15 @@ class Instrument:
             has = self._has_params[module] = next(module.parameters(), None) is not None
         if not has:  # a loss module, a transform: part of whatever phase it runs in
             return
+        if self._in_backward:
+            return  # recomputation inside a backward (activation checkpointing)
+        if not torch.is_grad_enabled():
+            self._eval_begins()
+            return
         self.forwards += 1
         if not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit:
             self._warned = True
             self.reporter.event("warning", message=NO_STEP_WARNING.format(n=self.warn_after))
-        if self._in_backward or not torch.is_grad_enabled():
-            return  # recomputation inside a backward (checkpointing), or evaluation
         if id(module) not in self._root_ids:
             self._add_root(module)
         if self._phase != "forward":
@@ -338,6 +359,34 @@ class Instrument:
                 self._ddp_sync = True  # the next backward all-reduces
             if self._open.arrive is None and _ddp_syncs_buffers(self.ddp):
                 self._open.arrive = self.clock.stamp()
+
+    def _eval_begins(self) -> None:
+        """A root forward without grad between two steps: an evaluation (a validation loop, a
+        teacher's forward, a sample). It is not the next step's data loading: the phase says
+        "eval" (the hub then gives the rank longer before calling it stalled), and the step
+        after it starts its clock when the evaluation's last forward ends."""
+        if self._eval_t0:
+            return
+        step = self._open
+        if step is not None and len(step.marks) > 1:
+            return  # inside a step (between its forward and backward, say): part of its phase
+        self._eval_t0 = self._eval_t1 = time.perf_counter()
+        self._eval_end = None
+        self._phase = "eval"
+        self.reporter.set_phase("eval")
+
+    def _eval_ends(self) -> None:
+        """Training resumes: the open step starts after the evaluation, which is an event."""
+        took = self._eval_t1 - self._eval_t0
+        end = self._eval_end
+        self._eval_t0 = 0.0
+        self._eval_end = None
+        self.evals += 1
+        if end is not None and self._open is not None and len(self._open.marks) == 1:
+            self._open.marks[0] = ("data", end)
+        self._phase = "data"
+        self.reporter.set_phase("data")
+        self.reporter.event("eval", step=self.step, duration_s=took)
 
     def _add_root(self, module: Any) -> None:
         self.roots.append(module)
@@ -374,6 +423,7 @@ class Instrument:
                 return original(tensors, *args, **kwargs)
             finally:
                 self._in_backward = False
+                self._backward_returns()
 
         return backward
 
@@ -392,6 +442,10 @@ class Instrument:
         if self._ddp_sync and step.arrive is None:
             step.arrive = now  # the backward launches the first bucket's all-reduce
         self._ddp_sync = False
+
+    @_guarded
+    def _backward_returns(self) -> None:
+        self._backward_end = self.clock.stamp()
 
     def _wrap_scale(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def scale(scaler: Any, outputs: Any) -> Any:
@@ -422,10 +476,15 @@ class Instrument:
             return None
         if any(optimizer is o for o in self._round):
             self._round_ends()  # the same optimizer again with no micro-batch between: a new round
+        if self._eval_t0:
+            self._eval_ends()
         if self._open is None:
             self._open = _OpenStep(marks=[("data", self.clock.stamp())])
         if self._phase != "optimizer":
             self._mark("optimizer", self.clock.stamp())
+        if not self._round and self._open.lr is None:
+            self._open.lr = _lr(self.optimizers[0] if self.optimizers else optimizer)
+        self._backward_end = None
         return None
 
     @_guarded
@@ -456,13 +515,20 @@ class Instrument:
         return None
 
     def _micro_batch_begins(self) -> Any:
-        """A forward or backward starts: close the optimizer round before it, if any."""
+        """A forward or backward starts: close the optimizer round before it, if any (or the
+        evaluation before it). A forward after a backward (gradient accumulation) loaded its
+        micro-batch since that backward returned: that is data time, not backward's."""
         if self._round:
             self._round_ends()
+        if self._eval_t0:
+            self._eval_ends()
         if self._open is None:
             now = self.clock.stamp()
             self._open = _OpenStep(marks=[("data", now)])
             return now
+        if self._phase == "backward" and self._backward_end is not None:
+            self._mark("data", self._backward_end)
+        self._backward_end = None
         return self.clock.stamp()
 
     def _round_ends(self) -> None:
@@ -524,12 +590,7 @@ class Instrument:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
         step = self._open or _OpenStep(marks=[("data", end)])
         self.step += 1
-        lr = None
-        if self.optimizers:
-            try:
-                lr = float(self.optimizers[0].param_groups[0]["lr"])
-            except (KeyError, IndexError, TypeError, ValueError):
-                pass
+        lr = step.lr if step.lr is not None else (_lr(self.optimizers[0]) if self.optimizers else None)
         done = _Done(self.step, self.epoch, step, end, lr, mem, logged if logged is not None else api.take_logged())
         self._open = _OpenStep(marks=[("data", end)])
         self._phase = "data"
@@ -636,6 +697,14 @@ class Instrument:
             )
         except Exception:
             pass
+
+
+def _lr(optimizer: Any) -> float | None:
+    """The learning rate of ``optimizer``'s first parameter group, if it has one."""
+    try:
+        return float(optimizer.param_groups[0]["lr"])
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+        return None
 
 
 def _ddp_syncs_buffers(ddp: Any) -> bool:
