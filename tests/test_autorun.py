@@ -308,6 +308,25 @@ def test_the_learning_rate_is_the_one_the_step_ran_at(hooked):
     assert [s["lr"] for s in rep.steps] == pytest.approx([0.1, 0.05, 0.1 / 3])
 
 
+def test_the_exit_step_is_the_step_the_script_ended_in(hooked):
+    from pardash.trainer.autorun import _exit_step
+
+    inst, rep = hooked
+    assert _exit_step(rep, inst, 2) is None  # an argument error, before any step
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert rep.last_step == 3
+    assert _exit_step(rep, inst, 0) == 3 and _exit_step(rep, inst, 3) == 3  # failed after training
+    model(torch.randn(2, 8))  # a fourth step begins...
+    assert _exit_step(rep, inst, 1) == 4  # ...and fails in it
+
+
 def test_grad_scaler_loss_is_unscaled_and_a_skipped_step_still_counts(hooked):
     inst, rep = hooked
     model = _model()

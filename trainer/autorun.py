@@ -148,7 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         _trim(e)
         _record_error_file(e)  # first: torchrun names the earliest error file the root cause
         tb = "".join(traceback.format_exception(e))
-        sys.stderr.write(tb)
+        try:
+            # As Python would print it: through sys.excepthook, which torch's
+            # init_process_group (or the script) may have set, e.g. to tag lines [rank1]:.
+            sys.excepthook(type(e), e, e.__traceback__)
+        except Exception:
+            sys.stderr.write(tb)
         sys.stderr.flush()
         message = traceback.format_exception_only(e)[-1].strip()
         reporter.event("error", message=message, traceback=tb, step=reporter.last_step)
@@ -166,9 +171,18 @@ def _finish(reporter, instrument, code: int) -> None:
         except Exception:
             pass
     api.flush()
-    # The step it was in: its last one when it finished, the one after when it failed in it.
-    reporter.event("exit", code=code, step=reporter.last_step + 1 if code else reporter.last_step)
+    reporter.event("exit", code=code, step=_exit_step(reporter, instrument, code))
     reporter.close()
+
+
+def _exit_step(reporter, instrument, code: int) -> int | None:
+    """The step the script ended in: its last one when it finished or failed between steps
+    (after training, say), the one after when it failed inside a step, None when it failed
+    before its first (an argument error)."""
+    last = reporter.last_step
+    if code and instrument is not None and instrument.in_step():
+        return last + 1
+    return last if last or not code else None
 
 
 def _gpu_index() -> int | None:

@@ -632,6 +632,10 @@ class Instrument:
         d.logged.apply(out)
         self.reporter.step(**out)
 
+    def in_step(self) -> bool:
+        """Whether a step has begun (a forward, backward or optimizer step since the last)."""
+        return self._open is not None and len(self._open.marks) > 1
+
     @_guarded
     def finish(self) -> None:
         """At exit: publish the step still open after its optimizer round, and a held one."""
