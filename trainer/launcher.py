@@ -21,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
 from pardash.telemetry.recorder import holds_records
@@ -113,6 +115,8 @@ class Supervisor:
         self.endpoints: dict = {}
         self._stopping = False
         self.hub_restarts = 0
+        self.ranks_started = False
+        """Whether torchrun was seen with a child process (its ranks) while it ran."""
 
     def start_hub(self, *, resume: bool = False) -> dict:
         spec = self.spec
@@ -358,10 +362,11 @@ class Supervisor:
         t = getattr(self, "_stderr_thread", None)
         if t is not None:
             t.join(5)  # the ranks' last lines pass through it
-        if code != 0 or self._stopping:
+        if (code != 0 or self._stopping) and self.ranks_started:
             # torchrun ends with 0 only when every rank did: then none was stopped, and notes
             # saying so could reach the hub before the ranks' own last words (ZeroMQ takes
-            # from each sender in turn, not in the order they sent).
+            # from each sender in turn, not in the order they sent). A torchrun that started
+            # no rank (it refused its command line) stopped none either.
             self._mark_stopped()
         self._finish(code)
         return code
@@ -380,10 +385,19 @@ class Supervisor:
             push.send(schema.encode(msg))
         push.close()
 
+    def _look_for_ranks(self) -> None:
+        if self.ranks_started or self.job is None:
+            return
+        try:
+            self.ranks_started = bool(psutil.Process(self.job.pid).children())
+        except psutil.Error:
+            pass
+
     def _wait_job(self) -> int:
         assert self.job is not None
         deadline = None
         while True:
+            self._look_for_ranks()
             code = self.job.poll()
             if code is not None:
                 return code
