@@ -70,6 +70,9 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
             fail("--precision bf16 needs a GPU and none is visible here; use --precision fp32")
     elif given := _trainer_flags_given(cfg):
         fail(f"{', '.join(given)}: the bundled trainer's flags, which your script would not see; pass your script's own flags after `--`")
+    elif script and not ns.module and script[0] in ("-m", "--module"):
+        module = script[1] if len(script) > 1 else "MODULE"
+        fail(f"-- {script[0]} {module}: a module goes before `--`: pardash launch -m {module} -- ARGS")
     elif script and not ns.module and not os.path.isfile(script[0]):
         fail(f"{script[0]}: no such script (the command after `--` is run as `python SCRIPT ARGS`)")
     elif ns.module:

@@ -203,6 +203,7 @@ def test_without_a_terminal_launch_prints_progress_lines_and_ends(tmp_path):
     "args, needle",
     [
         (["--", "nope.py"], "nope.py: no such script"),
+        (["--", "-m", "pkg.train", "--lr", "1"], "a module goes before `--`: pardash launch -m pkg.train -- ARGS"),
         (["-m", "nope_mod", "--"], "-m nope_mod: no module 'nope_mod' here"),
         (["-m", "nope_mod", "--", "--lr", "3e-4"], "-m nope_mod: no module 'nope_mod' here"),  # not "--lr: no such script"
         (["--strategy", "fsdp", "--steps", "5", "--", "train.py"], "--strategy, --steps: the bundled trainer's flags"),
