@@ -92,7 +92,9 @@ class ProgressPrinter:
             lines.append(self._tail_rest)
             self._tail_rest = b""
         for line in lines:
-            self._print(line.decode(errors="replace").rstrip("\r"))
+            # A line redrawn with carriage returns (a tqdm bar) shows as a terminal would
+            # leave it: its last drawing.
+            self._print(line.rstrip(b"\r").rpartition(b"\r")[2].decode(errors="replace"))
 
     def update(self, *, force: bool = False) -> None:
         """Poll the source; print new events now, and progress (the bar, or a line when due)."""

@@ -368,12 +368,14 @@ def test_the_bar_prints_the_jobs_output_above_itself(tmp_path):
     printer = ProgressPrinter(_LogSource(DATA / "real_ddp2.jsonl"), out=out, bar=True, tail=str(output))
     printer.update()
     with open(output, "ab") as fh:
-        fh.write(b"52\ndone: 12 steps\n")
+        # a tqdm bar redrawn with carriage returns: the last drawing is what a terminal shows
+        fh.write(b"52\n\rload 1/3\rload 2/3\rload 3/3\r\ndone: 12 steps\n")
     printer.update(force=True)
     printer.close()
     text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.getvalue())
     lines = [line.strip() for line in text.replace("\r", "\n").splitlines()]
     assert "pardash trainer: ddp on 2 rank(s)" in lines and "step     1/12 | loss 4.1852" in lines and "done: 12 steps" in lines
+    assert "load 3/3" in lines and "load 1/3" not in text
     assert re.search(r"step 12/12 ━+ step ms [\d.]+/[\d.]+/[\d.]+ min/med/max \| 2 finished", text)
 
 

@@ -279,32 +279,50 @@ class Supervisor:
         return push
 
     def _follow_stderr(self, pipe, out) -> None:
+        """Pass torchrun's and the ranks' stderr on as it comes, byte for byte (a progress bar
+        redrawn with carriage returns, or a prompt, has no newline to wait for), and read its
+        lines for the deaths torchrun reports."""
         sink = out if out is not None else sys.stderr.buffer
         push = self._push()
         spec = self.spec
         summary_rank = None
+        rest = b""
+        fd = pipe.fileno()
         try:
-            for line in iter(pipe.readline, b""):
+            while True:
                 try:
-                    sink.write(line)
-                    sink.flush()
-                except (OSError, ValueError):
-                    pass
-                text = line.decode(errors="replace")
-                m = FAILED_WORKER.search(text)
-                if m:
-                    code, local_rank = int(m.group(1)), int(m.group(2))
-                    rank = spec.node_rank * spec.nproc + local_rank
-                    self.report_exit(push, rank, code)
+                    chunk = os.read(fd, 1 << 16)
+                except InterruptedError:
                     continue
-                m = SUMMARY_RANK.match(text)
-                if m:
-                    summary_rank = int(m.group(1))
-                    continue
-                m = SUMMARY_CODE.match(text)
-                if m and summary_rank is not None:
-                    self.report_exit(push, summary_rank, int(m.group(1)))
-                    summary_rank = None
+                if not chunk:
+                    lines, rest = ([rest] if rest else []), b""
+                else:
+                    try:
+                        sink.write(chunk)
+                        sink.flush()
+                    except (OSError, ValueError):
+                        pass
+                    *lines, rest = (rest + chunk).split(b"\n")
+                    if len(rest) > 1 << 16:  # no newline for a long while: nothing to read in it
+                        rest = b""
+                for line in lines:
+                    text = line.decode(errors="replace")
+                    m = FAILED_WORKER.search(text)
+                    if m:
+                        code, local_rank = int(m.group(1)), int(m.group(2))
+                        rank = spec.node_rank * spec.nproc + local_rank
+                        self.report_exit(push, rank, code)
+                        continue
+                    m = SUMMARY_RANK.match(text)
+                    if m:
+                        summary_rank = int(m.group(1))
+                        continue
+                    m = SUMMARY_CODE.match(text)
+                    if m and summary_rank is not None:
+                        self.report_exit(push, summary_rank, int(m.group(1)))
+                        summary_rank = None
+                if not chunk:
+                    break
         finally:
             push.close()
             if out is not None:

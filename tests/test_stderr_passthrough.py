@@ -1,0 +1,68 @@
+"""The supervisor passes the ranks' stderr on as it comes, not line by line: a progress bar
+redrawn with carriage returns has no newline to wait for. And it still reads torchrun's
+reports of dead workers in it, whatever the chunks they arrive in."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+from types import SimpleNamespace
+
+import zmq
+
+from pardash.telemetry import schema
+from pardash.trainer.launcher import Supervisor
+
+
+class Sink(io.RawIOBase):
+    def __init__(self) -> None:
+        self.data = b""
+        self.lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        with self.lock:
+            self.data += bytes(b)
+        return len(b)
+
+
+def _wait(predicate, what: str) -> None:
+    for _ in range(1000):  # a generous bound, not a timing
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+def test_stderr_is_passed_on_as_it_comes_and_deaths_are_still_read():
+    ctx = zmq.Context.instance()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    sup = Supervisor.__new__(Supervisor)
+    sup.spec = SimpleNamespace(curve_dir="", node_rank=0, nproc=2, run_id="r")
+    sup.endpoints = {"ingest": f"tcp://127.0.0.1:{port}"}
+    r, w = os.pipe()
+    sink = Sink()
+    reader = os.fdopen(r, "rb")
+    thread = threading.Thread(target=sup._follow_stderr, args=(reader, sink), daemon=True)
+    thread.start()
+    try:
+        os.write(w, b"\rtrain: 1/12")
+        _wait(lambda: sink.data == b"\rtrain: 1/12", "a partial line passed on before its newline")
+        os.write(w, b"\rtrain: 2/12\n[rank1] failed (exitcode: 1) loc")
+        os.write(w, b"al_rank: 1 (pid: 42) of binary\n")
+        os.close(w)
+        thread.join(10)
+        assert not thread.is_alive()
+        assert sink.data == (
+            b"\rtrain: 1/12\rtrain: 2/12\n[rank1] failed (exitcode: 1) local_rank: 1 (pid: 42) of binary\n"
+        )
+        assert pull.poll(10_000)
+        msg = schema.decode(pull.recv())
+        assert (msg.name, msg.rank, msg.code) == ("exit", 1, 1)
+    finally:
+        pull.close(0)
