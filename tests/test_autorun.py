@@ -149,22 +149,32 @@ def test_two_optimizers_stepped_together_are_one_step(hooked):
     assert inst.optimizers == opts
 
 
-def test_each_round_of_optimizer_steps_between_passes_is_a_step(hooked):
-    # A GAN's loop: each optimizer steps after its own forward/backward. pardash counts a step
-    # per round of optimizer steps between passes (two per iteration here); a script that
-    # wants one per iteration marks it with pt.step().
+def test_a_gans_iteration_is_one_step_though_its_optimizers_step_between_passes(hooked):
+    # Each optimizer steps after its own forward/backward: the discriminator's, then the
+    # generator's. It used to count two steps an iteration, their losses and rates alternating.
     inst, rep = hooked
     gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
-    opt_g, opt_d = torch.optim.SGD(gen.parameters(), lr=0.1), torch.optim.SGD(disc.parameters(), lr=0.1)
-    for _ in range(3):
-        disc(gen(torch.randn(5, 4)).detach()).mean().backward()
+    opt_d = torch.optim.SGD(disc.parameters(), lr=0.1)
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.02)
+    losses = []
+    for _ in range(4):
+        loss_d = disc(gen(torch.randn(5, 4)).detach()).mean()
+        loss_d.backward()
         opt_d.step()
         opt_d.zero_grad()
-        (-disc(gen(torch.randn(5, 4)))).mean().backward()
+        loss_g = (-disc(gen(torch.randn(5, 4)))).mean()
+        loss_g.backward()
         opt_g.step()
         opt_g.zero_grad()
+        losses.append(loss_d.item() + loss_g.item())
     inst.finish()
-    assert len(rep.steps) == 6
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    for s, loss in zip(rep.steps, losses):
+        assert s["loss"] == pytest.approx(loss)  # both backward passes' losses, summed
+        assert s["lr"] == pytest.approx(0.1)  # the first optimizer's
+        assert s["custom"] == {"micro_batches": 2.0}
+        phases = sum(s[f"{p}_s"] for p in ("data", "forward", "backward", "optimizer"))
+        assert phases == pytest.approx(s["step_s"])
     assert rep.hellos[-1]["params_count"] == sum(p.numel() for m in (gen, disc) for p in m.parameters())
 
 
@@ -257,7 +267,7 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
         clock[0] += 0.030
         opt.step()
         opt.zero_grad()
-        if i == 1:
+        if i < 2:  # after the first step (its round not known to be over yet) and the second
             evaluate(0.5)
     inst.finish()
     assert [s["step"] for s in rep.steps] == [1, 2, 3]
@@ -265,7 +275,7 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
     assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
     assert [s["self_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
-    assert [name for name, _ in rep.events] == ["eval", "eval"]  # and no "no optimizer step" warning
+    assert [name for name, _ in rep.events] == ["eval"] * 3  # and no "no optimizer step" warning
     assert "eval" in rep.phases
 
 

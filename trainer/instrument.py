@@ -20,15 +20,16 @@ is hooked, and what each hook tells:
   ``DistributedSampler.set_epoch``: the epoch; ``GradScaler.scale``: the unscaled loss behind
   a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round.
 
-Step boundaries. A step is one *round* of optimizer steps: the optimizer steps between two
-micro-batches (a micro-batch starts at a root forward or a backward), so two optimizers stepped
-back to back make one step, and several forward/backward passes before one optimizer step (
-gradient accumulation) make one step of several micro-batches. A step ends at the post-hook of
-the round's last optimizer: in the first round that is known only when the next micro-batch
-starts; after it, the number of optimizer steps per round is known and the step is published
-at that post-hook, after the update and before ``zero_grad`` frees the gradients, which is
-when memory is read. A round that differs (an optimizer skipped, or one more) still makes
-exactly one step, and teaches the new count.
+Step boundaries. A step is one *round* of optimizer steps: each optimizer in use steps once
+(two optimizers stepped back to back, or a GAN's discriminator then generator with passes
+between them), after one or more forward/backward passes (gradient accumulation: several
+micro-batches, one step). A round ends when one of its optimizers steps again; its step ends
+at the post-hook of the round's last optimizer step (the *cut*), and what came after the cut
+is the next step's. In the first round that is known only when an optimizer repeats; after
+it, the number of optimizer steps a round holds is known, and the step is published at the
+post-hook that completes the round, after the update and before ``zero_grad`` frees the
+gradients, which is when memory is read. A round that differs (an optimizer skipped, or one
+more) still makes exactly one step, and teaches the new count.
 
 Phases are the intervals between marks, as in the bundled trainer: ``data`` from the end of
 the previous step to the first root forward, ``forward`` to the backward (the loss function
@@ -142,6 +143,19 @@ class _OpenStep:
     """The first optimizer's learning rate as its step began (a scheduler changes it after)."""
 
 
+@dataclass(slots=True, frozen=True)
+class _Cut:
+    """Where the open step stood at an optimizer's post-hook: where it ends if its round of
+    optimizer steps ends there (known only later: when an optimizer of the round steps again,
+    or at exit). What came after belongs to the next step."""
+
+    end: Any
+    marks: int
+    losses: int
+    micro: int
+    samples: int
+
+
 @dataclass(slots=True)
 class _Done:
     """A finished step, resolved when published (one step late on a GPU)."""
@@ -208,7 +222,12 @@ class Instrument:
         self._per_round = 0
         """Optimizer steps per round, learnt from the last round (0: not known yet)."""
         self._published_round = False
-        self._pending_end: Any = None
+        self._cut: _Cut | None = None
+        """The open step as it stood at the round's last post-hook so far (round not ended)."""
+        self._resume_at: Any = None
+        self._arrive_next: Any = None
+        """An arrival at a collective after the cut: the next step's, unless the round goes on."""
+        """Where the step after the cut starts when an evaluation followed the cut."""
         self._pending_mem: Any = None
         self._explicit = False
         self._late: _Done | None = None
@@ -352,13 +371,13 @@ class Instrument:
             now = self._micro_batch_begins()
             self._mark("forward", now)
             self._count_samples = True
-            if self.strategy == "fsdp" and self._open.arrive is None:
-                self._open.arrive = now  # the root's pre-forward hook all-gathers
+            if self.strategy == "fsdp":
+                self._arrive(now)  # the root's pre-forward hook all-gathers
         if module is self.ddp:
             if self.ddp.require_backward_grad_sync:
                 self._ddp_sync = True  # the next backward all-reduces
-            if self._open.arrive is None and _ddp_syncs_buffers(self.ddp):
-                self._open.arrive = self.clock.stamp()
+            if not self._arrived() and _ddp_syncs_buffers(self.ddp):
+                self._arrive(self.clock.stamp())
 
     def _eval_begins(self) -> None:
         """A root forward without grad between two steps: an evaluation (a validation loop, a
@@ -368,7 +387,8 @@ class Instrument:
         if self._eval_t0:
             return
         step = self._open
-        if step is not None and len(step.marks) > 1:
+        cut = self._cut
+        if step is not None and len(step.marks) > (cut.marks if cut is not None else 1):
             return  # inside a step (between its forward and backward, say): part of its phase
         self._eval_t0 = self._eval_t1 = time.perf_counter()
         self._eval_end = None
@@ -382,7 +402,9 @@ class Instrument:
         self._eval_t0 = 0.0
         self._eval_end = None
         self.evals += 1
-        if end is not None and self._open is not None and len(self._open.marks) == 1:
+        if end is not None and self._cut is not None and self._open is not None and len(self._open.marks) == self._cut.marks:
+            self._resume_at = end  # the step before has not ended yet (its round may go on)
+        elif end is not None and self._open is not None and len(self._open.marks) == 1:
             self._open.marks[0] = ("data", end)
         self._phase = "data"
         self.reporter.set_phase("data")
@@ -439,8 +461,8 @@ class Instrument:
                 loss = self._scaled[1]  # GradScaler: report the loss, not loss * scale
             step.losses.append(loss.detach())
         self._scaled = None
-        if self._ddp_sync and step.arrive is None:
-            step.arrive = now  # the backward launches the first bucket's all-reduce
+        if self._ddp_sync:
+            self._arrive(now)  # the backward launches the first bucket's all-reduce
         self._ddp_sync = False
 
     @_guarded
@@ -499,6 +521,10 @@ class Instrument:
             if not self.watching_all and self._handles:
                 self._watch_all_modules()  # a new optimizer: maybe a new model to find
         self._round.append(optimizer)
+        if self._arrive_next is not None:  # the round went on after the cut: still this step's
+            if self._open is not None and self._open.arrive is None:
+                self._open.arrive = self._arrive_next
+            self._arrive_next = None
         if self._explicit:
             self._pending_mem = self._memory()
             return None
@@ -507,18 +533,22 @@ class Instrument:
         if self._per_round and len(self._round) >= self._per_round:
             self._publish(now, self._memory())
             self._published_round = True
-            self._pending_end = self._pending_mem = None
-        else:  # the round may go on: publish when the next micro-batch starts
-            self._pending_end = now
+            self._cut = self._pending_mem = None
+        else:  # the round may go on (another optimizer may step after more passes)
+            step = self._open
+            self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples)
+            self._resume_at = None
             if not self._per_round:  # the first round: any post-hook may be its last
                 self._pending_mem = self._memory(force=True)
         return None
 
     def _micro_batch_begins(self) -> Any:
-        """A forward or backward starts: close the optimizer round before it, if any (or the
-        evaluation before it). A forward after a backward (gradient accumulation) loaded its
-        micro-batch since that backward returned: that is data time, not backward's."""
-        if self._round:
+        """A forward or backward starts (after the evaluation before it, if any). A forward
+        after a backward (gradient accumulation) loaded its micro-batch since that backward
+        returned: that is data time, not backward's. It does not end an optimizer round: a
+        GAN's generator steps after the discriminator's step and another forward. Only a
+        round already published (it had as many steps as the rounds before) is over."""
+        if self._published_round:
             self._round_ends()
         if self._eval_t0:
             self._eval_ends()
@@ -532,14 +562,54 @@ class Instrument:
         return self.clock.stamp()
 
     def _round_ends(self) -> None:
+        """An optimizer of the round steps again (or the script ends): the round is over. Its
+        step, if not published yet, ends at its last post-hook (the cut); what followed the cut
+        is the next step's. The round's size is what later rounds are expected to have."""
         if not self._explicit:
-            if self._pending_end is not None:
+            if self._cut is not None:
                 mem = self._pending_mem if self._pending_mem is not None else self.probe.last
-                self._publish(self._pending_end, mem)
+                self._publish_cut(self._cut, mem)
             self._per_round = len(self._round)
         self._round = []
         self._published_round = False
-        self._pending_end = self._pending_mem = None
+        self._cut = self._pending_mem = self._arrive_next = None
+
+    def _arrived(self) -> bool:
+        """Whether the step being measured has reached its first collective."""
+        if self._cut is not None:
+            return self._arrive_next is not None
+        return self._open is not None and self._open.arrive is not None
+
+    def _arrive(self, stamp: Any) -> None:
+        """Note the arrival at the step's first collective (after a cut: provisionally the
+        next step's)."""
+        if self._cut is not None:
+            if self._arrive_next is None:
+                self._arrive_next = stamp
+        elif self._open.arrive is None:
+            self._open.arrive = stamp
+
+    def _publish_cut(self, cut: _Cut, mem: Any) -> None:
+        step = self._open
+        if step is None:
+            return
+        start = self._resume_at if self._resume_at is not None else cut.end
+        rest = _OpenStep(
+            marks=[("data", start), *step.marks[cut.marks :]],
+            losses=step.losses[cut.losses :],
+            micro=step.micro - cut.micro,
+            samples=step.samples - cut.samples,
+            arrive=self._arrive_next,
+        )
+        del step.marks[cut.marks :]
+        del step.losses[cut.losses :]
+        step.micro, step.samples = cut.micro, cut.samples
+        self._arrive_next = None
+        self._resume_at = None
+        self._publish(cut.end, mem)
+        self._open = rest
+        self._phase = rest.marks[-1][0]
+        self.reporter.set_phase(self._phase)
 
     # -- explicit steps (pardash.telemetry.step) ---------------------------------------------
 
