@@ -390,11 +390,12 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     if found is None:
         return None
     first, victims, stopped = found
-    error, step = None, first.step  # the step it died in, when it said (exit events carry it)
+    error, step, where = None, first.step, None  # the step it died in, when it said (exit events carry it)
     for e in events:
         if e.name == "error" and e.rank == first.rank:
             lines = (e.message or "").strip().splitlines()
             error = lines[0] if lines else None
+            where = raised_at(e.traceback)
             if step is None and e.step is not None:
                 step = e.step + 1  # an error event carries the last step completed
             break
@@ -409,9 +410,21 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
         said = {e.rank for e in events if e.name == "exit"}
         unrecorded = sorted(q for q in st.ranks if q not in said)
     f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
-         "victims": victims, "stopped": stopped, "unrecorded": unrecorded}  # fmt: skip
+         "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded}  # fmt: skip
     f["line"] = failure_line(f)
     return f
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$', re.MULTILINE)
+
+
+def raised_at(tb: str | None) -> str | None:
+    """Where a traceback's exception was raised: its innermost frame as ``file:line in func``."""
+    frames = list(_FRAME.finditer(tb or ""))
+    if not frames:
+        return None
+    m = frames[-1]
+    return f"{m['file']}:{m['line']} in {m['func'].strip()}"
 
 
 def failure_line(f: dict, *, error: bool = True) -> str:

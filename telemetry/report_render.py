@@ -215,6 +215,8 @@ def render_text(rep: dict, width: int = 160) -> str:
         con.print(f"  {line}")
     if rep.get("failure"):
         con.print(f"root cause: {rep['failure']['line']}")
+        if rep["failure"].get("where"):
+            con.print(f"raised at: {rep['failure']['where']}")
     for line in recovered_lines(rep):
         con.print(line)
     ck = checkpoint_lines(rep)
@@ -273,6 +275,8 @@ def render_markdown(rep: dict) -> str:
     out += [f"- {line}" for line in lines] or ["None."]
     if rep.get("failure"):
         out += ["", f"**Root cause:** {rep['failure']['line']}"]
+        if rep["failure"].get("where"):
+            out += ["", f"Raised at `{rep['failure']['where']}`."]
     if rep.get("recovered"):
         out += [""] + [f"- {line}" for line in recovered_lines(rep)]
     if checkpoint_lines(rep):

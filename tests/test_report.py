@@ -234,6 +234,7 @@ def test_report_command_formats(tmp_path):
     assert json.loads(js.stdout)["failure"]["rank"] == 1
     text = _pardash("report", str(log))
     assert text.returncode == 0 and "root cause: rank 1 exited with code 1 at step 25" in text.stdout
+    assert "raised at: train.py:88 in step" in text.stdout  # the traceback's innermost frame
     cmp = _pardash("report", str(DATA / "real_ddp2.jsonl"), "--compare", str(DATA / "real_fsdp2.jsonl"))
     assert cmp.returncode == 0, cmp.stderr
     row = next(line for line in cmp.stdout.splitlines() if line.startswith("parameters a rank"))
