@@ -10,6 +10,7 @@ crash without stopping the job or losing the log; SIGTERM to the supervisor stop
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -430,8 +431,16 @@ class Supervisor:
     def _finish(self, code: int) -> None:
         spec = self.spec
         result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path}
-        Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
-        Path(spec.run_dir, "result.json").write_text(json.dumps(result))
+        try:
+            Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+            # Whole or not at all: a full disk must not leave half a file, nor the hub running.
+            tmp = Path(spec.run_dir, "result.json.tmp")
+            tmp.write_text(json.dumps(result))
+            tmp.replace(Path(spec.run_dir, "result.json"))
+        except OSError as exc:
+            print(f"pardash: cannot write the run's result.json ({exc.strerror or exc}); the job's exit code is {code}", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):
+                Path(spec.run_dir, "result.json.tmp").unlink(missing_ok=True)
         # The ranks have flushed their last messages as they exited; the hub takes them before
         # it stops (until its ingest is quiet, hub.FINAL_QUIET_MS). A viewer still attached
         # keeps the hub up so it can read the end.

@@ -1,6 +1,7 @@
-"""The supervisor passes the ranks' stderr on as it comes, not line by line: a progress bar
-redrawn with carriage returns has no newline to wait for. And it still reads torchrun's
-reports of dead workers in it, whatever the chunks they arrive in."""
+"""The supervisor, in parts: it passes the ranks' stderr on as it comes, not line by line (a
+progress bar redrawn with carriage returns has no newline to wait for) while still reading
+torchrun's reports of dead workers in it; and a job's end that cannot be recorded (a full
+disk) still stops the hub."""
 
 from __future__ import annotations
 
@@ -66,3 +67,24 @@ def test_stderr_is_passed_on_as_it_comes_and_deaths_are_still_read():
         assert (msg.name, msg.rank, msg.code) == ("exit", 1, 1)
     finally:
         pull.close(0)
+
+
+def test_a_result_that_cannot_be_written_still_stops_the_hub(tmp_path, capsys):
+    # A full disk made writing result.json raise at the job's end: the launch reported a
+    # finished run as failed and left its hub running, orphaned.
+    import subprocess
+    import sys
+
+    hub = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        sup = Supervisor.__new__(Supervisor)
+        blocker = tmp_path / "file"
+        blocker.write_text("")
+        sup.spec = SimpleNamespace(run_id="r", run_dir=str(blocker / "run"), log_path="x.jsonl", viewer_pid=0)
+        sup._stopping = False
+        sup.hub = hub
+        sup._finish(0)
+        assert hub.wait(10) == -15
+        assert "cannot write the run's result.json" in capsys.readouterr().err
+    finally:
+        hub.kill()
