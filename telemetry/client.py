@@ -166,6 +166,10 @@ class HubClient(FrameApplier):
                 f"run {info.get('run_id')} takes only viewers with an authorised key: set PARDASH_CURVE_DIR "
                 "to its key folder (`pardash keys`)"
             )
+        if "curve" in info and not info["curve"] and kw.get("curve") is None:
+            # The registry says this hub has no keys: keys in PARDASH_CURVE_DIR (for another
+            # run) would make it ignore this viewer.
+            kw["curve"] = False
         client = cls(info["updates"], info["snapshot"], run_id=info.get("run_id", ""), **kw)
         client.info = info
         return client

@@ -367,3 +367,26 @@ def test_a_launched_job_with_keys_records_every_step(tmp_path, keys):
     msgs, stats = load_log(log)
     assert [m.step for m in msgs if isinstance(m, schema.Step)] == [1, 2, 3, 4, 5]
     assert stats.skipped_total == 0
+
+
+def test_keys_in_the_environment_do_not_lock_a_viewer_out_of_a_run_without_them(tmp_path, keys, monkeypatch):
+    # `pardash keys` says to export PARDASH_CURVE_DIR; a viewer then used those keys on every
+    # hub, and one without keys never answered it ("no answer from the hub ... is it live?").
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path / "registry"))
+    monkeypatch.setenv(security.CURVE_DIR_VAR, str(keys))
+    plain = Hub(run_id="plain", log_path=str(tmp_path / "plain.jsonl"), world_size=1)
+    t = threading.Thread(target=plain.serve, daemon=True)
+    t.start()
+    registry.register({
+        "run_id": "plain", "pid": os.getpid(), "ingest": plain.ingest_endpoint,
+        "updates": plain.updates_endpoint, "snapshot": plain.snapshot_endpoint, "curve": False,
+    })  # fmt: skip
+    viewer = HubClient.attach("plain")
+    try:
+        assert viewer.keys is None
+        assert viewer.wait_synced(20.0)
+    finally:
+        viewer.close()
+        plain.stop()
+        t.join(10)
+        plain.close()
