@@ -325,7 +325,10 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         from pardash.telemetry.printer import ProgressPrinter, follow_attached, run_over
 
         if not client.wait_synced(5.0):
-            hint = "" if client.keys is not None else "; a hub with CURVE keys answers only viewers with an authorised key (PARDASH_CURVE_DIR)"
+            if client.keys is None:
+                hint = "; a hub with CURVE keys answers only viewers with an authorised key (PARDASH_CURVE_DIR)"
+            else:
+                hint = "; or it does not admit this viewer's key (its authorized folder must hold it)"
             where = f"{ns.target} (asked on its snapshot port, {client.snapshot_endpoint})" if (ns.target or "").startswith("tcp://") else client.snapshot_endpoint
             fail(f"no answer from the hub at {where}; is the run still live? (`pardash ps`){hint}")
         try:

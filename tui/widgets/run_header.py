@@ -287,7 +287,10 @@ class RunHeader(CachedStyles, Widget):
         s = self.summary
         width = max(20, width)
         if s.live and not s.synced:
-            return [], Text("waiting for the hub's snapshot… (is the hub running?)", style=self._s("warn"))
+            return [], Text(
+                "waiting for the hub's snapshot… (is the hub running? one with CURVE keys answers authorised viewers only)",
+                style=self._s("warn"),
+            )
         first: list[list[Run]] = [[(s.run_id or "pardash", self._s("title"))]]
         if s.waiting_s is not None:
             what = [f"waiting for the ranks to start · {s.waiting_s:.0f} s"]
