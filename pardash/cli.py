@@ -364,7 +364,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
 def cmd_replay(ns: argparse.Namespace) -> int:
     from pardash.telemetry.client import AttachError, ReplaySource
 
-    ns.log = find_log(ns.log)
+    ns.log = find_log(ns.log, ns.runs_dir)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         fail(f"replay shows the TUI, which needs a terminal; for a summary without one: {PROG} report {ns.log}")
     if ns.speed <= 0:

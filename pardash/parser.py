@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Play a recorded run's log in the TUI: space pauses, + and - change speed, [ and ] seek.",
     )
     r.add_argument("log", help=LOG_HELP)
+    r.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")
     r.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
 
     rep = sub.add_parser(
@@ -176,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stragglers and their cost, stalls, exits and the root cause, checkpoints; --compare sets two runs side by side.",
     )
     rep.add_argument("log", help=LOG_HELP)
+    rep.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")
     rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
     rep.add_argument("--compare", default=None, metavar="LOG_B", help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after)")
 
@@ -200,5 +202,6 @@ def build_parser() -> argparse.ArgumentParser:
         "event files, one folder a rank: `tensorboard --logdir DIR`.",
     )
     ex.add_argument("log", help=LOG_HELP)
+    ex.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")
     ex.add_argument("--tensorboard", required=True, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
     return p

@@ -37,6 +37,20 @@ def _report_of(path: str) -> dict:
 LOG_NAME = "telemetry.jsonl"
 
 
+def run_folder_log(folder: str) -> str | None:
+    """A run folder's log: its telemetry.jsonl, or the one its result.json names (a launch
+    with --log elsewhere), if that file is there."""
+    inside = os.path.join(folder, LOG_NAME)
+    if os.path.isfile(inside):
+        return inside
+    try:
+        with open(os.path.join(folder, "result.json")) as fh:
+            log = json.load(fh).get("log")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return log if isinstance(log, str) and os.path.isfile(log) else None
+
+
 def find_log(what: str, runs_dir: str = "runs") -> str:
     """The log a user means: a log file, a run's folder (its telemetry.jsonl), or a run id (or
     its unique prefix) under ``runs_dir`` or in the registry of live runs, as `launch` prints it
@@ -44,14 +58,14 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
     if os.path.isfile(what):
         return what
     if os.path.isdir(what):
-        inside = os.path.join(what, LOG_NAME)
-        if os.path.isfile(inside):
+        inside = run_folder_log(what)
+        if inside is not None:
             return inside
-        fail(f"{what}: a folder without a {LOG_NAME} (a run's folder holds one)")
+        fail(f"{what}: a folder without a {LOG_NAME} (a run's folder holds one, or its result.json names it)")
     found = {e["log"] for e in registry.live_runs() if str(e.get("run_id", "")).startswith(what) and e.get("log")}
     if os.path.isdir(runs_dir) and os.sep not in what:
-        found |= {os.path.join(runs_dir, d, LOG_NAME) for d in os.listdir(runs_dir) if d.startswith(what)}
-    found = {p for p in found if os.path.isfile(p)}
+        found |= {run_folder_log(os.path.join(runs_dir, d)) for d in os.listdir(runs_dir) if d.startswith(what)}
+    found = {p for p in found if p and os.path.isfile(p)}
     if len(found) == 1:
         return found.pop()
     if found:
@@ -62,9 +76,9 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
 def cmd_report(ns: argparse.Namespace) -> int:
     from pardash.telemetry.report import render_markdown, render_text
 
-    ns.log = find_log(ns.log)
+    ns.log = find_log(ns.log, ns.runs_dir)
     if ns.compare is not None:
-        ns.compare = find_log(ns.compare)
+        ns.compare = find_log(ns.compare, ns.runs_dir)
     rep = _report_of(ns.log)
     if ns.compare is not None:
         from pardash.telemetry.compare import compare_reports, render_compare_markdown, render_compare_text
@@ -80,7 +94,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
 def cmd_export(ns: argparse.Namespace) -> int:
     from pardash.telemetry.export import ExportError, export_tensorboard
 
-    ns.log = find_log(ns.log)
+    ns.log = find_log(ns.log, ns.runs_dir)
     try:
         res = export_tensorboard(ns.log, ns.tensorboard)
     except ExportError as exc:

@@ -275,6 +275,21 @@ def test_a_run_is_found_by_its_folder_or_its_run_id(tmp_path):
     (tmp_path / "empty").mkdir()
     empty = _pardash("report", "empty", cwd=tmp_path)
     assert empty.returncode == 2 and "empty: a folder without a telemetry.jsonl" in empty.stderr
+    # A run launched with --log elsewhere and --runs-dir: its folder's result.json names the
+    # log; found by id from another folder with --runs-dir.
+    elsewhere = tmp_path / "logs" / "a1.jsonl"
+    elsewhere.parent.mkdir()
+    shutil.copy(DATA / "fsdp4_crash.jsonl", elsewhere)
+    run = tmp_path / "kept" / "20261202-090000-cccc"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"run_id": run.name, "code": 1, "log": str(elsewhere)}))
+    for what, where in ((str(run), tmp_path), ("20261202-09", tmp_path / "logs")):
+        got = _pardash("report", what, "--runs-dir", str(tmp_path / "kept"), cwd=where)
+        assert got.returncode == 0, (what, got.stderr)
+        def said(out: str) -> list[str]:
+            return [" ".join(line.split()) for line in out.splitlines() if not line.startswith("log ")]
+
+        assert "a1.jsonl" in got.stdout and said(got.stdout) == said(by_file.stdout)
 
 
 # -- headless progress: a bar on a terminal, lines elsewhere ---------------------------------
