@@ -178,6 +178,13 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     assert third.returncode != 0
     assert [e.step for e in events(third_msgs, "exit")] == [31]
     assert [e.step for e in events(third_msgs, "error")] == [30]
+    # Resumed past its --steps: nothing to train, said so (it printed "done: 25 steps in 0.00 s").
+    fourth, fourth_msgs = launch(tmp_path, "fourth", *common[:2], "--steps", "25", "--checkpoint-dir", str(ckpt), "--resume")
+    assert fourth.returncode == 0, fourth.stderr[-3000:]
+    assert losses(fourth_msgs) == []
+    [warning] = [e.message for e in events(fourth_msgs, "warning")]
+    assert "at step 30, at or past --steps 25: nothing to train" in warning
+    assert "nothing to train" in fourth.stdout and "done: 0 steps" in fourth.stdout
 
 
 def test_prune_keeps_the_newest_complete_checkpoints(tmp_path):

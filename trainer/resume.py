@@ -65,6 +65,13 @@ def resume(
         print(f"resume: step {start.step} restored from {found.path} in {load_s:.2f} s", flush=True)
         for note in notes:
             print(f"note: {note}", flush=True)
+    if start.step >= total_steps:
+        # Nothing is left to train: said, rather than a "done: 150 steps in 0.00 s".
+        message = (f"resume: the checkpoint is at step {start.step}, at or past --steps {total_steps}: nothing "
+                   f"to train (give --steps above {start.step} to go on)")
+        if is_master:
+            print(message, flush=True)
+            reporter.event("warning", message=message, step=start.step)
     return start
 
 

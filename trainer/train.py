@@ -317,10 +317,10 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         publish(pending)
     if is_master:
         run_s = time.perf_counter() - t_run
-        ran = total_steps - start.step
+        ran = max(0, total_steps - start.step)
         print(
-            f"done: {total_steps} steps in {run_s:.2f} s "
-            f"({run_s / max(1, ran) * 1e3:.1f} ms/step)",
+            f"done: {ran} steps in {run_s:.2f} s ({run_s / max(1, ran) * 1e3:.1f} ms/step)"
+            + (f", from step {start.step} to {total_steps}" if start.step and ran else ""),
             flush=True,
         )
         if ab_steps and ab_n[True] and ab_n[False]:
