@@ -442,3 +442,27 @@ def test_no_resume_starts_a_restarted_job_over_and_says_so(tmp_path, hub):
         assert warned() == ["resume: torchrun restart 1 starts at step 1 (--no-resume)"]
     finally:
         rep.close()
+
+
+def test_a_save_that_fails_names_the_folder_and_the_room_left(tmp_path, monkeypatch):
+    # A full disk made torch say only "[enforce fail at inline_container.cc:672] . unexpected
+    # pos 704 vs 598", and that was the run's root cause.
+    import torch
+
+    from pardash.trainer.strategies import Wrapped
+
+    model = torch.nn.Linear(2, 2)
+    w = Wrapped(model=model, inner=model, strategy="single")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    progress = checkpoint.Progress(step=40, epoch=0, steps_into_epoch=40, total_steps=100, lr=0.1, seed=0,
+                                   world_size=1, batch_size=16, grad_accum=1, dataset_size=256)  # fmt: skip
+
+    def full(*_a, **_k):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(checkpoint.CheckpointSaveError) as err:
+        checkpoint.save(tmp_path / "ckpt", progress, w=w, optimizer=opt, rank=0, device=torch.device("cpu"))
+    message = str(err.value)
+    assert message.startswith(f"checkpoint save to {checkpoint.step_path(tmp_path / 'ckpt', 40)} failed: RuntimeError: [enforce")
+    assert "MiB free on its disk" in message

@@ -289,6 +289,55 @@ def save(
     this rank spent). Collective for ddp/fsdp: every rank calls it at the same step."""
     t0 = time.perf_counter()
     path = step_path(root, progress.step)
+    try:
+        _save(path, progress, w=w, optimizer=optimizer, rank=rank, device=device, job=job)
+    except (Exception, _dcp_error()) as exc:
+        # torch says "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
+        # for a full disk: say what was being written, where, and how much room is left.
+        raise CheckpointSaveError(f"checkpoint save to {path} failed: {one_line(exc)}{_room(path)}") from exc
+    return path, time.perf_counter() - t0
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written; the message names the folder and the room left."""
+
+
+def _dcp_error() -> type[BaseException]:
+    try:
+        from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+    except ImportError:
+        return Exception
+    return CheckpointException
+
+
+def one_line(e: BaseException, limit: int = 200) -> str:
+    """``e`` as one line; DCP's CheckpointException as the first rank's own error in it."""
+    failures = getattr(e, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank = min(failures)
+        inner = failures[rank][0] if isinstance(failures[rank], tuple) else None
+        if isinstance(inner, BaseException):
+            return f"rank {rank}: {one_line(inner, limit)}"
+    text = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _room(path: Path) -> str:
+    """'; N MiB free on its disk' (what a full disk looks like), or '' when unknown."""
+    import shutil
+
+    for p in (path, *path.parents):
+        try:
+            free = shutil.disk_usage(p).free
+        except OSError:
+            continue
+        return f"; {free / (1 << 20):.1f} MiB free on its disk" + (" (full)" if free < (1 << 20) else "")
+    return ""
+
+
+def _save(path: Path, progress: Progress, *, w: Wrapped, optimizer: torch.optim.Optimizer, rank: int,
+          device: torch.device, job: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
     if uses_dcp(w.strategy):
         import torch.distributed.checkpoint as dcp
@@ -322,7 +371,6 @@ def save(
         tmp = path / (PLAIN_FILE + ".tmp")
         torch.save(state, tmp)
         os.replace(tmp, path / PLAIN_FILE)
-    return path, time.perf_counter() - t0
 
 
 def _name_job(path: Path, job: str) -> None:

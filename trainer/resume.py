@@ -19,6 +19,7 @@ import torch
 from pardash.telemetry.reporter import Reporter
 
 from . import checkpoint
+from .checkpoint import one_line
 from .config import TrainConfig
 from .strategies import Runtime, Wrapped
 
@@ -118,19 +119,6 @@ def load_newest_readable(
             raise RuntimeError(f"resume: no checkpoint in {cfg.checkpoint_dir} can be read on every rank"
                                + (f"; the newest: {one_line(first)}" if first is not None else "")) from first
         found = older
-
-
-def one_line(e: BaseException, limit: int = 200) -> str:
-    """``e`` as one line; DCP's CheckpointException as the first rank's own error in it."""
-    failures = getattr(e, "failures", None)
-    if isinstance(failures, dict) and failures:
-        rank = min(failures)
-        inner = failures[rank][0] if isinstance(failures[rank], tuple) else None
-        if isinstance(inner, BaseException):
-            return f"rank {rank}: {one_line(inner, limit)}"
-    text = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
-    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def data_flags(cfg: TrainConfig) -> dict[str, int]:
