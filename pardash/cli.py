@@ -170,10 +170,6 @@ JOB_END_WAIT_S = 15.0
 """How long a viewer that quits after every rank is done waits for the job to end."""
 
 
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
-
-
 def _headless_without_terminal(ns: argparse.Namespace) -> None:
     """Without a terminal (CI, nohup, a pipe) nobody could see the TUI or quit it, and the
     command would wait for its `q` for ever: progress lines instead, said once."""
@@ -219,14 +215,23 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             # Headless, this process stands for the job (as torchrun does): a SIGTERM (`timeout`,
             # `kill`, a CI job cancelled) stops the job as Ctrl-C does, rather than leave it
             # running unwatched. (A viewer killed outright, SIGKILL, leaves it running.)
-            signal.signal(signal.SIGTERM, _interrupt)
+            stopped_by: list[int] = []
+
+            def on_sigterm(*_: object) -> None:
+                stopped_by.append(signal.SIGTERM)
+                raise KeyboardInterrupt
+
+            signal.signal(signal.SIGTERM, on_sigterm)
             try:
                 printer.follow(lambda: job.poll() is not None)
             except KeyboardInterrupt:
+                stopped_by.append(signal.SIGINT)
                 print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
                 job.stop()
                 printer.follow(lambda: job.poll() is not None)
             code = job.wait()
+            if stopped_by and code != 0:
+                code = 128 + stopped_by[0]  # as the shell says for the signal this process took: 130, 143
         else:
             from pardash.tui.app import make_app
 

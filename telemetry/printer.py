@@ -515,13 +515,28 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     """The launcher's last line: success, or the one-line cause of a failure (``log_error``:
     the hub's last word on the log, when it could not write it)."""
     log = f"log {log_path}" + (f" (incomplete: {log_error})" if log_error else "")
+    said = "".join(f"; {n}" for n in restart_notes(st, result))
     if code == 0:
-        return f"pardash: done, {len(st.ranks)} rank(s), step {st.step}, {log}"
+        return f"pardash: done, {len(st.ranks)} rank(s), step {st.step}{said}, {log}"
     if result.get("stopped"):
-        return f"pardash: stopped by you (exit code {code}); {log}"
+        return f"pardash: stopped by you (exit code {code}){said}; {log}"
     f = failure_summary(st)
     if f is None:
-        return f"pardash: the job failed with exit code {code}; {log}"
+        return f"pardash: the job failed with exit code {code}{said}; {log}"
     # The error's text is in the ranks' output just above: the line names who and where.
     # The launch's own exit code is torchrun's, not the rank's (which the line names): say whose.
-    return f"pardash: {failure_line(f, error=False)}; the job's exit code {code}; {log}"
+    return f"pardash: {failure_line(f, error=False)}{said}; the job's exit code {code}; {log}"
+
+
+def restart_notes(st, result: dict) -> list[str]:
+    """What a run that ended went through: torchrun's restarts of the job (--max-restarts)
+    and the launcher's of the hub (with the messages lost while none listened)."""
+    notes = []
+    restarts = max((r.restarts for r in st.ranks.values()), default=0)
+    if restarts:
+        notes.append(f"torchrun restarted the job {restarts}x")
+    hub = int(result.get("hub_restarts") or 0)
+    if hub:
+        lost = f", {st.lost} messages lost while it was down" if st.lost else ""
+        notes.append(f"the hub restarted {hub}x{lost}")
+    return notes

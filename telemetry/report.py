@@ -98,8 +98,11 @@ def build_report(path: str) -> dict:
     first_t = last_t = None
     step_t0 = step_t1 = None
     run_ids: set[str] = set()
+    hub_restarts: list[float] = []
     for msg in read_log(path, stats):
         state.apply(msg, msg.t)
+        if isinstance(msg, schema.Event) and msg.name == "hub_restart":
+            hub_restarts.append(msg.t)
         if msg.run:
             run_ids.add(msg.run)
         if msg.t:
@@ -235,6 +238,10 @@ def build_report(path: str) -> dict:
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         "failure": failure,
+        # When the launcher restarted a hub that died (seconds into the run): the messages
+        # the ranks sent while none listened are the lost ones.
+        "hub_restarts": [round(t - first_t, 1) if first_t is not None and t else None for t in hub_restarts],
+        "job_restarts": max((r["restarts"] for r in ranks), default=0),
         "recovered": recovered_failures(state),
         "checkpoints": {"saved": [_public(saves[k]) for k in sorted(saves)],
                         "resumed": [_public(r) for r in resumes.values()]},

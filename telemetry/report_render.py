@@ -48,9 +48,18 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("steps", f"{rep['steps']} (last step {rep['last_step']})"),
         ("samples/s", sps),
         ("median step", f"{ms(rep['median_step_s'])} ms"),
-        ("lost messages", str(rep["lost_messages"])),
+        ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
+        *([("restarts", f"torchrun restarted the job {rep['job_restarts']}x (--max-restarts)")] if rep.get("job_restarts") else []),
         ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "")),
     ]
+
+
+def _hub_restarts_text(rep: dict) -> str:
+    times = rep.get("hub_restarts") or []
+    if not times:
+        return ""
+    at = ", ".join(f"{t:.1f} s" if t is not None else "?" for t in times)
+    return f" (the hub died and was restarted {len(times)}x, at {at}: what the ranks sent while it was down)"
 
 
 RANK_COLUMNS = ("rank", "host", "status", "steps", "last loss", "step ms", *PHASE_LABELS.values(), "params", "full", "grads", "optim", "held", "peak", "lost")
@@ -210,7 +219,7 @@ def render_text(rep: dict, width: int = 160) -> str:
     con.print("stalls:" + ("" if rep["stalls"] else " none"))
     for line in stall_lines(rep):
         con.print(f"  {line}")
-    con.print("exits:" + ("" if rep["exits"] else " none with an error"))
+    con.print("exits:" + ("" if rep["exits"] else " none with an error" + (" in the last attempt" if rep.get("job_restarts") else "")))
     for line in exit_lines(rep):
         con.print(f"  {line}")
     if rep.get("failure"):

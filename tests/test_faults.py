@@ -50,14 +50,21 @@ def test_hub_killed_mid_run_is_restarted_and_the_log_carries_on(tmp_path):
     for r in rep["ranks"]:
         assert r["steps"] + r["lost_messages"] >= 150
     assert max(s.step for s in _steps(log, 0)) == 150
+    # The last line and the report say the hub restarted, and when: the lost messages' reason.
+    assert "the hub restarted 1x" in out
+    assert len(rep["hub_restarts"]) == 1
+    from pardash.telemetry.report import render_text
+
+    assert "the hub died and was restarted 1x, at " in render_text(rep)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_a_job_stopped_with_ctrl_c_exits_143_and_blames_no_rank(tmp_path, sig):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_a_job_stopped_with_ctrl_c_or_sigterm_exits_as_the_shell_says_and_blames_no_rank(tmp_path, sig, code):
     # Ctrl-C: the launcher stops the job (SIGTERM to torchrun, which passes it on), says so,
-    # and exits as the shell would for SIGTERM, 128 + 15 (not -15's byte, 241). The report of
-    # such a run names no rank as the root cause: every rank was stopped. A SIGTERM to a
-    # headless launch (`timeout`, a cancelled CI job) does the same: nothing is left running.
+    # and exits as the shell would for the signal it took: 128 + 2 for Ctrl-C, 128 + 15 for
+    # SIGTERM (not -15's byte, 241). The report of such a run names no rank as the root
+    # cause: every rank was stopped. A SIGTERM to a headless launch (`timeout`, a cancelled CI
+    # job) stops the job too: nothing is left running.
     from pardash.telemetry.report import build_report
 
     log = tmp_path / "run.jsonl"
@@ -66,8 +73,8 @@ def test_a_job_stopped_with_ctrl_c_exits_143_and_blames_no_rank(tmp_path, sig):
     run = registry.live_runs()[0]
     p.send_signal(sig)
     out, err = p.communicate(timeout=120)
-    assert p.returncode == 143, err[-2000:]
-    assert "stopped by you (exit code 143)" in err
+    assert p.returncode == code, err[-2000:]
+    assert f"stopped by you (exit code {code})" in err
     rep = build_report(str(log))
     assert rep["failure"] is None
     assert not registry.live_runs()
@@ -257,6 +264,12 @@ def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
     assert [(m.rank, m.message) for m in warnings] == [
         (0, f"resume: torchrun restart 1: no checkpoint of this job in {tmp_path / 'ck'} yet; starting at step 1")]
     assert not [m for m in msgs if isinstance(m, schema.Event) and m.name == "resume"]
+    # The last line and the report count the restart; the exits are of the last attempt.
+    from pardash.telemetry.report import build_report, render_text
+
+    assert "torchrun restarted the job 1x" in out
+    text = render_text(build_report(str(log)))
+    assert "torchrun restarted the job 1x (--max-restarts)" in text and "none with an error in the last attempt" in text
 
 
 def test_an_attached_headless_view_waits_out_restarts_and_hub_restarts():

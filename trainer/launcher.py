@@ -430,7 +430,8 @@ class Supervisor:
 
     def _finish(self, code: int) -> None:
         spec = self.spec
-        result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path}
+        result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path,
+                  "hub_restarts": self.hub_restarts}  # fmt: skip
         try:
             Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
             # Whole or not at all: a full disk must not leave half a file, nor the hub running.
