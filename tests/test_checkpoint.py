@@ -185,6 +185,13 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     [warning] = [e.message for e in events(fourth_msgs, "warning")]
     assert "at step 30, at or past --steps 25: nothing to train" in warning
     assert "nothing to train" in fourth.stdout and "done: 0 steps" in fourth.stdout
+    # Without --resume in a folder of checkpoints: it starts over, and says its saves replace
+    # those of the same steps (torch's UserWarning on overwriting was the only sign).
+    fifth, fifth_msgs = launch(tmp_path, "fifth", *common[:2], "--steps", "3", "--checkpoint-dir", str(ckpt))
+    assert fifth.returncode == 0, fifth.stderr[-3000:]
+    [warning] = [e.message for e in events(fifth_msgs, "warning")]
+    assert warning.startswith(f"checkpoint: {ckpt} already holds checkpoints (the newest at step 30")
+    assert [s for _, s, _ in losses(fifth_msgs)] == [1, 2, 3]
 
 
 def test_prune_keeps_the_newest_complete_checkpoints(tmp_path):

@@ -40,6 +40,8 @@ def resume(
         _starts_over(reporter, is_master, f"resume: torchrun restart {restart} starts at step 1 (--no-resume)")
         return start
     if not cfg.checkpoint_dir or not (cfg.resume or restart > 0):
+        if cfg.checkpoint_dir and is_master and restart == 0:
+            _warn_of_older(cfg, reporter)
         return start
     own = None if cfg.resume else job  # after a restart: only this job's own checkpoints
     if own == "":
@@ -74,6 +76,20 @@ def resume(
             print(message, flush=True)
             reporter.event("warning", message=message, step=start.step)
     return start
+
+
+def _warn_of_older(cfg: TrainConfig, reporter: Reporter) -> None:
+    """A run without --resume in a folder that holds another run's checkpoints starts at step
+    1 and writes over those of the steps it saves too (torch's UserWarning was the only sign):
+    said once, in the output and as a warning, with what --resume would have done."""
+    found = checkpoint.find_latest(cfg.checkpoint_dir)
+    if found is None:
+        return
+    message = (f"checkpoint: {cfg.checkpoint_dir} already holds checkpoints (the newest at step {found.step}"
+               + (f", saved by run {checkpoint.saved_by(found.path)}" if checkpoint.saved_by(found.path) else "")
+               + "); this run starts at step 1 without --resume, and its saves replace those of the same steps")
+    print(message, flush=True)
+    reporter.event("warning", message=message, step=0)
 
 
 def _starts_over(reporter: Reporter, is_master: bool, message: str) -> None:
