@@ -36,7 +36,13 @@ def register(info: dict) -> Path:
 
     d = make_private_dir(registry_dir())
     path = d / f"{info['run_id']}.json"
-    entry = {"started": time.time(), **info}
+    started = time.time()
+    try:  # a hub restarted for a live run: the run is as old as it was
+        with open(path) as fh:
+            started = float(json.load(fh).get("started", started))
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    entry = {"started": started, **info}
     # A fresh temporary name, never an existing file or a link someone planted there: the
     # entry is 0600 whatever the folder's mode or umask.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")

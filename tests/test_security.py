@@ -7,6 +7,7 @@ seen, not inferred from silence: each stranger's socket reports its failed hands
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -390,3 +391,10 @@ def test_keys_in_the_environment_do_not_lock_a_viewer_out_of_a_run_without_them(
         plain.stop()
         t.join(10)
         plain.close()
+
+
+def test_a_run_registered_again_by_a_restarted_hub_keeps_its_age(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path / "registry"))
+    first = json.loads(registry.register({"run_id": "r1", "pid": 1, "ingest": "a"}).read_text())
+    again = json.loads(registry.register({"run_id": "r1", "pid": 2, "ingest": "b"}).read_text())
+    assert again["started"] == first["started"] and (again["pid"], again["ingest"]) == (2, "b")

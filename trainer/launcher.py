@@ -42,6 +42,10 @@ STOP_GRACE_S = 10.0
 """Seconds torchrun gets after SIGTERM before SIGKILL."""
 
 
+MAX_HUB_RESTARTS = 20
+"""Hubs started again after one died, in a job's life; then training goes on without one."""
+
+
 class LaunchError(Exception):
     """A launch that cannot start; the message is one line that says what to do."""
 
@@ -117,6 +121,7 @@ class Supervisor:
         self._stopping = False
         self.hub_restarts = 0
         self.ranks_started = False
+        self._gave_up = False
         """Whether torchrun was seen with a child process (its ranks) while it ran."""
 
     def start_hub(self, *, resume: bool = False) -> dict:
@@ -162,7 +167,11 @@ class Supervisor:
         os.close(r)
         if not line:
             code = self.hub.poll()
-            raise LaunchError(f"the hub did not start (exit code {code}); see the message above")
+            if code is None:  # alive but silent: no use to anyone, and it holds the ports
+                self.hub.kill()
+                self.hub.wait()
+                raise LaunchError(f"the hub did not say it was ready within {HUB_READY_TIMEOUT_S:.0f} s")
+            raise LaunchError(f"the hub did not start (exit code {code}); see its message above")
         self.endpoints = json.loads(line)
         return self.endpoints
 
@@ -420,8 +429,12 @@ class Supervisor:
             code = self.job.poll()
             if code is not None:
                 return code
-            if self.hub_restarts < 20:
+            if self.hub_restarts < MAX_HUB_RESTARTS:
                 self._watch_hub()
+            elif not self._gave_up and self.hub is not None and self.hub.poll() is not None:
+                self._gave_up = True
+                print(f"pardash: the hub died {self.hub_restarts + 1} times; no more restarts: training goes on "
+                      "without telemetry, and the log ends here", file=sys.stderr, flush=True)
             if self._stopping and deadline is None:
                 deadline = time.monotonic() + STOP_GRACE_S
             if deadline is not None and time.monotonic() > deadline:
