@@ -150,12 +150,18 @@ class MemoryAccountant:
                 grads_bytes += local_bytes(g)
                 grads_full += g.numel() * g.element_size()  # a DTensor's numel is global
         optim_bytes = optim_full = 0
-        for opt in optimizers:
+        counted: set[int] = set()
+        for opt, scale in _optimizer_states(optimizers):
+            if id(opt) in counted:
+                continue
+            counted.add(id(opt))
             for state in opt.state.values():
                 for value in state.values():
                     if isinstance(value, tensor_type):
-                        optim_bytes += local_bytes(value)
-                        optim_full += value.numel() * value.element_size()
+                        held = local_bytes(value)
+                        if held:  # a tensor two optimizers share is counted once, in both sums
+                            optim_bytes += held
+                            optim_full += int(value.numel() * value.element_size() * scale)
         return Mem(
             params_bytes=params_bytes,
             grads_bytes=grads_bytes,
@@ -189,6 +195,25 @@ class MemoryAccountant:
         if reset_peak:  # so that the next call reports the next step's peak
             cuda.reset_peak_memory_stats()
         return mem
+
+
+def _optimizer_states(optimizers: Sequence[Any]) -> list[tuple[Any, float]]:
+    """The optimizers whose ``state`` holds tensors, each with how much bigger its state would
+    be unsharded. ZeroRedundancyOptimizer (ZeRO stage 1) keeps this rank's shard of the state
+    in an inner optimizer (``.optim``; its own ``state`` stays empty) over the parameters this
+    rank owns: unsharded, every parameter of its groups would have as much state per element."""
+    zero: dict[int, float] = {}
+    out: list[tuple[Any, float]] = []
+    for opt in optimizers:
+        inner = getattr(opt, "optim", None)
+        if inner is not None and hasattr(opt, "_partition_parameters") and hasattr(inner, "state"):
+            owned = sum(p.numel() for p in inner.state)
+            total = sum(p.numel() for group in opt.param_groups for p in group["params"])
+            zero[id(inner)] = total / owned if owned else 1.0
+            out.append((inner, 1.0))
+        else:
+            out.append((opt, 1.0))
+    return [(opt, zero.get(id(opt), scale)) for opt, scale in out]
 
 
 _accountants: "weakref.WeakKeyDictionary[Any, MemoryAccountant]" = weakref.WeakKeyDictionary()

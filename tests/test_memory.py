@@ -110,6 +110,35 @@ def test_account_counts_tied_weights_once_and_reads_state_growth():
     assert after.optim_bytes >= 2 * nbytes
 
 
+def test_zero_stage_1_state_counts_its_shard_held_and_the_whole_unsharded():
+    # ZeroRedundancyOptimizer keeps this rank's shard of the state in an inner optimizer, over
+    # the parameters this rank owns; the report said "saving 0%" next to a 25% smaller state.
+    import torch
+
+    from pardash.telemetry.memory import MemoryAccountant
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
+    params = list(model.parameters())
+    owned = params[:2]  # this rank's half: the first layer
+
+    class Zero:  # ZeroRedundancyOptimizer's shape, without a process group
+        _partition_parameters = True
+
+        def __init__(self) -> None:
+            self.optim = torch.optim.AdamW(owned)
+            self.param_groups = [{"params": params}]
+            self.state: dict = {}
+
+    zero = Zero()
+    model(torch.randn(4, 32)).sum().backward()
+    zero.optim.step()
+    adam = 2 * 4  # exp_avg and exp_avg_sq, fp32 (and a scalar step per parameter)
+    for optimizers in ([zero], [zero.optim, zero]):  # the hooks see the inner one step too
+        mem = MemoryAccountant(model, full_every=1).measure(optimizers)
+        assert mem.optim_bytes == pytest.approx(adam * sum(p.numel() for p in owned), rel=0.01)
+        assert mem.optim_full_bytes == pytest.approx(adam * sum(p.numel() for p in params), rel=0.01)
+
+
 def test_memory_module_does_not_import_torch():
     code = (
         "import sys, pardash.telemetry.memory as m;"
