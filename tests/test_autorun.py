@@ -80,6 +80,15 @@ def _batch(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(n, 8), torch.randint(0, 4, (n,))
 
 
+def _train(model: nn.Module, opt: torch.optim.Optimizer, steps: int) -> None:
+    """``steps`` plain steps: a forward, a backward, an optimizer step."""
+    for _ in range(steps):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+
 def test_one_step_per_optimizer_step_with_phases_loss_and_memory(hooked):
     inst, rep = hooked
     model = _model()
@@ -325,11 +334,7 @@ def test_the_exit_step_is_the_step_the_script_ended_in(hooked):
     assert _exit_step(rep, inst, 2) is None  # an argument error, before any step
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(3):
-        x, y = _batch()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
+    _train(model, opt, 3)
     inst.finish()
     assert rep.last_step == 3
     assert _exit_step(rep, inst, 0) == 3 and _exit_step(rep, inst, 3) == 3  # failed after training
@@ -368,11 +373,7 @@ def test_an_internal_error_stops_the_instrumentation_not_the_training(hooked, mo
     monkeypatch.setattr(api, "model_facts", broken)
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(3):
-        x, y = _batch()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
+    _train(model, opt, 3)
     inst.finish()
     assert inst.dead and rep.steps == []
     assert [name for name, _ in rep.events] == ["warning"]
@@ -388,20 +389,13 @@ def test_global_module_hooks_give_way_to_root_hooks_once_the_roots_settle(hooked
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    def train(model, opt, steps):
-        for _ in range(steps):
-            x, y = _batch()
-            nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-            opt.zero_grad()
-
-    train(model, opt, SETTLE_STEPS + 1)
+    _train(model, opt, SETTLE_STEPS + 1)
     assert not inst.watching_all and not torch.nn.modules.module._global_forward_pre_hooks
-    train(model, opt, 2)
+    _train(model, opt, 2)
     # A new model with its own optimizer: its first forward passes unseen, its optimizer's
     # first step brings the global hooks back, and from the next step it is measured.
     second = _model()
-    train(second, torch.optim.SGD(second.parameters(), lr=0.1), 3)
+    _train(second, torch.optim.SGD(second.parameters(), lr=0.1), 3)
     assert inst.watching_all
     inst.finish()
     samples = [s["samples"] for s in rep.steps]

@@ -37,6 +37,15 @@ class Ranks:
     def beat(self, rank: int, step: int) -> None:
         self.send(schema.Heartbeat(rank=rank, step=step, phase="backward", t=T0 + self.now, mono=self.now))
 
+    def start(self, steps: int) -> None:
+        """Ranks 0 and 1 say hello and take ``steps`` steps, a tenth of a second each."""
+        for r in (0, 1):
+            self.hello(r)
+        for step in range(1, steps + 1):
+            for r in (0, 1):
+                self.step(r, step, T0 + step * 0.1)
+            self.tick(0.1)
+
     def tick(self, dt: float) -> None:
         self.now += dt
         self.core.tick(self.now)
@@ -56,12 +65,7 @@ def test_a_restart_keeps_stalled_and_silent_ranks_so_until_a_new_message_says_ot
     path = tmp_path / "run.jsonl"
     core = HubCore(run_id=RUN, recorder=Recorder(path))
     ranks = Ranks(core, now=100.0)
-    for r in (0, 1):
-        ranks.hello(r)
-    for step in range(1, 6):
-        for r in (0, 1):
-            ranks.step(r, step, T0 + step * 0.1)
-        ranks.tick(0.1)
+    ranks.start(steps=5)
     # Rank 0 hangs in backward (heartbeats, no steps); rank 1 goes quiet altogether.
     for _ in range(30):
         ranks.beat(0, 5)
@@ -263,12 +267,7 @@ def test_a_rank_evaluating_or_saving_is_given_longer_before_it_counts_as_stalled
 
     core = HubCore(run_id=RUN)
     ranks = Ranks(core, now=100.0)
-    for r in (0, 1):
-        ranks.hello(r)
-    for step in range(1, 6):
-        for r in (0, 1):
-            ranks.step(r, step, T0 + step * 0.1)
-        ranks.tick(0.1)
+    ranks.start(steps=5)
 
     def beats(seconds: float, phases: dict[int, str]) -> None:
         for _ in range(int(seconds / 0.5)):
