@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from typing import Sequence
 
 from pardash.parser import PROG, build_parser, fail
@@ -509,7 +510,8 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     client = HubClient(info["updates"], info["snapshot"], run_id=run_id, curve=False)
     try:
         if ns.headless:
-            from pardash.telemetry.printer import ProgressPrinter, failure_line, failure_summary
+            from pardash.telemetry.failures import failure_line, failure_summary
+            from pardash.telemetry.printer import ProgressPrinter
 
             ended: list[float] = []
 
@@ -570,22 +572,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if script and ns.command != "launch":
         parser.error("`-- SCRIPT` goes with `pardash launch` only")
+    commands = {
+        "launch": lambda ns: cmd_launch(ns, script),
+        "hub": cmd_hub,
+        "ps": cmd_ps,
+        "attach": cmd_attach,
+        "replay": cmd_replay,
+        "report": cmd_report,
+        "simulate": cmd_simulate,
+        "keys": cmd_keys,
+        "bench": cmd_bench,
+        "export": cmd_export,
+    }
     try:
-        if ns.command == "launch":
-            return _no_thread_left_behind(cmd_launch(ns, script))
-        return _no_thread_left_behind({
-            "hub": cmd_hub,
-            "ps": cmd_ps,
-            "attach": cmd_attach,
-            "replay": cmd_replay,
-            "report": cmd_report,
-            "simulate": cmd_simulate,
-            "keys": cmd_keys,
-            "bench": cmd_bench,
-            "export": cmd_export,
-        }[ns.command](ns))
+        code = commands[ns.command](ns)
     except KeyboardInterrupt:
-        return 130
+        code = 130
+    except SystemExit as exc:  # fail(): a one-line error, already said
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        # Whatever ended the command (a write to a terminal closed under it, say), a thread
+        # stuck on that terminal must not keep the process alive: say it, then go.
+        traceback.print_exc()
+        code = 1
+    return _no_thread_left_behind(code)
 
 
 STUCK_THREAD_GRACE_S = 1.0

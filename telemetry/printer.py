@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 import time
 from collections.abc import Iterable
@@ -14,7 +13,17 @@ from typing import TextIO
 
 from . import schema
 from .client import Source
-from .summary import held_spread, human_bytes, ms, samples_per_s, samples_per_s_recent, self_s_spread, step_s_spread
+from .failures import failure_line, failure_summary
+from .summary import (
+    held_spread,
+    human_bytes,
+    ms,
+    ranks_named,
+    samples_per_s,
+    samples_per_s_recent,
+    self_s_spread,
+    step_s_spread,
+)
 
 
 def is_terminal(out: TextIO) -> bool:
@@ -230,27 +239,6 @@ def progress_line(st, elapsed_s: float) -> str:
     return " | ".join(p for p in parts if p)
 
 
-def ranks_text(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    out: list[str] = []
-    for r in sorted(ranks):
-        if out and "-" not in out[-1].split(", ")[-1] and int(out[-1]) == r - 1:
-            out[-1] = f"{out[-1]}-{r}"
-        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == r - 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{r}"
-        else:
-            out.append(str(r))
-    return ", ".join(out)
-
-
-_ranks_text = ranks_text  # the old private name
-
-
-def ranks_named(ranks: list[int]) -> str:
-    """[3] -> 'rank 3'; [0, 1, 2, 5] -> 'ranks 0-2, 5'."""
-    return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
-
-
 GROUPED = frozenset({"checkpoint", "resume", "warning", "epoch_end", "exit", "eval"})
 """Events every rank sends alike (a save, a resume, an epoch's end, a clean exit): the same
 event from several ranks taken in one refresh is one line naming the ranks, in the progress
@@ -306,164 +294,6 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
         else:
             out.append([m, None, None])
     return [(m, list(ranks) if ranks is not None else None, took) for m, ranks, took in out]
-
-
-# Errors a rank raises because another rank died (its peer's socket closed under it).
-PEER_FAILURE = re.compile(
-    r"Connection reset by peer|Connection closed by peer|Broken pipe|remote worker|"
-    r"NCCL communicator was aborted|ProcessGroupNCCL.*(?:Watchdog|timeout)|Socket Timeout|"
-    r"DistNetworkError|DistBackendError|Connection refused",
-    re.IGNORECASE,
-)
-
-
-def attempts(st) -> list[list[schema.Event]]:
-    """The run's events, split where torchrun restarted the job (``--max-restarts``): the hub
-    notes each rank's hello of a new attempt (``restart``), and the first such note after an
-    exit starts the next attempt. A failure that a restart recovered from is not the cause of
-    how the run ended."""
-    out: list[list[schema.Event]] = [[]]
-    exited = False
-    for e in st.lifecycle:
-        if not isinstance(e, schema.Event):
-            continue
-        if e.name == "restart" and exited:
-            out.append([])
-            exited = False
-        exited = exited or (e.name == "exit" and e.rank >= 0)
-        out[-1].append(e)
-    return out
-
-
-def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Event, list[int], list[int]] | None:
-    """(the exit that caused a failure, ranks that failed because of it, ranks stopped), among
-    ``events`` (default: the last attempt's, see :func:`attempts`).
-
-    A rank killed by a signal (SIGKILL from the OOM killer or a user, SIGSEGV...) is always a
-    cause; next a rank that failed on its own error; ranks whose error is a peer failure
-    (the collective's socket closed under them) are victims, SIGTERM (-15) is how torchrun
-    stops the rest. A job in which every rank was only stopped (by the user, or a scheduler
-    that sent SIGTERM) has no cause among its ranks: None.
-    """
-    if events is None:
-        events = attempts(st)[-1]
-    # A rank that said it finished (exit 0) makes a launcher's note that it was stopped, taken
-    # before its own word, wrong (as RunState.apply has it); judged within the attempt.
-    finished = {e.rank for e in events if e.name == "exit" and e.seq >= 0 and e.code == 0}
-    exits = [
-        e for e in events
-        if e.name == "exit" and e.rank >= 0 and e.code and not (e.seq < 0 and e.rank in finished)
-    ]  # fmt: skip
-    if not exits:
-        return None
-    errors: dict[int, str] = {}
-    for e in events:
-        if e.name == "error" and e.rank >= 0:
-            errors.setdefault(e.rank, (e.message or "") + "\n" + (e.traceback or ""))
-
-    def grade(e: schema.Event) -> int:
-        if e.code < 0 and e.code != -15:
-            return 0
-        if e.code > 0 and not PEER_FAILURE.search(errors.get(e.rank, "")):
-            return 1
-        if e.code > 0:
-            return 2
-        return 3
-
-    first = min(exits, key=lambda e: (grade(e), e.hseq))
-    if grade(first) == 3:
-        return None
-    victims = sorted({e.rank for e in exits if e.rank != first.rank and grade(e) == 2})
-    stopped = sorted({e.rank for e in exits if e.rank != first.rank and e.code == -15} - set(victims))
-    return first, victims, stopped
-
-
-def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None:
-    """The root cause among ``events`` (default: the last attempt's; or an earlier one's list
-    from :func:`attempts`) as the report and the launcher's last line tell it: rank, code,
-    signal, the step it died in, its error's first line, victims, stopped, and ``line``, one
-    sentence of all that."""
-    last = events is None
-    if events is None:
-        events = attempts(st)[-1]
-    found = root_cause(st, events)
-    if found is None:
-        return None
-    first, victims, stopped = found
-    error, step, where = None, first.step, None  # the step it died in, when it said (exit events carry it)
-    for e in events:
-        if e.name == "error" and e.rank == first.rank:
-            lines = (e.message or "").strip().splitlines()
-            error = lines[0] if lines else None
-            where = raised_at(e.traceback)
-            if step is None and e.step is not None:
-                step = e.step + 1  # an error event carries the last step completed
-            break
-    r = st.ranks.get(first.rank)
-    if step is None and last and r is not None and r.step is not None:
-        step = r.step.step + 1  # the one after its last step (known for the last attempt only)
-    unrecorded = None
-    if first.code > 0 and error is not None and PEER_FAILURE.search(error):
-        # Even the first failure is a peer's failure: the rank that failed first left no exit
-        # (torchrun, restarting, names only the first worker it saw fail). Ranks with no word
-        # in this attempt are where to look.
-        said = {e.rank for e in events if e.name == "exit"}
-        unrecorded = sorted(q for q in st.ranks if q not in said)
-    f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
-         "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded}  # fmt: skip
-    f["line"] = failure_line(f)
-    return f
-
-
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$', re.MULTILINE)
-
-
-def raised_at(tb: str | None) -> str | None:
-    """Where a traceback's exception was raised: its innermost frame as ``file:line in func``."""
-    frames = list(_FRAME.finditer(tb or ""))
-    if not frames:
-        return None
-    m = frames[-1]
-    return f"{m['file']}:{m['line']} in {m['func'].strip()}"
-
-
-def failure_line(f: dict, *, error: bool = True) -> str:
-    """One sentence of a :func:`failure_summary` (``error``: with the error's first line)."""
-    line = f"rank {f['rank']} exited with code {f['code']}" + (f" ({f['signal']})" if f["signal"] else "")
-    line += f" at step {f['step']}" if f["step"] is not None else ""
-    line += f": {f['error']}" if error and f["error"] else ""
-    victims, stopped = f["victims"], f["stopped"]
-    if victims:
-        line += f"; {ranks_named(victims)} failed after it"
-    if stopped:
-        line += f"; {ranks_named(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
-    unrecorded = f.get("unrecorded")
-    if unrecorded is not None:
-        line += "; that is a peer's failure, and the rank that failed first left no exit record"
-        if unrecorded:
-            line += f" (no word from {ranks_named(unrecorded)}: killed?)"
-    return line
-
-
-def recovered_failures(st) -> list[dict]:
-    """The failures torchrun restarted the job after (:func:`failure_summary` of each attempt
-    but the last), oldest first."""
-    out = []
-    for events in attempts(st)[:-1]:
-        f = failure_summary(st, events)
-        if f is not None:
-            out.append(f)
-    return out
-
-
-def signal_name(code: int | None) -> str | None:
-    """SIGKILL for -9; None for a code that is no signal."""
-    if code is None or code >= 0:
-        return None
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return None
 
 
 HUB_GONE_S = 5.0

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import schema
 from .logreader import LogReadStats, read_log
-from .printer import failure_summary, recovered_failures, signal_name
+from .failures import failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
 from .state import RunState, mem_full_bytes, mem_held_bytes
 from .summary import zero_expected_bytes

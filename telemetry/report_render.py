@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from .analysis import STALL_CAUSE_PHASES
-from .printer import ranks_named
+from .summary import ranks_named
 from .summary import human_bytes, ms
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")

@@ -80,3 +80,21 @@ def zero_expected_bytes(params_count: int, world_size: int, strategy: str, bytes
     if strategy == "fsdp" and world_size > 1:
         return params_count * bytes_per_param // world_size
     return params_count * bytes_per_param
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out: list[str] = []
+    for r in sorted(ranks):
+        if out and "-" not in out[-1].split(", ")[-1] and int(out[-1]) == r - 1:
+            out[-1] = f"{out[-1]}-{r}"
+        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == r - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ", ".join(out)
+
+
+def ranks_named(ranks: list[int]) -> str:
+    """[3] -> 'rank 3'; [0, 1, 2, 5] -> 'ranks 0-2, 5'."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"

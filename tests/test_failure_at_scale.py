@@ -8,7 +8,7 @@ from __future__ import annotations
 from pardash.telemetry import schema
 from pardash.telemetry.client import FrameApplier
 from pardash.telemetry.hubcore import HubCore
-from pardash.telemetry.printer import failure_summary
+from pardash.telemetry.failures import failure_summary
 from pardash.telemetry.recorder import Recorder
 from pardash.telemetry.report import build_report, render_text
 from pardash.telemetry.state import EVENTS_PER_RANK

@@ -232,6 +232,19 @@ def test_a_viewer_is_not_kept_alive_by_a_thread_spinning_on_a_dead_terminal():
     )
     proc = subprocess.run([sys.executable, "-c", code], timeout=60, env=pardash_env())
     assert proc.returncode == 3
+    # Nor when the command ended on an error (a write to the closed terminal, say): a viewer
+    # left that way sat in Python's shutdown for half an hour.
+    code = (
+        "import sys, threading, time, textual\n"
+        "from pardash import cli\n"
+        "def broken(ns):\n"
+        "    raise OSError(5, 'Input/output error')\n"
+        "cli.cmd_ps = broken\n"
+        "threading.Thread(target=lambda: time.sleep(3600)).start()\n"
+        "sys.exit(cli.main(['ps']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], timeout=60, env=pardash_env(), capture_output=True, text=True)
+    assert proc.returncode == 1 and "OSError: [Errno 5] Input/output error" in proc.stderr
 
 
 def test_a_command_line_torchrun_refuses_starts_no_rank_and_stops_none(tmp_path):

@@ -562,7 +562,7 @@ def test_a_step_saved_again_after_a_resume_counts_its_ranks_once(tmp_path):
 def test_a_hang_names_the_rank_stalled_outside_any_collective_first():
     # rank 1 stuck in its data loader, the others waiting for it in backward's all-reduce: the
     # report listed rank 0 first, each "stalled" alike.
-    from pardash.telemetry.printer import ranks_named
+    from pardash.telemetry.summary import ranks_named
     from pardash.telemetry.report_render import stall_lines
 
     def stall(rank, phase, step=5):

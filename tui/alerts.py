@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.analysis import STALL_CAUSE_PHASES
-from pardash.telemetry.printer import root_cause
+from pardash.telemetry.failures import root_cause
 
 from .format import fmt_clock, fmt_step_time
 

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from pardash.telemetry.printer import ranks_text
+from pardash.telemetry.summary import ranks_text
 
 from ..alerts import Alert
 from ..styles import CachedStyles, component_fg

@@ -10,7 +10,8 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from pardash.telemetry import schema
-from pardash.telemetry.printer import group_alike, ranks_named, verdict_text
+from pardash.telemetry.printer import group_alike, verdict_text
+from pardash.telemetry.summary import ranks_named
 from pardash.telemetry.state import EVENTS_KEPT, RunState
 
 from ..format import fmt_clock, fmt_step_time
