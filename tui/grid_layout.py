@@ -201,6 +201,7 @@ def lay_out(
     sort_key: str = "rank",
     flagged_only: bool = False,
     ordered: list[RankRow] | None = None,
+    gpu: bool = True,
 ) -> GridLayout:
     """Lay ``rows`` (every rank) out in ``width`` x ``height`` cells, the first line of
     which is the grid's title (``ordered``: :func:`shown_rows`, when already at hand)."""
@@ -210,7 +211,7 @@ def lay_out(
     room = max(1, height - 1)
     lines: list[GridLine] = []
     columns = COLUMNS
-    for wide in WIDE_COLUMNS:
+    for wide in WIDE_COLUMNS if gpu else WIDE_COLUMNS[1:]:  # no GPU: no columns of dashes
         if cell_width(wide, rank_width) <= width - 1:
             columns = wide
             lines = layout_cells(ordered, width, cell_width(wide, rank_width), single=True)

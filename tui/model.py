@@ -266,6 +266,8 @@ class RowBuilder:
         """Changes when the set of ranks or a rank's node does (the grid lays out again)."""
         self.flagged_gen = 0
         """Changes when any rank becomes flagged or stops being flagged."""
+        self.gpu = False
+        """Whether any rank said it runs on a GPU (the grid's GPU columns are shown then)."""
         self.totals = RunTotals({}, 0, 0, None, [])
         """Run-wide figures of the last update (see :func:`run_totals`)."""
         self.flagged: list[st.RankState] = []
@@ -422,6 +424,10 @@ class RowBuilder:
                     notes.append(note)
             self._notes = notes
             self._nodes = len({e.node for e in self._ranks})
+            gpu = any(r.hello is not None and r.hello.device.startswith("cuda") for r in state.ranks.values())
+            if gpu != self.gpu:
+                self.gpu = gpu
+                self.layout_gen += 1
         self.totals = RunTotals(
             counts, self._nodes, slowest if slowest != none else 0, total if seen_rate else None, list(self._notes)
         )

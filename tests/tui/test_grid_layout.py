@@ -49,6 +49,25 @@ def test_the_richest_form_that_fits(ranks, size, columns, heat):
     assert sorted(layout.where) == list(range(ranks))
 
 
+def test_a_run_without_gpus_gets_no_columns_of_dashes():
+    from pardash.telemetry import schema
+    from pardash.telemetry.state import RunState
+    from pardash.tui.model import RowBuilder
+
+    state, table = RunState(run_id="r"), RowBuilder()
+    for r in (0, 1):
+        state.apply(schema.Hello(rank=r, world_size=2, device="cpu", run="r", t=1.0), 1.0)
+    table.update(state)
+    assert not table.gpu
+    layout = lay_out(table.rows(), width=120, height=33, gpu=table.gpu)
+    assert layout.columns == WIDE_COLUMNS[1]  # "gpu" and "gpu mem" would only show "–"
+    state.apply(schema.Hello(rank=2, world_size=3, device="cuda:0", run="r", t=1.0), 1.0)
+    before = table.layout_gen
+    table.update(state)
+    assert table.gpu and table.layout_gen > before
+    assert lay_out(table.rows(), width=120, height=33, gpu=table.gpu).columns == WIDE_COLUMNS[0]
+
+
 def test_every_node_has_a_header_and_its_lines_are_balanced():
     layout = lay_out(rows(64), width=73, height=33)
     headers = [line for line in layout.lines if line.kind == "node"]

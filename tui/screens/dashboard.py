@@ -214,7 +214,7 @@ class DashboardScreen(Screen):
         show = False
         rows = table.rows()
         if rows and width > 0 and height > self.TREND_HEIGHT:
-            settings = {"width": width, "form": grid.form, "sort_key": grid.sort_key, "flagged_only": grid.flagged_only}
+            settings = {"width": width, "form": grid.form, "sort_key": grid.sort_key, "flagged_only": grid.flagged_only, "gpu": table.gpu}
             tall = lay_out(rows, height=height, **settings)
             short = lay_out(rows, height=height - self.TREND_HEIGHT, **settings)
             show = (

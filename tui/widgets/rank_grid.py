@@ -195,7 +195,7 @@ class RankGrid(ScrollView, can_focus=True):
         room = (self.scrollable_content_region.height or self.size.height) - 1
         if layout.heat or layout.max_cols != 1 or not 0 < len(layout.lines) <= room:
             return None
-        return cell_width(WIDE_COLUMNS[0], layout.rank_width) + 1
+        return cell_width(WIDE_COLUMNS[0] if self._table.gpu else WIDE_COLUMNS[1], layout.rank_width) + 1
 
     def update_rows(self, table: RowBuilder) -> None:
         """Take the ranks as of ``table``'s last update and redraw what changed.
@@ -281,6 +281,7 @@ class RankGrid(ScrollView, can_focus=True):
                 tuple(row.rank for row in ordered),
                 tuple(row.node for row in ordered),
                 table.flagged_gen,
+                table.gpu,
                 width,
                 height,
                 self.form,
@@ -297,6 +298,7 @@ class RankGrid(ScrollView, can_focus=True):
             sort_key=self.sort_key,
             flagged_only=self.flagged_only,
             ordered=ordered,
+            gpu=table.gpu,
         )
         self._layout_key = key
         self._layout = layout
