@@ -10,6 +10,9 @@ number and wall clock:
   held_bytes, cuda_peak_bytes, rss_bytes, ...);
 - ``custom/<name>`` for metrics a script logged with ``pardash.telemetry.log``.
 
+Steps a rank runs again (after a torchrun restart or a resume) start a new session in its
+event file at that step, so TensorBoard keeps the later run of them, not both.
+
 The writer is TensorBoard's own event-file writer (``tensorboard.summary.writer``, the one
 ``torch.utils.tensorboard`` wraps) with scalar ``Summary`` protos: no torch, no TensorFlow.
 TensorBoard stores scalars as float32, so values come back to about 7 significant digits.
@@ -64,12 +67,12 @@ def step_scalars(s: schema.Step) -> dict[str, float]:
 
 def _writer_classes():
     try:
-        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError:
         raise ExportError(INSTALL_HINT) from None
-    return EventFileWriter, Event, Summary
+    return EventFileWriter, Event, Summary, SessionLog
 
 
 def export_tensorboard(log_path: str, out_dir: str) -> dict:
@@ -80,9 +83,10 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
     existing = glob.glob(os.path.join(out_dir, "rank*", "events.out.tfevents.*"))
     if existing:
         raise ExportError(f"{out_dir} already holds TensorBoard event files ({existing[0]}); choose an empty --tensorboard DIR")
-    EventFileWriter, Event, Summary = _writer_classes()
+    EventFileWriter, Event, Summary, SessionLog = _writer_classes()
     writers: dict[int, object] = {}
     steps: dict[int, int] = {}
+    last: dict[int, int] = {}
     points = 0
     stats = LogReadStats()
     try:
@@ -97,6 +101,12 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
                 except OSError as exc:
                     raise ExportError(f"cannot write {path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
                 w = writers[msg.rank] = EventFileWriter(path, max_queue_size=1000, flush_secs=30)
+            if msg.step <= last.get(msg.rank, -1):
+                # The rank runs these steps again (a torchrun restart, a resume): TensorBoard
+                # drops its points from this step on, and draws the curve as it went on,
+                # rather than jumping back.
+                w.add_event(Event(wall_time=msg.t, step=msg.step, session_log=SessionLog(status=SessionLog.START)))
+            last[msg.rank] = msg.step
             values = [Summary.Value(tag=tag, simple_value=v) for tag, v in step_scalars(msg).items()]
             w.add_event(Event(wall_time=msg.t, step=msg.step, summary=Summary(value=values)))
             steps[msg.rank] = steps.get(msg.rank, 0) + 1

@@ -76,6 +76,25 @@ def test_tensorboard_reads_back_the_logs_values(tmp_path, name):
             assert "memory/cuda_peak_bytes" not in tags  # a CPU run has no CUDA figures
 
 
+def test_steps_run_again_after_a_restart_replace_the_first_run_of_them(tmp_path):
+    # A rank killed at step 5 and restarted from its checkpoint at step 2 runs steps 3-5
+    # again: TensorBoard drew the curve jumping back; now it keeps the second run of them.
+    import msgspec
+
+    log = tmp_path / "restart.jsonl"
+    first = [(s, 10.0 - s) for s in range(1, 6)]
+    second = [(s, 5.0 - s / 10) for s in range(3, 8)]
+    lines = [
+        schema.Step(rank=0, step=s, loss=loss, step_s=0.1, samples=8, t=1000.0 + i, seq=i, run="r")
+        for i, (s, loss) in enumerate(first + second)
+    ]
+    log.write_bytes(b"".join(msgspec.json.encode(m) + b"\n" for m in lines))
+    export_tensorboard(str(log), str(tmp_path / "tb"))
+    events = _read_back(tmp_path / "tb" / "rank0").Scalars("loss")
+    assert [e.step for e in events] == [1, 2, 3, 4, 5, 6, 7]
+    assert [e.value for e in events] == pytest.approx([9.0, 8.0, 4.7, 4.6, 4.5, 4.4, 4.3])
+
+
 def test_export_refuses_to_mix_with_an_earlier_export(tmp_path):
     out = tmp_path / "tb"
     export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
