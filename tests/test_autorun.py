@@ -278,13 +278,14 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
         opt.zero_grad()
         if i < 2:  # after the first step (its round not known to be over yet) and the second
             evaluate(0.5)
+    evaluate(0.5)  # a last one, after training
     inst.finish()
     assert [s["step"] for s in rep.steps] == [1, 2, 3]
     # (the first step's clock starts at its first forward; the third's after the evaluation)
     assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
     assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
     assert [s["self_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
-    assert [name for name, _ in rep.events] == ["eval"] * 3  # and no "no optimizer step" warning
+    assert [name for name, _ in rep.events] == ["eval"] * 4  # and no "no optimizer step" warning
     assert "eval" in rep.phases
 
 

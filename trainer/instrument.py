@@ -708,7 +708,10 @@ class Instrument:
 
     @_guarded
     def finish(self) -> None:
-        """At exit: publish the step still open after its optimizer round, and a held one."""
+        """At exit: publish the step still open after its optimizer round, and a held one
+        (and say how long a last evaluation took)."""
+        if self._eval_t0:
+            self._eval_ends()
         if self._round and not self._explicit:
             self._round_ends()
         if self._late is not None:
