@@ -38,8 +38,9 @@ class LivenessConfig:
     stall_factor: float = 8.0
     """...nor sooner than this many median step times without a new step."""
     busy_stall_s: float = 600.0
-    """A rank whose heartbeat says it is evaluating or saving a checkpoint (BUSY_PHASES) makes
-    no step for as long as that takes: it counts as stalled only after this long."""
+    """While a rank's heartbeat says it is evaluating or saving a checkpoint (BUSY_PHASES), no
+    step comes for as long as that takes, on it or on the ranks waiting for it: a rank counts as
+    stalled only after this long then."""
     check_every_s: float = 0.25
     """Liveness is judged at most this often (a walk over every rank; frames come at 10 Hz,
     and a second-scale verdict gains nothing from being judged at each of them)."""
@@ -76,6 +77,13 @@ class Detector:
             self._checked = now
             median = state.median_step_s() or 0.0
             stall_after = max(self.cfg.stall_min_s, self.cfg.stall_factor * median)
+            if any(
+                r.heartbeat is not None and r.heartbeat.phase in BUSY_PHASES and r.exit_code is None and not r.finished
+                for r in state.ranks.values()
+            ):
+                # A rank evaluates or saves: the others may wait for it (rank 0 alone
+                # validating while the rest sit in a barrier), no hang either.
+                stall_after = max(stall_after, self.cfg.busy_stall_s)
             for r in state.ranks.values():
                 if r.finished or r.exit_code is not None:
                     continue
@@ -118,8 +126,6 @@ class Detector:
             out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} heard from again"))
         stuck_s = now - last[1]
         phase = r.heartbeat.phase if r.heartbeat is not None and r.heartbeat.phase else "unknown"
-        if phase in BUSY_PHASES:
-            stall_after = max(stall_after, self.cfg.busy_stall_s)
         if step >= 0 and stuck_s > stall_after and r.stalled is None:
             out.append(
                 Verdict(

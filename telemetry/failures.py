@@ -94,12 +94,16 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
         return None
     first, victims, stopped = found
     error, step, where = None, first.step, None  # the step it died in, when it said (exit events carry it)
+    # One the launcher noted for a rank (seq -1: torchrun saw it die) says nothing of where:
+    # guessed from what the rank said. A rank's own exit without a step died before its first
+    # (or is from a log older than exit steps: then its error's step tells).
+    guess = first.seq < 0
     for e in events:
         if e.name == "error" and e.rank == first.rank:
             lines = (e.message or "").strip().splitlines()
             error = lines[0] if lines else None
             where = raised_at(e.traceback)
-            if step is None and e.step is not None:
+            if step is None and e.step is not None and (guess or e.step > 0):
                 step = e.step + 1  # an error event carries the last step completed
             break
     r = st.ranks.get(first.rank)

@@ -187,6 +187,124 @@ def test_a_gans_iteration_is_one_step_though_its_optimizers_step_between_passes(
     assert rep.hellos[-1]["params_count"] == sum(p.numel() for m in (gen, disc) for p in m.parameters())
 
 
+def _gan_iteration(gen, disc, opt_d, opt_g, *, g_steps: bool = True, clock=None, gap: float = 0.0) -> float:
+    loss_d = disc(gen(torch.randn(5, 4)).detach()).mean()
+    loss_d.backward()
+    opt_d.step()
+    opt_d.zero_grad()
+    if not g_steps:
+        return loss_d.item()
+    if clock is not None:
+        clock[0] += gap  # loading the generator's batch
+    loss_g = (-disc(gen(torch.randn(5, 4)))).mean()
+    loss_g.backward()
+    opt_g.step()
+    opt_g.zero_grad()
+    return loss_d.item() + loss_g.item()
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        [True, False] * 3,  # the generator steps every other iteration
+        [False] * 3 + [True] * 3,  # the discriminator warms up alone first
+        [True, True, False, True, True],
+    ],
+    ids=["every-other", "warm-up", "one-skipped"],
+)
+def test_a_gan_iteration_is_one_step_however_often_the_generator_steps(hooked, pattern):
+    # A round of the last size was cut short, or one optimizer longer, and split from then on.
+    inst, rep = hooked
+    gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
+    opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
+    losses = [_gan_iteration(gen, disc, opt_d, opt_g, g_steps=g) for g in pattern]
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, len(pattern) + 1))
+    got = [s["loss"] for s in rep.steps]
+    if pattern[0]:
+        assert got == pytest.approx(losses)
+    else:
+        # The iteration the generator first steps in: the discriminator's step was already
+        # published (one optimizer so far), so the generator's passes join the next step.
+        assert sum(got) == pytest.approx(sum(losses))
+        assert got[:3] == pytest.approx(losses[:3]) and got[-1] == pytest.approx(losses[-1])
+
+
+def test_between_two_optimizers_steps_a_load_is_data_and_a_crash_there_is_no_step(hooked, monkeypatch):
+    inst, rep = hooked
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
+    opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
+    for _ in range(3):
+        _gan_iteration(gen, disc, opt_d, opt_g, clock=clock, gap=0.030)
+    # the fourth iteration dies between the discriminator's step and the generator's
+    _gan_iteration(gen, disc, opt_d, opt_g, g_steps=False)
+    inst.finish(failed=True)
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    for s in rep.steps:
+        assert s["optimizer_s"] == pytest.approx(0.0) and s["data_s"] == pytest.approx(0.030)
+
+
+def test_a_pass_without_grad_in_training_mode_is_part_of_the_step(hooked, monkeypatch):
+    # A GAN's fakes or a distillation teacher's targets, under no_grad: the step's, and the
+    # load before them its data (an evaluation is a model in eval mode).
+    inst, rep = hooked
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    teacher, student = _model(), _model()
+    opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    for _ in range(4):
+        clock[0] += 0.020  # the batch
+        x, _y = _batch()
+        with torch.no_grad():
+            target = teacher(x).softmax(-1)
+        clock[0] += 0.050  # the teacher's forward
+        loss = nn.functional.cross_entropy(student(x), target)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert [name for name, _ in rep.events] == []  # no evaluation
+    assert [s["step_s"] for s in rep.steps[1:]] == pytest.approx([0.070] * 3)
+    assert inst.roots == [student]
+
+
+def test_a_closure_optimizers_passes_are_its_own(hooked):
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=4)
+    x, y = _batch()
+    first_losses = []
+    for _ in range(3):
+        passes = []
+
+        def closure():
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            passes.append(loss.item())
+            return loss
+
+        opt.step(closure)
+        first_losses.append(passes[0])  # what the step starts from (LBFGS's step returns it)
+    inst.finish()
+    assert [s["loss"] for s in rep.steps] == pytest.approx(first_losses)
+    for s in rep.steps[1:]:
+        assert s["samples"] == 6 and "custom" not in s  # one batch, not a micro-batch a pass
+        assert s["optimizer_s"] >= s["forward_s"] + s["backward_s"]
+
+
+def test_a_second_model_trained_after_the_first_is_measured_with_its_own_rate(hooked):
+    inst, rep = hooked
+    a, b = _model(), _model()
+    _train(a, torch.optim.SGD(a.parameters(), lr=0.1), 5)
+    _train(b, torch.optim.Adam(b.parameters(), lr=0.003), 5)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 11))
+    assert [s["lr"] for s in rep.steps] == pytest.approx([0.1] * 5 + [0.003] * 5)
+
+
 def test_explicit_steps_take_precedence_and_keep_measured_phases(hooked):
     import pardash.telemetry as pt
 
@@ -261,12 +379,14 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
     def evaluate(seconds: float) -> None:
+        model.eval()
         with torch.no_grad():
             for i in range(5):
                 clock[0] += seconds / 4 if i else 0.0  # (the clock stands still in a forward)
                 model(torch.randn(4, 8))
+        model.train()
 
-    evaluate(7.0)  # a baseline evaluation before training
+    evaluate(7.0)  # a baseline evaluation before training (of a model not yet seen training)
     for i in range(3):
         clock[0] += 0.010  # loading the batch
         x, y = _batch()
@@ -285,7 +405,7 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
     assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
     assert [s["self_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
-    assert [name for name, _ in rep.events] == ["eval"] * 4  # and no "no optimizer step" warning
+    assert [name for name, _ in rep.events] == ["eval"] * 3  # and no "no optimizer step" warning
     assert "eval" in rep.phases
 
 

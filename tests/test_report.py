@@ -470,6 +470,21 @@ def test_a_failure_torchrun_restarted_from_is_no_root_cause_and_keeps_its_step(t
     assert build_report(str(log))["recovered"][0]["step"] == 13
 
 
+def test_a_rank_that_failed_before_its_first_step_is_not_said_to_fail_at_step_1(tmp_path):
+    # Its own exit has no step (autorun: an argument error, a model that did not build); its
+    # error event carries step 0. The root cause said "at step 1".
+    records = [
+        schema.Hello(run="r", rank=0, seq=0, world_size=1, t=1.0),
+        schema.Event(run="r", rank=0, seq=1, name="error", message="ValueError: bad config", step=0, t=2.0),
+        schema.Event(run="r", rank=0, seq=2, name="exit", code=1, step=None, t=2.0),
+    ]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["failure"]["step"] is None
+    assert rep["failure"]["line"] == "rank 0 exited with code 1: ValueError: bad config"
+
+
 def test_a_job_whose_ranks_were_only_stopped_names_no_root_cause(tmp_path):
     # The user stopped the job (or a scheduler sent SIGTERM): every rank ended by SIGTERM, as
     # the launcher notes for them. None of them caused it.

@@ -167,7 +167,7 @@ def _finish(reporter, instrument, code: int) -> None:
 
     if instrument is not None:
         try:
-            instrument.finish()
+            instrument.finish(failed=code != 0)
         except Exception:
             pass
     api.flush()

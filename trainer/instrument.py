@@ -25,21 +25,27 @@ Step boundaries. A step is one *round* of optimizer steps: each optimizer in use
 between them), after one or more forward/backward passes (gradient accumulation: several
 micro-batches, one step). A round ends when one of its optimizers steps again; its step ends
 at the post-hook of the round's last optimizer step (the *cut*), and what came after the cut
-is the next step's. In the first round that is known only when an optimizer repeats; after
-it, the number of optimizer steps a round holds is known, and the step is published at the
-post-hook that completes the round, after the update and before ``zero_grad`` frees the
-gradients, which is when memory is read. A round that differs (an optimizer skipped, or one
-more) still makes exactly one step, and teaches the new count.
+is the next step's. With one optimizer, once it has stepped twice, each step is published at
+its post-hook, after the update and before ``zero_grad`` frees the gradients, which is when
+memory is read; with several, a step is published when the round ends (one step later). An
+optimizer that first steps after a step published so (a GAN's generator after the
+discriminator's warm-up, or a model trained after another) is told apart by the next repeat:
+the first optimizer again, and its passes join the next step; itself again, and it made a
+step. Passes inside ``optimizer.step(closure)`` (LBFGS) are the optimizer's: the first gives
+the loss and the samples. (A WGAN's critic, stepping five times per generator step, makes five
+steps: use ``pt.step()`` to count generator iterations.)
 
 Phases are the intervals between marks, as in the bundled trainer: ``data`` from the end of
 the previous step to the first root forward, ``forward`` to the backward (the loss function
 included), ``backward`` to the first optimizer step (gradient clipping included),
 ``optimizer`` to the end; with several micro-batches, forward and backward add up, and the
-time from a backward's return to the next micro-batch's forward is data again. So the phases
-sum to the step time. Root forwards without grad between two steps are an evaluation: its
-phase is ``eval`` (the hub gives such a rank longer before calling it stalled), an ``eval``
-event says how long it took, and the next step's clock starts when it ends; so step times sum
-to the run's wall time less its evaluations. The learning rate is read as the round's first
+time from a backward's return (or an optimizer step) to the next micro-batch's forward is
+data again. So the phases sum to the step time. Forwards of a trained model put in eval mode
+(``model.eval()``) between two steps are an evaluation: its phase is ``eval`` (the hub gives
+the ranks longer before calling one stalled), an ``eval`` event says how long its forwards
+took, and the next step's clock starts when the last one ends; so step times sum to the run's
+wall time less its evaluations. A pass without grad of a model in training mode (a GAN's
+fakes) or of a model not trained (a teacher's targets) is part of the step. The learning rate is read as the round's first
 optimizer step begins (a scheduler moves it right after).
 
 Self time (``self_s``, the straggler signal) runs from the end of the previous step to this
@@ -219,8 +225,19 @@ class Instrument:
         # optimizer rounds
         self._round: list[Any] = []
         self._posts = 0
-        self._per_round = 0
-        """Optimizer steps per round, learnt from the last round (0: not known yet)."""
+        self._rounds = 0
+        """Rounds ended so far."""
+        self._early = False
+        """Publish at the post-hook: one optimizer only, seen to step again (see _optimizer_post)."""
+        self._last_round: frozenset[int] = frozenset()
+        """The optimizers (ids) of the last round that ended."""
+        self._last_post: Any = None
+        """When the last optimizer step ended (work after it, before a forward, is data)."""
+        self._in_optimizer = 0
+        """Inside optimizer.step (a closure's passes, LBFGS's: the optimizer's own work)."""
+        self._orphan: tuple[Any, _Cut] | None = None
+        """An optimizer that stepped after a step published at its post-hook, and where."""
+        self._closure_passes = 0
         self._published_round = False
         self._cut: _Cut | None = None
         """The open step as it stood at the round's last post-hook so far (round not ended)."""
@@ -300,7 +317,8 @@ class Instrument:
 
     def _watch_roots(self) -> None:
         self._unwatch()
-        for root in self.roots:
+        inner = [r.module for r in self.roots if isinstance(getattr(r, "module", None), torch.nn.Module)]
+        for root in [*self.roots, *inner]:  # a DDP root's module: evaluated directly, bypassing DDP
             # prepend: before FSDP2's pre-forward hook, whose all-gather is the arrival
             self._module_handles.append(root.register_forward_pre_hook(self._forward_pre, prepend=True))
             self._module_handles.append(root.register_forward_hook(self._forward_post, with_kwargs=True, always_call=True))
@@ -358,9 +376,15 @@ class Instrument:
             return
         if self._in_backward:
             return  # recomputation inside a backward (activation checkpointing)
-        if not torch.is_grad_enabled():
-            self._eval_begins()
+        if self._in_optimizer:  # a closure's pass (LBFGS): the optimizer's; the first gives the samples
+            self._closure_passes += 1
+            self._count_samples = self._closure_passes == 1
             return
+        if not module.training and self._trains(module):
+            self._eval_begins()  # the model put in eval mode: a validation pass
+            return
+        if not torch.is_grad_enabled():
+            return  # a pass of the step without grad: a GAN's fakes, a teacher's targets
         self.forwards += 1
         if not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit:
             self._warned = True
@@ -379,11 +403,18 @@ class Instrument:
             if not self._arrived() and _ddp_syncs_buffers(self.ddp):
                 self._arrive(self.clock.stamp())
 
+    def _trains(self, module: Any) -> bool:
+        """Whether ``module`` is a model this script trains (a root seen training, or the
+        module a DDP/DP root wraps)."""
+        i = id(module)
+        return i in self._root_ids or any(getattr(r, "module", None) is module for r in self.roots)
+
     def _eval_begins(self) -> None:
-        """A root forward without grad between two steps: an evaluation (a validation loop, a
-        teacher's forward, a sample). It is not the next step's data loading: the phase says
-        "eval" (the hub then gives the rank longer before calling it stalled), and the step
-        after it starts its clock when the evaluation's last forward ends."""
+        """A forward of a trained model put in eval mode (``model.eval()``) between two steps:
+        an evaluation. It is not the next step's data loading: the phase says "eval" (the hub
+        then gives the ranks longer before calling one stalled), and the step after it starts
+        its clock when the evaluation's last forward ends. (A pass without grad of a model in
+        training mode, a GAN's fakes, or of another model, a teacher's, is part of the step.)"""
         if self._eval_t0:
             return
         step = self._open
@@ -408,7 +439,8 @@ class Instrument:
             self._open.marks[0] = ("data", end)
         self._phase = "data"
         self.reporter.set_phase("data")
-        self.reporter.event("eval", step=self.step, duration_s=took)
+        # After the cut of a round not yet ended, that round's step is done, if not published.
+        self.reporter.event("eval", step=self.step + (self._cut is not None), duration_s=took)
 
     def _add_root(self, module: Any) -> None:
         self.roots.append(module)
@@ -451,6 +483,12 @@ class Instrument:
 
     @_guarded
     def _backward_begins(self, tensors: Any) -> None:
+        if self._in_optimizer:  # a closure's backward: the first one's loss is the step's
+            if self._open is not None and not self._open.losses:
+                loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+                if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                    self._open.losses.append(loss.detach())
+            return
         now = self._micro_batch_begins()
         self._mark("backward", now)
         step = self._open
@@ -497,16 +535,18 @@ class Instrument:
         if _is_compiling():
             return None
         if any(optimizer is o for o in self._round):
-            self._round_ends()  # the same optimizer again with no micro-batch between: a new round
+            self._round_ends(optimizer)  # an optimizer of the round steps again: a new round
         if self._eval_t0:
             self._eval_ends()
         if self._open is None:
             self._open = _OpenStep(marks=[("data", self.clock.stamp())])
         if self._phase != "optimizer":
             self._mark("optimizer", self.clock.stamp())
-        if not self._round and self._open.lr is None:
-            self._open.lr = _lr(self.optimizers[0] if self.optimizers else optimizer)
+        if self._open.lr is None:
+            self._open.lr = _lr(optimizer)  # the step's first optimizer, as it steps
         self._backward_end = None
+        self._in_optimizer += 1
+        self._closure_passes = 0
         return None
 
     @_guarded
@@ -516,11 +556,24 @@ class Instrument:
         now = self.clock.stamp()
         self._posts += 1
         self._stepped = True
+        self._in_optimizer = max(0, self._in_optimizer - 1)
         if all(optimizer is not o for o in self.optimizers):
             self.optimizers.append(optimizer)
             if not self.watching_all and self._handles:
                 self._watch_all_modules()  # a new optimizer: maybe a new model to find
+        if self._published_round and all(optimizer is not o for o in self._round):
+            # Another optimizer after a step published at its post-hook: the same iteration's
+            # (a GAN's generator starting to step after the discriminator's warm-up) or the
+            # first step of a model trained next. The next repeat tells: the first optimizer
+            # again, and its work joins the next step; this one again, and it was a step.
+            step = self._open
+            self._orphan = (optimizer, _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples))
+            self._pending_mem = self._memory()
+            self._round.append(optimizer)
+            self._last_post = now
+            return None
         self._round.append(optimizer)
+        self._last_post = now
         if self._arrive_next is not None:  # the round went on after the cut: still this step's
             if self._open is not None and self._open.arrive is None:
                 self._open.arrive = self._arrive_next
@@ -528,9 +581,10 @@ class Instrument:
         if self._explicit:
             self._pending_mem = self._memory()
             return None
-        if self._published_round:
-            return None  # one optimizer more than the last rounds had: it joins the next step
-        if self._per_round and len(self._round) >= self._per_round:
+        if self._in_optimizer:
+            return None  # an optimizer stepped inside another's step (ZeRO's inner one)
+        if self._early and len(self.optimizers) == 1:
+            # One optimizer, seen to step again: each of its steps is a step, published now.
             self._publish(now, self._memory())
             self._published_round = True
             self._cut = self._pending_mem = None
@@ -538,18 +592,15 @@ class Instrument:
             step = self._open
             self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples)
             self._resume_at = None
-            if not self._per_round:  # the first round: any post-hook may be its last
-                self._pending_mem = self._memory(force=True)
+            self._pending_mem = self._memory(force=not self._rounds)
         return None
 
     def _micro_batch_begins(self) -> Any:
         """A forward or backward starts (after the evaluation before it, if any). A forward
         after a backward (gradient accumulation) loaded its micro-batch since that backward
         returned: that is data time, not backward's. It does not end an optimizer round: a
-        GAN's generator steps after the discriminator's step and another forward. Only a
-        round already published (it had as many steps as the rounds before) is over."""
-        if self._published_round:
-            self._round_ends()
+        GAN's generator steps after the discriminator's step and another forward (what came
+        between the two optimizer steps is data, not optimizer time)."""
         if self._eval_t0:
             self._eval_ends()
         if self._open is None:
@@ -558,18 +609,26 @@ class Instrument:
             return now
         if self._phase == "backward" and self._backward_end is not None:
             self._mark("data", self._backward_end)
+        elif self._phase == "optimizer" and self._last_post is not None:
+            self._mark("data", self._last_post)
         self._backward_end = None
         return self.clock.stamp()
 
-    def _round_ends(self) -> None:
-        """An optimizer of the round steps again (or the script ends): the round is over. Its
-        step, if not published yet, ends at its last post-hook (the cut); what followed the cut
-        is the next step's. The round's size is what later rounds are expected to have."""
+    def _round_ends(self, by: Any = None) -> None:
+        """An optimizer of the round steps again (``by``; None: the script ends): the round is
+        over. Its step, if not published yet, ends at its last post-hook (the cut); what
+        followed the cut is the next step's."""
         if not self._explicit:
+            mem = self._pending_mem if self._pending_mem is not None else self.probe.last
+            orphan, self._orphan = self._orphan, None
+            if orphan is not None and (by is orphan[0] or by is None):
+                self._publish_cut(orphan[1], mem)  # a model trained next: its first step
+                self._round = [orphan[0]]
             if self._cut is not None:
-                mem = self._pending_mem if self._pending_mem is not None else self.probe.last
                 self._publish_cut(self._cut, mem)
-            self._per_round = len(self._round)
+            self._rounds += 1
+            self._early = len(self.optimizers) == 1
+            self._last_round = frozenset(id(o) for o in self._round)
         self._round = []
         self._published_round = False
         self._cut = self._pending_mem = self._arrive_next = None
@@ -660,7 +719,7 @@ class Instrument:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
         step = self._open or _OpenStep(marks=[("data", end)])
         self.step += 1
-        lr = step.lr if step.lr is not None else (_lr(self.optimizers[0]) if self.optimizers else None)
+        lr = step.lr if step.lr is not None else (_lr(self._round[0]) if self._round else None)
         done = _Done(self.step, self.epoch, step, end, lr, mem, logged if logged is not None else api.take_logged())
         self._open = _OpenStep(marks=[("data", end)])
         self._phase = "data"
@@ -685,10 +744,10 @@ class Instrument:
             out[f"{phase}_s"] += clock.seconds(a, b)
         step_s = clock.seconds(marks[0][1], d.end)
         self._step_s = step_s
-        if d.open.arrive is not None:
-            self_s: float | None = clock.seconds(marks[0][1], d.open.arrive)
-        elif self.strategy in ("single", "dp") and self.reporter.identity.world_size == 1:
-            self_s = step_s
+        if self.reporter.identity.world_size == 1:
+            self_s: float | None = step_s  # one process alone waits for nobody
+        elif d.open.arrive is not None:
+            self_s = clock.seconds(marks[0][1], d.open.arrive)
         else:
             self_s = None
         loss = sum(float(t.item()) for t in d.open.losses) if d.open.losses else None
@@ -707,11 +766,14 @@ class Instrument:
         return self._open is not None and len(self._open.marks) > 1
 
     @_guarded
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
         """At exit: publish the step still open after its optimizer round, and a held one
-        (and say how long a last evaluation took)."""
+        (and say how long a last evaluation took). After a failure, a round that lacks an
+        optimizer of the last one (a GAN's crashed between its two steps) is no step."""
         if self._eval_t0:
             self._eval_ends()
+        if failed and self._cut is not None and not frozenset(id(o) for o in self._round) >= self._last_round:
+            self._cut = None
         if self._round and not self._explicit:
             self._round_ends()
         if self._late is not None:
