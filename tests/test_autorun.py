@@ -380,10 +380,12 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
 
     def evaluate(seconds: float) -> None:
         model.eval()
+        clock[0] += 0.100  # the validation loader's first batch
         with torch.no_grad():
             for i in range(5):
                 clock[0] += seconds / 4 if i else 0.0  # (the clock stands still in a forward)
                 model(torch.randn(4, 8))
+        clock[0] += 0.200  # its metrics, after its last forward
         model.train()
 
     evaluate(7.0)  # a baseline evaluation before training (of a model not yet seen training)

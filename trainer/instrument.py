@@ -15,7 +15,8 @@ is hooked, and what each hook tells:
   alone, so submodule calls go back to PyTorch's fast path; a new optimizer brings the
   global hooks back to find its model;
 - ``torch.autograd.backward`` (which ``Tensor.backward`` calls): the start of each backward,
-  the loss (the tensor backpropagated) and the micro-batch count;
+  the loss (the tensor backpropagated) and the micro-batch count; ``nn.Module.train``: an
+  evaluation's start and end;
 - ``torch.distributed.init_process_group``: the backend (and an early hello);
   ``DistributedSampler.set_epoch``: the epoch; ``GradScaler.scale``: the unscaled loss behind
   a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round.
@@ -40,11 +41,11 @@ the previous step to the first root forward, ``forward`` to the backward (the lo
 included), ``backward`` to the first optimizer step (gradient clipping included),
 ``optimizer`` to the end; with several micro-batches, forward and backward add up, and the
 time from a backward's return (or an optimizer step) to the next micro-batch's forward is
-data again. So the phases sum to the step time. Forwards of a trained model put in eval mode
-(``model.eval()``) between two steps are an evaluation: its phase is ``eval`` (the hub gives
-the ranks longer before calling one stalled), an ``eval`` event says how long its forwards
-took, and the next step's clock starts when the last one ends; so step times sum to the run's
-wall time less its evaluations. A pass without grad of a model in training mode (a GAN's
+data again. So the phases sum to the step time. A trained model put in eval mode between two
+steps is an evaluation, from ``model.eval()`` to ``model.train()`` (or, without those calls,
+its forwards in eval mode): its phase is ``eval`` (the hub gives the ranks longer before
+calling one stalled), an ``eval`` event says how long it took, and the next step's clock
+starts when it ends; so step times sum to the run's wall time less its evaluations. A pass without grad of a model in training mode (a GAN's
 fakes) or of a model not trained (a teacher's targets) is part of the step. The learning rate is read as the round's first
 optimizer step begins (a scheduler moves it right after).
 
@@ -267,6 +268,7 @@ class Instrument:
         ]
         self._watch_all_modules()
         self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._patch(torch.nn.Module, "train", self._wrap_train)
         if torch.distributed.is_available():
             self._patch(torch.distributed, "init_process_group", self._wrap_init_process_group)
         from torch.utils.data.distributed import DistributedSampler
@@ -408,6 +410,28 @@ class Instrument:
         module a DDP/DP root wraps)."""
         i = id(module)
         return i in self._root_ids or any(getattr(r, "module", None) is module for r in self.roots)
+
+    def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def train(module: Any, mode: bool = True) -> Any:
+            result = original(module, mode)
+            if _get_ident() == self._tid and self.roots and not self.dead:
+                self._mode_set(module, mode)
+            return result
+
+        return train
+
+    @_guarded
+    def _mode_set(self, module: Any, mode: bool) -> None:
+        """``model.eval()`` on a trained model starts an evaluation there (its loader's start
+        and first batch are the evaluation's); ``model.train()`` ends it (its metrics too)."""
+        if not self._trains(module):
+            return
+        if not mode:
+            self._eval_begins()
+        elif self._eval_t0:
+            self._eval_end = self.clock.stamp()
+            self._eval_t1 = time.perf_counter()
+            self._eval_ends()
 
     def _eval_begins(self) -> None:
         """A forward of a trained model put in eval mode (``model.eval()``) between two steps:
