@@ -199,6 +199,8 @@ class Instrument:
         # the model, as seen
         self.roots: list[Any] = []
         self._root_ids: set[int] = set()
+        self._trained_ids: set[int] = set()
+        """The roots' ids and those of the modules DDP/DP roots wrap (see _trains)."""
         self.optimizers: list[Any] = []
         self.ddp: Any = None
         self.strategy = ""
@@ -408,13 +410,15 @@ class Instrument:
     def _trains(self, module: Any) -> bool:
         """Whether ``module`` is a model this script trains (a root seen training, or the
         module a DDP/DP root wraps)."""
-        i = id(module)
-        return i in self._root_ids or any(getattr(r, "module", None) is module for r in self.roots)
+        return id(module) in self._trained_ids
 
     def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        trained = self._trained_ids
+
         def train(module: Any, mode: bool = True) -> Any:
             result = original(module, mode)
-            if _get_ident() == self._tid and self.roots and not self.dead:
+            # Called for every submodule too (train() recurses): one set lookup for those.
+            if id(module) in trained and _get_ident() == self._tid and not self.dead:
                 self._mode_set(module, mode)
             return result
 
@@ -470,6 +474,10 @@ class Instrument:
         self.roots.append(module)
         self._settled_from = self.step
         self._root_ids.add(id(module))
+        self._trained_ids.add(id(module))
+        inner = getattr(module, "module", None)
+        if isinstance(inner, torch.nn.Module):
+            self._trained_ids.add(id(inner))
         strategy = api.strategy_of(module)
         if strategy == "ddp" and self.ddp is None:
             self.ddp = module
