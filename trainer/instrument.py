@@ -232,8 +232,8 @@ class Instrument:
         """Rounds ended so far."""
         self._early = False
         """Publish at the post-hook: one optimizer only, seen to step again (see _optimizer_post)."""
-        self._last_round: frozenset[int] = frozenset()
-        """The optimizers (ids) of the last round that ended."""
+        self._last_round: list[Any] = []
+        """The optimizers of the last round that ended."""
         self._last_post: Any = None
         """When the last optimizer step ended (work after it, before a forward, is data)."""
         self._in_optimizer = 0
@@ -660,7 +660,7 @@ class Instrument:
                 self._publish_cut(self._cut, mem)
             self._rounds += 1
             self._early = len(self.optimizers) == 1
-            self._last_round = frozenset(id(o) for o in self._round)
+            self._last_round = self._round  # (a new list follows: this one is not changed again)
         self._round = []
         self._published_round = False
         self._cut = self._pending_mem = self._arrive_next = None
@@ -804,7 +804,7 @@ class Instrument:
         optimizer of the last one (a GAN's crashed between its two steps) is no step."""
         if self._eval_t0:
             self._eval_ends()
-        if failed and self._cut is not None and not frozenset(id(o) for o in self._round) >= self._last_round:
+        if failed and self._cut is not None and any(all(o is not r for r in self._round) for o in self._last_round):
             self._cut = None
         if self._round and not self._explicit:
             self._round_ends()
