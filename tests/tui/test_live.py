@@ -200,7 +200,7 @@ async def test_filter_hides_clean_ranks(live_hub, ranks):
     async with app.run_test(size=SIZE) as pilot:
         publish_steps(ranks, range(3))
         ranks[0].event("exit", code=1, step=2)
-        await until(pilot, lambda: "exit 1" in grid_rows(app).get(0, ""))
+        await until(pilot, lambda: "exit 1" in grid_rows(app).get(0, "") and len(grid_rows(app)) == 2)
         await pilot.press("f")
         assert set(grid_rows(app)) == {0}
         await pilot.press("f")
