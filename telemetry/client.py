@@ -67,6 +67,7 @@ class FrameApplier:
             st.apply(msg, now)
         for rank, columns in snap.history.items():
             st.rank(rank).history.load_columns(columns)
+        st.trend.load(snap.trend)
         st.t0 = snap.t0 or st.t0
         st.lost_reported = snap.stats.lost
         self.state = st

@@ -59,6 +59,18 @@ class Frame(msgspec.Struct, omit_defaults=True):
     stats: HubStats = msgspec.field(default_factory=HubStats)
 
 
+class TrendData(msgspec.Struct, omit_defaults=True):
+    """The run's loss curve as the hub holds it (trend.Trend): closed points, then the open one."""
+
+    stride: int = 1
+    """Frames a closed point spans."""
+    rows: list[tuple[float, float, float, float]] = []
+    """(step, median loss over the ranks, lowest, highest), oldest first."""
+    open: list[float] = []
+    """The point being filled: step, the sum of its frames' medians, lowest, highest."""
+    open_frames: int = 0
+
+
 class Snapshot(msgspec.Struct, omit_defaults=True):
     """Full state as of frame ``fseq``: replaying ``messages`` in order rebuilds every
     rank's latest values, verdicts and the event log; ``history`` holds each rank's chart
@@ -74,6 +86,8 @@ class Snapshot(msgspec.Struct, omit_defaults=True):
     messages: list[Message] = []
     history: dict[int, dict[str, bytes]] = {}
     stats: HubStats = msgspec.field(default_factory=HubStats)
+    trend: TrendData = msgspec.field(default_factory=TrendData)
+    """The run's loss from its start (a rank's ``history`` holds its last points only)."""
 
 
 _enc = msgspec.msgpack.Encoder()

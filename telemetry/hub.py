@@ -133,6 +133,11 @@ class Hub:
         frame_s = self.frame_s
         points: dict[int, deque[tuple[float, schema.Step]]] = {}
         """rank -> (frame, step) of its newest history points, oldest first."""
+        trend = core.state.trend
+        in_frame: dict[int, schema.Step] = {}
+        """The frame being read: each rank's newest step in it (the run's trend takes them as
+        a point when the next frame begins)."""
+        frame_at = None
         n = 0
         rec, core.recorder = core.recorder, None  # do not write the old records again
         start = now if now is not None else time.monotonic()
@@ -150,6 +155,12 @@ class Hub:
                     if r is None or r.step is not msg:
                         continue  # older than the rank's newest (RunState.apply): no point
                     frame = msg.t // frame_s
+                    if frame != frame_at:
+                        if in_frame:
+                            trend.add_frame(in_frame.values())
+                            in_frame.clear()
+                        frame_at = frame
+                    in_frame[msg.rank] = msg
                     q = points.get(msg.rank)
                     if q is None:
                         q = points[msg.rank] = deque(maxlen=HISTORY_POINTS)
@@ -164,7 +175,9 @@ class Hub:
         for r in ranks.values():
             if r.last_seen == start:
                 r.last_seen = now
-        core.state.commit_history(s for q in points.values() for _, s in q)
+        if in_frame:
+            trend.add_frame(in_frame.values())
+        core.state.commit_history((s for q in points.values() for _, s in q), trend=False)
         core._steps.clear()  # each rank's newest step is its last point already
         core.detector.carry_over(core.state, now)
         core.tick(now)

@@ -435,4 +435,5 @@ class HubCore:
             messages=msgs,
             history=history,
             stats=self.stats(),
+            trend=st.trend.to_data(),
         )

@@ -17,6 +17,7 @@ import msgspec
 
 from . import schema
 from .ring import Ring
+from .trend import Trend
 
 HISTORY_POINTS = 240
 """Points per rank kept for charts (a chart is downsampled to its width)."""
@@ -195,6 +196,8 @@ class RunState:
     lost_reported: int = 0
     """Lost messages as reported by the hub (viewers)."""
     hub_note: str = ""
+    trend: Trend = field(default_factory=Trend)
+    """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
 
     # -- apply ----------------------------------------------------------------------------
 
@@ -375,9 +378,14 @@ class RunState:
                 counts[kind] = counts.get(kind, 0) + n
         self.commit_history(steps)
 
-    def commit_history(self, steps: Iterable[schema.Step]) -> None:
+    def commit_history(self, steps: Iterable[schema.Step], *, trend: bool = True) -> None:
         """Append one history row per step (called once per frame, with each rank's latest
-        step since the previous frame): one row write per step, the hot path of a frame."""
+        step since the previous frame): one row write per step, the hot path of a frame.
+        ``trend``: the steps are one frame's, a point of the run's trend too (a hub reading
+        its log back feeds the trend frame by frame itself)."""
+        if trend:
+            steps = list(steps)
+            self.trend.add_frame(steps)
         t0 = self.t0
         ranks = self.ranks
         for s in steps:

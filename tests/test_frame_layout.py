@@ -62,6 +62,8 @@ def test_each_step_travels_once_and_viewers_chart_what_the_hub_charts(hub):
     assert late.wait_synced()
     wait_for(lambda: late.fseq == early.fseq, poll=lambda: (late.poll(), early.poll()))
     assert _histories(late.state) == _histories(early.state)
+    # The run's loss curve too: the late viewer takes the hub's, the early one built its own.
+    assert len(early.state.trend) and late.state.trend.points() == early.state.trend.points()
     for c in (early, late):
         c.close()
     for r in reps:

@@ -149,9 +149,12 @@ def test_a_restart_keeps_every_ranks_chart_history(tmp_path):
     core.recorder.close()
     live = {r: _history(core.state, r) for r in (0, 1)}
     assert live[0] == [float(s) for s in range(n - HISTORY_POINTS + 1, n + 1)]
+    trend = core.state.trend.points()
+    assert trend[0][0] == 1.0 and trend[0][-1] == float(n)  # the run's loss from its first step
 
     hub = _restart(path, now=5000.0)
     try:
+        assert hub.core.state.trend.points() == trend  # read back frame by frame from the log
         for r in (0, 1):
             assert _history(hub.core.state, r) == live[r]
             assert hub.core.state.ranks[r].history["loss"].values() == core.state.ranks[r].history["loss"].values()

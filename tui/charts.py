@@ -209,29 +209,37 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
     )
 
 
-def run_series(state: RunState, column: str, width: int) -> ChartSeries | None:
-    """The whole run's ``column``: the ranks' median as the line (no rank of its own, no
-    median rule) over their spread, ``width`` columns wide; ``others`` is the ranks read
-    (at most MAX_BAND_RANKS, evenly spaced) and ``latest`` their newest values' median."""
-    if width < 2:
+def _extremes(steps: list[float], values: list[float], s0: float, span: float, width: int, pick) -> list[float]:
+    """``pick`` (min or max) of the values per column, empty columns carrying the previous one."""
+    out = [NAN] * width
+    scale = (width - 1) / span if span > 0 else 0.0
+    for step, v in zip(steps, values, strict=False):
+        c = int(round((step - s0) * scale))
+        if 0 <= c < width:
+            out[c] = v if out[c] != out[c] else pick(out[c], v)
+    return _carry(out)
+
+
+def run_series(state: RunState, width: int) -> ChartSeries | None:
+    """The run's loss from its first step (its trend, see telemetry/trend.py): the ranks'
+    median as the line (no rank of its own, no median rule) over their spread, ``width``
+    columns wide; ``others`` is the ranks with a loss and ``latest`` their newest losses'
+    median."""
+    steps, medians, lows, highs = state.trend.points()
+    if width < 2 or not steps:
         return None
-    ranks = [q for q in state.ranks.values() if len(q.history[column])]
-    ranks = _sample(sorted(ranks, key=lambda q: q.rank), MAX_BAND_RANKS)
-    spans = [(min(steps), max(steps)) for q in ranks if (steps := q.history["step"].values())]
-    if not spans:
-        return None
-    s0, s1 = min(a for a, _ in spans), max(b for _, b in spans)
-    median, low, high = _band(ranks, column, _Columns(s0, s1 - s0, width))
-    newest = sorted(v for q in ranks if (v := q.history[column].last()) is not None and not math.isnan(v))
+    s0, s1 = min(steps), max(steps)
+    span = s1 - s0
+    newest = sorted(v for q in state.ranks.values() if q.step is not None and (v := q.step.loss) is not None and v == v)
     n = len(newest)
     latest = (newest[n // 2] if n % 2 else (newest[n // 2 - 1] + newest[n // 2]) / 2) if n else None
     return ChartSeries(
-        values=tuple(median),
+        values=tuple(_bucketize(steps, medians, s0, span, width)),
         median=(NAN,) * width,
-        low=tuple(low),
-        high=tuple(high),
+        low=tuple(_extremes(steps, lows, s0, span, width, min)),
+        high=tuple(_extremes(steps, highs, s0, span, width, max)),
         first_step=int(s0),
         last_step=int(s1),
         latest=latest,
-        others=len(ranks),
+        others=n,
     )

@@ -210,14 +210,42 @@ def test_chart_series_downsample_to_the_width_and_band_the_others():
 
 
 def test_the_runs_series_is_every_ranks_median_over_their_spread():
-    st = _state()  # self times 0.10, but rank 2's 0.15, at every step
-    s = run_series(st, "self_s", 10)
+    st = RunState(run_id="r")
+    for step in range(5):
+        # rank 2's loss is 0.5 above the others' at every step
+        steps = [schema.Step(rank=r, step=step, loss=2.0 - 0.1 * step + (0.5 if r == 2 else 0.0), t=1.0 + step) for r in range(4)]
+        for s in steps:
+            st.apply(s, 0)
+        st.commit_history(steps)
+    s = run_series(st, 10)
     assert s is not None and s.others == 4 and (s.first_step, s.last_step) == (0, 4)
-    assert s.values[0] == pytest.approx(0.10) and s.values[-1] == pytest.approx(0.10)
-    assert s.low[0] == pytest.approx(0.10) and s.high[0] == pytest.approx(0.15)
+    assert s.values[0] == pytest.approx(2.0) and s.values[-1] == pytest.approx(1.6)
+    assert s.low[0] == pytest.approx(2.0) and s.high[0] == pytest.approx(2.5)
     assert all(math.isnan(m) for m in s.median)  # no rank of its own: no median rule over it
-    assert s.latest == pytest.approx(0.10)
-    assert run_series(RunState(run_id="r"), "self_s", 10) is None
+    assert s.latest == pytest.approx(1.6)
+    assert run_series(RunState(run_id="r"), 10) is None
+
+
+def test_the_runs_series_goes_back_to_the_first_step_of_a_long_run():
+    # The chart drew the ranks' histories, which keep their last 240 points: at 10 steps a
+    # second the run's curve began 24 s back, its early fall long gone.
+    from pardash.telemetry.state import HISTORY_POINTS
+    from pardash.telemetry.trend import TREND_POINTS
+
+    st = RunState(run_id="r")
+    frames = 20 * TREND_POINTS
+    for step in range(1, frames + 1):
+        steps = [schema.Step(rank=r, step=step, loss=10.0 / step, t=1.0 + step) for r in range(2)]
+        for s in steps:
+            st.apply(s, 0)
+        st.commit_history(steps)
+    assert len(st.ranks[0].history["step"]) == HISTORY_POINTS  # a rank's history: its last points
+    assert TREND_POINTS / 2 <= len(st.trend) <= TREND_POINTS  # the run's: bounded, whole
+    s = run_series(st, 50)
+    assert s is not None and (s.first_step, s.last_step) == (st.trend.stride, frames)
+    assert s.values[0] > 100 * s.values[-1]  # the early fall is drawn (the last 240 steps: 0.00104 to 0.00107)
+    assert s.values[-1] == pytest.approx(10.0 / frames, rel=0.1)
+    assert list(s.values) == sorted(s.values, reverse=True)
 
 
 def test_a_silent_rank_says_since_when_not_a_count_that_goes_stale():

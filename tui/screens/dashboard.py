@@ -351,7 +351,7 @@ class DashboardScreen(Screen):
         memory.savings = memory_savings(self.source.state, reuse=memory.savings)
         trend = self._widgets.trend
         if self.has_class("-trend"):
-            series = run_series(self.source.state, "loss", trend.plot_width)
+            series = run_series(self.source.state, trend.plot_width)
             trend.series = series
             if series is not None:
                 ranks = f"{series.others} rank{'s' if series.others != 1 else ''}"
