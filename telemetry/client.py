@@ -321,6 +321,10 @@ class ReplaySource(FrameApplier):
         self.core.rejected.update({f"log_{why}": n for why, n in self.read_stats.skipped.items()})
         self._i = 0
         self._clock = self.t_start
+        self._frames = 0
+        """Frames made since the log's start (frame k ends at t_start + k * frame_s)."""
+        self._play = self.t_start
+        """Where the wall clock has played the log to (frames are made up to it)."""
         self._wall = time.monotonic()
 
     def _feed_until(self, t: float) -> None:
@@ -337,12 +341,27 @@ class ReplaySource(FrameApplier):
         target = self.t_start + max(0.0, min(position_s, self.duration_s))
         if target < self._clock:
             self._restart()
-        step = self.frame_s * max(self.speed, 1.0)
-        while self._clock < target:
-            self._clock = min(target, self._clock + step)
-            self._feed_until(self._clock)
-            self.apply_frame(self.core.tick(time.monotonic()))
+        self._play = target
+        self._advance(target)
         self._wall = time.monotonic()
+
+    def _advance(self, target: float) -> bool:
+        """Play the log up to ``target`` (its clock) in frames of ``frame_s`` of the log's own
+        time, as the live hub framed it: what a frame holds (each rank's newest step, its
+        history point) is then the same at any speed, and a replay at 64x ends on the figures
+        one at 1x ends on. The log's end is a frame of its own. True when a frame was made."""
+        made = False
+        while True:
+            nxt = self.t_start + (self._frames + 1) * self.frame_s
+            if nxt > target + 1e-9:  # (t_start + 100 * 0.1 lies a hair past t_start + 10)
+                if target < self.t_end or self.done:
+                    return made
+                nxt = target  # the log's last records
+            self._feed_until(nxt)
+            self.apply_frame(self.core.tick(time.monotonic()))
+            self._frames += 1
+            self._clock = nxt
+            made = True
 
     def poll(self) -> bool:
         now = time.monotonic()
@@ -354,10 +373,8 @@ class ReplaySource(FrameApplier):
         self._wall = now
         # A viewer busy for a while (starting up, a slow redraw) slows the replay rather than
         # skipping what it missed; the clock stops at the log's end.
-        self._clock = min(self._clock + min(elapsed, MAX_POLL_GAP_S) * self.speed, self.t_end)
-        self._feed_until(self._clock)
-        self.apply_frame(self.core.tick(now))
-        return True
+        self._play = min(self._play + min(elapsed, MAX_POLL_GAP_S) * self.speed, self.t_end)
+        return self._advance(self._play)
 
     def close(self) -> None:
         self._messages = []

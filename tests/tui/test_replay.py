@@ -187,3 +187,25 @@ def test_a_slow_viewer_slows_the_replay_and_the_clock_stops_at_the_end():
         src._wall = time.monotonic() - 1.0
         src.poll()
     assert src.position_s == src.duration_s and src.done
+
+
+def test_a_replay_ends_on_the_same_figures_at_any_speed():
+    # Frames were cut on the viewer's clock: at 64x a frame held 6.4 s of the log, one history
+    # point, and the grid's wall and self times (medians of the last points) and samples/s came
+    # out differently at each speed, and unlike the live TUI's.
+    from pardash.tui.model import RowBuilder
+
+    def end_state(src: ReplaySource, hops: float):
+        pos = 0.0
+        while pos < src.duration_s:
+            pos = min(pos + hops, src.duration_s)
+            src.seek(pos)
+        assert src.done
+        rows = [(r.rank, r.step_s, r.self_s, r.loss) for r in RowBuilder().build(src.state)]
+        histories = {q.rank: q.history.columns_bytes() for q in src.state.ranks.values()}
+        return rows, histories, src.state.trend.points()
+
+    one = end_state(ReplaySource(str(DATA / "straggler8.jsonl")), 0.1)
+    assert len(one[0]) == 8 and all(r[1] for r in one[0])
+    for hops in (0.37, 6.4, 1e9):
+        assert end_state(ReplaySource(str(DATA / "straggler8.jsonl"), speed=64), hops) == one, hops
