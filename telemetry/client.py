@@ -16,7 +16,8 @@ import zmq
 
 from . import frames, registry, schema, security
 from .hubcore import HubCore
-from .logreader import LogReadStats, no_records, read_log
+from .logreader import LogReadStats, LogTail, no_records, read_log
+from .recorder import is_gzip
 from .state import RunState
 
 
@@ -275,6 +276,14 @@ class NullDetector:
 
 
 MAX_POLL_GAP_S = 0.5
+FOLLOW_QUIET_S = 15.0
+"""A log that has not grown for this long is taken as ended (its ranks send a heartbeat a
+second, so a live run's log grows at least that often)."""
+
+
+def _hub_stopped(messages: list[schema.Message]) -> bool:
+    """The hub's last record, written as it stops: its log is complete."""
+    return any(isinstance(m, schema.Event) and m.rank == -1 and m.name == "hub" and m.message.startswith("hub stopped") for m in messages)
 """The most replay time one poll moves by (times the speed): a viewer's pause is not skipped."""
 
 
@@ -291,8 +300,20 @@ class ReplaySource(FrameApplier):
         self.paused = False
         self.frame_s = frame_s
         self.read_stats = LogReadStats()
+        self._tail: LogTail | None = None
+        self.following = False
+        """The log is still being written (its hub has not said it stopped, and it grew in
+        the last FOLLOW_QUIET_S): at its end the replay waits for more, as ``tail -f``."""
         try:
-            self._messages = list(read_log(path, self.read_stats))
+            if is_gzip(path) or not os.path.isfile(path):
+                self._messages = list(read_log(path, self.read_stats))
+            else:
+                self._tail = LogTail(path, self.read_stats)
+                self._messages = self._tail.read()
+                self._grew = time.monotonic() - max(0.0, time.time() - os.stat(path).st_mtime)
+                self.following = not _hub_stopped(self._messages[-1:]) and self._grew > time.monotonic() - FOLLOW_QUIET_S
+                if not self.following:
+                    self._messages += self._tail.finish()
         except OSError as exc:
             raise AttachError(f"{path}: cannot read it: {exc.strerror or exc}") from None
         if not self._messages:
@@ -301,6 +322,28 @@ class ReplaySource(FrameApplier):
         self.t_start = min(ts) if ts else 0.0
         self.t_end = max(ts) if ts else 0.0
         self._restart()
+
+    def _follow(self) -> bool:
+        """Take what the log's writer added since; stop following once its hub said it
+        stopped, or it has not grown for FOLLOW_QUIET_S. True when records came."""
+        if not self.following or self._tail is None:
+            return False
+        try:
+            new = self._tail.read()
+        except OSError:
+            new = []
+        now = time.monotonic()
+        if new:
+            self._grew = now
+            self._messages += new
+            self.t_end = max([self.t_end, *(m.t for m in new if m.t)])
+        if _hub_stopped(new[-1:]) or now - self._grew > FOLLOW_QUIET_S:
+            self.following = False
+            try:
+                self._messages += self._tail.finish()
+            except OSError:
+                pass
+        return bool(new)
 
     @property
     def duration_s(self) -> float:
@@ -312,7 +355,7 @@ class ReplaySource(FrameApplier):
 
     @property
     def done(self) -> bool:
-        return self._i >= len(self._messages)
+        return self._i >= len(self._messages) and not self.following
 
     def _restart(self) -> None:
         FrameApplier.__init__(self)
@@ -354,7 +397,7 @@ class ReplaySource(FrameApplier):
         while True:
             nxt = self.t_start + (self._frames + 1) * self.frame_s
             if nxt > target + 1e-9:  # (t_start + 100 * 0.1 lies a hair past t_start + 10)
-                if target < self.t_end or self.done:
+                if target < self.t_end or self._i >= len(self._messages):
                     return made
                 nxt = target  # the log's last records
             self._feed_until(nxt)
@@ -371,6 +414,8 @@ class ReplaySource(FrameApplier):
                 self._wall = now
             return False
         self._wall = now
+        if self.following and self._play >= self.t_end:
+            self._follow()
         # A viewer busy for a while (starting up, a slow redraw) slows the replay rather than
         # skipping what it missed; the clock stops at the log's end.
         self._play = min(self._play + min(elapsed, MAX_POLL_GAP_S) * self.speed, self.t_end)

@@ -64,39 +64,76 @@ def read_log(path: str | os.PathLike[str], stats: LogReadStats | None = None) ->
     log is read as it is. OSError when it cannot be read (an OSError subclass too for a
     corrupt gzip stream)."""
     stats = stats if stats is not None else LogReadStats()
-    decode = schema.decode_json
     with _open(path) as fh:
-        while True:
-            try:
+        yield from _records(fh, stats)
+
+
+def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> Iterator[schema.Message]:
+    """The records of ``fh`` from where it is. With ``tail``: a last line without its newline
+    is one being written, left for the tail's next read (``tail.offset`` follows the lines read)."""
+    decode = schema.decode_json
+    while True:
+        try:
+            raw = fh.readline(MAX_LINE_BYTES)
+        except (EOFError, zlib.error):  # a gzip stream cut short, or damaged: its end is lost
+            stats.skipped["truncated"] += 1
+            break
+        if not raw:
+            break
+        complete = raw.endswith(b"\n")
+        if tail is not None:
+            if not complete and len(raw) < MAX_LINE_BYTES:
+                break  # not written to its end yet
+            tail.offset += len(raw)
+        stats.lines += 1
+        if not complete and len(raw) >= MAX_LINE_BYTES:
+            while raw and not raw.endswith(b"\n"):  # skip the rest, a chunk at a time
                 raw = fh.readline(MAX_LINE_BYTES)
-            except (EOFError, zlib.error):  # a gzip stream cut short, or damaged: its end is lost
-                stats.skipped["truncated"] += 1
-                break
-            if not raw:
-                break
-            stats.lines += 1
-            complete = raw.endswith(b"\n")
-            if not complete and len(raw) >= MAX_LINE_BYTES:
-                while raw and not raw.endswith(b"\n"):  # skip the rest, a chunk at a time
-                    raw = fh.readline(MAX_LINE_BYTES)
-                stats.skipped["too_long"] += 1
-                continue
-            line = raw.strip()
-            if not line:
-                continue
-            try:
-                msg = decode(line)
-            except msgspec.ValidationError:
-                stats.skipped["invalid"] += 1
-                continue
-            except msgspec.DecodeError:
-                stats.skipped["truncated" if not complete else "malformed"] += 1
-                continue
-            except RecursionError:
-                stats.skipped["too_deep"] += 1
-                continue
-            stats.records += 1
-            yield msg
+                if tail is not None:
+                    tail.offset += len(raw)
+            stats.skipped["too_long"] += 1
+            continue
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            msg = decode(line)
+        except msgspec.ValidationError:
+            stats.skipped["invalid"] += 1
+            continue
+        except msgspec.DecodeError:
+            stats.skipped["truncated" if not complete else "malformed"] += 1
+            continue
+        except RecursionError:
+            stats.skipped["too_deep"] += 1
+            continue
+        stats.records += 1
+        yield msg
+
+
+class LogTail:
+    """A plain (not compressed) log read as it grows: each :meth:`read` gives the records of
+    the lines completed since the last one; a line still being written waits for its newline
+    (:meth:`finish` takes it as it is, once the log is known to be done)."""
+
+    def __init__(self, path: str | os.PathLike[str], stats: LogReadStats) -> None:
+        self.path = path
+        self.stats = stats
+        self.offset = 0
+        """Bytes of the log read so far (whole lines)."""
+
+    def read(self) -> list[schema.Message]:
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            return list(_records(fh, self.stats, self))
+
+    def finish(self) -> list[schema.Message]:
+        """The rest, a torn last line included (counted as truncated, as ``read_log`` counts it)."""
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            out = list(_records(fh, self.stats))
+            self.offset = fh.tell()
+        return out
 
 
 def load_log(path: str | os.PathLike[str]) -> tuple[list[schema.Message], LogReadStats]:

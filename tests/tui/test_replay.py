@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from tui_helpers import DATA, grid_text, replay_app, widget_text
 
 from pardash.telemetry.client import ReplaySource
@@ -209,3 +211,53 @@ def test_a_replay_ends_on_the_same_figures_at_any_speed():
     assert len(one[0]) == 8 and all(r[1] for r in one[0])
     for hops in (0.37, 6.4, 1e9):
         assert end_state(ReplaySource(str(DATA / "straggler8.jsonl"), speed=64), hops) == one, hops
+
+
+def test_a_replay_of_a_log_being_written_follows_it(tmp_path, monkeypatch):
+    # Replaying a running job's log stopped at what the file held when it opened, and said
+    # "ended" while the job ran on.
+    from pardash.telemetry import client, schema
+
+    clock = [1000.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+
+    def write(msgs, tail: bytes = b"") -> None:
+        with open(log, "ab") as fh:
+            fh.write(schema.encode_json_lines(msgs) + tail)
+
+    write([schema.Hello(rank=r, world_size=2, t=t0, run="x") for r in range(2)])
+    torn = schema.encode_json_lines([schema.Step(rank=0, step=4, loss=1.0, t=t0 + 4, seq=4, run="x")])
+    write([schema.Step(rank=r, step=s, loss=1.0, t=t0 + s, seq=s, run="x") for s in range(1, 4) for r in range(2)], torn[:9])
+    src = ReplaySource(str(log), speed=8)
+    assert src.following and src.read_stats.skipped_total == 0  # the line being written waits
+    src.seek(src.duration_s)
+    assert not src.done and src.state.ranks[1].step.step == 3
+
+    with open(log, "ab") as fh:
+        fh.write(torn[9:])
+    write([schema.Step(rank=1, step=4, loss=1.0, t=t0 + 4, seq=4, run="x")])
+    write([schema.Step(rank=r, step=5, loss=1.0, t=t0 + 5, seq=5, run="x") for r in range(2)])
+    for _ in range(10):
+        clock[0] += 0.2
+        src.poll()
+    assert [src.state.ranks[r].step.step for r in (0, 1)] == [5, 5] and src.duration_s == 5.0 and not src.done
+    assert src.read_stats.skipped_total == 0 and src.state.ranks[0].steps_seen == 5
+    # The hub's last record ends it.
+    write([schema.Event(rank=-1, name="hub", message="hub stopped: 12 messages, 0 lost, 1 rejected", t=t0 + 6)])
+    for _ in range(10):
+        clock[0] += 0.2
+        src.poll()
+    assert src.done and not src.following
+
+
+def test_a_finished_log_is_not_followed_and_its_torn_line_counted(tmp_path):
+    from pardash.telemetry import schema
+
+    log = tmp_path / "telemetry.jsonl"
+    log.write_bytes(schema.encode_json_lines([schema.Hello(rank=0, world_size=1, t=1.7e9, run="x")]) + b'{"kind":"st')
+    old = 1.6e9
+    os.utime(log, (old, old))  # nothing written for years
+    src = ReplaySource(str(log))
+    assert not src.following and src.read_stats.skipped["truncated"] == 1

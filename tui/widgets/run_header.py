@@ -47,6 +47,8 @@ class ReplayPosition:
     paused: bool
     done: bool
     path: str
+    following: bool = False
+    """The log is still being written: the replay waits at its end for more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,7 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
             paused=getattr(source, "paused", False),
             done=getattr(source, "done", False),
             path=str(getattr(source, "path", "")),
+            following=getattr(source, "following", False),
         )
     device = ""
     if hello is not None:
@@ -344,7 +347,7 @@ class RunHeader(CachedStyles, Widget):
         return self._flow(first, width) + self._flow(second, width), note
 
     def _replay_runs(self, r: ReplayPosition) -> list[Run]:
-        state = "ended" if r.done else "paused" if r.paused else "playing"
+        state = "ended" if r.done else "paused" if r.paused else "following the log" if r.following else "playing"
         style = "warn" if r.paused else "good"
         name = r.path.replace("\\", "/").rsplit("/", 1)[-1]
         return [
