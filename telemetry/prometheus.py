@@ -108,7 +108,7 @@ class HubCollector:
         n_strag = 0
         for r in ranks:
             v = r.straggler
-            if v is not None:
+            if v is not None and not r.finished and r.exit_code is None:  # a rank done keeps no one waiting
                 n_strag += 1
                 strag.add_metric([str(r.rank), v.cause or "unknown"], v.cost_s or 0.0)
         yield gauge("pardash_stragglers", "Ranks judged stragglers now.", n_strag)

@@ -114,6 +114,30 @@ def test_per_rank_series_only_when_asked(hub):
         server.close()
 
 
+def test_a_straggler_that_finished_is_no_straggler_any_more():
+    # Once every rank had finished, /metrics still said a straggler cost the others 30 ms a
+    # step: an alert on it kept firing on a job that was over.
+    from pardash.telemetry import schema
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r")
+    for r in (0, 1):
+        core.ingest(schema.Hello(rank=r, world_size=2, t=1.0, seq=0), 0.0)
+        core.ingest(schema.Step(rank=r, step=1, step_s=0.1, t=2.0, seq=1), 0.0)
+    core.verdict(schema.Verdict(rank=1, verdict="straggler", cause="data", cost_s=0.03))
+    server = serve_metrics(core, 0)
+    try:
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_stragglers") == 1 and value(fams, "pardash_straggler_cost_seconds", rank="1") == 0.03
+        for r in (0, 1):
+            core.verdict(schema.Verdict(rank=r, verdict="finished"))
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_stragglers") == 0 and value(fams, "pardash_straggler_cost_seconds", rank="1") is None
+        assert value(fams, "pardash_ranks", state="finished") == 2
+    finally:
+        server.close()
+
+
 def test_a_busy_port_is_one_clear_line(hub):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
