@@ -47,6 +47,8 @@ class ExitInfo:
 
     order: int
     cause: str
+    step: int | None = None
+    """The step it died in, when its own exit said (the report's and the launcher's step)."""
 
 
 def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
@@ -54,6 +56,7 @@ def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
     last error (its own error event, its exit message or the launcher's verdict)."""
     order: dict[int, int] = {}
     causes: dict[int, str] = {}
+    steps: dict[int, int | None] = {}
     for m in state.lifecycle:  # every exit and error, however many ranks failed
         rank = m.rank
         if rank < 0:
@@ -61,13 +64,15 @@ def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
         if isinstance(m, schema.Event):
             if m.name in ("error", "exit") and m.message.strip():
                 causes[rank] = m.message.strip().splitlines()[0]
+            if m.name == "exit" and m.seq >= 0:  # its own (the launcher's note knows no step)
+                steps[rank] = m.step
             if m.name == "exit" and (m.code or 0) != 0:
                 order.setdefault(rank, len(order))
         elif isinstance(m, schema.Verdict) and m.verdict == "exited":
             if m.cause.strip():
                 causes[rank] = m.cause.strip().splitlines()[0]
             order.setdefault(rank, len(order))
-    return {rank: ExitInfo(order=i, cause=causes.get(rank, "")) for rank, i in order.items()}
+    return {rank: ExitInfo(order=i, cause=causes.get(rank, ""), step=steps.get(rank)) for rank, i in order.items()}
 
 
 def cause_rank(state: st.RunState) -> int | None:
@@ -89,8 +94,11 @@ def rank_alerts(
     status = r.status
     if status == st.EXITED:
         text = f"rank {r.rank}{', the root cause,' if first else ''} exited with code {r.exit_code}"
-        if r.step is not None:
-            text += f" at step {r.step.step}"
+        # The step it died in, as the report and the launcher say it: its exit's, else the
+        # one after its last step.
+        step = exit.step if exit is not None and exit.step is not None else r.step.step + 1 if r.step is not None else None
+        if step is not None:
+            text += f" at step {step}"
         if exit is not None and exit.cause:
             text += f": {exit.cause}"
         out.append(Alert("exited", r.rank, text, code=r.exit_code, first=first))

@@ -188,10 +188,11 @@ def test_alerts_name_the_cost_the_phase_and_the_code():
     )
     st.apply(schema.Verdict(rank=1, verdict="stalled", cause="backward", step=4), 0)
     st.apply(schema.Event(rank=3, name="error", message="RuntimeError: boom\nmore"), 0)
-    st.apply(schema.Event(rank=3, name="exit", code=1), 0)
+    st.apply(schema.Event(rank=3, name="exit", code=1, step=5, seq=9), 0)
     alerts = run_alerts(st)
     assert [a.kind for a in alerts] == ["exited", "stalled", "straggler"]
-    assert alerts[0].text == "rank 3 exited with code 1 at step 4: RuntimeError: boom"
+    # The step it died in (its exit's), as the report says: not its last step done (4).
+    assert alerts[0].text == "rank 3 exited with code 1 at step 5: RuntimeError: boom"
     assert alerts[1].text == "rank 1 stalled in backward at step 4"
     assert "50 ms a step" in alerts[2].text
     st.apply(schema.Verdict(rank=2, verdict="straggler_cleared"), 0)
