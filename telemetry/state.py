@@ -97,6 +97,7 @@ class RankState:
         "restarts",
         "history",
         "seq",
+        "exit_noted",
     )
 
     def __init__(self, rank: int) -> None:
@@ -118,6 +119,8 @@ class RankState:
         self.history = Ring(HISTORY_POINTS)
         """One row per step, columns ring.HISTORY_COLUMNS (``history["loss"].values()``)."""
         self.seq = SeqTracker()
+        self.exit_noted: int | None = None
+        """The exit code the launcher noted for this process (torchrun saw it die), if it did."""
 
     @property
     def status(self) -> str:
@@ -259,15 +262,20 @@ class RunState:
             if self.run_hello is None or msg.rank == 0 or self.run_hello.rank == msg.rank:
                 self.run_hello = msg
             # A (re)started rank is alive again.
-            r.exit_code = None
+            r.exit_code = r.exit_noted = None
             r.finished = False
             r.silent = r.stalled = None
         elif isinstance(msg, schema.Event):
-            self.events.append(msg)
+            code = msg.code if msg.code is not None else 0
+            if msg.name != "exit" or msg.seq < 0 or r.exit_noted != code:
+                # (A rank's own exit after the launcher's note of it, its messages held up as it
+                # died, is the same exit: the event log says it once. It still counts below.)
+                self.events.append(msg)
             if is_lifecycle(msg):
                 self._keep_lifecycle(msg)
             if msg.name == "exit":
-                code = msg.code if msg.code is not None else 0
+                if msg.seq < 0:
+                    r.exit_noted = code
                 if code == 0:
                     r.finished = True
                     if msg.seq >= 0:

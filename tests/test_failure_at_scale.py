@@ -123,7 +123,7 @@ def test_the_tui_names_the_cause_not_the_first_exit_heard():
 
     alerts = run_alerts(run(cause=True))
     assert alerts[0].rank == 5 and alerts[0].first
-    assert alerts[0].text == "rank 5, the root cause, exited with code 1: RuntimeError: boom"
+    assert alerts[0].text == "rank 5, the root cause, exited with code 1 at step 30: RuntimeError: boom"
     assert sum(a.first for a in alerts) == 1
     # Every rank only stopped (by the user, or a scheduler's SIGTERM): none is named the cause.
     assert not any(a.first for a in run_alerts(run(cause=False)))

@@ -145,6 +145,31 @@ def test_a_ranks_own_exit_wins_over_a_launcher_note_taken_first():
     assert r.status == "finished" and r.exit_code is None
 
 
+def test_a_ranks_own_exit_after_the_launchers_note_of_it_is_said_once():
+    # The launcher's note (torchrun saw rank 1 die with code 1) was taken before the rank's own
+    # exit, held up as it died: the headless lines said "[exit] rank 1 exited with code 1"
+    # twice, and the TUI's event log likewise.
+    from pardash.telemetry.printer import event_line
+
+    core = HubCore(run_id="r")
+    for r in (0, 1):
+        assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=r, world_size=2, pid=10 + r, t=1.0e9)), 1.0)
+    note = schema.Event(run="r", rank=1, seq=-1, t=1.0e9 + 2, name="exit", code=1, message="torchrun: rank 1 exit code 1")
+    error = schema.Event(run="r", rank=1, seq=1, t=1.0e9 + 1, name="error", message="RuntimeError: boom", step=29)
+    own = schema.Event(run="r", rank=1, seq=2, t=1.0e9 + 1, name="exit", code=1, step=30)
+    for m in (note, error, own):
+        assert core.ingest_bytes(schema.encode(m), 2.0)
+    lines = [line for m in core.state.events if (line := event_line(m))]
+    assert lines == ["[exit] rank 1 exited with code 1", "[error] rank 1: RuntimeError: boom"]
+    # The rank's own word still counts where the failure is judged (its step).
+    assert [m.step for m in core.state.lifecycle if isinstance(m, schema.Event) and m.name == "exit"] == [None, 30]
+    # After a restart, the same rank's exit is a new one.
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=1, world_size=2, pid=20, restart=1, seq=0, t=1.0e9 + 3)), 3.0)
+    again = schema.Event(run="r", rank=1, seq=5, t=1.0e9 + 4, name="exit", code=1, step=3)
+    assert core.ingest_bytes(schema.encode(again), 4.0)
+    assert event_line(core.state.events[-1]) == "[exit] rank 1 exited with code 1"
+
+
 def test_a_step_of_a_rank_beyond_the_world_size_is_refused_even_when_the_rank_is_known():
     # A hub told the world size that resumes a log holding a higher rank (an earlier, larger
     # job under the same run id) knows that rank, yet must refuse its steps, by either path.
