@@ -569,7 +569,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         i = argv.index("--")
         argv, script = argv[:i], argv[i + 1 :]
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    ns, extra = parser.parse_known_args(argv)
+    if extra:
+        # Said by the command's own parser, so the hint names its help (`pardash report --help`).
+        command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[ns.command]
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     if script and ns.command != "launch":
         parser.error("`-- SCRIPT` goes with `pardash launch` only")
     commands = {

@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("log", help=LOG_HELP)
     r.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")
-    r.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
+    r.add_argument("--speed", type=cliargs.positive, default=1.0, help="playback speed (default 1.0)")
 
     rep = sub.add_parser(
         "report",

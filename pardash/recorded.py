@@ -70,7 +70,7 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
         return found.pop()
     if found:
         fail(f"{what}: matches {len(found)} runs ({', '.join(sorted(found)[:3])}{', ...' if len(found) > 3 else ''}); give more of the id")
-    fail(f"{what}: no such log file, run folder or run id (runs are in ./{runs_dir}; `{PROG} ps` lists live ones)")
+    fail(f"{what}: no such log file, run folder or run id (runs are in {runs_dir if os.path.isabs(runs_dir) else os.path.join('.', runs_dir)}; `{PROG} ps` lists live ones)")
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
@@ -94,6 +94,8 @@ def cmd_report(ns: argparse.Namespace) -> int:
 def cmd_export(ns: argparse.Namespace) -> int:
     from pardash.telemetry.export import ExportError, export_tensorboard
 
+    if not ns.tensorboard.strip():
+        fail("--tensorboard: give a folder for the event files (an empty path would write into this one)")
     ns.log = find_log(ns.log, ns.runs_dir)
     try:
         res = export_tensorboard(ns.log, ns.tensorboard)

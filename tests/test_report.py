@@ -244,6 +244,23 @@ def test_report_command_formats(tmp_path):
     assert len(missing.stderr.strip().splitlines()) == 1
 
 
+def test_bad_input_to_the_recorded_run_commands_is_one_line_naming_the_command(tmp_path):
+    # An unknown flag pointed at `pardash --help`, an absolute --runs-dir read ".//nonexist",
+    # --speed nan froze a replay for good, and an empty --tensorboard wrote into the cwd.
+    log = str(DATA / "real_ddp2.jsonl")
+    cases = [
+        (("report", log, "--bogus"), "pardash report: error: unrecognized arguments: --bogus (see pardash report --help)"),
+        (("report", "--runs-dir", str(tmp_path / "none"), "ID"), f"(runs are in {tmp_path / 'none'};"),
+        (("replay", "--speed", "nan", log), "pardash replay: error: argument --speed: 'nan' is not a finite number"),
+        (("replay", "--speed", "inf", log), "'inf' is not a finite number"),
+        (("export", log, "--tensorboard", ""), "--tensorboard: give a folder for the event files"),
+    ]
+    for args, said in cases:
+        p = _pardash(*args)
+        assert p.returncode == 2 and said in p.stderr and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_log_holding_two_runs_is_reported_with_a_warning(tmp_path):
     # A log appended to by hand: the report merged both runs without a word.
     both = tmp_path / "both.jsonl"
