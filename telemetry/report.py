@@ -82,6 +82,10 @@ def build_report(path: str) -> dict:
     phases: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     samples: dict[int, int] = defaultdict(int)
     samples_per_step: dict[int, int] = {}
+    top_step: dict[int, int] = {}
+    rerun: dict[int, int] = defaultdict(int)
+    """Steps a rank took again (a restart or resume back to a checkpoint): at or below its
+    highest step so far."""
     first_loss: dict[int, float] = {}
     peak: dict[int, int] = {}
     peak_kind = ""
@@ -113,6 +117,10 @@ def build_report(path: str) -> dict:
                 step_t0 = msg.t - msg.step_s if step_t0 is None else min(step_t0, msg.t - msg.step_s)
                 step_t1 = msg.t if step_t1 is None else max(step_t1, msg.t)
             step_s[msg.rank].append(msg.step_s)
+            if msg.step <= top_step.get(msg.rank, -1):
+                rerun[msg.rank] += 1
+            else:
+                top_step[msg.rank] = msg.step
             samples[msg.rank] += msg.samples
             samples_per_step[msg.rank] = msg.samples
             if msg.loss is not None:
@@ -176,7 +184,8 @@ def build_report(path: str) -> dict:
             "host": r.host,
             "device": r.hello.device if r.hello else "",
             "status": r.status,
-            "steps": len(step_s.get(rank, [])),
+            "steps": len(step_s.get(rank, [])) - rerun.get(rank, 0),
+            "steps_rerun": rerun.get(rank, 0),
             "last_step": r.step.step if r.step else None,
             "last_loss": r.step.loss if r.step else None,
             "first_loss": first_loss.get(rank),
@@ -227,6 +236,7 @@ def build_report(path: str) -> dict:
         "duration_s": duration,
         "train_s": train_s,
         "steps": max((r["steps"] for r in ranks), default=0),
+        "steps_rerun": max((r["steps_rerun"] for r in ranks), default=0),
         "last_step": state.step,
         "samples": total_samples,
         "samples_per_s": total_samples / train_s if train_s > 0 else None,

@@ -45,7 +45,8 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("world size", str(rep["world_size"])),
         ("devices", _devices_text(rep)),
         ("duration", f"{rep['duration_s']:.1f} s (training {rep['train_s']:.1f} s)"),
-        ("steps", f"{rep['steps']} (last step {rep['last_step']})"),
+        ("steps", f"{rep['steps']} (last step {rep['last_step']}"
+         + (f"; {rep['steps_rerun']} run again after a restart or resume" if rep.get("steps_rerun") else "") + ")"),
         ("samples/s", sps),
         ("median step", f"{ms(rep['median_step_s'])} ms"),
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),

@@ -3,6 +3,7 @@ unwritable log. Training goes on; nothing is lost but what the gap counter repor
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -268,8 +269,13 @@ def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
     from pardash.telemetry.report import build_report, render_text
 
     assert "torchrun restarted the job 1x" in out
-    text = render_text(build_report(str(log)))
+    rep = build_report(str(log))
+    text = render_text(rep)
     assert "torchrun restarted the job 1x (--max-restarts)" in text and "none with an error in the last attempt" in text
+    # The steps the restart ran again are not counted twice (it said "steps 71 (last step 60)").
+    again = len(_steps(log, 0)) - 60
+    assert again > 0 and (rep["steps"], rep["steps_rerun"]) == (60, again)
+    assert re.search(rf"^steps +60 \(last step 60; {again} run again after a restart or resume\)$", text, re.MULTILINE)
 
 
 def test_an_attached_headless_view_waits_out_restarts_and_hub_restarts():
