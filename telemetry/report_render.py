@@ -285,7 +285,9 @@ def render_markdown(rep: dict) -> str:
     out += [f"- {line}" for line in straggler_lines(rep)] or ["None found."]
     out += ["", "## Stalls and exits", ""]
     lines = stall_lines(rep) + exit_lines(rep)
-    out += [f"- {line}" for line in lines] or ["None."]
+    # (After a torchrun restart, the exits listed are the last attempt's: the earlier failure
+    # follows as what the job was restarted after.)
+    out += [f"- {line}" for line in lines] or ["None in the last attempt." if rep.get("job_restarts") else "None."]
     if rep.get("failure"):
         out += ["", f"**Root cause:** {rep['failure']['line']}"]
         if rep["failure"].get("where"):

@@ -276,6 +276,9 @@ def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
     again = len(_steps(log, 0)) - 60
     assert again > 0 and (rep["steps"], rep["steps_rerun"]) == (60, again)
     assert re.search(rf"^steps +60 \(last step 60; {again} run again after a restart or resume\)$", text, re.MULTILINE)
+    from pardash.telemetry.report import render_markdown
+
+    assert "## Stalls and exits\n\nNone in the last attempt.\n" in render_markdown(rep)  # it said "None.", then the failure
 
 
 def test_an_attached_headless_view_waits_out_restarts_and_hub_restarts():
