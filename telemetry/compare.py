@@ -170,7 +170,11 @@ def strategy_rows(results: list[dict]) -> list[dict]:
     for res in results:
         rep = res.get("report")
         row: dict[str, Any] = {"strategy": res["strategy"], "ranks": res.get("ranks"), "devices": res.get("devices"), "code": res.get("code")}
-        if rep is not None and rep["ranks"]:
+        if rep is not None and res.get("code"):
+            # Its figures are of the steps it took before it failed: no row of results (a
+            # crash at step 5 read as 1199% scaling in a table people paste), and no baseline.
+            row["steps"] = rep["steps"]
+        elif rep is not None and rep["ranks"]:
             row["steps"] = rep["steps"]
             row["samples_per_s"] = rep["steady_samples_per_s"]
             row["median_step_s"] = rep["median_step_s"]
@@ -203,7 +207,7 @@ def bench_cells(r: dict) -> list[str]:
         return "-" if x is None else f"{x * 1e3:.1f}"
 
     if r.get("samples_per_s") is None:
-        why = f"failed (exit code {r.get('code')})" if r.get("code") else "no steps"
+        why = f"failed (exit code {r.get('code')}" + (f", after {r['steps']} steps)" if r.get("steps") else ")") if r.get("code") else "no steps"
         return [r["strategy"], str(r.get("ranks") or "-"), why, *["-"] * (len(BENCH_COLUMNS) - 3)]
     return [
         r["strategy"],

@@ -71,6 +71,15 @@ def test_table_arithmetic_saving_against_ddp_and_scaling_against_single():
     assert rows["ddp"]["scaling_efficiency"] == pytest.approx(ddp["steady_samples_per_s"] / 2 / 500.0)
     md = render_bench_markdown({"model": "gpt", "steps": 12, "nproc": 2, "device": "cpu", "left_out": [], "rows": list(rows.values())})
     assert "| dp | 1 | failed (exit code 1) |" in md
+    # A run that failed part-way has a report of the steps it took: no results from it, and no
+    # baseline (a crash at step 5 read as a valid row, and 1199% scaling beside it).
+    crashed = json.loads(json.dumps(ddp))
+    crashed["steps"] = 4
+    results[0] = {"strategy": "single", "ranks": 1, "devices": 1, "code": 1, "report": crashed}
+    rows = {r["strategy"]: r for r in strategy_rows(results)}
+    assert rows["single"].get("samples_per_s") is None and rows["ddp"]["scaling_efficiency"] is None
+    md = render_bench_markdown({"model": "gpt", "steps": 12, "nproc": 2, "device": "cpu", "left_out": [], "rows": list(rows.values())})
+    assert "| single | 1 | failed (exit code 1, after 4 steps) |" in md
 
 
 def _bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
