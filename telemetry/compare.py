@@ -12,12 +12,19 @@ from typing import Any
 from .report_render import PHASE_LABELS, PHASES, md_table
 from .summary import human_bytes
 
-# (key, label, unit, better): unit is "1/s", "s", "bytes" or "count"; better "higher"/"lower".
+# (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
+# "lower" or "" (no verdict: a figure that is neither).
 _RUN_METRICS: list[tuple[str, str, str, str]] = [
     ("samples_per_s", "samples/s (whole run)", "1/s", "higher"),
     ("steady_samples_per_s", "samples/s (median step)", "1/s", "higher"),
     ("median_step_s", "step time", "s", "lower"),
-    *((f"phase:{p}", f"  {PHASE_LABELS[p]}", "s", "lower") for p in PHASES),
+    # Self time is the straggler signal, not a speed: it ends at a strategy's first collective,
+    # which FSDP reaches right after loading the data. No "better" across runs.
+    *((f"phase:{p}", f"  {PHASE_LABELS[p]}", "s", "" if p == "self_s" else "lower") for p in PHASES),
+]
+_LOSS_METRICS: list[tuple[str, str, str, str]] = [
+    ("first_loss", "loss at the first step", "loss", ""),
+    ("last_loss", "loss at the last step", "loss", "lower"),
 ]
 _MEMORY_METRICS: list[tuple[str, str, str, str]] = [
     ("params_bytes", "parameters a rank", "bytes", "lower"),
@@ -31,6 +38,9 @@ _HEALTH_METRICS: list[tuple[str, str, str, str]] = [
     ("stragglers", "straggler verdicts", "count", "lower"),
     ("stalls", "stalls", "count", "lower"),
     ("exits", "exits with an error", "count", "lower"),
+    ("job_restarts", "torchrun restarts", "count", "lower"),
+    ("recovered", "failures a restart recovered", "count", "lower"),
+    ("checkpoints_saved", "checkpoints saved", "count", ""),
     ("lost_messages", "lost messages", "count", "lower"),
     ("skipped_lines", "skipped log lines", "count", "lower"),
 ]
@@ -46,15 +56,23 @@ def _max_rank(rep: dict, key: str) -> float | None:
 def _value(rep: dict, key: str) -> float | None:
     if key.startswith("phase:"):
         return rep.get("phases", {}).get(key[6:])
-    if key in ("stragglers", "stalls", "exits"):
-        return len(rep.get(key, []))
+    if key in ("stragglers", "stalls", "exits", "recovered"):
+        return len(rep.get(key) or [])
+    if key in ("first_loss", "last_loss"):  # the ranks' median (ranks of a DDP job agree)
+        vals = sorted(r[key] for r in rep["ranks"] if r.get(key) is not None)
+        n = len(vals)
+        return (vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2) if n else None
+    if key == "job_restarts":
+        return rep.get(key) or 0
+    if key == "checkpoints_saved":
+        return len((rep.get("checkpoints") or {}).get("saved") or [])
     if key in ("lost_messages", "skipped_lines") or key.endswith("_per_s") or key == "median_step_s":
         return rep.get(key)
     return _max_rank(rep, key)
 
 
 def _verdict(a: float | None, b: float | None, better: str) -> str:
-    if a is None or b is None:
+    if a is None or b is None or not better:
         return ""
     if a == b or (a and abs(b - a) / abs(a) < SAME_WITHIN):
         return "same"
@@ -69,7 +87,13 @@ def run_label(rep: dict) -> str:
 def compare_reports(a: dict, b: dict) -> dict:
     """Two reports side by side: every metric with A, B, B - A, B / A - 1 and a verdict."""
     rows: list[dict[str, Any]] = []
-    for section, metrics in (("throughput and time", _RUN_METRICS), ("memory per rank (largest rank)", _MEMORY_METRICS), ("health", _HEALTH_METRICS)):
+    sections = (
+        ("throughput and time", _RUN_METRICS),
+        ("loss (median over ranks)", _LOSS_METRICS),
+        ("memory per rank (largest rank)", _MEMORY_METRICS),
+        ("health", _HEALTH_METRICS),
+    )
+    for section, metrics in sections:
         for key, label, unit, better in metrics:
             va, vb = _value(a, key), _value(b, key)
             if va is None and vb is None:
@@ -103,6 +127,8 @@ def _fmt(x: float | None, unit: str, signed: bool = False) -> str:
         return f"{sign}{v * 1e3:.1f} ms"
     if unit == "1/s":
         return f"{sign}{v:,.0f}"
+    if unit == "loss":
+        return f"{sign}{v:.4f}"
     return f"{sign}{v:g}"
 
 

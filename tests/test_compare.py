@@ -135,3 +135,23 @@ def test_bench_single_ddp_fsdp_on_two_ranks(tmp_path):
     # each strategy's run is a normal run with a log that `pardash report` reads
     for run in json.loads(Path(path).read_text())["runs"]:
         assert run["code"] == 0 and build_report(run["log"])["steps"] == 20
+
+
+def test_compare_shows_restarts_recovered_failures_and_the_loss():
+    # A run torchrun restarted after a crash compared "same" on every health row: a restart
+    # and the failure behind it were nowhere, and neither was the loss either run reached.
+    from pardash.telemetry.compare import compare_reports, render_compare_text
+
+    a = build_report(str(DATA / "real_ddp2.jsonl"))
+    b = json.loads(json.dumps(a))
+    b["job_restarts"] = 1
+    b["recovered"] = [{"line": "rank 1 exited with code 1 at step 30: InjectedCrash"}]
+    for r in b["ranks"]:
+        r["last_loss"] = r["last_loss"] + 0.5
+    rows = {r["metric"]: r for r in compare_reports(a, b)["rows"]}
+    assert (rows["job_restarts"]["a"], rows["job_restarts"]["b"], rows["job_restarts"]["verdict"]) == (0, 1, "worse")
+    assert (rows["recovered"]["b"], rows["recovered"]["verdict"]) == (1, "worse")
+    assert rows["last_loss"]["delta"] == pytest.approx(0.5) and rows["last_loss"]["verdict"] == "worse"
+    assert rows["phase:self_s"]["verdict"] == ""  # the straggler signal, not a speed
+    text = render_compare_text(compare_reports(a, b))
+    assert "torchrun restarts" in text and "loss at the last step" in text
