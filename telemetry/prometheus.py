@@ -94,6 +94,9 @@ class HubCollector:
         for s in STATUSES:
             by_state.add_metric([s], counts[s])
         yield by_state
+        restarts = CounterMetricFamily("pardash_job_restarts", "Times torchrun restarted the job's workers (--max-restarts), from the ranks' hellos.")
+        restarts.add_metric([], max((r.restarts for r in ranks), default=0))
+        yield restarts
 
         step_stat = _stat([s.step_s for _, s in steps])
         self_stat = _stat([s.self_s for _, s in steps if s.self_s is not None])

@@ -26,6 +26,7 @@ AGGREGATES = {
     "pardash_stragglers", "pardash_straggler_cost_seconds", "pardash_held_min_bytes", "pardash_held_max_bytes",
     "pardash_unsharded_bytes", "pardash_expected_bytes", "pardash_device_memory_min_bytes", "pardash_device_memory_max_bytes",
     "pardash_messages_received", "pardash_messages_lost", "pardash_messages_dropped", "pardash_ingest_messages_per_second",
+    "pardash_job_restarts",
 }  # fmt: skip
 
 
@@ -134,6 +135,9 @@ def test_a_straggler_that_finished_is_no_straggler_any_more():
         fams = families(scrape(server.url))
         assert value(fams, "pardash_stragglers") == 0 and value(fams, "pardash_straggler_cost_seconds", rank="1") is None
         assert value(fams, "pardash_ranks", state="finished") == 2
+        assert value(fams, "pardash_job_restarts_total") == 0
+        core.ingest(schema.Hello(rank=1, world_size=2, t=3.0, seq=0, restart=1, pid=7), 0.0)  # torchrun started it again
+        assert value(families(scrape(server.url)), "pardash_job_restarts_total") == 1
     finally:
         server.close()
 
