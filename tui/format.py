@@ -102,10 +102,15 @@ def fmt_deviation(fraction: float | None) -> str:
     if _missing(fraction):
         return DASH
     f = float(fraction)
-    if f >= 9.995:
-        return f"+{f + 1:.0f}×"
+    # At most 5 characters, as "-100%": the grid's column is that wide (+10.2× cut off the
+    # column after it).
+    times = f + 1
+    if times >= 999.5:
+        return ">999×"
+    if times >= 9.95:
+        return f"+{times:.0f}×"
     if f >= 0.995:
-        return f"+{f + 1:.1f}×"
+        return f"+{times:.1f}×"
     pct = round(f * 100)
     return "0%" if pct == 0 else f"{pct:+d}%"
 

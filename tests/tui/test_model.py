@@ -48,6 +48,10 @@ def test_leave_one_out_of_one_value_is_unknown():
         (fmt.fmt_deviation, 0.45, "+45%"),
         (fmt.fmt_deviation, -0.001, "0%"),
         (fmt.fmt_deviation, 2.1, "+3.1×"),
+        (fmt.fmt_deviation, 9.2, "+10×"),
+        (fmt.fmt_deviation, 8.94, "+9.9×"),
+        (fmt.fmt_deviation, 998.0, "+999×"),
+        (fmt.fmt_deviation, 5000.0, ">999×"),
         (fmt.fmt_rate, 12345.0, "12.3k"),
     ],
 )
