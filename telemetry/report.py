@@ -87,6 +87,9 @@ def build_report(path: str) -> dict:
     """Steps a rank took again (a restart or resume back to a checkpoint): at or below its
     highest step so far."""
     first_loss: dict[int, float] = {}
+    custom_first: dict[str, dict[int, float]] = defaultdict(dict)
+    custom_last: dict[str, dict[int, float]] = defaultdict(dict)
+    """Metrics a script logged itself (``pt.log(grad_norm=...)``): each rank's first and last."""
     peak: dict[int, int] = {}
     peak_kind = ""
     arrivals = _Arrivals()
@@ -125,6 +128,9 @@ def build_report(path: str) -> dict:
             samples_per_step[msg.rank] = msg.samples
             if msg.loss is not None:
                 first_loss.setdefault(msg.rank, msg.loss)
+            for name, x in msg.custom.items():
+                custom_first[name].setdefault(msg.rank, x)
+                custom_last[name][msg.rank] = x
             for p in PHASES:
                 v = getattr(msg, p)
                 if v is not None:
@@ -237,6 +243,10 @@ def build_report(path: str) -> dict:
         "train_s": train_s,
         "steps": max((r["steps"] for r in ranks), default=0),
         "steps_rerun": max((r["steps_rerun"] for r in ranks), default=0),
+        "custom": {
+            name: {"first": _median(list(custom_first[name].values())), "last": _median(list(last.values())), "ranks": len(last)}
+            for name, last in sorted(custom_last.items())
+        },
         "last_step": state.step,
         "samples": total_samples,
         "samples_per_s": total_samples / train_s if train_s > 0 else None,

@@ -232,6 +232,10 @@ def render_text(rep: dict, width: int = 160) -> str:
             con.print(f"raised at: {rep['failure']['where']}")
     for line in recovered_lines(rep):
         con.print(line)
+    if custom_lines(rep):
+        con.print("metrics the script logged (median over ranks):")
+        for line in custom_lines(rep):
+            con.print(f"  {line}")
     ck = checkpoint_lines(rep)
     if ck:
         con.print("checkpoints:")
@@ -257,6 +261,15 @@ def render_text(rep: dict, width: int = 160) -> str:
         line += f"; skipped log lines: {rep['skipped_lines']}"
     con.print(line)
     return buf.getvalue()
+
+
+def custom_lines(rep: dict) -> list[str]:
+    """A line per metric the script logged (``pt.log``): its last value, and its first."""
+    return [
+        f"{name}: {c['last']:.6g} at the last step (first {c['first']:.6g})"
+        for name, c in (rep.get("custom") or {}).items()
+        if c.get("last") is not None and c.get("first") is not None
+    ]
 
 
 def md_table(head: list[str] | tuple[str, ...], rows: list[list[str]], right: set[int] | None = None) -> str:
@@ -294,6 +307,8 @@ def render_markdown(rep: dict) -> str:
             out += ["", f"Raised at `{rep['failure']['where']}`."]
     if rep.get("recovered"):
         out += [""] + [f"- {line}" for line in recovered_lines(rep)]
+    if custom_lines(rep):
+        out += ["", "## Metrics the script logged", "", "Medians over the ranks.", ""] + [f"- {line}" for line in custom_lines(rep)]
     if checkpoint_lines(rep):
         out += ["", "## Checkpoints", ""] + [f"- {line}" for line in checkpoint_lines(rep)]
     if warning_lines(rep):

@@ -607,3 +607,24 @@ def test_a_hang_names_the_rank_stalled_outside_any_collective_first():
     ]
     # A data stall alone (or every rank in data) is no guess about anyone else.
     assert stall_lines({"stalls": [stall(3, "data", 12)]}) == ["rank 3 stalled in data after step 12; never resumed"]
+
+
+def test_metrics_the_script_logged_are_in_the_report(tmp_path):
+    # `pt.log(grad_norm=..., tokens=...)` reached the log and `export`, but not the report.
+    from pardash.telemetry import schema
+    from pardash.telemetry.report import build_report, render_markdown, render_text
+
+    log = tmp_path / "run.jsonl"
+    msgs: list = [schema.Hello(rank=r, world_size=2, t=1.7e9, run="x", strategy="ddp") for r in range(2)]
+    for step in range(1, 6):
+        for r in range(2):
+            custom = {"grad_norm": 10.0 / step + r, "tokens": 512.0}
+            msgs.append(schema.Step(rank=r, step=step, seq=step, t=1.7e9 + step, step_s=0.1, loss=1.0, custom=custom, run="x"))
+    log.write_bytes(schema.encode_json_lines(msgs))
+    rep = build_report(str(log))
+    assert rep["custom"] == {
+        "grad_norm": {"first": 10.5, "last": 2.5, "ranks": 2},
+        "tokens": {"first": 512.0, "last": 512.0, "ranks": 2},
+    }
+    assert "  grad_norm: 2.5 at the last step (first 10.5)" in render_text(rep)
+    assert "## Metrics the script logged" in render_markdown(rep)
