@@ -96,7 +96,8 @@ class Logged:
         """Put these values into ``out`` (keyword arguments of ``Reporter.step``), reading
         tensors now; they override what ``out`` had."""
         for name, value in self.fields.items():
-            number = as_number(value)
+            # A loss that is NaN goes on: the reporter says the run diverged (it vanished).
+            number = as_number(value, finite=name != "loss")
             if number is not None:
                 out[name] = int(number) if name in ("samples", "epoch") else number
         custom = dict(out.get("custom") or {})
@@ -118,18 +119,27 @@ def _on_device(value: Any) -> bool:
     return device is not None and getattr(device, "type", "cpu") != "cpu"
 
 
-def as_number(value: Any) -> float | None:
+def as_number(value: Any, *, finite: bool = True) -> float | None:
     """A logged value as a float (a tensor or numpy scalar via ``.item()``); None when it is
-    not finite, since the hub refuses NaN and infinity in a step."""
-    if not isinstance(value, (int, float)):
-        value = value.item()
-    number = float(value)
-    return number if math.isfinite(number) else None
+    not one (read when the step is published, it must not raise into the training loop then)
+    or, with ``finite``, not finite (the hub refuses NaN and infinity in a step's figures)."""
+    try:
+        number = float(value if isinstance(value, (int, float)) else value.item())
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return None
+    return number if not finite or math.isfinite(number) else None
 
 
 def _check_number(name: str, value: Any) -> None:
+    """Refuse at ``log`` what could never be a number, hub or not (a script that runs alone
+    must not fail once it is watched)."""
     if isinstance(value, bool) or not (isinstance(value, (int, float)) or callable(getattr(value, "item", None))):
         raise TypeError(f"pardash.telemetry.log({name}=...): expected a number or a one-element tensor, got {type(value).__name__}")
+    numel = getattr(value, "numel", None)
+    if callable(numel) and numel() != 1:
+        raise TypeError(f"pardash.telemetry.log({name}=...): expected a one-element tensor, got {numel()} elements")
+    if isinstance(value, int) and not -(2**63) <= value < 2**64:
+        raise TypeError(f"pardash.telemetry.log({name}=...): a whole number of {len(str(abs(value)))} digits is too large")
 
 
 # -- model facts for the hello --------------------------------------------------------------

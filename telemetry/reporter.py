@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import math
 import os
 import sys
 import threading
@@ -120,6 +121,8 @@ class Reporter:
         self._heartbeat_s = heartbeat_s
         self._gpu_index = gpu_index
         self._closed = False
+        self._loss_bad = False
+        self._custom_cut = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sock: zmq.Socket | None = None
@@ -137,7 +140,21 @@ class Reporter:
             self._own_ctx = context is None
             before = _threads()
             self._ctx = context or zmq.Context()
-            self._sock = self._connect()
+            try:
+                self._sock = self._connect()
+            except zmq.ZMQError as exc:
+                # PARDASH_ENDPOINT=localhost:29600 (no tcp://) failed the script before it
+                # began: telemetry never stops training, a typo in its address included.
+                print(
+                    f"pardash: PARDASH_ENDPOINT={endpoint!r} is no hub address ({exc.strerror.split(' (addr=')[0]}; "
+                    f"expected tcp://HOST:PORT); telemetry is off for rank {self.rank}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self.endpoint = None
+                if self._own_ctx:
+                    self._ctx.destroy(linger=0)  # closes the socket the connect failed on
+                return
             if self._own_ctx:
                 _yield_to_training(_threads() - before)
             self.sampler = SystemSampler(gpu_index)
@@ -233,10 +250,27 @@ class Reporter:
         self._send_all(sock, batch)
 
     def step(self, **fields: Any) -> bool:
-        """Publish one optimizer step (fields of :class:`schema.Step`)."""
+        """Publish one optimizer step (fields of :class:`schema.Step`). A loss that is not
+        finite goes as none (JSON has no NaN) with a warning event when it turns so; custom
+        metrics past the hub's limit are cut, with a warning once (the hub refused the whole
+        step, loss and all)."""
         if self._sock is None:
             return False
-        self.last_step = fields.get("step", self.last_step)
+        step = self.last_step = fields.get("step", self.last_step)
+        loss = fields.get("loss")
+        if loss is not None and not math.isfinite(loss):
+            fields["loss"] = None
+            if not self._loss_bad:
+                self.event("warning", f"loss is {loss} at step {step}: the run has diverged (steps go on without a loss)", step=step)
+            self._loss_bad = True
+        elif loss is not None:
+            self._loss_bad = False
+        custom = fields.get("custom")
+        if custom and len(custom) > security.MAX_CUSTOM:
+            fields["custom"] = dict(itertools.islice(custom.items(), security.MAX_CUSTOM))
+            if not self._custom_cut:
+                self._custom_cut = True
+                self.event("warning", f"{len(custom)} custom metrics in a step; the first {security.MAX_CUSTOM} are kept", step=step)
         return self.send(schema.Step(mono=time.monotonic(), **fields))
 
     def set_phase(self, phase: str) -> None:

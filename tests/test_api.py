@@ -133,6 +133,9 @@ def test_without_a_hub_everything_is_a_no_op(monkeypatch, fresh_api):
         (lambda pt: pt.log(tokens=None), TypeError),
         (lambda pt: pt.log(ok=True), TypeError),
         (lambda pt: pt.phase(""), ValueError),
+        # These failed only once a hub listened: at publishing, out of `with pt.step()`.
+        (lambda pt: pt.log(vec=__import__("torch").tensor([1.0, 2.0])), TypeError),
+        (lambda pt: pt.log(h=10**400), TypeError),
     ],
 )
 def test_bad_values_fail_at_the_call(call, error, fresh_api):
@@ -140,6 +143,47 @@ def test_bad_values_fail_at_the_call(call, error, fresh_api):
 
     with pytest.raises(error):
         call(pt)
+
+
+def test_a_bad_endpoint_turns_telemetry_off_and_the_script_trains(monkeypatch, fresh_api, capfd):
+    # PARDASH_ENDPOINT=localhost:29720 (no tcp://) raised ZMQError out of pt.init: the script
+    # never ran.
+    import pardash.telemetry as pt
+
+    for bad in ("localhost:29720", "http://127.0.0.1:29720", "garbage"):
+        api._reset_for_tests()
+        monkeypatch.setenv("PARDASH_ENDPOINT", bad)
+        pt.init()
+        with pt.step():
+            pt.log(loss=1.0)
+        assert not api.reporter().enabled
+        err = capfd.readouterr().err
+        assert f"PARDASH_ENDPOINT='{bad}' is no hub address" in err and "telemetry is off for rank" in err, err
+
+
+def test_a_diverged_loss_is_said_and_too_many_metrics_are_cut(hub, tmp_path, monkeypatch, fresh_api):
+    # A NaN loss vanished from the log without a word; 300 custom metrics made the hub refuse
+    # every step, loss and all.
+    import torch
+
+    import pardash.telemetry as pt
+
+    monkeypatch.setenv("PARDASH_ENDPOINT", hub.ingest_endpoint)
+    monkeypatch.setenv("PARDASH_RUN_ID", "test-run")
+    for i in range(1, 6):
+        with pt.step():
+            pt.log(loss=torch.tensor(float("nan")) if i in (3, 4) else float(i), **{f"k{j}": float(j) for j in range(300)})
+    api.close()
+    wait_for(lambda: len([m for m in _log(tmp_path) if isinstance(m, schema.Step)]) == 5)
+    msgs = _log(tmp_path)
+    steps = [m for m in msgs if isinstance(m, schema.Step)]
+    assert [s.loss for s in steps] == [1.0, 2.0, None, None, 5.0]
+    assert all(len(s.custom) == 256 for s in steps)
+    warnings = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "warning"]
+    assert warnings == [
+        "300 custom metrics in a step; the first 256 are kept",
+        "loss is nan at step 3: the run has diverged (steps go on without a loss)",
+    ]
 
 
 def test_steps_cannot_nest(fresh_api):

@@ -69,7 +69,6 @@ a warning event. Forked children (DataLoader workers) inherit the hooks inert.
 from __future__ import annotations
 
 import functools
-import math
 import os
 import threading
 import time
@@ -785,7 +784,7 @@ class Instrument:
         loss = sum(float(t.item()) for t in d.open.losses) if d.open.losses else None
         out.update(
             step=d.step, epoch=d.epoch, step_s=step_s, self_s=self_s, samples=d.open.samples,
-            loss=loss if loss is not None and math.isfinite(loss) else None,
+            loss=loss,  # NaN goes on: the reporter says the run diverged
             lr=d.lr, mem=d.mem,
         )  # fmt: skip
         if d.open.micro > 1:
