@@ -36,6 +36,7 @@ import math
 import sys
 import threading
 import time
+import traceback
 from typing import Any, Iterator, Protocol
 
 from .env import telemetry_enabled
@@ -321,9 +322,45 @@ class _Api:
         self.late: tuple[dict[str, Any], Logged] | None = None
         """A step held back because a logged value is still on the device."""
         self.user_events: set[str] = set()
+        self.failed: int | None = None
+        """The exit code an uncaught exception will end the process with (1; 130 for Ctrl-C)."""
+        self.exit_said = False
+        self.broke_step = False
+        """The last step block was left by an exception (a failure then is in the step after)."""
+        self.hook: tuple[Any, Any] | None = None
+        """(ours, the one before) while ours is sys.excepthook."""
 
 
 _api = _Api()
+
+
+def _uncaught(kind: type[BaseException], exc: BaseException, tb: Any, _previous: Any = None) -> None:
+    """sys.excepthook while the explicit API publishes: the error goes to the hub (the exit
+    event follows at exit), then to whatever hook was there before (torch's [rankN]: tags)."""
+    api = _api
+    try:
+        if api.auto is None and api.reporter is not None and api.reporter.enabled and api.failed is None:
+            interrupted = issubclass(kind, KeyboardInterrupt)
+            api.failed = 130 if interrupted else 1
+            message = "interrupted" if interrupted else traceback.format_exception_only(kind, exc)[-1].strip()
+            text = "".join(traceback.format_exception(kind, exc, tb))
+            api.reporter.event("error", message=message, traceback=None if interrupted else text, step=api.reporter.last_step)
+    except Exception:
+        pass  # the report of a failure must never hide the failure
+    (_previous or sys.__excepthook__)(kind, exc, tb)
+
+
+def _say_exit() -> None:
+    """At exit (scripts under plain torchrun, no launcher to note it): the rank's exit event,
+    so the run reads finished (or failed) rather than silent forever."""
+    api = _api
+    rep = api.reporter
+    if api.exit_said or api.auto is not None or rep is None or not rep.enabled:
+        return
+    api.exit_said = True
+    code = api.failed or 0
+    step = rep.last_step + 1 if code and api.broke_step else rep.last_step
+    rep.event("exit", code=code, step=step if step or not code else None)
 
 
 def reporter(**kwargs: Any) -> Reporter:
@@ -404,6 +441,10 @@ def init(model: Any = None, optimizer: Any = None, **hello_fields: Any) -> None:
     rep.hello(**fields)
     if first:
         atexit.register(close)  # runs before the reporter's own close (atexit: last in, first out)
+        previous = sys.excepthook
+        ours = lambda kind, exc, tb: _uncaught(kind, exc, tb, previous)  # noqa: E731
+        api.hook = (ours, previous)
+        sys.excepthook = ours
 
 
 class _StepBlock:
@@ -428,6 +469,7 @@ class _StepBlock:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         api = _api
         api.in_step = False
+        api.broke_step = exc_type is not None
         if exc_type is not None:  # the step did not complete: nothing to publish
             api.logged = Logged()
             return
@@ -556,8 +598,10 @@ def flush() -> None:
 
 
 def close() -> None:
-    """Publish a step still held back and flush what is queued (also done at exit)."""
+    """Publish a step still held back, say the rank's exit, and flush what is queued (done at
+    exit; the exit is said once)."""
     flush()
+    _say_exit()
     if _api.reporter is not None:
         _api.reporter.close()
 
@@ -567,6 +611,8 @@ def _reset_for_tests() -> None:
     global _api
     if _api.reporter is not None:
         _api.reporter.close(linger_ms=0)
+    if _api.hook is not None and sys.excepthook is _api.hook[0]:
+        sys.excepthook = _api.hook[1]
     _api = _Api()
 
 

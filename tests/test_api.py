@@ -231,3 +231,26 @@ def test_explicit_api_under_plain_torchrun(hub, tmp_path):
             assert s.step == i + 1 and s.samples == 32 and s.loss is not None and s.data_s is not None
             assert s.custom["tokens"] == 32 * 32 and s.custom["grad_norm"] > 0
             assert s.mem is not None and s.mem.params_bytes == s.mem.params_full_bytes
+    # Each rank said it finished: the run read "silent" for good under plain torchrun.
+    wait_for(lambda: len([m for m in _log(tmp_path) if isinstance(m, schema.Event) and m.name == "exit"]) == 2)
+    exits = {m.rank: (m.code, m.step) for m in _log(tmp_path) if isinstance(m, schema.Event) and m.name == "exit"}
+    assert exits == {0: (0, 5), 1: (0, 5)}
+
+
+def test_a_script_on_the_explicit_api_says_how_it_ended(hub, tmp_path):
+    # No launcher notes its end: without its own word the rank reads silent forever.
+    code = (
+        "import pardash.telemetry as pt\n"
+        "pt.init()\n"
+        "for i in range(1, 6):\n"
+        "    with pt.step():\n"
+        "        pt.log(loss=1.0 / i)\n"
+        "        if i == 4:\n"
+        "            raise ValueError('bad batch')\n"
+    )
+    env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 1 and "ValueError: bad batch" in proc.stderr  # Python's own report is kept
+    wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "exit" for m in _log(tmp_path)))
+    events = [(m.name, m.code, m.step, m.message) for m in _log(tmp_path) if isinstance(m, schema.Event)]
+    assert events == [("error", None, 3, "ValueError: bad batch"), ("exit", 1, 4, "")]
