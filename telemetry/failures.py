@@ -38,6 +38,11 @@ def attempts(st) -> list[list[schema.Event]]:
     return out
 
 
+STOPPED_CODES = frozenset({-15, -2, 130})
+"""How a rank ends when it is stopped, not failing: SIGTERM (torchrun stopping the rest, a
+scheduler), SIGINT, and 130, Python's exit on Ctrl-C (KeyboardInterrupt). Never a root cause."""
+
+
 def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Event, list[int], list[int]] | None:
     """(the exit that caused a failure, ranks that failed because of it, ranks stopped), among
     ``events`` (default: the last attempt's, see :func:`attempts`).
@@ -65,7 +70,9 @@ def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Eve
             errors.setdefault(e.rank, (e.message or "") + "\n" + (e.traceback or ""))
 
     def grade(e: schema.Event) -> int:
-        if e.code < 0 and e.code != -15:
+        if e.code in STOPPED_CODES:
+            return 3
+        if e.code < 0:
             return 0
         if e.code > 0 and not PEER_FAILURE.search(errors.get(e.rank, "")):
             return 1
@@ -77,7 +84,7 @@ def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Eve
     if grade(first) == 3:
         return None
     victims = sorted({e.rank for e in exits if e.rank != first.rank and grade(e) == 2})
-    stopped = sorted({e.rank for e in exits if e.rank != first.rank and e.code == -15} - set(victims))
+    stopped = sorted({e.rank for e in exits if e.rank != first.rank and e.code in STOPPED_CODES} - set(victims))
     return first, victims, stopped
 
 

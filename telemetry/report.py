@@ -26,7 +26,7 @@ from typing import Any
 
 from . import schema
 from .logreader import LogReadStats, read_log
-from .failures import failure_summary, recovered_failures, signal_name
+from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
 from .state import RunState, mem_full_bytes, mem_held_bytes
 from .summary import zero_expected_bytes
@@ -222,7 +222,7 @@ def build_report(path: str) -> dict:
     failure = failure_summary(state)
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
-        e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] == -15 else None)
+        e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
     return {
         "log": path,
         "run_id": state.run_id,

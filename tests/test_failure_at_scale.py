@@ -127,6 +127,13 @@ def test_the_tui_names_the_cause_not_the_first_exit_heard():
     assert sum(a.first for a in alerts) == 1
     # Every rank only stopped (by the user, or a scheduler's SIGTERM): none is named the cause.
     assert not any(a.first for a in run_alerts(run(cause=False)))
+    # Ctrl-C to a job torchrun started outside pardash: each rank's Python exits 130 on its
+    # KeyboardInterrupt, torchrun stops the rest; the first 130 heard was "the root cause".
+    st = run(cause=False)
+    st.apply(schema.Event(rank=3, name="error", step=29, message="interrupted", run=RUN, seq=2, hseq=90), 0.0)
+    st.apply(schema.Event(rank=3, name="exit", code=130, step=29, run=RUN, seq=3, hseq=91), 0.0)
+    assert not any(a.first for a in run_alerts(st))
+    assert failure_summary(st) is None
 
 
 def test_a_viewer_attached_after_torchrun_restarted_the_ranks_sees_them_running():
