@@ -44,11 +44,15 @@ def fmt_step_time(seconds: float | None) -> str:
     if _missing(seconds):
         return DASH
     s = float(seconds)
-    if s < 1e-3:
+    # The unit is chosen on the value as it will be rounded: 0.09996 s is "100ms", not
+    # "100.0ms" (a character more than the column), and 0.0009996 s "1.0ms", not "1000µs".
+    if s < 999.5e-6:
         return f"{s * 1e6:.0f}µs"
-    if s < 1.0:
-        return f"{s * 1e3:.0f}ms" if s >= 0.1 else f"{s * 1e3:.1f}ms"
-    if s < 60:
+    if s < 0.09995:
+        return f"{s * 1e3:.1f}ms"
+    if s < 0.9995:
+        return f"{s * 1e3:.0f}ms"
+    if s < 59.995:
         return f"{s:.2f}s"
     return fmt_duration(s)
 
