@@ -136,11 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="A synthetic job of N ranks (a hub, the ranks and the viewer each a process, real sockets) with a straggler, "
         "stall or crash if asked, to try the TUI and the hub at 1024 ranks on a laptop.",
     )
-    sim.add_argument("--ranks", type=int, default=64, help="number of ranks (default 64)")
+    from pardash.telemetry.security import MAX_RANKS_TRACKED
+
+    sim.add_argument("--ranks", type=cliargs.count(1, MAX_RANKS_TRACKED), default=64, help=f"number of ranks (default 64, at most {MAX_RANKS_TRACKED}, what a hub tracks)")
     sim.add_argument("--rate", type=cliargs.positive, default=10.0, help="steps a second per rank (default 10)")
-    sim.add_argument("--ranks-per-node", type=int, default=8, help="ranks per host (default 8)")
+    sim.add_argument("--ranks-per-node", type=cliargs.count(1), default=8, help="ranks per host (default 8)")
     sim.add_argument("--strategy", choices=("ddp", "fsdp"), default="fsdp", help="strategy to pretend (default fsdp)")
-    sim.add_argument("--steps", type=int, default=0, help="stop after this many steps (default: until quit)")
+    sim.add_argument("--steps", type=cliargs.count(0), default=0, help="stop after this many steps (default 0: until quit)")
     sim.add_argument("--straggler", type=int, default=None, metavar="RANK", help="make this rank a straggler from step 20")
     sim.add_argument("--straggler-kind", choices=("data", "compute"), default="data", help="what the straggler is slow at")
     sim.add_argument("--stall", default=None, metavar="RANK@STEP", help="this rank stops at this step")

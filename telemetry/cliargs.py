@@ -39,3 +39,16 @@ def positive(text: str) -> float:
     if x <= 0:
         raise argparse.ArgumentTypeError(f"{x:g} must be above 0")
     return x
+
+
+def count(low: int, high: int | None = None):
+    """A whole number from ``low`` (to ``high``): ``type=count(1)`` for a number of ranks."""
+
+    def parse(text: str) -> int:
+        n = _number(text, int)
+        if n < low or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(f"{n} is not in {low}..{high}" if high is not None else f"{n} must be at least {low}")
+        return int(n)
+
+    parse.__name__ = "count"  # argparse names the type in its messages
+    return parse

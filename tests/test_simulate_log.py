@@ -96,3 +96,19 @@ def test_a_simulate_stopped_by_sigterm_stops_its_hub_and_ranks_too(tmp_path):
         assert not alive, [c.cmdline() for c in alive]
     finally:
         p.kill()
+
+
+@pytest.mark.parametrize(
+    "flag, value, said",
+    [
+        # A ZeroDivisionError traceback, then "done" and exit code 0.
+        ("--ranks-per-node", "0", "argument --ranks-per-node: 0 must be at least 1"),
+        # Accepted: "step 1/-5".
+        ("--steps", "-5", "argument --steps: -5 must be at least 0"),
+        # Ran 32,768 ranks without a word (what a hub tracks).
+        ("--ranks", "100000", "argument --ranks: 100000 is not in 1..32768"),
+    ],
+)
+def test_simulate_refuses_what_it_cannot_run_in_one_line(flag, value, said):
+    p = subprocess.run([sys.executable, "-m", "pardash", "simulate", flag, value], capture_output=True, text=True, env=pardash_env(), timeout=60)
+    assert p.returncode == 2 and said in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
