@@ -106,3 +106,17 @@ def system_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
     if s.gpu_sm_clock_mhz is not None:
         rows.append(("sm clock", f"{s.gpu_sm_clock_mhz:.0f} MHz", ""))
     return tuple(rows)
+
+
+LOGGED_SHOWN = 12
+"""Metrics the script logged shown in a rank's detail (the rest are counted)."""
+
+
+def logged_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
+    """The metrics the script logged with the rank's last step (``pt.log(grad_norm=...)``,
+    timed ``pt.phase`` blocks of its own), by name."""
+    custom = r.step.custom if r.step is not None else {}
+    rows = [(name, f"{value:.6g}", "") for name, value in sorted(custom.items())[:LOGGED_SHOWN]]
+    if len(custom) > LOGGED_SHOWN:
+        rows.append(("", f"+{len(custom) - LOGGED_SHOWN} more in the log", ""))
+    return tuple(rows)

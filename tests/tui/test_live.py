@@ -291,3 +291,22 @@ async def test_grid_refreshes_per_poll_not_per_message(live_hub, ranks):
         publish_steps(ranks, range(2, 1502))
         await until(pilot, lambda: "step 1,501" in widget_text(app.screen.query_one(RunHeader)))
         assert 0 < calls < messages / 20
+
+
+async def test_a_ranks_detail_shows_what_the_script_logged(live_hub, ranks):
+    # pt.log(grad_norm=..., tokens=...) reached the log only: the demo promised the TUI too.
+    app = attach(live_hub)
+    async with app.run_test(size=SIZE) as pilot:
+        publish_steps(ranks, range(2))
+        ranks[0].step(step=2, loss=1.5, samples=8, step_s=0.05, custom={"grad_norm": 0.25, "tokens": 512.0})
+        await until(pilot, lambda: "1.5000" in grid_rows(app).get(0, ""))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RankDetailScreen))
+        logged = app.screen.query_one("#logged")
+        await until(pilot, lambda: "grad_norm" in widget_text(logged))
+        assert "grad_norm  0.25" in widget_text(logged) and "tokens" in widget_text(logged) and "512" in widget_text(logged)
+        assert logged.display
+        await pilot.press("n")  # rank 1 logged nothing: no panel
+        await until(pilot, lambda: isinstance(app.screen, RankDetailScreen) and app.screen.rank == 1)
+        await pilot.pause()
+        assert not app.screen.query_one("#logged").display

@@ -18,7 +18,7 @@ from pardash.telemetry.client import Source
 from ..charts import chart_series
 from ..format import fmt_bytes, fmt_loss, fmt_step_time
 from ..messages import RunUpdated
-from ..rank_facts import memory_facts, phases_of, system_facts
+from ..rank_facts import logged_facts, memory_facts, phases_of, system_facts
 from ..widgets.event_log import EventLog
 from ..widgets.fact_list import FactList
 from ..widgets.history_chart import HistoryChart
@@ -77,8 +77,11 @@ class RankDetailScreen(Screen):
         border-subtitle-color: $text-muted;
         background: $surface;
     }
-    RankDetailScreen #phases, RankDetailScreen #memory, RankDetailScreen #system {
+    RankDetailScreen #phases, RankDetailScreen #memory, RankDetailScreen #system, RankDetailScreen #logged {
         height: auto;
+    }
+    RankDetailScreen #logged.-empty {
+        display: none;
     }
     RankDetailScreen #rank-events {
         height: 8;
@@ -129,6 +132,7 @@ class RankDetailScreen(Screen):
                 yield PhaseBars(id="phases", classes="panel")
                 yield FactList(id="memory", classes="panel")
                 yield FactList(id="system", classes="panel")
+                yield FactList(id="logged", classes="panel")
         yield EventLog(rank=self.rank, id="rank-events", classes="panel")
         yield Footer()
 
@@ -136,6 +140,7 @@ class RankDetailScreen(Screen):
         self.query_one("#phases").border_title = "last step"
         self.query_one("#memory").border_title = "memory"
         self.query_one("#system").border_title = "system"
+        self.query_one("#logged").border_title = "logged by the script"
         self.query_one("#rank-events").border_title = f"rank {self.rank} events"
         self.set_interval(CHART_REFRESH_S, self._refresh_charts)
         self.refresh_run()
@@ -166,6 +171,9 @@ class RankDetailScreen(Screen):
             memory.facts = memory_facts(r)
             system = self.query_one("#system", FactList)
             system.facts = system_facts(r)
+        logged = self.query_one("#logged", FactList)
+        logged.facts = logged_facts(r) if r is not None else ()
+        logged.set_class(not logged.facts, "-empty")
         self.query_one(EventLog).sync(state)
 
     def _refresh_charts(self, force: bool = False) -> None:
