@@ -10,6 +10,11 @@ pt.step():`` marks one step; ``pt.phase("data")`` times the data path; ``pt.log`
 loss, the samples, and custom metrics (here ``tokens`` and ``grad_norm``) that the TUI and
 the log show next to the built-in ones. Without PARDASH_ENDPOINT every call is a no-op, so the
 script runs the same anywhere.
+
+Under plain torchrun the steps carry no *self time* (the work up to the first collective, which
+the straggler verdict needs): the zero-code hooks measure it. Add them, keeping these marks:
+
+    torchrun --standalone --nproc-per-node 2 -m pardash.trainer.autorun demos/explicit_api.py --steps 50
 """
 
 from __future__ import annotations
