@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 import zmq
 
@@ -78,6 +79,8 @@ class Hub:
         self.recorder = Recorder(log_path, background=True) if log_path else None
         self.core = HubCore(run_id=run_id, recorder=self.recorder, world_size=world_size)
         self.frame_s = 1.0 / frame_hz
+        self.on_frame: Callable[[], None] | None = None
+        """Called after each frame is sent (the hub process keeps its registry entry by it)."""
         self._stop = False
         self.ingest = self.ctx.socket(zmq.PULL)
         self.ingest.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
@@ -259,6 +262,8 @@ class Hub:
             now = time.monotonic()
             if now >= next_frame:
                 self._publish(core.tick(now))
+                if self.on_frame is not None:
+                    self.on_frame()
                 # Snapshots are cut at frame boundaries: the viewer then applies frames with
                 # fseq > snapshot.fseq and never sees a message twice.
                 if waiting:
@@ -430,6 +435,16 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
             return 2
         info["metrics"] = metrics.url
     entry = None if getattr(ns, "no_registry", False) else registry.register(info)
+    if entry is not None and not (info.get("strategy") and info.get("world_size")):
+        # A hub alone (no launcher said what runs): `pardash ps` learns the strategy and the
+        # ranks from the first hello.
+        def learn() -> None:
+            st = hub.core.state
+            if st.strategy and st.world_size:
+                registry.update(run_id, strategy=st.strategy, world_size=st.world_size)
+                hub.on_frame = None
+
+        hub.on_frame = learn
     signal.signal(signal.SIGTERM, hub.stop)
     signal.signal(signal.SIGINT, hub.stop)
     # Ready before the log is read back: the ports are bound, so what the ranks send waits in

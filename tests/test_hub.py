@@ -322,3 +322,34 @@ def test_the_ingest_decodes_a_plain_step_as_a_step_and_sends_the_odd_ones_the_ge
     # Custom metrics are taken, by the general way.
     assert core.ingest_bytes(schema.encode(msgspec.structs.replace(plain, seq=9, step=2, custom={"acc": 0.5})), 1.0)
     assert core.state.ranks[0].step.custom == {"acc": 0.5} and core.state.counts["step"] == 2
+
+
+def test_ps_learns_what_a_hub_alone_records_from_its_first_hello(tmp_path):
+    # A hub started alone (ranks from plain torchrun) listed "-  -" for strategy and ranks,
+    # while its TUI said "ddp · 2 ranks".
+    import json
+    import subprocess
+    import sys
+
+    from helpers import pardash_env
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "hub", "--run-id", "alone", "--log", str(tmp_path / "t.jsonl")],
+        stdout=subprocess.PIPE, text=True, env=pardash_env(),
+    )  # fmt: skip
+    try:
+        info = json.loads(proc.stdout.readline())
+
+        def listed() -> dict:
+            ps = subprocess.run([sys.executable, "-m", "pardash", "ps", "--json"], capture_output=True, text=True, env=pardash_env(), timeout=60)
+            return next(e for e in json.loads(ps.stdout) if e["run_id"] == "alone")
+
+        assert not listed().get("strategy")
+        rep = Reporter(info["ingest"], run="alone", identity=identity(0, 2), heartbeat_s=0)
+        rep.hello(strategy="ddp")
+        wait_for(lambda: listed().get("strategy") == "ddp", timeout_s=30, poll_s=0.3)
+        assert listed()["world_size"] == 2
+        rep.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
