@@ -97,6 +97,14 @@ class Hub:
                 self.keys.apply(s)
         if self.keys is not None:
             self.auth = self.keys.start_authenticator(self.ctx)
+        self._monitors: dict[zmq.Socket, str] = {}
+        """With keys: each port's handshake failures (a client without an authorised key got
+        nothing and said nothing; the hub counts and says it)."""
+        if self.keys is not None:
+            failed = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+            for s, which in ((self.ingest, "ingest (ranks)"), (self.updates, "updates (viewers)"), (self.snap, "snapshot (viewers)")):
+                self._monitors[s.get_monitor_socket(failed)] = which
+        self._refused_said = 0.0
         try:
             if ports[0]:
                 self.ingest_endpoint = _bind(self.ingest, host, ports[0])
@@ -227,6 +235,8 @@ class Hub:
         poller = zmq.Poller()
         poller.register(self.ingest, zmq.POLLIN)
         poller.register(self.snap, zmq.POLLIN)
+        for monitor in self._monitors:
+            poller.register(monitor, zmq.POLLIN)
         watching = True
         core = self.core
         next_frame = time.monotonic() + self.frame_s
@@ -248,6 +258,9 @@ class Hub:
                     else:
                         poller.register(self.ingest, zmq.POLLIN)
                     watching = not emptied
+            for monitor in self._monitors:
+                if monitor in events:
+                    self._refused(monitor)
             if self.snap in events:
                 while True:
                     try:
@@ -316,7 +329,36 @@ class Hub:
         except zmq.Again:
             pass
 
+    def _refused(self, monitor: zmq.Socket) -> None:
+        """Count the handshakes a port refused (no key, or one not authorised); say it in the
+        event log at most once a minute."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        n = 0
+        while True:
+            try:
+                recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            n += 1
+        if not n:
+            return
+        core = self.core
+        core.rejected["no_key"] += n
+        now = time.monotonic()
+        if now - self._refused_said >= REFUSED_SAID_EVERY_S:
+            self._refused_said = now
+            core.note(
+                f"refused a connection to its {self._monitors[monitor]} port without an authorised key "
+                f"({core.rejected['no_key']} so far): set PARDASH_CURVE_DIR to this hub's keys (`pardash keys`)"
+            )
+
     def close(self) -> None:
+        for s in (self.ingest, self.updates, self.snap):
+            if self._monitors:
+                s.disable_monitor()
+        for m in self._monitors:
+            m.close(0)
         for s in (self.ingest, self.updates, self.snap):
             s.close(0)
         if self.auth is not None:
@@ -328,6 +370,9 @@ class Hub:
         if self.recorder is not None:
             self.recorder.close()
 
+
+REFUSED_SAID_EVERY_S = 60.0
+"""A hub with keys says it refused a client at most this often (a client retries every second)."""
 
 FINAL_QUIET_MS = 100
 """A stopping hub takes messages until its ingest has been quiet this long (or for 1 s)."""

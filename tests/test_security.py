@@ -321,7 +321,12 @@ def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys)
             v.poll()
             assert not v.synced and v.snapshots == 0 and v.frames_applied == 0 and not v.state.ranks
         assert hub.core.received == 6  # the hello and five steps of rank 0
-        assert sum(hub.core.rejected.values()) == 0  # not even their garbage reached the hub
+        # Not even their garbage reached the hub; the refused handshakes are counted and said
+        # (a rank without keys got nothing and said nothing, on either side).
+        wait_for(lambda: hub.core.rejected["no_key"] >= 6)  # 2 ranks, 2 viewers on 2 ports each
+        assert set(hub.core.rejected) == {"no_key"}
+        said = [e.message for e in hub.core.state.events if isinstance(e, schema.Event) and e.name == "hub"]
+        assert sum("without an authorised key" in m and "PARDASH_CURVE_DIR" in m for m in said) == 1  # once a minute
         assert set(hub.core.state.ranks) == {0}
         assert hub.core.snapshots_served == 1  # the friend's only
         wait_logged(hub)
