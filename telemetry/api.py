@@ -325,6 +325,8 @@ class _Api:
         self.failed: int | None = None
         """The exit code an uncaught exception will end the process with (1; 130 for Ctrl-C)."""
         self.exit_said = False
+        self.epoch = 0
+        """Epochs ended (``pt.event("epoch_end")``): the epoch of the next steps, unless logged."""
         self.broke_step = False
         """The last step block was left by an exception (a failure then is in the step after)."""
         self.hook: tuple[Any, Any] | None = None
@@ -483,7 +485,7 @@ class _StepBlock:
         rep.set_phase("")
         if not rep.enabled:
             return
-        out: dict[str, Any] = {"step": api.step, "step_s": step_s}
+        out: dict[str, Any] = {"step": api.step, "step_s": step_s, "epoch": api.epoch}
         if api.model is not None and api.optimizers:
             holder = accountable([api.model], api.optimizers, api.holder_cache)
             out["mem"] = api.probe.measure(holder, api.optimizers, ddp_module=_ddp_of(api.model), step_s=step_s)
@@ -571,6 +573,8 @@ def event(name: str, message: str = "", **fields: Any) -> None:
     """Publish an event: ``checkpoint``, ``epoch_end``, ``warning``, ``info`` or your own name,
     with a one-line message (and ``step=``, ``duration_s=`` where they apply)."""
     _api.user_events.add(name)
+    if name == "epoch_end":
+        _api.epoch += 1  # the steps after it are the next epoch's (a logged epoch wins)
     if "step" not in fields:
         fields["step"] = reporter().last_step
     reporter().event(name, message, **fields)

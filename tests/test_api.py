@@ -247,10 +247,14 @@ def test_a_script_on_the_explicit_api_says_how_it_ended(hub, tmp_path):
         "        pt.log(loss=1.0 / i)\n"
         "        if i == 4:\n"
         "            raise ValueError('bad batch')\n"
+        "    if i == 2:\n"
+        "        pt.event('epoch_end', 'epoch 0 done')\n"
     )
     env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
     proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 1 and "ValueError: bad batch" in proc.stderr  # Python's own report is kept
     wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "exit" for m in _log(tmp_path)))
     events = [(m.name, m.code, m.step, m.message) for m in _log(tmp_path) if isinstance(m, schema.Event)]
-    assert events == [("error", None, 3, "ValueError: bad batch"), ("exit", 1, 4, "")]
+    assert events == [("epoch_end", None, 2, "epoch 0 done"), ("error", None, 3, "ValueError: bad batch"), ("exit", 1, 4, "")]
+    # The steps after an epoch's end are the next epoch's (the rank detail read "epoch 0" for good).
+    assert [m.epoch for m in _log(tmp_path) if isinstance(m, schema.Step)] == [0, 0, 1]
