@@ -337,10 +337,16 @@ class Hub:
         n = 0
         while True:
             try:
-                recv_monitor_message(monitor, zmq.NOBLOCK)
+                event = recv_monitor_message(monitor, zmq.NOBLOCK)
             except zmq.Again:
                 break
-            n += 1
+            # A key the hub does not admit (ZAP said no), or a ZeroMQ client with no keys at all
+            # (its mechanism is NULL): what a rank or viewer without PARDASH_CURVE_DIR meets. A
+            # TCP probe (a load balancer's, Kubernetes') or stray bytes are neither: not counted.
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH or (
+                event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+            ):
+                n += 1
         if not n:
             return
         core = self.core

@@ -403,3 +403,27 @@ def test_a_run_registered_again_by_a_restarted_hub_keeps_its_age(tmp_path, monke
     first = json.loads(registry.register({"run_id": "r1", "pid": 1, "ingest": "a"}).read_text())
     again = json.loads(registry.register({"run_id": "r1", "pid": 2, "ingest": "b"}).read_text())
     assert again["started"] == first["started"] and (again["pid"], again["ingest"]) == (2, "b")
+
+
+def test_a_tcp_probe_is_no_client_without_a_key(curve_hub):
+    # A load balancer's or Kubernetes' TCP probe of the ingest port (and an HTTP request sent
+    # to it) counted as "no_key" and put a hint to set PARDASH_CURVE_DIR in the event log.
+    import socket as pysocket
+
+    hub = curve_hub
+    host, port = hub.ingest_endpoint.rsplit("/", 1)[1].rsplit(":", 1)
+    for payload in (b"", b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"):
+        with pysocket.create_connection((host, int(port)), timeout=5) as s:
+            if payload:
+                s.sendall(payload)
+    # Then one ZeroMQ client without keys, trying once: the one refusal to count.
+    plain = zmq.Context.instance().socket(zmq.PUSH)
+    plain.setsockopt(zmq.LINGER, 0)
+    plain.setsockopt(zmq.RECONNECT_IVL, -1)
+    plain.connect(hub.ingest_endpoint)
+    try:
+        wait_for(lambda: hub.core.rejected["no_key"] >= 1)
+        wait_for(lambda: hub.core.fseq >= 3)  # a few more passes of the loop: nothing else comes
+        assert hub.core.rejected["no_key"] == 1
+    finally:
+        plain.close(0)
