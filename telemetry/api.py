@@ -139,7 +139,7 @@ def _check_number(name: str, value: Any) -> None:
     numel = getattr(value, "numel", None)
     if callable(numel) and numel() != 1:
         raise TypeError(f"pardash.telemetry.log({name}=...): expected a one-element tensor, got {numel()} elements")
-    if isinstance(value, int) and not -(2**63) <= value < 2**64:
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
         raise TypeError(f"pardash.telemetry.log({name}=...): a whole number of {len(str(abs(value)))} digits is too large")
 
 
@@ -331,6 +331,10 @@ class _Api:
         """The last step block was left by an exception (a failure then is in the step after)."""
         self.hook: tuple[Any, Any] | None = None
         """(ours, the one before) while ours is sys.excepthook."""
+        self.exit_wrap: tuple[Any, Any] | None = None
+        """(ours, the one before) while ours is sys.exit."""
+        self.exit_status: Any = _MISSING
+        """What the script last gave sys.exit (argparse's errors go through it too)."""
 
 
 _api = _Api()
@@ -352,17 +356,44 @@ def _uncaught(kind: type[BaseException], exc: BaseException, tb: Any, _previous:
     (_previous or sys.__excepthook__)(kind, exc, tb)
 
 
+def _status_code(status: Any) -> int:
+    """The process's exit code for ``sys.exit(status)``, as Python makes it."""
+    if status is None:
+        return 0
+    if isinstance(status, int):
+        return status & 0xFF
+    return 1  # a message: printed, and exit code 1
+
+
 def _say_exit() -> None:
     """At exit (scripts under plain torchrun, no launcher to note it): the rank's exit event,
-    so the run reads finished (or failed) rather than silent forever."""
+    so the run reads finished (or failed) rather than silent forever. The code is what the
+    process exits with as far as Python lets it be seen: an uncaught exception (through our
+    hook, or ``sys.last_value`` when another library replaced the hook), else what the script
+    gave ``sys.exit``, else 0. (A bare ``raise SystemExit(n)`` at the top level is not seen.)"""
     api = _api
     rep = api.reporter
     if api.exit_said or api.auto is not None or rep is None or not rep.enabled:
         return
     api.exit_said = True
-    code = api.failed or 0
+    code = api.failed
+    last = getattr(sys, "last_value", None)  # set by Python when it printed an uncaught exception
+    if code is None and last is not None and not isinstance(last, SystemExit):
+        _uncaught(type(last), last, last.__traceback__, lambda *a: None)  # the hook we set never ran
+        code = api.failed
+    if code is None:
+        code = _status_code(api.exit_status) if api.exit_status is not _MISSING else 0
     step = rep.last_step + 1 if code and api.broke_step else rep.last_step
     rep.event("exit", code=code, step=step if step or not code else None)
+
+
+def _exit_seen(status: Any = None, _previous: Any = None) -> None:
+    """sys.exit while the explicit API publishes: the status is kept for the exit event."""
+    _api.exit_status = status
+    (_previous or _ORIGINAL_EXIT)(status)
+
+
+_ORIGINAL_EXIT = sys.exit
 
 
 def reporter(**kwargs: Any) -> Reporter:
@@ -447,6 +478,10 @@ def init(model: Any = None, optimizer: Any = None, **hello_fields: Any) -> None:
         ours = lambda kind, exc, tb: _uncaught(kind, exc, tb, previous)  # noqa: E731
         api.hook = (ours, previous)
         sys.excepthook = ours
+        previous_exit = sys.exit
+        ours_exit = lambda status=None: _exit_seen(status, previous_exit)  # noqa: E731
+        api.exit_wrap = (ours_exit, previous_exit)
+        sys.exit = ours_exit
 
 
 class _StepBlock:
@@ -471,7 +506,8 @@ class _StepBlock:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         api = _api
         api.in_step = False
-        api.broke_step = exc_type is not None
+        # (A StopIteration is a loader running out: the step never began, the epoch ended.)
+        api.broke_step = exc_type is not None and not issubclass(exc_type, StopIteration)
         if exc_type is not None:  # the step did not complete: nothing to publish
             api.logged = Logged()
             return
@@ -617,6 +653,8 @@ def _reset_for_tests() -> None:
         _api.reporter.close(linger_ms=0)
     if _api.hook is not None and sys.excepthook is _api.hook[0]:
         sys.excepthook = _api.hook[1]
+    if _api.exit_wrap is not None and sys.exit is _api.exit_wrap[0]:
+        sys.exit = _api.exit_wrap[1]
     _api = _Api()
 
 

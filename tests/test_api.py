@@ -136,6 +136,7 @@ def test_without_a_hub_everything_is_a_no_op(monkeypatch, fresh_api):
         # These failed only once a hub listened: at publishing, out of `with pt.step()`.
         (lambda pt: pt.log(vec=__import__("torch").tensor([1.0, 2.0])), TypeError),
         (lambda pt: pt.log(h=10**400), TypeError),
+        (lambda pt: pt.log(samples=2**64 - 1), TypeError),  # passed, then the step could not be sent
     ],
 )
 def test_bad_values_fail_at_the_call(call, error, fresh_api):
@@ -258,3 +259,33 @@ def test_a_script_on_the_explicit_api_says_how_it_ended(hub, tmp_path):
     assert events == [("epoch_end", None, 2, "epoch 0 done"), ("error", None, 3, "ValueError: bad batch"), ("exit", 1, 4, "")]
     # The steps after an epoch's end are the next epoch's (the rank detail read "epoch 0" for good).
     assert [m.epoch for m in _log(tmp_path) if isinstance(m, schema.Step)] == [0, 0, 1]
+
+
+@pytest.mark.parametrize(
+    "ending, code, events",
+    [
+        # sys.exit(3) after training read "finished": no hook sees a SystemExit.
+        ("sys.exit(3)", 3, [("exit", 3, 5, "")]),
+        # An argparse error goes through sys.exit too.
+        ("import argparse; argparse.ArgumentParser().parse_args(['--nope'])", 2, [("exit", 2, 5, "")]),
+        # A library that replaced sys.excepthook (rich.traceback.install) hid the failure.
+        ("sys.excepthook = lambda *a: None; raise RuntimeError('after training')", 1,
+         [("error", None, 5, "RuntimeError: after training"), ("exit", 1, 5, "")]),
+        ("pass", 0, [("exit", 0, 5, "")]),
+    ],
+)
+def test_how_a_script_ended_is_what_its_exit_event_says(hub, tmp_path, ending, code, events):
+    script = (
+        "import sys\n"
+        "import pardash.telemetry as pt\n"
+        "pt.init()\n"
+        "for i in range(1, 6):\n"
+        "    with pt.step():\n"
+        "        pt.log(loss=1.0 / i)\n"
+        f"{ending}\n"
+    )
+    env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
+    proc = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == code, proc.stderr
+    wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "exit" for m in _log(tmp_path)))
+    assert [(m.name, m.code, m.step, m.message) for m in _log(tmp_path) if isinstance(m, schema.Event)] == events
