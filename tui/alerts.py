@@ -66,6 +66,8 @@ def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
                 causes[rank] = m.message.strip().splitlines()[0]
             if m.name == "exit" and m.seq >= 0:  # its own (the launcher's note knows no step)
                 steps[rank] = m.step
+            elif m.name == "restart":  # torchrun started it again: an earlier attempt's step is no more
+                steps.pop(rank, None)
             if m.name == "exit" and (m.code or 0) != 0:
                 order.setdefault(rank, len(order))
         elif isinstance(m, schema.Verdict) and m.verdict == "exited":

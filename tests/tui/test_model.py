@@ -264,3 +264,18 @@ def test_a_silent_rank_says_since_when_not_a_count_that_goes_stale():
     st.apply(schema.Verdict(rank=1, verdict="silent", step=4, t=st.t0 + 83.5, message="rank 1 silent for 3 s (no heartbeat)"), 0)
     [alert] = run_alerts(st)
     assert (alert.kind, alert.text) == ("silent", "rank 1 silent since 01:23 (no heartbeat)")
+
+
+def test_an_exited_ranks_step_is_its_last_attempts():
+    # After a torchrun restart, a rank SIGKILLed at step 81 (the launcher's note, no step) was
+    # said to have exited "at step 31", the step of its first attempt's own exit.
+    st = RunState(run_id="r")
+    for r in (0, 1):
+        st.apply(schema.Hello(rank=r, world_size=2, pid=10 + r, t=1.0, seq=0, hseq=r + 1), 0)
+    st.apply(schema.Event(rank=1, name="exit", code=1, step=31, seq=40, hseq=10), 0)
+    st.apply(schema.Event(rank=1, name="restart", message="rank 1 restarted by torchrun", seq=-1, hseq=11), 0)
+    st.apply(schema.Hello(rank=1, world_size=2, pid=20, restart=1, t=2.0, seq=0, hseq=12), 0)
+    st.apply(schema.Step(rank=1, step=80, loss=1.0, t=3.0, seq=90, hseq=13), 0)
+    st.apply(schema.Event(rank=1, name="exit", code=-9, message="torchrun: rank 1 exit code -9", seq=-1, hseq=14), 0)
+    [alert] = [a for a in run_alerts(st) if a.kind == "exited"]
+    assert " at step 81" in alert.text and "31" not in alert.text
