@@ -148,7 +148,7 @@ class Hub:
         in_frame: dict[int, schema.Step] = {}
         """The frame being read: each rank's newest step in it (the run's trend takes them as
         a point when the next frame begins)."""
-        frame_at = None
+        frame_at = newest = 0.0
         n = 0
         rec, core.recorder = core.recorder, None  # do not write the old records again
         start = now if now is not None else time.monotonic()
@@ -166,11 +166,16 @@ class Hub:
                     if r is None or r.step is not msg:
                         continue  # older than the rank's newest (RunState.apply): no point
                     frame = msg.t // frame_s
-                    if frame != frame_at:
-                        if in_frame:
-                            trend.add_frame(in_frame.values())
-                            in_frame.clear()
-                        frame_at = frame
+                    # The trend's frames as the live hub cut them, by arrival: a frame ends once
+                    # a rank already in it steps again, a frame's time after it began (by the
+                    # newest clock seen). Cut by each record's own clock instead, ranks on
+                    # hosts whose clocks differ alternated frames, a point of one rank each.
+                    newest = max(newest, msg.t)
+                    if msg.rank in in_frame and newest - frame_at >= 0.9 * frame_s:  # (a hair under: float clocks)
+                        trend.add_frame(in_frame.values())
+                        in_frame.clear()
+                    if not in_frame:
+                        frame_at = newest
                     in_frame[msg.rank] = msg
                     q = points.get(msg.rank)
                     if q is None:

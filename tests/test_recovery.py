@@ -284,3 +284,35 @@ def test_a_rank_evaluating_or_saving_is_given_longer_before_it_counts_as_stalled
     # An evaluation that never ends is a hang too, only later.
     beats(LivenessConfig().busy_stall_s, {0: "eval", 1: "data"})
     assert sorted((r, v) for r, v, _ in _verdicts(core)) == [(0, "stalled"), (1, "stalled")]
+
+
+def test_a_restart_keeps_the_runs_trend_whatever_the_ranks_clocks_and_step_rate():
+    # The run's loss trend read back from the log was cut by each record's own clock: ranks on
+    # hosts whose clocks differ (rank 1's 0.25 s ahead here) alternated frames, a point of one
+    # rank each, 2.5x the points the live hub made (and its stride grew that much sooner).
+    import tempfile
+    from pathlib import Path
+
+    for skew, per_frame in ((0.0, 1), (0.25, 1), (0.25, 5), (-0.4, 3)):
+        path = Path(tempfile.mkdtemp()) / "run.jsonl"
+        core = HubCore(run_id=RUN, recorder=Recorder(path))
+        ranks = Ranks(core, now=100.0)
+        for r in (0, 1):
+            ranks.hello(r)
+        step = 0
+        for _ in range(150):  # frames of 0.1 s, each with `per_frame` steps of both ranks
+            for _ in range(per_frame):
+                step += 1
+                for r in (0, 1):
+                    ranks.step(r, step, T0 + step * 0.1 / per_frame + (skew if r else 0.0))
+            ranks.tick(0.1)
+        core.recorder.close()
+        live = core.state.trend.points()
+        hub = _restart(path, now=5000.0)
+        try:
+            again = hub.core.state.trend.points()
+            assert abs(len(again[0]) - len(live[0])) <= 2, (skew, per_frame, len(again[0]), len(live[0]))
+            assert again[0][-1] == live[0][-1] == float(step)
+            assert again[1][-1] == live[1][-1]  # the newest point: both ranks' last step
+        finally:
+            hub.close()
