@@ -276,6 +276,8 @@ class NullDetector:
 
 
 MAX_POLL_GAP_S = 0.5
+POLL_BUDGET_S = 0.05
+"""Wall time a replay's poll may spend making frames (a fast replay of a large run makes many)."""
 FOLLOW_QUIET_S = 15.0
 """A log that has not grown for this long is taken as ended (its ranks send a heartbeat a
 second, so a live run's log grows at least that often)."""
@@ -388,16 +390,26 @@ class ReplaySource(FrameApplier):
         self._advance(target)
         self._wall = time.monotonic()
 
-    def _advance(self, target: float) -> bool:
+    def _advance(self, target: float, budget_s: float | None = None) -> bool:
         """Play the log up to ``target`` (its clock) in frames of ``frame_s`` of the log's own
         time, as the live hub framed it: what a frame holds (each rank's newest step, its
         history point) is then the same at any speed, and a replay at 64x ends on the figures
-        one at 1x ends on. The log's end is a frame of its own. True when a frame was made."""
+        one at 1x ends on. The log's end is a frame of its own. Frames no record falls in are
+        skipped (a record with a wild clock must not mean billions of empty frames). With
+        ``budget_s``: stop after that much wall time, the play clock held where it got to (a
+        replay at a speed the machine cannot keep slows down rather than freezing the screen).
+        True when a frame was made."""
         made = False
+        msgs = self._messages
+        t0 = time.perf_counter()
         while True:
             nxt = self.t_start + (self._frames + 1) * self.frame_s
+            due = msgs[self._i].t if self._i < len(msgs) else 0.0
+            if due and due > nxt + self.frame_s:  # nothing until a later frame: go to the one before it
+                self._frames = max(self._frames, int((min(due, target) - self.t_start) / self.frame_s) - 1)
+                nxt = self.t_start + (self._frames + 1) * self.frame_s
             if nxt > target + 1e-9:  # (t_start + 100 * 0.1 lies a hair past t_start + 10)
-                if target < self.t_end or self._i >= len(self._messages):
+                if target < self.t_end or self._i >= len(msgs):
                     return made
                 nxt = target  # the log's last records
             self._feed_until(nxt)
@@ -405,6 +417,9 @@ class ReplaySource(FrameApplier):
             self._frames += 1
             self._clock = nxt
             made = True
+            if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                self._play = min(self._play, self._clock)
+                return made
 
     def poll(self) -> bool:
         now = time.monotonic()
@@ -419,7 +434,7 @@ class ReplaySource(FrameApplier):
         # A viewer busy for a while (starting up, a slow redraw) slows the replay rather than
         # skipping what it missed; the clock stops at the log's end.
         self._play = min(self._play + min(elapsed, MAX_POLL_GAP_S) * self.speed, self.t_end)
-        return self._advance(self._play)
+        return self._advance(self._play, budget_s=POLL_BUDGET_S)
 
     def close(self) -> None:
         self._messages = []

@@ -261,3 +261,19 @@ def test_a_finished_log_is_not_followed_and_its_torn_line_counted(tmp_path):
     os.utime(log, (old, old))  # nothing written for years
     src = ReplaySource(str(log))
     assert not src.following and src.read_stats.skipped["truncated"] == 1
+
+
+def test_a_record_with_a_wild_clock_costs_no_empty_frames(tmp_path):
+    # One record stamped t=1.0 (a clock unset at boot) put the log's start in 1970: seeking to
+    # its end made 1.8e10 empty frames, forever.
+    from pardash.telemetry import schema
+
+    log = tmp_path / "telemetry.jsonl"
+    msgs = [schema.Hello(rank=0, world_size=1, t=1.0, run="x")]
+    msgs += [schema.Step(rank=0, step=s, loss=1.0, t=1.7e9 + s, seq=s, run="x") for s in range(1, 30)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    os.utime(log, (1.6e9, 1.6e9))
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    assert src.done and src.state.ranks[0].step.step == 29
+    assert src.core.fseq < 400  # frames made: about one per 0.1 s of the log that holds records
