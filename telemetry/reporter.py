@@ -153,7 +153,7 @@ class Reporter:
                 )
                 self.endpoint = None
                 if self._own_ctx:
-                    self._ctx.destroy(linger=0)  # closes the socket the connect failed on
+                    self._ctx.term()
                 return
             if self._own_ctx:
                 _yield_to_training(_threads() - before)
@@ -180,7 +180,11 @@ class Reporter:
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
         if self.keys is not None:
             self.keys.apply(sock)
-        sock.connect(self.endpoint)
+        try:
+            sock.connect(self.endpoint)
+        except zmq.ZMQError:
+            sock.close(0)  # a caller's context must not wait on it at its term()
+            raise
         return sock
 
     # -- the hot path ---------------------------------------------------------------------
