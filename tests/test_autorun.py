@@ -709,10 +709,15 @@ def test_a_crashing_script_reports_its_own_traceback(tmp_path):
 
 @pytest.mark.slow
 def test_the_same_script_learns_the_same_under_pardash(tmp_path, plain_ddp_run):
-    plain = subprocess.run(
-        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *PLAIN_DDP],
-        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
+    for _ in range(2):
+        plain = subprocess.run(
+            [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *PLAIN_DDP],
+            capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+        )  # fmt: skip
+        # Without pardash, gloo itself now and then aborts a rank as its interpreter exits
+        # (pytorch/pytorch#179291: its threads outlive the process group): run it again then.
+        if "terminate called without an active exception" not in plain.stderr:
+            break
     assert plain.returncode == 0, plain.stderr[-3000:]
     ours, _ = plain_ddp_run
     assert len(_printed_losses(plain.stdout)) == 8
