@@ -429,7 +429,7 @@ class ReplaySource(FrameApplier):
                 self._wall = now
             return False
         self._wall = now
-        if self.following and self._play >= self.t_end:
+        if self.following:  # the log's length as it grows, wherever the replay is in it
             self._follow()
         # A viewer busy for a while (starting up, a slow redraw) slows the replay rather than
         # skipping what it missed; the clock stops at the log's end.

@@ -115,7 +115,7 @@ def rank_alerts(
         phase = v.cause or "unknown phase"
         text = f"rank {r.rank} stalled in {phase}"
         if v.step is not None:
-            text += f" at step {v.step}"
+            text += f" after step {v.step}"  # the last one done, as the event log says
         out.append(Alert("stalled", r.rank, text))
     elif status == st.STRAGGLER and r.straggler is not None:
         v = r.straggler

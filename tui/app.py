@@ -64,14 +64,15 @@ class PardashApp(App[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", tooltip="Quit (a job pardash launched asks: stop or detach)"),
         Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("space", "pause", "Pause", tooltip="Pause or resume the replay"),
+        Binding("space", "pause", "Pause", tooltip="Pause the replay"),
+        Binding("space", "play", "Play", tooltip="Resume the replay"),
         Binding("plus,equals_sign", "speed(1)", "Faster", key_display="+", show=False),
         Binding("minus", "speed(-1)", "Slower", key_display="-", show=False),
         Binding("left_square_bracket", "seek(-1)", "Back 10 s", key_display="[", show=False),
         Binding("right_square_bracket", "seek(1)", "Forward 10 s", key_display="]", show=False),
     ]
 
-    REPLAY_ACTIONS = frozenset({"pause", "speed", "seek"})
+    REPLAY_ACTIONS = frozenset({"pause", "play", "speed", "seek"})
 
     def __init__(
         self,
@@ -201,12 +202,18 @@ class PardashApp(App[str | None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.REPLAY_ACTIONS and self.source.live:
             return False
+        if action in ("pause", "play"):  # space says what it will do: Pause while playing, Play when paused
+            return getattr(self.source, "paused", False) == (action == "play")
         return True
 
     def action_pause(self) -> None:
         src = self.source
         src.paused = not src.paused  # type: ignore[attr-defined]
+        self.refresh_bindings()
         self._moved()
+
+    def action_play(self) -> None:
+        self.action_pause()
 
     def action_speed(self, direction: int) -> None:
         src = self.source

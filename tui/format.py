@@ -7,6 +7,7 @@ reported a figure yet reads as missing rather than as zero.
 from __future__ import annotations
 
 import math
+import re
 
 DASH = "–"
 
@@ -154,3 +155,13 @@ def fmt_ratio(x: float | None) -> str:
     if _missing(x):
         return DASH
     return f"{x:.1f}×" if x < 100 else f"{x:.0f}×"
+
+
+_WIDE_GLYPHS = re.compile("[\U0001F000-\U0001FAFF\uFE0F\u200D]")
+"""Emoji (and the selectors and joiners that make them): terminals and Rich disagree on their
+width, and a panel's border moves (an error ending in "GLHF! 🏖️", gloo's)."""
+
+
+def tame(text: str) -> str:
+    """``text`` without the glyphs whose width terminals disagree on."""
+    return _WIDE_GLYPHS.sub("", text) if not text.isascii() else text

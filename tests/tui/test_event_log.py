@@ -27,8 +27,8 @@ def test_the_same_event_of_many_ranks_is_one_line_in_its_place():
         "ranks 0-1023 checkpoint at step 20 (slowest 11.22s): /ckpt/step-00000020",
         "rank 3 is a straggler",
         # errors are each a line of their own: each carries its own traceback
-        "rank 7 error at step 21: RuntimeError: boom",
-        "rank 8 error at step 21: RuntimeError: boom",
+        "rank 7 error after step 21: RuntimeError: boom",
+        "rank 8 error after step 21: RuntimeError: boom",
         "rank 0 checkpoint at step 40 (2.00s): /ckpt/step-00000040",
     ]
 
@@ -132,3 +132,15 @@ async def test_a_line_wrapped_before_the_scrollbar_came_keeps_its_last_character
         texts = [strip.text.rstrip() for strip in log.lines]
         assert max(map(len, texts)) <= width
         assert long.replace(" ", "") in "".join(texts).replace(" ", "")  # every character, in order
+
+
+def test_an_emoji_in_a_message_keeps_the_panels_borders():
+    # gloo's "... an error. GLHF! 🏖️": terminals and Rich disagree on the emoji's width, and
+    # the event log's and the alerts' right borders moved on that line.
+    from rich.cells import cell_len
+
+    from pardash.tui.format import tame
+
+    text = tame("rank 1 error after step 299: Connection closed by peer, likely an error. GLHF! 🏖️")
+    assert text.endswith("GLHF! ") and cell_len(text) == len(text)
+    assert tame("µs ✓ × ⚠ ±") == "µs ✓ × ⚠ ±"  # the glyphs the TUI draws itself stay

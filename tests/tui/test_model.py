@@ -175,7 +175,7 @@ def test_a_rank_stalled_outside_any_collective_is_named_before_those_waiting_for
         st.apply(schema.Verdict(rank=r, verdict="stalled", cause="backward", step=4), 0)
     alerts = run_alerts(st)
     assert [a.rank for a in alerts] == [3, 0, 1, 2]
-    assert alerts[0].first and alerts[0].text == "rank 3 stalled in data at step 4, likely the cause: 3 others wait for it"
+    assert alerts[0].first and alerts[0].text == "rank 3 stalled in data after step 4, likely the cause: 3 others wait for it"
     assert not any(a.first for a in alerts[1:])
     # Every rank stuck in a collective's phase (or all in data): no guess.
     st.apply(schema.Verdict(rank=3, verdict="resumed", step=4), 0)
@@ -201,7 +201,7 @@ def test_alerts_name_the_cost_the_phase_and_the_code():
     assert [a.kind for a in alerts] == ["exited", "stalled", "straggler"]
     # The step it died in (its exit's), as the report says: not its last step done (4).
     assert alerts[0].text == "rank 3 exited with code 1 at step 5: RuntimeError: boom"
-    assert alerts[1].text == "rank 1 stalled in backward at step 4"
+    assert alerts[1].text == "rank 1 stalled in backward after step 4"
     assert "50 ms a step" in alerts[2].text
     st.apply(schema.Verdict(rank=2, verdict="straggler_cleared"), 0)
     assert [a.kind for a in run_alerts(st)] == ["exited", "stalled"]
@@ -251,7 +251,8 @@ def test_the_runs_series_goes_back_to_the_first_step_of_a_long_run():
     assert len(st.ranks[0].history["step"]) == HISTORY_POINTS  # a rank's history: its last points
     assert TREND_POINTS / 2 <= len(st.trend) <= TREND_POINTS  # the run's: bounded, whole
     s = run_series(st, 50)
-    assert s is not None and (s.first_step, s.last_step) == (st.trend.stride, frames)
+    assert s is not None and (s.first_step, s.last_step) == (1, frames)  # from the first step
+    assert s.high[0] == pytest.approx(10.0)  # its loss, not merged away
     assert s.values[0] > 100 * s.values[-1]  # the early fall is drawn (the last 240 steps: 0.00104 to 0.00107)
     assert s.values[-1] == pytest.approx(10.0 / frames, rel=0.1)
     assert list(s.values) == sorted(s.values, reverse=True)

@@ -37,8 +37,10 @@ async def test_replay_controls_pause_speed_and_seek():
         await pilot.press("right_square_bracket")
         await pilot.pause()
         assert src.position_s == 20.0
+        assert app.check_action("play", ()) and not app.check_action("pause", ())  # the key bar: "space Play"
         await pilot.press("space")
         assert not src.paused and "playing" in header(app)
+        assert app.check_action("pause", ()) and not app.check_action("play", ())
         for _ in range(200):
             await pilot.pause(0.05)
             if src.position_s > 20.5:
@@ -51,7 +53,8 @@ async def test_replay_controls_pause_speed_and_seek():
 async def test_live_only_keys_are_not_replay_keys():
     app = replay_app("run4.jsonl")
     async with app.run_test(size=SIZE):
-        assert app.check_action("pause", ()) is True
+        # A replay's space is one of Pause (playing) or Play (paused): the key bar says which.
+        assert [a for a in ("pause", "play") if app.check_action(a, ())] == ["play" if app.source.paused else "pause"]
 
 
 async def test_the_note_is_always_in_the_header_even_at_80_columns():
@@ -277,3 +280,21 @@ def test_a_record_with_a_wild_clock_costs_no_empty_frames(tmp_path):
     src.seek(src.duration_s)
     assert src.done and src.state.ranks[0].step.step == 29
     assert src.core.fseq < 400  # frames made: about one per 0.1 s of the log that holds records
+
+
+def test_a_followed_log_says_how_long_it_has_grown_wherever_the_replay_is(tmp_path, monkeypatch):
+    # The total stayed at what the log held when the replay opened until the replay reached it.
+    from pardash.telemetry import client, schema
+
+    clock = [1000.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+    log.write_bytes(schema.encode_json_lines([schema.Step(rank=0, step=s, loss=1.0, t=t0 + s, seq=s, run="x") for s in range(1, 4)]))
+    src = ReplaySource(str(log))
+    assert src.following and src.duration_s == 2.0
+    with open(log, "ab") as fh:
+        fh.write(schema.encode_json_lines([schema.Step(rank=0, step=4, loss=1.0, t=t0 + 30, seq=4, run="x")]))
+    clock[0] += 0.2
+    src.poll()
+    assert src.duration_s == 29.0 and src.position_s < 1.0

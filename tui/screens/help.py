@@ -27,6 +27,13 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ),
     ),
     (
+        "Rank detail",
+        (
+            ("n  p", "the next or the previous rank"),
+            ("escape", "back to the grid, on the rank last shown"),
+        ),
+    ),
+    (
         "Replay",
         (
             ("space", "pause or resume"),

@@ -187,7 +187,10 @@ class RankDetailScreen(Screen):
             series = chart_series(state, self.rank, column, chart.plot_width)
             chart.series = series
             if series is not None:
+                total = len(state.ranks) - 1
                 others = f"{series.others} other{'s' if series.others != 1 else ''}"
+                if series.others < total:  # a band over a sample of the ranks (charts.MAX_BAND_RANKS)
+                    others = f"{series.others} of the {total} others"
                 chart.border_subtitle = f"now {fmt(series.latest)} · ▀ rank {self.rank}  ─ median, ░ range of {others}"
             else:
                 chart.border_subtitle = ""

@@ -11,6 +11,7 @@ from textual.widget import Widget
 
 from pardash.telemetry.summary import ranks_text
 
+from ..format import tame
 from ..alerts import Alert
 from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
@@ -94,7 +95,7 @@ class AlertList(CachedStyles, Widget):
         lines: list[Text] = []
         if len(alerts) <= MAX_LINES:
             for a in alerts:
-                lines.append(Text.assemble((GLYPHS[a.kind] + " ", self._s(a.kind)), a.text))
+                lines.append(Text.assemble((GLYPHS[a.kind] + " ", self._s(a.kind)), tame(a.text)))
         else:
             # Too many to list: one line per kind (exited ranks: the first to exit on its own
             # line, the others by exit code), so the cause is never buried under its victims.
@@ -104,7 +105,7 @@ class AlertList(CachedStyles, Widget):
                 groups.setdefault(key, []).append(a)
             for (kind, detail), items in groups.items():
                 if len(items) <= 1 and len(groups) < MAX_LINES:
-                    lines += [Text.assemble((GLYPHS[kind] + " ", self._s(kind)), a.text) for a in items]
+                    lines += [Text.assemble((GLYPHS[kind] + " ", self._s(kind)), tame(a.text)) for a in items]
                     continue
                 ranks = sorted(a.rank for a in items)
                 what = f"{len(items)} {LABELS[kind]}"

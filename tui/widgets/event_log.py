@@ -14,7 +14,7 @@ from pardash.telemetry.printer import group_alike, verdict_text
 from pardash.telemetry.summary import ranks_named
 from pardash.telemetry.state import EVENTS_KEPT, RunState
 
-from ..format import fmt_clock, fmt_step_time
+from ..format import fmt_clock, fmt_step_time, tame
 from ..styles import CachedStyles, component_fg
 
 VERDICT_STYLES = {
@@ -49,7 +49,9 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
             return text, "bad" if code else "good"
         text = f"{who} {name}"
         if m.step is not None:
-            text += f" at step {m.step}"
+            # An error's or a warning's step is the last one done (the crash of step 300 says
+            # 299); a checkpoint's, an epoch end's, the one it came at.
+            text += f" {'after' if m.name in ('error', 'warning') else 'at'} step {m.step}"
         took = duration_s if several else m.duration_s
         if took:
             text += f" ({'slowest ' if several else ''}{fmt_step_time(took)})"
@@ -152,5 +154,6 @@ class EventLog(CachedStyles, RichLog):
         mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
         for m, ranks, took in group_alike(mine):
             text, style = describe(m, ranks, took)
+            text = tame(text)
             t = m.t - state.t0 if m.t and state.t0 else None
             self.write(Text.assemble((fmt_clock(t) + " ", self._s("time")), (text, self._s(style))))
