@@ -167,3 +167,23 @@ async def test_the_runs_loss_shows_under_the_grid_when_the_grid_leaves_room(fixt
             # the line is the ranks' median: the last column lies within their spread
             assert series.low[-1] <= series.values[-1] <= series.high[-1]
             assert series.first_step == 0 < series.last_step
+
+
+async def test_a_heat_map_with_rows_to_spare_keeps_the_runs_loss_under_it():
+    # The loss chart showed under cells only: a heat map of 1024 ranks with 28 empty rows under
+    # it, or a few ranks put in heat map form with `c`, lost it.
+    from tui_helpers import replay_app
+
+    app = replay_app("run1024.jsonl")
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        assert app.screen.has_class("-trend")
+    app = replay_app("run4.jsonl")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.screen.has_class("-trend")
+        await pilot.press("c")
+        await pilot.pause()
+        await pilot.pause()
+        assert app.screen.has_class("-trend")

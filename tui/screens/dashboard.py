@@ -198,8 +198,9 @@ class DashboardScreen(Screen):
 
     def _fit_trend(self) -> None:
         """Show the run's loss under the grid when the grid, that much shorter, still draws
-        its ranks as it does now (same columns, every line, no heat map); a run of a few ranks
-        gets its loss curve on the first screen, one of 1024 keeps every line for the grid."""
+        its ranks as it does now (same form, same columns, every line): a run of a few ranks
+        gets its loss curve on the first screen, and so does a heat map of 1024 ranks with rows
+        to spare; one whose grid needs every line keeps them."""
         w = self._widgets
         if w is None:
             return
@@ -218,7 +219,7 @@ class DashboardScreen(Screen):
             tall = lay_out(rows, height=height, **settings)
             short = lay_out(rows, height=height - self.TREND_HEIGHT, **settings)
             show = (
-                not short.heat
+                short.heat == tall.heat  # a heat map that still fits keeps the chart under it too
                 and short.columns == tall.columns
                 and len(short.lines) + 1 <= height - self.TREND_HEIGHT
             )
