@@ -558,7 +558,9 @@ def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
     if key == "memory":
         return sorted(rows, key=lambda r: (-(r.held_bytes if r.held_bytes is not None else -1), r.rank))
     if key == "status":
-        return sorted(rows, key=lambda r: (_STATUS_ORDER.get(r.status, 9), r.rank))
+        # The root cause of a failure first among the exited (it sat in its rank's place, among
+        # the 1023 ranks stopped because of it).
+        return sorted(rows, key=lambda r: (_STATUS_ORDER.get(r.status, 9), r.exit_first is not True, r.rank))
     raise ValueError(f"unknown sort key {key!r}")
 
 

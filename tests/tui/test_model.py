@@ -280,3 +280,20 @@ def test_an_exited_ranks_step_is_its_last_attempts():
     st.apply(schema.Event(rank=1, name="exit", code=-9, message="torchrun: rank 1 exit code -9", seq=-1, hseq=14), 0)
     [alert] = [a for a in run_alerts(st) if a.kind == "exited"]
     assert " at step 81" in alert.text and "31" not in alert.text
+
+
+def test_sorting_by_status_puts_the_root_cause_first():
+    # 64 ranks exited, rank 5 the cause (its own error), the rest stopped by torchrun: sorted by
+    # status, rank 5 sat in its place among them.
+    st = RunState(run_id="r")
+    for r in range(8):
+        st.apply(schema.Hello(rank=r, world_size=8, pid=10 + r, t=1.0, seq=0, hseq=r + 1), 0)
+        st.apply(schema.Step(rank=r, step=149, loss=1.0, step_s=0.1, t=2.0, seq=1, hseq=20 + r), 0)
+    h = 100
+    for r in (0, 1, 2, 3, 4, 6, 7):
+        h += 1
+        st.apply(schema.Event(rank=r, name="exit", code=-15, step=149, seq=2, hseq=h), 0)
+    st.apply(schema.Event(rank=5, name="error", message="RuntimeError: boom", step=149, seq=2, hseq=h + 1), 0)
+    st.apply(schema.Event(rank=5, name="exit", code=1, step=150, seq=3, hseq=h + 2), 0)
+    rows = sort_rows(RowBuilder().build(st), "status")
+    assert [r.rank for r in rows][:2] == [5, 0] and rows[0].exit_first is True
