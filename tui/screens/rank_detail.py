@@ -212,7 +212,7 @@ class RankDetailScreen(Screen):
             parts.append((where, "$text-muted"))
         if r.step is not None:
             parts.append((f"\nstep {r.step.step}", "bold"))
-            line = f" · epoch {r.step.epoch} · loss {fmt_loss(r.step.loss)} · step time {fmt_step_time(r.step.step_s)}"
+            line = f" · epoch {r.step.epoch} · loss {fmt_loss(r.step.loss)} · last step {fmt_step_time(r.step.step_s)}"
             if r.step.lr is not None:
                 line += f" · lr {r.step.lr:.3g}"
             parts.append(line)

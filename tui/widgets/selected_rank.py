@@ -102,7 +102,7 @@ class SelectedRank(CachedStyles, Widget):
             [(status, self._s("flag") if row.flagged else self._s("value"))],
             self._pair("self", self_text),
             self._pair("loss", fmt_loss(row.loss)),
-            self._pair("step time", fmt_step_time(row.step_s)),
+            self._pair("wall", fmt_step_time(row.step_s)),  # the grid's column: the median of its last steps
             self._pair("held", fmt_bytes(row.held_bytes)),
             self._pair("step", str(row.step) if row.step is not None else "–"),
             [(f"{row.host or 'node'} (node {row.node})", self._s("label"))],
