@@ -283,6 +283,16 @@ FOLLOW_QUIET_S = 15.0
 second, so a live run's log grows at least that often)."""
 
 
+def _last_word(messages: list[schema.Message], default: float) -> float:
+    """When the ranks last said anything: the replay's end. The hub's own notes after it (its
+    "hub stopped", written when a TUI left open for minutes after the job closed) are played
+    with the last frame, not after minutes of nothing."""
+    ts = [m.t for m in messages if m.t and m.rank >= 0]
+    if not ts:
+        ts = [m.t for m in messages if m.t]
+    return max(ts) if ts else default
+
+
 def _hub_stopped(messages: list[schema.Message]) -> bool:
     """The hub's last record, written as it stops: its log is complete."""
     return any(isinstance(m, schema.Event) and m.rank == -1 and m.name == "hub" and m.message.startswith("hub stopped") for m in messages)
@@ -322,7 +332,7 @@ class ReplaySource(FrameApplier):
             raise AttachError(no_records(path, self.read_stats))
         ts = [m.t for m in self._messages if m.t]
         self.t_start = min(ts) if ts else 0.0
-        self.t_end = max(ts) if ts else 0.0
+        self.t_end = _last_word(self._messages, self.t_start)
         self._restart()
 
     def _follow(self) -> bool:
@@ -338,7 +348,7 @@ class ReplaySource(FrameApplier):
         if new:
             self._grew = now
             self._messages += new
-            self.t_end = max([self.t_end, *(m.t for m in new if m.t)])
+            self.t_end = max(self.t_end, _last_word(new, self.t_end))
         if _hub_stopped(new[-1:]) or now - self._grew > FOLLOW_QUIET_S:
             self.following = False
             try:
@@ -412,6 +422,7 @@ class ReplaySource(FrameApplier):
                 if target < self.t_end or self._i >= len(msgs):
                     return made
                 nxt = target  # the log's last records
+                self._feed_until(float("inf"))  # the hub's own last words, written after (see _last_word)
             self._feed_until(nxt)
             self.apply_frame(self.core.tick(time.monotonic()))
             self._frames += 1

@@ -298,3 +298,20 @@ def test_a_followed_log_says_how_long_it_has_grown_wherever_the_replay_is(tmp_pa
     clock[0] += 0.2
     src.poll()
     assert src.duration_s == 29.0 and src.position_s < 1.0
+
+
+def test_a_tui_left_open_after_the_job_adds_no_dead_time_to_its_replay(tmp_path):
+    # The hub's "hub stopped" is written when the launcher ends, after its TUI closed: a job
+    # of 17 s replayed as 44 s, the last 27 of them nothing.
+    from pardash.telemetry import schema
+
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+    msgs: list = [schema.Event(rank=-1, name="hub", message="hub started", t=t0 - 1)]
+    msgs += [schema.Step(rank=0, step=s, loss=1.0, t=t0 + s, seq=s, run="x") for s in range(1, 18)]
+    msgs += [schema.Event(rank=-1, name="hub", message="hub stopped: 17 messages, 0 lost, 0 rejected", t=t0 + 44)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    src = ReplaySource(str(log))
+    assert src.duration_s == 18.0 and not src.following
+    src.seek(src.duration_s)
+    assert src.done and "hub stopped" in src.state.events[-1].message
