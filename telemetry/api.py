@@ -473,7 +473,7 @@ def init(model: Any = None, optimizer: Any = None, **hello_fields: Any) -> None:
     fields.update(api.hello)
     rep.hello(**fields)
     if first:
-        atexit.register(close)  # runs before the reporter's own close (atexit: last in, first out)
+        atexit.register(_at_exit)  # runs before the reporter's own close (atexit: last in, first out)
         previous = sys.excepthook
         ours = lambda kind, exc, tb: _uncaught(kind, exc, tb, previous)  # noqa: E731
         api.hook = (ours, previous)
@@ -637,11 +637,17 @@ def flush() -> None:
         _publish(*late)
 
 
-def close() -> None:
-    """Publish a step still held back, say the rank's exit, and flush what is queued (done at
-    exit; the exit is said once)."""
+def _at_exit() -> None:
+    """At the process's exit: what :func:`close` does, the rank's exit event said first."""
     flush()
     _say_exit()
+    close()
+
+
+def close() -> None:
+    """Publish a step still held back and flush what is queued (also done at exit, with the
+    rank's exit event; a script that closes early is not said to have ended)."""
+    flush()
     if _api.reporter is not None:
         _api.reporter.close()
 

@@ -6,8 +6,8 @@ draws it: the early fall is what tells a run that learns from one that does not.
 :class:`Trend` takes one point a frame (the ranks' median loss, their lowest and highest, at
 the frame's newest step) and, once it holds :data:`TREND_POINTS`, merges them two by two (all
 but the first: the curve starts at the run's first loss) and merges twice as many frames into
-each point from then on. A week-long run costs the same
-handful of kilobytes as a minute's, and the curve's resolution halves as the run doubles.
+each point from then on. A week-long run costs the same handful of kilobytes as a minute's, and
+the curve's resolution halves as the run doubles.
 
 The hub and every viewer feed it the same frames in the same order (``RunState.commit_history``),
 so they hold the same points; a viewer that attaches late takes the hub's (``Snapshot.trend``).

@@ -278,7 +278,10 @@ def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
     assert re.search(rf"^steps +60 \(last step 60; {again} run again after a restart or resume\)$", text, re.MULTILINE)
     from pardash.telemetry.report import render_markdown
 
-    assert "## Stalls and exits\n\nNone in the last attempt.\n" in render_markdown(rep)  # it said "None.", then the failure
+    # It said "None.", then the failure the job was restarted after. (A stall while torchrun
+    # restarted the ranks may be listed: the exits are the last attempt's.)
+    section = render_markdown(rep).split("## Stalls and exits", 1)[1].split("\n## ", 1)[0]
+    assert "None.\n" not in section and ("None in the last attempt." in section or rep["stalls"])
 
 
 def test_an_attached_headless_view_waits_out_restarts_and_hub_restarts():
