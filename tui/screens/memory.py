@@ -104,11 +104,13 @@ class MemoryScreen(Screen):
             f"  {strategy} · {state.world_size} ranks",
         ]
         hello = state.hello
+        # Figures in their short form and the expectation on a line of its own: at 80 columns
+        # the title wrapped "830" from its "KiB".
         if hello is not None and hello.params_count:
-            title.append(f" · {fmt_params(hello.params_count)} parameters ({fmt_bytes(hello.params_bytes)})")
+            title.append(f" · {fmt_params(hello.params_count)} parameters ({fmt_bytes(hello.params_bytes, short=True)})")
         if savings is not None and savings.expected_per_rank_bytes:
             how = "16 B/param ÷ N, fully sharded" if savings.sharded else "16 B/param, a full copy"
-            title.append((f" · expected per rank {fmt_bytes(savings.expected_per_rank_bytes)} ({how})", "$text-muted"))
+            title.append((f"\nexpected per rank {fmt_bytes(savings.expected_per_rank_bytes, short=True)} ({how})", "$text-muted"))
         self.query_one("#title", Static).update(Content.assemble(*title))
         legend: list[str | tuple[str, str]] = []
         styles = {"params": "$primary", "grads": "$secondary", "optimizer": "$accent", "DDP buckets": "$foreground 45%"}
@@ -127,3 +129,4 @@ class MemoryScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
