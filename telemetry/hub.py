@@ -345,11 +345,13 @@ class Hub:
                 event = recv_monitor_message(monitor, zmq.NOBLOCK)
             except zmq.Again:
                 break
-            # A key the hub does not admit (ZAP said no), or a ZeroMQ client with no keys at all
-            # (its mechanism is NULL): what a rank or viewer without PARDASH_CURVE_DIR meets. A
-            # TCP probe (a load balancer's, Kubernetes') or stray bytes are neither: not counted.
-            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH or (
-                event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+            # A key the hub does not admit (ZAP said no), or a ZeroMQ client with no keys at all:
+            # the hub sees the mechanism mismatch, or (when the client saw it first and hung
+            # up) a handshake cut short, as a bare TCP probe's is. Stray bytes (an HTTP request
+            # to the port) are neither: not counted.
+            kind = event["event"]
+            if kind in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL) or (
+                kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
             ):
                 n += 1
         if not n:
@@ -360,8 +362,9 @@ class Hub:
         if now - self._refused_said >= REFUSED_SAID_EVERY_S:
             self._refused_said = now
             core.note(
-                f"refused a connection to its {self._monitors[monitor]} port without an authorised key "
-                f"({core.rejected['no_key']} so far): set PARDASH_CURVE_DIR to this hub's keys (`pardash keys`)"
+                f"refused a connection to its {self._monitors[monitor]} port that brought no authorised key "
+                f"({core.rejected['no_key']} so far): a rank or viewer needs PARDASH_CURVE_DIR set to this hub's "
+                "keys (`pardash keys`); a TCP health probe counts here too"
             )
 
     def close(self) -> None:

@@ -326,7 +326,7 @@ def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys)
         wait_for(lambda: hub.core.rejected["no_key"] >= 1)
         assert set(hub.core.rejected) == {"no_key"}
         said = [e.message for e in hub.core.state.events if isinstance(e, schema.Event) and e.name == "hub"]
-        assert sum("without an authorised key" in m and "PARDASH_CURVE_DIR" in m for m in said) == 1  # once a minute
+        assert sum("no authorised key" in m and "PARDASH_CURVE_DIR" in m for m in said) == 1  # once a minute
         assert set(hub.core.state.ranks) == {0}
         assert hub.core.snapshots_served == 1  # the friend's only
         wait_logged(hub)
@@ -405,22 +405,25 @@ def test_a_run_registered_again_by_a_restarted_hub_keeps_its_age(tmp_path, monke
     assert again["started"] == first["started"] and (again["pid"], again["ingest"]) == (2, "b")
 
 
-def test_a_tcp_probe_is_no_client_without_a_key(curve_hub):
-    # A load balancer's or Kubernetes' TCP probe of the ingest port (and an HTTP request sent
-    # to it) counted as "no_key" and put a hint to set PARDASH_CURVE_DIR in the event log.
+def test_stray_bytes_are_no_client_without_a_key(curve_hub):
+    # An HTTP request to the ingest port counted as "no_key" and put a hint to set
+    # PARDASH_CURVE_DIR in the event log. (A bare TCP probe cannot be told from a keyless
+    # ZeroMQ client that hung up first: it counts, and the hint says so.)
     import socket as pysocket
 
     hub = curve_hub
     host, port = hub.ingest_endpoint.rsplit("/", 1)[1].rsplit(":", 1)
-    for payload in (b"", b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"):
-        with pysocket.create_connection((host, int(port)), timeout=5) as s:
-            if payload:
-                s.sendall(payload)
+    with pysocket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            while s.recv(64):  # the hub's greeting, until it drops the connection
+                pass
+        except ConnectionResetError:
+            pass
     start = hub.core.fseq
     wait_for(lambda: hub.core.fseq >= start + 5)  # half a second of the hub's loop
     assert hub.core.rejected["no_key"] == 0
-    # A ZeroMQ client without keys is one (when the hub, not the client, finds the mismatch
-    # first: one of its tries at least).
+    # A ZeroMQ client without keys is one.
     plain = zmq.Context.instance().socket(zmq.PUSH)
     plain.setsockopt(zmq.LINGER, 0)
     plain.connect(hub.ingest_endpoint)
