@@ -356,13 +356,14 @@ def _uncaught(kind: type[BaseException], exc: BaseException, tb: Any, _previous:
     (_previous or sys.__excepthook__)(kind, exc, tb)
 
 
-def _status_code(status: Any) -> int:
-    """The process's exit code for ``sys.exit(status)``, as Python makes it."""
+def exit_code(status: Any) -> int:
+    """The exit code of ``sys.exit(status)`` (``SystemExit.code``): 0 for None, the number,
+    or 1 for a message (Python prints it). The explicit API and the autorun wrapper both say it."""
     if status is None:
         return 0
     if isinstance(status, int):
-        return status & 0xFF
-    return 1  # a message: printed, and exit code 1
+        return status
+    return 1
 
 
 def _say_exit() -> None:
@@ -382,7 +383,7 @@ def _say_exit() -> None:
         _uncaught(type(last), last, last.__traceback__, lambda *a: None)  # the hook we set never ran
         code = api.failed
     if code is None:
-        code = _status_code(api.exit_status) if api.exit_status is not _MISSING else 0
+        code = exit_code(api.exit_status) if api.exit_status is not _MISSING else 0
     step = rep.last_step + 1 if code and api.broke_step else rep.last_step
     rep.event("exit", code=code, step=step if step or not code else None)
 
@@ -675,6 +676,7 @@ __all__ = [
     "enabled",
     "event",
     "flush",
+    "exit_code",
     "init",
     "log",
     "model_facts",

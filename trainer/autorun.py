@@ -65,14 +65,6 @@ def _trim(exc: BaseException) -> BaseException:
     return exc
 
 
-def _exit_code(e: SystemExit) -> int:
-    if e.code is None:
-        return 0
-    if isinstance(e.code, int):
-        return e.code
-    return 1  # Python prints the message and exits with 1
-
-
 def _record_error_file(e: BaseException) -> None:
     """Write torchrun's error file (TORCHELASTIC_ERROR_FILE), as torch's @record would, so
     torchrun's summary names this rank's exception as the root cause."""
@@ -136,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _run(args)
     except SystemExit as e:
-        code = _exit_code(e)
+        code = api.exit_code(e.code)
         _finish(reporter, instrument, code)
         raise
     except KeyboardInterrupt as e:
