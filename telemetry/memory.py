@@ -50,13 +50,45 @@ FULL_EVERY = 50
 """account() recounts every tensor on its first call and every FULL_EVERY-th call after.
 
 A full count walks every parameter, gradient and optimizer-state tensor (about 140 on the
-default 2-layer GPT: ~50-100 us on a laptop core, ~150 us on a loaded one), and RSS costs
-another ~20 us (a read of /proc). In a training loop these sizes change only when the
-optimizer creates its state or the model changes, so in between the counts are reused (and
-recounted at once when an optimizer's number of states changes); the GPU allocator's figures
-are read every call (they are cheap, and the peak is per step). Measured in a 2-rank DDP run at
-7 ms a step: a full count ~400 us, a reused one ~25 us; every 10th call averaged 59 us a step,
-every 50th keeps the recount under 10 us a step (RSS then refreshes about twice a second)."""
+default 2-layer GPT: ~50-100 us on a laptop core, ~150 us on a loaded one). In a training loop
+these sizes change only when the optimizer creates its state or the model changes, so in
+between the counts are reused (and recounted at once when an optimizer's number of states
+changes); the process's RSS and the GPU allocator's figures are read every call (an RSS read
+is one pread of /proc/self/statm, a few microseconds; a leak shows at the step it grows). Measured in a 2-rank DDP run
+at 7 ms a step: a full count ~400 us, a reused one ~25 us; every 10th call averaged 59 us a
+step, every 50th keeps the recount under 10 us a step."""
+
+
+class _Rss:
+    """This process's resident set size, read cheaply: /proc/self/statm kept open (Linux), else
+    psutil."""
+
+    def __init__(self) -> None:
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        try:
+            self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+            import psutil
+
+            self._proc = psutil.Process(os.getpid())
+
+    def __call__(self) -> int:
+        if self._fd is not None:
+            try:
+                return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
+            except (OSError, ValueError, IndexError):
+                pass
+        import psutil
+
+        return psutil.Process(os.getpid()).memory_info().rss
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
 
 
 class MemoryAccountant:
@@ -96,9 +128,7 @@ class MemoryAccountant:
         self._calls = 0
         self._last: Mem | None = None
         self._last_sig: tuple[int, ...] = ()
-        import psutil
-
-        self._proc = psutil.Process(os.getpid())
+        self._rss = _Rss()
 
     def buckets_bytes(self, grads_bytes: int) -> int:
         """DDP gradient-bucket bytes.
@@ -106,10 +136,11 @@ class MemoryAccountant:
         Read from DDP's logging data (``rebuilt_bucket_sizes``, else ``bucket_sizes``: the
         bytes of each bucket's flat buffer). Only when that is unavailable (a torch without
         ``_get_ddp_logging_data``) is it taken to equal the gradient bytes, which is what the
-        buckets hold. 0 without a DDP module.
+        buckets hold. 0 without a DDP module, and 0 with ``gradient_as_bucket_view=True``:
+        the gradients are then views of the buckets, counted once, as gradients.
         """
         ddp = self._ddp() if self._ddp is not None else None
-        if ddp is None:
+        if ddp is None or getattr(ddp, "gradient_as_bucket_view", False):
             return 0
         if self._buckets_final and self._buckets_bytes is not None:
             return self._buckets_bytes
@@ -151,17 +182,20 @@ class MemoryAccountant:
                 grads_full += g.numel() * g.element_size()  # a DTensor's numel is global
         optim_bytes = optim_full = 0
         counted: set[int] = set()
+        states: set[int] = set()
         for opt, scale in _optimizer_states(optimizers):
             if id(opt) in counted:
                 continue
             counted.add(id(opt))
             for state in opt.state.values():
                 for value in state.values():
-                    if isinstance(value, tensor_type):
-                        held = local_bytes(value)
-                        if held:  # a tensor two optimizers share is counted once, in both sums
-                            optim_bytes += held
-                            optim_full += int(value.numel() * value.element_size() * scale)
+                    if isinstance(value, tensor_type) and id(value) not in states:
+                        # A tensor two optimizers share counts once in both sums. Unsharded,
+                        # it counts even when this rank's shard of it is empty (a parameter
+                        # with fewer rows than ranks leaves some ranks none).
+                        states.add(id(value))
+                        optim_bytes += local_bytes(value)
+                        optim_full += int(value.numel() * value.element_size() * scale)
         return Mem(
             params_bytes=params_bytes,
             grads_bytes=grads_bytes,
@@ -170,7 +204,7 @@ class MemoryAccountant:
             params_full_bytes=self.params_full_bytes,
             grads_full_bytes=grads_full,
             optim_full_bytes=optim_full,
-            rss_bytes=self._proc.memory_info().rss,
+            rss_bytes=self._rss(),
         )
 
     def measure(self, optimizers: Sequence[Any], *, reset_peak: bool = True) -> Mem:
@@ -183,11 +217,13 @@ class MemoryAccountant:
             self._last_sig = sig
         self._calls += 1
         last = self._last
+        rss = self._rss()
         if not self.is_cuda:
-            return msgspec.structs.replace(last)  # a copy: callers may fill in more fields
+            return msgspec.structs.replace(last, rss_bytes=rss)  # a copy: callers may fill in more fields
         cuda = self._torch.cuda
         mem = msgspec.structs.replace(
             last,
+            rss_bytes=rss,
             cuda_allocated_bytes=int(cuda.memory_allocated()),
             cuda_reserved_bytes=int(cuda.memory_reserved()),
             cuda_peak_bytes=int(cuda.max_memory_allocated()),

@@ -148,3 +148,71 @@ def test_memory_module_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "80"
+
+
+def test_rss_is_read_at_every_step_not_only_at_a_full_count():
+    # The step's RSS was the one of the last full count, up to 50 steps old: a rank whose memory
+    # grew 400 MiB in 40 steps read flat, and the report's peak with it.
+    import torch
+
+    from pardash.telemetry.memory import MemoryAccountant
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters())
+    acct = MemoryAccountant(model)  # a full count every 50 calls
+    before = acct.measure([opt]).rss_bytes
+    grown = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB, every page written
+    after = acct.measure([opt]).rss_bytes
+    assert after - before >= 48 << 20
+    del grown
+
+
+def _ddp(gradient_as_bucket_view: bool):
+    import torch
+    import torch.distributed as dist
+
+    from pardash.telemetry.memory import MemoryAccountant
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=gradient_as_bucket_view)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for _ in range(2):
+        ddp(torch.randn(4, 16)).sum().backward()
+        opt.step()
+    return MemoryAccountant(model, ddp_module=ddp, full_every=1).measure([opt]), sum(p.numel() * 4 for p in model.parameters())
+
+
+def test_ddp_buckets_count_once_when_the_gradients_are_views_of_them(tmp_path):
+    # With gradient_as_bucket_view=True the gradients live in the buckets: counted twice, a rank
+    # read 25% more than it held.
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        copied, nbytes = _ddp(False)
+        viewed, _ = _ddp(True)
+    finally:
+        dist.destroy_process_group()
+    assert copied.grads_bytes == copied.buckets_bytes == nbytes
+    assert viewed.grads_bytes == nbytes and viewed.buckets_bytes == 0
+
+
+@pytest.mark.slow
+def test_a_rank_with_an_empty_shard_counts_the_whole_state_unsharded(tmp_path):
+    # A parameter with fewer rows than ranks leaves rank 1 no shard of it: its Adam state went
+    # missing from rank 1's unsharded figure (41,252 against rank 0's 41,260).
+    import json
+    import os
+
+    script = os.path.join(os.path.dirname(__file__), "scripts", "fsdp_uneven.py")
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    ranks = {d["rank"]: d for d in map(json.loads, (line for line in out.stdout.splitlines() if line.startswith("{")))}
+    assert set(ranks) == {0, 1}
+    params = (13 * 37 + 37 + 1) * 4
+    for d in ranks.values():
+        assert d["params_full"] == d["grads_full"] == params
+        assert d["optim_full"] == 2 * params + 3 * 4  # exp_avg, exp_avg_sq and a 4-byte step per tensor
