@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser(
         "report",
         help="per-rank summary of a recorded log",
-        description="Summarise a recorded run: per-rank steps, times, memory against the ZeRO expectation, "
+        description="Summarise a recorded run: per-rank steps, times, memory against what the strategy should hold, "
         "stragglers and their cost, stalls, exits and the root cause, checkpoints; --compare sets two runs side by side.",
     )
     rep.add_argument("log", help=LOG_HELP)

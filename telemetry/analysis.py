@@ -1,4 +1,5 @@
-"""The hub's conclusions about ranks: stalled, silent, exited, finished, stragglers.
+"""The hub's conclusions about ranks: stalled, silent, exited, finished, stragglers, and ranks
+of a sharded run that hold far more than their share (not sharding).
 
 The detector runs in the hub at every frame. It reads a :class:`RunState` and returns
 :class:`Verdict` records; the hub applies and records them, so every viewer, the log and the
@@ -12,8 +13,13 @@ import statistics
 from dataclasses import dataclass
 
 from .schema import Verdict
-from .state import RankState, RunState
+from .state import RankState, RunState, mem_full_bytes
 from .stragglers import StragglerDetector
+from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded
+
+SHARDING_OK_FACTOR = 1.25
+"""A rank flagged not sharding is cleared once it holds at most this many times its share (a
+margin under NOT_SHARDING_FACTOR: figures near the bar do not flap)."""
 
 
 STALL_CAUSE_PHASES = ("data",)
@@ -93,7 +99,49 @@ class Detector:
                 if r.hello is None and r.step is None and r.heartbeat is None and r.system is None:
                     continue
                 out.extend(self._liveness(r, now, stall_after))
+            if state.world_size > 1 and is_sharded(state.strategy):
+                out.extend(self._sharding(state))
         out.extend(self.stragglers.update(state))
+        return out
+
+    @staticmethod
+    def _sharding(state: RunState) -> list[Verdict]:
+        """Ranks of a sharded run holding far more parameters, gradients and optimizer state
+        than 1/N of that state unsharded (as they measure it): a block left out of the
+        wrapping (FSDP2's fully_shard on the root alone, or on a few blocks) is held whole."""
+        out: list[Verdict] = []
+        world = state.world_size
+        for r in state.ranks.values():
+            mem = r.step.mem if r.step is not None else None
+            if mem is None or r.exit_code is not None:
+                continue
+            full = mem_full_bytes(mem)
+            if not full:
+                continue
+            share = full / world
+            held = mem.params_bytes + mem.grads_bytes + mem.optim_bytes
+            if r.not_sharding is None and held > NOT_SHARDING_FACTOR * share:
+                out.append(
+                    Verdict(
+                        rank=r.rank,
+                        verdict="not_sharding",
+                        step=r.step.step,
+                        message=(
+                            f"rank {r.rank} holds {human_bytes(held)} of parameters, gradients and optimizer state, "
+                            f"{held / share:.1f}x its 1/{world} share of {human_bytes(full)}: is every block wrapped "
+                            "(fully_shard per block)?"
+                        ),
+                    )
+                )
+            elif r.not_sharding is not None and held <= SHARDING_OK_FACTOR * share:
+                out.append(
+                    Verdict(
+                        rank=r.rank,
+                        verdict="sharding_ok",
+                        step=r.step.step,
+                        message=f"rank {r.rank} holds its share again ({human_bytes(held)} of {human_bytes(full)} unsharded)",
+                    )
+                )
         return out
 
     def _liveness(self, r: RankState, now: float, stall_after: float) -> list[Verdict]:

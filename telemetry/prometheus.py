@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterator
 from . import cliargs
 from .security import metrics_refusal
 from .state import STATUSES, mem_device_bytes, mem_full_bytes, mem_held_bytes
-from .summary import samples_per_s, zero_expected_bytes
+from .summary import expected_state_bytes, samples_per_s
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hubcore import HubCore
@@ -125,10 +125,10 @@ class HubCollector:
         yield gauge("pardash_held_min_bytes", "Smallest model state a rank holds (parameters, gradients, optimizer state, DDP buckets).", held[0] if held else None)
         yield gauge("pardash_held_max_bytes", "Largest model state a rank holds (parameters, gradients, optimizer state, DDP buckets).", held[2] if held else None)
         yield gauge("pardash_unsharded_bytes", "Model state one rank would hold unsharded (measured).", max(full) if full else None)
-        expected = None
-        if hello is not None and hello.params_count:
-            expected = zero_expected_bytes(hello.params_count, st.world_size, hello.strategy)
-        yield gauge("pardash_expected_bytes", "ZeRO expectation of the model state a rank holds for the strategy (16 bytes a parameter, / N when sharded).", expected)
+        expected, _ = expected_state_bytes(
+            max(full) if full else None, hello.params_count if hello is not None else 0, st.world_size, hello.strategy if hello is not None else ""
+        )
+        yield gauge("pardash_expected_bytes", "Model state a rank should hold for the strategy: its state unsharded (measured), / N when sharded (16 bytes a parameter before any measure).", expected)
         yield gauge("pardash_device_memory_min_bytes", "Smallest device memory of a rank (CUDA allocated on GPU, RSS on CPU).", dev[0] if dev else None)
         yield gauge("pardash_device_memory_max_bytes", "Largest device memory of a rank (CUDA allocated on GPU, RSS on CPU).", dev[2] if dev else None)
         yield gauge("pardash_device_peak_max_bytes", "Largest CUDA allocator peak of a rank during its latest step.", max(peaks) if peaks else None)

@@ -12,7 +12,7 @@ What the report answers, beyond the per-rank table:
   measured from the log: at every step the straggler arrived last at the collective, the
   others waited the gap between its self time and the second-slowest rank's;
 - stalls (with the phase a rank was stuck in) and exits, with the root cause of a failure;
-- memory held against the ZeRO expectation for the strategy and against the unsharded model;
+- memory held against what the strategy should hold (the run's state unsharded, / N when sharded) and against the unsharded model;
 - checkpoints saved (how many, at which steps, the slowest save) and resumes (from where, and
   what differed), and the warnings ranks sent (each text once, with the ranks that sent it);
 - lost messages (per-rank seq gaps) and log lines skipped as malformed or truncated.
@@ -29,9 +29,8 @@ from .logreader import LogReadStats, read_log
 from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
 from .state import RunState, mem_full_bytes, mem_held_bytes
-from .summary import zero_expected_bytes
+from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
 
-BYTES_PER_PARAM = 16
 """ZeRO's model-state bytes a parameter (fp32 AdamW: 4 + 4 + 8; mixed-precision Adam: 2 + 2 + 12)."""
 
 
@@ -178,7 +177,9 @@ def build_report(path: str) -> dict:
     strategy = hello.strategy if hello else ""
     world = state.world_size
     params_count = hello.params_count if hello else 0
-    expected = zero_expected_bytes(params_count, world, strategy, BYTES_PER_PARAM) if hello and params_count else None
+    fulls = [f for f in (mem_full_bytes(r.step.mem) for r in state.ranks.values() if r.step is not None and r.step.mem is not None) if f]
+    full_state = int(statistics.median(fulls)) if fulls else None
+    expected, expected_basis = expected_state_bytes(full_state, params_count if hello else 0, world, strategy)
 
     ranks = []
     for rank in sorted(state.ranks):
@@ -239,6 +240,7 @@ def build_report(path: str) -> dict:
         "config": dict(hello.config) if hello else {},
         "params_count": params_count,
         "expected_bytes_per_rank": expected,
+        "expected_basis": expected_basis,
         "duration_s": duration,
         "train_s": train_s,
         "steps": max((r["steps"] for r in ranks), default=0),
@@ -266,7 +268,7 @@ def build_report(path: str) -> dict:
         "checkpoints": {"saved": [_public(saves[k]) for k in sorted(saves)],
                         "resumed": [_public(r) for r in resumes.values()]},
         "warnings": [w | {"ranks": sorted(w["ranks"])} for w in warnings.values()],
-        "memory": _memory(ranks, expected, params_count, strategy, world, peak_kind, not_sharding),
+        "memory": _memory(ranks, expected, expected_basis, params_count, strategy, world, peak_kind, not_sharding),
         "statuses": state.status_counts(),
         "messages": dict(sorted(state.counts.items())),
         "lost_messages": state.lost,
@@ -389,7 +391,7 @@ def _devices(state: RunState) -> list[dict]:
     return [{"host": k[0], "device": k[1], "device_name": k[2], "ranks": n} for k, n in groups.items()]
 
 
-def _memory(ranks: list[dict], expected, params_count: int, strategy: str, world: int, peak_kind: str, not_sharding: dict) -> dict:
+def _memory(ranks: list[dict], expected, basis: str, params_count: int, strategy: str, world: int, peak_kind: str, not_sharding: dict) -> dict:
     def span(key: str) -> tuple[int | None, int | None]:
         vals = [r[key] for r in ranks if r[key] is not None]
         return (min(vals), max(vals)) if vals else (None, None)
@@ -403,13 +405,14 @@ def _memory(ranks: list[dict], expected, params_count: int, strategy: str, world
     vs = state_max / expected if state_max is not None and expected else None
     if vs is None:
         verdict = "no memory figures in this log"
-    elif vs > 1.5:
-        verdict = f"ranks hold {vs:.1f}x the ZeRO expectation for {strategy} x{world}: is every block wrapped (fully_shard per block)?"
+    elif vs > NOT_SHARDING_FACTOR and is_sharded(strategy):
+        verdict = f"ranks hold {vs:.1f}x what {strategy} x{world} should ({basis}): is every block wrapped (fully_shard per block)?"
     else:
-        verdict = f"ranks hold {vs:.2f}x the ZeRO expectation for {strategy} x{world}"
+        verdict = f"ranks hold {vs:.2f}x what {strategy} x{world} should ({basis})"
     return {
         "bytes_per_param": BYTES_PER_PARAM,
         "expected_bytes_per_rank": expected,
+        "expected_basis": basis,
         "unsharded_bytes_per_rank": unsharded,
         "measured_full_bytes": full,
         "state_bytes_min": state_min,

@@ -63,7 +63,7 @@ def _hub_restarts_text(rep: dict) -> str:
     return f" (the hub died and was restarted {len(times)}x, at {at}: what the ranks sent while it was down)"
 
 
-RANK_COLUMNS = ("rank", "host", "status", "steps", "last loss", "step ms", *PHASE_LABELS.values(), "params", "full", "grads", "optim", "held", "peak", "lost")
+RANK_COLUMNS = ("rank", "host", "status", "steps", "last loss", "step ms", *PHASE_LABELS.values(), "params", "grads", "optim", "held", "unsharded", "peak", "lost")
 
 
 def rank_cells(r: dict) -> list[str]:
@@ -76,10 +76,11 @@ def rank_cells(r: dict) -> list[str]:
         ms(r["median_step_s"]),
         *(ms(r[f"median_{p}"]) for p in PHASES),
         human_bytes(r["params_bytes"]),
-        human_bytes(r["params_full_bytes"]),
         human_bytes(r["grads_bytes"]),
         human_bytes(r["optim_bytes"]),
-        human_bytes(r["held_bytes"]),
+        # Held against unsharded: the same three (DDP's buckets are a row of the memory table).
+        human_bytes(r["state_bytes"]),
+        human_bytes(r["full_bytes"]),
         human_bytes(r["peak_bytes"]),
         str(r["lost_messages"]),
     ]
@@ -177,13 +178,12 @@ def memory_rows(rep: dict) -> list[tuple[str, str]]:
         span = f"{human_bytes(m['state_bytes_min'])} .. {span}"
     rows = [
         ("measured: params + grads + optimizer, a rank", span),
-        (f"ZeRO expectation for {st} ({m['bytes_per_param']} B/param{' / N' if rep['strategy'] == 'fsdp' else ''})", human_bytes(m["expected_bytes_per_rank"])),
+        ("this run's state unsharded (measured), a rank", human_bytes(m["measured_full_bytes"])),
+        (f"expected for {st} ({m.get('expected_basis') or '?'})", human_bytes(m["expected_bytes_per_rank"])),
         ("measured against expected", "-" if m["vs_expected"] is None else f"{m['vs_expected']:.2f}x"),
-        (f"unsharded alternative ({m['bytes_per_param']} B/param)", human_bytes(m["unsharded_bytes_per_rank"])),
-        # The saving is sharding's, on this run's own state (its optimizer may hold less than
-        # Adam's 8 B/param): against the same state measured unsharded, not the row above.
-        ("this run's state unsharded (measured)", human_bytes(m["measured_full_bytes"])),
-        ("saving from sharding, against it", _pct(m["saving_vs_unsharded"])),
+        ("saving from sharding, against its state unsharded", _pct(m["saving_vs_unsharded"])),
+        # The ZeRO paper's arithmetic, for scale: Adam's state; another optimizer holds less.
+        (f"Adam's state unsharded ({m['bytes_per_param']} B/param)", human_bytes(m["unsharded_bytes_per_rank"])),
     ]
     if m["buckets_bytes_max"]:
         rows.append(("DDP gradient buckets, a rank", human_bytes(m["buckets_bytes_max"])))
@@ -314,7 +314,8 @@ def render_markdown(rep: dict) -> str:
     if warning_lines(rep):
         out += ["", "## Warnings", ""] + [f"- {line}" for line in warning_lines(rep)]
     out += ["", "## Memory", "", md_table(["model state a rank holds", "bytes"], [list(r) for r in memory_rows(rep)]), ""]
-    out.append(rep["memory"]["verdict"] + ".")
+    verdict = rep["memory"]["verdict"]
+    out.append(verdict if verdict.endswith(("?", ".")) else verdict + ".")
     for rank in rep["memory"]["not_sharding"]:
         out.append(f"- rank {rank}: not sharding")
     return "\n".join(out) + "\n"

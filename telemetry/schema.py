@@ -170,7 +170,7 @@ class Verdict(Base, tag="verdict"):
     """A conclusion the hub drew (rank = the rank it is about)."""
 
     verdict: str = ""
-    """straggler | straggler_cleared | stalled | silent | exited | finished | not_sharding | resumed"""
+    """straggler | straggler_cleared | stalled | silent | exited | finished | not_sharding | sharding_ok | resumed"""
     cause: str = ""
     """Kind of straggler (data, compute, host, gpu), phase of a stall, ..."""
     cost_s: float | None = None

@@ -216,3 +216,52 @@ def test_a_rank_with_an_empty_shard_counts_the_whole_state_unsharded(tmp_path):
     for d in ranks.values():
         assert d["params_full"] == d["grads_full"] == params
         assert d["optim_full"] == 2 * params + 3 * 4  # exp_avg, exp_avg_sq and a 4-byte step per tensor
+
+
+def _sharding_run(held_by_rank: dict[int, int], full: int, strategy: str = "fsdp"):
+    """A hub that took one step of each rank holding ``held`` of a ``full`` state, then judged."""
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r")
+    for rank in held_by_rank:
+        core.ingest(schema.Hello(rank=rank, world_size=2, strategy=strategy, run="r", t=1.0), 1.0)
+
+    def step(n: int, held: dict[int, int]) -> list[schema.Verdict]:
+        for rank, h in held.items():
+            mem = schema.Mem(params_bytes=h // 4, grads_bytes=h // 4, optim_bytes=h // 2,
+                             params_full_bytes=full // 4, grads_full_bytes=full // 4, optim_full_bytes=full // 2)  # fmt: skip
+            core.ingest(schema.Step(rank=rank, step=n, seq=n, t=1.0 + n, step_s=0.1, mem=mem, run="r"), 1.0 + n)
+        frame = core.tick(1.0 + n)
+        return [m for m in frame.messages if isinstance(m, schema.Verdict)]
+
+    return core, step
+
+
+def test_the_hub_says_which_ranks_of_a_sharded_run_hold_far_more_than_their_share():
+    # Only the TUI's memory panel noticed (the alerts said "no alerts", the log and the report
+    # nothing): the hub now judges it, once, and says when it is over.
+    core, step = _sharding_run({0: 69_000, 1: 41_000}, full=80_000)
+    said = step(1, {0: 69_000, 1: 41_000})
+    assert [(v.rank, v.verdict) for v in said] == [(0, "not_sharding")]
+    assert "1.7x its 1/2 share" in said[0].message and "fully_shard per block" in said[0].message
+    assert step(2, {0: 69_000, 1: 41_000}) == []  # said once
+    assert core.state.ranks[0].not_sharding is not None and core.state.ranks[1].not_sharding is None
+    cleared = step(3, {0: 41_000, 1: 41_000})
+    assert [(v.rank, v.verdict) for v in cleared] == [(0, "sharding_ok")]
+    assert core.state.ranks[0].not_sharding is None
+
+
+def test_a_replicated_run_is_never_told_it_does_not_shard():
+    _, step = _sharding_run({0: 80_000, 1: 80_000}, full=80_000, strategy="ddp")
+    assert step(1, {0: 80_000, 1: 80_000}) == []
+
+
+def test_the_expectation_is_the_runs_own_state_over_n_not_16_bytes_a_parameter():
+    # SGD holds no optimizer state: against 16 B a parameter, a rank holding 86% of its whole
+    # state read "0.86x the expectation", all well; against its own state it is 1.7x its share.
+    from pardash.telemetry.summary import expected_state_bytes
+
+    assert expected_state_bytes(40_200, 5_149, 2, "fsdp") == (20_100, "its state unsharded ÷ 2")
+    assert expected_state_bytes(40_200, 5_149, 2, "ddp") == (40_200, "its state unsharded")
+    assert expected_state_bytes(None, 5_149, 2, "fsdp") == (41_192, "16 B/param ÷ 2")
+    assert expected_state_bytes(None, 0, 2, "fsdp") == (None, "")

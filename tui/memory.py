@@ -2,9 +2,9 @@
 
 Measured bytes come from each rank's last ``Step.mem`` (parameters, gradients, optimizer state
 and DDP buckets held locally, and the ``*_full_bytes`` the same tensors take unsharded). The
-expectation follows the ZeRO paper's arithmetic for fp32 AdamW (also mixed-precision Adam):
-16 bytes per parameter (4 parameters + 4 gradients + 8 optimizer state) on every rank unsharded,
-16 / N per rank fully sharded over N ranks.
+expectation is the run's own state measured unsharded, on every rank when replicated and 1/N of
+it fully sharded over N ranks (``summary.expected_state_bytes``; the ZeRO paper's 16 bytes a
+parameter before any rank measured it).
 """
 
 from __future__ import annotations
@@ -13,19 +13,7 @@ import statistics
 from dataclasses import dataclass
 
 from pardash.telemetry import state as st
-
-BYTES_PER_PARAM = 16
-"""Parameters + gradients + AdamW state per parameter, fp32 (ZeRO paper: 2 + 2 + 12 mixed)."""
-SHARDED_STRATEGIES = ("fsdp", "zero", "shard")
-"""Strategy names (substrings) whose ranks are expected to hold 1/N of the model state."""
-NOT_SHARDING_FACTOR = 1.5
-"""A sharded run whose ranks hold this many times the expectation is flagged here too."""
-
-
-def is_sharded(strategy: str) -> bool:
-    """Does ``strategy`` shard parameters, gradients and optimizer state across ranks?"""
-    s = strategy.lower()
-    return any(name in s for name in SHARDED_STRATEGIES)
+from pardash.telemetry.summary import NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,28 +93,23 @@ class MemorySavings:
         """Median bytes a rank would hold unsharded."""
         return int(statistics.median(r.full_bytes for r in self.ranks))
 
-    @property
-    def unsharded_expected_bytes(self) -> int | None:
-        """ZeRO arithmetic: 16 bytes per parameter on every rank."""
-        return BYTES_PER_PARAM * self.params_count if self.params_count else None
+    def _expected(self, strategy: str) -> tuple[int | None, str]:
+        return expected_state_bytes(self.full_per_rank_bytes, self.params_count, self.world_size, strategy)
 
     @property
     def sharded_expected_bytes(self) -> int | None:
-        """ZeRO arithmetic: 16 bytes per parameter over N ranks (fully sharded)."""
-        if not self.params_count or self.world_size < 1:
-            return None
-        return BYTES_PER_PARAM * self.params_count // self.world_size
+        """What a rank would hold fully sharded over the run's ranks (1/N of its state)."""
+        return self._expected("fsdp")[0] if self.world_size > 1 else None
 
     @property
     def expected_per_rank_bytes(self) -> int | None:
         """What a rank should hold for this run's strategy."""
-        return self.sharded_expected_bytes if self.sharded else self.unsharded_expected_bytes
+        return self._expected(self.strategy)[0]
 
     @property
     def expected_label(self) -> str:
-        if self.sharded:
-            return f"16 B/param ÷ {self.world_size}"
-        return "16 B/param"
+        """How the expectation is worked out ("its state unsharded ÷ 4", "16 B/param")."""
+        return self._expected(self.strategy)[1]
 
     @property
     def over_expectation(self) -> list[int]:

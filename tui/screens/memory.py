@@ -109,7 +109,7 @@ class MemoryScreen(Screen):
         if hello is not None and hello.params_count:
             title.append(f" · {fmt_params(hello.params_count)} parameters ({fmt_bytes(hello.params_bytes, short=True)})")
         if savings is not None and savings.expected_per_rank_bytes:
-            how = "16 B/param ÷ N, fully sharded" if savings.sharded else "16 B/param, a full copy"
+            how = savings.expected_label + (", fully sharded" if savings.sharded else ", a full copy")
             title.append((f"\nexpected per rank {fmt_bytes(savings.expected_per_rank_bytes, short=True)} ({how})", "$text-muted"))
         self.query_one("#title", Static).update(Content.assemble(*title))
         legend: list[str | tuple[str, str]] = []
@@ -122,7 +122,7 @@ class MemoryScreen(Screen):
         off = savings is not None and bars.off_scale(savings)
         legend += [
             ("░ ", "$foreground 40%"),
-            ("unsharded (what DDP holds)" + (", runs off the scale »" if off else "") + "   ", "$text-muted"),
+            ("unsharded (a full copy of its state)" + (", runs off the scale »" if off else "") + "   ", "$text-muted"),
         ]
         legend += [("┃ ", "bold $text-success"), ("expected for the strategy", "$text-muted")]
         self.query_one("#legend", Static).update(Content.assemble(*legend))

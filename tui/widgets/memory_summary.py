@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..format import fmt_bytes, fmt_params, fmt_ratio
+from ..format import fmt_bytes, fmt_ratio
 from ..memory import MemorySavings
 from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
@@ -18,7 +18,7 @@ from .fit import refresh_fitted
 class MemorySummary(CachedStyles, Widget):
     """Model state (parameters, gradients, optimizer state) held across all ranks against what
     the same ranks would hold unsharded, the saving in bytes and as a ratio, the bytes per rank
-    and the ZeRO expectation for the run's strategy (16 bytes a parameter, over N when fully
+    and what a rank should hold under the run's strategy (its state unsharded, over N when fully
     sharded). ``m`` opens the per-rank view."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -80,13 +80,7 @@ class MemorySummary(CachedStyles, Widget):
         lines.append(self._row("per rank", per_rank, spread))
         expected = s.expected_per_rank_bytes
         if expected:
-            lines.append(
-                self._row(
-                    "expected",
-                    fmt_bytes(expected),
-                    f"(16 B × {fmt_params(s.params_count)}{' ÷ ' + str(s.world_size) if s.sharded else ''})",
-                )
-            )
+            lines.append(self._row("expected", fmt_bytes(expected), f"({s.expected_label})"))
             if not s.sharded and s.world_size > 1 and s.sharded_expected_bytes:
                 lines.append(self._row("FSDP", fmt_bytes(s.sharded_expected_bytes), f"if sharded ÷ {s.world_size}"))
         over = s.over_expectation
