@@ -10,6 +10,7 @@ when the hub last heard from a rank, so clock skew between nodes never matters.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .schema import Verdict
@@ -26,6 +27,50 @@ STALL_CAUSE_PHASES = ("data",)
 """Phases no collective waits in: when, at one step, some ranks are stalled in one of them and
 the others in another phase, the others are waiting for them (a hung data loader holds every
 rank at the next collective). The alerts and the report name those first, as the likely cause."""
+
+
+def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]]) -> set[int]:
+    """The ranks a hang most likely waits for, from the ranks stuck in it: (rank, "stalled" or
+    "silent", its last step, the phase it is stuck in). Empty when nothing tells them apart
+    (every rank waits alike) or only one rank is stuck.
+
+    In order: the ranks behind the others (the others finished a step they have not: in
+    synchronous training the others wait at that step's collective); else, at one step, the
+    ranks stuck outside any collective (STALL_CAUSE_PHASES) while the others are in one; else
+    the silent ranks (frozen: no heartbeat at all) while the others still beat."""
+    ranks = list(stuck)
+    if len(ranks) < 2:
+        return set()
+    steps = [s for _, _, s, _ in ranks if s is not None]
+    if steps and min(steps) < max(steps):
+        low = min(steps)
+        return {r for r, _, s, _ in ranks if s == low}
+    outside = {r for r, kind, _, phase in ranks if kind == "stalled" and phase in STALL_CAUSE_PHASES}
+    if outside and len(outside) < len(ranks):
+        return outside
+    silent = {r for r, kind, _, _ in ranks if kind == "silent"}
+    if silent and len(silent) < len(ranks):
+        return silent
+    return set()
+
+
+def stuck_ranks(state: RunState) -> list[tuple[int, str, int | None, str | None]]:
+    """The ranks of ``state`` stalled or silent now, as :func:`hang_causes` takes them."""
+    out = []
+    for r in state.ranks.values():
+        if r.exit_code is not None or r.finished:
+            continue
+        step = r.step.step if r.step is not None else None
+        v = r.silent or r.stalled
+        if v is None:
+            continue
+        if v.step is not None:
+            step = v.step  # the step the verdict names ("stalled after step N")
+        if r.silent is not None:
+            out.append((r.rank, "silent", step, r.heartbeat.phase if r.heartbeat is not None else None))
+        else:
+            out.append((r.rank, "stalled", step, v.cause or None))
+    return out
 
 
 BUSY_PHASES = ("eval", "checkpoint", "resume")

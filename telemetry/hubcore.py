@@ -319,6 +319,8 @@ class HubCore:
         if isinstance(msg, schema.Hello):
             prev = self.state.ranks.get(msg.rank)
             if prev is not None and prev.hello is not None and msg.restart > prev.hello.restart:
+                if not any(r.hello is not None and r.hello.restart >= msg.restart for r in self.state.ranks.values()):
+                    self.detector.stragglers.restart()  # the first rank of the new attempt
                 self.note(
                     f"rank {msg.rank} restarted by torchrun (restart {msg.restart}, pid {msg.pid})",
                     name="restart",

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from . import schema
+from .analysis import hang_causes, stuck_ranks
 from .client import Source
 from .failures import failure_line, failure_summary
 from .summary import (
@@ -199,6 +200,9 @@ def progress_stats(st) -> str:
         parts.append("step ms " + "/".join(ms(x) for x in sp) + " min/med/max")
     counts = st.status_counts()
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    causes = hang_causes(stuck_ranks(st))
+    if causes:
+        parts.append(f"likely waiting for {ranks_named(sorted(causes))}")
     if st.lost:
         parts.append(f"{st.lost} lost")
     return " | ".join(p for p in parts if p)
@@ -234,6 +238,9 @@ def progress_line(st, elapsed_s: float) -> str:
         parts.append(f"mem/rank {held}")
     counts = st.status_counts()
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    causes = hang_causes(stuck_ranks(st))
+    if causes:
+        parts.append(f"likely waiting for {ranks_named(sorted(causes))}")
     if st.lost:
         parts.append(f"{st.lost} lost")
     return " | ".join(p for p in parts if p)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .analysis import STALL_CAUSE_PHASES
+from .analysis import hang_causes
 from .summary import ranks_named
 from .summary import human_bytes, ms
 
@@ -101,17 +101,17 @@ def straggler_lines(rep: dict) -> list[str]:
 def stall_lines(rep: dict) -> list[str]:
     """Stall and silence episodes, ranks that stalled alike (phase, step, end) on one line: in
     a hang every rank waits in the same collective."""
-    # A step where some ranks stalled outside any collective and others in one: the former
-    # are the likely cause (see STALL_CAUSE_PHASES), named first.
-    kinds: dict[object, set[bool]] = {}
-    for s in rep["stalls"]:
-        if s["kind"] == "stalled":
-            kinds.setdefault(s["step"], set()).add(s["phase"] in STALL_CAUSE_PHASES)
+    # The ranks a hang most likely waits for (analysis.hang_causes), named first: among the
+    # episodes that never ended (the hang the run ended in), and among those that did.
+    causes: set[tuple[bool, int]] = set()
+    for ended in (False, True):
+        group = [s for s in rep["stalls"] if (s["until"] or "").startswith("resumed") == ended]
+        causes |= {(ended, r) for r in hang_causes((s["rank"], s["kind"], s["step"], s["phase"]) for s in group)}
     alike: dict[str, list[int]] = {}
     for s in rep["stalls"]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
-        cause = s["kind"] == "stalled" and s["phase"] in STALL_CAUSE_PHASES and kinds.get(s["step"]) == {True, False}
+        cause = ((s["until"] or "").startswith("resumed"), s["rank"]) in causes
         ranks = alike.setdefault(f"{what}{at}; {s['until'] or 'never resumed'}{' - likely the cause' if cause else ''}", [])
         if s["rank"] not in ranks:
             ranks.append(s["rank"])

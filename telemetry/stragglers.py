@@ -71,6 +71,17 @@ class StragglerDetector:
         self._noise: deque[float] = deque(maxlen=50)
         """Per-window spread of clean ranks' scores: the noise floor is their median."""
         self.windows_scored = 0
+        self._rewarm = False
+        """The job restarted (torchrun): the next step seen starts a new warm-up."""
+
+    def restart(self) -> None:
+        """A new attempt of the job (torchrun restarted it): its ranks start again from step 1
+        or from a checkpoint, fresh processes warming up. Windows count from its first step
+        plus the warm-up; what the last attempt left pending, and its streaks, are dropped
+        (its noise floor is kept: the same job on the same machines)."""
+        self._ranks.clear()
+        self._next_window = 0
+        self._rewarm = True
 
     def observe(self, step: Step) -> None:
         self.observe_many((step,))
@@ -84,6 +95,10 @@ class StragglerDetector:
         for step in steps:
             x = step.self_s
             s = step.step
+            if self._rewarm:
+                # The first step of a restarted job (every rank resumes from the same one).
+                self._rewarm = False
+                self._next_window = floor = s + self.cfg.warmup_steps
             if x is None or s < floor:
                 continue
             w = ranks.get(step.rank)
@@ -114,6 +129,9 @@ class StragglerDetector:
         cfg = self.cfg
         first = max(self._next_window, cfg.warmup_steps)
         reached = min(state.ranks[r].step.step for r in live)
+        said: dict[int, bool] = {}
+        """rank -> straggler or not, as verdicts of this pass said (the state learns them only
+        once the hub applies them: a pass that scores several windows must not say it twice)."""
         while first + cfg.window - 1 <= reached:
             # Jump over windows nobody has data for (a rank that says it is at step 10**9
             # must not make the hub walk a hundred million empty windows).
@@ -125,12 +143,12 @@ class StragglerDetector:
                 first += (oldest - first) // cfg.window * cfg.window
                 continue
             steps = range(first, first + cfg.window)
-            out.extend(self._score(state, live, steps))
+            out.extend(self._score(state, live, steps, said))
             first += cfg.window
         self._next_window = first
         return out
 
-    def _score(self, state: RunState, live: list[int], steps: range) -> list[Verdict]:
+    def _score(self, state: RunState, live: list[int], steps: range, said: dict[int, bool]) -> list[Verdict]:
         """Score the window of ``steps`` for the live ranks, and forget its steps."""
         cfg = self.cfg
         score: dict[int, float] = {}
@@ -157,18 +175,20 @@ class StragglerDetector:
             excess = m - base
             bar = max(cfg.rel * base, cfg.abs_s, cfg.noise_k * noise)
             w = self._ranks[r]
-            current = state.ranks[r].straggler
+            current = said.get(r, state.ranks[r].straggler is not None)
             if excess > bar:
                 w.flagged += 1
                 w.calm = 0
-                if current is None and w.flagged >= cfg.persist:
+                if not current and w.flagged >= cfg.persist:
                     out.append(self._verdict(state, r, m, base, loo.max_without(r), data, steps))
+                    said[r] = True
             else:
                 calm_scores.append(m)
                 w.flagged = 0
                 if excess < bar / 2:
                     w.calm += 1
-                    if current is not None and w.calm >= cfg.clear_after:
+                    if current and w.calm >= cfg.clear_after:
+                        said[r] = False
                         out.append(
                             Verdict(
                                 rank=r,

@@ -628,3 +628,18 @@ def test_metrics_the_script_logged_are_in_the_report(tmp_path):
     }
     assert "  grad_norm: 2.5 at the last step (first 10.5)" in render_text(rep)
     assert "## Metrics the script logged" in render_markdown(rep)
+
+
+def test_the_progress_line_says_which_rank_a_hang_waits_for():
+    # The headless lines said only "1 silent, 1 stalled": the rank frozen by SIGSTOP was named
+    # nowhere until the report.
+    from pardash.telemetry.printer import progress_line
+    from pardash.telemetry.state import RunState
+
+    st = RunState()
+    for r in range(2):
+        st.apply(schema.Hello(rank=r, world_size=2), 0)
+        st.apply(schema.Step(rank=r, step=345, step_s=0.1), 0)
+    st.apply(schema.Verdict(rank=1, verdict="silent", step=345), 0)
+    st.apply(schema.Verdict(rank=0, verdict="stalled", cause="backward", step=345), 0)
+    assert progress_line(st, 12.0).endswith("| 1 silent, 1 stalled | likely waiting for rank 1")

@@ -114,3 +114,66 @@ def test_leave_one_out_matches_the_naive_median():
             others = [v for q, v in values.items() if q != k]
             assert loo.median_without(k) == pytest.approx(statistics.median(others))
             assert loo.max_without(k) == max(others)
+
+
+def test_a_pass_that_scores_several_windows_says_a_verdict_once():
+    # The hub judged at a frame after 60 steps had come (a slow frame, a hub catching up): the
+    # same straggler was said at steps 69, 79 and 89.
+    st = RunState()
+    det = StragglerDetector(StragglerConfig())
+    for r in range(2):
+        st.apply(schema.Hello(rank=r, world_size=2), 0.0)
+    for s in range(1, 100):
+        for r in range(2):
+            msg = schema.Step(rank=r, step=s, step_s=0.05, self_s=0.010 + (0.02 if r == 1 and s < 60 else 0), data_s=0.001)
+            st.apply(msg, 0.0)
+            det.observe(msg)
+    said = det.update(st)
+    assert [(v.verdict, v.rank) for v in said] == [("straggler", 1), ("straggler_cleared", 1)]
+
+
+def test_a_job_torchrun_restarted_is_judged_again_from_its_first_steps():
+    # After a restart the windows went on from the last attempt's step: a rank straggling from
+    # the restart's first step was found only once the job passed the step it had crashed at.
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r")
+    seq = dict.fromkeys(range(2), 0)
+    t = [1.0]
+
+    def send(msg) -> None:
+        msg.run, msg.seq, msg.t = "r", seq[msg.rank], t[0]
+        seq[msg.rank] += 1
+        assert core.ingest(msg, t[0]), core.rejected
+
+    def steps(first: int, last: int, slow: int | None) -> list[schema.Verdict]:
+        out = []
+        for s in range(first, last + 1):
+            t[0] += 0.05
+            for r in range(2):
+                send(schema.Step(rank=r, step=s, step_s=0.05, self_s=0.010 + (0.02 if r == slow else 0), data_s=0.001))
+            out += [m for m in core.tick(t[0]).messages if isinstance(m, schema.Verdict) and m.verdict.startswith("straggler")]
+        return out
+
+    for r in range(2):
+        send(schema.Hello(rank=r, world_size=2, strategy="ddp"))
+    assert steps(1, 300, slow=None) == []
+    for r in range(2):  # torchrun restarts the job; its ranks start over at step 1
+        send(schema.Hello(rank=r, world_size=2, strategy="ddp", restart=1))
+    said = steps(1, 100, slow=1)
+    assert [(v.verdict, v.rank) for v in said] == [("straggler", 1)]
+    assert said[0].step < 1 + 10 + 3 * 10  # warm-up, then within three windows
+
+
+def test_the_rank_a_hang_waits_for():
+    from pardash.telemetry.analysis import hang_causes
+
+    # Behind the others: they finished a step it has not (whatever phase each is in).
+    assert hang_causes([(0, "stalled", 100, "data"), (1, "stalled", 99, "backward")]) == {1}
+    # At one step: stuck outside any collective while the others are in one.
+    assert hang_causes([(0, "stalled", 5, "backward"), (1, "stalled", 5, "data"), (2, "stalled", 5, "backward")]) == {1}
+    # At one step, frozen (no heartbeat) while the others still beat.
+    assert hang_causes([(0, "stalled", 345, "backward"), (1, "silent", 345, "backward")]) == {1}
+    # Nothing tells them apart, or nobody waits.
+    assert hang_causes([(0, "stalled", 5, "backward"), (1, "stalled", 5, "backward")]) == set()
+    assert hang_causes([(0, "stalled", 5, "data")]) == set()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
-from pardash.telemetry.analysis import STALL_CAUSE_PHASES
+from pardash.telemetry.analysis import hang_causes, stuck_ranks
 from pardash.telemetry.failures import root_cause
 
 from .format import fmt_clock, fmt_step_time
@@ -136,15 +136,20 @@ def rank_alerts(
 
 
 def _stall_causes(state: st.RunState, alerts: list[Alert]) -> list[Alert]:
-    """Mark the stalled ranks stuck outside any collective as the likely cause, when others
-    are stalled waiting (in a collective's phase) for them."""
-    stalled = [a for a in alerts if a.kind == "stalled"]
-    own = {a.rank for a in stalled if (state.ranks[a.rank].stalled.cause or "") in STALL_CAUSE_PHASES}  # type: ignore[union-attr]
-    waiting = len(stalled) - len(own)
-    if not own or not waiting:
+    """Mark the stalled or silent ranks a hang most likely waits for (analysis.hang_causes:
+    the ranks behind the others, else those stuck outside any collective, else the frozen
+    ones) as the likely cause."""
+    causes = hang_causes(stuck_ranks(state))
+    if not causes:
+        return alerts
+    waiting = sum(1 for a in alerts if a.kind in ("stalled", "silent") and a.rank not in causes)
+    if not waiting:
         return alerts
     why = f", likely the cause: {waiting} other{'s' if waiting > 1 else ''} wait for it"
-    return [Alert(a.kind, a.rank, a.text + why, first=True) if a.kind == "stalled" and a.rank in own else a for a in alerts]
+    return [
+        Alert(a.kind, a.rank, a.text + why, first=True) if a.kind in ("stalled", "silent") and a.rank in causes else a
+        for a in alerts
+    ]
 
 
 def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) -> list[Alert]:

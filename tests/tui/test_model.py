@@ -297,3 +297,14 @@ def test_sorting_by_status_puts_the_root_cause_first():
     st.apply(schema.Event(rank=5, name="exit", code=1, step=150, seq=3, hseq=h + 2), 0)
     rows = sort_rows(RowBuilder().build(st), "status")
     assert [r.rank for r in rows][:2] == [5, 0] and rows[0].exit_first is True
+
+
+def test_a_hang_names_the_rank_behind_not_the_one_waiting_between_steps():
+    # Rank 1 hung in its step 100 (after step 99); rank 0 finished step 100 and waits in the
+    # loss all-reduce between steps, which reads as "data": rank 0 was named the cause.
+    st = _state(world=2)
+    st.apply(schema.Verdict(rank=0, verdict="stalled", cause="data", step=100), 0)
+    st.apply(schema.Verdict(rank=1, verdict="stalled", cause="backward", step=99), 0)
+    alerts = run_alerts(st)
+    assert [a.rank for a in alerts] == [1, 0] and alerts[0].first
+    assert alerts[0].text == "rank 1 stalled in backward after step 99, likely the cause: 1 other wait for it"
