@@ -55,11 +55,15 @@ def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]]) -> set
 
 
 def stuck_ranks(state: RunState) -> list[tuple[int, str, int | None, str | None]]:
-    """The ranks of ``state`` stalled or silent now, as :func:`hang_causes` takes them."""
+    """The ranks of a hang, as :func:`hang_causes` takes them: every rank still alive in
+    ``state`` stalled or silent. Empty while some rank still makes progress (two ranks stuck
+    apart from a job that goes on are not one waiting for the other)."""
     out = []
     for r in state.ranks.values():
         if r.exit_code is not None or r.finished:
             continue
+        if r.silent is None and r.stalled is None:
+            return []
         step = r.step.step if r.step is not None else None
         v = r.silent or r.stalled
         if v is None:

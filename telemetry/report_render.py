@@ -103,10 +103,12 @@ def stall_lines(rep: dict) -> list[str]:
     a hang every rank waits in the same collective."""
     # The ranks a hang most likely waits for (analysis.hang_causes), named first: among the
     # episodes that never ended (the hang the run ended in), and among those that did.
+    # A hang holds every rank: ranks stuck apart from a job that went on wait for nobody.
     causes: set[tuple[bool, int]] = set()
     for ended in (False, True):
         group = [s for s in rep["stalls"] if (s["until"] or "").startswith("resumed") == ended]
-        causes |= {(ended, r) for r in hang_causes((s["rank"], s["kind"], s["step"], s["phase"]) for s in group)}
+        if len({s["rank"] for s in group}) >= rep["world_size"]:
+            causes |= {(ended, r) for r in hang_causes((s["rank"], s["kind"], s["step"], s["phase"]) for s in group)}
     alike: dict[str, list[int]] = {}
     for s in rep["stalls"]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"

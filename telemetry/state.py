@@ -267,9 +267,11 @@ class RunState:
             r.silent = r.stalled = None
         elif isinstance(msg, schema.Event):
             code = msg.code if msg.code is not None else 0
-            if msg.name != "exit" or msg.seq < 0 or r.exit_noted != code:
-                # (A rank's own exit after the launcher's note of it, its messages held up as it
-                # died, is the same exit: the event log says it once. It still counts below.)
+            # A rank's own failed exit after the launcher's note of it (its messages held up as
+            # it died) is the same exit: the event log says it once, with the code the launcher
+            # saw the process end with (a rank torchrun stopped with SIGTERM says "1" itself).
+            same_exit = msg.name == "exit" and msg.seq >= 0 and r.exit_noted is not None and (code == r.exit_noted or (code and r.exit_noted))
+            if not same_exit:
                 self.events.append(msg)
             if is_lifecycle(msg):
                 self._keep_lifecycle(msg)
@@ -282,7 +284,7 @@ class RunState:
                         # The rank's own word wins over a launcher's note about it (seq -1)
                         # that happened to be taken first.
                         r.exit_code = None
-                else:
+                elif not same_exit:
                     r.exit_code = code
 
     def _keep_lifecycle(self, msg: schema.Message) -> None:

@@ -353,3 +353,19 @@ def test_ps_learns_what_a_hub_alone_records_from_its_first_hello(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_rank_stopped_by_torchrun_that_says_another_code_itself_exits_once_with_torchruns():
+    # torchrun stopped rank 0 with SIGTERM after rank 1 died (its note: -15); rank 0's own exit,
+    # held up as it died, said code 1: "[exit] rank 0 exited with code -15" then "... code 1".
+    from pardash.telemetry.printer import event_line
+
+    core = HubCore(run_id="r")
+    for r in (0, 1):
+        assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=r, world_size=2, pid=10 + r, t=1.0e9)), 1.0)
+    note = schema.Event(run="r", rank=0, seq=-1, t=1.0e9 + 2, name="exit", code=-15, message="rank 0 was stopped by torchrun")
+    own = schema.Event(run="r", rank=0, seq=3, t=1.0e9 + 1, name="exit", code=1, step=752)
+    for m in (note, own):
+        assert core.ingest_bytes(schema.encode(m), 2.0)
+    assert [line for m in core.state.events if (line := event_line(m))] == ["[exit] rank 0 exited with code -15"]
+    assert core.state.ranks[0].exit_code == -15

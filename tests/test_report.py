@@ -600,13 +600,20 @@ def test_a_hang_names_the_rank_stalled_outside_any_collective_first():
     def stall(rank, phase, step=5):
         return {"rank": rank, "kind": "stalled", "phase": phase, "step": step, "until": None}
 
-    rep = {"stalls": [stall(0, "backward"), stall(1, "data"), stall(2, "backward")]}
+    rep = {"world_size": 3, "stalls": [stall(0, "backward"), stall(1, "data"), stall(2, "backward")]}
     assert stall_lines(rep) == [
         "rank 1 stalled in data after step 5; never resumed - likely the cause",
         f"{ranks_named([0, 2])} stalled in backward after step 5; never resumed",
     ]
     # A data stall alone (or every rank in data) is no guess about anyone else.
-    assert stall_lines({"stalls": [stall(3, "data", 12)]}) == ["rank 3 stalled in data after step 12; never resumed"]
+    assert stall_lines({"world_size": 3, "stalls": [stall(3, "data", 12)]}) == ["rank 3 stalled in data after step 12; never resumed"]
+    # Nor are two ranks stuck while the job's other ranks went on.
+    rep["world_size"] = 8
+    assert not any("likely the cause" in line for line in stall_lines(rep))
+    # The rank behind the others, whatever its phase: rank 0 had finished step 100 and waited
+    # between steps (which reads as "data"); rank 1 hung in its step 100.
+    hang = {"world_size": 2, "stalls": [stall(0, "data", 100), stall(1, "backward", 99)]}
+    assert stall_lines(hang)[0] == "rank 1 stalled in backward after step 99; never resumed - likely the cause"
 
 
 def test_metrics_the_script_logged_are_in_the_report(tmp_path):
