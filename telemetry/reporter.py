@@ -38,12 +38,10 @@ BATCH_S = 0.05
 ZeroMQ's I/O thread, and each arrival the hub: on a machine whose cores the ranks keep busy,
 every wake-up takes a core from a rank and, through the next collective, from all of them. A
 burst per 50 ms wakes each once for many steps; frames reach viewers every 100 ms anyway.
-Events, hellos and a step after a slow one go at once; a loop stuck with steps still held has
-them sent by the heartbeat thread (see STUCK_S)."""
+Events, hellos and a step after a slow one go at once; steps still held when the heartbeat
+thread beats (the loop stopped sending: stuck, done, or in a long evaluation) go out from it,
+ahead of the heartbeat. Without a heartbeat thread nothing is held."""
 BATCH_MAX = 64
-STUCK_S = 0.1
-"""Steps held this long (the loop stopped sending: stuck, done, or in a long evaluation) go
-out from the heartbeat thread, at its next beat. Without a heartbeat thread nothing is held."""
 
 
 def _threads() -> set[int]:
@@ -245,9 +243,11 @@ class Reporter:
         return sent
 
     def _rescue_held(self, sock: zmq.Socket) -> None:
-        """Heartbeat thread: send steps the loop has held for STUCK_S (it is stuck)."""
+        """Heartbeat thread, right before a heartbeat: send the steps the loop holds. A
+        heartbeat sent ahead of them carries a later seq, which the hub would count as lost
+        messages (and the rank, its steps unseen, as starting) until they came."""
         with self._held_lock:
-            if not self._held or time.monotonic() - self._flushed < STUCK_S:
+            if not self._held:
                 return
             batch, self._held = self._held, []
             self._flushed = time.monotonic()

@@ -102,6 +102,35 @@ def test_fast_steps_go_in_bursts_and_none_is_left_behind():
     pull.close(0)
 
 
+def test_a_heartbeat_never_overtakes_the_steps_held_before_it(monkeypatch):
+    # Steps held for a burst (under 0.1 s old) stayed behind while the heartbeat thread sent
+    # a heartbeat with a later seq: the hub read the gap as lost messages ("9 lost") and the
+    # rank, its steps unseen, as "starting", until the steps came.
+    from pardash.telemetry import reporter
+
+    monkeypatch.setattr(reporter, "BATCH_S", 60.0)  # the loop holds every step after the first
+    ctx = zmq.Context.instance()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    rep = Reporter(f"tcp://127.0.0.1:{port}", run="r", identity=identity(0), heartbeat_s=0.05)
+    rep.hello(strategy="ddp")
+    for i in range(1, 6):
+        rep.step(step=i, loss=1.0, step_s=0.001)
+    seen: list = []
+
+    def a_beat():
+        while pull.poll(10):
+            seen.append(schema.decode(pull.recv()))
+        return any(isinstance(m, schema.Heartbeat) for m in seen)
+
+    wait_for(a_beat)
+    beat = next(m for m in seen if isinstance(m, schema.Heartbeat))
+    before = [m.step for m in seen[: seen.index(beat)] if isinstance(m, schema.Step)]
+    assert before == [1, 2, 3, 4, 5] and beat.step == 5
+    rep.close()
+    pull.close(0)
+
+
 def _sched(tid: int) -> tuple[str, int]:
     with open(f"/proc/self/task/{tid}/comm") as fh:
         return fh.read().strip(), os.sched_getscheduler(tid)
