@@ -98,6 +98,9 @@ def build_report(path: str) -> dict:
     open_stalls: dict[int, dict] = {}
     not_sharding: dict[int, str] = {}
     exits: dict[int, dict] = {}
+    noted: set[int] = set()
+    """Ranks whose exit the launcher noted (torchrun saw the process end): a failed exit the
+    rank says itself afterwards is the same one, with torchrun's code (as RunState keeps it)."""
     saves: dict[int, dict] = {}
     resumes: dict[tuple[int, int], dict] = {}
     warnings: dict[str, dict] = {}
@@ -111,6 +114,8 @@ def build_report(path: str) -> dict:
             hub_restarts.append(msg.t)
         if msg.run:
             run_ids.add(msg.run)
+        if isinstance(msg, schema.Hello):
+            noted.discard(msg.rank)  # a (re)started rank: its next exit is a new one
         if msg.t:
             first_t = msg.t if first_t is None else min(first_t, msg.t)
             last_t = msg.t if last_t is None else max(last_t, msg.t)
@@ -148,7 +153,13 @@ def build_report(path: str) -> dict:
             _fold_verdict(msg, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits)
         elif isinstance(msg, schema.Event) and msg.name == "exit" and msg.rank >= 0:
             if msg.code:
-                exits[msg.rank] = {"rank": msg.rank, "code": msg.code, "step": msg.step, "message": msg.message}
+                if msg.seq >= 0 and msg.rank in noted and msg.rank in exits:
+                    if exits[msg.rank]["step"] is None:
+                        exits[msg.rank]["step"] = msg.step
+                else:
+                    exits[msg.rank] = {"rank": msg.rank, "code": msg.code, "step": msg.step, "message": msg.message}
+                    if msg.seq < 0:
+                        noted.add(msg.rank)
                 ep = open_stalls.pop(msg.rank, None)
                 if ep is not None:
                     ep["until"] = "exit"
@@ -224,6 +235,8 @@ def build_report(path: str) -> dict:
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
+        if e["role"] == "cause" and e["step"] is None and failure is not None:
+            e["step"] = failure.get("step")  # killed without a word: the step it died in, as the failure line says
     return {
         "log": path,
         "run_id": state.run_id,

@@ -650,3 +650,24 @@ def test_the_progress_line_says_which_rank_a_hang_waits_for():
     st.apply(schema.Verdict(rank=1, verdict="silent", step=345), 0)
     st.apply(schema.Verdict(rank=0, verdict="stalled", cause="backward", step=345), 0)
     assert progress_line(st, 12.0).endswith("| 1 silent, 1 stalled | likely waiting for rank 1")
+
+
+def test_an_exit_torchrun_noted_keeps_its_code_and_the_root_cause_its_step(tmp_path):
+    # torchrun saw rank 0 end with SIGTERM after rank 1 was killed; rank 0 then said "1" itself:
+    # the report kept 1. Rank 1, killed without a word, had no step in the exits list while the
+    # failure line said "at step 748".
+    from pardash.telemetry.report import build_report
+
+    msgs = [schema.Hello(rank=r, world_size=2, pid=10 + r, strategy="ddp", seq=0, t=1.0e9) for r in range(2)]
+    for s in range(1, 748):
+        msgs += [schema.Step(rank=r, step=s, seq=s, step_s=0.1, t=1.0e9 + s * 0.1) for r in range(2)]
+    msgs += [
+        schema.Event(rank=1, seq=-1, name="exit", code=-9, message="torchrun: rank 1 killed by signal 9 (SIGKILL)", t=1.0e9 + 80),
+        schema.Event(rank=0, seq=-1, name="exit", code=-15, message="torchrun: rank 0 killed by signal 15 (SIGTERM)", t=1.0e9 + 80),
+        schema.Event(rank=0, seq=900, name="exit", code=1, step=748, t=1.0e9 + 80.1),
+    ]
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in msgs))
+    exits = {e["rank"]: e for e in build_report(str(log))["exits"]}
+    assert (exits[0]["code"], exits[0]["step"]) == (-15, 748)
+    assert (exits[1]["code"], exits[1]["role"], exits[1]["step"]) == (-9, "cause", 748)
