@@ -39,6 +39,32 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+class _RecentSteps:
+    """A rank's most recent step numbers (bounded): tells a step arriving late, out of order,
+    from one taken again."""
+
+    KEEP = 4096
+
+    def __init__(self) -> None:
+        self._order: deque[int] = deque()
+        self._seen: set[int] = set()
+
+    def add(self, step: int) -> None:
+        if step in self._seen:
+            return
+        self._seen.add(step)
+        self._order.append(step)
+        if len(self._order) > self.KEEP:
+            self._seen.discard(self._order.popleft())
+
+    def first_time(self, step: int) -> bool:
+        """A step below the rank's highest that it has not taken before (one further back than
+        the steps kept reach counts as taken again: a resume from far back)."""
+        if step in self._seen:
+            return False
+        return len(self._order) < self.KEEP or step > min(self._order)
+
+
 def _state_bytes(mem: schema.Mem | None) -> int | None:
     """Parameters + gradients + optimizer state: what ZeRO's arithmetic counts."""
     return None if mem is None else mem.params_bytes + mem.grads_bytes + mem.optim_bytes
@@ -82,9 +108,11 @@ def build_report(path: str) -> dict:
     samples: dict[int, int] = defaultdict(int)
     samples_per_step: dict[int, int] = {}
     top_step: dict[int, int] = {}
+    recent: dict[int, _RecentSteps] = defaultdict(_RecentSteps)
     rerun: dict[int, int] = defaultdict(int)
-    """Steps a rank took again (a restart or resume back to a checkpoint): at or below its
-    highest step so far."""
+    """Steps a rank took again (a restart or resume back to a checkpoint): seen already (or
+    further back than a rank's recent steps reach). A step arriving after a later one (the
+    reporter's two sockets take turns) is no rerun."""
     first_loss: dict[int, float] = {}
     custom_first: dict[str, dict[int, float]] = defaultdict(dict)
     custom_last: dict[str, dict[int, float]] = defaultdict(dict)
@@ -124,10 +152,11 @@ def build_report(path: str) -> dict:
                 step_t0 = msg.t - msg.step_s if step_t0 is None else min(step_t0, msg.t - msg.step_s)
                 step_t1 = msg.t if step_t1 is None else max(step_t1, msg.t)
             step_s[msg.rank].append(msg.step_s)
-            if msg.step <= top_step.get(msg.rank, -1):
+            if msg.step <= top_step.get(msg.rank, -1) and not recent[msg.rank].first_time(msg.step):
                 rerun[msg.rank] += 1
             else:
-                top_step[msg.rank] = msg.step
+                top_step[msg.rank] = max(msg.step, top_step.get(msg.rank, -1))
+                recent[msg.rank].add(msg.step)
             samples[msg.rank] += msg.samples
             samples_per_step[msg.rank] = msg.samples
             if msg.loss is not None:

@@ -671,3 +671,17 @@ def test_an_exit_torchrun_noted_keeps_its_code_and_the_root_cause_its_step(tmp_p
     exits = {e["rank"]: e for e in build_report(str(log))["exits"]}
     assert (exits[0]["code"], exits[0]["step"]) == (-15, 748)
     assert (exits[1]["code"], exits[1]["role"], exits[1]["step"]) == (-9, "cause", 748)
+
+
+def test_a_step_that_arrives_after_a_later_one_is_counted_once_not_as_a_rerun(tmp_path):
+    # A rank's heartbeat thread sends the steps its loop holds on its own socket: step 74 came
+    # after step 75, and the report counted 74 as "taken again" (146 steps of 147).
+    from pardash.telemetry.report import build_report
+
+    order = [*range(1, 74), 75, 74, *range(76, 101), *range(91, 101)]  # then a resume back to 91
+    msgs = [schema.Hello(rank=0, world_size=1, pid=10, seq=0, t=1.0e9)]
+    msgs += [schema.Step(rank=0, step=s, seq=i + 1, step_s=0.1, t=1.0e9 + i * 0.1) for i, s in enumerate(order)]
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in msgs))
+    (r,) = build_report(str(log))["ranks"]
+    assert (r["steps"], r["steps_rerun"]) == (100, 10)
