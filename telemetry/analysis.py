@@ -62,14 +62,11 @@ def stuck_ranks(state: RunState) -> list[tuple[int, str, int | None, str | None]
     for r in state.ranks.values():
         if r.exit_code is not None or r.finished:
             continue
-        if r.silent is None and r.stalled is None:
-            return []
-        step = r.step.step if r.step is not None else None
         v = r.silent or r.stalled
         if v is None:
-            continue
-        if v.step is not None:
-            step = v.step  # the step the verdict names ("stalled after step N")
+            return []
+        # The step the verdict names ("stalled after step N"), else the rank's last.
+        step = v.step if v.step is not None else r.step.step if r.step is not None else None
         if r.silent is not None:
             out.append((r.rank, "silent", step, r.heartbeat.phase if r.heartbeat is not None else None))
         else:

@@ -54,8 +54,8 @@ default 2-layer GPT: ~50-100 us on a laptop core, ~150 us on a loaded one). In a
 these sizes change only when the optimizer creates its state or the model changes, so in
 between the counts are reused (and recounted at once when an optimizer's number of states
 changes); the process's RSS and the GPU allocator's figures are read every call (an RSS read
-is one pread of /proc/self/statm, a few microseconds; a leak shows at the step it grows). Measured in a 2-rank DDP run
-at 7 ms a step: a full count ~400 us, a reused one ~25 us; every 10th call averaged 59 us a
+is one pread of /proc/self/statm, a few microseconds: a leak shows at the step it grows).
+Measured in a 2-rank DDP run at 7 ms a step: a full count ~400 us, a reused one ~25 us; every 10th call averaged 59 us a
 step, every 50th keeps the recount under 10 us a step."""
 
 
@@ -65,13 +65,11 @@ class _Rss:
 
     def __init__(self) -> None:
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._proc: Any = None
         try:
             self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
         except OSError:
             self._fd = None
-            import psutil
-
-            self._proc = psutil.Process(os.getpid())
 
     def __call__(self) -> int:
         if self._fd is not None:
@@ -79,9 +77,11 @@ class _Rss:
                 return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
             except (OSError, ValueError, IndexError):
                 pass
-        import psutil
+        if self._proc is None:
+            import psutil
 
-        return psutil.Process(os.getpid()).memory_info().rss
+            self._proc = psutil.Process(os.getpid())
+        return self._proc.memory_info().rss
 
     def __del__(self) -> None:
         if getattr(self, "_fd", None) is not None:

@@ -192,6 +192,12 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
     return ""
 
 
+def hang_text(st) -> str:
+    """'likely waiting for rank 3' while the job hangs on ranks it can name (analysis.hang_causes), else ''."""
+    causes = hang_causes(stuck_ranks(st))
+    return f"likely waiting for {ranks_named(sorted(causes))}" if causes else ""
+
+
 def progress_stats(st) -> str:
     """What the bar shows beside step/total: samples/s, step time spread, rank states."""
     parts = [rate_text(st)]
@@ -200,9 +206,7 @@ def progress_stats(st) -> str:
         parts.append("step ms " + "/".join(ms(x) for x in sp) + " min/med/max")
     counts = st.status_counts()
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    causes = hang_causes(stuck_ranks(st))
-    if causes:
-        parts.append(f"likely waiting for {ranks_named(sorted(causes))}")
+    parts.append(hang_text(st))
     if st.lost:
         parts.append(f"{st.lost} lost")
     return " | ".join(p for p in parts if p)
@@ -238,9 +242,7 @@ def progress_line(st, elapsed_s: float) -> str:
         parts.append(f"mem/rank {held}")
     counts = st.status_counts()
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    causes = hang_causes(stuck_ranks(st))
-    if causes:
-        parts.append(f"likely waiting for {ranks_named(sorted(causes))}")
+    parts.append(hang_text(st))
     if st.lost:
         parts.append(f"{st.lost} lost")
     return " | ".join(p for p in parts if p)

@@ -31,8 +31,6 @@ from .report_render import PHASES, md_table, render_markdown, render_text
 from .state import RunState, mem_full_bytes, mem_held_bytes
 from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
 
-"""ZeRO's model-state bytes a parameter (fp32 AdamW: 4 + 4 + 8; mixed-precision Adam: 2 + 2 + 12)."""
-
 
 def _median(values: list[float]) -> float | None:
     values = [v for v in values if v is not None]
