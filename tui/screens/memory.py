@@ -104,13 +104,13 @@ class MemoryScreen(Screen):
             f"  {strategy} · {state.world_size} ranks",
         ]
         hello = state.hello
-        # Figures in their short form and the expectation on a line of its own: at 80 columns
-        # the title wrapped "830" from its "KiB".
+        # The expectation on a line of its own: at 80 columns the title wrapped "830" from its
+        # "KiB". Bytes in full units ("415 KiB"): "415K" beside "106.2k parameters" read as a count.
         if hello is not None and hello.params_count:
-            title.append(f" · {fmt_params(hello.params_count)} parameters ({fmt_bytes(hello.params_bytes, short=True)})")
+            title.append(f" · {fmt_params(hello.params_count)} parameters, {fmt_bytes(hello.params_bytes)}")
         if savings is not None and savings.expected_per_rank_bytes:
             how = savings.expected_label + (", fully sharded" if savings.sharded else ", a full copy")
-            title.append((f"\nexpected per rank {fmt_bytes(savings.expected_per_rank_bytes, short=True)} ({how})", "$text-muted"))
+            title.append((f"\nexpected per rank {fmt_bytes(savings.expected_per_rank_bytes)} ({how})", "$text-muted"))
         self.query_one("#title", Static).update(Content.assemble(*title))
         legend: list[str | tuple[str, str]] = []
         styles = {"params": "$primary", "grads": "$secondary", "optimizer": "$accent", "DDP buckets": "$foreground 45%"}
