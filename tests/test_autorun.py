@@ -551,6 +551,20 @@ def test_exit_codes_pass_through():
     assert _probe("-m", "pardash.trainer.autorun", "argv_probe.py", "--exit", "3").returncode == 3
 
 
+def test_a_failed_exit_leaves_torchruns_error_file(tmp_path):
+    # Rank 1 called sys.exit(3); rank 0's collective then broke and left an error file (its
+    # exception's): torchrun's "Root Cause" named rank 0 whenever the two fell in different
+    # seconds, since rank 1 left none.
+    error_file = tmp_path / "error.json"
+    proc = _probe("-m", "pardash.trainer.autorun", "argv_probe.py", "--exit", "3", env=pardash_env(TORCHELASTIC_ERROR_FILE=str(error_file)))
+    assert proc.returncode == 3
+    recorded = json.loads(error_file.read_text())["message"]
+    assert "SystemExit" in recorded["message"] and recorded["extraInfo"]["timestamp"]
+    ok = tmp_path / "ok.json"
+    assert _probe("-m", "pardash.trainer.autorun", "argv_probe.py", "--exit", "0", env=pardash_env(TORCHELASTIC_ERROR_FILE=str(ok))).returncode == 0
+    assert not ok.exists()
+
+
 def test_a_crash_prints_the_users_traceback_and_reaches_the_hub(hub, tmp_path):
     env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
     proc = _probe("-m", "pardash.trainer.autorun", "argv_probe.py", "--raise", env=env)

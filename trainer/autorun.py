@@ -129,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         _run(args)
     except SystemExit as e:
         code = api.exit_code(e.code)
+        if code:
+            # A failure too: without this rank's error file, torchrun's summary could name the
+            # rank whose collective broke after it (its error file has a time; this exit none).
+            _record_error_file(e)
         _finish(reporter, instrument, code)
         raise
     except KeyboardInterrupt as e:
