@@ -411,6 +411,33 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     assert "eval" in rep.phases
 
 
+def test_a_model_trained_in_eval_mode_is_no_evaluation(hooked, monkeypatch):
+    # Fine-tuning with BatchNorm and dropout frozen (model.eval() before the loop): every step
+    # read as an evaluation, its data and forward time dropped and its self time 0.
+    inst, rep = hooked
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    model.eval()
+    for _ in range(3):
+        clock[0] += 0.010  # loading the batch
+        x, y = _batch()
+        loss = nn.functional.cross_entropy(model(x), y)
+        clock[0] += 0.020
+        loss.backward()
+        clock[0] += 0.030
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert [name for name, _ in rep.events] == []
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
+    assert [s["samples"] for s in rep.steps] == [6, 6, 6]
+
+
 def test_a_micro_batchs_loading_after_a_backward_is_data_time(hooked, monkeypatch):
     inst, rep = hooked
     clock = [100.0]

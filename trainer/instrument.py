@@ -383,11 +383,12 @@ class Instrument:
             self._closure_passes += 1
             self._count_samples = self._closure_passes == 1
             return
-        if not module.training and self._trains(module):
-            self._eval_begins()  # the model put in eval mode: a validation pass
-            return
         if not torch.is_grad_enabled():
+            if not module.training and self._trains(module):
+                self._eval_begins()  # the model put in eval mode, without grad: a validation pass
             return  # a pass of the step without grad: a GAN's fakes, a teacher's targets
+        # (A trained model in eval mode *with* grad trains: fine-tuning with BatchNorm and
+        # dropout frozen by model.eval() is no evaluation at every step.)
         self.forwards += 1
         if not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit:
             self._warned = True
