@@ -38,10 +38,16 @@ BATCH_S = 0.05
 ZeroMQ's I/O thread, and each arrival the hub: on a machine whose cores the ranks keep busy,
 every wake-up takes a core from a rank and, through the next collective, from all of them. A
 burst per 50 ms wakes each once for many steps; frames reach viewers every 100 ms anyway.
-Events, hellos and a step after a slow one go at once; steps still held when the heartbeat
-thread beats (the loop stopped sending: stuck, done, or in a long evaluation) go out from it,
-ahead of the heartbeat. Without a heartbeat thread nothing is held."""
+Events, hellos and a step after a slow one go at once. Before each heartbeat the loop is asked
+to send what it holds with its next step (a heartbeat ahead of them, a later seq, would read as
+lost messages until they came); steps still held HANDOFF_S later (the loop stopped sending:
+stuck, done, or in a long evaluation) go out from the heartbeat thread, ahead of the heartbeat.
+Without a heartbeat thread nothing is held."""
 BATCH_MAX = 64
+HANDOFF_S = 0.06
+"""How long the heartbeat thread waits for the loop to send its held steps itself (a little
+more than BATCH_S: a loop that holds steps steps at least that often), so they reach the hub
+in order with the loop's next ones."""
 
 
 def _threads() -> set[int]:
@@ -115,6 +121,8 @@ class Reporter:
         self._held_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._flushed = time.monotonic()
+        self._flush_next = False
+        """The heartbeat thread asks the loop to send what it holds with its next step."""
         self._hwm = hwm
         self._heartbeat_s = heartbeat_s
         self._gpu_index = gpu_index
@@ -213,6 +221,7 @@ class Reporter:
                 and self._thread is not None  # someone to send what the loop leaves held
                 and now - self._flushed < BATCH_S
                 and len(self._held) < BATCH_MAX
+                and not self._flush_next
             )
         if hold:
             return True
@@ -225,6 +234,7 @@ class Reporter:
         with self._held_lock:
             batch, self._held = self._held, []
             self._flushed = time.monotonic() if now is None else now
+            self._flush_next = False
         return self._send_all(self._sock, batch) if batch else 0
 
     def _send_all(self, sock: zmq.Socket, batch: list[bytes]) -> int:
@@ -243,14 +253,24 @@ class Reporter:
         return sent
 
     def _rescue_held(self, sock: zmq.Socket) -> None:
-        """Heartbeat thread, right before a heartbeat: send the steps the loop holds. A
-        heartbeat sent ahead of them carries a later seq, which the hub would count as lost
-        messages (and the rank, its steps unseen, as starting) until they came."""
+        """Heartbeat thread, right before a heartbeat: have the steps the loop holds sent first.
+        The loop sends them itself with its next step (in order with it, on its own socket);
+        a loop that sends nothing for HANDOFF_S has them sent from here."""
         with self._held_lock:
             if not self._held:
                 return
+            self._flush_next = True
+        end = time.monotonic() + HANDOFF_S
+        while time.monotonic() < end:
+            if self._stop.wait(0.005):
+                break
+            with self._held_lock:
+                if not self._held:
+                    return
+        with self._held_lock:
             batch, self._held = self._held, []
             self._flushed = time.monotonic()
+            self._flush_next = False
         self._send_all(sock, batch)
 
     def step(self, **fields: Any) -> bool:

@@ -763,3 +763,16 @@ def test_the_same_script_learns_the_same_under_pardash(tmp_path, plain_ddp_run):
     ours, _ = plain_ddp_run
     assert len(_printed_losses(plain.stdout)) == 8
     assert _printed_losses(ours.stdout) == _printed_losses(plain.stdout)
+
+
+@pytest.mark.slow
+def test_ranks_that_end_with_os_exit_finish_when_torchrun_ends_with_0(tmp_path):
+    # os._exit skips every exit hook: the ranks never said they finished, and the TUI and the
+    # report showed them "running" after a job that ended well.
+    from pardash.telemetry.report import build_report
+
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "os_exit.py"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rep = build_report(str(tmp_path / "run.jsonl"))
+    assert [r["status"] for r in rep["ranks"]] == ["finished", "finished"]
+    assert rep["exits"] == []

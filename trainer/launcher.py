@@ -390,26 +390,27 @@ class Supervisor:
         t = getattr(self, "_stderr_thread", None)
         if t is not None:
             t.join(5)  # the ranks' last lines pass through it
-        if (code != 0 or self._stopping) and self.ranks_started:
-            # torchrun ends with 0 only when every rank did: then none was stopped, and notes
-            # saying so could reach the hub before the ranks' own last words (ZeroMQ takes
-            # from each sender in turn, not in the order they sent). A torchrun that started
-            # no rank (it refused its command line) stopped none either.
-            self._mark_stopped()
+        if self.ranks_started:
+            # After torchrun ends, every rank of this node that never said it exited (the hub
+            # drops these notes for a rank that did) was stopped: by torchrun after another rank
+            # failed, or by the user. torchrun ends with 0 only when every rank did: then none
+            # was stopped, and a rank silent about it (os._exit skips every exit hook) finished.
+            # A torchrun that started no rank (it refused its command line) stopped none either.
+            if code != 0 or self._stopping:
+                self._note_exits(-15, "was stopped" + (" by you" if self._stopping else " by torchrun"))
+            else:
+                self._note_exits(0, "finished (torchrun ended with 0)")
         self._finish(code)
         return code
 
-    def _mark_stopped(self) -> None:
-        """After torchrun ends, every rank of this node that never said it exited was stopped
-        (by torchrun after another rank failed, or by the user): say so for it."""
+    def _note_exits(self, code: int, what: str) -> None:
+        """Say, for every rank of this node, that it exited with ``code`` (seq -1: the
+        launcher's word, which the hub takes only for a rank that has not said it itself)."""
         push = self._push()
         spec = self.spec
         for local in range(spec.nproc):
             rank = spec.node_rank * spec.nproc + local
-            msg = schema.Event(
-                run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=-15,
-                message=f"rank {rank} was stopped" + (" by you" if self._stopping else " by torchrun"),
-            )  # fmt: skip
+            msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=code, message=f"rank {rank} {what}")
             push.send(schema.encode(msg))
         push.close()
 
