@@ -147,9 +147,11 @@ def _check_number(name: str, value: Any) -> None:
 
 
 def strategy_of(model: Any) -> str:
-    """``ddp``, ``fsdp``, ``dp`` or ``single`` from the type of the module that is called."""
+    """``ddp``, ``fsdp``, ``dp`` or ``single`` from the type of the module that is called
+    (through ``torch.compile``'s wrapper: ``torch.compile(DDP(model))`` is DDP)."""
     import torch
 
+    model = getattr(model, "_orig_mod", model)
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return "ddp"
     if isinstance(model, torch.nn.DataParallel):

@@ -291,3 +291,19 @@ def test_how_a_script_ended_is_what_its_exit_event_says(hub, tmp_path, ending, c
     assert proc.returncode == code, proc.stderr
     wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "exit" for m in _log(tmp_path)))
     assert [(m.name, m.code, m.step, m.message) for m in _log(tmp_path) if isinstance(m, schema.Event)] == events
+
+
+def test_a_compiled_ddp_model_is_ddp(tmp_path):
+    # torch.compile(DDP(model)), the order PyTorch recommends: the hello said "single".
+    import torch
+    import torch.distributed as dist
+
+    from pardash.telemetry.api import strategy_of
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        assert strategy_of(torch.compile(ddp)) == strategy_of(ddp) == "ddp"
+        assert strategy_of(torch.compile(torch.nn.Linear(4, 4))) == "single"
+    finally:
+        dist.destroy_process_group()

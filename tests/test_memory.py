@@ -265,3 +265,4 @@ def test_the_expectation_is_the_runs_own_state_over_n_not_16_bytes_a_parameter()
     assert expected_state_bytes(40_200, 5_149, 2, "ddp") == (40_200, "its state unsharded")
     assert expected_state_bytes(None, 5_149, 2, "fsdp") == (41_192, "16 B/param ÷ 2")
     assert expected_state_bytes(None, 0, 2, "fsdp") == (None, "")
+
