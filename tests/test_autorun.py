@@ -182,6 +182,7 @@ def test_a_gans_iteration_is_one_step_though_its_optimizers_step_between_passes(
         assert s["loss"] == pytest.approx(loss)  # both backward passes' losses, summed
         assert s["lr"] == pytest.approx(0.1)  # the first optimizer's
         assert s["custom"] == {"micro_batches": 2.0}
+        assert s["samples"] == 5  # one batch an iteration (counted at each model's pass, it read 10)
         phases = sum(s[f"{p}_s"] for p in ("data", "forward", "backward", "optimizer"))
         assert phases == pytest.approx(s["step_s"])
     assert rep.hellos[-1]["params_count"] == sum(p.numel() for m in (gen, disc) for p in m.parameters())

@@ -622,6 +622,10 @@ class Instrument:
             self._cut = self._pending_mem = None
         else:  # the round may go on (another optimizer may step after more passes)
             step = self._open
+            if self._cut is not None:
+                # A later optimizer of the round (a GAN's generator after its discriminator):
+                # its passes are the same iteration's, on the same batch: its samples once.
+                step.samples = self._cut.samples
             self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples)
             self._resume_at = None
             self._pending_mem = self._memory(force=not self._rounds)
