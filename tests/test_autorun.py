@@ -439,6 +439,40 @@ def test_a_model_trained_in_eval_mode_is_no_evaluation(hooked, monkeypatch):
     assert [s["samples"] for s in rep.steps] == [6, 6, 6]
 
 
+def test_an_ema_of_the_model_evaluated_between_steps_is_an_evaluation(hooked, monkeypatch):
+    # torch's AveragedModel (an EMA) evaluated every few steps: never trained, so its passes
+    # went to the next step's data time (200 ms of a 17 ms step), and 8 s of them read as a
+    # rank stalled in data.
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    inst, rep = hooked
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    model = _model()
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.99))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(3):
+        clock[0] += 0.010
+        x, y = _batch()
+        loss = nn.functional.cross_entropy(model(x), y)
+        clock[0] += 0.020
+        loss.backward()
+        clock[0] += 0.030
+        opt.step()
+        opt.zero_grad()
+        ema.update_parameters(model)
+        if i == 1:
+            ema.eval()
+            with torch.no_grad():
+                for _ in range(3):
+                    clock[0] += 2.0
+                    ema(torch.randn(4, 8))
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    assert [name for name, _ in rep.events] == ["eval"]
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
+
+
 def test_a_micro_batchs_loading_after_a_backward_is_data_time(hooked, monkeypatch):
     inst, rep = hooked
     clock = [100.0]

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import time
 import traceback
@@ -384,8 +385,10 @@ class Instrument:
             self._count_samples = self._closure_passes == 1
             return
         if not torch.is_grad_enabled():
-            if not module.training and self._trains(module):
-                self._eval_begins()  # the model put in eval mode, without grad: a validation pass
+            if not module.training and (self._trains(module) or _is_average(module)):
+                # The model put in eval mode, without grad (or its weights' running average,
+                # an EMA): a validation pass.
+                self._eval_begins()
             return  # a pass of the step without grad: a GAN's fakes, a teacher's targets
         # (A trained model in eval mode *with* grad trains: fine-tuning with BatchNorm and
         # dropout frozen by model.eval() is no evaluation at every step.)
@@ -888,6 +891,19 @@ def _ddp_syncs_buffers(ddp: Any) -> bool:
         return bool(ddp._check_sync_bufs_pre_fwd())
     except Exception:
         return False
+
+
+def _is_average(module: Any) -> bool:
+    """A running average of a trained model's weights (torch's ``AveragedModel``, an EMA such
+    as timm's ``ModelEmaV2``): it is only ever evaluated, never trained."""
+    if isinstance(module, torch.optim.swa_utils.AveragedModel):
+        return True
+    name = type(module).__name__
+    return "Averaged" in name or "MovingAverage" in name or _EMA_NAME.search(name) is not None
+
+
+_EMA_NAME = re.compile(r"(?:^|(?<=[a-z0-9_]))(?:EMA|Ema)(?=[A-Z0-9_]|$)")
+""""Ema" or "EMA" as a word of a class name: ModelEmaV2, EMAModel, not SemanticModel."""
 
 
 def _batch_size(args: Any, kwargs: Any) -> int:
