@@ -803,3 +803,25 @@ def test_ranks_that_end_with_os_exit_finish_when_torchrun_ends_with_0(tmp_path):
     rep = build_report(str(tmp_path / "run.jsonl"))
     assert [r["status"] for r in rep["ranks"]] == ["finished", "finished"]
     assert rep["exits"] == []
+
+
+def test_the_hooks_add_no_graph_break_to_a_compiled_model(hooked):
+    # torch.compile traced pardash's hooks of the modules it compiles: a thread id it cannot
+    # trace broke the graph at each of them (10 graph breaks against plain torchrun's 6).
+    import torch._dynamo
+
+    inst, rep = hooked
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = _model()
+    compiled = torch.compile(model, backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        x, y = _batch()
+        nn.functional.cross_entropy(compiled(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
+    assert [s["step"] for s in rep.steps] == [1, 2, 3] and [s["samples"] for s in rep.steps] == [6, 6, 6]
+    torch._dynamo.reset()

@@ -334,13 +334,16 @@ class Instrument:
         self._module_handles = []
 
     def _forward_pre(self, module: Any, args: Any) -> None:
+        # First: torch.compile traces the hooks of the modules it compiles, and anything past
+        # this line (a thread id, counters) would break its graph. The compiled model's own
+        # call runs eagerly: that one is timed.
+        if _is_compiling():
+            return None
         if _get_ident() != self._tid:
             return None
         depth = self._depth
         if depth:  # a submodule: the hot path
             self._depth = depth + 1
-            return None
-        if _is_compiling():
             return None
         self._depth = 1
         self._root_begin(module)
@@ -348,6 +351,8 @@ class Instrument:
 
     def _forward_post(self, module: Any, args: Any, *rest: Any) -> None:
         # rest is (kwargs, output), or (output,) when the forward raised (always_call).
+        if _is_compiling():
+            return None  # (see _forward_pre)
         if _get_ident() != self._tid:
             return None
         depth = self._depth
