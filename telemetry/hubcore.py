@@ -392,6 +392,9 @@ class HubCore:
             self._rate_t, self._rate_n = now, 0
         for v in self.detector.update(self.state, now):
             self.verdict(v)
+        rec = self.recorder
+        while rec is not None and rec.notices:
+            self.note(rec.notices.popleft(), name="warning")
         steps = list(self._steps.values())
         messages: list[schema.Message] = self._pending
         messages.extend(self._systems.values())

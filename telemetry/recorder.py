@@ -2,7 +2,10 @@
 
 Writes are buffered and flushed at every frame (10 Hz), so the log is at most 100 ms behind and
 a crash of the hub loses at most that. A write error (disk full, path gone) never stops the hub:
-the error is kept for viewers to show, and writing is retried at the next flush.
+the error is kept for viewers to show, and writing is retried at the next flush. A log deleted
+(or moved away) while the hub writes it is written again at its path from the hub's open copy
+(the deleted file lives on while the hub holds it open), and a :attr:`Recorder.notices` line
+says so: ``rm -rf`` of a run's folder mid-run costs nothing.
 
 A hub's recorder (``background=True``) writes from a thread of its own: the hub's loop encodes
 the lines (that needs the interpreter) and hands them over at each frame, and the copy into the
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -33,6 +37,8 @@ def _encode_or_skip(msg: schema.Message) -> bytes:
         return b""
 
 
+CHECK_PATH_S = 1.0
+"""How often the writing side checks that the log is still at its path (two stat calls)."""
 MAX_UNWRITTEN_BYTES = 512 << 20
 """Encoded lines kept in memory while the log cannot be written (about 80 s of 1024 ranks at 10
 steps a second); past that the oldest go."""
@@ -107,6 +113,10 @@ class Recorder:
         self._good: tuple[int, int] | None = None
         """(inode, size) of the log before a write that failed: part of it may have reached the
         file, and the whole is written again once writing works."""
+        self.notices: deque[str] = deque()
+        """What the hub should tell viewers about its log (a log deleted and written again):
+        appended by the writing side, taken by the hub's loop."""
+        self._checked = time.monotonic()
         self._fh = None
         self._open()
 
@@ -122,7 +132,8 @@ class Recorder:
                     os.truncate(self.path, size)
                 self._good = None
             _end_torn_line(self.path)
-            self._fh = open(self.path, "ab", buffering=1 << 16)
+            # Readable too: a log deleted under the hub is copied back from this descriptor.
+            self._fh = open(self.path, "a+b", buffering=1 << 16)
             self.error = ""
         except OSError as exc:
             self._fh = None
@@ -210,6 +221,10 @@ class Recorder:
             if self._fh is None:
                 self._trim()
                 return
+        now = time.monotonic()
+        if now - self._checked >= CHECK_PATH_S:
+            self._checked = now
+            self._still_there()
         try:
             before = self._fh.tell()
         except (OSError, ValueError):
@@ -234,6 +249,52 @@ class Recorder:
                 pass
             self._fh = None
             self._trim()
+
+    def _still_there(self) -> None:
+        """If the log is no longer at its path (deleted, its folder removed, moved away), write
+        what it holds again at the path (or, when another file took the path, beside it) from
+        the open descriptor, and go on there; a notice says so. Writing side, under the lock."""
+        fh = self._fh
+        try:
+            ours = os.fstat(fh.fileno())
+        except (OSError, ValueError):
+            return
+        try:
+            there = os.stat(self.path)
+            if (there.st_dev, there.st_ino) == (ours.st_dev, ours.st_ino):
+                return
+            target = self.path.with_name(f"{self.path.stem}.restored-{os.getpid()}{self.path.suffix}")
+        except FileNotFoundError:
+            target = self.path
+        except OSError:
+            return
+        try:
+            fh.flush()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            new = open(target, "a+b", buffering=1 << 16)
+            try:
+                new.flush()
+                fd_in, fd_out, at = fh.fileno(), new.fileno(), 0
+                while at < ours.st_size:
+                    chunk = os.pread(fd_in, min(1 << 20, ours.st_size - at), at)
+                    if not chunk:
+                        break
+                    os.write(fd_out, chunk)
+                    at += len(chunk)
+            except OSError:
+                new.close()
+                raise
+        except OSError as exc:
+            self.error = f"cannot write {self.path} again (it was deleted or moved): {exc.strerror or exc}"
+            return
+        fh.close()
+        self._fh = new
+        gone = "moved away" if ours.st_nlink else "deleted"
+        if target == self.path:
+            self.notices.append(f"log {self.path} was {gone} while the hub wrote it: written again at its path ({at:,} bytes kept)")
+        else:
+            self.notices.append(f"log {self.path} was {gone} and another file took its path: the hub writes it on at {target} ({at:,} bytes kept)")
+            self.path = target
 
     def _trim(self) -> None:
         # Keep the newest lines in memory while the disk is unwritable, bounded.

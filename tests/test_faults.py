@@ -127,6 +127,49 @@ def test_unwritable_log_warns_and_training_goes_on(tmp_path):
     assert [m.step for m in load_log(d / "run.jsonl")[0]] == [1, 2, 3]
 
 
+def test_a_log_whose_folder_is_removed_mid_run_is_written_again_whole(tmp_path):
+    # `rm -rf` of the run's folder while it trains: the hub still holds the deleted file open,
+    # so it writes it again at its path, whole, and says so; nothing is lost.
+    import shutil
+
+    logs = tmp_path / "logs"
+    log = logs / "run.jsonl"
+    cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
+           "--every", "1", "--log-every", "0", "--strategy", "ddp", "--nproc", "2", "--steps", "60"]  # fmt: skip
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path)
+    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
+    shutil.rmtree(logs)
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err[-2000:]
+    msgs, stats = load_log(log)
+    assert not stats.skipped_total
+    for rank in (0, 1):
+        assert sorted(m.step for m in msgs if isinstance(m, schema.Step) and m.rank == rank) == list(range(1, 61))
+    said = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1]
+    assert len(said) == 1 and "was deleted while the hub wrote it: written again at its path" in said[0]
+    assert "written again at its path" in out
+
+
+def test_a_log_whose_path_another_file_took_goes_on_beside_it(tmp_path, monkeypatch):
+    from pardash.telemetry import recorder
+    from pardash.telemetry.recorder import Recorder
+
+    monkeypatch.setattr(recorder, "CHECK_PATH_S", 0.0)
+    path = tmp_path / "run.jsonl"
+    rec = Recorder(path)
+    rec.write(schema.Step(rank=0, step=1))
+    rec.flush()
+    path.unlink()
+    path.write_text("somebody else's\n")
+    rec.write(schema.Step(rank=0, step=2))
+    rec.flush()
+    rec.close()
+    assert path.read_text() == "somebody else's\n"  # never overwritten
+    assert rec.path != path and rec.path.parent == path.parent
+    assert [m.step for m in load_log(rec.path)[0]] == [1, 2]
+    assert len(rec.notices) == 1 and f"writes it on at {rec.path}" in rec.notices[0]
+
+
 def test_the_headless_view_warns_when_the_log_cannot_be_written():
     # The TUI's header shows the hub's log error; the headless view (and the launcher's last
     # line) must say it too, or a run whose disk filled would read as recorded in full.
