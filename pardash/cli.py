@@ -233,6 +233,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             code = job.wait()
             if stopped_by and code != 0:
                 code = 128 + stopped_by[0]  # as the shell says for the signal this process took: 130, 143
+            elif _supervisor_lost(job, code):
+                return _follow_unsupervised(job, client, printer, code)
         else:
             from pardash.tui.app import make_app
 
@@ -252,6 +254,10 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             if choice != "over":
                 job.stop()
                 code = job.wait()
+            if _supervisor_lost(job, code):
+                print(f"{PROG}: {_lost_words(code)}: its ranks may train on without it; `{PROG} attach {spec.run_id}` follows them, "
+                      f"log {spec.log_path}", file=sys.stderr)  # fmt: skip
+                return 1
     finally:
         client.close()
     from pardash.telemetry.printer import outcome_line
@@ -259,6 +265,41 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     line = outcome_line(client.state, code, job.result(), spec.log_path, log_error=client.stats.log_error)
     print(line, file=sys.stderr if code else sys.stdout)
     return code
+
+
+def _supervisor_lost(job, code: int) -> bool:
+    """The job's supervisor ended without a result (killed outright, SIGKILL or the OOM killer):
+    torchrun and the ranks outlive it, so its exit code is not the job's."""
+    return code != 0 and not job.result()
+
+
+def _lost_words(code: int) -> str:
+    try:
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"ended with code {code}"
+    except ValueError:
+        how = f"ended with code {code}"
+    return f"the launcher's supervisor was {how} before the job ended"
+
+
+def _follow_unsupervised(job, client, printer, code: int) -> int:
+    """Headless, the supervisor gone: the ranks train on (the hub records them until they are
+    done): follow them as ``pardash attach`` does and end with the run's own outcome."""
+    from pardash.telemetry.failures import failure_summary
+    from pardash.telemetry.printer import follow_attached
+    from pardash.telemetry.state import run_over
+
+    spec = job.spec
+    print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
+          f"(Ctrl-C stops watching, not them; `{PROG} attach {spec.run_id}` follows them again)", file=sys.stderr, flush=True)  # fmt: skip
+    client.info = registry.find(spec.run_id) or {"pid": job.endpoints.get("pid")}
+    try:
+        line = follow_attached(printer, client)
+    except KeyboardInterrupt:
+        print(f"{PROG}: stopped watching; the ranks may still run: `{PROG} attach {spec.run_id}`, log {spec.log_path}", file=sys.stderr)
+        return 130
+    ok = run_over(client.state) and failure_summary(client.state) is None
+    print(f"{line}; log {spec.log_path}", file=sys.stdout if ok else sys.stderr, flush=True)
+    return 0 if ok else 1
 
 
 # -- other commands -------------------------------------------------------------------------

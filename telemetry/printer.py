@@ -15,6 +15,7 @@ from . import schema
 from .analysis import hang_causes, stuck_ranks
 from .client import Source
 from .failures import failure_line, failure_summary
+from .state import run_over
 from .summary import (
     held_spread,
     human_bytes,
@@ -308,12 +309,6 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
 HUB_GONE_S = 5.0
 """A live hub sends a frame ten times a second, messages or not: this long without one, and it
 has stopped (or cannot be reached)."""
-
-
-def run_over(st) -> bool:
-    """Every rank of the job has finished or exited."""
-    ranks = st.ranks.values()
-    return bool(st.ranks) and len(st.ranks) >= (st.world_size or 1) and all(r.finished or r.exit_code is not None for r in ranks)
 
 
 def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S) -> str:

@@ -170,6 +170,12 @@ def mem_device_bytes(mem: schema.Mem | None) -> int | None:
     return mem.rss_bytes
 
 
+def run_over(st: "RunState") -> bool:
+    """Every rank of the job has finished or exited."""
+    ranks = st.ranks.values()
+    return bool(st.ranks) and len(st.ranks) >= (st.world_size or 1) and all(r.finished or r.exit_code is not None for r in ranks)
+
+
 @dataclass
 class RunState:
     """A run as seen by whoever applies its messages."""

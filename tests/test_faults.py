@@ -127,6 +127,30 @@ def test_unwritable_log_warns_and_training_goes_on(tmp_path):
     assert [m.step for m in load_log(d / "run.jsonl")[0]] == [1, 2, 3]
 
 
+def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_hub_behind(tmp_path):
+    # SIGKILL of the launcher's supervisor: torchrun and the ranks train on. The launch does not
+    # call that a failed job: it says what happened, follows the ranks to their end and exits
+    # with the run's outcome; the hub, unsupervised, stops once every rank is done.
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "60")
+    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
+    (entry,) = registry.live_runs()
+    os.kill(entry["supervisor_pid"], signal.SIGKILL)
+    out, err = p.communicate(timeout=240)
+    assert "the launcher's supervisor was killed by SIGKILL before the job ended" in err
+    assert "failed" not in err, err[-2000:]
+    assert p.returncode == 0, err[-2000:]
+    assert "the run is over: 2 finished" in out
+    wait_for(lambda: not psutil.pid_exists(entry["pid"]) or psutil.Process(entry["pid"]).status() == psutil.STATUS_ZOMBIE, timeout_s=30)
+    assert not registry.live_runs()
+    msgs, _ = load_log(log)
+    for rank in (0, 1):
+        assert max(m.step for m in msgs if isinstance(m, schema.Step) and m.rank == rank) == 60
+    said = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1]
+    assert any(f"supervisor (pid {entry['supervisor_pid']}) is gone" in m for m in said)
+    assert "hub stopped" in [m for m in msgs if isinstance(m, schema.Event)][-1].message
+
+
 def test_a_log_whose_folder_is_removed_mid_run_is_written_again_whole(tmp_path):
     # `rm -rf` of the run's folder while it trains: the hub still holds the deleted file open,
     # so it writes it again at its path, whole, and says so; nothing is lost.
