@@ -27,7 +27,11 @@ MAX_RANK = 1 << 20
 """Ranks above this are refused (no job has a million ranks; a hostile frame might)."""
 
 _FINITE = 1.7976931348623157e308  # the largest float: NaN and the infinities fall outside
-_Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=_FINITE)]
+MAX_STEP_S = 1e7
+"""A step time above this (116 days) is refused: no step takes that long, and a hostile 1e300
+would be shown, summed and charted by every viewer."""
+_Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_STEP_S)]
+_Finite = Annotated[float, msgspec.Meta(ge=-_FINITE, le=_FINITE)]
 
 
 class IngestStep(schema.Step, tag="step"):
@@ -43,7 +47,9 @@ class IngestStep(schema.Step, tag="step"):
     run: str = ""
     rank: Annotated[int, msgspec.Meta(ge=0, lt=MAX_RANK)] = -1
     seq: Annotated[int, msgspec.Meta(ge=0, le=security.MAX_COUNT)] = 0
-    t: _Seconds = 0.0
+    t: Annotated[float, msgspec.Meta(ge=0.0, le=_FINITE)] = 0.0
+    step: Annotated[int, msgspec.Meta(ge=0, le=security.MAX_COUNT)] = 0
+    loss: _Finite | None = None
     step_s: _Seconds = 0.0
     data_s: _Seconds | None = None
     forward_s: _Seconds | None = None
@@ -51,6 +57,7 @@ class IngestStep(schema.Step, tag="step"):
     optimizer_s: _Seconds | None = None
     comm_s: _Seconds | None = None
     self_s: _Seconds | None = None
+    lr: _Finite | None = None
     mono: Annotated[float, msgspec.Meta(ge=-_FINITE, le=_FINITE)] = 0.0
     custom: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
 
@@ -259,6 +266,17 @@ class HubCore:
             for x in (msg.step_s, msg.data_s, msg.forward_s, msg.backward_s, msg.optimizer_s, msg.comm_s, msg.self_s):
                 if x is not None and not (isfinite(x) and x >= 0):
                     return "not_finite"
+                if x is not None and x > MAX_STEP_S:
+                    return "out_of_range"
+            if not 0 <= msg.step <= security.MAX_COUNT:
+                return "out_of_range"
+            # A loss or learning rate gone NaN or infinite is the rank's news, not a bad message:
+            # the step is kept without it (JSON has no NaN; viewers must not chart it), as the
+            # reporter does on its side.
+            if msg.loss is not None and not isfinite(msg.loss):
+                msg.loss = None
+            if msg.lr is not None and not isfinite(msg.lr):
+                msg.lr = None
             if not isfinite(msg.mono):
                 return "not_finite"
             if msg.custom:

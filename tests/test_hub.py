@@ -369,3 +369,22 @@ def test_a_rank_stopped_by_torchrun_that_says_another_code_itself_exits_once_wit
         assert core.ingest_bytes(schema.encode(m), 2.0)
     assert [line for m in core.state.events if (line := event_line(m))] == ["[exit] rank 0 exited with code -15"]
     assert core.state.ranks[0].exit_code == -15
+
+
+def test_a_step_with_figures_no_viewer_can_show_is_refused_and_a_lost_loss_is_dropped():
+    # A step time of 1e300 s or a step number past 2**48 is refused (out_of_range); a loss or a
+    # learning rate gone NaN or infinite is the rank's news, so the step is kept without it
+    # (JSON has no NaN, and the viewers chart the loss).
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r", world_size=2)
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=2, t=1.0e9)), 1.0)
+    base = dict(run="r", rank=0, step_s=0.1, t=1.0e9 + 1, mono=5.0)
+    assert not core.ingest_bytes(schema.encode(schema.Step(seq=1, step=1, **{**base, "step_s": 1e300})), 1.0)
+    assert not core.ingest_bytes(schema.encode(schema.Step(seq=2, step=2**64 - 1, **base)), 1.0)
+    assert core.rejected["out_of_range"] == 2
+    assert core.ingest_bytes(schema.encode(schema.Step(seq=3, step=3, loss=float("inf"), lr=float("nan"), **base)), 1.0)
+    taken = core.state.ranks[0].step
+    assert (taken.step, taken.loss, taken.lr) == (3, None, None)
+    assert core.ingest_bytes(schema.encode(schema.Step(seq=4, step=4, loss=0.5, lr=1e-3, **base)), 1.0)
+    assert (core.state.ranks[0].step.loss, core.state.ranks[0].step.lr) == (0.5, 1e-3)

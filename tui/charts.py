@@ -186,7 +186,7 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
         return None
     steps = r.history["step"].values()
     values = r.history[column].values()
-    finite = [s for s, v in zip(steps, values, strict=False) if not math.isnan(v)]
+    finite = [s for s, v in zip(steps, values, strict=False) if math.isfinite(v)]
     if not finite:
         return None
     s0, s1 = min(finite), max(finite)
@@ -204,7 +204,7 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
         high=tuple(high),
         first_step=int(s0),
         last_step=int(s1),
-        latest=None if last is None or math.isnan(last) else float(last),
+        latest=None if last is None or not math.isfinite(last) else float(last),
         others=len(others),
     )
 

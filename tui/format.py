@@ -13,7 +13,7 @@ DASH = "–"
 
 
 def _missing(x: float | None) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
+    return x is None or (isinstance(x, float) and not math.isfinite(x))
 
 
 def fmt_bytes(n: float | None, *, short: bool = False) -> str:

@@ -315,3 +315,33 @@ def test_a_tui_left_open_after_the_job_adds_no_dead_time_to_its_replay(tmp_path)
     assert src.duration_s == 18.0 and not src.following
     src.seek(src.duration_s)
     assert src.done and "hub stopped" in src.state.events[-1].message
+
+
+async def test_figures_at_the_floats_limits_never_crash_the_dashboard(tmp_path):
+    # A broken or hostile rank's step time of 1e300 s or loss of +-1.7e308 (finite, so JSON
+    # holds them) killed every viewer, live and in replay: an overflow formatting the step
+    # time, a NaN row in the loss chart. The hub refuses such step times now, but a log is
+    # replayed as recorded: the views take any float and the chart skips what it cannot scale.
+    from pardash.telemetry import schema
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    log = tmp_path / "telemetry.jsonl"
+    msgs = [schema.Hello(rank=r, world_size=2, t=1.7e9, run="x", seq=0) for r in (0, 1)]
+    for s in range(1, 20):
+        for r in (0, 1):
+            loss = {(1, 5): 1.7e308, (1, 6): -1.7e308}.get((r, s), 1.0 / s)
+            msgs.append(schema.Step(rank=r, step=s, loss=loss, step_s=1e300 if (r, s) == (1, 7) else 0.1, t=1.7e9 + s, seq=s, run="x"))
+    log.write_bytes(schema.encode_json_lines(msgs))
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        grid = grid_text(app)
+        assert "   0 " in grid and "   1 " in grid
+        chart = app.screen.query_one(HistoryChart)
+        assert chart.size.height > 0
+        await pilot.press("enter")  # the rank's detail, with its own charts
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()

@@ -103,7 +103,7 @@ class HistoryChart(CachedStyles, Widget):
             return lines
         plot_h = height - 1
         plot_w = min(width - AXIS_WIDTH, len(s.values))
-        finite = [v for seq in (s.values, s.low, s.high) for v in seq[:plot_w] if not math.isnan(v)]
+        finite = [v for seq in (s.values, s.low, s.high) for v in seq[:plot_w] if math.isfinite(v)]
         if not finite:
             return [Strip.blank(width, base) for _ in range(height)]
         lo, hi = min(finite), max(finite)
@@ -114,6 +114,8 @@ class HistoryChart(CachedStyles, Widget):
             pad = (hi - lo) * 0.05
             lo, hi = lo - pad, hi + pad
         span = hi - lo
+        if not math.isfinite(span):  # figures near the float's limits (a hostile or broken rank's)
+            return [Strip.blank(width, base) for _ in range(height)]
 
         def half_row(v: float) -> int:
             return min(2 * plot_h - 1, max(0, int(round((hi - v) / span * (2 * plot_h - 1)))))
@@ -128,11 +130,11 @@ class HistoryChart(CachedStyles, Widget):
         prev = None
         for c in range(plot_w):
             v = s.values[c]
-            if not math.isnan(s.median[c]):
+            if math.isfinite(s.median[c]):
                 median_row[c] = row(s.median[c])
-            if not math.isnan(s.low[c]):
+            if math.isfinite(s.low[c]) and math.isfinite(s.high[c]):
                 band[c] = (row(s.high[c]), row(s.low[c]))
-            if math.isnan(v):
+            if not math.isfinite(v):
                 prev = None
                 continue
             h = half_row(v)
