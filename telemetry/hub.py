@@ -36,6 +36,12 @@ from .state import run_over
 __all__ = ["Hub", "HubCore", "MAX_RANK", "MAX_SNAPSHOT_WAITERS", "add_hub_arguments", "run_hub", "main"]
 
 MAX_SNAPSHOT_WAITERS = 256
+SNAPSHOT_SNDHWM = 4
+"""Snapshots queued for one viewer before its socket drops the next."""
+SNAPSHOT_EVERY_S = 1.0
+"""At most one snapshot a second for a viewer (a viewer asks once, and again only after a gap)."""
+SNAPSHOT_QUEUED_BYTES = 256 << 20
+"""Snapshots sent and not yet taken, in bytes, past which no viewer is answered for now."""
 """Snapshot requests served per frame; more wait for the next frames (a request flood)."""
 
 
@@ -93,6 +99,12 @@ class Hub:
         self.updates.setsockopt(zmq.MAXMSGSIZE, 4096)
         self.snap = self.ctx.socket(zmq.ROUTER)
         self.snap.setsockopt(zmq.MAXMSGSIZE, 4096)
+        # A viewer reads its snapshot at once; one that asks and never reads must not queue
+        # snapshots (megabytes each at 1024 ranks) without bound: past this a ROUTER drops.
+        self.snap.setsockopt(zmq.SNDHWM, SNAPSHOT_SNDHWM)
+        self._snapshots_out: list[tuple[int, list[zmq.MessageTracker]]] = []
+        """Snapshots sent and not yet taken by the kernel: (bytes, one tracker per viewer)."""
+        self._served_at: dict[bytes, float] = {}
         for s in (self.ingest, self.updates, self.snap):
             s.setsockopt(zmq.LINGER, 0)
             if self.keys is not None:
@@ -287,14 +299,7 @@ class Hub:
                 # Snapshots are cut at frame boundaries: the viewer then applies frames with
                 # fseq > snapshot.fseq and never sees a message twice.
                 if waiting:
-                    payload = frames.encode(core.snapshot())
-                    for ident in waiting:
-                        try:
-                            # copy=False: every queued answer shares the one encoded snapshot
-                            self.snap.send_multipart([ident, payload], zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            pass  # that viewer's queue is full; it asks again
-                    waiting.clear()
+                    self._answer(waiting, now)
                 next_frame = max(next_frame + self.frame_s, now + self.frame_s / 2)
         # Final drain so the last messages before a stop reach the log and the viewers: what
         # ranks sent as they exited may still be on its way (their sockets flush to the kernel,
@@ -329,6 +334,34 @@ class Hub:
             now = clock()
             if until is not None and now >= until:
                 return False
+
+    def _answer(self, waiting: list[bytes], now: float) -> None:
+        """Send the viewers waiting a snapshot of this frame. A viewer answered less than
+        SNAPSHOT_EVERY_S ago waits (one asking at every frame would have the hub encode the
+        whole state ten times a second), and while the snapshots still queued for viewers that
+        do not read them pass SNAPSHOT_QUEUED_BYTES, nobody is answered: they ask again."""
+        out = self._snapshots_out = [(n, ts) for n, ts in self._snapshots_out if not all(t.done for t in ts)]
+        if sum(n for n, _ in out) > SNAPSHOT_QUEUED_BYTES:
+            return
+        served = self._served_at
+        if len(served) > 4 * MAX_SNAPSHOT_WAITERS:
+            for ident in [i for i, t in served.items() if now - t >= SNAPSHOT_EVERY_S]:
+                del served[ident]
+        ready = [i for i in waiting if now - served.get(i, -SNAPSHOT_EVERY_S) >= SNAPSHOT_EVERY_S]
+        if not ready:
+            return
+        payload = frames.encode(self.core.snapshot())
+        trackers = []
+        for ident in ready:
+            waiting.remove(ident)
+            served[ident] = now
+            try:
+                # copy=False: every queued answer shares the one encoded snapshot
+                trackers.append(self.snap.send_multipart([ident, payload], zmq.NOBLOCK, copy=False, track=True))
+            except zmq.Again:
+                pass  # that viewer's queue is full; it asks again
+        if trackers:
+            out.append((len(payload), trackers))
 
     def _publish(self, frame: frames.Frame) -> None:
         try:

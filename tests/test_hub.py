@@ -388,3 +388,43 @@ def test_a_step_with_figures_no_viewer_can_show_is_refused_and_a_lost_loss_is_dr
     assert (taken.step, taken.loss, taken.lr) == (3, None, None)
     assert core.ingest_bytes(schema.encode(schema.Step(seq=4, step=4, loss=0.5, lr=1e-3, **base)), 1.0)
     assert (core.state.ranks[0].step.loss, core.state.ranks[0].step.lr) == (0.5, 1e-3)
+
+
+def test_a_viewer_that_asks_for_snapshots_and_never_reads_them_costs_the_hub_little(hub):
+    # A snapshot is megabytes at scale. A viewer asking at every frame and reading nothing had
+    # the hub encode the whole state ten times a second and queue up to 1000 of them for it
+    # (2.4 GB of hub memory in a minute at 512 ranks). Now: one snapshot a second per viewer,
+    # a few queued per viewer at most, and other viewers are answered as ever.
+    import time
+
+    from pardash.telemetry import hub as hubmod
+
+    reps = _ranks(hub, world=8)
+    for r in reps:
+        r.step(step=1, loss=1.0, step_s=0.01)
+    ctx = zmq.Context.instance()
+    hog = ctx.socket(zmq.DEALER)
+    hog.setsockopt(zmq.RCVHWM, 1)
+    hog.setsockopt(zmq.RCVBUF, 4096)
+    hog.connect(hub.snapshot_endpoint)
+    served0 = hub.core.snapshots_served
+    t0 = time.monotonic()
+    for _ in range(60):  # 1.2 s or more of asking, never reading
+        hog.send(schema_request(), zmq.NOBLOCK)
+        time.sleep(0.02)
+    elapsed = time.monotonic() - t0
+    hog_served = hub.core.snapshots_served - served0
+    assert 1 <= hog_served <= elapsed / hubmod.SNAPSHOT_EVERY_S + 1
+    viewer = HubClient(hub.updates_endpoint, hub.snapshot_endpoint)
+    assert viewer.wait_synced(10)
+    assert len(viewer.state.ranks) == 8
+    viewer.close()
+    hog.close(0)
+    for r in reps:
+        r.close()
+
+
+def schema_request() -> bytes:
+    from pardash.telemetry import frames
+
+    return frames.SNAPSHOT_REQUEST
