@@ -473,3 +473,25 @@ def test_a_save_that_fails_names_the_folder_and_the_room_left(tmp_path, monkeypa
     message = str(err.value)
     assert message.startswith(f"checkpoint save to {checkpoint.step_path(tmp_path / 'ckpt', 40)} failed: RuntimeError: [enforce")
     assert "MiB free on its disk" in message
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_cannot_be_saved_costs_that_checkpoint_not_the_run(tmp_path, uninterrupted):
+    # A full disk at one save killed a run left for days, and --max-restarts spent every
+    # restart failing at the same save. Now the ranks agree it failed, warn, train on and try
+    # again at the next interval. (Here step 20's folder cannot be made: a file holds its name.)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    blocked = checkpoint.step_path(ckpt, 20)
+    blocked.write_text("not a folder")
+    proc, msgs = launch(tmp_path, "a", "--strategy", "ddp", "--nproc", "2", "--steps", "30", "--checkpoint-every", "10",
+                        "--checkpoint-dir", str(ckpt), "--max-restarts", "1")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 10), (0, 30), (1, 10), (1, 30)]
+    warned = events(msgs, "warning")
+    assert sorted((e.rank, e.step) for e in warned) == [(0, 20), (1, 20)]
+    assert all(f"checkpoint save to {blocked} failed" in e.message and "training goes on, the next try at step 30" in e.message
+               for e in warned)  # fmt: skip
+    assert not events(msgs, "resume")  # no restart was spent on it
+    assert_same_curve(losses(msgs), uninterrupted("ddp", 30))
+    assert checkpoint.find_latest(ckpt).step == 30

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -300,8 +301,29 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
                 step=step, epoch=epoch, steps_into_epoch=into_epoch, total_steps=total_steps,
                 lr=lr, seed=cfg.seed, world_size=rt.world_size, **resume.data_flags(cfg),
             )
-            path, save_s = checkpoint.save(cfg.checkpoint_dir, progress, w=w, optimizer=optimizer,
-                                           rank=rt.rank, device=rt.device, job=job)
+            try:
+                path, save_s = checkpoint.save(cfg.checkpoint_dir, progress, w=w, optimizer=optimizer,
+                                               rank=rt.rank, device=rt.device, job=job)
+                failed = ""
+            except checkpoint.CheckpointSaveError as exc:
+                path, failed = checkpoint.step_path(cfg.checkpoint_dir, step), str(exc)
+            # A save that failed (a full disk) costs that checkpoint, not the run: days of
+            # training must not end on it, nor torchrun's restarts be spent failing at the same
+            # save. Every rank learns the outcome (DCP's own error reaches all of them; this
+            # keeps them together whatever failed where), and the next interval tries again.
+            if not checkpoint.on_every_rank(not failed, rt.device):
+                if rank_identity().local_rank == 0 and not checkpoint.is_complete(path):
+                    shutil.rmtree(path, ignore_errors=True)  # a half-written folder fills the disk
+                said = failed or f"checkpoint save to {path} failed on another rank"
+                if step < total_steps:  # the last step always saves
+                    said += f"; training goes on, the next try at step {min(step + every, total_steps) if every else total_steps}"
+                else:
+                    said += "; the run ends without its final checkpoint"
+                reporter.event("warning", message=said, step=step)
+                if is_master:
+                    print(f"pardash trainer: warning: {said}", file=sys.stderr, flush=True)
+                clock.restart()
+                continue
             reporter.event("checkpoint", message=str(path), step=step, duration_s=save_s)
             if is_master:
                 print(f"checkpoint: step {step} saved to {path} in {save_s:.2f} s", flush=True)
