@@ -262,6 +262,32 @@ def test_a_restart_takes_only_its_own_jobs_checkpoints(tmp_path):
     assert checkpoint.job_id({"TORCHELASTIC_RUN_ID": "none"}) == checkpoint.job_id({}) == ""
 
 
+def test_a_run_prunes_only_its_own_checkpoints_and_resume_goes_on_from_the_run_that_saved_last(tmp_path):
+    # --checkpoint-keep deleted another run's checkpoints left in the folder (steps 30..90 of a
+    # 300-step run, leaving it with holes), and --resume took the highest step, an older run's
+    # 100, over the 60 of the run just killed.
+    def saved(step: int, job: str, at: float, complete: bool = True) -> Path:
+        path = checkpoint.step_path(tmp_path, step)
+        path.mkdir()
+        (path / checkpoint.JOB_FILE).write_text(job + "\n")
+        if complete:
+            (path / checkpoint.DCP_METADATA).write_bytes(b"m")
+            os.utime(path / checkpoint.DCP_METADATA, (at, at))
+        return path
+
+    for k, step in enumerate((50, 100)):
+        saved(step, "run-a", 1000.0 + k)
+    for k, step in enumerate((30, 60)):
+        saved(step, "run-b", 2000.0 + k)
+    saved(70, "run-b", 0, complete=False)  # its save under way when it was killed
+    assert checkpoint.newest_job(tmp_path) == "run-b"
+    assert checkpoint.find_latest(tmp_path, job=checkpoint.newest_job(tmp_path)).step == 60
+    assert checkpoint.newest_job(tmp_path / "missing") == ""
+    # run-b keeps its newest 1: its own 30 goes; run-a's 50 and 100 stay.
+    assert [p.name for p in checkpoint.prune(tmp_path, 1, upto=60, job="run-b")] == ["step-00000030"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000050", "step-00000060", "step-00000070", "step-00000100"]
+
+
 def test_progress_round_trips_through_tensors():
     p = checkpoint.Progress(step=20, epoch=1, steps_into_epoch=4, total_steps=40, lr=1.95e-3,
                             seed=1337, world_size=2, batch_size=8, grad_accum=2, dataset_size=256)

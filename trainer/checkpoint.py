@@ -186,12 +186,37 @@ def find_latest(root: str | os.PathLike[str], below: int | None = None, job: str
     return best
 
 
-def prune(root: str | os.PathLike[str], keep: int, upto: int | None = None) -> list[Path]:
+def newest_job(root: str | os.PathLike[str]) -> str:
+    """The job that saved the checkpoint completed last under ``root`` ("" when there is none,
+    or it names no job): what ``--resume`` goes on from, in a folder several runs saved into."""
+    try:
+        entries = list(os.scandir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    newest: tuple[float, int, Path] | None = None
+    for entry in entries:
+        m = STEP_DIR.match(entry.name)
+        if not (m and entry.is_dir()):
+            continue
+        path = Path(entry.path)
+        for marker in (DCP_METADATA, PLAIN_FILE):
+            try:
+                at = (os.stat(path / marker).st_mtime, int(m.group(1)), path)
+            except OSError:
+                continue
+            if newest is None or at[:2] > newest[:2]:
+                newest = at
+    return saved_by(newest[2]) if newest is not None else ""
+
+
+def prune(root: str | os.PathLike[str], keep: int, upto: int | None = None, job: str = "") -> list[Path]:
     """Delete all but the newest ``keep`` complete checkpoints under ``root``, and any
     unfinished save older than the oldest one kept; returns what was deleted. ``upto``: the
     step just saved; checkpoints of later steps (another run's, left in the folder) are neither
-    counted nor deleted, so they never push this run's own newest ones out. Safe to call from
-    several processes on one shared folder (what another deleted first is skipped)."""
+    counted nor deleted, so they never push this run's own newest ones out. ``job``: only that
+    job's checkpoints are counted and deleted (another run's, left in the folder, are its
+    own). Safe to call from several processes on one shared folder (what another deleted first
+    is skipped)."""
     if keep < 1:
         return []
     try:
@@ -201,6 +226,8 @@ def prune(root: str | os.PathLike[str], keep: int, upto: int | None = None) -> l
     steps = sorted(((int(STEP_DIR.match(e.name).group(1)), Path(e.path)) for e in entries), reverse=True)
     if upto is not None:
         steps = [(s, p) for s, p in steps if s <= upto]
+    if job:
+        steps = [(s, p) for s, p in steps if saved_by(p) == job]
     complete = [(s, p) for s, p in steps if is_complete(p)]
     if len(complete) <= keep:
         return []
@@ -487,6 +514,7 @@ __all__ = [
     "Progress",
     "agree_on_latest",
     "find_latest",
+    "newest_job",
     "is_complete",
     "load",
     "on_every_rank",

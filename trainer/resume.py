@@ -32,6 +32,8 @@ def resume(
     ``optimizer``, else step 0. With --resume: the newest checkpoint in --checkpoint-dir. Without
     it, after torchrun's ``restart`` (1, 2, ...): the newest one saved by ``job`` (this job's
     id, :func:`checkpoint.job_id`), as the attempt before this one left it, unless --no-resume.
+    (In a folder several runs saved into, --resume goes on from the run whose checkpoint was
+    completed last, not from the highest step, which may be an older run's.)
     Collective for ddp/fsdp."""
     start = checkpoint.Progress(step=0, epoch=0, steps_into_epoch=0, total_steps=total_steps,
                                 lr=0.0, seed=cfg.seed, world_size=rt.world_size, **data_flags(cfg))
@@ -49,23 +51,29 @@ def resume(
                      f"to tell its checkpoints in {cfg.checkpoint_dir} from another run's (--resume takes the newest)")
         return start
     reporter.set_phase("resume")
+    if own is None:
+        # --resume goes on from the run that saved last (a folder may hold several runs'
+        # checkpoints: the highest step may be an older run's), from its newest checkpoint.
+        own = checkpoint.newest_job(cfg.checkpoint_dir) or None
     found = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, job=own)
     if found is None:
-        if own is None:
+        if cfg.resume:
             if is_master:
                 print(f"resume: no checkpoint in {cfg.checkpoint_dir} yet; starting at step 1", flush=True)
         else:
             _starts_over(reporter, is_master, f"resume: torchrun restart {restart}: no checkpoint of this job in "
                          f"{cfg.checkpoint_dir} yet; starting at step 1")
         return start
-    if own is not None and is_master:
+    if not cfg.resume and is_master:
         print(f"resume: torchrun restart {restart}: from this job's newest checkpoint", flush=True)
     start, load_s, had_rng, found = load_newest_readable(found, cfg, w, optimizer, rt, reporter, job=own)
     notes = resume_notes(start, cfg, total_steps, rt.world_size, had_rng)
-    reporter.event("resume", message=f"step {start.step} from {found.path}"
+    by = checkpoint.saved_by(found.path)
+    of = f" (saved by run {by})" if by and by != job else ""
+    reporter.event("resume", message=f"step {start.step} from {found.path}{of}"
                    + "".join(f"; {n}" for n in notes), step=start.step, duration_s=load_s)
     if is_master:
-        print(f"resume: step {start.step} restored from {found.path} in {load_s:.2f} s", flush=True)
+        print(f"resume: step {start.step} restored from {found.path}{of} in {load_s:.2f} s", flush=True)
         for note in notes:
             print(f"note: {note}", flush=True)
     if start.step >= total_steps:

@@ -330,7 +330,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             if cfg.checkpoint_keep and rank_identity().local_rank == 0:
                 # After the save every rank's shard is written (DCP ends on a collective): the
                 # first process of each node prunes, so a folder per node is pruned too.
-                for old in checkpoint.prune(cfg.checkpoint_dir, cfg.checkpoint_keep, upto=step):
+                for old in checkpoint.prune(cfg.checkpoint_dir, cfg.checkpoint_keep, upto=step, job=job):
                     if is_master:
                         print(f"checkpoint: removed {old} (--checkpoint-keep {cfg.checkpoint_keep})", flush=True)
             clock.restart()
