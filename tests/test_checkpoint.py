@@ -320,6 +320,9 @@ def test_a_resume_with_other_data_flags_says_what_differs():
     older = checkpoint.Progress(step=4, epoch=0, steps_into_epoch=4, total_steps=6, lr=1e-3,
                                 seed=1, world_size=1)
     assert _resume_notes(older, other, 6, 1, True) == []
+    # Another --steps rescales the schedule, one way or the other.
+    assert _resume_notes(saved, same, 12, 1, True)[-1].endswith("schedule is stretched to the new length")
+    assert _resume_notes(saved, same, 5, 1, True)[-1].endswith("schedule is compressed to the new length")
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP in one process, as meant

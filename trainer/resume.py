@@ -175,5 +175,6 @@ def resume_notes(
         notes.append("this rank's RNG state is not in the checkpoint")
     if saved.total_steps != total_steps:
         notes.append(f"the checkpoint's run had {saved.total_steps} steps, this one "
-                     f"{total_steps}: the learning rate schedule is stretched to the new length")
+                     f"{total_steps}: the learning rate schedule is "
+                     + ("stretched" if total_steps > saved.total_steps else "compressed") + " to the new length")
     return notes
