@@ -190,6 +190,7 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
     if existing and not force:
         raise CurveKeyError(f"{d} already holds keys; hubs and ranks using them would be locked out. Pass --force to replace them")
     auth = d / AUTHORIZED
+    _refuse_shared_folder(d)
     try:
         make_private_dir(d)
         os.chmod(d, 0o700)
@@ -213,6 +214,27 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
     except OSError as exc:
         raise CurveKeyError(f"cannot write keys in {d}: {exc.strerror or exc}; choose another --dir") from None
     return paths
+
+
+def _refuse_shared_folder(d: Path) -> None:
+    """Keys go in a folder of their own, which becomes 0700. A folder that already exists, holds
+    other things and others may enter (a project folder, /tmp) would be shut to them (and the
+    keys mixed among its files): refused, never changed. An empty folder of one's own (`mkdir
+    keys` first) is fine."""
+    try:
+        st = d.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CurveKeyError(f"cannot use {d} for keys: {exc.strerror or exc}; choose another --dir") from None
+    if not d.is_dir():
+        raise CurveKeyError(f"{d} is not a folder; choose another --dir")
+    ours = st.st_uid == os.getuid()
+    if st.st_mode & 0o077 and (not ours or any(p.name != AUTHORIZED for p in d.iterdir())):
+        raise CurveKeyError(
+            f"{d} is a shared folder (mode {stat.filemode(st.st_mode)}) that holds other files; keys need a folder of "
+            "their own, made 0700: pass a new --dir"
+        )
 
 
 def _check_folder(folder: Path) -> None:

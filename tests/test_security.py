@@ -114,6 +114,25 @@ def test_keys_are_for_their_owner_only(tmp_path):
     assert zmq.auth.load_certificate(d / "authorized_clients/client.key")[0] == security.load_client_keys(d).public
 
 
+def test_keys_never_shut_a_shared_folder_to_its_users(tmp_path):
+    # `pardash keys --dir /tmp` (or a group's project folder) made it 0700: refused now, the
+    # folder untouched. An empty folder of one's own, made first, takes the keys.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "notes.txt").write_text("the group's")
+    os.chmod(shared, 0o1777)
+    proc = subprocess.run([sys.executable, "-m", "pardash", "keys", "--dir", str(shared)], capture_output=True, text=True, env=pardash_env())
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "is a shared folder (mode drwxrwxrwt) that holds other files" in proc.stderr
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777 and sorted(p.name for p in shared.iterdir()) == ["notes.txt"]
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    os.chmod(mine, 0o755)
+    proc = subprocess.run([sys.executable, "-m", "pardash", "keys", "--dir", str(mine)], capture_output=True, text=True, env=pardash_env())
+    assert proc.returncode == 0, proc.stderr
+    assert _mode(mine) == 0o700
+
+
 def test_a_secret_key_others_can_read_is_refused_and_never_breaks_a_rank(keys, capsys):
     os.chmod(keys / "client.key_secret", 0o644)
     with pytest.raises(security.CurveKeyError, match="chmod 600"):
