@@ -80,6 +80,18 @@ def _end_torn_line(path: Path) -> None:
         pass  # unreadable or unwritable: opening it for appending says why
 
 
+LOG_MODE = 0o640
+"""A new log's permissions (less the umask): the user's and their group's to read; never
+writable by others, whose lines report and replay would trust, whatever the umask."""
+
+
+def _open_log(path: Path):
+    """The log for appending, readable too (a log deleted under the hub is copied back from
+    this descriptor)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), LOG_MODE)
+    return os.fdopen(fd, "a+b", buffering=1 << 16)
+
+
 class Recorder:
     """Appends messages to a JSON Lines file."""
 
@@ -132,8 +144,7 @@ class Recorder:
                     os.truncate(self.path, size)
                 self._good = None
             _end_torn_line(self.path)
-            # Readable too: a log deleted under the hub is copied back from this descriptor.
-            self._fh = open(self.path, "a+b", buffering=1 << 16)
+            self._fh = _open_log(self.path)
             self.error = ""
         except OSError as exc:
             self._fh = None
@@ -271,7 +282,7 @@ class Recorder:
         try:
             fh.flush()
             target.parent.mkdir(parents=True, exist_ok=True)
-            new = open(target, "a+b", buffering=1 << 16)
+            new = _open_log(target)
             try:
                 new.flush()
                 fd_in, fd_out, at = fh.fileno(), new.fileno(), 0

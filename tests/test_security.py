@@ -218,6 +218,19 @@ def test_registry_under_umask_0_leaves_no_folder_others_can_write(tmp_path, monk
     assert _mode(path) == 0o600
 
 
+def test_a_log_is_never_writable_by_others_whatever_the_umask(tmp_path):
+    # Under umask 000 the log was 0666: anyone could add lines that report and replay trust.
+    from pardash.telemetry.recorder import Recorder
+
+    old = os.umask(0)
+    try:
+        rec = Recorder(tmp_path / "run.jsonl")
+    finally:
+        os.umask(old)
+    rec.close()
+    assert _mode(tmp_path / "run.jsonl") == 0o640
+
+
 # -- where a hub may bind ------------------------------------------------------------------------
 
 
