@@ -144,7 +144,10 @@ def build_report(path: str) -> dict:
             noted.discard(msg.rank)  # a (re)started rank: its next exit is a new one
         if msg.t:
             first_t = msg.t if first_t is None else min(first_t, msg.t)
-            last_t = msg.t if last_t is None else max(last_t, msg.t)
+            # The run ends with its ranks' last word: the hub's own notes (rank -1) go on while
+            # a viewer stays open after the job ("hub stopped" when it quits), which is no run time.
+            if msg.rank >= 0 or last_t is None:
+                last_t = msg.t if last_t is None else max(last_t, msg.t)
         if isinstance(msg, schema.Step):
             if msg.t:  # 0: a step without its time (a hand-made or foreign line) spans nothing
                 step_t0 = msg.t - msg.step_s if step_t0 is None else min(step_t0, msg.t - msg.step_s)
