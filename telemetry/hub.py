@@ -29,7 +29,7 @@ import psutil
 import zmq
 
 from . import cliargs, frames, registry, schema, security
-from .hubcore import MAX_RANK, HubCore
+from .hubcore import MAX_RANK, HubCore, rejects_text
 from .recorder import Recorder, holds_records, is_gzip
 from .state import run_over
 
@@ -635,7 +635,7 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     finally:
         st = hub.core.stats()
         hub.core.note(
-            f"hub stopped: {st.received} messages, {st.lost} lost, {sum(st.rejected.values())} rejected"
+            f"hub stopped: {st.received} messages, {st.lost} lost, {rejects_text(st.rejected)}"
         )
         hub.close()
         if metrics is not None:

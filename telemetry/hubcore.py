@@ -10,6 +10,7 @@ the total). Each part of a multipart message is judged as a frame of its own.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -62,6 +63,31 @@ class IngestStep(schema.Step, tag="step"):
     custom: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
 
 
+REJECTS_NOTE_S = 60.0
+"""How often, at most, the hub notes in its log what it has refused so far (when that grew)."""
+_REJECTS = re.compile(r"(\d+) rejected(?: \(([^)]*)\))?")
+
+
+def rejects_text(rejected: dict[str, int]) -> str:
+    """``37 rejected (invalid 30, too_large 7)``: how the hub's notes in the log count them."""
+    total = sum(rejected.values())
+    reasons = ", ".join(f"{why} {n}" for why, n in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])) if n)
+    return f"{total} rejected" + (f" ({reasons})" if reasons else "")
+
+
+def parse_rejects(message: str) -> dict[str, int] | None:
+    """The counts a hub note of :func:`rejects_text` holds (None: it holds none)."""
+    m = _REJECTS.search(message)
+    if m is None:
+        return None
+    counts: dict[str, int] = {}
+    for part in (m.group(2) or "").split(", "):
+        why, _, n = part.rpartition(" ")
+        if why and n.isdigit():
+            counts[why] = int(n)
+    return counts or ({"unknown": int(m.group(1))} if int(m.group(1)) else {})
+
+
 def _defaults(cls: type) -> tuple:
     return tuple(getattr(d, "factory", d) for d in cls.__struct_defaults__)  # a {} default is a factory
 
@@ -103,6 +129,8 @@ class HubCore:
         self._rate_t = time.monotonic()
         self._rate_n = 0
         self._rate_hz = 0.0
+        self._rejects_noted = 0
+        self._rejects_noted_at = -REJECTS_NOTE_S
 
     # -- ingest ---------------------------------------------------------------------------
 
@@ -413,6 +441,11 @@ class HubCore:
         rec = self.recorder
         while rec is not None and rec.notices:
             self.note(rec.notices.popleft(), name="warning")
+        rejected = sum(self.rejected.values())
+        if rec is not None and rejected != self._rejects_noted and now - self._rejects_noted_at >= REJECTS_NOTE_S:
+            # In the log as it goes, so a hub killed outright still leaves its count there.
+            self._rejects_noted, self._rejects_noted_at = rejected, now
+            self.note(f"refused so far: {rejects_text(self.rejected)}")
         steps = list(self._steps.values())
         messages: list[schema.Message] = self._pending
         messages.extend(self._systems.values())

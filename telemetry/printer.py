@@ -134,17 +134,19 @@ class ProgressPrinter:
             if line:
                 self._print(line)
         now = time.monotonic()
+        stats = getattr(self.source, "stats", None)
+        rejected = sum(stats.rejected.values()) if stats is not None else 0
         if self._progress is not None:
             if st.ranks:
                 total = (hello.config or {}).get("steps") if hello else None
-                self._progress.update(self._task, completed=st.step, total=total or None, stats=progress_stats(st))
+                self._progress.update(self._task, completed=st.step, total=total or None, stats=progress_stats(st, rejected))
             if force:
                 self._progress.refresh()
             return
         if force or now - self._last_line >= self.every_s:
             self._last_line = now
             if st.ranks:
-                line = progress_line(st, now - self.t_start)
+                line = progress_line(st, now - self.t_start, rejected)
                 said = line.partition("] ")[2]  # the line but its time
                 if not (force and said == self._last_said):  # the last line, said again
                     self._print(line)
@@ -199,7 +201,7 @@ def hang_text(st) -> str:
     return f"likely waiting for {ranks_named(sorted(causes))}" if causes else ""
 
 
-def progress_stats(st) -> str:
+def progress_stats(st, rejected: int = 0) -> str:
     """What the bar shows beside step/total: samples/s, step time spread, rank states."""
     parts = [rate_text(st)]
     sp = step_s_spread(st)
@@ -210,6 +212,8 @@ def progress_stats(st) -> str:
     parts.append(hang_text(st))
     if st.lost:
         parts.append(f"{st.lost} lost")
+    if rejected:
+        parts.append(f"{rejected} refused by the hub")
     return " | ".join(p for p in parts if p)
 
 
@@ -225,7 +229,7 @@ def rate_text(st) -> str:
     return f"{recent:,.0f} samples/s at the end" if recent > 0 else ""
 
 
-def progress_line(st, elapsed_s: float) -> str:
+def progress_line(st, elapsed_s: float, rejected: int = 0) -> str:
     hello = st.hello
     total = (hello.config or {}).get("steps") if hello else None
     step = f"step {st.step}" + (f"/{total}" if total else "")
@@ -246,6 +250,8 @@ def progress_line(st, elapsed_s: float) -> str:
     parts.append(hang_text(st))
     if st.lost:
         parts.append(f"{st.lost} lost")
+    if rejected:
+        parts.append(f"{rejected} refused by the hub")
     return " | ".join(p for p in parts if p)
 
 

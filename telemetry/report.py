@@ -28,7 +28,8 @@ from . import schema
 from .logreader import LogReadStats, read_log
 from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
-from .state import RunState, mem_full_bytes, mem_held_bytes
+from .hubcore import parse_rejects
+from .state import RunState, mem_full_bytes, mem_held_bytes, run_over
 from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
 
 
@@ -134,10 +135,17 @@ def build_report(path: str) -> dict:
     step_t0 = step_t1 = None
     run_ids: set[str] = set()
     hub_restarts: list[float] = []
+    refused = _Refused()
+    closed = False  # the hub's "hub stopped" came after the ranks' last record
     for msg in read_log(path, stats):
         state.apply(msg, msg.t)
         if isinstance(msg, schema.Event) and msg.name == "hub_restart":
             hub_restarts.append(msg.t)
+        if msg.rank >= 0:
+            closed = False
+        elif isinstance(msg, schema.Event):
+            refused.take(msg)
+            closed = closed or (msg.name == "hub" and msg.message.startswith("hub stopped"))
         if msg.run:
             run_ids.add(msg.run)
         if isinstance(msg, schema.Hello):
@@ -317,7 +325,50 @@ def build_report(path: str) -> dict:
         "lost_messages": state.lost,
         "skipped_lines": stats.skipped_total,
         "skipped_by_reason": dict(sorted(stats.skipped.items())),
+        # What the hub refused at its ports (None: the log does not say).
+        "rejected_by_reason": refused.counts(),
+        # A log that ends with ranks still running and no closing line from its hub: the run
+        # goes on, or its hub stopped recording (killed for good, out of disk) before it ended.
+        "log_ends_early": None if closed or run_over(state) else {
+            "step": state.step, "running": sum(1 for r in state.ranks.values() if not (r.finished or r.exit_code is not None)),
+        },
     }
+
+
+class _Refused:
+    """What the hubs that recorded a log refused, by reason, from their notes in it: each hub
+    counts from 0 (a restarted one too), notes its count as it grows ("refused so far: ...")
+    and at its stop ("hub stopped: ..."); a hub killed outright leaves its last note."""
+
+    def __init__(self) -> None:
+        self.earlier: dict[str, int] = {}
+        self.current: dict[str, int] = {}
+        self.known = False
+
+    def take(self, ev: schema.Event) -> None:
+        if ev.name == "hub_restart":
+            self._close()
+        elif ev.name == "hub" and ev.message.startswith(("hub stopped", "refused so far")):
+            counts = parse_rejects(ev.message)
+            if counts is not None:
+                self.known = True
+                self.current = counts
+                if ev.message.startswith("hub stopped"):
+                    self._close()
+
+    def _close(self) -> None:
+        for why, n in self.current.items():
+            self.earlier[why] = self.earlier.get(why, 0) + n
+        self.current = {}
+
+    def counts(self) -> dict[str, int] | None:
+        """By reason, most first; None when the log holds no hub's count."""
+        if not self.known:
+            return None
+        total = dict(self.earlier)
+        for why, n in self.current.items():
+            total[why] = total.get(why, 0) + n
+        return dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _fold_verdict(v: schema.Verdict, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits) -> None:

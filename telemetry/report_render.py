@@ -52,7 +52,18 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
         *([("restarts", f"torchrun restarted the job {rep['job_restarts']}x (--max-restarts)")] if rep.get("job_restarts") else []),
         ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "")),
+        *([("refused by the hub", _refused_text(rep["rejected_by_reason"]))] if rep.get("rejected_by_reason") else []),
+        *([("log ends early", _ends_early_text(rep["log_ends_early"]))] if rep.get("log_ends_early") else []),
     ]
+
+
+def _refused_text(counts: dict[str, int]) -> str:
+    return f"{sum(counts.values())} message(s) at its ports (" + ", ".join(f"{why} {n}" for why, n in counts.items()) + ")"
+
+
+def _ends_early_text(end: dict) -> str:
+    return (f"at step {end['step']}, with {end['running']} rank(s) running and no closing line from the hub: the run "
+            "is still going (`pardash ps`), or its hub stopped recording (killed, out of disk) before the run ended")
 
 
 def _hub_restarts_text(rep: dict) -> str:

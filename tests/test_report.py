@@ -698,3 +698,41 @@ def test_a_viewer_left_open_after_the_job_adds_nothing_to_the_runs_duration(tmp_
     log = tmp_path / "run.jsonl"
     log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in msgs))
     assert build_report(str(log))["duration_s"] == pytest.approx(7.0)
+
+
+def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_early(tmp_path):
+    # What the hub refused was shown only live (a total in the TUI's header); a log cut short
+    # (the hub killed for good, its disk full) read as a run whose ranks were still "running".
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.recorder import Recorder
+
+    log = tmp_path / "run.jsonl"
+    rec = Recorder(log)
+    core = HubCore(run_id="r", recorder=rec, world_size=2)
+    for rank in (0, 1):
+        core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=2, t=1.0e9)), 1.0)
+    for k in range(3):
+        core.ingest_bytes(b"\x00garbage" + bytes([k]), 1.0)
+    core.ingest_bytes(schema.encode(schema.Step(run="other", rank=0, seq=1, step=1, t=1.0e9 + 1)), 1.0)
+    core.ingest_bytes(schema.encode(schema.Step(run="r", rank=0, seq=1, step=1, step_s=0.1, t=1.0e9 + 1)), 1.0)
+    core.tick(100.0)  # the hub notes its count as it grows
+    rec.close()
+    # A second hub (restarted after the first was killed) refuses one more, and is killed too.
+    with open(log, "ab") as fh:
+        for m in (schema.Event(rank=-1, seq=-1, name="hub_restart", message="hub restarted", t=1.0e9 + 2),
+                  schema.Event(rank=-1, seq=-1, name="hub", message="refused so far: 1 rejected (foreign_run 1)", t=1.0e9 + 3),
+                  schema.Step(run="r", rank=1, seq=1, step=1, step_s=0.1, t=1.0e9 + 4)):  # fmt: skip
+            fh.write(schema.encode_json(m) + b"\n")
+    rep = build_report(str(log))
+    assert rep["rejected_by_reason"] == {"invalid": 3, "foreign_run": 2}
+    assert rep["log_ends_early"] == {"step": 1, "running": 2}
+    text = render_text(rep)
+    assert "refused by the hub  5 message(s) at its ports (invalid 3, foreign_run 2)" in text
+    assert "log ends early      at step 1, with 2 rank(s) running and no closing line from the hub" in text
+    # The hub's closing line ends the log as it should: nothing said then.
+    with open(log, "ab") as fh:
+        fh.write(schema.encode_json(schema.Event(rank=-1, seq=-1, name="hub", message="hub stopped: 9 messages, 0 lost, 1 rejected (foreign_run 1)", t=1.0e9 + 5)) + b"\n")
+    rep = build_report(str(log))
+    assert rep["log_ends_early"] is None and rep["rejected_by_reason"] == {"invalid": 3, "foreign_run": 2}
+    # The headless progress lines say it as it happens.
+    assert progress_line(RunState(), 1.0, 5).endswith(" | 5 refused by the hub")
