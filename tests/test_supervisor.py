@@ -89,3 +89,35 @@ def test_a_result_that_cannot_be_written_still_stops_the_hub(tmp_path, capsys):
         assert "cannot write the run's result.json" in capsys.readouterr().err
     finally:
         hub.kill()
+
+
+def test_a_hub_that_dies_now_and_then_is_restarted_every_time(monkeypatch):
+    # The cap of 20 hub restarts counted over the run's whole life: a hub dying once a day lost
+    # the telemetry of a long run for good on day 21. Only deaths close together (a crash loop)
+    # count now.
+    from pardash.trainer import launcher
+
+    clock = [0.0]
+    monkeypatch.setattr(launcher.time, "monotonic", lambda: clock[0])
+    sup = launcher.Supervisor.__new__(launcher.Supervisor)
+    sup.hub_restarts, sup._stopping, sup._hub_deaths = 0, False, launcher.deque()
+    restarted = []
+
+    class Dead:
+        returncode = -9
+
+        def poll(self):
+            return -9
+
+    sup.start_hub = lambda resume=False: restarted.append(clock[0])
+    for day in range(30):
+        clock[0] = day * 86400.0
+        sup.hub = Dead()
+        assert len(sup._hub_deaths) < launcher.MAX_HUB_RESTARTS
+        sup._watch_hub()
+    assert len(restarted) == 30 and sup.hub_restarts == 30
+    for k in range(launcher.MAX_HUB_RESTARTS):  # then a crash loop: 20 deaths in seconds
+        clock[0] = 31 * 86400.0 + k
+        sup.hub = Dead()
+        sup._watch_hub()
+    assert len(sup._hub_deaths) == launcher.MAX_HUB_RESTARTS  # _wait_job gives up at the next death

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,11 @@ STOP_GRACE_S = 10.0
 
 
 MAX_HUB_RESTARTS = 20
+"""Hub deaths within HUB_RESTART_WINDOW_S after which the launcher stops restarting it (a hub
+that cannot live: a crash loop), training going on without telemetry."""
+HUB_RESTART_WINDOW_S = 600.0
+"""A hub that dies now and then over days is restarted every time: only deaths this close
+together count toward MAX_HUB_RESTARTS."""
 """Hubs started again after one died, in a job's life; then training goes on without one."""
 
 
@@ -121,8 +127,10 @@ class Supervisor:
         self._stopping = False
         self.hub_restarts = 0
         self.ranks_started = False
-        self._gave_up = False
         """Whether torchrun was seen with a child process (its ranks) while it ran."""
+        self._gave_up = False
+        self._hub_deaths: deque[float] = deque()
+        """When the hub died, within the last HUB_RESTART_WINDOW_S."""
 
     def start_hub(self, *, resume: bool = False) -> dict:
         spec = self.spec
@@ -231,6 +239,10 @@ class Supervisor:
         if self.hub is None or self.hub.poll() is None or self._stopping:
             return
         self.hub_restarts += 1
+        now = time.monotonic()
+        self._hub_deaths.append(now)
+        while self._hub_deaths and now - self._hub_deaths[0] > HUB_RESTART_WINDOW_S:
+            self._hub_deaths.popleft()
         print(f"pardash: the hub exited (code {self.hub.returncode}); restarting it", file=sys.stderr, flush=True)
         try:
             self.start_hub(resume=True)
@@ -430,12 +442,12 @@ class Supervisor:
             code = self.job.poll()
             if code is not None:
                 return code
-            if self.hub_restarts < MAX_HUB_RESTARTS:
+            if len(self._hub_deaths) < MAX_HUB_RESTARTS:
                 self._watch_hub()
             elif not self._gave_up and self.hub is not None and self.hub.poll() is not None:
                 self._gave_up = True
-                print(f"pardash: the hub died {self.hub_restarts + 1} times; no more restarts: training goes on "
-                      "without telemetry, and the log ends here", file=sys.stderr, flush=True)
+                print(f"pardash: the hub died {len(self._hub_deaths) + 1} times in {HUB_RESTART_WINDOW_S / 60:.0f} minutes; "
+                      "no more restarts: training goes on without telemetry, and the log ends here", file=sys.stderr, flush=True)
             if self._stopping and deadline is None:
                 deadline = time.monotonic() + STOP_GRACE_S
             if deadline is not None and time.monotonic() > deadline:
