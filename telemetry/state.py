@@ -30,7 +30,23 @@ LIFECYCLE_KEPT = 8192
 """Error, exit and restart events (and exited verdicts) kept to judge how a run ended, at the
 least; a run of many ranks keeps four a rank (see ``RunState.lifecycle``)."""
 TRACEBACK_KEPT = 2048
-"""Characters of an error's traceback (its end, where the error is) that ``lifecycle`` keeps."""
+"""Characters of an error's traceback (its end, where the error is) that ``lifecycle`` and the
+event log keep (the JSONL log keeps all of it)."""
+MESSAGE_KEPT = 1024
+"""Characters of an event's message the event log keeps in memory (the JSONL log keeps all)."""
+
+
+def _kept(msg: "schema.Event") -> "schema.Event":
+    """``msg`` as memory keeps it: a long message or traceback cut (a copy: the recorder may
+    not have written the message yet). 32768 ranks' 64 KiB error events, kept whole, are GBs."""
+    tb, text = msg.traceback, msg.message
+    if (tb is None or len(tb) <= TRACEBACK_KEPT) and len(text) <= MESSAGE_KEPT:
+        return msg
+    return msgspec.structs.replace(
+        msg,
+        message=text if len(text) <= MESSAGE_KEPT else text[: MESSAGE_KEPT - 1] + "…",
+        traceback=tb if tb is None or len(tb) <= TRACEBACK_KEPT else tb[-TRACEBACK_KEPT:],
+    )
 
 
 def is_lifecycle(msg: schema.Message) -> bool:
@@ -239,7 +255,7 @@ class RunState:
             return
         if msg.rank < 0:
             if isinstance(msg, schema.Event):
-                self.events.append(msg)
+                self.events.append(_kept(msg))
                 if is_lifecycle(msg):
                     self._keep_lifecycle(msg)
             return
@@ -264,7 +280,9 @@ class RunState:
                 r.restarts = msg.restart
             if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart):
                 r.step = None  # a new process for the rank: its message order starts anew
-            r.hello = msg
+            # The run's config is rank 0's (every rank's is the same): another rank's copy is
+            # not kept in memory (up to 256 KiB a rank; the JSONL log keeps every hello whole).
+            r.hello = msg if msg.rank == 0 or not msg.config else msgspec.structs.replace(msg, config={})
             if self.run_hello is None or msg.rank == 0 or self.run_hello.rank == msg.rank:
                 self.run_hello = msg
             # A (re)started rank is alive again.
@@ -278,7 +296,7 @@ class RunState:
             # saw the process end with (a rank torchrun stopped with SIGTERM says "1" itself).
             same_exit = msg.name == "exit" and msg.seq >= 0 and r.exit_noted is not None and (code == r.exit_noted or (code and r.exit_noted))
             if not same_exit:
-                self.events.append(msg)
+                self.events.append(_kept(msg))
             if is_lifecycle(msg):
                 self._keep_lifecycle(msg)
             if msg.name == "exit":
@@ -294,8 +312,8 @@ class RunState:
                     r.exit_code = code
 
     def _keep_lifecycle(self, msg: schema.Message) -> None:
-        if isinstance(msg, schema.Event) and msg.traceback and len(msg.traceback) > TRACEBACK_KEPT:
-            msg = msgspec.structs.replace(msg, traceback=msg.traceback[-TRACEBACK_KEPT:])
+        if isinstance(msg, schema.Event):
+            msg = _kept(msg)
         kept = self.lifecycle
         kept.append(msg)
         if self.lifecycle_limit is not None:

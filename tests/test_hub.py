@@ -428,3 +428,29 @@ def schema_request() -> bytes:
     from pardash.telemetry import frames
 
     return frames.SNAPSHOT_REQUEST
+
+
+def test_big_hellos_and_events_are_kept_whole_in_the_log_and_cut_in_memory(tmp_path):
+    # 1000 hellos of 250 kB and 4000 error events with 16k-character messages and 65k-character
+    # tracebacks took a hub from 30 MB to 1.7 GB (and every viewer's snapshot with it). The log
+    # keeps every one whole; memory keeps rank 0's config and the ends of long texts.
+    from pardash.telemetry import state as state_mod
+    from pardash.telemetry.recorder import Recorder
+
+    rec = Recorder(tmp_path / "run.jsonl")
+    core = HubCore(run_id="r", recorder=rec, world_size=64)
+    config = {f"key{k}": "v" * 1000 for k in range(100)}  # 100 kB
+    for rank in range(64):
+        assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=64, t=1.0e9, config=config)), 1.0)
+        err = schema.Event(run="r", rank=rank, seq=1, t=1.0e9 + 1, name="error", message="m" * 16_000, traceback="t" * 60_000 + "Boom")
+        assert core.ingest_bytes(schema.encode(err), 1.0)
+    rec.close()
+    st = core.state
+    assert st.hello.config == config and all(st.ranks[r].hello.config == {} for r in range(1, 64))
+    kept = [e for e in st.events if e.name == "error"]
+    assert len(kept) == 64 and all(len(e.message) <= state_mod.MESSAGE_KEPT for e in kept)
+    assert all(len(e.traceback) <= state_mod.TRACEBACK_KEPT and e.traceback.endswith("Boom") for e in kept)
+    msgs, _ = load_log(tmp_path / "run.jsonl")
+    logged = [m for m in msgs if isinstance(m, schema.Event) and m.name == "error"]
+    assert len(logged) == 64 and all(len(m.message) == 16_000 and len(m.traceback) == 60_004 for m in logged)
+    assert all(m.config == config for m in msgs if isinstance(m, schema.Hello))
