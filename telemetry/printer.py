@@ -169,6 +169,10 @@ class ProgressPrinter:
             self.close()
 
 
+EVENT_TEXT_MAX = 400
+"""Characters of an event's message a progress line shows (the log keeps it whole)."""
+
+
 def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float | None = None) -> str:
     """One event or verdict as a progress line ('' for those not worth one); ``ranks`` and
     ``took``: the ranks that sent the same event and the slowest one's duration (see
@@ -186,7 +190,10 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
         if ev.name in ("hub", "epoch_end"):
             return ""
         took = took if several else ev.duration_s
-        line = f"[{ev.name}] {who}: {ev.message}".rstrip(": ")
+        text = " ".join((ev.message or "").split())  # one line, whatever a rank sent
+        if len(text) > EVENT_TEXT_MAX:
+            text = text[: EVENT_TEXT_MAX - 1] + "…"
+        line = f"[{ev.name or 'event'}] {who}: {text}".rstrip(": ")
         if ev.name == "eval":
             line = f"[eval] {who} after step {ev.step}"
         if took is not None and ev.name in ("checkpoint", "resume", "eval"):

@@ -423,6 +423,14 @@ def test_plain_lines_keep_their_format():
     assert re.fullmatch(r"\[\s*\d+\.\ds\] step 12/12 \| step ms min/med/max [\d./]+ \| self ms [\d./]+ \| mem/rank [\d.]+ MiB \| 2 finished", line)
 
 
+def test_an_event_is_one_bounded_line_whatever_a_rank_sent():
+    from pardash.telemetry.printer import EVENT_TEXT_MAX, event_line
+
+    line = event_line(schema.Event(rank=1, name="warning", message="x" * 16_000 + "\nsecond line"))
+    assert "\n" not in line and len(line) < EVENT_TEXT_MAX + 30 and line.startswith("[warning] rank 1: xxx")
+    assert event_line(schema.Event(rank=1, name="", message="hi")) == "[event] rank 1: hi"
+
+
 def test_a_rank_that_finished_is_not_reported_stopped_by_a_note_taken_first(tmp_path):
     # Rank 1 fails; the launcher then notes that rank 0 "was stopped" (seq -1), and the hub,
     # taking from each sender in turn, records that note before rank 0's own exit 0, sent
