@@ -153,6 +153,7 @@ class HubClient(FrameApplier):
         self.sub.setsockopt(zmq.LINGER, 0)
         if self.keys is not None:
             self.keys.apply(self.sub)
+        security.allow_ipv6(self.sub, updates)
         self.sub.connect(updates)
         self.dealer: zmq.Socket | None = None
         self.synced = False
@@ -185,6 +186,7 @@ class HubClient(FrameApplier):
             self.dealer.setsockopt(zmq.MAXMSGSIZE, 1 << 30)
             if self.keys is not None:
                 self.keys.apply(self.dealer)
+            security.allow_ipv6(self.dealer, self.snapshot_endpoint)
             self.dealer.connect(self.snapshot_endpoint)
         try:
             self.dealer.send(frames.SNAPSHOT_REQUEST, zmq.NOBLOCK)

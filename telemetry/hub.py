@@ -107,6 +107,7 @@ class Hub:
         self._served_at: dict[bytes, float] = {}
         for s in (self.ingest, self.updates, self.snap):
             s.setsockopt(zmq.LINGER, 0)
+            security.allow_ipv6(s, host)
             if self.keys is not None:
                 self.keys.apply(s)
         if self.keys is not None:

@@ -186,6 +186,7 @@ class Reporter:
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
         if self.keys is not None:
             self.keys.apply(sock)
+        security.allow_ipv6(sock, self.endpoint)
         try:
             sock.connect(self.endpoint)
         except zmq.ZMQError:

@@ -216,6 +216,14 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
     return paths
 
 
+def allow_ipv6(sock: zmq.Socket, where: str) -> None:
+    """Let ``sock`` bind or connect to an IPv6 address (``::1``, ``tcp://[::1]:PORT``); ZeroMQ
+    sockets are IPv4-only unless told. Others are left as they are."""
+    host = where.split("://", 1)[-1]
+    if host.startswith("[") or host.count(":") > 1:
+        sock.setsockopt(zmq.IPV6, 1)
+
+
 def _refuse_shared_folder(d: Path) -> None:
     """Keys go in a folder of their own, which becomes 0700. A folder that already exists, holds
     other things and others may enter (a project folder, /tmp) would be shut to them (and the

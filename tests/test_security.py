@@ -257,6 +257,37 @@ def _own_address() -> str | None:
     return None if security.is_loopback(addr) else addr
 
 
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_a_hub_on_ipv6_loopback_serves_ranks_and_viewers(tmp_path):
+    # `--bind ::1` counted as loopback, then failed: "No such device ... check --bind".
+    hub = Hub(run_id="v6", log_path=str(tmp_path / "run.jsonl"), host="::1")
+    t = threading.Thread(target=hub.serve, daemon=True)
+    t.start()
+    try:
+        assert hub.ingest_endpoint.startswith("tcp://[::1]:")
+        rep = Reporter(hub.ingest_endpoint, run="v6", identity=identity(0, 1), heartbeat_s=0)
+        rep.hello(strategy="single", world_size=1)
+        rep.step(step=1, loss=1.0, step_s=0.01)
+        viewer = HubClient(hub.updates_endpoint, hub.snapshot_endpoint)
+        assert viewer.wait_synced(10)
+        wait_for(lambda: 0 in viewer.state.ranks and viewer.state.ranks[0].step is not None, poll=viewer.poll)
+        viewer.close()
+        rep.close()
+    finally:
+        hub.stop()
+        t.join(10)
+        hub.close()
+
+
 def test_a_hub_beyond_loopback_needs_keys_or_insecure(tmp_path, keys):
     addr = _own_address() or "0.0.0.0"
     proc = subprocess.run(

@@ -297,6 +297,7 @@ class Supervisor:
             keys = None
         if keys is not None:
             keys.apply(push)
+        security.allow_ipv6(push, self.endpoints["ingest"])
         push.connect(self.endpoints["ingest"])
         return push
 
