@@ -215,3 +215,5 @@ def test_two_nodes_on_loopback_share_node0s_hub(tmp_path):
     assert code1 == 0, out1[-2000:] + err1[-3000:]
     _check_log(log, None)
     assert _empty_or_missing(tmp_path / "node1.jsonl")
+    # Node 1's last line names where the log is: node 0's hub, not a file node 1 never wrote.
+    assert "node1.jsonl" not in out1 + err1 and "kept by node 0's hub (tcp://" in out1
