@@ -44,6 +44,10 @@ lost messages until they came); steps still held HANDOFF_S later (the loop stopp
 stuck, done, or in a long evaluation) go out from the heartbeat thread, ahead of the heartbeat.
 Without a heartbeat thread nothing is held."""
 BATCH_MAX = 64
+HANDSHAKE_EVENTS = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 HANDOFF_S = 0.06
 """How long the heartbeat thread waits for the loop to send its held steps itself (a little
 more than BATCH_S: a loop that holds steps steps at least that often), so they reach the hub
@@ -131,6 +135,8 @@ class Reporter:
         self._custom_cut = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._handshakes: zmq.Socket | None = None
+        """The heartbeat socket's handshake monitor, until one succeeds or fails."""
         self._sock: zmq.Socket | None = None
         self.sampler: SystemSampler | None = None
         self.keys: security.ClientKeys | None = None
@@ -177,7 +183,9 @@ class Reporter:
     def enabled(self) -> bool:
         return self._sock is not None
 
-    def _connect(self) -> zmq.Socket:
+    def _connect(self, watch: bool = False) -> zmq.Socket:
+        """A PUSH socket to the hub; ``watch``: with a monitor of its handshakes
+        (``self._handshakes``), attached before it connects so the first is not missed."""
         sock = self._ctx.socket(zmq.PUSH)
         sock.setsockopt(zmq.SNDHWM, self._hwm)
         sock.setsockopt(zmq.LINGER, LINGER_MS)
@@ -187,6 +195,8 @@ class Reporter:
         if self.keys is not None:
             self.keys.apply(sock)
         security.allow_ipv6(sock, self.endpoint)
+        if watch:
+            self._handshakes = sock.get_monitor_socket(HANDSHAKE_EVENTS)
         try:
             sock.connect(self.endpoint)
         except zmq.ZMQError:
@@ -347,15 +357,41 @@ class Reporter:
         self._thread.start()
 
     def _beat(self) -> None:
-        sock = self._connect()  # a socket of its own: ZeroMQ sockets are not thread-safe
+        sock = self._connect(watch=True)  # a socket of its own: ZeroMQ sockets are not thread-safe
         try:
             while not self._stop.wait(self._heartbeat_s):
                 self._rescue_held(sock)
                 self.heartbeat(sock)
                 if self.sampler is not None:
                     self.send(self.sampler.sample(), sock)
+                if self._handshakes is not None:
+                    self._read_handshakes(sock)
         finally:
+            if self._handshakes is not None:
+                sock.disable_monitor()
+                self._handshakes.close(0)
+                self._handshakes = None
             sock.close()
+
+    def _read_handshakes(self, sock: zmq.Socket) -> None:
+        """A hub with CURVE keys that refuses this rank's (none, or one it does not admit) takes
+        nothing from it, and says so only in its own log: the rank says it once (the first
+        rank of each node), and stops watching once a handshake succeeds."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        mon = self._handshakes
+        while mon is not None:
+            try:
+                event = recv_monitor_message(mon, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                return
+            if event != zmq.EVENT_HANDSHAKE_SUCCEEDED and self.identity.local_rank == 0:
+                why = "its key is not one the hub admits" if self.keys is not None else "it has no key (set PARDASH_CURVE_DIR to the run's keys folder, `pardash keys`)"
+                print(f"pardash: the hub at {self.endpoint} refuses rank {self.rank}'s telemetry: {why}; training goes on, "
+                      "unwatched", file=sys.stderr, flush=True)  # fmt: skip
+            sock.disable_monitor()
+            mon.close(0)
+            mon = self._handshakes = None
 
     def close(self, linger_ms: int = LINGER_MS) -> None:
         """Stop the heartbeat and flush what is queued (waiting at most ``linger_ms``)."""

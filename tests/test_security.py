@@ -406,6 +406,28 @@ def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys)
         forged.close(0)
 
 
+@pytest.mark.parametrize("who", ["no key", "a stranger's key"])
+def test_a_rank_the_hub_refuses_says_so_once(curve_hub, stranger_keys, capfd, who):
+    # A rank with no key, or one the hub does not admit, trained on and said nothing: its
+    # telemetry went nowhere. It says so once (and training goes on).
+    rep = Reporter(curve_hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=0.05,
+                   curve=False if who == "no key" else stranger_keys)  # fmt: skip
+    rep.hello(strategy="ddp", world_size=4)
+    wait_for(lambda: rep._thread is not None and rep._handshakes is None, timeout_s=20)
+    rep.close(linger_ms=0)
+    err = capfd.readouterr().err
+    assert err.count("refuses rank 0's telemetry") == 1, err
+    assert ("it has no key (set PARDASH_CURVE_DIR" if who == "no key" else "its key is not one the hub admits") in err
+
+
+def test_an_admitted_rank_says_nothing(curve_hub, keys, capfd):
+    rep = Reporter(curve_hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=0.05, curve=keys)
+    rep.hello(strategy="ddp", world_size=4)
+    wait_for(lambda: rep._thread is not None and rep._handshakes is None, timeout_s=20)
+    rep.close()
+    assert "refuses" not in capfd.readouterr().err
+
+
 def test_ranks_and_viewers_take_keys_from_the_environment(curve_hub, keys, monkeypatch):
     monkeypatch.setenv(security.CURVE_DIR_VAR, str(keys))
     monkeypatch.setenv("PARDASH_ENDPOINT", curve_hub.ingest_endpoint)
