@@ -77,7 +77,23 @@ def _hub_restarts_text(rep: dict) -> str:
 RANK_COLUMNS = ("rank", "host", "status", "steps", "last loss", "step ms", *PHASE_LABELS.values(), "params", "grads", "optim", "held", "unsharded", "peak", "lost")
 
 
-def rank_cells(r: dict) -> list[str]:
+def rank_columns(rep: dict) -> tuple[str, ...]:
+    """The rank table's columns: a ``restarts`` column after ``status`` when torchrun restarted
+    the job (each rank's count: a rank restarted alone, or one that never came back, shows)."""
+    if not rep.get("job_restarts"):
+        return RANK_COLUMNS
+    at = RANK_COLUMNS.index("status") + 1
+    return (*RANK_COLUMNS[:at], "restarts", *RANK_COLUMNS[at:])
+
+
+def rank_cells(r: dict, restarts: bool = False) -> list[str]:
+    cells = _rank_cells(r)
+    if restarts:
+        cells.insert(RANK_COLUMNS.index("status") + 1, str(r.get("restarts", 0)))
+    return cells
+
+
+def _rank_cells(r: dict) -> list[str]:
     return [
         str(r["rank"]),
         r["host"] or "-",
@@ -224,10 +240,11 @@ def render_text(rep: dict, width: int = 160) -> str:
         con.print(f"note: {rep['note']}")
     con.print()
     t = Table(box=None, pad_edge=False, title="ranks (medians; memory after the last step)", title_justify="left")
-    for col in RANK_COLUMNS:
+    cols = rank_columns(rep)
+    for col in cols:
         t.add_column(col, justify="left" if col in ("host", "status") else "right")
     for r in rep["ranks"]:
-        t.add_row(*rank_cells(r))
+        t.add_row(*rank_cells(r, restarts=cols is not RANK_COLUMNS))
     con.print(t)
     con.print()
     con.print("stragglers:" + ("" if rep["stragglers"] else " none"))
@@ -306,7 +323,9 @@ def render_markdown(rep: dict) -> str:
         out += ["", f"> {rep['note']}"]
     out += ["", "## Ranks", "", "Medians over the run; memory after the last step.", ""]
     text_cols = {1, 2}
-    out.append(md_table(RANK_COLUMNS, [rank_cells(r) for r in rep["ranks"]], right=set(range(len(RANK_COLUMNS))) - text_cols))
+    cols = rank_columns(rep)
+    out.append(md_table(cols, [rank_cells(r, restarts=cols is not RANK_COLUMNS) for r in rep["ranks"]],
+                        right=set(range(len(cols))) - text_cols))
     out += ["", "## Stragglers", ""]
     out += [f"- {line}" for line in straggler_lines(rep)] or ["None found."]
     out += ["", "## Stalls and exits", ""]

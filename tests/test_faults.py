@@ -339,6 +339,12 @@ def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
     rep = build_report(str(log))
     text = render_text(rep)
     assert "torchrun restarted the job 1x (--max-restarts)" in text and "none with an error in the last attempt" in text
+    # Each rank's count, in the rank table (it was in the JSON only).
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("rank "))
+    assert header.split()[:5] == ["rank", "host", "status", "restarts", "steps"]
+    from pardash.telemetry.report import render_markdown
+
+    assert "| rank | host | status | restarts | steps |" in render_markdown(rep)
     # The steps the restart ran again are not counted twice (it said "steps 71 (last step 60)").
     again = len(_steps(log, 0)) - 60
     assert again > 0 and (rep["steps"], rep["steps_rerun"]) == (60, again)
