@@ -28,6 +28,9 @@ MAX_RANK = 1 << 20
 """Ranks above this are refused (no job has a million ranks; a hostile frame might)."""
 
 _FINITE = 1.7976931348623157e308  # the largest float: NaN and the infinities fall outside
+MAX_SEQ_JUMP = 10_000_000
+"""A rank's message numbered this far past its newest (ten days of a rank's messages dropped
+while cut off from the hub) is refused: its seq would count as that many lost messages."""
 MAX_STEP_S = 1e7
 """A step time above this (116 days) is refused: no step takes that long, and a hostile 1e300
 would be shown, summed and charted by every viewer."""
@@ -194,6 +197,7 @@ class HubCore:
                             and st.t0
                             and m.rank < world
                             and (not m.run or m.run == run_id)
+                            and (m.seq <= r.seq.max_seq + MAX_SEQ_JUMP or not r.seq.received)
                             and len(raw) <= max_bytes
                         ):
                             # What ingest -> replay -> RunState.apply do with such a step.
@@ -290,6 +294,9 @@ class HubCore:
             return "not_finite"
         if msg.t < 0 or msg.seq > security.MAX_COUNT:
             return "out_of_range"
+        r = self.state.ranks.get(msg.rank)
+        if r is not None and r.seq.received and msg.seq > r.seq.max_seq + MAX_SEQ_JUMP and not isinstance(msg, schema.Hello):
+            return "out_of_range"  # one such message would count 10^14 lost for good
         if isinstance(msg, schema.Step):
             for x in (msg.step_s, msg.data_s, msg.forward_s, msg.backward_s, msg.optimizer_s, msg.comm_s, msg.self_s):
                 if x is not None and not (isfinite(x) and x >= 0):

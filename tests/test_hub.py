@@ -454,3 +454,18 @@ def test_big_hellos_and_events_are_kept_whole_in_the_log_and_cut_in_memory(tmp_p
     logged = [m for m in msgs if isinstance(m, schema.Event) and m.name == "error"]
     assert len(logged) == 64 and all(len(m.message) == 16_000 and len(m.traceback) == 60_004 for m in logged)
     assert all(m.config == config for m in msgs if isinstance(m, schema.Hello))
+
+
+def test_a_message_numbered_far_past_its_ranks_newest_is_refused():
+    # One step with seq 2**48 made the run's lost count 281,474,976,710,5xx for good. A hub that
+    # starts late still takes a rank's first message at any number (what came before is lost).
+    core = HubCore(run_id="r", world_size=2)
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=2, t=1.0e9)), 1.0)
+    base = dict(run="r", rank=0, step_s=0.1, t=1.0e9 + 1, mono=5.0)
+    for seq in range(1, 4):
+        assert core.ingest_bytes(schema.encode(schema.Step(seq=seq, step=seq, **base)), 1.0)
+    assert not core.ingest_bytes(schema.encode(schema.Step(seq=2**47, step=4, **base)), 1.0)
+    assert core.rejected["out_of_range"] == 1 and core.state.lost == 0
+    assert core.ingest_bytes(schema.encode(schema.Step(seq=4, step=4, **base)), 1.0)
+    assert core.ingest_bytes(schema.encode(schema.Step(run="r", rank=1, seq=50_000_000, step=9, step_s=0.1, t=1.0e9 + 1)), 1.0)
+    assert core.state.ranks[1].seq.lost == 50_000_000
