@@ -334,6 +334,16 @@ class HubCore:
                 # The launcher said the job's size: a hello saying otherwise would set the run's
                 # world size (the ZeRO expectation, /metrics) to its word.
                 return "world_size_mismatch"
+            run_hello = self.state.hello
+            if (
+                not self.world_size
+                and run_hello is not None
+                and msg.world_size != run_hello.world_size
+                and msg.restart <= max((r.restarts for r in self.state.ranks.values()), default=0)
+            ):
+                # A hub alone learns the size from the first hello; another size within the same
+                # attempt (an elastic restart may change it) is a stranger's or a broken rank's.
+                return "world_size_mismatch"
             if not security.config_fits(msg.config):
                 return "too_large"
         elif isinstance(msg, schema.Event):

@@ -469,3 +469,15 @@ def test_a_message_numbered_far_past_its_ranks_newest_is_refused():
     assert core.ingest_bytes(schema.encode(schema.Step(seq=4, step=4, **base)), 1.0)
     assert core.ingest_bytes(schema.encode(schema.Step(run="r", rank=1, seq=50_000_000, step=9, step_s=0.1, t=1.0e9 + 1)), 1.0)
     assert core.state.ranks[1].seq.lost == 50_000_000
+
+
+def test_a_hub_alone_keeps_the_world_size_of_the_runs_first_hello():
+    # A hello claiming another world size (2**20, from another host) replaced rank 0's, and the
+    # report said "world size 1048576". Within an attempt it is refused; an elastic restart
+    # (a later attempt) may change the size.
+    core = HubCore(run_id="r")
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=2, t=1.0e9, pid=10)), 1.0)
+    assert not core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=2**20, t=1.0e9, pid=99, host="evil")), 1.0)
+    assert core.rejected["world_size_mismatch"] == 1 and core.state.world_size == 2
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=4, t=1.0e9, pid=11, restart=1)), 1.0)
+    assert core.state.world_size == 4
