@@ -163,7 +163,7 @@ class HubCore:
         fresh: list[schema.Step] = []
         keep = fresh.append
         max_bytes = security.MAX_RECORD_BYTES
-        world = self.world_size or MAX_RANK  # a rank recovered from an older log may lie above it
+        world = self._world()  # a rank recovered from an older log may lie above it
         taken = fast = 0
         h = self.hseq
         t_last = st.t_last
@@ -252,6 +252,15 @@ class HubCore:
             self.recorder.encode()
         return taken
 
+    def _world(self) -> int:
+        """Ranks at or above this are refused: the size the launcher told, else (a hub alone)
+        the size the run's hello says, so a flood of made-up ranks cannot take the room of the
+        job's own (MAX_RANKS_TRACKED); before any hello, MAX_RANK."""
+        if self.world_size:
+            return self.world_size
+        hello = self.state.hello
+        return hello.world_size if hello is not None else MAX_RANK
+
     def _settle(self, n: int, steps: list[schema.Step], h: int, t_last: float) -> None:
         """Book ``n`` steps taken by the fast path: counters, clocks, the detector."""
         st = self.state
@@ -286,7 +295,9 @@ class HubCore:
             return "unknown_version"
         if isinstance(msg, schema.Verdict):
             return "verdict_from_rank"
-        if not 0 <= msg.rank < MAX_RANK or (self.world_size and msg.rank >= self.world_size):
+        if not 0 <= msg.rank < MAX_RANK or (not isinstance(msg, schema.Hello) and msg.rank >= self._world()) or (
+            self.world_size and msg.rank >= self.world_size
+        ):
             return "rank_out_of_range"
         if self.state.run_id and msg.run and msg.run != self.state.run_id:
             return "foreign_run"

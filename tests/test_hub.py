@@ -481,3 +481,15 @@ def test_a_hub_alone_keeps_the_world_size_of_the_runs_first_hello():
     assert core.rejected["world_size_mismatch"] == 1 and core.state.world_size == 2
     assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=4, t=1.0e9, pid=11, restart=1)), 1.0)
     assert core.state.world_size == 4
+
+
+def test_a_hub_alone_refuses_ranks_beyond_the_size_its_run_said():
+    # Without --world-size, 40,000 made-up ranks filled the hub's room for ranks and the job's
+    # own rank 0 was refused as too_many_ranks. Once the run's hello says its size, ranks
+    # beyond it are refused.
+    core = HubCore(run_id="r")
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=2, t=1.0e9)), 1.0)
+    for rank in range(100, 2100):
+        core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=1, step=1, step_s=0.1, t=1.0e9 + 1)), 1.0)
+    assert core.rejected["rank_out_of_range"] == 2000 and sorted(core.state.ranks) == [0]
+    assert core.ingest_bytes(schema.encode(schema.Step(run="r", rank=1, seq=1, step=1, step_s=0.1, t=1.0e9 + 1)), 1.0)
