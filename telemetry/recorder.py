@@ -88,6 +88,13 @@ writable by others, whose lines report and replay would trust, whatever the umas
 def _open_log(path: Path):
     """The log for appending, readable too (a log deleted under the hub is copied back from
     this descriptor)."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        regular = True
+    if not regular:  # a FIFO (the log piped into another tool): write-only, never read back
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+        return os.fdopen(fd, "ab", buffering=1 << 16)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), LOG_MODE)
     return os.fdopen(fd, "a+b", buffering=1 << 16)
 
@@ -270,6 +277,8 @@ class Recorder:
             ours = os.fstat(fh.fileno())
         except (OSError, ValueError):
             return
+        if not stat.S_ISREG(ours.st_mode):
+            return  # a FIFO or a device: nothing to write again
         try:
             there = os.stat(self.path)
             if (there.st_dev, there.st_ino) == (ours.st_dev, ours.st_ino):
