@@ -222,13 +222,16 @@ def test_a_log_is_never_writable_by_others_whatever_the_umask(tmp_path):
     # Under umask 000 the log was 0666: anyone could add lines that report and replay trust.
     from pardash.telemetry.recorder import Recorder
 
+    from pardash.trainer.launcher import check_writable
+
     old = os.umask(0)
     try:
         rec = Recorder(tmp_path / "run.jsonl")
+        check_writable(str(tmp_path / "launched.jsonl"))  # `pardash launch` makes the file first
     finally:
         os.umask(old)
     rec.close()
-    assert _mode(tmp_path / "run.jsonl") == 0o640
+    assert _mode(tmp_path / "run.jsonl") == 0o640 and _mode(tmp_path / "launched.jsonl") == 0o640
 
 
 # -- where a hub may bind ------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import psutil
 
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
-from pardash.telemetry.recorder import holds_records
+from pardash.telemetry.recorder import LOG_MODE, holds_records
 from pardash.telemetry.spawn import read_line
 
 # torchrun's agent logs each worker failure as it finds it (every --monitor-interval):
@@ -581,8 +581,8 @@ def check_writable(path: str) -> None:
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "ab"):
-            pass
+        # Created here with the log's own mode (the hub appends to it): never writable by others.
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, LOG_MODE))
     except OSError as exc:
         raise LaunchError(f"cannot write the log {path}: {exc.strerror or exc}; pass a writable --log PATH") from None
 
