@@ -524,3 +524,18 @@ def test_a_checkpoint_that_cannot_be_saved_costs_that_checkpoint_not_the_run(tmp
     assert not events(msgs, "resume")  # no restart was spent on it
     assert_same_curve(losses(msgs), uninterrupted("ddp", 30))
     assert checkpoint.find_latest(ckpt).step == 30
+
+
+@pytest.mark.slow
+def test_a_save_one_rank_cannot_begin_fails_on_every_rank_together(tmp_path, uninterrupted):
+    # Rank 0 prepares the folder alone (it names the job in it) before DCP's first collective:
+    # when that failed (a full disk), rank 0 went to agree on the failure while rank 1 waited in
+    # DCP's collectives, both until the process group's timeout, and the job died.
+    ckpt = tmp_path / "ckpt"
+    (checkpoint.step_path(ckpt, 20) / checkpoint.JOB_FILE).mkdir(parents=True)  # rank 0 cannot write it
+    proc, msgs = launch(tmp_path, "a", "--strategy", "ddp", "--nproc", "2", "--steps", "30", "--checkpoint-every", "10",
+                        "--checkpoint-dir", str(ckpt), "--pg-timeout-s", "60")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 10), (0, 30), (1, 10), (1, 30)]
+    assert sorted((e.rank, e.step) for e in events(msgs, "warning")) == [(0, 20), (1, 20)]
+    assert_same_curve(losses(msgs), uninterrupted("ddp", 30))

@@ -365,18 +365,27 @@ def _room(path: Path) -> str:
 
 def _save(path: Path, progress: Progress, *, w: Wrapped, optimizer: torch.optim.Optimizer, rank: int,
           device: torch.device, job: str) -> None:
-    path.mkdir(parents=True, exist_ok=True)
     if uses_dcp(w.strategy):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        if rank == 0:
-            # A folder saved before (a resumed run passing the same step again, perhaps with
-            # another strategy) must not look complete while it is being rewritten. Other
-            # ranks write only after DCP's first collective, which rank 0 reaches after this.
-            (path / DCP_METADATA).unlink(missing_ok=True)
-            (path / PLAIN_FILE).unlink(missing_ok=True)
-            _name_job(path, job)
+        failed: OSError | None = None
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            if rank == 0:
+                # A folder saved before (a resumed run passing the same step again, perhaps with
+                # another strategy) must not look complete while it is being rewritten. Other
+                # ranks write only after DCP's first collective, which rank 0 reaches after this.
+                (path / DCP_METADATA).unlink(missing_ok=True)
+                (path / PLAIN_FILE).unlink(missing_ok=True)
+                _name_job(path, job)
+        except OSError as exc:
+            failed = exc
+        # Every rank enters DCP's collectives or none does: a rank that could not prepare the
+        # folder (a full disk, a node's own folder) would leave the others waiting in them
+        # until the process group's timeout. Collective.
+        if not on_every_rank(failed is None, device):
+            raise failed or RuntimeError("another rank could not prepare the checkpoint folder")
         model_sd, optim_sd = get_state_dict(w.model, optimizer)
         state = {
             "model": model_sd,
@@ -393,6 +402,7 @@ def _save(path: Path, progress: Progress, *, w: Wrapped, optimizer: torch.optim.
             _rng_key(0): rng_state(device),
         }
         # As above: a DCP save of this step by an earlier run must not outlive this one.
+        path.mkdir(parents=True, exist_ok=True)
         (path / DCP_METADATA).unlink(missing_ok=True)
         _name_job(path, job)
         tmp = path / (PLAIN_FILE + ".tmp")
