@@ -132,6 +132,8 @@ class HubCore:
         self._rate_t = time.monotonic()
         self._rate_n = 0
         self._rate_hz = 0.0
+        self._hello_world = 0
+        """The largest world size a hello taken has said (a hub alone bounds ranks by it)."""
         self._rejects_noted = 0
         self._rejects_noted_at = -REJECTS_NOTE_S
 
@@ -254,12 +256,10 @@ class HubCore:
 
     def _world(self) -> int:
         """Ranks at or above this are refused: the size the launcher told, else (a hub alone)
-        the size the run's hello says, so a flood of made-up ranks cannot take the room of the
+        the largest size a hello has said (a job may grow: an elastic scale-up, a requeue on
+        more nodes), so a flood of made-up ranks without a hello cannot take the room of the
         job's own (MAX_RANKS_TRACKED); before any hello, MAX_RANK."""
-        if self.world_size:
-            return self.world_size
-        hello = self.state.hello
-        return hello.world_size if hello is not None else MAX_RANK
+        return self.world_size or self._hello_world or MAX_RANK
 
     def _settle(self, n: int, steps: list[schema.Step], h: int, t_last: float) -> None:
         """Book ``n`` steps taken by the fast path: counters, clocks, the detector."""
@@ -345,16 +345,7 @@ class HubCore:
                 # The launcher said the job's size: a hello saying otherwise would set the run's
                 # world size (the ZeRO expectation, /metrics) to its word.
                 return "world_size_mismatch"
-            run_hello = self.state.hello
-            if (
-                not self.world_size
-                and run_hello is not None
-                and msg.world_size != run_hello.world_size
-                and msg.restart <= max((r.restarts for r in self.state.ranks.values()), default=0)
-            ):
-                # A hub alone learns the size from the first hello; another size within the same
-                # attempt (an elastic restart may change it) is a stranger's or a broken rank's.
-                return "world_size_mismatch"
+
             if not security.config_fits(msg.config):
                 return "too_large"
         elif isinstance(msg, schema.Event):
@@ -414,6 +405,10 @@ class HubCore:
             self.detector.stragglers.observe(msg)
         elif isinstance(msg, schema.Heartbeat):
             self._beats[msg.rank] = msg
+        elif isinstance(msg, schema.Hello):
+            if msg.world_size > self._hello_world:
+                self._hello_world = msg.world_size
+            self._pending.append(msg)
         elif isinstance(msg, schema.System):
             self._systems[msg.rank] = msg
         else:

@@ -471,16 +471,16 @@ def test_a_message_numbered_far_past_its_ranks_newest_is_refused():
     assert core.state.ranks[1].seq.lost == 50_000_000
 
 
-def test_a_hub_alone_keeps_the_world_size_of_the_runs_first_hello():
-    # A hello claiming another world size (2**20, from another host) replaced rank 0's, and the
-    # report said "world size 1048576". Within an attempt it is refused; an elastic restart
-    # (a later attempt) may change the size.
+def test_a_hub_alone_takes_a_job_that_grows():
+    # A job requeued on more nodes, or scaled up by torchelastic (whose restart count does not
+    # change when nodes join), says a larger world size in the same attempt: a hub alone takes
+    # its new ranks (the bound on ranks is the largest size a hello said).
     core = HubCore(run_id="r")
     assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=2, t=1.0e9, pid=10)), 1.0)
-    assert not core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=2**20, t=1.0e9, pid=99, host="evil")), 1.0)
-    assert core.rejected["world_size_mismatch"] == 1 and core.state.world_size == 2
-    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=4, t=1.0e9, pid=11, restart=1)), 1.0)
-    assert core.state.world_size == 4
+    for rank in range(4):
+        assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=4, t=1.0e9, pid=20 + rank)), 1.0)
+        assert core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=1, step=1, step_s=0.1, t=1.0e9 + 1)), 1.0)
+    assert not core.rejected and core.state.world_size == 4
 
 
 def test_a_hub_alone_refuses_ranks_beyond_the_size_its_run_said():
