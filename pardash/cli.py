@@ -293,7 +293,10 @@ def _follow_unsupervised(job, client, printer, code: int) -> int:
     spec = job.spec
     print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
           f"(Ctrl-C stops watching, not them; `{PROG} attach {spec.run_id}` follows them again)", file=sys.stderr, flush=True)  # fmt: skip
-    client.info = registry.find(spec.run_id) or {"pid": job.endpoints.get("pid")}
+    entry = registry.find(spec.run_id) or {"pid": job.endpoints.get("pid")}
+    # The job lives while its hub does: the hub, unsupervised, stops once every rank is done
+    # (after a failure it waits for torchrun to start them again, --max-restarts).
+    client.info = {**entry, "supervisor_pid": entry.get("pid")}
     try:
         line = follow_attached(printer, client)
     except KeyboardInterrupt:

@@ -428,10 +428,10 @@ FINAL_QUIET_MS = 100
 """A stopping hub takes messages until its ingest has been quiet this long (or for 1 s)."""
 
 GC_YOUNG_THRESHOLD = 20_000
-ORPHAN_QUIET_S = 30.0
+ORPHAN_QUIET_S = 120.0
 """A hub whose supervisor is gone stops when no message has come for this long (a live rank
 sends a heartbeat every second)."""
-ORPHAN_OVER_S = 10.0
+ORPHAN_OVER_S = 30.0
 """... or when every rank has been done this long (torchrun, which outlives the supervisor,
 may still start the ranks again under --max-restarts)."""
 """Container allocations between young collections in a hub process (Python's default: 700)."""
@@ -474,11 +474,17 @@ class SupervisorWatch:
             self._over_since = self._over_since or now
             # Every rank finished: nothing restarts them. One failed: torchrun may, shortly.
             if all(r.finished for r in st.ranks.values()):
-                self.hub.stop()
+                self._stop("every rank finished")
         else:
             self._over_since = None
-        if (self._over_since is not None and now - self._over_since >= ORPHAN_OVER_S) or now - self._heard[1] >= ORPHAN_QUIET_S:
-            self.hub.stop()
+        if self._over_since is not None and now - self._over_since >= ORPHAN_OVER_S:
+            self._stop(f"every rank is done and none started again within {ORPHAN_OVER_S:.0f} s")
+        elif now - self._heard[1] >= ORPHAN_QUIET_S:
+            self._stop(f"no rank has been heard for {ORPHAN_QUIET_S:.0f} s (stopped, or cut off: what they send from now on is not recorded)")
+
+    def _stop(self, why: str) -> None:
+        self.hub.core.note(f"unsupervised hub stops: {why}", name="warning")
+        self.hub.stop()
 
 
 def _alive(pid: int) -> bool:

@@ -151,6 +151,23 @@ def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_
     assert "hub stopped" in [m for m in msgs if isinstance(m, schema.Event)][-1].message
 
 
+def test_a_job_left_unsupervised_is_followed_through_torchruns_restart(tmp_path):
+    # The supervisor killed, then a rank crashes and torchrun starts the job again: the launch
+    # said "the run is over ... exited with code 1" and exited 1 while the restarted job went
+    # on to finish. The job lives while its hub does; the hub waits for the restart.
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "40", "--max-restarts", "1", "--inject-crash", "1@20")
+    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
+    (entry,) = registry.live_runs()
+    os.kill(entry["supervisor_pid"], signal.SIGKILL)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, out[-2000:] + err[-2000:]
+    assert "the run is over: 2 finished" in out
+    msgs, _ = load_log(log)
+    assert sorted({m.restart for m in msgs if isinstance(m, schema.Hello)}) == [0, 1]
+    assert max(m.step for m in msgs if isinstance(m, schema.Step) and m.rank == 1) == 40
+
+
 def test_a_log_whose_folder_is_removed_mid_run_is_written_again_whole(tmp_path):
     # `rm -rf` of the run's folder while it trains: the hub still holds the deleted file open,
     # so it writes it again at its path, whole, and says so; nothing is lost.
