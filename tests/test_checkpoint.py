@@ -284,8 +284,12 @@ def test_a_run_prunes_only_its_own_checkpoints_and_resume_goes_on_from_the_run_t
     assert checkpoint.find_latest(tmp_path, job=checkpoint.newest_job(tmp_path)).step == 60
     assert checkpoint.newest_job(tmp_path / "missing") == ""
     # run-b keeps its newest 1: its own 30 goes; run-a's 50 and 100 stay.
-    assert [p.name for p in checkpoint.prune(tmp_path, 1, upto=60, job="run-b")] == ["step-00000030"]
+    assert [p.name for p in checkpoint.prune(tmp_path, 1, upto=60, jobs={"run-b"})] == ["step-00000030"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000050", "step-00000060", "step-00000070", "step-00000100"]
+    # A run that resumed from run-a's 100 keeps 1 of run-a's and its own together.
+    saved(110, "run-c", 3000.0)
+    gone = checkpoint.prune(tmp_path, 1, upto=110, jobs={"run-c", "run-a"})
+    assert sorted(p.name for p in gone) == ["step-00000050", "step-00000100"]
 
 
 def test_progress_round_trips_through_tensors():
@@ -539,3 +543,18 @@ def test_a_save_one_rank_cannot_begin_fails_on_every_rank_together(tmp_path, uni
     assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 10), (0, 30), (1, 10), (1, 30)]
     assert sorted((e.rank, e.step) for e in events(msgs, "warning")) == [(0, 20), (1, 20)]
     assert_same_curve(losses(msgs), uninterrupted("ddp", 30))
+
+
+@pytest.mark.slow
+def test_checkpoint_keep_bounds_a_folder_across_resumed_runs(tmp_path):
+    # Each launch is a job of its own: pruning only a job's own checkpoints let a run resumed
+    # again and again (a requeued job) keep K a launch. The job it resumed from counts as its own.
+    ckpt = tmp_path / "ckpt"
+    common = ["--strategy", "ddp", "--nproc", "2", "--checkpoint-every", "10", "--checkpoint-keep", "1",
+              "--checkpoint-dir", str(ckpt)]  # fmt: skip
+    first, _ = launch(tmp_path, "first", *common, "--steps", "20")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000020"]
+    second, _ = launch(tmp_path, "second", *common, "--steps", "40", "--resume")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000040"]

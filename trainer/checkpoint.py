@@ -209,13 +209,13 @@ def newest_job(root: str | os.PathLike[str]) -> str:
     return saved_by(newest[2]) if newest is not None else ""
 
 
-def prune(root: str | os.PathLike[str], keep: int, upto: int | None = None, job: str = "") -> list[Path]:
+def prune(root: str | os.PathLike[str], keep: int, upto: int | None = None, jobs: set[str] | None = None) -> list[Path]:
     """Delete all but the newest ``keep`` complete checkpoints under ``root``, and any
     unfinished save older than the oldest one kept; returns what was deleted. ``upto``: the
     step just saved; checkpoints of later steps (another run's, left in the folder) are neither
-    counted nor deleted, so they never push this run's own newest ones out. ``job``: only that
-    job's checkpoints are counted and deleted (another run's, left in the folder, are its
-    own). Safe to call from several processes on one shared folder (what another deleted first
+    counted nor deleted, so they never push this run's own newest ones out. ``jobs``: only
+    those jobs' checkpoints are counted and deleted (this job's and the one it resumed from;
+    another run's, left in the folder, are its own); none given or only "": every one. Safe to call from several processes on one shared folder (what another deleted first
     is skipped)."""
     if keep < 1:
         return []
@@ -226,8 +226,8 @@ def prune(root: str | os.PathLike[str], keep: int, upto: int | None = None, job:
     steps = sorted(((int(STEP_DIR.match(e.name).group(1)), Path(e.path)) for e in entries), reverse=True)
     if upto is not None:
         steps = [(s, p) for s, p in steps if s <= upto]
-    if job:
-        steps = [(s, p) for s, p in steps if saved_by(p) == job]
+    if jobs and jobs != {""}:
+        steps = [(s, p) for s, p in steps if saved_by(p) in jobs]
     complete = [(s, p) for s, p in steps if is_complete(p)]
     if len(complete) <= keep:
         return []

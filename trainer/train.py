@@ -166,6 +166,11 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     # -- resume: model, optimizer, step, data position, RNG from the newest checkpoint ------
     job = checkpoint.job_id()
     start = resume.resume(cfg, rt, w, optimizer, reporter, total_steps, restart=restart, job=job)
+    # --checkpoint-keep counts this job's checkpoints and those of the job it went on from (a
+    # run resumed again and again, requeued, keeps K in all, not K a job).
+    own_jobs = {job}
+    if cfg.checkpoint_dir and start.step:
+        own_jobs.add(checkpoint.saved_by(checkpoint.step_path(cfg.checkpoint_dir, start.step)))
     epoch, into_epoch = start.epoch, start.steps_into_epoch
     if into_epoch >= per_epoch:  # a checkpoint from a world with longer epochs
         epoch, into_epoch = epoch + 1, 0
@@ -330,7 +335,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             if cfg.checkpoint_keep and rank_identity().local_rank == 0:
                 # After the save every rank's shard is written (DCP ends on a collective): the
                 # first process of each node prunes, so a folder per node is pruned too.
-                for old in checkpoint.prune(cfg.checkpoint_dir, cfg.checkpoint_keep, upto=step, job=job):
+                for old in checkpoint.prune(cfg.checkpoint_dir, cfg.checkpoint_keep, upto=step, jobs=own_jobs):
                     if is_master:
                         print(f"checkpoint: removed {old} (--checkpoint-keep {cfg.checkpoint_keep})", flush=True)
             clock.restart()
