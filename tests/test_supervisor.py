@@ -113,11 +113,14 @@ def test_a_hub_that_dies_now_and_then_is_restarted_every_time(monkeypatch):
     for day in range(30):
         clock[0] = day * 86400.0
         sup.hub = Dead()
-        assert len(sup._hub_deaths) < launcher.MAX_HUB_RESTARTS
+        assert sup._recent_hub_deaths() < launcher.MAX_HUB_RESTARTS
         sup._watch_hub()
     assert len(restarted) == 30 and sup.hub_restarts == 30
     for k in range(launcher.MAX_HUB_RESTARTS):  # then a crash loop: 20 deaths in seconds
         clock[0] = 31 * 86400.0 + k
         sup.hub = Dead()
         sup._watch_hub()
-    assert len(sup._hub_deaths) == launcher.MAX_HUB_RESTARTS  # _wait_job gives up at the next death
+    assert sup._recent_hub_deaths() == launcher.MAX_HUB_RESTARTS  # _wait_job gives up at the next death
+    # ... and forgets the burst once it is older than the window: a death a day later is restarted.
+    clock[0] += launcher.HUB_RESTART_WINDOW_S + 86400.0
+    assert sup._recent_hub_deaths() == 0

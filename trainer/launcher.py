@@ -234,15 +234,20 @@ class Supervisor:
                     s.close()
         return 0
 
+    def _recent_hub_deaths(self) -> int:
+        """Hub deaths within the last HUB_RESTART_WINDOW_S (older ones forgotten)."""
+        now = time.monotonic()
+        while self._hub_deaths and now - self._hub_deaths[0] > HUB_RESTART_WINDOW_S:
+            self._hub_deaths.popleft()
+        return len(self._hub_deaths)
+
     def _watch_hub(self) -> None:
         """Restart a hub that died while the job runs (training never notices)."""
         if self.hub is None or self.hub.poll() is None or self._stopping:
             return
         self.hub_restarts += 1
-        now = time.monotonic()
-        self._hub_deaths.append(now)
-        while self._hub_deaths and now - self._hub_deaths[0] > HUB_RESTART_WINDOW_S:
-            self._hub_deaths.popleft()
+        self._hub_deaths.append(time.monotonic())
+        self._gave_up = False
         print(f"pardash: the hub exited (code {self.hub.returncode}); restarting it", file=sys.stderr, flush=True)
         try:
             self.start_hub(resume=True)
@@ -443,7 +448,7 @@ class Supervisor:
             code = self.job.poll()
             if code is not None:
                 return code
-            if len(self._hub_deaths) < MAX_HUB_RESTARTS:
+            if self._recent_hub_deaths() < MAX_HUB_RESTARTS:
                 self._watch_hub()
             elif not self._gave_up and self.hub is not None and self.hub.poll() is not None:
                 self._gave_up = True
