@@ -238,7 +238,8 @@ def _refuse_shared_folder(d: Path) -> None:
     if not d.is_dir():
         raise CurveKeyError(f"{d} is not a folder; choose another --dir")
     ours = st.st_uid == os.getuid()
-    if st.st_mode & 0o077 and (not ours or any(p.name != AUTHORIZED for p in d.iterdir())):
+    others = [p for p in d.iterdir() if p.name != AUTHORIZED and not p.name.endswith((".key", ".key_secret"))]
+    if st.st_mode & 0o077 and (not ours or others):  # a keys folder (copied 0755 by `cp -r`) is fine
         raise CurveKeyError(
             f"{d} is a shared folder (mode {stat.filemode(st.st_mode)}) that holds other files; keys need a folder of "
             "their own, made 0700: pass a new --dir"

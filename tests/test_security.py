@@ -131,6 +131,11 @@ def test_keys_never_shut_a_shared_folder_to_its_users(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pardash", "keys", "--dir", str(mine)], capture_output=True, text=True, env=pardash_env())
     assert proc.returncode == 0, proc.stderr
     assert _mode(mine) == 0o700
+    # A keys folder copied with `cp -r` (0755) holds only keys: --force renews them there.
+    os.chmod(mine, 0o755)
+    proc = subprocess.run([sys.executable, "-m", "pardash", "keys", "--dir", str(mine), "--force"], capture_output=True, text=True, env=pardash_env())
+    assert proc.returncode == 0, proc.stderr
+    assert _mode(mine) == 0o700
 
 
 def test_a_secret_key_others_can_read_is_refused_and_never_breaks_a_rank(keys, capsys):
