@@ -263,7 +263,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     from pardash.telemetry.printer import outcome_line
 
     # A node > 0 records nothing itself: node 0's hub keeps the log.
-    log_path = f"kept by node 0's hub ({spec.remote_hub})" if spec.remote_hub else spec.log_path
+    # ... and where the hub writes it now (it goes on beside its path when another file took it).
+    log_path = f"kept by node 0's hub ({spec.remote_hub})" if spec.remote_hub else (client.stats.log_path or spec.log_path)
     line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error)
     print(line, file=sys.stderr if code else sys.stdout)
     return code

@@ -191,6 +191,24 @@ def test_a_log_whose_folder_is_removed_mid_run_is_written_again_whole(tmp_path):
     assert "written again at its path" in out
 
 
+def test_a_launch_names_the_file_its_log_went_on_in(tmp_path):
+    # The log moved away and an empty file put in its place (a hand-made rotation): the hub goes
+    # on beside it, and the launch's last line names that file, not the empty one.
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "60")
+    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
+    os.rename(log, tmp_path / "old.jsonl")
+    log.write_bytes(b"")
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err[-2000:]
+    (beside,) = tmp_path.glob("run.restored-*.jsonl")
+    assert out.strip().splitlines()[-1].endswith(f"log {beside}")
+    msgs, _ = load_log(beside)
+    for rank in (0, 1):
+        assert sorted(m.step for m in msgs if isinstance(m, schema.Step) and m.rank == rank) == list(range(1, 61))
+    assert log.read_bytes() == b""
+
+
 def test_a_log_whose_path_another_file_took_goes_on_beside_it(tmp_path, monkeypatch):
     from pardash.telemetry import recorder
     from pardash.telemetry.recorder import Recorder
