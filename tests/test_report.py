@@ -744,3 +744,20 @@ def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_earl
     assert rep["log_ends_early"] is None and rep["rejected_by_reason"] == {"invalid": 3, "foreign_run": 2}
     # The headless progress lines say it as it happens.
     assert progress_line(RunState(), 1.0, 5).endswith(" | 5 refused by the hub")
+
+
+def test_a_report_of_many_ranks_is_quick_and_groups_its_hosts(tmp_path):
+    # 10,000 ranks took 24 s to lay out as a rich table, and the devices row listed every host.
+    msgs = []
+    for rank in range(300):
+        msgs.append(schema.Hello(rank=rank, world_size=300, host=f"node{rank // 8:03d}", device="cuda:0", device_name="H100", seq=0, t=1.0e9))
+        msgs.append(schema.Step(rank=rank, step=1, seq=1, step_s=0.1, loss=1.0, t=1.0e9 + 1))
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    text = render_text(build_report(str(log)))
+    assert re.search(r"^devices +300 x H100 \(cuda\) on 38 hosts *$", text, re.MULTILINE)
+    lines = text.splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("rank  host")))
+    rows = lines[header + 1 : header + 301]
+    assert [int(r.split()[0]) for r in rows] == list(range(300))
+    assert all(len(r) <= len(lines[header]) for r in rows)
