@@ -37,7 +37,7 @@ def _encode_or_skip(msg: schema.Message) -> bytes:
         return b""
 
 
-CHECK_PATH_S = 1.0
+CHECK_PATH_S = 0.25
 """How often the writing side checks that the log is still at its path (two stat calls)."""
 MAX_UNWRITTEN_BYTES = 512 << 20
 """Encoded lines kept in memory while the log cannot be written (about 80 s of 1024 ranks at 10
@@ -329,6 +329,19 @@ class Recorder:
             self._writer = None
         self.flush()
         if self._fh is not None:
+            # The last lines went to the file as it is now: a log deleted since the last check
+            # (at most CHECK_PATH_S ago) is written again here, and its notice, which no frame
+            # will carry any more, goes in as the log's last line.
+            with self._lock:
+                self._still_there()
+                if self.notices:
+                    notes = [schema.Event(rank=-1, seq=-1, name="warning", message=n, t=time.time()) for n in self.notices]
+                    self.notices.clear()
+                    data = _encode_lines(notes)
+                    self._unwritten.append(data)
+                    self._unwritten_bytes += len(data)
+                    self._write_unwritten()
+        if self._fh is not None:  # (a failed last write closed it already)
             try:
                 self._fh.close()
             except OSError:
