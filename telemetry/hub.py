@@ -36,13 +36,13 @@ from .state import run_over
 __all__ = ["Hub", "HubCore", "MAX_RANK", "MAX_SNAPSHOT_WAITERS", "add_hub_arguments", "run_hub", "main"]
 
 MAX_SNAPSHOT_WAITERS = 256
+"""Snapshot requests served per frame; more wait for the next frames (a request flood)."""
 SNAPSHOT_SNDHWM = 4
 """Snapshots queued for one viewer before its socket drops the next."""
 SNAPSHOT_EVERY_S = 1.0
 """At most one snapshot a second for a viewer (a viewer asks once, and again only after a gap)."""
 SNAPSHOT_QUEUED_BYTES = 256 << 20
 """Snapshots sent and not yet taken, in bytes, past which no viewer is answered for now."""
-"""Snapshot requests served per frame; more wait for the next frames (a request flood)."""
 
 
 def _bind(sock: zmq.Socket, host: str, port: int) -> str:
@@ -428,13 +428,13 @@ FINAL_QUIET_MS = 100
 """A stopping hub takes messages until its ingest has been quiet this long (or for 1 s)."""
 
 GC_YOUNG_THRESHOLD = 20_000
+"""Container allocations between young collections in a hub process (Python's default: 700)."""
 ORPHAN_QUIET_S = 120.0
 """A hub whose supervisor is gone stops when no message has come for this long (a live rank
 sends a heartbeat every second)."""
 ORPHAN_OVER_S = 30.0
 """... or when every rank has been done this long (torchrun, which outlives the supervisor,
 may still start the ranks again under --max-restarts)."""
-"""Container allocations between young collections in a hub process (Python's default: 700)."""
 
 
 class SupervisorWatch:
