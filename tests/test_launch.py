@@ -33,7 +33,10 @@ def test_fsdp_two_ranks_shard_parameters_and_report(shared_run):
             assert s.mem is not None and s.mem.params_full_bytes > 0
             assert abs(s.mem.params_bytes - s.mem.params_full_bytes / 2) <= 0.05 * s.mem.params_full_bytes
     exits = [m for m in msgs if isinstance(m, schema.Event) and m.name == "exit"]
-    assert sorted((e.rank, e.code) for e in exits) == [(0, 0), (1, 0)]
+    assert sorted((e.rank, e.code) for e in exits if e.seq >= 0) == [(0, 0), (1, 0)]
+    # The launcher's note that they finished (torchrun ended with 0) is dropped when the rank's
+    # own word came first; when it overtakes it (another connection), it says the same.
+    assert all(e.code == 0 for e in exits if e.seq < 0)
 
     rep = subprocess.run(
         [sys.executable, "-m", "pardash", "report", str(run.log), "--format", "json"],
