@@ -605,6 +605,18 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
                 each_frame.remove(learn)
 
         each_frame.append(learn)
+    if entry is not None and hub.recorder is not None:
+        # The log may go on beside its path (another file took it): the registry says where,
+        # for viewers and for a supervisor that restarts this hub.
+        logged = [info["log"]]
+
+        def follow_log() -> None:
+            now = os.path.abspath(hub.recorder.path)
+            if now != logged[0]:
+                logged[0] = now
+                registry.update(run_id, log=now)
+
+        each_frame.append(follow_log)
     supervisor = int((meta or {}).get("supervisor_pid") or 0)
     if supervisor:
         each_frame.append(SupervisorWatch(hub, supervisor))

@@ -61,6 +61,16 @@ def register(info: dict) -> Path:
     return path
 
 
+def entry(run_id: str) -> dict | None:
+    """A run's entry as its hub last wrote it, whether that hub lives or not (a supervisor
+    restarting it reads where the log went)."""
+    try:
+        found = json.loads((registry_dir() / f"{run_id}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def update(run_id: str, **fields: object) -> None:
     """Merge fields into a run's entry (no-op if it is gone)."""
     path = registry_dir() / f"{run_id}.json"

@@ -142,6 +142,11 @@ class Supervisor:
     def spawn_hub(self, *, resume: bool = False) -> int:
         """Start the hub process; returns the read end of its ready pipe (see :meth:`wait_hub`)."""
         spec = self.spec
+        if resume:
+            # Where the dead hub's log went on (beside its path, when another file took it).
+            moved = (registry.entry(spec.run_id) or {}).get("log")
+            if isinstance(moved, str) and moved and moved != spec.log_path:
+                spec.log_path = moved
         r, w = os.pipe()
         meta = {"strategy": spec.strategy, "world_size": spec.world_size, "supervisor_pid": os.getpid(), "cwd": os.getcwd()}
         argv = [
