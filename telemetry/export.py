@@ -22,6 +22,7 @@ It is imported when an export runs (the ``export`` extra), never when this modul
 from __future__ import annotations
 
 import glob
+import math
 import os
 
 from . import schema
@@ -92,6 +93,9 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
     try:
         for msg in read_log(log_path, stats):
             if not isinstance(msg, schema.Step) or msg.rank < 0:
+                continue
+            if not 0 <= msg.step < 1 << 63 or not math.isfinite(msg.t):
+                stats.skipped["out_of_range"] += 1  # TensorBoard's steps are int64 (a hostile or broken line)
                 continue
             w = writers.get(msg.rank)
             if w is None:

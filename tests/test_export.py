@@ -120,3 +120,14 @@ def test_the_exporter_imports_tensorboard_only_when_it_runs():
     code = "import sys, pardash.telemetry.export, pardash.telemetry.prometheus; print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'prometheus_client', 'torch')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_step_number_tensorboard_cannot_hold_is_skipped_and_counted(tmp_path):
+    # A log the hub wrote before it bounded step numbers held step 2**64-1: export died with
+    # "ValueError: Value out of range".
+    log = tmp_path / "run.jsonl"
+    msgs = [schema.Step(rank=0, step=s, seq=s, loss=1.0, step_s=0.1, t=1.0e9 + s) for s in (1, 2)]
+    msgs.append(schema.Step(rank=0, step=2**64 - 1, seq=3, loss=1.0, step_s=0.1, t=1.0e9 + 3))
+    log.write_bytes(schema.encode_json_lines(msgs))
+    done = export_tensorboard(str(log), str(tmp_path / "tb"))
+    assert done["ranks"] == {0: 2} and done["skipped_lines"] == 1
