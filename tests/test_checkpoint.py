@@ -146,7 +146,9 @@ def test_a_killed_ddp_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path
     assert sorted((r, s) for r, s, _ in run) == [(r, s) for r in (0, 1) for s in range(21, 31)]
     # Steps 21..24 ran in both launches: the same losses.
     before = {(r, s): loss for r, s, loss in losses(first_msgs) if s > 20}
-    assert {(r, s) for r in (0, 1) for s in range(21, 25)} <= set(before)
+    # (Rank 0 raised and flushed its telemetry; rank 1, stopped by torchrun, may have lost the
+    # steps its reporter still held, at most 50 ms of them: the curves compare where both are.)
+    assert {(0, s) for s in range(21, 25)} <= set(before)
     assert_same_curve([(r, s, loss) for r, s, loss in run if (r, s) in before], before)
     assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 30), (1, 30)]
 
