@@ -78,6 +78,11 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
         except (EOFError, zlib.error):  # a gzip stream cut short, or damaged: its end is lost
             stats.skipped["truncated"] += 1
             break
+        except gzip.BadGzipFile:
+            if not stats.lines:
+                raise  # not a gzip stream at all: the caller says it cannot be read
+            stats.skipped["trailing_garbage"] += 1  # bytes after the last gzip member: the records are whole
+            break
         if not raw:
             break
         complete = raw.endswith(b"\n")

@@ -213,6 +213,12 @@ def test_a_log_kept_compressed_reads_as_itself_and_one_with_nothing_is_an_error(
     cut.write_bytes(gz.read_bytes()[: len(gz.read_bytes()) // 2])
     msgs_cut, stats_cut = load_log(cut)
     assert 0 < len(msgs_cut) < len(msgs) and stats_cut.skipped["truncated"] == 1
+    # Bytes after the last gzip member (a copy padded, an append gone wrong): every record is
+    # whole, and they are counted, not the whole log refused ("Not a gzipped file").
+    padded = tmp_path / "padded.jsonl.gz"
+    padded.write_bytes(gz.read_bytes() + b"garbage after the stream")
+    msgs_padded, stats_padded = load_log(padded)
+    assert len(msgs_padded) == len(msgs) and dict(stats_padded.skipped) == {"trailing_garbage": 1}
     # Nothing to report is one line and exit 2, not an empty report.
     (tmp_path / "empty.jsonl").write_bytes(b"")
     (tmp_path / "notes.txt").write_text("hello\nworld\n")
