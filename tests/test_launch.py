@@ -10,7 +10,7 @@ import pytest
 
 from helpers import pardash_env
 from pardash.telemetry import schema
-from pardash.cli import _gpu_count
+from pardash.preflight import gpu_count as _gpu_count
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shared_run")]  # one worker makes the shared launches
 

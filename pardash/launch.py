@@ -1,0 +1,278 @@
+"""``pardash launch``: check the flags, start the job (hub, torchrun, ranks) under its
+supervisor, and watch it (the TUI, or progress lines headless) to its outcome."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+
+from pardash.parser import PROG, fail
+from pardash.preflight import check_prometheus, gpu_count, headless_without_terminal, port_free
+from pardash.telemetry import registry
+
+
+def prepare_launch(ns: argparse.Namespace, script: list[str]):
+    """Validate a launch and build its LaunchSpec; raises SystemExit(2) with one line."""
+    from pardash.trainer import config as train_config
+    from pardash.trainer.launcher import LaunchError, new_spec
+
+    try:
+        cfg = train_config.from_args(ns)
+    except ValueError as exc:
+        fail(str(exc))
+    nproc = ns.nproc if ns.nproc is not None else (1 if cfg.strategy in ("single", "dp") else 2)
+    if nproc < 1:
+        fail(f"--nproc {nproc}: need at least 1 rank per node")
+    if ns.nnodes < 1 or not 0 <= ns.node_rank < ns.nnodes:
+        fail(f"--nnodes {ns.nnodes} --node-rank {ns.node_rank}: node rank must be in 0..nnodes-1")
+    if os.path.exists(ns.runs_dir) and not os.path.isdir(ns.runs_dir):
+        fail(f"--runs-dir {ns.runs_dir} is a file; give a folder (default ./runs)")
+    world = nproc * ns.nnodes
+    if not script and not ns.module:
+        try:
+            cfg.check_world_size(world)
+        except ValueError as exc:
+            fail(str(exc))
+        if cfg.device == "cuda" and gpu_count() == 0:
+            fail("--device cuda: no NVIDIA GPU is visible here; use --device cpu (or auto)")
+        if cfg.precision == "bf16" and gpu_count() == 0:
+            fail("--precision bf16 needs a GPU and none is visible here; use --precision fp32")
+    elif given := _trainer_flags_given(cfg):
+        fail(f"{', '.join(given)}: the bundled trainer's flags, which your script would not see; pass your script's own flags after `--`")
+    elif script and not ns.module and script[0] in ("-m", "--module"):
+        module = script[1] if len(script) > 1 else "MODULE"
+        fail(f"-- {script[0]} {module}: a module goes before `--`: pardash launch -m {module} -- ARGS")
+    elif script and not ns.module and not os.path.isfile(script[0]):
+        fail(f"{script[0]}: no such script (the command after `--` is run as `python SCRIPT ARGS`)")
+    elif ns.module:
+        import importlib.util
+
+        top = ns.module.split(".")[0]
+        sys.path.insert(0, os.getcwd())  # where torchrun's `python -m` looks first
+        try:
+            found = importlib.util.find_spec(top) is not None  # the top level only: nothing is imported
+        except (ImportError, ValueError):
+            found = False
+        finally:
+            sys.path.pop(0)
+        if not found:
+            fail(f"-m {ns.module}: no module {top!r} here (run from the folder that holds it, or install it)")
+    if ns.master_port is not None and ns.node_rank == 0:
+        host = ns.master_addr or "127.0.0.1"
+        if not port_free("0.0.0.0" if host not in ("127.0.0.1", "localhost") else "127.0.0.1", ns.master_port):
+            fail(f"--master-port {ns.master_port} is busy; pick a free port or leave it out")
+    telemetry_port = ns.telemetry_port or (29600 if ns.nnodes > 1 else 0)
+    bind = ns.telemetry_addr or ("127.0.0.1" if ns.nnodes == 1 else (ns.master_addr or "127.0.0.1"))
+    if telemetry_port and ns.node_rank == 0:
+        for port in (telemetry_port, telemetry_port + 1, telemetry_port + 2):
+            if not port_free(bind, port):
+                fail(f"--telemetry-port {telemetry_port}: port {port} is busy; pick another (the hub uses PORT..PORT+2)")
+    # Nodes > 0 start no hub: their ranks send to node 0's, at the same address and port.
+    remote_hub = f"tcp://{bind}:{telemetry_port}" if ns.node_rank > 0 else ""
+    insecure = getattr(ns, "insecure", False)
+    curve_dir = _check_security(bind if not remote_hub else "127.0.0.1", getattr(ns, "curve_dir", None), insecure, hub=not remote_hub)
+    if ns.module:
+        from pardash.trainer import autorun
+
+        command = autorun.torchrun_command(["-m", ns.module, *script])
+    elif script:
+        from pardash.trainer import autorun
+
+        command = autorun.torchrun_command(script)
+    else:
+        command = ["-m", "pardash.trainer.train", *cfg.to_argv()]
+    try:
+        spec = new_spec(
+            log_path=ns.log,
+            runs_dir=ns.runs_dir,
+            nproc=nproc,
+            nnodes=ns.nnodes,
+            node_rank=ns.node_rank,
+            master_addr=ns.master_addr,
+            master_port=ns.master_port,
+            max_restarts=ns.max_restarts,
+            telemetry_bind=bind,
+            telemetry_port=telemetry_port,
+            remote_hub=remote_hub,
+            curve_dir=curve_dir,
+            insecure=insecure,
+            command=command,
+            strategy=cfg.strategy if not (script or ns.module) else "script",
+            world_size=world,
+        )
+    except LaunchError as exc:
+        fail(str(exc))
+    return spec
+
+
+def _trainer_flags_given(cfg) -> list[str]:
+    """The bundled trainer's flags set away from their defaults (with a script of one's own they
+    would be silently ignored)."""
+    import dataclasses
+
+    default = type(cfg)()
+    return [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(default, f.name)]
+
+
+def _check_security(bind: str, curve_dir: str | None, insecure: bool, *, hub: bool) -> str:
+    """The absolute key folder to use ('' for none), after checking that a hub may bind
+    ``bind`` and that the keys it and the ranks need are there; fails with one line."""
+    from pardash.telemetry import security
+
+    curve_dir = curve_dir or security.curve_dir_from_env() or ""
+    refusal = security.bind_refusal(bind, curve=bool(curve_dir), insecure=insecure)
+    if refusal:
+        fail(refusal)
+    if curve_dir:
+        try:
+            if hub:
+                security.load_server_keys(curve_dir)
+            security.load_client_keys(curve_dir)
+        except security.CurveKeyError as exc:
+            fail(str(exc))
+    return os.path.abspath(curve_dir) if curve_dir else ""
+
+
+JOB_END_WAIT_S = 15.0
+"""How long a viewer that quits after every rank is done waits for the job to end."""
+
+
+def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
+    from pardash.telemetry.client import HubClient
+    from pardash.trainer.launcher import LaunchError, start
+
+    check_prometheus(ns)
+    spec = prepare_launch(ns, script)
+    headless_without_terminal(ns)
+    _prometheus_spec(ns, spec)
+    if not ns.headless:
+        spec.output = os.path.join(spec.run_dir, "output.log")
+        spec.viewer_pid = os.getpid()
+    else:
+        from pardash.telemetry.printer import is_terminal
+
+        if is_terminal(sys.stdout):
+            # The progress bar owns the terminal: the ranks write to a file that the printer
+            # follows and prints above the bar (a viewer that dies never breaks their stdout).
+            spec.output = os.path.join(spec.run_dir, "output.log")
+    if spec.remote_hub:  # node > 0: node 0's hub names the run and records it
+        print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.world_size} rank(s), telemetry to node 0's hub at {spec.remote_hub}", flush=True)
+    else:
+        print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
+    try:
+        job = start(spec)
+    except LaunchError as exc:
+        fail(str(exc))
+    if job.endpoints.get("metrics"):
+        print(f"{PROG}: Prometheus metrics on {job.endpoints['metrics']}", flush=True)
+    client = HubClient(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id, curve=spec.curve_dir or None)
+    try:
+        if ns.headless:
+            from pardash.telemetry.printer import ProgressPrinter
+
+            printer = ProgressPrinter(client, every_s=ns.every, tail=None if spec.output == "inherit" else spec.output)
+            # Headless, this process stands for the job (as torchrun does): a SIGTERM (`timeout`,
+            # `kill`, a CI job cancelled) stops the job as Ctrl-C does, rather than leave it
+            # running unwatched. (A viewer killed outright, SIGKILL, leaves it running.)
+            stopped_by: list[int] = []
+
+            def on_sigterm(*_: object) -> None:
+                stopped_by.append(signal.SIGTERM)
+                raise KeyboardInterrupt
+
+            signal.signal(signal.SIGTERM, on_sigterm)
+            try:
+                printer.follow(lambda: job.poll() is not None)
+            except KeyboardInterrupt:
+                stopped_by.append(signal.SIGINT)
+                print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
+                job.stop()
+                printer.follow(lambda: job.poll() is not None)
+            code = job.wait()
+            if stopped_by and code != 0:
+                code = 128 + stopped_by[0]  # as the shell says for the signal this process took: 130, 143
+            elif _supervisor_lost(job, code):
+                return _follow_unsupervised(job, client, printer, code)
+        else:
+            from pardash.tui.app import make_app
+
+            app = make_app(client, launched=True, title=f"pardash {spec.run_id}")
+            choice = app.run()
+            # None: the app ended some other way (crashed, terminal gone). The job must not
+            # die with its viewer, so that counts as a detach.
+            if choice == "over":  # every rank is done: the job ends by itself
+                try:
+                    code = job.wait(JOB_END_WAIT_S)
+                except subprocess.TimeoutExpired:  # torchrun restarting them (--max-restarts)
+                    choice = "detach"
+            if choice in ("detach", None):
+                how = "the viewer ended on an error" if app.return_code else "detached"
+                print(f"{PROG}: {how}; the job goes on. `{PROG} attach {spec.run_id}` to watch it again, log {spec.log_path}")
+                return app.return_code or 0
+            if choice != "over":
+                job.stop()
+                code = job.wait()
+            if _supervisor_lost(job, code):
+                print(f"{PROG}: {_lost_words(code)}: its ranks may train on without it; `{PROG} attach {spec.run_id}` follows them, "
+                      f"log {spec.log_path}", file=sys.stderr)  # fmt: skip
+                return 1
+    finally:
+        client.close()
+    from pardash.telemetry.printer import outcome_line
+
+    # A node > 0 records nothing itself: node 0's hub keeps the log.
+    # ... and where the hub writes it now (it goes on beside its path when another file took it).
+    log_path = f"kept by node 0's hub ({spec.remote_hub})" if spec.remote_hub else (client.stats.log_path or spec.log_path)
+    line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error)
+    print(line, file=sys.stderr if code else sys.stdout)
+    return code
+
+
+def _supervisor_lost(job, code: int) -> bool:
+    """The job's supervisor ended without a result (killed outright, SIGKILL or the OOM killer):
+    torchrun and the ranks outlive it, so its exit code is not the job's."""
+    return code != 0 and not job.result()
+
+
+def _lost_words(code: int) -> str:
+    try:
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"ended with code {code}"
+    except ValueError:
+        how = f"ended with code {code}"
+    return f"the launcher's supervisor was {how} before the job ended"
+
+
+def _follow_unsupervised(job, client, printer, code: int) -> int:
+    """Headless, the supervisor gone: the ranks train on (the hub records them until they are
+    done): follow them as ``pardash attach`` does and end with the run's own outcome."""
+    from pardash.telemetry.failures import failure_summary
+    from pardash.telemetry.printer import follow_attached
+    from pardash.telemetry.state import run_over
+
+    spec = job.spec
+    print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
+          f"(Ctrl-C stops watching, not them; `{PROG} attach {spec.run_id}` follows them again)", file=sys.stderr, flush=True)  # fmt: skip
+    entry = registry.find(spec.run_id) or {"pid": job.endpoints.get("pid")}
+    # The job lives while its hub does: the hub, unsupervised, stops once every rank is done
+    # (after a failure it waits for torchrun to start them again, --max-restarts).
+    client.info = {**entry, "supervisor_pid": entry.get("pid")}
+    try:
+        line = follow_attached(printer, client)
+    except KeyboardInterrupt:
+        print(f"{PROG}: stopped watching; the ranks may still run: `{PROG} attach {spec.run_id}`, log {spec.log_path}", file=sys.stderr)
+        return 130
+    ok = run_over(client.state) and failure_summary(client.state) is None
+    print(f"{line}; log {spec.log_path}", file=sys.stdout if ok else sys.stderr, flush=True)
+    return 0 if ok else 1
+
+
+def _prometheus_spec(ns: argparse.Namespace, spec) -> None:
+    """Pass --prometheus on to the hub the supervisor starts."""
+    if ns.prometheus is None:
+        return
+    spec.prometheus_port = ns.prometheus
+    spec.prometheus_addr = ns.prometheus_addr
+    spec.prometheus_per_rank = ns.prometheus_per_rank

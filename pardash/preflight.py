@@ -1,0 +1,53 @@
+"""Checks a ``pardash`` command makes before it starts anything: a refusal is one line and exit
+code 2, and nothing is left behind."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pardash.parser import PROG, fail
+
+
+def gpu_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+def port_free(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_prometheus(ns: argparse.Namespace) -> None:
+    """Refuse, before anything starts (one line, exit 2): /metrics beyond loopback without
+    --insecure (HTTP has no CURVE keys: anyone who reaches it reads the run), a busy port."""
+    from pardash.telemetry import security
+
+    if getattr(ns, "prometheus", None) is None:
+        return
+    refusal = security.metrics_refusal(ns.prometheus_addr, insecure=getattr(ns, "insecure", False))
+    if refusal:
+        fail(refusal)
+    if ns.prometheus and not port_free(ns.prometheus_addr, ns.prometheus):
+        fail(f"--prometheus {ns.prometheus}: port {ns.prometheus} is busy on {ns.prometheus_addr}; choose another --prometheus PORT")
+
+
+def headless_without_terminal(ns: argparse.Namespace) -> None:
+    """Without a terminal (CI, nohup, a pipe) nobody could see the TUI or quit it, and the
+    command would wait for its `q` for ever: progress lines instead, said once."""
+    if not ns.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print(f"{PROG}: no terminal here, so progress lines instead of the TUI (as --headless)", file=sys.stderr, flush=True)
+        ns.headless = True
