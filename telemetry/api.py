@@ -37,11 +37,12 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 from .env import telemetry_enabled
+from .memory import MemoryProbe, accountable
+from .modelfacts import model_facts, process_group_facts
 from .reporter import Reporter
-from .schema import Mem
 
 STEP_FIELDS = ("loss", "samples", "epoch", "lr")
 """``log`` keys that map to :class:`~pardash.telemetry.schema.Step` fields; the rest go in
@@ -49,13 +50,6 @@ STEP_FIELDS = ("loss", "samples", "epoch", "lr")
 PHASE_FIELDS = ("data", "forward", "backward", "optimizer", "comm")
 """``phase`` names with their own Step field (``data`` -> ``data_s``); others go in ``custom``
 as ``<name>_s``."""
-
-MEM_BUDGET = 0.01
-"""Fraction of the step time that memory accounting may take; above it, it is sampled every
-few steps and the steps between repeat the last measurement."""
-MEM_MAX_EVERY = 100
-"""Memory is measured at least once every this many steps."""
-
 
 # -- what the automatic instrumentation offers the API --------------------------------------
 
@@ -141,161 +135,6 @@ def _check_number(name: str, value: Any) -> None:
         raise TypeError(f"pardash.telemetry.log({name}=...): expected a one-element tensor, got {numel()} elements")
     if isinstance(value, int) and not -(2**63) <= value < 2**63:
         raise TypeError(f"pardash.telemetry.log({name}=...): a whole number of {len(str(abs(value)))} digits is too large")
-
-
-# -- model facts for the hello --------------------------------------------------------------
-
-
-def strategy_of(model: Any) -> str:
-    """``ddp``, ``fsdp``, ``dp`` or ``single`` from the type of the module that is called
-    (through ``torch.compile``'s wrapper: ``torch.compile(DDP(model))`` is DDP)."""
-    import torch
-
-    model = getattr(model, "_orig_mod", model)
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return "ddp"
-    if isinstance(model, torch.nn.DataParallel):
-        return "dp"
-    try:
-        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
-
-        sharded: tuple[type, ...] = (FSDPModule, FullyShardedDataParallel)
-    except ImportError:  # torch built without distributed
-        return "single"
-    if isinstance(model, sharded) or any(isinstance(m, sharded) for m in model.modules()):
-        return "fsdp"
-    return "single"
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
-def model_facts(model: Any) -> dict[str, Any]:
-    """Hello fields that describe ``model``: strategy, full parameter count and bytes (each
-    shared parameter once; an FSDP2 DTensor counts its global size), device, its name and
-    memory, torch version."""
-    import torch
-
-    count = nbytes = 0
-    device = None
-    for p in model.parameters():
-        count += p.numel()
-        nbytes += p.numel() * p.element_size()
-        if device is None:
-            device = p.device
-    facts: dict[str, Any] = {
-        "strategy": strategy_of(model),
-        "params_count": count,
-        "params_bytes": nbytes,
-        "torch_version": str(torch.__version__),
-    }
-    if device is not None and device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(index)
-        facts.update(device=f"cuda:{index}", device_name=props.name, device_mem_bytes=int(props.total_memory))
-    else:
-        import psutil
-
-        facts.update(device="cpu", device_name=_cpu_name(), device_mem_bytes=int(psutil.virtual_memory().total))
-    return facts
-
-
-def process_group_facts() -> dict[str, Any]:
-    """The process group's backend, when torch is loaded and one exists."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return {}
-    try:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return {"backend": str(dist.get_backend())}
-    except Exception:
-        pass
-    return {}
-
-
-# -- memory, measured no more often than it is cheap ----------------------------------------
-
-
-class MemoryProbe:
-    """Calls :func:`pardash.telemetry.memory.account` every step while it costs under
-    :data:`MEM_BUDGET` of the step time, else every N steps (N chosen from the measured cost);
-    the steps in between repeat the last measurement, so every step carries one."""
-
-    def __init__(self) -> None:
-        self.last: Mem | None = None
-        self.cost_s = 0.0
-        """Wall time of the last ``account`` call."""
-        self.mean_cost_s: float | None = None
-        """Running mean of those times."""
-        self.every = 1
-        """Steps per measurement, from the last cost and step time."""
-        self._skip = 0
-
-    def measure(self, model: Any, optimizers: Any, *, ddp_module: Any = None, step_s: float = 0.0, force: bool = False) -> Mem | None:
-        if not force and self._skip > 0:
-            self._skip -= 1
-            return self.last
-        from .memory import account
-
-        t0 = time.perf_counter()
-        try:
-            self.last = account(model, optimizers, ddp_module=ddp_module)
-        except Exception:  # an odd model or optimizer: the step goes out without memory
-            self.last = None
-            self.every = MEM_MAX_EVERY
-        else:
-            self.cost_s = time.perf_counter() - t0
-            # A running mean: account() itself caches, so its calls are mostly cheap with an
-            # occasional full recount; the mean is what a step pays.
-            self.mean_cost_s = self.cost_s if self.mean_cost_s is None else 0.8 * self.mean_cost_s + 0.2 * self.cost_s
-            budget_s = MEM_BUDGET * step_s
-            cost = self.mean_cost_s
-            self.every = 1 if budget_s <= 0 or cost <= budget_s else min(MEM_MAX_EVERY, math.ceil(cost / budget_s))
-        self._skip = self.every - 1
-        return self.last
-
-
-class _Holder:
-    """Several modules (or optimizers' parameters) seen as one model by ``account``."""
-
-    def __init__(self, modules: list[Any], optimizers: list[Any]) -> None:
-        self.modules = list(modules)
-        self.optimizers = list(optimizers)
-
-    def parameters(self) -> Iterator[Any]:
-        seen: set[int] = set()
-        if self.modules:
-            params = (p for m in self.modules for p in m.parameters())
-        else:
-            params = (p for opt in self.optimizers for g in opt.param_groups for p in g["params"])
-        for p in params:
-            if id(p) not in seen:
-                seen.add(id(p))
-                yield p
-
-
-def accountable(modules: list[Any], optimizers: list[Any], cache: dict[str, Any]) -> Any:
-    """The object to pass to ``account`` as the model: the one module when there is one, else a
-    holder of all (kept in ``cache`` while the lists do not change, since ``account`` caches by
-    model)."""
-    if len(modules) == 1:
-        return modules[0]
-    key = (tuple(id(m) for m in modules), tuple(id(o) for o in optimizers) if not modules else ())
-    if cache.get("key") != key:
-        cache["key"] = key
-        cache["holder"] = _Holder(modules, optimizers)
-    return cache["holder"]
 
 
 # -- the process's one reporter and state ----------------------------------------------------
@@ -670,8 +509,6 @@ def _reset_for_tests() -> None:
 __all__ = [
     "AutoSteps",
     "Logged",
-    "MemoryProbe",
-    "accountable",
     "as_number",
     "attach_auto",
     "close",
@@ -681,12 +518,9 @@ __all__ = [
     "flush",
     "init",
     "log",
-    "model_facts",
     "phase",
-    "process_group_facts",
     "reporter",
     "step",
-    "strategy_of",
     "take_logged",
     "user_sent",
 ]

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import weakref
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import msgspec
 
@@ -281,3 +282,81 @@ __all__ = [
     "BYTES_PER_PARAM_ADAM",
     "FULL_EVERY",
 ]
+
+
+# -- measured no more often than it is cheap ----------------------------------------------
+
+MEM_BUDGET = 0.01
+"""Fraction of the step time that memory accounting may take; above it, it is sampled every
+few steps and the steps between repeat the last measurement."""
+MEM_MAX_EVERY = 100
+"""Memory is measured at least once every this many steps."""
+
+
+class MemoryProbe:
+    """Calls :func:`account` every step while it costs under
+    :data:`MEM_BUDGET` of the step time, else every N steps (N chosen from the measured cost);
+    the steps in between repeat the last measurement, so every step carries one."""
+
+    def __init__(self) -> None:
+        self.last: Mem | None = None
+        self.cost_s = 0.0
+        """Wall time of the last ``account`` call."""
+        self.mean_cost_s: float | None = None
+        """Running mean of those times."""
+        self.every = 1
+        """Steps per measurement, from the last cost and step time."""
+        self._skip = 0
+
+    def measure(self, model: Any, optimizers: Any, *, ddp_module: Any = None, step_s: float = 0.0, force: bool = False) -> Mem | None:
+        if not force and self._skip > 0:
+            self._skip -= 1
+            return self.last
+        t0 = time.perf_counter()
+        try:
+            self.last = account(model, optimizers, ddp_module=ddp_module)
+        except Exception:  # an odd model or optimizer: the step goes out without memory
+            self.last = None
+            self.every = MEM_MAX_EVERY
+        else:
+            self.cost_s = time.perf_counter() - t0
+            # A running mean: account() itself caches, so its calls are mostly cheap with an
+            # occasional full recount; the mean is what a step pays.
+            self.mean_cost_s = self.cost_s if self.mean_cost_s is None else 0.8 * self.mean_cost_s + 0.2 * self.cost_s
+            budget_s = MEM_BUDGET * step_s
+            cost = self.mean_cost_s
+            self.every = 1 if budget_s <= 0 or cost <= budget_s else min(MEM_MAX_EVERY, math.ceil(cost / budget_s))
+        self._skip = self.every - 1
+        return self.last
+
+
+class _Holder:
+    """Several modules (or optimizers' parameters) seen as one model by ``account``."""
+
+    def __init__(self, modules: list[Any], optimizers: list[Any]) -> None:
+        self.modules = list(modules)
+        self.optimizers = list(optimizers)
+
+    def parameters(self) -> Iterator[Any]:
+        seen: set[int] = set()
+        if self.modules:
+            params = (p for m in self.modules for p in m.parameters())
+        else:
+            params = (p for opt in self.optimizers for g in opt.param_groups for p in g["params"])
+        for p in params:
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield p
+
+
+def accountable(modules: list[Any], optimizers: list[Any], cache: dict[str, Any]) -> Any:
+    """The object to pass to ``account`` as the model: the one module when there is one, else a
+    holder of all (kept in ``cache`` while the lists do not change, since ``account`` caches by
+    model)."""
+    if len(modules) == 1:
+        return modules[0]
+    key = (tuple(id(m) for m in modules), tuple(id(o) for o in optimizers) if not modules else ())
+    if cache.get("key") != key:
+        cache["key"] = key
+        cache["holder"] = _Holder(modules, optimizers)
+    return cache["holder"]

@@ -298,7 +298,7 @@ def test_a_compiled_ddp_model_is_ddp(tmp_path):
     import torch
     import torch.distributed as dist
 
-    from pardash.telemetry.api import strategy_of
+    from pardash.telemetry.modelfacts import strategy_of
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from helpers import pardash_env, wait_for
-from pardash.telemetry import api, schema
+from pardash.telemetry import api, modelfacts, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.logreader import load_log
 from pardash.trainer.instrument import NO_STEP_WARNING, Instrument
@@ -547,7 +547,7 @@ def test_an_internal_error_stops_the_instrumentation_not_the_training(hooked, mo
     def broken(model):
         raise RuntimeError("no facts today")
 
-    monkeypatch.setattr(api, "model_facts", broken)
+    monkeypatch.setattr(modelfacts, "model_facts", broken)
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     _train(model, opt, 3)

@@ -59,7 +59,7 @@ Cost. On CPU the stamps are ``perf_counter`` and a step is published when it end
 they are CUDA events and a step is published once the next one ends (its events and loss are
 ready by then), so no hook waits for the device. Memory accounting is the one expensive part:
 it runs every step while it costs under 1% of the step time, else every few steps
-(:class:`pardash.telemetry.api.MemoryProbe`). ``tests/scripts/measure_overhead.py`` measures
+(:class:`pardash.telemetry.memory.MemoryProbe`). ``tests/scripts/measure_overhead.py`` measures
 all of it.
 
 An internal error in a hook never reaches the script: the instrumentation stops and says so in
@@ -80,7 +80,7 @@ from typing import Any, Callable
 
 import torch
 
-from pardash.telemetry import api
+from pardash.telemetry import api, memory, modelfacts
 from pardash.telemetry.reporter import Reporter
 
 WARN_AFTER_FORWARDS = 20
@@ -255,7 +255,7 @@ class Instrument:
         self.forwards = 0
         self._stepped = False
         self._warned = False
-        self.probe = api.MemoryProbe()
+        self.probe = memory.MemoryProbe()
         self._holder_cache: dict[str, Any] = {}
         self._step_s = 0.0
 
@@ -486,20 +486,20 @@ class Instrument:
         inner = getattr(module, "module", None)
         if isinstance(inner, torch.nn.Module):
             self._trained_ids.add(id(inner))
-        strategy = api.strategy_of(module)
+        strategy = modelfacts.strategy_of(module)
         if strategy == "ddp" and self.ddp is None:
             self.ddp = module
         if not self.strategy or self.strategy == "single":
             self.strategy = strategy
         if len(self.roots) == 1:
-            facts = api.model_facts(module)
+            facts = modelfacts.model_facts(module)
             cuda = facts["device"].startswith("cuda")
             if cuda != self.clock.cuda:
                 self.clock = _Clock(cuda=cuda)
                 self._open = None  # stamps of the other kind cannot be compared with the new
             self._hello.update(facts)
         else:  # a second model (a GAN's): the hello counts the parameters of all, once each
-            params = list(api.accountable(self.roots, [], {}).parameters())
+            params = list(memory.accountable(self.roots, [], {}).parameters())
             self._hello["params_count"] = sum(p.numel() for p in params)
             self._hello["params_bytes"] = sum(p.numel() * p.element_size() for p in params)
         self._hello["strategy"] = self.strategy
@@ -756,7 +756,7 @@ class Instrument:
     def _memory(self, force: bool = False) -> Any:
         if not self.roots and not self.optimizers:
             return None
-        model = api.accountable(self.roots, self.optimizers, self._holder_cache)
+        model = memory.accountable(self.roots, self.optimizers, self._holder_cache)
         return self.probe.measure(model, self.optimizers, ddp_module=self.ddp, step_s=self._step_s, force=force)
 
     def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
@@ -832,7 +832,7 @@ class Instrument:
     @_guarded
     def _send_hello(self) -> None:
         fields = {"source": "auto", "torch_version": str(torch.__version__), **self._hello}
-        fields.update(api.process_group_facts())
+        fields.update(modelfacts.process_group_facts())
         fields.update(self._hello_extra)
         self.backend = fields.get("backend", self.backend)
         self.reporter.hello(**fields)

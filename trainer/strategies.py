@@ -20,7 +20,6 @@ import contextlib
 import datetime
 import inspect
 import os
-import platform
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +28,8 @@ from typing import Any, ContextManager
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+from pardash.telemetry.modelfacts import cpu_name
 
 from .config import TrainConfig
 
@@ -86,17 +87,6 @@ def resolve_device(choice: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def describe_device(device: torch.device) -> tuple[str, int]:
     """(name, total memory in bytes) of a GPU, or of the CPU and the host's RAM."""
     if device.type == "cuda":
@@ -104,7 +94,7 @@ def describe_device(device: torch.device) -> tuple[str, int]:
         return props.name, int(props.total_memory)
     import psutil
 
-    return _cpu_name(), int(psutil.virtual_memory().total)
+    return cpu_name(), int(psutil.virtual_memory().total)
 
 
 def set_cpu_threads(rt: Runtime) -> int:

@@ -24,7 +24,7 @@ import torch
 import zmq
 from torch import nn
 
-from pardash.telemetry import api
+from pardash.telemetry import memory
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.reporter import Reporter
 from pardash.trainer.instrument import Instrument
@@ -48,7 +48,7 @@ class NullReporter:
         pass
 
 
-class NoMemory(api.MemoryProbe):
+class NoMemory(memory.MemoryProbe):
     def measure(self, *a, **k):
         return None
 
@@ -108,13 +108,13 @@ def memory_cost() -> None:
         opt = torch.optim.AdamW(model.parameters())
         model(torch.randn(2, model[0].in_features if isinstance(model[0], nn.Linear) else 64)).sum().backward()
         opt.step()
-        probe = api.MemoryProbe()
+        probe = memory.MemoryProbe()
         costs = []
         for _ in range(100):  # account() caches between full recounts: the mean is what a step pays
             probe.measure(model, [opt], force=True)
             costs.append(probe.cost_s)
         mean_us = sum(costs) / len(costs) * 1e6
-        every = [max(1, -(-mean_us // (api.MEM_BUDGET * step_us))) for step_us in (10_000, 100_000)]
+        every = [max(1, -(-mean_us // (memory.MEM_BUDGET * step_us))) for step_us in (10_000, 100_000)]
         print(f"  account(), {name:24} first {costs[0] * 1e6:7.1f} us, mean {mean_us:6.1f} us"
               f"  -> every {every[0]:.0f} step(s) at 10 ms/step, every {every[1]:.0f} at 100 ms/step")
 

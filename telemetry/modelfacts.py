@@ -1,0 +1,90 @@
+"""What a rank says about its model and machine in its hello: the strategy (from the wrapper
+types), the full parameter count and bytes, the device and its memory, the process group's
+backend.
+
+torch is imported inside the functions only: the telemetry package stays importable (and
+cheap) without torch.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def strategy_of(model: Any) -> str:
+    """``ddp``, ``fsdp``, ``dp`` or ``single`` from the type of the module that is called
+    (through ``torch.compile``'s wrapper: ``torch.compile(DDP(model))`` is DDP)."""
+    import torch
+
+    model = getattr(model, "_orig_mod", model)
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return "ddp"
+    if isinstance(model, torch.nn.DataParallel):
+        return "dp"
+    try:
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+
+        sharded: tuple[type, ...] = (FSDPModule, FullyShardedDataParallel)
+    except ImportError:  # torch built without distributed
+        return "single"
+    if isinstance(model, sharded) or any(isinstance(m, sharded) for m in model.modules()):
+        return "fsdp"
+    return "single"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def model_facts(model: Any) -> dict[str, Any]:
+    """Hello fields that describe ``model``: strategy, full parameter count and bytes (each
+    shared parameter once; an FSDP2 DTensor counts its global size), device, its name and
+    memory, torch version."""
+    import torch
+
+    count = nbytes = 0
+    device = None
+    for p in model.parameters():
+        count += p.numel()
+        nbytes += p.numel() * p.element_size()
+        if device is None:
+            device = p.device
+    facts: dict[str, Any] = {
+        "strategy": strategy_of(model),
+        "params_count": count,
+        "params_bytes": nbytes,
+        "torch_version": str(torch.__version__),
+    }
+    if device is not None and device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        facts.update(device=f"cuda:{index}", device_name=props.name, device_mem_bytes=int(props.total_memory))
+    else:
+        import psutil
+
+        facts.update(device="cpu", device_name=cpu_name(), device_mem_bytes=int(psutil.virtual_memory().total))
+    return facts
+
+
+def process_group_facts() -> dict[str, Any]:
+    """The process group's backend, when torch is loaded and one exists."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return {"backend": str(dist.get_backend())}
+    except Exception:
+        pass
+    return {}
