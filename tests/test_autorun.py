@@ -700,6 +700,17 @@ def test_plain_ddp_script_every_step_of_every_rank(plain_ddp_run):
 
 @pytest.mark.slow
 @pytest.mark.serial  # a straggler judged from real timing: run alone
+def test_the_scripts_flags_never_reach_torchrun(tmp_path):
+    # torchrun's parser took a script's `--nproc 7` as ambiguous (the launch never started)
+    # and would take `--role x` or `--standalone` as its own.
+    (tmp_path / "argv_probe.py").write_text((SCRIPTS / "argv_probe.py").read_text())
+    args = ["--nproc", "7", "--log", "mine.txt", "--role", "r", "--standalone", "--", "z"]
+    proc, _ = _launch(tmp_path, "argv_probe.py", *args, nproc=1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [s["argv"][1:] for s in seen] == [args]
+
+
 def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):
     # The script sleeps in rank 1's data path; both ranks' step times are equal (they wait
     # for each other), so only the self time the hooks measure can tell them apart.

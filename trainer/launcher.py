@@ -113,7 +113,12 @@ def torchrun_argv(spec: LaunchSpec) -> list[str]:
         argv += ["--master-port", str(spec.master_port or 29500)]
     argv += ["--max-restarts", str(spec.max_restarts), "--monitor-interval", "0.1"]
     argv += ["--log-dir", os.path.join(spec.run_dir, "torchrun")]
-    return argv + list(spec.command)
+    # torchrun's parser takes any word that starts a flag of its own as that flag, even among
+    # the script's arguments (`--nproc 7` ambiguous, `--role x` taken): after `--` none is.
+    command = list(spec.command)
+    if command[:1] == ["-m"]:
+        return argv + ["-m", "--", *command[1:]]
+    return argv + ["--", *command]
 
 
 class Supervisor:
