@@ -276,6 +276,8 @@ def account(model: Any, optimizers: Any, *, ddp_module: Any = None) -> Mem:
 
 
 __all__ = [
+    "MemoryProbe",
+    "accountable",
     "account",
     "expected_bytes_per_rank",
     "MemoryAccountant",
@@ -334,15 +336,18 @@ class _Holder:
     """Several modules (or optimizers' parameters) seen as one model by ``account``."""
 
     def __init__(self, modules: list[Any], optimizers: list[Any]) -> None:
-        self.modules = list(modules)
-        self.optimizers = list(optimizers)
+        # Weakly: a model the script lets go must go (the instrumentation keeps this holder).
+        self._modules = [weakref.ref(m) for m in modules]
+        self._optimizers = [weakref.ref(o) for o in optimizers]
 
     def parameters(self) -> Iterator[Any]:
         seen: set[int] = set()
-        if self.modules:
-            params = (p for m in self.modules for p in m.parameters())
+        modules = [m for m in (r() for r in self._modules) if m is not None]
+        optimizers = [o for o in (r() for r in self._optimizers) if o is not None]
+        if modules:
+            params = (p for m in modules for p in m.parameters())
         else:
-            params = (p for opt in self.optimizers for g in opt.param_groups for p in g["params"])
+            params = (p for opt in optimizers for g in opt.param_groups for p in g["params"])
         for p in params:
             if id(p) not in seen:
                 seen.add(id(p))

@@ -3,10 +3,12 @@ of plain scripts under `pardash launch` (and under torchrun alone, to compare lo
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -580,6 +582,32 @@ def test_global_module_hooks_give_way_to_root_hooks_once_the_roots_settle(hooked
     assert inst.roots == [model, second]
 
 
+def test_models_trained_one_after_another_are_freed_and_each_measured(hooked):
+    # k-fold, a sweep, pretraining then fine-tuning: pardash held every model and optimizer
+    # (a GPU would run out of memory), the third optimizer's first step merged with the step
+    # before, each model's first forward passed unseen, and memory summed every model seen.
+    from pardash.trainer.instrument import SETTLE_STEPS
+
+    inst, rep = hooked
+    freed, sizes = [], []
+    for fold in range(3):
+        width = 16 * (fold + 1)
+        model = nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        _train(model, opt, SETTLE_STEPS + 3)
+        sizes.append(sum(p.numel() * p.element_size() for p in model.parameters()))
+        freed.append((weakref.ref(model), weakref.ref(opt)))
+        del model, opt
+        gc.collect()
+        assert all(m() is None and o() is None for m, o in freed)
+    inst.finish()
+    n = SETTLE_STEPS + 3
+    assert [s["step"] for s in rep.steps] == list(range(1, 3 * n + 1))
+    assert [s["samples"] for s in rep.steps] == [6] * (3 * n)
+    assert [s["mem"].params_bytes for s in rep.steps] == [size for size in sizes for _ in range(n)]
+    assert inst.roots == [] and inst.optimizers == []
+
+
 # -- autorun as a process, without torchrun --------------------------------------------------
 
 
@@ -709,6 +737,35 @@ def test_the_scripts_flags_never_reach_torchrun(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [s["argv"][1:] for s in seen] == [args]
+
+
+KFOLD = """
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+for fold in range(3):
+    model = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1)))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(5):
+        model(torch.randn(4, 8)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def test_ddp_models_trained_one_after_another_keep_their_self_time(tmp_path):
+    # Self time (the straggler signal) was lost from the second model on: the new DDP wrapper
+    # was never the one watched, and the arrival of a new optimizer's next step was dropped.
+    (tmp_path / "kfold.py").write_text(KFOLD)
+    proc, msgs = _launch(tmp_path, "kfold.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        steps = _steps(msgs, rank)
+        assert [s.step for s in steps] == list(range(1, 16))
+        assert [s.step for s in steps if s.self_s is None] == []
+        assert all(s.samples == 4 for s in steps)
 
 
 def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):

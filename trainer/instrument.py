@@ -12,8 +12,10 @@ is hooked, and what each hook tells:
   dimension of the first tensor argument), and the model: the root modules seen training (the
   DDP or FSDP2 wrapper when there is one), whose type gives the strategy. Once the same roots
   have trained for ``SETTLE_STEPS`` steps, the global hooks give way to hooks on the roots
-  alone, so submodule calls go back to PyTorch's fast path; a new optimizer brings the
-  global hooks back to find its model;
+  alone, so submodule calls go back to PyTorch's fast path; a new optimizer, or a root
+  freed, brings the global hooks back to find the next model. Models and optimizers are held
+  weakly: a script that trains one after another (k-fold, a sweep) frees each as it would
+  without pardash, and memory describes the ones alive;
 - ``torch.autograd.backward`` (which ``Tensor.backward`` calls): the start of each backward,
   the loss (the tensor backpropagated) and the micro-batch count; ``nn.Module.train``: an
   evaluation's start and end;
@@ -196,13 +198,17 @@ class Instrument:
         """Set after an internal error: every hook does nothing from then on."""
         self._depth = 0
         self._has_params: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-        # the model, as seen
-        self.roots: list[Any] = []
+        # the model, as seen: weakly held, so a script that trains one model after another
+        # (k-fold, a sweep) frees each as it would without pardash
+        self._roots: list[weakref.ref[Any]] = []
         self._root_ids: set[int] = set()
         self._trained_ids: set[int] = set()
-        """The roots' ids and those of the modules DDP/DP roots wrap (see _trains)."""
-        self.optimizers: list[Any] = []
-        self.ddp: Any = None
+        """The live roots' ids and those of the modules DDP/DP roots wrap (see _trains)."""
+        self._optimizers: list[weakref.ref[Any]] = []
+        self._ddp: weakref.ref[Any] | None = None
+        self._rewatch = False
+        """A root went while its hooks could not be swapped: the next step swaps them."""
+        self._swapping = False
         self.strategy = ""
         self.backend = ""
         self._hello: dict[str, Any] = {}
@@ -226,19 +232,20 @@ class Instrument:
         """Stamp at the end of the evaluation's last forward so far."""
         self.evals = 0
         # optimizer rounds
-        self._round: list[Any] = []
+        self._round: list[weakref.ref[Any]] = []
+        """The optimizers that stepped in the round so far (weakly, as every optimizer here)."""
         self._posts = 0
         self._rounds = 0
         """Rounds ended so far."""
         self._early = False
         """Publish at the post-hook: one optimizer only, seen to step again (see _optimizer_post)."""
-        self._last_round: list[Any] = []
+        self._last_round: list[weakref.ref[Any]] = []
         """The optimizers of the last round that ended."""
         self._last_post: Any = None
         """When the last optimizer step ended (work after it, before a forward, is data)."""
         self._in_optimizer = 0
         """Inside optimizer.step (a closure's passes, LBFGS's: the optimizer's own work)."""
-        self._orphan: tuple[Any, _Cut] | None = None
+        self._orphan: tuple[weakref.ref[Any], _Cut] | None = None
         """An optimizer that stepped after a step published at its post-hook, and where."""
         self._closure_passes = 0
         self._published_round = False
@@ -257,7 +264,53 @@ class Instrument:
         self._warned = False
         self.probe = memory.MemoryProbe()
         self._holder_cache: dict[str, Any] = {}
+        self._measured: weakref.ref[Any] | None = None
         self._step_s = 0.0
+
+    @property
+    def roots(self) -> list[Any]:
+        """The root modules seen training that are still alive, oldest first."""
+        return [m for m in (r() for r in self._roots) if m is not None]
+
+    @property
+    def optimizers(self) -> list[Any]:
+        """The optimizers seen stepping that are still alive, oldest first."""
+        return [o for o in (r() for r in self._optimizers) if o is not None]
+
+    @property
+    def ddp(self) -> Any:
+        """The first DDP root still alive (its buffers and gradient buckets are measured)."""
+        return self._ddp() if self._ddp is not None else None
+
+    def _add_optimizer(self, optimizer: Any) -> bool:
+        if any(r() is optimizer for r in self._optimizers):
+            return False
+        self._optimizers.append(weakref.ref(optimizer, self._optimizers_gone))
+        return True
+
+    def _optimizers_gone(self, ref: Any) -> None:
+        self._optimizers = [r for r in self._optimizers if r is not ref]
+        self._holder_cache.clear()
+
+    def _root_gone(self, ref: Any, ids: tuple[int, ...] = ()) -> None:
+        """A root module was freed (a model trained before the one the script builds next):
+        its ids may come back as another object's, and the next model must be seen from its
+        first forward, so the global hooks return."""
+        try:
+            self._roots = [r for r in self._roots if r is not ref]
+            self._root_ids.difference_update(ids)
+            self._trained_ids.difference_update(ids)
+            self._holder_cache.clear()
+            if self._ddp is ref:
+                self._ddp = next((r for r in self._roots if r() is not None and modelfacts.strategy_of(r()) == "ddp"), None)
+            if self.dead or self.watching_all or not self._handles:
+                return
+            if self._swapping or _get_ident() != self._tid or self._depth:
+                self._rewatch = True  # inside a swap, another thread or a module call: at the next step
+            else:
+                self._watch_all_modules()
+        except Exception:
+            pass  # a callback in the collector, maybe at exit: never a traceback
 
     # -- installing -----------------------------------------------------------------------
 
@@ -311,22 +364,32 @@ class Instrument:
     def _watch_all_modules(self) -> None:
         from torch.nn.modules import module as nn_module
 
-        self._unwatch()
-        self._module_handles = [
-            nn_module.register_module_forward_pre_hook(self._forward_pre),
-            nn_module.register_module_forward_hook(self._forward_post, with_kwargs=True, always_call=True),
-        ]
-        self.watching_all = True
-        self._settled_from = self.step
+        self._swapping = True
+        try:
+            self._unwatch()
+            self._module_handles = [
+                nn_module.register_module_forward_pre_hook(self._forward_pre),
+                nn_module.register_module_forward_hook(self._forward_post, with_kwargs=True, always_call=True),
+            ]
+            self.watching_all = True
+            self._settled_from = self.step
+            self._rewatch = False
+        finally:
+            self._swapping = False
 
     def _watch_roots(self) -> None:
-        self._unwatch()
-        inner = [r.module for r in self.roots if isinstance(getattr(r, "module", None), torch.nn.Module)]
-        for root in [*self.roots, *inner]:  # a DDP root's module: evaluated directly, bypassing DDP
-            # prepend: before FSDP2's pre-forward hook, whose all-gather is the arrival
-            self._module_handles.append(root.register_forward_pre_hook(self._forward_pre, prepend=True))
-            self._module_handles.append(root.register_forward_hook(self._forward_post, with_kwargs=True, always_call=True))
-        self.watching_all = False
+        self._swapping = True
+        try:
+            self._unwatch()
+            roots = self.roots
+            inner = [r.module for r in roots if isinstance(getattr(r, "module", None), torch.nn.Module)]
+            for root in [*roots, *inner]:  # a DDP root's module: evaluated directly, bypassing DDP
+                # prepend: before FSDP2's pre-forward hook, whose all-gather is the arrival
+                self._module_handles.append(root.register_forward_pre_hook(self._forward_pre, prepend=True))
+                self._module_handles.append(root.register_forward_hook(self._forward_post, with_kwargs=True, always_call=True))
+            self.watching_all = False
+        finally:
+            self._swapping = False
 
     def _unwatch(self) -> None:
         for h in self._module_handles:
@@ -479,19 +542,19 @@ class Instrument:
         self.reporter.event("eval", step=self.step + (self._cut is not None), duration_s=took)
 
     def _add_root(self, module: Any) -> None:
-        self.roots.append(module)
         self._settled_from = self.step
         self._root_ids.add(id(module))
-        self._trained_ids.add(id(module))
         inner = getattr(module, "module", None)
-        if isinstance(inner, torch.nn.Module):
-            self._trained_ids.add(id(inner))
+        ids = (id(module), id(inner)) if isinstance(inner, torch.nn.Module) else (id(module),)
+        self._trained_ids.update(ids)
+        ref = weakref.ref(module, functools.partial(self._root_gone, ids=ids))
+        self._roots.append(ref)
         strategy = modelfacts.strategy_of(module)
         if strategy == "ddp" and self.ddp is None:
-            self.ddp = module
+            self._ddp = ref
         if not self.strategy or self.strategy == "single":
             self.strategy = strategy
-        if len(self.roots) == 1:
+        if len(self._roots) == 1:
             facts = modelfacts.model_facts(module)
             cuda = facts["device"].startswith("cuda")
             if cuda != self.clock.cuda:
@@ -574,7 +637,7 @@ class Instrument:
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling():
             return None
-        if any(optimizer is o for o in self._round):
+        if any(optimizer is r() for r in self._round):
             self._round_ends(optimizer)  # an optimizer of the round steps again: a new round
         if self._eval_t0:
             self._eval_ends()
@@ -597,22 +660,21 @@ class Instrument:
         self._posts += 1
         self._stepped = True
         self._in_optimizer = max(0, self._in_optimizer - 1)
-        if all(optimizer is not o for o in self.optimizers):
-            self.optimizers.append(optimizer)
+        if self._add_optimizer(optimizer):
             if not self.watching_all and self._handles:
                 self._watch_all_modules()  # a new optimizer: maybe a new model to find
-        if self._published_round and all(optimizer is not o for o in self._round):
+        if self._published_round and all(optimizer is not r() for r in self._round):
             # Another optimizer after a step published at its post-hook: the same iteration's
             # (a GAN's generator starting to step after the discriminator's warm-up) or the
             # first step of a model trained next. The next repeat tells: the first optimizer
             # again, and its work joins the next step; this one again, and it was a step.
             step = self._open
-            self._orphan = (optimizer, _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples))
+            self._orphan = (weakref.ref(optimizer), _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples))
             self._pending_mem = self._memory()
-            self._round.append(optimizer)
+            self._round.append(weakref.ref(optimizer))
             self._last_post = now
             return None
-        self._round.append(optimizer)
+        self._round.append(weakref.ref(optimizer))
         self._last_post = now
         if self._arrive_next is not None:  # the round went on after the cut: still this step's
             if self._open is not None and self._open.arrive is None:
@@ -623,7 +685,7 @@ class Instrument:
             return None
         if self._in_optimizer:
             return None  # an optimizer stepped inside another's step (ZeRO's inner one)
-        if self._early and len(self.optimizers) == 1:
+        if self._early and len(self._optimizers) == 1:
             # One optimizer, seen to step again: each of its steps is a step, published now.
             self._publish(now, self._memory())
             self._published_round = True
@@ -665,13 +727,13 @@ class Instrument:
         if not self._explicit:
             mem = self._pending_mem if self._pending_mem is not None else self.probe.last
             orphan, self._orphan = self._orphan, None
-            if orphan is not None and (by is orphan[0] or by is None):
+            if orphan is not None and (by is orphan[0]() or by is None):
                 self._publish_cut(orphan[1], mem)  # a model trained next: its first step
                 self._round = [orphan[0]]
             if self._cut is not None:
                 self._publish_cut(self._cut, mem)
             self._rounds += 1
-            self._early = len(self.optimizers) == 1
+            self._early = len(self.optimizers) == 1  # (one alive: a model trained before is gone)
             self._last_round = self._round  # (a new list follows: this one is not changed again)
         self._round = []
         self._published_round = False
@@ -679,14 +741,14 @@ class Instrument:
 
     def _arrived(self) -> bool:
         """Whether the step being measured has reached its first collective."""
-        if self._cut is not None:
+        if self._cut is not None or self._orphan is not None:
             return self._arrive_next is not None
         return self._open is not None and self._open.arrive is not None
 
     def _arrive(self, stamp: Any) -> None:
-        """Note the arrival at the step's first collective (after a cut: provisionally the
-        next step's)."""
-        if self._cut is not None:
+        """Note the arrival at the step's first collective (after a cut, or an optimizer new
+        since the last step: provisionally the next step's)."""
+        if self._cut is not None or self._orphan is not None:
             if self._arrive_next is None:
                 self._arrive_next = stamp
         elif self._open.arrive is None:
@@ -721,8 +783,7 @@ class Instrument:
         if model is not None and id(model) not in self._root_ids:
             self._add_root(model)
         for opt in api._as_list(optimizer):
-            if all(opt is not o for o in self.optimizers):
-                self.optimizers.append(opt)
+            self._add_optimizer(opt)
         if hello:
             self._hello_extra.update(hello)
             if self._hello_sent:
@@ -754,21 +815,26 @@ class Instrument:
         self.reporter.set_phase(phase)
 
     def _memory(self, force: bool = False) -> Any:
-        if not self.roots and not self.optimizers:
+        roots, optimizers = self.roots, self.optimizers
+        if not roots and not optimizers:
             return None
-        model = memory.accountable(self.roots, self.optimizers, self._holder_cache)
-        return self.probe.measure(model, self.optimizers, ddp_module=self.ddp, step_s=self._step_s, force=force)
+        model = memory.accountable(roots, optimizers, self._holder_cache)
+        if self._measured is None or self._measured() is not model:  # another model (or set): measured now
+            self._measured, force = weakref.ref(model), True
+        return self.probe.measure(model, optimizers, ddp_module=self.ddp, step_s=self._step_s, force=force)
 
     def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
         step = self._open or _OpenStep(marks=[("data", end)])
         self.step += 1
-        lr = step.lr if step.lr is not None else (_lr(self._round[0]) if self._round else None)
+        lr = step.lr if step.lr is not None else (_lr(self._round[0]()) if self._round else None)
         done = _Done(self.step, self.epoch, step, end, lr, mem, logged if logged is not None else api.take_logged())
         self._open = _OpenStep(marks=[("data", end)])
         self._phase = "data"
         self.reporter.set_phase("data")
-        if self.watching_all and self.roots and self._depth == 0 and self.step - self._settled_from >= SETTLE_STEPS:
+        if self._rewatch and not self.watching_all and self._depth == 0:
+            self._watch_all_modules()  # a root went (see _root_gone)
+        elif self.watching_all and self._roots and self._depth == 0 and self.step - self._settled_from >= SETTLE_STEPS:
             self._watch_roots()  # at depth 0: no module call is between its pre- and post-hook
         if self.clock.cuda:
             late, self._late = self._late, done
@@ -816,7 +882,7 @@ class Instrument:
         optimizer of the last one (a GAN's crashed between its two steps) is no step."""
         if self._eval_t0:
             self._eval_ends()
-        if failed and self._cut is not None and any(all(o is not r for r in self._round) for o in self._last_round):
+        if failed and self._cut is not None and any(all(o() is not r() for r in self._round) for o in self._last_round):
             self._cut = None
         if self._round and not self._explicit:
             self._round_ends()
