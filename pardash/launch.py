@@ -205,7 +205,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             # die with its viewer, so that counts as a detach.
             if choice == "over":  # every rank is done: the job ends by itself
                 try:
-                    code = job.wait(JOB_END_WAIT_S)
+                    code = job.wait_result(JOB_END_WAIT_S)
                 except subprocess.TimeoutExpired:  # torchrun restarting them (--max-restarts)
                     choice = "detach"
             if choice in ("detach", None):

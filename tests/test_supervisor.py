@@ -124,3 +124,26 @@ def test_a_hub_that_dies_now_and_then_is_restarted_every_time(monkeypatch):
     # ... and forgets the burst once it is older than the window: a death a day later is restarted.
     clock[0] += launcher.HUB_RESTART_WINDOW_S + 86400.0
     assert sup._recent_hub_deaths() == 0
+
+
+def test_the_viewer_that_started_a_job_has_its_outcome_while_the_job_waits_for_it(tmp_path):
+    # The supervisor keeps the hub up until its viewer has gone (so it can read the end); the
+    # viewer waited for the supervisor to exit: `q` on a finished run froze 15 s, then said
+    # "detached; the job goes on" and exited 0, also after a crash.
+    import subprocess
+    import sys
+
+    from pardash.trainer.launcher import new_spec, start
+
+    viewer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        spec = new_spec(log_path=str(tmp_path / "run.jsonl"), runs_dir=str(tmp_path / "runs"), nproc=1, strategy="single",
+                        command=["-m", "pardash.trainer.train", "--strategy", "single", "--model", "mlp", "--steps", "3",
+                                 "--inject-crash", "0@2"], viewer_pid=viewer.pid)  # fmt: skip
+        job = start(spec, output=subprocess.DEVNULL)
+        assert job.wait_result(120) == 1
+        assert job.poll() is None  # still up for its viewer
+    finally:
+        viewer.kill()
+        viewer.wait()
+    assert job.wait(60) == 1

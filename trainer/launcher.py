@@ -551,6 +551,22 @@ class Job:
         except (OSError, ValueError):
             return {}
 
+    def wait_result(self, timeout: float) -> int:
+        """The job's exit code once it has one: its supervisor has written its result (it
+        then keeps the hub up until the viewer that started it is gone, so that one must not
+        wait for it to exit), or has exited. Raises ``subprocess.TimeoutExpired``."""
+        end = time.monotonic() + timeout
+        while True:
+            code = self.supervisor.poll()
+            if code is not None:
+                return code
+            done = self.result()
+            if "code" in done:
+                return int(done["code"])
+            if time.monotonic() >= end:
+                raise subprocess.TimeoutExpired(self.supervisor.args, timeout)
+            time.sleep(0.05)
+
 
 def start(spec: LaunchSpec, *, output=None) -> Job:
     """Start the supervisor (which starts hub and torchrun); returns once the hub is up."""
