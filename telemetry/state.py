@@ -214,6 +214,9 @@ class RunState:
     t0: float = 0.0
     """Wall clock of the first message (history ``t`` is relative to it)."""
     t_last: float = 0.0
+    t_last_rank: float = 0.0
+    """Wall clock of the newest message a rank sent (the hub's own notes and verdicts go on
+    after the ranks are done: a run's duration ends here)."""
     counts: dict[str, int] = field(default_factory=dict)
     """Messages applied, by kind."""
     run_hello: schema.Hello | None = None
@@ -253,6 +256,8 @@ class RunState:
         if isinstance(msg, schema.Verdict):
             self._apply_verdict(msg)
             return
+        if msg.rank >= 0 and msg.t > self.t_last_rank:
+            self.t_last_rank = msg.t
         if msg.rank < 0:
             if isinstance(msg, schema.Event):
                 self.events.append(_kept(msg))
@@ -374,7 +379,7 @@ class RunState:
             self.commit_history(steps)
             return
         ranks = self.ranks
-        hseq, t_last = self.hseq, self.t_last
+        hseq, t_last, t_rank = self.hseq, self.t_last, self.t_last_rank
         n_step = n_system = n_beat = 0
         for msg in messages:
             cls = type(msg)
@@ -386,6 +391,8 @@ class RunState:
                         hseq = msg.hseq
                     if msg.t > t_last:
                         t_last = msg.t
+                    if msg.t > t_rank:
+                        t_rank = msg.t
                     r.last_seen = now
                     if cls is Step:
                         r.steps_seen += 1
@@ -400,12 +407,12 @@ class RunState:
                         r.heartbeat = msg
                         n_beat += 1
                     continue
-            self.hseq, self.t_last = hseq, t_last
+            self.hseq, self.t_last, self.t_last_rank = hseq, t_last, t_rank
             apply(msg, now)
-            hseq, t_last = self.hseq, self.t_last
+            hseq, t_last, t_rank = self.hseq, self.t_last, self.t_last_rank
             if isinstance(msg, Step) and self.ranks[msg.rank].step is msg:
                 steps.append(msg)
-        self.hseq, self.t_last = hseq, t_last
+        self.hseq, self.t_last, self.t_last_rank = hseq, t_last, t_rank
         counts = self.counts
         for kind, n in (("step", n_step), ("system", n_system), ("heartbeat", n_beat)):
             if n:

@@ -145,7 +145,7 @@ def _stall_causes(state: st.RunState, alerts: list[Alert]) -> list[Alert]:
     waiting = sum(1 for a in alerts if a.kind in ("stalled", "silent") and a.rank not in causes)
     if not waiting:
         return alerts
-    why = f", likely the cause: {waiting} other{'s' if waiting > 1 else ''} wait for it"
+    why = f", likely the cause: {waiting} other{'s wait' if waiting > 1 else ' waits'} for it"
     return [
         Alert(a.kind, a.rank, a.text + why, first=True) if a.kind in ("stalled", "silent") and a.rank in causes else a
         for a in alerts

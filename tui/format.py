@@ -103,7 +103,8 @@ def fmt_loss(loss: float | None) -> str:
 
 
 def fmt_deviation(fraction: float | None) -> str:
-    """How far a value sits from the others' median: ``+31%``, ``-4%``, ``+3.2×``."""
+    """How far a value sits from the others' median: ``+31%``, ``-4%``, and from twice it,
+    the ratio, ``3.2×`` (without a sign: "+3.2×" read as 3.2 times *more*)."""
     if _missing(fraction):
         return DASH
     f = float(fraction)
@@ -113,9 +114,9 @@ def fmt_deviation(fraction: float | None) -> str:
     if times >= 999.5:
         return ">999×"
     if times >= 9.95:
-        return f"+{times:.0f}×"
+        return f"{times:.0f}×"
     if f >= 0.995:
-        return f"+{times:.1f}×"
+        return f"{times:.1f}×"
     pct = round(f * 100)
     return "0%" if pct == 0 else f"{pct:+d}%"
 

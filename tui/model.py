@@ -141,8 +141,9 @@ def _known(values: list[float]) -> list[float]:
     return [v for v in values if v == v][-SMOOTH_POINTS:]
 
 
-_LIVE = (st.RUNNING, st.STRAGGLER, st.STALLED)
-"""Statuses whose self time sets the pace (gone ranks are left out of the others' median)."""
+_LIVE = (st.RUNNING, st.STRAGGLER)
+"""Statuses whose self time sets the pace (gone ranks are left out of the others' median, and
+stalled ones: their figure is from before the stall, and pointed at a victim)."""
 _GONE = (st.EXITED, st.FINISHED, st.SILENT)
 _NO_RATE = (*_GONE, st.STALLED)
 """Statuses whose last step is no rate of the run's (a stalled rank's moves nothing)."""

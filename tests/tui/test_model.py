@@ -51,10 +51,10 @@ def test_leave_one_out_of_one_value_is_unknown():
         (fmt.fmt_loss, 12345.0, "1.2e+04"),
         (fmt.fmt_deviation, 0.45, "+45%"),
         (fmt.fmt_deviation, -0.001, "0%"),
-        (fmt.fmt_deviation, 2.1, "+3.1×"),
-        (fmt.fmt_deviation, 9.2, "+10×"),
-        (fmt.fmt_deviation, 8.94, "+9.9×"),
-        (fmt.fmt_deviation, 998.0, "+999×"),
+        (fmt.fmt_deviation, 2.1, "3.1×"),
+        (fmt.fmt_deviation, 9.2, "10×"),
+        (fmt.fmt_deviation, 8.94, "9.9×"),
+        (fmt.fmt_deviation, 998.0, "999×"),
         (fmt.fmt_deviation, 5000.0, ">999×"),
         (fmt.fmt_rate, 12345.0, "12.3k"),
     ],
@@ -96,6 +96,28 @@ def test_rows_compare_self_time_with_the_others_median():
     assert by_rank[0].self_dev == pytest.approx(0.0)
     assert by_rank[2].deviation_level == 2 and by_rank[0].deviation_level == 0
     assert [row.rank for row in sort_rows(rows, "self_time")][0] == 2
+
+
+def test_a_stalled_rank_shows_no_deviation_from_before_its_stall():
+    # Its figure was frozen from before the stall, and pointed at a victim ("+4.4x").
+    st = _state()
+    st.apply(schema.Verdict(rank=2, verdict="stalled", cause="comm", step=4), 0)
+    by_rank = {row.rank: row for row in RowBuilder().build(st)}
+    assert by_rank[2].self_dev is None and by_rank[2].deviation_level == 0
+    assert by_rank[0].self_dev == pytest.approx(0.0)
+
+
+def test_the_header_elapsed_ends_with_the_ranks_not_the_hubs_last_note():
+    # A replay read "elapsed 1m40s" for a 19 s run: the hub's "hub stopped" note, written when
+    # the viewer that kept it up left, counted.
+    from types import SimpleNamespace
+
+    from pardash.telemetry.frames import HubStats
+    from pardash.tui.widgets.run_header import summarize
+
+    st = _state()  # steps at t = 1..5
+    st.apply(schema.Event(rank=-1, name="hub", message="hub stopped", t=100.0), 0)
+    assert summarize(SimpleNamespace(state=st, stats=HubStats(), live=False)).elapsed_s == pytest.approx(4.0)
 
 
 def test_a_small_models_noise_is_not_coloured_but_a_real_excess_is():
@@ -307,4 +329,4 @@ def test_a_hang_names_the_rank_behind_not_the_one_waiting_between_steps():
     st.apply(schema.Verdict(rank=1, verdict="stalled", cause="backward", step=99), 0)
     alerts = run_alerts(st)
     assert [a.rank for a in alerts] == [1, 0] and alerts[0].first
-    assert alerts[0].text == "rank 1 stalled in backward after step 99, likely the cause: 1 other wait for it"
+    assert alerts[0].text == "rank 1 stalled in backward after step 99, likely the cause: 1 other waits for it"
