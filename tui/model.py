@@ -11,6 +11,7 @@ a rank's full row is made when something draws it.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections import deque
 from dataclasses import dataclass
@@ -547,15 +548,27 @@ def _rank_of(e: _Rank) -> int:
     return e.rank
 
 
+SORT_BINS = 20
+"""Sorting by a time, values 1/SORT_BINS apart (5%, or 5 points of a deviation) tie."""
+
+
+def _bin_ratio(seconds: float | None) -> float:
+    if seconds is None or not seconds > 0:
+        return float("-inf")
+    return round(math.log(seconds) * SORT_BINS)
+
+
 def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
     """Rows in ``key`` order (ties by rank); unknown figures last."""
     inf = float("inf")
     if key == "rank":
         return sorted(rows, key=lambda r: r.rank)
+    # Times within a few percent of each other tie (then by rank): ranks a millisecond apart
+    # swapped places every frame, and the node labels with them.
     if key == "step_time":
-        return sorted(rows, key=lambda r: (-(r.step_s if r.step_s is not None else -inf), r.rank))
+        return sorted(rows, key=lambda r: (-_bin_ratio(r.step_s), r.rank))
     if key == "self_time":
-        return sorted(rows, key=lambda r: (-(r.self_dev if r.self_dev is not None else -inf), r.rank))
+        return sorted(rows, key=lambda r: (-(round(r.self_dev * SORT_BINS) if r.self_dev is not None else -inf), r.rank))
     if key == "memory":
         return sorted(rows, key=lambda r: (-(r.held_bytes if r.held_bytes is not None else -1), r.rank))
     if key == "status":

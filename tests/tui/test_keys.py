@@ -99,6 +99,18 @@ async def test_s_cycles_through_every_order_and_back():
         assert "sorted by rank" in str(app.screen.query_one("#main").border_subtitle)
 
 
+async def test_a_new_order_is_shown_from_its_top():
+    # The cursor kept its rank far down the list, which left the first-sorted ranks off-screen.
+    app = replay_app("run1024.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        grid = app.screen.query_one(RankGrid)
+        await pilot.press("c", "pagedown", "pagedown")
+        assert grid.scroll_offset.y > 0
+        await pilot.press("s")
+        assert grid.sort_key == SORT_KEYS[1] and grid.scroll_offset.y == 0
+        assert grid.cursor_rank == grid._layout.ordered[0].rank
+
+
 async def test_replay_speed_and_seek_stop_at_their_limits():
     src = ReplaySource(str(DATA / "run4.jsonl"))
     src.paused = True

@@ -594,7 +594,11 @@ class RankGrid(ScrollView, can_focus=True):
         self.refresh()
 
     def watch_sort_key(self) -> None:
+        # A new order is read from its top: the cursor kept its rank, which could leave the
+        # first-sorted ranks off-screen.
+        self._cursor_moved = False
         self._relayout(force=True)
+        self.scroll_home(animate=False)
         self.refresh()
 
     def watch_flagged_only(self) -> None:
