@@ -440,6 +440,56 @@ def test_a_model_trained_in_eval_mode_is_no_evaluation(hooked, monkeypatch):
     assert [s["samples"] for s in rep.steps] == [6, 6, 6]
 
 
+def test_an_evaluation_without_no_grad_is_still_an_evaluation(hooked, monkeypatch):
+    # model.eval(), forwards with grad (no torch.no_grad()), model.train(): the first forward
+    # ended the evaluation at 0 s, and the next step took its time and its first batch.
+    inst, rep = hooked
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def evaluate(seconds: float) -> None:
+        model.eval()
+        clock[0] += 0.100
+        for i in range(5):
+            clock[0] += seconds / 4 if i else 0.0
+            model(torch.randn(4, 8)).sum().item()
+        clock[0] += 0.200
+        model.train()
+
+    for i in range(3):
+        _timed_step(model, opt, clock)
+        if i < 2:
+            evaluate(0.5)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
+    assert [s["samples"] for s in rep.steps] == [6, 6, 6]
+    assert [name for name, _ in rep.events] == ["eval"] * 2
+
+
+def test_a_model_put_in_eval_mode_before_each_step_trains(hooked, monkeypatch):
+    # model.eval() at every step (BatchNorm frozen), then a forward with grad and a backward:
+    # training, not an evaluation per step.
+    inst, rep = hooked
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        model.eval()
+        _timed_step(model, opt, clock)
+    inst.finish()
+    assert [name for name, _ in rep.events] == []
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060, 0.060])
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010, 0.010])
+    assert [s["forward_s"] for s in rep.steps] == pytest.approx([0.020] * 4)
+    assert [s["samples"] for s in rep.steps] == [6, 6, 6, 6]
+
+
 def test_an_ema_of_the_model_evaluated_between_steps_is_an_evaluation(hooked, monkeypatch):
     # torch's AveragedModel (an EMA) evaluated every few steps: never trained, so its passes
     # went to the next step's data time (200 ms of a 17 ms step), and 8 s of them read as a

@@ -45,7 +45,8 @@ included), ``backward`` to the first optimizer step (gradient clipping included)
 time from a backward's return (or an optimizer step) to the next micro-batch's forward is
 data again. So the phases sum to the step time. A trained model put in eval mode between two
 steps is an evaluation, from ``model.eval()`` to ``model.train()`` (or, without those calls,
-its forwards in eval mode): its phase is ``eval`` (the hub gives the ranks longer before
+its forwards in eval mode without grad; after ``model.eval()``, forwards with grad too, unless a
+backward follows them: that is training with BatchNorm and dropout frozen): its phase is ``eval`` (the hub gives the ranks longer before
 calling one stalled), an ``eval`` event says how long it took, and the next step's clock
 starts when it ends; so step times sum to the run's wall time less its evaluations. A pass without grad of a model in training mode (a GAN's
 fakes) or of a model not trained (a teacher's targets) is part of the step. The learning rate is read as the round's first
@@ -230,6 +231,11 @@ class Instrument:
         self._eval_t1 = 0.0
         self._eval_end: Any = None
         """Stamp at the end of the evaluation's last forward so far."""
+        self._eval_called = False
+        """The evaluation began at model.eval() (not at a forward without grad)."""
+        self._eval_grad: list[Any] | None = None
+        """[stamp, samples, root] of the forwards with grad since model.eval() (see _root_begin)."""
+        self._eval_grad_pass = False
         self.evals = 0
         # optimizer rounds
         self._round: list[weakref.ref[Any]] = []
@@ -430,6 +436,9 @@ class Instrument:
         elif self._eval_t0:
             self._eval_end = self.clock.stamp()
             self._eval_t1 = time.perf_counter()
+            if self._eval_grad_pass:  # its samples, should a backward make it training
+                self._eval_grad_pass = False
+                self._eval_grad[1] += _batch_size(args, rest[0] if len(rest) == 2 else None)
         return None
 
     @_guarded
@@ -458,8 +467,15 @@ class Instrument:
                 # an EMA): a validation pass.
                 self._eval_begins()
             return  # a pass of the step without grad: a GAN's fakes, a teacher's targets
-        # (A trained model in eval mode *with* grad trains: fine-tuning with BatchNorm and
-        # dropout frozen by model.eval() is no evaluation at every step.)
+        # A trained model in eval mode *with* grad may train (fine-tuning with BatchNorm and
+        # dropout frozen by model.eval()) or be evaluated without torch.no_grad(): after
+        # model.eval(), a backward tells (see _eval_trained), else model.train() ends the
+        # evaluation as any other.
+        if self._eval_called and not module.training and self._trains(module):
+            if self._eval_grad is None:
+                self._eval_grad = [self.clock.stamp(), 0, module]
+            self._eval_grad_pass = True
+            return
         self.forwards += 1
         if not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit:
             self._warned = True
@@ -502,13 +518,13 @@ class Instrument:
         if not self._trains(module):
             return
         if not mode:
-            self._eval_begins()
+            self._eval_begins(called=True)
         elif self._eval_t0:
             self._eval_end = self.clock.stamp()
             self._eval_t1 = time.perf_counter()
             self._eval_ends()
 
-    def _eval_begins(self) -> None:
+    def _eval_begins(self, called: bool = False) -> None:
         """A forward of a trained model put in eval mode (``model.eval()``) between two steps:
         an evaluation. It is not the next step's data loading: the phase says "eval" (the hub
         then gives the ranks longer before calling one stalled), and the step after it starts
@@ -522,6 +538,8 @@ class Instrument:
             return  # inside a step (between its forward and backward, say): part of its phase
         self._eval_t0 = self._eval_t1 = time.perf_counter()
         self._eval_end = None
+        self._eval_called = called
+        self._eval_grad = None
         self._phase = "eval"
         self.reporter.set_phase("eval")
 
@@ -531,6 +549,8 @@ class Instrument:
         end = self._eval_end
         self._eval_t0 = 0.0
         self._eval_end = None
+        self._eval_called = False
+        self._eval_grad = None
         self.evals += 1
         if end is not None and self._cut is not None and self._open is not None and len(self._open.marks) == self._cut.marks:
             self._resume_at = end  # the step before has not ended yet (its round may go on)
@@ -584,8 +604,28 @@ class Instrument:
 
         return backward
 
+    def _eval_trained(self) -> None:
+        """A backward after forwards with grad of the model put in eval mode: it trains so
+        (BatchNorm and dropout frozen), and those forwards began the step's forward phase."""
+        stamp, samples, module = self._eval_grad
+        self._eval_t0 = 0.0
+        self._eval_end = None
+        self._eval_called = False
+        self._eval_grad = None
+        self.forwards += 1
+        if self._open is None:
+            self._open = _OpenStep(marks=[("data", stamp)])
+        self._mark("forward", stamp)
+        self._open.samples += samples
+        if self.strategy == "fsdp":
+            self._arrive(stamp)
+        if module is self.ddp and module.require_backward_grad_sync:
+            self._ddp_sync = True
+
     @_guarded
     def _backward_begins(self, tensors: Any) -> None:
+        if self._eval_grad is not None:
+            self._eval_trained()
         if self._in_optimizer:  # a closure's backward: the first one's loss is the step's
             if self._open is not None and not self._open.losses:
                 loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
