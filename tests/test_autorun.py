@@ -440,6 +440,17 @@ def test_a_model_trained_in_eval_mode_is_no_evaluation(hooked, monkeypatch):
     assert [s["samples"] for s in rep.steps] == [6, 6, 6]
 
 
+def test_compiling_a_model_under_the_hooks_warns_nothing(hooked):
+    # torch warned on every rank that global hooks fire an extra time for the compiled
+    # wrapper: pardash's hooks, not the script's (the depth count takes care of it).
+    import warnings
+
+    model = torch.compile(_model(), backend="eager")
+    with warnings.catch_warnings(record=True) as seen:
+        model(torch.randn(2, 8))
+    assert not [w for w in seen if "global hooks" in str(w.message)]
+
+
 def test_an_evaluation_without_no_grad_is_still_an_evaluation(hooked, monkeypatch):
     # model.eval(), forwards with grad (no torch.no_grad()), model.train(): the first forward
     # ended the evaluation at 0 s, and the next step took its time and its first batch.

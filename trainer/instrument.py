@@ -77,6 +77,7 @@ import re
 import threading
 import time
 import traceback
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -328,6 +329,10 @@ class Instrument:
             optim_module.register_optimizer_step_post_hook(self._optimizer_post),
         ]
         self._watch_all_modules()
+        # Those global hooks (until the roots settle) make torch.compile(module) warn that they
+        # fire once more for its wrapper: the depth count takes the outer call as the root's, so
+        # the warning is about pardash, not the script, and the script's output stays its own.
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks", category=UserWarning)
         self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(torch.nn.Module, "train", self._wrap_train)
         if torch.distributed.is_available():
