@@ -105,6 +105,8 @@ def build_report(path: str) -> dict:
     step_s: dict[int, list[float]] = defaultdict(list)
     phases: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     samples: dict[int, int] = defaultdict(int)
+    evals: dict[int, list[float]] = defaultdict(list)
+    """Each rank's evaluations (``eval`` events): how long each took."""
     samples_per_step: dict[int, int] = {}
     top_step: dict[int, int] = {}
     recent: dict[int, _RecentSteps] = defaultdict(_RecentSteps)
@@ -208,6 +210,8 @@ def build_report(path: str) -> dict:
                 ep = open_stalls.pop(msg.rank, None)
                 if ep is not None:
                     ep["until"] = "finished"
+        elif isinstance(msg, schema.Event) and msg.name == "eval" and msg.rank >= 0:
+            evals[msg.rank].append(msg.duration_s or 0.0)
         elif isinstance(msg, schema.Event) and msg.name in ("checkpoint", "resume", "warning") and msg.seq >= 0:
             _fold_event(msg, state, saves, resumes, warnings)
         elif isinstance(msg, schema.Hello) and msg.restart and msg.rank in open_stalls:
@@ -294,6 +298,10 @@ def build_report(path: str) -> dict:
         "expected_basis": expected_basis,
         "duration_s": duration,
         "train_s": train_s,
+        # Evaluations between steps (the zero-code hooks'): the rank with the most, and the
+        # longest total (they are outside the step times; None: none).
+        "evaluations": {"count": max(len(v) for v in evals.values()), "seconds": max(sum(v) for v in evals.values())}
+        if evals else None,
         "steps": max((r["steps"] for r in ranks), default=0),
         "steps_rerun": max((r["steps_rerun"] for r in ranks), default=0),
         "custom": {

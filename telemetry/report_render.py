@@ -59,6 +59,8 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("world size", str(rep["world_size"])),
         ("devices", _devices_text(rep)),
         ("duration", f"{rep['duration_s']:.1f} s (training {rep['train_s']:.1f} s)"),
+        *([("evaluations", f"{rep['evaluations']['count']}, {rep['evaluations']['seconds']:.1f} s in all, outside the steps")]
+          if rep.get("evaluations") else []),
         ("steps", f"{rep['steps']} (last step {rep['last_step']}"
          + (f"; {rep['steps_rerun']} run again after a restart or resume" if rep.get("steps_rerun") else "") + ")"),
         ("samples/s", sps),

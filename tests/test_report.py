@@ -119,6 +119,21 @@ def test_a_step_without_its_time_does_not_stretch_the_run_to_1970(tmp_path):
     assert got["samples"] > want["samples"] and got["samples_per_s"] > want["samples_per_s"]
 
 
+def test_evaluations_are_counted_outside_the_steps(tmp_path):
+    # The zero-code hooks' eval events (a validation loop between steps) were in no report.
+    source = DATA / "real_fsdp2.jsonl"
+    lines = [
+        msgspec.json.encode(schema.Event(name="eval", rank=rank, step=step, duration_s=took, seq=10**6 + step, t=1.0))
+        for rank, took in ((0, 0.25), (1, 0.5)) for step in (10, 20)
+    ]  # fmt: skip
+    log = tmp_path / "evals.jsonl"
+    log.write_bytes(source.read_bytes().rstrip(b"\n") + b"\n" + b"\n".join(lines) + b"\n")
+    rep = build_report(str(log))
+    assert rep["evaluations"] == {"count": 2, "seconds": 1.0}
+    assert "evaluations        2, 1.0 s in all" in render_text(rep)
+    assert build_report(str(source))["evaluations"] is None
+
+
 def test_a_log_cut_anywhere_or_sprayed_with_garbage_still_reports(tmp_path):
     raw = (DATA / "fsdp4_crash.jsonl").read_bytes()
     rng = random.Random(0)
