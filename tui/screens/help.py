@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Footer, Static
 
 KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
@@ -113,3 +113,4 @@ class HelpScreen(ModalScreen[None]):
             scroll.border_title = "pardash keys"
             yield Static(keys_table())
             yield Static(GLOSSARY, id="glossary")
+        yield Footer()  # its own keys: the dashboard's footer below listed keys that do nothing here

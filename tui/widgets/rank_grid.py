@@ -409,6 +409,12 @@ class RankGrid(ScrollView, can_focus=True):
         for labels, gap in ((items, 2), (items, 1), (short, 1)):
             if 1 + sum(len(t) + 2 + gap for _, _, t in labels) - gap <= width:
                 break
+        else:  # too narrow for all: those of the statuses on screen first ("done" was cut last)
+            present = {row.status for row in self._layout.ordered}
+            status_of = (st.RUNNING,) * 3 + (st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED, st.FINISHED)
+            labels = [item for item, status in zip(short, status_of) if status in present] + [
+                item for item, status in zip(short, status_of) if status not in present
+            ]
         used = 1
         for glyph, cls, text in labels:
             piece = len(text) + 2
