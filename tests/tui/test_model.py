@@ -120,6 +120,21 @@ def test_the_header_elapsed_ends_with_the_ranks_not_the_hubs_last_note():
     assert summarize(SimpleNamespace(state=st, stats=HubStats(), live=False)).elapsed_s == pytest.approx(4.0)
 
 
+def test_the_header_says_when_torchrun_restarted_the_job():
+    # Only the rank detail said "restarted 1 time".
+    from types import SimpleNamespace
+
+    from pardash.telemetry.frames import HubStats
+    from pardash.tui.widgets.run_header import summarize
+
+    st = _state()
+    src = SimpleNamespace(state=st, stats=HubStats(), live=False)
+    assert summarize(src).restarts == 0
+    st.apply(schema.Hello(rank=1, world_size=4, restart=1, t=6.0), 0)
+    s = summarize(src)
+    assert s.restarts == 1
+
+
 def test_sorting_by_time_ignores_a_few_percent_of_noise():
     # 256 ranks at 129-132 ms swapped places every frame (a node label with each).
     rows = RowBuilder().build(_state())

@@ -62,6 +62,8 @@ class RunSummary:
     nodes: int = 0
     device: str = ""
     step: int = 0
+    restarts: int = 0
+    """Times torchrun restarted the job (--max-restarts), the most any rank says."""
     samples_per_s: float | None = None
     samples_per_s_avg: bool = False
     """``samples_per_s`` is what the run ran at over each rank's last steps (every rank done)."""
@@ -132,6 +134,7 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
         nodes=totals.nodes,
         device=device,
         step=totals.step,
+        restarts=max((r.restarts for r in state.ranks.values()), default=0),
         samples_per_s=sps,
         samples_per_s_avg=avg,
         elapsed_s=max(0.0, (state.t_last_rank or state.t_last) - state.t0) if state.t0 else 0.0,
@@ -303,6 +306,8 @@ class RunHeader(CachedStyles, Widget):
             what[-1] += f" on {s.nodes} nodes"
         first.append([(" · ".join(what), self._s("value"))])
         first.append(self._pair("step", fmt_count(s.step)))
+        if s.restarts:
+            first.append(self._pair("restarts", fmt_count(s.restarts), "warn"))
         first.append(self._pair("samples/s", fmt_rate(s.samples_per_s) + (" at the end" if s.samples_per_s_avg else "")))
         first.append(self._pair("elapsed", fmt_duration(s.elapsed_s)))
         if s.device:
