@@ -109,6 +109,7 @@ class RankState:
         "stalled",
         "silent",
         "straggler",
+        "straggled",
         "not_sharding",
         "restarts",
         "history",
@@ -130,6 +131,8 @@ class RankState:
         self.stalled: schema.Verdict | None = None
         self.silent: schema.Verdict | None = None
         self.straggler: schema.Verdict | None = None
+        self.straggled: schema.Verdict | None = None
+        """Its first straggler verdict, kept once cleared (a finished run still says it)."""
         self.not_sharding: schema.Verdict | None = None
         self.restarts = 0
         self.history = Ring(HISTORY_POINTS)
@@ -346,6 +349,8 @@ class RunState:
         name = v.verdict
         if name == "straggler":
             r.straggler = v
+            if r.straggled is None:
+                r.straggled = v
         elif name == "straggler_cleared":
             r.straggler = None
         elif name == "stalled":

@@ -354,3 +354,18 @@ def test_a_hang_names_the_rank_behind_not_the_one_waiting_between_steps():
     alerts = run_alerts(st)
     assert [a.rank for a in alerts] == [1, 0] and alerts[0].first
     assert alerts[0].text == "rank 1 stalled in backward after step 99, likely the cause: 1 other waits for it"
+
+
+def test_a_finished_run_still_names_its_straggler():
+    # A run slowed by rank 1 for most of its steps ended on "every rank finished" alone: the
+    # verdict was left in the event log only.
+    from pardash.tui.screens.dashboard import _stragglers_were
+
+    st = _state(world=2)
+    assert _stragglers_were(st) == ""
+    st.apply(schema.Verdict(rank=1, verdict="straggler", cause="data", step=29, cost_s=0.05), 0)
+    st.apply(schema.Verdict(rank=1, verdict="straggler_cleared", step=90), 0)
+    for r in range(2):
+        st.apply(schema.Event(rank=r, name="exit", code=0, step=100), 0)
+    assert all(r.finished for r in st.ranks.values())
+    assert _stragglers_were(st) == " · rank 1 was a straggler (data) from step 29"

@@ -306,7 +306,7 @@ class DashboardScreen(Screen):
         if not state.ranks:
             alerts.calm = "waiting for ranks…"
         elif all(r.finished for r in state.ranks.values()):
-            alerts.calm = "✓ every rank finished"
+            alerts.calm = "✓ every rank finished" + _stragglers_were(state)
         elif quiet is not None and not self._summary.ended:
             # The hub itself is not heard from: "healthy" would be a guess from stale figures.
             alerts.calm = f"{STALE_MARK} no word from the hub for {quiet:.0f} s: these figures may be stale"
@@ -400,3 +400,15 @@ class DashboardScreen(Screen):
     def action_toggle_flagged(self) -> None:
         self.grid.flagged_only = not self.grid.flagged_only
         self._update_labels()
+
+
+def _stragglers_were(state) -> str:
+    """A finished run's stragglers, which its alerts no longer show (the events still do)."""
+    slow = sorted((r for r in state.ranks.values() if r.straggled is not None), key=lambda r: r.rank)
+    if not slow:
+        return ""
+    if len(slow) == 1:
+        v = slow[0].straggled
+        return f" · rank {v.rank} was a straggler ({v.cause or 'cause unknown'}) from step {v.step}"
+    names = ", ".join(str(r.rank) for r in slow[:6]) + (", …" if len(slow) > 6 else "")
+    return f" · ranks {names} were stragglers (see the events)"
