@@ -58,7 +58,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("strategy", rep["strategy"] or "-"),
         ("world size", str(rep["world_size"])),
         ("devices", _devices_text(rep)),
-        ("duration", f"{rep['duration_s']:.1f} s (training {rep['train_s']:.1f} s)"),
+        ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])})"),
         *([("evaluations", f"{rep['evaluations']['count']}, {rep['evaluations']['seconds']:.1f} s in all, outside the steps")]
           if rep.get("evaluations") else []),
         ("steps", f"{rep['steps']} (last step {rep['last_step']}"
@@ -71,6 +71,11 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("refused by the hub", _refused_text(rep["rejected_by_reason"]))] if rep.get("rejected_by_reason") else []),
         *([("log ends early", _ends_early_text(rep["log_ends_early"]))] if rep.get("log_ends_early") else []),
     ]
+
+
+def _seconds(s: float) -> str:
+    """``8.3 s``; under a second, two significant digits (a 6-step run's training read "0.0 s")."""
+    return f"{s:.1f} s" if s >= 1 or s == 0 else f"{s:.2g} s"
 
 
 def _refused_text(counts: dict[str, int]) -> str:

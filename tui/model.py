@@ -21,7 +21,10 @@ from pardash.telemetry import state as st
 from .alerts import cause_rank
 
 SMOOTH_POINTS = 5
-"""Steps over which a rank's step and self time are smoothed (median) for the grid."""
+"""History points over which a rank's step and self time are smoothed (median) for the grid.
+A point is a step a frame brought (the hub sends each rank's newest step every 100 ms): at
+more than 10 steps a second they are some of the steps, not the last five; ``pardash report``
+and the log hold every step."""
 DEVIATION_WARN = 0.10
 """Self time this far above the others' median is shown in the warning colour."""
 DEVIATION_BAD = 0.25
