@@ -111,6 +111,20 @@ async def test_a_new_order_is_shown_from_its_top():
         assert grid.cursor_rank == grid._layout.ordered[0].rank
 
 
+async def test_the_flagged_filter_describes_no_rank_it_hides():
+    # With nothing flagged the grid was empty, and the line under it still described rank 0.
+    from pardash.tui.widgets.selected_rank import SelectedRank
+
+    app = replay_app("run4.jsonl")  # a healthy run: nothing flagged
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        line = app.screen.query_one(SelectedRank)
+        assert line.row is not None
+        await pilot.press("f")
+        await pilot.pause()
+        assert app.screen.query_one(RankGrid).flagged_only and line.row is None
+
+
 async def test_replay_speed_and_seek_stop_at_their_limits():
     src = ReplaySource(str(DATA / "run4.jsonl"))
     src.paused = True

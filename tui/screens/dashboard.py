@@ -325,7 +325,8 @@ class DashboardScreen(Screen):
         if w is None or summary is None:
             return
         grid = w.grid
-        row = grid.row_of(grid.cursor_rank)
+        # (a rank the flagged filter hides is not described under a grid without it)
+        row = grid.row_of(grid.cursor_rank) if grid.shows(grid.cursor_rank) else None
         t = time.monotonic()
         wait = self._figures_t + FIGURES_S - t
         if not now and wait > 0 and _said(summary) == _said(w.header.summary) and _said_row(row) == _said_row(w.selected.row):
@@ -400,6 +401,7 @@ class DashboardScreen(Screen):
     def action_toggle_flagged(self) -> None:
         self.grid.flagged_only = not self.grid.flagged_only
         self._update_labels()
+        self._show_figures(now=True)
 
 
 def _stragglers_were(state) -> str:

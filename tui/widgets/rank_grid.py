@@ -186,6 +186,10 @@ class RankGrid(ScrollView, can_focus=True):
         """The row of ``rank`` (drawn or filtered out), if the rank is known."""
         return self._table.row(rank)
 
+    def shows(self, rank: int | None) -> bool:
+        """Whether ``rank`` is drawn (not filtered out)."""
+        return rank is not None and rank in self._layout.where
+
     @property
     def one_column_width(self) -> int | None:
         """The width the grid needs to draw every shown rank a line each with every column, if
