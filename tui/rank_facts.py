@@ -69,7 +69,11 @@ def memory_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
         rows.append(("buckets", fmt_bytes(mem.buckets_bytes), "DDP gradient buckets"))
     held = mem.params_bytes + mem.grads_bytes + mem.optim_bytes
     full = mem.params_full_bytes + mem.grads_full_bytes + mem.optim_full_bytes
-    rows.append(("held", fmt_bytes(held), share(held, full)))
+    if mem.buckets_bytes:  # the grid's "held" is the state and DDP's buckets: the same here
+        rows.append(("state", fmt_bytes(held), share(held, full)))
+        rows.append(("held", fmt_bytes(held + mem.buckets_bytes), "state + buckets"))
+    else:
+        rows.append(("held", fmt_bytes(held), share(held, full)))
     if mem.cuda_allocated_bytes is not None:
         extra = []
         if mem.cuda_reserved_bytes is not None:
