@@ -235,8 +235,7 @@ def test_a_gan_iteration_is_one_step_however_often_the_generator_steps(hooked, p
 
 def test_between_two_optimizers_steps_a_load_is_data_and_a_crash_there_is_no_step(hooked, monkeypatch):
     inst, rep = hooked
-    clock = [100.0]
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    clock = _fake_clock(inst, monkeypatch)
     gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
     opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
     for _ in range(3):
@@ -253,8 +252,7 @@ def test_a_pass_without_grad_in_training_mode_is_part_of_the_step(hooked, monkey
     # A GAN's fakes or a distillation teacher's targets, under no_grad: the step's, and the
     # load before them its data (an evaluation is a model in eval mode).
     inst, rep = hooked
-    clock = [100.0]
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    clock = _fake_clock(inst, monkeypatch)
     teacher, student = _model(), _model()
     opt = torch.optim.SGD(student.parameters(), lr=0.1)
     for _ in range(4):
@@ -370,6 +368,13 @@ def test_evaluation_and_checkpoint_recomputation_are_not_training_passes(hooked)
     assert inst.roots == [model]
 
 
+def _fake_clock(inst, monkeypatch) -> list[float]:
+    """The instrument's stamps read ``clock[0]``, which the test moves."""
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    return clock
+
+
 def _timed_step(model, opt, clock: list[float]) -> None:
     """One training step on a fake clock: 10 ms loading its batch, then a forward (the clock
     stands still in it), 20 ms of backward and 30 ms of optimizer."""
@@ -389,8 +394,7 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     # stalled. Its forwards before any training step also raised the "no optimizer step" warning.
     inst, rep = hooked
     inst.warn_after = 3
-    clock = [100.0]
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    clock = _fake_clock(inst, monkeypatch)
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
@@ -424,8 +428,7 @@ def test_a_model_trained_in_eval_mode_is_no_evaluation(hooked, monkeypatch):
     # Fine-tuning with BatchNorm and dropout frozen (model.eval() before the loop): every step
     # read as an evaluation, its data and forward time dropped and its self time 0.
     inst, rep = hooked
-    clock = [100.0]
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    clock = _fake_clock(inst, monkeypatch)
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model.train()
@@ -455,8 +458,7 @@ def test_an_evaluation_without_no_grad_is_still_an_evaluation(hooked, monkeypatc
     # model.eval(), forwards with grad (no torch.no_grad()), model.train(): the first forward
     # ended the evaluation at 0 s, and the next step took its time and its first batch.
     inst, rep = hooked
-    clock = [100.0]
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    clock = _fake_clock(inst, monkeypatch)
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
@@ -485,8 +487,7 @@ def test_a_model_put_in_eval_mode_before_each_step_trains(hooked, monkeypatch):
     # model.eval() at every step (BatchNorm frozen), then a forward with grad and a backward:
     # training, not an evaluation per step.
     inst, rep = hooked
-    clock = [100.0]
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    clock = _fake_clock(inst, monkeypatch)
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(4):
@@ -508,8 +509,7 @@ def test_an_ema_of_the_model_evaluated_between_steps_is_an_evaluation(hooked, mo
     from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
     inst, rep = hooked
-    clock = [100.0]
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    clock = _fake_clock(inst, monkeypatch)
     model = _model()
     ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.99))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -530,8 +530,7 @@ def test_an_ema_of_the_model_evaluated_between_steps_is_an_evaluation(hooked, mo
 
 def test_a_micro_batchs_loading_after_a_backward_is_data_time(hooked, monkeypatch):
     inst, rep = hooked
-    clock = [100.0]
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    clock = _fake_clock(inst, monkeypatch)
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(2):
