@@ -502,6 +502,63 @@ def test_a_model_put_in_eval_mode_before_each_step_trains(hooked, monkeypatch):
     assert [s["samples"] for s in rep.steps] == [6, 6, 6, 6]
 
 
+def test_a_backward_inside_an_evaluated_forward_breaks_nothing(hooked):
+    # Test-time adaptation (a backward inside the model's forward in eval mode) left a flag
+    # set, and the next evaluation raised TypeError in the script's forward.
+    inst, rep = hooked
+
+    class Adapting(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.head, self.adapt = nn.Linear(8, 8), nn.Linear(8, 4), True
+
+        def forward(self, x):
+            if not self.training and self.adapt:
+                with torch.enable_grad():
+                    self.body(x).pow(2).mean().backward()
+            return self.head(self.body(x))
+
+    model = Adapting()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(6):
+        _train(model, opt, 1)
+        if i == 1:
+            model.eval()
+            model(torch.randn(3, 8)).sum().item()
+            opt.zero_grad()
+            model.train()
+        if i == 3:
+            model.adapt = False
+            model.eval()
+            with torch.no_grad():
+                model(torch.randn(3, 8))
+            model.train()
+    inst.finish()
+    assert not inst.dead and [s["step"] for s in rep.steps] == list(range(1, 7))
+
+
+def test_a_fold_ending_on_an_evaluation_with_grad_is_freed_and_evaluated(hooked):
+    # k-fold whose folds end on model.eval() and forwards with grad, with no model.train():
+    # the evaluation held the model, and the next fold's backward made it that fold's first
+    # step (its samples and time).
+    inst, rep = hooked
+    freed = []
+    for fold in range(3):
+        width = 16 * (fold + 1)
+        model = nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        _train(model, opt, 6)
+        model.eval()
+        for _ in range(3):
+            model(torch.randn(7, 8)).sum().item()
+        freed.append(weakref.ref(model))
+        del model, opt
+        assert all(m() is None for m in freed)
+    inst.finish()
+    assert [s["samples"] for s in rep.steps] == [6] * 18
+    assert [name for name, _ in rep.events] == ["eval"] * 3  # (the last one ends at exit)
+
+
 def test_an_ema_of_the_model_evaluated_between_steps_is_an_evaluation(hooked, monkeypatch):
     # torch's AveragedModel (an EMA) evaluated every few steps: never trained, so its passes
     # went to the next step's data time (200 ms of a 17 ms step), and 8 s of them read as a
@@ -800,32 +857,40 @@ def test_the_scripts_flags_never_reach_torchrun(tmp_path):
 
 
 KFOLD = """
-import torch, torch.distributed as dist
+import sys, torch, torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo")
+kept = []
 for fold in range(3):
-    model = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1)))
+    model = DDP(nn.Sequential(nn.Linear(8, 32 * (fold + 1)), nn.ReLU(), nn.Linear(32 * (fold + 1), 1)))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     for _ in range(5):
         model(torch.randn(4, 8)).pow(2).mean().backward()
         opt.step()
         opt.zero_grad()
+    if "--keep" in sys.argv:
+        kept.append(model)  # an ensemble's folds
 dist.destroy_process_group()
 """
 
 
-def test_ddp_models_trained_one_after_another_keep_their_self_time(tmp_path):
+@pytest.mark.parametrize("keep", [False, True], ids=["freed", "kept"])
+def test_ddp_models_trained_one_after_another_keep_their_self_time(tmp_path, keep):
     # Self time (the straggler signal) was lost from the second model on: the new DDP wrapper
     # was never the one watched, and the arrival of a new optimizer's next step was dropped.
+    # Memory summed every model alive, kept ones too.
     (tmp_path / "kfold.py").write_text(KFOLD)
-    proc, msgs = _launch(tmp_path, "kfold.py")
+    proc, msgs = _launch(tmp_path, "kfold.py", *(["--keep"] if keep else []))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    sizes = [4 * ((8 + 1) * w + (w + 1)) for w in (32, 64, 96)]
     for rank in (0, 1):
         steps = _steps(msgs, rank)
         assert [s.step for s in steps] == list(range(1, 16))
-        assert [s.step for s in steps if s.self_s is None] == []
-        assert all(s.samples == 4 for s in steps)
+        # Kept, a new model's first forward passes unseen (the old one's hooks only), so its
+        # first step's arrival too.
+        assert [s.step for s in steps if s.self_s is None] == ([6, 11] if keep else [])
+        assert [s.mem.params_bytes for s in steps] == [size for size in sizes for _ in range(5)]
 
 
 def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):

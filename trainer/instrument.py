@@ -208,6 +208,8 @@ class Instrument:
         """The live roots' ids and those of the modules DDP/DP roots wrap (see _trains)."""
         self._optimizers: list[weakref.ref[Any]] = []
         self._ddp: weakref.ref[Any] | None = None
+        self._ddp_ids: set[int] = set()
+        """The live DDP roots' ids: a forward of any of them may sync (a kept model's or the new one's)."""
         self._rewatch = False
         """A root went while its hooks could not be swapped: the next step swaps them."""
         self._swapping = False
@@ -272,6 +274,8 @@ class Instrument:
         self.probe = memory.MemoryProbe()
         self._holder_cache: dict[str, Any] = {}
         self._measured: weakref.ref[Any] | None = None
+        self._mem_roots: list[weakref.ref[Any]] | None = None
+        """The roots measured (see _trained_roots), until a root or an optimizer comes or goes."""
         self._step_s = 0.0
 
     @property
@@ -286,18 +290,20 @@ class Instrument:
 
     @property
     def ddp(self) -> Any:
-        """The first DDP root still alive (its buffers and gradient buckets are measured)."""
+        """The newest DDP root still alive (its gradient buckets are measured)."""
         return self._ddp() if self._ddp is not None else None
 
     def _add_optimizer(self, optimizer: Any) -> bool:
         if any(r() is optimizer for r in self._optimizers):
             return False
         self._optimizers.append(weakref.ref(optimizer, self._optimizers_gone))
+        self._mem_roots = None
         return True
 
     def _optimizers_gone(self, ref: Any) -> None:
         self._optimizers = [r for r in self._optimizers if r is not ref]
         self._holder_cache.clear()
+        self._mem_roots = None
 
     def _root_gone(self, ref: Any, ids: tuple[int, ...] = ()) -> None:
         """A root module was freed (a model trained before the one the script builds next):
@@ -308,8 +314,10 @@ class Instrument:
             self._root_ids.difference_update(ids)
             self._trained_ids.difference_update(ids)
             self._holder_cache.clear()
+            self._mem_roots = None
+            self._ddp_ids.difference_update(ids[:1])
             if self._ddp is ref:
-                self._ddp = next((r for r in self._roots if r() is not None and modelfacts.strategy_of(r()) == "ddp"), None)
+                self._ddp = next((r for r in reversed(self._roots) if r() is not None and id(r()) in self._ddp_ids), None)
             if self.dead or self.watching_all or not self._handles:
                 return
             if self._swapping or _get_ident() != self._tid or self._depth:
@@ -442,8 +450,7 @@ class Instrument:
             self._eval_end = self.clock.stamp()
             self._eval_t1 = time.perf_counter()
             if self._eval_grad_pass:  # its samples, should a backward make it training
-                self._eval_grad_pass = False
-                self._eval_grad[1] += _batch_size(args, rest[0] if len(rest) == 2 else None)
+                self._eval_grad_samples(args, rest[0] if len(rest) == 2 else None)
         return None
 
     @_guarded
@@ -478,7 +485,7 @@ class Instrument:
         # evaluation as any other.
         if self._eval_called and not module.training and self._trains(module):
             if self._eval_grad is None:
-                self._eval_grad = [self.clock.stamp(), 0, module]
+                self._eval_grad = [self.clock.stamp(), 0, weakref.ref(module)]
             self._eval_grad_pass = True
             return
         self.forwards += 1
@@ -493,10 +500,10 @@ class Instrument:
             self._count_samples = True
             if self.strategy == "fsdp":
                 self._arrive(now)  # the root's pre-forward hook all-gathers
-        if module is self.ddp:
-            if self.ddp.require_backward_grad_sync:
+        if id(module) in self._ddp_ids:
+            if module.require_backward_grad_sync:
                 self._ddp_sync = True  # the next backward all-reduces
-            if not self._arrived() and _ddp_syncs_buffers(self.ddp):
+            if not self._arrived() and _ddp_syncs_buffers(module):
                 self._arrive(self.clock.stamp())
 
     def _trains(self, module: Any) -> bool:
@@ -545,6 +552,7 @@ class Instrument:
         self._eval_end = None
         self._eval_called = called
         self._eval_grad = None
+        self._eval_grad_pass = False
         self._phase = "eval"
         self.reporter.set_phase("eval")
 
@@ -556,6 +564,7 @@ class Instrument:
         self._eval_end = None
         self._eval_called = False
         self._eval_grad = None
+        self._eval_grad_pass = False
         self.evals += 1
         if end is not None and self._cut is not None and self._open is not None and len(self._open.marks) == self._cut.marks:
             self._resume_at = end  # the step before has not ended yet (its round may go on)
@@ -574,9 +583,11 @@ class Instrument:
         self._trained_ids.update(ids)
         ref = weakref.ref(module, functools.partial(self._root_gone, ids=ids))
         self._roots.append(ref)
+        self._mem_roots = None
         strategy = modelfacts.strategy_of(module)
-        if strategy == "ddp" and self.ddp is None:
+        if strategy == "ddp":
             self._ddp = ref
+            self._ddp_ids.add(id(module))
         if not self.strategy or self.strategy == "single":
             self.strategy = strategy
         if len(self._roots) == 1:
@@ -609,14 +620,27 @@ class Instrument:
 
         return backward
 
+    @_guarded
+    def _eval_grad_samples(self, args: Any, kwargs: Any) -> None:
+        self._eval_grad_pass = False
+        if self._eval_grad is not None:
+            self._eval_grad[1] += _batch_size(args, kwargs)
+
+    def _trained_by_an_optimizer(self, module: Any) -> bool:
+        """Whether a live optimizer holds ``module``'s parameters (its first one)."""
+        first = next(module.parameters(), None)
+        return first is not None and any(p is first for o in self.optimizers for g in o.param_groups for p in g["params"])
+
     def _eval_trained(self) -> None:
         """A backward after forwards with grad of the model put in eval mode: it trains so
         (BatchNorm and dropout frozen), and those forwards began the step's forward phase."""
-        stamp, samples, module = self._eval_grad
+        stamp, samples, ref = self._eval_grad
+        module = ref()
         self._eval_t0 = 0.0
         self._eval_end = None
         self._eval_called = False
         self._eval_grad = None
+        self._eval_grad_pass = False
         self.forwards += 1
         if self._open is None:
             self._open = _OpenStep(marks=[("data", stamp)])
@@ -624,13 +648,17 @@ class Instrument:
         self._open.samples += samples
         if self.strategy == "fsdp":
             self._arrive(stamp)
-        if module is self.ddp and module.require_backward_grad_sync:
+        if id(module) in self._ddp_ids and module.require_backward_grad_sync:
             self._ddp_sync = True
 
     @_guarded
     def _backward_begins(self, tensors: Any) -> None:
         if self._eval_grad is not None:
-            self._eval_trained()
+            evaluated = self._eval_grad[2]()
+            if evaluated is not None and self._trained_by_an_optimizer(evaluated):
+                self._eval_trained()
+            else:  # that model is gone or trained no more (a fold ended on it): it was evaluated
+                self._eval_ends()
         if self._in_optimizer:  # a closure's backward: the first one's loss is the step's
             if self._open is not None and not self._open.losses:
                 loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
@@ -860,13 +888,26 @@ class Instrument:
         self.reporter.set_phase(phase)
 
     def _memory(self, force: bool = False) -> Any:
-        roots, optimizers = self.roots, self.optimizers
+        roots, optimizers = self._trained_roots(), self.optimizers
         if not roots and not optimizers:
             return None
         model = memory.accountable(roots, optimizers, self._holder_cache)
         if self._measured is None or self._measured() is not model:  # another model (or set): measured now
             self._measured, force = weakref.ref(model), True
         return self.probe.measure(model, optimizers, ddp_module=self.ddp, step_s=self._step_s, force=force)
+
+    def _trained_roots(self) -> list[Any]:
+        """The roots a live optimizer trains (a model kept after its training, an ensemble's
+        earlier folds, is not the one measured), all of them when none is known to."""
+        roots = [r for r in (w() for w in self._mem_roots) if r is not None] if self._mem_roots is not None else None
+        if roots is None:
+            roots, optimizers = self.roots, self.optimizers
+            held = {id(p) for o in optimizers for g in o.param_groups for p in g["params"]}
+            trained = [r for r in roots if any(id(p) in held for p in r.parameters())]
+            # None trained, a model not seen yet (its first step): its optimizers' parameters.
+            roots = trained if trained or optimizers else roots
+            self._mem_roots = [weakref.ref(r) for r in roots]
+        return roots
 
     def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
