@@ -199,7 +199,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         else:
             from pardash.tui.app import make_app
 
-            app = make_app(client, launched=True, title=f"pardash {spec.run_id}")
+            app = make_app(client, launched=True, title=f"pardash {spec.run_id}",
+                           job_over=lambda: job.poll() is not None or bool(job.result()))
             choice = app.run()
             # None: the app ended some other way (crashed, terminal gone). The job must not
             # die with its viewer, so that counts as a detach.

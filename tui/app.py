@@ -81,12 +81,15 @@ class PardashApp(App[str | None]):
         launched: bool = False,
         title: str = "",
         on_exit_choice: ExitChoiceCallback | None = None,
+        job_over: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__()
         self.source = source
         """Where the run comes from; the app polls it and closes it on exit."""
         self.launched = launched
         """True when this viewer started the job: quitting asks stop or detach."""
+        self.job_over = job_over
+        """Whether the launched job has ended (None: judged from its ranks alone)."""
         self.on_exit_choice = on_exit_choice
         self.version = 0
         """Counts polls that changed the run's state (screens redraw slow panels on change)."""
@@ -244,11 +247,21 @@ class PardashApp(App[str | None]):
             return
         if isinstance(self.screen, QuitScreen):
             return
-        if run_over(self.source.state):
+        if self._over():
             self._leave(OVER)  # every rank is done: no job to stop or leave running
             return
         run_id = self.source.state.run_id
         self.push_screen(QuitScreen(run_id), self._quit_chosen)
+
+    def _over(self) -> bool:
+        """Every rank is done and no torchrun restart may bring them back (every one finished,
+        or the launched job has ended): ranks that failed with --max-restarts left are not."""
+        state = self.source.state
+        if not run_over(state):
+            return False
+        if self.job_over is None or all(r.finished for r in state.ranks.values()):
+            return True
+        return self.job_over()
 
     def _quit_chosen(self, choice: str | None) -> None:
         if choice:
@@ -300,6 +313,7 @@ def make_app(
     launched: bool = False,
     title: str = "",
     on_exit_choice: ExitChoiceCallback | None = None,
+    job_over: Callable[[], bool] | None = None,
 ) -> PardashApp:
     """Build the dashboard over ``source``.
 
@@ -308,5 +322,7 @@ def make_app(
     ``"stop"``, ``"detach"`` or ``"quit"`` the moment the user decides, before the app exits
     (so the CLI can start stopping the job while the terminal is restored). ``app.run()``
     returns the same string, or None if the app ended another way (treat it as detach).
+    ``job_over``: whether the launched job has ended (ranks that failed may be restarted by
+    torchrun; until the job says so, ``q`` asks).
     """
-    return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice)
+    return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over)

@@ -33,6 +33,30 @@ async def test_q_then_a_key_leaves_a_launched_run_that_way(key, choice):
     assert chosen == [choice]
 
 
+@pytest.mark.parametrize("job_over", [False, True])
+async def test_q_after_every_rank_failed_asks_while_torchrun_may_restart_them(job_over):
+    # Every rank exited with an error and --max-restarts had one left: q closed the viewer
+    # as if the job were over, which then waited for it with nothing on screen.
+    from pardash.telemetry.client import ReplaySource
+    from pardash.tui.app import make_app
+
+    src = ReplaySource(str(DATA.parent.parent / "data" / "fsdp4_crash.jsonl"))
+    src.seek(src.duration_s)
+    src.paused = True
+    app = make_app(src, launched=True, job_over=lambda: job_over)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("q")
+        await pilot.pause()
+        if job_over:
+            assert app.return_value == "over"
+        else:
+            assert isinstance(app.screen, QuitScreen)
+            await pilot.press("d")
+            await pilot.pause()
+            assert app.return_value == "detach"
+
+
 async def test_q_then_c_cancels_and_the_dashboard_carries_on():
     chosen: list[str] = []
     app = replay_app("run4.jsonl", launched=True, on_exit_choice=chosen.append)
