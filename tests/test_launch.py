@@ -251,14 +251,16 @@ def test_a_viewer_is_not_kept_alive_by_a_thread_spinning_on_a_dead_terminal():
 
 
 def test_a_command_line_torchrun_refuses_starts_no_rank_and_stops_none(tmp_path):
-    # torchrun's own parser takes `--log` after the script for its --log-dir (ambiguous) and
-    # exits 2 before starting any rank: pardash used to log every rank as stopped (-15).
+    # torchrun's parser exits 2 before starting any rank (here a PET_ variable it takes as a
+    # flag's default; a script's own `--log` did it before the rank command followed `--`):
+    # pardash used to log every rank as stopped (-15).
     script = os.path.join(os.path.dirname(__file__), "scripts", "argv_probe.py")
     cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--nproc", "2",
            "--runs-dir", str(tmp_path / "runs"), "--", script, "--log", "foo.txt"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=pardash_env(), cwd=tmp_path)
+    env = pardash_env(PET_NODE_RANK="x")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 2
-    assert "ambiguous option: --log" in proc.stderr
+    assert "--node-rank/--node_rank: invalid int value: 'x'" in proc.stderr
     assert "exited with code" not in proc.stdout + proc.stderr
     [log] = (tmp_path / "runs").glob("*/telemetry.jsonl")
     exits = [line for line in log.read_text().splitlines() if '"name":"exit"' in line]
