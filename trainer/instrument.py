@@ -556,15 +556,19 @@ class Instrument:
         self._phase = "eval"
         self.reporter.set_phase("eval")
 
-    def _eval_ends(self) -> None:
-        """Training resumes: the open step starts after the evaluation, which is an event."""
-        took = self._eval_t1 - self._eval_t0
-        end = self._eval_end
+    def _eval_clear(self) -> None:
+        """No evaluation going, none pending."""
         self._eval_t0 = 0.0
         self._eval_end = None
         self._eval_called = False
         self._eval_grad = None
         self._eval_grad_pass = False
+
+    def _eval_ends(self) -> None:
+        """Training resumes: the open step starts after the evaluation, which is an event."""
+        took = self._eval_t1 - self._eval_t0
+        end = self._eval_end
+        self._eval_clear()
         self.evals += 1
         if end is not None and self._cut is not None and self._open is not None and len(self._open.marks) == self._cut.marks:
             self._resume_at = end  # the step before has not ended yet (its round may go on)
@@ -636,11 +640,7 @@ class Instrument:
         (BatchNorm and dropout frozen), and those forwards began the step's forward phase."""
         stamp, samples, ref = self._eval_grad
         module = ref()
-        self._eval_t0 = 0.0
-        self._eval_end = None
-        self._eval_called = False
-        self._eval_grad = None
-        self._eval_grad_pass = False
+        self._eval_clear()
         self.forwards += 1
         if self._open is None:
             self._open = _OpenStep(marks=[("data", stamp)])
