@@ -483,13 +483,16 @@ def test_an_evaluation_without_no_grad_is_still_an_evaluation(hooked, monkeypatc
     assert [name for name, _ in rep.events] == ["eval"] * 2
 
 
-def test_a_model_put_in_eval_mode_before_each_step_trains(hooked, monkeypatch):
+@pytest.mark.parametrize("frozen_first", [False, True], ids=["all", "lora"])
+def test_a_model_put_in_eval_mode_before_each_step_trains(hooked, monkeypatch, frozen_first):
     # model.eval() at every step (BatchNorm frozen), then a forward with grad and a backward:
-    # training, not an evaluation per step.
+    # training, not an evaluation per step; also when its first layer is frozen (an adapter's).
     inst, rep = hooked
     clock = _fake_clock(inst, monkeypatch)
     model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if frozen_first:
+        model[0].requires_grad_(False)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     for _ in range(4):
         model.eval()
         _timed_step(model, opt, clock)

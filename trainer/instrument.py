@@ -631,9 +631,10 @@ class Instrument:
             self._eval_grad[1] += _batch_size(args, kwargs)
 
     def _trained_by_an_optimizer(self, module: Any) -> bool:
-        """Whether a live optimizer holds ``module``'s parameters (its first one)."""
-        first = next(module.parameters(), None)
-        return first is not None and any(p is first for o in self.optimizers for g in o.param_groups for p in g["params"])
+        """Whether a live optimizer holds any of ``module``'s parameters (a LoRA model's first
+        ones are frozen)."""
+        held = {id(p) for o in self.optimizers for g in o.param_groups for p in g["params"]}
+        return any(id(p) in held for p in module.parameters())
 
     def _eval_trained(self) -> None:
         """A backward after forwards with grad of the model put in eval mode: it trains so
