@@ -505,6 +505,43 @@ def test_a_model_put_in_eval_mode_before_each_step_trains(hooked, monkeypatch, f
     assert [s["samples"] for s in rep.steps] == [6, 6, 6, 6]
 
 
+def test_fine_tuning_with_an_optimizer_made_after_model_eval_trains(hooked, monkeypatch):
+    # The new optimizer had not stepped yet when the first backward came: that step read as
+    # an evaluation (samples 0, its data time an "eval" event).
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        _timed_step(model, opt, clock)
+    del opt
+    gc.collect()
+    model.eval()  # BatchNorm frozen for the fine-tuning
+    tuning = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(4):
+        _timed_step(model, tuning, clock)
+    inst.finish()
+    assert [name for name, _ in rep.events] == []
+    assert [s["samples"] for s in rep.steps] == [6] * 7
+
+
+def test_memory_counts_a_frozen_backbone_called_every_step(hooked):
+    # Transfer learning, head(backbone(x)) with the backbone frozen and called as a root of its
+    # own: memory counted the head alone (144 B of 17,584).
+    inst, rep = hooked
+    backbone = nn.Sequential(nn.Linear(8, 256), nn.ReLU(), nn.Linear(256, 8)).requires_grad_(False)
+    head = nn.Linear(8, 4)
+    opt = torch.optim.SGD(head.parameters(), lr=0.1)
+    for _ in range(4):
+        x, y = _batch()
+        nn.functional.cross_entropy(head(backbone(x.requires_grad_())), y).backward()
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    size = sum(p.numel() * p.element_size() for m in (backbone, head) for p in m.parameters())
+    assert [s["mem"].params_bytes for s in rep.steps][1:] == [size] * 3
+
+
 def test_a_backward_inside_an_evaluated_forward_breaks_nothing(hooked):
     # Test-time adaptation (a backward inside the model's forward in eval mode) left a flag
     # set, and the next evaluation raised TypeError in the script's forward.

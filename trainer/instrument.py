@@ -274,8 +274,12 @@ class Instrument:
         self.probe = memory.MemoryProbe()
         self._holder_cache: dict[str, Any] = {}
         self._measured: weakref.ref[Any] | None = None
-        self._mem_roots: list[weakref.ref[Any]] | None = None
-        """The roots measured (see _trained_roots), until a root or an optimizer comes or goes."""
+        self._optimizer_new = -1
+        """The step in which the newest optimizer first stepped (see _used_roots)."""
+        self._root_step: dict[int, int] = {}
+        """The step each live root was last called in, training (see _used_roots)."""
+        self._made: list[weakref.ref[Any]] = []
+        """Optimizers made since install (one may step only after a model is evaluated with grad)."""
         self._step_s = 0.0
 
     @property
@@ -297,13 +301,12 @@ class Instrument:
         if any(r() is optimizer for r in self._optimizers):
             return False
         self._optimizers.append(weakref.ref(optimizer, self._optimizers_gone))
-        self._mem_roots = None
+        self._optimizer_new = self.step
         return True
 
     def _optimizers_gone(self, ref: Any) -> None:
         self._optimizers = [r for r in self._optimizers if r is not ref]
         self._holder_cache.clear()
-        self._mem_roots = None
 
     def _root_gone(self, ref: Any, ids: tuple[int, ...] = ()) -> None:
         """A root module was freed (a model trained before the one the script builds next):
@@ -314,7 +317,8 @@ class Instrument:
             self._root_ids.difference_update(ids)
             self._trained_ids.difference_update(ids)
             self._holder_cache.clear()
-            self._mem_roots = None
+            for i in ids:
+                self._root_step.pop(i, None)
             self._ddp_ids.difference_update(ids[:1])
             if self._ddp is ref:
                 self._ddp = next((r for r in reversed(self._roots) if r() is not None and id(r()) in self._ddp_ids), None)
@@ -342,6 +346,7 @@ class Instrument:
         # the warning is about pardash, not the script, and the script's output stays its own.
         warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks", category=UserWarning)
         self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
         self._patch(torch.nn.Module, "train", self._wrap_train)
         if torch.distributed.is_available():
             self._patch(torch.distributed, "init_process_group", self._wrap_init_process_group)
@@ -494,6 +499,7 @@ class Instrument:
             self.reporter.event("warning", message=NO_STEP_WARNING.format(n=self.warn_after))
         if id(module) not in self._root_ids:
             self._add_root(module)
+        self._root_step[id(module)] = self.step
         if self._phase != "forward":
             now = self._micro_batch_begins()
             self._mark("forward", now)
@@ -587,7 +593,6 @@ class Instrument:
         self._trained_ids.update(ids)
         ref = weakref.ref(module, functools.partial(self._root_gone, ids=ids))
         self._roots.append(ref)
-        self._mem_roots = None
         strategy = modelfacts.strategy_of(module)
         if strategy == "ddp":
             self._ddp = ref
@@ -631,10 +636,23 @@ class Instrument:
             self._eval_grad[1] += _batch_size(args, kwargs)
 
     def _trained_by_an_optimizer(self, module: Any) -> bool:
-        """Whether a live optimizer holds any of ``module``'s parameters (a LoRA model's first
-        ones are frozen)."""
-        held = {id(p) for o in self.optimizers for g in o.param_groups for p in g["params"]}
+        """Whether a live optimizer, stepped or only made, holds any of ``module``'s parameters
+        (a LoRA model's first ones are frozen; fine-tuning may make its optimizer after
+        ``model.eval()``)."""
+        optimizers = {id(o): o for o in (*self.optimizers, *(r() for r in self._made)) if o is not None}
+        held = {id(p) for o in optimizers.values() for g in o.param_groups for p in g["params"]}
         return any(id(p) in held for p in module.parameters())
+
+    def _wrap_optimizer_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        made = self._made
+
+        def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            original(optimizer, *args, **kwargs)
+            if len(made) >= 64:
+                made[:] = [r for r in made if r() is not None]
+            made.append(weakref.ref(optimizer))
+
+        return __init__
 
     def _eval_trained(self) -> None:
         """A backward after forwards with grad of the model put in eval mode: it trains so
@@ -889,7 +907,7 @@ class Instrument:
         self.reporter.set_phase(phase)
 
     def _memory(self, force: bool = False) -> Any:
-        roots, optimizers = self._trained_roots(), self.optimizers
+        roots, optimizers = self._used_roots(), self.optimizers
         if not roots and not optimizers:
             return None
         model = memory.accountable(roots, optimizers, self._holder_cache)
@@ -897,18 +915,16 @@ class Instrument:
             self._measured, force = weakref.ref(model), True
         return self.probe.measure(model, optimizers, ddp_module=self.ddp, step_s=self._step_s, force=force)
 
-    def _trained_roots(self) -> list[Any]:
-        """The roots a live optimizer trains (a model kept after its training, an ensemble's
-        earlier folds, is not the one measured), all of them when none is known to."""
-        roots = [r for r in (w() for w in self._mem_roots) if r is not None] if self._mem_roots is not None else None
-        if roots is None:
-            roots, optimizers = self.roots, self.optimizers
-            held = {id(p) for o in optimizers for g in o.param_groups for p in g["params"]}
-            trained = [r for r in roots if any(id(p) in held for p in r.parameters())]
-            # None trained, a model not seen yet (its first step): its optimizers' parameters.
-            roots = trained if trained or optimizers else roots
-            self._mem_roots = [weakref.ref(r) for r in roots]
-        return roots
+    def _used_roots(self) -> list[Any]:
+        """The roots this step called, or the one before unless an optimizer is new in this one
+        (a GAN's generator stepping every other step counts; a frozen backbone called as a root
+        of its own too; a model kept after its training, an ensemble's earlier fold, not). None
+        (a new model, not seen at its first step): its optimizers' parameters; without an
+        optimizer, every root."""
+        roots, step = self.roots, self.step
+        since = step - 1 if self._optimizer_new < step else step
+        used = [r for r in roots if self._root_step.get(id(r), -2) >= since]
+        return used if used or self._optimizers else roots
 
     def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
