@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 import time
 import traceback
@@ -85,6 +84,7 @@ from typing import Any, Callable
 import torch
 
 from pardash.telemetry import api, memory, modelfacts
+from pardash.trainer.trained import Trained, batch_size, ddp_syncs_buffers, is_average, lr_of
 from pardash.telemetry.reporter import Reporter
 
 WARN_AFTER_FORWARDS = 20
@@ -199,17 +199,9 @@ class Instrument:
         self.dead = False
         """Set after an internal error: every hook does nothing from then on."""
         self._depth = 0
-        self._has_params: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
         # the model, as seen: weakly held, so a script that trains one model after another
         # (k-fold, a sweep) frees each as it would without pardash
-        self._roots: list[weakref.ref[Any]] = []
-        self._root_ids: set[int] = set()
-        self._trained_ids: set[int] = set()
-        """The live roots' ids and those of the modules DDP/DP roots wrap (see _trains)."""
-        self._optimizers: list[weakref.ref[Any]] = []
-        self._ddp: weakref.ref[Any] | None = None
-        self._ddp_ids: set[int] = set()
-        """The live DDP roots' ids: a forward of any of them may sync (a kept model's or the new one's)."""
+        self.trained = Trained(self._root_gone)
         self._rewatch = False
         """A root went while its hooks could not be swapped: the next step swaps them."""
         self._swapping = False
@@ -272,64 +264,27 @@ class Instrument:
         self._stepped = False
         self._warned = False
         self.probe = memory.MemoryProbe()
-        self._holder_cache: dict[str, Any] = {}
-        self._measured: weakref.ref[Any] | None = None
-        self._optimizer_new = -1
-        """The step in which the newest optimizer first stepped (see _used_roots)."""
-        self._root_step: dict[int, int] = {}
-        """The step each live root was last called in, training (see _used_roots)."""
-        self._made: list[weakref.ref[Any]] = []
-        """Optimizers made since install (one may step only after a model is evaluated with grad)."""
         self._step_s = 0.0
 
     @property
     def roots(self) -> list[Any]:
         """The root modules seen training that are still alive, oldest first."""
-        return [m for m in (r() for r in self._roots) if m is not None]
+        return self.trained.roots
 
     @property
     def optimizers(self) -> list[Any]:
         """The optimizers seen stepping that are still alive, oldest first."""
-        return [o for o in (r() for r in self._optimizers) if o is not None]
+        return self.trained.optimizers
 
-    @property
-    def ddp(self) -> Any:
-        """The newest DDP root still alive (its gradient buckets are measured)."""
-        return self._ddp() if self._ddp is not None else None
-
-    def _add_optimizer(self, optimizer: Any) -> bool:
-        if any(r() is optimizer for r in self._optimizers):
-            return False
-        self._optimizers.append(weakref.ref(optimizer, self._optimizers_gone))
-        self._optimizer_new = self.step
-        return True
-
-    def _optimizers_gone(self, ref: Any) -> None:
-        self._optimizers = [r for r in self._optimizers if r is not ref]
-        self._holder_cache.clear()
-
-    def _root_gone(self, ref: Any, ids: tuple[int, ...] = ()) -> None:
-        """A root module was freed (a model trained before the one the script builds next):
-        its ids may come back as another object's, and the next model must be seen from its
-        first forward, so the global hooks return."""
-        try:
-            self._roots = [r for r in self._roots if r is not ref]
-            self._root_ids.difference_update(ids)
-            self._trained_ids.difference_update(ids)
-            self._holder_cache.clear()
-            for i in ids:
-                self._root_step.pop(i, None)
-            self._ddp_ids.difference_update(ids[:1])
-            if self._ddp is ref:
-                self._ddp = next((r for r in reversed(self._roots) if r() is not None and id(r()) in self._ddp_ids), None)
-            if self.dead or self.watching_all or not self._handles:
-                return
-            if self._swapping or _get_ident() != self._tid or self._depth:
-                self._rewatch = True  # inside a swap, another thread or a module call: at the next step
-            else:
-                self._watch_all_modules()
-        except Exception:
-            pass  # a callback in the collector, maybe at exit: never a traceback
+    def _root_gone(self) -> None:
+        """A root module was freed: the next model must be seen from its first forward, so the
+        global hooks return."""
+        if self.dead or self.watching_all or not self._handles:
+            return
+        if self._swapping or _get_ident() != self._tid or self._depth:
+            self._rewatch = True  # inside a swap, another thread or a module call: at the next step
+        else:
+            self._watch_all_modules()
 
     # -- installing -----------------------------------------------------------------------
 
@@ -461,16 +416,14 @@ class Instrument:
     @_guarded
     def _root_end(self, args: Any, kwargs: Any) -> None:
         self._count_samples = False
-        n = _batch_size(args, kwargs)
+        n = batch_size(args, kwargs)
         if n and self._open is not None:
             self._open.samples += n
 
     @_guarded
     def _root_begin(self, module: Any) -> None:
-        has = self._has_params.get(module)
-        if has is None:
-            has = self._has_params[module] = next(module.parameters(), None) is not None
-        if not has:  # a loss module, a transform: part of whatever phase it runs in
+        trained = self.trained
+        if not trained.has_params(module):  # a loss module, a transform: part of whatever phase it runs in
             return
         if self._in_backward:
             return  # recomputation inside a backward (activation checkpointing)
@@ -479,7 +432,7 @@ class Instrument:
             self._count_samples = self._closure_passes == 1
             return
         if not torch.is_grad_enabled():
-            if not module.training and (self._trains(module) or _is_average(module)):
+            if not module.training and (trained.trains(module) or is_average(module)):
                 # The model put in eval mode, without grad (or its weights' running average,
                 # an EMA): a validation pass.
                 self._eval_begins()
@@ -488,7 +441,7 @@ class Instrument:
         # dropout frozen by model.eval()) or be evaluated without torch.no_grad(): after
         # model.eval(), a backward tells (see _eval_trained), else model.train() ends the
         # evaluation as any other.
-        if self._eval_called and not module.training and self._trains(module):
+        if self._eval_called and not module.training and trained.trains(module):
             if self._eval_grad is None:
                 self._eval_grad = [self.clock.stamp(), 0, weakref.ref(module)]
             self._eval_grad_pass = True
@@ -497,28 +450,23 @@ class Instrument:
         if not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit:
             self._warned = True
             self.reporter.event("warning", message=NO_STEP_WARNING.format(n=self.warn_after))
-        if id(module) not in self._root_ids:
+        if id(module) not in trained.root_ids:
             self._add_root(module)
-        self._root_step[id(module)] = self.step
+        trained.called(module, self.step)
         if self._phase != "forward":
             now = self._micro_batch_begins()
             self._mark("forward", now)
             self._count_samples = True
             if self.strategy == "fsdp":
                 self._arrive(now)  # the root's pre-forward hook all-gathers
-        if id(module) in self._ddp_ids:
+        if id(module) in trained.ddp_ids:
             if module.require_backward_grad_sync:
                 self._ddp_sync = True  # the next backward all-reduces
-            if not self._arrived() and _ddp_syncs_buffers(module):
+            if not self._arrived() and ddp_syncs_buffers(module):
                 self._arrive(self.clock.stamp())
 
-    def _trains(self, module: Any) -> bool:
-        """Whether ``module`` is a model this script trains (a root seen training, or the
-        module a DDP/DP root wraps)."""
-        return id(module) in self._trained_ids
-
     def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        trained = self._trained_ids
+        trained = self.trained.trained_ids
 
         def train(module: Any, mode: bool = True) -> Any:
             result = original(module, mode)
@@ -533,7 +481,7 @@ class Instrument:
     def _mode_set(self, module: Any, mode: bool) -> None:
         """``model.eval()`` on a trained model starts an evaluation there (its loader's start
         and first batch are the evaluation's); ``model.train()`` ends it (its metrics too)."""
-        if not self._trains(module):
+        if not self.trained.trains(module):
             return
         if not mode:
             self._eval_begins(called=True)
@@ -587,19 +535,10 @@ class Instrument:
 
     def _add_root(self, module: Any) -> None:
         self._settled_from = self.step
-        self._root_ids.add(id(module))
-        inner = getattr(module, "module", None)
-        ids = (id(module), id(inner)) if isinstance(inner, torch.nn.Module) else (id(module),)
-        self._trained_ids.update(ids)
-        ref = weakref.ref(module, functools.partial(self._root_gone, ids=ids))
-        self._roots.append(ref)
-        strategy = modelfacts.strategy_of(module)
-        if strategy == "ddp":
-            self._ddp = ref
-            self._ddp_ids.add(id(module))
+        strategy = self.trained.add_root(module)
         if not self.strategy or self.strategy == "single":
             self.strategy = strategy
-        if len(self._roots) == 1:
+        if len(self.roots) == 1:
             facts = modelfacts.model_facts(module)
             cuda = facts["device"].startswith("cuda")
             if cuda != self.clock.cuda:
@@ -607,9 +546,7 @@ class Instrument:
                 self._open = None  # stamps of the other kind cannot be compared with the new
             self._hello.update(facts)
         else:  # a second model (a GAN's): the hello counts the parameters of all, once each
-            params = list(memory.accountable(self.roots, [], {}).parameters())
-            self._hello["params_count"] = sum(p.numel() for p in params)
-            self._hello["params_bytes"] = sum(p.numel() * p.element_size() for p in params)
+            self._hello["params_count"], self._hello["params_bytes"] = self.trained.params()
         self._hello["strategy"] = self.strategy
         self._send_hello()
 
@@ -633,24 +570,14 @@ class Instrument:
     def _eval_grad_samples(self, args: Any, kwargs: Any) -> None:
         self._eval_grad_pass = False
         if self._eval_grad is not None:
-            self._eval_grad[1] += _batch_size(args, kwargs)
-
-    def _trained_by_an_optimizer(self, module: Any) -> bool:
-        """Whether a live optimizer, stepped or only made, holds any of ``module``'s parameters
-        (a LoRA model's first ones are frozen; fine-tuning may make its optimizer after
-        ``model.eval()``)."""
-        optimizers = {id(o): o for o in (*self.optimizers, *(r() for r in self._made)) if o is not None}
-        held = {id(p) for o in optimizers.values() for g in o.param_groups for p in g["params"]}
-        return any(id(p) in held for p in module.parameters())
+            self._eval_grad[1] += batch_size(args, kwargs)
 
     def _wrap_optimizer_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        made = self._made
+        made = self.trained.made
 
         def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
             original(optimizer, *args, **kwargs)
-            if len(made) >= 64:
-                made[:] = [r for r in made if r() is not None]
-            made.append(weakref.ref(optimizer))
+            made(optimizer)
 
         return __init__
 
@@ -667,14 +594,14 @@ class Instrument:
         self._open.samples += samples
         if self.strategy == "fsdp":
             self._arrive(stamp)
-        if id(module) in self._ddp_ids and module.require_backward_grad_sync:
+        if id(module) in self.trained.ddp_ids and module.require_backward_grad_sync:
             self._ddp_sync = True
 
     @_guarded
     def _backward_begins(self, tensors: Any) -> None:
         if self._eval_grad is not None:
             evaluated = self._eval_grad[2]()
-            if evaluated is not None and self._trained_by_an_optimizer(evaluated):
+            if evaluated is not None and self.trained.trained_by_an_optimizer(evaluated):
                 self._eval_trained()
             else:  # that model is gone or trained no more (a fold ended on it): it was evaluated
                 self._eval_ends()
@@ -738,7 +665,7 @@ class Instrument:
         if self._phase != "optimizer":
             self._mark("optimizer", self.clock.stamp())
         if self._open.lr is None:
-            self._open.lr = _lr(optimizer)  # the step's first optimizer, as it steps
+            self._open.lr = lr_of(optimizer)  # the step's first optimizer, as it steps
         self._backward_end = None
         self._in_optimizer += 1
         self._closure_passes = 0
@@ -752,7 +679,7 @@ class Instrument:
         self._posts += 1
         self._stepped = True
         self._in_optimizer = max(0, self._in_optimizer - 1)
-        if self._add_optimizer(optimizer):
+        if self.trained.add_optimizer(optimizer, self.step):
             if not self.watching_all and self._handles:
                 self._watch_all_modules()  # a new optimizer: maybe a new model to find
         if self._published_round and all(optimizer is not r() for r in self._round):
@@ -777,7 +704,7 @@ class Instrument:
             return None
         if self._in_optimizer:
             return None  # an optimizer stepped inside another's step (ZeRO's inner one)
-        if self._early and len(self._optimizers) == 1:
+        if self._early and self.trained.optimizer_count() == 1:
             # One optimizer, seen to step again: each of its steps is a step, published now.
             self._publish(now, self._memory())
             self._published_round = True
@@ -872,10 +799,10 @@ class Instrument:
 
     @_guarded
     def use(self, model: Any, optimizer: Any, hello: dict[str, Any]) -> None:
-        if model is not None and id(model) not in self._root_ids:
+        if model is not None and id(model) not in self.trained.root_ids:
             self._add_root(model)
         for opt in api._as_list(optimizer):
-            self._add_optimizer(opt)
+            self.trained.add_optimizer(opt, self.step)
         if hello:
             self._hello_extra.update(hello)
             if self._hello_sent:
@@ -907,37 +834,24 @@ class Instrument:
         self.reporter.set_phase(phase)
 
     def _memory(self, force: bool = False) -> Any:
-        roots, optimizers = self._used_roots(), self.optimizers
-        if not roots and not optimizers:
+        model, new = self.trained.accountable(self.step)
+        if model is None:
             return None
-        model = memory.accountable(roots, optimizers, self._holder_cache)
-        if self._measured is None or self._measured() is not model:  # another model (or set): measured now
-            self._measured, force = weakref.ref(model), True
-        return self.probe.measure(model, optimizers, ddp_module=self.ddp, step_s=self._step_s, force=force)
-
-    def _used_roots(self) -> list[Any]:
-        """The roots this step called, or the one before unless an optimizer is new in this one
-        (a GAN's generator stepping every other step counts; a frozen backbone called as a root
-        of its own too; a model kept after its training, an ensemble's earlier fold, not). None
-        (a new model, not seen at its first step): its optimizers' parameters; without an
-        optimizer, every root."""
-        roots, step = self.roots, self.step
-        since = step - 1 if self._optimizer_new < step else step
-        used = [r for r in roots if self._root_step.get(id(r), -2) >= since]
-        return used if used or self._optimizers else roots
+        # another model (or set) than the last measured: measured now
+        return self.probe.measure(model, self.optimizers, ddp_module=self.trained.ddp, step_s=self._step_s, force=force or new)
 
     def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
         step = self._open or _OpenStep(marks=[("data", end)])
         self.step += 1
-        lr = step.lr if step.lr is not None else (_lr(self._round[0]()) if self._round else None)
+        lr = step.lr if step.lr is not None else (lr_of(self._round[0]()) if self._round else None)
         done = _Done(self.step, self.epoch, step, end, lr, mem, logged if logged is not None else api.take_logged())
         self._open = _OpenStep(marks=[("data", end)])
         self._phase = "data"
         self.reporter.set_phase("data")
         if self._rewatch and not self.watching_all and self._depth == 0:
             self._watch_all_modules()  # a root went (see _root_gone)
-        elif self.watching_all and self._roots and self._depth == 0 and self.step - self._settled_from >= SETTLE_STEPS:
+        elif self.watching_all and self.trained.has_roots() and self._depth == 0 and self.step - self._settled_from >= SETTLE_STEPS:
             self._watch_roots()  # at depth 0: no module call is between its pre- and post-hook
         if self.clock.cuda:
             late, self._late = self._late, done
@@ -1049,50 +963,6 @@ class Instrument:
             )
         except Exception:
             pass
-
-
-def _lr(optimizer: Any) -> float | None:
-    """The learning rate of ``optimizer``'s first parameter group, if it has one."""
-    try:
-        return float(optimizer.param_groups[0]["lr"])
-    except (AttributeError, KeyError, IndexError, TypeError, ValueError):
-        return None
-
-
-def _ddp_syncs_buffers(ddp: Any) -> bool:
-    """True when this DDP forward broadcasts buffers first (a collective before the backward)."""
-    try:
-        return bool(ddp._check_sync_bufs_pre_fwd())
-    except Exception:
-        return False
-
-
-def _is_average(module: Any) -> bool:
-    """A running average of a trained model's weights (torch's ``AveragedModel``, an EMA such
-    as timm's ``ModelEmaV2``): it is only ever evaluated, never trained."""
-    if isinstance(module, torch.optim.swa_utils.AveragedModel):
-        return True
-    name = type(module).__name__
-    return "Averaged" in name or "MovingAverage" in name or _EMA_NAME.search(name) is not None
-
-
-_EMA_NAME = re.compile(r"(?:^|(?<=[a-z0-9_]))(?:EMA|Ema)(?=[A-Z0-9_]|$)")
-""""Ema" or "EMA" as a word of a class name: ModelEmaV2, EMAModel, not SemanticModel."""
-
-
-def _batch_size(args: Any, kwargs: Any) -> int:
-    """First dimension of the first tensor among the arguments (one level into lists and
-    dicts), 0 when there is none."""
-    for value in (*args, *(kwargs.values() if kwargs else ())):
-        if isinstance(value, torch.Tensor):
-            return int(value.shape[0]) if value.dim() else 1
-        if isinstance(value, dict):
-            value = list(value.values())
-        if isinstance(value, (list, tuple)):
-            for v in value:
-                if isinstance(v, torch.Tensor):
-                    return int(v.shape[0]) if v.dim() else 1
-    return 0
 
 
 _instrument: Instrument | None = None

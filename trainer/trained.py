@@ -1,0 +1,220 @@
+"""What a script trains, as the instrumentation's hooks see it: the root modules and the
+optimizers, held weakly.
+
+:class:`Trained` is the model bookkeeping of :class:`~pardash.trainer.instrument.Instrument`:
+which modules are roots (the outermost module called with parameters, under grad: the DDP or
+FSDP2 wrapper when there is one), which DDP roots may sync, which optimizers stepped or were
+made, which roots a step called, and what memory accounting should measure. Everything is held
+through weak references, so a script that trains one model after another (k-fold, a sweep)
+frees each as it would without pardash; a root freed is told to the instrument, which then looks
+for the next model from its first forward. No hooks here: the instrument calls in.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from pardash.telemetry import memory, modelfacts
+
+MADE_KEPT = 64
+"""Weak references to optimizers made that are kept before the dead ones are swept."""
+
+
+class Trained:
+    """The roots and optimizers seen, weakly held; ``on_root_gone`` runs when a root is freed."""
+
+    def __init__(self, on_root_gone: Callable[[], None]) -> None:
+        self._on_root_gone = on_root_gone
+        self._roots: list[weakref.ref[Any]] = []
+        self.root_ids: set[int] = set()
+        self.trained_ids: set[int] = set()
+        """The live roots' ids and those of the modules DDP/DP roots wrap (see :meth:`trains`)."""
+        self._optimizers: list[weakref.ref[Any]] = []
+        self._ddp: weakref.ref[Any] | None = None
+        self.ddp_ids: set[int] = set()
+        """The live DDP roots' ids: a forward of any of them may sync (a kept model's or the new one's)."""
+        self._has_params: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        self._made: list[weakref.ref[Any]] = []
+        """Optimizers made since install (one may step only after a model is evaluated with grad)."""
+        self.optimizer_new = -1
+        """The step in which the newest optimizer first stepped (see :meth:`used_roots`)."""
+        self._root_step: dict[int, int] = {}
+        """The step each live root was last called in, training (see :meth:`used_roots`)."""
+        self._holders: dict[str, Any] = {}
+        self._measured: weakref.ref[Any] | None = None
+
+    @property
+    def roots(self) -> list[Any]:
+        """The root modules seen training that are still alive, oldest first."""
+        return [m for m in (r() for r in self._roots) if m is not None]
+
+    @property
+    def optimizers(self) -> list[Any]:
+        """The optimizers seen stepping that are still alive, oldest first."""
+        return [o for o in (r() for r in self._optimizers) if o is not None]
+
+    @property
+    def ddp(self) -> Any:
+        """The newest DDP root still alive (its gradient buckets are measured)."""
+        return self._ddp() if self._ddp is not None else None
+
+    def has_roots(self) -> bool:
+        return bool(self._roots)
+
+    def optimizer_count(self) -> int:
+        """Optimizers seen stepping, as weakly held (a freed one leaves at once)."""
+        return len(self._optimizers)
+
+    def has_params(self, module: Any) -> bool:
+        has = self._has_params.get(module)
+        if has is None:
+            has = self._has_params[module] = next(module.parameters(), None) is not None
+        return has
+
+    # -- optimizers -----------------------------------------------------------------------
+
+    def add_optimizer(self, optimizer: Any, step: int) -> bool:
+        """Note an optimizer that stepped in ``step``; False if it was known already."""
+        if any(r() is optimizer for r in self._optimizers):
+            return False
+        self._optimizers.append(weakref.ref(optimizer, self._optimizer_gone))
+        self.optimizer_new = step
+        return True
+
+    def _optimizer_gone(self, ref: Any) -> None:
+        self._optimizers = [r for r in self._optimizers if r is not ref]
+        self._holders.clear()
+
+    def made(self, optimizer: Any) -> None:
+        """An optimizer was constructed (it may step only later, or never)."""
+        if len(self._made) >= MADE_KEPT:
+            self._made[:] = [r for r in self._made if r() is not None]
+        self._made.append(weakref.ref(optimizer))
+
+    def trained_by_an_optimizer(self, module: Any) -> bool:
+        """Whether a live optimizer, stepped or only made, holds any of ``module``'s parameters
+        (a LoRA model's first ones are frozen; fine-tuning may make its optimizer after
+        ``model.eval()``)."""
+        optimizers = {id(o): o for o in (*self.optimizers, *(r() for r in self._made)) if o is not None}
+        held = {id(p) for o in optimizers.values() for g in o.param_groups for p in g["params"]}
+        return any(id(p) in held for p in module.parameters())
+
+    # -- roots ----------------------------------------------------------------------------
+
+    def add_root(self, module: Any) -> str:
+        """Note a root seen training; returns its strategy (single, ddp, fsdp, dp)."""
+        self.root_ids.add(id(module))
+        inner = getattr(module, "module", None)
+        ids = (id(module), id(inner)) if isinstance(inner, torch.nn.Module) else (id(module),)
+        self.trained_ids.update(ids)
+        ref = weakref.ref(module, functools.partial(self._root_gone, ids=ids))
+        self._roots.append(ref)
+        strategy = modelfacts.strategy_of(module)
+        if strategy == "ddp":
+            self._ddp = ref
+            self.ddp_ids.add(id(module))
+        return strategy
+
+    def _root_gone(self, ref: Any, ids: tuple[int, ...] = ()) -> None:
+        """A root module was freed (a model trained before the one the script builds next):
+        its ids may come back as another object's."""
+        try:
+            self._roots = [r for r in self._roots if r is not ref]
+            self.root_ids.difference_update(ids)
+            self.trained_ids.difference_update(ids)
+            self._holders.clear()
+            for i in ids:
+                self._root_step.pop(i, None)
+            self.ddp_ids.difference_update(ids[:1])
+            if self._ddp is ref:
+                self._ddp = next((r for r in reversed(self._roots) if r() is not None and id(r()) in self.ddp_ids), None)
+            self._on_root_gone()
+        except Exception:
+            pass  # a callback in the collector, maybe at exit: never a traceback
+
+    def trains(self, module: Any) -> bool:
+        """Whether ``module`` is a model this script trains (a root seen training, or the
+        module a DDP/DP root wraps)."""
+        return id(module) in self.trained_ids
+
+    def called(self, module: Any, step: int) -> None:
+        """A root was called training in ``step``."""
+        self._root_step[id(module)] = step
+
+    def used_roots(self, step: int) -> list[Any]:
+        """The roots ``step`` called, or the one before unless an optimizer is new in this one
+        (a GAN's generator stepping every other step counts; a frozen backbone called as a root
+        of its own too; a model kept after its training, an ensemble's earlier fold, not). None
+        (a new model, not seen at its first step): its optimizers' parameters; without an
+        optimizer, every root."""
+        roots = self.roots
+        since = step - 1 if self.optimizer_new < step else step
+        used = [r for r in roots if self._root_step.get(id(r), -2) >= since]
+        return used if used or self._optimizers else roots
+
+    def accountable(self, step: int) -> tuple[Any, bool]:
+        """What memory accounting measures in ``step`` (a module whose parameters, buffers and
+        gradients are the step's), and whether it differs from what was measured last (None:
+        nothing to measure)."""
+        roots, optimizers = self.used_roots(step), self.optimizers
+        if not roots and not optimizers:
+            return None, False
+        model = memory.accountable(roots, optimizers, self._holders)
+        if self._measured is None or self._measured() is not model:  # another model (or set)
+            self._measured = weakref.ref(model)
+            return model, True
+        return model, False
+
+    def params(self) -> tuple[int, int]:
+        """(count, bytes) of the live roots' parameters, each counted once (a GAN's two models)."""
+        params = list(memory.accountable(self.roots, [], {}).parameters())
+        return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
+
+
+def lr_of(optimizer: Any) -> float | None:
+    """The learning rate of ``optimizer``'s first parameter group, if it has one."""
+    try:
+        return float(optimizer.param_groups[0]["lr"])
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def ddp_syncs_buffers(ddp: Any) -> bool:
+    """True when this DDP forward broadcasts buffers first (a collective before the backward)."""
+    try:
+        return bool(ddp._check_sync_bufs_pre_fwd())
+    except Exception:
+        return False
+
+
+def is_average(module: Any) -> bool:
+    """A running average of a trained model's weights (torch's ``AveragedModel``, an EMA such
+    as timm's ``ModelEmaV2``): it is only ever evaluated, never trained."""
+    if isinstance(module, torch.optim.swa_utils.AveragedModel):
+        return True
+    name = type(module).__name__
+    return "Averaged" in name or "MovingAverage" in name or _EMA_NAME.search(name) is not None
+
+
+_EMA_NAME = re.compile(r"(?:^|(?<=[a-z0-9_]))(?:EMA|Ema)(?=[A-Z0-9_]|$)")
+""""Ema" or "EMA" as a word of a class name: ModelEmaV2, EMAModel, not SemanticModel."""
+
+
+def batch_size(args: Any, kwargs: Any) -> int:
+    """First dimension of the first tensor among the arguments (one level into lists and
+    dicts), 0 when there is none."""
+    for value in (*args, *(kwargs.values() if kwargs else ())):
+        if isinstance(value, torch.Tensor):
+            return int(value.shape[0]) if value.dim() else 1
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                if isinstance(v, torch.Tensor):
+                    return int(v.shape[0]) if v.dim() else 1
+    return 0
