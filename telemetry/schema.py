@@ -115,7 +115,8 @@ class Step(Base, tag="step"):
     comm_s: float | None = None
     """Time spent waiting on communication, where known."""
     self_s: float | None = None
-    """Work before the first collective of the step (no waiting): the straggler signal."""
+    """The rank's own work in the step, no waiting: the straggler signal. Work before the step's
+    first collective; the bundled trainer under FSDP: the step's time outside collectives."""
     lr: float | None = None
     mono: float = 0.0
     mem: Mem | None = None

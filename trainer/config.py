@@ -34,7 +34,8 @@ class Straggler:
     rank: int
     """The rank that is slowed."""
     kind: str
-    """``data``: sleep in the data phase; ``compute``: busy work at the start of forward."""
+    """``data``: sleep in the data phase; ``compute``: busy work in the forward of the model's
+    last block."""
     seconds: float
     """Extra time per step."""
 
@@ -175,7 +176,7 @@ class TrainConfig:
     # -- fault injection (for straggler / stall / crash detection) ---------------------------
     inject_straggler: Straggler | None = None
     """RANK:KIND:SECONDS: that rank spends SECONDS more per step, sleeping in its data
-    phase (data) or busy computing at the start of forward (compute)."""
+    phase (data) or busy computing in the forward of the model's last block (compute)."""
     inject_stall: RankStep | None = None
     """RANK@STEP: that rank blocks forever in the data phase of STEP (heartbeats go on)."""
     inject_crash: RankStep | None = None

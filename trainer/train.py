@@ -12,11 +12,13 @@ read one step late, once the next step is queued: the only CPU-GPU synchronisati
 is waiting for the previous step's last event, which the GPU has reached (or is about to) by
 then, so the GPU is never left idle to report on it.
 
-The step's "self time" is the time from the end of the previous step to this rank's arrival at
-the step's first collective: the work no other rank can hold up, where a straggler shows.
-DDP (no buffer broadcast): the start of the last micro-batch's backward, whose first bucket
-all-reduce is the first collective; FSDP2: the start of the root forward, whose pre-forward
-hook all-gathers; single and dp: the whole step.
+The step's "self time" is this rank's own work, which no other rank holds up: where a
+straggler shows. DDP (no buffer broadcast): the time from the end of the previous step to the
+start of the last micro-batch's backward, whose first bucket all-reduce is the step's first
+collective; FSDP2, which all-gathers each block's parameters as the forward reaches it (a rank
+slow in any block keeps the others waiting in a later collective): the step's time outside its
+timed collectives (without comm timing, up to the root forward's all-gather); single and dp:
+the whole step.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import sys
 import time
 import traceback
 import warnings
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -139,6 +141,17 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     first_attempt = restart == 0
     crash_step = crash.step if crash is not None and crash.rank == rt.rank and first_attempt else 0
     busy = BusyCompute(rt.device) if straggler and straggler.kind == "compute" else None
+    busy_armed = [False]
+    if busy is not None:
+        # Inside the model, where a slow layer would be: in the last block's forward, after
+        # FSDP has all-gathered the blocks before it (a rank slow there keeps the others
+        # waiting in a later collective, not the step's first).
+        def slow_block(_module: Any, _args: Any) -> None:
+            if busy_armed[0]:
+                busy_armed[0] = False
+                busy.run(straggler.seconds)
+
+        w.inner.blocks[-1].register_forward_pre_hook(slow_block)
 
     reporter.hello(
         strategy=cfg.strategy,
@@ -200,11 +213,19 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         comm_s = CommTimer.seconds(rec.comm) if rec.comm is not None else None
         if w.strategy == "single":
             comm_s = 0.0
+        self_s = times["self_s"]
+        if w.strategy == "fsdp" and comm_s is not None:
+            # FSDP gathers each block's parameters as the forward reaches it: a rank slow in a
+            # block keeps the others waiting in a later collective than the step's first. Its
+            # own time is the step's time outside collectives (they overlap compute a little
+            # on a GPU, alike on every rank; the time a rank spends waiting for the others is
+            # inside them).
+            self_s = max(0.0, times["step_s"] - comm_s)
         reporter.step(
             step=rec.step, epoch=rec.epoch, loss=loss, samples=rec.samples,
             step_s=times["step_s"], data_s=times["data_s"], forward_s=times["forward_s"],
             backward_s=times["backward_s"], optimizer_s=times["optimizer_s"], comm_s=comm_s,
-            self_s=times["self_s"], lr=rec.lr, mem=rec.mem,
+            self_s=self_s, lr=rec.lr, mem=rec.mem,
         )
         if rec.last_in_epoch:  # after the epoch's last step, also when that is read late
             reporter.event("epoch_end", step=rec.step)
@@ -247,10 +268,9 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             with grad_sync(w, sync=last):
                 marks.append(("forward", clock.stamp()))
                 reporter.set_phase("forward")
-                if i == 0 and busy is not None and straggler is not None:
-                    busy.run(straggler.seconds)
+                busy_armed[0] = i == 0 and busy is not None
                 if i == 0 and w.strategy == "fsdp":
-                    arrive = clock.stamp()  # the root's pre-forward hook all-gathers
+                    arrive = clock.stamp()  # the root's pre-forward hook all-gathers (self time without comm timing)
                 with autocast(w, rt.device):
                     loss = w.model(x, y)
                 if loss.dim():  # DataParallel: one loss per replica

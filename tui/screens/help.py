@@ -68,7 +68,8 @@ def keys_table() -> Table:
 
 GLOSSARY = (
     "wall: a rank's step time, from one step's end to the next's. "
-    "self time: a rank's work before the step's first collective (no waiting). In DDP and FSDP "
+    "self time: a rank's work before the step's first collective (no waiting; the bundled "
+    "trainer's FSDP: its step time outside collectives). In DDP and FSDP "
     "every rank's step time is about the same, because all wait for the slowest; the straggler is "
     "the rank whose self time exceeds the others' median.\n"
     "held: parameters + gradients + optimizer state (+ DDP buckets) on the rank; unsharded: "
