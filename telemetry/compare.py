@@ -18,8 +18,8 @@ _RUN_METRICS: list[tuple[str, str, str, str]] = [
     ("samples_per_s", "samples/s (whole run)", "1/s", "higher"),
     ("steady_samples_per_s", "samples/s (median step)", "1/s", "higher"),
     ("median_step_s", "step time", "s", "lower"),
-    # Self time is the straggler signal, not a speed: it ends at a strategy's first collective,
-    # which FSDP reaches right after loading the data. No "better" across runs.
+    # Self time is the straggler signal, not a speed: what it holds differs by strategy (work up
+    # to DDP's first all-reduce; FSDP's time outside collectives). No "better" across runs.
     *((f"phase:{p}", f"  {PHASE_LABELS[p]}", "s", "" if p == "self_s" else "lower") for p in PHASES),
 ]
 _LOSS_METRICS: list[tuple[str, str, str, str]] = [
@@ -31,7 +31,7 @@ _MEMORY_METRICS: list[tuple[str, str, str, str]] = [
     ("grads_bytes", "gradients a rank", "bytes", "lower"),
     ("optim_bytes", "optimizer state a rank", "bytes", "lower"),
     ("buckets_bytes", "DDP buckets a rank", "bytes", "lower"),
-    ("held_bytes", "model state held a rank", "bytes", "lower"),
+    ("held_bytes", "held a rank (state + DDP buckets)", "bytes", "lower"),
     ("peak_bytes", "peak memory a rank", "bytes", "lower"),
 ]
 _HEALTH_METRICS: list[tuple[str, str, str, str]] = [
@@ -98,6 +98,8 @@ def compare_reports(a: dict, b: dict) -> dict:
             va, vb = _value(a, key), _value(b, key)
             if va is None and vb is None:
                 continue
+            if key == "last_loss" and not _same_end(a, b):
+                better = ""  # a loss further on is lower for that alone: not judged
             rows.append(
                 {
                     "section": section,
@@ -112,8 +114,19 @@ def compare_reports(a: dict, b: dict) -> dict:
                     "verdict": _verdict(va, vb, better),
                 }
             )
-    side = ("log", "run_id", "strategy", "world_size", "devices", "steps", "params_count")
-    return {"a": {k: a.get(k) for k in side}, "b": {k: b.get(k) for k in side}, "rows": rows}
+    side = ("log", "run_id", "strategy", "world_size", "devices", "steps", "last_step", "params_count")
+    notes = []
+    if not _same_end(a, b):
+        notes.append(
+            f"the runs ended at different steps (A {a.get('last_step')}, B {b.get('last_step')}): "
+            "their last losses are shown, not judged"
+        )
+    return {"a": {k: a.get(k) for k in side}, "b": {k: b.get(k) for k in side}, "rows": rows, "notes": notes}
+
+
+def _same_end(a: dict, b: dict) -> bool:
+    """Whether both runs' slowest ranks ended at the same step (their last losses compare)."""
+    return a.get("last_step") == b.get("last_step")
 
 
 def _fmt(x: float | None, unit: str, signed: bool = False) -> str:
@@ -161,6 +174,7 @@ def render_compare_markdown(cmp: dict) -> str:
         f"- B: `{b['run_id'] or b['log']}` ({run_label(b)}, {b['steps']} steps)",
         "",
         md_table(head, body, right={1, 2, 3, 4}),
+        *(["", *(f"- {n}" for n in cmp.get("notes", []))] if cmp.get("notes") else []),
     ]
     return "\n".join(out) + "\n"
 
@@ -183,6 +197,8 @@ def render_compare_text(cmp: dict, width: int = 120) -> str:
     for row in body:
         t.add_row(row[0].replace("**", ""), *row[1:])
     con.print(t)
+    for note in cmp.get("notes", []):
+        con.print(f"note: {note}")
     return buf.getvalue()
 
 

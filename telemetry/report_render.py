@@ -95,7 +95,7 @@ def _hub_restarts_text(rep: dict) -> str:
     return f" (the hub died and was restarted {len(times)}x, at {at}: what the ranks sent while it was down)"
 
 
-RANK_COLUMNS = ("rank", "host", "status", "steps", "last loss", "step ms", *PHASE_LABELS.values(), "params", "grads", "optim", "held", "unsharded", "peak", "lost")
+RANK_COLUMNS = ("rank", "host", "status", "steps", "last loss", "step ms", *PHASE_LABELS.values(), "params", "grads", "optim", "state", "unsharded", "peak", "lost")
 
 
 def rank_columns(rep: dict) -> tuple[str, ...]:

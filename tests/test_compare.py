@@ -155,3 +155,22 @@ def test_compare_shows_restarts_recovered_failures_and_the_loss():
     assert rows["phase:self_s"]["verdict"] == ""  # the straggler signal, not a speed
     text = render_compare_text(compare_reports(a, b))
     assert "torchrun restarts" in text and "loss at the last step" in text
+
+
+def test_runs_that_ended_at_different_steps_have_their_losses_shown_not_judged():
+    # A run that crashed at step 20 against one that went on to 60: "loss at the last step
+    # 0.91 vs 1.81, worse" judged step 60 against step 19, and a longer run read "better".
+    from pardash.telemetry.compare import compare_reports, render_compare_markdown, render_compare_text
+
+    a = build_report(str(DATA / "real_ddp2.jsonl"))
+    b = json.loads(json.dumps(a))
+    b["last_step"] = a["last_step"] - 10
+    for r in b["ranks"]:
+        r["last_loss"] = r["last_loss"] + 0.5
+    cmp = compare_reports(a, b)
+    rows = {r["metric"]: r for r in cmp["rows"]}
+    assert rows["last_loss"]["delta"] == pytest.approx(0.5) and rows["last_loss"]["verdict"] == ""
+    assert rows["median_step_s"]["verdict"] == "same"  # the rest is judged as before
+    said = f"the runs ended at different steps (A {a['last_step']}, B {b['last_step']})"
+    assert said in render_compare_text(cmp) and said in render_compare_markdown(cmp)
+    assert compare_reports(a, json.loads(json.dumps(a)))["notes"] == []

@@ -72,7 +72,7 @@ GLOSSARY = (
     "trainer's FSDP: its step time outside collectives). In DDP and FSDP "
     "every rank's step time is about the same, because all wait for the slowest; the straggler is "
     "the rank whose self time exceeds the others' median.\n"
-    "held: parameters + gradients + optimizer state (+ DDP buckets) on the rank; unsharded: "
+    "state: parameters + gradients + optimizer state on the rank; held: state + DDP buckets; unsharded: "
     "what the ranks would hold with a full copy each (DDP): the memory panel's total, and a "
     "rank's own in its detail.\n"
     "comm: time with a collective in flight (DDP's bucket all-reduces, FSDP's all-gathers and "

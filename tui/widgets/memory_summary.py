@@ -61,10 +61,11 @@ class MemorySummary(CachedStyles, Widget):
             return Text("no memory figures yet", style=self._s("dim"))
         n = len(s.ranks)
         lo, med, hi = s.held_per_rank
-        lines = [self._row("held", fmt_bytes(s.held_bytes), f"across {n} rank{'s' if n != 1 else ''}")]
+        # "state": parameters, gradients, optimizer state; the grid's "held" adds DDP's buckets
+        lines = [self._row("state", fmt_bytes(s.held_bytes), f"across {n} rank{'s' if n != 1 else ''}")]
         if s.buckets_bytes:
             lines.append(self._row("buckets", fmt_bytes(s.buckets_bytes), "DDP buckets, extra"))
-        # A total, like "held": what the same ranks would hold with a full copy each.
+        # A total, like "state": what the same ranks would hold with a full copy each.
         lines.append(self._row("unsharded", fmt_bytes(s.full_bytes), f"{n} full cop{'ies' if n != 1 else 'y'}"))
         ratio = s.ratio
         if s.saving_bytes > 0 and (ratio or 0) > 1.05:
