@@ -318,10 +318,16 @@ def test_a_resume_with_other_data_flags_says_what_differs():
     other = TrainConfig(seed=1, batch_size=16, grad_accum=2, dataset_size=512)
     notes = _resume_notes(saved, other, 6, 1, True)
     assert [n.split(":")[0] for n in notes] == [
-        "the checkpoint was saved with --batch-size 8, this run has 16",
-        "the checkpoint was saved with --grad-accum 1, this run has 2",
         "the checkpoint was saved with --dataset-size 256, this run has 512",
+        "the checkpoint was saved taking 8 samples a step (--batch-size 8 x --grad-accum 1 x 1 rank(s)), this run takes 32",
     ]
+    # The same samples a step split otherwise (DDP x2 at 4 a rank, one rank at 8, or 4 twice
+    # accumulated) take the same samples: nothing to say (it said "each rank's data differs").
+    assert _resume_notes(saved, TrainConfig(seed=1, batch_size=4, grad_accum=1, dataset_size=256), 6, 2, True) == []
+    assert _resume_notes(saved, TrainConfig(seed=1, batch_size=4, grad_accum=2, dataset_size=256), 6, 1, True) == []
+    ddp2 = checkpoint.Progress(step=4, epoch=0, steps_into_epoch=4, total_steps=6, lr=1e-3, seed=1,
+                               world_size=2, batch_size=4, grad_accum=1, dataset_size=256)
+    assert _resume_notes(ddp2, same, 6, 1, False) == []  # another world keeps no rank's RNG: expected
     # An older checkpoint, which did not keep them, is not second-guessed.
     older = checkpoint.Progress(step=4, epoch=0, steps_into_epoch=4, total_steps=6, lr=1e-3,
                                 seed=1, world_size=1)

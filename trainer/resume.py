@@ -160,18 +160,24 @@ def resume_notes(
     if saved.seed != cfg.seed:
         notes.append(f"the checkpoint was saved with --seed {saved.seed}, this run has "
                      f"{cfg.seed}: the data order differs")
-    for name, value in data_flags(cfg).items():
-        was = getattr(saved, name)
-        if was and was != value:  # 0: a checkpoint from before the flag was kept
-            flag = "--" + name.replace("_", "-")
-            why = ("the data and its epochs differ from the saved run's" if name == "dataset_size"
-                   else "the steps already taken in the epoch are skipped by count, so each step "
-                        "from here takes other samples than the saved run's would have")
-            notes.append(f"the checkpoint was saved with {flag} {was}, this run has {value}: {why}")
-    if saved.world_size != world_size:
+    if saved.dataset_size and saved.dataset_size != cfg.dataset_size:  # 0: not kept then
+        notes.append(f"the checkpoint was saved with --dataset-size {saved.dataset_size}, this run has "
+                     f"{cfg.dataset_size}: the data and its epochs differ from the saved run's")
+    # A step takes the next batch x grad-accum x ranks samples of the seeded order, however they
+    # are split among ranks and micro-batches: DDP x2 at --batch-size 16 takes what one rank at
+    # 32 does, so only another number of samples a step changes them.
+    if saved.batch_size and saved.grad_accum:
+        was = saved.batch_size * saved.grad_accum * saved.world_size
+        now = cfg.batch_size * cfg.grad_accum * world_size
+        if was != now:
+            notes.append(f"the checkpoint was saved taking {was} samples a step (--batch-size {saved.batch_size} "
+                         f"x --grad-accum {saved.grad_accum} x {saved.world_size} rank(s)), this run takes {now}: the "
+                         "steps already taken in the epoch are skipped by count, so each step from here takes "
+                         "other samples than the saved run's would have")
+    elif saved.world_size != world_size:  # a checkpoint that kept no batch flags
         notes.append(f"the checkpoint was saved by {saved.world_size} rank(s), this run has "
-                     f"{world_size}: each rank's data differs from then on")
-    elif not had_rng:
+                     f"{world_size}: each step's samples may differ from then on")
+    if saved.world_size == world_size and not had_rng:
         notes.append("this rank's RNG state is not in the checkpoint")
     if saved.total_steps != total_steps:
         notes.append(f"the checkpoint's run had {saved.total_steps} steps, this one "
