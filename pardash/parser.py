@@ -61,7 +61,7 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--node-rank", type=int, default=0, help="this node's rank (default 0)")
     g.add_argument("--master-addr", default=None, help="address of node 0 (default 127.0.0.1)")
     g.add_argument("--master-port", type=cliargs.port, default=None, help="rendezvous port on node 0 (default: a free one on one node, 29500 on several)")
-    g.add_argument("--max-restarts", type=int, default=0, help="torchrun's elastic restarts (default 0)")
+    g.add_argument("--max-restarts", type=cliargs.count(0), default=0, help="torchrun's elastic restarts (default 0)")
     v = p.add_argument_group("telemetry and view")
     v.add_argument("--headless", action="store_true", help="no TUI: print progress lines and keep the log")
     v.add_argument("--log", default=None, help="JSONL telemetry log (default runs/<run id>/telemetry.jsonl)")

@@ -171,6 +171,7 @@ def test_a_torchrun_killed_by_a_signal_exits_as_the_shell_says():
         (["simulate", "--port", "65534"], "a hub takes PORT..PORT+2"),
         (["simulate", "--rate", "nan"], "'nan' is not a finite number"),
         (["attach", "--headless", "tcp://127.0.0.1:70000"], "the hub's ingest port (1-65533)"),
+        (["launch", "--headless", "--max-restarts", "-1"], "argument --max-restarts: -1 must be at least 0"),  # was torchrun's traceback
     ],
 )
 def test_bad_numbers_and_addresses_are_one_line_and_exit_2(tmp_path, args, needle):
