@@ -230,8 +230,11 @@ def rate_text(st) -> str:
     sps = samples_per_s(st)
     if sps > 0:
         return f"{sps:,.0f} samples/s"
-    if any((r.stalled is not None or r.silent is not None) and r.exit_code is None and not r.finished for r in st.ranks.values()):
+    stuck = [r for r in st.ranks.values() if (r.stalled is not None or r.silent is not None) and not r.finished]
+    if any(r.exit_code is None for r in stuck):
         return "0 samples/s"  # stuck
+    if stuck:  # ended stuck (stopped, killed): its last steps' rate is not how it ended
+        return "0 samples/s at the end (stalled)"
     recent = samples_per_s_recent(st)
     return f"{recent:,.0f} samples/s at the end" if recent > 0 else ""
 

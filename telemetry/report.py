@@ -125,6 +125,8 @@ def build_report(path: str) -> dict:
     open_stragglers: dict[int, dict] = {}
     stalls: list[dict] = []
     open_stalls: dict[int, dict] = {}
+    stall_from: dict[int, float] = {}
+    """Each rank's newest step's time: where a stall it is then found in began."""
     not_sharding: dict[int, str] = {}
     exits: dict[int, dict] = {}
     noted: set[int] = set()
@@ -160,6 +162,7 @@ def build_report(path: str) -> dict:
                 last_t = msg.t if last_t is None else max(last_t, msg.t)
         if isinstance(msg, schema.Step):
             if msg.t:  # 0: a step without its time (a hand-made or foreign line) spans nothing
+                stall_from[msg.rank] = msg.t
                 step_t0 = msg.t - msg.step_s if step_t0 is None else min(step_t0, msg.t - msg.step_s)
                 step_t1 = msg.t if step_t1 is None else max(step_t1, msg.t)
             step_s[msg.rank].append(msg.step_s)
@@ -190,7 +193,12 @@ def build_report(path: str) -> dict:
                     peak_kind = "rss"
                     peak[msg.rank] = max(peak.get(msg.rank, 0), mem.rss_bytes)
         elif isinstance(msg, schema.Verdict):
+            ended = open_stalls.get(msg.rank)
             _fold_verdict(msg, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits)
+            if msg.verdict in ("stalled", "silent"):
+                open_stalls[msg.rank]["since_t"] = stall_from.get(msg.rank, msg.t)
+            if ended is not None and ended["until"] is not None:
+                ended["end_t"] = msg.t
         elif isinstance(msg, schema.Event) and msg.name == "exit" and msg.rank >= 0:
             if msg.code:
                 if msg.seq >= 0 and msg.rank in noted and msg.rank in exits:
@@ -202,14 +210,14 @@ def build_report(path: str) -> dict:
                         noted.add(msg.rank)
                 ep = open_stalls.pop(msg.rank, None)
                 if ep is not None:
-                    ep["until"] = "exit"
+                    ep["until"], ep["end_t"] = "exit", msg.t
             elif msg.seq >= 0:
                 # The rank's own word that it finished wins over a launcher's note about it
                 # taken first (the hub takes from each sender in turn).
                 exits.pop(msg.rank, None)
                 ep = open_stalls.pop(msg.rank, None)
                 if ep is not None:
-                    ep["until"] = "finished"
+                    ep["until"], ep["end_t"] = "finished", msg.t
         elif isinstance(msg, schema.Event) and msg.name == "eval" and msg.rank >= 0:
             evals[msg.rank].append(msg.duration_s or 0.0)
         elif isinstance(msg, schema.Event) and msg.name in ("checkpoint", "resume", "warning") and msg.seq >= 0:
@@ -217,8 +225,13 @@ def build_report(path: str) -> dict:
         elif isinstance(msg, schema.Hello) and msg.restart and msg.rank in open_stalls:
             # torchrun stopped the rank to restart the job (it sends no word for the ranks it
             # stops then): the episode ends with the restart.
-            open_stalls.pop(msg.rank)["until"] = f"restarted by torchrun (restart {msg.restart})"
+            ep = open_stalls.pop(msg.rank)
+            ep["until"], ep["end_t"] = f"restarted by torchrun (restart {msg.restart})", msg.t
 
+    for ep in stalls:
+        # How long it lasted: from the rank's last step to its end (the log's end: never ended).
+        since, end = ep.pop("since_t", None), ep.pop("end_t", None) or last_t
+        ep["seconds"] = round(max(0.0, end - since), 3) if since is not None and end is not None else None
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
     for ep in stragglers:
         _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0))

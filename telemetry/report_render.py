@@ -58,7 +58,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("strategy", rep["strategy"] or "-"),
         ("world size", str(rep["world_size"])),
         ("devices", _devices_text(rep)),
-        ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])})"),
+        ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_hung_text(rep)})"),
         *([("evaluations", f"{rep['evaluations']['count']}, {rep['evaluations']['seconds']:.1f} s in all, outside the steps")]
           if rep.get("evaluations") else []),
         ("steps", f"{rep['steps']} (last step {rep['last_step']}"
@@ -76,6 +76,12 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
 def _seconds(s: float) -> str:
     """``8.3 s``; under a second, two significant digits (a 6-step run's training read "0.0 s")."""
     return f"{s:.1f} s" if s >= 1 or s == 0 else f"{s:.2g} s"
+
+
+def _hung_text(rep: dict) -> str:
+    """``; then stalled 41 s``: a run that ended in a stall (its samples/s are of its steps)."""
+    hung = [s["seconds"] for s in rep["stalls"] if not (s["until"] or "").startswith(("resumed", "finished")) and s.get("seconds")]
+    return f"; then stalled {_seconds(max(hung))}" if hung else ""
 
 
 def _refused_text(counts: dict[str, int]) -> str:
@@ -157,16 +163,19 @@ def stall_lines(rep: dict) -> list[str]:
         group = [s for s in rep["stalls"] if (s["until"] or "").startswith("resumed") == ended]
         if len({s["rank"] for s in group}) >= rep["world_size"]:
             causes |= {(ended, r) for r in hang_causes((s["rank"], s["kind"], s["step"], s["phase"]) for s in group)}
-    alike: dict[str, list[int]] = {}
+    alike: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
     for s in rep["stalls"]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
         cause = ((s["until"] or "").startswith("resumed"), s["rank"]) in causes
-        ranks = alike.setdefault(f"{what}{at}; {s['until'] or 'never resumed'}{' - likely the cause' if cause else ''}", [])
+        ranks, took = alike.setdefault((f"{what}{at}", f"; {s['until'] or 'never resumed'}{' - likely the cause' if cause else ''}"), ([], []))
         if s["rank"] not in ranks:
             ranks.append(s["rank"])
-    lines = sorted(alike.items(), key=lambda item: not item[0].endswith(" - likely the cause"))  # stable: the rest keep their order
-    return [f"{ranks_named(ranks)} {what}" for what, ranks in lines]
+        if s.get("seconds") is not None:
+            took.append(s["seconds"])
+    lines = sorted(alike.items(), key=lambda item: not item[0][1].endswith(" - likely the cause"))  # stable: the rest keep their order
+    # (for how long: the longest of the ranks that stalled alike, from their last step)
+    return [f"{ranks_named(ranks)} {what}{f' for {_seconds(max(took))}' if took else ''}{end}" for (what, end), (ranks, took) in lines]
 
 
 def exit_lines(rep: dict) -> list[str]:

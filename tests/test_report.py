@@ -782,3 +782,28 @@ def test_a_report_of_many_ranks_is_quick_and_groups_its_hosts(tmp_path):
     rows = lines[header + 1 : header + 301]
     assert [int(r.split()[0]) for r in rows] == list(range(300))
     assert all(len(r) <= len(lines[header]) for r in rows)
+
+
+def test_a_run_that_ended_stalled_says_for_how_long(tmp_path):
+    # Rank 1 stuck in its data from step 3, rank 0 waiting in its backward, both stopped 30 s
+    # later (Ctrl-C): the report said "training 0.3 s" and nothing of the 30 s hang, its stalls
+    # had no length, and the last progress line the rate of the steps before the hang.
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + s * 0.1) for s in (1, 2, 3) for r in (0, 1)]
+    records += [
+        schema.Verdict(run="r", rank=1, seq=-1, verdict="stalled", cause="data", step=3, message="rank 1 stalled", t=t + 10.3),
+        schema.Verdict(run="r", rank=0, seq=-1, verdict="stalled", cause="backward", step=3, message="rank 0 stalled", t=t + 10.4),
+        *(schema.Event(run="r", rank=r, seq=-1, name="exit", code=-2, message="stopped", t=t + 30.3) for r in (0, 1)),
+    ]  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert [(s["rank"], s["seconds"], s["until"]) for s in rep["stalls"]] == [(1, 30.0, "exit"), (0, 30.0, "exit")]
+    text = render_text(rep)
+    assert "(training 0.3 s; then stalled 30.0 s)" in text
+    assert "rank 1 stalled in data after step 3 for 30.0 s; exit - likely the cause" in text
+    st = RunState(run_id="r", track_seq=False)
+    for m in records:
+        st.apply(m, m.t)
+    assert "0 samples/s at the end (stalled)" in progress_line(st, t + 31)
