@@ -98,11 +98,16 @@ class HubCollector:
         restarts.add_metric([], max((r.restarts for r in ranks), default=0))
         yield restarts
 
+        losses = [s.loss for _, s in steps if s.loss is not None]
+        yield gauge(
+            "pardash_loss_mean", "Mean over ranks of the latest step's loss (DDP and FSDP ranks: the global batch's loss).",
+            sum(losses) / len(losses) if losses else None,
+        )
         step_stat = _stat([s.step_s for _, s in steps])
         self_stat = _stat([s.self_s for _, s in steps if s.self_s is not None])
         yield gauge("pardash_step_median_seconds", "Median over ranks of the latest step's wall time.", step_stat[1] if step_stat else None)
         yield gauge("pardash_step_max_seconds", "Largest latest step wall time of any rank.", step_stat[2] if step_stat else None)
-        yield gauge("pardash_self_median_seconds", "Median over ranks of the latest self time (work before the first collective).", self_stat[1] if self_stat else None)
+        yield gauge("pardash_self_median_seconds", "Median over ranks of the latest self time (the rank's own work, no waiting).", self_stat[1] if self_stat else None)
         yield gauge("pardash_self_max_seconds", "Largest latest self time of any rank (the straggler signal).", self_stat[2] if self_stat else None)
 
         strag = GaugeMetricFamily(
@@ -161,11 +166,12 @@ class HubCollector:
         loss = GaugeMetricFamily("pardash_rank_loss", "Loss of the rank's latest step.", labels=["rank"])
         held = GaugeMetricFamily("pardash_rank_held_bytes", "Model state the rank holds.", labels=["rank"])
         device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS).", labels=["rank"])
-        state = GaugeMetricFamily("pardash_rank_state", "1 for the rank's current state.", labels=["rank", "state"])
+        state = GaugeMetricFamily("pardash_rank_state", "1 for the rank's current state, 0 for the others.", labels=["rank", "state"])
         lost = CounterMetricFamily("pardash_rank_messages_lost", "The rank's messages that never arrived.", labels=["rank"])
         for r in ranks:
             lab = str(r.rank)
-            state.add_metric([lab, r.status], 1)
+            for s_ in STATUSES:  # every state, so a series does not vanish when the rank leaves it
+                state.add_metric([lab, s_], 1 if s_ == r.status else 0)
             lost.add_metric([lab], r.seq.lost)
             s = r.step
             if s is None:
@@ -232,7 +238,7 @@ def serve_metrics(core: "HubCore", port: int, *, addr: str = "127.0.0.1", per_ra
 
 def add_arguments(p) -> None:
     """``--prometheus PORT``, ``--prometheus-addr``, ``--prometheus-per-rank`` (hub, launch, simulate)."""
-    p.add_argument("--prometheus", type=cliargs.port, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port)")
+    p.add_argument("--prometheus", type=cliargs.port, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port) while the hub runs (a job's end is in its log: `pardash report`)")
     p.add_argument("--prometheus-addr", default="127.0.0.1", metavar="ADDR", help="address /metrics binds (default 127.0.0.1; beyond loopback only with --insecure: /metrics has no authentication)")
     p.add_argument("--prometheus-per-rank", action="store_true", help="add per-rank series (pardash_rank_*; one series per rank and metric)")
 

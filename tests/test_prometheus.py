@@ -26,7 +26,7 @@ AGGREGATES = {
     "pardash_stragglers", "pardash_straggler_cost_seconds", "pardash_held_min_bytes", "pardash_held_max_bytes",
     "pardash_unsharded_bytes", "pardash_expected_bytes", "pardash_device_memory_min_bytes", "pardash_device_memory_max_bytes",
     "pardash_messages_received", "pardash_messages_lost", "pardash_messages_dropped", "pardash_ingest_messages_per_second",
-    "pardash_job_restarts",
+    "pardash_job_restarts", "pardash_loss_mean",
 }  # fmt: skip
 
 
@@ -94,6 +94,10 @@ def test_a_hub_fed_by_real_reporters_serves_what_they_sent(hub):
         assert value(fams, "pardash_rank_loss", rank="1") == pytest.approx(1.2)
         assert value(fams, "pardash_rank_phase_seconds", rank="0", phase="data") == pytest.approx(0.005)
         assert value(fams, "pardash_rank_state", rank="0", state="running") == 1
+        # every state has its series (0 but the rank's), as pardash_ranks: none vanishes when left
+        assert value(fams, "pardash_rank_state", rank="0", state="exited") == 0
+        # the loss without per-rank series: the ranks' mean (1/5 and 1/5 + 1)
+        assert value(fams, "pardash_loss_mean") == pytest.approx(0.7)
         assert "process_cpu_seconds_total" in text  # the hub process's own figures
         check_conventions(text)
     finally:
