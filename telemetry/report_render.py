@@ -265,8 +265,9 @@ def _plain_table(cols: tuple[str, ...], rows: list[list[str]], left: set[str]) -
     return out
 
 
-def render_text(rep: dict, width: int = 160) -> str:
-    """The report as plain text with rich tables."""
+def render_text(rep: dict, width: int = 10_000) -> str:
+    """The report as plain text with rich tables: no line wrapped (a table's cells stay on their
+    row, for grep and awk), none ending in spaces."""
     from io import StringIO
 
     from rich.console import Console
@@ -336,11 +337,7 @@ def render_text(rep: dict, width: int = 160) -> str:
     con.print(rep["memory"]["verdict"])
     for rank in rep["memory"]["not_sharding"]:
         con.print(f"  rank {rank}: not sharding")
-    line = f"lost messages: {rep['lost_messages']}"
-    if rep["skipped_lines"]:
-        line += f"; skipped log lines: {rep['skipped_lines']}"
-    con.print(line)
-    return buf.getvalue()
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
 def custom_lines(rep: dict) -> list[str]:

@@ -97,8 +97,12 @@ def test_damaged_lines_are_skipped_and_counted_never_raised():
     assert rep["skipped_lines"] == 5
     assert [r["steps"] for r in rep["ranks"]] == [60, 60, 60, 60]
     assert rep["lost_messages"] == 1 and [r["lost_messages"] for r in rep["ranks"]] == [0, 1, 0, 0]
-    text = render_text(rep)
-    assert "lost messages: 1; skipped log lines: 5" in text
+    text = render_text(rep).splitlines()
+    assert "lost messages      1" in text and "skipped log lines  5 (2 invalid, 2 malformed, 1 truncated)" in text
+    # said once (the summary), no line ends in spaces, none is wrapped (one line a rank)
+    assert sum(line.startswith("lost messages") for line in text) == 1
+    assert not [line for line in text if line != line.rstrip()]
+    assert len([line for line in text if line.lstrip().split(" ")[0] in ("0", "1", "2", "3") and "finished" in line]) == 4
     assert "5 (2 invalid, 2 malformed, 1 truncated)" in render_markdown(rep)
 
 
