@@ -146,7 +146,10 @@ def straggler_lines(rep: dict) -> list[str]:
         until = f"cleared at step {s['cleared_step']}" if s["cleared_step"] is not None else "until the end"
         out.append(
             f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}, found at step {s['step']}, {until}; "
-            f"the others waited {ms(s['cost_s'])} ms a step, {s['cost_total_s']:.2f} s over {s['steps_charged']} steps "
+            # a step: the mean over the steps charged (the verdict's own figure is of the windows
+            # that found it, which the total would not multiply back to)
+            f"the others waited {ms(s['cost_total_s'] / s['steps_charged'] if s['steps_charged'] else s['cost_s'])} ms a step, "
+            f"{s['cost_total_s']:.2f} s over {s['steps_charged']} steps "
             f"({_pct(s['share_of_train'])} of training)"
         )
     return out
