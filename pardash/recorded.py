@@ -57,6 +57,8 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
     and `ps` lists it. Fails with one line when none is found."""
     if os.path.isfile(what):
         return what
+    if os.path.exists(what) and not os.path.isdir(what):
+        fail(f"{what}: not a regular file (give a log file, a run folder or a run id)")
     if os.path.isdir(what):
         inside = run_folder_log(what)
         if inside is not None:

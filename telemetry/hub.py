@@ -474,6 +474,31 @@ def add_hub_arguments(p: argparse.ArgumentParser) -> None:
     add_prometheus_arguments(p)
 
 
+def _missing(path: str) -> list[str]:
+    """``path`` and its folders that do not exist yet, outermost first."""
+    out: list[str] = []
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        out.insert(0, path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return out
+
+
+def _unmake(made: list[str]) -> None:
+    """Remove the empty log (and run folder) a hub that did not start made: nothing to keep."""
+    for path in reversed(made):
+        try:
+            if os.path.isdir(path):
+                os.rmdir(path)  # only if empty
+            elif os.path.getsize(path) == 0:
+                os.remove(path)
+        except OSError:
+            pass
+
+
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
     run_id = ns.run_id or registry.new_run_id()
     log = ns.log or os.path.join("runs", run_id, "telemetry.jsonl")
@@ -493,6 +518,7 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     if refusal:
         print(f"pardash hub: {refusal}", file=sys.stderr)
         return 2
+    made = _missing(log)
     try:
         hub = Hub(
             run_id=run_id, log_path=log, host=ns.bind, ports=ports, frame_hz=ns.frame_hz,
@@ -500,10 +526,12 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
         )  # fmt: skip
     except (security.InsecureBindError, security.CurveKeyError) as exc:
         print(f"pardash hub: {exc}", file=sys.stderr)
+        _unmake(made)
         return 2
     except zmq.ZMQError as exc:
         fix = "choose another --port" if exc.errno == zmq.EADDRINUSE else "check --bind (an address of this machine)"
         print(f"pardash hub: cannot bind {ns.bind}:{ns.port or '*'} ({exc}); {fix}", file=sys.stderr)
+        _unmake(made)
         return 2
     if hub.recorder is not None and hub.recorder.error:
         if not getattr(ns, "resume", False):

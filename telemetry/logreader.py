@@ -112,6 +112,9 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
         except RecursionError:
             stats.skipped["too_deep"] += 1
             continue
+        if msg.rank < 0 and not isinstance(msg, (schema.Event, schema.Verdict)):
+            stats.skipped["invalid"] += 1  # only the hub's notes (events) are no rank's
+            continue
         stats.records += 1
         yield msg
 

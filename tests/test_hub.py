@@ -493,3 +493,20 @@ def test_a_hub_alone_refuses_ranks_beyond_the_size_its_run_said():
         core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=1, step=1, step_s=0.1, t=1.0e9 + 1)), 1.0)
     assert core.rejected["rank_out_of_range"] == 2000 and sorted(core.state.ranks) == [0]
     assert core.ingest_bytes(schema.encode(schema.Step(run="r", rank=1, seq=1, step=1, step_s=0.1, t=1.0e9 + 1)), 1.0)
+
+
+def test_a_hub_that_cannot_bind_leaves_no_empty_log_behind(tmp_path, capsys):
+    # A busy --port: the hub said "cannot bind" and left an empty log (and run folder) behind,
+    # which the next `pardash report` of the run id found.
+    from pardash.telemetry import hub as hub_mod
+
+    ctx = zmq.Context.instance()
+    busy = ctx.socket(zmq.PULL)
+    port = busy.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        args = _hub_args(tmp_path / "runs" / "r", "--port", str(port))
+        assert hub_mod.run_hub(args) == 2
+        assert "cannot bind" in capsys.readouterr().err
+        assert not (tmp_path / "runs").exists()
+    finally:
+        busy.close(0)

@@ -282,7 +282,11 @@ def test_bad_input_to_the_recorded_run_commands_is_one_line_naming_the_command(t
         (("replay", "--speed", "nan", log), "pardash replay: error: argument --speed: 'nan' is not a finite number"),
         (("replay", "--speed", "inf", log), "'inf' is not a finite number"),
         (("export", log, "--tensorboard", ""), "--tensorboard: give a folder for the event files"),
+        (("report", "/dev/null"), "/dev/null: not a regular file"),  # it said "no such log file"
     ]
+    rankless = tmp_path.parent / f"{tmp_path.name}-rankless.jsonl"  # (tmp_path must stay empty)
+    rankless.write_text('{"kind":"step","step":1}\n')  # a step of no rank: a whole report of "world size 0" before
+    cases.append((("report", str(rankless)), "no telemetry records in 1 line(s) (1 invalid)"))
     for args, said in cases:
         p = _pardash(*args)
         assert p.returncode == 2 and said in p.stderr and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
