@@ -132,7 +132,8 @@ class TrainConfig:
     batch_size: int = 16
     """Samples per micro-batch per rank (dp: per process, split across its GPUs)."""
     grad_accum: int = 1
-    """Micro-batches per optimizer step; gradients sync only on the last one."""
+    """Micro-batches per optimizer step; DDP all-reduces gradients on the last one only, FSDP
+    reduce-scatters each (its gradients stay sharded)."""
     lr: float = 3e-3
     """Peak learning rate of AdamW."""
     weight_decay: float = 0.0

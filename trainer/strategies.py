@@ -467,13 +467,15 @@ def wrap_model(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> Wrapped:
 
 
 def grad_sync(w: Wrapped, sync: bool) -> ContextManager[None]:
-    """Context for one micro-batch's forward and backward: with ``sync=False`` gradients only
-    accumulate locally (DDP ``no_sync``, FSDP2 ``set_requires_gradient_sync(False)``); the
-    last micro-batch of a step runs with ``sync=True`` and reduces the sum."""
+    """Context for one micro-batch's forward and backward: DDP with ``sync=False`` only
+    accumulates gradients locally (``no_sync``), and the last micro-batch of a step, with
+    ``sync=True``, all-reduces the sum. FSDP2 reduce-scatters every micro-batch's gradients
+    into their shards: left unreduced (``set_requires_gradient_sync(False)``), each rank would
+    hold the whole unsharded gradients until the step's last micro-batch, which is not what
+    sharding promises (nor what the memory view, read after the step, would show); the price is
+    a reduce-scatter a micro-batch, as torchtitan pays."""
     if w.strategy == "ddp" and not sync:
         return w.model.no_sync()  # type: ignore[operator]
-    if w.strategy == "fsdp":
-        w.model.set_requires_gradient_sync(sync)  # type: ignore[operator]
     return contextlib.nullcontext()
 
 

@@ -264,7 +264,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         loss_sum = torch.zeros((), device=rt.device)
         for i, (x, y) in enumerate(micro):
             last = i == micro_steps - 1
-            # Gradients are reduced across ranks only on the last micro-batch.
+            # DDP reduces gradients across ranks on the last micro-batch only (FSDP: each one).
             with grad_sync(w, sync=last):
                 marks.append(("forward", clock.stamp()))
                 reporter.set_phase("forward")

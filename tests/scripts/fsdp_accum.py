@@ -1,0 +1,44 @@
+"""Two FSDP2 ranks on gloo accumulating gradients over two micro-batches through the bundled
+trainer's ``grad_sync``: after the first micro-batch's backward each rank prints, as JSON, the
+gradient bytes it holds, sharded (``param.grad``'s local shard) and unsharded (what FSDP2 keeps
+when a micro-batch does not reduce-scatter), against the model's whole gradient size."""
+
+import json
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+from pardash.trainer.strategies import Wrapped, grad_sync
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+full = sum(p.numel() * p.element_size() for p in model.parameters())
+for layer in model:
+    fully_shard(layer)
+fully_shard(model)
+w = Wrapped(model=model, inner=model, strategy="fsdp")
+
+
+def held() -> dict:
+    sharded = sum(p.grad.to_local().numel() * 4 for p in model.parameters() if p.grad is not None)
+    unsharded = 0
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            group = m._get_fsdp_state()._fsdp_param_group  # FSDP2's own, where no public view exists
+            for fp in group.fsdp_params if group is not None else ():
+                for t in (fp._unsharded_param.grad, fp.unsharded_accumulated_grad):
+                    unsharded += t.numel() * t.element_size() if t is not None else 0
+    return {"sharded": sharded, "unsharded": unsharded}
+
+
+x = torch.randn(8, 64)
+with grad_sync(w, sync=False):
+    model(x).sum().backward()
+after_first = held()
+with grad_sync(w, sync=True):
+    model(x).sum().backward()
+print(json.dumps({"rank": dist.get_rank(), "full": full, "first": after_first, "last": held()}), flush=True)
+dist.barrier()
+dist.destroy_process_group()
