@@ -267,6 +267,9 @@ def bench_cells(r: dict) -> list[str]:
     ]
 
 
+SUPERLINEAR = 1.1
+"""Scaling against single above this, a device, is no speed-up of sharding but a slow baseline."""
+
 BENCH_NOTES = (
     "samples/s: samples a step over all ranks / median step time (the median leaves warm-up out).",
     "step and phase times: medians over steps and ranks; comm is time waiting on communication.",
@@ -279,6 +282,14 @@ BENCH_NOTES = (
 
 def bench_notes(bench: dict) -> list[str]:
     out = list(BENCH_NOTES)
+    for r in bench.get("rows", []):
+        eff = r.get("scaling_efficiency")
+        if eff is not None and eff > SUPERLINEAR:
+            out.append(
+                f"{r['strategy']} scaled {eff * 100:.0f}% of single a device: more than 100% says single ran slower than "
+                "its share (a busy host; on CPU, one process's threads on every core against ranks with a share each), "
+                "not that more ranks make each faster: compare on an idle host"
+            )
     for left in bench.get("left_out", []):
         out.append(f"{left['strategy']} left out: {left['why']}")
     return out

@@ -71,6 +71,13 @@ def test_table_arithmetic_saving_against_ddp_and_scaling_against_single():
     assert rows["ddp"]["scaling_efficiency"] == pytest.approx(ddp["steady_samples_per_s"] / 2 / 500.0)
     md = render_bench_markdown({"model": "gpt", "steps": 12, "nproc": 2, "device": "cpu", "left_out": [], "rows": list(rows.values())})
     assert "| dp | 1 | failed (exit code 1) |" in md
+    assert ("scaled" in md) == any(r["scaling_efficiency"] and r["scaling_efficiency"] > 1.1 for r in rows.values())
+    # A busy host made single slow: "ddp 339%" read as a speed-up of sharding; now it is told.
+    slow = json.loads(json.dumps(results))
+    slow[0]["report"]["steady_samples_per_s"] = ddp["steady_samples_per_s"] / 6
+    fast = {r["strategy"]: r for r in strategy_rows(slow)}
+    md = render_bench_markdown({"model": "gpt", "steps": 12, "nproc": 2, "device": "cpu", "left_out": [], "rows": list(fast.values())})
+    assert "- ddp scaled 300% of single a device: more than 100% says single ran slower than its share" in md
     # A run that failed part-way has a report of the steps it took: no results from it, and no
     # baseline (a crash at step 5 read as a valid row, and 1199% scaling beside it).
     crashed = json.loads(json.dumps(ddp))
