@@ -352,6 +352,8 @@ def build_report(path: str) -> dict:
         # goes on, or its hub stopped recording (killed for good, out of disk) before it ended.
         "log_ends_early": None if closed or run_over(state) else {
             "step": state.step, "running": sum(1 for r in state.ranks.values() if not (r.finished or r.exit_code is not None)),
+            "stalled": sum(1 for r in state.ranks.values()
+                           if not (r.finished or r.exit_code is not None) and (r.stalled is not None or r.silent is not None)),
         },
     }
 

@@ -89,7 +89,8 @@ def _refused_text(counts: dict[str, int]) -> str:
 
 
 def _ends_early_text(end: dict) -> str:
-    return (f"at step {end['step']}, with {end['running']} rank(s) running and no closing line from the hub: the run "
+    stalled = f" ({end['stalled']} stalled)" if end.get("stalled") else ""
+    return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled} and no closing line from the hub: the run "
             "is still going (`pardash ps`), or its hub stopped recording (killed, out of disk) before the run ended")
 
 
@@ -182,10 +183,11 @@ def stall_lines(rep: dict) -> list[str]:
 
 
 def exit_lines(rep: dict) -> list[str]:
-    """The exits with an error, ranks that exited alike (code, step, role) on one line, in the
-    order of their first rank: a job of 1024 ranks stopped after one failed is two lines."""
+    """The exits with an error, ranks that exited alike (code, step, role) on one line: the root
+    cause first, then in the order of their first rank (a job of 1024 ranks stopped after one
+    failed is two lines)."""
     alike: dict[str, list[int]] = {}
-    for e in rep["exits"]:
+    for e in sorted(rep["exits"], key=lambda e: e.get("role") != "cause"):  # stable: the rest keep their order
         sig = f" ({e['signal']})" if e.get("signal") else ""
         at = f" at step {e['step']}" if e.get("step") is not None else ""
         role = {"cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped"}.get(e.get("role") or "", "")
