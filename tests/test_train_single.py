@@ -56,3 +56,22 @@ def test_bad_flags_exit_2_with_one_line():
         "--n-embd 64 is not divisible by --n-head 5; pick a head count that divides the width"
     )
     assert "Traceback" not in proc.stderr
+
+
+def test_a_warmup_longer_than_the_run_and_one_rank_of_fsdp_are_said_once(tmp_path):
+    # --warmup-steps 10 --steps 3 trained at a fraction of --lr without a word; fsdp on one rank
+    # saved nothing without a word (dp's single replica had a note, printed twice).
+    import subprocess
+    import sys
+
+    from helpers import pardash_env
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "fsdp", "--nproc", "1", "--model", "mlp",
+         "--steps", "3", "--warmup-steps", "10", "--log-every", "0", "--log", str(tmp_path / "run.jsonl"), "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    assert out.count("--warmup-steps 10 is not below the run's 3 steps: the learning rate never reaches --lr") == 1, out
+    assert out.count("fsdp: one rank holds every shard, so nothing is saved") == 1, out

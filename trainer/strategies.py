@@ -462,7 +462,9 @@ def wrap_model(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> Wrapped:
     if cfg.strategy == "fsdp":
         sharded = apply_fsdp(model, rt, reshard_after_forward=cfg.reshard_after_forward,
                              mp_policy=fsdp_mp_policy(cfg.precision, rt.device))
-        return Wrapped(model=sharded, inner=sharded, strategy="fsdp", comm=time_fsdp_comm(sharded, rt.device))
+        # One rank shards nothing: said, as dp's single replica is, so 0% saving is not a mystery.
+        note = "fsdp: one rank holds every shard, so nothing is saved; use 2 or more ranks to shard" if rt.world_size == 1 else ""
+        return Wrapped(model=sharded, inner=sharded, strategy="fsdp", note=note, comm=time_fsdp_comm(sharded, rt.device))
     raise ValueError(f"unknown strategy {cfg.strategy!r}")
 
 

@@ -173,8 +173,14 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             f"{cfg.model} {params_count:,} params, {total_steps} steps",
             flush=True,
         )
-        if w.note:
+        if w.note and not reporter.enabled:  # (published, the viewers say it: once)
             print(f"note: {w.note}", flush=True)
+        if cfg.warmup_steps >= total_steps > 0:
+            said = (f"--warmup-steps {cfg.warmup_steps} is not below the run's {total_steps} steps: the learning "
+                    f"rate never reaches --lr {cfg.lr:g}")
+            if not reporter.enabled:
+                print(f"note: {said}", flush=True)
+            reporter.event("warning", message=said)
 
     # -- resume: model, optimizer, step, data position, RNG from the newest checkpoint ------
     job = checkpoint.job_id()
