@@ -61,9 +61,6 @@ def test_bad_flags_exit_2_with_one_line():
 def test_a_warmup_longer_than_the_run_and_one_rank_of_fsdp_are_said_once(tmp_path):
     # --warmup-steps 10 --steps 3 trained at a fraction of --lr without a word; fsdp on one rank
     # saved nothing without a word (dp's single replica had a note, printed twice).
-    import subprocess
-    import sys
-
     from helpers import pardash_env
 
     proc = subprocess.run(
