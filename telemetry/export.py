@@ -58,7 +58,7 @@ def step_scalars(s: schema.Step) -> dict[str, float]:
     if s.mem is not None:
         for name in MEM_FIELDS:
             v = getattr(s.mem, name)
-            if v is not None:
+            if v is not None and (v or name != "buckets_bytes"):  # buckets: DDP's only (no line of zeros)
                 out[f"memory/{name}"] = v
         out["memory/held_bytes"] = mem_held_bytes(s.mem)
     for name, v in s.custom.items():

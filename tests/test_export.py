@@ -74,6 +74,8 @@ def test_tensorboard_reads_back_the_logs_values(tmp_path, name):
             assert [e.value for e in events] == pytest.approx([_expected(s)[tag] for s in mine], rel=1e-6), tag
         if name.startswith("real"):
             assert "memory/cuda_peak_bytes" not in tags  # a CPU run has no CUDA figures
+        # DDP's buckets only: an FSDP run had a series of zeros
+        assert ("memory/buckets_bytes" in tags) == any(s.mem.buckets_bytes for s in mine)
 
 
 def test_steps_run_again_after_a_restart_replace_the_first_run_of_them(tmp_path):
