@@ -595,7 +595,13 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
             with os.fdopen(ready_fd, "w") as fh:
                 fh.write(json.dumps(info) + "\n")
         else:
-            print(json.dumps(info), flush=True)
+            print(json.dumps(info), flush=True)  # (stdout: for scripts)
+            print(
+                f"pardash hub: ranks report here with PARDASH_ENDPOINT={info['ingest']} PARDASH_RUN_ID={info['run_id']} "
+                f"(torchrun ... -m pardash.trainer.autorun train.py); watch with "
+                f"`pardash attach {info['ingest'] if getattr(ns, 'no_registry', False) else info['run_id']}`",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
     except OSError:
         pass  # nobody waits for the line any more: serve all the same
     try:

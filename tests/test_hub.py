@@ -335,10 +335,13 @@ def test_ps_learns_what_a_hub_alone_records_from_its_first_hello(tmp_path):
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "pardash", "hub", "--run-id", "alone", "--log", str(tmp_path / "t.jsonl")],
-        stdout=subprocess.PIPE, text=True, env=pardash_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(),
     )  # fmt: skip
     try:
         info = json.loads(proc.stdout.readline())
+        # and for a person: how ranks and viewers reach it (it printed only the JSON line)
+        said = proc.stderr.readline()
+        assert f"PARDASH_ENDPOINT={info['ingest']} PARDASH_RUN_ID=alone" in said and "`pardash attach alone`" in said
 
         def listed() -> dict:
             ps = subprocess.run([sys.executable, "-m", "pardash", "ps", "--json"], capture_output=True, text=True, env=pardash_env(), timeout=60)
