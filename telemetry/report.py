@@ -135,7 +135,7 @@ def build_report(path: str) -> dict:
     saves: dict[int, dict] = {}
     resumes: dict[tuple[int, int], dict] = {}
     warnings: dict[str, dict] = {}
-    first_t = last_t = None
+    first_t = last_t = first_rank_t = None
     step_t0 = step_t1 = None
     run_ids: set[str] = set()
     hub_restarts: list[float] = []
@@ -156,6 +156,8 @@ def build_report(path: str) -> dict:
             noted.discard(msg.rank)  # a (re)started rank: its next exit is a new one
         if msg.t:
             first_t = msg.t if first_t is None else min(first_t, msg.t)
+            if msg.rank >= 0:
+                first_rank_t = msg.t if first_rank_t is None else min(first_rank_t, msg.t)
             # The run ends with its ranks' last word: the hub's own notes (rank -1) go on while
             # a viewer stays open after the job ("hub stopped" when it quits), which is no run time.
             if msg.rank >= 0 or last_t is None:
@@ -282,6 +284,9 @@ def build_report(path: str) -> dict:
             row[f"median_{p}"] = _median(phases[rank].get(p, []))
         ranks.append(row)
 
+    # ... and begins with their first (a hub started alone waits for a job: no run time either)
+    if first_rank_t is not None:
+        first_t = first_rank_t
     duration = (last_t - first_t) if first_t is not None and last_t is not None else 0.0
     total_samples = sum(samples.values())
     median_step = _median([r["median_step_s"] for r in ranks])

@@ -729,15 +729,16 @@ def test_a_step_that_arrives_after_a_later_one_is_counted_once_not_as_a_rerun(tm
 
 def test_a_viewer_left_open_after_the_job_adds_nothing_to_the_runs_duration(tmp_path):
     # The hub's "hub stopped" note comes when the last viewer quits: a TUI left open 50 s after
-    # a 7 s job made the report say "duration 54.4 s".
-    msgs = [schema.Event(rank=-1, seq=-1, name="hub", message="hub started", t=1.0e9)]
+    # a 7 s job made the report say "duration 54.4 s". Nor does a hub started alone 11 s before
+    # the job count: the run is from its ranks' first word to their last.
+    msgs = [schema.Event(rank=-1, seq=-1, name="hub", message="hub started", t=1.0e9 - 11)]
     msgs += [schema.Hello(rank=0, world_size=1, pid=10, seq=0, t=1.0e9 + 0.5)]
     msgs += [schema.Step(rank=0, step=s, seq=s, step_s=0.1, t=1.0e9 + 1 + s * 0.1) for s in range(1, 61)]
     msgs += [schema.Event(rank=0, seq=61, name="exit", code=0, t=1.0e9 + 7.0)]
     msgs += [schema.Event(rank=-1, seq=-1, name="hub", message="hub stopped: 63 messages", t=1.0e9 + 55.0)]
     log = tmp_path / "run.jsonl"
     log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in msgs))
-    assert build_report(str(log))["duration_s"] == pytest.approx(7.0)
+    assert build_report(str(log))["duration_s"] == pytest.approx(6.5)
 
 
 def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_early(tmp_path):
