@@ -53,10 +53,11 @@ def _open(path: str | os.PathLike[str]) -> BinaryIO:
 
 def no_records(path: str | os.PathLike[str], stats: LogReadStats) -> str:
     """Why a log gave nothing to read, in one line."""
-    if not stats.lines:
+    if not stats.lines and not stats.skipped:
         return f"{path}: empty, no telemetry records"
     why = ", ".join(f"{n} {reason}" for reason, n in sorted(stats.skipped.items()))
-    return f"{path}: no telemetry records in {stats.lines} line(s) ({why or 'all blank'}); is it a pardash log?"
+    lines = max(stats.lines, sum(stats.skipped.values()))  # (a gzip stream cut inside its first line has read none)
+    return f"{path}: no telemetry records in {lines} line(s) ({why or 'all blank'}); is it a pardash log?"
 
 
 def read_log(path: str | os.PathLike[str], stats: LogReadStats | None = None) -> Iterator[schema.Message]:
