@@ -19,7 +19,7 @@ _RUN_METRICS: list[tuple[str, str, str, str]] = [
     ("steady_samples_per_s", "samples/s (median step)", "1/s", "higher"),
     ("median_step_s", "step time", "s", "lower"),
     # Self time is the straggler signal, not a speed: what it holds differs by strategy (work up
-    # to DDP's first all-reduce; FSDP's time outside collectives). No "better" across runs.
+    # to DDP's first all-reduce; FSDP's data and forward less its all-gathers). No "better" across runs.
     *((f"phase:{p}", f"  {PHASE_LABELS[p]}", "s", "" if p == "self_s" else "lower") for p in PHASES),
 ]
 _LOSS_METRICS: list[tuple[str, str, str, str]] = [
@@ -199,7 +199,7 @@ def render_compare_text(cmp: dict, width: int = 120) -> str:
     con.print(t)
     for note in cmp.get("notes", []):
         con.print(f"note: {note}")
-    return buf.getvalue()
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
 # -- strategies side by side (pardash bench) -----------------------------------------------
@@ -318,7 +318,7 @@ def render_bench_text(bench: dict, width: int = 200) -> str:
     con.print(t)
     for n in bench_notes(bench):
         con.print(n)
-    return buf.getvalue()
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
 __all__ = [

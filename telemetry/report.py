@@ -198,7 +198,10 @@ def build_report(path: str) -> dict:
             ended = open_stalls.get(msg.rank)
             _fold_verdict(msg, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits)
             if msg.verdict in ("stalled", "silent"):
-                open_stalls[msg.rank]["since_t"] = stall_from.get(msg.rank, msg.t)
+                ep = open_stalls[msg.rank]
+                ep["since_t"] = stall_from.get(msg.rank, msg.t)
+                r = state.ranks.get(msg.rank)
+                ep["attempt"] = r.restarts if r is not None else 0
             if ended is not None and ended["until"] is not None:
                 ended["end_t"] = msg.t
         elif isinstance(msg, schema.Event) and msg.name == "exit" and msg.rank >= 0:
@@ -230,10 +233,14 @@ def build_report(path: str) -> dict:
             ep = open_stalls.pop(msg.rank)
             ep["until"], ep["end_t"] = f"restarted by torchrun (restart {msg.restart})", msg.t
 
+    last_attempt = max((r.restarts for r in state.ranks.values()), default=0)
     for ep in stalls:
         # How long it lasted: from the rank's last step to its end (the log's end: never ended).
         since, end = ep.pop("since_t", None), ep.pop("end_t", None) or last_t
         ep["seconds"] = round(max(0.0, end - since), 3) if since is not None and end is not None else None
+        # The run ended in it: never over but by the rank's exit (or the log's end), in the
+        # job's last attempt (an attempt torchrun restarted the job from went on).
+        ep["ended_run"] = ep.pop("attempt", 0) == last_attempt and not (ep["until"] or "").startswith(("resumed", "finished", "restarted"))
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
     for ep in stragglers:
         _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0))

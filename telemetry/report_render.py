@@ -80,7 +80,7 @@ def _seconds(s: float) -> str:
 
 def _hung_text(rep: dict) -> str:
     """``; then stalled 41 s``: a run that ended in a stall (its samples/s are of its steps)."""
-    hung = [s["seconds"] for s in rep["stalls"] if not (s["until"] or "").startswith(("resumed", "finished")) and s.get("seconds")]
+    hung = [s["seconds"] for s in rep["stalls"] if s.get("ended_run") and s.get("seconds")]
     return f"; then stalled {_seconds(max(hung))}" if hung else ""
 
 

@@ -180,4 +180,5 @@ def test_runs_that_ended_at_different_steps_have_their_losses_shown_not_judged()
     assert rows["median_step_s"]["verdict"] == "same"  # the rest is judged as before
     said = f"the runs ended at different steps (A {a['last_step']}, B {b['last_step']})"
     assert said in render_compare_text(cmp) and said in render_compare_markdown(cmp)
+    assert all(line == line.rstrip() for line in render_compare_text(cmp).splitlines())  # (for grep and diff)
     assert compare_reports(a, json.loads(json.dumps(a)))["notes"] == []

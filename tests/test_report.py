@@ -819,3 +819,24 @@ def test_a_run_that_ended_stalled_says_for_how_long(tmp_path):
     for m in records:
         st.apply(m, m.t)
     assert "0 samples/s at the end (stalled)" in progress_line(st, t + 31)
+
+
+def test_a_stall_torchrun_restarted_the_job_from_is_not_how_the_run_ended(tmp_path):
+    # Rank 1 stalled in attempt 0; torchrun stopped both ranks (exits) and restarted the job,
+    # which finished: the duration line said "then stalled 41 s" of a run that ended healthy.
+    t = 1.0e9
+    hello = lambda r, restart, at: schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r + 100 * restart, strategy="ddp", restart=restart, t=at)  # noqa: E731
+    step = lambda r, s, seq, at: schema.Step(run="r", rank=r, seq=seq, step=s, step_s=0.1, samples=4, t=at)  # noqa: E731
+    records = [hello(0, 0, t), hello(1, 0, t)]
+    records += [step(r, s, s, t + s * 0.1) for s in (1, 2, 3) for r in (0, 1)]
+    records += [schema.Verdict(run="r", rank=1, seq=-1, verdict="stalled", cause="data", step=3, message="stalled", t=t + 10.3)]
+    records += [schema.Event(run="r", rank=r, seq=-1, name="exit", code=-15, message="stopped", t=t + 40.3) for r in (0, 1)]
+    records += [hello(0, 1, t + 41), hello(1, 1, t + 41)]
+    records += [step(r, s, s, t + 41 + s * 0.1) for s in (4, 5, 6) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=r, seq=7, name="exit", code=0, step=6, t=t + 42) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    (stall,) = rep["stalls"]
+    assert (stall["seconds"], stall["ended_run"]) == (40.0, False)
+    assert "then stalled" not in render_text(rep) and "for 40.0 s" in render_text(rep)

@@ -100,6 +100,10 @@ def test_comm_wait_is_the_union_of_bucket_intervals():
     assert CommTimer.seconds([(1.0, 3.0), (0.0, 2.0), (5.0, 6.0)]) == pytest.approx(4.0)
     events = [(FakeEvent(10.0), FakeEvent(12.0)), (FakeEvent(11.0), FakeEvent(13.5))]
     assert CommTimer.seconds(events) == pytest.approx(3.5)
+    # Only what falls between two stamps (FSDP's self time: the all-gathers before the backward)
+    assert CommTimer.seconds([(1.0, 3.0), (0.0, 2.0), (5.0, 6.0)], within=(0.5, 5.5)) == pytest.approx(3.0)
+    assert CommTimer.seconds([(5.0, 6.0)], within=(0.0, 4.0)) == 0.0
+    assert CommTimer.seconds(events, within=(FakeEvent(10.5), FakeEvent(12.5))) == pytest.approx(2.0)
 
 
 def test_gpu_step_times_resolve_from_events():

@@ -273,22 +273,28 @@ class CommTimer:
         return marks
 
     @staticmethod
-    def seconds(marks: list[Any]) -> float:
-        """Union of the marked intervals, seconds. CUDA marks must have completed (read them
-        one step late, when the step's end event has been synchronised)."""
+    def seconds(marks: list[Any], within: tuple[Any, Any] | None = None) -> float:
+        """Union of the marked intervals, seconds; ``within`` (two stamps of the step's clock):
+        only their parts between those. CUDA marks must have completed (read them one step
+        late, when the step's end event has been synchronised)."""
         if not marks:
             return 0.0
         if isinstance(marks[0][0], float):
             spans = sorted(marks)
-        else:  # CUDA events: place each relative to the first launch, in seconds
+            lo, hi = within if within is not None else (spans[0][0], max(e for _, e in spans))
+        else:  # CUDA events: place each relative to the first launch (or ``within``'s start)
             for _, e in marks:
                 # sync: none in effect; DDP made the step's stream wait for every bucket, and
                 # the caller has synchronised the step's last event.
                 e.synchronize()
-            ref = marks[0][0]
+            ref = within[0] if within is not None else marks[0][0]
             spans = sorted(
                 (ref.elapsed_time(s) / 1e3, ref.elapsed_time(e) / 1e3) for s, e in marks
             )
+            lo, hi = (0.0, ref.elapsed_time(within[1]) / 1e3) if within is not None else (spans[0][0], max(e for _, e in spans))
+        spans = [(max(s, lo), min(e, hi)) for s, e in spans if e > lo and s < hi]
+        if not spans:
+            return 0.0
         total, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
         for s, e in spans[1:]:
             if s > cur_e:

@@ -16,9 +16,9 @@ The step's "self time" is this rank's own work, which no other rank holds up: wh
 straggler shows. DDP (no buffer broadcast): the time from the end of the previous step to the
 start of the last micro-batch's backward, whose first bucket all-reduce is the step's first
 collective; FSDP2, which all-gathers each block's parameters as the forward reaches it (a rank
-slow in any block keeps the others waiting in a later collective): the step's time outside its
-timed collectives (without comm timing, up to the root forward's all-gather); single and dp:
-the whole step.
+slow in any block keeps the others waiting in a later collective): the same span less the time
+in its collectives, where the waiting is (without comm timing, up to the root forward's
+all-gather); single and dp: the whole step.
 """
 
 from __future__ import annotations
@@ -142,14 +142,18 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     crash_step = crash.step if crash is not None and crash.rank == rt.rank and first_attempt else 0
     busy = BusyCompute(rt.device) if straggler and straggler.kind == "compute" else None
     busy_armed = [False]
-    if busy is not None:
+    # FSDP without comm timing (a torch without FSDP2's custom-collective hooks) measures self
+    # time up to the root forward's all-gather only: its injected work goes before that.
+    busy_before_forward = w.strategy == "fsdp" and w.comm is None
+    if busy is not None and not busy_before_forward:
         # Inside the model, where a slow layer would be: in the last block's forward, after
         # FSDP has all-gathered the blocks before it (a rank slow there keeps the others
         # waiting in a later collective, not the step's first).
         def slow_block(_module: Any, _args: Any) -> None:
             if busy_armed[0]:
                 busy_armed[0] = False
-                busy.run(straggler.seconds)
+                with torch.autocast(rt.device.type, enabled=False):  # the work it was calibrated as (fp32)
+                    busy.run(straggler.seconds)
 
         w.inner.blocks[-1].register_forward_pre_hook(slow_block)
 
@@ -175,8 +179,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         )
         if w.note and not reporter.enabled:  # (published, the viewers say it: once)
             print(f"note: {w.note}", flush=True)
-        if cfg.warmup_steps >= total_steps > 0:
-            said = (f"--warmup-steps {cfg.warmup_steps} is not below the run's {total_steps} steps: the learning "
+        if cfg.warmup_steps > total_steps > 0:
+            said = (f"--warmup-steps {cfg.warmup_steps} is longer than the run's {total_steps} steps: the learning "
                     f"rate never reaches --lr {cfg.lr:g}")
             if not reporter.enabled:
                 print(f"note: {said}", flush=True)
@@ -220,13 +224,13 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
         if w.strategy == "single":
             comm_s = 0.0
         self_s = times["self_s"]
-        if w.strategy == "fsdp" and comm_s is not None:
+        if w.strategy == "fsdp" and rec.comm is not None and rec.arrive is not None:
             # FSDP gathers each block's parameters as the forward reaches it: a rank slow in a
-            # block keeps the others waiting in a later collective than the step's first. Its
-            # own time is the step's time outside collectives (they overlap compute a little
-            # on a GPU, alike on every rank; the time a rank spends waiting for the others is
-            # inside them).
-            self_s = max(0.0, times["step_s"] - comm_s)
+            # block keeps the others waiting in a later all-gather than the step's first. Its
+            # own work up to the last backward (as DDP's: data and forward) is that time less
+            # the time in those collectives, where the waiting for the others is.
+            waited = CommTimer.seconds(rec.comm, within=(rec.marks[0][1], rec.arrive))
+            self_s = max(0.0, times["self_s"] - waited)
         reporter.step(
             step=rec.step, epoch=rec.epoch, loss=loss, samples=rec.samples,
             step_s=times["step_s"], data_s=times["data_s"], forward_s=times["forward_s"],
@@ -275,8 +279,10 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
                 marks.append(("forward", clock.stamp()))
                 reporter.set_phase("forward")
                 busy_armed[0] = i == 0 and busy is not None
-                if i == 0 and w.strategy == "fsdp":
-                    arrive = clock.stamp()  # the root's pre-forward hook all-gathers (self time without comm timing)
+                if i == 0 and busy is not None and busy_before_forward:
+                    busy.run(straggler.seconds)
+                if i == 0 and w.strategy == "fsdp" and w.comm is None:
+                    arrive = clock.stamp()  # the root's pre-forward hook all-gathers
                 with autocast(w, rt.device):
                     loss = w.model(x, y)
                 if loss.dim():  # DataParallel: one loss per replica
@@ -285,8 +291,10 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
 
                 marks.append(("backward", clock.stamp()))
                 reporter.set_phase("backward")
-                if last and w.strategy == "ddp":
-                    arrive = clock.stamp()  # backward launches the first bucket's all-reduce
+                if last and (w.strategy == "ddp" or (w.strategy == "fsdp" and w.comm is not None)):
+                    # DDP: backward launches the first bucket's all-reduce; FSDP: up to here,
+                    # less the all-gathers (see publish)
+                    arrive = clock.stamp()
                 loss.backward()
             loss_sum += loss.detach()
 
