@@ -170,7 +170,6 @@ def test_rss_is_read_at_every_step_not_only_at_a_full_count():
 
 def _ddp(gradient_as_bucket_view: bool):
     import torch
-    import torch.distributed as dist
 
     from pardash.telemetry.memory import MemoryAccountant
 
