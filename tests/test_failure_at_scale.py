@@ -67,7 +67,7 @@ def test_the_first_error_of_1024_failing_ranks_is_the_root_cause_everywhere(tmp_
     # The report says it in a few lines, not one a rank.
     core.recorder.close()
     text = render_text(build_report(str(tmp_path / "run.jsonl")))
-    assert f"exits:\n  ranks 0-4, 6-1023 exited with code 1 at step 25 - failed because of it\n  rank {CAUSE} exited with code 1 at step 25 - the root cause\nroot cause: rank {CAUSE}" in text
+    assert f"exits:\n  rank {CAUSE} exited with code 1 at step 25 - the root cause\n  ranks 0-4, 6-1023 exited with code 1 at step 25 - failed because of it\nroot cause: rank {CAUSE}" in text  # the cause first
     # What is kept of an error for this is its end, not a 5,000-line traceback.
     kept = next(e for e in core.state.lifecycle if e.name == "error" and e.rank == CAUSE)
     assert kept.traceback.endswith("RuntimeError: CUDA error") and len(kept.traceback) <= 2048
