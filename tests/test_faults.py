@@ -409,7 +409,9 @@ def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
 
     assert "| rank | host | status | restarts | steps |" in render_markdown(rep)
     # The steps the restart ran again are not counted twice (it said "steps 71 (last step 60)").
-    again = len(_steps(log, 0)) - 60
+    # (The most any rank ran again: torchrun's SIGTERM may cost the rank it stops its last step
+    # held for sending, so the two ranks' counts can differ by one.)
+    again = max(len(_steps(log, r)) - 60 for r in (0, 1))
     assert again > 0 and (rep["steps"], rep["steps_rerun"]) == (60, again)
     assert re.search(rf"^steps +60 \(last step 60; {again} run again after a restart or resume\)$", text, re.MULTILINE)
     from pardash.telemetry.report import render_markdown
