@@ -6,8 +6,8 @@
 A small residual MLP whose blocks are each sharded with ``fully_shard`` (FSDP2), then the root:
 every rank holds 1/N of the parameters, gradients and AdamW state. Data, flags and the loss
 line are those of ddp_plain.py: a DistributedSampler share of a synthetic classification set,
-``--straggler-rank R --straggler-s S`` for a slow data path on rank R, deterministic losses
-for a given ``--seed``.
+``--straggler-rank R --straggler-s S`` for a slow data path on rank R (``--straggler-in model``:
+a slow last block instead), deterministic losses for a given ``--seed``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights (default 0)")
     p.add_argument("--straggler-rank", type=int, default=None, metavar="R", help="this rank is slow to load data")
     p.add_argument("--straggler-s", type=float, default=0.05, metavar="S", help="seconds it sleeps each step (default 0.05)")
+    p.add_argument("--straggler-in", choices=("data", "model"), default="data",
+                   help="where the straggler is slow: its data path (default) or its model's last block")
     return p.parse_args()
 
 
@@ -87,6 +89,14 @@ def main() -> None:
     fully_shard(model, mesh=mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
+    if rank == args.straggler_rank and args.straggler_in == "model":
+        # a slow block on this rank only (a throttled device, say): busy in its forward
+        def slow(_module, _args):
+            until = time.perf_counter() + args.straggler_s
+            while time.perf_counter() < until:
+                pass
+
+        model.blocks[-1].register_forward_pre_hook(slow)
 
     dataset = synthetic_dataset(args.seed)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
@@ -97,7 +107,7 @@ def main() -> None:
     while step < args.steps:
         sampler.set_epoch(epoch)
         for x, y in loader:
-            if rank == args.straggler_rank:
+            if rank == args.straggler_rank and args.straggler_in == "data":
                 time.sleep(args.straggler_s)  # a slow data path on this rank only
             x, y = x.to(device), y.to(device)
             loss = loss_fn(model(x), y)

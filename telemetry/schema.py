@@ -116,7 +116,7 @@ class Step(Base, tag="step"):
     """Time spent waiting on communication, where known."""
     self_s: float | None = None
     """The rank's own work in the step, no waiting: the straggler signal. Work before the step's
-    first collective; the bundled trainer under FSDP: its data and forward less the all-gathers."""
+    first collective; under FSDP: its data and forward less the all-gathers."""
     lr: float | None = None
     mono: float = 0.0
     mem: Mem | None = None

@@ -3,8 +3,8 @@
 In synchronous DDP and FSDP every rank's wall step time is the same (all wait at the
 collectives), so wall step times say nothing. Each rank instead reports ``self_s``: the time
 from the end of its previous step to its arrival at this step's first collective, which holds
-its own work and no waiting (the bundled trainer under FSDP, whose all-gathers are spread over
-the forward: its data and forward less the time in them). The straggler is the rank whose self time exceeds the others'.
+its own work and no waiting (under FSDP, whose all-gathers are spread over the forward: its
+data and forward less the time in them). The straggler is the rank whose self time exceeds the others'.
 
 Method (see DESIGN.md): steps are grouped into windows of ``window`` steps, aligned by step
 number across ranks; a window is scored once every live rank has passed it. Each rank's window

@@ -55,8 +55,11 @@ optimizer step begins (a scheduler moves it right after).
 Self time (``self_s``, the straggler signal) runs from the end of the previous step to this
 rank's arrival at the step's first collective: DDP, the start of the backward whose gradients
 are all-reduced (the first one outside ``no_sync``), or the root forward when DDP broadcasts
-buffers first; FSDP (a module made by ``fully_shard``), the first root forward, whose pre-hook
-all-gathers; one process alone, the whole step; otherwise unknown.
+buffers first; FSDP2 (modules made by ``fully_shard``), whose pre-forward hooks all-gather each
+block's parameters as the forward reaches it: up to the last backward, less the time spent in
+those hooks (a pre-hook before FSDP's and one right after it), where the waiting for the other
+ranks is (FSDP1: up to the first root forward); one process alone, the whole step; otherwise
+unknown.
 
 Cost. On CPU the stamps are ``perf_counter`` and a step is published when it ends; on a GPU
 they are CUDA events and a step is published once the next one ends (its events and loss are
@@ -152,6 +155,9 @@ class _OpenStep:
     """Stamp of the arrival at the first collective (None: not seen)."""
     lr: float | None = None
     """The first optimizer's learning rate as its step began (a scheduler changes it after)."""
+    waits: list[tuple[Any, Any]] = field(default_factory=list)
+    """FSDP2: (start, end) stamps of each sharded module's pre-forward in the step, where it
+    waits for its parameters' all-gather (and so for the ranks behind it)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -165,6 +171,7 @@ class _Cut:
     losses: int
     micro: int
     samples: int
+    waits: int = 0
 
 
 @dataclass(slots=True)
@@ -265,6 +272,10 @@ class Instrument:
         self._warned = False
         self.probe = memory.MemoryProbe()
         self._step_s = 0.0
+        self._gathered: weakref.WeakSet[Any] = weakref.WeakSet()
+        """FSDP2 modules whose all-gather waits are timed (see _watch_gathers)."""
+        self._gather_handles: list[Any] = []
+        self._gather_t: Any = None
 
     @property
     def roots(self) -> list[Any]:
@@ -319,9 +330,9 @@ class Instrument:
         return self
 
     def uninstall(self) -> None:
-        for h in self._handles + self._module_handles:
+        for h in self._handles + self._module_handles + self._gather_handles:
             h.remove()
-        self._handles, self._module_handles = [], []
+        self._handles, self._module_handles, self._gather_handles = [], [], []
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
@@ -465,6 +476,41 @@ class Instrument:
             if not self._arrived() and ddp_syncs_buffers(module):
                 self._arrive(self.clock.stamp())
 
+    # -- FSDP2: the waits for all-gathers ------------------------------------------------------
+    #
+    # FSDP2 all-gathers each sharded module's parameters in its pre-forward hook (prefetched,
+    # then waited for there): a rank ahead of the others waits in it for the rank behind. A
+    # pre-hook before FSDP's and one after it time that wait; the step's self time leaves it out.
+
+    def _watch_gathers(self, root: Any) -> None:
+        try:
+            from torch.distributed.fsdp import FSDPModule
+        except ImportError:
+            return
+        for m in root.modules():
+            if isinstance(m, FSDPModule) and m not in self._gathered:
+                self._gathered.add(m)
+                self._gather_handles.append(m.register_forward_pre_hook(self._gather_begins, prepend=True))
+                end = m.register_forward_pre_hook(self._gather_ends)
+                self._gather_handles.append(end)
+                _right_after_fsdp(m, end.id)
+
+    def _gather_begins(self, module: Any, args: Any) -> None:
+        if _is_compiling() or self.dead or _get_ident() != self._tid:
+            return None
+        # A training forward only (not an evaluation's, nor a recomputation in the backward)
+        training = self._phase == "forward" and not self._in_backward and not self._eval_t0 and torch.is_grad_enabled()
+        self._gather_t = self.clock.stamp() if training and self._open is not None else None
+        return None
+
+    def _gather_ends(self, module: Any, args: Any) -> None:
+        if self._gather_t is None or _is_compiling() or _get_ident() != self._tid:
+            return None
+        if self._open is not None and not self.dead:
+            self._open.waits.append((self._gather_t, self.clock.stamp()))
+        self._gather_t = None
+        return None
+
     def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
         trained = self.trained.trained_ids
 
@@ -536,6 +582,8 @@ class Instrument:
     def _add_root(self, module: Any) -> None:
         self._settled_from = self.step
         strategy = self.trained.add_root(module)
+        if strategy == "fsdp":
+            self._watch_gathers(module)
         if not self.strategy or self.strategy == "single":
             self.strategy = strategy
         if len(self.roots) == 1:
@@ -688,7 +736,7 @@ class Instrument:
             # first step of a model trained next. The next repeat tells: the first optimizer
             # again, and its work joins the next step; this one again, and it was a step.
             step = self._open
-            self._orphan = (weakref.ref(optimizer), _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples))
+            self._orphan = (weakref.ref(optimizer), _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits)))
             self._pending_mem = self._memory()
             self._round.append(weakref.ref(optimizer))
             self._last_post = now
@@ -715,7 +763,7 @@ class Instrument:
                 # A later optimizer of the round (a GAN's generator after its discriminator):
                 # its passes are the same iteration's, on the same batch: its samples once.
                 step.samples = self._cut.samples
-            self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples)
+            self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits))
             self._resume_at = None
             self._pending_mem = self._memory(force=not self._rounds)
         return None
@@ -784,9 +832,11 @@ class Instrument:
             micro=step.micro - cut.micro,
             samples=step.samples - cut.samples,
             arrive=self._arrive_next,
+            waits=step.waits[cut.waits :],
         )
         del step.marks[cut.marks :]
         del step.losses[cut.losses :]
+        del step.waits[cut.waits :]
         step.micro, step.samples = cut.micro, cut.samples
         self._arrive_next = None
         self._resume_at = None
@@ -873,6 +923,11 @@ class Instrument:
         self._step_s = step_s
         if self.reporter.identity.world_size == 1:
             self_s: float | None = step_s  # one process alone waits for nobody
+        elif d.open.waits and any(p == "backward" for p, _ in marks):
+            # FSDP2: its data and forward, up to the last backward, less the waits for its
+            # all-gathers (a rank slow in a block keeps the others waiting in a later one)
+            last_backward = next(s for p, s in reversed(marks) if p == "backward")
+            self_s = max(0.0, clock.seconds(marks[0][1], last_backward) - _waited(clock, d.open.waits, marks[0][1], last_backward))
         elif d.open.arrive is not None:
             self_s = clock.seconds(marks[0][1], d.open.arrive)
         else:
@@ -951,6 +1006,9 @@ class Instrument:
         # Module hooks and patches can go now (PyTorch copies its module hook lists before
         # calling them); the optimizer hooks stay, inert, since PyTorch may be iterating them.
         self._unwatch()
+        for h in self._gather_handles:
+            h.remove()
+        self._gather_handles = []
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
@@ -963,6 +1021,38 @@ class Instrument:
             )
         except Exception:
             pass
+
+
+def _right_after_fsdp(module: Any, hook_id: int) -> None:
+    """Move forward pre-hook ``hook_id`` of ``module`` to run right after FSDP2's own pre-forward
+    (the all-gather's wait), before pre-hooks the script registered: their work is the rank's,
+    not waiting. Best effort: FSDP's hook handle is its own (no public way to find it)."""
+    try:
+        fsdp_id = module._get_fsdp_state()._pre_forward_hook_handle.id
+        hooks = module._forward_pre_hooks
+        keys = [k for k in hooks if k != hook_id]
+        keys.insert(keys.index(fsdp_id) + 1, hook_id)
+        for k in keys:
+            hooks.move_to_end(k)
+    except Exception:
+        pass  # it stays last: a script's own pre-hooks on the module then count as waiting
+
+
+def _waited(clock: _Clock, waits: list[tuple[Any, Any]], start: Any, end: Any) -> float:
+    """Seconds of ``waits`` (stamp pairs) between stamps ``start`` and ``end``, overlaps once."""
+    spans = sorted((clock.seconds(start, a), clock.seconds(start, b)) for a, b in waits)
+    hi = clock.seconds(start, end)
+    total, cur_s, cur_e = 0.0, None, None
+    for a, b in spans:
+        a, b = max(a, 0.0), min(b, hi)
+        if b <= a:
+            continue
+        if cur_e is None or a > cur_e:
+            total += (cur_e - cur_s) if cur_e is not None else 0.0
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    return total + ((cur_e - cur_s) if cur_e is not None else 0.0)
 
 
 _instrument: Instrument | None = None
