@@ -33,6 +33,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights (default 0)")
     p.add_argument("--straggler-rank", type=int, default=None, metavar="R", help="this rank is slow to load data")
     p.add_argument("--straggler-s", type=float, default=0.05, metavar="S", help="seconds it sleeps each step (default 0.05)")
+    p.add_argument("--accum", type=int, default=1, metavar="N", help="micro-batches a step: the batch in N parts, gradients accumulated (default 1)")
     p.add_argument("--straggler-in", choices=("data", "model"), default="data",
                    help="where the straggler is slow: its data path (default) or its model's last block")
     return p.parse_args()
@@ -110,8 +111,9 @@ def main() -> None:
             if rank == args.straggler_rank and args.straggler_in == "data":
                 time.sleep(args.straggler_s)  # a slow data path on this rank only
             x, y = x.to(device), y.to(device)
-            loss = loss_fn(model(x), y)
-            loss.backward()
+            for xm, ym in zip(x.chunk(args.accum), y.chunk(args.accum)):
+                loss = loss_fn(model(xm), ym) / args.accum
+                loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1

@@ -56,10 +56,11 @@ Self time (``self_s``, the straggler signal) runs from the end of the previous s
 rank's arrival at the step's first collective: DDP, the start of the backward whose gradients
 are all-reduced (the first one outside ``no_sync``), or the root forward when DDP broadcasts
 buffers first; FSDP2 (modules made by ``fully_shard``), whose pre-forward hooks all-gather each
-block's parameters as the forward reaches it: up to the last backward, less the time spent in
-those hooks (a pre-hook before FSDP's and one right after it), where the waiting for the other
-ranks is (FSDP1: up to the first root forward); one process alone, the whole step; otherwise
-unknown.
+block's parameters as the forward reaches it: the step's data and forward passes (backward
+passes are left out, as DDP's self time ends at its backward), less the time spent in those
+hooks (a pre-hook right before FSDP's and one right after it), where the waiting for the other
+ranks is (FSDP1, or a model compiled whole: up to the first root forward); one process alone,
+the whole step; otherwise unknown.
 
 Cost. On CPU the stamps are ``perf_counter`` and a step is published when it ends; on a GPU
 they are CUDA events and a step is published once the next one ends (its events and loss are
@@ -490,10 +491,10 @@ class Instrument:
         for m in root.modules():
             if isinstance(m, FSDPModule) and m not in self._gathered:
                 self._gathered.add(m)
-                self._gather_handles.append(m.register_forward_pre_hook(self._gather_begins, prepend=True))
+                begin = m.register_forward_pre_hook(self._gather_begins, prepend=True)
                 end = m.register_forward_pre_hook(self._gather_ends)
-                self._gather_handles.append(end)
-                _right_after_fsdp(m, end.id)
+                self._gather_handles += [begin, end]
+                _around_fsdp(m, begin.id, end.id)
 
     def _gather_begins(self, module: Any, args: Any) -> None:
         if _is_compiling() or self.dead or _get_ident() != self._tid:
@@ -924,10 +925,12 @@ class Instrument:
         if self.reporter.identity.world_size == 1:
             self_s: float | None = step_s  # one process alone waits for nobody
         elif d.open.waits and any(p == "backward" for p, _ in marks):
-            # FSDP2: its data and forward, up to the last backward, less the waits for its
-            # all-gathers (a rank slow in a block keeps the others waiting in a later one)
-            last_backward = next(s for p, s in reversed(marks) if p == "backward")
-            self_s = max(0.0, clock.seconds(marks[0][1], last_backward) - _waited(clock, d.open.waits, marks[0][1], last_backward))
+            # FSDP2: its data and forward (each micro-batch's) less the waits for its
+            # all-gathers (a rank slow in a block keeps the others waiting in a later one).
+            # Backward passes are left out, as DDP's self time ends at its backward: FSDP
+            # gathers again there, in hooks of its own, untimed.
+            own = sum(clock.seconds(a, b) for (p, a), (_, b) in zip(bounds, bounds[1:]) if p in ("data", "forward"))
+            self_s = max(0.0, own - _waited(clock, d.open.waits, marks[0][1], d.end))
         elif d.open.arrive is not None:
             self_s = clock.seconds(marks[0][1], d.open.arrive)
         else:
@@ -1023,19 +1026,21 @@ class Instrument:
             pass
 
 
-def _right_after_fsdp(module: Any, hook_id: int) -> None:
-    """Move forward pre-hook ``hook_id`` of ``module`` to run right after FSDP2's own pre-forward
-    (the all-gather's wait), before pre-hooks the script registered: their work is the rank's,
-    not waiting. Best effort: FSDP's hook handle is its own (no public way to find it)."""
+def _around_fsdp(module: Any, begin_id: int, end_id: int) -> None:
+    """Move forward pre-hooks ``begin_id`` and ``end_id`` of ``module`` to run right before and
+    right after FSDP2's own pre-forward (the all-gather's wait), none of the script's pre-hooks
+    between: their work is the rank's, not waiting. Best effort: FSDP's hook handle is its own
+    (no public way to find it)."""
     try:
         fsdp_id = module._get_fsdp_state()._pre_forward_hook_handle.id
         hooks = module._forward_pre_hooks
-        keys = [k for k in hooks if k != hook_id]
-        keys.insert(keys.index(fsdp_id) + 1, hook_id)
+        keys = [k for k in hooks if k not in (begin_id, end_id)]
+        at = keys.index(fsdp_id)
+        keys[at : at + 1] = [begin_id, fsdp_id, end_id]
         for k in keys:
             hooks.move_to_end(k)
     except Exception:
-        pass  # it stays last: a script's own pre-hooks on the module then count as waiting
+        pass  # first and last: a script's own pre-hooks on the module then count as waiting
 
 
 def _waited(clock: _Clock, waits: list[tuple[Any, Any]], start: Any, end: Any) -> float:
