@@ -88,6 +88,7 @@ from typing import Any, Callable
 import torch
 
 from pardash.telemetry import api, memory, modelfacts
+from pardash.trainer.strategies import CommTimer
 from pardash.trainer.trained import Trained, batch_size, ddp_syncs_buffers, is_average, lr_of
 from pardash.telemetry.reporter import Reporter
 
@@ -930,7 +931,7 @@ class Instrument:
             # Backward passes are left out, as DDP's self time ends at its backward: FSDP
             # gathers again there, in hooks of its own, untimed.
             own = sum(clock.seconds(a, b) for (p, a), (_, b) in zip(bounds, bounds[1:]) if p in ("data", "forward"))
-            self_s = max(0.0, own - _waited(clock, d.open.waits, marks[0][1], d.end))
+            self_s = max(0.0, own - CommTimer.seconds(d.open.waits, within=(marks[0][1], d.end)))
         elif d.open.arrive is not None:
             self_s = clock.seconds(marks[0][1], d.open.arrive)
         else:
@@ -1041,23 +1042,6 @@ def _around_fsdp(module: Any, begin_id: int, end_id: int) -> None:
             hooks.move_to_end(k)
     except Exception:
         pass  # first and last: a script's own pre-hooks on the module then count as waiting
-
-
-def _waited(clock: _Clock, waits: list[tuple[Any, Any]], start: Any, end: Any) -> float:
-    """Seconds of ``waits`` (stamp pairs) between stamps ``start`` and ``end``, overlaps once."""
-    spans = sorted((clock.seconds(start, a), clock.seconds(start, b)) for a, b in waits)
-    hi = clock.seconds(start, end)
-    total, cur_s, cur_e = 0.0, None, None
-    for a, b in spans:
-        a, b = max(a, 0.0), min(b, hi)
-        if b <= a:
-            continue
-        if cur_e is None or a > cur_e:
-            total += (cur_e - cur_s) if cur_e is not None else 0.0
-            cur_s, cur_e = a, b
-        else:
-            cur_e = max(cur_e, b)
-    return total + ((cur_e - cur_s) if cur_e is not None else 0.0)
 
 
 _instrument: Instrument | None = None
