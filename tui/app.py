@@ -304,7 +304,14 @@ class PardashApp(App[str | None]):
             yield SystemCommand("Replay: pause / resume", "Pause or resume the replay (space)", self.action_pause)
             yield SystemCommand("Replay: faster", "Double the replay speed (+)", lambda: self.action_speed(1))
             yield SystemCommand("Replay: slower", "Halve the replay speed (-)", lambda: self.action_speed(-1))
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title == "Screenshot":  # Textual's own saves to ~/Downloads, not action_screenshot
+                yield SystemCommand(
+                    command.title, "Save an SVG of the screen in the current folder",
+                    lambda: self.set_timer(0.1, self.action_screenshot),
+                )
+            else:
+                yield command
 
 
 def make_app(

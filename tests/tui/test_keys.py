@@ -207,8 +207,14 @@ async def test_the_palettes_screenshot_is_saved_in_the_current_folder(tmp_path, 
     monkeypatch.setenv("HOME", str(tmp_path / "no-home"))
     app = replay_app("run4.jsonl")
     async with app.run_test(size=SIZE) as pilot:
-        app.action_screenshot()
-        for _ in range(20):
+        # As a person does it: the command palette's "Screenshot" (Textual's own called
+        # deliver_screenshot directly, so the folder above was never used).
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"Screenshot")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        for _ in range(40):
             await pilot.pause(0.05)
             if list(tmp_path.glob("*.svg")):
                 break
