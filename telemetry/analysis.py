@@ -62,16 +62,31 @@ def stuck_ranks(state: RunState) -> list[tuple[int, str, int | None, str | None]
     for r in state.ranks.values():
         if r.exit_code is not None or r.finished:
             continue
-        v = r.silent or r.stalled
-        if v is None:
+        if r.silent is None and r.stalled is None:
             return []
-        # The step the verdict names ("stalled after step N"), else the rank's last.
-        step = v.step if v.step is not None else r.step.step if r.step is not None else None
-        if r.silent is not None:
-            out.append((r.rank, "silent", step, r.heartbeat.phase if r.heartbeat is not None else None))
-        else:
-            out.append((r.rank, "stalled", step, v.cause or None))
+        out.append(_stuck(r))
     return out
+
+
+def ended_hang(state: RunState) -> list[tuple[int, str, int | None, str | None]]:
+    """The hang a run ended in, as :func:`hang_causes` takes it: every rank exited while stalled
+    or silent (the job was stopped or killed as it hung, the report's episodes that never
+    ended); empty otherwise."""
+    out = []
+    for r in state.ranks.values():
+        if r.exit_code is None or r.finished or (r.silent is None and r.stalled is None):
+            return []
+        out.append(_stuck(r))
+    return out
+
+
+def _stuck(r: RankState) -> tuple[int, str, int | None, str | None]:
+    v = r.silent or r.stalled
+    # The step the verdict names ("stalled after step N"), else the rank's last.
+    step = v.step if v.step is not None else r.step.step if r.step is not None else None
+    if r.silent is not None:
+        return (r.rank, "silent", step, r.heartbeat.phase if r.heartbeat is not None else None)
+    return (r.rank, "stalled", step, v.cause or None)
 
 
 BUSY_PHASES = ("eval", "checkpoint", "resume")

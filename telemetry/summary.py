@@ -52,6 +52,13 @@ def samples_per_s(state: RunState) -> float:
     return total
 
 
+def ended_stuck(state: RunState) -> bool:
+    """Some rank was stalled or silent when it exited (stopped or killed while stuck), and none
+    is stuck and alive: the rate of the ranks' last steps is not how the run ended."""
+    stuck = [r for r in state.ranks.values() if (r.stalled is not None or r.silent is not None) and not r.finished]
+    return bool(stuck) and all(r.exit_code is not None for r in stuck)
+
+
 def samples_per_s_recent(state: RunState) -> float:
     """Samples a second across ranks over each rank's recent steps (its history, the last
     HISTORY_POINTS points): what a run ran at, still known once every rank is done. A history

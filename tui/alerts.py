@@ -10,11 +10,11 @@ launcher's last line name it), and the order in which the rest exited.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
-from pardash.telemetry.analysis import hang_causes, stuck_ranks
+from pardash.telemetry.analysis import ended_hang, hang_causes, stuck_ranks
 from pardash.telemetry.failures import root_cause
 
 from .format import fmt_clock, fmt_step_time
@@ -88,14 +88,18 @@ def cause_rank(state: st.RunState) -> int | None:
 
 
 def rank_alerts(
-    r: st.RankState, exit: ExitInfo | None = None, *, first: bool = False, t0: float | None = None
+    r: st.RankState, exit: ExitInfo | None = None, *, first: bool = False, t0: float | None = None, why: str = ""
 ) -> list[Alert]:
     """The alerts of one rank (a rank may be both a straggler and not sharding); ``t0``: the
-    run's start, to say since when on the run's clock (the event log's)."""
+    run's start, to say since when on the run's clock (the event log's); ``why``: what a rank
+    stopped as it hung was (", likely the cause: ..."), said of the hang, before its exit."""
     out: list[Alert] = []
     status = r.status
     if status == st.EXITED:
-        text = f"rank {r.rank}{', the root cause,' if first else ''} exited with code {r.exit_code}"
+        text = f"rank {r.rank}{', the root cause,' if first else ''}"
+        if r.stalled is not None or r.silent is not None:  # stopped or killed as it hung: that first
+            text += f" {_stuck_text(r)}{why}; then"
+        text += f" exited with code {r.exit_code}"
         # The step it died in, as the report and the launcher say it: its exit's, else the
         # one after its last step.
         step = exit.step if exit is not None and exit.step is not None else r.step.step + 1 if r.step is not None else None
@@ -111,12 +115,7 @@ def rank_alerts(
         since = f" since {fmt_clock(v.t - t0)}" if v.t and t0 else ""
         out.append(Alert("silent", r.rank, f"rank {r.rank} silent{since} (no heartbeat)"))
     elif status == st.STALLED and r.stalled is not None:
-        v = r.stalled
-        phase = v.cause or "unknown phase"
-        text = f"rank {r.rank} stalled in {phase}"
-        if v.step is not None:
-            text += f" after step {v.step}"  # the last one done, as the event log says
-        out.append(Alert("stalled", r.rank, text))
+        out.append(Alert("stalled", r.rank, f"rank {r.rank} {_stuck_text(r)}"))
     elif status == st.STRAGGLER and r.straggler is not None:
         v = r.straggler
         if v.message:
@@ -135,19 +134,41 @@ def rank_alerts(
     return out
 
 
-def _stall_causes(state: st.RunState, alerts: list[Alert]) -> list[Alert]:
+def _stuck_text(r: st.RankState) -> str:
+    if r.stalled is None:
+        return "went silent (no heartbeat)"
+    text = f"stalled in {r.stalled.cause or 'unknown phase'}"
+    if r.stalled.step is not None:
+        text += f" after step {r.stalled.step}"  # the last one done, as the event log says
+    return text
+
+
+def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, ExitInfo] | None) -> list[Alert]:
     """Mark the stalled or silent ranks a hang most likely waits for (analysis.hang_causes:
     the ranks behind the others, else those stuck outside any collective, else the frozen
-    ones) as the likely cause."""
-    causes = hang_causes(stuck_ranks(state))
+    ones) as the likely cause. ``exits``: given when no rank's own failure ended the run, so
+    when every rank was stopped or killed as it hung (analysis.ended_hang), the exit of the
+    rank the hang waited for is marked so, as the report names it."""
+    hang, kinds, now = stuck_ranks(state), ("stalled", "silent"), True
+    if not hang and exits is not None:
+        hang, kinds, now = ended_hang(state), ("exited",), False
+    causes = hang_causes(hang)
     if not causes:
         return alerts
-    waiting = sum(1 for a in alerts if a.kind in ("stalled", "silent") and a.rank not in causes)
+    waiting = sum(1 for a in alerts if a.kind in kinds and a.rank not in causes)
     if not waiting:
         return alerts
-    why = f", likely the cause: {waiting} other{'s wait' if waiting > 1 else ' waits'} for it"
+    verb = ("wait" if waiting > 1 else "waits") if now else "waited"
+    why = f", likely the cause: {waiting} other{'s' if waiting > 1 else ''} {verb} for it"
+    if not now:
+        return [
+            replace(rank_alerts(state.ranks[a.rank], exits.get(a.rank), why=why)[0], first=True)
+            if a.kind == "exited" and a.rank in causes
+            else a
+            for a in alerts
+        ]
     return [
-        Alert(a.kind, a.rank, a.text + why, first=True) if a.kind in ("stalled", "silent") and a.rank in causes else a
+        Alert(a.kind, a.rank, a.text + why, first=True) if a.kind in kinds and a.rank in causes else a
         for a in alerts
     ]
 
@@ -177,12 +198,12 @@ def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) 
             else a
             for a in out
         ]
-    out = _stall_causes(state, out)
+    out = _stall_causes(state, out, exits if first is None else None)
     big = len(state.ranks) + 1
 
     def key(a: Alert) -> tuple[int, int, int]:
         order = exits[a.rank].order if a.kind == "exited" and exits and a.rank in exits else big
-        if (a.kind == "exited" and a.rank == first) or (a.kind == "stalled" and a.first):
+        if a.first:  # the root cause, or the rank a hang likely waits (or waited) for
             order = -1
         return (a.severity, order, a.rank)
 

@@ -185,13 +185,13 @@ def test_a_stuck_run_moves_no_samples_and_a_finished_one_says_what_it_ran_at():
         st.apply(schema.Verdict(rank=r, verdict="stalled", cause="comm", step=4), 0)
     assert throughput(st) is None
     s = summarize(src)
-    assert s.samples_per_s == 0.0 and not s.samples_per_s_avg
+    assert s.samples_per_s == 0.0 and not s.samples_per_s_when
     assert rate_text(st) == "0 samples/s"
     for r in range(4):  # the ranks come back, then all finish: the rate they ran at, "at the end"
         st.apply(schema.Verdict(rank=r, verdict="resumed", step=4), 0)
         st.apply(schema.Event(rank=r, name="exit", code=0, step=4), 0)
     s = summarize(src)
-    assert s.samples_per_s_avg and s.samples_per_s > 0 and rate_text(st).endswith("samples/s at the end")
+    assert s.samples_per_s_when == "at the end" and s.samples_per_s > 0 and rate_text(st).endswith("samples/s at the end")
 
 
 def test_memory_savings_follow_zero_arithmetic():
@@ -369,3 +369,44 @@ def test_a_finished_run_still_names_its_straggler():
         st.apply(schema.Event(rank=r, name="exit", code=0, step=100), 0)
     assert all(r.finished for r in st.ranks.values())
     assert _stragglers_were(st) == " · rank 1 was a straggler (data) from step 29"
+
+
+def test_a_run_stopped_as_it_hung_says_so_once_its_ranks_have_exited():
+    # A hang the user then stopped (q, Ctrl-C): the header said the rate of the steps before
+    # the hang ("1774 at the end") and the alerts only "exited with code -15: stopped by you",
+    # where the report says "rank 0 stalled in data after step 24 ... likely the cause".
+    from types import SimpleNamespace
+
+    from pardash.telemetry.frames import HubStats
+    from pardash.telemetry.printer import rate_text
+    from pardash.tui.widgets.run_header import summarize
+
+    st = _state(world=2, strategy="ddp", sharded=False)
+    src = SimpleNamespace(state=st, stats=HubStats(), live=False)
+    st.apply(schema.Verdict(rank=1, verdict="stalled", cause="backward", step=4), 0)
+    st.apply(schema.Verdict(rank=0, verdict="stalled", cause="data", step=4), 0)
+    assert run_alerts(st)[0].text == "rank 0 stalled in data after step 4, likely the cause: 1 other waits for it"
+    for r in (0, 1):
+        st.apply(schema.Event(rank=r, name="exit", code=-15, message=f"rank {r} was stopped by you"), 0)
+    alerts = run_alerts(st)
+    assert [(a.rank, a.first) for a in alerts] == [(0, True), (1, False)]
+    assert alerts[0].text == (
+        "rank 0 stalled in data after step 4, likely the cause: 1 other waited for it;"
+        " then exited with code -15 at step 5: rank 0 was stopped by you"
+    )
+    assert alerts[1].text.startswith("rank 1 stalled in backward after step 4; then exited with code -15")
+    s = summarize(src)
+    assert (s.samples_per_s, s.samples_per_s_when) == (0.0, "at the end (stalled)")
+    assert rate_text(st) == "0 samples/s at the end (stalled)"
+
+
+def test_a_crash_stays_the_root_cause_of_ranks_stopped_as_they_waited_for_it():
+    st = _state(world=2, strategy="ddp", sharded=False)
+    st.apply(schema.Event(rank=1, name="error", message="RuntimeError: boom"), 0)
+    st.apply(schema.Event(rank=1, name="exit", code=1, step=5, seq=9), 0)
+    st.apply(schema.Verdict(rank=0, verdict="stalled", cause="comm", step=4), 0)
+    st.apply(schema.Event(rank=0, name="exit", code=-15, message="rank 0 was stopped by torchrun"), 0)
+    alerts = run_alerts(st)
+    assert [(a.rank, a.first) for a in alerts] == [(1, True), (0, False)]
+    assert alerts[0].text == "rank 1, the root cause, exited with code 1 at step 5: RuntimeError: boom"
+    assert "likely the cause" not in alerts[1].text

@@ -150,11 +150,11 @@ def test_a_finished_run_shows_the_rate_it_ran_at():
     src = ReplaySource(str(log))
     src.seek((steps[0] + steps[-1]) / 2 - msgs[0].t)  # half-way through its steps
     mid = summarize(src)
-    assert mid.samples_per_s and not mid.samples_per_s_avg
+    assert mid.samples_per_s and not mid.samples_per_s_when
     src.seek(src.duration_s + 1)
     end = summarize(src)
     assert all(r.finished for r in src.state.ranks.values())
-    assert end.samples_per_s_avg and 0.5 * mid.samples_per_s < end.samples_per_s < 2 * mid.samples_per_s
+    assert end.samples_per_s_when == "at the end" and 0.5 * mid.samples_per_s < end.samples_per_s < 2 * mid.samples_per_s
 
 
 async def test_seeking_back_to_before_any_rank_empties_the_grid_and_forward_fills_it():

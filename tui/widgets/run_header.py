@@ -16,7 +16,7 @@ from textual.widget import Widget
 
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
-from pardash.telemetry.summary import samples_per_s_recent
+from pardash.telemetry.summary import ended_stuck, samples_per_s_recent
 
 from ..format import fmt_count, fmt_duration, fmt_rate
 from ..model import RunTotals, run_totals
@@ -65,8 +65,9 @@ class RunSummary:
     restarts: int = 0
     """Times torchrun restarted the job (--max-restarts), the most any rank says."""
     samples_per_s: float | None = None
-    samples_per_s_avg: bool = False
-    """``samples_per_s`` is what the run ran at over each rank's last steps (every rank done)."""
+    samples_per_s_when: str = ""
+    """'at the end': ``samples_per_s`` is what the run ran at over each rank's last steps
+    (every rank done); 'at the end (stalled)': 0, the run was stopped or killed while stuck."""
     elapsed_s: float = 0.0
     """Run time from the run's own timestamps (first to last message), never the viewer's clock."""
     status_counts: tuple[tuple[str, int], ...] = ()
@@ -119,14 +120,16 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
     device = ""
     if hello is not None:
         device = hello.device_name or hello.device
-    sps, avg = totals.samples_per_s, False
+    sps, when = totals.samples_per_s, ""
     if sps is None and counts and not counts.get(st.RUNNING) and not counts.get(st.STARTING):
         if counts.get(st.STALLED) or counts.get(st.SILENT):
             sps = 0.0  # stuck: nothing moves (the rate of their last steps would say otherwise)
+        elif ended_stuck(state):  # stopped or killed while stuck, as the launcher's last line says
+            sps, when = 0.0, "at the end (stalled)"
         else:
             recent = samples_per_s_recent(state)  # every rank is done: what it ran at
             if recent > 0:
-                sps, avg = recent, True
+                sps, when = recent, "at the end"
     return RunSummary(
         run_id=state.run_id or getattr(source, "run_id", ""),
         strategy=state.strategy,
@@ -136,7 +139,7 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
         step=totals.step,
         restarts=max((r.restarts for r in state.ranks.values()), default=0),
         samples_per_s=sps,
-        samples_per_s_avg=avg,
+        samples_per_s_when=when,
         elapsed_s=max(0.0, (state.t_last_rank or state.t_last) - state.t0) if state.t0 else 0.0,
         status_counts=tuple((s, counts[s]) for s, _ in STATUS_MARKS if counts.get(s)),
         lost=stats.lost,
@@ -308,7 +311,7 @@ class RunHeader(CachedStyles, Widget):
         first.append(self._pair("step", fmt_count(s.step)))
         if s.restarts:
             first.append(self._pair("restarts", fmt_count(s.restarts), "warn"))
-        first.append(self._pair("samples/s", fmt_rate(s.samples_per_s) + (" at the end" if s.samples_per_s_avg else "")))
+        first.append(self._pair("samples/s", " ".join(filter(None, (fmt_rate(s.samples_per_s), s.samples_per_s_when)))))
         first.append(self._pair("elapsed", fmt_duration(s.elapsed_s)))
         if s.device:
             first.append([(s.device, self._s("label"))])
