@@ -144,3 +144,24 @@ def test_an_emoji_in_a_message_keeps_the_panels_borders():
     text = tame("rank 1 error after step 299: Connection closed by peer, likely an error. GLHF! 🏖️")
     assert text.endswith("GLHF! ") and cell_len(text) == len(text)
     assert tame("µs ✓ × ⚠ ±") == "µs ✓ × ⚠ ±"  # the glyphs the TUI draws itself stay
+
+
+async def test_a_ranks_events_written_while_hidden_are_rewrapped_when_the_terminal_grows():
+    # Below 34 rows the detail screen hides its event panel; the lines written then were
+    # wrapped at RichLog's min_width (20 columns) and stayed so after the terminal grew.
+    from tui_helpers import replay_app
+
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+    from pardash.tui.widgets.event_log import EventLog
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("down", "enter")  # rank 1, the one that failed
+        await pilot.pause()
+        assert isinstance(app.screen, RankDetailScreen)
+        await pilot.resize_terminal(200, 60)
+        await pilot.pause(0.3)
+        log = app.screen.query_one(EventLog)
+        texts = [strip.text.rstrip() for strip in log.lines]
+        assert "RuntimeError: CUDA error: an illegal" in texts[0], texts  # at the panel's width, not at 20
+        assert max(map(len, texts)) <= log.scrollable_content_region.width

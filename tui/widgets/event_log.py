@@ -117,10 +117,11 @@ class EventLog(CachedStyles, RichLog):
         self.app.theme_changed_signal.subscribe(self, self._rewrite)
 
     def on_resize(self) -> None:
-        # Lines are wrapped to the width they were written at: rewrap them at the new one.
+        # Lines are wrapped to the width they were written at: rewrap them at the new one (lines
+        # written while the log was hidden were wrapped at min_width).
         width = self.scrollable_content_region.width
         if width != self._wrapped_at:
-            if self._wrapped_at:
+            if self.lines:
                 self._rewrite(None)
             self._wrapped_at = width
 
