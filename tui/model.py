@@ -571,7 +571,14 @@ def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
     if key == "step_time":
         return sorted(rows, key=lambda r: (-_bin_ratio(r.step_s), r.rank))
     if key == "self_time":
-        return sorted(rows, key=lambda r: (-(round(r.self_dev * SORT_BINS) if r.self_dev is not None else -inf), r.rank))
+        # Live ranks by their excess over the others; then the rest (finished, exited,
+        # stalled: no excess is judged) by their last self time, as a post-mortem reads them.
+        return sorted(
+            rows,
+            key=lambda r: (0, -round(r.self_dev * SORT_BINS), r.rank)
+            if r.self_dev is not None
+            else (1, -_bin_ratio(r.self_s), r.rank),
+        )
     if key == "memory":
         return sorted(rows, key=lambda r: (-(r.held_bytes if r.held_bytes is not None else -1), r.rank))
     if key == "status":
