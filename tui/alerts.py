@@ -134,6 +134,12 @@ def rank_alerts(
     return out
 
 
+def straggled_text(v: schema.Verdict) -> str:
+    """A rank that was a straggler, once it is done: when the hub found it (the report gives
+    since when it straggled, from the steps before)."""
+    return f"rank {v.rank} was a straggler ({v.cause or 'cause unknown'}), found at step {v.step}"
+
+
 def _stuck_text(r: st.RankState) -> str:
     if r.stalled is None:
         return "went silent (no heartbeat)"

@@ -372,7 +372,7 @@ def test_a_finished_run_still_names_its_straggler():
     for r in range(2):
         st.apply(schema.Event(rank=r, name="exit", code=0, step=100), 0)
     assert all(r.finished for r in st.ranks.values())
-    assert _stragglers_were(st) == " · rank 1 was a straggler (data) from step 29"
+    assert _stragglers_were(st) == " · rank 1 was a straggler (data), found at step 29"
 
 
 def test_a_run_stopped_as_it_hung_says_so_once_its_ranks_have_exited():
@@ -414,3 +414,16 @@ def test_a_crash_stays_the_root_cause_of_ranks_stopped_as_they_waited_for_it():
     assert [(a.rank, a.first) for a in alerts] == [(1, True), (0, False)]
     assert alerts[0].text == "rank 1, the root cause, exited with code 1 at step 5: RuntimeError: boom"
     assert "likely the cause" not in alerts[1].text
+
+
+def test_a_done_ranks_detail_says_it_was_a_straggler_not_that_it_is():
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+
+    st = _state()
+    msg = "rank 2 is a straggler (data loading): the others wait 46 ms a step for it"
+    st.apply(schema.Verdict(rank=2, verdict="straggler", cause="data", step=29, cost_s=0.046, message=msg), 0)
+    screen = RankDetailScreen(2)
+    assert msg in screen._title(st, st.ranks[2]).plain
+    st.apply(schema.Event(rank=2, name="exit", code=0, step=4, seq=9), 0)
+    title = screen._title(st, st.ranks[2]).plain
+    assert msg not in title and "rank 2 was a straggler (data), found at step 29" in title

@@ -16,7 +16,7 @@ from textual.widgets import Footer
 
 from pardash.telemetry.client import Source
 
-from ..alerts import run_alerts
+from ..alerts import run_alerts, straggled_text
 from ..charts import run_series
 from ..format import fmt_loss
 from ..grid_layout import lay_out
@@ -410,7 +410,6 @@ def _stragglers_were(state) -> str:
     if not slow:
         return ""
     if len(slow) == 1:
-        v = slow[0].straggled
-        return f" · rank {v.rank} was a straggler ({v.cause or 'cause unknown'}) from step {v.step}"
+        return f" · {straggled_text(slow[0].straggled)}"
     names = ", ".join(str(r.rank) for r in slow[:6]) + (", …" if len(slow) > 6 else "")
     return f" · ranks {names} were stragglers (see the events)"

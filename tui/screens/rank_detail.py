@@ -15,6 +15,7 @@ from textual.widgets import Footer, Static
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
 
+from ..alerts import straggled_text
 from ..charts import chart_series
 from ..format import fmt_bytes, fmt_loss, fmt_step_time
 from ..messages import RunUpdated
@@ -218,7 +219,10 @@ class RankDetailScreen(Screen):
             parts.append(line)
         if r.heartbeat is not None and r.heartbeat.phase and r.status not in (st.EXITED, st.FINISHED):
             parts.append((f" · now in {r.heartbeat.phase}", "$text-muted"))
-        for v in (r.straggler, r.stalled, r.silent, r.not_sharding):
+        done = r.status in (st.EXITED, st.FINISHED)
+        if done and r.straggled is not None:  # not "is a straggler" once it is done
+            parts.append((f"\n⚠ {straggled_text(r.straggled)}", "$text-warning"))
+        for v in (None if done else r.straggler, r.stalled, r.silent, r.not_sharding):
             if v is not None and v.message:
                 parts.append((f"\n⚠ {v.message}", "$text-warning"))
         if r.restarts:
