@@ -263,3 +263,20 @@ async def test_back_from_a_ranks_detail_the_grid_is_on_the_rank_last_shown():
         await pilot.pause()
         assert isinstance(app.screen, DashboardScreen)
         assert app.screen.query_one(RankGrid).cursor_rank == 3
+
+
+async def test_the_side_panels_take_their_width_back_when_the_terminal_grows_again():
+    # An ended replay (no frame redraws it): after 200x60 -> 50x12 -> 200x60 the side panels
+    # stayed at 64 columns and the grid kept 70 empty ones.
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause(0.2)
+        side = app.screen.query_one("#side")
+        wide = side.size.width
+        assert wide > 64
+        await pilot.resize_terminal(50, 12)
+        await pilot.pause(0.2)
+        await pilot.resize_terminal(200, 60)
+        for _ in range(10):
+            await pilot.pause(0.1)
+        assert side.size.width == wide

@@ -195,6 +195,14 @@ class DashboardScreen(Screen):
         self.set_class(self.size.width < self.NARROW_WIDTH, "-narrow")
         self._fit_side()
         self._fit_trend()
+        # Again once the grid has laid itself out at its new size: what it needs was measured
+        # at the old one (an ended replay, which no new frame redraws, kept a small terminal's
+        # side panels after the terminal grew back).
+        self.call_after_refresh(self._refit)
+
+    def _refit(self) -> None:
+        self._fit_side()
+        self._fit_trend()
 
     def _fit_trend(self) -> None:
         """Show the run's loss under the grid when the grid, that much shorter, still draws
