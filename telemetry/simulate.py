@@ -90,10 +90,17 @@ def memory(cfg: SimConfig, rank: int) -> schema.Mem:
     )
 
 
+def step_period(cfg: SimConfig, step: int) -> float:
+    """Seconds the job's step ``step`` takes: 1/rate, and from step 20 with a straggler 30 %
+    more on every rank (the others wait for it in their collective)."""
+    base = 1.0 / cfg.rate_hz
+    return base * 1.3 if cfg.straggler is not None and step >= 20 else base
+
+
 def step_message(cfg: SimConfig, rank: int, step: int, jitter: float, extra_s: float, loss_noise: float) -> schema.Step:
     """One rank's step: ``jitter`` (s) on its step and data time, ``extra_s`` of straggling."""
     base = 1.0 / cfg.rate_hz
-    step_s = base + (0.3 * base if cfg.straggler is not None and step >= 20 else 0.0)
+    step_s = step_period(cfg, step)
     data = 0.05 * base + abs(jitter)
     fwd = 0.3 * base
     data_x = extra_s if cfg.straggler_kind == "data" else 0.0
@@ -286,7 +293,6 @@ class SimulatedJob:
     def run(self, stop=lambda: False) -> None:
         """Publish in real time until ``stop()``, the step count, or a crash."""
         self.hello()
-        period = 1.0 / self.cfg.rate_hz
         next_step = time.monotonic()
         next_beat = next_step
         while not stop() and not self.done:
@@ -296,6 +302,7 @@ class SimulatedJob:
                 next_beat = now + 1.0
             if now >= next_step:
                 self.tick()
+                period = step_period(self.cfg, self.step + 1)  # as long as the next step says it took
                 next_step += period
                 if next_step < now - 1.0:  # fell behind by a second: do not try to catch up
                     next_step = now + period
