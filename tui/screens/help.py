@@ -67,9 +67,11 @@ def keys_table() -> Table:
 
 
 GLOSSARY = (
-    "wall: a rank's step time, from one step's end to the next's. "
+    "wall: a rank's step time, from one step's end to the next's (the grid: the median of its "
+    "last five, as self). "
     "self time: a rank's work before the step's first collective (no waiting; FSDP: its data "
-    "and forward less its all-gathers). In DDP and FSDP "
+    "and forward less its all-gathers); Δself: how far above the other ranks' median it is; "
+    "med (a rank's phases): the other ranks' median of that phase. In DDP and FSDP "
     "every rank's step time is about the same, because all wait for the slowest; the straggler is "
     "the rank whose self time exceeds the others' median.\n"
     "state: parameters + gradients + optimizer state on the rank; held: state + DDP buckets; unsharded: "
