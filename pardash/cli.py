@@ -15,7 +15,7 @@ from typing import Sequence
 
 from pardash.launch import cmd_launch
 from pardash.parser import PROG, build_parser, fail
-from pardash.preflight import check_prometheus, gpu_count, headless_without_terminal
+from pardash.preflight import check_hub_ports, check_prometheus, gpu_count, headless_without_terminal
 from pardash.recorded import cmd_export, cmd_report, find_log
 from pardash.telemetry import registry
 
@@ -199,6 +199,8 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
     headless_without_terminal(ns)
+    if ns.port:
+        check_hub_ports("--port", ns.bind, ns.port)  # before its log and folder are made
     run_id = "sim-" + registry.new_run_id()
     # A simulated job is for watching, and its log grows fast (about 430 MB a minute at 1024
     # ranks x 10 steps/s): none unless asked for. The hub still encodes every record.

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from pardash.parser import PROG, fail
-from pardash.preflight import check_prometheus, gpu_count, headless_without_terminal, port_free
+from pardash.preflight import check_hub_ports, check_prometheus, gpu_count, headless_without_terminal, port_free
 from pardash.telemetry import registry
 
 
@@ -67,9 +67,7 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     telemetry_port = ns.telemetry_port or (29600 if ns.nnodes > 1 else 0)
     bind = ns.telemetry_addr or ("127.0.0.1" if ns.nnodes == 1 else (ns.master_addr or "127.0.0.1"))
     if telemetry_port and ns.node_rank == 0:
-        for port in (telemetry_port, telemetry_port + 1, telemetry_port + 2):
-            if not port_free(bind, port):
-                fail(f"--telemetry-port {telemetry_port}: port {port} is busy; pick another (the hub uses PORT..PORT+2)")
+        check_hub_ports("--telemetry-port", bind, telemetry_port)
     # Nodes > 0 start no hub: their ranks send to node 0's, at the same address and port.
     remote_hub = f"tcp://{bind}:{telemetry_port}" if ns.node_rank > 0 else ""
     insecure = getattr(ns, "insecure", False)

@@ -31,6 +31,13 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def check_hub_ports(flag: str, bind: str, port: int) -> None:
+    """Refuse a hub's ports (PORT..PORT+2) that are taken, before anything starts."""
+    for p in (port, port + 1, port + 2):
+        if not port_free(bind, p):
+            fail(f"{flag} {port}: port {p} is busy; pick another (the hub uses PORT..PORT+2)")
+
+
 def check_prometheus(ns: argparse.Namespace) -> None:
     """Refuse, before anything starts (one line, exit 2): /metrics beyond loopback without
     --insecure (HTTP has no CURVE keys: anyone who reaches it reads the run), a busy port."""

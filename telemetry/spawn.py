@@ -48,7 +48,19 @@ def spawn_hub(args: list[str], *, timeout_s: float = READY_TIMEOUT_S, **popen) -
     line = read_line(r, timeout_s)
     os.close(r)
     if not line:
-        if proc.poll() is None:
+        code = exit_code(proc)
+        if code is None:
             proc.terminate()
-        raise SpawnError(f"the hub did not start (exit code {proc.poll()})")
+            raise SpawnError(f"the hub did not say it was ready within {timeout_s:.0f} s")
+        raise SpawnError(f"the hub did not start (exit code {code})")
     return proc, json.loads(line)
+
+
+def exit_code(proc: subprocess.Popen, grace_s: float = 2.0) -> int | None:
+    """The exit code of a process that closed its ready pipe without a word: it is on its way
+    out, but poll() may say None for a moment after the pipe's end (it said "exit code None").
+    None: still running after ``grace_s``."""
+    try:
+        return proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        return None

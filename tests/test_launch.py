@@ -129,6 +129,46 @@ def test_busy_master_port_is_refused(tmp_path):
     assert f"--master-port {port} is busy" in proc.stderr
 
 
+def test_a_simulated_jobs_busy_port_is_refused_before_its_log_is_made(tmp_path):
+    # It said "the hub did not start (exit code None)" and left an empty log in a run folder.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "pardash", "simulate", "--headless", "--keep-log", "--port", str(port),
+             "--runs-dir", str(tmp_path / "runs")],
+            capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+        )  # fmt: skip
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"--port {port}: port {port} is busy" in lines[0], proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_hub_that_closes_its_ready_pipe_as_it_exits_is_told_with_its_exit_code():
+    # The pipe's end comes a moment before poll() knows the process is gone: spawn_hub and the
+    # launcher said "the hub did not start (exit code None)" (a hub that could not bind).
+    from pardash.telemetry.spawn import exit_code, read_line
+
+    r, w = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"import os, time; os.close({w}); time.sleep(0.5); raise SystemExit(2)"], pass_fds=(w,)
+    )
+    os.close(w)
+    assert read_line(r, 30) == ""
+    os.close(r)
+    assert proc.poll() is None and exit_code(proc) == 2
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert exit_code(alive, grace_s=0.1) is None
+    finally:
+        alive.kill()
+        alive.wait()
+
+
 def test_a_fifo_log_is_taken_and_node_1_leaves_the_log_to_node_0(tmp_path):
     # A FIFO (a log piped into another tool) holds no run; node 1 of a job never writes the log
     # (node 0's hub does), so a --log shared by both nodes is not "already holding a run".

@@ -28,7 +28,7 @@ import psutil
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
 from pardash.telemetry.recorder import LOG_MODE, holds_records
-from pardash.telemetry.spawn import read_line
+from pardash.telemetry.spawn import exit_code, read_line
 
 # torchrun's agent logs each worker failure as it finds it (every --monitor-interval):
 #   "... failed (exitcode: -9) local_rank: 1 (pid: 4056) of binary: ..."
@@ -184,7 +184,7 @@ class Supervisor:
         line = read_line(r, HUB_READY_TIMEOUT_S)
         os.close(r)
         if not line:
-            code = self.hub.poll()
+            code = exit_code(self.hub)
             if code is None:  # alive but silent: no use to anyone, and it holds the ports
                 self.hub.kill()
                 self.hub.wait()
@@ -586,7 +586,7 @@ def start(spec: LaunchSpec, *, output=None) -> Job:
         raise
     finally:
         os.close(r)
-    info = json.loads(line) if line else {"error": f"the supervisor exited with code {sup.poll()}"}
+    info = json.loads(line) if line else {"error": f"the supervisor exited with code {exit_code(sup)}"}
     if "error" in info:
         if sup.poll() is None:
             sup.terminate()
