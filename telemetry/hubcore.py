@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from math import isfinite
-from typing import Annotated, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 
@@ -101,6 +101,46 @@ assert (IngestStep.__struct_fields__, _defaults(IngestStep)) == (schema.Step.__s
 _ingest_decode = msgspec.msgpack.Decoder(
     Union[schema.Hello, IngestStep, schema.System, schema.Event, schema.Heartbeat, schema.Verdict]
 ).decode
+MAX_FIELD = 1024
+"""A rank's short strings (a hello's host, note, device; a heartbeat's phase; a metric's name)
+are cut to this many characters: a flood of hellos with megabyte hosts held gigabytes."""
+_HELLO_TEXT = tuple(
+    name for name, kind in zip(schema.Hello.__struct_fields__, msgspec.structs.fields(schema.Hello)) if kind.type is str
+)
+
+
+def _plain_hello(msg: schema.Hello) -> None:
+    """Cut a hello's strings to MAX_FIELD and take out what a terminal would act on (every
+    viewer shows them); its config's strings too, keys and values."""
+    for name in _HELLO_TEXT:
+        text = getattr(msg, name)
+        if len(text) > MAX_FIELD or not text.isprintable():
+            setattr(msg, name, schema.plain_text(text[:MAX_FIELD]))
+    if msg.config and not _printable(msg.config):
+        msg.config = _plain_config(msg.config)
+
+
+def _printable(obj: Any) -> bool:
+    if isinstance(obj, str):
+        return obj.isprintable()
+    if isinstance(obj, dict):
+        return all(_printable(k) and _printable(v) for k, v in obj.items())
+    if isinstance(obj, list):
+        return all(_printable(v) for v in obj)
+    return True
+
+
+def _plain_config(obj: Any) -> Any:
+    """(config_fits has bounded its depth and size.)"""
+    if isinstance(obj, str):
+        return schema.plain_text(obj, lines=True)
+    if isinstance(obj, dict):
+        return {_plain_config(k): _plain_config(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_plain_config(v) for v in obj]
+    return obj
+
+
 def _finite(x: float | None) -> bool:
     return x is None or isfinite(x)
 
@@ -333,9 +373,12 @@ class HubCore:
                     if not isfinite(x):
                         msg.custom = {k: x for k, x in msg.custom.items() if isfinite(x)}
                         break
+                if not all(k.isprintable() and len(k) <= MAX_FIELD for k in msg.custom):
+                    msg.custom = {schema.plain_text(k[:MAX_FIELD]): x for k, x in msg.custom.items()}
         elif isinstance(msg, schema.Heartbeat):
             if not 0 <= msg.dropped <= security.MAX_COUNT:
                 return "out_of_range"
+            msg.phase = schema.plain_text(msg.phase[:MAX_FIELD])
             if not (isfinite(msg.phase_s) and isfinite(msg.mono)):
                 return "not_finite"
         elif isinstance(msg, schema.Hello):
@@ -348,6 +391,7 @@ class HubCore:
 
             if not security.config_fits(msg.config):
                 return "too_large"
+            _plain_hello(msg)
         elif isinstance(msg, schema.Event):
             if len(msg.name) > 64:
                 return "invalid"
@@ -356,6 +400,10 @@ class HubCore:
                 msg.message = security.cut_text(msg.message, security.MAX_TEXT)
             if msg.traceback is not None and len(msg.traceback) > security.MAX_TRACEBACK:
                 msg.traceback = security.cut_text(msg.traceback, security.MAX_TRACEBACK, keep_tail=True)
+            msg.name = schema.plain_text(msg.name)
+            msg.message = schema.plain_text(msg.message, lines=True)
+            if msg.traceback is not None:
+                msg.traceback = schema.plain_text(msg.traceback, lines=True)
         if msg.rank not in self.state.ranks and len(self.state.ranks) >= security.MAX_RANKS_TRACKED:
             return "too_many_ranks"
         hello = self.state.hello

@@ -11,6 +11,7 @@ seconds since the epoch, ``mono`` the rank's ``time.monotonic()``.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Union
 
 import msgspec
@@ -183,6 +184,25 @@ class Verdict(Base, tag="verdict"):
 
 Message = Union[Hello, Step, System, Event, Heartbeat, Verdict]
 RANK_KINDS = ("hello", "step", "system", "event", "heartbeat")
+
+# Characters a terminal acts on rather than shows (C0 and C1 controls: escape sequences that set
+# a window's title, clear the screen or write the clipboard; DEL) and the invisible ones that
+# reorder or hide text (bidirectional overrides, zero-width marks): a rank's strings reach every
+# viewer's terminal. A text of several lines keeps its newlines and tabs.
+_UNSHOWN = "\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+_UNSHOWN_LINES = re.compile(f"[{_UNSHOWN}]")
+_UNSHOWN_LINE = re.compile(f"[{_UNSHOWN}\n\t]")
+
+
+def plain_text(text: str, *, lines: bool = False) -> str:
+    """``text`` without the characters a terminal would act on or hide (``lines``: newlines
+    and tabs kept, for messages and tracebacks; a CR LF is a newline)."""
+    if text.isprintable():  # the common case, in C
+        return text
+    if lines:
+        return _UNSHOWN_LINES.sub("", text.replace("\r\n", "\n"))
+    return _UNSHOWN_LINE.sub("", text)
+
 
 def _enc_hook(obj: Any) -> Any:
     """Values msgspec does not know (torch.__version__, a Path, a numpy scalar in a config):

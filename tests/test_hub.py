@@ -513,3 +513,36 @@ def test_a_hub_that_cannot_bind_leaves_no_empty_log_behind(tmp_path, capsys):
         assert not (tmp_path / "runs").exists()
     finally:
         busy.close(0)
+
+
+def test_what_a_terminal_would_act_on_never_reaches_a_viewer_and_a_hellos_strings_are_cut(tmp_path):
+    # A rank's host, note, event messages and metric names went to every viewer's terminal
+    # as they were: escape sequences that set its title, clear its screen, write its clipboard.
+    # And a hello's strings had no bound (1000 hellos with 200 kB hosts took the hub to 288 MB).
+    from pardash.telemetry.hubcore import MAX_FIELD
+    from pardash.telemetry.recorder import Recorder
+
+    rec = Recorder(tmp_path / "run.jsonl")
+    core = HubCore(run_id="r", recorder=rec, world_size=2)
+    esc = "\x1b]0;owned\x07\x1b[2J\x1b]52;c;aGk=\x07\u202e\x9b"
+    hello = schema.Hello(
+        run="r", rank=0, world_size=2, t=1.0e9, host="h" + esc + "x" * 200_000, note="n" + esc,
+        strategy="ddp" + esc, config={"lr" + esc: ["a\nb" + esc], "k": 1},
+    )  # fmt: skip
+    assert core.ingest_bytes(schema.encode(hello), 1.0)
+    base = dict(run="r", rank=0, t=1.0e9 + 1)
+    assert core.ingest_bytes(schema.encode(schema.Step(seq=1, step=1, step_s=0.1, mono=5.0, custom={"acc" + esc: 1.0}, **base)), 1.0)
+    err = schema.Event(seq=2, name="error" + esc, message="boom" + esc + "\r\nline 2\tx", traceback="Traceback\n" + esc, **base)
+    assert core.ingest_bytes(schema.encode(err), 1.0)
+    assert core.ingest_bytes(schema.encode(schema.Heartbeat(seq=3, phase="data" + esc, mono=5.0, **base)), 1.0)
+    rec.close()
+    msgs, _ = load_log(tmp_path / "run.jsonl")
+    for held in (msgs, [core.state.ranks[0].hello, core.state.ranks[0].step, *core.state.events]):
+        text = "".join(str(msgspec.to_builtins(m)) for m in held)
+        assert not any(c in text for c in "\x1b\x07\u202e\x9b"), text[:300]
+    h = core.state.ranks[0].hello
+    assert h.host.startswith("h]0;owned[2J]52;c;aGk=x") and len(h.host) <= MAX_FIELD
+    assert (h.note, h.strategy, h.config) == ("n]0;owned[2J]52;c;aGk=", "ddp]0;owned[2J]52;c;aGk=", {"lr]0;owned[2J]52;c;aGk=": ["a\nb]0;owned[2J]52;c;aGk="], "k": 1})
+    e = [m for m in msgs if isinstance(m, schema.Event) and m.rank == 0][0]
+    assert (e.name, e.message) == ("error]0;owned[2J]52;c;aGk=", "boom]0;owned[2J]52;c;aGk=\nline 2\tx")
+    assert list(core.state.ranks[0].step.custom) == ["acc]0;owned[2J]52;c;aGk="]
