@@ -18,9 +18,11 @@ Security (keys, where a hub may bind, what one record may hold) lives in :mod:`.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -29,7 +31,7 @@ import zmq
 
 from . import cliargs, frames, registry, schema, security
 from .hubcore import MAX_RANK, HubCore, rejects_text
-from .recorder import Recorder, holds_records, is_gzip
+from .recorder import LOG_MODE, Recorder, holds_records, is_gzip
 from .unsupervised import SupervisorWatch
 
 __all__ = ["Hub", "HubCore", "MAX_RANK", "MAX_SNAPSHOT_WAITERS", "add_hub_arguments", "run_hub", "main"]
@@ -487,6 +489,34 @@ def _missing(path: str) -> list[str]:
     return out
 
 
+def _claim(log: str) -> int | bool:
+    """Hold the log for this hub alone, for as long as it lives (an advisory lock the kernel lets
+    go of when the process ends, however it ends): two runs started at once with the same --log
+    both found it empty and both appended to it. Its descriptor; False when another hub holds
+    it; True when there is nothing to hold (a FIFO, /dev/null) or locks are not to be had."""
+    try:
+        if not stat.S_ISREG(os.stat(log).st_mode):
+            return True
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return True  # the recorder says what is wrong with it
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, LOG_MODE)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except OSError:  # a file system without locks
+        os.close(fd)
+        return True
+    return fd
+
+
 def _unmake(made: list[str]) -> None:
     """Remove the empty log (and run folder) a hub that did not start made: nothing to keep."""
     for path in reversed(made):
@@ -502,13 +532,27 @@ def _unmake(made: list[str]) -> None:
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
     run_id = ns.run_id or registry.new_run_id()
     log = ns.log or os.path.join("runs", run_id, "telemetry.jsonl")
+    if is_gzip(log):
+        print(f"pardash hub: the log {log} is gzip-compressed: lines appended to it would be lost; decompress it, or pass a new --log PATH", file=sys.stderr)
+        return 2
+    made = _missing(log)
+    claim = _claim(log)
+    if claim is False:
+        print(f"pardash hub: the log {log} is being written by another hub (another run); pass a new --log PATH", file=sys.stderr)
+        return 2
+    try:
+        return _run_claimed(ns, run_id, log, made, ready_fd=ready_fd, meta=meta)
+    finally:
+        if claim is not True:
+            os.close(claim)  # (the process ends here but for a caller in-process: a test)
+
+
+def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str], *, ready_fd: int | None, meta: dict | None) -> int:
+    """:func:`run_hub` once its log is this hub's alone."""
     ports = (ns.port, ns.port + 1, ns.port + 2) if ns.port else (0, 0, 0)
     curve_dir = getattr(ns, "curve_dir", None) or security.curve_dir_from_env()
     world_size = getattr(ns, "world_size", 0) or int((meta or {}).get("world_size") or 0)
     insecure = getattr(ns, "insecure", False)
-    if is_gzip(log):
-        print(f"pardash hub: the log {log} is gzip-compressed: lines appended to it would be lost; decompress it, or pass a new --log PATH", file=sys.stderr)
-        return 2
     if not getattr(ns, "resume", False) and holds_records(log):
         print(f"pardash hub: the log {log} already holds a run; pass --resume to carry it on, or a new --log PATH", file=sys.stderr)
         return 2
@@ -517,8 +561,8 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     refusal = security.metrics_refusal(ns.prometheus_addr, insecure=insecure) if wants_metrics else None
     if refusal:
         print(f"pardash hub: {refusal}", file=sys.stderr)
+        _unmake(made)
         return 2
-    made = _missing(log)
     try:
         hub = Hub(
             run_id=run_id, log_path=log, host=ns.bind, ports=ports, frame_hz=ns.frame_hz,

@@ -546,3 +546,30 @@ def test_what_a_terminal_would_act_on_never_reaches_a_viewer_and_a_hellos_string
     e = [m for m in msgs if isinstance(m, schema.Event) and m.rank == 0][0]
     assert (e.name, e.message) == ("error]0;owned[2J]52;c;aGk=", "boom]0;owned[2J]52;c;aGk=\nline 2\tx")
     assert list(core.state.ranks[0].step.custom) == ["acc]0;owned[2J]52;c;aGk="]
+
+
+def test_a_second_hub_on_a_log_another_hub_writes_is_refused(tmp_path):
+    # Two runs started at once with the same --log both found it empty and both appended to
+    # it (the report then mixed them): the first hub holds the log while it lives.
+    import subprocess
+    import sys
+
+    from helpers import pardash_env
+    from pardash.telemetry.spawn import spawn_hub
+
+    log = tmp_path / "same.jsonl"
+    first, _ = spawn_hub(["--run-id", "a", "--log", str(log), "--no-registry"], env=pardash_env())
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "pardash.telemetry.hub", "--run-id", "b", "--log", str(log), "--no-registry"],
+            capture_output=True, text=True, timeout=60, env=pardash_env(),
+        )  # fmt: skip
+        assert second.returncode == 2
+        assert f"the log {log} is being written by another hub" in second.stderr
+        assert '"run":"b"' not in log.read_text()
+    finally:
+        first.terminate()
+        first.wait(30)
+    again, _ = spawn_hub(["--run-id", "c", "--log", str(tmp_path / "next.jsonl"), "--no-registry"], env=pardash_env())
+    again.terminate()
+    again.wait(30)
