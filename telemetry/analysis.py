@@ -208,6 +208,11 @@ class Detector:
     def _liveness(self, r: RankState, now: float, stall_after: float) -> list[Verdict]:
         out: list[Verdict] = []
         step = r.step.step if r.step is not None else -1
+        beat = r.heartbeat
+        if beat is not None and beat.step > step and r.step is not None:
+            # Its heartbeat says it has done steps whose messages are not here yet (held up in
+            # a backlog: a hub paused or behind takes from each socket in turn): progress.
+            step = beat.step
         last = self._progress.get(r.rank)
         if last is None or last[0] != step:
             self._progress[r.rank] = (step, now)

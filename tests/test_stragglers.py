@@ -101,6 +101,22 @@ def test_liveness_verdicts():
     assert [v.verdict for v in out] == ["silent"]
 
 
+def test_a_rank_whose_heartbeats_say_it_steps_on_is_not_stalled_while_its_steps_are_held_up():
+    # A hub paused for 20 s then took its backlog from each socket in turn: rank 0's heartbeats
+    # (step 1224 and on) came while its step messages were still at 687. It was called stalled
+    # "after step 687", and the report kept that stall for good.
+    st = RunState()
+    det = Detector()
+    st.apply(schema.Hello(rank=0, world_size=1), 0.0)
+    st.apply(schema.Step(rank=0, step=687, step_s=0.01), 0.0)
+    assert det.update(st, 1.0) == []
+    for t, step in ((4.0, 900), (8.0, 1100), (12.0, 1224)):
+        st.apply(schema.Heartbeat(rank=0, step=step, phase="forward"), t)
+        assert det.update(st, t + 0.5) == []
+    st.apply(schema.Heartbeat(rank=0, step=1224, phase="forward"), 20.0)  # and now it is stuck
+    assert [(v.verdict, v.step) for v in det.update(st, 20.5)] == [("stalled", 1224)]
+
+
 def test_leave_one_out_matches_the_naive_median():
     import statistics
 
