@@ -186,7 +186,7 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
         return None
     steps = r.history["step"].values()
     values = r.history[column].values()
-    finite = [s for s, v in zip(steps, values, strict=False) if math.isfinite(v)]
+    finite = [s for s, v in zip(steps, values, strict=False) if math.isfinite(v) and math.isfinite(s)]
     if not finite:
         return None
     s0, s1 = min(finite), max(finite)

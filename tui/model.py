@@ -556,7 +556,7 @@ SORT_BINS = 20
 
 
 def _bin_ratio(seconds: float | None) -> float:
-    if seconds is None or not seconds > 0:
+    if seconds is None or not 0 < seconds < math.inf:  # (inf: a hub's word, not a rank's)
         return float("-inf")
     return round(math.log(seconds) * SORT_BINS)
 

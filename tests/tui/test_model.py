@@ -427,3 +427,16 @@ def test_a_done_ranks_detail_says_it_was_a_straggler_not_that_it_is():
     st.apply(schema.Event(rank=2, name="exit", code=0, step=4, seq=9), 0)
     title = screen._title(st, st.ranks[2]).plain
     assert msg not in title and "rank 2 was a straggler (data), found at step 29" in title
+
+
+def test_figures_no_rank_could_send_do_not_break_the_viewer():
+    # A hub is trusted less than its keys say: one that sent an infinite step time or a NaN
+    # step number crashed the TUI (OverflowError sorting, ValueError charting).
+    st = _state(world=2)
+    st.ranks[1].step.step_s = float("inf")
+    rows = RowBuilder().build(st)
+    for row in rows:
+        row.step_s = float("inf") if row.rank == 1 else row.step_s
+    assert [r.rank for r in sort_rows(rows, "step_time")] == [0, 1]
+    st.ranks[0].history.append_row(float("nan"), *[1.0] * (len(st.ranks[0].history.columns) - 1))
+    assert chart_series(st, 0, "self_s", 10) is not None
