@@ -150,12 +150,13 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         spec.output = os.path.join(spec.run_dir, "output.log")
         spec.viewer_pid = os.getpid()
     else:
-        from pardash.telemetry.printer import is_terminal
+        from pardash.telemetry.streams import unbreakable_stdio
 
-        if is_terminal(sys.stdout):
-            # The progress bar owns the terminal: the ranks write to a file that the printer
-            # follows and prints above the bar (a viewer that dies never breaks their stdout).
-            spec.output = os.path.join(spec.run_dir, "output.log")
+        # The ranks write to a file that the printer follows and prints (above the progress bar
+        # in a terminal): a viewer that dies, or a pipe whose reader exits (`| head`), never
+        # breaks their stdout. Nor this process's: it stops printing and still sees the job out.
+        spec.output = os.path.join(spec.run_dir, "output.log")
+        unbreakable_stdio()
     if spec.remote_hub:  # node > 0: node 0's hub names the run and records it
         print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.world_size} rank(s), telemetry to node 0's hub at {spec.remote_hub}", flush=True)
     else:
@@ -171,7 +172,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         if ns.headless:
             from pardash.telemetry.printer import ProgressPrinter
 
-            printer = ProgressPrinter(client, every_s=ns.every, tail=None if spec.output == "inherit" else spec.output)
+            printer = ProgressPrinter(client, every_s=ns.every, tail=spec.output)
             # Headless, this process stands for the job (as torchrun does): a SIGTERM (`timeout`,
             # `kill`, a CI job cancelled) stops the job as Ctrl-C does, rather than leave it
             # running unwatched. (A viewer killed outright, SIGKILL, leaves it running.)
@@ -196,9 +197,19 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 return _follow_unsupervised(job, client, printer, code)
         else:
             from pardash.tui.app import make_app
+            from pardash.tui.screens.quit import STOP
 
             app = make_app(client, launched=True, title=f"pardash {spec.run_id}",
                            job_over=lambda: job.poll() is not None or bool(job.result()))
+            terminated: list[int] = []
+
+            def on_sigterm(*_: object) -> None:
+                # As headless: a SIGTERM (`kill`, `timeout`) stops the job, and the app leaves
+                # the terminal as it found it (it went on under a frozen screen, job and all).
+                terminated.append(signal.SIGTERM)
+                app.exit(STOP)
+
+            signal.signal(signal.SIGTERM, on_sigterm)
             choice = app.run()
             # None: the app ended some other way (crashed, terminal gone). The job must not
             # die with its viewer, so that counts as a detach.
@@ -214,6 +225,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             if choice != "over":
                 job.stop()
                 code = job.wait()
+                if terminated and code != 0:
+                    code = 128 + terminated[0]  # as the shell says for the signal this process took
             if _supervisor_lost(job, code):
                 print(f"{PROG}: {_lost_words(code)}: its ranks may train on without it; `{PROG} attach {spec.run_id}` follows them, "
                       f"log {spec.log_path}", file=sys.stderr)  # fmt: skip

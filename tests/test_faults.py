@@ -19,8 +19,9 @@ pytestmark = pytest.mark.slow
 
 
 def _start(tmp_path, *args, **kw):
+    trainer = [] if "--" in args else ["--log-every", "0"]  # a script of one's own takes no trainer flags
     cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(tmp_path / "run.jsonl"),
-           "--runs-dir", str(tmp_path / "runs"), "--every", "1", "--log-every", "0", *args]  # fmt: skip
+           "--runs-dir", str(tmp_path / "runs"), "--every", "1", *trainer, *args]  # fmt: skip
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path, **kw)
 
 
@@ -80,6 +81,48 @@ def test_a_job_stopped_with_ctrl_c_or_sigterm_exits_as_the_shell_says_and_blames
     assert rep["failure"] is None
     assert not registry.live_runs()
     assert not psutil.pid_exists(run["pid"]) or psutil.Process(run["pid"]).status() == psutil.STATUS_ZOMBIE  # the hub
+
+
+def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_back(tmp_path):
+    # Only the headless launch took SIGTERM: the TUI's died with 143 under a frozen screen (the
+    # terminal never left its alternate screen) while the job ran on, unwatched and unsaid.
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    log = tmp_path / "run.jsonl"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "100000", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs")],
+        stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
+    )  # fmt: skip
+    os.close(slave)
+    screen = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other end closed
+                return
+            if not chunk:
+                return
+            screen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    wait_for(lambda: len(_steps(log)) >= 5, timeout_s=120, poll_s=0.2)
+    (entry,) = registry.live_runs()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=120) == 143
+    reader.join(30)
+    os.close(master)
+    out = bytes(screen)
+    assert b"\x1b[?1049h" in out and out.rindex(b"\x1b[?1049l") > out.rindex(b"\x1b[?1049h")  # the screen given back
+    wait_for(lambda: not psutil.pid_exists(entry["supervisor_pid"]), timeout_s=60)
+    msgs, _ = load_log(log)
+    exits = [m for m in msgs if isinstance(m, schema.Event) and m.name == "exit"]
+    assert exits and all(m.code == -15 and "stopped by you" in m.message for m in exits)
 
 
 def test_viewer_killed_the_job_and_log_go_on(tmp_path):
@@ -149,6 +192,44 @@ def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_
     said = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1]
     assert any(f"supervisor (pid {entry['supervisor_pid']}) is gone" in m for m in said)
     assert "hub stopped" in [m for m in msgs if isinstance(m, schema.Event)][-1].message
+
+
+def test_ranks_that_write_on_after_their_supervisor_was_killed_train_on(tmp_path):
+    # torchrun's stderr was a pipe to the supervisor: once it was killed, a rank's next line
+    # on stderr (a warning, a logger, a traceback) failed with EPIPE and ended the run.
+    script = os.path.join(os.path.dirname(__file__), "scripts", "chatty.py")
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--nproc", "2", "--", script, "300")
+    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.1)
+    (entry,) = registry.live_runs()
+    os.kill(entry["supervisor_pid"], signal.SIGKILL)
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, out[-2000:] + err[-2000:]
+    assert "the run is over: 2 finished" in out
+    for rank in (0, 1):
+        assert max(s.step for s in _steps(log, rank)) == 300
+    msgs, _ = load_log(log)
+    assert not [m for m in msgs if isinstance(m, schema.Event) and m.name == "error"]
+
+
+def test_a_launch_whose_output_is_gone_still_restarts_the_hub_and_sees_the_job_out(tmp_path):
+    # The terminal closed (ssh dropped: EIO) or the pipe's reader exited (`| head`: EPIPE): the
+    # supervisor died at its next note ("restarting the hub"), so the log ended there, and the
+    # ranks, writing to the same pipe, died at their next line.
+    log = tmp_path / "run.jsonl"
+    script = os.path.join(os.path.dirname(__file__), "scripts", "chatty.py")
+    p = _start(tmp_path, "--nproc", "2", "--", script, "300")
+    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.1)
+    p.stdout.close()
+    p.stderr.close()
+    (entry,) = registry.live_runs()
+    os.kill(entry["pid"], signal.SIGKILL)  # the hub: the supervisor says so, and restarts it
+    assert p.wait(timeout=240) == 0
+    msgs, _ = load_log(log)
+    assert [m for m in msgs if isinstance(m, schema.Event) and m.name == "hub_restart"]
+    for rank in (0, 1):
+        assert max(s.step for s in _steps(log, rank)) == 300
+    assert "rank 1 step 300" in (tmp_path / "runs").glob("*/output.log").__next__().read_text()
 
 
 def test_a_job_left_unsupervised_is_followed_through_torchruns_restart(tmp_path):

@@ -39,24 +39,30 @@ def _wait(predicate, what: str) -> None:
     raise AssertionError(f"never: {what}")
 
 
-def test_stderr_is_passed_on_as_it_comes_and_deaths_are_still_read():
+def test_stderr_is_passed_on_as_it_comes_and_deaths_are_still_read(tmp_path):
+    # torchrun's stderr is a file (a pipe to the supervisor killed the ranks with it): it is
+    # followed as it grows, passed on byte for byte, read for deaths, to the end once torchrun ends.
     ctx = zmq.Context.instance()
     pull = ctx.socket(zmq.PULL)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     sup = Supervisor.__new__(Supervisor)
     sup.spec = SimpleNamespace(curve_dir="", node_rank=0, nproc=2, run_id="r")
     sup.endpoints = {"ingest": f"tcp://127.0.0.1:{port}"}
-    r, w = os.pipe()
+    ended: list[int] = []
+    sup.job = SimpleNamespace(poll=lambda: ended[0] if ended else None)
+    path = tmp_path / "stderr.log"
+    path.write_bytes(b"an earlier attempt's line\n")
+    start = path.stat().st_size
     sink = Sink()
-    reader = os.fdopen(r, "rb")
-    thread = threading.Thread(target=sup._follow_stderr, args=(reader, sink), daemon=True)
+    thread = threading.Thread(target=sup._follow_stderr, args=(str(path), start, sink), daemon=True)
     thread.start()
     try:
-        os.write(w, b"\rtrain: 1/12")
-        _wait(lambda: sink.data == b"\rtrain: 1/12", "a partial line passed on before its newline")
-        os.write(w, b"\rtrain: 2/12\n[rank1] failed (exitcode: 1) loc")
-        os.write(w, b"al_rank: 1 (pid: 42) of binary\n")
-        os.close(w)
+        with open(path, "ab", buffering=0) as w:
+            w.write(b"\rtrain: 1/12")
+            _wait(lambda: sink.data == b"\rtrain: 1/12", "a partial line passed on before its newline")
+            w.write(b"\rtrain: 2/12\n[rank1] failed (exitcode: 1) loc")
+            w.write(b"al_rank: 1 (pid: 42) of binary\n")
+        ended.append(1)
         thread.join(10)
         assert not thread.is_alive()
         assert sink.data == (

@@ -29,6 +29,7 @@ from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
 from pardash.telemetry.recorder import LOG_MODE, holds_records
 from pardash.telemetry.spawn import exit_code, read_line
+from pardash.telemetry.streams import unbreakable_stdio
 
 # torchrun's agent logs each worker failure as it finds it (every --monitor-interval):
 #   "... failed (exitcode: -9) local_rank: 1 (pid: 4056) of binary: ..."
@@ -37,6 +38,9 @@ FAILED_WORKER = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pi
 #   "  rank      : 1 (local_rank: 1)"  then  "  exitcode  : -9 (pid: 5294)"
 SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: \d+\)")
 SUMMARY_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+STDERR_POLL_S = 0.1
+"""How often the supervisor looks for new lines of torchrun's stderr (its monitor looks every
+--monitor-interval, 0.1 s)."""
 
 HUB_READY_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
@@ -280,21 +284,27 @@ class Supervisor:
             # gives each attempt a store of its own.
             env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
         Path(spec.run_dir, "torchrun").mkdir(parents=True, exist_ok=True)
-        out = None
+        # No stream of the job is a pipe to this process: a write to a pipe nobody reads fails,
+        # so a supervisor that died would take the ranks with it at their next line. torchrun's
+        # stderr goes to a file followed here for the deaths torchrun reports: the ranks' output
+        # file (stdout and stderr in one, as a terminal shows them), else a file of its own
+        # whose lines are passed on to this process's stderr.
         if spec.output != "inherit":
-            out = open(spec.output, "ab")
-        # stderr comes through us: torchrun reports dead workers there, and we pass every
-        # line on to where it would have gone.
-        self.job = subprocess.Popen(
-            torchrun_argv(spec),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+            path, sink = spec.output, None
+        else:
+            path, sink = os.path.join(spec.run_dir, "torchrun", "stderr.log"), sys.stderr.buffer
+        with open(path, "ab") as err:
+            start = os.fstat(err.fileno()).st_size
+            self.job = subprocess.Popen(
+                torchrun_argv(spec),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=err if sink is None else None,
+                stderr=err,
+                start_new_session=True,
+            )
         self._stderr_thread = threading.Thread(
-            target=self._follow_stderr, args=(self.job.stderr, out), name="torchrun-stderr", daemon=True
+            target=self._follow_stderr, args=(path, start, sink), name="torchrun-stderr", daemon=True
         )
         self._stderr_thread.start()
 
@@ -316,55 +326,60 @@ class Supervisor:
         push.connect(self.endpoints["ingest"])
         return push
 
-    def _follow_stderr(self, pipe, out) -> None:
-        """Pass torchrun's and the ranks' stderr on as it comes, byte for byte (a progress bar
-        redrawn with carriage returns, or a prompt, has no newline to wait for), and read its
-        lines for the deaths torchrun reports."""
-        sink = out if out is not None else sys.stderr.buffer
+    def _follow_stderr(self, path: str, start: int, sink) -> None:
+        """Read torchrun's stderr in ``path`` from ``start`` as it grows, for the deaths
+        torchrun reports, and pass it on to ``sink`` (if any) byte for byte as it comes (a
+        progress bar redrawn with carriage returns, or a prompt, has no newline to wait for).
+        Ends once torchrun has ended and every byte is read."""
         push = self._push()
         spec = self.spec
         summary_rank = None
         rest = b""
-        fd = pipe.fileno()
+        job = self.job
+        assert job is not None
         try:
-            while True:
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except InterruptedError:
-                    continue
-                if not chunk:
-                    lines, rest = ([rest] if rest else []), b""
-                else:
-                    try:
-                        sink.write(chunk)
-                        sink.flush()
-                    except (OSError, ValueError):
-                        pass
-                    *lines, rest = (rest + chunk).split(b"\n")
-                    if len(rest) > 1 << 16:  # no newline for a long while: nothing to read in it
-                        rest = b""
-                for line in lines:
-                    text = line.decode(errors="replace")
-                    m = FAILED_WORKER.search(text)
-                    if m:
-                        code, local_rank = int(m.group(1)), int(m.group(2))
-                        rank = spec.node_rank * spec.nproc + local_rank
-                        self.report_exit(push, rank, code)
-                        continue
-                    m = SUMMARY_RANK.match(text)
-                    if m:
-                        summary_rank = int(m.group(1))
-                        continue
-                    m = SUMMARY_CODE.match(text)
-                    if m and summary_rank is not None:
-                        self.report_exit(push, summary_rank, int(m.group(1)))
-                        summary_rank = None
-                if not chunk:
-                    break
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                while True:
+                    ended = job.poll() is not None  # before the read: what it wrote is in the file
+                    chunk = fh.read(1 << 16)
+                    if not chunk:
+                        if not ended:
+                            time.sleep(STDERR_POLL_S)
+                            continue
+                        lines, rest = ([rest] if rest else []), b""
+                    else:
+                        if sink is not None:
+                            try:
+                                sink.write(chunk)
+                                sink.flush()
+                            except (OSError, ValueError):
+                                pass
+                        *lines, rest = (rest + chunk).split(b"\n")
+                        if len(rest) > 1 << 16:  # no newline for a long while: nothing to read in it
+                            rest = b""
+                    for line in lines:
+                        text = line.decode(errors="replace")
+                        m = FAILED_WORKER.search(text)
+                        if m:
+                            code, local_rank = int(m.group(1)), int(m.group(2))
+                            rank = spec.node_rank * spec.nproc + local_rank
+                            self.report_exit(push, rank, code)
+                            continue
+                        m = SUMMARY_RANK.match(text)
+                        if m:
+                            summary_rank = int(m.group(1))
+                            continue
+                        m = SUMMARY_CODE.match(text)
+                        if m and summary_rank is not None:
+                            self.report_exit(push, summary_rank, int(m.group(1)))
+                            summary_rank = None
+                    if not chunk:
+                        break
+        except OSError:
+            pass  # the file went (its folder removed): the deaths are told by the ranks' own exits
         finally:
             push.close()
-            if out is not None:
-                out.close()
 
     def report_exit(self, push, rank: int, code: int) -> None:
         """Tell the hub a rank died, on its behalf (seq -1: not part of the rank's own count).
@@ -626,6 +641,9 @@ def main(argv: list[str] | None = None) -> int:
         ready_fd = int(argv[1])
         argv = argv[2:]
     spec = LaunchSpec(**json.loads(argv[0]))
+    # The terminal it was started from may close (ssh drops) or its pipe's reader exit: a note
+    # it cannot print must not end the supervisor, which restarts the hub and outlives them.
+    unbreakable_stdio()
     return Supervisor(spec).run(ready_fd)
 
 
