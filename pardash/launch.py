@@ -150,12 +150,15 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         spec.output = os.path.join(spec.run_dir, "output.log")
         spec.viewer_pid = os.getpid()
     else:
+        from pardash.telemetry.printer import is_terminal
         from pardash.telemetry.streams import unbreakable_stdio
 
         # The ranks write to a file that the printer follows and prints (above the progress bar
         # in a terminal): a viewer that dies, or a pipe whose reader exits (`| head`), never
         # breaks their stdout. Nor this process's: it stops printing and still sees the job out.
+        # Without a terminal their stderr stays stderr (passed on through the supervisor).
         spec.output = os.path.join(spec.run_dir, "output.log")
+        spec.stderr_apart = not is_terminal(sys.stdout)
         unbreakable_stdio()
     if spec.remote_hub:  # node > 0: node 0's hub names the run and records it
         print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.world_size} rank(s), telemetry to node 0's hub at {spec.remote_hub}", flush=True)

@@ -301,8 +301,7 @@ def test_a_command_line_torchrun_refuses_starts_no_rank_and_stops_none(tmp_path)
     env = pardash_env(PET_NODE_RANK="x")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 2
-    # (torchrun's own words come with the ranks' output, which the progress lines print)
-    assert "--node-rank/--node_rank: invalid int value: 'x'" in proc.stdout
+    assert "--node-rank/--node_rank: invalid int value: 'x'" in proc.stderr
     assert "exited with code" not in proc.stdout + proc.stderr
     [log] = (tmp_path / "runs").glob("*/telemetry.jsonl")
     exits = [line for line in log.read_text().splitlines() if '"name":"exit"' in line]

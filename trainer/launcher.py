@@ -90,6 +90,9 @@ class LaunchSpec:
     world_size: int = 1
     output: str = "inherit"
     """'inherit' (the terminal) or a file path for the ranks' stdout/stderr."""
+    stderr_apart: bool = False
+    """With an ``output`` file: the ranks' stderr is passed on to the supervisor's stderr
+    rather than written into that file (a launch without a terminal keeps the two streams)."""
     viewer_pid: int = 0
     """Foreground pid; after the job ends the hub stays up while this process lives."""
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -289,17 +292,20 @@ class Supervisor:
         # stderr goes to a file followed here for the deaths torchrun reports: the ranks' output
         # file (stdout and stderr in one, as a terminal shows them), else a file of its own
         # whose lines are passed on to this process's stderr.
-        if spec.output != "inherit":
+        merged = spec.output != "inherit" and not spec.stderr_apart
+        if merged:
             path, sink = spec.output, None
         else:
             path, sink = os.path.join(spec.run_dir, "torchrun", "stderr.log"), sys.stderr.buffer
-        with open(path, "ab") as err:
+        with contextlib.ExitStack() as files:
+            err = files.enter_context(open(path, "ab"))
+            out = err if merged else None if spec.output == "inherit" else files.enter_context(open(spec.output, "ab"))
             start = os.fstat(err.fileno()).st_size
             self.job = subprocess.Popen(
                 torchrun_argv(spec),
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=err if sink is None else None,
+                stdout=out,
                 stderr=err,
                 start_new_session=True,
             )

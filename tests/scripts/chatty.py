@@ -1,0 +1,23 @@
+"""Trains STEPS steps of a tiny DDP model, each rank saying each step on stderr and stdout (as
+a logger or a progress bar does), 20 ms a step."""
+
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, steps + 1):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    print(f"rank {rank} step {step}", file=sys.stderr, flush=True)
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(0.02)
+dist.destroy_process_group()
