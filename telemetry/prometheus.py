@@ -12,11 +12,21 @@ thousand-rank job is a few dozen series; ``per_rank=True`` (``--prometheus-per-r
 
 prometheus-client is imported lazily (it is in the ``export`` extra): the hub imports this
 module only when asked to serve metrics.
+
+The HTTP server is the library's WSGI app on wsgiref's server with two limits that
+prometheus-client's ``start_http_server`` lacks: a connection that sends nothing for
+``READ_TIMEOUT_S`` is closed, and at most ``MAX_CONNECTIONS`` are served at once (more are
+closed as soon as they are accepted). Without them, a thousand connections that never finish
+their request (slow loris) each held a thread and a file descriptor for good, until the hub had
+no descriptor left for its ranks and viewers.
 """
 
 from __future__ import annotations
 
+import socket
 import statistics
+import sys
+import threading
 from typing import TYPE_CHECKING, Iterator
 
 from . import cliargs
@@ -30,6 +40,14 @@ if TYPE_CHECKING:  # pragma: no cover
 PHASES = ("data", "forward", "backward", "optimizer", "comm")
 
 INSTALL_HINT = "--prometheus needs prometheus-client: pip install 'pardash[export]'"
+
+READ_TIMEOUT_S = 5.0
+"""A connection that sends nothing (or takes nothing of the answer) for this long is closed. A
+scraper sends its whole request at once and reads the answer as it comes."""
+MAX_CONNECTIONS = 16
+"""Connections served at once, each on a thread of its own; one more is closed as soon as it is
+accepted. A Prometheus server scrapes over one connection at a time: a few of them, and a curl
+or two, fit."""
 
 
 class MetricsError(Exception):
@@ -194,27 +212,95 @@ class HubCollector:
         yield from (step, step_s, self_s, phase, loss, held, device, state, lost)
 
 
-class MetricsServer:
-    """``/metrics`` over HTTP for one hub, on prometheus-client's server thread."""
+def _bounded_server(addr: str, port: int, *, read_timeout_s: float, max_connections: int):
+    """wsgiref's HTTP server, a thread a connection, at most ``max_connections`` of them, each
+    closed once it keeps the server waiting ``read_timeout_s``. (Made here: every `pardash`
+    command imports this module for its flags, and http.server costs it 15 ms.)"""
+    import socketserver
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-    def __init__(self, core: "HubCore", *, port: int, addr: str = "127.0.0.1", per_rank: bool = False, insecure: bool = False) -> None:
+    class Handler(WSGIRequestHandler):
+        """One request a connection (wsgiref speaks HTTP/1.0); nothing logged (a scrape every
+        15 s is not news)."""
+
+        timeout = read_timeout_s  # StreamRequestHandler puts it on the socket: every read and write
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    class BoundedServer(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        block_on_close = False  # a hub that stops does not wait for a scraper keeping it waiting
+        # Connections the kernel holds until the server thread (which shares the interpreter
+        # with the hub's loop) takes them: past socketserver's 5 a burst waits a second or more
+        # for the client's SYN to be sent again, the ones the server would close at once too.
+        request_queue_size = 128
+        slots = threading.BoundedSemaphore(max_connections)
+
+        def process_request(self, request, client_address) -> None:
+            if not self.slots.acquire(blocking=False):
+                self.shutdown_request(request)  # full: closed now, never queued
+                return
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                self.slots.release()
+                self.shutdown_request(request)
+                raise
+
+        def process_request_thread(self, request, client_address) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self.slots.release()
+
+        def handle_error(self, request, client_address) -> None:
+            # A client that timed out or hung up is the limits at work: nothing to print in the
+            # hub's output. Anything else is a bug worth its traceback.
+            if not isinstance(sys.exc_info()[1], OSError):
+                super().handle_error(request, client_address)
+
+    # The family the address needs (AF_INET6 for ::1 or ::), as prometheus-client picks it.
+    family, _, _, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    BoundedServer.address_family = family
+    return BoundedServer(sockaddr[:2], Handler)
+
+
+class MetricsServer:
+    """``/metrics`` over HTTP for one hub, on a server thread of its own (see the module's
+    docstring for its limits; tests pass shorter ones)."""
+
+    def __init__(
+        self,
+        core: "HubCore",
+        *,
+        port: int,
+        addr: str = "127.0.0.1",
+        per_rank: bool = False,
+        insecure: bool = False,
+        read_timeout_s: float = READ_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         # Checked here, where the socket is bound, so no entry point can skip it.
         refusal = metrics_refusal(addr, insecure=insecure)
         if refusal:
             raise MetricsError(refusal)
         try:
-            from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+            from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
         except ImportError:
             raise MetricsError(INSTALL_HINT) from None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(HubCollector(core, per_rank=per_rank))
         ProcessCollector(registry=self.registry)
         try:
-            self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+            self._server = _bounded_server(addr, port, read_timeout_s=read_timeout_s, max_connections=max_connections)
         except OSError as exc:
             raise MetricsError(
                 f"cannot serve /metrics on {addr}:{port} ({exc.strerror or exc}); choose another --prometheus PORT"
             ) from None
+        self._server.set_app(make_wsgi_app(self.registry))
+        self._thread = threading.Thread(target=self._server.serve_forever, name="pardash-metrics", daemon=True)
+        self._thread.start()
         self.addr = addr
         self.port = self._server.server_port
         """The port bound (the one asked, or a free one for 0)."""
@@ -230,10 +316,21 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def serve_metrics(core: "HubCore", port: int, *, addr: str = "127.0.0.1", per_rank: bool = False, insecure: bool = False) -> MetricsServer:
+def serve_metrics(
+    core: "HubCore",
+    port: int,
+    *,
+    addr: str = "127.0.0.1",
+    per_rank: bool = False,
+    insecure: bool = False,
+    read_timeout_s: float = READ_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
+) -> MetricsServer:
     """Start serving ``core``'s metrics; raises :class:`MetricsError` with one line (also for
     ``addr`` beyond loopback without ``insecure``: /metrics has no authentication)."""
-    return MetricsServer(core, port=port, addr=addr, per_rank=per_rank, insecure=insecure)
+    return MetricsServer(
+        core, port=port, addr=addr, per_rank=per_rank, insecure=insecure, read_timeout_s=read_timeout_s, max_connections=max_connections
+    )
 
 
 def add_arguments(p) -> None:

@@ -17,8 +17,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import identity, pardash_env, wait_for
+from pardash.telemetry.client import HubClient
 from pardash.telemetry.prometheus import MetricsError, serve_metrics
 from pardash.telemetry.reporter import Reporter
+from pardash.telemetry.spawn import spawn_hub
 
 AGGREGATES = {
     "pardash_run_info", "pardash_world_size", "pardash_step", "pardash_samples_per_second", "pardash_ranks",
@@ -158,6 +160,100 @@ def test_a_busy_port_is_one_clear_line(hub):
             capture_output=True, text=True, timeout=60, env=pardash_env(),
         )  # fmt: skip
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "choose another --prometheus PORT" in p.stderr
+
+
+
+# -- requests begun and never finished (slow loris) -------------------------------------------
+# Each held a thread and a file descriptor of the hub's for good: about a thousand of them took
+# every descriptor a hub has under `ulimit -n 1024`, and its ranks and viewers could not connect.
+
+
+def _half_sent(port: int, timeout_s: float = 10) -> socket.socket:
+    """A connection that begins a request and never ends it."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+    return s
+
+
+def _closed_by_server(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:  # closed with our request unread
+        return True
+
+
+def _answers(url: str) -> bool:
+    try:
+        return "pardash_world_size" in scrape(url)
+    except OSError:
+        return False
+
+
+def test_a_request_never_finished_is_closed_after_the_read_timeout(hub):
+    server = serve_metrics(hub.core, 0, read_timeout_s=0.3)
+    held = [_half_sent(server.port) for _ in range(8)]
+    try:
+        assert _answers(server.url)  # a scrape beside them answers
+        wait_for(lambda: all(map(_closed_by_server, held)))
+        assert _answers(server.url)
+    finally:
+        for s in held:
+            s.close()
+        server.close()
+
+
+def test_connections_past_the_cap_are_closed_at_once(hub):
+    server = serve_metrics(hub.core, 0, max_connections=4, read_timeout_s=600)  # no timeout within the test
+    held = [_half_sent(server.port) for _ in range(3)]
+    flood: list[socket.socket] = []
+    try:
+        assert _answers(server.url)  # the fourth place
+        flood = [_half_sent(server.port) for _ in range(40)]
+        # All but the one that may take the place the scrape left.
+        wait_for(lambda: sum(map(_closed_by_server, flood)) >= len(flood) - 1)
+        assert not any(map(_closed_by_server, held))
+        for s in held:
+            s.close()
+        wait_for(lambda: _answers(server.url))  # their places are free again
+    finally:
+        for s in held + flood:
+            s.close()
+        server.close()
+
+
+def test_a_flood_of_unfinished_requests_leaves_the_hub_to_its_ranks_and_viewers(tmp_path):
+    import resource
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    proc, info = spawn_hub(
+        ["--no-registry", "--log", str(tmp_path / "t.jsonl"), "--prometheus", "0"], preexec_fn=few_descriptors, env=pardash_env()
+    )
+    port = int(info["metrics"].rsplit(":", 1)[1].split("/")[0])
+    flood = []
+    for _ in range(300):  # more than the hub has descriptors
+        try:
+            flood.append(_half_sent(port, timeout_s=5))
+        except OSError:  # the hub takes no more connections: out of descriptors
+            break
+    rep = Reporter(info["ingest"], run=info["run_id"], identity=identity(0, 1), heartbeat_s=0)
+    viewer = HubClient(info["updates"], info["snapshot"], curve=False)
+    try:
+        assert viewer.wait_synced(20.0)
+        rep.hello(strategy="ddp", world_size=1)
+        rep.step(step=1, loss=1.0, step_s=0.01)
+        wait_for(lambda: 0 in viewer.state.ranks and viewer.state.ranks[0].step is not None, poll=viewer.poll)
+    finally:
+        rep.close()
+        viewer.close()
+        for s in flood:
+            s.close()
+        proc.terminate()
+        proc.wait(30)
 
 
 def _read_until(proc: subprocess.Popen, pattern: str, timeout_s: float = 120) -> re.Match:
