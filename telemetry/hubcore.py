@@ -66,6 +66,13 @@ class IngestStep(schema.Step, tag="step"):
     custom: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
 
 
+EVENTS_PER_S = 20.0
+"""A rank's own events the hub takes a second, on average (checkpoints, epochs, warnings,
+errors: a few a minute)..."""
+EVENTS_BURST = 200.0
+"""...and at once. Past them, an event is refused (too_many_events): 2,200 events of a megabyte
+a second from one rank filled the log at 36 MB/s and the ingest queue to 2.5 GB."""
+
 REJECTS_NOTE_S = 60.0
 """How often, at most, the hub notes in its log what it has refused so far (when that grew)."""
 _REJECTS = re.compile(r"(\d+) rejected(?: \(([^)]*)\))?")
@@ -176,6 +183,8 @@ class HubCore:
         """The largest world size a hello taken has said (a hub alone bounds ranks by it)."""
         self._rejects_noted = 0
         self._rejects_noted_at = -REJECTS_NOTE_S
+        self._event_budget: dict[int, tuple[float, float]] = {}
+        """rank -> (events it may still send at once, when that was reckoned)."""
 
     # -- ingest ---------------------------------------------------------------------------
 
@@ -420,8 +429,20 @@ class HubCore:
                 return "rank_out_of_range"
         return None
 
+    def _over_budget(self, rank: int, now: float) -> bool:
+        """Take one of ``rank``'s events from its budget (a token bucket); True when it has none."""
+        left, at = self._event_budget.get(rank, (EVENTS_BURST, now))
+        left = min(EVENTS_BURST, left + (now - at) * EVENTS_PER_S)
+        if left < 1.0:
+            self._event_budget[rank] = (left, now)
+            return True
+        self._event_budget[rank] = (left - 1.0, now)
+        return False
+
     def ingest(self, msg: schema.Message, now: float) -> bool:
         reason = self._refuse(msg)
+        if reason is None and isinstance(msg, schema.Event) and msg.seq >= 0 and self._over_budget(msg.rank, now):
+            reason = "too_many_events"
         if reason is not None:
             if reason != "redundant":
                 self.rejected[reason] += 1

@@ -573,3 +573,19 @@ def test_a_second_hub_on_a_log_another_hub_writes_is_refused(tmp_path):
     again, _ = spawn_hub(["--run-id", "c", "--log", str(tmp_path / "next.jsonl"), "--no-registry"], env=pardash_env())
     again.terminate()
     again.wait(30)
+
+
+def test_a_flood_of_events_from_one_rank_is_refused_past_its_budget():
+    # 22,000 events of a megabyte from rank 0 in 10 s were all taken (cut to 16 KiB each):
+    # 363 MB of log. A rank's events have a budget; the launcher's notes (seq -1) are not its.
+    from pardash.telemetry.hubcore import EVENTS_BURST, EVENTS_PER_S
+
+    core = HubCore(run_id="r", world_size=2)
+    flood = [schema.encode(schema.Event(run="r", rank=0, seq=i, t=1.0e9, name="warning", message="x" * 100_000)) for i in range(1, 1001)]
+    taken = sum(core.ingest_bytes(raw, 5.0) for raw in flood)
+    assert taken == EVENTS_BURST and core.rejected["too_many_events"] == 1000 - EVENTS_BURST
+    assert core.ingest_bytes(schema.encode(schema.Event(run="r", rank=1, seq=1, t=1.0e9, name="checkpoint")), 5.0)  # another rank's
+    later = 5.0 + 10 / EVENTS_PER_S  # the budget refills at EVENTS_PER_S
+    assert sum(core.ingest_bytes(raw, later) for raw in flood[:20]) == 10
+    note = schema.encode(schema.Event(run="r", rank=0, seq=-1, t=1.0e9, name="exit", code=-15, message="stopped"))
+    assert core.ingest_bytes(note, later)  # the launcher's word on its behalf
