@@ -61,7 +61,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_hung_text(rep)})"),
         *([("evaluations", f"{rep['evaluations']['count']}, {rep['evaluations']['seconds']:.1f} s in all, outside the steps")]
           if rep.get("evaluations") else []),
-        ("steps", f"{rep['steps']} (last step {rep['last_step']}"
+        ("steps", f"{rep['steps']} (last step {_last_steps_text(rep)}"
          + (f"; {rep['steps_rerun']} run again after a restart or resume" if rep.get("steps_rerun") else "") + ")"),
         ("samples/s", sps),
         ("median step", f"{ms(rep['median_step_s'])} ms"),
@@ -154,6 +154,15 @@ def straggler_lines(rep: dict) -> list[str]:
             f"({_pct(s['share_of_train'])} of training)"
         )
     return out
+
+
+def _last_steps_text(rep: dict) -> str:
+    """The run's last step: the slowest rank's, and the fastest's when they differ (a rank
+    killed at 814 while the others went on to 817 read "steps 817 (last step 814)")."""
+    last = [r["last_step"] for r in rep["ranks"] if r.get("last_step") is not None]
+    if not last or max(last) == rep["last_step"]:
+        return str(rep["last_step"])
+    return f"{rep['last_step']} on the slowest rank, {max(last)} on the furthest"
 
 
 def stall_lines(rep: dict) -> list[str]:

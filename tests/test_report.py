@@ -123,6 +123,24 @@ def test_a_step_without_its_time_does_not_stretch_the_run_to_1970(tmp_path):
     assert got["samples"] > want["samples"] and got["samples_per_s"] > want["samples_per_s"]
 
 
+def test_ranks_that_ended_at_different_steps_are_told_both(tmp_path):
+    # A rank killed at step 814 while the others went on to 817: "steps 817 (last step 814)".
+    from pardash.telemetry.report import render_text
+
+    source = DATA / "real_ddp2.jsonl"
+    whole = build_report(str(source))
+    last = whole["last_step"]
+    lines = [
+        line for line in source.read_bytes().splitlines()
+        if not (b'"kind":"step"' in line and msgspec.json.decode(line)["rank"] == 1 and msgspec.json.decode(line)["step"] > last - 3)
+    ]  # fmt: skip
+    log = tmp_path / "cut.jsonl"
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    text = render_text(build_report(str(log)))
+    assert f"(last step {last - 3} on the slowest rank, {last} on the furthest" in text
+    assert f"(last step {last})" in render_text(whole) or f"(last step {last};" in render_text(whole)
+
+
 def test_evaluations_are_counted_outside_the_steps(tmp_path):
     # The zero-code hooks' eval events (a validation loop between steps) were in no report.
     source = DATA / "real_fsdp2.jsonl"
