@@ -336,9 +336,53 @@ def load_server_keys(curve_dir: str | os.PathLike[str]) -> ServerKeys:
     assert secret is not None
     auth = d / AUTHORIZED
     _check_folder(auth)
-    if not auth.is_dir() or not any(auth.glob("*.key")):
+    if not auth.is_dir() or not authorized_keys(auth):
         raise CurveKeyError(f"no authorised client keys in {auth}; make keys with `pardash keys --dir {d}`")
     return ServerKeys(public=public, secret=secret, authorized=auth)
+
+
+def authorized_keys(folder: Path) -> dict[str, bytes]:
+    """The public key (Z85) of each ``*.key`` file in ``folder``, by file name, as pyzmq's
+    authenticator reads them, each checked: given one file it could not read, the authenticator
+    admitted nobody at all and said only "Failed to load CURVE certs" in a log the hub never
+    shows. Raises :class:`CurveKeyError` naming the first bad file; {} for a missing folder."""
+    keys: dict[str, bytes] = {}
+    try:
+        names = sorted(e.name for e in os.scandir(folder))
+    except FileNotFoundError:
+        return keys
+    except OSError as exc:
+        raise CurveKeyError(f"cannot read {folder} ({exc.strerror or exc}); `chmod 700 {folder}`") from None
+    for name in names:
+        if name.startswith(".") or not name.endswith(".key"):  # what pyzmq's glob('*.key') takes
+            continue
+        path = folder / name
+        try:
+            keys[name] = _public_key(path)
+        except ValueError as exc:
+            raise CurveKeyError(
+                f"{path} is not a client's public key ({exc}); remove it, or put there a client.key that `pardash keys` made"
+            ) from None
+    return keys
+
+
+def _public_key(path: Path) -> bytes:
+    """The CURVE public key in a ``.key`` file; ValueError says what is wrong with the file."""
+    import zmq.auth
+    from zmq.utils import z85
+
+    try:
+        public, _ = zmq.auth.load_certificate(path)
+    except OSError as exc:
+        raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, IndexError):  # no line "public-key = ...", or one without its "="
+        raise ValueError("no public-key line") from None
+    try:
+        if len(z85.decode(public)) != 32:
+            raise ValueError
+    except (ValueError, KeyError):
+        raise ValueError("its public-key is not 40 Z85 characters") from None
+    return public
 
 
 def client_keys(curve: ClientKeys | str | os.PathLike[str] | bool | None = None) -> ClientKeys | None:

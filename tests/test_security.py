@@ -181,6 +181,27 @@ def test_a_key_folder_others_can_write_is_refused(tmp_path, keys, folder, mode, 
     assert security.load_server_keys(keys).authorized == keys / security.AUTHORIZED
 
 
+
+@pytest.mark.parametrize(
+    "text",
+    ["Dc4bKVf-h[Wr4z5b>p!{D:e!XbJKK6dCJnS3k!wn\n", 'metadata\ncurve\n    public-key = "Dc4bKVf-h[Wr4z5"\n'],
+    ids=["the key alone", "a key cut short"],
+)
+def test_a_bad_key_among_the_admitted_stops_the_hub_naming_it(tmp_path, keys, text):
+    # pyzmq's authenticator, given one .key file it cannot read, admitted nobody at all and
+    # said only "Failed to load CURVE certs": the hub ran, and every rank and viewer was refused.
+    (keys / security.AUTHORIZED / "alice.key").write_text(text)
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "hub", "--no-registry", "--curve-dir", str(keys), "--log", str(run / "t.jsonl")],
+        capture_output=True, text=True, timeout=30, env=pardash_env(),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"{keys / security.AUTHORIZED / 'alice.key'} is not a client's public key" in line, line
+    assert proc.stdout == "" and not run.exists()  # nothing bound, nothing written
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
 @pytest.mark.parametrize("folder", [".", security.AUTHORIZED])
 def test_a_key_folder_another_user_owns_is_refused(keys, folder):
