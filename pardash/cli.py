@@ -37,6 +37,7 @@ def cmd_keys(ns: argparse.Namespace) -> int:
     from pardash.telemetry import security
 
     d = ns.dir or str(security.default_curve_dir())
+    replaced = os.path.exists(os.path.join(d, f"{security.SERVER}.key_secret"))
     try:
         paths = security.make_keys(d, force=ns.force)
     except security.CurveKeyError as exc:
@@ -45,10 +46,17 @@ def cmd_keys(ns: argparse.Namespace) -> int:
     print(f"{PROG}: CURVE keys in {d} (folder 0700, files 0600)")
     print(f"  hub:              {paths['server_secret']}")
     print(f"  ranks, viewers:   {paths['client_secret']} and {paths['server_public']}")
-    print(f"  admitted clients: {paths['authorized']}/ (add another client's .key here to let it in)")
+    print(f"  admitted clients: {paths['authorized']}/ (add another client's .key here to let it in; a running hub reads it again within a second)")
     revoked = [p.name for k, p in paths.items() if k.startswith("revoked_")]
     if revoked:
         print(f"  revoked:          {', '.join(revoked)} (admitted before; add them again to let them in)")
+    if replaced:
+        # A hub keeps the key pair it started with (a CURVE server takes it before it binds):
+        # ranks and viewers given the new server key cannot reach one started before.
+        print(
+            "  running hubs:     keep the old server key until restarted, so ranks and viewers with the new keys cannot reach them: "
+            "restart them. They refuse the old client keys from now on; connections made with those stay until the hub restarts"
+        )
     print(f"use: {PROG} hub --bind 0.0.0.0 --curve-dir {d}    (or {PROG} launch --curve-dir {d} ...)")
     print(f"     export PARDASH_CURVE_DIR={d}    for ranks and viewers (copy the folder to other nodes)")
     return 0

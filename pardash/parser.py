@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     k.add_argument("--dir", default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve)")
-    k.add_argument("--force", action="store_true", help="replace existing keys: hubs, ranks and viewers using the old ones are locked out, and every client key admitted in authorized_clients/ is revoked")
+    k.add_argument("--force", action="store_true", help="replace existing keys: every client key admitted in authorized_clients/ is revoked (running hubs refuse them within a second); running hubs keep the old server key until restarted")
 
     _bench_parser(sub)
 

@@ -90,6 +90,9 @@ class Hub:
         self.frame_s = 1.0 / frame_hz
         self.on_frame: Callable[[], None] | None = None
         """Called after each frame is sent (the hub process keeps its registry entry by it)."""
+        self.say: Callable[[str], None] | None = None
+        """Where the hub says, besides its event log, that its admitted keys changed (a hub run
+        alone: its stderr)."""
         self._stop = False
         self.ingest = self.ctx.socket(zmq.PULL)
         self.ingest.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
@@ -295,6 +298,8 @@ class Hub:
                             waiting.append(parts[0])
             now = time.monotonic()
             if now >= next_frame:
+                if self.auth is not None:
+                    self._reload_keys(now)
                 self._publish(core.tick(now))
                 if self.on_frame is not None:
                     self.on_frame()
@@ -370,6 +375,16 @@ class Hub:
             self.updates.send_multipart([frames.FRAME_TOPIC, frames.encode(frame)], zmq.NOBLOCK)
         except zmq.Again:
             pass
+
+    def _reload_keys(self, now: float) -> None:
+        """Admit the client keys ``authorized_clients/`` holds now (looked at once a second)."""
+        said = self.auth.reload(now)
+        if said is None:
+            return
+        name, text = said
+        self.core.note(text, name=name)
+        if self.say is not None:
+            self.say(text)
 
     def _refused(self, monitor: zmq.Socket) -> None:
         """Count the handshakes a port refused (no key, or one not authorised); say it in the
@@ -627,6 +642,8 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
     supervisor = int((meta or {}).get("supervisor_pid") or 0)
     if supervisor:
         each_frame.append(SupervisorWatch(hub, supervisor))
+    else:  # a launched hub's stderr is the terminal its TUI draws on: its viewers show the events
+        hub.say = lambda text: print(f"pardash hub: {text}", file=sys.stderr, flush=True)
     if each_frame:
         hub.on_frame = lambda: [f() for f in list(each_frame)]
     signal.signal(signal.SIGTERM, hub.stop)

@@ -16,8 +16,10 @@ takes the folder by ``--curve-dir`` or ``PARDASH_CURVE_DIR``; ranks and viewers 
 ``PARDASH_CURVE_DIR`` (or an argument). With keys,
 the hub's three sockets are CURVE servers and pyzmq's authenticator admits only the public keys
 in ``authorized_clients/``: anyone else gets no frame, no snapshot, and what they push is never
-read. Authentication happens once per connection, so publishing costs nothing more per message
-in Python (libzmq encrypts in its I/O thread).
+read. A running hub reads that folder again when it changes (:class:`AdmittedKeys`); its own key
+pair it keeps until restarted. Authentication happens once per connection, so publishing costs
+nothing more per message in Python (libzmq encrypts in its I/O thread), and a connection made
+with a key removed since stays until it ends.
 
 Binding. Endpoints bind to loopback unless the user asks otherwise; binding anywhere else needs
 keys or an explicit ``--insecure`` (:func:`bind_refusal`).
@@ -34,7 +36,7 @@ import errno
 import ipaddress
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +190,10 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
     d = Path(curve_dir)
     existing = [p for p in (d / f"{SERVER}.key_secret", d / f"{CLIENT}.key_secret") if p.exists()]
     if existing and not force:
-        raise CurveKeyError(f"{d} already holds keys; hubs and ranks using them would be locked out. Pass --force to replace them")
+        raise CurveKeyError(
+            f"{d} already holds keys; new ones lock out every rank and viewer holding these, and hubs running now keep "
+            "their server key until restarted. Pass --force to replace them"
+        )
     auth = d / AUTHORIZED
     _refuse_shared_folder(d)
     try:
@@ -302,6 +307,8 @@ class ServerKeys:
     public: bytes
     secret: bytes
     authorized: Path
+    admitted: dict[str, bytes] = field(default_factory=dict)
+    """The public keys ``authorized`` held when loaded, by file name (each checked)."""
 
     def apply(self, sock: zmq.Socket) -> None:
         """Make ``sock`` a CURVE server (before ``bind``)."""
@@ -309,15 +316,97 @@ class ServerKeys:
         sock.curve_publickey = self.public
         sock.curve_server = True
 
-    def start_authenticator(self, ctx: zmq.Context):
+    def start_authenticator(self, ctx: zmq.Context) -> AdmittedKeys:
         """pyzmq's authenticator on ``ctx`` (one per context), admitting only the public keys
-        in ``authorized``. Stop it with ``.stop()`` before the context ends."""
+        in ``authorized``, as the folder holds them (:meth:`AdmittedKeys.reload`). Stop it
+        with ``.stop()`` before the context ends."""
+        return AdmittedKeys(ctx, self.authorized, self.admitted or authorized_keys(self.authorized))
+
+
+RELOAD_EVERY_S = 1.0
+"""A running hub looks at ``authorized_clients/`` this often for keys added or removed."""
+
+
+class AdmittedKeys:
+    """The client keys a running hub admits, kept to what ``authorized_clients/`` holds: a key
+    added there (`pardash keys` says to) lets its client in, one removed (or revoked by
+    `pardash keys --force`) keeps it out, without a restart. A hub that read the folder once
+    admitted its first keys for good.
+
+    pyzmq's authenticator asks :meth:`callback` about each new connection, so it admits exactly
+    the keys checked here (its own ``configure_curve`` would read the folder a second time, and
+    a file changed in between would have it admit nobody). Authentication happens once a
+    connection: a client connected with a key removed since stays until it reconnects."""
+
+    def __init__(self, ctx: zmq.Context, folder: Path, keys: dict[str, bytes]) -> None:
         from zmq.auth.thread import ThreadAuthenticator
 
-        auth = ThreadAuthenticator(ctx)
-        auth.start()
-        auth.configure_curve(domain="*", location=str(self.authorized))
-        return auth
+        self.folder = folder
+        self.keys = dict(keys)
+        """Admitted public keys (Z85) by file name."""
+        self._allowed = frozenset(keys.values())
+        self._seen: tuple | None = None  # read again at the first look: it may have changed since loaded
+        self._next = 0.0
+        self._auth = ThreadAuthenticator(ctx)
+        self._auth.start()
+        self._auth.configure_curve_callback(domain="*", credentials_provider=self)
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """pyzmq's question, on its authenticator thread: is this public key (Z85) admitted?"""
+        return key in self._allowed
+
+    def reload(self, now: float) -> tuple[str, str] | None:
+        """Read the folder again when it changed, at most once every RELOAD_EVERY_S; returns
+        what the hub should say (an event name and its message) when the keys it admits
+        changed, or when it keeps the ones it had because the folder went wrong."""
+        if now < self._next:
+            return None
+        self._next = now + RELOAD_EVERY_S
+        seen = _listing(self.folder)
+        if seen == self._seen:
+            return None
+        self._seen = seen
+        try:
+            _check_folder(self.folder)
+            keys = authorized_keys(self.folder)
+        except (CurveKeyError, OSError) as exc:
+            # A key half copied or mistyped must not lock every client out, nor stop the hub.
+            why = exc if isinstance(exc, CurveKeyError) else f"cannot read {self.folder} ({exc.strerror or exc})"
+            return "warning", f"{why}; until then the hub admits the {len(self.keys)} key(s) it admitted before"
+        if keys == self.keys:
+            return None
+        old, self.keys = self.keys, keys
+        self._allowed = frozenset(keys.values())
+        added = sorted(k for k in keys if k not in old)
+        removed = sorted(k for k in old if k not in keys)
+        changed = sorted(k for k in keys if k in old and keys[k] != old[k])
+        said = [f"{what} {', '.join(names)}" for what, names in (("added", added), ("removed", removed), ("replaced", changed)) if names]
+        text = f"admitted client keys changed in {self.folder}: {'; '.join(said)} ({len(keys)} admitted now)"
+        if removed or changed:
+            text += "; a client connected with a key no longer admitted stays until it reconnects (restart the hub to cut it off)"
+        return "hub", text
+
+    def stop(self) -> None:
+        self._auth.stop()
+
+
+def _listing(folder: Path) -> tuple:
+    """What changes when a file in ``folder`` is added, removed, renamed or rewritten, or when
+    the folder's owner or mode changes (who may put keys there)."""
+    try:
+        st = os.stat(folder)
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        return (exc.errno,)
+    files: list[tuple] = []
+    for name in names:
+        try:
+            f = os.stat(folder / name)
+        except OSError as exc:
+            files.append((name, exc.errno))
+            continue
+        files.append((name, f.st_ino, f.st_size, f.st_mtime_ns, f.st_mode, f.st_uid))
+    return (st.st_uid, st.st_mode, tuple(files))
 
 
 def load_client_keys(curve_dir: str | os.PathLike[str]) -> ClientKeys:
@@ -336,9 +425,10 @@ def load_server_keys(curve_dir: str | os.PathLike[str]) -> ServerKeys:
     assert secret is not None
     auth = d / AUTHORIZED
     _check_folder(auth)
-    if not auth.is_dir() or not authorized_keys(auth):
+    admitted = authorized_keys(auth)
+    if not admitted:
         raise CurveKeyError(f"no authorised client keys in {auth}; make keys with `pardash keys --dir {d}`")
-    return ServerKeys(public=public, secret=secret, authorized=auth)
+    return ServerKeys(public=public, secret=secret, authorized=auth, admitted=admitted)
 
 
 def authorized_keys(folder: Path) -> dict[str, bytes]:
