@@ -93,7 +93,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     from pardash.telemetry.client import AttachError, HubClient
 
     try:
-        client = HubClient.attach(ns.target)
+        client = HubClient.attach(ns.target, curve=ns.curve_dir)
     except AttachError as exc:
         fail(str(exc))
     headless_without_terminal(ns)
@@ -102,7 +102,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
 
         if not client.wait_synced(5.0):
             if client.keys is None:
-                hint = "; a hub with CURVE keys answers only viewers with an authorised key (PARDASH_CURVE_DIR)"
+                hint = "; a hub with CURVE keys answers only viewers with an authorised key (--curve-dir DIR or PARDASH_CURVE_DIR)"
             else:
                 hint = "; or it does not admit this viewer's key (its authorized folder must hold it)"
             where = f"{ns.target} (asked on its snapshot port, {client.snapshot_endpoint})" if (ns.target or "").startswith("tcp://") else client.snapshot_endpoint

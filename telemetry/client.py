@@ -166,8 +166,8 @@ class HubClient(FrameApplier):
         info = resolve(target)
         if info.get("curve") and kw.get("curve") is None and security.curve_dir_from_env() is None:
             raise AttachError(
-                f"run {info.get('run_id')} takes only viewers with an authorised key: set PARDASH_CURVE_DIR "
-                "to its key folder (`pardash keys`)"
+                f"run {info.get('run_id')} takes only viewers with an authorised key: pass --curve-dir DIR (or set "
+                "PARDASH_CURVE_DIR) with its key folder (`pardash keys`)"
             )
         if "curve" in info and not info["curve"] and kw.get("curve") is None:
             # The registry says this hub has no keys: keys in PARDASH_CURVE_DIR (for another

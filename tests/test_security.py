@@ -553,6 +553,46 @@ def test_a_launched_job_with_keys_records_every_step(tmp_path, keys):
     assert stats.skipped_total == 0
 
 
+def test_attach_takes_its_keys_by_curve_dir(tmp_path, keys):
+    # hub and launch took --curve-dir; a viewer only PARDASH_CURVE_DIR.
+    hub = Hub(run_id=RUN, log_path=str(tmp_path / "run.jsonl"), curve=keys, world_size=1)
+    t = threading.Thread(target=hub.serve, daemon=True)
+    t.start()
+    rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 1), heartbeat_s=0, curve=keys)
+    try:
+        rep.hello(strategy="single", world_size=1)
+        for i in range(1, 4):
+            rep.step(step=i, loss=1.0, step_s=0.01)
+        rep.event("exit", code=0)
+        wait_for(lambda: hub.core.state.ranks.get(0) is not None and hub.core.state.ranks[0].finished)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", "--curve-dir", str(keys), hub.ingest_endpoint],
+            capture_output=True, text=True, timeout=60, env=pardash_env(PARDASH_CURVE_DIR=""),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "pardash: the run is over: 1 finished" in proc.stdout, proc.stdout
+    finally:
+        rep.close()
+        hub.stop()
+        t.join(10)
+        hub.close()
+
+
+@pytest.mark.parametrize(
+    "command", [["attach", "--headless", "tcp://127.0.0.1:5555"], ["hub", "--no-registry"], ["launch", "--headless"]]
+)
+def test_a_key_folder_without_keys_is_one_line_for_every_command(tmp_path, command):
+    empty = tmp_path / "keys"
+    empty.mkdir(mode=0o700)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", *command, "--curve-dir", str(empty)],
+        capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"no key {empty}/" in line and f"make keys with `pardash keys --dir {empty}`" in line, line
+
+
 def test_keys_in_the_environment_do_not_lock_a_viewer_out_of_a_run_without_them(tmp_path, keys, monkeypatch):
     # `pardash keys` says to export PARDASH_CURVE_DIR; a viewer then used those keys on every
     # hub, and one without keys never answered it ("no answer from the hub ... is it live?").
