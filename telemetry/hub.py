@@ -402,8 +402,11 @@ class Hub:
             # up) a handshake cut short, as a bare TCP probe's is. Stray bytes (an HTTP request
             # to the port) are neither: not counted.
             kind = event["event"]
+            # A client holding another server key (one rotated since) fails to speak CURVE to
+            # it: a cryptographic error, counted too.
             if kind in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL) or (
-                kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                and event["value"] in (zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH, zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
             ):
                 n += 1
         if not n:

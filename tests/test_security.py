@@ -649,3 +649,20 @@ def test_stray_bytes_are_no_client_without_a_key(curve_hub):
         wait_for(lambda: hub.core.rejected["no_key"] >= 1)
     finally:
         plain.close(0)
+
+
+def test_a_client_holding_another_server_key_is_counted_as_refused(curve_hub, keys):
+    # The hub's keys were made again (`pardash keys --force`) and a rank still holds the old
+    # server key: its handshakes failed on a cryptographic error, counted nowhere, said nowhere.
+    admitted = security.load_client_keys(keys)
+    old_server, _ = zmq.curve_keypair()
+    stale = security.ClientKeys(public=admitted.public, secret=admitted.secret, server_public=old_server)
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 0)
+    stale.apply(sock)
+    sock.connect(curve_hub.ingest_endpoint)
+    try:
+        _refused(sock, curve_hub.ingest_endpoint)
+        wait_for(lambda: curve_hub.core.rejected["no_key"] >= 1)
+    finally:
+        sock.close(0)
