@@ -10,7 +10,7 @@ bytes), ``_total`` on counters. By default the series are cross-rank aggregates,
 thousand-rank job is a few dozen series; ``per_rank=True`` (``--prometheus-per-rank``) adds
 ``pardash_rank_*`` series labelled by rank (cardinality grows with the world size).
 
-prometheus-client is imported lazily (it is in the ``export`` extra): the hub imports this
+prometheus-client (a dependency of pardash's own) is imported lazily: the hub imports this
 module only when asked to serve metrics.
 
 The HTTP server is the library's WSGI app on wsgiref's server with two limits that
@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 PHASES = ("data", "forward", "backward", "optimizer", "comm")
 
-INSTALL_HINT = "--prometheus needs prometheus-client: pip install 'pardash[export]'"
+INSTALL_HINT = "--prometheus needs prometheus-client (pip install prometheus-client): pardash's installation lacks it"
 
 READ_TIMEOUT_S = 5.0
 """A connection that sends nothing (or takes nothing of the answer) for this long is closed. A
