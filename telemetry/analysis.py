@@ -68,13 +68,13 @@ def stuck_ranks(state: RunState) -> list[tuple[int, str, int | None, str | None]
     return out
 
 
-def ended_hang(state: RunState) -> list[tuple[int, str, int | None, str | None]]:
-    """The hang a run ended in, as :func:`hang_causes` takes it: every rank exited while stalled
-    or silent (the job was stopped or killed as it hung, the report's episodes that never
-    ended); empty otherwise."""
+def whole_hang(state: RunState) -> list[tuple[int, str, int | None, str | None]]:
+    """The hang a run is in or ended in, as :func:`hang_causes` takes it: every rank stalled or
+    silent, alive or exited since (a job stopped or killed as it hung: the report's episodes
+    that never ended); empty otherwise."""
     out = []
     for r in state.ranks.values():
-        if r.exit_code is None or r.finished or (r.silent is None and r.stalled is None):
+        if r.finished or (r.silent is None and r.stalled is None):
             return []
         out.append(_stuck(r))
     return out

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from . import schema
-from .analysis import hang_causes, stuck_ranks
+from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import Source
 from .failures import failure_line, failure_summary
 from .state import run_over
@@ -370,13 +370,24 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     if code == 0:
         return f"pardash: done, {len(st.ranks)} rank(s), step {st.step}{said}, {log}"
     if result.get("stopped"):
-        return f"pardash: stopped by you (exit code {code}){said}; {log}"
+        return f"pardash: stopped by you{_as_it_hung(st)} (exit code {code}){said}; {log}"
     f = failure_summary(st)
     if f is None:
         return f"pardash: the job failed with exit code {code}{said}; {log}"
     # The error's text is in the ranks' output just above: the line names who and where.
     # The launch's own exit code is torchrun's, not the rank's (which the line names): say whose.
     return f"pardash: {failure_line(f, error=False)}{said}; the job's exit code {code}; {log}"
+
+
+def _as_it_hung(st) -> str:
+    """' as it hung after step 39, likely waiting for rank 0' for a job stopped in a hang."""
+    hang = whole_hang(st)
+    if not hang:
+        return ""
+    steps = [s for _, _, s, _ in hang if s is not None]
+    causes = hang_causes(hang)
+    return (" as it hung" + (f" after step {min(steps)}" if steps else "")
+            + (f", likely waiting for {ranks_named(sorted(causes))}" if causes else ""))
 
 
 def restart_notes(st, result: dict) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
-from pardash.telemetry.analysis import ended_hang, hang_causes, stuck_ranks
+from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
 from pardash.telemetry.failures import root_cause
 
 from .format import fmt_clock, fmt_step_time
@@ -153,11 +153,11 @@ def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, Exit
     """Mark the stalled or silent ranks a hang most likely waits for (analysis.hang_causes:
     the ranks behind the others, else those stuck outside any collective, else the frozen
     ones) as the likely cause. ``exits``: given when no rank's own failure ended the run, so
-    when every rank was stopped or killed as it hung (analysis.ended_hang), the exit of the
+    when every rank was stopped or killed as it hung (analysis.whole_hang), the exit of the
     rank the hang waited for is marked so, as the report names it."""
     hang, kinds, now = stuck_ranks(state), ("stalled", "silent"), True
     if not hang and exits is not None:
-        hang, kinds, now = ended_hang(state), ("exited",), False
+        hang, kinds, now = whole_hang(state), ("exited",), False
     causes = hang_causes(hang)
     if not causes:
         return alerts

@@ -402,6 +402,12 @@ def test_a_run_stopped_as_it_hung_says_so_once_its_ranks_have_exited():
     s = summarize(src)
     assert (s.samples_per_s, s.samples_per_s_when) == (0.0, "at the end (stalled)")
     assert rate_text(st) == "0 samples/s at the end (stalled)"
+    # ...and the launcher's last line: it said only "stopped by you (exit code 143)".
+    from pardash.telemetry.printer import outcome_line
+
+    assert outcome_line(st, 143, {"stopped": True}, "run.jsonl") == (
+        "pardash: stopped by you as it hung after step 4, likely waiting for rank 0 (exit code 143); log run.jsonl"
+    )
 
 
 def test_a_crash_stays_the_root_cause_of_ranks_stopped_as_they_waited_for_it():
