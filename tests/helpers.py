@@ -44,3 +44,32 @@ def pardash_env(**extra: str) -> dict[str, str]:
     env.pop("PARDASH_ENDPOINT", None)
     env.update(extra)
     return env
+
+
+class TerminalOutput:
+    """Reads everything a process writes to the terminal ``master`` (a pty's master end) on a
+    thread of its own, so a TUI never blocks on a full terminal; :meth:`text` once it is done."""
+
+    def __init__(self, master: int) -> None:
+        import threading
+
+        self.master = master
+        self.data = bytearray()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: the terminal's other end closed
+                return
+            if not chunk:
+                return
+            self.data.extend(chunk)
+
+    def done(self, timeout_s: float = 60.0) -> bytes:
+        """All of it, once the other end has closed (bounded; closes ``master``)."""
+        self._thread.join(timeout_s)
+        os.close(self.master)
+        return bytes(self.data)

@@ -11,7 +11,7 @@ import sys
 import pytest
 import psutil
 
-from helpers import pardash_env, wait_for
+from helpers import TerminalOutput, pardash_env, wait_for
 from pardash.telemetry import registry, schema
 from pardash.telemetry.logreader import load_log
 
@@ -87,7 +87,6 @@ def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_b
     # Only the headless launch took SIGTERM: the TUI's died with 143 under a frozen screen (the
     # terminal never left its alternate screen) while the job ran on, unwatched and unsaid.
     import pty
-    import threading
 
     master, slave = pty.openpty()
     log = tmp_path / "run.jsonl"
@@ -97,27 +96,12 @@ def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_b
         stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
     )  # fmt: skip
     os.close(slave)
-    screen = bytearray()
-
-    def read() -> None:
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the terminal's other end closed
-                return
-            if not chunk:
-                return
-            screen.extend(chunk)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    screen = TerminalOutput(master)
     wait_for(lambda: len(_steps(log)) >= 5, timeout_s=120, poll_s=0.2)
     (entry,) = registry.live_runs()
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=120) == 143
-    reader.join(30)
-    os.close(master)
-    out = bytes(screen)
+    out = screen.done()
     assert b"\x1b[?1049h" in out and out.rindex(b"\x1b[?1049l") > out.rindex(b"\x1b[?1049h")  # the screen given back
     wait_for(lambda: not psutil.pid_exists(entry["supervisor_pid"]), timeout_s=60)
     msgs, _ = load_log(log)

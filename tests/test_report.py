@@ -9,7 +9,6 @@ import os
 import pty
 import random
 import re
-import select
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from helpers import pardash_env
+from helpers import TerminalOutput, pardash_env
 from pardash.telemetry.compare import render_compare_markdown
 from pardash.telemetry.logreader import load_log
 from pardash.telemetry import schema
@@ -399,20 +398,9 @@ def test_progress_is_a_bar_on_a_terminal(tmp_path):
         [sys.executable, "-m", "pardash", *SIM, "--runs-dir", str(tmp_path)], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp_path
     )
     os.close(slave)
-    out = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 60)
-        if not ready:
-            break
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the terminal's other end closed
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
+    screen = TerminalOutput(master)
     assert p.wait(60) == 0
+    out = screen.done()
     text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.decode(errors="replace"))  # colours, cursor moves
     assert "━" in text  # rich's bar
     assert re.search(r"step\s+\d+/40", text) and "samples/s" in text and "min/med/max" in text
