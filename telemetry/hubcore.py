@@ -73,6 +73,10 @@ EVENTS_BURST = 200.0
 """...and at once. Past them, an event is refused (too_many_events): 2,200 events of a megabyte
 a second from one rank filled the log at 36 MB/s and the ingest queue to 2.5 GB."""
 
+LIFECYCLE_EVENTS = ("error", "exit", "restart")
+"""Events outside the budget: a rank that logged a warning every step and then crashed had its
+error and traceback refused, the one thing the run's report needed."""
+
 REJECTS_NOTE_S = 60.0
 """How often, at most, the hub notes in its log what it has refused so far (when that grew)."""
 _REJECTS = re.compile(r"(\d+) rejected(?: \(([^)]*)\))?")
@@ -441,7 +445,13 @@ class HubCore:
 
     def ingest(self, msg: schema.Message, now: float) -> bool:
         reason = self._refuse(msg)
-        if reason is None and isinstance(msg, schema.Event) and msg.seq >= 0 and self._over_budget(msg.rank, now):
+        if (
+            reason is None
+            and isinstance(msg, schema.Event)
+            and msg.seq >= 0
+            and msg.name not in LIFECYCLE_EVENTS  # a rank's error and exit are never too many
+            and self._over_budget(msg.rank, now)
+        ):
             reason = "too_many_events"
         if reason is not None:
             if reason != "redundant":

@@ -589,3 +589,8 @@ def test_a_flood_of_events_from_one_rank_is_refused_past_its_budget():
     assert sum(core.ingest_bytes(raw, later) for raw in flood[:20]) == 10
     note = schema.encode(schema.Event(run="r", rank=0, seq=-1, t=1.0e9, name="exit", code=-15, message="stopped"))
     assert core.ingest_bytes(note, later)  # the launcher's word on its behalf
+    # Its budget spent, a rank that crashes still says so: its error and exit are never refused.
+    assert not core.ingest_bytes(flood[-1], later)
+    crash = [schema.Event(run="r", rank=0, seq=2000, t=1.0e9, name="error", message="RuntimeError: boom", traceback="..."),
+             schema.Event(run="r", rank=0, seq=2001, t=1.0e9, name="exit", code=1)]  # fmt: skip
+    assert all(core.ingest_bytes(schema.encode(m), later) for m in crash)
