@@ -37,6 +37,10 @@ def is_terminal(out: TextIO) -> bool:
         return False
 
 
+TAIL_CHUNK = 1 << 20
+"""Bytes of the job's output read at a time."""
+
+
 class ProgressPrinter:
     """Prints what a :class:`Source` shows: events as lines, progress as a bar or lines."""
 
@@ -88,25 +92,35 @@ class ProgressPrinter:
         self._progress.start()
 
     def _follow_tail(self, *, final: bool = False) -> None:
+        """Print the lines the job's processes wrote since the last call: a megabyte at a time
+        while it runs (the progress goes on between), everything left at the ``final`` call (a
+        job that printed 12 MB in its last seconds lost its last lines)."""
         if self.tail is None:
             return
-        try:
-            with open(self.tail, "rb") as fh:
-                fh.seek(self._tail_pos)
-                data = fh.read(1 << 20)
-        except OSError:  # not created yet
-            return
-        self._tail_pos += len(data)
-        data = self._tail_rest + data
-        lines = data.split(b"\n")
-        self._tail_rest = lines.pop()
-        if final and self._tail_rest:
-            lines.append(self._tail_rest)
-            self._tail_rest = b""
-        for line in lines:
-            # A line redrawn with carriage returns (a tqdm bar) shows as a terminal would
-            # leave it: its last drawing.
-            self._print(line.rstrip(b"\r").rpartition(b"\r")[2].decode(errors="replace"))
+        while True:
+            try:
+                with open(self.tail, "rb") as fh:
+                    fh.seek(self._tail_pos)
+                    chunk = fh.read(TAIL_CHUNK)
+            except OSError:  # not created yet
+                return
+            self._tail_pos += len(chunk)
+            more = len(chunk) == TAIL_CHUNK
+            data = self._tail_rest + chunk
+            lines = data.split(b"\n")
+            self._tail_rest = lines.pop()
+            if len(self._tail_rest) > TAIL_CHUNK:  # no newline for a megabyte (a bar redrawn with \r)
+                lines.append(self._tail_rest)
+                self._tail_rest = b""
+            if final and self._tail_rest and not more:
+                lines.append(self._tail_rest)
+                self._tail_rest = b""
+            for line in lines:
+                # A line redrawn with carriage returns (a tqdm bar) shows as a terminal would
+                # leave it: its last drawing.
+                self._print(line.rstrip(b"\r").rpartition(b"\r")[2].decode(errors="replace"))
+            if not (final and more):
+                return
 
     def update(self, *, force: bool = False) -> None:
         """Poll the source; print new events now, and progress (the bar, or a line when due)."""

@@ -846,3 +846,23 @@ def test_a_stall_torchrun_restarted_the_job_from_is_not_how_the_run_ended(tmp_pa
     (stall,) = rep["stalls"]
     assert (stall["seconds"], stall["ended_run"]) == (40.0, False)
     assert "then stalled" not in render_text(rep) and "for 40.0 s" in render_text(rep)
+
+
+def test_the_jobs_last_output_is_printed_whole_however_much_it_is(tmp_path):
+    # Ranks that printed 12 MB in their last seconds: the last update read one more megabyte,
+    # and the rest (each rank's last lines) never reached the user.
+    import io
+
+    from pardash.telemetry.printer import TAIL_CHUNK, ProgressPrinter
+
+    out = io.StringIO()
+    output = tmp_path / "output.log"
+    output.write_bytes(b"")
+    printer = ProgressPrinter(_LogSource(DATA / "real_ddp2.jsonl"), out=out, bar=False, tail=str(output))
+    printer.update()
+    lines = [b"%06d " % i + b"x" * 93 for i in range(3 * TAIL_CHUNK // 100)]
+    output.write_bytes(b"\n".join(lines) + b"\nLAST LINE, no newline")
+    printer.update(force=True)
+    said = [line for line in out.getvalue().splitlines() if not line.startswith("[")]  # not the progress lines
+    assert said[0] == lines[0].decode() and said[len(lines) - 1] == lines[-1].decode()
+    assert said[len(lines)] == "LAST LINE, no newline"
