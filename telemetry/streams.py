@@ -4,14 +4,19 @@ job must go on."""
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any, TextIO
 
 
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""A disk full (or over quota) may have room again later: what is written then still goes."""
+
+
 class Unbreakable:
-    """Wraps a text stream: a write or flush that fails sends the stream's file descriptor to
-    /dev/null (so nothing else, the interpreter's last flush included, fails on it again) and
-    is otherwise ignored."""
+    """Wraps a text stream: a write or flush that fails is ignored; unless the disk is full, the
+    stream's file descriptor is then sent to /dev/null (so nothing else, the interpreter's last
+    flush included, fails on it again)."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
@@ -21,7 +26,10 @@ class Unbreakable:
         if not self.broken:
             try:
                 return self._stream.write(text)
-            except (OSError, ValueError):
+            except OSError as exc:
+                if exc.errno not in FULL:
+                    self._break()
+            except ValueError:
                 self._break()
         return len(text)
 
@@ -29,7 +37,10 @@ class Unbreakable:
         if not self.broken:
             try:
                 self._stream.flush()
-            except (OSError, ValueError):
+            except OSError as exc:
+                if exc.errno not in FULL:
+                    self._break()
+            except ValueError:
                 self._break()
 
     def _break(self) -> None:

@@ -72,3 +72,34 @@ def test_a_warmup_longer_than_the_run_and_one_rank_of_fsdp_are_said_once(tmp_pat
     out = proc.stdout + proc.stderr
     assert out.count("--warmup-steps 10 is longer than the run's 3 steps: the learning rate never reaches --lr") == 1, out
     assert out.count("fsdp: one rank holds every shard, so nothing is saved") == 1, out
+
+
+def test_a_disk_full_under_its_output_costs_lines_never_the_training():
+    # Under `pardash launch` a rank's output goes to a file in the run's folder: on a disk that
+    # filled, the rank died at its next print (OSError: No space left on device).
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pardash.trainer.train", "--strategy", "single", "--steps", "5", "--log-every", "1"],
+            stdout=full, stderr=full, env=dict(trainer_env(), PYTHONUNBUFFERED="1"), timeout=300,
+        )  # fmt: skip
+    assert proc.returncode == 0
+
+
+def test_an_unbreakable_stream_drops_what_a_full_disk_refuses_and_goes_quiet_on_a_broken_pipe():
+    import io
+
+    from pardash.telemetry.streams import Unbreakable
+
+    # (unbuffered, as a rank's streams are under the launcher: PYTHONUNBUFFERED=1)
+    with io.TextIOWrapper(io.FileIO("/dev/full", "w"), write_through=True) as full:
+        s = Unbreakable(full)
+        assert s.write("a line\n") == 7 and not s.broken  # the disk may have room again later
+    r, w = os.pipe()
+    os.close(r)
+    pipe = io.TextIOWrapper(io.FileIO(w, "w"), write_through=True)
+    s = Unbreakable(pipe)
+    s.write("to nobody\n")
+    assert s.broken
+    s.write("still nobody\n")
+    s.flush()
+    pipe.close()

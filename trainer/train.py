@@ -38,6 +38,7 @@ import torch
 from pardash.telemetry.env import rank_identity
 from pardash.telemetry.memory import account
 from pardash.telemetry.reporter import Reporter
+from pardash.telemetry.streams import unbreakable_stdio
 
 from . import checkpoint, resume
 from .clock import StepClock, StepRecord
@@ -425,6 +426,9 @@ def _usage_error(prog: str, message: str, reporter: Reporter | None = None) -> i
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one rank; returns the exit code (0 success, 1 error, 2 bad flags)."""
+    # Its output goes to a file in the run's folder (or a pipe): a disk that fills, or a reader
+    # that goes, must cost lines of it, never the training.
+    unbreakable_stdio()
     prog = "pardash-train"
     parser = argparse.ArgumentParser(
         prog=prog, description="The pardash bundled trainer (one rank; run it under torchrun)."
