@@ -185,23 +185,31 @@ class Verdict(Base, tag="verdict"):
 Message = Union[Hello, Step, System, Event, Heartbeat, Verdict]
 RANK_KINDS = ("hello", "step", "system", "event", "heartbeat")
 
-# Characters a terminal acts on rather than shows (C0 and C1 controls: escape sequences that set
-# a window's title, clear the screen or write the clipboard; DEL) and the invisible ones that
-# reorder or hide text (bidirectional overrides, zero-width marks): a rank's strings reach every
-# viewer's terminal. A text of several lines keeps its newlines and tabs.
-_UNSHOWN = "\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
-_UNSHOWN_LINES = re.compile(f"[{_UNSHOWN}]")
-_UNSHOWN_LINE = re.compile(f"[{_UNSHOWN}\n\t]")
+# What a terminal acts on rather than shows: escape sequences (CSI: colours, cursor moves,
+# clearing the screen; OSC: a window's title, the clipboard), then any other C0 or C1 control
+# and DEL; and the invisible characters that reorder or hide text (bidirectional embeddings,
+# overrides and isolates, zero-width spaces). Joiners and direction marks stay: scripts and
+# emoji are spelt with them. A text of several lines keeps its newlines and tabs.
+_SEQUENCES = re.compile(
+    "(?:\x1b\\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI
+    "|(?:\x1b\\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)?"  # OSC, to its end
+    "|\x1b[@-Z\\\\-_]"  # other two-character escapes
+)
+_UNSHOWN = "\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\u2028-\u202e\u2060\u2066-\u2069\ufeff"
+_UNSHOWN_CHARS = re.compile(f"[{_UNSHOWN}]")
+_LINE_BREAKS = re.compile("[\n\t\r]+")
 
 
 def plain_text(text: str, *, lines: bool = False) -> str:
-    """``text`` without the characters a terminal would act on or hide (``lines``: newlines
-    and tabs kept, for messages and tracebacks; a CR LF is a newline)."""
+    """``text`` without what a terminal would act on or hide (``lines``: newlines and tabs
+    kept, for messages and tracebacks, a lone CR taken as a newline; else each run of them is a
+    space)."""
     if text.isprintable():  # the common case, in C
         return text
+    text = _SEQUENCES.sub("", text)
     if lines:
-        return _UNSHOWN_LINES.sub("", text.replace("\r\n", "\n"))
-    return _UNSHOWN_LINE.sub("", text)
+        return _UNSHOWN_CHARS.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    return _UNSHOWN_CHARS.sub("", _LINE_BREAKS.sub(" ", text))
 
 
 def _enc_hook(obj: Any) -> Any:

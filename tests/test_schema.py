@@ -73,3 +73,18 @@ def test_odd_values_in_a_config_are_published_in_plain_form():
     hello = schema.Hello(torch_version=Version("2.13.0"), config={"out": Path("/tmp/x"), "v": Version("1")})
     back = schema.decode(schema.encode(hello))
     assert back.torch_version == "2.13.0" and back.config == {"out": "/tmp/x", "v": "1"}
+
+
+def test_plain_text_takes_out_whole_escape_sequences_and_keeps_what_spells_text():
+    from pardash.telemetry.schema import plain_text
+
+    # A coloured log line lost only its ESC ("[31mERROR[0m done"); a clipboard write kept its payload.
+    assert plain_text("\x1b[31mERROR\x1b[0m done", lines=True) == "ERROR done"
+    assert plain_text("x\x1b]52;c;aGk=\x07y") == "xy" and plain_text("t\x1b]0;title\x1b\\u") == "tu"
+    # Joiners spell emoji and scripts (a family, Persian's ZWNJ); bidi overrides go.
+    assert plain_text("👨\u200d👩\u200d👧") == "👨\u200d👩\u200d👧" and plain_text("می\u200cخواهم") == "می\u200cخواهم"
+    assert plain_text("abc\u202edef\u2066") == "abcdef"
+    # One line: breaks and tabs are a space (they glued words: "line1line2"); several: kept.
+    assert plain_text("line1\n\tline2") == "line1 line2"
+    assert plain_text("boom\r\nline 2\tx\r20%", lines=True) == "boom\nline 2\tx\n20%"
+    assert plain_text("CJK 中文 — café", lines=True) == "CJK 中文 — café"
