@@ -160,14 +160,34 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         spec.output = os.path.join(spec.run_dir, "output.log")
         spec.stderr_apart = not is_terminal(sys.stdout)
         unbreakable_stdio()
-    if spec.remote_hub:  # node > 0: node 0's hub names the run and records it
-        print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.world_size} rank(s), telemetry to node 0's hub at {spec.remote_hub}", flush=True)
-    else:
-        print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
+    # Until the job is up a SIGTERM ends the start, the supervisor with it; from then on it stops
+    # the job (the modes below say how). It left a job starting with nobody watching it.
+    terminated: list[int] = []
+
+    def on_sigterm_starting(*_: object) -> None:
+        terminated.append(signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm_starting)
     try:
+        if spec.remote_hub:  # node > 0: node 0's hub names the run and records it
+            print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.world_size} rank(s), telemetry to node 0's hub at {spec.remote_hub}", flush=True)
+        else:
+            print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
         job = start(spec)
     except LaunchError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        if not terminated:
+            raise
+        print(f"{PROG}: stopped before the job started", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM
+
+    def on_sigterm_started(*_: object) -> None:
+        terminated.append(signal.SIGTERM)
+        job.stop()
+
+    signal.signal(signal.SIGTERM, on_sigterm_started)
     if job.endpoints.get("metrics"):
         print(f"{PROG}: Prometheus metrics on {job.endpoints['metrics']}", flush=True)
     client = HubClient(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id, curve=spec.curve_dir or None)
@@ -179,7 +199,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             # Headless, this process stands for the job (as torchrun does): a SIGTERM (`timeout`,
             # `kill`, a CI job cancelled) stops the job as Ctrl-C does, rather than leave it
             # running unwatched. (A viewer killed outright, SIGKILL, leaves it running.)
-            stopped_by: list[int] = []
+            stopped_by = terminated
 
             def on_sigterm(*_: object) -> None:
                 stopped_by.append(signal.SIGTERM)
@@ -204,8 +224,6 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
 
             app = make_app(client, launched=True, title=f"pardash {spec.run_id}",
                            job_over=lambda: job.poll() is not None or bool(job.result()))
-            terminated: list[int] = []
-
             def on_sigterm(*_: object) -> None:
                 # As headless: a SIGTERM (`kill`, `timeout`) stops the job, and the app leaves
                 # the terminal as it found it (it went on under a frozen screen, job and all).
@@ -213,7 +231,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 app.exit(STOP)
 
             signal.signal(signal.SIGTERM, on_sigterm)
-            choice = app.run()
+            choice = STOP if terminated else app.run()  # (one came as the app was made: no app)
             # None: the app ended some other way (crashed, terminal gone). The job must not
             # die with its viewer, so that counts as a detach.
             if choice == "over":  # every rank is done: the job ends by itself

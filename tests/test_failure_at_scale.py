@@ -140,11 +140,13 @@ def test_a_viewer_attached_after_torchrun_restarted_the_ranks_sees_them_running(
     # The snapshot keeps every exit now (lifecycle): each must come before the rank's new hello.
     core = HubCore(run_id=RUN)
     seq = {0: 0, 1: 0}
+    clock = [1.0]
 
     def send(msg: schema.Message) -> None:
         msg.run, msg.seq, msg.t = RUN, seq[msg.rank], 1.0e9
         seq[msg.rank] += 1
-        assert core.ingest(msg, 1.0), core.rejected
+        clock[0] += 0.05  # (a rank's events come at most 20 a second: hubcore.EVENTS_PER_S)
+        assert core.ingest(msg, clock[0]), core.rejected
 
     for r in (0, 1):
         send(schema.Hello(rank=r, world_size=2, pid=100 + r, restart=0))
@@ -157,7 +159,7 @@ def test_a_viewer_attached_after_torchrun_restarted_the_ranks_sees_them_running(
         send(schema.Step(rank=r, step=1, step_s=0.1))
     for i in range(600):  # the exits leave the event log, not the snapshot
         send(schema.Event(rank=i % 2, name="warning", message=f"w{i}"))
-    core.tick(2.0)
+    core.tick(clock[0])
     late = FrameApplier()
     late.load_snapshot(core.snapshot())
     assert {r: s.status for r, s in core.state.ranks.items()} == {0: "running", 1: "running"}
