@@ -56,8 +56,11 @@ def holds_records(path: str | os.PathLike[str]) -> bool:
 
 
 def is_gzip(path: str | os.PathLike[str]) -> bool:
-    """A log kept compressed: readers take it as it is, but lines appended to it are lost."""
+    """A log kept compressed: readers take it as it is, but lines appended to it are lost. Only
+    a regular file can be one (opening a FIFO to look blocked the hub until a writer came)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as fh:
             return fh.read(2) == b"\x1f\x8b"
     except OSError:

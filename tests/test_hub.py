@@ -594,3 +594,32 @@ def test_a_flood_of_events_from_one_rank_is_refused_past_its_budget():
     crash = [schema.Event(run="r", rank=0, seq=2000, t=1.0e9, name="error", message="RuntimeError: boom", traceback="..."),
              schema.Event(run="r", rank=0, seq=2001, t=1.0e9, name="exit", code=1)]  # fmt: skip
     assert all(core.ingest_bytes(schema.encode(m), later) for m in crash)
+
+
+def test_a_hub_records_into_a_fifo_another_tool_reads(tmp_path):
+    # `pardash hub --log FIFO` never started: looking whether the log was gzip-compressed
+    # opened the FIFO for reading, which waits for a writer that never comes.
+    import os
+    import threading
+
+    from helpers import pardash_env
+    from pardash.telemetry.spawn import spawn_hub
+
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    got = bytearray()
+
+    def read() -> None:
+        with open(fifo, "rb") as fh:  # (opens once the hub opens it to write)
+            got.extend(fh.readline())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    proc, info = spawn_hub(["--run-id", "r", "--log", str(fifo), "--no-registry"], timeout_s=30, env=pardash_env())
+    try:
+        assert info["run_id"] == "r"
+        reader.join(30)
+        assert b'"name":"hub"' in got
+    finally:
+        proc.terminate()
+        proc.wait(30)
