@@ -17,7 +17,6 @@ from .client import Source
 from .failures import failure_line, failure_summary
 from .state import run_over
 from .summary import (
-    ended_stuck,
     held_spread,
     human_bytes,
     ms,
@@ -248,7 +247,7 @@ def rate_text(st) -> str:
     stuck = [r for r in st.ranks.values() if (r.stalled is not None or r.silent is not None) and not r.finished]
     if any(r.exit_code is None for r in stuck):
         return "0 samples/s"  # stuck
-    if ended_stuck(st):  # stopped or killed while stuck: its last steps' rate is not how it ended
+    if stuck:  # ended stuck (stopped, killed): its last steps' rate is not how it ended
         return "0 samples/s at the end (stalled)"
     recent = samples_per_s_recent(st)
     return f"{recent:,.0f} samples/s at the end" if recent > 0 else ""
