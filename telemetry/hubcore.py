@@ -127,18 +127,8 @@ def _plain_hello(msg: schema.Hello) -> None:
         text = getattr(msg, name)
         if len(text) > MAX_FIELD or not text.isprintable():
             setattr(msg, name, schema.plain_text(text[:MAX_FIELD]))
-    if msg.config and not _printable(msg.config):
+    if msg.config:
         msg.config = _plain_config(msg.config)
-
-
-def _printable(obj: Any) -> bool:
-    if isinstance(obj, str):
-        return obj.isprintable()
-    if isinstance(obj, dict):
-        return all(_printable(k) and _printable(v) for k, v in obj.items())
-    if isinstance(obj, list):
-        return all(_printable(v) for v in obj)
-    return True
 
 
 def _plain_config(obj: Any) -> Any:
