@@ -128,7 +128,9 @@ async def test_an_exiting_rank_changes_status_and_raises_an_alert(live_hub, rank
     app = attach(live_hub)
     async with app.run_test(size=SIZE) as pilot:
         publish_steps(ranks, range(3))
-        await until(pilot, lambda: len(grid_rows(app)) == 2)
+        # each rank has a socket of its own: wait until both ranks' steps are in before the exit,
+        # or rank 0 may still read "starting" when rank 1's exit lands
+        await until(pilot, lambda: [("running" in line) for line in grid_rows(app).values()] == [True, True])
         ranks[1].event("exit", code=3, step=2)
         await until(pilot, lambda: "exit 3" in grid_rows(app).get(1, ""))
         alerts = widget_text(app.screen.query_one(AlertList))
