@@ -375,13 +375,23 @@ def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S
     return f"pardash: the hub has sent nothing for {gone_s:.0f} s (stopped, or out of reach); last seen: {counts or 'no ranks'}"
 
 
+def _progress_text(st) -> str:
+    """How far a finished job went: its step, or that it took none ("step 0" read as a run that
+    trained nothing by mistake, where a resume from a checkpoint already at --steps had nothing
+    left to train, as its own warning says)."""
+    if any(r.step is not None for r in st.ranks.values()):
+        return f"step {st.step}"
+    resumed = [m.step for m in st.events if isinstance(m, schema.Event) and m.name == "resume" and m.step is not None]
+    return "no step taken" + (f" (resumed at step {max(resumed)}, nothing left to train)" if resumed else "")
+
+
 def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = "") -> str:
     """The launcher's last line: success, or the one-line cause of a failure (``log_error``:
     the hub's last word on the log, when it could not write it)."""
     log = f"log {log_path}" + (f" (incomplete: {log_error})" if log_error else "")
     said = "".join(f"; {n}" for n in restart_notes(st, result))
     if code == 0:
-        return f"pardash: done, {len(st.ranks)} rank(s), step {st.step}{said}, {log}"
+        return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{said}, {log}"
     if result.get("stopped"):
         return f"pardash: stopped by you{_as_it_hung(st)} (exit code {code}){said}; {log}"
     f = failure_summary(st)

@@ -570,6 +570,24 @@ def test_a_job_whose_ranks_were_only_stopped_names_no_root_cause(tmp_path):
     assert outcome_line(st, 143, {"stopped": True}, "run.jsonl") == "pardash: stopped by you (exit code 143); log run.jsonl"
 
 
+def test_a_job_that_took_no_step_says_so_and_why_rather_than_step_0():
+    # `--resume` from a checkpoint already at --steps: every rank says hello and resumes at
+    # step 150, trains nothing and exits 0. "done, 2 rank(s), step 0" read as a run that lost
+    # its checkpoint.
+    from pardash.telemetry.printer import outcome_line
+
+    t = 1.0e9
+    st = RunState()
+    for r in (0, 1):
+        st.apply(schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t), 0.0)
+        st.apply(schema.Event(run="r", rank=r, seq=1, name="resume", step=150, message="step 150 from ckpt", t=t + 1), 0.0)
+    assert outcome_line(st, 0, {}, "run.jsonl") == (
+        "pardash: done, 2 rank(s), no step taken (resumed at step 150, nothing left to train), log run.jsonl")
+    st.apply(schema.Step(run="r", rank=0, seq=2, step=151, step_s=0.1, samples=4, t=t + 2), 0.0)
+    st.apply(schema.Step(run="r", rank=1, seq=2, step=151, step_s=0.1, samples=4, t=t + 2), 0.0)
+    assert outcome_line(st, 0, {}, "run.jsonl") == "pardash: done, 2 rank(s), step 151, log run.jsonl"
+
+
 def test_a_kill_torchrun_restarted_from_is_a_recovered_failure_told_verbatim(tmp_path):
     # Attempt 1: rank 1 SIGKILLed (the launcher's note), rank 0 fails on the broken connection;
     # torchrun restarts both, which finish. The kill is the recovered failure even though rank
