@@ -5,7 +5,7 @@
 
 Each rank trains the same small MLP on its DistributedSampler share of a synthetic
 classification set (the sampler reshuffles every epoch through ``set_epoch``) with AdamW;
-rank 0 prints the loss of every step. ``--straggler-rank R --straggler-s S`` makes rank R
+rank 0 prints the loss of every step, and at the end its steady steps/s. ``--straggler-rank R --straggler-s S`` makes rank R
 sleep S seconds in its data path every step, a slow data loader the others wait for.
 Losses are deterministic for a given ``--seed``.
 """
@@ -21,6 +21,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+TIMED_FROM = 20
+"""Rank 0 times its steady rate from the end of this step (see the last line it prints)."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -71,6 +75,7 @@ def main() -> None:
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
 
     step, epoch = 0, 0
+    timed_t0 = None
     model.train()
     while step < args.steps:
         sampler.set_epoch(epoch)
@@ -100,8 +105,14 @@ def main() -> None:
             step += 1
             if rank == 0:
                 print(f"step {step} loss {total:.6f}", flush=True)
+                if step == TIMED_FROM:
+                    timed_t0 = time.perf_counter()
         epoch += 1
 
+    if rank == 0 and timed_t0 is not None and step > TIMED_FROM:
+        # the steady rate, timed here (the first steps warm up; a reader of this output may
+        # see its lines late, in batches)
+        print(f"steps/s {(step - TIMED_FROM) / (time.perf_counter() - timed_t0):.2f} (steps {TIMED_FROM + 1}..{step})", flush=True)
     dist.barrier()  # every rank done with its collectives before the group goes (gloo's teardown)
     dist.destroy_process_group()
 

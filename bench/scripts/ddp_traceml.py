@@ -30,6 +30,10 @@ from torch.utils.data import default_collate
 import traceml_ai as traceml  # traceml
 
 
+TIMED_FROM = 20
+"""Rank 0 times its steady rate from the end of this step (see the last line it prints)."""
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100)")
@@ -82,6 +86,7 @@ def main() -> None:
                         collate_fn=_SlowCollate(args.straggler_s) if in_collate else None)
 
     step, epoch = 0, 0
+    timed_t0 = None
     model.train()
     while step < args.steps:
         sampler.set_epoch(epoch)
@@ -112,8 +117,14 @@ def main() -> None:
             step += 1
             if rank == 0:
                 print(f"step {step} loss {total:.6f}", flush=True)
+                if step == TIMED_FROM:
+                    timed_t0 = time.perf_counter()
         epoch += 1
 
+    if rank == 0 and timed_t0 is not None and step > TIMED_FROM:
+        # the steady rate, timed here (the first steps warm up; a reader of this output may
+        # see its lines late, in batches)
+        print(f"steps/s {(step - TIMED_FROM) / (time.perf_counter() - timed_t0):.2f} (steps {TIMED_FROM + 1}..{step})", flush=True)
     dist.destroy_process_group()
 
 
