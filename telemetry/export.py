@@ -88,10 +88,14 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
     writers: dict[int, object] = {}
     steps: dict[int, int] = {}
     last: dict[int, int] = {}
+    sent: dict[int, int] = {}
+    """A rank's highest seq since its hello (seq counts up in a process; a restart's begins again)."""
     points = 0
     stats = LogReadStats()
     try:
         for msg in read_log(log_path, stats):
+            if isinstance(msg, schema.Hello):
+                sent.pop(msg.rank, None)
             if not isinstance(msg, schema.Step) or msg.rank < 0:
                 continue
             if not 0 <= msg.step < 1 << 63 or not math.isfinite(msg.t):
@@ -105,12 +109,18 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
                 except OSError as exc:
                     raise ExportError(f"cannot write {path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
                 w = writers[msg.rank] = EventFileWriter(path, max_queue_size=1000, flush_secs=30)
-            if msg.step <= last.get(msg.rank, -1):
-                # The rank runs these steps again (a torchrun restart, a resume): TensorBoard
-                # drops its points from this step on, and draws the curve as it went on,
-                # rather than jumping back.
-                w.add_event(Event(wall_time=msg.t, step=msg.step, session_log=SessionLog(status=SessionLog.START)))
-            last[msg.rank] = msg.step
+            # A step sent before the one logged just before it (steps a rank's heartbeat thread
+            # sends for a loop that paused go on a socket of their own, and the hub may take the
+            # loop's next ones first) is late, not run again: a restart's mark there would have
+            # TensorBoard drop the steps after it.
+            if msg.seq >= sent.get(msg.rank, -1):
+                if msg.step <= last.get(msg.rank, -1):
+                    # The rank runs these steps again (a torchrun restart, a resume): TensorBoard
+                    # drops its points from this step on, and draws the curve as it went on,
+                    # rather than jumping back.
+                    w.add_event(Event(wall_time=msg.t, step=msg.step, session_log=SessionLog(status=SessionLog.START)))
+                last[msg.rank] = msg.step
+                sent[msg.rank] = msg.seq
             values = [Summary.Value(tag=tag, simple_value=v) for tag, v in step_scalars(msg).items()]
             w.add_event(Event(wall_time=msg.t, step=msg.step, summary=Summary(value=values)))
             steps[msg.rank] = steps.get(msg.rank, 0) + 1

@@ -97,6 +97,34 @@ def test_steps_run_again_after_a_restart_replace_the_first_run_of_them(tmp_path)
     assert [e.value for e in events] == pytest.approx([9.0, 8.0, 4.7, 4.6, 4.5, 4.4, 4.3])
 
 
+def test_a_step_logged_after_the_next_one_is_kept_and_is_no_restart(tmp_path):
+    # Steps a rank's heartbeat thread sends for a paused loop go on a socket of their own; the
+    # hub can log the loop's next step first (seq 4 before seq 3). Read as a restart, the
+    # late step's mark had TensorBoard drop step 4. A real restart (a new hello, seq from 0
+    # again) still replaces the steps it runs again.
+    import msgspec
+
+    log = tmp_path / "late.jsonl"
+    hello = schema.Hello(rank=0, seq=0, world_size=1, pid=10, strategy="ddp", t=999.0, run="r")
+    order = [(1, 1), (2, 2), (4, 4), (3, 3), (5, 5)]  # (seq, step) as logged
+    lines = [hello] + [
+        schema.Step(rank=0, step=step, loss=10.0 - step, step_s=0.1, samples=8, t=1000.0 + seq, seq=seq, run="r")
+        for seq, step in order
+    ]
+    restart = msgspec.structs.replace(hello, pid=11, restart=1, t=1010.0)
+    lines += [restart] + [
+        schema.Step(rank=0, step=step, loss=1.0 / step, step_s=0.1, samples=8, t=1010.0 + seq, seq=seq, run="r")
+        for seq, step in ((1, 5), (2, 6))
+    ]
+    log.write_bytes(b"".join(msgspec.json.encode(m) + b"\n" for m in lines))
+    export_tensorboard(str(log), str(tmp_path / "tb"))
+    events = _read_back(tmp_path / "tb" / "rank0").Scalars("loss")
+    assert sorted(e.step for e in events) == [1, 2, 3, 4, 5, 6]  # step 5 once: the restart's
+    by_step = {e.step: e.value for e in events}
+    assert by_step[3] == pytest.approx(7.0) and by_step[4] == pytest.approx(6.0)
+    assert by_step[5] == pytest.approx(0.2) and by_step[6] == pytest.approx(1 / 6)
+
+
 def test_export_refuses_to_mix_with_an_earlier_export(tmp_path):
     out = tmp_path / "tb"
     export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
