@@ -12,6 +12,7 @@ import threading
 import pytest
 from tui_helpers import grid_text, strip_text, widget_text
 
+from pardash.telemetry.analysis import Detector, LivenessConfig
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.hub import Hub
@@ -32,8 +33,14 @@ GiB = 1 << 30
 
 @pytest.fixture
 def live_hub(tmp_path):
-    """A hub serving in a thread, stopped and closed after the test."""
+    """A hub serving in a thread, stopped and closed after the test.
+
+    The ranks here publish a few steps, then only heartbeats: 5 s on (LivenessConfig's
+    stall_min_s) the hub calls them stalled, and a loaded machine can take that long to show
+    what a test checks ("running", a grid without flagged ranks). Here a rank is stalled only
+    after minutes: no test here is about stalls (test_stragglers and test_detection are)."""
     hub = Hub(run_id=RUN, log_path=str(tmp_path / "telemetry.jsonl"))
+    hub.core.detector = Detector(LivenessConfig(stall_min_s=600.0))
     thread = threading.Thread(target=hub.serve, daemon=True)
     thread.start()
     yield hub
