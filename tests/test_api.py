@@ -222,7 +222,9 @@ def test_explicit_api_under_plain_torchrun(hub, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     def steps(rank):
-        return [m for m in _log(tmp_path) if isinstance(m, schema.Step) and m.rank == rank]
+        # In the order the rank sent them (the log's is the hub's: steps its heartbeat thread
+        # sent for the loop, on a socket of their own, can be taken after the loop's next ones).
+        return sorted((m for m in _log(tmp_path) if isinstance(m, schema.Step) and m.rank == rank), key=lambda m: m.seq)
 
     wait_for(lambda: len(steps(0)) == 5 and len(steps(1)) == 5)
     msgs = _log(tmp_path)

@@ -843,7 +843,10 @@ def _launch(tmp_path: Path, *script: str, nproc: int = 2) -> tuple[subprocess.Co
 
 
 def _steps(msgs: list, rank: int) -> list[schema.Step]:
-    return [m for m in msgs if isinstance(m, schema.Step) and m.rank == rank]
+    """``rank``'s steps in the order it sent them: the log's is the hub's, and steps the loop
+    left held go out from the heartbeat thread on a socket of their own, so the loop's next
+    ones can reach the hub first (no run here restarts a rank, whose seq would start over)."""
+    return sorted((m for m in msgs if isinstance(m, schema.Step) and m.rank == rank), key=lambda m: m.seq)
 
 
 def _printed_losses(stdout: str) -> list[tuple[int, str]]:

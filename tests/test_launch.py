@@ -16,7 +16,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shared_run")]  # one wo
 
 
 def _steps(msgs, rank):
-    return [m for m in msgs if isinstance(m, schema.Step) and m.rank == rank]
+    """``rank``'s steps in the order it sent them: the log's is the hub's, and steps the loop
+    left held go out from the heartbeat thread on a socket of their own, so the loop's next
+    ones can reach the hub first."""
+    return sorted((m for m in msgs if isinstance(m, schema.Step) and m.rank == rank), key=lambda m: m.seq)
 
 
 @pytest.mark.serial  # a clean run names no straggler: judged from real timing, so run alone
