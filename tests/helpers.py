@@ -32,8 +32,10 @@ def wait_logged(hub) -> None:
     import json
 
     def flushed() -> bool:
-        data = hub.recorder.path.read_bytes().rstrip(b"\n") if hub.recorder.path.exists() else b""
-        last = data.rsplit(b"\n", 1)[-1]
+        data = hub.recorder.path.read_bytes() if hub.recorder.path.exists() else b""
+        if not data.endswith(b"\n"):
+            return False  # nothing yet, or read in the middle of the writer's write: a line cut
+        last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1]
         return bool(last) and json.loads(last).get("hseq", 0) >= hub.core.hseq
 
     wait_for(flushed)
