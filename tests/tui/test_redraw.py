@@ -188,8 +188,14 @@ class Clock:
 
 
 async def test_running_figures_wait_their_turn_but_statuses_show_at_once(monkeypatch):
+    from pardash.tui import app as tui_app
+
     clock = Clock()
     monkeypatch.setattr(dashboard, "time", clock)
+    # The app's clock too: on the real one, a start that a loaded machine slowed past 3 s had
+    # the hub read quiet, and the header, whose "hub quiet for" then changed at each update,
+    # took every frame's figures at once.
+    monkeypatch.setattr(tui_app, "time", clock)
     job = Job(4)
     job.step()
     job.frame()
