@@ -112,14 +112,17 @@ def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_b
 def test_a_sigterm_as_the_launch_starts_leaves_nothing_running(tmp_path):
     # A SIGTERM before the launch had put in its handler (while the job started) ended it and
     # left the supervisor, the hub, torchrun and the ranks training, unwatched.
+    me = psutil.Process()
+    # (this process's own children from before: the multiprocessing resource tracker an earlier
+    # test's torch.multiprocessing.spawn started lives as long as this process)
+    before = {c.pid for c in me.children(recursive=True)}
     p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "3000")
     assert p.stdout.readline().startswith("pardash: run ")  # said just before the job starts
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 143, err[-2000:]
     wait_for(lambda: not registry.live_runs(), timeout_s=60)
-    me = psutil.Process()
-    wait_for(lambda: not [c for c in me.children(recursive=True) if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], timeout_s=60)
+    wait_for(lambda: not [c for c in me.children(recursive=True) if c.pid not in before and c.is_running() and c.status() != psutil.STATUS_ZOMBIE], timeout_s=60)
 
 
 def test_viewer_killed_the_job_and_log_go_on(tmp_path):
