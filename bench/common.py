@@ -5,10 +5,14 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+DEMO_RATE = re.compile(rb"^steps/s ([\d.]+) \(steps (\d+)\.\.(\d+)\)")
+"""The demo DDP script's last line on rank 0: its steady steps/s, timed by itself, over steps
+first..last (demos/ddp_plain.py, bench/scripts/ddp_traceml.py)."""
 
 
 def pct(values: list[float], q: float) -> float:

@@ -20,12 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import Row
+from .common import DEMO_RATE, Row
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "demos" / "ddp_plain.py")
 STEP = re.compile(rb"^step (\d+) loss")
-RATE = re.compile(rb"^steps/s ([\d.]+) ")
 
 
 def _cmd(under_pardash: bool, steps: int, workdir: str) -> list[str]:
@@ -48,7 +47,7 @@ def _run(under_pardash: bool, steps: int, workdir: str) -> tuple[float, float]:
     for line in p.stdout:
         if STEP.match(line):
             seen += 1
-        elif m := RATE.match(line):
+        elif m := DEMO_RATE.match(line):
             rate = float(m.group(1))
     code = p.wait()
     wall = time.perf_counter() - t0

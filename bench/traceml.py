@@ -36,13 +36,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import Row
+from .common import DEMO_RATE, Row
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAIN_SCRIPT = str(ROOT / "demos" / "ddp_plain.py")
 TRACEML_SCRIPT = str(ROOT / "bench" / "scripts" / "ddp_traceml.py")
 STEP = re.compile(rb"^step (\d+) loss (\S+)")
-RATE = re.compile(rb"^steps/s ([\d.]+) \(steps (\d+)\.\.(\d+)\)")
 BENCH = "vs TraceML"
 STRAGGLER_RANK = 1
 STRAGGLER_S = 0.04
@@ -131,7 +130,7 @@ def _run(tool: str, steps: int, straggler: bool, workdir: str, script: str | Non
         if m:
             out.seen[int(m.group(1))] = time.perf_counter()
             out.last_loss = m.group(2).decode()
-        elif m := RATE.match(line):
+        elif m := DEMO_RATE.match(line):
             out.timed[(int(m.group(2)), int(m.group(3)))] = float(m.group(1))
     out.code = p.wait()
     out.wall = time.perf_counter() - t0
