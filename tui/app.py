@@ -251,7 +251,7 @@ class PardashApp(App[str | None]):
             self._leave(OVER)  # every rank is done: no job to stop or leave running
             return
         run_id = self.source.state.run_id
-        self.push_screen(QuitScreen(run_id), self._quit_chosen)
+        self.push_screen(QuitScreen(run_id, over=self._over), self._quit_chosen)
 
     def _over(self) -> bool:
         """Every rank is done and no torchrun restart may bring them back (every one finished,

@@ -57,6 +57,59 @@ async def test_q_after_every_rank_failed_asks_while_torchrun_may_restart_them(jo
             assert app.return_value == "detach"
 
 
+async def test_a_job_that_ends_under_the_quit_dialog_is_said_and_q_then_leaves():
+    # The dialog stayed as it was when the job ended under it: it offered to stop a job that
+    # was over, and q on it did nothing (Esc, then q, left).
+    from pardash.telemetry.client import ReplaySource
+    from pardash.tui.app import make_app
+    from textual.widgets import Button, Label
+
+    ended = [False]
+    chosen: list[str] = []
+    src = ReplaySource(str(DATA.parent.parent / "data" / "fsdp4_crash.jsonl"))
+    src.seek(src.duration_s)
+    src.paused = True
+    app = make_app(src, launched=True, job_over=lambda: ended[0], on_exit_choice=chosen.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("q")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, QuitScreen)
+        await pilot.press("q")  # the job still runs: q again does nothing
+        await pilot.pause()
+        assert app.screen is dialog and not dialog.ended
+        assert "Leave run" in str(dialog.query_one("#question", Label).render())
+        ended[0] = True  # torchrun exits, with no new frame
+        await pilot.pause(0.7)
+        assert dialog.ended
+        assert "has ended" in str(dialog.query_one("#question", Label).render())
+        assert not dialog.query_one("#stop", Button).display
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_value == "over" and chosen == ["over"]
+
+
+async def test_s_on_the_dialog_of_a_job_that_ended_leaves_without_stopping():
+    from pardash.telemetry.client import ReplaySource
+    from pardash.tui.app import make_app
+
+    ended = [False]
+    src = ReplaySource(str(DATA.parent.parent / "data" / "fsdp4_crash.jsonl"))
+    src.seek(src.duration_s)
+    src.paused = True
+    app = make_app(src, launched=True, job_over=lambda: ended[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("q")
+        await pilot.pause()
+        ended[0] = True
+        app.screen._check_over()
+        await pilot.press("s")
+        await pilot.pause()
+    assert app.return_value == "over"
+
+
 async def test_q_then_c_cancels_and_the_dashboard_carries_on():
     chosen: list[str] = []
     app = replay_app("run4.jsonl", launched=True, on_exit_choice=chosen.append)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from textual import on
@@ -11,10 +12,15 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label
 
+from ..messages import RunUpdated
+
 STOP = "stop"
 DETACH = "detach"
 OVER = "over"
-"""Leaving once every rank has finished or exited: nothing to stop (the dialog is not shown)."""
+"""Leaving once every rank has finished or exited: nothing to stop (the dialog is not shown,
+or says so when the job ended while it was open)."""
+CHECK_S = 0.5
+"""How often an open dialog asks whether the job has ended."""
 
 
 class QuitScreen(ModalScreen[str | None]):
@@ -62,13 +68,18 @@ class QuitScreen(ModalScreen[str | None]):
         Binding("s", "choose('stop')", "Stop the job"),
         Binding("d", "choose('detach')", "Detach"),
         Binding("c", "cancel", "Cancel", show=False),
+        Binding("q", "leave_if_over", show=False),
         Binding("left", "app.focus_previous", show=False),
         Binding("right", "app.focus_next", show=False),
     ]
 
-    def __init__(self, run_id: str = "") -> None:
+    def __init__(self, run_id: str = "", over: Callable[[], bool] | None = None) -> None:
         super().__init__()
         self.run_id = run_id
+        self.over = over
+        """Whether the job has ended (every rank done, no restart to come): asked as the run
+        updates, so a job that ends while the dialog is open is said, and any choice leaves."""
+        self.ended = False
 
     def compose(self) -> ComposeResult:
         run = f" {self.run_id}" if self.run_id else ""
@@ -90,16 +101,46 @@ class QuitScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
+        if self.over is not None:
+            # The launcher learns the job's end apart from the run's frames (torchrun exits
+            # after the ranks' last word): ask now and then as well as on each update.
+            self.set_interval(CHECK_S, self._check_over)
+
+    def on_run_updated(self, _message: RunUpdated) -> None:
+        self._check_over()
+
+    def _check_over(self) -> None:
+        if self.ended or self.over is None or not self.over():
+            return
+        # The job ended while the question was open: there is nothing left to stop or leave
+        # running (a dialog that still offered both, and ignored q, read as a hung viewer).
+        self.ended = True
+        run = f" {self.run_id}" if self.run_id else ""
+        self.query_one("#question", Label).update(f"Run{run} has ended.")
+        explain = list(self.query(".explain").results(Label))
+        explain[0].update("Every rank has finished or exited, and torchrun with them: there is nothing to stop or leave running.")
+        for label in explain[1:]:
+            label.display = False
+        self.query_one("#stop", Button).display = False
+        detach = self.query_one("#detach", Button)
+        detach.label = "Leave"
+        detach.focus()
+        self.query_one("#keys", Label).update("q leave · esc stay")
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "cancel":
             self.dismiss(None)
         else:
-            self.dismiss(event.button.id)
+            self.action_choose(event.button.id or DETACH)
 
     def action_choose(self, choice: str) -> None:
-        self.dismiss(choice)
+        self.dismiss(OVER if self.ended else choice)
+
+    def action_leave_if_over(self) -> None:
+        """q on the dialog: leaves once the job has ended (before, it waits for s, d or esc)."""
+        if self.ended:
+            self.dismiss(OVER)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
