@@ -60,17 +60,26 @@ def ended_stuck(state: RunState) -> bool:
 
 
 def samples_per_s_recent(state: RunState) -> float:
-    """Samples a second across ranks over each rank's recent steps (its history, the last
-    HISTORY_POINTS points): what a run ran at, still known once every rank is done. A history
-    keeps a rank's latest step of each frame, so steps are counted by their numbers."""
+    """Samples a second across ranks over each rank's last steps: what a run ran at, still
+    known once every rank is done. A rank's history keeps its latest step of each frame (the
+    last HISTORY_POINTS), so steps are counted by their numbers. Only its last attempt counts
+    (a torchrun restart numbers steps again from the checkpoint, and the gap before it is no
+    step), and of that its later half: the first steps of a job (allocations, the first
+    collectives, DDP's bucket rebuild) ran several times slower, which on a short job read as
+    a tenth of its speed."""
     total = 0.0
     for r in state.ranks.values():
         s = r.step
         if s is None or not s.samples:
             continue
         steps, t = r.history["step"].values(), r.history["t"].values()
-        if len(t) >= 2 and t[-1] > t[0] and steps[-1] > steps[0]:
-            total += s.samples * (steps[-1] - steps[0]) / (t[-1] - t[0])
+        last = len(steps) - 1
+        first = last
+        while first > 0 and steps[first - 1] < steps[first]:
+            first -= 1
+        first += (last - first) // 2
+        if last > first and t[last] > t[first] and steps[last] > steps[first]:
+            total += s.samples * (steps[last] - steps[first]) / (t[last] - t[first])
     return total
 
 
