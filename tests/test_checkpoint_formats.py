@@ -24,10 +24,14 @@ from test_checkpoint import SMALL, TOLERANCE, launch, losses
 STEP_LINE = re.compile(r"^step\s+(\d+)/\d+ .*$", re.M)
 
 
-def train(ckpt: Path, strategy: str, *args: str) -> subprocess.CompletedProcess:
-    """``python -m pardash.trainer.train`` as one process without a hub, every step printed."""
+def train(ckpt: Path, strategy: str, *args: str, run_id: str = "") -> subprocess.CompletedProcess:
+    """``python -m pardash.trainer.train`` as one process without a hub, every step printed
+    (``run_id``: the job id its checkpoints are saved under, as ``pardash launch`` gives)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("PARDASH_ENDPOINT", None)
+    env.pop("PARDASH_RUN_ID", None)
+    if run_id:
+        env["PARDASH_RUN_ID"] = run_id
     proc = subprocess.run(
         [sys.executable, "-m", "pardash.trainer.train", "--strategy", strategy, "--steps", "6",
          "--checkpoint-dir", str(ckpt), *SMALL, "--log-every", "1", *args],
@@ -155,6 +159,25 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, save
     assert f"resume: {checkpoint.step_path(ckpt, 4)} could not be read (" in proc.stderr
     assert f"trying {checkpoint.step_path(ckpt, 2)}" in proc.stderr
     assert step_lines(proc.stdout) == {s: reference[s] for s in (3, 4, 5, 6)}
+
+    # A run that resumed another and saved once (step 6, of its own id): its newest damaged,
+    # --resume goes back to the other run's step 4, the one it started from ("no older
+    # checkpoint" before: only the newest run's own were tried).
+    chain = tmp_path / "chain"
+    shutil.copytree(original, chain)
+    resumed = train(chain, "fsdp", "--resume", "--steps", "6", "--checkpoint-every", "2", run_id="run-b")
+    assert checkpoint.saved_by(checkpoint.step_path(chain, 6)) == "run-b"
+    assert checkpoint.saved_by(checkpoint.step_path(chain, 4)) != "run-b"
+    shards = sorted(checkpoint.step_path(chain, 6).glob("*.distcp"))
+    for shard in shards:
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    again = train(chain, "fsdp", "--resume", "--steps", "8", run_id="run-c")
+    assert f"resume: {checkpoint.step_path(chain, 6)} could not be read (" in again.stderr
+    assert f"trying {checkpoint.step_path(chain, 4)}" in again.stderr
+    assert f"resume: step 4 restored from {checkpoint.step_path(chain, 4)}" in again.stdout
+    assert sorted(step_lines(again.stdout)) == [5, 6, 7, 8]
+    loss = re.compile(r"loss \S+")  # step 5 again from step 4: the same loss (the lr schedule is 8 steps long now)
+    assert loss.findall(step_lines(resumed.stdout)[5]) == loss.findall(step_lines(again.stdout)[5])
 
     # With none readable the resume fails rather than quietly starting afresh.
     shutil.rmtree(checkpoint.step_path(ckpt, 6))
