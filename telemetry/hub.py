@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_hub_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run-id", default=None, help="run id (default: a new one)")
+    p.add_argument("--run-id", default=None, help="run id (default: a new one; with --resume, the log's)")
     p.add_argument("--log", default=None, help="JSONL log path (default: runs/<run id>/telemetry.jsonl)")
     p.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --curve-dir or --insecure)")
     p.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: only ranks and viewers with an authorised key get in (default $PARDASH_CURVE_DIR)")
@@ -548,8 +548,17 @@ def _unmake(made: list[str]) -> None:
 
 
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
-    run_id = ns.run_id or registry.new_run_id()
+    resumed = ""
+    if getattr(ns, "resume", False) and ns.log and not ns.run_id:
+        # --resume carries on the log's run: a new id made it a log of two runs, and the
+        # hub told ranks to report under the new one.
+        from .logreader import log_run_id
+
+        resumed = log_run_id(ns.log)
+    run_id = ns.run_id or resumed or registry.new_run_id()
     log = ns.log or os.path.join("runs", run_id, "telemetry.jsonl")
+    if getattr(ns, "resume", False) and meta is None and not holds_records(log):
+        print(f"pardash hub: --resume: {log} holds no run yet; starting it", file=sys.stderr)
     if is_gzip(log):
         print(f"pardash hub: the log {log} is gzip-compressed: lines appended to it would be lost; decompress it, or pass a new --log PATH", file=sys.stderr)
         return 2

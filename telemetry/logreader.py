@@ -69,6 +69,18 @@ def read_log(path: str | os.PathLike[str], stats: LogReadStats | None = None) ->
         yield from _records(fh, stats)
 
 
+def log_run_id(path: str | os.PathLike[str], records: int = 1000) -> str:
+    """The run id of the first of the log's first ``records`` records that names one ("" when
+    none does, or the log cannot be read): the run a hub resuming the log carries on."""
+    try:
+        for n, msg in enumerate(read_log(path)):
+            if msg.run or n >= records:
+                return msg.run
+    except OSError:
+        pass
+    return ""
+
+
 def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> Iterator[schema.Message]:
     """The records of ``fh`` from where it is. With ``tail``: a last line without its newline
     is one being written, left for the tail's next read (``tail.offset`` follows the lines read)."""

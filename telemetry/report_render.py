@@ -99,7 +99,7 @@ def _hub_restarts_text(rep: dict) -> str:
     if not times:
         return ""
     at = ", ".join(f"{t:.1f} s" if t is not None else "?" for t in times)
-    return f" (the hub died and was restarted {len(times)}x, at {at}: what the ranks sent while it was down)"
+    return f" (the hub was restarted {len(times)}x, at {at}: what the ranks sent while it was down)"
 
 
 RANK_COLUMNS = ("rank", "host", "status", "steps", "last loss", "step ms", *PHASE_LABELS.values(), "params", "grads", "optim", "state", "unsharded", "peak", "lost")

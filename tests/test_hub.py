@@ -279,6 +279,38 @@ def test_a_hub_does_not_append_a_new_run_to_a_log_that_holds_one(tmp_path, monke
     assert hub_mod.run_hub(_hub_args(tmp_path, "--resume")) == 0  # carrying it on is asked for
 
 
+def test_a_hub_resuming_a_log_carries_on_its_run_id(tmp_path, monkeypatch, capsys):
+    # `pardash hub --resume --log L` without --run-id made up a new id: the log then held two
+    # runs ("the figures below mix them") and the hub told ranks to report under the new one.
+    import argparse
+    import json
+
+    from pardash.telemetry import hub as hub_mod
+    from pardash.telemetry.hub import add_hub_arguments
+    from pardash.telemetry.logreader import load_log
+
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(
+        schema.encode_json(schema.Event(run="", rank=-1, name="hub", message="hub started", hseq=1)) + b"\n"
+        + schema.encode_json(schema.Step(run="old-run", rank=0, seq=1, step=1, hseq=2)) + b"\n"
+    )
+    served = []
+    monkeypatch.setattr(hub_mod.Hub, "serve", lambda self, **kw: served.append(self.core.state.run_id))
+    monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)
+    p = argparse.ArgumentParser()
+    add_hub_arguments(p)
+    assert hub_mod.run_hub(p.parse_args(["--log", str(log), "--no-registry", "--resume"])) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.splitlines()[0])["run_id"] == "old-run" and served == ["old-run"]
+    msgs, _ = load_log(log)
+    assert {m.run for m in msgs} <= {"", "old-run"}
+
+    # A log that holds nothing yet is started, and said so.
+    fresh = tmp_path / "fresh.jsonl"
+    assert hub_mod.run_hub(p.parse_args(["--log", str(fresh), "--no-registry", "--resume"])) == 0
+    assert f"--resume: {fresh} holds no run yet; starting it" in capsys.readouterr().err
+
+
 def test_a_hub_does_not_append_to_a_compressed_log(tmp_path, monkeypatch, capsys):
     import gzip
 
