@@ -312,7 +312,7 @@ def _megabytes(n: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = argv_given = list(sys.argv[1:] if argv is None else argv)
     script: list[str] = []
     if "--" in argv:
         i = argv.index("--")
@@ -325,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         command.error(f"unrecognized arguments: {' '.join(extra)}")
     if script and ns.command != "launch":
         parser.error("`-- SCRIPT` goes with `pardash launch` only")
+    if ns.command == "launch" and "--" in argv_given and not script and not ns.module:
+        # A script forgotten after `--` ran the bundled trainer for 200 steps instead.
+        fail("`--` with no script after it: name yours (pardash launch --nproc 2 -- train.py ARGS), or leave `--` out for the bundled trainer")
     commands = {
         "launch": lambda ns: cmd_launch(ns, script),
         "hub": cmd_hub,

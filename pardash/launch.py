@@ -174,6 +174,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.world_size} rank(s), telemetry to node 0's hub at {spec.remote_hub}", flush=True)
         else:
             print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
+        _warn_if_telemetry_off()
         job = start(spec)
     except LaunchError as exc:
         fail(str(exc))
@@ -309,3 +310,13 @@ def _prometheus_spec(ns: argparse.Namespace, spec) -> None:
     spec.prometheus_port = ns.prometheus
     spec.prometheus_addr = ns.prometheus_addr
     spec.prometheus_per_rank = ns.prometheus_per_rank
+
+
+def _warn_if_telemetry_off() -> None:
+    """PARDASH_TELEMETRY=0 left in the environment (it switches a rank's publishing off, for
+    A/B timing) made a launch that showed and logged nothing, and ended "no step taken"."""
+    from pardash.telemetry.env import TELEMETRY_VAR, telemetry_switched_off
+
+    if telemetry_switched_off():
+        print(f"{PROG}: warning: {TELEMETRY_VAR}={os.environ[TELEMETRY_VAR]} in the environment: the ranks publish "
+              f"nothing, so the dashboard and the log stay empty (unset it to watch them)", file=sys.stderr, flush=True)

@@ -58,9 +58,13 @@ def rank_identity(env: dict[str, str] | None = None) -> RankIdentity:
     )
 
 
+def telemetry_switched_off(env: dict[str, str] | None = None) -> bool:
+    """True when PARDASH_TELEMETRY is 0/false/off/no."""
+    env = os.environ if env is None else env
+    return env.get(TELEMETRY_VAR, "1").strip().lower() in ("0", "false", "off", "no")
+
+
 def telemetry_enabled(env: dict[str, str] | None = None) -> bool:
     """False when PARDASH_TELEMETRY is 0/false/off or no endpoint is set."""
     env = os.environ if env is None else env
-    if env.get(TELEMETRY_VAR, "1").strip().lower() in ("0", "false", "off", "no"):
-        return False
-    return bool(env.get(ENDPOINT_VAR))
+    return not telemetry_switched_off(env) and bool(env.get(ENDPOINT_VAR))

@@ -246,10 +246,23 @@ def test_without_a_terminal_launch_prints_progress_lines_and_ends(tmp_path):
     assert replay.returncode == 2 and "needs a terminal" in replay.stderr and "pardash report" in replay.stderr
 
 
+def test_a_launch_with_telemetry_switched_off_says_so(tmp_path):
+    # PARDASH_TELEMETRY=0 left in the environment: the launch showed and logged nothing, and
+    # ended "no step taken", with no word of why.
+    env = dict(pardash_env(), PARDASH_TELEMETRY="0")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "single", "--steps", "2", "--runs-dir", str(tmp_path / "runs")],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "warning: PARDASH_TELEMETRY=0 in the environment: the ranks publish nothing" in proc.stderr
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
         (["--", "nope.py"], "nope.py: no such script"),
+        (["--nproc", "2", "--"], "`--` with no script after it"),  # it ran the bundled trainer
         (["--", "-m", "pkg.train", "--lr", "1"], "a module goes before `--`: pardash launch -m pkg.train -- ARGS"),
         (["-m", "nope_mod", "--"], "-m nope_mod: no module 'nope_mod' here"),
         (["-m", "nope_mod", "--", "--lr", "3e-4"], "-m nope_mod: no module 'nope_mod' here"),  # not "--lr: no such script"
