@@ -739,6 +739,41 @@ def test_global_module_hooks_give_way_to_root_hooks_once_the_roots_settle(hooked
     assert inst.roots == [model, second]
 
 
+def test_a_model_hooked_by_pardash_copies_pickles_and_scripts_as_without_it(hooked):
+    # Once the roots settled, the script's own deepcopy (keeping the best model, an EMA, a
+    # quantized copy), torch.save(model) and torch.jit.script(model) failed: the hooks on the
+    # model held the instrument ("cannot pickle '_thread.lock' object"), or were not
+    # TorchScript.
+    import copy
+    import io
+    import pickle
+
+    from pardash.trainer.instrument import SETTLE_STEPS
+
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _train(model, opt, SETTLE_STEPS + 1)
+    assert not inst.watching_all and model._forward_pre_hooks  # pardash's hooks are on the model
+
+    best = copy.deepcopy(model)
+    ema = torch.optim.swa_utils.AveragedModel(model)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    raw = pickle.dumps(model)
+    assert b"pardash" not in raw  # a model saved whole loads where pardash is not installed
+    restored = pickle.loads(raw)
+    scripted = torch.jit.script(model)
+    x, _ = _batch()
+    for other in (best, ema.module, restored, scripted):
+        assert torch.equal(other(x), model(x))
+
+    _train(model, opt, 2)  # measured as before, the copies' passes left out
+    assert model._forward_pre_hooks and not inst.watching_all
+    inst.finish()
+    assert [s["samples"] for s in rep.steps] == [6] * (SETTLE_STEPS + 3)
+
+
 def test_models_trained_one_after_another_are_freed_and_each_measured(hooked):
     # k-fold, a sweep, pretraining then fine-tuning: pardash held every model and optimizer
     # (a GPU would run out of memory), the third optimizer's first step merged with the step

@@ -21,7 +21,9 @@ is hooked, and what each hook tells:
   evaluation's start and end;
 - ``torch.distributed.init_process_group``: the backend (and an early hello);
   ``DistributedSampler.set_epoch``: the epoch; ``GradScaler.scale``: the unscaled loss behind
-  a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round.
+  a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round;
+  ``torch.jit.script``: the roots' hooks are lifted while it compiles (hooks on a module are
+  :class:`_Hook`\s, which copy and pickle as no-ops).
 
 Step boundaries. A step is one *round* of optimizer steps: each optimizer in use steps once
 (two optimizers stepped back to back, or a GAN's discriminator then generator with passes
@@ -104,6 +106,27 @@ SETTLE_STEPS = 3
 
 _is_compiling = torch.compiler.is_compiling
 _get_ident = threading.get_ident
+
+
+class _Hook:
+    """A hook pardash puts on one of the script's modules: calls ``fn``, and is copied or
+    pickled as a no-op, ``None.__init__`` (a builtin that takes any positional arguments and
+    returns None). A model copied (``copy.deepcopy``, ``AveragedModel``, ``quantize_dynamic``)
+    or saved whole (``torch.save(model)``) once pardash hooked it carried the hook's bound
+    method, and with it the instrument's sockets and locks: "cannot pickle '_thread.lock'
+    object", in the script's own line. A copy's forward passes are not timed (the global hooks
+    see a copy that is trained), and a model saved whole loads where pardash is not installed."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return getattr, (None, "__init__")
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -328,6 +351,7 @@ class Instrument:
         if GradScaler is not None:
             self._patch(GradScaler, "scale", self._wrap_scale)
             self._patch(GradScaler, "step", self._wrap_scaler_step)
+        self._patch(torch.jit, "script", self._wrap_jit_script)
         api.attach_auto(self)
         return self
 
@@ -377,11 +401,33 @@ class Instrument:
             inner = [r.module for r in roots if isinstance(getattr(r, "module", None), torch.nn.Module)]
             for root in [*roots, *inner]:  # a DDP root's module: evaluated directly, bypassing DDP
                 # prepend: before FSDP2's pre-forward hook, whose all-gather is the arrival
-                self._module_handles.append(root.register_forward_pre_hook(self._forward_pre, prepend=True))
-                self._module_handles.append(root.register_forward_hook(self._forward_post, with_kwargs=True, always_call=True))
+                self._module_handles.append(root.register_forward_pre_hook(_Hook(self._forward_pre), prepend=True))
+                self._module_handles.append(
+                    root.register_forward_hook(_Hook(self._forward_post), with_kwargs=True, always_call=True)
+                )
             self.watching_all = False
         finally:
             self._swapping = False
+
+    def _wrap_jit_script(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def script(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            # TorchScript compiles a module's forward hooks with it, and pardash's are Python
+            # ("Compiled functions can't take variable number of arguments"): the roots' hooks
+            # are lifted while it compiles (the global hooks it ignores).
+            if self.watching_all or not self._module_handles or not isinstance(obj, torch.nn.Module):
+                return original(obj, *args, **kwargs)
+            self._swapping = True
+            try:
+                self._unwatch()
+            finally:
+                self._swapping = False
+            try:
+                return original(obj, *args, **kwargs)
+            finally:
+                if not self.dead and not self.watching_all and not self._module_handles:
+                    self._watch_roots()
+
+        return script
 
     def _unwatch(self) -> None:
         for h in self._module_handles:
@@ -492,8 +538,8 @@ class Instrument:
         for m in root.modules():
             if isinstance(m, FSDPModule) and m not in self._gathered:
                 self._gathered.add(m)
-                begin = m.register_forward_pre_hook(self._gather_begins, prepend=True)
-                end = m.register_forward_pre_hook(self._gather_ends)
+                begin = m.register_forward_pre_hook(_Hook(self._gather_begins), prepend=True)
+                end = m.register_forward_pre_hook(_Hook(self._gather_ends))
                 self._gather_handles += [begin, end]
                 _around_fsdp(m, begin.id, end.id)
 
