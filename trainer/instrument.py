@@ -23,7 +23,7 @@ is hooked, and what each hook tells:
   ``DistributedSampler.set_epoch``: the epoch; ``GradScaler.scale``: the unscaled loss behind
   a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round;
   ``torch.jit.script``: the roots' hooks are lifted while it compiles (hooks on a module are
-  :class:`_Hook`\s, which copy and pickle as no-ops).
+  ``_Hook`` objects, which copy and pickle as no-ops).
 
 Step boundaries. A step is one *round* of optimizer steps: each optimizer in use steps once
 (two optimizers stepped back to back, or a GAN's discriminator then generator with passes
