@@ -91,7 +91,7 @@ class Logged:
         """Put these values into ``out`` (keyword arguments of ``Reporter.step``), reading
         tensors now; they override what ``out`` had."""
         for name, value in self.fields.items():
-            # A loss that is NaN goes on: the reporter says the run diverged (it vanished).
+            # A loss that is NaN goes on: the reporter says it is not finite (it vanished).
             number = as_number(value, finite=name != "loss")
             if number is not None:
                 out[name] = int(number) if name in ("samples", "epoch") else number

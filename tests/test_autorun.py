@@ -739,6 +739,24 @@ def test_global_module_hooks_give_way_to_root_hooks_once_the_roots_settle(hooked
     assert inst.roots == [model, second]
 
 
+def test_losses_backpropagated_together_are_the_steps_loss(hooked):
+    # torch.autograd.backward([l1, l2]) (a multi-task step) was read as l1 alone.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sums = []
+    for _ in range(3):
+        x, y = _batch()
+        out = model(x)
+        l1, l2 = nn.functional.cross_entropy(out, y), out.pow(2).mean()
+        torch.autograd.backward([l1, l2])
+        opt.step()
+        opt.zero_grad()
+        sums.append(l1.item() + l2.item())
+    inst.finish()
+    assert [s["loss"] for s in rep.steps] == pytest.approx(sums)
+
+
 def test_a_model_hooked_by_pardash_copies_pickles_and_scripts_as_without_it(hooked):
     # Once the roots settled, the script's own deepcopy (keeping the best model, an EMA, a
     # quantized copy), torch.save(model) and torch.jit.script(model) failed: the hooks on the

@@ -711,11 +711,13 @@ class Instrument:
         self._mark("backward", now)
         step = self._open
         step.micro += 1
-        loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
-        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-            if self._scaled is not None and loss is self._scaled[0]:
-                loss = self._scaled[1]  # GradScaler: report the loss, not loss * scale
-            step.losses.append(loss.detach())
+        # torch.autograd.backward([l1, l2]) backpropagates their sum, as two backward() calls
+        # would: each one-element tensor is a loss of the step (it took the first alone).
+        for loss in tensors if isinstance(tensors, (list, tuple)) else (tensors,):
+            if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                if self._scaled is not None and loss is self._scaled[0]:
+                    loss = self._scaled[1]  # GradScaler: report the loss, not loss * scale
+                step.losses.append(loss.detach())
         self._scaled = None
         if self._ddp_sync:
             self._arrive(now)  # the backward launches the first bucket's all-reduce
@@ -985,7 +987,7 @@ class Instrument:
         loss = sum(float(t.item()) for t in d.open.losses) if d.open.losses else None
         out.update(
             step=d.step, epoch=d.epoch, step_s=step_s, self_s=self_s, samples=d.open.samples,
-            loss=loss,  # NaN goes on: the reporter says the run diverged
+            loss=loss,  # NaN goes on: the reporter says the loss is not finite
             lr=d.lr, mem=d.mem,
         )  # fmt: skip
         if d.open.micro > 1:
