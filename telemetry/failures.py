@@ -117,14 +117,21 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     if step is None and last and r is not None and r.step is not None:
         step = r.step.step + 1  # the one after its last step (known for the last attempt only)
     unrecorded = None
+    left: list[tuple[int, int | None]] = []
     if first.code > 0 and error is not None and PEER_FAILURE.search(error):
-        # Even the first failure is a peer's failure: the rank that failed first left no exit
-        # (torchrun, restarting, names only the first worker it saw fail). Ranks with no word
-        # in this attempt are where to look.
-        said = {e.rank for e in events if e.name == "exit"}
-        unrecorded = sorted(q for q in st.ranks if q not in said)
+        # Even the first failure is a peer's failure. A rank that had ended well before it
+        # (exit 0 while the others trained on: an early stop decided on one rank) left their
+        # collectives without a peer; else the rank that failed first left no exit (torchrun,
+        # restarting, names only the first worker it saw fail): ranks with no word in this
+        # attempt are where to look.
+        ended = {e.rank: e.step for e in events if e.name == "exit" and e.rank >= 0 and e.code == 0 and e.hseq < first.hseq}
+        left = sorted(ended.items())
+        if not left:
+            said = {e.rank for e in events if e.name == "exit"}
+            unrecorded = sorted(q for q in st.ranks if q not in said)
     f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
-         "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded}  # fmt: skip
+         "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded,
+         "left_early": [{"rank": r, "step": at} for r, at in left]}  # fmt: skip
     f["line"] = failure_line(f)
     return f
 
@@ -151,6 +158,11 @@ def failure_line(f: dict, *, error: bool = True) -> str:
         line += f"; {ranks_named(victims)} failed after it"
     if stopped:
         line += f"; {ranks_named(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
+    left = f.get("left_early") or []
+    if left:
+        said = ", ".join(f"rank {x['rank']}" + (f" at step {x['step']}" if x["step"] is not None else "") for x in left)
+        line += (f"; that is a peer's failure: {said} had left the job (exit code 0) while the others trained on"
+                 " (a rank that leaves the loop early breaks the others' collectives)")
     unrecorded = f.get("unrecorded")
     if unrecorded is not None:
         line += "; that is a peer's failure, and the rank that failed first left no exit record"

@@ -302,7 +302,7 @@ def build_report(path: str) -> dict:
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
-        if e["role"] == "cause" and e["step"] is None and failure is not None:
+        if e["role"] in ("cause", "peer_left") and e["step"] is None and failure is not None:
             e["step"] = failure.get("step")  # killed without a word: the step it died in, as the failure line says
     return {
         "log": path,
@@ -500,7 +500,7 @@ def _role(rank: int, failure: dict | None) -> str | None:
     if failure is None:
         return None
     if rank == failure["rank"]:
-        return "cause"
+        return "peer_left" if failure.get("left_early") else "cause"
     if rank in failure["victims"]:
         return "victim"
     if rank in failure["stopped"]:

@@ -196,10 +196,13 @@ def exit_lines(rep: dict) -> list[str]:
     cause first, then in the order of their first rank (a job of 1024 ranks stopped after one
     failed is two lines)."""
     alike: dict[str, list[int]] = {}
-    for e in sorted(rep["exits"], key=lambda e: e.get("role") != "cause"):  # stable: the rest keep their order
+    for e in sorted(rep["exits"], key=lambda e: e.get("role") not in ("cause", "peer_left")):  # stable: the rest keep their order
         sig = f" ({e['signal']})" if e.get("signal") else ""
         at = f" at step {e['step']}" if e.get("step") is not None else ""
-        role = {"cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped"}.get(e.get("role") or "", "")
+        role = {
+            "cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped",
+            "peer_left": " - failed as a peer had left the job",
+        }.get(e.get("role") or "", "")  # fmt: skip
         alike.setdefault(f"exited with code {e['code']}{sig}{at}{role}", []).append(e["rank"])
     return [f"{ranks_named(ranks)} {what}" for what, ranks in alike.items()]
 

@@ -657,6 +657,28 @@ def test_a_kill_torchrun_restarted_from_is_a_recovered_failure_told_verbatim(tmp
     assert "the rank that failed first left no exit record (no word from rank 1: killed?)" in text
 
 
+def test_a_rank_that_left_early_is_named_behind_its_peers_failure(tmp_path):
+    # An early stop decided on rank 1 alone: it exits 0 at step 15, rank 0's next all-reduce
+    # fails on the closed connection. The line said "the rank that failed first left no exit
+    # record" though rank 1's exit was right there.
+    t = 1.0e9
+    gloo = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5"
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [
+        schema.Event(run="r", rank=1, seq=1, name="exit", code=0, step=15, t=t + 1),
+        schema.Event(run="r", rank=0, seq=1, name="error", message=gloo, step=15, t=t + 2),
+        schema.Event(run="r", rank=0, seq=2, name="exit", code=1, step=16, t=t + 2),
+    ]  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    f = rep["failure"]
+    assert (f["rank"], f["left_early"], f["unrecorded"]) == (0, [{"rank": 1, "step": 15}], None)
+    assert "that is a peer's failure: rank 1 at step 15 had left the job (exit code 0) while the others trained on" in f["line"]
+    assert "left no exit record" not in f["line"]
+    assert "rank 0 exited with code 1 at step 16 - failed as a peer had left the job" in render_text(rep)
+
+
 def test_a_failure_far_back_in_a_long_run_is_still_reported():
     # A viewer keeps the newest 500 events; the report must keep a long run's early failure.
     import tempfile
