@@ -15,7 +15,7 @@ from .summary import human_bytes
 # (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
 # "lower" or "" (no verdict: a figure that is neither).
 _RUN_METRICS: list[tuple[str, str, str, str]] = [
-    ("samples_per_s", "samples/s (first to last step)", "1/s", "higher"),
+    ("samples_per_s", "samples/s (first to last step, less evaluations)", "1/s", "higher"),
     ("steady_samples_per_s", "samples/s (median step)", "1/s", "higher"),
     ("median_step_s", "step time", "s", "lower"),
     # Self time is the straggler signal, not a speed: what it holds differs by strategy (work up

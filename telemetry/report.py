@@ -106,6 +106,9 @@ def build_report(path: str) -> dict:
     phases: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     samples: dict[int, int] = defaultdict(int)
     evals: dict[int, list[float]] = defaultdict(list)
+    eval_ends: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    """rank -> (when, seconds) of each evaluation: those between the first and last step are
+    no training time."""
     """Each rank's evaluations (``eval`` events): how long each took."""
     samples_per_step: dict[int, int] = {}
     top_step: dict[int, int] = {}
@@ -225,6 +228,7 @@ def build_report(path: str) -> dict:
                     ep["until"], ep["end_t"] = "finished", msg.t
         elif isinstance(msg, schema.Event) and msg.name == "eval" and msg.rank >= 0:
             evals[msg.rank].append(msg.duration_s or 0.0)
+            eval_ends[msg.rank].append((msg.t, msg.duration_s or 0.0))
         elif isinstance(msg, schema.Event) and msg.name in ("checkpoint", "resume", "warning") and msg.seq >= 0:
             _fold_event(msg, state, saves, resumes, warnings)
         elif isinstance(msg, schema.Hello) and msg.restart and msg.rank in open_stalls:
@@ -244,7 +248,12 @@ def build_report(path: str) -> dict:
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
     for ep in stragglers:
         _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0))
-    train_s = (step_t1 - step_t0) if step_t0 is not None and step_t1 is not None else 0.0
+    train_s = 0.0
+    if step_t0 is not None and step_t1 is not None:
+        # From the first step to the last, less the evaluations between them (the steps' times
+        # leave them out too): a 12 s validation in a 0.5 s run read as 13 samples/s for 180.
+        evaluating = max((sum(d for t, d in ends if step_t0 < t <= step_t1) for ends in eval_ends.values()), default=0.0)
+        train_s = max(0.0, step_t1 - step_t0 - evaluating)
     for ep in stragglers:
         ep["share_of_train"] = ep["cost_total_s"] / train_s if train_s > 0 else None
 

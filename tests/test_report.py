@@ -679,6 +679,25 @@ def test_a_rank_that_left_early_is_named_behind_its_peers_failure(tmp_path):
     assert "rank 0 exited with code 1 at step 16 - failed as a peer had left the job" in render_text(rep)
 
 
+def test_training_time_and_samples_per_s_leave_the_evaluations_out(tmp_path):
+    # 10 steps of 20 ms and a 12 s validation after step 5: "training 12.2 s" and 13 samples/s,
+    # where the steps ran at 800.
+    t = 1.0e9
+    records: list = [schema.Hello(run="r", rank=0, seq=0, world_size=1, pid=10, strategy="single", t=t)]
+    for step in range(1, 11):
+        t += 0.02
+        records.append(schema.Step(run="r", rank=0, seq=step, step=step, samples=16, step_s=0.02, t=t))
+        if step == 5:
+            t += 12.0
+            records.append(schema.Event(run="r", rank=0, seq=100, name="eval", duration_s=12.0, step=5, t=t))
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["train_s"] == pytest.approx(0.2)
+    assert rep["samples_per_s"] == pytest.approx(160 / 0.2)
+    assert rep["evaluations"] == {"count": 1, "seconds": 12.0}
+
+
 def test_a_failure_far_back_in_a_long_run_is_still_reported():
     # A viewer keeps the newest 500 events; the report must keep a long run's early failure.
     import tempfile
