@@ -103,8 +103,32 @@ def _bench_parser(sub) -> argparse.ArgumentParser:
     return b
 
 
+class _VersionAction(argparse.Action):
+    """--version, looked up only when asked (the package metadata costs a CLI start ~0.1 s)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"{PROG} {_version()}")
+        parser.exit()
+
+
+def _version() -> str:
+    """pardash's installed version, with the torch it runs on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("pardash")
+    except PackageNotFoundError:
+        ours = "(not installed)"
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "none"
+    return f"{ours} (torch {torch_version})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="A terminal dashboard for distributed PyTorch training.")
+    p.add_argument("--version", action=_VersionAction, nargs=0, help="show pardash's version (and torch's) and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     _launch_parser(sub)

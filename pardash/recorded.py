@@ -103,6 +103,9 @@ def cmd_export(ns: argparse.Namespace) -> int:
         res = export_tensorboard(ns.log, ns.tensorboard)
     except ExportError as exc:
         fail(str(exc))
+    if not res["points"]:
+        # (it said "wrote 0 scalars to DIR ... view with tensorboard" of a folder never made)
+        fail(f"{ns.log}: no step in the log, so nothing to export (its ranks published none)", 1)
     steps = ", ".join(f"rank {r}: {n}" for r, n in res["ranks"].items()) or "none"
     print(f"{PROG}: wrote {res['points']} scalars to {ns.tensorboard} (steps {steps}); view with: tensorboard --logdir {ns.tensorboard}")
     if res["skipped_lines"]:

@@ -188,7 +188,8 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     assert losses(fourth_msgs) == []
     [warning] = [e.message for e in events(fourth_msgs, "warning")]
     assert "at step 30, at or past --steps 25: nothing to train" in warning
-    assert "nothing to train" in fourth.stdout and "done: 0 steps" in fourth.stdout
+    assert "nothing to train" in fourth.stdout and "done: no step taken (resumed at step 30, --steps 25)" in fourth.stdout
+    assert "ms/step" not in fourth.stdout
     # Without --resume in a folder of checkpoints: it starts over, and says its saves replace
     # those of the same steps (torch's UserWarning on overwriting was the only sign).
     fifth, fifth_msgs = launch(tmp_path, "fifth", *common[:2], "--steps", "3", "--checkpoint-dir", str(ckpt))

@@ -144,6 +144,13 @@ def test_export_command(tmp_path):
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1
     missing = run(str(tmp_path / "nope.jsonl"), "--tensorboard", str(tmp_path / "tb2"))
     assert missing.returncode == 2 and "no such log file" in missing.stderr
+    # A log without steps: said, and no "wrote 0 scalars ... view with tensorboard" of a
+    # folder never made.
+    stepless = tmp_path / "stepless.jsonl"
+    stepless.write_bytes(schema.encode_json(schema.Event(run="r", rank=-1, name="hub", message="hub started", hseq=1)) + b"\n")
+    empty = run(str(stepless), "--tensorboard", str(tmp_path / "tb3"))
+    assert empty.returncode == 1 and "no step in the log, so nothing to export" in empty.stderr, empty.stderr
+    assert "wrote" not in empty.stdout and not (tmp_path / "tb3").exists()
 
 
 def test_the_exporter_imports_tensorboard_only_when_it_runs():

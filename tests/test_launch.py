@@ -83,6 +83,9 @@ def test_ddp_holds_everything_and_learns(shared_run):
         (["--nproc", "0"], "--nproc 0"),
         (["--device", "cuda"], "no NVIDIA GPU"),
         (["--log", "/proc/nope/run.jsonl"], "cannot write the log"),
+        (["--log", "logs/"], "--log logs/ is a folder; give a file: --log logs/telemetry.jsonl"),
+        (["--log", "run.jsonl.gz"], "the hub writes plain JSON lines"),
+        (["--prometheus-per-rank"], "--prometheus-per-rank goes with --prometheus PORT"),
         (["--master-port", "70000"], "argument --master-port: 70000 is not a port (0-65535)"),
         (["--telemetry-port", "65535"], "a hub takes PORT..PORT+2, so at most 65533"),
         (["--prometheus", "-1"], "argument --prometheus: -1 is not a port"),
@@ -322,3 +325,10 @@ def test_a_command_line_torchrun_refuses_starts_no_rank_and_stops_none(tmp_path)
     [log] = (tmp_path / "runs").glob("*/telemetry.jsonl")
     exits = [line for line in log.read_text().splitlines() if '"name":"exit"' in line]
     assert exits == []
+
+
+def test_version_names_pardash_and_torch():
+    from importlib.metadata import version
+
+    proc = subprocess.run([sys.executable, "-m", "pardash", "--version"], capture_output=True, text=True, timeout=60, env=pardash_env())
+    assert proc.returncode == 0 and proc.stdout.strip() == f"pardash {version('pardash')} (torch {version('torch')})", proc

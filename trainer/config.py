@@ -292,8 +292,8 @@ class TrainConfig:
         """Raise ValueError when this config cannot run on ``world_size`` ranks."""
         if self.strategy in ("single", "dp") and world_size > 1:
             raise ValueError(
-                f"--strategy {self.strategy} runs one process, but {world_size} were started; "
-                "use --nproc-per-node 1, or --strategy ddp/fsdp for several ranks"
+                f"--strategy {self.strategy} runs one process, not {world_size}; "
+                "use --nproc 1, or --strategy ddp/fsdp for several ranks"
             )
         for flag, fault in (
             ("--inject-straggler", self.inject_straggler),

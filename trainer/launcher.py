@@ -619,6 +619,12 @@ def new_spec(*, log_path: str | None, runs_dir: str = "runs", **kw) -> LaunchSpe
     """A LaunchSpec with a fresh run id and its folder; checks the log path is writable."""
     run_id = registry.new_run_id()
     run_dir = os.path.abspath(os.path.join(runs_dir, run_id))
+    if log_path and (log_path.endswith(("/", os.sep)) or os.path.isdir(log_path)):
+        # (a folder's name made a plain file of that name, next to the folder the user meant)
+        raise LaunchError(f"--log {log_path} is a folder; give a file: --log {os.path.join(log_path, 'telemetry.jsonl')}")
+    if log_path and log_path.endswith(".gz"):
+        raise LaunchError(f"--log {log_path}: the hub writes plain JSON lines (a .gz name would hide that); "
+                          "compress the log after the run, which report, replay and export read as it is")
     log = os.path.abspath(log_path) if log_path else os.path.join(run_dir, "telemetry.jsonl")
     if not kw.get("node_rank"):  # nodes > 0 start no hub: node 0's records the run
         check_writable(log)

@@ -380,11 +380,14 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     if is_master:
         run_s = time.perf_counter() - t_run
         ran = max(0, total_steps - start.step)
-        print(
-            f"done: {ran} steps in {run_s:.2f} s ({run_s / max(1, ran) * 1e3:.1f} ms/step)"
-            + (f", from step {start.step} to {total_steps}" if start.step and ran else ""),
-            flush=True,
-        )
+        if ran:
+            print(
+                f"done: {ran} steps in {run_s:.2f} s ({run_s / ran * 1e3:.1f} ms/step)"
+                + (f", from step {start.step} to {total_steps}" if start.step else ""),
+                flush=True,
+            )
+        else:  # (not "0 steps in 0.00 s (0.2 ms/step)")
+            print(f"done: no step taken (resumed at step {start.step}, --steps {total_steps})", flush=True)
         if ab_steps and ab_n[True] and ab_n[False]:
             print(
                 f"ab: telemetry on {ab_n[True]} steps {ab_s[True] / ab_n[True] * 1e3:.4f} ms/step, "

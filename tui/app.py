@@ -253,6 +253,11 @@ class PardashApp(App[str | None]):
         run_id = self.source.state.run_id
         self.push_screen(QuitScreen(run_id, over=self._over), self._quit_chosen)
 
+    async def action_help_quit(self) -> None:
+        """Ctrl+C quits as q does (Textual only says to press ctrl+q): what a person used to
+        nvitop, htop or a training script presses first."""
+        await self.action_quit()
+
     def _over(self) -> bool:
         """Every rank is done and no torchrun restart may bring them back (every one finished,
         or the launched job has ended): ranks that failed with --max-restarts left are not."""

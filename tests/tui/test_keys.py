@@ -110,6 +110,23 @@ async def test_s_on_the_dialog_of_a_job_that_ended_leaves_without_stopping():
     assert app.return_value == "over"
 
 
+async def test_ctrl_c_quits_as_q_does():
+    # It showed Textual's "Press ctrl+q to quit" toast.
+    app = replay_app("run4.jsonl", launched=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitScreen)  # a launched run asks, as q does
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, DashboardScreen)
+    viewer = replay_app("run4.jsonl")
+    async with viewer.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert viewer.return_value == "quit"
+
+
 async def test_q_then_c_cancels_and_the_dashboard_carries_on():
     chosen: list[str] = []
     app = replay_app("run4.jsonl", launched=True, on_exit_choice=chosen.append)

@@ -47,7 +47,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("escape", "back to the dashboard"),
             ("?", "this help"),
             ("ctrl+p", "command palette (actions, themes)"),
-            ("q", "quit (a job pardash launched asks: stop or detach)"),
+            ("q, ctrl+c", "quit (a job pardash launched asks: stop or detach)"),
         ),
     ),
 )
