@@ -264,6 +264,13 @@ def test_a_finished_log_is_not_followed_and_its_torn_line_counted(tmp_path):
     os.utime(log, (old, old))  # nothing written for years
     src = ReplaySource(str(log))
     assert not src.following and src.read_stats.skipped["truncated"] == 1
+    # The header says it as the log's skipped line, not as a reject (hostile input the hub
+    # refused), which it read as before.
+    from pardash.tui.widgets.run_header import summarize
+
+    src.seek(src.duration_s)
+    s = summarize(src)
+    assert (s.rejected, s.skipped_lines) == (0, 1)
 
 
 def test_a_record_with_a_wild_clock_costs_no_empty_frames(tmp_path):

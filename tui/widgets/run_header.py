@@ -73,6 +73,8 @@ class RunSummary:
     status_counts: tuple[tuple[str, int], ...] = ()
     lost: int = 0
     rejected: int = 0
+    skipped_lines: int = 0
+    """A replayed log's lines the reader skipped (malformed, truncated): not the hub's rejects."""
     dropped: int = 0
     log_path: str = ""
     log_error: str = ""
@@ -143,7 +145,8 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
         elapsed_s=max(0.0, (state.t_last_rank or state.t_last) - state.t0) if state.t0 else 0.0,
         status_counts=tuple((s, counts[s]) for s, _ in STATUS_MARKS if counts.get(s)),
         lost=stats.lost,
-        rejected=sum(stats.rejected.values()),
+        rejected=sum(n for why, n in stats.rejected.items() if not why.startswith("log_")),
+        skipped_lines=sum(n for why, n in stats.rejected.items() if why.startswith("log_")),
         dropped=stats.dropped,
         log_path=stats.log_path,
         log_error=stats.log_error,
@@ -341,6 +344,9 @@ class RunHeader(CachedStyles, Widget):
                 (" · dropped ", self._s("label")),
                 (fmt_count(s.dropped), self._s("warn" if s.dropped else "value")),
             ]
+            # A replayed log's unreadable lines (a truncated last line): the reader's, not
+            # hostile input the hub refused, which "rejected" counts.
+            + ([(" · skipped lines ", self._s("label")), (fmt_count(s.skipped_lines), self._s("warn"))] if s.skipped_lines else [])
         )
         if s.live and s.ingest_hz and s.hub_quiet_s is None:  # a quiet hub's last rate is stale
             second.append(self._pair("hub", f"{fmt_rate(s.ingest_hz)} msg/s", "label"))
