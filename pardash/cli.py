@@ -98,6 +98,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         fail(str(exc))
     headless_without_terminal(ns)
     if ns.headless:
+        from pardash.telemetry.failures import failure_summary
         from pardash.telemetry.printer import ProgressPrinter, follow_attached, run_over
 
         if not client.wait_synced(5.0):
@@ -113,7 +114,9 @@ def cmd_attach(ns: argparse.Namespace) -> int:
             return 0
         finally:
             client.close()
-        return 0 if run_over(client.state) else 1
+        # As a script waiting on the job would want it: 0 when it ended well, 1 when it failed
+        # (a rank's error or kill: the closing line names it) or the hub went away mid-run.
+        return 0 if run_over(client.state) and failure_summary(client.state) is None else 1
     # A job `pardash launch` started can be stopped from any viewer, as from the one that
     # launched it (which may have detached): its supervisor is in the registry.
     entry = getattr(client, "info", {})  # the registry's entry of a run attached by id
@@ -191,6 +194,8 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     from pardash.telemetry.spawn import SpawnError, spawn_hub
 
     check_prometheus(ns)
+    if ns.straggler_kind is not None and ns.straggler is None:
+        fail(f"--straggler-kind {ns.straggler_kind} goes with --straggler RANK (the rank made slow)")
     try:
         cfg = SimConfig(
             ranks=ns.ranks,
@@ -199,7 +204,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
             strategy=ns.strategy,
             steps=ns.steps,
             straggler=ns.straggler,
-            straggler_kind=ns.straggler_kind,
+            straggler_kind=ns.straggler_kind or "data",
             stall=parse_rank_step(ns.stall, "--stall") if ns.stall else None,
             crash=parse_rank_step(ns.crash, "--crash") if ns.crash else None,
             seed=ns.seed,

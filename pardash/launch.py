@@ -30,8 +30,6 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
         fail(f"--nnodes {ns.nnodes} --node-rank {ns.node_rank}: node rank must be in 0..nnodes-1")
     if os.path.exists(ns.runs_dir) and not os.path.isdir(ns.runs_dir):
         fail(f"--runs-dir {ns.runs_dir} is a file; give a folder (default ./runs)")
-    if getattr(ns, "prometheus_per_rank", False) and getattr(ns, "prometheus", None) is None:
-        fail("--prometheus-per-rank goes with --prometheus PORT (0: a free port); without it nothing is served")
     world = nproc * ns.nnodes
     if not script and not ns.module:
         try:

@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--strategy", choices=("ddp", "fsdp"), default="fsdp", help="strategy to pretend (default fsdp)")
     sim.add_argument("--steps", type=cliargs.count(0), default=0, help="stop after this many steps (default 0: until quit)")
     sim.add_argument("--straggler", type=int, default=None, metavar="RANK", help="make this rank a straggler from step 20")
-    sim.add_argument("--straggler-kind", choices=("data", "compute"), default="data", help="what the straggler is slow at")
+    sim.add_argument("--straggler-kind", choices=("data", "compute"), default=None, help="what the --straggler is slow at (default data)")
     sim.add_argument("--stall", default=None, metavar="RANK@STEP", help="this rank stops at this step")
     sim.add_argument("--crash", default=None, metavar="RANK@STEP", help="this rank exits with code 1 at this step")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

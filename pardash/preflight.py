@@ -44,6 +44,8 @@ def check_prometheus(ns: argparse.Namespace) -> None:
     from pardash.telemetry import security
 
     if getattr(ns, "prometheus", None) is None:
+        if getattr(ns, "prometheus_per_rank", False):
+            fail("--prometheus-per-rank goes with --prometheus PORT (0: a free port); without it nothing is served")
         return
     refusal = security.metrics_refusal(ns.prometheus_addr, insecure=getattr(ns, "insecure", False))
     if refusal:

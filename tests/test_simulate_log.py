@@ -107,6 +107,8 @@ def test_a_simulate_stopped_by_sigterm_stops_its_hub_and_ranks_too(tmp_path):
         ("--steps", "-5", "argument --steps: -5 must be at least 0"),
         # Ran 32,768 ranks without a word (what a hub tracks).
         ("--ranks", "100000", "argument --ranks: 100000 is not in 1..32768"),
+        # Ran a job without any straggler.
+        ("--straggler-kind", "compute", "--straggler-kind compute goes with --straggler RANK"),
     ],
 )
 def test_simulate_refuses_what_it_cannot_run_in_one_line(flag, value, said):
@@ -144,3 +146,26 @@ def test_a_simulated_straggler_slows_the_job_as_much_as_its_steps_say(monkeypatc
         said = simulate.step_message(cfg, 0, step, 0.0, 0.0, 0.0).step_s
         assert b - a == pytest.approx(said), step
     assert simulate.step_message(cfg, 0, 20, 0.0, 0.0, 0.0).step_s == pytest.approx(0.13)
+
+
+def test_an_attached_viewer_exits_1_when_the_run_it_watched_failed(tmp_path):
+    # `pardash attach --headless RUN` ended 0 after "the run is over: ... rank 1 exited with
+    # code 1": a script waiting on the job read it as a success.
+    import re
+    import signal
+
+    p = subprocess.Popen([sys.executable, "-m", "pardash", "simulate", "--headless", "--ranks", "2", "--rate", "20",
+                          "--steps", "400", "--crash", "1@120", "--every", "5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    try:
+        m = re.search(r", run (\S+), hub (tcp://\S+),", p.stdout.readline())
+        assert m, "no start line"
+        att = subprocess.run([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "5", m.group(2)],
+                             capture_output=True, text=True, timeout=120, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+        assert "rank 1 exited with code 1" in att.stdout, att.stdout[-2000:] + att.stderr[-2000:]
+        assert att.returncode == 1
+        p.wait(60)  # the simulated job ends after its crash, its hub and ranks with it
+    finally:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            p.wait(30)
