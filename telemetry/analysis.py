@@ -217,7 +217,10 @@ class Detector:
         if last is None or last[0] != step:
             self._progress[r.rank] = (step, now)
             if r.stalled is not None:
-                out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} resumed at step {step}"))
+                # The step it was stuck in is the one after its last: a fast loop has done
+                # several more by the time this looks (it said "resumed at step 19" for 10).
+                at = last[0] + 1 if last is not None and 0 <= last[0] < step else step
+                out.append(Verdict(rank=r.rank, verdict="resumed", step=at, message=f"rank {r.rank} resumed at step {at}"))
             last = self._progress[r.rank]
         unheard = self._unheard.get(r.rank) if self._unheard else None
         if unheard is not None:

@@ -286,6 +286,26 @@ def test_a_rank_evaluating_or_saving_is_given_longer_before_it_counts_as_stalled
     assert sorted((r, v) for r, v, _ in _verdicts(core)) == [(0, "stalled"), (1, "stalled")]
 
 
+def test_a_stalled_rank_resumes_at_the_step_it_was_stuck_in():
+    # Rank 1 stuck 15 s in step 6's data, then fast steps: by the hub's next look it had done
+    # 6..14, and the verdict said "resumed at step 14" (rank 0 waited in step 6 too).
+    core = HubCore(run_id=RUN)
+    ranks = Ranks(core, now=100.0)
+    ranks.start(steps=5)
+    for _ in range(150):
+        for r in (0, 1):
+            ranks.beat(r, 5)
+        ranks.tick(0.1)
+    assert sorted(v for _, v, _ in _verdicts(core)) == ["stalled", "stalled"]
+    for step in range(6, 15):
+        for r in (0, 1):
+            ranks.step(r, step, T0 + 20 + step * 0.01)
+    for _ in range(3):
+        ranks.tick(0.1)
+    resumed = sorted((r, m) for r, v, m in _verdicts(core) if v == "resumed")
+    assert resumed == [(0, "rank 0 resumed at step 6"), (1, "rank 1 resumed at step 6")]
+
+
 def test_a_restart_keeps_the_runs_trend_whatever_the_ranks_clocks_and_step_rate():
     # The run's loss trend read back from the log was cut by each record's own clock: ranks on
     # hosts whose clocks differ (rank 1's 0.25 s ahead here) alternated frames, a point of one
