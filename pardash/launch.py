@@ -196,7 +196,12 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         if ns.headless:
             from pardash.telemetry.printer import ProgressPrinter
 
-            printer = ProgressPrinter(client, every_s=ns.every, tail=spec.output)
+            waiting = "no rank has said hello yet"
+            if spec.nnodes > 1:
+                others = "--node-rank 1 on the other" if spec.nnodes == 2 else f"--node-rank 1..{spec.nnodes - 1} on the others"
+                waiting += f" (torchrun's rendezvous waits for all {spec.nnodes} nodes" + (
+                    f": run this launch with {others})" if spec.node_rank == 0 else ")")
+            printer = ProgressPrinter(client, every_s=ns.every, tail=spec.output, waiting=waiting)
             # Headless, this process stands for the job (as torchrun does): a SIGTERM (`timeout`,
             # `kill`, a CI job cancelled) stops the job as Ctrl-C does, rather than leave it
             # running unwatched. (A viewer killed outright, SIGKILL, leaves it running.)

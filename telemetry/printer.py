@@ -44,9 +44,13 @@ class ProgressPrinter:
     """Prints what a :class:`Source` shows: events as lines, progress as a bar or lines."""
 
     def __init__(
-        self, source: Source, *, out: TextIO | None = None, every_s: float = 5.0, bar: bool | None = None, tail: str | None = None
+        self, source: Source, *, out: TextIO | None = None, every_s: float = 5.0, bar: bool | None = None, tail: str | None = None,
+        waiting: str = "no rank has said hello yet",
     ) -> None:
         self.source = source
+        self.waiting = waiting
+        """A progress line's text while no rank has said hello (a multi-node job waits for its
+        other nodes in torchrun's rendezvous: nothing was printed for as long)."""
         self.out = out or sys.stdout
         self.every_s = every_s
         self.bar = is_terminal(self.out) if bar is None else bar
@@ -165,6 +169,8 @@ class ProgressPrinter:
                 if not (force and said == self._last_said):  # the last line, said again
                     self._print(line)
                     self._last_said = said
+            elif not force and self.waiting and now - self.t_start >= self.every_s:
+                self._print(f"[{now - self.t_start:6.1f}s] {self.waiting}")
 
     def close(self) -> None:
         """Stop the bar (it stays on screen as the last state); lines need nothing."""

@@ -414,6 +414,33 @@ def test_the_rate_at_the_end_is_the_last_attempts_after_a_torchrun_restart():
     assert samples_per_s_recent(st) == pytest.approx(2 * 16 / 0.0117, rel=1e-3)
 
 
+def test_progress_lines_say_when_no_rank_has_said_hello(monkeypatch):
+    # A job of 2 nodes waits in torchrun's rendezvous until the other node joins: node 0's
+    # launch printed nothing after its first line for as long.
+    import io
+
+    from pardash.telemetry import printer as printer_mod
+    from pardash.telemetry.printer import ProgressPrinter
+
+    clock = [100.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+
+    class Empty:
+        live = True
+        state = RunState()
+
+        def poll(self) -> bool:
+            return False
+
+    out = io.StringIO()
+    p = ProgressPrinter(Empty(), out=out, bar=False, every_s=5.0, waiting="no rank has said hello yet (2 nodes)")
+    p.update()
+    clock[0] += 5.0
+    p.update()
+    p.update(force=True)  # the closing line is no time to say it
+    assert out.getvalue().splitlines() == ["[   5.0s] no rank has said hello yet (2 nodes)"]
+
+
 def test_progress_is_plain_lines_when_piped(tmp_path):
     p = _pardash(*SIM, "--runs-dir", str(tmp_path), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
