@@ -331,7 +331,7 @@ def render_text(rep: dict, width: int = 10_000) -> str:
     for line in recovered_lines(rep):
         con.print(line)
     if custom_lines(rep):
-        con.print("metrics the script logged (median over ranks):")
+        con.print("other metrics (median over ranks):")
         for line in custom_lines(rep):
             con.print(f"  {line}")
     ck = checkpoint_lines(rep)
@@ -357,10 +357,16 @@ def render_text(rep: dict, width: int = 10_000) -> str:
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
+COUNTED_BY_PARDASH = {"micro_batches": "backward passes a step, counted by pardash"}
+"""Custom metrics pardash's own instrumentation adds (the rest are the script's, ``pt.log``)."""
+
+
 def custom_lines(rep: dict) -> list[str]:
-    """A line per metric the script logged (``pt.log``): its last value, and its first."""
+    """A line per custom metric (the script's ``pt.log``, or pardash's own count of backward
+    passes): its last value, and its first."""
     return [
         f"{name}: {c['last']:.6g} at the last step (first {c['first']:.6g})"
+        + (f" - {COUNTED_BY_PARDASH[name]}" if name in COUNTED_BY_PARDASH else "")
         for name, c in (rep.get("custom") or {}).items()
         if c.get("last") is not None and c.get("first") is not None
     ]
@@ -404,7 +410,7 @@ def render_markdown(rep: dict) -> str:
     if rep.get("recovered"):
         out += [""] + [f"- {line}" for line in recovered_lines(rep)]
     if custom_lines(rep):
-        out += ["", "## Metrics the script logged", "", "Medians over the ranks.", ""] + [f"- {line}" for line in custom_lines(rep)]
+        out += ["", "## Other metrics", "", "Medians over the ranks.", ""] + [f"- {line}" for line in custom_lines(rep)]
     if checkpoint_lines(rep):
         out += ["", "## Checkpoints", ""] + [f"- {line}" for line in checkpoint_lines(rep)]
     if warning_lines(rep):

@@ -793,16 +793,19 @@ def test_metrics_the_script_logged_are_in_the_report(tmp_path):
     msgs: list = [schema.Hello(rank=r, world_size=2, t=1.7e9, run="x", strategy="ddp") for r in range(2)]
     for step in range(1, 6):
         for r in range(2):
-            custom = {"grad_norm": 10.0 / step + r, "tokens": 512.0}
+            custom = {"grad_norm": 10.0 / step + r, "tokens": 512.0, "micro_batches": 2.0}
             msgs.append(schema.Step(rank=r, step=step, seq=step, t=1.7e9 + step, step_s=0.1, loss=1.0, custom=custom, run="x"))
     log.write_bytes(schema.encode_json_lines(msgs))
     rep = build_report(str(log))
     assert rep["custom"] == {
         "grad_norm": {"first": 10.5, "last": 2.5, "ranks": 2},
         "tokens": {"first": 512.0, "last": 512.0, "ranks": 2},
+        "micro_batches": {"first": 2.0, "last": 2.0, "ranks": 2},
     }
     assert "  grad_norm: 2.5 at the last step (first 10.5)" in render_text(rep)
-    assert "## Metrics the script logged" in render_markdown(rep)
+    # pardash's own count is said as such (it read as a metric "the script logged").
+    assert "micro_batches: 2 at the last step (first 2) - backward passes a step, counted by pardash" in render_text(rep)
+    assert "## Other metrics" in render_markdown(rep)
 
 
 def test_the_progress_line_says_which_rank_a_hang_waits_for():
