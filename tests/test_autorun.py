@@ -392,6 +392,7 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     # A validation loop under no_grad every few steps: its time went to the next step's data
     # phase (and self time, the straggler signal), and 5 s of it made the hub call the rank
     # stalled. Its forwards before any training step also raised the "no optimizer step" warning.
+    # (The baseline before training is an evaluation too, as with grad; see the test below.)
     inst, rep = hooked
     inst.warn_after = 3
     clock = _fake_clock(inst, monkeypatch)
@@ -420,7 +421,7 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
     assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
     assert [s["self_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
-    assert [name for name, _ in rep.events] == ["eval"] * 3  # and no "no optimizer step" warning
+    assert [name for name, _ in rep.events] == ["eval"] * 4  # and no "no optimizer step" warning
     assert "eval" in rep.phases
 
 
@@ -481,6 +482,56 @@ def test_an_evaluation_without_no_grad_is_still_an_evaluation(hooked, monkeypatc
     assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
     assert [s["samples"] for s in rep.steps] == [6, 6, 6]
     assert [name for name, _ in rep.events] == ["eval"] * 2
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["with-grad", "no-grad"])
+def test_a_validation_before_the_first_step_is_an_evaluation(hooked, monkeypatch, grad):
+    # model.eval(), a baseline validation (25 batches of 50), model.train(), then training:
+    # the model was not seen training yet, so model.eval() went unnoticed; with grad, the 25
+    # forwards were step 1's (samples 50, its forward time theirs) and raised the "no optimizer
+    # step" warning; without grad they were dropped, and no eval event said how long they took.
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.eval()
+    clock[0] += 0.100  # the validation loader's first batch
+    with torch.set_grad_enabled(grad):
+        for i in range(25):
+            clock[0] += 0.040 if i else 0.0
+            nn.functional.cross_entropy(model(torch.randn(50, 8)), torch.randint(0, 4, (50,))).item()
+    clock[0] += 0.200  # its metrics
+    model.train()
+    for _ in range(20):
+        _timed_step(model, opt, clock)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 21))
+    assert [s["samples"] for s in rep.steps] == [6] * 20
+    assert [s["forward_s"] for s in rep.steps] == pytest.approx([0.020] * 20)
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050] + [0.060] * 19)
+    assert rep.events == [("eval", "")]  # and no "no optimizer step" warning
+    assert inst.evals == 1 and inst.roots == [model]
+
+
+def test_a_teacher_in_eval_mode_before_training_is_no_evaluation(hooked, monkeypatch):
+    # A distillation teacher put in eval mode before the loop (no optimizer holds its weights),
+    # called each step before the student: part of the step, as in training mode.
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    teacher, student = _model(), _model()
+    opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    teacher.eval()
+    for _ in range(4):
+        clock[0] += 0.020
+        x, _y = _batch()
+        target = teacher(x).softmax(-1).detach()
+        clock[0] += 0.050
+        nn.functional.cross_entropy(student(x), target).backward()
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert [name for name, _ in rep.events] == []
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050] + [0.070] * 3)
 
 
 @pytest.mark.parametrize("frozen_first", [False, True], ids=["all", "lora"])

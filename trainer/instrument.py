@@ -48,7 +48,9 @@ time from a backward's return (or an optimizer step) to the next micro-batch's f
 data again. So the phases sum to the step time. A trained model put in eval mode between two
 steps is an evaluation, from ``model.eval()`` to ``model.train()`` (or, without those calls,
 its forwards in eval mode without grad; after ``model.eval()``, forwards with grad too, unless a
-backward follows them: that is training with BatchNorm and dropout frozen): its phase is ``eval`` (the hub gives the ranks longer before
+backward follows them: that is training with BatchNorm and dropout frozen); so is a model put in
+eval mode by ``model.eval()`` before it was seen training (a baseline validation before the first
+step) whose weights an optimizer already holds: its phase is ``eval`` (the hub gives the ranks longer before
 calling one stalled), an ``eval`` event says how long it took, and the next step's clock
 starts when it ends; so step times sum to the run's wall time less its evaluations. A pass without grad of a model in training mode (a GAN's
 fakes) or of a model not trained (a teacher's targets) is part of the step. The learning rate is read as the round's first
@@ -263,6 +265,11 @@ class Instrument:
         self._eval_grad: list[Any] | None = None
         """[stamp, samples, root] of the forwards with grad since model.eval() (see _root_begin)."""
         self._eval_grad_pass = False
+        self._eval_new: tuple[weakref.ref[Any], float] | None = None
+        """A model not seen training put in eval mode (model.eval(): the outermost train call),
+        and when: its forwards in eval mode are an evaluation if an optimizer holds its weights
+        (a baseline validation before the first step; see _root_begin)."""
+        self._train_depth = 0
         self.evals = 0
         # optimizer rounds
         self._round: list[weakref.ref[Any]] = []
@@ -490,6 +497,9 @@ class Instrument:
             self._closure_passes += 1
             self._count_samples = self._closure_passes == 1
             return
+        new = self._eval_new
+        if new is not None and not module.training and not self._eval_t0 and new[0]() is module:
+            self._eval_of_new(module, new[1])
         if not torch.is_grad_enabled():
             if not module.training and (trained.trains(module) or is_average(module)):
                 # The model put in eval mode, without grad (or its weights' running average,
@@ -500,7 +510,7 @@ class Instrument:
         # dropout frozen by model.eval()) or be evaluated without torch.no_grad(): after
         # model.eval(), a backward tells (see _eval_trained), else model.train() ends the
         # evaluation as any other.
-        if self._eval_called and not module.training and trained.trains(module):
+        if self._eval_called and not module.training and (trained.trains(module) or self._evaluating_new(module)):
             if self._eval_grad is None:
                 self._eval_grad = [self.clock.stamp(), 0, weakref.ref(module)]
             self._eval_grad_pass = True
@@ -563,10 +573,18 @@ class Instrument:
         trained = self.trained.trained_ids
 
         def train(module: Any, mode: bool = True) -> Any:
-            result = original(module, mode)
+            if self.dead or _get_ident() != self._tid:
+                return original(module, mode)
+            self._train_depth += 1
+            try:
+                result = original(module, mode)
+            finally:
+                self._train_depth -= 1
             # Called for every submodule too (train() recurses): one set lookup for those.
-            if id(module) in trained and _get_ident() == self._tid and not self.dead:
+            if id(module) in trained:
                 self._mode_set(module, mode)
+            elif not self._train_depth:  # the script's own call, on a model not seen training
+                self._mode_set_new(module, mode)
             return result
 
         return train
@@ -583,6 +601,41 @@ class Instrument:
             self._eval_end = self.clock.stamp()
             self._eval_t1 = time.perf_counter()
             self._eval_ends()
+
+    @_guarded
+    def _mode_set_new(self, module: Any, mode: bool) -> None:
+        """``model.eval()`` on a model not seen training (none has stepped yet, say): noted, for
+        its forwards in eval mode to tell (see :meth:`_eval_of_new`); ``model.train()`` on it
+        ends the evaluation they began."""
+        new = self._eval_new
+        if not mode:
+            self._eval_new = (weakref.ref(module), time.perf_counter())
+        elif new is not None and new[0]() is module:
+            self._eval_new = None
+            if self._eval_t0:
+                self._eval_end = self.clock.stamp()
+                self._eval_t1 = time.perf_counter()
+                self._eval_ends()
+
+    def _eval_of_new(self, module: Any, t0: float) -> None:
+        """A forward in eval mode of a model put in eval mode before it was seen training: an
+        evaluation from ``model.eval()`` if an optimizer holds its weights (a baseline
+        validation before the first step, with grad or without), as it would be between two
+        steps; with grad, a backward may still make it training (:meth:`_eval_trained`). A
+        model no optimizer holds (a distillation teacher) is part of the step, as before."""
+        if self.trained.trains(module) or not self.trained.trained_by_an_optimizer(module):
+            self._eval_new = None
+            return
+        self._eval_begins(called=True)
+        if self._eval_t0:
+            self._eval_t0 = min(self._eval_t0, t0)
+        else:  # inside a step: part of it, and the question is not asked again
+            self._eval_new = None
+
+    def _evaluating_new(self, module: Any) -> bool:
+        """Whether the evaluation going is of ``module``, a model not seen training yet."""
+        new = self._eval_new
+        return new is not None and self._eval_t0 != 0.0 and new[0]() is module
 
     def _eval_begins(self, called: bool = False) -> None:
         """A forward of a trained model put in eval mode (``model.eval()``) between two steps:
@@ -607,6 +660,7 @@ class Instrument:
     def _eval_clear(self) -> None:
         """No evaluation going, none pending."""
         self._eval_t0 = 0.0
+        self._eval_new = None
         self._eval_end = None
         self._eval_called = False
         self._eval_grad = None
@@ -684,6 +738,10 @@ class Instrument:
         module = ref()
         self._eval_clear()
         self.forwards += 1
+        if module is not None and id(module) not in self.trained.root_ids:
+            self._add_root(module)  # put in eval mode before its first step (fine-tuning)
+        if module is not None:
+            self.trained.called(module, self.step)
         if self._open is None:
             self._open = _OpenStep(marks=[("data", stamp)])
         self._mark("forward", stamp)
