@@ -190,8 +190,10 @@ def test_a_gans_iteration_is_one_step_though_its_optimizers_step_between_passes(
     assert rep.hellos[-1]["params_count"] == sum(p.numel() for m in (gen, disc) for p in m.parameters())
 
 
-def _gan_iteration(gen, disc, opt_d, opt_g, *, g_steps: bool = True, clock=None, gap: float = 0.0) -> float:
-    loss_d = disc(gen(torch.randn(5, 4)).detach()).mean()
+def _gan_iteration(gen, disc, opt_d, opt_g, *, g_steps: bool = True, clock=None, gap: float = 0.0, fakes_grad: bool = True) -> float:
+    with torch.set_grad_enabled(fakes_grad):
+        fake = gen(torch.randn(5, 4))
+    loss_d = disc(fake.detach()).mean()
     loss_d.backward()
     opt_d.step()
     opt_d.zero_grad()
@@ -207,30 +209,32 @@ def _gan_iteration(gen, disc, opt_d, opt_g, *, g_steps: bool = True, clock=None,
 
 
 @pytest.mark.parametrize(
-    "pattern",
+    "pattern, fakes_grad",
     [
-        [True, False] * 3,  # the generator steps every other iteration
-        [False] * 3 + [True] * 3,  # the discriminator warms up alone first
-        [True, True, False, True, True],
+        ([True, False] * 3, True),  # the generator steps every other iteration
+        ([False, True] * 20, True),  # ... from the second
+        ([False, True] * 4, False),  # ... its fakes for the discriminator made under no_grad
+        ([False] * 3 + [True] * 3, True),  # the discriminator warms up alone first
+        ([True, True, False, True, True], True),
     ],
-    ids=["every-other", "warm-up", "one-skipped"],
+    ids=["every-other", "every-second", "every-second-no-grad-fakes", "warm-up", "one-skipped"],
 )
-def test_a_gan_iteration_is_one_step_however_often_the_generator_steps(hooked, pattern):
+def test_a_gan_iteration_is_one_step_however_often_the_generator_steps(hooked, pattern, fakes_grad):
     # A round of the last size was cut short, or one optimizer longer, and split from then on.
+    # The generator first stepping in the second iteration (or after a warm-up): the
+    # discriminator's step was published at its post-hook (one optimizer so far), and the
+    # generator's passes went to the next step (step 2 the discriminator's loss alone, step 3
+    # both models' losses of two iterations, 10 samples and the generator's rate).
     inst, rep = hooked
     gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
     opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
-    losses = [_gan_iteration(gen, disc, opt_d, opt_g, g_steps=g) for g in pattern]
+    losses = [_gan_iteration(gen, disc, opt_d, opt_g, g_steps=g, fakes_grad=fakes_grad) for g in pattern]
     inst.finish()
     assert [s["step"] for s in rep.steps] == list(range(1, len(pattern) + 1))
-    got = [s["loss"] for s in rep.steps]
-    if pattern[0]:
-        assert got == pytest.approx(losses)
-    else:
-        # The iteration the generator first steps in: the discriminator's step was already
-        # published (one optimizer so far), so the generator's passes join the next step.
-        assert sum(got) == pytest.approx(sum(losses))
-        assert got[:3] == pytest.approx(losses[:3]) and got[-1] == pytest.approx(losses[-1])
+    assert [s["loss"] for s in rep.steps] == pytest.approx(losses)
+    assert [s["samples"] for s in rep.steps] == [5] * len(pattern)
+    assert [s["lr"] for s in rep.steps] == pytest.approx([0.1] * len(pattern))  # the discriminator's
+    assert [s.get("custom", {}).get("micro_batches", 1.0) for s in rep.steps] == [2.0 if g else 1.0 for g in pattern]
 
 
 def test_between_two_optimizers_steps_a_load_is_data_and_a_crash_there_is_no_step(hooked, monkeypatch):

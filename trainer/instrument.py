@@ -32,11 +32,14 @@ micro-batches, one step). A round ends when one of its optimizers steps again; i
 at the post-hook of the round's last optimizer step (the *cut*), and what came after the cut
 is the next step's. With one optimizer, once it has stepped twice, each step is published at
 its post-hook, after the update and before ``zero_grad`` frees the gradients, which is when
-memory is read; with several, a step is published when the round ends (one step later). An
-optimizer that first steps after a step published so (a GAN's generator after the
-discriminator's warm-up, or a model trained after another) is told apart by the next repeat:
-the first optimizer again, and its passes join the next step; itself again, and it made a
-step. Passes inside ``optimizer.step(closure)`` (LBFGS) are the optimizer's: the first gives
+memory is read; with several, a step is published when the round ends (one step later), and so
+it is while an optimizer made but not stepped yet holds weights of a model called since the last
+step (a GAN's generator, called for the discriminator's fakes: its optimizer may step later in
+the same iteration, from the second one or after a warm-up). An optimizer that first steps after
+a step published at its post-hook (a model trained after another; a generator whose fakes are
+made under ``no_grad`` only, once the hooks settled on the roots) is told apart by the next
+repeat: the first optimizer again, and its passes join the next step; itself again, and it made
+a step. Passes inside ``optimizer.step(closure)`` (LBFGS) are the optimizer's: the first gives
 the loss and the samples. (A WGAN's critic, stepping five times per generator step, makes five
 steps: use ``pt.step()`` to count generator iterations.)
 
@@ -505,6 +508,8 @@ class Instrument:
                 # The model put in eval mode, without grad (or its weights' running average,
                 # an EMA): a validation pass.
                 self._eval_begins()
+            else:  # (a GAN's generator, whose optimizer may not have stepped yet: _optimizer_post)
+                trained.called_without_grad(module, self.step)
             return  # a pass of the step without grad: a GAN's fakes, a teacher's targets
         # A trained model in eval mode *with* grad may train (fine-tuning with BatchNorm and
         # dropout frozen by model.eval()) or be evaluated without torch.no_grad(): after
@@ -860,8 +865,11 @@ class Instrument:
             return None
         if self._in_optimizer:
             return None  # an optimizer stepped inside another's step (ZeRO's inner one)
-        if self._early and self.trained.optimizer_count() == 1:
-            # One optimizer, seen to step again: each of its steps is a step, published now.
+        if self._early and self.trained.optimizer_count() == 1 and not self.trained.waiting_optimizer_holds(self.step - 1):
+            # One optimizer, seen to step again: each of its steps is a step, published now;
+            # unless an optimizer made but not stepped yet holds weights of a model called in
+            # the step (a GAN's generator, for the fakes), which may step after more passes:
+            # then the round may go on, as with several optimizers.
             self._publish(now, self._memory())
             self._published_round = True
             self._cut = self._pending_mem = None

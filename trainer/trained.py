@@ -44,6 +44,10 @@ class Trained:
         self.optimizer_new = -1
         """The step in which the newest optimizer first stepped (see :meth:`used_roots`)."""
         self._root_step: dict[int, int] = {}
+        self._unhooked_step: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        """The step each module called as a root without grad (not a root) was last called in."""
+        self._may_step: tuple[Any, bool] = ((), False)
+        """The last answer of :meth:`waiting_optimizer_holds`, and what it was asked about."""
         """The step each live root was last called in, training (see :meth:`used_roots`)."""
         self._holders: dict[str, Any] = {}
         self._measured: weakref.ref[Any] | None = None
@@ -145,6 +149,27 @@ class Trained:
     def called(self, module: Any, step: int) -> None:
         """A root was called training in ``step``."""
         self._root_step[id(module)] = step
+
+    def called_without_grad(self, module: Any, step: int) -> None:
+        """A module with parameters was the outermost call, without grad, in ``step`` (a GAN's
+        generator making fakes under ``no_grad``, a teacher's targets)."""
+        self._unhooked_step[module] = step
+
+    def waiting_optimizer_holds(self, since: int) -> bool:
+        """Whether an optimizer made but never stepped holds parameters of a module called
+        since step ``since``: a GAN's generator, called for the discriminator's fakes, whose
+        optimizer first steps after the discriminator's, in the same iteration (from the second
+        one, or after a warm-up). One that holds none (a model trained next) is no sign."""
+        waiting = [o for o in (r() for r in self._made) if o is not None and all(o is not s() for s in self._optimizers)]
+        if not waiting:
+            return False
+        called = [m for m in self.roots if self._root_step.get(id(m), -2) >= since]
+        called += [m for m, s in list(self._unhooked_step.items()) if s >= since]
+        key = (tuple(map(id, waiting)), tuple(map(id, called)))
+        if self._may_step[0] != key:
+            held = {id(p) for o in waiting for g in o.param_groups for p in g["params"]}
+            self._may_step = (key, any(id(p) in held for m in called for p in m.parameters()))
+        return self._may_step[1]
 
     def used_roots(self, step: int) -> list[Any]:
         """The roots ``step`` called, or the one before unless an optimizer is new in this one
