@@ -84,7 +84,28 @@ def process_group_facts() -> dict[str, Any]:
     try:
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
-            return {"backend": str(dist.get_backend())}
+            return {"backend": _backend(dist)}
     except Exception:
         pass
     return {}
+
+
+def _backend(dist: Any) -> str:
+    """The default group's backend. A group made without one named (``init_device_mesh``, or
+    ``init_process_group()`` alone) reads "undefined" from ``get_backend()``; torch picked one
+    for each device type (``get_backend_config()``: "cpu:gloo,cuda:nccl"), and the group's
+    default is NCCL where CUDA has it, else gloo: that one."""
+    backend = str(dist.get_backend())
+    if backend != "undefined":
+        return backend
+    try:
+        name = str(dist.distributed_c10d._get_default_group()._get_backend_name())
+        if name and name != "undefined":
+            return name
+    except Exception:  # (private: a version without it)
+        pass
+    try:
+        per_device = dict(part.split(":", 1) for part in str(dist.get_backend_config()).split(","))
+        return per_device.get("cuda") or per_device.get("cpu") or backend
+    except Exception:
+        return backend

@@ -1068,6 +1068,34 @@ def test_a_rank_slow_inside_an_fsdp_models_blocks_is_named_the_straggler(tmp_pat
     assert [(v.rank, v.cause) for v in verdicts] == [(1, "compute")]
 
 
+MESH_FSDP2 = """
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+mesh = init_device_mesh("cpu", (2,))  # the process group made with it, no backend named
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+fully_shard(model, mesh=mesh)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for _ in range(3):
+    model(torch.randn(4, 8)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def test_a_process_group_made_by_init_device_mesh_has_its_backend(tmp_path):
+    # init_device_mesh("cpu", ...) makes the default group without a backend named, and
+    # dist.get_backend() says "undefined" for it: the hello and the report read "undefined".
+    (tmp_path / "mesh.py").write_text(MESH_FSDP2)
+    proc, msgs = _launch(tmp_path, "mesh.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hellos = [m for m in msgs if isinstance(m, schema.Hello) and m.rank >= 0]
+    assert {(h.rank, h.strategy, h.backend) for h in hellos} == {(0, "fsdp", "gloo"), (1, "fsdp", "gloo")}
+    assert [s.step for s in _steps(msgs, 0)] == [1, 2, 3]
+
+
 @pytest.mark.slow
 def test_fsdp2_per_block_holds_half_the_parameters(tmp_path):
     proc, msgs = _launch(tmp_path, str(DEMOS / "fsdp_plain.py"), "--steps", "6")
