@@ -162,22 +162,40 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, save
 
     # A run that resumed another and saved once (step 6, of its own id): its newest damaged,
     # --resume goes back to the other run's step 4, the one it started from ("no older
-    # checkpoint" before: only the newest run's own were tried).
+    # checkpoint" before: only the newest run's own were tried). An unrelated run's never.
+    def cut(folder: Path, step: int) -> None:
+        for shard in sorted(checkpoint.step_path(folder, step).glob("*.distcp")):
+            shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+
     chain = tmp_path / "chain"
-    shutil.copytree(original, chain)
+    train(chain, "fsdp", "--steps", "4", "--checkpoint-every", "2", run_id="run-a")
     resumed = train(chain, "fsdp", "--resume", "--steps", "6", "--checkpoint-every", "2", run_id="run-b")
-    assert checkpoint.saved_by(checkpoint.step_path(chain, 6)) == "run-b"
-    assert checkpoint.saved_by(checkpoint.step_path(chain, 4)) != "run-b"
-    shards = sorted(checkpoint.step_path(chain, 6).glob("*.distcp"))
-    for shard in shards:
-        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    six, four = checkpoint.step_path(chain, 6), checkpoint.step_path(chain, 4)
+    assert (checkpoint.saved_by(six), checkpoint.resumed_from(six), checkpoint.saved_by(four)) == ("run-b", "run-a", "run-a")
+    unrelated = tmp_path / "unrelated"
+    shutil.copytree(chain, unrelated)
+    cut(chain, 6)
     again = train(chain, "fsdp", "--resume", "--steps", "8", run_id="run-c")
-    assert f"resume: {checkpoint.step_path(chain, 6)} could not be read (" in again.stderr
-    assert f"trying {checkpoint.step_path(chain, 4)}" in again.stderr
-    assert f"resume: step 4 restored from {checkpoint.step_path(chain, 4)}" in again.stdout
+    assert f"resume: {six} could not be read (" in again.stderr
+    assert f"trying {four} (saved by run run-a, which this one went on from)" in again.stderr
+    assert f"resume: step 4 restored from {four}" in again.stdout
     assert sorted(step_lines(again.stdout)) == [5, 6, 7, 8]
     loss = re.compile(r"loss \S+")  # step 5 again from step 4: the same loss (the lr schedule is 8 steps long now)
     assert loss.findall(step_lines(resumed.stdout)[5]) == loss.findall(step_lines(again.stdout)[5])
+    # A run that started afresh in the same folder (no --resume) and saved step 6: its damaged
+    # step 6 does not send --resume to run-a's step 4, which it never trained from.
+    shutil.rmtree(checkpoint.step_path(unrelated, 6))
+    train(unrelated, "fsdp", "--steps", "6", "--checkpoint-every", "6", run_id="run-d")
+    assert checkpoint.resumed_from(checkpoint.step_path(unrelated, 6)) == ""
+    cut(unrelated, 6)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PARDASH_RUN_ID="run-e")
+    env.pop("PARDASH_ENDPOINT", None)
+    refused = subprocess.run(
+        [sys.executable, "-m", "pardash.trainer.train", "--strategy", "fsdp", "--steps", "8",
+         "--checkpoint-dir", str(unrelated), *SMALL, "--resume"],
+        capture_output=True, text=True, env=env, timeout=240,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "no older checkpoint" in refused.stderr, refused.stderr[-2000:]
 
     # With none readable the resume fails rather than quietly starting afresh.
     shutil.rmtree(checkpoint.step_path(ckpt, 6))

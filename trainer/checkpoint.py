@@ -56,6 +56,9 @@ DCP_METADATA = ".metadata"
 """Written last by DCP's coordinator: its presence marks a complete DCP checkpoint."""
 JOB_FILE = "job"
 """The id of the job that saved the folder (:func:`job_id`), written by rank 0 before the save."""
+ORIGIN_FILE = "resumed_from"
+"""The id of the job whose checkpoint the saving job went on from (--resume), when another's:
+a checkpoint that cannot be read falls back along that line only, never to an unrelated run's."""
 
 
 def job_id(env: dict[str, str] | None = None) -> str:
@@ -68,6 +71,15 @@ def job_id(env: dict[str, str] | None = None) -> str:
         if value and value != "none":
             return value
     return ""
+
+
+def resumed_from(path: Path) -> str:
+    """The job the job that saved ``path`` went on from ("" when it started afresh, or it is not
+    known: saved before origins were kept)."""
+    try:
+        return (path / ORIGIN_FILE).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def saved_by(path: Path) -> str:
@@ -310,14 +322,16 @@ def save(
     rank: int,
     device: torch.device,
     job: str = "",
+    origin: str = "",
 ) -> tuple[Path, float]:
     """Save the model, the optimizer, ``progress`` and this rank's RNG state after step
-    ``progress.step``, in a folder naming ``job`` (:func:`job_id`); returns (folder, seconds
-    this rank spent). Collective for ddp/fsdp: every rank calls it at the same step."""
+    ``progress.step``, in a folder naming ``job`` (:func:`job_id`) and ``origin``, the job it
+    went on from (:func:`resumed_from`); returns (folder, seconds this rank spent). Collective
+    for ddp/fsdp: every rank calls it at the same step."""
     t0 = time.perf_counter()
     path = step_path(root, progress.step)
     try:
-        _save(path, progress, w=w, optimizer=optimizer, rank=rank, device=device, job=job)
+        _save(path, progress, w=w, optimizer=optimizer, rank=rank, device=device, job=job, origin=origin)
     except (Exception, _dcp_error()) as exc:
         # torch says "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
         # for a full disk: say what was being written, where, and how much room is left.
@@ -364,7 +378,7 @@ def _room(path: Path) -> str:
 
 
 def _save(path: Path, progress: Progress, *, w: Wrapped, optimizer: torch.optim.Optimizer, rank: int,
-          device: torch.device, job: str) -> None:
+          device: torch.device, job: str, origin: str = "") -> None:
     if uses_dcp(w.strategy):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -378,7 +392,7 @@ def _save(path: Path, progress: Progress, *, w: Wrapped, optimizer: torch.optim.
                 # ranks write only after DCP's first collective, which rank 0 reaches after this.
                 (path / DCP_METADATA).unlink(missing_ok=True)
                 (path / PLAIN_FILE).unlink(missing_ok=True)
-                _name_job(path, job)
+                _name_job(path, job, origin)
         except OSError as exc:
             failed = exc
         # Every rank enters DCP's collectives or none does: a rank that could not prepare the
@@ -404,19 +418,21 @@ def _save(path: Path, progress: Progress, *, w: Wrapped, optimizer: torch.optim.
         # As above: a DCP save of this step by an earlier run must not outlive this one.
         path.mkdir(parents=True, exist_ok=True)
         (path / DCP_METADATA).unlink(missing_ok=True)
-        _name_job(path, job)
+        _name_job(path, job, origin)
         tmp = path / (PLAIN_FILE + ".tmp")
         torch.save(state, tmp)
         os.replace(tmp, path / PLAIN_FILE)
 
 
-def _name_job(path: Path, job: str) -> None:
-    """Name the saving job in ``path`` (before the save completes: a complete folder never
-    names another job); an earlier job's name goes when this job has none."""
-    if job:
-        (path / JOB_FILE).write_text(job + "\n")
-    else:
-        (path / JOB_FILE).unlink(missing_ok=True)
+def _name_job(path: Path, job: str, origin: str = "") -> None:
+    """Name the saving job, and the job it went on from, in ``path`` (before the save
+    completes: a complete folder never names another job); an earlier job's names go when
+    this job has none."""
+    for name, value in ((JOB_FILE, job), (ORIGIN_FILE, origin if origin != job else "")):
+        if value:
+            (path / name).write_text(value + "\n")
+        else:
+            (path / name).unlink(missing_ok=True)
 
 
 # -- load --------------------------------------------------------------------------------------

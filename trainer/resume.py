@@ -66,8 +66,7 @@ def resume(
         return start
     if not cfg.resume and is_master:
         print(f"resume: torchrun restart {restart}: from this job's newest checkpoint", flush=True)
-    start, load_s, had_rng, found = load_newest_readable(found, cfg, w, optimizer, rt, reporter, job=own,
-                                                         any_job=bool(cfg.resume))
+    start, load_s, had_rng, found = load_newest_readable(found, cfg, w, optimizer, rt, reporter, job=own)
     notes = resume_notes(start, cfg, total_steps, rt.world_size, had_rng)
     by = checkpoint.saved_by(found.path)
     of = f" (saved by run {by})" if by and by != job else ""
@@ -111,13 +110,13 @@ def _starts_over(reporter: Reporter, is_master: bool, message: str) -> None:
 
 def load_newest_readable(
     found: checkpoint.Found, cfg: TrainConfig, w: Wrapped, optimizer: torch.optim.Optimizer,
-    rt: Runtime, reporter: Reporter, job: str | None = None, any_job: bool = False,
+    rt: Runtime, reporter: Reporter, job: str | None = None,
 ) -> tuple[checkpoint.Progress, float, bool, checkpoint.Found]:
     """Load ``found``, or when it cannot be read on some rank (a shard cut short or damaged
-    after its save completed) the newest older checkpoint that can (of ``job``'s, when given;
-    ``any_job``: then any run's, as --resume: a run that resumed another and saved once has
-    only the other's checkpoints to go back to, the very one it started from), saying which
-    and why:
+    after its save completed) the newest older checkpoint that can (of ``job``'s, when given,
+    then of the job it went on from, as its checkpoints name it, and so on: a run that resumed
+    another and saved once has only the other's to go back to, the very one it started from;
+    never an unrelated run's), saying which and why:
     (progress, seconds, whether the RNG state was there, the checkpoint loaded). Every rank
     goes back together. Raises RuntimeError (from the first error) when no checkpoint can be
     read: starting afresh instead would quietly throw the run's progress away."""
@@ -135,12 +134,15 @@ def load_newest_readable(
         first = first or err
         why = one_line(err) if err is not None else "another rank could not read it"
         older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step, job=job)
-        if older is None and any_job and job is not None:
-            older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step)
+        origin = checkpoint.resumed_from(found.path) if job else ""
+        if older is None and origin:
+            older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step, job=origin)
         by = checkpoint.saved_by(older.path) if older is not None else ""
         message = (f"{found.path} could not be read ({why}); "
-                   + (f"trying {older.path}" + (f" (saved by run {by})" if by and by != job else "")
+                   + (f"trying {older.path}" + (f" (saved by run {by}, which this one went on from)" if by and by != job else "")
                       if older is not None else "no older checkpoint"))
+        if older is not None and by and by == origin:
+            job = origin  # from here on, along that run's own line
         reporter.event("warning", message=f"resume: {message}", step=found.step)
         if rt.rank == 0:
             print(f"resume: {message}", file=sys.stderr, flush=True)

@@ -193,8 +193,14 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     # --checkpoint-keep counts this job's checkpoints and those of the job it went on from (a
     # run resumed again and again, requeued, keeps K in all, not K a job).
     own_jobs = {job}
+    origin = ""
+    """The job this one went on from: its checkpoints name it, so a damaged one of theirs falls
+    back along this line (a restart from this job's own checkpoint keeps that one's origin)."""
     if cfg.checkpoint_dir and start.step:
-        own_jobs.add(checkpoint.saved_by(checkpoint.step_path(cfg.checkpoint_dir, start.step)))
+        resumed_at = checkpoint.step_path(cfg.checkpoint_dir, start.step)
+        by = checkpoint.saved_by(resumed_at)
+        own_jobs.add(by)
+        origin = checkpoint.resumed_from(resumed_at) if by == job else by
     epoch, into_epoch = start.epoch, start.steps_into_epoch
     if into_epoch >= per_epoch:  # a checkpoint from a world with longer epochs
         epoch, into_epoch = epoch + 1, 0
@@ -343,7 +349,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             )
             try:
                 path, save_s = checkpoint.save(cfg.checkpoint_dir, progress, w=w, optimizer=optimizer,
-                                               rank=rt.rank, device=rt.device, job=job)
+                                               rank=rt.rank, device=rt.device, job=job, origin=origin)
                 failed = ""
             except checkpoint.CheckpointSaveError as exc:
                 path, failed = checkpoint.step_path(cfg.checkpoint_dir, step), str(exc)
