@@ -794,6 +794,46 @@ def test_global_module_hooks_give_way_to_root_hooks_once_the_roots_settle(hooked
     assert inst.roots == [model, second]
 
 
+def test_a_torchscript_class_scripted_under_the_hooks_finds_its_names(hooked):
+    # torch.jit.script resolves a class's names in the frame that scripted it: through
+    # pardash's wrapper it looked in instrument.py ("undefined value Inner").
+    from typing import List
+
+    @torch.jit.script
+    class Inner:
+        def __init__(self, a: int):
+            self.a = a
+
+    @torch.jit.script
+    class Outer:
+        def __init__(self, a: int):
+            self.x = Inner(a)
+
+        def values(self) -> List[int]:
+            return [self.x.a]
+
+    assert Outer(3).values() == [3]
+
+
+def test_losses_scaled_by_a_grad_scaler_and_backpropagated_together_are_unscaled(hooked):
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    sums = []
+    for _ in range(2):
+        x, y = _batch()
+        out = model(x)
+        l1, l2 = nn.functional.cross_entropy(out, y), out.pow(2).mean()
+        torch.autograd.backward([scaler.scale(l1), scaler.scale(l2)])
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        sums.append(l1.item() + l2.item())
+    inst.finish()
+    assert [s["loss"] for s in rep.steps] == pytest.approx(sums)  # not 1024 times either
+
+
 def test_losses_backpropagated_together_are_the_steps_loss(hooked):
     # torch.autograd.backward([l1, l2]) (a multi-task step) was read as l1 alone.
     inst, rep = hooked
@@ -840,6 +880,15 @@ def test_a_model_hooked_by_pardash_copies_pickles_and_scripts_as_without_it(hook
     x, _ = _batch()
     for other in (best, ema.module, restored, scripted):
         assert torch.equal(other(x), model(x))
+    # The copies carry no hook of pardash's (not even a no-op): they script, and a model saved
+    # whole names no global beyond torch's and its own classes (weights_only with them allowed).
+    for other in (best, ema.module, restored):
+        assert not other._forward_pre_hooks and not other._forward_hooks
+        torch.jit.script(other)
+    assert b"getattr" not in raw
+    buf.seek(0)
+    with torch.serialization.safe_globals([nn.Sequential, nn.Linear, nn.ReLU]):
+        torch.load(buf, weights_only=True)
 
     _train(model, opt, 2)  # measured as before, the copies' passes left out
     assert model._forward_pre_hooks and not inst.watching_all

@@ -134,6 +134,33 @@ class _Hook:
         return getattr, (None, "__init__")
 
 
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks")
+_HOOK_FLAGS = ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+def _without_hooks_in_state(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``Module.__getstate__`` (and DDP's own), less pardash's hooks: a model copied
+    (``copy.deepcopy``, ``AveragedModel``) or pickled (``torch.save(model)``) carries none of
+    them, so the copy scripts, loads under ``weights_only`` with its classes allowed, and names
+    nothing of pardash (``_Hook.__reduce__`` stays the fallback for a class of its own)."""
+
+    def getstate(module: Any) -> Any:
+        state = original(module)
+        if not isinstance(state, dict):
+            return state
+        ours = {key for name in _HOOK_DICTS for key, hook in (state.get(name) or {}).items() if isinstance(hook, _Hook)}
+        if not ours:
+            return state
+        state = dict(state)
+        for name in _HOOK_DICTS + _HOOK_FLAGS:
+            hooks = state.get(name)
+            if hooks:
+                state[name] = type(hooks)((k, v) for k, v in hooks.items() if k not in ours)
+        return state
+
+    return getstate
+
+
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     """A hook body that must never break the training loop: an internal error stops the
     instrumentation (a warning event says so, with the traceback) instead of reaching the
@@ -257,7 +284,8 @@ class Instrument:
         self._in_backward = False
         self._backward_end: Any = None
         """When the last backward returned (a micro-batch's data time runs from there)."""
-        self._scaled: tuple[Any, Any] | None = None
+        self._scaled: dict[int, tuple[Any, Any]] = {}
+        """id(scaled loss) -> (scaled, loss), for each GradScaler.scale() since the last backward."""
         self._eval_t0 = 0.0
         """perf_counter at the first no-grad root forward of an evaluation (0: none going)."""
         self._eval_t1 = 0.0
@@ -362,6 +390,11 @@ class Instrument:
             self._patch(GradScaler, "scale", self._wrap_scale)
             self._patch(GradScaler, "step", self._wrap_scaler_step)
         self._patch(torch.jit, "script", self._wrap_jit_script)
+        self._patch(torch.nn.Module, "__getstate__", _without_hooks_in_state)
+        if torch.distributed.is_available():
+            from torch.nn.parallel import DistributedDataParallel
+
+            self._patch(DistributedDataParallel, "__getstate__", _without_hooks_in_state)
         api.attach_auto(self)
         return self
 
@@ -420,24 +453,38 @@ class Instrument:
             self._swapping = False
 
     def _wrap_jit_script(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def script(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        def script(obj: Any, optimize: Any = None, _frames_up: int = 0, _rcb: Any = None, example_inputs: Any = None) -> Any:
             # TorchScript compiles a module's forward hooks with it, and pardash's are Python
             # ("Compiled functions can't take variable number of arguments"): the roots' hooks
-            # are lifted while it compiles (the global hooks it ignores).
-            if self.watching_all or not self._module_handles or not isinstance(obj, torch.nn.Module):
-                return original(obj, *args, **kwargs)
+            # are lifted while it compiles the module that holds them (the global hooks it
+            # ignores). _frames_up + 1: a class's names are looked up in the frame that
+            # scripted it, the script's, one above this one.
+            if not self._lifts_for(obj):
+                return original(obj, optimize, _frames_up + 1, _rcb, example_inputs)
             self._swapping = True
             try:
                 self._unwatch()
             finally:
                 self._swapping = False
             try:
-                return original(obj, *args, **kwargs)
+                return original(obj, optimize, _frames_up + 1, _rcb, example_inputs)
             finally:
                 if not self.dead and not self.watching_all and not self._module_handles:
                     self._watch_roots()
 
         return script
+
+    def _lifts_for(self, obj: Any) -> bool:
+        """Whether scripting ``obj`` must lift the roots' hooks: a module holding a root, on the
+        training thread between two module calls (a thread scripting beside a forward would take
+        its root's post-hook away mid-call)."""
+        if self.watching_all or not self._module_handles or not isinstance(obj, torch.nn.Module):
+            return False
+        if _get_ident() != self._tid or self._depth:
+            return False
+        roots = {id(r) for r in self.roots}
+        roots |= {id(r.module) for r in self.roots if isinstance(getattr(r, "module", None), torch.nn.Module)}
+        return any(id(m) in roots for m in obj.modules())
 
     def _unwatch(self) -> None:
         for h in self._module_handles:
@@ -778,10 +825,11 @@ class Instrument:
         # would: each one-element tensor is a loss of the step (it took the first alone).
         for loss in tensors if isinstance(tensors, (list, tuple)) else (tensors,):
             if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                if self._scaled is not None and loss is self._scaled[0]:
-                    loss = self._scaled[1]  # GradScaler: report the loss, not loss * scale
+                pair = self._scaled.get(id(loss))
+                if pair is not None and pair[0] is loss:
+                    loss = pair[1]  # GradScaler: report the loss, not loss * scale
                 step.losses.append(loss.detach())
-        self._scaled = None
+        self._scaled = {}
         if self._ddp_sync:
             self._arrive(now)  # the backward launches the first bucket's all-reduce
         self._ddp_sync = False
@@ -794,7 +842,11 @@ class Instrument:
         def scale(scaler: Any, outputs: Any) -> Any:
             scaled = original(scaler, outputs)
             if isinstance(outputs, torch.Tensor):
-                self._scaled = (scaled, outputs)
+                self._scaled[id(scaled)] = (scaled, outputs)
+            elif isinstance(outputs, (list, tuple)) and isinstance(scaled, (list, tuple)):
+                for one, loss in zip(scaled, outputs):  # backward([scaler.scale(l1), ...])
+                    if isinstance(loss, torch.Tensor):
+                        self._scaled[id(one)] = (one, loss)
             return scaled
 
         return scale
