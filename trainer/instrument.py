@@ -23,7 +23,7 @@ is hooked, and what each hook tells:
   ``DistributedSampler.set_epoch``: the epoch; ``GradScaler.scale``: the unscaled loss behind
   a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round;
   ``torch.jit.script``: the roots' hooks are lifted while it compiles (hooks on a module are
-  ``_Hook`` objects, which copy and pickle as no-ops).
+  ``_Hook`` objects, which ``Module.__getstate__`` leaves out of copies and pickles).
 
 Step boundaries. A step is one *round* of optimizer steps: each optimizer in use steps once
 (two optimizers stepped back to back, or a GAN's discriminator then generator with passes
@@ -114,9 +114,10 @@ _get_ident = threading.get_ident
 
 
 class _Hook:
-    """A hook pardash puts on one of the script's modules: calls ``fn``, and is copied or
-    pickled as a no-op, ``None.__init__`` (a builtin that takes any positional arguments and
-    returns None). A model copied (``copy.deepcopy``, ``AveragedModel``, ``quantize_dynamic``)
+    """A hook pardash puts on one of the script's modules: calls ``fn``. Copies and pickles of
+    the module leave it out (:func:`_without_hooks_in_state`); where a class's own
+    ``__getstate__`` keeps it, it is copied or pickled as a no-op, ``None.__init__`` (a builtin
+    that takes any positional arguments and returns None). A model copied (``copy.deepcopy``, ``AveragedModel``, ``quantize_dynamic``)
     or saved whole (``torch.save(model)``) once pardash hooked it carried the hook's bound
     method, and with it the instrument's sockets and locks: "cannot pickle '_thread.lock'
     object", in the script's own line. A copy's forward passes are not timed (the global hooks
