@@ -124,11 +124,16 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
         # collectives without a peer; else the rank that failed first left no exit (torchrun,
         # restarting, names only the first worker it saw fail): ranks with no word in this
         # attempt are where to look.
-        ended = {e.rank: e.step for e in events if e.name == "exit" and e.rank >= 0 and e.code == 0 and e.hseq < first.hseq}
+        # Left early: before the step the failing rank died in (not a rank that finished the
+        # last step with the others while a peer failed in teardown).
+        ended = {
+            e.rank: e.step for e in events
+            if e.name == "exit" and e.rank >= 0 and e.code == 0 and e.hseq < first.hseq
+            and e.step is not None and step is not None and e.step < step
+        }  # fmt: skip
         left = sorted(ended.items())
-        if not left:
-            said = {e.rank for e in events if e.name == "exit"}
-            unrecorded = sorted(q for q in st.ranks if q not in said)
+        said = {e.rank for e in events if e.name == "exit"}
+        unrecorded = sorted(q for q in st.ranks if q not in said)
     f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
          "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded,
          "left_early": [{"rank": r, "step": at} for r, at in left]}  # fmt: skip
@@ -164,10 +169,12 @@ def failure_line(f: dict, *, error: bool = True) -> str:
         line += (f"; that is a peer's failure: {said} had left the job (exit code 0) while the others trained on"
                  " (a rank that leaves the loop early breaks the others' collectives)")
     unrecorded = f.get("unrecorded")
-    if unrecorded is not None:
+    if unrecorded is not None and not left:
         line += "; that is a peer's failure, and the rank that failed first left no exit record"
         if unrecorded:
             line += f" (no word from {ranks_named(unrecorded)}: killed?)"
+    elif unrecorded:
+        line += f"; no word from {ranks_named(unrecorded)}: killed?"
     return line
 
 

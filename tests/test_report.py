@@ -700,10 +700,30 @@ def test_a_rank_that_left_early_is_named_behind_its_peers_failure(tmp_path):
     _write_log(log, records)
     rep = build_report(str(log))
     f = rep["failure"]
-    assert (f["rank"], f["left_early"], f["unrecorded"]) == (0, [{"rank": 1, "step": 15}], None)
+    assert (f["rank"], f["left_early"], f["unrecorded"]) == (0, [{"rank": 1, "step": 15}], [])
     assert "that is a peer's failure: rank 1 at step 15 had left the job (exit code 0) while the others trained on" in f["line"]
     assert "left no exit record" not in f["line"]
     assert "rank 0 exited with code 1 at step 16 - failed as a peer had left the job" in render_text(rep)
+    # The TUI names no victim "the root cause" either.
+    from pardash.tui.alerts import cause_rank
+
+    st = RunState()
+    for m in load_log(log)[0]:
+        st.apply(m, m.t)
+    assert cause_rank(st) is None
+
+    # A rank that finished the last step with the others is no early leaver: rank 1 failing in
+    # teardown, rank 2 killed without a word (the hint that names it stays).
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=3, pid=10 + r, strategy="ddp", t=t) for r in (0, 1, 2)]
+    records += [
+        schema.Event(run="r", rank=0, seq=1, name="exit", code=0, step=100, t=t + 1),
+        schema.Event(run="r", rank=1, seq=1, name="error", message=gloo.replace("closed", "reset"), step=100, t=t + 2),
+        schema.Event(run="r", rank=1, seq=2, name="exit", code=1, step=100, t=t + 2),
+    ]  # fmt: skip
+    _write_log(log, records)
+    f = build_report(str(log))["failure"]
+    assert (f["rank"], f["left_early"], f["unrecorded"]) == (1, [], [2])
+    assert "left no exit record (no word from rank 2: killed?)" in f["line"]
 
 
 def test_training_time_and_samples_per_s_leave_the_evaluations_out(tmp_path):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
-from pardash.telemetry.failures import root_cause
+from pardash.telemetry.failures import failure_summary
 
 from .format import fmt_clock, fmt_step_time
 
@@ -83,8 +83,9 @@ def cause_rank(state: st.RunState) -> int | None:
     connection or were stopped); None when no rank did (every one was stopped). Not the first
     exit heard: the hub takes from each rank in turn, so a rank torchrun stopped may be heard
     from before the one that failed."""
-    found = root_cause(state)
-    return found[0].rank if found is not None else None
+    f = failure_summary(state)
+    # A rank that left the job early (exit 0) caused its peers' failure: no victim is the cause.
+    return f["rank"] if f is not None and not f["left_early"] else None
 
 
 def rank_alerts(
