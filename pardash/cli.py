@@ -114,9 +114,12 @@ def cmd_attach(ns: argparse.Namespace) -> int:
             return 0
         finally:
             client.close()
-        # As a script waiting on the job would want it: 0 when it ended well, 1 when it failed
-        # (a rank's error or kill: the closing line names it) or the hub went away mid-run.
-        return 0 if run_over(client.state) and failure_summary(client.state) is None else 1
+        # As a script waiting on the job would want it: 0 when every rank finished, 1 when it
+        # failed (a rank's error or kill: the closing line names it), was stopped, or the hub
+        # went away mid-run.
+        st = client.state
+        ended_well = run_over(st) and failure_summary(st) is None and all(r.exit_code in (None, 0) for r in st.ranks.values())
+        return 0 if ended_well else 1
     # A job `pardash launch` started can be stopped from any viewer, as from the one that
     # launched it (which may have detached): its supervisor is in the registry.
     entry = getattr(client, "info", {})  # the registry's entry of a run attached by id

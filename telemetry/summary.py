@@ -59,24 +59,47 @@ def ended_stuck(state: RunState) -> bool:
     return bool(stuck) and all(r.exit_code is not None for r in stuck)
 
 
+GAP_PACE = 10.0
+"""A stretch of the history this many times slower a step than the rank's median pace, and
+over GAP_S long, is no training: a restart (torchrun's, from a checkpoint at the last step
+published, so no step number goes back), an evaluation, a long save."""
+GAP_S = 1.0
+
+
+def _last_run(steps: list[float], t: list[float]) -> tuple[int, int]:
+    """(first, last): the indexes bounding a rank's last stretch of steady training in its
+    history, which ends at ``last``; first == last when there is none of two points."""
+    paces = sorted((t[i] - t[i - 1]) / (steps[i] - steps[i - 1]) for i in range(1, len(steps)) if steps[i] > steps[i - 1])
+    ref = paces[len(paces) // 2] if paces else 0.0
+
+    def gap(i: int) -> bool:  # the interval ending at point i is no training
+        ds, dt = steps[i] - steps[i - 1], t[i] - t[i - 1]
+        return ds <= 0 or (dt > GAP_S and dt > GAP_PACE * ref * ds)
+
+    last = len(steps) - 1
+    while last > 0 and gap(last):  # a last attempt of one point: the one before it
+        last -= 1
+    first = last
+    while first > 0 and not gap(first):
+        first -= 1
+    return first, last
+
+
 def samples_per_s_recent(state: RunState) -> float:
     """Samples a second across ranks over each rank's last steps: what a run ran at, still
     known once every rank is done. A rank's history keeps its latest step of each frame (the
-    last HISTORY_POINTS), so steps are counted by their numbers. Only its last attempt counts
-    (a torchrun restart numbers steps again from the checkpoint, and the gap before it is no
-    step), and of that its later half: the first steps of a job (allocations, the first
-    collectives, DDP's bucket rebuild) ran several times slower, which on a short job read as
-    a tenth of its speed."""
+    last HISTORY_POINTS), so steps are counted by their numbers. Only its last stretch of
+    steady training counts (:func:`_last_run`: a torchrun restart, an evaluation or a long save
+    before it is no step), and of that its later half: the first steps of a job (allocations,
+    the first collectives, DDP's bucket rebuild) ran several times slower, which on a short job
+    read as a tenth of its speed."""
     total = 0.0
     for r in state.ranks.values():
         s = r.step
         if s is None or not s.samples:
             continue
         steps, t = r.history["step"].values(), r.history["t"].values()
-        last = len(steps) - 1
-        first = last
-        while first > 0 and steps[first - 1] < steps[first]:
-            first -= 1
+        first, last = _last_run(steps, t)
         first += (last - first) // 2
         if last > first and t[last] > t[first] and steps[last] > steps[first]:
             total += s.samples * (steps[last] - steps[first]) / (t[last] - t[first])

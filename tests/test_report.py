@@ -414,6 +414,24 @@ def test_the_rate_at_the_end_is_the_last_attempts_after_a_torchrun_restart():
     assert samples_per_s_recent(st) == pytest.approx(2 * 16 / 0.0117, rel=1e-3)
 
 
+def test_the_rate_at_the_end_skips_a_restart_that_goes_on_from_the_last_step():
+    # A checkpoint at step 10, the last step published, then a crash and a torchrun restart 30 s
+    # later: steps 11..16 follow 10 with no step number going back, and the gap was counted
+    # (4.3 samples/s for 1,600). And a restart that published one step only.
+    def rate(points):
+        st = RunState(run_id="r", track_seq=False)
+        for step, t in points:
+            st.apply_frame([schema.Step(run="r", rank=0, step=step, samples=16, step_s=0.01, t=t)], 0.0)
+        _finish(st, points[-1][1])
+        return samples_per_s_recent(st)
+
+    first = [(step, 1000.0 + 0.01 * step) for step in range(1, 11)]
+    after = [(step, 1030.0 + 0.01 * step) for step in range(11, 17)]
+    assert rate(first + after) == pytest.approx(1600, rel=1e-3)
+    assert rate(first + after[:1]) == pytest.approx(1600, rel=1e-3)  # the attempt before: not 0
+    assert rate(first[:2]) == pytest.approx(1600, rel=1e-3)
+
+
 def test_progress_lines_say_when_no_rank_has_said_hello(monkeypatch):
     # A job of 2 nodes waits in torchrun's rendezvous until the other node joins: node 0's
     # launch printed nothing after its first line for as long.
