@@ -131,8 +131,8 @@ class Reporter:
         self._heartbeat_s = heartbeat_s
         self._gpu_index = gpu_index
         self._closed = False
-        self._loss_bad = 0
-        """The step the loss stopped being finite at (0: it is finite)."""
+        self._loss_bad: int | None = None
+        """The step the loss stopped being finite at (None: it is finite)."""
         self._custom_cut = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -296,14 +296,14 @@ class Reporter:
         loss = fields.get("loss")
         if loss is not None and not math.isfinite(loss):
             fields["loss"] = None
-            if not self._loss_bad:
+            if self._loss_bad is None:
                 self.event("warning", f"loss is {loss} at step {step}: diverged, or a spike (steps go on without a loss while it is not finite)", step=step)
-                self._loss_bad = step or 1
-        elif loss is not None and self._loss_bad:
+                self._loss_bad = step
+        elif loss is not None and self._loss_bad is not None:
             # A spike the run came back from (a GradScaler skips such a step): "diverged" alone
             # would stand in the report of a run that trained on.
             self.event("warning", f"loss is finite again at step {step} (not finite from step {self._loss_bad})", step=step)
-            self._loss_bad = 0
+            self._loss_bad = None
         custom = fields.get("custom")
         if custom and len(custom) > security.MAX_CUSTOM:
             fields["custom"] = dict(itertools.islice(custom.items(), security.MAX_CUSTOM))
