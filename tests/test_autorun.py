@@ -815,37 +815,22 @@ def test_a_torchscript_class_scripted_under_the_hooks_finds_its_names(hooked):
     assert Outer(3).values() == [3]
 
 
-def test_losses_scaled_by_a_grad_scaler_and_backpropagated_together_are_unscaled(hooked):
+@pytest.mark.parametrize("scaled", [False, True])
+def test_losses_backpropagated_together_are_the_steps_loss(hooked, scaled):
+    # torch.autograd.backward([l1, l2]) (a multi-task step) was read as l1 alone; scaled by a
+    # GradScaler, each must be unscaled (not 1024 times it).
     inst, rep = hooked
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, enabled=scaled)
     sums = []
-    for _ in range(2):
+    for _ in range(3):
         x, y = _batch()
         out = model(x)
         l1, l2 = nn.functional.cross_entropy(out, y), out.pow(2).mean()
         torch.autograd.backward([scaler.scale(l1), scaler.scale(l2)])
         scaler.step(opt)
         scaler.update()
-        opt.zero_grad()
-        sums.append(l1.item() + l2.item())
-    inst.finish()
-    assert [s["loss"] for s in rep.steps] == pytest.approx(sums)  # not 1024 times either
-
-
-def test_losses_backpropagated_together_are_the_steps_loss(hooked):
-    # torch.autograd.backward([l1, l2]) (a multi-task step) was read as l1 alone.
-    inst, rep = hooked
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    sums = []
-    for _ in range(3):
-        x, y = _batch()
-        out = model(x)
-        l1, l2 = nn.functional.cross_entropy(out, y), out.pow(2).mean()
-        torch.autograd.backward([l1, l2])
-        opt.step()
         opt.zero_grad()
         sums.append(l1.item() + l2.item())
     inst.finish()
