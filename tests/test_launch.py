@@ -332,3 +332,21 @@ def test_version_names_pardash_and_torch():
 
     proc = subprocess.run([sys.executable, "-m", "pardash", "--version"], capture_output=True, text=True, timeout=60, env=pardash_env())
     assert proc.returncode == 0 and proc.stdout.strip() == f"pardash {version('pardash')} (torch {version('torch')})", proc
+
+
+@pytest.mark.parametrize(
+    ("rank_command", "named"),
+    [(["pardash.trainer.autorun", "train.py", "--lr", "1"], "train.py"), (["pardash.trainer.autorun", "-m", "pkg.train"], "pkg.train")],
+)
+def test_torchruns_failure_summary_names_the_script_not_pardashs_wrapper(rank_command, named):
+    # "pardash.trainer.autorun FAILED" where plain torchrun says "train.py FAILED".
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from pardash.trainer.torchrun import _name_the_script
+
+    exc = ChildFailedError(name="pardash.trainer.autorun", failures={1: ProcessFailure(local_rank=1, pid=42, exitcode=1, error_file="")})
+    _name_the_script(exc, ["x/torchrun.py", "--nproc-per-node", "2", "-m", "--", *rank_command])
+    assert f"\n{named} FAILED\n" in str(exc) and "autorun" not in str(exc)
+    bundled = ChildFailedError(name="pardash.trainer.train", failures=exc.failures)
+    _name_the_script(bundled, ["x/torchrun.py", "-m", "--", "pardash.trainer.train", "--steps", "5"])
+    assert "\npardash.trainer.train FAILED\n" in str(bundled)  # the bundled trainer keeps its name

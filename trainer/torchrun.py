@@ -32,8 +32,27 @@ def main() -> int:
             # scheduler) and has stopped the workers. A stop, not a failure to trace back:
             # exit as the shell would for the signal.
             return 128 + int(sig)
+        _name_the_script(e)
         traceback.print_exc()
         return 1
+
+
+AUTORUN = "pardash.trainer.autorun"
+
+
+def _name_the_script(exc: BaseException, argv: list[str] | None = None) -> None:
+    """torchrun's failure summary names the program it ran: for ``pardash launch -- train.py``
+    that is pardash's wrapper ("pardash.trainer.autorun FAILED"), where plain torchrun names
+    the script. The summary is made again with the script's name (or ``-m``'s module)."""
+    argv = sys.argv if argv is None else argv
+    if getattr(exc, "name", None) != AUTORUN or not hasattr(exc, "format_msg") or AUTORUN not in argv:
+        return
+    rest = argv[argv.index(AUTORUN) + 1 :]
+    if rest[:1] == ["-m"]:
+        rest = rest[1:]
+    if rest:
+        exc.name = rest[0]
+        exc.args = (exc.format_msg(),)
 
 
 if __name__ == "__main__":
