@@ -1087,6 +1087,20 @@ def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):
     assert [(v.rank, v.cause) for v in verdicts] == [(1, "data")]
 
 
+def test_data_parallel_by_hand_has_self_time_and_its_straggler_named(tmp_path):
+    # A script that all-reduces its gradients itself (no DDP) read as strategy "single", with
+    # no self time: the straggler detector had nothing to judge.
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "ddp_by_hand.py"), "0.05")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hellos = [m for m in msgs if isinstance(m, schema.Hello) and m.rank == 0]
+    assert hellos[-1].strategy == "ddp" and "data parallel by hand" in hellos[-1].note
+    for rank in (0, 1):
+        steps = _steps(msgs, rank)
+        assert len(steps) == 80 and all(s.self_s is not None for s in steps[2:])
+    verdicts = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
+    assert [(v.rank, v.cause) for v in verdicts] == [(1, "data")]
+
+
 @pytest.mark.parametrize("accum", ["1", "8"])
 @pytest.mark.serial  # a verdict judged from real timing: run alone (make test)
 def test_a_rank_slow_inside_an_fsdp_models_blocks_is_named_the_straggler(tmp_path, accum):

@@ -271,6 +271,8 @@ class Instrument:
         """A root went while its hooks could not be swapped: the next step swaps them."""
         self._swapping = False
         self.strategy = ""
+        self._by_hand = False
+        """The script all-reduces its gradients itself (no DDP or FSDP): see _all_reduce_by_hand."""
         self.backend = ""
         self._hello: dict[str, Any] = {}
         self._hello_sent = False
@@ -380,6 +382,7 @@ class Instrument:
         self._patch(torch.nn.Module, "train", self._wrap_train)
         if torch.distributed.is_available():
             self._patch(torch.distributed, "init_process_group", self._wrap_init_process_group)
+            self._patch(torch.distributed, "all_reduce", self._wrap_all_reduce)
         from torch.utils.data.distributed import DistributedSampler
 
         self._patch(DistributedSampler, "set_epoch", self._wrap_set_epoch)
@@ -1157,6 +1160,33 @@ class Instrument:
             return result
 
         return init_process_group
+
+    def _wrap_all_reduce(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def all_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if _get_ident() == self._tid and not _is_compiling() and (self._by_hand or self.strategy == "single"):
+                self._all_reduce_by_hand()
+            return original(tensor, *args, **kwargs)
+
+        return all_reduce
+
+    @_guarded
+    def _all_reduce_by_hand(self) -> None:
+        """A model trained without DDP or FSDP on several ranks whose script all-reduces (its
+        gradients, by hand): data parallel all the same. The step's first all_reduce is its
+        arrival (self time: its work before it, the straggler signal), and the strategy is ddp
+        (a full copy a rank), said in the hello's note; it read "single", with no self time."""
+        if self.reporter.identity.world_size < 2 or self._open is None or self._eval_t0 or self._in_optimizer:
+            return
+        if self._phase not in ("forward", "backward"):
+            return  # a metric's all_reduce after the step (or in its data), not the gradients'
+        if not self._arrived():
+            self._arrive(self.clock.stamp())
+        if not self._by_hand:
+            self._by_hand = True
+            self.strategy = "ddp"
+            self._hello["strategy"] = "ddp"
+            self._hello["note"] = "data parallel by hand: no DDP wrapper, the script all-reduces (torch.distributed.all_reduce)"
+            self._send_hello()
 
     def _wrap_set_epoch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def set_epoch(sampler: Any, epoch: int) -> Any:
