@@ -119,13 +119,12 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     unrecorded = None
     left: list[tuple[int, int | None]] = []
     if first.code > 0 and error is not None and PEER_FAILURE.search(error):
-        # Even the first failure is a peer's failure. A rank that had ended well before it
-        # (exit 0 while the others trained on: an early stop decided on one rank) left their
-        # collectives without a peer; else the rank that failed first left no exit (torchrun,
-        # restarting, names only the first worker it saw fail): ranks with no word in this
-        # attempt are where to look.
-        # Left early: before the step the failing rank died in (not a rank that finished the
-        # last step with the others while a peer failed in teardown).
+        # Even the first failure is a peer's failure. A rank that ended well (exit 0) before
+        # the step the failing rank died in left their collectives without a peer (an early
+        # stop decided on one rank; not a rank that finished the last step with the others
+        # while a peer failed in teardown). Else the rank that failed first left no exit
+        # (torchrun, restarting, names only the first worker it saw fail): ranks with no word
+        # in this attempt are where to look.
         ended = {
             e.rank: e.step for e in events
             if e.name == "exit" and e.rank >= 0 and e.code == 0 and e.hseq < first.hseq

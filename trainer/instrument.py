@@ -444,9 +444,7 @@ class Instrument:
         self._swapping = True
         try:
             self._unwatch()
-            roots = self.roots
-            inner = [r.module for r in roots if isinstance(getattr(r, "module", None), torch.nn.Module)]
-            for root in [*roots, *inner]:  # a DDP root's module: evaluated directly, bypassing DDP
+            for root in self._hooked_modules():
                 # prepend: before FSDP2's pre-forward hook, whose all-gather is the arrival
                 self._module_handles.append(root.register_forward_pre_hook(_Hook(self._forward_pre), prepend=True))
                 self._module_handles.append(
@@ -486,9 +484,14 @@ class Instrument:
             return False
         if _get_ident() != self._tid or self._depth:
             return False
-        roots = {id(r) for r in self.roots}
-        roots |= {id(r.module) for r in self.roots if isinstance(getattr(r, "module", None), torch.nn.Module)}
-        return any(id(m) in roots for m in obj.modules())
+        hooked = {id(m) for m in self._hooked_modules()}
+        return any(id(m) in hooked for m in obj.modules())
+
+    def _hooked_modules(self) -> list[Any]:
+        """The modules the root hooks go on: the roots, and a DDP root's module (evaluated
+        directly, bypassing DDP)."""
+        roots = self.roots
+        return [*roots, *(r.module for r in roots if isinstance(getattr(r, "module", None), torch.nn.Module))]
 
     def _unwatch(self) -> None:
         for h in self._module_handles:
