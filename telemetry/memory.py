@@ -123,40 +123,48 @@ class MemoryAccountant:
             self.params_full_bytes += p.numel() * p.element_size()
         self.is_cuda = any(p.device.type == "cuda" for p in self.params)
         self.full_every = max(1, full_every)
-        self._ddp = weakref.ref(ddp_module) if ddp_module is not None else None
-        self._buckets_bytes: int | None = None
-        self._buckets_final = False
+        ddps = () if ddp_module is None else ddp_module if isinstance(ddp_module, (list, tuple)) else (ddp_module,)
+        self._ddps = [weakref.ref(d) for d in ddps]
+        """Every DDP wrapper of the model's parameters (a GAN wraps its two models apart)."""
+        self._buckets: dict[int, int] = {}
+        """Bucket bytes of each DDP wrapper (by its place in _ddps) whose buckets are final."""
         self._calls = 0
         self._last: Mem | None = None
         self._last_sig: tuple[int, ...] = ()
         self._rss = _Rss()
 
     def buckets_bytes(self, grads_bytes: int) -> int:
-        """DDP gradient-bucket bytes.
+        """DDP gradient-bucket bytes, summed over the model's DDP wrappers.
 
-        Read from DDP's logging data (``rebuilt_bucket_sizes``, else ``bucket_sizes``: the
+        Read from each DDP's logging data (``rebuilt_bucket_sizes``, else ``bucket_sizes``: the
         bytes of each bucket's flat buffer). Only when that is unavailable (a torch without
         ``_get_ddp_logging_data``) is it taken to equal the gradient bytes, which is what the
-        buckets hold. 0 without a DDP module, and 0 with ``gradient_as_bucket_view=True``:
+        buckets hold. 0 without a DDP module, and 0 for a DDP with ``gradient_as_bucket_view=True``:
         the gradients are then views of the buckets, counted once, as gradients.
         """
-        ddp = self._ddp() if self._ddp is not None else None
-        if ddp is None or getattr(ddp, "gradient_as_bucket_view", False):
-            return 0
-        if self._buckets_final and self._buckets_bytes is not None:
-            return self._buckets_bytes
-        try:
-            data = ddp._get_ddp_logging_data()
-        except Exception:
-            return grads_bytes
-        sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes")
-        if not sizes:
-            return grads_bytes
-        self._buckets_bytes = sum(int(s) for s in str(sizes).replace(",", " ").split())
-        # DDP rebuilds its buckets once, in the order gradients became ready; after that the
-        # sizes no longer change.
-        self._buckets_final = bool(data.get("has_rebuilt_buckets"))
-        return self._buckets_bytes
+        total = 0
+        for i, ref in enumerate(self._ddps):
+            ddp = ref()
+            if ddp is None or getattr(ddp, "gradient_as_bucket_view", False):
+                continue
+            cached = self._buckets.get(i)
+            if cached is not None:
+                total += cached
+                continue
+            try:
+                data = ddp._get_ddp_logging_data()
+            except Exception:
+                return grads_bytes
+            sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes")
+            if not sizes:
+                return grads_bytes
+            nbytes = sum(int(s) for s in str(sizes).replace(",", " ").split())
+            # DDP rebuilds its buckets once, in the order gradients became ready; after that the
+            # sizes no longer change.
+            if data.get("has_rebuilt_buckets"):
+                self._buckets[i] = nbytes
+            total += nbytes
+        return total
 
     def count(self, optimizers: Sequence[Any]) -> Mem:
         """Walk every tensor: local bytes de-duplicated by storage, and unsharded bytes."""
@@ -261,7 +269,7 @@ def account(model: Any, optimizers: Any, *, ddp_module: Any = None) -> Mem:
 
     ``model``: the module whose parameters are trained (the FSDP2 root, or the module DDP
     wraps, or the DDP module itself); ``optimizers``: one optimizer or several;
-    ``ddp_module``: the DDP wrapper, for its gradient-bucket sizes. The parameter list is
+    ``ddp_module``: the DDP wrapper, or a list of them, for their gradient-bucket sizes. The parameter list is
     cached per model, and the tensors are recounted every :data:`FULL_EVERY` calls (and
     whenever an optimizer's state grows), so calling this every step costs a few microseconds
     on average. Use :class:`MemoryAccountant` with ``full_every=1`` to recount every call.
@@ -332,7 +340,7 @@ class MemoryProbe:
         return self.last
 
 
-class _Holder:
+class Holder:
     """Several modules (or optimizers' parameters) seen as one model by ``account``."""
 
     def __init__(self, modules: list[Any], optimizers: list[Any]) -> None:
@@ -340,9 +348,13 @@ class _Holder:
         self._modules = [weakref.ref(m) for m in modules]
         self._optimizers = [weakref.ref(o) for o in optimizers]
 
+    def modules(self) -> list[Any]:
+        """The modules held that are still alive."""
+        return [m for m in (r() for r in self._modules) if m is not None]
+
     def parameters(self) -> Iterator[Any]:
         seen: set[int] = set()
-        modules = [m for m in (r() for r in self._modules) if m is not None]
+        modules = self.modules()
         optimizers = [o for o in (r() for r in self._optimizers) if o is not None]
         if modules:
             params = (p for m in modules for p in m.parameters())
@@ -363,5 +375,5 @@ def accountable(modules: list[Any], optimizers: list[Any], cache: dict[str, Any]
     key = (tuple(id(m) for m in modules), tuple(id(o) for o in optimizers) if not modules else ())
     if cache.get("key") != key:
         cache["key"] = key
-        cache["holder"] = _Holder(modules, optimizers)
+        cache["holder"] = Holder(modules, optimizers)
     return cache["holder"]

@@ -252,6 +252,29 @@ def test_between_two_optimizers_steps_a_load_is_data_and_a_crash_there_is_no_ste
         assert s["optimizer_s"] == pytest.approx(0.0) and s["data_s"] == pytest.approx(0.030)
 
 
+def test_a_gan_of_two_ddp_models_counts_both_models_buckets(hooked, tmp_path):
+    # Only the newest DDP's buckets were counted: the generator's gradient buckets were missing
+    # from what the rank held.
+    import torch.distributed as dist
+
+    inst, rep = hooked
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        gen = nn.parallel.DistributedDataParallel(nn.Linear(4, 8))
+        disc = nn.parallel.DistributedDataParallel(nn.Linear(8, 1))
+        opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
+        for _ in range(4):
+            _gan_iteration(gen, disc, opt_d, opt_g, fakes_grad=False)
+        inst.finish()
+    finally:
+        dist.destroy_process_group()
+    nbytes = {name: sum(p.numel() * p.element_size() for p in m.parameters()) for name, m in (("gen", gen), ("disc", disc))}
+    mem = rep.steps[-1]["mem"]
+    assert mem.params_bytes == nbytes["gen"] + nbytes["disc"]
+    # one flat buffer per bucket, as large as the gradients it reduces: both models'
+    assert mem.buckets_bytes == mem.grads_bytes == nbytes["gen"] + nbytes["disc"]
+
+
 def test_a_pass_without_grad_in_training_mode_is_part_of_the_step(hooked, monkeypatch):
     # A GAN's fakes or a distillation teacher's targets, under no_grad: the step's, and the
     # load before them its data (an evaluation is a model in eval mode).

@@ -1063,7 +1063,7 @@ class Instrument:
         if model is None:
             return None
         # another model (or set) than the last measured: measured now
-        return self.probe.measure(model, self.optimizers, ddp_module=self.trained.ddp, step_s=self._step_s, force=force or new)
+        return self.probe.measure(model, self.optimizers, ddp_module=self.trained.ddps_of(model), step_s=self._step_s, force=force or new)
 
     def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""

@@ -67,6 +67,12 @@ class Trained:
         """The newest DDP root still alive (its gradient buckets are measured)."""
         return self._ddp() if self._ddp is not None else None
 
+    def ddps_of(self, model: Any) -> list[Any]:
+        """The DDP roots among what memory accounting measures (``accountable``'s answer): a
+        GAN's two models each have their buckets."""
+        modules = model.modules() if isinstance(model, memory.Holder) else [model]
+        return [m for m in modules if id(m) in self.ddp_ids]
+
     def has_roots(self) -> bool:
         return bool(self._roots)
 
