@@ -35,7 +35,6 @@ class Trained:
         self.trained_ids: set[int] = set()
         """The live roots' ids and those of the modules DDP/DP roots wrap (see :meth:`trains`)."""
         self._optimizers: list[weakref.ref[Any]] = []
-        self._ddp: weakref.ref[Any] | None = None
         self.ddp_ids: set[int] = set()
         """The live DDP roots' ids: a forward of any of them may sync (a kept model's or the new one's)."""
         self._has_params: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -61,11 +60,6 @@ class Trained:
     def optimizers(self) -> list[Any]:
         """The optimizers seen stepping that are still alive, oldest first."""
         return [o for o in (r() for r in self._optimizers) if o is not None]
-
-    @property
-    def ddp(self) -> Any:
-        """The newest DDP root still alive (its gradient buckets are measured)."""
-        return self._ddp() if self._ddp is not None else None
 
     def ddps_of(self, model: Any) -> list[Any]:
         """The DDP roots among what memory accounting measures (``accountable``'s answer): a
@@ -126,7 +120,6 @@ class Trained:
         self._roots.append(ref)
         strategy = modelfacts.strategy_of(module)
         if strategy == "ddp":
-            self._ddp = ref
             self.ddp_ids.add(id(module))
         return strategy
 
@@ -141,8 +134,6 @@ class Trained:
             for i in ids:
                 self._root_step.pop(i, None)
             self.ddp_ids.difference_update(ids[:1])
-            if self._ddp is ref:
-                self._ddp = next((r for r in reversed(self._roots) if r() is not None and id(r()) in self.ddp_ids), None)
             self._on_root_gone()
         except Exception:
             pass  # a callback in the collector, maybe at exit: never a traceback
