@@ -655,7 +655,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
     if supervisor:
         each_frame.append(SupervisorWatch(hub, supervisor))
     else:  # a launched hub's stderr is the terminal its TUI draws on: its viewers show the events
-        hub.say = lambda text: print(f"pardash hub: {text}", file=sys.stderr, flush=True)
+        hub.say = hub.core.say = lambda text: print(f"pardash hub: {text}", file=sys.stderr, flush=True)
     if each_frame:
         hub.on_frame = lambda: [f() for f in list(each_frame)]
     signal.signal(signal.SIGTERM, hub.stop)

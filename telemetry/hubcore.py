@@ -13,7 +13,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from math import isfinite
 from typing import Annotated, Any, Union
 
@@ -164,6 +164,10 @@ class HubCore:
         self.rejected: Counter[str] = Counter()
         self.redundant = 0
         """Launcher notes the rank had already sent itself (not rejects: expected)."""
+        self.say: Callable[[str], None] | None = None
+        """Where the hub also says a warning its operator must act on (a hub run alone: its
+        stderr); viewers and the log have it as an event."""
+        self._world_said = False
         self.snapshots_served = 0
         self.hub_id = os.urandom(4).hex()
         self._pending: list[schema.Message] = []
@@ -444,6 +448,13 @@ class HubCore:
         ):
             reason = "too_many_events"
         if reason is not None:
+            if reason == "world_size_mismatch" and not self._world_said:
+                self._world_said = True
+                self._warn(
+                    f"rank {msg.rank} says its job has {msg.world_size} ranks (its hello), but this hub was told "  # type: ignore[union-attr]
+                    f"{self.world_size} (--world-size): its hellos are refused, so hosts, strategy and model facts "
+                    "stay unknown; start the hub with the job's --world-size, or without it"
+                )
             if reason != "redundant":
                 self.rejected[reason] += 1
             else:
@@ -496,6 +507,11 @@ class HubCore:
         ev = schema.Event(rank=rank, seq=-1, name=name, message=message, t=time.time(), run=self.state.run_id)
         self._take(ev, time.monotonic())
         self._pending.append(ev)
+
+    def _warn(self, message: str) -> None:
+        self.note(message, name="warning")
+        if self.say is not None:
+            self.say(message)
 
     def verdict(self, v: schema.Verdict) -> None:
         """Record a verdict (from the detector or the launcher) and send it to viewers; seq -1,

@@ -390,6 +390,44 @@ def test_ps_learns_what_a_hub_alone_records_from_its_first_hello(tmp_path):
         proc.wait(30)
 
 
+def test_a_hub_alone_told_another_world_size_says_why_it_refuses_the_hellos(tmp_path):
+    # `pardash hub --world-size 4` and a 2-rank job: every hello was refused in silence (the
+    # report's "refused ... world_size_mismatch 4" afterwards; hosts and strategy "-").
+    import json
+    import subprocess
+    import sys
+
+    from helpers import pardash_env
+
+    err = tmp_path / "stderr"
+    with open(err, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pardash", "hub", "--run-id", "ws", "--world-size", "4", "--log", str(tmp_path / "t.jsonl"), "--no-registry"],
+            stdout=subprocess.PIPE, stderr=fh, text=True, env=pardash_env(),
+        )  # fmt: skip
+    try:
+        info = json.loads(proc.stdout.readline())
+        rep = Reporter(info["ingest"], run="ws", identity=identity(1, 2), heartbeat_s=0)
+        rep.hello(strategy="ddp")
+        wait_for(lambda: "says its job has" in err.read_text())
+        assert "rank 1 says its job has 2 ranks (its hello), but this hub was told 4 (--world-size)" in err.read_text()
+        rep.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_a_hello_against_the_told_world_size_is_said_once_in_the_log_and_to_the_operator():
+    said: list[str] = []
+    core = HubCore(run_id="r", world_size=4)
+    core.say = said.append
+    for rank in (0, 1):
+        assert not core.ingest(schema.Hello(run="r", rank=rank, world_size=2, pid=10, t=1.0e9), 1.0)
+    warnings = [m for m in core.state.events if isinstance(m, schema.Event) and m.name == "warning"]
+    assert len(said) == len(warnings) == 1 and said[0] == warnings[0].message
+    assert core.rejected == {"world_size_mismatch": 2}
+
+
 def test_a_rank_stopped_by_torchrun_that_says_another_code_itself_exits_once_with_torchruns():
     # torchrun stopped rank 0 with SIGTERM after rank 1 died (its note: -15); rank 0's own exit,
     # held up as it died, said code 1: "[exit] rank 0 exited with code -15" then "... code 1".
