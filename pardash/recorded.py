@@ -93,6 +93,32 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
+RANKS_LISTED = 8
+"""Ranks an export's closing line names one by one; past them, ranks with the same number of
+steps are one part of it (it listed all 256 ranks of a job, each with its 900 steps)."""
+STEP_GROUPS_LISTED = 3
+
+
+def steps_by_rank(steps: dict[int, int]) -> str:
+    """'rank 0: 300, rank 1: 300'; past RANKS_LISTED ranks, grouped by their number of steps,
+    the largest group first: '900 on each of 256 ranks', 'ranks 0-16, 18-255: 900; rank 17: 880'."""
+    from pardash.telemetry.summary import ranks_named, ranks_text
+
+    if len(steps) <= RANKS_LISTED:
+        return ", ".join(f"rank {r}: {n}" for r, n in steps.items()) or "none"
+    groups: dict[int, list[int]] = {}
+    for rank, n in steps.items():
+        groups.setdefault(n, []).append(rank)
+    if len(groups) == 1:
+        return f"{next(iter(groups))} on each of {len(steps)} ranks"
+    ordered = sorted(groups.items(), key=lambda g: (-len(g[1]), -g[0]))
+    parts = [f"{ranks_named(ranks) if len(ranks_text(ranks)) <= 40 else f'{len(ranks)} ranks'}: {n}" for n, ranks in ordered[:STEP_GROUPS_LISTED]]
+    rest = [n for n, ranks in ordered[STEP_GROUPS_LISTED:] for _ in ranks]
+    if rest:
+        parts.append(f"{len(rest)} other ranks: {min(rest)} to {max(rest)}")
+    return "; ".join(parts)
+
+
 def cmd_export(ns: argparse.Namespace) -> int:
     from pardash.telemetry.export import ExportError, export_tensorboard
 
@@ -106,8 +132,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
     if not res["points"]:
         # (it said "wrote 0 scalars to DIR ... view with tensorboard" of a folder never made)
         fail(f"{ns.log}: no step in the log, so nothing to export (its ranks published none)", 1)
-    steps = ", ".join(f"rank {r}: {n}" for r, n in res["ranks"].items()) or "none"
-    print(f"{PROG}: wrote {res['points']} scalars to {ns.tensorboard} (steps {steps}); view with: tensorboard --logdir {ns.tensorboard}")
+    print(f"{PROG}: wrote {res['points']} scalars to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
     if res["skipped_lines"]:
         print(f"{PROG}: skipped {res['skipped_lines']} malformed or truncated log line(s)")
     return 0

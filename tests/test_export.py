@@ -195,3 +195,18 @@ def test_an_export_of_many_ranks_writes_every_file_from_its_own_thread(tmp_path,
     for r in (0, 17, ranks - 1):
         events = _read_back(tmp_path / "tb" / f"rank{r}").Scalars("loss")
         assert [(e.step, e.value) for e in events] == [(s, pytest.approx(r + s / 10)) for s in range(1, steps + 1)]
+
+
+def test_the_closing_line_of_an_export_of_many_ranks_groups_them(tmp_path):
+    # It named every rank with its steps: 256 ranks were a 4,000-character line.
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(
+        [schema.Step(rank=r, step=s, seq=s, loss=1.0, step_s=0.1, samples=4, t=1.0e9 + s) for s in (1, 2) for r in range(300) if s == 1 or r != 17]
+    ))  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / "tb")],
+        capture_output=True, text=True, env=pardash_env(), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert "(steps ranks 0-16, 18-299: 2; rank 17: 1); view with" in line, line
