@@ -132,6 +132,15 @@ def cmd_export(ns: argparse.Namespace) -> int:
     if not res["points"]:
         # (it said "wrote 0 scalars to DIR ... view with tensorboard" of a folder never made)
         fail(f"{ns.log}: no step in the log, so nothing to export (its ranks published none)", 1)
+    if res.get("runs"):
+        # (as report warns of such a log: a rank's steps of each run went to one event file, a
+        # later run's first step a restart there, from which TensorBoard drops the earlier's)
+        runs = res["runs"]
+        print(
+            f"{PROG}: warning: {ns.log} holds {len(runs)} runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}): "
+            "exported as one, a later run's steps replacing an earlier's from the step it starts at",
+            file=sys.stderr,
+        )
     print(f"{PROG}: wrote {res['points']} scalars to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
     if res["skipped_lines"]:
         print(f"{PROG}: skipped {res['skipped_lines']} malformed or truncated log line(s)")

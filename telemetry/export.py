@@ -124,7 +124,8 @@ class _EventFile:
 
 def export_tensorboard(log_path: str, out_dir: str) -> dict:
     """Write ``log_path``'s per-rank scalars under ``out_dir``; returns what was written:
-    ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": n, "skipped_lines": n}``."""
+    ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": n, "skipped_lines": n}``, and
+    ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
     if not os.path.isfile(log_path):
         raise ExportError(f"{log_path}: no such log file")
     existing = glob.glob(os.path.join(out_dir, "rank*", "events.out.tfevents.*"))
@@ -137,6 +138,7 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
     sent: dict[int, int] = {}
     """A rank's highest seq since its hello (seq counts up in a process; a restart's begins again)."""
     points = 0
+    runs: set[str] = set()
     stats = LogReadStats()
     try:
         for msg in read_log(log_path, stats):
@@ -171,6 +173,7 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
             w.add(Event(wall_time=msg.t, step=msg.step, summary=Summary(value=values)))
             steps[msg.rank] = steps.get(msg.rank, 0) + 1
             points += len(values)
+            runs.add(msg.run)
     except OSError as exc:
         raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
     finally:
@@ -183,6 +186,7 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
         "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(writers)},
         "points": points,
         "skipped_lines": stats.skipped_total,
+        **({"runs": sorted(runs)} if len(runs) > 1 else {}),
     }
 
 

@@ -210,3 +210,19 @@ def test_the_closing_line_of_an_export_of_many_ranks_groups_them(tmp_path):
     assert done.returncode == 0, done.stderr
     (line,) = done.stdout.splitlines()
     assert "(steps ranks 0-16, 18-299: 2; rank 17: 1); view with" in line, line
+
+
+def test_an_export_of_a_log_holding_two_runs_warns_as_the_report_does(tmp_path):
+    # A log appended to by hand: report warns that it mixes the runs; export made one
+    # TensorBoard run a rank of both without a word, the second run's steps replacing the first's.
+    both = tmp_path / "both.jsonl"
+    both.write_bytes((DATA / "real_ddp2.jsonl").read_bytes() + (DATA / "real_fsdp2.jsonl").read_bytes())
+
+    def run(log, out):
+        return subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(out)],
+                              capture_output=True, text=True, env=pardash_env(), timeout=120)  # fmt: skip
+
+    p = run(both, tmp_path / "tb")
+    assert p.returncode == 0 and "holds 2 runs" in p.stderr and "exported as one" in p.stderr, p.stderr
+    one = run(DATA / "real_ddp2.jsonl", tmp_path / "tb1")
+    assert one.returncode == 0 and "warning" not in one.stderr
