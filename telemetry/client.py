@@ -285,6 +285,17 @@ FOLLOW_QUIET_S = 15.0
 second, so a live run's log grows at least that often)."""
 
 
+def _first_word(messages: list[schema.Message]) -> float:
+    """When the ranks first said anything: the replay's start. A hub waits for its job's ranks
+    (torch's import, a rendezvous, a queue); its notes before them are played with the first
+    frame, not after seconds or minutes of nothing (as report counts a run from its ranks'
+    first word)."""
+    ts = [m.t for m in messages if m.t and m.rank >= 0]
+    if not ts:
+        ts = [m.t for m in messages if m.t]
+    return min(ts) if ts else 0.0
+
+
 def _last_word(messages: list[schema.Message], default: float) -> float:
     """When the ranks last said anything: the replay's end. The hub's own notes after it (its
     "hub stopped", written when a TUI left open for minutes after the job closed) are played
@@ -332,8 +343,7 @@ class ReplaySource(FrameApplier):
             raise AttachError(f"{path}: cannot read it: {exc.strerror or exc}") from None
         if not self._messages:
             raise AttachError(no_records(path, self.read_stats))
-        ts = [m.t for m in self._messages if m.t]
-        self.t_start = min(ts) if ts else 0.0
+        self.t_start = _first_word(self._messages)
         self.t_end = _last_word(self._messages, self.t_start)
         self._restart()
 

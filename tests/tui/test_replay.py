@@ -25,7 +25,7 @@ async def test_replay_controls_pause_speed_and_seek():
     app = make_app(src)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        assert "replay run4.jsonl 20s / 31s · 1× · paused" in header(app)
+        assert "replay run4.jsonl 20s / 30s · 1× · paused" in header(app)
         await pilot.press("plus")
         await pilot.press("plus")
         assert src.speed == 4.0 and "4×" in header(app)
@@ -33,7 +33,7 @@ async def test_replay_controls_pause_speed_and_seek():
         assert src.speed == 2.0
         await pilot.press("left_square_bracket")
         await pilot.pause()
-        assert src.position_s == 10.0 and "replay run4.jsonl 10s / 31s" in header(app)
+        assert src.position_s == 10.0 and "replay run4.jsonl 10s / 30s" in header(app)
         await pilot.press("right_square_bracket")
         await pilot.pause()
         assert src.position_s == 20.0
@@ -148,7 +148,7 @@ def test_a_finished_run_shows_the_rate_it_ran_at():
     msgs, _ = load_log(log)
     steps = [m.t for m in msgs if isinstance(m, schema.Step)]
     src = ReplaySource(str(log))
-    src.seek((steps[0] + steps[-1]) / 2 - msgs[0].t)  # half-way through its steps
+    src.seek((steps[0] + steps[-1]) / 2 - src.t_start)  # half-way through its steps
     mid = summarize(src)
     assert mid.samples_per_s and not mid.samples_per_s_when
     src.seek(src.duration_s + 1)
@@ -319,9 +319,29 @@ def test_a_tui_left_open_after_the_job_adds_no_dead_time_to_its_replay(tmp_path)
     msgs += [schema.Event(rank=-1, name="hub", message="hub stopped: 17 messages, 0 lost, 0 rejected", t=t0 + 44)]
     log.write_bytes(schema.encode_json_lines(msgs))
     src = ReplaySource(str(log))
-    assert src.duration_s == 18.0 and not src.following
+    assert src.duration_s == 16.0 and not src.following  # steps 1 to 17 (the hub's start is played with step 1)
     src.seek(src.duration_s)
     assert src.done and "hub stopped" in src.state.events[-1].message
+
+
+def test_a_replay_starts_with_the_ranks_not_the_hub_waiting_for_them(tmp_path):
+    # The hub starts before the job's ranks (torch's import, a rendezvous, a queue): a replay
+    # showed "0 ranks, step 0" for that long, 5 s of a 28 s run on a laptop, minutes on a
+    # cluster. Its notes from then are played with the ranks' first frame.
+    from pardash.telemetry import schema
+
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+    msgs: list = [schema.Event(rank=-1, name="hub", message="hub started", t=t0 - 30)]
+    msgs += [schema.Hello(rank=r, world_size=2, t=t0 + r / 10, run="x", seq=0) for r in (0, 1)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, t=t0 + s, seq=s, run="x") for s in range(1, 11) for r in (0, 1)]
+    msgs += [schema.Event(rank=-1, name="hub", message="hub stopped: 22 messages, 0 lost, 0 rejected", t=t0 + 11)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    src = ReplaySource(str(log))
+    assert src.duration_s == 10.0
+    src.seek(1.05)
+    assert sorted(src.state.ranks) == [0, 1] and src.state.step == 1
+    assert src.state.events[0].message == "hub started"
 
 
 async def test_figures_at_the_floats_limits_never_crash_the_dashboard(tmp_path):
