@@ -29,7 +29,7 @@ import socket
 import time
 
 from . import schema
-from .logreader import LogReadStats, no_records, read_log
+from .logreader import LogReadStats, Progress, no_records, read_log
 from .state import mem_held_bytes
 
 TIMES = ("step_s", "data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -122,8 +122,9 @@ class _EventFile:
             raise ExportError(f"cannot write {self.path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
 
 
-def export_tensorboard(log_path: str, out_dir: str) -> dict:
-    """Write ``log_path``'s per-rank scalars under ``out_dir``; returns what was written:
+def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = None) -> dict:
+    """Write ``log_path``'s per-rank scalars under ``out_dir`` (``progress`` is told how far
+    the log's reading is); returns what was written:
     ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": n, "skipped_lines": n}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
     if not os.path.isfile(log_path):
@@ -141,7 +142,7 @@ def export_tensorboard(log_path: str, out_dir: str) -> dict:
     runs: set[str] = set()
     stats = LogReadStats()
     try:
-        for msg in read_log(log_path, stats):
+        for msg in read_log(log_path, stats, progress):
             if isinstance(msg, schema.Hello):
                 sent.pop(msg.rank, None)
             if not isinstance(msg, schema.Step) or msg.rank < 0:

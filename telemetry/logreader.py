@@ -11,7 +11,7 @@ import os
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import msgspec
 
@@ -60,13 +60,29 @@ def no_records(path: str | os.PathLike[str], stats: LogReadStats) -> str:
     return f"{path}: no telemetry records in {lines} line(s) ({why or 'all blank'}); is it a pardash log?"
 
 
-def read_log(path: str | os.PathLike[str], stats: LogReadStats | None = None) -> Iterator[schema.Message]:
-    """Yield the log's records in order; fill ``stats`` with what was skipped. A gzip-compressed
+Progress = Callable[[int, int], None]
+"""Told (bytes of the log's file read, its size) as a log is read: a gzip log's compressed bytes."""
+PROGRESS_EVERY = 1 << 13
+"""Records between two calls of a :data:`Progress`."""
+
+
+def read_log(path: str | os.PathLike[str], stats: LogReadStats | None = None, progress: Progress | None = None) -> Iterator[schema.Message]:
+    """Yield the log's records in order; fill ``stats`` with what was skipped; tell
+    ``progress`` how far it is every PROGRESS_EVERY records, and at the end. A gzip-compressed
     log is read as it is. OSError when it cannot be read (an OSError subclass too for a
     corrupt gzip stream)."""
     stats = stats if stats is not None else LogReadStats()
     with _open(path) as fh:
-        yield from _records(fh, stats)
+        if progress is None:
+            yield from _records(fh, stats)
+            return
+        raw = getattr(fh, "fileobj", fh)  # a gzip stream's file: where it is in the compressed bytes
+        size = os.fstat(raw.fileno()).st_size
+        for n, msg in enumerate(_records(fh, stats), 1):
+            if n % PROGRESS_EVERY == 0:
+                progress(min(raw.tell(), size), size)
+            yield msg
+        progress(size, size)
 
 
 def log_run_id(path: str | os.PathLike[str], records: int = 1000) -> str:

@@ -25,7 +25,7 @@ from collections import defaultdict, deque
 from typing import Any
 
 from . import schema
-from .logreader import LogReadStats, read_log
+from .logreader import LogReadStats, Progress, read_log
 from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
@@ -96,8 +96,9 @@ class _Arrivals:
         return cur[0] - cur[2]
 
 
-def build_report(path: str) -> dict:
-    """Read the log at ``path`` and summarise it (the ``--format json`` object)."""
+def build_report(path: str, progress: Progress | None = None) -> dict:
+    """Read the log at ``path`` and summarise it (the ``--format json`` object); ``progress``
+    is told how far the reading is (a log of gigabytes takes minutes)."""
     stats = LogReadStats()
     state = RunState(track_seq=True)
     state.events = deque()  # the report needs every event and verdict, not the last 500
@@ -144,7 +145,7 @@ def build_report(path: str) -> dict:
     hub_restarts: list[float] = []
     refused = _Refused()
     closed = False  # the hub's "hub stopped" came after the ranks' last record
-    for msg in read_log(path, stats):
+    for msg in read_log(path, stats, progress):
         state.apply(msg, msg.t)
         if isinstance(msg, schema.Event) and msg.name == "hub_restart":
             hub_restarts.append(msg.t)

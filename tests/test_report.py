@@ -1029,3 +1029,42 @@ def test_the_jobs_last_output_is_printed_whole_however_much_it_is(tmp_path):
     said = [line for line in out.getvalue().splitlines() if not line.startswith("[")]  # not the progress lines
     assert said[0] == lines[0].decode() and said[len(lines) - 1] == lines[-1].decode()
     assert said[len(lines)] == "LAST LINE, no newline"
+
+
+def test_reading_a_long_log_shows_how_far_it_is_on_a_terminal_only(tmp_path, monkeypatch):
+    # A report of a 166 MB log took 3 s and its export 20 s (a log of gigabytes, minutes) with
+    # no word until the end.
+    import gzip
+    import io
+
+    from pardash.recorded import ReadProgress
+    from pardash.telemetry import logreader
+
+    monkeypatch.setattr(logreader, "PROGRESS_EVERY", 10)
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines([schema.Step(rank=0, step=s, seq=s, loss=1.0, step_s=0.1, t=1.0e9 + s) for s in range(1, 101)]))
+    packed = tmp_path / "run.jsonl.gz"
+    packed.write_bytes(gzip.compress(log.read_bytes()))
+    for path in (log, packed):
+        told: list[tuple[int, int]] = []
+        rep = build_report(str(path), lambda done, total: told.append((done, total)))
+        size = path.stat().st_size
+        assert rep["steps"] == 100 and len(told) == 11 and told[-1] == (size, size), path
+        assert [d for d, _ in told] == sorted(d for d, _ in told) and 0 < told[0][0] <= size
+        assert path == packed or told[0][0] < size  # (gzip reads a small file whole at once)
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("TERM", "xterm")
+    term = Terminal()
+    progress = ReadProgress(str(log), "exporting", out=term, after_s=0.0)
+    progress(3 << 20, 12 << 20)
+    progress.close()
+    assert term.getvalue() == "\rpardash: exporting run.jsonl: 25% (3.0 MiB of 12.0 MiB)\x1b[K\r\x1b[K"
+    piped = io.StringIO()  # no terminal: not a byte
+    progress = ReadProgress(str(log), out=piped, after_s=0.0)
+    progress(3, 12)
+    progress.close()
+    assert piped.getvalue() == ""
