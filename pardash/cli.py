@@ -152,7 +152,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
     if ns.speed <= 0:
         fail(f"--speed {ns.speed}: must be above 0")
     try:
-        source = ReplaySource(ns.log, speed=ns.speed)
+        source = ReplaySource(ns.log, speed=ns.speed, start_s=ns.start)
     except AttachError as exc:
         fail(str(exc))
     return _run_tui(source, title=f"pardash replay {os.path.basename(ns.log)}")

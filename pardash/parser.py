@@ -196,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("log", help=LOG_HELP)
     r.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")
     r.add_argument("--speed", type=cliargs.positive, default=1.0, help="playback speed (default 1.0)")
+    r.add_argument(
+        "--start", type=cliargs.replay_position, default=0.0, metavar="WHEN",
+        help="begin this far into the run: seconds, M:SS or H:MM:SS, or `end` for its last figures (default: its first step)",
+    )  # fmt: skip
 
     rep = sub.add_parser(
         "report",

@@ -52,3 +52,23 @@ def count(low: int, high: int | None = None):
 
     parse.__name__ = "count"  # argparse names the type in its messages
     return parse
+
+
+def replay_position(text: str) -> float:
+    """Where a replay begins: seconds into the run (``90``, ``1:30``, ``1:02:03``) or ``end``
+    (its last figures; inf, which a seek takes as the end)."""
+    if text.strip().lower() == "end":
+        return float("inf")
+    parts = text.strip().removesuffix("s").split(":")
+    if len(parts) > 3:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time into the run (seconds, M:SS, H:MM:SS or end)")
+    seconds = 0.0
+    for part in parts:
+        try:
+            x = _number(part, float)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a time into the run (seconds, M:SS, H:MM:SS or end)") from None
+        if x < 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: a time into the run is not negative")
+        seconds = seconds * 60 + x
+    return seconds

@@ -318,7 +318,9 @@ class ReplaySource(FrameApplier):
 
     live = False
 
-    def __init__(self, path: str, *, speed: float = 1.0, frame_s: float = 0.1) -> None:
+    def __init__(self, path: str, *, speed: float = 1.0, frame_s: float = 0.1, start_s: float = 0.0) -> None:
+        """``start_s``: begin that far into the run (past its end: at its end), not at its start;
+        ``[`` and ``]`` move 10 s at a time, a long way to the end of a run of hours."""
         super().__init__()
         self.path = path
         self.speed = speed
@@ -346,6 +348,8 @@ class ReplaySource(FrameApplier):
         self.t_start = _first_word(self._messages)
         self.t_end = _last_word(self._messages, self.t_start)
         self._restart()
+        if start_s > 0:
+            self.seek(start_s)
 
     def _follow(self) -> bool:
         """Take what the log's writer added since; stop following once its hub said it

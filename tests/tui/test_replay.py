@@ -372,3 +372,25 @@ async def test_figures_at_the_floats_limits_never_crash_the_dashboard(tmp_path):
         await pilot.pause()
         await pilot.press("escape")
         await pilot.pause()
+
+
+def test_a_replay_can_begin_anywhere_in_the_run_or_at_its_end(tmp_path):
+    # `[` and `]` move 10 s a time and `+` tops out at 64x: the end of a run of hours was
+    # hundreds of key presses, or minutes of watching, away.
+    import math
+
+    from pardash.telemetry import schema
+    from pardash.telemetry.cliargs import replay_position
+
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+    msgs: list = [schema.Hello(rank=r, world_size=2, t=t0, run="x", seq=0) for r in (0, 1)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0 / s, t=t0 + 60 * s, seq=s, run="x") for s in range(1, 121) for r in (0, 1)]
+    msgs += [schema.Event(rank=r, name="exit", code=0, step=120, t=t0 + 7201, run="x", seq=121) for r in (0, 1)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    os.utime(log, (1.6e9, 1.6e9))  # a finished log, not one being written
+    assert [replay_position(w) for w in ("90", "1:30", "1:02:03", "end")] == [90.0, 90.0, 3723.0, math.inf]
+    at = ReplaySource(str(log), start_s=replay_position("1:00:30"))
+    assert at.position_s == 3630.0 and at.state.step == 60 and not at.done
+    end = ReplaySource(str(log), start_s=replay_position("end"))
+    assert end.done and end.state.step == 120 and all(r.finished for r in end.state.ranks.values())
