@@ -100,6 +100,8 @@ def compare_reports(a: dict, b: dict) -> dict:
                 continue
             if key == "last_loss" and not _same_end(a, b):
                 better = ""  # a loss further on is lower for that alone: not judged
+            if key == "peak_bytes" and not _same_peak(a, b):
+                better = ""  # a process's RSS against the CUDA allocator's peak: not judged
             rows.append(
                 {
                     "section": section,
@@ -121,7 +123,25 @@ def compare_reports(a: dict, b: dict) -> dict:
             f"the runs ended at different steps (A {a.get('last_step')}, B {b.get('last_step')}): "
             "their last losses are shown, not judged"
         )
+    if not _same_peak(a, b):
+        notes.append(
+            f"peak memory is {_PEAK_KINDS[_peak_kind(a)]} in A, {_PEAK_KINDS[_peak_kind(b)]} in B: shown, not judged"
+        )
     return {"a": {k: a.get(k) for k in side}, "b": {k: b.get(k) for k in side}, "rows": rows, "notes": notes}
+
+
+_PEAK_KINDS = {"cuda": "the CUDA allocator's peak", "rss": "the process RSS"}
+
+
+def _peak_kind(rep: dict) -> str | None:
+    return (rep.get("memory") or {}).get("peak_kind")
+
+
+def _same_peak(a: dict, b: dict) -> bool:
+    """Whether both runs' peak memory is the same kind of figure (a run without one compares
+    with either: its row shows "-")."""
+    ka, kb = _peak_kind(a), _peak_kind(b)
+    return ka is None or kb is None or ka == kb
 
 
 def _same_end(a: dict, b: dict) -> bool:

@@ -182,3 +182,22 @@ def test_runs_that_ended_at_different_steps_have_their_losses_shown_not_judged()
     assert said in render_compare_text(cmp) and said in render_compare_markdown(cmp)
     assert all(line == line.rstrip() for line in render_compare_text(cmp).splitlines())  # (for grep and diff)
     assert compare_reports(a, json.loads(json.dumps(a)))["notes"] == []
+
+
+def test_a_cpu_runs_peak_rss_is_not_judged_against_a_gpu_runs_cuda_peak():
+    # A run on CPU (peak: the process RSS) against one on GPU (the CUDA allocator's peak):
+    # "peak memory a rank 354 MiB vs 5.6 GiB, worse" set two different figures side by side.
+    from pardash.telemetry.compare import compare_reports, render_compare_text
+
+    a = build_report(str(DATA / "real_ddp2.jsonl"))
+    assert a["memory"]["peak_kind"] == "rss"
+    b = json.loads(json.dumps(a))
+    b["memory"]["peak_kind"] = "cuda"
+    for r in b["ranks"]:
+        r["peak_bytes"] *= 10
+    cmp = compare_reports(a, b)
+    peak = next(r for r in cmp["rows"] if r["metric"] == "peak_bytes")
+    assert peak["b"] == 10 * peak["a"] and (peak["better"], peak["verdict"]) == ("", "")
+    assert "note: peak memory is the process RSS in A, the CUDA allocator's peak in B: shown, not judged" in render_compare_text(cmp)
+    same = {r["metric"]: r for r in compare_reports(a, json.loads(json.dumps(a)))["rows"]}
+    assert same["peak_bytes"]["verdict"] == "same"
