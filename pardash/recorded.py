@@ -81,16 +81,32 @@ LOG_NAME = "telemetry.jsonl"
 
 def run_folder_log(folder: str) -> str | None:
     """A run folder's log: its telemetry.jsonl, or the one its result.json names (a launch
-    with --log elsewhere), if that file is there."""
-    inside = os.path.join(folder, LOG_NAME)
-    if os.path.isfile(inside):
-        return inside
+    with --log elsewhere), if that file is there; either kept gzip-compressed (``.gz`` added,
+    as ``gzip`` leaves it) too, as report, replay and export read it."""
+    named = _result_log(folder)
+    for path in (os.path.join(folder, LOG_NAME), *([named] if named else [])):
+        for kept in (path, path + ".gz"):
+            if os.path.isfile(kept):
+                return kept
+    return None
+
+
+def _result_log(folder: str) -> str | None:
+    """The log a run folder's result.json names (None: none, or no result.json)."""
     try:
         with open(os.path.join(folder, "result.json")) as fh:
             log = json.load(fh).get("log")
     except (OSError, ValueError, AttributeError):
         return None
-    return log if isinstance(log, str) and os.path.isfile(log) else None
+    return log if isinstance(log, str) and log else None
+
+
+def _no_log_in(folder: str) -> str:
+    """Why a run's folder gives no log, in one line."""
+    named = _result_log(folder)
+    if named is not None:
+        return f"{folder}: the run's log {named} (its result.json names it) is not there; moved? give the log's path"
+    return f"{folder}: a folder without a {LOG_NAME} (a run's folder holds one, or its result.json names it)"
 
 
 def find_log(what: str, runs_dir: str = "runs") -> str:
@@ -105,15 +121,19 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
         inside = run_folder_log(what)
         if inside is not None:
             return inside
-        fail(f"{what}: a folder without a {LOG_NAME} (a run's folder holds one, or its result.json names it)")
+        fail(_no_log_in(what))
     found = {e["log"] for e in registry.live_runs() if str(e.get("run_id", "")).startswith(what) and e.get("log")}
+    folders = []
     if os.path.isdir(runs_dir) and os.sep not in what:
-        found |= {run_folder_log(os.path.join(runs_dir, d)) for d in os.listdir(runs_dir) if d.startswith(what)}
+        folders = [os.path.join(runs_dir, d) for d in os.listdir(runs_dir) if d.startswith(what) and os.path.isdir(os.path.join(runs_dir, d))]
+        found |= {run_folder_log(f) for f in folders}
     found = {p for p in found if p and os.path.isfile(p)}
     if len(found) == 1:
         return found.pop()
     if found:
         fail(f"{what}: matches {len(found)} runs ({', '.join(sorted(found)[:3])}{', ...' if len(found) > 3 else ''}); give more of the id")
+    if len(folders) == 1:
+        fail(_no_log_in(folders[0]))  # the run is there, its log is not: said, not "no such run id"
     fail(f"{what}: no such log file, run folder or run id (runs are in {runs_dir if os.path.isabs(runs_dir) else os.path.join('.', runs_dir)}; `{PROG} ps` lists live ones)")
 
 

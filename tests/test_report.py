@@ -360,6 +360,39 @@ def test_a_run_is_found_by_its_folder_or_its_run_id(tmp_path):
         assert "a1.jsonl" in got.stdout and said(got.stdout) == said(by_file.stdout)
 
 
+
+def test_a_run_whose_log_was_compressed_or_moved_is_found_or_said_so(tmp_path):
+    # `gzip runs/ID/telemetry.jsonl`, as the README suggests for keeping: report, replay and
+    # export read a .gz log, but by the run's id or folder it was "no such log file, run folder
+    # or run id". A log its result.json names, moved away: the same words, of a run that is there.
+    import gzip
+    import shutil
+
+    runs = tmp_path / "runs"
+    kept = runs / "20261201-120000-aaaa"
+    kept.mkdir(parents=True)
+    (kept / "telemetry.jsonl.gz").write_bytes(gzip.compress((DATA / "fsdp4_crash.jsonl").read_bytes()))
+    elsewhere = tmp_path / "logs" / "b.jsonl"
+    elsewhere.parent.mkdir()
+    shutil.copy(DATA / "real_ddp2.jsonl", elsewhere)
+    named = runs / "20261202-090000-bbbb"
+    named.mkdir()
+    (named / "result.json").write_text(json.dumps({"run_id": named.name, "code": 0, "log": str(elsewhere)}))
+    for what, said in (("20261201-12", "root cause: rank 1"), (str(kept), "root cause: rank 1"), ("20261202-09", "finished")):
+        got = _pardash("report", what, cwd=tmp_path)
+        assert got.returncode == 0 and said in got.stdout, (what, got.stderr)
+    with open(elsewhere, "rb") as src, gzip.open(f"{elsewhere}.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    elsewhere.unlink()  # `gzip logs/b.jsonl`
+    got = _pardash("report", "20261202-09", cwd=tmp_path)
+    assert got.returncode == 0 and "b.jsonl.gz" in got.stdout, got.stderr
+    os.unlink(f"{elsewhere}.gz")  # moved away
+    for what in ("20261202-09", str(named)):
+        gone = _pardash("report", what, cwd=tmp_path)
+        assert gone.returncode == 2 and len(gone.stderr.strip().splitlines()) == 1, gone.stderr
+        assert f"the run's log {elsewhere} (its result.json names it) is not there" in gone.stderr
+
+
 # -- headless progress: a bar on a terminal, lines elsewhere ---------------------------------
 
 SIM = ["simulate", "--headless", "--ranks", "4", "--steps", "40", "--rate", "20", "--every", "0.5"]
