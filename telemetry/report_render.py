@@ -5,6 +5,7 @@ figure is computed once, in the report."""
 from __future__ import annotations
 
 import os
+import re
 
 from .analysis import hang_causes
 from .summary import ranks_named
@@ -385,6 +386,16 @@ def md_table(head: list[str] | tuple[str, ...], rows: list[list[str]], right: se
     return "\n".join(lines)
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>])")
+
+
+def md_text(text: str) -> str:
+    """``text`` as markdown shows it as written: what the ranks said (an error's message, a
+    warning, a path) can hold ``<pad>``, which GitHub took for an HTML tag and dropped, or
+    ``*``, ``_`` and backquotes, which it read as emphasis and code."""
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
 def render_markdown(rep: dict) -> str:
     """The report as GitHub-flavoured markdown."""
     out = [f"# pardash report: {rep['run_id'] or os.path.basename(rep['log'])}", ""]
@@ -397,24 +408,24 @@ def render_markdown(rep: dict) -> str:
     out.append(md_table(cols, [rank_cells(r, restarts=cols is not RANK_COLUMNS) for r in rep["ranks"]],
                         right=set(range(len(cols))) - text_cols))
     out += ["", "## Stragglers", ""]
-    out += [f"- {line}" for line in straggler_lines(rep)] or ["None found."]
+    out += [f"- {md_text(line)}" for line in straggler_lines(rep)] or ["None found."]
     out += ["", "## Stalls and exits", ""]
     lines = stall_lines(rep) + exit_lines(rep)
     # (After a torchrun restart, the exits listed are the last attempt's: the earlier failure
     # follows as what the job was restarted after.)
-    out += [f"- {line}" for line in lines] or ["None in the last attempt." if rep.get("job_restarts") else "None."]
+    out += [f"- {md_text(line)}" for line in lines] or ["None in the last attempt." if rep.get("job_restarts") else "None."]
     if rep.get("failure"):
-        out += ["", f"**Root cause:** {rep['failure']['line']}"]
+        out += ["", f"**Root cause:** {md_text(rep['failure']['line'])}"]
         if rep["failure"].get("where"):
             out += ["", f"Raised at `{rep['failure']['where']}`."]
     if rep.get("recovered"):
-        out += [""] + [f"- {line}" for line in recovered_lines(rep)]
+        out += [""] + [f"- {md_text(line)}" for line in recovered_lines(rep)]
     if custom_lines(rep):
-        out += ["", "## Other metrics", "", "Medians over the ranks.", ""] + [f"- {line}" for line in custom_lines(rep)]
+        out += ["", "## Other metrics", "", "Medians over the ranks.", ""] + [f"- {md_text(line)}" for line in custom_lines(rep)]
     if checkpoint_lines(rep):
-        out += ["", "## Checkpoints", ""] + [f"- {line}" for line in checkpoint_lines(rep)]
+        out += ["", "## Checkpoints", ""] + [f"- {md_text(line)}" for line in checkpoint_lines(rep)]
     if warning_lines(rep):
-        out += ["", "## Warnings", ""] + [f"- {line}" for line in warning_lines(rep)]
+        out += ["", "## Warnings", ""] + [f"- {md_text(line)}" for line in warning_lines(rep)]
     out += ["", "## Memory", "", md_table(["model state a rank holds", "bytes"], [list(r) for r in memory_rows(rep)]), ""]
     verdict = rep["memory"]["verdict"]
     out.append(verdict if verdict.endswith(("?", ".")) else verdict + ".")

@@ -1102,3 +1102,24 @@ def test_reading_a_long_log_shows_how_far_it_is_on_a_terminal_only(tmp_path, mon
     progress(3, 12)
     progress.close()
     assert piped.getvalue() == ""
+
+
+def test_markdown_shows_what_the_ranks_said_as_written(tmp_path):
+    # The markdown of a run that died of "KeyError: '<pad>'" read "KeyError: ''" on GitHub
+    # (a tag, dropped), and a warning's `*` or `_` turned into emphasis.
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, loss=1.0, t=t + s) for s in (1, 2) for r in (0, 1)]
+    records += [
+        schema.Event(run="r", rank=0, seq=3, name="warning", message="loss*scale fell to 2**10 in my_loop", step=2, t=t + 2.5),
+        schema.Event(run="r", rank=1, seq=3, name="error", message="KeyError: '<pad>'", step=2, t=t + 3),
+        schema.Event(run="r", rank=1, seq=4, name="exit", code=1, step=3, t=t + 3),
+        schema.Event(run="r", rank=0, seq=-1, name="exit", code=-15, message="rank 0 was stopped by torchrun", t=t + 4),
+    ]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert "KeyError: '<pad>'" in rep["failure"]["line"] and "KeyError: '<pad>'" in render_text(rep)
+    md = render_markdown(rep)
+    assert "**Root cause:** rank 1 exited with code 1 at step 3: KeyError: '\\<pad\\>'" in md
+    assert "- rank 0 at step 2: loss\\*scale fell to 2\\*\\*10 in my\\_loop" in md
