@@ -1123,3 +1123,16 @@ def test_markdown_shows_what_the_ranks_said_as_written(tmp_path):
     md = render_markdown(rep)
     assert "**Root cause:** rank 1 exited with code 1 at step 3: KeyError: '\\<pad\\>'" in md
     assert "- rank 0 at step 2: loss\\*scale fell to 2\\*\\*10 in my\\_loop" in md
+
+
+def test_a_file_of_no_records_is_told_alike_by_report_and_export(tmp_path):
+    # report counted only the lines it skipped: a README of 163 lines, 19 of them blank, read
+    # "no telemetry records in 144 line(s)", and three blank lines "empty", where export (and
+    # replay) said 163 lines and 3 blank ones.
+    (tmp_path / "notes.md").write_text("# notes\n\nsome text\n\n* a list\n")
+    (tmp_path / "blank.jsonl").write_text("\n\n\n")
+    for name, said in (("notes.md", "notes.md: no telemetry records in 5 line(s) (3 malformed)"),
+                       ("blank.jsonl", "blank.jsonl: no telemetry records in 3 line(s) (all blank)")):  # fmt: skip
+        for args in (("report", name), ("export", name, "--tensorboard", "tb")):
+            proc = _pardash(*args, cwd=tmp_path)
+            assert proc.returncode == 2 and proc.stderr.strip() == f"pardash: error: {said}; is it a pardash log?", (args, proc.stderr)
