@@ -235,4 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("log", help=LOG_HELP)
     ex.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")
     ex.add_argument("--tensorboard", required=True, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
+    ex.add_argument(
+        "--ranks", type=cliargs.rank_set, metavar="LIST",
+        help="only these ranks, e.g. 0,17,100-103 (default: every rank; TensorBoard shows each as a run)",
+    )  # fmt: skip
     return p

@@ -188,6 +188,12 @@ def steps_by_rank(steps: dict[int, int]) -> str:
     return "; ".join(parts)
 
 
+def _ranks_given(ranks) -> str:
+    from pardash.telemetry.summary import ranks_text
+
+    return ranks_text(sorted(ranks))
+
+
 def cmd_export(ns: argparse.Namespace) -> int:
     from pardash.telemetry.export import ExportError, export_tensorboard
 
@@ -196,13 +202,15 @@ def cmd_export(ns: argparse.Namespace) -> int:
     ns.log = find_log(ns.log, ns.runs_dir)
     progress = ReadProgress(ns.log, "exporting")
     try:
-        res = export_tensorboard(ns.log, ns.tensorboard, progress)
+        res = export_tensorboard(ns.log, ns.tensorboard, progress, ranks=ns.ranks)
     except ExportError as exc:
         progress.close()
         fail(str(exc))
     finally:
         progress.close()
     if not res["points"]:
+        if res["left_out"]:
+            fail(f"{ns.log}: no step of --ranks {_ranks_given(ns.ranks)} in the log, so nothing to export ({res['left_out']} other rank(s) have steps)", 1)
         # (it said "wrote 0 scalars to DIR ... view with tensorboard" of a folder never made)
         fail(f"{ns.log}: no step in the log, so nothing to export (its ranks published none)", 1)
     if res.get("runs"):
@@ -217,4 +225,6 @@ def cmd_export(ns: argparse.Namespace) -> int:
     print(f"{PROG}: wrote {res['points']} scalars to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
     if res["skipped_lines"]:
         print(f"{PROG}: skipped {res['skipped_lines']} malformed or truncated log line(s)")
+    if res["left_out"]:
+        print(f"{PROG}: left out {res['left_out']} other rank(s) with steps (--ranks)")
     return 0

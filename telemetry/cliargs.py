@@ -72,3 +72,21 @@ def replay_position(text: str) -> float:
             raise argparse.ArgumentTypeError(f"{text!r}: a time into the run is not negative")
         seconds = seconds * 60 + x
     return seconds
+
+
+def rank_set(text: str) -> frozenset[int]:
+    """Ranks as a person lists them: ``0,17,100-103``."""
+    ranks: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if sep else first
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a list of ranks (e.g. 0,17,100-103)") from None
+        if first < 0 or last < first:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a rank or a range of ranks (e.g. 100-103)")
+        if last - first >= 1 << 20:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r}: more ranks than a job has")
+        ranks.update(range(first, last + 1))
+    return frozenset(ranks)

@@ -27,6 +27,7 @@ import math
 import os
 import socket
 import time
+from typing import Collection
 
 from . import schema
 from .logreader import LogReadStats, Progress, no_records, read_log
@@ -122,10 +123,11 @@ class _EventFile:
             raise ExportError(f"cannot write {self.path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
 
 
-def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = None) -> dict:
+def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = None, ranks: Collection[int] | None = None) -> dict:
     """Write ``log_path``'s per-rank scalars under ``out_dir`` (``progress`` is told how far
-    the log's reading is); returns what was written:
-    ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": n, "skipped_lines": n}``, and
+    the log's reading is), of ``ranks`` only if given; returns what was written:
+    ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": n, "skipped_lines": n,
+    "left_out": ranks with steps that ``ranks`` left out}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
     if not os.path.isfile(log_path):
         raise ExportError(f"{log_path}: no such log file")
@@ -139,6 +141,8 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     sent: dict[int, int] = {}
     """A rank's highest seq since its hello (seq counts up in a process; a restart's begins again)."""
     points = 0
+    others: set[int] = set()
+    """Ranks with steps that ``ranks`` leaves out."""
     runs: set[str] = set()
     stats = LogReadStats()
     try:
@@ -146,6 +150,9 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
             if isinstance(msg, schema.Hello):
                 sent.pop(msg.rank, None)
             if not isinstance(msg, schema.Step) or msg.rank < 0:
+                continue
+            if ranks is not None and msg.rank not in ranks:
+                others.add(msg.rank)
                 continue
             if not 0 <= msg.step < 1 << 63 or not math.isfinite(msg.t):
                 stats.skipped["out_of_range"] += 1  # TensorBoard's steps are int64 (a hostile or broken line)
@@ -187,6 +194,7 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
         "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(writers)},
         "points": points,
         "skipped_lines": stats.skipped_total,
+        "left_out": len(others),
         **({"runs": sorted(runs)} if len(runs) > 1 else {}),
     }
 

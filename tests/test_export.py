@@ -226,3 +226,24 @@ def test_an_export_of_a_log_holding_two_runs_warns_as_the_report_does(tmp_path):
     assert p.returncode == 0 and "holds 2 runs" in p.stderr and "exported as one" in p.stderr, p.stderr
     one = run(DATA / "real_ddp2.jsonl", tmp_path / "tb1")
     assert one.returncode == 0 and "warning" not in one.stderr
+
+
+def test_an_export_can_take_only_the_ranks_asked_for(tmp_path):
+    # One TensorBoard run a rank: a job of 1024 ranks was 1024 overlaid runs (and minutes of
+    # writing) when the question was rank 17 against rank 0.
+    done = export_tensorboard(str(DATA / "ddp4_straggler.jsonl"), str(tmp_path / "tb"), ranks={0, 2})
+    assert done["ranks"] == {0: 60, 2: 60} and done["left_out"] == 2
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["rank0", "rank2"]
+    steps = [m for m in load_log(DATA / "ddp4_straggler.jsonl")[0] if isinstance(m, schema.Step) and m.rank == 2]
+    assert [e.value for e in _read_back(tmp_path / "tb" / "rank2").Scalars("time/self_s")] == pytest.approx([s.self_s for s in steps], rel=1e-6)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "pardash", "export", str(DATA / "ddp4_straggler.jsonl"), *args],
+                              capture_output=True, text=True, env=pardash_env(), timeout=120)  # fmt: skip
+
+    ok = run("--tensorboard", str(tmp_path / "tb2"), "--ranks", "1-2,3")
+    assert ok.returncode == 0 and "(steps rank 1: 60, rank 2: 60, rank 3: 60)" in ok.stdout and "left out 1 other rank(s)" in ok.stdout, ok.stderr
+    none = run("--tensorboard", str(tmp_path / "tb3"), "--ranks", "7")
+    assert none.returncode == 1 and "no step of --ranks 7 in the log" in none.stderr and not (tmp_path / "tb3").exists()
+    bad = run("--tensorboard", str(tmp_path / "tb4"), "--ranks", "3-1")
+    assert bad.returncode == 2 and "argument --ranks: '3-1' is not a rank or a range of ranks" in bad.stderr
