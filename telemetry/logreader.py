@@ -29,8 +29,10 @@ class LogReadStats:
     lines: int = 0
     records: int = 0
     skipped: Counter = field(default_factory=Counter)
-    """Skipped lines by reason: truncated (last line without newline), malformed, invalid,
-    too_deep (nesting past Python's recursion limit), too_long (over MAX_LINE_BYTES)."""
+    """Skipped lines by reason: truncated (last line without newline, or a gzip stream cut
+    short), malformed, invalid, too_deep (nesting past Python's recursion limit), too_long (over
+    MAX_LINE_BYTES), trailing_garbage (bytes after a gzip log's last member), corrupt (a gzip
+    log's damaged bytes: what follows them is lost)."""
 
     @property
     def skipped_total(self) -> int:
@@ -104,13 +106,19 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
     while True:
         try:
             raw = fh.readline(MAX_LINE_BYTES)
-        except (EOFError, zlib.error):  # a gzip stream cut short, or damaged: its end is lost
+        except EOFError:  # a gzip stream cut short: its end is lost
             stats.skipped["truncated"] += 1
             break
-        except gzip.BadGzipFile:
+        except zlib.error:  # damaged compressed bytes: the rest is lost
+            stats.skipped["corrupt"] += 1
+            break
+        except gzip.BadGzipFile as exc:
             if not stats.lines:
                 raise  # not a gzip stream at all: the caller says it cannot be read
-            stats.skipped["trailing_garbage"] += 1  # bytes after the last gzip member: the records are whole
+            # Bytes after the last gzip member (the records are whole), or a member whose CRC or
+            # length check failed: its bytes were damaged, and what was read of them with it
+            # (gzip says which only in its message).
+            stats.skipped["trailing_garbage" if str(exc).startswith("Not a gzipped file") else "corrupt"] += 1
             break
         if not raw:
             break

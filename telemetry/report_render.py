@@ -70,7 +70,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("restarts", f"torchrun restarted the job {rep['job_restarts']}x (--max-restarts)")] if rep.get("job_restarts") else []),
         ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "")),
         *([("refused by the hub", _refused_text(rep["rejected_by_reason"]))] if rep.get("rejected_by_reason") else []),
-        *([("log ends early", _ends_early_text(rep["log_ends_early"]))] if rep.get("log_ends_early") else []),
+        *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"]))] if rep.get("log_ends_early") else []),
     ]
 
 
@@ -89,8 +89,10 @@ def _refused_text(counts: dict[str, int]) -> str:
     return f"{sum(counts.values())} message(s) at its ports (" + ", ".join(f"{why} {n}" for why, n in counts.items()) + ")"
 
 
-def _ends_early_text(end: dict) -> str:
+def _ends_early_text(end: dict, skipped: dict[str, int]) -> str:
     stalled = f" ({end['stalled']} stalled)" if end.get("stalled") else ""
+    if skipped.get("corrupt"):  # (a gzip log: its damaged part and the rest of it were not read)
+        return f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: the compressed log is damaged there, the rest of it lost"
     return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled} and no closing line from the hub: the run "
             "is still going (`pardash ps`), or its hub stopped recording (killed, out of disk) before the run ended")
 

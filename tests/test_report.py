@@ -1136,3 +1136,31 @@ def test_a_file_of_no_records_is_told_alike_by_report_and_export(tmp_path):
         for args in (("report", name), ("export", name, "--tensorboard", "tb")):
             proc = _pardash(*args, cwd=tmp_path)
             assert proc.returncode == 2 and proc.stderr.strip() == f"pardash: error: {said}; is it a pardash log?", (args, proc.stderr)
+
+
+def test_a_damaged_compressed_log_is_said_damaged_not_cut_short_or_still_running(tmp_path):
+    # Bytes flipped inside a .gz log: its lines after them were counted "truncated" or
+    # "trailing_garbage" (bytes after the stream, records whole), and the report said the run
+    # "is still going (`pardash ps`), or its hub stopped recording" of a log copied badly.
+    import gzip
+
+    from pardash.telemetry.logreader import load_log
+
+    t = 1.0e9
+    msgs = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    msgs += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, loss=1.0 / s, t=t + s) for s in range(1, 2001) for r in (0, 1)]
+    packed = bytearray(gzip.compress(schema.encode_json_lines(msgs)))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed[: len(packed) // 2])
+    assert set(load_log(cut)[1].skipped) == {"truncated"}  # cut short: still said so
+    for at in (len(packed) // 2, 2 * len(packed) // 3):
+        bad = bytearray(packed)
+        bad[at : at + 16] = bytes(b ^ 0xFF for b in bad[at : at + 16])
+        log = tmp_path / f"bad{at}.jsonl.gz"
+        log.write_bytes(bytes(bad))
+        msgs, stats = load_log(log)
+        assert stats.skipped["corrupt"] == 1 and "truncated" not in stats.skipped and "trailing_garbage" not in stats.skipped
+        rep = build_report(str(log))
+        assert rep["log_ends_early"] is not None
+        assert re.search(r"^log ends early +at step \d+, with 2 rank\(s\) not ended: the compressed log is damaged there, the rest of it lost$",
+                         render_text(rep), re.MULTILINE), render_text(rep)  # fmt: skip
