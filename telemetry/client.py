@@ -345,6 +345,8 @@ class ReplaySource(FrameApplier):
             raise AttachError(f"{path}: cannot read it: {exc.strerror or exc}") from None
         if not self._messages:
             raise AttachError(no_records(path, self.read_stats))
+        self.runs = sorted({m.run for m in self._messages if m.run})
+        """The run ids the log holds: more than one in a log appended to by hand."""
         self.t_start = _first_word(self._messages)
         self.t_end = _last_word(self._messages, self.t_start)
         self._restart()
@@ -364,6 +366,7 @@ class ReplaySource(FrameApplier):
         if new:
             self._grew = now
             self._messages += new
+            self.runs = sorted(set(self.runs) | {m.run for m in new if m.run})
             self.t_end = max(self.t_end, _last_word(new, self.t_end))
         if _hub_stopped(new[-1:]) or now - self._grew > FOLLOW_QUIET_S:
             self.following = False

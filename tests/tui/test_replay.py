@@ -394,3 +394,18 @@ def test_a_replay_can_begin_anywhere_in_the_run_or_at_its_end(tmp_path):
     assert at.position_s == 3630.0 and at.state.step == 60 and not at.done
     end = ReplaySource(str(log), start_s=replay_position("end"))
     assert end.done and end.state.step == 120 and all(r.finished for r in end.state.ranks.values())
+
+
+def test_a_replay_of_a_log_holding_two_runs_says_so(tmp_path):
+    # A log appended to by hand: report and export warn that it mixes two runs; its replay
+    # played them as one, under the first's run id, without a word.
+    from pardash.tui.widgets.run_header import summarize
+
+    both = tmp_path / "both.jsonl"
+    both.write_bytes((DATA.parent.parent / "data" / "real_ddp2.jsonl").read_bytes() + (DATA.parent.parent / "data" / "real_fsdp2.jsonl").read_bytes())
+    os.utime(both, (1.6e9, 1.6e9))
+    src = ReplaySource(str(both), start_s=float("inf"))
+    assert len(src.runs) == 2
+    assert f"this log holds 2 runs ({src.runs[0]}, {src.runs[1]}): they play as one" in summarize(src).note
+    one = ReplaySource(str(DATA.parent.parent / "data" / "real_ddp2.jsonl"), start_s=float("inf"))
+    assert "runs" not in summarize(one).note

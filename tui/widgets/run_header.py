@@ -108,6 +108,9 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
     notes = totals.notes
     if state.hub_note and state.hub_note not in notes:
         notes = [*notes, state.hub_note]
+    runs = getattr(source, "runs", [])
+    if not source.live and len(runs) > 1:  # (as report and export warn of such a log)
+        notes = [*notes, f"this log holds {len(runs)} runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}): they play as one"]
     replay = None
     if not source.live:
         replay = ReplayPosition(
