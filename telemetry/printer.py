@@ -38,6 +38,9 @@ def is_terminal(out: TextIO) -> bool:
 
 TAIL_CHUNK = 1 << 20
 """Bytes of the job's output read at a time."""
+HUB_QUIET_S = 3.0
+"""A live hub that sent no frame for this long is said to be quiet (it frames at 10 Hz, messages
+or not), as the TUI's header says: the figures printed are then as of its last frame."""
 
 
 class ProgressPrinter:
@@ -67,6 +70,9 @@ class ProgressPrinter:
         self.log_error = ""
         """The hub's last word on its log: '' while it writes, else why it cannot."""
         self.t_start = time.monotonic()
+        self._frame_t: float | None = None
+        self._frame_at = self.t_start
+        self._quiet_said = False
         self._progress = None
         self._task = None
 
@@ -144,6 +150,15 @@ class ProgressPrinter:
             else:
                 self._print("log: writable again, the lines kept in memory are written")
             self.log_error = log_error
+        now = time.monotonic()
+        quiet = self._hub_quiet_s(now)
+        if quiet is not None and not self._quiet_said:
+            self._print(f"warning: the hub has sent nothing for {quiet:.0f} s (stopped, overloaded or out of reach); "
+                        "the figures below are from before, and training does not wait for it")
+            self._quiet_said = True
+        elif quiet is None and self._quiet_said and self._frame_at == now:
+            self._print("hub: sending again")
+            self._quiet_said = False
         fresh = [ev for ev in list(st.events) if ev.hseq > self._printed_hseq]
         if fresh:
             self._printed_hseq = max(ev.hseq for ev in fresh)
@@ -151,26 +166,41 @@ class ProgressPrinter:
             line = event_line(ev, ranks, took)
             if line:
                 self._print(line)
-        now = time.monotonic()
         stats = getattr(self.source, "stats", None)
         rejected = sum(stats.rejected.values()) if stats is not None else 0
         if self._progress is not None:
             if st.ranks:
                 total = (hello.config or {}).get("steps") if hello else None
-                self._progress.update(self._task, completed=st.step, total=total or None, stats=progress_stats(st, rejected))
+                stats_text = progress_stats(st, rejected, hub_quiet_s=quiet)
+                self._progress.update(self._task, completed=st.step, total=total or None, stats=stats_text)
             if force:
                 self._progress.refresh()
             return
         if force or now - self._last_line >= self.every_s:
             self._last_line = now
             if st.ranks:
-                line = progress_line(st, now - self.t_start, rejected)
+                line = progress_line(st, now - self.t_start, rejected, hub_quiet_s=quiet)
                 said = line.partition("] ")[2]  # the line but its time
                 if not (force and said == self._last_said):  # the last line, said again
                     self._print(line)
                     self._last_said = said
             elif not force and self.waiting and now - self.t_start >= self.every_s:
                 self._print(f"[{now - self.t_start:6.1f}s] {self.waiting}")
+
+    def _hub_quiet_s(self, now: float) -> float | None:
+        """Seconds since a live hub's last frame, when longer than HUB_QUIET_S (a hub stopped
+        with SIGSTOP, swapped out or cut off showed its last figures as if they were current).
+        Not before its first frame, nor once the run is over (its hub then stops)."""
+        source = self.source
+        if not getattr(source, "live", False):
+            return None
+        t = getattr(source, "last_frame_t", None)
+        if t is None or (self._frame_t is None and not getattr(source, "synced", True)):
+            return None
+        if t != self._frame_t:
+            self._frame_t, self._frame_at = t, now
+        quiet = now - self._frame_at
+        return quiet if quiet > HUB_QUIET_S and not run_over(source.state) else None
 
     def close(self) -> None:
         """Stop the bar (it stays on screen as the last state); lines need nothing."""
@@ -228,8 +258,9 @@ def hang_text(st) -> str:
     return f"likely waiting for {ranks_named(sorted(causes))}" if causes else ""
 
 
-def progress_stats(st, rejected: int = 0) -> str:
-    """What the bar shows beside step/total: samples/s, step time spread, rank states."""
+def progress_stats(st, rejected: int = 0, *, hub_quiet_s: float | None = None) -> str:
+    """What the bar shows beside step/total: samples/s, step time spread, rank states (and,
+    ``hub_quiet_s``, how long the hub has sent nothing)."""
     parts = [rate_text(st)]
     sp = step_s_spread(st)
     if sp:
@@ -241,6 +272,8 @@ def progress_stats(st, rejected: int = 0) -> str:
         parts.append(f"{st.lost} lost")
     if rejected:
         parts.append(f"{rejected} refused by the hub")
+    if hub_quiet_s is not None:
+        parts.append(f"hub quiet for {hub_quiet_s:.0f} s")
     return " | ".join(p for p in parts if p)
 
 
@@ -259,7 +292,9 @@ def rate_text(st) -> str:
     return f"{recent:,.0f} samples/s at the end" if recent > 0 else ""
 
 
-def progress_line(st, elapsed_s: float, rejected: int = 0) -> str:
+def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float | None = None) -> str:
+    """A headless progress line; ``hub_quiet_s``: seconds the hub has sent nothing (its
+    figures are as of then), when it is quiet."""
     hello = st.hello
     total = (hello.config or {}).get("steps") if hello else None
     step = f"step {st.step}" + (f"/{total}" if total else "")
@@ -282,6 +317,8 @@ def progress_line(st, elapsed_s: float, rejected: int = 0) -> str:
         parts.append(f"{st.lost} lost")
     if rejected:
         parts.append(f"{rejected} refused by the hub")
+    if hub_quiet_s is not None:
+        parts.append(f"hub quiet for {hub_quiet_s:.0f} s")
     return " | ".join(p for p in parts if p)
 
 

@@ -374,6 +374,52 @@ def test_the_headless_view_warns_when_the_log_cannot_be_written():
     assert line.endswith("log /x/run.jsonl (incomplete: cannot write /x/run.jsonl: No space left on device)")
 
 
+def test_the_headless_view_says_when_its_hub_goes_quiet_and_when_it_sends_again(monkeypatch):
+    # A hub stopped (SIGSTOP, swapped out, cut off) for 20 s: the TUI's header said "hub quiet";
+    # the headless view printed the hub's last figures every few seconds as if they were
+    # current ("step 81/2000 | 1,425 samples/s | 2 running") while the ranks trained on.
+    import io
+
+    from pardash.telemetry import frames
+    from pardash.telemetry import printer as printer_mod
+    from pardash.telemetry.printer import ProgressPrinter
+    from pardash.telemetry.state import RunState
+
+    clock = [100.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+
+    class Source:
+        live = True
+        synced = True
+        last_frame_t = 1.0
+
+        def __init__(self):
+            self.state, self.stats = RunState(), frames.HubStats()
+
+        def poll(self):
+            return False
+
+    src, out = Source(), io.StringIO()
+    src.state.apply(schema.Hello(run="r", rank=0, world_size=1, t=1.0), 0.0)
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=5.0)
+    for _ in range(5):  # frames come: nothing said
+        clock[0] += 1.0
+        src.last_frame_t += 1.0
+        printer.update()
+    for _ in range(20):  # none for 20 s
+        clock[0] += 1.0
+        printer.update()
+    src.last_frame_t += 1.0
+    printer.update()
+    lines = out.getvalue().splitlines()
+    warned = [i for i, line in enumerate(lines) if line.startswith("warning: the hub has sent nothing for 4 s")]
+    assert len(warned) == 1, lines
+    quiet = [line for line in lines[warned[0]:] if line.startswith("[")]
+    assert quiet and all("| hub quiet for " in line for line in quiet), lines
+    assert lines[-1] == "hub: sending again"
+    assert "hub quiet" not in " ".join(lines[: warned[0]])
+
+
 def test_a_write_that_fails_half_way_leaves_no_torn_or_doubled_line(tmp_path):
     # The disk fills in the middle of a flush: part of the lines reach the file, the last one
     # torn. When space comes back the file is cut back to its last good line and the kept
