@@ -126,6 +126,14 @@ class Detector:
         self._unheard: dict[int, float] = {}
         """rank -> its ``last_seen`` when the run was recovered from a log (see ``carry_over``),
         while the rank was silent then and nothing has come from it since."""
+        self._back = -float("inf")
+        """Hub time it last came back from a pause of its own (see ``hub_was_away``)."""
+
+    def hub_was_away(self, now: float) -> None:
+        """The hub did not run until ``now`` (stopped, swapped out): a rank's silence and lack
+        of progress count from ``now`` at the earliest, not from before the pause, when its
+        messages since wait in the hub's queues. A rank silent already stays so until heard."""
+        self._back = now
 
     def carry_over(self, state: RunState, now: float) -> None:
         """Take over a run rebuilt from its log at hub time ``now`` (a restarted hub): what
@@ -228,6 +236,8 @@ class Detector:
                 return out  # silent before the restart, and not heard from since
             del self._unheard[r.rank]
         quiet = now - r.last_seen
+        if r.silent is None:
+            quiet = min(quiet, now - self._back)
         if quiet > self.cfg.silent_s:
             if r.silent is None:
                 out.append(
@@ -241,7 +251,7 @@ class Detector:
             return out
         if r.silent is not None:
             out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} heard from again"))
-        stuck_s = now - last[1]
+        stuck_s = now - max(last[1], self._back)
         phase = r.heartbeat.phase if r.heartbeat is not None and r.heartbeat.phase else "unknown"
         if step >= 0 and stuck_s > stall_after and r.stalled is None:
             out.append(

@@ -276,6 +276,9 @@ class NullDetector:
     def update(self, state: RunState, now: float) -> list:
         return []
 
+    def hub_was_away(self, now: float) -> None:
+        pass
+
 
 MAX_POLL_GAP_S = 0.5
 POLL_BUDGET_S = 0.05

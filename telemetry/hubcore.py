@@ -31,6 +31,10 @@ _FINITE = 1.7976931348623157e308  # the largest float: NaN and the infinities fa
 MAX_SEQ_JUMP = 10_000_000
 """A rank's message numbered this far past its newest (ten days of a rank's messages dropped
 while cut off from the hub) is refused: its seq would count as that many lost messages."""
+HUB_AWAY_S = 1.0
+"""A frame this long after the one before (they come ten times a second) means the hub did not
+run in between (stopped with SIGSTOP, swapped out, its machine paused): what the ranks sent
+meanwhile waits in its queues, so that time is not counted against them (``Detector.hub_was_away``)."""
 MAX_STEP_S = 1e7
 """A step time above this (116 days) is refused: no step takes that long, and a hostile 1e300
 would be shown, summed and charted by every viewer."""
@@ -183,6 +187,8 @@ class HubCore:
         self._rejects_noted_at = -REJECTS_NOTE_S
         self._event_budget: dict[int, tuple[float, float]] = {}
         """rank -> (events it may still send at once, when that was reckoned)."""
+        self._ticked: float | None = None
+        """Hub time of the last frame."""
 
     # -- ingest ---------------------------------------------------------------------------
 
@@ -541,6 +547,11 @@ class HubCore:
 
     def tick(self, now: float) -> frames.Frame:
         """Judge, then fold everything since the last frame into a new one."""
+        if self._ticked is not None and now - self._ticked > HUB_AWAY_S:
+            # Back from a pause of its own: the ranks' backlog is still coming in (taken from
+            # each socket in turn), and a rank whose turn has not come read as silent.
+            self.detector.hub_was_away(now)
+        self._ticked = now
         if now - self._rate_t >= 1.0:
             self._rate_hz = self._rate_n / (now - self._rate_t)
             self._rate_t, self._rate_n = now, 0

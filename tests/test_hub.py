@@ -132,6 +132,46 @@ def test_a_step_that_arrives_late_never_replaces_a_newer_one():
     assert core.state.ranks[0].step.seq == 1 and viewer.ranks[0].step.seq == 1
 
 
+def test_a_hub_back_from_a_pause_of_its_own_does_not_call_the_ranks_silent():
+    # A hub stopped for 10 s (SIGSTOP, swapped out) took its backlog from each socket in turn:
+    # at its first frame back rank 1's turn had not come, and it was called "silent for 10 s
+    # (no heartbeat)" (then "heard from again"), in the log and the report's stalls, while it
+    # had trained on throughout. A rank really silent after the pause is still called so.
+    core = HubCore(run_id="r")
+    now, seq = 100.0, {0: 0, 1: 0}
+
+    def send(rank, step):
+        msg = schema.Heartbeat(run="r", rank=rank, seq=seq[rank], step=step, phase="forward", t=1.0e9 + now, mono=now)
+        seq[rank] += 1
+        assert core.ingest_bytes(schema.encode(msg), now)
+
+    for r in (0, 1):
+        assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=r, seq=seq[r], world_size=2, t=1.0e9)), now)
+        seq[r] += 1
+    for k in range(30):  # 3 s of frames and heartbeats
+        now += 0.1
+        for r in (0, 1):
+            send(r, k)
+        core.tick(now)
+    now += 10.0  # the hub stopped; back, it takes rank 0's backlog first
+    for k in range(30, 130, 10):
+        send(0, k)
+    core.tick(now)
+    for k in range(30, 130, 10):  # then rank 1's
+        send(1, k)
+    for _ in range(10):
+        now += 0.1
+        core.tick(now)
+    verdicts = [(v.rank, v.verdict) for v in core.state.events if isinstance(v, schema.Verdict)]
+    assert verdicts == []
+    for _ in range(50):  # 5 s more: rank 0 beats, rank 1 (really) says nothing
+        now += 0.1
+        send(0, 200)
+        core.tick(now)
+    verdicts = [(v.rank, v.verdict) for v in core.state.events if isinstance(v, schema.Verdict)]
+    assert verdicts == [(1, "silent")]
+
+
 def test_a_ranks_own_exit_wins_over_a_launcher_note_taken_first():
     # ZeroMQ takes from each sender in turn: a launcher's note that a rank "was stopped" (seq
     # -1) can be taken before the rank's own last word, sent earlier. The rank's word decides.
