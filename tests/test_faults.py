@@ -83,6 +83,26 @@ def test_a_job_stopped_with_ctrl_c_or_sigterm_exits_as_the_shell_says_and_blames
     assert not psutil.pid_exists(run["pid"]) or psutil.Process(run["pid"]).status() == psutil.STATUS_ZOMBIE  # the hub
 
 
+def test_a_stopped_job_leaves_no_rank_behind_that_sigterm_did_not_end(tmp_path):
+    # torchrun starts each rank in a session of its own. A rank that SIGTERM does not end (its
+    # own handler waits on a collective that never returns; a rank stopped with SIGSTOP) outlived
+    # Ctrl-C: the supervisor's SIGKILL after the grace period went to torchrun's process group
+    # alone, torchrun died before its own SIGKILL of the ranks, and the rank ran on, orphaned,
+    # holding its memory (a GPU's) with nothing left to say so.
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "scripts" / "deaf_to_sigterm.py"
+    pid_file = tmp_path / "rank.pid"
+    p = _start(tmp_path, "--nproc", "1", "--", str(script), str(pid_file))
+    wait_for(pid_file.exists, timeout_s=120, poll_s=0.2)
+    rank = psutil.Process(int(pid_file.read_text()))
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    assert "stopped by you" in err
+    wait_for(lambda: not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE, timeout_s=30, poll_s=0.2)
+
+
 def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_back(tmp_path):
     # Only the headless launch took SIGTERM: the TUI's died with 143 under a frozen screen (the
     # terminal never left its alternate screen) while the job ran on, unwatched and unsaid.

@@ -44,7 +44,7 @@ STDERR_POLL_S = 0.1
 
 HUB_READY_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
-"""Seconds torchrun gets after SIGTERM before SIGKILL."""
+"""Seconds torchrun and its ranks get after SIGTERM before SIGKILL."""
 
 
 MAX_HUB_RESTARTS = 20
@@ -488,7 +488,7 @@ class Supervisor:
             if self._stopping and deadline is None:
                 deadline = time.monotonic() + STOP_GRACE_S
             if deadline is not None and time.monotonic() > deadline:
-                _signal_group(self.job, signal.SIGKILL)
+                _kill_job(self.job)
             time.sleep(0.1)
 
     def _finish(self, code: int) -> None:
@@ -529,6 +529,28 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_job(proc: subprocess.Popen) -> None:
+    """SIGKILL torchrun and its ranks. torchrun starts each rank in a session of its own, which
+    a signal to torchrun's process group does not reach: a rank that SIGTERM did not end (its
+    own handler waiting on a collective that never returns, a rank stopped with SIGSTOP)
+    outlived the stop, orphaned, holding its memory. Each rank's group goes too (its data
+    loader workers)."""
+    try:
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        ranks = []
+    own = os.getpgrp()
+    for p in ranks:
+        try:
+            group = os.getpgid(p.pid)
+            if group not in (own, proc.pid):
+                os.killpg(group, signal.SIGKILL)
+            p.kill()
+        except (OSError, psutil.Error):
+            pass  # gone already
+    _signal_group(proc, signal.SIGKILL)
 
 
 def _tell(fd: int | None, info: dict) -> None:
