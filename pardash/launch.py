@@ -216,9 +216,15 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 printer.follow(lambda: job.poll() is not None)
             except KeyboardInterrupt:
                 stopped_by.append(signal.SIGINT)
-                print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
+                # Stopped before anything is said: a second Ctrl-C (a double tap) during the
+                # line left the launch before the stop, the job running with nobody to watch it.
                 job.stop()
-                printer.follow(lambda: job.poll() is not None)
+                try:
+                    print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
+                    printer.follow(lambda: job.poll() is not None)
+                except KeyboardInterrupt:  # again, while it stops
+                    job.stop()
+                    return _not_waiting(spec, stopped_by[0])
             code = job.wait()
             if stopped_by and code != 0:
                 code = 128 + stopped_by[0]  # as the shell says for the signal this process took: 130, 143
@@ -251,7 +257,11 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 return app.return_code or 0
             if choice != "over":
                 job.stop()
-                code = job.wait()
+                try:
+                    print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
+                    code = job.wait()
+                except KeyboardInterrupt:  # Ctrl-C while it stops
+                    return _not_waiting(spec, terminated[0] if terminated else signal.SIGINT)
                 if terminated and code != 0:
                     code = 128 + terminated[0]  # as the shell says for the signal this process took
             if _supervisor_lost(job, code):
@@ -268,6 +278,16 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error)
     print(line, file=sys.stderr if code else sys.stdout)
     return code
+
+
+def _not_waiting(spec, sig: int) -> int:
+    """A second Ctrl-C (or SIGTERM) while the job stops: say that the stop goes on without this
+    process (it exited without a word, the job's end unsaid) and exit as the shell would."""
+    from pardash.trainer.launcher import STOP_GRACE_S
+
+    print(f"{PROG}: not waiting for the job to stop: its supervisor kills what is left of it within {STOP_GRACE_S:.0f} s; "
+          f"log {spec.log_path}", file=sys.stderr, flush=True)  # fmt: skip
+    return 128 + sig
 
 
 def _supervisor_lost(job, code: int) -> bool:

@@ -103,6 +103,30 @@ def test_a_stopped_job_leaves_no_rank_behind_that_sigterm_did_not_end(tmp_path):
     wait_for(lambda: not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE, timeout_s=30, poll_s=0.2)
 
 
+def test_a_second_ctrl_c_while_the_job_stops_says_the_stop_goes_on(tmp_path):
+    # Ctrl-C again during "stopping the job..." (a rank slow to end) left the launch at once
+    # with 130 and not a word: whether the job was stopped, or would be, went unsaid. Twice in
+    # a row, the second came before the launch had told the job to stop: it trained on, unsaid.
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "scripts" / "deaf_to_sigterm.py"
+    pid_file = tmp_path / "rank.pid"
+    p = _start(tmp_path, "--nproc", "1", "--", str(script), str(pid_file))
+    wait_for(pid_file.exists, timeout_s=120, poll_s=0.2)
+    rank = psutil.Process(int(pid_file.read_text()))
+    p.send_signal(signal.SIGINT)
+    for line in p.stderr:
+        if "stopping the job..." in line:
+            break
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    said = [line for line in err.splitlines() if line.startswith("pardash: not waiting for the job to stop: ")]
+    assert said and "its supervisor kills what is left of it within " in said[0], err[-2000:]
+    assert "Traceback" not in err
+    wait_for(lambda: not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE, timeout_s=60, poll_s=0.2)
+
+
 def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_back(tmp_path):
     # Only the headless launch took SIGTERM: the TUI's died with 143 under a frozen screen (the
     # terminal never left its alternate screen) while the job ran on, unwatched and unsaid.

@@ -141,6 +141,8 @@ class Supervisor:
         self.ranks_started = False
         """Whether torchrun was seen with a child process (its ranks) while it ran."""
         self._gave_up = False
+        self._told_to_stop = False
+        """Whether torchrun was sent its SIGTERM (it is sent once)."""
         self._hub_deaths: deque[float] = deque()
         """When the hub died, within the last HUB_RESTART_WINDOW_S."""
 
@@ -401,9 +403,12 @@ class Supervisor:
             pass
 
     def stop(self, *_: object) -> None:
-        """Stop the job: SIGTERM to torchrun's process group, SIGKILL after a grace period."""
+        """Stop the job: SIGTERM to torchrun's process group, SIGKILL after a grace period.
+        Once: a second SIGTERM broke into torchrun's own stop of the ranks (a traceback of its
+        agent's under the launch's last lines)."""
         self._stopping = True
-        if self.job is not None and self.job.poll() is None:
+        if self.job is not None and self.job.poll() is None and not self._told_to_stop:
+            self._told_to_stop = True
             _signal_group(self.job, signal.SIGTERM)
 
     def run(self, ready_fd: int | None) -> int:
