@@ -323,6 +323,72 @@ def test_a_closure_optimizers_passes_are_its_own(hooked):
         assert s["optimizer_s"] >= s["forward_s"] + s["backward_s"]
 
 
+@pytest.mark.parametrize("accum", [1, 2])
+def test_a_closure_that_runs_the_steps_training_pass_is_forward_and_backward(hooked, monkeypatch, tmp_path, accum):
+    # PyTorch Lightning's automatic optimization: the LightningModule's training_step and the
+    # backward run in a closure that the DDP model's optimizer.step(closure=...) calls; with
+    # accumulate_grad_batches, the micro-batches before the last call the closure directly,
+    # under no_sync. All was the optimizer's: no model found (strategy unknown, no buckets), no
+    # forward or backward time, and the last micro-batch's loss dropped.
+    import torch.distributed as dist
+
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = nn.parallel.DistributedDataParallel(_model())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        expected = []
+        for _ in range(4):
+            total = 0.0
+            for i in range(accum):
+                clock[0] += 0.010  # the loader's next batch
+                x, y = _batch()
+
+                def closure():  # training_step, zero_grad (first micro-batch), backward
+                    out = model(x)
+                    out.register_hook(lambda g: clock.__setitem__(0, clock[0] + 0.003))  # backward
+                    loss = nn.functional.cross_entropy(out, y) / accum
+                    clock[0] += 0.004  # the loss, in the forward
+                    if i == 0:
+                        opt.zero_grad()
+                    loss.backward()
+                    return loss
+
+                def wrapped():  # the precision plugin's: the closure, then gradient clipping
+                    loss = closure()
+                    clock[0] += 0.002
+                    return loss
+
+                if i < accum - 1:
+                    with model.no_sync():
+                        loss = closure()
+                else:
+                    loss = opt.step(closure=wrapped)
+                    sched.step()
+                total += loss.item()
+            expected.append(total)
+        inst.finish()
+    finally:
+        dist.destroy_process_group()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    assert [s["loss"] for s in rep.steps] == pytest.approx(expected)
+    assert [s["lr"] for s in rep.steps] == pytest.approx([0.1, 0.05, 0.025, 0.0125])
+    for s in rep.steps:
+        assert s["samples"] == 6 * accum
+        assert s.get("custom", {}).get("micro_batches", 1.0) == accum
+    for s in rep.steps[1:]:  # (the first step's clock starts at its first forward)
+        assert s["data_s"] == pytest.approx(0.010 * accum)
+        assert s["forward_s"] == pytest.approx(0.004 * accum)
+        assert s["backward_s"] == pytest.approx(0.003 * accum)
+        assert s["optimizer_s"] == pytest.approx(0.002)
+        assert s["step_s"] == pytest.approx(0.017 * accum + 0.002)
+    assert inst.roots == [model] and inst.strategy == "ddp"
+    assert rep.hellos[-1]["strategy"] == "ddp" and rep.hellos[-1]["params_count"] > 0
+    assert rep.steps[-1]["mem"].buckets_bytes > 0
+
+
 def test_a_second_model_trained_after_the_first_is_measured_with_its_own_rate(hooked):
     inst, rep = hooked
     a, b = _model(), _model()

@@ -39,9 +39,11 @@ the same iteration, from the second one or after a warm-up). An optimizer that f
 a step published at its post-hook (a model trained after another; a generator whose fakes are
 made under ``no_grad`` only, once the hooks settled on the roots) is told apart by the next
 repeat: the first optimizer again, and its passes join the next step; itself again, and it made
-a step. Passes inside ``optimizer.step(closure)`` (LBFGS) are the optimizer's: the first gives
-the loss and the samples. (A WGAN's critic, stepping five times per generator step, makes five
-steps: use ``pt.step()`` to count generator iterations.)
+a step. The first pass inside ``optimizer.step(closure)`` is the step's own (its last
+micro-batch): PyTorch Lightning runs ``training_step`` and the backward in such a closure. Later
+passes in the same call (LBFGS's line search) are the optimizer's. (A WGAN's critic, stepping
+five times per generator step, makes five steps: use ``pt.step()`` to count generator
+iterations.)
 
 Phases are the intervals between marks, as in the bundled trainer: ``data`` from the end of
 the previous step to the first root forward, ``forward`` to the backward (the loss function
@@ -318,7 +320,12 @@ class Instrument:
         self._last_post: Any = None
         """When the last optimizer step ended (work after it, before a forward, is data)."""
         self._in_optimizer = 0
-        """Inside optimizer.step (a closure's passes, LBFGS's: the optimizer's own work)."""
+        """Inside optimizer.step (a closure's passes after the first, LBFGS's: the optimizer's)."""
+        self._closure: tuple[Any, int] | None = None
+        """optimizer.step(closure) began at this stamp, with the open step at that many marks, and
+        its closure's first pass is still to come or in its forward: that pass is the step's (a
+        Lightning training_step and its backward), not the optimizer's; its backward's return
+        is where the optimizer's phase begins."""
         self._orphan: tuple[weakref.ref[Any], _Cut] | None = None
         """An optimizer that stepped after a step published at its post-hook, and where."""
         self._closure_passes = 0
@@ -550,10 +557,11 @@ class Instrument:
             return
         if self._in_backward:
             return  # recomputation inside a backward (activation checkpointing)
-        if self._in_optimizer:  # a closure's pass (LBFGS): the optimizer's; the first gives the samples
+        if self._in_optimizer:
             self._closure_passes += 1
-            self._count_samples = self._closure_passes == 1
-            return
+            if self._closure is None or self._closure_passes > 1:
+                return  # a closure's later pass (LBFGS's line search): the optimizer's
+            # (the closure's first pass: the step's, as any forward; see _optimizer_pre)
         new = self._eval_new
         if new is not None and not module.training and not self._eval_t0 and new[0]() is module:
             self._eval_of_new(module, new[1])
@@ -818,7 +826,7 @@ class Instrument:
                 self._eval_trained()
             else:  # that model is gone or trained no more (a fold ended on it): it was evaluated
                 self._eval_ends()
-        if self._in_optimizer:  # a closure's backward: the first one's loss is the step's
+        if self._in_optimizer and self._closure is None:  # a closure's later backward (LBFGS)
             if self._open is not None and not self._open.losses:
                 loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
                 if isinstance(loss, torch.Tensor) and loss.numel() == 1:
@@ -844,6 +852,10 @@ class Instrument:
     @_guarded
     def _backward_returns(self) -> None:
         self._backward_end = self.clock.stamp()
+        if self._in_optimizer and self._closure is not None:
+            # the closure's first pass is over: what follows in optimizer.step is the optimizer's
+            self._closure = None
+            self._mark("optimizer", self._backward_end)
 
     def _wrap_scale(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def scale(scaler: Any, outputs: Any) -> Any:
@@ -882,11 +894,18 @@ class Instrument:
             self._eval_ends()
         if self._open is None:
             self._open = _OpenStep(marks=[("data", self.clock.stamp())])
-        if self._phase != "optimizer":
-            self._mark("optimizer", self.clock.stamp())
         if self._open.lr is None:
             self._open.lr = lr_of(optimizer)  # the step's first optimizer, as it steps
-        self._backward_end = None
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # (args[0]: the optimizer)
+        if not self._in_optimizer and callable(closure):
+            # optimizer.step(closure): the closure's first pass is the step's forward and
+            # backward (PyTorch Lightning's automatic optimization), the optimizer's phase
+            # begins when its backward returns (see _root_begin, _backward_returns)
+            self._closure = (self.clock.stamp(), len(self._open.marks))
+        else:
+            if self._phase != "optimizer":
+                self._mark("optimizer", self.clock.stamp())
+            self._backward_end = None
         self._in_optimizer += 1
         self._closure_passes = 0
         return None
@@ -899,6 +918,14 @@ class Instrument:
         self._posts += 1
         self._stepped = True
         self._in_optimizer = max(0, self._in_optimizer - 1)
+        if not self._in_optimizer and self._closure is not None:
+            # a closure without a backward: the optimizer's from its step's start, or from its
+            # forward's end (none is seen) when it had one
+            began, marks = self._closure
+            self._closure = None
+            if self._open is not None and self._phase != "optimizer":
+                self._mark("optimizer", began if len(self._open.marks) == marks else now)
+            self._backward_end = None
         if self.trained.add_optimizer(optimizer, self.step):
             if not self.watching_all and self._handles:
                 self._watch_all_modules()  # a new optimizer: maybe a new model to find
@@ -1178,7 +1205,7 @@ class Instrument:
         gradients, by hand): data parallel all the same. The step's first all_reduce is its
         arrival (self time: its work before it, the straggler signal), and the strategy is ddp
         (a full copy a rank), said in the hello's note; it read "single", with no self time."""
-        if self.reporter.identity.world_size < 2 or self._open is None or self._eval_t0 or self._in_optimizer:
+        if self.reporter.identity.world_size < 2 or self._open is None or self._eval_t0 or (self._in_optimizer and self._closure is None):
             return
         if self._phase not in ("forward", "backward"):
             return  # a metric's all_reduce after the step (or in its data), not the gradients'
