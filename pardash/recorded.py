@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -144,6 +145,23 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
     fail(f"{what}: no such log file, run folder or run id (runs are in {runs_dir if os.path.isabs(runs_dir) else os.path.join('.', runs_dir)}; `{PROG} ps` lists live ones)")
 
 
+def json_text(obj: object) -> str:
+    """``obj`` as JSON that every parser takes: a figure that is not finite is null (a log's
+    wild clock, 1e308 s, made a duration of Infinity, which Python writes and JSON has not:
+    JSON.parse, Go's and serde's decoders refuse the whole report)."""
+
+    def finite(x: object) -> object:
+        if isinstance(x, float):
+            return x if math.isfinite(x) else None
+        if isinstance(x, dict):
+            return {k: finite(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [finite(v) for v in x]
+        return x
+
+    return json.dumps(finite(obj), indent=2, allow_nan=False) + "\n"
+
+
 def cmd_report(ns: argparse.Namespace) -> int:
     from pardash.telemetry.report import render_markdown, render_text
 
@@ -155,9 +173,9 @@ def cmd_report(ns: argparse.Namespace) -> int:
         from pardash.telemetry.compare import compare_reports, render_compare_markdown, render_compare_text
 
         cmp = compare_reports(rep, _report_of(ns.compare))
-        out = {"json": lambda c: json.dumps(c, indent=2) + "\n", "markdown": render_compare_markdown, "text": render_compare_text}[ns.format](cmp)
+        out = {"json": json_text, "markdown": render_compare_markdown, "text": render_compare_text}[ns.format](cmp)
     else:
-        out = {"json": lambda r: json.dumps(r, indent=2) + "\n", "markdown": render_markdown, "text": render_text}[ns.format](rep)
+        out = {"json": json_text, "markdown": render_markdown, "text": render_text}[ns.format](rep)
     print(out, end="")
     return 0
 

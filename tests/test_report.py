@@ -1164,3 +1164,21 @@ def test_a_damaged_compressed_log_is_said_damaged_not_cut_short_or_still_running
         assert rep["log_ends_early"] is not None
         assert re.search(r"^log ends early +at step \d+, with 2 rank\(s\) not ended: the compressed log is damaged there, the rest of it lost$",
                          render_text(rep), re.MULTILINE), render_text(rep)  # fmt: skip
+
+
+def test_report_json_is_json_whatever_the_log_holds(tmp_path):
+    # Broken lines' clocks (+-1e308 s) took the training time past a float's range: the report
+    # wrote "train_s": Infinity, which JSON has not (JSON.parse and Go's and serde's decoders
+    # refuse the whole report). Figures that are not finite are null.
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, loss=1.0, t=t + s) for s in (1, 2) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=3, step=3, step_s=0.1, samples=4, loss=1.0, t=1e308 * (-1) ** r) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    for args in (("report", str(log), "--format", "json"), ("report", str(log), "--compare", str(log), "--format", "json")):
+        p = _pardash(*args)
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout, parse_constant=lambda c: pytest.fail(f"{args}: {c} in the JSON"))
+        assert "Infinity" not in p.stdout and "NaN" not in p.stdout
+    assert got["rows"] and json.loads(_pardash("report", str(log), "--format", "json").stdout)["train_s"] is None
