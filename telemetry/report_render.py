@@ -65,7 +65,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("steps", f"{rep['steps']} (last step {_last_steps_text(rep)}"
          + (f"; {rep['steps_rerun']} run again after a restart or resume" if rep.get("steps_rerun") else "") + ")"),
         ("samples/s", sps),
-        ("median step", f"{ms(rep['median_step_s'])} ms"),
+        ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms"),  # (not "- ms")
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
         *([("restarts", f"torchrun restarted the job {rep['job_restarts']}x (--max-restarts)")] if rep.get("job_restarts") else []),
         ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "")),

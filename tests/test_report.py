@@ -1182,3 +1182,13 @@ def test_report_json_is_json_whatever_the_log_holds(tmp_path):
         got = json.loads(p.stdout, parse_constant=lambda c: pytest.fail(f"{args}: {c} in the JSON"))
         assert "Infinity" not in p.stdout and "NaN" not in p.stdout
     assert got["rows"] and json.loads(_pardash("report", str(log), "--format", "json").stdout)["train_s"] is None
+
+
+def test_a_run_without_steps_reads_no_step_time_without_its_unit(tmp_path):
+    # A job whose ranks said hello and took no step read "median step   - ms".
+    t = 1.0e9
+    log = tmp_path / "run.jsonl"
+    _write_log(log, [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)])
+    rep = build_report(str(log))
+    assert re.search(r"^median step +-$", render_text(rep), re.MULTILINE)
+    assert "| median step | - |" in render_markdown(rep)
