@@ -62,8 +62,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_hung_text(rep)})"),
         *([("evaluations", f"{rep['evaluations']['count']}, {rep['evaluations']['seconds']:.1f} s in all, outside the steps")]
           if rep.get("evaluations") else []),
-        ("steps", f"{rep['steps']} (last step {_last_steps_text(rep)}"
-         + (f"; {rep['steps_rerun']} run again after a restart or resume" if rep.get("steps_rerun") else "") + ")"),
+        ("steps", _steps_text(rep)),
         ("samples/s", sps),
         ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms"),  # (not "- ms")
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
@@ -72,6 +71,16 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("refused by the hub", _refused_text(rep["rejected_by_reason"]))] if rep.get("rejected_by_reason") else []),
         *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"]))] if rep.get("log_ends_early") else []),
     ]
+
+
+def _steps_text(rep: dict) -> str:
+    """``300 (last step 300)``; of a run that took none, why when a resume says (it read "0 (last
+    step 0)" of a run resumed at step 200 with --steps 200, as the launcher's last line does not)."""
+    resumed = [r["step"] for r in (rep.get("checkpoints") or {}).get("resumed") or [] if r.get("step") is not None]
+    if not rep["steps"] and resumed:
+        return f"0 (resumed at step {max(resumed)}, nothing left to train)"
+    return (f"{rep['steps']} (last step {_last_steps_text(rep)}"
+            + (f"; {rep['steps_rerun']} run again after a restart or resume" if rep.get("steps_rerun") else "") + ")")
 
 
 def _seconds(s: float) -> str:

@@ -1192,3 +1192,17 @@ def test_a_run_without_steps_reads_no_step_time_without_its_unit(tmp_path):
     rep = build_report(str(log))
     assert re.search(r"^median step +-$", render_text(rep), re.MULTILINE)
     assert "| median step | - |" in render_markdown(rep)
+
+
+def test_a_report_of_a_resume_with_nothing_left_to_train_says_so(tmp_path):
+    # --resume from a checkpoint already at --steps: the launcher's last line says "no step
+    # taken (resumed at step 150, nothing left to train)"; the report read "steps 0 (last step 0)".
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=r, seq=1, name="resume", step=150, message="step 150 from ckpt", t=t + 1) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=r, seq=2, name="exit", code=0, step=150, t=t + 2) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert re.search(r"^steps +0 \(resumed at step 150, nothing left to train\)$", render_text(rep), re.MULTILINE)
+    assert "| steps | 0 (resumed at step 150, nothing left to train) |" in render_markdown(rep)
