@@ -178,11 +178,9 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         job = start(spec)
     except LaunchError as exc:
         fail(str(exc))
-    except KeyboardInterrupt:
-        if not terminated:
-            raise
+    except KeyboardInterrupt:  # Ctrl-C, or a SIGTERM (above): ``start`` stopped what it started
         print(f"{PROG}: stopped before the job started", file=sys.stderr, flush=True)
-        return 128 + signal.SIGTERM
+        return 128 + (terminated[0] if terminated else signal.SIGINT)
 
     def on_sigterm_started(*_: object) -> None:
         terminated.append(signal.SIGTERM)

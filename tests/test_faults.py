@@ -153,18 +153,21 @@ def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_b
     assert exits and all(m.code == -15 and "stopped by you" in m.message for m in exits)
 
 
-def test_a_sigterm_as_the_launch_starts_leaves_nothing_running(tmp_path):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_a_sigterm_as_the_launch_starts_leaves_nothing_running(tmp_path, sig, code):
     # A SIGTERM before the launch had put in its handler (while the job started) ended it and
-    # left the supervisor, the hub, torchrun and the ranks training, unwatched.
+    # left the supervisor, the hub, torchrun and the ranks training, unwatched. A Ctrl-C then
+    # stopped them all but said nothing: the launch ended with 130 after its first line.
     me = psutil.Process()
     # (this process's own children from before: the multiprocessing resource tracker an earlier
     # test's torch.multiprocessing.spawn started lives as long as this process)
     before = {c.pid for c in me.children(recursive=True)}
     p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "3000")
     assert p.stdout.readline().startswith("pardash: run ")  # said just before the job starts
-    p.send_signal(signal.SIGTERM)
+    p.send_signal(sig)
     out, err = p.communicate(timeout=120)
-    assert p.returncode == 143, err[-2000:]
+    assert p.returncode == code, err[-2000:]
+    assert "pardash: stopped before the job started" in err or "pardash: stopped by you" in err, err[-2000:]
     wait_for(lambda: not registry.live_runs(), timeout_s=60)
     wait_for(lambda: not [c for c in me.children(recursive=True) if c.pid not in before and c.is_running() and c.status() != psutil.STATUS_ZOMBIE], timeout_s=60)
 
