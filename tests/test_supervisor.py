@@ -153,3 +153,30 @@ def test_the_viewer_that_started_a_job_has_its_outcome_while_the_job_waits_for_i
         viewer.kill()
         viewer.wait()
     assert job.wait(60) == 1
+
+
+def test_a_job_whose_result_file_cannot_be_written_still_tells_its_launch_how_it_ended(tmp_path):
+    # A full disk under the run's folder: the supervisor could not write result.json, and the
+    # launch took the job's end for its supervisor's death ("its ranks train on without it ...
+    # following them to the end"), or, in the TUI, waited 15 s and said "detached; the job
+    # goes on" of a job that was over. The result also comes down the supervisor's pipe.
+    import subprocess
+    import sys
+
+    from pardash.trainer.launcher import new_spec, start
+
+    viewer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        spec = new_spec(log_path=str(tmp_path / "run.jsonl"), runs_dir=str(tmp_path / "runs"), nproc=1, strategy="single",
+                        command=["-m", "pardash.trainer.train", "--strategy", "single", "--model", "mlp", "--steps", "3",
+                                 "--inject-crash", "0@2"], viewer_pid=viewer.pid)  # fmt: skip
+        blocked = os.path.join(spec.run_dir, "result.json")
+        os.makedirs(os.path.join(blocked, "taken"))  # its place taken: the file cannot be written
+        job = start(spec, output=subprocess.DEVNULL)
+        assert job.wait_result(120) == 1
+        assert job.result()["code"] == 1 and not job.result()["stopped"]
+    finally:
+        viewer.kill()
+        viewer.wait()
+    assert job.wait(60) == 1
+    assert job.result()["code"] == 1  # after the supervisor is gone too

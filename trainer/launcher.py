@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -439,7 +440,8 @@ class Supervisor:
             return 130
         if self.job is None:
             self.start_job()
-        _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()})
+        _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()}, close=False)
+        self._result_fd = ready_fd
         code = exit_status(self._wait_job())
         t = getattr(self, "_stderr_thread", None)
         if t is not None:
@@ -510,6 +512,11 @@ class Supervisor:
             print(f"pardash: cannot write the run's result.json ({exc.strerror or exc}); the job's exit code is {code}", file=sys.stderr, flush=True)
             with contextlib.suppress(OSError):
                 Path(spec.run_dir, "result.json.tmp").unlink(missing_ok=True)
+        # ... and down the pipe the launch started this process with, which no full disk
+        # fails: without the file the launch took the job's end for its supervisor's death
+        # ("its ranks train on without it"), or (the TUI) for a detach after 15 s.
+        _tell(getattr(self, "_result_fd", None), result)
+        self._result_fd = None
         # The ranks have flushed their last messages as they exited; the hub takes them before
         # it stops (until its ingest is quiet, hub.FINAL_QUIET_MS). A viewer still attached
         # keeps the hub up so it can read the end.
@@ -558,14 +565,18 @@ def _kill_job(proc: subprocess.Popen) -> None:
     _signal_group(proc, signal.SIGKILL)
 
 
-def _tell(fd: int | None, info: dict) -> None:
+def _tell(fd: int | None, info: dict, *, close: bool = True) -> None:
+    """Write ``info`` as a line to ``fd`` (the launch's pipe; gone if it has exited), then close it
+    unless told not to."""
     if fd is None:
         return
     try:
         os.write(fd, (json.dumps(info) + "\n").encode())
-        os.close(fd)
     except OSError:
         pass
+    if close:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 # -- the foreground's side ----------------------------------------------------------------
@@ -578,6 +589,10 @@ class Job:
     spec: LaunchSpec
     supervisor: subprocess.Popen
     endpoints: dict
+    result_fd: int = -1
+    """The read end of the supervisor's pipe: after its endpoints, its result comes down it too."""
+    _said: bytes = b""
+    _result: dict | None = None
 
     @property
     def run_id(self) -> str:
@@ -594,10 +609,23 @@ class Job:
         return self.supervisor.wait(timeout)
 
     def result(self) -> dict:
+        """The supervisor's result (exit code, stopped, hub restarts) once the job has ended:
+        result.json, or the line it sent down its pipe (a full disk has no file); {} before."""
         try:
             return json.loads(Path(self.spec.run_dir, "result.json").read_text())
         except (OSError, ValueError):
-            return {}
+            pass
+        while self._result is None and self.result_fd >= 0 and select.select([self.result_fd], [], [], 0)[0]:
+            chunk = os.read(self.result_fd, 65536)
+            self._said += chunk
+            if b"\n" in self._said:
+                with contextlib.suppress(ValueError):
+                    found = json.loads(self._said.split(b"\n", 1)[0])
+                    self._result = found if isinstance(found, dict) else {}
+            if not chunk or self._result is not None:
+                os.close(self.result_fd)
+                self.result_fd = -1
+        return self._result or {}
 
     def wait_result(self, timeout: float) -> int:
         """The job's exit code once it has one: its supervisor has written its result (it
@@ -631,15 +659,15 @@ def start(spec: LaunchSpec, *, output=None) -> Job:
         # Ctrl-C before the job is up (say, a node > 0 waiting for node 0's hub): stop the
         # supervisor too, rather than leave a job running that nobody watches.
         sup.terminate()
-        raise
-    finally:
         os.close(r)
+        raise
     info = json.loads(line) if line else {"error": f"the supervisor exited with code {exit_code(sup)}"}
     if "error" in info:
+        os.close(r)
         if sup.poll() is None:
             sup.terminate()
         raise LaunchError(info["error"])
-    return Job(spec=spec, supervisor=sup, endpoints=info)
+    return Job(spec=spec, supervisor=sup, endpoints=info, result_fd=r)
 
 
 def new_spec(*, log_path: str | None, runs_dir: str = "runs", **kw) -> LaunchSpec:
