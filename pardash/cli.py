@@ -95,7 +95,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     try:
         client = HubClient.attach(ns.target, curve=ns.curve_dir)
     except AttachError as exc:
-        fail(str(exc))
+        fail(_over_or(ns.target, str(exc)))
     headless_without_terminal(ns)
     if ns.headless:
         from pardash.telemetry.failures import failure_summary
@@ -141,6 +141,21 @@ def cmd_attach(ns: argparse.Namespace) -> int:
             fail(f"run {client.run_id} did not stop within {JOB_STOP_WAIT_S:.0f} s; its supervisor is pid {supervisor}", 1)
         print(f"{PROG}: stopped run {client.run_id}; log {entry.get('log', '')}")
     return app.return_code or 0
+
+
+def _over_or(target: str | None, why: str) -> str:
+    """For a run id that no live hub serves but that a run folder under ./runs holds (a run
+    that has ended), where its record is; else ``why``. ("no live run" sent a user attaching
+    to yesterday's run to `pardash ps`, which lists only live ones.)"""
+    from pardash.recorded import run_folder_log
+
+    if not target or target.startswith("tcp://") or os.sep in target or not os.path.isdir("runs"):
+        return why
+    logs = {d: log for d in sorted(os.listdir("runs")) if d.startswith(target) and (log := run_folder_log(os.path.join("runs", d)))}
+    if len(logs) != 1:
+        return why
+    ((run, log),) = logs.items()
+    return f"run {run} is over (no hub serves it now): `{PROG} report {run}` sums it up, `{PROG} replay {log}` shows it"
 
 
 def cmd_replay(ns: argparse.Namespace) -> int:

@@ -105,6 +105,25 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_attach_to_a_run_that_has_ended_says_where_its_record_is(tmp_path):
+    # "no live run '<id>'; `pardash ps` lists the live ones" of yesterday's run, whose log is
+    # right there under ./runs: report and replay read it.
+    run = "20260101-120000-abcd"
+    (tmp_path / "runs" / run).mkdir(parents=True)
+    (tmp_path / "runs" / run / "telemetry.jsonl").write_text('{"kind":"hub","message":"hub started"}\n')
+
+    def attach(*args):
+        return subprocess.run([sys.executable, "-m", "pardash", "attach", "--headless", *args],
+                              capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+
+    proc = attach(run[:15])
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"pardash: error: run {run} is over (no hub serves it now): `pardash report {run}` sums it up, "
+                                   f"`pardash replay runs/{run}/telemetry.jsonl` shows it")  # fmt: skip
+    proc = attach("20250101")  # no such run, live or not
+    assert proc.returncode == 2 and "no live run '20250101'" in proc.stderr
+
+
 def test_a_log_that_holds_a_run_is_not_appended_to(tmp_path):
     # A second run appended to the first one's log would read as one run mixing both.
     log = tmp_path / "run.jsonl"
