@@ -185,7 +185,11 @@ class ProgressPrinter:
                     self._print(line)
                     self._last_said = said
             elif not force and self.waiting and now - self.t_start >= self.every_s:
-                self._print(f"[{now - self.t_start:6.1f}s] {self.waiting}")
+                if self._frame_t is None and getattr(self.source, "live", False) and not getattr(self.source, "synced", True):
+                    # Not a word from the hub yet: whether any rank said hello is not known.
+                    self._print(f"[{now - self.t_start:6.1f}s] no answer from the hub yet (stopped, overloaded or out of reach)")
+                else:
+                    self._print(f"[{now - self.t_start:6.1f}s] {self.waiting}")
 
     def _hub_quiet_s(self, now: float) -> float | None:
         """Seconds since a live hub's last frame, when longer than HUB_QUIET_S (a hub stopped

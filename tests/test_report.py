@@ -491,6 +491,16 @@ def test_progress_lines_say_when_no_rank_has_said_hello(monkeypatch):
     p.update()
     p.update(force=True)  # the closing line is no time to say it
     assert out.getvalue().splitlines() == ["[   5.0s] no rank has said hello yet (2 nodes)"]
+    # A hub that has not answered at all (stopped, out of reach) cannot say whether any rank
+    # has: the line said "no rank has said hello yet" for as long.
+    silent_hub = Empty()
+    silent_hub.synced = False
+    silent_hub.last_frame_t = 0.0
+    out = io.StringIO()
+    p = ProgressPrinter(silent_hub, out=out, bar=False, every_s=5.0, waiting="no rank has said hello yet")
+    clock[0] += 5.0
+    p.update()
+    assert out.getvalue().splitlines() == ["[   5.0s] no answer from the hub yet (stopped, overloaded or out of reach)"]
 
 
 def test_progress_is_plain_lines_when_piped(tmp_path):
