@@ -260,8 +260,10 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     code = job.wait()
                 except KeyboardInterrupt:  # Ctrl-C while it stops
                     return _not_waiting(spec, terminated[0] if terminated else signal.SIGINT)
-                if terminated and code != 0:
-                    code = 128 + terminated[0]  # as the shell says for the signal this process took
+                if code != 0:
+                    # As the shell says for the signal this process took; a stop chosen in the
+                    # TUI (q or Ctrl-C, then Stop) is the person's, as Ctrl-C is headless: 130.
+                    code = 128 + (terminated[0] if terminated else signal.SIGINT)
             if _supervisor_lost(job, code):
                 print(f"{PROG}: {_lost_words(code)}: its ranks may train on without it; `{PROG} attach {spec.run_id}` follows them, "
                       f"log {spec.log_path}", file=sys.stderr)  # fmt: skip

@@ -153,6 +153,29 @@ def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_b
     assert exits and all(m.code == -15 and "stopped by you" in m.message for m in exits)
 
 
+def test_a_stop_chosen_in_the_tui_exits_130_as_ctrl_c_does_headless(tmp_path):
+    # q (or Ctrl-C), then Stop, in the TUI exited 143 (torchrun's code for the SIGTERM that
+    # stopped it) where a headless Ctrl-C exits 130, as the README says of Ctrl-C.
+    import pty
+
+    master, slave = pty.openpty()
+    log = tmp_path / "run.jsonl"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "100000", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs")],
+        stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
+    )  # fmt: skip
+    os.close(slave)
+    screen = TerminalOutput(master)
+    wait_for(lambda: len(_steps(log)) >= 5, timeout_s=120, poll_s=0.2)
+    os.write(master, b"q")
+    wait_for(lambda: b"Stop the job" in bytes(screen.data), timeout_s=60, poll_s=0.2)
+    os.write(master, b"s")
+    assert p.wait(timeout=120) == 130
+    out = screen.done()
+    assert b"stopped by you" in out and b"(exit code 130)" in out, out[-2000:]
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
 def test_a_sigterm_as_the_launch_starts_leaves_nothing_running(tmp_path, sig, code):
     # A SIGTERM before the launch had put in its handler (while the job started) ended it and
