@@ -111,7 +111,9 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         try:
             print(follow_attached(ProgressPrinter(client, every_s=ns.every), client), flush=True)
         except KeyboardInterrupt:
-            return 0
+            again = f"{PROG} attach {ns.target}" if ns.target else f"{PROG} attach"
+            print(f"{PROG}: stopped watching; the run goes on (`{again}` watches it again)", file=sys.stderr)
+            return 130
         finally:
             client.close()
         # As a script waiting on the job would want it: 0 when every rank finished, 1 when it

@@ -169,3 +169,31 @@ def test_an_attached_viewer_exits_1_when_the_run_it_watched_failed(tmp_path):
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
             p.wait(30)
+
+
+def test_an_attached_viewer_stopped_with_ctrl_c_says_the_run_goes_on_and_exits_130(tmp_path):
+    # A Ctrl-C ended `pardash attach --headless` with 0 and not a word: a script read the run
+    # as a success, a person did not learn the run was still going.
+    import re
+    import signal
+
+    p = subprocess.Popen([sys.executable, "-m", "pardash", "simulate", "--headless", "--ranks", "2", "--rate", "20",
+                          "--steps", "100000", "--every", "5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    try:
+        m = re.search(r", run (\S+), hub (tcp://\S+),", p.stdout.readline())
+        assert m, "no start line"
+        att = subprocess.Popen([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "0.2", m.group(2)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+        assert att.stdout is not None
+        while "step" not in att.stdout.readline():  # following the run
+            pass
+        att.send_signal(signal.SIGINT)
+        _out, err = att.communicate(timeout=60)
+        assert att.returncode == 130, err[-2000:]
+        assert f"stopped watching; the run goes on (`pardash attach {m.group(2)}` watches it again)" in err, err[-2000:]
+        assert p.poll() is None  # the job itself untouched
+    finally:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            p.wait(30)
