@@ -11,6 +11,7 @@ import os
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
+from math import inf
 from typing import BinaryIO, Callable, Iterator
 
 import msgspec
@@ -151,6 +152,9 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
             continue
         if msg.rank < 0 and not isinstance(msg, (schema.Event, schema.Verdict)):
             stats.skipped["invalid"] += 1  # only the hub's notes (events) are no rank's
+            continue
+        if not 0.0 <= msg.t < inf:  # as the live hub refuses it (a line edited by hand)
+            stats.skipped["out_of_range"] += 1
             continue
         stats.records += 1
         yield msg

@@ -123,6 +123,29 @@ def test_a_step_without_its_time_does_not_stretch_the_run_to_1970(tmp_path):
     assert got["samples"] > want["samples"] and got["samples_per_s"] > want["samples_per_s"]
 
 
+def test_a_line_whose_time_the_hub_would_refuse_is_skipped_and_replay_still_plays(tmp_path):
+    # A step at t -1e308 (edited by hand; a live hub refuses a time below 0): the replay's
+    # clock, computed from it, could not move (-1e308 + a frame is -1e308) and seek() never
+    # returned; the report's duration read 1e308 s.
+    from pardash.telemetry.client import ReplaySource
+
+    source = DATA / "real_fsdp2.jsonl"
+    data = source.read_bytes()
+    step = next(line for line in data.splitlines() if b'"kind":"step"' in line)
+    for t in (-1e308, -1.0):
+        wild = msgspec.json.decode(step)
+        wild["seq"] = 10**6
+        log = tmp_path / f"wild{t}.jsonl"
+        line = msgspec.json.encode(wild).replace(b'"t":', b'"t":' + repr(t).encode() + b',"_t":', 1)
+        log.write_bytes(data.rstrip(b"\n") + b"\n" + line + b"\n")
+        rep = build_report(str(log))
+        assert rep["skipped_by_reason"].get("out_of_range") == 1, (t, rep["skipped_by_reason"])
+        assert rep["duration_s"] == build_report(str(source))["duration_s"]
+        replay = ReplaySource(str(log))
+        replay.seek(5.0)
+        assert replay.state.ranks
+
+
 def test_ranks_that_ended_at_different_steps_are_told_both(tmp_path):
     # A rank killed at step 814 while the others went on to 817: "steps 817 (last step 814)".
     from pardash.telemetry.report import render_text
