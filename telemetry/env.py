@@ -14,6 +14,9 @@ from dataclasses import dataclass
 ENDPOINT_VAR = "PARDASH_ENDPOINT"
 RUN_ID_VAR = "PARDASH_RUN_ID"
 TELEMETRY_VAR = "PARDASH_TELEMETRY"
+LINE_BUFFERED_VAR = "PARDASH_LINE_BUFFERED"
+"""Set by ``pardash launch`` where it made the ranks unbuffered (PYTHONUNBUFFERED): a script
+run by autorun then prints line by line instead, as to a terminal."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import re
 import subprocess
 import sys
@@ -1062,12 +1063,12 @@ def test_a_missing_script_is_one_line():
 # -- real torchrun runs ----------------------------------------------------------------------
 
 
-def _launch(tmp_path: Path, *script: str, nproc: int = 2) -> tuple[subprocess.CompletedProcess, list]:
+def _launch(tmp_path: Path, *script: str, nproc: int = 2, env: dict | None = None) -> tuple[subprocess.CompletedProcess, list]:
     log = tmp_path / "run.jsonl"
     proc = subprocess.run(
         [PY, "-m", "pardash", "launch", "--nproc", str(nproc), "--headless", "--log", str(log),
          "--runs-dir", str(tmp_path / "runs"), "--", *script],
-        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+        capture_output=True, text=True, timeout=240, env=env or pardash_env(), cwd=tmp_path,
     )  # fmt: skip
     msgs = load_log(log)[0] if log.exists() else []
     return proc, msgs
@@ -1278,6 +1279,41 @@ def test_a_script_without_optimizer_steps_is_told_so(tmp_path):
     assert sorted(w.rank for w in warnings) == [0, 1]
     assert all(w.message == NO_STEP_WARNING.format(n=20) for w in warnings)
     assert _steps(msgs, 0) == []
+
+
+class _AnotherRanksLine:
+    """Printed, writes a whole line to ``fd`` as another rank would right then, between the
+    pieces of this process's print() (the ranks of a launch share one output file)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __str__(self) -> str:
+        os.write(self.fd, b"[another rank's line]\n")
+        return "x"
+
+
+@pytest.mark.slow
+def test_each_printed_line_reaches_the_output_whole_as_in_a_terminal(tmp_path):
+    # The launcher sets PYTHONUNBUFFERED=1 (the ranks' output is a file, read as it grows):
+    # print() then wrote each piece of a line apart, and two ranks' lines came out mixed
+    # ("LOGLOG {...}", 37,733 of 40,000 lines printed at once by two ranks). A terminal's
+    # stdout is line-buffered: a line goes out in one write, as under plain torchrun.
+    script = tmp_path / "prints.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_autorun import _AnotherRanksLine\n"
+        "print('LOG', _AnotherRanksLine(1), 42)\n"
+        "print('ERR', _AnotherRanksLine(2), 43, file=sys.stderr)\n"
+    )
+    env = pardash_env()
+    env.pop("PYTHONUNBUFFERED", None)  # (the user's own is kept, and does as it says)
+    proc, _msgs = _launch(tmp_path, str(script), nproc=1, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert re.search(r"^LOG x 42$", out, re.M) and re.search(r"^ERR x 43$", out, re.M), out
+    assert len(re.findall(r"^\[another rank's line\]$", out, re.M)) == 2, out
 
 
 @pytest.mark.slow

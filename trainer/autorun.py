@@ -115,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     from pardash.telemetry import api
+    from pardash.telemetry.env import LINE_BUFFERED_VAR
 
+    if os.environ.get(LINE_BUFFERED_VAR) == "1":
+        _line_buffered()
     instrument = None
     if api.enabled():
         reporter = api.reporter(gpu_index=_gpu_index())
@@ -155,6 +158,19 @@ def main(argv: list[str] | None = None) -> int:
         reporter.event("error", message=message, traceback=tb, step=reporter.last_step)
     _finish(reporter, instrument, code)
     return code
+
+
+def _line_buffered() -> None:
+    """Print each line in one write, as to a terminal. ``pardash launch`` makes the ranks
+    unbuffered (their output is a file that is read as it grows), and unbuffered, print()
+    writes each piece of a line apart: the ranks sharing the file mixed their lines
+    ("LOGLOG {...}"). A line-buffered stream is as prompt, a line at a time."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "write_through", False) and not stream.isatty():
+            try:
+                stream.reconfigure(line_buffering=True, write_through=False)
+            except Exception:
+                pass  # not a TextIOWrapper after all: left as it is
 
 
 def _finish(reporter, instrument, code: int) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from pardash.telemetry import registry, schema, security
-from pardash.telemetry.env import ENDPOINT_VAR, RUN_ID_VAR
+from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
 from pardash.telemetry.recorder import LOG_MODE, holds_records
 from pardash.telemetry.spawn import exit_code, read_line
 from pardash.telemetry.streams import unbreakable_stdio
@@ -282,7 +282,10 @@ class Supervisor:
         env[RUN_ID_VAR] = spec.run_id
         if spec.curve_dir:
             env[security.CURVE_DIR_VAR] = spec.curve_dir
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        if "PYTHONUNBUFFERED" not in env:
+            env["PYTHONUNBUFFERED"] = "1"
+            # ...and a script's prints line by line, as to a terminal (see autorun)
+            env[LINE_BUFFERED_VAR] = "1"
         if spec.max_restarts > 0:
             # torchrun's workers share its rendezvous TCPStore across restarts, keys and all
             # (no per-attempt prefix): restarted gloo ranks can read their peers' addresses from
