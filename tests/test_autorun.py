@@ -299,29 +299,40 @@ def test_a_pass_without_grad_in_training_mode_is_part_of_the_step(hooked, monkey
     assert inst.roots == [student]
 
 
-def test_a_closure_optimizers_passes_are_its_own(hooked):
+def test_a_closure_optimizers_passes_are_its_own(hooked, monkeypatch):
+    # LBFGS evaluates its closure again and again in one step: the first pass is the step's
+    # forward and backward (as a Lightning closure's is), the later ones the optimizer's work.
     inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
     model = _model()
     opt = torch.optim.LBFGS(model.parameters(), max_iter=4)
     x, y = _batch()
-    first_losses = []
+    first_losses, counts = [], []
     for _ in range(3):
         passes = []
+        clock[0] += 0.010  # the batch
 
         def closure():
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
+            out = model(x)
+            out.register_hook(lambda g: clock.__setitem__(0, clock[0] + 0.003))  # backward
+            loss = nn.functional.cross_entropy(out, y)
+            clock[0] += 0.005  # the loss, in the forward
             loss.backward()
             passes.append(loss.item())
             return loss
 
         opt.step(closure)
         first_losses.append(passes[0])  # what the step starts from (LBFGS's step returns it)
+        counts.append(len(passes))
     inst.finish()
     assert [s["loss"] for s in rep.steps] == pytest.approx(first_losses)
-    for s in rep.steps[1:]:
+    for s, n in zip(rep.steps[1:], counts[1:]):
         assert s["samples"] == 6 and "custom" not in s  # one batch, not a micro-batch a pass
-        assert s["optimizer_s"] >= s["forward_s"] + s["backward_s"]
+        assert s["data_s"] == pytest.approx(0.010)
+        assert s["forward_s"] + s["backward_s"] == pytest.approx(0.008)  # the first pass
+        assert s["optimizer_s"] == pytest.approx(0.008 * (n - 1))  # the others
+    assert max(counts) > 1
 
 
 @pytest.mark.parametrize("accum", [1, 2])
