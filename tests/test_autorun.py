@@ -253,22 +253,29 @@ def test_between_two_optimizers_steps_a_load_is_data_and_a_crash_there_is_no_ste
         assert s["optimizer_s"] == pytest.approx(0.0) and s["data_s"] == pytest.approx(0.030)
 
 
-def test_a_gan_of_two_ddp_models_counts_both_models_buckets(hooked, tmp_path):
-    # Only the newest DDP's buckets were counted: the generator's gradient buckets were missing
-    # from what the rank held.
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A gloo process group of one rank, destroyed after the test (and its DDP models: a DDP
+    model freed after its group was destroyed can hang in its destructor, joining the group's
+    threads)."""
     import torch.distributed as dist
 
-    inst, rep = hooked
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        gen = nn.parallel.DistributedDataParallel(nn.Linear(4, 8))
-        disc = nn.parallel.DistributedDataParallel(nn.Linear(8, 1))
-        opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
-        for _ in range(4):
-            _gan_iteration(gen, disc, opt_d, opt_g, fakes_grad=False)
-        inst.finish()
-    finally:
-        dist.destroy_process_group()
+    yield
+    gc.collect()
+    dist.destroy_process_group()
+
+
+def test_a_gan_of_two_ddp_models_counts_both_models_buckets(hooked, one_rank_group):
+    # Only the newest DDP's buckets were counted: the generator's gradient buckets were missing
+    # from what the rank held.
+    inst, rep = hooked
+    gen = nn.parallel.DistributedDataParallel(nn.Linear(4, 8))
+    disc = nn.parallel.DistributedDataParallel(nn.Linear(8, 1))
+    opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
+    for _ in range(4):
+        _gan_iteration(gen, disc, opt_d, opt_g, fakes_grad=False)
+    inst.finish()
     nbytes = {name: sum(p.numel() * p.element_size() for p in m.parameters()) for name, m in (("gen", gen), ("disc", disc))}
     mem = rep.steps[-1]["mem"]
     assert mem.params_bytes == nbytes["gen"] + nbytes["disc"]
@@ -336,54 +343,48 @@ def test_a_closure_optimizers_passes_are_its_own(hooked, monkeypatch):
 
 
 @pytest.mark.parametrize("accum", [1, 2])
-def test_a_closure_that_runs_the_steps_training_pass_is_forward_and_backward(hooked, monkeypatch, tmp_path, accum):
+def test_a_closure_that_runs_the_steps_training_pass_is_forward_and_backward(hooked, monkeypatch, one_rank_group, accum):
     # PyTorch Lightning's automatic optimization: the LightningModule's training_step and the
     # backward run in a closure that the DDP model's optimizer.step(closure=...) calls; with
     # accumulate_grad_batches, the micro-batches before the last call the closure directly,
     # under no_sync. All was the optimizer's: no model found (strategy unknown, no buckets), no
     # forward or backward time, and the last micro-batch's loss dropped.
-    import torch.distributed as dist
-
     inst, rep = hooked
     clock = _fake_clock(inst, monkeypatch)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        model = nn.parallel.DistributedDataParallel(_model())
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-        expected = []
-        for _ in range(4):
-            total = 0.0
-            for i in range(accum):
-                clock[0] += 0.010  # the loader's next batch
-                x, y = _batch()
+    model = nn.parallel.DistributedDataParallel(_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    expected = []
+    for _ in range(4):
+        total = 0.0
+        for i in range(accum):
+            clock[0] += 0.010  # the loader's next batch
+            x, y = _batch()
 
-                def closure():  # training_step, zero_grad (first micro-batch), backward
-                    out = model(x)
-                    out.register_hook(lambda g: clock.__setitem__(0, clock[0] + 0.003))  # backward
-                    loss = nn.functional.cross_entropy(out, y) / accum
-                    clock[0] += 0.004  # the loss, in the forward
-                    if i == 0:
-                        opt.zero_grad()
-                    loss.backward()
-                    return loss
+            def closure():  # training_step, zero_grad (first micro-batch), backward
+                out = model(x)
+                out.register_hook(lambda g: clock.__setitem__(0, clock[0] + 0.003))  # backward
+                loss = nn.functional.cross_entropy(out, y) / accum
+                clock[0] += 0.004  # the loss, in the forward
+                if i == 0:
+                    opt.zero_grad()
+                loss.backward()
+                return loss
 
-                def wrapped():  # the precision plugin's: the closure, then gradient clipping
+            def wrapped():  # the precision plugin's: the closure, then gradient clipping
+                loss = closure()
+                clock[0] += 0.002
+                return loss
+
+            if i < accum - 1:
+                with model.no_sync():
                     loss = closure()
-                    clock[0] += 0.002
-                    return loss
-
-                if i < accum - 1:
-                    with model.no_sync():
-                        loss = closure()
-                else:
-                    loss = opt.step(closure=wrapped)
-                    sched.step()
-                total += loss.item()
-            expected.append(total)
-        inst.finish()
-    finally:
-        dist.destroy_process_group()
+            else:
+                loss = opt.step(closure=wrapped)
+                sched.step()
+            total += loss.item()
+        expected.append(total)
+    inst.finish()
     assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
     assert [s["loss"] for s in rep.steps] == pytest.approx(expected)
     assert [s["lr"] for s in rep.steps] == pytest.approx([0.1, 0.05, 0.025, 0.0125])
