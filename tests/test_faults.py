@@ -127,9 +127,9 @@ def test_a_second_ctrl_c_while_the_job_stops_says_the_stop_goes_on(tmp_path):
     wait_for(lambda: not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE, timeout_s=60, poll_s=0.2)
 
 
-def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_back(tmp_path):
-    # Only the headless launch took SIGTERM: the TUI's died with 143 under a frozen screen (the
-    # terminal never left its alternate screen) while the job ran on, unwatched and unsaid.
+def _launch_in_a_terminal(tmp_path):
+    """A TUI launch of the bundled trainer in a pty, once its ranks have stepped: (process,
+    the terminal's master end, what it shows, the log)."""
     import pty
 
     master, slave = pty.openpty()
@@ -142,6 +142,13 @@ def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_b
     os.close(slave)
     screen = TerminalOutput(master)
     wait_for(lambda: len(_steps(log)) >= 5, timeout_s=120, poll_s=0.2)
+    return p, master, screen, log
+
+
+def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_back(tmp_path):
+    # Only the headless launch took SIGTERM: the TUI's died with 143 under a frozen screen (the
+    # terminal never left its alternate screen) while the job ran on, unwatched and unsaid.
+    p, master, screen, log = _launch_in_a_terminal(tmp_path)
     (entry,) = registry.live_runs()
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=120) == 143
@@ -156,18 +163,7 @@ def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_b
 def test_a_stop_chosen_in_the_tui_exits_130_as_ctrl_c_does_headless(tmp_path):
     # q (or Ctrl-C), then Stop, in the TUI exited 143 (torchrun's code for the SIGTERM that
     # stopped it) where a headless Ctrl-C exits 130, as the README says of Ctrl-C.
-    import pty
-
-    master, slave = pty.openpty()
-    log = tmp_path / "run.jsonl"
-    p = subprocess.Popen(
-        [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "100000", "--log", str(log),
-         "--runs-dir", str(tmp_path / "runs")],
-        stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
-    )  # fmt: skip
-    os.close(slave)
-    screen = TerminalOutput(master)
-    wait_for(lambda: len(_steps(log)) >= 5, timeout_s=120, poll_s=0.2)
+    p, master, screen, log = _launch_in_a_terminal(tmp_path)
     os.write(master, b"q")
     wait_for(lambda: b"Stop the job" in bytes(screen.data), timeout_s=60, poll_s=0.2)
     os.write(master, b"s")
