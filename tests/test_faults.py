@@ -83,19 +83,24 @@ def test_a_job_stopped_with_ctrl_c_or_sigterm_exits_as_the_shell_says_and_blames
     assert not psutil.pid_exists(run["pid"]) or psutil.Process(run["pid"]).status() == psutil.STATUS_ZOMBIE  # the hub
 
 
-def test_a_stopped_job_leaves_no_rank_behind_that_sigterm_did_not_end(tmp_path):
-    # torchrun starts each rank in a session of its own. A rank that SIGTERM does not end (its
-    # own handler waits on a collective that never returns; a rank stopped with SIGSTOP) outlived
-    # Ctrl-C: the supervisor's SIGKILL after the grace period went to torchrun's process group
-    # alone, torchrun died before its own SIGKILL of the ranks, and the rank ran on, orphaned,
-    # holding its memory (a GPU's) with nothing left to say so.
+def _a_rank_deaf_to_sigterm(tmp_path):
+    """A headless launch of one rank that ignores SIGTERM, once it runs: (launch, the rank)."""
     from pathlib import Path
 
     script = Path(__file__).resolve().parent / "scripts" / "deaf_to_sigterm.py"
     pid_file = tmp_path / "rank.pid"
     p = _start(tmp_path, "--nproc", "1", "--", str(script), str(pid_file))
     wait_for(pid_file.exists, timeout_s=120, poll_s=0.2)
-    rank = psutil.Process(int(pid_file.read_text()))
+    return p, psutil.Process(int(pid_file.read_text()))
+
+
+def test_a_stopped_job_leaves_no_rank_behind_that_sigterm_did_not_end(tmp_path):
+    # torchrun starts each rank in a session of its own. A rank that SIGTERM does not end (its
+    # own handler waits on a collective that never returns; a rank stopped with SIGSTOP) outlived
+    # Ctrl-C: the supervisor's SIGKILL after the grace period went to torchrun's process group
+    # alone, torchrun died before its own SIGKILL of the ranks, and the rank ran on, orphaned,
+    # holding its memory (a GPU's) with nothing left to say so.
+    p, rank = _a_rank_deaf_to_sigterm(tmp_path)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-2000:]
@@ -107,13 +112,7 @@ def test_a_second_ctrl_c_while_the_job_stops_says_the_stop_goes_on(tmp_path):
     # Ctrl-C again during "stopping the job..." (a rank slow to end) left the launch at once
     # with 130 and not a word: whether the job was stopped, or would be, went unsaid. Twice in
     # a row, the second came before the launch had told the job to stop: it trained on, unsaid.
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parent / "scripts" / "deaf_to_sigterm.py"
-    pid_file = tmp_path / "rank.pid"
-    p = _start(tmp_path, "--nproc", "1", "--", str(script), str(pid_file))
-    wait_for(pid_file.exists, timeout_s=120, poll_s=0.2)
-    rank = psutil.Process(int(pid_file.read_text()))
+    p, rank = _a_rank_deaf_to_sigterm(tmp_path)
     p.send_signal(signal.SIGINT)
     for line in p.stderr:
         if "stopping the job..." in line:

@@ -132,6 +132,15 @@ def test_a_hub_that_dies_now_and_then_is_restarted_every_time(monkeypatch):
     assert sup._recent_hub_deaths() == 0
 
 
+def _crashing_job(tmp_path, viewer_pid: int):
+    """A one-rank job of the bundled trainer that crashes at step 2, watched by ``viewer_pid``."""
+    from pardash.trainer.launcher import new_spec
+
+    return new_spec(log_path=str(tmp_path / "run.jsonl"), runs_dir=str(tmp_path / "runs"), nproc=1, strategy="single",
+                    command=["-m", "pardash.trainer.train", "--strategy", "single", "--model", "mlp", "--steps", "3",
+                             "--inject-crash", "0@2"], viewer_pid=viewer_pid)  # fmt: skip
+
+
 def test_the_viewer_that_started_a_job_has_its_outcome_while_the_job_waits_for_it(tmp_path):
     # The supervisor keeps the hub up until its viewer has gone (so it can read the end); the
     # viewer waited for the supervisor to exit: `q` on a finished run froze 15 s, then said
@@ -139,13 +148,11 @@ def test_the_viewer_that_started_a_job_has_its_outcome_while_the_job_waits_for_i
     import subprocess
     import sys
 
-    from pardash.trainer.launcher import new_spec, start
+    from pardash.trainer.launcher import start
 
     viewer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
-        spec = new_spec(log_path=str(tmp_path / "run.jsonl"), runs_dir=str(tmp_path / "runs"), nproc=1, strategy="single",
-                        command=["-m", "pardash.trainer.train", "--strategy", "single", "--model", "mlp", "--steps", "3",
-                                 "--inject-crash", "0@2"], viewer_pid=viewer.pid)  # fmt: skip
+        spec = _crashing_job(tmp_path, viewer.pid)
         job = start(spec, output=subprocess.DEVNULL)
         assert job.wait_result(120) == 1
         assert job.poll() is None  # still up for its viewer
@@ -163,13 +170,11 @@ def test_a_job_whose_result_file_cannot_be_written_still_tells_its_launch_how_it
     import subprocess
     import sys
 
-    from pardash.trainer.launcher import new_spec, start
+    from pardash.trainer.launcher import start
 
     viewer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
-        spec = new_spec(log_path=str(tmp_path / "run.jsonl"), runs_dir=str(tmp_path / "runs"), nproc=1, strategy="single",
-                        command=["-m", "pardash.trainer.train", "--strategy", "single", "--model", "mlp", "--steps", "3",
-                                 "--inject-crash", "0@2"], viewer_pid=viewer.pid)  # fmt: skip
+        spec = _crashing_job(tmp_path, viewer.pid)
         blocked = os.path.join(spec.run_dir, "result.json")
         os.makedirs(os.path.join(blocked, "taken"))  # its place taken: the file cannot be written
         job = start(spec, output=subprocess.DEVNULL)
