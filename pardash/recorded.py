@@ -80,7 +80,9 @@ def _report_of(path: str) -> dict:
         print(f"{PROG}: warning: no rank was heard from in {path}: only the hub's own records (did the ranks start?)", file=sys.stderr)
     if rep.get("runs"):
         runs = rep["runs"]
-        print(f"{PROG}: warning: {path} holds {len(runs)} runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}): the figures below mix them", file=sys.stderr)
+        from pardash.telemetry.summary import first_few
+
+        print(f"{PROG}: warning: {path} holds {len(runs)} runs ({first_few(runs)}): the figures below mix them", file=sys.stderr)
     return rep
 
 
@@ -139,7 +141,9 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
     if len(found) == 1:
         return found.pop()
     if found:
-        fail(f"{what}: matches {len(found)} runs ({', '.join(sorted(found)[:3])}{', ...' if len(found) > 3 else ''}); give more of the id")
+        from pardash.telemetry.summary import first_few
+
+        fail(f"{what}: matches {len(found)} runs ({first_few(sorted(found))}); give more of the id")
     if len(folders) == 1:
         fail(_no_log_in(folders[0]))  # the run is there, its log is not: said, not "no such run id"
     fail(f"{what}: no such log file, run folder or run id (runs are in {runs_dir if os.path.isabs(runs_dir) else os.path.join('.', runs_dir)}; `{PROG} ps` lists live ones)")
@@ -234,9 +238,11 @@ def cmd_export(ns: argparse.Namespace) -> int:
     if res.get("runs"):
         # (as report warns of such a log: a rank's steps of each run went to one event file, a
         # later run's first step a restart there, from which TensorBoard drops the earlier's)
+        from pardash.telemetry.summary import first_few
+
         runs = res["runs"]
         print(
-            f"{PROG}: warning: {ns.log} holds {len(runs)} runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}): "
+            f"{PROG}: warning: {ns.log} holds {len(runs)} runs ({first_few(runs)}): "
             "exported as one, a later run's steps replacing an earlier's from the step it starts at",
             file=sys.stderr,
         )

@@ -163,3 +163,8 @@ def ranks_text(ranks: list[int]) -> str:
 def ranks_named(ranks: list[int]) -> str:
     """[3] -> 'rank 3'; [0, 1, 2, 5] -> 'ranks 0-2, 5'."""
     return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
+
+
+def first_few(names: list[str], n: int = 3) -> str:
+    """['a', 'b', 'c', 'd'] -> 'a, b, c, ...': the first ``n``, and whether there are more."""
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")

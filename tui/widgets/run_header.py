@@ -16,7 +16,7 @@ from textual.widget import Widget
 
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
-from pardash.telemetry.summary import ended_stuck, samples_per_s_recent
+from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent
 
 from ..format import fmt_count, fmt_duration, fmt_rate
 from ..model import RunTotals, run_totals
@@ -110,7 +110,7 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
         notes = [*notes, state.hub_note]
     runs = getattr(source, "runs", [])
     if not source.live and len(runs) > 1:  # (as report and export warn of such a log)
-        notes = [*notes, f"this log holds {len(runs)} runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}): they play as one"]
+        notes = [*notes, f"this log holds {len(runs)} runs ({first_few(runs)}): they play as one"]
     replay = None
     if not source.live:
         replay = ReplayPosition(
