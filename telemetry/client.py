@@ -283,6 +283,9 @@ class NullDetector:
 MAX_POLL_GAP_S = 0.5
 POLL_BUDGET_S = 0.05
 """Wall time a replay's poll may spend making frames (a fast replay of a large run makes many)."""
+HUB_QUIET_S = 3.0
+"""A live hub that sent no frame for this long is quiet (it frames at 10 Hz, messages or not):
+the TUI's header and the headless lines say so, their figures as of its last frame."""
 FOLLOW_QUIET_S = 15.0
 """A log that has not grown for this long is taken as ended (its ranks send a heartbeat a
 second, so a live run's log grows at least that often)."""

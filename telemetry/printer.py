@@ -13,7 +13,7 @@ from typing import TextIO
 
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
-from .client import Source
+from .client import HUB_QUIET_S, Source
 from .failures import failure_line, failure_summary
 from .state import run_over
 from .summary import (
@@ -38,10 +38,6 @@ def is_terminal(out: TextIO) -> bool:
 
 TAIL_CHUNK = 1 << 20
 """Bytes of the job's output read at a time."""
-HUB_QUIET_S = 3.0
-"""A live hub that sent no frame for this long is said to be quiet (it frames at 10 Hz, messages
-or not), as the TUI's header says: the figures printed are then as of its last frame."""
-
 
 class ProgressPrinter:
     """Prints what a :class:`Source` shows: events as lines, progress as a bar or lines."""

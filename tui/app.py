@@ -20,7 +20,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from pardash.telemetry.client import Source
+from pardash.telemetry.client import HUB_QUIET_S, Source
 from pardash.telemetry.printer import run_over
 
 from .messages import RunUpdated
@@ -31,8 +31,6 @@ from .screens.quit import OVER, QuitScreen
 POLL_S = 0.1
 """How often the app asks the source for new frames (the hub sends at most 10 a second); a
 live hub's frames also wake the app as they arrive (see ``_watch_sockets``)."""
-HUB_QUIET_S = 3.0
-"""A live hub that sent no frame for this long is shown as quiet (it frames at 10 Hz)."""
 GC_THRESHOLD = (10_000, 10, 10)
 """Allocations between the collector's young-generation passes while the app runs (Python's
 default is 700). A frame at 1024 ranks allocates tens of thousands of short-lived objects that
