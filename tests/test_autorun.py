@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from helpers import pardash_env, wait_for
 from pardash.telemetry import api, modelfacts, schema
@@ -1007,6 +1008,73 @@ def test_models_trained_one_after_another_are_freed_and_each_measured(hooked):
     assert [s["samples"] for s in rep.steps] == [6] * (3 * n)
     assert [s["mem"].params_bytes for s in rep.steps] == [size for size in sizes for _ in range(n)]
     assert inst.roots == [] and inst.optimizers == []
+
+
+# -- epochs without a sampler's set_epoch ----------------------------------------------------
+
+
+def _loaders(n: int = 12, batch: int = 4) -> tuple[DataLoader, DataLoader]:
+    data = TensorDataset(torch.randn(n, 8), torch.randint(0, 4, (n,)))
+    return DataLoader(data, batch_size=batch, shuffle=True), DataLoader(data, batch_size=6)
+
+
+def _fit(model, opt, batches) -> None:
+    for x, y in batches:
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+
+@pytest.mark.parametrize("validation", ["model.eval", "no_grad only"])
+def test_passes_over_the_training_loader_are_its_epochs(hooked, validation):
+    # A plain DataLoader has no set_epoch (nor have Hugging Face's Trainer and accelerate's
+    # loaders, which shard batches themselves): every step read epoch 0 and no epoch ended.
+    # The validation loader between epochs, with or without model.eval(), is no epoch of its own.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train, val = _loaders()
+    next(iter(train))  # a look at one batch before training
+    for _ in range(3):
+        _fit(model, opt, train)  # 3 steps a pass
+        if validation == "model.eval":
+            model.eval()
+        with torch.no_grad():
+            for x, _ in val:
+                model(x)
+        model.train()
+    inst.finish()
+    assert [s["epoch"] for s in rep.steps] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert [m for name, m in rep.events if name == "epoch_end"] == ["epoch 0 ended", "epoch 1 ended"]
+
+
+def test_a_batch_taken_with_a_new_iterator_each_step_is_no_epoch(hooked):
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train, _ = _loaders()
+    for _ in range(6):
+        _fit(model, opt, [next(iter(train))])
+    inst.finish()
+    assert [s["epoch"] for s in rep.steps] == [0] * 6
+    assert not [name for name, _ in rep.events if name == "epoch_end"]
+
+
+def test_a_samplers_set_epoch_says_the_epoch_not_the_loaders_passes(hooked):
+    # A DistributedSampler's epoch is the script's own (a resumed run starts at epoch 5): the
+    # passes over its loader count no more once it has spoken.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(8, 8), torch.randint(0, 4, (8,)))
+    sampler = DistributedSampler(data, num_replicas=1, rank=0)
+    train = DataLoader(data, batch_size=4, sampler=sampler)
+    for epoch in (5, 6):
+        sampler.set_epoch(epoch)
+        _fit(model, opt, train)
+    inst.finish()
+    assert [s["epoch"] for s in rep.steps] == [5, 5, 6, 6]
+    assert [m for name, m in rep.events if name == "epoch_end"] == ["epoch 5 ended"]
 
 
 # -- autorun as a process, without torchrun --------------------------------------------------

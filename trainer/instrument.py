@@ -20,7 +20,9 @@ is hooked, and what each hook tells:
   the loss (the tensor backpropagated) and the micro-batch count; ``nn.Module.train``: an
   evaluation's start and end;
 - ``torch.distributed.init_process_group``: the backend (and an early hello);
-  ``DistributedSampler.set_epoch``: the epoch; ``GradScaler.scale``: the unscaled loss behind
+  ``DistributedSampler.set_epoch``: the epoch (a script without one, Hugging Face's Trainer and
+  accelerate's loaders among them: a new pass over the DataLoader its training batches come
+  from, ``DataLoader.__iter__`` and its iterators' ``__next__``); ``GradScaler.scale``: the unscaled loss behind
   a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round;
   ``torch.jit.script``: the roots' hooks are lifted while it compiles (hooks on a module are
   ``_Hook`` objects, which ``Module.__getstate__`` leaves out of copies and pickles).
@@ -235,6 +237,17 @@ class _Cut:
 
 
 @dataclass(slots=True)
+class _Pass:
+    """One pass over a DataLoader (an ``iter(loader)``): whose, from which step, how many
+    training batches it gave so far."""
+
+    loader: Any
+    """weakref to the DataLoader."""
+    step: int
+    batches: int = 0
+
+
+@dataclass(slots=True)
 class _Done:
     """A finished step, resolved when published (one step late on a GPU)."""
 
@@ -282,6 +295,12 @@ class Instrument:
         # the step being measured
         self.step = 0
         self.epoch = 0
+        self._sampler_epochs = False
+        """A DistributedSampler's set_epoch has said the epoch: passes over loaders count no more."""
+        self._batch_pass: _Pass | None = None
+        """The loader pass that gave the latest batch taken for training (not in an evaluation)."""
+        self._train_pass: _Pass | None = None
+        """The pass whose batch the latest backward trained on: the training loader's."""
         self._open: _OpenStep | None = None
         self._phase = ""
         self._count_samples = False
@@ -393,6 +412,11 @@ class Instrument:
         from torch.utils.data.distributed import DistributedSampler
 
         self._patch(DistributedSampler, "set_epoch", self._wrap_set_epoch)
+        from torch.utils.data import DataLoader
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        self._patch(DataLoader, "__iter__", self._wrap_loader_iter)
+        self._patch(_BaseDataLoaderIter, "__next__", self._wrap_loader_next)
         try:
             from torch.amp import GradScaler
         except ImportError:
@@ -834,6 +858,8 @@ class Instrument:
             return
         now = self._micro_batch_begins()
         self._mark("backward", now)
+        if self._batch_pass is not None:
+            self._train_pass = self._batch_pass
         step = self._open
         step.micro += 1
         # torch.autograd.backward([l1, l2]) backpropagates their sum, as two backward() calls
@@ -1220,10 +1246,51 @@ class Instrument:
 
     def _wrap_set_epoch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def set_epoch(sampler: Any, epoch: int) -> Any:
+            self._sampler_epochs = True
             self._new_epoch(epoch)
             return original(sampler, epoch)
 
         return set_epoch
+
+    # A script whose sampler has no set_epoch (a plain DataLoader, shuffled or not; Hugging
+    # Face's Trainer and accelerate, whose loaders shard batches themselves) showed epoch 0
+    # throughout. Its epochs are then its passes over the loader it trains from: the loader
+    # whose batch the latest backward trained on, iterated again after steps were taken from it.
+    # A validation loader (iterated in an evaluation, or under no_grad) is never that loader, a
+    # pass of one batch (``next(iter(loader))`` each step) is no epoch, and a loader remade for
+    # each epoch is not followed (nothing ties the new one to the old).
+
+    def _wrap_loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def __iter__(loader: Any) -> Any:
+            it = original(loader)
+            if not self.dead and _get_ident() == self._tid and not self._sampler_epochs:
+                self._loader_pass(loader, it)
+            return it
+
+        return __iter__
+
+    @_guarded
+    def _loader_pass(self, loader: Any, it: Any) -> None:
+        last = self._train_pass
+        if last is not None and last.loader() is loader and last.batches > 1 and self.step > last.step:
+            self._new_epoch(self.epoch + 1)
+        try:
+            it._pardash_pass = _Pass(weakref.ref(loader), self.step)
+        except (AttributeError, TypeError):  # an iterator of a class with __slots__: not followed
+            pass
+
+    def _wrap_loader_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        grad_enabled = torch.is_grad_enabled
+
+        def __next__(it: Any) -> Any:
+            batch = original(it)
+            p = getattr(it, "_pardash_pass", None)
+            if p is not None and not self._eval_t0 and grad_enabled() and _get_ident() == self._tid:
+                p.batches += 1
+                self._batch_pass = p
+            return batch
+
+        return __next__
 
     @_guarded
     def _new_epoch(self, epoch: Any) -> None:
