@@ -8,6 +8,7 @@ replay runs through the very same code as a live run.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import Protocol
 
@@ -16,7 +17,7 @@ import zmq
 
 from . import frames, registry, schema, security
 from .hubcore import HubCore
-from .logreader import LogReadStats, LogTail, no_records, read_log
+from .logreader import LogCursor, LogReadStats, LogTail, no_records, read_log
 from .recorder import is_gzip
 from .state import RunState
 
@@ -281,6 +282,7 @@ class NullDetector:
 
 
 MAX_POLL_GAP_S = 0.5
+"""The most replay time one poll moves by (times the speed): a viewer's pause is not skipped."""
 POLL_BUDGET_S = 0.05
 """Wall time a replay's poll may spend making frames (a fast replay of a large run makes many)."""
 HUB_QUIET_S = 3.0
@@ -291,36 +293,65 @@ FOLLOW_QUIET_S = 15.0
 second, so a live run's log grows at least that often)."""
 
 
-def _first_word(messages: list[schema.Message]) -> float:
-    """When the ranks first said anything: the replay's start. A hub waits for its job's ranks
-    (torch's import, a rendezvous, a queue); its notes before them are played with the first
-    frame, not after seconds or minutes of nothing (as report counts a run from its ranks'
-    first word)."""
-    ts = [m.t for m in messages if m.t and m.rank >= 0]
-    if not ts:
-        ts = [m.t for m in messages if m.t]
-    return min(ts) if ts else 0.0
+class LogSpan:
+    """What a replay needs to know of its whole log before playing it, gathered in one pass
+    over it (the records themselves are not kept: a log of days is gigabytes): when it starts
+    and ends, the runs it holds, and whether its hub said it stopped."""
 
+    def __init__(self) -> None:
+        self.rank_first = self.rank_last = 0.0
+        """The ranks' first and last word (0.0: no rank spoke)."""
+        self.any_first = self.any_last = 0.0
+        """The first and last record's time, the hub's own notes included."""
+        self.runs: set[str] = set()
+        self.records = 0
+        self.last: schema.Message | None = None
 
-def _last_word(messages: list[schema.Message], default: float) -> float:
-    """When the ranks last said anything: the replay's end. The hub's own notes after it (its
-    "hub stopped", written when a TUI left open for minutes after the job closed) are played
-    with the last frame, not after minutes of nothing."""
-    ts = [m.t for m in messages if m.t and m.rank >= 0]
-    if not ts:
-        ts = [m.t for m in messages if m.t]
-    return max(ts) if ts else default
+    def take(self, msg: schema.Message) -> None:
+        self.records += 1
+        self.last = msg
+        if msg.run:
+            self.runs.add(msg.run)
+        t = msg.t
+        if not t:
+            return
+        if msg.rank >= 0:
+            self.rank_first = min(self.rank_first, t) if self.rank_first else t
+            self.rank_last = max(self.rank_last, t)
+        self.any_first = min(self.any_first, t) if self.any_first else t
+        self.any_last = max(self.any_last, t)
 
+    @property
+    def hub_stopped(self) -> bool:
+        """The last record read is the hub's last, written as it stops: the log is complete."""
+        m = self.last
+        return isinstance(m, schema.Event) and m.rank == -1 and m.name == "hub" and m.message.startswith("hub stopped")
 
-def _hub_stopped(messages: list[schema.Message]) -> bool:
-    """The hub's last record, written as it stops: its log is complete."""
-    return any(isinstance(m, schema.Event) and m.rank == -1 and m.name == "hub" and m.message.startswith("hub stopped") for m in messages)
-"""The most replay time one poll moves by (times the speed): a viewer's pause is not skipped."""
+    @property
+    def start(self) -> float:
+        """When the ranks first said anything: the replay's start. A hub waits for its job's
+        ranks (torch's import, a rendezvous, a queue); its notes before them are played with the
+        first frame, not after seconds or minutes of nothing (as report counts a run from its
+        ranks' first word)."""
+        return self.rank_first or self.any_first
+
+    @property
+    def end(self) -> float:
+        """When the ranks last said anything: the replay's end. The hub's own notes after it
+        (its "hub stopped", written when a TUI left open for minutes after the job closed) are
+        played with the last frame, not after minutes of nothing."""
+        return self.rank_last or self.any_last
 
 
 class ReplaySource(FrameApplier):
     """A recorded log served through a HubCore at ``speed`` times real time, with pause and
-    seek: the same frames a live hub would have sent."""
+    seek: the same frames a live hub would have sent.
+
+    The log is read twice, never held: a first pass finds its start, end and runs (and counts
+    its unreadable lines), then the replay reads the records as it plays them, one ahead of its
+    clock (a :class:`LogCursor`). A seek back plays the log again from its start, as the state
+    a frame shows is built from every record before it. Its memory is that state's, whatever
+    the log's length: a day of a big job is gigabytes of log."""
 
     live = False
 
@@ -334,53 +365,66 @@ class ReplaySource(FrameApplier):
         self.frame_s = frame_s
         self.read_stats = LogReadStats()
         self._tail: LogTail | None = None
+        self._span = LogSpan()
+        self.runs: list[str] = []
+        """The run ids the log holds: more than one in a log appended to by hand."""
         self.following = False
         """The log is still being written (its hub has not said it stopped, and it grew in
         the last FOLLOW_QUIET_S): at its end the replay waits for more, as ``tail -f``."""
         try:
-            if is_gzip(path) or not os.path.isfile(path):
-                self._messages = list(read_log(path, self.read_stats))
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise AttachError(f"{path}: not a regular file; a replay reads its log more than once (give the log's file)")
+            if is_gzip(path):
+                self._scan(read_log(path, self.read_stats))
             else:
                 self._tail = LogTail(path, self.read_stats)
-                self._messages = self._tail.read()
+                self._scan(self._tail.read())
                 self._grew = time.monotonic() - max(0.0, time.time() - os.stat(path).st_mtime)
-                self.following = not _hub_stopped(self._messages[-1:]) and self._grew > time.monotonic() - FOLLOW_QUIET_S
+                self.following = not self._span.hub_stopped and self._grew > time.monotonic() - FOLLOW_QUIET_S
                 if not self.following:
-                    self._messages += self._tail.finish()
+                    self._scan(self._tail.finish())
+            self._cursor = LogCursor(path, upto=self._tail.offset if self._tail else None)
         except OSError as exc:
             raise AttachError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-        if not self._messages:
+        if not self._span.records:
+            self._cursor.close()
             raise AttachError(no_records(path, self.read_stats))
-        self.runs = sorted({m.run for m in self._messages if m.run})
-        """The run ids the log holds: more than one in a log appended to by hand."""
-        self.t_start = _first_word(self._messages)
-        self.t_end = _last_word(self._messages, self.t_start)
+        self.t_start = self._span.start
+        self.t_end = self._span.end or self.t_start
         self._restart()
         if start_s > 0:
             self.seek(start_s)
+
+    def _scan(self, records) -> None:
+        """Take the log's records into its span."""
+        take = self._span.take
+        for msg in records:
+            take(msg)
+        self.runs = sorted(self._span.runs)
 
     def _follow(self) -> bool:
         """Take what the log's writer added since; stop following once its hub said it
         stopped, or it has not grown for FOLLOW_QUIET_S. True when records came."""
         if not self.following or self._tail is None:
             return False
+        before = self._span.records
         try:
-            new = self._tail.read()
+            self._scan(self._tail.read())
         except OSError:
-            new = []
+            pass
+        came = self._span.records > before
         now = time.monotonic()
-        if new:
+        if came:
             self._grew = now
-            self._messages += new
-            self.runs = sorted(set(self.runs) | {m.run for m in new if m.run})
-            self.t_end = max(self.t_end, _last_word(new, self.t_end))
-        if _hub_stopped(new[-1:]) or now - self._grew > FOLLOW_QUIET_S:
+        if self._span.hub_stopped or now - self._grew > FOLLOW_QUIET_S:
             self.following = False
             try:
-                self._messages += self._tail.finish()
+                self._scan(self._tail.finish())
             except OSError:
                 pass
-        return bool(new)
+        self.t_end = max(self.t_end, self._span.end)
+        self._cursor.upto = self._tail.offset  # the replay plays the lines read, to their end
+        return came
 
     @property
     def duration_s(self) -> float:
@@ -392,14 +436,14 @@ class ReplaySource(FrameApplier):
 
     @property
     def done(self) -> bool:
-        return self._i >= len(self._messages) and not self.following
+        return self._cursor.peek() is None and not self.following
 
     def _restart(self) -> None:
         FrameApplier.__init__(self)
         self.core = HubCore(detector=NullDetector())  # type: ignore[arg-type]
         # Log lines the reader skipped show where a live hub shows its rejects (the header).
         self.core.rejected.update({f"log_{why}": n for why, n in self.read_stats.skipped.items()})
-        self._i = 0
+        self._cursor.rewind()
         self._clock = self.t_start
         self._frames = 0
         """Frames made since the log's start (frame k ends at t_start + k * frame_s)."""
@@ -408,12 +452,11 @@ class ReplaySource(FrameApplier):
         self._wall = time.monotonic()
 
     def _feed_until(self, t: float) -> None:
-        msgs = self._messages
+        cursor = self._cursor
         core = self.core
         now = time.monotonic()
-        while self._i < len(msgs) and (msgs[self._i].t or t) <= t:
-            msg = msgs[self._i]
-            self._i += 1
+        while (msg := cursor.peek()) is not None and (msg.t or t) <= t:
+            cursor.take()
             core.replay(msg, now)
 
     def seek(self, position_s: float) -> None:
@@ -435,19 +478,20 @@ class ReplaySource(FrameApplier):
         replay at a speed the machine cannot keep slows down rather than freezing the screen).
         True when a frame was made."""
         made = False
-        msgs = self._messages
+        cursor = self._cursor
         t0 = time.perf_counter()
         while True:
             nxt = self.t_start + (self._frames + 1) * self.frame_s
-            due = msgs[self._i].t if self._i < len(msgs) else 0.0
+            ahead = cursor.peek()
+            due = ahead.t if ahead is not None else 0.0
             if due and due > nxt + self.frame_s:  # nothing until a later frame: go to the one before it
                 self._frames = max(self._frames, int((min(due, target) - self.t_start) / self.frame_s) - 1)
                 nxt = self.t_start + (self._frames + 1) * self.frame_s
             if nxt > target + 1e-9:  # (t_start + 100 * 0.1 lies a hair past t_start + 10)
-                if target < self.t_end or self._i >= len(msgs):
+                if target < self.t_end or ahead is None:
                     return made
                 nxt = target  # the log's last records
-                self._feed_until(float("inf"))  # the hub's own last words, written after (see _last_word)
+                self._feed_until(float("inf"))  # the hub's own last words, written after (see LogSpan.end)
             self._feed_until(nxt)
             self.apply_frame(self.core.tick(time.monotonic()))
             self._frames += 1
@@ -473,4 +517,4 @@ class ReplaySource(FrameApplier):
         return self._advance(self._play, budget_s=POLL_BUDGET_S)
 
     def close(self) -> None:
-        self._messages = []
+        self._cursor.close()

@@ -163,7 +163,8 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
 class LogTail:
     """A plain (not compressed) log read as it grows: each :meth:`read` gives the records of
     the lines completed since the last one; a line still being written waits for its newline
-    (:meth:`finish` takes it as it is, once the log is known to be done)."""
+    (:meth:`finish` takes it as it is, once the log is known to be done). Both yield the records
+    one at a time: the first read of a log of gigabytes is not a list of millions of them."""
 
     def __init__(self, path: str | os.PathLike[str], stats: LogReadStats) -> None:
         self.path = path
@@ -171,18 +172,91 @@ class LogTail:
         self.offset = 0
         """Bytes of the log read so far (whole lines)."""
 
-    def read(self) -> list[schema.Message]:
+    def read(self) -> Iterator[schema.Message]:
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
-            return list(_records(fh, self.stats, self))
+            yield from _records(fh, self.stats, self)
 
-    def finish(self) -> list[schema.Message]:
+    def finish(self) -> Iterator[schema.Message]:
         """The rest, a torn last line included (counted as truncated, as ``read_log`` counts it)."""
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
-            out = list(_records(fh, self.stats))
+            yield from _records(fh, self.stats)
             self.offset = fh.tell()
-        return out
+
+
+class LogCursor:
+    """A log's records read forward from its start one at a time, as a replay plays them: it
+    holds the record next in line and nothing before or after it, so a replay of a log of
+    gigabytes takes the memory of one of kilobytes. The file stays open: :meth:`rewind` (a
+    replay seeking back) reads it again from its start even after the log was deleted, or
+    replaced by its gzip-compressed copy.
+
+    It reads no further than ``upto`` bytes (the whole lines a :class:`LogTail` has read of a
+    log still being written; None: to the end), and skips the lines ``read_log`` skips, counted
+    in its own ``stats`` (the reader that went through the log first counted them for the user).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], upto: int | None = None) -> None:
+        self._fh = _open(path)
+        self.upto = upto
+        """Bytes of the log (uncompressed) it may read; a replay following a log raises it as
+        the log grows."""
+        self.offset = 0
+        """Bytes of the log (uncompressed) read so far."""
+        self.stats = LogReadStats()
+        self._next: schema.Message | None = None
+        self._lines: Iterator[schema.Message] | None = None
+        self._ended = False
+        """Nothing more will come: a gzip log's (or an unreadable log's) end, or closed."""
+
+    def readline(self, size: int = -1) -> bytes:
+        """The log's next line, none past ``upto`` (what ``_records`` reads through)."""
+        if self.upto is not None:
+            left = self.upto - self.offset
+            if left <= 0:
+                return b""
+            size = left if size < 0 else min(size, left)
+        raw = self._fh.readline(size)
+        self.offset += len(raw)
+        return raw
+
+    def peek(self) -> schema.Message | None:
+        """The next record, left in place (None: none now; more may come when ``upto`` rises)."""
+        if self._next is None and not self._ended:
+            if self._lines is None:
+                if self.upto is not None and self.offset >= self.upto:
+                    return None
+                self._lines = _records(self, self.stats)  # type: ignore[arg-type]
+            try:
+                self._next = next(self._lines, None)
+            except OSError:  # (the disk under it failed): the replay ends where it got to
+                self._next, self._ended = None, True
+            if self._next is None:
+                self._lines = None  # read again from here once ``upto`` rises
+                self._ended = self._ended or self.upto is None
+        return self._next
+
+    def take(self) -> schema.Message | None:
+        """The next record, moving past it."""
+        msg = self.peek()
+        self._next = None
+        return msg
+
+    def rewind(self) -> None:
+        """Back to the log's first record."""
+        if self._fh.closed:
+            return
+        self._fh.seek(0)
+        self.offset = 0
+        self.stats = LogReadStats()
+        self._next = self._lines = None
+        self._ended = False
+
+    def close(self) -> None:
+        self._fh.close()
+        self._next = self._lines = None
+        self._ended = True
 
 
 def load_log(path: str | os.PathLike[str]) -> tuple[list[schema.Message], LogReadStats]:

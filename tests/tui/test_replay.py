@@ -409,3 +409,126 @@ def test_a_replay_of_a_log_holding_two_runs_says_so(tmp_path):
     assert f"this log holds 2 runs ({src.runs[0]}, {src.runs[1]}): they play as one" in summarize(src).note
     one = ReplaySource(str(DATA.parent.parent / "data" / "real_ddp2.jsonl"), start_s=float("inf"))
     assert "runs" not in summarize(one).note
+
+
+def _long_log(path, steps: int, ranks: int = 2):
+    """A finished log of ``ranks`` ranks taking ``steps`` steps of 0.1 s, each with its memory."""
+    from pardash.telemetry import schema
+
+    t0 = 1.7e9
+    mem = schema.Mem(params_bytes=1 << 20, grads_bytes=1 << 20, optim_bytes=2 << 20, cuda_allocated_bytes=3 << 30)
+    msgs: list = [schema.Hello(rank=r, world_size=ranks, t=t0, run="x", seq=0) for r in range(ranks)]
+    msgs += [
+        schema.Step(rank=r, step=s, loss=1.0 / s, step_s=0.1, data_s=0.01, forward_s=0.03, backward_s=0.05, t=t0 + s / 10, seq=s, run="x", mem=mem)
+        for s in range(1, steps + 1)
+        for r in range(ranks)
+    ]
+    msgs += [schema.Event(rank=r, name="exit", code=0, step=steps, t=t0 + steps / 10 + 0.05, run="x", seq=steps + 1) for r in range(ranks)]
+    path.write_bytes(schema.encode_json_lines(msgs))
+    os.utime(path, (1.6e9, 1.6e9))
+    return path
+
+
+def test_replaying_a_log_ten_times_longer_takes_no_more_memory(tmp_path):
+    # A replay read its whole log into a list before playing it: a 166 MB log made it 362 MB
+    # resident, and a day of a big job (gigabytes) could not be replayed at all. It reads the
+    # log as it plays it now: opening, playing, seeking back and to the end take the same
+    # memory whatever the log's length. (Python's own count of the bytes it allocated, peak.)
+    import tracemalloc
+
+    def peak_bytes(log) -> int:
+        tracemalloc.start()
+        try:
+            src = ReplaySource(str(log))
+            for at in (src.duration_s / 2, src.duration_s, 0.0, src.duration_s):
+                src.seek(at)
+            assert src.done and src.state.step == int(log.stem)
+            src.close()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak_bytes(_long_log(tmp_path / "40.jsonl", 40))  # (what a first replay imports and caches)
+    short = peak_bytes(_long_log(tmp_path / "400.jsonl", 400))
+    long = peak_bytes(_long_log(tmp_path / "4000.jsonl", 4000))
+    assert long < short + (256 << 10), f"{short / 1e6:.2f} MB for 400 steps, {long / 1e6:.2f} MB for 4000"
+
+
+def _end_figures(src: ReplaySource):
+    """What the dashboard shows at the replay's end: each rank's row and the run's trend."""
+    from pardash.tui.model import RowBuilder
+
+    src.seek(src.duration_s)
+    assert src.done
+    rows = [(r.rank, r.status, r.step, r.step_s, r.self_s, r.loss, r.held_bytes) for r in RowBuilder().build(src.state)]
+    histories = {q.rank: q.history.columns_bytes() for q in src.state.ranks.values()}
+    return rows, histories, src.state.trend.points()
+
+
+def test_a_gzip_log_plays_and_seeks_back_as_the_log_it_was(tmp_path):
+    # A log kept compressed is read again from its start for a seek back (it is not held).
+    import gzip
+
+    log = _long_log(tmp_path / "run.jsonl", 300)
+    kept = tmp_path / "run.jsonl.gz"
+    kept.write_bytes(gzip.compress(log.read_bytes()))
+    plain, packed = ReplaySource(str(log)), ReplaySource(str(kept))
+    assert (packed.t_start, packed.t_end, packed.runs) == (plain.t_start, plain.t_end, plain.runs)
+    at_end = _end_figures(plain)
+    assert _end_figures(packed) == at_end
+    packed.seek(10.0)
+    assert packed.state.step == 100 and not packed.done
+    assert _end_figures(packed) == at_end
+
+
+def test_a_replay_seeks_back_after_its_log_was_deleted_or_compressed(tmp_path):
+    # (The replay keeps its log open: `gzip telemetry.jsonl` or a cleanup while it plays does
+    # not end it, as when it held the log in memory.)
+    log = _long_log(tmp_path / "run.jsonl", 300)
+    src = ReplaySource(str(log))
+    at_end = _end_figures(src)
+    log.unlink()
+    src.seek(0.0)
+    assert src.state.step == 0 and not src.done
+    assert _end_figures(src) == at_end
+
+
+def test_a_followed_log_seeked_back_plays_again_to_where_its_writer_got(tmp_path, monkeypatch):
+    from pardash.telemetry import client, schema
+
+    clock = [1000.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+
+    def write(steps, tail: bytes = b"") -> None:
+        with open(log, "ab") as fh:
+            fh.write(schema.encode_json_lines([schema.Step(rank=0, step=s, loss=1.0, t=t0 + s, seq=s, run="x") for s in steps]) + tail)
+
+    write(range(1, 4), b'{"kind":"step","ra')  # a line being written
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    assert src.following and src.state.step == 3 and not src.done
+    with open(log, "ab") as fh:
+        fh.write(b'nk":0,"step":4,"t":%r,"seq":4,"run":"x"}\n' % (t0 + 4))
+    write(range(5, 7), b'{"kind":"st')
+    clock[0] += 0.2
+    src.poll()
+    src.seek(src.duration_s)
+    assert src.state.step == 6 and src.state.ranks[0].steps_seen == 6
+    src.seek(0.0)
+    src.seek(src.duration_s)  # again from the start, no further than the lines written whole
+    assert src.state.step == 6 and src.state.ranks[0].steps_seen == 6 and src.following
+    assert src.read_stats.skipped_total == 0
+
+
+def test_a_fifo_is_refused_in_one_line_not_waited_on(tmp_path):
+    # (A replay reads its log twice: a FIFO can be read once, and opening it waits for a writer.)
+    import pytest
+
+    from pardash.telemetry.client import AttachError
+
+    fifo = tmp_path / "telemetry.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(AttachError, match="not a regular file"):
+        ReplaySource(str(fifo))
