@@ -168,10 +168,16 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         fail(f"replay shows the TUI, which needs a terminal; for a summary without one: {PROG} report {ns.log}")
     if ns.speed <= 0:
         fail(f"--speed {ns.speed}: must be above 0")
+    from pardash.recorded import ReadProgress
+
+    progress = ReadProgress(ns.log)  # (a first pass over a log of a day's gigabytes takes a minute)
     try:
-        source = ReplaySource(ns.log, speed=ns.speed, start_s=ns.start)
+        source = ReplaySource(ns.log, speed=ns.speed, start_s=ns.start, progress=progress)
     except AttachError as exc:
+        progress.close()  # (before the error line, which would go on from the progress line)
         fail(str(exc))
+    finally:
+        progress.close()
     return _run_tui(source, title=f"pardash replay {os.path.basename(ns.log)}")
 
 

@@ -17,7 +17,7 @@ import zmq
 
 from . import frames, registry, schema, security
 from .hubcore import HubCore
-from .logreader import LogCursor, LogReadStats, LogTail, no_records, read_log
+from .logreader import PROGRESS_EVERY, LogCursor, LogReadStats, LogTail, Progress, no_records, read_log
 from .recorder import is_gzip
 from .state import RunState
 
@@ -355,9 +355,11 @@ class ReplaySource(FrameApplier):
 
     live = False
 
-    def __init__(self, path: str, *, speed: float = 1.0, frame_s: float = 0.1, start_s: float = 0.0) -> None:
+    def __init__(self, path: str, *, speed: float = 1.0, frame_s: float = 0.1, start_s: float = 0.0, progress: Progress | None = None) -> None:
         """``start_s``: begin that far into the run (past its end: at its end), not at its start;
-        ``[`` and ``]`` move 10 s at a time, a long way to the end of a run of hours."""
+        ``[`` and ``]`` move 10 s at a time, a long way to the end of a run of hours.
+        ``progress``: told how far the first pass over the log is (a log of gigabytes takes a
+        minute)."""
         super().__init__()
         self.path = path
         self.speed = speed
@@ -375,10 +377,10 @@ class ReplaySource(FrameApplier):
             if not stat.S_ISREG(os.stat(path).st_mode):
                 raise AttachError(f"{path}: not a regular file; a replay reads its log more than once (give the log's file)")
             if is_gzip(path):
-                self._scan(read_log(path, self.read_stats))
+                self._scan(read_log(path, self.read_stats, progress))
             else:
                 self._tail = LogTail(path, self.read_stats)
-                self._scan(self._tail.read())
+                self._scan(self._tail.read(), progress)
                 self._grew = time.monotonic() - max(0.0, time.time() - os.stat(path).st_mtime)
                 self.following = not self._span.hub_stopped and self._grew > time.monotonic() - FOLLOW_QUIET_S
                 if not self.following:
@@ -395,11 +397,20 @@ class ReplaySource(FrameApplier):
         if start_s > 0:
             self.seek(start_s)
 
-    def _scan(self, records) -> None:
-        """Take the log's records into its span."""
+    def _scan(self, records, progress: Progress | None = None) -> None:
+        """Take the log's records into its span (``progress``: told every PROGRESS_EVERY records
+        how far a plain log's LogTail is in it)."""
         take = self._span.take
-        for msg in records:
-            take(msg)
+        if progress is None:
+            for msg in records:
+                take(msg)
+        else:
+            size = max(1, os.stat(self.path).st_size)
+            for n, msg in enumerate(records, 1):
+                take(msg)
+                if n % PROGRESS_EVERY == 0:
+                    progress(min(self._tail.offset, size), size)
+            progress(size, size)
         self.runs = sorted(self._span.runs)
 
     def _follow(self) -> bool:

@@ -522,6 +522,30 @@ def test_a_followed_log_seeked_back_plays_again_to_where_its_writer_got(tmp_path
     assert src.read_stats.skipped_total == 0
 
 
+def test_a_long_first_read_says_how_far_it_is(tmp_path, monkeypatch):
+    # `pardash replay` of a log of gigabytes reads it through before its first screen (a
+    # minute): it shows how far, as report and export do.
+    import gzip
+
+    from pardash.telemetry import client, logreader
+
+    monkeypatch.setattr(client, "PROGRESS_EVERY", 100)
+    monkeypatch.setattr(logreader, "PROGRESS_EVERY", 100)
+    log = _long_log(tmp_path / "run.jsonl", 300)  # 602 records
+    kept = tmp_path / "run.jsonl.gz"
+    kept.write_bytes(gzip.compress(log.read_bytes()))
+
+    def told(path) -> list[tuple[int, int]]:
+        calls: list[tuple[int, int]] = []
+        ReplaySource(str(path), progress=lambda done, size: calls.append((done, size)))
+        return calls
+
+    size = log.stat().st_size
+    plain = told(log)
+    assert len(plain) == 7 and plain == sorted(plain) and plain[0][0] < size and plain[-1] == (size, size)
+    assert told(kept)[-1] == (kept.stat().st_size,) * 2  # (its compressed bytes, read in large blocks)
+
+
 def test_a_fifo_is_refused_in_one_line_not_waited_on(tmp_path):
     # (A replay reads its log twice: a FIFO can be read once, and opening it waits for a writer.)
     import pytest
