@@ -228,9 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser(
         "export",
-        help="write a recorded log's per-rank scalars for TensorBoard",
-        description="Write a recorded run's per-rank scalars (loss, step and phase times, memory, custom metrics) as TensorBoard "
-        "event files, one folder a rank: `tensorboard --logdir DIR`.",
+        help="write a recorded log's per-rank scalars and events for TensorBoard",
+        description="Write a recorded run's per-rank scalars (loss, step and phase times, memory, custom metrics, system "
+        "samples: GPU and CPU utilisation, memory, temperature; evaluation, checkpoint save and load times) and its events "
+        "(checkpoints, errors with their tracebacks, exits, warnings, the hub's verdicts) as TensorBoard event files, one "
+        "folder a rank: `tensorboard --logdir DIR`.",
     )
     ex.add_argument("log", help=LOG_HELP)
     ex.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")

@@ -230,7 +230,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
         fail(str(exc))
     finally:
         progress.close()
-    if not res["points"]:
+    if not res["points"] and not res["texts"]:
         if res["left_out"]:
             fail(f"{ns.log}: no step of --ranks {_ranks_given(ns.ranks)} in the log, so nothing to export ({res['left_out']} other rank(s) have steps)", 1)
         # (it said "wrote 0 scalars to DIR ... view with tensorboard" of a folder never made)
@@ -246,7 +246,8 @@ def cmd_export(ns: argparse.Namespace) -> int:
             "exported as one, a later run's steps replacing an earlier's from the step it starts at",
             file=sys.stderr,
         )
-    print(f"{PROG}: wrote {res['points']} scalars to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
+    texts = f" and {res['texts']} event texts" if res["texts"] else ""
+    print(f"{PROG}: wrote {res['points']} scalars{texts} to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
     if res["skipped_lines"]:
         print(f"{PROG}: skipped {res['skipped_lines']} malformed or truncated log line(s)")
     if res["left_out"]:

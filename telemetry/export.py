@@ -1,22 +1,40 @@
-"""``pardash export LOG --tensorboard DIR``: a recorded log as TensorBoard scalars.
+"""``pardash export LOG --tensorboard DIR``: a recorded log as TensorBoard scalars and text.
 
 One TensorBoard run per rank (``DIR/rank0``, ``DIR/rank1``, ...), so TensorBoard's run
 selector overlays the ranks. Every step record becomes one point per scalar, at the step's
 number and wall clock:
 
-- ``loss``, ``lr``, ``throughput/samples_per_s`` (the rank's samples / its step time);
+- ``loss``, ``lr``, ``epoch``, ``throughput/samples_per_s`` (the rank's samples / its step time);
 - ``time/step_s`` and the phases ``time/data_s`` ... ``time/self_s`` (seconds);
 - ``memory/<field>`` for every figure of the step's ``mem`` (bytes: params_bytes,
   held_bytes, cuda_peak_bytes, rss_bytes, ...);
 - ``custom/<name>`` for metrics a script logged with ``pardash.telemetry.log``.
 
+The rank's system samples (about one a second) become ``system/<field>``: cpu_pct,
+host_cpu_pct, rss_bytes, gpu_util_pct, gpu_mem_used_bytes, gpu_temp_c, gpu_power_w,
+gpu_sm_clock_mhz (those the rank measured; not the device's total memory, no line over time).
+A sample is put at the last step the rank had logged when it was taken, samples before the
+rank's first step (or its first after a restart) at the step before that one; the samples at
+one step are averaged into its point, as TensorBoard keeps one point a step of a series.
+
+Its events: the durations of ``eval/duration_s`` (an evaluation), ``checkpoint/save_s``,
+``checkpoint/load_s`` (a resume), ``events/<name>_s`` (another event with a duration), at the
+event's step; and every event as text (TensorBoard's Text dashboard) under ``events/<name>``
+(events/checkpoint, events/error with its traceback, events/exit with its code, ...), the hub's
+verdicts on the rank (straggler, stalled, ...) under ``verdicts``, at their step (an event
+without one, at the rank's last step); the texts of a series at one step are one text.
+
 Steps a rank runs again (after a torchrun restart or a resume) start a new session in its
-event file at that step, so TensorBoard keeps the later run of them, not both.
+event file at that step, so TensorBoard keeps the later run of them, not both. The texts are
+written after the points, each series in step order, so TensorBoard keeps them all: the error
+that caused a restart too.
 
 The records are TensorBoard's own (``tensorboard.summary.writer``'s record framing, the one
-``torch.utils.tensorboard`` writes through) with scalar ``Summary`` protos: no torch, no
-TensorFlow. TensorBoard stores scalars as float32, so values come back to about 7 significant
-digits. It is imported when an export runs (the ``export`` extra), never when this module loads.
+``torch.utils.tensorboard`` writes through) with scalar and text ``Summary`` protos: no torch,
+no TensorFlow. TensorBoard stores scalars as float32, so values come back to about 7
+significant digits. It is imported when an export runs (the ``export`` extra), never when this
+module loads. The hub's own records (rank -1: its start, its restarts) are no rank's, and left
+out.
 """
 
 from __future__ import annotations
@@ -27,9 +45,11 @@ import math
 import os
 import socket
 import time
+from types import SimpleNamespace
 from typing import Collection
 
 from . import schema
+from .failures import signal_name
 from .logreader import LogReadStats, Progress, no_records, read_log
 from .state import mem_held_bytes
 
@@ -39,6 +59,13 @@ MEM_FIELDS = (
     "params_full_bytes", "grads_full_bytes", "optim_full_bytes",
     "cuda_allocated_bytes", "cuda_reserved_bytes", "cuda_peak_bytes", "nvml_used_bytes", "rss_bytes",
 )  # fmt: skip
+SYSTEM_FIELDS = tuple(
+    name for name in schema.System.__struct_fields__ if name not in schema.Base.__struct_fields__ and name != "gpu_mem_total_bytes"
+)
+"""A system sample's figures the export writes (``system/<name>``): every one the schema has but
+the device's total memory, which does not change."""
+DURATION_TAGS = {"eval": "eval/duration_s", "checkpoint": "checkpoint/save_s", "resume": "checkpoint/load_s"}
+"""The scalar of an event's ``duration_s``; another event's is ``events/<name>_s``."""
 INSTALL_HINT = "pardash export --tensorboard needs the tensorboard package: pip install 'pardash[export]'"
 
 
@@ -53,6 +80,7 @@ def step_scalars(s: schema.Step) -> dict[str, float]:
         out["loss"] = s.loss
     if s.lr is not None:
         out["lr"] = s.lr
+    out["epoch"] = s.epoch
     if s.step_s > 0 and s.samples:
         out["throughput/samples_per_s"] = s.samples / s.step_s
     for name in TIMES:
@@ -70,14 +98,45 @@ def step_scalars(s: schema.Step) -> dict[str, float]:
     return out
 
 
-def _writer_classes():
+def event_text(ev: schema.Event) -> str:
+    """What TensorBoard's Text dashboard shows of an event (Markdown): its message (an exit
+    without one: its code; else its name), its exit code and duration in brackets, and its
+    traceback as a block of code: 'ck/step-00000050 (0.129 s)', 'rank 2 was stopped by
+    torchrun (exit code -15, SIGTERM)'."""
+    notes = []
+    if ev.code is not None:
+        sig = signal_name(ev.code)
+        notes.append(f"exit code {ev.code}" + (f", {sig}" if sig else ""))
+    if ev.duration_s is not None:
+        notes.append(f"{ev.duration_s:.3g} s" if abs(ev.duration_s) < 1000 else f"{ev.duration_s:.0f} s")
+    text = schema.plain_text(ev.message, lines=True).strip() or (notes.pop(0) if ev.code is not None else ev.name)
+    if notes:
+        text += f" ({'; '.join(notes)})"
+    if ev.traceback:
+        text += "\n\n```\n" + schema.plain_text(ev.traceback, lines=True).strip("\n") + "\n```"
+    return text
+
+
+def verdict_text(v: schema.Verdict) -> str:
+    """What the Text dashboard shows of a verdict of the hub: its sentence ("rank 2 is a
+    straggler (data loading): the others wait 30 ms a step for it")."""
+    return schema.plain_text(v.message).strip() or (f"{v.verdict} ({v.cause})" if v.cause else v.verdict)
+
+
+def _writer_classes() -> SimpleNamespace:
     try:
+        from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.plugins.text.metadata import create_summary_metadata
         from tensorboard.summary.writer.record_writer import RecordWriter
     except ImportError:
         raise ExportError(INSTALL_HINT) from None
-    return RecordWriter, Event, Summary, SessionLog
+    return SimpleNamespace(
+        RecordWriter=RecordWriter, Event=Event, Summary=Summary, SessionLog=SessionLog,
+        TensorProto=tensor_pb2.TensorProto, TensorShape=tensor_shape_pb2.TensorShapeProto, DT_STRING=types_pb2.DT_STRING,
+        text_metadata=create_summary_metadata(display_name="", description=""),
+    )  # fmt: skip
 
 
 class _EventFile:
@@ -123,80 +182,237 @@ class _EventFile:
             raise ExportError(f"cannot write {self.path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
 
 
+class _Samples:
+    """A rank's system samples at one step (``None``: the step is not known yet), written as
+    one point a figure, their mean."""
+
+    __slots__ = ("step", "t", "sums", "counts")
+
+    def __init__(self, step: int | None) -> None:
+        self.step = step
+        self.t = 0.0
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, sample: schema.System) -> None:
+        self.t = sample.t
+        for name in SYSTEM_FIELDS:
+            v = getattr(sample, name)
+            if v is not None:
+                self.sums[name] = self.sums.get(name, 0.0) + v
+                self.counts[name] = self.counts.get(name, 0) + 1
+
+    def means(self) -> dict[str, float]:
+        return {f"system/{name}": total / self.counts[name] for name, total in self.sums.items()}
+
+
+def _tag_part(name: str) -> str:
+    """An event's name as part of a tag, without what a terminal would act on (a tag is shown
+    in TensorBoard and named in a shell)."""
+    return schema.plain_text(name) or "event"
+
+
+class _Export:
+    """One export under way: the ranks' event files, and what it holds of each rank while the
+    log is read (its last step, its system samples at that step, its texts)."""
+
+    def __init__(self, out_dir: str, tb: SimpleNamespace, ranks: Collection[int] | None, stats: LogReadStats) -> None:
+        self.out_dir = out_dir
+        self.tb = tb
+        self.ranks = ranks
+        self.stats = stats
+        self.writers: dict[int, _EventFile] = {}
+        self.steps: dict[int, int] = {}
+        """Step records written, by rank."""
+        self.last: dict[int, int] = {}
+        """A rank's latest step (a late one aside): one at or below it again is a restart."""
+        self.sent: dict[int, int] = {}
+        """A rank's highest seq since its hello (seq counts up in a process; a restart's begins again)."""
+        self.at: dict[int, int] = {}
+        """The step a rank's system samples go to: its latest, none from its hello to its next step."""
+        self.samples: dict[int, _Samples] = {}
+        self.texts: dict[int, list[tuple[str, int, float, str]]] = {}
+        """A rank's texts (tag, step, wall time, text), written at the end (see finish)."""
+        self.points = 0
+        self.texts_written = 0
+        self.others: set[int] = set()
+        """Ranks with steps that ``ranks`` leaves out."""
+        self.runs: set[str] = set()
+
+    def add(self, msg: schema.Message) -> None:
+        rank = msg.rank
+        if rank < 0:
+            return  # the hub's own records: no rank's run
+        if self.ranks is not None and rank not in self.ranks:
+            if isinstance(msg, schema.Step):
+                self.others.add(rank)
+            return
+        if isinstance(msg, schema.Step):
+            self._step(msg)
+        elif isinstance(msg, schema.System):
+            self._system(msg)
+        elif isinstance(msg, schema.Event):
+            self._event(msg)
+        elif isinstance(msg, schema.Verdict):
+            self._verdict(msg)
+        elif isinstance(msg, schema.Hello):
+            self.sent.pop(rank, None)
+            self._write_samples(rank)  # the samples of the process before: at the step they were taken
+            self.at.pop(rank, None)
+
+    def _writer(self, rank: int) -> _EventFile:
+        w = self.writers.get(rank)
+        if w is None:
+            path = os.path.join(self.out_dir, f"rank{rank}")
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as exc:
+                raise ExportError(f"cannot write {path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
+            w = self.writers[rank] = _EventFile(path, self.tb.RecordWriter, self.tb.Event)
+        return w
+
+    def _in_range(self, step: int, t: float) -> bool:
+        if 0 <= step < 1 << 63 and math.isfinite(t):
+            return True
+        self.stats.skipped["out_of_range"] += 1  # TensorBoard's steps are int64 (a hostile or broken line)
+        return False
+
+    def _step(self, msg: schema.Step) -> None:
+        if not self._in_range(msg.step, msg.t):
+            return
+        rank, tb = msg.rank, self.tb
+        w = self._writer(rank)
+        # A step sent before the one logged just before it (steps a rank's heartbeat thread
+        # sends for a loop that paused go on a socket of their own, and the hub may take the
+        # loop's next ones first) is late, not run again: a restart's mark there would have
+        # TensorBoard drop the steps after it.
+        if msg.seq >= self.sent.get(rank, -1):
+            waiting = self.samples.get(rank)
+            if waiting is not None and waiting.step is None:
+                # Samples since the rank's hello: taken before this step, after the one before.
+                self._write_samples(rank, max(msg.step - 1, 0))
+            if msg.step <= self.last.get(rank, -1):
+                # The rank runs these steps again (a torchrun restart, a resume): TensorBoard
+                # drops its points from this step on, and draws the curve as it went on,
+                # rather than jumping back.
+                w.add(tb.Event(wall_time=msg.t, step=msg.step, session_log=tb.SessionLog(status=tb.SessionLog.START)))
+            self.last[rank] = self.at[rank] = msg.step
+            self.sent[rank] = msg.seq
+        values = [tb.Summary.Value(tag=tag, simple_value=v) for tag, v in step_scalars(msg).items()]
+        w.add(tb.Event(wall_time=msg.t, step=msg.step, summary=tb.Summary(value=values)))
+        self.steps[rank] = self.steps.get(rank, 0) + 1
+        self.points += len(values)
+        self.runs.add(msg.run)
+
+    def _system(self, msg: schema.System) -> None:
+        if not math.isfinite(msg.t):
+            self.stats.skipped["out_of_range"] += 1
+            return
+        rank, step = msg.rank, self.at.get(msg.rank)
+        samples = self.samples.get(rank)
+        if samples is not None and samples.step != step:
+            self._write_samples(rank)
+            samples = None
+        if samples is None:
+            samples = self.samples[rank] = _Samples(step)
+        samples.add(msg)
+
+    def _write_samples(self, rank: int, step: int | None = None) -> None:
+        """The rank's samples at one step as a point a figure (at ``step`` where they waited
+        for one; at its last step where none came)."""
+        samples = self.samples.pop(rank, None)
+        if samples is None:
+            return
+        if samples.step is not None:
+            step = samples.step
+        elif step is None:
+            step = self.last.get(rank, 0)
+        means = samples.means()
+        if means:
+            tb = self.tb
+            values = [tb.Summary.Value(tag=tag, simple_value=v) for tag, v in means.items()]
+            self._writer(rank).add(tb.Event(wall_time=samples.t, step=step, summary=tb.Summary(value=values)))
+            self.points += len(values)
+
+    def _event(self, msg: schema.Event) -> None:
+        step = msg.step if msg.step is not None else self.last.get(msg.rank, 0)
+        if not self._in_range(step, msg.t):
+            return
+        name = _tag_part(msg.name)
+        if msg.duration_s is not None and math.isfinite(msg.duration_s):
+            tb = self.tb
+            value = tb.Summary.Value(tag=DURATION_TAGS.get(name, f"events/{name}_s"), simple_value=msg.duration_s)
+            self._writer(msg.rank).add(tb.Event(wall_time=msg.t, step=step, summary=tb.Summary(value=[value])))
+            self.points += 1
+        self._text(msg.rank, f"events/{name}", step, msg.t, event_text(msg))
+
+    def _verdict(self, msg: schema.Verdict) -> None:
+        step = msg.step if msg.step is not None else self.last.get(msg.rank, 0)
+        if self._in_range(step, msg.t):
+            self._text(msg.rank, "verdicts", step, msg.t, verdict_text(msg))
+
+    def _text(self, rank: int, tag: str, step: int, t: float, text: str) -> None:
+        self._writer(rank)
+        self.texts.setdefault(rank, []).append((tag, step, t, text))
+
+    def finish(self) -> None:
+        """The samples still held, then every rank's texts, each series in step order and
+        its texts at one step as one. TensorBoard's data server keeps one record a step of a
+        series and drops its records from a step written again (a warning after a restart
+        took the first run's later ones with it), and its reader without the server drops
+        every record from a step a restart marks (the crash's error and exit): written
+        last, in order, the texts all stay."""
+        for rank in list(self.samples):
+            self._write_samples(rank)
+        tb = self.tb
+        for rank, entries in self.texts.items():
+            w = self.writers[rank]
+            entries.sort(key=lambda e: (e[0], e[1]))  # stable: the texts at a step in the log's order
+            for (tag, step), same in itertools.groupby(entries, key=lambda e: (e[0], e[1])):
+                same = list(same)
+                text = "\n\n".join(e[3] for e in same).encode()
+                tensor = tb.TensorProto(dtype=tb.DT_STRING, string_val=[text], tensor_shape=tb.TensorShape())
+                value = tb.Summary.Value(tag=tag, metadata=tb.text_metadata, tensor=tensor)
+                w.add(tb.Event(wall_time=same[0][2], step=step, summary=tb.Summary(value=[value])))
+                self.texts_written += 1
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.close()
+
+
 def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = None, ranks: Collection[int] | None = None) -> dict:
-    """Write ``log_path``'s per-rank scalars under ``out_dir`` (``progress`` is told how far
-    the log's reading is), of ``ranks`` only if given; returns what was written:
-    ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": n, "skipped_lines": n,
-    "left_out": ranks with steps that ``ranks`` left out}``, and
+    """Write ``log_path``'s per-rank scalars and texts under ``out_dir`` (``progress`` is told
+    how far the log's reading is), of ``ranks`` only if given; returns what was written:
+    ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": scalars, "texts": n,
+    "skipped_lines": n, "left_out": ranks with steps that ``ranks`` left out}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
     if not os.path.isfile(log_path):
         raise ExportError(f"{log_path}: no such log file")
     existing = glob.glob(os.path.join(out_dir, "rank*", "events.out.tfevents.*"))
     if existing:
         raise ExportError(f"{out_dir} already holds TensorBoard event files ({existing[0]}); choose an empty --tensorboard DIR")
-    RecordWriter, Event, Summary, SessionLog = _writer_classes()
-    writers: dict[int, _EventFile] = {}
-    steps: dict[int, int] = {}
-    last: dict[int, int] = {}
-    sent: dict[int, int] = {}
-    """A rank's highest seq since its hello (seq counts up in a process; a restart's begins again)."""
-    points = 0
-    others: set[int] = set()
-    """Ranks with steps that ``ranks`` leaves out."""
-    runs: set[str] = set()
     stats = LogReadStats()
+    export = _Export(out_dir, _writer_classes(), ranks, stats)
     try:
         for msg in read_log(log_path, stats, progress):
-            if isinstance(msg, schema.Hello):
-                sent.pop(msg.rank, None)
-            if not isinstance(msg, schema.Step) or msg.rank < 0:
-                continue
-            if ranks is not None and msg.rank not in ranks:
-                others.add(msg.rank)
-                continue
-            if not 0 <= msg.step < 1 << 63 or not math.isfinite(msg.t):
-                stats.skipped["out_of_range"] += 1  # TensorBoard's steps are int64 (a hostile or broken line)
-                continue
-            w = writers.get(msg.rank)
-            if w is None:
-                path = os.path.join(out_dir, f"rank{msg.rank}")
-                try:
-                    os.makedirs(path, exist_ok=True)
-                except OSError as exc:
-                    raise ExportError(f"cannot write {path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
-                w = writers[msg.rank] = _EventFile(path, RecordWriter, Event)
-            # A step sent before the one logged just before it (steps a rank's heartbeat thread
-            # sends for a loop that paused go on a socket of their own, and the hub may take the
-            # loop's next ones first) is late, not run again: a restart's mark there would have
-            # TensorBoard drop the steps after it.
-            if msg.seq >= sent.get(msg.rank, -1):
-                if msg.step <= last.get(msg.rank, -1):
-                    # The rank runs these steps again (a torchrun restart, a resume): TensorBoard
-                    # drops its points from this step on, and draws the curve as it went on,
-                    # rather than jumping back.
-                    w.add(Event(wall_time=msg.t, step=msg.step, session_log=SessionLog(status=SessionLog.START)))
-                last[msg.rank] = msg.step
-                sent[msg.rank] = msg.seq
-            values = [Summary.Value(tag=tag, simple_value=v) for tag, v in step_scalars(msg).items()]
-            w.add(Event(wall_time=msg.t, step=msg.step, summary=Summary(value=values)))
-            steps[msg.rank] = steps.get(msg.rank, 0) + 1
-            points += len(values)
-            runs.add(msg.run)
+            export.add(msg)
+        export.finish()
     except OSError as exc:
         raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
     finally:
-        for w in writers.values():
-            w.close()
+        export.close()
     if not stats.records:
         raise ExportError(no_records(log_path, stats))
     return {
-        "ranks": dict(sorted(steps.items())),
-        "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(writers)},
-        "points": points,
+        "ranks": dict(sorted(export.steps.items())),
+        "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(export.writers)},
+        "points": export.points,
+        "texts": export.texts_written,
         "skipped_lines": stats.skipped_total,
-        "left_out": len(others),
-        **({"runs": sorted(runs)} if len(runs) > 1 else {}),
+        "left_out": len(export.others),
+        **({"runs": sorted(export.runs)} if len(export.runs) > 1 else {}),
     }
 
 
-__all__ = ["ExportError", "export_tensorboard", "step_scalars"]
+__all__ = ["ExportError", "event_text", "export_tensorboard", "step_scalars", "verdict_text"]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from helpers import pardash_env
@@ -20,9 +21,53 @@ DATA = Path(__file__).resolve().parent / "data"
 def _read_back(folder: Path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every point
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})  # 0: keep every point
     acc.Reload()
     return acc
+
+
+def _texts(folder: Path, tag: str) -> list[tuple[int, str]]:
+    """(step, text) of a text series, read as TensorBoard's Text dashboard reads it without
+    its data server (``tensorboard --load_fast=false``)."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), tensor_size_guidance={"text": 0})
+    acc.Reload()
+    assert acc.SummaryMetadata(tag).plugin_data.plugin_name == "text", tag
+    return [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
+
+
+SYSTEM_TAGS = {
+    "system/cpu_pct": "cpu_pct",
+    "system/host_cpu_pct": "host_cpu_pct",
+    "system/rss_bytes": "rss_bytes",
+    "system/gpu_util_pct": "gpu_util_pct",
+    "system/gpu_mem_used_bytes": "gpu_mem_used_bytes",
+    "system/gpu_temp_c": "gpu_temp_c",
+    "system/gpu_power_w": "gpu_power_w",
+    "system/gpu_sm_clock_mhz": "gpu_sm_clock_mhz",
+}
+
+
+def _expected_system(msgs, rank: int) -> dict[str, list[tuple[int, float]]]:
+    """Tag -> (step, value) of ``rank``'s system samples, computed here from a log without
+    restarts: each sample at the last step the rank logged before it (0 before its first),
+    the samples at one step averaged."""
+    at, by_step = 0, {}
+    for m in msgs:
+        if m.rank != rank:
+            continue
+        if isinstance(m, schema.Step):
+            at = max(at, m.step)
+        elif isinstance(m, schema.System):
+            by_step.setdefault(at, []).append(m)
+    out: dict[str, list[tuple[int, float]]] = {}
+    for step, samples in by_step.items():
+        for tag, field in SYSTEM_TAGS.items():
+            values = [getattr(s, field) for s in samples if getattr(s, field) is not None]
+            if values:
+                out.setdefault(tag, []).append((step, sum(values) / len(values)))
+    return out
 
 
 def _expected(step: schema.Step) -> dict[str, float]:
@@ -31,6 +76,7 @@ def _expected(step: schema.Step) -> dict[str, float]:
     out = {
         "loss": step.loss,
         "lr": step.lr,
+        "epoch": step.epoch,
         "throughput/samples_per_s": step.samples / step.step_s,
         "time/step_s": step.step_s,
         "time/data_s": step.data_s,
@@ -81,8 +127,6 @@ def test_tensorboard_reads_back_the_logs_values(tmp_path, name):
 def test_steps_run_again_after_a_restart_replace_the_first_run_of_them(tmp_path):
     # A rank killed at step 5 and restarted from its checkpoint at step 2 runs steps 3-5
     # again: TensorBoard drew the curve jumping back; now it keeps the second run of them.
-    import msgspec
-
     log = tmp_path / "restart.jsonl"
     first = [(s, 10.0 - s) for s in range(1, 6)]
     second = [(s, 5.0 - s / 10) for s in range(3, 8)]
@@ -102,8 +146,6 @@ def test_a_step_logged_after_the_next_one_is_kept_and_is_no_restart(tmp_path):
     # hub can log the loop's next step first (seq 4 before seq 3). Read as a restart, the
     # late step's mark had TensorBoard drop step 4. A real restart (a new hello, seq from 0
     # again) still replaces the steps it runs again.
-    import msgspec
-
     log = tmp_path / "late.jsonl"
     hello = schema.Hello(rank=0, seq=0, world_size=1, pid=10, strategy="ddp", t=999.0, run="r")
     order = [(1, 1), (2, 2), (4, 4), (3, 3), (5, 5)]  # (seq, step) as logged
@@ -235,7 +277,10 @@ def test_an_export_can_take_only_the_ranks_asked_for(tmp_path):
     assert done["ranks"] == {0: 60, 2: 60} and done["left_out"] == 2
     assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["rank0", "rank2"]
     steps = [m for m in load_log(DATA / "ddp4_straggler.jsonl")[0] if isinstance(m, schema.Step) and m.rank == 2]
-    assert [e.value for e in _read_back(tmp_path / "tb" / "rank2").Scalars("time/self_s")] == pytest.approx([s.self_s for s in steps], rel=1e-6)
+    rank2 = _read_back(tmp_path / "tb" / "rank2")
+    assert [e.value for e in rank2.Scalars("time/self_s")] == pytest.approx([s.self_s for s in steps], rel=1e-6)
+    # its system samples, checkpoints and verdicts too, and no other rank's (no folder for them)
+    assert {"system/cpu_pct", "checkpoint/save_s"} <= set(rank2.Tags()["scalars"]) and "verdicts" in rank2.Tags()["tensors"]
 
     def run(*args):
         return subprocess.run([sys.executable, "-m", "pardash", "export", str(DATA / "ddp4_straggler.jsonl"), *args],
@@ -247,3 +292,166 @@ def test_an_export_can_take_only_the_ranks_asked_for(tmp_path):
     assert none.returncode == 1 and "no step of --ranks 7 in the log" in none.stderr and not (tmp_path / "tb3").exists()
     bad = run("--tensorboard", str(tmp_path / "tb4"), "--ranks", "3-1")
     assert bad.returncode == 2 and "argument --ranks: '3-1' is not a rank or a range of ranks" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["ddp4_straggler.jsonl", "real_fsdp2.jsonl"])
+def test_system_samples_are_scalars_at_the_step_each_rank_had_reached(tmp_path, name):
+    # The ranks' GPU and CPU utilisation, memory and clocks (once a second) were in the log
+    # and in the TUI, but not in TensorBoard.
+    export_tensorboard(str(DATA / name), str(tmp_path / "tb"))
+    msgs, _ = load_log(DATA / name)
+    ranks = sorted({m.rank for m in msgs if isinstance(m, schema.System)})
+    assert ranks
+    for rank in ranks:
+        acc = _read_back(tmp_path / "tb" / f"rank{rank}")
+        expected = _expected_system(msgs, rank)
+        tags = {t for t in acc.Tags()["scalars"] if t.startswith("system/")}
+        assert tags == set(expected)
+        for tag, points in expected.items():
+            got = [(e.step, e.value) for e in acc.Scalars(tag)]
+            assert [s for s, _ in got] == [s for s, _ in points], tag
+            assert [v for _, v in got] == pytest.approx([v for _, v in points], rel=1e-6), tag
+        assert "system/gpu_mem_total_bytes" not in acc.Tags()["scalars"]  # the device's size: no line over time
+
+
+def test_checkpoints_warnings_and_verdicts_reach_tensorboard(tmp_path):
+    # A checkpoint's save time is a scalar at its step, its folder a line of text; warnings and
+    # the hub's verdicts about a rank are text at their step, on that rank's run only.
+    export_tensorboard(str(DATA / "ddp4_straggler.jsonl"), str(tmp_path / "tb"))
+    msgs, _ = load_log(DATA / "ddp4_straggler.jsonl")
+    for rank in range(4):
+        folder = tmp_path / "tb" / f"rank{rank}"
+        acc = _read_back(folder)
+        saves = [m for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint" and m.rank == rank]
+        assert len(saves) == 3
+        events = acc.Scalars("checkpoint/save_s")
+        assert [e.step for e in events] == [m.step for m in saves]
+        assert [e.value for e in events] == pytest.approx([m.duration_s for m in saves], rel=1e-6)
+        assert [e.wall_time for e in events] == pytest.approx([m.t for m in saves], abs=1e-6)
+        texts = _texts(folder, "events/checkpoint")
+        assert [step for step, _ in texts] == [m.step for m in saves]
+        assert all(m.message in text and f"({m.duration_s:.3g} s)" in text for (_, text), m in zip(texts, saves))
+        warnings = [(m.step, m.message) for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.rank == rank]
+        assert _texts(folder, "events/warning") == warnings and warnings[0] == (5, "DataLoader has 2 workers for 8 cores")
+        assert _texts(folder, "events/exit")[-1][1] == "exit code 0"
+        verdicts = acc.Tags()["tensors"]
+        if rank == 2:
+            assert _texts(folder, "verdicts") == [
+                (39, "rank 2 is a straggler (data loading): the others wait 30 ms a step for it"),
+                (59, "rank 2 no longer a straggler (self time 40.5 ms, others 40.5 ms)"),
+            ]
+        else:
+            assert "verdicts" not in verdicts
+
+
+def test_a_crash_is_text_with_its_traceback_and_exit_code(tmp_path):
+    export_tensorboard(str(DATA / "fsdp4_crash.jsonl"), str(tmp_path / "tb"))
+    msgs, _ = load_log(DATA / "fsdp4_crash.jsonl")
+    rank1 = tmp_path / "tb" / "rank1"
+    ((step, text),) = _texts(rank1, "events/error")
+    assert step == 25
+    head, fence = text.split("\n\n", 1)
+    assert head == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert fence.startswith("```\nTraceback (most recent call last):\n  File \"train.py\", line 88") and fence.endswith("\n```")
+    assert _texts(rank1, "events/exit") == [(25, "exit code 1")]
+    # The launcher's word on a rank torchrun stopped (no step of its own): at the rank's last step.
+    rank2 = tmp_path / "tb" / "rank2"
+    last = max(m.step for m in msgs if isinstance(m, schema.Step) and m.rank == 2)
+    assert _texts(rank2, "events/exit") == [(last, "rank 2 was stopped by torchrun (exit code -15, SIGTERM)")]
+    rank3 = tmp_path / "tb" / "rank3"
+    assert _texts(rank3, "verdicts") == [(12, "rank 3 stalled in data after step 12 (8 s without progress)"), (13, "rank 3 resumed at step 13")]
+
+
+def _restarted_log(path: Path) -> None:
+    """Rank 0 runs steps 1-5 (two system samples at step 2, one at 5, a checkpoint at 3, a
+    warning at 5), crashes at 5; torchrun restarts it, it samples before its first step,
+    resumes from the checkpoint of step 3 and runs steps 4-7 (a warning at 4, a sample and an
+    evaluation at 6)."""
+    hello = schema.Hello(rank=0, world_size=1, pid=10, strategy="ddp", t=1000.0, run="r")
+    seq = iter(range(1, 100))
+
+    def step(n, t, loss):
+        return schema.Step(rank=0, step=n, loss=loss, step_s=0.1, samples=8, t=t, seq=next(seq), run="r")
+
+    def system(t, cpu, rss):
+        return schema.System(rank=0, cpu_pct=cpu, rss_bytes=rss, t=t, seq=next(seq), run="r")
+
+    def event(name, t, **fields):
+        return schema.Event(rank=0, name=name, t=t, seq=next(seq), run="r", **fields)
+
+    first = [
+        hello, step(1, 1001, 9.0), step(2, 1002, 8.0), system(1002.3, 50.0, 100), system(1002.6, 70.0, 300),
+        step(3, 1003, 7.0), event("checkpoint", 1003.5, step=3, duration_s=1.5, message="ck/step-3"),
+        step(4, 1004, 6.0), step(5, 1005, 5.0), system(1005.5, 90.0, 500), event("warning", 1005.55, step=5, message="slow disk"),
+        event("error", 1005.6, step=5, message="RuntimeError: boom", traceback="Traceback (most recent call last):\nRuntimeError: boom"),
+        event("exit", 1005.7, step=5, code=1),
+    ]  # fmt: skip
+    seq = iter(range(1, 100))
+    second = [
+        msgspec.structs.replace(hello, pid=11, restart=1, t=1010.0), system(1010.5, 20.0, 200),
+        event("resume", 1010.8, step=3, duration_s=0.5, message="step 3 from ck/step-3"),
+        step(4, 1011, 4.5), event("warning", 1011.5, step=4, message="loss scale fell"), step(5, 1012, 4.0), step(6, 1013, 3.5), system(1013.5, 60.0, 600),
+        event("eval", 1013.8, step=6, duration_s=2.25), step(7, 1014, 3.0), event("exit", 1015, step=7, code=0),
+    ]  # fmt: skip
+    path.write_bytes(schema.encode_json_lines(first + second))
+
+
+def test_a_restart_keeps_its_crash_and_the_samples_of_the_steps_it_kept(tmp_path):
+    # TensorBoard drops a rank's points from the step its restart runs again (the export marks
+    # it): the samples of steps run again go with them, the crash that caused the restart
+    # does not, and the samples taken while it restarted sit at the step it resumes after.
+    # Each text series is in step order: TensorBoard's data server drops a series' records
+    # from a step written again, so the restart's warning at step 4 written after the first
+    # run's at step 5 took that one with it.
+    log = tmp_path / "restart.jsonl"
+    _restarted_log(log)
+    export_tensorboard(str(log), str(tmp_path / "tb"))
+    acc = _read_back(tmp_path / "tb" / "rank0")
+    assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(s, pytest.approx(v)) for s, v in [(1, 9), (2, 8), (3, 7), (4, 4.5), (5, 4), (6, 3.5), (7, 3)]]
+    assert [(e.step, e.value) for e in acc.Scalars("system/cpu_pct")] == [(2, 60.0), (3, 20.0), (6, 60.0)]
+    assert [(e.step, e.value) for e in acc.Scalars("system/rss_bytes")] == [(2, 200.0), (3, 200.0), (6, 600.0)]
+    assert [(e.step, e.value) for e in acc.Scalars("checkpoint/save_s")] == [(3, 1.5)]
+    assert [(e.step, e.value) for e in acc.Scalars("checkpoint/load_s")] == [(3, 0.5)]
+    assert [(e.step, e.value) for e in acc.Scalars("eval/duration_s")] == [(6, 2.25)]
+    folder = tmp_path / "tb" / "rank0"
+    assert [step for step, _ in _texts(folder, "events/error")] == [5]
+    assert _texts(folder, "events/exit") == [(5, "exit code 1"), (7, "exit code 0")]
+    assert _texts(folder, "events/resume") == [(3, "step 3 from ck/step-3 (0.5 s)")]
+    assert _texts(folder, "events/warning") == [(4, "loss scale fell"), (5, "slow disk")]
+
+
+def test_events_at_one_step_are_one_text(tmp_path):
+    # TensorBoard keeps one record a step of a series: two warnings at step 3 were one lost.
+    log = tmp_path / "run.jsonl"
+    msgs = [schema.Step(rank=0, step=s, seq=s, loss=1.0, step_s=0.1, t=1.0e9 + s, run="r") for s in (1, 2, 3, 4)]
+    msgs[3:3] = [schema.Event(rank=0, name="warning", step=3, message=f"warning {i}", seq=10 + i, t=1.0e9 + 3.5, run="r") for i in (1, 2)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    export_tensorboard(str(log), str(tmp_path / "tb"))
+    assert _texts(tmp_path / "tb" / "rank0", "events/warning") == [(3, "warning 1\n\nwarning 2")]
+
+
+def test_a_real_runs_evaluations_and_system_samples_reach_tensorboard(tmp_path):
+    # A script of the user's, watched with no code change: its validation passes (model.eval())
+    # were in the log and the report, not in TensorBoard.
+    log = tmp_path / "run.jsonl"
+    launch = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--nproc", "2", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
+         "--", str(Path(__file__).resolve().parent / "scripts" / "evaluates.py"), "40", "10"],
+        capture_output=True, text=True, env=pardash_env(), timeout=240,
+    )  # fmt: skip
+    assert launch.returncode == 0, launch.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / "tb"), "--ranks", "1"],
+                          capture_output=True, text=True, env=pardash_env(), timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["rank1"]
+    msgs, _ = load_log(log)
+    evals = [m for m in msgs if isinstance(m, schema.Event) and m.name == "eval" and m.rank == 1]
+    assert [m.step for m in evals] == [10, 20, 30, 40]
+    acc = _read_back(tmp_path / "tb" / "rank1")
+    got = acc.Scalars("eval/duration_s")
+    assert [(e.step, e.value) for e in got] == [(m.step, pytest.approx(m.duration_s, rel=1e-6)) for m in evals]
+    samples = _expected_system(msgs, 1)
+    assert samples["system/cpu_pct"] and samples["system/rss_bytes"]  # a CPU run: no GPU figures
+    for tag, points in samples.items():
+        assert [(e.step, e.value) for e in acc.Scalars(tag)] == [(s, pytest.approx(v, rel=1e-6)) for s, v in points], tag
+    assert _texts(tmp_path / "tb" / "rank1", "events/exit") == [(40, "exit code 0")]
