@@ -29,12 +29,13 @@ event file at that step, so TensorBoard keeps the later run of them, not both. T
 written after the points, each series in step order, so TensorBoard keeps them all: the error
 that caused a restart too.
 
-The records are TensorBoard's own (``tensorboard.summary.writer``'s record framing, the one
-``torch.utils.tensorboard`` writes through) with scalar and text ``Summary`` protos: no torch,
-no TensorFlow. TensorBoard stores scalars as float32, so values come back to about 7
-significant digits. It is imported when an export runs (the ``export`` extra), never when this
-module loads. The hub's own records (rank -1: its start, its restarts) are no rank's, and left
-out.
+The records are TensorBoard's own scalar and text ``Summary`` protos, framed byte for byte as
+``tensorboard.summary.writer`` (the writer ``torch.utils.tensorboard`` writes through) frames
+them, their checksums computed a chunk at a time (see eventfile.RecordFraming): no torch, no TensorFlow.
+TensorBoard stores scalars as float32, so values come back to about 7 significant digits.
+tensorboard (and numpy, which it needs) is imported when an export runs (the ``export``
+extra), never when this module loads. The hub's own records (rank -1: its start, its
+restarts) are no rank's, and left out.
 """
 
 from __future__ import annotations
@@ -43,12 +44,11 @@ import glob
 import itertools
 import math
 import os
-import socket
-import time
 from types import SimpleNamespace
 from typing import Collection
 
 from . import schema
+from .eventfile import EventFile, EventFileError, RecordFraming
 from .failures import signal_name
 from .logreader import LogReadStats, Progress, no_records, read_log
 from .state import mem_held_bytes
@@ -123,63 +123,22 @@ def verdict_text(v: schema.Verdict) -> str:
     return schema.plain_text(v.message).strip() or (f"{v.verdict} ({v.cause})" if v.cause else v.verdict)
 
 
-def _writer_classes() -> SimpleNamespace:
+def _tensorboard() -> SimpleNamespace:
+    """What an export writes with: tensorboard's protos, and the record framing."""
     try:
+        import numpy
         from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
         from tensorboard.plugins.text.metadata import create_summary_metadata
-        from tensorboard.summary.writer.record_writer import RecordWriter
     except ImportError:
         raise ExportError(INSTALL_HINT) from None
     return SimpleNamespace(
-        RecordWriter=RecordWriter, Event=Event, Summary=Summary, SessionLog=SessionLog,
+        framing=RecordFraming(numpy, masked_crc32c), Event=Event, Summary=Summary, SessionLog=SessionLog,
         TensorProto=tensor_pb2.TensorProto, TensorShape=tensor_shape_pb2.TensorShapeProto, DT_STRING=types_pb2.DT_STRING,
         text_metadata=create_summary_metadata(display_name="", description=""),
     )  # fmt: skip
-
-
-class _EventFile:
-    """One rank's event file, written in the exporting thread, as TensorBoard's EventFileWriter
-    names and begins it. EventFileWriter gives each file a thread of its own fed through a
-    queue: with one a rank, an export of 256 ranks x 900 steps spent its minute mostly handing
-    the interpreter lock between 257 threads (62 s; 21 s written here). The framed records wait
-    in memory and are appended CHUNK_BYTES at a time, so no file stays open between chunks: an
-    export of thousands of ranks stays within the open-file limit."""
-
-    CHUNK_BYTES = 64 << 10
-    _numbers = itertools.count()
-
-    def __init__(self, folder: str, record_writer, event_cls) -> None:
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(self._numbers)}"
-        self.path = os.path.join(folder, name)
-        self._pending = bytearray()
-        self._records = record_writer(self)  # frames each record (length, CRCs) into write()
-        self._append(b"", mode="wb")
-        self.add(event_cls(wall_time=time.time(), file_version="brain.Event:2"))
-
-    def add(self, event) -> None:
-        self._records.write(event.SerializeToString())
-
-    def write(self, framed: bytes) -> None:  # the RecordWriter's file
-        self._pending += framed
-        if len(self._pending) >= self.CHUNK_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._pending:
-            self._append(self._pending)
-            self._pending.clear()
-
-    def close(self) -> None:
-        self.flush()
-
-    def _append(self, data: bytes | bytearray, mode: str = "ab") -> None:
-        try:
-            with open(self.path, mode) as fh:
-                fh.write(data)
-        except OSError as exc:
-            raise ExportError(f"cannot write {self.path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
 
 
 class _Samples:
@@ -221,7 +180,7 @@ class _Export:
         self.tb = tb
         self.ranks = ranks
         self.stats = stats
-        self.writers: dict[int, _EventFile] = {}
+        self.writers: dict[int, EventFile] = {}
         self.steps: dict[int, int] = {}
         """Step records written, by rank."""
         self.last: dict[int, int] = {}
@@ -260,7 +219,7 @@ class _Export:
             self._write_samples(rank)  # the samples of the process before: at the step they were taken
             self.at.pop(rank, None)
 
-    def _writer(self, rank: int) -> _EventFile:
+    def _writer(self, rank: int) -> EventFile:
         w = self.writers.get(rank)
         if w is None:
             path = os.path.join(self.out_dir, f"rank{rank}")
@@ -268,7 +227,7 @@ class _Export:
                 os.makedirs(path, exist_ok=True)
             except OSError as exc:
                 raise ExportError(f"cannot write {path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
-            w = self.writers[rank] = _EventFile(path, self.tb.RecordWriter, self.tb.Event)
+            w = self.writers[rank] = EventFile(path, self.tb.framing, self.tb.Event)
         return w
 
     def _in_range(self, step: int, t: float) -> bool:
@@ -393,15 +352,18 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     if existing:
         raise ExportError(f"{out_dir} already holds TensorBoard event files ({existing[0]}); choose an empty --tensorboard DIR")
     stats = LogReadStats()
-    export = _Export(out_dir, _writer_classes(), ranks, stats)
+    export = _Export(out_dir, _tensorboard(), ranks, stats)
     try:
-        for msg in read_log(log_path, stats, progress):
-            export.add(msg)
-        export.finish()
+        try:
+            for msg in read_log(log_path, stats, progress):
+                export.add(msg)
+            export.finish()
+        finally:
+            export.close()
+    except EventFileError as exc:
+        raise ExportError(f"{exc}; choose a writable --tensorboard DIR") from None
     except OSError as exc:
         raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
-    finally:
-        export.close()
     if not stats.records:
         raise ExportError(no_records(log_path, stats))
     return {
