@@ -31,9 +31,9 @@ that caused a restart too.
 
 The records are TensorBoard's own scalar and text ``Summary`` protos, framed byte for byte as
 ``tensorboard.summary.writer`` (the writer ``torch.utils.tensorboard`` writes through) frames
-them, their checksums computed a chunk at a time (see eventfile.RecordFraming): no torch, no TensorFlow.
+them, their checksums by google-crc32c (see eventfile.RecordFraming): no torch, no TensorFlow.
 TensorBoard stores scalars as float32, so values come back to about 7 significant digits.
-tensorboard (and numpy, which it needs) is imported when an export runs (the ``export``
+tensorboard and google-crc32c are imported when an export runs (the ``export``
 extra), never when this module loads. The hub's own records (rank -1: its start, its
 restarts) are no rank's, and left out.
 """
@@ -126,16 +126,15 @@ def verdict_text(v: schema.Verdict) -> str:
 def _tensorboard() -> SimpleNamespace:
     """What an export writes with: tensorboard's protos, and the record framing."""
     try:
-        import numpy
+        import google_crc32c
         from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.compat.proto.summary_pb2 import Summary
-        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
         from tensorboard.plugins.text.metadata import create_summary_metadata
     except ImportError:
         raise ExportError(INSTALL_HINT) from None
     return SimpleNamespace(
-        framing=RecordFraming(numpy, masked_crc32c), Event=Event, Summary=Summary, SessionLog=SessionLog,
+        framing=RecordFraming(google_crc32c.value), Event=Event, Summary=Summary, SessionLog=SessionLog,
         TensorProto=tensor_pb2.TensorProto, TensorShape=tensor_shape_pb2.TensorShapeProto, DT_STRING=types_pb2.DT_STRING,
         text_metadata=create_summary_metadata(display_name="", description=""),
     )  # fmt: skip
