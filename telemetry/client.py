@@ -368,6 +368,8 @@ class ReplaySource(FrameApplier):
         self.read_stats = LogReadStats()
         self._tail: LogTail | None = None
         self._span = LogSpan()
+        self._seek_to: float | None = None
+        """Where a seek asked for goes (see :meth:`seek_soon`)."""
         self.runs: list[str] = []
         """The run ids the log holds: more than one in a log appended to by hand."""
         self.following = False
@@ -443,6 +445,9 @@ class ReplaySource(FrameApplier):
 
     @property
     def position_s(self) -> float:
+        """Seconds into the run: where the replay is, or is about to be (a seek asked for)."""
+        if self._seek_to is not None:
+            return max(0.0, min(self._seek_to, self.duration_s))
         return self._clock - self.t_start
 
     @property
@@ -470,8 +475,23 @@ class ReplaySource(FrameApplier):
             cursor.take()
             core.replay(msg, now)
 
+    def seek_soon(self, position_s: float) -> None:
+        """Ask to jump to ``position_s`` (``position_s`` says it at once); :meth:`seek_now` or
+        the next poll jumps. A seek back plays the log again from its start, seconds in a long
+        log: a burst of ``[`` presses is one jump to where they add up to, not one a press."""
+        self._seek_to = position_s
+
+    def seek_now(self) -> bool:
+        """Make the jump :meth:`seek_soon` asked for; True when there was one."""
+        if self._seek_to is None:
+            return False
+        position, self._seek_to = self._seek_to, None
+        self.seek(position)
+        return True
+
     def seek(self, position_s: float) -> None:
         """Jump to ``position_s`` seconds into the run (backwards rebuilds from the start)."""
+        self._seek_to = None
         target = self.t_start + max(0.0, min(position_s, self.duration_s))
         if target < self._clock:
             self._restart()
@@ -513,6 +533,8 @@ class ReplaySource(FrameApplier):
                 return made
 
     def poll(self) -> bool:
+        if self.seek_now():
+            return True
         now = time.monotonic()
         elapsed = now - self._wall
         if self.paused or self.done or elapsed < self.frame_s:

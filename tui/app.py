@@ -228,9 +228,16 @@ class PardashApp(App[str | None]):
         self._moved()
 
     def action_seek(self, direction: int) -> None:
+        # The header says the new position at once; the jump comes after the keys already
+        # typed, so a burst of presses is one jump (a seek back replays the log from its start).
         src = self.source
-        src.seek(src.position_s + direction * SEEK_S)  # type: ignore[attr-defined]
+        src.seek_soon(src.position_s + direction * SEEK_S)  # type: ignore[attr-defined]
         self._moved()
+        self.call_later(self._seek_now)
+
+    def _seek_now(self) -> None:
+        if self.source.seek_now():  # type: ignore[attr-defined]
+            self._moved()
 
     # -- leaving ------------------------------------------------------------------------------
 

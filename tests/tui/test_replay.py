@@ -556,3 +556,24 @@ def test_a_fifo_is_refused_in_one_line_not_waited_on(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(AttachError, match="not a regular file"):
         ReplaySource(str(fifo))
+
+
+async def test_a_burst_of_seeks_back_is_one_replay_from_the_start(monkeypatch):
+    # A seek back plays the log again from its start (seconds in a long log): six `[` typed
+    # at once froze the screen for six of those, one after another.
+    from textual import events
+
+    src = ReplaySource(str(DATA / "run4.jsonl"))
+    src.seek(src.duration_s)
+    src.paused = True
+    restarts = []
+    real = src._restart
+    monkeypatch.setattr(src, "_restart", lambda: (restarts.append(1), real())[1])
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        for _ in range(2):
+            app.post_message(events.Key("left_square_bracket", "["))
+        await pilot.pause()
+        assert len(restarts) == 1 and abs(src.position_s - (src.duration_s - 20.0)) <= src.frame_s
+        assert "replay run4.jsonl 10s / 30s" in header(app)
