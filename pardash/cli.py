@@ -284,11 +284,13 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
          "--config", json.dumps(dataclasses.asdict(cfg))],
         stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    print(f"{PROG}: simulating {cfg.ranks} ranks at {cfg.rate_hz:g} steps/s, run {run_id}, hub {info['ingest']}, {log_text}", flush=True)
-    if info.get("metrics"):
-        print(f"{PROG}: Prometheus metrics on {info['metrics']}", flush=True)
     client = HubClient(info["updates"], info["snapshot"], run_id=run_id, curve=False)
     try:
+        # Within the clean-up's reach: a first line that found its reader gone (`| head -c 0`)
+        # left the hub serving for ever, and the simulator running.
+        print(f"{PROG}: simulating {cfg.ranks} ranks at {cfg.rate_hz:g} steps/s, run {run_id}, hub {info['ingest']}, {log_text}", flush=True)
+        if info.get("metrics"):
+            print(f"{PROG}: Prometheus metrics on {info['metrics']}", flush=True)
         if ns.headless:
             from pardash.telemetry.failures import failure_line, failure_summary
             from pardash.telemetry.printer import ProgressPrinter
@@ -342,7 +344,46 @@ def _megabytes(n: float) -> str:
     return f"{n / 1e6:,.0f} MB" if n >= 10e6 else f"{n / 1e6:.1f} MB"
 
 
+READER_GONE = 128 + signal.SIGPIPE
+"""141: how a command ends when the reader of its output went away (`| head`), as the shell
+reports any Unix tool that SIGPIPE ended (`seq 1000000 | head -1`), so a script under
+`set -o pipefail` takes pardash as it takes them; neither 0 (for `attach --headless`: every rank
+finished) nor 1 (the run failed), which it would be a lie to say. `launch` keeps its own: the
+job's (it sees the job out without a reader, see pardash.launch)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``pardash`` command; returns its exit code. A reader of its output that goes away
+    (`| head -1`, a pager quit early) ends it quietly with :data:`READER_GONE`, as it ends a
+    Unix tool, never with a BrokenPipeError's traceback."""
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            # What is still buffered goes now, where a reader gone is caught below, rather than
+            # in the interpreter's last flush ("Exception ignored ... BrokenPipeError", 120);
+            # argparse's --help and --version leave through here too (SystemExit).
+            sys.stdout.flush()
+    except BrokenPipeError:
+        if not _output_gone():  # not our output's: a fault like any other
+            raise
+        return READER_GONE
+    return code
+
+
+def _output_gone() -> bool:
+    """After a BrokenPipeError: whether it was our stdout's or stderr's reader that went away;
+    if so, the stream now points at /dev/null (its buffered rest, and the interpreter's last
+    flush, go nowhere without another error)."""
+    from pardash.telemetry.streams import reader_gone, to_devnull
+
+    gone = [s for s in (sys.stdout, sys.stderr) if reader_gone(s)]
+    for stream in gone:
+        to_devnull(stream)
+    return bool(gone)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = argv_given = list(sys.argv[1:] if argv is None else argv)
     script: list[str] = []
     if "--" in argv:
@@ -380,6 +421,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = exc.code or 0
         else:
             print(exc.code, file=sys.stderr)
+            code = 1
+    except BrokenPipeError:
+        # The command's own clean-up (`finally`) has run: a simulated job's hub and ranks are
+        # stopped, an attached viewer's sockets closed.
+        if _output_gone():
+            code = READER_GONE
+        else:
+            traceback.print_exc()
             code = 1
     except BaseException:
         # Whatever ended the command (a write to a terminal closed under it, say), a thread

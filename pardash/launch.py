@@ -160,6 +160,13 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         spec.output = os.path.join(spec.run_dir, "output.log")
         spec.stderr_apart = not is_terminal(sys.stdout)
         unbreakable_stdio()
+        # Gone quietly, the launch held the shell for the rest of the job with no word of why:
+        # said once on stderr (the terminal, under `| head`), and the last line goes there too.
+        sys.stdout.on_break = lambda: print(
+            f"{PROG}: nothing reads this launch's output any more; the job goes on and this launch sees it to its end "
+            f"(Ctrl-C stops it): the ranks' output goes on in {spec.output}, the telemetry in {spec.log_path}",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
     # Until the job is up a SIGTERM ends the start, the supervisor with it; from then on it stops
     # the job (the modes below say how). It left a job starting with nobody watching it.
     terminated: list[int] = []
@@ -276,8 +283,14 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     # ... and where the hub writes it now (it goes on beside its path when another file took it).
     log_path = f"kept by node 0's hub ({spec.remote_hub})" if spec.remote_hub else (client.stats.log_path or spec.log_path)
     line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error)
-    print(line, file=sys.stderr if code else sys.stdout)
+    print(line, file=_closing_stream(ok=code == 0))
     return code
+
+
+def _closing_stream(*, ok: bool):
+    """Where the launch's last line goes: stdout when the job succeeded, stderr when it did not,
+    or when stdout's reader has gone (`| head`: the outcome was otherwise never said)."""
+    return sys.stdout if ok and not getattr(sys.stdout, "broken", False) else sys.stderr
 
 
 def _not_waiting(spec, sig: int) -> int:
@@ -324,7 +337,7 @@ def _follow_unsupervised(job, client, printer, code: int) -> int:
         print(f"{PROG}: stopped watching; the ranks may still run: `{PROG} attach {spec.run_id}`, log {spec.log_path}", file=sys.stderr)
         return 130
     ok = run_over(client.state) and failure_summary(client.state) is None
-    print(f"{line}; log {spec.log_path}", file=sys.stdout if ok else sys.stderr, flush=True)
+    print(f"{line}; log {spec.log_path}", file=_closing_stream(ok=ok), flush=True)
     return 0 if ok else 1
 
 

@@ -6,11 +6,42 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 """A disk full (or over quota) may have room again later: what is written then still goes."""
+
+
+def reader_gone(stream: TextIO | None) -> bool:
+    """Whether ``stream`` is a pipe (or socket) whose reader has gone: a write to it fails with
+    EPIPE. Asked of the descriptor (the kernel flags such a pipe as an error), so a
+    BrokenPipeError can be told apart from one raised by something else (a socket of its own)."""
+    import select
+
+    try:
+        fd = stream.fileno() if stream is not None else -1
+    except (AttributeError, OSError, ValueError):
+        return False
+    if fd < 0:
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR is always reported
+    return any(ev & select.POLLERR for _, ev in poller.poll(0))
+
+
+def to_devnull(stream: TextIO | None) -> None:
+    """Point ``stream``'s file descriptor at /dev/null: what is still buffered in it, and every
+    later write (the interpreter's last flush among them), goes nowhere without an error."""
+    try:
+        fd = stream.fileno() if stream is not None else -1
+        if fd < 0:
+            return
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 class Unbreakable:
@@ -21,6 +52,9 @@ class Unbreakable:
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self.broken = False
+        self.on_break: Callable[[], None] | None = None
+        """Called once when the stream breaks (its reader gone, its terminal closed): a process
+        that goes on without its output can say so elsewhere."""
 
     def write(self, text: str) -> int:
         if not self.broken:
@@ -45,12 +79,10 @@ class Unbreakable:
 
     def _break(self) -> None:
         self.broken = True
-        try:
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, self._stream.fileno())
-            os.close(null)
-        except (OSError, ValueError):
-            pass
+        to_devnull(self._stream)
+        if self.on_break is not None:
+            said, self.on_break = self.on_break, None
+            said()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
