@@ -38,6 +38,10 @@ _HEALTH_METRICS: list[tuple[str, str, str, str]] = [
     ("stragglers", "straggler verdicts", "count", "lower"),
     ("stalls", "stalls", "count", "lower"),
     ("exits", "exits with an error", "count", "lower"),
+    # A rank stopped (SIGTERM from torchrun after a peer failed, a scheduler, the user's Ctrl-C
+    # or the TUI's Stop) ended without an error of its own, as the report says ("- stopped"):
+    # counted apart, and not judged (a run stopped by its user is no worse a run for it).
+    ("stopped", "ranks stopped (no error of their own)", "count", ""),
     ("job_restarts", "torchrun restarts", "count", "lower"),
     ("recovered", "failures a restart recovered", "count", "lower"),
     ("checkpoints_saved", "checkpoints saved", "count", ""),
@@ -56,8 +60,12 @@ def _max_rank(rep: dict, key: str) -> float | None:
 def _value(rep: dict, key: str) -> float | None:
     if key.startswith("phase:"):
         return rep.get("phases", {}).get(key[6:])
-    if key in ("stragglers", "stalls", "exits", "recovered"):
+    if key in ("stragglers", "stalls", "recovered"):
         return len(rep.get(key) or [])
+    if key == "exits":  # the report's exits but those it says were stopped (role)
+        return sum(1 for e in rep.get("exits") or [] if e.get("role") != "stopped")
+    if key == "stopped":
+        return sum(1 for e in rep.get("exits") or [] if e.get("role") == "stopped")
     if key in ("first_loss", "last_loss"):  # the ranks' median (ranks of a DDP job agree)
         vals = sorted(r[key] for r in rep["ranks"] if r.get(key) is not None)
         n = len(vals)

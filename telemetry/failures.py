@@ -38,9 +38,11 @@ def attempts(st) -> list[list[schema.Event]]:
     return out
 
 
-STOPPED_CODES = frozenset({-15, -2, 130})
+STOPPED_CODES = frozenset({-15, -2, 130, 143})
 """How a rank ends when it is stopped, not failing: SIGTERM (torchrun stopping the rest, a
-scheduler), SIGINT, and 130, Python's exit on Ctrl-C (KeyboardInterrupt). Never a root cause."""
+scheduler), SIGINT, 130, Python's exit on Ctrl-C (KeyboardInterrupt), and 143, the shell's
+code for SIGTERM (a rank that handles it and exits as the shell would, or a shell script run as
+a rank). Never a root cause."""
 
 
 def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Event, list[int], list[int]] | None:

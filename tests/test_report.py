@@ -718,6 +718,37 @@ def test_a_job_whose_ranks_were_only_stopped_names_no_root_cause(tmp_path):
     assert outcome_line(st, 143, {"stopped": True}, "run.jsonl") == "pardash: stopped by you (exit code 143); log run.jsonl"
 
 
+def _two_ranks_ended(path, codes: dict[int, tuple[int, int]]) -> None:
+    """A 2-rank ddp log of 3 steps whose ranks end as ``codes`` says: {rank: (code, seq)}, seq
+    -1 for the launcher's note of an exit, else the rank's own word."""
+    t = 1.0e9
+    records = [schema.Hello(run=path.stem, rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run=path.stem, rank=r, seq=s, step=s, step_s=0.1, samples=4, loss=1.0 / s, t=t + s) for s in (1, 2, 3) for r in (0, 1)]
+    records += [schema.Event(run=path.stem, rank=r, seq=seq, name="exit", code=code, step=3, t=t + 4) for r, (code, seq) in codes.items()]
+    _write_log(path, records)
+
+
+def test_compare_counts_stopped_ranks_apart_from_exits_with_an_error(tmp_path):
+    # `pardash report --compare A B` of a clean run against the same run stopped by its user
+    # (the launcher's notes: SIGTERM; the bundled trainer's own exit on Ctrl-C: 130; a script
+    # that exits as the shell would on SIGTERM: 143) said B had "2 exits with an error",
+    # "worse", where `pardash report B` names no error and says "- stopped".
+    _two_ranks_ended(tmp_path / "clean.jsonl", {0: (0, 4), 1: (0, 4)})
+    for name, codes in (("by_you", {0: (-15, -1), 1: (-15, -1)}), ("ctrl_c", {0: (130, 4), 1: (143, 4)})):
+        _two_ranks_ended(tmp_path / f"{name}.jsonl", codes)
+        rep = build_report(str(tmp_path / f"{name}.jsonl"))
+        assert rep["failure"] is None and {e["role"] for e in rep["exits"]} == {"stopped"}
+        proc = _pardash("report", "clean.jsonl", "--compare", f"{name}.jsonl", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        rows = {line.split("  ")[0]: line.split() for line in proc.stdout.splitlines()}
+        # A, B, B - A, change, verdict ("stopped" has none)
+        assert rows["exits with an error"][-5:] == ["0", "0", "0", "-", "same"], proc.stdout
+        assert rows["ranks stopped (no error of their own)"][-4:] == ["0", "2", "+2", "-"], proc.stdout
+    # A failure's stopped ranks are no errors either: the root cause and its victim are.
+    rows = {r["metric"]: r for r in make_logs.pinned_compare("ddp4_straggler.jsonl", "fsdp4_crash.jsonl")["rows"]}
+    assert (rows["exits"]["b"], rows["stopped"]["b"]) == (2, 2)
+
+
 def test_a_job_that_took_no_step_says_so_and_why_rather_than_step_0():
     # `--resume` from a checkpoint already at --steps: every rank says hello and resumes at
     # step 150, trains nothing and exits 0. "done, 2 rank(s), step 0" read as a run that lost
