@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from pardash.parser import PROG, fail
 from pardash.preflight import check_hub_ports, check_prometheus, gpu_count, headless_without_terminal, port_free
@@ -217,10 +218,16 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 raise KeyboardInterrupt
 
             signal.signal(signal.SIGTERM, on_sigterm)
+            stopped = False
             try:
                 printer.follow(lambda: job.poll() is not None)
             except KeyboardInterrupt:
                 stopped_by.append(signal.SIGINT)
+                try:
+                    stopped = not _ended_by_itself(job, client, printer)
+                except KeyboardInterrupt:  # again, while it ended
+                    stopped = True
+            if stopped:
                 # Stopped before anything is said: a second Ctrl-C (a double tap) during the
                 # line left the launch before the stop, the job running with nobody to watch it.
                 job.stop()
@@ -231,7 +238,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     job.stop()
                     return _not_waiting(spec, stopped_by[0])
             code = job.wait()
-            if stopped_by and code != 0:
+            if stopped and code != 0:
                 code = 128 + stopped_by[0]  # as the shell says for the signal this process took: 130, 143
             elif _supervisor_lost(job, code):
                 return _follow_unsupervised(job, client, printer, code)
@@ -291,6 +298,30 @@ def _closing_stream(*, ok: bool):
     """Where the launch's last line goes: stdout when the job succeeded, stderr when it did not,
     or when stdout's reader has gone (`| head`: the outcome was otherwise never said)."""
     return sys.stdout if ok and not getattr(sys.stdout, "broken", False) else sys.stderr
+
+
+def _ended_by_itself(job, client, printer) -> bool:
+    """Headless, on Ctrl-C (or SIGTERM): when every rank had already said it finished (exit 0,
+    in its own words) and only torchrun had not ended yet (its workers' teardown, its exit
+    barrier waiting for the other nodes' agents), the job is over: waits for it to end by
+    itself, up to JOB_END_WAIT_S, and says True once it has (its own exit code then says how it
+    ended: 0). Stopping it said "stopped by you (exit code 130)" of a job that had succeeded,
+    and cut the ranks' teardown short. False, having waited for nothing, while a rank is not
+    done (or when torchrun did not end in time): the job is to be stopped. A Ctrl-C during the
+    wait raises KeyboardInterrupt (the caller stops the job then).
+
+    Judged from the ranks' own exit records only, all of them taken before the stop was asked
+    for: a rank that stops gracefully on SIGTERM also exits 0, so an exit seen after a stop
+    would prove nothing."""
+    from pardash.telemetry.state import run_finished
+
+    client.poll()  # what the hub has sent since the last progress line
+    if not run_finished(client.state) or job.poll() is not None:
+        return job.poll() is not None
+    print(f"{PROG}: every rank had finished; waiting for torchrun to end (Ctrl-C again stops it)", file=sys.stderr, flush=True)
+    end = time.monotonic() + JOB_END_WAIT_S
+    printer.follow(lambda: job.poll() is not None or time.monotonic() >= end)
+    return job.poll() is not None
 
 
 def _not_waiting(spec, sig: int) -> int:

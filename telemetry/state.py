@@ -195,6 +195,13 @@ def run_over(st: "RunState") -> bool:
     return bool(st.ranks) and len(st.ranks) >= (st.world_size or 1) and all(r.finished or r.exit_code is not None for r in ranks)
 
 
+def run_finished(st: "RunState") -> bool:
+    """Every rank of the job has finished (exit 0: in its own words, or the launcher's once
+    torchrun ended with 0); none failed, none was stopped."""
+    ranks = st.ranks.values()
+    return bool(st.ranks) and len(st.ranks) >= (st.world_size or 1) and all(r.finished and r.exit_code is None for r in ranks)
+
+
 @dataclass
 class RunState:
     """A run as seen by whoever applies its messages."""

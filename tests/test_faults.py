@@ -126,6 +126,36 @@ def test_a_second_ctrl_c_while_the_job_stops_says_the_stop_goes_on(tmp_path):
     wait_for(lambda: not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE, timeout_s=60, poll_s=0.2)
 
 
+def test_ctrl_c_once_every_rank_has_finished_lets_the_job_end_and_says_it_finished(tmp_path):
+    # Every rank had sent its last step and its exit 0, torchrun not ended yet (the ranks'
+    # teardown, here held up by an exit hook): Ctrl-C stopped the job and said "stopped by you
+    # (exit code 130)" of a job that had succeeded. The job ends by itself now, as it does when
+    # q is pressed in the TUI once every rank is done, and its own exit code (0) says so.
+    from pathlib import Path
+
+    from pardash.telemetry.report import build_report
+
+    script = Path(__file__).resolve().parent / "scripts" / "lingers_after_its_exit.py"
+    go = tmp_path / "go"
+    p = _start(tmp_path, "--nproc", "2", "--", str(script), str(go))
+    assert p.stdout is not None and p.stderr is not None
+    for line in p.stdout:  # the launch itself has seen both ranks finish
+        if "| 2 finished" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    for line in p.stderr:  # what it does about it (before the fix: "stopping the job...")
+        if line.startswith(("pardash: every rank had finished", "pardash: stopping the job")):
+            break
+    go.touch()  # the ranks' exit hooks end
+    out, err = p.communicate(timeout=120)
+    assert "pardash: every rank had finished; waiting for torchrun to end (Ctrl-C again stops it)" in line
+    assert p.returncode == 0, err[-2000:]
+    assert "pardash: done, 2 rank(s), step 5, log " in out
+    assert "stopped" not in err
+    rep = build_report(str(tmp_path / "run.jsonl"))
+    assert rep["exits"] == [] and rep["failure"] is None
+
+
 def _launch_in_a_terminal(tmp_path):
     """A TUI launch of the bundled trainer in a pty, once its ranks have stepped: (process,
     the terminal's master end, what it shows, the log)."""
