@@ -1277,3 +1277,37 @@ def test_a_report_of_a_resume_with_nothing_left_to_train_says_so(tmp_path):
     rep = build_report(str(log))
     assert re.search(r"^steps +0 \(resumed at step 150, nothing left to train\)$", render_text(rep), re.MULTILINE)
     assert "| steps | 0 (resumed at step 150, nothing left to train) |" in render_markdown(rep)
+
+
+def test_a_reports_memory_grows_by_a_few_doubles_a_step(tmp_path):
+    # The report keeps every step's time and phases for exact medians: as lists of Python
+    # floats (32 bytes each), a day of a job (millions of steps) took gigabytes; as C doubles,
+    # 8 bytes a figure. (Python's own count of the bytes it allocated, peak; past the bounded
+    # recent steps each rank keeps, _RecentSteps.KEEP.)
+    import tracemalloc
+
+    def log(steps: int) -> Path:
+        t0 = 1.7e9
+        msgs: list = [schema.Hello(rank=r, world_size=2, t=t0, run="x", seq=0) for r in range(2)]
+        msgs += [
+            schema.Step(rank=r, step=s, loss=1.0, step_s=0.1, data_s=0.01, forward_s=0.03, backward_s=0.05, optimizer_s=0.01, t=t0 + s / 10, seq=s, run="x")
+            for s in range(1, steps + 1)
+            for r in range(2)
+        ]
+        path = tmp_path / f"{steps}.jsonl"
+        path.write_bytes(schema.encode_json_lines(msgs))
+        return path
+
+    def peak_bytes(path: Path) -> int:
+        tracemalloc.start()
+        try:
+            assert build_report(str(path))["ranks"][0]["steps"] == int(path.stem)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    short, long = log(6_000), log(26_000)
+    peak_bytes(short)  # (what a first report imports and caches)
+    per_rank_step = (peak_bytes(long) - peak_bytes(short)) / (2 * 20_000)
+    # 5 figures a step: 40 bytes, up to 60 as an array grows (lists of floats: 170)
+    assert per_rank_step < 100, f"{per_rank_step:.0f} bytes a rank's step"
