@@ -660,6 +660,12 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         hub.on_frame = lambda: [f() for f in list(each_frame)]
     signal.signal(signal.SIGTERM, hub.stop)
     signal.signal(signal.SIGINT, hub.stop)
+    # A hub outlives whoever reads its output (`pardash hub 2>&1 | tee hub.txt`, a terminal
+    # closed, a tee killed): a line it cannot write is dropped, never an error in its loop (a
+    # warning said to a reader gone was counted as an internal_error reject of the message).
+    from .streams import unbreakable_stdio
+
+    unbreakable_stdio()
     # Ready before the log is read back: the ports are bound, so what the ranks send waits in
     # ZeroMQ's queues meanwhile, and a supervisor never takes a long recovery (minutes, for a
     # day's log) for a hub that did not start.

@@ -457,6 +457,43 @@ def test_a_hub_alone_told_another_world_size_says_why_it_refuses_the_hellos(tmp_
         proc.wait(30)
 
 
+def test_a_hub_alone_whose_output_has_no_reader_warns_without_error_and_serves_on(tmp_path):
+    # `pardash hub 2>&1 | tee hub.txt` with the tee gone: the warning said to that pipe raised
+    # in the hub's loop, and was counted as an internal_error reject of the rank's hello.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from helpers import pardash_env
+
+    log = tmp_path / "t.jsonl"
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "hub", "--run-id", "ws", "--world-size", "4", "--log", str(log), "--no-registry"],
+        stdout=subprocess.PIPE, stderr=write, text=True, env=pardash_env(),
+    )  # fmt: skip
+    os.close(write)
+    reporters = []
+    try:
+        info = json.loads(proc.stdout.readline())
+        wrong = Reporter(info["ingest"], run="ws", identity=identity(1, 2), heartbeat_s=0)
+        right = Reporter(info["ingest"], run="ws", identity=identity(0, 4), heartbeat_s=0)
+        reporters = [wrong, right]
+        wrong.hello(strategy="ddp")  # a warning, said to the pipe without a reader
+        right.hello(strategy="ddp")
+        right.step(step=1, step_s=0.1, loss=1.0)
+        wait_for(lambda: '"kind":"step"' in log.read_text() and "refused so far" in log.read_text())
+    finally:
+        for rep in reporters:
+            rep.close()
+        proc.terminate()
+        assert proc.wait(30) == 0
+    text = log.read_text()
+    assert "rank 1 says its job has 2 ranks" in text and "world_size_mismatch 1" in text and "internal_error" not in text
+
+
 def test_a_hello_against_the_told_world_size_is_said_once_in_the_log_and_to_the_operator():
     said: list[str] = []
     core = HubCore(run_id="r", world_size=4)
