@@ -1018,14 +1018,16 @@ def _loaders(n: int = 12, batch: int = 4) -> tuple[DataLoader, DataLoader]:
     return DataLoader(data, batch_size=batch, shuffle=True), DataLoader(data, batch_size=6)
 
 
-def _fit(model, opt, batches) -> None:
+def _fit(model, opt, batches, train_each: bool = False) -> None:
     for x, y in batches:
+        if train_each:  # (Hugging Face's Trainer: model.train() in each step, after its batch came)
+            model.train()
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad()
 
 
-@pytest.mark.parametrize("validation", ["model.eval", "no_grad only"])
+@pytest.mark.parametrize("validation", ["model.eval", "no_grad only", "model.train each step"])
 def test_passes_over_the_training_loader_are_its_epochs(hooked, validation):
     # A plain DataLoader has no set_epoch (nor have Hugging Face's Trainer and accelerate's
     # loaders, which shard batches themselves): every step read epoch 0 and no epoch ended.
@@ -1036,13 +1038,16 @@ def test_passes_over_the_training_loader_are_its_epochs(hooked, validation):
     train, val = _loaders()
     next(iter(train))  # a look at one batch before training
     for _ in range(3):
-        _fit(model, opt, train)  # 3 steps a pass
-        if validation == "model.eval":
-            model.eval()
-        with torch.no_grad():
-            for x, _ in val:
-                model(x)
-        model.train()
+        _fit(model, opt, train, train_each=validation == "model.train each step")  # 3 steps a pass
+        for loader in (val, train):  # the training loader's accuracy too
+            if validation != "no_grad only":
+                model.eval()
+            with torch.no_grad():
+                for x, _ in loader:
+                    model(x)
+            if validation != "model.train each step":
+                model.train()
+        next(iter(train))  # a sample batch to log, with grad
     inst.finish()
     assert [s["epoch"] for s in rep.steps] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert [m for name, m in rep.events if name == "epoch_end"] == ["epoch 0 ended", "epoch 1 ended"]

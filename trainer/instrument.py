@@ -298,7 +298,7 @@ class Instrument:
         self._sampler_epochs = False
         """A DistributedSampler's set_epoch has said the epoch: passes over loaders count no more."""
         self._batch_pass: _Pass | None = None
-        """The loader pass that gave the latest batch taken for training (not in an evaluation)."""
+        """The loader pass that gave the latest batch."""
         self._train_pass: _Pass | None = None
         """The pass whose batch the latest backward trained on: the training loader's."""
         self._open: _OpenStep | None = None
@@ -858,8 +858,8 @@ class Instrument:
             return
         now = self._micro_batch_begins()
         self._mark("backward", now)
-        if self._batch_pass is not None:
-            self._train_pass = self._batch_pass
+        if self._batch_pass is not None and self._batch_pass is not self._train_pass:
+            self._trains_from(self._batch_pass)
         step = self._open
         step.micro += 1
         # torch.autograd.backward([l1, l2]) backpropagates their sum, as two backward() calls
@@ -1254,11 +1254,12 @@ class Instrument:
 
     # A script whose sampler has no set_epoch (a plain DataLoader, shuffled or not; Hugging
     # Face's Trainer and accelerate, whose loaders shard batches themselves) showed epoch 0
-    # throughout. Its epochs are then its passes over the loader it trains from: the loader
-    # whose batch the latest backward trained on, iterated again after steps were taken from it.
-    # A validation loader (iterated in an evaluation, or under no_grad) is never that loader, a
-    # pass of one batch (``next(iter(loader))`` each step) is no epoch, and a loader remade for
-    # each epoch is not followed (nothing ties the new one to the old).
+    # throughout. Its epochs are then its passes over the loader it trains from: a backward on
+    # a batch of a new pass over the loader the previous training batches came from is the next
+    # epoch's first. Only batches trained on count: a pass over the training loader to measure
+    # its accuracy (in an evaluation, or under no_grad), or ``next(iter(loader))`` for a sample
+    # to log, is no epoch; nor is a pass of one batch (``next(iter(loader))`` each step). A
+    # loader remade for each epoch is not followed (nothing ties the new one to the old).
 
     def _wrap_loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def __iter__(loader: Any) -> Any:
@@ -1271,21 +1272,26 @@ class Instrument:
 
     @_guarded
     def _loader_pass(self, loader: Any, it: Any) -> None:
-        last = self._train_pass
-        if last is not None and last.loader() is loader and last.batches > 1 and self.step > last.step:
-            self._new_epoch(self.epoch + 1)
         try:
             it._pardash_pass = _Pass(weakref.ref(loader), self.step)
         except (AttributeError, TypeError):  # an iterator of a class with __slots__: not followed
             pass
 
-    def _wrap_loader_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        grad_enabled = torch.is_grad_enabled
+    def _trains_from(self, now: _Pass) -> None:
+        """A backward on a batch of the pass ``now``, not the previous training batch's."""
+        last = self._train_pass
+        self._train_pass = now
+        if last is not None and not self._sampler_epochs and last.loader() is now.loader() and last.batches > 1 and self.step > last.step:
+            self._new_epoch(self.epoch + 1)
 
+    def _wrap_loader_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        # Every batch of the training thread counts here, an evaluation's too (a loop fetches
+        # its next batch before it calls model.train(): Hugging Face's Trainer after its
+        # evaluation); only a backward makes its pass the training one (_trains_from).
         def __next__(it: Any) -> Any:
             batch = original(it)
             p = getattr(it, "_pardash_pass", None)
-            if p is not None and not self._eval_t0 and grad_enabled() and _get_ident() == self._tid:
+            if p is not None and _get_ident() == self._tid:
                 p.batches += 1
                 self._batch_pass = p
             return batch
