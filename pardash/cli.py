@@ -356,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``pardash`` command; returns its exit code. A reader of its output that goes away
     (`| head -1`, a pager quit early) ends it quietly with :data:`READER_GONE`, as it ends a
     Unix tool, never with a BrokenPipeError's traceback."""
+    _closed_stdio_to_devnull()
     try:
         try:
             code = _main(argv)
@@ -369,6 +370,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return READER_GONE
     return code
+
+
+def _closed_stdio_to_devnull() -> None:
+    """Started with stdout or stderr closed (``pardash launch ... >&-``, a daemon's start):
+    /dev/null takes their descriptor. Python then leaves ``sys.stdout`` None (every print and
+    flush failed: the launch never started its job), and the first file opened would take
+    descriptor 1, which torchrun and the ranks inherit as their stdout: their output written
+    into the log, say."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, name, open(fd, "w", closefd=False))
 
 
 def _output_gone() -> bool:

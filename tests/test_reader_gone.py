@@ -131,3 +131,30 @@ def test_a_broken_pipe_of_something_else_is_a_fault_told_as_one():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=pardash_env())
     assert proc.returncode == 1 and "BrokenPipeError: [Errno 32] Broken pipe" in proc.stderr
+
+
+def _pardash_stdout_closed(*args: str, cwd: Path, timeout_s: float = 60) -> tuple[int, str]:
+    """Run ``pardash ARGS`` started with its stdout closed (``>&-``); (exit code, stderr)."""
+    proc = subprocess.run(["sh", "-c", 'exec "$0" "$@" >&-', sys.executable, "-m", "pardash", *args],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env=pardash_env(), cwd=cwd, timeout=timeout_s)  # fmt: skip
+    return proc.returncode, proc.stderr
+
+
+def test_a_command_started_with_its_stdout_closed_runs_as_with_it(tmp_path):
+    # `pardash report LOG >&-`: Python leaves sys.stdout None, and the flush added for readers
+    # that go away raised AttributeError ('NoneType' object has no attribute 'flush').
+    code, err = _pardash_stdout_closed("report", LOG, cwd=tmp_path)
+    assert (code, err) == (0, "")
+
+
+@pytest.mark.slow
+def test_a_launch_started_with_its_stdout_closed_runs_its_job(tmp_path):
+    # `pardash launch --headless ... >&-` (a job started from a daemon or a cron line): the
+    # launch failed before starting the job ('NoneType' object has no attribute 'on_break').
+    code, err = _pardash_stdout_closed("launch", "--headless", "--nproc", "1", "--runs-dir", "runs",
+                                       "--", str(SCRIPTS / "chatty.py"), "5", cwd=tmp_path, timeout_s=240)  # fmt: skip
+    assert "Traceback" not in err and code == 0, err[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    assert "rank 0 step 5" in (run / "output.log").read_text()
+    assert '"kind":"step"' in (run / "telemetry.jsonl").read_text()
