@@ -189,6 +189,10 @@ class _Export:
         self.at: dict[int, int] = {}
         """The step a rank's system samples go to: its latest, none from its hello to its next step."""
         self.samples: dict[int, _Samples] = {}
+        self.unplaced: dict[int, list[schema.Event]] = {}
+        """A rank's events without a step since its hello, before its next step: they go at the
+        step before that one, as its samples do (at the last step of the process before, a
+        restart's mark after them had TensorBoard drop their durations)."""
         self.texts: dict[int, list[tuple[str, int, float, str]]] = {}
         """A rank's texts (tag, step, wall time, text), written at the end (see finish)."""
         self.points = 0
@@ -249,6 +253,8 @@ class _Export:
             if waiting is not None and waiting.step is None:
                 # Samples since the rank's hello: taken before this step, after the one before.
                 self._write_samples(rank, max(msg.step - 1, 0))
+            for event in self.unplaced.pop(rank, ()):
+                self._place_event(event, max(msg.step - 1, 0))
             if msg.step <= self.last.get(rank, -1):
                 # The rank runs these steps again (a torchrun restart, a resume): TensorBoard
                 # drops its points from this step on, and draws the curve as it went on,
@@ -293,7 +299,12 @@ class _Export:
             self.points += len(values)
 
     def _event(self, msg: schema.Event) -> None:
-        step = msg.step if msg.step is not None else self.last.get(msg.rank, 0)
+        if msg.step is None and self.at.get(msg.rank) is None:
+            self.unplaced.setdefault(msg.rank, []).append(msg)  # placed at its next step
+            return
+        self._place_event(msg, msg.step if msg.step is not None else self.at[msg.rank])
+
+    def _place_event(self, msg: schema.Event, step: int) -> None:
         if not self._in_range(step, msg.t):
             return
         name = _tag_part(msg.name)
@@ -322,6 +333,10 @@ class _Export:
         last, in order, the texts all stay."""
         for rank in list(self.samples):
             self._write_samples(rank)
+        for rank, events in self.unplaced.items():  # no step came after them
+            for event in events:
+                self._place_event(event, self.last.get(rank, 0))
+        self.unplaced = {}
         tb = self.tb
         for rank, entries in self.texts.items():
             w = self.writers[rank]

@@ -365,8 +365,8 @@ def test_a_crash_is_text_with_its_traceback_and_exit_code(tmp_path):
 def _restarted_log(path: Path) -> None:
     """Rank 0 runs steps 1-5 (two system samples at step 2, one at 5, a checkpoint at 3, a
     warning at 5), crashes at 5; torchrun restarts it, it samples before its first step,
-    resumes from the checkpoint of step 3 and runs steps 4-7 (a warning at 4, a sample and an
-    evaluation at 6)."""
+    times a compile of its own (an event without a step), resumes from the checkpoint of step 3
+    and runs steps 4-7 (a warning at 4, a sample and an evaluation at 6)."""
     hello = schema.Hello(rank=0, world_size=1, pid=10, strategy="ddp", t=1000.0, run="r")
     seq = iter(range(1, 100))
 
@@ -389,6 +389,7 @@ def _restarted_log(path: Path) -> None:
     seq = iter(range(1, 100))
     second = [
         msgspec.structs.replace(hello, pid=11, restart=1, t=1010.0), system(1010.5, 20.0, 200),
+        event("compile", 1010.6, duration_s=2.5, message="compiled"),  # no step: its next one's step before
         event("resume", 1010.8, step=3, duration_s=0.5, message="step 3 from ck/step-3"),
         step(4, 1011, 4.5), event("warning", 1011.5, step=4, message="loss scale fell"), step(5, 1012, 4.0), step(6, 1013, 3.5), system(1013.5, 60.0, 600),
         event("eval", 1013.8, step=6, duration_s=2.25), step(7, 1014, 3.0), event("exit", 1015, step=7, code=0),
@@ -413,10 +414,13 @@ def test_a_restart_keeps_its_crash_and_the_samples_of_the_steps_it_kept(tmp_path
     assert [(e.step, e.value) for e in acc.Scalars("checkpoint/save_s")] == [(3, 1.5)]
     assert [(e.step, e.value) for e in acc.Scalars("checkpoint/load_s")] == [(3, 0.5)]
     assert [(e.step, e.value) for e in acc.Scalars("eval/duration_s")] == [(6, 2.25)]
+    # (at step 5, the first run's last, the restart's mark at step 4 had TensorBoard drop it)
+    assert [(e.step, e.value) for e in acc.Scalars("events/compile_s")] == [(3, 2.5)]
     folder = tmp_path / "tb" / "rank0"
     assert [step for step, _ in _texts(folder, "events/error")] == [5]
     assert _texts(folder, "events/exit") == [(5, "exit code 1"), (7, "exit code 0")]
     assert _texts(folder, "events/resume") == [(3, "step 3 from ck/step-3 (0.5 s)")]
+    assert [step for step, _ in _texts(folder, "events/compile")] == [3]
     assert _texts(folder, "events/warning") == [(4, "loss scale fell"), (5, "slow disk")]
 
 
