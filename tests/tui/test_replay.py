@@ -216,20 +216,29 @@ def test_a_replay_ends_on_the_same_figures_at_any_speed():
         assert end_state(ReplaySource(str(DATA / "straggler8.jsonl"), speed=64), hops) == one, hops
 
 
-def test_a_replay_of_a_log_being_written_follows_it(tmp_path, monkeypatch):
-    # Replaying a running job's log stopped at what the file held when it opened, and said
-    # "ended" while the job ran on.
+def _growing_log(tmp_path, monkeypatch):
+    """A log being written, on a replay clock the test moves: (clock, log, write(msgs, tail)),
+    ``tail`` the start of a line still being written."""
     from pardash.telemetry import client, schema
 
     clock = [1000.0]
     monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
     log = tmp_path / "telemetry.jsonl"
-    t0 = 1.7e9
 
     def write(msgs, tail: bytes = b"") -> None:
         with open(log, "ab") as fh:
             fh.write(schema.encode_json_lines(msgs) + tail)
 
+    return clock, log, write
+
+
+def test_a_replay_of_a_log_being_written_follows_it(tmp_path, monkeypatch):
+    # Replaying a running job's log stopped at what the file held when it opened, and said
+    # "ended" while the job ran on.
+    from pardash.telemetry import schema
+
+    clock, log, write = _growing_log(tmp_path, monkeypatch)
+    t0 = 1.7e9
     write([schema.Hello(rank=r, world_size=2, t=t0, run="x") for r in range(2)])
     torn = schema.encode_json_lines([schema.Step(rank=0, step=4, loss=1.0, t=t0 + 4, seq=4, run="x")])
     write([schema.Step(rank=r, step=s, loss=1.0, t=t0 + s, seq=s, run="x") for s in range(1, 4) for r in range(2)], torn[:9])
@@ -494,16 +503,13 @@ def test_a_replay_seeks_back_after_its_log_was_deleted_or_compressed(tmp_path):
 
 
 def test_a_followed_log_seeked_back_plays_again_to_where_its_writer_got(tmp_path, monkeypatch):
-    from pardash.telemetry import client, schema
+    from pardash.telemetry import schema
 
-    clock = [1000.0]
-    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
-    log = tmp_path / "telemetry.jsonl"
+    clock, log, write_msgs = _growing_log(tmp_path, monkeypatch)
     t0 = 1.7e9
 
     def write(steps, tail: bytes = b"") -> None:
-        with open(log, "ab") as fh:
-            fh.write(schema.encode_json_lines([schema.Step(rank=0, step=s, loss=1.0, t=t0 + s, seq=s, run="x") for s in steps]) + tail)
+        write_msgs([schema.Step(rank=0, step=s, loss=1.0, t=t0 + s, seq=s, run="x") for s in steps], tail)
 
     write(range(1, 4), b'{"kind":"step","ra')  # a line being written
     src = ReplaySource(str(log))
