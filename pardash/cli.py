@@ -133,7 +133,9 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     if choice == "stop" and supervisor:
         print(f"{PROG}: stopping run {client.run_id}...", flush=True)
         try:
-            os.kill(supervisor, signal.SIGTERM)
+            # SIGINT: a person's stop, as the launch's own Ctrl-C (its exit code 130); SIGTERM
+            # would say it was killed (143).
+            os.kill(supervisor, signal.SIGINT)
         except ProcessLookupError:
             pass
         end = time.monotonic() + JOB_STOP_WAIT_S

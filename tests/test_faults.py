@@ -201,6 +201,36 @@ def test_a_stop_chosen_in_the_tui_exits_130_as_ctrl_c_does_headless(tmp_path):
     assert b"stopped by you" in out and b"(exit code 130)" in out, out[-2000:]
 
 
+def test_a_stop_chosen_in_an_attached_tui_ends_the_launch_with_130(tmp_path):
+    # Stop chosen in `pardash attach`'s TUI reached the launch's supervisor as a SIGTERM: the
+    # headless launch exited 143, as if killed, where a person's stop (Ctrl-C, Stop in its
+    # own TUI) is 130 (the README's word).
+    import pty
+
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--strategy", "single", "--steps", "100000")
+    wait_for(lambda: len(_steps(log)) >= 3, timeout_s=120, poll_s=0.2)
+    (entry,) = registry.live_runs()
+    master, slave = pty.openpty()
+    viewer = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "attach", entry["run_id"]], stdin=slave, stdout=slave, stderr=slave,
+        cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
+    )  # fmt: skip
+    os.close(slave)
+    screen = TerminalOutput(master)
+    wait_for(lambda: b"rank" in bytes(screen.data), timeout_s=60, poll_s=0.2)
+    os.write(master, b"q")
+    wait_for(lambda: b"Stop the job" in bytes(screen.data), timeout_s=60, poll_s=0.2)
+    os.write(master, b"s")
+    assert viewer.wait(timeout=120) == 0
+    assert f"stopped run {entry['run_id']}".encode() in screen.done()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    assert "(exit code 130)" in out + err
+    exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"]
+    assert exits and all(m.code == -15 and "stopped by you" in m.message for m in exits)
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
 def test_a_sigterm_as_the_launch_starts_leaves_nothing_running(tmp_path, sig, code):
     # A SIGTERM before the launch had put in its handler (while the job started) ended it and

@@ -144,6 +144,9 @@ class Supervisor:
         self._gave_up = False
         self._told_to_stop = False
         """Whether torchrun was sent its SIGTERM (it is sent once)."""
+        self._stopped_by = signal.SIGTERM
+        """The signal that first asked this process to stop: SIGINT is a person's stop (the
+        launch's Ctrl-C, a Stop chosen in an attached viewer), SIGTERM anything's (`kill`)."""
         self._hub_deaths: deque[float] = deque()
         """When the hub died, within the last HUB_RESTART_WINDOW_S."""
 
@@ -406,10 +409,12 @@ class Supervisor:
         except Exception:
             pass
 
-    def stop(self, *_: object) -> None:
+    def stop(self, signum: int | None = None, _frame: object = None) -> None:
         """Stop the job: SIGTERM to torchrun's process group, SIGKILL after a grace period.
         Once: a second SIGTERM broke into torchrun's own stop of the ranks (a traceback of its
         agent's under the launch's last lines)."""
+        if not self._stopping and signum is not None:
+            self._stopped_by = signum
         self._stopping = True
         if self.job is not None and self.job.poll() is None and not self._told_to_stop:
             self._told_to_stop = True
@@ -446,6 +451,10 @@ class Supervisor:
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()}, close=False)
         self._result_fd = ready_fd
         code = exit_status(self._wait_job())
+        if self._stopping and code != 0:
+            # As the shell says for the signal this process took (torchrun's own code for the
+            # SIGTERM it was sent said 143 of a person's stop too): 130, 143.
+            code = 128 + self._stopped_by
         t = getattr(self, "_stderr_thread", None)
         if t is not None:
             t.join(5)  # the ranks' last lines pass through it
