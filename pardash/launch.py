@@ -251,8 +251,11 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             def on_sigterm(*_: object) -> None:
                 # As headless: a SIGTERM (`kill`, `timeout`) stops the job, and the app leaves
                 # the terminal as it found it (it went on under a frozen screen, job and all).
+                # Once every rank has finished, the job ends by itself, as `q` leaves it then.
+                from pardash.telemetry.state import run_finished
+
                 terminated.append(signal.SIGTERM)
-                app.exit(STOP)
+                app.exit("over" if run_finished(client.state) else STOP)
 
             signal.signal(signal.SIGTERM, on_sigterm)
             choice = STOP if terminated else app.run()  # (one came as the app was made: no app)
@@ -262,7 +265,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 try:
                     code = job.wait_result(JOB_END_WAIT_S)
                 except subprocess.TimeoutExpired:  # torchrun restarting them (--max-restarts)
-                    choice = "detach"
+                    choice = STOP if terminated else "detach"
             if choice in ("detach", None):
                 how = "the viewer ended on an error" if app.return_code else "detached"
                 print(f"{PROG}: {how}; the job goes on. `{PROG} attach {spec.run_id}` to watch it again, log {spec.log_path}")

@@ -156,6 +156,38 @@ def test_ctrl_c_once_every_rank_has_finished_lets_the_job_end_and_says_it_finish
     assert rep["exits"] == [] and rep["failure"] is None
 
 
+def test_a_sigterm_to_a_tui_launch_once_every_rank_has_finished_lets_the_job_end(tmp_path):
+    # As headless Ctrl-C or SIGTERM once every rank is done (and `q` in the TUI then): the job
+    # ends by itself and the launch exits with its code, 0, where it said "stopped by you" of
+    # a job that had succeeded and exited 143.
+    import pty
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "scripts" / "lingers_after_its_exit.py"
+    go, log = tmp_path / "go", tmp_path / "run.jsonl"
+    master, slave = pty.openpty()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
+         "--", str(script), str(go)],
+        stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
+    )  # fmt: skip
+    os.close(slave)
+    screen = TerminalOutput(master)
+
+    def finished() -> int:
+        if not log.exists():
+            return 0
+        return sum(isinstance(m, schema.Event) and m.name == "exit" and m.code == 0 and m.seq >= 0 for m in load_log(log)[0])
+
+    wait_for(lambda: finished() == 2, timeout_s=120, poll_s=0.2)  # both ranks said so themselves
+    wait_for(lambda: b"finished" in bytes(screen.data), timeout_s=60, poll_s=0.2)  # ... and the viewer has it
+    p.send_signal(signal.SIGTERM)
+    go.touch()  # the ranks' exit hooks end
+    assert p.wait(timeout=120) == 0
+    out = screen.done()
+    assert b"stopped by you" not in out and b"pardash: done, 2 rank(s), step 5" in out, out[-2000:]
+
+
 def _launch_in_a_terminal(tmp_path):
     """A TUI launch of the bundled trainer in a pty, once its ranks have stepped: (process,
     the terminal's master end, what it shows, the log)."""
