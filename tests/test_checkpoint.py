@@ -298,6 +298,45 @@ def test_a_run_prunes_only_its_own_checkpoints_and_resume_goes_on_from_the_run_t
     assert sorted(p.name for p in gone) == ["step-00000050", "step-00000100"]
 
 
+@pytest.mark.parametrize("damage", [b"\xff\xfe\x9c garbage\x81", b"zzqj!x", b"run-", b"", b"\n"],
+                         ids=["not-utf8", "garbage", "cut-short", "emptied", "blank"])
+def test_a_damaged_job_file_counts_as_the_run_whose_save_it_followed(tmp_path, damage):
+    # A job file overwritten, cut short or emptied read as a job of its own (or as none): the
+    # run's newest checkpoint belonged to no run but that one, so --resume found nothing older
+    # of it to fall back to ("no older checkpoint"), or took an older run's highest step.
+    def saved(root: Path, step: int, job: str, at: float) -> Path:
+        path = checkpoint.step_path(root, step)
+        path.mkdir(parents=True)
+        (path / checkpoint.JOB_FILE).write_text(job + "\n")
+        (path / checkpoint.DCP_METADATA).write_bytes(b"m")
+        os.utime(path / checkpoint.DCP_METADATA, (at, at))
+        return path
+
+    for k, step in enumerate((40, 50)):
+        saved(tmp_path, step, "run-u", 500.0 + k)  # an older run's, of higher steps
+    for k, step in enumerate((10, 20, 30)):
+        newest = saved(tmp_path, step, "run-a", 1000.0 + k)
+    (newest / checkpoint.JOB_FILE).write_bytes(damage)
+    assert checkpoint.saved_by(newest) is None
+    assert checkpoint.newest_job(tmp_path) == "run-a"
+    assert checkpoint.find_latest(tmp_path, job="run-a") == checkpoint.Found(30, newest)
+    assert checkpoint.find_latest(tmp_path, below=30, job="run-a").step == 20
+    assert checkpoint.find_latest(tmp_path, job="run-u").step == 50
+    assert checkpoint.saving_job(newest) == "run-a"
+    # A run's first save after an older run's higher steps is not that run's: its job is not
+    # known, and no run's checkpoints take it in.
+    fresh = tmp_path / "fresh"
+    saved(fresh, 50, "run-u", 500.0)
+    first = saved(fresh, 10, "run-d", 1000.0)
+    (first / checkpoint.JOB_FILE).write_bytes(damage)
+    assert checkpoint.newest_job(fresh) is None and checkpoint.last_saved(fresh) == checkpoint.Found(10, first)
+    assert checkpoint.find_latest(fresh, job="run-u").step == 50
+    assert checkpoint.find_latest(fresh, below=50, job="run-u") is None
+    # A damaged origin names no run to fall back to.
+    (first / checkpoint.ORIGIN_FILE).write_bytes(damage)
+    assert checkpoint.resumed_from(first) == ""
+
+
 def test_progress_round_trips_through_tensors():
     p = checkpoint.Progress(step=20, epoch=1, steps_into_epoch=4, total_steps=40, lr=1.95e-3,
                             seed=1337, world_size=2, batch_size=8, grad_accum=2, dataset_size=256)

@@ -208,3 +208,33 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, save
     # the rank would report a clean exit): it names the folder and the newest's error.
     assert f"RuntimeError: resume: no checkpoint in {ckpt} can be read on every rank; the newest: rank 0: " in (
         error_file.read_text())
+
+
+def test_a_damaged_job_file_resumes_from_the_newest_checkpoint_that_can_be_read(tmp_path):
+    # A job file overwritten with other bytes made the run's newest checkpoint a run of its own:
+    # with its shards damaged too, --resume said "no older checkpoint" beside the run's own
+    # step 4 and died in a traceback.
+    saved = tmp_path / "saved"
+    train(saved, "fsdp", "--checkpoint-every", "2", run_id="run-a")
+    (checkpoint.step_path(saved, 6) / checkpoint.JOB_FILE).write_bytes(b"x9#garbage")
+
+    # Its data intact, it is still the newest that can be read: go on from it.
+    ckpt = tmp_path / "named"
+    shutil.copytree(saved, ckpt)
+    proc = train(ckpt, "fsdp", "--resume", "--steps", "8", run_id="run-b")
+    six_here = checkpoint.step_path(ckpt, 6)
+    assert f"resume: step 6 restored from {six_here} (saved by run run-a, its job file damaged)" in proc.stdout
+    assert sorted(step_lines(proc.stdout)) == [7, 8]
+    assert checkpoint.resumed_from(checkpoint.step_path(ckpt, 8)) == "run-a"
+
+    # Its shards damaged too: one line says so, and the run's step 4 takes over.
+    ckpt = tmp_path / "cut"
+    shutil.copytree(saved, ckpt)
+    for shard in checkpoint.step_path(ckpt, 6).glob("*.distcp"):
+        shard.write_bytes(shard.read_bytes()[:100])
+    proc = train(ckpt, "fsdp", "--resume", "--steps", "8", run_id="run-b")
+    said = [line for line in proc.stderr.splitlines() if line.startswith("resume: ")]
+    assert said == [f"resume: {checkpoint.step_path(ckpt, 6)} could not be read (rank 0: EOFError); "
+                    f"trying {checkpoint.step_path(ckpt, 4)}"], proc.stderr[-2000:]
+    assert f"resume: step 4 restored from {checkpoint.step_path(ckpt, 4)}" in proc.stdout
+    assert sorted(step_lines(proc.stdout)) == [5, 6, 7, 8]

@@ -27,7 +27,8 @@ What makes a resumed run follow the uninterrupted run's loss curve:
 
 Each folder also names the job that saved it (``job``: the pardash run id, else torchrun's
 run id), so that a torchrun restart resumes from its own job's checkpoints and never from an
-older run's left in the same folder (:func:`job_id`, ``find_latest(job=...)``).
+older run's left in the same folder (:func:`job_id`, ``find_latest(job=...)``). A folder whose
+``job`` file is damaged counts as the run's whose save it followed (:func:`saving_jobs`).
 
 The progress scalars are stored as tensors. Like any torch checkpoint, a checkpoint folder is
 trusted input (DCP unpickles the optimizer's hyper-parameters): load only your own.
@@ -75,20 +76,36 @@ def job_id(env: dict[str, str] | None = None) -> str:
 
 def resumed_from(path: Path) -> str:
     """The job the job that saved ``path`` went on from ("" when it started afresh, or it is not
-    known: saved before origins were kept)."""
-    try:
-        return (path / ORIGIN_FILE).read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
+    known: saved before origins were kept, or its file is damaged)."""
+    return _read_job(path / ORIGIN_FILE) or ""
 
 
-def saved_by(path: Path) -> str:
+def saved_by(path: Path) -> str | None:
     """The job id a checkpoint folder names ("" when it names none: saved before ids were kept,
-    or by a job without one)."""
+    or by a job without one; None when its job file is damaged, so which job saved it is not
+    known: :func:`saving_job` tells what can be)."""
+    return _read_job(path / JOB_FILE)
+
+
+def _read_job(file: Path) -> str | None:
+    """The job id in ``file`` as :func:`_name_job` writes it, one printable line and its newline
+    ("" when there is no such file; None when it is there but holds no such line). Anything
+    else read as an id (bytes written over it, an id cut short, which loses its newline) would
+    be a job of its own that no other checkpoint names: one with nothing to fall back to."""
     try:
-        return (path / JOB_FILE).read_text().strip()
-    except (OSError, UnicodeDecodeError):
+        raw = file.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
         return ""
+    except OSError:
+        return None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        return None
+    name = text[:-1]
+    if not text.endswith("\n") or not name or not name.isprintable() or name != name.strip():
+        return None
+    return name
 
 
 @dataclass(slots=True, kw_only=True)
@@ -179,11 +196,12 @@ def saved_with_dcp(path: Path, strategy: str) -> bool:
 def find_latest(root: str | os.PathLike[str], below: int | None = None, job: str | None = None) -> Found | None:
     """The complete checkpoint of the highest step under ``root`` (None: no folder, or none),
     or of the highest step under ``below`` (the one before a checkpoint that would not load);
-    with ``job``, only among the checkpoints that job saved."""
+    with ``job``, only among the checkpoints that job saved (:func:`saving_jobs`)."""
     try:
         entries = list(os.scandir(root))
     except (FileNotFoundError, NotADirectoryError):
         return None
+    jobs = saving_jobs(root) if job is not None else {}
     best: Found | None = None
     for entry in entries:
         m = STEP_DIR.match(entry.name)
@@ -191,34 +209,72 @@ def find_latest(root: str | os.PathLike[str], below: int | None = None, job: str
             step = int(m.group(1))
             if below is not None and step >= below:
                 continue
-            if job is not None and saved_by(Path(entry.path)) != job:
+            if job is not None and jobs.get(entry.name) != job:
                 continue
             if best is None or step > best.step:
                 best = Found(step, Path(entry.path))
     return best
 
 
-def newest_job(root: str | os.PathLike[str]) -> str:
-    """The job that saved the checkpoint completed last under ``root`` ("" when there is none,
-    or it names no job): what ``--resume`` goes on from, in a folder several runs saved into."""
+def _completed(root: str | os.PathLike[str]) -> list[Found]:
+    """The complete checkpoints under ``root`` in the order their saves completed (the time of
+    their marker, then the step)."""
     try:
         entries = list(os.scandir(root))
     except (FileNotFoundError, NotADirectoryError):
-        return ""
-    newest: tuple[float, int, Path] | None = None
+        return []
+    done: list[tuple[float, int, Path]] = []
     for entry in entries:
         m = STEP_DIR.match(entry.name)
         if not (m and entry.is_dir()):
             continue
         path = Path(entry.path)
+        times = []
         for marker in (DCP_METADATA, PLAIN_FILE):
             try:
-                at = (os.stat(path / marker).st_mtime, int(m.group(1)), path)
+                times.append(os.stat(path / marker).st_mtime)
             except OSError:
                 continue
-            if newest is None or at[:2] > newest[:2]:
-                newest = at
-    return saved_by(newest[2]) if newest is not None else ""
+        if times:
+            done.append((max(times), int(m.group(1)), path))
+    return [Found(step, path) for _, step, path in sorted(done, key=lambda d: d[:2])]
+
+
+def saving_jobs(root: str | os.PathLike[str]) -> dict[str, str | None]:
+    """The job that saved each complete checkpoint under ``root``, by folder name, in the order
+    their saves completed: the one its job file names ("" none); where that file is damaged,
+    the job of the checkpoint completed just before it when that is of a lower step (a run's
+    saves climb, each completing after the last: the run it continued, as far as can be told);
+    else None, not known (the folder's first save, or one after a higher step, an older run's:
+    counting it as that run's could send a resume to a run it never trained from)."""
+    jobs: dict[str, str | None] = {}
+    before: tuple[int, str | None] | None = None
+    for found in _completed(root):
+        job = saved_by(found.path)
+        if job is None and before is not None and before[0] < found.step:
+            job = before[1]
+        jobs[found.path.name] = job
+        before = (found.step, job)
+    return jobs
+
+
+def saving_job(path: Path) -> str | None:
+    """The job that saved the checkpoint in ``path``, as :func:`saving_jobs` tells it."""
+    return saving_jobs(path.parent).get(path.name, saved_by(path))
+
+
+def last_saved(root: str | os.PathLike[str]) -> Found | None:
+    """The checkpoint completed last under ``root`` (None: none)."""
+    done = _completed(root)
+    return done[-1] if done else None
+
+
+def newest_job(root: str | os.PathLike[str]) -> str | None:
+    """The job that saved the checkpoint completed last under ``root`` ("" when there is none,
+    or it names no job; None when its job file is damaged and :func:`saving_jobs` cannot tell):
+    what ``--resume`` goes on from, in a folder several runs saved into."""
+    jobs = saving_jobs(root)
+    return jobs[next(reversed(jobs))] if jobs else ""
 
 
 def prune(root: str | os.PathLike[str], keep: int, upto: int | None = None, jobs: set[str] | None = None) -> list[Path]:
@@ -239,7 +295,8 @@ def prune(root: str | os.PathLike[str], keep: int, upto: int | None = None, jobs
     if upto is not None:
         steps = [(s, p) for s, p in steps if s <= upto]
     if jobs and jobs != {""}:
-        steps = [(s, p) for s, p in steps if saved_by(p) in jobs]
+        named = saving_jobs(root)
+        steps = [(s, p) for s, p in steps if named.get(p.name, saved_by(p)) in jobs]
     complete = [(s, p) for s, p in steps if is_complete(p)]
     if len(complete) <= keep:
         return []
@@ -258,7 +315,12 @@ def agree_on_latest(
     Ranks listing the folder on their own could pick different steps (a slow shared file
     system) and then silently train from different states; rank 0 decides instead.
     """
-    found = find_latest(root, below, job)
+    return agree_on(find_latest(root, below, job), root, device)
+
+
+def agree_on(found: Found | None, root: str | os.PathLike[str], device: torch.device) -> Found | None:
+    """Rank 0's ``found`` (a checkpoint under ``root``), on every rank (:func:`agree_on_latest`).
+    Collective."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return found
     step = torch.tensor([found.step if found is not None else -1], dtype=torch.int64,
@@ -538,9 +600,13 @@ def _optim_by_name(saved: dict, inner: torch.nn.Module, optimizer: torch.optim.O
 __all__ = [
     "Found",
     "Progress",
+    "agree_on",
     "agree_on_latest",
     "find_latest",
+    "last_saved",
     "newest_job",
+    "saving_job",
+    "saving_jobs",
     "is_complete",
     "load",
     "on_every_rank",

@@ -51,11 +51,19 @@ def resume(
                      f"to tell its checkpoints in {cfg.checkpoint_dir} from another run's (--resume takes the newest)")
         return start
     reporter.set_phase("resume")
+    alone = False
     if own is None:
         # --resume goes on from the run that saved last (a folder may hold several runs'
         # checkpoints: the highest step may be an older run's), from its newest checkpoint.
-        own = checkpoint.newest_job(cfg.checkpoint_dir) or None
-    found = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, job=own)
+        own = checkpoint.newest_job(cfg.checkpoint_dir)
+        # None: that checkpoint's job file is damaged and whose run it is cannot be told. It is
+        # still the newest, so --resume goes on from it, and back only along the run it names
+        # as its origin (taking "any run" instead would take an older run's highest step).
+        alone, own = own is None, own or None
+    if alone:
+        found = checkpoint.agree_on(checkpoint.last_saved(cfg.checkpoint_dir), cfg.checkpoint_dir, rt.device)
+    else:
+        found = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, job=own)
     if found is None:
         if cfg.resume:
             if is_master:
@@ -66,10 +74,10 @@ def resume(
         return start
     if not cfg.resume and is_master:
         print(f"resume: torchrun restart {restart}: from this job's newest checkpoint", flush=True)
-    start, load_s, had_rng, found = load_newest_readable(found, cfg, w, optimizer, rt, reporter, job=own)
+    start, load_s, had_rng, found = load_newest_readable(found, cfg, w, optimizer, rt, reporter, job=own,
+                                                         alone=alone)
     notes = resume_notes(start, cfg, total_steps, rt.world_size, had_rng)
-    by = checkpoint.saved_by(found.path)
-    of = f" (saved by run {by})" if by and by != job else ""
+    of = _saved_by(found, job)
     reporter.event("resume", message=f"step {start.step} from {found.path}{of}"
                    + "".join(f"; {n}" for n in notes), step=start.step, duration_s=load_s)
     if is_master:
@@ -84,6 +92,17 @@ def resume(
             print(message, flush=True)
             reporter.event("warning", message=message, step=start.step)
     return start
+
+
+def _saved_by(found: checkpoint.Found, job: str) -> str:
+    """' (saved by run X)' for a checkpoint another job saved, and whether its job file is
+    damaged: the run named is then the one it is taken to continue (:func:`checkpoint.saving_jobs`),
+    which a user who damaged it by hand may know better."""
+    by = checkpoint.saving_job(found.path)
+    said = [f"saved by run {by}"] if by and by != job else []
+    if checkpoint.saved_by(found.path) is None:
+        said.append("its job file damaged" + ("" if by is not None else ": which run saved it is not known"))
+    return f" ({', '.join(said)})" if said else ""
 
 
 def _warn_of_older(cfg: TrainConfig, reporter: Reporter) -> None:
@@ -110,7 +129,7 @@ def _starts_over(reporter: Reporter, is_master: bool, message: str) -> None:
 
 def load_newest_readable(
     found: checkpoint.Found, cfg: TrainConfig, w: Wrapped, optimizer: torch.optim.Optimizer,
-    rt: Runtime, reporter: Reporter, job: str | None = None,
+    rt: Runtime, reporter: Reporter, job: str | None = None, *, alone: bool = False,
 ) -> tuple[checkpoint.Progress, float, bool, checkpoint.Found]:
     """Load ``found``, or when it cannot be read on some rank (a shard cut short or damaged
     after its save completed) the newest older checkpoint that can (of ``job``'s, when given,
@@ -118,8 +137,10 @@ def load_newest_readable(
     another and saved once has only the other's to go back to, the very one it started from;
     never an unrelated run's), saying which and why:
     (progress, seconds, whether the RNG state was there, the checkpoint loaded). Every rank
-    goes back together. Raises RuntimeError (from the first error) when no checkpoint can be
-    read: starting afresh instead would quietly throw the run's progress away."""
+    goes back together. ``alone``: which run saved ``found`` is not known (its job file is
+    damaged), so only the run it went on from is gone back along. Raises RuntimeError (from the
+    first error) when no checkpoint can be read: starting afresh instead would quietly throw the
+    run's progress away."""
     from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
     first: BaseException | None = None
@@ -133,16 +154,16 @@ def load_newest_readable(
             return (*loaded, found)
         first = first or err
         why = one_line(err) if err is not None else "another rank could not read it"
-        older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step, job=job)
-        origin = checkpoint.resumed_from(found.path) if job else ""
+        older = None if alone else checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step, job=job)
+        origin = checkpoint.resumed_from(found.path) if job or alone else ""
         if older is None and origin:
             older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step, job=origin)
-        by = checkpoint.saved_by(older.path) if older is not None else ""
+        by = checkpoint.saving_job(older.path) if older is not None else ""
         message = (f"{found.path} could not be read ({why}); "
                    + (f"trying {older.path}" + (f" (saved by run {by}, which this one went on from)" if by and by != job else "")
                       if older is not None else "no older checkpoint"))
         if older is not None and by and by == origin:
-            job = origin  # from here on, along that run's own line
+            job, alone = origin, False  # from here on, along that run's own line
         reporter.event("warning", message=f"resume: {message}", step=found.step)
         if rt.rank == 0:
             print(f"resume: {message}", file=sys.stderr, flush=True)

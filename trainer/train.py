@@ -198,9 +198,12 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     back along this line (a restart from this job's own checkpoint keeps that one's origin)."""
     if cfg.checkpoint_dir and start.step:
         resumed_at = checkpoint.step_path(cfg.checkpoint_dir, start.step)
-        by = checkpoint.saved_by(resumed_at)
-        own_jobs.add(by)
-        origin = checkpoint.resumed_from(resumed_at) if by == job else by
+        by = checkpoint.saving_job(resumed_at)
+        if by is not None:
+            own_jobs.add(by)
+        # Not known (its job file damaged, :func:`checkpoint.saving_jobs`): the run it went on
+        # from is the one known link back.
+        origin = checkpoint.resumed_from(resumed_at) if by in (job, None) else by
     epoch, into_epoch = start.epoch, start.steps_into_epoch
     if into_epoch >= per_epoch:  # a checkpoint from a world with longer epochs
         epoch, into_epoch = epoch + 1, 0
