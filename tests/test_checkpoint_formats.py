@@ -206,7 +206,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, save
     assert not STEP_LINE.search(failed.stdout)
     # A failure of the run as any other (DCP's own error would pass `except Exception` by, and
     # the rank would report a clean exit): it names the folder and the newest's error.
-    assert f"RuntimeError: resume: no checkpoint in {ckpt} can be read on every rank; the newest: rank 0: " in (
+    assert f"ResumeError: resume: no checkpoint in {ckpt} can be read on every rank; the newest: rank 0: " in (
         error_file.read_text())
 
 
@@ -238,3 +238,16 @@ def test_a_damaged_job_file_resumes_from_the_newest_checkpoint_that_can_be_read(
                     f"trying {checkpoint.step_path(ckpt, 4)}"], proc.stderr[-2000:]
     assert f"resume: step 4 restored from {checkpoint.step_path(ckpt, 4)}" in proc.stdout
     assert sorted(step_lines(proc.stdout)) == [5, 6, 7, 8]
+
+    # None readable: one line that says so and what to do, and a failed run, no traceback.
+    ckpt = tmp_path / "none"
+    shutil.copytree(saved, ckpt)
+    for shard in ckpt.glob("step-*/*.distcp"):
+        shard.write_bytes(shard.read_bytes()[:100])
+    failed = train(ckpt, "fsdp", "--resume", "--steps", "8", run_id="run-b", check=False)
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    error = [line for line in failed.stderr.splitlines() if "error:" in line]
+    assert error == [f"pardash-train: error: resume: no checkpoint in {ckpt} can be read on every rank; the newest: "
+                     "rank 0: EOFError; run without --resume to start at step 1"], failed.stderr[-2000:]
+    assert not STEP_LINE.search(failed.stdout)

@@ -6,8 +6,8 @@ checkpoint its own job saved (an older run's, left in the same folder, is never 
 The checkpoint itself (layout, formats, what makes the curve continue) is :mod:`.checkpoint`'s.
 Here: every rank agrees on the checkpoint rank 0 finds; one that fails to load on any rank (a
 shard cut short after its save completed, a node's copy unreadable) is named, and every rank
-goes back to the one before it together; when none can be read the resume fails rather than
-start afresh, which would quietly throw the run's progress away.
+goes back to the one before it together; when none can be read the resume fails (one line,
+:class:`ResumeError`) rather than start afresh, which would quietly throw the run's progress away.
 """
 
 from __future__ import annotations
@@ -127,6 +127,11 @@ def _starts_over(reporter: Reporter, is_master: bool, message: str) -> None:
         reporter.event("warning", message=message, step=0)
 
 
+class ResumeError(RuntimeError):
+    """No checkpoint to resume from can be read on every rank. The run fails with this one line,
+    no traceback: what is wrong is the folder's files, which each line before it named."""
+
+
 def load_newest_readable(
     found: checkpoint.Found, cfg: TrainConfig, w: Wrapped, optimizer: torch.optim.Optimizer,
     rt: Runtime, reporter: Reporter, job: str | None = None, *, alone: bool = False,
@@ -138,9 +143,9 @@ def load_newest_readable(
     never an unrelated run's), saying which and why:
     (progress, seconds, whether the RNG state was there, the checkpoint loaded). Every rank
     goes back together. ``alone``: which run saved ``found`` is not known (its job file is
-    damaged), so only the run it went on from is gone back along. Raises RuntimeError (from the
-    first error) when no checkpoint can be read: starting afresh instead would quietly throw the
-    run's progress away."""
+    damaged), so only the run it went on from is gone back along. Raises :class:`ResumeError`
+    (from the first error) when no checkpoint can be read: starting afresh instead would quietly
+    throw the run's progress away."""
     from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
     first: BaseException | None = None
@@ -170,8 +175,10 @@ def load_newest_readable(
         if older is None:
             # An error of our own (DCP's CheckpointException is a BaseException, which a
             # caller's `except Exception` would let through as if the run had ended well).
-            raise RuntimeError(f"resume: no checkpoint in {cfg.checkpoint_dir} can be read on every rank"
-                               + (f"; the newest: {one_line(first)}" if first is not None else "")) from first
+            raise ResumeError(f"resume: no checkpoint in {cfg.checkpoint_dir} can be read on every rank"
+                              + (f"; the newest: {one_line(first)}" if first is not None else "")
+                              + ("; run without --resume to start at step 1" if getattr(cfg, "resume", None) else "")
+                              ) from first
         found = older
 
 

@@ -24,6 +24,7 @@ all-gather); single and dp: the whole step.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -408,10 +409,22 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
 # -- entry -------------------------------------------------------------------------------------
 
 
-def _record_error_file(e: BaseException) -> None:
+def _record_error_file(e: BaseException, with_traceback: bool = True) -> None:
     """Write torchrun's error file (TORCHELASTIC_ERROR_FILE) so the launcher can name the
-    root cause, as torch's @record decorator would."""
-    if not os.environ.get("TORCHELASTIC_ERROR_FILE"):
+    root cause, as torch's @record decorator would. ``with_traceback`` False: the error's one
+    line alone, which torchrun's failure summary then shows in place of the traceback."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    if not with_traceback:
+        # torchrun's format: {"message": {"message", "extraInfo": {"py_callstack", "timestamp"}}},
+        # the message shown when there is no py_callstack.
+        data = {"message": {"message": f"{type(e).__name__}: {e}", "extraInfo": {"timestamp": str(int(time.time()))}}}
+        try:
+            with open(path, "w") as fh:
+                json.dump(data, fh)
+        except OSError:
+            pass
         return
     try:
         from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
@@ -476,6 +489,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
         raise
+    except resume.ResumeError as e:
+        # Every rank fails with it together: rank 0 says it, in one line (the lines before it
+        # named each checkpoint and why it could not be read); a traceback would point at code.
+        code = 1
+        if rt.rank == 0:
+            print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+        reporter.event("error", message=str(e), step=_done(rt))
+        _record_error_file(e, with_traceback=False)
     except BaseException as e:  # Exception, and DCP's CheckpointException (a BaseException)
         code = 1
         tb = traceback.format_exc()
