@@ -216,6 +216,25 @@ def _ranks_given(ranks) -> str:
     return ranks_text(sorted(ranks))
 
 
+def check_ranks_in_log(asked, in_log, log: str, flag: str = "--ranks") -> None:
+    """The rule for ranks a user picked from a log (``asked``) against the ranks it has
+    (``in_log``): none of them there fails as bad input (2), naming the log's ranks; some not
+    there are a warning, and the others go on. `--ranks 17` of a 2-rank run quietly wrote
+    nothing, `--ranks 0,17` rank 0 alone without a word about 17 (a typo, or the wrong log)."""
+    from pardash.telemetry.summary import ranks_brief, ranks_named
+
+    if asked is None:
+        return
+    missing = sorted(set(asked) - set(in_log))
+    if not missing:
+        return
+    has = f"its ranks: {ranks_brief(sorted(in_log))}" if in_log else "it has no rank's records"
+    if len(missing) == len(set(asked)):
+        fail(f"{flag} {ranks_brief(missing)}: no such rank in {log} ({has})")
+    what = ranks_named(missing) if len(missing) <= 3 else f"{len(missing)} ranks ({ranks_brief(missing)})"
+    print(f"{PROG}: warning: {flag}: {what} not in {log} ({has}); the others go on", file=sys.stderr)
+
+
 def cmd_export(ns: argparse.Namespace) -> int:
     from pardash.telemetry.export import ExportError, export_tensorboard
 
@@ -230,6 +249,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
         fail(str(exc))
     finally:
         progress.close()
+    check_ranks_in_log(ns.ranks, res["in_log"], ns.log)
     if not res["points"] and not res["texts"]:
         if res["left_out"]:
             fail(f"{ns.log}: no step of --ranks {_ranks_given(ns.ranks)} in the log, so nothing to export ({res['left_out']} other rank(s) have steps)", 1)

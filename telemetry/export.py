@@ -199,12 +199,15 @@ class _Export:
         self.texts_written = 0
         self.others: set[int] = set()
         """Ranks with steps that ``ranks`` leaves out."""
+        self.in_log: set[int] = set()
+        """Every rank the log has a record of (its own, or the hub's about it)."""
         self.runs: set[str] = set()
 
     def add(self, msg: schema.Message) -> None:
         rank = msg.rank
         if rank < 0:
             return  # the hub's own records: no rank's run
+        self.in_log.add(rank)
         if self.ranks is not None and rank not in self.ranks:
             if isinstance(msg, schema.Step):
                 self.others.add(rank)
@@ -358,7 +361,8 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     """Write ``log_path``'s per-rank scalars and texts under ``out_dir`` (``progress`` is told
     how far the log's reading is), of ``ranks`` only if given; returns what was written:
     ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": scalars, "texts": n,
-    "skipped_lines": n, "left_out": ranks with steps that ``ranks`` left out}``, and
+    "skipped_lines": n, "left_out": ranks with steps that ``ranks`` left out, "in_log": every
+    rank the log has a record of}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
     if not os.path.isfile(log_path):
         raise ExportError(f"{log_path}: no such log file")
@@ -387,6 +391,7 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
         "texts": export.texts_written,
         "skipped_lines": stats.skipped_total,
         "left_out": len(export.others),
+        "in_log": sorted(export.in_log),
         **({"runs": sorted(export.runs)} if len(export.runs) > 1 else {}),
     }
 

@@ -160,6 +160,15 @@ def ranks_text(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
+def ranks_brief(ranks: list[int], width: int = 60) -> str:
+    """``ranks_text`` cut to about ``width`` characters: '0-3, 5, 7, 9, ... (600 ranks)' (a
+    job's ranks with many gaps would be a screen of them)."""
+    text = ranks_text(ranks)
+    if len(text) <= width:
+        return text
+    return text[: text.rfind(", ", 0, width)] + f", ... ({len(ranks)} ranks)"
+
+
 def ranks_named(ranks: list[int]) -> str:
     """[3] -> 'rank 3'; [0, 1, 2, 5] -> 'ranks 0-2, 5'."""
     return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"

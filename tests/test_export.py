@@ -288,8 +288,15 @@ def test_an_export_can_take_only_the_ranks_asked_for(tmp_path):
 
     ok = run("--tensorboard", str(tmp_path / "tb2"), "--ranks", "1-2,3")
     assert ok.returncode == 0 and "(steps rank 1: 60, rank 2: 60, rank 3: 60)" in ok.stdout and "left out 1 other rank(s)" in ok.stdout, ok.stderr
+    # A rank the log has not (a typo, the wrong log) is said, with the ranks it has: `--ranks 7`
+    # of this 4-rank run wrote nothing, `--ranks 2,17` rank 2 without a word about 17.
     none = run("--tensorboard", str(tmp_path / "tb3"), "--ranks", "7")
-    assert none.returncode == 1 and "no step of --ranks 7 in the log" in none.stderr and not (tmp_path / "tb3").exists()
+    assert none.returncode == 2 and none.stderr == f"pardash: error: --ranks 7: no such rank in {DATA / 'ddp4_straggler.jsonl'} (its ranks: 0-3)\n"
+    assert not (tmp_path / "tb3").exists()
+    some = run("--tensorboard", str(tmp_path / "tb5"), "--ranks", "2,17")
+    assert some.returncode == 0 and "(steps rank 2: 60)" in some.stdout, some.stderr
+    assert some.stderr == f"pardash: warning: --ranks: rank 17 not in {DATA / 'ddp4_straggler.jsonl'} (its ranks: 0-3); the others go on\n"
+    assert sorted(p.name for p in (tmp_path / "tb5").iterdir()) == ["rank2"]
     bad = run("--tensorboard", str(tmp_path / "tb4"), "--ranks", "3-1")
     assert bad.returncode == 2 and "argument --ranks: '3-1' is not a rank or a range of ranks" in bad.stderr
 
