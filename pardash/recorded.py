@@ -78,6 +78,10 @@ def _report_of(path: str) -> dict:
         fail(no_records(path, stats))
     if not rep["ranks"]:
         print(f"{PROG}: warning: no rank was heard from in {path}: only the hub's own records (did the ranks start?)", file=sys.stderr)
+    from pardash.telemetry.report_render import report_clock_warnings
+
+    for line in report_clock_warnings(rep):
+        print(f"{PROG}: warning: {path}: {line}", file=sys.stderr)
     if rep.get("runs"):
         runs = rep["runs"]
         from pardash.telemetry.summary import first_few

@@ -16,6 +16,7 @@ import msgspec
 import zmq
 
 from . import frames, registry, schema, security
+from .clocks import RankClocks, clock_warnings, is_hub_side
 from .hubcore import HubCore
 from .logreader import PROGRESS_EVERY, LogCursor, LogReadStats, LogTail, Progress, no_records, read_log
 from .recorder import is_gzip
@@ -296,11 +297,12 @@ second, so a live run's log grows at least that often)."""
 class LogSpan:
     """What a replay needs to know of its whole log before playing it, gathered in one pass
     over it (the records themselves are not kept: a log of days is gigabytes): when it starts
-    and ends, the runs it holds, and whether its hub said it stopped."""
+    and ends, the runs it holds, whether its hub said it stopped, and which ranks' clocks are
+    off (a rank's clock at 1970 made a replay of two minutes one of 57 years)."""
 
     def __init__(self) -> None:
-        self.rank_first = self.rank_last = 0.0
-        """The ranks' first and last word (0.0: no rank spoke)."""
+        self.clocks = RankClocks()
+        """The ranks' first and last word, and whose clock disagrees with the hub's."""
         self.any_first = self.any_last = 0.0
         """The first and last record's time, the hub's own notes included."""
         self.runs: set[str] = set()
@@ -315,9 +317,7 @@ class LogSpan:
         t = msg.t
         if not t:
             return
-        if msg.rank >= 0:
-            self.rank_first = min(self.rank_first, t) if self.rank_first else t
-            self.rank_last = max(self.rank_last, t)
+        self.clocks.take(msg)
         self.any_first = min(self.any_first, t) if self.any_first else t
         self.any_last = max(self.any_last, t)
 
@@ -332,15 +332,17 @@ class LogSpan:
         """When the ranks first said anything: the replay's start. A hub waits for its job's
         ranks (torch's import, a rendezvous, a queue); its notes before them are played with the
         first frame, not after seconds or minutes of nothing (as report counts a run from its
-        ranks' first word)."""
-        return self.rank_first or self.any_first
+        ranks' first word). The ranks' whose clocks agree with the hub's."""
+        span = self.clocks.span()
+        return span[0] if span else self.any_first
 
     @property
     def end(self) -> float:
         """When the ranks last said anything: the replay's end. The hub's own notes after it
         (its "hub stopped", written when a TUI left open for minutes after the job closed) are
         played with the last frame, not after minutes of nothing."""
-        return self.rank_last or self.any_last
+        span = self.clocks.span()
+        return span[1] if span else self.any_last
 
 
 class ReplaySource(FrameApplier):
@@ -395,6 +397,8 @@ class ReplaySource(FrameApplier):
             raise AttachError(no_records(path, self.read_stats))
         self.t_start = self._span.start
         self.t_end = self._span.end or self.t_start
+        self.clocks_off = self._span.clocks.off()
+        """Ranks whose clocks disagree with the hub's: their records play where the hub took them."""
         self._restart()
         if start_s > 0:
             self.seek(start_s)
@@ -436,6 +440,7 @@ class ReplaySource(FrameApplier):
             except OSError:
                 pass
         self.t_end = max(self.t_end, self._span.end)
+        self.clocks_off = self._span.clocks.off()
         self._cursor.upto = self._tail.offset  # the replay plays the lines read, to their end
         return came
 
@@ -466,13 +471,29 @@ class ReplaySource(FrameApplier):
         self._play = self.t_start
         """Where the wall clock has played the log to (frames are made up to it)."""
         self._wall = time.monotonic()
+        self._fed_t = self.t_start
+        """The time of the newest record played (on the hub's clock)."""
+        clocks = self._span.clocks
+        for line in clock_warnings(self.clocks_off, clocks.hub_off_s()):
+            self.core.replay(schema.Event(rank=-1, seq=-1, name="warning", message=line, t=self.t_start), self._wall)
+
+    def _due(self, msg: schema.Message) -> float:
+        """When a record plays: at its time, or (a rank's whose clock is off) right after the
+        record before it in the log, where the hub took it."""
+        if msg.rank in self.clocks_off and not is_hub_side(msg):
+            return self._fed_t
+        return msg.t
 
     def _feed_until(self, t: float) -> None:
         cursor = self._cursor
         core = self.core
         now = time.monotonic()
-        while (msg := cursor.peek()) is not None and (msg.t or t) <= t:
+        while (msg := cursor.peek()) is not None and ((due := self._due(msg)) or t) <= t:
             cursor.take()
+            if due != msg.t:
+                msg.t = due  # its steps, events and the run's time as the hub's clock had them
+            elif due > self._fed_t:
+                self._fed_t = due
             core.replay(msg, now)
 
     def seek_soon(self, position_s: float) -> None:
@@ -514,7 +535,7 @@ class ReplaySource(FrameApplier):
         while True:
             nxt = self.t_start + (self._frames + 1) * self.frame_s
             ahead = cursor.peek()
-            due = ahead.t if ahead is not None else 0.0
+            due = self._due(ahead) if ahead is not None else 0.0
             if due and due > nxt + self.frame_s:  # nothing until a later frame: go to the one before it
                 self._frames = max(self._frames, int((min(due, target) - self.t_start) / self.frame_s) - 1)
                 nxt = self.t_start + (self._frames + 1) * self.frame_s

@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 from typing import Any
 
 from . import schema
+from .clocks import RankClocks, is_hub_side
 from .logreader import LogReadStats, Progress, read_log
 from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
@@ -144,8 +145,12 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     saves: dict[int, dict] = {}
     resumes: dict[tuple[int, int], dict] = {}
     warnings: dict[str, dict] = {}
-    first_t = last_t = first_rank_t = None
-    step_t0 = step_t1 = None
+    first_t = None
+    """The hub's first time: the run's start where no rank's clock gives one."""
+    clocks = RankClocks()
+    """The ranks' own first and last times, and whose clock is off (left out of the spans)."""
+    step_spans: dict[int, list[float]] = {}
+    """rank -> [start of its first step, end of its last] on its own clock."""
     run_ids: set[str] = set()
     hub_restarts: list[float] = []
     refused = _Refused()
@@ -164,18 +169,18 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         if isinstance(msg, schema.Hello):
             noted.discard(msg.rank)  # a (re)started rank: its next exit is a new one
         if msg.t:
-            first_t = msg.t if first_t is None else min(first_t, msg.t)
-            if msg.rank >= 0:
-                first_rank_t = msg.t if first_rank_t is None else min(first_rank_t, msg.t)
-            # The run ends with its ranks' last word: the hub's own notes (rank -1) go on while
-            # a viewer stays open after the job ("hub stopped" when it quits), which is no run time.
-            if msg.rank >= 0 or last_t is None:
-                last_t = msg.t if last_t is None else max(last_t, msg.t)
+            clocks.take(msg)
+            if is_hub_side(msg):
+                first_t = msg.t if first_t is None else min(first_t, msg.t)
         if isinstance(msg, schema.Step):
             if msg.t:  # 0: a step without its time (a hand-made or foreign line) spans nothing
                 stall_from[msg.rank] = msg.t
-                step_t0 = msg.t - msg.step_s if step_t0 is None else min(step_t0, msg.t - msg.step_s)
-                step_t1 = msg.t if step_t1 is None else max(step_t1, msg.t)
+                stepped = step_spans.get(msg.rank)
+                if stepped is None:
+                    step_spans[msg.rank] = [msg.t - msg.step_s, msg.t]
+                else:
+                    stepped[0] = min(stepped[0], msg.t - msg.step_s)
+                    stepped[1] = max(stepped[1], msg.t)
             step_s[msg.rank].append(msg.step_s)
             if msg.step <= top_step.get(msg.rank, -1) and not recent[msg.rank].first_time(msg.step):
                 rerun[msg.rank] += 1
@@ -243,10 +248,17 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             ep = open_stalls.pop(msg.rank)
             ep["until"], ep["end_t"] = f"restarted by torchrun (restart {msg.restart})", msg.t
 
+    # The run's span (RankClocks.span): of the ranks whose clocks agree with the hub's (one set
+    # to 1970 read as 57 years).
+    off = clocks.off()
+    span = clocks.span()
+    first_t, last_t = span if span is not None else (first_t, first_t)
     last_attempt = max((r.restarts for r in state.ranks.values()), default=0)
     for ep in stalls:
         # How long it lasted: from the rank's last step to its end (the log's end: never ended).
         since, end = ep.pop("since_t", None), ep.pop("end_t", None) or last_t
+        if ep["rank"] in off:
+            since = None  # its last step's time is on its own clock, the end on the hub's
         ep["seconds"] = round(max(0.0, end - since), 3) if since is not None and end is not None else None
         # The run ended in it: never over but by the rank's exit (or the log's end), in the
         # job's last attempt (an attempt torchrun restarted the job from went on).
@@ -255,10 +267,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     for ep in stragglers:
         _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0))
     train_s = 0.0
+    good_spans = [span for rank, span in step_spans.items() if rank not in off]
+    step_t0 = min((span[0] for span in good_spans), default=None)
+    step_t1 = max((span[1] for span in good_spans), default=None)
     if step_t0 is not None and step_t1 is not None:
         # From the first step to the last, less the evaluations between them (the steps' times
         # leave them out too): a 12 s validation in a 0.5 s run read as 13 samples/s for 180.
-        evaluating = max((sum(d for t, d in ends if step_t0 < t <= step_t1) for ends in eval_ends.values()), default=0.0)
+        evaluating = max((sum(d for t, d in ends if step_t0 < t <= step_t1) for rank, ends in eval_ends.items() if rank not in off), default=0.0)
         train_s = max(0.0, step_t1 - step_t0 - evaluating)
     for ep in stragglers:
         ep["share_of_train"] = ep["cost_total_s"] / train_s if train_s > 0 else None
@@ -306,9 +321,6 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             row[f"median_{p}"] = _median(phases[rank].get(p, []))
         ranks.append(row)
 
-    # ... and begins with their first (a hub started alone waits for a job: no run time either)
-    if first_rank_t is not None:
-        first_t = first_rank_t
     duration = (last_t - first_t) if first_t is not None and last_t is not None else 0.0
     total_samples = sum(samples.values())
     median_step = _median([r["median_step_s"] for r in ranks])
@@ -337,6 +349,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "expected_bytes_per_rank": expected,
         "expected_basis": expected_basis,
         "duration_s": duration,
+        # Ranks whose clocks disagree with the hub's by more than CLOCK_OFF_S (seconds ahead,
+        # or behind when below 0): their times are left out of the spans above.
+        **({"clocks_off": [{"rank": r, "off_s": round(s, 3)} for r, s in sorted(off.items())]} if off else {}),
+        **({"hub_clock_off_s": round(hub_off, 3)} if (hub_off := clocks.hub_off_s()) is not None else {}),
         "train_s": train_s,
         # Evaluations between steps (the zero-code hooks'): the rank with the most, and the
         # longest total (they are outside the step times; None: none).

@@ -8,6 +8,7 @@ import os
 import re
 
 from .analysis import hang_causes
+from .clocks import clock_warnings
 from .summary import ranks_named
 from .summary import human_bytes, ms
 
@@ -60,6 +61,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("world size", str(rep["world_size"])),
         ("devices", _devices_text(rep)),
         ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_hung_text(rep)})"),
+        *([("clocks", "; ".join(report_clock_warnings(rep)))] if report_clock_warnings(rep) else []),
         *([("evaluations", f"{rep['evaluations']['count']}, {rep['evaluations']['seconds']:.1f} s in all, outside the steps")]
           if rep.get("evaluations") else []),
         ("steps", _steps_text(rep)),
@@ -71,6 +73,12 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("refused by the hub", _refused_text(rep["rejected_by_reason"]))] if rep.get("rejected_by_reason") else []),
         *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"]))] if rep.get("log_ends_early") else []),
     ]
+
+
+def report_clock_warnings(rep: dict) -> list[str]:
+    """What the report says of clocks that disagree with the hub's (none: an empty list)."""
+    off = {e["rank"]: e["off_s"] for e in rep.get("clocks_off") or []}
+    return clock_warnings(off, rep.get("hub_clock_off_s")) if off or rep.get("hub_clock_off_s") is not None else []
 
 
 def _steps_text(rep: dict) -> str:

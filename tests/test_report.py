@@ -123,6 +123,59 @@ def test_a_step_without_its_time_does_not_stretch_the_run_to_1970(tmp_path):
     assert got["samples"] > want["samples"] and got["samples_per_s"] > want["samples_per_s"]
 
 
+def with_clock_off(source: Path, out: Path, *, rank: int, shift_s: float) -> Path:
+    """``source`` with every record ``rank`` sent stamped ``shift_s`` off (its node's clock)."""
+    lines = []
+    for line in source.read_bytes().splitlines():
+        rec = msgspec.json.decode(line)
+        if rec.get("rank", -1) == rank and rec.get("seq", 0) >= 0:
+            rec["t"] += shift_s
+        lines.append(msgspec.json.encode(rec))
+    out.write_bytes(b"\n".join(lines) + b"\n")
+    return out
+
+
+T_1970 = -1796062903.0 + 5  # real_ddp2's start, back to 5 s after the epoch
+
+
+@pytest.mark.parametrize("rank, shift_s, said", [
+    (1, T_1970, "rank 1's clock is 57 years behind the hub's; its times are not used for the run's span"),
+    (0, 3e8, "rank 0's clock is 10 years ahead of the hub's; its times are not used for the run's span"),
+])  # fmt: skip
+def test_a_rank_whose_clock_is_years_off_is_said_and_left_out_of_the_runs_span(tmp_path, rank, shift_s, said):
+    # A node whose clock was never set (1970) or set years ahead: the report of a half-second
+    # run read a duration of 1796062898 s (57 years) and 0 samples/s, with no word of a clock.
+    source = DATA / "real_ddp2.jsonl"
+    log = with_clock_off(source, tmp_path / "off.jsonl", rank=rank, shift_s=shift_s)
+    want, got = build_report(str(source)), build_report(str(log))
+    other = [m.t for m in load_log(source)[0] if m.rank == 1 - rank]
+    assert got["duration_s"] == pytest.approx(max(other) - min(other))  # the other rank's span: a fraction of a second
+    assert 0.9 * want["train_s"] < got["train_s"] <= want["train_s"]
+    assert 0.9 * want["samples_per_s"] < got["samples_per_s"] < 1.1 * want["samples_per_s"]
+    assert [e["rank"] for e in got["clocks_off"]] == [rank] and "clocks_off" not in want
+    assert [r["steps"] for r in got["ranks"]] == [r["steps"] for r in want["ranks"]]  # its steps still count
+    p = subprocess.run([sys.executable, "-m", "pardash", "report", str(log)], capture_output=True, text=True, env=pardash_env(), timeout=60)
+    assert p.returncode == 0 and p.stderr == f"pardash: warning: {log}: {said}\n"
+    duration = next(line for line in render_text(got).splitlines() if line.startswith("duration"))
+    assert duration in p.stdout.splitlines() and " s (training 0.5" in duration and said in p.stdout
+
+
+def test_a_hub_whose_clock_is_off_leaves_the_ranks_times_standing(tmp_path):
+    # Every rank disagreeing with the hub the same way: the hub's clock is the one off (a hub
+    # run alone on a login node), so no rank's times are left out; the report says so.
+    source = DATA / "real_ddp2.jsonl"
+    log = tmp_path / "hub_off.jsonl"
+    lines = [msgspec.json.decode(line) for line in source.read_bytes().splitlines()]
+    for rec in lines:
+        if rec.get("seq", 0) < 0:
+            rec["t"] += T_1970
+    log.write_bytes(b"\n".join(msgspec.json.encode(rec) for rec in lines) + b"\n")
+    got = build_report(str(log))
+    assert "clocks_off" not in got and got["hub_clock_off_s"] < -56 * 365 * 86400
+    assert got["duration_s"] == pytest.approx(build_report(str(source))["duration_s"])
+    assert "the hub's clock is 57 years behind every rank's" in render_text(got)
+
+
 def test_a_line_whose_time_the_hub_would_refuse_is_skipped_and_replay_still_plays(tmp_path):
     # A step at t -1e308 (edited by hand; a live hub refuses a time below 0): the replay's
     # clock, computed from it, could not move (-1e308 + a frame is -1e308) and seek() never

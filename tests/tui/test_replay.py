@@ -298,6 +298,32 @@ def test_a_record_with_a_wild_clock_costs_no_empty_frames(tmp_path):
     assert src.core.fseq < 400  # frames made: about one per 0.1 s of the log that holds records
 
 
+def test_a_rank_whose_clock_is_decades_off_plays_where_the_hub_took_its_records(tmp_path):
+    # Rank 1's node at 1970 (its clock never set): the replay of a half-second run was 57 years
+    # long, and at 5 s into it no rank had appeared. Its records now play in the log's order,
+    # the run is as long as rank 0 and the hub say, and the replay says why once.
+    from pardash.telemetry import schema
+    from pardash.telemetry.logreader import load_log
+
+    source = DATA.parent.parent / "data" / "real_ddp2.jsonl"
+    log = tmp_path / "off.jsonl"
+    msgs, _ = load_log(source)
+    for m in msgs:
+        if m.rank == 1 and m.seq >= 0:
+            m.t -= 1796062898.0
+    log.write_bytes(schema.encode_json_lines(msgs))
+    want, src = ReplaySource(str(source)), ReplaySource(str(log))
+    rank0 = [m.t for m in msgs if m.rank == 0]
+    assert src.duration_s == max(rank0) - min(rank0) and 0 < src.duration_s <= want.duration_s
+    src.seek(src.duration_s)
+    want.seek(want.duration_s)
+    assert src.done and {r: x.step.step for r, x in src.state.ranks.items()} == {r: x.step.step for r, x in want.state.ranks.items()}
+    said = [e.message for e in src.state.events if e.name == "warning"]
+    assert said == ["rank 1's clock is 57 years behind the hub's; its times are not used for the run's span"]
+    st = src.state
+    assert 0 < st.t_last_rank - st.t0 < 60  # the header's elapsed time
+
+
 def test_a_followed_log_says_how_long_it_has_grown_wherever_the_replay_is(tmp_path, monkeypatch):
     # The total stayed at what the log held when the replay opened until the replay reached it.
     from pardash.telemetry import client, schema

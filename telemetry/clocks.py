@@ -1,0 +1,147 @@
+"""Which ranks' wall clocks a recorded log cannot take for the run's time.
+
+Every record carries ``t``, its sender's wall clock. A node whose clock was never set (1970), or
+set to the wrong year or zone, sends times that put the run's start or end decades away: the
+report read a two-minute run as 57 years, and a replay waited for decades of nothing. The log
+holds no hub receive time per record, but it holds the hub's own clock: its notes, verdicts and
+the launcher's notes (seq -1) are written in the order the hub took every record. So:
+
+- a rank record after a hub note of time H was taken after H: a time far before H was sent by a
+  clock behind the hub's (a reporter's queue delivers at most minutes late);
+- a rank record before a hub note of time H was taken before H, so sent before it: a time far
+  after H is a clock ahead.
+
+A rank whose clock disagrees by more than CLOCK_OFF_S is off; its times are left out of the
+run's span (report) and its records play where the hub took them (replay). When every rank
+disagrees with the hub the same way, the hub's clock is the wrong one: the ranks' times stand.
+A log without the hub's records (written by hand) has no reference and nothing is judged.
+"""
+
+from __future__ import annotations
+
+from . import schema
+from .summary import ranks_named
+
+CLOCK_OFF_S = 3600.0
+"""How far a rank's clock may disagree with the hub's before its times are not used: beyond
+NTP's drift and a reporter's queue delivered late (minutes), below a wrong zone, day or year."""
+
+
+def is_hub_side(msg: schema.Message) -> bool:
+    """Written by the hub (or the launcher beside it) with its clock, not by a rank."""
+    return msg.rank < 0 or msg.seq < 0
+
+
+class RankClocks:
+    """Fed a log's records in order (:meth:`take`), says which ranks' clocks are off
+    (:meth:`off`) and each rank's first and last time. Memory: a few floats a rank."""
+
+    def __init__(self) -> None:
+        self.hub_t = 0.0
+        """The hub's newest time so far (0.0: none yet)."""
+        self.hub_first = 0.0
+        """The hub's first time (0.0: none)."""
+        self.about: list[float] = []
+        """The first and last time of the hub's records about ranks (verdicts, exits torchrun
+        saw): on the hub's clock, and in the run's span."""
+        self.first: dict[int, float] = {}
+        """rank -> the first time it sent (on its own clock)."""
+        self.last: dict[int, float] = {}
+        self._since: dict[int, float] = {}
+        """rank -> its newest time since the hub's last record (to check against the next one)."""
+        self._off: dict[int, float] = {}
+        """rank -> seconds its clock is ahead (+) or behind (-) the hub's, where past CLOCK_OFF_S."""
+
+    def take(self, msg: schema.Message) -> None:
+        t = msg.t
+        if not t:
+            return
+        if is_hub_side(msg):
+            if msg.rank >= 0:
+                if not self.about:
+                    self.about = [t, t]
+                elif t < self.about[0]:
+                    self.about[0] = t
+                elif t > self.about[1]:
+                    self.about[1] = t
+            if not self.hub_first or t < self.hub_first:
+                self.hub_first = t
+            for rank, newest in self._since.items():
+                if newest - t > CLOCK_OFF_S:
+                    self._note(rank, newest - t)
+            self._since.clear()
+            if t > self.hub_t:
+                self.hub_t = t
+            return
+        rank = msg.rank
+        if rank not in self.first:
+            self.first[rank] = self.last[rank] = t
+        elif t < self.first[rank]:
+            self.first[rank] = t
+        elif t > self.last[rank]:
+            self.last[rank] = t
+        if self.hub_t and self.hub_t - t > CLOCK_OFF_S:
+            self._note(rank, t - self.hub_t)
+        if t > self._since.get(rank, 0.0):
+            self._since[rank] = t
+
+    def _note(self, rank: int, off_s: float) -> None:
+        if abs(off_s) > abs(self._off.get(rank, 0.0)):
+            self._off[rank] = off_s
+
+    def off(self) -> dict[int, float]:
+        """Ranks whose times are not the run's: rank -> seconds ahead (+) or behind (-) the
+        hub's clock. Empty when the hub's is the clock off (:meth:`hub_off_s`)."""
+        return {} if self.hub_off_s() is not None else dict(self._off)
+
+    def hub_off_s(self) -> float | None:
+        """Seconds the hub's clock is ahead (+) or behind (-) its ranks', when every rank
+        disagrees with it the same way (None: it agrees with some)."""
+        if not self.first or len(self._off) < len(self.first):
+            return None
+        offs = sorted(self._off.values())
+        if offs[0] < 0 < offs[-1]:
+            return None
+        return -offs[len(offs) // 2]
+
+    def span(self) -> tuple[float, float] | None:
+        """The run's first and last time: its ranks' first and last word, of the ranks whose
+        clocks are the run's, and the hub's records about them (None: no rank's). A hub waits
+        for its job (torch's import, a rendezvous, a queue) and writes on while a viewer stays
+        open after it: its own notes are no run time."""
+        off = self.off()
+        good = [r for r in self.first if r not in off]
+        firsts = [self.first[r] for r in good] + self.about[:1]
+        lasts = [self.last[r] for r in good] + self.about[1:]
+        if not firsts:
+            return None
+        return min(firsts), max(lasts)
+
+
+def human_span(seconds: float) -> str:
+    """A clock's disagreement as a person says it: '57 years', '3 hours', '2 days'."""
+    s = abs(seconds)
+    for unit, size in (("year", 365.25 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if s >= size:
+            n = round(s / size)
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{s:.0f} s"
+
+
+def clock_warnings(off: dict[int, float], hub_off_s: float | None = None) -> list[str]:
+    """One line each for the ranks off by about the same (a node's 8 ranks share its clock):
+    "rank 1's clock is 57 years behind the hub's; its times are not used for the run's span"."""
+    if hub_off_s is not None:
+        way = "ahead of" if hub_off_s > 0 else "behind"
+        return [f"the hub's clock is {human_span(hub_off_s)} {way} every rank's; the ranks' times are used for the run's span"]
+    groups: dict[str, list[int]] = {}
+    for rank, off_s in sorted(off.items()):
+        groups.setdefault(f"{human_span(off_s)} {'ahead of' if off_s > 0 else 'behind'}", []).append(rank)
+    lines = []
+    for how, ranks in groups.items():
+        who = f"{ranks_named(ranks)}'s clock is" if len(ranks) == 1 else f"{ranks_named(ranks)}: their clocks are"
+        lines.append(f"{who} {how} the hub's; {'its' if len(ranks) == 1 else 'their'} times are not used for the run's span")
+    return lines
+
+
+__all__ = ["CLOCK_OFF_S", "RankClocks", "clock_warnings", "human_span", "is_hub_side"]
