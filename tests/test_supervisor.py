@@ -11,6 +11,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
 import zmq
 
 from pardash.telemetry import schema
@@ -185,3 +186,38 @@ def test_a_job_whose_result_file_cannot_be_written_still_tells_its_launch_how_it
         viewer.wait()
     assert job.wait(60) == 1
     assert job.result()["code"] == 1  # after the supervisor is gone too
+
+
+def test_a_ctrl_c_that_comes_while_the_supervisor_is_started_stops_it(tmp_path, monkeypatch):
+    # A loaded machine takes its time to fork and exec: a Ctrl-C (or SIGTERM) that landed inside
+    # Popen, after the supervisor had started but before the launch had its handle, left the
+    # supervisor, the hub, torchrun and the ranks training with nobody to watch or stop them
+    # (the launch said "stopped before the job started"; its pipes stayed open to the job).
+    import signal
+    import subprocess
+
+    from pardash.trainer import launcher
+
+    started: list[subprocess.Popen] = []
+    real = subprocess.Popen
+
+    def popen_then_ctrl_c(*args, **kw):
+        started.append(real(*args, **kw))
+        os.kill(os.getpid(), signal.SIGINT)  # as it returns
+        return started[-1]
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", popen_then_ctrl_c)
+    from pardash.trainer.launcher import new_spec
+
+    spec = new_spec(log_path=str(tmp_path / "run.jsonl"), runs_dir=str(tmp_path / "runs"), nproc=1, strategy="single",
+                    command=["-m", "pardash.trainer.train", "--strategy", "single", "--model", "mlp", "--steps", "100000"])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launcher.start(spec, output=subprocess.DEVNULL)
+        (sup,) = started
+        assert sup.wait(60) != 0  # stopped, not left to run the job
+    finally:
+        for p in started:
+            if p.poll() is None:  # (the defect: the job's supervisor, running on)
+                os.kill(p.pid, signal.SIGINT)
+                p.wait(60)

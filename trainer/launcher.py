@@ -23,6 +23,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 
@@ -432,7 +433,8 @@ class Supervisor:
                 self.spec.telemetry_port = early
                 ready = self.spawn_hub()
                 self.endpoints = {"ingest": f"tcp://127.0.0.1:{early}"}
-                self.start_job()
+                if not self._stopping:  # (stopped as it started: no job to stop again)
+                    self.start_job()
                 self.wait_hub(ready)
             else:
                 self.start_hub()
@@ -661,17 +663,23 @@ def start(spec: LaunchSpec, *, output=None) -> Job:
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
     r, w = os.pipe()
     argv = [sys.executable, "-m", "pardash.trainer.launcher", "--ready-fd", str(w), json.dumps(asdict(spec))]
-    sup = subprocess.Popen(
-        argv, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
-    )
-    os.close(w)
+    sup = None
     try:
+        with _signals_deferred():
+            sup = subprocess.Popen(
+                argv, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
+            )
+        os.close(w)
+        w = -1
         line = read_line(r, HUB_READY_TIMEOUT_S + 5)
     except KeyboardInterrupt:
         # Ctrl-C before the job is up (say, a node > 0 waiting for node 0's hub): stop the
         # supervisor too, rather than leave a job running that nobody watches.
-        sup.terminate()
-        os.close(r)
+        if sup is not None:
+            sup.terminate()
+        for fd in (r, w):
+            if fd >= 0:
+                os.close(fd)
         raise
     info = json.loads(line) if line else {"error": f"the supervisor exited with code {exit_code(sup)}"}
     if "error" in info:
@@ -680,6 +688,28 @@ def start(spec: LaunchSpec, *, output=None) -> Job:
             sup.terminate()
         raise LaunchError(info["error"])
     return Job(spec=spec, supervisor=sup, endpoints=info, result_fd=r)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C or SIGTERM that comes while the supervisor is being started, then let it
+    through: one that landed inside Popen (a loaded machine takes its time to fork and exec)
+    raised before the launch had the supervisor's handle to stop it with, and the job it
+    started trained on with nobody to watch or stop it. (Main thread only: where Python runs
+    signal handlers.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.signal(sig, lambda n, _f: held.append(n)) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for sig in held:
+            signal.raise_signal(sig)  # its own handler, as if it came now
 
 
 def new_spec(*, log_path: str | None, runs_dir: str = "runs", **kw) -> LaunchSpec:
