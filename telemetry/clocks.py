@@ -3,8 +3,9 @@
 Every record carries ``t``, its sender's wall clock. A node whose clock was never set (1970), or
 set to the wrong year or zone, sends times that put the run's start or end decades away: the
 report read a two-minute run as 57 years, and a replay waited for decades of nothing. The log
-holds no hub receive time per record, but it holds the hub's own clock: its notes, verdicts and
-the launcher's notes (seq -1) are written in the order the hub took every record. So:
+holds no hub receive time per record, but it holds the hub's own clock: its notes and verdicts
+are written in the order the hub took every record (a launcher's note of a rank's exit is on that
+rank's node's clock: it counts as the rank's). So:
 
 - a rank record after a hub note of time H was taken after H: a time far before H was sent by a
   clock behind the hub's (a reporter's queue delivers at most minutes late);
@@ -26,10 +27,15 @@ CLOCK_OFF_S = 3600.0
 """How far a rank's clock may disagree with the hub's before its times are not used: beyond
 NTP's drift and a reporter's queue delivered late (minutes), below a wrong zone, day or year."""
 
+_Event = schema.Event
+
 
 def is_hub_side(msg: schema.Message) -> bool:
-    """Written by the hub (or the launcher beside it) with its clock, not by a rank."""
-    return msg.rank < 0 or msg.seq < 0
+    """Stamped with the hub's clock, not a rank's: the hub's own notes (rank -1), its verdicts
+    and its notes about a rank (seq -1: a restart it saw). Not a launcher's note of a rank's exit
+    (seq -1 too): each node's launcher stamps it with its node's clock, the rank's (node 1's at
+    1970 moved the hub's clock there, and node 0's ranks read as 57 years ahead)."""
+    return msg.rank < 0 or (msg.seq < 0 and not (msg.__class__ is _Event and msg.name == "exit"))
 
 
 class RankClocks:
@@ -42,8 +48,8 @@ class RankClocks:
         self.hub_first = 0.0
         """The hub's first time (0.0: none)."""
         self.about: list[float] = []
-        """The first and last time of the hub's records about ranks (verdicts, exits torchrun
-        saw): on the hub's clock, and in the run's span."""
+        """The first and last time of the hub's records about ranks (verdicts, restarts it saw):
+        on the hub's clock, and in the run's span."""
         self.first: dict[int, float] = {}
         """rank -> the first time it sent (on its own clock)."""
         self.last: dict[int, float] = {}
@@ -56,8 +62,10 @@ class RankClocks:
         t = msg.t
         if not t:
             return
-        if is_hub_side(msg):
-            if msg.rank >= 0:
+        rank = msg.rank
+        # is_hub_side(msg), inline: this runs once a record over a log of millions
+        if rank < 0 or (msg.seq < 0 and not (msg.__class__ is _Event and msg.name == "exit")):
+            if rank >= 0:
                 if not self.about:
                     self.about = [t, t]
                 elif t < self.about[0]:
@@ -66,14 +74,13 @@ class RankClocks:
                     self.about[1] = t
             if not self.hub_first or t < self.hub_first:
                 self.hub_first = t
-            for rank, newest in self._since.items():
+            for r, newest in self._since.items():
                 if newest - t > CLOCK_OFF_S:
-                    self._note(rank, newest - t)
+                    self._note(r, newest - t)
             self._since.clear()
             if t > self.hub_t:
                 self.hub_t = t
             return
-        rank = msg.rank
         if rank not in self.first:
             self.first[rank] = self.last[rank] = t
         elif t < self.first[rank]:

@@ -176,6 +176,44 @@ def test_a_hub_whose_clock_is_off_leaves_the_ranks_times_standing(tmp_path):
     assert "the hub's clock is 57 years behind every rank's" in render_text(got)
 
 
+def on_node_clocks(source: Path, out: Path, shift_s: dict[int, float], *, verdict_seq: int | None = None) -> Path:
+    """``source`` with what rank r's node stamps (its records, and its launcher's notes of its
+    exit: seq -1) ``shift_s[r]`` off; the hub's own records and verdicts as they were.
+    ``verdict_seq``: the verdicts' seq (-1 as the hub writes them, 0 as older versions did)."""
+    recs = [msgspec.json.decode(line) for line in source.read_bytes().splitlines()]
+    for rec in recs:
+        if rec["kind"] == "verdict":
+            if verdict_seq is not None:
+                rec["seq"] = verdict_seq
+        elif rec.get("rank", -1) in shift_s:
+            rec["t"] += shift_s[rec["rank"]]
+    out.write_bytes(b"".join(msgspec.json.encode(rec) + b"\n" for rec in recs))
+    return out
+
+
+CRASH_TO_1970 = 86400 - 1700000000.0  # fsdp4_crash's start, back to 1970-01-02
+YEAR_S = 365.25 * 86400
+
+
+def rank_span(path: Path, ranks) -> float:
+    """How long ``ranks`` spoke in ``path`` (their own records, on their own clock)."""
+    ts = [m.t for m in load_log(path)[0] if m.rank in ranks and not isinstance(m, schema.Verdict) and m.seq >= 0]
+    return max(ts) - min(ts)
+
+
+def test_a_nodes_launcher_notes_of_exits_are_on_its_clock_not_the_hubs(tmp_path):
+    # Node 1 (ranks 2-3) at 1970, and its launcher's notes of their exits (seq -1) stamped with
+    # node 1's clock: they were taken for the hub's, which moved the hub's clock to 1970; node 0's
+    # ranks read as 54 years ahead of it and 1970 entered the run's span (a duration of 54 years).
+    source = DATA / "fsdp4_crash.jsonl"
+    log = on_node_clocks(source, tmp_path / "node1_1970.jsonl", {2: CRASH_TO_1970, 3: CRASH_TO_1970})
+    got = build_report(str(log))
+    assert [e["rank"] for e in got["clocks_off"]] == [2, 3] and "hub_clock_off_s" not in got
+    assert got["duration_s"] == pytest.approx(rank_span(source, (0, 1)))  # node 0's: 12 s
+    clocks = [line for line in render_text(got).splitlines() if "years" in line]
+    assert len(clocks) == 1 and "ranks 2-3: their clocks are 54 years behind the hub's" in clocks[0]
+
+
 def test_a_line_whose_time_the_hub_would_refuse_is_skipped_and_replay_still_plays(tmp_path):
     # A step at t -1e308 (edited by hand; a live hub refuses a time below 0): the replay's
     # clock, computed from it, could not move (-1e308 + a frame is -1e308) and seek() never
