@@ -113,13 +113,14 @@ class RankClocks:
 
     def span(self) -> tuple[float, float] | None:
         """The run's first and last time: its ranks' first and last word, of the ranks whose
-        clocks are the run's, and the hub's records about them (None: no rank's). A hub waits
-        for its job (torch's import, a rendezvous, a queue) and writes on while a viewer stays
-        open after it: its own notes are no run time."""
+        clocks are the run's, and the hub's records about them where its clock is the run's too
+        (None: no rank's). A hub waits for its job (torch's import, a rendezvous, a queue) and
+        writes on while a viewer stays open after it: its own notes are no run time."""
         off = self.off()
         good = [r for r in self.first if r not in off]
-        firsts = [self.first[r] for r in good] + self.about[:1]
-        lasts = [self.last[r] for r in good] + self.about[1:]
+        about = self.about if self.hub_off_s() is None else []  # a verdict 3 hours before the run's start made it 3 hours long
+        firsts = [self.first[r] for r in good] + about[:1]
+        lasts = [self.last[r] for r in good] + about[1:]
         if not firsts:
             return None
         return min(firsts), max(lasts)

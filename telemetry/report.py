@@ -217,7 +217,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 r = state.ranks.get(msg.rank)
                 ep["attempt"] = r.restarts if r is not None else 0
             if ended is not None and ended["until"] is not None:
-                ended["end_t"] = msg.t
+                ended["end_t"], ended["end_on_hub"] = msg.t, True
         elif isinstance(msg, schema.Event) and msg.name == "exit" and msg.rank >= 0:
             if msg.code:
                 if msg.seq >= 0 and msg.rank in noted and msg.rank in exits:
@@ -251,14 +251,15 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     # The run's span (RankClocks.span): of the ranks whose clocks agree with the hub's (one set
     # to 1970 read as 57 years).
     off = clocks.off()
+    hub_off = clocks.hub_off_s()
     span = clocks.span()
     first_t, last_t = span if span is not None else (first_t, first_t)
     last_attempt = max((r.restarts for r in state.ranks.values()), default=0)
     for ep in stalls:
         # How long it lasted: from the rank's last step to its end (the log's end: never ended).
         since, end = ep.pop("since_t", None), ep.pop("end_t", None) or last_t
-        if ep["rank"] in off:
-            since = None  # its last step's time is on its own clock, the end on the hub's
+        if ep.pop("end_on_hub", False) and hub_off is not None or ep["rank"] in off:
+            since = None  # its last step's time is on its own clock, the end (a verdict) on the hub's
         ep["seconds"] = round(max(0.0, end - since), 3) if since is not None and end is not None else None
         # The run ended in it: never over but by the rank's exit (or the log's end), in the
         # job's last attempt (an attempt torchrun restarted the job from went on).
@@ -352,7 +353,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # Ranks whose clocks disagree with the hub's by more than CLOCK_OFF_S (seconds ahead,
         # or behind when below 0): their times are left out of the spans above.
         **({"clocks_off": [{"rank": r, "off_s": round(s, 3)} for r, s in sorted(off.items())]} if off else {}),
-        **({"hub_clock_off_s": round(hub_off, 3)} if (hub_off := clocks.hub_off_s()) is not None else {}),
+        **({"hub_clock_off_s": round(hub_off, 3)} if hub_off is not None else {}),
         "train_s": train_s,
         # Evaluations between steps (the zero-code hooks'): the rank with the most, and the
         # longest total (they are outside the step times; None: none).

@@ -214,6 +214,19 @@ def test_a_nodes_launcher_notes_of_exits_are_on_its_clock_not_the_hubs(tmp_path)
     assert len(clocks) == 1 and "ranks 2-3: their clocks are 54 years behind the hub's" in clocks[0]
 
 
+@pytest.mark.parametrize("verdict_seq", [-1])
+def test_the_hubs_verdicts_are_left_out_of_the_span_when_its_clock_is_the_one_off(tmp_path, verdict_seq):
+    # Every node 3 hours ahead of the hub: the ranks' times stand, as the report says, but the
+    # verdicts (on the hub's clock) stayed in the run's span: 3 hours and 12 s for a 12 s run.
+    source = DATA / "fsdp4_crash.jsonl"
+    log = on_node_clocks(source, tmp_path / "hub_behind.jsonl", dict.fromkeys(range(4), 3 * 3600.0), verdict_seq=verdict_seq)
+    want, got = build_report(str(source)), build_report(str(log))
+    assert "clocks_off" not in got and got["hub_clock_off_s"] == pytest.approx(-3 * 3600, abs=60)
+    assert got["duration_s"] == pytest.approx(want["duration_s"]) and got["train_s"] == pytest.approx(want["train_s"])
+    # Rank 3's stall: said, but not 0 s (its last step on its clock, the verdict ending it on the hub's)
+    assert [{**ep, "seconds": None} for ep in want["stalls"]] == got["stalls"] and want["stalls"][0]["seconds"] > 8
+
+
 def test_a_line_whose_time_the_hub_would_refuse_is_skipped_and_replay_still_plays(tmp_path):
     # A step at t -1e308 (edited by hand; a live hub refuses a time below 0): the replay's
     # clock, computed from it, could not move (-1e308 + a frame is -1e308) and seek() never
