@@ -27,15 +27,20 @@ CLOCK_OFF_S = 3600.0
 """How far a rank's clock may disagree with the hub's before its times are not used: beyond
 NTP's drift and a reporter's queue delivered late (minutes), below a wrong zone, day or year."""
 
-_Event = schema.Event
+_Event, _Verdict = schema.Event, schema.Verdict
 
 
 def is_hub_side(msg: schema.Message) -> bool:
     """Stamped with the hub's clock, not a rank's: the hub's own notes (rank -1), its verdicts
-    and its notes about a rank (seq -1: a restart it saw). Not a launcher's note of a rank's exit
-    (seq -1 too): each node's launcher stamps it with its node's clock, the rank's (node 1's at
-    1970 moved the hub's clock there, and node 0's ranks read as 57 years ahead)."""
-    return msg.rank < 0 or (msg.seq < 0 and not (msg.__class__ is _Event and msg.name == "exit"))
+    and its notes about a rank (seq -1: a restart it saw). A verdict is told by its kind, not its
+    seq: logs of older versions hold verdicts at seq 0, which read as the rank's own word. Not a
+    launcher's note of a rank's exit (seq -1 too): each node's launcher stamps it with its node's
+    clock, the rank's (node 1's at 1970 moved the hub's clock there, and node 0's ranks read as
+    57 years ahead)."""
+    if msg.rank < 0:
+        return True
+    cls = msg.__class__
+    return cls is _Verdict or (msg.seq < 0 and not (cls is _Event and msg.name == "exit"))
 
 
 class RankClocks:
@@ -63,8 +68,9 @@ class RankClocks:
         if not t:
             return
         rank = msg.rank
+        cls = msg.__class__
         # is_hub_side(msg), inline: this runs once a record over a log of millions
-        if rank < 0 or (msg.seq < 0 and not (msg.__class__ is _Event and msg.name == "exit")):
+        if rank < 0 or cls is _Verdict or (msg.seq < 0 and not (cls is _Event and msg.name == "exit")):
             if rank >= 0:
                 if not self.about:
                     self.about = [t, t]

@@ -214,10 +214,11 @@ def test_a_nodes_launcher_notes_of_exits_are_on_its_clock_not_the_hubs(tmp_path)
     assert len(clocks) == 1 and "ranks 2-3: their clocks are 54 years behind the hub's" in clocks[0]
 
 
-@pytest.mark.parametrize("verdict_seq", [-1])
+@pytest.mark.parametrize("verdict_seq", [-1, 0], ids=["as the hub writes them", "seq 0, as older versions wrote them"])
 def test_the_hubs_verdicts_are_left_out_of_the_span_when_its_clock_is_the_one_off(tmp_path, verdict_seq):
     # Every node 3 hours ahead of the hub: the ranks' times stand, as the report says, but the
     # verdicts (on the hub's clock) stayed in the run's span: 3 hours and 12 s for a 12 s run.
+    # An older log's verdicts (seq 0) read as their rank's own records: the same 3 hours.
     source = DATA / "fsdp4_crash.jsonl"
     log = on_node_clocks(source, tmp_path / "hub_behind.jsonl", dict.fromkeys(range(4), 3 * 3600.0), verdict_seq=verdict_seq)
     want, got = build_report(str(source)), build_report(str(log))
