@@ -10,7 +10,9 @@ rank's node's clock: it counts as the rank's). So:
 - a rank record after a hub note of time H was taken after H: a time far before H was sent by a
   clock behind the hub's (a reporter's queue delivers at most minutes late);
 - a rank record before a hub note of time H was taken before H, so sent before it: a time far
-  after H is a clock ahead.
+  after H is a clock ahead;
+- with no hub note after them (a hub killed, a live log), a rank whose first and last times are
+  both far after the other ranks' (their median) is a clock ahead.
 
 A rank whose clock disagrees by more than CLOCK_OFF_S is off; its times are left out of the
 run's span (report) and its records play where the hub took them (replay). When every rank
@@ -104,8 +106,24 @@ class RankClocks:
 
     def off(self) -> dict[int, float]:
         """Ranks whose times are not the run's: rank -> seconds ahead (+) or behind (-) the
-        hub's clock. Empty when the hub's is the clock off (:meth:`hub_off_s`)."""
-        return {} if self.hub_off_s() is not None else dict(self._off)
+        hub's clock (where the hub's is the clock off, :meth:`hub_off_s`, or said nothing after
+        a rank's records, the other ranks')."""
+        off = {} if self.hub_off_s() is not None else dict(self._off)
+        ok = [r for r in self.first if r not in off]
+        if len(ok) > 1 and self.hub_first:
+            # A rank ahead is caught by the hub's notes after its records, and a log cut short
+            # (a hub killed, a live log) has none: its ranks are each other's witnesses. A clock
+            # moves a rank's first and last time alike; a rank that started late (a node that
+            # joined at a restart, a later run in the same log) has only its first later. The
+            # lower median: of two ranks, the one behind, whom the hub's notes before it judged.
+            mid = (len(ok) - 1) // 2
+            first = sorted(self.first[r] for r in ok)[mid]
+            last = sorted(self.last[r] for r in ok)[mid]
+            for r in ok:
+                ahead_s = min(self.first[r] - first, self.last[r] - last)
+                if ahead_s > CLOCK_OFF_S:
+                    off[r] = ahead_s
+        return off
 
     def hub_off_s(self) -> float | None:
         """Seconds the hub's clock is ahead (+) or behind (-) its ranks', when every rank

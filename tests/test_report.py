@@ -228,6 +228,27 @@ def test_the_hubs_verdicts_are_left_out_of_the_span_when_its_clock_is_the_one_of
     assert [{**ep, "seconds": None} for ep in want["stalls"]] == got["stalls"] and want["stalls"][0]["seconds"] > 8
 
 
+def test_a_rank_ahead_is_caught_in_a_log_the_hub_wrote_nothing_after(tmp_path):
+    # A clock ahead was caught only by a hub record after the rank's: a log without "hub
+    # stopped" (the hub killed, a live log) ran 57 years, of which 57 years training, unsaid.
+    source = DATA / "real_ddp2.jsonl"
+    log = on_node_clocks(source, tmp_path / "ahead.jsonl", {1: 57 * YEAR_S})
+    log.write_bytes(b"".join(log.read_bytes().splitlines(keepends=True)[:-1]))  # the hub's last line
+    want, got = build_report(str(source)), build_report(str(log))
+    assert [e["rank"] for e in got["clocks_off"]] == [1] and 56 * YEAR_S < got["clocks_off"][0]["off_s"] < 58 * YEAR_S
+    assert got["duration_s"] == pytest.approx(rank_span(source, (0,))) and 0 < got["train_s"] <= want["train_s"]
+    assert "rank 1's clock is 57 years ahead of the hub's" in render_text(got)
+    # A rank that started 2 hours after the others (the hub and rank 0 waited for it), then
+    # trained with them: its first time only is late, as no clock's would be.
+    late = on_node_clocks(source, tmp_path / "late.jsonl", {})
+    recs = [msgspec.json.decode(line) for line in late.read_bytes().splitlines()]
+    assert [rec.get("rank", -1) for rec in recs[:2]] == [-1, 0]  # "hub started", rank 0's hello
+    for rec in recs[:2]:
+        rec["t"] -= 2 * 3600
+    late.write_bytes(b"".join(msgspec.json.encode(rec) + b"\n" for rec in recs[:-1]))
+    assert "clocks_off" not in build_report(str(late))
+
+
 def test_a_line_whose_time_the_hub_would_refuse_is_skipped_and_replay_still_plays(tmp_path):
     # A step at t -1e308 (edited by hand; a live hub refuses a time below 0): the replay's
     # clock, computed from it, could not move (-1e308 + a frame is -1e308) and seek() never
