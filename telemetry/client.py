@@ -16,7 +16,7 @@ import msgspec
 import zmq
 
 from . import frames, registry, schema, security
-from .clocks import RankClocks, clock_warnings, is_hub_side
+from .clocks import RankClocks, is_hub_side
 from .hubcore import HubCore
 from .logreader import PROGRESS_EVERY, LogCursor, LogReadStats, LogTail, Progress, no_records, read_log
 from .recorder import is_gzip
@@ -473,8 +473,7 @@ class ReplaySource(FrameApplier):
         self._wall = time.monotonic()
         self._fed_t = self.t_start
         """The time of the newest record played (on the hub's clock)."""
-        clocks = self._span.clocks
-        for line in clock_warnings(self.clocks_off, clocks.hub_off_s()):
+        for line in self._span.clocks.warnings():
             self.core.replay(schema.Event(rank=-1, seq=-1, name="warning", message=line, t=self.t_start), self._wall)
 
     def _due(self, msg: schema.Message) -> float:

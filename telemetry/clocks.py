@@ -29,7 +29,7 @@ CLOCK_OFF_S = 3600.0
 """How far a rank's clock may disagree with the hub's before its times are not used: beyond
 NTP's drift and a reporter's queue delivered late (minutes), below a wrong zone, day or year."""
 
-_Event, _Verdict = schema.Event, schema.Verdict
+_Event, _Hello, _Verdict = schema.Event, schema.Hello, schema.Verdict
 
 
 def is_hub_side(msg: schema.Message) -> bool:
@@ -64,6 +64,8 @@ class RankClocks:
         """rank -> its newest time since the hub's last record (to check against the next one)."""
         self._off: dict[int, float] = {}
         """rank -> seconds its clock is ahead (+) or behind (-) the hub's, where past CLOCK_OFF_S."""
+        self._hosts: dict[int, str] = {}
+        """rank -> the host it said it runs on (its hello)."""
 
     def take(self, msg: schema.Message) -> None:
         t = msg.t
@@ -99,6 +101,8 @@ class RankClocks:
             self._note(rank, t - self.hub_t)
         if t > self._since.get(rank, 0.0):
             self._since[rank] = t
+        if cls is _Hello:
+            self._hosts[rank] = msg.host
 
     def _note(self, rank: int, off_s: float) -> None:
         if abs(off_s) > abs(self._off.get(rank, 0.0)):
@@ -127,13 +131,24 @@ class RankClocks:
 
     def hub_off_s(self) -> float | None:
         """Seconds the hub's clock is ahead (+) or behind (-) its ranks', when every rank
-        disagrees with it the same way (None: it agrees with some)."""
+        disagrees with it the same way (None: it agrees with some). The ranks' times are the
+        run's then; whether the hub's is the clock off, :meth:`hub_blamed` says."""
         if not self.first or len(self._off) < len(self.first):
             return None
         offs = sorted(self._off.values())
         if offs[0] < 0 < offs[-1]:
             return None
         return -offs[len(offs) // 2]
+
+    def hub_blamed(self) -> bool:
+        """Whether ranks on two hosts or more, agreeing with each other, disagree with the hub:
+        its clock is the odd one. One host (or one rank) against the hub is one clock against
+        another, and either may be the wrong one."""
+        return len(set(self._hosts.values())) > 1
+
+    def warnings(self) -> list[str]:
+        """What to say of the clocks that disagree (:func:`clock_warnings`)."""
+        return clock_warnings(self.off(), self.hub_off_s(), self.hub_blamed(), sorted(self.first))
 
     def span(self) -> tuple[float, float] | None:
         """The run's first and last time: its ranks' first and last word, of the ranks whose
@@ -160,19 +175,32 @@ def human_span(seconds: float) -> str:
     return f"{s:.0f} s"
 
 
-def clock_warnings(off: dict[int, float], hub_off_s: float | None = None) -> list[str]:
-    """One line each for the ranks off by about the same (a node's 8 ranks share its clock):
-    "rank 1's clock is 57 years behind the hub's; its times are not used for the run's span"."""
+def clock_warnings(off: dict[int, float], hub_off_s: float | None = None, hub_blamed: bool = True, ranks=()) -> list[str]:
+    """One line each, saying what to do, for the ranks off by about the same (a node's 8 ranks
+    share its clock): "rank 1's clock is 57 years behind the hub's; its times are not used for
+    the run's span; set its node's clock (NTP)". ``hub_off_s``: every rank (``ranks``) disagrees
+    with the hub by that; ``hub_blamed``: on hosts enough to say the hub's is the clock off."""
     if hub_off_s is not None:
-        way = "ahead of" if hub_off_s > 0 else "behind"
-        return [f"the hub's clock is {human_span(hub_off_s)} {way} every rank's; the ranks' times are used for the run's span"]
+        how = f"{human_span(hub_off_s)} {'ahead of' if hub_off_s > 0 else 'behind'}"
+        if hub_blamed:
+            return [f"the hub's clock is {how} every rank's; the ranks' times are used for the run's span; set the hub's machine's clock (NTP)"]
+        one = len(ranks) == 1
+        who = f"{ranks_named(ranks)}'s clock" if one else f"the clocks of {ranks_named(ranks)}"
+        whose = "the rank's" if one else "the ranks'"
+        way = "ahead" if hub_off_s > 0 else "behind"
+        return [
+            f"{who} and the hub's disagree by {human_span(hub_off_s)} (the hub's is {way}); "
+            f"{whose} times are used for the run's span; set the wrong clock (NTP)"
+        ]
     groups: dict[str, list[int]] = {}
     for rank, off_s in sorted(off.items()):
         groups.setdefault(f"{human_span(off_s)} {'ahead of' if off_s > 0 else 'behind'}", []).append(rank)
     lines = []
     for how, ranks in groups.items():
-        who = f"{ranks_named(ranks)}'s clock is" if len(ranks) == 1 else f"{ranks_named(ranks)}: their clocks are"
-        lines.append(f"{who} {how} the hub's; {'its' if len(ranks) == 1 else 'their'} times are not used for the run's span")
+        if len(ranks) == 1:
+            lines.append(f"{ranks_named(ranks)}'s clock is {how} the hub's; its times are not used for the run's span; set its node's clock (NTP)")
+        else:
+            lines.append(f"{ranks_named(ranks)}: their clocks are {how} the hub's; their times are not used for the run's span; set their nodes' clocks (NTP)")
     return lines
 
 

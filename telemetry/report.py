@@ -353,7 +353,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # Ranks whose clocks disagree with the hub's by more than CLOCK_OFF_S (seconds ahead,
         # or behind when below 0): their times are left out of the spans above.
         **({"clocks_off": [{"rank": r, "off_s": round(s, 3)} for r, s in sorted(off.items())]} if off else {}),
-        **({"hub_clock_off_s": round(hub_off, 3)} if hub_off is not None else {}),
+        # Every rank's clock disagrees with the hub's by this (its ranks' times are used), and
+        # whether ranks on several hosts agree it is the hub's that is off (one host: either).
+        **({"hub_clock_off_s": round(hub_off, 3), "hub_clock_blamed": clocks.hub_blamed()} if hub_off is not None else {}),
         "train_s": train_s,
         # Evaluations between steps (the zero-code hooks'): the rank with the most, and the
         # longest total (they are outside the step times; None: none).

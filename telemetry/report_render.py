@@ -78,7 +78,10 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
 def report_clock_warnings(rep: dict) -> list[str]:
     """What the report says of clocks that disagree with the hub's (none: an empty list)."""
     off = {e["rank"]: e["off_s"] for e in rep.get("clocks_off") or []}
-    return clock_warnings(off, rep.get("hub_clock_off_s")) if off or rep.get("hub_clock_off_s") is not None else []
+    hub_off = rep.get("hub_clock_off_s")
+    if not off and hub_off is None:
+        return []
+    return clock_warnings(off, hub_off, rep.get("hub_clock_blamed", True), [r["rank"] for r in rep.get("ranks") or []])
 
 
 def _steps_text(rep: dict) -> str:

@@ -319,7 +319,7 @@ def test_a_rank_whose_clock_is_decades_off_plays_where_the_hub_took_its_records(
     want.seek(want.duration_s)
     assert src.done and {r: x.step.step for r, x in src.state.ranks.items()} == {r: x.step.step for r, x in want.state.ranks.items()}
     said = [e.message for e in src.state.events if e.name == "warning"]
-    assert said == ["rank 1's clock is 57 years behind the hub's; its times are not used for the run's span"]
+    assert said == ["rank 1's clock is 57 years behind the hub's; its times are not used for the run's span; set its node's clock (NTP)"]
     st = src.state
     assert 0 < st.t_last_rank - st.t0 < 60  # the header's elapsed time
 
