@@ -223,8 +223,9 @@ def _ranks_given(ranks) -> str:
 def check_ranks_in_log(asked, in_log, log: str, flag: str = "--ranks") -> None:
     """The rule for ranks a user picked from a log (``asked``) against the ranks it has
     (``in_log``): none of them there fails as bad input (2), naming the log's ranks; some not
-    there are a warning, and the others go on. `--ranks 17` of a 2-rank run quietly wrote
-    nothing, `--ranks 0,17` rank 0 alone without a word about 17 (a typo, or the wrong log)."""
+    there are a warning, said once the others are exported. `--ranks 17` of a 2-rank run
+    quietly wrote nothing, `--ranks 0,17` rank 0 alone without a word about 17 (a typo, or the
+    wrong log)."""
     from pardash.telemetry.summary import ranks_brief, ranks_named
 
     if asked is None:
@@ -236,7 +237,7 @@ def check_ranks_in_log(asked, in_log, log: str, flag: str = "--ranks") -> None:
     if len(missing) == len(set(asked)):
         fail(f"{flag} {ranks_brief(missing)}: no such rank in {log} ({has})")
     what = ranks_named(missing) if len(missing) <= 3 else f"{len(missing)} ranks ({ranks_brief(missing)})"
-    print(f"{PROG}: warning: {flag}: {what} not in {log} ({has}); the others go on", file=sys.stderr)
+    print(f"{PROG}: warning: {flag}: {what} not in {log} ({has}); exported the others", file=sys.stderr)
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
