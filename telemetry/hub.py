@@ -86,7 +86,7 @@ class Hub:
             self._own_ctx = context = zmq.Context()
         self.ctx = context or zmq.Context.instance()
         self.recorder = Recorder(log_path, background=True) if log_path else None
-        self.core = HubCore(run_id=run_id, recorder=self.recorder, world_size=world_size)
+        self.core = HubCore(run_id=run_id, recorder=self.recorder, world_size=world_size, wall_clock=time.time)
         self.frame_s = 1.0 / frame_hz
         self.on_frame: Callable[[], None] | None = None
         """Called after each frame is sent (the hub process keeps its registry entry by it)."""

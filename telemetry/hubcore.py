@@ -21,6 +21,7 @@ import msgspec
 
 from . import frames, schema, security
 from .analysis import Detector
+from .clocks import CLOCK_OFF_S, human_span
 from .recorder import Recorder
 from .state import RunState
 
@@ -84,6 +85,11 @@ error and traceback refused, the one thing the run's report needed."""
 REJECTS_NOTE_S = 60.0
 """How often, at most, the hub notes in its log what it has refused so far (when that grew)."""
 _REJECTS = re.compile(r"(\d+) rejected(?: \(([^)]*)\))?")
+
+
+MAX_CLOCK_NOTES = 64
+"""Hosts whose clock the hub says is off, at most: beyond it, hellos naming ever new hosts (a
+fuzzer's) would fill the log with the same line."""
 
 
 def rejects_text(rejected: dict[str, int]) -> str:
@@ -154,7 +160,8 @@ class HubCore:
     """Validates, stamps, applies, records and frames messages. No sockets, no threads."""
 
     def __init__(
-        self, run_id: str = "", recorder: Recorder | None = None, detector: Detector | None = None, *, world_size: int = 0
+        self, run_id: str = "", recorder: Recorder | None = None, detector: Detector | None = None, *, world_size: int = 0,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
         self.state = RunState(run_id=run_id, track_seq=True)
         self.world_size = world_size
@@ -189,6 +196,13 @@ class HubCore:
         """rank -> (events it may still send at once, when that was reckoned)."""
         self._ticked: float | None = None
         """Hub time of the last frame."""
+        self.wall_clock = wall_clock
+        """The hub's wall clock, which each rank's hello is held against: a node whose clock is
+        far off (never set: 1970; a wrong year or zone) is said live, once, where otherwise only
+        the run's elapsed time, decades long, would show it. None: not held (a core fed recorded
+        or made-up times)."""
+        self._clocks_said: set[str] = set()
+        """The hosts (a rank's number where a hello names none) whose clock was said to be off."""
 
     # -- ingest ---------------------------------------------------------------------------
 
@@ -477,8 +491,25 @@ class HubCore:
                     name="restart",
                     rank=msg.rank,
                 )
+            if self.wall_clock is not None:
+                self._hold_clock(msg)
         self.replay(msg, now)
         return True
+
+    def _hold_clock(self, hello: schema.Hello) -> None:
+        """Say once per host when a hello's time is further from the hub's than CLOCK_OFF_S
+        (sent seconds before it is taken: a hello goes at once, and is held only until the hub
+        binds). The report and replay judge the same from the log after the run."""
+        assert self.wall_clock is not None
+        off = hello.t - self.wall_clock()
+        where = hello.host or f"rank {hello.rank}"
+        if abs(off) <= CLOCK_OFF_S or where in self._clocks_said or len(self._clocks_said) >= MAX_CLOCK_NOTES:
+            return  # (hellos naming ever new hosts, a fuzzer's, say no more than that many)
+        self._clocks_said.add(where)
+        on = f" (host {hello.host})" if hello.host else ""
+        how = f"{human_span(off)} {'ahead of' if off > 0 else 'behind'}"
+        self._warn(f"rank {hello.rank}'s clock{on} is {how} the hub's: the times it sends are not the run's; "
+                   "set its node's clock (NTP)")
 
     def replay(self, msg: schema.Message, now: float) -> None:
         """Take a message without judging it (recorded logs, whose verdicts are recorded)."""

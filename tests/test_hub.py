@@ -770,3 +770,36 @@ def test_a_hub_records_into_a_fifo_another_tool_reads(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_hello_from_a_clock_far_from_the_hubs_is_said_once_a_host():
+    # A node whose clock was never set (1970) showed only as a run decades long: the hub holds
+    # each hello's time against its own and says so live, once for each host.
+    now = 1.8e9
+    core = HubCore(run_id="r", wall_clock=lambda: now)
+    hellos = [
+        schema.Hello(run="r", rank=0, world_size=4, pid=10, host="n0", t=now - 2.0),  # sent a moment ago
+        schema.Hello(run="r", rank=1, world_size=4, pid=11, host="n1", t=1.0),  # 1970
+        schema.Hello(run="r", rank=2, world_size=4, pid=12, host="n1", t=2.0),  # the same node's
+        schema.Hello(run="r", rank=3, world_size=4, pid=13, host="n2", t=now + 3 * 86400),
+    ]
+    for h in hellos:
+        assert core.ingest(h, 1.0)
+    said = [m.message for m in core.state.events if m.name == "warning"]
+    assert said == [
+        "rank 1's clock (host n1) is 57 years behind the hub's: the times it sends are not the run's; set its node's clock (NTP)",
+        "rank 3's clock (host n2) is 3 days ahead of the hub's: the times it sends are not the run's; set its node's clock (NTP)",
+    ]
+    # A core fed recorded or made-up times holds them against nothing.
+    plain = HubCore(run_id="r")
+    for h in hellos:
+        assert plain.ingest(h, 1.0)
+    assert not [m for m in plain.state.events if m.name == "warning"]
+
+
+def test_a_live_hub_says_a_ranks_clock_is_off(hub):
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(hub.ingest_endpoint)
+    push.send(schema.encode(schema.Hello(run="test-run", rank=0, world_size=1, pid=10, host="n1", t=1.0)))
+    wait_for(lambda: any(m.name == "warning" and "57 years behind" in m.message for m in hub.core.state.events))
+    push.close(0)
