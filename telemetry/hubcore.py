@@ -508,8 +508,8 @@ class HubCore:
         self._clocks_said.add(where)
         on = f" (host {hello.host})" if hello.host else ""
         how = f"{human_span(off)} {'ahead of' if off > 0 else 'behind'}"
-        self._warn(f"rank {hello.rank}'s clock{on} is {how} the hub's: the times it sends are not the run's; "
-                   "set its node's clock (NTP)")
+        self._warn(f"rank {hello.rank}'s clock{on} is {how} the hub's: one of the two is wrong (or the hello waited "
+                   "that long for the hub); set the wrong clock (NTP)")
 
     def replay(self, msg: schema.Message, now: float) -> None:
         """Take a message without judging it (recorded logs, whose verdicts are recorded)."""

@@ -787,8 +787,8 @@ def test_a_hello_from_a_clock_far_from_the_hubs_is_said_once_a_host():
         assert core.ingest(h, 1.0)
     said = [m.message for m in core.state.events if m.name == "warning"]
     assert said == [
-        "rank 1's clock (host n1) is 57 years behind the hub's: the times it sends are not the run's; set its node's clock (NTP)",
-        "rank 3's clock (host n2) is 3 days ahead of the hub's: the times it sends are not the run's; set its node's clock (NTP)",
+        "rank 1's clock (host n1) is 57 years behind the hub's: one of the two is wrong (or the hello waited that long for the hub); set the wrong clock (NTP)",
+        "rank 3's clock (host n2) is 3 days ahead of the hub's: one of the two is wrong (or the hello waited that long for the hub); set the wrong clock (NTP)",
     ]
     # A core fed recorded or made-up times holds them against nothing.
     plain = HubCore(run_id="r")

@@ -221,3 +221,35 @@ def test_a_ctrl_c_that_comes_while_the_supervisor_is_started_stops_it(tmp_path, 
             if p.poll() is None:  # (the defect: the job's supervisor, running on)
                 os.kill(p.pid, signal.SIGINT)
                 p.wait(60)
+
+
+STOPPED_AS_TORCHRUN_STARTS = """
+import os, signal, subprocess, sys
+from pardash.trainer import launcher
+spec = launcher.new_spec(log_path=sys.argv[1] + "/run.jsonl", runs_dir=sys.argv[1] + "/runs", nproc=1, strategy="single",
+                         command=["-m", "pardash.trainer.train", "--strategy", "single", "--model", "mlp", "--steps", "100000"])
+real, torchrun = subprocess.Popen, []
+def popen(argv, *a, **kw):
+    p = real(argv, *a, **kw)
+    if "pardash.trainer.torchrun" in argv:
+        torchrun.append(p)
+        os.kill(os.getpid(), signal.SIGINT)  # as Popen returns: no job to tell yet
+    return p
+launcher.subprocess.Popen = popen
+sup = launcher.Supervisor(spec)
+code = sup.run(None)
+print(code, torchrun[0].returncode, sup._told_to_stop)
+"""
+
+
+def test_a_stop_that_comes_as_torchrun_starts_tells_torchrun(tmp_path):
+    # The supervisor's stop, come while it started torchrun (a slow fork and exec), found no job
+    # to tell: the ranks trained on until the grace period's SIGKILL, 10 s later.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", STOPPED_AS_TORCHRUN_STARTS, str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    code, torchrun, told = out.stdout.split()[-3:]
+    assert (code, told) == ("130", "True") and torchrun != "-9", out.stdout

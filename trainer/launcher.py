@@ -446,8 +446,8 @@ class Supervisor:
             return 2
         if self._stopping and self.job is None:  # stopped while waiting for a hub (node > 0: node 0's)
             _tell(ready_fd, {"error": "stopped before the job started"})
-            self._finish(130)
-            return 130
+            self._finish(128 + self._stopped_by)
+            return 128 + self._stopped_by
         if self.job is None:
             self.start_job()
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()}, close=False)
@@ -496,6 +496,8 @@ class Supervisor:
         assert self.job is not None
         deadline = None
         while True:
+            if self._stopping and not self._told_to_stop:
+                self.stop()  # asked while torchrun was being started, before there was a job to tell
             self._look_for_ranks()
             code = self.job.poll()
             if code is not None:
@@ -706,8 +708,12 @@ def _signals_deferred() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in before.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        signal.pthread_sigmask(signal.SIG_BLOCK, sigs)  # (one that comes meanwhile waits for its own handler)
+        try:
+            for sig, handler in before.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
         for sig in held:
             signal.raise_signal(sig)  # its own handler, as if it came now
 
