@@ -22,6 +22,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(config, items):
+    # The real-process tests (marked slow) first, the rest in their order after them: pytest-xdist
+    # hands tests out in this order, so the long ones start early and the many short ones fill
+    # the workers at the end (one long test last kept one worker busy while the others idled).
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _private_registry(tmp_path_factory, monkeypatch):
     # Every test (and every process it starts) sees its own run registry; whatever of those

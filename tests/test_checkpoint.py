@@ -129,15 +129,19 @@ def test_a_crashed_fsdp_rank_restarts_from_the_checkpoint_on_the_same_curve(tmp_
 
 @pytest.mark.slow
 def test_a_killed_ddp_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path):
+    # --checkpoint-keep 1 bounds the folder across the resumed runs too: each launch is a job of
+    # its own, and pruning only a job's own checkpoints let a run resumed again and again (a
+    # requeued job) keep K a launch. The job it resumed from counts as its own.
     ckpt = tmp_path / "ckpt"
     common = ["--strategy", "ddp", "--nproc", "2", "--steps", "30", "--checkpoint-every", "10",
-              "--checkpoint-dir", str(ckpt)]  # fmt: skip
+              "--checkpoint-dir", str(ckpt), "--checkpoint-keep", "1"]  # fmt: skip
     first, first_msgs = launch(tmp_path, "first", *common, "--inject-crash", "0@25")
     assert first.returncode != 0
     assert sorted((e.rank, e.step) for e in events(first_msgs, "checkpoint")) == [
         (0, 10), (0, 20), (1, 10), (1, 20)
     ]
     assert checkpoint.find_latest(ckpt).step == 20
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000020"]
 
     second, msgs = launch(tmp_path, "second", *common, "--resume")
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
@@ -151,6 +155,7 @@ def test_a_killed_ddp_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path
     assert {(0, s) for s in range(21, 25)} <= set(before)
     assert_same_curve([(r, s, loss) for r, s, loss in run if (r, s) in before], before)
     assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 30), (1, 30)]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000030"]
 
 
 @pytest.mark.slow
@@ -563,49 +568,24 @@ def test_a_save_that_fails_names_the_folder_and_the_room_left(tmp_path, monkeypa
 def test_a_checkpoint_that_cannot_be_saved_costs_that_checkpoint_not_the_run(tmp_path, uninterrupted):
     # A full disk at one save killed a run left for days, and --max-restarts spent every
     # restart failing at the same save. Now the ranks agree it failed, warn, train on and try
-    # again at the next interval. (Here step 20's folder cannot be made: a file holds its name.)
+    # again at the next interval. Step 20's folder cannot be made (a file holds its name).
+    # Step 30's cannot be begun by rank 0 alone: it prepares the folder (it names the job in it)
+    # before DCP's first collective, and when that failed, rank 0 went to agree on the failure
+    # while rank 1 waited in DCP's collectives, both until the process group's timeout, and the
+    # job died.
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     blocked = checkpoint.step_path(ckpt, 20)
     blocked.write_text("not a folder")
-    proc, msgs = launch(tmp_path, "a", "--strategy", "ddp", "--nproc", "2", "--steps", "30", "--checkpoint-every", "10",
-                        "--checkpoint-dir", str(ckpt), "--max-restarts", "1")  # fmt: skip
+    (checkpoint.step_path(ckpt, 30) / checkpoint.JOB_FILE).mkdir(parents=True)  # rank 0 cannot write it
+    proc, msgs = launch(tmp_path, "a", "--strategy", "ddp", "--nproc", "2", "--steps", "40", "--checkpoint-every", "10",
+                        "--checkpoint-dir", str(ckpt), "--max-restarts", "1", "--pg-timeout-s", "60")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 10), (0, 30), (1, 10), (1, 30)]
+    assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 10), (0, 40), (1, 10), (1, 40)]
     warned = events(msgs, "warning")
-    assert sorted((e.rank, e.step) for e in warned) == [(0, 20), (1, 20)]
+    assert sorted((e.rank, e.step) for e in warned) == [(0, 20), (0, 30), (1, 20), (1, 30)]
     assert all(f"checkpoint save to {blocked} failed" in e.message and "training goes on, the next try at step 30" in e.message
-               for e in warned)  # fmt: skip
-    assert not events(msgs, "resume")  # no restart was spent on it
-    assert_same_curve(losses(msgs), uninterrupted("ddp", 30))
-    assert checkpoint.find_latest(ckpt).step == 30
-
-
-@pytest.mark.slow
-def test_a_save_one_rank_cannot_begin_fails_on_every_rank_together(tmp_path, uninterrupted):
-    # Rank 0 prepares the folder alone (it names the job in it) before DCP's first collective:
-    # when that failed (a full disk), rank 0 went to agree on the failure while rank 1 waited in
-    # DCP's collectives, both until the process group's timeout, and the job died.
-    ckpt = tmp_path / "ckpt"
-    (checkpoint.step_path(ckpt, 20) / checkpoint.JOB_FILE).mkdir(parents=True)  # rank 0 cannot write it
-    proc, msgs = launch(tmp_path, "a", "--strategy", "ddp", "--nproc", "2", "--steps", "30", "--checkpoint-every", "10",
-                        "--checkpoint-dir", str(ckpt), "--pg-timeout-s", "60")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 10), (0, 30), (1, 10), (1, 30)]
-    assert sorted((e.rank, e.step) for e in events(msgs, "warning")) == [(0, 20), (1, 20)]
-    assert_same_curve(losses(msgs), uninterrupted("ddp", 30))
-
-
-@pytest.mark.slow
-def test_checkpoint_keep_bounds_a_folder_across_resumed_runs(tmp_path):
-    # Each launch is a job of its own: pruning only a job's own checkpoints let a run resumed
-    # again and again (a requeued job) keep K a launch. The job it resumed from counts as its own.
-    ckpt = tmp_path / "ckpt"
-    common = ["--strategy", "ddp", "--nproc", "2", "--checkpoint-every", "10", "--checkpoint-keep", "1",
-              "--checkpoint-dir", str(ckpt)]  # fmt: skip
-    first, _ = launch(tmp_path, "first", *common, "--steps", "20")
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000020"]
-    second, _ = launch(tmp_path, "second", *common, "--steps", "40", "--resume")
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000040"]
+               for e in warned if e.step == 20)  # fmt: skip
+    assert not events(msgs, "resume")  # no restart was spent on either
+    assert_same_curve(losses(msgs), uninterrupted("ddp", 40))
+    assert checkpoint.find_latest(ckpt).step == 40
