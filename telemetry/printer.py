@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Iterable
@@ -14,7 +15,7 @@ from typing import TextIO
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
-from .failures import failure_line, failure_summary
+from .failures import PEER_FAILURE, failure_line, failure_summary
 from .state import run_over
 from .summary import (
     held_spread,
@@ -435,14 +436,26 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     said = "".join(f"; {n}" for n in restart_notes(st, result))
     if code == 0:
         return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{said}, {log}"
-    if result.get("stopped"):
-        return f"pardash: stopped by you{_as_it_hung(st)} (exit code {code}){said}; {log}"
     f = failure_summary(st)
+    if result.get("stopped"):
+        # A rank that failed of itself (its own error, or a signal not the stop's) before the
+        # stop: said, or the stop during torchrun's teardown hid the failure.
+        how = f" after the job failed: {failure_line(f, error=False)}" if _failed_of_itself(f) else _as_it_hung(st)
+        return f"pardash: stopped by you{how} (exit code {code}){said}; {log}"
     if f is None:
         return f"pardash: the job failed with exit code {code}{said}; {log}"
     # The error's text is in the ranks' output just above: the line names who and where.
     # The launch's own exit code is torchrun's, not the rank's (which the line names): say whose.
     return f"pardash: {failure_line(f, error=False)}{said}; the job's exit code {code}; {log}"
+
+
+def _failed_of_itself(f: dict | None) -> bool:
+    """Whether the root cause ``f`` (:func:`failure_summary`) is a rank's own failure, not the
+    stop's doing: a peer failure (its collective's socket closed as the stop ended the other)
+    and SIGKILL (a rank the stop's grace ran out on) may be."""
+    if f is None or f["code"] in (0, -signal.SIGKILL):
+        return False
+    return f["code"] < 0 or not (f["error"] and PEER_FAILURE.search(f["error"]))
 
 
 def _as_it_hung(st) -> str:

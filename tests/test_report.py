@@ -857,6 +857,42 @@ def test_a_job_whose_ranks_were_only_stopped_names_no_root_cause(tmp_path):
     assert outcome_line(st, 143, {"stopped": True}, "run.jsonl") == "pardash: stopped by you (exit code 143); log run.jsonl"
 
 
+@pytest.mark.parametrize(
+    ("failed", "said"),
+    [((1, "ValueError: bad batch"), "rank 1 exited with code 1 at step 3; rank 0 was stopped"),
+     ((-11, None), "rank 1 exited with code -11 (SIGSEGV) at step 3; rank 0 was stopped")],
+    ids=["its-own-error", "a-signal"],
+)
+def test_a_job_that_failed_and_was_then_stopped_says_both(tmp_path, failed, said):
+    # A rank failed and the user stopped the job while torchrun tore it down: the last line said
+    # only "stopped by you (exit code 130)", the failure hidden behind the stop.
+    from pardash.telemetry.printer import outcome_line
+
+    code, error = failed
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + s) for s in (1, 2) for r in (0, 1)]
+    if error:
+        records.append(schema.Event(run="r", rank=1, seq=3, name="error", message=error, step=2, t=t + 3))
+    records.append(schema.Event(run="r", rank=1, seq=4 if error else -1, name="exit", code=code, step=3, t=t + 3))
+    records.append(schema.Event(run="r", rank=0, seq=-1, name="exit", code=-15, message="rank 0 was stopped by you", t=t + 4))
+    st = RunState()
+    for m in records:
+        st.apply(m, 0.0)
+    assert outcome_line(st, 130, {"stopped": True}, "run.jsonl") == (
+        f"pardash: stopped by you after the job failed: {said} (exit code 130); log run.jsonl"
+    )
+    # A peer's failure (the collective's socket closed under a rank as the stop ended the other)
+    # is the stop's doing, not a failure before it.
+    st = RunState()
+    for m in records[:4]:
+        st.apply(m, 0.0)
+    st.apply(schema.Event(run="r", rank=1, seq=3, name="error", message="RuntimeError: Connection closed by peer [127.0.0.1]:1234", step=2, t=t + 3), 0.0)
+    st.apply(schema.Event(run="r", rank=1, seq=4, name="exit", code=1, step=3, t=t + 3), 0.0)
+    st.apply(schema.Event(run="r", rank=0, seq=-1, name="exit", code=-15, message="rank 0 was stopped by you", t=t + 4), 0.0)
+    assert outcome_line(st, 130, {"stopped": True}, "run.jsonl") == "pardash: stopped by you (exit code 130); log run.jsonl"
+
+
 def _two_ranks_ended(path, codes: dict[int, tuple[int, int]]) -> None:
     """A 2-rank ddp log of 3 steps whose ranks end as ``codes`` says: {rank: (code, seq)}, seq
     -1 for the launcher's note of an exit, else the rank's own word."""
