@@ -16,7 +16,7 @@ import msgspec
 import zmq
 
 from . import frames, registry, schema, security
-from .clocks import RankClocks, is_hub_side
+from .clocks import CLOCK_OFF_S, RankClocks, is_hub_side
 from .hubcore import HubCore
 from .logreader import PROGRESS_EVERY, LogCursor, LogReadStats, LogTail, Progress, no_records, read_log
 from .recorder import is_gzip
@@ -62,7 +62,7 @@ class FrameApplier:
         return []
 
     def load_snapshot(self, snap: frames.Snapshot) -> None:
-        st = RunState(run_id=snap.run_id, track_seq=False, t0=snap.t0)
+        st = RunState(run_id=snap.run_id, track_seq=False, t0=snap.t0, t_ceiling=snap.t + CLOCK_OFF_S)
         now = time.monotonic()
         for rank in sorted({m.rank for m in snap.messages if isinstance(m, schema.Hello)}):
             st.rank(rank)  # ranks in their order, whatever message of theirs comes first
@@ -82,6 +82,7 @@ class FrameApplier:
     def apply_frame(self, frame: frames.Frame) -> None:
         now = time.monotonic()
         st = self.state
+        st.t_ceiling = frame.t + CLOCK_OFF_S  # a rank's time past the hub's clock by more is its clock's error
         st.apply_frame(frame.messages, now)
         st.lost_reported = frame.stats.lost
         self.stats = frame.stats

@@ -7,6 +7,7 @@ messages too, so a rank's status is the same wherever it is computed.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Iterable
@@ -227,6 +228,10 @@ class RunState:
     t_last_rank: float = 0.0
     """Wall clock of the newest message a rank sent (the hub's own notes and verdicts go on
     after the ranks are done: a run's duration ends here)."""
+    t_ceiling: float = math.inf
+    """A rank's time beyond this is its clock's error, not the run's (``t_last``/``t_last_rank``
+    keep below it): a viewer sets it from the hub's frame clock plus CLOCK_OFF_S, where a node
+    whose clock is ahead by years read as a run decades long. inf: no hub clock to hold to."""
     counts: dict[str, int] = field(default_factory=dict)
     """Messages applied, by kind."""
     run_hello: schema.Hello | None = None
@@ -259,14 +264,14 @@ class RunState:
         if msg.t:
             if not self.t0:
                 self.t0 = msg.t
-            if msg.t > self.t_last:
+            if self.t_last < msg.t < self.t_ceiling:
                 self.t_last = msg.t
         if not self.run_id and msg.run:
             self.run_id = msg.run
         if isinstance(msg, schema.Verdict):
             self._apply_verdict(msg)
             return
-        if msg.rank >= 0 and msg.t > self.t_last_rank:
+        if msg.rank >= 0 and self.t_last_rank < msg.t < self.t_ceiling:
             self.t_last_rank = msg.t
         if msg.rank < 0:
             if isinstance(msg, schema.Event):
@@ -392,6 +397,7 @@ class RunState:
             return
         ranks = self.ranks
         hseq, t_last, t_rank = self.hseq, self.t_last, self.t_last_rank
+        ceiling = self.t_ceiling
         n_step = n_system = n_beat = 0
         for msg in messages:
             cls = type(msg)
@@ -401,10 +407,10 @@ class RunState:
                     # What apply() does for these kinds once t0 and run_id are known.
                     if msg.hseq > hseq:
                         hseq = msg.hseq
-                    if msg.t > t_last:
-                        t_last = msg.t
-                    if msg.t > t_rank:
+                    if t_rank < msg.t < ceiling:
                         t_rank = msg.t
+                        if msg.t > t_last:
+                            t_last = msg.t
                     r.last_seen = now
                     if cls is Step:
                         r.steps_seen += 1

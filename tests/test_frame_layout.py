@@ -197,3 +197,36 @@ def test_a_client_names_the_sockets_to_watch(hub):
     assert c.sockets() == []
     replay = ReplaySource(str(DATA / "run4.jsonl"))
     assert replay.sockets() == []
+
+
+def test_a_rank_whose_clock_is_ahead_does_not_stretch_a_viewers_elapsed_time():
+    # Node 1's clock set 57 years ahead: the header's elapsed time, the newest rank time less the
+    # first, read decades in the live TUI (report and replay already leave such a rank out). The
+    # hub's frames carry its own clock, which bounds the run's time in a viewer.
+    import time
+
+    from pardash.tui.widgets.run_header import summarize
+
+    now = time.time()
+    ahead = 57 * 365.25 * 86400
+    core = HubCore()
+    for rank, off in ((0, 0.0), (1, ahead)):
+        core.replay(schema.Hello(run="r", rank=rank, seq=0, world_size=2, strategy="ddp", t=now - 12 + off), 0.0)
+    for step in range(1, 11):
+        for rank, off in ((0, 0.0), (1, ahead)):
+            core.replay(schema.Step(run="r", rank=rank, seq=step, step=step, step_s=1.0, samples=4, t=now - 10 + step + off), 0.0)
+        if step == 5:
+            snap = frames.decode_snapshot(frames.encode(core.snapshot()))
+            first = frames.decode_frame(frames.encode(core.tick(0.0)))
+    rest = frames.decode_frame(frames.encode(core.tick(0.0)))
+    class Viewer(FrameApplier):
+        live = True  # (a HubClient without its sockets)
+
+    live = Viewer()  # from the start
+    live.apply_frame(first)
+    live.apply_frame(rest)
+    late = Viewer()  # attached mid-run
+    late.load_snapshot(snap)
+    late.apply_frame(rest)
+    for viewer in (live, late):
+        assert 9.0 <= summarize(viewer).elapsed_s <= 12.0
