@@ -244,3 +244,15 @@ def test_a_damaged_job_file_resumes_from_the_newest_checkpoint_that_can_be_read(
     assert f"resume: step 4 restored from {checkpoint.step_path(ckpt, 4)}" in proc.stdout
     assert sorted(step_lines(proc.stdout)) == [5, 6, 7, 8]
 
+    # Nothing of the run readable (its newest's job file and every shard damaged): the one-line
+    # error, not a fresh start nor a traceback.
+    ckpt = tmp_path / "none"
+    shutil.copytree(saved, ckpt)
+    for step in (2, 4, 6):
+        for shard in checkpoint.step_path(ckpt, step).glob("*.distcp"):
+            shard.write_bytes(shard.read_bytes()[:100])
+    failed = train(ckpt, "fsdp", "--resume", "--steps", "8", run_id="run-b", check=False)
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    (error,) = [line for line in failed.stderr.splitlines() if "error:" in line]
+    assert error.startswith(f"pardash-train: error: resume: no checkpoint in {ckpt} can be read on every rank; the newest: rank 0: ")
+    assert not STEP_LINE.search(failed.stdout)
