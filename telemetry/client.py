@@ -7,6 +7,7 @@ replay runs through the very same code as a live run.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import time
@@ -48,6 +49,10 @@ class Source(Protocol):
 class FrameApplier:
     """Builds a viewer's RunState from a snapshot and the frames after it."""
 
+    live = False
+    """Frames from a running hub, stamped with its clock (a replay's are made now, by this
+    process: a log recorded on a clock ahead of this machine's is no clock error of a rank's)."""
+
     def __init__(self) -> None:
         self.state = RunState(track_seq=False)
         self.stats = frames.HubStats()
@@ -62,7 +67,7 @@ class FrameApplier:
         return []
 
     def load_snapshot(self, snap: frames.Snapshot) -> None:
-        st = RunState(run_id=snap.run_id, track_seq=False, t0=snap.t0, t_ceiling=snap.t + CLOCK_OFF_S)
+        st = RunState(run_id=snap.run_id, track_seq=False, t0=snap.t0, t_ceiling=snap.t + CLOCK_OFF_S if self.live else math.inf)
         now = time.monotonic()
         for rank in sorted({m.rank for m in snap.messages if isinstance(m, schema.Hello)}):
             st.rank(rank)  # ranks in their order, whatever message of theirs comes first
@@ -82,7 +87,8 @@ class FrameApplier:
     def apply_frame(self, frame: frames.Frame) -> None:
         now = time.monotonic()
         st = self.state
-        st.t_ceiling = frame.t + CLOCK_OFF_S  # a rank's time past the hub's clock by more is its clock's error
+        if self.live:
+            st.t_ceiling = frame.t + CLOCK_OFF_S  # a rank's time past the hub's clock by more is its clock's error
         st.apply_frame(frame.messages, now)
         st.lost_reported = frame.stats.lost
         self.stats = frame.stats

@@ -122,7 +122,7 @@ class Hub:
         if self.keys is not None:
             failed = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
             for s, which in ((self.ingest, "ingest (ranks)"), (self.updates, "updates (viewers)"), (self.snap, "snapshot (viewers)")):
-                self._monitors[s.get_monitor_socket(failed)] = which
+                self._monitors[security.monitor_socket(s, failed)] = which
         self._refused_said = 0.0
         try:
             if ports[0]:

@@ -197,7 +197,7 @@ class Reporter:
             self.keys.apply(sock)
         security.allow_ipv6(sock, self.endpoint)
         if watch:
-            self._handshakes = sock.get_monitor_socket(HANDSHAKE_EVENTS)
+            self._handshakes = security.monitor_socket(sock, HANDSHAKE_EVENTS)
         try:
             sock.connect(self.endpoint)
         except zmq.ZMQError:

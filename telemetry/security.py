@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import itertools
 import os
 import stat
 from dataclasses import dataclass, field
@@ -227,6 +228,16 @@ def allow_ipv6(sock: zmq.Socket, where: str) -> None:
     host = where.split("://", 1)[-1]
     if host.startswith("[") or host.count(":") > 1:
         sock.setsockopt(zmq.IPV6, 1)
+
+
+_monitors_made = itertools.count()
+
+
+def monitor_socket(sock: zmq.Socket, events: int | None = None) -> zmq.Socket:
+    """``sock``'s event monitor at an inproc address of its own. pyzmq's default names it
+    after the socket's file descriptor, which a socket closed a moment before (its monitor not
+    yet torn down by the context) may still hold: "Address already in use"."""
+    return sock.get_monitor_socket(events, addr=f"inproc://pardash-monitor-{os.getpid()}-{next(_monitors_made)}")
 
 
 def _refuse_shared_folder(d: Path) -> None:

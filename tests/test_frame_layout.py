@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import msgspec
+import pytest
 import zmq
 
 from helpers import identity, wait_for
@@ -230,3 +231,22 @@ def test_a_rank_whose_clock_is_ahead_does_not_stretch_a_viewers_elapsed_time():
     late.apply_frame(rest)
     for viewer in (live, late):
         assert 9.0 <= summarize(viewer).elapsed_s <= 12.0
+
+
+def test_a_log_recorded_on_a_clock_ahead_of_this_machines_replays_its_whole_elapsed_time(tmp_path):
+    # A replay's frames are made now, on this machine's clock: they are no hub clock to hold a
+    # rank's times to (a log from a machine whose clock ran 2 h ahead read as 0 s elapsed).
+    from pardash.tui.widgets.run_header import summarize
+
+    import time
+
+    records = [msgspec.json.decode(line) for line in (DATA / "run4.jsonl").read_bytes().splitlines()]
+    shift = time.time() + 2 * 3600.0 - min(r["t"] for r in records if r.get("t"))  # 2 h ahead of now
+    shifted = tmp_path / "ahead.jsonl"
+    shifted.write_bytes(b"".join(msgspec.json.encode({**r, "t": r["t"] + shift} if r.get("t") else r) + b"\n" for r in records))
+    elapsed = []
+    for path in (DATA / "run4.jsonl", shifted):
+        replay = ReplaySource(str(path), speed=1e9)
+        replay.seek(1e9)
+        elapsed.append(summarize(replay).elapsed_s)
+    assert elapsed[0] > 10.0 and elapsed[1] == pytest.approx(elapsed[0], abs=1e-3)

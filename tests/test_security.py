@@ -66,7 +66,7 @@ def stranger_keys(tmp_path, keys):
 def _refused(sock: zmq.Socket, endpoint: str) -> None:
     """Connect ``sock`` to ``endpoint`` afresh and wait until it reports a failed handshake
     (a monitor attached after the first attempt may have missed it)."""
-    mon = sock.get_monitor_socket()
+    mon = security.monitor_socket(sock)
     sock.disconnect(endpoint)
     sock.connect(endpoint)
     try:
@@ -375,12 +375,12 @@ def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys)
     # Ranks: one with no keys at all (a plain ZeroMQ client), one with a key the hub never admitted.
     plain = ctx.socket(zmq.PUSH)
     plain.setsockopt(zmq.LINGER, 0)
-    mon_plain = plain.get_monitor_socket()
+    mon_plain = security.monitor_socket(plain)
     plain.connect(hub.ingest_endpoint)
     forged = ctx.socket(zmq.PUSH)
     forged.setsockopt(zmq.LINGER, 0)
     stranger_keys.apply(forged)
-    mon_forged = forged.get_monitor_socket()
+    mon_forged = security.monitor_socket(forged)
     forged.connect(hub.ingest_endpoint)
     for sock, rank in ((plain, 1), (forged, 2)):
         frames_ = [schema.encode(schema.Step(run=RUN, rank=rank, seq=seq, step=seq, loss=1.0, step_s=0.01)) for seq in range(20)]
@@ -668,3 +668,26 @@ def test_a_client_holding_another_server_key_is_counted_as_refused(curve_hub, ke
         wait_for(lambda: curve_hub.core.rejected["no_key"] >= 1)
     finally:
         sock.close(0)
+
+
+def test_a_monitor_is_had_on_a_socket_whose_descriptor_an_earlier_monitored_one_held():
+    # pyzmq names a monitor's inproc address after its socket's file descriptor: a socket that
+    # reused the descriptor of one whose monitor's other end was still open could have no
+    # monitor ("Address already in use"), which failed a test now and then under load.
+    ctx = zmq.Context()
+    try:
+        held = []
+        for _ in range(50):
+            a = ctx.socket(zmq.DEALER)
+            held.append(security.monitor_socket(a))  # its user end left open
+            a.disable_monitor()
+            a.close(0)
+            b = ctx.socket(zmq.DEALER)
+            held.append(security.monitor_socket(b, zmq.EVENT_CONNECTED))
+            b.disable_monitor()
+            b.close(0)
+        assert len(held) == 100
+        for m in held:
+            m.close(0)
+    finally:
+        ctx.term()
