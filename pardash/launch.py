@@ -370,9 +370,31 @@ def _follow_unsupervised(job, client, printer, code: int) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: stopped watching; the ranks may still run: `{PROG} attach {spec.run_id}`, log {spec.log_path}", file=sys.stderr)
         return 130
+    if run_over(client.state):
+        _wait_for_ranks_here(client.state)
     ok = run_over(client.state) and failure_summary(client.state) is None
     print(f"{line}; log {spec.log_path}", file=_closing_stream(ok=ok), flush=True)
     return 0 if ok else 1
+
+
+RANKS_EXIT_S = 15.0
+"""How long a launch whose supervisor is gone waits, once every rank has said it is done, for
+this node's rank processes to end (their last flush, torchrun's teardown)."""
+
+
+def _wait_for_ranks_here(state, timeout_s: float = RANKS_EXIT_S) -> None:
+    """Wait until this node's ranks (their hellos' pids) have ended, at most ``timeout_s``: the
+    launch returned as they said they finished, their processes, GPU memory and all, still
+    there for the next command."""
+    import socket
+
+    here = socket.gethostname()
+    pids = {r.hello.pid for r in state.ranks.values() if r.hello is not None and r.hello.pid and r.hello.host in ("", here)}
+    deadline = time.monotonic() + timeout_s
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if registry.pid_alive(pid)}
+        if pids:
+            time.sleep(0.1)
 
 
 def _prometheus_spec(ns: argparse.Namespace, spec) -> None:

@@ -369,6 +369,10 @@ def test_ranks_that_write_on_after_their_supervisor_was_killed_train_on(tmp_path
         assert max(s.step for s in _steps(log, rank)) == 300
     msgs, _ = load_log(log)
     assert not [m for m in msgs if isinstance(m, schema.Event) and m.name == "error"]
+    # The launch ends once the ranks have: it returned as they said they finished, their
+    # processes (GPU memory and all) still there for the next command.
+    pids = {m.pid for m in msgs if isinstance(m, schema.Hello)}
+    assert len(pids) == 2 and not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
 def test_a_launch_whose_output_is_gone_still_restarts_the_hub_and_sees_the_job_out(tmp_path):
