@@ -449,13 +449,18 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     return f"pardash: {failure_line(f, error=False)}{said}; the job's exit code {code}; {log}"
 
 
+_STOP_ERROR = re.compile(r"SIGTERM|SignalException|KeyboardInterrupt", re.IGNORECASE)
+"""A rank's error that is the stop's SIGTERM as its script took it (a handler that raises a
+SigtermException of its own, a common pattern)."""
+
+
 def _failed_of_itself(f: dict | None) -> bool:
     """Whether the root cause ``f`` (:func:`failure_summary`) is a rank's own failure, not the
-    stop's doing: a peer failure (its collective's socket closed as the stop ended the other)
-    and SIGKILL (a rank the stop's grace ran out on) may be."""
+    stop's doing: a peer failure (its collective's socket closed as the stop ended the other),
+    an error raised of the SIGTERM, and SIGKILL (a rank the stop's grace ran out on) may be."""
     if f is None or f["code"] in (0, -signal.SIGKILL):
         return False
-    return f["code"] < 0 or not (f["error"] and PEER_FAILURE.search(f["error"]))
+    return f["code"] < 0 or not (f["error"] and (PEER_FAILURE.search(f["error"]) or _STOP_ERROR.search(f["error"])))
 
 
 def _as_it_hung(st) -> str:
