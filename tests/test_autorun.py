@@ -1235,6 +1235,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep", [False, True], ids=["freed", "kept"])
 def test_ddp_models_trained_one_after_another_keep_their_self_time(tmp_path, keep):
     # Self time (the straggler signal) was lost from the second model on: the new DDP wrapper
@@ -1253,6 +1254,7 @@ def test_ddp_models_trained_one_after_another_keep_their_self_time(tmp_path, kee
         assert [s.mem.params_bytes for s in steps] == [size for size in sizes for _ in range(5)]
 
 
+@pytest.mark.slow
 def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):
     # The script sleeps in rank 1's data path; both ranks' step times are equal (they wait
     # for each other), so only the self time the hooks measure can tell them apart.
@@ -1262,6 +1264,7 @@ def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):
     assert [(v.rank, v.cause) for v in verdicts] == [(1, "data")]
 
 
+@pytest.mark.slow
 def test_data_parallel_by_hand_has_self_time_and_its_straggler_named(tmp_path):
     # A script that all-reduces its gradients itself (no DDP) read as strategy "single", with
     # no self time: the straggler detector had nothing to judge.
@@ -1309,6 +1312,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_a_process_group_made_by_init_device_mesh_has_its_backend(tmp_path):
     # init_device_mesh("cpu", ...) makes the default group without a backend named, and
     # dist.get_backend() says "undefined" for it: the hello and the report read "undefined".

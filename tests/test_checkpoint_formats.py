@@ -69,6 +69,7 @@ def saved(tmp_path_factory):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("saved_by", "resumed_by"),
     # ddp's own load (the wrapper's "module." names) is in the slow test, on 2 ranks.
@@ -144,6 +145,7 @@ def test_a_single_process_checkpoint_resumes_sharded_on_two_ranks_and_back(tmp_p
     assert after["fsdp"] == after["ddp"] and sorted(after["fsdp"]) == [7, 8]
 
 
+@pytest.mark.slow
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, saved):
     # A shard cut short after its save completed (.metadata is there, so it looks complete):
     # the resume says so and goes on from the checkpoint before, on the same curve.
@@ -215,6 +217,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, save
         error_file.read_text())
 
 
+@pytest.mark.slow
 def test_a_damaged_job_file_resumes_from_the_newest_checkpoint_that_can_be_read(tmp_path):
     # A job file overwritten with other bytes made the run's newest checkpoint a run of its own:
     # with its shards damaged too, --resume said "no older checkpoint" beside the run's own

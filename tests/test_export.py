@@ -463,6 +463,7 @@ def test_events_at_one_step_are_one_text(tmp_path):
     assert _texts(tmp_path / "tb" / "rank0", "events/warning") == [(3, "warning 1\n\nwarning 2")]
 
 
+@pytest.mark.slow
 def test_a_real_runs_evaluations_and_system_samples_reach_tensorboard(tmp_path):
     # A script of the user's, watched with no code change: its validation passes (model.eval())
     # were in the log and the report, not in TensorBoard.

@@ -1461,6 +1461,7 @@ def test_a_report_of_a_resume_with_nothing_left_to_train_says_so(tmp_path):
     assert "| steps | 0 (resumed at step 150, nothing left to train) |" in render_markdown(rep)
 
 
+@pytest.mark.slow
 def test_a_reports_memory_grows_by_a_few_doubles_a_step(tmp_path):
     # The report keeps every step's time and phases for exact medians: as lists of Python
     # floats (32 bytes each), a day of a job (millions of steps) took gigabytes; as C doubles,

@@ -148,6 +148,7 @@ def test_a_simulated_straggler_slows_the_job_as_much_as_its_steps_say(monkeypatc
     assert simulate.step_message(cfg, 0, 20, 0.0, 0.0, 0.0).step_s == pytest.approx(0.13)
 
 
+@pytest.mark.slow
 def test_an_attached_viewer_exits_1_when_the_run_it_watched_failed(tmp_path):
     # `pardash attach --headless RUN` ended 0 after "the run is over: ... rank 1 exited with
     # code 1": a script waiting on the job read it as a success.

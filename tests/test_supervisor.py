@@ -163,6 +163,7 @@ def test_the_viewer_that_started_a_job_has_its_outcome_while_the_job_waits_for_i
     assert job.wait(60) == 1
 
 
+@pytest.mark.slow
 def test_a_job_whose_result_file_cannot_be_written_still_tells_its_launch_how_it_ended(tmp_path):
     # A full disk under the run's folder: the supervisor could not write result.json, and the
     # launch took the job's end for its supervisor's death ("its ranks train on without it ...

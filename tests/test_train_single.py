@@ -58,6 +58,7 @@ def test_bad_flags_exit_2_with_one_line():
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_warmup_longer_than_the_run_and_one_rank_of_fsdp_are_said_once(tmp_path):
     # --warmup-steps 10 --steps 3 trained at a fraction of --lr without a word; fsdp on one rank
     # saved nothing without a word (dp's single replica had a note, printed twice).
@@ -74,6 +75,7 @@ def test_a_warmup_longer_than_the_run_and_one_rank_of_fsdp_are_said_once(tmp_pat
     assert out.count("fsdp: one rank holds every shard, so nothing is saved") == 1, out
 
 
+@pytest.mark.slow
 def test_a_disk_full_under_its_output_costs_lines_never_the_training():
     # Under `pardash launch` a rank's output goes to a file in the run's folder: on a disk that
     # filled, the rank died at its next print (OSError: No space left on device).
