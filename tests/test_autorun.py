@@ -1204,7 +1204,6 @@ def test_plain_ddp_script_every_step_of_every_rank(plain_ddp_run):
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # a straggler judged from real timing: run alone
 def test_the_scripts_flags_never_reach_torchrun(tmp_path):
     # torchrun's parser took a script's `--nproc 7` as ambiguous (the launch never started)
     # and would take `--role x` or `--standalone` as its own.
@@ -1255,6 +1254,7 @@ def test_ddp_models_trained_one_after_another_keep_their_self_time(tmp_path, kee
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a straggler judged from real timing: run alone
 def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):
     # The script sleeps in rank 1's data path; both ranks' step times are equal (they wait
     # for each other), so only the self time the hooks measure can tell them apart.
