@@ -284,9 +284,11 @@ async def test_the_palettes_screenshot_is_saved_in_the_current_folder(tmp_path, 
         await pilot.press(*"Screenshot")
         await pilot.pause(0.3)
         await pilot.press("enter")
-        for _ in range(40):
+        # Until the app has its "Saved screenshot": the thread that wrote the file tells it so,
+        # and one that found the app gone raised in the next test's warnings.
+        for _ in range(100):
             await pilot.pause(0.05)
-            if list(tmp_path.glob("*.svg")):
+            if any(n.title == "Screenshot" for n in app._notifications):
                 break
     shots = list(tmp_path.glob("*.svg"))
     assert len(shots) == 1 and "fsdp-gpt2-4" in shots[0].read_text()
