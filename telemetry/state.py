@@ -7,12 +7,11 @@ messages too, so a rank's status is the same wherever it is computed.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from math import nan
+from math import inf, nan
 
 import msgspec
 
@@ -228,7 +227,7 @@ class RunState:
     t_last_rank: float = 0.0
     """Wall clock of the newest message a rank sent (the hub's own notes and verdicts go on
     after the ranks are done: a run's duration ends here)."""
-    t_ceiling: float = math.inf
+    t_ceiling: float = inf
     """A rank's time beyond this is its clock's error, not the run's (``t_last``/``t_last_rank``
     keep below it): a viewer sets it from the hub's frame clock plus CLOCK_OFF_S, where a node
     whose clock is ahead by years read as a run decades long. inf: no hub clock to hold to."""
