@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
@@ -21,7 +22,14 @@ BENCHES = {
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(BENCHES)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run benchmarks (all of them when none is named), print their tables and update bench/RESULTS.md.",
+        epilog="benches:\n" + "\n".join(f"  {n:<11} {title}" for n, title in BENCHES.items())
+        + "\n\n`python -m bench.NAME --help` says what one measures and how.",
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME", help="benches to run, in this order")
+    names = parser.parse_args(argv).names or list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         print(f"unknown bench: {', '.join(unknown)}; choose from {', '.join(BENCHES)}", file=sys.stderr)

@@ -8,6 +8,7 @@ import platform
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 DEMO_RATE = re.compile(rb"^steps/s ([\d.]+) \(steps (\d+)\.\.(\d+)\)")
@@ -94,3 +95,33 @@ def write_results(sections: dict[str, list[Row]], notes: dict[str, str]) -> str:
         out += f"## {name}\n{body.rstrip()}\n\n"
     RESULTS.write_text(out)
     return out
+
+
+def standalone(
+    module: str, doc: str | None, run: Callable[[Any], tuple[list[Row], str]], argv: list[str] | None = None,
+    configure: Callable[[Any], None] | None = None,
+) -> int:
+    """``python -m bench.NAME``: one bench alone. ``--help`` says what it measures (``doc``, the module's
+    docstring) without running it, an unknown argument is refused, and ``--write`` also puts the
+    table in RESULTS.md as ``python -m bench NAME`` does. ``configure`` adds the bench's own
+    arguments; ``run`` takes the parsed namespace."""
+    import argparse
+
+    from .__main__ import BENCHES
+
+    name = module.rsplit(".", 1)[-1]
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {module}", description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if configure is not None:
+        configure(parser)
+    if name in BENCHES:
+        parser.add_argument("--write", action="store_true", help="also write the table into bench/RESULTS.md")
+    ns = parser.parse_args(argv)
+    rows, note = run(ns)
+    print(table(rows))
+    print(note, flush=True)
+    if getattr(ns, "write", False):
+        write_results({BENCHES[name]: rows}, {BENCHES[name]: note})
+    return 0

@@ -102,7 +102,6 @@ def run(clean_steps: int = 500, injected_steps: int = 60) -> tuple[list[Row], st
 
 
 if __name__ == "__main__":
-    rs, note = run()
-    for r in rs:
-        print(r.cells())
-    print(note)
+    from .common import standalone
+
+    sys.exit(standalone(__spec__.name, __doc__, lambda _ns: run()))

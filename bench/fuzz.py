@@ -386,8 +386,9 @@ def run(n_frames: int = N) -> tuple[list[Row], str]:
 
 
 if __name__ == "__main__":
-    rows, note = run(int(sys.argv[1]) if len(sys.argv) > 1 else N)
-    from .common import table
+    from .common import standalone
 
-    print(table(rows))
-    print(note)
+    def _frames(parser) -> None:
+        parser.add_argument("frames", nargs="?", type=int, default=N, help=f"hostile frames to send (default {N:,})")
+
+    sys.exit(standalone(__spec__.name, __doc__, lambda ns: run(ns.frames), configure=_frames))

@@ -171,8 +171,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         _child(sys.argv[2])
     else:
-        from .common import table
+        from .common import standalone
 
-        rows, note = run()
-        print(table(rows))
-        print(note)
+        sys.exit(standalone(__spec__.name, __doc__, lambda _ns: run()))

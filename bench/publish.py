@@ -8,6 +8,7 @@ measured cost is the real one: build the struct, encode, hand to ZeroMQ.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import threading
 import time
@@ -90,6 +91,6 @@ def run() -> tuple[list[Row], str]:
 
 
 if __name__ == "__main__":
-    rows, note = run()
-    for r in rows:
-        print(r.cells())
+    from .common import standalone
+
+    sys.exit(standalone(__spec__.name, __doc__, lambda _ns: run()))

@@ -88,7 +88,6 @@ def run(steps: int = 1000, short_steps: int = 30, pairs: int = 4) -> tuple[list[
 
 
 if __name__ == "__main__":
-    rs, n = run()
-    for r in rs:
-        print(r.cells())
-    print(n)
+    from .common import standalone
+
+    sys.exit(standalone(__spec__.name, __doc__, lambda _ns: run()))

@@ -83,7 +83,6 @@ def run(steps: int = 800, pairs: int = 4, ab_runs: int = 6, ab_steps: int = 2000
 
 
 if __name__ == "__main__":
-    rows, note = run()
-    for r in rows:
-        print(r.cells())
-    print(note)
+    from .common import standalone
+
+    sys.exit(standalone(__spec__.name, __doc__, lambda _ns: run()))

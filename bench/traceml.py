@@ -316,7 +316,6 @@ def _traceml_version() -> str:
 
 
 if __name__ == "__main__":
-    rs, n = run()
-    for r in rs:
-        print(r.cells())
-    print(n)
+    from .common import standalone
+
+    sys.exit(standalone(__spec__.name, __doc__, lambda _ns: run()))

@@ -28,6 +28,7 @@ sample their RSS and live Python objects; the second half's RSS slope and object
 whether memory is bounded. ``PARDASH_BENCH_RSS_STEPS=36000`` runs a full hour's worth.
 
 ``python -m bench tui``: about 2.5 minutes on 2 quiet cores (timings are noisy on a busy one).
+``python -m bench.tui quick --help``: one live configuration, for iterating on the frame cost.
 """
 
 from __future__ import annotations
@@ -739,11 +740,9 @@ def quick(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    from .common import table
-
     if sys.argv[1:2] == ["quick"]:
         quick(sys.argv[2:])
         sys.exit(0)
-    rows, note = run()
-    print(table(rows))
-    print(note)
+    from .common import standalone
+
+    sys.exit(standalone(__spec__.name, __doc__, lambda _ns: run()))

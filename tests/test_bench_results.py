@@ -1,7 +1,17 @@
-"""bench/RESULTS.md: a bench that ran only part of its section keeps the other part's rows."""
+"""bench/RESULTS.md: a bench that ran only part of its section keeps the other part's rows;
+a bench run alone answers --help and writes RESULTS.md only with --write."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from bench import common, soak
+from bench.__main__ import BENCHES
 from bench.common import Row
+
+ROOT = Path(__file__).resolve().parents[1]
 
 NAME = "Hub soak at 1024 ranks and ingest headroom against raw ZeroMQ (issue 7)"
 
@@ -47,3 +57,37 @@ def test_a_section_never_written_is_empty_and_a_part_alone_is_written_as_it_is(t
     assert common.read_section(NAME) == ("", [], [])
     rows, note = soak._keep_other_part(NAME, _headroom_rows("1/s", False), "- headroom: only", soak_ran=False)
     assert rows == _headroom_rows("1/s", False) and note == "- headroom: only"
+
+
+def test_a_bench_alone_says_what_it_measures_and_writes_only_when_asked(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "RESULTS.md")
+    runs = []
+
+    def run(ns):
+        runs.append(ns)
+        return _headroom_rows("120,000/s", False), "- headroom: alone"
+
+    with pytest.raises(SystemExit) as e:
+        common.standalone("bench.soak", "What it measures.", run, ["--help"])
+    assert e.value.code == 0 and runs == []
+    assert "What it measures." in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        common.standalone("bench.soak", "", run, ["--rounds", "3"])
+    assert e.value.code == 2 and runs == []
+    assert "unrecognized arguments: --rounds 3" in capsys.readouterr().err
+
+    assert common.standalone("bench.soak", "", run, []) == 0
+    assert "| 120,000/s |" in capsys.readouterr().out and not common.RESULTS.exists()
+    assert common.standalone("bench.soak", "", run, ["--write"]) == 0
+    assert common.read_section(NAME)[1] == _headroom_rows("120,000/s", False) and len(runs) == 2
+
+
+@pytest.mark.parametrize("module", ["bench"] + [f"bench.{name}" for name in BENCHES])
+def test_every_bench_module_answers_help_without_running(module):
+    """`python -m bench.tui --help` once ran the whole 2.5-minute bench."""
+    out = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"usage: python -m {module} ")
+    assert "--write" in out.stdout or module == "bench"
