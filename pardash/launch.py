@@ -292,7 +292,16 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     # A node > 0 records nothing itself: node 0's hub keeps the log.
     # ... and where the hub writes it now (it goes on beside its path when another file took it).
     log_path = f"kept by node 0's hub ({spec.remote_hub})" if spec.remote_hub else (client.stats.log_path or spec.log_path)
-    line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error)
+    # Under the TUI the ranks' output went to its file alone: a failure's traceback, which a
+    # terminal (or a headless launch) would have shown, is printed here, as its rank reported it.
+    output = "" if ns.headless else spec.output
+    if output and code != 0:
+        from pardash.telemetry.printer import failure_traceback
+
+        told = failure_traceback(client.state, job.result())
+        if told is not None:
+            print(f"{PROG}: rank {told[0]}'s error, as it reported it:\n{told[1]}", file=sys.stderr)
+    line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error, output=output)
     print(line, file=_closing_stream(ok=code == 0))
     return code
 

@@ -15,7 +15,7 @@ from typing import TextIO
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
-from .failures import PEER_FAILURE, failure_line, failure_summary
+from .failures import PEER_FAILURE, attempts, failure_line, failure_summary
 from .state import run_over
 from .summary import (
     held_spread,
@@ -429,24 +429,40 @@ def _progress_text(st) -> str:
     return "no step taken" + (f" (resumed at step {max(resumed)}, nothing left to train)" if resumed else "")
 
 
-def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = "") -> str:
+def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = "", output: str = "") -> str:
     """The launcher's last line: success, or the one-line cause of a failure (``log_error``:
-    the hub's last word on the log, when it could not write it)."""
+    the hub's last word on the log, when it could not write it). ``output``: the file of the
+    ranks' output when it was not on the screen (the TUI stood there): a failure's line then
+    says its error and where the rest is, which is otherwise just above it."""
     log = f"log {log_path}" + (f" (incomplete: {log_error})" if log_error else "")
     said = "".join(f"; {n}" for n in restart_notes(st, result))
     if code == 0:
         return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{said}, {log}"
     f = failure_summary(st)
+    out = f"output {output}; " if output else ""
     if result.get("stopped"):
         # A rank that failed of itself (its own error, or a signal not the stop's) before the
         # stop: said, or the stop during torchrun's teardown hid the failure.
-        how = f" after the job failed: {failure_line(f, error=False)}" if _failed_of_itself(f) else _as_it_hung(st)
-        return f"pardash: stopped by you{how} (exit code {code}){said}; {log}"
+        failed = _failed_of_itself(f)
+        how = f" after the job failed: {failure_line(f, error=bool(output))}" if failed else _as_it_hung(st)
+        return f"pardash: stopped by you{how} (exit code {code}){said}; {out if failed else ''}{log}"
     if f is None:
-        return f"pardash: the job failed with exit code {code}{said}; {log}"
+        return f"pardash: the job failed with exit code {code}{said}; {out}{log}"
     # The error's text is in the ranks' output just above: the line names who and where.
     # The launch's own exit code is torchrun's, not the rank's (which the line names): say whose.
-    return f"pardash: {failure_line(f, error=False)}{said}; the job's exit code {code}; {log}"
+    return f"pardash: {failure_line(f, error=bool(output))}{said}; the job's exit code {code}; {out}{log}"
+
+
+def failure_traceback(st, result: dict) -> tuple[int, str] | None:
+    """The rank and traceback of the job's root cause, as the rank reported it, for a launch
+    whose ranks' output was not on the screen to print before its last line; None when there
+    is none to show (a success, a rank killed by a signal, a stop of a job that had not failed)."""
+    f = failure_summary(st)
+    if f is None or (result.get("stopped") and not _failed_of_itself(f)):
+        return None
+    # The error that failure_summary took its first line from: the rank's in the last attempt.
+    tb = next((e.traceback for e in attempts(st)[-1] if e.name == "error" and e.rank == f["rank"]), None)
+    return (f["rank"], tb.rstrip("\n")) if tb else None
 
 
 _STOP_ERROR = re.compile(r"SIGTERM|SignalException|KeyboardInterrupt", re.IGNORECASE)

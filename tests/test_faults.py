@@ -188,6 +188,37 @@ def test_a_sigterm_to_a_tui_launch_once_every_rank_has_finished_lets_the_job_end
     assert b"stopped by you" not in out and b"pardash: done, 2 rank(s), step 5" in out, out[-2000:]
 
 
+def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file(tmp_path):
+    # The ranks' output goes to its file alone under the TUI: on leaving it, the launch said
+    # "rank 1 exited with code 1 at step 3; ..." with no error, no traceback, and nothing said
+    # where the output was.
+    import pty
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "scripts" / "crash.py"
+    log = tmp_path / "run.jsonl"
+    master, slave = pty.openpty()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
+         "--", str(script)],
+        stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
+    )  # fmt: skip
+    os.close(slave)
+    screen = TerminalOutput(master)
+    wait_for(lambda: list((tmp_path / "runs").glob("*/result.json")), timeout_s=120, poll_s=0.2)  # the job is over
+    os.write(master, b"q")  # the TUI stays up on a failed job until then
+    assert p.wait(timeout=60) == 1
+    out = screen.done().decode(errors="replace").replace("\r\n", "\n")
+    (output,) = (tmp_path / "runs").glob("*/output.log")
+    after = out[out.rindex("\x1b[?1049l"):]  # what stays on the terminal once the TUI has gone
+    told = after[after.index("pardash: rank 1's error, as it reported it:"):]
+    assert 'File "' in told and "in backward" in told and "ValueError: boom in backward" in told, told
+    last = told.strip().splitlines()[-1]
+    assert last.startswith("pardash: rank 1 exited with code 1 at step 3: ValueError: boom in backward; "), last
+    assert f"; output {output.relative_to(tmp_path)}; log " in last or f"; output {output}; log " in last, last
+    assert "ValueError: boom in backward" in output.read_text()  # the file named has it
+
+
 def _launch_in_a_terminal(tmp_path):
     """A TUI launch of the bundled trainer in a pty, once its ranks have stepped: (process,
     the terminal's master end, what it shows, the log)."""

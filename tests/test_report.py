@@ -835,6 +835,41 @@ def test_a_rank_that_failed_before_its_first_step_is_not_said_to_fail_at_step_1(
     assert rep["failure"]["line"] == "rank 0 exited with code 1: ValueError: bad config"
 
 
+def test_a_failure_the_tui_hid_is_told_with_its_error_its_traceback_and_where_the_output_is():
+    # Under the TUI the ranks' output goes to its file alone: the launch's last line named who
+    # failed and where, but not the error, its traceback, nor the file that has them.
+    from pardash.telemetry.printer import failure_traceback, outcome_line
+
+    t = 1.0e9
+    tb = 'Traceback (most recent call last):\n  File "train.py", line 11, in <module>\nValueError: bad batch\n'
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=1, step=1, step_s=0.1, samples=4, t=t + 1) for r in (0, 1)]
+    records += [
+        schema.Event(run="r", rank=1, seq=2, name="error", message="ValueError: bad batch", traceback=tb, step=1, t=t + 2),
+        schema.Event(run="r", rank=1, seq=3, name="exit", code=1, step=2, t=t + 2),
+        schema.Event(run="r", rank=0, seq=-1, name="exit", code=-15, message="rank 0 was stopped by torchrun", t=t + 3),
+    ]
+    st = RunState()
+    for m in records:
+        st.apply(m, 0.0)
+    assert outcome_line(st, 1, {}, "run.jsonl") == (
+        "pardash: rank 1 exited with code 1 at step 2; rank 0 was stopped; the job's exit code 1; log run.jsonl"
+    )
+    assert outcome_line(st, 1, {}, "run.jsonl", output="runs/r/output.log") == (
+        "pardash: rank 1 exited with code 1 at step 2: ValueError: bad batch; rank 0 was stopped; the job's exit code 1; "
+        "output runs/r/output.log; log run.jsonl"
+    )
+    assert failure_traceback(st, {}) == (1, tb.rstrip("\n"))
+    assert failure_traceback(st, {"stopped": True}) == (1, tb.rstrip("\n"))  # it failed before the stop
+    # A job only stopped, or one that succeeded, has nothing to tell.
+    stopped = RunState()
+    for m in records[:4]:
+        stopped.apply(m, 0.0)
+    stopped.apply(schema.Event(run="r", rank=0, seq=-1, name="exit", code=-15, message="rank 0 was stopped by you", t=t + 3), 0.0)
+    assert failure_traceback(stopped, {"stopped": True}) is None
+    assert failure_traceback(RunState(), {}) is None
+
+
 def test_a_job_whose_ranks_were_only_stopped_names_no_root_cause(tmp_path):
     # The user stopped the job (or a scheduler sent SIGTERM): every rank ended by SIGTERM, as
     # the launcher notes for them. None of them caused it.
@@ -882,6 +917,11 @@ def test_a_job_that_failed_and_was_then_stopped_says_both(tmp_path, failed, said
     assert outcome_line(st, 130, {"stopped": True}, "run.jsonl") == (
         f"pardash: stopped by you after the job failed: {said} (exit code 130); log run.jsonl"
     )
+    # Under the TUI (the ranks' output on no screen): the error too, and where the output is.
+    with_error = said.replace(" at step 3", f" at step 3: {error}") if error else said
+    assert outcome_line(st, 130, {"stopped": True}, "run.jsonl", output="runs/x/output.log") == (
+        f"pardash: stopped by you after the job failed: {with_error} (exit code 130); output runs/x/output.log; log run.jsonl"
+    )
     # A peer's failure (the collective's socket closed under a rank as the stop ended the other)
     # is the stop's doing, not a failure before it.
     st = RunState()
@@ -891,6 +931,7 @@ def test_a_job_that_failed_and_was_then_stopped_says_both(tmp_path, failed, said
     st.apply(schema.Event(run="r", rank=1, seq=4, name="exit", code=1, step=3, t=t + 3), 0.0)
     st.apply(schema.Event(run="r", rank=0, seq=-1, name="exit", code=-15, message="rank 0 was stopped by you", t=t + 4), 0.0)
     assert outcome_line(st, 130, {"stopped": True}, "run.jsonl") == "pardash: stopped by you (exit code 130); log run.jsonl"
+    assert outcome_line(st, 130, {"stopped": True}, "run.jsonl", output="o.log") == "pardash: stopped by you (exit code 130); log run.jsonl"
     # Nor is a script's own error raised of the stop's SIGTERM (a handler raising an exception of its own).
     st = RunState()
     for m in records[:4]:
