@@ -187,3 +187,35 @@ async def test_a_heat_map_with_rows_to_spare_keeps_the_runs_loss_under_it():
         await pilot.pause()
         await pilot.pause()
         assert app.screen.has_class("-trend")
+
+
+@pytest.mark.parametrize("values", [(9.1e-4, 0.0255), (-12.5, -2.31), (1.2e4, 3.4e4)], ids=["tiny", "negative", "huge"])
+async def test_a_charts_y_axis_stays_in_one_column_whatever_its_labels(values):
+    # A loss chart of 9.1e-04 ... 0.0255 drew "9.1e-04 ┤" a column right of "0.0255 ┤": the
+    # axis labels had room for 6 characters, and a loss takes up to 7.
+    from textual.app import App
+
+    from pardash.tui.charts import ChartSeries
+    from pardash.tui.format import fmt_loss
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    lo, hi = values
+    n = 30
+    line = tuple(lo + (hi - lo) * i / (n - 1) for i in range(n))
+    nan = (float("nan"),) * n
+
+    class One(App):
+        def compose(self):
+            yield HistoryChart(fmt_loss)
+
+    app = One()
+    async with app.run_test(size=(60, 12)) as pilot:
+        chart = app.query_one(HistoryChart)
+        chart.series = ChartSeries(line, nan, nan, nan, 1, n, hi, 0)
+        await pilot.pause()
+        rows = [chart.render_line(y).text for y in range(chart.content_region.height - 1)]
+        labelled = [r for r in rows if "┤" in r]
+        assert len(labelled) == 3, rows
+        assert {r.index("┤") for r in labelled} | {r.index("│") for r in rows if "┤" not in r} == {labelled[0].index("┤")}, rows
+        labels = [float(r[: r.index("┤")]) for r in labelled]  # whole numbers, top to bottom
+        assert labels == sorted(labels, reverse=True) and labels[0] > labels[-1], rows

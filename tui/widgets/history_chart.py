@@ -16,8 +16,9 @@ from textual.widget import Widget
 from ..charts import ChartSeries
 from ..styles import CachedStyles, component_bg, component_fg
 
-AXIS_WIDTH = 8
-"""Columns for the y-axis labels."""
+AXIS_WIDTH = 9
+"""Columns for the y axis: a label of up to 7 characters (fmt_loss's widest: ``1.2e+04``,
+``-2.3141``), a space and the axis."""
 
 _HALVES = {1: "▀", 2: "▄", 3: "█"}
 
