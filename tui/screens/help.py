@@ -70,7 +70,7 @@ GLOSSARY = (
     "wall: a rank's step time, from one step's end to the next's (the grid: the median of its "
     "last five, as self). "
     "self time: a rank's work before the step's first collective (no waiting; FSDP: its data "
-    "and forward less its all-gathers); Δself: how far above the other ranks' median it is; "
+    "and forward less its all-gathers); Δself: how far above the other ranks' median it is (+31%; from twice it, the ratio: 3.2×); "
     "med (a rank's phases): the other ranks' median of that phase. In DDP and FSDP "
     "every rank's step time is about the same, because all wait for the slowest; the straggler is "
     "the rank whose self time exceeds the others' median.\n"
@@ -78,7 +78,11 @@ GLOSSARY = (
     "what the ranks would hold with a full copy each (DDP): the memory panel's total, and a "
     "rank's own in its detail.\n"
     "comm: time with a collective in flight (DDP's bucket all-reduces, FSDP's all-gathers and "
-    "reduce-scatters). loss (under the grid, when it has room): the ranks' median and spread."
+    "reduce-scatters). loss (under the grid, when it has room): the ranks' median and spread.\n"
+    "lost: the ranks' messages that never reached the hub (gaps in their numbering: a hub that "
+    "restarted); dropped: messages a rank's reporter threw away rather than wait for a hub out of "
+    "reach (its queue full); rejected: what the hub refused (malformed, another run's), by reason "
+    "in the log."
 )
 
 
