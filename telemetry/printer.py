@@ -71,6 +71,8 @@ class ProgressPrinter:
         self._frame_at = self.t_start
         self._quiet_said = False
         self._progress = None
+        self._stopped_bar = None
+        """The bar :meth:`close` stopped, which a later update goes on with."""
         self._task = None
 
     def _print(self, line: str) -> None:
@@ -81,6 +83,12 @@ class ProgressPrinter:
             print(line, file=self.out, flush=True)
 
     def _start_bar(self) -> None:
+        if self._stopped_bar is not None:
+            # The bar goes on after a stop (headless Ctrl-C: "stopping the job..."), its clock
+            # the run's: a new one read 0:00:00 of a job an hour old.
+            self._progress, self._stopped_bar = self._stopped_bar, None
+            self._progress.start()
+            return
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -207,7 +215,7 @@ class ProgressPrinter:
         """Stop the bar (it stays on screen as the last state); lines need nothing."""
         if self._progress is not None:
             self._progress.stop()
-            self._progress = None
+            self._stopped_bar, self._progress = self._progress, None
 
     def follow(self, done, poll_s: float = 0.1) -> None:
         """Print until ``done()`` is true, then a last progress line (or the bar's last state)."""

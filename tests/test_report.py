@@ -737,6 +737,30 @@ def test_the_bar_prints_the_jobs_output_above_itself(tmp_path):
     assert re.search(r"step 12/12 ━+ step ms [\d.]+/[\d.]+/[\d.]+ min/med/max \| 2 finished", text)
 
 
+def test_the_bar_keeps_its_clock_when_it_goes_on_after_a_stop():
+    # Headless Ctrl-C: the bar stops, "stopping the job..." is said, and a bar follows the job
+    # to its end; that bar started its clock again at 0:00:00.
+    import io
+
+    from pardash.telemetry.printer import ProgressPrinter
+
+    out = io.StringIO()
+    src = _LogSource(DATA / "real_ddp2.jsonl")
+    src.state.hello.config = {}  # no total: the bar's clock runs on (a finished bar's stops)
+    printer = ProgressPrinter(src, out=out, bar=True)
+    printer.update()
+    (task,) = printer._progress.tasks
+    task.start_time -= 3600  # the job has run an hour
+    printer.close()
+    printer._print("pardash: stopping the job...")
+    printer.update(force=True)
+    printer.close()
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.getvalue())
+    after = text[text.index("stopping the job..."):]
+    assert re.search(r"2 finished +1:00:0\d", after), after
+    assert "0:00:00" not in after
+
+
 def test_plain_lines_keep_their_format():
     import io
 
