@@ -56,6 +56,9 @@ def test_clean_run_has_no_straggler(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _verdicts(msgs, "straggler") == []
     assert len([m for m in msgs if isinstance(m, schema.Step)]) == 300
+    # torchrun's four-line warning that it set OMP_NUM_THREADS=1: the launch sets it for the
+    # bundled trainer, which says its own thread count.
+    assert "OMP_NUM_THREADS" not in proc.stdout + proc.stderr and "thread(s) per rank" in proc.stdout
 
 
 @pytest.mark.serial

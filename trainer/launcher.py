@@ -290,6 +290,11 @@ class Supervisor:
             env["PYTHONUNBUFFERED"] = "1"
             # ...and a script's prints line by line, as to a terminal (see autorun)
             env[LINE_BUFFERED_VAR] = "1"
+        if spec.command[:2] == ["-m", "pardash.trainer.train"] and spec.nproc > 1:
+            # What torchrun sets for several local ranks (OMP_NUM_THREADS=1), set here, spares
+            # every launch its four-line warning of it: the bundled trainer sets its ranks'
+            # threads itself and says how many. A script of the user's keeps torchrun's word.
+            env.setdefault("OMP_NUM_THREADS", "1")
         if spec.max_restarts > 0:
             # torchrun's workers share its rendezvous TCPStore across restarts, keys and all
             # (no per-attempt prefix): restarted gloo ranks can read their peers' addresses from
