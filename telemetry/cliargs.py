@@ -63,13 +63,15 @@ def replay_position(text: str) -> float:
     if len(parts) > 3:
         raise argparse.ArgumentTypeError(f"{text!r} is not a time into the run (seconds, M:SS, H:MM:SS or end)")
     seconds = 0.0
-    for part in parts:
+    for i, part in enumerate(parts):
         try:
             x = _number(part, float)
         except argparse.ArgumentTypeError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a time into the run (seconds, M:SS, H:MM:SS or end)") from None
         if x < 0:
             raise argparse.ArgumentTypeError(f"{text!r}: a time into the run is not negative")
+        if i and x >= 60:
+            raise argparse.ArgumentTypeError(f"{text!r}: minutes and seconds after a colon go up to 59 (1:30, 1:02:03)")
         seconds = seconds * 60 + x
     return seconds
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+
+import pytest
 
 from tui_helpers import DATA, grid_text, replay_app, widget_text
 
@@ -424,7 +427,10 @@ def test_a_replay_can_begin_anywhere_in_the_run_or_at_its_end(tmp_path):
     msgs += [schema.Event(rank=r, name="exit", code=0, step=120, t=t0 + 7201, run="x", seq=121) for r in (0, 1)]
     log.write_bytes(schema.encode_json_lines(msgs))
     os.utime(log, (1.6e9, 1.6e9))  # a finished log, not one being written
-    assert [replay_position(w) for w in ("90", "1:30", "1:02:03", "end")] == [90.0, 90.0, 3723.0, math.inf]
+    assert [replay_position(w) for w in ("90", "1:30", "1:02:03", "end", "75:00")] == [90.0, 90.0, 3723.0, math.inf, 4500.0]
+    for wrong in ("9:99", "1:60:00", "1:02:60"):  # 9:99 was taken as 11:39
+        with pytest.raises(argparse.ArgumentTypeError, match="go up to 59"):
+            replay_position(wrong)
     at = ReplaySource(str(log), start_s=replay_position("1:00:30"))
     assert at.position_s == 3630.0 and at.state.step == 60 and not at.done
     end = ReplaySource(str(log), start_s=replay_position("end"))
