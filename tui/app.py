@@ -64,9 +64,10 @@ class PardashApp(App[str | None]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("space", "pause", "Pause", tooltip="Pause the replay"),
         Binding("space", "play", "Play", tooltip="Resume the replay"),
-        Binding("plus,equals_sign", "speed(1)", "Faster", key_display="+", show=False),
+        # A replay's footer shows its keys in pairs: "+/- Speed", "[/] Seek" (the help has each).
+        Binding("plus,equals_sign", "speed(1)", "Speed", key_display="+/-", tooltip="Faster (+), slower (-)"),
         Binding("minus", "speed(-1)", "Slower", key_display="-", show=False),
-        Binding("left_square_bracket", "seek(-1)", "Back 10 s", key_display="[", show=False),
+        Binding("left_square_bracket", "seek(-1)", "Seek", key_display="[/]", tooltip="Back ([) or forward (]) 10 s"),
         Binding("right_square_bracket", "seek(1)", "Forward 10 s", key_display="]", show=False),
     ]
 
