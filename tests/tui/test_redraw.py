@@ -20,6 +20,7 @@ from pardash.tui.screens import dashboard
 from pardash.tui.styles import text_strip
 from pardash.tui.widgets.rank_grid import RankGrid
 from pardash.tui.widgets.run_header import RunHeader, RunSummary
+from pardash.tui.widgets.selected_rank import SelectedRank
 
 RUN = "redraw"
 GiB = 1 << 30
@@ -196,7 +197,21 @@ async def test_running_figures_wait_their_turn_but_statuses_show_at_once(monkeyp
     # the hub read quiet, and the header, whose "hub quiet for" then changed at each update,
     # took every frame's figures at once.
     monkeypatch.setattr(tui_app, "time", clock)
+    # A few ranks: the figures follow every frame, as their grid rows do.
     job = Job(4)
+    job.step()
+    job.frame()
+    app = make_app(job.viewer)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        header, selected = screen.query_one(RunHeader), screen.query_one(SelectedRank)
+        job.step(loss=3.5)
+        job.frame()
+        screen.refresh_run()
+        assert header.summary.step == 2 and selected.row == screen.grid.row_of(0) and selected.row.loss == 3.5
+    # Many: they wait their turn.
+    job = Job(dashboard.FIGURES_EVERY_FRAME_UP_TO + 1)
     job.step()
     job.frame()
     app = make_app(job.viewer)

@@ -41,6 +41,11 @@ redrawing the header and that line at every frame, at opposite ends of the scree
 render every widget across the screen's height: at 1024 ranks about as much as all the rest of
 drawing a frame (a heat map of steady ranks redraws nothing)."""
 
+FIGURES_EVERY_FRAME_UP_TO = 64
+"""Ranks up to which the header and the selected rank's line redraw with every frame, as the
+grid does: their cost is small then, and a line that lagged its grid row by a quarter second
+showed the same rank's figures twice, different."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Widgets:
@@ -337,7 +342,13 @@ class DashboardScreen(Screen):
         row = grid.row_of(grid.cursor_rank) if grid.shows(grid.cursor_rank) else None
         t = time.monotonic()
         wait = self._figures_t + FIGURES_S - t
-        if not now and wait > 0 and _said(summary) == _said(w.header.summary) and _said_row(row) == _said_row(w.selected.row):
+        if (
+            not now
+            and wait > 0
+            and len(self.source.state.ranks) > FIGURES_EVERY_FRAME_UP_TO
+            and _said(summary) == _said(w.header.summary)
+            and _said_row(row) == _said_row(w.selected.row)
+        ):
             if self._figures_due is None:
                 self._figures_due = self.set_timer(wait, self._figures_turn)
             return
