@@ -615,3 +615,28 @@ async def test_a_burst_of_seeks_back_is_one_replay_from_the_start(monkeypatch):
         await pilot.pause()
         assert len(restarts) == 1 and abs(src.position_s - (src.duration_s - 20.0)) <= src.frame_s
         assert "replay run4.jsonl 10s / 30s" in header(app)
+
+
+def test_a_replays_elapsed_time_is_its_clocks_and_reports_duration(tmp_path):
+    # The header said "elapsed 14s" beside "replay r2.jsonl 10s / 10s", and report "duration
+    # 10.5 s": the header counted from the hub's first note, 4 s of the ranks' start-up before
+    # their first word, which the replay (and the report) count from.
+    from pardash.telemetry import schema
+    from pardash.telemetry.report import build_report
+    from pardash.tui.widgets.run_header import summarize
+
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+    msgs: list = [schema.Event(rank=-1, name="hub", message="hub started", t=t0, run="x")]
+    msgs += [schema.Hello(rank=r, world_size=2, t=t0 + 4, run="x", seq=0) for r in (0, 1)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, step_s=0.1, samples=4, t=t0 + 4 + s, seq=s, run="x") for s in range(1, 11) for r in (0, 1)]
+    msgs += [schema.Event(rank=r, name="exit", code=0, step=10, t=t0 + 14, run="x", seq=11) for r in (0, 1)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    os.utime(log, (1.6e9, 1.6e9))
+    src = ReplaySource(str(log), start_s=float("inf"))
+    summary = summarize(src)
+    assert summary.replay.position_s == summary.replay.duration_s == 10.0
+    assert summary.elapsed_s == 10.0
+    assert build_report(str(log))["duration_s"] == pytest.approx(10.0)
+    half = ReplaySource(str(log), start_s=5.0)
+    assert summarize(half).elapsed_s == summarize(half).replay.position_s == 5.0

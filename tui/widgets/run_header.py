@@ -112,6 +112,7 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
     if not source.live and len(runs) > 1:  # (as report and export warn of such a log)
         notes = [*notes, f"this log holds {len(runs)} runs ({first_few(runs)}): they play as one"]
     replay = None
+    replay_origin = None if source.live else getattr(source, "t_start", None)
     if not source.live:
         replay = ReplayPosition(
             position_s=getattr(source, "position_s", 0.0),
@@ -145,7 +146,9 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
         restarts=max((r.restarts for r in state.ranks.values()), default=0),
         samples_per_s=sps,
         samples_per_s_when=when,
-        elapsed_s=max(0.0, (state.t_last_rank or state.t_last) - state.t0) if state.t0 else 0.0,
+        # A replay counts from the ranks' first word, as its position and `report` do (the hub's
+        # notes before them, seconds of start-up, play with its first frame); live, from the hub's start.
+        elapsed_s=max(0.0, (state.t_last_rank or state.t_last) - (replay_origin or state.t0)) if state.t0 else 0.0,
         status_counts=tuple((s, counts[s]) for s, _ in STATUS_MARKS if counts.get(s)),
         lost=stats.lost,
         rejected=sum(n for why, n in stats.rejected.items() if not why.startswith("log_")),
