@@ -15,7 +15,7 @@ from typing import TextIO
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
-from .failures import PEER_FAILURE, attempts, failure_line, failure_summary
+from .failures import PEER_FAILURE, attempts, failure_line, failure_summary, root_cause
 from .state import run_over
 from .summary import (
     held_spread,
@@ -451,7 +451,7 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     if result.get("stopped"):
         # A rank that failed of itself (its own error, or a signal not the stop's) before the
         # stop: said, or the stop during torchrun's teardown hid the failure.
-        failed = _failed_of_itself(f)
+        failed = _failed_of_itself(f, st, result.get("stop_t"))
         how = f" after the job failed: {failure_line(f, error=bool(output))}" if failed else _as_it_hung(st)
         return f"pardash: stopped by you{how} (exit code {code}){said}; {out if failed else ''}{log}"
     if f is None:
@@ -466,7 +466,7 @@ def failure_traceback(st, result: dict) -> tuple[int, str] | None:
     whose ranks' output was not on the screen to print before its last line; None when there
     is none to show (a success, a rank killed by a signal, a stop of a job that had not failed)."""
     f = failure_summary(st)
-    if f is None or (result.get("stopped") and not _failed_of_itself(f)):
+    if f is None or (result.get("stopped") and not _failed_of_itself(f, st, result.get("stop_t"))):
         return None
     # The error that failure_summary took its first line from: the rank's in the last attempt.
     tb = next((e.traceback for e in attempts(st)[-1] if e.name == "error" and e.rank == f["rank"]), None)
@@ -478,12 +478,18 @@ _STOP_ERROR = re.compile(r"SIGTERM|SignalException|KeyboardInterrupt", re.IGNORE
 SigtermException of its own, a common pattern)."""
 
 
-def _failed_of_itself(f: dict | None) -> bool:
-    """Whether the root cause ``f`` (:func:`failure_summary`) is a rank's own failure, not the
-    stop's doing: a peer failure (its collective's socket closed as the stop ended the other),
-    an error raised of the SIGTERM, and SIGKILL (a rank the stop's grace ran out on) may be."""
+def _failed_of_itself(f: dict | None, st=None, stop_t: float | None = None) -> bool:
+    """Whether the root cause ``f`` (:func:`failure_summary` of ``st``) is a rank's own failure,
+    not the stop's doing: a peer failure (its collective's socket closed as the stop ended the
+    other), an error raised of the SIGTERM, SIGKILL (a rank the stop's grace ran out on), and
+    an exit the rank itself said after the stop began (``stop_t``, the supervisor's clock: a
+    script whose SIGTERM handler exits 1) may be."""
     if f is None or f["code"] in (0, -signal.SIGKILL):
         return False
+    if stop_t and st is not None:
+        found = root_cause(st)
+        if found is not None and found[0].seq >= 0 and found[0].t >= stop_t:
+            return False
     return f["code"] < 0 or not (f["error"] and (PEER_FAILURE.search(f["error"]) or _STOP_ERROR.search(f["error"])))
 
 

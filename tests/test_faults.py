@@ -219,6 +219,23 @@ def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file(
     assert "ValueError: boom in backward" in output.read_text()  # the file named has it
 
 
+def test_a_rank_that_exits_1_of_the_stops_sigterm_is_stopped_not_failed(tmp_path):
+    # A script whose SIGTERM handler ends it with sys.exit(1), no error said: Ctrl-C read
+    # "stopped by you after the job failed: rank 0 exited with code 1", a failure the stop made.
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "scripts" / "exits_1_on_sigterm.py"
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--nproc", "2", "--", str(script))
+    wait_for(lambda: len(_steps(log, 1)) >= 5, timeout_s=120, poll_s=0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"]
+    assert any(m.code == 1 and m.seq >= 0 for m in exits), exits  # a rank said it exited 1, itself
+    assert "pardash: stopped by you (exit code 130); log " in err, err[-2000:]
+
+
 def _launch_in_a_terminal(tmp_path):
     """A TUI launch of the bundled trainer in a pty, once its ranks have stepped: (process,
     the terminal's master end, what it shows, the log)."""

@@ -941,6 +941,12 @@ def test_a_job_that_failed_and_was_then_stopped_says_both(tmp_path, failed, said
     assert outcome_line(st, 130, {"stopped": True}, "run.jsonl") == (
         f"pardash: stopped by you after the job failed: {said} (exit code 130); log run.jsonl"
     )
+    # The stop's time (the supervisor's result): a rank's own exit before it is a failure
+    # before the stop; one after it is the stop's doing (a SIGTERM handler's sys.exit(1)). The
+    # launcher's note of a signal (seq -1) is torchrun's word at the end: not judged by time.
+    assert outcome_line(st, 130, {"stopped": True, "stop_t": t + 3.5}, "run.jsonl").startswith("pardash: stopped by you after the job failed")
+    after = outcome_line(st, 130, {"stopped": True, "stop_t": t + 2.5}, "run.jsonl")
+    assert after == ("pardash: stopped by you (exit code 130); log run.jsonl" if error else outcome_line(st, 130, {"stopped": True}, "run.jsonl"))
     # Under the TUI (the ranks' output on no screen): the error too, and where the output is.
     with_error = said.replace(" at step 3", f" at step 3: {error}") if error else said
     assert outcome_line(st, 130, {"stopped": True}, "run.jsonl", output="runs/x/output.log") == (

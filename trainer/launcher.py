@@ -139,6 +139,8 @@ class Supervisor:
         self.job: subprocess.Popen | None = None
         self.endpoints: dict = {}
         self._stopping = False
+        self._stop_t = 0.0
+        """When the stop began (wall clock): a rank's own exit after it is the stop's doing."""
         self.hub_restarts = 0
         self.ranks_started = False
         """Whether torchrun was seen with a child process (its ranks) while it ran."""
@@ -421,6 +423,8 @@ class Supervisor:
         agent's under the launch's last lines)."""
         if not self._stopping and signum is not None:
             self._stopped_by = signum
+        if not self._stopping:
+            self._stop_t = time.time()
         self._stopping = True
         if self.job is not None and self.job.poll() is None and not self._told_to_stop:
             self._told_to_stop = True
@@ -523,6 +527,8 @@ class Supervisor:
         spec = self.spec
         result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path,
                   "hub_restarts": self.hub_restarts}  # fmt: skip
+        if self._stopping:
+            result["stop_t"] = self._stop_t  # what a rank's exit after it is (outcome_line)
         try:
             Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
             # Whole or not at all: a full disk must not leave half a file, nor the hub running.
