@@ -70,13 +70,16 @@ def cmd_ps(ns: argparse.Namespace) -> int:
     if not runs:
         print("no live runs")
         return 0
-    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>8}  INGEST                  LOG")
+    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>8}  {'JOB':9} INGEST                  LOG")
     now = time.time()
     for e in runs:
         age = now - e.get("started", now)
+        # A job that ended while its launch's TUI stays open keeps its hub (and so its entry).
+        result = registry.job_result(e)
+        job = "running" if result is None else "stopped" if result.get("stopped") else f"ended {result.get('code', '?')}"
         print(
             f"{e.get('run_id', ''):24} {e.get('strategy', '') or '-':9} {e.get('world_size', '-')!s:>5} "
-            f"{age:7.0f}s  {e.get('ingest', ''):23} {e.get('log', '')}"
+            f"{age:7.0f}s  {job:9} {e.get('ingest', ''):23} {e.get('log', '')}"
         )
     return 0
 

@@ -401,14 +401,16 @@ def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S
     it) has ended too: with ``--max-restarts`` torchrun may start the ranks again. Gone: no frame
     for ``gone_s`` while neither the hub nor the supervisor lives (a hub restarted on a long log
     sends none while it reads it back)."""
-    from .registry import pid_alive
+    from .registry import job_result, pid_alive
 
     info = getattr(source, "info", None) or {}
     supervisor, hub = info.get("supervisor_pid"), info.get("pid")
     seen = {"t": source.last_frame_t, "at": time.monotonic()}
 
     def job_alive() -> bool:
-        return bool(supervisor) and pid_alive(supervisor)
+        # (a supervisor lives on after its job while the launch's TUI is open: its result says
+        # the job ended)
+        return bool(supervisor) and pid_alive(supervisor) and job_result(info) is None
 
     def done() -> bool:
         if source.last_frame_t != seen["t"]:

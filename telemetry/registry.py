@@ -100,6 +100,20 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def job_result(entry: dict) -> dict | None:
+    """The launcher's result of the entry's job (its exit code, whether it was stopped), once
+    the job has ended; None while it runs, or for a hub no launcher started. A launch whose TUI
+    is still open keeps its hub, and so its entry, up after the job ended."""
+    run_dir = entry.get("run_dir")
+    if not isinstance(run_dir, str) or not run_dir:
+        return None
+    try:
+        found = json.loads((Path(run_dir) / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def live_runs() -> list[dict]:
     """Entries whose hub is alive, newest first."""
     d = registry_dir()

@@ -236,6 +236,38 @@ def test_a_rank_that_exits_1_of_the_stops_sigterm_is_stopped_not_failed(tmp_path
     assert "pardash: stopped by you (exit code 130); log " in err, err[-2000:]
 
 
+def test_attach_headless_to_a_job_that_ended_under_an_open_tui_says_it_is_over(tmp_path):
+    # The launch's TUI, left open, keeps its supervisor and hub up after the job ends: a
+    # headless attach printed "step 5/5 ... 1 finished" every second for ever, and `pardash ps`
+    # listed the job among the live ones as if it ran.
+    import pty
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "5", "--log", str(tmp_path / "run.jsonl"),
+         "--runs-dir", str(tmp_path / "runs")],
+        stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
+    )  # fmt: skip
+    os.close(slave)
+    screen = TerminalOutput(master)
+    try:
+        wait_for(lambda: list((tmp_path / "runs").glob("*/result.json")), timeout_s=120, poll_s=0.2)  # the job ended
+        (entry,) = registry.live_runs()  # the hub serves on for the open TUI
+        att = subprocess.run(
+            [sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", entry["run_id"]],
+            capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+        )  # fmt: skip
+        assert att.returncode == 0, att.stdout[-2000:] + att.stderr[-2000:]
+        assert "pardash: the run is over: 1 finished" in att.stdout
+        ps = subprocess.run([sys.executable, "-m", "pardash", "ps"], capture_output=True, text=True, timeout=60, env=pardash_env())
+        (line,) = [x for x in ps.stdout.splitlines() if x.startswith(entry["run_id"])]
+        assert " ended 0 " in line, ps.stdout
+    finally:
+        os.write(master, b"q")
+        p.wait(timeout=60)
+        screen.done()
+
+
 def _launch_in_a_terminal(tmp_path):
     """A TUI launch of the bundled trainer in a pty, once its ranks have stepped: (process,
     the terminal's master end, what it shows, the log)."""

@@ -169,7 +169,8 @@ class Supervisor:
             if isinstance(moved, str) and moved and moved != spec.log_path:
                 spec.log_path = moved
         r, w = os.pipe()
-        meta = {"strategy": spec.strategy, "world_size": spec.world_size, "supervisor_pid": os.getpid(), "cwd": os.getcwd()}
+        meta = {"strategy": spec.strategy, "world_size": spec.world_size, "supervisor_pid": os.getpid(), "cwd": os.getcwd(),
+                "run_dir": spec.run_dir}  # fmt: skip
         argv = [
             sys.executable, "-m", "pardash.telemetry.hub",
             "--run-id", spec.run_id, "--log", spec.log_path, "--bind", spec.telemetry_bind,
