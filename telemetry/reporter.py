@@ -362,6 +362,8 @@ class Reporter:
 
     def _beat(self) -> None:
         sock = self._connect(watch=True)  # a socket of its own: ZeroMQ sockets are not thread-safe
+        if self.sampler is not None:
+            self.sampler.prime()  # this thread samples: the first sample a second on has figures
         try:
             while not self._stop.wait(self._heartbeat_s):
                 self._rescue_held(sock)

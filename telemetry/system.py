@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import psutil
 
@@ -15,8 +16,8 @@ class SystemSampler:
 
     def __init__(self, gpu_index: int | None = None) -> None:
         self._proc = psutil.Process(os.getpid())
-        self._proc.cpu_percent(None)  # prime: the first call always answers 0.0
-        psutil.cpu_percent(None)
+        self._host_threads: set[int] = set()
+        self.prime()
         self._nvml = None
         self._handle = None
         if gpu_index is not None:
@@ -34,11 +35,22 @@ class SystemSampler:
         """Resident set size of this process."""
         return self._proc.memory_info().rss
 
+    def prime(self) -> None:
+        """Start the CPU figures' clocks in the calling thread, the one that will sample: the
+        first call of each answers 0.0, and psutil keeps the host's last reading per thread
+        (primed in the main thread, the heartbeat thread's first host figure read 0.0)."""
+        self._proc.cpu_percent(None)
+        psutil.cpu_percent(None)
+        self._host_threads.add(threading.get_ident())
+
     def sample(self) -> System:
-        """One System record (run, rank, seq and t are filled in by the reporter)."""
-        msg = System(
-            cpu_pct=self._proc.cpu_percent(None), host_cpu_pct=psutil.cpu_percent(None), rss_bytes=self.rss_bytes()
-        )
+        """One System record (run, rank, seq and t are filled in by the reporter). In a thread
+        that was not primed the host's CPU is unknown (None) this once, not 0.0."""
+        primed = threading.get_ident() in self._host_threads
+        host = psutil.cpu_percent(None)
+        if not primed:
+            self._host_threads.add(threading.get_ident())
+        msg = System(cpu_pct=self._proc.cpu_percent(None), host_cpu_pct=host if primed else None, rss_bytes=self.rss_bytes())
         nv, h = self._nvml, self._handle
         if nv is not None and h is not None:
             for attr, read in (

@@ -95,6 +95,34 @@ def test_heartbeats_name_the_phase_while_the_loop_is_stuck():
     pull.close(0)
 
 
+def test_the_first_system_sample_has_the_hosts_cpu():
+    # psutil keeps the host's last CPU reading per thread, and the sampler was primed in the
+    # main thread: the heartbeat thread's first sample always said the host was idle (0.0).
+    import time
+
+    ctx = zmq.Context.instance()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    rep = Reporter(f"tcp://127.0.0.1:{port}", run="r", identity=identity(0), heartbeat_s=0.2)
+    rep.hello(strategy="ddp")
+    first: list = []
+
+    def busy_until_sampled() -> bool:
+        end = time.perf_counter() + 0.02
+        while time.perf_counter() < end:  # this process keeps a core of the host busy
+            pass
+        while pull.poll(0):
+            m = schema.decode(pull.recv())
+            if isinstance(m, schema.System):
+                first.append(m)
+        return bool(first)
+
+    wait_for(busy_until_sampled, poll_s=0.0)
+    assert first[0].cpu_pct > 0 and first[0].host_cpu_pct is not None and first[0].host_cpu_pct > 0, first[0]
+    rep.close()
+    pull.close(0)
+
+
 def test_fast_steps_go_in_bursts_and_none_is_left_behind(monkeypatch):
     from pardash.telemetry import reporter
 
