@@ -318,7 +318,7 @@ def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float
     if hs:
         lo, _, hi = hs
         held = human_bytes(lo) if lo == hi else f"{human_bytes(lo)}..{human_bytes(hi)}"
-        parts.append(f"mem/rank {held}")
+        parts.append(f"held/rank {held}")
     counts = st.status_counts()
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     parts.append(hang_text(st))

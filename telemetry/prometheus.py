@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from . import cliargs
 from .security import metrics_refusal
-from .state import STATUSES, mem_device_bytes, mem_full_bytes, mem_held_bytes
+from .state import STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
 from .summary import expected_state_bytes, samples_per_s
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,7 +125,7 @@ class HubCollector:
         self_stat = _stat([s.self_s for _, s in steps if s.self_s is not None])
         yield gauge("pardash_step_median_seconds", "Median over ranks of the latest step's wall time.", step_stat[1] if step_stat else None)
         yield gauge("pardash_step_max_seconds", "Largest latest step wall time of any rank.", step_stat[2] if step_stat else None)
-        yield gauge("pardash_self_median_seconds", "Median over ranks of the latest self time (the rank's own work, no waiting).", self_stat[1] if self_stat else None)
+        yield gauge("pardash_self_median_seconds", "Median over ranks of the latest self time: a rank's work before the step's first collective, no waiting in it (DDP: data and forward; FSDP: those less their all-gathers).", self_stat[1] if self_stat else None)
         yield gauge("pardash_self_max_seconds", "Largest latest self time of any rank (the straggler signal).", self_stat[2] if self_stat else None)
 
         strag = GaugeMetricFamily(
@@ -134,7 +134,9 @@ class HubCollector:
         n_strag = 0
         for r in ranks:
             v = r.straggler
-            if v is not None and not r.finished and r.exit_code is None:  # a rank done keeps no one waiting
+            # What pardash_ranks{state="straggler"} counts: a rank done keeps no one waiting,
+            # and a stalled or silent one is that first (the whole job waits, not for a pace).
+            if v is not None and r.status == STRAGGLER:
                 n_strag += 1
                 strag.add_metric([str(r.rank), v.cause or "unknown"], v.cost_s or 0.0)
         yield gauge("pardash_stragglers", "Ranks judged stragglers now.", n_strag)
@@ -145,13 +147,16 @@ class HubCollector:
         dev = _stat([float(b) for b in (mem_device_bytes(m) for m in mems) if b is not None])
         peaks = [m.cuda_peak_bytes for m in mems if m.cuda_peak_bytes is not None]
         full = [b for b in (mem_full_bytes(m) for m in mems) if b]
-        yield gauge("pardash_held_min_bytes", "Smallest model state a rank holds (parameters, gradients, optimizer state, DDP buckets).", held[0] if held else None)
-        yield gauge("pardash_held_max_bytes", "Largest model state a rank holds (parameters, gradients, optimizer state, DDP buckets).", held[2] if held else None)
+        state_b = _stat([float(mem_state_bytes(m)) for m in mems])
+        yield gauge("pardash_state_min_bytes", "Smallest model state a rank holds: parameters, gradients, optimizer state (what pardash_expected_bytes expects).", state_b[0] if state_b else None)
+        yield gauge("pardash_state_max_bytes", "Largest model state a rank holds: parameters, gradients, optimizer state (what pardash_expected_bytes expects).", state_b[2] if state_b else None)
+        yield gauge("pardash_held_min_bytes", "Smallest memory a rank holds for training: its model state plus DDP's gradient buckets.", held[0] if held else None)
+        yield gauge("pardash_held_max_bytes", "Largest memory a rank holds for training: its model state plus DDP's gradient buckets.", held[2] if held else None)
         yield gauge("pardash_unsharded_bytes", "Model state one rank would hold unsharded (measured).", max(full) if full else None)
         expected, _ = expected_state_bytes(
             max(full) if full else None, hello.params_count if hello is not None else 0, st.world_size, hello.strategy if hello is not None else ""
         )
-        yield gauge("pardash_expected_bytes", "Model state a rank should hold for the strategy: its state unsharded (measured), / N when sharded (16 bytes a parameter before any measure).", expected)
+        yield gauge("pardash_expected_bytes", "Model state a rank should hold for the strategy (compare pardash_state_max_bytes): its state unsharded (measured), / N when sharded (16 bytes a parameter before any measure).", expected)
         yield gauge("pardash_device_memory_min_bytes", "Smallest device memory of a rank (CUDA allocated on GPU, RSS on CPU).", dev[0] if dev else None)
         yield gauge("pardash_device_memory_max_bytes", "Largest device memory of a rank (CUDA allocated on GPU, RSS on CPU).", dev[2] if dev else None)
         yield gauge("pardash_device_peak_max_bytes", "Largest CUDA allocator peak of a rank during its latest step.", max(peaks) if peaks else None)

@@ -31,7 +31,7 @@ from .logreader import LogReadStats, Progress, read_log
 from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
-from .state import RunState, mem_full_bytes, mem_held_bytes, run_over
+from .state import RunState, mem_full_bytes, mem_held_bytes, mem_state_bytes, run_over
 from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
 
 
@@ -70,7 +70,7 @@ class _RecentSteps:
 
 def _state_bytes(mem: schema.Mem | None) -> int | None:
     """Parameters + gradients + optimizer state: what ZeRO's arithmetic counts."""
-    return None if mem is None else mem.params_bytes + mem.grads_bytes + mem.optim_bytes
+    return None if mem is None else mem_state_bytes(mem)
 
 
 class _Arrivals:

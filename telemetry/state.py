@@ -173,6 +173,12 @@ def mem_held_bytes(mem: schema.Mem | None) -> int | None:
     return mem.params_bytes + mem.grads_bytes + mem.optim_bytes + mem.buckets_bytes
 
 
+def mem_state_bytes(mem: schema.Mem) -> int:
+    """Parameters + gradients + optimizer state held by the rank: its model state, which the
+    strategy's expectation (summary.expected_state_bytes) is of (DDP's buckets aside)."""
+    return mem.params_bytes + mem.grads_bytes + mem.optim_bytes
+
+
 def mem_full_bytes(mem: schema.Mem | None) -> int | None:
     """What the same rank would hold unsharded (as DDP does, buckets aside)."""
     if mem is None:

@@ -26,6 +26,7 @@ AGGREGATES = {
     "pardash_run_info", "pardash_world_size", "pardash_step", "pardash_samples_per_second", "pardash_ranks",
     "pardash_step_median_seconds", "pardash_step_max_seconds", "pardash_self_median_seconds", "pardash_self_max_seconds",
     "pardash_stragglers", "pardash_straggler_cost_seconds", "pardash_held_min_bytes", "pardash_held_max_bytes",
+    "pardash_state_min_bytes", "pardash_state_max_bytes",
     "pardash_unsharded_bytes", "pardash_expected_bytes", "pardash_device_memory_min_bytes", "pardash_device_memory_max_bytes",
     "pardash_messages_received", "pardash_messages_lost", "pardash_messages_dropped", "pardash_ingest_messages_per_second",
     "pardash_job_restarts", "pardash_loss_mean",
@@ -89,6 +90,7 @@ def test_a_hub_fed_by_real_reporters_serves_what_they_sent(hub):
         assert value(fams, "pardash_step_max_seconds") == pytest.approx(0.11)
         assert value(fams, "pardash_step_median_seconds") == pytest.approx(0.105)
         assert value(fams, "pardash_held_min_bytes") == 8000 and value(fams, "pardash_held_max_bytes") == 8008
+        assert value(fams, "pardash_state_min_bytes") == 8000 and value(fams, "pardash_state_max_bytes") == 8008
         assert value(fams, "pardash_expected_bytes") == 1000 * 16 / 2 and value(fams, "pardash_unsharded_bytes") == 16000
         assert value(fams, "pardash_device_memory_max_bytes") == 10_000_001
         assert value(fams, "pardash_messages_received_total") >= 12 and value(fams, "pardash_messages_lost_total") == 0
@@ -136,6 +138,14 @@ def test_a_straggler_that_finished_is_no_straggler_any_more():
     try:
         fams = families(scrape(server.url))
         assert value(fams, "pardash_stragglers") == 1 and value(fams, "pardash_straggler_cost_seconds", rank="1") == 0.03
+        # Stalled, it is that first (pardash_ranks says so): an alert on stragglers fired on a
+        # job that hung.
+        core.verdict(schema.Verdict(rank=1, verdict="stalled", cause="data", step=1))
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_ranks", state="stalled") == 1 and value(fams, "pardash_ranks", state="straggler") == 0
+        assert value(fams, "pardash_stragglers") == 0 and value(fams, "pardash_straggler_cost_seconds", rank="1") is None
+        core.verdict(schema.Verdict(rank=1, verdict="resumed"))
+        assert value(families(scrape(server.url)), "pardash_stragglers") == 1
         for r in (0, 1):
             core.verdict(schema.Verdict(rank=r, verdict="finished"))
         fams = families(scrape(server.url))

@@ -769,7 +769,7 @@ def test_plain_lines_keep_their_format():
     out = io.StringIO()
     ProgressPrinter(_LogSource(DATA / "real_ddp2.jsonl"), out=out, bar=False).update(force=True)
     (line,) = out.getvalue().splitlines()
-    assert re.fullmatch(r"\[\s*\d+\.\ds\] step 12/12 \| step ms min/med/max [\d./]+ \| self ms [\d./]+ \| mem/rank [\d.]+ MiB \| 2 finished", line)
+    assert re.fullmatch(r"\[\s*\d+\.\ds\] step 12/12 \| step ms min/med/max [\d./]+ \| self ms [\d./]+ \| held/rank [\d.]+ MiB \| 2 finished", line)
 
 
 def test_an_event_is_one_bounded_line_whatever_a_rank_sent():
