@@ -98,7 +98,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     try:
         client = HubClient.attach(ns.target, curve=ns.curve_dir)
     except AttachError as exc:
-        fail(_over_or(ns.target, str(exc)))
+        fail(_over_or(ns.target, str(exc), ns.runs_dir))
     headless_without_terminal(ns)
     if ns.headless:
         from pardash.telemetry.failures import failure_summary
@@ -150,19 +150,22 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     return app.return_code or 0
 
 
-def _over_or(target: str | None, why: str) -> str:
-    """For a run id that no live hub serves but that a run folder under ./runs holds (a run
-    that has ended), where its record is; else ``why``. ("no live run" sent a user attaching
-    to yesterday's run to `pardash ps`, which lists only live ones.)"""
+def _over_or(target: str | None, why: str, runs_dir: str = "runs") -> str:
+    """For a run id that no live hub serves but that a run folder under ``runs_dir`` holds (a
+    run that has ended), where its record is; else ``why``. ("no live run" sent a user
+    attaching to yesterday's run to `pardash ps`, which lists only live ones.)"""
     from pardash.recorded import run_folder_log
 
-    if not target or target.startswith("tcp://") or os.sep in target or not os.path.isdir("runs"):
+    if not target or target.startswith("tcp://") or os.sep in target or not os.path.isdir(runs_dir):
         return why
-    logs = {d: log for d in sorted(os.listdir("runs")) if d.startswith(target) and (log := run_folder_log(os.path.join("runs", d)))}
+    logs = {
+        d: log for d in sorted(os.listdir(runs_dir)) if d.startswith(target) and (log := run_folder_log(os.path.join(runs_dir, d)))
+    }  # fmt: skip
     if len(logs) != 1:
         return why
     ((run, log),) = logs.items()
-    return f"run {run} is over (no hub serves it now): `{PROG} report {run}` sums it up, `{PROG} replay {log}` shows it"
+    where = "" if os.path.abspath(runs_dir) == os.path.abspath("runs") else f" --runs-dir {runs_dir}"
+    return f"run {run} is over (no hub serves it now): `{PROG} report {run}{where}` sums it up, `{PROG} replay {log}` shows it"
 
 
 def cmd_replay(ns: argparse.Namespace) -> int:

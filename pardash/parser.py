@@ -154,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--headless", action="store_true", help="print progress lines instead of the TUI")
     a.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between progress lines (default 5)")
     a.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`, for a hub that admits only viewers with an authorised key (default $PARDASH_CURVE_DIR)")
+    a.add_argument("--runs-dir", default="runs", help="where a run id that has ended is looked for, to say how to see it (default ./runs)")
 
     sim = sub.add_parser(
         "simulate",

@@ -122,6 +122,13 @@ def test_attach_to_a_run_that_has_ended_says_where_its_record_is(tmp_path):
                                    f"`pardash replay runs/{run}/telemetry.jsonl` shows it")  # fmt: skip
     proc = attach("20250101")  # no such run, live or not
     assert proc.returncode == 2 and "no live run '20250101'" in proc.stderr
+    # Runs kept elsewhere (`launch --runs-dir`): attach looks where it is told.
+    (tmp_path / "runs").rename(tmp_path / "kept")
+    assert "no live run" in attach(run).stderr
+    proc = attach(run, "--runs-dir", "kept")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"pardash: error: run {run} is over (no hub serves it now): `pardash report {run} --runs-dir kept` "
+                                   f"sums it up, `pardash replay kept/{run}/telemetry.jsonl` shows it")  # fmt: skip
 
 
 def test_a_log_that_holds_a_run_is_not_appended_to(tmp_path):
