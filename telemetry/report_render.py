@@ -188,6 +188,20 @@ def _last_steps_text(rep: dict) -> str:
     return f"{rep['last_step']} on the slowest rank, {max(last)} on the furthest"
 
 
+LIKELY_CAUSE = "; likely the cause of the hang"
+
+
+def _stall_end(until: str | None) -> str:
+    """How a stall ended, as the end of its line: "; resumed at step 13", " until it exited"."""
+    if until is None:
+        return "; never resumed"
+    if until in ("exit", "finished"):
+        return f" until it {'exited' if until == 'exit' else 'finished'}"
+    if until.startswith("restarted"):
+        return f" until {until}"  # until restarted by torchrun (restart 1)
+    return f"; {until}"
+
+
 def stall_lines(rep: dict) -> list[str]:
     """Stall and silence episodes, ranks that stalled alike (phase, step, end) on one line: in
     a hang every rank waits in the same collective."""
@@ -204,12 +218,12 @@ def stall_lines(rep: dict) -> list[str]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
         cause = ((s["until"] or "").startswith("resumed"), s["rank"]) in causes
-        ranks, took = alike.setdefault((f"{what}{at}", f"; {s['until'] or 'never resumed'}{' - likely the cause' if cause else ''}"), ([], []))
+        ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'])}{LIKELY_CAUSE if cause else ''}"), ([], []))
         if s["rank"] not in ranks:
             ranks.append(s["rank"])
         if s.get("seconds") is not None:
             took.append(s["seconds"])
-    lines = sorted(alike.items(), key=lambda item: not item[0][1].endswith(" - likely the cause"))  # stable: the rest keep their order
+    lines = sorted(alike.items(), key=lambda item: not item[0][1].endswith(LIKELY_CAUSE))  # stable: the rest keep their order
     # (for how long: the longest of the ranks that stalled alike, from their last step)
     return [f"{ranks_named(ranks)} {what}{f' for {_seconds(max(took))}' if took else ''}{end}" for (what, end), (ranks, took) in lines]
 

@@ -1159,7 +1159,7 @@ def test_a_hang_names_the_rank_stalled_outside_any_collective_first():
 
     rep = {"world_size": 3, "stalls": [stall(0, "backward"), stall(1, "data"), stall(2, "backward")]}
     assert stall_lines(rep) == [
-        "rank 1 stalled in data after step 5; never resumed - likely the cause",
+        "rank 1 stalled in data after step 5; never resumed; likely the cause of the hang",
         f"{ranks_named([0, 2])} stalled in backward after step 5; never resumed",
     ]
     # A data stall alone (or every rank in data) is no guess about anyone else.
@@ -1170,7 +1170,7 @@ def test_a_hang_names_the_rank_stalled_outside_any_collective_first():
     # The rank behind the others, whatever its phase: rank 0 had finished step 100 and waited
     # between steps (which reads as "data"); rank 1 hung in its step 100.
     hang = {"world_size": 2, "stalls": [stall(0, "data", 100), stall(1, "backward", 99)]}
-    assert stall_lines(hang)[0] == "rank 1 stalled in backward after step 99; never resumed - likely the cause"
+    assert stall_lines(hang)[0] == "rank 1 stalled in backward after step 99; never resumed; likely the cause of the hang"
 
 
 def test_metrics_the_script_logged_are_in_the_report(tmp_path):
@@ -1334,7 +1334,8 @@ def test_a_run_that_ended_stalled_says_for_how_long(tmp_path):
     assert [(s["rank"], s["seconds"], s["until"]) for s in rep["stalls"]] == [(1, 30.0, "exit"), (0, 30.0, "exit")]
     text = render_text(rep)
     assert "(training 0.3 s; then stalled 30.0 s)" in text
-    assert "rank 1 stalled in data after step 3 for 30.0 s; exit - likely the cause" in text
+    # (it said "for 30.0 s; exit - likely the cause")
+    assert "rank 1 stalled in data after step 3 for 30.0 s until it exited; likely the cause of the hang" in text
     st = RunState(run_id="r", track_seq=False)
     for m in records:
         st.apply(m, m.t)
