@@ -172,9 +172,11 @@ def straggler_lines(rep: dict) -> list[str]:
             f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}, found at step {s['step']}, {until}; "
             # a step: the mean over the steps charged (the verdict's own figure is of the windows
             # that found it, which the total would not multiply back to)
-            f"the others waited {ms(s['cost_total_s'] / s['steps_charged'] if s['steps_charged'] else s['cost_s'])} ms a step, "
-            f"{s['cost_total_s']:.2f} s over {s['steps_charged']} steps "
-            f"({_pct(s['share_of_train'])} of training)"
+            f"the others waited {ms(s['cost_total_s'] / s['steps_charged'] if s['steps_charged'] else s['cost_s'])} ms a step "
+            f"on average, {s['cost_total_s']:.2f} s over {s['steps_charged']} steps "
+            f"({_pct(s['share_of_train'])} of training"
+            # what the live verdict said (and /metrics and export keep): the windows that found it
+            + (f"; {ms(s['cost_s'])} ms a step when found)" if s["cost_s"] is not None and s["steps_charged"] else ")")
         )
     return out
 
@@ -351,6 +353,7 @@ def render_text(rep: dict, width: int = 10_000) -> str:
         for row in rows:
             t.add_row(*row)
         con.print(t)
+    con.print(SELF_NOTE)
     con.print()
     con.print("stragglers:" + ("" if rep["stragglers"] else " none"))
     for line in straggler_lines(rep):
@@ -432,13 +435,19 @@ def md_text(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
+SELF_NOTE = (
+    "self: a rank's work up to its step's first collective (DDP: data and forward; FSDP: those less its "
+    "all-gathers), with no waiting in it: the straggler signal, not the step less comm."
+)
+
+
 def render_markdown(rep: dict) -> str:
     """The report as GitHub-flavoured markdown."""
     out = [f"# pardash report: {rep['run_id'] or os.path.basename(rep['log'])}", ""]
     out.append(md_table(["", ""], [[k, v] for k, v in summary_rows(rep)], right=set()))
     if rep.get("note"):
         out += ["", f"> {rep['note']}"]
-    out += ["", "## Ranks", "", "Medians over the run; memory after the last step.", ""]
+    out += ["", "## Ranks", "", f"Medians over the run; memory after the last step. {SELF_NOTE}", ""]
     text_cols = {1, 2}
     cols = rank_columns(rep)
     out.append(md_table(cols, [rank_cells(r, restarts=cols is not RANK_COLUMNS) for r in rep["ranks"]],
