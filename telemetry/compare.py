@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .report_render import PHASE_LABELS, PHASES, md_table
-from .summary import human_bytes
+from .summary import human_bytes, is_sharded
 
 # (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
 # "lower" or "" (no verdict: a figure that is neither).
@@ -259,7 +259,10 @@ def strategy_rows(results: list[dict]) -> list[dict]:
     single = next((r for r in rows if r["strategy"] == "single" and r.get("samples_per_s")), None)
     for r in rows:
         held = r.get("held_bytes")
-        r["saving_vs_ddp"] = 1 - held / ddp["held_bytes"] if ddp is not None and held is not None else None
+        # What sharding saves: a rank of a strategy that shards none (single, dp) holds no
+        # buckets, and "saving 20%" of it read as a saving of sharding.
+        shards = is_sharded(r["strategy"]) or r is ddp
+        r["saving_vs_ddp"] = 1 - held / ddp["held_bytes"] if ddp is not None and held is not None and shards else None
         sps, dev = r.get("samples_per_s"), r.get("devices") or 1
         r["scaling_efficiency"] = sps / dev / single["samples_per_s"] if single is not None and sps else None
     return rows
@@ -303,7 +306,7 @@ BENCH_NOTES = (
     "step and phase times: medians over steps and ranks; comm is time waiting on communication.",
     "memory: the largest rank after its last step; held is parameters + gradients + optimizer state + DDP buckets; "
     "peak is the CUDA allocator's peak on GPU, the process RSS on CPU.",
-    "saving vs DDP: held bytes a rank against DDP's.",
+    "saving vs DDP: held bytes a rank of a sharded strategy against DDP's (none for single and dp: they shard nothing).",
     "scaling vs single: samples/s per device / single's samples/s.",
 )
 

@@ -64,6 +64,7 @@ def test_table_arithmetic_saving_against_ddp_and_scaling_against_single():
     ]
     rows = {r["strategy"]: r for r in strategy_rows(results)}
     assert rows["ddp"]["saving_vs_ddp"] == 0
+    assert rows["single"]["saving_vs_ddp"] is None  # it shards nothing ("20%": DDP's buckets)
     held = lambda rep: max(r["held_bytes"] for r in rep["ranks"])  # noqa: E731
     assert rows["fsdp"]["saving_vs_ddp"] == pytest.approx(1 - held(fsdp) / held(ddp))
     assert rows["fsdp"]["params_bytes"] * 2 == pytest.approx(rows["ddp"]["params_bytes"], rel=0.01)
