@@ -68,6 +68,19 @@ class _RecentSteps:
         return len(self._order) < self.KEEP or step > min(self._order)
 
 
+def _restart_gaps(attempt_spans: dict[tuple[int, int], list[float]], off) -> float:
+    """Seconds between each attempt's last step and the next attempt's first, all ranks (but
+    those whose clocks are off) together: the job's restarts."""
+    ends: dict[int, list[float]] = {}
+    for (rank, attempt), (t0, t1) in attempt_spans.items():
+        if rank in off:
+            continue
+        span = ends.setdefault(attempt, [t0, t1])
+        span[0], span[1] = min(span[0], t0), max(span[1], t1)
+    order = sorted(ends)
+    return float(sum(max(0.0, ends[b][0] - ends[a][1]) for a, b in zip(order, order[1:])))
+
+
 def _state_bytes(mem: schema.Mem | None) -> int | None:
     """Parameters + gradients + optimizer state: what ZeRO's arithmetic counts."""
     return None if mem is None else mem_state_bytes(mem)
@@ -151,6 +164,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """The ranks' own first and last times, and whose clock is off (left out of the spans)."""
     step_spans: dict[int, list[float]] = {}
     """rank -> [start of its first step, end of its last] on its own clock."""
+    attempt_spans: dict[tuple[int, int], list[float]] = {}
+    """(rank, attempt) -> the same, within one attempt of the job (torchrun's restarts)."""
     run_ids: set[str] = set()
     hub_restarts: list[float] = []
     refused = _Refused()
@@ -175,12 +190,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         if isinstance(msg, schema.Step):
             if msg.t:  # 0: a step without its time (a hand-made or foreign line) spans nothing
                 stall_from[msg.rank] = msg.t
-                stepped = step_spans.get(msg.rank)
-                if stepped is None:
-                    step_spans[msg.rank] = [msg.t - msg.step_s, msg.t]
-                else:
-                    stepped[0] = min(stepped[0], msg.t - msg.step_s)
-                    stepped[1] = max(stepped[1], msg.t)
+                for spans, key in ((step_spans, msg.rank), (attempt_spans, (msg.rank, state.ranks[msg.rank].restarts))):
+                    stepped = spans.get(key)
+                    if stepped is None:
+                        spans[key] = [msg.t - msg.step_s, msg.t]
+                    else:
+                        stepped[0] = min(stepped[0], msg.t - msg.step_s)
+                        stepped[1] = max(stepped[1], msg.t)
             step_s[msg.rank].append(msg.step_s)
             if msg.step <= top_step.get(msg.rank, -1) and not recent[msg.rank].first_time(msg.step):
                 rerun[msg.rank] += 1
@@ -267,7 +283,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
     for ep in stragglers:
         _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0))
-    train_s = 0.0
+    train_s = restarting = 0.0
     good_spans = [span for rank, span in step_spans.items() if rank not in off]
     step_t0 = min((span[0] for span in good_spans), default=None)
     step_t1 = max((span[1] for span in good_spans), default=None)
@@ -275,7 +291,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # From the first step to the last, less the evaluations between them (the steps' times
         # leave them out too): a 12 s validation in a 0.5 s run read as 13 samples/s for 180.
         evaluating = max((sum(d for t, d in ends if step_t0 < t <= step_t1) for rank, ends in eval_ends.items() if rank not in off), default=0.0)
-        train_s = max(0.0, step_t1 - step_t0 - evaluating)
+        restarting = _restart_gaps(attempt_spans, off)
+        train_s = max(0.0, step_t1 - step_t0 - evaluating - restarting)
     for ep in stragglers:
         ep["share_of_train"] = ep["cost_total_s"] / train_s if train_s > 0 else None
 
@@ -357,6 +374,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # whether ranks on several hosts agree it is the hub's that is off (one host: either).
         **({"hub_clock_off_s": round(hub_off, 3), "hub_clock_blamed": clocks.hub_blamed()} if hub_off is not None else {}),
         "train_s": train_s,
+        # Between a failed attempt's last step and the restarted job's first (torchrun's
+        # --max-restarts): not training, and left out of train_s.
+        "restart_s": restarting,
         # Evaluations between steps (the zero-code hooks'): the rank with the most, and the
         # longest total (they are outside the step times; None: none).
         "evaluations": {"count": max(len(v) for v in evals.values()), "seconds": max(sum(v) for v in evals.values())}

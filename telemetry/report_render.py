@@ -60,7 +60,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("strategy", rep["strategy"] or "-"),
         ("world size", str(rep["world_size"])),
         ("devices", _devices_text(rep)),
-        ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_hung_text(rep)})"),
+        ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_restart_text(rep)}{_hung_text(rep)})"),
         *([("clocks", "; ".join(report_clock_warnings(rep)))] if report_clock_warnings(rep) else []),
         *([("evaluations", f"{rep['evaluations']['count']}, {rep['evaluations']['seconds']:.1f} s in all, outside the steps")]
           if rep.get("evaluations") else []),
@@ -97,6 +97,11 @@ def _steps_text(rep: dict) -> str:
 def _seconds(s: float) -> str:
     """``8.3 s``; under a second, two significant digits (a 6-step run's training read "0.0 s")."""
     return f"{s:.1f} s" if s >= 1 or s == 0 else f"{s:.2g} s"
+
+
+def _restart_text(rep: dict) -> str:
+    """``; restarting 3.7 s``: the time torchrun's restarts of the job took (not training)."""
+    return f"; restarting {_seconds(rep['restart_s'])}" if rep.get("restart_s") else ""
 
 
 def _hung_text(rep: dict) -> str:

@@ -809,6 +809,30 @@ def _write_log(path, records):
     path.write_bytes(b"".join(schema.encode_json(msgspec.structs.replace(m, hseq=i + 1)) + b"\n" for i, m in enumerate(records)))
 
 
+def test_the_time_torchrun_took_to_restart_the_job_is_not_training(tmp_path):
+    # --max-restarts 1: "duration 5.6 s (training 5.6 s)" and samples/s a third of the steady
+    # rate, the 3.7 s from the crash to the restarted ranks' first step counted as training.
+    t = 1.0e9
+    hello = lambda r, restart, at: schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r + 100 * restart, strategy="ddp", restart=restart, t=at)  # noqa: E731
+    step = lambda r, s, seq, at: schema.Step(run="r", rank=r, seq=seq, step=s, step_s=0.5, samples=4, t=at)  # noqa: E731
+    records = [hello(0, 0, t), hello(1, 0, t)]
+    records += [step(r, s, s, t + s) for s in range(1, 13) for r in (0, 1)]  # steps 1..12 end at t+1..t+12
+    records += [schema.Event(run="r", rank=1, seq=13, name="exit", code=1, step=13, t=t + 12.2)]
+    records += [hello(r, 1, t + 15) for r in (0, 1)]
+    records += [step(r, s, s - 9, t + 6 + s) for s in range(11, 21) for r in (0, 1)]  # resumed: steps 11..20 end at t+17..t+26
+    records += [schema.Event(run="r", rank=r, seq=12, name="exit", code=0, step=20, t=t + 26) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["restart_s"] == pytest.approx(4.5)  # attempt 0's last step ended at t+12, attempt 1's first began at t+16.5
+    assert rep["train_s"] == pytest.approx(26 - 0.5 - 4.5)
+    assert rep["samples_per_s"] == pytest.approx(22 * 2 * 4 / 21.0)
+    assert "duration" in render_text(rep) and "(training 21.0 s; restarting 4.5 s)" in render_text(rep)
+    # A run that never restarted says nothing of it.
+    one = build_report(str(DATA / "real_ddp2.jsonl"))
+    assert one["restart_s"] == 0 and "restarting" not in render_text(one)
+
+
 def test_a_failure_torchrun_restarted_from_is_no_root_cause_and_keeps_its_step(tmp_path):
     # --max-restarts 1: rank 1 crashes in step 13; torchrun restarts both ranks, which resume
     # from the checkpoint at step 10 and finish at 20. The run did not fail: no root cause, and
