@@ -188,7 +188,7 @@ def test_a_sigterm_to_a_tui_launch_once_every_rank_has_finished_lets_the_job_end
     assert b"stopped by you" not in out and b"pardash: done, 2 rank(s), step 5" in out, out[-2000:]
 
 
-def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file(tmp_path):
+def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file_and_attach_says_it_is_over(tmp_path):
     # The ranks' output goes to its file alone under the TUI: on leaving it, the launch said
     # "rank 1 exited with code 1 at step 3; ..." with no error, no traceback, and nothing said
     # where the output was.
@@ -206,6 +206,18 @@ def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file(
     os.close(slave)
     screen = TerminalOutput(master)
     wait_for(lambda: list((tmp_path / "runs").glob("*/result.json")), timeout_s=120, poll_s=0.2)  # the job is over
+    # The open TUI keeps its supervisor and hub up after the job's end: a headless attach then
+    # printed the last state every second for ever, and `pardash ps` listed the job as live.
+    (entry,) = registry.live_runs()
+    att = subprocess.run(
+        [sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", entry["run_id"]],
+        capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert att.returncode == 1, att.stdout[-2000:] + att.stderr[-2000:]  # (the run failed)
+    assert "pardash: the run is over: " in att.stdout and "rank 1 exited with code 1" in att.stdout, att.stdout[-2000:]
+    ps = subprocess.run([sys.executable, "-m", "pardash", "ps"], capture_output=True, text=True, timeout=60, env=pardash_env())
+    (listed,) = [x for x in ps.stdout.splitlines() if x.startswith(entry["run_id"])]
+    assert " ended 1 " in listed, ps.stdout
     os.write(master, b"q")  # the TUI stays up on a failed job until then
     assert p.wait(timeout=60) == 1
     out = screen.done().decode(errors="replace").replace("\r\n", "\n")
@@ -234,38 +246,6 @@ def test_a_rank_that_exits_1_of_the_stops_sigterm_is_stopped_not_failed(tmp_path
     exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"]
     assert any(m.code == 1 and m.seq >= 0 for m in exits), exits  # a rank said it exited 1, itself
     assert "pardash: stopped by you (exit code 130); log " in err, err[-2000:]
-
-
-def test_attach_headless_to_a_job_that_ended_under_an_open_tui_says_it_is_over(tmp_path):
-    # The launch's TUI, left open, keeps its supervisor and hub up after the job ends: a
-    # headless attach printed "step 5/5 ... 1 finished" every second for ever, and `pardash ps`
-    # listed the job among the live ones as if it ran.
-    import pty
-
-    master, slave = pty.openpty()
-    p = subprocess.Popen(
-        [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "5", "--log", str(tmp_path / "run.jsonl"),
-         "--runs-dir", str(tmp_path / "runs")],
-        stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
-    )  # fmt: skip
-    os.close(slave)
-    screen = TerminalOutput(master)
-    try:
-        wait_for(lambda: list((tmp_path / "runs").glob("*/result.json")), timeout_s=120, poll_s=0.2)  # the job ended
-        (entry,) = registry.live_runs()  # the hub serves on for the open TUI
-        att = subprocess.run(
-            [sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", entry["run_id"]],
-            capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
-        )  # fmt: skip
-        assert att.returncode == 0, att.stdout[-2000:] + att.stderr[-2000:]
-        assert "pardash: the run is over: 1 finished" in att.stdout
-        ps = subprocess.run([sys.executable, "-m", "pardash", "ps"], capture_output=True, text=True, timeout=60, env=pardash_env())
-        (line,) = [x for x in ps.stdout.splitlines() if x.startswith(entry["run_id"])]
-        assert " ended 0 " in line, ps.stdout
-    finally:
-        os.write(master, b"q")
-        p.wait(timeout=60)
-        screen.done()
 
 
 def _launch_in_a_terminal(tmp_path):
