@@ -73,12 +73,17 @@ def test_identity_from_torchrun_and_slurm():
     assert (ident.rank, ident.local_rank, ident.world_size, ident.node) == (5, 1, 6, 2)
 
 
-def test_heartbeats_name_the_phase_while_the_loop_is_stuck():
-    ctx = zmq.Context.instance()
-    pull = ctx.socket(zmq.PULL)
+def _beating(rank: int, heartbeat_s: float) -> tuple[zmq.Socket, Reporter]:
+    """A PULL socket and a reporter that said hello to it, beating every ``heartbeat_s``."""
+    pull = zmq.Context.instance().socket(zmq.PULL)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
-    rep = Reporter(f"tcp://127.0.0.1:{port}", run="r", identity=identity(1), heartbeat_s=0.05)
+    rep = Reporter(f"tcp://127.0.0.1:{port}", run="r", identity=identity(rank), heartbeat_s=heartbeat_s)
     rep.hello(strategy="ddp")
+    return pull, rep
+
+
+def test_heartbeats_name_the_phase_while_the_loop_is_stuck():
+    pull, rep = _beating(1, 0.05)
     rep.set_phase("backward")  # and then the loop never comes back
     seen: list = []
 
@@ -100,11 +105,7 @@ def test_the_first_system_sample_has_the_hosts_cpu():
     # main thread: the heartbeat thread's first sample always said the host was idle (0.0).
     import time
 
-    ctx = zmq.Context.instance()
-    pull = ctx.socket(zmq.PULL)
-    port = pull.bind_to_random_port("tcp://127.0.0.1")
-    rep = Reporter(f"tcp://127.0.0.1:{port}", run="r", identity=identity(0), heartbeat_s=0.2)
-    rep.hello(strategy="ddp")
+    pull, rep = _beating(0, 0.2)
     first: list = []
 
     def busy_until_sampled() -> bool:

@@ -563,7 +563,6 @@ def _bin_ratio(seconds: float | None) -> float:
 
 def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
     """Rows in ``key`` order (ties by rank); unknown figures last."""
-    inf = float("inf")
     if key == "rank":
         return sorted(rows, key=lambda r: r.rank)
     # Times within a few percent of each other tie (then by rank): ranks a millisecond apart

@@ -2,7 +2,7 @@
 (torch.distributed.all_reduce after backward). ``python ddp_by_hand.py [SECONDS]``: rank 1 sleeps
 that long in its data path each step."""
 
-import os, sys, time, torch, torch.distributed as dist
+import sys, time, torch, torch.distributed as dist
 from torch import nn
 dist.init_process_group("gloo"); rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
