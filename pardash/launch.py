@@ -18,7 +18,7 @@ from pardash.telemetry import registry
 def prepare_launch(ns: argparse.Namespace, script: list[str]):
     """Validate a launch and build its LaunchSpec; raises SystemExit(2) with one line."""
     from pardash.trainer import config as train_config
-    from pardash.trainer.launcher import LaunchError, new_spec
+    from pardash.trainer.launcher import TRAINER_COMMAND, LaunchError, new_spec
 
     try:
         cfg = train_config.from_args(ns)
@@ -82,7 +82,7 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
 
         command = autorun.torchrun_command(script)
     else:
-        command = ["-m", "pardash.trainer.train", *cfg.to_argv()]
+        command = [*TRAINER_COMMAND, *cfg.to_argv()]
     try:
         spec = new_spec(
             log_path=ns.log,

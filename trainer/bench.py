@@ -22,7 +22,7 @@ from pardash.telemetry.compare import strategy_rows
 from pardash.telemetry.report import build_report
 
 from .config import STRATEGIES, TrainConfig
-from .launcher import LaunchError, new_spec, start
+from .launcher import TRAINER_COMMAND, LaunchError, new_spec, start
 
 
 @dataclass(kw_only=True, slots=True)
@@ -87,7 +87,7 @@ def run_one(run: PlannedRun, runs_dir: str) -> dict:
         log_path=None,
         runs_dir=runs_dir,
         nproc=run.ranks,
-        command=["-m", "pardash.trainer.train", *run.train.to_argv()],
+        command=[*TRAINER_COMMAND, *run.train.to_argv()],
         strategy=run.strategy,
         world_size=run.ranks,
     )

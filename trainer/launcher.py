@@ -45,6 +45,8 @@ STDERR_POLL_S = 0.1
 --monitor-interval, 0.1 s)."""
 
 HUB_READY_TIMEOUT_S = 30.0
+TRAINER_COMMAND = ["-m", "pardash.trainer.train"]
+"""What torchrun runs per rank for the bundled trainer (its arguments follow)."""
 STOP_GRACE_S = 10.0
 """Seconds torchrun and its ranks get after SIGTERM before SIGKILL."""
 
@@ -293,7 +295,7 @@ class Supervisor:
             env["PYTHONUNBUFFERED"] = "1"
             # ...and a script's prints line by line, as to a terminal (see autorun)
             env[LINE_BUFFERED_VAR] = "1"
-        if spec.command[:2] == ["-m", "pardash.trainer.train"] and spec.nproc > 1:
+        if spec.command[:2] == TRAINER_COMMAND and spec.nproc > 1:
             # What torchrun sets for several local ranks (OMP_NUM_THREADS=1), set here, spares
             # every launch its four-line warning of it: the bundled trainer sets its ranks'
             # threads itself and says how many. A script of the user's keeps torchrun's word.
