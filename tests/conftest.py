@@ -15,6 +15,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
+# One intra-op thread for every process the tests start (and their own torch): torch's default
+# is a thread per core, so a single-process run kept both cores of a 2-core machine spinning, a
+# third more CPU than one thread for the same steps, taken from the tests beside it. (The
+# launch sets it itself for several local ranks of the bundled trainer; a test of that unsets it.)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # Started in the background by a shell without job control, which ignores SIGINT for the
     # job, and every process started from here would inherit that: a launch stopped "with
@@ -92,7 +98,8 @@ def hub(tmp_path):
 SHARED_RUNS = {
     # 256 samples / 2 ranks / 16 a batch = 8 steps an epoch; 40 steps is 5 epochs.
     "ddp": ["--strategy", "ddp", "--steps", "40"],
-    # Gradient accumulation: 2 micro-batches a step, 4 steps an epoch.
+    # Gradient accumulation: 2 micro-batches a step, 4 steps an epoch. Under 19 steps: no
+    # straggler window completes, so test_launch's "no straggler" holds under any load.
     "fsdp": ["--strategy", "fsdp", "--steps", "12", "--grad-accum", "2"],
 }
 

@@ -41,10 +41,15 @@ def wait_logged(hub) -> None:
     wait_for(flushed)
 
 
-def pardash_env(**extra: str) -> dict[str, str]:
+def pardash_env(**extra: str | None) -> dict[str, str]:
+    """This process's environment less its hub endpoint, with ``extra`` (None: the variable unset)."""
     env = dict(os.environ)
     env.pop("PARDASH_ENDPOINT", None)
-    env.update(extra)
+    for name, value in extra.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
 
 

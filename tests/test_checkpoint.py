@@ -53,6 +53,11 @@ def assert_same_curve(run: list[tuple[int, int, float]], reference: dict[tuple[i
         assert loss == pytest.approx(reference[rank, step], **TOLERANCE), (rank, step)
 
 
+# The tests compared with it share one worker (pytest-xdist makes a module's fixture once per
+# worker that runs one of its tests).
+REFERENCE_GROUP = pytest.mark.xdist_group("checkpoint_reference")
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """Losses {(rank, step): loss} of a run left alone, per (strategy, steps), made once."""
@@ -73,10 +78,13 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.slow
+@REFERENCE_GROUP
 def test_a_crashed_fsdp_rank_restarts_from_the_checkpoint_on_the_same_curve(tmp_path, uninterrupted):
     # FSDP2 here, DDP in the resume by hand below: both through torch.distributed.checkpoint.
+    # The reference is DDP's uninterrupted run: on these 2 gloo ranks FSDP2 follows DDP's loss
+    # curve to the last bit (as the format tests' resume from one into the other shows).
     strategy = "fsdp"
-    reference = uninterrupted(strategy, 40)
+    reference = uninterrupted("ddp", 40)
     ckpt = tmp_path / "ckpt"
     # An older run's checkpoint, further on than this job will be when it crashes: the
     # restart must not take it (this job never said --resume).
@@ -565,6 +573,7 @@ def test_a_save_that_fails_names_the_folder_and_the_room_left(tmp_path, monkeypa
 
 
 @pytest.mark.slow
+@REFERENCE_GROUP
 def test_a_checkpoint_that_cannot_be_saved_costs_that_checkpoint_not_the_run(tmp_path, uninterrupted):
     # A full disk at one save killed a run left for days, and --max-restarts spent every
     # restart failing at the same save. Now the ranks agree it failed, warn, train on and try

@@ -52,6 +52,11 @@ def step_lines(stdout: str) -> dict[int, str]:
             for m in STEP_LINE.finditer(stdout)}
 
 
+# The tests of a saved checkpoint share one worker (pytest-xdist makes a module's fixture once
+# per worker that runs one of its tests).
+SAVED_GROUP = pytest.mark.xdist_group("formats_saved")
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """``saved("single")``: (a 6-step run's checkpoint folder holding steps 2 and 4, its
@@ -75,6 +80,7 @@ def saved(tmp_path_factory):
     # ddp's own load (the wrapper's "module." names) is in the slow test, on 2 ranks.
     [("single", "fsdp"), ("fsdp", "dp")],
 )
+@SAVED_GROUP
 def test_a_checkpoint_resumes_under_the_other_format_on_the_same_curve(
     tmp_path, saved, saved_by, resumed_by
 ):
@@ -121,6 +127,7 @@ def test_a_folder_holding_both_formats_is_read_as_the_strategy_saves(tmp_path):
 
 
 @pytest.mark.slow
+@SAVED_GROUP
 def test_a_single_process_checkpoint_resumes_sharded_on_two_ranks_and_back(tmp_path, saved):
     original, _ = saved("single")
     curves = {}
@@ -146,6 +153,7 @@ def test_a_single_process_checkpoint_resumes_sharded_on_two_ranks_and_back(tmp_p
 
 
 @pytest.mark.slow
+@SAVED_GROUP
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, saved):
     # A shard cut short after its save completed (.metadata is there, so it looks complete):
     # the resume says so and goes on from the checkpoint before, on the same curve.

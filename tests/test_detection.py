@@ -23,8 +23,8 @@ def _cmd(tmp_path, *args):
             "--runs-dir", str(tmp_path / "runs"), "--every", "1", "--log-every", "0", *args]  # fmt: skip
 
 
-def _launch(tmp_path, *args, timeout=300):
-    proc = subprocess.run(_cmd(tmp_path, *args), capture_output=True, text=True, timeout=timeout, env=pardash_env(), cwd=tmp_path)
+def _launch(tmp_path, *args, timeout=300, **env):
+    proc = subprocess.run(_cmd(tmp_path, *args), capture_output=True, text=True, timeout=timeout, env=pardash_env(**env), cwd=tmp_path)
     msgs, _ = load_log(tmp_path / "run.jsonl")
     return proc, msgs
 
@@ -52,7 +52,8 @@ def test_injected_straggler_is_named_with_its_kind(tmp_path, strategy, kind):
 
 @pytest.mark.serial
 def test_clean_run_has_no_straggler(tmp_path):
-    proc, msgs = _launch(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "150")
+    # (OMP_NUM_THREADS unset, as in a shell: the tests' own setting of it would spare torchrun's warning)
+    proc, msgs = _launch(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "150", OMP_NUM_THREADS=None)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _verdicts(msgs, "straggler") == []
     assert len([m for m in msgs if isinstance(m, schema.Step)]) == 300
