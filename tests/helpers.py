@@ -3,7 +3,14 @@ importable by name once a sub-folder has its own conftest)."""
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
 
 
 def identity(rank: int, world: int = 2, node: int = 0):
@@ -80,3 +87,62 @@ class TerminalOutput:
         self._thread.join(timeout_s)
         os.close(self.master)
         return bytes(self.data)
+
+
+class TrainerForks:
+    """``python -m pardash.trainer.train ARGV`` (``argv``: the trainer's flags) as a process forked from one that has imported
+    the trainer already (tests/scripts/trainer_forks.py): the same run, its own process, less
+    the 5 s of CPU its imports take. One per test worker, started at its first run."""
+
+    def __init__(self) -> None:
+        self._server: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        if self._server is None or self._server.poll() is not None:
+            # Not the test's registry in its environment: the fixture that ends what a test
+            # left running would take it for one of the test's processes.
+            env = pardash_env(PARDASH_REGISTRY_DIR=None, OMP_NUM_THREADS="1")
+            script = os.path.join(os.path.dirname(__file__), "scripts", "trainer_forks.py")
+            self._server = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            text=True, env=env, start_new_session=True)  # fmt: skip
+            atexit.register(self._stop, self._server)
+        return self._server
+
+    @staticmethod
+    def _stop(server: subprocess.Popen) -> None:
+        if server.stdin is not None:
+            server.stdin.close()  # its loop ends at the end of its input
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+    def _reply(self, server: subprocess.Popen, timeout_s: float) -> dict:
+        assert server.stdout is not None
+        ready, _, _ = select.select([server.stdout], [], [], timeout_s)
+        line = server.stdout.readline() if ready else ""
+        if not line:
+            raise TimeoutError if ready == [] else RuntimeError(f"the trainer's fork server ended ({server.poll()})")
+        return json.loads(line)
+
+    def run(self, argv: list[str], env: dict[str, str], timeout: float = 240, cwd: str | None = None) -> subprocess.CompletedProcess:
+        server = self._start()
+        assert server.stdin is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+            request = {"argv": argv, "env": env, "cwd": cwd or os.getcwd(), "stdout": out, "stderr": err}
+            server.stdin.write(json.dumps(request) + "\n")
+            server.stdin.flush()
+            pid = self._reply(server, 60)["pid"]
+            try:
+                code = self._reply(server, timeout)["code"]
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                self._reply(server, 60)
+                raise subprocess.TimeoutExpired(argv, timeout) from None
+            with open(out, errors="replace") as o, open(err, errors="replace") as e:
+                return subprocess.CompletedProcess([sys.executable, "-m", "pardash.trainer.train", *argv], code, o.read(), e.read())
+
+
+trainer_forks = TrainerForks()

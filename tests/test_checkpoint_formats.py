@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pardash.trainer import checkpoint
+from helpers import trainer_forks
 from test_checkpoint import SMALL, TOLERANCE, launch, losses
 
 STEP_LINE = re.compile(r"^step\s+(\d+)/\d+ .*$", re.M)
@@ -29,16 +30,16 @@ def train(
 ) -> subprocess.CompletedProcess:
     """``python -m pardash.trainer.train`` as one process without a hub, every step printed
     (``run_id``: the job id its checkpoints are saved under, as ``pardash launch`` gives;
-    ``check``: it must succeed)."""
+    ``check``: it must succeed). A fork of a process that has imported the trainer already."""
     env = dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {}))
     env.pop("PARDASH_ENDPOINT", None)
     env.pop("PARDASH_RUN_ID", None)
     if run_id:
         env["PARDASH_RUN_ID"] = run_id
-    proc = subprocess.run(
-        [sys.executable, "-m", "pardash.trainer.train", "--strategy", strategy, "--steps", "6",
+    proc = trainer_forks.run(
+        ["--strategy", strategy, "--steps", "6",
          "--checkpoint-dir", str(ckpt), *SMALL, "--log-every", "1", *args],
-        capture_output=True, text=True, env=env, timeout=240,
+        env=env, timeout=240,
     )  # fmt: skip
     if check:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
