@@ -13,16 +13,18 @@ two lines back on stdout per run: ``{"pid": N}`` as its process starts, ``{"code
 has ended (tests/helpers.py's TrainerForks is the other end).
 """
 
+import importlib
 import json
 import os
 import signal
 import sys
 
-import torch._dynamo  # noqa: F401  (an optimizer's first construction imports it)
-import torch.distributed.checkpoint  # noqa: F401
-import torch.distributed.fsdp  # noqa: F401
-
 from pardash.trainer import train
+
+# What the runs import as they go: torch's compiler (an optimizer's first construction imports
+# it), FSDP2 and torch.distributed.checkpoint.
+for name in ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint"):
+    importlib.import_module(name)
 
 import threading
 
