@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import pardash_env
+from helpers import pardash_env, trainer_forks, wait_for
 from pardash.telemetry import schema
 from pardash.telemetry.logreader import load_log
 from pardash.trainer import checkpoint
@@ -37,6 +37,29 @@ def launch(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.CompletedP
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600,
                           env=pardash_env(OMP_NUM_THREADS="1"))
     return proc, load_log(log)[0] if log.exists() else []
+
+
+def trained(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, list]:
+    """The bundled trainer as one plain process (a fork of one that has imported it:
+    helpers.trainer_forks) publishing to a hub of its own, job id ``name``; (process, messages
+    of the hub's log once the trainer's exit is in it)."""
+    import threading
+
+    from pardash.telemetry.hub import Hub
+
+    log = tmp_path / f"{name}.jsonl"
+    hub = Hub(run_id=name, log_path=str(log))
+    serving = threading.Thread(target=hub.serve, daemon=True)
+    serving.start()
+    try:
+        env = pardash_env(OMP_NUM_THREADS="1", PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID=name)
+        proc = trainer_forks.run([*SMALL, *args], env=env, timeout=240, cwd=str(tmp_path))
+        wait_for(lambda: log.exists() and events(load_log(log)[0], "exit"), timeout_s=60)
+    finally:
+        hub.stop()
+        serving.join(10)
+        hub.close()
+    return proc, load_log(log)[0]
 
 
 def losses(msgs: list) -> list[tuple[int, int, float]]:
@@ -168,14 +191,15 @@ def test_a_killed_ddp_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path
 
 @pytest.mark.slow
 def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
+    # One process, as a single run is (its launch's torchrun and hub aside: the tests above).
     ckpt = tmp_path / "ckpt"
     common = ["--strategy", "single", "--steps", "30", "--checkpoint-every", "10",
               "--checkpoint-dir", str(ckpt)]  # fmt: skip
-    first, first_msgs = launch(tmp_path, "first", *common, "--inject-crash", "0@25")
+    first, first_msgs = trained(tmp_path, "first", *common, "--inject-crash", "0@25")
     assert first.returncode != 0
     assert (checkpoint.step_path(ckpt, 20) / checkpoint.PLAIN_FILE).is_file()
 
-    second, msgs = launch(tmp_path, "second", *common, "--resume")
+    second, msgs = trained(tmp_path, "second", *common, "--resume")
     assert second.returncode == 0, second.stderr[-3000:]
     assert [e.step for e in events(msgs, "resume")] == [20]
     run = losses(msgs)
@@ -190,13 +214,13 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     assert [e.step for e in events(first_msgs, "exit")] == [25]  # the step it failed in
     # Resumed at 30, failing in its first step, before it published any: the exit still names
     # the step (the reporter's own count starts again at 0).
-    third, third_msgs = launch(tmp_path, "third", "--strategy", "single", "--steps", "40", "--checkpoint-every", "10",
+    third, third_msgs = trained(tmp_path, "third", "--strategy", "single", "--steps", "40", "--checkpoint-every", "10",
                                "--checkpoint-dir", str(ckpt), "--resume", "--inject-crash", "0@31")  # fmt: skip
     assert third.returncode != 0
     assert [e.step for e in events(third_msgs, "exit")] == [31]
     assert [e.step for e in events(third_msgs, "error")] == [30]
     # Resumed past its --steps: nothing to train, said so (it printed "done: 25 steps in 0.00 s").
-    fourth, fourth_msgs = launch(tmp_path, "fourth", *common[:2], "--steps", "25", "--checkpoint-dir", str(ckpt), "--resume")
+    fourth, fourth_msgs = trained(tmp_path, "fourth", *common[:2], "--steps", "25", "--checkpoint-dir", str(ckpt), "--resume")
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     assert losses(fourth_msgs) == []
     [warning] = [e.message for e in events(fourth_msgs, "warning")]
@@ -205,7 +229,7 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     assert "ms/step" not in fourth.stdout
     # Without --resume in a folder of checkpoints: it starts over, and says its saves replace
     # those of the same steps (torch's UserWarning on overwriting was the only sign).
-    fifth, fifth_msgs = launch(tmp_path, "fifth", *common[:2], "--steps", "3", "--checkpoint-dir", str(ckpt))
+    fifth, fifth_msgs = trained(tmp_path, "fifth", *common[:2], "--steps", "3", "--checkpoint-dir", str(ckpt))
     assert fifth.returncode == 0, fifth.stderr[-3000:]
     # (its --steps 3 under SMALL's --warmup-steps 5 is warned of too)
     [warning] = [e.message for e in events(fifth_msgs, "warning") if not e.message.startswith("--warmup-steps")]

@@ -469,26 +469,26 @@ def test_a_real_runs_evaluations_and_system_samples_reach_tensorboard(tmp_path):
     # were in the log and the report, not in TensorBoard.
     log = tmp_path / "run.jsonl"
     launch = subprocess.run(
-        [sys.executable, "-m", "pardash", "launch", "--headless", "--nproc", "2", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--nproc", "1", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
          "--", str(Path(__file__).resolve().parent / "scripts" / "evaluates.py"), "40", "10"],
         capture_output=True, text=True, env=pardash_env(), timeout=240,
     )  # fmt: skip
     assert launch.returncode == 0, launch.stderr[-2000:]
-    done = subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / "tb"), "--ranks", "1"],
+    done = subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / "tb")],
                           capture_output=True, text=True, env=pardash_env(), timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["rank1"]
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["rank0"]
     msgs, _ = load_log(log)
-    evals = [m for m in msgs if isinstance(m, schema.Event) and m.name == "eval" and m.rank == 1]
+    evals = [m for m in msgs if isinstance(m, schema.Event) and m.name == "eval" and m.rank == 0]
     assert [m.step for m in evals] == [10, 20, 30, 40]
-    acc = _read_back(tmp_path / "tb" / "rank1")
+    acc = _read_back(tmp_path / "tb" / "rank0")
     got = acc.Scalars("eval/duration_s")
     assert [(e.step, e.value) for e in got] == [(m.step, pytest.approx(m.duration_s, rel=1e-6)) for m in evals]
-    samples = _expected_system(msgs, 1)
+    samples = _expected_system(msgs, 0)
     assert samples["system/cpu_pct"] and samples["system/rss_bytes"]  # a CPU run: no GPU figures
     for tag, points in samples.items():
         assert [(e.step, e.value) for e in acc.Scalars(tag)] == [(s, pytest.approx(v, rel=1e-6)) for s, v in points], tag
-    assert _texts(tmp_path / "tb" / "rank1", "events/exit") == [(40, "exit code 0")]
+    assert _texts(tmp_path / "tb" / "rank0", "events/exit") == [(40, "exit code 0")]
 
 
 def test_the_records_are_framed_byte_for_byte_as_tensorboards_own_writer_frames_them():

@@ -197,30 +197,32 @@ def test_ddp_buckets_count_once_when_the_gradients_are_views_of_them(tmp_path):
     assert viewed.grads_bytes == nbytes and viewed.buckets_bytes == 0
 
 
-def _two_ranks(tmp_path, script: str) -> dict[int, dict]:
-    """Run tests/scripts/``script`` on 2 gloo ranks under torchrun: the JSON object each printed, by rank."""
+@pytest.fixture(scope="module")
+def fsdp_memory(tmp_path_factory) -> dict[int, dict]:
+    """tests/scripts/fsdp_memory.py run once on 2 gloo ranks under torchrun: the JSON object
+    each rank printed, by rank."""
     import json
     import os
 
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         os.path.join(os.path.dirname(__file__), "scripts", script)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+         os.path.join(os.path.dirname(__file__), "scripts", "fsdp_memory.py")],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path_factory.mktemp("fsdp-memory"),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    # (Two processes share the pipe: their lines may run together; an object may hold objects.)
-    ranks = {d["rank"]: d for d in map(json.loads, re.findall(r"\{(?:[^{}]|\{[^{}]*\})*\}", out.stdout))}
-    assert set(ranks) == {0, 1}
+    # (Two processes share the pipe: their lines may run together; an object holds objects.)
+    ranks = {d["rank"]: d for d in map(json.loads, re.findall(r'\{"rank".*?\}\}\}', out.stdout))}
+    assert set(ranks) == {0, 1}, out.stdout
     return ranks
 
 
 @pytest.mark.slow
-def test_a_rank_with_an_empty_shard_counts_the_whole_state_unsharded(tmp_path):
+def test_a_rank_with_an_empty_shard_counts_the_whole_state_unsharded(fsdp_memory):
     # A parameter with fewer rows than ranks leaves rank 1 no shard of it: its Adam state went
     # missing from rank 1's unsharded figure (41,252 against rank 0's 41,260).
-    ranks = _two_ranks(tmp_path, "fsdp_uneven.py")
     params = (13 * 37 + 37 + 1) * 4
-    for d in ranks.values():
+    for d in fsdp_memory.values():
+        d = d["uneven"]
         assert d["params_full"] == d["grads_full"] == params
         assert d["optim_full"] == 2 * params + 3 * 4  # exp_avg, exp_avg_sq and a 4-byte step per tensor
 
@@ -276,10 +278,10 @@ def test_the_expectation_is_the_runs_own_state_over_n_not_16_bytes_a_parameter()
 
 
 @pytest.mark.slow
-def test_fsdp_gradient_accumulation_keeps_the_gradients_sharded(tmp_path):
+def test_fsdp_gradient_accumulation_keeps_the_gradients_sharded(fsdp_memory):
     # The bundled trainer turned FSDP2's reduce-scatter off for every micro-batch but a step's
     # last: between them each rank held the whole unsharded gradients (100%, not its half),
     # while the memory view, read after the step, said the run saved half of them.
-    ranks = _two_ranks(tmp_path, "fsdp_accum.py")
-    for d in ranks.values():
+    for d in fsdp_memory.values():
+        d = d["accum"]
         assert d["first"] == d["last"] == {"sharded": d["full"] // 2, "unsharded": 0}

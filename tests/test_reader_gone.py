@@ -107,15 +107,14 @@ def test_a_launch_whose_reader_went_away_sees_its_job_to_the_end_and_says_so_on_
     # `pardash launch --headless ... | head -3`: the job must not die with the reader, nor the
     # launch (it supervises the job, and its exit code is the job's). It held the shell for
     # the rest of the job without a word, and its last line went nowhere.
-    code, err = _pardash_unread("launch", "--headless", "--nproc", "2", "--runs-dir", "runs", "--every", "1",
+    code, err = _pardash_unread("launch", "--headless", "--nproc", "1", "--runs-dir", "runs", "--every", "1",
                                 "--", str(SCRIPTS / "chatty.py"), "20", cwd=tmp_path, timeout_s=240)  # fmt: skip
     assert "Traceback" not in err and "BrokenPipe" not in err, err[-3000:]
     assert code == 0, err[-3000:]
     (run,) = (tmp_path / "runs").iterdir()
     assert f"pardash: nothing reads this launch's output any more; the job goes on and this launch sees it to its end (Ctrl-C stops it): the ranks' output goes on in {run / 'output.log'}" in err
-    assert "pardash: done, 2 rank(s), step 20, log " in err
-    said = (run / "output.log").read_text()
-    assert "rank 0 step 20" in said and "rank 1 step 20" in said
+    assert "pardash: done, 1 rank(s), step 20, log " in err
+    assert "rank 0 step 20" in (run / "output.log").read_text()
 
 
 def test_a_broken_pipe_of_something_else_is_a_fault_told_as_one():

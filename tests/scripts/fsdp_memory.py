@@ -1,0 +1,76 @@
+"""Two FSDP2 ranks on gloo; each rank prints one JSON object with two memory accounts:
+
+- ``uneven``: a model with a parameter of one row (rank 1's shard of it is empty), its account
+  after an AdamW step;
+- ``accum``: gradients accumulated over two micro-batches through the bundled trainer's
+  ``grad_sync``: after the first micro-batch's backward and after the last, the gradient bytes
+  each rank holds, sharded (``param.grad``'s local shard) and unsharded (what FSDP2 keeps when
+  a micro-batch does not reduce-scatter), against the model's whole gradient size.
+
+(One script for both: a torchrun of two ranks costs seconds of a 2-core machine.)
+"""
+
+import json
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+from pardash.telemetry.memory import MemoryAccountant
+from pardash.trainer.strategies import Wrapped, grad_sync
+
+
+class Uneven(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(13, 37)
+        self.one = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return self.lin(x).sum() * self.one
+
+
+def uneven() -> dict:
+    torch.manual_seed(0)
+    model = Uneven()
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 13)).backward()
+    opt.step()
+    mem = MemoryAccountant(model, full_every=1).measure([opt])
+    return {"optim_full": mem.optim_full_bytes, "grads_full": mem.grads_full_bytes, "params_full": mem.params_full_bytes}
+
+
+def accum() -> dict:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    full = sum(p.numel() * p.element_size() for p in model.parameters())
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    w = Wrapped(model=model, inner=model, strategy="fsdp")
+
+    def held() -> dict:
+        sharded = sum(p.grad.to_local().numel() * 4 for p in model.parameters() if p.grad is not None)
+        unsharded = 0
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                group = m._get_fsdp_state()._fsdp_param_group  # FSDP2's own, where no public view exists
+                for fp in group.fsdp_params if group is not None else ():
+                    for t in (fp._unsharded_param.grad, fp.unsharded_accumulated_grad):
+                        unsharded += t.numel() * t.element_size() if t is not None else 0
+        return {"sharded": sharded, "unsharded": unsharded}
+
+    x = torch.randn(8, 64)
+    with grad_sync(w, sync=False):
+        model(x).sum().backward()
+    after_first = held()
+    with grad_sync(w, sync=True):
+        model(x).sum().backward()
+    return {"full": full, "first": after_first, "last": held()}
+
+
+dist.init_process_group("gloo")
+print(json.dumps({"rank": dist.get_rank(), "uneven": uneven(), "accum": accum()}), flush=True)
+dist.barrier()
+dist.destroy_process_group()
