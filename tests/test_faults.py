@@ -172,7 +172,7 @@ def test_a_sigterm_to_a_tui_launch_once_every_rank_has_finished_lets_the_job_end
     go, log = tmp_path / "go", tmp_path / "run.jsonl"
     master, slave = pty.openpty()
     p = subprocess.Popen(
-        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
          "--", str(script), str(go)],
         stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
     )  # fmt: skip
@@ -184,13 +184,13 @@ def test_a_sigterm_to_a_tui_launch_once_every_rank_has_finished_lets_the_job_end
             return 0
         return sum(isinstance(m, schema.Event) and m.name == "exit" and m.code == 0 and m.seq >= 0 for m in load_log(log)[0])
 
-    wait_for(lambda: finished() == 2, timeout_s=120, poll_s=0.2)  # both ranks said so themselves
+    wait_for(lambda: finished() == 1, timeout_s=120, poll_s=0.2)  # the rank said so itself
     wait_for(lambda: b"finished" in bytes(screen.data), timeout_s=60, poll_s=0.2)  # ... and the viewer has it
     p.send_signal(signal.SIGTERM)
     go.touch()  # the ranks' exit hooks end
     assert p.wait(timeout=120) == 0
     out = screen.done()
-    assert b"stopped by you" not in out and b"pardash: done, 2 rank(s), step 5" in out, out[-2000:]
+    assert b"stopped by you" not in out and b"pardash: done, 1 rank(s), step 5" in out, out[-2000:]
 
 
 def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file_and_attach_says_it_is_over(tmp_path):
@@ -462,16 +462,16 @@ def test_a_job_left_unsupervised_is_followed_through_torchruns_restart(tmp_path)
     # said "the run is over ... exited with code 1" and exited 1 while the restarted job went
     # on to finish. The job lives while its hub does; the hub waits for the restart.
     log = tmp_path / "run.jsonl"
-    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "40", "--max-restarts", "1", "--inject-crash", "1@20")
+    p = _start(tmp_path, "--strategy", "single", "--steps", "40", "--max-restarts", "1", "--inject-crash", "0@20")
     wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
     (entry,) = registry.live_runs()
     os.kill(entry["supervisor_pid"], signal.SIGKILL)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, out[-2000:] + err[-2000:]
-    assert "the run is over: 2 finished" in out
+    assert "the run is over: 1 finished" in out
     msgs, _ = load_log(log)
     assert sorted({m.restart for m in msgs if isinstance(m, schema.Hello)}) == [0, 1]
-    assert max(m.step for m in msgs if isinstance(m, schema.Step) and m.rank == 1) == 40
+    assert max(m.step for m in msgs if isinstance(m, schema.Step)) == 40
 
 
 def test_a_log_whose_folder_is_removed_mid_run_is_written_again_whole(tmp_path):
