@@ -25,6 +25,14 @@ def _start(tmp_path, *args, **kw):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path, **kw)
 
 
+def _ended(pid: int) -> bool:
+    """Whether the process ``pid`` has ended (gone, or a zombie its parent has not reaped)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _steps(log, rank=None):
     if not log.exists():
         return []
@@ -85,7 +93,7 @@ def test_a_job_stopped_with_ctrl_c_or_sigterm_exits_as_the_shell_says_and_blames
     rep = build_report(str(log))
     assert rep["failure"] is None
     assert not registry.live_runs()
-    assert not psutil.pid_exists(run["pid"]) or psutil.Process(run["pid"]).status() == psutil.STATUS_ZOMBIE  # the hub
+    assert _ended(run["pid"])  # the hub
 
 
 def _a_rank_deaf_to_sigterm(tmp_path):
@@ -110,7 +118,7 @@ def test_a_stopped_job_leaves_no_rank_behind_that_sigterm_did_not_end(tmp_path):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-2000:]
     assert "stopped by you" in err
-    wait_for(lambda: not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE, timeout_s=30, poll_s=0.2)
+    wait_for(lambda: _ended(rank.pid), timeout_s=30, poll_s=0.2)
 
 
 def test_a_second_ctrl_c_while_the_job_stops_says_the_stop_goes_on(tmp_path):
@@ -128,7 +136,7 @@ def test_a_second_ctrl_c_while_the_job_stops_says_the_stop_goes_on(tmp_path):
     said = [line for line in err.splitlines() if line.startswith("pardash: not waiting for the job to stop: ")]
     assert said and "its supervisor kills what is left of it within " in said[0], err[-2000:]
     assert "Traceback" not in err
-    wait_for(lambda: not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE, timeout_s=60, poll_s=0.2)
+    wait_for(lambda: _ended(rank.pid), timeout_s=60, poll_s=0.2)
 
 
 def test_ctrl_c_once_every_rank_has_finished_lets_the_job_end_and_says_it_finished(tmp_path):
@@ -351,7 +359,8 @@ def test_viewer_killed_the_job_and_log_go_on(tmp_path):
     log = tmp_path / "run.jsonl"
     p = _start(tmp_path, "--strategy", "single", "--steps", "120")
     wait_for(lambda: len(_steps(log, 0)) >= 10, timeout_s=120, poll_s=0.3)
-    run_id = registry.live_runs()[0]["run_id"]
+    entry = registry.live_runs()[0]
+    run_id = entry["run_id"]
     p.kill()  # the foreground (viewer) dies; the supervisor, hub and ranks are in another session
     p.wait()
     # Attach again: the new viewer follows the run to its end, then ends by itself.
@@ -365,6 +374,9 @@ def test_viewer_killed_the_job_and_log_go_on(tmp_path):
     result = tmp_path / "runs" / run_id / "result.json"
     wait_for(result.exists, timeout_s=60)
     assert json.loads(result.read_text())["code"] == 0
+    # ... and the supervisor, its viewer gone, ends with the job
+    supervisor = entry["supervisor_pid"]
+    wait_for(lambda: _ended(supervisor), timeout_s=60)
     # In the order the rank sent them (the log's is the hub's: steps its heartbeat thread sent
     # for the loop, on a socket of their own, can be taken after the loop's next ones).
     assert [s.step for s in sorted(_steps(log, 0), key=lambda s: s.seq)] == list(range(1, 121))
@@ -408,7 +420,7 @@ def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_
     assert "failed" not in err, err[-2000:]
     assert p.returncode == 0, err[-2000:]
     assert "the run is over: 1 finished" in out
-    wait_for(lambda: not psutil.pid_exists(entry["pid"]) or psutil.Process(entry["pid"]).status() == psutil.STATUS_ZOMBIE, timeout_s=30)
+    wait_for(lambda: _ended(entry["pid"]), timeout_s=30)
     assert not registry.live_runs()
     msgs, _ = load_log(log)
     assert max(m.step for m in msgs if isinstance(m, schema.Step)) == 60
@@ -435,7 +447,7 @@ def test_ranks_that_write_on_after_their_supervisor_was_killed_train_on(tmp_path
     # The launch ends once the ranks have: it returned as they said they finished, their
     # processes (GPU memory and all) still there for the next command.
     pids = {m.pid for m in msgs if isinstance(m, schema.Hello)}
-    assert len(pids) == 1 and not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert len(pids) == 1 and all(_ended(pid) for pid in pids)
 
 
 def test_a_launch_whose_output_is_gone_still_restarts_the_hub_and_sees_the_job_out(tmp_path):
