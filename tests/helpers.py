@@ -90,9 +90,11 @@ class TerminalOutput:
 
 
 class TrainerForks:
-    """``python -m pardash.trainer.train ARGV`` (``argv``: the trainer's flags) as a process forked from one that has imported
-    the trainer already (tests/scripts/trainer_forks.py): the same run, its own process, less
-    the 5 s of CPU its imports take. One per test worker, started at its first run."""
+    """``python -m pardash.trainer.train ARGV`` (the trainer's flags) as a process forked from
+    one that has imported the trainer already (tests/scripts/trainer_forks.py): the same run,
+    its own process, less the 5 s of CPU its imports take. One server per test worker, started
+    at its first run. (Import-order faults a fresh interpreter would show are for the tests
+    that launch the trainer under torchrun to find.)"""
 
     def __init__(self) -> None:
         self._server: subprocess.Popen | None = None

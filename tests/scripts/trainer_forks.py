@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 
 from pardash.trainer import train
 
@@ -25,8 +26,6 @@ from pardash.trainer import train
 # it), FSDP2 and torch.distributed.checkpoint.
 for name in ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint"):
     importlib.import_module(name)
-
-import threading
 
 assert threading.active_count() == 1, threading.enumerate()  # a fork copies this thread alone
 
