@@ -24,7 +24,7 @@ from pardash.telemetry.client import HUB_QUIET_S, Source
 from pardash.telemetry.printer import run_over
 
 from .messages import RunUpdated
-from .screens.dashboard import DashboardScreen
+from .screens.dashboard import DashboardScreen, ReplayDashboardScreen
 from .screens.help import HelpScreen
 from .screens.quit import OVER, QuitScreen
 
@@ -101,7 +101,7 @@ class PardashApp(App[str | None]):
     # -- the source ---------------------------------------------------------------------------
 
     def get_default_screen(self) -> Screen:
-        return DashboardScreen()
+        return DashboardScreen() if self.source.live else ReplayDashboardScreen()
 
     def on_mount(self) -> None:
         self._poll()

@@ -640,3 +640,25 @@ def test_a_replays_elapsed_time_is_its_clocks_and_reports_duration(tmp_path):
     assert build_report(str(log))["duration_s"] == pytest.approx(10.0)
     half = ReplaySource(str(log), start_s=5.0)
     assert summarize(half).elapsed_s == summarize(half).replay.position_s == 5.0
+
+
+async def test_a_replays_footer_shows_its_own_keys_in_80_columns_and_the_grids_keys_still_work():
+    # The footer listed the grid's view keys first: at 80 columns the replay's own (space,
+    # +/-, [/]) were cut off entirely, and "Speed" and "Seek" at 100.
+    from textual.widgets._footer import FooterKey
+
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        keys = list(app.screen.query(FooterKey))
+        shown = {k.description: k for k in keys}
+        assert {"Play", "Speed", "Seek", "Help", "Quit"} <= set(shown), list(shown)  # (paused: space plays)
+        for k in keys:  # each whole, on the screen, and clear of the others
+            assert k.region.right <= 80 and k.region.width >= len(k.key_display) + len(k.description) + 1, (k.description, k.region)
+        spans = sorted((k.region.x, k.region.right) for k in keys)
+        assert all(a_end <= b for (_, a_end), (b, _) in zip(spans, spans[1:])), spans
+        grid = app.screen.query_one(RankGrid)
+        before = grid.form
+        await pilot.press("c")  # not in the footer, still a key (the help lists it)
+        await pilot.pause()
+        assert grid.form != before

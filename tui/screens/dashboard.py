@@ -178,7 +178,10 @@ class DashboardScreen(Screen):
                 yield AlertList(id="alerts", classes="panel")
                 yield MemorySummary(id="memory", classes="panel")
                 yield EventLog(id="events", classes="panel")
-        yield Footer()
+        yield Footer(compact=self.COMPACT_FOOTER)
+
+    COMPACT_FOOTER = False
+    """One space between the footer's keys, not two (a replay's, for its own keys)."""
 
     NARROW_WIDTH = 100
     """Below this many columns the memory panel gives its room to the event log (m shows it)."""
@@ -421,6 +424,20 @@ class DashboardScreen(Screen):
         self.grid.flagged_only = not self.grid.flagged_only
         self._update_labels()
         self._show_figures(now=True)
+
+
+class ReplayDashboardScreen(DashboardScreen):
+    """The dashboard of a replay: its footer leaves out the grid's view keys (c, s, f; they work,
+    and ``?`` lists them) for the replay's own (space, +/-, [/]), which an 80-column footer cut
+    off entirely, as it did "Speed" and "Seek" at 100 columns; compact, they fit in 80."""
+
+    COMPACT_FOOTER = True
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "toggle_form", "Cells/heat", show=False),
+        Binding("s", "cycle_sort", "Sort", show=False),
+        Binding("f", "toggle_flagged", "Flagged", show=False),
+    ]
 
 
 def _stragglers_were(state) -> str:
