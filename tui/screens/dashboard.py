@@ -434,9 +434,7 @@ class ReplayDashboardScreen(DashboardScreen):
     COMPACT_FOOTER = True
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("c", "toggle_form", "Cells/heat", show=False),
-        Binding("s", "cycle_sort", "Sort", show=False),
-        Binding("f", "toggle_flagged", "Flagged", show=False),
+        replace(b, show=False) for b in DashboardScreen.BINDINGS if isinstance(b, Binding) and b.key in ("c", "s", "f")
     ]
 
 
