@@ -62,7 +62,8 @@ def test_clean_run_has_no_straggler(tmp_path):
     assert "OMP_NUM_THREADS" not in proc.stdout + proc.stderr and "thread(s) per rank" in proc.stdout
 
 
-@pytest.mark.serial
+# (Not alone: a stall is 5 s or more without a step (LivenessConfig.stall_min_s), which load
+# beside it does not make of 10 ms steps, and its cause is the phase rank 1 stopped in.)
 def test_stalled_rank_is_shown_with_its_phase(tmp_path):
     p = subprocess.Popen(
         _cmd(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "400", "--inject-stall", "1@30"),

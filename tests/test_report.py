@@ -1587,8 +1587,11 @@ def test_a_reports_memory_grows_by_a_few_doubles_a_step(tmp_path):
         finally:
             tracemalloc.stop()
 
-    short, long = log(6_000), log(26_000)
+    from pardash.telemetry.report import _RecentSteps
+
+    assert _RecentSteps.KEEP < 5_000  # both logs past the recent steps a rank keeps
+    short, long = log(5_000), log(15_000)
     peak_bytes(short)  # (what a first report imports and caches)
-    per_rank_step = (peak_bytes(long) - peak_bytes(short)) / (2 * 20_000)
+    per_rank_step = (peak_bytes(long) - peak_bytes(short)) / (2 * 10_000)
     # 5 figures a step: 40 bytes, up to 60 as an array grows (lists of floats: 170)
     assert per_rank_step < 100, f"{per_rank_step:.0f} bytes a rank's step"
