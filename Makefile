@@ -18,14 +18,8 @@ $(VENV)/.installed: pyproject.toml
 	  else $(PYTHON) -m venv $(VENV); fi; fi
 	@# One resolver run (about 10 s less than two); torch pinned in it unless the venv has one.
 	@torch="$(TORCH_SPEC)"; $(PY) -c "import torch" 2>/dev/null && torch=""; \
-	  echo "$(PY) -m pip install -q --no-compile $$torch -e .[test,export]"; \
-	  $(PY) -m pip install -q --no-compile $$torch -e ".[test,export]"
-	@# Bytecode for what pardash's processes import, made by importing it (two processes at
-	@# once), not pip's for every file installed: 4 of torch's 5 thousand modules are never
-	@# loaded here, and compiling them all took pip about 30 s of a 66 s set-up on 2 cores.
-	@echo "compiling what pardash imports"; export PYTHONDONTWRITEBYTECODE=; \
-	  $(PY) -c "import pardash.trainer.train, pardash.trainer.autorun, torch._dynamo, torch.distributed.run, torch.distributed.checkpoint" & \
-	  $(PY) -c "import pardash.cli, pardash.tui.app, textual.widgets, pytest, xdist, hypothesis, tensorboard" ; wait
+	  echo "$(PY) -m pip install -q $$torch -e .[test,export]"; \
+	  $(PY) -m pip install -q $$torch -e ".[test,export]"
 	@touch $@
 
 run: setup
