@@ -18,11 +18,12 @@ from pardash.telemetry.logreader import load_log
 pytestmark = pytest.mark.slow
 
 
-def _start(tmp_path, *args, **kw):
+def _start(tmp_path, *args, env=None, **kw):
     trainer = [] if "--" in args else ["--log-every", "0"]  # a script of one's own takes no trainer flags
     cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(tmp_path / "run.jsonl"),
            "--runs-dir", str(tmp_path / "runs"), "--every", "1", *trainer, *args]  # fmt: skip
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path, **kw)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or pardash_env(),
+                            cwd=tmp_path, **kw)  # fmt: skip
 
 
 def _ended(pid: int) -> bool:
@@ -97,12 +98,14 @@ def test_a_job_stopped_with_ctrl_c_or_sigterm_exits_as_the_shell_says_and_blames
 
 
 def _a_rank_deaf_to_sigterm(tmp_path):
-    """A headless launch of one rank that ignores SIGTERM, once it runs: (launch, the rank)."""
+    """A headless launch of one rank that ignores SIGTERM, once it runs: (launch, the rank).
+    Its telemetry is off: the stop finds the ranks as torchrun's children, and the rank then
+    never imports torch."""
     from pathlib import Path
 
     script = Path(__file__).resolve().parent / "scripts" / "deaf_to_sigterm.py"
     pid_file = tmp_path / "rank.pid"
-    p = _start(tmp_path, "--nproc", "1", "--", str(script), str(pid_file))
+    p = _start(tmp_path, "--nproc", "1", "--", str(script), str(pid_file), env=pardash_env(PARDASH_TELEMETRY="0"))
     wait_for(pid_file.exists, timeout_s=120, poll_s=0.2)
     return p, psutil.Process(int(pid_file.read_text()))
 

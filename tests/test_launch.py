@@ -280,13 +280,17 @@ def test_without_a_terminal_launch_prints_progress_lines_and_ends(tmp_path):
 def test_a_launch_with_telemetry_switched_off_says_so(tmp_path):
     # PARDASH_TELEMETRY=0 left in the environment: the launch showed and logged nothing, and
     # ended "no step taken", with no word of why.
+    # (A script that prints its argv: the warning is the launch's, whatever it runs, and this
+    # rank never imports torch.)
     env = dict(pardash_env(), PARDASH_TELEMETRY="0")
+    script = os.path.join(os.path.dirname(__file__), "scripts", "argv_probe.py")
     proc = subprocess.run(
-        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "single", "--steps", "2", "--runs-dir", str(tmp_path / "runs")],
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--nproc", "1", "--runs-dir", str(tmp_path / "runs"), "--", script],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warning: PARDASH_TELEMETRY=0 in the environment: the ranks publish nothing" in proc.stderr
+    assert '"argv": [' in proc.stdout  # the job ran
 
 
 @pytest.mark.parametrize(
