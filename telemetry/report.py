@@ -316,7 +316,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             "status": r.status,
             "steps": len(step_s.get(rank, [])) - rerun.get(rank, 0),
             "steps_rerun": rerun.get(rank, 0),
-            "last_step": r.step.step if r.step else None,
+            "last_step": r.last_step,
             "last_loss": r.step.loss if r.step else None,
             "first_loss": first_loss.get(rank),
             "median_step_s": _median(step_s.get(rank, [])),

@@ -100,6 +100,7 @@ class RankState:
         "rank",
         "hello",
         "step",
+        "step_before",
         "system",
         "heartbeat",
         "last_seen",
@@ -121,6 +122,9 @@ class RankState:
         self.rank = rank
         self.hello: schema.Hello | None = None
         self.step: schema.Step | None = None
+        self.step_before: int | None = None
+        """The last step of the rank's previous process (torchrun restarted it), while its new
+        one has taken none: ``step`` starts anew with the new process's message order."""
         self.system: schema.System | None = None
         self.heartbeat: schema.Heartbeat | None = None
         self.last_seen = 0.0
@@ -156,6 +160,12 @@ class RankState:
         if self.step is not None:
             return RUNNING
         return STARTING
+
+    @property
+    def last_step(self) -> int | None:
+        """Its last step: its process's, or while a process restarted by torchrun has taken
+        none, the previous one's."""
+        return self.step.step if self.step is not None else self.step_before
 
     @property
     def host(self) -> str:
@@ -304,6 +314,8 @@ class RunState:
             if msg.restart > r.restarts:  # torchrun's count so far: a viewer that attached late knows it too
                 r.restarts = msg.restart
             if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart):
+                if r.step is not None:
+                    r.step_before = r.step.step
                 r.step = None  # a new process for the rank: its message order starts anew
             # The run's config is rank 0's (every rank's is the same): another rank's copy is
             # not kept in memory (up to 256 KiB a rank; the JSONL log keeps every hello whole).
@@ -507,8 +519,9 @@ class RunState:
 
     @property
     def step(self) -> int:
-        """The slowest running rank's last step (the run's progress)."""
-        steps = [r.step.step for r in self.ranks.values() if r.step is not None]
+        """The slowest running rank's last step (the run's progress); of a rank restarted by
+        torchrun that has taken no step yet, its previous process's last."""
+        steps = [r.last_step for r in self.ranks.values() if r.last_step is not None]
         return min(steps) if steps else 0
 
     def median_step_s(self) -> float | None:

@@ -1595,3 +1595,28 @@ def test_a_reports_memory_grows_by_a_few_doubles_a_step(tmp_path):
     per_rank_step = (peak_bytes(long) - peak_bytes(short)) / (2 * 10_000)
     # 5 figures a step: 40 bytes, up to 60 as an array grows (lists of floats: 170)
     assert per_rank_step < 100, f"{per_rank_step:.0f} bytes a rank's step"
+
+
+def test_a_run_read_while_torchrun_restarts_its_ranks_is_at_the_step_they_reached(tmp_path):
+    # Both ranks' new processes have said hello and taken no step yet: the report read "steps
+    # 20 (last step 0)" and "log ends early at step 0", as the run's step in a viewer's header
+    # (each rank's last step was dropped with its old process, for the new one's message order).
+    t0 = 1.7e9
+    msgs: list = [schema.Hello(rank=r, world_size=2, t=t0, run="x", seq=0, pid=100 + r) for r in range(2)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, step_s=0.1, t=t0 + s / 10, seq=s, run="x") for s in range(1, 21) for r in range(2)]
+    msgs += [schema.Hello(rank=r, world_size=2, t=t0 + 5, run="x", seq=0, pid=200 + r, restart=1) for r in range(2)]
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    rep = build_report(str(log))
+    assert rep["last_step"] == 20 and [r["last_step"] for r in rep["ranks"]] == [20, 20]
+    text = render_text(rep)
+    assert "20 (last step 20)" in text and "log ends early     at step 20," in text
+    from pardash.tui.model import run_totals
+
+    state = RunState()
+    for m in msgs:
+        state.apply(m, now=1.0)
+    assert state.step == run_totals(state).step == 20
+    # Once the new processes step, their steps are the run's: from the start again, here.
+    state.apply(schema.Step(rank=0, step=1, loss=1.0, step_s=0.1, t=t0 + 6, seq=1, run="x"), now=2.0)
+    assert state.step == run_totals(state).step == 1

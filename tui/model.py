@@ -620,13 +620,13 @@ def run_totals(state: st.RunState) -> RunTotals:
             nodes.add(hello.node)
             if hello.note and hello.note not in notes:
                 notes.append(hello.note)
+        last = r.last_step
+        if last is not None and (slowest is None or last < slowest):
+            slowest = last
         step = r.step
-        if step is not None:
-            if slowest is None or step.step < slowest:
-                slowest = step.step
-            if step.samples and step.step_s > 0 and status not in _NO_RATE:
-                total += step.samples / step.step_s
-                seen = True
+        if step is not None and step.samples and step.step_s > 0 and status not in _NO_RATE:
+            total += step.samples / step.step_s
+            seen = True
     return RunTotals(counts, len(nodes), slowest or 0, total if seen else None, notes)
 
 
