@@ -26,8 +26,9 @@ run: setup
 	$(VENV)/bin/pardash launch $(ARGS)
 
 # The suite in two parts: most tests on TEST_JOBS workers (pytest-xdist; the shared launches
-# stay on one worker), then alone the few whose verdicts are judged from real processes'
-# timing (marked serial), which another test's load beside them could sway. Fails if either does.
+# stay on one worker), then alone the one whose verdict is judged from real processes' timing
+# and which another test's load beside it could sway (marked serial: a clean run has no
+# straggler). Fails if either does.
 # 4 workers on 2 cores: the real-process tests wait on their jobs much of the time (on 2 cores,
 # 502 s with 2 workers, 425 s with 3; on a slower day, 530 s with 3 and 485 s with 4).
 TEST_JOBS ?= 4

@@ -1262,7 +1262,6 @@ def test_ddp_models_trained_one_after_another_keep_their_self_time(tmp_path, kee
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # a straggler judged from real timing: run alone
 def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):
     # The script sleeps in rank 1's data path; both ranks' step times are equal (they wait
     # for each other), so only the self time the hooks measure can tell them apart.
@@ -1287,7 +1286,7 @@ def test_data_parallel_by_hand_has_self_time_and_its_straggler_named(tmp_path):
     assert [(v.rank, v.cause) for v in verdicts] == [(1, "data")]
 
 
-@pytest.mark.serial  # a verdict judged from real timing: run alone (make test)
+@pytest.mark.slow
 def test_a_rank_slow_inside_an_fsdp_models_blocks_is_named_the_straggler_and_each_holds_half(tmp_path):
     # FSDP2 all-gathers each block's parameters as the forward reaches it: the rank ahead waits
     # for the slow one in a later all-gather than the step's first, where the self time ended
@@ -1300,8 +1299,8 @@ def test_a_rank_slow_inside_an_fsdp_models_blocks_is_named_the_straggler_and_eac
     proc, msgs = _launch(tmp_path, str(DEMOS / "fsdp_plain.py"), "--steps", "40", "--straggler-rank", "1",
                          "--straggler-s", "0.03", "--straggler-in", "model", "--accum", "4")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # First what this run shows whatever its timing (a launch of its own once, in the parallel
-    # part): FSDP2 sharded per block, each rank holds half the parameters and optimizer state.
+    # First what this run shows whatever its timing (a launch of its own once): FSDP2 sharded
+    # per block, each rank holds half the parameters and optimizer state.
     rep = subprocess.run(
         [PY, "-m", "pardash", "report", str(tmp_path / "run.jsonl"), "--format", "json"],
         capture_output=True, text=True, check=True, env=pardash_env(),
