@@ -521,7 +521,7 @@ class RunState:
     def step(self) -> int:
         """The slowest running rank's last step (the run's progress); of a rank restarted by
         torchrun that has taken no step yet, its previous process's last."""
-        steps = [r.last_step for r in self.ranks.values() if r.last_step is not None]
+        steps = [s for s in (r.last_step for r in self.ranks.values()) if s is not None]
         return min(steps) if steps else 0
 
     def median_step_s(self) -> float | None:
