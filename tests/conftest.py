@@ -21,6 +21,17 @@ PY = sys.executable
 # launch sets it itself for several local ranks of the bundled trainer; a test of that unsets it.)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Each worker's in-process tests import torch and its compiler (the hooks' tests compile
+    # models): once here, as a rank does, with the collector off and then frozen (the
+    # trainer's startup module says why), so the collections while the tests run leave them be.
+    import importlib
+
+    from pardash.trainer import startup
+
+    with startup.imports():
+        importlib.import_module("torch._dynamo")
+
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # Started in the background by a shell without job control, which ignores SIGINT for the
     # job, and every process started from here would inherit that: a launch stopped "with
@@ -95,6 +106,7 @@ def hub(tmp_path):
 # Launching torchrun ranks costs seconds of a 2-core machine before the first step, so the
 # tests that only read a finished run's log and output (launch, wire format, memory accounting,
 # the trainer learning) share one launch per strategy instead of starting their own.
+SHARED_DATA = ["--dataset-size", "256"]
 SHARED_RUNS = {
     # 256 samples / 2 ranks / 16 a batch = 8 steps an epoch; 40 steps is 5 epochs.
     "ddp": ["--strategy", "ddp", "--steps", "40"],
@@ -118,11 +130,16 @@ class SharedRun:
         self.dir = base
         self.log = base / "run.jsonl"
         cmd = [PY, "-m", "pardash", "launch", "--headless", "--log", str(self.log), "--nproc", "2",
-               "--runs-dir", str(base / "runs"), "--every", "1", "--log-every", "5",
-               "--dataset-size", "256", *self.args]  # fmt: skip
+               "--runs-dir", str(base / "runs"), "--every", "1", "--log-every", "5", *self.train_args]  # fmt: skip
         env = pardash_env(PARDASH_REGISTRY_DIR=str(base / "registry"))
         self.proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=base)
         self.messages, self.stats = load_log(self.log) if self.log.exists() else ([], None)
+
+    @property
+    def train_args(self) -> list[str]:
+        """The trainer's flags that decide its losses: another launch given them (and the same
+        --nproc) trains on the same curve."""
+        return [*SHARED_DATA, *self.args]
 
     @property
     def steps(self) -> int:

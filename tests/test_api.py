@@ -217,9 +217,11 @@ def test_the_api_never_loads_torch():
 
 @pytest.mark.slow
 def test_explicit_api_under_plain_torchrun(hub, tmp_path):
+    # One rank: what this adds to the launched runs' tests is plain torchrun (no launch sets
+    # the endpoint, the run id or the end), which a second rank would only repeat.
     env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
     proc = subprocess.run(
-        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
          str(ROOT / "demos" / "explicit_api.py"), "--steps", "5"],
         capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
     )  # fmt: skip
@@ -230,20 +232,20 @@ def test_explicit_api_under_plain_torchrun(hub, tmp_path):
         # sent for the loop, on a socket of their own, can be taken after the loop's next ones).
         return sorted((m for m in _log(tmp_path) if isinstance(m, schema.Step) and m.rank == rank), key=lambda m: m.seq)
 
-    wait_for(lambda: len(steps(0)) == 5 and len(steps(1)) == 5)
+    wait_for(lambda: len(steps(0)) == 5)
     msgs = _log(tmp_path)
     hellos = {m.rank: m for m in msgs if isinstance(m, schema.Hello)}
-    assert {r: (h.source, h.strategy, h.backend) for r, h in hellos.items()} == {0: ("api", "ddp", "gloo"), 1: ("api", "ddp", "gloo")}
+    assert {r: (h.source, h.strategy, h.backend) for r, h in hellos.items()} == {0: ("api", "ddp", "gloo")}
     assert hellos[0].config["steps"] == 5
-    for rank in (0, 1):
+    for rank in (0,):
         for i, s in enumerate(steps(rank)):
             assert s.step == i + 1 and s.samples == 32 and s.loss is not None and s.data_s is not None
             assert s.custom["tokens"] == 32 * 32 and s.custom["grad_norm"] > 0
             assert s.mem is not None and s.mem.params_bytes == s.mem.params_full_bytes
     # Each rank said it finished: the run read "silent" for good under plain torchrun.
-    wait_for(lambda: len([m for m in _log(tmp_path) if isinstance(m, schema.Event) and m.name == "exit"]) == 2)
+    wait_for(lambda: len([m for m in _log(tmp_path) if isinstance(m, schema.Event) and m.name == "exit"]) == 1)
     exits = {m.rank: (m.code, m.step) for m in _log(tmp_path) if isinstance(m, schema.Event) and m.name == "exit"}
-    assert exits == {0: (0, 5), 1: (0, 5)}
+    assert exits == {0: (0, 5)}
 
 
 def test_a_script_on_the_explicit_api_says_how_it_ended(hub, tmp_path):

@@ -1170,9 +1170,13 @@ def _printed_losses(stdout: str) -> list[tuple[int, str]]:
     return [(int(m.group(1)), m.group(2)) for m in re.finditer(r"^step (\d+) loss (\S+)$", stdout, re.M)]
 
 
-# One launch of the demo DDP script serves three tests (every step of every rank, gradient
-# accumulation, the same losses as plain torchrun): launches cost seconds apiece here.
-PLAIN_DDP = [str(DEMOS / "ddp_plain.py"), "--steps", "8", "--grad-accum", "3", "--seed", "3"]
+# One launch of the demo DDP script serves four tests (every step of every rank, gradient
+# accumulation, the same losses as plain torchrun, the slow data path of rank 1 named the
+# straggler): launches cost seconds apiece here. 40 steps: the detector's 10 warm-up steps,
+# then the two windows of 10 a verdict needs, and one to spare.
+PLAIN_DDP_STEPS = 40
+PLAIN_DDP = [str(DEMOS / "ddp_plain.py"), "--steps", str(PLAIN_DDP_STEPS), "--grad-accum", "3", "--seed", "3",
+             "--straggler-rank", "1", "--straggler-s", "0.05"]  # fmt: skip
 
 
 # Its tests share one worker (pytest-xdist makes a module's fixture once per worker that runs
@@ -1193,12 +1197,12 @@ def plain_ddp_run(tmp_path_factory):
 def test_plain_ddp_script_every_step_of_every_rank(plain_ddp_run):
     proc, msgs = plain_ddp_run
     printed = _printed_losses(proc.stdout)
-    assert [s for s, _ in printed] == list(range(1, 9))
+    assert [s for s, _ in printed] == list(range(1, PLAIN_DDP_STEPS + 1))
     hellos = [m for m in msgs if isinstance(m, schema.Hello) and m.strategy]
     assert {(h.rank, h.strategy, h.source, h.backend) for h in hellos} == {(0, "ddp", "auto", "gloo"), (1, "ddp", "auto", "gloo")}
     for rank in (0, 1):
         steps = _steps(msgs, rank)
-        assert [s.step for s in steps] == list(range(1, 9))
+        assert [s.step for s in steps] == list(range(1, PLAIN_DDP_STEPS + 1))
         for s in steps:
             assert s.loss is not None and s.step_s > 0
             assert None not in (s.data_s, s.forward_s, s.backward_s, s.optimizer_s, s.self_s)
@@ -1262,11 +1266,11 @@ def test_ddp_models_trained_one_after_another_keep_their_self_time(tmp_path, kee
 
 
 @pytest.mark.slow
-def test_a_slow_data_path_in_the_script_is_named_the_straggler(tmp_path):
+@PLAIN_DDP_GROUP
+def test_a_slow_data_path_in_the_script_is_named_the_straggler(plain_ddp_run):
     # The script sleeps in rank 1's data path; both ranks' step times are equal (they wait
     # for each other), so only the self time the hooks measure can tell them apart.
-    proc, msgs = _launch(tmp_path, str(DEMOS / "ddp_plain.py"), "--steps", "60", "--straggler-rank", "1", "--straggler-s", "0.05")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, msgs = plain_ddp_run
     verdicts = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
     assert [(v.rank, v.cause) for v in verdicts] == [(1, "data")]
 
@@ -1322,7 +1326,7 @@ import torch, torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-mesh = init_device_mesh("cpu", (2,))  # the process group made with it, no backend named
+mesh = init_device_mesh("cpu", (1,))  # the process group made with it, no backend named
 model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 fully_shard(model, mesh=mesh)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -1339,10 +1343,10 @@ def test_a_process_group_made_by_init_device_mesh_has_its_backend(tmp_path):
     # init_device_mesh("cpu", ...) makes the default group without a backend named, and
     # dist.get_backend() says "undefined" for it: the hello and the report read "undefined".
     (tmp_path / "mesh.py").write_text(MESH_FSDP2)
-    proc, msgs = _launch(tmp_path, "mesh.py")
+    proc, msgs = _launch(tmp_path, "mesh.py", nproc=1)
     assert proc.returncode == 0, proc.stderr[-3000:]
     hellos = [m for m in msgs if isinstance(m, schema.Hello) and m.rank >= 0]
-    assert {(h.rank, h.strategy, h.backend) for h in hellos} == {(0, "fsdp", "gloo"), (1, "fsdp", "gloo")}
+    assert {(h.rank, h.strategy, h.backend) for h in hellos} == {(0, "fsdp", "gloo")}
     assert [s.step for s in _steps(msgs, 0)] == [1, 2, 3]
 
 
@@ -1445,7 +1449,7 @@ def test_the_same_script_learns_the_same_under_pardash(tmp_path, plain_ddp_run):
             break
     assert plain.returncode == 0, plain.stderr[-3000:]
     ours, _ = plain_ddp_run
-    assert len(_printed_losses(plain.stdout)) == 8
+    assert len(_printed_losses(plain.stdout)) == PLAIN_DDP_STEPS
     assert _printed_losses(ours.stdout) == _printed_losses(plain.stdout)
 
 

@@ -29,11 +29,11 @@ SMALL = ["--dataset-size", "256", "--batch-size", "8", "--n-embd", "32", "--seq-
 TOLERANCE = dict(rel=1e-6, abs=1e-7)
 
 
-def launch(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess, list]:
-    """``pardash launch --headless`` with ``args``; (process, messages of its log)."""
+def launch(tmp_path: Path, name: str, *args: str, sized: list[str] = SMALL) -> tuple[subprocess.CompletedProcess, list]:
+    """``pardash launch --headless`` with ``sized`` then ``args``; (process, messages of its log)."""
     log = tmp_path / f"{name}.jsonl"
     cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(log),
-           "--runs-dir", str(tmp_path / "runs"), "--every", "5", *SMALL, *args]  # fmt: skip
+           "--runs-dir", str(tmp_path / "runs"), "--every", "5", *sized, *args]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600,
                           env=pardash_env(OMP_NUM_THREADS="1"))
     return proc, load_log(log)[0] if log.exists() else []
@@ -76,28 +76,19 @@ def assert_same_curve(run: list[tuple[int, int, float]], reference: dict[tuple[i
         assert loss == pytest.approx(reference[rank, step], **TOLERANCE), (rank, step)
 
 
-# The tests compared with it share one worker (pytest-xdist makes a module's fixture once per
-# worker that runs one of its tests).
-REFERENCE_GROUP = pytest.mark.xdist_group("checkpoint_reference")
+# The tests compared with it run where the session's shared launches are made (conftest's
+# shared_run; pytest-xdist makes a session fixture once per worker that uses it).
+REFERENCE_GROUP = pytest.mark.xdist_group("shared_run")
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """Losses {(rank, step): loss} of a run left alone, per (strategy, steps), made once."""
-    made: dict[tuple[str, int, int], dict[tuple[int, int], float]] = {}
-
-    def get(strategy: str, steps: int, nproc: int = 2) -> dict[tuple[int, int], float]:
-        key = (strategy, steps, nproc)
-        if key not in made:
-            tmp = tmp_path_factory.mktemp(f"{strategy}-{steps}")
-            proc, msgs = launch(tmp, "a", "--strategy", strategy, "--nproc", str(nproc),
-                                "--steps", str(steps))
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            made[key] = {(r, s): loss for r, s, loss in losses(msgs)}
-            assert sorted(made[key]) == [(r, s) for r in range(nproc) for s in range(1, steps + 1)]
-        return made[key]
-
-    return get
+@pytest.fixture
+def uninterrupted(shared_run):
+    """The session's shared 2-rank DDP launch, left alone (conftest.SHARED_RUNS), and its
+    losses {(rank, step): loss}: a run given its ``train_args`` (and 2 ranks) must follow them."""
+    run = shared_run("ddp")
+    curve = {(r, s): loss for r, s, loss in losses(run.messages)}
+    assert sorted(curve) == [(r, s) for r in (0, 1) for s in range(1, run.steps + 1)]
+    return run, curve
 
 
 @pytest.mark.slow
@@ -106,18 +97,22 @@ def test_a_crashed_fsdp_rank_restarts_from_the_checkpoint_on_the_same_curve(tmp_
     # FSDP2 here, DDP in the resume by hand below: both through torch.distributed.checkpoint.
     # The reference is DDP's uninterrupted run: on these 2 gloo ranks FSDP2 follows DDP's loss
     # curve to the last bit (as the format tests' resume from one into the other shows).
+    # Its 256 samples / (16 a batch x 2 ranks) = 8 steps an epoch: the step-20 checkpoint lies
+    # 4 steps into epoch 2.
     strategy = "fsdp"
-    reference = uninterrupted("ddp", 40)
+    shared, reference = uninterrupted
+    assert shared.steps == 40
     ckpt = tmp_path / "ckpt"
     # An older run's checkpoint, further on than this job will be when it crashes: the
     # restart must not take it (this job never said --resume).
     older = checkpoint.step_path(ckpt, 30)
     older.mkdir(parents=True)
     (older / checkpoint.DCP_METADATA).write_bytes(b"not this job's")
+    # The shared run's flags, its strategy overridden (the last of a flag given twice wins).
     proc, msgs = launch(
-        tmp_path, "b", "--strategy", strategy, "--nproc", "2", "--steps", "40",
-        "--inject-crash", "1@25", "--max-restarts", "1",
+        tmp_path, "b", "--strategy", strategy, "--nproc", "2", "--inject-crash", "1@25", "--max-restarts", "1",
         "--checkpoint-every", "10", "--checkpoint-dir", str(ckpt), "--checkpoint-keep", "2",
+        sized=shared.train_args,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
@@ -611,8 +606,9 @@ def test_a_checkpoint_that_cannot_be_saved_costs_that_checkpoint_not_the_run(tmp
     blocked = checkpoint.step_path(ckpt, 20)
     blocked.write_text("not a folder")
     (checkpoint.step_path(ckpt, 30) / checkpoint.JOB_FILE).mkdir(parents=True)  # rank 0 cannot write it
-    proc, msgs = launch(tmp_path, "a", "--strategy", "ddp", "--nproc", "2", "--steps", "40", "--checkpoint-every", "10",
-                        "--checkpoint-dir", str(ckpt), "--max-restarts", "1", "--pg-timeout-s", "60")  # fmt: skip
+    shared, reference = uninterrupted
+    proc, msgs = launch(tmp_path, "a", "--nproc", "2", "--checkpoint-every", "10", "--checkpoint-dir", str(ckpt),
+                        "--max-restarts", "1", "--pg-timeout-s", "60", sized=shared.train_args)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted((e.rank, e.step) for e in events(msgs, "checkpoint")) == [(0, 10), (0, 40), (1, 10), (1, 40)]
     warned = events(msgs, "warning")
@@ -620,5 +616,5 @@ def test_a_checkpoint_that_cannot_be_saved_costs_that_checkpoint_not_the_run(tmp
     assert all(f"checkpoint save to {blocked} failed" in e.message and "training goes on, the next try at step 30" in e.message
                for e in warned if e.step == 20)  # fmt: skip
     assert not events(msgs, "resume")  # no restart was spent on either
-    assert_same_curve(losses(msgs), uninterrupted("ddp", 40))
+    assert_same_curve(losses(msgs), reference)
     assert checkpoint.find_latest(ckpt).step == 40

@@ -121,8 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         _line_buffered()
     instrument = None
     if api.enabled():
-        reporter = api.reporter(gpu_index=_gpu_index())
-        from pardash.trainer import instrument as instrument_mod
+        from pardash.trainer import startup
+
+        with startup.imports():  # torch and the instrument (startup says why)
+            reporter = api.reporter(gpu_index=_gpu_index())
+            from pardash.trainer import instrument as instrument_mod
 
         instrument = instrument_mod.install(reporter)
     else:

@@ -16,7 +16,10 @@ import traceback
 
 
 def main() -> int:
-    from torch.distributed.run import main as torchrun_main
+    from pardash.trainer import startup
+
+    with startup.imports():  # torch (startup says why)
+        from torch.distributed.run import main as torchrun_main
 
     try:
         torchrun_main()

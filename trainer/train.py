@@ -34,6 +34,11 @@ import traceback
 import warnings
 from typing import Any, Sequence
 
+from pardash.trainer import startup
+
+# As a rank's entry (python -m), its imports with the collector off (startup says why).
+_COLLECTOR_WAS_ON = startup.quiet() if __name__ == "__main__" else None
+
 import torch
 
 from pardash.telemetry.env import rank_identity
@@ -58,6 +63,14 @@ from .strategies import (
     set_cpu_threads,
     wrap_model,
 )
+
+if _COLLECTOR_WAS_ON is not None:
+    # Every torch.optim optimizer imports torch._dynamo (its _disable_dynamo wrapper, at the
+    # first call): here instead, still with the collector off.
+    import torch._dynamo  # noqa: F401
+
+    startup.settle(_COLLECTOR_WAS_ON)
+
 
 class InjectedCrash(RuntimeError):
     """Raised by --inject-crash."""

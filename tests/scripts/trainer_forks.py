@@ -20,12 +20,16 @@ import signal
 import sys
 import threading
 
-from pardash.trainer import train
+from pardash.trainer import startup
 
-# What the runs import as they go: torch's compiler (an optimizer's first construction imports
-# it), FSDP2 and torch.distributed.checkpoint.
-for name in ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint"):
-    importlib.import_module(name)
+# As `python -m pardash.trainer.train` does (pardash.trainer.startup): the imports with the
+# collector off, then frozen; here with what the runs import as they go too: torch's compiler
+# (an optimizer's first construction imports it), FSDP2 and torch.distributed.checkpoint.
+with startup.imports():
+    from pardash.trainer import train
+
+    for name in ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint"):
+        importlib.import_module(name)
 
 assert threading.active_count() == 1, threading.enumerate()  # a fork copies this thread alone
 

@@ -662,3 +662,30 @@ async def test_a_replays_footer_shows_its_own_keys_in_80_columns_and_the_grids_k
         await pilot.press("c")  # not in the footer, still a key (the help lists it)
         await pilot.pause()
         assert grid.form != before
+
+
+async def test_a_ranks_detail_while_torchrun_restarts_it_shows_the_step_it_reached(tmp_path):
+    # Its new process has said hello and taken no step yet: the detail's title had no step line
+    # (the header and the report said step 20; RankState.step_before).
+    from pardash.telemetry import schema
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+
+    t0 = 1.7e9
+    msgs: list = [schema.Hello(rank=r, world_size=2, t=t0, run="x", seq=0, pid=100 + r) for r in range(2)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, step_s=0.1, t=t0 + s / 10, seq=s, run="x") for s in range(1, 21) for r in range(2)]
+    msgs.append(schema.Hello(rank=1, world_size=2, t=t0 + 5, run="x", seq=0, pid=201, restart=1))
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    app = replay_app(str(log))
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.screen.query_one(RankGrid).select(1)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, RankDetailScreen) and app.screen.rank == 1
+        title = widget_text(app.screen.query_one("#title"))
+        assert "\nstep 20 · its previous process's last; none since its restart" in title, title
+        assert "restarted 1 time" in title
+        await pilot.press("p")  # rank 0 stepped on: its own step line
+        await pilot.pause()
+        title = widget_text(app.screen.query_one("#title"))
+        assert "\nstep 20 · epoch" in title and "previous process" not in title, title

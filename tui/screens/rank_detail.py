@@ -217,6 +217,9 @@ class RankDetailScreen(Screen):
             if r.step.lr is not None:
                 line += f" · lr {r.step.lr:.3g}"
             parts.append(line)
+        elif r.step_before is not None:  # torchrun restarted it: its new process has not stepped
+            parts.append((f"\nstep {r.step_before}", "bold"))
+            parts.append((" · its previous process's last; none since its restart", "$text-muted"))
         if r.heartbeat is not None and r.heartbeat.phase and r.status not in (st.EXITED, st.FINISHED):
             parts.append((f" · now in {r.heartbeat.phase}", "$text-muted"))
         done = r.status in (st.EXITED, st.FINISHED)
