@@ -188,6 +188,9 @@ class _Export:
         """A rank's highest seq since its hello (seq counts up in a process; a restart's begins again)."""
         self.at: dict[int, int] = {}
         """The step a rank's system samples go to: its latest, none from its hello to its next step."""
+        self.process: dict[int, tuple[int, int]] = {}
+        """A rank's process (pid, restart count) by its latest hello: another hello of the same
+        process is no restart."""
         self.samples: dict[int, _Samples] = {}
         self.unplaced: dict[int, list[schema.Event]] = {}
         """A rank's events without a step since its hello, before its next step: they go at the
@@ -221,6 +224,10 @@ class _Export:
         elif isinstance(msg, schema.Verdict):
             self._verdict(msg)
         elif isinstance(msg, schema.Hello):
+            process = (msg.pid, msg.restart)
+            if self.process.get(rank) == process:
+                return  # the same process again (autorun says hello at its process group, then with its model)
+            self.process[rank] = process
             self.sent.pop(rank, None)
             self._write_samples(rank)  # the samples of the process before: at the step they were taken
             self.at.pop(rank, None)
