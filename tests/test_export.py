@@ -172,6 +172,16 @@ def test_a_step_logged_after_the_next_one_is_kept_and_is_no_restart(tmp_path):
     assert by_step[5] == pytest.approx(0.2) and by_step[6] == pytest.approx(1 / 6)
 
 
+def _exported_cpu(log: Path, lines: list, out: Path) -> list[tuple[int, float]]:
+    """Rank 0's ``system/cpu_pct`` points once ``lines`` are logged at ``log`` and exported to
+    ``out``; checked against what this file computes from the log without the exporter."""
+    log.write_bytes(b"".join(msgspec.json.encode(m) + b"\n" for m in lines))
+    export_tensorboard(str(log), str(out))
+    got = [(e.step, e.value) for e in _read_back(out / "rank0").Scalars("system/cpu_pct")]
+    assert _expected_system(load_log(log)[0], 0) == {"system/cpu_pct": got}
+    return got
+
+
 def test_samples_before_a_first_step_logged_after_the_next_one_go_before_the_first_logged(tmp_path):
     # Samples taken before a rank's first step, whose step 1 the hub logged after its step 2 (the
     # heartbeat thread sent it): they go at the step before the first one logged, as the export's
@@ -182,11 +192,7 @@ def test_samples_before_a_first_step_logged_after_the_next_one_go_before_the_fir
     lines += [schema.Step(rank=0, step=step, step_s=0.1, samples=8, t=1000.0 + seq, seq=seq, run="r") for seq, step in ((4, 2), (3, 1))]
     lines += [schema.System(rank=0, seq=5, cpu_pct=30.0, t=1006.0, run="r")]
     lines += [schema.Step(rank=0, step=3, step_s=0.1, samples=8, t=1007.0, seq=6, run="r")]
-    log.write_bytes(b"".join(msgspec.json.encode(m) + b"\n" for m in lines))
-    export_tensorboard(str(log), str(tmp_path / "tb"))
-    got = [(e.step, e.value) for e in _read_back(tmp_path / "tb" / "rank0").Scalars("system/cpu_pct")]
-    assert got == [(1, 15.0), (2, 30.0)]
-    assert _expected_system(load_log(log)[0], 0) == {"system/cpu_pct": got}
+    assert _exported_cpu(log, lines, tmp_path / "tb") == [(1, 15.0), (2, 30.0)]
 
 
 def test_a_hello_the_same_process_sends_again_is_no_restart(tmp_path):
@@ -202,11 +208,7 @@ def test_a_hello_the_same_process_sends_again_is_no_restart(tmp_path):
     lines += [schema.Step(rank=0, step=1, step_s=0.1, samples=8, t=1000.0, seq=4, run="r")]
     lines += [schema.System(rank=0, seq=5, cpu_pct=40.0, t=1000.5, run="r")]
     lines += [schema.Step(rank=0, step=2, step_s=0.1, samples=8, t=1001.0, seq=6, run="r")]
-    log.write_bytes(b"".join(msgspec.json.encode(m) + b"\n" for m in lines))
-    export_tensorboard(str(log), str(tmp_path / "tb"))
-    got = [(e.step, e.value) for e in _read_back(tmp_path / "tb" / "rank0").Scalars("system/cpu_pct")]
-    assert got == [(0, 15.0), (1, 40.0)]
-    assert _expected_system(load_log(log)[0], 0) == {"system/cpu_pct": got}
+    assert _exported_cpu(log, lines, tmp_path / "tb") == [(0, 15.0), (1, 40.0)]
 
 
 def test_export_refuses_to_mix_with_an_earlier_export(tmp_path):
