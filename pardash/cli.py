@@ -14,7 +14,7 @@ import traceback
 from typing import Sequence
 
 from pardash.launch import cmd_launch
-from pardash.parser import PROG, build_parser, fail
+from pardash.parser import BENCH_STEPS, PROG, build_parser, fail
 from pardash.preflight import check_hub_ports, check_prometheus, gpu_count, headless_without_terminal
 from pardash.recorded import cmd_export, cmd_report, find_log
 from pardash.telemetry import registry
@@ -201,6 +201,10 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     if ns.strategy is not None:
         fail("bench runs every strategy in --strategies LIST (e.g. single,ddp,fsdp), not --strategy")
     ns.strategy = "single"
+    if ns.steps is None and ns.epochs is None:
+        ns.steps = BENCH_STEPS  # shorter than a launch's default: it runs every strategy
+    if os.path.exists(ns.runs_dir) and not os.path.isdir(ns.runs_dir):
+        fail(f"--runs-dir {ns.runs_dir} is a file; give a folder (default ./runs)")
     try:
         train = train_config.from_args(ns)
         cfg = BenchConfig(
@@ -212,9 +216,14 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         )
         if train.device == "cuda" and cfg.gpu_count == 0:
             fail("--device cuda: no NVIDIA GPU is visible here; use --device cpu (or auto)")
+        if train.precision == "bf16" and cfg.gpu_count == 0:
+            fail("--precision bf16 needs a GPU and none is visible here; use --precision fp32")
         bench = run_bench(cfg, progress=sys.stderr)
     except (ValueError, LaunchError) as exc:
         fail(str(exc))
+    except KeyboardInterrupt:  # the running strategy's job was stopped (run_one); its log stays
+        print(f"\n{PROG} bench: stopped; the runs so far are in {ns.runs_dir}", file=sys.stderr, flush=True)
+        return 130
     render = {"json": lambda b: json.dumps(b, indent=2) + "\n", "markdown": render_bench_markdown, "text": render_bench_text}[ns.format]
     print(render(bench), end="", flush=True)
     return 0 if all(r.get("code") == 0 for r in bench["rows"]) else 1
@@ -255,8 +264,11 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     log = ns.log or (os.path.join(ns.runs_dir, run_id, "telemetry.jsonl") if keep else os.devnull)
     per_minute = _megabytes(log_bytes_per_minute(cfg))
     if keep:
+        from pardash.telemetry.recorder import gz_name_refusal
         from pardash.trainer.launcher import LaunchError, check_writable
 
+        if refusal := gz_name_refusal(log):
+            fail(refusal)
         try:
             check_writable(log)
         except LaunchError as exc:

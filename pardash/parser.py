@@ -14,6 +14,8 @@ from typing import NoReturn
 from pardash.telemetry import cliargs
 
 PROG = "pardash"
+BENCH_STEPS = 50
+"""Steps each strategy of ``pardash bench`` runs unless --steps or --epochs says otherwise."""
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -64,8 +66,8 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--max-restarts", type=cliargs.count(0), default=0, help="torchrun's elastic restarts (default 0)")
     v = p.add_argument_group("telemetry and view")
     v.add_argument("--headless", action="store_true", help="no TUI: print progress lines and keep the log")
-    v.add_argument("--log", default=None, help="JSONL telemetry log (default runs/<run id>/telemetry.jsonl)")
-    v.add_argument("--runs-dir", default="runs", help="folder for run logs and outputs (default ./runs)")
+    v.add_argument("--log", type=cliargs.path, default=None, help="JSONL telemetry log (default runs/<run id>/telemetry.jsonl)")
+    v.add_argument("--runs-dir", type=cliargs.path, default="runs", help="folder for run logs and outputs (default ./runs)")
     v.add_argument("--telemetry-addr", default=None, help="address the hub binds (default 127.0.0.1 on one node, the master address on several); on nodes > 0, where node 0's hub is")
     v.add_argument("--telemetry-port", type=cliargs.hub_port, default=0, help="hub ingest port (default: free ports; several nodes: 29600, and node 0's hub takes PORT..PORT+2)")
     v.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between headless progress lines (default 5)")
@@ -91,15 +93,15 @@ def _bench_parser(sub) -> argparse.ArgumentParser:
     b.add_argument("--strategies", default="single,ddp,fsdp", help="comma-separated strategies (default single,ddp,fsdp)")
     b.add_argument("--nproc", type=int, default=2, help="ranks for ddp/fsdp (default 2)")
     b.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="output format (default text)")
-    b.add_argument("--runs-dir", default="runs", help="folder for the runs' logs (default ./runs)")
-    t = b.add_argument_group("bundled trainer (same for every strategy; --steps defaults to 50)")
+    b.add_argument("--runs-dir", type=cliargs.path, default="runs", help="folder for the runs' logs (default ./runs)")
+    t = b.add_argument_group(f"bundled trainer (same for every strategy; --steps defaults to {BENCH_STEPS})")
     train_config.add_arguments(t)
     for action in b._actions:  # --strategies replaces the trainer's --strategy here
         if action.dest == "strategy":
             action.help = argparse.SUPPRESS
         elif action.dest == "steps":  # and the bench's own default is 50
-            action.help = "optimizer steps each strategy runs (default 50)"
-    b.set_defaults(strategy=None, steps=50)
+            action.help = f"optimizer steps each strategy runs (default {BENCH_STEPS}, unless --epochs)"
+    b.set_defaults(strategy=None)
     return b
 
 
@@ -154,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--headless", action="store_true", help="print progress lines instead of the TUI")
     a.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between progress lines (default 5)")
     a.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`, for a hub that admits only viewers with an authorised key (default $PARDASH_CURVE_DIR)")
-    a.add_argument("--runs-dir", default="runs", help="where a run id that has ended is looked for, to say how to see it (default ./runs)")
+    a.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where a run id that has ended is looked for, to say how to see it (default ./runs)")
 
     sim = sub.add_parser(
         "simulate",
@@ -176,9 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--headless", action="store_true", help="print progress lines; attach the TUI with `pardash attach`")
     sim.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between progress lines (default 5)")
-    sim.add_argument("--log", default=None, help="record the JSONL log here (default: no log; it grows fast, see --keep-log)")
+    sim.add_argument("--log", type=cliargs.path, default=None, help="record the JSONL log here (default: no log; it grows fast, see --keep-log)")
     sim.add_argument("--keep-log", action="store_true", help="record the log under --runs-dir (the start line says how fast it grows)")
-    sim.add_argument("--runs-dir", default="runs", help="folder for kept logs (default ./runs)")
+    sim.add_argument("--runs-dir", type=cliargs.path, default="runs", help="folder for kept logs (default ./runs)")
     sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
     sim.add_argument("--port", type=cliargs.hub_port, default=0, help="hub ingest port (default: free ports)")
     sim.add_argument("--insecure", action="store_true", help="let --bind be beyond loopback (simulated ranks hold no keys)")
@@ -194,8 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the TUI over a recorded log",
         description="Play a recorded run's log in the TUI: space pauses, + and - change speed, [ and ] seek.",
     )
-    r.add_argument("log", help=LOG_HELP)
-    r.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")
+    r.add_argument("log", type=cliargs.path, help=LOG_HELP)
+    r.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")
     r.add_argument("--speed", type=cliargs.positive, default=1.0, help="playback speed (default 1.0)")
     r.add_argument(
         "--start", type=cliargs.replay_position, default=0.0, metavar="WHEN",
@@ -208,10 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Summarise a recorded run: per-rank steps, times, memory against what the strategy should hold, "
         "stragglers and their cost, stalls, exits and the root cause, checkpoints; --compare sets two runs side by side.",
     )
-    rep.add_argument("log", help=LOG_HELP)
-    rep.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")
+    rep.add_argument("log", type=cliargs.path, help=LOG_HELP)
+    rep.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")
     rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
-    rep.add_argument("--compare", default=None, metavar="LOG_B", help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after)")
+    rep.add_argument("--compare", type=cliargs.path, default=None, metavar="LOG_B", help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after)")
 
     k = sub.add_parser(
         "keys",
@@ -222,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(PARDASH_CURVE_DIR=DIR); copy it to the other nodes of a job."
         ),
     )
-    k.add_argument("--dir", default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve)")
+    k.add_argument("--dir", type=cliargs.path, default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve)")
     k.add_argument("--force", action="store_true", help="replace existing keys: every client key admitted in authorized_clients/ is revoked (running hubs refuse them within a second); running hubs keep the old server key until restarted")
 
     _bench_parser(sub)
@@ -235,8 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(checkpoints, errors with their tracebacks, exits, warnings, the hub's verdicts) as TensorBoard event files, one "
         "folder a rank: `tensorboard --logdir DIR`.",
     )
-    ex.add_argument("log", help=LOG_HELP)
-    ex.add_argument("--runs-dir", default="runs", help="where to look for a run id (default ./runs)")
+    ex.add_argument("log", type=cliargs.path, help=LOG_HELP)
+    ex.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")
     ex.add_argument("--tensorboard", required=True, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
     ex.add_argument(
         "--ranks", type=cliargs.rank_set, metavar="LIST",

@@ -5,6 +5,7 @@ reached the socket's bind, a frame rate of 0 a division)."""
 from __future__ import annotations
 
 import argparse
+import re
 
 
 def _number(text: str, kind: type) -> int | float:
@@ -52,6 +53,31 @@ def count(low: int, high: int | None = None):
 
     parse.__name__ = "count"  # argparse names the type in its messages
     return parse
+
+
+def path(text: str) -> str:
+    """A file or folder named on the command line: an empty one ('' from an unset shell
+    variable) would mean the current folder, or match every run id."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty; give a path")
+    return text
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@-]{0,127}")
+
+
+def valid_run_id(text: str) -> bool:
+    """A run id names a folder (runs/ID) and a registry file (ID.json): letters, digits and
+    ``. _ + = @ -``, not first, at most 128 (never ``/`` or ``..``: outside its folder)."""
+    return _RUN_ID.fullmatch(text) is not None
+
+
+def run_id(text: str) -> str:
+    if not valid_run_id(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a run id is letters, digits and . _ + = @ - (not first), at most 128 (it names a folder and a file)"
+        )
+    return text
 
 
 def replay_position(text: str) -> float:

@@ -180,6 +180,8 @@ class _Export:
         self.ranks = ranks
         self.stats = stats
         self.writers: dict[int, EventFile] = {}
+        self.made = [] if os.path.isdir(out_dir) else [out_dir]
+        """Folders this export made (a failed one takes them back)."""
         self.steps: dict[int, int] = {}
         """Step records written, by rank."""
         self.last: dict[int, int] = {}
@@ -237,11 +239,28 @@ class _Export:
         if w is None:
             path = os.path.join(self.out_dir, f"rank{rank}")
             try:
-                os.makedirs(path, exist_ok=True)
+                if not os.path.isdir(path):
+                    os.makedirs(path)
+                    self.made.append(path)
             except OSError as exc:
-                raise ExportError(f"cannot write {path}: {exc.strerror or exc}; choose a writable --tensorboard DIR") from None
+                why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror or exc
+                raise ExportError(f"cannot write {path}: {why}; choose a writable --tensorboard DIR") from None
             w = self.writers[rank] = EventFile(path, self.tb.framing, self.tb.Event)
         return w
+
+    def discard(self) -> None:
+        """Take back what a failed export wrote: its event files and the folders it made (a half
+        export blocked the next try: "already holds TensorBoard event files")."""
+        for w in self.writers.values():
+            try:
+                os.remove(w.path)
+            except OSError:
+                pass
+        for folder in reversed(self.made):
+            try:
+                os.rmdir(folder)  # only if empty
+            except OSError:
+                pass
 
     def _in_range(self, step: int, t: float) -> bool:
         if 0 <= step < 1 << 63 and math.isfinite(t):
@@ -385,12 +404,15 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
             export.finish()
         finally:
             export.close()
-    except EventFileError as exc:
-        raise ExportError(f"{exc}; choose a writable --tensorboard DIR") from None
-    except OSError as exc:
-        raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
-    if not stats.records:
-        raise ExportError(no_records(log_path, stats))
+        if not stats.records:
+            raise ExportError(no_records(log_path, stats))
+    except BaseException as exc:  # a failure or a Ctrl-C: nothing half written is left
+        export.discard()
+        if isinstance(exc, EventFileError):
+            raise ExportError(f"{exc}; choose a writable --tensorboard DIR") from None
+        if isinstance(exc, OSError):
+            raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
+        raise
     return {
         "ranks": dict(sorted(export.steps.items())),
         "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(export.writers)},

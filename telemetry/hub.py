@@ -31,7 +31,8 @@ import zmq
 
 from . import cliargs, frames, registry, schema, security
 from .hubcore import MAX_RANK, HubCore, rejects_text
-from .recorder import LOG_MODE, Recorder, holds_records, is_gzip
+from .logreader import is_log
+from .recorder import LOG_MODE, Recorder, gz_name_refusal, holds_records, is_gzip
 from .unsupervised import SupervisorWatch
 
 __all__ = ["Hub", "HubCore", "MAX_RANK", "MAX_SNAPSHOT_WAITERS", "add_hub_arguments", "run_hub", "main"]
@@ -478,12 +479,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_hub_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run-id", default=None, help="run id (default: a new one; with --resume, the log's)")
-    p.add_argument("--log", default=None, help="JSONL log path (default: runs/<run id>/telemetry.jsonl)")
+    p.add_argument("--run-id", type=cliargs.run_id, default=None, help="run id (default: a new one; with --resume, the log's)")
+    p.add_argument("--log", type=cliargs.path, default=None, help="JSONL log path (default: runs/<run id>/telemetry.jsonl)")
     p.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --curve-dir or --insecure)")
     p.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: only ranks and viewers with an authorised key get in (default $PARDASH_CURVE_DIR)")
     p.add_argument("--insecure", action="store_true", help="bind beyond loopback without keys: anyone who reaches the ports can read the run and send it records")
-    p.add_argument("--world-size", type=int, default=0, help="the job's number of ranks: refuse any other rank (default: learnt from the ranks)")
+    p.add_argument("--world-size", type=cliargs.count(0), default=0, help="the job's number of ranks: refuse any other rank (default: learnt from the ranks)")
     p.add_argument("--port", type=cliargs.hub_port, default=0, help="ingest port (default: a free one); updates and snapshot take the next two when set")
     p.add_argument("--frame-hz", type=cliargs.positive, default=10.0, help="frames a second to viewers (default 10)")
     p.add_argument("--no-registry", action="store_true", help="do not list this hub in `pardash ps`")
@@ -555,12 +556,21 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
         from .logreader import log_run_id
 
         resumed = log_run_id(ns.log)
+        if resumed and not cliargs.valid_run_id(resumed):
+            print(f"pardash hub: --resume: the log {ns.log} names its run {resumed!r}, not a run id pardash makes; pass --run-id ID", file=sys.stderr)
+            return 2
     run_id = ns.run_id or resumed or registry.new_run_id()
     log = ns.log or os.path.join("runs", run_id, "telemetry.jsonl")
     if getattr(ns, "resume", False) and meta is None and not holds_records(log):
         print(f"pardash hub: --resume: {log} holds no run yet; starting it", file=sys.stderr)
     if is_gzip(log):
         print(f"pardash hub: the log {log} is gzip-compressed: lines appended to it would be lost; decompress it, or pass a new --log PATH", file=sys.stderr)
+        return 2
+    if ns.log and (refusal := gz_name_refusal(ns.log)) and not is_gzip(log):  # (a gzip one: said below)
+        print(f"pardash hub: {refusal}", file=sys.stderr)
+        return 2
+    if holds_records(log) and not is_log(log):
+        print(f"pardash hub: {log} is not a pardash log (no record in its first lines); pass a new --log PATH", file=sys.stderr)
         return 2
     made = _missing(log)
     claim = _claim(log)
@@ -608,6 +618,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         if not getattr(ns, "resume", False):
             print(f"pardash hub: {hub.recorder.error}; choose a writable --log", file=sys.stderr)
             hub.close()
+            _unmake(made)
             return 2
         # A hub restarted under a running job serves all the same: the ranks' telemetry goes on
         # to viewers, and the recorder keeps the newest lines and retries at every frame.
@@ -625,9 +636,21 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         except MetricsError as exc:
             print(f"pardash hub: {exc}", file=sys.stderr)
             hub.close()
+            _unmake(made)
             return 2
         info["metrics"] = metrics.url
-    entry = None if getattr(ns, "no_registry", False) else registry.register(info)
+    entry = None
+    if not getattr(ns, "no_registry", False):
+        try:
+            entry = registry.register(info)
+        except OSError as exc:
+            # A read-only home or runtime folder (a cluster's) costs the listing, not the run.
+            print(
+                f"pardash hub: cannot write the run registry {registry.registry_dir()} ({exc.strerror or exc}): "
+                f"`pardash ps` will not list this run; attach with `pardash attach {info['ingest']}`, "
+                "or set PARDASH_REGISTRY_DIR to a writable folder",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
     each_frame: list[Callable[[], None]] = []
     if entry is not None and not (info.get("strategy") and info.get("world_size")):
         # A hub alone (no launcher said what runs): `pardash ps` learns the strategy and the
@@ -678,7 +701,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
             print(
                 f"pardash hub: ranks report here with PARDASH_ENDPOINT={info['ingest']} PARDASH_RUN_ID={info['run_id']} "
                 f"(torchrun ... -m pardash.trainer.autorun train.py); watch with "
-                f"`pardash attach {info['ingest'] if getattr(ns, 'no_registry', False) else info['run_id']}`",
+                f"`pardash attach {info['ingest'] if entry is None else info['run_id']}`",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
     except OSError:

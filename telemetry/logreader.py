@@ -100,6 +100,26 @@ def log_run_id(path: str | os.PathLike[str], records: int = 1000) -> str:
     return ""
 
 
+def is_log(path: str | os.PathLike[str], lines: int = 100) -> bool:
+    """Whether one of the first ``lines`` lines of ``path`` (plain text) is a pardash record:
+    a hub appends only to its own kind of file. True when it cannot tell (the file cannot be
+    read: what then fails says why)."""
+    try:
+        with open(path, "rb") as fh:
+            for _ in range(lines):
+                line = fh.readline(1 << 20)
+                if not line:
+                    return False
+                try:
+                    schema.decode_json(line)
+                    return True
+                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                    continue
+    except OSError:
+        return True
+    return False
+
+
 def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> Iterator[schema.Message]:
     """The records of ``fh`` from where it is. With ``tail``: a last line without its newline
     is one being written, left for the tail's next read (``tail.offset`` follows the lines read)."""

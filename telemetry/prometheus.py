@@ -23,6 +23,7 @@ no descriptor left for its ranks and viewers.
 
 from __future__ import annotations
 
+import errno
 import socket
 import statistics
 import sys
@@ -300,9 +301,8 @@ class MetricsServer:
         try:
             self._server = _bounded_server(addr, port, read_timeout_s=read_timeout_s, max_connections=max_connections)
         except OSError as exc:
-            raise MetricsError(
-                f"cannot serve /metrics on {addr}:{port} ({exc.strerror or exc}); choose another --prometheus PORT"
-            ) from None
+            fix = "choose another --prometheus PORT" if exc.errno == errno.EADDRINUSE else "check --prometheus-addr (an address of this machine)"
+            raise MetricsError(f"cannot serve /metrics on {addr}:{port} ({exc.strerror or exc}); {fix}") from None
         self._server.set_app(make_wsgi_app(self.registry))
         self._thread = threading.Thread(target=self._server.serve_forever, name="pardash-metrics", daemon=True)
         self._thread.start()

@@ -55,6 +55,16 @@ def holds_records(path: str | os.PathLike[str]) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size > 0
 
 
+def gz_name_refusal(path: str) -> str | None:
+    """Why a log may not be named ``*.gz`` (None: it may): the hub writes plain JSON lines."""
+    if not path.endswith(".gz"):
+        return None
+    return (
+        f"--log {path}: the hub writes plain JSON lines (a .gz name would hide that); "
+        "compress the log after the run, which report, replay and export read as it is"
+    )
+
+
 def is_gzip(path: str | os.PathLike[str]) -> bool:
     """A log kept compressed: readers take it as it is, but lines appended to it are lost. Only
     a regular file can be one (opening a FIFO to look blocked the hub until a writer came)."""

@@ -72,14 +72,16 @@ def entry(run_id: str) -> dict | None:
 
 
 def update(run_id: str, **fields: object) -> None:
-    """Merge fields into a run's entry (no-op if it is gone)."""
+    """Merge fields into a run's entry (no-op if it is gone, damaged or cannot be written: the
+    listing is a convenience, never a reason for a hub to stop)."""
     path = registry_dir() / f"{run_id}.json"
     try:
         entry = json.loads(path.read_text())
+        if isinstance(entry, dict):
+            entry.update(fields)
+            register(entry)
     except (OSError, ValueError):
-        return
-    entry.update(fields)
-    register(entry)
+        pass
 
 
 def unregister(path: Path) -> None:
@@ -114,6 +116,21 @@ def job_result(entry: dict) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
+_ENDPOINTS = ("ingest", "updates", "snapshot")
+
+
+def _usable(entry: object) -> bool:
+    """An entry a viewer can use: a hub's, with its run id, pid, start time and endpoints
+    (a damaged or foreign file in the folder is passed over, never a crash of ``ps``)."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("run_id"), str)
+        and isinstance(entry.get("pid"), int)
+        and isinstance(entry.get("started"), (int, float))
+        and all(isinstance(entry.get(k), str) for k in _ENDPOINTS)
+    )
+
+
 def live_runs() -> list[dict]:
     """Entries whose hub is alive, newest first."""
     d = registry_dir()
@@ -125,12 +142,13 @@ def live_runs() -> list[dict]:
             entry = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        pid = entry.get("pid")
-        if isinstance(pid, int) and not pid_alive(pid):
+        if not _usable(entry):
+            continue
+        if not pid_alive(entry["pid"]):
             unregister(path)
             continue
         out.append(entry)
-    out.sort(key=lambda e: e.get("started", 0), reverse=True)
+    out.sort(key=lambda e: e["started"], reverse=True)
     return out
 
 

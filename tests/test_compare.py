@@ -103,13 +103,37 @@ def _bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
         (["--strategy", "fsdp"], "not --strategy"),
         (["--strategies", "single,zero3"], "'zero3' is not one of"),
         (["--nproc", "0"], "--nproc 0"),
+        (["--epochs", "0"], "--epochs must be at least 1"),
+        (["--epochs", "1", "--steps", "3"], "not both"),
+        # What launch refuses up front, the bench did only after running each strategy.
+        (["--runs-dir", "a_file"], "--runs-dir a_file is a file"),
     ],
 )
 def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    (tmp_path / "a_file").write_text("")
     p = _bench(tmp_path, *args)
     lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, steps, epochs", [([], 50, None), (["--epochs", "2"], None, 2), (["--steps", "7"], 7, None)])
+def test_bench_runs_its_own_default_steps_or_the_epochs_asked_for(args, steps, epochs, monkeypatch, capsys):
+    # --epochs always failed ("give --steps or --epochs, not both"): the bench's default of 50
+    # steps was in place before the trainer's config saw the flags.
+    from pardash import cli
+    from pardash.trainer import bench
+
+    seen = []
+
+    def run_bench(cfg, progress=None):
+        seen.append(cfg)
+        return {"rows": [{"code": 0}]}
+
+    monkeypatch.setattr(bench, "run_bench", run_bench)
+    assert cli.main(["bench", "--strategies", "single", "--format", "json", *args]) == 0
+    (cfg,) = seen
+    assert (cfg.train.steps, cfg.train.epochs) == (steps, epochs)
 
 
 @pytest.mark.slow

@@ -218,6 +218,20 @@ def test_export_refuses_to_mix_with_an_earlier_export(tmp_path):
         export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
 
 
+def test_a_failed_export_takes_back_what_it_wrote_so_a_retry_works(tmp_path):
+    # rank1's event file was left when rank0's folder could not be made, and the retry was then
+    # refused: "already holds TensorBoard event files".
+    out = tmp_path / "tb"
+    out.mkdir()
+    (out / "rank0").write_text("in the way")
+    with pytest.raises(ExportError, match="cannot write .*rank0: a file is in the way"):
+        export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["rank0"]  # the folder kept, as it was
+    (out / "rank0").unlink()
+    written = export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
+    assert sorted(written["dirs"]) == [0, 1]
+
+
 def test_export_command(tmp_path):
     def run(*args):
         return subprocess.run([sys.executable, "-m", "pardash", "export", *args], capture_output=True, text=True, env=pardash_env(), timeout=120)

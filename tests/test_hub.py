@@ -2,6 +2,7 @@
 joiners, refuses garbage without falling over."""
 
 import msgspec
+import pytest
 import zmq
 
 from helpers import identity, wait_for, wait_logged
@@ -363,6 +364,39 @@ def test_a_hub_does_not_append_to_a_compressed_log(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)
     assert hub_mod.run_hub(_hub_args(tmp_path, "--resume")) == 2
     assert "gzip-compressed" in capsys.readouterr().err and log.read_bytes() == before
+
+
+def test_a_hub_refuses_what_is_no_log_of_its_own_and_ids_that_are_no_file_name(tmp_path, monkeypatch, capsys):
+    # `--resume` appended records to any file (a text file: "hello world" then JSON lines);
+    # `--run-id ../../etc` put the log and the registry entry outside their folders; a .gz
+    # name was refused by launch but not by hub or simulate; `--world-size -1` refused every rank.
+    import argparse
+
+    from pardash.telemetry import hub as hub_mod
+    from pardash.telemetry.hub import add_hub_arguments
+
+    monkeypatch.setattr(hub_mod.Hub, "serve", lambda self, **kw: None)
+    monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello world\n")
+    for extra in ([], ["--resume"]):
+        assert hub_mod.run_hub(argparse.Namespace(**{**vars(_hub_args(tmp_path, *extra)), "log": str(notes)})) == 2
+        assert f"{notes} is not a pardash log" in capsys.readouterr().err and notes.read_text() == "hello world\n"
+    assert hub_mod.run_hub(argparse.Namespace(**{**vars(_hub_args(tmp_path)), "log": str(tmp_path / "new.jsonl.gz")})) == 2
+    assert "the hub writes plain JSON lines" in capsys.readouterr().err and not (tmp_path / "new.jsonl.gz").exists()
+    p = argparse.ArgumentParser()
+    add_hub_arguments(p)
+    for argv, needle in ((["--run-id", "../../etc"], "a run id is letters"), (["--run-id", "a/b"], "a run id is letters"),
+                         (["--run-id", ".hidden"], "a run id is letters"), (["--world-size", "-1"], "must be at least 0")):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            p.parse_args(argv)
+        assert exit_.value.code == 2 and needle in capsys.readouterr().err
+    # A log whose own run id would be such a name is not carried on under it.
+    log = tmp_path / "odd.jsonl"
+    log.write_bytes(schema.encode_json(schema.Step(run="../../etc", rank=0, seq=1, step=1, hseq=1)) + b"\n")
+    assert hub_mod.run_hub(p.parse_args(["--log", str(log), "--no-registry", "--resume"])) == 2
+    assert "not a run id pardash makes; pass --run-id ID" in capsys.readouterr().err
+    assert hub_mod.run_hub(p.parse_args(["--log", str(log), "--no-registry", "--resume", "--run-id", "mine"])) == 0
 
 
 def test_the_ingest_decodes_a_plain_step_as_a_step_and_sends_the_odd_ones_the_general_way():

@@ -182,6 +182,21 @@ def test_a_simulated_jobs_busy_port_is_refused_before_its_log_is_made(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_launch_whose_hub_cannot_serve_where_asked_leaves_no_run_folder(tmp_path):
+    # The hub's bind failed (an address not of this machine) and the launch said so, but left
+    # runs/<id>/ with an empty log, output file and torchrun folder; the hint was "choose
+    # another --prometheus PORT" for what the address was wrong.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--steps", "3", "--insecure", "--prometheus", "0",
+         "--prometheus-addr", "192.0.2.1", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot serve /metrics on 192.0.2.1:0" in proc.stderr and "check --prometheus-addr" in proc.stderr
+    assert "the hub did not start" in proc.stderr and "Traceback" not in proc.stderr
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
 def test_a_hub_that_closes_its_ready_pipe_as_it_exits_is_told_with_its_exit_code():
     # The pipe's end comes a moment before poll() knows the process is gone: spawn_hub and the
     # launcher said "the hub did not start (exit code None)" (a hub that could not bind).
@@ -246,6 +261,11 @@ def test_a_torchrun_killed_by_a_signal_exits_as_the_shell_says():
         (["simulate", "--rate", "nan"], "'nan' is not a finite number"),
         (["attach", "--headless", "tcp://127.0.0.1:70000"], "the hub's ingest port (1-65533)"),
         (["launch", "--headless", "--max-restarts", "-1"], "argument --max-restarts: -1 must be at least 0"),  # was torchrun's traceback
+        # An empty path (an unset shell variable) meant the current folder, or every run id:
+        (["report", ""], "argument log: empty; give a path"),
+        (["launch", "--headless", "--runs-dir", ""], "argument --runs-dir: empty"),
+        (["keys", "--dir", ""], "argument --dir: empty"),  # wrote the keys to the default folder
+        (["hub", "--run-id", "../../etc"], "argument --run-id: '../../etc': a run id is"),
     ],
 )
 def test_bad_numbers_and_addresses_are_one_line_and_exit_2(tmp_path, args, needle):

@@ -618,6 +618,54 @@ def test_keys_in_the_environment_do_not_lock_a_viewer_out_of_a_run_without_them(
         plain.close()
 
 
+def test_damaged_registry_entries_are_passed_over_by_ps_and_attach(tmp_path, monkeypatch, capsys):
+    # One damaged file in the folder made `pardash ps` and `pardash attach` end in a traceback
+    # (AttributeError on a list, TypeError sorting a text start time, KeyError 'updates').
+    from pardash import cli
+
+    d = tmp_path / "registry"
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(d))
+    good = {
+        "run_id": "good-run", "pid": os.getpid(), "ingest": "tcp://127.0.0.1:1", "updates": "tcp://127.0.0.1:2",
+        "snapshot": "tcp://127.0.0.1:3",
+    }  # fmt: skip
+    registry.register(good)
+    for name, text in {
+        "list": "[1, 2]",
+        "text-start": json.dumps({**good, "run_id": "text-start", "started": "abc"}),
+        "no-updates": json.dumps({k: v for k, v in {**good, "run_id": "no-updates", "started": 1.0}.items() if k != "updates"}),
+        "no-pid": json.dumps({**good, "run_id": "no-pid", "pid": "12", "started": 1.0}),
+        "half": '{"run_id": "ha',
+    }.items():
+        (d / f"{name}.json").write_text(text)
+    assert [e["run_id"] for e in registry.live_runs()] == ["good-run"]
+    assert cli.main(["ps"]) == 0
+    out = capsys.readouterr().out
+    assert "good-run" in out and "text-start" not in out and "no-updates" not in out
+    assert registry.find("no-updates") is None and registry.find("good")["run_id"] == "good-run"
+
+
+def test_a_hub_whose_registry_cannot_be_written_serves_and_says_how_to_attach(tmp_path):
+    # A read-only home or runtime folder (common on clusters) ended the hub in a traceback, and
+    # a launch or simulation with it ("the hub did not start").
+    from pardash.telemetry.spawn import spawn_hub
+
+    (tmp_path / "a_file").write_text("")
+    env = pardash_env(PARDASH_REGISTRY_DIR=str(tmp_path / "a_file" / "registry"))  # no folder can be made there, root or not
+    proc, info = spawn_hub(["--log", str(tmp_path / "run.jsonl"), "--world-size", "1"], env=env, stderr=subprocess.PIPE)
+    viewer = HubClient(info["updates"], info["snapshot"])
+    try:
+        assert viewer.wait_synced(20.0)
+    finally:
+        viewer.close()
+        proc.terminate()
+        err = proc.communicate(timeout=30)[1].decode()
+    assert proc.returncode == 0, err
+    (said,) = [line for line in err.splitlines() if "registry" in line]
+    assert f"cannot write the run registry {tmp_path / 'a_file' / 'registry'}" in said
+    assert f"pardash attach {info['ingest']}" in said and "Traceback" not in err
+
+
 def test_a_run_registered_again_by_a_restarted_hub_keeps_its_age(tmp_path, monkeypatch):
     monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path / "registry"))
     first = json.loads(registry.register({"run_id": "r1", "pid": 1, "ingest": "a"}).read_text())

@@ -29,7 +29,7 @@ import psutil
 
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
-from pardash.telemetry.recorder import LOG_MODE, holds_records
+from pardash.telemetry.recorder import LOG_MODE, gz_name_refusal, holds_records
 from pardash.telemetry.spawn import exit_code, read_line
 from pardash.telemetry.streams import unbreakable_stdio
 
@@ -675,7 +675,8 @@ class Job:
 
 
 def start(spec: LaunchSpec, *, output=None) -> Job:
-    """Start the supervisor (which starts hub and torchrun); returns once the hub is up."""
+    """Start the supervisor (which starts hub and torchrun); returns once the hub is up. One
+    that did not start takes back its run folder (a fresh id's) when nothing was written there."""
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
     r, w = os.pipe()
     argv = [sys.executable, "-m", "pardash.trainer.launcher", "--ready-fd", str(w), json.dumps(asdict(spec))]
@@ -702,8 +703,24 @@ def start(spec: LaunchSpec, *, output=None) -> Job:
         os.close(r)
         if sup.poll() is None:
             sup.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            sup.wait(10)  # (what it had open is closed)
+        _remove_empty(spec.run_dir)
         raise LaunchError(info["error"])
     return Job(spec=spec, supervisor=sup, endpoints=info, result_fd=r)
+
+
+def _remove_empty(folder: str) -> None:
+    """Remove ``folder`` where it holds only empty files and folders (a run that never started:
+    its output file, torchrun's log folder); anything written there stays, and the folder with it."""
+    for parent, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            path = os.path.join(parent, name)
+            with contextlib.suppress(OSError):
+                if os.path.isfile(path) and not os.path.islink(path) and os.path.getsize(path) == 0:
+                    os.remove(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)  # only if empty
 
 
 @contextlib.contextmanager
@@ -739,9 +756,8 @@ def new_spec(*, log_path: str | None, runs_dir: str = "runs", **kw) -> LaunchSpe
     if log_path and (log_path.endswith(("/", os.sep)) or os.path.isdir(log_path)):
         # (a folder's name made a plain file of that name, next to the folder the user meant)
         raise LaunchError(f"--log {log_path} is a folder; give a file: --log {os.path.join(log_path, 'telemetry.jsonl')}")
-    if log_path and log_path.endswith(".gz"):
-        raise LaunchError(f"--log {log_path}: the hub writes plain JSON lines (a .gz name would hide that); "
-                          "compress the log after the run, which report, replay and export read as it is")
+    if log_path and (refusal := gz_name_refusal(log_path)):
+        raise LaunchError(refusal)
     log = os.path.abspath(log_path) if log_path else os.path.join(run_dir, "telemetry.jsonl")
     if not kw.get("node_rank"):  # nodes > 0 start no hub: node 0's records the run
         check_writable(log)
