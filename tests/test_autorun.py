@@ -1486,3 +1486,33 @@ def test_the_hooks_add_no_graph_break_to_a_compiled_model(hooked):
     assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
     assert [s["step"] for s in rep.steps] == [1, 2, 3] and [s["samples"] for s in rep.steps] == [6, 6, 6]
     torch._dynamo.reset()
+
+
+def test_an_optimizer_step_compiled_whole_breaks_its_graph_once_a_hook_and_counts_every_step(hooked):
+    # `@torch.compile def opt_step(): opt.step()` traced the optimizer hooks: their clocks and
+    # pids broke its graph again and again (19 breaks against 2 without pardash, twice the time
+    # a step, and Dynamo's warnings), and the step's memory went unmeasured.
+    import torch._dynamo
+
+    inst, rep = hooked
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    @torch.compile(backend="eager")
+    def opt_step():
+        opt.step()
+
+    for _ in range(4):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt_step()
+        opt.zero_grad()
+    inst.finish()
+    breaks = dict(torch._dynamo.utils.counters["graph_break"])
+    torch._dynamo.reset()
+    # Each hook is one break (it runs as it is, outside the graph); nothing inside them is traced.
+    assert breaks and all("disable" in reason for reason in breaks), breaks
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    assert all(s["mem"] is not None and s["mem"].optim_bytes > 0 for s in rep.steps[1:]), rep.steps
