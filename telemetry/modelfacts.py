@@ -46,6 +46,18 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def is_lazy(p: Any) -> bool:
+    """A parameter of a lazy module (``nn.LazyLinear``) its first forward has not made yet: it
+    has no shape, and its numel() raises."""
+    from torch.nn.parameter import UninitializedParameter
+
+    return isinstance(p, UninitializedParameter)
+
+
+def has_lazy(model: Any) -> bool:
+    return any(is_lazy(p) for p in model.parameters())
+
+
 def model_facts(model: Any) -> dict[str, Any]:
     """Hello fields that describe ``model``: strategy, full parameter count and bytes (each
     shared parameter once; an FSDP2 DTensor counts its global size), device, its name and
@@ -55,6 +67,8 @@ def model_facts(model: Any) -> dict[str, Any]:
     count = nbytes = 0
     device = None
     for p in model.parameters():
+        if is_lazy(p):
+            continue  # not made yet (a LazyLinear before its first forward): counted once it is
         count += p.numel()
         nbytes += p.numel() * p.element_size()
         if device is None:

@@ -1516,3 +1516,39 @@ def test_an_optimizer_step_compiled_whole_breaks_its_graph_once_a_hook_and_count
     assert breaks and all("disable" in reason for reason in breaks), breaks
     assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
     assert all(s["mem"] is not None and s["mem"].optim_bytes > 0 for s in rep.steps[1:]), rep.steps
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_model_of_lazy_modules_is_counted_once_its_parameters_are_made(hooked, dry_run):
+    # Counting a LazyLinear's parameter before its first forward raised ("Attempted to use an
+    # uninitialized parameter"): the instrumentation stopped, and the run had no step at all.
+    inst, rep = hooked
+    model = nn.Sequential(nn.LazyLinear(16), nn.ReLU(), nn.Linear(16, 4))
+    if dry_run:  # PyTorch's advice: a forward to make them, before the optimizer
+        model(torch.zeros(1, 8))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3) if dry_run else None
+    for _ in range(3):
+        x, y = _batch()
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt = opt or torch.optim.AdamW(model.parameters(), lr=1e-3)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert not inst.dead and [e for e in rep.events if e[0] == "warning"] == []
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    n = 8 * 16 + 16 + 16 * 4 + 4
+    assert rep.hellos[-1]["params_count"] == n and rep.hellos[-1]["params_bytes"] == 4 * n
+    assert rep.steps[-1]["mem"].params_bytes == 4 * n
+
+
+def test_a_scripted_model_keeps_the_global_hooks_and_every_step(hooked):
+    # Once the roots settled, their own hooks replaced the global ones, and a ScriptModule
+    # refuses hooks: the instrumentation stopped at step 2 of 8.
+    inst, rep = hooked
+    model = torch.jit.script(_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _train(model, opt, 8)
+    inst.finish()
+    assert not inst.dead and [e for e in rep.events if e[0] == "warning"] == []
+    assert [s["step"] for s in rep.steps] == list(range(1, 9)) and {s["samples"] for s in rep.steps} == {6}

@@ -295,6 +295,8 @@ class Instrument:
         self.backend = ""
         self._hello: dict[str, Any] = {}
         self._hello_sent = False
+        self._lazy: Callable[[], Any] | None = None
+        """The model whose lazy modules have parameters still to make, while it has."""
         self._hello_extra: dict[str, Any] = {}
         # the step being measured
         self.step = 0
@@ -476,6 +478,14 @@ class Instrument:
             self._swapping = False
 
     def _watch_roots(self) -> None:
+        if any(isinstance(m, torch.jit.ScriptModule) for m in self._hooked_modules()):
+            # TorchScript takes no hooks on a module of its own ("register_forward_pre_hook is
+            # not supported on ScriptModules": the instrumentation stopped at step 2): the
+            # global hooks, which see its calls, stay.
+            if not self.watching_all:
+                self._watch_all_modules()
+            self._settled_from = self.step
+            return
         self._swapping = True
         try:
             self._unwatch()
@@ -574,6 +584,8 @@ class Instrument:
     @_guarded
     def _root_end(self, args: Any, kwargs: Any) -> None:
         self._count_samples = False
+        if self._lazy is not None:
+            self._made_lazy()
         n = batch_size(args, kwargs)
         if n and self._open is not None:
             self._open.samples += n
@@ -793,6 +805,25 @@ class Instrument:
         else:  # a second model (a GAN's): the hello counts the parameters of all, once each
             self._hello["params_count"], self._hello["params_bytes"] = self.trained.params()
         self._hello["strategy"] = self.strategy
+        if modelfacts.has_lazy(module):
+            self._lazy = weakref.ref(module)  # counted again at the end of its forward (_root_end)
+        self._send_hello()
+
+    def _made_lazy(self) -> None:
+        """A model with lazy modules, its parameters made by its forward: its hello again,
+        with them counted (the one at its first call said only those made already)."""
+        module = self._lazy()
+        if module is None:
+            self._lazy = None
+            return
+        if modelfacts.has_lazy(module):
+            return
+        self._lazy = None
+        if len(self.roots) == 1:
+            self._hello.update(modelfacts.model_facts(module))
+            self._hello["strategy"] = self.strategy
+        else:
+            self._hello["params_count"], self._hello["params_bytes"] = self.trained.params()
         self._send_hello()
 
     # -- backward ------------------------------------------------------------------------------
