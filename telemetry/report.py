@@ -188,6 +188,15 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             if is_hub_side(msg):
                 first_t = msg.t if first_t is None else min(first_t, msg.t)
         if isinstance(msg, schema.Step):
+            ep = open_stalls.get(msg.rank)
+            if ep is not None and (ep["step"] is None or msg.step > ep["step"]):
+                # A step after the stall is its end, whether or not the hub said so: a rank that
+                # stepped on and finished before the hub's next look read "stalled ... until it
+                # finished; likely the cause of the hang".
+                del open_stalls[msg.rank]
+                ep["until"] = f"resumed at step {msg.step}"
+                if msg.t:
+                    ep["end_t"] = msg.t
             if msg.t:  # 0: a step without its time (a hand-made or foreign line) spans nothing
                 stall_from[msg.rank] = msg.t
                 for spans, key in ((step_spans, msg.rank), (attempt_spans, (msg.rank, state.ranks[msg.rank].restarts))):

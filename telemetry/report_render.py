@@ -196,6 +196,8 @@ def _last_steps_text(rep: dict) -> str:
 
 
 LIKELY_CAUSE = "; likely the cause of the hang"
+WAITED_FOR = "; the others waited for it"
+"""The same guess about a stall every rank was in and came out of: no hang, a wait."""
 
 
 def _stall_end(until: str | None) -> str:
@@ -224,13 +226,14 @@ def stall_lines(rep: dict) -> list[str]:
     for s in rep["stalls"]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
-        cause = ((s["until"] or "").startswith("resumed"), s["rank"]) in causes
-        ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'])}{LIKELY_CAUSE if cause else ''}"), ([], []))
+        resumed = (s["until"] or "").startswith("resumed")
+        cause = (WAITED_FOR if resumed else LIKELY_CAUSE) if (resumed, s["rank"]) in causes else ""
+        ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'])}{cause}"), ([], []))
         if s["rank"] not in ranks:
             ranks.append(s["rank"])
         if s.get("seconds") is not None:
             took.append(s["seconds"])
-    lines = sorted(alike.items(), key=lambda item: not item[0][1].endswith(LIKELY_CAUSE))  # stable: the rest keep their order
+    lines = sorted(alike.items(), key=lambda item: not item[0][1].endswith((LIKELY_CAUSE, WAITED_FOR)))  # stable: the rest keep their order
     # (for how long: the longest of the ranks that stalled alike, from their last step)
     return [f"{ranks_named(ranks)} {what}{f' for {_seconds(max(took))}' if took else ''}{end}" for (what, end), (ranks, took) in lines]
 
