@@ -107,6 +107,17 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     return spec
 
 
+def _one_stream() -> bool:
+    """This process's stdout and stderr are one file or pipe (``> out 2>&1``, ``|&``): the ranks'
+    two streams then go through the one output file, in the order they were written (kept
+    apart, a rank's traceback came out ahead of the lines it printed before it)."""
+    try:
+        out, err = os.fstat(1), os.fstat(2)
+    except OSError:
+        return False
+    return (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino)
+
+
 def _trainer_flags_given(cfg) -> list[str]:
     """The bundled trainer's flags set away from their defaults (with a script of one's own they
     would be silently ignored)."""
@@ -159,7 +170,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         # breaks their stdout. Nor this process's: it stops printing and still sees the job out.
         # Without a terminal their stderr stays stderr (passed on through the supervisor).
         spec.output = os.path.join(spec.run_dir, "output.log")
-        spec.stderr_apart = not is_terminal(sys.stdout)
+        spec.stderr_apart = not is_terminal(sys.stdout) and not _one_stream()
         unbreakable_stdio()
         # Gone quietly, the launch held the shell for the rest of the job with no word of why:
         # said once on stderr (the terminal, under `| head`), and the last line goes there too.

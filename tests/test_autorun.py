@@ -1416,6 +1416,29 @@ def test_each_printed_line_reaches_the_output_whole_as_in_a_terminal(tmp_path):
     assert len(re.findall(r"^\[another rank's line\]$", out, re.M)) == 2, out
 
 
+def test_a_launch_whose_output_and_errors_go_to_one_file_keeps_their_order(tmp_path):
+    # `pardash launch ... -- train.py > out 2>&1`: the ranks' stderr went on apart from their
+    # stdout (which the launch reads from its output file and prints), so a rank's traceback
+    # came out ahead of the lines it printed before it, and the output file had no traceback.
+    script = tmp_path / "both.py"
+    script.write_text(
+        "import sys\n"
+        "for i in range(1, 41):\n"
+        "    print(f'out {i}', flush=True) if i % 2 else print(f'err {i}', file=sys.stderr, flush=True)\n"
+    )
+    with open(tmp_path / "all.txt", "w") as both:  # telemetry off: the rank never imports torch
+        proc = subprocess.run(
+            [PY, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--runs-dir", str(tmp_path / "runs"), "--", str(script)],
+            stdout=both, stderr=both, stdin=subprocess.DEVNULL, timeout=240, env=pardash_env(PARDASH_TELEMETRY="0"), cwd=tmp_path,
+        )  # fmt: skip
+    text = (tmp_path / "all.txt").read_text()
+    assert proc.returncode == 0, text
+    printed = [int(m.group(1)) for m in re.finditer(r"^(?:out|err) (\d+)$", text, re.M)]
+    assert printed == list(range(1, 41)), text
+    (output,) = (tmp_path / "runs").glob("*/output.log")
+    assert "err 40" in output.read_text()
+
+
 @pytest.mark.slow
 def test_a_crashing_script_reports_its_own_traceback(tmp_path):
     proc, msgs = _launch(tmp_path, str(SCRIPTS / "crash.py"))
