@@ -1139,6 +1139,22 @@ def test_a_crash_prints_the_users_traceback_and_reaches_the_hub(hub, tmp_path):
     assert [e.code for e in events() if e.name == "exit"] == [1]
 
 
+def test_an_exit_with_a_text_is_the_failures_error(hub, tmp_path):
+    # sys.exit("why"): Python prints the text and exits 1, and the report's root cause said only
+    # "rank 0 exited with code 1".
+    from pardash.telemetry.failures import failure_summary
+    from pardash.telemetry.state import RunState
+
+    env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
+    proc = _probe("-m", "pardash.trainer.autorun", "argv_probe.py", "--exit", "no data left in /data/train", env=env)
+    assert proc.returncode == 1 and proc.stderr.strip() == "no data left in /data/train"
+    wait_for(lambda: any(getattr(m, "name", "") == "exit" for m in load_log(tmp_path / "telemetry.jsonl")[0]))
+    st = RunState(run_id="test-run")
+    for m in load_log(tmp_path / "telemetry.jsonl")[0]:
+        st.apply(m, m.t)
+    assert failure_summary(st)["line"] == "rank 0 exited with code 1: no data left in /data/train"
+
+
 def test_a_missing_script_is_one_line():
     proc = _probe("-m", "pardash.trainer.autorun", "nope.py")
     assert proc.returncode == 2
