@@ -294,7 +294,11 @@ def warning_lines(rep: dict) -> list[str]:
 
 
 def memory_rows(rep: dict) -> list[tuple[str, str]]:
+    """The memory table's rows; none for a log without a figure of it (a script that never
+    stepped an optimizer: a table of dashes and "expected for ? x2 (?)")."""
     m = rep["memory"]
+    if m["state_bytes_max"] is None and not m["expected_bytes_per_rank"] and m["peak_bytes_max"] is None:
+        return []
     st = f"{rep['strategy'] or '?'} x{rep['world_size']}"
     span = human_bytes(m["state_bytes_max"])
     if m["state_bytes_min"] is not None and m["state_bytes_min"] != m["state_bytes_max"]:
@@ -393,12 +397,14 @@ def render_text(rep: dict, width: int = 10_000) -> str:
         for line in warned:
             con.print(f"  {line}")
     con.print()
-    mt = Table(box=None, show_header=False, pad_edge=False, title="memory (model state a rank holds)", title_justify="left")
-    mt.add_column()
-    mt.add_column(justify="right")
-    for k, v in memory_rows(rep):
-        mt.add_row(k, v)
-    con.print(mt)
+    rows = memory_rows(rep)
+    if rows:
+        mt = Table(box=None, show_header=False, pad_edge=False, title="memory (model state a rank holds)", title_justify="left")
+        mt.add_column()
+        mt.add_column(justify="right")
+        for k, v in rows:
+            mt.add_row(k, v)
+        con.print(mt)
     con.print(rep["memory"]["verdict"])
     for rank in rep["memory"]["not_sharding"]:
         con.print(f"  rank {rank}: not sharding")
@@ -479,7 +485,8 @@ def render_markdown(rep: dict) -> str:
         out += ["", "## Checkpoints", ""] + [f"- {md_text(line)}" for line in checkpoint_lines(rep)]
     if warning_lines(rep):
         out += ["", "## Warnings", ""] + [f"- {md_text(line)}" for line in warning_lines(rep)]
-    out += ["", "## Memory", "", md_table(["model state a rank holds", "bytes"], [list(r) for r in memory_rows(rep)]), ""]
+    rows = memory_rows(rep)
+    out += ["", "## Memory", ""] + ([md_table(["model state a rank holds", "bytes"], [list(r) for r in rows]), ""] if rows else [])
     verdict = rep["memory"]["verdict"]
     out.append(verdict if verdict.endswith(("?", ".")) else verdict + ".")
     for rank in rep["memory"]["not_sharding"]:
