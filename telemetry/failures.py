@@ -109,8 +109,7 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     guess = first.seq < 0
     for e in events:
         if e.name == "error" and e.rank == first.rank:
-            lines = (e.message or "").strip().splitlines()
-            error = lines[0] if lines else None
+            error = error_line(e.message)
             where = raised_at(e.traceback)
             if step is None and e.step is not None and (guess or e.step > 0):
                 step = e.step + 1  # an error event carries the last step completed
@@ -140,6 +139,23 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
          "left_early": [{"rank": r, "step": at} for r, at in left]}  # fmt: skip
     f["line"] = failure_line(f)
     return f
+
+
+_CAUGHT = re.compile(r"^[\w.]+: Caught [\w.]+ in (?P<where>.+?)\.?$")
+
+
+def error_line(message: str | None) -> str | None:
+    """An error's line for the root cause: its message's first line; for an error torch carried
+    over from another process or thread (a DataLoader worker's, a DataParallel replica's:
+    "Caught ValueError in DataLoader worker process 0." then the original traceback) the
+    original error's, and where it was caught."""
+    lines = [line for line in (message or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    caught = _CAUGHT.match(lines[0])
+    if caught is not None and len(lines) > 1 and "Original Traceback" in message:
+        return f"{lines[-1].strip()} (in {caught['where']})"
+    return lines[0]
 
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$', re.MULTILINE)

@@ -1644,3 +1644,22 @@ def test_a_run_read_while_torchrun_restarts_its_ranks_is_at_the_step_they_reache
     # Once the new processes step, their steps are the run's: from the start again, here.
     state.apply(schema.Step(rank=0, step=1, loss=1.0, step_s=0.1, t=t0 + 6, seq=1, run="x"), now=2.0)
     assert state.step == run_totals(state).step == 1
+
+
+def test_an_error_torch_carried_over_from_a_worker_is_named_by_the_original():
+    # A DataLoader worker's error reaches the loop as "ValueError: Caught ValueError in
+    # DataLoader worker process 0." with the original traceback in its text: the root cause
+    # named that first line, never the sample that was corrupt.
+    from pardash.telemetry.failures import error_line
+
+    carried = (
+        "ValueError: Caught ValueError in DataLoader worker process 0.\n"
+        "Original Traceback (most recent call last):\n"
+        '  File "/data/ds.py", line 7, in __getitem__\n'
+        '    raise ValueError(f"corrupt sample {i}")\n'
+        "ValueError: corrupt sample 105\n"
+    )
+    assert error_line(carried) == "ValueError: corrupt sample 105 (in DataLoader worker process 0)"
+    replica = "RuntimeError: Caught RuntimeError in replica 1 on device 1.\nOriginal Traceback (most recent call last):\n  ...\nRuntimeError: CUDA out of memory"
+    assert error_line(replica) == "RuntimeError: CUDA out of memory (in replica 1 on device 1)"
+    assert error_line("KeyError: 'x'\nmore") == "KeyError: 'x'" and error_line("") is None and error_line(None) is None
