@@ -182,11 +182,16 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
             self._fail(exc)
             return None
 
-    # Never traced by torch.compile: an optimizer step compiled whole (``@torch.compile def
-    # opt_step(): opt.step()``, a PyTorch recipe) traced the hooks it calls, and broke its graph
-    # at their clocks, pids and sockets 19 times (2 without pardash), with Dynamo's warnings, at
-    # twice the time a step. Disabled, a hook is one break that runs it as it is (0.5 us a call).
-    return torch.compiler.disable(guarded)
+    return guarded
+
+
+def _untraced(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """A hook torch.compile calls but must not trace. An optimizer step compiled whole
+    (``@torch.compile def opt_step(): opt.step()``, a PyTorch recipe) traced the optimizer hooks,
+    and broke its graph at their clocks, pids and sockets 19 times (2 without pardash), with
+    Dynamo's warnings, at twice the time a step. Disabled, each is one break that runs it as it
+    is, for 0.5 us a call. (The module and backward hooks return first thing when compiling.)"""
+    return torch.compiler.disable(hook)
 
 
 class _Clock:
@@ -945,6 +950,7 @@ class Instrument:
 
     # -- optimizer: step boundaries -------------------------------------------------------------
 
+    @_untraced
     @_guarded
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling():
@@ -971,6 +977,7 @@ class Instrument:
         self._closure_passes = 0
         return None
 
+    @_untraced
     @_guarded
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling():
