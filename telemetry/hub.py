@@ -566,7 +566,7 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
     if is_gzip(log):
         print(f"pardash hub: the log {log} is gzip-compressed: lines appended to it would be lost; decompress it, or pass a new --log PATH", file=sys.stderr)
         return 2
-    if ns.log and (refusal := gz_name_refusal(ns.log)) and not is_gzip(log):  # (a gzip one: said below)
+    if ns.log and (refusal := gz_name_refusal(ns.log)):
         print(f"pardash hub: {refusal}", file=sys.stderr)
         return 2
     if holds_records(log) and not is_log(log):

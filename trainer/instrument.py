@@ -821,8 +821,8 @@ class Instrument:
         if module is None:
             self._lazy = None
             return
-        if modelfacts.has_lazy(module):
-            return
+        if self.step < 2 and modelfacts.has_lazy(module):
+            return  # (a lazy module still unmade after a step is one the training never calls)
         self._lazy = None
         if len(self.roots) == 1:
             self._hello.update(modelfacts.model_facts(module))
