@@ -141,9 +141,9 @@ class MemoryAccountant:
         """Every DDP wrapper of the model's parameters (a GAN wraps its two models apart)."""
         self._buckets: dict[int, int] = {}
         """Bucket bytes of each DDP wrapper (by its place in _ddps) whose buckets are final."""
-        self._calls = 0
-        self._last: Mem | None = None
-        self._last_sig: tuple[int, ...] = ()
+        self._slots: dict[int, tuple[Mem, tuple[int, ...], int]] = {}
+        """Per slot (see :meth:`measure`): its last count, the optimizers' state sizes then, and
+        its calls since."""
         self._rss = _Rss()
 
     def buckets_bytes(self, grads_bytes: int) -> int:
@@ -240,16 +240,21 @@ class MemoryAccountant:
             rss_bytes=self._rss(),
         )
 
-    def measure(self, optimizers: Sequence[Any], *, reset_peak: bool = True) -> Mem:
+    def measure(self, optimizers: Sequence[Any], *, reset_peak: bool = True, slot: int = 0) -> Mem:
         """One :class:`Mem` for now (call after the optimizer step, before ``zero_grad``):
         a full :meth:`count` on the first and every ``full_every``-th call or when an
-        optimizer's number of states changed, else the last count with fresh GPU figures."""
+        optimizer's number of states changed, else the last count with fresh GPU figures.
+
+        ``slot``: where in the iteration the call is, each with a count of its own. Optimizers
+        that step and zero in turn (``for o in opts: o.step(); o.zero_grad()``) hold different
+        gradients at each one's step: the first holds all, the second only its own. One cache
+        would carry whichever the recount fell on to both."""
         sig = tuple(len(opt.state) for opt in optimizers)
-        if self._last is None or sig != self._last_sig or self._calls % self.full_every == 0:
-            self._last = self.count(optimizers)
-            self._last_sig = sig
-        self._calls += 1
-        last = self._last
+        held = self._slots.get(slot)
+        if held is None or sig != held[1] or held[2] >= self.full_every:
+            held = (self.count(optimizers), sig, 0)
+        last = held[0]
+        self._slots[slot] = (last, sig, held[2] + 1)
         rss = self._rss()
         if not self.is_cuda:
             return msgspec.structs.replace(last, rss_bytes=rss)  # a copy: callers may fill in more fields
@@ -288,7 +293,7 @@ def _optimizer_states(optimizers: Sequence[Any]) -> list[tuple[Any, float]]:
 _accountants: "weakref.WeakKeyDictionary[Any, MemoryAccountant]" = weakref.WeakKeyDictionary()
 
 
-def account(model: Any, optimizers: Any, *, ddp_module: Any = None) -> Mem:
+def account(model: Any, optimizers: Any, *, ddp_module: Any = None, slot: int = 0) -> Mem:
     """Memory this rank holds now: call after the optimizer step, before ``zero_grad``.
 
     ``model``: the module whose parameters are trained (the FSDP2 root, or the module DDP
@@ -297,6 +302,7 @@ def account(model: Any, optimizers: Any, *, ddp_module: Any = None) -> Mem:
     cached per model, and the tensors are recounted every :data:`FULL_EVERY` calls (and
     whenever an optimizer's state grows), so calling this every step costs a few microseconds
     on average. Use :class:`MemoryAccountant` with ``full_every=1`` to recount every call.
+    ``slot``: see :meth:`MemoryAccountant.measure`.
     """
     acct = _accountants.get(model)
     if acct is None:
@@ -304,7 +310,7 @@ def account(model: Any, optimizers: Any, *, ddp_module: Any = None) -> Mem:
         _accountants[model] = acct
     if hasattr(optimizers, "state") and hasattr(optimizers, "param_groups"):
         optimizers = (optimizers,)
-    return acct.measure(tuple(optimizers))
+    return acct.measure(tuple(optimizers), slot=slot)
 
 
 __all__ = [
@@ -330,38 +336,49 @@ MEM_MAX_EVERY = 100
 class MemoryProbe:
     """Calls :func:`account` every step while it costs under
     :data:`MEM_BUDGET` of the step time, else every N steps (N chosen from the measured cost);
-    the steps in between repeat the last measurement, so every step carries one."""
+    the steps in between repeat the last measurement, so every step carries one. Each ``slot``
+    (an optimizer's place in the step, see :meth:`MemoryAccountant.measure`) is sampled and
+    repeated apart, the budget shared between them."""
 
     def __init__(self) -> None:
         self.last: Mem | None = None
+        """The newest measurement, of any slot."""
         self.cost_s = 0.0
         """Wall time of the last ``account`` call."""
         self.mean_cost_s: float | None = None
         """Running mean of those times."""
         self.every = 1
         """Steps per measurement, from the last cost and step time."""
-        self._skip = 0
+        self._slots: dict[int, tuple[Mem | None, int]] = {}
+        """Per slot: its last measurement and the calls left to repeat it (of ``_model``)."""
+        self._model: Any = None
+        """A weak reference to the model measured last (one the script lets go must go)."""
 
-    def measure(self, model: Any, optimizers: Any, *, ddp_module: Any = None, step_s: float = 0.0, force: bool = False) -> Mem | None:
-        if not force and self._skip > 0:
-            self._skip -= 1
-            return self.last
+    def measure(self, model: Any, optimizers: Any, *, ddp_module: Any = None, step_s: float = 0.0, force: bool = False, slot: int = 0) -> Mem | None:
+        if self._model is None or self._model() is not model:  # another model (a fold trained next)
+            self._model = weakref.ref(model)
+            self._slots = {}
+        held = self._slots.get(slot)
+        if not force and held is not None and held[1] > 0:
+            self._slots[slot] = (held[0], held[1] - 1)
+            return held[0]
         t0 = time.perf_counter()
         try:
-            self.last = account(model, optimizers, ddp_module=ddp_module)
+            mem = account(model, optimizers, ddp_module=ddp_module, slot=slot)
         except Exception:  # an odd model or optimizer: the step goes out without memory
-            self.last = None
+            mem = None
             self.every = MEM_MAX_EVERY
         else:
             self.cost_s = time.perf_counter() - t0
             # A running mean: account() itself caches, so its calls are mostly cheap with an
             # occasional full recount; the mean is what a step pays.
             self.mean_cost_s = self.cost_s if self.mean_cost_s is None else 0.8 * self.mean_cost_s + 0.2 * self.cost_s
-            budget_s = MEM_BUDGET * step_s
+            budget_s = MEM_BUDGET * step_s / max(1, len(self._slots))
             cost = self.mean_cost_s
             self.every = 1 if budget_s <= 0 or cost <= budget_s else min(MEM_MAX_EVERY, math.ceil(cost / budget_s))
-        self._skip = self.every - 1
-        return self.last
+        self.last = mem
+        self._slots[slot] = (mem, self.every - 1)
+        return mem
 
 
 class Holder:

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from helpers import pardash_env, wait_for
-from pardash.telemetry import api, modelfacts, schema
+from pardash.telemetry import api, memory, modelfacts, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.logreader import load_log
 from pardash.trainer.instrument import NO_STEP_WARNING, Instrument
@@ -160,6 +160,31 @@ def test_two_optimizers_stepped_together_are_one_step(hooked):
     assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5, 6]
     assert all(s["mem"].optim_bytes > 0 for s in rep.steps)
     assert inst.optimizers == opts
+
+
+def test_two_optimizers_each_zeroing_after_its_step_count_every_gradient_held(hooked):
+    # for o in opts: o.step(); o.zero_grad() -- at the second optimizer's post the first has
+    # let its gradients go. The step's figure is the most held in the round (at the first
+    # post), on every step: the cached count of the second post (recounted every FULL_EVERY
+    # calls) used to stand for both, and the grads column read the head's alone.
+    inst, rep = hooked
+    body, head = nn.Linear(8, 64), nn.Linear(64, 4)
+    model = nn.Sequential(body, nn.ReLU(), head)
+    opts = [torch.optim.AdamW(body.parameters()), torch.optim.SGD(head.parameters(), lr=0.1)]
+    for _ in range(2 * memory.FULL_EVERY + 5):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        for o in opts:
+            o.step()
+            o.zero_grad()
+    inst.finish()
+    every = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert len(rep.steps) == 2 * memory.FULL_EVERY + 5
+    assert {s["mem"].grads_bytes for s in rep.steps} == {every}
+    assert {s["mem"].grads_full_bytes for s in rep.steps} == {every}
+    # the optimizer state is the round's last count: both optimizers' (AdamW's two moments
+    # and its step count; SGD without momentum keeps none)
+    assert rep.steps[-1]["mem"].optim_bytes >= 2 * sum(p.numel() * 4 for p in body.parameters())
 
 
 def test_a_gans_iteration_is_one_step_though_its_optimizers_step_between_passes(hooked):

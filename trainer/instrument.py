@@ -96,6 +96,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import msgspec
 import torch
 
 from pardash.telemetry import api, memory, modelfacts
@@ -192,6 +193,22 @@ def _untraced(hook: Callable[..., Any]) -> Callable[..., Any]:
     Dynamo's warnings, at twice the time a step. Disabled, each is one break that runs it as it
     is, for 0.5 us a call. (The module and backward hooks return first thing when compiling.)"""
     return torch.compiler.disable(hook)
+
+
+def _most_held(before: Any, now: Any) -> Any:
+    """A step's memory over its optimizers' posts: the latest figures (the optimizer state
+    grows as each steps), with the most gradients held at any post and the highest peak. Where
+    each optimizer zeroes its gradients after its own step, the first post held them all."""
+    if before is None or now is None:
+        return now if now is not None else before
+    peaks = [p for p in (before.cuda_peak_bytes, now.cuda_peak_bytes) if p is not None]
+    return msgspec.structs.replace(
+        now,
+        grads_bytes=max(before.grads_bytes, now.grads_bytes),
+        grads_full_bytes=max(before.grads_full_bytes, now.grads_full_bytes),
+        buckets_bytes=max(before.buckets_bytes, now.buckets_bytes),
+        cuda_peak_bytes=max(peaks) if peaks else None,
+    )
 
 
 class _Clock:
@@ -1004,7 +1021,7 @@ class Instrument:
             # again, and its work joins the next step; this one again, and it was a step.
             step = self._open
             self._orphan = (weakref.ref(optimizer), _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits)))
-            self._pending_mem = self._memory()
+            self._pending_mem = self._memory(slot=len(self._round))
             self._round.append(weakref.ref(optimizer))
             self._last_post = now
             return None
@@ -1015,7 +1032,7 @@ class Instrument:
                 self._open.arrive = self._arrive_next
             self._arrive_next = None
         if self._explicit:
-            self._pending_mem = self._memory()
+            self._pending_mem = _most_held(self._pending_mem, self._memory(slot=len(self._round) - 1))
             return None
         if self._in_optimizer:
             return None  # an optimizer stepped inside another's step (ZeRO's inner one)
@@ -1024,7 +1041,7 @@ class Instrument:
             # unless an optimizer made but not stepped yet holds weights of a model called in
             # the step (a GAN's generator, for the fakes), which may step after more passes:
             # then the round may go on, as with several optimizers.
-            self._publish(now, self._memory())
+            self._publish(now, self._memory(slot=len(self._round) - 1))
             self._published_round = True
             self._cut = self._pending_mem = None
         else:  # the round may go on (another optimizer may step after more passes)
@@ -1035,7 +1052,7 @@ class Instrument:
                 step.samples = self._cut.samples
             self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits))
             self._resume_at = None
-            self._pending_mem = self._memory(force=not self._rounds)
+            self._pending_mem = _most_held(self._pending_mem, self._memory(force=not self._rounds, slot=len(self._round) - 1))
         return None
 
     def _micro_batch_begins(self) -> Any:
@@ -1153,12 +1170,14 @@ class Instrument:
         self._phase = phase
         self.reporter.set_phase(phase)
 
-    def _memory(self, force: bool = False) -> Any:
+    def _memory(self, force: bool = False, slot: int = 0) -> Any:
+        """Memory held now, at the ``slot``-th optimizer post of the step (see
+        :meth:`MemoryAccountant.measure`)."""
         model, new = self.trained.accountable(self.step)
         if model is None:
             return None
         # another model (or set) than the last measured: measured now
-        return self.probe.measure(model, self.optimizers, ddp_module=self.trained.ddps_of(model), step_s=self._step_s, force=force or new)
+        return self.probe.measure(model, self.optimizers, ddp_module=self.trained.ddps_of(model), step_s=self._step_s, force=force or new, slot=slot)
 
     def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
