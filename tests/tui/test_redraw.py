@@ -35,14 +35,18 @@ class Job:
         self.rng = random.Random(seed)
         self.t = 1000.0
         self.steps = dict.fromkeys(range(ranks), 0)
-        for r in range(ranks):
+        self.hello(range(ranks), ranks, per_node=per_node)
+        self.frame()
+
+    def hello(self, ranks, world: int, *, per_node: int = 8) -> None:
+        for r in ranks:
+            self.steps.setdefault(r, 0)
             self.send(
                 schema.Hello(
-                    rank=r, world_size=ranks, node=r // per_node, host=f"h{r // per_node}", strategy="fsdp",
+                    rank=r, world_size=world, node=r // per_node, host=f"h{r // per_node}", strategy="fsdp",
                     params_count=1_000_000, run=RUN, t=self.t,
                 )
             )  # fmt: skip
-        self.frame()
 
     def send(self, msg: schema.Message) -> None:
         self.core.replay(msg, self.t)
@@ -178,6 +182,34 @@ async def test_a_changed_rank_is_redrawn_and_the_others_keep_their_lines():
         assert line in changed
         # The flag also moves the node's label ("1 flagged"): the grid lays out again.
         assert all(y == line or strip_text(after[y]) == strip_text(before[y]) or "flagged" in strip_text(after[y]) for y in changed)
+
+
+async def test_ranks_saying_hello_under_another_order_and_the_flag_filter_end_the_waiting_note():
+    # Sorted by anything but rank, the grid's layout key was the ranks shown: none before the
+    # hellos, and none flagged after. It never changed, and the grid of a running job went on
+    # saying "waiting for ranks to say hello" until the filter was toggled twice. (A terminal
+    # whose panels keep their sizes when the ranks come: a new size lays the grid out again.)
+    job = Job(0)
+    app = make_app(job.viewer)
+    async with app.run_test(size=(120, 18)) as pilot:
+        grid = app.screen.query_one(RankGrid)
+        await pilot.press("s", "f")
+        await pilot.pause()
+        assert grid.sort_key != "rank" and grid.flagged_only
+        assert "waiting for ranks to say hello" in strip_text(strips_of(grid)[1])
+        job.hello(range(4), 4)
+        job.frame()
+        app._poll()
+        await pilot.pause()
+        job.step()
+        job.frame()
+        app._poll()
+        await pilot.pause()
+        text = "\n".join(strip_text(s) for s in strips_of(grid))
+        assert "no flagged ranks (f shows all)" in text and "waiting for ranks" not in text
+        await pilot.press("f")  # every rank: shown at once
+        await pilot.pause()
+        assert sorted(grid.layout.where) == [0, 1, 2, 3]
 
 
 class Clock:

@@ -284,6 +284,9 @@ class RankGrid(ScrollView, can_focus=True):
             key = (
                 tuple(row.rank for row in ordered),
                 tuple(row.node for row in ordered),
+                # (the ranks shown may stay none while ranks come: "no flagged ranks" then)
+                table.layout_gen,
+                self.flagged_only,
                 table.flagged_gen,
                 table.gpu,
                 width,
