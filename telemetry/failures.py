@@ -8,6 +8,7 @@ import re
 import signal
 
 from . import schema
+from .analysis import hang_causes, whole_hang
 from .summary import ranks_named
 
 
@@ -18,6 +19,12 @@ PEER_FAILURE = re.compile(
     r"DistNetworkError|DistBackendError|Connection refused",
     re.IGNORECASE,
 )
+
+
+WAIT_FAILURE = re.compile(r"timed?[ -]?out", re.IGNORECASE)
+"""Errors a rank raises when a collective waited too long for a peer (gloo's "Timed out
+waiting 15000ms for recv", NCCL's watchdog timeout): a peer's doing when the hub saw that peer
+stalled outside any collective (see :func:`failure_summary`)."""
 
 
 def attempts(st) -> list[list[schema.Event]]:
@@ -102,7 +109,7 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     if found is None:
         return None
     first, victims, stopped = found
-    error, step, where = None, first.step, None  # the step it died in, when it said (exit events carry it)
+    error, step, where, message = None, first.step, None, ""  # the step it died in, when it said (exit events carry it)
     # One the launcher noted for a rank (seq -1: torchrun saw it die) says nothing of where:
     # guessed from what the rank said. A rank's own exit without a step died before its first
     # (or is from a log older than exit steps: then its error's step tells).
@@ -110,6 +117,7 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     for e in events:
         if e.name == "error" and e.rank == first.rank:
             error = error_line(e.message)
+            message = e.message or ""
             where = raised_at(e.traceback)
             if step is None and e.step is not None and (guess or e.step > 0):
                 step = e.step + 1  # an error event carries the last step completed
@@ -134,9 +142,19 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
         left = sorted(ended.items())
         said = {e.rank for e in events if e.name == "exit"}
         unrecorded = sorted(q for q in st.ranks if q not in said)
+    waited: list[dict] = []
+    if last and first.code > 0 and not left and (PEER_FAILURE.search(message) or WAIT_FAILURE.search(message)):
+        # The first failure is a wait (a collective's timeout) or a peer's failure, in a run the
+        # hub saw hang: the rank the hang waited for (stalled outside any collective, or behind
+        # the others) is the cause, though the waiting rank's error ended the job.
+        hang = whole_hang(st)
+        causes = hang_causes(hang) - {first.rank}
+        waited = [{"rank": r, "kind": kind, "step": at, "phase": phase} for r, kind, at, phase in hang if r in causes]
+        if waited:
+            unrecorded = None
     f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
          "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded,
-         "left_early": [{"rank": r, "step": at} for r, at in left]}  # fmt: skip
+         "left_early": [{"rank": r, "step": at} for r, at in left], "waited_for": waited}  # fmt: skip
     f["line"] = failure_line(f)
     return f
 
@@ -174,6 +192,9 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     """One sentence of a :func:`failure_summary` (``error``: with the error's first line)."""
     line = f"rank {f['rank']} exited with code {f['code']}" + (f" ({f['signal']})" if f["signal"] else "")
     line += f" at step {f['step']}" if f["step"] is not None else ""
+    waited = f.get("waited_for") or []
+    if waited:
+        line = f"{hung_text(waited)} (the likely cause of the hang); {line} waiting for {'it' if len(waited) == 1 else 'them'}"
     line += f": {f['error']}" if error and f["error"] else ""
     victims, stopped = f["victims"], f["stopped"]
     if victims:
@@ -193,6 +214,16 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     elif unrecorded:
         line += f"; no word from {ranks_named(unrecorded)}: killed?"
     return line
+
+
+def hung_text(waited: list[dict]) -> str:
+    """'rank 1 stalled in data after step 29' of a failure's ``waited_for``, ranks stuck alike
+    on one line."""
+    alike: dict[str, list[int]] = {}
+    for w in waited:
+        what = f"stalled in {w['phase'] or 'an unknown phase'}" if w["kind"] == "stalled" else "went silent (no heartbeat)"
+        alike.setdefault(what + (f" after step {w['step']}" if w["step"] is not None else ""), []).append(w["rank"])
+    return ", ".join(f"{ranks_named(ranks)} {what}" for what, ranks in alike.items())
 
 
 def recovered_failures(st) -> list[dict]:

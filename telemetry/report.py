@@ -356,7 +356,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
-        if e["role"] in ("cause", "peer_left") and e["step"] is None and failure is not None:
+        if e["role"] in ("cause", "peer_left", "waited") and e["step"] is None and failure is not None:
             e["step"] = failure.get("step")  # killed without a word: the step it died in, as the failure line says
     return {
         "log": path,
@@ -562,8 +562,10 @@ def _charge(ep: dict, arrivals: _Arrivals, last_step: int) -> None:
 def _role(rank: int, failure: dict | None) -> str | None:
     if failure is None:
         return None
+    if any(w["rank"] == rank for w in failure.get("waited_for") or ()):
+        return "hung"  # the rank the one that failed waited for
     if rank == failure["rank"]:
-        return "peer_left" if failure.get("left_early") else "cause"
+        return "peer_left" if failure.get("left_early") else "waited" if failure.get("waited_for") else "cause"
     if rank in failure["victims"]:
         return "victim"
     if rank in failure["stopped"]:

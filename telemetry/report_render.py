@@ -243,12 +243,14 @@ def exit_lines(rep: dict) -> list[str]:
     cause first, then in the order of their first rank (a job of 1024 ranks stopped after one
     failed is two lines)."""
     alike: dict[str, list[int]] = {}
-    for e in sorted(rep["exits"], key=lambda e: e.get("role") not in ("cause", "peer_left")):  # stable: the rest keep their order
+    first = {"cause": 0, "peer_left": 0, "hung": 0, "waited": 1}
+    for e in sorted(rep["exits"], key=lambda e: first.get(e.get("role") or "", 2)):  # stable: the rest keep their order
         sig = f" ({e['signal']})" if e.get("signal") else ""
         at = f" at step {e['step']}" if e.get("step") is not None else ""
         role = {
             "cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped",
             "peer_left": " - failed as a peer had left the job",
+            "hung": " - the root cause: it hung, the others waited", "waited": " - failed waiting for the rank that hung",
         }.get(e.get("role") or "", "")  # fmt: skip
         alike.setdefault(f"exited with code {e['code']}{sig}{at}{role}", []).append(e["rank"])
     return [f"{ranks_named(ranks)} {what}" for what, ranks in alike.items()]

@@ -1369,6 +1369,51 @@ def test_a_run_that_ended_stalled_says_for_how_long(tmp_path):
     assert "0 samples/s at the end (stalled)" in progress_line(st, t + 31)
 
 
+def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_the_cause(tmp_path):
+    # Rank 1 stuck in its data loader, rank 0 in its backward's allreduce until gloo's timeout
+    # raised: the root cause, the launcher's last line and the TUI named rank 0, whose error
+    # only ended the wait, while the stalls section said rank 1 was likely the cause.
+    from pardash.telemetry.printer import outcome_line
+    from pardash.tui.alerts import cause_rank, run_alerts
+
+    t = 1.0e9
+    timeout = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv operation to complete"
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + s * 0.1) for s in (1, 2, 3) for r in (0, 1)]
+    records += [
+        schema.Verdict(run="r", rank=1, seq=-1, verdict="stalled", cause="data", step=3, message="rank 1 stalled", t=t + 5.3),
+        schema.Verdict(run="r", rank=0, seq=-1, verdict="stalled", cause="backward", step=3, message="rank 0 stalled", t=t + 5.4),
+        schema.Event(run="r", rank=0, seq=4, name="error", step=3, message=timeout, traceback="Traceback ...", t=t + 15.3),
+        schema.Event(run="r", rank=0, seq=5, name="exit", code=1, step=4, t=t + 15.4),
+        schema.Event(run="r", rank=1, seq=-1, name="exit", code=-15, message="stopped by torchrun", t=t + 15.5),
+    ]  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    line = rep["failure"]["line"]
+    assert line.startswith("rank 1 stalled in data after step 3 (the likely cause of the hang); rank 0 exited with code 1 at step 4 waiting for it: RuntimeError")
+    assert line.endswith("Timed out waiting 15000ms for recv operation to complete; rank 1 was stopped")
+    assert rep["failure"]["waited_for"] == [{"rank": 1, "kind": "stalled", "step": 3, "phase": "data"}]
+    assert {e["rank"]: e["role"] for e in rep["exits"]} == {0: "waited", 1: "hung"}
+    text = render_text(rep)
+    assert "rank 1 exited with code -15 (SIGTERM) - the root cause: it hung, the others waited\n" in text
+    assert "rank 0 exited with code 1 at step 4 - failed waiting for the rank that hung" in text
+    st = RunState(run_id="r", track_seq=False)
+    for m in records:
+        st.apply(m, m.t)
+    assert outcome_line(st, 1, {}, "run.jsonl").startswith("pardash: rank 1 stalled in data after step 3 (the likely cause of the hang); rank 0 exited")
+    assert cause_rank(st) == 1
+    first = run_alerts(st)[0]
+    assert first.rank == 1 and first.first and "stalled in data after step 3" in first.text
+
+    # The same error without a hang the hub saw (no stall verdict): rank 0's own, as before.
+    plain = [m for m in records if not isinstance(m, schema.Verdict)]
+    _write_log(log, plain)
+    rep = build_report(str(log))
+    assert rep["failure"]["line"].startswith("rank 0 exited with code 1 at step 4: RuntimeError") and rep["failure"]["waited_for"] == []
+    assert {e["rank"]: e["role"] for e in rep["exits"]} == {0: "cause", 1: "stopped"}
+
+
 def test_a_stall_the_ranks_stepped_on_from_before_the_hub_said_so_is_no_hang(tmp_path):
     # Rank 1 slept 12 s in its data at step 10, then both ranks trained on and finished before
     # the hub's next look (no "resumed" verdict): the report said "stalled ... for 12.0 s until

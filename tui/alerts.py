@@ -84,6 +84,8 @@ def cause_rank(state: st.RunState) -> int | None:
     exit heard: the hub takes from each rank in turn, so a rank torchrun stopped may be heard
     from before the one that failed."""
     f = failure_summary(state)
+    if f is not None and len(f["waited_for"]) == 1:
+        return f["waited_for"][0]["rank"]  # the rank whose hang the failing one timed out waiting for
     # A rank that left the job early (exit 0) caused its peers' failure: no victim is the cause.
     return f["rank"] if f is not None and not f["left_early"] else None
 
