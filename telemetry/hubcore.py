@@ -440,7 +440,14 @@ class HubCore:
             if not isinstance(msg, schema.Event) or msg.seq != -1:
                 return "out_of_range"
             r = self.state.ranks.get(msg.rank)
-            if r is not None and (r.exit_code is not None or r.finished):
+            if msg.name == "restart":
+                # torchrun's restart of the rank (code: its count), which its hello may have
+                # said first
+                if msg.code is None or not 0 < msg.code <= security.MAX_COUNT:
+                    return "out_of_range"
+                if r is not None and r.restarts >= msg.code:
+                    return "redundant"
+            elif r is not None and (r.exit_code is not None or r.finished):
                 return "redundant"
         if hello is not None and hello.world_size and msg.rank >= max(hello.world_size, 1) and not isinstance(msg, schema.Hello):
             if msg.rank not in self.state.ranks:
@@ -486,10 +493,12 @@ class HubCore:
             if prev is not None and prev.hello is not None and msg.restart > prev.hello.restart:
                 if not any(r.hello is not None and r.hello.restart >= msg.restart for r in self.state.ranks.values()):
                     self.detector.stragglers.restart()  # the first rank of the new attempt
+            if prev is not None and msg.restart > prev.restarts:  # (unless the launcher said it first)
                 self.note(
                     f"rank {msg.rank} restarted by torchrun (restart {msg.restart}, pid {msg.pid})",
                     name="restart",
                     rank=msg.rank,
+                    code=msg.restart,
                 )
             if self.wall_clock is not None:
                 self._hold_clock(msg)
@@ -538,10 +547,10 @@ class HubCore:
         if self.recorder is not None:
             self.recorder.write(msg)
 
-    def note(self, message: str, name: str = "hub", rank: int = -1) -> None:
+    def note(self, message: str, name: str = "hub", rank: int = -1, code: int | None = None) -> None:
         """Record an event the hub concluded (rank -1: about the hub itself) in the log and
         the event stream; seq -1 keeps it out of the rank's own message count."""
-        ev = schema.Event(rank=rank, seq=-1, name=name, message=message, t=time.time(), run=self.state.run_id)
+        ev = schema.Event(rank=rank, seq=-1, name=name, message=message, t=time.time(), run=self.state.run_id, code=code)
         self._take(ev, time.monotonic())
         self._pending.append(ev)
 

@@ -248,6 +248,8 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
             return f"[error] {who}: {first[0] if first else 'error'}"
         if ev.name in ("hub", "epoch_end"):
             return ""
+        if ev.name == "restart":
+            return f"[restart] {who} restarted by torchrun" + (f" (restart {ev.code})" if ev.code else "")
         took = took if several else ev.duration_s
         text = " ".join((ev.message or "").split())  # one line, whatever a rank sent
         if len(text) > EVENT_TEXT_MAX:
@@ -331,7 +333,7 @@ def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float
     return " | ".join(p for p in parts if p)
 
 
-GROUPED = frozenset({"checkpoint", "resume", "warning", "epoch_end", "exit", "eval"})
+GROUPED = frozenset({"checkpoint", "resume", "warning", "epoch_end", "exit", "eval", "restart"})
 """Events every rank sends alike (a save, a resume, an epoch's end, a clean exit): the same
 event from several ranks taken in one refresh is one line naming the ranks, in the progress
 lines and the TUI's event log. Errors are not: each carries its own traceback."""
@@ -369,7 +371,8 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
     for m in msgs:
         key: tuple | None = None
         if isinstance(m, schema.Event) and m.rank >= 0 and m.name in GROUPED:
-            key = (m.name, m.step, m.message, m.code)
+            # (a restart's text names its rank and pid: alike by its count)
+            key = (m.name, m.step, m.message if m.name != "restart" else "", m.code)
         elif isinstance(m, schema.Verdict) and m.rank >= 0 and m.verdict in GROUPED_VERDICTS:
             tail = verdict_tail(m)
             if tail is not None:

@@ -149,7 +149,7 @@ class Event(Base, tag="event"):
     message: str = ""
     step: int | None = None
     code: int | None = None
-    """Exit code, for ``exit``."""
+    """Exit code, for ``exit``; torchrun's restart count, for ``restart``."""
     duration_s: float | None = None
     traceback: str | None = None
 

@@ -336,6 +336,15 @@ class RunState:
                 self.events.append(_kept(msg))
             if is_lifecycle(msg):
                 self._keep_lifecycle(msg)
+            if msg.name == "restart" and msg.code is not None and msg.code > r.restarts:
+                # torchrun started the rank again (the launcher saw it, or the hub from its
+                # hello): alive again, and its new process counts its messages from 0
+                r.restarts = msg.code
+                r.exit_code = r.exit_noted = None
+                r.finished = False
+                r.silent = r.stalled = None
+                if r.seq.received:
+                    r.seq.restart()
             if msg.name == "exit":
                 if msg.seq < 0:
                     r.exit_noted = code

@@ -14,6 +14,7 @@ import psutil
 from helpers import TerminalOutput, pardash_env, wait_for
 from pardash.telemetry import registry, schema
 from pardash.telemetry.logreader import load_log
+from pardash.telemetry.report import build_report
 
 pytestmark = pytest.mark.slow
 
@@ -487,6 +488,28 @@ def test_a_job_left_unsupervised_is_followed_through_torchruns_restart(tmp_path)
     msgs, _ = load_log(log)
     assert sorted({m.restart for m in msgs if isinstance(m, schema.Hello)}) == [0, 1]
     assert max(m.step for m in msgs if isinstance(m, schema.Step)) == 40
+
+
+def test_restarts_of_a_script_that_fails_before_its_first_step_are_counted(tmp_path):
+    # A crash loop at start-up (a bad config): torchrun ran the script 3 times, but with no
+    # hello (it said its restart count) the log held no restart, the last line said none,
+    # and the three attempts' exits read as one (the launcher's notes of the later ones were
+    # taken for the first's again and dropped).
+    (tmp_path / "early.py").write_text('raise ValueError("bad config")\n')
+    p = _start(tmp_path, "--nproc", "1", "--max-restarts", "2", "--", "early.py")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 1, out[-2000:] + err[-2000:]
+    assert "[restart] rank 0 restarted by torchrun (restart 1)" in out
+    assert "[restart] rank 0 restarted by torchrun (restart 2)" in out
+    last = (out + err).rstrip().splitlines()
+    assert any(line.startswith("pardash: rank 0 exited with code 1; torchrun restarted the job 2x;") for line in last), out + err
+    msgs, _ = load_log(tmp_path / "run.jsonl")
+    events = [(m.name, m.code) for m in msgs if isinstance(m, schema.Event) and m.name in ("restart", "exit")]
+    assert [code for name, code in events if name == "restart"] == [1, 2]
+    assert [name for name, _ in events] == ["exit", "restart", "exit", "restart", "exit"]
+    rep = build_report(str(tmp_path / "run.jsonl"))
+    assert [r["restarts"] for r in rep["ranks"]] == [2]
+    assert len(rep["recovered"]) == 2
 
 
 def test_a_log_whose_folder_is_removed_mid_run_is_written_again_whole(tmp_path):

@@ -154,6 +154,8 @@ class Supervisor:
         launch's Ctrl-C, a Stop chosen in an attached viewer), SIGTERM anything's (`kill`)."""
         self._hub_deaths: deque[float] = deque()
         """When the hub died, within the last HUB_RESTART_WINDOW_S."""
+        self._attempt = 0
+        """torchrun's last restart told to the hub (see :meth:`_look_for_restarts`)."""
 
     def start_hub(self, *, resume: bool = False) -> dict:
         spec = self.spec
@@ -504,6 +506,33 @@ class Supervisor:
         except psutil.Error:
             pass
 
+    def _look_for_restarts(self) -> None:
+        """Tell the hub when torchrun restarts the job (``--max-restarts``): its log folder
+        gains ``attempt_N`` as it starts the workers again. The ranks' hellos say it too
+        (their restart count), but a script that fails before its first step sends none: its
+        restarts went uncounted, and each attempt's exits read as one."""
+        if not self.spec.max_restarts or self._stopping:
+            return
+        top = os.path.join(self.spec.run_dir, "torchrun")
+        try:
+            runs = [d.path for d in os.scandir(top) if d.is_dir()]  # (beside torchrun's stderr.log)
+            found = [int(a.name[8:]) for d in runs for a in os.scandir(d) if a.name.startswith("attempt_") and a.name[8:].isdigit()]
+        except OSError:
+            return
+        attempt = max(found, default=0)
+        if attempt <= self._attempt:
+            return
+        self._attempt = attempt
+        spec = self.spec
+        push = self._push()
+        for local in range(spec.nproc):
+            rank = spec.node_rank * spec.nproc + local
+            msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="restart", code=attempt,
+                               message=f"rank {rank} restarted by torchrun (restart {attempt})")  # fmt: skip
+            with contextlib.suppress(Exception):
+                push.send(schema.encode(msg))
+        push.close()
+
     def _wait_job(self) -> int:
         assert self.job is not None
         deadline = None
@@ -511,6 +540,7 @@ class Supervisor:
             if self._stopping and not self._told_to_stop:
                 self.stop()  # asked while torchrun was being started, before there was a job to tell
             self._look_for_ranks()
+            self._look_for_restarts()
             code = self.job.poll()
             if code is not None:
                 return code

@@ -47,6 +47,8 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
             if m.message:
                 text += f": {m.message}"
             return text, "bad" if code else "good"
+        if m.name == "restart":  # (its message names one rank and its pid: not of a group)
+            return f"{who} restarted by torchrun" + (f" (restart {m.code})" if m.code else ""), EVENT_STYLES.get(m.name, "info")
         text = f"{who} {name}"
         if m.step is not None:
             # An error's or a warning's step is the last one done (the crash of step 300 says
