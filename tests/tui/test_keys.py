@@ -352,3 +352,22 @@ async def test_the_side_panels_take_their_width_back_when_the_terminal_grows_aga
         for _ in range(10):
             await pilot.pause(0.1)
         assert side.size.width == wide
+
+
+@pytest.mark.parametrize("size", [(60, 20), (50, 16)])
+async def test_a_terminal_too_narrow_for_the_panels_side_by_side_has_them_under_the_grid(size):
+    # Below 72 columns the grid (at least 40) and the side panels (at least 30) ran off the
+    # right edge: the alerts cut mid-word, with no border. The quit dialog, 64 wide, lost its
+    # Cancel button at 50 columns.
+    app = replay_app("exited4.jsonl", launched=True)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.2)
+        screen = app.screen.region
+        main, alerts = app.screen.query_one("#main").region, app.screen.query_one("#alerts").region
+        assert main.right <= screen.right and alerts.right <= screen.right
+        assert alerts.y >= main.bottom and alerts.width == main.width == size[0]
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitScreen)
+        for button in app.screen.query("Button"):
+            assert screen.contains_region(button.region), button.id

@@ -125,6 +125,20 @@ class DashboardScreen(Screen):
     DashboardScreen.-narrow #memory {
         display: none;
     }
+    DashboardScreen.-stacked #body {
+        layout: vertical;
+    }
+    DashboardScreen.-stacked #main {
+        width: 100%;
+        min-width: 0;
+        height: 3fr;
+    }
+    DashboardScreen.-stacked #side {
+        width: 100%;
+        min-width: 0;
+        max-width: 100%;
+        height: 2fr;
+    }
     DashboardScreen .panel {
         border: round $panel-lighten-2;
         border-title-color: $text-accent;
@@ -186,6 +200,10 @@ class DashboardScreen(Screen):
     NARROW_WIDTH = 100
     """Below this many columns the memory panel gives its room to the event log (m shows it)."""
 
+    STACKED_WIDTH = 72
+    """Below this many columns the side panels go under the grid: side by side, the two would
+    not fit (their least widths), and the alerts ran off the screen's edge."""
+
     SIDE_WIDTH = 64
     """The side panels' width on a terminal of 168 columns or more (38% below), unless the grid
     leaves them more (see :meth:`_fit_side`)."""
@@ -201,6 +219,7 @@ class DashboardScreen(Screen):
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < self.NARROW_WIDTH, "-narrow")
+        self.set_class(self.size.width < self.STACKED_WIDTH, "-stacked")
         self._fit_side()
         self._fit_trend()
         # Again once the grid has laid itself out at its new size: what it needs was measured

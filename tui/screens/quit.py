@@ -33,7 +33,9 @@ class QuitScreen(ModalScreen[str | None]):
     }
     QuitScreen > Vertical {
         width: 64;
+        max-width: 100%;
         height: auto;
+        max-height: 100%;
         padding: 1 2;
         border: thick $primary 60%;
         background: $surface;
@@ -54,6 +56,9 @@ class QuitScreen(ModalScreen[str | None]):
     }
     QuitScreen Button {
         margin-left: 1;
+    }
+    QuitScreen.-narrow Button {
+        min-width: 10;
     }
     QuitScreen #keys {
         width: 100%;
@@ -98,6 +103,10 @@ class QuitScreen(ModalScreen[str | None]):
                 yield Button("Detach", variant="primary", id="detach")
                 yield Button("Cancel", id="cancel")
             yield Label("s stop · d detach · esc cancel", id="keys")
+
+    def on_resize(self) -> None:
+        # Under the dialog's width the buttons' least width (16 each) pushed Cancel off the screen
+        self.set_class(self.size.width < 66, "-narrow")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
