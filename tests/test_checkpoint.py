@@ -371,13 +371,13 @@ def test_a_damaged_job_file_counts_as_the_run_whose_save_it_followed(tmp_path, d
 
 def test_progress_round_trips_through_tensors():
     p = checkpoint.Progress(step=20, epoch=1, steps_into_epoch=4, total_steps=40, lr=1.95e-3,
-                            seed=1337, world_size=2, batch_size=8, grad_accum=2, dataset_size=256)
+                            seed=1337, world_size=2, batch_size=8, grad_accum=2, dataset_size=256, noise=0.25)
     assert checkpoint.Progress.from_tensors(p.to_tensors()) == p
-    # A checkpoint saved before the data flags were kept: they read as 0 (unknown).
+    # A checkpoint saved before the data flags were kept: they read as 0 (unknown), noise -1.
     older = {k: v for k, v in p.to_tensors().items()
-             if k not in ("batch_size", "grad_accum", "dataset_size")}
+             if k not in ("batch_size", "grad_accum", "dataset_size", "noise")}
     back = checkpoint.Progress.from_tensors(older)
-    assert (back.step, back.batch_size, back.grad_accum, back.dataset_size) == (20, 0, 0, 0)
+    assert (back.step, back.batch_size, back.grad_accum, back.dataset_size, back.noise) == (20, 0, 0, 0, -1.0)
     # DCP is given blanks of only the keys the checkpoint holds (it refuses a missing one).
     assert sorted(checkpoint.Progress.blank_tensors([f"progress.{k}" for k in older])) == sorted(older)
 
@@ -387,13 +387,14 @@ def test_a_resume_with_other_data_flags_says_what_differs():
     from pardash.trainer.resume import resume_notes as _resume_notes
 
     saved = checkpoint.Progress(step=4, epoch=0, steps_into_epoch=4, total_steps=6, lr=1e-3, seed=1,
-                                world_size=1, batch_size=8, grad_accum=1, dataset_size=256)
+                                world_size=1, batch_size=8, grad_accum=1, dataset_size=256, noise=0.1)
     same = TrainConfig(seed=1, batch_size=8, grad_accum=1, dataset_size=256)
     assert _resume_notes(saved, same, 6, 1, True) == []
-    other = TrainConfig(seed=1, batch_size=16, grad_accum=2, dataset_size=512)
+    other = TrainConfig(seed=1, batch_size=16, grad_accum=2, dataset_size=512, noise=0.5)
     notes = _resume_notes(saved, other, 6, 1, True)
     assert [n.split(":")[0] for n in notes] == [
         "the checkpoint was saved with --dataset-size 256, this run has 512",
+        "the checkpoint was saved with --noise 0.1, this run has 0.5",  # (the loss jumped unsaid)
         "the checkpoint was saved taking 8 samples a step (--batch-size 8 x --grad-accum 1 x 1 rank(s)), this run takes 32",
     ]
     # The same samples a step split otherwise (DDP x2 at 4 a rank, one rank at 8, or 4 twice

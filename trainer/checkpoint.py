@@ -133,12 +133,14 @@ class Progress:
     """--grad-accum when saved (0: not kept); as --batch-size."""
     dataset_size: int = 0
     """--dataset-size when saved (0: not kept): another size is other data and epochs."""
+    noise: float = -1.0
+    """--noise when saved (-1: not kept): another is other labels for the same samples."""
 
     def to_tensors(self) -> dict[str, torch.Tensor]:
         """Each field as a 0-d tensor (float64 for ``lr``, int64 otherwise)."""
         return {
             f.name: torch.tensor(
-                getattr(self, f.name), dtype=torch.float64 if f.name == "lr" else torch.int64
+                getattr(self, f.name), dtype=torch.float64 if f.name in _FLOATS else torch.int64
             )
             for f in fields(self)
         }
@@ -147,7 +149,7 @@ class Progress:
     def from_tensors(cls, values: dict[str, torch.Tensor]) -> "Progress":
         """The progress ``values`` hold; a field an older checkpoint lacks keeps its default."""
         kw = {f.name: values[f.name].item() for f in fields(cls) if f.name in values}
-        return cls(**{k: float(v) if k == "lr" else int(v) for k, v in kw.items()})
+        return cls(**{k: float(v) if k in _FLOATS else int(v) for k, v in kw.items()})
 
     @classmethod
     def blank_tensors(cls, saved: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
@@ -160,6 +162,10 @@ class Progress:
             return blank
         keys = set(saved)
         return {k: v for k, v in blank.items() if f"progress.{k}" in keys}
+
+
+_FLOATS = ("lr", "noise")
+"""Fields of :class:`Progress` kept as float64 (the rest as int64)."""
 
 
 @dataclass(frozen=True, slots=True)

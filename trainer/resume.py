@@ -182,10 +182,10 @@ def load_newest_readable(
         found = older
 
 
-def data_flags(cfg: TrainConfig) -> dict[str, int]:
-    """The flags besides --seed that decide which samples each step takes, as a checkpoint's
-    :class:`~.checkpoint.Progress` keeps them."""
-    return {"batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum, "dataset_size": cfg.dataset_size}
+def data_flags(cfg: TrainConfig) -> dict[str, float]:
+    """The flags besides --seed that decide which samples each step takes, and what they are,
+    as a checkpoint's :class:`~.checkpoint.Progress` keeps them."""
+    return {"batch_size": cfg.batch_size, "grad_accum": cfg.grad_accum, "dataset_size": cfg.dataset_size, "noise": cfg.noise}
 
 
 def resume_notes(
@@ -200,6 +200,9 @@ def resume_notes(
     if saved.dataset_size and saved.dataset_size != cfg.dataset_size:  # 0: not kept then
         notes.append(f"the checkpoint was saved with --dataset-size {saved.dataset_size}, this run has "
                      f"{cfg.dataset_size}: the data and its epochs differ from the saved run's")
+    if saved.noise >= 0 and saved.noise != cfg.noise:  # -1: not kept then
+        notes.append(f"the checkpoint was saved with --noise {saved.noise:g}, this run has {cfg.noise:g}: "
+                     "the data's labels differ from the saved run's")
     # A step takes the next batch x grad-accum x ranks samples of the seeded order, however they
     # are split among ranks and micro-batches: DDP x2 at --batch-size 16 takes what one rank at
     # 32 does, so only another number of samples a step changes them.
