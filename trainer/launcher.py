@@ -481,7 +481,7 @@ class Supervisor:
             # was stopped, and a rank silent about it (os._exit skips every exit hook) finished.
             # A torchrun that started no rank (it refused its command line) stopped none either.
             if code != 0 or self._stopping:
-                self._note_exits(-15, "was stopped" + (" by you" if self._stopping else " by torchrun"))
+                self._note_exits(-15, "stopped" + (" by you" if self._stopping else " by torchrun"))
             else:
                 self._note_exits(0, "finished (torchrun ended with 0)")
         self._finish(code)
@@ -494,7 +494,8 @@ class Supervisor:
         spec = self.spec
         for local in range(spec.nproc):
             rank = spec.node_rank * spec.nproc + local
-            msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=code, message=f"rank {rank} {what}")
+            # (the same text for every rank: the event log says it once for all of them)
+            msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=code, message=what)
             push.send(schema.encode(msg))
         push.close()
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
-from pardash.telemetry.failures import failure_summary
+from pardash.telemetry.failures import STOPPED_CODES, failure_summary, signal_name
 
 from .format import fmt_clock, fmt_step_time
 
-SEVERITY = {"exited": 0, "silent": 1, "stalled": 2, "straggler": 3, "not_sharding": 4}
+SEVERITY = {"exited": 0, "silent": 1, "stalled": 2, "straggler": 3, "not_sharding": 4, "stopped": 5}
 """Lower is more severe."""
 
 
@@ -28,7 +28,7 @@ class Alert:
     """One rank's condition."""
 
     kind: str
-    """exited | silent | stalled | straggler | not_sharding"""
+    """exited | silent | stopped | stalled | straggler | not_sharding"""
     rank: int
     text: str
     code: int | None = None
@@ -98,7 +98,15 @@ def rank_alerts(
     stopped as it hung was (", likely the cause: ..."), said of the hang, before its exit."""
     out: list[Alert] = []
     status = r.status
-    if status == st.EXITED:
+    if status == st.EXITED and r.exit_code in STOPPED_CODES and not first and r.stalled is None and r.silent is None:
+        # Stopped (by the user, a scheduler, torchrun after another rank failed): no failure
+        # of its own, said calmly (it read "exited with code -15" in the failure's red).
+        step = exit.step if exit is not None and exit.step is not None else r.step.step + 1 if r.step is not None else None
+        how = _stopped_how(r.rank, exit.cause if exit is not None else "")
+        sig = signal_name(r.exit_code)
+        text = f"rank {r.rank} was stopped{how}" + (f" at step {step}" if step is not None else "") + (f" ({sig})" if sig else f" (exit code {r.exit_code})")
+        out.append(Alert("stopped", r.rank, text, code=r.exit_code))
+    elif status == st.EXITED:
         text = f"rank {r.rank}{', the root cause,' if first else ''}"
         if r.stalled is not None or r.silent is not None:  # stopped or killed as it hung: that first
             text += f" {_stuck_text(r)}{why}; then"
@@ -135,6 +143,13 @@ def rank_alerts(
             )
         )
     return out
+
+
+def _stopped_how(rank: int, cause: str) -> str:
+    """' by you' of the launcher's note of a stopped rank ("stopped by you", or an older log's
+    "rank 3 was stopped by torchrun"), else ''."""
+    cause = cause.removeprefix(f"rank {rank} ").removeprefix("was ")
+    return cause.removeprefix("stopped") if cause.startswith("stopped by ") else ""
 
 
 def straggled_text(v: schema.Verdict) -> str:

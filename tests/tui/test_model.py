@@ -10,7 +10,7 @@ import pytest
 from pardash.telemetry import schema
 from pardash.telemetry.state import RunState
 from pardash.tui import format as fmt
-from pardash.tui.alerts import run_alerts
+from pardash.tui.alerts import SEVERITY, run_alerts
 from pardash.tui.charts import chart_series, run_series
 from pardash.tui.memory import memory_savings
 from pardash.tui.model import RowBuilder, leave_one_out_medians, sort_rows, throughput
@@ -408,6 +408,31 @@ def test_a_run_stopped_as_it_hung_says_so_once_its_ranks_have_exited():
     assert outcome_line(st, 143, {"stopped": True}, "run.jsonl") == (
         "pardash: stopped by you as it hung after step 4, likely waiting for rank 0 (exit code 143); log run.jsonl"
     )
+
+
+def test_ranks_that_were_only_stopped_are_said_calmly_after_the_failures():
+    # A job the user stopped read as a failure: "× rank 0 exited with code -15 at step 5: rank
+    # 0 was stopped by you", in the failure's red, one line a rank; so did the ranks torchrun
+    # stopped after another failed, beside the root cause.
+    st = _state(world=2, strategy="ddp", sharded=False)
+    for r in (0, 1):
+        st.apply(schema.Event(rank=r, name="exit", code=-15, seq=-1, message="stopped by you"), 0)
+    alerts = run_alerts(st)
+    assert [(a.kind, a.text) for a in alerts] == [
+        ("stopped", "rank 0 was stopped by you at step 5 (SIGTERM)"),
+        ("stopped", "rank 1 was stopped by you at step 5 (SIGTERM)"),
+    ]
+    assert all(a.severity > SEVERITY["not_sharding"] for a in alerts)
+
+    st = _state(world=3, strategy="ddp", sharded=False)
+    st.apply(schema.Event(rank=1, name="error", message="RuntimeError: boom"), 0)
+    st.apply(schema.Event(rank=1, name="exit", code=1, step=5, seq=9), 0)
+    st.apply(schema.Event(rank=0, name="exit", code=-15, seq=-1, message="stopped by torchrun"), 0)
+    st.apply(schema.Event(rank=2, name="exit", code=-15, seq=-1, message="rank 2 was stopped by torchrun"), 0)  # an older log's
+    alerts = run_alerts(st)
+    assert [(a.kind, a.rank, a.first) for a in alerts] == [("exited", 1, True), ("stopped", 0, False), ("stopped", 2, False)]
+    assert alerts[0].text == "rank 1, the root cause, exited with code 1 at step 5: RuntimeError: boom"
+    assert alerts[2].text == "rank 2 was stopped by torchrun at step 5 (SIGTERM)"
 
 
 def test_a_crash_stays_the_root_cause_of_ranks_stopped_as_they_waited_for_it():

@@ -16,13 +16,14 @@ from ..alerts import Alert
 from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
 
-GLYPHS = {"exited": "×", "silent": "○", "stalled": "◆", "straggler": "▲", "not_sharding": "▣"}
+GLYPHS = {"exited": "×", "silent": "○", "stalled": "◆", "straggler": "▲", "not_sharding": "▣", "stopped": "■"}
 LABELS = {
     "exited": "exited",
     "silent": "silent",
     "stalled": "stalled",
     "straggler": "stragglers",
     "not_sharding": "not sharding",
+    "stopped": "stopped",
 }
 MAX_LINES = 8
 """Alert lines shown before alerts of one kind are folded into a line per kind."""
@@ -57,6 +58,7 @@ class AlertList(CachedStyles, Widget):
         "alert-list--stalled",
         "alert-list--straggler",
         "alert-list--not_sharding",
+        "alert-list--stopped",
     }
 
     DEFAULT_CSS = """
@@ -71,6 +73,7 @@ class AlertList(CachedStyles, Widget):
     AlertList > .alert-list--stalled { color: $text-warning; }
     AlertList > .alert-list--straggler { color: $text-warning; }
     AlertList > .alert-list--not_sharding { color: $text-warning; }
+    AlertList > .alert-list--stopped { color: $text-muted; }
     """
 
     alerts: reactive[tuple[Alert, ...]] = reactive(())
