@@ -104,7 +104,7 @@ class HubCollector:
 
         yield gauge("pardash_world_size", "Ranks in the job (from the ranks' hello).", st.world_size)
         yield gauge("pardash_step", "Last step completed by the slowest rank (the run's progress).", st.step if steps else None)
-        yield gauge("pardash_samples_per_second", "Samples a second over all ranks, from each rank's latest step.", samples_per_s(st) if steps else None)
+        yield gauge("pardash_samples_per_second", "Samples a second over all ranks, each over its last second or so of steps.", samples_per_s(st) if steps else None)
 
         by_state = GaugeMetricFamily("pardash_ranks", "Ranks in each state.", labels=["state"])
         counts = {s: 0 for s in STATUSES}

@@ -178,6 +178,13 @@ class Ring:
             return None
         return self._flat[((self._head - 1) % self.capacity) * self._width + self._index[name]]
 
+    def ago(self, name: str, k: int) -> float | None:
+        """The value of column ``name`` ``k`` rows before the newest (0: the newest); None when
+        the ring holds no more than ``k`` rows."""
+        if k >= self._count:
+            return None
+        return self._flat[((self._head - 1 - k) % self.capacity) * self._width + self._index[name]]
+
     def columns_bytes(self) -> dict[str, bytes]:
         """Every column as ``Column.to_bytes()`` gives it (the snapshot's history of a rank),
         cut from one oldest-first copy of the rows."""

@@ -1708,3 +1708,22 @@ def test_an_error_torch_carried_over_from_a_worker_is_named_by_the_original():
     replica = "RuntimeError: Caught RuntimeError in replica 1 on device 1.\nOriginal Traceback (most recent call last):\n  ...\nRuntimeError: CUDA out of memory"
     assert error_line(replica) == "RuntimeError: CUDA out of memory (in replica 1 on device 1)"
     assert error_line("KeyError: 'x'\nmore") == "KeyError: 'x'" and error_line("") is None and error_line(None) is None
+
+
+def test_the_live_rate_is_taken_over_the_last_second_not_one_step():
+    # One step's time alone made the rate jump (925, 1038, 544 samples/s within a second of a
+    # steady run): a rank that steps every 0.1 s, its steps' own times jittering 0.05-0.2 s.
+    from pardash.telemetry.summary import RATE_POINTS, samples_per_s
+
+    st = RunState(run_id="r", track_seq=False)
+    st.apply(schema.Hello(run="r", rank=0, world_size=1, t=1000.0), 1000.0)
+    for n in range(1, 31):
+        s = schema.Step(run="r", rank=0, step=n, samples=8, step_s=(0.05, 0.2)[n % 2], t=1000.0 + 0.1 * n)
+        st.apply(s, s.t)
+        st.commit_history([s])
+        if n > RATE_POINTS:
+            assert samples_per_s(st) == pytest.approx(80.0, rel=1e-3)  # 8 samples, 10 steps a second
+        else:
+            assert samples_per_s(st) == 8 / s.step_s  # too few points: the latest step's
+    st.apply(schema.Verdict(run="r", rank=0, verdict="stalled", cause="data", step=30), 0.0)
+    assert samples_per_s(st) == 0.0

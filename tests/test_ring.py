@@ -117,3 +117,11 @@ def test_commit_history_writes_one_row_per_step_in_column_order():
     assert math.isnan(row0["data_s"])
     row1 = dict(zip(HISTORY_COLUMNS, st.ranks[1].history.tail(1)[0], strict=True))
     assert row1["t"] == 0.5 and math.isnan(row1["loss"]) and math.isnan(row1["mem_held_bytes"])
+
+
+def test_ago_reads_back_from_the_newest_row_across_the_wrap():
+    ring = Ring(4, ("a",))
+    assert ring.ago("a", 0) is None
+    for v in range(1, 7):  # 1..6 into 4 slots: 3, 4, 5, 6 held
+        ring.append([float(v)])
+    assert [ring.ago("a", k) for k in range(5)] == [6.0, 5.0, 4.0, 3.0, None]

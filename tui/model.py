@@ -20,6 +20,11 @@ from pardash.telemetry import state as st
 
 from .alerts import cause_rank
 
+RATE_UPDATES = 9
+"""Updates (a hub frame each, ten a second) over which the header's samples/s is the median:
+the sum of the ranks' latest step rates alone jumped (925, 1038, 544 within a second of a
+steady run)."""
+
 SMOOTH_POINTS = 5
 """History points over which a rank's step and self time are smoothed (median) for the grid.
 A point is a step a frame brought (the hub sends each rank's newest step every 100 ms): at
@@ -275,6 +280,8 @@ class RowBuilder:
         """Whether any rank said it runs on a GPU (the grid's GPU columns are shown then)."""
         self.totals = RunTotals({}, 0, 0, None, [])
         """Run-wide figures of the last update (see :func:`run_totals`)."""
+        self._rates: deque[float] = deque(maxlen=RATE_UPDATES)
+        """The run's samples/s as of each of the last updates (see RATE_UPDATES)."""
         self.flagged: list[st.RankState] = []
         """The ranks with a verdict, an exit or a memory flag (the ones alerts are about), by
         rank, as of the last update."""
@@ -294,6 +301,7 @@ class RowBuilder:
             self._state, self._state_id = state, id(state)
             self._ranks, self._by_rank = [], {}
             self._notes, self._nodes, self._exit_marked = [], 0, False
+            self._rates.clear()
             self.layout_gen += 1  # the places go too (a seek to before any rank leaves none)
             changed = None
         if len(self._ranks) != len(state.ranks):
@@ -433,6 +441,12 @@ class RowBuilder:
             if gpu != self.gpu:
                 self.gpu = gpu
                 self.layout_gen += 1
+        rates = self._rates
+        if seen_rate:
+            rates.append(total)
+            total = sorted(rates)[len(rates) // 2]
+        else:
+            rates.clear()
         self.totals = RunTotals(
             counts, self._nodes, slowest if slowest != none else 0, total if seen_rate else None, list(self._notes)
         )
