@@ -382,6 +382,22 @@ def test_progress_round_trips_through_tensors():
     assert sorted(checkpoint.Progress.blank_tensors([f"progress.{k}" for k in older])) == sorted(older)
 
 
+@pytest.mark.parametrize("strategy", ["single", "ddp"])
+def test_a_resume_with_other_model_flags_says_so_and_keeps_the_checkpoints(tmp_path, strategy):
+    # --n-embd 64 against a checkpoint of 32: each checkpoint "could not be read" in turn,
+    # then "run without --resume to start at step 1", as if the files were damaged.
+    ckpt = str(tmp_path / "ckpt")
+    proc, _ = trained(tmp_path, "a", "--strategy", strategy, "--steps", "4", "--checkpoint-dir", ckpt, "--checkpoint-every", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc, msgs = trained(tmp_path, "b", "--strategy", strategy, "--steps", "6", "--checkpoint-dir", ckpt, "--resume", "--n-embd", "64")
+    assert proc.returncode != 0
+    (error,) = events(msgs, "error")
+    assert f"resume: {ckpt}/step-00000004 holds another model than this run's flags make (" in error.message
+    assert "resume with the model flags it was saved with" in error.message
+    assert "could not be read" not in proc.stderr and not events(msgs, "warning")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.name.startswith("step-")) == ["step-00000002", "step-00000004"]
+
+
 def test_a_resume_with_other_data_flags_says_what_differs():
     from pardash.trainer.config import TrainConfig
     from pardash.trainer.resume import resume_notes as _resume_notes

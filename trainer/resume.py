@@ -12,6 +12,7 @@ goes back to the one before it together; when none can be read the resume fails 
 
 from __future__ import annotations
 
+import re
 import sys
 
 import torch
@@ -127,6 +128,21 @@ def _starts_over(reporter: Reporter, is_master: bool, message: str) -> None:
         reporter.event("warning", message=message, step=0)
 
 
+OTHER_MODEL = re.compile(r"size mismatch|missing key|unexpected key|optimizer holds \d+ parameters, this model", re.IGNORECASE)
+"""What loading a checkpoint of another model says (DCP's and load_state_dict's own words, and
+:func:`checkpoint._optim_by_name`'s)."""
+
+
+def _other_model(err: BaseException) -> str | None:
+    """The line of a load's error that says the checkpoint holds another model (load_state_dict
+    names every mismatch on a line of its own under its first), else None."""
+    for line in [one_line(err, 1000), *str(err).splitlines()]:
+        if OTHER_MODEL.search(line):
+            line = line.strip()
+            return line if len(line) <= 200 else line[:199] + "…"
+    return None
+
+
 class ResumeError(RuntimeError):
     """No checkpoint to resume from can be read on every rank. The run fails with this one line,
     no traceback: what is wrong is the folder's files, which each line before it named."""
@@ -157,6 +173,14 @@ def load_newest_readable(
             loaded, err = None, e
         if checkpoint.on_every_rank(err is None, rt.device):
             return (*loaded, found)
+        other = _other_model(err) if err is not None else None
+        if other is not None:
+            # Not damage: the checkpoint holds another model than these flags make (older
+            # ones too, most likely); "could not be read" and "run without --resume" said
+            # to throw the progress away
+            raise ResumeError(f"resume: {found.path} holds another model than this run's flags make ({other}): "
+                              "resume with the model flags it was saved with (--model, --n-layer, --n-embd, --n-head, "
+                              "--hidden, --vocab, --seq-len), or give another --checkpoint-dir") from err
         first = first or err
         why = one_line(err) if err is not None else "another rank could not read it"
         older = None if alone else checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step, job=job)
