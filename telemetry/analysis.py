@@ -159,6 +159,7 @@ class Detector:
                 # A rank evaluates or saves: the others may wait for it (rank 0 alone
                 # validating while the rest sit in a barrier), no hang either.
                 stall_after = max(stall_after, self.cfg.busy_stall_s)
+            lively: list[Verdict] = []
             for r in state.ranks.values():
                 if r.finished or r.exit_code is not None:
                     continue
@@ -167,7 +168,8 @@ class Detector:
                 # from what others said of it (a verdict) is not judged.
                 if r.hello is None and r.step is None and r.heartbeat is None and r.system is None:
                     continue
-                out.extend(self._liveness(r, now, stall_after))
+                lively.extend(self._liveness(r, now, stall_after))
+            out.extend(_causes_first(lively))
             if state.world_size > 1 and is_sharded(state.strategy):
                 out.extend(self._sharding(state))
         out.extend(self.stragglers.update(state))
@@ -264,6 +266,17 @@ class Detector:
                 )
             )
         return out
+
+
+def _causes_first(verdicts: list[Verdict]) -> list[Verdict]:
+    """Ranks found stalled together, the ones the others likely wait for first (see
+    :func:`hang_causes`): in rank order, 63 ranks "stalled in comm" were said ahead of the one
+    "stalled in data" they waited for, in the log, the event log and the progress lines."""
+    stalled = [(v.rank, "stalled", v.step, v.cause or None) for v in verdicts if v.verdict == "stalled"]
+    causes = hang_causes(stalled) if len(stalled) > 1 else set()
+    if not causes:
+        return verdicts
+    return sorted(verdicts, key=lambda v: not (v.verdict == "stalled" and v.rank in causes))
 
 
 def median_or_none(values: list[float]) -> float | None:

@@ -388,7 +388,20 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
                 entry[2] = took
         else:
             out.append([m, None, None])
-    return [(m, list(ranks) if ranks is not None else None, took) for m, ranks, took in out]
+    # An error taken after exits it caused (the ranks torchrun stopped, heard from first: the
+    # hub takes from each rank in turn) goes ahead of them: the cause, then its consequence.
+    ordered: list[list] = []
+    first_exit: int | None = None
+    for entry in out:
+        m = entry[0]
+        if isinstance(m, schema.Event) and m.name == "error" and first_exit is not None:
+            ordered.insert(first_exit, entry)
+            first_exit += 1
+            continue
+        if first_exit is None and isinstance(m, schema.Event) and m.name == "exit" and m.code:
+            first_exit = len(ordered)
+        ordered.append(entry)
+    return [(m, list(ranks) if ranks is not None else None, took) for m, ranks, took in ordered]
 
 
 HUB_GONE_S = 5.0

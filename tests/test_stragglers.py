@@ -101,6 +101,24 @@ def test_liveness_verdicts():
     assert [v.verdict for v in out] == ["silent"]
 
 
+def test_ranks_found_stalled_together_name_the_one_they_wait_for_first():
+    # 64 ranks: rank 5 stuck in its data, the rest in the collective waiting for it. In rank
+    # order "ranks 0-4, 6-63 stalled in comm" was said ahead of "rank 5 stalled in data".
+    st = RunState()
+    det = Detector()
+    for r in range(8):
+        st.apply(schema.Hello(rank=r, world_size=8), 0.0)
+        st.apply(schema.Step(rank=r, step=5, step_s=0.1), 0.0)
+        st.apply(schema.Heartbeat(rank=r, step=5, phase="data" if r == 5 else "comm"), 0.0)
+    assert det.update(st, 1.0) == []
+    for r in range(8):
+        st.ranks[r].last_seen = 9.0
+    out = det.update(st, 9.5)
+    assert [(v.rank, v.verdict, v.cause) for v in out] == [(5, "stalled", "data")] + [
+        (r, "stalled", "comm") for r in (0, 1, 2, 3, 4, 6, 7)
+    ]
+
+
 def test_a_rank_whose_heartbeats_say_it_steps_on_is_not_stalled_while_its_steps_are_held_up():
     # A hub paused for 20 s then took its backlog from each socket in turn: rank 0's heartbeats
     # (step 1224 and on) came while its step messages were still at 687. It was called stalled

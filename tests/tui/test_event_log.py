@@ -165,3 +165,18 @@ async def test_a_ranks_events_written_while_hidden_are_rewrapped_when_the_termin
         texts = [strip.text.rstrip() for strip in log.lines]
         assert "RuntimeError: CUDA error: an illegal" in texts[0], texts  # at the panel's width, not at 20
         assert max(map(len, texts)) <= log.scrollable_content_region.width
+
+
+def test_an_error_heard_after_the_exits_it_caused_is_said_before_them():
+    # 1024 simulated ranks, rank 500 crashing: "ranks 0-499, 501-1023 exited with code -15"
+    # came ahead of "rank 500 error after step 119" (the hub takes from each rank in turn).
+    msgs = [schema.Event(rank=-1, seq=-1, name="hub", message="hub started")]
+    msgs += [schema.Event(rank=r, name="exit", code=-15, message="stopped by torchrun") for r in range(1024) if r != 500]
+    msgs += [schema.Event(rank=500, name="error", step=119, message="RuntimeError: simulated crash")]
+    msgs += [schema.Event(rank=500, name="exit", code=1, step=120)]
+    assert [describe(*e)[0] for e in group_alike(msgs)] == [
+        "hub: hub started",
+        "rank 500 error after step 119: RuntimeError: simulated crash",
+        "ranks 0-499, 501-1023 exited with code -15: stopped by torchrun",
+        "rank 500 exited with code 1",
+    ]
