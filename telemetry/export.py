@@ -104,12 +104,18 @@ def event_text(ev: schema.Event) -> str:
     traceback as a block of code: 'ck/step-00000050 (0.129 s)', 'rank 2 was stopped by
     torchrun (exit code -15, SIGTERM)'."""
     notes = []
-    if ev.code is not None:
+    message = schema.plain_text(ev.message, lines=True).strip()
+    coded = ev.code is not None and ev.name == "exit"  # (a restart's code is its count)
+    if coded:
         sig = signal_name(ev.code)
-        notes.append(f"exit code {ev.code}" + (f", {sig}" if sig else ""))
+        # (not again for a message that says it: "killed by signal 9 (SIGKILL)")
+        if not message or not (f"exit code {ev.code}" in message or (sig and sig in message)):
+            notes.append(f"exit code {ev.code}" + (f", {sig}" if sig else ""))
+        else:
+            coded = False
     if ev.duration_s is not None:
         notes.append(f"{ev.duration_s:.3g} s" if abs(ev.duration_s) < 1000 else f"{ev.duration_s:.0f} s")
-    text = schema.plain_text(ev.message, lines=True).strip() or (notes.pop(0) if ev.code is not None else ev.name)
+    text = message or (notes.pop(0) if coded else ev.name)
     if notes:
         text += f" ({'; '.join(notes)})"
     if ev.traceback:

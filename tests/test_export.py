@@ -567,3 +567,14 @@ def test_an_export_sums_its_records_with_google_crc32c_not_tensorboards_python(t
     export_tensorboard(str(DATA / "ddp4_straggler.jsonl"), str(tmp_path / "tb"))
     written = sum(f.stat().st_size for f in (tmp_path / "tb").rglob("events.out.tfevents.*"))
     assert written > 100_000 and summed[0] == 0
+
+
+def test_an_events_text_says_its_exit_code_once_and_a_restarts_count_is_no_exit_code():
+    from pardash.telemetry.export import event_text
+
+    killed = schema.Event(rank=1, seq=-1, name="exit", code=-9, message="torchrun: rank 1 killed by signal 9 (SIGKILL)")
+    assert event_text(killed) == "torchrun: rank 1 killed by signal 9 (SIGKILL)"  # it read "... (SIGKILL) (exit code -9, SIGKILL)"
+    stopped = schema.Event(rank=2, seq=-1, name="exit", code=-15, message="stopped by torchrun")
+    assert event_text(stopped) == "stopped by torchrun (exit code -15, SIGTERM)"
+    restart = schema.Event(rank=0, seq=-1, name="restart", code=2, message="rank 0 restarted by torchrun (restart 2)")
+    assert event_text(restart) == "rank 0 restarted by torchrun (restart 2)"  # (not "exit code 2")
