@@ -81,6 +81,10 @@ def test_invalid_configs_are_one_clear_line(kwargs, message):
         ({"inject_crash": "2@5"}, 2, "rank 2 does not exist in a world of 2"),
         ({"inject_straggler": "3:compute:0.1"}, 2, "rank 3 does not exist"),
         ({"dataset_size": 100, "batch_size": 16, "grad_accum": 2}, 4, "raise it to at least 128"),
+        # past the run's end under --epochs (accepted, and never fired)
+        ({"inject_crash": "1@999", "epochs": 1, "dataset_size": 256, "batch_size": 8}, 2,
+         r"step 999 is past the run's last, 16 \(--epochs 1 of 16 steps\)"),
+        ({"inject_stall": "0@33", "epochs": 2, "dataset_size": 256, "batch_size": 8}, 2, "step 33 is past the run's last, 32"),
     ],
 )
 def test_rules_that_need_the_world_size(kwargs, world, message):
@@ -90,6 +94,7 @@ def test_rules_that_need_the_world_size(kwargs, world, message):
 
 def test_check_world_size_accepts_a_fitting_world():
     TrainConfig(strategy="fsdp", inject_stall="3@10").check_world_size(4)
+    TrainConfig(epochs=2, dataset_size=256, batch_size=8, inject_crash="1@32").check_world_size(2)  # the last step
 
 
 def test_faults_parse_into_typed_fields():

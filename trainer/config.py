@@ -312,6 +312,15 @@ class TrainConfig:
                 f"(batch {self.batch_size} x grad-accum {self.grad_accum} x {world_size} ranks); "
                 f"raise it to at least {need}"
             )
+        if self.steps is None:  # --epochs: the run's length is known now (as data.steps_per_epoch counts it)
+            total = (self.epochs or 1) * (self.dataset_size // world_size // self.batch_size // self.grad_accum)
+            for flag, fault in (("--inject-stall", self.inject_stall), ("--inject-crash", self.inject_crash)):
+                if fault is not None and fault.step > total:
+                    raise ValueError(
+                        f"{flag} {fault}: step {fault.step} is past the run's last, {total} "
+                        f"(--epochs {self.epochs or 1} of {total // (self.epochs or 1)} steps), "
+                        "so the fault would never fire; pick an earlier step"
+                    )
 
     # -- conversions -------------------------------------------------------------------------
 
