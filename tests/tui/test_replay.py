@@ -689,3 +689,28 @@ async def test_a_ranks_detail_while_torchrun_restarts_it_shows_the_step_it_reach
         await pilot.pause()
         title = widget_text(app.screen.query_one("#title"))
         assert "\nstep 20 · epoch" in title and "previous process" not in title, title
+
+
+async def test_a_replays_event_log_counts_from_where_its_position_does(tmp_path):
+    # At 33s / 33s a replay's event log said "00:39 rank 0 exited": it counted from the hub's
+    # start, the header from the ranks' first word (as `report` and the seek do).
+    from pardash.telemetry import schema
+    from pardash.tui.widgets.event_log import EventLog
+    from tui_helpers import strip_text
+
+    t = 1.7e9
+    msgs = [schema.Event(run="r", rank=-1, seq=-1, name="hub", message="hub started", t=t, hseq=1)]
+    msgs += [schema.Hello(run="r", rank=r, world_size=2, t=t + 6, hseq=2 + r) for r in (0, 1)]
+    msgs += [schema.Step(run="r", rank=r, step=s, seq=s, step_s=0.5, samples=4, t=t + 6 + s, hseq=10 * s + r) for s in range(1, 9) for r in (0, 1)]
+    msgs += [schema.Event(run="r", rank=r, seq=9, name="exit", code=0, step=8, t=t + 15, hseq=200 + r) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.2)
+        assert src.duration_s == 9.0  # from the ranks' first word to the last record
+        clocks = [strip_text(line).split()[0] for line in app.screen.query_one(EventLog).lines]
+        assert clocks == ["00:00", "00:09"], clocks  # the hub's start (before the zero) at 00:00; the exits at 9 s, not 15

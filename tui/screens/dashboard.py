@@ -347,6 +347,7 @@ class DashboardScreen(Screen):
             alerts.calm = f"{STALE_MARK} no word from the hub for {quiet:.0f} s: these figures may be stale"
         else:
             alerts.calm = "✓ no alerts: every rank is healthy"
+        w.events.origin = None if source.live else getattr(source, "t_start", None)
         w.events.sync(state)
         self._update_labels()
         if self._slow_version < 0:

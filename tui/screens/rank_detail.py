@@ -175,7 +175,9 @@ class RankDetailScreen(Screen):
         logged = self.query_one("#logged", FactList)
         logged.facts = logged_facts(r) if r is not None else ()
         logged.set_class(not logged.facts, "-empty")
-        self.query_one(EventLog).sync(state)
+        events = self.query_one(EventLog)
+        events.origin = None if self.source.live else getattr(self.source, "t_start", None)
+        events.sync(state)
 
     def _refresh_charts(self, force: bool = False) -> None:
         version = self.app.version  # type: ignore[attr-defined]

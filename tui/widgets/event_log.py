@@ -151,6 +151,11 @@ class EventLog(CachedStyles, RichLog):
             self._last_hseq = max(m.hseq for m in fresh)
         return fresh
 
+    origin: float | None = None
+    """Where the clock's 00:00 is (a replay's: the ranks' first word, as its position and the
+    header's elapsed count; an event at 00:39 of a replay at 33 s / 33 s read as in its future);
+    None: the run's start (live: the hub's)."""
+
     def sync(self, state: RunState) -> None:
         """Write the events that arrived since the last call (all of them after a new state)."""
         self._state = state
@@ -158,5 +163,6 @@ class EventLog(CachedStyles, RichLog):
         for m, ranks, took in group_alike(mine):
             text, style = describe(m, ranks, took)
             text = tame(text)
-            t = m.t - state.t0 if m.t and state.t0 else None
+            zero = self.origin or state.t0
+            t = m.t - zero if m.t and zero else None
             self.write(Text.assemble((fmt_clock(t) + " ", self._s("time")), (text, self._s(style))))
