@@ -44,6 +44,7 @@ import glob
 import itertools
 import math
 import os
+import re
 from types import SimpleNamespace
 from typing import Collection
 
@@ -109,7 +110,7 @@ def event_text(ev: schema.Event) -> str:
     if coded:
         sig = signal_name(ev.code)
         # (not again for a message that says it: "killed by signal 9 (SIGKILL)")
-        if not message or not (f"exit code {ev.code}" in message or (sig and sig in message)):
+        if not message or not (re.search(rf"exit code {ev.code}\b", message) or (sig and re.search(rf"\b{sig}\b", message))):
             notes.append(f"exit code {ev.code}" + (f", {sig}" if sig else ""))
         else:
             coded = False

@@ -9,6 +9,7 @@ import signal
 
 from . import schema
 from .analysis import hang_causes, whole_hang
+from .state import torchrun_restart
 from .summary import ranks_named
 
 
@@ -37,7 +38,7 @@ def attempts(st) -> list[list[schema.Event]]:
     for e in st.lifecycle:
         if not isinstance(e, schema.Event):
             continue
-        if e.name == "restart" and exited:
+        if exited and torchrun_restart(e):
             out.append([])
             exited = False
         exited = exited or (e.name == "exit" and e.rank >= 0)
@@ -152,6 +153,7 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
         waited = [{"rank": r, "kind": kind, "step": at, "phase": phase} for r, kind, at, phase in hang if r in causes]
         if waited:
             unrecorded = None
+            victims = [v for v in victims if v not in causes]  # (one that then died of a closed socket: the cause still)
     f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
          "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded,
          "left_early": [{"rank": r, "step": at} for r, at in left], "waited_for": waited}  # fmt: skip

@@ -78,7 +78,7 @@ EVENTS_BURST = 200.0
 """...and at once. Past them, an event is refused (too_many_events): 2,200 events of a megabyte
 a second from one rank filled the log at 36 MB/s and the ingest queue to 2.5 GB."""
 
-LIFECYCLE_EVENTS = ("error", "exit", "restart")
+LIFECYCLE_EVENTS = ("error", "exit")
 """Events outside the budget: a rank that logged a warning every step and then crashed had its
 error and traceback refused, the one thing the run's report needed."""
 

@@ -16,7 +16,7 @@ from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
 from .failures import PEER_FAILURE, attempts, failure_line, failure_summary, root_cause
-from .state import run_over
+from .state import run_over, torchrun_restart
 from .summary import (
     held_spread,
     human_bytes,
@@ -248,7 +248,7 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
             return f"[error] {who}: {first[0] if first else 'error'}"
         if ev.name in ("hub", "epoch_end"):
             return ""
-        if ev.name == "restart":
+        if torchrun_restart(ev):
             return f"[restart] {who} restarted by torchrun" + (f" (restart {ev.code})" if ev.code else "")
         took = took if several else ev.duration_s
         text = " ".join((ev.message or "").split())  # one line, whatever a rank sent
@@ -371,8 +371,9 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
     for m in msgs:
         key: tuple | None = None
         if isinstance(m, schema.Event) and m.rank >= 0 and m.name in GROUPED:
-            # (a restart's text names its rank and pid: alike by its count)
-            key = (m.name, m.step, m.message if m.name != "restart" else "", m.code)
+            # (torchrun's restart, said by the hub or the launcher: its text names its rank and
+            # pid, alike by its count; a script's own event of that name is any event)
+            key = (m.name, m.step, "" if torchrun_restart(m) else m.message, m.code)
         elif isinstance(m, schema.Verdict) and m.rank >= 0 and m.verdict in GROUPED_VERDICTS:
             tail = verdict_tail(m)
             if tail is not None:
@@ -388,20 +389,27 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
                 entry[2] = took
         else:
             out.append([m, None, None])
-    # An error taken after exits it caused (the ranks torchrun stopped, heard from first: the
-    # hub takes from each rank in turn) goes ahead of them: the cause, then its consequence.
+    # An error taken right after exits it caused (the ranks torchrun stopped, heard from first:
+    # the hub takes from each rank in turn) goes ahead of them: the cause, then its
+    # consequence. Only over the failed exits just before it, of the moments before it (the
+    # whole history goes through here when the event log is written again).
     ordered: list[list] = []
-    first_exit: int | None = None
     for entry in out:
         m = entry[0]
-        if isinstance(m, schema.Event) and m.name == "error" and first_exit is not None:
-            ordered.insert(first_exit, entry)
-            first_exit += 1
-            continue
-        if first_exit is None and isinstance(m, schema.Event) and m.name == "exit" and m.code:
-            first_exit = len(ordered)
-        ordered.append(entry)
+        at = len(ordered)
+        if isinstance(m, schema.Event) and m.name == "error":
+            while at and _failed_exit(ordered[at - 1][0]) and abs(m.t - ordered[at - 1][0].t) <= ERROR_AHEAD_S:
+                at -= 1
+        ordered.insert(at, entry)
     return [(m, list(ranks) if ranks is not None else None, took) for m, ranks, took in ordered]
+
+
+ERROR_AHEAD_S = 5.0
+"""How far apart (seconds) an error and the exits it goes ahead of may be (see group_alike)."""
+
+
+def _failed_exit(m: schema.Message) -> bool:
+    return isinstance(m, schema.Event) and m.name == "exit" and bool(m.code)
 
 
 HUB_GONE_S = 5.0

@@ -113,7 +113,7 @@ class HubCollector:
         for s in STATUSES:
             by_state.add_metric([s], counts[s])
         yield by_state
-        restarts = CounterMetricFamily("pardash_job_restarts", "Times torchrun restarted the job's workers (--max-restarts), from the ranks' hellos.")
+        restarts = CounterMetricFamily("pardash_job_restarts", "Times torchrun restarted the job's workers (--max-restarts), as the launcher saw it or the ranks' hellos said.")
         restarts.add_metric([], max((r.restarts for r in ranks), default=0))
         yield restarts
 

@@ -250,7 +250,7 @@ def exit_lines(rep: dict) -> list[str]:
         role = {
             "cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped",
             "peer_left": " - failed as a peer had left the job",
-            "hung": " - the root cause: it hung, the others waited", "waited": " - failed waiting for the rank that hung",
+            "hung": " - the root cause: it hung, the others waited", "waited": " - failed waiting for the hung rank(s)",
         }.get(e.get("role") or "", "")  # fmt: skip
         alike.setdefault(f"exited with code {e['code']}{sig}{at}{role}", []).append(e["rank"])
     return [f"{ranks_named(ranks)} {what}" for what, ranks in alike.items()]

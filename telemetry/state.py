@@ -53,8 +53,15 @@ def is_lifecycle(msg: schema.Message) -> bool:
     """An error, exit or torchrun restart event, or an exited verdict: what judges how a run
     ended and why (the root cause, its victims, the ranks stopped, who exited first)."""
     if isinstance(msg, schema.Event):
-        return msg.name in ("error", "exit", "restart")
+        return msg.name in ("error", "exit") or torchrun_restart(msg)
     return isinstance(msg, schema.Verdict) and msg.verdict == "exited"
+
+
+def torchrun_restart(msg: schema.Message) -> bool:
+    """torchrun's restart of a rank, as the hub (from the rank's hello) or the launcher (from
+    torchrun's attempts) says it, seq -1 (``code``: the restart's count); not a script's own
+    event of that name (``pardash.event("restart", ...)``)."""
+    return isinstance(msg, schema.Event) and msg.name == "restart" and msg.seq < 0
 
 # Status of a rank, most severe last wins in display ordering.
 STARTING, RUNNING, STRAGGLER, STALLED, SILENT, EXITED, FINISHED = (
@@ -336,7 +343,7 @@ class RunState:
                 self.events.append(_kept(msg))
             if is_lifecycle(msg):
                 self._keep_lifecycle(msg)
-            if msg.name == "restart" and msg.code is not None and msg.code > r.restarts:
+            if msg.code is not None and msg.code > r.restarts and torchrun_restart(msg):
                 # torchrun started the rank again (the launcher saw it, or the hub from its
                 # hello): alive again, and its new process counts its messages from 0
                 r.restarts = msg.code

@@ -47,6 +47,11 @@ over: about a second of a fast job; one step's time alone jumped (925, 1038, 544
 within a second of a steady run)."""
 
 
+PAUSE_SLACK_S = 1.0
+"""Seconds a rate window may span beyond 1.5x its steps' own times before it is taken to hold
+a pause (an evaluation, a save) and the latest step's rate stands instead."""
+
+
 def samples_per_s(state: RunState) -> float:
     """Samples a second across ranks, now: each working rank's over its last RATE_POINTS
     history points (steps done over the time they took), else its latest step's (a stalled
@@ -61,7 +66,11 @@ def samples_per_s(state: RunState) -> float:
         then = h.ago("step", k)
         if then is not None:
             now, t1, t0 = h.ago("step", 0), h.ago("t", 0), h.ago("t", k)
-            if now == s.step and now > then and t1 > t0:  # (not across a restart, nor behind the latest step)
+            # (not across a restart, nor behind the latest step, nor across a pause between
+            # steps: an evaluation or a save of a minute made a job at 5 s a step read half;
+            # the steps' own times tell how long they took)
+            took = (now - then) * sum(h.ago("step_s", j) or 0.0 for j in range(k)) / k
+            if now == s.step and now > then and 0 < t1 - t0 <= 1.5 * took + PAUSE_SLACK_S:
                 total += s.samples * (now - then) / (t1 - t0)
                 continue
         total += s.samples / s.step_s

@@ -578,3 +578,6 @@ def test_an_events_text_says_its_exit_code_once_and_a_restarts_count_is_no_exit_
     assert event_text(stopped) == "stopped by torchrun (exit code -15, SIGTERM)"
     restart = schema.Event(rank=0, seq=-1, name="restart", code=2, message="rank 0 restarted by torchrun (restart 2)")
     assert event_text(restart) == "rank 0 restarted by torchrun (restart 2)"  # (not "exit code 2")
+    # a code that is a prefix of one the message names is still said
+    one = schema.Event(rank=0, seq=-1, name="exit", code=1, message="the loader died with exit code 13")
+    assert event_text(one) == "the loader died with exit code 13 (exit code 1)"

@@ -1397,7 +1397,7 @@ def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_
     assert {e["rank"]: e["role"] for e in rep["exits"]} == {0: "waited", 1: "hung"}
     text = render_text(rep)
     assert "rank 1 exited with code -15 (SIGTERM) - the root cause: it hung, the others waited\n" in text
-    assert "rank 0 exited with code 1 at step 4 - failed waiting for the rank that hung" in text
+    assert "rank 0 exited with code 1 at step 4 - failed waiting for the hung rank(s)" in text
     st = RunState(run_id="r", track_seq=False)
     for m in records:
         st.apply(m, m.t)
@@ -1405,6 +1405,30 @@ def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_
     assert cause_rank(st) == 1
     first = run_alerts(st)[0]
     assert first.rank == 1 and first.first and "stalled in data after step 3" in first.text
+
+    # Two ranks hung: both named, neither "failed after it" when it then died of the closed
+    # socket; the TUI marks both as the hang's (it named rank 0 the root cause).
+    three = [schema.Hello(run="r", rank=r, seq=0, world_size=3, pid=10 + r, strategy="ddp", t=t) for r in (0, 1, 2)]
+    three += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + s * 0.1) for s in (1, 2, 3) for r in (0, 1, 2)]
+    three += [schema.Verdict(run="r", rank=r, seq=-1, verdict="stalled", cause=c, step=3, message="stalled", t=t + 5.3)
+              for r, c in ((1, "data"), (2, "data"), (0, "backward"))]  # fmt: skip
+    three += [
+        schema.Event(run="r", rank=0, seq=4, name="error", step=3, message=timeout, t=t + 15.3),
+        schema.Event(run="r", rank=0, seq=5, name="exit", code=1, step=4, t=t + 15.4),
+        schema.Event(run="r", rank=1, seq=4, name="error", step=3, message="RuntimeError: Connection reset by peer", t=t + 15.5),
+        schema.Event(run="r", rank=1, seq=5, name="exit", code=1, step=4, t=t + 15.5),
+        schema.Event(run="r", rank=2, seq=-1, name="exit", code=-15, message="stopped by torchrun", t=t + 15.6),
+    ]  # fmt: skip
+    _write_log(log, three)
+    line = build_report(str(log))["failure"]["line"]
+    assert line.startswith("ranks 1-2 stalled in data after step 3 (the likely cause of the hang); rank 0 exited with code 1 at step 4 waiting for them: ")
+    assert "failed after it" not in line
+    st = RunState(run_id="r", track_seq=False)
+    for m in three:
+        st.apply(m, m.t)
+    assert cause_rank(st) is None
+    marked = [a.rank for a in run_alerts(st) if a.first]
+    assert sorted(marked) == [1, 2]
 
     # The same error without a hang the hub saw (no stall verdict): rank 0's own, as before.
     plain = [m for m in records if not isinstance(m, schema.Verdict)]
@@ -1727,3 +1751,19 @@ def test_the_live_rate_is_taken_over_the_last_second_not_one_step():
             assert samples_per_s(st) == 8 / s.step_s  # too few points: the latest step's
     st.apply(schema.Verdict(run="r", rank=0, verdict="stalled", cause="data", step=30), 0.0)
     assert samples_per_s(st) == 0.0
+
+
+def test_the_live_rate_is_not_taken_across_a_pause_between_steps():
+    # An evaluation of a minute between steps of 5 s: the window's steps took 50 s of the
+    # 110 s it spans, and the rate read half for the next ten steps.
+    from pardash.telemetry.summary import RATE_POINTS, samples_per_s
+
+    st = RunState(run_id="r", track_seq=False)
+    st.apply(schema.Hello(run="r", rank=0, world_size=1, t=1000.0), 1000.0)
+    t = 1000.0
+    for n in range(1, RATE_POINTS + 3):
+        t += 5.0 + (60.0 if n == RATE_POINTS + 1 else 0.0)
+        s = schema.Step(run="r", rank=0, step=n, samples=8, step_s=5.0, t=t)
+        st.apply(s, s.t)
+        st.commit_history([s])
+    assert samples_per_s(st) == pytest.approx(8 / 5.0)

@@ -373,6 +373,9 @@ class Supervisor:
                     chunk = fh.read(1 << 16)
                     if not chunk:
                         if not ended:
+                            # Caught up: the failures torchrun wrote before it restarted are
+                            # told, on this same socket, before the restart is
+                            self._look_for_restarts(push)
                             time.sleep(STDERR_POLL_S)
                             continue
                         lines, rest = ([rest] if rest else []), b""
@@ -507,11 +510,14 @@ class Supervisor:
         except psutil.Error:
             pass
 
-    def _look_for_restarts(self) -> None:
+    def _look_for_restarts(self, push) -> None:
         """Tell the hub when torchrun restarts the job (``--max-restarts``): its log folder
         gains ``attempt_N`` as it starts the workers again. The ranks' hellos say it too
         (their restart count), but a script that fails before its first step sends none: its
-        restarts went uncounted, and each attempt's exits read as one."""
+        restarts went uncounted, and each attempt's exits read as one. Called by the thread
+        that reads torchrun's stderr once it has read all of it, on its socket: torchrun says
+        a worker failed before it makes the next attempt, so the hub hears the failure (the
+        last attempt's exit) first; the other way round, the exit would count for the new one."""
         if not self.spec.max_restarts or self._stopping:
             return
         top = os.path.join(self.spec.run_dir, "torchrun")
@@ -525,14 +531,12 @@ class Supervisor:
             return
         self._attempt = attempt
         spec = self.spec
-        push = self._push()
         for local in range(spec.nproc):
             rank = spec.node_rank * spec.nproc + local
             msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="restart", code=attempt,
                                message=f"rank {rank} restarted by torchrun (restart {attempt})")  # fmt: skip
             with contextlib.suppress(Exception):
                 push.send(schema.encode(msg))
-        push.close()
 
     def _wait_job(self) -> int:
         assert self.job is not None
@@ -541,7 +545,6 @@ class Supervisor:
             if self._stopping and not self._told_to_stop:
                 self.stop()  # asked while torchrun was being started, before there was a job to tell
             self._look_for_ranks()
-            self._look_for_restarts()
             code = self.job.poll()
             if code is not None:
                 return code

@@ -174,7 +174,8 @@ def load_newest_readable(
         if checkpoint.on_every_rank(err is None, rt.device):
             return (*loaded, found)
         other = _other_model(err) if err is not None else None
-        if other is not None:
+        if not checkpoint.on_every_rank(other is None, rt.device):  # (every rank raises together)
+            other = other or "another rank found it so"
             # Not damage: the checkpoint holds another model than these flags make (older
             # ones too, most likely); "could not be read" and "run without --resume" said
             # to throw the progress away

@@ -66,7 +66,7 @@ def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
                 causes[rank] = m.message.strip().splitlines()[0]
             if m.name == "exit" and m.seq >= 0:  # its own (the launcher's note knows no step)
                 steps[rank] = m.step
-            elif m.name == "restart":  # torchrun started it again: an earlier attempt's step is no more
+            elif st.torchrun_restart(m):  # torchrun started it again: an earlier attempt's step is no more
                 steps.pop(rank, None)
             if m.name == "exit" and (m.code or 0) != 0:
                 order.setdefault(rank, len(order))
@@ -84,8 +84,10 @@ def cause_rank(state: st.RunState) -> int | None:
     exit heard: the hub takes from each rank in turn, so a rank torchrun stopped may be heard
     from before the one that failed."""
     f = failure_summary(state)
-    if f is not None and len(f["waited_for"]) == 1:
-        return f["waited_for"][0]["rank"]  # the rank whose hang the failing one timed out waiting for
+    if f is not None and f["waited_for"]:
+        # The rank whose hang the failing one timed out waiting for; several: none here, the
+        # hang's own marks name them (run_alerts)
+        return f["waited_for"][0]["rank"] if len(f["waited_for"]) == 1 else None
     # A rank that left the job early (exit 0) caused its peers' failure: no victim is the cause.
     return f["rank"] if f is not None and not f["left_early"] else None
 

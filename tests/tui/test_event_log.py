@@ -180,3 +180,38 @@ def test_an_error_heard_after_the_exits_it_caused_is_said_before_them():
         "ranks 0-499, 501-1023 exited with code -15: stopped by torchrun",
         "rank 500 exited with code 1",
     ]
+
+
+def test_an_error_goes_only_ahead_of_the_exits_just_before_it():
+    # The event log writes the whole history through group_alike again (a resize, a seek): a
+    # later attempt's error went ahead of the first attempt's exits and restart.
+    msgs = [
+        schema.Event(rank=1, name="error", message="RuntimeError: boom", t=10.0),
+        schema.Event(rank=1, name="exit", code=1, t=11.0),
+        schema.Event(rank=0, seq=-1, name="exit", code=-15, message="stopped by torchrun", t=11.0),
+        schema.Event(rank=0, seq=-1, name="restart", code=1, message="rank 0 restarted by torchrun (restart 1)", t=12.0),
+        schema.Event(rank=0, seq=-1, name="exit", code=-9, message="killed", t=4999.0),
+        schema.Event(rank=0, name="error", message="RuntimeError: again", t=5000.0),
+    ]
+    assert [describe(*e)[0] for e in group_alike(msgs)] == [
+        "rank 1 error: RuntimeError: boom",
+        "rank 1 exited with code 1",
+        "rank 0 exited with code -15: stopped by torchrun",
+        "rank 0 restarted by torchrun (restart 1)",
+        "rank 0 error: RuntimeError: again",  # (ahead of the exit 1 s before it)
+        "rank 0 exited with code -9: killed",
+    ]
+
+
+def test_a_scripts_own_event_named_restart_is_not_torchruns():
+    from pardash.telemetry.state import RunState
+
+    own = [schema.Event(rank=r, seq=5, name="restart", message=f"reconnected to data server {r}") for r in (2, 3)]
+    assert [describe(*e)[0] for e in group_alike(own)] == [
+        "rank 2 restart: reconnected to data server 2",
+        "rank 3 restart: reconnected to data server 3",
+    ]
+    st = RunState(run_id="r", track_seq=False)
+    st.apply(schema.Event(rank=2, name="exit", code=1, seq=4), 0.0)
+    st.apply(schema.Event(rank=2, seq=5, name="restart", code=3, message="reconnected"), 0.0)
+    assert st.ranks[2].restarts == 0 and st.ranks[2].exit_code == 1

@@ -12,7 +12,7 @@ from textual.widgets import RichLog
 from pardash.telemetry import schema
 from pardash.telemetry.printer import group_alike, verdict_text
 from pardash.telemetry.summary import ranks_named
-from pardash.telemetry.state import EVENTS_KEPT, RunState
+from pardash.telemetry.state import EVENTS_KEPT, RunState, torchrun_restart
 
 from ..format import fmt_clock, fmt_step_time, tame
 from ..styles import CachedStyles, component_fg
@@ -47,7 +47,7 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
             if m.message:
                 text += f": {m.message}"
             return text, "bad" if code else "good"
-        if m.name == "restart":  # (its message names one rank and its pid: not of a group)
+        if torchrun_restart(m):  # (its message names one rank and its pid: not of a group)
             return f"{who} restarted by torchrun" + (f" (restart {m.code})" if m.code else ""), EVENT_STYLES.get(m.name, "info")
         text = f"{who} {name}"
         if m.step is not None:
