@@ -47,7 +47,7 @@ def test_stderr_is_passed_on_as_it_comes_and_deaths_are_still_read(tmp_path):
     pull = ctx.socket(zmq.PULL)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     sup = Supervisor.__new__(Supervisor)
-    sup.spec = SimpleNamespace(curve_dir="", node_rank=0, nproc=2, run_id="r")
+    sup.spec = SimpleNamespace(curve_dir="", node_rank=0, nproc=2, run_id="r", max_restarts=0)
     sup.endpoints = {"ingest": f"tcp://127.0.0.1:{port}"}
     ended: list[int] = []
     sup.job = SimpleNamespace(poll=lambda: ended[0] if ended else None)

@@ -375,7 +375,10 @@ class Supervisor:
                         if not ended:
                             # Caught up: the failures torchrun wrote before it restarted are
                             # told, on this same socket, before the restart is
-                            self._look_for_restarts(push)
+                            try:
+                                self._look_for_restarts(push)
+                            except Exception:
+                                pass  # (never at the cost of torchrun's stderr)
                             time.sleep(STDERR_POLL_S)
                             continue
                         lines, rest = ([rest] if rest else []), b""
