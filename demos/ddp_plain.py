@@ -114,6 +114,7 @@ def main() -> None:
         # see its lines late, in batches)
         print(f"steps/s {(step - TIMED_FROM) / (time.perf_counter() - timed_t0):.2f} (steps {TIMED_FROM + 1}..{step})", flush=True)
     dist.barrier()  # every rank done with its collectives before the group goes (gloo's teardown)
+    del model  # freed before its group: a DDP model freed after (at exit) can hang in gloo's destructor
     dist.destroy_process_group()
 
 

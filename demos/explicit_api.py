@@ -86,6 +86,7 @@ def main() -> None:
         epoch += 1
 
     dist.barrier()  # every rank done with its collectives before the group goes (gloo's teardown)
+    del model  # freed before its group: a DDP model freed after (at exit) can hang in gloo's destructor
     dist.destroy_process_group()
 
 
