@@ -107,7 +107,7 @@ def rank_alerts(
         how = _stopped_how(r.rank, exit.cause if exit is not None else "")
         sig = signal_name(r.exit_code)
         text = f"rank {r.rank} was stopped{how}" + (f" at step {step}" if step is not None else "") + (f" ({sig})" if sig else f" (exit code {r.exit_code})")
-        out.append(Alert("stopped", r.rank, text, code=r.exit_code))
+        out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
     elif status == st.EXITED:
         text = f"rank {r.rank}{', the root cause,' if first else ''}"
         if r.stalled is not None or r.silent is not None:  # stopped or killed as it hung: that first
@@ -120,7 +120,7 @@ def rank_alerts(
             text += f" at step {step}"
         if exit is not None and exit.cause:
             text += f": {exit.cause}"
-        out.append(Alert("exited", r.rank, text, code=r.exit_code, first=first))
+        out.append(Alert("exited", r.rank, text + _straggled(r), code=r.exit_code, first=first))
     elif status == st.SILENT and r.silent is not None:
         # Not the verdict's "silent for 3 s": said once, it would stay 3 s for as long as
         # the rank is silent. When it fell silent does not go stale.
@@ -145,6 +145,13 @@ def rank_alerts(
             )
         )
     return out
+
+
+def _straggled(r: st.RankState) -> str:
+    """'; it was a straggler (data)' of a gone rank that was one: its straggler alert went with
+    its exit, and the grid no longer says it."""
+    v = r.straggled
+    return f"; it was a straggler ({v.cause or 'cause unknown'})" if v is not None else ""
 
 
 def _stopped_how(rank: int, cause: str) -> str:

@@ -434,6 +434,11 @@ def test_ranks_that_were_only_stopped_are_said_calmly_after_the_failures():
     assert alerts[0].text == "rank 1, the root cause, exited with code 1 at step 5: RuntimeError: boom"
     assert alerts[2].text == "rank 2 was stopped by torchrun at step 5 (SIGTERM)"
 
+    # A straggler that then exited: its alert went with the exit, and nothing said it was one.
+    st.apply(schema.Verdict(rank=0, verdict="straggler", cause="data", step=3, message="rank 0 is a straggler"), 0)
+    alerts = run_alerts(st)
+    assert [a.text for a in alerts if a.rank == 0] == ["rank 0 was stopped by torchrun at step 5 (SIGTERM); it was a straggler (data)"]
+
 
 def test_a_crash_stays_the_root_cause_of_ranks_stopped_as_they_waited_for_it():
     st = _state(world=2, strategy="ddp", sharded=False)
