@@ -1343,18 +1343,33 @@ def test_a_report_of_many_ranks_is_quick_and_groups_its_hosts(tmp_path):
     assert all(len(r) <= len(lines[header]) for r in rows)
 
 
+def _applied(records: list) -> RunState:
+    """A viewer's state of ``records``, each applied at its own time."""
+    st = RunState(run_id="r", track_seq=False)
+    for m in records:
+        st.apply(m, m.t)
+    return st
+
+
+def _stalled_in_data(t: float, *, at: float) -> list:
+    """Two DDP ranks' records: 3 steps, then, ``at`` s on, rank 1 stalled in its data and rank 0
+    in its backward (waiting for it in the allreduce)."""
+    records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + s * 0.1) for s in (1, 2, 3) for r in (0, 1)]
+    records += [
+        schema.Verdict(run="r", rank=1, seq=-1, verdict="stalled", cause="data", step=3, message="rank 1 stalled", t=t + at),
+        schema.Verdict(run="r", rank=0, seq=-1, verdict="stalled", cause="backward", step=3, message="rank 0 stalled", t=t + at + 0.1),
+    ]  # fmt: skip
+    return records
+
+
 def test_a_run_that_ended_stalled_says_for_how_long(tmp_path):
     # Rank 1 stuck in its data from step 3, rank 0 waiting in its backward, both stopped 30 s
     # later (Ctrl-C): the report said "training 0.3 s" and nothing of the 30 s hang, its stalls
     # had no length, and the last progress line the rate of the steps before the hang.
     t = 1.0e9
-    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
-    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + s * 0.1) for s in (1, 2, 3) for r in (0, 1)]
-    records += [
-        schema.Verdict(run="r", rank=1, seq=-1, verdict="stalled", cause="data", step=3, message="rank 1 stalled", t=t + 10.3),
-        schema.Verdict(run="r", rank=0, seq=-1, verdict="stalled", cause="backward", step=3, message="rank 0 stalled", t=t + 10.4),
-        *(schema.Event(run="r", rank=r, seq=-1, name="exit", code=-2, message="stopped", t=t + 30.3) for r in (0, 1)),
-    ]  # fmt: skip
+    records = _stalled_in_data(t, at=10.3)
+    records += [schema.Event(run="r", rank=r, seq=-1, name="exit", code=-2, message="stopped", t=t + 30.3) for r in (0, 1)]
     log = tmp_path / "run.jsonl"
     _write_log(log, records)
     rep = build_report(str(log))
@@ -1363,9 +1378,7 @@ def test_a_run_that_ended_stalled_says_for_how_long(tmp_path):
     assert "(training 0.3 s; then stalled 30.0 s)" in text
     # (it said "for 30.0 s; exit - likely the cause")
     assert "rank 1 stalled in data after step 3 for 30.0 s until it exited; likely the cause of the hang" in text
-    st = RunState(run_id="r", track_seq=False)
-    for m in records:
-        st.apply(m, m.t)
+    st = _applied(records)
     assert "0 samples/s at the end (stalled)" in progress_line(st, t + 31)
 
 
@@ -1378,11 +1391,8 @@ def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_
 
     t = 1.0e9
     timeout = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv operation to complete"
-    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
-    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + s * 0.1) for s in (1, 2, 3) for r in (0, 1)]
+    records = _stalled_in_data(t, at=5.3)
     records += [
-        schema.Verdict(run="r", rank=1, seq=-1, verdict="stalled", cause="data", step=3, message="rank 1 stalled", t=t + 5.3),
-        schema.Verdict(run="r", rank=0, seq=-1, verdict="stalled", cause="backward", step=3, message="rank 0 stalled", t=t + 5.4),
         schema.Event(run="r", rank=0, seq=4, name="error", step=3, message=timeout, traceback="Traceback ...", t=t + 15.3),
         schema.Event(run="r", rank=0, seq=5, name="exit", code=1, step=4, t=t + 15.4),
         schema.Event(run="r", rank=1, seq=-1, name="exit", code=-15, message="stopped by torchrun", t=t + 15.5),
@@ -1398,9 +1408,7 @@ def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_
     text = render_text(rep)
     assert "rank 1 exited with code -15 (SIGTERM) - the root cause: it hung, the others waited\n" in text
     assert "rank 0 exited with code 1 at step 4 - failed waiting for the hung rank(s)" in text
-    st = RunState(run_id="r", track_seq=False)
-    for m in records:
-        st.apply(m, m.t)
+    st = _applied(records)
     assert outcome_line(st, 1, {}, "run.jsonl").startswith("pardash: rank 1 stalled in data after step 3 (the likely cause of the hang); rank 0 exited")
     assert cause_rank(st) == 1
     first = run_alerts(st)[0]
@@ -1423,9 +1431,7 @@ def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_
     line = build_report(str(log))["failure"]["line"]
     assert line.startswith("ranks 1-2 stalled in data after step 3 (the likely cause of the hang); rank 0 exited with code 1 at step 4 waiting for them: ")
     assert "failed after it" not in line
-    st = RunState(run_id="r", track_seq=False)
-    for m in three:
-        st.apply(m, m.t)
+    st = _applied(three)
     assert cause_rank(st) is None
     marked = [a.rank for a in run_alerts(st) if a.first]
     assert sorted(marked) == [1, 2]
