@@ -168,6 +168,8 @@ class Detector:
                 # from what others said of it (a verdict) is not judged.
                 if r.hello is None and r.step is None and r.heartbeat is None and r.system is None:
                     continue
+                if r.awaited:  # restarted by torchrun, its new process not heard yet: starting
+                    continue
                 lively.extend(self._liveness(r, now, stall_after))
             out.extend(_causes_first(lively))
             if state.world_size > 1 and is_sharded(state.strategy):

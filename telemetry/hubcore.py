@@ -263,6 +263,7 @@ class HubCore:
                         r = ranks.get(m.rank)
                         if (
                             r is not None
+                            and not r.awaited  # (its first word after a restart goes the general way)
                             and st.t0
                             and m.rank < world
                             and (not m.run or m.run == run_id)

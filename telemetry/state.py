@@ -123,6 +123,7 @@ class RankState:
         "history",
         "seq",
         "exit_noted",
+        "awaited",
     )
 
     def __init__(self, rank: int) -> None:
@@ -151,6 +152,9 @@ class RankState:
         self.seq = SeqTracker()
         self.exit_noted: int | None = None
         """The exit code the launcher noted for this process (torchrun saw it die), if it did."""
+        self.awaited = False
+        """torchrun restarted it and its new process has not spoken yet: starting, not judged
+        (no silence, no straggling of its previous process's figures)."""
 
     @property
     def status(self) -> str:
@@ -303,6 +307,8 @@ class RunState:
             return
         r = self.rank(msg.rank)
         r.last_seen = now
+        if msg.seq >= 0 and r.awaited:
+            r.awaited = False  # its new process speaks
         if self.track_seq and msg.seq >= 0:
             if isinstance(msg, schema.Hello) and msg.seq == 0 and r.seq.received:
                 r.seq.restart()
@@ -345,11 +351,17 @@ class RunState:
                 self._keep_lifecycle(msg)
             if msg.code is not None and msg.code > r.restarts and torchrun_restart(msg):
                 # torchrun started the rank again (the launcher saw it, or the hub from its
-                # hello): alive again, and its new process counts its messages from 0
+                # hello): starting again, its previous process's figures (its step's rate, a
+                # straggler verdict) no more its own, and its new process counts its messages
+                # from 0
                 r.restarts = msg.code
                 r.exit_code = r.exit_noted = None
                 r.finished = False
-                r.silent = r.stalled = None
+                r.silent = r.stalled = r.straggler = None
+                if r.step is not None:
+                    r.step_before = r.step.step
+                r.step = r.heartbeat = None
+                r.awaited = True
                 if r.seq.received:
                     r.seq.restart()
             if msg.name == "exit":
@@ -436,7 +448,7 @@ class RunState:
             cls = type(msg)
             if cls is Step or cls is System or cls is Heartbeat:
                 r = ranks.get(msg.rank)
-                if r is not None:
+                if r is not None and not r.awaited:
                     # What apply() does for these kinds once t0 and run_id are known.
                     if msg.hseq > hseq:
                         hseq = msg.hseq

@@ -211,3 +211,29 @@ def test_the_rank_a_hang_waits_for():
     # Nothing tells them apart, or nobody waits.
     assert hang_causes([(0, "stalled", 5, "backward"), (1, "stalled", 5, "backward")]) == set()
     assert hang_causes([(0, "stalled", 5, "data")]) == set()
+
+
+def test_a_rank_torchrun_restarted_is_starting_until_its_new_process_speaks():
+    # Between the launcher's word of the restart and the new process's hello: the ranks read
+    # "running" at the old rate, the straggler of the previous attempt stayed one, and the
+    # start-up seconds were called a silence (the report: "silent ... until restarted").
+    from pardash.telemetry.summary import samples_per_s
+
+    st = RunState()
+    det = Detector()
+    for r in range(2):
+        st.apply(schema.Hello(rank=r, world_size=2, pid=100 + r), 0.0)
+        st.apply(schema.Step(rank=r, step=5, seq=1, step_s=0.1, samples=8), 0.0)
+    st.apply(schema.Verdict(rank=0, verdict="straggler", cause="data", step=5), 0.0)
+    for r in range(2):
+        st.apply(schema.Event(rank=r, seq=2, name="exit", code=1 if r else -15), 1.0)
+        st.apply(schema.Event(rank=r, seq=-1, name="restart", code=1, message=f"rank {r} restarted by torchrun (restart 1)"), 1.0)
+    assert [st.ranks[r].status for r in range(2)] == ["starting", "starting"]
+    assert st.ranks[0].straggler is None and st.ranks[0].straggled is not None  # (it was one)
+    assert samples_per_s(st) == 0.0 and st.ranks[0].last_step == 5 and st.ranks[0].restarts == 1
+    assert det.update(st, 2.0) == [] and det.update(st, 30.0) == []  # not silent: starting
+    st.apply(schema.Hello(rank=0, world_size=2, pid=200, restart=1), 31.0)
+    assert not st.ranks[0].awaited and st.ranks[1].awaited
+    st.apply(schema.Step(rank=0, step=6, seq=1, step_s=0.1, samples=8), 31.0)
+    assert st.ranks[0].status == "running"
+    assert [(v.rank, v.verdict) for v in det.update(st, 40.0)] == [(0, "silent")]  # its new process is judged
