@@ -158,6 +158,10 @@ def _over_or(target: str | None, why: str, runs_dir: str = "runs") -> str:
 
     if not target or target.startswith("tcp://") or os.sep in target or not os.path.isdir(runs_dir):
         return why
+    from pardash.telemetry import registry
+
+    if any(str(e.get("run_id", "")).startswith(target) for e in registry.live_runs()):
+        return why  # live after all: what kept the viewer out (keys it lacks, an id too short) is the news
     logs = {
         d: log for d in sorted(os.listdir(runs_dir)) if d.startswith(target) and (log := run_folder_log(os.path.join(runs_dir, d)))
     }  # fmt: skip

@@ -117,6 +117,10 @@ def resolve(target: str | None) -> dict:
     entry = registry.find(target)
     if entry is None:
         if target:
+            several = sorted(str(e.get("run_id")) for e in registry.live_runs() if str(e.get("run_id", "")).startswith(target))
+            if len(several) > 1:
+                named = ", ".join(several[:4]) + (f" and {len(several) - 4} more" if len(several) > 4 else "")
+                raise AttachError(f"{target!r} begins {len(several)} live runs' ids ({named}); give more of the one to attach to")
             raise AttachError(f"no live run {target!r}; `pardash ps` lists the live ones")
         raise AttachError("no live run found; start one with `pardash launch` or name a hub as tcp://HOST:PORT")
     return entry

@@ -739,3 +739,33 @@ def test_a_monitor_is_had_on_a_socket_whose_descriptor_an_earlier_monitored_one_
             m.close(0)
     finally:
         ctx.term()
+
+
+def test_attach_names_what_keeps_it_out_of_a_live_run(tmp_path, monkeypatch, capsys):
+    # A live CURVE run attached by id without keys said "run ... is over (no hub serves it
+    # now)" (its run folder is there as it runs); a prefix of two live runs' ids said "no live
+    # run".
+    from pardash import cli
+
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path / "registry"))
+    monkeypatch.delenv("PARDASH_CURVE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    ends = {"pid": os.getpid(), "ingest": "tcp://127.0.0.1:1", "updates": "tcp://127.0.0.1:2", "snapshot": "tcp://127.0.0.1:3"}
+    for run, curve in (("sim-a1", True), ("sim-b2", False)):
+        registry.register({"run_id": run, "curve": curve, **ends})
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "telemetry.jsonl").write_text('{"kind":"hub","message":"hub started"}\n')
+
+    def attach(target: str) -> str:
+        try:
+            code = cli.main(["attach", "--headless", target])
+        except SystemExit as ended:
+            code = ended.code
+        assert code == 2
+        return capsys.readouterr().err.strip()
+
+    assert attach("sim-a1") == (
+        "pardash: error: run sim-a1 takes only viewers with an authorised key: pass --curve-dir DIR (or set "
+        "PARDASH_CURVE_DIR) with its key folder (`pardash keys`)"
+    )
+    assert attach("sim") == "pardash: error: 'sim' begins 2 live runs' ids (sim-a1, sim-b2); give more of the one to attach to"
