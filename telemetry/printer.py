@@ -15,7 +15,7 @@ from typing import TextIO
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
-from .failures import PEER_FAILURE, attempts, failure_line, failure_summary, root_cause
+from .failures import PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, root_cause
 from .state import run_over, torchrun_restart
 from .summary import (
     held_spread,
@@ -393,12 +393,14 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
     # the hub takes from each rank in turn) goes ahead of them: the cause, then its
     # consequence. Only over the failed exits just before it, of the moments before it (the
     # whole history goes through here when the event log is written again).
+    # So does a rank's failed exit taken after the exits of the ranks stopped because of it.
     ordered: list[list] = []
     for entry in out:
         m = entry[0]
         at = len(ordered)
-        if isinstance(m, schema.Event) and m.name == "error":
-            while at and _failed_exit(ordered[at - 1][0]) and abs(m.t - ordered[at - 1][0].t) <= ERROR_AHEAD_S:
+        over = _failed_exit if _is_event(m, "error") else _stopped_exit if _failed_exit(m) and not _stopped_exit(m) else None
+        if over is not None:
+            while at and over(ordered[at - 1][0]) and abs(m.t - ordered[at - 1][0].t) <= ERROR_AHEAD_S:
                 at -= 1
         ordered.insert(at, entry)
     return [(m, list(ranks) if ranks is not None else None, took) for m, ranks, took in ordered]
@@ -408,8 +410,16 @@ ERROR_AHEAD_S = 5.0
 """How far apart (seconds) an error and the exits it goes ahead of may be (see group_alike)."""
 
 
+def _is_event(m: schema.Message, name: str) -> bool:
+    return isinstance(m, schema.Event) and m.name == name
+
+
 def _failed_exit(m: schema.Message) -> bool:
-    return isinstance(m, schema.Event) and m.name == "exit" and bool(m.code)
+    return _is_event(m, "exit") and bool(m.code)
+
+
+def _stopped_exit(m: schema.Message) -> bool:
+    return _is_event(m, "exit") and m.code in STOPPED_CODES
 
 
 HUB_GONE_S = 5.0

@@ -177,8 +177,8 @@ def test_an_error_heard_after_the_exits_it_caused_is_said_before_them():
     assert [describe(*e)[0] for e in group_alike(msgs)] == [
         "hub: hub started",
         "rank 500 error after step 119: RuntimeError: simulated crash",
+        "rank 500 exited with code 1",  # (and its exit ahead of the stops it caused)
         "ranks 0-499, 501-1023 exited with code -15: stopped by torchrun",
-        "rank 500 exited with code 1",
     ]
 
 
