@@ -309,6 +309,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
         stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     client = HubClient(info["updates"], info["snapshot"], run_id=run_id, curve=False)
+    code = 0
     try:
         # Within the clean-up's reach: a first line that found its reader gone (`| head -c 0`)
         # left the hub serving for ever, and the simulator running.
@@ -317,7 +318,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
             print(f"{PROG}: Prometheus metrics on {info['metrics']}", flush=True)
         if ns.headless:
             from pardash.telemetry.failures import failure_line, failure_summary
-            from pardash.telemetry.printer import ProgressPrinter
+            from pardash.telemetry.printer import ProgressPrinter, as_it_hung
 
             ended: list[float] = []
 
@@ -330,8 +331,11 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
 
             try:
                 ProgressPrinter(client, every_s=ns.every).follow(over)
-            except KeyboardInterrupt:
-                print(f"{PROG}: stopped by you", flush=True)
+            except (KeyboardInterrupt, SystemExit) as stop:
+                # As a launch says it: 130 for Ctrl-C, 128 + the signal's number for another
+                # (it said "stopped by you" and exited 0; after a SIGTERM, nothing at all)
+                code = 130 if isinstance(stop, KeyboardInterrupt) else int(stop.code or 0)
+                print(f"{PROG}: stopped{' by you' if code == 130 else ''}{as_it_hung(client.state)} (exit code {code})", flush=True)
             else:
                 st = client.state
                 f = failure_summary(st)
@@ -357,7 +361,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
         except subprocess.TimeoutExpired:
             hub.kill()
         client.close()
-    return 0
+    return code
 
 
 SIM_SETTLE_S = 0.5

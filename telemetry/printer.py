@@ -488,7 +488,7 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
         # A rank that failed of itself (its own error, or a signal not the stop's) before the
         # stop: said, or the stop during torchrun's teardown hid the failure.
         failed = _failed_of_itself(f, st, result.get("stop_t"))
-        how = f" after the job failed: {failure_line(f, error=bool(output))}" if failed else _as_it_hung(st)
+        how = f" after the job failed: {failure_line(f, error=bool(output))}" if failed else as_it_hung(st)
         return f"pardash: stopped by you{how} (exit code {code}){said}; {out if failed else ''}{log}"
     if f is None:
         return f"pardash: the job failed with exit code {code}{said}; {out}{log}"
@@ -529,7 +529,7 @@ def _failed_of_itself(f: dict | None, st=None, stop_t: float | None = None) -> b
     return f["code"] < 0 or not (f["error"] and (PEER_FAILURE.search(f["error"]) or _STOP_ERROR.search(f["error"])))
 
 
-def _as_it_hung(st) -> str:
+def as_it_hung(st) -> str:
     """' as it hung after step 39, likely waiting for rank 0' for a job stopped in a hang."""
     hang = whole_hang(st)
     if not hang:

@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,28 @@ def test_a_simulate_stopped_by_sigterm_stops_its_hub_and_ranks_too(tmp_path):
         assert p.wait(30) == 128 + signal.SIGTERM
         _, alive = psutil.wait_procs(children, timeout=15)
         assert not alive, [c.cmdline() for c in alive]
+    finally:
+        p.kill()
+
+
+def test_a_simulate_stopped_with_ctrl_c_as_it_hangs_says_so_and_exits_130(tmp_path):
+    # It said "stopped by you" and exited 0, where a launch says the hang and exits 130.
+    import signal
+
+    p = subprocess.Popen([sys.executable, "-m", "pardash", "simulate", "--headless", "--ranks", "4", "--every", "0.5", "--stall", "2@5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 120  # (progress lines come every 0.5 s: the loop turns)
+        while not any(line.startswith("[stalled]") for line in lines):
+            line = p.stdout.readline()
+            assert line and time.monotonic() < deadline, "".join(lines)
+            lines.append(line)
+        p.send_signal(signal.SIGINT)
+        out = p.stdout.read()
+        assert p.wait(30) == 130
+        last = out.rstrip().splitlines()[-1]
+        assert re.fullmatch(r"pardash: stopped by you as it hung after step 4, likely waiting for rank 2 \(exit code 130\)", last), last
     finally:
         p.kill()
 
