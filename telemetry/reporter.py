@@ -48,6 +48,11 @@ HANDSHAKE_EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
+RESCUE_S = 0.25
+"""Steps the loop has held this long without sending (stuck, done, in an evaluation) go from
+the heartbeat thread between beats: at the beat only, a rank stuck in a collective and
+stopped by torchrun within the second lost its last steps (never counted as lost: nothing
+came after them)."""
 HANDOFF_S = 0.06
 """How long the heartbeat thread waits for the loop to send its held steps itself (a little
 more than BATCH_S: a loop that holds steps steps at least that often), so they reach the hub
@@ -365,7 +370,16 @@ class Reporter:
         if self.sampler is not None:
             self.sampler.prime()  # this thread samples: the first sample a second on has figures
         try:
-            while not self._stop.wait(self._heartbeat_s):
+            next_beat = time.monotonic() + self._heartbeat_s
+            while not self._stop.wait(max(0.0, min(RESCUE_S, next_beat - time.monotonic()))):
+                now = time.monotonic()
+                if now < next_beat:
+                    # Between beats: steps the loop has held for RESCUE_S (it stopped sending:
+                    # stuck in a collective, killed soon by torchrun) go now, not at the beat
+                    if self._held and now - self._flushed >= RESCUE_S:
+                        self._rescue_held(sock)
+                    continue
+                next_beat = now + self._heartbeat_s
                 self._rescue_held(sock)
                 self.heartbeat(sock)
                 if self.sampler is not None:

@@ -211,3 +211,30 @@ def test_zeromq_threads_of_the_reporter_never_take_a_core_from_training():
         rep.close(linger_ms=0)
         user_sock.close(0)
         user_ctx.term()
+
+
+def test_steps_a_stuck_loop_left_held_go_between_beats(monkeypatch):
+    # A rank stuck in a collective sent the steps it held only with its next heartbeat, up to
+    # a second on: stopped by torchrun within it, its last steps never reached the log (and no
+    # later message showed them lost).
+    from pardash.telemetry import reporter
+
+    monkeypatch.setattr(reporter, "BATCH_S", 60.0)  # the loop holds every step after the first
+    ctx = zmq.Context.instance()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    rep = Reporter(f"tcp://127.0.0.1:{port}", run="r", identity=identity(0), heartbeat_s=3600)  # no beat in this test
+    rep.hello(strategy="ddp")
+    for i in range(1, 6):
+        rep.step(step=i, loss=1.0, step_s=0.001)
+    seen: list = []
+
+    def all_steps():
+        while pull.poll(10):
+            seen.append(schema.decode(pull.recv()))
+        return sorted(m.step for m in seen if isinstance(m, schema.Step)) == [1, 2, 3, 4, 5]
+
+    wait_for(all_steps, timeout_s=20)  # (RESCUE_S after the loop stopped; at the beat: an hour)
+    assert not any(isinstance(m, schema.Heartbeat) for m in seen) and rep.dropped == 0
+    rep.close()
+    pull.close(0)
