@@ -172,6 +172,19 @@ class RankState:
             return RUNNING
         return STARTING
 
+    def new_process(self) -> None:
+        """A new process for the rank (torchrun restarted it): its message order starts anew,
+        its previous one's last step kept in ``step_before``."""
+        if self.step is not None:
+            self.step_before = self.step.step
+        self.step = None
+
+    def alive_again(self) -> None:
+        """A (re)started rank: no exit, no stall or silence of before."""
+        self.exit_code = self.exit_noted = None
+        self.finished = False
+        self.silent = self.stalled = None
+
     @property
     def last_step(self) -> int | None:
         """Its last step: its process's, or while a process restarted by torchrun has taken
@@ -327,18 +340,13 @@ class RunState:
             if msg.restart > r.restarts:  # torchrun's count so far: a viewer that attached late knows it too
                 r.restarts = msg.restart
             if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart):
-                if r.step is not None:
-                    r.step_before = r.step.step
-                r.step = None  # a new process for the rank: its message order starts anew
+                r.new_process()
             # The run's config is rank 0's (every rank's is the same): another rank's copy is
             # not kept in memory (up to 256 KiB a rank; the JSONL log keeps every hello whole).
             r.hello = msg if msg.rank == 0 or not msg.config else msgspec.structs.replace(msg, config={})
             if self.run_hello is None or msg.rank == 0 or self.run_hello.rank == msg.rank:
                 self.run_hello = msg
-            # A (re)started rank is alive again.
-            r.exit_code = r.exit_noted = None
-            r.finished = False
-            r.silent = r.stalled = None
+            r.alive_again()
         elif isinstance(msg, schema.Event):
             code = msg.code if msg.code is not None else 0
             # A rank's own failed exit after the launcher's note of it (its messages held up as
@@ -355,12 +363,9 @@ class RunState:
                 # straggler verdict) no more its own, and its new process counts its messages
                 # from 0
                 r.restarts = msg.code
-                r.exit_code = r.exit_noted = None
-                r.finished = False
-                r.silent = r.stalled = r.straggler = None
-                if r.step is not None:
-                    r.step_before = r.step.step
-                r.step = r.heartbeat = None
+                r.alive_again()
+                r.new_process()
+                r.straggler = r.heartbeat = None
                 r.awaited = True
                 if r.seq.received:
                     r.seq.restart()

@@ -103,7 +103,7 @@ def rank_alerts(
     if status == st.EXITED and r.exit_code in STOPPED_CODES and not first and r.stalled is None and r.silent is None:
         # Stopped (by the user, a scheduler, torchrun after another rank failed): no failure
         # of its own, said calmly (it read "exited with code -15" in the failure's red).
-        step = exit.step if exit is not None and exit.step is not None else r.step.step + 1 if r.step is not None else None
+        step = _exit_step(r, exit)
         how = _stopped_how(r.rank, exit.cause if exit is not None else "")
         sig = signal_name(r.exit_code)
         text = f"rank {r.rank} was stopped{how}" + (f" at step {step}" if step is not None else "") + (f" ({sig})" if sig else f" (exit code {r.exit_code})")
@@ -113,9 +113,7 @@ def rank_alerts(
         if r.stalled is not None or r.silent is not None:  # stopped or killed as it hung: that first
             text += f" {_stuck_text(r)}{why}; then"
         text += f" exited with code {r.exit_code}"
-        # The step it died in, as the report and the launcher say it: its exit's, else the
-        # one after its last step.
-        step = exit.step if exit is not None and exit.step is not None else r.step.step + 1 if r.step is not None else None
+        step = _exit_step(r, exit)
         if step is not None:
             text += f" at step {step}"
         if exit is not None and exit.cause:
@@ -145,6 +143,14 @@ def rank_alerts(
             )
         )
     return out
+
+
+def _exit_step(r: st.RankState, exit: ExitInfo | None) -> int | None:
+    """The step a rank died in, as the report and the launcher say it: its exit's, else the one
+    after its last step."""
+    if exit is not None and exit.step is not None:
+        return exit.step
+    return r.step.step + 1 if r.step is not None else None
 
 
 def _straggled(r: st.RankState) -> str:
