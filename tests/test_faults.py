@@ -504,9 +504,13 @@ def test_restarts_of_a_script_that_fails_before_its_first_step_are_counted(tmp_p
     last = (out + err).rstrip().splitlines()
     assert any(line.startswith("pardash: rank 0 exited with code 1; torchrun restarted the job 2x;") for line in last), out + err
     msgs, _ = load_log(tmp_path / "run.jsonl")
-    events = [(m.name, m.code) for m in msgs if isinstance(m, schema.Event) and m.name in ("restart", "exit")]
-    assert [code for name, code in events if name == "restart"] == [1, 2]
-    assert [name for name, _ in events] == ["exit", "restart", "exit", "restart", "exit"]
+    events = [m for m in msgs if isinstance(m, schema.Event) and m.name in ("restart", "exit")]
+    assert [m.code for m in events if m.name == "restart"] == [1, 2]
+    # The launcher's note of an exit (seq -1) may reach the hub before the rank's own word of
+    # it (two sockets): the log keeps both, and they are one exit (RunState.apply says it once)
+    said = [m.name for i, m in enumerate(events) if not (i and m.name == "exit" and m.seq >= 0 and events[i - 1].name == "exit" and events[i - 1].seq < 0)]
+    assert said == ["exit", "restart", "exit", "restart", "exit"]
+    assert out.count("[exit] rank 0 exited with code 1") == 3, out
     rep = build_report(str(tmp_path / "run.jsonl"))
     assert [r["restarts"] for r in rep["ranks"]] == [2]
     assert len(rep["recovered"]) == 2
