@@ -274,7 +274,8 @@ def cmd_export(ns: argparse.Namespace) -> int:
     texts = f" and {res['texts']} event texts" if res["texts"] else ""
     print(f"{PROG}: wrote {res['points']} scalars{texts} to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
     if res["skipped_lines"]:
-        print(f"{PROG}: skipped {res['skipped_lines']} malformed or truncated log line(s)")
+        why = ", ".join(f"{n} {reason}" for reason, n in res["skipped_by_reason"].items())
+        print(f"{PROG}: skipped {res['skipped_lines']} log line(s) ({why})")
     if res["left_out"]:
         print(f"{PROG}: left out {res['left_out']} other rank(s) with steps (--ranks)")
     return 0

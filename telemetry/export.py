@@ -394,7 +394,7 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     """Write ``log_path``'s per-rank scalars and texts under ``out_dir`` (``progress`` is told
     how far the log's reading is), of ``ranks`` only if given; returns what was written:
     ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": scalars, "texts": n,
-    "skipped_lines": n, "left_out": ranks with steps that ``ranks`` left out, "in_log": every
+    "skipped_lines": n, "skipped_by_reason": {reason: n}, "left_out": ranks with steps that ``ranks`` left out, "in_log": every
     rank the log has a record of}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
     if not os.path.isfile(log_path):
@@ -426,6 +426,7 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
         "points": export.points,
         "texts": export.texts_written,
         "skipped_lines": stats.skipped_total,
+        "skipped_by_reason": dict(sorted(stats.skipped.items())),
         "left_out": len(export.others),
         "in_log": sorted(export.in_log),
         **({"runs": sorted(export.runs)} if len(export.runs) > 1 else {}),

@@ -33,7 +33,11 @@ class LogReadStats:
     """Skipped lines by reason: truncated (last line without newline, or a gzip stream cut
     short), malformed, invalid, too_deep (nesting past Python's recursion limit), too_long (over
     MAX_LINE_BYTES), trailing_garbage (bytes after a gzip log's last member), corrupt (a gzip
-    log's damaged bytes: what follows them is lost)."""
+    log's damaged bytes: what follows them is lost), newer_version (written by a newer pardash:
+    its fields may mean other things), out_of_range (a time or a rank no record can have)."""
+    world: int = 0
+    """The largest world size a hello has said so far: a record of a rank at or above it is
+    no rank of the job (the live hub refuses it the same way: a line edited or made up)."""
 
     @property
     def skipped_total(self) -> int:
@@ -60,6 +64,10 @@ def no_records(path: str | os.PathLike[str], stats: LogReadStats) -> str:
         return f"{path}: empty, no telemetry records"
     why = ", ".join(f"{n} {reason}" for reason, n in sorted(stats.skipped.items()))
     lines = max(stats.lines, sum(stats.skipped.values()))  # (a gzip stream cut inside its first line has read none)
+    if stats.skipped["newer_version"] * 2 >= lines:
+        newer = stats.skipped["newer_version"]
+        return (f"{path}: written by a newer pardash ({newer} of {lines} line(s) in a schema past version "
+                f"{schema.SCHEMA_VERSION}); read it with that version")  # fmt: skip
     return f"{path}: no telemetry records in {lines} line(s) ({why or 'all blank'}); is it a pardash log?"
 
 
@@ -170,8 +178,16 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
         except RecursionError:
             stats.skipped["too_deep"] += 1
             continue
+        if msg.v > schema.SCHEMA_VERSION:
+            stats.skipped["newer_version"] += 1
+            continue
         if msg.rank < 0 and not isinstance(msg, (schema.Event, schema.Verdict)):
             stats.skipped["invalid"] += 1  # only the hub's notes (events) are no rank's
+            continue
+        if isinstance(msg, schema.Hello):
+            stats.world = max(stats.world, msg.world_size)
+        elif stats.world and msg.rank >= stats.world:
+            stats.skipped["out_of_range"] += 1
             continue
         if not 0.0 <= msg.t < inf:  # as the live hub refuses it (a line edited by hand)
             stats.skipped["out_of_range"] += 1

@@ -239,7 +239,7 @@ def test_export_command(tmp_path):
     ok = run(str(DATA / "ddp4_straggler.jsonl"), "--tensorboard", str(tmp_path / "tb"))
     assert ok.returncode == 0, ok.stderr
     assert "rank 0: 60, rank 1: 60, rank 2: 60, rank 3: 60" in ok.stdout
-    assert "skipped 5 malformed or truncated log line(s)" in ok.stdout
+    assert "skipped 5 log line(s) (2 invalid, 2 malformed, 1 truncated)" in ok.stdout
     again = run(str(DATA / "ddp4_straggler.jsonl"), "--tensorboard", str(tmp_path / "tb"))
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1
     missing = run(str(tmp_path / "nope.jsonl"), "--tensorboard", str(tmp_path / "tb2"))

@@ -286,6 +286,37 @@ def test_a_line_whose_time_the_hub_would_refuse_is_skipped_and_replay_still_play
         assert replay.state.ranks
 
 
+def test_a_line_of_a_rank_past_the_world_or_of_a_newer_schema_is_skipped(tmp_path):
+    # A step of rank 99999 in a log of 2 ranks (edited by hand; the live hub refuses it as
+    # rank_out_of_range) made a third rank: "world size 3", "last step 3 on the slowest
+    # rank", a TensorBoard folder rank99999. A log of a newer pardash was read as if it were
+    # this one's: its fields may mean other things.
+    from pardash.telemetry.export import export_tensorboard
+    from pardash.telemetry.logreader import LogReadStats, no_records, read_log
+
+    source = DATA / "real_ddp2.jsonl"
+    data = source.read_bytes()
+    whole = build_report(str(source))
+    phantom = tmp_path / "phantom.jsonl"
+    phantom.write_bytes(data + b'{"kind":"step","rank":99999,"seq":3,"step":3,"step_s":1e308,"t":1.0}\n')
+    rep = build_report(str(phantom))
+    assert rep["skipped_by_reason"].get("out_of_range") == 1, rep["skipped_by_reason"]
+    assert [r["rank"] for r in rep["ranks"]] == [0, 1] and rep["last_step"] == whole["last_step"]
+    assert sorted(export_tensorboard(str(phantom), str(tmp_path / "tb"))["dirs"]) == [0, 1]
+
+    newer = tmp_path / "newer.jsonl"
+    lines = data.splitlines()
+    newer.write_bytes(b"\n".join(line.replace(b'{"kind"', b'{"v":99,"kind"', 1) for line in lines) + b"\n")
+    stats = LogReadStats()
+    assert list(read_log(newer, stats)) == []
+    assert stats.skipped == {"newer_version": len(lines)}
+    assert no_records(newer, stats) == (f"{newer}: written by a newer pardash ({len(lines)} of {len(lines)} line(s) in a "
+                                        "schema past version 1); read it with that version")  # fmt: skip
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(data + lines[-1].replace(b'{"kind"', b'{"v":2,"kind"', 1) + b"\n")
+    assert build_report(str(mixed))["skipped_by_reason"] == {"newer_version": 1}
+
+
 def test_ranks_that_ended_at_different_steps_are_told_both(tmp_path):
     # A rank killed at step 814 while the others went on to 817: "steps 817 (last step 814)".
     from pardash.telemetry.report import render_text
