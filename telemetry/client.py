@@ -551,6 +551,9 @@ class ReplaySource(FrameApplier):
                 nxt = self.t_start + (self._frames + 1) * self.frame_s
             if nxt > target + 1e-9:  # (t_start + 100 * 0.1 lies a hair past t_start + 10)
                 if target < self.t_end or ahead is None:
+                    if ahead is None and self.core.steps_waiting:  # the newest steps a first step held back
+                        self.apply_frame(self.core.tick(time.monotonic()))
+                        made = True
                     return made
                 nxt = target  # the log's last records
                 self._feed_until(float("inf"))  # the hub's own last words, written after (see LogSpan.end)

@@ -168,6 +168,11 @@ class Hub:
         in_frame: dict[int, schema.Step] = {}
         """The frame being read: each rank's newest step in it (the run's trend takes them as
         a point when the next frame begins)."""
+        firsts: set[int] = set()
+        """Ranks whose first step ever is in the frame being read: it stays the frame's, as
+        the live hub framed it (HubCore._steps)."""
+        first_frame: dict[int, float] = {}
+        """rank -> the frame of its first step."""
         frame_at = newest = 0.0
         n = 0
         rec, core.recorder = core.recorder, None  # do not write the old records again
@@ -194,12 +199,20 @@ class Hub:
                     if msg.rank in in_frame and newest - frame_at >= 0.9 * frame_s:  # (a hair under: float clocks)
                         trend.add_frame(in_frame.values())
                         in_frame.clear()
+                        firsts.clear()
                     if not in_frame:
                         frame_at = newest
-                    in_frame[msg.rank] = msg
                     q = points.get(msg.rank)
                     if q is None:
                         q = points[msg.rank] = deque(maxlen=HISTORY_POINTS)
+                        firsts.add(msg.rank)
+                        first_frame[msg.rank] = frame
+                        in_frame[msg.rank] = msg
+                    else:
+                        if msg.rank not in firsts:
+                            in_frame[msg.rank] = msg
+                        if frame == first_frame[msg.rank]:
+                            frame += 1  # (the first step's frame carried it alone: its newer steps, the next)
                     if q and q[-1][0] == frame:
                         q[-1] = (frame, msg)
                     else:

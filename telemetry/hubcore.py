@@ -183,6 +183,12 @@ class HubCore:
         self.hub_id = os.urandom(4).hex()
         self._pending: list[schema.Message] = []
         self._steps: dict[int, schema.Step] = {}
+        """Each rank's step the next frame carries: its newest, but a rank's first step ever
+        (no history yet) stays its frame's, so the run's charts start at its first loss (a run
+        of 100 steps a second had its first 8 in its first frame, and its charts began at
+        step 8 live, at step 3 in a replay that framed from another instant)."""
+        self._held: set[int] = set()
+        """Ranks whose newer steps a first step kept out of this frame: the next carries them."""
         self._systems: dict[int, schema.System] = {}
         self._beats: dict[int, schema.Heartbeat] = {}
         self._rate_t = time.monotonic()
@@ -286,7 +292,10 @@ class HubCore:
                             newest = r.step
                             if newest is None or m.seq >= newest.seq:  # the rank's own order (RunState.apply)
                                 r.step = m
-                                latest[m.rank] = m
+                                if m.rank not in latest or len(r.history):
+                                    latest[m.rank] = m
+                                else:
+                                    self._held.add(m.rank)
                             if rec_buf is not None:
                                 rec_buf.append(m)
                             keep(m)
@@ -506,6 +515,12 @@ class HubCore:
         self.replay(msg, now)
         return True
 
+    @property
+    def steps_waiting(self) -> bool:
+        """Whether a rank's step waits for the next frame (a newest step that its first step
+        held back from the last one): a replay at its log's end makes that frame too."""
+        return bool(self._steps)
+
     def _hold_clock(self, hello: schema.Hello) -> None:
         """Say once per host when a hello's time is further from the hub's than CLOCK_OFF_S
         (sent seconds before it is taken: a hello goes at once, and is held only until the hub
@@ -528,7 +543,10 @@ class HubCore:
         if isinstance(msg, schema.Step):
             r = self.state.ranks.get(msg.rank)
             if r is not None and r.step is msg:  # the rank's newest step (see RunState.apply)
-                self._steps[msg.rank] = msg
+                if msg.rank not in self._steps or len(r.history):
+                    self._steps[msg.rank] = msg
+                else:
+                    self._held.add(msg.rank)
             self.detector.stragglers.observe(msg)
         elif isinstance(msg, schema.Heartbeat):
             self._beats[msg.rank] = msg
@@ -616,6 +634,12 @@ class HubCore:
         self._systems.clear()
         self._beats.clear()
         self.state.commit_history(steps)
+        if self._held:
+            for rank in self._held:
+                r = self.state.ranks.get(rank)
+                if r is not None and r.step is not None:
+                    self._steps[rank] = r.step
+            self._held.clear()
         self.fseq += 1
         if self.recorder is not None:
             self.recorder.flush_soon()

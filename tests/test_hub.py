@@ -123,8 +123,12 @@ def test_a_step_that_arrives_late_never_replaces_a_newer_one():
     frame = core.tick(3.0)
     viewer.apply_frame(frame.messages, 3.0)
     assert core.state.ranks[0].step.step == 7 and viewer.ranks[0].step.step == 7
-    assert not [m for m in frame.messages if isinstance(m, schema.Step)]  # no stale history point
-    assert viewer.ranks[0].history["step"].values() == [7.0]
+    # No stale history point: the frame carries the newest, which the rank's first step (its
+    # frame's alone, so its charts start there) held back
+    assert [m.step for m in frame.messages if isinstance(m, schema.Step)] == [7]
+    assert viewer.ranks[0].history["step"].values() == [1.0, 7.0]
+    frame = core.tick(3.5)
+    assert not [m for m in frame.messages if isinstance(m, schema.Step)]
     assert core.state.ranks[0].steps_seen == 7 and core.state.lost == 0
     # A new process for the rank (torchrun restarted it) counts its steps from 1 again.
     assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=1, pid=11, restart=1, t=1.0e9 + 8)), 4.0)

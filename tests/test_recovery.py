@@ -3,6 +3,8 @@ verdicts in force stay in force, charts keep their history, and every rank is ju
 whose hello the log lost. Driven with a fake clock: HubCore for the first hub, Hub.recover and
 HubCore.tick for the restarted one."""
 
+import pytest
+
 from pardash.telemetry import schema
 from pardash.telemetry.hub import Hub
 from pardash.telemetry.hubcore import HubCore
@@ -188,7 +190,7 @@ def test_a_restart_keeps_one_history_point_per_frame_for_ranks_faster_than_frame
         ranks.tick(0.1)
     rec.close()
     live = _history(core.state, 0)
-    assert live == [float(s) for s in range(5, 251, 5)]
+    assert live == [1.0] + [float(s) for s in range(10, 251, 5)]  # the first step's frame carries it alone
     hub = _restart(path, now=5000.0)
     try:
         assert _history(hub.core.state, 0) == live
@@ -336,3 +338,44 @@ def test_a_restart_keeps_the_runs_trend_whatever_the_ranks_clocks_and_step_rate(
             assert again[1][-1] == live[1][-1]  # the newest point: both ranks' last step
         finally:
             hub.close()
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_the_runs_charts_start_at_its_first_step_however_many_steps_a_frame_holds(tmp_path, fast):
+    # A run of 100 steps a second had steps 1-8 in its first frame, which carried each rank's
+    # newest: the loss chart began at step 8 live, and at step 3 in a replay (which frames
+    # from the log's first record), though the log held step 1.
+    from pardash.telemetry.client import ReplaySource
+
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id=RUN, recorder=Recorder(path))
+    ranks = Ranks(core, now=100.0)
+    for r in (0, 1):
+        ranks.hello(r)
+    for step in range(1, 9):
+        msgs = [schema.Step(rank=r, step=step, step_s=0.01, loss=1.0 / step, t=T0 + step * 0.01, seq=step, run=RUN) for r in (0, 1)]
+        if fast:  # the hub's batch path for steps
+            assert core.ingest_batch([schema.encode(m) for m in msgs], ranks.now) == 2
+        else:
+            for m in msgs:
+                ranks.send(m)
+        ranks.seq = {0: step + 1, 1: step + 1}
+    first = core.tick(ranks.now + 0.1)
+    assert sorted((m.rank, m.step) for m in first.messages if isinstance(m, schema.Step)) == [(0, 1), (1, 1)]
+    again = core.tick(ranks.now + 0.2)  # nothing new: the newest steps the first frame held back
+    assert sorted((m.rank, m.step) for m in again.messages if isinstance(m, schema.Step)) == [(0, 8), (1, 8)]
+    assert core.state.trend.points()[0] == [1.0, 8.0]
+    assert [r.history["step"].values() for r in core.state.ranks.values()] == [[1.0, 8.0]] * 2
+    ranks.step(0, 9, T0 + 0.09)  # from then on each frame carries the newest
+    ranks.step(0, 10, T0 + 0.10)
+    assert [m.step for m in core.tick(ranks.now + 0.3).messages if isinstance(m, schema.Step)] == [10]
+    core.recorder.close()
+
+    hub = _restart(path, now=5000.0)
+    try:
+        assert hub.core.state.trend.points()[0][0] == 1.0  # read back from the log
+    finally:
+        hub.close()
+    replay = ReplaySource(str(path))
+    replay.seek(replay.t_end - replay.t_start)
+    assert replay.state.trend.points()[0][0] == 1.0
