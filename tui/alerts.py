@@ -154,9 +154,10 @@ def _exit_step(r: st.RankState, exit: ExitInfo | None) -> int | None:
 
 
 def _straggled(r: st.RankState) -> str:
-    """'; it was a straggler (data)' of a gone rank that was one: its straggler alert went with
-    its exit, and the grid no longer says it."""
-    v = r.straggled
+    """'; it was a straggler (data)' of a gone rank that was one as it ended: its straggler
+    alert went with its exit, and the grid no longer says it. Not for a verdict cleared before
+    (a rank stopped 1,700 steps after its one slow spell was said to be a straggler then)."""
+    v = r.straggler
     return f"; it was a straggler ({v.cause or 'cause unknown'})" if v is not None else ""
 
 

@@ -438,6 +438,9 @@ def test_ranks_that_were_only_stopped_are_said_calmly_after_the_failures():
     st.apply(schema.Verdict(rank=0, verdict="straggler", cause="data", step=3, message="rank 0 is a straggler"), 0)
     alerts = run_alerts(st)
     assert [a.text for a in alerts if a.rank == 0] == ["rank 0 was stopped by torchrun at step 5 (SIGTERM); it was a straggler (data)"]
+    # One that was, and no longer was by the end: its exit says nothing of it.
+    st.apply(schema.Verdict(rank=0, verdict="straggler_cleared", step=4, message="rank 0 no longer a straggler"), 0)
+    assert [a.text for a in run_alerts(st) if a.rank == 0] == ["rank 0 was stopped by torchrun at step 5 (SIGTERM)"]
 
 
 def test_a_crash_stays_the_root_cause_of_ranks_stopped_as_they_waited_for_it():
