@@ -22,6 +22,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import stat
 import sys
 import time
@@ -53,6 +54,15 @@ def _bind(sock: zmq.Socket, host: str, port: int) -> str:
     else:
         sock.bind(f"tcp://{host}:*")
     return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+def reachable(endpoint: str) -> str:
+    """``endpoint`` as other machines reach it: one bound to every address (0.0.0.0, ::)
+    names this machine instead (tcp://0.0.0.0:PORT is no address for a rank on another node)."""
+    host, sep, port = endpoint.removeprefix("tcp://").rpartition(":")
+    if sep and host in ("0.0.0.0", "[::]", "::", "*"):
+        return f"tcp://{socket.gethostname()}:{port}"
+    return endpoint
 
 
 class Hub:
@@ -711,10 +721,11 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
                 fh.write(json.dumps(info) + "\n")
         else:
             print(json.dumps(info), flush=True)  # (stdout: for scripts)
+            ingest = reachable(info["ingest"])
             print(
-                f"pardash hub: ranks report here with PARDASH_ENDPOINT={info['ingest']} PARDASH_RUN_ID={info['run_id']} "
+                f"pardash hub: ranks report here with PARDASH_ENDPOINT={ingest} PARDASH_RUN_ID={info['run_id']} "
                 f"(torchrun ... -m pardash.trainer.autorun train.py); watch with "
-                f"`pardash attach {info['ingest'] if entry is None else info['run_id']}`",
+                f"`pardash attach {ingest if entry is None else info['run_id']}`",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
     except OSError:

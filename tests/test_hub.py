@@ -841,3 +841,16 @@ def test_a_live_hub_says_a_ranks_clock_is_off(hub):
     push.send(schema.encode(schema.Hello(run="test-run", rank=0, world_size=1, pid=10, host="n1", t=1.0)))
     wait_for(lambda: any(m.name == "warning" and "57 years behind" in m.message for m in hub.core.state.events))
     push.close(0)
+
+
+def test_a_hub_bound_to_every_address_tells_ranks_this_machines_name():
+    # "PARDASH_ENDPOINT=tcp://0.0.0.0:39157" is no address for a rank on another node.
+    import socket
+
+    from pardash.telemetry.hub import reachable
+
+    here = socket.gethostname()
+    assert reachable("tcp://0.0.0.0:39157") == f"tcp://{here}:39157"
+    assert reachable("tcp://[::]:39157") == f"tcp://{here}:39157"
+    assert reachable("tcp://10.1.2.3:39157") == "tcp://10.1.2.3:39157"
+    assert reachable("tcp://127.0.0.1:5") == "tcp://127.0.0.1:5"
