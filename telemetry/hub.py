@@ -80,8 +80,10 @@ class Hub:
         curve: security.ServerKeys | str | os.PathLike[str] | None = None,
         insecure: bool = False,
         world_size: int = 0,
+        spare_dir: str | None = None,
     ) -> None:
-        """``curve``: the hub's keys or their folder (``pardash keys``): only authorised
+        """``spare_dir``: where the log goes on when its path can hold it no more (the
+        launcher's run folder; default the temp folder). ``curve``: the hub's keys or their folder (``pardash keys``): only authorised
         clients connect. Binding beyond loopback needs ``curve`` or ``insecure``
         (:class:`security.InsecureBindError` otherwise); bad keys raise
         :class:`security.CurveKeyError`. ``world_size``: refuse ranks at or above it."""
@@ -96,7 +98,7 @@ class Hub:
             # from deciding for other sockets of the process (and a second hub's from clashing).
             self._own_ctx = context = zmq.Context()
         self.ctx = context or zmq.Context.instance()
-        self.recorder = Recorder(log_path, background=True) if log_path else None
+        self.recorder = Recorder(log_path, background=True, spare_dir=spare_dir) if log_path else None
         self.core = HubCore(run_id=run_id, recorder=self.recorder, world_size=world_size, wall_clock=time.time)
         self.frame_s = 1.0 / frame_hz
         self.on_frame: Callable[[], None] | None = None
@@ -626,7 +628,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
     try:
         hub = Hub(
             run_id=run_id, log_path=log, host=ns.bind, ports=ports, frame_hz=ns.frame_hz,
-            curve=curve_dir, insecure=insecure, world_size=world_size,
+            curve=curve_dir, insecure=insecure, world_size=world_size, spare_dir=(meta or {}).get("run_dir") or None,
         )  # fmt: skip
     except (security.InsecureBindError, security.CurveKeyError) as exc:
         print(f"pardash hub: {exc}", file=sys.stderr)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 import threading
 import time
 from collections import deque
@@ -115,8 +116,14 @@ def _open_log(path: Path):
 class Recorder:
     """Appends messages to a JSON Lines file."""
 
-    def __init__(self, path: str | os.PathLike[str], *, background: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, background: bool = False, spare_dir: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
+        self.spare_dir = Path(spare_dir) if spare_dir else Path(tempfile.gettempdir())
+        """Where the log goes on when its path can hold it no more (its folder replaced by a
+        file, or made read-only): the launcher's run folder, else the temp folder."""
+        self._astray = ""
+        """Why the log is written to a file no path leads to (deleted, and no place found to
+        write it again): said as the error until it is written again somewhere."""
         self.background = background
         """Write from a thread of its own at :meth:`flush_soon` (a hub's recorder)."""
         self.lines = 0
@@ -266,7 +273,7 @@ class Recorder:
             self._fh.flush()
             self._unwritten.clear()
             self._unwritten_bytes = 0
-            self.error = ""
+            self.error = self._astray
         except OSError as exc:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
             if before is not None and self._good is None:
@@ -292,42 +299,56 @@ class Recorder:
             return
         if not stat.S_ISREG(ours.st_mode):
             return  # a FIFO or a device: nothing to write again
+        restored = f"{self.path.stem}.restored-{os.getpid()}{self.path.suffix}"
+        spare = self.spare_dir / restored
         try:
             there = os.stat(self.path)
             if (there.st_dev, there.st_ino) == (ours.st_dev, ours.st_ino):
                 return
-            target = self.path.with_name(f"{self.path.stem}.restored-{os.getpid()}{self.path.suffix}")
+            targets, why = [self.path.with_name(restored), spare], "another file took its path"
         except FileNotFoundError:
-            target = self.path
-        except OSError:
-            return
-        try:
-            fh.flush()
-            target.parent.mkdir(parents=True, exist_ok=True)
-            new = _open_log(target)
+            targets, why = [self.path, spare], "its path cannot be written"
+        except OSError as exc:  # its folder is no folder any more, or cannot be entered
+            targets, why = [spare], f"its path cannot be reached ({exc.strerror or exc})"
+        fh.flush()
+        failed: list[str] = []
+        for target in targets:
             try:
-                new.flush()
-                fd_in, fd_out, at = fh.fileno(), new.fileno(), 0
-                while at < ours.st_size:
-                    chunk = os.pread(fd_in, min(1 << 20, ours.st_size - at), at)
-                    if not chunk:
-                        break
-                    os.write(fd_out, chunk)
-                    at += len(chunk)
-            except OSError:
-                new.close()
-                raise
-        except OSError as exc:
-            self.error = f"cannot write {self.path} again (it was deleted or moved): {exc.strerror or exc}"
+                new, at = self._copy_to(target, fh.fileno(), ours.st_size)
+                break
+            except OSError as exc:
+                failed.append(f"{target}: {exc.strerror or exc}")
+        else:
+            self._astray = self.error = f"cannot write {self.path} again (it was deleted or moved; {'; '.join(failed)})"
             return
+        self._astray = ""
         fh.close()
         self._fh = new
         gone = "moved away" if ours.st_nlink else "deleted"
         if target == self.path:
             self.notices.append(f"log {self.path} was {gone} while the hub wrote it: written again at its path ({at:,} bytes kept)")
         else:
-            self.notices.append(f"log {self.path} was {gone} and another file took its path: the hub writes it on at {target} ({at:,} bytes kept)")
+            self.notices.append(f"log {self.path} was {gone} and {why}: the hub writes it on at {target} ({at:,} bytes kept)")
             self.path = target
+
+    @staticmethod
+    def _copy_to(target: Path, fd_in: int, size: int):
+        """A new log at ``target`` holding the first ``size`` bytes of ``fd_in``; (file, bytes)."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        new = _open_log(target)
+        try:
+            new.flush()
+            fd_out, at = new.fileno(), 0
+            while at < size:
+                chunk = os.pread(fd_in, min(1 << 20, size - at), at)
+                if not chunk:
+                    break
+                os.write(fd_out, chunk)
+                at += len(chunk)
+        except OSError:
+            new.close()
+            raise
+        return new, at
 
     def _trim(self) -> None:
         # Keep the newest lines in memory while the disk is unwritable, bounded.

@@ -586,6 +586,42 @@ def test_a_log_whose_path_another_file_took_goes_on_beside_it(tmp_path, monkeypa
     assert said.name == "warning" and f"writes it on at {rec.path}" in said.message and not rec.notices
 
 
+def test_a_log_whose_folder_became_a_file_goes_on_in_the_spare_folder_or_says_it_is_lost(tmp_path, monkeypatch):
+    # `rm -rf logdir; touch logdir` mid-run: the path could not be reached (not a folder), the
+    # hub wrote on into the deleted file with no error, and the last line named a log that
+    # was not there: all 2,000 steps lost without a word.
+    from pardash.telemetry import recorder
+    from pardash.telemetry.recorder import Recorder
+
+    monkeypatch.setattr(recorder, "CHECK_PATH_S", 0.0)
+    for spare_ok in (True, False):
+        folder = tmp_path / f"logdir{spare_ok}"
+        path = folder / "run.jsonl"
+        spare = tmp_path / f"spare{spare_ok}"
+        if not spare_ok:
+            spare.write_text("a file where the spare folder would be\n")
+        rec = Recorder(path, spare_dir=spare)
+        rec.write(schema.Step(rank=0, step=1))
+        rec.flush()
+        path.unlink()
+        folder.rmdir()
+        folder.write_text("")
+        rec.write(schema.Step(rank=0, step=2))
+        rec.flush()
+        rec.write(schema.Step(rank=0, step=3))
+        rec.flush()  # a write to the deleted file that works must not clear the error
+        if spare_ok:
+            assert rec.path.parent == spare and not rec.error
+            rec.close()
+            msgs = load_log(rec.path)[0]
+            assert [m.step for m in msgs if isinstance(m, schema.Step)] == [1, 2, 3]
+            (said,) = [m.message for m in msgs if isinstance(m, schema.Event)]
+            assert said.startswith(f"log {path} was deleted and its path cannot be reached (Not a directory): the hub writes it on at {rec.path}")
+        else:
+            assert rec.error.startswith(f"cannot write {path} again (it was deleted or moved; {spare}/"), rec.error
+            rec.close()
+
+
 def test_a_log_deleted_after_its_last_check_is_written_again_at_close(tmp_path):
     # The path is checked once a second: a log deleted in the last second of a run (the hub's
     # last frames) was written to the deleted file, and lost, at the close.
