@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             from pardash.trainer import instrument as instrument_mod
 
         instrument = instrument_mod.install(reporter)
+        _settle_before_destroy()
     else:
         reporter = api.reporter()  # a no-op: the script runs as it would without pardash
     code = 0
@@ -164,6 +165,41 @@ def main(argv: list[str] | None = None) -> int:
         reporter.event("error", message=message, traceback=tb, step=reporter.last_step)
     _finish(reporter, instrument, code)
     return code
+
+
+SETTLE_S = 0.05
+"""How long ``destroy_process_group`` lets gloo's threads take the GIL before it runs."""
+
+
+def _settle_before_destroy() -> None:
+    """Let gloo's work threads finish before the script tears its process group down.
+
+    A gloo work made in a backward pass holds a Python object (torch stashes a context in
+    its thread-local state) that the work's thread frees when the work is done, which needs
+    the GIL. A script that destroys its group and returns from ``main()`` while that free
+    waits frees its DDP model in ``main()``'s frame: ~ProcessGroupGloo then joins the work
+    thread holding the GIL, and the rank hangs forever (a torch bug; plain torchrun hits it
+    as a rarer abort). The reporter's threads, contending for the GIL, made it 1 run in 3 of
+    a small DDP script. Giving up the GIL for a moment at ``destroy_process_group`` lets the
+    work thread finish first; nothing else changes."""
+    try:
+        import functools
+        import time
+
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+    except Exception:
+        return
+    original = distributed_c10d.destroy_process_group
+
+    @functools.wraps(original)
+    def destroy_process_group(*args, **kwargs):
+        time.sleep(SETTLE_S)
+        return original(*args, **kwargs)
+
+    distributed_c10d.destroy_process_group = destroy_process_group
+    if getattr(dist, "destroy_process_group", None) is original:
+        dist.destroy_process_group = destroy_process_group
 
 
 def _line_buffered() -> None:
