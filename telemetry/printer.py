@@ -481,7 +481,9 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     log = f"log {log_path}" + (f" (incomplete: {log_error})" if log_error else "")
     said = "".join(f"; {n}" for n in restart_notes(st, result))
     if code == 0:
-        return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{said}, {log}"
+        # (a hub given up saw the run to that step only: its end is the job's exit code's word)
+        seen = " when telemetry stopped" if result.get("hub_given_up") else ""
+        return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{seen}{said}, {log}"
     f = failure_summary(st)
     out = f"output {output}; " if output else ""
     if result.get("stopped"):
@@ -551,4 +553,6 @@ def restart_notes(st, result: dict) -> list[str]:
     if hub:
         lost = f", {st.lost} messages lost while it was down" if st.lost else ""
         notes.append(f"the hub restarted {hub}x{lost}")
+    if result.get("hub_given_up"):
+        notes.append("then it kept dying and was given up: training went on without telemetry, and the log ends there")
     return notes

@@ -917,6 +917,22 @@ def test_a_rank_that_failed_before_its_first_step_is_not_said_to_fail_at_step_1(
     assert rep["failure"]["line"] == "rank 0 exited with code 1: ValueError: bad config"
 
 
+def test_a_run_whose_hub_was_given_up_says_its_log_ends_there():
+    # The hub killed 21 times: the launcher stopped restarting it, the ranks trained on to step
+    # 5000, and the last line said "done, 2 rank(s), step 1880" as if the job had ended there.
+    from pardash.telemetry.printer import outcome_line
+
+    st = RunState()
+    for r in (0, 1):
+        st.apply(schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=1.0e9), 0.0)
+        st.apply(schema.Step(run="r", rank=r, seq=1, step=1880, step_s=0.1, samples=4, t=1.0e9 + 1), 0.0)
+    assert outcome_line(st, 0, {"hub_restarts": 20, "hub_given_up": True}, "run.jsonl") == (
+        "pardash: done, 2 rank(s), step 1880 when telemetry stopped; the hub restarted 20x; then it kept dying and was "
+        "given up: training went on without telemetry, and the log ends there, log run.jsonl"
+    )
+    assert outcome_line(st, 0, {"hub_restarts": 2}, "run.jsonl") == "pardash: done, 2 rank(s), step 1880; the hub restarted 2x, log run.jsonl"
+
+
 def test_a_failure_the_tui_hid_is_told_with_its_error_its_traceback_and_where_the_output_is():
     # Under the TUI the ranks' output goes to its file alone: the launch's last line named who
     # failed and where, but not the error, its traceback, nor the file that has them.

@@ -567,6 +567,8 @@ class Supervisor:
         spec = self.spec
         result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path,
                   "hub_restarts": self.hub_restarts}  # fmt: skip
+        if self._gave_up:
+            result["hub_given_up"] = True  # the log ends where it did (outcome_line)
         if self._stopping:
             result["stop_t"] = self._stop_t  # what a rank's exit after it is (outcome_line)
         try:
