@@ -55,14 +55,16 @@ class Unbreakable:
         self.on_break: Callable[[], None] | None = None
         """Called once when the stream breaks (its reader gone, its terminal closed): a process
         that goes on without its output can say so elsewhere."""
+        self.on_full: Callable[[OSError], None] | None = None
+        """Called once when a write finds the disk full: its lines are lost until there is
+        room, which nothing else would tell (the file just stops mid-line)."""
 
     def write(self, text: str) -> int:
         if not self.broken:
             try:
                 return self._stream.write(text)
             except OSError as exc:
-                if exc.errno not in FULL:
-                    self._break()
+                self._failed(exc)
             except ValueError:
                 self._break()
         return len(text)
@@ -72,10 +74,16 @@ class Unbreakable:
             try:
                 self._stream.flush()
             except OSError as exc:
-                if exc.errno not in FULL:
-                    self._break()
+                self._failed(exc)
             except ValueError:
                 self._break()
+
+    def _failed(self, exc: OSError) -> None:
+        if exc.errno not in FULL:
+            self._break()
+        elif self.on_full is not None:
+            said, self.on_full = self.on_full, None
+            said(exc)
 
     def _break(self) -> None:
         self.broken = True

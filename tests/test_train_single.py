@@ -76,15 +76,29 @@ def test_a_warmup_longer_than_the_run_and_one_rank_of_fsdp_are_said_once(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_disk_full_under_its_output_costs_lines_never_the_training():
+def test_a_disk_full_under_its_output_costs_lines_never_the_training_and_is_said(hub, tmp_path):
     # Under `pardash launch` a rank's output goes to a file in the run's folder: on a disk that
-    # filled, the rank died at its next print (OSError: No space left on device).
+    # filled, the rank died at its next print (OSError: No space left on device). Then it
+    # trained on, but its output (and the launch's terminal) stopped mid-line without a word.
+    from helpers import wait_for
+
+    from pardash.telemetry import schema
+    from pardash.telemetry.logreader import load_log
+
+    env = dict(trainer_env(), PYTHONUNBUFFERED="1", PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
     with open("/dev/full", "wb") as full:
         proc = subprocess.run(
             [sys.executable, "-m", "pardash.trainer.train", "--strategy", "single", "--steps", "5", "--log-every", "1"],
-            stdout=full, stderr=full, env=dict(trainer_env(), PYTHONUNBUFFERED="1"), timeout=300,
+            stdout=full, stderr=full, env=env, timeout=300,
         )  # fmt: skip
     assert proc.returncode == 0
+
+    def warnings():
+        msgs = load_log(tmp_path / "telemetry.jsonl")[0]
+        return [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.rank == 0]
+
+    wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "exit" for m in load_log(tmp_path / "telemetry.jsonl")[0]))
+    assert warnings() == ["its output cannot be written (No space left on device): its lines are lost until the disk has room"]
 
 
 def test_an_unbreakable_stream_drops_what_a_full_disk_refuses_and_goes_quiet_on_a_broken_pipe():

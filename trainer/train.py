@@ -44,7 +44,7 @@ import torch
 from pardash.telemetry.env import rank_identity
 from pardash.telemetry.memory import account
 from pardash.telemetry.reporter import Reporter
-from pardash.telemetry.streams import unbreakable_stdio
+from pardash.telemetry.streams import Unbreakable, unbreakable_stdio
 
 from . import checkpoint, resume
 from .clock import StepClock, StepRecord
@@ -488,6 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
     gpu_index = local_rank if cfg.device != "cpu" and torch.cuda.is_available() else None
     reporter = Reporter.from_env(gpu_index=gpu_index)
+    _say_when_output_fills(reporter)
     try:
         rt = init_distributed(cfg)
     except ValueError as e:
@@ -529,6 +530,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         # After an error the other ranks may be blocked in a collective with this one;
         # destroying the group could wait on them, so the process just exits.
     return code
+
+
+def _say_when_output_fills(reporter: Reporter) -> None:
+    """Publish a warning, once, when the rank's output (a file in the run's folder) cannot be
+    written for a full disk: the file and the launch's terminal just stopped mid-line, and
+    only result.json's failure said anything."""
+    said = False
+
+    def full(exc: OSError) -> None:
+        nonlocal said
+        if not said:
+            said = True
+            reporter.event("warning", message=f"its output cannot be written ({exc.strerror or exc}): its lines are lost until the disk has room")
+
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, Unbreakable):
+            stream.on_full = full
 
 
 def _exit_now(code: int) -> None:
