@@ -492,6 +492,11 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
         failed = _failed_of_itself(f, st, result.get("stop_t"))
         how = f" after the job failed: {failure_line(f, error=bool(output))}" if failed else as_it_hung(st)
         return f"pardash: stopped by you{how} (exit code {code}){said}; {out if failed else ''}{log}"
+    killed = int(result.get("torchrun_killed") or 0)
+    if killed and (f is None or f["code"] == -signal.SIGTERM):
+        # No rank failed of itself: torchrun died (the OOM killer?) and its ranks were stopped.
+        how = signal.Signals(killed).name if killed in signal.valid_signals() else f"signal {killed}"
+        return f"pardash: torchrun itself was killed ({how}) and its ranks were stopped at step {st.step}{said}; the job's exit code {code}; {out}{log}"
     if f is None:
         return f"pardash: the job failed with exit code {code}{said}; {out}{log}"
     # The error's text is in the ranks' output just above: the line names who and where.

@@ -386,6 +386,28 @@ def test_viewer_killed_the_job_and_log_go_on(tmp_path):
     assert [s.step for s in sorted(_steps(log, 0), key=lambda s: s.seq)] == list(range(1, 121))
 
 
+def test_a_torchrun_killed_outright_has_its_orphaned_ranks_stopped_and_says_so(tmp_path):
+    # The OOM killer (or a `kill -9`) takes torchrun alone: its ranks, orphaned, trained on to
+    # the end with nobody to watch them, while the launch said "2 exited", "the job failed
+    # with exit code 137", and stopped the hub.
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--strategy", "single", "--steps", "100000")
+    wait_for(lambda: len(_steps(log, 0)) >= 3, timeout_s=120, poll_s=0.2)
+    (entry,) = registry.live_runs()
+    (torchrun,) = [c for c in psutil.Process(entry["supervisor_pid"]).children() if "pardash.trainer.torchrun" in c.cmdline()]
+    ranks = torchrun.children()
+    assert ranks
+    torchrun.kill()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 137, out[-2000:] + err[-2000:]
+    assert "pardash: torchrun was killed (SIGKILL); stopping its 1 rank(s) here, which nothing else would" in err
+    last = (out + err).rstrip().splitlines()[-1]
+    assert last.startswith("pardash: torchrun itself was killed (SIGKILL) and its ranks were stopped at step "), last
+    assert not [r for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
+    exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"]
+    assert exits and all(m.code == -15 for m in exits), exits
+
+
 def test_unwritable_log_warns_and_training_goes_on(tmp_path):
     from pardash.telemetry.recorder import Recorder
 

@@ -89,6 +89,7 @@ def test_a_result_that_cannot_be_written_still_stops_the_hub(tmp_path, capsys):
         blocker.write_text("")
         sup.spec = SimpleNamespace(run_id="r", run_dir=str(blocker / "run"), log_path="x.jsonl", viewer_pid=0)
         sup._stopping = sup._gave_up = False
+        sup._torchrun_killed = 0
         sup.hub_restarts = 0
         sup.hub = hub
         sup._finish(0)

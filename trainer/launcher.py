@@ -156,6 +156,11 @@ class Supervisor:
         """When the hub died, within the last HUB_RESTART_WINDOW_S."""
         self._attempt = 0
         """torchrun's last restart told to the hub (see :meth:`_look_for_restarts`)."""
+        self._ranks: list[psutil.Process] = []
+        """torchrun's children (its ranks) when last looked at: the ones to stop should it die."""
+        self._ranks_seen = 0.0
+        self._torchrun_killed = 0
+        """The signal that killed torchrun when nothing here sent it (the OOM killer), else 0."""
 
     def start_hub(self, *, resume: bool = False) -> dict:
         spec = self.spec
@@ -472,7 +477,10 @@ class Supervisor:
             self.start_job()
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()}, close=False)
         self._result_fd = ready_fd
-        code = exit_status(self._wait_job())
+        raw = self._wait_job()
+        code = exit_status(raw)
+        if raw < 0 and not self._stopping:
+            self._end_orphans(-raw)
         if self._stopping and code != 0:
             # As the shell says for the signal this process took (torchrun's own code for the
             # SIGTERM it was sent said 143 of a person's stop too): 130, 143.
@@ -486,7 +494,9 @@ class Supervisor:
             # failed, or by the user. torchrun ends with 0 only when every rank did: then none
             # was stopped, and a rank silent about it (os._exit skips every exit hook) finished.
             # A torchrun that started no rank (it refused its command line) stopped none either.
-            if code != 0 or self._stopping:
+            if self._torchrun_killed:
+                self._note_exits(-15, f"stopped by pardash: torchrun was killed ({signal_name(self._torchrun_killed)})")
+            elif code != 0 or self._stopping:
                 self._note_exits(-15, "stopped" + (" by you" if self._stopping else " by torchrun"))
             else:
                 self._note_exits(0, "finished (torchrun ended with 0)")
@@ -506,12 +516,48 @@ class Supervisor:
         push.close()
 
     def _look_for_ranks(self) -> None:
-        if self.ranks_started or self.job is None:
+        """Note torchrun's ranks (once a second): whether it started any, and which they are."""
+        now = time.monotonic()
+        if self.job is None or (self.ranks_started and now - self._ranks_seen < 1.0):
             return
+        self._ranks_seen = now
         try:
-            self.ranks_started = bool(psutil.Process(self.job.pid).children())
+            ranks = psutil.Process(self.job.pid).children()
         except psutil.Error:
-            pass
+            return
+        if ranks:
+            self._ranks = ranks
+            self.ranks_started = True
+
+    def _end_orphans(self, signum: int) -> None:
+        """torchrun died of ``signum``, which nothing here sent (the OOM killer, a `kill -9` of
+        it alone): its ranks, orphaned, trained on with no one to report their end or stop them,
+        while the launch said they had exited. Stop them as torchrun would have: SIGTERM, then
+        SIGKILL after the grace (each rank's process group, its data loader workers with it)."""
+        self._torchrun_killed = signum
+        alive = [p for p in self._ranks if p.is_running()]
+        if not alive:
+            return
+        print(f"pardash: torchrun was killed ({signal_name(signum)}); stopping its {len(alive)} rank(s) here, "
+              "which nothing else would", file=sys.stderr, flush=True)  # fmt: skip
+        own = os.getpgrp()
+
+        def send(p: psutil.Process, sig: int) -> None:
+            try:
+                group = os.getpgid(p.pid)
+                if group != own and p.is_running():
+                    os.killpg(group, sig)
+                else:
+                    p.send_signal(sig)
+            except (OSError, psutil.Error):
+                pass  # gone already
+
+        for p in alive:
+            send(p, signal.SIGTERM)
+        _, left = psutil.wait_procs(alive, timeout=STOP_GRACE_S)
+        for p in left:
+            send(p, signal.SIGKILL)
+        psutil.wait_procs(left, timeout=5)
 
     def _look_for_restarts(self, push) -> None:
         """Tell the hub when torchrun restarts the job (``--max-restarts``): its log folder
@@ -569,6 +615,8 @@ class Supervisor:
                   "hub_restarts": self.hub_restarts}  # fmt: skip
         if self._gave_up:
             result["hub_given_up"] = True  # the log ends where it did (outcome_line)
+        if self._torchrun_killed:
+            result["torchrun_killed"] = self._torchrun_killed
         if self._stopping:
             result["stop_t"] = self._stop_t  # what a rank's exit after it is (outcome_line)
         try:
@@ -597,6 +645,14 @@ class Supervisor:
                 self.hub.wait(10)
             except subprocess.TimeoutExpired:
                 self.hub.kill()
+
+
+def signal_name(signum: int) -> str:
+    """'SIGKILL' for 9 ('signal 99' for a number no signal has)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def exit_status(code: int) -> int:
