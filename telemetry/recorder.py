@@ -121,6 +121,9 @@ class Recorder:
         self.spare_dir = Path(spare_dir) if spare_dir else Path(tempfile.gettempdir())
         """Where the log goes on when its path can hold it no more (its folder replaced by a
         file, or made read-only): the launcher's run folder, else the temp folder."""
+        self.dropped = 0
+        """Lines dropped while the log could not be written (past MAX_UNWRITTEN_BYTES)."""
+        self._dropped_said = 0
         self._astray = ""
         """Why the log is written to a file no path leads to (deleted, and no place found to
         write it again): said as the error until it is written again somewhere."""
@@ -274,6 +277,11 @@ class Recorder:
             self._unwritten.clear()
             self._unwritten_bytes = 0
             self.error = self._astray
+            if self.dropped > self._dropped_said:
+                # Where the gap is: the report counts no lost message for it (the hub had them).
+                self.notices.append(f"log {self.path}: {self.dropped - self._dropped_said:,} lines were dropped while it "
+                                    "could not be written (the hub kept its newest lines, which are written now)")  # fmt: skip
+                self._dropped_said = self.dropped
         except OSError as exc:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
             if before is not None and self._good is None:
@@ -351,9 +359,13 @@ class Recorder:
         return new, at
 
     def _trim(self) -> None:
-        # Keep the newest lines in memory while the disk is unwritable, bounded.
+        # Keep the newest lines in memory while the disk is unwritable, bounded; count the rest.
         while self._unwritten_bytes > MAX_UNWRITTEN_BYTES and len(self._unwritten) > 1:
-            self._unwritten_bytes -= len(self._unwritten.pop(0))
+            chunk = self._unwritten.pop(0)
+            self._unwritten_bytes -= len(chunk)
+            self.dropped += chunk.count(b"\n")
+        if self.dropped:
+            self.error += f" ({self.dropped:,} lines dropped so far: the newest {MAX_UNWRITTEN_BYTES >> 20} MiB are kept)"
 
     def close(self) -> None:
         if self._writer is not None:

@@ -7,7 +7,9 @@ import re
 import signal
 import subprocess
 import sys
+from collections import deque
 
+import msgspec
 import pytest
 import psutil
 
@@ -430,6 +432,37 @@ def test_unwritable_log_warns_and_training_goes_on(tmp_path):
     assert rec.error == ""
     rec.close()
     assert [m.step for m in load_log(d / "run.jsonl")[0]] == [1, 2, 3]
+
+
+def test_lines_dropped_while_the_log_could_not_be_written_are_counted_and_said(tmp_path, monkeypatch):
+    # Past the bound kept in memory the oldest lines went without a count: the TUI said lost 0,
+    # and report's "log ends early" blamed the run or the hub.
+    from pardash.telemetry import recorder
+    from pardash.telemetry.recorder import Recorder
+
+    one = len(msgspec.json.encode(schema.Step(rank=0, step=10))) + 1
+    monkeypatch.setattr(recorder, "MAX_UNWRITTEN_BYTES", 3 * one)
+    path = tmp_path / "run.jsonl"
+    rec = Recorder(path)
+    rec._fh.close()
+    rec._fh = open("/dev/full", "ab", buffering=0)
+    opener = recorder._open_log
+
+    def full(_path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(recorder, "_open_log", full)
+    for step in range(10, 16):
+        rec.write(schema.Step(rank=0, step=step))
+        rec.flush()
+    assert rec.error.endswith("(3 lines dropped so far: the newest 0 MiB are kept)"), rec.error
+    monkeypatch.setattr(recorder, "_open_log", opener)  # room again
+    rec.write(schema.Step(rank=0, step=16))
+    rec.flush()
+    assert rec.error == "" and rec.notices == deque([f"log {path}: 3 lines were dropped while it could not be written "
+                                                     "(the hub kept its newest lines, which are written now)"])  # fmt: skip
+    rec.close()
+    assert [m.step for m in load_log(path)[0] if isinstance(m, schema.Step)] == [13, 14, 15, 16]
 
 
 def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_hub_behind(tmp_path):
