@@ -849,8 +849,11 @@ def test_a_log_that_stays_unwritable_keeps_only_the_newest_lines_in_memory(tmp_p
         rec._fh = open("/dev/full", "ab", buffering=0)
     rec._fh = None  # the disk has room again: the newest lines are written, in order
     rec.close()
-    steps = [m.step for m in load_log(tmp_path / "run.jsonl")[0]]
+    msgs = load_log(tmp_path / "run.jsonl")[0]
+    steps = [m.step for m in msgs if isinstance(m, schema.Step)]
     assert steps[-1] == 200 and steps == list(range(201 - len(steps), 201)) and 40 < len(steps) < 200
+    (said,) = [m.message for m in msgs if isinstance(m, schema.Event)]  # ... and the gap is said
+    assert said.startswith(f"log {tmp_path / 'run.jsonl'}: {200 - len(steps)} lines were dropped while it could not be written")
 
 
 def test_elastic_restart_shows_as_events_and_the_log_continues(tmp_path):
