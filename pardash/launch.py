@@ -203,7 +203,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
 
     def on_sigterm_started(*_: object) -> None:
         terminated.append(signal.SIGTERM)
-        job.stop()
+        job.stop(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_sigterm_started)
     if job.endpoints.get("metrics"):
@@ -241,12 +241,12 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             if stopped:
                 # Stopped before anything is said: a second Ctrl-C (a double tap) during the
                 # line left the launch before the stop, the job running with nobody to watch it.
-                job.stop()
+                job.stop(stopped_by[0])
                 try:
                     print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
                     printer.follow(lambda: job.poll() is not None)
                 except KeyboardInterrupt:  # again, while it stops
-                    job.stop()
+                    job.stop(stopped_by[0])
                     return _not_waiting(spec, stopped_by[0])
             code = job.wait()
             if stopped and code != 0:
@@ -282,7 +282,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 print(f"{PROG}: {how}; the job goes on. `{PROG} attach {spec.run_id}` to watch it again, log {spec.log_path}")
                 return app.return_code or 0
             if choice != "over":
-                job.stop()
+                job.stop(terminated[0] if terminated else signal.SIGINT)
                 try:
                     print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
                     code = job.wait()

@@ -467,8 +467,10 @@ def _progress_text(st) -> str:
     """How far a finished job went: its step, or that it took none ("step 0" read as a run that
     trained nothing by mistake, where a resume from a checkpoint already at --steps had nothing
     left to train, as its own warning says)."""
+    last = [s for s in (r.last_step for r in st.ranks.values()) if s is not None]
     if any(r.step is not None for r in st.ranks.values()):
-        return f"step {st.step}"
+        # Ranks that ended at different steps (DDP's Join, a rank done early): both, as report says
+        return f"step {max(last)} (last step {st.step} on the slowest rank)" if max(last) > st.step else f"step {st.step}"
     resumed = [m.step for m in st.events if isinstance(m, schema.Event) and m.name == "resume" and m.step is not None]
     return "no step taken" + (f" (resumed at step {max(resumed)}, nothing left to train)" if resumed else "")
 
@@ -491,7 +493,7 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
         # stop: said, or the stop during torchrun's teardown hid the failure.
         failed = _failed_of_itself(f, st, result.get("stop_t"))
         how = f" after the job failed: {failure_line(f, error=bool(output))}" if failed else as_it_hung(st)
-        return f"pardash: stopped by you{how} (exit code {code}){said}; {out if failed else ''}{log}"
+        return f"pardash: stopped {result.get('stopper') or 'by you'}{how} (exit code {code}){said}; {out if failed else ''}{log}"
     killed = int(result.get("torchrun_killed") or 0)
     if killed and (f is None or f["code"] == -signal.SIGTERM):
         # No rank failed of itself: torchrun died (the OOM killer?) and its ranks were stopped.

@@ -931,6 +931,9 @@ def test_a_run_whose_hub_was_given_up_says_its_log_ends_there():
         "given up: training went on without telemetry, and the log ends there, log run.jsonl"
     )
     assert outcome_line(st, 0, {"hub_restarts": 2}, "run.jsonl") == "pardash: done, 2 rank(s), step 1880; the hub restarted 2x, log run.jsonl"
+    # Ranks that ended at different steps (DDP's Join): "step 6" read as the whole job's end
+    st.apply(schema.Step(run="r", rank=1, seq=2, step=1890, step_s=0.1, samples=4, t=1.0e9 + 2), 0.0)
+    assert outcome_line(st, 0, {}, "run.jsonl") == "pardash: done, 2 rank(s), step 1890 (last step 1880 on the slowest rank), log run.jsonl"
 
 
 def test_a_failure_the_tui_hid_is_told_with_its_error_its_traceback_and_where_the_output_is():

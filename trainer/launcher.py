@@ -497,11 +497,16 @@ class Supervisor:
             if self._torchrun_killed:
                 self._note_exits(-15, f"stopped by pardash: torchrun was killed ({signal_name(self._torchrun_killed)})")
             elif code != 0 or self._stopping:
-                self._note_exits(-15, "stopped" + (" by you" if self._stopping else " by torchrun"))
+                self._note_exits(-15, "stopped " + (self._stopper() if self._stopping else "by torchrun"))
             else:
                 self._note_exits(0, "finished (torchrun ended with 0)")
         self._finish(code)
         return code
+
+    def _stopper(self) -> str:
+        """Who stopped the job: 'by you' (Ctrl-C, a Stop chosen in a viewer: SIGINT), else the
+        signal (a scheduler's time limit, `kill`, `docker stop`: no person's doing, maybe)."""
+        return "by you" if self._stopped_by == signal.SIGINT else f"by {signal_name(self._stopped_by)}"
 
     def _note_exits(self, code: int, what: str) -> None:
         """Say, for every rank of this node, that it exited with ``code`` (seq -1: the
@@ -618,7 +623,8 @@ class Supervisor:
         if self._torchrun_killed:
             result["torchrun_killed"] = self._torchrun_killed
         if self._stopping:
-            result["stop_t"] = self._stop_t  # what a rank's exit after it is (outcome_line)
+            result["stop_t"] = self._stop_t
+            result["stopper"] = self._stopper()  # what a rank's exit after it is (outcome_line)
         try:
             Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
             # Whole or not at all: a full disk must not leave half a file, nor the hub running.
@@ -726,9 +732,11 @@ class Job:
     def poll(self) -> int | None:
         return self.supervisor.poll()
 
-    def stop(self) -> None:
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Stop the job: ``signum`` to its supervisor, which says who stopped it by it (SIGINT:
+        you, at the launch's Ctrl-C or a Stop chosen in its TUI; SIGTERM: `kill`, a scheduler)."""
         if self.supervisor.poll() is None:
-            self.supervisor.send_signal(signal.SIGTERM)
+            self.supervisor.send_signal(signum)
 
     def wait(self, timeout: float | None = None) -> int:
         return self.supervisor.wait(timeout)

@@ -106,7 +106,8 @@ def rank_alerts(
         step = _exit_step(r, exit)
         how = _stopped_how(r.rank, exit.cause if exit is not None else "")
         sig = signal_name(r.exit_code)
-        text = f"rank {r.rank} was stopped{how}" + (f" at step {step}" if step is not None else "") + (f" ({sig})" if sig else f" (exit code {r.exit_code})")
+        code = "" if sig and how.endswith(sig) else f" ({sig})" if sig else f" (exit code {r.exit_code})"  # ("stopped by SIGTERM")
+        text = f"rank {r.rank} was stopped{how}" + (f" at step {step}" if step is not None else "") + code
         out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
     elif status == st.EXITED:
         text = f"rank {r.rank}{', the root cause,' if first else ''}"
