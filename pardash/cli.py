@@ -111,11 +111,12 @@ def cmd_attach(ns: argparse.Namespace) -> int:
                 hint = "; or it does not admit this viewer's key (its authorized folder must hold it)"
             where = f"{ns.target} (asked on its snapshot port, {client.snapshot_endpoint})" if (ns.target or "").startswith("tcp://") else client.snapshot_endpoint
             fail(f"no answer from the hub at {where}; is the run still live? (`pardash ps`){hint}")
+        if client.run_id and client.run_id != ns.target:  # (the one live run, or the one a prefix named)
+            print(f"{PROG}: watching run {client.run_id}", flush=True)
         try:
             print(follow_attached(ProgressPrinter(client, every_s=ns.every), client), flush=True)
         except KeyboardInterrupt:
-            again = f"{PROG} attach {ns.target}" if ns.target else f"{PROG} attach"
-            print(f"{PROG}: stopped watching; the run goes on (`{again}` watches it again)", file=sys.stderr)
+            print(f"{PROG}: stopped watching; the run goes on (`{_attach_again(client, ns)}` watches it again)", file=sys.stderr)
             return 130
         finally:
             client.close()
@@ -147,7 +148,19 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         if registry.pid_alive(supervisor):
             fail(f"run {client.run_id} did not stop within {JOB_STOP_WAIT_S:.0f} s; its supervisor is pid {supervisor}", 1)
         print(f"{PROG}: stopped run {client.run_id}; log {entry.get('log', '')}")
+    elif not app.return_code:
+        from pardash.telemetry.printer import run_over
+
+        if not run_over(client.state):
+            print(f"{PROG}: stopped watching; the run goes on (`{_attach_again(client, ns)}` watches it again)")
     return app.return_code or 0
+
+
+def _attach_again(client, ns: argparse.Namespace) -> str:
+    """The command that attaches to the same run again: by its id (a bare `pardash attach`
+    picks whichever run is live then, maybe another)."""
+    remote = ns.target if ns.target and ns.target.startswith("tcp://") else None  # (another machine's: no id here)
+    return f"{PROG} attach {remote or client.run_id or ns.target or ''}".rstrip()
 
 
 def _over_or(target: str | None, why: str, runs_dir: str = "runs") -> str:

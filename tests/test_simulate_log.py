@@ -217,6 +217,17 @@ def test_an_attached_viewer_stopped_with_ctrl_c_says_the_run_goes_on_and_exits_1
         assert att.returncode == 130, err[-2000:]
         assert f"stopped watching; the run goes on (`pardash attach {m.group(2)}` watches it again)" in err, err[-2000:]
         assert p.poll() is None  # the job itself untouched
+        # A bare `attach` takes the one live run: it says which, and how to come back to that one
+        # (a bare `attach` again may pick another by then).
+        att = subprocess.Popen([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "0.2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+        assert att.stdout is not None
+        assert att.stdout.readline().strip() == f"pardash: watching run {m.group(1)}"
+        while "step" not in att.stdout.readline():
+            pass
+        att.send_signal(signal.SIGINT)
+        _out, err = att.communicate(timeout=60)
+        assert f"stopped watching; the run goes on (`pardash attach {m.group(1)}` watches it again)" in err, err[-2000:]
     finally:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
