@@ -319,7 +319,8 @@ def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float
     hs = held_spread(st)
     if hs:
         lo, _, hi = hs
-        held = human_bytes(lo) if lo == hi else f"{human_bytes(lo)}..{human_bytes(hi)}"
+        low, high = human_bytes(lo), human_bytes(hi)
+        held = high if low == high else f"{low}..{high}"  # (FSDP's padded shards: "1.0 MiB..1.0 MiB")
         parts.append(f"held/rank {held}")
     counts = st.status_counts()
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))

@@ -303,7 +303,7 @@ def memory_rows(rep: dict) -> list[tuple[str, str]]:
         return []
     st = f"{rep['strategy'] or '?'} x{rep['world_size']}"
     span = human_bytes(m["state_bytes_max"])
-    if m["state_bytes_min"] is not None and m["state_bytes_min"] != m["state_bytes_max"]:
+    if m["state_bytes_min"] is not None and human_bytes(m["state_bytes_min"]) != span:  # (a few bytes apart: one figure)
         span = f"{human_bytes(m['state_bytes_min'])} .. {span}"
     rows = [
         ("measured: params + grads + optimizer, a rank", span),

@@ -1141,6 +1141,8 @@ def test_a_failed_exit_leaves_torchruns_error_file(tmp_path):
     assert proc.returncode == 3
     recorded = json.loads(error_file.read_text())["message"]
     assert "SystemExit" in recorded["message"] and recorded["extraInfo"]["timestamp"]
+    # torchrun's summary prints that traceback: the script's frames, none of pardash's
+    assert "argv_probe.py" in recorded["extraInfo"]["py_callstack"] and "autorun.py" not in recorded["extraInfo"]["py_callstack"]
     ok = tmp_path / "ok.json"
     assert _probe("-m", "pardash.trainer.autorun", "argv_probe.py", "--exit", "0", env=pardash_env(TORCHELASTIC_ERROR_FILE=str(ok))).returncode == 0
     assert not ok.exists()

@@ -806,6 +806,20 @@ def test_plain_lines_keep_their_format():
     assert re.fullmatch(r"\[\s*\d+\.\ds\] step 12/12 \| step ms min/med/max [\d./]+ \| self ms [\d./]+ \| held/rank [\d.]+ MiB \| 2 finished", line)
 
 
+def test_memory_a_few_bytes_apart_is_one_figure():
+    # FSDP2's padded shards: ranks a few hundred bytes apart; the line read
+    # "held/rank 1.0 MiB..1.0 MiB", and report "1.0 MiB .. 1.0 MiB".
+    from pardash.telemetry.printer import progress_line
+
+    st = RunState()
+    for r, held in ((0, 1_071_616), (1, 1_072_656)):
+        st.apply(schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="fsdp", t=1.0e9), 0.0)
+        st.apply(schema.Step(run="r", rank=r, seq=1, step=1, step_s=0.1, t=1.0e9 + 1, mem=schema.Mem(params_bytes=held)), 0.0)
+    assert "| held/rank 1.0 MiB |" in progress_line(st, 1.0)
+    st.apply(schema.Step(run="r", rank=1, seq=2, step=2, step_s=0.1, t=1.0e9 + 2, mem=schema.Mem(params_bytes=1_600_000)), 0.0)
+    assert "| held/rank 1.0 MiB..1.5 MiB |" in progress_line(st, 2.0)
+
+
 def test_an_event_is_one_bounded_line_whatever_a_rank_sent():
     from pardash.telemetry.printer import EVENT_TEXT_MAX, event_line
 

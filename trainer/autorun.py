@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             # A failure too: without this rank's error file, torchrun's summary could name the
             # rank whose collective broke after it (its error file has a time; this exit none).
-            _record_error_file(e)
+            # Its traceback there starts at the script's code, as an exception's does.
+            _record_error_file(_trim(e))
         if isinstance(e.code, str):
             # sys.exit("why"): Python prints the text and exits 1; it is the failure's error.
             reporter.event("error", message=e.code, step=reporter.last_step)
