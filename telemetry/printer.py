@@ -63,6 +63,8 @@ class ProgressPrinter:
         self._last_line = 0.0
         self._last_said = ""
         self._printed_hseq = 0
+        self._first_seen: dict[int, float] = {}
+        """When events held for their ranks' alike ones were first seen (hseq -> monotonic)."""
         self._noted = False
         self.log_error = ""
         """The hub's last word on its log: '' while it writes, else why it cannot."""
@@ -164,9 +166,11 @@ class ProgressPrinter:
         elif quiet is None and self._quiet_said and self._frame_at == now:
             self._print("hub: sending again")
             self._quiet_said = False
-        fresh = [ev for ev in list(st.events) if ev.hseq > self._printed_hseq]
+        fresh = sorted((ev for ev in list(st.events) if ev.hseq > self._printed_hseq), key=lambda ev: ev.hseq)
+        if not force:
+            fresh = self._group_wait(fresh, now, st)
         if fresh:
-            self._printed_hseq = max(ev.hseq for ev in fresh)
+            self._printed_hseq = fresh[-1].hseq
         for ev, ranks, took in group_alike(fresh):
             line = event_line(ev, ranks, took)
             if line:
@@ -195,6 +199,30 @@ class ProgressPrinter:
                     self._print(f"[{now - self.t_start:6.1f}s] no answer from the hub yet (stopped, overloaded or out of reach)")
                 else:
                     self._print(f"[{now - self.t_start:6.1f}s] {self.waiting}")
+
+    def _group_wait(self, fresh: list[schema.Message], now: float, st) -> list[schema.Message]:
+        """The events of ``fresh`` to print now: up to the first that other ranks may still
+        say alike (an eval, a save) within GROUP_WAIT_S of its coming, so the ranks' alike
+        events are one line ("[eval] ranks 0-1 after step 5"), not one each as they
+        straggle in from frame to frame. What follows it waits too, in order."""
+        world = st.world_size or len(st.ranks)
+        ranks: dict[tuple, set[int]] = {}
+        for ev in fresh:
+            key = alike_key(ev)
+            if key is not None:
+                ranks.setdefault(key, set()).add(ev.rank)
+        seen = self._first_seen
+        for i, ev in enumerate(fresh):
+            key = alike_key(ev)
+            if key is None or len(ranks[key]) >= world:
+                continue
+            if now - seen.setdefault(ev.hseq, now) < GROUP_WAIT_S:
+                fresh = fresh[:i]
+                break
+        if fresh:
+            for h in [h for h in seen if h <= fresh[-1].hseq]:
+                del seen[h]
+        return fresh
 
     def _hub_quiet_s(self, now: float) -> float | None:
         """Seconds since a live hub's last frame, when longer than HUB_QUIET_S (a hub stopped
@@ -370,15 +398,7 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
     out: list[list] = []
     alike: dict[tuple, list] = {}
     for m in msgs:
-        key: tuple | None = None
-        if isinstance(m, schema.Event) and m.rank >= 0 and m.name in GROUPED:
-            # (torchrun's restart, said by the hub or the launcher: its text names its rank and
-            # pid, alike by its count; a script's own event of that name is any event)
-            key = (m.name, m.step, "" if torchrun_restart(m) else m.message, m.code)
-        elif isinstance(m, schema.Verdict) and m.rank >= 0 and m.verdict in GROUPED_VERDICTS:
-            tail = verdict_tail(m)
-            if tail is not None:
-                key = ("verdict", m.verdict, m.cause, m.step, _SECONDS.sub("N s", tail))
+        key = alike_key(m)
         if key is not None:
             entry = alike.get(key)
             if entry is None:
@@ -406,6 +426,24 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
         ordered.insert(at, entry)
     return [(m, list(ranks) if ranks is not None else None, took) for m, ranks, took in ordered]
 
+
+def alike_key(m: schema.Message) -> tuple | None:
+    """What makes ``m`` alike the same event or verdict of other ranks (see :func:`group_alike`);
+    None for a message said once for itself."""
+    if isinstance(m, schema.Event) and m.rank >= 0 and m.name in GROUPED:
+        # (torchrun's restart, said by the hub or the launcher: its text names its rank and
+        # pid, alike by its count; a script's own event of that name is any event)
+        return (m.name, m.step, "" if torchrun_restart(m) else m.message, m.code)
+    if isinstance(m, schema.Verdict) and m.rank >= 0 and m.verdict in GROUPED_VERDICTS:
+        tail = verdict_tail(m)
+        if tail is not None:
+            return ("verdict", m.verdict, m.cause, m.step, _SECONDS.sub("N s", tail))
+    return None
+
+
+GROUP_WAIT_S = 1.0
+"""How long the progress lines hold an event other ranks may still say alike (see
+ProgressPrinter._group_wait)."""
 
 ERROR_AHEAD_S = 5.0
 """How far apart (seconds) an error and the exits it goes ahead of may be (see group_alike)."""
