@@ -239,7 +239,9 @@ class Hub:
         if in_frame:
             trend.add_frame(in_frame.values())
         core.state.commit_history((s for q in points.values() for _, s in q), trend=False)
+        core.framed(q[-1][1] for q in points.values() if q)
         core._steps.clear()  # each rank's newest step is its last point already
+        core._held.clear()
         core.detector.carry_over(core.state, now)
         core.tick(now)
         return n

@@ -189,6 +189,8 @@ class HubCore:
         step 8 live, at step 3 in a replay that framed from another instant)."""
         self._held: set[int] = set()
         """Ranks whose newer steps a first step kept out of this frame: the next carries them."""
+        self._framed: set[int] = set()
+        """Ranks a frame has carried a step of (their newest steps go in frames at once)."""
         self._systems: dict[int, schema.System] = {}
         self._beats: dict[int, schema.Heartbeat] = {}
         self._rate_t = time.monotonic()
@@ -234,7 +236,7 @@ class HubCore:
         run_id = st.run_id
         rec_buf = self.recorder.pending if self.recorder is not None else None
         track_seq = st.track_seq
-        latest = self._steps
+        latest, framed = self._steps, self._framed
         fresh: list[schema.Step] = []
         keep = fresh.append
         max_bytes = security.MAX_RECORD_BYTES
@@ -292,7 +294,7 @@ class HubCore:
                             newest = r.step
                             if newest is None or m.seq >= newest.seq:  # the rank's own order (RunState.apply)
                                 r.step = m
-                                if m.rank not in latest or len(r.history):
+                                if m.rank in framed or m.rank not in latest:
                                     latest[m.rank] = m
                                 else:
                                     self._held.add(m.rank)
@@ -517,9 +519,17 @@ class HubCore:
 
     @property
     def steps_waiting(self) -> bool:
-        """Whether a rank's step waits for the next frame (a newest step that its first step
-        held back from the last one): a replay at its log's end makes that frame too."""
+        """Whether a step waits for the next frame (after the last record of a log: a newest
+        step that its rank's first step held back): a replay at its log's end makes that frame
+        too."""
         return bool(self._steps)
+
+    def framed(self, steps: Iterable[schema.Step]) -> None:
+        """Note that the ranks of ``steps`` have had a step in a frame (their history has it)."""
+        framed = self._framed
+        for s in steps:
+            if s.rank not in framed:
+                framed.add(s.rank)
 
     def _hold_clock(self, hello: schema.Hello) -> None:
         """Say once per host when a hello's time is further from the hub's than CLOCK_OFF_S
@@ -543,7 +553,7 @@ class HubCore:
         if isinstance(msg, schema.Step):
             r = self.state.ranks.get(msg.rank)
             if r is not None and r.step is msg:  # the rank's newest step (see RunState.apply)
-                if msg.rank not in self._steps or len(r.history):
+                if msg.rank in self._framed or msg.rank not in self._steps:
                     self._steps[msg.rank] = msg
                 else:
                     self._held.add(msg.rank)
@@ -634,6 +644,7 @@ class HubCore:
         self._systems.clear()
         self._beats.clear()
         self.state.commit_history(steps)
+        self.framed(steps)
         if self._held:
             for rank in self._held:
                 r = self.state.ranks.get(rank)

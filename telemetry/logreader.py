@@ -184,12 +184,17 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
         if msg.rank < 0 and not isinstance(msg, (schema.Event, schema.Verdict)):
             stats.skipped["invalid"] += 1  # only the hub's notes (events) are no rank's
             continue
-        if isinstance(msg, schema.Hello):
-            stats.world = max(stats.world, msg.world_size)
-        elif stats.world and msg.rank >= stats.world:
+        if not 0.0 <= msg.t < inf:  # as the live hub refuses it (a line edited by hand)
             stats.skipped["out_of_range"] += 1
             continue
-        if not 0.0 <= msg.t < inf:  # as the live hub refuses it (a line edited by hand)
+        if isinstance(msg, schema.Hello):
+            if msg.rank >= msg.world_size:
+                stats.skipped["out_of_range"] += 1
+                continue
+            stats.world = max(stats.world, msg.world_size)
+        elif stats.world and msg.rank >= stats.world and msg.seq >= 0:
+            # (a rank's own record; the launcher's notes, seq -1, were the word of one that
+            # knew the job's size, which may have grown since the hellos read so far)
             stats.skipped["out_of_range"] += 1
             continue
         stats.records += 1

@@ -16,6 +16,7 @@ waiting for it pass :data:`MAX_UNWRITTEN_BYTES` the loop writes itself, as witho
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -175,7 +176,7 @@ class Recorder:
                 self._good = None
             _end_torn_line(self.path)
             self._fh = _open_log(self.path)
-            self.error = ""
+            self.error = self._astray = ""
         except OSError as exc:
             self._fh = None
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
@@ -278,7 +279,7 @@ class Recorder:
             self._unwritten_bytes = 0
             self.error = self._astray
             if self.dropped > self._dropped_said:
-                # Where the gap is: the report counts no lost message for it (the hub had them).
+                # Where the gap is: the report counts the lines as lost messages, with no cause.
                 self.notices.append(f"log {self.path}: {self.dropped - self._dropped_said:,} lines were dropped while it "
                                     "could not be written (the hub kept its newest lines, which are written now)")  # fmt: skip
                 self._dropped_said = self.dropped
@@ -308,19 +309,21 @@ class Recorder:
         if not stat.S_ISREG(ours.st_mode):
             return  # a FIFO or a device: nothing to write again
         restored = f"{self.path.stem}.restored-{os.getpid()}{self.path.suffix}"
-        spare = self.spare_dir / restored
+        # The spare folder, then the temp folder: a launch's log is in its run folder, which is
+        # the spare one, and may be what became unwritable.
+        spares = [self.spare_dir / restored, Path(tempfile.gettempdir()) / restored]
         try:
             there = os.stat(self.path)
             if (there.st_dev, there.st_ino) == (ours.st_dev, ours.st_ino):
                 return
-            targets, why = [self.path.with_name(restored), spare], "another file took its path"
+            targets, why = [self.path.with_name(restored), *spares], "another file took its path"
         except FileNotFoundError:
-            targets, why = [self.path, spare], "its path cannot be written"
+            targets, why = [self.path, *spares], "its path cannot be written"
         except OSError as exc:  # its folder is no folder any more, or cannot be entered
-            targets, why = [spare], f"its path cannot be reached ({exc.strerror or exc})"
+            targets, why = spares, f"its path cannot be reached ({exc.strerror or exc})"
         fh.flush()
         failed: list[str] = []
-        for target in targets:
+        for target in dict.fromkeys(targets):  # (each once: the spare folder may be the log's)
             try:
                 new, at = self._copy_to(target, fh.fileno(), ours.st_size)
                 break
@@ -341,8 +344,10 @@ class Recorder:
 
     @staticmethod
     def _copy_to(target: Path, fd_in: int, size: int):
-        """A new log at ``target`` holding the first ``size`` bytes of ``fd_in``; (file, bytes)."""
+        """A new log at ``target`` holding the first ``size`` bytes of ``fd_in``; (file, bytes).
+        One that fails leaves no part of a copy behind."""
         target.parent.mkdir(parents=True, exist_ok=True)
+        made = not target.exists()
         new = _open_log(target)
         try:
             new.flush()
@@ -355,6 +360,9 @@ class Recorder:
                 at += len(chunk)
         except OSError:
             new.close()
+            if made:
+                with contextlib.suppress(OSError):
+                    target.unlink()
             raise
         return new, at
 

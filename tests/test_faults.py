@@ -403,7 +403,7 @@ def test_a_torchrun_killed_outright_has_its_orphaned_ranks_stopped_and_says_so(t
     torchrun.kill()
     out, err = p.communicate(timeout=120)
     assert p.returncode == 137, out[-2000:] + err[-2000:]
-    assert "pardash: torchrun was killed (SIGKILL); stopping its 1 rank(s) here, which nothing else would" in err
+    assert "pardash: torchrun was killed (SIGKILL); stopping its 1 process(es) here, which nothing else would" in err
     last = (out + err).rstrip().splitlines()[-1]
     assert last.startswith("pardash: torchrun itself was killed (SIGKILL) and its ranks were stopped at step "), last
     assert not [r for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
@@ -646,16 +646,24 @@ def test_a_log_whose_folder_became_a_file_goes_on_in_the_spare_folder_or_says_it
     # `rm -rf logdir; touch logdir` mid-run: the path could not be reached (not a folder), the
     # hub wrote on into the deleted file with no error, and the last line named a log that
     # was not there: all 2,000 steps lost without a word.
+    import tempfile
+
     from pardash.telemetry import recorder
     from pardash.telemetry.recorder import Recorder
 
     monkeypatch.setattr(recorder, "CHECK_PATH_S", 0.0)
-    for spare_ok in (True, False):
-        folder = tmp_path / f"logdir{spare_ok}"
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    # The spare folder elsewhere; the log's own folder (a launch's run folder is both); and
+    # no place at all (the temp folder a file too).
+    for case in ("spare", "own", "none"):
+        folder = tmp_path / f"logdir-{case}"
         path = folder / "run.jsonl"
-        spare = tmp_path / f"spare{spare_ok}"
-        if not spare_ok:
-            spare.write_text("a file where the spare folder would be\n")
+        spare = tmp_path / "spare" if case == "spare" else folder
+        if case == "none":
+            monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "file"))
+            (tmp_path / "file").write_text("")
         rec = Recorder(path, spare_dir=spare)
         rec.write(schema.Step(rank=0, step=1))
         rec.flush()
@@ -666,16 +674,16 @@ def test_a_log_whose_folder_became_a_file_goes_on_in_the_spare_folder_or_says_it
         rec.flush()
         rec.write(schema.Step(rank=0, step=3))
         rec.flush()  # a write to the deleted file that works must not clear the error
-        if spare_ok:
-            assert rec.path.parent == spare and not rec.error
+        if case == "none":
+            assert rec.error.startswith(f"cannot write {path} again (it was deleted or moved; {folder}/"), rec.error
             rec.close()
-            msgs = load_log(rec.path)[0]
-            assert [m.step for m in msgs if isinstance(m, schema.Step)] == [1, 2, 3]
-            (said,) = [m.message for m in msgs if isinstance(m, schema.Event)]
-            assert said.startswith(f"log {path} was deleted and its path cannot be reached (Not a directory): the hub writes it on at {rec.path}")
-        else:
-            assert rec.error.startswith(f"cannot write {path} again (it was deleted or moved; {spare}/"), rec.error
-            rec.close()
+            continue
+        assert rec.path.parent == (spare if case == "spare" else temp) and not rec.error, (case, rec.path, rec.error)
+        rec.close()
+        msgs = load_log(rec.path)[0]
+        assert [m.step for m in msgs if isinstance(m, schema.Step)] == [1, 2, 3]
+        (said,) = [m.message for m in msgs if isinstance(m, schema.Event)]
+        assert said.startswith(f"log {path} was deleted and its path cannot be reached (Not a directory): the hub writes it on at {rec.path}")
 
 
 def test_a_log_deleted_after_its_last_check_is_written_again_at_close(tmp_path):

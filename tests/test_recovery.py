@@ -374,6 +374,9 @@ def test_the_runs_charts_start_at_its_first_step_however_many_steps_a_frame_hold
     hub = _restart(path, now=5000.0)
     try:
         assert hub.core.state.trend.points()[0][0] == 1.0  # read back from the log
+        # ... and no rank's newest step is held for a frame (each restart added its last point again)
+        assert not [m for m in hub.core.tick(5000.1).messages if isinstance(m, schema.Step)]
+        assert hub.core.state.ranks[0].history["step"].values().count(10.0) == 1
     finally:
         hub.close()
     replay = ReplaySource(str(path))

@@ -303,6 +303,10 @@ def test_a_line_of_a_rank_past_the_world_or_of_a_newer_schema_is_skipped(tmp_pat
     assert rep["skipped_by_reason"].get("out_of_range") == 1, rep["skipped_by_reason"]
     assert [r["rank"] for r in rep["ranks"]] == [0, 1] and rep["last_step"] == whole["last_step"]
     assert sorted(export_tensorboard(str(phantom), str(tmp_path / "tb"))["dirs"]) == [0, 1]
+    # ... nor a hello of its own (a rank past the world it says)
+    phantom.write_bytes(data + b'{"kind":"hello","rank":99999,"seq":0,"world_size":2,"pid":5,"t":1.0}\n')
+    rep = build_report(str(phantom))
+    assert rep["skipped_by_reason"].get("out_of_range") == 1 and rep["world_size"] == 2
 
     newer = tmp_path / "newer.jsonl"
     lines = data.splitlines()

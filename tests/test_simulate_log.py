@@ -210,8 +210,7 @@ def test_an_attached_viewer_stopped_with_ctrl_c_says_the_run_goes_on_and_exits_1
         att = subprocess.Popen([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "0.2", m.group(2)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
         assert att.stdout is not None
-        while "step" not in att.stdout.readline():  # following the run
-            pass
+        assert any("step" in line for line in att.stdout), "attach ended before following the run"
         att.send_signal(signal.SIGINT)
         _out, err = att.communicate(timeout=60)
         assert att.returncode == 130, err[-2000:]
@@ -223,8 +222,7 @@ def test_an_attached_viewer_stopped_with_ctrl_c_says_the_run_goes_on_and_exits_1
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
         assert att.stdout is not None
         assert att.stdout.readline().strip() == f"pardash: watching run {m.group(1)}"
-        while "step" not in att.stdout.readline():
-            pass
+        assert any("step" in line for line in att.stdout), "attach ended before following the run"
         att.send_signal(signal.SIGINT)
         _out, err = att.communicate(timeout=60)
         assert f"stopped watching; the run goes on (`pardash attach {m.group(1)}` watches it again)" in err, err[-2000:]

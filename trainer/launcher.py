@@ -156,9 +156,6 @@ class Supervisor:
         """When the hub died, within the last HUB_RESTART_WINDOW_S."""
         self._attempt = 0
         """torchrun's last restart told to the hub (see :meth:`_look_for_restarts`)."""
-        self._ranks: list[psutil.Process] = []
-        """torchrun's children (its ranks) when last looked at: the ones to stop should it die."""
-        self._ranks_seen = 0.0
         self._torchrun_killed = 0
         """The signal that killed torchrun when nothing here sent it (the OOM killer), else 0."""
 
@@ -495,7 +492,7 @@ class Supervisor:
             # was stopped, and a rank silent about it (os._exit skips every exit hook) finished.
             # A torchrun that started no rank (it refused its command line) stopped none either.
             if self._torchrun_killed:
-                self._note_exits(-15, f"stopped by pardash: torchrun was killed ({signal_name(self._torchrun_killed)})")
+                self._note_exits(-15, "stopped by pardash after torchrun was killed")
             elif code != 0 or self._stopping:
                 self._note_exits(-15, "stopped " + (self._stopper() if self._stopping else "by torchrun"))
             else:
@@ -521,47 +518,48 @@ class Supervisor:
         push.close()
 
     def _look_for_ranks(self) -> None:
-        """Note torchrun's ranks (once a second): whether it started any, and which they are."""
-        now = time.monotonic()
-        if self.job is None or (self.ranks_started and now - self._ranks_seen < 1.0):
+        if self.ranks_started or self.job is None:
             return
-        self._ranks_seen = now
         try:
-            ranks = psutil.Process(self.job.pid).children()
+            self.ranks_started = bool(psutil.Process(self.job.pid).children())
         except psutil.Error:
-            return
-        if ranks:
-            self._ranks = ranks
-            self.ranks_started = True
+            pass
+
+    def _job_processes(self) -> list[psutil.Process]:
+        """The job's processes still running (torchrun's ranks, their data loader workers),
+        wherever they were reparented: found by the environment this supervisor gave them
+        (the run id and the hub's address), never this process, its parents or the hub."""
+        me = psutil.Process()
+        skip = {me.pid, *(p.pid for p in me.parents()), self.hub.pid if self.hub is not None else -1}
+        want = (self.spec.run_id, self.endpoints.get("ingest"))
+        found = []
+        for p in psutil.process_iter():
+            if p.pid in skip:
+                continue
+            try:
+                env = p.environ()
+                if (env.get(RUN_ID_VAR), env.get(ENDPOINT_VAR)) == want and p.status() != psutil.STATUS_ZOMBIE:
+                    found.append(p)
+            except psutil.Error:
+                continue  # gone, or another user's
+        return found
 
     def _end_orphans(self, signum: int) -> None:
         """torchrun died of ``signum``, which nothing here sent (the OOM killer, a `kill -9` of
         it alone): its ranks, orphaned, trained on with no one to report their end or stop them,
         while the launch said they had exited. Stop them as torchrun would have: SIGTERM, then
         SIGKILL after the grace (each rank's process group, its data loader workers with it)."""
-        self._torchrun_killed = signum
-        alive = [p for p in self._ranks if p.is_running()]
+        alive = self._job_processes()
         if not alive:
-            return
-        print(f"pardash: torchrun was killed ({signal_name(signum)}); stopping its {len(alive)} rank(s) here, "
+            return  # (its ranks had ended: only torchrun died)
+        self._torchrun_killed = signum
+        print(f"pardash: torchrun was killed ({signal_name(signum)}); stopping its {len(alive)} process(es) here, "
               "which nothing else would", file=sys.stderr, flush=True)  # fmt: skip
-        own = os.getpgrp()
-
-        def send(p: psutil.Process, sig: int) -> None:
-            try:
-                group = os.getpgid(p.pid)
-                if group != own and p.is_running():
-                    os.killpg(group, sig)
-                else:
-                    p.send_signal(sig)
-            except (OSError, psutil.Error):
-                pass  # gone already
-
         for p in alive:
-            send(p, signal.SIGTERM)
+            _signal_process_group(p, signal.SIGTERM)
         _, left = psutil.wait_procs(alive, timeout=STOP_GRACE_S)
         for p in left:
-            send(p, signal.SIGKILL)
+            _signal_process_group(p, signal.SIGKILL)
         psutil.wait_procs(left, timeout=5)
 
     def _look_for_restarts(self, push) -> None:
@@ -684,16 +682,22 @@ def _kill_job(proc: subprocess.Popen) -> None:
         ranks = psutil.Process(proc.pid).children(recursive=True)
     except psutil.Error:
         ranks = []
-    own = os.getpgrp()
     for p in ranks:
-        try:
-            group = os.getpgid(p.pid)
-            if group not in (own, proc.pid):
-                os.killpg(group, signal.SIGKILL)
-            p.kill()
-        except (OSError, psutil.Error):
-            pass  # gone already
+        _signal_process_group(p, signal.SIGKILL, also=proc.pid)
     _signal_group(proc, signal.SIGKILL)
+
+
+def _signal_process_group(p: psutil.Process, sig: int, also: int = -1) -> None:
+    """``sig`` to ``p`` and its process group (a rank's: its data loader workers), unless
+    that group is this process's or ``also``'s."""
+    try:
+        group = os.getpgid(p.pid)
+        if group not in (os.getpgrp(), also):
+            os.killpg(group, sig)  # (``p`` among them: a SIGTERM sent twice may cut its handler short)
+        else:
+            p.send_signal(sig)
+    except (OSError, psutil.Error):
+        pass  # gone already
 
 
 def _tell(fd: int | None, info: dict, *, close: bool = True) -> None:

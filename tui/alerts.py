@@ -163,8 +163,9 @@ def _straggled(r: st.RankState) -> str:
 
 
 def _stopped_how(rank: int, cause: str) -> str:
-    """' by you' of the launcher's note of a stopped rank ("stopped by you", or an older log's
-    "rank 3 was stopped by torchrun"), else ''."""
+    """' by you' of the launcher's note of a stopped rank ("stopped by you", "stopped by
+    SIGTERM", "stopped by torchrun", "stopped by pardash after torchrun was killed", or an older
+    log's "rank 3 was stopped by torchrun"), else ''."""
     cause = cause.removeprefix(f"rank {rank} ").removeprefix("was ")
     return cause.removeprefix("stopped") if cause.startswith("stopped by ") else ""
 
