@@ -53,6 +53,15 @@ class Ranks:
         self.core.tick(self.now)
 
 
+def _two_ranks(path) -> tuple[HubCore, Ranks]:
+    """A hub recording to ``path``, and ranks 0 and 1 that said hello to it."""
+    core = HubCore(run_id=RUN, recorder=Recorder(path))
+    ranks = Ranks(core, now=100.0)
+    for r in (0, 1):
+        ranks.hello(r)
+    return core, ranks
+
+
 def _verdicts(core: HubCore) -> list[tuple[int, str, str]]:
     return [(v.rank, v.verdict, v.message) for v in core.state.events if isinstance(v, schema.Verdict)]
 
@@ -137,10 +146,7 @@ def _history(state, rank: int) -> list[float]:
 def test_a_restart_keeps_every_ranks_chart_history(tmp_path):
     # Steps slower than frames: the live hub keeps one point a step, the last HISTORY_POINTS.
     path = tmp_path / "run.jsonl"
-    core = HubCore(run_id=RUN, recorder=Recorder(path))
-    ranks = Ranks(core, now=100.0)
-    for r in (0, 1):
-        ranks.hello(r)
+    core, ranks = _two_ranks(path)
     n = HISTORY_POINTS + 60
     for step in range(1, n + 1):
         for r in (0, 1):
@@ -242,10 +248,7 @@ def test_a_restart_does_not_judge_a_cleared_straggler_again(tmp_path):
     # The restarted hub holds the logged steps of windows the dead hub already scored: it must
     # not score them again (and call rank 1 a straggler anew, long after it was cleared).
     path = tmp_path / "run.jsonl"
-    core = HubCore(run_id=RUN, recorder=Recorder(path))
-    ranks = Ranks(core, now=100.0)
-    for r in (0, 1):
-        ranks.hello(r)
+    core, ranks = _two_ranks(path)
     for step in range(1, 101):
         for r in (0, 1):
             slow = r == 1 and 20 <= step < 50
@@ -348,10 +351,7 @@ def test_the_runs_charts_start_at_its_first_step_however_many_steps_a_frame_hold
     from pardash.telemetry.client import ReplaySource
 
     path = tmp_path / "run.jsonl"
-    core = HubCore(run_id=RUN, recorder=Recorder(path))
-    ranks = Ranks(core, now=100.0)
-    for r in (0, 1):
-        ranks.hello(r)
+    core, ranks = _two_ranks(path)
     for step in range(1, 9):
         msgs = [schema.Step(rank=r, step=step, step_s=0.01, loss=1.0 / step, t=T0 + step * 0.01, seq=step, run=RUN) for r in (0, 1)]
         if fast:  # the hub's batch path for steps
