@@ -240,3 +240,26 @@ def test_a_stop_that_comes_as_torchrun_starts_tells_torchrun(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     code, torchrun, told = out.stdout.split()[-3:]
     assert (code, told) == ("130", "True") and torchrun != "-9", out.stdout
+
+
+def test_only_this_nodes_processes_of_the_job_are_found_to_stop():
+    # Two nodes' launches in one PID namespace (tests/test_two_nodes.py, the netns demo): node
+    # 1's supervisor, its torchrun killed, stopped node 0's torchrun and rank too (they carry
+    # the same run id and hub address).
+    import os
+    import subprocess
+    import sys
+
+    from pardash.trainer import launcher
+
+    sup = launcher.Supervisor.__new__(launcher.Supervisor)
+    sup.spec = SimpleNamespace(run_id="run-x")
+    code = "import time; time.sleep(60)"
+    ours = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, PARDASH_SUPERVISOR=str(os.getpid()), PARDASH_RUN_ID="run-x"))
+    other = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, PARDASH_SUPERVISOR="1", PARDASH_RUN_ID="run-x"))
+    try:
+        assert [p.pid for p in sup._job_processes()] == [ours.pid]
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait()

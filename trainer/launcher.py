@@ -47,6 +47,8 @@ STDERR_POLL_S = 0.1
 HUB_READY_TIMEOUT_S = 30.0
 TRAINER_COMMAND = ["-m", "pardash.trainer.train"]
 """What torchrun runs per rank for the bundled trainer (its arguments follow)."""
+SUPERVISOR_VAR = "PARDASH_SUPERVISOR"
+"""The supervisor's pid, in the job's environment: which processes are this node's of the job."""
 STOP_GRACE_S = 10.0
 """Seconds torchrun and its ranks get after SIGTERM before SIGKILL."""
 
@@ -293,6 +295,7 @@ class Supervisor:
         env.update(spec.extra_env)
         env[ENDPOINT_VAR] = self.endpoints["ingest"]
         env[RUN_ID_VAR] = spec.run_id
+        env[SUPERVISOR_VAR] = str(os.getpid())  # (this node's processes of the job: see _job_processes)
         if spec.curve_dir:
             env[security.CURVE_DIR_VAR] = spec.curve_dir
         if "PYTHONUNBUFFERED" not in env:
@@ -526,19 +529,20 @@ class Supervisor:
             pass
 
     def _job_processes(self) -> list[psutil.Process]:
-        """The job's processes still running (torchrun's ranks, their data loader workers),
-        wherever they were reparented: found by the environment this supervisor gave them
-        (the run id and the hub's address), never this process, its parents or the hub."""
+        """This node's processes of the job still running (torchrun's ranks, their data loader
+        workers), wherever they were reparented: found by the environment this supervisor gave
+        them (its pid and the run id: another node's, in the same PID namespace, have another
+        supervisor), never this process or its parents."""
         me = psutil.Process()
-        skip = {me.pid, *(p.pid for p in me.parents()), self.hub.pid if self.hub is not None else -1}
-        want = (self.spec.run_id, self.endpoints.get("ingest"))
+        skip = {me.pid, *(p.pid for p in me.parents())}
+        want = (str(me.pid), self.spec.run_id)
         found = []
         for p in psutil.process_iter():
             if p.pid in skip:
                 continue
             try:
                 env = p.environ()
-                if (env.get(RUN_ID_VAR), env.get(ENDPOINT_VAR)) == want and p.status() != psutil.STATUS_ZOMBIE:
+                if (env.get(SUPERVISOR_VAR), env.get(RUN_ID_VAR)) == want and p.status() != psutil.STATUS_ZOMBIE:
                     found.append(p)
             except psutil.Error:
                 continue  # gone, or another user's
