@@ -98,6 +98,10 @@ def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Eve
     return first, victims, stopped
 
 
+def _is_stop(e: schema.Event) -> bool:
+    return e.name == "exit" and e.rank >= 0 and e.code in STOPPED_CODES
+
+
 def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None:
     """The root cause among ``events`` (default: the last attempt's; or an earlier one's list
     from :func:`attempts`) as the report and the launcher's last line tell it: rank, code,
@@ -128,6 +132,7 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
         step = r.step.step + 1  # the one after its last step (known for the last attempt only)
     unrecorded = None
     left: list[tuple[int, int | None]] = []
+    stopped_first: list[dict] = []
     if first.code > 0 and error is not None and PEER_FAILURE.search(error):
         # Even the first failure is a peer's failure. A rank that ended well (exit 0) before
         # the step the failing rank died in left their collectives without a peer (an early
@@ -143,6 +148,13 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
         left = sorted(ended.items())
         said = {e.rank for e in events if e.name == "exit"}
         unrecorded = sorted(q for q in st.ranks if q not in said)
+        # A rank stopped before it (one node's launch stopped, by you or a scheduler): the stop
+        # broke the others' collectives; no rank failed of itself.
+        stops = {e.rank: e for e in events if _is_stop(e) and e.hseq < first.hseq and e.rank != first.rank}
+        if stops and not left:
+            stopped_first = [{"rank": r, "how": (e.message or "") if (e.message or "").startswith("stopped") else "stopped"}
+                             for r, e in sorted(stops.items())]  # fmt: skip
+            unrecorded = None
     waited: list[dict] = []
     if last and first.code > 0 and not left and (PEER_FAILURE.search(message) or WAIT_FAILURE.search(message)):
         # The first failure is a wait (a collective's timeout) or a peer's failure, in a run the
@@ -156,7 +168,8 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
             victims = [v for v in victims if v not in causes]  # (one that then died of a closed socket: the cause still)
     f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
          "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded,
-         "left_early": [{"rank": r, "step": at} for r, at in left], "waited_for": waited}  # fmt: skip
+         "left_early": [{"rank": r, "step": at} for r, at in left], "waited_for": waited,
+         "stopped_first": stopped_first}  # fmt: skip
     f["line"] = failure_line(f)
     return f
 
@@ -197,8 +210,15 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     waited = f.get("waited_for") or []
     if waited:
         line = f"{hung_text(waited)} (the likely cause of the hang); {line} waiting for {'it' if len(waited) == 1 else 'them'}"
+    first = f.get("stopped_first") or []
+    if first:
+        hows = {x["how"] for x in first}
+        how = hows.pop() if len(hows) == 1 else "stopped"
+        who = ranks_named([x["rank"] for x in first])
+        line = f"{who} {'were' if len(first) > 1 else 'was'} {how} first; {line} after it"
     line += f": {f['error']}" if error and f["error"] else ""
-    victims, stopped = f["victims"], f["stopped"]
+    victims = f["victims"]
+    stopped = [r for r in f["stopped"] if not any(x["rank"] == r for x in first)]
     if victims:
         line += f"; {ranks_named(victims)} failed after it"
     if stopped:

@@ -564,7 +564,11 @@ def _role(rank: int, failure: dict | None) -> str | None:
         return None
     if any(w["rank"] == rank for w in failure.get("waited_for") or ()):
         return "hung"  # the rank the one that failed waited for
+    if any(x["rank"] == rank for x in failure.get("stopped_first") or ()):
+        return "stopped_first"  # the stop that broke the others' collectives
     if rank == failure["rank"]:
+        if failure.get("stopped_first"):
+            return "victim"
         return "peer_left" if failure.get("left_early") else "waited" if failure.get("waited_for") else "cause"
     if rank in failure["victims"]:
         return "victim"

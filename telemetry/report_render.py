@@ -243,12 +243,13 @@ def exit_lines(rep: dict) -> list[str]:
     cause first, then in the order of their first rank (a job of 1024 ranks stopped after one
     failed is two lines)."""
     alike: dict[str, list[int]] = {}
-    first = {"cause": 0, "peer_left": 0, "hung": 0, "waited": 1}
+    first = {"cause": 0, "peer_left": 0, "hung": 0, "stopped_first": 0, "waited": 1}
     for e in sorted(rep["exits"], key=lambda e: first.get(e.get("role") or "", 2)):  # stable: the rest keep their order
         sig = f" ({e['signal']})" if e.get("signal") else ""
         at = f" at step {e['step']}" if e.get("step") is not None else ""
         role = {
             "cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped",
+            "stopped_first": " - stopped first, the others failed after it",
             "peer_left": " - failed as a peer had left the job",
             "hung": " - the root cause: it hung, the others waited", "waited": " - failed waiting for the hung rank(s)",
         }.get(e.get("role") or "", "")  # fmt: skip

@@ -935,6 +935,31 @@ def test_a_rank_that_failed_before_its_first_step_is_not_said_to_fail_at_step_1(
     assert rep["failure"]["line"] == "rank 0 exited with code 1: ValueError: bad config"
 
 
+def test_a_node_stopped_on_purpose_is_why_the_other_failed_not_the_other():
+    # Two nodes: node 1's launch got a SIGTERM (its scheduler); rank 0 on node 0 then died of
+    # the closed connection. The root cause was rank 0, "the rank that failed first left no
+    # exit record", though rank 1's stop was in the log before it.
+    from pardash.telemetry.failures import failure_summary
+
+    t = 1.0e9
+    st = RunState()
+    for m in [
+        *(schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)),
+        *(schema.Step(run="r", rank=r, seq=1, step=682, step_s=0.1, t=t + 1) for r in (0, 1)),
+        schema.Event(run="r", rank=1, seq=-1, name="exit", code=-15, message="stopped by SIGTERM", t=t + 2, hseq=10),
+        schema.Event(run="r", rank=0, seq=2, name="error", step=682, t=t + 3, hseq=11,
+                     message="RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.201.0.2]:1234"),
+        schema.Event(run="r", rank=0, seq=3, name="exit", code=1, step=683, t=t + 3, hseq=12),
+    ]:
+        st.apply(m, 0.0)
+    f = failure_summary(st)
+    assert f["line"] == ("rank 1 was stopped by SIGTERM first; rank 0 exited with code 1 at step 683 after it: "
+                         "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.201.0.2]:1234")  # fmt: skip
+    from pardash.telemetry.report import _role
+
+    assert (_role(1, f), _role(0, f)) == ("stopped_first", "victim")
+
+
 def test_a_run_whose_hub_was_given_up_says_its_log_ends_there():
     # The hub killed 21 times: the launcher stopped restarting it, the ranks trained on to step
     # 5000, and the last line said "done, 2 rank(s), step 1880" as if the job had ended there.
