@@ -521,11 +521,14 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     says its error and where the rest is, which is otherwise just above it."""
     log = f"log {log_path}" + (f" (incomplete: {log_error})" if log_error else "")
     said = "".join(f"; {n}" for n in restart_notes(st, result))
+    f = failure_summary(st)
     if code == 0:
+        if f is not None:
+            # This node's ranks all finished (torchrun ended with 0), another node's failed.
+            return f"pardash: this node's ranks finished, but the job failed: {failure_line(f)}{said}; {log}"
         # (a hub given up saw the run to that step only: its end is the job's exit code's word)
         seen = " when telemetry stopped" if result.get("hub_given_up") else ""
         return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{seen}{said}, {log}"
-    f = failure_summary(st)
     out = f"output {output}; " if output else ""
     if result.get("stopped"):
         # A rank that failed of itself (its own error, or a signal not the stop's) before the

@@ -960,6 +960,26 @@ def test_a_node_stopped_on_purpose_is_why_the_other_failed_not_the_other():
     assert (_role(1, f), _role(0, f)) == ("stopped_first", "victim")
 
 
+def test_a_node_whose_ranks_finished_while_another_nodes_failed_does_not_say_done():
+    # Node 1's rank ran its 20 steps and exited 0 (torchrun on node 1: 0) while rank 0 on node
+    # 0 failed: node 1's last line read "done, 2 rank(s), step 20".
+    from pardash.telemetry.printer import outcome_line
+
+    t = 1.0e9
+    st = RunState()
+    for m in [
+        *(schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)),
+        *(schema.Step(run="r", rank=r, seq=1, step=20, step_s=0.1, t=t + 1) for r in (0, 1)),
+        schema.Event(run="r", rank=1, seq=2, name="exit", code=0, step=20, t=t + 2),
+        schema.Event(run="r", rank=0, seq=2, name="error", step=20, t=t + 3, message="ValueError: bad batch"),
+        schema.Event(run="r", rank=0, seq=3, name="exit", code=1, step=21, t=t + 3),
+    ]:
+        st.apply(m, 0.0)
+    assert outcome_line(st, 0, {}, "run.jsonl") == (
+        "pardash: this node's ranks finished, but the job failed: rank 0 exited with code 1 at step 21: ValueError: bad batch; log run.jsonl"
+    )
+
+
 def test_a_run_whose_hub_was_given_up_says_its_log_ends_there():
     # The hub killed 21 times: the launcher stopped restarting it, the ranks trained on to step
     # 5000, and the last line said "done, 2 rank(s), step 1880" as if the job had ended there.
