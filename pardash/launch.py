@@ -72,7 +72,7 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     # Nodes > 0 start no hub: their ranks send to node 0's, at the same address and port.
     remote_hub = f"tcp://{bind}:{telemetry_port}" if ns.node_rank > 0 else ""
     insecure = getattr(ns, "insecure", False)
-    curve_dir = _check_security(bind if not remote_hub else "127.0.0.1", getattr(ns, "curve_dir", None), insecure, hub=not remote_hub)
+    curve_dir = _check_security(bind, getattr(ns, "curve_dir", None), insecure, hub=not remote_hub)
     if ns.module:
         from pardash.trainer import autorun
 
@@ -134,6 +134,11 @@ def _check_security(bind: str, curve_dir: str | None, insecure: bool, *, hub: bo
 
     curve_dir = curve_dir or security.curve_dir_from_env() or ""
     refusal = security.bind_refusal(bind, curve=bool(curve_dir), insecure=insecure)
+    if refusal and not hub:
+        # Node > 0 reaches node 0's hub at ``bind``: as node 0 must, with keys or --insecure (a
+        # hub with keys refuses its ranks without them, and nothing said so).
+        refusal = (f"node 0's hub at {bind} is reached over the network: pass the --curve-dir that node 0 has "
+                   "(the same keys), or --insecure as node 0 did")  # fmt: skip
     if refusal:
         fail(refusal)
     if curve_dir:

@@ -351,6 +351,20 @@ def test_launch_beyond_loopback_without_keys_stops_before_starting(tmp_path):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_a_node_that_reaches_node_0s_hub_over_the_network_needs_keys_or_insecure_too(tmp_path):
+    # Node 1 without keys started anyway: node 0's hub (with keys) refused its ranks, node 1
+    # said "no answer from the hub yet", and its last line read "done, 0 rank(s)".
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "ddp", "--nproc", "1", "--steps", "1",
+         "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.2.3", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120, env=pardash_env(PARDASH_CURVE_DIR=None), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("pardash: error: node 0's hub at 10.1.2.3 is reached over the network: pass the --curve-dir "
+                                   "that node 0 has (the same keys), or --insecure as node 0 did")  # fmt: skip
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
 # -- a hub with keys, on real sockets --------------------------------------------------------------
 
 
