@@ -322,7 +322,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             "rank": rank,
             "host": r.host,
             "device": r.hello.device if r.hello else "",
-            "status": r.status,
+            # (a log its hub closed with the rank still going: its end was never heard, as when
+            # another node's hub stopped first; "running" read as if it still were)
+            "status": "no exit" if closed and not (r.finished or r.exit_code is not None) else r.status,
             "steps": len(step_s.get(rank, [])) - rerun.get(rank, 0),
             "steps_rerun": rerun.get(rank, 0),
             "last_step": r.last_step,

@@ -960,6 +960,23 @@ def test_a_node_stopped_on_purpose_is_why_the_other_failed_not_the_other():
     assert (_role(1, f), _role(0, f)) == ("stopped_first", "victim")
 
 
+def test_a_rank_never_heard_to_end_in_a_log_its_hub_closed_is_no_exit_not_running(tmp_path):
+    # Node 1's torchrun killed: node 0's hub had stopped before node 1's launcher could note
+    # rank 1's end, and report listed rank 1 as "running" in a log that had ended.
+    t = 1.0e9
+    records = [
+        *(schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)),
+        *(schema.Step(run="r", rank=r, seq=1, step=5, step_s=0.1, t=t + 1) for r in (0, 1)),
+        schema.Event(run="r", rank=0, seq=2, name="error", step=5, t=t + 2, message="RuntimeError: Connection closed by peer"),
+        schema.Event(run="r", rank=0, seq=3, name="exit", code=1, step=6, t=t + 2),
+        schema.Event(run="r", rank=-1, seq=-1, name="hub", t=t + 3, message="hub stopped: 9 messages, 0 lost, 0 rejected"),
+    ]
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b"".join(msgspec.json.encode(m) + b"\n" for m in records))
+    rep = build_report(str(log))
+    assert [(r["rank"], r["status"]) for r in rep["ranks"]] == [(0, "exited"), (1, "no exit")]
+
+
 def test_a_node_whose_ranks_finished_while_another_nodes_failed_does_not_say_done():
     # Node 1's rank ran its 20 steps and exited 0 (torchrun on node 1: 0) while rank 0 on node
     # 0 failed: node 1's last line read "done, 2 rank(s), step 20".
