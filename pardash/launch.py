@@ -284,7 +284,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     choice = STOP if terminated else "detach"
             if choice in ("detach", None):
                 how = "the viewer ended on an error" if app.return_code else "detached"
-                print(f"{PROG}: {how}; the job goes on. `{PROG} attach {spec.run_id}` to watch it again, log {spec.log_path}")
+                print(f"{PROG}: {how}; the job goes on. `{PROG} attach {_watch(spec)}` to watch it again, log {_log_of(spec)}")
                 return app.return_code or 0
             if choice != "over":
                 job.stop(terminated[0] if terminated else signal.SIGINT)
@@ -298,8 +298,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     # TUI (q or Ctrl-C, then Stop) is the person's, as Ctrl-C is headless: 130.
                     code = 128 + (terminated[0] if terminated else signal.SIGINT)
             if _supervisor_lost(job, code):
-                print(f"{PROG}: {_lost_words(code)}: its ranks may train on without it; `{PROG} attach {spec.run_id}` follows them, "
-                      f"log {spec.log_path}", file=sys.stderr)  # fmt: skip
+                print(f"{PROG}: {_lost_words(code)}: its ranks may train on without it; `{PROG} attach {_watch(spec)}` follows them, "
+                      f"log {_log_of(spec)}", file=sys.stderr)  # fmt: skip
                 return 1
     finally:
         client.close()
@@ -307,7 +307,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
 
     # A node > 0 records nothing itself: node 0's hub keeps the log.
     # ... and where the hub writes it now (it goes on beside its path when another file took it).
-    log_path = f"kept by node 0's hub ({spec.remote_hub})" if spec.remote_hub else (client.stats.log_path or spec.log_path)
+    log_path = _log_of(spec) if spec.remote_hub else (client.stats.log_path or spec.log_path)
     # Under the TUI the ranks' output went to its file alone: a failure's traceback, which a
     # terminal (or a headless launch) would have shown, is printed here, as its rank reported it.
     output = "" if ns.headless else spec.output
@@ -358,7 +358,7 @@ def _not_waiting(spec, sig: int) -> int:
     from pardash.trainer.launcher import STOP_GRACE_S
 
     print(f"{PROG}: not waiting for the job to stop: its supervisor kills what is left of it within {STOP_GRACE_S:.0f} s; "
-          f"log {spec.log_path}", file=sys.stderr, flush=True)  # fmt: skip
+          f"log {_log_of(spec)}", file=sys.stderr, flush=True)  # fmt: skip
     return 128 + sig
 
 
@@ -366,6 +366,17 @@ def _supervisor_lost(job, code: int) -> bool:
     """The job's supervisor ended without a result (killed outright, SIGKILL or the OOM killer):
     torchrun and the ranks outlive it, so its exit code is not the job's."""
     return code != 0 and not job.result()
+
+
+def _watch(spec) -> str:
+    """What `pardash attach` takes to watch this job: its run id, or on a node > 0 node 0's
+    hub (the run id here is this node's own, which no hub serves)."""
+    return spec.remote_hub or spec.run_id
+
+
+def _log_of(spec) -> str:
+    """Where the job's log is: on a node > 0, node 0's hub keeps it (never the path here)."""
+    return f"kept by node 0's hub ({spec.remote_hub})" if spec.remote_hub else spec.log_path
 
 
 def _lost_words(code: int) -> str:
@@ -385,7 +396,7 @@ def _follow_unsupervised(job, client, printer, code: int) -> int:
 
     spec = job.spec
     print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
-          f"(Ctrl-C stops watching, not them; `{PROG} attach {spec.run_id}` follows them again)", file=sys.stderr, flush=True)  # fmt: skip
+          f"(Ctrl-C stops watching, not them; `{PROG} attach {_watch(spec)}` follows them again)", file=sys.stderr, flush=True)  # fmt: skip
     entry = registry.find(spec.run_id) or {"pid": job.endpoints.get("pid")}
     # The job lives while its hub does: the hub, unsupervised, stops once every rank is done
     # (after a failure it waits for torchrun to start them again, --max-restarts).
@@ -393,12 +404,12 @@ def _follow_unsupervised(job, client, printer, code: int) -> int:
     try:
         line = follow_attached(printer, client)
     except KeyboardInterrupt:
-        print(f"{PROG}: stopped watching; the ranks may still run: `{PROG} attach {spec.run_id}`, log {spec.log_path}", file=sys.stderr)
+        print(f"{PROG}: stopped watching; the ranks may still run: `{PROG} attach {_watch(spec)}`, log {_log_of(spec)}", file=sys.stderr)
         return 130
     if run_over(client.state):
         _wait_for_ranks_here(client.state)
     ok = run_over(client.state) and failure_summary(client.state) is None
-    print(f"{line}; log {spec.log_path}", file=_closing_stream(ok=ok), flush=True)
+    print(f"{line}; log {_log_of(spec)}", file=_closing_stream(ok=ok), flush=True)
     return 0 if ok else 1
 
 

@@ -402,3 +402,17 @@ def test_torchruns_failure_summary_names_the_script_not_pardashs_wrapper(rank_co
     bundled = ChildFailedError(name="pardash.trainer.train", failures=exc.failures)
     _name_the_script(bundled, ["x/torchrun.py", "-m", "--", "pardash.trainer.train", "--steps", "5"])
     assert "\npardash.trainer.train FAILED\n" in str(bundled)  # the bundled trainer keeps its name
+
+
+def test_a_node_after_the_first_names_node_0s_hub_to_watch_and_for_the_log():
+    # Node 1's supervisor killed: its launch said "log .../runs1/<id>/telemetry.jsonl" (never
+    # written: node 0's hub keeps the log) and "`pardash attach <node 1's own id>`", which no
+    # hub serves.
+    from types import SimpleNamespace
+
+    from pardash.launch import _log_of, _watch
+
+    node1 = SimpleNamespace(remote_hub="tcp://10.0.0.1:29600", run_id="20261204-1", log_path="/runs1/20261204-1/telemetry.jsonl")
+    assert (_watch(node1), _log_of(node1)) == ("tcp://10.0.0.1:29600", "kept by node 0's hub (tcp://10.0.0.1:29600)")
+    node0 = SimpleNamespace(remote_hub="", run_id="20261204-0", log_path="/runs0/20261204-0/telemetry.jsonl")
+    assert (_watch(node0), _log_of(node0)) == ("20261204-0", "/runs0/20261204-0/telemetry.jsonl")
