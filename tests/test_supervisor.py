@@ -263,3 +263,15 @@ def test_only_this_nodes_processes_of_the_job_are_found_to_stop():
         for p in (ours, other):
             p.kill()
             p.wait()
+
+
+def test_the_hub_of_a_job_on_several_nodes_learns_its_world_from_the_ranks():
+    # Node 0 with --nproc 1, node 1 with --nproc 2 (torchrun takes it: 3 ranks): node 0's hub,
+    # told 2 ranks, refused every hello ("says its job has 3 ranks") and rank 2's steps.
+    from pardash.trainer import launcher
+
+    sup = launcher.Supervisor.__new__(launcher.Supervisor)
+    sup.spec = SimpleNamespace(strategy="ddp", world_size=2, nnodes=2, run_dir="/runs/r")
+    assert sup.hub_meta()["world_size"] == 0
+    sup.spec.nnodes, sup.spec.world_size = 1, 4
+    assert sup.hub_meta()["world_size"] == 4

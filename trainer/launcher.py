@@ -168,6 +168,14 @@ class Supervisor:
             return self.endpoints
         return self.wait_hub(self.spawn_hub(resume=resume))
 
+    def hub_meta(self) -> dict:
+        """What the hub is told of the job. Its world size only on one node: torchrun lets
+        each node have its own --nproc (1 here and 2 there is 3 ranks), which this node cannot
+        know, and a hub told 2 refused every hello of the 3."""
+        spec = self.spec
+        return {"strategy": spec.strategy, "world_size": spec.world_size if spec.nnodes == 1 else 0,
+                "supervisor_pid": os.getpid(), "cwd": os.getcwd(), "run_dir": spec.run_dir}  # fmt: skip
+
     def spawn_hub(self, *, resume: bool = False) -> int:
         """Start the hub process; returns the read end of its ready pipe (see :meth:`wait_hub`)."""
         spec = self.spec
@@ -177,8 +185,7 @@ class Supervisor:
             if isinstance(moved, str) and moved and moved != spec.log_path:
                 spec.log_path = moved
         r, w = os.pipe()
-        meta = {"strategy": spec.strategy, "world_size": spec.world_size, "supervisor_pid": os.getpid(), "cwd": os.getcwd(),
-                "run_dir": spec.run_dir}  # fmt: skip
+        meta = self.hub_meta()
         argv = [
             sys.executable, "-m", "pardash.telemetry.hub",
             "--run-id", spec.run_id, "--log", spec.log_path, "--bind", spec.telemetry_bind,
