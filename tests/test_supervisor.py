@@ -48,6 +48,7 @@ def test_stderr_is_passed_on_as_it_comes_and_deaths_are_still_read(tmp_path):
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     sup = Supervisor.__new__(Supervisor)
     sup.spec = SimpleNamespace(curve_dir="", node_rank=0, nproc=2, run_id="r", max_restarts=0)
+    sup._global = {}
     sup.endpoints = {"ingest": f"tcp://127.0.0.1:{port}"}
     ended: list[int] = []
     sup.job = SimpleNamespace(poll=lambda: ended[0] if ended else None)
@@ -275,3 +276,33 @@ def test_the_hub_of_a_job_on_several_nodes_learns_its_world_from_the_ranks():
     assert sup.hub_meta()["world_size"] == 0
     sup.spec.nnodes, sup.spec.world_size = 1, 4
     assert sup.hub_meta()["world_size"] == 4
+
+
+def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
+    # Node 0 with --nproc 1, node 1 with --nproc 2: node 1's ranks are 1 and 2, but its
+    # launcher noted their ends as ranks 2 and 3 (node rank x its own --nproc), and the hub
+    # refused rank 3 as out of range. The ranks' environment says which they are.
+    import subprocess
+    import sys
+
+    import psutil
+    from helpers import wait_for
+
+    from pardash.trainer import launcher
+
+    code = ("import os, subprocess, sys, time; "
+            "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+            "env=dict(os.environ, LOCAL_RANK=str(i), RANK=str(1 + i))) for i in (0, 1)]; time.sleep(60)")  # fmt: skip
+    job = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        sup = launcher.Supervisor.__new__(launcher.Supervisor)
+        sup.spec = SimpleNamespace(node_rank=1, nproc=2)
+        sup.job, sup.ranks_started, sup._global = job, False, {}
+        assert sup.global_rank(0) == 2  # (before the ranks start: the same --nproc everywhere)
+        wait_for(lambda: (sup._look_for_ranks(), len(sup._global) == 2)[1], timeout_s=60)
+        assert sup.ranks_started and (sup.global_rank(0), sup.global_rank(1)) == (1, 2)
+    finally:
+        for p in psutil.Process(job.pid).children():
+            p.kill()
+        job.kill()
+        job.wait()

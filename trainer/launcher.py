@@ -159,6 +159,8 @@ class Supervisor:
         self._attempt = 0
         """torchrun's last restart told to the hub (see :meth:`_look_for_restarts`)."""
         self._torchrun_killed = 0
+        self._global: dict[int, int] = {}
+        """Local rank -> global rank, read from the ranks' environment (see global_rank)."""
         """The signal that killed torchrun when nothing here sent it (the OOM killer), else 0."""
 
     def start_hub(self, *, resume: bool = False) -> dict:
@@ -373,7 +375,6 @@ class Supervisor:
         progress bar redrawn with carriage returns, or a prompt, has no newline to wait for).
         Ends once torchrun has ended and every byte is read."""
         push = self._push()
-        spec = self.spec
         summary_rank = None
         rest = b""
         job = self.job
@@ -410,7 +411,7 @@ class Supervisor:
                         m = FAILED_WORKER.search(text)
                         if m:
                             code, local_rank = int(m.group(1)), int(m.group(2))
-                            rank = spec.node_rank * spec.nproc + local_rank
+                            rank = self.global_rank(local_rank)
                             self.report_exit(push, rank, code)
                             continue
                         m = SUMMARY_RANK.match(text)
@@ -522,19 +523,33 @@ class Supervisor:
         push = self._push()
         spec = self.spec
         for local in range(spec.nproc):
-            rank = spec.node_rank * spec.nproc + local
+            rank = self.global_rank(local)
             # (the same text for every rank: the event log says it once for all of them)
             msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=code, message=what)
             push.send(schema.encode(msg))
         push.close()
 
     def _look_for_ranks(self) -> None:
-        if self.ranks_started or self.job is None:
+        if self.job is None or (self.ranks_started and len(self._global) >= self.spec.nproc):
             return
         try:
-            self.ranks_started = bool(psutil.Process(self.job.pid).children())
+            ranks = psutil.Process(self.job.pid).children()
         except psutil.Error:
-            pass
+            return
+        self.ranks_started = self.ranks_started or bool(ranks)
+        for p in ranks:  # their global ranks, as torchrun gave them
+            try:
+                env = p.environ()
+                self._global[int(env["LOCAL_RANK"])] = int(env["RANK"])
+            except (psutil.Error, KeyError, ValueError):
+                continue
+
+    def global_rank(self, local: int) -> int:
+        """This node's ``local`` rank's global rank: as torchrun gave it (nodes may have
+        another --nproc each: then node 1's first rank is not 1 x its own --nproc), else the
+        same --nproc on every node."""
+        found = self._global.get(local)
+        return found if found is not None else self.spec.node_rank * self.spec.nproc + local
 
     def _job_processes(self) -> list[psutil.Process]:
         """This node's processes of the job still running (torchrun's ranks, their data loader
@@ -596,7 +611,7 @@ class Supervisor:
         self._attempt = attempt
         spec = self.spec
         for local in range(spec.nproc):
-            rank = spec.node_rank * spec.nproc + local
+            rank = self.global_rank(local)
             msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="restart", code=attempt,
                                message=f"rank {rank} restarted by torchrun (restart {attempt})")  # fmt: skip
             with contextlib.suppress(Exception):
