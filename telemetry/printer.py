@@ -15,7 +15,7 @@ from typing import TextIO
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
-from .failures import PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, root_cause
+from .failures import PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, root_cause, signal_name
 from .state import run_over, torchrun_restart
 from .summary import (
     held_spread,
@@ -539,7 +539,7 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     killed = int(result.get("torchrun_killed") or 0)
     if killed and (f is None or f["code"] == -signal.SIGTERM):
         # No rank failed of itself: torchrun died (the OOM killer?) and its ranks were stopped.
-        how = signal.Signals(killed).name if killed in signal.valid_signals() else f"signal {killed}"
+        how = signal_name(-killed) or f"signal {killed}"
         return f"pardash: torchrun itself was killed ({how}) and its ranks were stopped at step {st.step}{said}; the job's exit code {code}; {out}{log}"
     if f is None:
         return f"pardash: the job failed with exit code {code}{said}; {out}{log}"

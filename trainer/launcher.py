@@ -29,6 +29,7 @@ import psutil
 
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
+from pardash.telemetry.failures import signal_name
 from pardash.telemetry.recorder import LOG_MODE, gz_name_refusal, holds_records
 from pardash.telemetry.spawn import exit_code, read_line
 from pardash.telemetry.streams import unbreakable_stdio
@@ -515,7 +516,7 @@ class Supervisor:
     def _stopper(self) -> str:
         """Who stopped the job: 'by you' (Ctrl-C, a Stop chosen in a viewer: SIGINT), else the
         signal (a scheduler's time limit, `kill`, `docker stop`: no person's doing, maybe)."""
-        return "by you" if self._stopped_by == signal.SIGINT else f"by {signal_name(self._stopped_by)}"
+        return "by you" if self._stopped_by == signal.SIGINT else f"by {_signal_text(self._stopped_by)}"
 
     def _note_exits(self, code: int, what: str) -> None:
         """Say, for every rank of this node, that it exited with ``code`` (seq -1: the
@@ -580,7 +581,7 @@ class Supervisor:
         if not alive:
             return  # (its ranks had ended: only torchrun died)
         self._torchrun_killed = signum
-        print(f"pardash: torchrun was killed ({signal_name(signum)}); stopping its {len(alive)} process(es) here, "
+        print(f"pardash: torchrun was killed ({_signal_text(signum)}); stopping its {len(alive)} process(es) here, "
               "which nothing else would", file=sys.stderr, flush=True)  # fmt: skip
         for p in alive:
             _signal_process_group(p, signal.SIGTERM)
@@ -678,12 +679,9 @@ class Supervisor:
                 self.hub.kill()
 
 
-def signal_name(signum: int) -> str:
+def _signal_text(signum: int) -> str:
     """'SIGKILL' for 9 ('signal 99' for a number no signal has)."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
+    return signal_name(-signum) or f"signal {signum}"
 
 
 def exit_status(code: int) -> int:
