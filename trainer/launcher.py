@@ -245,9 +245,9 @@ class Supervisor:
                 spec.run_id = client.state.run_id
             elif not self._stopping:
                 spec.run_id = ""
-                print(f"pardash: no answer from node 0's hub at {endpoints['snapshot']} (not up yet, or its keys are "
-                      "not this node's: both nodes need the same --curve-dir, or both --insecure); "
-                      "training goes on, its telemetry reaches the hub once it is up",
+                print(f"pardash: no answer from node 0's hub at {endpoints['snapshot']} (not up yet, not at that "
+                      "address: see --master-addr, or its keys are not this node's: both nodes need the same "
+                      "--curve-dir, or both --insecure); training goes on, its telemetry reaches the hub once it is up",
                       file=sys.stderr, flush=True)  # fmt: skip
         finally:
             client.close()
