@@ -526,10 +526,7 @@ class HubCore:
 
     def framed(self, steps: Iterable[schema.Step]) -> None:
         """Note that the ranks of ``steps`` have had a step in a frame (their history has it)."""
-        framed = self._framed
-        for s in steps:
-            if s.rank not in framed:
-                framed.add(s.rank)
+        self._framed.update(s.rank for s in steps)
 
     def _hold_clock(self, hello: schema.Hello) -> None:
         """Say once per host when a hello's time is further from the hub's than CLOCK_OFF_S
