@@ -190,7 +190,9 @@ class ProgressPrinter:
             if st.ranks:
                 line = progress_line(st, now - self.t_start, rejected, hub_quiet_s=quiet)
                 said = line.partition("] ")[2]  # the line but its time
-                if not (force and said == self._last_said):  # the last line, said again
+                # The last line said again: not as the closing line, nor every few seconds once
+                # the run is over (a job's teardown can take that long after its last step).
+                if not ((force or run_over(st)) and said == self._last_said):
                     self._print(line)
                     self._last_said = said
             elif not force and self.waiting and now - self.t_start >= self.every_s:

@@ -703,6 +703,43 @@ def test_progress_lines_say_when_no_rank_has_said_hello(monkeypatch):
     assert out.getvalue().splitlines() == ["[   5.0s] no answer from the hub yet (stopped, overloaded or out of reach)"]
 
 
+def test_progress_lines_say_a_finished_run_once(monkeypatch):
+    # A job's teardown can take longer than a line's interval after its last step (a loaded
+    # machine): the same "2 finished" line came again 5 s on, and again as the closing line.
+    import io
+
+    from pardash.telemetry import printer as printer_mod
+    from pardash.telemetry.printer import ProgressPrinter
+
+    clock = [100.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+
+    class Done:
+        live = False
+        state = RunState(run_id="r", track_seq=False)
+
+        def poll(self) -> bool:
+            return False
+
+    src = Done()
+    for step in range(1, 4):
+        src.state.apply_frame([schema.Step(run="r", rank=r, step=step, samples=8, step_s=0.01, t=1000.0 + step) for r in (0, 1)], 0.0)
+    out = io.StringIO()
+    p = ProgressPrinter(src, out=out, bar=False, every_s=5.0)
+    p.update(force=True)  # running: said
+    clock[0] += 5.0
+    p.update()  # running still, said again 5 s on (a heartbeat of a long run)
+    _finish(src.state, 1004.0)
+    for _ in range(3):
+        clock[0] += 5.0
+        p.update()
+    p.update(force=True)
+    said = [line.partition("] ")[2] for line in out.getvalue().splitlines() if line.startswith("[")]
+    assert len(said) == 3, said
+    assert said[0] == said[1] and "running" in said[0]
+    assert "2 finished" in said[2]
+
+
 def test_progress_is_plain_lines_when_piped(tmp_path):
     p = _pardash(*SIM, "--runs-dir", str(tmp_path), cwd=tmp_path)
     assert p.returncode == 0, p.stderr

@@ -37,10 +37,12 @@ def live_hub(tmp_path):
 
     The ranks here publish a few steps, then only heartbeats: 5 s on (LivenessConfig's
     stall_min_s) the hub calls them stalled, and a loaded machine can take that long to show
-    what a test checks ("running", a grid without flagged ranks). Here a rank is stalled only
-    after minutes: no test here is about stalls (test_stragglers and test_detection are)."""
+    what a test checks ("running", a grid without flagged ranks). Likewise 3 s without a
+    message (silent_s) when a loaded machine keeps the ranks' heartbeat threads from the GIL
+    (this process also runs the app and the hub). Here a rank is stalled or silent only after
+    minutes: no test here is about either (test_stragglers and test_detection are)."""
     hub = Hub(run_id=RUN, log_path=str(tmp_path / "telemetry.jsonl"))
-    hub.core.detector = Detector(LivenessConfig(stall_min_s=600.0))
+    hub.core.detector = Detector(LivenessConfig(stall_min_s=600.0, silent_s=600.0))
     thread = threading.Thread(target=hub.serve, daemon=True)
     thread.start()
     yield hub
@@ -123,7 +125,7 @@ async def test_grid_shows_both_ranks_with_their_steps(live_hub, ranks):
         await until(pilot, lambda: "step 11" in widget_text(app.screen.query_one(RunHeader)) and len(grid_rows(app)) == 2)
         rows = grid_rows(app)
         assert set(rows) == {0, 1}
-        assert all("running" in line for line in rows.values())
+        assert all("running" in line for line in rows.values()), rows
         assert "1.8900" in rows[0]  # loss of step 11
         header = widget_text(app.screen.query_one(RunHeader))
         assert RUN in header and "fsdp" in header and "2 ranks" in header
