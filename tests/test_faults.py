@@ -364,7 +364,9 @@ def test_a_sigterm_as_the_launch_starts_leaves_nothing_running(tmp_path, sig, co
 
 def test_viewer_killed_the_job_and_log_go_on(tmp_path):
     log = tmp_path / "run.jsonl"
-    p = _start(tmp_path, "--strategy", "single", "--steps", "120")
+    # 50 ms of sleep a step (no CPU taken): 6 s of run for the new viewer to start in, on a
+    # loaded machine too (120 plain steps took 1-2 s, and a viewer started later found the run over).
+    p = _start(tmp_path, "--strategy", "single", "--steps", "120", "--inject-straggler", "0:data:0.05")
     wait_for(lambda: len(_steps(log, 0)) >= 10, timeout_s=120, poll_s=0.3)
     entry = registry.live_runs()[0]
     run_id = entry["run_id"]

@@ -219,3 +219,42 @@ async def test_a_charts_y_axis_stays_in_one_column_whatever_its_labels(values):
         assert {r.index("┤") for r in labelled} | {r.index("│") for r in rows if "┤" not in r} == {labelled[0].index("┤")}, rows
         labels = [float(r[: r.index("┤")]) for r in labelled]  # whole numbers, top to bottom
         assert labels == sorted(labels, reverse=True) and labels[0] > labels[-1], rows
+
+
+async def test_the_heat_maps_cursor_stands_out_on_an_exited_rank():
+    # An exited rank's glyph is drawn reversed; the cursor reversed it again, so the rank the
+    # cursor was on looked like every other exited rank, and the cursor was nowhere to be seen.
+    from pardash.telemetry import state as st
+    from pardash.tui.widgets.rank_grid import RankGrid
+    from tui_helpers import replay_app
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=(120, 40)) as pilot:
+        grid = app.screen.query_one(RankGrid)
+        await pilot.pause()
+        exited = [row.rank for row in grid.rows if row.status == st.EXITED]
+        others = [row.rank for row in grid.rows if row.status != st.EXITED]
+        assert exited and others, [(row.rank, row.status) for row in grid.rows]
+        grid.form = "heat"
+        await pilot.pause()
+        assert grid.heat
+
+        def glyph_style(rank):
+            y, k = grid.layout.where[rank]
+            x = grid.layout.lines[y].cells[k][0]
+            grid._strips.clear()
+            strip = grid.render_line(y + 1 - grid.scroll_offset.y)
+            at = 0
+            for seg in strip:
+                if at <= x < at + len(seg.text):
+                    return seg.style
+                at += len(seg.text)
+            raise AssertionError(f"rank {rank} not drawn")
+
+        grid.cursor_rank = others[0]
+        await pilot.pause()
+        off = glyph_style(exited[0])
+        grid.cursor_rank = exited[0]
+        await pilot.pause()
+        on = glyph_style(exited[0])
+        assert on != off and off.reverse and (not on.reverse or on.underline)

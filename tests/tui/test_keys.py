@@ -282,7 +282,14 @@ async def test_the_palettes_screenshot_is_saved_in_the_current_folder(tmp_path, 
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"Screenshot")
-        await pilot.pause(0.3)
+        # Enter runs a command only once the palette's search has listed it (a loaded
+        # machine can take longer than any fixed pause).
+        from textual.command import CommandList
+
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if app.screen.query(CommandList) and app.screen.query_one(CommandList).option_count:
+                break
         await pilot.press("enter")
         # Until the app has its "Saved screenshot": the thread that wrote the file tells it so,
         # and one that found the app gone raised in the next test's warnings.

@@ -36,6 +36,9 @@ from ..styles import component_fg
 
 
 _GONE = (st.EXITED, st.FINISHED, st.SILENT)
+_CURSOR_HEAT = Style(reverse=True, bold=True)
+_CURSOR_ON_REVERSED = Style(reverse=False, bold=True, underline=True)
+"""The heat map's cursor over a glyph's style, and over one drawn reversed (an exited rank)."""
 Look = tuple[tuple[str, Style], ...]
 """How a rank is drawn: runs of text, a style each (a heat-map glyph, or a cell's fields)."""
 
@@ -498,8 +501,13 @@ class RankGrid(ScrollView, can_focus=True):
                 continue
             look = self._look(payload)  # type: ignore[arg-type]
             if ordered[payload].rank == cursor_rank:  # type: ignore[index]
-                extra = Style(reverse=True, bold=True) if heat else self._cursor_style()
-                look = tuple((text, style + extra) for text, style in look)
+                if heat:
+                    # A glyph drawn reversed already (an exited rank's) is drawn plain and
+                    # underlined: reversing it again showed it as every other exited rank.
+                    look = tuple((text, style + (_CURSOR_ON_REVERSED if style.reverse else _CURSOR_HEAT)) for text, style in look)
+                else:
+                    extra = self._cursor_style()
+                    look = tuple((text, style + extra) for text, style in look)
             for text, style in look:
                 run(text, style, len(text))
             x_at += step
