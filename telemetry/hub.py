@@ -586,6 +586,15 @@ def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict |
         if resumed and not cliargs.valid_run_id(resumed):
             print(f"pardash hub: --resume: the log {ns.log} names its run {resumed!r}, not a run id pardash makes; pass --run-id ID", file=sys.stderr)
             return 2
+    elif getattr(ns, "resume", False) and ns.log and ns.run_id:
+        # Another id than the log's made it a log of two runs ("the figures below mix them").
+        from .logreader import log_run_id
+
+        held = log_run_id(ns.log)
+        if held and held != ns.run_id and cliargs.valid_run_id(held):
+            print(f"pardash hub: --resume: the log {ns.log} is run {held}'s, not {ns.run_id}'s; drop --run-id to carry it on, "
+                  "or pass a new --log PATH", file=sys.stderr)  # fmt: skip
+            return 2
     run_id = ns.run_id or resumed or registry.new_run_id()
     log = ns.log or os.path.join("runs", run_id, "telemetry.jsonl")
     if getattr(ns, "resume", False) and meta is None and not holds_records(log):

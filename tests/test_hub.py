@@ -350,6 +350,15 @@ def test_a_hub_resuming_a_log_carries_on_its_run_id(tmp_path, monkeypatch, capsy
     msgs, _ = load_log(log)
     assert {m.run for m in msgs} <= {"", "old-run"}
 
+    # Another id than the log's, asked for: refused, the log untouched (it held two runs).
+    before = log.read_bytes()
+    assert hub_mod.run_hub(p.parse_args(["--log", str(log), "--no-registry", "--resume", "--run-id", "other-run"])) == 2
+    assert "the log " + str(log) + " is run old-run's, not other-run's" in capsys.readouterr().err
+    assert log.read_bytes() == before and served == ["old-run"]
+    assert hub_mod.run_hub(p.parse_args(["--log", str(log), "--no-registry", "--resume", "--run-id", "old-run"])) == 0
+    assert served == ["old-run", "old-run"]
+    capsys.readouterr()
+
     # A log that holds nothing yet is started, and said so.
     fresh = tmp_path / "fresh.jsonl"
     assert hub_mod.run_hub(p.parse_args(["--log", str(fresh), "--no-registry", "--resume"])) == 0
