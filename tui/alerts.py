@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
-from pardash.telemetry.failures import STOPPED_CODES, failure_summary, signal_name
+from pardash.telemetry.failures import PEER_FAILURE, STOPPED_CODES, failure_summary, signal_name
 
 from .format import fmt_clock, fmt_step_time
 
@@ -39,6 +39,10 @@ class Alert:
     @property
     def severity(self) -> int:
         return SEVERITY[self.kind]
+
+
+CAUSE_MAX = 160
+"""Characters of a rank's error an alert shows (the event log and its detail keep it whole)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +122,13 @@ def rank_alerts(
         if step is not None:
             text += f" at step {step}"
         if exit is not None and exit.cause:
-            text += f": {exit.cause}"
+            if not first and PEER_FAILURE.search(exit.cause):
+                # Its connection to a rank that failed first closed under it: said so, not in
+                # gloo's words (a path and a "This is typically caused by..." cut mid-sentence).
+                text += ", after a peer failed (its connection closed)"
+            else:
+                cause = exit.cause
+                text += f": {cause if len(cause) <= CAUSE_MAX else cause[: CAUSE_MAX - 1].rstrip() + '…'}"
         out.append(Alert("exited", r.rank, text + _straggled(r), code=r.exit_code, first=first))
     elif status == st.SILENT and r.silent is not None:
         # Not the verdict's "silent for 3 s": said once, it would stay 3 s for as long as

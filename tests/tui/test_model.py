@@ -479,3 +479,29 @@ def test_figures_no_rank_could_send_do_not_break_the_viewer():
     assert [r.rank for r in sort_rows(rows, "step_time")] == [0, 1]
     st.ranks[0].history.append_row(float("nan"), *[1.0] * (len(st.ranks[0].history.columns) - 1))
     assert chart_series(st, 0, "self_s", 10) is not None
+
+
+def test_a_rank_failed_by_its_peers_crash_is_said_calmly_and_long_errors_are_cut():
+    # Two ranks, rank 1 crashed: rank 0's gloo error read in the alert as
+    # "RuntimeError: [/__w/pytorch/.../pair.cc:553] Connection closed by peer [127.0.0.1]:56543.
+    # This is typically caused by a remote worker", cut mid-sentence by the panel's height.
+    from pardash.tui.alerts import CAUSE_MAX
+
+    gloo = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:56543. This is typically caused by a remote worker that exited early. GLHF!")  # fmt: skip
+    st = _state(world=2, strategy="ddp", sharded=False)
+    st.apply(schema.Event(rank=1, name="error", message="InjectedCrash: injected crash at step 100"), 0)
+    st.apply(schema.Event(rank=1, name="exit", code=1, step=100, seq=9), 0)
+    st.apply(schema.Event(rank=0, name="error", message=gloo), 0)
+    st.apply(schema.Event(rank=0, name="exit", code=1, step=100, seq=9), 0)
+    alerts = run_alerts(st)
+    assert [(a.rank, a.first) for a in alerts] == [(1, True), (0, False)]
+    assert alerts[0].text == "rank 1, the root cause, exited with code 1 at step 100: InjectedCrash: injected crash at step 100"
+    assert alerts[1].text == "rank 0 exited with code 1 at step 100, after a peer failed (its connection closed)"
+    # An error of its own, however long, ends in an ellipsis within the alert's room.
+    st = _state(world=2, strategy="ddp", sharded=False)
+    st.apply(schema.Event(rank=1, name="error", message="ValueError: " + "x" * 500), 0)
+    st.apply(schema.Event(rank=1, name="exit", code=1, step=7, seq=9), 0)
+    (alert,) = [a for a in run_alerts(st) if a.rank == 1]
+    cause = alert.text.partition(": ")[2]
+    assert len(cause) == CAUSE_MAX and cause.endswith("…") and cause.startswith("ValueError: xxx")
