@@ -153,6 +153,9 @@ def _check_security(bind: str, curve_dir: str | None, insecure: bool, *, hub: bo
 
 JOB_END_WAIT_S = 15.0
 """How long a viewer that quits after every rank is done waits for the job to end."""
+SIGNAL_RELAY_S = 1.0
+"""A SIGTERM this soon after the first is the same one relayed (`timeout` signals the launch,
+then its process group), not a second asking not to wait."""
 
 
 def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
@@ -228,9 +231,17 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             # `kill`, a CI job cancelled) stops the job as Ctrl-C does, rather than leave it
             # running unwatched. (A viewer killed outright, SIGKILL, leaves it running.)
             stopped_by = terminated
+            first_term: list[float] = []
 
             def on_sigterm(*_: object) -> None:
                 stopped_by.append(signal.SIGTERM)
+                now = time.monotonic()
+                if first_term and now - first_term[0] < SIGNAL_RELAY_S:
+                    # The same SIGTERM relayed (`timeout` signals the launch, then its process
+                    # group): raised again as the first unwound, it left the launch with 130
+                    # and not a word, 3 tries in 15. A second one later still means "now".
+                    return
+                first_term[:] = [now]
                 raise KeyboardInterrupt
 
             signal.signal(signal.SIGTERM, on_sigterm)
@@ -243,17 +254,24 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     stopped = not _ended_by_itself(job, client, printer)
                 except KeyboardInterrupt:  # again, while it ended
                     stopped = True
-            if stopped:
-                # Stopped before anything is said: a second Ctrl-C (a double tap) during the
-                # line left the launch before the stop, the job running with nobody to watch it.
-                job.stop(stopped_by[0])
-                try:
+            try:
+                if stopped:
+                    # Stopped before anything is said: a second Ctrl-C (a double tap) during the
+                    # line left the launch before the stop, the job running with nobody to watch it.
+                    job.stop(stopped_by[0])
                     print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
                     printer.follow(lambda: job.poll() is not None)
-                except KeyboardInterrupt:  # again, while it stops
-                    job.stop(stopped_by[0])
-                    return _not_waiting(spec, stopped_by[0])
-            code = job.wait()
+                code = job.wait()
+            except KeyboardInterrupt:
+                # Again, while it stops: not waiting. Also a signal sent twice (`timeout` signals
+                # the launch, then its process group): the second came in job.stop or job.wait and
+                # left the launch with 130 and not a word, 3 tries in 15. No third one now.
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, lambda *_: None)
+                if not stopped_by:
+                    stopped_by.append(signal.SIGINT)
+                job.stop(stopped_by[0])
+                return _not_waiting(spec, stopped_by[0])
             if stopped and code != 0:
                 code = 128 + stopped_by[0]  # as the shell says for the signal this process took: 130, 143
             elif _supervisor_lost(job, code):
