@@ -27,7 +27,9 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     nproc = ns.nproc if ns.nproc is not None else (1 if cfg.strategy in ("single", "dp") else 2)
     if nproc < 1:
         fail(f"--nproc {nproc}: need at least 1 rank per node")
-    if ns.nnodes < 1 or not 0 <= ns.node_rank < ns.nnodes:
+    if ns.nnodes < 1:
+        fail(f"--nnodes {ns.nnodes}: need at least 1 node")
+    if not 0 <= ns.node_rank < ns.nnodes:
         fail(f"--nnodes {ns.nnodes} --node-rank {ns.node_rank}: node rank must be in 0..nnodes-1")
     if os.path.exists(ns.runs_dir) and not os.path.isdir(ns.runs_dir):
         fail(f"--runs-dir {ns.runs_dir} is a file; give a folder (default ./runs)")

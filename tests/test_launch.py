@@ -93,6 +93,8 @@ def test_ddp_holds_everything_and_learns(shared_run):
         (["--prometheus", "-1"], "argument --prometheus: -1 is not a port"),
         (["--every", "0"], "argument --every: 0 must be above 0"),
         (["--runs-dir", "/etc/hostname"], "--runs-dir /etc/hostname is a file; give a folder"),
+        (["--nnodes", "0"], "--nnodes 0: need at least 1 node"),  # (it said "node rank must be in 0..nnodes-1")
+        (["--nnodes", "2", "--node-rank", "2"], "--nnodes 2 --node-rank 2: node rank must be in 0..nnodes-1"),
         (["--nproc-per-node=2", "train.py"], "a script goes after `--`: pardash launch [OPTIONS] -- train.py"),
     ],
 )
