@@ -208,10 +208,13 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     assert run[-1][2] < losses(first_msgs)[0][2]
     assert [e.step for e in events(first_msgs, "exit")] == [25]  # the step it failed in
     # Resumed at 30, failing in its first step, before it published any: the exit still names
-    # the step (the reporter's own count starts again at 0).
+    # the step (the reporter's own count starts again at 0). A newer save that never completed
+    # (its writer killed as it wrote) is said to be passed over, not skipped without a word.
+    (checkpoint.step_path(ckpt, 35)).mkdir()
     third, third_msgs = trained(tmp_path, "third", "--strategy", "single", "--steps", "40", "--checkpoint-every", "10",
                                "--checkpoint-dir", str(ckpt), "--resume", "--inject-crash", "0@31")  # fmt: skip
     assert third.returncode != 0
+    assert f"resume: {checkpoint.step_path(ckpt, 35)} is a save that never completed (stopped as it was written): not used" in third.stdout
     assert [e.step for e in events(third_msgs, "exit")] == [31]
     assert [e.step for e in events(third_msgs, "error")] == [30]
     # Resumed past its --steps: nothing to train, said so (it printed "done: 25 steps in 0.00 s").

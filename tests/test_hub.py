@@ -321,7 +321,7 @@ def test_a_hub_does_not_append_a_new_run_to_a_log_that_holds_one(tmp_path, monke
     monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)
     assert hub_mod.run_hub(_hub_args(tmp_path)) == 2
     assert "already holds a run; pass --resume" in capsys.readouterr().err and log.read_bytes() == before
-    assert hub_mod.run_hub(_hub_args(tmp_path, "--resume")) == 0  # carrying it on is asked for
+    assert hub_mod.run_hub(_hub_args(tmp_path, "--resume", "--run-id", "old")) == 0  # carrying it on is asked for
 
 
 def test_a_hub_resuming_a_log_carries_on_its_run_id(tmp_path, monkeypatch, capsys):

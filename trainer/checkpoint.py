@@ -246,6 +246,23 @@ def _completed(root: str | os.PathLike[str]) -> list[Found]:
     return [Found(step, path) for _, step, path in sorted(done, key=lambda d: d[:2])]
 
 
+def unfinished_after(root: str | os.PathLike[str], step: int) -> list[Path]:
+    """Folders of saves past ``step`` that never completed (no marker: their writer died or
+    was stopped as it wrote), by step: a resume from ``step`` says it passed them over."""
+    try:
+        entries = list(os.scandir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for entry in entries:
+        m = STEP_DIR.match(entry.name)
+        if m and int(m.group(1)) > step and entry.is_dir():
+            path = Path(entry.path)
+            if not any((path / marker).exists() for marker in (DCP_METADATA, PLAIN_FILE)):
+                out.append((int(m.group(1)), path))
+    return [path for _, path in sorted(out)]
+
+
 def saving_jobs(root: str | os.PathLike[str]) -> dict[str, str | None]:
     """The job that saved each complete checkpoint under ``root``, by folder name, in the order
     their saves completed: the one its job file names ("" none); where that file is damaged,

@@ -82,6 +82,9 @@ def resume(
     reporter.event("resume", message=f"step {start.step} from {found.path}{of}"
                    + "".join(f"; {n}" for n in notes), step=start.step, duration_s=load_s)
     if is_master:
+        for path in checkpoint.unfinished_after(cfg.checkpoint_dir, start.step):
+            # (a newer folder passed over without a word read as a checkpoint lost)
+            print(f"resume: {path} is a save that never completed (stopped as it was written): not used", flush=True)
         print(f"resume: step {start.step} restored from {found.path}{of} in {load_s:.2f} s", flush=True)
         for note in notes:
             print(f"note: {note}", flush=True)
