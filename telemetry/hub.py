@@ -577,21 +577,18 @@ def _unmake(made: list[str]) -> None:
 
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
     resumed = ""
-    if getattr(ns, "resume", False) and ns.log and not ns.run_id:
-        # --resume carries on the log's run: a new id made it a log of two runs, and the
-        # hub told ranks to report under the new one.
-        from .logreader import log_run_id
-
-        resumed = log_run_id(ns.log)
-        if resumed and not cliargs.valid_run_id(resumed):
-            print(f"pardash hub: --resume: the log {ns.log} names its run {resumed!r}, not a run id pardash makes; pass --run-id ID", file=sys.stderr)
-            return 2
-    elif getattr(ns, "resume", False) and ns.log and ns.run_id:
-        # Another id than the log's made it a log of two runs ("the figures below mix them").
+    if getattr(ns, "resume", False) and ns.log:
+        # --resume carries on the log's run: a new id, made up or asked for, made it a log of
+        # two runs ("the figures below mix them"), and the hub told ranks to report under it.
         from .logreader import log_run_id
 
         held = log_run_id(ns.log)
-        if held and held != ns.run_id and cliargs.valid_run_id(held):
+        if not ns.run_id:
+            if held and not cliargs.valid_run_id(held):
+                print(f"pardash hub: --resume: the log {ns.log} names its run {held!r}, not a run id pardash makes; pass --run-id ID", file=sys.stderr)
+                return 2
+            resumed = held
+        elif held and held != ns.run_id and cliargs.valid_run_id(held):
             print(f"pardash hub: --resume: the log {ns.log} is run {held}'s, not {ns.run_id}'s; drop --run-id to carry it on, "
                   "or pass a new --log PATH", file=sys.stderr)  # fmt: skip
             return 2
