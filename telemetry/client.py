@@ -75,6 +75,9 @@ class FrameApplier:
             st.apply(msg, now)
         for rank, columns in snap.history.items():
             st.rank(rank).history.load_columns(columns)
+        for r in st.ranks.values():
+            if r.step is not None:
+                r.samples_mark = r.step.samples_total  # what its last history point counted to
         st.trend.load(snap.trend)
         st.t0 = snap.t0 or st.t0
         st.lost_reported = snap.stats.lost

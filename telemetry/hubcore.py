@@ -69,6 +69,7 @@ class IngestStep(schema.Step, tag="step"):
     lr: _Finite | None = None
     mono: Annotated[float, msgspec.Meta(ge=-_FINITE, le=_FINITE)] = 0.0
     custom: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
+    samples_total: Annotated[int, msgspec.Meta(ge=0, le=security.MAX_COUNT)] | None = None
 
 
 EVENTS_PER_S = 20.0
@@ -394,6 +395,8 @@ class HubCore:
                 if x is not None and x > MAX_STEP_S:
                     return "out_of_range"
             if not 0 <= msg.step <= security.MAX_COUNT:
+                return "out_of_range"
+            if msg.samples_total is not None and not 0 <= msg.samples_total <= security.MAX_COUNT:
                 return "out_of_range"
             # A loss or learning rate gone NaN or infinite is the rank's news, not a bad message:
             # the step is kept without it (JSON has no NaN; viewers must not chart it), as the

@@ -130,7 +130,6 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """rank -> (when, seconds) of each evaluation: those between the first and last step are
     no training time."""
     """Each rank's evaluations (``eval`` events): how long each took."""
-    samples_per_step: dict[int, int] = {}
     top_step: dict[int, int] = {}
     recent: dict[int, _RecentSteps] = defaultdict(_RecentSteps)
     rerun: dict[int, int] = defaultdict(int)
@@ -213,7 +212,6 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 top_step[msg.rank] = max(msg.step, top_step.get(msg.rank, -1))
                 recent[msg.rank].add(msg.step)
             samples[msg.rank] += msg.samples
-            samples_per_step[msg.rank] = msg.samples
             if msg.loss is not None:
                 first_loss.setdefault(msg.rank, msg.loss)
             for name, x in msg.custom.items():
@@ -353,7 +351,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     duration = (last_t - first_t) if first_t is not None and last_t is not None else 0.0
     total_samples = sum(samples.values())
     median_step = _median([r["median_step_s"] for r in ranks])
-    step_samples = sum(samples_per_step.values())
+    # A rank's mean samples a step (its latest alone read a fifth for a partial last batch).
+    step_samples = sum(n / len(step_s[rank]) for rank, n in samples.items() if step_s.get(rank))
     failure = failure_summary(state)
     for e in exits.values():
         e["signal"] = signal_name(e["code"])

@@ -122,6 +122,9 @@ class Reporter:
         self.sent = 0
         self.last_step = 0
         """Last completed step; the heartbeat reports it."""
+        self.samples_total = 0
+        """Samples of every step published so far (each step carries the sum: see
+        schema.Step.samples_total)."""
         self._phase = ""
         self._phase_t0 = time.monotonic()
         self._seq = itertools.count()
@@ -315,6 +318,10 @@ class Reporter:
             if not self._custom_cut:
                 self._custom_cut = True
                 self.event("warning", f"{len(custom)} custom metrics in a step; the first {security.MAX_CUSTOM} are kept", step=step)
+        samples = fields.get("samples")
+        if samples:
+            self.samples_total += samples
+        fields["samples_total"] = self.samples_total
         return self.send(schema.Step(mono=time.monotonic(), **fields))
 
     def set_phase(self, phase: str) -> None:

@@ -3,8 +3,8 @@
 A week-long run must not grow the hub or the TUI, so every history is a ring of a fixed
 capacity. A rank's history is one :class:`Ring` whose rows are its steps and whose columns are
 :data:`HISTORY_COLUMNS`: committing a step writes one row (one ``struct.pack_into`` into a flat
-float32 buffer), where a ring per column took a dozen appends. float32 keeps 1024 ranks x 12
-columns x 240 points near 12 MB.
+float32 buffer), where a ring per column took a dozen appends. float32 keeps 1024 ranks x 13
+columns x 240 points near 13 MB.
 
 Reading goes by column, oldest first: ``ring["loss"].values()``, ``ring["loss"].last()``,
 ``len(ring["loss"])``; ``ring.tail(n)`` gives the last ``n`` rows whole. The snapshot carries a
@@ -33,8 +33,11 @@ HISTORY_COLUMNS = (
     "comm_s",
     "mem_held_bytes",
     "mem_device_bytes",
+    "samples",
 )
-"""Columns of a rank's history; ``t`` is seconds since the run started (float32-safe)."""
+"""Columns of a rank's history; ``t`` is seconds since the run started (float32-safe);
+``samples`` is what the rank processed since its point before (its steps in between included,
+NaN where not known: see RankState.samples_mark)."""
 
 _FLOAT32_MAX = 3.4028234663852886e38
 _NATIVE = sys.byteorder == "little"

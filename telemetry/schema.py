@@ -123,6 +123,11 @@ class Step(Base, tag="step"):
     mem: Mem | None = None
     custom: dict[str, float] = {}
     """Metrics from ``pardash.telemetry.log(**custom)``."""
+    samples_total: int | None = None
+    """Samples this rank's process processed up to and including this step (the reporter's
+    running sum of ``samples``). A viewer gets a rank's latest step of each frame only; with
+    this, a rate over the steps between counts each one's own size (a partial last batch made
+    the run read five times slower). None: a reporter from before it."""
 
 
 class System(Base, tag="system"):

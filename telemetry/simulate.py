@@ -111,6 +111,7 @@ def step_message(cfg: SimConfig, rank: int, step: int, jitter: float, extra_s: f
         epoch=step // 1000,
         loss=4.0 * math.exp(-step / 300) + 0.5 + loss_noise,
         samples=32,
+        samples_total=32 * step,
         step_s=step_s + jitter,
         data_s=data + data_x,
         forward_s=fwd + fwd_x,

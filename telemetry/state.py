@@ -124,6 +124,7 @@ class RankState:
         "seq",
         "exit_noted",
         "awaited",
+        "samples_mark",
     )
 
     def __init__(self, rank: int) -> None:
@@ -155,6 +156,9 @@ class RankState:
         self.awaited = False
         """torchrun restarted it and its new process has not spoken yet: starting, not judged
         (no silence, no straggling of its previous process's figures)."""
+        self.samples_mark: int | None = None
+        """``samples_total`` of the step at its latest history point (None: not known, as
+        after a restart), from which the next point's ``samples`` column counts."""
 
     @property
     def status(self) -> str:
@@ -178,6 +182,7 @@ class RankState:
         if self.step is not None:
             self.step_before = self.step.step
         self.step = None
+        self.samples_mark = None
 
     def alive_again(self) -> None:
         """A (re)started rank: no exit, no stall or silence of before."""
@@ -511,6 +516,14 @@ class RunState:
                     device = mem.rss_bytes
                     if device is None:
                         device = nan
+            total = s.samples_total
+            if total is None:
+                done = nan
+            else:
+                mark = r.samples_mark
+                # (less than at the point before: a new process the hello of which came late)
+                done = total - mark if mark is not None and total >= mark else nan
+                r.samples_mark = total
             # In HISTORY_COLUMNS order; None (a figure the rank did not measure) is NaN.
             r.history.append_row(
                 s.step,
@@ -525,6 +538,7 @@ class RunState:
                 nan if s.comm_s is None else s.comm_s,
                 held,
                 device,
+                done,
             )
 
     # -- derived --------------------------------------------------------------------------

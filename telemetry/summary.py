@@ -71,7 +71,8 @@ def samples_per_s(state: RunState) -> float:
             # the steps' own times tell how long they took)
             took = (now - then) * sum(h.ago("step_s", j) or 0.0 for j in range(k)) / k
             if now == s.step and now > then and 0 < t1 - t0 <= 1.5 * took + PAUSE_SLACK_S:
-                total += s.samples * (now - then) / (t1 - t0)
+                done = _samples_done([h.ago("samples", j) for j in range(k)])
+                total += (s.samples * (now - then) if done is None else done) / (t1 - t0)
                 continue
         total += s.samples / s.step_s
     return total
@@ -121,14 +122,28 @@ def samples_per_s_recent(state: RunState) -> float:
     total = 0.0
     for r in state.ranks.values():
         s = r.step
-        if s is None or not s.samples:
+        if s is None or not (s.samples or s.samples_total):
             continue
         steps, t = r.history["step"].values(), r.history["t"].values()
         first, last = _last_run(steps, t)
         first += (last - first) // 2
         if last > first and t[last] > t[first] and steps[last] > steps[first]:
-            total += s.samples * (steps[last] - steps[first]) / (t[last] - t[first])
+            done = _samples_done(r.history["samples"].values()[first + 1 : last + 1])
+            total += (s.samples * (steps[last] - steps[first]) if done is None else done) / (t[last] - t[first])
     return total
+
+
+def _samples_done(points: list[float | None]) -> float | None:
+    """Samples a rank processed over history points (each point's ``samples``: what it did
+    since the point before), or None where a point does not say (a reporter from before
+    ``samples_total``, the first point after a restart): the latest step's samples times the
+    steps stand instead, wrong only where steps differ in size."""
+    done = 0.0
+    for x in points:
+        if x is None or x != x:
+            return None
+        done += x
+    return done
 
 
 def spread(values: list[float]) -> tuple[float, float, float] | None:

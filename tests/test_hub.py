@@ -579,7 +579,9 @@ def test_a_step_with_figures_no_viewer_can_show_is_refused_and_a_lost_loss_is_dr
     base = dict(run="r", rank=0, step_s=0.1, t=1.0e9 + 1, mono=5.0)
     assert not core.ingest_bytes(schema.encode(schema.Step(seq=1, step=1, **{**base, "step_s": 1e300})), 1.0)
     assert not core.ingest_bytes(schema.encode(schema.Step(seq=2, step=2**64 - 1, **base)), 1.0)
-    assert core.rejected["out_of_range"] == 2
+    assert not core.ingest_bytes(schema.encode(schema.Step(seq=2, step=2, samples_total=-1, **base)), 1.0)
+    assert not core.ingest_bytes(schema.encode(schema.Step(seq=2, step=2, samples_total=2**63 - 1, **base)), 1.0)
+    assert core.rejected["out_of_range"] == 4
     assert core.ingest_bytes(schema.encode(schema.Step(seq=3, step=3, loss=float("inf"), lr=float("nan"), **base)), 1.0)
     taken = core.state.ranks[0].step
     assert (taken.step, taken.loss, taken.lr) == (3, None, None)

@@ -367,7 +367,12 @@ def test_a_log_cut_anywhere_or_sprayed_with_garbage_still_reports(tmp_path):
         rep = build_report(str(log))
         render_text(rep)
         render_markdown(rep)
-        assert rep["skipped_lines"] >= 0
+        # Every line that is not blank is either read or skipped and counted, and the report
+        # says the reader's count.
+        records, stats = load_log(log)
+        lines = sum(1 for piece in bytes(body).split(b"\n") if piece.strip())
+        assert len(records) + stats.skipped_total == lines
+        assert rep["skipped_lines"] == stats.skipped_total
 
 
 def test_a_straggler_is_dated_and_its_cost_measured():
@@ -611,6 +616,70 @@ def test_a_finished_run_shows_the_rate_it_ran_at():
         st.apply(schema.Event(run="r", rank=r, name="exit", code=0, t=1002.0), 0.0)
     line = progress_line(st, 2.5)
     assert "| 640 samples/s at the end |" in line and "2 finished" in line, line
+
+
+def _epochs_with_a_partial_batch(n_steps: int) -> list[tuple[int, int, int, float]]:
+    """(step, samples, samples so far, t): batches of 16 with a partial last one of 4 every 10
+    steps (a DataLoader's remainder), a step every 10 ms: 148 samples per 100 ms."""
+    out, total = [], 0
+    for step in range(1, n_steps + 1):
+        n = 4 if step % 10 == 0 else 16
+        total += n
+        out.append((step, n, total, 1000.0 + 0.01 * step))
+    return out
+
+
+def test_the_rate_counts_each_step_at_its_own_size():
+    # Frames carry each rank's latest step (every other one here), and the last step of each
+    # epoch is the partial one: its 4 samples times the steps read "800 samples/s at the end"
+    # for 2,960.
+    st = RunState(run_id="r", track_seq=False)
+    steps = _epochs_with_a_partial_batch(40)
+    for step, n, total, t in steps[1::2]:
+        st.apply_frame([schema.Step(run="r", rank=r, step=step, samples=n, samples_total=total, step_s=0.01, t=t) for r in (0, 1)], 0.0)
+    assert "| 2,960 samples/s |" in progress_line(st, 1.0)  # live: the last ten points, steps 21..40
+    _finish(st, 1000.5)
+    assert samples_per_s_recent(st) == pytest.approx(2 * 1480, rel=1e-3)
+    assert "| 2,960 samples/s at the end |" in progress_line(st, 1.5)
+
+
+def test_a_viewer_that_attached_late_counts_each_step_at_its_own_size():
+    # A viewer's first frames after its snapshot: the rank's last history point came in the
+    # snapshot, and what the rank did since it counts from that point's step.
+    from pardash.telemetry import frames
+    from pardash.telemetry.client import FrameApplier
+
+    hub = RunState(run_id="r", track_seq=False, t0=999.0)
+    steps = _epochs_with_a_partial_batch(40)
+    for step, n, total, t in steps[1:20:2]:
+        hub.apply_frame([schema.Step(run="r", rank=0, step=step, samples=n, samples_total=total, step_s=0.01, t=t)], 0.0)
+    snap = frames.Snapshot(fseq=10, hseq=0, t=1000.2, run_id="r", t0=999.0, messages=[hub.ranks[0].step], history={0: hub.ranks[0].history.columns_bytes()})
+    viewer = FrameApplier()
+    viewer.load_snapshot(frames.decode_snapshot(frames.encode(snap)))
+    for step, n, total, t in steps[21::2]:
+        viewer.state.apply_frame([schema.Step(run="r", rank=0, step=step, samples=n, samples_total=total, step_s=0.01, t=t)], 0.0)
+    _finish(viewer.state, 1000.5)
+    assert samples_per_s_recent(viewer.state) == pytest.approx(1480, rel=1e-3)
+
+
+def test_the_rate_of_a_log_from_before_samples_total_is_its_steps_times_the_latest_size():
+    st = RunState(run_id="r", track_seq=False)
+    for step in range(2, 41, 2):
+        st.apply_frame([schema.Step(run="r", rank=0, step=step, samples=16, step_s=0.01, t=1000.0 + 0.01 * step)], 0.0)
+    _finish(st, 1000.5)
+    assert samples_per_s_recent(st) == pytest.approx(1600, rel=1e-3)
+
+
+def test_steady_samples_per_s_is_the_mean_step_over_the_median_step_time(tmp_path):
+    # The report's "steady" took the last step's samples: a partial last batch of 4 read a
+    # quarter of the run's 1,480 samples/s.
+    records: list = [schema.Hello(run="r", rank=0, seq=0, world_size=1, pid=10, strategy="single", t=1000.0)]
+    for step, n, total, t in _epochs_with_a_partial_batch(40):
+        records.append(schema.Step(run="r", rank=0, seq=step, step=step, samples=n, samples_total=total, step_s=0.01, t=t))
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["steady_samples_per_s"] == pytest.approx(1480, rel=1e-3)
 
 
 def _finish(st: RunState, t: float) -> None:

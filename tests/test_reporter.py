@@ -137,7 +137,7 @@ def test_fast_steps_go_in_bursts_and_none_is_left_behind(monkeypatch):
     loop_done = _first_beat_after_the_loop(rep, monkeypatch)
     rep.hello(strategy="ddp")  # goes at once, and starts the heartbeat thread
     for i in range(1, 11):  # ten steps within a burst interval: held, not sent one by one
-        rep.step(step=i, loss=1.0, step_s=0.001)
+        rep.step(step=i, loss=1.0, step_s=0.001, samples=16 if i < 10 else 4)  # a partial last batch
     assert rep.sent < 11
     loop_done.set()
     # The loop sends nothing more (stuck, or done without close): the heartbeat thread sends
@@ -151,6 +151,10 @@ def test_fast_steps_go_in_bursts_and_none_is_left_behind(monkeypatch):
 
     wait_for(all_steps)
     assert rep.dropped == 0
+    # Each step carries the samples of its process so far: a viewer that gets one step in
+    # several still counts the steps between at their own sizes.
+    steps = sorted((m for m in seen if isinstance(m, schema.Step)), key=lambda m: m.step)
+    assert [m.samples_total for m in steps] == [16 * i for i in range(1, 10)] + [148]
     rep.close()
     pull.close(0)
 
