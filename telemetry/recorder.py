@@ -46,15 +46,27 @@ MAX_UNWRITTEN_BYTES = 512 << 20
 steps a second); past that the oldest go."""
 
 
+BLANK_LOOK_BYTES = 4096
+"""A file this short or shorter is read to tell whether it holds only blank lines."""
+
+
 def holds_records(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a regular file with something in it: a run's log already. A
     second run appended to it would read as one run mixing both (a FIFO or /dev/null holds
-    nothing)."""
+    nothing, nor does a file of blank lines: ``touch`` or an editor's save of an empty one)."""
     try:
         st = os.stat(path)
     except OSError:
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_size > 0
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return False
+    if st.st_size > BLANK_LOOK_BYTES:
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return bool(fh.read(BLANK_LOOK_BYTES).strip())
+    except OSError:
+        return True  # unreadable: what then opens it says why
 
 
 def gz_name_refusal(path: str) -> str | None:

@@ -311,6 +311,24 @@ def test_a_hub_restarted_on_a_log_it_cannot_write_serves_all_the_same(tmp_path, 
     assert "serving without it until it can write" in capsys.readouterr().err
 
 
+def test_a_log_of_blank_lines_is_a_new_log_and_a_file_of_other_things_is_not_called_a_run(tmp_path, monkeypatch, capsys):
+    # `pardash launch --log notes.txt` said "already holds a run" of a file that held none,
+    # and refused a file of blank lines (an editor's save of an empty file) the same way.
+    from pardash.telemetry import hub as hub_mod
+    from pardash.trainer.launcher import LaunchError, new_spec
+
+    log = tmp_path / "run.jsonl"
+    log.write_text("\n \n")
+    assert new_spec(log_path=str(log), runs_dir=str(tmp_path / "runs")).log_path == str(log)
+    monkeypatch.setattr(hub_mod.Hub, "serve", lambda self, **kw: None)
+    monkeypatch.setattr(hub_mod.signal, "signal", lambda *a: None)
+    assert hub_mod.run_hub(_hub_args(tmp_path)) == 0
+    log.write_text("my notes\n")
+    with pytest.raises(LaunchError, match="is not a pardash log"):
+        new_spec(log_path=str(log), runs_dir=str(tmp_path / "runs"))
+    assert log.read_text() == "my notes\n"
+
+
 def test_a_hub_does_not_append_a_new_run_to_a_log_that_holds_one(tmp_path, monkeypatch, capsys):
     from pardash.telemetry import hub as hub_mod
 

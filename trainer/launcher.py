@@ -30,6 +30,7 @@ import psutil
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
 from pardash.telemetry.failures import signal_name
+from pardash.telemetry.logreader import is_log
 from pardash.telemetry.recorder import LOG_MODE, gz_name_refusal, holds_records
 from pardash.telemetry.spawn import exit_code, read_line
 from pardash.telemetry.streams import unbreakable_stdio
@@ -900,6 +901,8 @@ def check_writable(path: str) -> None:
     """Raise LaunchError unless ``path`` can be created or appended to, and holds no run yet
     (:func:`recorder.holds_records`)."""
     if holds_records(path):
+        if not is_log(path):
+            raise LaunchError(f"{path} is not a pardash log (no record in its first lines); pass a new --log PATH")
         raise LaunchError(f"the log {path} already holds a run; pass a new --log PATH (or remove that file)")
     p = Path(path)
     try:
