@@ -273,6 +273,9 @@ def cmd_export(ns: argparse.Namespace) -> int:
         )
     texts = f" and {res['texts']} event texts" if res["texts"] else ""
     print(f"{PROG}: wrote {res['points']} scalars{texts} to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
+    if res.get("rerun"):
+        # (they are in the event files: TensorBoard draws the curve from where the run went on)
+        print(f"{PROG}: {res['rerun']} step(s) were run again after a restart or a resume; counted once above")
     if res["skipped_lines"]:
         why = ", ".join(f"{n} {reason}" for reason, n in res["skipped_by_reason"].items())
         print(f"{PROG}: skipped {res['skipped_lines']} log line(s) ({why})")

@@ -190,7 +190,12 @@ class _Export:
         self.made = [] if os.path.isdir(out_dir) else [out_dir]
         """Folders this export made (a failed one takes them back)."""
         self.steps: dict[int, int] = {}
-        """Step records written, by rank."""
+        """Steps written, by rank: its step records less those it ran again."""
+        self.top: dict[int, int] = {}
+        """A rank's highest step so far."""
+        self.rerun: dict[int, int] = {}
+        """Steps a rank ran again (a torchrun restart, a resume from a checkpoint: the ones
+        between the step it went on from and its highest before), by rank."""
         self.last: dict[int, int] = {}
         """A rank's latest step (a late one aside): one at or below it again is a restart."""
         self.sent: dict[int, int] = {}
@@ -284,6 +289,7 @@ class _Export:
         # sends for a loop that paused go on a socket of their own, and the hub may take the
         # loop's next ones first) is late, not run again: a restart's mark there would have
         # TensorBoard drop the steps after it.
+        again = msg.seq >= self.sent.get(rank, -1) and msg.step <= self.top.get(rank, -1)
         if msg.seq >= self.sent.get(rank, -1):
             waiting = self.samples.get(rank)
             if waiting is not None and waiting.step is None:
@@ -300,7 +306,11 @@ class _Export:
             self.sent[rank] = msg.seq
         values = [tb.Summary.Value(tag=tag, simple_value=v) for tag, v in step_scalars(msg).items()]
         w.add(tb.Event(wall_time=msg.t, step=msg.step, summary=tb.Summary(value=values)))
-        self.steps[rank] = self.steps.get(rank, 0) + 1
+        if again:
+            self.rerun[rank] = self.rerun.get(rank, 0) + 1
+        else:
+            self.steps[rank] = self.steps.get(rank, 0) + 1
+            self.top[rank] = max(msg.step, self.top.get(rank, -1))
         self.points += len(values)
         self.runs.add(msg.run)
 
@@ -393,7 +403,7 @@ class _Export:
 def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = None, ranks: Collection[int] | None = None) -> dict:
     """Write ``log_path``'s per-rank scalars and texts under ``out_dir`` (``progress`` is told
     how far the log's reading is), of ``ranks`` only if given; returns what was written:
-    ``{"ranks": {rank: steps}, "dirs": {rank: path}, "points": scalars, "texts": n,
+    ``{"ranks": {rank: steps}, "rerun": steps run again (not in ``ranks``), "dirs": {rank: path}, "points": scalars, "texts": n,
     "skipped_lines": n, "skipped_by_reason": {reason: n}, "left_out": ranks with steps that ``ranks`` left out, "in_log": every
     rank the log has a record of}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
@@ -423,6 +433,7 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     return {
         "ranks": dict(sorted(export.steps.items())),
         "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(export.writers)},
+        "rerun": sum(export.rerun.values()),
         "points": export.points,
         "texts": export.texts_written,
         "skipped_lines": stats.skipped_total,

@@ -471,7 +471,9 @@ def test_a_restart_keeps_its_crash_and_the_samples_of_the_steps_it_kept(tmp_path
     # run's at step 5 took that one with it.
     log = tmp_path / "restart.jsonl"
     _restarted_log(log)
-    export_tensorboard(str(log), str(tmp_path / "tb"))
+    res = export_tensorboard(str(log), str(tmp_path / "tb"))
+    # (its summary said "steps rank 0: 9" of a rank that reached step 7)
+    assert res["ranks"] == {0: 7} and res["rerun"] == 2
     acc = _read_back(tmp_path / "tb" / "rank0")
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(s, pytest.approx(v)) for s, v in [(1, 9), (2, 8), (3, 7), (4, 4.5), (5, 4), (6, 3.5), (7, 3)]]
     assert [(e.step, e.value) for e in acc.Scalars("system/cpu_pct")] == [(2, 60.0), (3, 20.0), (6, 60.0)]
