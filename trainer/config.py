@@ -166,7 +166,8 @@ class TrainConfig:
     --checkpoint-dir."""
     checkpoint_keep: int = 0
     """Keep only the newest this many checkpoints, deleting older ones after each save (0:
-    keep every one)."""
+    keep every one). Counted over this run's saves and those of the run it resumed from (K
+    in all, not K a resume); other runs' checkpoints in the folder are never deleted."""
     resume: bool | None = None
     """Continue from the newest checkpoint in --checkpoint-dir (start afresh when there is
     none): model, optimizer, step, data order, learning rate schedule and RNG state. One that
