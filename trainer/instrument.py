@@ -293,6 +293,9 @@ class Instrument:
         self.reporter = reporter
         self.warn_after = warn_after
         self.clock = _Clock()
+        self._micro_said = False
+        """A step of several backward passes was published: every step says its count since
+        (a last step of one, an epoch's remainder, read as the count of the step before it)."""
         self._handles: list[Any] = []
         self._module_handles: list[Any] = []
         self.watching_all = False
@@ -1229,7 +1232,8 @@ class Instrument:
             loss=loss,  # NaN goes on: the reporter says the loss is not finite
             lr=d.lr, mem=d.mem,
         )  # fmt: skip
-        if d.open.micro > 1:
+        if d.open.micro > 1 or self._micro_said:
+            self._micro_said = True
             out["custom"] = {"micro_batches": float(d.open.micro)}
         d.logged.apply(out)
         self.reporter.step(**out)
