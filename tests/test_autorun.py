@@ -1108,6 +1108,27 @@ def test_a_samplers_set_epoch_says_the_epoch_not_the_loaders_passes(hooked):
     assert [m for name, m in rep.events if name == "epoch_end"] == ["epoch 5 ended"]
 
 
+def test_an_evaluation_samplers_set_epoch_0_is_not_the_training_epoch(hooked):
+    # A validation loader's DistributedSampler set to epoch 0 before each evaluation (shuffle
+    # off, so any epoch does) showed epoch 0 from the first evaluation on.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(8, 8), torch.randint(0, 4, (8,)))
+    sampler, val_sampler = DistributedSampler(data, num_replicas=1, rank=0), DistributedSampler(data, num_replicas=1, rank=0, shuffle=False)
+    train, val = DataLoader(data, batch_size=4, sampler=sampler), DataLoader(data, batch_size=4, sampler=val_sampler)
+    for epoch in (1, 2, 3):
+        sampler.set_epoch(epoch)
+        _fit(model, opt, train)
+        val_sampler.set_epoch(0)
+        with torch.no_grad():
+            for x, _ in val:
+                model(x)
+    inst.finish()
+    assert [s["epoch"] for s in rep.steps] == [1, 1, 2, 2, 3, 3]
+    assert [m for name, m in rep.events if name == "epoch_end"] == ["epoch 1 ended", "epoch 2 ended"]
+
+
 # -- autorun as a process, without torchrun --------------------------------------------------
 
 

@@ -328,6 +328,8 @@ class Instrument:
         self.epoch = 0
         self._sampler_epochs = False
         """A DistributedSampler's set_epoch has said the epoch: passes over loaders count no more."""
+        self._epoch_sampler: weakref.ref | None = None
+        """The sampler whose set_epoch said the epoch last; another one's lower epoch is not taken."""
         self._batch_pass: _Pass | None = None
         """The loader pass that gave the latest batch."""
         self._train_pass: _Pass | None = None
@@ -1312,7 +1314,12 @@ class Instrument:
     def _wrap_set_epoch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def set_epoch(sampler: Any, epoch: int) -> Any:
             self._sampler_epochs = True
-            self._new_epoch(epoch)
+            said = self._epoch_sampler() if self._epoch_sampler is not None else None
+            if said is None or said is sampler or not isinstance(epoch, int) or epoch >= self.epoch:
+                self._epoch_sampler = weakref.ref(sampler)
+                self._new_epoch(epoch)
+            # (else another loader's sampler going back: an evaluation's set_epoch(0) each time
+            # showed epoch 0 from the first evaluation on)
             return original(sampler, epoch)
 
         return set_epoch
