@@ -21,7 +21,7 @@ from helpers import pardash_env, wait_for
 from pardash.telemetry import api, memory, modelfacts, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.logreader import load_log
-from pardash.trainer.instrument import NO_STEP_WARNING, Instrument
+from pardash.trainer.instrument import NO_STEP_WARNING, SETTLE_STEPS, Instrument
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -807,6 +807,39 @@ def test_an_ema_of_the_model_evaluated_between_steps_is_an_evaluation(hooked, mo
     assert [s["step"] for s in rep.steps] == [1, 2, 3]
     assert [name for name, _ in rep.events] == ["eval"]
     assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
+
+
+@pytest.mark.parametrize("made", ["before", "after"])
+def test_an_ema_evaluated_after_the_roots_settled_is_an_evaluation(hooked, monkeypatch, made):
+    # Once the trained roots settle (SETTLE_STEPS), only they are watched: an EMA first
+    # evaluated after that was not seen, its 6 s went into the next step's data time. The EMA
+    # may be made before training, or later (SWA from some epoch on).
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    n = SETTLE_STEPS + 3
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.99)) if made == "before" else None
+    for i in range(n):
+        _timed_step(model, opt, clock)
+        if ema is None and i == SETTLE_STEPS:
+            ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.99))
+        if ema is not None:
+            ema.update_parameters(model)
+        if i == n - 2:
+            assert not inst.watching_all
+            ema.eval()
+            with torch.no_grad():
+                for _ in range(3):
+                    clock[0] += 2.0
+                    ema(torch.randn(4, 8))
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, n + 1))
+    assert [name for name, _ in rep.events] == ["eval"]
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0] + [0.010] * (n - 1))
+    assert not ema.module._forward_pre_hooks  # (its model, a copy, carries none: see below)
 
 
 def test_a_micro_batchs_loading_after_a_backward_is_data_time(hooked, monkeypatch):

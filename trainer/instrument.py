@@ -12,7 +12,8 @@ is hooked, and what each hook tells:
   dimension of the first tensor argument), and the model: the root modules seen training (the
   DDP or FSDP2 wrapper when there is one), whose type gives the strategy. Once the same roots
   have trained for ``SETTLE_STEPS`` steps, the global hooks give way to hooks on the roots
-  alone, so submodule calls go back to PyTorch's fast path; a new optimizer, or a root
+  alone (and torch's ``AveragedModel``s, an EMA or SWA, only ever evaluated: its ``__init__``
+  is followed), so submodule calls go back to PyTorch's fast path; a new optimizer, or a root
   freed, brings the global hooks back to find the next model. Models and optimizers are held
   weakly: a script that trains one after another (k-fold, a sweep) frees each as it would
   without pardash, and memory describes the ones alive;
@@ -328,6 +329,11 @@ class Instrument:
         self.epoch = 0
         self._sampler_epochs = False
         """A DistributedSampler's set_epoch has said the epoch: passes over loaders count no more."""
+        self._averages: weakref.WeakSet[Any] = weakref.WeakSet()
+        """torch's AveragedModels made (EMA, SWA): only ever evaluated, so never seen as roots;
+        once the roots settle, they are hooked beside them (see _hooked_modules)."""
+        self._rehook = False
+        """An AveragedModel was made after the roots settled: hook the roots again at the next step."""
         self._epoch_sampler: weakref.ref | None = None
         """The sampler whose set_epoch said the epoch last; another one's lower epoch is not taken."""
         self._batch_pass: _Pass | None = None
@@ -445,6 +451,9 @@ class Instrument:
         from torch.utils.data.distributed import DistributedSampler
 
         self._patch(DistributedSampler, "set_epoch", self._wrap_set_epoch)
+        from torch.optim.swa_utils import AveragedModel
+
+        self._patch(AveragedModel, "__init__", self._wrap_average_init)
         from torch.utils.data import DataLoader
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -548,6 +557,16 @@ class Instrument:
 
         return script
 
+    def _wrap_average_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def __init__(average: Any, *args: Any, **kwargs: Any) -> None:
+            original(average, *args, **kwargs)
+            if not self.dead:
+                self._averages.add(average)
+                if not self.watching_all:
+                    self._rehook = True
+
+        return __init__
+
     def _lifts_for(self, obj: Any) -> bool:
         """Whether scripting ``obj`` must lift the roots' hooks: a module holding a root, on the
         training thread between two module calls (a thread scripting beside a forward would take
@@ -563,7 +582,9 @@ class Instrument:
         """The modules the root hooks go on: the roots, and a DDP root's module (evaluated
         directly, bypassing DDP)."""
         roots = self.roots
-        return [*roots, *(r.module for r in roots if isinstance(getattr(r, "module", None), torch.nn.Module))]
+        # (an AveragedModel's own: the copy of the model it holds stays free of hooks)
+        averages = [m for m in self._averages if all(m is not r for r in roots)]
+        return [*roots, *(r.module for r in roots if isinstance(getattr(r, "module", None), torch.nn.Module)), *averages]
 
     def _unwatch(self) -> None:
         for h in self._module_handles:
@@ -1197,6 +1218,9 @@ class Instrument:
             self._watch_all_modules()  # a root went (see _root_gone)
         elif self.watching_all and self.trained.has_roots() and self._depth == 0 and self.step - self._settled_from >= SETTLE_STEPS:
             self._watch_roots()  # at depth 0: no module call is between its pre- and post-hook
+        elif self._rehook and not self.watching_all and self._depth == 0:
+            self._watch_roots()  # an AveragedModel made since they settled
+        self._rehook = False
         if self.clock.cuda:
             late, self._late = self._late, done
             if late is not None:
