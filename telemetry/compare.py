@@ -92,6 +92,15 @@ def run_label(rep: dict) -> str:
     return f"{rep['strategy'] or '?'} x{rep['world_size']}"
 
 
+def steps_text(rep: dict) -> str:
+    """``60 steps``; ``50 steps, to step 100`` for a run whose log starts later (resumed from a
+    checkpoint) or that ran steps again: the notes speak of the step it ended at."""
+    steps, last = rep.get("steps") or 0, rep.get("last_step")
+    if last is None or last == steps:
+        return f"{steps} steps"
+    return f"{steps} steps, to step {last}"
+
+
 def compare_reports(a: dict, b: dict) -> dict:
     """Two reports side by side: every metric with A, B, B - A, B / A - 1 and a verdict."""
     rows: list[dict[str, Any]] = []
@@ -198,8 +207,8 @@ def render_compare_markdown(cmp: dict) -> str:
     out = [
         f"# pardash: {run_label(a)} against {run_label(b)}",
         "",
-        f"- A: `{a['run_id'] or a['log']}` ({run_label(a)}, {a['steps']} steps)",
-        f"- B: `{b['run_id'] or b['log']}` ({run_label(b)}, {b['steps']} steps)",
+        f"- A: `{a['run_id'] or a['log']}` ({run_label(a)}, {steps_text(a)})",
+        f"- B: `{b['run_id'] or b['log']}` ({run_label(b)}, {steps_text(b)})",
         "",
         md_table(head, body, right={1, 2, 3, 4}),
         *(["", *(f"- {n}" for n in cmp.get("notes", []))] if cmp.get("notes") else []),
@@ -217,8 +226,8 @@ def render_compare_text(cmp: dict, width: int = 120) -> str:
     buf = StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False, highlight=False)
     a, b = cmp["a"], cmp["b"]
-    con.print(f"A: {a['run_id'] or a['log']} ({run_label(a)}, {a['steps']} steps)")
-    con.print(f"B: {b['run_id'] or b['log']} ({run_label(b)}, {b['steps']} steps)")
+    con.print(f"A: {a['run_id'] or a['log']} ({run_label(a)}, {steps_text(a)})")
+    con.print(f"B: {b['run_id'] or b['log']} ({run_label(b)}, {steps_text(b)})")
     t = Table(box=None, pad_edge=False)
     for i, h in enumerate(head):
         t.add_column(h, justify="right" if i in (1, 2, 3, 4) else "left")

@@ -207,6 +207,12 @@ def test_runs_that_ended_at_different_steps_have_their_losses_shown_not_judged()
     assert said in render_compare_text(cmp) and said in render_compare_markdown(cmp)
     assert all(line == line.rstrip() for line in render_compare_text(cmp).splitlines())  # (for grep and diff)
     assert compare_reports(a, json.loads(json.dumps(a)))["notes"] == []
+    # The header says the step each run ended at where its step count is not it ("B (ddp x2,
+    # 60 steps)" beside "B 50" in the note).
+    assert a["steps"] == a["last_step"]
+    assert f"A: {a['run_id']} (ddp x2, {a['steps']} steps)" in render_compare_text(cmp)
+    assert f"B: {b['run_id']} (ddp x2, {b['steps']} steps, to step {b['last_step']})" in render_compare_text(cmp)
+    assert f"(ddp x2, {b['steps']} steps, to step {b['last_step']})" in render_compare_markdown(cmp)
 
 
 def test_a_cpu_runs_peak_rss_is_not_judged_against_a_gpu_runs_cuda_peak():
