@@ -204,20 +204,26 @@ def test_a_hub_that_closes_its_ready_pipe_as_it_exits_is_told_with_its_exit_code
     # launcher said "the hub did not start (exit code None)" (a hub that could not bind).
     from pardash.telemetry.spawn import exit_code, read_line
 
+    # The child closes its ready pipe, then waits on a second pipe (its stdin) that this test
+    # holds: it is provably alive after the ready pipe's end until the test lets it go (a
+    # half-second sleep before its exit could pass on a loaded machine before poll() was asked).
     r, w = os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-c", f"import os, time; os.close({w}); time.sleep(0.5); raise SystemExit(2)"], pass_fds=(w,)
-    )
-    os.close(w)
-    assert read_line(r, 30) == ""
-    os.close(r)
-    assert proc.poll() is None and exit_code(proc) == 2
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        [sys.executable, "-c", f"import os, sys; os.close({w}); sys.stdin.read(); raise SystemExit(2)"],
+        pass_fds=(w,), stdin=subprocess.PIPE,
+    )  # fmt: skip
     try:
-        assert exit_code(alive, grace_s=0.1) is None
+        os.close(w)
+        assert read_line(r, 30) == ""
+        os.close(r)
+        assert proc.poll() is None  # the pipe ended, the process still there
+        assert exit_code(proc, grace_s=0.1) is None  # a process that lives on past the grace
+        proc.stdin.close()  # now it exits: exit_code waits for it rather than saying None
+        assert exit_code(proc, grace_s=60) == 2
     finally:
-        alive.kill()
-        alive.wait()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_fifo_log_is_taken_and_node_1_leaves_the_log_to_node_0(tmp_path):
