@@ -395,6 +395,8 @@ class Reporter:
                     self._read_handshakes(sock)
         finally:
             if self._handshakes is not None:
+                self._read_handshakes(sock)  # a refusal before a first beat: a short job says it too
+            if self._handshakes is not None:
                 sock.disable_monitor()
                 self._handshakes.close(0)
                 self._handshakes = None

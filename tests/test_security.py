@@ -527,6 +527,18 @@ def test_a_rank_the_hub_refuses_says_so_once(curve_hub, stranger_keys, capfd, wh
     assert ("it has no key (set PARDASH_CURVE_DIR" if who == "no key" else "its key is not one the hub admits") in err
 
 
+def test_a_refused_rank_whose_job_ends_before_its_first_heartbeat_says_so(curve_hub, capfd):
+    # The refusal was read at a heartbeat only: a job shorter than one (a second) ended
+    # without a word, its telemetry gone nowhere.
+    rep = Reporter(curve_hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=3600, curve=False)
+    rep.hello(strategy="ddp", world_size=4)
+    wait_for(lambda: rep._handshakes is not None, timeout_s=20)
+    # (the heartbeat thread waits an hour for its first beat: it does not touch the monitor)
+    assert rep._handshakes.poll(20_000)  # the hub's refusal has come
+    rep.close(linger_ms=0)
+    assert capfd.readouterr().err.count("refuses rank 0's telemetry") == 1
+
+
 def test_an_admitted_rank_says_nothing(curve_hub, keys, capfd):
     rep = Reporter(curve_hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=0.05, curve=keys)
     rep.hello(strategy="ddp", world_size=4)
