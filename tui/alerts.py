@@ -225,10 +225,14 @@ def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, Exit
     ]
 
 
-def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) -> list[Alert]:
+def run_alerts(
+    state: st.RunState, ranks: Iterable[st.RankState] | None = None, *, t0: float | None = None
+) -> list[Alert]:
     """Every current alert of the run, most severe first; exited ranks in the order they
     exited (the first flagged as such when several did), the rest by rank. ``ranks``: the
-    ranks that may have one (those with a verdict or an exit), when known; default all."""
+    ranks that may have one (those with a verdict or an exit), when known; default all.
+    ``t0``: the run's 00:00 (:func:`~.run_clock.run_origin`), as the event log counts; default
+    the state's first record."""
     out: list[Alert] = []
     exits: dict[int, ExitInfo] | None = None
     exited = 0
@@ -241,7 +245,7 @@ def run_alerts(state: st.RunState, ranks: Iterable[st.RankState] | None = None) 
                 exits = exit_info(state)
             info = exits.get(r.rank)
             exited += 1
-        out.extend(rank_alerts(r, info, t0=state.t0))
+        out.extend(rank_alerts(r, info, t0=t0 or state.t0))
     first = cause_rank(state) if exited > 1 and exits else None
     if first is not None and first in exits:
         out = [

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pardash.telemetry import state as st
 
 from .alerts import cause_rank
+from .run_clock import ranks_first_word
 
 RATE_UPDATES = 9
 """Updates (a hub frame each, ten a second) over which the header's samples/s is the median:
@@ -288,6 +289,9 @@ class RowBuilder:
         self._notes: list[str] = []
         self._nodes = 0
         self._exit_marked = False
+        self.first_word: float | None = None
+        """When the ranks first said anything, as of the last update (see
+        :func:`~.run_clock.ranks_first_word`; worked out again only when a hello changes)."""
 
     # -- updating -----------------------------------------------------------------------------
 
@@ -437,6 +441,7 @@ class RowBuilder:
                     notes.append(note)
             self._notes = notes
             self._nodes = len({e.node for e in self._ranks})
+            self.first_word = ranks_first_word(state)
             gpu = any(r.hello is not None and r.hello.device.startswith("cuda") for r in state.ranks.values())
             if gpu != self.gpu:
                 self.gpu = gpu

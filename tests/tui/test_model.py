@@ -505,3 +505,21 @@ def test_a_rank_failed_by_its_peers_crash_is_said_calmly_and_long_errors_are_cut
     (alert,) = [a for a in run_alerts(st) if a.rank == 1]
     cause = alert.text.partition(": ")[2]
     assert len(cause) == CAUSE_MAX and cause.endswith("…") and cause.startswith("ValueError: xxx")
+
+
+def test_the_runs_clock_starts_at_the_ranks_first_hello_not_a_clock_behind_nor_a_restart():
+    # Live, the run's 00:00 is its ranks' first word (as a replay's): a rank whose clock is two
+    # hours behind would make the run two hours long, and a hello of a process torchrun
+    # restarted is no first word (the hub's start stands then, as before).
+    from types import SimpleNamespace
+
+    from pardash.tui.run_clock import ranks_first_word, run_origin
+
+    st = RunState(run_id="r")
+    st.apply(schema.Event(rank=-1, seq=-1, name="hub", message="hub started", t=1000.0), 0)
+    st.apply(schema.Hello(rank=0, world_size=2, t=1004.0), 0)
+    st.apply(schema.Hello(rank=1, world_size=2, t=1005.0 - 7200), 0)
+    live = SimpleNamespace(state=st, live=True)
+    assert ranks_first_word(st) == 1004.0 and run_origin(live) == 1004.0
+    st.apply(schema.Hello(rank=1, world_size=2, t=1030.0, restart=1, pid=2), 0)
+    assert ranks_first_word(st) is None and run_origin(live) == 1000.0

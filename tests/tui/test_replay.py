@@ -714,3 +714,60 @@ async def test_a_replays_event_log_counts_from_where_its_position_does(tmp_path)
         assert src.duration_s == 9.0  # from the ranks' first word to the last record
         clocks = [strip_text(line).split()[0] for line in app.screen.query_one(EventLog).lines]
         assert clocks == ["00:00", "00:09"], clocks  # the hub's start (before the zero) at 00:00; the exits at 9 s, not 15
+
+
+class _HeldLive:
+    """A live source over a hub's snapshot, held still (what a viewer attached to the hub shows)."""
+
+    live = True
+
+    def __init__(self, snapshot) -> None:
+        from pardash.telemetry.client import FrameApplier
+
+        applier = FrameApplier()
+        applier.live = True
+        applier.load_snapshot(snapshot)
+        self.state, self.stats = applier.state, applier.stats
+
+    def poll(self) -> bool:
+        return False
+
+    def sockets(self) -> list:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_run_counts_from_its_ranks_first_word_live_as_in_its_replay(tmp_path):
+    # One run read "elapsed 51s" live and "47s" in its replay (and in report): live counted from
+    # the hub's start, the seconds torchrun and torch's import took before the ranks said
+    # hello. The event log's clock and an alert's "since" count from the same 00:00.
+    from pardash.telemetry import schema
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.tui.widgets.alert_list import AlertList
+    from pardash.tui.widgets.event_log import EventLog
+    from tui_helpers import strip_text
+
+    t = 1.7e9
+    msgs: list = [schema.Event(run="r", rank=-1, seq=-1, name="hub", message="hub started", t=t)]
+    msgs += [schema.Hello(run="r", rank=r, world_size=2, seq=0, t=t + 4) for r in (0, 1)]
+    msgs += [schema.Step(run="r", rank=r, step=s, seq=s, step_s=0.5, samples=4, t=t + 4 + s) for s in range(1, 9) for r in (0, 1)]
+    msgs.append(schema.Verdict(run="r", rank=1, seq=-1, verdict="silent", message="rank 1 silent for 3 s", t=t + 12.5))
+    msgs.append(schema.Event(run="r", rank=0, seq=9, name="exit", code=0, step=8, t=t + 14))
+    core = HubCore(run_id="r")
+    for m in msgs:
+        core.replay(m, 0.0)
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    replay = ReplaySource(str(log), start_s=float("inf"))
+    replay.paused = True
+    seen = {}
+    for name, src in (("live", _HeldLive(core.snapshot())), ("replay", replay)):
+        app = make_app(src)
+        async with app.run_test(size=(160, 50)) as pilot:
+            await pilot.pause(0.2)
+            clocks = [strip_text(line).split()[0] for line in app.screen.query_one(EventLog).lines]
+            alerts = widget_text(app.screen.query_one(AlertList))
+            seen[name] = (app.screen.query_one(RunHeader).summary.elapsed_s, clocks, "rank 1 silent since 00:08" in alerts)
+    assert seen["live"] == seen["replay"] == (10.0, ["00:00", "00:08", "00:10"], True), seen

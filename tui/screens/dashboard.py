@@ -23,6 +23,7 @@ from ..grid_layout import lay_out
 from ..memory import memory_savings
 from ..messages import RankChosen, RankHighlighted, RunUpdated
 from ..model import SORT_KEYS, SORT_LABELS, RankRow, RowBuilder
+from ..run_clock import run_origin
 from ..widgets.alert_list import STALE_MARK, AlertList
 from ..widgets.event_log import EventLog
 from ..widgets.history_chart import HistoryChart
@@ -329,14 +330,16 @@ class DashboardScreen(Screen):
         w.grid.update_rows(table)
         self._fit_side()
         self._fit_trend()
+        origin = run_origin(source, table.first_word)
         self._summary = summarize(
             source,
             hub_quiet_s=self.app.hub_quiet_s,  # type: ignore[attr-defined]
             totals=table.totals,
+            origin=origin,
         )
         self._show_figures()
         alerts = w.alerts
-        alerts.alerts = tuple(run_alerts(state, table.flagged))
+        alerts.alerts = tuple(run_alerts(state, table.flagged, t0=origin))
         quiet = self._summary.hub_quiet_s
         if not state.ranks:
             alerts.calm = "waiting for ranks…"
@@ -347,7 +350,7 @@ class DashboardScreen(Screen):
             alerts.calm = f"{STALE_MARK} no word from the hub for {quiet:.0f} s: these figures may be stale"
         else:
             alerts.calm = "✓ no alerts: every rank is healthy"
-        w.events.origin = None if source.live else getattr(source, "t_start", None)
+        w.events.origin = origin
         w.events.sync(state)
         self._update_labels()
         if self._slow_version < 0:

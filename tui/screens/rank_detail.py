@@ -20,6 +20,7 @@ from ..charts import chart_series
 from ..format import fmt_bytes, fmt_loss, fmt_step_time
 from ..messages import RunUpdated
 from ..rank_facts import logged_facts, memory_facts, phases_of, system_facts
+from ..run_clock import run_origin
 from ..widgets.event_log import EventLog
 from ..widgets.fact_list import FactList
 from ..widgets.history_chart import HistoryChart
@@ -176,7 +177,7 @@ class RankDetailScreen(Screen):
         logged.facts = logged_facts(r) if r is not None else ()
         logged.set_class(not logged.facts, "-empty")
         events = self.query_one(EventLog)
-        events.origin = None if self.source.live else getattr(self.source, "t_start", None)
+        events.origin = run_origin(self.source)
         events.sync(state)
 
     def _refresh_charts(self, force: bool = False) -> None:

@@ -152,9 +152,9 @@ class EventLog(CachedStyles, RichLog):
         return fresh
 
     origin: float | None = None
-    """Where the clock's 00:00 is (a replay's: the ranks' first word, as its position and the
-    header's elapsed count; an event at 00:39 of a replay at 33 s / 33 s read as in its future);
-    None: the run's start (live: the hub's)."""
+    """Where the clock's 00:00 is (:func:`~..run_clock.run_origin`: the ranks' first word, as
+    the header's elapsed and a replay's position count; an event at 00:39 of a replay at
+    33 s / 33 s read as in its future); None: the state's first record."""
 
     def sync(self, state: RunState) -> None:
         """Write the events that arrived since the last call (all of them after a new state)."""

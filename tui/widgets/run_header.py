@@ -20,6 +20,7 @@ from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_rece
 
 from ..format import fmt_count, fmt_duration, fmt_rate
 from ..model import RunTotals, run_totals
+from ..run_clock import run_origin
 from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
 
@@ -96,9 +97,11 @@ class RunSummary:
         return bool(self.status_counts) and all(s in (st.FINISHED, st.EXITED) for s, _ in self.status_counts)
 
 
-def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTotals | None = None) -> RunSummary:
+def summarize(
+    source: Source, *, hub_quiet_s: float | None = None, totals: RunTotals | None = None, origin: float | None = None
+) -> RunSummary:
     """Read a :class:`RunSummary` from ``source`` (``totals``: :func:`run_totals` of its state,
-    when already at hand)."""
+    ``origin``: :func:`~..run_clock.run_origin` of it, when already at hand)."""
     state = source.state
     stats = source.stats
     hello = state.hello
@@ -112,7 +115,8 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
     if not source.live and len(runs) > 1:  # (as report and export warn of such a log)
         notes = [*notes, f"this log holds {len(runs)} runs ({first_few(runs)}): they play as one"]
     replay = None
-    replay_origin = None if source.live else getattr(source, "t_start", None)
+    if origin is None:
+        origin = run_origin(source)
     if not source.live:
         replay = ReplayPosition(
             position_s=getattr(source, "position_s", 0.0),
@@ -146,9 +150,9 @@ def summarize(source: Source, *, hub_quiet_s: float | None = None, totals: RunTo
         restarts=max((r.restarts for r in state.ranks.values()), default=0),
         samples_per_s=sps,
         samples_per_s_when=when,
-        # A replay counts from the ranks' first word, as its position and `report` do (the hub's
-        # notes before them, seconds of start-up, play with its first frame); live, from the hub's start.
-        elapsed_s=max(0.0, (state.t_last_rank or state.t_last) - (replay_origin or state.t0)) if state.t0 else 0.0,
+        # From the ranks' first word, live as in a replay (its position and `report` count from
+        # there): not the hub's seconds of waiting for them.
+        elapsed_s=max(0.0, (state.t_last_rank or state.t_last) - origin) if state.t0 else 0.0,
         status_counts=tuple((s, counts[s]) for s, _ in STATUS_MARKS if counts.get(s)),
         lost=stats.lost,
         rejected=sum(n for why, n in stats.rejected.items() if not why.startswith("log_")),

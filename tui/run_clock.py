@@ -1,0 +1,47 @@
+"""Where the run's clock starts: the same 00:00 live and in a replay.
+
+The header's elapsed time, the event log's clock and the alerts' "since" count from the ranks'
+first word, as a replay's position and ``pardash report``'s duration do. A hub starts before its
+ranks (torchrun, torch's import and a rendezvous take seconds; ``pardash hub`` may wait hours for
+a queued job): counted from the hub's start, one run read "elapsed 51s" live and "47s" replayed.
+"""
+
+from __future__ import annotations
+
+from pardash.telemetry.clocks import CLOCK_OFF_S
+from pardash.telemetry.client import Source
+from pardash.telemetry.state import RunState
+
+
+def ranks_first_word(state: RunState) -> float | None:
+    """When the ranks first said anything (wall clock): their earliest hello, a rank's first
+    message. None where the hellos cannot say it: none yet, or a process torchrun restarted
+    said hello again (a hello replaces its rank's first one; a viewer attached since does not
+    know the first). A hello far before the hub's first record is a clock behind (see
+    ``telemetry.clocks``), not the run's start."""
+    floor = state.t0 - CLOCK_OFF_S if state.t0 else 0.0
+    first: float | None = None
+    for r in state.ranks.values():
+        hello = r.hello
+        if hello is None:
+            continue
+        if hello.restart:
+            return None
+        t = hello.t
+        if t > floor and (first is None or t < first):
+            first = t
+    return first
+
+
+def run_origin(source: Source, first_word: float | None = None) -> float:
+    """The wall-clock time of the run's 00:00: a replay's start (the ranks' first word, its
+    ranks' clocks judged over the whole log), live the ranks' first word as their hellos say it
+    (``first_word``, when already at hand), else the hub's first record (0.0: nothing yet)."""
+    if not source.live:
+        start = getattr(source, "t_start", None)
+        if start:
+            return start
+    state = source.state
+    if first_word is None:
+        first_word = ranks_first_word(state)
+    return first_word or state.t0
