@@ -6,9 +6,11 @@ import statistics
 from dataclasses import dataclass
 
 from pardash.telemetry import schema
+from pardash.telemetry import state as st
+from pardash.telemetry.clocks import CLOCK_OFF_S
 from pardash.telemetry.state import RankState, RunState
 
-from .format import fmt_bytes, fmt_ratio
+from .format import fmt_bytes, fmt_clock, fmt_duration, fmt_ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,31 @@ def system_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
     if s.gpu_sm_clock_mhz is not None:
         rows.append(("sm clock", f"{s.gpu_sm_clock_mhz:.0f} MHz", ""))
     return tuple(rows)
+
+
+_GONE_AS = {
+    st.EXITED: "at its exit",
+    st.FINISHED: "as it finished",
+    st.SILENT: "before it went silent",
+}
+"""What a gone rank's last system sample is, by its status (its figures are no longer now)."""
+
+
+def system_staleness(r: RankState, origin: float, now: float) -> tuple[str, str] | None:
+    """For a rank that exited, finished or went silent, what its system panel says of its
+    figures, which are its last sample's and no longer now (nvitop greys a process that is
+    gone): a title ("at its exit") and when the sample was taken on the run's clock and how
+    long ago ("last sample 00:10 · 12s ago"). None while the rank is alive (its samples come
+    about once a second) or it sent none."""
+    s = r.system
+    gone_as = _GONE_AS.get(r.status)
+    if s is None or gone_as is None:
+        return None
+    when = [f"last sample {fmt_clock(s.t - origin)}"] if s.t and origin else ["last sample"]
+    ago = now - s.t if s.t else -1.0
+    if 0 <= ago < CLOCK_OFF_S:  # (a clock far off says nothing of how long ago)
+        when.append(f"{fmt_duration(ago)} ago")
+    return gone_as, " · ".join(when)
 
 
 LOGGED_SHOWN = 12

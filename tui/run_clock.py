@@ -8,6 +8,8 @@ a queued job): counted from the hub's start, one run read "elapsed 51s" live and
 
 from __future__ import annotations
 
+import time
+
 from pardash.telemetry.clocks import CLOCK_OFF_S
 from pardash.telemetry.client import Source
 from pardash.telemetry.state import RunState
@@ -45,3 +47,13 @@ def run_origin(source: Source, first_word: float | None = None) -> float:
     if first_word is None:
         first_word = ranks_first_word(state)
     return first_word or state.t0
+
+
+def run_now(source: Source) -> float:
+    """The wall-clock time the view is at: now, live; a replay's position (paused, it stays)."""
+    if source.live:
+        return time.time()
+    start = getattr(source, "t_start", None)
+    if start:
+        return start + getattr(source, "position_s", 0.0)
+    return source.state.t_last_rank or source.state.t_last

@@ -771,3 +771,27 @@ async def test_a_run_counts_from_its_ranks_first_word_live_as_in_its_replay(tmp_
             alerts = widget_text(app.screen.query_one(AlertList))
             seen[name] = (app.screen.query_one(RunHeader).summary.elapsed_s, clocks, "rank 1 silent since 00:08" in alerts)
     assert seen["live"] == seen["replay"] == (10.0, ["00:00", "00:08", "00:10"], True), seen
+
+
+async def test_a_gone_ranks_system_figures_say_they_are_its_last_not_now():
+    # Rank 1 died at 00:10; at 00:22 its detail showed "gpu util 95%", "cpu 102%" in bold under
+    # "system", as a live rank's figures are shown (nvitop greys a process that is gone).
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+    from pardash.tui.widgets.fact_list import FactList
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        app.screen.query_one(RankGrid).select(1)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, RankDetailScreen) and app.screen.rank == 1
+        system = app.screen.query_one("#system", FactList)
+        assert "gpu util" in widget_text(system)
+        assert system.border_title == "system · at its exit"
+        assert system.border_subtitle == "last sample 00:10 · 12s ago", system.border_subtitle
+        assert not system.get_component_rich_style("fact-list--value").bold  # greyed, not as now
+        await pilot.press("p")  # rank 0 is alive (stalled, still sampled): its figures are now
+        await pilot.pause()
+        system = app.screen.query_one("#system", FactList)
+        assert (system.border_title, system.border_subtitle) == ("system", "")
+        assert system.get_component_rich_style("fact-list--value").bold

@@ -43,6 +43,12 @@ def test_rank_detail(snap_compare):
     assert snap_compare(replay_app("straggler8.jsonl"), terminal_size=SIZE, press=["down"] * 5 + ["enter"])
 
 
+def test_rank_detail_of_an_exited_rank(snap_compare):
+    """Rank 1 exited with code 1 at 00:10: its system figures greyed, "at its exit", their
+    sample's time and age under them."""
+    assert snap_compare(replay_app("exited4.jsonl"), terminal_size=SIZE, press=["down", "enter"])
+
+
 def test_memory_screen(snap_compare):
     """Per-rank shards against the ZeRO expectation and the unsharded alternative."""
     assert snap_compare(replay_app("run4.jsonl"), terminal_size=SIZE, press=["m"])

@@ -19,8 +19,8 @@ from ..alerts import straggled_text
 from ..charts import chart_series
 from ..format import fmt_bytes, fmt_loss, fmt_step_time
 from ..messages import RunUpdated
-from ..rank_facts import logged_facts, memory_facts, phases_of, system_facts
-from ..run_clock import run_origin
+from ..rank_facts import logged_facts, memory_facts, phases_of, system_facts, system_staleness
+from ..run_clock import run_now, run_origin
 from ..widgets.event_log import EventLog
 from ..widgets.fact_list import FactList
 from ..widgets.history_chart import HistoryChart
@@ -81,6 +81,9 @@ class RankDetailScreen(Screen):
     }
     RankDetailScreen #phases, RankDetailScreen #memory, RankDetailScreen #system, RankDetailScreen #logged {
         height: auto;
+    }
+    RankDetailScreen #system.-stale {
+        border-subtitle-color: $text-warning;
     }
     RankDetailScreen #logged.-empty {
         display: none;
@@ -168,16 +171,23 @@ class RankDetailScreen(Screen):
         r = state.ranks.get(self.rank)
         self.query_one("#title", Static).update(self._title(state, r))
         self.query_one(PhaseBars).phases = phases_of(state, self.rank)
+        origin = run_origin(self.source)
         if r is not None:
             memory = self.query_one("#memory", FactList)
             memory.facts = memory_facts(r)
             system = self.query_one("#system", FactList)
             system.facts = system_facts(r)
+            # A gone rank's figures are its last sample's: said so, and greyed, not shown as now.
+            stale = system_staleness(r, origin, run_now(self.source))
+            system.set_class(stale is not None, "-stale")
+            title, subtitle = stale if stale is not None else ("", "")
+            system.border_title = f"system · {title}" if title else "system"
+            system.border_subtitle = subtitle
         logged = self.query_one("#logged", FactList)
         logged.facts = logged_facts(r) if r is not None else ()
         logged.set_class(not logged.facts, "-empty")
         events = self.query_one(EventLog)
-        events.origin = run_origin(self.source)
+        events.origin = origin
         events.sync(state)
 
     def _refresh_charts(self, force: bool = False) -> None:

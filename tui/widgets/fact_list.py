@@ -14,7 +14,8 @@ from .fit import refresh_fitted
 
 
 class FactList(CachedStyles, Widget):
-    """Rows of ``label  value  note``; a row whose label is empty is a sub-heading."""
+    """Rows of ``label  value  note``; a row whose label is empty is a sub-heading. With the
+    class ``-stale`` (figures no longer current: a gone rank's last) the values are greyed."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "fact-list--label",
@@ -34,6 +35,7 @@ class FactList(CachedStyles, Widget):
     FactList > .fact-list--value { text-style: bold; }
     FactList > .fact-list--note { color: $text-muted; }
     FactList > .fact-list--heading { color: $text-secondary; }
+    FactList.-stale > .fact-list--value { color: $text-muted; text-style: none; }
     """
 
     facts: reactive[tuple[tuple[str, str, str], ...]] = reactive(())
