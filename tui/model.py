@@ -16,6 +16,7 @@ from array import array
 from collections import deque
 from dataclasses import dataclass
 
+from pardash.telemetry import schema
 from pardash.telemetry import state as st
 
 from .alerts import cause_rank
@@ -535,7 +536,7 @@ class RowBuilder:
             if step_s is None:
                 step_s = step.step_s
             mem = step.mem
-            step_no, loss, data_s, comm_s = step.step, step.loss, step.data_s, step.comm_s
+            step_no, loss, data_s, comm_s = step.step, step.loss, step.data_s, comm_wait_s(step, r.hello)
         else:
             mem = None
             step_no = loss = data_s = comm_s = None
@@ -564,6 +565,17 @@ class RowBuilder:
             gpu_mem,
             e.exit_first,
         )
+
+
+def comm_wait_s(step: schema.Step, hello: schema.Hello | None) -> float | None:
+    """The step's communication wait, None where the rank has no one to communicate with (a
+    world of one process: the bundled trainer's ``single`` says 0.0, which read as a measured
+    "comm 0µs" beside ranks that do communicate). A one-process world's wait that is not zero
+    (``dp`` over several GPUs, where timed) is a figure of its own and stays."""
+    comm = step.comm_s
+    if not comm and hello is not None and hello.world_size <= 1:
+        return None
+    return comm
 
 
 def _rank_of(e: _Rank) -> int:

@@ -11,6 +11,7 @@ from pardash.telemetry.clocks import CLOCK_OFF_S
 from pardash.telemetry.state import RankState, RunState
 
 from .format import fmt_bytes, fmt_clock, fmt_duration, fmt_ratio
+from .model import comm_wait_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ def phases_of(state: RunState, rank: int) -> tuple[Phase, ...]:
     others = [q.step for q in state.ranks.values() if q.rank != rank and q.step is not None]
     out = []
     for label, name in PHASES:
-        mine = getattr(r.step, name)
+        mine = comm_wait_s(r.step, r.hello) if name == "comm_s" else getattr(r.step, name)
         if mine is None and name != "step_s":
             continue
         values = [getattr(s, name) for s in others if getattr(s, name) is not None]

@@ -795,3 +795,36 @@ async def test_a_gone_ranks_system_figures_say_they_are_its_last_not_now():
         system = app.screen.query_one("#system", FactList)
         assert (system.border_title, system.border_subtitle) == ("system", "")
         assert system.get_component_rich_style("fact-list--value").bold
+
+
+async def test_a_rank_with_no_one_to_talk_to_shows_no_communication_figure(tmp_path):
+    # A `single` run's grid said "comm 0µs" and its detail "comm wait 0µs": a figure measured
+    # as zero, where there is no communication at all. A one-process `dp` run over GPUs that
+    # did wait (20 ms) keeps its figure.
+    from pardash.telemetry import schema
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+    from pardash.tui.widgets.phase_bars import PhaseBars
+
+    t = 1.7e9
+    msgs: list = [schema.Hello(run="s", rank=0, world_size=1, strategy="single", device="cpu", seq=0, t=t)]
+    msgs += [
+        schema.Step(run="s", rank=0, step=s, seq=s, loss=1.0, samples=16, step_s=0.06, data_s=0.0003, forward_s=0.015,
+                    backward_s=0.035, optimizer_s=0.0097, comm_s=0.0, self_s=0.06, t=t + s * 0.06)
+        for s in range(1, 31)
+    ]
+    log = tmp_path / "single.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    for name, comm in ((str(log), "–"), ("dp1.jsonl", "20.0ms")):
+        app = replay_app(name)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            lines = grid_text(app).splitlines()
+            columns = lines[0].split()
+            assert "comm" in columns, lines[0]
+            row = next(line.split() for line in lines if line.split()[:1] == ["0"])
+            assert row[columns.index("comm")] == comm, (name, lines[0], row)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, RankDetailScreen)
+            phases = [p.name for p in app.screen.query_one(PhaseBars).phases]
+            assert ("comm wait" in phases) == (comm != "–"), (name, phases)
