@@ -96,6 +96,20 @@ def cause_rank(state: st.RunState) -> int | None:
     return f["rank"] if f is not None and not f["left_early"] else None
 
 
+def cause_ranks(state: st.RunState, first: int | None) -> frozenset[int]:
+    """The ranks a failure or a hang most likely started from, as the alerts and the
+    launcher's last line name them: ``first`` (:func:`cause_rank`, when a rank exited: the one
+    whose exit caused the others', or the stalled rank their failure waited for); else the
+    ranks a hang going on waits for; else those of the hang the run was stopped in (empty:
+    no failure, or nothing tells its ranks apart)."""
+    if first is not None:
+        return frozenset((first,))
+    causes = hang_causes(stuck_ranks(state))
+    if not causes:
+        causes = hang_causes(whole_hang(state))
+    return frozenset(causes)
+
+
 def rank_alerts(
     r: st.RankState, exit: ExitInfo | None = None, *, first: bool = False, t0: float | None = None, why: str = ""
 ) -> list[Alert]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 
-from .alerts import cause_rank
+from .alerts import cause_rank, cause_ranks
 from .run_clock import ranks_first_word
 
 RATE_UPDATES = 9
@@ -96,6 +96,13 @@ class RankRow:
     exit_first: bool | None = None
     """When several ranks exited: True for the root cause (see ``alerts.cause_rank``), False
     for the others (failed or stopped because of it); None otherwise."""
+    cause: bool = False
+    """The rank a failure or a hang most likely started from (``alerts.cause_ranks``: the
+    alerts' "the root cause" or "likely the cause"), whatever its status: a rank stalled in its
+    data loader that the others wait for, or that the rank whose timeout ended the job waited
+    for. A sort by status puts it first."""
+    stalled_in: str | None = None
+    """The phase a stalled rank is stuck in, as its verdict says (data, backward, ...)."""
 
     @property
     def flagged(self) -> bool:
@@ -189,6 +196,7 @@ class _Rank:
         "level",
         "flagged",
         "exit_first",
+        "cause",
         "row",
         "row_gen",
     )
@@ -212,6 +220,7 @@ class _Rank:
         self.level = 0
         self.flagged = False
         self.exit_first: bool | None = None
+        self.cause = False
         self.row: RankRow | None = None
         self.row_gen = -1
 
@@ -290,6 +299,8 @@ class RowBuilder:
         self._notes: list[str] = []
         self._nodes = 0
         self._exit_marked = False
+        self._causes: frozenset[int] = frozenset()
+        """The ranks marked as a failure's or a hang's cause (see RankRow.cause)."""
         self.first_word: float | None = None
         """When the ranks first said anything, as of the last update (see
         :func:`~.run_clock.ranks_first_word`; worked out again only when a hello changes)."""
@@ -306,6 +317,7 @@ class RowBuilder:
             self._state, self._state_id = state, id(state)
             self._ranks, self._by_rank = [], {}
             self._notes, self._nodes, self._exit_marked = [], 0, False
+            self._causes = frozenset()
             self._rates.clear()
             self.layout_gen += 1  # the places go too (a seek to before any rank leaves none)
             changed = None
@@ -428,8 +440,12 @@ class RowBuilder:
                     v = sorted(window)
                     e.self_med = e.self_s = v[mid] if len(v) == full else _median_small(v)
         self._fill_deviation(live)
+        stuck = counts.get(st.STALLED, 0) + counts.get(st.SILENT, 0)
+        first = cause_rank(state) if exited else None
         if exited >= 2 or self._exit_marked:
-            self._mark_first_exit(state, exited)
+            self._mark_first_exit(first if exited >= 2 else None)
+        if exited or stuck or self._causes:
+            self._mark_causes(cause_ranks(state, first) if exited or stuck else frozenset())
         if nodes_moved:
             self.layout_gen += 1
         if flags_moved:
@@ -474,9 +490,17 @@ class RowBuilder:
                 if changed is not None:
                     changed.add(e.rank)
 
-    def _mark_first_exit(self, state: st.RunState, exited: int) -> None:
-        """When several ranks exited, mark the root cause and the others."""
-        first = cause_rank(state) if exited >= 2 else None
+    def _mark_causes(self, causes: frozenset[int]) -> None:
+        """Mark the ranks a failure or hang started from (``causes``) and unmark the rest."""
+        for rank in self._causes ^ causes:
+            e = self._by_rank.get(rank)
+            if e is not None:
+                e.cause = rank in causes
+        self._causes = causes
+
+    def _mark_first_exit(self, first: int | None) -> None:
+        """When several ranks exited (``first``: the root cause, see ``alerts.cause_rank``; None:
+        fewer exited), mark the root cause and the others."""
         changed = self.changed
         marked = False
         for e in self._ranks:
@@ -564,6 +588,8 @@ class RowBuilder:
             gpu_util,
             gpu_mem,
             e.exit_first,
+            e.cause,
+            r.stalled.cause or None if r.stalled is not None and e.status == st.STALLED else None,
         )
 
 
@@ -612,9 +638,12 @@ def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
     if key == "memory":
         return sorted(rows, key=lambda r: (-(r.held_bytes if r.held_bytes is not None else -1), r.rank))
     if key == "status":
-        # The root cause of a failure first among the exited (it sat in its rank's place, among
-        # the 1023 ranks stopped because of it).
-        return sorted(rows, key=lambda r: (_STATUS_ORDER.get(r.status, 9), r.exit_first is not True, r.rank))
+        # The rank a failure or hang started from first, whatever its status (a rank stalled in
+        # its data loader sat after the ranks stalled waiting for it, and after a rank whose
+        # timeout waiting for it ended the job); then the worst first, the root cause of a
+        # failure first among the exited (it sat in its rank's place, among the 1023 ranks
+        # stopped because of it).
+        return sorted(rows, key=lambda r: (not r.cause, _STATUS_ORDER.get(r.status, 9), r.exit_first is not True, r.rank))
     raise ValueError(f"unknown sort key {key!r}")
 
 

@@ -828,3 +828,54 @@ async def test_a_rank_with_no_one_to_talk_to_shows_no_communication_figure(tmp_p
             assert isinstance(app.screen, RankDetailScreen)
             phases = [p.name for p in app.screen.query_one(PhaseBars).phases]
             assert ("comm wait" in phases) == (comm != "–"), (name, phases)
+
+
+def _hang_log(path, *, timed_out: bool) -> None:
+    """3 DDP ranks; rank 2 stalls in its data loader after step 29, ranks 0 and 1 in backward
+    waiting for it (the hub's verdicts, as a real run with --inject-stall 2@30 records them);
+    ``timed_out``: then ranks 0 and 1 fail on gloo's timeout while rank 2 is still stuck."""
+    from pardash.telemetry import schema
+
+    t = 1.7e9
+    msgs: list = [schema.Hello(run="h", rank=r, world_size=3, strategy="ddp", seq=0, t=t) for r in range(3)]
+    msgs += [
+        schema.Step(run="h", rank=r, step=s, seq=s, loss=1.0, samples=8, step_s=0.02, self_s=0.002, comm_s=0.01, t=t + s * 0.02)
+        for s in range(1, 30)
+        for r in range(3)
+    ]
+    for r, phase in ((0, "backward"), (1, "backward"), (2, "data")):
+        msgs.append(schema.Verdict(run="h", rank=r, seq=-1, verdict="stalled", cause=phase, step=29,
+                                   message=f"rank {r} stalled in {phase} after step 29 (5 s without progress)", t=t + 6))
+    if timed_out:
+        for r in (0, 1):
+            msgs.append(schema.Event(run="h", rank=r, seq=30, name="error", step=29, t=t + 26,
+                                     message="RuntimeError: [gloo] Timed out waiting 25000ms for recv operation to complete"))
+            msgs.append(schema.Event(run="h", rank=r, seq=31, name="exit", code=1, step=30, t=t + 26))
+    path.write_bytes(schema.encode_json_lines(msgs))
+
+
+@pytest.mark.parametrize("timed_out", [False, True])
+async def test_sorting_by_status_puts_the_rank_a_hang_waits_for_first_and_says_what_it_is_stuck_in(tmp_path, timed_out):
+    # Sorted by status, the rank stalled in its data loader (the alerts' "likely the cause: 2
+    # others wait for it") came last, after the ranks stalled waiting for it; once their gloo
+    # timeout had failed them, after them too (exited sorted first). The line under the grid said
+    # "stalled" alone.
+    from pardash.tui.widgets.selected_rank import SelectedRank
+
+    log = tmp_path / "hang.jsonl"
+    _hang_log(log, timed_out=timed_out)
+    app = replay_app(str(log))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        grid = app.screen.query_one(RankGrid)
+        await pilot.press(*["s"] * 4)
+        await pilot.pause()
+        assert grid.sort_key == "status"
+        assert grid.shown_ranks == [2, 0, 1], grid_text(app)
+        assert grid.cursor_rank == 2  # (a new order is read from its top)
+        line = widget_text(app.screen.query_one(SelectedRank))
+        assert line.startswith("rank 2 · stalled in data, likely the cause · "), line
+        grid.select(0)
+        await pilot.pause()
+        line = widget_text(app.screen.query_one(SelectedRank))
+        assert line.startswith("rank 0 · exited 1 · " if timed_out else "rank 0 · stalled in backward · "), line

@@ -75,7 +75,7 @@ def _said_row(row: RankRow | None) -> tuple | None:
     """What the selected-rank line says about the rank, its figures left out."""
     if row is None:
         return None
-    return (row.rank, row.node, row.host, row.status, row.flagged, row.exit_code, row.self_dev is None)
+    return (row.rank, row.node, row.host, row.status, row.flagged, row.exit_code, row.self_dev is None, row.cause, row.stalled_in)
 
 
 class DashboardScreen(Screen):

@@ -94,6 +94,10 @@ class SelectedRank(CachedStyles, Widget):
             text = "no rank selected"
             return [(text, self._s("label"))], cell_len(text)
         status = row.status if row.exit_code is None else f"exited {row.exit_code}"
+        if row.stalled_in and row.status == st.STALLED:
+            status += f" in {row.stalled_in}"  # what it is stuck in: the grid's cell has no room
+        if row.cause:  # (a sort by status puts it first)
+            status += ", the root cause" if row.status == st.EXITED else ", likely the cause"
         self_text = fmt_step_time(row.self_s)
         if row.self_dev is not None and row.status not in (st.EXITED, st.FINISHED):
             self_text += f" ({fmt_deviation(row.self_dev)})"
