@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tui_helpers import DATA, grid_text, replay_app, widget_text
+from tui_helpers import DATA, grid_text, replay_app, replay_at_end, widget_text
 
 from pardash.telemetry.client import ReplaySource
 from pardash.tui.app import make_app
@@ -879,3 +879,42 @@ async def test_sorting_by_status_puts_the_rank_a_hang_waits_for_first_and_says_w
         await pilot.pause()
         line = widget_text(app.screen.query_one(SelectedRank))
         assert line.startswith("rank 0 · exited 1 · " if timed_out else "rank 0 · stalled in backward · "), line
+
+
+def _live_run4():
+    """run4.jsonl as a viewer attached to its hub sees it (a live dashboard's keys)."""
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.logreader import read_log
+
+    core = HubCore()
+    for msg in read_log(str(DATA / "run4.jsonl")):
+        core.replay(msg, 0.0)
+    return _HeldLive(core.snapshot())
+
+
+@pytest.mark.parametrize("width", [60, 70])
+@pytest.mark.parametrize("live", [True, False], ids=["live", "replay"])
+async def test_a_narrow_terminals_footer_keeps_quit_help_and_the_screens_own_keys_whole(width, live):
+    # Under 80 columns the footer cut what did not fit at its right edge: "q Qu" and no "? Help"
+    # at 70 (live), no "[/] Seek" in a replay, and a rank's detail lost Quit and Help at 60.
+    from textual.widgets._footer import FooterKey
+
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+
+    app = make_app(_live_run4() if live else replay_at_end("run4.jsonl"))
+    async with app.run_test(size=(width, 30)) as pilot:
+        await pilot.pause()
+        for must in (
+            {"Quit", "Help", "Detail", "Sort", "Flagged"} if live else {"Quit", "Help", "Detail", "Play", "Speed", "Seek"},
+            {"Quit", "Help", "Back"} | (set() if live else {"Play", "Speed", "Seek"}),
+        ):
+            await pilot.pause()
+            keys = list(app.screen.query(FooterKey))
+            shown = {k.description for k in keys}
+            assert must <= shown, (type(app.screen).__name__, sorted(shown))
+            for k in keys:  # each whole, on the screen, and clear of the others
+                assert k.region.right <= width and k.region.width >= len(k.key_display) + len(k.description) + 1, (k.description, k.region)
+            spans = sorted((k.region.x, k.region.right) for k in keys)
+            assert all(a_end <= b for (_, a_end), (b, _) in zip(spans, spans[1:])), spans
+            if not isinstance(app.screen, RankDetailScreen):
+                await pilot.press("enter")

@@ -12,7 +12,6 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer
 
 from pardash.telemetry.client import Source
 
@@ -26,6 +25,7 @@ from ..model import SORT_KEYS, SORT_LABELS, RankRow, RowBuilder
 from ..run_clock import run_origin
 from ..widgets.alert_list import STALE_MARK, AlertList
 from ..widgets.event_log import EventLog
+from ..widgets.fitted_footer import FittedFooter
 from ..widgets.history_chart import HistoryChart
 from ..widgets.memory_summary import MemorySummary
 from ..widgets.rank_grid import RankGrid
@@ -193,7 +193,7 @@ class DashboardScreen(Screen):
                 yield AlertList(id="alerts", classes="panel")
                 yield MemorySummary(id="memory", classes="panel")
                 yield EventLog(id="events", classes="panel")
-        yield Footer(compact=self.COMPACT_FOOTER)
+        yield FittedFooter(compact=self.COMPACT_FOOTER)
 
     COMPACT_FOOTER = False
     """One space between the footer's keys, not two (a replay's, for its own keys)."""

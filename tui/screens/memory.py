@@ -9,13 +9,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from pardash.telemetry.client import Source
 
 from ..format import fmt_bytes, fmt_params
 from ..memory import memory_savings
 from ..messages import RunUpdated
+from ..widgets.fitted_footer import FittedFooter
 from ..widgets.memory_bars import PARTS, MemoryBars
 from ..widgets.memory_summary import MemorySummary
 
@@ -73,7 +74,7 @@ class MemoryScreen(Screen):
         yield MemorySummary(id="summary", classes="panel")
         yield Static(id="legend")
         yield MemoryBars(id="bars")
-        yield Footer()
+        yield FittedFooter()
 
     def on_mount(self) -> None:
         self.query_one("#summary").border_title = "sharding savings"

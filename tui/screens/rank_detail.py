@@ -10,7 +10,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
@@ -23,6 +23,7 @@ from ..rank_facts import logged_facts, memory_facts, phases_of, system_facts, sy
 from ..run_clock import run_now, run_origin
 from ..widgets.event_log import EventLog
 from ..widgets.fact_list import FactList
+from ..widgets.fitted_footer import FittedFooter
 from ..widgets.history_chart import HistoryChart
 from ..widgets.phase_bars import PhaseBars
 
@@ -139,7 +140,7 @@ class RankDetailScreen(Screen):
                 yield FactList(id="system", classes="panel")
                 yield FactList(id="logged", classes="panel")
         yield EventLog(rank=self.rank, id="rank-events", classes="panel")
-        yield Footer()
+        yield FittedFooter()
 
     def on_mount(self) -> None:
         self.query_one("#phases").border_title = "last step"
