@@ -828,6 +828,9 @@ async def test_a_rank_with_no_one_to_talk_to_shows_no_communication_figure(tmp_p
             assert isinstance(app.screen, RankDetailScreen)
             phases = [p.name for p in app.screen.query_one(PhaseBars).phases]
             assert ("comm wait" in phases) == (comm != "–"), (name, phases)
+            # (one rank: its charts drew no band of others, and said "range of 0 others")
+            subtitle = str(app.screen.query_one("#chart-loss").border_subtitle)
+            assert subtitle.startswith("now ") and "others" not in subtitle, subtitle
 
 
 def _hang_log(path, *, timed_out: bool) -> None:

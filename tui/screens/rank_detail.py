@@ -206,7 +206,10 @@ class RankDetailScreen(Screen):
                 others = f"{series.others} other{'s' if series.others != 1 else ''}"
                 if series.others < total:  # a band over a sample of the ranks (charts.MAX_BAND_RANKS)
                     others = f"{series.others} of the {total} others"
-                chart.border_subtitle = f"now {fmt(series.latest)} · ▀ rank {self.rank}  ─ median, ░ range of {others}"
+                if series.others:
+                    chart.border_subtitle = f"now {fmt(series.latest)} · ▀ rank {self.rank}  ─ median, ░ range of {others}"
+                else:  # (a world of one: no others to draw, "range of 0 others" drawn nowhere)
+                    chart.border_subtitle = f"now {fmt(series.latest)} · ▀ rank {self.rank}"
             else:
                 chart.border_subtitle = ""
 
