@@ -509,35 +509,33 @@ def test_the_checkpoint_dir_is_created_before_the_run(tmp_path):
     assert ckpt.is_dir() and list(ckpt.iterdir()) == []  # the test file is gone again
 
 
-def _without_dac_override() -> None:
-    """In a child before its exec: drop CAP_DAC_OVERRIDE from the bounding set, so a program
-    run as root after it is refused a folder's missing write permission, as any user is.
-    (Root keeps it otherwise and writes into a read-only folder: the test said nothing as root,
-    which CI runs as.) Unprivileged, there is nothing to drop."""
-    import ctypes
-
-    if os.geteuid() != 0:
-        return
-    pr_capbset_drop, cap_dac_override = 24, 1  # <linux/prctl.h>, <linux/capability.h>
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(pr_capbset_drop, cap_dac_override, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE)")
+# Runs the program in its argv (from argv[1]) without CAP_DAC_OVERRIDE, dropped from the
+# bounding set before the exec: root is then refused a folder's missing write permission, as
+# any user is. (Root keeps it otherwise, and writes into a read-only folder: the test that
+# skipped as root said nothing in CI, which runs as root.) Unprivileged, nothing to drop.
+WITHOUT_DAC_OVERRIDE = """
+import ctypes, os, sys
+PR_CAPBSET_DROP, CAP_DAC_OVERRIDE = 24, 1  # <linux/prctl.h>, <linux/capability.h>
+if os.geteuid() == 0 and ctypes.CDLL(None, use_errno=True).prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, 0, 0, 0) != 0:
+    sys.exit("prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE): " + os.strerror(ctypes.get_errno()))
+os.execv(sys.argv[1], sys.argv[1:])
+"""
 
 
 def test_a_read_only_checkpoint_dir_is_one_line(tmp_path):
-    # A rank's own flags, in a process of its own that may not override the folder's mode,
-    # root or not: the real EACCES of a real write.
+    # A rank's own flags, in a process that may not override the folder's mode, root or not:
+    # the real EACCES of a real write.
     ckpt = tmp_path / "ro"
     ckpt.mkdir(mode=0o500)
+    check = "import sys; from pardash.trainer.config import parse_args; parse_args(sys.argv[1:], prog='train')"
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from pardash.trainer.config import parse_args; parse_args(sys.argv[1:], prog='train')",
-         "--checkpoint-dir", str(ckpt)],
-        capture_output=True, text=True, timeout=120, env=pardash_env(), preexec_fn=_without_dac_override,
+        [sys.executable, "-c", WITHOUT_DAC_OVERRIDE, sys.executable, "-c", check, "--checkpoint-dir", str(ckpt)],
+        capture_output=True, text=True, timeout=120, env=pardash_env(),
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last == f"train: error: --checkpoint-dir {ckpt}: cannot write there (Permission denied); name a writable folder", proc.stderr
-    assert list(ckpt.iterdir()) == []  # nothing written there
+    line = f"train: error: --checkpoint-dir {ckpt}: cannot write there (Permission denied); name a writable folder"
+    assert proc.stderr.splitlines()[-1] == line, proc.stderr[-2000:]
+    assert list(ckpt.iterdir()) == []  # its test file never made, or gone again
 
 
 @pytest.mark.parametrize(

@@ -538,21 +538,60 @@ def test_a_launch_whose_output_is_gone_still_restarts_the_hub_and_sees_the_job_o
     assert "rank 0 step 300" in (tmp_path / "runs").glob("*/output.log").__next__().read_text()
 
 
+CRASHES_WHEN_TOLD = """
+# 40 steps of a tiny model; the first attempt, after its step 5, waits for the file argv[1] and
+# then crashes (torchrun starts it again, and the second attempt trains all 40).
+import os, sys, time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+dist.init_process_group("gloo")
+model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, 41):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    if first and step == 5:
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.05)
+        raise RuntimeError("crashed after step 5, unsupervised")
+dist.destroy_process_group()
+"""
+
+
 def test_a_job_left_unsupervised_is_followed_through_torchruns_restart(tmp_path):
     # The supervisor killed, then a rank crashes and torchrun starts the job again: the launch
     # said "the run is over ... exited with code 1" and exited 1 while the restarted job went
     # on to finish. The job lives while its hub does; the hub waits for the restart.
+    # The rank crashes when the test says, once the hub has found its supervisor gone: the
+    # trainer's --inject-crash 0@20, 15 steps after the 5th the test waited for, had crashed
+    # before the kill every time (a restart seen by a live supervisor: not this test's case).
     log = tmp_path / "run.jsonl"
-    p = _start(tmp_path, "--strategy", "single", "--steps", "40", "--max-restarts", "1", "--inject-crash", "0@20")
+    crash_now = tmp_path / "crash-now"
+    (tmp_path / "crashes_when_told.py").write_text(CRASHES_WHEN_TOLD)
+    p = _start(tmp_path, "--nproc", "1", "--max-restarts", "1", "--", "crashes_when_told.py", str(crash_now))
     wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
     (entry,) = registry.live_runs()
     os.kill(entry["supervisor_pid"], signal.SIGKILL)
+    gone = f"supervisor (pid {entry['supervisor_pid']}) is gone"
+
+    def said_gone(m) -> bool:
+        return isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1 and gone in (m.message or "")
+
+    wait_for(lambda: any(said_gone(m) for m in load_log(log)[0]), timeout_s=60, poll_s=0.2)
+    crash_now.touch()
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, out[-2000:] + err[-2000:]
     assert "the run is over: 1 finished" in out
     msgs, _ = load_log(log)
     assert sorted({m.restart for m in msgs if isinstance(m, schema.Hello)}) == [0, 1]
     assert max(m.step for m in msgs if isinstance(m, schema.Step)) == 40
+    order = [m.name for m in msgs if said_gone(m) or isinstance(m, schema.Event) and m.name == "error"]
+    assert order == ["warning", "error"]  # the crash came to a job left unsupervised
 
 
 def test_restarts_of_a_script_that_fails_before_its_first_step_are_counted(tmp_path):

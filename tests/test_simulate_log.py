@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zmq
 from helpers import pardash_env
 
 from pardash.telemetry.simulate import SimConfig, log_bytes_per_minute, log_line_bytes
@@ -175,24 +176,46 @@ def test_a_simulated_straggler_slows_the_job_as_much_as_its_steps_say(monkeypatc
 def test_an_attached_viewer_exits_1_when_the_run_it_watched_failed(tmp_path):
     # `pardash attach --headless RUN` ended 0 after "the run is over: ... rank 1 exited with
     # code 1": a script waiting on the job read it as a success.
-    import re
+    # The simulated ranks step here, one tick at a time, and crash only once the viewer follows
+    # the run: `pardash simulate --crash 1@120` crashed 6 s after it started, on its own clock,
+    # and a viewer slower to start than that (a loaded machine) found the run, and its hub, gone.
     import signal
 
-    p = subprocess.Popen([sys.executable, "-m", "pardash", "simulate", "--headless", "--ranks", "2", "--rate", "20",
-                          "--steps", "400", "--crash", "1@120", "--every", "5"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    from pardash.telemetry.simulate import SimulatedJob
+    from pardash.telemetry.spawn import spawn_hub
+
+    env = pardash_env(PARDASH_CURVE_DIR=None)  # the simulated ranks hold no keys
+    hub, info = spawn_hub(["--run-id", "sim-crash", "--log", str(tmp_path / "run.jsonl"), "--world-size", "2",
+                           "--no-registry"], env=env)  # fmt: skip
+    job = SimulatedJob(SimConfig(ranks=2, rate_hz=20.0, steps=400, crash=(1, 5)), info["ingest"], "sim-crash",
+                       context=zmq.Context())  # fmt: skip
+    att = None
     try:
-        m = re.search(r", run (\S+), hub (tcp://\S+),", p.stdout.readline())
-        assert m, "no start line"
-        att = subprocess.run([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "5", m.group(2)],
-                             capture_output=True, text=True, timeout=120, env=pardash_env(), cwd=tmp_path)  # fmt: skip
-        assert "rank 1 exited with code 1" in att.stdout, att.stdout[-2000:] + att.stderr[-2000:]
+        job.hello()
+        job.tick()  # step 1
+        att = subprocess.Popen([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "0.2", info["ingest"]],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)  # fmt: skip
+        assert att.stdout is not None
+        lines = []
+        for line in att.stdout:  # until it follows the run
+            lines.append(line)
+            if "step" in line:
+                break
+        assert lines and "step" in lines[-1], "attach ended before following the run"
+        while not job.done:
+            job.tick()  # steps 2 to 4, then rank 1's crash at step 5
+        out, err = att.communicate(timeout=120)  # (what the loop read ahead came before the crash)
+        out = "".join(lines) + out
+        assert "rank 1 exited with code 1" in out, out[-2000:] + err[-2000:]
         assert att.returncode == 1
-        p.wait(60)  # the simulated job ends after its crash, its hub and ranks with it
     finally:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            p.wait(30)
+        job.close()
+        job.ctx.destroy(linger=2000)
+        if att is not None and att.poll() is None:
+            att.kill()
+            att.wait()
+        hub.send_signal(signal.SIGTERM)
+        hub.wait(30)
 
 
 def test_an_attached_viewer_stopped_with_ctrl_c_says_the_run_goes_on_and_exits_130(tmp_path):
