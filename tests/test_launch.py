@@ -10,6 +10,7 @@ import pytest
 
 from helpers import pardash_env
 from pardash.telemetry import schema
+from pardash.telemetry.logreader import load_log
 from pardash.preflight import gpu_count as _gpu_count
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shared_run")]  # one worker makes the shared launches
@@ -298,6 +299,10 @@ def test_without_a_terminal_launch_prints_progress_lines_and_ends(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "no terminal here, so progress lines instead of the TUI" in proc.stderr
     assert "pardash: done, 1 rank(s), step 3" in proc.stdout and "\x1b[" not in proc.stdout
+    (log,) = (tmp_path / "runs").glob("*/telemetry.jsonl")
+    steps = [m for m in load_log(log)[0] if isinstance(m, schema.Step)]
+    # (one process has no communication: none measured, where it said "comm 0" of it)
+    assert len(steps) == 3 and all(m.comm_s is None for m in steps)
     replay = subprocess.run(
         [sys.executable, "-m", "pardash", "replay", *map(str, (tmp_path / "runs").glob("*/telemetry.jsonl"))],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,

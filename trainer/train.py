@@ -244,9 +244,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             rec.end.synchronize()
         times = clock.resolve(rec)
         loss = rec.loss.item()  # sync on GPU, but the step has completed (see above)
-        comm_s = CommTimer.seconds(rec.comm) if rec.comm is not None else None
-        if w.strategy == "single":
-            comm_s = 0.0
+        comm_s = CommTimer.seconds(rec.comm) if rec.comm is not None else None  # (single: none, no one to wait for)
         self_s = times["self_s"]
         if w.strategy == "fsdp" and rec.comm is not None and rec.arrive is not None:
             # FSDP gathers each block's parameters as the forward reaches it: a rank slow in a
