@@ -80,6 +80,8 @@ class FrameApplier:
                 r.samples_mark = r.step.samples_total  # what its last history point counted to
         st.trend.load(snap.trend)
         st.t0 = snap.t0 or st.t0
+        if snap.first_hello_t and (not st.first_hello_t or snap.first_hello_t < st.first_hello_t):
+            st.first_hello_t = snap.first_hello_t
         st.lost_reported = snap.stats.lost
         self.state = st
         self.stats = snap.stats

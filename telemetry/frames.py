@@ -83,6 +83,9 @@ class Snapshot(msgspec.Struct, omit_defaults=True):
     hub_id: str = ""
     run_id: str = ""
     t0: float = 0.0
+    first_hello_t: float = 0.0
+    """The ranks' first hello (RunState.first_hello_t): a restart's hellos in ``messages``
+    replace their ranks' first ones."""
     messages: list[Message] = []
     history: dict[int, dict[str, bytes]] = {}
     stats: HubStats = msgspec.field(default_factory=HubStats)

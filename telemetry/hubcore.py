@@ -683,6 +683,7 @@ class HubCore:
             hub_id=self.hub_id,
             run_id=st.run_id,
             t0=st.t0,
+            first_hello_t=st.first_hello_t,
             messages=msgs,
             history=history,
             stats=self.stats(),

@@ -272,6 +272,11 @@ class RunState:
     t_last_rank: float = 0.0
     """Wall clock of the newest message a rank sent (the hub's own notes and verdicts go on
     after the ranks are done: a run's duration ends here)."""
+    first_hello_t: float = 0.0
+    """Wall clock of the ranks' first hello (of their first processes), kept when torchrun
+    restarts them (a restart's hello replaces its rank's): the run's 00:00 for viewers, as a replay counts from its ranks'
+    first word. A hello far before the first record (a clock behind: CLOCK_OFF_S) is not it.
+    0.0: none yet."""
     t_ceiling: float = inf
     """A rank's time beyond this is its clock's error, not the run's (``t_last``/``t_last_rank``
     keep below it): a viewer sets it from the hub's frame clock plus CLOCK_OFF_S, where a node
@@ -342,6 +347,11 @@ class RunState:
         elif isinstance(msg, schema.System):
             r.system = msg
         elif isinstance(msg, schema.Hello):
+            if msg.seq >= 0 and not msg.restart and (not self.first_hello_t or msg.t < self.first_hello_t):
+                from .clocks import CLOCK_OFF_S  # (clocks imports this module)
+
+                if msg.t > self.t0 - CLOCK_OFF_S:
+                    self.first_hello_t = msg.t
             if msg.restart > r.restarts:  # torchrun's count so far: a viewer that attached late knows it too
                 r.restarts = msg.restart
             if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart):

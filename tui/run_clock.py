@@ -17,10 +17,13 @@ from pardash.telemetry.state import RunState
 
 def ranks_first_word(state: RunState) -> float | None:
     """When the ranks first said anything (wall clock): their earliest hello, a rank's first
-    message. None where the hellos cannot say it: none yet, or a process torchrun restarted
-    said hello again (a hello replaces its rank's first one; a viewer attached since does not
-    know the first). A hello far before the hub's first record is a clock behind (see
-    ``telemetry.clocks``), not the run's start."""
+    message, as the hub kept it (``RunState.first_hello_t``, through a torchrun restart too).
+    From a hub before that figure, the hellos at hand, where they can say it: none where a
+    process torchrun restarted said hello again (a hello replaces its rank's first one). A
+    hello far before the hub's first record is a clock behind (see ``telemetry.clocks``), not
+    the run's start."""
+    if state.first_hello_t:
+        return state.first_hello_t
     floor = state.t0 - CLOCK_OFF_S if state.t0 else 0.0
     first: float | None = None
     for r in state.ranks.values():

@@ -510,16 +510,31 @@ def test_a_rank_failed_by_its_peers_crash_is_said_calmly_and_long_errors_are_cut
 def test_the_runs_clock_starts_at_the_ranks_first_hello_not_a_clock_behind_nor_a_restart():
     # Live, the run's 00:00 is its ranks' first word (as a replay's): a rank whose clock is two
     # hours behind would make the run two hours long, and a hello of a process torchrun
-    # restarted is no first word (the hub's start stands then, as before).
+    # restarted is no first word. The hub keeps the first hello's time through a restart and
+    # a viewer attached after one gets it in its snapshot (it counted from the hub's start,
+    # seconds before the ranks).
     from types import SimpleNamespace
 
+    from pardash.telemetry import frames
+    from pardash.telemetry.client import FrameApplier
+    from pardash.telemetry.hubcore import HubCore
     from pardash.tui.run_clock import ranks_first_word, run_origin
 
-    st = RunState(run_id="r")
+    core = HubCore(run_id="r")
+    st = core.state
     st.apply(schema.Event(rank=-1, seq=-1, name="hub", message="hub started", t=1000.0), 0)
     st.apply(schema.Hello(rank=0, world_size=2, t=1004.0), 0)
     st.apply(schema.Hello(rank=1, world_size=2, t=1005.0 - 7200), 0)
     live = SimpleNamespace(state=st, live=True)
     assert ranks_first_word(st) == 1004.0 and run_origin(live) == 1004.0
-    st.apply(schema.Hello(rank=1, world_size=2, t=1030.0, restart=1, pid=2), 0)
-    assert ranks_first_word(st) is None and run_origin(live) == 1000.0
+    for rank in (0, 1):
+        st.apply(schema.Hello(rank=rank, world_size=2, t=1030.0, restart=1, pid=2), 0)
+    assert ranks_first_word(st) == 1004.0 and run_origin(live) == 1004.0
+    late = FrameApplier()
+    late.load_snapshot(frames.decode_snapshot(frames.encode(core.snapshot())))
+    assert ranks_first_word(late.state) == 1004.0
+    # From a hub before the figure: a restart's hellos cannot say it, the hub's start stands.
+    old = frames.decode_snapshot(frames.encode(core.snapshot()))
+    old.first_hello_t = 0.0
+    late.load_snapshot(old)
+    assert ranks_first_word(late.state) is None and run_origin(SimpleNamespace(state=late.state, live=True)) == 1000.0
