@@ -282,10 +282,10 @@ def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
     # Node 0 with --nproc 1, node 1 with --nproc 2: node 1's ranks are 1 and 2, but its
     # launcher noted their ends as ranks 2 and 3 (node rank x its own --nproc), and the hub
     # refused rank 3 as out of range. The ranks' environment says which they are.
+    import signal
     import subprocess
     import sys
 
-    import psutil
     from helpers import wait_for
 
     from pardash.trainer import launcher
@@ -293,7 +293,7 @@ def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
     code = ("import os, subprocess, sys, time; "
             "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
             "env=dict(os.environ, LOCAL_RANK=str(i), RANK=str(1 + i))) for i in (0, 1)]; time.sleep(60)")  # fmt: skip
-    job = subprocess.Popen([sys.executable, "-c", code])
+    job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)  # (its group: the kids too)
     try:
         sup = launcher.Supervisor.__new__(launcher.Supervisor)
         sup.spec = SimpleNamespace(node_rank=1, nproc=2)
@@ -302,7 +302,7 @@ def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
         wait_for(lambda: (sup._look_for_ranks(), len(sup._global) == 2)[1], timeout_s=60)
         assert sup.ranks_started and (sup.global_rank(0), sup.global_rank(1)) == (1, 2)
     finally:
-        for p in psutil.Process(job.pid).children():
-            p.kill()
-        job.kill()
+        # The whole group: a kid the job had not started yet when its children were listed
+        # was left sleeping a minute.
+        os.killpg(job.pid, signal.SIGKILL)
         job.wait()
