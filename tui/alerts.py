@@ -268,6 +268,12 @@ def run_alerts(
             else a
             for a in out
         ]
+    elif first is not None:
+        # The rank the failed ones timed out waiting for, still stuck (torchrun has not
+        # stopped it yet): the grid and the launcher's last line named it, the alerts not.
+        failed = sum(1 for a in out if a.kind == "exited")
+        why = f", likely the cause: {failed} other{'s' if failed > 1 else ''} failed waiting for it"
+        out = [Alert(a.kind, a.rank, a.text + why, first=True) if a.kind in ("stalled", "silent") and a.rank == first else a for a in out]
     out = _stall_causes(state, out, exits if first is None else None)
     big = len(state.ranks) + 1
 

@@ -863,6 +863,7 @@ async def test_sorting_by_status_puts_the_rank_a_hang_waits_for_first_and_says_w
     # others wait for it") came last, after the ranks stalled waiting for it; once their gloo
     # timeout had failed them, after them too (exited sorted first). The line under the grid said
     # "stalled" alone.
+    from pardash.tui.widgets.alert_list import AlertList
     from pardash.tui.widgets.selected_rank import SelectedRank
 
     log = tmp_path / "hang.jsonl"
@@ -878,6 +879,9 @@ async def test_sorting_by_status_puts_the_rank_a_hang_waits_for_first_and_says_w
         assert grid.cursor_rank == 2  # (a new order is read from its top)
         line = widget_text(app.screen.query_one(SelectedRank))
         assert line.startswith("rank 2 · stalled in data, likely the cause · "), line
+        # The alerts say it too (once the others' timeout had failed them, they did not).
+        waited = "2 others failed waiting for it" if timed_out else "2 others wait for it"
+        assert f"likely the cause: {waited}" in widget_text(app.screen.query_one(AlertList)), widget_text(app.screen.query_one(AlertList))
         grid.select(0)
         await pilot.pause()
         line = widget_text(app.screen.query_one(SelectedRank))
