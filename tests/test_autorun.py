@@ -783,6 +783,15 @@ def test_a_fold_ending_on_an_evaluation_with_grad_is_freed_and_evaluated(hooked)
     assert [name for name, _ in rep.events] == ["eval"] * 3  # (the last one ends at exit)
 
 
+def _evaluate(model, clock: list[float]) -> None:
+    """Three evaluation passes of 2 s each (on the fake clock), in eval mode without grad."""
+    model.eval()
+    with torch.no_grad():
+        for _ in range(3):
+            clock[0] += 2.0
+            model(torch.randn(4, 8))
+
+
 def test_an_ema_of_the_model_evaluated_between_steps_is_an_evaluation(hooked, monkeypatch):
     # torch's AveragedModel (an EMA) evaluated every few steps: never trained, so its passes
     # went to the next step's data time (200 ms of a 17 ms step), and 8 s of them read as a
@@ -798,11 +807,7 @@ def test_an_ema_of_the_model_evaluated_between_steps_is_an_evaluation(hooked, mo
         _timed_step(model, opt, clock)
         ema.update_parameters(model)
         if i == 1:
-            ema.eval()
-            with torch.no_grad():
-                for _ in range(3):
-                    clock[0] += 2.0
-                    ema(torch.randn(4, 8))
+            _evaluate(ema, clock)
     inst.finish()
     assert [s["step"] for s in rep.steps] == [1, 2, 3]
     assert [name for name, _ in rep.events] == ["eval"]
@@ -830,11 +835,7 @@ def test_an_ema_evaluated_after_the_roots_settled_is_an_evaluation(hooked, monke
             ema.update_parameters(model)
         if i == n - 2:
             assert not inst.watching_all
-            ema.eval()
-            with torch.no_grad():
-                for _ in range(3):
-                    clock[0] += 2.0
-                    ema(torch.randn(4, 8))
+            _evaluate(ema, clock)
     inst.finish()
     assert [s["step"] for s in rep.steps] == list(range(1, n + 1))
     assert [name for name, _ in rep.events] == ["eval"]
