@@ -333,6 +333,11 @@ MEM_MAX_EVERY = 100
 """Memory is measured at least once every this many steps."""
 
 
+DUE = object()
+""":meth:`MemoryProbe.repeat`'s answer when a measurement is due (None is a measurement: one
+that failed)."""
+
+
 class MemoryProbe:
     """Calls :func:`account` every step while it costs under
     :data:`MEM_BUDGET` of the step time, else every N steps (N chosen from the measured cost);
@@ -354,14 +359,25 @@ class MemoryProbe:
         self._model: Any = None
         """A weak reference to the model measured last (one the script lets go must go)."""
 
-    def measure(self, model: Any, optimizers: Any, *, ddp_module: Any = None, step_s: float = 0.0, force: bool = False, slot: int = 0) -> Mem | None:
-        if self._model is None or self._model() is not model:  # another model (a fold trained next)
+    def repeat(self, model: Any, *, force: bool = False, slot: int = 0) -> Any:
+        """The ``slot``'s last measurement of ``model`` when this call repeats it (counted as
+        one), else :data:`DUE`. :meth:`measure` asks this first; a caller whose arguments to
+        it cost something to gather (most calls repeat) may ask first, then measure with
+        ``force`` when it is due."""
+        ref = self._model
+        if ref is None or ref() is not model:  # another model (a fold trained next)
             self._model = weakref.ref(model)
             self._slots = {}
         held = self._slots.get(slot)
         if not force and held is not None and held[1] > 0:
             self._slots[slot] = (held[0], held[1] - 1)
             return held[0]
+        return DUE
+
+    def measure(self, model: Any, optimizers: Any, *, ddp_module: Any = None, step_s: float = 0.0, force: bool = False, slot: int = 0) -> Mem | None:
+        held = self.repeat(model, force=force, slot=slot)
+        if held is not DUE:
+            return held
         t0 = time.perf_counter()
         try:
             mem = account(model, optimizers, ddp_module=ddp_module, slot=slot)

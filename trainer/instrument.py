@@ -112,6 +112,9 @@ NO_STEP_WARNING = (
     "use pardash.telemetry.step() to mark them"
 )
 
+_PHASE_FIELD = {"data": "data_s", "forward": "forward_s", "backward": "backward_s", "optimizer": "optimizer_s"}
+"""A step phase's field in :class:`~pardash.telemetry.schema.Step`."""
+
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
@@ -119,7 +122,7 @@ _is_compiling = torch.compiler.is_compiling
 _get_ident = threading.get_ident
 
 
-class _Hook:
+class _Hook(functools.partial):
     """A hook pardash puts on one of the script's modules: calls ``fn``. Copies and pickles of
     the module leave it out (:func:`_without_hooks_in_state`); where a class's own
     ``__getstate__`` keeps it, it is copied or pickled as a no-op, ``None.__init__`` (a builtin
@@ -127,15 +130,11 @@ class _Hook:
     or saved whole (``torch.save(model)``) once pardash hooked it carried the hook's bound
     method, and with it the instrument's sockets and locks: "cannot pickle '_thread.lock'
     object", in the script's own line. A copy's forward passes are not timed (the global hooks
-    see a copy that is trained), and a model saved whole loads where pardash is not installed."""
+    see a copy that is trained), and a model saved whole loads where pardash is not installed.
+    A ``functools.partial``: its call is C's, no Python frame between the module and ``fn``
+    (twice a step, on the root)."""
 
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, *args: Any) -> Any:
-        return self.fn(*args)
+    __slots__ = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return getattr, (None, "__init__")
@@ -176,7 +175,7 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def guarded(self: "Instrument", *args: Any, **kwargs: Any) -> Any:
-        if self.dead or os.getpid() != self._pid:
+        if self.dead:  # (a forked child's instruments are: see _forked)
             return None
         try:
             return method(self, *args, **kwargs)
@@ -187,13 +186,44 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-def _untraced(hook: Callable[..., Any]) -> Callable[..., Any]:
-    """A hook torch.compile calls but must not trace. An optimizer step compiled whole
-    (``@torch.compile def opt_step(): opt.step()``, a PyTorch recipe) traced the optimizer hooks,
-    and broke its graph at their clocks, pids and sockets 19 times (2 without pardash), with
-    Dynamo's warnings, at twice the time a step. Disabled, each is one break that runs it as it
-    is, for 0.5 us a call. (The module and backward hooks return first thing when compiling.)"""
-    return torch.compiler.disable(hook)
+def _untraced(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A hook torch.compile calls but must not trace, guarded as :func:`_guarded` (inline: one
+    Python call less a hook). An optimizer step compiled whole (``@torch.compile def opt_step():
+    opt.step()``, a PyTorch recipe) traced the optimizer hooks, and broke its graph at their
+    clocks, pids and sockets 19 times (2 without pardash), with Dynamo's warnings, at twice the
+    time a step. Disabled, each is one break that runs it as it is, for 0.5 us a call. (The
+    module and backward hooks return first thing when compiling.) The disabled function must be
+    what the optimizer calls: a plain wrapper that called it when ``is_compiling()`` broke the
+    graph inside an inlined call in the optimizer's loop over its hooks, which Dynamo cannot
+    resume, and it fell back to compiling every frame the hooks called."""
+
+    @functools.wraps(method)
+    def untraced(self: "Instrument", *args: Any) -> Any:
+        if self.dead:  # (a forked child's instruments are: see _forked)
+            return None
+        try:
+            return method(self, *args)
+        except Exception as exc:
+            self._fail(exc)
+            return None
+
+    return torch.compiler.disable(untraced)
+
+
+_instruments: "weakref.WeakSet[Instrument]" = weakref.WeakSet()
+"""Every instrument made in this process (see _forked)."""
+
+
+def _forked() -> None:
+    """In a forked child (a DataLoader worker): every instrument inherited is inert, as after an
+    internal error (its copy of the reporter's socket must not be used). Said once here, at the
+    fork, instead of a pid read at each hook call (a system call)."""
+    for inst in list(_instruments):
+        inst.dead = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def _most_held(before: Any, now: Any) -> Any:
@@ -306,6 +336,7 @@ class Instrument:
         self._tid = _get_ident()
         """The training thread; module calls elsewhere (DataParallel replicas) are ignored."""
         self._pid = os.getpid()
+        _instruments.add(self)
         self.dead = False
         """Set after an internal error: every hook does nothing from then on."""
         self._depth = 0
@@ -994,7 +1025,6 @@ class Instrument:
     # -- optimizer: step boundaries -------------------------------------------------------------
 
     @_untraced
-    @_guarded
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling():
             return None
@@ -1021,7 +1051,6 @@ class Instrument:
         return None
 
     @_untraced
-    @_guarded
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling():
             return None
@@ -1203,7 +1232,11 @@ class Instrument:
         if model is None:
             return None
         # another model (or set) than the last measured: measured now
-        return self.probe.measure(model, self.optimizers, ddp_module=self.trained.ddps_of(model), step_s=self._step_s, force=force or new, slot=slot)
+        probe = self.probe
+        held = probe.repeat(model, force=force or new, slot=slot)
+        if held is not memory.DUE:  # most steps (while measuring costs more than MEM_BUDGET)
+            return held
+        return probe.measure(model, self.optimizers, ddp_module=self.trained.ddps_of(model), step_s=self._step_s, force=True, slot=slot)
 
     def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
@@ -1232,11 +1265,15 @@ class Instrument:
         clock = self.clock
         if clock.cuda:
             d.end.synchronize()  # sync: the step's last event; the device is a step ahead by now
-        out: dict[str, Any] = {f"{p}_s": 0.0 for p in ("data", "forward", "backward", "optimizer")}
+        out: dict[str, Any] = {"data_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "optimizer_s": 0.0}
         marks = d.open.marks
         bounds = marks + [("", d.end)]
-        for (phase, a), (_, b) in zip(bounds, bounds[1:]):
-            out[f"{phase}_s"] += clock.seconds(a, b)
+        if clock.cuda:
+            for (phase, a), (_, b) in zip(bounds, bounds[1:]):
+                out[_PHASE_FIELD[phase]] += clock.seconds(a, b)
+        else:  # perf_counter stamps: the differences inline (a call a mark, each step, adds up)
+            for (phase, a), (_, b) in zip(bounds, bounds[1:]):
+                out[_PHASE_FIELD[phase]] += b - a
         step_s = clock.seconds(marks[0][1], d.end)
         self._step_s = step_s
         if self.reporter.identity.world_size == 1:
@@ -1261,7 +1298,8 @@ class Instrument:
         if d.open.micro > 1 or self._micro_said:
             self._micro_said = True
             out["custom"] = {"micro_batches": float(d.open.micro)}
-        d.logged.apply(out)
+        if d.logged:  # (nothing logged, the common case: nothing to apply)
+            d.logged.apply(out)
         self.reporter.step(**out)
 
     def in_step(self) -> bool:

@@ -179,10 +179,26 @@ class Trained:
         used = [r for r in roots if self._root_step.get(id(r), -2) >= since]
         return used if used or self._optimizers else roots
 
+    def _one_used_root(self, step: int) -> Any:
+        """The root, when there is one alive and ``step`` used it (:meth:`used_roots` is then
+        it alone, and :func:`memory.accountable` of it is itself); else None."""
+        if len(self._roots) != 1:
+            return None
+        root = self._roots[0]()
+        if root is None or self._root_step.get(id(root), -2) < (step - 1 if self.optimizer_new < step else step):
+            return None
+        return root
+
     def accountable(self, step: int) -> tuple[Any, bool]:
         """What memory accounting measures in ``step`` (a module whose parameters, buffers and
         gradients are the step's), and whether it differs from what was measured last (None:
         nothing to measure)."""
+        model = self._one_used_root(step)
+        if model is not None:  # (the common case, without the lists below)
+            if self._measured is None or self._measured() is not model:
+                self._measured = weakref.ref(model)
+                return model, True
+            return model, False
         roots, optimizers = self.used_roots(step), self.optimizers
         if not roots and not optimizers:
             return None, False
