@@ -64,6 +64,7 @@ def test_asking_the_probe_to_repeat_first_publishes_what_measure_alone_does(monk
     opt = torch.optim.AdamW(model.parameters())
     a, b = memory.MemoryProbe(), memory.MemoryProbe()
     fresh_a, fresh_b = [], []
+    a_last = b_last = None
     for step in range(40):
         model(torch.randn(2, 8)).sum().backward()
         opt.step()
@@ -71,8 +72,8 @@ def test_asking_the_probe_to_repeat_first_publishes_what_measure_alone_does(monk
         held = b.repeat(model)
         mb = held if held is not memory.DUE else b.measure(model, [opt], step_s=0.001, force=True)
         # a repeat is the very object measured last; a new measurement is a new one
-        fresh_a.append(len(fresh_a) == 0 or ma is not a_last)
-        fresh_b.append(len(fresh_b) == 0 or mb is not b_last)
+        fresh_a.append(ma is not a_last)
+        fresh_b.append(mb is not b_last)
         a_last, b_last = ma, mb
         opt.zero_grad()
     assert fresh_a == fresh_b
