@@ -925,3 +925,18 @@ async def test_a_narrow_terminals_footer_keeps_quit_help_and_the_screens_own_key
             assert all(a_end <= b for (_, a_end), (b, _) in zip(spans, spans[1:])), spans
             if not isinstance(app.screen, RankDetailScreen):
                 await pilot.press("enter")
+
+
+async def test_a_textual_whose_footer_keys_moved_still_shows_its_own_footer(monkeypatch):
+    # The fitted footer reads Textual's private FooterKey: a release that moves it must cost
+    # the fitting, never the footer (nor the app).
+    from textual.widgets._footer import FooterKey
+
+    from pardash.tui.widgets import fitted_footer
+
+    monkeypatch.setattr(fitted_footer, "FooterKey", None)
+    app = make_app(replay_at_end("run4.jsonl"))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        shown = {k.description for k in app.screen.query(FooterKey)}
+        assert {"Quit", "Help", "Detail"} <= shown, sorted(shown)

@@ -9,7 +9,11 @@ from textual import events
 from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
+
+try:
+    from textual.widgets._footer import FooterKey
+except ImportError:  # (a private module of Textual's, which a later release may move)
+    FooterKey = None
 
 
 class FittedFooter(Footer):
@@ -45,7 +49,11 @@ class FittedFooter(Footer):
             return
         width = self.size.width or self.screen.size.width or self.app.size.width
         self._fitted_width = width
-        kept, compact = fit_keys(keys, width, prefer_compact=self.prefer_compact, drop_first=self.DROP_FIRST)
+        try:
+            kept, compact = fit_keys(keys, width, prefer_compact=self.prefer_compact, drop_first=self.DROP_FIRST)
+        except (TypeError, AttributeError):  # a Textual whose footer keys are made otherwise:
+            yield from keys  # its own footer, cut at the edge as it does, never no footer at all
+            return
         if compact != self.compact:
             self.compact = compact  # before the keys mount: they take it from the footer then
         yield from kept
