@@ -278,6 +278,16 @@ def test_the_hub_of_a_job_on_several_nodes_learns_its_world_from_the_ranks():
     assert sup.hub_meta()["world_size"] == 4
 
 
+def _gone(p) -> bool:
+    """Dead, or dead and not reaped yet (a zombie: its parent killed too)."""
+    import psutil
+
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
     # Node 0 with --nproc 1, node 1 with --nproc 2: node 1's ranks are 1 and 2, but its
     # launcher noted their ends as ranks 2 and 3 (node rank x its own --nproc), and the hub
@@ -286,6 +296,7 @@ def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
     import subprocess
     import sys
 
+    import psutil
     from helpers import wait_for
 
     from pardash.trainer import launcher
@@ -302,7 +313,9 @@ def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
         wait_for(lambda: (sup._look_for_ranks(), len(sup._global) == 2)[1], timeout_s=60)
         assert sup.ranks_started and (sup.global_rank(0), sup.global_rank(1)) == (1, 2)
     finally:
-        # The whole group: a kid the job had not started yet when its children were listed
-        # was left sleeping a minute.
+        # The whole group (a kid the job had not started yet when its children were listed was
+        # left sleeping a minute), and each gone before the next test looks (a kill lands later).
+        kids = psutil.Process(job.pid).children(recursive=True)
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+        wait_for(lambda: all(_gone(k) for k in kids), timeout_s=30)
