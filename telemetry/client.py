@@ -78,6 +78,7 @@ class FrameApplier:
         for r in st.ranks.values():
             if r.step is not None:
                 r.samples_mark = r.step.samples_total  # what its last history point counted to
+                r.t_mark = r.history.ago("t", 0)
         st.trend.load(snap.trend)
         st.t0 = snap.t0 or st.t0
         if snap.first_hello_t and (not st.first_hello_t or snap.first_hello_t < st.first_hello_t):

@@ -125,6 +125,8 @@ class RankState:
         "exit_noted",
         "awaited",
         "samples_mark",
+        "t_mark",
+        "samples_rate",
     )
 
     def __init__(self, rank: int) -> None:
@@ -159,6 +161,13 @@ class RankState:
         self.samples_mark: int | None = None
         """``samples_total`` of the step at its latest history point (None: not known, as
         after a restart), from which the next point's ``samples`` column counts."""
+        self.t_mark: float | None = None
+        """``t`` of its latest history point."""
+        self.samples_rate: float | None = None
+        """Samples a second between its last two history points (a frame apart): what it did
+        over the time it took, whatever size each step was (None: not known). The latest
+        step's own samples over its time read a fifth of it where a reporter's bursts ended
+        with an epoch's partial last batch, and every frame brought that step."""
 
     @property
     def status(self) -> str:
@@ -182,7 +191,7 @@ class RankState:
         if self.step is not None:
             self.step_before = self.step.step
         self.step = None
-        self.samples_mark = None
+        self.samples_mark = self.t_mark = self.samples_rate = None
 
     def alive_again(self) -> None:
         """A (re)started rank: no exit, no stall or silence of before."""
@@ -526,6 +535,7 @@ class RunState:
                     device = mem.rss_bytes
                     if device is None:
                         device = nan
+            t = s.t - t0 if t0 else 0.0
             total = s.samples_total
             if total is None:
                 done = nan
@@ -534,10 +544,13 @@ class RunState:
                 # (less than at the point before: a new process the hello of which came late)
                 done = total - mark if mark is not None and total >= mark else nan
                 r.samples_mark = total
+                before = r.t_mark
+                r.samples_rate = done / (t - before) if done == done and before is not None and t > before else None
+            r.t_mark = t
             # In HISTORY_COLUMNS order; None (a figure the rank did not measure) is NaN.
             r.history.append_row(
                 s.step,
-                s.t - t0 if t0 else 0.0,
+                t,
                 nan if s.loss is None else s.loss,
                 s.step_s,
                 nan if s.self_s is None else s.self_s,

@@ -384,7 +384,11 @@ class RowBuilder:
                 n = step.step  # type: ignore[union-attr]
                 if n < slowest:
                     slowest = n
-                if step.samples and step.step_s > 0:  # type: ignore[union-attr]
+                rate = r.samples_rate
+                if rate is not None:  # over the last frame's steps, each at its own size
+                    total += rate
+                    seen_rate = True
+                elif step.samples and step.step_s > 0:  # type: ignore[union-attr]
                     total += step.samples / step.step_s  # type: ignore[union-attr]
                     seen_rate = True
                 e.self_s = self_s
@@ -403,9 +407,14 @@ class RowBuilder:
                 n = step.step
                 if n < slowest:
                     slowest = n
-                if step.samples and step.step_s > 0 and status not in _NO_RATE:
-                    total += step.samples / step.step_s
-                    seen_rate = True
+                if status not in _NO_RATE:
+                    rate = r.samples_rate
+                    if rate is not None:
+                        total += rate
+                        seen_rate = True
+                    elif step.samples and step.step_s > 0:
+                        total += step.samples / step.step_s
+                        seen_rate = True
             e.self_s = self_s
             e.self_dev = None
             if status != e.status:
@@ -684,9 +693,14 @@ def run_totals(state: st.RunState) -> RunTotals:
         if last is not None and (slowest is None or last < slowest):
             slowest = last
         step = r.step
-        if step is not None and step.samples and step.step_s > 0 and status not in _NO_RATE:
-            total += step.samples / step.step_s
-            seen = True
+        if step is not None and status not in _NO_RATE:
+            rate = r.samples_rate  # (see RankState.samples_rate)
+            if rate is not None:
+                total += rate
+                seen = True
+            elif step.samples and step.step_s > 0:
+                total += step.samples / step.step_s
+                seen = True
     return RunTotals(counts, len(nodes), slowest or 0, total if seen else None, notes)
 
 

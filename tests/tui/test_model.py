@@ -172,6 +172,25 @@ def test_throughput_sums_samples_over_step_time():
     assert throughput(_state()) == pytest.approx(4 * 8 / 0.2)
 
 
+def test_the_header_rate_counts_the_steps_between_frames_at_their_own_sizes():
+    # A script's epoch of 6 batches of 16 and a last one of 4, a step every 5 ms: the
+    # reporter's burst went at each epoch's end, so each frame brought the partial step, and
+    # the header read "samples/s 857" for 2,857 (a real run: 100 samples an epoch, 35 ms).
+    from pardash.tui.model import RowBuilder
+
+    st = RunState(run_id="r")
+    st.apply(schema.Hello(rank=0, world_size=1, t=1000.0), 0)
+    builder, total, rates = RowBuilder(), 0, []
+    for step in range(1, 71):
+        n = 4 if step % 7 == 0 else 16
+        total += n
+        if step % 7 == 0:  # a frame: this rank's latest step, the epoch's last
+            st.apply_frame([schema.Step(rank=0, step=step, samples=n, samples_total=total, step_s=0.005, t=1000.0 + 0.005 * step)], 0.0)
+            rates.append(builder.update(st).totals.samples_per_s)
+    assert throughput(st) == pytest.approx(100 / 0.035)
+    assert rates[-1] == pytest.approx(100 / 0.035)  # (the header: a median of the last updates)
+
+
 def test_a_stuck_run_moves_no_samples_and_a_finished_one_says_what_it_ran_at():
     # The header and the progress lines kept the stalled ranks' last rate on screen for as
     # long as the stall lasted.
