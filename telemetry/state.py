@@ -283,9 +283,9 @@ class RunState:
     after the ranks are done: a run's duration ends here)."""
     first_hello_t: float = 0.0
     """Wall clock of the ranks' first hello (of their first processes), kept when torchrun
-    restarts them (a restart's hello replaces its rank's): the run's 00:00 for viewers, as a replay counts from its ranks'
-    first word. A hello far before the first record (a clock behind: CLOCK_OFF_S) is not it.
-    0.0: none yet."""
+    restarts them (a restart's hello replaces its rank's): the run's 00:00 for viewers, as a
+    replay counts from its ranks' first word. A hello far before the first record (a clock
+    behind: CLOCK_OFF_S) is not it. 0.0: none yet."""
     t_ceiling: float = inf
     """A rank's time beyond this is its clock's error, not the run's (``t_last``/``t_last_rank``
     keep below it): a viewer sets it from the hub's frame clock plus CLOCK_OFF_S, where a node

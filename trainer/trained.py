@@ -175,9 +175,13 @@ class Trained:
         (a new model, not seen at its first step): its optimizers' parameters; without an
         optimizer, every root."""
         roots = self.roots
-        since = step - 1 if self.optimizer_new < step else step
+        since = self._used_since(step)
         used = [r for r in roots if self._root_step.get(id(r), -2) >= since]
         return used if used or self._optimizers else roots
+
+    def _used_since(self, step: int) -> int:
+        """The first step whose roots count as used in ``step`` (see :meth:`used_roots`)."""
+        return step - 1 if self.optimizer_new < step else step
 
     def _one_used_root(self, step: int) -> Any:
         """The root, when there is one alive and ``step`` used it (:meth:`used_roots` is then
@@ -185,7 +189,7 @@ class Trained:
         if len(self._roots) != 1:
             return None
         root = self._roots[0]()
-        if root is None or self._root_step.get(id(root), -2) < (step - 1 if self.optimizer_new < step else step):
+        if root is None or self._root_step.get(id(root), -2) < self._used_since(step):
             return None
         return root
 
@@ -194,15 +198,11 @@ class Trained:
         gradients are the step's), and whether it differs from what was measured last (None:
         nothing to measure)."""
         model = self._one_used_root(step)
-        if model is not None:  # (the common case, without the lists below)
-            if self._measured is None or self._measured() is not model:
-                self._measured = weakref.ref(model)
-                return model, True
-            return model, False
-        roots, optimizers = self.used_roots(step), self.optimizers
-        if not roots and not optimizers:
-            return None, False
-        model = memory.accountable(roots, optimizers, self._holders)
+        if model is None:  # (one root used, the common case: without the lists below)
+            roots, optimizers = self.used_roots(step), self.optimizers
+            if not roots and not optimizers:
+                return None, False
+            model = memory.accountable(roots, optimizers, self._holders)
         if self._measured is None or self._measured() is not model:  # another model (or set)
             self._measured = weakref.ref(model)
             return model, True
