@@ -16,7 +16,7 @@ from torch import nn
 from helpers import identity
 from pardash.telemetry import memory, schema
 from pardash.telemetry.reporter import Reporter
-from pardash.trainer import instrument
+from pardash.trainer import hooking, instrument
 from pardash.trainer.trained import Trained
 
 
@@ -109,7 +109,7 @@ def test_a_step_through_its_own_send_path_is_the_message_send_would_make():
 
 def test_a_root_hook_copies_and_pickles_as_a_no_op_and_calls_through():
     calls = []
-    hook = instrument._Hook(lambda *a: calls.append(a))
+    hook = hooking._Hook(lambda *a: calls.append(a))
     hook(1, 2)
     assert calls == [(1, 2)]
     for copied in (copy.deepcopy(hook), pickle.loads(pickle.dumps(hook))):

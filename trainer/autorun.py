@@ -25,9 +25,12 @@ from types import TracebackType
 
 USAGE = "usage: python -m pardash.trainer.autorun SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
+_HOOKS = ("instrument.py", "watching.py", "evaluations.py", "epochs.py", "arrivals.py", "hooking.py")
+"""The instrument's files, whose wrappers (of a DataLoader iterator's ``__next__``, of
+``Module.train``, of ``torch.autograd.backward``) sit between the script's frames."""
 _OURS = (
     os.path.abspath(__file__),
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "instrument.py"),
+    *(os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in _HOOKS),
     os.path.abspath(runpy.__file__),
     "<frozen runpy>",
 )

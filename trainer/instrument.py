@@ -83,27 +83,36 @@ all of it.
 
 An internal error in a hook never reaches the script: the instrumentation stops and says so in
 a warning event. Forked children (DataLoader workers) inherit the hooks inert.
+
+Here: the steps (forward, backward and optimizer hooks, rounds, publishing). Beside it, parts of
+the same :class:`Instrument`: :mod:`~pardash.trainer.watching` (where the module hooks are),
+:mod:`~pardash.trainer.evaluations`, :mod:`~pardash.trainer.epochs` and
+:mod:`~pardash.trainer.arrivals` (self time's end, FSDP2's waits); :mod:`~pardash.trainer.marks`
+(the step as measured) and :mod:`~pardash.trainer.hooking` (hook objects and guards).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import threading
 import time
 import traceback
 import warnings
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import msgspec
 import torch
 
 from pardash.telemetry import api, memory, modelfacts
 from pardash.trainer.strategies import CommTimer
 from pardash.trainer.trained import Trained, batch_size, ddp_syncs_buffers, is_average, lr_of
 from pardash.telemetry.reporter import Reporter
+from pardash.trainer.arrivals import Arrivals
+from pardash.trainer.epochs import Epochs
+from pardash.trainer.evaluations import Evaluations
+from pardash.trainer.hooking import _get_ident, _guarded, _instruments, _is_compiling, _untraced, _without_hooks_in_state
+from pardash.trainer.marks import _Clock, _Cut, _Done, _most_held, _OpenStep, _Pass
+from pardash.trainer.watching import Watching
 
 WARN_AFTER_FORWARDS = 20
 """Forward passes without any optimizer step before the user is told how steps are counted."""
@@ -118,206 +127,7 @@ _PHASE_FIELD = {"data": "data_s", "forward": "forward_s", "backward": "backward_
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
-_is_compiling = torch.compiler.is_compiling
-_get_ident = threading.get_ident
-
-
-class _Hook(functools.partial):
-    """A hook pardash puts on one of the script's modules: calls ``fn``. Copies and pickles of
-    the module leave it out (:func:`_without_hooks_in_state`); where a class's own
-    ``__getstate__`` keeps it, it is copied or pickled as a no-op, ``None.__init__`` (a builtin
-    that takes any positional arguments and returns None). A model copied (``copy.deepcopy``, ``AveragedModel``, ``quantize_dynamic``)
-    or saved whole (``torch.save(model)``) once pardash hooked it carried the hook's bound
-    method, and with it the instrument's sockets and locks: "cannot pickle '_thread.lock'
-    object", in the script's own line. A copy's forward passes are not timed (the global hooks
-    see a copy that is trained), and a model saved whole loads where pardash is not installed.
-    A ``functools.partial``: its call is C's, no Python frame between the module and ``fn``
-    (twice a step, on the root)."""
-
-    __slots__ = ()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return getattr, (None, "__init__")
-
-
-_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks")
-_HOOK_FLAGS = ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
-
-
-def _without_hooks_in_state(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``Module.__getstate__`` (and DDP's own), less pardash's hooks: a model copied
-    (``copy.deepcopy``, ``AveragedModel``) or pickled (``torch.save(model)``) carries none of
-    them, so the copy scripts, loads under ``weights_only`` with its classes allowed, and names
-    nothing of pardash (``_Hook.__reduce__`` stays the fallback for a class of its own)."""
-
-    def getstate(module: Any) -> Any:
-        state = original(module)
-        if not isinstance(state, dict):
-            return state
-        ours = {key for name in _HOOK_DICTS for key, hook in (state.get(name) or {}).items() if isinstance(hook, _Hook)}
-        if not ours:
-            return state
-        state = dict(state)
-        for name in _HOOK_DICTS + _HOOK_FLAGS:
-            hooks = state.get(name)
-            if hooks:
-                state[name] = type(hooks)((k, v) for k, v in hooks.items() if k not in ours)
-        return state
-
-    return getstate
-
-
-def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A hook body that must never break the training loop: an internal error stops the
-    instrumentation (a warning event says so, with the traceback) instead of reaching the
-    user's code. Also inert in a forked child (a DataLoader worker), whose copy of the
-    reporter's socket must not be used."""
-
-    @functools.wraps(method)
-    def guarded(self: "Instrument", *args: Any, **kwargs: Any) -> Any:
-        if self.dead:  # (a forked child's instruments are: see _forked)
-            return None
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as exc:
-            self._fail(exc)
-            return None
-
-    return guarded
-
-
-def _untraced(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A hook torch.compile calls but must not trace, guarded as :func:`_guarded` (inline: one
-    Python call less a hook). An optimizer step compiled whole (``@torch.compile def opt_step():
-    opt.step()``, a PyTorch recipe) traced the optimizer hooks, and broke its graph at their
-    clocks, pids and sockets 19 times (2 without pardash), with Dynamo's warnings, at twice the
-    time a step. Disabled, each is one break that runs it as it is, for 0.5 us a call. (The
-    module and backward hooks return first thing when compiling.) The disabled function must be
-    what the optimizer calls: a plain wrapper that called it when ``is_compiling()`` broke the
-    graph inside an inlined call in the optimizer's loop over its hooks, which Dynamo cannot
-    resume, and it fell back to compiling every frame the hooks called."""
-
-    @functools.wraps(method)
-    def untraced(self: "Instrument", *args: Any) -> Any:
-        if self.dead:  # (a forked child's instruments are: see _forked)
-            return None
-        try:
-            return method(self, *args)
-        except Exception as exc:
-            self._fail(exc)
-            return None
-
-    return torch.compiler.disable(untraced)
-
-
-_instruments: "weakref.WeakSet[Instrument]" = weakref.WeakSet()
-"""Every instrument made in this process (see _forked)."""
-
-
-def _forked() -> None:
-    """In a forked child (a DataLoader worker): every instrument inherited is inert, as after an
-    internal error (its copy of the reporter's socket must not be used). Said once here, at the
-    fork, instead of a pid read at each hook call (a system call)."""
-    for inst in list(_instruments):
-        inst.dead = True
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
-
-
-def _most_held(before: Any, now: Any) -> Any:
-    """A step's memory over its optimizers' posts: the latest figures (the optimizer state
-    grows as each steps), with the most gradients held at any post and the highest peak. Where
-    each optimizer zeroes its gradients after its own step, the first post held them all."""
-    if before is None or now is None:
-        return now if now is not None else before
-    peaks = [p for p in (before.cuda_peak_bytes, now.cuda_peak_bytes) if p is not None]
-    return msgspec.structs.replace(
-        now,
-        grads_bytes=max(before.grads_bytes, now.grads_bytes),
-        grads_full_bytes=max(before.grads_full_bytes, now.grads_full_bytes),
-        buckets_bytes=max(before.buckets_bytes, now.buckets_bytes),
-        cuda_peak_bytes=max(peaks) if peaks else None,
-    )
-
-
-class _Clock:
-    """Stamps: ``perf_counter`` seconds on CPU, recorded CUDA events on a GPU (no waiting)."""
-
-    def __init__(self, cuda: bool = False) -> None:
-        self.cuda = cuda
-
-    def stamp(self) -> Any:
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
-        return time.perf_counter()
-
-    def seconds(self, a: Any, b: Any) -> float:
-        """From stamp a to stamp b (CUDA: both events must have completed)."""
-        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
-
-
-@dataclass(slots=True)
-class _OpenStep:
-    """What the step being measured has seen so far."""
-
-    marks: list[tuple[str, Any]]
-    """(phase entered, stamp), in order; the first is ("data", end of the previous step)."""
-    losses: list[Any] = field(default_factory=list)
-    """Detached loss of each micro-batch."""
-    micro: int = 0
-    samples: int = 0
-    arrive: Any = None
-    """Stamp of the arrival at the first collective (None: not seen)."""
-    lr: float | None = None
-    """The first optimizer's learning rate as its step began (a scheduler changes it after)."""
-    waits: list[tuple[Any, Any]] = field(default_factory=list)
-    """FSDP2: (start, end) stamps of each sharded module's pre-forward in the step, where it
-    waits for its parameters' all-gather (and so for the ranks behind it)."""
-
-
-@dataclass(slots=True, frozen=True)
-class _Cut:
-    """Where the open step stood at an optimizer's post-hook: where it ends if its round of
-    optimizer steps ends there (known only later: when an optimizer of the round steps again,
-    or at exit). What came after belongs to the next step."""
-
-    end: Any
-    marks: int
-    losses: int
-    micro: int
-    samples: int
-    waits: int = 0
-
-
-@dataclass(slots=True)
-class _Pass:
-    """One pass over a DataLoader (an ``iter(loader)``): whose, from which step, how many
-    training batches it gave so far."""
-
-    loader: Any
-    """weakref to the DataLoader."""
-    step: int
-    batches: int = 0
-
-
-@dataclass(slots=True)
-class _Done:
-    """A finished step, resolved when published (one step late on a GPU)."""
-
-    step: int
-    epoch: int
-    open: _OpenStep
-    end: Any
-    lr: float | None
-    mem: Any
-    logged: api.Logged
-
-
-class Instrument:
+class Instrument(Watching, Evaluations, Epochs, Arrivals):
     """Measures a training loop through global hooks and publishes one Step per step."""
 
     def __init__(self, reporter: Reporter, *, warn_after: int = WARN_AFTER_FORWARDS) -> None:
@@ -449,16 +259,6 @@ class Instrument:
         """The optimizers seen stepping that are still alive, oldest first."""
         return self.trained.optimizers
 
-    def _root_gone(self) -> None:
-        """A root module was freed: the next model must be seen from its first forward, so the
-        global hooks return."""
-        if self.dead or self.watching_all or not self._handles:
-            return
-        if self._swapping or _get_ident() != self._tid or self._depth:
-            self._rewatch = True  # inside a swap, another thread or a module call: at the next step
-        else:
-            self._watch_all_modules()
-
     # -- installing -----------------------------------------------------------------------
 
     def install(self) -> "Instrument":
@@ -520,107 +320,7 @@ class Instrument:
         setattr(owner, name, functools.wraps(original)(wrap(original)))
         self._patched.append((owner, name, original))
 
-    # -- module forward: the root call only -------------------------------------------------
-    #
-    # Global module hooks make every module call take PyTorch's slow call path (about 10 us a
-    # call on a small CPU core, most of it PyTorch's own). They are needed only to find the
-    # roots; once the same roots have trained for SETTLE_STEPS steps, they are swapped for hooks
-    # on the roots alone, and submodule calls cost nothing again. An optimizer never seen
-    # before (a new model, likely) swaps the global hooks back in until the roots settle.
-
-    def _watch_all_modules(self) -> None:
-        from torch.nn.modules import module as nn_module
-
-        self._swapping = True
-        try:
-            self._unwatch()
-            self._module_handles = [
-                nn_module.register_module_forward_pre_hook(self._forward_pre),
-                nn_module.register_module_forward_hook(self._forward_post, with_kwargs=True, always_call=True),
-            ]
-            self.watching_all = True
-            self._settled_from = self.step
-            self._rewatch = False
-        finally:
-            self._swapping = False
-
-    def _watch_roots(self) -> None:
-        if any(isinstance(m, torch.jit.ScriptModule) for m in self._hooked_modules()):
-            # TorchScript takes no hooks on a module of its own ("register_forward_pre_hook is
-            # not supported on ScriptModules": the instrumentation stopped at step 2): the
-            # global hooks, which see its calls, stay.
-            if not self.watching_all:
-                self._watch_all_modules()
-            self._settled_from = self.step
-            return
-        self._swapping = True
-        try:
-            self._unwatch()
-            for root in self._hooked_modules():
-                # prepend: before FSDP2's pre-forward hook, whose all-gather is the arrival
-                self._module_handles.append(root.register_forward_pre_hook(_Hook(self._forward_pre), prepend=True))
-                self._module_handles.append(
-                    root.register_forward_hook(_Hook(self._forward_post), with_kwargs=True, always_call=True)
-                )
-            self.watching_all = False
-        finally:
-            self._swapping = False
-
-    def _wrap_jit_script(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def script(obj: Any, optimize: Any = None, _frames_up: int = 0, _rcb: Any = None, example_inputs: Any = None) -> Any:
-            # TorchScript compiles a module's forward hooks with it, and pardash's are Python
-            # ("Compiled functions can't take variable number of arguments"): the roots' hooks
-            # are lifted while it compiles the module that holds them (the global hooks it
-            # ignores). _frames_up + 1: a class's names are looked up in the frame that
-            # scripted it, the script's, one above this one.
-            if not self._lifts_for(obj):
-                return original(obj, optimize, _frames_up + 1, _rcb, example_inputs)
-            self._swapping = True
-            try:
-                self._unwatch()
-            finally:
-                self._swapping = False
-            try:
-                return original(obj, optimize, _frames_up + 1, _rcb, example_inputs)
-            finally:
-                if not self.dead and not self.watching_all and not self._module_handles:
-                    self._watch_roots()
-
-        return script
-
-    def _wrap_average_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def __init__(average: Any, *args: Any, **kwargs: Any) -> None:
-            original(average, *args, **kwargs)
-            if not self.dead:
-                self._averages.add(average)
-                if not self.watching_all:
-                    self._rehook = True
-
-        return __init__
-
-    def _lifts_for(self, obj: Any) -> bool:
-        """Whether scripting ``obj`` must lift the roots' hooks: a module holding a root, on the
-        training thread between two module calls (a thread scripting beside a forward would take
-        its root's post-hook away mid-call)."""
-        if self.watching_all or not self._module_handles or not isinstance(obj, torch.nn.Module):
-            return False
-        if _get_ident() != self._tid or self._depth:
-            return False
-        hooked = {id(m) for m in self._hooked_modules()}
-        return any(id(m) in hooked for m in obj.modules())
-
-    def _hooked_modules(self) -> list[Any]:
-        """The modules the root hooks go on: the roots, and a DDP root's module (evaluated
-        directly, bypassing DDP)."""
-        roots = self.roots
-        # (an AveragedModel's own: the copy of the model it holds stays free of hooks)
-        averages = [m for m in self._averages if all(m is not r for r in roots)]
-        return [*roots, *(r.module for r in roots if isinstance(getattr(r, "module", None), torch.nn.Module)), *averages]
-
-    def _unwatch(self) -> None:
-        for h in self._module_handles:
-            h.remove()
-        self._module_handles = []
+    # -- module forward: the root call only (see pardash.trainer.watching) -------------------
 
     def _forward_pre(self, module: Any, args: Any) -> None:
         # First: torch.compile traces the hooks of the modules it compiles, and anything past
@@ -720,153 +420,6 @@ class Instrument:
             if not self._arrived() and ddp_syncs_buffers(module):
                 self._arrive(self.clock.stamp())
 
-    # -- FSDP2: the waits for all-gathers ------------------------------------------------------
-    #
-    # FSDP2 all-gathers each sharded module's parameters in its pre-forward hook (prefetched,
-    # then waited for there): a rank ahead of the others waits in it for the rank behind. A
-    # pre-hook before FSDP's and one after it time that wait; the step's self time leaves it out.
-
-    def _watch_gathers(self, root: Any) -> None:
-        try:
-            from torch.distributed.fsdp import FSDPModule
-        except ImportError:
-            return
-        for m in root.modules():
-            if isinstance(m, FSDPModule) and m not in self._gathered:
-                self._gathered.add(m)
-                begin = m.register_forward_pre_hook(_Hook(self._gather_begins), prepend=True)
-                end = m.register_forward_pre_hook(_Hook(self._gather_ends))
-                self._gather_handles += [begin, end]
-                _around_fsdp(m, begin.id, end.id)
-
-    def _gather_begins(self, module: Any, args: Any) -> None:
-        if _is_compiling() or self.dead or _get_ident() != self._tid:
-            return None
-        # A training forward only (not an evaluation's, nor a recomputation in the backward)
-        training = self._phase == "forward" and not self._in_backward and not self._eval_t0 and torch.is_grad_enabled()
-        self._gather_t = self.clock.stamp() if training and self._open is not None else None
-        return None
-
-    def _gather_ends(self, module: Any, args: Any) -> None:
-        if self._gather_t is None or _is_compiling() or _get_ident() != self._tid:
-            return None
-        if self._open is not None and not self.dead:
-            self._open.waits.append((self._gather_t, self.clock.stamp()))
-        self._gather_t = None
-        return None
-
-    def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        trained = self.trained.trained_ids
-
-        def train(module: Any, mode: bool = True) -> Any:
-            if self.dead or _get_ident() != self._tid:
-                return original(module, mode)
-            self._train_depth += 1
-            try:
-                result = original(module, mode)
-            finally:
-                self._train_depth -= 1
-            # Called for every submodule too (train() recurses): one set lookup for those.
-            if id(module) in trained:
-                self._mode_set(module, mode)
-            elif not self._train_depth:  # the script's own call, on a model not seen training
-                self._mode_set_new(module, mode)
-            return result
-
-        return train
-
-    @_guarded
-    def _mode_set(self, module: Any, mode: bool) -> None:
-        """``model.eval()`` on a trained model starts an evaluation there (its loader's start
-        and first batch are the evaluation's); ``model.train()`` ends it (its metrics too)."""
-        if not self.trained.trains(module):
-            return
-        if not mode:
-            self._eval_begins(called=True)
-        elif self._eval_t0:
-            self._eval_end = self.clock.stamp()
-            self._eval_t1 = time.perf_counter()
-            self._eval_ends()
-
-    @_guarded
-    def _mode_set_new(self, module: Any, mode: bool) -> None:
-        """``model.eval()`` on a model not seen training (none has stepped yet, say): noted, for
-        its forwards in eval mode to tell (see :meth:`_eval_of_new`); ``model.train()`` on it
-        ends the evaluation they began."""
-        new = self._eval_new
-        if not mode:
-            self._eval_new = (weakref.ref(module), time.perf_counter())
-        elif new is not None and new[0]() is module:
-            self._eval_new = None
-            if self._eval_t0:
-                self._eval_end = self.clock.stamp()
-                self._eval_t1 = time.perf_counter()
-                self._eval_ends()
-
-    def _eval_of_new(self, module: Any, t0: float) -> None:
-        """A forward in eval mode of a model put in eval mode before it was seen training: an
-        evaluation from ``model.eval()`` if an optimizer holds its weights (a baseline
-        validation before the first step, with grad or without), as it would be between two
-        steps; with grad, a backward may still make it training (:meth:`_eval_trained`). A
-        model no optimizer holds (a distillation teacher) is part of the step, as before."""
-        if self.trained.trains(module) or not self.trained.trained_by_an_optimizer(module):
-            self._eval_new = None
-            return
-        self._eval_begins(called=True)
-        if self._eval_t0:
-            self._eval_t0 = min(self._eval_t0, t0)
-        else:  # inside a step: part of it, and the question is not asked again
-            self._eval_new = None
-
-    def _evaluating_new(self, module: Any) -> bool:
-        """Whether the evaluation going is of ``module``, a model not seen training yet."""
-        new = self._eval_new
-        return new is not None and self._eval_t0 != 0.0 and new[0]() is module
-
-    def _eval_begins(self, called: bool = False) -> None:
-        """A forward of a trained model put in eval mode (``model.eval()``) between two steps:
-        an evaluation. It is not the next step's data loading: the phase says "eval" (the hub
-        then gives the ranks longer before calling one stalled), and the step after it starts
-        its clock when the evaluation's last forward ends. (A pass without grad of a model in
-        training mode, a GAN's fakes, or of another model, a teacher's, is part of the step.)"""
-        if self._eval_t0:
-            return
-        step = self._open
-        cut = self._cut
-        if step is not None and len(step.marks) > (cut.marks if cut is not None else 1):
-            return  # inside a step (between its forward and backward, say): part of its phase
-        self._eval_t0 = self._eval_t1 = time.perf_counter()
-        self._eval_end = None
-        self._eval_called = called
-        self._eval_grad = None
-        self._eval_grad_pass = False
-        self._phase = "eval"
-        self.reporter.set_phase("eval")
-
-    def _eval_clear(self) -> None:
-        """No evaluation going, none pending."""
-        self._eval_t0 = 0.0
-        self._eval_new = None
-        self._eval_end = None
-        self._eval_called = False
-        self._eval_grad = None
-        self._eval_grad_pass = False
-
-    def _eval_ends(self) -> None:
-        """Training resumes: the open step starts after the evaluation, which is an event."""
-        took = self._eval_t1 - self._eval_t0
-        end = self._eval_end
-        self._eval_clear()
-        self.evals += 1
-        if end is not None and self._cut is not None and self._open is not None and len(self._open.marks) == self._cut.marks:
-            self._resume_at = end  # the step before has not ended yet (its round may go on)
-        elif end is not None and self._open is not None and len(self._open.marks) == 1:
-            self._open.marks[0] = ("data", end)
-        self._phase = "data"
-        self.reporter.set_phase("data")
-        # After the cut of a round not yet ended, that round's step is done, if not published.
-        self.reporter.event("eval", step=self.step + (self._cut is not None), duration_s=took)
-
     def _add_root(self, module: Any) -> None:
         self._settled_from = self.step
         strategy = self.trained.add_root(module)
@@ -921,12 +474,6 @@ class Instrument:
 
         return backward
 
-    @_guarded
-    def _eval_grad_samples(self, args: Any, kwargs: Any) -> None:
-        self._eval_grad_pass = False
-        if self._eval_grad is not None:
-            self._eval_grad[1] += batch_size(args, kwargs)
-
     def _wrap_optimizer_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
         made = self.trained.made
 
@@ -935,26 +482,6 @@ class Instrument:
             made(optimizer)
 
         return __init__
-
-    def _eval_trained(self) -> None:
-        """A backward after forwards with grad of the model put in eval mode: it trains so
-        (BatchNorm and dropout frozen), and those forwards began the step's forward phase."""
-        stamp, samples, ref = self._eval_grad
-        module = ref()
-        self._eval_clear()
-        self.forwards += 1
-        if module is not None and id(module) not in self.trained.root_ids:
-            self._add_root(module)  # put in eval mode before its first step (fine-tuning)
-        if module is not None:
-            self.trained.called(module, self.step)
-        if self._open is None:
-            self._open = _OpenStep(marks=[("data", stamp)])
-        self._mark("forward", stamp)
-        self._open.samples += samples
-        if self.strategy == "fsdp":
-            self._arrive(stamp)
-        if id(module) in self.trained.ddp_ids and module.require_backward_grad_sync:
-            self._ddp_sync = True
 
     @_guarded
     def _backward_begins(self, tensors: Any) -> None:
@@ -1148,21 +675,6 @@ class Instrument:
         self._published_round = False
         self._cut = self._pending_mem = self._arrive_next = None
 
-    def _arrived(self) -> bool:
-        """Whether the step being measured has reached its first collective."""
-        if self._cut is not None or self._orphan is not None:
-            return self._arrive_next is not None
-        return self._open is not None and self._open.arrive is not None
-
-    def _arrive(self, stamp: Any) -> None:
-        """Note the arrival at the step's first collective (after a cut, or an optimizer new
-        since the last step: provisionally the next step's)."""
-        if self._cut is not None or self._orphan is not None:
-            if self._arrive_next is None:
-                self._arrive_next = stamp
-        elif self._open.arrive is None:
-            self._open.arrive = stamp
-
     def _publish_cut(self, cut: _Cut, mem: Any) -> None:
         step = self._open
         if step is None:
@@ -1324,7 +836,7 @@ class Instrument:
             except Exception:  # a device in an error state: the step is lost, the exit is not
                 pass
 
-    # -- hello, process group, epoch -----------------------------------------------------------
+    # -- hello, process group ---------------------------------------------------------------------
 
     @_guarded
     def _send_hello(self) -> None:
@@ -1346,99 +858,6 @@ class Instrument:
 
         return init_process_group
 
-    def _wrap_all_reduce(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def all_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            if _get_ident() == self._tid and not _is_compiling() and (self._by_hand or self.strategy == "single"):
-                self._all_reduce_by_hand()
-            return original(tensor, *args, **kwargs)
-
-        return all_reduce
-
-    @_guarded
-    def _all_reduce_by_hand(self) -> None:
-        """A model trained without DDP or FSDP on several ranks whose script all-reduces (its
-        gradients, by hand): data parallel all the same. The step's first all_reduce is its
-        arrival (self time: its work before it, the straggler signal), and the strategy is ddp
-        (a full copy a rank), said in the hello's note; it read "single", with no self time."""
-        if self.reporter.identity.world_size < 2 or self._open is None or self._eval_t0 or (self._in_optimizer and self._closure is None):
-            return
-        if self._phase not in ("forward", "backward"):
-            return  # a metric's all_reduce after the step (or in its data), not the gradients'
-        if not self._arrived():
-            self._arrive(self.clock.stamp())
-        if not self._by_hand:
-            self._by_hand = True
-            self.strategy = "ddp"
-            self._hello["strategy"] = "ddp"
-            self._hello["note"] = "data parallel by hand: no DDP wrapper, the script all-reduces (torch.distributed.all_reduce)"
-            self._send_hello()
-
-    def _wrap_set_epoch(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def set_epoch(sampler: Any, epoch: int) -> Any:
-            self._sampler_epochs = True
-            said = self._epoch_sampler() if self._epoch_sampler is not None else None
-            if said is None or said is sampler or not isinstance(epoch, int) or epoch >= self.epoch:
-                self._epoch_sampler = weakref.ref(sampler)
-                self._new_epoch(epoch)
-            # (else another loader's sampler going back: an evaluation's set_epoch(0) each time
-            # showed epoch 0 from the first evaluation on)
-            return original(sampler, epoch)
-
-        return set_epoch
-
-    # A script whose sampler has no set_epoch (a plain DataLoader, shuffled or not; Hugging
-    # Face's Trainer and accelerate, whose loaders shard batches themselves) showed epoch 0
-    # throughout. Its epochs are then its passes over the loader it trains from: a backward on
-    # a batch of a new pass over the loader the previous training batches came from is the next
-    # epoch's first. Only batches trained on count: a pass over the training loader to measure
-    # its accuracy (in an evaluation, or under no_grad), or ``next(iter(loader))`` for a sample
-    # to log, is no epoch; nor is a pass of one batch (``next(iter(loader))`` each step). A
-    # loader remade for each epoch is not followed (nothing ties the new one to the old).
-
-    def _wrap_loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def __iter__(loader: Any) -> Any:
-            it = original(loader)
-            if not self.dead and _get_ident() == self._tid and not self._sampler_epochs:
-                self._loader_pass(loader, it)
-            return it
-
-        return __iter__
-
-    @_guarded
-    def _loader_pass(self, loader: Any, it: Any) -> None:
-        try:
-            it._pardash_pass = _Pass(weakref.ref(loader), self.step)
-        except (AttributeError, TypeError):  # an iterator of a class with __slots__: not followed
-            pass
-
-    def _trains_from(self, now: _Pass) -> None:
-        """A backward on a batch of the pass ``now``, not the previous training batch's."""
-        last = self._train_pass
-        self._train_pass = now
-        if last is not None and not self._sampler_epochs and last.loader() is now.loader() and last.batches > 1 and self.step > last.step:
-            self._new_epoch(self.epoch + 1)
-
-    def _wrap_loader_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        # Every batch of the training thread counts here, an evaluation's too (a loop fetches
-        # its next batch before it calls model.train(): Hugging Face's Trainer after its
-        # evaluation); only a backward makes its pass the training one (_trains_from).
-        def __next__(it: Any) -> Any:
-            batch = original(it)
-            p = getattr(it, "_pardash_pass", None)
-            if p is not None and _get_ident() == self._tid:
-                p.batches += 1
-                self._batch_pass = p
-            return batch
-
-        return __next__
-
-    @_guarded
-    def _new_epoch(self, epoch: Any) -> None:
-        if isinstance(epoch, int) and epoch != self.epoch:
-            if self.step and epoch > self.epoch and not api.user_sent("epoch_end"):
-                self.reporter.event("epoch_end", step=self.step, message=f"epoch {self.epoch} ended")
-            self.epoch = epoch
-
     def _fail(self, exc: Exception) -> None:
         self.dead = True
         # Module hooks and patches can go now (PyTorch copies its module hook lists before
@@ -1459,23 +878,6 @@ class Instrument:
             )
         except Exception:
             pass
-
-
-def _around_fsdp(module: Any, begin_id: int, end_id: int) -> None:
-    """Move forward pre-hooks ``begin_id`` and ``end_id`` of ``module`` to run right before and
-    right after FSDP2's own pre-forward (the all-gather's wait), none of the script's pre-hooks
-    between: their work is the rank's, not waiting. Best effort: FSDP's hook handle is its own
-    (no public way to find it)."""
-    try:
-        fsdp_id = module._get_fsdp_state()._pre_forward_hook_handle.id
-        hooks = module._forward_pre_hooks
-        keys = [k for k in hooks if k not in (begin_id, end_id)]
-        at = keys.index(fsdp_id)
-        keys[at : at + 1] = [begin_id, fsdp_id, end_id]
-        for k in keys:
-            hooks.move_to_end(k)
-    except Exception:
-        pass  # first and last: a script's own pre-hooks on the module then count as waiting
 
 
 _instrument: Instrument | None = None

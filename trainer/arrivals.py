@@ -1,0 +1,93 @@
+"""Where a rank arrives at its step's first collective, the end of its self time, the
+straggler signal (part of :class:`pardash.trainer.instrument.Instrument`; the DDP arrivals,
+at a backward or a buffer broadcast, are marked where those are seen).
+
+FSDP2 all-gathers each sharded module's parameters in its pre-forward hook (prefetched, then
+waited for there): a rank ahead of the others waits in it for the rank behind. A pre-hook
+before FSDP's and one after it time that wait; the step's self time leaves it out. A script
+that all-reduces its gradients itself, with no DDP or FSDP wrapper, arrives at its step's first
+``all_reduce``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from pardash.trainer.hooking import _Hook, _around_fsdp, _get_ident, _guarded, _is_compiling
+
+
+class Arrivals:
+    """Arrivals at the step's first collective, and FSDP2's waits. Its state is
+    :class:`Instrument`'s (set in its ``__init__``)."""
+
+    def _watch_gathers(self, root: Any) -> None:
+        try:
+            from torch.distributed.fsdp import FSDPModule
+        except ImportError:
+            return
+        for m in root.modules():
+            if isinstance(m, FSDPModule) and m not in self._gathered:
+                self._gathered.add(m)
+                begin = m.register_forward_pre_hook(_Hook(self._gather_begins), prepend=True)
+                end = m.register_forward_pre_hook(_Hook(self._gather_ends))
+                self._gather_handles += [begin, end]
+                _around_fsdp(m, begin.id, end.id)
+
+    def _gather_begins(self, module: Any, args: Any) -> None:
+        if _is_compiling() or self.dead or _get_ident() != self._tid:
+            return None
+        # A training forward only (not an evaluation's, nor a recomputation in the backward)
+        training = self._phase == "forward" and not self._in_backward and not self._eval_t0 and torch.is_grad_enabled()
+        self._gather_t = self.clock.stamp() if training and self._open is not None else None
+        return None
+
+    def _gather_ends(self, module: Any, args: Any) -> None:
+        if self._gather_t is None or _is_compiling() or _get_ident() != self._tid:
+            return None
+        if self._open is not None and not self.dead:
+            self._open.waits.append((self._gather_t, self.clock.stamp()))
+        self._gather_t = None
+        return None
+
+    def _arrived(self) -> bool:
+        """Whether the step being measured has reached its first collective."""
+        if self._cut is not None or self._orphan is not None:
+            return self._arrive_next is not None
+        return self._open is not None and self._open.arrive is not None
+
+    def _arrive(self, stamp: Any) -> None:
+        """Note the arrival at the step's first collective (after a cut, or an optimizer new
+        since the last step: provisionally the next step's)."""
+        if self._cut is not None or self._orphan is not None:
+            if self._arrive_next is None:
+                self._arrive_next = stamp
+        elif self._open.arrive is None:
+            self._open.arrive = stamp
+
+    def _wrap_all_reduce(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def all_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if _get_ident() == self._tid and not _is_compiling() and (self._by_hand or self.strategy == "single"):
+                self._all_reduce_by_hand()
+            return original(tensor, *args, **kwargs)
+
+        return all_reduce
+
+    @_guarded
+    def _all_reduce_by_hand(self) -> None:
+        """A model trained without DDP or FSDP on several ranks whose script all-reduces (its
+        gradients, by hand): data parallel all the same. The step's first all_reduce is its
+        arrival (self time: its work before it, the straggler signal), and the strategy is ddp
+        (a full copy a rank), said in the hello's note; it read "single", with no self time."""
+        if self.reporter.identity.world_size < 2 or self._open is None or self._eval_t0 or (self._in_optimizer and self._closure is None):
+            return
+        if self._phase not in ("forward", "backward"):
+            return  # a metric's all_reduce after the step (or in its data), not the gradients'
+        if not self._arrived():
+            self._arrive(self.clock.stamp())
+        if not self._by_hand:
+            self._by_hand = True
+            self.strategy = "ddp"
+            self._hello["strategy"] = "ddp"
+            self._hello["note"] = "data parallel by hand: no DDP wrapper, the script all-reduces (torch.distributed.all_reduce)"
+            self._send_hello()

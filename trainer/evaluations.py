@@ -1,0 +1,161 @@
+"""Evaluations between training steps (part of
+:class:`pardash.trainer.instrument.Instrument`): a trained model put in eval mode
+(``model.eval()`` to ``model.train()``, or its forwards in eval mode without grad) is evaluated,
+not trained. Its phase is ``eval``, an ``eval`` event says how long it took, and the next
+step's clock starts when it ends. Forwards with grad after ``model.eval()`` are training if a
+backward follows them (BatchNorm and dropout frozen), and a model put in eval mode before it
+was seen training is evaluated if an optimizer already holds its weights (a baseline
+validation before the first step)."""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Callable
+
+from pardash.trainer.hooking import _get_ident, _guarded
+from pardash.trainer.marks import _OpenStep
+from pardash.trainer.trained import batch_size
+
+
+class Evaluations:
+    """The evaluation's start, end and event. Its state is :class:`Instrument`'s (set in its
+    ``__init__``: the ``_eval_*`` fields)."""
+
+    def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        trained = self.trained.trained_ids
+
+        def train(module: Any, mode: bool = True) -> Any:
+            if self.dead or _get_ident() != self._tid:
+                return original(module, mode)
+            self._train_depth += 1
+            try:
+                result = original(module, mode)
+            finally:
+                self._train_depth -= 1
+            # Called for every submodule too (train() recurses): one set lookup for those.
+            if id(module) in trained:
+                self._mode_set(module, mode)
+            elif not self._train_depth:  # the script's own call, on a model not seen training
+                self._mode_set_new(module, mode)
+            return result
+
+        return train
+
+    @_guarded
+    def _mode_set(self, module: Any, mode: bool) -> None:
+        """``model.eval()`` on a trained model starts an evaluation there (its loader's start
+        and first batch are the evaluation's); ``model.train()`` ends it (its metrics too)."""
+        if not self.trained.trains(module):
+            return
+        if not mode:
+            self._eval_begins(called=True)
+        elif self._eval_t0:
+            self._eval_end = self.clock.stamp()
+            self._eval_t1 = time.perf_counter()
+            self._eval_ends()
+
+    @_guarded
+    def _mode_set_new(self, module: Any, mode: bool) -> None:
+        """``model.eval()`` on a model not seen training (none has stepped yet, say): noted, for
+        its forwards in eval mode to tell (see :meth:`_eval_of_new`); ``model.train()`` on it
+        ends the evaluation they began."""
+        new = self._eval_new
+        if not mode:
+            self._eval_new = (weakref.ref(module), time.perf_counter())
+        elif new is not None and new[0]() is module:
+            self._eval_new = None
+            if self._eval_t0:
+                self._eval_end = self.clock.stamp()
+                self._eval_t1 = time.perf_counter()
+                self._eval_ends()
+
+    def _eval_of_new(self, module: Any, t0: float) -> None:
+        """A forward in eval mode of a model put in eval mode before it was seen training: an
+        evaluation from ``model.eval()`` if an optimizer holds its weights (a baseline
+        validation before the first step, with grad or without), as it would be between two
+        steps; with grad, a backward may still make it training (:meth:`_eval_trained`). A
+        model no optimizer holds (a distillation teacher) is part of the step, as before."""
+        if self.trained.trains(module) or not self.trained.trained_by_an_optimizer(module):
+            self._eval_new = None
+            return
+        self._eval_begins(called=True)
+        if self._eval_t0:
+            self._eval_t0 = min(self._eval_t0, t0)
+        else:  # inside a step: part of it, and the question is not asked again
+            self._eval_new = None
+
+    def _evaluating_new(self, module: Any) -> bool:
+        """Whether the evaluation going is of ``module``, a model not seen training yet."""
+        new = self._eval_new
+        return new is not None and self._eval_t0 != 0.0 and new[0]() is module
+
+    def _eval_begins(self, called: bool = False) -> None:
+        """A forward of a trained model put in eval mode (``model.eval()``) between two steps:
+        an evaluation. It is not the next step's data loading: the phase says "eval" (the hub
+        then gives the ranks longer before calling one stalled), and the step after it starts
+        its clock when the evaluation's last forward ends. (A pass without grad of a model in
+        training mode, a GAN's fakes, or of another model, a teacher's, is part of the step.)"""
+        if self._eval_t0:
+            return
+        step = self._open
+        cut = self._cut
+        if step is not None and len(step.marks) > (cut.marks if cut is not None else 1):
+            return  # inside a step (between its forward and backward, say): part of its phase
+        self._eval_t0 = self._eval_t1 = time.perf_counter()
+        self._eval_end = None
+        self._eval_called = called
+        self._eval_grad = None
+        self._eval_grad_pass = False
+        self._phase = "eval"
+        self.reporter.set_phase("eval")
+
+    def _eval_clear(self) -> None:
+        """No evaluation going, none pending."""
+        self._eval_t0 = 0.0
+        self._eval_new = None
+        self._eval_end = None
+        self._eval_called = False
+        self._eval_grad = None
+        self._eval_grad_pass = False
+
+    def _eval_ends(self) -> None:
+        """Training resumes: the open step starts after the evaluation, which is an event."""
+        took = self._eval_t1 - self._eval_t0
+        end = self._eval_end
+        self._eval_clear()
+        self.evals += 1
+        if end is not None and self._cut is not None and self._open is not None and len(self._open.marks) == self._cut.marks:
+            self._resume_at = end  # the step before has not ended yet (its round may go on)
+        elif end is not None and self._open is not None and len(self._open.marks) == 1:
+            self._open.marks[0] = ("data", end)
+        self._phase = "data"
+        self.reporter.set_phase("data")
+        # After the cut of a round not yet ended, that round's step is done, if not published.
+        self.reporter.event("eval", step=self.step + (self._cut is not None), duration_s=took)
+
+    @_guarded
+    def _eval_grad_samples(self, args: Any, kwargs: Any) -> None:
+        self._eval_grad_pass = False
+        if self._eval_grad is not None:
+            self._eval_grad[1] += batch_size(args, kwargs)
+
+    def _eval_trained(self) -> None:
+        """A backward after forwards with grad of the model put in eval mode: it trains so
+        (BatchNorm and dropout frozen), and those forwards began the step's forward phase."""
+        stamp, samples, ref = self._eval_grad
+        module = ref()
+        self._eval_clear()
+        self.forwards += 1
+        if module is not None and id(module) not in self.trained.root_ids:
+            self._add_root(module)  # put in eval mode before its first step (fine-tuning)
+        if module is not None:
+            self.trained.called(module, self.step)
+        if self._open is None:
+            self._open = _OpenStep(marks=[("data", stamp)])
+        self._mark("forward", stamp)
+        self._open.samples += samples
+        if self.strategy == "fsdp":
+            self._arrive(stamp)
+        if id(module) in self.trained.ddp_ids and module.require_backward_grad_sync:
+            self._ddp_sync = True

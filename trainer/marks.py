@@ -1,0 +1,105 @@
+"""A step as :class:`pardash.trainer.instrument.Instrument` measures it: the clock its marks
+are stamped with, the open step, where an optimizer's post-hook may cut it, the loader pass its
+batches came from, the finished step waiting to be published, and its memory over several
+optimizers' posts."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import torch
+
+from pardash.telemetry import api
+
+class _Clock:
+    """Stamps: ``perf_counter`` seconds on CPU, recorded CUDA events on a GPU (no waiting)."""
+
+    def __init__(self, cuda: bool = False) -> None:
+        self.cuda = cuda
+
+    def stamp(self) -> Any:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def seconds(self, a: Any, b: Any) -> float:
+        """From stamp a to stamp b (CUDA: both events must have completed)."""
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+
+@dataclass(slots=True)
+class _OpenStep:
+    """What the step being measured has seen so far."""
+
+    marks: list[tuple[str, Any]]
+    """(phase entered, stamp), in order; the first is ("data", end of the previous step)."""
+    losses: list[Any] = field(default_factory=list)
+    """Detached loss of each micro-batch."""
+    micro: int = 0
+    samples: int = 0
+    arrive: Any = None
+    """Stamp of the arrival at the first collective (None: not seen)."""
+    lr: float | None = None
+    """The first optimizer's learning rate as its step began (a scheduler changes it after)."""
+    waits: list[tuple[Any, Any]] = field(default_factory=list)
+    """FSDP2: (start, end) stamps of each sharded module's pre-forward in the step, where it
+    waits for its parameters' all-gather (and so for the ranks behind it)."""
+
+
+@dataclass(slots=True, frozen=True)
+class _Cut:
+    """Where the open step stood at an optimizer's post-hook: where it ends if its round of
+    optimizer steps ends there (known only later: when an optimizer of the round steps again,
+    or at exit). What came after belongs to the next step."""
+
+    end: Any
+    marks: int
+    losses: int
+    micro: int
+    samples: int
+    waits: int = 0
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One pass over a DataLoader (an ``iter(loader)``): whose, from which step, how many
+    training batches it gave so far."""
+
+    loader: Any
+    """weakref to the DataLoader."""
+    step: int
+    batches: int = 0
+
+
+@dataclass(slots=True)
+class _Done:
+    """A finished step, resolved when published (one step late on a GPU)."""
+
+    step: int
+    epoch: int
+    open: _OpenStep
+    end: Any
+    lr: float | None
+    mem: Any
+    logged: api.Logged
+
+
+def _most_held(before: Any, now: Any) -> Any:
+    """A step's memory over its optimizers' posts: the latest figures (the optimizer state
+    grows as each steps), with the most gradients held at any post and the highest peak. Where
+    each optimizer zeroes its gradients after its own step, the first post held them all."""
+    if before is None or now is None:
+        return now if now is not None else before
+    peaks = [p for p in (before.cuda_peak_bytes, now.cuda_peak_bytes) if p is not None]
+    return msgspec.structs.replace(
+        now,
+        grads_bytes=max(before.grads_bytes, now.grads_bytes),
+        grads_full_bytes=max(before.grads_full_bytes, now.grads_full_bytes),
+        buckets_bytes=max(before.buckets_bytes, now.buckets_bytes),
+        cuda_peak_bytes=max(peaks) if peaks else None,
+    )
