@@ -194,13 +194,38 @@ def error_line(message: str | None) -> str | None:
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$', re.MULTILINE)
 
 
+_PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+_STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(?:\.\d+)?[/\\]|^<frozen ")
+
+
+def _is_library(path: str) -> bool:
+    """A frame of an installed package's or the standard library's code; pardash's own (the
+    bundled trainer's) is the job's code wherever it is installed."""
+    installed = _PACKAGES.split(path)
+    if len(installed) > 1:
+        return not re.match(r"pardash[/\\]", installed[-1])
+    return _STDLIB.search(path) is not None
+
+
 def raised_at(tb: str | None) -> str | None:
-    """Where a traceback's exception was raised: its innermost frame as ``file:line in func``."""
+    """Where a traceback's exception was raised, as ``file:line in func``: the innermost frame
+    of the job's own code, and the innermost frame in parentheses when that is a library's
+    (``train.py:320 in train (in torch/autograd/graph.py:979 in _engine_run_backward)``; an
+    error torch raised in a backward named torch's line alone, not the script's that called
+    it). The innermost frame when every frame is a library's."""
     frames = list(_FRAME.finditer(tb or ""))
     if not frames:
         return None
-    m = frames[-1]
-    return f"{m['file']}:{m['line']} in {m['func'].strip()}"
+    inner = frames[-1]
+    own = next((m for m in reversed(frames) if not _is_library(m["file"])), None)
+    if own is None or own is inner:
+        return _frame_text(inner)
+    inside = _PACKAGES.split(inner["file"])[-1]  # (torch/..., as it is imported)
+    return f"{_frame_text(own)} (in {_frame_text(inner, inside)})"
+
+
+def _frame_text(m: re.Match, path: str | None = None) -> str:
+    return f"{path or m['file']}:{m['line']} in {m['func'].strip()}"
 
 
 def failure_line(f: dict, *, error: bool = True) -> str:

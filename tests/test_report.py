@@ -1976,6 +1976,33 @@ def test_an_error_torch_carried_over_from_a_worker_is_named_by_the_original():
     assert error_line("KeyError: 'x'\nmore") == "KeyError: 'x'" and error_line("") is None and error_line(None) is None
 
 
+def test_raised_at_names_the_jobs_own_line_before_the_library_frame_it_raised_in():
+    # A gloo timeout raised inside loss.backward() read "raised at: .../site-packages/torch/
+    # autograd/graph.py:979 in _engine_run_backward", torch's line alone: the script's line
+    # that called it is where a user looks first.
+    from pardash.telemetry.failures import raised_at
+
+    def tb(*frames: str) -> str:
+        lines = "".join(f'  File "{path}", line {line}, in {func}\n    code\n' for path, line, func in (f.split(":") for f in frames))
+        return f"Traceback (most recent call last):\n{lines}RuntimeError: Timed out waiting 8000ms\n"
+
+    venv = "/home/u/.venv/lib/python3.11/site-packages"
+    backward = tb("/home/u/train.py:497:main", "/home/u/train.py:320:train", f"{venv}/torch/_tensor.py:623:backward",
+                  f"{venv}/torch/autograd/graph.py:979:_engine_run_backward")  # fmt: skip
+    assert raised_at(backward) == "/home/u/train.py:320 in train (in torch/autograd/graph.py:979 in _engine_run_backward)"
+    # The standard library is a library too (a DataLoader's queue, a thread's join).
+    stdlib = tb("/srv/job/train.py:40:main", "/usr/lib/python3.12/threading.py:1147:join")
+    assert raised_at(stdlib) == "/srv/job/train.py:40 in main (in /usr/lib/python3.12/threading.py:1147 in join)"
+    # Raised in the job's own code: that frame alone; pardash's bundled trainer installed in
+    # site-packages is the job's code, not a library's.
+    assert raised_at(tb("/home/u/train.py:10:main", "/home/u/model.py:88:step")) == "/home/u/model.py:88 in step"
+    bundled = tb(f"{venv}/pardash/trainer/train.py:497:main", f"{venv}/pardash/trainer/train.py:280:train", f"{venv}/torch/nn/modules/module.py:1775:_call_impl")
+    assert raised_at(bundled) == f"{venv}/pardash/trainer/train.py:280 in train (in torch/nn/modules/module.py:1775 in _call_impl)"
+    # No frame of the job's own (a launcher's import failed): the innermost, as it is.
+    assert raised_at(tb(f"{venv}/torch/distributed/run.py:9:main")) == f"{venv}/torch/distributed/run.py:9 in main"
+    assert raised_at("") is None and raised_at(None) is None
+
+
 def test_the_live_rate_is_taken_over_the_last_second_not_one_step():
     # One step's time alone made the rate jump (925, 1038, 544 samples/s within a second of a
     # steady run): a rank that steps every 0.1 s, its steps' own times jittering 0.05-0.2 s.
