@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .report_render import PHASE_LABELS, PHASES, md_table
-from .summary import human_bytes, is_sharded
+from .summary import human_bytes, is_sharded, ranks_named
 
 # (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
 # "lower" or "" (no verdict: a figure that is neither).
@@ -119,6 +119,14 @@ def compare_reports(a: dict, b: dict) -> dict:
                 better = ""  # a loss further on is lower for that alone: not judged
             if key == "peak_bytes" and not _same_peak(a, b):
                 better = ""  # a process's RSS against the CUDA allocator's peak: not judged
+            verdict = _verdict(va, vb, better)
+            not_finite = {}
+            if key == "last_loss":
+                # A loss NaN at its end ("-" read as none measured, and the two runs' losses
+                # "shown, not judged"): shown as such, and worse at whatever step.
+                not_finite = {f"{side}_not_finite": bad for side, rep in (("a", a), ("b", b)) if (bad := _not_finite_value(rep))}
+                if bool(_not_finite_value(a)) != bool(_not_finite_value(b)):
+                    verdict = "better" if _not_finite_value(a) else "worse"
             rows.append(
                 {
                     "section": section,
@@ -130,16 +138,22 @@ def compare_reports(a: dict, b: dict) -> dict:
                     "b": vb,
                     "delta": vb - va if va is not None and vb is not None else None,
                     "change": (vb - va) / va if va and vb is not None else None,
-                    "verdict": _verdict(va, vb, better),
+                    "verdict": verdict,
+                    **not_finite,
                 }
             )
     side = ("log", "run_id", "strategy", "world_size", "devices", "steps", "last_step", "params_count")
     notes = []
-    if not _same_end(a, b):
+    if not _same_end(a, b) and not (_diverged(a) or _diverged(b)):
         notes.append(
             f"the runs ended at different steps (A {a.get('last_step')}, B {b.get('last_step')}): "
             "their last losses are shown, not judged"
         )
+    for name, rep in (("A", a), ("B", b)):
+        if bad := _diverged(rep):
+            value, step = bad[0]["loss_not_finite"]["value"], min(r["loss_not_finite"]["step"] for r in bad)
+            whose = "" if len(bad) == len(rep["ranks"]) else f" on {ranks_named([r['rank'] for r in bad])}"
+            notes.append(f"{name}'s loss was {value} from step {step} to its end{whose}: it diverged")
     if not _same_peak(a, b):
         notes.append(
             f"peak memory is {_PEAK_KINDS[_peak_kind(a)]} in A, {_PEAK_KINDS[_peak_kind(b)]} in B: shown, not judged"
@@ -159,6 +173,17 @@ def _same_peak(a: dict, b: dict) -> bool:
     with either: its row shows "-")."""
     ka, kb = _peak_kind(a), _peak_kind(b)
     return ka is None or kb is None or ka == kb
+
+
+def _diverged(rep: dict) -> list[dict]:
+    """The ranks whose loss was not finite at their end (the report's ``loss_not_finite``)."""
+    return [r for r in rep["ranks"] if r.get("loss_not_finite")]
+
+
+def _not_finite_value(rep: dict) -> str | None:
+    """What a run's last loss was where no rank's was finite (``nan``); None otherwise."""
+    bad = _diverged(rep)
+    return bad[0]["loss_not_finite"]["value"] if bad and len(bad) == len(rep["ranks"]) else None
 
 
 def _same_end(a: dict, b: dict) -> bool:
@@ -195,7 +220,7 @@ def _compare_cells(cmp: dict) -> tuple[list[str], list[list[str]]]:
             section = r["section"]
             body.append([f"**{section}**", "", "", "", "", ""])
         label = r["label"] if not r["metric"].startswith("phase:") else f"  {r['label']}"
-        body.append([label, _fmt(r["a"], r["unit"]), _fmt(r["b"], r["unit"]), _fmt(r["delta"], r["unit"], signed=True), _change(r["change"]), r["verdict"]])
+        body.append([label, r.get("a_not_finite") or _fmt(r["a"], r["unit"]), r.get("b_not_finite") or _fmt(r["b"], r["unit"]), _fmt(r["delta"], r["unit"], signed=True), _change(r["change"]), r["verdict"]])
     return head, body
 
 

@@ -20,6 +20,7 @@ What the report answers, beyond the per-rank table:
 
 from __future__ import annotations
 
+import re
 import statistics
 from array import array
 from collections import defaultdict, deque
@@ -33,6 +34,11 @@ from .report_render import PHASES, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
 from .state import RunState, mem_full_bytes, mem_held_bytes, mem_state_bytes, run_over
 from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
+
+
+LOSS_NOT_FINITE = re.compile(r"^loss is (?P<value>nan|-?inf) at step (?P<step>\d+)\b")
+"""The warning a rank's reporter sends when its loss stops being finite (its steps go on
+without a loss, JSON having no NaN): the step and the value it turned to."""
 
 
 def _median(values: list[float | None] | array) -> float | None:
@@ -137,6 +143,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     further back than a rank's recent steps reach). A step arriving after a later one (the
     reporter's two sockets take turns) is no rerun."""
     first_loss: dict[int, float] = {}
+    loss_bad: dict[int, dict] = {}
+    """rank -> the value and step its loss stopped being finite at, while it is not (a step
+    with a loss again, or a restarted process, ends it)."""
     custom_first: dict[str, dict[int, float]] = defaultdict(dict)
     custom_last: dict[str, dict[int, float]] = defaultdict(dict)
     """Metrics a script logged itself (``pt.log(grad_norm=...)``): each rank's first and last."""
@@ -182,6 +191,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             run_ids.add(msg.run)
         if isinstance(msg, schema.Hello):
             noted.discard(msg.rank)  # a (re)started rank: its next exit is a new one
+            loss_bad.pop(msg.rank, None)
         if msg.t:
             clocks.take(msg)
             if is_hub_side(msg):
@@ -214,6 +224,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             samples[msg.rank] += msg.samples
             if msg.loss is not None:
                 first_loss.setdefault(msg.rank, msg.loss)
+                loss_bad.pop(msg.rank, None)
             for name, x in msg.custom.items():
                 custom_first[name].setdefault(msg.rank, x)
                 custom_last[name][msg.rank] = x
@@ -265,6 +276,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             eval_ends[msg.rank].append((msg.t, msg.duration_s or 0.0))
         elif isinstance(msg, schema.Event) and msg.name in ("checkpoint", "resume", "warning") and msg.seq >= 0:
             _fold_event(msg, state, saves, resumes, warnings)
+            if msg.name == "warning" and (bad := LOSS_NOT_FINITE.match(msg.message)) is not None:
+                loss_bad[msg.rank] = {"value": bad["value"], "step": int(bad["step"])}
         elif isinstance(msg, schema.Hello) and msg.restart and msg.rank in open_stalls:
             # torchrun stopped the rank to restart the job (it sends no word for the ranks it
             # stops then): the episode ends with the restart.
@@ -346,6 +359,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         }
         for p in PHASES:
             row[f"median_{p}"] = _median(phases[rank].get(p, []))
+        if rank in loss_bad and row["last_loss"] is None:
+            # Diverged: its last loss is NaN, not unknown ("-" read as a loss never measured,
+            # and --compare set a diverged run beside a good one without a word).
+            row["loss_not_finite"] = loss_bad[rank]
         ranks.append(row)
 
     duration = (last_t - first_t) if first_t is not None and last_t is not None else 0.0

@@ -155,7 +155,7 @@ def _rank_cells(r: dict) -> list[str]:
         r["host"] or "-",
         r["status"],
         str(r["steps"]),
-        "-" if r["last_loss"] is None else f"{r['last_loss']:.4f}",
+        last_loss_text(r),
         ms(r["median_step_s"]),
         *(ms(r[f"median_{p}"]) for p in PHASES),
         human_bytes(r["params_bytes"]),
@@ -167,6 +167,15 @@ def _rank_cells(r: dict) -> list[str]:
         human_bytes(r["peak_bytes"]),
         str(r["lost_messages"]),
     ]
+
+
+def last_loss_text(r: dict) -> str:
+    """A rank's last loss: ``nan`` (or ``inf``) where its loss stopped being finite, ``-``
+    where it gave none."""
+    if r["last_loss"] is not None:
+        return f"{r['last_loss']:.4f}"
+    bad = r.get("loss_not_finite")
+    return bad["value"] if bad else "-"
 
 
 def straggler_lines(rep: dict) -> list[str]:

@@ -1265,6 +1265,63 @@ def test_compare_counts_stopped_ranks_apart_from_exits_with_an_error(tmp_path):
     assert (rows["exits"]["b"], rows["stopped"]["b"]) == (2, 2)
 
 
+def _diverging_log(path, bad_from: int | None, bad_to: int = 7) -> None:
+    """A 2-rank ddp log of 6 steps whose loss is NaN on both ranks from ``bad_from`` (None:
+    never) to before ``bad_to``, with the warnings each rank's reporter sends then (its own
+    text), its steps going on without a loss."""
+    from pardash.telemetry.reporter import Reporter
+
+    class Said:  # (what the reporter sends when its loss turns, without a socket)
+        _loss_bad = None
+
+        def __init__(self) -> None:
+            self.events: list[schema.Event] = []
+
+        def event(self, name: str, message: str = "", **fields) -> None:
+            self.events.append(schema.Event(name=name, message=message, **fields))
+
+    t = 1.0e9
+    records = [schema.Hello(run=path.stem, rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    said = {r: Said() for r in (0, 1)}
+    for s in range(1, 7):
+        for r in (0, 1):
+            fields = {"loss": math.nan if bad_from is not None and bad_from <= s < bad_to else 2.0 / s}
+            Reporter._loss_turns(said[r], fields, fields["loss"], s)
+            records += [msgspec.structs.replace(e, run=path.stem, rank=r, seq=0, t=t + s) for e in said[r].events]
+            said[r].events.clear()
+            records.append(schema.Step(run=path.stem, rank=r, seq=s, step=s, step_s=0.1, samples=4, loss=fields["loss"], t=t + s))
+    records += [schema.Event(run=path.stem, rank=r, seq=7, name="exit", code=0, step=6, t=t + 7) for r in (0, 1)]
+    _write_log(path, records)
+
+
+def test_a_diverged_runs_last_loss_reads_nan_and_compare_judges_it_worse(tmp_path):
+    # A run whose loss went NaN at step 3 (--lr 1e5): its steps carry no loss from then on
+    # (JSON has no NaN), so the report's "last loss" read "-" as for a script that gives none,
+    # and `--compare` set it beside a good run as "0.7204  -  -  -" with "the runs ... their
+    # last losses are shown, not judged".
+    from pardash.telemetry.compare import compare_reports, render_compare_text
+
+    _diverging_log(tmp_path / "good.jsonl", None)
+    _diverging_log(tmp_path / "nan.jsonl", 3)
+    bad = build_report(str(tmp_path / "nan.jsonl"))
+    assert [(r["last_loss"], r["loss_not_finite"]) for r in bad["ranks"]] == [(None, {"value": "nan", "step": 3})] * 2
+    row = next(line for line in render_text(bad).splitlines() if line.lstrip().startswith("0 "))
+    assert row.split()[4] == "nan", row
+    good = build_report(str(tmp_path / "good.jsonl"))
+    assert all("loss_not_finite" not in r for r in good["ranks"])
+    _diverging_log(tmp_path / "spike.jsonl", 3, 4)  # (a spike it came back from: no NaN at its end)
+    spike = build_report(str(tmp_path / "spike.jsonl"))
+    assert [(r["last_loss"], "loss_not_finite" in r) for r in spike["ranks"]] == [(2.0 / 6, False)] * 2
+    text = render_compare_text(compare_reports(good, bad))
+    row = next(line for line in text.splitlines() if line.startswith("loss at the last step"))
+    assert row.split()[-5:] == ["0.3333", "nan", "-", "-", "worse"], text
+    assert "note: B's loss was nan from step 3 to its end: it diverged" in text
+    assert "not judged" not in text
+    cmp = compare_reports(bad, good)
+    (last,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
+    assert (last["a_not_finite"], last["verdict"]) == ("nan", "better")
+
+
 def test_a_job_that_took_no_step_says_so_and_why_rather_than_step_0():
     # `--resume` from a checkpoint already at --steps: every rank says hello and resumes at
     # step 150, trains nothing and exits 0. "done, 2 rank(s), step 0" read as a run that lost
