@@ -274,8 +274,10 @@ def cmd_export(ns: argparse.Namespace) -> int:
     texts = f" and {res['texts']} event texts" if res["texts"] else ""
     print(f"{PROG}: wrote {res['points']} scalars{texts} to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
     if res.get("rerun"):
-        # (they are in the event files: TensorBoard draws the curve from where the run went on)
-        print(f"{PROG}: {res['rerun']} step(s) were run again after a restart or a resume; counted once above")
+        # (they are in the event files: TensorBoard draws the curve from where the run went on.
+        # By rank, as the steps above: their sum over the ranks read "18 step(s)" where the
+        # report said "9 run again" of the same run.)
+        print(f"{PROG}: steps run again after a restart or a resume, counted once above: {steps_by_rank(res['rerun'])}")
     if res["skipped_lines"]:
         why = ", ".join(f"{n} {reason}" for reason, n in res["skipped_by_reason"].items())
         print(f"{PROG}: skipped {res['skipped_lines']} log line(s) ({why})")

@@ -403,7 +403,7 @@ class _Export:
 def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = None, ranks: Collection[int] | None = None) -> dict:
     """Write ``log_path``'s per-rank scalars and texts under ``out_dir`` (``progress`` is told
     how far the log's reading is), of ``ranks`` only if given; returns what was written:
-    ``{"ranks": {rank: steps}, "rerun": steps run again (not in ``ranks``), "dirs": {rank: path}, "points": scalars, "texts": n,
+    ``{"ranks": {rank: steps}, "rerun": {rank: steps run again (not in ``ranks``)}, "dirs": {rank: path}, "points": scalars, "texts": n,
     "skipped_lines": n, "skipped_by_reason": {reason: n}, "left_out": ranks with steps that ``ranks`` left out, "in_log": every
     rank the log has a record of}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
@@ -433,7 +433,7 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     return {
         "ranks": dict(sorted(export.steps.items())),
         "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(export.writers)},
-        "rerun": sum(export.rerun.values()),
+        "rerun": dict(sorted(export.rerun.items())),
         "points": export.points,
         "texts": export.texts_written,
         "skipped_lines": stats.skipped_total,

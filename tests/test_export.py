@@ -473,7 +473,7 @@ def test_a_restart_keeps_its_crash_and_the_samples_of_the_steps_it_kept(tmp_path
     _restarted_log(log)
     res = export_tensorboard(str(log), str(tmp_path / "tb"))
     # (its summary said "steps rank 0: 9" of a rank that reached step 7)
-    assert res["ranks"] == {0: 7} and res["rerun"] == 2
+    assert res["ranks"] == {0: 7} and res["rerun"] == {0: 2}
     acc = _read_back(tmp_path / "tb" / "rank0")
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(s, pytest.approx(v)) for s, v in [(1, 9), (2, 8), (3, 7), (4, 4.5), (5, 4), (6, 3.5), (7, 3)]]
     assert [(e.step, e.value) for e in acc.Scalars("system/cpu_pct")] == [(2, 60.0), (3, 20.0), (6, 60.0)]
@@ -489,6 +489,26 @@ def test_a_restart_keeps_its_crash_and_the_samples_of_the_steps_it_kept(tmp_path
     assert _texts(folder, "events/resume") == [(3, "step 3 from ck/step-3 (0.5 s)")]
     assert [step for step, _ in _texts(folder, "events/compile")] == [3]
     assert _texts(folder, "events/warning") == [(4, "loss scale fell"), (5, "slow disk")]
+
+
+def test_the_steps_run_again_are_told_by_rank_as_the_steps_are(tmp_path):
+    # Two ranks restarted from step 3 that each ran steps 4-5 again: the export's closing line
+    # said "4 step(s) were run again" (their sum over ranks) beside "steps rank 0: 7, rank 1:
+    # 7", where `pardash report` said "2 run again" of the same run.
+    log = tmp_path / "restart2.jsonl"
+    msgs: list = []
+    for restart, (first, last, t0) in enumerate(((1, 5, 1000.0), (4, 7, 1010.0))):
+        for r in (0, 1):
+            msgs.append(schema.Hello(rank=r, world_size=2, pid=10 + r + 10 * restart, restart=restart, strategy="ddp", t=t0, seq=0, run="r"))
+        for n in range(first, last + 1):
+            msgs += [schema.Step(rank=r, step=n, seq=n, loss=1.0 / n, samples=4, step_s=0.1, t=t0 + n, run="r") for r in (0, 1)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    res = export_tensorboard(str(log), str(tmp_path / "tb"))
+    assert res["ranks"] == {0: 7, 1: 7} and res["rerun"] == {0: 2, 1: 2}
+    done = subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / "tb2")],
+                          capture_output=True, text=True, env=pardash_env(), timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1] == "pardash: steps run again after a restart or a resume, counted once above: rank 0: 2, rank 1: 2"
 
 
 def test_events_at_one_step_are_one_text(tmp_path):
