@@ -136,18 +136,21 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
         if inside is not None:
             return inside
         fail(_no_log_in(what))
-    found = {e["log"] for e in registry.live_runs() if str(e.get("run_id", "")).startswith(what) and e.get("log")}
+    # log -> its run id (a live run's log is in its folder too: one run)
+    found = {e["log"]: str(e["run_id"]) for e in registry.live_runs() if str(e.get("run_id", "")).startswith(what) and e.get("log")}
     folders = []
     if os.path.isdir(runs_dir) and os.sep not in what:
         folders = [os.path.join(runs_dir, d) for d in os.listdir(runs_dir) if d.startswith(what) and os.path.isdir(os.path.join(runs_dir, d))]
-        found |= {run_folder_log(f) for f in folders}
-    found = {p for p in found if p and os.path.isfile(p)}
+        for f in folders:
+            found.setdefault(run_folder_log(f), os.path.basename(f))
+    found = {p: run for p, run in found.items() if p and os.path.isfile(p)}
     if len(found) == 1:
-        return found.pop()
+        return next(iter(found))
     if found:
         from pardash.telemetry.summary import first_few
 
-        fail(f"{what}: matches {len(found)} runs ({first_few(sorted(found))}); give more of the id")
+        # (their ids, which the prefix was of: it listed the logs' paths, "/tmp/b.jsonl, ...")
+        fail(f"{what}: matches {len(found)} runs ({first_few(sorted(set(found.values())))}); give more of the id")
     if len(folders) == 1:
         fail(_no_log_in(folders[0]))  # the run is there, its log is not: said, not "no such run id"
     fail(f"{what}: no such log file, run folder or run id (runs are in {runs_dir if os.path.isabs(runs_dir) else os.path.join('.', runs_dir)}; `{PROG} ps` lists live ones)")

@@ -545,6 +545,8 @@ def test_a_run_is_found_by_its_folder_or_its_run_id(tmp_path):
         assert got.returncode == 0 and got.stdout == by_file.stdout, (what, got.stderr)
     both = _pardash("report", "20261201", cwd=tmp_path)
     assert both.returncode == 2 and "20261201: matches 2 runs" in both.stderr
+    # named by their ids, which the prefix is of (it listed their logs' paths)
+    assert "(20261201-120000-aaaa, 20261201-130000-bbbb); give more of the id" in both.stderr, both.stderr
     (tmp_path / "empty").mkdir()
     empty = _pardash("report", "empty", cwd=tmp_path)
     assert empty.returncode == 2 and "empty: a folder without a telemetry.jsonl" in empty.stderr
