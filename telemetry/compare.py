@@ -149,6 +149,11 @@ def compare_reports(a: dict, b: dict) -> dict:
             f"the runs ended at different steps (A {a.get('last_step')}, B {b.get('last_step')}): "
             "their last losses are shown, not judged"
         )
+    starts = {name: _resumed_at(rep) for name, rep in (("A", a), ("B", b))}
+    if starts["A"] != starts["B"]:
+        # (its "loss at the first step" is then the loss of a trained model: B's 0.93 against
+        # A's 4.18 read as a better start)
+        notes += [f"{name} resumed from a checkpoint of step {at}: its first step is {at + 1}, not the model's first" for name, at in starts.items() if at is not None]
     for name, rep in (("A", a), ("B", b)):
         if bad := _diverged(rep):
             value, step = bad[0]["loss_not_finite"]["value"], min(r["loss_not_finite"]["step"] for r in bad)
@@ -173,6 +178,12 @@ def _same_peak(a: dict, b: dict) -> bool:
     with either: its row shows "-")."""
     ka, kb = _peak_kind(a), _peak_kind(b)
     return ka is None or kb is None or ka == kb
+
+
+def _resumed_at(rep: dict) -> int | None:
+    """The step a run resumed from at its start (``--resume``; not a torchrun restart's)."""
+    resumed = [r["step"] for r in (rep.get("checkpoints") or {}).get("resumed") or [] if not r.get("restart") and r.get("step")]
+    return min(resumed) if resumed else None
 
 
 def _diverged(rep: dict) -> list[dict]:

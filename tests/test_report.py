@@ -1324,6 +1324,30 @@ def test_a_diverged_runs_last_loss_reads_nan_and_compare_judges_it_worse(tmp_pat
     assert (last["a_not_finite"], last["verdict"]) == ("nan", "better")
 
 
+def test_compare_says_a_run_resumed_from_a_checkpoint_began_past_the_models_first_step(tmp_path):
+    # `--compare` of a run from step 1 against one `--resume`d from step 40's checkpoint set
+    # "loss at the first step 4.1842 0.9255 -77.9%" side by side without a word: B's first
+    # loss is a trained model's.
+    from pardash.telemetry.compare import compare_reports, render_compare_text
+
+    def run(path, steps, resumed_at=None):
+        t = 1.0e9
+        records = [schema.Hello(run=path.stem, rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+        if resumed_at is not None:
+            records += [schema.Event(run=path.stem, rank=r, seq=1, name="resume", step=resumed_at, message=f"step {resumed_at} from ck", duration_s=0.1, t=t + 0.5) for r in (0, 1)]
+        records += [schema.Step(run=path.stem, rank=r, seq=s + 1, step=s, step_s=0.1, samples=4, loss=4.0 / s, t=t + s) for s in steps for r in (0, 1)]
+        _write_log(path, records)
+        return build_report(str(path))
+
+    fresh = run(tmp_path / "fresh.jsonl", range(1, 51))
+    resumed = run(tmp_path / "resumed.jsonl", range(41, 51), resumed_at=40)
+    text = render_compare_text(compare_reports(fresh, resumed))
+    assert "note: B resumed from a checkpoint of step 40: its first step is 41, not the model's first" in text, text
+    assert "resumed from" not in render_compare_text(compare_reports(fresh, fresh))
+    both = render_compare_text(compare_reports(resumed, resumed))  # the same start: nothing to say
+    assert "resumed from" not in both
+
+
 def test_a_job_that_took_no_step_says_so_and_why_rather_than_step_0():
     # `--resume` from a checkpoint already at --steps: every rank says hello and resumes at
     # step 150, trains nothing and exits 0. "done, 2 rank(s), step 0" read as a run that lost
