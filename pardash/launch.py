@@ -375,7 +375,7 @@ def _ended_by_itself(job, client, printer) -> bool:
 def _not_waiting(spec, sig: int) -> int:
     """A second Ctrl-C (or SIGTERM) while the job stops: say that the stop goes on without this
     process (it exited without a word, the job's end unsaid) and exit as the shell would."""
-    from pardash.trainer.launcher import STOP_GRACE_S
+    from pardash.trainer.supervisor import STOP_GRACE_S
 
     print(f"{PROG}: not waiting for the job to stop: its supervisor kills what is left of it within {STOP_GRACE_S:.0f} s; "
           f"log {_log_of(spec)}", file=sys.stderr, flush=True)  # fmt: skip

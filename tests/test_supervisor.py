@@ -15,7 +15,7 @@ import pytest
 import zmq
 
 from pardash.telemetry import schema
-from pardash.trainer.launcher import Supervisor
+from pardash.trainer.supervisor import Supervisor
 
 
 class Sink(io.RawIOBase):
@@ -104,12 +104,12 @@ def test_a_hub_that_dies_now_and_then_is_restarted_every_time(monkeypatch):
     # The cap of 20 hub restarts counted over the run's whole life: a hub dying once a day lost
     # the telemetry of a long run for good on day 21. Only deaths close together (a crash loop)
     # count now.
-    from pardash.trainer import launcher
+    from pardash.trainer import supervisor
 
     clock = [0.0]
-    monkeypatch.setattr(launcher.time, "monotonic", lambda: clock[0])
-    sup = launcher.Supervisor.__new__(launcher.Supervisor)
-    sup.hub_restarts, sup._stopping, sup._hub_deaths = 0, False, launcher.deque()
+    monkeypatch.setattr(supervisor.time, "monotonic", lambda: clock[0])
+    sup = supervisor.Supervisor.__new__(supervisor.Supervisor)
+    sup.hub_restarts, sup._stopping, sup._hub_deaths = 0, False, supervisor.deque()
     restarted = []
 
     class Dead:
@@ -122,16 +122,16 @@ def test_a_hub_that_dies_now_and_then_is_restarted_every_time(monkeypatch):
     for day in range(30):
         clock[0] = day * 86400.0
         sup.hub = Dead()
-        assert sup._recent_hub_deaths() < launcher.MAX_HUB_RESTARTS
+        assert sup._recent_hub_deaths() < supervisor.MAX_HUB_RESTARTS
         sup._watch_hub()
     assert len(restarted) == 30 and sup.hub_restarts == 30
-    for k in range(launcher.MAX_HUB_RESTARTS):  # then a crash loop: 20 deaths in seconds
+    for k in range(supervisor.MAX_HUB_RESTARTS):  # then a crash loop: 20 deaths in seconds
         clock[0] = 31 * 86400.0 + k
         sup.hub = Dead()
         sup._watch_hub()
-    assert sup._recent_hub_deaths() == launcher.MAX_HUB_RESTARTS  # _wait_job gives up at the next death
+    assert sup._recent_hub_deaths() == supervisor.MAX_HUB_RESTARTS  # _wait_job gives up at the next death
     # ... and forgets the burst once it is older than the window: a death a day later is restarted.
-    clock[0] += launcher.HUB_RESTART_WINDOW_S + 86400.0
+    clock[0] += supervisor.HUB_RESTART_WINDOW_S + 86400.0
     assert sup._recent_hub_deaths() == 0
 
 
@@ -213,7 +213,7 @@ def test_a_ctrl_c_that_comes_while_the_supervisor_is_started_stops_it(tmp_path, 
 
 STOPPED_AS_TORCHRUN_STARTS = """
 import os, signal, subprocess, sys
-from pardash.trainer import launcher
+from pardash.trainer import launcher, supervisor
 spec = launcher.new_spec(log_path=sys.argv[1] + "/run.jsonl", runs_dir=sys.argv[1] + "/runs", nproc=1, strategy="single",
                          command=["-m", "pardash.trainer.train", "--strategy", "single", "--model", "mlp", "--steps", "100000"])
 real, torchrun = subprocess.Popen, []
@@ -223,8 +223,8 @@ def popen(argv, *a, **kw):
         torchrun.append(p)
         os.kill(os.getpid(), signal.SIGINT)  # as Popen returns: no job to tell yet
     return p
-launcher.subprocess.Popen = popen
-sup = launcher.Supervisor(spec)
+supervisor.subprocess.Popen = popen
+sup = supervisor.Supervisor(spec)
 code = sup.run(None)
 print(code, torchrun[0].returncode, sup._told_to_stop)
 """
@@ -251,9 +251,9 @@ def test_only_this_nodes_processes_of_the_job_are_found_to_stop():
     import subprocess
     import sys
 
-    from pardash.trainer import launcher
+    from pardash.trainer import supervisor
 
-    sup = launcher.Supervisor.__new__(launcher.Supervisor)
+    sup = supervisor.Supervisor.__new__(supervisor.Supervisor)
     sup.spec = SimpleNamespace(run_id="run-x")
     code = "import time; time.sleep(60)"
     ours = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, PARDASH_SUPERVISOR=str(os.getpid()), PARDASH_RUN_ID="run-x"))
@@ -269,9 +269,9 @@ def test_only_this_nodes_processes_of_the_job_are_found_to_stop():
 def test_the_hub_of_a_job_on_several_nodes_learns_its_world_from_the_ranks():
     # Node 0 with --nproc 1, node 1 with --nproc 2 (torchrun takes it: 3 ranks): node 0's hub,
     # told 2 ranks, refused every hello ("says its job has 3 ranks") and rank 2's steps.
-    from pardash.trainer import launcher
+    from pardash.trainer import supervisor
 
-    sup = launcher.Supervisor.__new__(launcher.Supervisor)
+    sup = supervisor.Supervisor.__new__(supervisor.Supervisor)
     sup.spec = SimpleNamespace(strategy="ddp", world_size=2, nnodes=2, run_dir="/runs/r")
     assert sup.hub_meta()["world_size"] == 0
     sup.spec.nnodes, sup.spec.world_size = 1, 4
@@ -299,14 +299,14 @@ def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
     import psutil
     from helpers import wait_for
 
-    from pardash.trainer import launcher
+    from pardash.trainer import supervisor
 
     code = ("import os, subprocess, sys, time; "
             "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
             "env=dict(os.environ, LOCAL_RANK=str(i), RANK=str(1 + i))) for i in (0, 1)]; time.sleep(60)")  # fmt: skip
     job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)  # (its group: the kids too)
     try:
-        sup = launcher.Supervisor.__new__(launcher.Supervisor)
+        sup = supervisor.Supervisor.__new__(supervisor.Supervisor)
         sup.spec = SimpleNamespace(node_rank=1, nproc=2)
         sup.job, sup.ranks_started, sup._global = job, False, {}
         assert sup.global_rank(0) == 2  # (before the ranks start: the same --nproc everywhere)

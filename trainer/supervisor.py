@@ -1,0 +1,756 @@
+"""The supervisor of a launched job: the process that starts the hub, then torchrun with the
+ranks, restarts a hub that dies, reads torchrun's word of each rank's exit, and stops it all
+cleanly (see :mod:`pardash.trainer.launcher`, which starts it).
+
+``python -m pardash.trainer.supervisor --ready-fd N SPEC_JSON`` runs in a session of its own:
+the viewer can quit, detach or crash without stopping the job or losing the log; SIGTERM to it
+stops the job (torchrun first, then the hub after a final flush).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from pardash.telemetry import registry, schema, security
+from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
+from pardash.telemetry.failures import signal_name
+from pardash.telemetry.spawn import exit_code, read_line
+from pardash.telemetry.streams import unbreakable_stdio
+
+# torchrun's agent logs each worker failure as it finds it (every --monitor-interval):
+#   "... failed (exitcode: -9) local_rank: 1 (pid: 4056) of binary: ..."
+FAILED_WORKER = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+# ...and, when it gives up, lists every failed worker in its summary:
+#   "  rank      : 1 (local_rank: 1)"  then  "  exitcode  : -9 (pid: 5294)"
+SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+) \(local_rank: \d+\)")
+SUMMARY_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+STDERR_POLL_S = 0.1
+"""How often the supervisor looks for new lines of torchrun's stderr (its monitor looks every
+--monitor-interval, 0.1 s)."""
+
+HUB_READY_TIMEOUT_S = 30.0
+TRAINER_COMMAND = ["-m", "pardash.trainer.train"]
+"""What torchrun runs per rank for the bundled trainer (its arguments follow)."""
+SUPERVISOR_VAR = "PARDASH_SUPERVISOR"
+"""The supervisor's pid, in the job's environment: which processes are this node's of the job."""
+STOP_GRACE_S = 10.0
+"""Seconds torchrun and its ranks get after SIGTERM before SIGKILL."""
+
+
+MAX_HUB_RESTARTS = 20
+"""Hub deaths within HUB_RESTART_WINDOW_S after which the launcher stops restarting it (a hub
+that cannot live: a crash loop), training going on without telemetry."""
+HUB_RESTART_WINDOW_S = 600.0
+"""A hub that dies now and then over days is restarted every time: only deaths this close
+together count toward MAX_HUB_RESTARTS."""
+
+
+class LaunchError(Exception):
+    """A launch that cannot start; the message is one line that says what to do."""
+
+
+@dataclass(kw_only=True, slots=True)
+class LaunchSpec:
+    """Everything the supervisor needs to run one job (JSON-serialisable)."""
+
+    run_id: str
+    """Run id (registry key, PARDASH_RUN_ID)."""
+    log_path: str
+    """Absolute path of the JSONL telemetry log."""
+    run_dir: str
+    """Folder for the job's output log and result file."""
+    nproc: int = 1
+    """Ranks per node (torchrun --nproc-per-node)."""
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    max_restarts: int = 0
+    telemetry_bind: str = "127.0.0.1"
+    """Address the hub binds (loopback unless the user asks otherwise)."""
+    telemetry_port: int = 0
+    """Hub ingest port (0: free ports picked by the hub)."""
+    remote_hub: str = ""
+    """Nodes > 0: node 0's hub ingest (tcp://HOST:PORT; updates and snapshot on PORT+1 and
+    PORT+2). The ranks send there, and this node starts no hub of its own."""
+    command: list[str] = field(default_factory=list)
+    """What torchrun runs per rank: ['-m', module, args...] or [script, args...]."""
+    strategy: str = ""
+    world_size: int = 1
+    output: str = "inherit"
+    """'inherit' (the terminal) or a file path for the ranks' stdout/stderr."""
+    stderr_apart: bool = False
+    """With an ``output`` file: the ranks' stderr is passed on to the supervisor's stderr
+    rather than written into that file (a launch without a terminal keeps the two streams)."""
+    viewer_pid: int = 0
+    """Foreground pid; after the job ends the hub stays up while this process lives."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+    prometheus_port: int | None = None
+    """Serve Prometheus metrics from the hub on this port (None: no; 0: a free port)."""
+    prometheus_addr: str = "127.0.0.1"
+    """Address the hub's /metrics binds."""
+    prometheus_per_rank: bool = False
+    """Add per-rank series to /metrics."""
+    curve_dir: str = ""
+    """CURVE key folder (``pardash keys``): the hub admits only authorised keys, the ranks and
+    the supervisor use the client keys (PARDASH_CURVE_DIR in the ranks' environment)."""
+    insecure: bool = False
+    """Let the hub bind beyond loopback without keys (``--insecure``)."""
+
+
+def torchrun_argv(spec: LaunchSpec) -> list[str]:
+    """The torchrun command line for ``spec`` (torchrun's own flags, then the rank command)."""
+    argv = [sys.executable, "-m", "pardash.trainer.torchrun", "--nproc-per-node", str(spec.nproc)]
+    if spec.nnodes == 1 and spec.master_port is None:
+        argv.append("--standalone")
+    else:
+        argv += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank)]
+        argv += ["--master-addr", spec.master_addr or "127.0.0.1"]
+        argv += ["--master-port", str(spec.master_port or 29500)]
+    argv += ["--max-restarts", str(spec.max_restarts), "--monitor-interval", "0.1"]
+    argv += ["--log-dir", os.path.join(spec.run_dir, "torchrun")]
+    # torchrun's parser takes any word that starts a flag of its own as that flag, even among
+    # the script's arguments (`--nproc 7` ambiguous, `--role x` taken): after `--` none is.
+    command = list(spec.command)
+    if command[:1] == ["-m"]:
+        return argv + ["-m", "--", *command[1:]]
+    return argv + ["--", *command]
+
+
+class Supervisor:
+    """Runs in its own process: hub, then torchrun, then a clean stop."""
+
+    def __init__(self, spec: LaunchSpec) -> None:
+        self.spec = spec
+        self.hub: subprocess.Popen | None = None
+        self.job: subprocess.Popen | None = None
+        self.endpoints: dict = {}
+        self._stopping = False
+        self._stop_t = 0.0
+        """When the stop began (wall clock): a rank's own exit after it is the stop's doing."""
+        self.hub_restarts = 0
+        """Hubs started again after one died, in the job's life."""
+        self.ranks_started = False
+        """Whether torchrun was seen with a child process (its ranks) while it ran."""
+        self._gave_up = False
+        self._told_to_stop = False
+        """Whether torchrun was sent its SIGTERM (it is sent once)."""
+        self._stopped_by = signal.SIGTERM
+        """The signal that first asked this process to stop: SIGINT is a person's stop (the
+        launch's Ctrl-C, a Stop chosen in an attached viewer), SIGTERM anything's (`kill`)."""
+        self._hub_deaths: deque[float] = deque()
+        """When the hub died, within the last HUB_RESTART_WINDOW_S."""
+        self._attempt = 0
+        """torchrun's last restart told to the hub (see :meth:`_look_for_restarts`)."""
+        self._torchrun_killed = 0
+        """The signal that killed torchrun when nothing here sent it (the OOM killer), else 0."""
+        self._global: dict[int, int] = {}
+        """Local rank -> global rank, read from the ranks' environment (see global_rank)."""
+
+    def start_hub(self, *, resume: bool = False) -> dict:
+        spec = self.spec
+        if spec.remote_hub:
+            self.endpoints = self.join_remote_hub()
+            return self.endpoints
+        return self.wait_hub(self.spawn_hub(resume=resume))
+
+    def hub_meta(self) -> dict:
+        """What the hub is told of the job. Its world size only on one node: torchrun lets
+        each node have its own --nproc (1 here and 2 there is 3 ranks), which this node cannot
+        know, and a hub told 2 refused every hello of the 3."""
+        spec = self.spec
+        return {"strategy": spec.strategy, "world_size": spec.world_size if spec.nnodes == 1 else 0,
+                "supervisor_pid": os.getpid(), "cwd": os.getcwd(), "run_dir": spec.run_dir}  # fmt: skip
+
+    def spawn_hub(self, *, resume: bool = False) -> int:
+        """Start the hub process; returns the read end of its ready pipe (see :meth:`wait_hub`)."""
+        spec = self.spec
+        if resume:
+            # Where the dead hub's log went on (beside its path, when another file took it).
+            moved = (registry.entry(spec.run_id) or {}).get("log")
+            if isinstance(moved, str) and moved and moved != spec.log_path:
+                spec.log_path = moved
+        r, w = os.pipe()
+        meta = self.hub_meta()
+        argv = [
+            sys.executable, "-m", "pardash.telemetry.hub",
+            "--run-id", spec.run_id, "--log", spec.log_path, "--bind", spec.telemetry_bind,
+            "--ready-fd", str(w), "--meta", json.dumps(meta),
+        ]  # fmt: skip
+        if spec.curve_dir:
+            argv += ["--curve-dir", spec.curve_dir]
+        if spec.insecure:
+            argv += ["--insecure"]
+        if resume:
+            # Same ports (the ranks know them and reconnect by themselves), same log.
+            port = int(self.endpoints["ingest"].rsplit(":", 1)[1])
+            argv += ["--port", str(port), "--resume"]
+        elif spec.telemetry_port:
+            argv += ["--port", str(spec.telemetry_port)]
+        if spec.prometheus_port is not None:
+            # A restarted hub serves /metrics on the same port again.
+            metrics_port = self.endpoints.get("metrics", "").rsplit(":", 1)[-1].split("/")[0] if resume else ""
+            argv += ["--prometheus", metrics_port or str(spec.prometheus_port), "--prometheus-addr", spec.prometheus_addr]
+            argv += ["--prometheus-per-rank"] if spec.prometheus_per_rank else []
+        self.hub = subprocess.Popen(argv, pass_fds=(w,), stdin=subprocess.DEVNULL)
+        os.close(w)
+        return r
+
+    def wait_hub(self, r: int) -> dict:
+        """Wait for the hub's ready line on ``r``; its endpoints (LaunchError if it failed)."""
+        assert self.hub is not None
+        line = read_line(r, HUB_READY_TIMEOUT_S)
+        os.close(r)
+        if not line:
+            code = exit_code(self.hub)
+            if code is None:  # alive but silent: no use to anyone, and it holds the ports
+                self.hub.kill()
+                self.hub.wait()
+                raise LaunchError(f"the hub did not say it was ready within {HUB_READY_TIMEOUT_S:.0f} s")
+            raise LaunchError(f"the hub did not start (exit code {code}); see its message above")
+        self.endpoints = json.loads(line)
+        return self.endpoints
+
+    def join_remote_hub(self) -> dict:
+        """Node > 0: node 0's hub endpoints, and its run id for our ranks' messages (the hub
+        drops messages of another run). A hub that does not answer in time is no reason to
+        stop the job: the ranks then send with no run id, which the hub accepts once it is up."""
+        from pardash.telemetry.client import HubClient, resolve
+
+        spec = self.spec
+        endpoints = {k: v for k, v in resolve(spec.remote_hub).items() if k != "run_id"}
+        client = HubClient(endpoints["updates"], endpoints["snapshot"], curve=spec.curve_dir or None)
+        try:
+            deadline = time.monotonic() + HUB_READY_TIMEOUT_S
+            while not (client.wait_synced(0.5) or self._stopping or time.monotonic() > deadline):
+                pass
+            if client.synced:
+                spec.run_id = client.state.run_id
+            elif not self._stopping:
+                spec.run_id = ""
+                print(f"pardash: no answer from node 0's hub at {endpoints['snapshot']} (not up yet, not at that "
+                      "address: see --master-addr, or its keys are not this node's: both nodes need the same "
+                      "--curve-dir, or both --insecure); training goes on, its telemetry reaches the hub once it is up",
+                      file=sys.stderr, flush=True)  # fmt: skip
+        finally:
+            client.close()
+        return endpoints
+
+    def _early_port(self) -> int:
+        """A port P with P..P+2 free on loopback, for a local hub whose ports nobody chose
+        (0: start the hub first, as for a remote hub, a chosen port or another bind address)."""
+        spec = self.spec
+        if spec.remote_hub or spec.telemetry_port or spec.telemetry_bind != "127.0.0.1":
+            return 0
+        import socket
+
+        for _ in range(20):
+            socks = []
+            try:
+                first = socket.socket()
+                socks.append(first)
+                first.bind(("127.0.0.1", 0))
+                port = first.getsockname()[1]
+                for p in (port + 1, port + 2):
+                    s = socket.socket()
+                    socks.append(s)
+                    s.bind(("127.0.0.1", p))
+                return port
+            except OSError:
+                continue
+            finally:
+                for s in socks:
+                    s.close()
+        return 0
+
+    def _recent_hub_deaths(self) -> int:
+        """Hub deaths within the last HUB_RESTART_WINDOW_S (older ones forgotten)."""
+        now = time.monotonic()
+        while self._hub_deaths and now - self._hub_deaths[0] > HUB_RESTART_WINDOW_S:
+            self._hub_deaths.popleft()
+        return len(self._hub_deaths)
+
+    def _watch_hub(self) -> None:
+        """Restart a hub that died while the job runs (training never notices)."""
+        if self.hub is None or self.hub.poll() is None or self._stopping:
+            return
+        self.hub_restarts += 1
+        self._hub_deaths.append(time.monotonic())
+        self._gave_up = False
+        print(f"pardash: the hub exited (code {self.hub.returncode}); restarting it", file=sys.stderr, flush=True)
+        try:
+            self.start_hub(resume=True)
+        except LaunchError as exc:
+            print(f"pardash: {exc}; training goes on without telemetry", file=sys.stderr, flush=True)
+
+    def start_job(self) -> None:
+        spec = self.spec
+        env = dict(os.environ)
+        env.update(spec.extra_env)
+        env[ENDPOINT_VAR] = self.endpoints["ingest"]
+        env[RUN_ID_VAR] = spec.run_id
+        env[SUPERVISOR_VAR] = str(os.getpid())  # (this node's processes of the job: see _job_processes)
+        if spec.curve_dir:
+            env[security.CURVE_DIR_VAR] = spec.curve_dir
+        if "PYTHONUNBUFFERED" not in env:
+            env["PYTHONUNBUFFERED"] = "1"
+            # ...and a script's prints line by line, as to a terminal (see autorun)
+            env[LINE_BUFFERED_VAR] = "1"
+        if spec.command[:2] == TRAINER_COMMAND and spec.nproc > 1:
+            # What torchrun sets for several local ranks (OMP_NUM_THREADS=1), set here, spares
+            # every launch its four-line warning of it: the bundled trainer sets its ranks'
+            # threads itself and says how many. A script of the user's keeps torchrun's word.
+            env.setdefault("OMP_NUM_THREADS", "1")
+        if spec.max_restarts > 0:
+            # torchrun's workers share its rendezvous TCPStore across restarts, keys and all
+            # (no per-attempt prefix): restarted gloo ranks can read their peers' addresses from
+            # the failed attempt and die in connectFullMesh ("Connection refused"). Opting out
+            # gives each attempt a store of its own.
+            env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+        Path(spec.run_dir, "torchrun").mkdir(parents=True, exist_ok=True)
+        # No stream of the job is a pipe to this process: a write to a pipe nobody reads fails,
+        # so a supervisor that died would take the ranks with it at their next line. torchrun's
+        # stderr goes to a file followed here for the deaths torchrun reports: the ranks' output
+        # file (stdout and stderr in one, as a terminal shows them), else a file of its own
+        # whose lines are passed on to this process's stderr.
+        merged = spec.output != "inherit" and not spec.stderr_apart
+        if merged:
+            path, sink = spec.output, None
+        else:
+            path, sink = os.path.join(spec.run_dir, "torchrun", "stderr.log"), sys.stderr.buffer
+        with contextlib.ExitStack() as files:
+            err = files.enter_context(open(path, "ab"))
+            out = err if merged else None if spec.output == "inherit" else files.enter_context(open(spec.output, "ab"))
+            start = os.fstat(err.fileno()).st_size
+            self.job = subprocess.Popen(
+                torchrun_argv(spec),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        self._stderr_thread = threading.Thread(
+            target=self._follow_stderr, args=(path, start, sink), name="torchrun-stderr", daemon=True
+        )
+        self._stderr_thread.start()
+
+    def _push(self):
+        """A PUSH socket to the hub's ingest for the supervisor's own notes (with the client
+        keys when the hub has CURVE keys)."""
+        import zmq
+
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 2000)
+        try:
+            keys = security.client_keys(self.spec.curve_dir or None)
+        except security.CurveKeyError as exc:
+            print(f"pardash: {exc}", file=sys.stderr, flush=True)
+            keys = None
+        if keys is not None:
+            keys.apply(push)
+        security.allow_ipv6(push, self.endpoints["ingest"])
+        push.connect(self.endpoints["ingest"])
+        return push
+
+    def _follow_stderr(self, path: str, start: int, sink) -> None:
+        """Read torchrun's stderr in ``path`` from ``start`` as it grows, for the deaths
+        torchrun reports, and pass it on to ``sink`` (if any) byte for byte as it comes (a
+        progress bar redrawn with carriage returns, or a prompt, has no newline to wait for).
+        Ends once torchrun has ended and every byte is read."""
+        push = self._push()
+        summary_rank = None
+        rest = b""
+        job = self.job
+        assert job is not None
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                while True:
+                    ended = job.poll() is not None  # before the read: what it wrote is in the file
+                    chunk = fh.read(1 << 16)
+                    if not chunk:
+                        if not ended:
+                            # Caught up: the failures torchrun wrote before it restarted are
+                            # told, on this same socket, before the restart is
+                            try:
+                                self._look_for_restarts(push)
+                            except Exception:
+                                pass  # (never at the cost of torchrun's stderr)
+                            time.sleep(STDERR_POLL_S)
+                            continue
+                        lines, rest = ([rest] if rest else []), b""
+                    else:
+                        if sink is not None:
+                            try:
+                                sink.write(chunk)
+                                sink.flush()
+                            except (OSError, ValueError):
+                                pass
+                        *lines, rest = (rest + chunk).split(b"\n")
+                        if len(rest) > 1 << 16:  # no newline for a long while: nothing to read in it
+                            rest = b""
+                    for line in lines:
+                        text = line.decode(errors="replace")
+                        m = FAILED_WORKER.search(text)
+                        if m:
+                            code, local_rank = int(m.group(1)), int(m.group(2))
+                            rank = self.global_rank(local_rank)
+                            self.report_exit(push, rank, code)
+                            continue
+                        m = SUMMARY_RANK.match(text)
+                        if m:
+                            summary_rank = int(m.group(1))
+                            continue
+                        m = SUMMARY_CODE.match(text)
+                        if m and summary_rank is not None:
+                            self.report_exit(push, summary_rank, int(m.group(1)))
+                            summary_rank = None
+                    if not chunk:
+                        break
+        except OSError:
+            pass  # the file went (its folder removed): the deaths are told by the ranks' own exits
+        finally:
+            push.close()
+
+    def report_exit(self, push, rank: int, code: int) -> None:
+        """Tell the hub a rank died, on its behalf (seq -1: not part of the rank's own count).
+        The hub ignores it when the rank already said so itself."""
+        why = f"killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else f"exit code {code}"
+        msg = schema.Event(
+            run=self.spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=code,
+            message=f"torchrun: rank {rank} {why}",
+        )  # fmt: skip
+        try:
+            push.send(schema.encode(msg))
+        except Exception:
+            pass
+
+    def stop(self, signum: int | None = None, _frame: object = None) -> None:
+        """Stop the job: SIGTERM to torchrun's process group, SIGKILL after a grace period.
+        Once: a second SIGTERM broke into torchrun's own stop of the ranks (a traceback of its
+        agent's under the launch's last lines)."""
+        if not self._stopping and signum is not None:
+            self._stopped_by = signum
+        if not self._stopping:
+            self._stop_t = time.time()
+        self._stopping = True
+        if self.job is not None and self.job.poll() is None and not self._told_to_stop:
+            self._told_to_stop = True
+            _signal_group(self.job, signal.SIGTERM)
+
+    def run(self, ready_fd: int | None) -> int:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the terminal may close; the job goes on
+        early = self._early_port()
+        try:
+            if early:
+                # The ranks take seconds to import torch; the hub starts meanwhile, on ports
+                # picked here, and ZeroMQ holds their first messages until it binds.
+                self.spec.telemetry_port = early
+                ready = self.spawn_hub()
+                self.endpoints = {"ingest": f"tcp://127.0.0.1:{early}"}
+                if not self._stopping:  # (stopped as it started: no job to stop again)
+                    self.start_job()
+                self.wait_hub(ready)
+            else:
+                self.start_hub()
+        except LaunchError as exc:
+            if self.job is not None:  # nothing half-started stays behind
+                self.stop()
+                self._wait_job()
+            _tell(ready_fd, {"error": str(exc)})
+            return 2
+        if self._stopping and self.job is None:  # stopped while waiting for a hub (node > 0: node 0's)
+            _tell(ready_fd, {"error": "stopped before the job started"})
+            self._finish(128 + self._stopped_by)
+            return 128 + self._stopped_by
+        if self.job is None:
+            self.start_job()
+        _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()}, close=False)
+        self._result_fd = ready_fd
+        raw = self._wait_job()
+        code = exit_status(raw)
+        if raw < 0 and not self._stopping:
+            self._end_orphans(-raw)
+        if self._stopping and code != 0:
+            # As the shell says for the signal this process took (torchrun's own code for the
+            # SIGTERM it was sent said 143 of a person's stop too): 130, 143.
+            code = 128 + self._stopped_by
+        t = getattr(self, "_stderr_thread", None)
+        if t is not None:
+            t.join(5)  # the ranks' last lines pass through it
+        if self.ranks_started:
+            # After torchrun ends, every rank of this node that never said it exited (the hub
+            # drops these notes for a rank that did) was stopped: by torchrun after another rank
+            # failed, or by the user. torchrun ends with 0 only when every rank did: then none
+            # was stopped, and a rank silent about it (os._exit skips every exit hook) finished.
+            # A torchrun that started no rank (it refused its command line) stopped none either.
+            if self._torchrun_killed:
+                self._note_exits(-15, "stopped by pardash after torchrun was killed")
+            elif code != 0 or self._stopping:
+                self._note_exits(-15, "stopped " + (self._stopper() if self._stopping else "by torchrun"))
+            else:
+                self._note_exits(0, "finished (torchrun ended with 0)")
+        self._finish(code)
+        return code
+
+    def _stopper(self) -> str:
+        """Who stopped the job: 'by you' (Ctrl-C, a Stop chosen in a viewer: SIGINT), else the
+        signal (a scheduler's time limit, `kill`, `docker stop`: no person's doing, maybe)."""
+        return "by you" if self._stopped_by == signal.SIGINT else f"by {_signal_text(self._stopped_by)}"
+
+    def _note_exits(self, code: int, what: str) -> None:
+        """Say, for every rank of this node, that it exited with ``code`` (seq -1: the
+        launcher's word, which the hub takes only for a rank that has not said it itself)."""
+        push = self._push()
+        spec = self.spec
+        for local in range(spec.nproc):
+            rank = self.global_rank(local)
+            # (the same text for every rank: the event log says it once for all of them)
+            msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=code, message=what)
+            push.send(schema.encode(msg))
+        push.close()
+
+    def _look_for_ranks(self) -> None:
+        if self.job is None or (self.ranks_started and len(self._global) >= self.spec.nproc):
+            return
+        try:
+            ranks = psutil.Process(self.job.pid).children()
+        except psutil.Error:
+            return
+        self.ranks_started = self.ranks_started or bool(ranks)
+        for p in ranks:  # their global ranks, as torchrun gave them
+            try:
+                env = p.environ()
+                self._global[int(env["LOCAL_RANK"])] = int(env["RANK"])
+            except (psutil.Error, KeyError, ValueError):
+                continue
+
+    def global_rank(self, local: int) -> int:
+        """This node's ``local`` rank's global rank: as torchrun gave it (nodes may have
+        another --nproc each: then node 1's first rank is not 1 x its own --nproc), else the
+        same --nproc on every node."""
+        found = self._global.get(local)
+        return found if found is not None else self.spec.node_rank * self.spec.nproc + local
+
+    def _job_processes(self) -> list[psutil.Process]:
+        """This node's processes of the job still running (torchrun's ranks, their data loader
+        workers), wherever they were reparented: found by the environment this supervisor gave
+        them (its pid and the run id: another node's, in the same PID namespace, have another
+        supervisor), never this process or its parents."""
+        me = psutil.Process()
+        skip = {me.pid, *(p.pid for p in me.parents())}
+        want = (str(me.pid), self.spec.run_id)
+        found = []
+        for p in psutil.process_iter():
+            if p.pid in skip:
+                continue
+            try:
+                env = p.environ()
+                if (env.get(SUPERVISOR_VAR), env.get(RUN_ID_VAR)) == want and p.status() != psutil.STATUS_ZOMBIE:
+                    found.append(p)
+            except psutil.Error:
+                continue  # gone, or another user's
+        return found
+
+    def _end_orphans(self, signum: int) -> None:
+        """torchrun died of ``signum``, which nothing here sent (the OOM killer, a `kill -9` of
+        it alone): its ranks, orphaned, trained on with no one to report their end or stop them,
+        while the launch said they had exited. Stop them as torchrun would have: SIGTERM, then
+        SIGKILL after the grace (each rank's process group, its data loader workers with it)."""
+        alive = self._job_processes()
+        if not alive:
+            return  # (its ranks had ended: only torchrun died)
+        self._torchrun_killed = signum
+        print(f"pardash: torchrun was killed ({_signal_text(signum)}); stopping its {len(alive)} process(es) here, "
+              "which nothing else would", file=sys.stderr, flush=True)  # fmt: skip
+        for p in alive:
+            _signal_process_group(p, signal.SIGTERM)
+        _, left = psutil.wait_procs(alive, timeout=STOP_GRACE_S)
+        for p in left:
+            _signal_process_group(p, signal.SIGKILL)
+        psutil.wait_procs(left, timeout=5)
+
+    def _look_for_restarts(self, push) -> None:
+        """Tell the hub when torchrun restarts the job (``--max-restarts``): its log folder
+        gains ``attempt_N`` as it starts the workers again. The ranks' hellos say it too
+        (their restart count), but a script that fails before its first step sends none: its
+        restarts went uncounted, and each attempt's exits read as one. Called by the thread
+        that reads torchrun's stderr once it has read all of it, on its socket: torchrun says
+        a worker failed before it makes the next attempt, so the hub hears the failure (the
+        last attempt's exit) first; the other way round, the exit would count for the new one."""
+        if not self.spec.max_restarts or self._stopping:
+            return
+        top = os.path.join(self.spec.run_dir, "torchrun")
+        try:
+            runs = [d.path for d in os.scandir(top) if d.is_dir()]  # (beside torchrun's stderr.log)
+            found = [int(a.name[8:]) for d in runs for a in os.scandir(d) if a.name.startswith("attempt_") and a.name[8:].isdigit()]
+        except OSError:
+            return
+        attempt = max(found, default=0)
+        if attempt <= self._attempt:
+            return
+        self._attempt = attempt
+        spec = self.spec
+        for local in range(spec.nproc):
+            rank = self.global_rank(local)
+            msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="restart", code=attempt,
+                               message=f"rank {rank} restarted by torchrun (restart {attempt})")  # fmt: skip
+            with contextlib.suppress(Exception):
+                push.send(schema.encode(msg))
+
+    def _wait_job(self) -> int:
+        assert self.job is not None
+        deadline = None
+        while True:
+            if self._stopping and not self._told_to_stop:
+                self.stop()  # asked while torchrun was being started, before there was a job to tell
+            self._look_for_ranks()
+            code = self.job.poll()
+            if code is not None:
+                return code
+            if self._recent_hub_deaths() < MAX_HUB_RESTARTS:
+                self._watch_hub()
+            elif not self._gave_up and self.hub is not None and self.hub.poll() is not None:
+                self._gave_up = True
+                print(f"pardash: the hub died {len(self._hub_deaths) + 1} times in {HUB_RESTART_WINDOW_S / 60:.0f} minutes; "
+                      "no more restarts: training goes on without telemetry, and the log ends here", file=sys.stderr, flush=True)
+            if self._stopping and deadline is None:
+                deadline = time.monotonic() + STOP_GRACE_S
+            if deadline is not None and time.monotonic() > deadline:
+                _kill_job(self.job)
+            time.sleep(0.1)
+
+    def _finish(self, code: int) -> None:
+        spec = self.spec
+        result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path,
+                  "hub_restarts": self.hub_restarts}  # fmt: skip
+        if self._gave_up:
+            result["hub_given_up"] = True  # the log ends where it did (outcome_line)
+        if self._torchrun_killed:
+            result["torchrun_killed"] = self._torchrun_killed
+        if self._stopping:
+            result["stop_t"] = self._stop_t
+            result["stopper"] = self._stopper()  # what a rank's exit after it is (outcome_line)
+        try:
+            Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+            # Whole or not at all: a full disk must not leave half a file, nor the hub running.
+            tmp = Path(spec.run_dir, "result.json.tmp")
+            tmp.write_text(json.dumps(result))
+            tmp.replace(Path(spec.run_dir, "result.json"))
+        except OSError as exc:
+            print(f"pardash: cannot write the run's result.json ({exc.strerror or exc}); the job's exit code is {code}", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):
+                Path(spec.run_dir, "result.json.tmp").unlink(missing_ok=True)
+        # ... and down the pipe the launch started this process with, which no full disk
+        # fails: without the file the launch took the job's end for its supervisor's death
+        # ("its ranks train on without it"), or (the TUI) for a detach after 15 s.
+        _tell(getattr(self, "_result_fd", None), result)
+        self._result_fd = None
+        # The ranks have flushed their last messages as they exited; the hub takes them before
+        # it stops (until its ingest is quiet, hub.FINAL_QUIET_MS). A viewer still attached
+        # keeps the hub up so it can read the end.
+        while spec.viewer_pid and registry.pid_alive(spec.viewer_pid) and not self._stopping:
+            time.sleep(0.2)
+        if self.hub is not None and self.hub.poll() is None:
+            self.hub.send_signal(signal.SIGTERM)
+            try:
+                self.hub.wait(10)
+            except subprocess.TimeoutExpired:
+                self.hub.kill()
+
+
+def _signal_text(signum: int) -> str:
+    """'SIGKILL' for 9 ('signal 99' for a number no signal has)."""
+    return signal_name(-signum) or f"signal {signum}"
+
+
+def exit_status(code: int) -> int:
+    """A process's return code as an exit status: a death by signal N (code -N) is the shell's
+    128 + N (sys.exit(-15) would exit 241, -15's low byte)."""
+    return 128 - code if code < 0 else code
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_job(proc: subprocess.Popen) -> None:
+    """SIGKILL torchrun and its ranks. torchrun starts each rank in a session of its own, which
+    a signal to torchrun's process group does not reach: a rank that SIGTERM did not end (its
+    own handler waiting on a collective that never returns, a rank stopped with SIGSTOP)
+    outlived the stop, orphaned, holding its memory. Each rank's group goes too (its data
+    loader workers)."""
+    try:
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        ranks = []
+    for p in ranks:
+        _signal_process_group(p, signal.SIGKILL, also=proc.pid)
+    _signal_group(proc, signal.SIGKILL)
+
+
+def _signal_process_group(p: psutil.Process, sig: int, also: int = -1) -> None:
+    """``sig`` to ``p`` and its process group (a rank's: its data loader workers), unless
+    that group is this process's or ``also``'s."""
+    try:
+        group = os.getpgid(p.pid)
+        if group not in (os.getpgrp(), also):
+            os.killpg(group, sig)  # (``p`` among them: a SIGTERM sent twice may cut its handler short)
+        else:
+            p.send_signal(sig)
+    except (OSError, psutil.Error):
+        pass  # gone already
+
+
+def _tell(fd: int | None, info: dict, *, close: bool = True) -> None:
+    """Write ``info`` as a line to ``fd`` (the launch's pipe; gone if it has exited), then close it
+    unless told not to."""
+    if fd is None:
+        return
+    try:
+        os.write(fd, (json.dumps(info) + "\n").encode())
+    except OSError:
+        pass
+    if close:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pardash.trainer.supervisor --ready-fd N SPEC_JSON``: the supervisor."""
+    argv = sys.argv[1:] if argv is None else argv
+    ready_fd = None
+    if argv[:1] == ["--ready-fd"]:
+        ready_fd = int(argv[1])
+        argv = argv[2:]
+    spec = LaunchSpec(**json.loads(argv[0]))
+    # The terminal it was started from may close (ssh drops) or its pipe's reader exit: a note
+    # it cannot print must not end the supervisor, which restarts the hub and outlives them.
+    unbreakable_stdio()
+    return Supervisor(spec).run(ready_fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["HUB_READY_TIMEOUT_S", "LaunchError", "LaunchSpec", "STOP_GRACE_S", "Supervisor", "TRAINER_COMMAND", "exit_status", "torchrun_argv"]
