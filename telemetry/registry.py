@@ -13,6 +13,7 @@ import os
 import secrets
 import time
 from pathlib import Path
+from typing import Iterable
 
 
 def registry_dir() -> Path:
@@ -150,6 +151,29 @@ def live_runs() -> list[dict]:
         out.append(entry)
     out.sort(key=lambda e: e["started"], reverse=True)
     return out
+
+
+def recording(log: str, run_ids: Iterable[str] = ()) -> dict | None:
+    """The live run still recording ``log``: the entry of a hub alive on this machine that
+    writes that file (its path or another path to it) or serves one of ``run_ids`` (a copy of
+    its log), and whose job has not ended (a launch's TUI left open keeps its hub up after the
+    job). None when no such run is listed: on this machine, the log's hub has stopped."""
+    ids = set(run_ids)
+    for e in live_runs():
+        if job_result(e) is not None:
+            continue
+        if e["run_id"] in ids or _same_file(e.get("log"), log):
+            return e
+    return None
+
+
+def _same_file(a: object, b: str) -> bool:
+    if not isinstance(a, str) or not a:
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def find(run_id: str | None = None) -> dict | None:

@@ -442,12 +442,26 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # What the hub refused at its ports (None: the log does not say).
         "rejected_by_reason": refused.counts(),
         # A log that ends with ranks still running and no closing line from its hub: the run
-        # goes on, or its hub stopped recording (killed for good, out of disk) before it ended.
-        "log_ends_early": None if closed or run_over(state) else {
-            "step": state.step, "running": sum(1 for r in state.ranks.values() if not (r.finished or r.exit_code is not None)),
-            "stalled": sum(1 for r in state.ranks.values()
-                           if not (r.finished or r.exit_code is not None) and (r.stalled is not None or r.silent is not None)),
-        },
+        # goes on, or its hub stopped recording (killed for good, out of disk) before it ended
+        # (``live_run`` says which).
+        "log_ends_early": None if closed or run_over(state) else _ends_early(path, state, run_ids),
+    }
+
+
+def _ends_early(path: str, state: RunState, run_ids: set[str]) -> dict:
+    """Where a log without its end stops, and why: ``live_run`` is the run id of the live run
+    still recording it (the run registry's: its hub is alive on this machine), else None (its
+    hub stopped recording before the run ended). The report said "the run is still going, or
+    its hub stopped recording" where the registry knew which."""
+    from . import registry
+
+    going = registry.recording(path, run_ids)
+    running = [r for r in state.ranks.values() if not (r.finished or r.exit_code is not None)]
+    return {
+        "step": state.step,
+        "running": len(running),
+        "stalled": sum(1 for r in running if r.stalled is not None or r.silent is not None),
+        "live_run": going["run_id"] if going else None,
     }
 
 

@@ -118,8 +118,11 @@ def _ends_early_text(end: dict, skipped: dict[str, int]) -> str:
     stalled = f" ({end['stalled']} stalled)" if end.get("stalled") else ""
     if skipped.get("corrupt"):  # (a gzip log: its damaged part and the rest of it were not read)
         return f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: the compressed log is damaged there, the rest of it lost"
-    return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled} and no closing line from the hub: the run "
-            "is still going (`pardash ps`), or its hub stopped recording (killed, out of disk) before the run ended")
+    if end.get("live_run"):
+        return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: the run is still going, its hub recording "
+                f"(`pardash attach {end['live_run']}` watches it; report again once it ends)")
+    return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled} and no closing line from the hub: its hub "
+            "stopped recording (killed, out of disk) before the run ended (no live run on this machine records it: `pardash ps`)")
 
 
 def _hub_restarts_text(rep: dict) -> str:

@@ -1632,7 +1632,7 @@ def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_earl
             fh.write(schema.encode_json(m) + b"\n")
     rep = build_report(str(log))
     assert rep["rejected_by_reason"] == {"invalid": 3, "foreign_run": 2}
-    assert rep["log_ends_early"] == {"step": 1, "running": 2, "stalled": 2}  # (the tick at 100 s judged them)
+    assert rep["log_ends_early"] == {"step": 1, "running": 2, "stalled": 2, "live_run": None}  # (the tick at 100 s judged them)
     text = render_text(rep)
     assert "refused by the hub  5 message(s) at its ports (invalid 3, foreign_run 2)" in text
     assert "log ends early      at step 1, with 2 rank(s) not ended (2 stalled) and no closing line from the hub" in text
@@ -1643,6 +1643,60 @@ def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_earl
     assert rep["log_ends_early"] is None and rep["rejected_by_reason"] == {"invalid": 3, "foreign_run": 2}
     # The headless progress lines say it as it happens.
     assert progress_line(RunState(), 1.0, 5).endswith(" | 5 refused by the hub")
+
+
+def _hub_alone(log: Path, run: str) -> tuple[subprocess.Popen, dict]:
+    """A real ``pardash hub`` recording ``log`` (listed in this test's run registry once its
+    first line is out), and its info."""
+    proc = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--run-id", run, "--log", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env())  # fmt: skip
+    return proc, json.loads(proc.stdout.readline())
+
+
+def _live_ranks(info: dict, run: str, log: Path, steps: int = 3) -> None:
+    """Two ranks saying hello and taking ``steps`` steps through the hub, their records in its log."""
+    from helpers import identity, wait_for
+    from pardash.telemetry.reporter import Reporter
+
+    reps = [Reporter(info["ingest"], run=run, identity=identity(r, 2), heartbeat_s=0) for r in (0, 1)]
+    for r in reps:
+        r.hello(strategy="ddp")
+    for step in range(1, steps + 1):
+        for r in reps:
+            r.step(step=step, loss=1.0 / step, step_s=0.01, samples=4)
+    for r in reps:
+        r.close()
+    wait_for(lambda: log.exists() and log.read_text().count('"kind":"step"') == 2 * steps)
+
+
+def test_a_log_that_ends_early_says_whether_its_run_is_still_going(tmp_path):
+    # "the run is still going (`pardash ps`), or its hub stopped recording (killed, out of
+    # disk)" of a live run's log, where the run registry knew its hub was alive: now the one
+    # that is true, of the log by its path, by another path to it, and of a copy of it.
+    log = tmp_path / "run.jsonl"
+    proc, info = _hub_alone(log, "live-run")
+    try:
+        _live_ranks(info, "live-run", log)
+        (tmp_path / "link.jsonl").symlink_to(log)
+        copy = tmp_path / "copy.jsonl"
+        copy.write_bytes(log.read_bytes())
+        for path in (log, tmp_path / "link.jsonl", copy):
+            p = _pardash("report", str(path))
+            row = next(line for line in p.stdout.splitlines() if line.startswith("log ends early"))
+            assert p.returncode == 0 and row.endswith(
+                "at step 3, with 2 rank(s) not ended: the run is still going, its hub recording "
+                "(`pardash attach live-run` watches it; report again once it ends)"), (path, row)  # fmt: skip
+            assert "stopped recording" not in row
+        assert build_report(str(log))["log_ends_early"]["live_run"] == "live-run"
+    finally:
+        proc.kill()  # killed: no closing line, as a hub killed by the OOM killer leaves
+        proc.wait(30)
+    p = _pardash("report", str(log))
+    row = next(line for line in p.stdout.splitlines() if line.startswith("log ends early"))
+    assert row.endswith("at step 3, with 2 rank(s) not ended and no closing line from the hub: its hub stopped recording "
+                        "(killed, out of disk) before the run ended (no live run on this machine records it: `pardash ps`)"), row  # fmt: skip
+    assert "still going" not in row
+    assert build_report(str(log))["log_ends_early"]["live_run"] is None
 
 
 def test_a_report_of_many_ranks_is_quick_and_groups_its_hosts(tmp_path):
