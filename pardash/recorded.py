@@ -274,6 +274,10 @@ def cmd_export(ns: argparse.Namespace) -> int:
             "exported as one, a later run's steps replacing an earlier's from the step it starts at",
             file=sys.stderr,
         )
+    if res.get("live_run"):
+        # (as report says of such a log: the export is of the steps so far, and nothing said so)
+        print(f"{PROG}: warning: run {res['live_run']} is still going, its hub recording {ns.log}: "
+              "exported its steps so far; export again once it ends", file=sys.stderr)  # fmt: skip
     texts = f" and {res['texts']} event texts" if res["texts"] else ""
     print(f"{PROG}: wrote {res['points']} scalars{texts} to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
     if res.get("rerun"):

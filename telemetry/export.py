@@ -48,7 +48,7 @@ import re
 from types import SimpleNamespace
 from typing import Collection
 
-from . import schema
+from . import registry, schema
 from .eventfile import EventFile, EventFileError, RecordFraming
 from .failures import signal_name
 from .logreader import LogReadStats, Progress, no_records, read_log
@@ -405,7 +405,8 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     how far the log's reading is), of ``ranks`` only if given; returns what was written:
     ``{"ranks": {rank: steps}, "rerun": {rank: steps run again (not in ``ranks``)}, "dirs": {rank: path}, "points": scalars, "texts": n,
     "skipped_lines": n, "skipped_by_reason": {reason: n}, "left_out": ranks with steps that ``ranks`` left out, "in_log": every
-    rank the log has a record of}``, and
+    rank the log has a record of, "live_run": the id of the live run still recording the log (its
+    export holds the steps so far) or None}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
     if not os.path.isfile(log_path):
         raise ExportError(f"{log_path}: no such log file")
@@ -430,6 +431,7 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
         if isinstance(exc, OSError):
             raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
         raise
+    going = registry.recording(log_path, export.runs)
     return {
         "ranks": dict(sorted(export.steps.items())),
         "dirs": {r: os.path.join(out_dir, f"rank{r}") for r in sorted(export.writers)},
@@ -440,6 +442,7 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
         "skipped_by_reason": dict(sorted(stats.skipped.items())),
         "left_out": len(export.others),
         "in_log": sorted(export.in_log),
+        "live_run": going["run_id"] if going else None,
         **({"runs": sorted(export.runs)} if len(export.runs) > 1 else {}),
     }
 

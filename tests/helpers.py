@@ -48,6 +48,33 @@ def wait_logged(hub) -> None:
     wait_for(flushed)
 
 
+def hub_alone(log, run: str) -> tuple[subprocess.Popen, dict]:
+    """A real ``pardash hub`` recording ``log`` as run ``run``, listed in the test's run
+    registry (its entry is written before its first line), and its info; the caller kills it."""
+    proc = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--run-id", run, "--log", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env())  # fmt: skip
+    return proc, json.loads(proc.stdout.readline())
+
+
+def live_ranks(info: dict, run: str, log, steps: int = 3) -> None:
+    """Two ranks saying hello and taking ``steps`` steps through the hub ``info`` names, and
+    not ending: a run still going, its records in the hub's ``log``."""
+    from pathlib import Path
+
+    from pardash.telemetry.reporter import Reporter
+
+    log = Path(log)
+    reps = [Reporter(info["ingest"], run=run, identity=identity(r, 2), heartbeat_s=0) for r in (0, 1)]
+    for r in reps:
+        r.hello(strategy="ddp")
+    for step in range(1, steps + 1):
+        for r in reps:
+            r.step(step=step, loss=1.0 / step, step_s=0.01, samples=4)
+    for r in reps:
+        r.close()
+    wait_for(lambda: log.exists() and log.read_text().count('"kind":"step"') == 2 * steps)
+
+
 def pardash_env(**extra: str | None) -> dict[str, str]:
     """This process's environment less its hub endpoint, with ``extra`` (None: the variable unset)."""
     env = dict(os.environ)

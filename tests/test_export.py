@@ -253,6 +253,31 @@ def test_export_command(tmp_path):
     assert "wrote" not in empty.stdout and not (tmp_path / "tb3").exists()
 
 
+def test_an_export_of_a_live_runs_log_warns_that_it_is_partial_and_exports_it(tmp_path):
+    # A run still going exported in silence: its steps so far, read as the whole run.
+    from helpers import hub_alone, live_ranks
+
+    def run(log, out):
+        return subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / out)],
+                              capture_output=True, text=True, env=pardash_env(), timeout=120)  # fmt: skip
+
+    log = tmp_path / "run.jsonl"
+    proc, info = hub_alone(log, "live-run")
+    try:
+        live_ranks(info, "live-run", log)
+        going = run(log, "tb")
+        assert going.returncode == 0 and "(steps rank 0: 3, rank 1: 3)" in going.stdout, going.stderr
+        assert going.stderr.splitlines() == [
+            f"pardash: warning: run live-run is still going, its hub recording {log}: exported its steps so far; export again once it ends"
+        ]
+        assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["rank0", "rank1"]
+    finally:
+        proc.kill()
+        proc.wait(30)
+    over = run(log, "tb2")  # its hub gone: the log is all there will be
+    assert over.returncode == 0 and "(steps rank 0: 3, rank 1: 3)" in over.stdout and over.stderr == "", over.stderr
+
+
 def test_the_exporter_imports_tensorboard_only_when_it_runs():
     code = "import sys, pardash.telemetry.export, pardash.telemetry.prometheus; print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'prometheus_client', 'torch')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

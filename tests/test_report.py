@@ -1645,38 +1645,16 @@ def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_earl
     assert progress_line(RunState(), 1.0, 5).endswith(" | 5 refused by the hub")
 
 
-def _hub_alone(log: Path, run: str) -> tuple[subprocess.Popen, dict]:
-    """A real ``pardash hub`` recording ``log`` (listed in this test's run registry once its
-    first line is out), and its info."""
-    proc = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--run-id", run, "--log", str(log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env())  # fmt: skip
-    return proc, json.loads(proc.stdout.readline())
-
-
-def _live_ranks(info: dict, run: str, log: Path, steps: int = 3) -> None:
-    """Two ranks saying hello and taking ``steps`` steps through the hub, their records in its log."""
-    from helpers import identity, wait_for
-    from pardash.telemetry.reporter import Reporter
-
-    reps = [Reporter(info["ingest"], run=run, identity=identity(r, 2), heartbeat_s=0) for r in (0, 1)]
-    for r in reps:
-        r.hello(strategy="ddp")
-    for step in range(1, steps + 1):
-        for r in reps:
-            r.step(step=step, loss=1.0 / step, step_s=0.01, samples=4)
-    for r in reps:
-        r.close()
-    wait_for(lambda: log.exists() and log.read_text().count('"kind":"step"') == 2 * steps)
-
-
 def test_a_log_that_ends_early_says_whether_its_run_is_still_going(tmp_path):
     # "the run is still going (`pardash ps`), or its hub stopped recording (killed, out of
     # disk)" of a live run's log, where the run registry knew its hub was alive: now the one
     # that is true, of the log by its path, by another path to it, and of a copy of it.
+    from helpers import hub_alone, live_ranks
+
     log = tmp_path / "run.jsonl"
-    proc, info = _hub_alone(log, "live-run")
+    proc, info = hub_alone(log, "live-run")
     try:
-        _live_ranks(info, "live-run", log)
+        live_ranks(info, "live-run", log)
         (tmp_path / "link.jsonl").symlink_to(log)
         copy = tmp_path / "copy.jsonl"
         copy.write_bytes(log.read_bytes())
