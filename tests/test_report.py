@@ -495,6 +495,27 @@ def test_report_command_formats(tmp_path):
     assert len(missing.stderr.strip().splitlines()) == 1
 
 
+def test_a_run_compared_with_itself_is_said_so(tmp_path):
+    # `report A --compare A` (a name mistyped, a run id and its log) read "no change" in every
+    # row without a word.
+    import shutil
+
+    run = "20261201-120000-aaaa"
+    (tmp_path / "runs" / run).mkdir(parents=True)
+    log = tmp_path / "runs" / run / "telemetry.jsonl"
+    shutil.copy(DATA / "real_ddp2.jsonl", log)
+    (tmp_path / "link.jsonl").symlink_to(log)
+    for a, b, said in (
+        (str(log), str(log), f"--compare {log} is the log reported"),
+        (run, str(tmp_path / "link.jsonl"), f"--compare {tmp_path / 'link.jsonl'} is the log reported, {os.path.join('runs', run, 'telemetry.jsonl')} (the same file)"),
+    ):  # fmt: skip
+        p = _pardash("report", a, "--compare", b, cwd=tmp_path)
+        assert p.returncode == 0 and p.stdout.startswith("A: "), p.stderr
+        assert p.stderr.splitlines() == [f"pardash: warning: {said}: the run is compared with itself, every figure unchanged"]
+    other = _pardash("report", str(log), "--compare", str(DATA / "real_fsdp2.jsonl"))
+    assert other.returncode == 0 and other.stderr == "", other.stderr
+
+
 def test_bad_input_to_the_recorded_run_commands_is_one_line_naming_the_command(tmp_path):
     # An unknown flag pointed at `pardash --help`, an absolute --runs-dir read ".//nonexist",
     # --speed nan froze a replay for good, and an empty --tensorboard wrote into the cwd.
