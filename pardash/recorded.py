@@ -76,9 +76,10 @@ def _report_of(path: str) -> dict:
         except OSError:
             stats = LogReadStats(lines=rep["skipped_lines"], skipped=Counter(rep["skipped_by_reason"]))
         fail(no_records(path, stats))
+    from pardash.telemetry.report_render import no_ranks_text, report_clock_warnings
+
     if not rep["ranks"]:
-        print(f"{PROG}: warning: no rank was heard from in {path}: only the hub's own records (did the ranks start?)", file=sys.stderr)
-    from pardash.telemetry.report_render import report_clock_warnings
+        print(f"{PROG}: warning: {path}: {no_ranks_text(rep)}", file=sys.stderr)
 
     for line in report_clock_warnings(rep):
         print(f"{PROG}: warning: {path}: {line}", file=sys.stderr)
@@ -273,6 +274,10 @@ def cmd_export(ns: argparse.Namespace) -> int:
         if res["left_out"]:
             fail(f"{ns.log}: no step of --ranks {_ranks_given(ns.ranks)} in the log, so nothing to export ({res['left_out']} other rank(s) have steps)", 1)
         # (it said "wrote 0 scalars to DIR ... view with tensorboard" of a folder never made)
+        if not res["in_log"]:
+            from pardash.telemetry.logreader import no_rank_reported
+
+            fail(f"{ns.log}: {no_rank_reported(res.get('live_run'))}; nothing to export", 1)
         fail(f"{ns.log}: no step in the log, so nothing to export (its ranks published none)", 1)
     if res.get("runs"):
         # (as report warns of such a log: a rank's steps of each run went to one event file, a

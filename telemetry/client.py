@@ -324,10 +324,13 @@ class LogSpan:
         """The first and last record's time, the hub's own notes included."""
         self.runs: set[str] = set()
         self.records = 0
+        self.rank_records = 0
+        """Records of the ranks (the rest are the hub's own notes)."""
         self.last: schema.Message | None = None
 
     def take(self, msg: schema.Message) -> None:
         self.records += 1
+        self.rank_records += msg.rank >= 0
         self.last = msg
         if msg.run:
             self.runs.add(msg.run)
@@ -475,6 +478,12 @@ class ReplaySource(FrameApplier):
     @property
     def done(self) -> bool:
         return self._cursor.peek() is None and not self.following
+
+    @property
+    def no_rank_reported(self) -> bool:
+        """The whole log holds no rank's record, only its hub's notes (a hub started and stopped
+        with no rank ever connecting); never while the log is followed (its ranks may come yet)."""
+        return not self._span.rank_records and not self.following
 
     def _restart(self) -> None:
         FrameApplier.__init__(self)

@@ -71,6 +71,17 @@ def no_records(path: str | os.PathLike[str], stats: LogReadStats) -> str:
     return f"{path}: no telemetry records in {lines} line(s) ({why or 'all blank'}); is it a pardash log?"
 
 
+def no_rank_reported(live_run: str | None = None) -> str:
+    """What report, export and replay say of a log that holds no rank's record, only its hub's
+    (a hub started and stopped with no rank ever connecting), in the same words; ``live_run``:
+    the run id of the live run whose hub still records it and waits for its ranks. (The report
+    read "log ends early at step 0, with 0 rank(s) not ended", export "its ranks published no
+    step", the replay "waiting for ranks…" at its end.)"""
+    if live_run:
+        return f"no rank has reported yet: its hub is still waiting for them (`pardash attach {live_run}` watches it)"
+    return "no rank ever reported to its hub: the log holds only the hub's own records (did the ranks start?)"
+
+
 Progress = Callable[[int, int], None]
 """Told (bytes of the log's file read, its size) as a log is read: a gzip log's compressed bytes."""
 PROGRESS_EVERY = 1 << 13

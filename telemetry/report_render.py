@@ -9,6 +9,7 @@ import re
 
 from .analysis import hang_causes
 from .clocks import clock_warnings
+from .logreader import no_rank_reported
 from .summary import ranks_named
 from .summary import human_bytes, ms
 
@@ -71,8 +72,15 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("restarts", f"torchrun restarted the job {rep['job_restarts']}x (--max-restarts)")] if rep.get("job_restarts") else []),
         ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "")),
         *([("refused by the hub", _refused_text(rep["rejected_by_reason"]))] if rep.get("rejected_by_reason") else []),
-        *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"]))] if rep.get("log_ends_early") else []),
+        # (of a log with no rank, the rank section says why: "at step 0, with 0 rank(s) not ended")
+        *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"]))]
+          if rep.get("log_ends_early") and rep["ranks"] else []),
     ]
+
+
+def no_ranks_text(rep: dict) -> str:
+    """Why a report has no rank, as export and replay say it of the same log."""
+    return no_rank_reported((rep.get("log_ends_early") or {}).get("live_run"))
 
 
 def report_clock_warnings(rep: dict) -> list[str]:
@@ -370,7 +378,9 @@ def render_text(rep: dict, width: int = 10_000) -> str:
     cols = rank_columns(rep)
     rows = [rank_cells(r, restarts=cols is not RANK_COLUMNS) for r in rep["ranks"]]
     title = "ranks (medians; memory after the last step)"
-    if len(rows) > PLAIN_TABLE_RANKS:
+    if not rows:
+        con.print(f"ranks: {no_ranks_text(rep)}")
+    elif len(rows) > PLAIN_TABLE_RANKS:
         con.print(title)
         buf.write("".join(line + "\n" for line in _plain_table(cols, rows, left={"host", "status"})))
     else:
@@ -380,7 +390,8 @@ def render_text(rep: dict, width: int = 10_000) -> str:
         for row in rows:
             t.add_row(*row)
         con.print(t)
-    con.print(SELF_NOTE)
+    if rows:
+        con.print(SELF_NOTE)
     con.print()
     con.print("stragglers:" + ("" if rep["stragglers"] else " none"))
     for line in straggler_lines(rep):
@@ -476,11 +487,15 @@ def render_markdown(rep: dict) -> str:
     out.append(md_table(["", ""], [[k, v] for k, v in summary_rows(rep)], right=set()))
     if rep.get("note"):
         out += ["", f"> {rep['note']}"]
-    out += ["", "## Ranks", "", f"Medians over the run; memory after the last step. {SELF_NOTE}", ""]
-    text_cols = {1, 2}
-    cols = rank_columns(rep)
-    out.append(md_table(cols, [rank_cells(r, restarts=cols is not RANK_COLUMNS) for r in rep["ranks"]],
-                        right=set(range(len(cols))) - text_cols))
+    if rep["ranks"]:
+        out += ["", "## Ranks", "", f"Medians over the run; memory after the last step. {SELF_NOTE}", ""]
+        text_cols = {1, 2}
+        cols = rank_columns(rep)
+        out.append(md_table(cols, [rank_cells(r, restarts=cols is not RANK_COLUMNS) for r in rep["ranks"]],
+                            right=set(range(len(cols))) - text_cols))
+    else:
+        why = md_text(no_ranks_text(rep))
+        out += ["", "## Ranks", "", why[0].upper() + why[1:]]
     out += ["", "## Stragglers", ""]
     out += [f"- {md_text(line)}" for line in straggler_lines(rep)] or ["None found."]
     out += ["", "## Stalls and exits", ""]

@@ -549,7 +549,7 @@ def test_a_log_holding_two_runs_is_reported_with_a_warning(tmp_path):
     hub_only = tmp_path / "hub_only.jsonl"
     hub_only.write_bytes(b'{"kind":"event","name":"hub","message":"hub started","run":"r","seq":-1,"t":1.0,"hseq":1}\n')
     p = _pardash("report", str(hub_only))
-    assert p.returncode == 0 and "no rank was heard from" in p.stderr
+    assert p.returncode == 0 and "no rank ever reported to its hub" in p.stderr
 
 
 def test_a_run_is_found_by_its_folder_or_its_run_id(tmp_path):
@@ -1696,6 +1696,49 @@ def test_a_log_that_ends_early_says_whether_its_run_is_still_going(tmp_path):
                         "(killed, out of disk) before the run ended (no live run on this machine records it: `pardash ps`)"), row  # fmt: skip
     assert "still going" not in row
     assert build_report(str(log))["log_ends_early"]["live_run"] is None
+
+
+NO_RANK = "no rank ever reported to its hub: the log holds only the hub's own records (did the ranks start?)"
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["hub-stopped", "hub-killed"])
+def test_a_log_no_rank_ever_reported_to_is_said_so_alike_by_report_export_and_replay(tmp_path, closed):
+    # A hub started and stopped (or killed) with no rank connecting: the report read "log ends
+    # early at step 0, with 0 rank(s) not ended ... the run is still going" over an empty rank
+    # table, export "no step in the log (its ranks published none)", replay "waiting for ranks…".
+    from pardash.telemetry.client import ReplaySource
+
+    log = tmp_path / "hub.jsonl"
+    _write_log(log, [schema.Event(run="r", rank=-1, seq=-1, name="hub", message="hub started (pid 1)", t=1.0e9),
+                     *([schema.Event(run="r", rank=-1, seq=-1, name="hub", message="hub stopped: 0 messages, 0 lost, 0 rejected",
+                                     t=1.0e9 + 4)] if closed else [])])  # fmt: skip
+    os.utime(log, (1.0e9 + 4, 1.0e9 + 4))  # (written long ago: a replay follows a log that grew just now)
+    p = _pardash("report", str(log))
+    assert p.returncode == 0 and f"ranks: {NO_RANK}" in p.stdout.splitlines(), p.stdout
+    assert "log ends early" not in p.stdout and "rank(s) not ended" not in p.stdout and "ranks (medians" not in p.stdout
+    assert p.stderr == f"pardash: warning: {log}: {NO_RANK}\n"
+    md = _pardash("report", str(log), "--format", "markdown")
+    assert "## Ranks\n\nNo rank ever reported to its hub: the log holds only the hub's own records (did the ranks start?)\n" in md.stdout
+    e = _pardash("export", str(log), "--tensorboard", str(tmp_path / "tb"))
+    assert e.returncode == 1 and e.stderr == f"pardash: error: {log}: {NO_RANK}; nothing to export\n" and not (tmp_path / "tb").exists()
+    assert ReplaySource(str(log)).no_rank_reported  # (its dashboard's words: tests/tui/test_replay.py)
+
+
+def test_a_live_hub_no_rank_has_reported_to_yet_is_said_to_be_waiting(tmp_path):
+    from helpers import hub_alone, wait_for
+
+    log = tmp_path / "hub.jsonl"
+    proc, info = hub_alone(log, "live-run")
+    try:
+        wait_for(lambda: log.exists() and "hub started" in log.read_text())
+        p = _pardash("report", str(log))
+        want = "no rank has reported yet: its hub is still waiting for them (`pardash attach live-run` watches it)"
+        assert p.returncode == 0 and f"ranks: {want}" in p.stdout.splitlines() and p.stderr == f"pardash: warning: {log}: {want}\n", p.stdout
+        e = _pardash("export", str(log), "--tensorboard", str(tmp_path / "tb"))
+        assert e.returncode == 1 and e.stderr == f"pardash: error: {log}: {want}; nothing to export\n"
+    finally:
+        proc.kill()
+        proc.wait(30)
 
 
 def test_a_report_of_many_ranks_is_quick_and_groups_its_hosts(tmp_path):

@@ -362,6 +362,34 @@ def test_a_tui_left_open_after_the_job_adds_no_dead_time_to_its_replay(tmp_path)
     assert src.done and "hub stopped" in src.state.events[-1].message
 
 
+async def test_a_replay_of_a_log_no_rank_ever_reported_to_says_so_not_waiting_for_ranks(tmp_path):
+    # A hub started and stopped with no rank connecting: its replay read "waiting for ranks…"
+    # to its end, where report and export say no rank ever reported (the same words here).
+    from pardash.telemetry import schema
+    from pardash.tui.widgets.alert_list import AlertList
+
+    log = tmp_path / "hub.jsonl"
+    log.write_bytes(schema.encode_json_lines([
+        schema.Event(rank=-1, name="hub", message="hub started", t=1.7e9, run="x"),
+        schema.Event(rank=-1, name="hub", message="hub stopped: 0 messages, 0 lost, 0 rejected", t=1.7e9 + 4, run="x"),
+    ]))  # fmt: skip
+    app = make_app(ReplaySource(str(log)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        said = widget_text(app.screen.query_one(AlertList))
+        assert said == "⚠ no rank ever reported to its hub: the log holds only the hub's own records (did the ranks start?)", said
+    # A run's replay seeked back to before its ranks' first word still waits for them.
+    src = ReplaySource(str(DATA / "run4.jsonl"))
+    src.seek(10.0)
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("left_square_bracket")
+        await pilot.pause()
+        assert src.position_s == 0.0 and not src.state.ranks and not src.no_rank_reported
+        assert widget_text(app.screen.query_one(AlertList)) == "waiting for ranks…"
+
+
 def test_a_replay_starts_with_the_ranks_not_the_hub_waiting_for_them(tmp_path):
     # The hub starts before the job's ranks (torch's import, a rendezvous, a queue): a replay
     # showed "0 ranks, step 0" for that long, 5 s of a 28 s run on a laptop, minutes on a

@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from pardash.telemetry.client import Source
+from pardash.telemetry.logreader import no_rank_reported
 
 from ..alerts import run_alerts, straggled_text
 from ..charts import run_series
@@ -342,7 +343,8 @@ class DashboardScreen(Screen):
         alerts.alerts = tuple(run_alerts(state, table.flagged, t0=origin))
         quiet = self._summary.hub_quiet_s
         if not state.ranks:
-            alerts.calm = "waiting for ranks…"
+            # (a replay of a log no rank ever reported to read "waiting for ranks…" at its end)
+            alerts.calm = f"{STALE_MARK} {no_rank_reported()}" if getattr(source, "no_rank_reported", False) else "waiting for ranks…"
         elif all(r.finished for r in state.ranks.values()):
             alerts.calm = "✓ every rank finished" + _stragglers_were(state)
         elif quiet is not None and not self._summary.ended:
