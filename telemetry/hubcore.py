@@ -23,7 +23,7 @@ from . import frames, schema, security
 from .analysis import Detector
 from .clocks import CLOCK_OFF_S, human_span
 from .recorder import Recorder
-from .state import RunState
+from .state import RankState, RunState
 
 MAX_RANK = 1 << 20
 """Ranks above this are refused (no job has a million ranks; a hostile frame might)."""
@@ -87,6 +87,11 @@ REJECTS_NOTE_S = 60.0
 """How often, at most, the hub notes in its log what it has refused so far (when that grew)."""
 _REJECTS = re.compile(r"(\d+) rejected(?: \(([^)]*)\))?")
 
+
+SHARED_RANK_S = 3.0
+"""A hello from another process for a rank whose process spoke less than this ago (its
+heartbeat comes each second; a rank is called silent after 3 s), torchrun's restart count the
+same: two processes send as that rank (see HubCore._two_say)."""
 
 MAX_CLOCK_NOTES = 64
 """Hosts whose clock the hub says is off, at most: beyond it, hellos naming ever new hosts (a
@@ -180,6 +185,7 @@ class HubCore:
         """Where the hub also says a warning its operator must act on (a hub run alone: its
         stderr); viewers and the log have it as an event."""
         self._world_said = False
+        self._shared_said = False
         self.snapshots_served = 0
         self.hub_id = os.urandom(4).hex()
         self._pending: list[schema.Message] = []
@@ -505,6 +511,8 @@ class HubCore:
         self._rate_n += 1
         if isinstance(msg, schema.Hello):
             prev = self.state.ranks.get(msg.rank)
+            if prev is not None and not self._shared_said:
+                self._two_say(prev, msg, now)
             if prev is not None and prev.hello is not None and msg.restart > prev.hello.restart:
                 if not any(r.hello is not None and r.hello.restart >= msg.restart for r in self.state.ranks.values()):
                     self.detector.stragglers.restart()  # the first rank of the new attempt
@@ -530,6 +538,35 @@ class HubCore:
     def framed(self, steps: Iterable[schema.Step]) -> None:
         """Note that the ranks of ``steps`` have had a step in a frame (their history has it)."""
         self._framed.update(s.rank for s in steps)
+
+    def _two_say(self, prev: RankState, hello: schema.Hello, now: float) -> None:
+        """Warn once when ``hello`` comes from another process than the rank's own, which still
+        sends (heard from within SHARED_RANK_S, neither ended nor restarted by torchrun): two
+        jobs given the same run id by a hub run alone (its PARDASH_RUN_ID exported in two
+        shells), or two nodes started with the same node rank. Their messages mix in one rank
+        (its steps, its lost count), which the hub cannot tell apart; said, the user can."""
+        was = prev.hello
+        if (
+            was is None
+            or hello.seq < 0
+            or not hello.pid
+            or hello.pid == was.pid
+            or hello.restart != was.restart
+            or prev.finished
+            or prev.exit_code is not None
+            or now - prev.last_seen >= SHARED_RANK_S
+        ):
+            return
+        self._shared_said = True
+
+        def on(h: schema.Hello) -> str:
+            return f"pid {h.pid}" + (f" on {h.host}" if h.host else "")
+
+        self._warn(
+            f"rank {hello.rank}: {on(hello)} says it is rank {hello.rank} while {on(was)} still sends as it: "
+            f"two jobs share run id {self.state.run_id} (or two nodes the same ranks), and their figures mix; "
+            "give each job its own hub or PARDASH_RUN_ID"
+        )
 
     def _hold_clock(self, hello: schema.Hello) -> None:
         """Say once per host when a hello's time is further from the hub's than CLOCK_OFF_S

@@ -883,3 +883,37 @@ def test_a_hub_bound_to_every_address_tells_ranks_this_machines_name():
     assert reachable("tcp://[::]:39157") == f"tcp://{here}:39157"
     assert reachable("tcp://10.1.2.3:39157") == "tcp://10.1.2.3:39157"
     assert reachable("tcp://127.0.0.1:5") == "tcp://127.0.0.1:5"
+
+
+def test_two_processes_sending_as_one_rank_are_warned_of_once():
+    # Two jobs given one hub's run id (`pardash hub` alone, its PARDASH_RUN_ID exported in two
+    # shells), or two nodes started with the same node rank: both send as rank 0, and their
+    # steps and lost counts mixed in one rank without a word.
+    from pardash.telemetry.hubcore import HubCore
+
+    def hello(rank, pid, t, restart=0, host="a"):
+        return schema.encode(schema.Hello(run="r", rank=rank, seq=0, world_size=2, pid=pid, host=host, restart=restart, t=1.0e9 + t))
+
+    def beat(rank, seq, t):
+        return schema.encode(schema.Heartbeat(run="r", rank=rank, seq=seq, step=seq, phase="forward", t=1.0e9 + t, mono=t))
+
+    def warnings(core):
+        return [e.message for e in core.state.events if e.name == "warning" and "still sends as it" in e.message]
+
+    core = HubCore(run_id="r")
+    assert core.ingest_bytes(hello(0, 100, 0.0), 0.0) and core.ingest_bytes(hello(1, 101, 0.0), 0.0)
+    # torchrun's restart of rank 1 (its count up), then a requeued rank 0 whose process before
+    # went quiet 5 s ago: new processes, one at a time, and no warning
+    assert core.ingest_bytes(hello(1, 201, 0.5, restart=1), 0.5)
+    assert core.ingest_bytes(hello(0, 300, 5.0), 5.0)
+    assert warnings(core) == []
+    # a second job's rank 0 while pid 300 sends
+    assert core.ingest_bytes(beat(0, 1, 6.0), 6.0)
+    assert core.ingest_bytes(hello(0, 400, 6.5, host="b"), 6.5)
+    assert warnings(core) == [
+        "rank 0: pid 400 on b says it is rank 0 while pid 300 on a still sends as it: two jobs share run id r "
+        "(or two nodes the same ranks), and their figures mix; give each job its own hub or PARDASH_RUN_ID"
+    ]
+    # said once: the two go on taking turns
+    assert core.ingest_bytes(hello(0, 300, 7.0), 7.0) and core.ingest_bytes(hello(0, 400, 7.5, host="b"), 7.5)
+    assert len(warnings(core)) == 1
