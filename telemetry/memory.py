@@ -315,6 +315,7 @@ def account(model: Any, optimizers: Any, *, ddp_module: Any = None, slot: int = 
 
 __all__ = [
     "MemoryProbe",
+    "measure_every",
     "accountable",
     "account",
     "expected_bytes_per_rank",
@@ -337,6 +338,17 @@ MEM_EVERY_S = 0.1
 CUDA peak is the allocator's since the last measurement, so none between is missed. Measured at
 every step of a 2 ms step (its cost under MEM_BUDGET), memory took 23 us of each rank's step
 in a DDP x2 run whose hooks' whole cost was about 140 us."""
+
+
+def measure_every(cost_s: float, step_s: float, slots: int = 1) -> int:
+    """Steps per measurement for a measurement that costs ``cost_s`` and steps of ``step_s``
+    (0: not known yet), ``slots`` measurements a step sharing the budget: every step while it
+    costs under MEM_BUDGET of the step and the steps are MEM_EVERY_S apart, else as many steps
+    as keep it so, up to MEM_MAX_EVERY."""
+    budget_s = MEM_BUDGET * step_s / slots
+    by_cost = 1 if budget_s <= 0 or cost_s <= budget_s else math.ceil(cost_s / budget_s)
+    by_time = math.ceil(MEM_EVERY_S / step_s) if step_s > 0 else 1
+    return min(MEM_MAX_EVERY, max(by_cost, by_time))
 
 
 DUE = object()
@@ -396,11 +408,7 @@ class MemoryProbe:
             # A running mean: account() itself caches, so its calls are mostly cheap with an
             # occasional full recount; the mean is what a step pays.
             self.mean_cost_s = self.cost_s if self.mean_cost_s is None else 0.8 * self.mean_cost_s + 0.2 * self.cost_s
-            budget_s = MEM_BUDGET * step_s / max(1, len(self._slots))
-            cost = self.mean_cost_s
-            by_cost = 1 if budget_s <= 0 or cost <= budget_s else math.ceil(cost / budget_s)
-            by_time = math.ceil(MEM_EVERY_S / step_s) if step_s > 0 else 1
-            self.every = min(MEM_MAX_EVERY, max(by_cost, by_time))
+            self.every = measure_every(self.mean_cost_s, step_s, slots=max(1, len(self._slots)))
         self.last = mem
         self._slots[slot] = (mem, self.every - 1)
         return mem

@@ -77,8 +77,8 @@ the whole step; otherwise unknown.
 Cost. On CPU the stamps are ``perf_counter`` and a step is published when it ends; on a GPU
 they are CUDA events and a step is published once the next one ends (its events and loss are
 ready by then), so no hook waits for the device. Memory accounting is the one expensive part:
-it runs every step while it costs under 1% of the step time, else every few steps
-(:class:`pardash.telemetry.memory.MemoryProbe`). ``tests/scripts/measure_overhead.py`` measures
+it runs every step while it costs under 1% of the step time and the steps are 0.1 s apart or
+more, else every few steps (:class:`pardash.telemetry.memory.MemoryProbe`). ``tests/scripts/measure_overhead.py`` measures
 all of it.
 
 An internal error in a hook never reaches the script: the instrumentation stops and says so in
@@ -746,7 +746,7 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         # another model (or set) than the last measured: measured now
         probe = self.probe
         held = probe.repeat(model, force=force or new, slot=slot)
-        if held is not memory.DUE:  # most steps (while measuring costs more than MEM_BUDGET)
+        if held is not memory.DUE:  # most steps (see memory.measure_every)
             return held
         return probe.measure(model, self.optimizers, ddp_module=self.trained.ddps_of(model), step_s=self._step_s, force=True, slot=slot)
 

@@ -6,7 +6,8 @@
    pre/post, backward entry, optimizer pre/post, the step's publication), with a reporter that
    drops everything, then with a real Reporter sending to a real socket.
 2. ``account`` (memory), the expensive part, on a small and a larger model, and how often the
-   instrumentation then calls it (every step while under 1% of the step time).
+   instrumentation then calls it (every step while under 1% of the step time and the steps
+   0.1 s apart: ``memory.measure_every``).
 3. End to end: a tiny CPU training loop plain and instrumented, interleaved, best of many
    short runs (other processes share the cores), and the per-submodule cost of having global
    module hooks at all (PyTorch's slow call path plus our depth increment).
@@ -114,9 +115,9 @@ def memory_cost() -> None:
             probe.measure(model, [opt], force=True)
             costs.append(probe.cost_s)
         mean_us = sum(costs) / len(costs) * 1e6
-        every = [max(1, -(-mean_us // (memory.MEM_BUDGET * step_us))) for step_us in (10_000, 100_000)]
+        every = [memory.measure_every(mean_us / 1e6, step_s) for step_s in (0.002, 0.01, 0.1)]
         print(f"  account(), {name:24} first {costs[0] * 1e6:7.1f} us, mean {mean_us:6.1f} us"
-              f"  -> every {every[0]:.0f} step(s) at 10 ms/step, every {every[1]:.0f} at 100 ms/step")
+              f"  -> every {every[0]} step(s) at 2 ms/step, {every[1]} at 10 ms, {every[2]} at 100 ms")
 
 
 def train(model, opt, xs, ys, steps):
