@@ -144,7 +144,13 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
         folders = [os.path.join(runs_dir, d) for d in os.listdir(runs_dir) if d.startswith(what) and os.path.isdir(os.path.join(runs_dir, d))]
         for f in folders:
             found.setdefault(run_folder_log(f), os.path.basename(f))
-    found = {p: run for p, run in found.items() if p and os.path.isfile(p)}
+    # One file, one match: the registry holds a live run's log by its absolute path, its
+    # folder under ./runs gives a relative one (and a link is another path to it).
+    by_file: dict[str, tuple[str, str]] = {}
+    for p, run in found.items():
+        if p and os.path.isfile(p):
+            by_file.setdefault(os.path.realpath(p), (p, run))
+    found = dict(by_file.values())
     if len(found) == 1:
         return next(iter(found))
     if found:

@@ -1698,6 +1698,26 @@ def test_a_log_that_ends_early_says_whether_its_run_is_still_going(tmp_path):
     assert build_report(str(log))["log_ends_early"]["live_run"] is None
 
 
+def test_a_live_run_is_found_by_its_id_in_the_default_runs_folder(tmp_path):
+    # The registry holds a live run's log by its absolute path, its folder under ./runs gave
+    # a relative one: one file, two matches ("live-run: matches 2 runs (live-run); give more
+    # of the id") for report, export and replay of a live run named by its id.
+    from helpers import hub_alone, live_ranks
+
+    log = tmp_path / "runs" / "live-run" / "telemetry.jsonl"
+    log.parent.mkdir(parents=True)
+    proc, info = hub_alone(log, "live-run")
+    try:
+        live_ranks(info, "live-run", log)
+        for what in ("live-run", "live"):
+            p = _pardash("report", what, cwd=tmp_path)
+            assert p.returncode == 0 and "matches" not in p.stderr, (what, p.stderr)
+            assert "the run is still going, its hub recording (`pardash attach live-run` watches it" in p.stdout
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
 NO_RANK = "no rank ever reported to its hub: the log holds only the hub's own records (did the ranks start?)"
 
 
