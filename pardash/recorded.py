@@ -186,7 +186,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
     ns.log = find_log(ns.log, ns.runs_dir)
     if ns.compare is not None:
         ns.compare = find_log(ns.compare, ns.runs_dir)
-        if _same_file(ns.log, ns.compare):
+        if registry.same_file(ns.log, ns.compare):
             # (a mistyped name compared a run with itself, and read "no change" in every row)
             which = "is the log reported" if ns.compare == ns.log else f"is the log reported, {ns.log} (the same file)"
             print(f"{PROG}: warning: --compare {ns.compare} {which}: the run is compared with itself, every figure unchanged", file=sys.stderr)
@@ -200,13 +200,6 @@ def cmd_report(ns: argparse.Namespace) -> int:
         out = {"json": json_text, "markdown": render_markdown, "text": render_text}[ns.format](rep)
     print(out, end="")
     return 0
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 RANKS_LISTED = 8

@@ -162,12 +162,14 @@ def recording(log: str, run_ids: Iterable[str] = ()) -> dict | None:
     for e in live_runs():
         if job_result(e) is not None:
             continue
-        if e["run_id"] in ids or _same_file(e.get("log"), log):
+        if e["run_id"] in ids or same_file(e.get("log"), log):
             return e
     return None
 
 
-def _same_file(a: object, b: str) -> bool:
+def same_file(a: object, b: str) -> bool:
+    """True when ``a`` and ``b`` are paths to one file (a link, a relative path to it); False
+    when either is not there, or ``a`` is no path (an entry's missing or damaged field)."""
     if not isinstance(a, str) or not a:
         return False
     try:

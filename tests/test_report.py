@@ -1718,6 +1718,21 @@ def test_a_live_run_is_found_by_its_id_in_the_default_runs_folder(tmp_path):
         proc.wait(30)
 
 
+def test_same_file_is_one_function_for_the_registry_and_the_commands(tmp_path):
+    # (recorded.py kept its own copy of registry's; one rule for "another path to the same log")
+    from pardash import recorded
+    from pardash.telemetry import registry
+
+    log = tmp_path / "run.jsonl"
+    log.write_text("")
+    (tmp_path / "link.jsonl").symlink_to(log)
+    assert registry.same_file(str(log), str(tmp_path / "link.jsonl"))
+    assert registry.same_file(os.path.relpath(log), str(log))
+    assert not registry.same_file(str(log), str(tmp_path / "gone.jsonl"))
+    assert not registry.same_file(None, str(log)) and not registry.same_file("", str(log))
+    assert not hasattr(recorded, "_same_file") and not hasattr(registry, "_same_file")
+
+
 NO_RANK = "no rank ever reported to its hub: the log holds only the hub's own records (did the ranks start?)"
 
 
