@@ -351,6 +351,9 @@ def measure_every(cost_s: float, step_s: float, slots: int = 1) -> int:
     return min(MEM_MAX_EVERY, max(by_cost, by_time))
 
 
+_clock = time.monotonic
+"""When a repeated measurement is too old (tests set a clock of their own)."""
+
 DUE = object()
 """:meth:`MemoryProbe.repeat`'s answer when a measurement is due (None is a measurement: one
 that failed)."""
@@ -359,10 +362,10 @@ that failed)."""
 class MemoryProbe:
     """Calls :func:`account` every step while it costs under :data:`MEM_BUDGET` of the step
     time and the steps are :data:`MEM_EVERY_S` apart or more, else every N steps (N chosen from
-    the measured cost and the step time); the steps in between repeat the last measurement, so
-    every step carries one. Each ``slot``
-    (an optimizer's place in the step, see :meth:`MemoryAccountant.measure`) is sampled and
-    repeated apart, the budget shared between them."""
+    the measured cost and the step time, and never longer apart than that cost and MEM_EVERY_S
+    allow in time); the steps in between repeat the last measurement, so every step carries
+    one. Each ``slot`` (an optimizer's place in the step, see :meth:`MemoryAccountant.measure`)
+    is sampled and repeated apart, the budget shared between them."""
 
     def __init__(self) -> None:
         self.last: Mem | None = None
@@ -373,8 +376,10 @@ class MemoryProbe:
         """Running mean of those times."""
         self.every = 1
         """Steps per measurement, from the last cost and step time."""
-        self._slots: dict[int, tuple[Mem | None, int]] = {}
-        """Per slot: its last measurement and the calls left to repeat it (of ``_model``)."""
+        self._slots: dict[int, tuple[Mem | None, int, float]] = {}
+        """Per slot: its last measurement, the calls left to repeat it (of ``_model``), and the
+        time.monotonic() from which it is repeated no more: steps that slowed down (a backbone
+        unfrozen, a larger batch) do not repeat a measurement of fast ones for long."""
         self._model: Any = None
         """A weak reference to the model measured last (one the script lets go must go)."""
 
@@ -388,8 +393,8 @@ class MemoryProbe:
             self._model = weakref.ref(model)
             self._slots = {}
         held = self._slots.get(slot)
-        if not force and held is not None and held[1] > 0:
-            self._slots[slot] = (held[0], held[1] - 1)
+        if not force and held is not None and held[1] > 0 and _clock() < held[2]:
+            self._slots[slot] = (held[0], held[1] - 1, held[2])
             return held[0]
         return DUE
 
@@ -398,6 +403,7 @@ class MemoryProbe:
         if held is not DUE:
             return held
         t0 = time.perf_counter()
+        until = math.inf
         try:
             mem = account(model, optimizers, ddp_module=ddp_module, slot=slot)
         except Exception:  # an odd model or optimizer: the step goes out without memory
@@ -408,9 +414,12 @@ class MemoryProbe:
             # A running mean: account() itself caches, so its calls are mostly cheap with an
             # occasional full recount; the mean is what a step pays.
             self.mean_cost_s = self.cost_s if self.mean_cost_s is None else 0.8 * self.mean_cost_s + 0.2 * self.cost_s
-            self.every = measure_every(self.mean_cost_s, step_s, slots=max(1, len(self._slots)))
+            slots = max(1, len(self._slots))
+            self.every = measure_every(self.mean_cost_s, step_s, slots=slots)
+            # repeated for that many steps, and no longer than its cost keeps within the budget
+            until = _clock() + max(MEM_EVERY_S, self.mean_cost_s * slots / MEM_BUDGET)
         self.last = mem
-        self._slots[slot] = (mem, self.every - 1)
+        self._slots[slot] = (mem, self.every - 1, until)
         return mem
 
 

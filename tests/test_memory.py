@@ -325,26 +325,46 @@ def test_fsdp_gradient_accumulation_keeps_the_gradients_sharded(fsdp_memory):
         assert d["first"] == d["last"] == {"sharded": d["full"] // 2, "unsharded": 0}
 
 
-def test_steps_closer_than_a_tenth_of_a_second_are_measured_one_in_every_tenth_of_a_second():
+def test_memory_is_measured_no_more_often_than_every_tenth_of_a_second_nor_past_its_budget():
     # Viewers see memory at the hub's frames, ten a second. Measured at every 2 ms step (its
-    # cost under the 1% budget), it took 23 us of each DDP rank's step; the steps between now
-    # repeat the last measurement, and slow steps are each measured as before.
+    # cost under the 1% budget), it took 23 us of each DDP rank's step.
+    from pardash.telemetry.memory import MEM_MAX_EVERY, measure_every
+
+    assert [measure_every(5e-6, s) for s in (0.002, 0.03, 0.1, 2.0)] == [50, 4, 1, 1]
+    assert measure_every(5e-6, 0.0) == 1  # the step time not known yet
+    assert measure_every(0.004, 0.2) == 2  # 4 ms a measurement: 2% of a 200 ms step, so every other
+    assert measure_every(0.004, 0.2, slots=2) == 4  # two optimizers' posts share the 1%
+    assert measure_every(0.1, 0.002) == MEM_MAX_EVERY
+
+
+def test_steps_close_together_repeat_a_measurement_until_a_tenth_of_a_second_has_passed(monkeypatch):
+    # Measured every 50 steps of 2 ms; when the steps slow to a second each (a backbone
+    # unfrozen, a larger batch), the next is measured at once: the 100 s the 49 repeats left
+    # would have taken went by with the memory of the fast steps.
     import torch
     from torch import nn
 
     from pardash.telemetry import memory
 
+    now = [1000.0]
+    monkeypatch.setattr(memory, "_clock", lambda: now[0])
+    monkeypatch.setattr(memory, "MEM_BUDGET", 1.0)  # (its cost, timed for real, never decides)
     model = nn.Linear(8, 8)
     opt = torch.optim.AdamW(model.parameters())
     model(torch.randn(2, 8)).sum().backward()
     opt.step()
-    for step_s, every in ((0.002, 50), (0.03, 4), (2.0, 1)):
-        probe = memory.MemoryProbe()
-        fresh, last = [], None
-        for _ in range(2 * every + 1):
+    probe = memory.MemoryProbe()
+
+    def measured(steps, step_s):
+        fresh, last = [], probe.last
+        for _ in range(steps):
+            now[0] += step_s  # the step, then its optimizer's post-hook measures
             mem = probe.measure(model, [opt], step_s=step_s)
             fresh.append(mem is not last)
             last = mem
-        assert mem is not None and mem.params_bytes == 8 * 8 * 4 + 8 * 4
-        assert probe.every == every, step_s
-        assert [i for i, f in enumerate(fresh) if f] == [0, every, 2 * every], step_s
+        return [i for i, f in enumerate(fresh) if f]
+
+    assert measured(101, 0.002) == [0, 50, 100]
+    assert probe.every == 50 and probe.last.params_bytes == (8 * 8 + 8) * 4
+    assert measured(3, 1.0) == [0, 1, 2]  # (the first: 49 repeats were left)
+    assert probe.every == 1
