@@ -129,8 +129,11 @@ def _ends_early_text(end: dict, skipped: dict[str, int]) -> str:
     if end.get("live_run"):
         return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: the run is still going, its hub recording "
                 f"(`pardash attach {end['live_run']}` watches it; report again once it ends)")
-    return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled} and no closing line from the hub: its hub "
-            "stopped recording (killed, out of disk) before the run ended (no live run on this machine records it: `pardash ps`)")
+    # (this machine's registry is all it knows: a hub on another node, or given another
+    # registry dir, may be recording the log still)
+    return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled} and no closing line from the hub, and no live "
+            "run on this machine records it: its hub stopped recording (killed, out of disk) before the run ended, or runs "
+            "elsewhere (`pardash ps`)")
 
 
 def _hub_restarts_text(rep: dict) -> str:

@@ -1692,8 +1692,10 @@ def test_a_log_that_ends_early_says_whether_its_run_is_still_going(tmp_path):
         proc.wait(30)
     p = _pardash("report", str(log))
     row = next(line for line in p.stdout.splitlines() if line.startswith("log ends early"))
-    assert row.endswith("at step 3, with 2 rank(s) not ended and no closing line from the hub: its hub stopped recording "
-                        "(killed, out of disk) before the run ended (no live run on this machine records it: `pardash ps`)"), row  # fmt: skip
+    # (not stated as fact: the hub may be recording it on another machine, or another registry's)
+    assert row.endswith("at step 3, with 2 rank(s) not ended and no closing line from the hub, and no live run on this machine "
+                        "records it: its hub stopped recording (killed, out of disk) before the run ended, or runs elsewhere "
+                        "(`pardash ps`)"), row  # fmt: skip
     assert "still going" not in row
     assert build_report(str(log))["log_ends_early"]["live_run"] is None
 
