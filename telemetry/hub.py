@@ -189,6 +189,7 @@ class Hub:
         n = 0
         rec, core.recorder = core.recorder, None  # do not write the old records again
         start = now if now is not None else time.monotonic()
+        core.recovered_at = start
         try:
             for msg in read_log(self.recorder.path):
                 hseq = msg.hseq

@@ -88,10 +88,10 @@ REJECTS_NOTE_S = 60.0
 _REJECTS = re.compile(r"(\d+) rejected(?: \(([^)]*)\))?")
 
 
-SHARED_RANK_S = 3.0
+SHARED_RANK_S = 2.0
 """A hello from another process for a rank whose process spoke less than this ago (its
-heartbeat comes each second; a rank is called silent after 3 s), torchrun's restart count the
-same: two processes send as that rank (see HubCore._two_say)."""
+heartbeat comes each second), torchrun's restart count the same: two processes send as that
+rank (see HubCore._two_say)."""
 
 MAX_CLOCK_NOTES = 64
 """Hosts whose clock the hub says is off, at most: beyond it, hellos naming ever new hosts (a
@@ -186,6 +186,9 @@ class HubCore:
         stderr); viewers and the log have it as an event."""
         self._world_said = False
         self._shared_said = False
+        self.recovered_at: float | None = None
+        """When this hub read its log back (``Hub.recover``): the ranks' ``last_seen`` up to then
+        is the reading's, not a word from them."""
         self.snapshots_served = 0
         self.hub_id = os.urandom(4).hex()
         self._pending: list[schema.Message] = []
@@ -555,6 +558,7 @@ class HubCore:
             or prev.finished
             or prev.exit_code is not None
             or now - prev.last_seen >= SHARED_RANK_S
+            or (self.recovered_at is not None and prev.last_seen <= self.recovered_at)
         ):
             return
         self._shared_said = True

@@ -382,3 +382,29 @@ def test_the_runs_charts_start_at_its_first_step_however_many_steps_a_frame_hold
     replay = ReplaySource(str(path))
     replay.seek(replay.t_end - replay.t_start)
     assert replay.state.trend.points()[0][0] == 1.0
+
+
+def test_a_job_relaunched_on_a_restarted_hub_is_not_taken_for_a_second_job(tmp_path):
+    # The restarted hub reads its log back at `now`: every rank's last word dates from then,
+    # and a relaunched job's rank 0 (a new pid, restart 0) within seconds of it read as "two
+    # jobs share run id r". A rank heard from since, whose process still sends, does.
+    path = tmp_path / "run.jsonl"
+    core, ranks = _two_ranks(path)
+    ranks.start(3)
+    core.recorder.close()
+    hub = _restart(path, now=500.0)
+    try:
+        relaunched = schema.Hello(run=RUN, rank=0, seq=0, world_size=2, pid=900, strategy="ddp", t=T0 + 600)
+        assert hub.core.ingest_bytes(schema.encode(relaunched), 500.5)
+        beat = schema.Heartbeat(run=RUN, rank=1, seq=10, step=3, phase="forward", t=T0 + 601, mono=501.0)
+        assert hub.core.ingest_bytes(schema.encode(beat), 501.0)  # rank 1's process, still sending
+        def shared():
+            return [e.message for e in hub.core.state.events if e.name == "warning" and "still sends as it" in e.message]
+
+        assert shared() == []
+        second = schema.Hello(run=RUN, rank=1, seq=0, world_size=2, pid=901, strategy="ddp", t=T0 + 602)
+        assert hub.core.ingest_bytes(schema.encode(second), 501.5)
+        (warning,) = shared()
+        assert warning.startswith("rank 1: pid 901 says it is rank 1 while pid 101 still sends as it")
+    finally:
+        hub.close()
