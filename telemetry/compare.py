@@ -122,11 +122,13 @@ def compare_reports(a: dict, b: dict) -> dict:
             verdict = _verdict(va, vb, better)
             not_finite = {}
             if key == "last_loss":
-                # A loss NaN at its end ("-" read as none measured, and the two runs' losses
-                # "shown, not judged"): shown as such, and worse at whatever step.
-                not_finite = {f"{side}_not_finite": bad for side, rep in (("a", a), ("b", b)) if (bad := _not_finite_value(rep))}
-                if bool(_not_finite_value(a)) != bool(_not_finite_value(b)):
-                    verdict = "better" if _not_finite_value(a) else "worse"
+                # A loss NaN at its end on any rank ("-" read as none measured, and the finite
+                # ranks' median judged alone): shown as such, and worse at whatever step than a
+                # run with none; two runs that both diverged somewhere are not judged.
+                cells = {"a": _not_finite_cell(a, va), "b": _not_finite_cell(b, vb)}
+                not_finite = {f"{side}_not_finite": cell for side, cell in cells.items() if cell}
+                if cells["a"] or cells["b"]:
+                    verdict = "" if cells["a"] and cells["b"] else "better" if cells["a"] else "worse"
             rows.append(
                 {
                     "section": section,
@@ -144,7 +146,8 @@ def compare_reports(a: dict, b: dict) -> dict:
             )
     side = ("log", "run_id", "strategy", "world_size", "devices", "steps", "last_step", "params_count")
     notes = []
-    if not _same_end(a, b) and not (_diverged(a) or _diverged(b)):
+    if not _same_end(a, b) and bool(_diverged(a)) == bool(_diverged(b)):
+        # (where one run diverged, the last loss's verdict is its divergence's, at any step)
         notes.append(
             f"the runs ended at different steps (A {a.get('last_step')}, B {b.get('last_step')}): "
             "their last losses are shown, not judged"
@@ -155,10 +158,14 @@ def compare_reports(a: dict, b: dict) -> dict:
         # A's 4.18 read as a better start)
         notes += [f"{name} resumed from a checkpoint of step {at}: its first step is {at + 1}, not the model's first" for name, at in starts.items() if at is not None]
     for name, rep in (("A", a), ("B", b)):
-        if bad := _diverged(rep):
-            value, step = bad[0]["loss_not_finite"]["value"], min(r["loss_not_finite"]["step"] for r in bad)
-            whose = "" if len(bad) == len(rep["ranks"]) else f" on {ranks_named([r['rank'] for r in bad])}"
-            notes.append(f"{name}'s loss was {value} from step {step} to its end{whose}: it diverged")
+        if groups := _divergence(rep):
+            if len(groups) == 1:
+                ((value, step, ranks),) = groups
+                whose = "" if len(ranks) == len(rep["ranks"]) else f" on {ranks_named(ranks)}"
+                notes.append(f"{name}'s loss was {value} from step {step} to its end{whose}: it diverged")
+            else:
+                said = " and ".join(f"{value} from step {step} on {ranks_named(ranks)}" for value, step, ranks in groups)
+                notes.append(f"{name}'s loss was {said}, to its end: it diverged")
     if not _same_peak(a, b):
         notes.append(
             f"peak memory is {_PEAK_KINDS[_peak_kind(a)]} in A, {_PEAK_KINDS[_peak_kind(b)]} in B: shown, not judged"
@@ -191,10 +198,28 @@ def _diverged(rep: dict) -> list[dict]:
     return [r for r in rep["ranks"] if r.get("loss_not_finite")]
 
 
-def _not_finite_value(rep: dict) -> str | None:
-    """What a run's last loss was where no rank's was finite (``nan``); None otherwise."""
-    bad = _diverged(rep)
-    return bad[0]["loss_not_finite"]["value"] if bad and len(bad) == len(rep["ranks"]) else None
+def _divergence(rep: dict) -> list[tuple[str, int, list[int]]]:
+    """A run's diverged ranks by the value their loss turned to: (value, the step its first
+    rank turned at, the ranks), the first to diverge first (ties: the lower rank)."""
+    groups: dict[str, tuple[int, list[int]]] = {}
+    for r in sorted(_diverged(rep), key=lambda r: (r["loss_not_finite"]["step"], r["rank"])):
+        bad = r["loss_not_finite"]
+        groups.setdefault(bad["value"], (bad["step"], []))[1].append(r["rank"])
+    return [(value, step, sorted(ranks)) for value, (step, ranks) in groups.items()]
+
+
+def _not_finite_cell(rep: dict, median: float | None) -> str | None:
+    """A run's last-loss cell where some rank's loss was not finite at its end: ``nan`` (``nan/inf``
+    where they differ) where every rank's was; else the finite ranks' median and how many were
+    not, ``0.5000 (1 of 2 nan)``. None where no rank diverged."""
+    groups = _divergence(rep)
+    if not groups:
+        return None
+    values = "/".join(value for value, _, _ in groups)
+    bad = sum(len(ranks) for _, _, ranks in groups)
+    if bad == len(rep["ranks"]):
+        return values
+    return f"{_fmt(median, 'loss')} ({bad} of {len(rep['ranks'])} {values})"
 
 
 def _same_end(a: dict, b: dict) -> bool:

@@ -232,3 +232,89 @@ def test_a_cpu_runs_peak_rss_is_not_judged_against_a_gpu_runs_cuda_peak():
     assert "note: peak memory is the process RSS in A, the CUDA allocator's peak in B: shown, not judged" in render_compare_text(cmp)
     same = {r["metric"]: r for r in compare_reports(a, json.loads(json.dumps(a)))["rows"]}
     assert same["peak_bytes"]["verdict"] == "same"
+
+
+def _diverged_on(rep: dict, bad: dict[int, tuple[str, int]], last_step: int | None = None) -> dict:
+    """A copy of report ``rep`` whose ranks in ``bad`` ended with their loss not finite:
+    rank -> (value, step), as the report says it (``loss_not_finite``, no last loss)."""
+    out = json.loads(json.dumps(rep))
+    for r in out["ranks"]:
+        if r["rank"] in bad:
+            value, step = bad[r["rank"]]
+            r["last_loss"], r["loss_not_finite"] = None, {"value": value, "step": step}
+    if last_step is not None:
+        out["last_step"] = last_step
+    return out
+
+
+def test_a_run_with_one_diverged_rank_is_worse_than_one_with_none():
+    # Rank 1 NaN, rank 0 finite and lower: the finite rank's median was judged alone, and the
+    # run that diverged read "better" than one whose ranks are all finite, its cell a number.
+    from pardash.telemetry.compare import compare_reports, render_compare_text
+
+    good = build_report(str(DATA / "real_ddp2.jsonl"))
+    assert [r["rank"] for r in good["ranks"]] == [0, 1]
+    half = _diverged_on(good, {1: ("nan", 12)})
+    half["ranks"][0]["last_loss"] = good["ranks"][0]["last_loss"] / 2
+    median = half["ranks"][0]["last_loss"]
+    cmp = compare_reports(good, half)
+    (row,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
+    assert (row["b_not_finite"], row["verdict"]) == (f"{median:.4f} (1 of 2 nan)", "worse")
+    assert "a_not_finite" not in row
+    text = render_compare_text(cmp)
+    line = next(line for line in text.splitlines() if line.startswith("loss at the last step"))
+    assert line.split()[-1] == "worse" and f"{median:.4f} (1 of 2 nan)" in line, text
+    assert "note: B's loss was nan from step 12 to its end on rank 1: it diverged" in text
+    (row,) = [r for r in compare_reports(half, good)["rows"] if r["metric"] == "last_loss"]
+    assert (row["a_not_finite"], row["verdict"]) == (f"{median:.4f} (1 of 2 nan)", "better")
+    # Both diverged somewhere (one on every rank or not): not judged.
+    other = _diverged_on(good, {0: ("nan", 20)})
+    every = _diverged_on(good, {0: ("nan", 3), 1: ("nan", 3)})
+    for a, b in ((half, other), (other, half), (half, every), (every, half)):
+        (row,) = [r for r in compare_reports(a, b)["rows"] if r["metric"] == "last_loss"]
+        assert row["verdict"] == "", (row, a["ranks"], b["ranks"])
+
+
+def test_runs_ended_at_different_steps_keep_their_note_unless_a_divergence_judged_the_loss():
+    # The note went whenever either run diverged, although the row was then not judged at all
+    # where both had.
+    from pardash.telemetry.compare import compare_reports
+
+    good = build_report(str(DATA / "real_ddp2.jsonl"))
+    end = good["last_step"]
+    said = f"the runs ended at different steps (A {end}, B {end - 10}): their last losses are shown, not judged"
+    half = _diverged_on(good, {1: ("nan", 12)})
+    both = (_diverged_on(good, {0: ("nan", 5)}), _diverged_on(good, {1: ("nan", 12)}, last_step=end - 10))
+    cmp = compare_reports(*both)
+    (row,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
+    assert row["verdict"] == "" and said in cmp["notes"], cmp["notes"]
+    every = (_diverged_on(good, {0: ("nan", 5), 1: ("nan", 5)}), _diverged_on(good, {0: ("nan", 4), 1: ("nan", 4)}, last_step=end - 10))
+    assert said in compare_reports(*every)["notes"]
+    # One run diverged: its verdict is the divergence's, at any step, and the note would deny it.
+    cmp = compare_reports(good, _diverged_on(half, {}, last_step=end - 10))
+    (row,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
+    assert row["verdict"] == "worse" and not any("different steps" in n for n in cmp["notes"]), cmp["notes"]
+
+
+def test_ranks_diverged_to_different_values_are_said_each_with_its_own_step():
+    # Rank 0 inf from step 9, rank 1 nan from step 4: the row read "inf" as for every rank,
+    # and the note "B's loss was inf from step 4", rank 0's value at rank 1's step.
+    from pardash.telemetry.compare import compare_reports, render_compare_text
+
+    good = build_report(str(DATA / "real_ddp2.jsonl"))
+    mixed = _diverged_on(good, {0: ("inf", 9), 1: ("nan", 4)})
+    cmp = compare_reports(good, mixed)
+    (row,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
+    assert (row["b_not_finite"], row["verdict"]) == ("nan/inf", "worse")
+    text = render_compare_text(cmp)
+    assert "note: B's loss was nan from step 4 on rank 1 and inf from step 9 on rank 0, to its end: it diverged" in text, text
+    # The same value on every rank: the step of the first rank to turn, and its value.
+    same = _diverged_on(good, {0: ("inf", 9), 1: ("inf", 4)})
+    assert "B's loss was inf from step 4 to its end: it diverged" in compare_reports(good, same)["notes"]
+    # Three ranks, two diverged to different values: the cell says how many, and which values.
+    three = json.loads(json.dumps(good))
+    three["ranks"].append({**three["ranks"][1], "rank": 2})
+    three = _diverged_on(three, {1: ("-inf", 7), 2: ("nan", 7)})
+    (row,) = [r for r in compare_reports(good, three)["rows"] if r["metric"] == "last_loss"]
+    assert row["b_not_finite"] == f"{good['ranks'][0]['last_loss']:.4f} (2 of 3 -inf/nan)"
+    assert "B's loss was -inf from step 7 on rank 1 and nan from step 7 on rank 2, to its end: it diverged" in compare_reports(good, three)["notes"]
