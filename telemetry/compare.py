@@ -138,8 +138,10 @@ def compare_reports(a: dict, b: dict) -> dict:
                     "better": better,
                     "a": va,
                     "b": vb,
-                    "delta": vb - va if va is not None and vb is not None else None,
-                    "change": (vb - va) / va if va and vb is not None else None,
+                    # (none where a rank diverged: the finite ranks' medians alone read "+25%"
+                    # beside a "worse" that the divergence gave)
+                    "delta": vb - va if va is not None and vb is not None and not not_finite else None,
+                    "change": (vb - va) / va if va and vb is not None and not not_finite else None,
                     "verdict": verdict,
                     **not_finite,
                 }

@@ -261,6 +261,7 @@ def test_a_run_with_one_diverged_rank_is_worse_than_one_with_none():
     (row,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
     assert (row["b_not_finite"], row["verdict"]) == (f"{median:.4f} (1 of 2 nan)", "worse")
     assert "a_not_finite" not in row
+    assert row["delta"] is None and row["change"] is None  # (the medians' "-x%" beside "worse" misled)
     text = render_compare_text(cmp)
     line = next(line for line in text.splitlines() if line.startswith("loss at the last step"))
     assert line.split()[-1] == "worse" and f"{median:.4f} (1 of 2 nan)" in line, text
