@@ -138,7 +138,7 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
             return inside
         fail(_no_log_in(what))
     # log -> its run id (a live run's log is in its folder too: one run)
-    found = {e["log"]: str(e["run_id"]) for e in registry.live_runs() if str(e.get("run_id", "")).startswith(what) and e.get("log")}
+    found = {e["log"]: str(e["run_id"]) for e in registry.live_runs(prune=False) if str(e.get("run_id", "")).startswith(what) and e.get("log")}
     folders = []
     if os.path.isdir(runs_dir) and os.sep not in what:
         folders = [os.path.join(runs_dir, d) for d in os.listdir(runs_dir) if d.startswith(what) and os.path.isdir(os.path.join(runs_dir, d))]

@@ -132,8 +132,10 @@ def _usable(entry: object) -> bool:
     )
 
 
-def live_runs() -> list[dict]:
-    """Entries whose hub is alive, newest first."""
+def live_runs(*, prune: bool = True) -> list[dict]:
+    """Entries whose hub is alive, newest first. With ``prune``, a dead hub's entry is removed
+    as it is passed over; a reader that only asks (report, export) keeps it for the launcher's
+    supervisor, which reads where the dead hub's log went to restart it."""
     d = registry_dir()
     out = []
     if not d.is_dir():
@@ -146,7 +148,8 @@ def live_runs() -> list[dict]:
         if not _usable(entry):
             continue
         if not pid_alive(entry["pid"]):
-            unregister(path)
+            if prune:
+                unregister(path)
             continue
         out.append(entry)
     out.sort(key=lambda e: e["started"], reverse=True)
@@ -159,7 +162,7 @@ def recording(log: str, run_ids: Iterable[str] = ()) -> dict | None:
     its log), and whose job has not ended (a launch's TUI left open keeps its hub up after the
     job). None when no such run is listed: on this machine, the log's hub has stopped."""
     ids = set(run_ids)
-    for e in live_runs():
+    for e in live_runs(prune=False):
         if job_result(e) is not None:
             continue
         if e["run_id"] in ids or same_file(e.get("log"), log):

@@ -1735,6 +1735,24 @@ def test_same_file_is_one_function_for_the_registry_and_the_commands(tmp_path):
     assert not hasattr(recorded, "_same_file") and not hasattr(registry, "_same_file")
 
 
+def test_asking_whether_a_log_is_recorded_keeps_a_dead_hubs_entry(tmp_path):
+    # report and export ask the registry whether a log's hub records it still; that removed a
+    # dead hub's entry, which the launcher's supervisor reads (where its log went) to restart it.
+    from pardash.telemetry import registry
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(30)
+    log = tmp_path / "run.jsonl"
+    log.write_text("")
+    registry.register({"run_id": "dead-hub", "pid": dead.pid, "log": str(log), "ingest": "tcp://127.0.0.1:1",
+                       "updates": "tcp://127.0.0.1:2", "snapshot": "tcp://127.0.0.1:3"})  # fmt: skip
+    assert registry.recording(str(log), ["dead-hub"]) is None
+    assert registry.entry("dead-hub")["log"] == str(log)
+    assert _pardash("report", "dead-hub", cwd=tmp_path).returncode == 2  # (a run id looked up: live runs only)
+    assert registry.entry("dead-hub")["log"] == str(log)
+    assert registry.live_runs() == [] and registry.entry("dead-hub") is None  # (`ps` still tidies it away)
+
+
 NO_RANK = "no rank ever reported to its hub: the log holds only the hub's own records (did the ranks start?)"
 
 
