@@ -134,8 +134,10 @@ def _usable(entry: object) -> bool:
 
 def live_runs(*, prune: bool = True) -> list[dict]:
     """Entries whose hub is alive, newest first. With ``prune``, a dead hub's entry is removed
-    as it is passed over; a reader that only asks (report, export) keeps it for the launcher's
-    supervisor, which reads where the dead hub's log went to restart it."""
+    as it is passed over, unless the launcher's supervisor that started that hub lives: it
+    reads where the dead hub's log went to restart it (and `pardash ps` or an attach between
+    the death and the restart took that away). A reader that only asks (report, export) keeps
+    every entry."""
     d = registry_dir()
     out = []
     if not d.is_dir():
@@ -148,12 +150,19 @@ def live_runs(*, prune: bool = True) -> list[dict]:
         if not _usable(entry):
             continue
         if not pid_alive(entry["pid"]):
-            if prune:
+            if prune and not _supervised(entry):
                 unregister(path)
             continue
         out.append(entry)
     out.sort(key=lambda e: e["started"], reverse=True)
     return out
+
+
+def _supervised(entry: dict) -> bool:
+    """Whether the launcher's supervisor that started the entry's hub is alive (it restarts a
+    hub that died, or removes the entry when the job is over)."""
+    pid = entry.get("supervisor_pid")
+    return isinstance(pid, int) and pid > 0 and pid_alive(pid)
 
 
 def recording(log: str, run_ids: Iterable[str] = ()) -> dict | None:

@@ -1753,6 +1753,22 @@ def test_asking_whether_a_log_is_recorded_keeps_a_dead_hubs_entry(tmp_path):
     assert registry.live_runs() == [] and registry.entry("dead-hub") is None  # (`ps` still tidies it away)
 
 
+def test_a_dead_hubs_entry_stays_while_the_supervisor_that_restarts_it_lives(tmp_path):
+    # `pardash ps` (or an attach) between a launched hub's death and its supervisor restarting
+    # it removed the entry the supervisor reads to find where the dead hub's log went on.
+    from pardash.telemetry import registry
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(30)
+    log = tmp_path / "moved.jsonl"
+    common = {"log": str(log), "ingest": "tcp://127.0.0.1:1", "updates": "tcp://127.0.0.1:2", "snapshot": "tcp://127.0.0.1:3"}
+    registry.register({"run_id": "restarting", "pid": dead.pid, "supervisor_pid": os.getpid(), **common})
+    registry.register({"run_id": "orphaned", "pid": dead.pid, "supervisor_pid": dead.pid, **common})
+    assert registry.live_runs() == []
+    assert registry.entry("restarting")["log"] == str(log)  # its supervisor lives: kept
+    assert registry.entry("orphaned") is None  # both gone: tidied away
+
+
 NO_RANK = "no rank ever reported to its hub: the log holds only the hub's own records (did the ranks start?)"
 
 
