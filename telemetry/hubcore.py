@@ -544,10 +544,12 @@ class HubCore:
 
     def _two_say(self, prev: RankState, hello: schema.Hello, now: float) -> None:
         """Warn once when ``hello`` comes from another process than the rank's own, which still
-        sends (heard from within SHARED_RANK_S, neither ended nor restarted by torchrun): two
-        jobs given the same run id by a hub run alone (its PARDASH_RUN_ID exported in two
-        shells), or two nodes started with the same node rank. Their messages mix in one rank
-        (its steps, its lost count), which the hub cannot tell apart; said, the user can."""
+        sends (heard from within SHARED_RANK_S, neither ended nor restarted by torchrun), in a
+        job of the same size: two jobs given the same run id by a hub run alone (its
+        PARDASH_RUN_ID exported in two shells), or two nodes started with the same node rank.
+        Their messages mix in one rank (its steps, its lost count), which the hub cannot tell
+        apart; said, the user can. (torchrun counts its restarts, not its workers started again
+        when nodes join an elastic job: the job's size tells those.)"""
         was = prev.hello
         if (
             was is None
@@ -555,6 +557,7 @@ class HubCore:
             or not hello.pid
             or hello.pid == was.pid
             or hello.restart != was.restart
+            or hello.world_size != was.world_size  # torchrun's workers started again for new nodes
             or prev.finished
             or prev.exit_code is not None
             or now - prev.last_seen >= SHARED_RANK_S

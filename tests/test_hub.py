@@ -891,8 +891,8 @@ def test_two_processes_sending_as_one_rank_are_warned_of_once():
     # steps and lost counts mixed in one rank without a word.
     from pardash.telemetry.hubcore import HubCore
 
-    def hello(rank, pid, t, restart=0, host="a"):
-        return schema.encode(schema.Hello(run="r", rank=rank, seq=0, world_size=2, pid=pid, host=host, restart=restart, t=1.0e9 + t))
+    def hello(rank, pid, t, restart=0, host="a", world=2):
+        return schema.encode(schema.Hello(run="r", rank=rank, seq=0, world_size=world, pid=pid, host=host, restart=restart, t=1.0e9 + t))
 
     def beat(rank, seq, t):
         return schema.encode(schema.Heartbeat(run="r", rank=rank, seq=seq, step=seq, phase="forward", t=1.0e9 + t, mono=t))
@@ -906,6 +906,10 @@ def test_two_processes_sending_as_one_rank_are_warned_of_once():
     # went quiet 5 s ago: new processes, one at a time, and no warning
     assert core.ingest_bytes(hello(1, 201, 0.5, restart=1), 0.5)
     assert core.ingest_bytes(hello(0, 300, 5.0), 5.0)
+    # an elastic scale-up: torchrun starts its workers again for the new nodes (its restart
+    # count the same), the job's size grown
+    assert core.ingest_bytes(beat(1, 1, 5.2), 5.2)
+    assert core.ingest_bytes(hello(1, 301, 5.5, restart=1, world=4), 5.5)
     assert warnings(core) == []
     # a second job's rank 0 while pid 300 sends
     assert core.ingest_bytes(beat(0, 1, 6.0), 6.0)
