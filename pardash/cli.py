@@ -16,6 +16,7 @@ from typing import Sequence
 from pardash.launch import cmd_launch
 from pardash.parser import BENCH_STEPS, PROG, build_parser, fail
 from pardash.preflight import check_hub_ports, check_prometheus, gpu_count, headless_without_terminal
+from pardash.record import cmd_record
 from pardash.recorded import cmd_export, cmd_report, find_log
 from pardash.telemetry import registry
 
@@ -463,6 +464,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "hub": cmd_hub,
         "ps": cmd_ps,
         "attach": cmd_attach,
+        "record": cmd_record,
         "replay": cmd_replay,
         "report": cmd_report,
         "simulate": cmd_simulate,

@@ -188,6 +188,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_prometheus_arguments(sim)
 
+    rec = sub.add_parser(
+        "record",
+        help="keep a copy of a live run's log, from its hub, as it is written",
+        description="Copy a live run's JSONL log from its hub, from the run's first line to its last, as the hub "
+        "writes it: a copy on this machine of a job whose log is on another (a Kubernetes pod's disk goes with the "
+        "pod). report, replay and export read the copy; run the same command again to carry a stopped copy on. "
+        "It ends when the run's hub stops, with the log's last line.",
+    )
+    rec.add_argument("target", nargs="?", default=None, help="run id (prefix) or tcp://HOST:PORT of a hub's ingest (default: the newest live run)")
+    rec.add_argument("-o", "--output", type=cliargs.path, default=None, metavar="PATH", help="where the copy goes (default RUNS_DIR/<run id>/telemetry.jsonl)")
+    rec.add_argument("--runs-dir", type=cliargs.path, default="runs", help="folder of the default copy (default ./runs)")
+    rec.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`, for a hub that admits only viewers with an authorised key (default $PARDASH_CURVE_DIR)")
+    rec.add_argument("--wait", type=cliargs.positive, default=60.0, metavar="SECONDS", help="how long a silent hub is waited for (restarted, or a network gone) before the copy stops (default 60)")
+    rec.add_argument("--every", type=cliargs.positive, default=10.0, help="seconds between progress lines (default 10)")
+
     ps = sub.add_parser("ps", help="list live runs", description="List the live runs on this machine: run id, strategy, ranks, age, hub and log.")
     ps.add_argument("--json", action="store_true", help="print the registry entries as JSON")
 

@@ -132,6 +132,21 @@ def resolve(target: str | None) -> dict:
     return entry
 
 
+def viewer_keys(info: dict, curve=None):
+    """The keys a viewer of the run ``info`` (from :func:`resolve`) connects with: ``curve``
+    when given; False (none) for a hub the registry says has none, whose viewers keys in
+    PARDASH_CURVE_DIR (another run's) would make ignore them; AttachError for a hub with keys
+    and none given."""
+    if info.get("curve") and curve is None and security.curve_dir_from_env() is None:
+        raise AttachError(
+            f"run {info.get('run_id')} takes only viewers with an authorised key: pass --curve-dir DIR (or set "
+            "PARDASH_CURVE_DIR) with its key folder (`pardash keys`)"
+        )
+    if "curve" in info and not info["curve"] and curve is None:
+        return False
+    return curve
+
+
 class HubClient(FrameApplier):
     """A live hub: SUB to frames first, then a snapshot over DEALER, then frames after it."""
 
@@ -183,15 +198,7 @@ class HubClient(FrameApplier):
     @classmethod
     def attach(cls, target: str | None = None, **kw) -> "HubClient":
         info = resolve(target)
-        if info.get("curve") and kw.get("curve") is None and security.curve_dir_from_env() is None:
-            raise AttachError(
-                f"run {info.get('run_id')} takes only viewers with an authorised key: pass --curve-dir DIR (or set "
-                "PARDASH_CURVE_DIR) with its key folder (`pardash keys`)"
-            )
-        if "curve" in info and not info["curve"] and kw.get("curve") is None:
-            # The registry says this hub has no keys: keys in PARDASH_CURVE_DIR (for another
-            # run) would make it ignore this viewer.
-            kw["curve"] = False
+        kw["curve"] = viewer_keys(info, kw.get("curve"))
         client = cls(info["updates"], info["snapshot"], run_id=info.get("run_id", ""), **kw)
         client.info = info
         return client

@@ -32,6 +32,7 @@ import zmq
 
 from . import cliargs, frames, registry, schema, security
 from .hubcore import MAX_RANK, HubCore, rejects_text
+from .logfeed import LOG_REQUEST, LogServer
 from .logreader import is_log
 from .recorder import LOG_MODE, Recorder, gz_name_refusal, holds_records, is_gzip
 from .unsupervised import SupervisorWatch
@@ -122,6 +123,8 @@ class Hub:
         self._snapshots_out: list[tuple[int, list[zmq.MessageTracker]]] = []
         """Snapshots sent and not yet taken by the kernel: (bytes, one tracker per viewer)."""
         self._served_at: dict[bytes, float] = {}
+        self.logs = LogServer(lambda: str(self.recorder.path) if self.recorder is not None else None, run_id, self.core.hub_id)
+        """Clients copying the log (``pardash record``), answered at frames on the snapshot port."""
         for s in (self.ingest, self.updates, self.snap):
             s.setsockopt(zmq.LINGER, 0)
             security.allow_ipv6(s, host)
@@ -320,6 +323,9 @@ class Hub:
                         parts = self.snap.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
+                    if len(parts) == 3 and parts[1] == LOG_REQUEST:
+                        self.logs.ask(parts[0], parts[2], now)
+                        continue
                     # One answer per viewer and a bounded number per frame: past that a
                     # request is dropped (a viewer asks again), never queued without bound.
                     if len(parts) >= 2 and parts[-1] == frames.SNAPSHOT_REQUEST and parts[0] not in waiting:
@@ -336,6 +342,8 @@ class Hub:
                 # fseq > snapshot.fseq and never sees a message twice.
                 if waiting:
                     self._answer(waiting, now)
+                if self.logs.asks:
+                    self.logs.answer(self.snap, now)
                 next_frame = max(next_frame + self.frame_s, now + self.frame_s / 2)
         # Final drain so the last messages before a stop reach the log and the viewers: what
         # ranks sent as they exited may still be on its way (their sockets flush to the kernel,
@@ -452,6 +460,10 @@ class Hub:
             )
 
     def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+            if not self.snap.closed and self.logs.copying(time.monotonic()):
+                self.logs.linger(self.snap)  # the log's last lines to the copies (pardash record)
         for s in (self.ingest, self.updates, self.snap):
             if self._monitors:
                 s.disable_monitor()
@@ -465,8 +477,6 @@ class Hub:
         if self._own_ctx is not None:
             self._own_ctx.term()
             self._own_ctx = None
-        if self.recorder is not None:
-            self.recorder.close()
 
 
 REFUSED_SAID_EVERY_S = 60.0

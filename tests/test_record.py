@@ -1,0 +1,260 @@
+"""`pardash record`: a copy of a live run's log, from its hub, as it is written (telemetry/logfeed.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+import zmq
+from helpers import hub_alone, identity, pardash_env, wait_for
+
+from pardash.telemetry import logfeed
+from pardash.telemetry.hub import Hub
+from pardash.telemetry.reporter import Reporter
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _record(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pardash", "record", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=pardash_env())  # fmt: skip
+
+
+def _stop_hub(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+
+
+def live_ranks(info: dict, run: str, log, steps: int) -> None:
+    """Two ranks saying hello and taking ``steps`` steps through the hub ``info`` names, then
+    closing; returns once the hub's log holds their steps."""
+    before = log.read_bytes().count(b'"kind":"step"') if log.exists() else 0
+    reps = [Reporter(info["ingest"], run=run, identity=identity(r, 2), heartbeat_s=0) for r in (0, 1)]
+    for r in reps:
+        r.hello(strategy="ddp")
+    for step in range(1, steps + 1):
+        for r in reps:
+            r.step(step=step, loss=1.0 / step, step_s=0.01, samples=4)
+    for r in reps:
+        r.close()
+    wait_for(lambda: log.exists() and log.read_bytes().count(b'"kind":"step"') == before + 2 * steps)
+
+
+def _same_so_far(copy, log) -> bool:
+    return copy.exists() and copy.read_bytes() == log.read_bytes()
+
+
+def test_record_copies_a_live_runs_log_from_its_first_line_to_its_last(tmp_path):
+    log, copy = tmp_path / "hub" / "telemetry.jsonl", tmp_path / "copy.jsonl"
+    proc, info = hub_alone(log, "rec-run")
+    rec = None
+    try:
+        live_ranks(info, "rec-run", log, steps=3)
+        rec = _record("rec-run", "-o", str(copy))
+        wait_for(lambda: _same_so_far(copy, log))  # caught up with what the log held
+        live_ranks(info, "rec-run", log, steps=5)  # (more steps, now it follows live)
+        wait_for(lambda: copy.read_bytes().count(b'"kind":"step"') >= 10 + 6)
+    finally:
+        _stop_hub(proc)
+    out, err = rec.communicate(timeout=30)
+    assert rec.returncode == 0, err
+    assert f"run rec-run ended; {copy} holds its whole log" in out
+    assert copy.read_bytes() == log.read_bytes()  # byte for byte, the hub's closing line too
+    last = json.loads(copy.read_bytes().splitlines()[-1])
+    assert last["kind"] == "event" and last["message"].startswith("hub stopped")
+    assert "following it live" in err
+
+
+def test_a_stopped_copy_is_carried_on_from_its_last_whole_line(tmp_path):
+    log, copy = tmp_path / "hub.jsonl", tmp_path / "runs" / "rec-on" / "telemetry.jsonl"
+    proc, info = hub_alone(log, "rec-on")
+    try:
+        live_ranks(info, "rec-on", log, steps=4)
+        rec = _record("rec-on", "--runs-dir", str(tmp_path / "runs"))  # the default copy: RUNS_DIR/<run id>/telemetry.jsonl
+        wait_for(lambda: _same_so_far(copy, log))
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=30)
+        assert rec.returncode == 130
+        assert f"stopped; {copy} holds run rec-on's log up to byte {copy.stat().st_size:,}" in err
+        assert "`pardash record rec-on` carries it on" in err
+        with open(copy, "r+b") as fh:  # a copy cut mid-line (stopped while writing)
+            fh.truncate(copy.stat().st_size - 7)
+        live_ranks(info, "rec-on", log, steps=2)  # what the hub took while no copy was made
+        rec = _record("rec-on", "--runs-dir", str(tmp_path / "runs"))
+        wait_for(lambda: _same_so_far(copy, log))
+    finally:
+        _stop_hub(proc)
+    out, err = rec.communicate(timeout=30)
+    assert rec.returncode == 0, err
+    assert copy.read_bytes() == log.read_bytes()
+    assert "of which" in out  # (it says what this copy added to the one carried on)
+
+
+def test_record_refuses_the_hubs_own_log_another_log_and_a_hub_without_one(tmp_path):
+    log = tmp_path / "hub.jsonl"
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"kind":"hello","rank":0,"seq":0,"t":1.0,"run":"another"}\n')
+    proc, info = hub_alone(log, "rec-no")
+    try:
+        live_ranks(info, "rec-no", log, steps=1)
+        rec = _record("rec-no", "-o", str(log))
+        _, err = rec.communicate(timeout=30)
+        assert rec.returncode == 1
+        assert f"{log} is the log the hub writes itself (run rec-no): it needs no copy; give another -o PATH" in err
+        rec = _record("rec-no", "-o", str(other))
+        _, err = rec.communicate(timeout=30)
+        assert rec.returncode == 1
+        assert f"{other} holds another log (not this run's)" in err
+        assert other.read_text().count("\n") == 1  # untouched
+    finally:
+        _stop_hub(proc)
+    # A hub that keeps no log: said, nothing written.
+    hub = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--run-id", "nolog", "--log", os.devnull, "--no-registry"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env())  # fmt: skip
+    try:
+        ingest = json.loads(hub.stdout.readline())["ingest"]
+        rec = _record(ingest, "-o", str(tmp_path / "none.jsonl"))
+        _, err = rec.communicate(timeout=30)
+        assert rec.returncode == 1
+        assert "is not a file (a pipe, or /dev/null): there is nothing to copy" in err
+        assert not (tmp_path / "none.jsonl").exists()
+    finally:
+        _stop_hub(hub)
+
+
+def test_a_copy_goes_on_across_a_hub_killed_and_restarted_on_its_log(tmp_path):
+    # The launcher's supervisor restarts a killed hub on the same ports and log (--resume): a
+    # copy made meanwhile goes on from its offset, and ends with the new hub's last line.
+    log, copy = tmp_path / "hub.jsonl", tmp_path / "copy.jsonl"
+    port = _free_ports()
+
+    def hub(*extra: str) -> tuple[subprocess.Popen, dict]:
+        p = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--run-id", "rec-k", "--log", str(log), "--port", str(port),
+                              "--no-registry", *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env())  # fmt: skip
+        return p, json.loads(p.stdout.readline())
+
+    first, info = hub()
+    rec = _record(info["ingest"], "-o", str(copy), "--every", "1000")
+    second = None
+    try:
+        live_ranks(info, "rec-k", log, steps=2)
+        wait_for(lambda: _same_so_far(copy, log))
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+        second, info = hub("--resume")
+        live_ranks(info, "rec-k", log, steps=3)
+        wait_for(lambda: b"hub restarted" in log.read_bytes() and _same_so_far(copy, log))  # (the new hub has it asking)
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                _stop_hub(p)
+    out, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    assert "its hub restarted; the copy goes on" in err
+    assert copy.read_bytes() == log.read_bytes()
+
+
+def _free_ports() -> int:
+    """A port P with P, P+1 and P+2 free (a hub's ingest, updates and snapshot)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p > 65530:
+            continue
+        try:
+            socks = []
+            for q in (p, p + 1, p + 2):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", q))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return p
+    raise AssertionError("no three free ports in a row")
+
+
+def test_a_log_larger_than_an_answer_is_copied_in_whole_lines(tmp_path):
+    # A day's log is copied in answers of CHUNK_BYTES, each cut after its last whole line: the
+    # copy never holds half a line, and the whole is the log.
+    log, copy = tmp_path / "big.jsonl", tmp_path / "copy.jsonl"
+    line = json.dumps({"kind": "event", "rank": 0, "seq": 1, "t": 1.0, "run": "big", "name": "warning", "message": "x" * 300})
+    with open(log, "w") as fh:
+        for _ in range(3 * logfeed.CHUNK_BYTES // len(line) + 17):
+            fh.write(line + "\n")
+    hub = Hub(run_id="big", log_path=str(log), context=zmq.Context())
+    served = threading.Thread(target=hub.serve, daemon=True)
+    served.start()
+    follower = logfeed.LogFollower(hub.snapshot_endpoint, curve=False, context=hub.ctx)
+    chunks: list[int] = []
+
+    def progress(cp: logfeed.Copy, news: str) -> None:
+        chunks.append(cp.offset)
+        with open(copy, "rb") as fh:
+            assert fh.read().endswith(b"\n")  # whole lines at every step
+
+    try:
+        rep = Reporter(hub.ingest_endpoint, run="big", identity=identity(0, 1), heartbeat_s=0)
+        rep.hello(strategy="single")
+        rep.step(step=1, loss=0.5, step_s=0.01)
+        rep.close()
+        cp = logfeed.follow(follower, str(copy), default_out=str, wait_s=30, progress=progress,
+                            stop=lambda: _same_so_far(copy, log) and b'"kind":"step"' in copy.read_bytes())  # fmt: skip
+    finally:
+        hub.stop()
+        served.join(30)
+        follower.close()
+        hub.close()
+    assert copy.read_bytes() == log.read_bytes()[: cp.offset]
+    assert len([c for c in chunks if c]) >= 4  # more than one answer
+    assert not cp.ended  # stopped by the caller, before the hub ended
+
+
+def test_read_whole_lines_cuts_after_the_last_newline_and_says_why_it_cannot(tmp_path):
+    log = tmp_path / "l.jsonl"
+    log.write_bytes(b'{"a":1}\n{"b":2}\n{"c":')
+    assert logfeed.read_whole_lines(str(log), 0) == (b'{"a":1}\n{"b":2}\n', 21, "")
+    assert logfeed.read_whole_lines(str(log), 8, limit=10) == (b'{"b":2}\n', 21, "")
+    assert logfeed.read_whole_lines(str(log), 16) == (b"", 21, "")
+    data, size, why = logfeed.read_whole_lines(str(log), 99)
+    assert (data, size) == (b"", 21) and "holds 21" in why
+    assert "cannot read" in logfeed.read_whole_lines(str(tmp_path / "none"), 0)[2]
+
+
+def test_the_hub_drops_log_asks_it_cannot_read_and_bounds_the_asks_it_keeps():
+    srv = logfeed.LogServer(lambda: None, "r", "h")
+    for bad in (b"", b"abc", b"-5", b"1e3", b"\xff" * 10):
+        srv.ask(b"id", bad, 0.0)
+    assert not srv.asks
+    for k in range(logfeed.MAX_ASKS + 50):
+        srv.ask(b"c%d" % k, b"0", 0.0)
+    assert len(srv.asks) == logfeed.MAX_ASKS
+    # Answered with why (no log kept), to a real DEALER
+    ctx = zmq.Context()
+    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    try:
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        dealer.send_multipart([logfeed.LOG_REQUEST, b"0"])
+        ident, tag, off = router.recv_multipart()
+        srv.asks.clear()
+        srv.ask(ident, off, 0.0)
+        srv.answer(router, 0.0)
+        tag, head, data = dealer.recv_multipart()
+        chunk = logfeed._decode_chunk(head)
+        assert (tag, data, chunk.run, chunk.offset) == (logfeed.LOG_REQUEST, b"", "r", 0)
+        assert chunk.error.startswith("this hub keeps no log")
+    finally:
+        router.close(0)
+        dealer.close(0)
+        ctx.term()
