@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import weakref
@@ -1401,6 +1402,36 @@ def test_data_parallel_by_hand_has_self_time_and_its_straggler_named(tmp_path):
         assert len(steps) == 80 and all(s.self_s is not None for s in steps[2:])
     verdicts = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
     assert [(v.rank, v.cause) for v in verdicts] == [(1, "data")]
+
+
+@pytest.mark.slow
+def test_a_rank_waiting_in_the_scripts_own_barrier_for_anothers_evaluation_is_no_straggler(tmp_path):
+    # Rank 0 evaluates 30 ms after each step, then every rank waits in dist.barrier(): rank 1's
+    # wait there was its data loading in its self time, and it was named the straggler ("the
+    # others wait 31.5 ms a step for it"). A collective of the script's own before the step's
+    # forward is a sync point: the self time starts again when it returns.
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "own_collectives.py"), "barrier")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
+    steps = _steps(msgs, 1)[2:]
+    assert len(steps) == 38 and all(s.self_s is not None for s in steps)
+    # (its wait is still in its data phase, wall time as the step's: only its self time leaves it out)
+    assert statistics.median(s.self_s for s in steps) < statistics.median(s.data_s for s in steps) / 4
+
+
+@pytest.mark.slow
+def test_a_rank_slow_before_the_scripts_own_all_gather_is_named_and_its_weighted_losses_read(tmp_path):
+    # A contrastive loss all-gathers the ranks' embeddings in the forward: rank 0 waits there
+    # for rank 1, slow in its data path. The wait counted as rank 0's own forward and nobody
+    # was named. The all_gather is the step's first collective: its arrival. Its per-sample
+    # losses go backward with their weights (per.backward(w)), no scalar: the step read no loss.
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "own_collectives.py"), "gather")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verdicts = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
+    assert [(v.rank, v.cause) for v in verdicts] == [(1, "data")]
+    printed = _printed_losses(proc.stdout)
+    assert len(printed) == 40
+    assert [(s.step, f"{s.loss:.6f}") for s in _steps(msgs, 0)] == printed
 
 
 @pytest.mark.slow

@@ -65,13 +65,54 @@ class Arrivals:
         elif self._open.arrive is None:
             self._open.arrive = stamp
 
-    def _wrap_all_reduce(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def all_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            if _get_ident() == self._tid and not _is_compiling() and (self._by_hand or self.strategy == "single"):
-                self._all_reduce_by_hand()
-            return original(tensor, *args, **kwargs)
+    def _wrap_collective(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A wrapper for ``torch.distributed.<name>``, a collective the script calls itself (a
+        barrier, a metric's all_reduce, a contrastive loss's all_gather), for its rank's self
+        time: called before the step's forward (a sync point between steps: every rank leaves
+        it together), the rank's own work starts again when it returns; called in the step's
+        forward or backward, the rank has arrived at its step's first collective. DDP's and
+        FSDP's own gradient collectives do not come this way (DDP's are in C++; FSDP's
+        arrival is its first all-gather, at the forward's start)."""
+        by_hand = name == "all_reduce"
 
-        return all_reduce
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            def collective(*args: Any, **kwargs: Any) -> Any:
+                if _get_ident() != self._tid or _is_compiling() or self.dead:
+                    return original(*args, **kwargs)
+                if by_hand and (self._by_hand or self.strategy == "single"):
+                    self._all_reduce_by_hand()
+                between = self._collective_begins()
+                out = original(*args, **kwargs)
+                if between and not kwargs.get("async_op"):
+                    self._synced()
+                return out
+
+            return collective
+
+        return wrap
+
+    @_guarded
+    def _collective_begins(self) -> bool:
+        """A collective of the script's own begins: note an arrival in the step's forward or
+        backward; True when it is a sync point between steps (before the step's forward)."""
+        if self.reporter.identity.world_size < 2 or self._open is None or (self._in_optimizer and self._closure is None):
+            return False
+        if self._phase in ("data", "eval"):
+            return not self._arrived()
+        if self._phase in ("forward", "backward") and not self._eval_t0 and self.strategy != "fsdp" and not self._arrived():
+            self._arrive(self.clock.stamp())
+        return False
+
+    @_guarded
+    def _synced(self) -> None:
+        """A sync point between steps has returned: the rank's own work starts again now (a
+        rank that waited in a barrier for another's evaluation was named the straggler, its
+        wait counted as its data loading)."""
+        stamp = self.clock.stamp()
+        if self._cut is not None or self._orphan is not None:
+            self._sync_next = stamp
+        elif self._open is not None:
+            self._open.synced = stamp
 
     @_guarded
     def _all_reduce_by_hand(self) -> None:

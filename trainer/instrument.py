@@ -124,6 +124,14 @@ NO_STEP_WARNING = (
 _PHASE_FIELD = {"data": "data_s", "forward": "forward_s", "backward": "backward_s", "optimizer": "optimizer_s"}
 """A step phase's field in :class:`~pardash.telemetry.schema.Step`."""
 
+COLLECTIVES = (
+    "all_reduce", "barrier", "monitored_barrier", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+    "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+    "gather", "gather_object", "scatter", "scatter_object_list",
+)  # fmt: skip
+"""``torch.distributed``'s collectives a script may call itself: each marks its rank's arrival
+in a step, or a sync point between steps (see Arrivals._wrap_collective)."""
+
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
@@ -234,6 +242,8 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         self._resume_at: Any = None
         self._arrive_next: Any = None
         """An arrival at a collective after the cut: the next step's, unless the round goes on."""
+        self._sync_next: Any = None
+        """A sync point passed after the cut (see Arrivals._synced): the next step's, unless the round goes on."""
         """Where the step after the cut starts when an evaluation followed the cut."""
         self._pending_mem: Any = None
         self._explicit = False
@@ -278,7 +288,9 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         self._patch(torch.nn.Module, "train", self._wrap_train)
         if torch.distributed.is_available():
             self._patch(torch.distributed, "init_process_group", self._wrap_init_process_group)
-            self._patch(torch.distributed, "all_reduce", self._wrap_all_reduce)
+            for name in COLLECTIVES:
+                if hasattr(torch.distributed, name):
+                    self._patch(torch.distributed, name, self._wrap_collective(name))
         from torch.utils.data.distributed import DistributedSampler
 
         self._patch(DistributedSampler, "set_epoch", self._wrap_set_epoch)
@@ -464,7 +476,7 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if self._in_backward or _get_ident() != self._tid or _is_compiling():
                 return original(tensors, *args, **kwargs)
-            self._backward_begins(tensors)
+            self._backward_begins(tensors, args[0] if args else kwargs.get("grad_tensors"))
             self._in_backward = True
             try:
                 return original(tensors, *args, **kwargs)
@@ -484,7 +496,7 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         return __init__
 
     @_guarded
-    def _backward_begins(self, tensors: Any) -> None:
+    def _backward_begins(self, tensors: Any, grads: Any = None) -> None:
         if self._eval_grad is not None:
             evaluated = self._eval_grad[2]()
             if evaluated is not None and self.trained.trained_by_an_optimizer(evaluated):
@@ -505,12 +517,23 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         step.micro += 1
         # torch.autograd.backward([l1, l2]) backpropagates their sum, as two backward() calls
         # would: each one-element tensor is a loss of the step (it took the first alone).
-        for loss in tensors if isinstance(tensors, (list, tuple)) else (tensors,):
-            if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        many = isinstance(tensors, (list, tuple))
+        for k, loss in enumerate(tensors if many else (tensors,)):
+            if not isinstance(loss, torch.Tensor):
+                continue
+            if loss.numel() == 1:
                 pair = self._scaled.get(id(loss))
                 if pair is not None and pair[0] is loss:
                     loss = pair[1]  # GradScaler: report the loss, not loss * scale
                 step.losses.append(loss.detach())
+            else:
+                # Per-sample losses backpropagated with their weights (``per.backward(w)``):
+                # the loss whose gradient that is, sum(per * w), computed on the device as the
+                # step's other losses (read a step late); the step had none.
+                g = (grads[k] if k < len(grads) else None) if many and isinstance(grads, (list, tuple)) else grads
+                if isinstance(g, torch.Tensor) and g.shape == loss.shape:
+                    with torch.no_grad():
+                        step.losses.append((loss.detach() * g).sum())
         self._scaled = {}
         if self._ddp_sync:
             self._arrive(now)  # the backward launches the first bucket's all-reduce
@@ -613,6 +636,10 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
             if self._open is not None and self._open.arrive is None:
                 self._open.arrive = self._arrive_next
             self._arrive_next = None
+        if self._sync_next is not None:
+            if self._open is not None and self._open.arrive is None:
+                self._open.synced = self._sync_next
+            self._sync_next = None
         if self._explicit:
             self._pending_mem = _most_held(self._pending_mem, self._memory(slot=len(self._round) - 1))
             return None
@@ -673,7 +700,7 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
             self._last_round = self._round  # (a new list follows: this one is not changed again)
         self._round = []
         self._published_round = False
-        self._cut = self._pending_mem = self._arrive_next = None
+        self._cut = self._pending_mem = self._arrive_next = self._sync_next = None
 
     def _publish_cut(self, cut: _Cut, mem: Any) -> None:
         step = self._open
@@ -686,13 +713,14 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
             micro=step.micro - cut.micro,
             samples=step.samples - cut.samples,
             arrive=self._arrive_next,
+            synced=self._sync_next,
             waits=step.waits[cut.waits :],
         )
         del step.marks[cut.marks :]
         del step.losses[cut.losses :]
         del step.waits[cut.waits :]
         step.micro, step.samples = cut.micro, cut.samples
-        self._arrive_next = None
+        self._arrive_next = self._sync_next = None
         self._resume_at = None
         self._publish(cut.end, mem)
         self._open = rest
@@ -788,6 +816,10 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
                 out[_PHASE_FIELD[phase]] += b - a
         step_s = clock.seconds(marks[0][1], d.end)
         self._step_s = step_s
+        # From the step's start, or from a sync point of the script's own before its forward
+        # (a barrier, which every rank leaves together): the wait in it is no rank's work.
+        # (An evaluation after it moved the step's start past it: from there.)
+        before = clock.seconds(marks[0][1], d.open.synced) if d.open.synced is not None else 0.0
         if self.reporter.identity.world_size == 1:
             self_s: float | None = step_s  # one process alone waits for nobody
         elif d.open.waits and any(p == "backward" for p, _ in marks):
@@ -796,9 +828,10 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
             # Backward passes are left out, as DDP's self time ends at its backward: FSDP
             # gathers again there, in hooks of its own, untimed.
             own = sum(clock.seconds(a, b) for (p, a), (_, b) in zip(bounds, bounds[1:]) if p in ("data", "forward"))
+            own -= max(0.0, before)  # (in its data: before its forward)
             self_s = max(0.0, own - CommTimer.seconds(d.open.waits, within=(marks[0][1], d.end)))
         elif d.open.arrive is not None:
-            self_s = clock.seconds(marks[0][1], d.open.arrive)
+            self_s = max(0.0, clock.seconds(d.open.synced if before > 0 else marks[0][1], d.open.arrive))
         else:
             self_s = None
         loss = sum(float(t.item()) for t in d.open.losses) if d.open.losses else None

@@ -44,6 +44,9 @@ class _OpenStep:
     samples: int = 0
     arrive: Any = None
     """Stamp of the arrival at the first collective (None: not seen)."""
+    synced: Any = None
+    """Stamp of the return from the last collective of the script's own before the step's
+    forward (a barrier between steps): its self time starts there (None: at the step's start)."""
     lr: float | None = None
     """The first optimizer's learning rate as its step began (a scheduler changes it after)."""
     waits: list[tuple[Any, Any]] = field(default_factory=list)
