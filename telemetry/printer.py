@@ -63,8 +63,12 @@ class ProgressPrinter:
         self._last_line = 0.0
         self._last_said = ""
         self._printed_hseq = 0
+        """The events up to this hseq are printed."""
+        self._printed_ahead: set[int] = set()
+        """Events past ``_printed_hseq`` printed already, on the line of alike ones before them."""
         self._first_seen: dict[int, float] = {}
-        """When events held for their ranks' alike ones were first seen (hseq -> monotonic)."""
+        """When the events not printed yet were first seen (hseq -> monotonic): each waits for
+        its ranks' alike ones from then (see :meth:`_group_wait`)."""
         self._noted = False
         self.log_error = ""
         """The hub's last word on its log: '' while it writes, else why it cannot."""
@@ -166,11 +170,18 @@ class ProgressPrinter:
         elif quiet is None and self._quiet_said and self._frame_at == now:
             self._print("hub: sending again")
             self._quiet_said = False
-        fresh = sorted((ev for ev in list(st.events) if ev.hseq > self._printed_hseq), key=lambda ev: ev.hseq)
+        ahead = self._printed_ahead
+        fresh = sorted((ev for ev in list(st.events) if ev.hseq > self._printed_hseq and ev.hseq not in ahead), key=lambda ev: ev.hseq)
+        upto = fresh[-1].hseq if fresh else self._printed_hseq
         if not force:
-            fresh = self._group_wait(fresh, now, st)
-        if fresh:
-            self._printed_hseq = fresh[-1].hseq
+            fresh, upto = self._group_wait(fresh, now, st)
+        self._printed_hseq = max(self._printed_hseq, upto)
+        ahead.update(ev.hseq for ev in fresh if ev.hseq > self._printed_hseq)
+        for h in [h for h in ahead if h <= self._printed_hseq]:
+            ahead.remove(h)
+        seen = self._first_seen
+        for h in [h for h in seen if h <= self._printed_hseq or h in ahead]:
+            del seen[h]
         for ev, ranks, took in group_alike(fresh):
             line = event_line(ev, ranks, took)
             if line:
@@ -202,29 +213,33 @@ class ProgressPrinter:
                 else:
                     self._print(f"[{now - self.t_start:6.1f}s] {self.waiting}")
 
-    def _group_wait(self, fresh: list[schema.Message], now: float, st) -> list[schema.Message]:
-        """The events of ``fresh`` to print now: up to the first that other ranks may still
-        say alike (an eval, a save) within GROUP_WAIT_S of its coming, so the ranks' alike
-        events are one line ("[eval] ranks 0-1 after step 5"), not one each as they
-        straggle in from frame to frame. What follows it waits too, in order."""
+    def _group_wait(self, fresh: list[schema.Message], now: float, st) -> tuple[list[schema.Message], int]:
+        """The events of ``fresh`` to print now, and the hseq all before which are printed with
+        them: up to the first that other ranks may still say alike (an eval, a save) within
+        GROUP_WAIT_S of its coming, so the ranks' alike events are one line ("[eval] ranks 0-1
+        after step 5"), not one each as they straggle in from frame to frame. What follows it
+        waits too, in order, each event's wait counted from its own coming: a wait that began
+        only once the event ahead was printed put a second between rank 0's evaluations, each
+        step's, and the lag grew without end (a straggler verdict came out after the job
+        ended). The alike events of a line printed now come with it (its line stands where its
+        first was) though they came after the one still waiting: they read as a line each."""
         world = st.world_size or len(st.ranks)
         ranks: dict[tuple, set[int]] = {}
+        seen = self._first_seen
         for ev in fresh:
+            seen.setdefault(ev.hseq, now)
             key = alike_key(ev)
             if key is not None:
                 ranks.setdefault(key, set()).add(ev.rank)
-        seen = self._first_seen
         for i, ev in enumerate(fresh):
             key = alike_key(ev)
             if key is None or len(ranks[key]) >= world:
                 continue
-            if now - seen.setdefault(ev.hseq, now) < GROUP_WAIT_S:
-                fresh = fresh[:i]
-                break
-        if fresh:
-            for h in [h for h in seen if h <= fresh[-1].hseq]:
-                del seen[h]
-        return fresh
+            if now - seen[ev.hseq] < GROUP_WAIT_S:
+                upto = fresh[i - 1].hseq if i else self._printed_hseq
+                keys = {k for k in map(alike_key, fresh[:i]) if k is not None}
+                return fresh[:i] + [m for m in fresh[i + 1:] if alike_key(m) in keys], upto
+        return fresh, fresh[-1].hseq if fresh else self._printed_hseq
 
     def _hub_quiet_s(self, now: float) -> float | None:
         """Seconds since a live hub's last frame, when longer than HUB_QUIET_S (a hub stopped

@@ -1,0 +1,83 @@
+"""The headless printer's event lines: alike events of several ranks on one line, and none
+held longer than the wait for its ranks' alike ones."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from pardash.telemetry import printer as printer_mod
+from pardash.telemetry import schema
+from pardash.telemetry.printer import GROUP_WAIT_S, ProgressPrinter
+from pardash.telemetry.state import RunState
+
+TICK_S = 0.1
+"""The printer's poll interval under ``pardash launch --headless`` (ProgressPrinter.follow)."""
+
+
+class _Fed:
+    """A Source whose state the test feeds message by message, as a hub's frames would."""
+
+    live = False
+
+    def __init__(self) -> None:
+        self.state = RunState(run_id="r")
+        self.hseq = 0
+
+    def poll(self) -> bool:
+        return False
+
+    def take(self, msg: schema.Message, t: float) -> None:
+        self.hseq += 1
+        msg.run, msg.hseq, msg.t = "r", self.hseq, t
+        self.state.apply(msg, t)
+
+
+def test_events_one_rank_sends_each_step_come_out_a_wait_after_they_came_not_a_wait_after_each_other(monkeypatch):
+    # Rank 0 alone evaluates after every step (rank0_eval_often.py: a step and a 36 ms
+    # evaluation ten times a second, then dist.barrier()). Each eval waited its second for
+    # rank 1's alike one only once the one before it was printed: one line a second, the
+    # progress line of step 60 before the eval after step 10, and the straggler verdict held
+    # behind the queue until the job ended.
+    clock = [1000.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+    src = _Fed()
+    for rank in (0, 1):
+        src.take(schema.Hello(rank=rank, world_size=2, strategy="ddp"), clock[0])
+    out = io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600.0)
+    came: dict[str, float] = {}
+    printed: dict[str, float] = {}
+    order: list[str] = []
+
+    def update() -> None:
+        before = len(out.getvalue().splitlines())
+        printer.update()
+        for line in out.getvalue().splitlines()[before:]:
+            line = re.sub(r" \((slowest )?\d+\.\d+ s\)$", "", line)  # (the eval's duration)
+            printed.setdefault(line, clock[0])
+            order.append(line)
+
+    for step in range(1, 101):
+        clock[0] += TICK_S
+        src.take(schema.Event(rank=0, name="eval", step=step, duration_s=0.036), clock[0])
+        came[f"[eval] rank 0 after step {step}"] = clock[0]
+        if step == 3:
+            # ...and an eval both ranks make, rank 1's half a second after rank 0's: one line
+            src.take(schema.Event(rank=0, name="eval", step=1000, duration_s=0.2), clock[0])
+            came["[eval] ranks 0-1 after step 1000"] = clock[0]
+        if step == 8:
+            src.take(schema.Event(rank=1, name="eval", step=1000, duration_s=0.3), clock[0])
+        if step == 50:
+            src.take(schema.Verdict(rank=1, verdict="straggler", cause="data", cost_s=0.035, step=50,
+                                    message="rank 1 is a straggler (data loading): the others wait 35 ms a step for it"), clock[0])
+            came["[straggler] rank 1 is a straggler (data loading): the others wait 35 ms a step for it"] = clock[0]
+        update()
+    for _ in range(int(2 * GROUP_WAIT_S / TICK_S)):  # the job goes on without events
+        clock[0] += TICK_S
+        update()
+    assert set(printed) == set(came), (sorted(set(came) - set(printed))[:5], sorted(set(printed) - set(came))[:5])
+    late = {line: round(printed[line] - came[line], 2) for line in came if printed[line] - came[line] > GROUP_WAIT_S + TICK_S / 2}
+    assert not late, late
+    # in the order they came (none overtakes one still waiting), once each
+    assert order == sorted(came, key=lambda line: (came[line], line.startswith("[straggler]"))), order
