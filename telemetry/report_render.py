@@ -184,12 +184,14 @@ def _rank_cells(r: dict) -> list[str]:
 
 
 def last_loss_text(r: dict) -> str:
-    """A rank's last loss: ``nan`` (or ``inf``) where its loss stopped being finite, ``-``
-    where it gave none."""
+    """A rank's last loss; where its loss stopped being finite, the step it did and what it was
+    there (``not finite from step 18 (inf at 18)``): a rank's reporter sends no loss that is not
+    finite, and says only the first value (a loss inf at step 18, nan from 19, read "last loss
+    inf"); ``-`` where it gave none."""
     if r["last_loss"] is not None:
         return f"{r['last_loss']:.4f}"
     bad = r.get("loss_not_finite")
-    return bad["value"] if bad else "-"
+    return f"not finite from step {bad['step']} ({bad['value']} at {bad['step']})" if bad else "-"
 
 
 def straggler_lines(rep: dict) -> list[str]:

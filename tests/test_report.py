@@ -1288,10 +1288,10 @@ def test_compare_counts_stopped_ranks_apart_from_exits_with_an_error(tmp_path):
     assert (rows["exits"]["b"], rows["stopped"]["b"]) == (2, 2)
 
 
-def _diverging_log(path, bad_from: int | None, bad_to: int = 7) -> None:
+def _diverging_log(path, bad_from: int | None, bad_to: int = 7, first: float = math.nan) -> None:
     """A 2-rank ddp log of 6 steps whose loss is NaN on both ranks from ``bad_from`` (None:
-    never) to before ``bad_to``, with the warnings each rank's reporter sends then (its own
-    text), its steps going on without a loss."""
+    never; ``first`` at that step) to before ``bad_to``, with the warnings each rank's reporter
+    sends then (its own text), its steps going on without a loss."""
     from pardash.telemetry.reporter import Reporter
 
     class Said:  # (what the reporter sends when its loss turns, without a socket)
@@ -1308,7 +1308,7 @@ def _diverging_log(path, bad_from: int | None, bad_to: int = 7) -> None:
     said = {r: Said() for r in (0, 1)}
     for s in range(1, 7):
         for r in (0, 1):
-            fields = {"loss": math.nan if bad_from is not None and bad_from <= s < bad_to else 2.0 / s}
+            fields = {"loss": (first if s == bad_from else math.nan) if bad_from is not None and bad_from <= s < bad_to else 2.0 / s}
             Reporter._loss_turns(said[r], fields, fields["loss"], s)
             records += [msgspec.structs.replace(e, run=path.stem, rank=r, seq=0, t=t + s) for e in said[r].events]
             said[r].events.clear()
@@ -1329,7 +1329,7 @@ def test_a_diverged_runs_last_loss_reads_nan_and_compare_judges_it_worse(tmp_pat
     bad = build_report(str(tmp_path / "nan.jsonl"))
     assert [(r["last_loss"], r["loss_not_finite"]) for r in bad["ranks"]] == [(None, {"value": "nan", "step": 3})] * 2
     row = next(line for line in render_text(bad).splitlines() if line.lstrip().startswith("0 "))
-    assert row.split()[4] == "nan", row
+    assert " 6  not finite from step 3 (nan at 3) " in row, row
     good = build_report(str(tmp_path / "good.jsonl"))
     assert all("loss_not_finite" not in r for r in good["ranks"])
     _diverging_log(tmp_path / "spike.jsonl", 3, 4)  # (a spike it came back from: no NaN at its end)
@@ -1343,6 +1343,18 @@ def test_a_diverged_runs_last_loss_reads_nan_and_compare_judges_it_worse(tmp_pat
     cmp = compare_reports(bad, good)
     (last,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
     assert (last["a_not_finite"], last["verdict"]) == ("nan", "better")
+
+
+def test_a_loss_that_went_inf_then_nan_is_not_said_to_end_inf(tmp_path):
+    # Loss inf at step 18, nan from 19 to the end (cd.jsonl): the reporter says the first value
+    # alone (a warning; its steps go on without a loss), and the rank table's "last loss" read
+    # "inf", which the run's last loss was not.
+    _diverging_log(tmp_path / "inf.jsonl", 3, first=math.inf)
+    rep = build_report(str(tmp_path / "inf.jsonl"))
+    assert [(r["last_loss"], r["loss_not_finite"]) for r in rep["ranks"]] == [(None, {"value": "inf", "step": 3})] * 2
+    for text in (render_text(rep), render_markdown(rep)):
+        rows = [line for line in text.splitlines() if re.match(r"^\|? *[01] ", line)]
+        assert len(rows) == 2 and all("not finite from step 3 (inf at 3)" in row for row in rows), text
 
 
 def test_compare_says_a_run_resumed_from_a_checkpoint_began_past_the_models_first_step(tmp_path):
