@@ -191,6 +191,25 @@ def error_line(message: str | None) -> str | None:
     return lines[0]
 
 
+_SOURCE_AT = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|cu|cuh|h|hpp):\d+\]\s*")
+"""A C++ source location a backend's error begins with (gloo's ``[/__w/pytorch/.../pair.cc:553]``)."""
+_CALLBACK = re.compile(r"Got the following error when running the callback: (?:\w+Error: )?")
+_BOILERPLATE = re.compile(r"\s*Check the logs of the remote worker before reporting an error\. GLHF!.*$")
+
+
+def short_error(message: str | None, limit: int = 160) -> str | None:
+    """An error's line (:func:`error_line`) for a line of a screen: without the C++ source
+    location a backend error begins with, the wrapper of an error raised in a communication
+    hook's callback and gloo's sign-off, cut at ``limit`` characters. (A gloo timeout or a peer
+    gone filled several lines of the event log with a path and boilerplate; the whole text
+    stays in the log and the rank's detail.)"""
+    line = error_line(message)
+    if line is None:
+        return None
+    line = _BOILERPLATE.sub("", _SOURCE_AT.sub("", _CALLBACK.sub("", line))).strip()
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$', re.MULTILINE)
 
 

@@ -107,7 +107,7 @@ async def test_a_line_wrapped_before_the_scrollbar_came_keeps_its_last_character
     from pardash.telemetry.state import RunState
     from pardash.tui.widgets.event_log import EventLog
 
-    long = "RuntimeError: " + "".join(chr(97 + i % 26) for i in range(150))
+    long = "RuntimeError: " + "".join(chr(97 + i % 26) for i in range(130))  # (an error's line stops at 160)
 
     class One(App):
         CSS = "EventLog { width: 40; height: 8; }"
@@ -215,3 +215,28 @@ def test_a_scripts_own_event_named_restart_is_not_torchruns():
     st.apply(schema.Event(rank=2, name="exit", code=1, seq=4), 0.0)
     st.apply(schema.Event(rank=2, seq=5, name="restart", code=3, message="reconnected"), 0.0)
     assert st.ranks[2].restarts == 0 and st.ranks[2].exit_code == 1
+
+
+def test_a_backends_error_is_one_short_line_without_its_source_path_and_sign_off():
+    # A gloo timeout or a peer gone filled several lines of a 43-column pane with a C++ path,
+    # a callback's wrapper and gloo's sign-off, and pushed the events that mattered off it.
+    peer = (
+        "RuntimeError: Got the following error when running the callback: RuntimeError: "
+        "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+        "[127.0.0.1]:42723. This is typically caused by a remote worker crashing. Check the logs of the remote "
+        "worker before reporting an error. GLHF! \U0001f3d6\ufe0f\n\nAt:\n  /work/trainer/strategies.py(239): done\n"
+    )
+    timeout = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 60000ms for recv operation to complete"
+    msgs = [
+        schema.Event(rank=1, name="error", step=99, message=peer),
+        schema.Event(rank=0, name="error", step=99, message=timeout),
+        schema.Event(rank=2, name="exit", code=1, step=99, message=timeout),
+        schema.Event(rank=3, name="error", step=5, message="ValueError: " + "x" * 400),
+    ]
+    lines = [describe(m)[0] for m in msgs]
+    assert lines[:3] == [
+        "rank 1 error after step 99: RuntimeError: Connection closed by peer [127.0.0.1]:42723. This is typically caused by a remote worker crashing.",
+        "rank 0 error after step 99: RuntimeError: Timed out waiting 60000ms for recv operation to complete",
+        "rank 2 exited with code 1: RuntimeError: Timed out waiting 60000ms for recv operation to complete",
+    ]
+    assert lines[3].endswith("x…") and len(lines[3]) < 200

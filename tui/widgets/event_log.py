@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from pardash.telemetry import schema
+from pardash.telemetry.failures import error_line, short_error
 from pardash.telemetry.printer import group_alike, verdict_text
 from pardash.telemetry.summary import ranks_named
 from pardash.telemetry.state import EVENTS_KEPT, RunState, torchrun_restart
@@ -44,8 +45,9 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
         if m.name == "exit":
             code = m.code if m.code is not None else 0
             text = f"{who} exited with code {code}" if code else f"{who} finished (exit code 0)"
-            if m.message:
-                text += f": {m.message}"
+            said = short_error(m.message)
+            if said:
+                text += f": {said}"
             return text, "bad" if code else "good"
         if torchrun_restart(m):  # (its message names one rank and its pid: not of a group)
             return f"{who} restarted by torchrun" + (f" (restart {m.code})" if m.code else ""), EVENT_STYLES.get(m.name, "info")
@@ -57,9 +59,9 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
         took = duration_s if several else m.duration_s
         if took:
             text += f" ({'slowest ' if several else ''}{fmt_step_time(took)})"
-        if m.message:
-            first = m.message.strip().splitlines()[0] if m.message.strip() else ""
-            text += f": {first}" if first else ""
+        said = short_error(m.message) if m.name in ("error", "warning") else (error_line(m.message) if m.message else None)
+        if said:
+            text += f": {said}"
         if m.rank < 0:
             text = m.message or text
             return f"hub: {text}", "dim"
