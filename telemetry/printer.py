@@ -335,7 +335,9 @@ def progress_stats(st, rejected: int = 0, *, hub_quiet_s: float | None = None) -
 
 def rate_text(st) -> str:
     """Samples a second now; once every rank is done, what they ran at over their last steps
-    ("at the end": not the run's average, which `pardash report` gives); '' before a first step."""
+    ("at the end": not the run's average, which `pardash report` gives), by the wall clock,
+    evaluations between the steps in (the report's leaves them out: two figures for one run
+    read as if one were wrong); '' before a first step."""
     sps = samples_per_s(st)
     if sps > 0:
         return f"{sps:,.0f} samples/s"
@@ -345,7 +347,7 @@ def rate_text(st) -> str:
     if stuck:  # ended stuck (stopped, killed): its last steps' rate is not how it ended
         return "0 samples/s at the end (stalled)"
     recent = samples_per_s_recent(st)
-    return f"{recent:,.0f} samples/s at the end" if recent > 0 else ""
+    return f"{recent:,.0f} wall-clock samples/s at the end" if recent > 0 else ""
 
 
 def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float | None = None) -> str:

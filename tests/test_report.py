@@ -624,7 +624,7 @@ def test_a_run_whose_log_was_compressed_or_moved_is_found_or_said_so(tmp_path):
 # -- headless progress: a bar on a terminal, lines elsewhere ---------------------------------
 
 SIM = ["simulate", "--headless", "--ranks", "4", "--steps", "40", "--rate", "20", "--every", "0.5"]
-PLAIN_LINE = re.compile(r"^\[\s*\d+\.\ds\] step \d+/40 \| (?:[\d,]+ samples/s(?: at the end)? \| )?step ms min/med/max [\d.]+/[\d.]+/[\d.]+ \|")
+PLAIN_LINE = re.compile(r"^\[\s*\d+\.\ds\] step \d+/40 \| (?:[\d,]+ (?:wall-clock )?samples/s(?: at the end)? \| )?step ms min/med/max [\d.]+/[\d.]+/[\d.]+ \|")
 
 
 def test_a_finished_run_shows_the_rate_it_ran_at():
@@ -638,7 +638,7 @@ def test_a_finished_run_shows_the_rate_it_ran_at():
     for r in (0, 1):
         st.apply(schema.Event(run="r", rank=r, name="exit", code=0, t=1002.0), 0.0)
     line = progress_line(st, 2.5)
-    assert "| 640 samples/s at the end |" in line and "2 finished" in line, line
+    assert "| 640 wall-clock samples/s at the end |" in line and "2 finished" in line, line
 
 
 def _epochs_with_a_partial_batch(n_steps: int) -> list[tuple[int, int, int, float]]:
@@ -663,7 +663,7 @@ def test_the_rate_counts_each_step_at_its_own_size():
     assert "| 2,960 samples/s |" in progress_line(st, 1.0)  # live: the last ten points, steps 21..40
     _finish(st, 1000.5)
     assert samples_per_s_recent(st) == pytest.approx(2 * 1480, rel=1e-3)
-    assert "| 2,960 samples/s at the end |" in progress_line(st, 1.5)
+    assert "| 2,960 wall-clock samples/s at the end |" in progress_line(st, 1.5)
 
 
 def test_a_viewer_that_attached_late_counts_each_step_at_its_own_size():
@@ -722,7 +722,7 @@ def test_the_rate_at_the_end_leaves_out_the_slow_first_steps():
     _finish(st, t)
     rate = samples_per_s_recent(st)
     assert rate == pytest.approx(16 / 0.0094, rel=1e-3)
-    assert "| 1,702 samples/s at the end |" in progress_line(st, 5.0)
+    assert "| 1,702 wall-clock samples/s at the end |" in progress_line(st, 5.0)
 
 
 def test_the_rate_at_the_end_is_the_last_attempts_after_a_torchrun_restart():
@@ -838,7 +838,7 @@ def test_progress_is_plain_lines_when_piped(tmp_path):
     lines = [line for line in p.stdout.splitlines() if PLAIN_LINE.match(line)]
     assert lines, p.stdout
     # Once done, never "0 samples/s": the rate the ranks ran at over their last steps.
-    assert "finished" in lines[-1] and re.search(r"\| [1-9][\d,]* samples/s at the end \|", lines[-1]), lines[-1]
+    assert "finished" in lines[-1] and re.search(r"\| [1-9][\d,]* wall-clock samples/s at the end \|", lines[-1]), lines[-1]
     assert any(re.search(r"\| [1-9][\d,]* samples/s \|", line) for line in lines[:-1])
     said = [line.partition("] ")[2] for line in lines]
     assert len(said) < 2 or said[-1] != said[-2]  # the last state once, not again as the closing line
@@ -1530,6 +1530,9 @@ def test_training_time_leaves_out_only_the_evaluations_no_rank_trained_through(t
         assert rep["train_s"] == pytest.approx(n * work, **near)
         assert rep["stragglers"] == []
     assert rep["samples_per_s"] == pytest.approx(2 * 32 * n / rep["train_s"])
+    # what the figure is over, beside the progress lines' wall clock (evaluations in): two
+    # figures for one run said neither
+    assert f"samples/s          {rep['samples_per_s']:,.0f} over the time some rank was in a step (" in render_text(rep)
 
 
 def test_a_failure_far_back_in_a_long_run_is_still_reported():
