@@ -103,6 +103,9 @@ class RankRow:
     for. A sort by status puts it first."""
     stalled_in: str | None = None
     """The phase a stalled rank is stuck in, as its verdict says (data, backward, ...)."""
+    waiting: bool = False
+    """Stalled in a hang whose likely cause is another rank (one marked ``cause``): it waits for
+    that one, a victim, not a second fault."""
 
     @property
     def flagged(self) -> bool:
@@ -301,6 +304,9 @@ class RowBuilder:
         self._exit_marked = False
         self._causes: frozenset[int] = frozenset()
         """The ranks marked as a failure's or a hang's cause (see RankRow.cause)."""
+        self._waiting = False
+        """Whether the stalled ranks other than a cause wait for it (see RankRow.waiting): a
+        cause is named and no rank alive makes progress."""
         self.first_word: float | None = None
         """When the ranks first said anything, as of the last update (see
         :func:`~.run_clock.ranks_first_word`; worked out again only when a hello changes)."""
@@ -318,6 +324,7 @@ class RowBuilder:
             self._ranks, self._by_rank = [], {}
             self._notes, self._nodes, self._exit_marked = [], 0, False
             self._causes = frozenset()
+            self._waiting = False
             self._rates.clear()
             self.layout_gen += 1  # the places go too (a seek to before any rank leaves none)
             changed = None
@@ -454,7 +461,10 @@ class RowBuilder:
         if exited >= 2 or self._exit_marked:
             self._mark_first_exit(first if exited >= 2 else None)
         if exited or stuck or self._causes:
-            self._mark_causes(cause_ranks(state, first) if exited or stuck else frozenset())
+            # Hung: every rank alive stalled or silent (a rank stalled in its data loader while
+            # the others run waits for nobody, whoever failed elsewhere).
+            hung = stuck > 0 and not (counts.get(RUNNING) or counts.get(st.STRAGGLER) or counts.get(st.STARTING))
+            self._mark_causes(cause_ranks(state, first) if exited or stuck else frozenset(), hung)
         if nodes_moved:
             self.layout_gen += 1
         if flags_moved:
@@ -499,13 +509,24 @@ class RowBuilder:
                 if changed is not None:
                     changed.add(e.rank)
 
-    def _mark_causes(self, causes: frozenset[int]) -> None:
-        """Mark the ranks a failure or hang started from (``causes``) and unmark the rest."""
-        for rank in self._causes ^ causes:
-            e = self._by_rank.get(rank)
-            if e is not None:
-                e.cause = rank in causes
-        self._causes = causes
+    def _mark_causes(self, causes: frozenset[int], hung: bool) -> None:
+        """Mark the ranks a failure or hang started from (``causes``) and unmark the rest;
+        ``hung``: no rank alive makes progress (the other stalled ranks wait for the causes)."""
+        waiting = bool(causes) and hung
+        if causes == self._causes and waiting == self._waiting:
+            return
+        by_rank = self._by_rank
+        touched = [by_rank[rank] for rank in self._causes ^ causes if rank in by_rank]
+        if waiting != self._waiting:
+            # Every stalled rank turns into one waiting for the cause, or back (see heat_key).
+            touched += [e for e in self._ranks if e.status == st.STALLED]
+        before = [self._hang_mark(e) for e in touched]
+        for e in touched:
+            e.cause = e.rank in causes
+        self._causes, self._waiting = causes, waiting
+        changed = self.changed
+        if changed is not None:
+            changed.update(e.rank for e, mark in zip(touched, before) if self._hang_mark(e) != mark)
 
     def _mark_first_exit(self, first: int | None) -> None:
         """When several ranks exited (``first``: the root cause, see ``alerts.cause_rank``; None:
@@ -534,10 +555,27 @@ class RowBuilder:
     def __contains__(self, rank: object) -> bool:
         return rank in self._by_rank
 
-    def heat_key(self, rank: int) -> tuple[str, int, bool | None] | None:
-        """What a rank's heat-map glyph shows: (status, deviation level, exit order mark)."""
+    @property
+    def waiting(self) -> bool:
+        """Whether stalled ranks wait for a hang's likely cause (drawn as waiting), as of the
+        last update."""
+        return self._waiting
+
+    def heat_key(self, rank: int) -> tuple[str, int, bool | None, bool | None] | None:
+        """What a rank's heat-map glyph shows: (status, deviation level, exit order mark, hang
+        mark). The hang mark is True for the stalled or silent rank a hang likely waits for
+        (``RankRow.cause``), False for a stalled rank waiting for it, None otherwise."""
         e = self._by_rank.get(rank)
-        return (e.status, e.level, e.exit_first) if e is not None else None
+        return (e.status, e.level, e.exit_first, self._hang_mark(e)) if e is not None else None
+
+    def _hang_mark(self, e: _Rank) -> bool | None:
+        status = e.status
+        if status == st.STALLED or status == st.SILENT:
+            if e.cause:
+                return True
+            if self._waiting and status == st.STALLED:
+                return False
+        return None
 
     def row(self, rank: int | None) -> RankRow | None:
         """The full row of ``rank`` as of the last update (None for an unknown rank)."""
@@ -599,6 +637,7 @@ class RowBuilder:
             e.exit_first,
             e.cause,
             r.stalled.cause or None if r.stalled is not None and e.status == st.STALLED else None,
+            self._hang_mark(e) is False,
         )
 
 

@@ -350,3 +350,68 @@ async def test_quiet_hub_hides_its_stale_rate_and_alarms_only_while_ranks_run():
             return [sp.style for sp in text.spans if sp.start <= start < sp.end]
         assert bad in style_of(texts["running"], "hub quiet")
         assert bad not in style_of(texts["ended"], "hub quiet")
+
+
+def _drawn_at(grid: RankGrid, rank: int, width: int = 1) -> list:
+    """(text, style) of each cell of ``rank``'s first ``width`` columns as the grid draws them."""
+    y, k = grid.layout.where[rank]
+    x = grid.layout.lines[y].cells[k][0]
+    strip = grid.render_line(y + 1 - grid.scroll_offset.y)
+    cells = [(ch, seg.style) for seg in strip for ch in seg.text]
+    return cells[x : x + width]
+
+
+async def test_the_rank_a_hang_waits_for_stands_out_from_the_ranks_waiting_for_it():
+    """64 ranks stalled, rank 3 in its data loader, the rest in a collective waiting for it:
+    every one read "stalled" in one amber, in the cells and the heat map alike, and only the
+    alert named the cause. The cause is drawn on its own (reversed), the others as waiting;
+    a stall is drawn more gravely than a straggler."""
+    job = Job(8)
+    for _ in range(3):
+        job.step()
+        job.frame()
+    app = make_app(job.viewer)
+    async with app.run_test(size=(120, 40)) as pilot:
+        grid = app.screen.query_one(RankGrid)
+        grid.form = "heat"
+        await pilot.pause()
+        assert [ch for ch, _ in _drawn_at(grid, 3)] == ["■"]
+        # The hang comes in a frame of its own: the heat map redraws the glyphs that changed.
+        job.core.verdict(schema.Verdict(rank=3, verdict="stalled", cause="data", step=3))
+        for r in (0, 1, 2, 4, 5, 6, 7):
+            job.core.verdict(schema.Verdict(rank=r, verdict="stalled", cause="comm", step=3))
+        job.frame()
+        app._poll()
+        await pilot.pause()
+        (cause_glyph, cause_style), = _drawn_at(grid, 3)
+        (waiting_glyph, waiting_style), = _drawn_at(grid, 5)
+        assert cause_glyph == "◆" and cause_style.reverse
+        assert waiting_glyph == "◇" and not waiting_style.reverse and waiting_style.color != cause_style.color
+
+        grid.form = "cells"
+        await pilot.pause()
+        assert grid.layout.columns[:2] == ("rank", "status")
+        status_x = grid.layout.rank_width + 1
+
+        def status_of(rank: int) -> tuple[str, object]:
+            cells = _drawn_at(grid, rank, status_x + 9)[status_x:]
+            return "".join(ch for ch, _ in cells).strip(), cells[0][1]
+
+        cause_text, cause_style = status_of(3)
+        waiting_text, waiting_style = status_of(5)
+        assert cause_text == "stalled" and cause_style.reverse
+        assert waiting_text == "waiting" and not waiting_style.reverse
+        # The cause resumes: no rank is named any more, the others read stalled again.
+        job.core.verdict(schema.Verdict(rank=3, verdict="resumed", step=4))
+        job.frame()
+        app._poll()
+        await pilot.pause()
+        text, style = status_of(5)
+        assert text == "stalled" and not style.reverse
+        stalled_style = style
+        job.core.verdict(schema.Verdict(rank=3, verdict="straggler", message="rank 3 is a straggler"))
+        job.frame()
+        app._poll()
+        await pilot.pause()
+        text, straggler_style = status_of(3)
+        assert text == "straggler" and straggler_style.color != stalled_style.color

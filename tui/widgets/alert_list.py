@@ -59,6 +59,7 @@ class AlertList(CachedStyles, Widget):
         "alert-list--straggler",
         "alert-list--not_sharding",
         "alert-list--stopped",
+        "alert-list--stale",
     }
 
     DEFAULT_CSS = """
@@ -70,10 +71,11 @@ class AlertList(CachedStyles, Widget):
     AlertList > .alert-list--ok { color: $text-success; }
     AlertList > .alert-list--exited { color: $text-error; }
     AlertList > .alert-list--silent { color: $text-error; }
-    AlertList > .alert-list--stalled { color: $text-warning; }
+    AlertList > .alert-list--stalled { color: $text-error; }
     AlertList > .alert-list--straggler { color: $text-warning; }
     AlertList > .alert-list--not_sharding { color: $text-warning; }
     AlertList > .alert-list--stopped { color: $text-muted; }
+    AlertList > .alert-list--stale { color: $text-warning; }
     """
 
     alerts: reactive[tuple[Alert, ...]] = reactive(())
@@ -94,7 +96,7 @@ class AlertList(CachedStyles, Widget):
     def render(self) -> Text:
         alerts = self.alerts
         if not alerts:
-            return Text(self.calm, style=self._s("stalled" if self.calm.startswith(STALE_MARK) else "ok"))
+            return Text(self.calm, style=self._s("stale" if self.calm.startswith(STALE_MARK) else "ok"))
         lines: list[Text] = []
         if len(alerts) <= MAX_LINES:
             for a in alerts:

@@ -41,6 +41,12 @@ _CURSOR_ON_REVERSED = Style(reverse=False, bold=True, underline=True)
 """The heat map's cursor over a glyph's style, and over one drawn reversed (an exited rank)."""
 Look = tuple[tuple[str, Style], ...]
 """How a rank is drawn: runs of text, a style each (a heat-map glyph, or a cell's fields)."""
+WAITING_GLYPH = "◇"
+"""A stalled rank waiting for the one a hang likely started from (drawn ◆, reversed)."""
+
+
+def _glyph(status: str, hang: bool | None) -> str:
+    return WAITING_GLYPH if hang is False else HEAT_GLYPHS.get(status, "?")
 
 
 class RankGrid(ScrollView, can_focus=True):
@@ -64,12 +70,15 @@ class RankGrid(ScrollView, can_focus=True):
         "rank-grid--running",
         "rank-grid--straggler",
         "rank-grid--stalled",
+        "rank-grid--stall-cause",
+        "rank-grid--waiting",
         "rank-grid--silent",
         "rank-grid--exited",
         "rank-grid--exited-after",
         "rank-grid--finished",
         "rank-grid--dev-warn",
         "rank-grid--dev-bad",
+        "rank-grid--unsharded",
     }
 
     DEFAULT_CSS = """
@@ -99,7 +108,10 @@ class RankGrid(ScrollView, can_focus=True):
     RankGrid > .rank-grid--starting { color: $text-muted; }
     RankGrid > .rank-grid--running { color: $text-success; }
     RankGrid > .rank-grid--straggler { color: $text-warning; text-style: bold; }
-    RankGrid > .rank-grid--stalled { color: $text-warning; text-style: bold; }
+    RankGrid > .rank-grid--stalled { color: $text-error; text-style: bold; }
+    RankGrid > .rank-grid--stall-cause { color: $text-error; text-style: bold reverse; }
+    RankGrid > .rank-grid--waiting { color: $text-warning; }
+    RankGrid > .rank-grid--unsharded { color: $text-warning; text-style: bold; }
     RankGrid > .rank-grid--silent { color: $text-error; }
     RankGrid > .rank-grid--exited { color: $text-error; text-style: bold reverse; }
     RankGrid > .rank-grid--exited-after { color: $text-error 70%; }
@@ -155,6 +167,8 @@ class RankGrid(ScrollView, can_focus=True):
         """Component styles over the base style ("" is the base), cleared on style changes."""
         self._width = 80
         """Columns the layout was made for."""
+        self._legend_waiting = False
+        """Whether the heat map's legend was drawn with "waiting" (see RowBuilder.waiting)."""
         self._cursor_moved = False
         """Whether a person moved the cursor (until then it stays on the first rank drawn)."""
 
@@ -233,6 +247,9 @@ class RankGrid(ScrollView, can_focus=True):
                 del self._strips[y]
         dirty: set[int] = set()
         if self._layout.heat:
+            if table.waiting != self._legend_waiting:
+                self._legend_waiting = table.waiting
+                self.refresh_lines(0, 1)  # the legend says "waiting" while ranks are
             changed = table.changed if since == table.gen - 1 else None
             if changed is None:
                 suspects = list(looks)
@@ -345,18 +362,24 @@ class RankGrid(ScrollView, can_focus=True):
             style = self._styles[""] = self.rich_style
         return style
 
-    def _status_style(self, status: str, exit_first: bool | None) -> Style:
+    def _status_style(self, status: str, exit_first: bool | None, hang: bool | None = None) -> Style:
+        """``hang``: True for the rank a hang likely waits for, False for one waiting for it
+        (see RowBuilder.heat_key): the cause stands out from its victims."""
         if exit_first is False:
             return self._style("rank-grid--exited-after")
+        if hang is True:
+            return self._style("rank-grid--stall-cause")
+        if hang is False:
+            return self._style("rank-grid--waiting")
         return self._style(f"rank-grid--{status}")
 
-    def _heat_style(self, status: str, level: int, exit_first: bool | None) -> Style:
+    def _heat_style(self, status: str, level: int, exit_first: bool | None, hang: bool | None = None) -> Style:
         if status == st.RUNNING:
             if level == 2:
                 return self._style("rank-grid--dev-bad")
             if level == 1:
                 return self._style("rank-grid--dev-warn")
-        return self._status_style(status, exit_first)
+        return self._status_style(status, exit_first, hang)
 
     def render_line(self, y: int) -> Strip:
         width = self._width
@@ -401,6 +424,7 @@ class RankGrid(ScrollView, can_focus=True):
                 yield Segment(text, sorted_style if sort == self.sort_key else title)
 
     def _legend_segments(self, width: int) -> Iterable[Segment]:
+        self._legend_waiting = self._table.waiting
         dim = self._style("rank-grid--dim")
         yield Segment(" ", self._base())
         items = [
@@ -413,6 +437,8 @@ class RankGrid(ScrollView, can_focus=True):
             (HEAT_GLYPHS[st.EXITED], "rank-grid--exited", "exited"),
             (HEAT_GLYPHS[st.FINISHED], "rank-grid--finished", "done"),
         ]
+        if self._table.waiting:  # (only then: "waiting" is what a hang's victims are)
+            items.insert(5, (WAITING_GLYPH, "rank-grid--waiting", "waiting"))
         # Every item when it fits: two spaces between items, then one, then "self +10%" as
         # "+10%"; past that, the items that fit (each piece: glyph, space, text, gap).
         short = [(g, c, "+10%" if t == "self +10%" else t) for g, c, t in items]
@@ -422,6 +448,8 @@ class RankGrid(ScrollView, can_focus=True):
         else:  # too narrow for all: those of the statuses on screen first ("done" was cut last)
             present = {row.status for row in self._layout.ordered}
             status_of = (st.RUNNING,) * 3 + (st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED, st.FINISHED)
+            if len(items) > len(status_of):
+                status_of = status_of[:5] + (st.STALLED,) + status_of[5:]
             labels = [item for item, status in zip(short, status_of) if status in present] + [
                 item for item, status in zip(short, status_of) if status not in present
             ]
@@ -444,8 +472,8 @@ class RankGrid(ScrollView, can_focus=True):
                 key = self._table.heat_key(rank)
                 look = self._glyphs.get(key)
                 if look is None:
-                    status, level, exit_first = key  # type: ignore[misc]
-                    look = ((HEAT_GLYPHS.get(status, "?"), self._heat_style(status, level, exit_first)),)
+                    status, level, exit_first, hang = key  # type: ignore[misc]
+                    look = ((_glyph(status, hang), self._heat_style(status, level, exit_first, hang)),)
                     self._glyphs[key] = look
                 self._look_keys[index] = key
             else:
@@ -529,12 +557,15 @@ class RankGrid(ScrollView, can_focus=True):
         dim = self._style("rank-grid--dim")
         status = row.status
         exit_first = row.exit_first
+        hang = True if row.cause and status in (st.STALLED, st.SILENT) else False if row.waiting else None
         if status == st.EXITED and row.exit_code is not None:
             status_text, status_style = f"exit {row.exit_code}", self._status_style(status, exit_first)
         elif row.not_sharding and status == st.RUNNING:
-            status_text, status_style = "unsharded", self._style("rank-grid--stalled")
+            status_text, status_style = "unsharded", self._style("rank-grid--unsharded")
+        elif hang is False:
+            status_text, status_style = "waiting", self._status_style(status, exit_first, hang)
         else:
-            status_text, status_style = status, self._status_style(status, exit_first)
+            status_text, status_style = status, self._status_style(status, exit_first, hang)
         level = row.deviation_level
         gone = status in _GONE
         value = dim if gone else base
@@ -549,7 +580,7 @@ class RankGrid(ScrollView, can_focus=True):
             elif key == "status":
                 text, style = f"{status_text[:w]:<{w}}", status_style
             elif key == "glyph":
-                text, style = HEAT_GLYPHS.get(status, "?"), self._heat_style(status, level, exit_first)
+                text, style = _glyph(status, hang), self._heat_style(status, level, exit_first, hang)
             elif key == "dev":
                 text = f"{DASH if gone else fmt_deviation(row.self_dev):>{w}}"
                 style = (

@@ -210,7 +210,7 @@ class RunHeader(CachedStyles, Widget):
     RunHeader > .run-header--note { color: $text-warning; }
     RunHeader > .run-header--running { color: $text-success; }
     RunHeader > .run-header--straggler { color: $text-warning; text-style: bold; }
-    RunHeader > .run-header--stalled { color: $text-warning; text-style: bold; }
+    RunHeader > .run-header--stalled { color: $text-error; text-style: bold; }
     RunHeader > .run-header--silent { color: $text-error; }
     RunHeader > .run-header--exited { color: $text-error; text-style: bold; }
     RunHeader > .run-header--finished { color: $text-primary; }
