@@ -323,8 +323,9 @@ def _by_cell(segments: list) -> list:
 
 async def test_quiet_hub_hides_its_stale_rate_and_alarms_only_while_ranks_run():
     """A hub that stops sending frames: its last ingest rate is not shown as if current; the
-    'hub quiet' line is an alarm while ranks still run, and a plain remark once every rank ended
-    (the launcher stops the hub then)."""
+    'hub quiet' line is an alarm while ranks still run; once every rank ended (the launcher
+    stops the hub then) the header says how the job ended, not that the hub is quiet ("job
+    ended · hub quiet for 6 s" read as a fault after a clean finish)."""
     app = make_app(Fed())
     async with app.run_test(size=(160, 40)) as pilot:
         header = app.screen.query_one(RunHeader)
@@ -334,6 +335,7 @@ async def test_quiet_hub_hides_its_stale_rate_and_alarms_only_while_ranks_run():
             ("flowing", (("running", 2),), None),
             ("running", (("running", 2),), 12.0),
             ("ended", (("finished", 1), ("exited", 1)), 12.0),
+            ("finished", (("finished", 2),), 12.0),
         ):
             header.summary = RunSummary(status_counts=counts, hub_quiet_s=quiet, **base)
             # Read before the app runs again: once its source has been quiet 3 s (a loaded
@@ -341,15 +343,18 @@ async def test_quiet_hub_hides_its_stale_rate_and_alarms_only_while_ranks_run():
             texts[name] = header._text(158)
             await pilot.pause()
         assert "hub 1234 msg/s" in texts["flowing"].plain and "quiet" not in texts["flowing"].plain
-        for name in ("running", "ended"):
-            assert "msg/s" not in texts[name].plain and "hub quiet for 12 s" in texts[name].plain
-        assert "job ended" not in texts["running"].plain and "job ended" in texts["ended"].plain
+        assert "msg/s" not in texts["running"].plain and "hub quiet for 12 s" in texts["running"].plain
+        assert "job ended" not in texts["running"].plain
+        for name in ("ended", "finished"):
+            assert "msg/s" not in texts[name].plain and "quiet" not in texts[name].plain
+        assert "job ended: every rank finished" in texts["finished"].plain
+        assert "job ended: 1 rank exited" in texts["ended"].plain
         bad = header._s("bad")
         def style_of(text, needle):
             start = text.plain.index(needle)
             return [sp.style for sp in text.spans if sp.start <= start < sp.end]
         assert bad in style_of(texts["running"], "hub quiet")
-        assert bad not in style_of(texts["ended"], "hub quiet")
+        assert bad not in style_of(texts["finished"], "job ended")
 
 
 def _drawn_at(grid: RankGrid, rank: int, width: int = 1) -> list:

@@ -341,8 +341,12 @@ class RunHeader(CachedStyles, Widget):
         if s.replay is not None:
             second.append(self._replay_runs(s.replay))
         if s.live and s.hub_quiet_s is not None:
-            if s.ended:  # the launcher stops the hub when the job ends: no alarm then
-                second.append([(f"job ended · hub quiet for {s.hub_quiet_s:.0f} s", self._s("label"))])
+            if s.ended:
+                # The launcher stops the hub when the job ends: its quiet is no fault then, and
+                # "hub quiet for 6 s" read as one after a clean finish. How it ended, instead.
+                exited = dict(s.status_counts).get(st.EXITED, 0)
+                how = "every rank finished" if not exited else f"{exited} rank{'s' if exited != 1 else ''} exited"
+                second.append([(f"job ended: {how}", self._s("label"))])
             else:
                 second.append([(f"hub quiet for {s.hub_quiet_s:.0f} s", self._s("bad"))])
         second.append(
