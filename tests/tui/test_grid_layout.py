@@ -221,6 +221,37 @@ async def test_a_charts_y_axis_stays_in_one_column_whatever_its_labels(values):
         assert labels == sorted(labels, reverse=True) and labels[0] > labels[-1], rows
 
 
+async def test_a_warm_ups_first_steps_do_not_flatten_the_rest_of_a_chart():
+    # A loss of 4.2 falling to 0.6 in its first steps set the y scale, and the run's steady
+    # part, 0.60 to 0.50, was one flat row. As TensorBoard ignores outliers in its scale, the
+    # outermost 5% of points are left out of it (drawn at the edge); the newest value never is.
+    from textual.app import App
+
+    from pardash.tui.charts import ChartSeries
+    from pardash.tui.format import fmt_loss
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    n = 60
+    line = (4.2, 2.5, 1.4) + tuple(0.60 - 0.10 * i / (n - 4) for i in range(n - 3))
+    nan = (float("nan"),) * n
+
+    class One(App):
+        def compose(self):
+            yield HistoryChart(fmt_loss)
+
+    app = One()
+    async with app.run_test(size=(80, 12)) as pilot:
+        chart = app.query_one(HistoryChart)
+        chart.series = ChartSeries(line, nan, nan, nan, 1, n, line[-1], 0)
+        await pilot.pause()
+        plot_h = chart.content_region.height - 1
+        rows = [chart.render_line(y).text for y in range(plot_h)]
+        steady = {y for y, r in enumerate(rows) for c in range(9 + 10, 9 + n) if r[c] != " "}
+        assert len(steady) >= plot_h - 2, rows  # the steady part spans the chart, not a row
+        assert rows[0][9] != " "  # the first step, over the scale, at its top edge
+        assert float(rows[-1][: rows[-1].index("┤")]) == pytest.approx(line[-1], abs=1e-4)  # the newest, at the bottom
+
+
 async def test_the_heat_maps_cursor_stands_out_on_an_exited_rank():
     # An exited rank's glyph is drawn reversed; the cursor reversed it again, so the rank the
     # cursor was on looked like every other exited rank, and the cursor was nowhere to be seen.

@@ -23,6 +23,30 @@ AXIS_WIDTH = 9
 _HALVES = {1: "▀", 2: "▄", 3: "█"}
 
 
+OUTLIER_SHARE = 0.05
+"""The share of a chart's points, at either end, its y axis may leave out (as TensorBoard's
+"ignore outliers in chart scaling", on by default there): a warm-up's first steps (a loss of
+4.2 falling to 0.6, a first step of 166 ms among 25 ms ones) set the scale, and the run's
+steady part was one flat row. Points beyond it are drawn at the chart's edge."""
+MIN_POINTS = 20
+"""Fewer points than this are all in the scale."""
+
+
+def y_range(values: list[float], latest: float | None = None) -> tuple[float, float]:
+    """The lowest and highest value a chart's y axis shows: its points' but the outermost
+    OUTLIER_SHARE at either end (MIN_POINTS or more), and always the newest value."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n < MIN_POINTS:
+        lo, hi = ordered[0], ordered[-1]
+    else:
+        k = int(n * OUTLIER_SHARE)
+        lo, hi = ordered[k], ordered[n - 1 - k]
+    if latest is not None and math.isfinite(latest):
+        lo, hi = min(lo, latest), max(hi, latest)
+    return lo, hi
+
+
 class HistoryChart(CachedStyles, Widget):
     """The selected rank's values as a line (half-block resolution), the others' median as a
     dotted rule and their min-to-max spread as a shaded band, against the step number.
@@ -107,7 +131,7 @@ class HistoryChart(CachedStyles, Widget):
         finite = [v for seq in (s.values, s.low, s.high) for v in seq[:plot_w] if math.isfinite(v)]
         if not finite:
             return [Strip.blank(width, base) for _ in range(height)]
-        lo, hi = min(finite), max(finite)
+        lo, hi = y_range(finite, s.latest)
         if hi - lo < 1e-12:
             pad = abs(hi) * 0.05 or 1.0
             lo, hi = lo - pad, hi + pad
@@ -118,11 +142,12 @@ class HistoryChart(CachedStyles, Widget):
         if not math.isfinite(span):  # figures near the float's limits (a hostile or broken rank's)
             return [Strip.blank(width, base) for _ in range(height)]
 
+        # (A point outside the scale, an outlier left out of it, is drawn at its edge.)
         def half_row(v: float) -> int:
-            return min(2 * plot_h - 1, max(0, int(round((hi - v) / span * (2 * plot_h - 1)))))
+            return min(2 * plot_h - 1, max(0, int(round((hi - min(hi, max(lo, v))) / span * (2 * plot_h - 1)))))
 
         def row(v: float) -> int:
-            return min(plot_h - 1, max(0, int(round((hi - v) / span * (plot_h - 1)))))
+            return min(plot_h - 1, max(0, int(round((hi - min(hi, max(lo, v))) / span * (plot_h - 1)))))
 
         # mask[r][c]: 1 upper half, 2 lower half of the rank's line; median row; band rows.
         mask = [[0] * plot_w for _ in range(plot_h)]
