@@ -15,7 +15,7 @@ from .summary import human_bytes, is_sharded, ranks_named
 # (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
 # "lower" or "" (no verdict: a figure that is neither).
 _RUN_METRICS: list[tuple[str, str, str, str]] = [
-    ("samples_per_s", "samples/s (first to last step, less evaluations)", "1/s", "higher"),
+    ("samples_per_s", "samples/s (while some rank was in a step)", "1/s", "higher"),
     ("steady_samples_per_s", "samples/s (median step)", "1/s", "higher"),
     ("median_step_s", "step time", "s", "lower"),
     # Self time is the straggler signal, not a speed: what it holds differs by strategy (work up
@@ -164,10 +164,11 @@ def compare_reports(a: dict, b: dict) -> dict:
             if len(groups) == 1:
                 ((value, step, ranks),) = groups
                 whose = "" if len(ranks) == len(rep["ranks"]) else f" on {ranks_named(ranks)}"
-                notes.append(f"{name}'s loss was {value} from step {step} to its end{whose}: it diverged")
+                # (the reporter sends the first value that is not finite, not the ones after it)
+                notes.append(f"{name}'s loss was not finite from step {step} to its end{whose} ({value} at {step}): it diverged")
             else:
-                said = " and ".join(f"{value} from step {step} on {ranks_named(ranks)}" for value, step, ranks in groups)
-                notes.append(f"{name}'s loss was {said}, to its end: it diverged")
+                said = " and ".join(f"from step {step} on {ranks_named(ranks)} ({value} at {step})" for value, step, ranks in groups)
+                notes.append(f"{name}'s loss was not finite {said}, to its end: it diverged")
     if not _same_peak(a, b):
         notes.append(
             f"peak memory is {_PEAK_KINDS[_peak_kind(a)]} in A, {_PEAK_KINDS[_peak_kind(b)]} in B: shown, not judged"

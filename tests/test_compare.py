@@ -265,7 +265,7 @@ def test_a_run_with_one_diverged_rank_is_worse_than_one_with_none():
     text = render_compare_text(cmp)
     line = next(line for line in text.splitlines() if line.startswith("loss at the last step"))
     assert line.split()[-1] == "worse" and f"{median:.4f} (1 of 2 nan)" in line, text
-    assert "note: B's loss was nan from step 12 to its end on rank 1: it diverged" in text
+    assert "note: B's loss was not finite from step 12 to its end on rank 1 (nan at 12): it diverged" in text
     (row,) = [r for r in compare_reports(half, good)["rows"] if r["metric"] == "last_loss"]
     assert (row["a_not_finite"], row["verdict"]) == (f"{median:.4f} (1 of 2 nan)", "better")
     # Both diverged somewhere (one on every rank or not): not judged.
@@ -308,14 +308,14 @@ def test_ranks_diverged_to_different_values_are_said_each_with_its_own_step():
     (row,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
     assert (row["b_not_finite"], row["verdict"]) == ("nan/inf", "worse")
     text = render_compare_text(cmp)
-    assert "note: B's loss was nan from step 4 on rank 1 and inf from step 9 on rank 0, to its end: it diverged" in text, text
+    assert "note: B's loss was not finite from step 4 on rank 1 (nan at 4) and from step 9 on rank 0 (inf at 9), to its end: it diverged" in text, text
     # The same value on every rank: the step of the first rank to turn, and its value.
     same = _diverged_on(good, {0: ("inf", 9), 1: ("inf", 4)})
-    assert "B's loss was inf from step 4 to its end: it diverged" in compare_reports(good, same)["notes"]
+    assert "B's loss was not finite from step 4 to its end (inf at 4): it diverged" in compare_reports(good, same)["notes"]
     # Three ranks, two diverged to different values: the cell says how many, and which values.
     three = json.loads(json.dumps(good))
     three["ranks"].append({**three["ranks"][1], "rank": 2})
     three = _diverged_on(three, {1: ("-inf", 7), 2: ("nan", 7)})
     (row,) = [r for r in compare_reports(good, three)["rows"] if r["metric"] == "last_loss"]
     assert row["b_not_finite"] == f"{good['ranks'][0]['last_loss']:.4f} (2 of 3 -inf/nan)"
-    assert "B's loss was -inf from step 7 on rank 1 and nan from step 7 on rank 2, to its end: it diverged" in compare_reports(good, three)["notes"]
+    assert "B's loss was not finite from step 7 on rank 1 (-inf at 7) and from step 7 on rank 2 (nan at 7), to its end: it diverged" in compare_reports(good, three)["notes"]
