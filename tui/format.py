@@ -146,6 +146,17 @@ def fmt_params(n: int) -> str:
     return str(n)
 
 
+def fmt_step_no(n: int | None) -> str:
+    """A step number in at most six characters: ``123456``, ``1.23M``."""
+    if n is None:
+        return DASH
+    if n < 1_000_000:
+        return str(n)
+    if n < 99_995_000:
+        return f"{n / 1e6:.2f}M"
+    return f"{n / 1e6:.0f}M" if n < 999_500_000 else f"{n / 1e9:.1f}B"
+
+
 def fmt_count(n: int) -> str:
     """A big count with thin grouping: ``1,234,567``."""
     return f"{n:,}"

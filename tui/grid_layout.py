@@ -34,16 +34,19 @@ HEAT_GLYPHS = {
 COLUMNS = ("rank", "status", "loss", "step", "held", "dev")
 """Fields of a cell."""
 WIDE_COLUMNS = (
-    ("rank", "status", "loss", "step", "self", "dev", "data", "comm", "held", "gpu", "gpu_mem"),
-    ("rank", "status", "loss", "step", "self", "dev", "data", "comm", "held"),
+    ("rank", "status", "step_no", "loss", "step", "self", "dev", "data", "comm", "held", "gpu", "gpu_mem"),
+    ("rank", "status", "step_no", "loss", "step", "self", "dev", "data", "comm", "held"),
 )
-"""Richer cells, widest first, used when every rank fits on a line of its own."""
+"""Richer cells, widest first, used when every rank fits on a line of its own (with the step
+each rank is at: the first thing to read when one is behind; several cells a line have no room
+for it)."""
 COMPACT_COLUMNS = ("rank", "glyph", "dev")
 """Fields of a compact cell, when full cells do not fit but a heat map would waste the room."""
 COLUMN_SPEC = {
     # key: (title, width, the sort key it shows)
     "glyph": ("", 1, "status"),
     "status": ("status", 9, "status"),
+    "step_no": ("step", 6, ""),  # the rank's last step done
     "loss": ("loss", 7, ""),
     "step": ("wall", 6, "step_time"),  # the step's wall time ("step" read as its number)
     "self": ("self", 6, ""),

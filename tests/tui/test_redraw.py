@@ -420,3 +420,25 @@ async def test_the_rank_a_hang_waits_for_stands_out_from_the_ranks_waiting_for_i
         await pilot.pause()
         text, straggler_style = status_of(3)
         assert text == "straggler" and straggler_style.color != stalled_style.color
+
+
+async def test_the_wide_grid_says_the_step_each_rank_is_at():
+    """One rank behind the others: the step it is at is the first thing to read, and the grid
+    did not show it. Each rank's last step has a column of its own when every rank has a line."""
+    job = Job(4)
+    for n in range(12):
+        job.step(None if n < 5 else [0, 1, 3])  # rank 2 stops stepping after step 5
+        job.frame()
+    app = make_app(job.viewer)
+    async with app.run_test(size=(120, 40)) as pilot:
+        grid = app.screen.query_one(RankGrid)
+        await pilot.pause()
+        assert grid.layout.max_cols == 1  # a rank a line
+        lines = [strip_text(grid.render_line(y)) for y in range(grid.size.height)]
+        title = lines[0].split()
+        at = title.index("step")
+        steps = {}
+        for rank in range(4):
+            y = grid.layout.where[rank][0] + 1
+            steps[rank] = lines[y].split()[at]
+        assert steps == {0: "12", 1: "12", 2: "5", 3: "12"}

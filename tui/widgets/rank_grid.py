@@ -17,7 +17,7 @@ from textual.strip import Strip
 
 from pardash.telemetry import state as st
 
-from ..format import DASH, fmt_bytes, fmt_deviation, fmt_loss, fmt_step_time
+from ..format import DASH, fmt_bytes, fmt_deviation, fmt_loss, fmt_step_no, fmt_step_time
 from ..grid_layout import (
     CELL_GAP,
     COLUMN_SPEC,
@@ -593,6 +593,8 @@ class RankGrid(ScrollView, can_focus=True):
             else:
                 if key == "loss":
                     figure = fmt_loss(row.loss)
+                elif key == "step_no":
+                    figure = fmt_step_no(row.step)
                 elif key == "step":
                     figure = fmt_step_time(row.step_s)
                 elif key == "held":
