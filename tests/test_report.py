@@ -1338,7 +1338,7 @@ def test_a_diverged_runs_last_loss_reads_nan_and_compare_judges_it_worse(tmp_pat
     text = render_compare_text(compare_reports(good, bad))
     row = next(line for line in text.splitlines() if line.startswith("loss at the last step"))
     assert row.split()[-5:] == ["0.3333", "nan", "-", "-", "worse"], text
-    assert "note: B's loss was nan from step 3 to its end: it diverged" in text
+    assert "note: B's loss was not finite from step 3 to its end (nan at 3): it diverged" in text
     assert "not judged" not in text
     cmp = compare_reports(bad, good)
     (last,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
