@@ -606,8 +606,46 @@ def test_attach_takes_its_keys_by_curve_dir(tmp_path, keys):
         hub.close()
 
 
+def test_a_keyed_hubs_log_is_copied_only_with_an_authorised_key(tmp_path, keys, stranger_keys):
+    # `pardash record` rides the snapshot port: under the hub's keys, as viewers do.
+    from pardash.telemetry import logfeed
+
+    log, copy = tmp_path / "run.jsonl", tmp_path / "copy.jsonl"
+    hub = Hub(run_id=RUN, log_path=str(log), curve=keys, world_size=1)
+    t = threading.Thread(target=hub.serve, daemon=True)
+    t.start()
+    rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 1), heartbeat_s=0, curve=keys)
+    strangers = [logfeed.LogFollower(hub.snapshot_endpoint, curve=False), logfeed.LogFollower(hub.snapshot_endpoint, curve=stranger_keys)]
+    try:
+        rep.hello(strategy="single", world_size=1)
+        for i in range(1, 4):
+            rep.step(step=i, loss=1.0, step_s=0.01)
+        wait_logged(hub)
+        for f in strangers:
+            with pytest.raises(logfeed.CopyError, match="no answer"):
+                logfeed.follow(f, str(tmp_path / "stolen.jsonl"), default_out=str, wait_s=1.0, first_wait_s=1.0)
+            _refused(f.sock, hub.snapshot_endpoint)
+        assert not (tmp_path / "stolen.jsonl").exists()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pardash", "record", "--curve-dir", str(keys), hub.ingest_endpoint, "-o", str(copy)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(PARDASH_CURVE_DIR=""),
+        )  # fmt: skip
+        wait_for(lambda: copy.exists() and copy.read_bytes() == log.read_bytes())
+    finally:
+        rep.close()
+        hub.stop()
+        t.join(10)
+        hub.close()
+        for f in strangers:
+            f.close()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert copy.read_bytes() == log.read_bytes()
+
+
 @pytest.mark.parametrize(
-    "command", [["attach", "--headless", "tcp://127.0.0.1:5555"], ["hub", "--no-registry"], ["launch", "--headless"]]
+    "command",
+    [["attach", "--headless", "tcp://127.0.0.1:5555"], ["hub", "--no-registry"], ["launch", "--headless"], ["record", "tcp://127.0.0.1:5555"]],
 )
 def test_a_key_folder_without_keys_is_one_line_for_every_command(tmp_path, command):
     empty = tmp_path / "keys"
