@@ -58,12 +58,14 @@ def hub_alone(log, run: str) -> tuple[subprocess.Popen, dict]:
 
 def live_ranks(info: dict, run: str, log, steps: int = 3) -> None:
     """Two ranks saying hello and taking ``steps`` steps through the hub ``info`` names, and
-    not ending: a run still going, its records in the hub's ``log``."""
+    not ending: a run still going, its records in the hub's ``log`` (once it holds them, with
+    any it held before)."""
     from pathlib import Path
 
     from pardash.telemetry.reporter import Reporter
 
     log = Path(log)
+    before = log.read_bytes().count(b'"kind":"step"') if log.exists() else 0
     reps = [Reporter(info["ingest"], run=run, identity=identity(r, 2), heartbeat_s=0) for r in (0, 1)]
     for r in reps:
         r.hello(strategy="ddp")
@@ -72,7 +74,7 @@ def live_ranks(info: dict, run: str, log, steps: int = 3) -> None:
             r.step(step=step, loss=1.0 / step, step_s=0.01, samples=4)
     for r in reps:
         r.close()
-    wait_for(lambda: log.exists() and log.read_text().count('"kind":"step"') == 2 * steps)
+    wait_for(lambda: log.exists() and log.read_bytes().count(b'"kind":"step"') == before + 2 * steps)
 
 
 def pardash_env(**extra: str | None) -> dict[str, str]:

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import zmq
-from helpers import hub_alone, identity, pardash_env, wait_for
+from helpers import hub_alone, identity, live_ranks, pardash_env, wait_for
 
 from pardash.telemetry import logfeed
 from pardash.telemetry.hub import Hub
@@ -28,21 +28,6 @@ def _record(*args: str) -> subprocess.Popen:
 def _stop_hub(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGTERM)
     proc.wait(30)
-
-
-def live_ranks(info: dict, run: str, log, steps: int) -> None:
-    """Two ranks saying hello and taking ``steps`` steps through the hub ``info`` names, then
-    closing; returns once the hub's log holds their steps."""
-    before = log.read_bytes().count(b'"kind":"step"') if log.exists() else 0
-    reps = [Reporter(info["ingest"], run=run, identity=identity(r, 2), heartbeat_s=0) for r in (0, 1)]
-    for r in reps:
-        r.hello(strategy="ddp")
-    for step in range(1, steps + 1):
-        for r in reps:
-            r.step(step=step, loss=1.0 / step, step_s=0.01, samples=4)
-    for r in reps:
-        r.close()
-    wait_for(lambda: log.exists() and log.read_bytes().count(b'"kind":"step"') == before + 2 * steps)
 
 
 def _same_so_far(copy, log) -> bool:

@@ -189,67 +189,55 @@ async def test_a_heat_map_with_rows_to_spare_keeps_the_runs_loss_under_it():
         assert app.screen.has_class("-trend")
 
 
-@pytest.mark.parametrize("values", [(9.1e-4, 0.0255), (-12.5, -2.31), (1.2e4, 3.4e4)], ids=["tiny", "negative", "huge"])
-async def test_a_charts_y_axis_stays_in_one_column_whatever_its_labels(values):
-    # A loss chart of 9.1e-04 ... 0.0255 drew "9.1e-04 ┤" a column right of "0.0255 ┤": the
-    # axis labels had room for 6 characters, and a loss takes up to 7.
+async def _loss_chart_rows(line: tuple[float, ...], size: tuple[int, int]) -> list[str]:
+    """The plot rows (x axis left out) of a loss chart drawing ``line`` alone, its last point
+    the newest, in an app of ``size``."""
     from textual.app import App
 
     from pardash.tui.charts import ChartSeries
     from pardash.tui.format import fmt_loss
     from pardash.tui.widgets.history_chart import HistoryChart
 
-    lo, hi = values
-    n = 30
-    line = tuple(lo + (hi - lo) * i / (n - 1) for i in range(n))
-    nan = (float("nan"),) * n
+    nan = (float("nan"),) * len(line)
 
     class One(App):
         def compose(self):
             yield HistoryChart(fmt_loss)
 
     app = One()
-    async with app.run_test(size=(60, 12)) as pilot:
+    async with app.run_test(size=size) as pilot:
         chart = app.query_one(HistoryChart)
-        chart.series = ChartSeries(line, nan, nan, nan, 1, n, hi, 0)
+        chart.series = ChartSeries(line, nan, nan, nan, 1, len(line), line[-1], 0)
         await pilot.pause()
-        rows = [chart.render_line(y).text for y in range(chart.content_region.height - 1)]
-        labelled = [r for r in rows if "┤" in r]
-        assert len(labelled) == 3, rows
-        assert {r.index("┤") for r in labelled} | {r.index("│") for r in rows if "┤" not in r} == {labelled[0].index("┤")}, rows
-        labels = [float(r[: r.index("┤")]) for r in labelled]  # whole numbers, top to bottom
-        assert labels == sorted(labels, reverse=True) and labels[0] > labels[-1], rows
+        return [chart.render_line(y).text for y in range(chart.content_region.height - 1)]
+
+
+@pytest.mark.parametrize("values", [(9.1e-4, 0.0255), (-12.5, -2.31), (1.2e4, 3.4e4)], ids=["tiny", "negative", "huge"])
+async def test_a_charts_y_axis_stays_in_one_column_whatever_its_labels(values):
+    # A loss chart of 9.1e-04 ... 0.0255 drew "9.1e-04 ┤" a column right of "0.0255 ┤": the
+    # axis labels had room for 6 characters, and a loss takes up to 7.
+    lo, hi = values
+    n = 30
+    rows = await _loss_chart_rows(tuple(lo + (hi - lo) * i / (n - 1) for i in range(n)), (60, 12))
+    labelled = [r for r in rows if "┤" in r]
+    assert len(labelled) == 3, rows
+    assert {r.index("┤") for r in labelled} | {r.index("│") for r in rows if "┤" not in r} == {labelled[0].index("┤")}, rows
+    labels = [float(r[: r.index("┤")]) for r in labelled]  # whole numbers, top to bottom
+    assert labels == sorted(labels, reverse=True) and labels[0] > labels[-1], rows
 
 
 async def test_a_warm_ups_first_steps_do_not_flatten_the_rest_of_a_chart():
     # A loss of 4.2 falling to 0.6 in its first steps set the y scale, and the run's steady
     # part, 0.60 to 0.50, was one flat row. As TensorBoard ignores outliers in its scale, the
     # outermost 5% of points are left out of it (drawn at the edge); the newest value never is.
-    from textual.app import App
-
-    from pardash.tui.charts import ChartSeries
-    from pardash.tui.format import fmt_loss
-    from pardash.tui.widgets.history_chart import HistoryChart
-
     n = 60
     line = (4.2, 2.5, 1.4) + tuple(0.60 - 0.10 * i / (n - 4) for i in range(n - 3))
-    nan = (float("nan"),) * n
-
-    class One(App):
-        def compose(self):
-            yield HistoryChart(fmt_loss)
-
-    app = One()
-    async with app.run_test(size=(80, 12)) as pilot:
-        chart = app.query_one(HistoryChart)
-        chart.series = ChartSeries(line, nan, nan, nan, 1, n, line[-1], 0)
-        await pilot.pause()
-        plot_h = chart.content_region.height - 1
-        rows = [chart.render_line(y).text for y in range(plot_h)]
-        steady = {y for y, r in enumerate(rows) for c in range(9 + 10, 9 + n) if r[c] != " "}
-        assert len(steady) >= plot_h - 2, rows  # the steady part spans the chart, not a row
-        assert rows[0][9] != " "  # the first step, over the scale, at its top edge
-        assert float(rows[-1][: rows[-1].index("┤")]) == pytest.approx(line[-1], abs=1e-4)  # the newest, at the bottom
+    rows = await _loss_chart_rows(line, (80, 12))
+    plot_h = len(rows)
+    steady = {y for y, r in enumerate(rows) for c in range(9 + 10, 9 + n) if r[c] != " "}
+    assert len(steady) >= plot_h - 2, rows  # the steady part spans the chart, not a row
+    assert rows[0][9] != " "  # the first step, over the scale, at its top edge
+    assert float(rows[-1][: rows[-1].index("┤")]) == pytest.approx(line[-1], abs=1e-4)  # the newest, at the bottom
 
 
 async def test_the_heat_maps_cursor_stands_out_on_an_exited_rank():
