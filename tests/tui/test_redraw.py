@@ -442,3 +442,36 @@ async def test_the_wide_grid_says_the_step_each_rank_is_at():
             y = grid.layout.where[rank][0] + 1
             steps[rank] = lines[y].split()[at]
         assert steps == {0: "12", 1: "12", 2: "5", 3: "12"}
+
+
+async def test_alerts_fit_the_panels_rows_and_say_how_many_they_leave_out():
+    """The panel counted alerts (8) where its height counts rows (10): alerts of three or four
+    rows each were cut mid-sentence at the panel's edge and the later ones vanished unsaid."""
+    from pardash.tui.alerts import Alert
+    from pardash.tui.widgets.alert_list import AlertList
+
+    long = "stalled in backward after step 1234, likely the cause: 1023 others wait for it"
+    app = make_app(Fed())
+    async with app.run_test(size=(120, 40)) as pilot:
+        panel = app.screen.query_one(AlertList)
+        width = panel.content_region.width
+        assert 30 < width < 60  # the side panel of a 120-column terminal
+        rows = int(panel.styles.max_height.value) - 2  # less its border
+
+        def shown() -> list[str]:
+            """The panel's lines as drawn at its width."""
+            return [line.plain.rstrip() for line in panel.render().wrap(app.console, width)]
+
+        # Six alerts of three rows or more: each keeps a line, the first ones whole.
+        panel.alerts = tuple(Alert("stalled", r, f"rank {r} {long}") for r in range(6))
+        await pilot.pause()
+        lines = shown()
+        assert len(lines) <= rows
+        assert all(any(line.startswith(f"◆ rank {r} ") for line in lines) for r in range(6))
+        assert lines[-1].endswith("…")
+        assert panel.content_region.height == len(lines)  # drawn in full
+        # More kinds of alert than rows: the first ones, then how many are left out.
+        panel.alerts = tuple(Alert("exited", r, f"rank {r} exited with code {r + 1}", code=r + 1) for r in range(30))
+        await pilot.pause()
+        lines = shown()
+        assert len(lines) == rows and lines[-1].startswith(f"+{30 - (rows - 1)} more")

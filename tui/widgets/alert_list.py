@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -25,8 +26,9 @@ LABELS = {
     "not_sharding": "not sharding",
     "stopped": "stopped",
 }
-MAX_LINES = 8
-"""Alert lines shown before alerts of one kind are folded into a line per kind."""
+MAX_ROWS = 10
+"""Screen rows the alerts take at most (the panel's max-height less its border): alerts wrap,
+so a count of alerts said nothing of the rows they need."""
 
 
 STALE_MARK = "⚠"
@@ -65,7 +67,7 @@ class AlertList(CachedStyles, Widget):
     DEFAULT_CSS = """
     AlertList {
         height: auto;
-        max-height: 12;
+        max-height: 12;  /* MAX_ROWS and the border */
         padding: 0 1;
     }
     AlertList > .alert-list--ok { color: $text-success; }
@@ -97,24 +99,92 @@ class AlertList(CachedStyles, Widget):
         alerts = self.alerts
         if not alerts:
             return Text(self.calm, style=self._s("stale" if self.calm.startswith(STALE_MARK) else "ok"))
+        width = self._fitted_width = self._measuring or self.content_region.width or 40
+        return Text("\n").join(self.fitted(width, MAX_ROWS))
+
+    _measuring = 0
+    """The width a layout measures the panel's height at (its own is not set yet then)."""
+    _fitted_width = 0
+    """The width the alerts were last fitted to."""
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        # The lines are fitted to a width: Textual keeps what render() gave until a refresh,
+        # which measured at another width kept the old lines' height (a blank row at 200
+        # columns, the panel having been measured narrower before the side panels grew).
+        if width != self._fitted_width:
+            self._layout_cache.pop("_render.visual", None)
+        self._measuring = width
+        try:
+            return super().get_content_height(container, viewport, width)
+        finally:
+            self._measuring = 0
+
+    def on_resize(self) -> None:
+        if self.content_region.width != self._fitted_width:
+            refresh_fitted(self)
+
+    def _line(self, glyph_kind: str, head: str, rest: str = "") -> Text:
+        return Text.assemble((head, self._s(glyph_kind)), tame(rest))
+
+    def fitted(self, width: int, rows: int) -> list[Text]:
+        """The alerts as lines of at most ``width`` cells, ``rows`` of them at most: each alert
+        whole while the rest still get a line each, else cut to the rows left (ending in "…");
+        too many alerts for a line each: one line per kind, the cause never folded in; still
+        too many: the first ones and "+N more" for the rest (the event log holds them all)."""
+        console = self.app.console
+        width, rows = max(10, width), max(1, rows)
+        alerts = self.alerts
+        items = [self._line(a.kind, GLYPHS[a.kind] + " ", a.text) for a in alerts]
+        if len(items) > rows:
+            items = self._folded(rows)
+        hidden = 0
+        if len(items) > rows:
+            hidden = len(items) - (rows - 1)
+            items = items[: rows - 1]
+        out: list[Text] = []
+        left = rows - (1 if hidden else 0)
+        for k, item in enumerate(items):
+            wrapped = [_rstripped(line) for line in item.wrap(console, width)]
+            room = left - (len(items) - k - 1)  # the alerts after it get a line each
+            if len(wrapped) > room:
+                cut = Text(" ").join(wrapped[room - 1 :]) if room > 1 else item
+                wrapped = [*wrapped[: room - 1], _ellipsized(cut, width)]
+            out.extend(wrapped)
+            left -= len(wrapped)
+        if hidden:
+            more = Text(f"+{hidden} more (the events list them)", style=self._s("stopped"))
+            out.append(_ellipsized(more, width))
+        return out
+
+    def _folded(self, rows: int) -> list[Text]:
+        """One line per kind (exited ranks: the first to exit on its own line, the others by
+        exit code), so the cause is never buried under its victims."""
+        groups: dict[tuple[str, object], list[Alert]] = {}
+        for a in self.alerts:
+            key: tuple[str, object] = (a.kind, "first" if a.first else a.code if a.kind == "exited" else None)
+            groups.setdefault(key, []).append(a)
         lines: list[Text] = []
-        if len(alerts) <= MAX_LINES:
-            for a in alerts:
-                lines.append(Text.assemble((GLYPHS[a.kind] + " ", self._s(a.kind)), tame(a.text)))
-        else:
-            # Too many to list: one line per kind (exited ranks: the first to exit on its own
-            # line, the others by exit code), so the cause is never buried under its victims.
-            groups: dict[tuple[str, object], list[Alert]] = {}
-            for a in alerts:
-                key: tuple[str, object] = (a.kind, "first" if a.first else a.code if a.kind == "exited" else None)
-                groups.setdefault(key, []).append(a)
-            for (kind, detail), items in groups.items():
-                if len(items) <= 1 and len(groups) < MAX_LINES:
-                    lines += [Text.assemble((GLYPHS[kind] + " ", self._s(kind)), tame(a.text)) for a in items]
-                    continue
-                ranks = sorted(a.rank for a in items)
-                what = f"{len(items)} {LABELS[kind]}"
-                if kind == "exited" and detail is not None:
-                    what += f" with code {detail}"
-                lines.append(Text.assemble((f"{GLYPHS[kind]} {what}: ", self._s(kind)), f"ranks {rank_list(ranks)}"))
-        return Text("\n").join(lines)
+        for (kind, detail), items in groups.items():
+            if len(items) <= 1 and len(groups) < rows:
+                lines += [self._line(kind, GLYPHS[kind] + " ", a.text) for a in items]
+                continue
+            ranks = sorted(a.rank for a in items)
+            what = f"{len(items)} {LABELS[kind]}"
+            if kind == "exited" and detail is not None:
+                what += f" with code {detail}"
+            lines.append(self._line(kind, f"{GLYPHS[kind]} {what}: ", f"ranks {rank_list(ranks)}"))
+        return lines
+
+
+def _rstripped(line: Text) -> Text:
+    """A wrapped line without the space it broke at."""
+    line = line.copy()
+    line.rstrip()
+    return line
+
+
+def _ellipsized(text: Text, width: int) -> Text:
+    """``text`` on one line of ``width`` cells, cut with "…" when longer."""
+    line = text.copy()
+    line.truncate(width, overflow="ellipsis")
+    return line
