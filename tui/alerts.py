@@ -9,7 +9,8 @@ launcher's last line name it), and the order in which the rest exited.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from pardash.telemetry import schema
@@ -110,12 +111,24 @@ def cause_ranks(state: st.RunState, first: int | None) -> frozenset[int]:
     return frozenset(causes)
 
 
+_COST = re.compile(r"the others wait \S+ ?[mµ]?s a step")
+"""The straggler verdict's figure, said once when it was found (its message is the hub's)."""
+
+
 def rank_alerts(
-    r: st.RankState, exit: ExitInfo | None = None, *, first: bool = False, t0: float | None = None, why: str = ""
+    r: st.RankState,
+    exit: ExitInfo | None = None,
+    *,
+    first: bool = False,
+    t0: float | None = None,
+    why: str = "",
+    cost_s: float | None = None,
 ) -> list[Alert]:
     """The alerts of one rank (a rank may be both a straggler and not sharding); ``t0``: the
     run's start, to say since when on the run's clock (the event log's); ``why``: what a rank
-    stopped as it hung was (", likely the cause: ..."), said of the hang, before its exit."""
+    stopped as it hung was (", likely the cause: ..."), said of the hang, before its exit;
+    ``cost_s``: what a straggler costs the others a step now (the verdict's figure is the one
+    it was found with, and stayed so for the whole run while the gap grew)."""
     out: list[Alert] = []
     status = r.status
     if status == st.EXITED and r.exit_code in STOPPED_CODES and not first and r.stalled is None and r.silent is None:
@@ -154,12 +167,15 @@ def rank_alerts(
         out.append(Alert("stalled", r.rank, f"rank {r.rank} {_stuck_text(r)}"))
     elif status == st.STRAGGLER and r.straggler is not None:
         v = r.straggler
+        cost = cost_s if cost_s is not None and cost_s > 0 else v.cost_s
         if v.message:
             text = v.message
+            if cost_s is not None and cost_s > 0:
+                text = _COST.sub(f"the others wait {fmt_step_time(cost_s)} a step", text, count=1)
         else:
             text = f"rank {r.rank} is a straggler"
-            if v.cost_s:
-                text += f": the others wait {fmt_step_time(v.cost_s)} a step"
+            if cost:
+                text += f": the others wait {fmt_step_time(cost)} a step"
         out.append(Alert("straggler", r.rank, text))
     if r.not_sharding is not None and status not in (st.EXITED, st.FINISHED):
         out.append(
@@ -240,13 +256,18 @@ def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, Exit
 
 
 def run_alerts(
-    state: st.RunState, ranks: Iterable[st.RankState] | None = None, *, t0: float | None = None
+    state: st.RunState,
+    ranks: Iterable[st.RankState] | None = None,
+    *,
+    t0: float | None = None,
+    costs: Mapping[int, float] | None = None,
 ) -> list[Alert]:
     """Every current alert of the run, most severe first; exited ranks in the order they
     exited (the first flagged as such when several did), the rest by rank. ``ranks``: the
     ranks that may have one (those with a verdict or an exit), when known; default all.
     ``t0``: the run's 00:00 (:func:`~.run_clock.run_origin`), as the event log counts; default
-    the state's first record."""
+    the state's first record. ``costs``: rank -> what each straggler costs the others a step
+    now (``RowBuilder.straggler_cost_s``), said instead of the verdict's first figure."""
     out: list[Alert] = []
     exits: dict[int, ExitInfo] | None = None
     exited = 0
@@ -259,7 +280,8 @@ def run_alerts(
                 exits = exit_info(state)
             info = exits.get(r.rank)
             exited += 1
-        out.extend(rank_alerts(r, info, t0=t0 or state.t0))
+        cost = costs.get(r.rank) if costs is not None and r.status == st.STRAGGLER else None
+        out.extend(rank_alerts(r, info, t0=t0 or state.t0, cost_s=cost))
     first = cause_rank(state) if exited > 1 and exits else None
     if first is not None and first in exits:
         out = [

@@ -492,6 +492,23 @@ class RowBuilder:
             counts, self._nodes, slowest if slowest != none else 0, total if seen_rate else None, list(self._notes)
         )
 
+    def straggler_costs(self) -> dict[int, float]:
+        """Rank -> what each straggler costs the others a step as of the last update: its self
+        time less the slowest other working rank's (the hub's measure when it found it, on the
+        grid's smoothed figures)."""
+        out: dict[int, float] = {}
+        if not self.totals.status_counts.get(st.STRAGGLER):
+            return out
+        live = [e for e in self._ranks if e.status in _LIVE and e.self_s is not None]
+        stragglers = [e for e in live if e.status == st.STRAGGLER]
+        if not stragglers or len(live) < 2:
+            return out
+        top = sorted(live, key=_self_of, reverse=True)[:2]
+        for e in stragglers:
+            others_max = top[1].self_s if e is top[0] else top[0].self_s
+            out[e.rank] = max(0.0, e.self_s - others_max)  # type: ignore[operator]
+        return out
+
     def _fill_deviation(self, live: list[_Rank]) -> None:
         """Self time against the others' median, for the working ranks only (gone ranks no
         longer set the pace), and its level; notes the ranks whose level moved."""
@@ -654,6 +671,10 @@ def comm_wait_s(step: schema.Step, hello: schema.Hello | None) -> float | None:
 
 def _rank_of(e: _Rank) -> int:
     return e.rank
+
+
+def _self_of(e: _Rank) -> float:
+    return e.self_s  # type: ignore[return-value]
 
 
 SORT_BINS = 20

@@ -557,3 +557,24 @@ def test_the_runs_clock_starts_at_the_ranks_first_hello_not_a_clock_behind_nor_a
     old.first_hello_t = 0.0
     late.load_snapshot(old)
     assert ranks_first_word(late.state) is None and run_origin(SimpleNamespace(state=late.state, live=True)) == 1000.0
+
+
+def test_a_stragglers_alert_says_what_it_costs_now_not_when_it_was_found():
+    # The verdict said "the others wait 18 ms a step" when it was found; the grid showed the gap
+    # grow to 50 ms and the alert kept saying 18 for the rest of the run.
+    st = _state()  # rank 2's self time 150 ms, the others' 100 ms
+    st.apply(
+        schema.Verdict(
+            rank=2, verdict="straggler", cause="data", cost_s=0.018,
+            message="rank 2 is a straggler (data loading): the others wait 18 ms a step for it",
+        ),
+        0,
+    )  # fmt: skip
+    table = RowBuilder()
+    table.update(st)
+    costs = table.straggler_costs()
+    assert costs == {2: pytest.approx(0.05)}
+    (alert,) = run_alerts(st, costs=costs)
+    assert alert.text == "rank 2 is a straggler (data loading): the others wait 50.0ms a step for it"
+    # Nothing to go on (no working rank to compare with): the verdict's own words.
+    assert run_alerts(st)[0].text.endswith("the others wait 18 ms a step for it")

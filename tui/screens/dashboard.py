@@ -340,7 +340,7 @@ class DashboardScreen(Screen):
         )
         self._show_figures()
         alerts = w.alerts
-        alerts.alerts = tuple(run_alerts(state, table.flagged, t0=origin))
+        alerts.alerts = tuple(run_alerts(state, table.flagged, t0=origin, costs=table.straggler_costs()))
         quiet = self._summary.hub_quiet_s
         if not state.ranks:
             # (a replay of a log no rank ever reported to read "waiting for ranks…" at its end)
