@@ -51,30 +51,34 @@ def phases_of(state: RunState, rank: int) -> tuple[Phase, ...]:
     return tuple(out)
 
 
-def memory_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
-    """What the rank holds (model state by kind, against unsharded) and what the device says."""
+def memory_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str, str | tuple[str, ...]], ...]:
+    """What the rank holds (model state by kind, against unsharded) and what the device says;
+    ``compact`` (a short terminal): the totals and the device's figure, not each kind."""
     mem: schema.Mem | None = r.step.mem if r.step is not None else None
     if mem is None:
         return ()
-    rows: list[tuple[str, str, str]] = []
+    rows: list[tuple[str, str, str | tuple[str, ...]]] = []
 
-    def share(held: int, full: int) -> str:
+    def share(held: int, full: int) -> tuple[str, ...]:
+        # Shorter forms for a narrow panel: the saving outlasts the size it is against.
         if not full:
-            return ""
+            return ()
         if held >= full:
-            return f"of {fmt_bytes(full, short=True)} (full copy)"
-        return f"of {fmt_bytes(full, short=True)} ({fmt_ratio(full / held) if held else '∞'} less)"
+            return (f"of {fmt_bytes(full, short=True)} (full copy)", "full copy")
+        less = f"{fmt_ratio(full / held) if held else '∞'} less"
+        return (f"of {fmt_bytes(full, short=True)} ({less})", less)
 
-    rows.append(("params", fmt_bytes(mem.params_bytes), share(mem.params_bytes, mem.params_full_bytes)))
-    rows.append(("grads", fmt_bytes(mem.grads_bytes), share(mem.grads_bytes, mem.grads_full_bytes)))
-    rows.append(("optimizer", fmt_bytes(mem.optim_bytes), share(mem.optim_bytes, mem.optim_full_bytes)))
-    if mem.buckets_bytes:
-        rows.append(("buckets", fmt_bytes(mem.buckets_bytes), "DDP gradient buckets"))
+    if not compact:
+        rows.append(("params", fmt_bytes(mem.params_bytes), share(mem.params_bytes, mem.params_full_bytes)))
+        rows.append(("grads", fmt_bytes(mem.grads_bytes), share(mem.grads_bytes, mem.grads_full_bytes)))
+        rows.append(("optimizer", fmt_bytes(mem.optim_bytes), share(mem.optim_bytes, mem.optim_full_bytes)))
+    if mem.buckets_bytes and not compact:
+        rows.append(("buckets", fmt_bytes(mem.buckets_bytes), ("DDP gradient buckets", "DDP")))
     held = mem.params_bytes + mem.grads_bytes + mem.optim_bytes
     full = mem.params_full_bytes + mem.grads_full_bytes + mem.optim_full_bytes
     if mem.buckets_bytes:  # the grid's "held" is the state and DDP's buckets: the same here
         rows.append(("state", fmt_bytes(held), share(held, full)))
-        rows.append(("held", fmt_bytes(held + mem.buckets_bytes), "state + buckets"))
+        rows.append(("held", fmt_bytes(held + mem.buckets_bytes), ("state + buckets", "+ buckets")))
     else:
         rows.append(("held", fmt_bytes(held), share(held, full)))
     if mem.cuda_allocated_bytes is not None:
@@ -83,9 +87,10 @@ def memory_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
             extra.append(f"reserved {fmt_bytes(mem.cuda_reserved_bytes, short=True)}")
         if mem.cuda_peak_bytes is not None:
             extra.append(f"peak {fmt_bytes(mem.cuda_peak_bytes, short=True)}")
-        rows.append(("allocated", fmt_bytes(mem.cuda_allocated_bytes), " · ".join(extra)))
+        # The peak outlasts the reserve in a narrow panel: it is what ran out, if anything.
+        rows.append(("allocated", fmt_bytes(mem.cuda_allocated_bytes), (" · ".join(extra), *extra[-1:])))
     elif mem.rss_bytes is not None:
-        rows.append(("rss", fmt_bytes(mem.rss_bytes), "process resident set"))
+        rows.append(("rss", fmt_bytes(mem.rss_bytes), ("process resident set", "process")))
     return tuple(rows)
 
 

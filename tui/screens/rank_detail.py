@@ -48,6 +48,10 @@ STATUS_STYLES = {
 }
 
 
+def _cells(runs: list[tuple[str, str]]) -> int:
+    return sum(len(text) for text, _style in runs)
+
+
 class RankDetailScreen(Screen):
     """Loss, step time and self time over the rank's history against the other ranks' median
     and spread; the last step's phases against the others; memory and system figures; the
@@ -93,10 +97,14 @@ class RankDetailScreen(Screen):
         height: 8;
     }
     RankDetailScreen.-short #rank-events {
-        display: none;
+        height: 5;
+    }
+    RankDetailScreen.-short #figures {
+        overflow-y: auto;
+        scrollbar-size-vertical: 1;
     }
     RankDetailScreen.-narrow #figures {
-        width: 34;
+        width: 36;
         min-width: 30;
     }
     RankDetailScreen HistoryChart {
@@ -105,7 +113,9 @@ class RankDetailScreen(Screen):
     """
 
     SHORT_HEIGHT = 34
-    """Below this many rows the rank's events give their room to the charts."""
+    """Below this many rows the rank's events keep three lines (an exited rank's reason is
+    among them) and the memory panel its totals; what the figures' column cannot hold (the
+    system panel) scrolls into view."""
     NARROW_WIDTH = 100
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -162,6 +172,7 @@ class RankDetailScreen(Screen):
     def on_resize(self) -> None:
         self.set_class(self.size.height < self.SHORT_HEIGHT, "-short")
         self.set_class(self.size.width < self.NARROW_WIDTH, "-narrow")
+        self.refresh_run()  # the title fits its lines to the width; memory its rows to the height
         self.call_after_refresh(self._refresh_charts, force=True)
 
     def refresh_run(self) -> None:
@@ -170,12 +181,12 @@ class RankDetailScreen(Screen):
             return
         state = self.source.state
         r = state.ranks.get(self.rank)
-        self.query_one("#title", Static).update(self._title(state, r))
+        self.query_one("#title", Static).update(self._title(state, r, self.size.width - 2))  # (its padding)
         self.query_one(PhaseBars).phases = phases_of(state, self.rank)
         origin = run_origin(self.source)
         if r is not None:
             memory = self.query_one("#memory", FactList)
-            memory.facts = memory_facts(r)
+            memory.facts = memory_facts(r, compact=self.has_class("-short"))
             system = self.query_one("#system", FactList)
             system.facts = system_facts(r)
             # A gone rank's figures are its last sample's: said so, and greyed, not shown as now.
@@ -213,32 +224,53 @@ class RankDetailScreen(Screen):
             else:
                 chart.border_subtitle = ""
 
-    def _title(self, state: st.RunState, r: st.RankState | None) -> Content:
+    def _title(self, state: st.RunState, r: st.RankState | None, width: int = 200) -> Content:
+        """The title's lines, fitted to ``width`` cells."""
         parts: list[str | tuple[str, str]] = [(f"rank {self.rank}", "bold")]
         if r is None:
             parts.append(("  not seen yet", "$text-muted"))
             return Content.assemble(*parts)
+        width = max(20, width)
         status = r.status
         label = status if r.exit_code is None else f"exited with code {r.exit_code}"
-        parts.append((f"  {label}", f"bold {STATUS_STYLES[status]}"))
+        first: list[tuple[str, str]] = [(f"rank {self.rank}", "bold"), (f"  {label}", f"bold {STATUS_STYLES[status]}")]
         h = r.hello
         if h is not None:
-            device = h.device + (f" {h.device_name}" if h.device_name else "")
-            if h.device_mem_bytes:
-                device += f" {fmt_bytes(h.device_mem_bytes, short=True)}"
-            where = f"  {h.host or '?'} (node {h.node}, local rank {h.local_rank}) · pid {h.pid} · {device}"
-            parts.append((where, "$text-muted"))
+            where = [(f"  {h.host or '?'} (node {h.node}, local rank {h.local_rank})", "$text-muted"), (f" · pid {h.pid}", "$text-muted")]
+            # The device, shorter as the terminal narrows: its name goes first (the least of
+            # what the line says), then its memory, never the kind.
+            memory = f"{fmt_bytes(h.device_mem_bytes)} {'RAM' if h.device == 'cpu' else 'memory'}" if h.device_mem_bytes else ""
+            forms = [
+                " · ".join(filter(None, (f"{h.device} {h.device_name}" if h.device_name else h.device, memory))),
+                " · ".join(filter(None, (h.device, memory))),
+                h.device,
+            ]
+            used = _cells(first) + _cells(where)
+            device = next((f for f in forms if used + 3 + len(f) <= width), "")
+            first += where + ([(f" · {device}", "$text-muted")] if device else [])
+        parts = list(first)
         if r.step is not None:
-            parts.append((f"\nstep {r.step.step}", "bold"))
-            line = f" · epoch {r.step.epoch} · loss {fmt_loss(r.step.loss)} · last step {fmt_step_time(r.step.step_s)}"
-            if r.step.lr is not None:
-                line += f" · lr {r.step.lr:.3g}"
-            parts.append(line)
+            # Cut from the least telling (epoch, then lr, then the phase now) to fit a line.
+            line: list[tuple[str, str]] = [(f"step {r.step.step}", "bold")]
+            epoch = (f" · epoch {r.step.epoch}", "")
+            line.append((f" · loss {fmt_loss(r.step.loss)} · last step {fmt_step_time(r.step.step_s)}", ""))
+            lr = (f" · lr {r.step.lr:.3g}", "") if r.step.lr is not None else None
         elif r.step_before is not None:  # torchrun restarted it: its new process has not stepped
-            parts.append((f"\nstep {r.step_before}", "bold"))
-            parts.append((" · its previous process's last; none since its restart", "$text-muted"))
+            line = [(f"step {r.step_before}", "bold"), (" · its previous process's last; none since its restart", "$text-muted")]
+            epoch = lr = None
+        else:
+            line, epoch, lr = [], None, None
+        now = None
         if r.heartbeat is not None and r.heartbeat.phase and r.status not in (st.EXITED, st.FINISHED):
-            parts.append((f" · now in {r.heartbeat.phase}", "$text-muted"))
+            now = (f" · now in {r.heartbeat.phase}", "$text-muted")
+        for dropped in range(4):
+            got = line[:1] + ([epoch] if epoch and dropped < 1 else []) + line[1:]
+            got += ([lr] if lr and dropped < 2 else []) + ([now] if now and dropped < 3 else [])
+            if _cells(got) <= width:
+                break
+        if got:
+            parts.append(("\n" + got[0][0], got[0][1]))
+            parts.extend(got[1:])
         done = r.status in (st.EXITED, st.FINISHED)
         if done and r.straggled is not None:  # not "is a straggler" once it is done
             parts.append((f"\n⚠ {straggled_text(r.straggled)}", "$text-warning"))

@@ -13,6 +13,17 @@ from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
 
 
+Note = "str | tuple[str, ...]"
+"""A row's note, or its forms, longest first."""
+
+
+def fitted_note(note: str | tuple[str, ...], room: int) -> str:
+    """The first form of ``note`` at most ``room`` cells long, else its shortest (cut)."""
+    if isinstance(note, str):
+        return note
+    return next((form for form in note if len(form) <= room), note[-1] if note else "")
+
+
 class FactList(CachedStyles, Widget):
     """Rows of ``label  value  note``; a row whose label is empty is a sub-heading. With the
     class ``-stale`` (figures no longer current: a gone rank's last) the values are greyed."""
@@ -38,8 +49,9 @@ class FactList(CachedStyles, Widget):
     FactList.-stale > .fact-list--value { color: $text-muted; text-style: none; }
     """
 
-    facts: reactive[tuple[tuple[str, str, str], ...]] = reactive(())
-    """(label, value, note) rows."""
+    facts: reactive[tuple[tuple[str, str, Note], ...]] = reactive(())
+    """(label, value, note) rows; a note given as several forms, longest first, shows the
+    first that fits the panel (a narrow one: "2.0× less", not "of 415 KiB (2.0×…")."""
     empty: reactive[str] = reactive("nothing reported yet")
     """Shown when there are no rows."""
 
@@ -54,11 +66,13 @@ class FactList(CachedStyles, Widget):
             return Text(self.empty, style=self._s("note"))
         label_w = max(len(label) for label, _, _ in self.facts)
         value_w = max(len(value) for label, value, _ in self.facts if label)
+        room = (self.content_region.width or 80) - label_w - 2 - value_w - 2
         lines = []
         for label, value, note in self.facts:
             if not label:
                 lines.append(Text(value, style=self._s("heading")))
                 continue
+            note = fitted_note(note, room)
             lines.append(
                 Text.assemble(
                     (f"{label:<{label_w}}  ", self._s("label")),

@@ -69,8 +69,12 @@ class PhaseBars(CachedStyles, Widget):
         width = self.content_region.width or 40
         scale = max((p.seconds or 0.0) for p in phases) or 1.0
         label_w = max(len(p.name) for p in phases)
-        show_others = width - label_w - 1 - 8 - 11 >= 6
-        bar_w = max(3, width - label_w - 1 - 8 - (11 if show_others else 0))
+        # The others' median is the comparison that names a straggler: it keeps its column
+        # and the bar takes what is left (none under 3 cells), down to 80 columns.
+        show_others = any(p.others_median_s is not None for p in phases) and width - label_w - 8 - 11 >= 0
+        bar_w = width - label_w - 1 - 8 - (11 if show_others else 0)
+        if bar_w < 3:
+            bar_w = 3 if not show_others else 0
         lines = []
         for p in phases:
             worse = (
@@ -82,8 +86,8 @@ class PhaseBars(CachedStyles, Widget):
             others = f"med {fmt_step_time(p.others_median_s)}" if p.others_median_s is not None and show_others else ""
             lines.append(
                 Text.assemble(
-                    (f"{p.name:<{label_w}} ", self._s("label")),
-                    (bar((p.seconds or 0.0) / scale, bar_w), self._s("worse") if worse else self._s("bar")),
+                    (f"{p.name:<{label_w}}" + (" " if bar_w else ""), self._s("label")),
+                    (bar((p.seconds or 0.0) / scale, bar_w) if bar_w else "", self._s("worse") if worse else self._s("bar")),
                     (f" {fmt_step_time(p.seconds):>7}", self._s("worse") if worse else self._s("value")),
                     (f" {others:>10}" if show_others else "", self._s("others")),
                     no_wrap=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -36,6 +37,34 @@ STATUS_MARKS = (
 _GLYPHS = dict(STATUS_MARKS)
 Run = tuple[str, "Style | None"]
 """A stretch of text in one style (None: the widget's own)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A header piece with shorter forms (longest first) for a narrow terminal."""
+
+    forms: tuple[list[Run], ...]
+    optional: bool = False
+    """Left out where no form fits on the line it would go on."""
+
+
+Piece = "list[Run] | Choice"
+
+
+def _cells(runs: list[Run]) -> int:
+    return sum(cell_len(text) for text, _style in runs)
+
+
+def short_log_path(path: str, run_id: str, cwd: str | None = None) -> list[str]:
+    """``path`` and shorter forms of it, longest first: relative to ``cwd`` when under it,
+    then with the run id (the header's first word) as '…'."""
+    forms = [path]
+    cwd = os.getcwd() if cwd is None else cwd
+    if cwd and path.startswith(cwd.rstrip("/") + "/"):
+        forms.append(path[len(cwd.rstrip("/")) + 1 :])
+    if run_id and f"/{run_id}/" in f"/{forms[-1]}":
+        forms.append(("/" + forms[-1]).replace(f"/{run_id}/", "/…/", 1)[1:])
+    return forms
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,14 +298,27 @@ class RunHeader(CachedStyles, Widget):
     def _s(self, name: str) -> Style:
         return component_fg(self, f"run-header--{name}")
 
-    def _flow(self, pieces: list[list[Run]], width: int, sep: str = "   ") -> list[tuple[list[Run], int]]:
+    def _flow(self, pieces: list[Piece], width: int, sep: str = "   ") -> list[tuple[list[Run], int]]:
         """Lay pieces out left to right, starting a new line when the next does not fit:
-        each line's runs and its length in cells."""
+        each line's runs and its length in cells. A :class:`Choice` takes its first form that
+        fits where the line is; none fitting there, a new line (an optional one is left out
+        instead: at 80 columns the device's name took a line of its own)."""
         lines: list[tuple[list[Run], int]] = []
         line: list[Run] = []
         used = 0
         for piece in pieces:
-            n = sum(cell_len(text) for text, _style in piece)
+            if isinstance(piece, Choice):
+                forms = [(f, _cells(f)) for f in piece.forms]
+                room = width - used - (len(sep) if used else 0)
+                fitting = [(f, n) for f, n in forms if n <= room]
+                if fitting:
+                    piece, n = fitting[0]
+                elif piece.optional:
+                    continue
+                else:
+                    piece, n = next(((f, n) for f, n in forms if n <= width), forms[-1])
+            else:
+                n = _cells(piece)
             if used and used + len(sep) + n > width:
                 lines.append((line, used))
                 line, used = [], 0
@@ -313,7 +355,7 @@ class RunHeader(CachedStyles, Widget):
                 "waiting for the hub's snapshot… (is the hub running? one with CURVE keys answers authorised viewers only)",
                 style=self._s("warn"),
             )
-        first: list[list[Run]] = [[(s.run_id or "pardash", self._s("title"))]]
+        first: list[Piece] = [[(s.run_id or "pardash", self._s("title"))]]
         if s.waiting_s is not None:
             what = [f"waiting for the ranks to start · {s.waiting_s:.0f} s"]
         else:
@@ -326,10 +368,10 @@ class RunHeader(CachedStyles, Widget):
             first.append(self._pair("restarts", fmt_count(s.restarts), "warn"))
         first.append(self._pair("samples/s", " ".join(filter(None, (fmt_rate(s.samples_per_s), s.samples_per_s_when)))))
         first.append(self._pair("elapsed", fmt_duration(s.elapsed_s)))
-        if s.device:
-            first.append([(s.device, self._s("label"))])
+        if s.device:  # the least of the first line's: the first to go
+            first.append(Choice(([(s.device, self._s("label"))],), optional=True))
 
-        second: list[list[Run]] = []
+        second: list[Piece] = []
         marks: list[Run] = []
         for status, n in s.status_counts:
             glyph = _GLYPHS[status]
@@ -339,7 +381,9 @@ class RunHeader(CachedStyles, Widget):
         if marks:
             second.append(marks)
         if s.replay is not None:
-            second.append(self._replay_runs(s.replay))
+            runs = self._replay_runs(s.replay)
+            # The log's name is the first to go: the run id says which run it is.
+            second.append(Choice((runs, [("replay ", runs[0][1]), *runs[1:]])))
         if s.live and s.hub_quiet_s is not None:
             if s.ended:
                 # The launcher stops the hub when the job ends: its quiet is no fault then, and
@@ -367,7 +411,7 @@ class RunHeader(CachedStyles, Widget):
         if s.log_error:
             second.append([(f"log: {s.log_error}", self._s("bad"))])
         elif s.log_path:
-            second.append(self._pair("log", s.log_path, "label"))
+            second.append(Choice(tuple(self._pair("log", p, "label") for p in short_log_path(s.log_path, s.run_id))))
         note = None
         if s.note:
             note = Text("⚠ " + s.note, style=self._s("note"))

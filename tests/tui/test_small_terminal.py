@@ -1,0 +1,59 @@
+"""At 80x24 the screens keep what they are for: the detail's comparison with the other ranks,
+its memory figures whole, its events; the header's lines for what runs, not the device's name."""
+
+from __future__ import annotations
+
+from tui_helpers import replay_app, strip_text, widget_text
+
+from pardash.tui.app import make_app
+from pardash.tui.widgets.run_header import RunHeader, RunSummary
+
+SMALL = (80, 24)
+
+
+async def test_a_ranks_detail_at_80x24_keeps_the_others_median_its_memory_and_its_events():
+    from pardash.tui.widgets.event_log import EventLog
+    from pardash.tui.widgets.fact_list import FactList
+    from pardash.tui.widgets.phase_bars import PhaseBars
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.press("down", "enter")
+        await pilot.pause(0.3)
+        screen = app.screen
+        phases = widget_text(screen.query_one(PhaseBars)).splitlines()
+        assert len(phases) >= 6
+        assert all(" med " in line for line in phases), phases  # the straggler's comparison
+        memory = screen.query_one("#memory", FactList)
+        lines = widget_text(memory).splitlines()
+        assert any(line.startswith("held") for line in lines)
+        width = memory.content_region.width
+        assert all(len(line) <= width for line in lines), lines  # whole, not cut with "…"
+        events = screen.query_one(EventLog)
+        assert events.display and events.region.height >= 4  # three lines: an exit's reason
+        shown = [strip_text(line) for line in events.lines[events.scroll_offset.y :][: events.scrollable_content_region.height]]
+        assert any("exited with code 1" in line for line in shown), shown
+        title = screen.query_one("#title")
+        assert title.region.height <= 2, widget_text(title)
+        assert title.region.y == 0 and events.region.bottom <= SMALL[1] - 1  # above the footer
+
+
+async def test_the_header_at_80_columns_leaves_out_the_device_and_shortens_the_log_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_id = "20261204-182026-7ab6"
+    app = make_app(replay_app("run4.jsonl").source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        header = app.screen.query_one(RunHeader)
+        header.summary = RunSummary(
+            run_id=run_id, strategy="ddp", world_size=2, device="Intel(R) Xeon(R) Processor", step=6,
+            samples_per_s=844.0, elapsed_s=0, status_counts=(("running", 2),),
+            log_path=f"{tmp_path}/runs/{run_id}/telemetry.jsonl",
+        )  # fmt: skip
+        await pilot.pause()
+        narrow = header._text(78).plain.splitlines()
+        assert len(narrow) == 2, narrow
+        assert "Xeon" not in "\n".join(narrow)
+        assert narrow[1].endswith("log runs/…/telemetry.jsonl")
+        wide = header._text(160).plain.splitlines()
+        assert "Intel(R) Xeon(R) Processor" in wide[0]
+        assert wide[1].endswith(f"runs/{run_id}/telemetry.jsonl")  # whole where it fits
