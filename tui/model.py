@@ -87,9 +87,9 @@ class RankRow:
     not_sharding: bool
     exit_code: int | None
     data_s: float | None = None
-    """Last step's data-loading time."""
+    """Smoothed data-loading time (as ``step_s``)."""
     comm_s: float | None = None
-    """Last step's communication wait (victims of a straggler wait longest)."""
+    """Smoothed communication wait (victims of a straggler wait longest), as ``step_s``."""
     gpu_util_pct: float | None = None
     gpu_mem_bytes: int | None = None
     """Device memory in use (NVML), else CUDA allocated."""
@@ -624,7 +624,14 @@ class RowBuilder:
             if step_s is None:
                 step_s = step.step_s
             mem = step.mem
-            step_no, loss, data_s, comm_s = step.step, step.loss, step.data_s, comm_wait_s(step, r.hello)
+            # On the basis of the wall and self time beside them (the median of the last few
+            # steps), not the last step's: "wall 128ms · comm 182ms" read as a wait longer
+            # than the step.
+            step_no, loss = step.step, step.loss
+            data_s = _recent_median(r.history, "data_s", step.data_s)
+            comm_s = comm_wait_s(step, r.hello)
+            if comm_s is not None:
+                comm_s = _recent_median(r.history, "comm_s", comm_s)
         else:
             mem = None
             step_no = loss = data_s = comm_s = None
@@ -656,6 +663,24 @@ class RowBuilder:
             r.stalled.cause or None if r.stalled is not None and e.status == st.STALLED else None,
             self._hang_mark(e) is False,
         )
+
+
+def _recent_median(history, column: str, last: float | None) -> float | None:
+    """The median of the last SMOOTH_POINTS known values of ``column`` (looking back a few
+    times that many rows at most: a frame's cost does not grow with the history), else
+    ``last``."""
+    if last is None:
+        return None
+    found: list[float] = []
+    for k in range(4 * SMOOTH_POINTS):
+        v = history.ago(column, k)
+        if v is None:
+            break
+        if v == v:
+            found.append(v)
+            if len(found) == SMOOTH_POINTS:
+                break
+    return _median_small(found) if found else last
 
 
 def comm_wait_s(step: schema.Step, hello: schema.Hello | None) -> float | None:

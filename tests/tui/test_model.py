@@ -578,3 +578,48 @@ def test_a_stragglers_alert_says_what_it_costs_now_not_when_it_was_found():
     assert alert.text == "rank 2 is a straggler (data loading): the others wait 50.0ms a step for it"
     # Nothing to go on (no working rank to compare with): the verdict's own words.
     assert run_alerts(st)[0].text.endswith("the others wait 18 ms a step for it")
+
+
+def test_a_rows_data_and_comm_are_on_the_basis_of_its_wall_time_beside_them():
+    # The grid read "wall 128ms · comm 182ms": its wall the median of the last few steps, the
+    # comm wait the last step's, a slow one.
+    st = RunState(run_id="r")
+    for r in range(2):
+        st.apply(schema.Hello(rank=r, world_size=2, node=0, host="h", strategy="ddp", t=1.0), 0)
+    for step in range(6):
+        slow = step == 5
+        steps = []
+        for r in range(2):
+            s = schema.Step(
+                rank=r, step=step, loss=1.0, samples=8, step_s=0.25 if slow else 0.128, self_s=0.02,
+                data_s=0.09 if slow else 0.004, comm_s=0.182 if slow else 0.06, t=2.0 + step,
+            )  # fmt: skip
+            st.apply(s, 0)
+            steps.append(s)
+        st.commit_history(steps)
+    row = RowBuilder().build(st)[0]
+    assert row.step_s == pytest.approx(0.128)
+    assert row.comm_s == pytest.approx(0.06) and row.comm_s < row.step_s
+    assert row.data_s == pytest.approx(0.004)
+
+
+async def test_a_ranks_detail_says_now_what_its_title_says_of_its_last_step():
+    # The title read "loss 0.6770", the loss chart under it "now 0.8295" (its newest point,
+    # drawn at its own slower pace).
+    from tui_helpers import replay_app
+
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        screen = app.screen
+        assert isinstance(screen, RankDetailScreen)
+        r = app.source.state.ranks[0]
+        r.history.append_row(*[float(x) for x in range(len(r.history.keys()))])  # a newer sampled point
+        r.step.loss = 0.677
+        screen.refresh_run()
+        screen._refresh_charts(force=True)
+        assert screen.query_one("#chart-loss").border_subtitle.startswith("now 0.6770 ")
+        assert "loss 0.6770" in screen.query_one("#title").render().plain

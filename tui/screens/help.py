@@ -68,7 +68,8 @@ def keys_table() -> Table:
 
 GLOSSARY = (
     "wall: a rank's step time, from one step's end to the next's (the grid: the median of the "
-    "last five steps the hub sent of it, ten a second at most, as self; the log and report hold every step). "
+    "last five steps the hub sent of it, ten a second at most, as self, data and comm beside it; a rank's detail: its last step; "
+    "the log and report hold every step). "
     "self time: a rank's work before the step's first collective (no waiting; FSDP: its data "
     "and forward less its all-gathers); Δself: how far above the other ranks' median it is (+31%; from twice it, the ratio: 3.2×); "
     "med (a rank's phases): the other ranks' median of that phase. In DDP and FSDP "
