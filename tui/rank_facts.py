@@ -63,10 +63,13 @@ def memory_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str
         # Shorter forms for a narrow panel: the saving outlasts the size it is against.
         if not full:
             return ()
+        # In the value's own units ("208 KiB of 415K" read as two kinds of figure), and said
+        # what it is against: this rank's unsharded size, not the run's total.
+        full_text = fmt_bytes(full)
         if held >= full:
-            return (f"of {fmt_bytes(full, short=True)} (full copy)", "full copy")
+            return (f"of {full_text} unsharded (full copy)", f"of {full_text} (full copy)", "full copy")
         less = f"{fmt_ratio(full / held) if held else '∞'} less"
-        return (f"of {fmt_bytes(full, short=True)} ({less})", less)
+        return (f"of {full_text} unsharded ({less})", f"of {full_text} ({less})", less)
 
     if not compact:
         rows.append(("params", fmt_bytes(mem.params_bytes), share(mem.params_bytes, mem.params_full_bytes)))
@@ -84,11 +87,11 @@ def memory_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str
     if mem.cuda_allocated_bytes is not None:
         extra = []
         if mem.cuda_reserved_bytes is not None:
-            extra.append(f"reserved {fmt_bytes(mem.cuda_reserved_bytes, short=True)}")
+            extra.append(f"reserved {fmt_bytes(mem.cuda_reserved_bytes)}")
         if mem.cuda_peak_bytes is not None:
-            extra.append(f"peak {fmt_bytes(mem.cuda_peak_bytes, short=True)}")
+            extra.append(f"peak {fmt_bytes(mem.cuda_peak_bytes)}")
         # The peak outlasts the reserve in a narrow panel: it is what ran out, if anything.
-        rows.append(("allocated", fmt_bytes(mem.cuda_allocated_bytes), (" · ".join(extra), *extra[-1:])))
+        rows.append(("allocated", fmt_bytes(mem.cuda_allocated_bytes), (" · ".join(extra), *extra[-1:], "")))
     elif mem.rss_bytes is not None:
         rows.append(("rss", fmt_bytes(mem.rss_bytes), ("process resident set", "process")))
     return tuple(rows)
@@ -109,7 +112,7 @@ def system_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
     if s.gpu_util_pct is not None:
         rows.append(("gpu util", f"{s.gpu_util_pct:.0f}%", ""))
     if s.gpu_mem_used_bytes is not None:
-        total = f"of {fmt_bytes(s.gpu_mem_total_bytes, short=True)}" if s.gpu_mem_total_bytes else ""
+        total = f"of {fmt_bytes(s.gpu_mem_total_bytes)}" if s.gpu_mem_total_bytes else ""
         rows.append(("gpu mem", fmt_bytes(s.gpu_mem_used_bytes), total))
     if s.gpu_temp_c is not None:
         rows.append(("gpu temp", f"{s.gpu_temp_c:.0f} °C", ""))

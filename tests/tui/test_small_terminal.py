@@ -57,3 +57,17 @@ async def test_the_header_at_80_columns_leaves_out_the_device_and_shortens_the_l
         wide = header._text(160).plain.splitlines()
         assert "Intel(R) Xeon(R) Processor" in wide[0]
         assert wide[1].endswith(f"runs/{run_id}/telemetry.jsonl")  # whole where it fits
+
+
+async def test_a_ranks_memory_figures_are_in_one_unit_style_and_say_what_they_are_against():
+    # "208 KiB of 415K": the value in KiB, what it was against in a bare K, unsaid of what.
+    from pardash.tui.widgets.fact_list import FactList
+
+    app = replay_app("run4.jsonl")
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        lines = widget_text(app.screen.query_one("#memory", FactList)).splitlines()
+        held = next(line for line in lines if line.startswith("held"))
+        against = held.split(" of ")[1].split(" (")[0]
+        assert held.split()[2] == "MiB" and against.split()[1] in ("KiB", "MiB", "GiB"), held
