@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
+from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, STOPPED_CODES, failure_summary, signal_name
 
 from .format import fmt_clock, fmt_step_time
@@ -68,7 +69,7 @@ def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
             continue
         if isinstance(m, schema.Event):
             if m.name in ("error", "exit") and m.message.strip():
-                causes[rank] = m.message.strip().splitlines()[0]
+                causes[rank] = short_error(m.message, CAUSE_MAX) or ""
             if m.name == "exit" and m.seq >= 0:  # its own (the launcher's note knows no step)
                 steps[rank] = m.step
             elif st.torchrun_restart(m):  # torchrun started it again: an earlier attempt's step is no more
@@ -77,7 +78,7 @@ def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
                 order.setdefault(rank, len(order))
         elif isinstance(m, schema.Verdict) and m.verdict == "exited":
             if m.cause.strip():
-                causes[rank] = m.cause.strip().splitlines()[0]
+                causes[rank] = short_error(m.cause, CAUSE_MAX) or ""
             order.setdefault(rank, len(order))
     return {rank: ExitInfo(order=i, cause=causes.get(rank, ""), step=steps.get(rank)) for rank, i in order.items()}
 
@@ -301,8 +302,11 @@ def run_alerts(
 
     def key(a: Alert) -> tuple[int, int, int]:
         order = exits[a.rank].order if a.kind == "exited" and exits and a.rank in exits else big
-        if a.first:  # the root cause, or the rank a hang likely waits (or waited) for
-            order = -1
+        if a.first:
+            # The root cause, or the rank a hang likely waits (or waited) for, before all: the
+            # ranks that failed waiting for it (exited, graver) took the panel's rows, and its
+            # own alert was cut at "likely the cause: 2 others failed waitin…".
+            return (-1, -1, a.rank)
         return (a.severity, order, a.rank)
 
     out.sort(key=key)

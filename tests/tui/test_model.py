@@ -474,6 +474,16 @@ def test_a_crash_stays_the_root_cause_of_ranks_stopped_as_they_waited_for_it():
     assert "likely the cause" not in alerts[1].text
 
 
+def test_an_exits_alert_says_a_backends_error_in_a_line_without_its_source_path():
+    # The panel is 40 columns: a gloo error's C++ path and its sign-off took its rows.
+    st = _state(world=2, strategy="ddp", sharded=False)
+    said = "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/common/linux.cc:214] Unable to find address for: eth7"
+    st.apply(schema.Event(rank=1, name="error", message=said), 0)
+    st.apply(schema.Event(rank=1, name="exit", code=1, step=5, seq=9), 0)
+    (alert,) = run_alerts(st)
+    assert alert.text == "rank 1 exited with code 1 at step 5: RuntimeError: Unable to find address for: eth7"
+
+
 def test_a_done_ranks_detail_says_it_was_a_straggler_not_that_it_is():
     from pardash.tui.screens.rank_detail import RankDetailScreen
 
