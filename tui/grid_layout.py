@@ -30,6 +30,59 @@ HEAT_GLYPHS = {
     st.FINISHED: "□",
 }
 """One character per rank: the shape says the status (the colour says the rest)."""
+WAITING_GLYPH = "◇"
+"""A stalled rank waiting for the one a hang likely started from (drawn ◆, reversed)."""
+
+LegendItem = tuple[str, str, str]
+"""A heat-map legend entry: glyph, style name (``rank-grid--…``), text."""
+
+_LEGEND: tuple[tuple[str | None, LegendItem], ...] = (
+    # (the status whose ranks draw it, None: always listed; the entry)
+    (None, (HEAT_GLYPHS[st.RUNNING], "running", "ok")),
+    (None, (HEAT_GLYPHS[st.RUNNING], "dev-warn", "self +10%")),
+    (None, (HEAT_GLYPHS[st.RUNNING], "dev-bad", "+25%")),
+    (st.STARTING, (HEAT_GLYPHS[st.STARTING], "starting", "starting")),
+    (st.STRAGGLER, (HEAT_GLYPHS[st.STRAGGLER], "straggler", "straggler")),
+    (st.STALLED, (HEAT_GLYPHS[st.STALLED], "stalled", "stalled")),
+    ("waiting", (WAITING_GLYPH, "waiting", "waiting")),
+    (st.SILENT, (HEAT_GLYPHS[st.SILENT], "silent", "silent")),
+    (st.EXITED, (HEAT_GLYPHS[st.EXITED], "exited", "exited")),
+    (st.FINISHED, (HEAT_GLYPHS[st.FINISHED], "finished", "done")),
+)
+"""The heat map's key. "self +10%" and "+25%": a running rank's self time that far above the
+other ranks' median (amber, red)."""
+_LEGEND_IF_SEEN = (st.STARTING, "waiting")
+"""Entries listed only while some rank draws them ("waiting": a hang's victims)."""
+
+
+def heat_legend(width: int, present: set[str]) -> tuple[list[list[LegendItem]], int]:
+    """The heat map's legend in ``width`` columns: its lines (one, else two) and the spaces
+    between entries. ``present``: the statuses some rank has ("waiting" while ranks wait for a
+    hang's cause). Every entry when they fit; else the ones no rank draws now give way; a glyph
+    on screen is never left out (two lines before that; a line is cut only past two)."""
+    every = [item for status, item in _LEGEND if status not in _LEGEND_IF_SEEN or status in present]
+    used = [item for status, item in _LEGEND if status is None or status in present]
+
+    def length(items: list[LegendItem], gap: int) -> int:
+        return 1 + sum(len(text) + 2 for _g, _c, text in items) + gap * (len(items) - 1)
+
+    def wrap(items: list[LegendItem], gap: int) -> list[list[LegendItem]]:
+        lines: list[list[LegendItem]] = [[]]
+        for item in items:
+            if lines[-1] and length(lines[-1] + [item], gap) > width:
+                lines.append([])
+            lines[-1].append(item)
+        return lines
+
+    for items, gap in ((every, 2), (every, 1), (used, 1)):
+        if length(items, gap) <= width:
+            return [items], gap
+    for items in (every, used):
+        lines = wrap(items, 1)
+        if len(lines) <= 2:
+            return lines, 1
+    return wrap(used, 1)[:2], 1
+
 
 COLUMNS = ("rank", "status", "loss", "step", "held", "dev")
 """Fields of a cell."""

@@ -262,7 +262,7 @@ async def test_the_heat_maps_cursor_stands_out_on_an_exited_rank():
             y, k = grid.layout.where[rank]
             x = grid.layout.lines[y].cells[k][0]
             grid._strips.clear()
-            strip = grid.render_line(y + 1 - grid.scroll_offset.y)
+            strip = grid.render_line(y + grid.head_lines - grid.scroll_offset.y)
             at = 0
             for seg in strip:
                 if at <= x < at + len(seg.text):
@@ -277,3 +277,42 @@ async def test_the_heat_maps_cursor_stands_out_on_an_exited_rank():
         await pilot.pause()
         on = glyph_style(exited[0])
         assert on != off and off.reverse and (not on.reverse or on.underline)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_heat_maps_legend_keeps_every_glyph_on_screen_and_says_what_its_percentages_are_of(size):
+    # A grid too narrow for the whole legend cut its last entries, whatever was on screen:
+    # "× exited" went while exited ranks were drawn, and "self +10%" read as a bare "+10%".
+    from pardash.tui.grid_layout import HEAT_GLYPHS, WAITING_GLYPH
+    from pardash.tui.widgets.rank_grid import RankGrid
+    from tui_helpers import grid_text, replay_app
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("c")
+        await pilot.pause()
+        grid = app.screen.query_one(RankGrid)
+        assert grid.heat
+        lines = grid_text(app).splitlines()
+        legend = "\n".join(lines[: grid.head_lines])
+        drawn = "".join(line for line in lines[grid.head_lines :] if "node " not in line)  # (its "·")
+        glyphs = {g for g in (*HEAT_GLYPHS.values(), WAITING_GLYPH) if g in drawn}
+        assert {"×", WAITING_GLYPH} <= glyphs, drawn
+        for glyph in glyphs:
+            assert glyph in legend, (glyph, legend)
+        assert "self +10%" in legend, legend
+        assert grid.head_lines <= 2
+
+
+def test_a_legend_wraps_to_a_second_line_before_it_leaves_out_a_glyph_in_use():
+    from pardash.tui.grid_layout import heat_legend
+
+    present = {"running", "stalled", "waiting", "exited", "finished"}
+    (line,), _gap = heat_legend(200, present)
+    assert [text for _g, _c, text in line][-1] == "done"
+    for width in (40, 50, 60, 70):
+        lines, _gap = heat_legend(width, present)
+        texts = [text for line in lines for _g, _c, text in line]
+        assert {"ok", "self +10%", "+25%", "stalled", "waiting", "exited", "done"} <= set(texts), (width, texts)
+        assert len(lines) <= 2
+        assert all(1 + sum(len(t) + 3 for _g, _c, t in line) - 1 <= width for line in lines)

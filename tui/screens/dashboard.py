@@ -243,7 +243,8 @@ class DashboardScreen(Screen):
             return
         grid = w.grid
         table = self._rows
-        height = w.main.scrollable_content_region.height - 1  # the selected-rank line
+        # (less the selected-rank line, and a heat map's legend's second line where it wraps)
+        height = w.main.scrollable_content_region.height - 1 - (grid.head_lines - 1)
         width = grid.scrollable_content_region.width
         key = (table.layout_gen, table.flagged_gen, width, height, grid.form, grid.sort_key, grid.flagged_only)
         if key == self._trend_key:

@@ -67,6 +67,14 @@ def keys_table() -> Table:
 
 
 GLOSSARY = (
+    "heat map (c): a character a rank; [$text-success]■[/] ok, [$text-warning]■[/] self +10%, "
+    "[$text-error]■[/] +25% (a running rank's self time that far over the other ranks' median), "
+    "[$text-warning]▲[/] straggler, [$text-error]◆[/] stalled ([$text-error reverse]◆[/]: the rank a hang "
+    "likely waits for, [$text-warning]◇[/] waiting for it), [$text-error]○[/] silent (no heartbeat), "
+    "[$text-error]×[/] exited ([$text-error reverse]×[/]: the first to exit), [$text-primary]□[/] done, "
+    "· starting; a row is labelled by its first rank, or by its node (n3).\n"
+    "columns: step: the rank's last step done; loss; wall; self; Δself; data: data loading "
+    "(waiting for the next batch); comm; held; gpu: utilisation; gpu mem: the device's memory in use. "
     "wall: a rank's step time, from one step's end to the next's (the grid: the median of the "
     "last five steps the hub sent of it, ten a second at most, as self, data and comm beside it; a rank's detail: its last step; "
     "the log and report hold every step). "

@@ -26,7 +26,10 @@ from ..grid_layout import (
     WIDE_COLUMNS,
     GridLayout,
     GridLine,
+    WAITING_GLYPH,
+    LegendItem,
     cell_width,
+    heat_legend,
     lay_out,
     shown_rows,
 )
@@ -41,8 +44,6 @@ _CURSOR_ON_REVERSED = Style(reverse=False, bold=True, underline=True)
 """The heat map's cursor over a glyph's style, and over one drawn reversed (an exited rank)."""
 Look = tuple[tuple[str, Style], ...]
 """How a rank is drawn: runs of text, a style each (a heat-map glyph, or a cell's fields)."""
-WAITING_GLYPH = "◇"
-"""A stalled rank waiting for the one a hang likely started from (drawn ◆, reversed)."""
 
 
 def _glyph(status: str, hang: bool | None) -> str:
@@ -167,8 +168,12 @@ class RankGrid(ScrollView, can_focus=True):
         """Component styles over the base style ("" is the base), cleared on style changes."""
         self._width = 80
         """Columns the layout was made for."""
-        self._legend_waiting = False
-        """Whether the heat map's legend was drawn with "waiting" (see RowBuilder.waiting)."""
+        self._legend_key: frozenset[str] | None = None
+        """What the heat map's legend was made for (see _legend_present)."""
+        self._legend: tuple[list[list[LegendItem]], int] = ([], 1)
+        """The heat map's legend: its lines and the spaces between entries (see heat_legend)."""
+        self._head = 1
+        """Lines of the title (the column names) or the heat map's legend, above the ranks."""
         self._cursor_moved = False
         """Whether a person moved the cursor (until then it stays on the first rank drawn)."""
 
@@ -247,9 +252,16 @@ class RankGrid(ScrollView, can_focus=True):
                 del self._strips[y]
         dirty: set[int] = set()
         if self._layout.heat:
-            if table.waiting != self._legend_waiting:
-                self._legend_waiting = table.waiting
-                self.refresh_lines(0, 1)  # the legend says "waiting" while ranks are
+            if self._legend_present() != self._legend_key:
+                # The legend lists what ranks draw: a status come or gone redraws it, and lays
+                # the grid out again if the legend takes another number of lines.
+                head = self._head
+                self._make_legend()
+                if len(self._legend[0]) != head:
+                    self._relayout(force=True)
+                    self.refresh()
+                    return
+                self.refresh_lines(0, head)
             changed = table.changed if since == table.gen - 1 else None
             if changed is None:
                 suspects = list(looks)
@@ -285,10 +297,10 @@ class RankGrid(ScrollView, can_focus=True):
                 count += 1
                 continue
             if count:
-                self.refresh_lines(start + 1, count)  # line 0 on screen is the title
+                self.refresh_lines(start + self._head, count)  # the title's lines come first
             start, count = y, 1
         if count:
-            self.refresh_lines(start + 1, count)
+            self.refresh_lines(start + self._head, count)
 
     def _relayout(self, force: bool = False) -> None:
         width = self.scrollable_content_region.width or self.size.width or 80
@@ -317,22 +329,20 @@ class RankGrid(ScrollView, can_focus=True):
         if key == self._layout_key and not force:
             return
         rows = table.rows()
-        layout = lay_out(
-            rows,
-            width=width,
-            height=height,
-            form=self.form,
-            sort_key=self.sort_key,
-            flagged_only=self.flagged_only,
-            ordered=ordered,
-            gpu=table.gpu,
-        )
+        settings = {"width": width, "form": self.form, "sort_key": self.sort_key, "flagged_only": self.flagged_only, "gpu": table.gpu}
+        layout = lay_out(rows, height=height, ordered=ordered, **settings)
+        self._head = 1
+        if layout.heat:
+            self._make_legend()
+            if len(self._legend[0]) > 1:  # the legend's second line is the ranks' first
+                self._head = len(self._legend[0])
+                layout = lay_out(rows, height=height - self._head + 1, ordered=ordered, **settings)
         self._layout_key = key
         self._layout = layout
         self._line_of = {idx: y for y, line in enumerate(layout.lines) for _x, idx in line.cells}
         self._looks.clear()
         self._strips.clear()
-        self.virtual_size = Size(width, len(layout.lines) + 1)
+        self.virtual_size = Size(width, len(layout.lines) + self._head)
         if layout.ordered and (
             self.cursor_rank is None or self.cursor_rank not in layout.where or not self._cursor_moved
         ):
@@ -384,10 +394,10 @@ class RankGrid(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self._width
         base = self._base()
-        if y == 0:
-            segments = list(self._title_segments(width))
+        if y < self._head:
+            segments = list(self._title_segments(width, y))
         else:
-            index = self.scroll_offset.y + y - 1
+            index = self.scroll_offset.y + y - self._head
             if index >= len(self._layout.lines):
                 return Strip.blank(width, base)
             strip = self._strips.get(index)
@@ -403,9 +413,9 @@ class RankGrid(ScrollView, can_focus=True):
         self._styles.clear()
         self._strips.clear()
 
-    def _title_segments(self, width: int) -> Iterable[Segment]:
+    def _title_segments(self, width: int, line: int = 0) -> Iterable[Segment]:
         if self._layout.heat:
-            yield from self._legend_segments(width)
+            yield from self._legend_segments(width, line)
             return
         title = self._style("rank-grid--title")
         sorted_style = self._style("rank-grid--title-sorted")
@@ -423,44 +433,35 @@ class RankGrid(ScrollView, can_focus=True):
                     text = f"{name:<{w}}" if key == "status" else f"{name:>{w}}"
                 yield Segment(text, sorted_style if sort == self.sort_key else title)
 
-    def _legend_segments(self, width: int) -> Iterable[Segment]:
-        self._legend_waiting = self._table.waiting
+    def _legend_segments(self, width: int, line: int = 0) -> Iterable[Segment]:
+        lines, gap = self._legend
         dim = self._style("rank-grid--dim")
         yield Segment(" ", self._base())
-        items = [
-            (HEAT_GLYPHS[st.RUNNING], "rank-grid--running", "ok"),
-            (HEAT_GLYPHS[st.RUNNING], "rank-grid--dev-warn", "self +10%"),
-            (HEAT_GLYPHS[st.RUNNING], "rank-grid--dev-bad", "+25%"),
-            (HEAT_GLYPHS[st.STRAGGLER], "rank-grid--straggler", "straggler"),
-            (HEAT_GLYPHS[st.STALLED], "rank-grid--stalled", "stalled"),
-            (HEAT_GLYPHS[st.SILENT], "rank-grid--silent", "silent"),
-            (HEAT_GLYPHS[st.EXITED], "rank-grid--exited", "exited"),
-            (HEAT_GLYPHS[st.FINISHED], "rank-grid--finished", "done"),
-        ]
-        if self._table.waiting:  # (only then: "waiting" is what a hang's victims are)
-            items.insert(5, (WAITING_GLYPH, "rank-grid--waiting", "waiting"))
-        # Every item when it fits: two spaces between items, then one, then "self +10%" as
-        # "+10%"; past that, the items that fit (each piece: glyph, space, text, gap).
-        short = [(g, c, "+10%" if t == "self +10%" else t) for g, c, t in items]
-        for labels, gap in ((items, 2), (items, 1), (short, 1)):
-            if 1 + sum(len(t) + 2 + gap for _, _, t in labels) - gap <= width:
-                break
-        else:  # too narrow for all: those of the statuses on screen first ("done" was cut last)
-            present = {row.status for row in self._layout.ordered}
-            status_of = (st.RUNNING,) * 3 + (st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED, st.FINISHED)
-            if len(items) > len(status_of):
-                status_of = status_of[:5] + (st.STALLED,) + status_of[5:]
-            labels = [item for item, status in zip(short, status_of) if status in present] + [
-                item for item, status in zip(short, status_of) if status not in present
-            ]
         used = 1
-        for glyph, cls, text in labels:
+        for glyph, cls, text in lines[line] if line < len(lines) else ():
             piece = len(text) + 2
             if used + piece > width:
                 break
-            yield Segment(glyph, self._style(cls))
+            yield Segment(glyph, self._style(f"rank-grid--{cls}"))
             yield Segment(f" {text}" + " " * gap, dim)
             used += piece + gap
+
+    def _make_legend(self) -> None:
+        self._legend_key = present = self._legend_present()
+        self._legend = heat_legend(self._width, set(present))
+
+    @property
+    def head_lines(self) -> int:
+        """Lines above the ranks: the column names, or the heat map's legend (one or two)."""
+        return self._head
+
+    def _legend_present(self) -> frozenset[str]:
+        """What the legend must list: the statuses some rank has, "waiting" while stalled
+        ranks wait for a hang's cause (see heat_legend)."""
+        present = {status for status, n in self._table.totals.status_counts.items() if n}
+        if self._table.waiting:
+            present.add("waiting")
+        return frozenset(present)
 
     def _look(self, index: int) -> Look:
         """The runs of the rank at ``index`` (a glyph or a cell), cached until it looks
@@ -681,7 +682,7 @@ class RankGrid(ScrollView, can_focus=True):
         if where is None:
             return
         line = where[0]
-        visible = max(1, (self.scrollable_content_region.height or self.size.height) - 1)
+        visible = max(1, (self.scrollable_content_region.height or self.size.height) - self._head)
         top = self.scroll_offset.y
         # Keep the node header in view when the cursor is on a group's first line.
         want_top = line - 1 if line > 0 and self._layout.lines[line - 1].kind == "node" else line
@@ -743,9 +744,9 @@ class RankGrid(ScrollView, can_focus=True):
 
     def rank_at(self, x: int, y: int) -> int | None:
         """The rank drawn at content offset (x, y), if any."""
-        if y < 1:
+        if y < self._head:
             return None
-        index = self.scroll_offset.y + y - 1
+        index = self.scroll_offset.y + y - self._head
         if not 0 <= index < len(self._layout.lines):
             return None
         line = self._layout.lines[index]
