@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pardash.telemetry import state as st
 
-from .model import RankRow, sort_rows
+from .model import SORT_LABELS, RankRow, sort_rows
 
 FORMS = ("auto", "cells", "heat")
 """auto: the richest form that fits; cells: never a heat map (full cells scroll when even
@@ -163,8 +163,14 @@ def cell_width(columns: tuple[str, ...], rank_width: int) -> int:
 
 def order_rows(rows: list[RankRow], sort_key: str) -> list[RankRow]:
     """Sorted by ``sort_key`` and grouped by node; groups ordered by their first member."""
+    return group_by_node(sort_rows(rows, sort_key), sort_key)
+
+
+def group_by_node(flat: list[RankRow], sort_key: str) -> list[RankRow]:
+    """``flat`` (in ``sort_key`` order) grouped by node, each group in that order; groups
+    ordered by their first member (by node when by rank)."""
     groups: dict[int, list[RankRow]] = {}
-    for row in sort_rows(rows, sort_key):
+    for row in flat:
         groups.setdefault(row.node, []).append(row)
     # By rank: nodes in order. Otherwise the group holding the first-sorted rank leads.
     keys = sorted(groups) if sort_key == "rank" else list(groups)
@@ -243,9 +249,31 @@ def layout_heat(ordered: list[RankRow], width: int, rank_width: int, *, label_ro
     return lines
 
 
-def shown_rows(rows: list[RankRow], *, sort_key: str = "rank", flagged_only: bool = False) -> list[RankRow]:
-    """The rows the grid draws, in drawing order."""
-    return order_rows([row for row in rows if row.flagged] if flagged_only else rows, sort_key)
+def shown_rows(
+    rows: list[RankRow], *, sort_key: str = "rank", flagged_only: bool = False, grouped: bool = True
+) -> list[RankRow]:
+    """The rows the grid draws, in drawing order (``grouped``: by node, as cells are; else in
+    ``sort_key`` order across nodes, as a sorted heat map is)."""
+    flat = sort_rows([row for row in rows if row.flagged] if flagged_only else rows, sort_key)
+    return group_by_node(flat, sort_key) if grouped else flat
+
+
+def layout_heat_sorted(ordered: list[RankRow], width: int, sort_key: str) -> list[GridLine]:
+    """A heat map sorted by something else than rank: every rank in that order across nodes
+    (the worst first, top left), under one header line that says so. Node by node, the order
+    held only within each node: the second worst rank sat among its own node's ranks, after
+    every rank of the node holding the worst."""
+    room = max(HEAT_BLOCK, width - 1)
+    per_row = max(1, (room + 1) // (HEAT_BLOCK + 1)) * HEAT_BLOCK
+    first = "most urgent" if sort_key == "status" else "worst"
+    text = f"by {SORT_LABELS[sort_key].rstrip(' ↓')}, {first} first, across nodes"
+    lines = [GridLine("node", labels=[(0, text, "node")])]
+    for row_start in range(0, len(ordered), per_row):
+        stop = min(len(ordered), row_start + per_row)
+        line = GridLine("heat")
+        line.cells.extend((1 + j + j // HEAT_BLOCK, i) for j, i in enumerate(range(row_start, stop)))
+        lines.append(line)
+    return lines
 
 
 def lay_out(
@@ -260,19 +288,30 @@ def lay_out(
     gpu: bool = True,
 ) -> GridLayout:
     """Lay ``rows`` (every rank) out in ``width`` x ``height`` cells, the first line of
-    which is the grid's title (``ordered``: :func:`shown_rows`, when already at hand)."""
+    which is the grid's title (``ordered``: :func:`shown_rows` not grouped, when already at
+    hand)."""
     if ordered is None:
-        ordered = shown_rows(rows, sort_key=sort_key, flagged_only=flagged_only)
+        ordered = shown_rows(rows, sort_key=sort_key, flagged_only=flagged_only, grouped=False)
+    flat = ordered
+    ordered = group_by_node(flat, sort_key)
     rank_width = max(4, len(str(max((row.rank for row in rows), default=0))))
     room = max(1, height - 1)
     lines: list[GridLine] = []
+    if not ordered and flagged_only and rows:
+        # "no flagged ranks": the title stays the one over every rank (the column names, or the
+        # heat map's legend); a grid of no ranks has the room for the widest columns, and the
+        # title switched to them at each f.
+        every = lay_out(rows, width=width, height=height, form=form, sort_key=sort_key, gpu=gpu)
+        note = GridLine("note", labels=[(1, "no flagged ranks (f shows all)", "dim")])
+        return GridLayout(ordered=[], lines=[note], columns=every.columns, heat=every.heat, rank_width=rank_width, max_cols=every.max_cols)
     columns = COLUMNS
+    one_a_line = False
     for wide in WIDE_COLUMNS if gpu else WIDE_COLUMNS[1:]:  # no GPU: no columns of dashes
         if cell_width(wide, rank_width) <= width - 1:
-            columns = wide
+            columns, one_a_line = wide, True
             lines = layout_cells(ordered, width, cell_width(wide, rank_width), single=True)
             break
-    if not lines or len(lines) > room:
+    if not one_a_line or len(lines) > room:
         columns = COLUMNS
         lines = layout_cells(ordered, width, cell_width(columns, rank_width))
     if len(lines) > room and form != "heat":
@@ -280,8 +319,11 @@ def lay_out(
         if len(compact) <= room or form == "auto":
             columns, lines = COMPACT_COLUMNS, compact
     heat = form == "heat" or (form == "auto" and len(lines) > room)
-    if heat:
-        lines = layout_heat(ordered, width, rank_width, label_rows=sort_key == "rank")
+    if heat and sort_key != "rank":
+        ordered = flat
+        lines = layout_heat_sorted(ordered, width, sort_key)
+    elif heat:
+        lines = layout_heat(ordered, width, rank_width, label_rows=True)
     if not ordered:
         text = "no flagged ranks (f shows all)" if rows else "waiting for ranks to say hello…"
         lines = [GridLine("note", labels=[(1, text, "dim")])]

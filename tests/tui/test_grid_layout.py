@@ -316,3 +316,44 @@ def test_a_legend_wraps_to_a_second_line_before_it_leaves_out_a_glyph_in_use():
         assert {"ok", "self +10%", "+25%", "stalled", "waiting", "exited", "done"} <= set(texts), (width, texts)
         assert len(lines) <= 2
         assert all(1 + sum(len(t) + 3 for _g, _c, t in line) - 1 <= width for line in lines)
+
+
+def test_a_sorted_heat_map_orders_every_rank_across_nodes_and_says_so():
+    # Node by node, the second worst rank (on another node) came after every rank of the
+    # worst's node; a heat map draws no rank numbers, so the order is all a reader has.
+    rs = rows(16)
+    for rank, dev in ((3, 0.5), (12, 0.4), (2, 0.1)):
+        rs[rank].self_dev = dev
+    heat = lay_out(rs, width=73, height=33, form="heat", sort_key="self_time")
+    assert [row.rank for row in heat.ordered[:3]] == [3, 12, 2]
+    assert "across nodes" in heat.lines[0].labels[0][1]
+    first = [heat.ordered[i].rank for _x, i in heat.lines[1].cells]
+    assert first[:3] == [3, 12, 2]
+    # Cells keep their node groups (each cell says its rank, under its node's header).
+    cells = lay_out(rs, width=73, height=33, form="cells", sort_key="self_time")
+    assert [row.rank for row in cells.ordered[:3]] == [3, 2, 0]
+
+
+async def test_the_sorted_heat_map_on_screen_is_in_the_sorts_order():
+    from pardash.tui.model import sort_rows
+    from pardash.tui.widgets.rank_grid import RankGrid
+    from tui_helpers import replay_app
+
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("c", "s", "s")
+        await pilot.pause()
+        grid = app.screen.query_one(RankGrid)
+        assert grid.heat and grid.sort_key == "self_time"
+        assert grid.shown_ranks == [row.rank for row in sort_rows(grid.rows, "self_time")]
+
+
+def test_no_flagged_ranks_keeps_the_title_of_every_rank():
+    # The note "no flagged ranks" had room for the widest columns: the column names switched
+    # to another set at each f.
+    rs = rows(16)
+    for width, height, form in ((120, 33, "auto"), (73, 33, "auto"), (73, 33, "heat"), (44, 10, "auto")):
+        every = lay_out(rs, width=width, height=height, form=form)
+        none = lay_out(rs, width=width, height=height, form=form, flagged_only=True)
+        assert not none.ordered and none.lines[0].kind == "note"
+        assert (none.columns, none.heat, none.max_cols) == (every.columns, every.heat, every.max_cols), (width, height, form)

@@ -20,7 +20,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("home end pgup pgdn", "first, last, a page up or down"),
             ("enter / double click", "rank detail: charts, phases, memory, system, events"),
             ("c", "cells or heat map (one character per rank)"),
-            ("s", "sort: rank, step time, self time, memory, status"),
+            ("s", "sort: rank, step time, self time, memory, status (cells in their node, a heat map across nodes)"),
             ("f", "flagged ranks only, or all"),
             ("m", "memory: per-rank shards against unsharded"),
             ("tab", "focus the event log (scroll it with ↑ ↓)"),

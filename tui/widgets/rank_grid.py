@@ -312,7 +312,7 @@ class RankGrid(ScrollView, can_focus=True):
             ordered = None
             key: tuple = (id(table), table.layout_gen, table.flagged_gen, width, height, self.form, self.flagged_only)
         else:
-            ordered = shown_rows(table.rows(), sort_key=self.sort_key, flagged_only=self.flagged_only)
+            ordered = shown_rows(table.rows(), sort_key=self.sort_key, flagged_only=self.flagged_only, grouped=False)
             key = (
                 tuple(row.rank for row in ordered),
                 tuple(row.node for row in ordered),
