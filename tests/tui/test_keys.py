@@ -378,3 +378,33 @@ async def test_a_terminal_too_narrow_for_the_panels_side_by_side_has_them_under_
         assert isinstance(app.screen, QuitScreen)
         for button in app.screen.query("Button"):
             assert screen.contains_region(button.region), button.id
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_footer_says_how_to_get_back_from_the_event_log_and_escape_does(size):
+    # Tab focused the event log; the footer lost "⏎ Detail" and said nothing of the way back.
+    from textual.widgets._footer import FooterKey
+
+    from pardash.tui.widgets.event_log import EventLog
+    from pardash.tui.widgets.rank_grid import RankGrid
+
+    app = replay_app("run4.jsonl")
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+
+        def footer():
+            return [(k.key_display, k.description) for k in app.screen.query(FooterKey)]
+
+        assert isinstance(app.focused, RankGrid)
+        assert ("esc/tab", "Grid") not in footer()
+        await pilot.press("tab")
+        await pilot.pause()
+        assert isinstance(app.focused, EventLog)
+        assert ("esc/tab", "Grid") in footer()
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.focused, RankGrid)
+        assert ("⏎", "Detail") in footer() and ("esc/tab", "Grid") not in footer()
+        await pilot.press("tab", "tab")
+        await pilot.pause()
+        assert isinstance(app.focused, RankGrid)

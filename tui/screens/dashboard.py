@@ -157,6 +157,9 @@ class DashboardScreen(Screen):
         Binding("c", "toggle_form", "Cells/heat", tooltip="Switch the grid between cells and a heat map"),
         Binding("s", "cycle_sort", "Sort", tooltip="Sort by rank, step time, self time, memory, status"),
         Binding("f", "toggle_flagged", "Flagged", tooltip="Show only flagged ranks, or all"),
+        # Shown while the event log has the focus (tab), where the grid's keys are not: the
+        # footer lost "⏎ Detail" and said nothing of the way back (tab, shift+tab or this).
+        Binding("escape", "focus_grid", "Grid", key_display="esc/tab", tooltip="Back to the rank grid"),
     ]
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
@@ -426,6 +429,20 @@ class DashboardScreen(Screen):
         main = self._widgets.main if self._widgets is not None else self.query_one("#main")
         if main.border_subtitle != label:  # setting it repaints the grid's whole panel
             main.border_subtitle = label
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "focus_grid":
+            return self.focused is not None and self.focused is not self.grid
+        return True
+
+    def on_descendant_focus(self) -> None:
+        self.refresh_bindings()  # (the footer's "esc/tab Grid" comes and goes with the focus)
+
+    def on_descendant_blur(self) -> None:
+        self.refresh_bindings()
+
+    def action_focus_grid(self) -> None:
+        self.grid.focus()
 
     def action_memory(self) -> None:
         from .memory import MemoryScreen
