@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from typing import ClassVar
@@ -243,9 +244,11 @@ class PardashApp(App[str | None]):
     # -- leaving ------------------------------------------------------------------------------
 
     def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
-        """The palette's screenshot, into the current folder: Textual's default, the user's
-        Downloads folder, is often missing on a training node (and it then said only "failed")."""
-        self.deliver_screenshot(filename, path or os.getcwd())
+        """The palette's screenshot, into the run's folder where there is one, else a cache
+        folder; the notification says where. Textual's default, the user's Downloads folder, is
+        often missing on a training node (it then said only "failed"), and the current folder
+        filled a project's checkout with SVGs."""
+        self.deliver_screenshot(filename, path or screenshot_folder(self.source))
 
     async def action_quit(self) -> None:
         if not self.launched:
@@ -318,11 +321,33 @@ class PardashApp(App[str | None]):
         for command in super().get_system_commands(screen):
             if command.title == "Screenshot":  # Textual's own saves to ~/Downloads, not action_screenshot
                 yield SystemCommand(
-                    command.title, "Save an SVG of the screen in the current folder",
+                    command.title, "Save an SVG of the screen in the run's folder (else a cache folder)",
                     lambda: self.set_timer(0.1, self.action_screenshot),
                 )
             else:
                 yield command
+
+
+def screenshot_folder(source: Source) -> str:
+    """Where a screenshot of ``source``'s run goes: the run's own folder (a launched run's
+    ``runs/<id>/``, the folder of its ``telemetry.jsonl``) when it can be written, else
+    ``$XDG_CACHE_HOME/pardash/screenshots`` (``~/.cache``), else the temporary folder's."""
+    log = getattr(source.stats, "log_path", "") or getattr(source, "path", "") or ""  # (a replay's: its file)
+    run_id = source.state.run_id or ""
+    if log and log != os.devnull:
+        folder = os.path.dirname(os.path.abspath(log))
+        own = os.path.basename(folder) == run_id or os.path.basename(log).startswith("telemetry.jsonl")
+        if own and os.path.isdir(folder) and os.access(folder, os.W_OK):
+            return folder
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for folder in (os.path.join(cache, "pardash", "screenshots"), os.path.join(tempfile.gettempdir(), f"pardash-screenshots-{os.getuid()}")):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            return folder
+    return tempfile.gettempdir()
 
 
 def make_app(

@@ -270,15 +270,11 @@ async def test_q_after_every_rank_is_done_leaves_without_asking():
     assert app.return_value == "over" and chosen == ["over"]
 
 
-async def test_the_palettes_screenshot_is_saved_in_the_current_folder(tmp_path, monkeypatch):
-    # Textual's default folder, ~/Downloads, is often missing on a training node: it said only
-    # "Failed to save screenshot".
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path / "no-home"))
-    app = replay_app("run4.jsonl")
+async def _palette_screenshot(app) -> list[str]:
+    """Take a screenshot as a person does (the command palette's "Screenshot"); the
+    notifications' texts."""
     async with app.run_test(size=SIZE) as pilot:
-        # As a person does it: the command palette's "Screenshot" (Textual's own called
-        # deliver_screenshot directly, so the folder above was never used).
+        # (Textual's own called deliver_screenshot directly: the folder asked for was unused)
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"Screenshot")
@@ -297,8 +293,39 @@ async def test_the_palettes_screenshot_is_saved_in_the_current_folder(tmp_path, 
             await pilot.pause(0.05)
             if any(n.title == "Screenshot" for n in app._notifications):
                 break
-    shots = list(tmp_path.glob("*.svg"))
+        return [str(n.message) for n in app._notifications if n.title == "Screenshot"]
+
+
+async def test_the_palettes_screenshot_goes_to_a_cache_folder_not_the_current_one(tmp_path, monkeypatch):
+    # Textual's default folder, ~/Downloads, is often missing on a training node (it said only
+    # "Failed to save screenshot"); the current folder, a project's checkout, filled with SVGs.
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("HOME", str(tmp_path / "no-home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    said = await _palette_screenshot(replay_app("run4.jsonl"))  # (a log not in a run's folder)
+    assert not list(project.iterdir())
+    shots = list((tmp_path / "cache" / "pardash" / "screenshots").glob("*.svg"))
     assert len(shots) == 1 and "fsdp-gpt2-4" in shots[0].read_text()
+    assert len(said) == 1 and str(shots[0]) in said[0]
+
+
+async def test_the_palettes_screenshot_of_a_run_goes_to_the_runs_folder(tmp_path, monkeypatch):
+    import shutil
+
+    run_dir = tmp_path / "runs" / "fsdp-gpt2-4"
+    run_dir.mkdir(parents=True)
+    shutil.copy(DATA / "run4.jsonl", run_dir / "telemetry.jsonl")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = ReplaySource(str(run_dir / "telemetry.jsonl"))
+    src.seek(src.duration_s)
+    src.paused = True
+    said = await _palette_screenshot(make_app(src))
+    shots = list(run_dir.glob("*.svg"))
+    assert len(shots) == 1 and not list(tmp_path.glob("*.svg")) and not (tmp_path / "cache").exists()
+    assert len(said) == 1 and str(shots[0]) in said[0]
 
 
 async def test_the_cursor_stays_on_the_first_rank_until_a_person_moves_it():
