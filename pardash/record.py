@@ -19,12 +19,11 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n / 1e3:,.1f} kB"
 
 
+FIND_S = 10.0
+"""How long a run not listed yet is looked for (a record started with its launch)."""
+
+
 def cmd_record(ns: argparse.Namespace) -> int:
-    try:
-        info = resolve(ns.target)
-        follower = logfeed.LogFollower(info["snapshot"], curve=viewer_keys(info, ns.curve_dir))
-    except (AttachError, CurveKeyError) as exc:
-        fail(str(exc))
     stopped: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
@@ -32,6 +31,20 @@ def cmd_record(ns: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+    end = time.monotonic() + FIND_S
+    while True:
+        try:
+            info = resolve(ns.target)
+            follower = logfeed.LogFollower(info["snapshot"], curve=viewer_keys(info, ns.curve_dir))
+            break
+        except CurveKeyError as exc:
+            fail(str(exc))
+        except AttachError as exc:
+            # A run id, or none (the newest live run): a launch started a moment ago lists its
+            # run once its hub is up.
+            if (ns.target or "").startswith("tcp://") or time.monotonic() >= end or stopped or "begins" in str(exc):
+                fail(str(exc))
+            time.sleep(0.2)
     said = [time.monotonic()]  # when the last progress line was printed
 
     def progress(cp: logfeed.Copy, news: str) -> None:
@@ -41,6 +54,8 @@ def cmd_record(ns: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)  # fmt: skip
         elif news == "hub_restarted":
             print(f"{PROG} record: run {cp.run}: its hub restarted; the copy goes on", file=sys.stderr, flush=True)
+        elif news == "hub_error":
+            print(f"{PROG} record: run {cp.run}: its hub says: {cp.hub_error}; asking again", file=sys.stderr, flush=True)
         elif now - said[0] >= ns.every:
             said[0] = now
             print(f"{PROG} record: run {cp.run}: {cp.path} holds {_mb(cp.offset)}"
@@ -57,6 +72,9 @@ def cmd_record(ns: argparse.Namespace) -> int:
         )  # fmt: skip
     except logfeed.CopyError as exc:
         why = str(exc)
+        if why == "stopped":
+            print(f"{PROG} record: stopped before the hub answered; nothing was copied", file=sys.stderr)
+            return 130
         if why == "no answer":
             hint = "; a hub with CURVE keys answers only viewers with an authorised key (--curve-dir DIR or PARDASH_CURVE_DIR)"
             fail(f"no answer from the hub of {where} (its snapshot port, {follower.endpoint}); is the run still live? "

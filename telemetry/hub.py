@@ -25,6 +25,7 @@ import signal
 import socket
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -32,7 +33,7 @@ import zmq
 
 from . import cliargs, frames, registry, schema, security
 from .hubcore import MAX_RANK, HubCore, rejects_text
-from .logfeed import LOG_REQUEST, LogServer
+from .logfeed import LINGER_S, LOG_REQUEST, LogServer
 from .logreader import is_log
 from .recorder import LOG_MODE, Recorder, gz_name_refusal, holds_records, is_gzip
 from .unsupervised import SupervisorWatch
@@ -123,7 +124,7 @@ class Hub:
         self._snapshots_out: list[tuple[int, list[zmq.MessageTracker]]] = []
         """Snapshots sent and not yet taken by the kernel: (bytes, one tracker per viewer)."""
         self._served_at: dict[bytes, float] = {}
-        self.logs = LogServer(lambda: str(self.recorder.path) if self.recorder is not None else None, run_id, self.core.hub_id)
+        self.logs = LogServer(self.recorder, run_id, self.core.hub_id)
         """Clients copying the log (``pardash record``), answered at frames on the snapshot port."""
         for s in (self.ingest, self.updates, self.snap):
             s.setsockopt(zmq.LINGER, 0)
@@ -464,13 +465,15 @@ class Hub:
             self.recorder.close()
             if not self.snap.closed and self.logs.copying(time.monotonic()):
                 self.logs.linger(self.snap)  # the log's last lines to the copies (pardash record)
+        self.logs.close()
         for s in (self.ingest, self.updates, self.snap):
             if self._monitors:
                 s.disable_monitor()
         for m in self._monitors:
             m.close(0)
-        for s in (self.ingest, self.updates, self.snap):
+        for s in (self.ingest, self.updates):
             s.close(0)
+        self.snap.close()  # (its own linger: 0, or what the log copies' last answers need)
         if self.auth is not None:
             self.auth.stop()
             self.auth = None
@@ -777,6 +780,12 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
             metrics.close()
         if entry is not None:
             registry.unregister(entry)
+        # What is still queued (the log copies' last answers, sent lingering) leaves before the
+        # process does: its context ends once every socket is gone, within a bound.
+        if not hub.ctx.closed:
+            ender = threading.Thread(target=hub.ctx.term, daemon=True)
+            ender.start()
+            ender.join(LINGER_S + 0.5)
     return 0
 
 

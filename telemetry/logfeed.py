@@ -25,6 +25,7 @@ its offset with the new hub as with the old.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import time
@@ -35,6 +36,7 @@ import msgspec
 import zmq
 
 from . import registry, security
+from .recorder import Recorder
 
 LOG_REQUEST = b"log"
 CHUNK_BYTES = 4 << 20
@@ -45,12 +47,23 @@ CLIENT_S = 3.0
 """A client that asked this recently is still copying (a caught-up client asks every 0.25 s)."""
 MAX_ASKS = 256
 """Clients answered a frame (more wait for the next; a client asks again after ASK_AGAIN_S)."""
+QUEUED_BYTES = 64 << 20
+"""Answers queued for clients and not yet taken by the kernel past which asks wait."""
+FRAME_BYTES = 2 * CHUNK_BYTES
+"""Bytes of the log answered at most a frame (the rest wait for the next): reading and sending
+them takes the hub's loop a few milliseconds, where 16 answers of 4 MiB held a frame 1.4 s."""
+MAX_OFFSET = 1 << 60
+"""The largest offset asked for that is taken (a larger one, 2**64, raised in the hub's loop as
+its answer was encoded, and stopped the hub)."""
 IDLE_ASK_S = 0.25
 """A client that is caught up asks again after this long."""
-ASK_AGAIN_S = 1.0
-"""A client with no answer this long asks again: a hub restarted meanwhile never had the ask
-(an answer that comes late all the same is dropped by its offset). The hub answers at its next
-frame, 0.1 s on."""
+ASK_AGAIN_S = 10.0
+"""A client with no answer this long asks again (it asks at once on a new connection to the
+hub, a hub restarted on its port, which never had the ask). An answer that comes late all the
+same is dropped by its offset. The hub answers at its next frame, 0.1 s on; a 4 MiB answer
+takes 10 s on a link of 3 Mbit/s."""
+RESUME_CHECK_BYTES = 64 << 10
+"""A copy carried on must end as the hub's log does over this many bytes before its end."""
 
 
 class LogChunk(msgspec.Struct, omit_defaults=True):
@@ -67,6 +80,9 @@ class LogChunk(msgspec.Struct, omit_defaults=True):
     """The hub has stopped and written its last line: nothing follows what it holds."""
     error: str = ""
     """Why there is nothing to copy (no bytes follow)."""
+    fatal: bool = False
+    """The error is for good (no log, not a file, a copy of another log), not for now (a log
+    that cannot be read a moment: asked again)."""
 
 
 _encode_chunk = msgspec.msgpack.Encoder().encode
@@ -81,21 +97,26 @@ def read_whole_lines(path: str, offset: int, limit: int = CHUNK_BYTES) -> tuple[
     except OSError as exc:
         return b"", 0, f"cannot read the hub's log {path}: {exc.strerror or exc}"
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return b"", 0, f"the hub's log {path} is not a file (a pipe, or /dev/null): there is nothing to copy"
-        if offset > st.st_size:
-            return b"", st.st_size, (
-                f"the copy asks from byte {offset:,}, but the hub's log {path} holds {st.st_size:,}: "
-                "the copy is of another log (or the hub's was replaced)"
-            )
-        data = os.pread(fd, min(limit, st.st_size - offset), offset)
-    except OSError as exc:
-        return b"", 0, f"cannot read the hub's log {path}: {exc.strerror or exc}"
+        return read_lines_at(fd, offset, limit, path)
     finally:
         os.close(fd)
-    end = data.rfind(b"\n") + 1
-    return data[:end], st.st_size, ""
+
+
+def read_lines_at(fd: int, offset: int, limit: int, name: str) -> tuple[bytes, int, str]:
+    """:func:`read_whole_lines` of an open file (``name``: its path, for the reason)."""
+    try:
+        size = os.fstat(fd).st_size
+        if offset > size:
+            return b"", size, (
+                f"the copy asks from byte {offset:,}, but the hub's log {name} holds {size:,}: "
+                "the copy is of another log (or the hub's was replaced)"
+            )
+        data = os.pread(fd, min(limit, size - offset), offset)
+    except OSError as exc:
+        return b"", 0, f"cannot read the hub's log {name}: {exc.strerror or exc}"
+    return data[: data.rfind(b"\n") + 1], size, ""
 
 
 @dataclass
@@ -108,15 +129,17 @@ class _Client:
 class LogServer:
     """The hub's side: takes clients' asks as they arrive and answers them at its frames."""
 
-    def __init__(self, path: Callable[[], str | None], run_id: str, hub_id: str) -> None:
-        self.path = path
-        """The log's path now (a recorder moves its log when its path can hold it no more);
-        None: the hub keeps no log."""
+    def __init__(self, recorder: Recorder | None, run_id: str, hub_id: str) -> None:
+        self.recorder = recorder
+        """What writes the log (None: the hub keeps none)."""
         self.run_id = run_id
         self.hub_id = hub_id
         self.asks: dict[bytes, int] = {}
         self.clients: dict[bytes, _Client] = {}
         self.served_bytes = 0
+        self._reader: tuple[object, int] | None = None
+        self._out: list[tuple[int, zmq.MessageTracker]] = []
+        """Answers sent and not yet taken by the kernel: (bytes, tracker)."""
 
     def ask(self, ident: bytes, offset: bytes, now: float) -> None:
         """A client's ask (its ROUTER identity, the offset as it came)."""
@@ -124,7 +147,7 @@ class LogServer:
             at = int(offset)
         except ValueError:
             return  # not this protocol's: dropped, as the snapshot port drops what it does not know
-        if at < 0 or (ident not in self.asks and len(self.asks) >= MAX_ASKS):
+        if not 0 <= at <= MAX_OFFSET or (ident not in self.asks and len(self.asks) >= MAX_ASKS):
             return
         self.asks[ident] = at
         c = self.clients.get(ident)
@@ -136,26 +159,53 @@ class LogServer:
         else:
             c.offset, c.seen = at, now
 
+    def _read(self, offset: int) -> tuple[bytes, int, str, bool]:
+        """The log's whole lines from ``offset``: (bytes, its size, why not, whether that is for good)."""
+        rec = self.recorder
+        if rec is None:
+            return b"", 0, "this hub keeps no log (it was started without one): there is nothing to copy", True
+        path = str(rec.path)
+        self._reader = rec.reader(self._reader)
+        if self._reader is None:  # not writing its log now (a disk full, a path gone): what the path holds
+            data, size, why = read_whole_lines(path, offset)
+            return data, size, why, bool(why) and offset > size > 0
+        fd = self._reader[1]
+        if fd < 0:
+            return b"", 0, f"the hub's log {path} is not a file (a pipe, or /dev/null): there is nothing to copy", True
+        data, size, why = read_lines_at(fd, offset, CHUNK_BYTES, path)
+        return data, size, why, offset > size
+
     def answer(self, sock: zmq.Socket, now: float, *, ended: bool = False) -> None:
-        """Answer every waiting ask (the hub's loop calls this at a frame)."""
+        """Answer the waiting asks (the hub's loop calls this at a frame), while the answers
+        still queued for clients that do not read them stay under QUEUED_BYTES: past that the
+        asks wait (a few hundred clients asking and never reading took the hub's frames from
+        10 a second to 1 and its memory to 300 MB)."""
         if not self.asks:
             return
-        path = self.path()
+        out = self._out = [(n, t) for n, t in self._out if not t.done]
+        queued = sum(n for n, _ in out)
+        answered = []
+        sent = 0
         for ident, offset in self.asks.items():
-            if path is None:
-                data, size, error = b"", 0, "this hub keeps no log (it was started without one): there is nothing to copy"
-            else:
-                data, size, error = read_whole_lines(path, offset)
-            head = LogChunk(offset=offset, size=size, path=path or "", run=self.run_id, hub_id=self.hub_id, ended=ended, error=error)
+            if queued > QUEUED_BYTES or sent >= FRAME_BYTES:
+                break  # the rest wait for the next frame
+            answered.append(ident)
+            data, size, error, fatal = self._read(offset)
             try:
-                sock.send_multipart([ident, LOG_REQUEST, _encode_chunk(head), data], zmq.NOBLOCK)
-            except zmq.ZMQError:
+                head = _encode_chunk(LogChunk(offset=offset, size=size, path=str(self.recorder.path) if self.recorder else "",
+                                              run=self.run_id, hub_id=self.hub_id, ended=ended, error=error, fatal=fatal))  # fmt: skip
+                tracker = sock.send_multipart([ident, LOG_REQUEST, head, data], zmq.NOBLOCK, copy=False, track=True)
+            except (zmq.ZMQError, ValueError, OverflowError):
                 continue  # that client's queue is full, or it is gone: it asks again
+            out.append((len(data), tracker))
+            queued += len(data)
+            sent += len(data)
             self.served_bytes += len(data)
             c = self.clients.get(ident)
             if c is not None:
-                c.done = ended and (not data or bool(error))
-        self.asks.clear()
+                c.done = ended and (bool(error) or offset + len(data) >= size)
+        for ident in answered:
+            del self.asks[ident]
 
     def copying(self, now: float) -> list[bytes]:
         """Clients that asked lately and have not been told the log ended."""
@@ -176,6 +226,16 @@ class LogServer:
                     if len(parts) == 3 and parts[1] == LOG_REQUEST:
                         self.ask(parts[0], parts[2], clock())
             self.answer(sock, clock(), ended=True)
+        # The last answers must leave before the socket closes: it closes lingering (see
+        # Hub.close), and the hub process ends its ZeroMQ context (bounded) before it exits. A
+        # last answer sent a moment before a close without linger was dropped, and its copy
+        # waited for it, then gave up (1 run in 5 on a loaded machine).
+        sock.setsockopt(zmq.LINGER, int(LINGER_S * 1000))
+
+    def close(self) -> None:
+        if self._reader is not None and self._reader[1] >= 0:
+            os.close(self._reader[1])
+        self._reader = None
 
 
 # -- the client ---------------------------------------------------------------------------------
@@ -194,8 +254,13 @@ class LogFollower:
         if self.keys is not None:
             self.keys.apply(self.sock)
         security.allow_ipv6(self.sock, snapshot)
+        # Connections made (a hub restarted on its port): an ask then goes again at once. Asked
+        # again on a timer instead, a slow link had the hub send each answer twice.
+        self.monitor = security.monitor_socket(self.sock, zmq.EVENT_HANDSHAKE_SUCCEEDED if self.keys is not None else zmq.EVENT_CONNECTED)
         self.sock.connect(snapshot)
         self.asked_at = 0.0
+        self.connected = 0
+        """Connections made since the last ask."""
         self.bad = 0
         """Answers that did not decode (skipped)."""
 
@@ -205,15 +270,33 @@ class LogFollower:
         except zmq.Again:
             pass  # asks already queued for a hub not there: one of them will do
         self.asked_at = time.monotonic()
+        self.connected = 0
+
+    def _connections(self) -> None:
+        while self.monitor.poll(0):
+            try:
+                self.monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self.connected += 1
 
     def answer(self, offset: int, timeout_ms: int) -> tuple[LogChunk, bytes] | None:
         """The answer for ``offset`` within ``timeout_ms`` (answers to earlier asks, for another
-        offset, are dropped), or None."""
+        offset, are dropped), or None; None at once when a connection was made since the ask (a
+        hub restarted: ask again)."""
         end = time.monotonic() + timeout_ms / 1000
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.monitor, zmq.POLLIN)
         while True:
-            left = end - time.monotonic()
-            if left <= 0 or not self.sock.poll(max(1, int(left * 1000))):
+            self._connections()
+            if self.connected and self.asked_at:
                 return None
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            if self.sock not in dict(poller.poll(max(1, int(left * 1000)))):
+                continue
             try:
                 parts = self.sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
@@ -230,6 +313,8 @@ class LogFollower:
                 return head, parts[2]
 
     def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(0)
         self.sock.close(0)
 
 
@@ -258,6 +343,8 @@ class Copy:
     hub_path: str = ""
     hub_restarts: int = 0
     hub_id: str = ""
+    hub_error: str = ""
+    """Why the hub could not read its log when it last said so ('' since it could again)."""
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -267,25 +354,47 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _check_start(out: str, first: bytes) -> int:
-    """The offset a copy into ``out`` goes on from: 0 for a new or empty file, its size (to its
-    last whole line) when it holds the start of this log (``first``: the log's first bytes);
-    CopyError when it holds something else."""
-    try:
-        with open(out, "rb") as fh:
-            head = fh.read(len(first))
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-    except FileNotFoundError:
-        return 0
-    except OSError as exc:
-        raise CopyError(f"cannot read {out}: {exc.strerror or exc}") from None
+def _wait_answer(follower: LogFollower, offset: int, wait_s: float, stop: Callable[[], bool]) -> tuple[LogChunk, bytes] | None:
+    """The answer for ``offset`` within ``wait_s`` (asked again on a new connection), or None
+    (none came, or ``stop()``)."""
+    end = time.monotonic() + wait_s
+    while not stop() and time.monotonic() < end:
+        got = follower.answer(offset, 250)
+        if got is not None:
+            return got
+        if follower.connected:
+            follower.ask(offset)
+    return None
+
+
+def _check_copy(fd: int, path: str, follower: LogFollower, first: bytes, stop: Callable[[], bool]) -> int:
+    """The offset a copy in ``path`` (open as ``fd``) goes on from: its size cut back to its last
+    whole line, once its start (``first``: the log's first answer) and the bytes before that
+    offset are the hub's log's; CopyError when they are not (an edited copy, or another log's)."""
+    size = os.fstat(fd).st_size
     if size == 0:
         return 0
-    n = min(len(head), len(first))
-    if not n or head[:n] != first[:n]:
-        raise CopyError(f"{out} holds another log (not this run's); give another -o PATH, or remove it")
-    return size  # (a copy longer than the first answer: its start matched, the size is checked next)
+    with open(path, "rb") as fh:
+        head = fh.read(min(len(first), size))
+        tail_at = max(0, _last_newline(path, size) - RESUME_CHECK_BYTES)
+        fh.seek(tail_at)
+        tail = fh.read(RESUME_CHECK_BYTES)
+    end = _last_newline(path, size)
+    if not head or head[: len(first)] != first[: len(head)]:
+        raise CopyError(f"{path} holds another log than this run's (or an edited copy of it); give another -o PATH, or remove it")
+    if end > len(first):
+        # Where it goes on from, the hub's bytes must be the copy's: a copy edited past the
+        # first answer (a line deleted) went on from the wrong place.
+        follower.ask(tail_at)
+        got = _wait_answer(follower, tail_at, ASK_AGAIN_S * 5, stop)
+        if got is None:
+            raise CopyError("no answer")
+        chk, data = got
+        if chk.error or not data.startswith(tail[: end - tail_at]):
+            raise CopyError(f"{path} is not a copy of this run's log up to its end (edited, or of another run); give another -o PATH, or remove it")
+    if end < size:
+        os.truncate(path, end)  # stopped mid-write: its last line is sent again
+    return end
 
 
 def follow(
@@ -303,44 +412,38 @@ def follow(
     answer) until the hub says it ended, ``stop()`` is true, or no answer came for ``wait_s``
     (or ``run_gone()`` says its run is no longer live); returns where the copy stands. Raises
     CopyError when it cannot begin (no answer within ``first_wait_s``, a hub with no log, an
-    ``out`` that is the hub's own log or holds another). ``progress`` is called with the copy
-    after each chunk written (''), when it first catches up ('caught_up') and when the hub
-    answering is another process ('hub_restarted')."""
+    ``out`` that is the hub's own log, another copy's, or holds another log). ``progress`` is
+    called with the copy after each chunk written (''), when it first catches up
+    ('caught_up'), when the hub answering is another process ('hub_restarted') and when the hub
+    cannot read its log for now ('hub_error', the reason in ``hub_error``)."""
     follower.ask(0)
-    got = follower.answer(0, int(first_wait_s * 1000))
+    got = _wait_answer(follower, 0, first_wait_s, stop)
     if got is None:
-        raise CopyError("no answer")
+        raise CopyError("stopped" if stop() else "no answer")
     head, data = got
     if head.error:
         raise CopyError(head.error)
     path = out or default_out(head.run)
     if _same_file(path, head.path):
         raise CopyError(f"{path} is the log the hub writes itself (run {head.run}): it needs no copy; give another -o PATH")
-    start = _check_start(path, data)
-    if start > head.size:
-        raise CopyError(f"{path} holds more than the hub's log ({start:,} bytes against {head.size:,}): not a copy of it; give another -o PATH")
     parent = os.path.dirname(path)
     try:
         if parent:
             os.makedirs(parent, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o640)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o640)
     except OSError as exc:
         raise CopyError(f"cannot write {path}: {exc.strerror or exc}") from None
-    cp = Copy(path=path, run=head.run, offset=start, carried_from=start, hub_path=head.path, hub_id=head.hub_id)
     try:
-        if start:
-            # A copy carried on: from its own end (its last line whole: a copy stopped mid-write
-            # is cut back to its last newline, which the hub sends again).
-            with open(path, "rb") as fh:
-                fh.seek(max(0, start - 1))
-                if fh.read(1) != b"\n":
-                    tail = _last_newline(path, start)
-                    os.truncate(path, tail)
-                    cp.offset = cp.carried_from = tail
-            follower.ask(cp.offset)
-            got = None
-        else:
-            got = (head, data)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            # (two copies appending to one file made a file twice the log, each saying it was whole)
+            raise CopyError(f"another `pardash record` writes {path} now; give this one another -o PATH") from None
+        start = _check_copy(fd, path, follower, data, stop)
+        cp = Copy(path=path, run=head.run, offset=start, carried_from=start, hub_path=head.path, hub_id=head.hub_id)
+        got = (head, data) if start == 0 else None
+        if got is None:
+            follower.ask(start)
         last_answer = time.monotonic()
         while not stop():
             if got is None:
@@ -352,42 +455,55 @@ def follow(
                 if now - last_answer >= first_wait_s and run_gone():
                     cp.gone = True
                     return cp
-                if now - follower.asked_at >= ASK_AGAIN_S:
+                if follower.connected or now - follower.asked_at >= ASK_AGAIN_S:
                     follower.ask(cp.offset)  # (a restarted hub has not seen the ask)
                 continue
             head, data = got
             got = None
             last_answer = time.monotonic()
-            if head.error:
-                raise CopyError(head.error)
             if head.hub_id and head.hub_id != cp.hub_id:
                 cp.hub_restarts += 1
                 cp.hub_id = head.hub_id
                 if progress is not None:
                     progress(cp, "hub_restarted")
+            if head.error:
+                if head.fatal:
+                    raise CopyError(head.error)
+                if head.error != cp.hub_error and progress is not None:
+                    cp.hub_error = head.error
+                    progress(cp, "hub_error")
+                cp.hub_error = head.error
+                _pause(stop, IDLE_ASK_S * 4)  # (the hub writes its log again elsewhere, or its disk has room again)
+                follower.ask(cp.offset)
+                continue
+            cp.hub_error = ""
             if data:
                 _write_all(fd, data)
                 cp.offset += len(data)
                 cp.lines += data.count(b"\n")
                 if progress is not None:
                     progress(cp, "")
-                follower.ask(cp.offset)
-            elif head.ended:
-                cp.ended = True
+            if head.ended and cp.offset >= head.size:
+                cp.ended = True  # (the hub has stopped, and its log holds no more)
                 return cp
+            if data:
+                follower.ask(cp.offset)
             else:
                 if not cp.caught_up:
                     cp.caught_up = True
                     if progress is not None:
                         progress(cp, "caught_up")
-                # Caught up: ask again a little later (the hub answers at its frames anyway).
-                end = time.monotonic() + IDLE_ASK_S
-                while not stop() and time.monotonic() < end:
-                    time.sleep(0.05)
+                _pause(stop, IDLE_ASK_S)  # caught up: ask again a little later (the hub answers at its frames anyway)
                 follower.ask(cp.offset)
         return cp
     finally:
         os.close(fd)
+
+
+def _pause(stop: Callable[[], bool], seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not stop() and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 def _write_all(fd: int, data: bytes) -> None:

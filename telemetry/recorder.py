@@ -237,6 +237,29 @@ class Recorder:
         self._handoff.append(chunks)
         self._wake.set()
 
+    def reader(self, held: tuple[object, int] | None) -> tuple[object, int] | None:
+        """A descriptor of its own that reads the file the log is written to now, for copies of
+        the log (``pardash record``): ``held`` (the file it was made for, the descriptor) while
+        that is still the file written, else a new one (``held``'s closed); -1 for a file that
+        cannot be read back (a FIFO); None while no file is written. It reads the file, not
+        its path: a log deleted or moved under the hub reads whole until the recorder writes it
+        again, where a read of the path found nothing, or a file half written back."""
+        fh = self._fh
+        if held is not None:
+            if held[0] is fh:
+                return held
+            if held[1] >= 0:
+                os.close(held[1])
+        with self._lock:  # (the writing side replaces or closes the file under it)
+            fh = self._fh
+            if fh is None:
+                return None
+            try:
+                fd = fh.fileno()
+                return (fh, os.dup(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else -1)
+            except (OSError, ValueError):
+                return None
+
     def _write_forever(self) -> None:
         while True:
             self._wake.wait()

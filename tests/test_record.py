@@ -94,7 +94,7 @@ def test_record_refuses_the_hubs_own_log_another_log_and_a_hub_without_one(tmp_p
         rec = _record("rec-no", "-o", str(other))
         _, err = rec.communicate(timeout=30)
         assert rec.returncode == 1
-        assert f"{other} holds another log (not this run's)" in err
+        assert f"{other} holds another log than this run's (or an edited copy of it)" in err
         assert other.read_text().count("\n") == 1  # untouched
     finally:
         _stop_hub(proc)
@@ -169,6 +169,57 @@ def _free_ports() -> int:
     raise AssertionError("no three free ports in a row")
 
 
+def test_a_copy_follows_a_log_deleted_under_its_hub(tmp_path):
+    # The hub reads its log through its own descriptor, not its path: a log deleted while a
+    # copy ran read "cannot read the hub's log: No such file or directory", or a file half
+    # written back, and the copy stopped (exit 1). The recorder writes it again at its path.
+    log, copy = tmp_path / "hub.jsonl", tmp_path / "copy.jsonl"
+    proc, info = hub_alone(log, "rec-rm")
+    try:
+        live_ranks(info, "rec-rm", log, steps=3)
+        rec = _record("rec-rm", "-o", str(copy))
+        wait_for(lambda: _same_so_far(copy, log))
+        os.unlink(log)
+        live_ranks_unlogged(info, "rec-rm", steps=3)
+        wait_for(lambda: log.exists() and b"was deleted while the hub wrote it" in log.read_bytes(), timeout_s=60)
+        wait_for(lambda: _same_so_far(copy, log))
+    finally:
+        _stop_hub(proc)
+    out, err = rec.communicate(timeout=30)
+    assert rec.returncode == 0, err
+    assert copy.read_bytes() == log.read_bytes()
+    assert copy.read_bytes().count(b'"kind":"step"') == 12
+
+
+def live_ranks_unlogged(info: dict, run: str, steps: int) -> None:
+    """Two ranks' ``steps`` steps through the hub, not waited for in its log."""
+    reps = [Reporter(info["ingest"], run=run, identity=identity(r, 2), heartbeat_s=0) for r in (0, 1)]
+    for step in range(1, steps + 1):
+        for r in reps:
+            r.step(step=step, loss=1.0 / step, step_s=0.01, samples=4)
+    for r in reps:
+        r.close()
+
+
+def test_two_copies_into_one_file_are_refused(tmp_path):
+    # Both appended to it: a file twice the log, each saying it held the whole log.
+    log, copy = tmp_path / "hub.jsonl", tmp_path / "copy.jsonl"
+    proc, info = hub_alone(log, "rec-two")
+    try:
+        live_ranks(info, "rec-two", log, steps=2)
+        first = _record("rec-two", "-o", str(copy))
+        wait_for(lambda: _same_so_far(copy, log))
+        second = _record("rec-two", "-o", str(copy))
+        _, err = second.communicate(timeout=30)
+        assert second.returncode == 1
+        assert f"another `pardash record` writes {copy} now; give this one another -o PATH" in err
+    finally:
+        _stop_hub(proc)
+    out, err = first.communicate(timeout=30)
+    assert first.returncode == 0, err
+    assert copy.read_bytes() == log.read_bytes()
+
+
 def test_a_log_larger_than_an_answer_is_copied_in_whole_lines(tmp_path):
     # A day's log is copied in answers of CHUNK_BYTES, each cut after its last whole line: the
     # copy never holds half a line, and the whole is the log.
@@ -203,6 +254,24 @@ def test_a_log_larger_than_an_answer_is_copied_in_whole_lines(tmp_path):
     assert copy.read_bytes() == log.read_bytes()[: cp.offset]
     assert len([c for c in chunks if c]) >= 4  # more than one answer
     assert not cp.ended  # stopped by the caller, before the hub ended
+    # A copy edited past its first answer is no copy to carry on (a line deleted there had it
+    # go on from the wrong place; its first 4 MiB alone were compared).
+    data = bytearray(copy.read_bytes())
+    at = logfeed.CHUNK_BYTES + len(data) // 3 - 200
+    del data[at : data.index(b"\n", at) + 1]
+    copy.write_bytes(bytes(data))
+    hub = Hub(run_id="big", log_path=str(log), context=zmq.Context())
+    served = threading.Thread(target=hub.serve, daemon=True)
+    served.start()
+    follower = logfeed.LogFollower(hub.snapshot_endpoint, curve=False, context=hub.ctx)
+    try:
+        with pytest.raises(logfeed.CopyError, match="is not a copy of this run's log up to its end"):
+            logfeed.follow(follower, str(copy), default_out=str, wait_s=30)
+    finally:
+        hub.stop()
+        served.join(30)
+        follower.close()
+        hub.close()
 
 
 def test_read_whole_lines_cuts_after_the_last_newline_and_says_why_it_cannot(tmp_path):
@@ -217,8 +286,8 @@ def test_read_whole_lines_cuts_after_the_last_newline_and_says_why_it_cannot(tmp
 
 
 def test_the_hub_drops_log_asks_it_cannot_read_and_bounds_the_asks_it_keeps():
-    srv = logfeed.LogServer(lambda: None, "r", "h")
-    for bad in (b"", b"abc", b"-5", b"1e3", b"\xff" * 10):
+    srv = logfeed.LogServer(None, "r", "h")
+    for bad in (b"", b"abc", b"-5", b"1e3", b"\xff" * 10, b"18446744073709551616"):  # (2**64 stopped the hub as its answer was encoded)
         srv.ask(b"id", bad, 0.0)
     assert not srv.asks
     for k in range(logfeed.MAX_ASKS + 50):

@@ -624,8 +624,8 @@ def test_a_keyed_hubs_log_is_copied_only_with_an_authorised_key(tmp_path, keys, 
         for f in strangers:
             with pytest.raises(logfeed.CopyError, match="no answer"):
                 logfeed.follow(f, str(tmp_path / "stolen.jsonl"), default_out=str, wait_s=1.0, first_wait_s=1.0)
-            _refused(f.sock, hub.snapshot_endpoint)
         assert not (tmp_path / "stolen.jsonl").exists()
+        wait_for(lambda: hub.core.rejected["no_key"] >= 1)  # their handshakes refused, and counted
         proc = subprocess.Popen(
             [sys.executable, "-m", "pardash", "record", "--curve-dir", str(keys), hub.ingest_endpoint, "-o", str(copy)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(PARDASH_CURVE_DIR=""),
