@@ -1405,12 +1405,14 @@ def test_data_parallel_by_hand_has_self_time_and_its_straggler_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_rank_waiting_in_the_scripts_own_barrier_for_anothers_evaluation_is_no_straggler(tmp_path):
+@pytest.mark.parametrize("barrier", ["barrier", "barrier_async"])
+def test_a_rank_waiting_in_the_scripts_own_barrier_for_anothers_evaluation_is_no_straggler(tmp_path, barrier):
     # Rank 0 evaluates 30 ms after each step, then every rank waits in dist.barrier(): rank 1's
     # wait there was its data loading in its self time, and it was named the straggler ("the
     # others wait 31.5 ms a step for it"). A collective of the script's own before the step's
-    # forward is a sync point: the self time starts again when it returns.
-    proc, msgs = _launch(tmp_path, str(SCRIPTS / "own_collectives.py"), "barrier")
+    # forward is a sync point: the self time starts again when it returns (an asynchronous
+    # one's, barrier(None, True), when its wait() returns).
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "own_collectives.py"), barrier)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
     steps = _steps(msgs, 1)[2:]

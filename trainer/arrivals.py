@@ -10,6 +10,7 @@ that all-reduces its gradients itself, with no DDP or FSDP wrapper, arrives at i
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -76,6 +77,11 @@ class Arrivals:
         by_hand = name == "all_reduce"
 
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            try:
+                at = list(inspect.signature(original).parameters).index("async_op")
+            except (ValueError, TypeError):
+                at = -1  # (no async_op: a barrier's always blocks)
+
             def collective(*args: Any, **kwargs: Any) -> Any:
                 if _get_ident() != self._tid or _is_compiling() or self.dead:
                     return original(*args, **kwargs)
@@ -83,13 +89,29 @@ class Arrivals:
                     self._all_reduce_by_hand()
                 between = self._collective_begins()
                 out = original(*args, **kwargs)
-                if between and not kwargs.get("async_op"):
-                    self._synced()
+                if between:
+                    if kwargs.get("async_op") or (0 <= at < len(args) and args[at]):
+                        self._sync_work = out  # it is passed when its wait() returns
+                    else:
+                        self._synced()
                 return out
 
             return collective
 
         return wrap
+
+    def _wrap_work_wait(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``Work.wait``: the wait for an asynchronous collective called between steps (a
+        ``barrier(async_op=True)`` waited on), where the sync point is passed."""
+
+        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(work, *args, **kwargs)
+            if work is self._sync_work and _get_ident() == self._tid:
+                self._sync_work = None
+                self._synced()
+            return out
+
+        return wait
 
     @_guarded
     def _collective_begins(self) -> bool:

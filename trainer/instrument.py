@@ -243,6 +243,8 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         self._arrive_next: Any = None
         """An arrival at a collective after the cut: the next step's, unless the round goes on."""
         self._sync_next: Any = None
+        self._sync_work: Any = None
+        """An asynchronous collective called between steps, its wait() not returned yet."""
         """A sync point passed after the cut (see Arrivals._synced): the next step's, unless the round goes on."""
         """Where the step after the cut starts when an evaluation followed the cut."""
         self._pending_mem: Any = None
@@ -291,6 +293,8 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
             for name in COLLECTIVES:
                 if hasattr(torch.distributed, name):
                     self._patch(torch.distributed, name, self._wrap_collective(name))
+            if hasattr(torch.distributed, "Work"):
+                self._patch(torch.distributed.Work, "wait", self._wrap_work_wait)
         from torch.utils.data.distributed import DistributedSampler
 
         self._patch(DistributedSampler, "set_epoch", self._wrap_set_epoch)

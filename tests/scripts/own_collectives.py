@@ -2,6 +2,7 @@
 
 - ``barrier``: rank 0 evaluates (model.eval(), no_grad, 30 ms) after every step, then every
   rank waits in ``dist.barrier()``: rank 1 waits there for rank 0, and is no straggler.
+  ``barrier_async``: the same with ``dist.barrier(None, True).wait()``.
 - ``gather``: a contrastive loss all-gathers every rank's embeddings (``dist.all_gather``) in
   the forward, and rank 1 sleeps 30 ms in its data path: rank 1 is the straggler. Its per-sample
   losses are backpropagated with their weights (``per.backward(w)``), no scalar loss at all.
@@ -22,7 +23,7 @@ for step in range(1, 41):
     if mode == "gather" and rank == 1:
         time.sleep(0.03)  # its data path
     x = torch.randn(16, 16, generator=g)
-    if mode == "barrier":
+    if mode.startswith("barrier"):
         model.train()
         loss = F.cross_entropy(model(x), (x[:, 0] > 0).long())
         loss.backward()
@@ -38,7 +39,7 @@ for step in range(1, 41):
     opt.zero_grad()
     if rank == 0:
         print(f"step {step} loss {loss.item():.6f}", flush=True)
-    if mode == "barrier":
+    if mode.startswith("barrier"):
         if rank == 0:
             model.eval()
             with torch.no_grad():
@@ -46,5 +47,8 @@ for step in range(1, 41):
                     model.module(torch.randn(64, 16, generator=g))
                     time.sleep(0.01)
                 model.module(torch.randn(64, 16, generator=g))
-        dist.barrier()
+        if mode == "barrier_async":
+            dist.barrier(None, True).wait()
+        else:
+            dist.barrier()
 dist.destroy_process_group()
