@@ -56,10 +56,10 @@ def hub_alone(log, run: str) -> tuple[subprocess.Popen, dict]:
     return proc, json.loads(proc.stdout.readline())
 
 
-def live_ranks(info: dict, run: str, log, steps: int = 3) -> None:
+def live_ranks(info: dict, run: str, log, steps: int = 3, *, wait: bool = True) -> None:
     """Two ranks saying hello and taking ``steps`` steps through the hub ``info`` names, and
     not ending: a run still going, its records in the hub's ``log`` (once it holds them, with
-    any it held before)."""
+    any it held before; ``wait=False``: not waited for)."""
     from pathlib import Path
 
     from pardash.telemetry.reporter import Reporter
@@ -74,7 +74,8 @@ def live_ranks(info: dict, run: str, log, steps: int = 3) -> None:
             r.step(step=step, loss=1.0 / step, step_s=0.01, samples=4)
     for r in reps:
         r.close()
-    wait_for(lambda: log.exists() and log.read_bytes().count(b'"kind":"step"') == before + 2 * steps)
+    if wait:
+        wait_for(lambda: log.exists() and log.read_bytes().count(b'"kind":"step"') == before + 2 * steps)
 
 
 def pardash_env(**extra: str | None) -> dict[str, str]:

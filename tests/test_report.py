@@ -1500,7 +1500,7 @@ def test_training_time_leaves_out_only_the_evaluations_no_rank_trained_through(t
     # less rank 0's evaluations, which rank 1's steps hold: "training 0.35 s" of a 4.6 s run,
     # 22,195 samples/s for 1,670, and a straggler's cost "4.21 s over 119 steps (1216.9% of
     # training)". When every rank evaluates, the evaluations are still no training time.
-    t0 = t = 1.0e9
+    t = 1.0e9
     period, work, n = 0.04, 0.004, 100
     records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
     for step in range(1, n + 1):
