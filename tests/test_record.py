@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -169,45 +170,43 @@ def _free_ports() -> int:
     raise AssertionError("no three free ports in a row")
 
 
+@contextlib.contextmanager
+def _copied(tmp_path, run: str, steps: int):
+    """A hub alone, two ranks' ``steps`` steps in its log and a `pardash record` that has
+    copied them; on leaving, the hub stopped and the copy ended as its log (exit 0)."""
+    log, copy = tmp_path / "hub.jsonl", tmp_path / "copy.jsonl"
+    proc, info = hub_alone(log, run)
+    try:
+        live_ranks(info, run, log, steps=steps)
+        rec = _record(run, "-o", str(copy))
+        wait_for(lambda: _same_so_far(copy, log))
+        yield log, copy, info
+    finally:
+        _stop_hub(proc)
+    _, err = rec.communicate(timeout=30)
+    assert rec.returncode == 0, err
+    assert copy.read_bytes() == log.read_bytes()
+
+
 def test_a_copy_follows_a_log_deleted_under_its_hub(tmp_path):
     # The hub reads its log through its own descriptor, not its path: a log deleted while a
     # copy ran read "cannot read the hub's log: No such file or directory", or a file half
     # written back, and the copy stopped (exit 1). The recorder writes it again at its path.
-    log, copy = tmp_path / "hub.jsonl", tmp_path / "copy.jsonl"
-    proc, info = hub_alone(log, "rec-rm")
-    try:
-        live_ranks(info, "rec-rm", log, steps=3)
-        rec = _record("rec-rm", "-o", str(copy))
-        wait_for(lambda: _same_so_far(copy, log))
+    with _copied(tmp_path, "rec-rm", steps=3) as (log, copy, info):
         os.unlink(log)
         live_ranks(info, "rec-rm", log, steps=3, wait=False)  # (the log is gone: its steps are not there to wait for)
         wait_for(lambda: log.exists() and b"was deleted while the hub wrote it" in log.read_bytes(), timeout_s=60)
         wait_for(lambda: _same_so_far(copy, log))
-    finally:
-        _stop_hub(proc)
-    out, err = rec.communicate(timeout=30)
-    assert rec.returncode == 0, err
-    assert copy.read_bytes() == log.read_bytes()
     assert copy.read_bytes().count(b'"kind":"step"') == 12
 
 
 def test_two_copies_into_one_file_are_refused(tmp_path):
     # Both appended to it: a file twice the log, each saying it held the whole log.
-    log, copy = tmp_path / "hub.jsonl", tmp_path / "copy.jsonl"
-    proc, info = hub_alone(log, "rec-two")
-    try:
-        live_ranks(info, "rec-two", log, steps=2)
-        first = _record("rec-two", "-o", str(copy))
-        wait_for(lambda: _same_so_far(copy, log))
+    with _copied(tmp_path, "rec-two", steps=2) as (_, copy, _):
         second = _record("rec-two", "-o", str(copy))
         _, err = second.communicate(timeout=30)
         assert second.returncode == 1
         assert f"another `pardash record` writes {copy} now; give this one another -o PATH" in err
-    finally:
-        _stop_hub(proc)
-    out, err = first.communicate(timeout=30)
-    assert first.returncode == 0, err
-    assert copy.read_bytes() == log.read_bytes()
 
 
 def test_a_log_larger_than_an_answer_is_copied_in_whole_lines(tmp_path):
