@@ -17,7 +17,9 @@ def _missing(x: float | None) -> bool:
 
 
 def fmt_bytes(n: float | None, *, short: bool = False) -> str:
-    """Bytes in binary units: ``1.21 GiB`` (``short``: ``1.21G``)."""
+    """Bytes in binary units: ``1.21 GiB``; ``short``, at most six characters for a column:
+    ``1.21Gi``, ``830Ki``, ``512B`` (a bare ``1.21G`` read as decimal, or not as bytes, beside
+    the ``GiB`` everywhere else)."""
     if _missing(n):
         return DASH
     n = float(n)
@@ -36,7 +38,7 @@ def fmt_bytes(n: float | None, *, short: bool = False) -> str:
     else:
         text = f"{n:.2f}"
     if short:
-        return f"{sign}{text}{unit[0]}"
+        return f"{sign}{text}{unit[:2] if unit != 'B' else unit}"
     return f"{sign}{text} {unit}"
 
 

@@ -22,8 +22,13 @@ PARTS = (
     ("buckets_bytes", "memory-bars--buckets", "DDP buckets"),
 )
 """Stacked parts, left to right: (RankMemory field, component class, legend label)."""
-TAIL_WIDTH = 30
-"""Columns after the bar: held / unsharded and the saving."""
+TAIL_WIDTH = 35
+"""Columns after the bar: held / unsharded, the saving and a warning mark."""
+BUCKETS_WIDTH = len(" + 1023 KiB buckets")
+"""Columns more after the bar of a rank with DDP buckets: they come on top of its full copy."""
+SHORT_BUCKETS = " + buckets"
+"""The same where the figure would leave the bar under ``MIN_BAR`` cells."""
+MIN_BAR = 16
 
 
 class MemoryBars(CachedStyles, ScrollView, can_focus=True):
@@ -109,8 +114,16 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
         return int(max(held, expected) * 1.5)
 
     def _bar_width(self, s: MemorySavings, width: int) -> int:
+        return max(10, width - max(3, len(str(s.ranks[-1].rank))) - 2 - self._tail_width(s, width))
+
+    @staticmethod
+    def _tail_width(s: MemorySavings, width: int) -> int:
+        if not s.buckets_bytes:
+            return TAIL_WIDTH
         rank_w = max(3, len(str(s.ranks[-1].rank)))
-        return max(10, width - rank_w - 2 - TAIL_WIDTH)
+        if width - rank_w - 2 - TAIL_WIDTH - BUCKETS_WIDTH >= MIN_BAR:
+            return TAIL_WIDTH + BUCKETS_WIDTH
+        return TAIL_WIDTH + len(SHORT_BUCKETS)
 
     def off_scale(self, s: MemorySavings) -> bool:
         """Does the unsharded size run off the bars (see :meth:`scale_bytes`)?"""
@@ -149,11 +162,21 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
         ratio = r.full_bytes / r.held_bytes if r.held_bytes else None
         shards = bool(ratio and ratio > 1.05)
         saving = f"{fmt_ratio(ratio)} less" if shards else "full copy"
-        tail = f" {fmt_bytes(r.held_bytes, short=True):>6} of {fmt_bytes(r.full_bytes, short=True):>6}  "
+        # In the units of the rest of the screen ("1.62 MiB"; "1.62M" beside "1.62 MiB" in the
+        # summary read as another kind of figure).
+        tail = f" {fmt_bytes(r.held_bytes):>8} of {fmt_bytes(r.full_bytes):>8}  "
         segments.append(Segment(tail, self._s("text")))
-        segments.append(
-            Segment(f"{saving:<10}", self._s("bad") if over else self._s("good") if shards else self._s("text"))
-        )
+        saving_style = self._s("bad") if over else self._s("good") if shards else self._s("text")
+        if s.buckets_bytes:
+            # DDP's gradient buckets come on top of the full copy: the grid's "held" (and the bar)
+            # count them, and "1.62M of 1.62M full copy" beside a held 2.03M left 415K unsaid.
+            wide = self._tail_width(s, width) > TAIL_WIDTH + len(SHORT_BUCKETS)
+            buckets = f" + {fmt_bytes(r.buckets_bytes)} buckets" if wide else SHORT_BUCKETS
+            pad = BUCKETS_WIDTH if wide else len(SHORT_BUCKETS)
+            segments.append(Segment(saving, saving_style))
+            segments.append(Segment(f"{buckets:<{pad + 10 - len(saving)}}", self._s("text")))
+        else:
+            segments.append(Segment(f"{saving:<10}", saving_style))
         if over:
             segments.append(Segment(" ⚠", self._s("bad")))
         return list(Segment.simplify(segments))

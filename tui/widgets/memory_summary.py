@@ -73,7 +73,7 @@ class MemorySummary(CachedStyles, Widget):
         else:
             lines.append(self._row("saving", "none:", "full copies", "dim"))
         per_rank = fmt_bytes(med)
-        spread = f"(min {fmt_bytes(lo, short=True)} · max {fmt_bytes(hi, short=True)})" if hi > lo * 1.01 else ""
+        spread = f"(min {fmt_bytes(lo)} · max {fmt_bytes(hi)})" if hi > lo * 1.01 else ""
         if s.buckets_bytes:
             # The grid's "held" counts a DDP rank's buckets too: say the same sum here.
             buckets = sorted(r.buckets_bytes for r in s.ranks)[len(s.ranks) // 2]

@@ -1,0 +1,37 @@
+"""Memory figures read in one unit style on every screen: binary, said so ("487Mi" in the grid's
+six columns, "487 MiB" elsewhere), and a DDP rank's buckets said to come on top of its copy."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from tui_helpers import grid_text, replay_app, strip_text, widget_text
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_grid_and_memory_view_say_bytes_as_the_rest_and_ddp_buckets_on_top(size):
+    # The grid said "487M" and the memory view's bars "390M of 390M  full copy" beside the
+    # summary's "390 MiB + 97.5 MiB buckets = 487 MiB": a bare M (decimal? bytes?) and the
+    # 97.5 MiB between the bar's figure and the grid's held unsaid.
+    from pardash.tui.widgets.memory_bars import MemoryBars
+    from pardash.tui.widgets.memory_summary import MemorySummary
+
+    app = replay_app("straggler8.jsonl")  # DDP over 8 ranks
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.3)
+        grid = grid_text(app)
+        await pilot.press("m")
+        await pilot.pause(0.3)
+        summary = widget_text(app.screen.query_one(MemorySummary))
+        per_rank = re.search(r"per rank\s+(\S+ \S+) \+ (\S+ \S+) buckets = (\S+ \S+)", summary)
+        assert per_rank, summary
+        state, buckets, held = per_rank.groups()
+        assert held.endswith("MiB"), summary
+        # The grid's held is the memory view's per-rank total, in the same binary units.
+        assert grid.split().count(held.replace(" ", "")[:-1]) == 8, grid  # "487Mi" for each rank
+        assert not re.search(r"\d[KMGT]\b", grid), grid
+        bars = app.screen.query_one(MemoryBars)
+        lines = [" ".join(strip_text(bars.render_line(y)).split()) for y in range(8)]
+        for line in lines:
+            assert line.endswith(f"{state} of {state} full copy + {buckets} buckets"), line
