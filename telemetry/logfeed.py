@@ -374,12 +374,12 @@ def _check_copy(fd: int, path: str, follower: LogFollower, first: bytes, stop: C
     size = os.fstat(fd).st_size
     if size == 0:
         return 0
+    end = _last_newline(path, size)
+    tail_at = max(0, end - RESUME_CHECK_BYTES)
     with open(path, "rb") as fh:
         head = fh.read(min(len(first), size))
-        tail_at = max(0, _last_newline(path, size) - RESUME_CHECK_BYTES)
         fh.seek(tail_at)
-        tail = fh.read(RESUME_CHECK_BYTES)
-    end = _last_newline(path, size)
+        tail = fh.read(end - tail_at)
     if not head or head[: len(first)] != first[: len(head)]:
         raise CopyError(f"{path} holds another log than this run's (or an edited copy of it); give another -o PATH, or remove it")
     if end > len(first):
@@ -390,7 +390,7 @@ def _check_copy(fd: int, path: str, follower: LogFollower, first: bytes, stop: C
         if got is None:
             raise CopyError("no answer")
         chk, data = got
-        if chk.error or not data.startswith(tail[: end - tail_at]):
+        if chk.error or not data.startswith(tail):
             raise CopyError(f"{path} is not a copy of this run's log up to its end (edited, or of another run); give another -o PATH, or remove it")
     if end < size:
         os.truncate(path, end)  # stopped mid-write: its last line is sent again
