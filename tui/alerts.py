@@ -168,11 +168,11 @@ def rank_alerts(
         out.append(Alert("stalled", r.rank, f"rank {r.rank} {_stuck_text(r)}"))
     elif status == st.STRAGGLER and r.straggler is not None:
         v = r.straggler
-        cost = cost_s if cost_s is not None and cost_s > 0 else v.cost_s
+        cost = cost_s if cost_s is not None else v.cost_s
         if v.message:
             text = v.message
-            if cost_s is not None and cost_s > 0:
-                text = _COST.sub(f"the others wait {fmt_step_time(cost_s)} a step", text, count=1)
+            if cost_s is not None:  # (0 now is said: the verdict's first figure would be stale)
+                text = _COST.sub(f"the others wait {cost_s * 1e3:.0f} ms a step", text, count=1)  # (the hub's words)
         else:
             text = f"rank {r.rank} is a straggler"
             if cost:

@@ -334,8 +334,11 @@ def screenshot_folder(source: Source) -> str:
     ``$XDG_CACHE_HOME/pardash/screenshots`` (``~/.cache``), else the temporary folder's."""
     log = getattr(source.stats, "log_path", "") or getattr(source, "path", "") or ""  # (a replay's: its file)
     run_id = source.state.run_id or ""
-    if log and log != os.devnull:
-        folder = os.path.dirname(os.path.abspath(log))
+    try:
+        folder = os.path.dirname(os.path.abspath(log)) if log and log != os.devnull else ""
+    except OSError:  # (a relative path, and the folder it is relative to was deleted)
+        folder = ""
+    if folder:
         own = os.path.basename(folder) == run_id or os.path.basename(log).startswith("telemetry.jsonl")
         if own and os.path.isdir(folder) and os.access(folder, os.W_OK):
             return folder

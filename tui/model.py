@@ -11,6 +11,7 @@ a rank's full row is made when something draws it.
 
 from __future__ import annotations
 
+import heapq
 import math
 from array import array
 from collections import deque
@@ -202,6 +203,7 @@ class _Rank:
         "cause",
         "row",
         "row_gen",
+        "smooth",
     )
 
     def __init__(self, r: st.RankState) -> None:
@@ -226,6 +228,8 @@ class _Rank:
         self.cause = False
         self.row: RankRow | None = None
         self.row_gen = -1
+        self.smooth: dict[str, list] = {}
+        """History column -> [steps_seen fed up to, its last known values, their median]."""
 
     def feed_self(self) -> None:
         """Take the self times of the history points added since the last call."""
@@ -241,6 +245,31 @@ class _Rank:
         else:
             self.self_win.extend(_known(r.history["self_s"].values()[-min(new, SMOOTH_POINTS) :]))
         self.self_med = _median_small(self.self_win)
+
+    def smoothed(self, column: str, last: float | None) -> float | None:
+        """The median of the last SMOOTH_POINTS known values of history ``column`` (fed from
+        the points added since the last call, as :meth:`smoothed_step_s`), else ``last``; None
+        when ``last`` is (the step has no such figure). Re-reading the history each frame took
+        a row's making at 1024 ranks from 1.5 to 4.2 ms."""
+        if last is None:
+            return None
+        r = self.r
+        seen = r.steps_seen
+        kept = self.smooth.get(column)
+        if kept is None:
+            win: deque[float] = deque(_known(r.history[column].values()), SMOOTH_POINTS)
+            kept = self.smooth[column] = [seen, win, _median_small(win) if win else None]
+        elif kept[0] != seen:
+            new = seen - kept[0]
+            win = kept[1]
+            if new == 1:
+                v = r.history.last(column)
+                if v is not None and v == v:
+                    win.append(v)
+            elif new > 1:
+                win.extend(_known(r.history[column].values()[-min(new, SMOOTH_POINTS) :]))
+            kept[0], kept[2] = seen, _median_small(win) if win else None
+        return kept[2] if kept[2] is not None else last
 
     def smoothed_step_s(self) -> float | None:
         """The median of the last few known step times, fed up to the latest history point."""
@@ -503,10 +532,13 @@ class RowBuilder:
         stragglers = [e for e in live if e.status == st.STRAGGLER]
         if not stragglers or len(live) < 2:
             return out
-        top = sorted(live, key=_self_of, reverse=True)[:2]
+        top = heapq.nlargest(2, live, key=_self_of)
         for e in stragglers:
             others_max = top[1].self_s if e is top[0] else top[0].self_s
-            out[e.rank] = max(0.0, e.self_s - others_max)  # type: ignore[operator]
+            # In whole milliseconds, as the hub says it: the alert's text changes when the figure
+            # does, not with every frame's smoothed figures (it re-fitted and repainted the
+            # alerts each frame).
+            out[e.rank] = round(max(0.0, e.self_s - others_max), 3)  # type: ignore[operator]
         return out
 
     def _fill_deviation(self, live: list[_Rank]) -> None:
@@ -628,10 +660,10 @@ class RowBuilder:
             # steps), not the last step's: "wall 128ms · comm 182ms" read as a wait longer
             # than the step.
             step_no, loss = step.step, step.loss
-            data_s = _recent_median(r.history, "data_s", step.data_s)
+            data_s = e.smoothed("data_s", step.data_s)
             comm_s = comm_wait_s(step, r.hello)
             if comm_s is not None:
-                comm_s = _recent_median(r.history, "comm_s", comm_s)
+                comm_s = e.smoothed("comm_s", comm_s)
         else:
             mem = None
             step_no = loss = data_s = comm_s = None
@@ -663,24 +695,6 @@ class RowBuilder:
             r.stalled.cause or None if r.stalled is not None and e.status == st.STALLED else None,
             self._hang_mark(e) is False,
         )
-
-
-def _recent_median(history, column: str, last: float | None) -> float | None:
-    """The median of the last SMOOTH_POINTS known values of ``column`` (looking back a few
-    times that many rows at most: a frame's cost does not grow with the history), else
-    ``last``."""
-    if last is None:
-        return None
-    found: list[float] = []
-    for k in range(4 * SMOOTH_POINTS):
-        v = history.ago(column, k)
-        if v is None:
-            break
-        if v == v:
-            found.append(v)
-            if len(found) == SMOOTH_POINTS:
-                break
-    return _median_small(found) if found else last
 
 
 def comm_wait_s(step: schema.Step, hello: schema.Hello | None) -> float | None:

@@ -585,7 +585,7 @@ def test_a_stragglers_alert_says_what_it_costs_now_not_when_it_was_found():
     costs = table.straggler_costs()
     assert costs == {2: pytest.approx(0.05)}
     (alert,) = run_alerts(st, costs=costs)
-    assert alert.text == "rank 2 is a straggler (data loading): the others wait 50.0ms a step for it"
+    assert alert.text == "rank 2 is a straggler (data loading): the others wait 50 ms a step for it"  # (in the hub's words)
     # Nothing to go on (no working rank to compare with): the verdict's own words.
     assert run_alerts(st)[0].text.endswith("the others wait 18 ms a step for it")
 
@@ -633,3 +633,15 @@ async def test_a_ranks_detail_says_now_what_its_title_says_of_its_last_step():
         screen._refresh_charts(force=True)
         assert screen.query_one("#chart-loss").border_subtitle.startswith("now 0.6770 ")
         assert "loss 0.6770" in screen.query_one("#title").render().plain
+
+
+def test_the_headers_log_path_needs_no_working_folder(monkeypatch, tmp_path):
+    # The header shortens the log's path against the working folder; a folder deleted under
+    # the app (os.getcwd raises) would have stopped it mid-draw.
+    from pardash.tui.widgets.run_header import short_log_path
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert short_log_path("/data/runs/r1/telemetry.jsonl", "r1") == ["/data/runs/r1/telemetry.jsonl", "/data/runs/…/telemetry.jsonl"]

@@ -59,7 +59,11 @@ def short_log_path(path: str, run_id: str, cwd: str | None = None) -> list[str]:
     """``path`` and shorter forms of it, longest first: relative to ``cwd`` when under it,
     then with the run id (the header's first word) as '…'."""
     forms = [path]
-    cwd = os.getcwd() if cwd is None else cwd
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:  # the folder it ran in was deleted: the path as it is
+            cwd = ""
     if cwd and path.startswith(cwd.rstrip("/") + "/"):
         forms.append(path[len(cwd.rstrip("/")) + 1 :])
     if run_id and f"/{run_id}/" in f"/{forms[-1]}":
