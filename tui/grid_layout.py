@@ -266,7 +266,12 @@ def layout_heat_sorted(ordered: list[RankRow], width: int, sort_key: str) -> lis
     room = max(HEAT_BLOCK, width - 1)
     per_row = max(1, (room + 1) // (HEAT_BLOCK + 1)) * HEAT_BLOCK
     first = "most urgent" if sort_key == "status" else "worst"
-    text = f"by {SORT_LABELS[sort_key].rstrip(' ↓')}, {first} first, across nodes"
+    what = SORT_LABELS[sort_key].rstrip(" ↓")
+    # The longest that fits the grid's width (at 80x24 it is 43 columns: the whole line was cut
+    # at "across node" with no sign).
+    for text in (f"by {what}, {first} first, across nodes", f"by {what}, across nodes", f"by {what}"):
+        if len(text) <= width - 4:  # (drawn as "─ TEXT ─…" within the width less one)
+            break
     lines = [GridLine("node", labels=[(0, text, "node")])]
     for row_start in range(0, len(ordered), per_row):
         stop = min(len(ordered), row_start + per_row)

@@ -327,6 +327,9 @@ def test_a_sorted_heat_map_orders_every_rank_across_nodes_and_says_so():
     heat = lay_out(rs, width=73, height=33, form="heat", sort_key="self_time")
     assert [row.rank for row in heat.ordered[:3]] == [3, 12, 2]
     assert "across nodes" in heat.lines[0].labels[0][1]
+    # At 80x24 the grid is 43 columns: the label fits, shorter (it was cut at "across node").
+    narrow = lay_out(rs, width=43, height=18, form="heat", sort_key="status").lines[0].labels[0][1]
+    assert narrow.endswith("across nodes") and len(f"─ {narrow} ") <= 42, narrow
     first = [heat.ordered[i].rank for _x, i in heat.lines[1].cells]
     assert first[:3] == [3, 12, 2]
     # Cells keep their node groups (each cell says its rank, under its node's header).
