@@ -347,13 +347,6 @@ class Copy:
     """Why the hub could not read its log when it last said so ('' since it could again)."""
 
 
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _wait_answer(follower: LogFollower, offset: int, wait_s: float, stop: Callable[[], bool]) -> tuple[LogChunk, bytes] | None:
     """The answer for ``offset`` within ``wait_s`` (asked again on a new connection), or None
     (none came, or ``stop()``)."""
@@ -424,7 +417,7 @@ def follow(
     if head.error:
         raise CopyError(head.error)
     path = out or default_out(head.run)
-    if _same_file(path, head.path):
+    if registry.same_file(head.path, path):
         raise CopyError(f"{path} is the log the hub writes itself (run {head.run}): it needs no copy; give another -o PATH")
     parent = os.path.dirname(path)
     try:
