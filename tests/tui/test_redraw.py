@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
+
 from pardash.telemetry import schema
 from pardash.telemetry.client import FrameApplier, NullDetector
 from pardash.telemetry.hubcore import HubCore
@@ -19,6 +21,7 @@ from pardash.tui.memory import memory_savings
 from pardash.tui.model import RATE_UPDATES, RowBuilder, run_totals
 from pardash.tui.screens import dashboard
 from pardash.tui.styles import text_strip
+from pardash.tui.widgets.alert_list import AlertList
 from pardash.tui.widgets.rank_grid import RankGrid
 from pardash.tui.widgets.run_header import RunHeader, RunSummary
 from pardash.tui.widgets.selected_rank import SelectedRank
@@ -475,3 +478,27 @@ async def test_alerts_fit_the_panels_rows_and_say_how_many_they_leave_out():
         await pilot.pause()
         lines = shown()
         assert len(lines) == rows and lines[-1].startswith(f"+{30 - (rows - 1)} more")
+
+
+@pytest.mark.parametrize("size", [(60, 20), (66, 24), (71, 30), (72, 20), (80, 24), (100, 20), (120, 40)])
+async def test_the_alerts_fit_the_rows_the_side_area_has_at_every_size(size):
+    """Below 72 columns the side panels go under the grid with 2/5 of its height (7 rows at
+    60x20), and at 100x20 the memory panel takes its share: the alerts were fitted to 10 rows
+    wherever they were, so their last lines and their "+N more" ran past the side area's edge
+    unsaid, and the event log under them was pushed off the screen."""
+    job = Job(32)
+    job.step()
+    job.frame()
+    for r in range(12):  # twelve exit codes: more kinds of exit than the panel has rows
+        job.send(schema.Event(rank=r, name="exit", code=r + 1, step=2, run=RUN, t=job.t))
+    job.frame()
+    app = make_app(job.viewer)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        panel, side, events = screen.query_one(AlertList), screen.query_one("#side"), screen.query_one("#events")
+        lines = [line.plain for line in panel.render().wrap(app.console, panel.content_region.width)]
+        assert len(lines) <= panel.content_region.height, lines  # drawn in full
+        assert panel.region.bottom <= side.region.bottom, (panel.region, side.region)
+        assert lines[-1].startswith("+") and " more" in lines[-1], lines
+        assert 3 <= events.region.height and events.region.bottom <= side.region.bottom, events.region

@@ -24,7 +24,7 @@ from ..memory import memory_savings
 from ..messages import RankChosen, RankHighlighted, RunUpdated
 from ..model import SORT_KEYS, SORT_LABELS, RankRow, RowBuilder
 from ..run_clock import run_origin
-from ..widgets.alert_list import STALE_MARK, AlertList
+from ..widgets.alert_list import CHROME_ROWS, MAX_ROWS, STALE_MARK, AlertList
 from ..widgets.event_log import EventLog
 from ..widgets.fitted_footer import FittedFooter
 from ..widgets.history_chart import HistoryChart
@@ -218,6 +218,10 @@ class DashboardScreen(Screen):
     MAIN_CHROME = 3
     """Columns of the grid's panel around the grid itself: its border and the scrollbar's."""
 
+    EVENTS_LEAST = 3
+    """Rows the event log keeps under the alerts (its border and its latest line): the alerts
+    give way to them, not the log to the alerts, which pushed it off a short side area."""
+
     TREND_HEIGHT = 11
     """Lines of the run's loss chart under the grid (its rule included), shown when the grid
     leaves them free (see :meth:`_fit_trend`)."""
@@ -235,6 +239,26 @@ class DashboardScreen(Screen):
     def _refit(self) -> None:
         self._fit_side()
         self._fit_trend()
+        self._fit_alerts()
+
+    def _fit_alerts(self) -> None:
+        """The rows the alerts may take: the side area's less the memory panel's and the
+        event log's least (below 72 columns the side area goes under the grid with 2/5 of its
+        height; on a short terminal the memory panel takes its share). The panel was fitted
+        to MAX_ROWS wherever it was, and past the side area's edge its last alerts and its
+        "+N more" were cut unsaid. Cheap (a few sizes read): called with every frame, as the
+        header's height, and so the side area's, may change with one."""
+        w = self._widgets
+        if w is None:
+            return
+        height = w.side.size.height
+        if not height:
+            return
+        memory = w.memory.outer_size.height if w.memory.display else 0
+        rows = height - memory - self.EVENTS_LEAST - CHROME_ROWS
+        rows = max(1, min(MAX_ROWS, rows))
+        if w.alerts.max_rows != rows:
+            w.alerts.max_rows = rows
 
     def _fit_trend(self) -> None:
         """Show the run's loss under the grid when the grid, that much shorter, still draws
@@ -356,6 +380,7 @@ class DashboardScreen(Screen):
             alerts.calm = f"{STALE_MARK} no word from the hub for {quiet:.0f} s: these figures may be stale"
         else:
             alerts.calm = "✓ no alerts: every rank is healthy"
+        self._fit_alerts()
         w.events.origin = origin
         w.events.sync(state)
         self._update_labels()
@@ -401,7 +426,10 @@ class DashboardScreen(Screen):
             return
         self._slow_version = version
         memory = self._widgets.memory
-        memory.savings = memory_savings(self.source.state, reuse=memory.savings)
+        savings = memory.savings
+        memory.savings = memory_savings(self.source.state, reuse=savings)
+        if memory.savings is not savings:  # (its height may be new: known once laid out)
+            self.call_after_refresh(self._fit_alerts)
         trend = self._widgets.trend
         if self.has_class("-trend"):
             series = run_series(self.source.state, trend.plot_width)

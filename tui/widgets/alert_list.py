@@ -29,6 +29,8 @@ LABELS = {
 MAX_ROWS = 10
 """Screen rows the alerts take at most (the panel's max-height less its border): alerts wrap,
 so a count of alerts said nothing of the rows they need."""
+CHROME_ROWS = 2
+"""Rows of the panel around its alerts: its border."""
 
 
 STALE_MARK = "⚠"
@@ -82,6 +84,9 @@ class AlertList(CachedStyles, Widget):
 
     alerts: reactive[tuple[Alert, ...]] = reactive(())
     """Current alerts, most severe first."""
+    max_rows: reactive[int] = reactive(MAX_ROWS)
+    """Screen rows the alerts may take: MAX_ROWS, or fewer where the panels around them leave
+    fewer (the dashboard says so: a short or stacked side area)."""
     calm: reactive[str] = reactive("waiting for ranks…")
     """What to say when there is no alert (waiting, healthy, finished; in the warning's colour
     when it starts with STALE_MARK: no word from the hub)."""
@@ -92,15 +97,22 @@ class AlertList(CachedStyles, Widget):
     def watch_calm(self) -> None:
         refresh_fitted(self)
 
+    def watch_max_rows(self, rows: int) -> None:
+        # As a style too: a new style lays the panel out anew, where a refresh asking for a
+        # layout while an earlier one was pending kept the height measured before (Textual
+        # counts layouts asked for once until the widget has been laid out).
+        self.styles.max_height = rows + CHROME_ROWS
+        refresh_fitted(self)
+
     def _s(self, name: str) -> Style:
         return component_fg(self, f"alert-list--{name}")
 
     def render(self) -> Text:
-        alerts = self.alerts
-        if not alerts:
-            return Text(self.calm, style=self._s("stale" if self.calm.startswith(STALE_MARK) else "ok"))
         width = self._fitted_width = self._measuring or self.content_region.width or 40
-        return Text("\n").join(self.fitted(width, MAX_ROWS))
+        if not self.alerts:
+            calm = Text(self.calm, style=self._s("stale" if self.calm.startswith(STALE_MARK) else "ok"))
+            return Text("\n").join(_cut(calm, self.app.console, max(10, width), self.max_rows))
+        return Text("\n").join(self.fitted(width, self.max_rows))
 
     _measuring = 0
     """The width a layout measures the panel's height at (its own is not set yet then)."""
@@ -145,11 +157,7 @@ class AlertList(CachedStyles, Widget):
         out: list[Text] = []
         left = rows - (1 if hidden else 0)
         for k, item in enumerate(items):
-            wrapped = [_rstripped(line) for line in item.wrap(console, width)]
-            room = left - (len(items) - k - 1)  # the alerts after it get a line each
-            if len(wrapped) > room:
-                cut = Text(" ").join(wrapped[room - 1 :]) if room > 1 else item
-                wrapped = [*wrapped[: room - 1], _ellipsized(cut, width)]
+            wrapped = _cut(item, console, width, left - (len(items) - k - 1))  # the alerts after it get a line each
             out.extend(wrapped)
             left -= len(wrapped)
         if hidden:
@@ -175,6 +183,15 @@ class AlertList(CachedStyles, Widget):
                 what += f" with code {detail}"
             lines.append(self._line(kind, f"{GLYPHS[kind]} {what}: ", f"ranks {rank_list(ranks)}"))
         return lines
+
+
+def _cut(text: Text, console, width: int, rows: int) -> list[Text]:
+    """``text`` wrapped to ``width``, its lines past ``rows`` cut with "…" on the last one."""
+    wrapped = [_rstripped(line) for line in text.wrap(console, width)]
+    if len(wrapped) > rows:
+        cut = Text(" ").join(wrapped[rows - 1 :]) if rows > 1 else text
+        wrapped = [*wrapped[: rows - 1], _ellipsized(cut, width)]
+    return wrapped
 
 
 def _rstripped(line: Text) -> Text:
