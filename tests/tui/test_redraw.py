@@ -502,3 +502,30 @@ async def test_the_alerts_fit_the_rows_the_side_area_has_at_every_size(size):
         assert panel.region.bottom <= side.region.bottom, (panel.region, side.region)
         assert lines[-1].startswith("+") and " more" in lines[-1], lines
         assert 3 <= events.region.height and events.region.bottom <= side.region.bottom, events.region
+
+
+async def test_a_kind_of_alert_folded_from_one_rank_is_that_ranks_own_line():
+    """With more kinds of alert than rows, a kind that one rank has was folded as if many:
+    the root cause read "× 1 exited with code first: ranks 0"."""
+    from pardash.tui.alerts import Alert
+
+    first = Alert("exited", 0, "rank 0, the root cause, exited with code 1", code=1, first=True)
+    others = [Alert("exited", r, f"rank {r} exited with code {r}", code=r) for r in range(1, 12)]
+    app = make_app(Fed())
+    async with app.run_test(size=(120, 40)) as pilot:
+        panel = app.screen.query_one(AlertList)
+        panel.alerts = (first, *others)
+        await pilot.pause()
+        lines = [line.plain for line in panel.fitted(60, 4)]
+        assert lines[:3] == [
+            "× rank 0, the root cause, exited with code 1",
+            "× rank 1 exited with code 1",
+            "× rank 2 exited with code 2",
+        ]
+        # Two ranks a hang waited for, stopped as it hung: the likely cause, not "code first".
+        hung = "stalled in data; then exited with code -15"
+        causes = [Alert("exited", r, f"rank {r} {hung}", code=-15, first=True) for r in (0, 1)]
+        panel.alerts = (*causes, *others[1:])
+        await pilot.pause()
+        assert panel.fitted(60, 4)[0].plain == "× 2 exited, likely the cause: ranks 0-1"
+

@@ -147,7 +147,7 @@ class AlertList(CachedStyles, Widget):
         width, rows = max(10, width), max(1, rows)
         alerts = self.alerts
         if len(alerts) > rows:  # (folded before any alert's line is made: 1024 exits took 5 ms a fit)
-            items = self._folded(rows)
+            items = self._folded()
         else:
             items = [self._line(a.kind, GLYPHS[a.kind] + " ", a.text) for a in alerts]
         hidden = 0
@@ -165,21 +165,24 @@ class AlertList(CachedStyles, Widget):
             out.append(_ellipsized(more, width))
         return out
 
-    def _folded(self, rows: int) -> list[Text]:
+    def _folded(self) -> list[Text]:
         """One line per kind (exited ranks: the first to exit on its own line, the others by
-        exit code), so the cause is never buried under its victims."""
+        exit code), so the cause is never buried under its victims; a kind one rank has is
+        that rank's own line."""
         groups: dict[tuple[str, object], list[Alert]] = {}
         for a in self.alerts:
             key: tuple[str, object] = (a.kind, "first" if a.first else a.code if a.kind == "exited" else None)
             groups.setdefault(key, []).append(a)
         lines: list[Text] = []
         for (kind, detail), items in groups.items():
-            if len(items) <= 1 and len(groups) < rows:
-                lines += [self._line(kind, GLYPHS[kind] + " ", a.text) for a in items]
+            if len(items) == 1:  # its own line ("1 exited with code first: ranks 0" said the cause)
+                lines.append(self._line(kind, GLYPHS[kind] + " ", items[0].text))
                 continue
             ranks = sorted(a.rank for a in items)
             what = f"{len(items)} {LABELS[kind]}"
-            if kind == "exited" and detail is not None:
+            if detail == "first":  # (ranks a hang waited for, stopped as it hung)
+                what += ", likely the cause"
+            elif kind == "exited" and detail is not None:
                 what += f" with code {detail}"
             lines.append(self._line(kind, f"{GLYPHS[kind]} {what}: ", f"ranks {rank_list(ranks)}"))
         return lines
