@@ -529,3 +529,38 @@ async def test_a_kind_of_alert_folded_from_one_rank_is_that_ranks_own_line():
         await pilot.pause()
         assert panel.fitted(60, 4)[0].plain == "× 2 exited, likely the cause: ranks 0-1"
 
+
+async def test_the_alerts_left_out_are_counted_in_ranks_not_in_folded_lines():
+    """Folded, a line says many ranks ("9 exited with code 1: ranks 1-9"), and "+N more" counted
+    the lines it left out: "+2 more" for 14 ranks' alerts."""
+    from pardash.tui.alerts import Alert
+
+    first = Alert("exited", 0, "rank 0, the root cause, exited with code 1", code=1, first=True)
+    peers = [Alert("exited", r, f"rank {r} exited with code 1", code=1) for r in range(1, 10)]
+    aborted = [Alert("exited", r, f"rank {r} exited with code 134", code=134) for r in range(10, 20)]
+    stalled = [Alert("stalled", r, f"rank {r} stalled in comm after step 3") for r in range(20, 24)]
+    app = make_app(Fed())
+    async with app.run_test(size=(120, 40)) as pilot:
+        panel = app.screen.query_one(AlertList)
+        panel.alerts = (first, *peers, *aborted)
+        await pilot.pause()
+        # The first line, the cause's; the two lines of exits by code left out: 19 ranks.
+        lines = [line.plain for line in panel.fitted(60, 2)]
+        assert lines[0].startswith("× rank 0, the root cause,")
+        assert lines[1].startswith("+19 more ranks exited"), lines
+        # Kinds mixed: each counted.
+        panel.alerts = (first, *peers, *aborted, *stalled)
+        await pilot.pause()
+        lines = [line.plain for line in panel.fitted(60, 3)]
+        assert lines[1].startswith("× 9 exited with code 1: ranks 1-9")
+        assert lines[2].startswith("+14 more ranks: 10 exited, 4 stalled"), lines
+        # A rank with two alerts: alerts are counted, not ranks.
+        straggler = Alert("straggler", 24, "rank 24 is a straggler")
+        not_sharding = [Alert("not_sharding", r, f"rank {r} holds the full model") for r in (23, 24)]
+        panel.alerts = (first, *peers, *aborted, straggler, *not_sharding)
+        await pilot.pause()
+        lines = [line.plain for line in panel.fitted(60, 2)]
+        assert lines[1].startswith("+22 more alerts"), lines
+        # Narrow: the count whole, the note about the events left out before it is cut.
+        lines = [line.plain for line in panel.fitted(24, 2)]
+        assert lines[1] == "+22 more alerts", lines

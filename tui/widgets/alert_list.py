@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
@@ -149,34 +150,33 @@ class AlertList(CachedStyles, Widget):
         if len(alerts) > rows:  # (folded before any alert's line is made: 1024 exits took 5 ms a fit)
             items = self._folded()
         else:
-            items = [self._line(a.kind, GLYPHS[a.kind] + " ", a.text) for a in alerts]
-        hidden = 0
+            items = [(self._line(a.kind, GLYPHS[a.kind] + " ", a.text), (a,)) for a in alerts]
+        hidden: list[Alert] = []
         if len(items) > rows:
-            hidden = len(items) - (rows - 1)
+            hidden = [a for _, said in items[rows - 1 :] for a in said]
             items = items[: rows - 1]
         out: list[Text] = []
         left = rows - (1 if hidden else 0)
-        for k, item in enumerate(items):
+        for k, (item, _) in enumerate(items):
             wrapped = _cut(item, console, width, left - (len(items) - k - 1))  # the alerts after it get a line each
             out.extend(wrapped)
             left -= len(wrapped)
         if hidden:
-            more = Text(f"+{hidden} more (the events list them)", style=self._s("stopped"))
-            out.append(_ellipsized(more, width))
+            out.append(_ellipsized(Text(more_text(hidden, width), style=self._s("stopped")), width))
         return out
 
-    def _folded(self) -> list[Text]:
+    def _folded(self) -> list[tuple[Text, list[Alert]]]:
         """One line per kind (exited ranks: the first to exit on its own line, the others by
         exit code), so the cause is never buried under its victims; a kind one rank has is
-        that rank's own line."""
+        that rank's own line. Each line with the alerts it says."""
         groups: dict[tuple[str, object], list[Alert]] = {}
         for a in self.alerts:
             key: tuple[str, object] = (a.kind, "first" if a.first else a.code if a.kind == "exited" else None)
             groups.setdefault(key, []).append(a)
-        lines: list[Text] = []
+        lines: list[tuple[Text, list[Alert]]] = []
         for (kind, detail), items in groups.items():
             if len(items) == 1:  # its own line ("1 exited with code first: ranks 0" said the cause)
-                lines.append(self._line(kind, GLYPHS[kind] + " ", items[0].text))
+                lines.append((self._line(kind, GLYPHS[kind] + " ", items[0].text), items))
                 continue
             ranks = sorted(a.rank for a in items)
             what = f"{len(items)} {LABELS[kind]}"
@@ -184,8 +184,42 @@ class AlertList(CachedStyles, Widget):
                 what += ", likely the cause"
             elif kind == "exited" and detail is not None:
                 what += f" with code {detail}"
-            lines.append(self._line(kind, f"{GLYPHS[kind]} {what}: ", f"ranks {rank_list(ranks)}"))
+            lines.append((self._line(kind, f"{GLYPHS[kind]} {what}: ", f"ranks {rank_list(ranks)}"), items))
         return lines
+
+
+SAID = {
+    "exited": ("exited", "exited"),
+    "silent": ("silent", "silent"),
+    "stalled": ("stalled", "stalled"),
+    "straggler": ("straggler", "stragglers"),
+    "not_sharding": ("not sharding", "not sharding"),
+    "stopped": ("stopped", "stopped"),
+}
+"""Each kind of alert after a count of ranks (one, many): '4 stalled', '2 stragglers'."""
+MORE_NOTE = " (the events list them)"
+
+
+def more_text(hidden: list[Alert], width: int) -> str:
+    """'+19 more ranks exited', '+14 more ranks: 10 exited, 4 stalled', '+22 more alerts' (a
+    rank has two): how many ranks or alerts the panel leaves out, not how many of its folded
+    lines ("+2 more" said 14 ranks); what kinds, and the events note, where they fit."""
+    n = len(hidden)
+    counts: dict[str, int] = {}
+    for a in hidden:
+        counts[a.kind] = counts.get(a.kind, 0) + 1
+    if len(counts) == 1:
+        (kind,) = counts
+        said = SAID[kind][n != 1]
+        text = f"+{n} more {said}" if kind == "straggler" else f"+{n} more rank{'s' if n != 1 else ''} {said}"
+    elif len({a.rank for a in hidden}) == n:  # an alert a rank: counted as ranks
+        text = f"+{n} more ranks"
+        kinds = f"{text}: " + ", ".join(f"{k} {SAID[kind][k != 1]}" for kind, k in counts.items())
+        if cell_len(kinds) <= width:
+            text = kinds
+    else:
+        text = f"+{n} more alerts"
+    return text + MORE_NOTE if cell_len(text + MORE_NOTE) <= width else text
 
 
 def _cut(text: Text, console, width: int, rows: int) -> list[Text]:
