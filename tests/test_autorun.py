@@ -919,6 +919,96 @@ def test_grad_scaler_loss_is_unscaled_and_a_skipped_step_still_counts(hooked):
     assert rep.steps[0]["loss"] == pytest.approx(losses[0])  # not 1024 times it
 
 
+@pytest.mark.parametrize("zero", ["optimizer", "model"])
+def test_an_iteration_that_skips_its_optimizer_step_is_a_step_of_its_own(hooked, zero):
+    # for each batch: zero_grad(); loss.backward(); if bad: continue; opt.step() -- the
+    # skipped iteration and the next were one step: both losses summed, "2 micro-batches".
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for i in range(10):
+        (opt if zero == "optimizer" else model).zero_grad()
+        x, y = _batch()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        if i in (3, 6, 7):  # a non-finite gradient norm, say (twice in a row too)
+            continue
+        opt.step()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 11))
+    assert [s["samples"] for s in rep.steps] == [6] * 10
+    assert [s["loss"] for s in rep.steps] == pytest.approx(losses)
+    assert all("custom" not in s for s in rep.steps)
+    for s in rep.steps:
+        assert min(s["data_s"], s["forward_s"], s["backward_s"], s["optimizer_s"]) >= 0
+        assert s["data_s"] + s["forward_s"] + s["backward_s"] + s["optimizer_s"] == pytest.approx(s["step_s"])
+
+
+def test_an_evaluation_after_a_skipped_update_follows_its_step(hooked):
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(6):
+        opt.zero_grad()
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        if i == 3:
+            opt.zero_grad()  # the update skipped, then a validation
+            model.eval()
+            with torch.no_grad():
+                model(_batch()[0])
+            model.train()
+            continue
+        opt.step()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5, 6]
+    assert [s["samples"] for s in rep.steps] == [6] * 6
+    assert [m for n, m in rep.events if n == "eval"] == [""]
+
+
+@pytest.mark.parametrize("algorithm", ["sam", "surgery"])
+def test_gradients_zeroed_within_an_iteration_leave_it_one_step(hooked, algorithm):
+    # Sharpness-aware minimisation: a backward, the gradients zeroed, a second forward and
+    # backward on the same batch, then the step. Gradient surgery (PCGrad): a backward per task
+    # loss, each read and zeroed, the combined gradients set, then the step.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(6):
+        x, y = _batch()
+        if algorithm == "sam":
+            first = nn.functional.cross_entropy(model(x), y)
+            first.backward()
+            model.zero_grad()
+            second = nn.functional.cross_entropy(model(x), y)
+            second.backward()
+            losses.append(first.item() + second.item())
+        else:
+            out = model(x)
+            tasks = [nn.functional.cross_entropy(out, y), out.pow(2).mean()]
+            grads = []
+            for k, task in enumerate(tasks):
+                opt.zero_grad()
+                task.backward(retain_graph=k == 0)
+                grads.append([p.grad.clone() for p in model.parameters()])
+            opt.zero_grad()
+            for p, *gs in zip(model.parameters(), *grads):
+                p.grad = sum(gs)
+            losses.append(sum(t.item() for t in tasks))
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5, 6]
+    assert [s["samples"] for s in rep.steps] == [12 if algorithm == "sam" else 6] * 6
+    assert [s["loss"] for s in rep.steps] == pytest.approx(losses)
+    assert {s["custom"]["micro_batches"] for s in rep.steps} == {2.0}
+    for s in rep.steps:
+        assert min(s["data_s"], s["forward_s"], s["backward_s"], s["optimizer_s"]) >= 0
+
+
 def test_an_internal_error_stops_the_instrumentation_not_the_training(hooked, monkeypatch):
     inst, rep = hooked
 

@@ -25,6 +25,8 @@ is hooked, and what each hook tells:
   accelerate's loaders among them: a new pass over the DataLoader its training batches come
   from, ``DataLoader.__iter__`` and its iterators' ``__next__``); ``GradScaler.scale``: the unscaled loss behind
   a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round;
+  ``Optimizer.zero_grad`` and ``Module.zero_grad``: right after a backward, maybe an iteration
+  that skipped its optimizer step (see :mod:`~pardash.trainer.skips`);
   ``torch.jit.script``: the roots' hooks are lifted while it compiles (hooks on a module are
   ``_Hook`` objects, which ``Module.__getstate__`` leaves out of copies and pickles).
 
@@ -86,8 +88,9 @@ a warning event. Forked children (DataLoader workers) inherit the hooks inert.
 
 Here: the steps (forward, backward and optimizer hooks, rounds, publishing). Beside it, parts of
 the same :class:`Instrument`: :mod:`~pardash.trainer.watching` (where the module hooks are),
-:mod:`~pardash.trainer.evaluations`, :mod:`~pardash.trainer.epochs` and
-:mod:`~pardash.trainer.arrivals` (self time's end, FSDP2's waits); :mod:`~pardash.trainer.marks`
+:mod:`~pardash.trainer.evaluations`, :mod:`~pardash.trainer.epochs`,
+:mod:`~pardash.trainer.arrivals` (self time's end, FSDP2's waits) and
+:mod:`~pardash.trainer.skips` (iterations without an optimizer step); :mod:`~pardash.trainer.marks`
 (the step as measured) and :mod:`~pardash.trainer.hooking` (hook objects and guards).
 """
 
@@ -105,11 +108,12 @@ import torch
 
 from pardash.telemetry import api, memory, modelfacts
 from pardash.trainer.strategies import CommTimer
-from pardash.trainer.trained import Trained, batch_size, ddp_syncs_buffers, is_average, lr_of
+from pardash.trainer.trained import Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of
 from pardash.telemetry.reporter import Reporter
 from pardash.trainer.arrivals import Arrivals
 from pardash.trainer.epochs import Epochs
 from pardash.trainer.evaluations import Evaluations
+from pardash.trainer.skips import Skips
 from pardash.trainer.hooking import _get_ident, _guarded, _instruments, _is_compiling, _untraced, _without_hooks_in_state
 from pardash.trainer.marks import _Clock, _Cut, _Done, _most_held, _OpenStep, _Pass
 from pardash.trainer.watching import Watching
@@ -135,7 +139,7 @@ in a step, or a sync point between steps (see Arrivals._wrap_collective)."""
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
-class Instrument(Watching, Evaluations, Epochs, Arrivals):
+class Instrument(Watching, Evaluations, Epochs, Arrivals, Skips):
     """Measures a training loop through global hooks and publishes one Step per step."""
 
     def __init__(self, reporter: Reporter, *, warn_after: int = WARN_AFTER_FORWARDS) -> None:
@@ -240,13 +244,18 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         self._cut: _Cut | None = None
         """The open step as it stood at the round's last post-hook so far (round not ended)."""
         self._resume_at: Any = None
+        """Where the step after the cut starts when an evaluation followed the cut."""
         self._arrive_next: Any = None
         """An arrival at a collective after the cut: the next step's, unless the round goes on."""
         self._sync_next: Any = None
+        """A sync point passed after the cut (see Arrivals._synced): the next step's, unless the round goes on."""
         self._sync_work: Any = None
         """An asynchronous collective called between steps, its wait() not returned yet."""
-        """A sync point passed after the cut (see Arrivals._synced): the next step's, unless the round goes on."""
-        """Where the step after the cut starts when an evaluation followed the cut."""
+        self._skip_from: Any = False
+        """A cut at a zero_grad after a backward is pending (see pardash.trainer.skips): the
+        backward's end it took from the open step (None: none); False: no cut pending."""
+        self._input: weakref.ref[Any] | None = None
+        """The last training forward's first tensor argument (see pardash.trainer.skips)."""
         self._pending_mem: Any = None
         self._explicit = False
         self._late: _Done | None = None
@@ -313,6 +322,8 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         if GradScaler is not None:
             self._patch(GradScaler, "scale", self._wrap_scale)
             self._patch(GradScaler, "step", self._wrap_scaler_step)
+        self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad)
+        self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
         self._patch(torch.jit, "script", self._wrap_jit_script)
         self._patch(torch.nn.Module, "__getstate__", _without_hooks_in_state)
         if torch.distributed.is_available():
@@ -381,7 +392,11 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
         self._count_samples = False
         if self._lazy is not None:
             self._made_lazy()
-        n = batch_size(args, kwargs)
+        first = first_tensor(args, kwargs)
+        if self._skip_from is not False:
+            self._skip_decide(first)  # (before its samples count: they may be the next step's)
+        self._note_input(first)
+        n = (int(first.shape[0]) if first.dim() else 1) if first is not None else 0
         if n and self._open is not None:
             self._open.samples += n
 
@@ -501,6 +516,8 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
 
     @_guarded
     def _backward_begins(self, tensors: Any, grads: Any = None) -> None:
+        if self._skip_from is not False:
+            self._skip_drop()  # gradients zeroed between two backward passes of one iteration
         if self._eval_grad is not None:
             evaluated = self._eval_grad[2]()
             if evaluated is not None and self.trained.trained_by_an_optimizer(evaluated):
@@ -564,24 +581,14 @@ class Instrument(Watching, Evaluations, Epochs, Arrivals):
 
         return scale
 
-    def _wrap_scaler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-            before = self._posts
-            result = original(scaler, optimizer, *args, **kwargs)
-            if self._posts == before and _get_ident() == self._tid:
-                # The scaler skipped optimizer.step() (inf or NaN gradients): still a step.
-                self._optimizer_pre(optimizer, (), {})
-                self._optimizer_post(optimizer, (), {})
-            return result
-
-        return step
-
     # -- optimizer: step boundaries -------------------------------------------------------------
 
     @_untraced
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling():
             return None
+        if self._skip_from is not False:
+            self._skip_drop()  # gradients zeroed, then set again and stepped (gradient surgery)
         if any(optimizer is r() for r in self._round):
             self._round_ends(optimizer)  # an optimizer of the round steps again: a new round
         if self._eval_t0:

@@ -243,16 +243,23 @@ _EMA_NAME = re.compile(r"(?:^|(?<=[a-z0-9_]))(?:EMA|Ema)(?=[A-Z0-9_]|$)")
 """"Ema" or "EMA" as a word of a class name: ModelEmaV2, EMAModel, not SemanticModel."""
 
 
-def batch_size(args: Any, kwargs: Any) -> int:
-    """First dimension of the first tensor among the arguments (one level into lists and
-    dicts), 0 when there is none."""
+def first_tensor(args: Any, kwargs: Any) -> torch.Tensor | None:
+    """The first tensor among the arguments (one level into lists and dicts), None when there is none."""
     for value in (*args, *(kwargs.values() if kwargs else ())):
         if isinstance(value, torch.Tensor):
-            return int(value.shape[0]) if value.dim() else 1
+            return value
         if isinstance(value, dict):
             value = list(value.values())
         if isinstance(value, (list, tuple)):
             for v in value:
                 if isinstance(v, torch.Tensor):
-                    return int(v.shape[0]) if v.dim() else 1
-    return 0
+                    return v
+    return None
+
+
+def batch_size(args: Any, kwargs: Any) -> int:
+    """First dimension of the first tensor among the arguments (see first_tensor), 0 when there is none."""
+    t = first_tensor(args, kwargs)
+    if t is None:
+        return 0
+    return int(t.shape[0]) if t.dim() else 1
