@@ -18,6 +18,7 @@ from pardash.telemetry import state as st
 from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, STOPPED_CODES, failure_summary, signal_name
+from pardash.telemetry.summary import ranks_text
 
 from .format import fmt_clock, fmt_step_time
 
@@ -37,6 +38,9 @@ class Alert:
     """Exit code (exited)."""
     first: bool = False
     """The root cause, when several ranks exited and one is (or, stalled, the likely cause)."""
+    waiting_for: str = ""
+    """Who a stalled rank waits for, a hang's victim ("rank 3", as said in its text); empty
+    otherwise. The grid draws it waiting (◇)."""
 
     @property
     def severity(self) -> int:
@@ -112,6 +116,28 @@ def cause_ranks(state: st.RunState, first: int | None) -> frozenset[int]:
     return frozenset(causes)
 
 
+def waited_for(state: st.RunState) -> frozenset[int]:
+    """The ranks the stalled ranks of a hang going on wait for, as the grid marks them (the
+    likely causes, :func:`cause_ranks`, while no rank alive makes progress); empty otherwise."""
+    if not stuck_ranks(state):  # (some rank alive makes progress, or none is stuck)
+        return frozenset()
+    exited = any(r.exit_code is not None for r in state.ranks.values())
+    return cause_ranks(state, cause_rank(state) if exited else None)
+
+
+WAITED_FOR_PIECES = 3
+"""Pieces of a list of ranks a waiting rank names ("ranks 3, 5-6"); more are counted."""
+
+
+def waited_for_text(ranks: Iterable[int]) -> str:
+    """'rank 3', 'ranks 3, 5-6', '12 ranks': who a hang's victims wait for, short."""
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    text = ranks_text(ranks)
+    return f"ranks {text}" if text.count(", ") < WAITED_FOR_PIECES else f"{len(ranks)} ranks"
+
+
 _COST = re.compile(r"the others wait \S+ ?[mµ]?s a step")
 """The straggler verdict's figure, said once when it was found (its message is the hub's)."""
 
@@ -124,12 +150,14 @@ def rank_alerts(
     t0: float | None = None,
     why: str = "",
     cost_s: float | None = None,
+    waiting_for: str = "",
 ) -> list[Alert]:
     """The alerts of one rank (a rank may be both a straggler and not sharding); ``t0``: the
     run's start, to say since when on the run's clock (the event log's); ``why``: what a rank
     stopped as it hung was (", likely the cause: ..."), said of the hang, before its exit;
     ``cost_s``: what a straggler costs the others a step now (the verdict's figure is the one
-    it was found with, and stayed so for the whole run while the gap grew)."""
+    it was found with, and stayed so for the whole run while the gap grew); ``waiting_for``:
+    who a stalled rank waits for, a hang's victim ("rank 3")."""
     out: list[Alert] = []
     status = r.status
     if status == st.EXITED and r.exit_code in STOPPED_CODES and not first and r.stalled is None and r.silent is None:
@@ -165,7 +193,7 @@ def rank_alerts(
         since = f" since {fmt_clock(v.t - t0)}" if v.t and t0 else ""
         out.append(Alert("silent", r.rank, f"rank {r.rank} silent{since} (no heartbeat)"))
     elif status == st.STALLED and r.stalled is not None:
-        out.append(Alert("stalled", r.rank, f"rank {r.rank} {_stuck_text(r)}"))
+        out.append(Alert("stalled", r.rank, f"rank {r.rank} {_stuck_text(r, waiting_for)}", waiting_for=waiting_for))
     elif status == st.STRAGGLER and r.straggler is not None:
         v = r.straggler
         cost = cost_s if cost_s is not None else v.cost_s
@@ -217,7 +245,9 @@ def straggled_text(v: schema.Verdict) -> str:
     return f"rank {v.rank} was a straggler ({v.cause or 'cause unknown'}), found at step {v.step}"
 
 
-def _stuck_text(r: st.RankState) -> str:
+def _stuck_text(r: st.RankState, waiting_for: str = "") -> str:
+    if waiting_for and r.stalled is not None:  # a hang's victim: whom it waits for, first
+        return f"waiting for {waiting_for} ({_stuck_text(r)})"
     if r.stalled is None:
         return "went silent (no heartbeat)"
     text = f"stalled in {r.stalled.cause or 'unknown phase'}"
@@ -262,27 +292,38 @@ def run_alerts(
     *,
     t0: float | None = None,
     costs: Mapping[int, float] | None = None,
+    waits_for: frozenset[int] | None = None,
 ) -> list[Alert]:
     """Every current alert of the run, most severe first; exited ranks in the order they
     exited (the first flagged as such when several did), the rest by rank. ``ranks``: the
     ranks that may have one (those with a verdict or an exit), when known; default all.
     ``t0``: the run's 00:00 (:func:`~.run_clock.run_origin`), as the event log counts; default
     the state's first record. ``costs``: rank -> what each straggler costs the others a step
-    now (``RowBuilder.straggler_cost_s``), said instead of the verdict's first figure."""
+    now (``RowBuilder.straggler_costs``), said instead of the verdict's first figure.
+    ``waits_for``: the ranks the other stalled ranks wait for (``RowBuilder.waits_for``, as
+    the grid draws them); default worked out from ``state`` (:func:`waited_for`)."""
     out: list[Alert] = []
     exits: dict[int, ExitInfo] | None = None
     exited = 0
+    if waits_for is None:
+        waits_for = waited_for(state)
+    # The stalled ranks of a hang say whom they wait for ("rank 5 waiting for rank 3 (stalled
+    # in comm after step 3)"): they read "stalled in comm" as if each were a fault of its own,
+    # while the grid drew them waiting (◇) for the rank marked the cause.
+    who = waited_for_text(waits_for) if waits_for else ""
     for r in state.ranks.values() if ranks is None else ranks:
-        if r.status in (st.RUNNING, st.STARTING, st.FINISHED) and r.not_sharding is None:
+        status = r.status  # (worked out from its verdicts at each read: once a rank here)
+        if status in (st.RUNNING, st.STARTING, st.FINISHED) and r.not_sharding is None:
             continue
         info = None
-        if r.status == st.EXITED:
+        if status == st.EXITED:
             if exits is None:
                 exits = exit_info(state)
             info = exits.get(r.rank)
             exited += 1
-        cost = costs.get(r.rank) if costs is not None and r.status == st.STRAGGLER else None
-        out.extend(rank_alerts(r, info, t0=t0 or state.t0, cost_s=cost))
+        cost = costs.get(r.rank) if costs is not None and status == st.STRAGGLER else None
+        waiting = who if who and status == st.STALLED and r.rank not in waits_for else ""
+        out.extend(rank_alerts(r, info, t0=t0 or state.t0, cost_s=cost, waiting_for=waiting))
     first = cause_rank(state) if exited > 1 and exits else None
     if first is not None and first in exits:
         out = [

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 
-from .alerts import cause_rank, cause_ranks
+from .alerts import cause_rank, cause_ranks, waited_for_text
 from .run_clock import ranks_first_word
 
 RATE_UPDATES = 9
@@ -107,6 +107,8 @@ class RankRow:
     waiting: bool = False
     """Stalled in a hang whose likely cause is another rank (one marked ``cause``): it waits for
     that one, a victim, not a second fault."""
+    waits_for: str = ""
+    """Who it waits for when ``waiting`` ("rank 3", ``alerts.waited_for_text``), else empty."""
 
     @property
     def flagged(self) -> bool:
@@ -336,6 +338,8 @@ class RowBuilder:
         self._waiting = False
         """Whether the stalled ranks other than a cause wait for it (see RankRow.waiting): a
         cause is named and no rank alive makes progress."""
+        self._waits_for_text = ""
+        """Who they wait for, said once for every row (see RankRow.waits_for)."""
         self.first_word: float | None = None
         """When the ranks first said anything, as of the last update (see
         :func:`~.run_clock.ranks_first_word`; worked out again only when a hello changes)."""
@@ -354,6 +358,7 @@ class RowBuilder:
             self._notes, self._nodes, self._exit_marked = [], 0, False
             self._causes = frozenset()
             self._waiting = False
+            self._waits_for_text = ""
             self._rates.clear()
             self.layout_gen += 1  # the places go too (a seek to before any rank leaves none)
             changed = None
@@ -573,6 +578,7 @@ class RowBuilder:
         for e in touched:
             e.cause = e.rank in causes
         self._causes, self._waiting = causes, waiting
+        self._waits_for_text = waited_for_text(causes) if waiting else ""
         changed = self.changed
         if changed is not None:
             changed.update(e.rank for e, mark in zip(touched, before) if self._hang_mark(e) != mark)
@@ -609,6 +615,12 @@ class RowBuilder:
         """Whether stalled ranks wait for a hang's likely cause (drawn as waiting), as of the
         last update."""
         return self._waiting
+
+    @property
+    def waits_for(self) -> frozenset[int]:
+        """The ranks the stalled ranks wait for (the hang's likely causes) while ``waiting``;
+        empty otherwise."""
+        return self._causes if self._waiting else frozenset()
 
     def heat_key(self, rank: int) -> tuple[str, int, bool | None, bool | None] | None:
         """What a rank's heat-map glyph shows: (status, deviation level, exit order mark, hang
@@ -673,6 +685,7 @@ class RowBuilder:
             gpu_util = gpu_mem = None
         if gpu_mem is None and mem is not None:
             gpu_mem = mem.nvml_used_bytes if mem.nvml_used_bytes is not None else mem.cuda_allocated_bytes
+        waiting = self._hang_mark(e) is False
         return RankRow(
             e.rank,
             e.node,
@@ -693,7 +706,8 @@ class RowBuilder:
             e.exit_first,
             e.cause,
             r.stalled.cause or None if r.stalled is not None and e.status == st.STALLED else None,
-            self._hang_mark(e) is False,
+            waiting,
+            self._waits_for_text if waiting else "",
         )
 
 

@@ -564,3 +564,38 @@ async def test_the_alerts_left_out_are_counted_in_ranks_not_in_folded_lines():
         # Narrow: the count whole, the note about the events left out before it is cut.
         lines = [line.plain for line in panel.fitted(24, 2)]
         assert lines[1] == "+22 more alerts", lines
+
+
+async def test_a_rank_waiting_in_a_hang_says_which_rank_it_waits_for():
+    """8 ranks stalled, rank 3 in its data loader, the rest in a collective: the grid drew the
+    others as waiting (◇) for rank 3, but their alerts, their line under the grid and their
+    detail said "stalled in comm", not for whom."""
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+
+    job = Job(8)
+    for _ in range(3):
+        job.step()
+        job.frame()
+    job.core.verdict(schema.Verdict(rank=3, verdict="stalled", cause="data", step=3))
+    for r in (0, 1, 2, 4, 5, 6, 7):
+        job.core.verdict(schema.Verdict(rank=r, verdict="stalled", cause="comm", step=3))
+    job.frame()
+    app = make_app(job.viewer)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        panel = app.screen.query_one(AlertList)
+        texts = {a.rank: a.text for a in panel.alerts}
+        assert texts[3].startswith("rank 3 stalled in data after step 3, likely the cause")
+        assert texts[5] == "rank 5 waiting for rank 3 (stalled in comm after step 3)", texts[5]
+        # Folded (more alerts than rows): one line for the ranks waiting for rank 3.
+        lines = [line.plain for line in panel.fitted(60, 4)]
+        assert lines[-1] == "◇ 7 waiting for rank 3: ranks 0-2, 4-7", lines
+        grid = app.screen.query_one(RankGrid)
+        grid.select(5)
+        await pilot.pause()
+        line = app.screen.query_one(SelectedRank).render().plain
+        assert "waiting for rank 3 (stalled in comm)" in line, line
+        app.push_screen(RankDetailScreen(5))
+        await pilot.pause()
+        title = app.screen.query_one("#title").render()
+        assert str(title).splitlines()[0].startswith("rank 5  stalled, waiting for rank 3"), str(title)

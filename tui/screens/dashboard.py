@@ -76,7 +76,7 @@ def _said_row(row: RankRow | None) -> tuple | None:
     """What the selected-rank line says about the rank, its figures left out."""
     if row is None:
         return None
-    return (row.rank, row.node, row.host, row.status, row.flagged, row.exit_code, row.self_dev is None, row.cause, row.stalled_in)
+    return (row.rank, row.node, row.host, row.status, row.flagged, row.exit_code, row.self_dev is None, row.cause, row.stalled_in, row.waits_for)
 
 
 class DashboardScreen(Screen):
@@ -368,7 +368,9 @@ class DashboardScreen(Screen):
         )
         self._show_figures()
         alerts = w.alerts
-        alerts.alerts = tuple(run_alerts(state, table.flagged, t0=origin, costs=table.straggler_costs()))
+        alerts.alerts = tuple(
+            run_alerts(state, table.flagged, t0=origin, costs=table.straggler_costs(), waits_for=table.waits_for)
+        )
         quiet = self._summary.hub_quiet_s
         if not state.ranks:
             # (a replay of a log no rank ever reported to read "waiting for ranks…" at its end)

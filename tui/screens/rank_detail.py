@@ -15,7 +15,7 @@ from textual.widgets import Static
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
 
-from ..alerts import straggled_text
+from ..alerts import straggled_text, waited_for, waited_for_text
 from ..charts import chart_series
 from ..format import fmt_bytes, fmt_loss, fmt_step_time
 from ..messages import RunUpdated
@@ -249,6 +249,10 @@ class RankDetailScreen(Screen):
         width = max(20, width)
         status = r.status
         label = status if r.exit_code is None else f"exited with code {r.exit_code}"
+        if status == st.STALLED and r.rank not in (causes := waited_for(state)) and causes:
+            # A hang's victim, drawn waiting (◇) on the grid: whom it waits for, not only that
+            # it is stalled (its verdict below says "stalled in comm").
+            label += f", waiting for {waited_for_text(causes)}"
         first: list[tuple[str, str]] = [(f"rank {self.rank}", "bold"), (f"  {label}", f"bold {STATUS_STYLES[status]}")]
         h = r.hello
         if h is not None:

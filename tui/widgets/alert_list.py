@@ -18,11 +18,21 @@ from ..alerts import Alert
 from ..styles import CachedStyles, component_fg
 from .fit import refresh_fitted
 
-GLYPHS = {"exited": "×", "silent": "○", "stalled": "◆", "straggler": "▲", "not_sharding": "▣", "stopped": "■"}
+GLYPHS = {
+    "exited": "×",
+    "silent": "○",
+    "stalled": "◆",
+    "waiting": "◇",
+    "straggler": "▲",
+    "not_sharding": "▣",
+    "stopped": "■",
+}
+"""Each kind's glyph, as the grid's (a stalled rank waiting for a hang's cause: ◇ waiting)."""
 LABELS = {
     "exited": "exited",
     "silent": "silent",
     "stalled": "stalled",
+    "waiting": "waiting",
     "straggler": "stragglers",
     "not_sharding": "not sharding",
     "stopped": "stopped",
@@ -61,6 +71,7 @@ class AlertList(CachedStyles, Widget):
         "alert-list--exited",
         "alert-list--silent",
         "alert-list--stalled",
+        "alert-list--waiting",
         "alert-list--straggler",
         "alert-list--not_sharding",
         "alert-list--stopped",
@@ -77,6 +88,7 @@ class AlertList(CachedStyles, Widget):
     AlertList > .alert-list--exited { color: $text-error; }
     AlertList > .alert-list--silent { color: $text-error; }
     AlertList > .alert-list--stalled { color: $text-error; }
+    AlertList > .alert-list--waiting { color: $text-warning; }
     AlertList > .alert-list--straggler { color: $text-warning; }
     AlertList > .alert-list--not_sharding { color: $text-warning; }
     AlertList > .alert-list--stopped { color: $text-muted; }
@@ -150,7 +162,7 @@ class AlertList(CachedStyles, Widget):
         if len(alerts) > rows:  # (folded before any alert's line is made: 1024 exits took 5 ms a fit)
             items = self._folded()
         else:
-            items = [(self._line(a.kind, GLYPHS[a.kind] + " ", a.text), (a,)) for a in alerts]
+            items = [(self._line(shown_kind(a), GLYPHS[shown_kind(a)] + " ", a.text), (a,)) for a in alerts]
         hidden: list[Alert] = []
         if len(items) > rows:
             hidden = [a for _, said in items[rows - 1 :] for a in said]
@@ -171,7 +183,11 @@ class AlertList(CachedStyles, Widget):
         that rank's own line. Each line with the alerts it says."""
         groups: dict[tuple[str, object], list[Alert]] = {}
         for a in self.alerts:
-            key: tuple[str, object] = (a.kind, "first" if a.first else a.code if a.kind == "exited" else None)
+            kind = shown_kind(a)
+            key: tuple[str, object] = (
+                kind,
+                "first" if a.first else a.code if kind == "exited" else a.waiting_for if kind == "waiting" else None,
+            )
             groups.setdefault(key, []).append(a)
         lines: list[tuple[Text, list[Alert]]] = []
         for (kind, detail), items in groups.items():
@@ -184,6 +200,8 @@ class AlertList(CachedStyles, Widget):
                 what += ", likely the cause"
             elif kind == "exited" and detail is not None:
                 what += f" with code {detail}"
+            elif kind == "waiting":
+                what += f" for {detail}"
             lines.append((self._line(kind, f"{GLYPHS[kind]} {what}: ", f"ranks {rank_list(ranks)}"), items))
         return lines
 
@@ -192,6 +210,7 @@ SAID = {
     "exited": ("exited", "exited"),
     "silent": ("silent", "silent"),
     "stalled": ("stalled", "stalled"),
+    "waiting": ("waiting", "waiting"),
     "straggler": ("straggler", "stragglers"),
     "not_sharding": ("not sharding", "not sharding"),
     "stopped": ("stopped", "stopped"),
@@ -207,7 +226,8 @@ def more_text(hidden: list[Alert], width: int) -> str:
     n = len(hidden)
     counts: dict[str, int] = {}
     for a in hidden:
-        counts[a.kind] = counts.get(a.kind, 0) + 1
+        kind = shown_kind(a)
+        counts[kind] = counts.get(kind, 0) + 1
     if len(counts) == 1:
         (kind,) = counts
         said = SAID[kind][n != 1]
@@ -220,6 +240,12 @@ def more_text(hidden: list[Alert], width: int) -> str:
     else:
         text = f"+{n} more alerts"
     return text + MORE_NOTE if cell_len(text + MORE_NOTE) <= width else text
+
+
+def shown_kind(alert: Alert) -> str:
+    """The kind an alert is shown as: a stalled rank waiting for a hang's cause as "waiting"
+    (◇, in the grid's colour for it), not as one more stalled rank (◆)."""
+    return "waiting" if alert.waiting_for else alert.kind
 
 
 def _cut(text: Text, console, width: int, rows: int) -> list[Text]:
