@@ -897,6 +897,23 @@ def test_the_exit_step_is_the_step_the_script_ended_in(hooked):
     assert _exit_step(rep, inst, 1) == 4  # ...and fails in it
 
 
+def test_a_failures_error_and_exit_say_the_same_step(hooked):
+    # The error event said the rank's last step published (3) and the exit the step it failed
+    # in (4): one failure, two steps, and the report's "at step 3: ..." beside "at step 4".
+    from pardash.trainer.autorun import _finish
+
+    inst, rep = hooked
+    said = []
+    rep.event = lambda name, message="", **fields: said.append((name, message, fields.get("step"))) or True
+    rep.close = lambda: None
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _train(model, opt, 3)
+    model(torch.randn(2, 8))  # a fourth step begins, and fails in it
+    _finish(rep, inst, 1, {"message": "RuntimeError: boom", "traceback": "..."})
+    assert said == [("error", "RuntimeError: boom", 4), ("exit", "", 4)]
+
+
 def test_grad_scaler_loss_is_unscaled_and_a_skipped_step_still_counts(hooked):
     inst, rep = hooked
     model = _model()

@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         reporter = api.reporter()  # a no-op: the script runs as it would without pardash
     code = 0
+    error = None
     try:
         _run(args)
     except SystemExit as e:
@@ -144,15 +145,13 @@ def main(argv: list[str] | None = None) -> int:
             # rank whose collective broke after it (its error file has a time; this exit none).
             # Its traceback there starts at the script's code, as an exception's does.
             _record_error_file(_trim(e))
-        if isinstance(e.code, str):
-            # sys.exit("why"): Python prints the text and exits 1; it is the failure's error.
-            reporter.event("error", message=e.code, step=reporter.last_step)
-        _finish(reporter, instrument, code)
+        # sys.exit("why"): Python prints the text and exits 1; it is the failure's error.
+        _finish(reporter, instrument, code, {"message": e.code} if isinstance(e.code, str) else None)
         raise
     except KeyboardInterrupt as e:
         code = 130
         traceback.print_exception(_trim(e))
-        reporter.event("error", message="interrupted", step=reporter.last_step)
+        error = {"message": "interrupted"}
     except BaseException as e:
         code = 1
         _trim(e)
@@ -165,9 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:
             sys.stderr.write(tb)
         sys.stderr.flush()
-        message = traceback.format_exception_only(e)[-1].strip()
-        reporter.event("error", message=message, traceback=tb, step=reporter.last_step)
-    _finish(reporter, instrument, code)
+        error = {"message": traceback.format_exception_only(e)[-1].strip(), "traceback": tb}
+    _finish(reporter, instrument, code, error)
     return code
 
 
@@ -225,8 +223,11 @@ def _line_buffered() -> None:
                 pass  # not a TextIOWrapper after all: left as it is
 
 
-def _finish(reporter, instrument, code: int) -> None:
-    """Publish what is still held back, then the exit event, then flush."""
+def _finish(reporter, instrument, code: int, error: dict | None = None) -> None:
+    """Publish what is still held back, then the error event (fields of it: message,
+    traceback) and the exit event, both at the step the script ended in, then flush. (The
+    error said its rank's last step published before the ones held back: "step 19" beside
+    the exit's "step 20".)"""
     from pardash.telemetry import api
 
     if instrument is not None:
@@ -235,7 +236,10 @@ def _finish(reporter, instrument, code: int) -> None:
         except Exception:
             pass
     api.flush()
-    reporter.event("exit", code=code, step=_exit_step(reporter, instrument, code))
+    step = _exit_step(reporter, instrument, code)
+    if error is not None:
+        reporter.event("error", step=step if step is not None else reporter.last_step, **error)
+    reporter.event("exit", code=code, step=step)
     reporter.close()
 
 
