@@ -97,12 +97,16 @@ def memory_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str
     return tuple(rows)
 
 
-def system_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
-    """The rank's last system sample (CPU, RSS and, where present, the GPU's NVML figures)."""
+def system_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str, str | tuple[str, ...]], ...]:
+    """The rank's last system sample (CPU, RSS and, where present, the GPU's NVML figures);
+    ``compact`` (a short terminal): a line for the GPU (its use and memory, its temperature
+    and power where they fit) and one for the process (its CPU and RSS)."""
     s = r.system
     if s is None:
         return ()
-    rows: list[tuple[str, str, str]] = []
+    if compact:
+        return _system_compact(s)
+    rows: list[tuple[str, str, str | tuple[str, ...]]] = []
     if s.cpu_pct is not None:
         rows.append(("cpu", f"{s.cpu_pct:.0f}%", "of one core"))
     if s.host_cpu_pct is not None:
@@ -120,6 +124,28 @@ def system_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
         rows.append(("gpu power", f"{s.gpu_power_w:.0f} W", ""))
     if s.gpu_sm_clock_mhz is not None:
         rows.append(("sm clock", f"{s.gpu_sm_clock_mhz:.0f} MHz", ""))
+    return tuple(rows)
+
+
+def _system_compact(s: schema.System) -> tuple[tuple[str, str, str | tuple[str, ...]], ...]:
+    rows: list[tuple[str, str, str | tuple[str, ...]]] = []
+    gpu = [s.gpu_util_pct, s.gpu_mem_used_bytes, s.gpu_temp_c, s.gpu_power_w]
+    if any(v is not None for v in gpu):
+        memory = ""
+        if s.gpu_mem_used_bytes is not None:
+            memory = fmt_bytes(s.gpu_mem_used_bytes)
+            if s.gpu_mem_total_bytes:
+                memory += f" of {fmt_bytes(s.gpu_mem_total_bytes)}"
+        heat = [f"{s.gpu_temp_c:.0f} °C"] if s.gpu_temp_c is not None else []
+        heat += [f"{s.gpu_power_w:.0f} W"] if s.gpu_power_w is not None else []
+        # The memory outlasts the temperature and power as the panel narrows: it is what runs out.
+        forms = (" · ".join(filter(None, (memory, *heat))), " · ".join(filter(None, (memory, *heat[:1]))), memory)
+        util = f"{s.gpu_util_pct:.0f}%" if s.gpu_util_pct is not None else "–"
+        rows.append(("gpu", util, tuple(dict.fromkeys(forms))))
+    # The GPU first: where a long title leaves the panel one line, the device a rank trains on.
+    if s.cpu_pct is not None or s.rss_bytes is not None:
+        cpu = f"{s.cpu_pct:.0f}%" if s.cpu_pct is not None else "–"
+        rows.append(("cpu", cpu, f"rss {fmt_bytes(s.rss_bytes)}" if s.rss_bytes is not None else ""))
     return tuple(rows)
 
 

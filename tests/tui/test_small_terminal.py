@@ -38,6 +38,34 @@ async def test_a_ranks_detail_at_80x24_keeps_the_others_median_its_memory_and_it
         assert title.region.y == 0 and events.region.bottom <= SMALL[1] - 1  # above the footer
 
 
+async def test_a_ranks_detail_at_80x24_shows_its_hosts_cpu_and_gpu_without_scrolling():
+    # The system panel got two of its nine rows at 80x24 (cpu and rss; the GPU's figures only
+    # by scrolling the figures' column), under the phases and memory that keep theirs.
+    from pardash.tui.widgets.fact_list import FactList
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.press("down", "enter")
+        await pilot.pause(0.3)
+        screen = app.screen
+        figures, system = screen.query_one("#figures"), screen.query_one("#system", FactList)
+        lines = widget_text(system).splitlines()
+        assert system.content_region.height >= len(lines), lines  # every line of it drawn
+        assert system.region.bottom <= figures.region.bottom and figures.scroll_offset.y == 0
+        text = "\n".join(lines)
+        assert "102%" in text and "3.22 GiB" in text, text  # the process's cpu and rss
+        assert "95%" in text and "9.47 GiB of 79.6 GiB" in text, text  # the GPU's use and memory
+        width = system.content_region.width
+        assert all(len(line) <= width for line in lines), lines  # whole, not cut with "…"
+    # A straggler's title takes a third line and DDP's memory a third: the GPU's line first.
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.press(*["down"] * 5, "enter")
+        await pilot.pause(0.3)
+        figures, system = app.screen.query_one("#figures"), app.screen.query_one("#system", FactList)
+        assert widget_text(system).startswith("gpu ") and system.content_region.y < figures.region.bottom
+
+
 async def test_the_header_at_80_columns_leaves_out_the_device_and_shortens_the_log_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run_id = "20261204-182026-7ab6"

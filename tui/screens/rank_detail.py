@@ -114,8 +114,11 @@ class RankDetailScreen(Screen):
 
     SHORT_HEIGHT = 34
     """Below this many rows the rank's events keep three lines (an exited rank's reason is
-    among them) and the memory panel its totals; what the figures' column cannot hold (the
-    system panel) scrolls into view."""
+    among them), the memory panel its totals, the system panel a line for the process and one
+    for the GPU, and the phases leave out the whole step (the title has its time): at 80x24
+    the figures' column holds them all (the system panel had two of its nine rows, its GPU
+    figures only by scrolling); what it cannot hold (a script's own metrics) scrolls into
+    view."""
     NARROW_WIDTH = 100
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -184,13 +187,16 @@ class RankDetailScreen(Screen):
         state = self.source.state
         r = state.ranks.get(self.rank)
         self.query_one("#title", Static).update(self._title(state, r, self.size.width - 2))  # (its padding)
-        self.query_one(PhaseBars).phases = phases_of(state, self.rank)
+        short = self.has_class("-short")
+        phases = self.query_one(PhaseBars)
+        phases.phases = phases_of(state, self.rank)
+        phases.whole_step = not short  # (the title says the last step's time)
         origin = run_origin(self.source)
         if r is not None:
             memory = self.query_one("#memory", FactList)
-            memory.facts = memory_facts(r, compact=self.has_class("-short"))
+            memory.facts = memory_facts(r, compact=short)
             system = self.query_one("#system", FactList)
-            system.facts = system_facts(r)
+            system.facts = system_facts(r, compact=short)
             # A gone rank's figures are its last sample's: said so, and greyed, not shown as now.
             stale = system_staleness(r, origin, run_now(self.source))
             system.set_class(stale is not None, "-stale")

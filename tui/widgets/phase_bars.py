@@ -56,7 +56,14 @@ class PhaseBars(CachedStyles, Widget):
     phases: reactive[tuple[Phase, ...]] = reactive(())
     """Phases of the last step; the first is the whole step (the bars' scale)."""
 
+    whole_step: reactive[bool] = reactive(True)
+    """Whether the whole step has a row of its own (the bars' scale either way): a short
+    terminal leaves it out, its time being in the title above."""
+
     def watch_phases(self) -> None:
+        refresh_fitted(self)
+
+    def watch_whole_step(self) -> None:
         refresh_fitted(self)
 
     def _s(self, name: str) -> Style:
@@ -68,6 +75,8 @@ class PhaseBars(CachedStyles, Widget):
             return Text("no step yet", style=self._s("label"))
         width = self.content_region.width or 40
         scale = max((p.seconds or 0.0) for p in phases) or 1.0
+        if not self.whole_step and len(phases) > 1:
+            phases = phases[1:]
         label_w = max(len(p.name) for p in phases)
         # The others' median is the comparison that names a straggler: it keeps its column
         # and the bar takes what is left (none under 3 cells), down to 80 columns.
