@@ -599,3 +599,22 @@ async def test_a_rank_waiting_in_a_hang_says_which_rank_it_waits_for():
         await pilot.pause()
         title = app.screen.query_one("#title").render()
         assert str(title).splitlines()[0].startswith("rank 5  stalled, waiting for rank 3"), str(title)
+
+
+async def test_a_calm_note_longer_than_the_panels_rows_is_cut_to_them():
+    """The note said when no alert is up ("no word from the hub…") wraps as it always did where
+    the panel has the rows, and is cut with "…" to the rows it has where not (a side area under
+    the grid at 60x20 gives the alerts one)."""
+    app = make_app(Fed())
+    async with app.run_test(size=(120, 40)) as pilot:
+        panel = app.screen.query_one(AlertList)
+        note = "⚠ no word from the hub for 12 s: these figures may be stale"
+        panel.calm = note
+        await pilot.pause()
+        width = panel.content_region.width
+        assert width < len(note) and panel.render().plain == note  # whole: Textual wraps it
+        panel.max_rows = 1
+        await pilot.pause()
+        (line,) = panel.render().plain.splitlines()
+        assert line.endswith("…") and len(line) <= width, line
+        assert panel.content_region.height == 1

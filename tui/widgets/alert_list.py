@@ -124,7 +124,10 @@ class AlertList(CachedStyles, Widget):
         width = self._fitted_width = self._measuring or self.content_region.width or 40
         if not self.alerts:
             calm = Text(self.calm, style=self._s("stale" if self.calm.startswith(STALE_MARK) else "ok"))
-            return Text("\n").join(_cut(calm, self.app.console, max(10, width), self.max_rows))
+            width, console = max(10, width), self.app.console
+            if len(calm.wrap(console, width)) <= self.max_rows:
+                return calm
+            return Text("\n").join(_cut(calm, console, width, self.max_rows))  # (in the rows the panel has)
         return Text("\n").join(self.fitted(width, self.max_rows))
 
     _measuring = 0
