@@ -915,7 +915,8 @@ async def test_sorting_by_status_puts_the_rank_a_hang_waits_for_first_and_says_w
         grid.select(0)
         await pilot.pause()
         line = widget_text(app.screen.query_one(SelectedRank))
-        assert line.startswith("rank 0 · exited 1 · " if timed_out else "rank 0 · stalled in backward · "), line
+        # (waiting, ◇ on the grid: for whom, as its alert says)
+        assert line.startswith("rank 0 · exited 1 · " if timed_out else "rank 0 · waiting for rank 2 (stalled in backward) · "), line
 
 
 def _live_run4():
