@@ -53,6 +53,14 @@ code for SIGTERM (a rank that handles it and exits as the shell would, or a shel
 a rank). Never a root cause."""
 
 
+def stopped_how(rank: int, message: str | None) -> str | None:
+    """Who stopped a rank, from the launcher's note of its exit: 'by you' (Ctrl-C), 'by
+    pardash after torchrun was killed', 'by torchrun', 'by SIGTERM' (an older log's "rank 3 was
+    stopped by torchrun" too); None where the note says no such thing (a rank's own exit)."""
+    text = (message or "").removeprefix(f"rank {rank} ").removeprefix("was ")
+    return text.removeprefix("stopped ") if text.startswith("stopped by ") else None
+
+
 def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Event, list[int], list[int]] | None:
     """(the exit that caused a failure, ranks that failed because of it, ranks stopped), among
     ``events`` (default: the last attempt's, see :func:`attempts`).

@@ -9,6 +9,7 @@ import re
 
 from .analysis import hang_causes
 from .clocks import clock_warnings
+from .failures import stopped_how
 from .logreader import no_rank_reported
 from .summary import ranks_named
 from .summary import human_bytes, ms
@@ -275,9 +276,13 @@ def exit_lines(rep: dict) -> list[str]:
     for e in sorted(rep["exits"], key=lambda e: first.get(e.get("role") or "", 2)):  # stable: the rest keep their order
         sig = f" ({e['signal']})" if e.get("signal") else ""
         at = f" at step {e['step']}" if e.get("step") is not None else ""
+        # Who stopped it, as the launcher noted: a stop by you, by torchrun after a failure and
+        # by pardash after torchrun was killed are different stories.
+        by = stopped_how(e["rank"], e.get("message"))
+        how = f" {by}" if by else ""
         role = {
-            "cause": " - the root cause", "victim": " - failed because of it", "stopped": " - stopped",
-            "stopped_first": " - stopped first, the others failed after it",
+            "cause": " - the root cause", "victim": " - failed because of it", "stopped": f" - stopped{how}",
+            "stopped_first": f" - stopped{how} first, the others failed after it",
             "peer_left": " - failed as a peer had left the job",
             "hung": " - the root cause: it hung, the others waited", "waited": " - failed waiting for the hung rank(s)",
         }.get(e.get("role") or "", "")  # fmt: skip

@@ -1202,6 +1202,28 @@ def test_a_job_whose_ranks_were_only_stopped_names_no_root_cause(tmp_path):
     assert outcome_line(st, 143, {"stopped": True}, "run.jsonl") == "pardash: stopped by you (exit code 143); log run.jsonl"
 
 
+@pytest.mark.parametrize(("note", "said"), [
+    ("stopped by pardash after torchrun was killed", "stopped by pardash after torchrun was killed"),
+    ("stopped by you", "stopped by you"),
+    ("rank {r} was stopped by torchrun", "stopped by torchrun"),  # an older launcher's note
+])  # fmt: skip
+def test_the_report_says_who_stopped_the_ranks(tmp_path, note, said):
+    # torchrun killed (kill -9) under `pardash launch`: the launcher said "torchrun itself was
+    # killed (SIGKILL) and its ranks were stopped", the report only "ranks 0-1 exited with code
+    # -15 (SIGTERM) - stopped", the launcher's note of why in the JSON's exits[].message alone.
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=1, step=1, step_s=0.1, samples=4, t=t + 1) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=r, seq=-1, name="exit", code=-15, message=note.format(r=r), t=t + 2) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["failure"] is None  # no rank failed: something outside the ranks stopped them
+    line = f"ranks 0-1 exited with code -15 (SIGTERM) - {said}"
+    assert f"\nexits:\n  {line}\n" in render_text(rep)
+    assert f"\n- {line}\n" in render_markdown(rep)
+
+
 @pytest.mark.parametrize(
     ("failed", "said"),
     [((1, "ValueError: bad batch"), "rank 1 exited with code 1 at step 3; rank 0 was stopped"),
