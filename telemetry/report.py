@@ -195,8 +195,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     saves: dict[int, dict] = {}
     resumes: dict[tuple[int, int], dict] = {}
     warnings: dict[str, dict] = {}
-    first_t = None
-    """The hub's first time: the run's start where no rank's clock gives one."""
+    first_t = hub_last_t = None
+    """The hub's first time: the run's start where no rank's clock gives one; and its last."""
     clocks = RankClocks()
     """The ranks' own first and last times, and whose clock is off (left out of the spans)."""
     step_spans: dict[int, list[float]] = {}
@@ -225,6 +225,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             clocks.take(msg)
             if is_hub_side(msg):
                 first_t = msg.t if first_t is None else min(first_t, msg.t)
+                hub_last_t = msg.t if hub_last_t is None else max(hub_last_t, msg.t)
         if isinstance(msg, schema.Step):
             ep = open_stalls.get(msg.rank)
             if ep is not None and (ep["step"] is None or msg.step > ep["step"]):
@@ -318,6 +319,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     off = clocks.off()
     hub_off = clocks.hub_off_s()
     span = clocks.span()
+    hub_first_t = first_t
     first_t, last_t = span if span is not None else (first_t, first_t)
     last_attempt = max((r.restarts for r in state.ranks.values()), default=0)
     for ep in stalls:
@@ -398,6 +400,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         ranks.append(row)
 
     duration = (last_t - first_t) if first_t is not None and last_t is not None else 0.0
+    if not any(step_s.values()) and hub_first_t is not None and hub_off is None:
+        # A run that took no step (stopped as it started: torch's import, the rendezvous) lasted
+        # from its hub's start, which waited with it: its ranks' first and last word, two hellos,
+        # read "duration 2e-05 s". To their last word still (a viewer kept open after the job
+        # keeps the hub writing), or without a rank's word, to the hub's last record.
+        end = last_t if span is not None else hub_last_t
+        duration = max(duration, end - hub_first_t) if end is not None else duration
     total_samples = sum(samples.values())
     median_step = _median([r["median_step_s"] for r in ranks])
     # A rank's mean samples a step (its latest alone read a fifth for a partial last batch).

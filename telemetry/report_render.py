@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from decimal import Decimal
 
 from .analysis import hang_causes
 from .clocks import clock_warnings
@@ -107,8 +108,11 @@ def _steps_text(rep: dict) -> str:
 
 
 def _seconds(s: float) -> str:
-    """``8.3 s``; under a second, two significant digits (a 6-step run's training read "0.0 s")."""
-    return f"{s:.1f} s" if s >= 1 or s == 0 else f"{s:.2g} s"
+    """``8.3 s``; under a second, two significant digits (a 6-step run's training read "0.0 s"),
+    written out: ``0.000021 s``, never ``2.1e-05 s``."""
+    if s >= 1 or s == 0:
+        return f"{s:.1f} s"
+    return f"{Decimal(f'{s:.2g}'):f} s"
 
 
 def _restart_text(rep: dict) -> str:

@@ -1704,6 +1704,35 @@ def test_a_viewer_left_open_after_the_job_adds_nothing_to_the_runs_duration(tmp_
     assert build_report(str(log))["duration_s"] == pytest.approx(6.5)
 
 
+def test_a_run_stopped_before_its_first_step_lasts_from_its_hubs_start(tmp_path):
+    # Ctrl-C of a launch before step 1: the ranks' only words were their hellos, 2e-05 s apart,
+    # and the report said "duration 2e-05 s (training 0.0 s)" of a job that ran 14 s.
+    t = 1.0e9
+    msgs = [schema.Event(rank=-1, seq=-1, name="hub", message="hub started", t=t)]
+    msgs += [schema.Hello(rank=r, world_size=2, pid=10 + r, seq=0, strategy="ddp", t=t + 14.0 + r * 2e-5) for r in (0, 1)]
+    msgs += [schema.Event(rank=-1, seq=-1, name="hub", message="hub stopped: 2 messages", t=t + 40.0)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, msgs)
+    rep = build_report(str(log))
+    assert rep["duration_s"] == pytest.approx(14.0 + 2e-5)  # to the ranks' last word, not the hub's (a viewer kept open)
+    assert "\nduration           14.0 s (training 0.0 s)\n" in render_text(rep)
+    # With no rank's word at all, the hub's own records are all the log holds of the run.
+    _write_log(log, [msgs[0], msgs[-1]])
+    assert build_report(str(log))["duration_s"] == pytest.approx(40.0)
+
+
+def test_a_duration_under_a_second_is_written_out(tmp_path):
+    # Two steps a few microseconds long (a hand-made log, a step timer's resolution) read
+    # "duration 2e-05 s (training 2e-05 s)".
+    t = 1.0e9
+    msgs = [schema.Hello(rank=r, world_size=2, pid=10 + r, seq=0, strategy="ddp", t=t) for r in (0, 1)]
+    msgs += [schema.Step(rank=r, step=1, seq=1, step_s=2e-5, samples=4, t=t + 2e-5) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, msgs)
+    line = next(x for x in render_text(build_report(str(log))).splitlines() if x.startswith("duration"))
+    assert line == "duration           0.00002 s (training 0.00002 s)"
+
+
 def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_early(tmp_path):
     # What the hub refused was shown only live (a total in the TUI's header); a log cut short
     # (the hub killed for good, its disk full) read as a run whose ranks were still "running".
