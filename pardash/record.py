@@ -72,14 +72,15 @@ def cmd_record(ns: argparse.Namespace) -> int:
         )  # fmt: skip
     except logfeed.CopyError as exc:
         why = str(exc)
+        code = 2 if isinstance(exc, logfeed.CopyRefused) else 1  # (bad input, as attach has it; else the hub's doing)
         if why == "stopped":
             print(f"{PROG} record: stopped before the hub answered; nothing was copied", file=sys.stderr)
             return 130
         if why == "no answer":
             hint = "; a hub with CURVE keys answers only viewers with an authorised key (--curve-dir DIR or PARDASH_CURVE_DIR)"
             fail(f"no answer from the hub of {where} (its snapshot port, {follower.endpoint}); is the run still live? "
-                 f"(`{PROG} ps`){hint if follower.keys is None else ''}", 1)  # fmt: skip
-        fail(why, 1)
+                 f"(`{PROG} ps`){hint if follower.keys is None else ''}", code)  # fmt: skip
+        fail(why, code)
     finally:
         follower.close()
     held = f"{cp.path} holds"

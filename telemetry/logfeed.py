@@ -25,6 +25,7 @@ its offset with the new hub as with the old.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
@@ -322,6 +323,19 @@ class CopyError(Exception):
     """A copy that cannot begin or go on: one line why."""
 
 
+class CopyRefused(CopyError):
+    """A copy refused for what it was given (`pardash record` exits 2, as for bad input): an
+    ``-o PATH`` that cannot be the copy (a folder, the hub's own log, another log, a file another
+    copy writes), or a hub that never answered (a wrong address; as `attach` says of it)."""
+
+
+BAD_PATH_ERRNOS = frozenset({
+    errno.EISDIR, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENOENT, errno.EEXIST, errno.EROFS,
+    errno.ENAMETOOLONG, errno.ELOOP, errno.EINVAL,
+})  # fmt: skip
+"""Why a copy's file cannot be opened that is the path's doing, not the machine's (a full disk)."""
+
+
 @dataclass
 class Copy:
     """Where a copy stands."""
@@ -374,7 +388,7 @@ def _check_copy(fd: int, path: str, follower: LogFollower, first: bytes, stop: C
         fh.seek(tail_at)
         tail = fh.read(end - tail_at)
     if not head or head[: len(first)] != first[: len(head)]:
-        raise CopyError(f"{path} holds another log than this run's (or an edited copy of it); give another -o PATH, or remove it")
+        raise CopyRefused(f"{path} holds another log than this run's (or an edited copy of it); give another -o PATH, or remove it")
     if end > len(first):
         # Where it goes on from, the hub's bytes must be the copy's: a copy edited past the
         # first answer (a line deleted) went on from the wrong place.
@@ -384,7 +398,7 @@ def _check_copy(fd: int, path: str, follower: LogFollower, first: bytes, stop: C
             raise CopyError("no answer")
         chk, data = got
         if chk.error or not data.startswith(tail):
-            raise CopyError(f"{path} is not a copy of this run's log up to its end (edited, or of another run); give another -o PATH, or remove it")
+            raise CopyRefused(f"{path} is not a copy of this run's log up to its end (edited, or of another run); give another -o PATH, or remove it")
     if end < size:
         os.truncate(path, end)  # stopped mid-write: its last line is sent again
     return end
@@ -404,34 +418,37 @@ def follow(
     """Copy the hub's log into ``out`` (None: ``default_out(run id)``, known from the first
     answer) until the hub says it ended, ``stop()`` is true, or no answer came for ``wait_s``
     (or ``run_gone()`` says its run is no longer live); returns where the copy stands. Raises
-    CopyError when it cannot begin (no answer within ``first_wait_s``, a hub with no log, an
-    ``out`` that is the hub's own log, another copy's, or holds another log). ``progress`` is
-    called with the copy after each chunk written (''), when it first catches up
-    ('caught_up'), when the hub answering is another process ('hub_restarted') and when the hub
-    cannot read its log for now ('hub_error', the reason in ``hub_error``)."""
+    CopyError when it cannot begin (a hub with no log; CopyRefused: no answer within
+    ``first_wait_s``, an ``out`` that is the hub's own log, another copy's, or holds another
+    log). ``progress`` is called with the copy after each chunk written (''), when it first
+    catches up ('caught_up'), when the hub answering is another process ('hub_restarted') and
+    when the hub cannot read its log for now ('hub_error', the reason in ``hub_error``)."""
     follower.ask(0)
     got = _wait_answer(follower, 0, first_wait_s, stop)
     if got is None:
-        raise CopyError("stopped" if stop() else "no answer")
+        if stop():
+            raise CopyError("stopped")
+        raise CopyRefused("no answer")
     head, data = got
     if head.error:
         raise CopyError(head.error)
     path = out or default_out(head.run)
     if registry.same_file(head.path, path):
-        raise CopyError(f"{path} is the log the hub writes itself (run {head.run}): it needs no copy; give another -o PATH")
+        raise CopyRefused(f"{path} is the log the hub writes itself (run {head.run}): it needs no copy; give another -o PATH")
     parent = os.path.dirname(path)
     try:
         if parent:
             os.makedirs(parent, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o640)
     except OSError as exc:
-        raise CopyError(f"cannot write {path}: {exc.strerror or exc}") from None
+        refused = CopyRefused if exc.errno in BAD_PATH_ERRNOS else CopyError
+        raise refused(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             # (two copies appending to one file made a file twice the log, each saying it was whole)
-            raise CopyError(f"another `pardash record` writes {path} now; give this one another -o PATH") from None
+            raise CopyRefused(f"another `pardash record` writes {path} now; give this one another -o PATH") from None
         start = _check_copy(fd, path, follower, data, stop)
         cp = Copy(path=path, run=head.run, offset=start, carried_from=start, hub_path=head.path, hub_id=head.hub_id)
         got = (head, data) if start == 0 else None

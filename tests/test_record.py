@@ -90,13 +90,16 @@ def test_record_refuses_the_hubs_own_log_another_log_and_a_hub_without_one(tmp_p
         live_ranks(info, "rec-no", log, steps=1)
         rec = _record("rec-no", "-o", str(log))
         _, err = rec.communicate(timeout=30)
-        assert rec.returncode == 1
+        assert rec.returncode == 2  # bad input, as the README has it (it was 1)
         assert f"{log} is the log the hub writes itself (run rec-no): it needs no copy; give another -o PATH" in err
         rec = _record("rec-no", "-o", str(other))
         _, err = rec.communicate(timeout=30)
-        assert rec.returncode == 1
+        assert rec.returncode == 2
         assert f"{other} holds another log than this run's (or an edited copy of it)" in err
         assert other.read_text().count("\n") == 1  # untouched
+        rec = _record("rec-no", "-o", str(tmp_path))  # a folder
+        _, err = rec.communicate(timeout=30)
+        assert (rec.returncode, err) == (2, f"pardash: error: cannot write {tmp_path}: Is a directory\n")
     finally:
         _stop_hub(proc)
     # A hub that keeps no log: said, nothing written.
@@ -111,6 +114,18 @@ def test_record_refuses_the_hubs_own_log_another_log_and_a_hub_without_one(tmp_p
         assert not (tmp_path / "none.jsonl").exists()
     finally:
         _stop_hub(hub)
+
+
+def test_a_hub_that_never_answers_is_bad_input_as_attach_says_it(tmp_path):
+    # `record tcp://127.0.0.1:1` exited 1, `attach --headless tcp://127.0.0.1:1` 2, both saying
+    # "no answer from the hub".
+    rec = _record("tcp://127.0.0.1:1", "-o", str(tmp_path / "copy.jsonl"))
+    _, err = rec.communicate(timeout=60)
+    attach = subprocess.run([sys.executable, "-m", "pardash", "attach", "--headless", "tcp://127.0.0.1:1"],
+                            capture_output=True, text=True, env=pardash_env(), timeout=60)  # fmt: skip
+    assert "no answer from the hub of tcp://127.0.0.1:1" in err and "no answer from the hub at tcp://127.0.0.1:1" in attach.stderr
+    assert (rec.returncode, attach.returncode) == (2, 2)
+    assert not (tmp_path / "copy.jsonl").exists()
 
 
 def test_a_copy_goes_on_across_a_hub_killed_and_restarted_on_its_log(tmp_path):
@@ -205,7 +220,7 @@ def test_two_copies_into_one_file_are_refused(tmp_path):
     with _copied(tmp_path, "rec-two", steps=2) as (_, copy, _):
         second = _record("rec-two", "-o", str(copy))
         _, err = second.communicate(timeout=30)
-        assert second.returncode == 1
+        assert second.returncode == 2
         assert f"another `pardash record` writes {copy} now; give this one another -o PATH" in err
 
 
