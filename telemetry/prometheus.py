@@ -188,7 +188,7 @@ class HubCollector:
         self_s = GaugeMetricFamily("pardash_rank_self_seconds", "Self time of the rank's latest step.", labels=["rank"])
         phase = GaugeMetricFamily("pardash_rank_phase_seconds", "Phase times of the rank's latest step.", labels=["rank", "phase"])
         loss = GaugeMetricFamily("pardash_rank_loss", "Loss of the rank's latest step.", labels=["rank"])
-        held = GaugeMetricFamily("pardash_rank_held_bytes", "Model state the rank holds.", labels=["rank"])
+        held = GaugeMetricFamily("pardash_rank_held_bytes", "Memory the rank holds for training: its model state plus DDP's gradient buckets.", labels=["rank"])
         device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS).", labels=["rank"])
         state = GaugeMetricFamily("pardash_rank_state", "1 for the rank's current state, 0 for the others.", labels=["rank", "state"])
         lost = CounterMetricFamily("pardash_rank_messages_lost", "The rank's messages that never arrived.", labels=["rank"])

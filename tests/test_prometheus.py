@@ -128,6 +128,25 @@ def test_per_rank_series_only_when_asked(hub):
         server.close()
 
 
+def test_a_ranks_held_bytes_say_they_count_ddps_buckets(hub):
+    # Its help said "Model state the rank holds." of a figure with DDP's gradient buckets in it
+    # (as pardash_held_max_bytes says): 8000 B of state read as 10000.
+    server = serve_metrics(hub.core, 0, per_rank=True)
+    rep = Reporter(hub.ingest_endpoint, run="test-run", identity=identity(0, 1), heartbeat_s=0)
+    try:
+        rep.hello(strategy="ddp", world_size=1)
+        mem = {"params_bytes": 2000, "grads_bytes": 2000, "optim_bytes": 4000, "buckets_bytes": 2000}
+        rep.step(step=1, loss=1.0, step_s=0.1, samples=8, mem=mem)
+        wait_for(lambda: 0 in hub.core.state.ranks and hub.core.state.ranks[0].step is not None)
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_rank_held_bytes", rank="0") == 10_000
+        assert fams["pardash_rank_held_bytes"].documentation == (
+            "Memory the rank holds for training: its model state plus DDP's gradient buckets.")
+    finally:
+        rep.close()
+        server.close()
+
+
 def test_a_straggler_that_finished_is_no_straggler_any_more():
     # Once every rank had finished, /metrics still said a straggler cost the others 30 ms a
     # step: an alert on it kept firing on a job that was over.
