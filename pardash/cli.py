@@ -186,10 +186,25 @@ def _over_or(target: str | None, why: str, runs_dir: str = "runs") -> str:
     return f"run {run} is over (no hub serves it now): `{PROG} report {run}{where}` sums it up, `{PROG} replay {log}` shows it"
 
 
+def _check_log(path: str) -> None:
+    """Fails with one line, as report does, when the log at ``path`` cannot be read or holds no
+    record; reads up to its first record only (a day's log is a minute's read)."""
+    from pardash.telemetry.logreader import LogReadStats, no_records, read_log
+
+    stats = LogReadStats()
+    try:
+        for _ in read_log(path, stats):
+            return
+    except OSError as exc:
+        fail(f"{path}: cannot read it: {exc.strerror or exc}")
+    fail(no_records(path, stats))
+
+
 def cmd_replay(ns: argparse.Namespace) -> int:
     from pardash.telemetry.client import AttachError, ReplaySource
 
     ns.log = find_log(ns.log, ns.runs_dir)
+    _check_log(ns.log)  # (first: without a terminal it sent to `pardash report` an empty log it then refused)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         fail(f"replay shows the TUI, which needs a terminal; for a summary without one: {PROG} report {ns.log}")
     if ns.speed <= 0:

@@ -538,6 +538,20 @@ def test_bad_input_to_the_recorded_run_commands_is_one_line_naming_the_command(t
     assert list(tmp_path.iterdir()) == []
 
 
+def test_replay_without_a_terminal_says_first_what_is_wrong_with_the_log(tmp_path):
+    # `pardash replay empty.jsonl` in a pipe said it needs a terminal and to run `pardash report
+    # empty.jsonl`, which then refused the log: the log's own trouble comes first, as report says it.
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("hello\nworld\n")
+    for name in ("empty.jsonl", "notes.txt"):
+        replay, report = (_pardash(cmd, name, cwd=tmp_path, stdin=subprocess.DEVNULL) for cmd in ("replay", "report"))
+        assert replay.returncode == report.returncode == 2 and replay.stderr == report.stderr
+        assert "no telemetry records" in replay.stderr and "terminal" not in replay.stderr, replay.stderr
+    # A log with records is one the report reads: there, the terminal is what is missing.
+    replay = _pardash("replay", str(DATA / "real_ddp2.jsonl"), stdin=subprocess.DEVNULL)
+    assert replay.returncode == 2 and f"which needs a terminal; for a summary without one: pardash report {DATA / 'real_ddp2.jsonl'}" in replay.stderr
+
+
 def test_a_log_holding_two_runs_is_reported_with_a_warning(tmp_path):
     # A log appended to by hand: the report merged both runs without a word.
     both = tmp_path / "both.jsonl"
