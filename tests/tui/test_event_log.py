@@ -240,3 +240,23 @@ def test_a_backends_error_is_one_short_line_without_its_source_path_and_sign_off
         "rank 2 exited with code 1: RuntimeError: Timed out waiting 60000ms for recv operation to complete",
     ]
     assert lines[3].endswith("x…") and len(lines[3]) < 200
+
+
+async def test_a_replay_started_at_its_end_shows_its_newest_event_in_a_one_line_log():
+    # `pardash replay LOG --start end` below 72 columns: the event panel, one line high under
+    # the alerts, showed the log's oldest line ("00:00 hub: hub started…"), not its newest:
+    # the jump to the end scrolled before the panel shrank to its final height.
+    from tui_helpers import DATA, strip_text
+
+    from pardash.telemetry.client import ReplaySource
+    from pardash.tui.app import make_app
+    from pardash.tui.widgets.event_log import EventLog
+
+    app = make_app(ReplaySource(str(DATA / "exited4.jsonl"), start_s=1e9))
+    async with app.run_test(size=(70, 24)) as pilot:
+        await pilot.pause(0.3)
+        log = app.screen.query_one("#events", EventLog)
+        rows = log.scrollable_content_region.height
+        assert 0 < rows < len(log.lines)
+        shown = [strip_text(line) for line in log.lines[log.scroll_offset.y :][:rows]]
+        assert shown[-1] == strip_text(log.lines[-1]), shown

@@ -119,6 +119,11 @@ class EventLog(CachedStyles, RichLog):
     def on_mount(self) -> None:
         # Written lines keep the colours of the theme they were written in: rewrite on change.
         self.app.theme_changed_signal.subscribe(self, self._rewrite)
+        # Kept at its newest line as the panel's height settles, not only when a line is
+        # written: a replay started at its end wrote every line into a taller panel than the
+        # one line the alerts left it below 72 columns, and showed its oldest. Scrolling up
+        # lets go of the anchor; the next line written takes it again, as before.
+        self.anchor()
 
     def on_resize(self) -> None:
         # Lines are wrapped to the width they were written at: rewrap them at the new one (lines
