@@ -89,10 +89,15 @@ COLUMNS = ("rank", "status", "loss", "step", "held", "dev")
 WIDE_COLUMNS = (
     ("rank", "status", "step_no", "loss", "step", "self", "dev", "data", "comm", "held", "gpu", "gpu_mem"),
     ("rank", "status", "step_no", "loss", "step", "self", "dev", "data", "comm", "held"),
+    ("rank", "status", "step_no", "loss", "step", "self", "dev", "data", "held"),
+    ("rank", "status", "step_no", "loss", "step", "self", "dev", "held"),
 )
 """Richer cells, widest first, used when every rank fits on a line of its own (with the step
 each rank is at: the first thing to read when one is behind; several cells a line have no room
-for it)."""
+for it). Narrower, the communication wait goes first (a victim's figure: Δself names the
+straggler, data its commonest cause), then the data time: a grid of 67 columns (a 70-column
+terminal, the side panels under it) drew the 42 columns of :data:`COLUMNS` and left 25 empty,
+without the step or the self time."""
 COMPACT_COLUMNS = ("rank", "glyph", "dev")
 """Fields of a compact cell, when full cells do not fit but a heat map would waste the room."""
 COLUMN_SPEC = {
@@ -317,8 +322,10 @@ def lay_out(
             lines = layout_cells(ordered, width, cell_width(wide, rank_width), single=True)
             break
     if not one_a_line or len(lines) > room:
-        columns = COLUMNS
-        lines = layout_cells(ordered, width, cell_width(columns, rank_width))
+        several = layout_cells(ordered, width, cell_width(COLUMNS, rank_width))
+        # (where full cells too go one a line, the richer ones scroll no further)
+        if not one_a_line or len(several) < len(lines):
+            columns, lines = COLUMNS, several
     if len(lines) > room and form != "heat":
         compact = layout_cells(ordered, width, cell_width(COMPACT_COLUMNS, rank_width))
         if len(compact) <= room or form == "auto":

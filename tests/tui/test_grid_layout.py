@@ -84,8 +84,20 @@ def test_heat_map_packs_small_nodes_side_by_side():
 
 
 def test_forced_cells_scroll_instead_of_a_heat_map():
-    layout = lay_out(rows(1024), width=73, height=33, form="cells")
+    layout = lay_out(rows(1024), width=120, height=33, form="cells")
     assert not layout.heat and layout.columns == COLUMNS and len(layout.lines) > 33
+
+
+@pytest.mark.parametrize("width", [67, 60])
+def test_a_narrow_grid_of_a_rank_a_line_shows_each_ranks_step_and_self_time(width):
+    # 70 columns, the side panels under the grid (67): it drew loss, wall, held and Δself, and
+    # 25 columns empty, without the step a rank is at or its self time, which fit
+    layout = lay_out(rows(2), width=width, height=10)
+    assert {"step_no", "loss", "step", "self", "dev", "held"} <= set(layout.columns)
+    assert layout.cell_width <= width - 1
+    # so with more ranks than lines: full cells too go a rank a line, and scroll no less
+    layout = lay_out(rows(64), width=width, height=10, form="cells")
+    assert not layout.heat and layout.max_cols == 1 and {"step_no", "self"} <= set(layout.columns)
 
 
 def test_flagged_only_and_the_empty_note():
