@@ -35,3 +35,15 @@ async def test_the_grid_and_memory_view_say_bytes_as_the_rest_and_ddp_buckets_on
         lines = [" ".join(strip_text(bars.render_line(y)).split()) for y in range(8)]
         for line in lines:
             assert line.endswith(f"{state} of {state} full copy + {buckets} buckets"), line
+
+
+async def test_the_memory_view_of_one_rank_says_rank_not_ranks():
+    # A one-process run's memory view read "dp · 1 ranks" under a header saying "1 rank".
+    from textual.widgets import Static
+
+    app = replay_app("dp1.jsonl")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("m")
+        await pilot.pause(0.3)
+        title = widget_text(app.screen.query_one("#title", Static))
+        assert "dp · 1 rank " in title + " " and "1 ranks" not in title, title

@@ -102,7 +102,7 @@ class MemoryScreen(Screen):
         strategy = state.strategy or "?"
         title: list[str | tuple[str, str]] = [
             ("memory", "bold $text-accent"),
-            f"  {strategy} · {state.world_size} ranks",
+            f"  {strategy} · {state.world_size} rank{'s' if state.world_size != 1 else ''}",  # (as the header)
         ]
         hello = state.hello
         # The expectation on a line of its own: at 80 columns the title wrapped "830" from its
