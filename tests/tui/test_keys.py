@@ -435,3 +435,17 @@ async def test_the_footer_says_how_to_get_back_from_the_event_log_and_escape_doe
         await pilot.press("tab", "tab")
         await pilot.pause()
         assert isinstance(app.focused, RankGrid)
+
+
+async def test_the_quit_dialog_says_how_to_attach_to_this_run_again():
+    # "come back with `pardash attach`": with several live runs that attaches to the newest.
+    from textual.widgets import Label
+
+    app = replay_app("run4.jsonl", launched=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        run_id = app.source.state.run_id
+        assert run_id
+        said = " ".join(str(label.render()) for label in app.screen.query(Label))
+        assert f"`pardash attach {run_id}`" in said, said

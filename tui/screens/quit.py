@@ -9,6 +9,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label
 
@@ -94,8 +95,10 @@ class QuitScreen(ModalScreen[str | None]):
                 "Stop the job ends every rank (torchrun gets SIGTERM); the hub writes the log to the end.",
                 classes="explain",
             )
+            # The run named: with several live runs, a bare `pardash attach` takes the newest.
+            again = f"pardash attach {self.run_id}" if self.run_id else "pardash attach"
             yield Label(
-                "Detach: the job, the hub and the log go on; come back with `pardash attach`.",
+                Content(f"Detach: the job, the hub and the log go on; come back with `{again}`."),
                 classes="explain",
             )
             with Horizontal():
