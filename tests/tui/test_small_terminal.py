@@ -99,3 +99,15 @@ async def test_a_ranks_memory_figures_are_in_one_unit_style_and_say_what_they_ar
         held = next(line for line in lines if line.startswith("held"))
         against = held.split(" of ")[1].split(" (")[0]
         assert held.split()[2] == "MiB" and against.split()[1] in ("KiB", "MiB", "GiB"), held
+
+
+async def test_the_header_writes_a_step_as_the_grid_does():
+    # "step 2,000" in the header over "2001" in the grid: one run's steps in two formats.
+    from pardash.tui.format import fmt_step_no
+
+    app = make_app(replay_app("run4.jsonl").source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        header = app.screen.query_one(RunHeader)
+        header.summary = RunSummary(run_id="r", strategy="ddp", world_size=2, step=2000, status_counts=(("running", 2),))
+        await pilot.pause()
+        assert f"step {fmt_step_no(2000)} " in header._text(118).plain

@@ -73,7 +73,7 @@ GLOSSARY = (
     "likely waits for, [$text-warning]◇[/] waiting for it), [$text-error]○[/] silent (no heartbeat), "
     "[$text-error]×[/] exited ([$text-error reverse]×[/]: the first to exit), [$text-primary]□[/] done, "
     "· starting; a row is labelled by its first rank, or by its node (n3).\n"
-    "columns: step: the rank's last step done; loss; wall; self; Δself; data: data loading "
+    "columns: step: the rank's last step done (the header's: the slowest rank's, the one every rank has done); loss; wall; self; Δself; data: data loading "
     "(waiting for the next batch); comm; held (state + DDP buckets, below); gpu: utilisation; gpu mem: the device's "
     "memory in use. Bytes in binary units: Ki, Mi, Gi are KiB, MiB, GiB (1024 B, 1024 KiB, 1024 MiB). "
     "wall: a rank's step time, from one step's end to the next's (the grid: the median of the "

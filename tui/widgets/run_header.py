@@ -367,7 +367,9 @@ class RunHeader(CachedStyles, Widget):
         if s.nodes > 1:
             what[-1] += f" on {s.nodes} nodes"
         first.append([(" · ".join(what), self._s("value"))])
-        first.append(self._pair("step", fmt_count(s.step)))
+        # Written as the grid, the event log and the progress lines write a step ("2000", not
+        # "2,000"); the slowest rank's, the one every rank has done (a rank may be one ahead).
+        first.append(self._pair("step", str(s.step)))
         if s.restarts:
             first.append(self._pair("restarts", fmt_count(s.restarts), "warn"))
         first.append(self._pair("samples/s", " ".join(filter(None, (fmt_rate(s.samples_per_s), s.samples_per_s_when)))))
