@@ -897,21 +897,30 @@ def test_the_exit_step_is_the_step_the_script_ended_in(hooked):
     assert _exit_step(rep, inst, 1) == 4  # ...and fails in it
 
 
-def test_a_failures_error_and_exit_say_the_same_step(hooked):
-    # The error event said the rank's last step published (3) and the exit the step it failed
-    # in (4): one failure, two steps, and the report's "at step 3: ..." beside "at step 4".
+def test_a_failures_error_says_the_last_step_done_and_its_exit_the_step_it_failed_in(hooked):
+    # The error event carries the last step completed (the report adds one where a launcher's
+    # note has no step), the exit the step the script ended in. With two optimizers a step is
+    # published when the next round begins: sent before the steps held back, the error said 2
+    # of a rank that had done 3.
     from pardash.trainer.autorun import _finish
 
     inst, rep = hooked
     said = []
     rep.event = lambda name, message="", **fields: said.append((name, message, fields.get("step"))) or True
     rep.close = lambda: None
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    _train(model, opt, 3)
+    body, head = nn.Linear(8, 16), nn.Linear(16, 4)
+    model = nn.Sequential(body, nn.ReLU(), head)
+    opts = [torch.optim.SGD(body.parameters(), lr=0.1), torch.optim.SGD(head.parameters(), lr=0.1)]
+    for _ in range(3):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        for o in opts:
+            o.step()
+            o.zero_grad()
     model(torch.randn(2, 8))  # a fourth step begins, and fails in it
     _finish(rep, inst, 1, {"message": "RuntimeError: boom", "traceback": "..."})
-    assert said == [("error", "RuntimeError: boom", 4), ("exit", "", 4)]
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    assert said == [("error", "RuntimeError: boom", 3), ("exit", "", 4)]
 
 
 def test_grad_scaler_loss_is_unscaled_and_a_skipped_step_still_counts(hooked):

@@ -225,9 +225,9 @@ def _line_buffered() -> None:
 
 def _finish(reporter, instrument, code: int, error: dict | None = None) -> None:
     """Publish what is still held back, then the error event (fields of it: message,
-    traceback) and the exit event, both at the step the script ended in, then flush. (The
-    error said its rank's last step published before the ones held back: "step 19" beside
-    the exit's "step 20".)"""
+    traceback) at the last step completed, as every error event says (a GPU's last step is
+    published here: sent before, the error said the one before it), and the exit event at the
+    step the script ended in (see _exit_step), then flush."""
     from pardash.telemetry import api
 
     if instrument is not None:
@@ -236,10 +236,9 @@ def _finish(reporter, instrument, code: int, error: dict | None = None) -> None:
         except Exception:
             pass
     api.flush()
-    step = _exit_step(reporter, instrument, code)
     if error is not None:
-        reporter.event("error", step=step if step is not None else reporter.last_step, **error)
-    reporter.event("exit", code=code, step=step)
+        reporter.event("error", step=reporter.last_step, **error)
+    reporter.event("exit", code=code, step=_exit_step(reporter, instrument, code))
     reporter.close()
 
 
