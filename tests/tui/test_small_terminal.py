@@ -3,6 +3,8 @@ its memory figures whole, its events; the header's lines for what runs, not the 
 
 from __future__ import annotations
 
+import pytest
+
 from tui_helpers import replay_app, strip_text, widget_text
 
 from pardash.tui.app import make_app
@@ -79,9 +81,10 @@ async def test_the_header_at_80_columns_leaves_out_the_device_and_shortens_the_l
         )  # fmt: skip
         await pilot.pause()
         narrow = header._text(78).plain.splitlines()
-        assert len(narrow) == 2, narrow
+        assert len(narrow) == 3, narrow  # (elapsed, laid out at its widest, leads the second)
         assert "Xeon" not in "\n".join(narrow)
-        assert narrow[1].endswith("log runs/…/telemetry.jsonl")
+        # (relative to the folder it runs in; on a line of its own now, its run id fits)
+        assert narrow[-1].endswith(f"log runs/{run_id}/telemetry.jsonl") and str(tmp_path) not in narrow[-1]
         wide = header._text(160).plain.splitlines()
         assert "Intel(R) Xeon(R) Processor" in wide[0]
         assert wide[1].endswith(f"runs/{run_id}/telemetry.jsonl")  # whole where it fits
@@ -111,3 +114,31 @@ async def test_the_header_writes_a_step_as_the_grid_does():
         header.summary = RunSummary(run_id="r", strategy="ddp", world_size=2, step=2000, status_counts=(("running", 2),))
         await pilot.pause()
         assert f"step {fmt_step_no(2000)} " in header._text(118).plain
+
+
+@pytest.mark.parametrize("live", [True, False])
+@pytest.mark.parametrize("width", [78, 98, 118])
+async def test_the_headers_lines_stay_put_as_its_figures_move(live, width):
+    # At 80 columns "samples/s 1171" pushed "elapsed" onto a new line, and "999" took it back:
+    # the dashboard under the header jumped a row every few seconds of a replay at 2x.
+    from pardash.tui.widgets.run_header import ReplayPosition
+
+    app = make_app(replay_app("run4.jsonl").source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        header = app.screen.query_one(RunHeader)
+        layouts = set()
+        for sps, elapsed, step, hub, paused in (
+            (369, 9, 305, 27.3, False), (999, 59, 999, 812, True), (1171, 65, 2000, 12345, False),
+            (12345, 3599, 99999, 1.2e6, False), (0, 600, 10000, 9.5, True),
+        ):  # fmt: skip
+            header.summary = RunSummary(
+                run_id="20261204-204152-219b", strategy="fsdp", world_size=2, device="Intel(R) Xeon(R) Processor",
+                step=step, samples_per_s=sps, elapsed_s=elapsed, status_counts=(("running", 2),), ingest_hz=hub,
+                live=live, log_path="/runs/20261204-204152-219b/telemetry.jsonl",
+                replay=None if live else ReplayPosition(elapsed, 3600, 2.0, paused, False, "/runs/telemetry.jsonl"),
+            )  # fmt: skip
+            await pilot.pause()
+            lines = header._text(width).plain.splitlines()
+            # which line each label is on
+            layouts.add(tuple(next(i for i, line in enumerate(lines) if label in line) for label in ("step", "samples/s", "elapsed", "running", "lost")) + (len(lines),))
+        assert len(layouts) == 1, layouts

@@ -37,22 +37,53 @@ STATUS_MARKS = (
 _GLYPHS = dict(STATUS_MARKS)
 Run = tuple[str, "Style | None"]
 """A stretch of text in one style (None: the widget's own)."""
+_Line = tuple[list[Run], int, int]
+"""A laid-out line: its runs, its length in cells, the cells it is laid out in."""
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """A header piece holding a running figure (samples/s, elapsed, the hub's rate): laid out
+    as if ``cells`` wide, its widest, so that the header's lines, and its height, stay as they
+    are while the figure moves (at 80 columns "samples/s 1171" pushed "elapsed" onto a line of
+    its own, and back at 999: the dashboard jumped a row every few seconds)."""
+
+    runs: list[Run]
+    cells: int
+    """The cells it is laid out in (at least its own)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Choice:
     """A header piece with shorter forms (longest first) for a narrow terminal."""
 
-    forms: tuple[list[Run], ...]
+    forms: tuple[list[Run] | Figure, ...]
     optional: bool = False
     """Left out where no form fits on the line it would go on."""
 
 
-Piece = "list[Run] | Choice"
+Piece = "list[Run] | Figure | Choice"
+
+RATE_CELLS = 5
+"""The widest :func:`~..format.fmt_rate` ("12.3k", "1.20M")."""
+DURATION_CELLS = 6
+"""The widest :func:`~..format.fmt_duration` ("59m59s")."""
+STEP_DIGITS = 5
+"""Digits a step is laid out in, at least (a step's number grows a digit at 10, 100, 1000...)."""
 
 
 def _cells(runs: list[Run]) -> int:
     return sum(cell_len(text) for text, _style in runs)
+
+
+def _fit_cells(piece: list[Run] | Figure) -> int:
+    """The cells a piece is laid out in."""
+    return max(piece.cells, _cells(piece.runs)) if isinstance(piece, Figure) else _cells(piece)
+
+
+def _figure(runs: list[Run], value: str, cells: int) -> Figure:
+    """``runs`` holding ``value``, laid out as if the value took ``cells``."""
+    return Figure(runs, _cells(runs) + max(0, cells - cell_len(value)))
 
 
 def short_log_path(path: str, run_id: str, cwd: str | None = None) -> list[str]:
@@ -302,19 +333,25 @@ class RunHeader(CachedStyles, Widget):
     def _s(self, name: str) -> Style:
         return component_fg(self, f"run-header--{name}")
 
-    def _flow(self, pieces: list[Piece], width: int, sep: str = "   ") -> list[tuple[list[Run], int]]:
+    def _flow(
+        self, pieces: list[Piece], width: int, sep: str = "   ", *, after: _Line | None = None
+    ) -> list[_Line]:
         """Lay pieces out left to right, starting a new line when the next does not fit:
-        each line's runs and its length in cells. A :class:`Choice` takes its first form that
+        each line's runs, its length in cells, and the cells it is laid out in (a
+        :class:`Figure` counts at its widest). A :class:`Choice` takes its first form that
         fits where the line is; none fitting there, a new line (an optional one is left out
-        instead: at 80 columns the device's name took a line of its own)."""
-        lines: list[tuple[list[Run], int]] = []
-        line: list[Run] = []
-        used = 0
+        instead, as it is from any line but the first: at 80 columns the device's name took a
+        line of its own). ``after``: a line laid out before that these pieces go on with."""
+        lines: list[_Line] = []
+        line: list[Run] = list(after[0]) if after is not None else []
+        used, drawn = (after[2], after[1]) if after is not None else (0, 0)
         for piece in pieces:
             if isinstance(piece, Choice):
-                forms = [(f, _cells(f)) for f in piece.forms]
+                forms = [(f, _fit_cells(f)) for f in piece.forms]
                 room = width - used - (len(sep) if used else 0)
                 fitting = [(f, n) for f, n in forms if n <= room]
+                if piece.optional and (lines or after is not None):
+                    continue  # (on the first line or not at all: the header is no taller for it)
                 if fitting:
                     piece, n = fitting[0]
                 elif piece.optional:
@@ -322,17 +359,20 @@ class RunHeader(CachedStyles, Widget):
                 else:
                     piece, n = next(((f, n) for f, n in forms if n <= width), forms[-1])
             else:
-                n = _cells(piece)
+                n = _fit_cells(piece)
+            runs = piece.runs if isinstance(piece, Figure) else piece
             if used and used + len(sep) + n > width:
-                lines.append((line, used))
-                line, used = [], 0
+                lines.append((line, drawn, used))
+                line, used, drawn = [], 0, 0
             if used:
                 line.append((sep, None))
                 used += len(sep)
-            line.extend(piece)
+                drawn += len(sep)
+            line.extend(runs)
             used += n
+            drawn += _cells(runs)
         if used:
-            lines.append((line, used))
+            lines.append((line, drawn, used))
         return lines
 
     def _pair(self, label: str, value: str, style: str = "value") -> list[Run]:
@@ -369,11 +409,14 @@ class RunHeader(CachedStyles, Widget):
         first.append([(" · ".join(what), self._s("value"))])
         # Written as the grid, the event log and the progress lines write a step ("2000", not
         # "2,000"); the slowest rank's, the one every rank has done (a rank may be one ahead).
-        first.append(self._pair("step", str(s.step)))
+        step = str(s.step)
+        first.append(_figure(self._pair("step", step), step, STEP_DIGITS))
         if s.restarts:
             first.append(self._pair("restarts", fmt_count(s.restarts), "warn"))
-        first.append(self._pair("samples/s", " ".join(filter(None, (fmt_rate(s.samples_per_s), s.samples_per_s_when)))))
-        first.append(self._pair("elapsed", fmt_duration(s.elapsed_s)))
+        rate = fmt_rate(s.samples_per_s)
+        first.append(_figure(self._pair("samples/s", " ".join(filter(None, (rate, s.samples_per_s_when)))), rate, RATE_CELLS))
+        elapsed = fmt_duration(s.elapsed_s)
+        first.append(_figure(self._pair("elapsed", elapsed), elapsed, DURATION_CELLS))
         if s.device:  # the least of the first line's: the first to go
             first.append(Choice(([(s.device, self._s("label"))],), optional=True))
 
@@ -388,8 +431,14 @@ class RunHeader(CachedStyles, Widget):
             second.append(marks)
         if s.replay is not None:
             runs = self._replay_runs(s.replay)
+            # Laid out at its widest position and state ("playing"; "paused" and "ended" are
+            # shorter): the line does not move as it plays, or at a pause.
+            r = s.replay
+            state = self._replay_state(r)
+            slack = max(0, DURATION_CELLS - len(fmt_duration(r.position_s))) + max(0, len("playing") - len(state))
+            short = [("replay ", runs[0][1]), *runs[1:]]
             # The log's name is the first to go: the run id says which run it is.
-            second.append(Choice((runs, [("replay ", runs[0][1]), *runs[1:]])))
+            second.append(Choice((Figure(runs, _cells(runs) + slack), Figure(short, _cells(short) + slack))))
         if s.live and s.hub_quiet_s is not None:
             if s.ended:
                 # The launcher stops the hub when the job ends: its quiet is no fault then, and
@@ -413,7 +462,8 @@ class RunHeader(CachedStyles, Widget):
             + ([(" · skipped lines ", self._s("label")), (fmt_count(s.skipped_lines), self._s("warn"))] if s.skipped_lines else [])
         )
         if s.live and s.ingest_hz and s.hub_quiet_s is None:  # a quiet hub's last rate is stale
-            second.append(self._pair("hub", f"{fmt_rate(s.ingest_hz)} msg/s", "label"))
+            rate = fmt_rate(s.ingest_hz)
+            second.append(_figure(self._pair("hub", f"{rate} msg/s", "label"), rate, RATE_CELLS))
         if s.log_error:
             second.append([(f"log: {s.log_error}", self._s("bad"))])
         elif s.log_path:
@@ -422,10 +472,21 @@ class RunHeader(CachedStyles, Widget):
         if s.note:
             note = Text("⚠ " + s.note, style=self._s("note"))
             note.overflow = "fold"  # the note is never hidden: it wraps instead
-        return self._flow(first, width) + self._flow(second, width), note
+        lines = self._flow(first, width)
+        if len(lines) > 1:
+            # What the first line could not hold (elapsed, at 80 columns) leads the second,
+            # not a line of its own.
+            lines[-1:] = self._flow(second, width, after=lines[-1])
+        else:
+            lines += self._flow(second, width)
+        return [(runs, length) for runs, length, _cells in lines], note
+
+    @staticmethod
+    def _replay_state(r: ReplayPosition) -> str:
+        return "ended" if r.done else "paused" if r.paused else "following the log" if r.following else "playing"
 
     def _replay_runs(self, r: ReplayPosition) -> list[Run]:
-        state = "ended" if r.done else "paused" if r.paused else "following the log" if r.following else "playing"
+        state = self._replay_state(r)
         style = "warn" if r.paused else "good"
         name = r.path.replace("\\", "/").rsplit("/", 1)[-1]
         return [
