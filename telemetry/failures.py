@@ -138,6 +138,17 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     r = st.ranks.get(first.rank)
     if step is None and last and r is not None and r.step is not None:
         step = r.step.step + 1  # the one after its last step (known for the last attempt only)
+    unsent = None
+    if guess and last and first.code < 0 and r is not None and _in_lockstep(st):
+        # Killed (SIGKILL: no word of its own), its last steps died with it: a rank sends its
+        # steps in batches, up to 50 ms of them held. Its peers, in lockstep with it (each
+        # step's collectives need every rank), went as far as it did: "at step 111" of a rank
+        # whose peers had done 115.
+        own = r.step.step if r.step is not None else 0
+        peers = max((x.step.step for q, x in st.ranks.items() if q != first.rank and x.step is not None), default=0)
+        step = max(step or 0, peers)
+        if peers > own + 1:  # (one ahead: it may have died in that step, after its collective)
+            unsent = {"own": own, "peers": peers}
     unrecorded = None
     left: list[tuple[int, int | None]] = []
     stopped_first: list[dict] = []
@@ -177,7 +188,7 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
          "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded,
          "left_early": [{"rank": r, "step": at} for r, at in left], "waited_for": waited,
-         "stopped_first": stopped_first}  # fmt: skip
+         "stopped_first": stopped_first, "unsent": unsent}  # fmt: skip
     f["line"] = failure_line(f)
     return f
 
@@ -259,6 +270,9 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     """One sentence of a :func:`failure_summary` (``error``: with the error's first line)."""
     line = f"rank {f['rank']} exited with code {f['code']}" + (f" ({f['signal']})" if f["signal"] else "")
     line += f" at step {f['step']}" if f["step"] is not None else ""
+    unsent = f.get("unsent")
+    if unsent:
+        line += f" (its last steps died with it: its log ends at step {unsent['own']}, its peers reached {unsent['peers']})"
     waited = f.get("waited_for") or []
     if waited:
         line = f"{hung_text(waited)} (the likely cause of the hang); {line} waiting for {'it' if len(waited) == 1 else 'them'}"
@@ -288,6 +302,15 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     elif unrecorded:
         line += f"; no word from {ranks_named(unrecorded)}: killed?"
     return line
+
+
+LOCKSTEP = ("ddp", "fsdp", "dp")
+"""Strategies whose ranks step together (every step's collectives need every rank)."""
+
+
+def _in_lockstep(st) -> bool:
+    hello = st.run_hello
+    return hello is not None and hello.strategy in LOCKSTEP and len(st.ranks) > 1
 
 
 def hung_text(waited: list[dict]) -> str:

@@ -1103,6 +1103,38 @@ def test_a_node_stopped_on_purpose_is_why_the_other_failed_not_the_other():
     assert (_role(1, f), _role(0, f)) == ("stopped_first", "victim")
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "script"])
+def test_a_killed_rank_of_a_lockstep_job_died_where_its_peers_stopped(strategy, tmp_path):
+    # kill -9 of rank 0 of a DDP job: its last steps (held to be sent in a batch) died with it.
+    # Its log ended at step 110, rank 1's at 115, and the report said "rank 0 exited with code
+    # -9 (SIGKILL) at step 111", four steps before its peer could have gone without it.
+    from pardash.telemetry.failures import failure_summary
+
+    t = 1.0e9
+    records = [
+        *(schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy=strategy, t=t) for r in (0, 1)),
+        schema.Step(run="r", rank=0, seq=1, step=110, step_s=0.01, t=t + 1),
+        schema.Step(run="r", rank=1, seq=1, step=115, step_s=0.01, t=t + 1.05),
+        schema.Event(run="r", rank=0, seq=-1, name="exit", code=-9, message="torchrun: rank 0 killed by signal 9 (SIGKILL)", t=t + 2, hseq=10),
+        schema.Event(run="r", rank=1, seq=2, name="error", step=115, t=t + 2, hseq=11,
+                     message="RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1234"),
+        schema.Event(run="r", rank=1, seq=3, name="exit", code=1, step=116, t=t + 2, hseq=12),
+    ]
+    st = RunState()
+    for m in records:
+        st.apply(m, 0.0)
+    f = failure_summary(st)
+    if strategy == "ddp":
+        assert f["step"] == 115 and f["line"].startswith(
+            "rank 0 exited with code -9 (SIGKILL) at step 115 (its last steps died with it: its log ends at step 110, "
+            "its peers reached 115); rank 1 failed after it")
+    else:  # a script's ranks may step apart (no collective every step): as it said
+        assert f["step"] == 111 and "died with it" not in f["line"]
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b"".join(msgspec.json.encode(m) + b"\n" for m in records))
+    assert build_report(str(log))["failure"]["step"] == f["step"]
+
+
 def test_a_rank_never_heard_to_end_in_a_log_its_hub_closed_is_no_exit_not_running(tmp_path):
     # Node 1's torchrun killed: node 0's hub had stopped before node 1's launcher could note
     # rank 1's end, and report listed rank 1 as "running" in a log that had ended.
