@@ -42,6 +42,10 @@ DEVIATION_ABS_S = 0.005
 bar: timer and scheduler noise sit below it, and a small model's 1 ms self time flashed +25%
 from frame to frame on a healthy run)."""
 
+WAITING = "waiting"
+"""What the grid calls a stalled rank waiting for a hang's likely cause (drawn ◇), and the run's
+totals count apart from the stalled ones."""
+
 FLAGGED_STATUSES = frozenset({st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED})
 """Statuses that count as flagged (the filter keeps them)."""
 
@@ -499,6 +503,17 @@ class RowBuilder:
             # the others run waits for nobody, whoever failed elsewhere).
             hung = stuck > 0 and not (counts.get(RUNNING) or counts.get(st.STRAGGLER) or counts.get(st.STARTING))
             self._mark_causes(cause_ranks(state, first) if exited or stuck else frozenset(), hung)
+            if self._waiting and counts.get(st.STALLED):
+                # Counted as the grid draws them: the stalled ranks waiting for a hang's cause
+                # are "waiting" (◇), not stalled (the header read "◆ 1024 stalled" over a grid
+                # of 1023 ◇ and the one ◆ they wait for).
+                by_rank = self._by_rank
+                stalled = sum(1 for rank in self._causes if (c := by_rank.get(rank)) is not None and c.status == st.STALLED)
+                counts[WAITING] = counts[st.STALLED] - stalled
+                if stalled:
+                    counts[st.STALLED] = stalled
+                else:
+                    del counts[st.STALLED]
         if nodes_moved:
             self.layout_gen += 1
         if flags_moved:
@@ -774,6 +789,8 @@ class RunTotals:
     """Run-wide figures the header shows, gathered in one pass over the ranks."""
 
     status_counts: dict[str, int]
+    """Ranks by status, the stalled ones waiting for a hang's cause under ``WAITING`` (as the
+    grid draws them; :func:`run_totals`, which knows no grid, counts them stalled)."""
     nodes: int
     step: int
     """The slowest rank's last step (as ``RunState.step``)."""

@@ -919,6 +919,24 @@ async def test_sorting_by_status_puts_the_rank_a_hang_waits_for_first_and_says_w
         assert line.startswith("rank 0 · exited 1 · " if timed_out else "rank 0 · waiting for rank 2 (stalled in backward) · "), line
 
 
+@pytest.mark.parametrize("timed_out", [False, True])
+async def test_the_header_counts_the_ranks_waiting_for_a_hangs_cause_as_the_grid_draws_them(tmp_path, timed_out):
+    # The grid drew ranks 0 and 1 waiting (◇) for rank 2, stalled in its data loader (◆), and
+    # its legend said "◆ stalled ◇ waiting"; the header counted "◆ 3 stalled".
+    log = tmp_path / "hang.jsonl"
+    _hang_log(log, timed_out=timed_out)
+    app = replay_app(str(log))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        header = widget_text(app.screen.query_one(RunHeader))
+        grid = grid_text(app)
+        if timed_out:  # (0 and 1 exited: no rank waits any more)
+            assert "◆ 1 stalled" in header and "waiting" not in header and "waiting" not in grid, header
+        else:
+            assert "◆ 1 stalled  ◇ 2 waiting" in header, header
+            assert grid.count("waiting") == 2 + ("◇ waiting" in grid), grid
+
+
 def _live_run4():
     """run4.jsonl as a viewer attached to its hub sees it (a live dashboard's keys)."""
     from pardash.telemetry.hubcore import HubCore

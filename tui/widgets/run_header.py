@@ -20,7 +20,7 @@ from pardash.telemetry.client import Source
 from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent
 
 from ..format import fmt_count, fmt_duration, fmt_rate
-from ..model import RunTotals, run_totals
+from ..model import WAITING, RunTotals, run_totals
 from ..run_clock import run_origin
 from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
@@ -29,6 +29,7 @@ STATUS_MARKS = (
     (st.RUNNING, "●"),
     (st.STRAGGLER, "▲"),
     (st.STALLED, "◆"),
+    (WAITING, "◇"),  # (stalled, waiting for a hang's cause: as the grid draws and counts it)
     (st.SILENT, "○"),
     (st.EXITED, "×"),
     (st.FINISHED, "□"),
@@ -196,7 +197,7 @@ def summarize(
         device = hello.device_name or hello.device
     sps, when = totals.samples_per_s, ""
     if sps is None and counts and not counts.get(st.RUNNING) and not counts.get(st.STARTING):
-        if counts.get(st.STALLED) or counts.get(st.SILENT):
+        if counts.get(st.STALLED) or counts.get(WAITING) or counts.get(st.SILENT):
             sps = 0.0  # stuck: nothing moves (the rate of their last steps would say otherwise)
         elif ended_stuck(state):  # stopped or killed while stuck, as the launcher's last line says
             sps, when = 0.0, "at the end (stalled)"
@@ -252,6 +253,7 @@ class RunHeader(CachedStyles, Widget):
         "run-header--running",
         "run-header--straggler",
         "run-header--stalled",
+        "run-header--waiting",
         "run-header--silent",
         "run-header--exited",
         "run-header--finished",
@@ -275,6 +277,7 @@ class RunHeader(CachedStyles, Widget):
     RunHeader > .run-header--running { color: $text-success; }
     RunHeader > .run-header--straggler { color: $text-warning; text-style: bold; }
     RunHeader > .run-header--stalled { color: $text-error; text-style: bold; }
+    RunHeader > .run-header--waiting { color: $text-warning; }
     RunHeader > .run-header--silent { color: $text-error; }
     RunHeader > .run-header--exited { color: $text-error; text-style: bold; }
     RunHeader > .run-header--finished { color: $text-primary; }
