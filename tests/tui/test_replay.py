@@ -937,6 +937,62 @@ async def test_the_header_counts_the_ranks_waiting_for_a_hangs_cause_as_the_grid
             assert grid.count("waiting") == 2 + ("◇ waiting" in grid), grid
 
 
+def _slow_and_silent_log(path) -> None:
+    """3 DDP ranks: rank 1 a straggler, found when it cost the others 20 ms a step (its self
+    time 50 ms against 20 ms: 30 ms now); rank 2 silent from 00:08, said "silent for 3 s"."""
+    from pardash.telemetry import schema
+
+    t = 1.7e9
+    msgs: list = [schema.Hello(run="s", rank=r, world_size=3, strategy="ddp", seq=0, t=t) for r in range(3)]
+    msgs += [
+        schema.Step(run="s", rank=r, step=s, seq=s, loss=1.0, samples=8, step_s=0.06, self_s=0.05 if r == 1 else 0.02,
+                    data_s=0.03 if r == 1 else 0.0, comm_s=0.01, t=t + s * 0.06)
+        for s in range(1, 100)
+        for r in range(3 if s < 80 else 2)
+    ]  # fmt: skip
+    msgs.append(schema.Verdict(run="s", rank=1, seq=-1, verdict="straggler", cause="data loading", step=40, cost_s=0.02,
+                               message="rank 1 is a straggler (data loading): the others wait 20 ms a step for it", t=t + 2.4))
+    msgs.append(schema.Verdict(run="s", rank=2, seq=-1, verdict="silent", step=79, message="rank 2 silent for 3 s (no heartbeat)",
+                               t=t + 8))
+    msgs.sort(key=lambda m: m.t)
+    path.write_bytes(schema.encode_json_lines(msgs))
+
+
+@pytest.mark.parametrize(
+    ("hang", "rank", "said", "not_said"),
+    [
+        (False, 1, "the others wait 30 ms a step", "20 ms"),  # a straggler's cost now
+        (False, 2, "rank 2 silent since 00:08 (no heartbeat)", "for 3 s"),  # since when
+        (True, 0, "rank 0 waiting for rank 2 (stalled in backward after step 29)", "5 s without progress"),
+        (True, 2, "rank 2 stalled in data after step 29, likely the cause: 2 others wait for it", "5 s without"),
+    ],
+)
+async def test_a_ranks_detail_says_its_verdicts_as_the_alerts_do(tmp_path, hang, rank, said, not_said):
+    # The detail printed each verdict's first words: "rank 1 silent for 3 s (no heartbeat)"
+    # while the alerts said "silent since 00:16", "the others wait 20 ms" while they said 21,
+    # then 18, a stall's "(5 s without progress)" for as long as it lasted.
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+    from pardash.tui.widgets.alert_list import AlertList
+
+    log = tmp_path / "run.jsonl"
+    _hang_log(log, timed_out=False) if hang else _slow_and_silent_log(log)
+    app = replay_app(str(log))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        alerts = [a.text for a in app.screen.query_one(AlertList).alerts if a.rank == rank]
+        assert len(alerts) == 1 and said in alerts[0], alerts
+        app.screen.grid.select(rank)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, RankDetailScreen)
+        title = widget_text(app.screen.query_one("#title")).splitlines()
+        warned = [line.removeprefix("⚠ ") for line in title if line.startswith("⚠")]
+        assert warned == alerts, title
+        assert not_said not in "\n".join(title)
+        if hang and rank == 0:  # whom it waits for, on its first line too (as the grid says it)
+            assert "stalled, waiting for rank 2" in title[0], title
+
+
 def _live_run4():
     """run4.jsonl as a viewer attached to its hub sees it (a live dashboard's keys)."""
     from pardash.telemetry.hubcore import HubCore

@@ -15,10 +15,11 @@ from textual.widgets import Static
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
 
-from ..alerts import straggled_text, waited_for, waited_for_text
+from ..alerts import Alert, run_alerts, straggled_text
 from ..charts import chart_series
 from ..format import fmt_bytes, fmt_loss, fmt_step_time
 from ..messages import RunUpdated
+from ..model import RowBuilder
 from ..rank_facts import logged_facts, memory_facts, phases_of, system_facts, system_staleness
 from ..run_clock import run_now, run_origin
 from ..widgets.event_log import EventLog
@@ -128,11 +129,22 @@ class RankDetailScreen(Screen):
     ]
 
     def __init__(
-        self, rank: int, *, name: str | None = None, id: str | None = None, classes: str | None = None
+        self,
+        rank: int,
+        *,
+        rows: RowBuilder | None = None,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.rank = rank
         """The rank shown."""
+        self._rows = rows if rows is not None else RowBuilder()
+        """The ranks as the grid sees them (whom a hang's victims wait for, what a straggler
+        costs now), for the title's verdicts to say what the alerts say; handed on by n and p
+        (the dashboard's own is left to it: its grid redraws from what changed since its last
+        update)."""
         self._chart_version = -1
         self._bands: dict[str, str] = {}
         """Each chart's legend, from its last drawing."""
@@ -186,12 +198,13 @@ class RankDetailScreen(Screen):
             return
         state = self.source.state
         r = state.ranks.get(self.rank)
-        self.query_one("#title", Static).update(self._title(state, r, self.size.width - 2))  # (its padding)
+        table = self._rows.update(state)
+        origin = run_origin(self.source, table.first_word)
+        self.query_one("#title", Static).update(self._title(state, r, self.size.width - 2, origin))  # (its padding)
         short = self.has_class("-short")
         phases = self.query_one(PhaseBars)
         phases.phases = phases_of(state, self.rank)
         phases.whole_step = not short  # (the title says the last step's time)
-        origin = run_origin(self.source)
         if r is not None:
             memory = self.query_one("#memory", FactList)
             memory.facts = memory_facts(r, compact=short)
@@ -246,7 +259,20 @@ class RankDetailScreen(Screen):
             value = getattr(r.step, column, None) if r is not None and r.step is not None else None
             chart.border_subtitle = f"now {fmt(value)}{band}" if value is not None else band.removeprefix(" · ")
 
-    def _title(self, state: st.RunState, r: st.RankState | None, width: int = 200) -> Content:
+    def _alerts(self, state: st.RunState, origin: float) -> list[Alert]:
+        """The rank's alerts, as the dashboard's alerts panel says them: the figures of now
+        (since when a rank is silent, what a straggler costs the others a step now, whom a
+        hang's victim waits for), not its verdicts' first words ("silent for 3 s" for as long
+        as it was silent; "the others wait 20 ms" while the alerts said 21, then 18)."""
+        table = self._rows
+        row = table.row(self.rank)
+        if row is None or not row.flagged:
+            return []
+        # (over every flagged rank, as the panel: a hang's likely cause, the root cause)
+        alerts = run_alerts(state, table.flagged, t0=origin, costs=table.straggler_costs(), waits_for=table.waits_for)
+        return [a for a in alerts if a.rank == self.rank]
+
+    def _title(self, state: st.RunState, r: st.RankState | None, width: int = 200, origin: float = 0.0) -> Content:
         """The title's lines, fitted to ``width`` cells."""
         parts: list[str | tuple[str, str]] = [(f"rank {self.rank}", "bold")]
         if r is None:
@@ -255,10 +281,11 @@ class RankDetailScreen(Screen):
         width = max(20, width)
         status = r.status
         label = status if r.exit_code is None else f"exited with code {r.exit_code}"
-        if status == st.STALLED and r.rank not in (causes := waited_for(state)) and causes:
-            # A hang's victim, drawn waiting (◇) on the grid: whom it waits for, not only that
-            # it is stalled (its verdict below says "stalled in comm").
-            label += f", waiting for {waited_for_text(causes)}"
+        row = self._rows.row(self.rank)
+        if status == st.STALLED and row is not None and row.waits_for:
+            # A hang's victim, drawn waiting (◇) on the grid: whom it waits for, as the grid
+            # and the alerts name it, not only that it is stalled.
+            label += f", waiting for {row.waits_for}"
         first: list[tuple[str, str]] = [(f"rank {self.rank}", "bold"), (f"  {label}", f"bold {STATUS_STYLES[status]}")]
         h = r.hello
         if h is not None:
@@ -298,11 +325,14 @@ class RankDetailScreen(Screen):
             parts.append(("\n" + got[0][0], got[0][1]))
             parts.extend(got[1:])
         done = r.status in (st.EXITED, st.FINISHED)
-        if done and r.straggled is not None:  # not "is a straggler" once it is done
+        hung = r.stalled is not None or r.silent is not None
+        if done and r.straggled is not None and not hung:  # not "is a straggler" once it is done
             parts.append((f"\n⚠ {straggled_text(r.straggled)}", "$text-warning"))
-        for v in (None if done else r.straggler, r.stalled, r.silent, r.not_sharding):
-            if v is not None and v.message:
-                parts.append((f"\n⚠ {v.message}", "$text-warning"))
+        for alert in self._alerts(state, origin):
+            # An exit is the first line's ("exited with code 1"); one that ended a hang says
+            # how it hung ("went silent (no heartbeat); then exited with code -9").
+            if alert.kind not in ("exited", "stopped") or hung:
+                parts.append((f"\n⚠ {alert.text}", "$text-warning"))
         if r.restarts:
             parts.append((f"\nrestarted {r.restarts} time{'s' if r.restarts != 1 else ''}", "$text-warning"))
         return Content.assemble(*parts)
@@ -319,4 +349,4 @@ class RankDetailScreen(Screen):
         if not ranks:
             return
         i = ranks.index(self.rank) if self.rank in ranks else 0
-        self.app.switch_screen(RankDetailScreen(ranks[(i + delta) % len(ranks)]))
+        self.app.switch_screen(RankDetailScreen(ranks[(i + delta) % len(ranks)], rows=self._rows))
