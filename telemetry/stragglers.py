@@ -27,6 +27,9 @@ from .schema import Step, Verdict
 from .state import RunState
 
 
+HOST_PERSIST = 3
+"""A straggler found slowed by its busy host is named after this many times ``persist`` windows."""
+
 MAX_PENDING = 1000
 """Steps kept per rank waiting for the slowest rank to finish their window."""
 
@@ -181,8 +184,12 @@ class StragglerDetector:
                 w.flagged += 1
                 w.calm = 0
                 if not current and w.flagged >= cfg.persist:
-                    out.append(self._verdict(state, r, m, base, loo.max_without(r), data, steps))
-                    said[r] = True
+                    v = self._verdict(state, r, m, base, loo.max_without(r), data, steps)
+                    # (a busy host's: the ranks' turns at the CPU change by the second; one
+                    # that stays behind for HOST_PERSIST times as long is named)
+                    if v.cause != "host" or w.flagged >= cfg.persist * HOST_PERSIST:
+                        out.append(v)
+                        said[r] = True
             else:
                 calm_scores.append(m)
                 w.flagged = 0
@@ -281,13 +288,36 @@ def _host_hint(state: RunState, r: int) -> tuple[str, str] | None:
     host = me_state.host
     away = [x.system for q, x in state.ranks.items() if q != r and x.system is not None and x.host != host]
     near = [x.system for q, x in state.ranks.items() if q != r and x.system is not None]
-    if me is None or me.host_cpu_pct is None or me.cpu_pct is None or not away:
+    if me is None or me.host_cpu_pct is None or me.cpu_pct is None:
         return None
-    host_loads = [o.host_cpu_pct for o in away if o.host_cpu_pct is not None]
     own = [o.cpu_pct for o in near if o.cpu_pct is not None]
+    if not away:
+        return _starved_hint(r, me, own)
+    host_loads = [o.host_cpu_pct for o in away if o.host_cpu_pct is not None]
     if not host_loads or not own:
         return None
     ref_host, ref_own = statistics.median(host_loads), statistics.median(own)
     if me.host_cpu_pct > ref_host + 30 and me.cpu_pct <= ref_own * 1.1:
         return "host", f"busy host: CPU {me.host_cpu_pct:.0f}% of the host against {ref_host:.0f}% elsewhere"
     return None
+
+
+SATURATED_PCT = 95.0
+"""A host this busy (all its cores) has no CPU to spare for a rank that wants more."""
+STARVED_PCT = 80.0
+"""A rank's process under this much of a core, on a saturated host, is held back by it."""
+
+
+def _starved_hint(r: int, me, own: list[float]) -> tuple[str, str] | None:
+    """Ranks sharing one saturated host, each getting a fraction of a core (another job's
+    processes take the rest): which rank the others wait for is the scheduler's pick of the
+    moment, not any rank's work. A 2-rank job beside another on 2 cores named rank 0, then
+    rank 1, then rank 0 again, a second or two each, as "compute", at 30% of a core each. A
+    rank that computes more burns more CPU than the others and stays "compute"."""
+    if not own or me.host_cpu_pct < SATURATED_PCT or me.cpu_pct >= STARVED_PCT:
+        return None
+    ref_own = statistics.median(own)
+    if me.cpu_pct > ref_own * 1.1:
+        return None
+    return "host", (f"busy host: CPU {me.host_cpu_pct:.0f}% of the host, this rank getting {me.cpu_pct:.0f}% of a core "
+                    f"as the others do ({ref_own:.0f}%)")  # fmt: skip

@@ -86,6 +86,33 @@ def test_host_hint_needs_a_busy_host_not_a_busy_rank():
     assert out[0].rank == 3 and out[0].cause == "compute"
 
 
+def starved(r):
+    """Ranks on one host saturated by another job, each getting a third of a core."""
+    return schema.System(rank=r, cpu_pct=30.0 + r, host_cpu_pct=100.0)
+
+
+def test_ranks_taking_turns_at_a_saturated_hosts_cpu_are_no_stragglers():
+    # Another job's processes on the same cores: the rank the scheduler left waiting changes
+    # every second or so. Named "compute", rank 0, then rank 1, then rank 0 again.
+    turns = lambda r, s: 0.010 + (0.008 if (s // 40) % 2 == r else 0)  # noqa: E731
+    assert [(v.verdict, v.rank) for v in _run(2, 400, turns)][:3] == [("straggler", 0), ("straggler_cleared", 0), ("straggler", 1)]
+    assert _run(2, 400, turns, system=starved) == []
+
+
+def test_a_rank_kept_behind_on_a_saturated_host_is_named_for_its_host_later():
+    slow = lambda r, s: 0.010 + (0.008 if r == 1 else 0)  # noqa: E731
+    out = _run(2, 200, slow, system=starved)
+    assert [(v.verdict, v.rank, v.cause) for v in out] == [("straggler", 1, "host")]
+    assert "busy host: CPU 100% of the host, this rank getting 31% of a core as the others do (30%)" in out[0].message
+    assert out[0].step == 10 + 6 * 10 - 1  # (the end of its sixth window, not its second)
+
+    def computing(r):  # rank 1 burns more CPU than the other: its own work, found as soon
+        return schema.System(rank=r, cpu_pct=60.0 if r == 1 else 30.0, host_cpu_pct=100.0)
+
+    out = _run(2, 200, slow, system=computing)
+    assert [(v.verdict, v.rank, v.cause) for v in out] == [("straggler", 1, "compute")] and out[0].step < 10 + 3 * 10
+
+
 def test_liveness_verdicts():
     st = RunState()
     det = Detector()
