@@ -230,9 +230,7 @@ def run_series(state: RunState, width: int) -> ChartSeries | None:
         return None
     s0, s1 = min(steps), max(steps)
     span = s1 - s0
-    newest = sorted(v for q in state.ranks.values() if q.step is not None and (v := q.step.loss) is not None and v == v)
-    n = len(newest)
-    latest = (newest[n // 2] if n % 2 else (newest[n // 2 - 1] + newest[n // 2]) / 2) if n else None
+    latest, n = newest_loss(state)
     return ChartSeries(
         values=tuple(_bucketize(steps, medians, s0, span, width)),
         median=(NAN,) * width,
@@ -243,3 +241,11 @@ def run_series(state: RunState, width: int) -> ChartSeries | None:
         latest=latest,
         others=n,
     )
+
+
+def newest_loss(state: RunState) -> tuple[float | None, int]:
+    """The median of the ranks' newest losses (the losses the grid shows), and how many ranks
+    have one."""
+    newest = sorted(v for q in state.ranks.values() if q.step is not None and (v := q.step.loss) is not None and v == v)
+    n = len(newest)
+    return ((newest[n // 2] if n % 2 else (newest[n // 2 - 1] + newest[n // 2]) / 2) if n else None), n

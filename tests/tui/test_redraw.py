@@ -618,3 +618,32 @@ async def test_a_calm_note_longer_than_the_panels_rows_is_cut_to_them():
         (line,) = panel.render().plain.splitlines()
         assert line.endswith("…") and len(line) <= width, line
         assert panel.content_region.height == 1
+
+
+async def test_the_loss_charts_now_is_the_median_of_the_losses_the_grid_shows():
+    """The run's loss chart said "now 0.8181" above both ranks' losses in the grid: its "now"
+    was taken with the curve, twice a second, and lagged the grid; it goes with the grid's
+    frame now (the curve keeps its own rate)."""
+    from pardash.tui.format import fmt_loss
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    job = Job(2)
+    for _ in range(5):
+        job.step()
+        job.frame()
+    app = make_app(job.viewer)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        for _ in range(100):  # (the chart shows once the grid is laid out, and draws)
+            await pilot.pause(0.05)
+            if screen.has_class("-trend") and "now" in str(screen.query_one("#trend", HistoryChart).border_title):
+                break
+        for loss in (0.5, 3.0):
+            job.step(loss=loss)
+            job.frame()
+            app._poll()
+            screen.refresh_run()  # (no timer runs between: the chart's own turn does not come)
+            grid = [screen.grid.row_of(r).loss for r in (0, 1)]
+            assert grid == [loss, loss]
+            title = str(screen.query_one("#trend", HistoryChart).border_title)
+            assert f"now {fmt_loss(loss)} " in title, title
