@@ -1,0 +1,176 @@
+"""Step boundaries from the optimizer steps (part of :class:`pardash.trainer.instrument.Instrument`).
+
+A step is one round of optimizer steps (see the instrument's module docstring): the
+optimizer's pre- and post-hooks open and close its phase, a round ends when one of its
+optimizers steps again, and its step ends at the post-hook of the round's last optimizer step
+(the cut); what came after the cut is the next step's (:meth:`Rounds._publish_cut`). With one
+optimizer, once seen to step twice, each step is published at its post-hook.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from pardash.trainer.hooking import _is_compiling, _untraced
+from pardash.trainer.marks import _Cut, _most_held, _OpenStep
+from pardash.trainer.trained import lr_of
+
+
+class Rounds:
+    """Optimizer rounds and the steps they make. Its state is :class:`Instrument`'s (set in its ``__init__``)."""
+
+    @_untraced
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if _is_compiling():
+            return None
+        if self._skip_from is not False:
+            self._skip_drop()  # gradients zeroed, then set again and stepped (gradient surgery)
+        if any(optimizer is r() for r in self._round):
+            self._round_ends(optimizer)  # an optimizer of the round steps again: a new round
+        if self._eval_t0:
+            self._eval_ends()
+        if self._open is None:
+            self._open = _OpenStep(marks=[("data", self.clock.stamp())])
+        if self._open.lr is None:
+            self._open.lr = lr_of(optimizer)  # the step's first optimizer, as it steps
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # (args[0]: the optimizer)
+        if not self._in_optimizer and callable(closure):
+            # optimizer.step(closure): the closure's first pass is the step's forward and
+            # backward (PyTorch Lightning's automatic optimization), the optimizer's phase
+            # begins when its backward returns (see _root_begin, _backward_returns)
+            self._closure = (self.clock.stamp(), len(self._open.marks))
+        else:
+            if self._phase != "optimizer":
+                self._mark("optimizer", self.clock.stamp())
+            self._backward_end = None
+        self._in_optimizer += 1
+        self._closure_passes = 0
+        return None
+
+    @_untraced
+    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if _is_compiling():
+            return None
+        now = self.clock.stamp()
+        self._posts += 1
+        self._stepped = True
+        self._in_optimizer = max(0, self._in_optimizer - 1)
+        if not self._in_optimizer and self._closure is not None:
+            # a closure without a backward: the optimizer's from its step's start, or from its
+            # forward's end (none is seen) when it had one
+            began, marks = self._closure
+            self._closure = None
+            if self._open is not None and self._phase != "optimizer":
+                self._mark("optimizer", began if len(self._open.marks) == marks else now)
+            self._backward_end = None
+        if self.trained.add_optimizer(optimizer, self.step):
+            if not self.watching_all and self._handles:
+                self._watch_all_modules()  # a new optimizer: maybe a new model to find
+        if self._published_round and all(optimizer is not r() for r in self._round):
+            # Another optimizer after a step published at its post-hook: the same iteration's
+            # (a GAN's generator starting to step after the discriminator's warm-up) or the
+            # first step of a model trained next. The next repeat tells: the first optimizer
+            # again, and its work joins the next step; this one again, and it was a step.
+            step = self._open
+            self._orphan = (weakref.ref(optimizer), _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits)))
+            self._pending_mem = self._memory(slot=len(self._round))
+            self._round.append(weakref.ref(optimizer))
+            self._last_post = now
+            return None
+        self._round.append(weakref.ref(optimizer))
+        self._last_post = now
+        if self._arrive_next is not None:  # the round went on after the cut: still this step's
+            if self._open is not None and self._open.arrive is None:
+                self._open.arrive = self._arrive_next
+            self._arrive_next = None
+        if self._sync_next is not None:
+            if self._open is not None and self._open.arrive is None:
+                self._open.synced = self._sync_next
+            self._sync_next = None
+        if self._explicit:
+            self._pending_mem = _most_held(self._pending_mem, self._memory(slot=len(self._round) - 1))
+            return None
+        if self._in_optimizer:
+            return None  # an optimizer stepped inside another's step (ZeRO's inner one)
+        if self._early and self.trained.optimizer_count() == 1 and not self.trained.waiting_optimizer_holds(self.step - 1):
+            # One optimizer, seen to step again: each of its steps is a step, published now;
+            # unless an optimizer made but not stepped yet holds weights of a model called in
+            # the step (a GAN's generator, for the fakes), which may step after more passes:
+            # then the round may go on, as with several optimizers.
+            self._publish(now, self._memory(slot=len(self._round) - 1))
+            self._published_round = True
+            self._cut = self._pending_mem = None
+        else:  # the round may go on (another optimizer may step after more passes)
+            step = self._open
+            if self._cut is not None:
+                # A later optimizer of the round (a GAN's generator after its discriminator):
+                # its passes are the same iteration's, on the same batch: its samples once.
+                step.samples = self._cut.samples
+            self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits))
+            self._resume_at = None
+            self._pending_mem = _most_held(self._pending_mem, self._memory(force=not self._rounds, slot=len(self._round) - 1))
+        return None
+
+    def _micro_batch_begins(self) -> Any:
+        """A forward or backward starts (after the evaluation before it, if any). A forward
+        after a backward (gradient accumulation) loaded its micro-batch since that backward
+        returned: that is data time, not backward's. It does not end an optimizer round: a
+        GAN's generator steps after the discriminator's step and another forward (what came
+        between the two optimizer steps is data, not optimizer time)."""
+        if self._eval_t0:
+            self._eval_ends()
+        if self._open is None:
+            now = self.clock.stamp()
+            self._open = _OpenStep(marks=[("data", now)])
+            return now
+        if self._phase == "backward" and self._backward_end is not None:
+            self._mark("data", self._backward_end)
+        elif self._phase == "optimizer" and self._last_post is not None:
+            self._mark("data", self._last_post)
+        self._backward_end = None
+        return self.clock.stamp()
+
+    def _round_ends(self, by: Any = None) -> None:
+        """An optimizer of the round steps again (``by``; None: the script ends): the round is
+        over. Its step, if not published yet, ends at its last post-hook (the cut); what
+        followed the cut is the next step's."""
+        if not self._explicit:
+            mem = self._pending_mem if self._pending_mem is not None else self.probe.last
+            orphan, self._orphan = self._orphan, None
+            if orphan is not None and (by is orphan[0]() or by is None):
+                self._publish_cut(orphan[1], mem)  # a model trained next: its first step
+                self._round = [orphan[0]]
+            if self._cut is not None:
+                self._publish_cut(self._cut, mem)
+            self._rounds += 1
+            self._early = len(self.optimizers) == 1  # (one alive: a model trained before is gone)
+            self._last_round = self._round  # (a new list follows: this one is not changed again)
+        self._round = []
+        self._published_round = False
+        self._cut = self._pending_mem = self._arrive_next = self._sync_next = None
+
+    def _publish_cut(self, cut: _Cut, mem: Any) -> None:
+        step = self._open
+        if step is None:
+            return
+        start = self._resume_at if self._resume_at is not None else cut.end
+        rest = _OpenStep(
+            marks=[("data", start), *step.marks[cut.marks :]],
+            losses=step.losses[cut.losses :],
+            micro=step.micro - cut.micro,
+            samples=step.samples - cut.samples,
+            arrive=self._arrive_next,
+            synced=self._sync_next,
+            waits=step.waits[cut.waits :],
+        )
+        del step.marks[cut.marks :]
+        del step.losses[cut.losses :]
+        del step.waits[cut.waits :]
+        step.micro, step.samples = cut.micro, cut.samples
+        self._arrive_next = self._sync_next = None
+        self._resume_at = None
+        self._publish(cut.end, mem)
+        self._open = rest
+        self._phase = rest.marks[-1][0]
+        self.reporter.set_phase(self._phase)
