@@ -73,6 +73,10 @@ class ProgressPrinter:
         self.log_error = ""
         """The hub's last word on its log: '' while it writes, else why it cannot."""
         self.t_start = time.monotonic()
+        """When the printer started (monotonic): its clock until the run's is known."""
+        self._run_origin: float | None = None
+        self._run_t: float | None = None
+        """Where the run's 00:00 is on the monotonic clock, once known (see :meth:`_run_clock`)."""
         self._frame_t: float | None = None
         self._frame_at = self.t_start
         self._quiet_said = False
@@ -109,7 +113,25 @@ class ProgressPrinter:
             refresh_per_second=4,
         )
         self._task = self._progress.add_task("train", total=None, stats="waiting for ranks")
+        if self._run_t is not None:
+            self._progress.tasks[0].start_time = self._run_t
         self._progress.start()
+
+    def _run_clock(self, st) -> None:
+        """Count from the run's 00:00, as the TUI's elapsed time, its event log, a replay and
+        ``pardash report`` do: the ranks' first word (their earliest hello, as the hub keeps
+        it), once it is known; before, from the printer's start. The printer counted from its
+        own start: under a launch 6 s ahead of the TUI ("0:00:15" beside "elapsed 9s", torchrun
+        and torch's import between), and attached to a run an hour old, "0:00:00"."""
+        origin = st.first_hello_t or None
+        if origin is None or origin == self._run_origin:
+            return
+        self._run_origin = origin
+        # (the run's own timestamps, as the TUI's header reads them, then this machine's clock)
+        elapsed = max(0.0, (st.t_last_rank or st.t_last) - origin)
+        self._run_t = time.monotonic() - elapsed
+        if self._progress is not None and self._progress.tasks:
+            self._progress.tasks[0].start_time = self._run_t
 
     def _follow_tail(self, *, final: bool = False) -> None:
         """Print the lines the job's processes wrote since the last call: a megabyte at a time
@@ -146,6 +168,7 @@ class ProgressPrinter:
         """Poll the source; print new events now, and progress (the bar, or a line when due)."""
         self.source.poll()
         st = self.source.state
+        self._run_clock(st)
         if self.bar and self._progress is None:
             self._start_bar()
         self._follow_tail(final=force)
@@ -199,7 +222,7 @@ class ProgressPrinter:
         if force or now - self._last_line >= self.every_s:
             self._last_line = now
             if st.ranks:
-                line = progress_line(st, now - self.t_start, rejected, hub_quiet_s=quiet)
+                line = progress_line(st, now - (self._run_t if self._run_t is not None else self.t_start), rejected, hub_quiet_s=quiet)
                 said = line.partition("] ")[2]  # the line but its time
                 # The last line said again: not as the closing line, nor every few seconds once
                 # the run is over (a job's teardown can take that long after its last step).

@@ -1,9 +1,11 @@
 """Where the run's clock starts: the same 00:00 live and in a replay.
 
 The header's elapsed time, the event log's clock and the alerts' "since" count from the ranks'
-first word, as a replay's position and ``pardash report``'s duration do. A hub starts before its
-ranks (torchrun, torch's import and a rendezvous take seconds; ``pardash hub`` may wait hours for
-a queued job): counted from the hub's start, one run read "elapsed 51s" live and "47s" replayed.
+first word, as a replay's position, ``pardash report``'s duration and the headless progress lines
+do. A hub starts before its ranks (torchrun, torch's import and a rendezvous take seconds;
+``pardash hub`` may wait hours for a queued job): counted from the hub's start, one run read
+"elapsed 51s" live and "47s" replayed. The hub's records from before read before 00:00 in the
+event log ("-00:07 hub: hub started").
 """
 
 from __future__ import annotations

@@ -647,3 +647,70 @@ async def test_the_loss_charts_now_is_the_median_of_the_losses_the_grid_shows():
             assert grid == [loss, loss]
             title = str(screen.query_one("#trend", HistoryChart).border_title)
             assert f"now {fmt_loss(loss)} " in title, title
+
+
+def _started_late() -> tuple[HubCore, Fed]:
+    """A hub that started at 1000.0 and ranks 0 and 1 that said hello 7 s later, then took 9 s
+    of steps (torchrun and torch's import between: the run's 00:00 is their first word)."""
+    core = HubCore(run_id=RUN, detector=NullDetector())  # type: ignore[arg-type]
+    viewer = Fed()
+    core.replay(schema.Event(rank=-1, seq=-1, name="hub", message="hub started (pid 1)", run=RUN, t=1000.0), 1000.0)
+    viewer.apply_frame(core.tick(1000.1))
+    return core, viewer
+
+
+def _steps(core: HubCore, viewer: Fed) -> None:
+    for r in (0, 1):
+        core.replay(schema.Hello(rank=r, world_size=2, strategy="ddp", run=RUN, t=1007.0), 1007.0)
+    for s in range(1, 10):
+        for r in (0, 1):
+            core.replay(schema.Step(rank=r, step=s, loss=1.0, samples=8, step_s=1.0, run=RUN, t=1007.0 + s), 1007.0 + s)
+        viewer.apply_frame(core.tick(1007.1 + s))
+    viewer.pending = True
+
+
+async def test_the_event_log_says_the_hubs_start_before_the_runs_00_00_not_at_it():
+    # "hub started", 7 s before the ranks' first word (the run's 00:00, as the header's elapsed
+    # counts), read "00:00", as if the ranks had started with the hub.
+    from pardash.tui.widgets.event_log import EventLog
+
+    core, viewer = _started_late()
+    app = make_app(viewer)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        log = app.screen.query_one("#events", EventLog)
+        # (no rank yet: the hub's start is all there is to count from)
+        assert [line.text.rstrip() for line in log.lines] == ["00:00 hub: hub started (pid 1)"]
+        _steps(core, viewer)
+        app._poll()
+        await pilot.pause()
+        assert log.lines[0].text.startswith("-00:07 hub: hub started"), [line.text for line in log.lines]
+        assert "elapsed 9s" in str(app.screen.query_one(RunHeader).render())
+
+
+def test_the_progress_lines_count_from_the_runs_00_00_as_the_header_does(monkeypatch):
+    # `launch --headless` and `pardash attach`: the printer said "0:00:15" (from its own start,
+    # the launch) where the TUI said "elapsed 9s" (from the ranks' first word); attached to a
+    # run an hour old, it said 0:00:00.
+    import io
+
+    from pardash.telemetry import printer as printer_mod
+    from pardash.telemetry.printer import ProgressPrinter
+    from pardash.tui.widgets.run_header import summarize
+
+    clock = [500.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+    core, viewer = _started_late()
+    out = io.StringIO()
+    printer = ProgressPrinter(viewer, out=out, bar=False, every_s=5.0)
+    printer.update()  # (attached as the hub started: no rank yet)
+    clock[0] += 16.0
+    _steps(core, viewer)
+    printer.update(force=True)
+    assert out.getvalue().splitlines()[-1].startswith("[   9.0s] step 9 "), out.getvalue()
+    assert summarize(viewer).elapsed_s == 9.0
+    # Attached later: the same clock, not the printer's own from 0.
+    out = io.StringIO()
+    clock[0] += 60.0
+    ProgressPrinter(viewer, out=out, bar=False).update(force=True)
+    assert out.getvalue().startswith("[   9.0s] step 9 "), out.getvalue()

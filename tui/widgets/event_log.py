@@ -158,10 +158,22 @@ class EventLog(CachedStyles, RichLog):
             self._last_hseq = max(m.hseq for m in fresh)
         return fresh
 
-    origin: float | None = None
-    """Where the clock's 00:00 is (:func:`~..run_clock.run_origin`: the ranks' first word, as
-    the header's elapsed and a replay's position count; an event at 00:39 of a replay at
-    33 s / 33 s read as in its future); None: the state's first record."""
+    _origin: float | None = None
+
+    @property
+    def origin(self) -> float | None:
+        """Where the clock's 00:00 is (:func:`~..run_clock.run_origin`: the ranks' first word, as
+        the header's elapsed and a replay's position count; an event at 00:39 of a replay at
+        33 s / 33 s read as in its future); None: the state's first record. The hub's records
+        before it read before 00:00 ("-00:07 hub: hub started"), not at it; once the ranks
+        say hello the lines written while they were awaited are written again on their clock."""
+        return self._origin
+
+    @origin.setter
+    def origin(self, origin: float | None) -> None:
+        if origin != self._origin:
+            self._origin = origin
+            self._state_id = 0  # (the next sync writes every line again)
 
     def sync(self, state: RunState) -> None:
         """Write the events that arrived since the last call (all of them after a new state)."""
