@@ -256,6 +256,8 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         self._skip_from: Any = False
         """A cut at a zero_grad after a backward is pending (see pardash.trainer.skips): the
         backward's end it took from the open step (None: none); False: no cut pending."""
+        self._skip_batch = False
+        self._skip_zeroed = False
         self._input: weakref.ref[Any] | None = None
         """The last training forward's first tensor argument (see pardash.trainer.skips)."""
         self._pending_mem: Any = None
@@ -396,7 +398,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
             self._made_lazy()
         first = first_tensor(args, kwargs)
         if self._skip_from is not False:
-            self._skip_decide(first)  # (before its samples count: they may be the next step's)
+            self._skip_forward(first)
         self._note_input(first)
         n = (int(first.shape[0]) if first.dim() else 1) if first is not None else 0
         if n and self._open is not None:
@@ -519,7 +521,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
     @_guarded
     def _backward_begins(self, tensors: Any, grads: Any = None) -> None:
         if self._skip_from is not False:
-            self._skip_drop()  # gradients zeroed between two backward passes of one iteration
+            self._skip_backward()  # gradients zeroed between two backward passes of one iteration?
         if self._eval_grad is not None:
             evaluated = self._eval_grad[2]()
             if evaluated is not None and self.trained.trained_by_an_optimizer(evaluated):

@@ -25,7 +25,7 @@ class Rounds:
         if _is_compiling():
             return None
         if self._skip_from is not False:
-            self._skip_drop()  # gradients zeroed, then set again and stepped (gradient surgery)
+            self._skip_step()  # an iteration without an optimizer step before this one?
         if any(optimizer is r() for r in self._round):
             self._round_ends(optimizer)  # an optimizer of the round steps again: a new round
         if self._eval_t0:

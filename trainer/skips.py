@@ -9,15 +9,19 @@ A step ends at an optimizer's post-hook. Two kinds of iteration end without one:
   this, that iteration and the next were one step: twice the step time, both losses summed
   (a spike on the loss curve) and "2 micro-batches". A ``zero_grad`` (the optimizer's, or a
   trained model's) right after a backward in training mode, with one optimizer stepping and no
-  step since, is where the iteration may have ended: the open step is cut there, pending. The next training
-  forward on another batch (another input tensor), or an evaluation in between, or the
-  script's end, makes the cut a step. A backward or an optimizer step before that, or a
-  forward on the same input, drops it: gradients zeroed inside an iteration (SAM's second pass
-  on the same batch, a gradient surgery's backward per task).
+  step since, is where the iteration may have ended: the open step is cut there, pending. It is
+  decided at the next optimizer step: a step of its own if a training forward on another batch
+  (another input tensor) came after the cut, or an evaluation, and the optimizer steps after a
+  backward, as iterations do. Dropped, the iteration goes on as one step: a backward with no
+  new forward first (a backward per task loss, PCGrad's), a forward on the same input (SAM's
+  second pass), or gradients zeroed again right before the step (per-micro-batch clipping, or
+  a batch per task: each backward's gradients read, zeroed, their combination set and stepped).
 
-A script that skips before its backward (``if not finite(loss): continue``) is not told apart:
-its forward's time joins the next step's (no backward, no loss: the step's figures stay its
-own). Neither is a skip in a loop over one fixed batch (the same input each time).
+Not told apart: a skip before the backward (``if not finite(loss): continue``: its forward's
+time joins the next step's, with no backward nor loss), a skip in a loop over one fixed batch
+or one input buffer refilled each time (the same input tensor), and skips in a row after the
+first (one cut is pending at a time: the iterations after it join the next step). An iteration
+skipped last, with no optimizer step after it, is no step.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from pardash.trainer.marks import _Cut
 class Skips:
     """Steps without an optimizer step. Its state is :class:`Instrument`'s (set in its ``__init__``):
     ``_skip_from`` (the backward's end the pending cut took from the open step, or ``False``
-    when no cut is pending) and ``_input`` (the last training forward's first tensor, weakly)."""
+    when no cut is pending), ``_skip_batch`` (a forward on another batch came after the cut),
+    ``_skip_zeroed`` (gradients zeroed since the last backward) and ``_input`` (the last
+    training forward's first tensor, weakly)."""
 
     def _wrap_scaler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -61,7 +67,10 @@ class Skips:
     @_guarded
     def _zeroed(self, owner: Any) -> None:
         """Gradients zeroed after a backward: cut the open step there, pending (see the module)."""
-        if self._skip_from is not False or self._in_optimizer or self._in_backward or self._explicit:
+        if self._in_optimizer or self._in_backward or self._explicit:
+            return
+        if self._skip_from is not False:
+            self._skip_zeroed = True  # (again: right before the step, gradients are set by hand)
             return
         if not self._early or not self._published_round or self._cut is not None or self._orphan is not None:
             return  # several optimizers, a round going on, or not seen to step twice yet
@@ -82,6 +91,8 @@ class Skips:
         self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits))
         self._pending_mem = self._memory(slot=0)  # (the gradients are still held)
         self._skip_from = self._backward_end
+        self._skip_batch = False
+        self._skip_zeroed = True
         self._backward_end = None  # what follows is the next step's data, if the cut holds
         self._resume_at = None
 
@@ -99,18 +110,34 @@ class Skips:
         elif len(step.marks) == cut.marks and self._backward_end is None:
             self._backward_end = resumed
 
-    def _skip_decide(self, first: Any) -> None:
-        """A training forward ended with a cut pending: on another input (or after an
-        evaluation), the cut was the end of an iteration without an optimizer step."""
+    def _skip_backward(self) -> None:
+        """A backward with a cut pending: with no forward since (a backward per task loss of one
+        forward), the same iteration's; after a forward on another batch, the next iteration's."""
+        self._skip_zeroed = False
+        if not self._skip_batch:
+            self._skip_drop()
+
+    def _skip_step(self) -> None:
+        """The optimizer steps with a cut pending: it was an iteration's end if another batch
+        (or an evaluation) came after it and the gradients were not zeroed again since the last
+        backward (set by hand before the step: one iteration of several zeroed passes)."""
+        if (self._skip_batch or self._resume_at is not None) and not self._skip_zeroed:
+            cut, mem = self._cut, self._pending_mem
+            self._skip_from = False
+            self._cut = self._pending_mem = None
+            if cut is not None:
+                self._publish_cut(cut, mem)
+        else:
+            self._skip_drop()
+
+    def _skip_forward(self, first: Any) -> None:
+        """A training forward ended with a cut pending: on the same input as the last (SAM's
+        second pass), the same iteration; on another, maybe the next (see _skip_step)."""
         last = self._input() if self._input is not None else None
         if last is not None and first is last and self._resume_at is None:
-            self._skip_drop()  # the same batch again: the same iteration
-            return
-        cut, mem = self._cut, self._pending_mem
-        self._skip_from = False
-        self._cut = self._pending_mem = None
-        if cut is not None:
-            self._publish_cut(cut, mem)
+            self._skip_drop()
+        else:
+            self._skip_batch = True
 
     def _note_input(self, first: Any) -> None:
         try:
