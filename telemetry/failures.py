@@ -139,7 +139,7 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     if step is None and last and r is not None and r.step is not None:
         step = r.step.step + 1  # the one after its last step (known for the last attempt only)
     unsent = None
-    if guess and last and first.code < 0 and r is not None and _in_lockstep(st):
+    if guess and last and first.code < 0 and r is not None and _in_lockstep(st) and _died_stepping(first, r):
         # Killed (SIGKILL: no word of its own), its last steps died with it: a rank sends its
         # steps in batches, up to 50 ms of them held. Its peers, in lockstep with it (each
         # step's collectives need every rank), went as far as it did: "at step 111" of a rank
@@ -306,6 +306,17 @@ def failure_line(f: dict, *, error: bool = True) -> str:
 
 LOCKSTEP = ("ddp", "fsdp", "dp")
 """Strategies whose ranks step together (every step's collectives need every rank)."""
+
+
+STEPPING_S = 2.0
+"""A rank killed within this long of its last step logged was stepping when it died (steps held
+back to be sent, up to 50 ms of them, die with it; torchrun notes the death within its 0.1 s)."""
+
+
+def _died_stepping(death: schema.Event, r) -> bool:
+    """Whether a rank died while it stepped, not long after its last step (a rank done with its
+    share of uneven inputs, waiting in DDP's join while the others train on, is not)."""
+    return r.step is not None and bool(death.t) and bool(r.step.t) and death.t - r.step.t < STEPPING_S
 
 
 def _in_lockstep(st) -> bool:

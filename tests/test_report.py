@@ -1135,6 +1135,24 @@ def test_a_killed_rank_of_a_lockstep_job_died_where_its_peers_stopped(strategy, 
     assert build_report(str(log))["failure"]["step"] == f["step"]
 
 
+def test_a_rank_killed_long_after_its_last_step_died_where_its_log_ends():
+    # DDP's join (uneven inputs): rank 0 did its 20 steps and waited, joined, while rank 1
+    # trained on to 159; killed then, it read "at step 159 (its last steps died with it...)".
+    from pardash.telemetry.failures import failure_summary
+
+    t = 1.0e9
+    st = RunState()
+    for m in [
+        *(schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)),
+        schema.Step(run="r", rank=0, seq=1, step=20, step_s=0.02, t=t + 1),
+        schema.Step(run="r", rank=1, seq=1, step=159, step_s=0.02, t=t + 8.9),
+        schema.Event(run="r", rank=0, seq=-1, name="exit", code=-9, message="torchrun: rank 0 killed by signal 9 (SIGKILL)", t=t + 9, hseq=10),
+    ]:
+        st.apply(m, 0.0)
+    f = failure_summary(st)
+    assert f["step"] == 21 and f["unsent"] is None
+
+
 def test_a_rank_never_heard_to_end_in_a_log_its_hub_closed_is_no_exit_not_running(tmp_path):
     # Node 1's torchrun killed: node 0's hub had stopped before node 1's launcher could note
     # rank 1's end, and report listed rank 1 as "running" in a log that had ended.
