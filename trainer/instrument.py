@@ -258,6 +258,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         backward's end it took from the open step (None: none); False: no cut pending."""
         self._skip_batch = False
         self._skip_zeroed = False
+        self._skip_more: list[tuple[Any, Any, Any, Any, Any]] = []
         self._input: weakref.ref[Any] | None = None
         """The last training forward's first tensor argument (see pardash.trainer.skips)."""
         self._pending_mem: Any = None

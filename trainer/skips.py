@@ -10,7 +10,8 @@ A step ends at an optimizer's post-hook. Two kinds of iteration end without one:
   (a spike on the loss curve) and "2 micro-batches". A ``zero_grad`` (the optimizer's, or a
   trained model's) right after a backward in training mode, with one optimizer stepping and no
   step since, is where the iteration may have ended: the open step is cut there, pending. It is
-  decided at the next optimizer step: a step of its own if a training forward on another batch
+  decided at the next optimizer step (with the cuts of skips in a row after it, each another
+  batch trained on and zeroed): a step of its own if a training forward on another batch
   (another input tensor) came after the cut, or an evaluation, and the optimizer steps after a
   backward, as iterations do. Dropped, the iteration goes on as one step: a backward with no
   new forward first (a backward per task loss, PCGrad's), a forward on the same input (SAM's
@@ -19,9 +20,8 @@ A step ends at an optimizer's post-hook. Two kinds of iteration end without one:
 
 Not told apart: a skip before the backward (``if not finite(loss): continue``: its forward's
 time joins the next step's, with no backward nor loss), a skip in a loop over one fixed batch
-or one input buffer refilled each time (the same input tensor), and skips in a row after the
-first (one cut is pending at a time: the iterations after it join the next step). An iteration
-skipped last, with no optimizer step after it, is no step.
+or one input buffer refilled each time (the same input tensor). An iteration skipped last, with
+no optimizer step after it, is no step.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ class Skips:
     """Steps without an optimizer step. Its state is :class:`Instrument`'s (set in its ``__init__``):
     ``_skip_from`` (the backward's end the pending cut took from the open step, or ``False``
     when no cut is pending), ``_skip_batch`` (a forward on another batch came after the cut),
-    ``_skip_zeroed`` (gradients zeroed since the last backward) and ``_input`` (the last
-    training forward's first tensor, weakly)."""
+    ``_skip_zeroed`` (gradients zeroed since the last backward), ``_skip_more`` (the cuts of
+    skips in a row after the first: cut, memory, the arrival and sync point before it, the
+    backward's end it took) and ``_input`` (the last training forward's first tensor, weakly)."""
 
     def _wrap_scaler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -71,6 +72,15 @@ class Skips:
             return
         if self._skip_from is not False:
             self._skip_zeroed = True  # (again: right before the step, gradients are set by hand)
+            step = self._open
+            last = self._skip_more[-1][0] if self._skip_more else self._cut
+            if self._skip_batch and step is not None and last is not None and step.micro > last.micro:
+                # Another batch trained on since the last cut, and zeroed: skips in a row, or
+                # micro-batches zeroed one by one (told apart at the step, as the first cut)
+                cut = _Cut(self.clock.stamp(), len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits))
+                self._skip_more.append((cut, self._memory(slot=0), self._arrive_next, self._sync_next, self._backward_end))
+                self._arrive_next = self._sync_next = self._backward_end = None
+                self._skip_batch = False
             return
         if not self._early or not self._published_round or self._cut is not None or self._orphan is not None:
             return  # several optimizers, a round going on, or not seen to step twice yet
@@ -96,12 +106,8 @@ class Skips:
         self._backward_end = None  # what follows is the next step's data, if the cut holds
         self._resume_at = None
 
-    def _skip_drop(self) -> None:
-        """The pending cut was inside an iteration: the open step goes on as if never cut."""
-        resumed = self._skip_from
-        self._skip_from = False
-        cut, self._cut = self._cut, None
-        self._pending_mem = self._arrive_next = self._sync_next = self._resume_at = None
+    def _uncut(self, cut: Any, resumed: Any) -> None:
+        """Undo a cut's taking of the data mark at the backward's end ``resumed``."""
         step = self._open
         if resumed is None or step is None or cut is None:
             return
@@ -110,32 +116,64 @@ class Skips:
         elif len(step.marks) == cut.marks and self._backward_end is None:
             self._backward_end = resumed
 
+    def _skip_drop(self) -> None:
+        """The pending cuts were inside an iteration: the open step goes on as if never cut."""
+        for cut, _mem, _arrive, _sync, resumed in reversed(self._skip_more):  # (later marks first)
+            self._uncut(cut, resumed)
+        self._skip_more = []
+        resumed = self._skip_from
+        self._skip_from = False
+        cut, self._cut = self._cut, None
+        self._pending_mem = self._arrive_next = self._sync_next = self._resume_at = None
+        self._uncut(cut, resumed)
+
     def _skip_backward(self) -> None:
         """A backward with a cut pending: with no forward since (a backward per task loss of one
         forward), the same iteration's; after a forward on another batch, the next iteration's."""
         self._skip_zeroed = False
         if not self._skip_batch:
+            self._skip_last_inside()
+
+    def _skip_last_inside(self) -> None:
+        """The last cut was inside an iteration: dropped, the ones before it stay pending."""
+        if not self._skip_more:
             self._skip_drop()
+            return
+        cut, _mem, arrive, sync, resumed = self._skip_more.pop()
+        self._uncut(cut, resumed)
+        self._arrive_next = arrive if arrive is not None else self._arrive_next
+        self._sync_next = sync if sync is not None else self._sync_next
+        self._skip_batch = True  # (the cut before it had another batch after it)
 
     def _skip_step(self) -> None:
         """The optimizer steps with a cut pending: it was an iteration's end if another batch
         (or an evaluation) came after it and the gradients were not zeroed again since the last
         backward (set by hand before the step: one iteration of several zeroed passes)."""
-        if (self._skip_batch or self._resume_at is not None) and not self._skip_zeroed:
-            cut, mem = self._cut, self._pending_mem
-            self._skip_from = False
-            self._cut = self._pending_mem = None
-            if cut is not None:
-                self._publish_cut(cut, mem)
-        else:
+        if not (self._skip_batch or self._resume_at is not None) or self._skip_zeroed or self._cut is None:
             self._skip_drop()
+            return
+        # Each cut ends a step; the arrival (and sync point) after each is the next one's.
+        cuts = [(self._cut, self._pending_mem)] + [(c, m) for c, m, _a, _s, _r in self._skip_more]
+        after = [(a, s) for _c, _m, a, s, _r in self._skip_more] + [(self._arrive_next, self._sync_next)]
+        self._skip_from = False
+        self._skip_more = []
+        self._cut = self._pending_mem = None
+        before = None
+        for (cut, mem), (arrive, sync) in zip(cuts, after):
+            here = cut
+            if before is not None:  # (counted in the open step as it was: now after the last cut)
+                here = _Cut(cut.end, cut.marks - before.marks + 1, cut.losses - before.losses, cut.micro - before.micro,
+                            cut.samples - before.samples, cut.waits - before.waits)  # fmt: skip
+            self._arrive_next, self._sync_next = arrive, sync
+            self._publish_cut(here, mem)
+            before = cut
 
     def _skip_forward(self, first: Any) -> None:
         """A training forward ended with a cut pending: on the same input as the last (SAM's
         second pass), the same iteration; on another, maybe the next (see _skip_step)."""
         last = self._input() if self._input is not None else None
-        if last is not None and first is last and self._resume_at is None:
-            self._skip_drop()
+        if last is not None and first is last and (self._resume_at is None or self._skip_more):
+            self._skip_last_inside()
         else:
             self._skip_batch = True
 
