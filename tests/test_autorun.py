@@ -972,6 +972,23 @@ def test_an_iteration_that_skips_its_optimizer_step_is_a_step_of_its_own(hooked,
         assert s["data_s"] + s["forward_s"] + s["backward_s"] + s["optimizer_s"] == pytest.approx(s["step_s"])
 
 
+def test_skipped_updates_that_end_the_script_are_its_last_steps(hooked):
+    # zero_grad after each step and after a skip: the script's last two iterations skipped.
+    # The first of them was published at the end, the second thrown away (9 steps of 10).
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(10):
+        x, y = _batch()
+        nn.functional.cross_entropy(model(x), y).backward()
+        if i < 8:
+            opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 11))
+    assert [s["samples"] for s in rep.steps] == [6] * 10
+
+
 def test_an_evaluation_after_a_skipped_update_follows_its_step(hooked):
     inst, rep = hooked
     model = _model()
@@ -994,7 +1011,7 @@ def test_an_evaluation_after_a_skipped_update_follows_its_step(hooked):
     assert [m for n, m in rep.events if n == "eval"] == [""]
 
 
-@pytest.mark.parametrize("algorithm", ["sam", "surgery", "clipping", "tasks"])
+@pytest.mark.parametrize("algorithm", ["sam", "surgery", "clipping", "tasks", "clipping, zeroed first", "tasks, zeroed first"])
 def test_gradients_zeroed_within_an_iteration_leave_it_one_step(hooked, algorithm):
     # Sharpness-aware minimisation: a backward, the gradients zeroed, a second forward and
     # backward on the same batch, then the step. Gradient surgery (PCGrad): a backward per task
@@ -1008,16 +1025,20 @@ def test_gradients_zeroed_within_an_iteration_leave_it_one_step(hooked, algorith
     losses = []
     for _ in range(6):
         x, y = _batch()
-        if algorithm in ("clipping", "tasks"):
+        if algorithm.startswith(("clipping", "tasks")):
+            first = algorithm.endswith("first")  # (zero_grad before each pass, not after)
             total = [torch.zeros_like(p) for p in model.parameters()]
             loss = 0.0
-            for xm, ym in zip(x.chunk(3), y.chunk(3)) if algorithm == "clipping" else (_batch(2), _batch(2), _batch(2)):
+            for xm, ym in zip(x.chunk(3), y.chunk(3)) if algorithm.startswith("clipping") else (_batch(2), _batch(2), _batch(2)):
+                if first:
+                    opt.zero_grad()
                 part = nn.functional.cross_entropy(model(xm), ym)
                 part.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 for t, p in zip(total, model.parameters()):
                     t += p.grad
-                opt.zero_grad()
+                if not first:
+                    opt.zero_grad()
                 loss += part.item()
             for t, p in zip(total, model.parameters()):
                 p.grad = t
@@ -1047,7 +1068,7 @@ def test_gradients_zeroed_within_an_iteration_leave_it_one_step(hooked, algorith
     assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5, 6]
     assert [s["samples"] for s in rep.steps] == [12 if algorithm == "sam" else 6] * 6
     assert [s["loss"] for s in rep.steps] == pytest.approx(losses)
-    assert {s["custom"]["micro_batches"] for s in rep.steps} == {3.0 if algorithm in ("clipping", "tasks") else 2.0}
+    assert {s["custom"]["micro_batches"] for s in rep.steps} == {3.0 if algorithm.startswith(("clipping", "tasks")) else 2.0}
     for s in rep.steps:
         assert min(s["data_s"], s["forward_s"], s["backward_s"], s["optimizer_s"]) >= 0
 

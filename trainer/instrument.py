@@ -259,6 +259,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         self._skip_batch = False
         self._skip_zeroed = False
         self._skip_more: list[tuple[Any, Any, Any, Any, Any]] = []
+        self._skip_grad: Any = None
         self._input: weakref.ref[Any] | None = None
         """The last training forward's first tensor argument (see pardash.trainer.skips)."""
         self._pending_mem: Any = None
@@ -568,6 +569,8 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
     @_guarded
     def _backward_returns(self) -> None:
         self._backward_end = self.clock.stamp()
+        if self._skip_from is not False:
+            self._skip_grads()  # (a cut pending: the gradients the optimizer should step on)
         if self._in_optimizer and self._closure is not None:
             # the closure's first pass is over: what follows in optimizer.step is the optimizer's
             self._closure = None
@@ -719,6 +722,8 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
             self._eval_ends()
         if failed and self._cut is not None and any(all(o() is not r() for r in self._round) for o in self._last_round):
             self._cut = None
+        if self._skip_from is not False:
+            self._skip_end()
         if self._round and not self._explicit:
             self._round_ends()
         if self._late is not None:

@@ -20,8 +20,10 @@ A step ends at an optimizer's post-hook. Two kinds of iteration end without one:
 
 Not told apart: a skip before the backward (``if not finite(loss): continue``: its forward's
 time joins the next step's, with no backward nor loss), a skip in a loop over one fixed batch
-or one input buffer refilled each time (the same input tensor). An iteration skipped last, with
-no optimizer step after it, is no step.
+or one input buffer refilled each time (the same input tensor), an iteration skipped last
+without a ``zero_grad`` after it (no step), an evaluation right after a skip whose ``zero_grad``
+comes at the next iteration's start (part of the skipped step), and a skip right before an
+iteration whose gradients are set by hand (it joins that iteration's step).
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class Skips:
         self._skip_more = []
         resumed = self._skip_from
         self._skip_from = False
+        self._skip_grad = None
         cut, self._cut = self._cut, None
         self._pending_mem = self._arrive_next = self._sync_next = self._resume_at = None
         self._uncut(cut, resumed)
@@ -145,18 +148,51 @@ class Skips:
         self._sync_next = sync if sync is not None else self._sync_next
         self._skip_batch = True  # (the cut before it had another batch after it)
 
-    def _skip_step(self) -> None:
-        """The optimizer steps with a cut pending: it was an iteration's end if another batch
-        (or an evaluation) came after it and the gradients were not zeroed again since the last
-        backward (set by hand before the step: one iteration of several zeroed passes)."""
-        if not (self._skip_batch or self._resume_at is not None) or self._skip_zeroed or self._cut is None:
+    def _skip_grads(self) -> None:
+        """A backward returned with a cut pending: note the gradient it left (of the optimizer's
+        first parameter), to tell at the step whether the optimizer steps on it."""
+        try:
+            grad = self.trained.optimizers[0].param_groups[0]["params"][0].grad
+            self._skip_grad = weakref.ref(grad) if grad is not None else None
+        except (IndexError, KeyError, TypeError, AttributeError):
+            self._skip_grad = None
+
+    def _set_by_hand(self) -> bool:
+        """Whether the optimizer steps on gradients set by hand (``p.grad = ...``), not the
+        ones the last backward left: per-micro-batch clipping's sum, PCGrad's combination."""
+        try:
+            grad = self.trained.optimizers[0].param_groups[0]["params"][0].grad
+        except (IndexError, KeyError, TypeError, AttributeError):
+            return False
+        left = self._skip_grad() if self._skip_grad is not None else None
+        return grad is not None and left is not grad
+
+    def _skip_end(self) -> None:
+        """The script ends (or fails) with cuts pending: each ended an iteration, its gradients
+        thrown away (what follows the last cut, with no optimizer step, is no step)."""
+        if self._cut is None:
             self._skip_drop()
             return
+        self._skip_publish()
+
+    def _skip_step(self) -> None:
+        """The optimizer steps with a cut pending: it was an iteration's end if another batch
+        (or an evaluation) came after it and the optimizer steps on the gradients the last
+        backward left (not zeroed since, nor set by hand: one iteration of several zeroed
+        passes, per-micro-batch clipping's, zeroed before or after each pass)."""
+        if not (self._skip_batch or self._resume_at is not None) or self._skip_zeroed or self._cut is None or self._set_by_hand():
+            self._skip_drop()
+            return
+        self._skip_publish()
+
+    def _skip_publish(self) -> None:
+        """Make each pending cut the end of a step."""
         # Each cut ends a step; the arrival (and sync point) after each is the next one's.
         cuts = [(self._cut, self._pending_mem)] + [(c, m) for c, m, _a, _s, _r in self._skip_more]
         after = [(a, s) for _c, _m, a, s, _r in self._skip_more] + [(self._arrive_next, self._sync_next)]
         self._skip_from = False
         self._skip_more = []
+        self._skip_grad = None
         self._cut = self._pending_mem = None
         before = None
         for (cut, mem), (arrive, sync) in zip(cuts, after):
