@@ -43,7 +43,9 @@ class Skips:
     when no cut is pending), ``_skip_batch`` (a forward on another batch came after the cut),
     ``_skip_zeroed`` (gradients zeroed since the last backward), ``_skip_more`` (the cuts of
     skips in a row after the first: cut, memory, the arrival and sync point before it, the
-    backward's end it took) and ``_input`` (the last training forward's first tensor, weakly)."""
+    backward's end it took), ``_skip_grad`` (the gradient the last backward left on the
+    optimizer's first parameter, weakly) and ``_input`` (the last training forward's first
+    tensor, weakly)."""
 
     def _wrap_scaler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
