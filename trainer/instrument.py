@@ -109,7 +109,7 @@ import torch
 
 from pardash.telemetry import api, memory, modelfacts
 from pardash.trainer.strategies import CommTimer
-from pardash.trainer.trained import Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of
+from pardash.trainer.trained import Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of, rows
 from pardash.telemetry.reporter import Reporter
 from pardash.trainer.arrivals import Arrivals
 from pardash.trainer.epochs import Epochs
@@ -402,7 +402,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         if self._skip_from is not False:
             self._skip_forward(first)
         self._note_input(first)
-        n = (int(first.shape[0]) if first.dim() else 1) if first is not None else 0
+        n = rows(first)
         if n and self._open is not None:
             self._open.samples += n
 

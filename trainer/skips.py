@@ -150,22 +150,23 @@ class Skips:
         self._sync_next = sync if sync is not None else self._sync_next
         self._skip_batch = True  # (the cut before it had another batch after it)
 
-    def _skip_grads(self) -> None:
-        """A backward returned with a cut pending: note the gradient it left (of the optimizer's
-        first parameter), to tell at the step whether the optimizer steps on it."""
+    def _first_grad(self) -> Any:
+        """The gradient of the stepping optimizer's first parameter (None: none, or no such)."""
         try:
-            grad = self.trained.optimizers[0].param_groups[0]["params"][0].grad
-            self._skip_grad = weakref.ref(grad) if grad is not None else None
+            return self.trained.optimizers[0].param_groups[0]["params"][0].grad
         except (IndexError, KeyError, TypeError, AttributeError):
-            self._skip_grad = None
+            return None
+
+    def _skip_grads(self) -> None:
+        """A backward returned with a cut pending: note the gradient it left, to tell at the
+        step whether the optimizer steps on it."""
+        grad = self._first_grad()
+        self._skip_grad = weakref.ref(grad) if grad is not None else None
 
     def _set_by_hand(self) -> bool:
         """Whether the optimizer steps on gradients set by hand (``p.grad = ...``), not the
         ones the last backward left: per-micro-batch clipping's sum, PCGrad's combination."""
-        try:
-            grad = self.trained.optimizers[0].param_groups[0]["params"][0].grad
-        except (IndexError, KeyError, TypeError, AttributeError):
-            return False
+        grad = self._first_grad()
         left = self._skip_grad() if self._skip_grad is not None else None
         return grad is not None and left is not grad
 

@@ -257,9 +257,13 @@ def first_tensor(args: Any, kwargs: Any) -> torch.Tensor | None:
     return None
 
 
-def batch_size(args: Any, kwargs: Any) -> int:
-    """First dimension of the first tensor among the arguments (see first_tensor), 0 when there is none."""
-    t = first_tensor(args, kwargs)
+def rows(t: torch.Tensor | None) -> int:
+    """A batch's size: its first dimension (1 for a scalar, 0 for no tensor)."""
     if t is None:
         return 0
     return int(t.shape[0]) if t.dim() else 1
+
+
+def batch_size(args: Any, kwargs: Any) -> int:
+    """First dimension of the first tensor among the arguments (see first_tensor), 0 when there is none."""
+    return rows(first_tensor(args, kwargs))
