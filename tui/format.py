@@ -79,12 +79,14 @@ def fmt_duration(seconds: float | None) -> str:
 
 def fmt_clock(seconds: float | None) -> str:
     """Run time as a clock for the event log: ``00:42``, ``12:05``, ``1:02:05``; before the
-    run's 00:00 (the hub's start, seconds before its ranks' first word), ``-00:07``."""
+    run's 00:00 (the hub's start, seconds before its ranks' first word), ``-0:07``: as wide as
+    the times after it under ten minutes, so the event log's first line lines up with the rest."""
     if _missing(seconds):
         return "--:--"
     s = int(seconds)  # (toward zero: a hair before 00:00 is 00:00)
     if s < 0:
-        return "-" + fmt_clock(-s)
+        after = fmt_clock(-s)
+        return "-" + (after[1:] if after.startswith("0") else after)
     h, rest = divmod(s, 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"

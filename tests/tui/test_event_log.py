@@ -5,6 +5,7 @@ from __future__ import annotations
 from pardash.telemetry import schema
 from pardash.telemetry.printer import group_alike
 from pardash.tui.widgets.event_log import describe
+from pardash.tui.format import fmt_clock
 
 
 def _save(rank: int, step: int, took: float) -> schema.Event:
@@ -260,3 +261,11 @@ async def test_a_replay_started_at_its_end_shows_its_newest_event_in_a_one_line_
         assert 0 < rows < len(log.lines)
         shown = [strip_text(line) for line in log.lines[log.scroll_offset.y :][:rows]]
         assert shown[-1] == strip_text(log.lines[-1]), shown
+
+
+def test_a_hub_line_before_the_run_starts_is_as_wide_as_the_lines_after_it():
+    # The hub starts seconds before its ranks' first word (the run's 00:00): its line read
+    # "-00:09 hub: ..." above "00:18 ranks ...", one column out of line with every other.
+    assert [fmt_clock(t) for t in (-9.5, -0.4, 0.0, 18.0)] == ["-0:09", "00:00", "00:00", "00:18"]
+    assert len(fmt_clock(-599)) == len(fmt_clock(18)) == 5
+    assert fmt_clock(-754) == "-12:34" and fmt_clock(-3725) == "-1:02:05"
