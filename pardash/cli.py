@@ -131,11 +131,24 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     # launched it (which may have detached): its supervisor is in the registry.
     entry = getattr(client, "info", {})  # the registry's entry of a run attached by id
     supervisor = int(entry.get("supervisor_pid") or 0)
+    from pardash.trainer.supervisor import job_processes, stop_unsupervised, supervisor_alive
     from pardash.tui.app import make_app
 
+    run_id = str(entry.get("run_id") or client.run_id or "")
+    if supervisor and not supervisor_alive(supervisor, run_id) and not job_processes(supervisor, run_id):
+        supervisor = 0  # its job is over (or runs elsewhere): nothing here to stop
     app = make_app(client, launched=bool(supervisor), title=f"pardash attach {client.run_id or ns.target or ''}")
     choice = app.run()
-    if choice == "stop" and supervisor:
+    if choice == "stop" and supervisor and not supervisor_alive(supervisor, run_id):
+        # Its supervisor was killed outright (SIGKILL, the OOM killer): the ranks trained on,
+        # and a SIGINT to its pid reached nothing, or another program given that pid since,
+        # while this said "stopped". Stopped from here as the supervisor would have.
+        print(f"{PROG}: stopping run {client.run_id} (its supervisor is gone: torchrun gets SIGTERM from here)...", flush=True)
+        left = stop_unsupervised(supervisor, run_id, hub_pid=int(entry.get("pid") or 0), ingest=str(entry.get("ingest") or ""),
+                                 curve_dir=ns.curve_dir)  # fmt: skip
+        print(f"{PROG}: stopped run {client.run_id}" if left else f"{PROG}: run {client.run_id} had ended", end="")
+        print(f"; log {entry.get('log', '')}")
+    elif choice == "stop" and supervisor:
         print(f"{PROG}: stopping run {client.run_id}...", flush=True)
         try:
             # SIGINT: a person's stop, as the launch's own Ctrl-C (its exit code 130); SIGTERM

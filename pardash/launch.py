@@ -277,7 +277,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             if stopped and code != 0:
                 code = 128 + stopped_by[0]  # as the shell says for the signal this process took: 130, 143
             elif _supervisor_lost(job, code):
-                return _follow_unsupervised(job, client, printer, code)
+                return _follow_unsupervised(job, client, printer, code, stopped_by)
         else:
             from pardash.tui.app import make_app
             from pardash.tui.screens.quit import STOP
@@ -306,6 +306,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 how = "the viewer ended on an error" if app.return_code else "detached"
                 print(f"{PROG}: {how}; the job goes on. `{PROG} attach {_watch(spec)}` to watch it again, log {_log_of(spec)}")
                 return app.return_code or 0
+            if choice != "over" and _supervisor_lost(job, job.poll() or 0):
+                return _stop_unsupervised(job, terminated[0] if terminated else signal.SIGINT)
             if choice != "over":
                 job.stop(terminated[0] if terminated else signal.SIGINT)
                 try:
@@ -407,7 +409,7 @@ def _lost_words(code: int) -> str:
     return f"the launcher's supervisor was {how} before the job ended"
 
 
-def _follow_unsupervised(job, client, printer, code: int) -> int:
+def _follow_unsupervised(job, client, printer, code: int, stopped_by: list[int]) -> int:
     """Headless, the supervisor gone: the ranks train on (the hub records them until they are
     done): follow them as ``pardash attach`` does and end with the run's own outcome."""
     from pardash.telemetry.failures import failure_summary
@@ -416,21 +418,43 @@ def _follow_unsupervised(job, client, printer, code: int) -> int:
 
     spec = job.spec
     print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
-          f"(Ctrl-C stops watching, not them; `{PROG} attach {_watch(spec)}` follows them again)", file=sys.stderr, flush=True)  # fmt: skip
+          f"(Ctrl-C stops them, as before)", file=sys.stderr, flush=True)  # fmt: skip
     entry = registry.find(spec.run_id) or {"pid": job.endpoints.get("pid")}
     # The job lives while its hub does: the hub, unsupervised, stops once every rank is done
     # (after a failure it waits for torchrun to start them again, --max-restarts).
     client.info = {**entry, "supervisor_pid": entry.get("pid")}
     try:
         line = follow_attached(printer, client)
-    except KeyboardInterrupt:
-        print(f"{PROG}: stopped watching; the ranks may still run: `{PROG} attach {_watch(spec)}`, log {_log_of(spec)}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # (a SIGTERM too: this process stands for the job, as torchrun does)
+        return _stop_unsupervised(job, stopped_by[-1] if stopped_by else signal.SIGINT)
     if run_over(client.state):
         _wait_for_ranks_here(client.state)
     ok = run_over(client.state) and failure_summary(client.state) is None
     print(f"{line}; log {_log_of(spec)}", file=_closing_stream(ok=ok), flush=True)
     return 0 if ok else 1
+
+
+def _stop_unsupervised(job, sig: int) -> int:
+    """Stop a job whose supervisor is gone, from here (a Ctrl-C, or Stop in the TUI): torchrun
+    gets SIGTERM as the supervisor would have sent it. Before, the ranks trained on, and the
+    launch could not stop them."""
+    from pardash.trainer.supervisor import stop_unsupervised
+
+    spec = job.spec
+    print(f"{PROG}: stopping the job (its supervisor is gone: torchrun gets SIGTERM from here)...", file=sys.stderr, flush=True)
+    hub = (registry.find(spec.run_id) or {}).get("pid") or job.endpoints.get("pid") or 0
+    try:
+        found = stop_unsupervised(job.supervisor.pid, spec.run_id, hub_pid=int(hub), ingest=job.endpoints.get("ingest", ""),
+                                  curve_dir=spec.curve_dir, who="by you" if sig == signal.SIGINT else f"by {signal.Signals(sig).name}")  # fmt: skip
+    except KeyboardInterrupt:
+        print(f"{PROG}: not waiting for the job to stop; log {_log_of(spec)}", file=sys.stderr, flush=True)
+        return 128 + sig
+    if not found:
+        print(f"{PROG}: the job had ended; log {_log_of(spec)}", file=sys.stderr, flush=True)
+        return 1
+    by = " by you" if sig == signal.SIGINT else ""
+    print(f"{PROG}: stopped{by} (exit code {128 + sig}); log {_log_of(spec)}", file=sys.stderr, flush=True)
+    return 128 + sig
 
 
 RANKS_EXIT_S = 15.0

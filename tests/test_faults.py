@@ -18,15 +18,16 @@ from helpers import TerminalOutput, pardash_env, wait_for
 from pardash.telemetry import registry, schema
 from pardash.telemetry.logreader import load_log
 from pardash.telemetry.report import build_report
+from pardash.trainer import supervisor
 
 pytestmark = pytest.mark.slow
 
 
-def _start(tmp_path, *args, env=None, **kw):
+def _start(tmp_path, *args, env=None, stderr=subprocess.PIPE, **kw):
     trainer = [] if "--" in args else ["--log-every", "0"]  # a script of one's own takes no trainer flags
     cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(tmp_path / "run.jsonl"),
            "--runs-dir", str(tmp_path / "runs"), "--every", "1", *trainer, *args]  # fmt: skip
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or pardash_env(),
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env or pardash_env(),
                             cwd=tmp_path, **kw)  # fmt: skip
 
 
@@ -496,6 +497,52 @@ def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_
     said = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1]
     assert any(f"supervisor (pid {entry['supervisor_pid']}) is gone" in m for m in said)
     assert "hub stopped" in [m for m in msgs if isinstance(m, schema.Event)][-1].message
+
+
+def test_a_launch_whose_supervisor_was_killed_still_stops_the_job_at_ctrl_c(tmp_path):
+    # SIGKILL of the supervisor, then Ctrl-C: the launch said "stopped watching; the ranks may
+    # still run" and left torchrun and its ranks training, with no launcher able to stop them
+    # (an attach's Stop sent SIGINT to the dead supervisor's pid and said "stopped run").
+    script = os.path.join(os.path.dirname(__file__), "scripts", "chatty.py")
+    log = tmp_path / "run.jsonl"
+    said = tmp_path / "launch.err"
+    with open(said, "w") as err_file:
+        p = _start(tmp_path, "--nproc", "1", "--", script, "100000", stderr=err_file)
+    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.1)
+    (entry,) = registry.live_runs()
+    os.kill(entry["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: _ended(entry["supervisor_pid"]), timeout_s=30)
+    job = supervisor.job_processes(entry["supervisor_pid"], entry["run_id"])
+    assert len(job) >= 2  # torchrun and its rank, training on
+    # The launch has seen its supervisor gone (it says so) before it is stopped.
+    wait_for(lambda: "train on without it" in said.read_text(), timeout_s=60, poll_s=0.1)
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=120)
+    err = said.read_text()
+    assert p.returncode == 130, err[-2000:]
+    assert "stopped by you (exit code 130)" in err, err[-2000:]
+    assert all(_ended(q.pid) for q in job)
+    assert not supervisor.job_processes(entry["supervisor_pid"], entry["run_id"])
+    # ... and its hub: it wrote the log to its end and stopped (it waited for a restart). The
+    # log says the rank was stopped (it read "no exit").
+    assert _ended(entry["pid"])
+    events = [m for m in load_log(log)[0] if isinstance(m, schema.Event)]
+    assert "hub stopped" in events[-1].message
+    assert [(m.rank, m.code, m.message) for m in events if m.name == "exit"] == [(0, -15, "stopped by you (its supervisor was gone)")]
+
+
+def test_a_pid_the_system_gave_another_program_is_no_supervisor(tmp_path):
+    # attach stops a launched job through its supervisor's pid from the registry: a supervisor
+    # killed outright leaves that pid free for the system to give another program.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not supervisor.supervisor_alive(other.pid, "20261204-000000-abcd")
+        assert not supervisor.job_processes(other.pid, "20261204-000000-abcd")
+        assert supervisor.stop_unsupervised(other.pid, "20261204-000000-abcd") == 0
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_ranks_that_write_on_after_their_supervisor_was_killed_train_on(tmp_path):
