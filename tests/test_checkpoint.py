@@ -565,6 +565,28 @@ def test_a_bad_checkpoint_dir_stops_the_launch_before_anything_starts(tmp_path, 
     assert (tmp_path / "file").read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("marker", [checkpoint.DCP_METADATA, checkpoint.PLAIN_FILE, "__0_0.distcp"])
+def test_a_checkpoint_dir_that_is_one_checkpoint_names_its_parent(tmp_path, marker, capsys):
+    # --resume --checkpoint-dir CK/step-00000030 found "no checkpoint ... yet; starting at step
+    # 1" and then saved inside it (CK/step-00000030/step-00000040).
+    from pardash.trainer import config
+
+    one = checkpoint.step_path(tmp_path / "ck", 30)
+    one.mkdir(parents=True)
+    (one / marker).write_bytes(b"m")
+    with pytest.raises(SystemExit) as exited:
+        config.parse_args(["--resume", "--checkpoint-dir", f"{one}/"], prog="train")
+    assert exited.value.code == 2
+    line = (f"train: error: --checkpoint-dir {one}/ is one checkpoint (step 30) of the folder {tmp_path / 'ck'}, "
+            f"not a folder of checkpoints; give that folder: --checkpoint-dir {tmp_path / 'ck'}")
+    assert capsys.readouterr().err.splitlines()[-1] == line
+    assert sorted(p.name for p in one.iterdir()) == [marker]  # nothing written into it
+    # The folder of checkpoints itself, and a new folder that only looks like one, are fine.
+    assert parse_flags("--resume", "--checkpoint-dir", str(tmp_path / "ck")).resume
+    assert parse_flags("--checkpoint-dir", str(tmp_path / "step-00000001")).checkpoint_dir
+    assert config._STEP_FOLDER.pattern == checkpoint.STEP_DIR.pattern  # (kept in both)
+
+
 def test_no_resume_starts_a_restarted_job_over_and_says_so(tmp_path, hub):
     # After a torchrun restart the trainer resumes from its job's newest checkpoint unasked;
     # --no-resume (False, not the default None) starts the restart over at step 1, with a

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -452,7 +453,8 @@ def from_args(ns: argparse.Namespace) -> TrainConfig:
 
 def check_checkpoint_dir(path: str) -> None:
     """Create the folder ``path`` if it is missing and write a file in it; raise ValueError
-    (one line) when either fails.
+    (one line) when either fails, or when ``path`` is one checkpoint's own folder rather than
+    the folder of checkpoints (:func:`_one_checkpoint`): the error names its parent.
 
     Checked before anything starts, like the log path: otherwise the first save finds out
     only after --checkpoint-every steps of training, and --resume on a file finds "no
@@ -461,6 +463,13 @@ def check_checkpoint_dir(path: str) -> None:
     import os
     import tempfile
 
+    one = _one_checkpoint(path)
+    if one is not None:
+        step, parent = one
+        raise ValueError(
+            f"--checkpoint-dir {path} is one checkpoint (step {step}) of the folder {parent}, not a "
+            f"folder of checkpoints; give that folder: --checkpoint-dir {parent}"
+        )
     try:
         os.makedirs(path, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".pardash-write-test-", dir=path)
@@ -476,6 +485,32 @@ def check_checkpoint_dir(path: str) -> None:
             f"--checkpoint-dir {path}: cannot write there ({exc.strerror or exc}); "
             "name a writable folder"
         ) from None
+
+
+_STEP_FOLDER = re.compile(r"^step-(\d+)$")
+"""A checkpoint's own folder's name (:data:`.checkpoint.STEP_DIR`; kept here too, since the CLI
+checks the flags without importing torch, which :mod:`.checkpoint` does)."""
+_CHECKPOINT_FILES = (".metadata", "state.pt", "job")
+"""Files only a checkpoint's own folder holds (DCP's metadata, the plain file, the saving job)."""
+
+
+def _one_checkpoint(path: str) -> tuple[int, str] | None:
+    """(its step, its parent folder) when ``path`` is one checkpoint's own folder, such as
+    ``ckpt/step-00000030``: --resume would find no checkpoint in it and start at step 1, and
+    the saves would go inside it (``ckpt/step-00000030/step-00000040``). None otherwise."""
+    import os
+
+    name = os.path.basename(os.path.normpath(path))
+    m = _STEP_FOLDER.match(name)
+    if m is None or not os.path.isdir(path):
+        return None
+    try:
+        held = os.listdir(path)
+    except OSError:
+        return None
+    if not any(f in _CHECKPOINT_FILES or f.endswith(".distcp") for f in held):
+        return None
+    return int(m.group(1)), os.path.dirname(os.path.normpath(path)) or "."
 
 
 def parse_args(argv: Sequence[str] | None = None, *, prog: str | None = None) -> TrainConfig:
