@@ -41,7 +41,7 @@ import shutil
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -135,6 +135,10 @@ class Progress:
     """--dataset-size when saved (0: not kept): another size is other data and epochs."""
     noise: float = -1.0
     """--noise when saved (-1: not kept): another is other labels for the same samples."""
+    n_head: int = 0
+    """The model's attention heads (--n-head) when saved (0: not kept, or a model without
+    attention), filled in by :func:`save` from the model. The one model flag the parameters'
+    shapes do not tell: a checkpoint of another head count loads without an error."""
 
     def to_tensors(self) -> dict[str, torch.Tensor]:
         """Each field as a 0-d tensor (float64 for ``lr``, int64 otherwise)."""
@@ -462,8 +466,34 @@ def _room(path: Path) -> str:
     return ""
 
 
+def attention_heads(module: torch.nn.Module) -> int:
+    """The attention heads of ``module``'s attention layers (0: it has none)."""
+    from .models import CausalSelfAttention
+
+    return next((m.n_head for m in module.modules() if isinstance(m, CausalSelfAttention)), 0)
+
+
+def check_same_heads(saved: Progress, module: torch.nn.Module) -> None:
+    """Raise ValueError when the checkpoint's model had another number of attention heads than
+    ``module``. Its parameters have the same shapes, so the load would succeed and the run go
+    on with another model than the one trained (each head's size is --n-embd / --n-head). The
+    words "size mismatch" are those the resume tells another model by (``resume.OTHER_MODEL``):
+    it stops, naming the model flags, as for another --n-embd."""
+    from .models import CausalSelfAttention
+
+    attn = next((m for m in module.modules() if isinstance(m, CausalSelfAttention)), None)
+    if attn is None or not saved.n_head or saved.n_head == attn.n_head:
+        return
+    width = attn.proj.in_features
+    raise ValueError(
+        f"attention head size mismatch: the checkpoint's model has --n-head {saved.n_head} "
+        f"(heads of {width // saved.n_head}), this one --n-head {attn.n_head} (heads of {width // attn.n_head})"
+    )
+
+
 def _save(path: Path, progress: Progress, *, w: Wrapped, optimizer: torch.optim.Optimizer, rank: int,
           device: torch.device, job: str, origin: str = "") -> None:
+    progress = replace(progress, n_head=attention_heads(w.inner))
     if uses_dcp(w.strategy):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -558,6 +588,8 @@ def load(
     if dcp_format:
         state, has_rng = _load_dcp(found.path, saved, w=w, optimizer=optimizer, key=key, device=device)
     else:
+        # Every rank read the same progress: all of them raise here, or none.
+        check_same_heads(Progress.from_tensors(state["progress"]), w.inner)
         if uses_dcp(w.strategy):
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
@@ -595,6 +627,9 @@ def _load_dcp(
         if device.type == "cuda" and f"{key}.cuda" not in saved:
             del state[key]["cuda"]
     dcp.load(state, checkpoint_id=str(path))
+    # The progress is read with the model (one collective read); before the model is set from it
+    # (every rank read the same progress: all of them raise here, or none).
+    check_same_heads(Progress.from_tensors(state["progress"]), w.inner)
     set_state_dict(module, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
     return state, has_rng
@@ -625,6 +660,8 @@ __all__ = [
     "Progress",
     "agree_on",
     "agree_on_latest",
+    "attention_heads",
+    "check_same_heads",
     "find_latest",
     "last_saved",
     "newest_job",
