@@ -319,3 +319,40 @@ def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
         wait_for(lambda: all(_gone(k) for k in kids), timeout_s=30)
+
+
+BOTH_FAIL = """
+import os, signal, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+if dist.get_rank() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(1.0)  # rank 0: torchrun finds rank 1 dead, and stops this one
+sys.exit(3)
+"""
+
+
+def test_torchrun_as_launched_says_every_worker_that_failed(tmp_path):
+    # torchrun logs one failed worker (the first by its error file's time) and lists the rest
+    # only in the summary of a job it gives up on: under --max-restarts, a rank killed outright
+    # went unsaid, and the report blamed its peer's "Connection reset by peer".
+    import subprocess
+    import sys
+
+    from pardash.trainer import torchrun
+    from pardash.trainer.supervisor import FAILED_WORKER
+
+    fake = {r: SimpleNamespace(local_rank=r, exitcode=c, pid=100 + r, timestamp=t) for r, c, t in ((0, 1, 5), (1, -9, 7), (2, -15, 7))}
+    lines = torchrun.other_failures(fake)
+    assert [FAILED_WORKER.search(x).group(1, 2) for x in lines] == [("-9", "1"), ("-15", "2")]
+    assert torchrun.other_failures({0: fake[0]}) == []
+    script = tmp_path / "both_fail.py"
+    script.write_text(BOTH_FAIL)
+    out = subprocess.run(
+        [sys.executable, "-m", "pardash.trainer.torchrun", "--nproc-per-node", "2", "--standalone", "--max-restarts", "0",
+         "--monitor-interval", "0.1", str(script)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    said = {int(m.group(2)): int(m.group(1)) for m in map(FAILED_WORKER.search, out.stderr.splitlines()) if m}
+    assert set(said) == {0, 1} and said[1] == -9, out.stderr[-3000:]

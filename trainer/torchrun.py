@@ -21,6 +21,7 @@ def main() -> int:
     with startup.imports():  # torch (startup says why)
         from torch.distributed.run import main as torchrun_main
 
+    _say_every_failure()
     try:
         torchrun_main()
         return 0
@@ -38,6 +39,41 @@ def main() -> int:
         _name_the_script(e)
         traceback.print_exc()
         return 1
+
+
+def _say_every_failure() -> None:
+    """torchrun logs one failed worker when its workers fail ("failed (exitcode: 1) local_rank:
+    0 ..."), the first by its error file's time, and lists the others only in the summary it
+    prints when it gives up. Under --max-restarts it restarts instead: a rank killed outright
+    (SIGKILL: no error file, so "later" than its peer's error about the broken connection) went
+    unsaid, and the launcher blamed the peer. Every other failed worker is said too, in the same
+    form, after torchrun's line (the launcher reads them all: see supervisor.FAILED_WORKER)."""
+    try:
+        from torch.distributed.elastic.multiprocessing.api import SubprocessContext
+    except ImportError:  # another torch's layout: torchrun's own line only
+        return
+    poll = getattr(SubprocessContext, "_poll", None)
+    if poll is None or getattr(poll, "_pardash", False):
+        return
+
+    def _poll(self):
+        result = poll(self)
+        for line in other_failures(getattr(result, "failures", None) or {}):
+            print(line, file=sys.stderr, flush=True)
+        return result
+
+    _poll._pardash = True  # type: ignore[attr-defined]
+    SubprocessContext._poll = _poll
+
+
+def other_failures(failures: dict) -> list[str]:
+    """A line for each failed worker (torchrun's ProcessFailure by local rank) but the one
+    torchrun logs itself (the first by time), in torchrun's form."""
+    if len(failures) < 2:
+        return []
+    first = min(failures.values(), key=lambda f: f.timestamp)
+    return [f"pardash: also failed (exitcode: {f.exitcode}) local_rank: {f.local_rank} (pid: {f.pid})"
+            for f in sorted(failures.values(), key=lambda f: f.local_rank) if f is not first]  # fmt: skip
 
 
 AUTORUN = "pardash.trainer.autorun"
