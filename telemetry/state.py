@@ -36,6 +36,11 @@ MESSAGE_KEPT = 1024
 """Characters of an event's message the event log keeps in memory (the JSONL log keeps all)."""
 
 
+KILLED_NOT_STEPPING = frozenset({-15, -2})
+"""Signals a launcher's exit note is given no step for: a stop (SIGTERM, SIGINT), not a death
+in a step (see failures.STOPPED_CODES)."""
+
+
 def _kept(msg: "schema.Event") -> "schema.Event":
     """``msg`` as memory keeps it: a long message or traceback cut (a copy: the recorder may
     not have written the message yet). 32768 ranks' 64 KiB error events, kept whole, are GBs."""
@@ -373,6 +378,13 @@ class RunState:
             r.alive_again()
         elif isinstance(msg, schema.Event):
             code = msg.code if msg.code is not None else 0
+            if msg.name == "exit" and msg.seq < 0 and msg.step is None and code < 0 and code not in KILLED_NOT_STEPPING and r.step is not None:
+                # The launcher's note of a rank killed outright (SIGKILL, SIGSEGV: no word of its
+                # own) says nothing of where: in the step after its last. Kept here, where its
+                # process's last step is known: after torchrun restarted the job, that attempt's
+                # steps are gone from memory ("restarted by torchrun after: rank 1 exited with
+                # code -9 (SIGKILL)", with no step, where the job's last failure said one).
+                msg = msgspec.structs.replace(msg, step=r.step.step + 1)
             # A rank's own failed exit after the launcher's note of it (its messages held up as
             # it died) is the same exit: the event log says it once, with the code the launcher
             # saw the process end with (a rank torchrun stopped with SIGTERM says "1" itself).

@@ -1493,6 +1493,7 @@ def test_a_kill_torchrun_restarted_from_is_a_recovered_failure_told_verbatim(tmp
     hello = lambda r, restart: schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", restart=restart, t=t)  # noqa: E731
     gloo = "RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:1: Connection reset by peer"
     records = [hello(0, 0), hello(1, 0)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + s / 10) for s in (1, 2, 3) for r in (0, 1)]
     records += [
         schema.Event(run="r", rank=1, seq=-1, name="exit", code=-9, message="torchrun: rank 1 killed by signal 9 (SIGKILL)", t=t + 1),
         schema.Event(run="r", rank=0, seq=1, name="error", message=gloo, step=3, t=t + 1),
@@ -1507,8 +1508,11 @@ def test_a_kill_torchrun_restarted_from_is_a_recovered_failure_told_verbatim(tmp
     assert rep["failure"] is None
     (f,) = rep["recovered"]
     assert (f["rank"], f["code"], f["signal"], f["victims"]) == (1, -9, "SIGKILL", [0])
+    # ... in the step after its last, as the job's last failure is told (it had no step: that
+    # attempt's steps were gone from memory by the end).
+    assert f["step"] == 4 and "restarted by torchrun after: rank 1 exited with code -9 (SIGKILL) at step 4" in render_text(rep)
     # Without the kill's note, only the victim's word is there: it is told as a peer's failure.
-    del records[2]
+    del records[8]
     _write_log(log, records)
     rep = build_report(str(log))
     (f,) = rep["recovered"]
