@@ -65,3 +65,22 @@ def test_a_checkpoint_that_kept_no_head_count_is_not_second_guessed():
     mlp = build_model(TrainConfig(model="mlp"))  # no attention: nothing to compare
     assert checkpoint.attention_heads(mlp) == 0
     checkpoint.check_same_heads(dataclasses.replace(older, n_head=4), mlp)
+
+
+def test_a_dcp_checkpoint_loads_in_one_process_without_torchs_warning(tmp_path):
+    # --strategy single --resume from a ddp/fsdp checkpoint printed torch's "UserWarning:
+    # torch.distributed is disabled, unavailable or uninitialized, assuming the intent is to
+    # load in a single process", which is the intent. Only that warning goes, and only there.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # the save's, as meant
+        found = _save(tmp_path / "ckpt", "ddp")
+    w, optimizer = _trained(4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("another warning", UserWarning)
+        assert checkpoint.load(found, w=w, optimizer=optimizer, rank=0, device=CPU)[0].step == 4
+        warnings.warn("torch.distributed is disabled, unavailable or uninitialized (not the load's)", UserWarning)
+    assert [str(c.message) for c in caught] == [
+        "another warning", "torch.distributed is disabled, unavailable or uninitialized (not the load's)"]

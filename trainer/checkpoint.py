@@ -40,6 +40,7 @@ import os
 import shutil
 import re
 import time
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -626,7 +627,12 @@ def _load_dcp(
         state[key] = rng_state(device)
         if device.type == "cuda" and f"{key}.cuda" not in saved:
             del state[key]["cuda"]
-    dcp.load(state, checkpoint_id=str(path))
+    with warnings.catch_warnings():
+        # Without a process group (single, dp) torch warns that it "assumes the intent is to
+        # load in a single process": it is the intent here, and the line read as a fault.
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized",
+                                category=UserWarning)
+        dcp.load(state, checkpoint_id=str(path))
     # The progress is read with the model (one collective read); before the model is set from it
     # (every rank read the same progress: all of them raise here, or none).
     check_same_heads(Progress.from_tensors(state["progress"]), w.inner)
