@@ -15,7 +15,7 @@ from typing import TextIO
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
-from .failures import PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, root_cause, signal_name
+from .failures import PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, root_cause, short_error, signal_name
 from .state import run_over, torchrun_restart
 from .summary import (
     held_spread,
@@ -576,7 +576,7 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
         # A rank that failed of itself (its own error, or a signal not the stop's) before the
         # stop: said, or the stop during torchrun's teardown hid the failure.
         failed = _failed_of_itself(f, st, result.get("stop_t"))
-        how = f" after the job failed: {failure_line(f, error=bool(output))}" if failed else as_it_hung(st)
+        how = f" after the job failed: {_last_line_failure(f)}" if failed else as_it_hung(st)
         return f"pardash: stopped {result.get('stopper') or 'by you'}{how} (exit code {code}){said}; {out if failed else ''}{log}"
     killed = int(result.get("torchrun_killed") or 0)
     if killed and (f is None or f["code"] == -signal.SIGTERM):
@@ -585,9 +585,16 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
         return f"pardash: torchrun itself was killed ({how}) and its ranks were stopped at step {st.step}{said}; the job's exit code {code}; {out}{log}"
     if f is None:
         return f"pardash: the job failed with exit code {code}{said}; {out}{log}"
-    # The error's text is in the ranks' output just above: the line names who and where.
     # The launch's own exit code is torchrun's, not the rank's (which the line names): say whose.
-    return f"pardash: {failure_line(f, error=bool(output))}{said}; the job's exit code {code}; {out}{log}"
+    return f"pardash: {_last_line_failure(f)}{said}; the job's exit code {code}; {out}{log}"
+
+
+def _last_line_failure(f: dict) -> str:
+    """A failure as the launcher's last line says it: with its error's line, shortened as a
+    screen's line is. Headless, the error is in the ranks' output above too, but torchrun's
+    summary of the failed workers (30 lines and more) stood between them, and a CI job's log is
+    read from its end: the last line said who failed, not why."""
+    return failure_line({**f, "error": short_error(f["error"])})
 
 
 def failure_traceback(st, result: dict) -> tuple[int, str] | None:

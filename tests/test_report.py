@@ -1226,8 +1226,10 @@ def test_a_failure_the_tui_hid_is_told_with_its_error_its_traceback_and_where_th
     st = RunState()
     for m in records:
         st.apply(m, 0.0)
+    # Headless too: torchrun's summary of the failed workers (30 lines and more) stood between
+    # the error above and the last line, which said who failed but not why.
     assert outcome_line(st, 1, {}, "run.jsonl") == (
-        "pardash: rank 1 exited with code 1 at step 2; rank 0 was stopped; the job's exit code 1; log run.jsonl"
+        "pardash: rank 1 exited with code 1 at step 2: ValueError: bad batch; rank 0 was stopped; the job's exit code 1; log run.jsonl"
     )
     assert outcome_line(st, 1, {}, "run.jsonl", output="runs/r/output.log") == (
         "pardash: rank 1 exited with code 1 at step 2: ValueError: bad batch; rank 0 was stopped; the job's exit code 1; "
@@ -1310,8 +1312,9 @@ def test_a_job_that_failed_and_was_then_stopped_says_both(tmp_path, failed, said
     st = RunState()
     for m in records:
         st.apply(m, 0.0)
+    with_error = said.replace(" at step 3", f" at step 3: {error}") if error else said
     assert outcome_line(st, 130, {"stopped": True}, "run.jsonl") == (
-        f"pardash: stopped by you after the job failed: {said} (exit code 130); log run.jsonl"
+        f"pardash: stopped by you after the job failed: {with_error} (exit code 130); log run.jsonl"
     )
     # The stop's time (the supervisor's result): a rank's own exit before it is a failure
     # before the stop; one after it is the stop's doing (a SIGTERM handler's sys.exit(1)). The
@@ -1319,8 +1322,7 @@ def test_a_job_that_failed_and_was_then_stopped_says_both(tmp_path, failed, said
     assert outcome_line(st, 130, {"stopped": True, "stop_t": t + 3.5}, "run.jsonl").startswith("pardash: stopped by you after the job failed")
     after = outcome_line(st, 130, {"stopped": True, "stop_t": t + 2.5}, "run.jsonl")
     assert after == ("pardash: stopped by you (exit code 130); log run.jsonl" if error else outcome_line(st, 130, {"stopped": True}, "run.jsonl"))
-    # Under the TUI (the ranks' output on no screen): the error too, and where the output is.
-    with_error = said.replace(" at step 3", f" at step 3: {error}") if error else said
+    # Under the TUI (the ranks' output on no screen): where the output is, too.
     assert outcome_line(st, 130, {"stopped": True}, "run.jsonl", output="runs/x/output.log") == (
         f"pardash: stopped by you after the job failed: {with_error} (exit code 130); output runs/x/output.log; log run.jsonl"
     )

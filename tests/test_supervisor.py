@@ -356,3 +356,6 @@ def test_torchrun_as_launched_says_every_worker_that_failed(tmp_path):
     )  # fmt: skip
     said = {int(m.group(2)): int(m.group(1)) for m in map(FAILED_WORKER.search, out.stderr.splitlines()) if m}
     assert set(said) == {0, 1} and said[1] == -9, out.stderr[-3000:]
+    # Its summary of them, without torchrun's own 13 lines of frames above it.
+    assert out.returncode == 1 and "ChildFailedError" in out.stderr and "Root Cause" in out.stderr
+    assert "Traceback (most recent call last)" not in out.stderr, out.stderr[-3000:]

@@ -3,9 +3,9 @@ flags and the same output, but without the interpreter's teardown when it is don
 
 torchrun's agent imports torch; unloading it module by module once the workers have exited
 takes about 0.7 s of a 2-core machine, which every launch would wait for before it could
-report its exit. Failures print exactly what torchrun prints (its traceback ends with the
-ChildFailedError summary the launcher reads) and exit 1, as torchrun does; a stop signal
-exits 128 + its number.
+report its exit. Failures print what torchrun prints, the ChildFailedError summary the
+launcher reads, without torchrun's own frames above it, and exit 1 as torchrun does; a stop
+signal exits 128 + its number.
 """
 
 from __future__ import annotations
@@ -37,7 +37,13 @@ def main() -> int:
             # exit as the shell would for the signal.
             return 128 + int(sig)
         _name_the_script(e)
-        traceback.print_exc()
+        if hasattr(e, "format_msg"):
+            # ChildFailedError: its summary of the failed workers, which the launcher reads,
+            # without the 13 lines of torchrun's own frames above it (where torchrun raised it,
+            # not where the job failed: the rank's traceback is above, in its output).
+            sys.stderr.write("".join(traceback.format_exception_only(e)))
+        else:
+            traceback.print_exc()
         return 1
 
 
