@@ -87,6 +87,7 @@ def test_ddp_holds_everything_and_learns(shared_run):
         (["--device", "cuda"], "no NVIDIA GPU"),
         (["--log", "/proc/nope/run.jsonl"], "cannot write the log"),
         (["--log", "logs/"], "--log logs/ is a folder; give a file: --log logs/telemetry.jsonl"),
+        (["--log", "/etc/hostname/x/run.jsonl"], "/etc/hostname is a file, not a folder"),  # (it said "File exists")
         (["--log", "run.jsonl.gz"], "the hub writes plain JSON lines"),
         (["--prometheus-per-rank"], "--prometheus-per-rank goes with --prometheus PORT"),
         (["--master-port", "70000"], "argument --master-port: 70000 is not a port (0-65535)"),

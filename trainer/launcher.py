@@ -198,6 +198,9 @@ def check_writable(path: str) -> None:
         p.parent.mkdir(parents=True, exist_ok=True)
         # Created here with the log's own mode (the hub appends to it): never writable by others.
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, LOG_MODE))
+    except (FileExistsError, NotADirectoryError):  # mkdir: a file stands where a folder of the path must be
+        file = next((str(a) for a in reversed(p.parents) if a.exists() and not a.is_dir()), str(p.parent))
+        raise LaunchError(f"cannot write the log {path}: {file} is a file, not a folder; pass a writable --log PATH") from None
     except OSError as exc:
         raise LaunchError(f"cannot write the log {path}: {exc.strerror or exc}; pass a writable --log PATH") from None
 
