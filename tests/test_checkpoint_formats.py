@@ -176,7 +176,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, save
 
     # A run that resumed another and saved once (step 6, of its own id): its newest damaged,
     # --resume goes back to the other run's step 4, the one it started from ("no older
-    # checkpoint" before: only the newest run's own were tried). An unrelated run's never.
+    # checkpoint" before: only the newest run's own were tried). An unrelated run's only when
+    # nothing of that line can be read.
     def cut(folder: Path, step: int) -> None:
         for shard in sorted(checkpoint.step_path(folder, step).glob("*.distcp")):
             shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
@@ -197,13 +198,16 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, save
     loss = re.compile(r"loss \S+")  # step 5 again from step 4: the same loss (the lr schedule is 8 steps long now)
     assert loss.findall(step_lines(resumed.stdout)[5]) == loss.findall(step_lines(again.stdout)[5])
     # A run that started afresh in the same folder (no --resume) and saved step 6: its damaged
-    # step 6 does not send --resume to run-a's step 4, which it never trained from.
+    # step 6 sends --resume to run-a's step 4, said to be another run's (it said "no older
+    # checkpoint" and "no checkpoint in ... can be read", run-a's 4 readable beside it).
     shutil.rmtree(checkpoint.step_path(unrelated, 6))
     train(unrelated, "fsdp", "--steps", "6", "--checkpoint-every", "6", run_id="run-d")
     assert checkpoint.resumed_from(checkpoint.step_path(unrelated, 6)) == ""
     cut(unrelated, 6)
-    refused = train(unrelated, "fsdp", "--steps", "8", "--resume", run_id="run-e", check=False)
-    assert refused.returncode != 0 and "no older checkpoint" in refused.stderr, refused.stderr[-2000:]
+    other = train(unrelated, "fsdp", "--steps", "8", "--resume", run_id="run-e")
+    four_there = checkpoint.step_path(unrelated, 4)
+    assert f"trying {four_there} (saved by run run-a, another run's)" in other.stderr, other.stderr[-2000:]
+    assert f"resume: step 4 restored from {four_there} (saved by run run-a)" in other.stdout
 
     # With none readable the resume fails rather than quietly starting afresh.
     shutil.rmtree(checkpoint.step_path(ckpt, 6))

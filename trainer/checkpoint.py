@@ -60,7 +60,8 @@ JOB_FILE = "job"
 """The id of the job that saved the folder (:func:`job_id`), written by rank 0 before the save."""
 ORIGIN_FILE = "resumed_from"
 """The id of the job whose checkpoint the saving job went on from (--resume), when another's:
-a checkpoint that cannot be read falls back along that line only, never to an unrelated run's."""
+a checkpoint that cannot be read falls back along that line first (a torchrun restart: that
+line only, never to an unrelated run's; --resume: then to the folder's others, :func:`next_to_try`)."""
 
 
 def job_id(env: dict[str, str] | None = None) -> str:
@@ -249,6 +250,23 @@ def _completed(root: str | os.PathLike[str]) -> list[Found]:
         if times:
             done.append((max(times), int(m.group(1)), path))
     return [Found(step, path) for _, step, path in sorted(done, key=lambda d: d[:2])]
+
+
+def next_to_try(root: str | os.PathLike[str], tried: Iterable[Path]) -> Found | None:
+    """The checkpoint ``--resume`` would take were those in ``tried`` not there (None: none is
+    left): the newest of the run whose save completed last (:func:`newest_job`), or the one
+    completed last when which run saved it is not known. What --resume goes on to when every
+    checkpoint of the run it chose, and of the runs that one went on from, cannot be read: an
+    older run's that can be is the folder's newest progress, not nothing."""
+    names = {Path(p).name for p in tried}
+    left = [f for f in _completed(root) if f.path.name not in names]
+    if not left:
+        return None
+    jobs = saving_jobs(root)
+    job = jobs.get(left[-1].path.name)
+    if job is None:
+        return left[-1]
+    return max((f for f in left if jobs.get(f.path.name) == job), key=lambda f: f.step)
 
 
 def unfinished_after(root: str | os.PathLike[str], step: int) -> list[Path]:
@@ -671,6 +689,7 @@ __all__ = [
     "find_latest",
     "last_saved",
     "newest_job",
+    "next_to_try",
     "saving_job",
     "saving_jobs",
     "is_complete",

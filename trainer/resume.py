@@ -6,7 +6,8 @@ checkpoint its own job saved (an older run's, left in the same folder, is never 
 The checkpoint itself (layout, formats, what makes the curve continue) is :mod:`.checkpoint`'s.
 Here: every rank agrees on the checkpoint rank 0 finds; one that fails to load on any rank (a
 shard cut short after its save completed, a node's copy unreadable) is named, and every rank
-goes back to the one before it together; when none can be read the resume fails (one line,
+goes back to the one before it together (with --resume, at last to the folder's other runs'
+checkpoints); when none can be read the resume fails (one line,
 :class:`ResumeError`) rather than start afresh, which would quietly throw the run's progress away.
 """
 
@@ -160,14 +161,19 @@ def load_newest_readable(
     then of the job it went on from, as its checkpoints name it, and so on: a run that resumed
     another and saved once has only the other's to go back to, the very one it started from;
     never an unrelated run's), saying which and why:
-    (progress, seconds, whether the RNG state was there, the checkpoint loaded). Every rank
-    goes back together. ``alone``: which run saved ``found`` is not known (its job file is
-    damaged), so only the run it went on from is gone back along. Raises :class:`ResumeError`
-    (from the first error) when no checkpoint can be read: starting afresh instead would quietly
-    throw the run's progress away."""
+    (progress, seconds, whether the RNG state was there, the checkpoint loaded). With --resume,
+    when none of that line can be read, the folder's other checkpoints, in the order --resume
+    picks (:func:`checkpoint.next_to_try`: another run's that can be read is the folder's newest
+    progress; a run that started afresh beside an older one and whose checkpoints were damaged
+    said "no older checkpoint" and failed with the older run's readable); after a torchrun
+    restart never another run's. Every rank goes back together. ``alone``: which run saved
+    ``found`` is not known (its job file is damaged), so only the run it went on from is gone
+    back along first. Raises :class:`ResumeError` (from the first error) when no checkpoint can
+    be read: starting afresh instead would quietly throw the run's progress away."""
     from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
     first: BaseException | None = None
+    tried: list[checkpoint.Found] = []
     while True:
         try:
             loaded = checkpoint.load(found, w=w, optimizer=optimizer, rank=rt.rank, device=rt.device)
@@ -186,16 +192,29 @@ def load_newest_readable(
                               "resume with the model flags it was saved with (--model, --n-layer, --n-embd, --n-head, "
                               "--hidden, --vocab, --seq-len), or give another --checkpoint-dir") from err
         first = first or err
+        tried.append(found)
         why = one_line(err) if err is not None else "another rank could not read it"
         older = None if alone else checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step, job=job)
         origin = checkpoint.resumed_from(found.path) if job or alone else ""
         if older is None and origin:
             older = checkpoint.agree_on_latest(cfg.checkpoint_dir, rt.device, below=found.step, job=origin)
+        other = False
+        if (older is None or older in tried) and getattr(cfg, "resume", None):
+            # --resume, nothing of that line readable: the folder's other checkpoints, in the
+            # order --resume picks (an older run's that can be read is progress, not nothing).
+            # A torchrun restart never: only its own job's.
+            older = checkpoint.agree_on(checkpoint.next_to_try(cfg.checkpoint_dir, [f.path for f in tried]),
+                                        cfg.checkpoint_dir, rt.device)
+            other = older is not None
         by = checkpoint.saving_job(older.path) if older is not None else ""
         message = (f"{found.path} could not be read ({why}); "
-                   + (f"trying {older.path}" + (f" (saved by run {by}, which this one went on from)" if by and by != job else "")
+                   + (f"trying {older.path}" + (f" (saved by run {by}, another run's)" if other and by else
+                                                 " (another run's)" if other else
+                                                 f" (saved by run {by}, which this one went on from)" if by and by != job else "")
                       if older is not None else "no older checkpoint"))
-        if older is not None and by and by == origin:
+        if other:
+            job, alone = by or None, by is None  # from here on, along that run's line
+        elif older is not None and by and by == origin:
             job, alone = origin, False  # from here on, along that run's own line
         reporter.event("warning", message=f"resume: {message}", step=found.step)
         if rt.rank == 0:
