@@ -684,7 +684,7 @@ async def test_the_event_log_says_the_hubs_start_before_the_runs_00_00_not_at_it
         _steps(core, viewer)
         app._poll()
         await pilot.pause()
-        assert log.lines[0].text.startswith("-00:07 hub: hub started"), [line.text for line in log.lines]
+        assert log.lines[0].text.startswith("-0:07 hub: hub started"), [line.text for line in log.lines]
         assert "elapsed 9s" in str(app.screen.query_one(RunHeader).render())
 
 

@@ -742,7 +742,7 @@ async def test_a_replays_event_log_counts_from_where_its_position_does(tmp_path)
         assert src.duration_s == 9.0  # from the ranks' first word to the last record
         clocks = [strip_text(line).split()[0] for line in app.screen.query_one(EventLog).lines]
         # the hub's start before the zero, as before it (it read 00:00); the exits at 9 s, not 15
-        assert clocks == ["-00:06", "00:09"], clocks
+        assert clocks == ["-0:06", "00:09"], clocks
 
 
 class _HeldLive:
@@ -799,7 +799,7 @@ async def test_a_run_counts_from_its_ranks_first_word_live_as_in_its_replay(tmp_
             clocks = [strip_text(line).split()[0] for line in app.screen.query_one(EventLog).lines]
             alerts = widget_text(app.screen.query_one(AlertList))
             seen[name] = (app.screen.query_one(RunHeader).summary.elapsed_s, clocks, "rank 1 silent since 00:08" in alerts)
-    assert seen["live"] == seen["replay"] == (10.0, ["-00:04", "00:08", "00:10"], True), seen  # (the hub's start before 00:00)
+    assert seen["live"] == seen["replay"] == (10.0, ["-0:04", "00:08", "00:10"], True), seen  # (the hub's start before 00:00)
 
 
 async def test_a_gone_ranks_system_figures_say_they_are_its_last_not_now():
