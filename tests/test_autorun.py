@@ -1393,6 +1393,38 @@ def test_an_exit_with_a_text_is_the_failures_error(hub, tmp_path):
     assert failure_summary(st)["line"] == "rank 0 exited with code 1: no data left in /data/train"
 
 
+BAD_ARGS = """
+import argparse, sys
+print("starting", file=sys.stderr)
+p = argparse.ArgumentParser(prog="train.py")
+p.add_argument("--lr", type=float)
+p.parse_args()
+"""
+
+
+def test_an_exit_that_said_why_on_stderr_has_that_for_its_error(hub, tmp_path):
+    # A script's first failure is often its arguments (argparse prints the usage and the error,
+    # then exits 2): no exception, so no error event; the TUI, the report and the launch's last
+    # line said only "rank 0 exited with code 2", the why left in the output file.
+    from pardash.telemetry.failures import failure_summary
+    from pardash.telemetry.state import RunState
+
+    (tmp_path / "train.py").write_text(BAD_ARGS)
+    env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
+    proc = _probe("-m", "pardash.trainer.autorun", "train.py", "--bogus", cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and proc.stderr.endswith("train.py: error: unrecognized arguments: --bogus\n"), proc.stderr
+    wait_for(lambda: any(getattr(m, "name", "") == "exit" for m in load_log(tmp_path / "telemetry.jsonl")[0]))
+    st = RunState(run_id="test-run")
+    for m in load_log(tmp_path / "telemetry.jsonl")[0]:
+        st.apply(m, m.t)
+    assert failure_summary(st)["line"] == "rank 0 exited with code 2: train.py: error: unrecognized arguments: --bogus"
+    (error,) = [m for m in st.events if getattr(m, "name", "") == "error"]
+    assert error.traceback == proc.stderr  # what it said last, whole (the usage above the error)
+    # An exit with no word, or a success, has no error.
+    (tmp_path / "quiet.py").write_text("import sys; sys.exit(3)")
+    assert _probe("-m", "pardash.trainer.autorun", "quiet.py", cwd=tmp_path).returncode == 3
+
+
 def test_a_script_that_destroys_its_group_gives_gloos_threads_the_gil_first(hub):
     # A small DDP script that destroyed its group and returned from main() hung 1 run in 3 at
     # exit under pardash: its model, freed in main()'s frame, joined a gloo thread waiting for

@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         reporter = api.reporter()  # a no-op: the script runs as it would without pardash
     code = 0
     error = None
+    said = _StderrTail.install()
     try:
         _run(args)
     except SystemExit as e:
@@ -145,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
             # rank whose collective broke after it (its error file has a time; this exit none).
             # Its traceback there starts at the script's code, as an exception's does.
             _record_error_file(_trim(e))
-        # sys.exit("why"): Python prints the text and exits 1; it is the failure's error.
-        _finish(reporter, instrument, code, {"message": e.code} if isinstance(e.code, str) else None)
+        # sys.exit("why"): Python prints the text and exits 1; it is the failure's error. An
+        # exit with a code alone (argparse's 2 after "train.py: error: unrecognized arguments")
+        # said why on stderr just before: its last line is the error, the lines before it
+        # what the rank said last (shown as a traceback is).
+        why = {"message": e.code} if isinstance(e.code, str) else said.error() if code else None
+        _finish(reporter, instrument, code, why)
         raise
     except KeyboardInterrupt as e:
         code = 130
@@ -167,6 +172,42 @@ def main(argv: list[str] | None = None) -> int:
         error = {"message": traceback.format_exception_only(e)[-1].strip(), "traceback": tb}
     _finish(reporter, instrument, code, error)
     return code
+
+
+class _StderrTail:
+    """``sys.stderr`` as the script sees it: the same stream (every attribute its own), whose
+    last ``KEEP`` characters written are kept, for an exit that says why only there."""
+
+    KEEP = 4096
+    LINES = 20
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._tail = ""
+
+    @classmethod
+    def install(cls) -> "_StderrTail":
+        tail = cls(sys.stderr)
+        if sys.stderr is not None:
+            sys.stderr = tail  # type: ignore[assignment]
+        return tail
+
+    def write(self, text):
+        n = self._stream.write(text)
+        if isinstance(text, str):
+            self._tail = (self._tail + text)[-self.KEEP :]
+        return n
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+    def error(self) -> dict | None:
+        """The error event's fields from what was written last: its last line the message, the
+        lines before it (at most LINES) its traceback; None when nothing was."""
+        lines = [line.rstrip() for line in self._tail.replace("\r", "\n").split("\n") if line.strip()]
+        if not lines:
+            return None
+        return {"message": lines[-1].strip(), "traceback": "\n".join(lines[-self.LINES :]) + "\n"}
 
 
 SETTLE_S = 0.05
