@@ -269,3 +269,11 @@ def test_a_hub_line_before_the_run_starts_is_as_wide_as_the_lines_after_it():
     assert [fmt_clock(t) for t in (-9.5, -0.4, 0.0, 18.0)] == ["-0:09", "00:00", "00:00", "00:18"]
     assert len(fmt_clock(-599)) == len(fmt_clock(18)) == 5
     assert fmt_clock(-754) == "-12:34" and fmt_clock(-3725) == "-1:02:05"
+
+
+def test_an_error_before_any_step_says_so_not_after_step_0():
+    # An error event carries the last step done: 0 before the first, read "error after step 0".
+    before = describe(schema.Event(rank=1, name="error", step=0, message="train.py: error: unrecognized arguments: --bogus"))
+    assert before[0] == "rank 1 error before its first step: train.py: error: unrecognized arguments: --bogus"
+    assert describe(schema.Event(rank=1, name="error", step=299, message="boom"))[0] == "rank 1 error after step 299: boom"
+    assert describe(schema.Event(rank=1, name="checkpoint", step=0, message="/ck/step-0"))[0].startswith("rank 1 checkpoint at step 0")

@@ -55,7 +55,10 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
         if m.step is not None:
             # An error's or a warning's step is the last one done (the crash of step 300 says
             # 299); a checkpoint's, an epoch end's, the one it came at.
-            text += f" {'after' if m.name in ('error', 'warning') else 'at'} step {m.step}"
+            if m.name not in ("error", "warning"):
+                text += f" at step {m.step}"
+            else:  # (0: none done yet, as the rank says it: "error after step 0" read as a step of its)
+                text += f" after step {m.step}" if m.step > 0 else " before its first step"
         took = duration_s if several else m.duration_s
         if took:
             text += f" ({'slowest ' if several else ''}{fmt_step_time(took)})"
