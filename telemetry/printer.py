@@ -230,11 +230,14 @@ class ProgressPrinter:
                     self._print(line)
                     self._last_said = said
             elif not force and self.waiting and now - self.t_start >= self.every_s:
+                # Before the run's 00:00 (its ranks' first word) no run time: "[   8.1s] no rank
+                # has said hello yet" then "[   0.9s] step 4/100" read as a clock gone backwards.
+                waited = f"{now - self.t_start:.0f} s"
                 if self._frame_t is None and getattr(self.source, "live", False) and not getattr(self.source, "synced", True):
                     # Not a word from the hub yet: whether any rank said hello is not known.
-                    self._print(f"[{now - self.t_start:6.1f}s] no answer from the hub yet (stopped, overloaded or out of reach)")
+                    self._print(f"[waiting {waited}] no answer from the hub yet (stopped, overloaded or out of reach)")
                 else:
-                    self._print(f"[{now - self.t_start:6.1f}s] {self.waiting}")
+                    self._print(f"[waiting {waited}] {self.waiting}")
 
     def _group_wait(self, fresh: list[schema.Message], now: float, st) -> tuple[list[schema.Message], int]:
         """The events of ``fresh`` to print now, and the hseq all before which are printed with

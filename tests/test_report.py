@@ -796,7 +796,9 @@ def test_progress_lines_say_when_no_rank_has_said_hello(monkeypatch):
     clock[0] += 5.0
     p.update()
     p.update(force=True)  # the closing line is no time to say it
-    assert out.getvalue().splitlines() == ["[   5.0s] no rank has said hello yet (2 nodes)"]
+    # (no run time yet: the run's 00:00 is its ranks' first word, and the line after read
+    # "[   0.9s] step 4/100", a clock gone backwards)
+    assert out.getvalue().splitlines() == ["[waiting 5 s] no rank has said hello yet (2 nodes)"]
     # A hub that has not answered at all (stopped, out of reach) cannot say whether any rank
     # has: the line said "no rank has said hello yet" for as long.
     silent_hub = Empty()
@@ -806,7 +808,7 @@ def test_progress_lines_say_when_no_rank_has_said_hello(monkeypatch):
     p = ProgressPrinter(silent_hub, out=out, bar=False, every_s=5.0, waiting="no rank has said hello yet")
     clock[0] += 5.0
     p.update()
-    assert out.getvalue().splitlines() == ["[   5.0s] no answer from the hub yet (stopped, overloaded or out of reach)"]
+    assert out.getvalue().splitlines() == ["[waiting 5 s] no answer from the hub yet (stopped, overloaded or out of reach)"]
 
 
 def test_progress_lines_say_a_finished_run_once(monkeypatch):
