@@ -48,7 +48,11 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     elif script and not ns.module and script[0] in ("-m", "--module"):
         module = script[1] if len(script) > 1 else "MODULE"
         fail(f"-- {script[0]} {module}: a module goes before `--`: pardash launch -m {module} -- ARGS")
-    elif script and not ns.module and not os.path.isfile(script[0]):
+    elif script and not ns.module and os.path.isdir(script[0]) and not _runnable_folder(script[0]):
+        # (it said "no such script" of a folder that is there)
+        fail(f"{script[0]} is a folder with no __main__.py, which python needs to run a folder; "
+             f"name the script in it: -- {os.path.join(script[0], 'SCRIPT.py')}")  # fmt: skip
+    elif script and not ns.module and not (os.path.isfile(script[0]) or os.path.isdir(script[0])):
         fail(f"{script[0]}: no such script (the command after `--` is run as `python SCRIPT ARGS`)")
     elif ns.module:
         import importlib.util
@@ -107,6 +111,12 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     except LaunchError as exc:
         fail(str(exc))
     return spec
+
+
+def _runnable_folder(path: str) -> bool:
+    """Whether python runs the folder ``path`` (``python DIR`` runs its ``__main__``, as the
+    ranks' autorun does): it has a ``__main__.py`` (or only its compiled ``__main__.pyc``)."""
+    return any(os.path.isfile(os.path.join(path, name)) for name in ("__main__.py", "__main__.pyc"))
 
 
 def _one_stream() -> bool:

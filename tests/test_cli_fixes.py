@@ -1,0 +1,48 @@
+"""Small user-facing errors and notes of the ``pardash`` command: each says what is wrong in one
+line (exit code 2 for bad input), as the others in tests/test_launch.py do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from helpers import pardash_env
+
+
+def _pardash(*args: str, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pardash", *args], capture_output=True, text=True, timeout=timeout,
+                          env=pardash_env(), cwd=cwd, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def _one_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# -- launch -- FOLDER ---------------------------------------------------------------------------
+
+
+def test_a_folder_after_the_double_dash_is_said_a_folder_and_one_python_runs_is_taken(tmp_path):
+    # "adir: no such script" of a folder that is there.
+    (tmp_path / "adir").mkdir()
+    proc = _pardash("launch", "--headless", "--runs-dir", "runs", "--", "adir", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert _one_line(proc) == ("pardash: error: adir is a folder with no __main__.py, which python needs to run a folder; "
+                               "name the script in it: -- adir/SCRIPT.py")  # fmt: skip
+    assert not (tmp_path / "runs").exists()
+    # A folder with a __main__.py is a script to python (`python DIR`), and to the ranks' autorun.
+    from pardash.launch import prepare_launch
+    from pardash.parser import build_parser
+
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text("print('hello')\n")
+    ns = build_parser().parse_args(["launch", "--headless", "--runs-dir", str(tmp_path / "runs")])
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        spec = prepare_launch(ns, ["app"])
+    finally:
+        os.chdir(here)
+    assert spec.command[-1] == "app"
