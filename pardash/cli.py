@@ -85,6 +85,24 @@ def cmd_ps(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _log_folder_refusal(flag: str, path: str | None) -> str | None:
+    """A log's path that names a folder, in one line with the file meant (as a launch's --log
+    says it): the copy or the log failed with "cannot write adir: Is a directory"."""
+    if path and (path.endswith(("/", os.sep)) or os.path.isdir(path)):
+        from pardash.recorded import LOG_NAME
+
+        return f"{flag} {path} is a folder; give a file: {flag} {os.path.join(path, LOG_NAME)}"
+    return None
+
+
+def cmd_record_checked(ns: argparse.Namespace) -> int:
+    """``pardash record``, its -o checked first (it was refused only once the hub answered:
+    after 10 s when the run was not found)."""
+    if refusal := _log_folder_refusal("-o", ns.output):
+        fail(refusal)
+    return cmd_record(ns)
+
+
 def _run_tui(source, *, title: str) -> int:
     from pardash.tui.app import make_app
 
@@ -313,7 +331,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
         from pardash.telemetry.recorder import gz_name_refusal
         from pardash.trainer.launcher import LaunchError, check_writable
 
-        if refusal := gz_name_refusal(log):
+        if refusal := _log_folder_refusal("--log", ns.log) or gz_name_refusal(log):
             fail(refusal)
         try:
             check_writable(log)
@@ -492,7 +510,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "hub": cmd_hub,
         "ps": cmd_ps,
         "attach": cmd_attach,
-        "record": cmd_record,
+        "record": cmd_record_checked,
         "replay": cmd_replay,
         "report": cmd_report,
         "simulate": cmd_simulate,

@@ -590,6 +590,10 @@ def _unmake(made: list[str]) -> None:
 
 
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
+    if ns.log and (ns.log.endswith(("/", os.sep)) or os.path.isdir(ns.log)):
+        # As a launch says it (it read "cannot write adir: Is a directory; choose a writable --log").
+        print(f"pardash hub: --log {ns.log} is a folder; give a file: --log {os.path.join(ns.log, 'telemetry.jsonl')}", file=sys.stderr)
+        return 2
     resumed = ""
     if getattr(ns, "resume", False) and ns.log:
         # --resume carries on the log's run: a new id, made up or asked for, made it a log of

@@ -46,3 +46,21 @@ def test_a_folder_after_the_double_dash_is_said_a_folder_and_one_python_runs_is_
     finally:
         os.chdir(here)
     assert spec.command[-1] == "app"
+
+
+# -- a log's path that is a folder ------------------------------------------------------------
+
+
+def test_a_log_path_that_is_a_folder_is_said_a_folder_with_the_file_meant(tmp_path):
+    # "cannot write adir: Is a directory; choose a writable --log" (hub), "cannot write adir: Is
+    # a directory" (record, once a live run's hub had answered), as launch's --log says it.
+    (tmp_path / "adir").mkdir()
+    for args, said in (
+        (("hub", "--log", "adir"), "pardash hub: --log adir is a folder; give a file: --log adir/telemetry.jsonl"),
+        (("record", "nosuchrun", "-o", "adir"), "pardash: error: -o adir is a folder; give a file: -o adir/telemetry.jsonl"),
+        (("simulate", "--headless", "--steps", "1", "--log", "adir"),
+         "pardash: error: --log adir is a folder; give a file: --log adir/telemetry.jsonl"),
+    ):  # fmt: skip
+        proc = _pardash(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and _one_line(proc) == said, (args, proc.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"] and not any((tmp_path / "adir").iterdir())
