@@ -15,7 +15,7 @@ from typing import Sequence
 
 from pardash.launch import cmd_launch
 from pardash.parser import BENCH_STEPS, PROG, build_parser, fail
-from pardash.preflight import check_hub_ports, check_prometheus, gpu_count, headless_without_terminal
+from pardash.preflight import check_hub_ports, check_insecure_with_keys, check_prometheus, gpu_count, headless_without_terminal
 from pardash.record import cmd_record
 from pardash.recorded import cmd_export, cmd_report, find_log
 from pardash.telemetry import registry
@@ -31,6 +31,7 @@ def cmd_hub(ns: argparse.Namespace) -> int:
     from pardash.telemetry.hub import run_hub
 
     check_prometheus(ns)
+    check_insecure_with_keys(ns)
     return run_hub(ns)
 
 
@@ -301,6 +302,11 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     from pardash.telemetry.spawn import SpawnError, spawn_hub
 
     check_prometheus(ns)
+    if ns.log is not None and ns.keep_log:
+        # --keep-log is "record the log under --runs-dir", --log PATH "record it here": --log
+        # won, and --keep-log's folder was silently not where the log went.
+        fail(f"--log {ns.log} and --keep-log: --log records the log at that path, --keep-log under --runs-dir "
+             f"({ns.runs_dir}/<run id>/telemetry.jsonl); give one of the two")  # fmt: skip
     if ns.straggler_kind is not None and ns.straggler is None:
         fail(f"--straggler-kind {ns.straggler_kind} goes with --straggler RANK (the rank made slow)")
     try:

@@ -11,7 +11,7 @@ import sys
 import time
 
 from pardash.parser import PROG, fail
-from pardash.preflight import check_hub_ports, check_prometheus, gpu_count, headless_without_terminal, port_free
+from pardash.preflight import check_hub_ports, check_insecure_with_keys, check_prometheus, gpu_count, headless_without_terminal, port_free
 from pardash.telemetry import registry
 
 
@@ -77,6 +77,7 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
         check_hub_ports("--telemetry-port", bind, telemetry_port)
     # Nodes > 0 start no hub: their ranks send to node 0's, at the same address and port.
     remote_hub = f"tcp://{bind}:{telemetry_port}" if ns.node_rank > 0 else ""
+    check_insecure_with_keys(ns)
     insecure = getattr(ns, "insecure", False)
     curve_dir = _check_security(bind, getattr(ns, "curve_dir", None), insecure, hub=not remote_hub)
     if ns.module:

@@ -54,6 +54,22 @@ def check_prometheus(ns: argparse.Namespace) -> None:
         fail(f"--prometheus {ns.prometheus}: port {ns.prometheus} is busy on {ns.prometheus_addr}; choose another --prometheus PORT")
 
 
+def check_insecure_with_keys(ns: argparse.Namespace) -> None:
+    """Refuse --insecure beside --curve-dir DIR (one line, exit 2): --insecure is for a hub bound
+    beyond loopback *without* keys (anyone who reaches it gets in); with keys the hub admits
+    only their holders whatever --insecure says, so one of the two was not meant. Both were
+    taken without a word. Kept where --insecure still does something: /metrics beyond loopback
+    (plain HTTP takes no keys), --prometheus-addr."""
+    if not (getattr(ns, "insecure", False) and getattr(ns, "curve_dir", None)):
+        return
+    from pardash.telemetry import security
+
+    if getattr(ns, "prometheus", None) is not None and not security.is_loopback(ns.prometheus_addr):
+        return
+    fail(f"--curve-dir {ns.curve_dir} with --insecure: with keys the hub admits only the ranks and viewers holding them, "
+         "so --insecure (a hub beyond loopback without keys, open to anyone) would do nothing; drop one of the two")  # fmt: skip
+
+
 def headless_without_terminal(ns: argparse.Namespace) -> None:
     """Without a terminal (CI, nohup, a pipe) nobody could see the TUI or quit it, and the
     command would wait for its `q` for ever: progress lines instead, said once."""

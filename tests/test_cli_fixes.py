@@ -64,3 +64,36 @@ def test_a_log_path_that_is_a_folder_is_said_a_folder_with_the_file_meant(tmp_pa
         proc = _pardash(*args, cwd=tmp_path)
         assert proc.returncode == 2 and _one_line(proc) == said, (args, proc.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"] and not any((tmp_path / "adir").iterdir())
+
+
+# -- flags that contradict each other -----------------------------------------------------------
+
+
+def test_flags_that_contradict_each_other_are_refused_in_one_line(tmp_path):
+    # Both taken without a word: --log won over --keep-log (its folder under --runs-dir never
+    # made), and --insecure did nothing beside keys.
+    from pardash.telemetry import security
+
+    security.make_keys(str(tmp_path / "keys"))
+    for args, said in (
+        (("simulate", "--ranks", "8", "--log", "sim.jsonl", "--keep-log", "--headless", "--steps", "5"),
+         "--log sim.jsonl and --keep-log: --log records the log at that path, --keep-log under --runs-dir "
+         "(runs/<run id>/telemetry.jsonl); give one of the two"),
+        (("launch", "--headless", "--steps", "5", "--curve-dir", "keys", "--insecure"),
+         "--curve-dir keys with --insecure: with keys the hub admits only the ranks and viewers holding them, "
+         "so --insecure (a hub beyond loopback without keys, open to anyone) would do nothing; drop one of the two"),
+        (("hub", "--curve-dir", "keys", "--insecure", "--no-registry"), "--curve-dir keys with --insecure: "),
+    ):  # fmt: skip
+        proc = _pardash(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and _one_line(proc).startswith(f"pardash: error: {said}"), (args, proc.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keys"]
+
+
+def test_insecure_beside_keys_is_taken_where_it_opens_metrics_beyond_loopback():
+    # /metrics is plain HTTP, which takes no keys: --insecure is what lets it bind beyond
+    # loopback, keys or not.
+    from pardash.parser import build_parser
+    from pardash.preflight import check_insecure_with_keys
+
+    ns = build_parser().parse_args(["launch", "--curve-dir", "keys", "--insecure", "--prometheus", "0", "--prometheus-addr", "0.0.0.0"])
+    check_insecure_with_keys(ns)  # (no SystemExit)
