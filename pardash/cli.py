@@ -501,6 +501,11 @@ def _main(argv: Sequence[str] | None) -> int:
         i = argv.index("--")
         argv, script = argv[:i], argv[i + 1 :]
     parser = build_parser()
+    if not argv_given:
+        # A bare `pardash` said only "the following arguments are required: COMMAND": the help
+        # lists the commands. Still exit code 2: no command was run.
+        parser.print_help(sys.stderr)
+        return 2
     ns, extra = parser.parse_known_args(argv)
     if extra:
         # Said by the command's own parser, so the hint names its help (`pardash report --help`).

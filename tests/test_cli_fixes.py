@@ -97,3 +97,14 @@ def test_insecure_beside_keys_is_taken_where_it_opens_metrics_beyond_loopback():
 
     ns = build_parser().parse_args(["launch", "--curve-dir", "keys", "--insecure", "--prometheus", "0", "--prometheus-addr", "0.0.0.0"])
     check_insecure_with_keys(ns)  # (no SystemExit)
+
+
+# -- a bare `pardash` ---------------------------------------------------------------------------
+
+
+def test_pardash_alone_prints_its_help_and_exits_2(tmp_path):
+    # It said only "the following arguments are required: COMMAND (see pardash --help)".
+    proc = _pardash(cwd=tmp_path)
+    helped = _pardash("--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "launch" in helped.stdout
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == helped.stdout
