@@ -166,6 +166,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     no training time."""
     """Each rank's evaluations (``eval`` events): how long each took."""
     top_step: dict[int, int] = {}
+    low_step: dict[int, int] = {}
     recent: dict[int, _RecentSteps] = defaultdict(_RecentSteps)
     rerun: dict[int, int] = defaultdict(int)
     """Steps a rank took again (a restart or resume back to a checkpoint): seen already (or
@@ -251,6 +252,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             else:
                 top_step[msg.rank] = max(msg.step, top_step.get(msg.rank, -1))
                 recent[msg.rank].add(msg.step)
+            if msg.step < low_step.get(msg.rank, msg.step + 1):
+                low_step[msg.rank] = msg.step
             samples[msg.rank] += msg.samples
             if msg.loss is not None:
                 first_loss.setdefault(msg.rank, msg.loss)
@@ -372,6 +375,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             "status": "no exit" if closed and not (r.finished or r.exit_code is not None) else r.status,
             "steps": len(step_s.get(rank, [])) - rerun.get(rank, 0),
             "steps_rerun": rerun.get(rank, 0),
+            # Steps between its first and last that the log lacks: when messages were lost (a
+            # hub restarted: what the ranks sent while it was down), "steps 1475 (last step 1500)"
+            # of a run whose ranks trained all 1500 read as 25 steps not trained.
+            "steps_missing": max(0, top_step[rank] - low_step[rank] + 1 - (len(step_s[rank]) - rerun.get(rank, 0)))
+            if r.seq.lost and rank in top_step else 0,
             "last_step": r.last_step,
             "last_loss": r.step.loss if r.step else None,
             "first_loss": first_loss.get(rank),
@@ -451,6 +459,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         if evals else None,
         "steps": max((r["steps"] for r in ranks), default=0),
         "steps_rerun": max((r["steps_rerun"] for r in ranks), default=0),
+        # (of the rank with the most steps: the run's count above, and what its log lacks)
+        "steps_missing": max(ranks, key=lambda r: (r["steps"], -r["steps_missing"]))["steps_missing"] if ranks else 0,
         "custom": {
             name: {"first": _median(list(custom_first[name].values())), "last": _median(list(last.values())), "ranks": len(last)}
             for name, last in sorted(custom_last.items())

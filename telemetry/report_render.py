@@ -104,7 +104,8 @@ def _steps_text(rep: dict) -> str:
     if not rep["steps"] and resumed:
         return f"0 (resumed at step {max(resumed)}, nothing left to train)"
     return (f"{rep['steps']} (last step {_last_steps_text(rep)}"
-            + (f"; {rep['steps_rerun']} run again after a restart or resume" if rep.get("steps_rerun") else "") + ")")
+            + (f"; {rep['steps_rerun']} run again after a restart or resume" if rep.get("steps_rerun") else "")
+            + (f"; {rep['steps_missing']} more not in the log: among the lost messages" if rep.get("steps_missing") else "") + ")")
 
 
 def _seconds(s: float) -> str:

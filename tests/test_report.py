@@ -2463,3 +2463,20 @@ def test_the_live_rate_is_not_taken_across_a_pause_between_steps():
         st.apply(s, s.t)
         st.commit_history([s])
     assert samples_per_s(st) == pytest.approx(8 / 5.0)
+
+
+def test_steps_lost_with_the_hub_are_said_beside_the_steps_in_the_log(tmp_path):
+    # A hub restarted mid-run: what the ranks sent while it was down is lost (counted by their
+    # message numbers). "steps 8 (last step 10)" read as two steps never trained.
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=0, seq=0, world_size=1, pid=10, strategy="single", t=t)]
+    records += [schema.Step(run="r", rank=0, seq=s, step=s, step_s=0.1, samples=4, t=t + s) for s in (1, 2, 3, 6, 7, 8, 9, 10)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert (rep["lost_messages"], rep["steps"], rep["steps_missing"]) == (2, 8, 2)
+    assert "steps              8 (last step 10; 2 more not in the log: among the lost messages)" in render_text(rep).splitlines()
+    # Steps a script numbers sparsely (its own publishing every few steps), nothing lost: no such word.
+    _write_log(log, [records[0], *(msgspec.structs.replace(m, seq=i) for i, m in enumerate(records[1:], 1))])
+    rep = build_report(str(log))
+    assert (rep["lost_messages"], rep["steps_missing"]) == (0, 0) and "not in the log" not in render_text(rep)
