@@ -21,6 +21,7 @@ import argparse
 import fcntl
 import json
 import os
+import shlex
 import signal
 import socket
 import stat
@@ -750,10 +751,14 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         else:
             print(json.dumps(info), flush=True)  # (stdout: for scripts)
             ingest = reachable(info["ingest"])
+            # A hub with keys answers only their holders: the commands said here carry them (run
+            # as printed, `pardash attach RUN` found no answer without its --curve-dir).
+            keys = shlex.quote(os.path.abspath(curve_dir)) if hub.keys is not None and curve_dir else ""
             print(
-                f"pardash hub: ranks report here with PARDASH_ENDPOINT={ingest} PARDASH_RUN_ID={info['run_id']} "
+                f"pardash hub: ranks report here with PARDASH_ENDPOINT={ingest} PARDASH_RUN_ID={info['run_id']}"
+                f"{f' PARDASH_CURVE_DIR={keys}' if keys else ''} "
                 f"(torchrun ... -m pardash.trainer.autorun train.py); watch with "
-                f"`pardash attach {ingest if entry is None else info['run_id']}`",
+                f"`pardash attach {ingest if entry is None else info['run_id']}{f' --curve-dir {keys}' if keys else ''}`",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
     except OSError:

@@ -108,3 +108,39 @@ def test_pardash_alone_prints_its_help_and_exits_2(tmp_path):
     helped = _pardash("--help", cwd=tmp_path)
     assert helped.returncode == 0 and "launch" in helped.stdout
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == helped.stdout
+
+
+# -- a hub with keys says how to reach it with them ---------------------------------------------
+
+
+def _hub_hint(tmp_path, *args: str) -> str:
+    """The line a hub started with ``args`` says how to watch it in."""
+    import select
+
+    proc = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--no-registry", "--log", str(tmp_path / "t.jsonl"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(PARDASH_CURVE_DIR=None), cwd=tmp_path)  # fmt: skip
+    try:
+        said: list[str] = []
+        while not any("watch with" in line for line in said):
+            ready, _, _ = select.select([proc.stderr], [], [], 60)
+            line = proc.stderr.readline() if ready else ""
+            assert line, f"the hub said no more: {''.join(said)}"
+            said.append(line)
+        return said[-1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_a_hub_with_keys_says_to_attach_and_report_to_it_with_them(tmp_path):
+    # "watch with `pardash attach tcp://...`", which, run as printed, found no answer: a hub
+    # with keys answers only their holders.
+    from pardash.telemetry import security
+
+    security.make_keys(str(tmp_path / "my keys"))
+    line = _hub_hint(tmp_path, "--curve-dir", "my keys")
+    keys = f"'{tmp_path / 'my keys'}'"
+    assert f" PARDASH_CURVE_DIR={keys} (torchrun" in line and line.endswith(f" --curve-dir {keys}`"), line
+    (tmp_path / "t.jsonl").unlink()
+    plain = _hub_hint(tmp_path)  # no keys: nothing more to say
+    assert "CURVE" not in plain and "--curve-dir" not in plain and "train.py); watch with `pardash attach tcp://" in plain, plain
