@@ -251,6 +251,14 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         fail(str(exc))
     finally:
         progress.close()
+    if ns.start != float("inf") and ns.start > source.duration_s:
+        # It opened at the run's end without a word (`--start 99:00:00` of a 5 s run): as if the
+        # run had gone on that long. (`--start end` asks for its end: nothing to say.)
+        from pardash.tui.format import fmt_clock
+
+        so_far = " so far (its log is still being written)" if source.following else ""
+        print(f"{PROG}: --start {fmt_clock(ns.start)} is past the run's end: it is only {fmt_clock(source.duration_s)} long{so_far}; "
+              "the replay starts at its end", file=sys.stderr, flush=True)  # fmt: skip
     return _run_tui(source, title=f"pardash replay {os.path.basename(ns.log)}")
 
 

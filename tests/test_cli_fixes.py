@@ -144,3 +144,31 @@ def test_a_hub_with_keys_says_to_attach_and_report_to_it_with_them(tmp_path):
     (tmp_path / "t.jsonl").unlink()
     plain = _hub_hint(tmp_path)  # no keys: nothing more to say
     assert "CURVE" not in plain and "--curve-dir" not in plain and "train.py); watch with `pardash attach tcp://" in plain, plain
+
+
+# -- replay --start past the run's end ----------------------------------------------------------
+
+
+def test_a_replay_asked_to_start_past_the_runs_end_says_how_long_the_run_is(tmp_path, monkeypatch, capsys):
+    # `--start 99:00:00` of a run of seconds opened at its end without a word.
+    from pathlib import Path
+
+    from pardash import cli
+    from pardash.telemetry.client import ReplaySource
+    from pardash.tui.format import fmt_clock
+
+    log = str(Path(__file__).parent / "data" / "fsdp4_crash.jsonl")
+    src = ReplaySource(log)
+    long = fmt_clock(src.duration_s)
+    src.close()
+    started: list[float] = []
+    monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr(cli.sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(cli, "_run_tui", lambda source, title: (started.append(source.position_s), 0)[1])
+    assert cli.main(["replay", log, "--start", "99:00:00"]) == 0
+    said = capsys.readouterr().err
+    assert said == f"pardash: --start 99:00:00 is past the run's end: it is only {long} long; the replay starts at its end\n"
+    assert started == [src.duration_s]
+    for start in ("end", "0:01", "0"):  # its end asked for, or a time in the run: nothing to say
+        assert cli.main(["replay", log, "--start", start]) == 0
+        assert capsys.readouterr().err == "", start
