@@ -35,6 +35,9 @@ class LogReadStats:
     MAX_LINE_BYTES), trailing_garbage (bytes after a gzip log's last member), corrupt (a gzip
     log's damaged bytes: what follows them is lost), newer_version (written by a newer pardash:
     its fields may mean other things), out_of_range (a time or a rank no record can have)."""
+    gzip_damage: str = ""
+    """How a gzip log's compressed stream broke off, if it did: "cut short" or "damaged" (its
+    count is in ``skipped``, as truncated or corrupt); ``lines`` were read whole before it."""
     world: int = 0
     """The largest world size a hello has said so far: a record of a rank at or above it is
     no rank of the job (the live hub refuses it the same way: a line edited or made up)."""
@@ -68,7 +71,29 @@ def no_records(path: str | os.PathLike[str], stats: LogReadStats) -> str:
         newer = stats.skipped["newer_version"]
         return (f"{path}: written by a newer pardash ({newer} of {lines} line(s) in a schema past version "
                 f"{schema.SCHEMA_VERSION}); read it with that version")  # fmt: skip
+    if stats.gzip_damage:
+        # A damaged .gz read "no telemetry records in 1 line(s) (1 truncated)": the line counted
+        # was the compressed stream's break, not a line of the log.
+        if not stats.lines:
+            return f"{path}: not a valid gzip file: its compressed data is {stats.gzip_damage} before the end of its first line"
+        broke = Counter(stats.skipped)
+        broke["truncated" if stats.gzip_damage == "cut short" else "corrupt"] -= 1
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(broke.items()) if n > 0)
+        return (f"{path}: the compressed log is {stats.gzip_damage} after line {stats.lines}, and its {stats.lines} line(s) "
+                f"before that hold no telemetry record ({why or 'all blank'}); is it a pardash log?")  # fmt: skip
+    if str(path).endswith(".gz") and not _starts_gzip(path):
+        # (read as plain text, as a log renamed .gz is: random bytes read "2 line(s) (1 malformed, 1 truncated)")
+        return f"{path}: not a valid gzip file (no gzip header), and read as plain text no telemetry records in {lines} line(s) ({why or 'all blank'})"
     return f"{path}: no telemetry records in {lines} line(s) ({why or 'all blank'}); is it a pardash log?"
+
+
+def _starts_gzip(path: str | os.PathLike[str]) -> bool:
+    """Whether the file begins as gzip's do (True when it cannot be read: nothing to say of it)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == GZIP_MAGIC
+    except OSError:
+        return True
 
 
 def no_rank_reported(live_run: str | None = None) -> str:
@@ -148,17 +173,24 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
             raw = fh.readline(MAX_LINE_BYTES)
         except EOFError:  # a gzip stream cut short: its end is lost
             stats.skipped["truncated"] += 1
+            stats.gzip_damage = "cut short"
             break
         except zlib.error:  # damaged compressed bytes: the rest is lost
             stats.skipped["corrupt"] += 1
+            stats.gzip_damage = "damaged"
             break
         except gzip.BadGzipFile as exc:
             if not stats.lines:
-                raise  # not a gzip stream at all: the caller says it cannot be read
+                # Not a gzip stream at all: the caller says it cannot be read (it said only
+                # gzip's "Unknown compression method").
+                why = str(exc)
+                raise gzip.BadGzipFile(f"not a valid gzip file ({why[:1].lower() + why[1:]})") from None
             # Bytes after the last gzip member (the records are whole), or a member whose CRC or
             # length check failed: its bytes were damaged, and what was read of them with it
             # (gzip says which only in its message).
-            stats.skipped["trailing_garbage" if str(exc).startswith("Not a gzipped file") else "corrupt"] += 1
+            trailing = str(exc).startswith("Not a gzipped file")
+            stats.skipped["trailing_garbage" if trailing else "corrupt"] += 1
+            stats.gzip_damage = "" if trailing else "damaged"
             break
         if not raw:
             break

@@ -172,3 +172,29 @@ def test_a_replay_asked_to_start_past_the_runs_end_says_how_long_the_run_is(tmp_
     for start in ("end", "0:01", "0"):  # its end asked for, or a time in the run: nothing to say
         assert cli.main(["replay", log, "--start", start]) == 0
         assert capsys.readouterr().err == "", start
+
+
+# -- a damaged .gz log --------------------------------------------------------------------------
+
+
+def test_a_damaged_or_false_gz_log_is_said_so_not_counted_as_truncated_lines(tmp_path):
+    # Each read "no telemetry records in 1 line(s) (1 truncated); is it a pardash log?" or gzip's
+    # own "Unknown compression method": the compressed stream's break counted as a line of the log.
+    import gzip
+    import random
+
+    packed = gzip.compress(b"garbage\n" * 3)
+    (tmp_path / "cut0.jsonl.gz").write_bytes(packed[:12])  # (cut inside its first line)
+    (tmp_path / "cut1.jsonl.gz").write_bytes(packed[:-8])  # (every line there, its check bytes not)
+    (tmp_path / "method.jsonl.gz").write_bytes(packed[:2] + b"\x63" + packed[3:])
+    (tmp_path / "random.jsonl.gz").write_bytes(bytes(random.Random(1).randrange(256) for _ in range(200)).replace(b"\x1f", b"\x20"))
+    for name, said in (
+        ("cut0.jsonl.gz", "cut0.jsonl.gz: not a valid gzip file: its compressed data is cut short before the end of its first line"),
+        ("cut1.jsonl.gz", "cut1.jsonl.gz: the compressed log is cut short after line 3, and its 3 line(s) before that hold no "
+                          "telemetry record (3 malformed); is it a pardash log?"),
+        ("method.jsonl.gz", "method.jsonl.gz: cannot read it: not a valid gzip file (unknown compression method)"),
+        ("random.jsonl.gz", "random.jsonl.gz: not a valid gzip file (no gzip header), and read as plain text no telemetry records in "),
+    ):  # fmt: skip
+        for command in ("report", "replay"):
+            proc = _pardash(command, name, cwd=tmp_path)
+            assert proc.returncode == 2 and _one_line(proc).startswith(f"pardash: error: {said}"), (command, proc.stderr)
