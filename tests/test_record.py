@@ -99,7 +99,7 @@ def test_record_refuses_the_hubs_own_log_another_log_and_a_hub_without_one(tmp_p
         assert other.read_text().count("\n") == 1  # untouched
         rec = _record("rec-no", "-o", str(tmp_path))  # a folder
         _, err = rec.communicate(timeout=30)
-        assert (rec.returncode, err) == (2, f"pardash: error: cannot write {tmp_path}: Is a directory\n")
+        assert (rec.returncode, err) == (2, f"pardash: error: -o {tmp_path} is a folder; give a file: -o {tmp_path}/telemetry.jsonl\n")
     finally:
         _stop_hub(proc)
     # A hub that keeps no log: said, nothing written.
