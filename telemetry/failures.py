@@ -110,7 +110,7 @@ def _is_stop(e: schema.Event) -> bool:
     return e.name == "exit" and e.rank >= 0 and e.code in STOPPED_CODES
 
 
-def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None:
+def failure_summary(st, events: list[schema.Event] | None = None, hang: list | None = None) -> dict | None:
     """The root cause among ``events`` (default: the last attempt's; or an earlier one's list
     from :func:`attempts`) as the report and the launcher's last line tell it: rank, code,
     signal, the step it died in, its error's first line, victims, stopped, and ``line``, one
@@ -118,6 +118,8 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
     last = events is None
     if events is None:
         events = attempts(st)[-1]
+    if last:
+        hang = whole_hang(st)
     found = root_cause(st, events)
     if found is None:
         return None
@@ -175,11 +177,11 @@ def failure_summary(st, events: list[schema.Event] | None = None) -> dict | None
                              for r, e in sorted(stops.items())]  # fmt: skip
             unrecorded = None
     waited: list[dict] = []
-    if last and first.code > 0 and not left and (PEER_FAILURE.search(message) or WAIT_FAILURE.search(message)):
+    if hang and first.code > 0 and not left and (PEER_FAILURE.search(message) or WAIT_FAILURE.search(message)):
         # The first failure is a wait (a collective's timeout) or a peer's failure, in a run the
-        # hub saw hang: the rank the hang waited for (stalled outside any collective, or behind
-        # the others) is the cause, though the waiting rank's error ended the job.
-        hang = whole_hang(st)
+        # hub saw hang (``hang``: the last attempt's now, an earlier one's as torchrun restarted
+        # it): the rank the hang waited for (stalled outside any collective, or behind the
+        # others) is the cause, though the waiting rank's error ended the job.
         causes = hang_causes(hang) - {first.rank}
         waited = [{"rank": r, "kind": kind, "step": at, "phase": phase} for r, kind, at, phase in hang if r in causes]
         if waited:
@@ -338,8 +340,9 @@ def recovered_failures(st) -> list[dict]:
     """The failures torchrun restarted the job after (:func:`failure_summary` of each attempt
     but the last), oldest first."""
     out = []
-    for events in attempts(st)[:-1]:
-        f = failure_summary(st, events)
+    for k, events in enumerate(attempts(st)[:-1]):
+        # (attempt k ended as torchrun started restart k + 1)
+        f = failure_summary(st, events, hang=st.hangs_restarted.get(k + 1))
         if f is not None:
             out.append(f)
     return out

@@ -279,6 +279,11 @@ class RunState:
     ``lifecycle_limit`` (at least; four a rank when there are more), oldest out first."""
     lifecycle_limit: int | None = LIFECYCLE_KEPT
     """None: keep every one (``pardash report`` reads a whole log)."""
+    hangs_restarted: dict[int, list] = field(default_factory=dict)
+    """torchrun's restart count -> the hang the attempt before it ended in (analysis.whole_hang
+    as the restart came: its ranks stalled or silent, or [] when it ended some other way). The
+    ranks' stalls are forgotten as they start again; a failure the restart recovered from is
+    judged with it (a rank's collective timing out, waiting for a rank stalled in its data)."""
     hseq: int = 0
     t0: float = 0.0
     """Wall clock of the first message (history ``t`` is relative to it)."""
@@ -367,6 +372,7 @@ class RunState:
                 if msg.t > self.t0 - CLOCK_OFF_S:
                     self.first_hello_t = msg.t
             if msg.restart > r.restarts:  # torchrun's count so far: a viewer that attached late knows it too
+                self._restarting(msg.restart)
                 r.restarts = msg.restart
             if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart):
                 r.new_process()
@@ -398,6 +404,7 @@ class RunState:
                 # hello): starting again, its previous process's figures (its step's rate, a
                 # straggler verdict) no more its own, and its new process counts its messages
                 # from 0
+                self._restarting(msg.code)
                 r.restarts = msg.code
                 r.alive_again()
                 r.new_process()
@@ -416,6 +423,14 @@ class RunState:
                         r.exit_code = None
                 elif not same_exit:
                     r.exit_code = code
+
+    def _restarting(self, restart: int) -> None:
+        """torchrun starts the job again (``restart``): the hang its last attempt ended in, kept
+        before the first of its ranks to start again forgets its stall."""
+        if restart not in self.hangs_restarted:
+            from .analysis import whole_hang  # (analysis imports this module)
+
+            self.hangs_restarted[restart] = whole_hang(self)
 
     def _keep_lifecycle(self, msg: schema.Message) -> None:
         if isinstance(msg, schema.Event):

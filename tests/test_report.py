@@ -2480,3 +2480,34 @@ def test_steps_lost_with_the_hub_are_said_beside_the_steps_in_the_log(tmp_path):
     _write_log(log, [records[0], *(msgspec.structs.replace(m, seq=i) for i, m in enumerate(records[1:], 1))])
     rep = build_report(str(log))
     assert (rep["lost_messages"], rep["steps_missing"]) == (0, 0) and "not in the log" not in render_text(rep)
+
+
+def test_a_restart_after_a_hang_names_the_rank_the_hang_waited_for(tmp_path):
+    # --max-restarts 1, rank 1 stalled in its data: rank 0's collective timed out and torchrun
+    # restarted the job. The restart's cause read "rank 0 exited with code 1: ... Timed out
+    # waiting 12000ms", where the same failure as the job's last was told as rank 1's hang (the
+    # attempt's stalls were forgotten as its ranks started again).
+    t = 1.0e9
+    hello = lambda r, restart, at: schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r + 100 * restart, strategy="ddp", restart=restart, t=at)  # noqa: E731
+    stalled = lambda r, phase, at: schema.Verdict(rank=r, verdict="stalled", cause=phase, step=29, t=at,  # noqa: E731
+                                                  message=f"rank {r} stalled in {phase} after step 29 (5 s without progress)")
+    timeout = "RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 12000ms for recv"
+    records = [hello(0, 0, t), hello(1, 0, t)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + s / 10) for s in range(1, 30) for r in (0, 1)]
+    records += [
+        stalled(1, "data", t + 9), stalled(0, "backward", t + 9),
+        schema.Event(run="r", rank=0, seq=30, name="error", message=timeout, step=29, t=t + 15),
+        schema.Event(run="r", rank=0, seq=31, name="exit", code=1, step=30, t=t + 15),
+        schema.Event(run="r", rank=1, seq=-1, name="exit", code=-15, message="torchrun: rank 1 killed by signal 15 (SIGTERM)", t=t + 15.2),
+        schema.Event(run="r", rank=0, seq=-1, name="restart", code=1, message="rank 0 restarted", t=t + 16), hello(0, 1, t + 16),
+        schema.Event(run="r", rank=1, seq=-1, name="restart", code=1, message="rank 1 restarted", t=t + 16), hello(1, 1, t + 16),
+    ]  # fmt: skip
+    records += [schema.Step(run="r", rank=r, seq=s, step=20 + s, step_s=0.1, samples=4, t=t + 17 + s / 10) for s in range(1, 11) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=r, seq=11, name="exit", code=0, step=30, t=t + 19) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["failure"] is None
+    (f,) = rep["recovered"]
+    assert f["waited_for"] == [{"rank": 1, "kind": "stalled", "step": 29, "phase": "data"}]
+    assert f["line"].startswith("rank 1 stalled in data after step 29 (the likely cause of the hang); rank 0 exited with code 1 at step 30 waiting for it")
