@@ -210,6 +210,12 @@ class _Export:
         """A rank's events without a step since its hello, before its next step: they go at the
         step before that one, as its samples do (at the last step of the process before, a
         restart's mark after them had TensorBoard drop their durations)."""
+        self.noted: dict[int, schema.Event] = {}
+        """A launcher's note of a rank's exit (torchrun saw its process end: no step), held: the
+        rank's own exit after it is the same exit, with its step, and the note goes; with none
+        (killed outright), the note goes at the rank's last step once its process is done with.
+        Placed as it came, it went at the last step logged then, before the rank's last steps,
+        its error and its own exit came (an exit at step 27 above an error at 29)."""
         self.texts: dict[int, list[tuple[str, int, float, str]]] = {}
         """A rank's texts (tag, step, wall time, text), written at the end (see finish)."""
         self.points = 0
@@ -242,6 +248,7 @@ class _Export:
             if self.process.get(rank) == process:
                 return  # the same process again (autorun says hello at its process group, then with its model)
             self.process[rank] = process
+            self._place_noted(rank)  # (the process before's)
             self.sent.pop(rank, None)
             self._write_samples(rank)  # the samples of the process before: at the step they were taken
             self.at.pop(rank, None)
@@ -345,10 +352,22 @@ class _Export:
             self.points += len(values)
 
     def _event(self, msg: schema.Event) -> None:
+        if msg.name == "exit":
+            if msg.seq < 0 and msg.step is None:
+                self._place_noted(msg.rank)  # (an earlier one's: another process)
+                self.noted[msg.rank] = msg
+                return
+            self.noted.pop(msg.rank, None)  # the rank's own word of the same exit
         if msg.step is None and self.at.get(msg.rank) is None:
             self.unplaced.setdefault(msg.rank, []).append(msg)  # placed at its next step
             return
         self._place_event(msg, msg.step if msg.step is not None else self.at[msg.rank])
+
+    def _place_noted(self, rank: int) -> None:
+        """The launcher's held note of ``rank``'s exit, at its last step (its process is done)."""
+        noted = self.noted.pop(rank, None)
+        if noted is not None:
+            self._place_event(noted, self.last.get(rank, 0))
 
     def _place_event(self, msg: schema.Event, step: int) -> None:
         if not self._in_range(step, msg.t):
@@ -379,6 +398,8 @@ class _Export:
         last, in order, the texts all stay."""
         for rank in list(self.samples):
             self._write_samples(rank)
+        for rank in list(self.noted):
+            self._place_noted(rank)
         for rank, events in self.unplaced.items():  # no step came after them
             for event in events:
                 self._place_event(event, self.last.get(rank, 0))

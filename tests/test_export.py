@@ -628,3 +628,27 @@ def test_an_events_text_says_its_exit_code_once_and_a_restarts_count_is_no_exit_
     # a code that is a prefix of one the message names is still said
     one = schema.Event(rank=0, seq=-1, name="exit", code=1, message="the loader died with exit code 13")
     assert event_text(one) == "the loader died with exit code 13 (exit code 1)"
+
+
+def test_a_launchers_note_of_an_exit_goes_after_the_ranks_last_steps_or_gives_way_to_its_own(tmp_path):
+    # torchrun's word of a rank's exit (no step) came before the rank's last steps, error and
+    # own exit reached the log: it went at the step logged then, an exit at 27 above the error
+    # at 29. The rank's own exit is the same exit, with its step: the note gives way to it. A
+    # rank killed outright says nothing itself: its note goes at its last step.
+    run = "r"
+    hello = [schema.Hello(rank=r, world_size=2, pid=10 + r, strategy="ddp", t=1000.0, run=run) for r in (0, 1)]
+    steps = lambda r, steps: [schema.Step(rank=r, step=s, loss=1.0, step_s=0.1, samples=8, t=1000.0 + s, seq=s, run=run) for s in steps]  # noqa: E731
+    records = [*hello, *steps(0, range(1, 28)), *steps(1, range(1, 28))]
+    records += [
+        schema.Event(rank=1, seq=-1, name="exit", code=1, message="torchrun: rank 1 exit code 1", t=1030.0, run=run),
+        schema.Event(rank=0, seq=-1, name="exit", code=-9, message="torchrun: rank 0 killed by signal 9 (SIGKILL)", t=1030.0, run=run),
+        *steps(1, (28, 29)), *steps(0, (28,)),
+        schema.Event(rank=1, seq=30, name="error", step=29, message="RuntimeError: crash", t=1030.1, run=run),
+        schema.Event(rank=1, seq=31, name="exit", step=30, code=1, t=1030.1, run=run),
+    ]  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(records))
+    export_tensorboard(str(log), str(tmp_path / "tb"))
+    assert _texts(tmp_path / "tb" / "rank1", "events/exit") == [(30, "exit code 1")]
+    assert [step for step, _ in _texts(tmp_path / "tb" / "rank1", "events/error")] == [29]
+    assert _texts(tmp_path / "tb" / "rank0", "events/exit") == [(28, "torchrun: rank 0 killed by signal 9 (SIGKILL)")]
