@@ -350,6 +350,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         evaluating = _all_paused_s(good_spans, eval_ends, step_t0, step_t1)
         restarting = _restart_gaps(attempt_spans, off)
         train_s = max(0.0, step_t1 - step_t0 - evaluating - restarting)
+        if first_t is not None and last_t is not None:
+            # A first step timed from before its rank's first word (a step's time is taken back
+            # from its end: a simulated rank's first, a clock read before the hello) is no
+            # training outside the run: "duration 14.9 s (training 15.0 s)".
+            train_s = min(train_s, max(0.0, last_t - first_t))
     for ep in stragglers:
         ep["share_of_train"] = ep["cost_total_s"] / train_s if train_s > 0 else None
 

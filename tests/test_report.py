@@ -2511,3 +2511,15 @@ def test_a_restart_after_a_hang_names_the_rank_the_hang_waited_for(tmp_path):
     (f,) = rep["recovered"]
     assert f["waited_for"] == [{"rank": 1, "kind": "stalled", "step": 29, "phase": "data"}]
     assert f["line"].startswith("rank 1 stalled in data after step 29 (the likely cause of the hang); rank 0 exited with code 1 at step 30 waiting for it")
+
+
+def test_training_is_never_longer_than_the_run(tmp_path):
+    # A first step timed from before its rank's first word (its time is taken back from its
+    # end) read "duration 14.9 s (training 15.0 s)" of a simulated run.
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=0, seq=0, world_size=1, pid=10, strategy="single", t=t)]
+    records += [schema.Step(run="r", rank=0, seq=s, step=s, step_s=0.5, samples=4, t=t + 0.1 * s) for s in range(1, 11)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["duration_s"] == pytest.approx(1.0) and rep["train_s"] == pytest.approx(1.0)  # (1.4 from the first step's start)
