@@ -550,12 +550,7 @@ class Supervisor:
         self._torchrun_killed = signum
         print(f"pardash: torchrun was killed ({_signal_text(signum)}); stopping its {len(alive)} process(es) here, "
               "which nothing else would", file=sys.stderr, flush=True)  # fmt: skip
-        for p in alive:
-            _signal_process_group(p, signal.SIGTERM)
-        _, left = psutil.wait_procs(alive, timeout=STOP_GRACE_S)
-        for p in left:
-            _signal_process_group(p, signal.SIGKILL)
-        psutil.wait_procs(left, timeout=5)
+        _stop_job_processes(alive, STOP_GRACE_S)
 
     def _look_for_restarts(self, push) -> None:
         """Tell the hub when torchrun restarts the job (``--max-restarts``): its log folder
@@ -777,6 +772,8 @@ def stop_unsupervised(supervisor_pid: int, run_id: str, *, hub_pid: int = 0, ing
 
 
 def _stop_job_processes(procs: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM to torchrun among ``procs`` (a job's), else to each of its ranks' process groups
+    (their data loader workers with them); SIGKILL to the groups of what is left after ``grace_s``."""
     found = {p.pid for p in procs}
     # torchrun: the job's process whose parent is not of the job (the ranks are its children).
     tops = [p for p in procs if _parent_pid(p) not in found]
@@ -784,7 +781,7 @@ def _stop_job_processes(procs: list[psutil.Process], grace_s: float) -> None:
     if runner:
         for p in runner:
             _send(p, signal.SIGTERM)
-    else:  # torchrun died too: each rank's group (its data loader workers), as _end_orphans does
+    else:  # torchrun died: each rank's group
         for p in tops:
             _signal_process_group(p, signal.SIGTERM)
     _, left = psutil.wait_procs(procs, timeout=grace_s)
@@ -821,7 +818,7 @@ def _is_torchrun(p: psutil.Process) -> bool:
         line = p.cmdline()
     except psutil.Error:
         return False
-    return any(a in ("pardash.trainer.torchrun", "torch.distributed.run") or a.endswith("torchrun") for a in line)
+    return any(a in ("pardash.trainer.torchrun", "torch.distributed.run") for a in line) or bool(line) and os.path.basename(line[0]) == "torchrun"
 
 
 def _send(p: psutil.Process, sig: int) -> None:
