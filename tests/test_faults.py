@@ -653,7 +653,7 @@ def test_restarts_of_a_script_that_fails_before_its_first_step_are_counted(tmp_p
     assert "[restart] rank 0 restarted by torchrun (restart 1)" in out
     assert "[restart] rank 0 restarted by torchrun (restart 2)" in out
     last = (out + err).rstrip().splitlines()
-    assert any(line.startswith("pardash: rank 0 exited with code 1; torchrun restarted the job 2x;") for line in last), out + err
+    assert any(line.startswith("pardash: rank 0 exited with code 1: ValueError: bad config; torchrun restarted the job 2x;") for line in last), out + err
     msgs, _ = load_log(tmp_path / "run.jsonl")
     events = [m for m in msgs if isinstance(m, schema.Event) and m.name in ("restart", "exit")]
     assert [m.code for m in events if m.name == "restart"] == [1, 2]
