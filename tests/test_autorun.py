@@ -1793,13 +1793,14 @@ def test_a_crashing_script_reports_its_own_traceback(tmp_path):
 @pytest.mark.slow
 @PLAIN_DDP_GROUP
 def test_the_same_script_learns_the_same_under_pardash(tmp_path, plain_ddp_run):
-    for _ in range(2):
+    for _ in range(4):
         plain = subprocess.run(
             [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *PLAIN_DDP],
             capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
         )  # fmt: skip
         # Without pardash, gloo itself now and then aborts a rank as its interpreter exits
-        # (pytorch/pytorch#179291: its threads outlive the process group): run it again then.
+        # (pytorch/pytorch#179291: its threads outlive the process group): run it again then
+        # (twice in a row in one `make test` of a loaded machine: up to four tries).
         if "terminate called without an active exception" not in plain.stderr:
             break
     assert plain.returncode == 0, plain.stderr[-3000:]
