@@ -94,6 +94,35 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, steps: int) -> None:
         opt.zero_grad()
 
 
+def test_an_activation_sent_backward_with_its_gradient_is_no_loss(hooked):
+    # Pipeline parallelism by hand: the first stage sends its activations backward with the
+    # gradient the next stage sent back (``act.backward(grad)``) and has no loss of its own;
+    # sum(act * grad) was read as its loss ("-0.2806", "-4.198"). Per-sample losses sent
+    # backward with their weights still are the step's loss: a vector, or a loss function's
+    # output (token losses, reduction="none").
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        x, _y = _batch()
+        act = model(x)
+        act.backward(torch.randn_like(act))
+        opt.step()
+        opt.zero_grad()
+    per = []
+    for _ in range(2):
+        x, y = _batch()
+        losses = nn.functional.cross_entropy(model(x).unsqueeze(0).expand(2, -1, -1).transpose(1, 2), y.expand(2, -1), reduction="none")
+        assert losses.dim() == 2  # (token losses: 2 x 6)
+        losses.backward(torch.full_like(losses, 1 / losses.numel()))
+        per.append(losses.mean().item())
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert [s.get("loss") for s in rep.steps[:2]] == [None, None]
+    assert [s["loss"] for s in rep.steps[2:]] == [pytest.approx(v) for v in per]
+
+
 def test_one_step_per_optimizer_step_with_phases_loss_and_memory(hooked):
     inst, rep = hooked
     model = _model()

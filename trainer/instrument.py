@@ -557,8 +557,12 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
                 # Per-sample losses backpropagated with their weights (``per.backward(w)``):
                 # the loss whose gradient that is, sum(per * w), computed on the device as the
                 # step's other losses (read a step late); the step had none.
+                # Only per-sample losses: a vector, or a loss function's output (token losses,
+                # reduction="none"). An activation sent backward with the gradient the next
+                # stage sent back (pipeline parallelism by hand: ``act.backward(grad)``) is no
+                # loss: sum(act * grad) read as the first stage's, a loss it never had.
                 g = (grads[k] if k < len(grads) else None) if many and isinstance(grads, (list, tuple)) else grads
-                if isinstance(g, torch.Tensor) and g.shape == loss.shape:
+                if isinstance(g, torch.Tensor) and g.shape == loss.shape and _per_sample_losses(loss):
                     with torch.no_grad():
                         step.losses.append((loss.detach() * g).sum())
         self._scaled = {}
@@ -778,6 +782,22 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
 
 
 _instrument: Instrument | None = None
+
+
+def _per_sample_losses(t: torch.Tensor) -> bool:
+    """Whether ``t``, sent backward with weights, is per-sample losses: one value a sample, or
+    the output of a loss function (its gradient function is a loss's, NllLossBackward0..., or
+    one a view or two after it: token losses come out of cross_entropy reshaped)."""
+    if t.dim() <= 1:
+        return True
+    fn = t.grad_fn
+    for _ in range(3):
+        if fn is None:
+            return False
+        if "Loss" in type(fn).__name__:
+            return True
+        fn = fn.next_functions[0][0] if fn.next_functions else None
+    return False
 
 
 def install(reporter: Reporter | None = None) -> Instrument | None:
