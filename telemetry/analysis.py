@@ -128,6 +128,14 @@ class Detector:
         while the rank was silent then and nothing has come from it since."""
         self._back = -float("inf")
         """Hub time it last came back from a pause of its own (see ``hub_was_away``)."""
+        self._busy = False
+        """Some rank said it evaluated or saved (BUSY_PHASES) at the last look."""
+        self._busy_over = -float("inf")
+        """Hub time the ranks were last seen done evaluating or saving: no rank's lack of
+        progress counts from before it. A rank that validated for 8 s, then saved for 2 s while
+        the others sat in a barrier, read "stalled in data after step 10 (9 s without
+        progress)": the evaluation's 8 s counted once it was over. (While it goes on, the
+        longer busy_stall_s counts from the last step: an evaluation that never ends is a hang.)"""
 
     def hub_was_away(self, now: float) -> None:
         """The hub did not run until ``now`` (stopped, swapped out): a rank's silence and lack
@@ -152,13 +160,17 @@ class Detector:
             self._checked = now
             median = state.median_step_s() or 0.0
             stall_after = max(self.cfg.stall_min_s, self.cfg.stall_factor * median)
-            if any(
+            busy = any(
                 r.heartbeat is not None and r.heartbeat.phase in BUSY_PHASES and r.exit_code is None and not r.finished
                 for r in state.ranks.values()
-            ):
+            )
+            if busy:
                 # A rank evaluates or saves: the others may wait for it (rank 0 alone
                 # validating while the rest sit in a barrier), no hang either.
                 stall_after = max(stall_after, self.cfg.busy_stall_s)
+            elif self._busy:
+                self._busy_over = now
+            self._busy = busy
             lively: list[Verdict] = []
             for r in state.ranks.values():
                 if r.finished or r.exit_code is not None:
@@ -255,7 +267,7 @@ class Detector:
             return out
         if r.silent is not None:
             out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} heard from again"))
-        stuck_s = now - max(last[1], self._back)
+        stuck_s = now - max(last[1], self._back, self._busy_over)
         phase = r.heartbeat.phase if r.heartbeat is not None and r.heartbeat.phase else "unknown"
         if step >= 0 and stuck_s > stall_after and r.stalled is None:
             out.append(

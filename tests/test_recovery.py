@@ -408,3 +408,25 @@ def test_a_job_relaunched_on_a_restarted_hub_is_not_taken_for_a_second_job(tmp_p
         assert warning.startswith("rank 1: pid 901 says it is rank 1 while pid 101 still sends as it")
     finally:
         hub.close()
+
+
+def test_the_time_after_an_evaluation_counts_from_its_end_not_from_the_last_step():
+    # After step 5 rank 0 validates for 8 s, then saves for 2 s more (not a busy phase its
+    # heartbeat names) while rank 1 sits in a barrier: "ranks 0-1 stalled in data after step
+    # 5 (9 s without progress)", the evaluation's 8 s counted once it was over.
+    core = HubCore(run_id=RUN)
+    ranks = Ranks(core, now=100.0)
+    ranks.start(steps=5)
+
+    def beats(seconds: float, phases: dict[int, str]) -> None:
+        for _ in range(int(seconds / 0.5)):
+            for r, phase in phases.items():
+                ranks.send(schema.Heartbeat(rank=r, step=5, phase=phase, t=T0 + ranks.now, mono=ranks.now))
+            ranks.tick(0.5)
+
+    beats(8, {0: "eval", 1: "data"})
+    beats(4, {0: "data", 1: "data"})
+    assert _verdicts(core) == []
+    # ... and a hang after it is still found, as long after the evaluation as after a step.
+    beats(4, {0: "data", 1: "data"})
+    assert sorted((r, v) for r, v, _ in _verdicts(core)) == [(0, "stalled"), (1, "stalled")]
