@@ -274,7 +274,8 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     line += f" at step {f['step']}" if f["step"] is not None else ""
     unsent = f.get("unsent")
     if unsent:
-        line += f" (its last steps died with it: its log ends at step {unsent['own']}, its peers reached {unsent['peers']})"
+        ends = f"its log ends at step {unsent['own']}" if unsent["own"] else "its log has none"
+        line += f" (its last steps died with it: {ends}, its peers reached {unsent['peers']})"
     waited = f.get("waited_for") or []
     if waited:
         line = f"{hung_text(waited)} (the likely cause of the hang); {line} waiting for {'it' if len(waited) == 1 else 'them'}"
@@ -317,8 +318,11 @@ back to be sent, up to 50 ms of them, die with it; torchrun notes the death with
 
 def _died_stepping(death: schema.Event, r) -> bool:
     """Whether a rank died while it stepped, not long after its last step (a rank done with its
-    share of uneven inputs, waiting in DDP's join while the others train on, is not)."""
-    return r.step is not None and bool(death.t) and bool(r.step.t) and death.t - r.step.t < STEPPING_S
+    share of uneven inputs, waiting in DDP's join while the others train on, is not); of a rank
+    with no step logged (all it took held to be sent: a rank killed 17 ms into a fast run read
+    "exited with code -9" with no step, its peers at 10), not long after its last heartbeat."""
+    said = r.step or r.heartbeat or r.hello
+    return said is not None and bool(death.t) and bool(said.t) and death.t - said.t < STEPPING_S
 
 
 def _in_lockstep(st) -> bool:

@@ -1137,6 +1137,24 @@ def test_a_killed_rank_of_a_lockstep_job_died_where_its_peers_stopped(strategy, 
     assert build_report(str(log))["failure"]["step"] == f["step"]
 
 
+def test_a_rank_killed_before_any_of_its_steps_was_sent_died_where_its_peers_stopped():
+    # A fast run's rank killed 17 ms in: its 10 steps, held to be sent in a batch, died with it.
+    # The report read "rank 1 exited with code -9 (SIGKILL)", no step, its peer at step 10.
+    from pardash.telemetry.failures import failure_summary
+
+    t = 1.0e9
+    st = RunState()
+    for m in [
+        *(schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)),
+        schema.Step(run="r", rank=0, seq=1, step=10, step_s=0.002, t=t + 0.02),
+        schema.Event(run="r", rank=1, seq=-1, name="exit", code=-9, message="torchrun: rank 1 killed by signal 9 (SIGKILL)", t=t + 0.2, hseq=10),
+    ]:
+        st.apply(m, 0.0)
+    f = failure_summary(st)
+    assert f["step"] == 10 and f["unsent"] == {"own": 0, "peers": 10}
+    assert f["line"] == "rank 1 exited with code -9 (SIGKILL) at step 10 (its last steps died with it: its log has none, its peers reached 10)"
+
+
 def test_a_rank_killed_long_after_its_last_step_died_where_its_log_ends():
     # DDP's join (uneven inputs): rank 0 did its 20 steps and waited, joined, while rank 1
     # trained on to 159; killed then, it read "at step 159 (its last steps died with it...)".
