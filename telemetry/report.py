@@ -167,6 +167,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """Each rank's evaluations (``eval`` events): how long each took."""
     top_step: dict[int, int] = {}
     low_step: dict[int, int] = {}
+    epochs: list[int] = []
+    """The first and the last epoch a step said it was in (none: no step said one)."""
     recent: dict[int, _RecentSteps] = defaultdict(_RecentSteps)
     rerun: dict[int, int] = defaultdict(int)
     """Steps a rank took again (a restart or resume back to a checkpoint): seen already (or
@@ -254,6 +256,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 recent[msg.rank].add(msg.step)
             if msg.step < low_step.get(msg.rank, msg.step + 1):
                 low_step[msg.rank] = msg.step
+            if msg.epoch is not None:
+                if epochs:
+                    epochs[0], epochs[1] = min(epochs[0], msg.epoch), max(epochs[1], msg.epoch)
+                else:
+                    epochs[:] = [msg.epoch, msg.epoch]
             samples[msg.rank] += msg.samples
             if msg.loss is not None:
                 first_loss.setdefault(msg.rank, msg.loss)
@@ -466,6 +473,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "steps_rerun": max((r["steps_rerun"] for r in ranks), default=0),
         # (of the rank with the most steps: the run's count above, and what its log lacks)
         "steps_missing": max(ranks, key=lambda r: (r["steps"], -r["steps_missing"]))["steps_missing"] if ranks else 0,
+        # The epochs its steps said they were in (the log had them on every step and as
+        # epoch_end events, and the report said nothing of them); None: no step said one.
+        "epochs": {"first": epochs[0], "last": epochs[1]} if epochs else None,
         "custom": {
             name: {"first": _median(list(custom_first[name].values())), "last": _median(list(last.values())), "ranks": len(last)}
             for name, last in sorted(custom_last.items())

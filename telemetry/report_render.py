@@ -71,6 +71,8 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("evaluations", f"{rep['evaluations']['count']}, {rep['evaluations']['seconds']:.1f} s in all, outside the steps")]
           if rep.get("evaluations") else []),
         ("steps", _steps_text(rep)),
+        # (more than one: every step says epoch 0 of a script that has none)
+        *([("epochs", _epochs_text(rep["epochs"]))] if rep.get("epochs") and rep["epochs"]["last"] > rep["epochs"]["first"] else []),
         ("samples/s", sps),
         ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms"),  # (not "- ms")
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
@@ -81,6 +83,11 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"]))]
           if rep.get("log_ends_early") and rep["ranks"] else []),
     ]
+
+
+def _epochs_text(epochs: dict) -> str:
+    """``3 (epochs 0 to 2)``: how many epochs the steps went through, and which."""
+    return f"{epochs['last'] - epochs['first'] + 1} (epochs {epochs['first']} to {epochs['last']})"
 
 
 def no_ranks_text(rep: dict) -> str:

@@ -2547,3 +2547,19 @@ def test_training_is_never_longer_than_the_run(tmp_path):
     _write_log(log, records)
     rep = build_report(str(log))
     assert rep["duration_s"] == pytest.approx(1.0) and rep["train_s"] == pytest.approx(1.0)  # (1.4 from the first step's start)
+
+
+def test_the_epochs_the_steps_went_through_are_said(tmp_path):
+    # The log has each step's epoch (and epoch_end events); the report said nothing of them.
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=0, seq=0, world_size=1, pid=10, strategy="single", t=t)]
+    records += [schema.Step(run="r", rank=0, seq=s, step=s, epoch=(s - 1) // 4, step_s=0.1, samples=4, t=t + s) for s in range(1, 11)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["epochs"] == {"first": 0, "last": 2}
+    assert "epochs             3 (epochs 0 to 2)" in render_text(rep).splitlines()
+    # A script with no epochs (every step says 0): no line of them.
+    _write_log(log, [msgspec.structs.replace(m, epoch=0) if isinstance(m, schema.Step) else m for m in records])
+    rep = build_report(str(log))
+    assert rep["epochs"] == {"first": 0, "last": 0} and "epochs " not in render_text(rep)
