@@ -3,6 +3,8 @@ verdicts in force stay in force, charts keep their history, and every rank is ju
 whose hello the log lost. Driven with a fake clock: HubCore for the first hub, Hub.recover and
 HubCore.tick for the restarted one."""
 
+import functools
+
 import pytest
 
 from pardash.telemetry import schema
@@ -270,6 +272,14 @@ def test_a_restart_does_not_judge_a_cleared_straggler_again(tmp_path):
         hub.close()
 
 
+def _beats(ranks, seconds: float, phases: dict[int, str]) -> None:
+    """Heartbeats after step 5, every 0.5 s for ``seconds``, each rank in its phase."""
+    for _ in range(int(seconds / 0.5)):
+        for r, phase in phases.items():
+            ranks.send(schema.Heartbeat(rank=r, step=5, phase=phase, t=T0 + ranks.now, mono=ranks.now))
+        ranks.tick(0.5)
+
+
 def test_a_rank_evaluating_or_saving_is_given_longer_before_it_counts_as_stalled():
     from pardash.telemetry.analysis import LivenessConfig
 
@@ -277,11 +287,7 @@ def test_a_rank_evaluating_or_saving_is_given_longer_before_it_counts_as_stalled
     ranks = Ranks(core, now=100.0)
     ranks.start(steps=5)
 
-    def beats(seconds: float, phases: dict[int, str]) -> None:
-        for _ in range(int(seconds / 0.5)):
-            for r, phase in phases.items():
-                ranks.send(schema.Heartbeat(rank=r, step=5, phase=phase, t=T0 + ranks.now, mono=ranks.now))
-            ranks.tick(0.5)
+    beats = functools.partial(_beats, ranks)
 
     # 30 s: rank 0 evaluates, rank 1 waits for it (in a barrier, after its step: "data").
     beats(30, {0: "eval", 1: "data"})
@@ -418,11 +424,7 @@ def test_the_time_after_an_evaluation_counts_from_its_end_not_from_the_last_step
     ranks = Ranks(core, now=100.0)
     ranks.start(steps=5)
 
-    def beats(seconds: float, phases: dict[int, str]) -> None:
-        for _ in range(int(seconds / 0.5)):
-            for r, phase in phases.items():
-                ranks.send(schema.Heartbeat(rank=r, step=5, phase=phase, t=T0 + ranks.now, mono=ranks.now))
-            ranks.tick(0.5)
+    beats = functools.partial(_beats, ranks)
 
     beats(8, {0: "eval", 1: "data"})
     beats(4, {0: "data", 1: "data"})
