@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         reporter = api.reporter()  # a no-op: the script runs as it would without pardash
     code = 0
     error = None
-    said = _StderrTail.install()
+    said = _StderrTail.install() if instrument is not None else None  # (telemetry off: the script's stderr untouched)
     try:
         _run(args)
     except SystemExit as e:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         # exit with a code alone (argparse's 2 after "train.py: error: unrecognized arguments")
         # said why on stderr just before: its last line is the error, the lines before it
         # what the rank said last (shown as a traceback is).
-        why = {"message": e.code} if isinstance(e.code, str) else said.error() if code else None
+        why = {"message": e.code} if isinstance(e.code, str) else said.error() if code and said else None
         _finish(reporter, instrument, code, why)
         raise
     except KeyboardInterrupt as e:
