@@ -123,6 +123,31 @@ def test_an_activation_sent_backward_with_its_gradient_is_no_loss(hooked):
     assert [s["loss"] for s in rep.steps[2:]] == [pytest.approx(v) for v in per]
 
 
+def test_gradients_taken_by_hand_are_the_steps_backward_and_loss(hooked):
+    # Data parallel by hand: grads = torch.autograd.grad(loss, params), all-reduced, set as
+    # p.grad. The loss read None and the backward's time counted as forward's. A gradient
+    # penalty's torch.autograd.grad (of the inputs, with a graph) is not the step's backward.
+    inst, rep = hooked
+    model = _model()
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.1)
+    losses = []
+    for _ in range(3):
+        x, y = _batch()
+        x.requires_grad_(True)
+        out = model(x)
+        (penalty,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        loss = nn.functional.cross_entropy(out, y) + 0.0 * penalty.pow(2).sum()
+        for p, g in zip(params, torch.autograd.grad(loss, params)):
+            p.grad = g
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    inst.finish()
+    assert [s["loss"] for s in rep.steps] == [pytest.approx(v) for v in losses]
+    assert all(s["backward_s"] > 0 for s in rep.steps)
+
+
 def test_one_step_per_optimizer_step_with_phases_loss_and_memory(hooked):
     inst, rep = hooked
     model = _model()

@@ -18,7 +18,10 @@ is hooked, and what each hook tells:
   weakly: a script that trains one after another (k-fold, a sweep) frees each as it would
   without pardash, and memory describes the ones alive;
 - ``torch.autograd.backward`` (which ``Tensor.backward`` calls): the start of each backward,
-  the loss (the tensor backpropagated) and the micro-batch count; ``nn.Module.train``: an
+  the loss (the tensor backpropagated) and the micro-batch count; ``torch.autograd.grad`` as
+  the same when it takes the gradients of parameters an optimizer holds, without a graph of
+  them (data parallel by hand: ``grads = torch.autograd.grad(loss, params)``, all-reduced, set
+  as ``p.grad``; not a gradient penalty's, of the inputs); ``nn.Module.train``: an
   evaluation's start and end;
 - ``torch.distributed.init_process_group``: the backend (and an early hello);
   ``DistributedSampler.set_epoch``: the epoch (a script without one, Hugging Face's Trainer and
@@ -301,6 +304,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         # the warning is about pardash, not the script, and the script's output stays its own.
         warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks", category=UserWarning)
         self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._patch(torch.autograd, "grad", self._wrap_grad)
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
         self._patch(torch.nn.Module, "train", self._wrap_train)
         if torch.distributed.is_available():
@@ -510,6 +514,30 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
                 self._backward_returns()
 
         return backward
+
+    def _wrap_grad(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def grad(outputs: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            create_graph = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
+            if self._in_backward or _get_ident() != self._tid or _is_compiling() or create_graph or not self._of_an_optimizer(inputs):
+                return original(outputs, inputs, *args, **kwargs)
+            # The step's backward, by hand: its loss and phase as Tensor.backward's (the loss
+            # read None and the backward's time counted as forward's).
+            self._backward_begins(outputs, args[0] if args else kwargs.get("grad_outputs"))
+            self._in_backward = True
+            try:
+                return original(outputs, inputs, *args, **kwargs)
+            finally:
+                self._in_backward = False
+                self._backward_returns()
+
+        return grad
+
+    def _of_an_optimizer(self, inputs: Any) -> bool:
+        """Whether the first of ``inputs`` is a parameter a live optimizer holds."""
+        first = inputs[0] if isinstance(inputs, (list, tuple)) and inputs else inputs
+        if not isinstance(first, torch.nn.Parameter):
+            return False
+        return self.trained.holds(first)
 
     def _wrap_optimizer_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
         made = self.trained.made
