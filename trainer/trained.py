@@ -100,17 +100,20 @@ class Trained:
             self._made[:] = [r for r in self._made if r() is not None]
         self._made.append(weakref.ref(optimizer))
 
+    def _held(self) -> set[int]:
+        """The ids of the parameters live optimizers hold, stepped or only made."""
+        optimizers = {id(o): o for o in (*self.optimizers, *(r() for r in self._made)) if o is not None}
+        return {id(p) for o in optimizers.values() for g in o.param_groups for p in g["params"]}
+
     def holds(self, param: Any) -> bool:
         """Whether a live optimizer, stepped or only made, holds ``param``."""
-        optimizers = {id(o): o for o in (*self.optimizers, *(r() for r in self._made)) if o is not None}
-        return any(p is param for o in optimizers.values() for g in o.param_groups for p in g["params"])
+        return id(param) in self._held()
 
     def trained_by_an_optimizer(self, module: Any) -> bool:
         """Whether a live optimizer, stepped or only made, holds any of ``module``'s parameters
         (a LoRA model's first ones are frozen; fine-tuning may make its optimizer after
         ``model.eval()``)."""
-        optimizers = {id(o): o for o in (*self.optimizers, *(r() for r in self._made)) if o is not None}
-        held = {id(p) for o in optimizers.values() for g in o.param_groups for p in g["params"]}
+        held = self._held()
         return any(id(p) in held for p in module.parameters())
 
     # -- roots ----------------------------------------------------------------------------
