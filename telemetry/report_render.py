@@ -56,7 +56,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
     reasons = ", ".join(f"{n} {why}" for why, n in rep["skipped_by_reason"].items())
     sps = _num(rep["samples_per_s"])
     if rep["samples_per_s"] is not None:
-        # (the training time's: the progress lines' rate is wall clock, evaluations in)
+        # (the training time's: the progress lines' rate is wall clock, evaluations and saves in)
         sps += " over the time some rank was in a step"
     if rep.get("steady_samples_per_s"):
         sps += f" (steady {_num(rep['steady_samples_per_s'])}: samples a step / median step time)"

@@ -1605,6 +1605,32 @@ def test_training_time_and_samples_per_s_leave_the_evaluations_out(tmp_path):
     assert rep["evaluations"] == {"count": 1, "seconds": 12.0}
 
 
+@pytest.mark.parametrize("saving", ["between the steps", "beside the steps"])
+def test_training_time_and_samples_per_s_leave_the_checkpoint_saves_out(tmp_path, saving):
+    # --checkpoint-every 1: 40 steps of 13.5 ms, each followed by a 35 ms save on both ranks
+    # (the trainer's step times leave the saves out, as evaluations): "667 samples/s over the
+    # time some rank was in a step", the saves counted in, where the steps ran at 2,361. A save
+    # that ran beside the steps (asynchronous: said once the next steps had run) held no rank
+    # out of them: nothing of it is taken out.
+    t = 1.0e9
+    step_s, save_s, n = 0.0135, 0.035, 40
+    records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    for step in range(1, n + 1):
+        t += step_s
+        records += [schema.Step(run="r", rank=r, seq=2 * step, step=step, samples=16, step_s=step_s, t=t) for r in (0, 1)]
+        if saving == "between the steps":
+            t += save_s
+        records += [schema.Event(run="r", rank=r, seq=2 * step + 1, name="checkpoint", message=f"ck/step-{step:08d}",
+                                 step=step, duration_s=save_s, t=t) for r in (0, 1)]  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    near = {"abs": 1e-4}  # (times of 1e9 s: float64 holds them to a microsecond)
+    assert rep["train_s"] == pytest.approx(n * step_s, **near)  # (the last save is after the last step)
+    assert rep["samples_per_s"] == pytest.approx(2 * 16 * n / (n * step_s), rel=1e-3)
+    assert len(rep["checkpoints"]["saved"]) == n
+
+
 @pytest.mark.parametrize("evaluating", [(0,), (0, 1)], ids=["rank 0 alone, the others wait in their steps", "every rank"])
 def test_training_time_leaves_out_only_the_evaluations_no_rank_trained_through(tmp_path, evaluating):
     # Rank 0 alone validates after every step (36 ms), then dist.barrier(): rank 1 waits for
