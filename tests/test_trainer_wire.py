@@ -73,6 +73,8 @@ def test_every_rank_publishes_hello_steps_and_exit(strategy, shared_run):
         per_epoch = 8 // (2 if extra else 1)
         assert [e.step for e in events if e.name == "epoch_end"] == list(
             range(per_epoch, steps + 1, per_epoch))
+        # Which epoch ended, in words, as a script's epochs are said (trainer/epochs.py).
+        assert [e.message for e in events if e.name == "epoch_end"][:2] == ["epoch 0 ended", "epoch 1 ended"]
         assert not [e for e in events if e.name == "error"]
         # The exit event comes last, after every step (only heartbeats may follow it).
         assert (events[-1].name, events[-1].code) == ("exit", 0)

@@ -260,7 +260,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
             self_s=self_s, lr=rec.lr, mem=rec.mem,
         )
         if rec.last_in_epoch:  # after the epoch's last step, also when that is read late
-            reporter.event("epoch_end", step=rec.step)
+            reporter.event("epoch_end", step=rec.step, message=f"epoch {rec.epoch} ended")  # (as a script's: trainer/epochs.py)
         if is_master and cfg.log_every and (rec.step % cfg.log_every == 0 or rec.step == 1):
             print(
                 f"step {rec.step:>5}/{total_steps} | epoch {rec.epoch} | loss {loss:.4f} | "
