@@ -640,20 +640,39 @@ def _public(entry: dict) -> dict:
     return {k: v for k, v in entry.items() if not k.startswith("_")}
 
 
+STREAK_GAP_STEPS = 2
+"""Steps in a row that do not hold a straggler's streak up (another rank arrived last, or it by
+a hair) that end it, walking back from the verdict (:func:`_charge`)."""
+
 MAX_WARNINGS = 50
 """Distinct warning texts a report lists; any more are counted under one entry with text ''."""
 
 
 def _charge(ep: dict, arrivals: _Arrivals, last_step: int) -> None:
     """Measure what a straggler cost: from the first step of the streak in which it arrived
-    last (before the verdict, which needs whole windows) to its clearing or the end."""
+    last (before the verdict, which needs whole windows) to its clearing or the end, charging
+    each step it arrived last at with the others' wait.
+
+    The streak is walked back from the verdict's step. A step holds it up where the rank
+    arrived last by at least half the verdict's own wait a step (``cost_s``; any lead where
+    the verdict has none); one step that does not (another rank last, or this one by a hair:
+    noise) is passed over, two in a row end it. The streak begins at the earliest step that
+    held it up. (A single noisy step ended it: a rank last at every step from 1 but 19 read
+    "straggling from step 20", its cost 1.11 s of 1.51.)"""
     rank, found = ep["rank"], ep["step"]
     if found is None:
         ep.update(cost_total_s=0.0, steps_charged=0)
         return
-    since = found
-    while arrivals.gap(since - 1, rank) is not None:
-        since -= 1
+    least = ep["cost_s"] / 2 if ep["cost_s"] else 0.0
+    since = step = found
+    missed = 0
+    while missed < STREAK_GAP_STEPS:
+        step -= 1
+        g = arrivals.gap(step, rank)
+        if g is not None and g >= least:
+            since, missed = step, 0
+        else:
+            missed += 1
     ep["since_step"] = since
     until = ep["cleared_step"] if ep["cleared_step"] is not None else last_step
     total, n = 0.0, 0

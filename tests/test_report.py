@@ -390,6 +390,36 @@ def test_a_straggler_is_dated_and_its_cost_measured():
     assert "rank 2 (data): straggling from step 20, found at step 39, cleared at step 59" in render_text(rep)
 
 
+def test_a_stragglers_streak_survives_a_noisy_step_and_starts_where_the_straggling_began(tmp_path):
+    # --inject-straggler 0:compute:0.02: rank 0 arrived last by ~20 ms at every step from the
+    # first but step 19 (rank 1 last by 8 ms there, noise). The streak was walked back from the
+    # verdict to the first step it was not last at: "straggling from step 20 ... 1.11 s over 59
+    # steps (37.0% of training)", where it cost 1.51 s (50%). Here the straggling begins at step
+    # 10 after clean steps (each rank last by a hair in turn), and rank 0 is last by a hair
+    # only at step 25: a noisy step too, charged what it cost.
+    t, gap, n = 1.0e9, 0.020, 60
+    lead = {step: (step % 2, 0.0003) for step in range(1, 10)}  # clean: rank 1, 0, 1, ... last by a hair
+    lead |= {step: (0, gap) for step in range(10, n + 1)} | {19: (1, 0.008), 25: (0, 0.0005)}
+    records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    for step in range(1, n + 1):
+        t += 0.05
+        last, by = lead[step]
+        for r in (0, 1):
+            records.append(schema.Step(run="r", rank=r, seq=step, step=step, samples=16, step_s=0.05,
+                                       self_s=0.01 + (by if r == last else 0.0), t=t))  # fmt: skip
+        if step == 29:
+            records.append(schema.Verdict(run="r", rank=0, seq=-1, verdict="straggler", cause="compute", cost_s=gap, step=29,
+                                          message="rank 0 is a straggler (compute): the others wait 20 ms a step for it", t=t))
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    (s,) = build_report(str(log))["stragglers"]
+    assert (s["since_step"], s["step"], s["cleared_step"]) == (10, 29, None)
+    # every step from 10 that it arrived last at (all but 19), the hair at 25 as it was
+    assert s["steps_charged"] == n - 10
+    assert s["cost_total_s"] == pytest.approx((n - 11) * gap + 0.0005, abs=1e-6)
+    assert "rank 0 (compute): straggling from step 10, found at step 29, until the end" in render_text(build_report(str(log)))
+
+
 def test_a_failure_names_its_root_cause_and_the_stall_before_it():
     rep = build_report(str(DATA / "fsdp4_crash.jsonl"))
     f = rep["failure"]
