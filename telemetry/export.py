@@ -13,9 +13,14 @@ number and wall clock:
 The rank's system samples (about one a second) become ``system/<field>``: cpu_pct,
 host_cpu_pct, rss_bytes, gpu_util_pct, gpu_mem_used_bytes, gpu_temp_c, gpu_power_w,
 gpu_sm_clock_mhz (those the rank measured; not the device's total memory, no line over time).
-A sample is put at the last step the rank had logged when it was taken, samples before the
-rank's first step (or its first after a restart) at the step before that one; the samples at
-one step are averaged into its point, as TensorBoard keeps one point a step of a series.
+A sample is put at the last step the rank had finished when it was taken, by the wall clock
+``t`` of the sample and of the steps (a system sample has no ``mono``): a rank sends its steps
+in bursts and its samples from another thread, so the hub logs a sample before steps finished
+before it, or after ones finished after it. A sample waits for the rank's first step finished
+after it to be logged (the rank's last one, at its restart or the log's end); samples before
+the rank's first step (or its first after a restart) go at the step before that one. The
+samples at one step are averaged into its point, as TensorBoard keeps one point a step of a
+series.
 
 Its events: the durations of ``eval/duration_s`` (an evaluation), ``checkpoint/save_s``,
 ``checkpoint/load_s`` (a resume), ``events/<name>_s`` (another event with a duration), at the
@@ -45,6 +50,8 @@ import itertools
 import math
 import os
 import re
+from array import array
+from bisect import bisect_right
 from types import SimpleNamespace
 from typing import Collection
 
@@ -171,6 +178,53 @@ class _Samples:
         return {f"system/{name}": total / self.counts[name] for name, total in self.sums.items()}
 
 
+class _Finished:
+    """When a process's steps finished (their ``t``), in time order, to find the step a system
+    sample goes at. Only steps a sample may still need are kept: from the one before the
+    latest sample placed (the samples of a rank come in time order), at most ``KEEP`` to
+    ``2 * KEEP`` of them (a rank without samples)."""
+
+    KEEP = 1024
+    __slots__ = ("ts", "steps", "whole")
+
+    def __init__(self) -> None:
+        self.ts = array("d")
+        self.steps = array("q")
+        self.whole = True
+        """Its first step is still held: a sample before every step held precedes them all."""
+
+    def add(self, t: float, step: int) -> None:
+        if not self.ts or t >= self.ts[-1]:
+            self.ts.append(t)
+            self.steps.append(step)
+        else:  # a step sent late (the heartbeat thread's): in its place by time
+            i = bisect_right(self.ts, t)
+            self.ts.insert(i, t)
+            self.steps.insert(i, step)
+        if len(self.ts) > 2 * self.KEEP:
+            self._drop(len(self.ts) - self.KEEP)
+
+    def latest_t(self) -> float | None:
+        return self.ts[-1] if self.ts else None
+
+    def at(self, t: float) -> int | None:
+        """The last step finished by ``t`` (before the first step: the one before it; None: no
+        step yet). The steps before that one are let go."""
+        if not self.ts:
+            return None
+        i = bisect_right(self.ts, t)
+        if i == 0:
+            return max(self.steps[0] - 1, 0) if self.whole else self.steps[0]
+        self._drop(i - 1)
+        return self.steps[0]
+
+    def _drop(self, n: int) -> None:
+        if n > 0:
+            del self.ts[:n]
+            del self.steps[:n]
+            self.whole = False
+
+
 def _tag_part(name: str) -> str:
     """An event's name as part of a tag, without what a terminal would act on (a tag is shown
     in TensorBoard and named in a shell)."""
@@ -201,11 +255,16 @@ class _Export:
         self.sent: dict[int, int] = {}
         """A rank's highest seq since its hello (seq counts up in a process; a restart's begins again)."""
         self.at: dict[int, int] = {}
-        """The step a rank's system samples go to: its latest, none from its hello to its next step."""
+        """The step a rank's events without one go to: its latest, none from its hello to its next step."""
+        self.finished: dict[int, _Finished] = {}
+        """When the steps of a rank's process finished (since its hello), for its samples."""
+        self.waiting: dict[int, list[schema.System]] = {}
+        """A rank's system samples that no step finished after them has followed in the log yet."""
         self.process: dict[int, tuple[int, int]] = {}
         """A rank's process (pid, restart count) by its latest hello: another hello of the same
         process is no restart."""
         self.samples: dict[int, _Samples] = {}
+        """A rank's samples placed at one step, written as one point once the next step's come."""
         self.unplaced: dict[int, list[schema.Event]] = {}
         """A rank's events without a step since its hello, before its next step: they go at the
         step before that one, as its samples do (at the last step of the process before, a
@@ -250,8 +309,9 @@ class _Export:
             self.process[rank] = process
             self._place_noted(rank)  # (the process before's)
             self.sent.pop(rank, None)
-            self._write_samples(rank)  # the samples of the process before: at the step they were taken
+            self._end_samples(rank)  # the samples of the process before: at the step they were taken
             self.at.pop(rank, None)
+            self.finished.pop(rank, None)
 
     def _writer(self, rank: int) -> EventFile:
         w = self.writers.get(rank)
@@ -297,17 +357,23 @@ class _Export:
         # loop's next ones first) is late, not run again: a restart's mark there would have
         # TensorBoard drop the steps after it.
         again = msg.seq >= self.sent.get(rank, -1) and msg.step <= self.top.get(rank, -1)
+        finished = self.finished.get(rank)
+        if finished is None:
+            finished = self.finished[rank] = _Finished()
+        finished.add(msg.t, msg.step)
+        held = self.samples.get(rank)
+        if held is not None and held.step is None:  # samples from before the process's first step
+            held.step = finished.at(held.t)
+        self._place_waiting(rank, msg.t)
         if msg.seq >= self.sent.get(rank, -1):
-            waiting = self.samples.get(rank)
-            if waiting is not None and waiting.step is None:
-                # Samples since the rank's hello: taken before this step, after the one before.
-                self._write_samples(rank, max(msg.step - 1, 0))
             for event in self.unplaced.pop(rank, ()):
                 self._place_event(event, max(msg.step - 1, 0))
             if msg.step <= self.last.get(rank, -1):
                 # The rank runs these steps again (a torchrun restart, a resume): TensorBoard
                 # drops its points from this step on, and draws the curve as it went on,
-                # rather than jumping back.
+                # rather than jumping back. The samples of the run before go before the mark,
+                # with its steps.
+                self._write_samples(rank)
                 w.add(tb.Event(wall_time=msg.t, step=msg.step, session_log=tb.SessionLog(status=tb.SessionLog.START)))
             self.last[rank] = self.at[rank] = msg.step
             self.sent[rank] = msg.seq
@@ -321,11 +387,46 @@ class _Export:
         self.points += len(values)
         self.runs.add(msg.run)
 
+    WAITING_MAX = 64
+    """System samples of a rank held for a step finished after them (about a minute of them: a
+    rank's steps reach the hub within a fraction of a second); one more places the oldest at the
+    rank's latest step, as a step finished after it would (one never comes from a stalled rank)."""
+
     def _system(self, msg: schema.System) -> None:
         if not math.isfinite(msg.t):
             self.stats.skipped["out_of_range"] += 1
             return
-        rank, step = msg.rank, self.at.get(msg.rank)
+        rank = msg.rank
+        finished = self.finished.get(rank)
+        latest_t = finished.latest_t() if finished is not None else None
+        if latest_t is not None and msg.t < latest_t:  # a step finished after it came first
+            self._place_sample(msg, finished.at(msg.t))
+            return
+        waiting = self.waiting.setdefault(rank, [])
+        waiting.append(msg)
+        if len(waiting) > self.WAITING_MAX:
+            oldest = waiting.pop(0)
+            self._place_sample(oldest, finished.at(oldest.t) if finished is not None else None)
+
+    def _place_waiting(self, rank: int, t: float) -> None:
+        """Place the rank's waiting samples taken before ``t``, when its step finished then came."""
+        waiting = self.waiting.get(rank)
+        if not waiting or all(s.t >= t for s in waiting):
+            return
+        finished = self.finished[rank]
+        still = [s for s in waiting if s.t >= t]
+        if still:
+            self.waiting[rank] = still
+        else:
+            del self.waiting[rank]
+        for sample in waiting:
+            if sample.t < t:
+                self._place_sample(sample, finished.at(sample.t))
+
+    def _place_sample(self, msg: schema.System, step: int | None) -> None:
+        """Add a sample to the rank's point at ``step`` (None: before its process's first step,
+        which decides it), writing the point of the step before."""
+        rank = msg.rank
         samples = self.samples.get(rank)
         if samples is not None and samples.step != step:
             self._write_samples(rank)
@@ -334,16 +435,21 @@ class _Export:
             samples = self.samples[rank] = _Samples(step)
         samples.add(msg)
 
-    def _write_samples(self, rank: int, step: int | None = None) -> None:
-        """The rank's samples at one step as a point a figure (at ``step`` where they waited
-        for one; at its last step where none came)."""
+    def _end_samples(self, rank: int) -> None:
+        """The rank's process is done (a restart's hello, the log's end): its waiting samples go
+        at its last step, and its samples' points are written."""
+        finished = self.finished.get(rank)
+        for sample in self.waiting.pop(rank, ()):
+            self._place_sample(sample, finished.at(sample.t) if finished is not None else None)
+        self._write_samples(rank)
+
+    def _write_samples(self, rank: int) -> None:
+        """The rank's samples at one step as a point a figure (at its last step where their
+        process had none)."""
         samples = self.samples.pop(rank, None)
         if samples is None:
             return
-        if samples.step is not None:
-            step = samples.step
-        elif step is None:
-            step = self.last.get(rank, 0)
+        step = samples.step if samples.step is not None else self.last.get(rank, 0)
         means = samples.means()
         if means:
             tb = self.tb
@@ -396,8 +502,8 @@ class _Export:
         took the first run's later ones with it), and its reader without the server drops
         every record from a step a restart marks (the crash's error and exit): written
         last, in order, the texts all stay."""
-        for rank in list(self.samples):
-            self._write_samples(rank)
+        for rank in sorted(set(self.samples) | set(self.waiting)):
+            self._end_samples(rank)
         for rank in list(self.noted):
             self._place_noted(rank)
         for rank, events in self.unplaced.items():  # no step came after them

@@ -50,22 +50,19 @@ SYSTEM_TAGS = {
 
 
 def _expected_system(msgs, rank: int) -> dict[str, list[tuple[int, float]]]:
-    """Tag -> (step, value) of ``rank``'s system samples, computed here from a log without
-    restarts: each sample at the last step the rank logged before it (before its first, the
-    step before the first one logged: the loop's step 2 may be taken before its step 1, which
-    the heartbeat thread sent), the samples at one step averaged."""
-    at, by_step = None, {}
+    """Tag -> (step, value) of ``rank``'s system samples, computed here from a whole log
+    without restarts: each sample at the last step the rank had finished by the sample's time
+    (by the steps' ``t``, whatever the order the hub logged them in), one taken before the
+    first at the step before the first one logged (the loop's step 2 may be logged before its
+    step 1, which the heartbeat thread sent), the samples at one step averaged."""
+    mine = [m for m in msgs if m.rank == rank and isinstance(m, schema.Step)]
+    finished = sorted((m.t, m.step) for m in mine)
+    by_step: dict[int, list] = {}
     for m in msgs:
-        if m.rank != rank:
-            continue
-        if isinstance(m, schema.Step):
-            if at is None and None in by_step:
-                by_step[max(m.step - 1, 0)] = by_step.pop(None)
-            at = m.step if at is None else max(at, m.step)
-        elif isinstance(m, schema.System):
+        if m.rank == rank and isinstance(m, schema.System):
+            done = [step for t, step in finished if t <= m.t]
+            at = done[-1] if done else max(mine[0].step - 1, 0) if mine else 0
             by_step.setdefault(at, []).append(m)
-    if None in by_step:  # no step at all
-        by_step[0] = by_step.pop(None)
     out: dict[str, list[tuple[int, float]]] = {}
     for step, samples in by_step.items():
         for tag, field in SYSTEM_TAGS.items():
@@ -193,6 +190,40 @@ def test_samples_before_a_first_step_logged_after_the_next_one_go_before_the_fir
     lines += [schema.System(rank=0, seq=5, cpu_pct=30.0, t=1006.0, run="r")]
     lines += [schema.Step(rank=0, step=3, step_s=0.1, samples=8, t=1007.0, seq=6, run="r")]
     assert _exported_cpu(log, lines, tmp_path / "tb") == [(1, 15.0), (2, 30.0)]
+
+
+def test_a_sample_goes_at_the_last_step_finished_when_it_was_taken_in_whatever_order_they_were_logged(tmp_path):
+    # A rank sends its steps in bursts and its samples from its heartbeat thread: the hub logged
+    # a sample taken after step 5 before the burst of steps 4-6, and one taken after step 7 after
+    # the burst of steps 7-9. Put at the last step logged, they went at steps 3 and 9 (a
+    # review's run at 2 ms steps: a sample at step 2050 taken after step 2101, one at 437
+    # taken after 431); they belong at 5 and 7. A last one, with no step after it, at the last.
+    log = tmp_path / "bursts.jsonl"
+    seq = iter(range(1, 100))
+
+    def steps(*numbers):
+        return [schema.Step(rank=0, step=n, step_s=0.1, samples=8, t=1000.0 + n, seq=next(seq), run="r") for n in numbers]
+
+    def sample(t, cpu):
+        return schema.System(rank=0, seq=next(seq), cpu_pct=cpu, t=t, run="r")
+
+    lines = [schema.Hello(rank=0, seq=0, world_size=1, pid=10, strategy="ddp", t=999.0, run="r"), *steps(1, 2, 3)]
+    lines += [sample(1005.5, 10.0), *steps(4, 5, 6), *steps(7, 8, 9), sample(1007.5, 20.0), sample(1009.5, 30.0)]
+    assert _exported_cpu(log, lines, tmp_path / "tb") == [(5, 10.0), (7, 20.0), (9, 30.0)]
+
+
+def test_the_many_samples_of_a_slow_start_and_of_a_stall_go_at_the_step_before_them(tmp_path):
+    # Samples wait for a step finished after them, a minute's worth at most: those of a rank that
+    # loads its data for two minutes go at the step before its first, those of one stalled
+    # after its step 2 for two minutes at step 2, as the ones that waited go.
+    log = tmp_path / "stall.jsonl"
+    seq = iter(range(1, 1000))
+    lines: list = [schema.Hello(rank=0, seq=0, world_size=1, pid=10, strategy="ddp", t=999.0, run="r")]
+    lines += [schema.System(rank=0, seq=next(seq), cpu_pct=float(i % 2), t=1000.0 + i, run="r") for i in range(120)]
+    lines += [schema.Step(rank=0, step=n, step_s=0.1, samples=8, t=1120.0 + n, seq=next(seq), run="r") for n in (1, 2)]
+    lines += [schema.System(rank=0, seq=next(seq), cpu_pct=float(i % 3), t=1123.0 + i, run="r") for i in range(120)]
+    lines += [schema.Step(rank=0, step=3, step_s=0.1, samples=8, t=1300.0, seq=next(seq), run="r")]
+    assert _exported_cpu(log, lines, tmp_path / "tb") == [(0, 0.5), (2, 1.0)]
 
 
 def test_a_hello_the_same_process_sends_again_is_no_restart(tmp_path):
