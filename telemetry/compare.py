@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .report import WARMUP_STEPS
 from .report_render import PHASE_LABELS, PHASES, md_table
 from .summary import human_bytes, is_sharded, ranks_named
 
@@ -16,7 +17,7 @@ from .summary import human_bytes, is_sharded, ranks_named
 # "lower" or "" (no verdict: a figure that is neither).
 _RUN_METRICS: list[tuple[str, str, str, str]] = [
     ("samples_per_s", "samples/s (while some rank was in a step)", "1/s", "higher"),
-    ("steady_samples_per_s", "samples/s (median step)", "1/s", "higher"),
+    ("steady_samples_per_s", "samples/s (steady: after the warm-up steps)", "1/s", "higher"),
     ("median_step_s", "step time", "s", "lower"),
     # Self time is the straggler signal, not a speed: what it holds differs by strategy (work up
     # to DDP's first all-reduce; FSDP's data and forward less its all-gathers). No "better" across runs.
@@ -375,7 +376,8 @@ SUPERLINEAR = 1.1
 """Scaling against single above this, a device, is no speed-up of sharding but a slow baseline."""
 
 BENCH_NOTES = (
-    "samples/s: samples a step over all ranks / median step time (the median leaves warm-up out).",
+    f"samples/s: steady, the samples of all ranks' steps after the first {WARMUP_STEPS} (a fifth of a shorter run: warm-up) / the "
+    "time they took (evaluations, checkpoint saves and restarts left out), as the report's steady figure.",
     "step and phase times: medians over steps and ranks; comm is time waiting on communication.",
     "memory: the largest rank after its last step; held is parameters + gradients + optimizer state + DDP buckets; "
     "peak is the CUDA allocator's peak on GPU, the process RSS on CPU.",

@@ -59,7 +59,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         # (the training time's: the progress lines' rate is wall clock, evaluations and saves in)
         sps += " over the time some rank was in a step"
     if rep.get("steady_samples_per_s"):
-        sps += f" (steady {_num(rep['steady_samples_per_s'])}: samples a step / median step time)"
+        sps += f" (steady {_num(rep['steady_samples_per_s'])}{_steady_text(rep.get('steady_steps'))})"
     return [
         ("run", rep["run_id"] or "-"),
         ("log", os.path.basename(rep["log"])),
@@ -83,6 +83,15 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"]))]
           if rep.get("log_ends_early") and rep["ranks"] else []),
     ]
+
+
+def _steady_text(steps: dict | None) -> str:
+    """`` over steps 21-300: the first 20 left out as warm-up``: what the steady rate is of (it
+    said "samples a step / median step time", which read 18,630 of a run that sustained 14,513)."""
+    if not steps or steps.get("first") is None:
+        return ""
+    warm = f": the first {steps['warmup']} left out as warm-up" if steps.get("warmup") else ""
+    return f" over steps {steps['first']}-{steps['last']}{warm}"
 
 
 def _epochs_text(epochs: dict) -> str:
