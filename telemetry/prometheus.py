@@ -36,6 +36,7 @@ from .state import STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_he
 from .summary import expected_state_bytes, samples_per_s
 
 if TYPE_CHECKING:  # pragma: no cover
+    from . import schema
     from .hubcore import HubCore
 
 PHASES = ("data", "forward", "backward", "optimizer", "comm")
@@ -53,6 +54,25 @@ or two, fit."""
 
 class MetricsError(Exception):
     """Metrics cannot be served; the message is one line that says what to do."""
+
+
+LOSS_MEAN_HELP = (
+    "Mean of the ranks' latest losses, each weighted by its step's samples: for DDP and FSDP, the global batch's mean loss "
+    "(each rank's loss the mean over its own batch, whatever its size). The plain mean over the ranks where a rank with a loss said no samples."
+)
+"""``pardash_loss_mean``'s HELP: what the figure is, exactly."""
+
+
+def _loss_mean(steps: "list[schema.Step]") -> float | None:
+    """The ranks' latest losses as one figure (see LOSS_MEAN_HELP): weighted by the samples of
+    each step when every step with a loss has some; else their plain mean (a rank of batch 16
+    and one of 48 read as the mean of the two losses, not the global batch's)."""
+    losses = [(s.loss, s.samples) for s in steps if s.loss is not None]
+    if not losses:
+        return None
+    if all(n > 0 for _, n in losses):
+        return sum(loss * n for loss, n in losses) / sum(n for _, n in losses)
+    return sum(loss for loss, _ in losses) / len(losses)
 
 
 def _stat(values: list[float]) -> tuple[float, float, float] | None:
@@ -117,11 +137,7 @@ class HubCollector:
         restarts.add_metric([], max((r.restarts for r in ranks), default=0))
         yield restarts
 
-        losses = [s.loss for _, s in steps if s.loss is not None]
-        yield gauge(
-            "pardash_loss_mean", "Mean over ranks of the latest step's loss (DDP and FSDP ranks: the global batch's loss).",
-            sum(losses) / len(losses) if losses else None,
-        )
+        yield gauge("pardash_loss_mean", LOSS_MEAN_HELP, _loss_mean([s for _, s in steps]))
         step_stat = _stat([s.step_s for _, s in steps])
         self_stat = _stat([s.self_s for _, s in steps if s.self_s is not None])
         yield gauge("pardash_step_median_seconds", "Median over ranks of the latest step's wall time.", step_stat[1] if step_stat else None)

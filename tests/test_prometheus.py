@@ -105,7 +105,7 @@ def test_a_hub_fed_by_real_reporters_serves_what_they_sent(hub):
         assert value(fams, "pardash_rank_state", rank="0", state="running") == 1
         # every state has its series (0 but the rank's), as pardash_ranks: none vanishes when left
         assert value(fams, "pardash_rank_state", rank="0", state="exited") == 0
-        # the loss without per-rank series: the ranks' mean (1/5 and 1/5 + 1)
+        # the loss without per-rank series: the ranks' mean (1/5 and 1/5 + 1, 8 samples each)
         assert value(fams, "pardash_loss_mean") == pytest.approx(0.7)
         assert "process_cpu_seconds_total" in text  # the hub process's own figures
         check_conventions(text)
@@ -144,6 +144,32 @@ def test_a_ranks_held_bytes_say_they_count_ddps_buckets(hub):
             "Memory the rank holds for training: its model state plus DDP's gradient buckets.")
     finally:
         rep.close()
+        server.close()
+
+
+def test_the_mean_loss_is_the_global_batchs_whatever_each_ranks_batch_size():
+    # A DDP job whose rank 0 trains on 16 samples a step and rank 1 on 48 read 2.327389, the
+    # plain mean of its ranks' losses (2.325160 and 2.329617), under a help text that said "the
+    # global batch's loss": that is 2.328503, each rank's loss weighted by its samples.
+    from pardash.telemetry import schema
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r")
+    for r, (loss, samples) in enumerate(((2.325160, 16), (2.329617, 48))):
+        core.ingest(schema.Hello(rank=r, world_size=2, t=1.0, seq=0), 0.0)
+        core.ingest(schema.Step(rank=r, step=1, loss=loss, samples=samples, step_s=0.1, t=2.0, seq=1), 0.0)
+    server = serve_metrics(core, 0)
+    try:
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_loss_mean") == pytest.approx(2.328503, abs=1e-6)
+        assert "weighted by its step's samples" in fams["pardash_loss_mean"].documentation
+        # A rank that says no samples (a script's own step() without them): no weights to go
+        # by, the plain mean, as the help says.
+        core.ingest(schema.Step(rank=1, step=2, loss=2.329617, samples=0, step_s=0.1, t=3.0, seq=2), 0.0)
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_loss_mean") == pytest.approx(2.327389, abs=1e-6)
+        assert "The plain mean over the ranks where a rank with a loss said no samples." in fams["pardash_loss_mean"].documentation
+    finally:
         server.close()
 
 
