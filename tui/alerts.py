@@ -246,8 +246,10 @@ def straggled_text(v: schema.Verdict) -> str:
 
 
 def _stuck_text(r: st.RankState, waiting_for: str = "") -> str:
-    if waiting_for and r.stalled is not None:  # a hang's victim: whom it waits for, first
-        return f"waiting for {waiting_for} ({_stuck_text(r)})"
+    if waiting_for and r.stalled is not None:
+        # A hang's victim: its own phase, then whom it waits for. "rank 0 waiting for rank 1
+        # (stalled in backward after step 199)" read as rank 1's phase, which was data.
+        return f"{_stuck_text(r)}, waiting for {waiting_for}"
     if r.stalled is None:
         return "went silent (no heartbeat)"
     text = f"stalled in {r.stalled.cause or 'unknown phase'}"
@@ -307,8 +309,8 @@ def run_alerts(
     exited = 0
     if waits_for is None:
         waits_for = waited_for(state)
-    # The stalled ranks of a hang say whom they wait for ("rank 5 waiting for rank 3 (stalled
-    # in comm after step 3)"): they read "stalled in comm" as if each were a fault of its own,
+    # The stalled ranks of a hang say whom they wait for ("rank 5 stalled in comm after step 3,
+    # waiting for rank 3"): they read "stalled in comm" as if each were a fault of its own,
     # while the grid drew them waiting (◇) for the rank marked the cause.
     who = waited_for_text(waits_for) if waits_for else ""
     for r in state.ranks.values() if ranks is None else ranks:

@@ -586,7 +586,7 @@ async def test_a_rank_waiting_in_a_hang_says_which_rank_it_waits_for():
         panel = app.screen.query_one(AlertList)
         texts = {a.rank: a.text for a in panel.alerts}
         assert texts[3].startswith("rank 3 stalled in data after step 3, likely the cause")
-        assert texts[5] == "rank 5 waiting for rank 3 (stalled in comm after step 3)", texts[5]
+        assert texts[5] == "rank 5 stalled in comm after step 3, waiting for rank 3", texts[5]
         # Folded (more alerts than rows): one line for the ranks waiting for rank 3.
         lines = [line.plain for line in panel.fitted(60, 4)]
         assert lines[-1] == "◇ 7 waiting for rank 3: ranks 0-2, 4-7", lines
@@ -594,7 +594,7 @@ async def test_a_rank_waiting_in_a_hang_says_which_rank_it_waits_for():
         grid.select(5)
         await pilot.pause()
         line = app.screen.query_one(SelectedRank).render().plain
-        assert "waiting for rank 3 (stalled in comm)" in line, line
+        assert "stalled in comm, waiting for rank 3" in line, line
         app.push_screen(RankDetailScreen(5))
         await pilot.pause()
         title = app.screen.query_one("#title").render()

@@ -917,7 +917,7 @@ async def test_sorting_by_status_puts_the_rank_a_hang_waits_for_first_and_says_w
         await pilot.pause()
         line = widget_text(app.screen.query_one(SelectedRank))
         # (waiting, ◇ on the grid: for whom, as its alert says)
-        assert line.startswith("rank 0 · exited 1 · " if timed_out else "rank 0 · waiting for rank 2 (stalled in backward) · "), line
+        assert line.startswith("rank 0 · exited 1 · " if timed_out else "rank 0 · stalled in backward, waiting for rank 2 · "), line
 
 
 @pytest.mark.parametrize("timed_out", [False, True])
@@ -964,7 +964,7 @@ def _slow_and_silent_log(path) -> None:
     [
         (False, 1, "the others wait 30 ms a step", "20 ms"),  # a straggler's cost now
         (False, 2, "rank 2 silent since 00:08 (no heartbeat)", "for 3 s"),  # since when
-        (True, 0, "rank 0 waiting for rank 2 (stalled in backward after step 29)", "5 s without progress"),
+        (True, 0, "rank 0 stalled in backward after step 29, waiting for rank 2", "5 s without progress"),
         (True, 2, "rank 2 stalled in data after step 29, likely the cause: 2 others wait for it", "5 s without"),
     ],
 )

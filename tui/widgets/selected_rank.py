@@ -96,8 +96,8 @@ class SelectedRank(CachedStyles, Widget):
         status = row.status if row.exit_code is None else f"exited {row.exit_code}"
         if row.stalled_in and row.status == st.STALLED:
             status += f" in {row.stalled_in}"  # what it is stuck in: the grid's cell has no room
-        if row.waits_for:  # a hang's victim (drawn ◇): whom it waits for, first
-            status = f"waiting for {row.waits_for} ({status})"
+        if row.waits_for:  # a hang's victim (drawn ◇): its own phase, then whom it waits for
+            status += f", waiting for {row.waits_for}"  # ("waiting for rank 1 (stalled in backward)" read as rank 1's)
         if row.cause:  # (a sort by status puts it first)
             status += ", the root cause" if row.status == st.EXITED else ", likely the cause"
         self_text = fmt_step_time(row.self_s)

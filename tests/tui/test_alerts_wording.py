@@ -1,0 +1,59 @@
+"""What the alerts and the line under the grid say of a hang and of a silent rank, in words a
+person reads one way only (a review in tmux: "rank 0 waiting for rank 1 (stalled in backward)"
+read as rank 1 stalled in backward; "silent since" gave when the hub noticed)."""
+
+from __future__ import annotations
+
+import pytest
+from tui_helpers import replay_app, widget_text
+
+from pardash.telemetry import schema
+from pardash.tui.widgets.alert_list import AlertList
+from pardash.tui.widgets.rank_grid import RankGrid
+from pardash.tui.widgets.selected_rank import SelectedRank
+
+SIZE = (140, 40)
+T = 1.7e9
+
+
+def _hang_log(path, *, silent: bool) -> None:
+    """2 DDP ranks, as `--inject-stall 1@200` records them: rank 1 stops in its data loader
+    after step 199 (``silent``: frozen, SIGSTOPped: no heartbeat either), rank 0 in backward's
+    all-reduce waiting for it."""
+    msgs: list = [schema.Hello(run="h", rank=r, world_size=2, strategy="ddp", seq=0, t=T) for r in range(2)]
+    msgs += [
+        schema.Step(run="h", rank=r, step=s, seq=s, loss=1.0, samples=8, step_s=0.02, self_s=0.002, comm_s=0.01, t=T + s * 0.02)
+        for s in range(1, 200)
+        for r in range(2)
+    ]  # fmt: skip
+    msgs.append(schema.Verdict(run="h", rank=0, seq=-1, verdict="stalled", cause="backward", step=199,
+                               message="rank 0 stalled in backward after step 199 (5 s without progress)", t=T + 9))
+    if silent:
+        msgs.append(schema.Verdict(run="h", rank=1, seq=-1, verdict="silent", step=199,
+                                   message="rank 1 silent for 3 s (no heartbeat)", t=T + 7))
+    else:
+        msgs.append(schema.Verdict(run="h", rank=1, seq=-1, verdict="stalled", cause="data", step=199,
+                                   message="rank 1 stalled in data after step 199 (5 s without progress)", t=T + 9))
+    msgs.sort(key=lambda m: m.t)
+    path.write_bytes(schema.encode_json_lines(msgs))
+
+
+@pytest.mark.parametrize("silent", [False, True])
+async def test_a_rank_waiting_in_a_hang_says_its_own_phase_apart_from_whom_it_waits_for(tmp_path, silent):
+    # "◇ rank 0 waiting for rank 1 (stalled in backward after step 199)" beside "◆ rank 1
+    # stalled in data": a person read rank 1 as stalled in backward.
+    log = tmp_path / "hang.jsonl"
+    _hang_log(log, silent=silent)
+    app = replay_app(str(log))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        texts = {a.rank: a.text for a in app.screen.query_one(AlertList).alerts}
+        assert texts[0] == "rank 0 stalled in backward after step 199, waiting for rank 1", texts
+        assert "(stalled" not in texts[0]
+        if not silent:
+            assert texts[1] == "rank 1 stalled in data after step 199, likely the cause: 1 other waits for it", texts
+        app.screen.query_one(RankGrid).select(0)
+        await pilot.pause()
+        line = widget_text(app.screen.query_one(SelectedRank))
+        assert line.startswith("rank 0 · stalled in backward, waiting for rank 1 · self "), line
+
