@@ -221,13 +221,18 @@ def layout_cells(ordered: list[RankRow], width: int, cw: int, *, single: bool = 
     return lines
 
 
-def layout_heat(ordered: list[RankRow], width: int, rank_width: int, *, label_rows: bool) -> list[GridLine]:
+def layout_heat(
+    ordered: list[RankRow], width: int, rank_width: int, *, label_rows: bool, short: bool = False
+) -> list[GridLine]:
+    """``short``: the grid has no line to spare for a node's header (a tiny terminal): one
+    node's ranks too go on a line after its label ("n0 ■■"), and where they do not fit so,
+    the rows of blocks go without their node's header."""
     spans = node_spans(ordered)
     lines: list[GridLine] = []
     widest = max((end - start for start, end in spans), default=0)
     node_w = max((len(f"n{ordered[s].node}") for s, _ in spans), default=2)
     packed_w = node_w + 1 + widest + 2
-    if len(spans) > 1 and widest <= HEAT_BLOCK * 4 and packed_w <= width - 1:
+    if (len(spans) > 1 or short) and widest <= HEAT_BLOCK * 4 and packed_w <= width - 1:
         # Many small nodes: "n12 ■■■■■■■■" segments side by side.
         per_line = max(1, (width - 1) // packed_w)
         for g in range(0, len(spans), per_line):
@@ -243,7 +248,8 @@ def layout_heat(ordered: list[RankRow], width: int, rank_width: int, *, label_ro
     room = max(HEAT_BLOCK, width - 1 - label_w)
     per_row = max(1, (room + 1) // (HEAT_BLOCK + 1)) * HEAT_BLOCK
     for start, end in spans:
-        lines.append(GridLine("node", labels=[(0, node_label(ordered[start:end]), "node")]))
+        if not short:
+            lines.append(GridLine("node", labels=[(0, node_label(ordered[start:end]), "node")]))
         for row_start in range(start, end, per_row):
             line = GridLine("heat")
             if label_rows:
@@ -263,11 +269,12 @@ def shown_rows(
     return group_by_node(flat, sort_key) if grouped else flat
 
 
-def layout_heat_sorted(ordered: list[RankRow], width: int, sort_key: str) -> list[GridLine]:
+def layout_heat_sorted(ordered: list[RankRow], width: int, sort_key: str, *, short: bool = False) -> list[GridLine]:
     """A heat map sorted by something else than rank: every rank in that order across nodes
     (the worst first, top left), under one header line that says so. Node by node, the order
     held only within each node: the second worst rank sat among its own node's ranks, after
-    every rank of the node holding the worst."""
+    every rank of the node holding the worst. ``short``: without the header line (see
+    :func:`layout_heat`)."""
     room = max(HEAT_BLOCK, width - 1)
     per_row = max(1, (room + 1) // (HEAT_BLOCK + 1)) * HEAT_BLOCK
     first = "most urgent" if sort_key == "status" else "worst"
@@ -277,7 +284,7 @@ def layout_heat_sorted(ordered: list[RankRow], width: int, sort_key: str) -> lis
     for text in (f"by {what}, {first} first, across nodes", f"by {what}, across nodes", f"by {what}"):
         if len(text) <= width - 4:  # (drawn as "─ TEXT ─…" within the width less one)
             break
-    lines = [GridLine("node", labels=[(0, text, "node")])]
+    lines = [] if short else [GridLine("node", labels=[(0, text, "node")])]
     for row_start in range(0, len(ordered), per_row):
         stop = min(len(ordered), row_start + per_row)
         line = GridLine("heat")
@@ -334,8 +341,18 @@ def lay_out(
     if heat and sort_key != "rank":
         ordered = flat
         lines = layout_heat_sorted(ordered, width, sort_key)
+        if len(lines) > room and len(lines) - 1 <= room:
+            lines = layout_heat_sorted(ordered, width, sort_key, short=True)
     elif heat:
         lines = layout_heat(ordered, width, rank_width, label_rows=True)
+        if len(lines) > room:
+            # A grid of a line or two (a tiny terminal): its ranks, not their nodes' headers
+            # over them under a scrollbar (60x15: the legend and "─ node 0 · vm · 2 ranks",
+            # and no rank).
+            # Only where they all fit so: a map that scrolls anyway keeps its headers.
+            short = layout_heat(ordered, width, rank_width, label_rows=True, short=True)
+            if len(short) <= room:
+                lines = short
     if not ordered:
         text = "no flagged ranks (f shows all)" if rows else "waiting for ranks to say hello…"
         lines = [GridLine("note", labels=[(1, text, "dim")])]

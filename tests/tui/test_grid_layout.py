@@ -372,3 +372,19 @@ def test_no_flagged_ranks_keeps_the_title_of_every_rank():
         none = lay_out(rs, width=width, height=height, form=form, flagged_only=True)
         assert not none.ordered and none.lines[0].kind == "note"
         assert (none.columns, none.heat, none.max_cols) == (every.columns, every.heat, every.max_cols), (width, height, form)
+
+
+def test_a_grid_of_a_line_or_two_draws_its_ranks_not_their_nodes_headers():
+    # 60x15: the grid had two lines, the legend and "─ node 0 · vm · 2 ranks", and its ranks
+    # under a scrollbar.
+    one_node = rows(2)
+    layout = lay_out(one_node, width=57, height=2)  # the title's line and one more
+    assert layout.heat and [line.kind for line in layout.lines] == ["heat"]
+    assert layout.lines[0].labels[0][1].strip() == "n0" and sorted(layout.where) == [0, 1]
+    # Sorted, the line that says the order gives way too.
+    sorted_ = lay_out(one_node, width=57, height=2, sort_key="self_time")
+    assert [line.kind for line in sorted_.lines] == ["heat"] and sorted(sorted_.where) == [0, 1]
+    # Where there is the room, each node keeps its header; and a map that scrolls anyway too.
+    assert lay_out(one_node, width=57, height=3).lines[0].kind == "node"
+    big = lay_out(rows(1024, per_node=256), width=73, height=10)
+    assert big.lines[0].kind == "node" and len(big.lines) > 9

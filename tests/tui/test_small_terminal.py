@@ -142,3 +142,75 @@ async def test_the_headers_lines_stay_put_as_its_figures_move(live, width):
             # which line each label is on
             layouts.add(tuple(next(i for i, line in enumerate(lines) if label in line) for label in ("step", "samples/s", "elapsed", "running", "lost")) + (len(lines),))
         assert len(layouts) == 1, layouts
+
+
+def ranks_on_screen(app) -> set[int]:
+    """The ranks a person sees in the grid: those drawn where the screen shows the grid (not
+    under its panel's edge, nor scrolled away)."""
+    from textual.errors import NoWidget
+
+    from pardash.tui.widgets.rank_grid import RankGrid
+
+    grid = app.screen.query_one(RankGrid)
+    area = grid.content_region
+    seen = set()
+    for y in range(app.size.height):
+        for x in range(app.size.width):
+            try:
+                widget, _region = app.screen.get_widget_at(x, y)
+            except NoWidget:
+                continue
+            if widget is grid and (rank := grid.rank_at(x - area.x, y - area.y)) is not None:
+                seen.add(rank)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("fixture", "size"),
+    [
+        ("exited4.jsonl", (60, 14)),  # one node: the legend and the node's header, no rank
+        ("dp1.jsonl", (60, 15)),  # a header of six lines: the legend alone
+        ("run4.jsonl", (60, 15)),
+        ("straggler8.jsonl", (60, 12)),  # the grid's share of the height was none
+        ("straggler8.jsonl", (80, 10)),
+    ],
+)
+async def test_a_tiny_terminal_shows_every_rank(fixture, size):
+    # A live 2-rank run resized to 60x15 showed the heat map's legend and its node's header,
+    # and the row of ranks under a scrollbar.
+    from pardash.tui.widgets.rank_grid import RankGrid
+
+    app = replay_app(fixture)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.3)
+        grid = app.screen.query_one(RankGrid)
+        assert ranks_on_screen(app) == set(grid.shown_ranks) and grid.shown_ranks
+        # with the legend where it fits over them
+        if size == (60, 15) and fixture == "run4.jsonl":
+            assert grid.head_lines == 1
+        # and the selected rank's line under them
+        selected = app.screen.query_one("#selected")
+        assert selected.region.height == 1 and selected.region.bottom <= size[1] - 1
+
+
+@pytest.mark.parametrize(
+    ("fixture", "size"),
+    [("exited4.jsonl", (60, 15)), ("dp1.jsonl", (60, 12)), ("straggler8.jsonl", (120, 15)), ("straggler8.jsonl", (120, 18))],
+)
+async def test_a_short_side_area_draws_no_panel_as_a_bare_border(fixture, size):
+    # At 60x15 the event log was its border and title under the alerts; at 120x15 the memory
+    # panel pushed the alerts out of the side area (the alerts come first, the events next).
+    from pardash.tui.widgets.alert_list import AlertList
+
+    app = replay_app(fixture)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.3)
+        screen = app.screen
+        side = screen.query_one("#side")
+        for panel in ("#alerts", "#memory", "#events"):
+            widget = screen.query_one(panel)
+            if widget.display:
+                region = widget.region.intersection(side.region)
+                assert region.height >= 3, (panel, widget.region, side.region)  # a line inside its border
+        if side.region.height >= 3:
+            assert screen.query_one(AlertList).display

@@ -124,7 +124,7 @@ class DashboardScreen(Screen):
         width: 34;
         min-width: 30;
     }
-    DashboardScreen.-narrow #memory {
+    DashboardScreen.-narrow #memory, DashboardScreen.-short #memory {
         display: none;
     }
     DashboardScreen.-stacked #body {
@@ -134,6 +134,9 @@ class DashboardScreen(Screen):
         width: 100%;
         min-width: 0;
         height: 3fr;
+        /* a line of ranks at least, with its border and the selected rank's line (60x12: the
+           grid's share was none) */
+        min-height: 4;
     }
     DashboardScreen.-stacked #side {
         width: 100%;
@@ -177,6 +180,8 @@ class DashboardScreen(Screen):
         self._trend_key: tuple = ()
         """The side panels' width when the grid leaves them more than the stylesheet's."""
         """The latest frame's header, shown or waiting for its turn."""
+        self._memory_rows = 0
+        """The memory panel's height as last drawn (see :meth:`_fit_alerts`)."""
         self._trend_band = ""
         """The loss chart's legend, from its last drawing (its "now" is the grid's)."""
 
@@ -256,9 +261,27 @@ class DashboardScreen(Screen):
         height = w.side.size.height
         if not height:
             return
-        memory = w.memory.outer_size.height if w.memory.display else 0
+        # A side area too short for the memory panel over an alert and the event log's least
+        # leaves the panel out, as a narrow one does (m shows it): the panel pushed the alerts
+        # out of a short side area. Its height is the last it was drawn at while hidden.
+        if w.memory.display:
+            self._memory_rows = w.memory.outer_size.height
+        short = height - self._memory_rows - CHROME_ROWS - 1 < self.EVENTS_LEAST
+        self.set_class(short, "-short")
+        memory = 0 if short or self.has_class("-narrow") else self._memory_rows
         rows = height - memory - self.EVENTS_LEAST - CHROME_ROWS
+        # A side area too short for an alert and the event log's least (a tiny terminal)
+        # leaves the log out: it was its border and title alone, under the alerts.
+        events = rows >= 1
+        if not events:
+            rows = height - memory - CHROME_ROWS
+        # (and one too short for an alert leaves them out too: a border and no line)
+        alerts = height - memory >= CHROME_ROWS + 1
         rows = max(1, min(MAX_ROWS, rows))
+        if w.events.display != events:
+            w.events.display = events
+        if w.alerts.display != alerts:
+            w.alerts.display = alerts
         if w.alerts.max_rows != rows:
             w.alerts.max_rows = rows
 
@@ -273,7 +296,7 @@ class DashboardScreen(Screen):
         grid = w.grid
         table = self._rows
         # (less the selected-rank line, and a heat map's legend's second line where it wraps)
-        height = w.main.scrollable_content_region.height - 1 - (grid.head_lines - 1)
+        height = w.main.scrollable_content_region.height - 1 - (max(1, grid.head_lines) - 1)
         width = grid.scrollable_content_region.width
         key = (table.layout_gen, table.flagged_gen, width, height, grid.form, grid.sort_key, grid.flagged_only)
         if key == self._trend_key:

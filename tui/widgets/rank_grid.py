@@ -258,7 +258,7 @@ class RankGrid(ScrollView, can_focus=True):
                 # the grid out again if the legend takes another number of lines.
                 head = self._head
                 self._make_legend()
-                if len(self._legend[0]) != head:
+                if len(self._legend[0]) != head or not head:
                     self._relayout(force=True)
                     self.refresh()
                     return
@@ -341,6 +341,13 @@ class RankGrid(ScrollView, can_focus=True):
             if len(self._legend[0]) > 1:  # the legend's second line is the ranks' first
                 self._head = len(self._legend[0])
                 layout = lay_out(rows, height=height - self._head + 1, ordered=ordered, **settings)
+        if layout.ordered and len(layout.lines) + self._head > height:
+            # Too short for the ranks under their title (a tiny terminal): the ranks keep the
+            # lines, the column names or the legend give way. At 60x15 the grid had two lines,
+            # the legend and a node's header, and its ranks under a scrollbar.
+            bare = lay_out(rows, height=height + 1, ordered=ordered, **settings)
+            if len(bare.lines) <= height:
+                layout, self._head = bare, 0
         self._layout_key = key
         self._layout = layout
         self._line_of = {idx: y for y, line in enumerate(layout.lines) for _x, idx in line.cells}
@@ -456,7 +463,8 @@ class RankGrid(ScrollView, can_focus=True):
 
     @property
     def head_lines(self) -> int:
-        """Lines above the ranks: the column names, or the heat map's legend (one or two)."""
+        """Lines above the ranks: the column names, or the heat map's legend (one or two;
+        none where the grid is too short for them and its ranks)."""
         return self._head
 
     def _legend_present(self) -> frozenset[str]:
