@@ -188,9 +188,11 @@ def rank_alerts(
         out.append(Alert("exited", r.rank, text + _straggled(r), code=r.exit_code, first=first))
     elif status == st.SILENT and r.silent is not None:
         # Not the verdict's "silent for 3 s": said once, it would stay 3 s for as long as
-        # the rank is silent. When it fell silent does not go stale.
-        v = r.silent
-        since = f" since {fmt_clock(v.t - t0)}" if v.t and t0 else ""
+        # the rank is silent. When it fell silent does not go stale: its last word, not the
+        # verdict's time (the hub says it seconds later: "silent since 00:11" of a rank last
+        # heard at 00:08).
+        since_t = last_word(r) or r.silent.t
+        since = f" since {fmt_clock(since_t - t0)}" if since_t and t0 else ""
         out.append(Alert("silent", r.rank, f"rank {r.rank} silent{since} (no heartbeat)"))
     elif status == st.STALLED and r.stalled is not None:
         out.append(Alert("stalled", r.rank, f"rank {r.rank} {_stuck_text(r, waiting_for)}", waiting_for=waiting_for))
@@ -213,6 +215,13 @@ def rank_alerts(
             )
         )
     return out
+
+
+def last_word(r: st.RankState) -> float | None:
+    """When (wall clock, the rank's own) the rank last said anything the state keeps: its
+    latest step, system sample, heartbeat or hello; None: nothing."""
+    times = [m.t for m in (r.hello, r.step, r.system, r.heartbeat) if m is not None and m.t]
+    return max(times) if times else None
 
 
 def _exit_step(r: st.RankState, exit: ExitInfo | None) -> int | None:

@@ -57,3 +57,25 @@ async def test_a_rank_waiting_in_a_hang_says_its_own_phase_apart_from_whom_it_wa
         line = widget_text(app.screen.query_one(SelectedRank))
         assert line.startswith("rank 0 · stalled in backward, waiting for rank 1 · self "), line
 
+
+async def test_a_silent_rank_is_said_silent_since_its_last_word_not_since_the_hub_noticed(tmp_path):
+    # A SIGSTOPped rank: its last heartbeat at 00:08, the hub's verdict ("silent for 3 s") at
+    # 00:11; the alert read "rank 1 silent since 00:11 (no heartbeat)".
+    msgs: list = [schema.Hello(run="s", rank=r, world_size=2, strategy="ddp", seq=0, t=T) for r in range(2)]
+    msgs += [
+        schema.Step(run="s", rank=r, step=s, seq=s, loss=1.0, samples=8, step_s=0.5, self_s=0.1, t=T + s * 0.5)
+        for s in range(1, 13)
+        for r in range(2)
+    ]  # fmt: skip
+    msgs.append(schema.Heartbeat(run="s", rank=1, seq=13, step=12, phase="forward", t=T + 8.4))
+    msgs += [schema.Heartbeat(run="s", rank=0, seq=13 + i, step=12, phase="backward", t=T + 8 + i) for i in range(5)]
+    msgs.append(schema.Verdict(run="s", rank=1, seq=-1, verdict="silent", step=12, message="rank 1 silent for 3 s (no heartbeat)",
+                               t=T + 11.5))
+    msgs.sort(key=lambda m: m.t)
+    log = tmp_path / "silent.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    app = replay_app(str(log))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        texts = [a.text for a in app.screen.query_one(AlertList).alerts if a.rank == 1]
+        assert texts == ["rank 1 silent since 00:08 (no heartbeat)"], texts

@@ -333,7 +333,8 @@ def test_a_silent_rank_says_since_when_not_a_count_that_goes_stale():
     st = _state()
     st.apply(schema.Verdict(rank=1, verdict="silent", step=4, t=st.t0 + 83.5, message="rank 1 silent for 3 s (no heartbeat)"), 0)
     [alert] = run_alerts(st)
-    assert (alert.kind, alert.text) == ("silent", "rank 1 silent since 01:23 (no heartbeat)")
+    # (since its last step, at 00:04: not since the verdict, which came at 01:23)
+    assert (alert.kind, alert.text) == ("silent", "rank 1 silent since 00:04 (no heartbeat)")
 
 
 def test_an_exited_ranks_step_is_its_last_attempts():

@@ -940,7 +940,7 @@ async def test_the_header_counts_the_ranks_waiting_for_a_hangs_cause_as_the_grid
 
 def _slow_and_silent_log(path) -> None:
     """3 DDP ranks: rank 1 a straggler, found when it cost the others 20 ms a step (its self
-    time 50 ms against 20 ms: 30 ms now); rank 2 silent from 00:08, said "silent for 3 s"."""
+    time 50 ms against 20 ms: 30 ms now); rank 2 last heard at 00:04, said "silent for 3 s" at 00:08."""
     from pardash.telemetry import schema
 
     t = 1.7e9
@@ -963,7 +963,7 @@ def _slow_and_silent_log(path) -> None:
     ("hang", "rank", "said", "not_said"),
     [
         (False, 1, "the others wait 30 ms a step", "20 ms"),  # a straggler's cost now
-        (False, 2, "rank 2 silent since 00:08 (no heartbeat)", "for 3 s"),  # since when
+        (False, 2, "rank 2 silent since 00:04 (no heartbeat)", "for 3 s"),  # since when (its last word)
         (True, 0, "rank 0 stalled in backward after step 29, waiting for rank 2", "5 s without progress"),
         (True, 2, "rank 2 stalled in data after step 29, likely the cause: 2 others wait for it", "5 s without"),
     ],
