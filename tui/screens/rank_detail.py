@@ -16,8 +16,8 @@ from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
 
 from ..alerts import Alert, run_alerts, straggled_text
-from ..charts import chart_series
-from ..format import fmt_bytes, fmt_loss, fmt_step_time
+from ..charts import ChartSeries, chart_series
+from ..format import fmt_bytes, fmt_loss, fmt_step_no, fmt_step_time
 from ..messages import RunUpdated
 from ..model import RowBuilder
 from ..rank_facts import logged_facts, memory_facts, phases_of, system_facts, system_staleness
@@ -230,10 +230,14 @@ class RankDetailScreen(Screen):
             return
         self._chart_version = version
         state = self.source.state
-        for column, _title, _fmt in CHARTS:
+        r = state.ranks.get(self.rank)
+        for column, title, _fmt in CHARTS:
             chart = self.query_one(f"#chart-{column}", HistoryChart)
             series = chart_series(state, self.rank, column, chart.plot_width)
             chart.series = series
+            heading = self._chart_title(title, series, chart.size.width, r=r)
+            if chart.border_title != heading:  # (setting it repaints the panel)
+                chart.border_title = heading
             if series is not None:
                 total = len(state.ranks) - 1
                 others = f"{series.others} other{'s' if series.others != 1 else ''}"
@@ -244,6 +248,21 @@ class RankDetailScreen(Screen):
             else:
                 self._bands.pop(column, None)
         self._subtitle_charts()
+
+    @staticmethod
+    def _chart_title(title: str, series: ChartSeries | None, width: int, *, r: st.RankState | None) -> str:
+        """A chart's title, and the steps it covers where the rank's history no longer holds
+        its first: a rank keeps its last HISTORY_POINTS points (a point a frame: half a minute
+        of a run), and "step 58 … 2000" after a run of 2000 steps read as the whole run."""
+        if series is None or r is None or len(r.history) < r.history.capacity:
+            return title
+        steps = f"steps {fmt_step_no(series.first_step)}-{fmt_step_no(series.last_step)} only"
+        kept = r.history.capacity
+        longest = max(len(t) for _c, t, _f in CHARTS)  # (the three charts say it alike)
+        for note in (f"{steps}: the last {kept} samples are kept", f"{steps} (the last {kept} samples)", steps):
+            if longest + len(f"─  · {note} ─") <= width - 2:  # (within the corners)
+                break
+        return f"{title} [not bold dim]· {note}[/]"
 
     def _subtitle_charts(self) -> None:
         """Each chart's 'now': the rank's last step, as the title says it, at the title's pace

@@ -1,0 +1,70 @@
+"""The rank detail's charts say which steps they cover when that is not the whole run."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from textual.content import Content
+from tui_helpers import replay_app
+
+import make_fixtures as fx
+from pardash.telemetry import schema
+
+
+def plain(markup: str) -> str:
+    return Content.from_markup(markup).plain
+
+
+def long_run(path) -> None:
+    """2 ranks, 2000 steps at 20 ms: more frames (a history point each) than a rank keeps."""
+    rng = random.Random(2)
+    log = fx.Log("ddp-long-2")
+    for r in (0, 1):
+        log.add(fx.hello(r, 2, 0, 2, "vm", "ddp", 1_000_000), 0.1 + r * 0.01)
+    mems = {r: fx.sharded_mem(1_000_000, 2, rng, sharded=False) for r in (0, 1)}
+    fx.synchronous_steps(
+        log, ranks=[0, 1], steps=range(1, 2001), step_dt=0.02, t_start=0.5, rng=rng, mem_of=mems.get,
+        loss_of=lambda s, r: 0.7 + math.exp(-s / 100), mem_every=50,
+    )  # fmt: skip
+    log.write(path)
+
+
+async def test_a_long_runs_charts_say_they_hold_its_last_steps_only(tmp_path, monkeypatch):
+    # "step 58 … 2000" under the charts after a run of 2000 steps (the dashboard's loss chart
+    # from step 1), and nothing said they held only the rank's last 240 points.
+    from pardash.telemetry.state import HISTORY_POINTS
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    path = tmp_path / "long.jsonl"
+    long_run(path)
+    monkeypatch.setattr("tui_helpers.DATA", tmp_path)
+    app = replay_app("long.jsonl")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        for chart in app.screen.query(HistoryChart):
+            series = chart.series
+            assert series is not None and series.first_step > 1 and series.last_step == 2000
+            title = plain(chart.border_title)
+            assert f"steps {series.first_step}-2000 only" in title, title
+            assert f"the last {HISTORY_POINTS} samples" in title, title
+            assert len(f"╭─ {title} ─╮") <= chart.size.width  # drawn whole
+    app = replay_app("long.jsonl")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        for chart in app.screen.query(HistoryChart):  # shorter, whole
+            title = plain(chart.border_title)
+            assert title.endswith("-2000 only") and len(f"╭─ {title} ─╮") <= chart.size.width, title
+
+
+async def test_a_short_runs_charts_have_their_plain_titles():
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    app = replay_app("straggler8.jsonl")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        titles = [plain(chart.border_title) for chart in app.screen.query(HistoryChart)]
+        assert titles == ["loss", "step time", "self time"]
