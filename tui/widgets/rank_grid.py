@@ -177,6 +177,8 @@ class RankGrid(ScrollView, can_focus=True):
         """Lines of the title (the column names) or the heat map's legend, above the ranks."""
         self._cursor_moved = False
         """Whether a person moved the cursor (until then it stays on the first rank drawn)."""
+        self._can_choose: bool | None = None
+        """Whether a rank is selected (the footer shows "⏎ Detail"), as last told the footer."""
 
     # -- feeding ----------------------------------------------------------------------------
 
@@ -361,6 +363,7 @@ class RankGrid(ScrollView, can_focus=True):
             self.cursor_rank = layout.ordered[0].rank
         elif self.cursor_rank is not None:
             self._scroll_to_cursor()
+        self._choosable_changed()
 
     # -- drawing ------------------------------------------------------------------------------
 
@@ -655,6 +658,21 @@ class RankGrid(ScrollView, can_focus=True):
         self._scroll_to_cursor()
         self.refresh()
         self.post_message(RankHighlighted(new))
+        self._choosable_changed()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "choose":
+            # No rank selected (none yet, or none flagged under f): no "⏎ Detail" in the footer,
+            # where it stood over "no rank selected" and enter did nothing.
+            return self.shows(self.cursor_rank)
+        return True
+
+    def _choosable_changed(self) -> None:
+        """Tell the footer when a rank comes to be selected, or none is (see check_action)."""
+        can = self.shows(self.cursor_rank)
+        if can != self._can_choose:
+            self._can_choose = can
+            self.refresh_bindings()
 
     def watch_form(self) -> None:
         self._relayout(force=True)
