@@ -5,7 +5,8 @@ first word, as a replay's position, ``pardash report``'s duration and the headle
 do. A hub starts before its ranks (torchrun, torch's import and a rendezvous take seconds;
 ``pardash hub`` may wait hours for a queued job): counted from the hub's start, one run read
 "elapsed 51s" live and "47s" replayed. The hub's records from before read before 00:00 in the
-event log ("-00:07 hub: hub started").
+event log ("-0:07 hub: hub started"), and with no clock while the ranks are awaited ("--:--"):
+not on the hub's first record, a zero that moves when they speak (:func:`zero_known`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ def run_origin(source: Source, first_word: float | None = None) -> float:
     if first_word is None:
         first_word = ranks_first_word(state)
     return first_word or state.t0
+
+
+def zero_known(state: RunState, origin: float | None) -> bool:
+    """Whether the run's 00:00 is settled: the ranks' first word is known, or ``origin`` (a
+    replay's start) is apart from the hub's first record. Before, a live run's zero is the
+    hub's first record only for want of a better one, and moves to the ranks' first word when
+    they speak: a clock read from it then ("00:00 hub: hub started") would change ("-0:02")."""
+    return ranks_first_word(state) is not None or bool(origin and state.t0 and origin != state.t0)
 
 
 def run_now(source: Source) -> float:

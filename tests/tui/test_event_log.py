@@ -277,3 +277,61 @@ def test_an_error_before_any_step_says_so_not_after_step_0():
     assert before[0] == "rank 1 error before its first step: train.py: error: unrecognized arguments: --bogus"
     assert describe(schema.Event(rank=1, name="error", step=299, message="boom"))[0] == "rank 1 error after step 299: boom"
     assert describe(schema.Event(rank=1, name="checkpoint", step=0, message="/ck/step-0"))[0].startswith("rank 1 checkpoint at step 0")
+
+
+async def test_an_events_printed_time_never_changes_once_said():
+    # A live run: "00:00 hub: hub started" while the ranks were awaited (counted from the hub's
+    # first record), then "-0:02 hub: hub started" once they spoke (the run's 00:00 moved to
+    # their first word) - the same line's time changed under the user's eyes. Now it has no
+    # time until the zero is known ("--:--"), then the one it keeps.
+    from pardash.telemetry.client import FrameApplier, NullDetector
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.tui.app import make_app
+    from pardash.tui.widgets.event_log import EventLog
+
+    class Live(FrameApplier):
+        live, synced, pending = True, True, False
+
+        def poll(self) -> bool:
+            changed, self.pending = self.pending, False
+            return changed
+
+        def close(self) -> None:
+            pass
+
+    core = HubCore(run_id="r", detector=NullDetector())  # type: ignore[arg-type]
+    viewer = Live()
+    core.replay(schema.Event(rank=-1, seq=-1, name="hub", message="hub started (pid 1)", run="r", t=1000.0), 1000.0)
+    viewer.apply_frame(core.tick(1000.1))
+    said: dict[str, set[str]] = {}
+    app = make_app(viewer)
+    async with app.run_test(size=(120, 40)) as pilot:
+
+        async def look() -> list[str]:
+            app._poll()
+            await pilot.pause()
+            lines = [line.text.rstrip() for line in app.screen.query_one("#events", EventLog).lines]
+            for line in lines:
+                clock, _, text = line.partition(" ")
+                said.setdefault(text, set()).add(clock)
+            return lines
+
+        assert await look() == ["--:-- hub: hub started (pid 1)"]
+        for r in (0, 1):
+            core.replay(schema.Hello(rank=r, world_size=2, strategy="ddp", run="r", t=1002.0), 1002.0)
+        viewer.apply_frame(core.tick(1002.1))
+        viewer.pending = True
+        for s in range(1, 4):
+            for r in (0, 1):
+                core.replay(schema.Step(rank=r, step=s, loss=1.0, samples=8, step_s=1.0, run="r", t=1002.0 + s), 1002.0 + s)
+            if s == 3:
+                core.replay(schema.Event(rank=0, name="checkpoint", step=3, run="r", t=1005.5), 1005.5)
+            viewer.apply_frame(core.tick(1002.1 + s))
+            viewer.pending = True
+            await look()
+        assert (await look())[:2] == ["-0:02 hub: hub started (pid 1)", "00:03 rank 0 checkpoint at step 3"]
+    # Each line's time: none, then one for good.
+    assert {text: clocks - {"--:--"} for text, clocks in said.items()} == {
+        "hub: hub started (pid 1)": {"-0:02"},
+        "rank 0 checkpoint at step 3": {"00:03"},
+    }, said

@@ -16,6 +16,7 @@ from pardash.telemetry.summary import ranks_named
 from pardash.telemetry.state import EVENTS_KEPT, RunState, torchrun_restart
 
 from ..format import fmt_clock, fmt_step_time, tame
+from ..run_clock import zero_known
 from ..styles import CachedStyles, component_fg
 
 VERDICT_STYLES = {
@@ -118,6 +119,8 @@ class EventLog(CachedStyles, RichLog):
         self._last_hseq = -1
         self._state: RunState | None = None
         self._wrapped_at = 0
+        self._zero_known = False
+        """Whether the lines written carry the run's clock (see :meth:`sync`)."""
 
     def on_mount(self) -> None:
         # Written lines keep the colours of the theme they were written in: rewrite on change.
@@ -168,8 +171,9 @@ class EventLog(CachedStyles, RichLog):
         """Where the clock's 00:00 is (:func:`~..run_clock.run_origin`: the ranks' first word, as
         the header's elapsed and a replay's position count; an event at 00:39 of a replay at
         33 s / 33 s read as in its future); None: the state's first record. The hub's records
-        before it read before 00:00 ("-00:07 hub: hub started"), not at it; once the ranks
-        say hello the lines written while they were awaited are written again on their clock."""
+        before it read before 00:00 ("-0:07 hub: hub started"), not at it. While the ranks are
+        awaited the lines have no clock ("--:--"): once they say hello the lines are written
+        again on theirs."""
         return self._origin
 
     @origin.setter
@@ -181,10 +185,18 @@ class EventLog(CachedStyles, RichLog):
     def sync(self, state: RunState) -> None:
         """Write the events that arrived since the last call (all of them after a new state)."""
         self._state = state
+        zero = self.origin or state.t0
+        # No clock until the run's 00:00 is known: read from the hub's first record while the
+        # ranks were awaited, "00:00 hub: hub started" turned into "-0:02 hub: hub started"
+        # when they spoke (the zero moved to their first word). "--:--" turns into a time once,
+        # and a time, once said, stays.
+        known = zero_known(state, zero)
+        if known != self._zero_known:
+            self._zero_known = known
+            self._state_id = 0  # (written again, on the run's clock)
         mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
         for m, ranks, took in group_alike(mine):
             text, style = describe(m, ranks, took)
             text = tame(text)
-            zero = self.origin or state.t0
-            t = m.t - zero if m.t and zero else None
+            t = m.t - zero if known and m.t and zero else None
             self.write(Text.assemble((fmt_clock(t) + " ", self._s("time")), (text, self._s(style))))
