@@ -127,6 +127,40 @@ async def test_ctrl_c_quits_as_q_does():
     assert viewer.return_value == "quit"
 
 
+async def test_ctrl_c_on_the_quit_dialog_stops_the_job_as_a_second_ctrl_c_does():
+    # Ctrl+C asked "Leave run?"; a second Ctrl+C on it did nothing (the job went on, the
+    # dialog stayed): it stops the job, as the dialog's "Stop the job" does.
+    chosen: list[str] = []
+    app = replay_app("run4.jsonl", launched=True, on_exit_choice=chosen.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert app.return_value == "stop" and chosen == ["stop"]
+
+
+async def test_ctrl_c_on_the_dialog_of_a_job_that_ended_leaves_without_stopping():
+    from pardash.telemetry.client import ReplaySource
+    from pardash.tui.app import make_app
+
+    ended = [False]
+    src = ReplaySource(str(DATA.parent.parent / "data" / "fsdp4_crash.jsonl"))
+    src.seek(src.duration_s)
+    src.paused = True
+    app = make_app(src, launched=True, job_over=lambda: ended[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        ended[0] = True
+        app.screen._check_over()
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert app.return_value == "over"
+
+
 async def test_q_then_c_cancels_and_the_dashboard_carries_on():
     chosen: list[str] = []
     app = replay_app("run4.jsonl", launched=True, on_exit_choice=chosen.append)

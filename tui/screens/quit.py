@@ -72,6 +72,10 @@ class QuitScreen(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
         Binding("s", "choose('stop')", "Stop the job"),
+        # Ctrl+C again, on the question a first Ctrl+C asked: stop, as a second Ctrl+C stops a
+        # torchrun job (and `pardash launch --headless`'s "Ctrl-C again stops it"). It did
+        # nothing: the app's Ctrl+C asks to quit, and the question was already open.
+        Binding("ctrl+c", "choose('stop')", "Stop the job", show=False),
         Binding("d", "choose('detach')", "Detach"),
         Binding("c", "cancel", "Cancel", show=False),
         Binding("q", "leave_if_over", show=False),
@@ -105,7 +109,7 @@ class QuitScreen(ModalScreen[str | None]):
                 yield Button("Stop the job", variant="error", id="stop")
                 yield Button("Detach", variant="primary", id="detach")
                 yield Button("Cancel", id="cancel")
-            yield Label("s stop · d detach · esc cancel", id="keys")
+            yield Label("s or ctrl+c stop · d detach · esc cancel", id="keys")
 
     def on_resize(self) -> None:
         # Under the dialog's width the buttons' least width (16 each) pushed Cancel off the screen
