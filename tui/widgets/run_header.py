@@ -88,8 +88,10 @@ def _figure(runs: list[Run], value: str, cells: int) -> Figure:
 
 
 def short_log_path(path: str, run_id: str, cwd: str | None = None) -> list[str]:
-    """``path`` and shorter forms of it, longest first: relative to ``cwd`` when under it,
-    then with the run id (the header's first word) as '…'."""
+    """``path`` and shorter forms of it, longest first: relative to ``cwd`` when under it (in
+    place of the whole path: the folder a person runs in, said again, only took room; and with
+    both, the header switched from "runs/…" to "/home/…/runs/…" as its line emptied at the
+    run's end), then with the run id (the header's first word) as '…'."""
     forms = [path]
     if cwd is None:
         try:
@@ -97,7 +99,7 @@ def short_log_path(path: str, run_id: str, cwd: str | None = None) -> list[str]:
         except OSError:  # the folder it ran in was deleted: the path as it is
             cwd = ""
     if cwd and path.startswith(cwd.rstrip("/") + "/"):
-        forms.append(path[len(cwd.rstrip("/")) + 1 :])
+        forms = [path[len(cwd.rstrip("/")) + 1 :]]
     if run_id and f"/{run_id}/" in f"/{forms[-1]}":
         forms.append(("/" + forms[-1]).replace(f"/{run_id}/", "/…/", 1)[1:])
     return forms
@@ -402,6 +404,31 @@ class RunHeader(CachedStyles, Widget):
                 "waiting for the hub's snapshot… (is the hub running? one with CURVE keys answers authorised viewers only)",
                 style=self._s("warn"),
             )
+        lines = self._flow(self._first_line(s, s.samples_per_s_when), width)
+        if s.samples_per_s_when:
+            # "at the end" after samples/s once every rank is done: not at the cost of what the
+            # line held while the run went on (the device's name went, "elapsed" moved down a
+            # line). Said where it fits as well; else the statuses beside say the run ended.
+            bare = self._flow(self._first_line(s, ""), width)
+            extra = 1 + cell_len(s.samples_per_s_when)
+            if len(bare) != len(lines) or bare[0][2] + extra != lines[0][2]:
+                lines = bare
+        second = self._second_line(s)
+        note = None
+        if s.note:
+            note = Text("⚠ " + s.note, style=self._s("note"))
+            note.overflow = "fold"  # the note is never hidden: it wraps instead
+        if len(lines) > 1:
+            # What the first line could not hold (elapsed, at 80 columns) leads the second,
+            # not a line of its own.
+            lines[-1:] = self._flow(second, width, after=lines[-1])
+        else:
+            lines += self._flow(second, width)
+        return [(runs, length) for runs, length, _cells in lines], note
+
+    def _first_line(self, s: RunSummary, when: str) -> list[Piece]:
+        """The header's first line's pieces: the run, its step, rate and time, the device;
+        ``when``: what the rate is ("at the end"), said after it."""
         first: list[Piece] = [[(s.run_id or "pardash", self._s("title"))]]
         if s.waiting_s is not None:
             what = [f"waiting for the ranks to start · {s.waiting_s:.0f} s"]
@@ -417,12 +444,16 @@ class RunHeader(CachedStyles, Widget):
         if s.restarts:
             first.append(self._pair("restarts", fmt_count(s.restarts), "warn"))
         rate = fmt_rate(s.samples_per_s)
-        first.append(_figure(self._pair("samples/s", " ".join(filter(None, (rate, s.samples_per_s_when)))), rate, RATE_CELLS))
+        first.append(_figure(self._pair("samples/s", " ".join(filter(None, (rate, when)))), rate, RATE_CELLS))
         elapsed = fmt_duration(s.elapsed_s)
         first.append(_figure(self._pair("elapsed", elapsed), elapsed, DURATION_CELLS))
         if s.device:  # the least of the first line's: the first to go
             first.append(Choice(([(s.device, self._s("label"))],), optional=True))
+        return first
 
+    def _second_line(self, s: RunSummary) -> list[Piece]:
+        """The header's second line's pieces: the ranks' statuses, the replay or the hub, the
+        log."""
         second: list[Piece] = []
         marks: list[Run] = []
         for status, n in s.status_counts:
@@ -471,18 +502,7 @@ class RunHeader(CachedStyles, Widget):
             second.append([(f"log: {s.log_error}", self._s("bad"))])
         elif s.log_path:
             second.append(Choice(tuple(self._pair("log", p, "label") for p in short_log_path(s.log_path, s.run_id))))
-        note = None
-        if s.note:
-            note = Text("⚠ " + s.note, style=self._s("note"))
-            note.overflow = "fold"  # the note is never hidden: it wraps instead
-        lines = self._flow(first, width)
-        if len(lines) > 1:
-            # What the first line could not hold (elapsed, at 80 columns) leads the second,
-            # not a line of its own.
-            lines[-1:] = self._flow(second, width, after=lines[-1])
-        else:
-            lines += self._flow(second, width)
-        return [(runs, length) for runs, length, _cells in lines], note
+        return second
 
     @staticmethod
     def _replay_state(r: ReplayPosition) -> str:
