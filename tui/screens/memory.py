@@ -18,7 +18,7 @@ from ..memory import memory_savings
 from ..messages import RunUpdated
 from ..widgets.fitted_footer import FittedFooter
 from ..widgets.memory_bars import PARTS, MemoryBars
-from ..widgets.memory_summary import MemorySummary
+from ..widgets.memory_summary import MemorySummary, Phrase, fit_phrases, joined
 
 REFRESH_S = 0.5
 """Memory changes slowly: redraw at most twice a second."""
@@ -109,24 +109,42 @@ class MemoryScreen(Screen):
         # "KiB". Bytes in full units ("415 KiB"): "415K" beside "106.2k parameters" read as a count.
         if hello is not None and hello.params_count:
             title.append(f" · {fmt_params(hello.params_count)} parameters, {fmt_bytes(hello.params_bytes)}")
+        width = max(20, self.size.width - 2)  # (the title's and the legend's padding)
         if savings is not None and savings.expected_per_rank_bytes:
             how = savings.expected_label + (", fully sharded" if savings.sharded else ", a full copy")
-            title.append((f"\nexpected per rank {fmt_bytes(savings.expected_per_rank_bytes)} ({how})", "$text-muted"))
+            muted = "$text-muted"
+            phrases = [((f"expected per rank {fmt_bytes(savings.expected_per_rank_bytes)}", muted),), ((f"({how})", muted),)]
+            said: list[tuple[str, str]] = []
+            for line in fit_phrases(phrases, width, space_style=muted):
+                said += [("\n", muted), *line]
+            title += joined(said)
         self.query_one("#title", Static).update(Content.assemble(*title))
-        legend: list[str | tuple[str, str]] = []
+        legend: list[Phrase] = []
         styles = {"params": "$primary", "grads": "$secondary", "optimizer": "$accent", "DDP buckets": "$foreground 45%"}
         for _field, _cls, label in PARTS:
             if label == "DDP buckets" and not (savings and savings.buckets_bytes):
                 continue
-            legend += [("█ ", styles[label]), (f"{label}   ", "$text-muted")]
+            legend.append((("█ ", styles[label]), (label, "$text-muted")))
         bars = self.query_one(MemoryBars)
         off = savings is not None and bars.off_scale(savings)
-        legend += [
-            ("░ ", "$foreground 40%"),
-            ("unsharded (a full copy of its state)" + (", runs off the scale »" if off else "") + "   ", "$text-muted"),
-        ]
-        legend += [("┃ ", "bold $text-success"), ("expected for the strategy", "$text-muted")]
-        self.query_one("#legend", Static).update(Content.assemble(*legend))
+        unsharded = "unsharded (a full copy of its state)" + (", runs off the scale »" if off else "")
+        legend.append((("░ ", "$foreground 40%"), (unsharded, "$text-muted")))
+        legend.append((("┃ ", "bold $text-success"), ("expected for the strategy", "$text-muted")))
+        # Each key whole (at 120 columns "expected for the" ended the line, "strategy" began
+        # the next): on one line, closer if need be, else on two, a key never cut.
+        for gap in (3, 2):
+            lines = fit_phrases(legend, width, gap=gap, space_style="$text-muted")
+            if len(lines) == 1:
+                break
+        else:
+            lines = fit_phrases(legend, width, gap=3, space_style="$text-muted")
+        pieces: list[tuple[str, str]] = []
+        for k, line in enumerate(lines):
+            pieces += ([("\n", "$text-muted")] if k else []) + line
+        self.query_one("#legend", Static).update(Content.assemble(*joined(pieces)))
+
+    def on_resize(self) -> None:
+        self._refresh(force=True)  # (the legend's and the title's lines fit the width)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -44,46 +46,74 @@ class MemorySummary(CachedStyles, Widget):
     savings: reactive[MemorySavings | None] = reactive(None)
     """The run's savings (None until a rank has reported its memory)."""
 
+    LABEL_WIDTH = 10
+    """Columns of a row's label; a row's phrases that do not fit its line go under its value."""
+
+    _measuring = 0
+    """The width a layout measures the panel's height at (its own is not set yet then)."""
+    _fitted_width = 0
+    """The width the rows were last fitted to."""
+
     def watch_savings(self) -> None:
         refresh_fitted(self)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        # The rows are fitted to a width (see AlertList's): measured at another, the kept render
+        # would give the old height.
+        if width != self._fitted_width:
+            self._layout_cache.pop("_render.visual", None)
+        self._measuring = width
+        try:
+            return super().get_content_height(container, viewport, width)
+        finally:
+            self._measuring = 0
+
+    def on_resize(self) -> None:
+        if self.content_region.width != self._fitted_width:
+            refresh_fitted(self)
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"memory-summary--{name}")
 
-    def _row(self, label: str, value: str, rest: str = "", style: str = "value") -> Text:
-        return Text.assemble(
-            (f"{label:<10}", self._s("label")), (value, self._s(style)), (f" {rest}" if rest else "", self._s("dim"))
-        )
+    def _row(self, label: str, value: str, *rest: str, style: str = "value") -> list[Phrase]:
+        """A row: its label and value, then phrases that each stay whole on a line."""
+        dim = self._s("dim")
+        return [((f"{label:<{self.LABEL_WIDTH}}", self._s("label")), (value, self._s(style))), *(((r, dim),) for r in rest if r)]
 
     def render(self) -> Text:
+        width = self._fitted_width = self._measuring or self.content_region.width or 40
         s = self.savings
         if s is None:
             return Text("no memory figures yet", style=self._s("dim"))
         n = len(s.ranks)
         lo, med, hi = s.held_per_rank
         # "state": parameters, gradients, optimizer state; the grid's "held" adds DDP's buckets
-        lines = [self._row("state", fmt_bytes(s.held_bytes), f"across {n} rank{'s' if n != 1 else ''}")]
+        rows = [self._row("state", fmt_bytes(s.held_bytes), f"across {n} rank{'s' if n != 1 else ''}")]
         if s.buckets_bytes:
-            lines.append(self._row("buckets", fmt_bytes(s.buckets_bytes), "DDP buckets, extra"))
+            rows.append(self._row("buckets", fmt_bytes(s.buckets_bytes), "DDP buckets, extra"))
         # A total, like "state": what the same ranks would hold with a full copy each.
-        lines.append(self._row("unsharded", fmt_bytes(s.full_bytes), f"{n} full cop{'ies' if n != 1 else 'y'}"))
+        rows.append(self._row("unsharded", fmt_bytes(s.full_bytes), f"{n} full cop{'ies' if n != 1 else 'y'}"))
         ratio = s.ratio
         if s.saving_bytes > 0 and (ratio or 0) > 1.05:
-            lines.append(self._row("saving", fmt_bytes(s.saving_bytes), f"· {fmt_ratio(ratio)} less", "good"))
+            rows.append(self._row("saving", fmt_bytes(s.saving_bytes), f"· {fmt_ratio(ratio)} less", style="good"))
         else:
-            lines.append(self._row("saving", "none:", "full copies", "dim"))
-        per_rank = fmt_bytes(med)
+            rows.append(self._row("saving", "none:", "full copies", style="dim"))
         spread = f"(min {fmt_bytes(lo)} · max {fmt_bytes(hi)})" if hi > lo * 1.01 else ""
         if s.buckets_bytes:
             # The grid's "held" counts a DDP rank's buckets too: say the same sum here.
             buckets = sorted(r.buckets_bytes for r in s.ranks)[len(s.ranks) // 2]
-            spread = f"+ {fmt_bytes(buckets)} buckets = {fmt_bytes(med + buckets)} {spread}".rstrip()
-        lines.append(self._row("per rank", per_rank, spread))
+            rows.append(self._row("per rank", fmt_bytes(med), f"+ {fmt_bytes(buckets)} buckets", f"= {fmt_bytes(med + buckets)}", spread))
+        else:
+            rows.append(self._row("per rank", fmt_bytes(med), spread))
         expected = s.expected_per_rank_bytes
         if expected:
-            lines.append(self._row("expected", fmt_bytes(expected), f"({s.expected_label})"))
+            rows.append(self._row("expected", fmt_bytes(expected), f"({s.expected_label})"))
             if not s.sharded and s.world_size > 1 and s.sharded_expected_bytes:
-                lines.append(self._row("FSDP", fmt_bytes(s.sharded_expected_bytes), f"if sharded ÷ {s.world_size}"))
+                rows.append(self._row("FSDP", fmt_bytes(s.sharded_expected_bytes), f"if sharded ÷ {s.world_size}"))
+        # Each row's phrases whole: at 120 columns "expected 830 KiB (its state unsharded ÷"
+        # left "2)" alone on the next line, and "… buckets =" its "2.03 MiB".
+        dim = self._s("dim")
+        lines = [Text.assemble(*line) for row in rows for line in fit_phrases(row, width, indent=self.LABEL_WIDTH, space_style=dim)]
         over = s.over_expectation
         if over:
             ranks = ", ".join(str(r) for r in over[:6]) + (", …" if len(over) > 6 else "")
@@ -91,3 +121,46 @@ class MemorySummary(CachedStyles, Widget):
                 Text(f"⚠ not sharding as expected: rank{'s' if len(over) > 1 else ''} {ranks}", style=self._s("bad"))
             )
         return Text("\n").join(lines)
+
+
+Piece = tuple[str, Any]
+"""A run of text and its style (a Rich Style, or a Textual style string)."""
+Phrase = tuple[Piece, ...]
+"""Pieces that stay together on one line (a figure and its unit, a legend's glyph and label)."""
+
+
+def fit_phrases(
+    phrases: list[Phrase], width: int, *, indent: int = 0, gap: int = 1, space_style: Any = ""
+) -> list[list[Piece]]:
+    """``phrases`` as lines of at most ``width`` cells, ``gap`` spaces (in ``space_style``)
+    between two on a line, each phrase whole: one that does not fit the rest of a line starts
+    the next, after ``indent`` spaces (under a row's value) where it fits so. One wider than a
+    line is left to the widget to wrap. (Rich and Textual break a line at any space, a
+    no-break one too: phrases are kept whole here.)"""
+    lines: list[list[Piece]] = [[]]
+    used = 0
+    for phrase in phrases:
+        n = sum(cell_len(text) for text, _style in phrase)
+        if used and used + gap + n > width:
+            # (under the value where it fits there, else from the line's start)
+            lead = indent if indent + n <= width else 0
+            lines.append([(" " * lead, space_style)] if lead else [])
+            used = lead
+        elif used:
+            lines[-1].append((" " * gap, space_style))
+            used += gap
+        lines[-1].extend(phrase)
+        used += n
+    return [joined(line) for line in lines]
+
+
+def joined(pieces: list[Piece]) -> list[Piece]:
+    """Neighbouring pieces of one style made one (a space between two phrases is no run of
+    its own)."""
+    out: list[Piece] = []
+    for text, style in pieces:
+        if out and out[-1][1] == style:
+            out[-1] = (out[-1][0] + text, style)
+        else:
+            out.append((text, style))
+    return out
