@@ -104,10 +104,10 @@ def cmd_record_checked(ns: argparse.Namespace) -> int:
     return cmd_record(ns)
 
 
-def _run_tui(source, *, title: str) -> int:
+def _run_tui(source, *, title: str, notice: str = "") -> int:
     from pardash.tui.app import make_app
 
-    app = make_app(source, launched=False, title=title)
+    app = make_app(source, launched=False, title=title, notice=notice)
     app.run()
     return app.return_code or 0  # 1 when the app ended on an error (Textual printed it)
 
@@ -251,15 +251,17 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         fail(str(exc))
     finally:
         progress.close()
+    notice = ""
     if ns.start != float("inf") and ns.start > source.duration_s:
         # It opened at the run's end without a word (`--start 99:00:00` of a 5 s run): as if the
-        # run had gone on that long. (`--start end` asks for its end: nothing to say.)
+        # run had gone on that long. (`--start end` asks for its end: nothing to say.) Said
+        # here and, as the dashboard covers the terminal, on it.
         from pardash.tui.format import fmt_clock
 
         so_far = " so far (its log is still being written)" if source.following else ""
-        print(f"{PROG}: --start {fmt_clock(ns.start)} is past the run's end: it is only {fmt_clock(source.duration_s)} long{so_far}; "
-              "the replay starts at its end", file=sys.stderr, flush=True)  # fmt: skip
-    return _run_tui(source, title=f"pardash replay {os.path.basename(ns.log)}")
+        notice = f"--start {fmt_clock(ns.start)} is past the run's end: it is only {fmt_clock(source.duration_s)} long{so_far}; the replay starts at its end"
+        print(f"{PROG}: {notice}", file=sys.stderr, flush=True)
+    return _run_tui(source, title=f"pardash replay {os.path.basename(ns.log)}", notice=notice)
 
 
 # -- issue 6: bench, export, Prometheus -----------------------------------------------------

@@ -164,14 +164,18 @@ def test_a_replay_asked_to_start_past_the_runs_end_says_how_long_the_run_is(tmp_
     started: list[float] = []
     monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: True)
     monkeypatch.setattr(cli.sys.stdout, "isatty", lambda: True)
-    monkeypatch.setattr(cli, "_run_tui", lambda source, title: (started.append(source.position_s), 0)[1])
+    notices: list[str] = []
+    monkeypatch.setattr(cli, "_run_tui", lambda source, title, notice="": (started.append(source.position_s), notices.append(notice), 0)[2])
     assert cli.main(["replay", log, "--start", "99:00:00"]) == 0
     said = capsys.readouterr().err
     assert said == f"pardash: --start 99:00:00 is past the run's end: it is only {long} long; the replay starts at its end\n"
     assert started == [src.duration_s]
+    # and on the dashboard, which covers the terminal (the line above showed only after it)
+    assert notices == [said[len("pardash: "):].strip()]
     for start in ("end", "0:01", "0"):  # its end asked for, or a time in the run: nothing to say
         assert cli.main(["replay", log, "--start", start]) == 0
         assert capsys.readouterr().err == "", start
+        assert notices[-1] == "", start
 
 
 # -- a damaged .gz log --------------------------------------------------------------------------

@@ -82,6 +82,7 @@ class PardashApp(App[str | None]):
         title: str = "",
         on_exit_choice: ExitChoiceCallback | None = None,
         job_over: Callable[[], bool] | None = None,
+        notice: str = "",
     ) -> None:
         super().__init__()
         self.source = source
@@ -96,6 +97,8 @@ class PardashApp(App[str | None]):
         self._last_change = time.monotonic()
         self._poll_error = ""
         self._gc_saved: tuple[int, ...] | None = None
+        self.notice = notice
+        """Said once the screen is up (a note printed before it would be hidden behind it)."""
         if title:
             self.title = title
 
@@ -105,6 +108,8 @@ class PardashApp(App[str | None]):
         return DashboardScreen() if self.source.live else ReplayDashboardScreen()
 
     def on_mount(self) -> None:
+        if self.notice:
+            self.notify(self.notice, severity="warning", timeout=15)
         self._poll()
         self.set_interval(POLL_S, self._poll)
         self._watch_sockets()
@@ -360,6 +365,7 @@ def make_app(
     title: str = "",
     on_exit_choice: ExitChoiceCallback | None = None,
     job_over: Callable[[], bool] | None = None,
+    notice: str = "",
 ) -> PardashApp:
     """Build the dashboard over ``source``.
 
@@ -369,6 +375,7 @@ def make_app(
     (so the CLI can start stopping the job while the terminal is restored). ``app.run()``
     returns the same string, or None if the app ended another way (treat it as detach).
     ``job_over``: whether the launched job has ended (ranks that failed may be restarted by
-    torchrun; until the job says so, ``q`` asks).
+    torchrun; until the job says so, ``q`` asks). ``notice``: a warning shown once the
+    dashboard is up (what the CLI printed before it, which the dashboard would hide).
     """
-    return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over)
+    return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over, notice=notice)
