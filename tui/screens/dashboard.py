@@ -476,8 +476,8 @@ class DashboardScreen(Screen):
             series = run_series(self.source.state, trend.plot_width)
             trend.series = series
             if series is not None:
-                ranks = f"{series.others} rank{'s' if series.others != 1 else ''}"
-                self._trend_band = f"▀ median, ░ range of {ranks}"
+                # (one rank, single or dp: no median of one; its band is its spread in a column)
+                self._trend_band = f"▀ median, ░ range of {series.others} ranks" if series.others != 1 else "▀ 1 rank, ░ its range"
                 self._trend_now()
 
     @on(RankHighlighted)
