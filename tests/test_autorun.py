@@ -1742,7 +1742,8 @@ def test_gradient_accumulation_counts_optimizer_steps(plain_ddp_run):
     _, msgs = plain_ddp_run
     for rank in (0, 1):
         steps = _steps(msgs, rank)
-        # 3 micro-batches of 32 samples a step, one optimizer step: one pardash step.
+        # 3 micro-batches of 32 samples a step, one optimizer step: one pardash step (not 3).
+        assert [s.step for s in steps] == list(range(1, PLAIN_DDP_STEPS + 1))
         assert all(s.samples == 96 and s.custom.get("micro_batches") == 3 for s in steps)
         # DDP all-reduces in the last micro-batch's backward: the self time reaches past the
         # first two micro-batches' forward and backward.

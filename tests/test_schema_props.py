@@ -355,15 +355,34 @@ def test_event_text_is_cut_not_refused():
     assert ev.traceback.endswith("y" * 1000) and len(ev.traceback) < security.MAX_TRACEBACK + 100
 
 
-def test_counters_summed_over_hostile_ranks_still_encode():
+@pytest.mark.parametrize("max_count", [security.MAX_COUNT, (1 << 63) - 1], ids=["max_count", "int64_max"])
+def test_counters_summed_over_hostile_ranks_still_encode(monkeypatch, max_count):
+    # Each rank's counts as large as the hub takes, in every one of its processes: its first
+    # message (a hello, at any seq) says max_count messages lost, and so does each process
+    # torchrun started again (a new pid and restart count: its seq starts again at 0, and its
+    # next hello's seq is taken too); each heartbeat says max_count dropped. With the hub's
+    # MAX_COUNT raised to int64's largest, the sums pass what MessagePack carries (2**64 - 1):
+    # only the hub's clamp of its stats keeps the frame and snapshot encodable.
+    monkeypatch.setattr(security, "MAX_COUNT", max_count)  # the hub reads it per message
+    big, ranks, restarts = max_count, 3, 3
     core = HubCore(run_id=RUN)
-    for r in range(3):
-        core.ingest(schema.Hello(run=RUN, rank=r, world_size=3), 0.0)
-        core.ingest(schema.Heartbeat(run=RUN, rank=r, seq=security.MAX_COUNT, dropped=security.MAX_COUNT), 0.0)
-        for _ in range(3):  # restarts carry lost counts forward
-            core.ingest(schema.Hello(run=RUN, rank=r, world_size=3, seq=0), 0.0)
-            core.ingest(schema.Heartbeat(run=RUN, rank=r, seq=security.MAX_COUNT, dropped=security.MAX_COUNT), 0.0)
-    check_encodable(core)
+    for r in range(ranks):
+        pid = 1000 * (r + 1)
+        core.ingest(schema.Hello(run=RUN, rank=r, world_size=ranks, seq=big, pid=pid), 0.0)
+        core.ingest(schema.Heartbeat(run=RUN, rank=r, seq=big, dropped=big), 0.0)
+        for k in range(1, restarts + 1):
+            core.ingest(schema.Hello(run=RUN, rank=r, world_size=ranks, seq=0, pid=pid + k, restart=k), 0.0)
+            core.ingest(schema.Hello(run=RUN, rank=r, world_size=ranks, seq=big, pid=pid + k, restart=k), 0.0)
+            core.ingest(schema.Heartbeat(run=RUN, rank=r, seq=big, dropped=big), 0.0)
+    # The set-up took: nothing refused, and the counts are the large ones (each process lost
+    # all but the 2 or 3 messages it sent of its max_count + 1).
+    assert not any(core.rejected.values()) and core.redundant == 0
+    assert core.state.lost >= ranks * (restarts + 1) * (big - 2)
+    assert sum(r.heartbeat.dropped for r in core.state.ranks.values()) == ranks * big
+    frames.encode(core.tick(5000.0))  # raises where a count does not fit
+    snap = frames.decode_snapshot(frames.encode(core.snapshot()))
+    limit = (1 << 63) - 1
+    assert snap.stats.lost == min(core.state.lost, limit) and snap.stats.dropped == min(ranks * big, limit)
 
 
 def mostly(valid: st.SearchStrategy, hostile: st.SearchStrategy) -> st.SearchStrategy:
