@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -43,6 +44,17 @@ def _steps(log, rank=None):
     if not log.exists():
         return []
     return [m for m in load_log(log)[0] if isinstance(m, schema.Step) and (rank is None or m.rank == rank)]
+
+
+CHATTY = os.path.join(os.path.dirname(__file__), "scripts", "chatty.py")
+
+
+def _gated(tmp_path: Path, steps: int, at: int) -> tuple[list[str], Path]:
+    """chatty.py's arguments for ``steps`` steps that wait after step ``at`` until the test
+    touches the returned file: what the test does mid-run happens while the job waits, not in
+    a time budget of steps (a loaded machine ran the whole job first now and then)."""
+    go = tmp_path / "go"
+    return ["--nproc", "1", "--", CHATTY, str(steps), str(go), str(at)], go
 
 
 def test_hub_killed_mid_run_is_restarted_and_the_log_carries_on(tmp_path):
@@ -372,22 +384,32 @@ def test_a_sigterm_as_the_launch_starts_leaves_nothing_running(tmp_path, sig, co
 
 def test_viewer_killed_the_job_and_log_go_on(tmp_path):
     log = tmp_path / "run.jsonl"
-    # 50 ms of sleep a step (no CPU taken): 6 s of run for the new viewer to start in, on a
-    # loaded machine too (120 plain steps took 1-2 s, and a viewer started later found the run over).
-    p = _start(tmp_path, "--strategy", "single", "--steps", "120", "--inject-straggler", "0:data:0.05")
+    # The rank waits after its step 10 until the new viewer follows the run (a run of 120
+    # steps stretched to 6 s for it to start in was over first on a loaded machine).
+    args, go = _gated(tmp_path, 40, at=10)
+    p = _start(tmp_path, *args)
     wait_for(lambda: len(_steps(log, 0)) >= 10, timeout_s=120, poll_s=0.3)
     entry = registry.live_runs()[0]
     run_id = entry["run_id"]
     p.kill()  # the foreground (viewer) dies; the supervisor, hub and ranks are in another session
     p.wait()
     # Attach again: the new viewer follows the run to its end, then ends by itself.
-    att = subprocess.run(
-        [sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", run_id],
-        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
-    assert att.returncode == 0, att.stderr[-2000:]
-    assert "step 120/120" in att.stdout and "pardash: the run is over: 1 finished" in att.stdout
-    wait_for(lambda: any(s.step == 120 for s in _steps(log, 0)), timeout_s=180, poll_s=0.5)
+    said = tmp_path / "attach.out"
+    with open(said, "w") as out:
+        att = subprocess.Popen([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", run_id],
+                               stdout=out, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    try:
+        wait_for(lambda: re.search(r"\bstep 10\b", said.read_text()), timeout_s=120, poll_s=0.2)  # it follows the run
+        go.touch()
+        _, err = att.communicate(timeout=240)
+    finally:
+        if att.poll() is None:
+            att.kill()
+            att.wait()
+    assert att.returncode == 0, err[-2000:]
+    text = said.read_text()
+    assert re.search(r"\bstep 40\b", text) and "pardash: the run is over: 1 finished" in text, text[-2000:]
+    wait_for(lambda: any(s.step == 40 for s in _steps(log, 0)), timeout_s=180, poll_s=0.5)
     result = tmp_path / "runs" / run_id / "result.json"
     wait_for(result.exists, timeout_s=60)
     assert json.loads(result.read_text())["code"] == 0
@@ -396,7 +418,7 @@ def test_viewer_killed_the_job_and_log_go_on(tmp_path):
     wait_for(lambda: _ended(supervisor), timeout_s=60)
     # In the order the rank sent them (the log's is the hub's: steps its heartbeat thread sent
     # for the loop, on a socket of their own, can be taken after the loop's next ones).
-    assert [s.step for s in sorted(_steps(log, 0), key=lambda s: s.seq)] == list(range(1, 121))
+    assert [s.step for s in sorted(_steps(log, 0), key=lambda s: s.seq)] == list(range(1, 41))
 
 
 def test_a_torchrun_killed_outright_has_its_orphaned_ranks_stopped_and_says_so(tmp_path):
@@ -548,16 +570,26 @@ def test_a_pid_the_system_gave_another_program_is_no_supervisor(tmp_path):
 def test_ranks_that_write_on_after_their_supervisor_was_killed_train_on(tmp_path):
     # torchrun's stderr was a pipe to the supervisor: once it was killed, a rank's next line
     # on stderr (a warning, a logger, a traceback) failed with EPIPE and ended the run.
-    script = os.path.join(os.path.dirname(__file__), "scripts", "chatty.py")
+    # The rank waits after its step 5 until its supervisor is dead, then writes on: 25 lines
+    # on each stream (the kill landed at step 7 of 300 of a run given no wait, or after its end).
     log = tmp_path / "run.jsonl"
-    p = _start(tmp_path, "--nproc", "1", "--", script, "300")
+    args, go = _gated(tmp_path, 30, at=5)
+    p = _start(tmp_path, *args)
     wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.1)
     (entry,) = registry.live_runs()
     os.kill(entry["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: _ended(entry["supervisor_pid"]), timeout_s=30)  # (its end of the job's streams closed)
+    go.touch()
     out, err = p.communicate(timeout=240)
     assert p.returncode == 0, out[-2000:] + err[-2000:]
     assert "the run is over: 1 finished" in out
-    assert max(s.step for s in _steps(log, 0)) == 300
+    assert max(s.step for s in _steps(log, 0)) == 30
+    # It wrote after the kill: its lines of the steps after the wait, on stdout (the job's
+    # output file) and on stderr (torchrun's, in a file of its own once headless).
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    for written in (run_dir / "output.log", run_dir / "torchrun" / "stderr.log"):
+        lines = written.read_text().splitlines()
+        assert all(f"rank 0 step {step}" in lines for step in range(6, 31)), (written.name, lines[-20:])
     msgs, _ = load_log(log)
     assert not [m for m in msgs if isinstance(m, schema.Event) and m.name == "error"]
     # The launch ends once the ranks have: it returned as they said they finished, their
@@ -674,16 +706,21 @@ def test_a_log_whose_folder_is_removed_mid_run_is_written_again_whole(tmp_path):
 
     logs = tmp_path / "logs"
     log = logs / "run.jsonl"
+    # The rank waits after its step 5 until the hub has written the log again (a run of 200
+    # steps left the rest to chance: the deletion had to be seen before the run's end).
+    args, go = _gated(tmp_path, 40, at=5)
     cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
-           "--every", "1", "--log-every", "0", "--strategy", "single", "--steps", "200"]  # fmt: skip
+           "--every", "1", *args]  # fmt: skip
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path)
     wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
     shutil.rmtree(logs)
+    wait_for(lambda: log.exists() and b"written again at its path" in log.read_bytes(), timeout_s=60, poll_s=0.2)
+    go.touch()
     out, err = p.communicate(timeout=240)
     assert p.returncode == 0, err[-2000:]
     msgs, stats = load_log(log)
     assert not stats.skipped_total
-    assert sorted(m.step for m in msgs if isinstance(m, schema.Step)) == list(range(1, 201))
+    assert sorted(m.step for m in msgs if isinstance(m, schema.Step)) == list(range(1, 41))
     said = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1]
     assert len(said) == 1 and "was deleted while the hub wrote it: written again at its path" in said[0]
     assert "written again at its path" in out  # said as it happened (a deletion in the run's last moments is said in the log only)
@@ -694,15 +731,26 @@ def test_a_launch_names_the_file_its_log_went_on_in(tmp_path):
     # on beside it, and the launch's last line names that file, not the empty one.
     # A hub the launcher restarts then carries on in that file too (it appended to the file at
     # the path, splitting the run in two).
+    # The rank waits after its step 5 until the restarted hub is up (a run of 300 steps left
+    # the rotation and the restart to be done before its end).
     log = tmp_path / "run.jsonl"
-    p = _start(tmp_path, "--strategy", "single", "--steps", "300")
+    args, go = _gated(tmp_path, 40, at=5)
+    p = _start(tmp_path, *args)
     wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
     os.rename(log, tmp_path / "old.jsonl")
     log.write_bytes(b"")
     wait_for(lambda: list(tmp_path.glob("run.restored-*.jsonl")), timeout_s=60)
     (beside,) = tmp_path.glob("run.restored-*.jsonl")
     wait_for(lambda: registry.live_runs() and registry.live_runs()[0]["log"] == str(beside), timeout_s=30)
-    os.kill(registry.live_runs()[0]["pid"], signal.SIGKILL)
+    killed = registry.live_runs()[0]["pid"]
+    os.kill(killed, signal.SIGKILL)
+
+    def restarted() -> bool:
+        runs = registry.live_runs()
+        return bool(runs) and runs[0]["pid"] != killed and runs[0]["log"] == str(beside)
+
+    wait_for(restarted, timeout_s=60, poll_s=0.2)
+    go.touch()
     out, err = p.communicate(timeout=240)
     assert p.returncode == 0, err[-2000:]
     assert "restarting it" in err
@@ -710,7 +758,7 @@ def test_a_launch_names_the_file_its_log_went_on_in(tmp_path):
     from pardash.telemetry.report import build_report
 
     for r in build_report(str(beside))["ranks"]:
-        assert r["steps"] + r["lost_messages"] >= 300
+        assert r["steps"] + r["lost_messages"] >= 40
     assert log.read_bytes() == b""
 
 

@@ -84,7 +84,7 @@ def test_ddp_holds_everything_and_learns(shared_run):
         (["--strategy", "zero3"], "invalid choice"),
         (["--model", "resnet"], "invalid choice"),
         (["--nproc", "0"], "--nproc 0"),
-        (["--device", "cuda"], "no NVIDIA GPU"),
+        pytest.param(["--device", "cuda"], "no NVIDIA GPU", marks=pytest.mark.skipif(bool(_gpu_count()), reason="a GPU is visible")),
         (["--log", "/proc/nope/run.jsonl"], "cannot write the log"),
         (["--log", "logs/"], "--log logs/ is a folder; give a file: --log logs/telemetry.jsonl"),
         (["--log", "/etc/hostname/x/run.jsonl"], "/etc/hostname is a file, not a folder"),  # (it said "File exists")

@@ -132,14 +132,17 @@ def test_a_copy_goes_on_across_a_hub_killed_and_restarted_on_its_log(tmp_path):
     # The launcher's supervisor restarts a killed hub on the same ports and log (--resume): a
     # copy made meanwhile goes on from its offset, and ends with the new hub's last line.
     log, copy = tmp_path / "hub.jsonl", tmp_path / "copy.jsonl"
-    port = _free_ports()
 
     def hub(*extra: str) -> tuple[subprocess.Popen, dict]:
-        p = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--run-id", "rec-k", "--log", str(log), "--port", str(port),
+        p = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--run-id", "rec-k", "--log", str(log),
                               "--no-registry", *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env())  # fmt: skip
         return p, json.loads(p.stdout.readline())
 
+    # The first hub binds ports of its own choosing (three in a row); the second takes them
+    # again as the supervisor's restart does: --port with the ingest port the ranks know.
+    # (Ports picked free beforehand and bound later could be taken meanwhile by another test.)
     first, info = hub()
+    port = info["ingest"].rsplit(":", 1)[1]
     rec = _record(info["ingest"], "-o", str(copy), "--every", "1000")
     second = None
     try:
@@ -147,7 +150,8 @@ def test_a_copy_goes_on_across_a_hub_killed_and_restarted_on_its_log(tmp_path):
         wait_for(lambda: _same_so_far(copy, log))
         first.send_signal(signal.SIGKILL)
         first.wait(30)
-        second, info = hub("--resume")
+        second, info = hub("--port", port, "--resume")
+        assert info["ingest"].endswith(f":{port}")
         live_ranks(info, "rec-k", log, steps=3)
         wait_for(lambda: b"hub restarted" in log.read_bytes() and _same_so_far(copy, log))  # (the new hub has it asking)
     finally:
@@ -158,31 +162,6 @@ def test_a_copy_goes_on_across_a_hub_killed_and_restarted_on_its_log(tmp_path):
     assert rec.returncode == 0, err
     assert "its hub restarted; the copy goes on" in err
     assert copy.read_bytes() == log.read_bytes()
-
-
-def _free_ports() -> int:
-    """A port P with P, P+1 and P+2 free (a hub's ingest, updates and snapshot)."""
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p > 65530:
-            continue
-        try:
-            socks = []
-            for q in (p, p + 1, p + 2):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", q))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-        return p
-    raise AssertionError("no three free ports in a row")
 
 
 @contextlib.contextmanager

@@ -12,12 +12,9 @@ from pardash.telemetry.env import rank_identity, telemetry_enabled
 from pardash.telemetry.reporter import Reporter
 
 
-def _free_endpoint() -> str:
-    ctx = zmq.Context.instance()
-    s = ctx.socket(zmq.PULL)
-    port = s.bind_to_random_port("tcp://127.0.0.1")
-    s.close(0)  # nothing listens there any more
-    return f"tcp://127.0.0.1:{port}"
+NO_HUB = "tcp://127.0.0.1:9"
+"""Where no hub listens (the discard port, closed here: a port picked free and closed again
+could be bound meanwhile by another test's hub)."""
 
 
 def _first_beat_after_the_loop(rep: Reporter, monkeypatch) -> threading.Event:
@@ -38,7 +35,7 @@ def _first_beat_after_the_loop(rep: Reporter, monkeypatch) -> threading.Event:
 
 
 def test_no_hub_never_blocks_and_counts_drops():
-    rep = Reporter(_free_endpoint(), run="r", identity=identity(0), hwm=100, heartbeat_s=0)
+    rep = Reporter(NO_HUB, run="r", identity=identity(0), hwm=100, heartbeat_s=0)
     done = threading.Event()
 
     def publish():
@@ -208,7 +205,7 @@ def test_zeromq_threads_of_the_reporter_never_take_a_core_from_training():
     user_ctx = zmq.Context()
     user_sock = user_ctx.socket(zmq.PUSH)  # starts the user's context's threads
     before = {t: _sched(t) for t in map(int, os.listdir("/proc/self/task"))}
-    rep = Reporter("tcp://127.0.0.1:9", identity=identity(0), heartbeat_s=0)
+    rep = Reporter(NO_HUB, identity=identity(0), heartbeat_s=0)
     try:
         after = {t: _sched(t) for t in map(int, os.listdir("/proc/self/task"))}
         new = {t: s for t, s in after.items() if t not in before}

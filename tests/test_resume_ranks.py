@@ -6,19 +6,12 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import types
 
 import pytest
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank(rank: int, root: str, port: int, out: str) -> None:
+def _rank(rank: int, root: str, store: str, out: str) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -26,9 +19,11 @@ def _rank(rank: int, root: str, port: int, out: str) -> None:
     from pardash.trainer import checkpoint, resume
     from pardash.trainer.strategies import Wrapped
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # The ranks meet through a file, not a port: a port picked free and bound later by rank 0
+    # could be taken in between by another test's process.
     # A rank left behind in a collective fails after this, instead of hanging the test.
-    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=30))  # fmt: skip
     torch.manual_seed(0)
     inner = torch.nn.Linear(4, 2)
     model = DDP(inner)
@@ -83,7 +78,7 @@ def test_a_checkpoint_one_rank_cannot_read_sends_every_rank_back(tmp_path):
 
     root, out = tmp_path / "ckpt", tmp_path / "out"
     out.mkdir()
-    mp.spawn(_rank, args=(str(root), _free_port(), str(out)), nprocs=2, join=True)
+    mp.spawn(_rank, args=(str(root), str(tmp_path / "store"), str(out)), nprocs=2, join=True)
     results = {r: (out / f"rank{r}").read_text() for r in (0, 1)}
     for r, text in results.items():
         assert text.startswith("step 2 from step-00000002, weights of step 2: True"), (r, text)

@@ -1,6 +1,10 @@
 """Trains STEPS steps of a tiny DDP model, each rank saying each step on stderr and stdout (as
-a logger or a progress bar does), 20 ms a step."""
+a logger or a progress bar does), 20 ms a step.
 
+``chatty.py STEPS GO AT``: after its step AT each rank waits for the file GO before the rest, so
+a test does what it does mid-run while the job waits for it (not in a time budget of steps)."""
+
+import os
 import sys
 import time
 
@@ -9,6 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+go, at = (sys.argv[2], int(sys.argv[3])) if len(sys.argv) > 3 else (None, 0)
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
@@ -20,4 +25,7 @@ for step in range(1, steps + 1):
     print(f"rank {rank} step {step}", file=sys.stderr, flush=True)
     print(f"rank {rank} step {step}", flush=True)
     time.sleep(0.02)
+    if go is not None and step == at:
+        while not os.path.exists(go):
+            time.sleep(0.05)
 dist.destroy_process_group()

@@ -161,7 +161,7 @@ async def test_a_ranks_events_written_while_hidden_are_rewrapped_when_the_termin
         await pilot.pause()
         assert isinstance(app.screen, RankDetailScreen)
         await pilot.resize_terminal(200, 60)
-        await pilot.pause(0.3)
+        await pilot.pause()
         log = app.screen.query_one(EventLog)
         texts = [strip.text.rstrip() for strip in log.lines]
         assert "RuntimeError: CUDA error: an illegal" in texts[0], texts  # at the panel's width, not at 20
@@ -255,7 +255,7 @@ async def test_a_replay_started_at_its_end_shows_its_newest_event_in_a_one_line_
 
     app = make_app(ReplaySource(str(DATA / "exited4.jsonl"), start_s=1e9))
     async with app.run_test(size=(70, 24)) as pilot:
-        await pilot.pause(0.3)
+        await pilot.pause()
         log = app.screen.query_one("#events", EventLog)
         rows = log.scrollable_content_region.height
         assert 0 < rows < len(log.lines)

@@ -162,15 +162,16 @@ def test_the_alerts_name_runs_of_ranks_as_ranges_and_count_the_rest():
 async def test_the_runs_loss_shows_under_the_grid_when_the_grid_leaves_room(fixture, size, shown):
     from pardash.tui.widgets.history_chart import HistoryChart
     from pardash.tui.widgets.rank_grid import RankGrid
-    from tui_helpers import replay_app
+    from tui_helpers import replay_app, until
 
     app = replay_app(fixture)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        await pilot.pause(0.6)  # the chart follows at the slow panels' rate
         trend = app.screen.query_one("#trend", HistoryChart)
         grid = app.screen.query_one(RankGrid)
         assert trend.display == shown
+        if shown:
+            await until(pilot, lambda: trend.series is not None)  # the chart follows at the slow panels' rate
         # the grid, with or without the chart, draws every line it drew before
         assert len(grid._layout.lines) + 1 <= grid.scrollable_content_region.height
         if shown:

@@ -5,7 +5,7 @@ the arrows, enter, clicks, the filter and the replay controls' ordinary use)."""
 from __future__ import annotations
 
 import pytest
-from tui_helpers import DATA, replay_app
+from tui_helpers import DATA, replay_app, until
 
 from pardash.telemetry.client import FrameApplier, ReplaySource
 from pardash.tui.app import SPEEDS, make_app
@@ -80,9 +80,8 @@ async def test_a_job_that_ends_under_the_quit_dialog_is_said_and_q_then_leaves()
         await pilot.pause()
         assert app.screen is dialog and not dialog.ended
         assert "Leave run" in str(dialog.query_one("#question", Label).render())
-        ended[0] = True  # torchrun exits, with no new frame
-        await pilot.pause(0.7)
-        assert dialog.ended
+        ended[0] = True  # torchrun exits, with no new frame: the dialog's own check finds it
+        await until(pilot, lambda: dialog.ended)
         assert "has ended" in str(dialog.query_one("#question", Label).render())
         assert not dialog.query_one("#stop", Button).display
         await pilot.press("q")
@@ -410,16 +409,15 @@ async def test_the_side_panels_take_their_width_back_when_the_terminal_grows_aga
     # stayed at 64 columns and the grid kept 70 empty ones.
     app = replay_app("exited4.jsonl")
     async with app.run_test(size=(200, 60)) as pilot:
-        await pilot.pause(0.2)
+        await pilot.pause()
         side = app.screen.query_one("#side")
         wide = side.size.width
         assert wide > 64
         await pilot.resize_terminal(50, 12)
-        await pilot.pause(0.2)
+        await pilot.pause()
+        assert side.size.width < wide
         await pilot.resize_terminal(200, 60)
-        for _ in range(10):
-            await pilot.pause(0.1)
-        assert side.size.width == wide
+        await until(pilot, lambda: side.size.width == wide)
 
 
 @pytest.mark.parametrize("size", [(60, 20), (50, 16)])
@@ -429,7 +427,7 @@ async def test_a_terminal_too_narrow_for_the_panels_side_by_side_has_them_under_
     # Cancel button at 50 columns.
     app = replay_app("exited4.jsonl", launched=True)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.2)
+        await pilot.pause()
         screen = app.screen.region
         main, alerts = app.screen.query_one("#main").region, app.screen.query_one("#alerts").region
         assert main.right <= screen.right and alerts.right <= screen.right

@@ -19,10 +19,10 @@ async def test_the_grid_and_memory_view_say_bytes_as_the_rest_and_ddp_buckets_on
 
     app = replay_app("straggler8.jsonl")  # DDP over 8 ranks
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.3)
+        await pilot.pause()
         grid = grid_text(app)
         await pilot.press("m")
-        await pilot.pause(0.3)
+        await pilot.pause()
         summary = widget_text(app.screen.query_one(MemorySummary))
         per_rank = re.search(r"per rank\s+(\S+ \S+) \+ (\S+ \S+) buckets = (\S+ \S+)", summary)
         assert per_rank, summary
@@ -44,6 +44,6 @@ async def test_the_memory_view_of_one_rank_says_rank_not_ranks():
     app = replay_app("dp1.jsonl")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("m")
-        await pilot.pause(0.3)
+        await pilot.pause()
         title = widget_text(app.screen.query_one("#title", Static))
         assert "dp · 1 rank " in title + " " and "1 ranks" not in title, title

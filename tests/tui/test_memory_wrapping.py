@@ -34,7 +34,7 @@ async def test_the_dashboards_memory_panel_keeps_each_phrase_on_one_line(fixture
 
     app = replay_app(fixture)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.3)
+        await pilot.pause()
         panel = app.screen.query_one(MemorySummary)
         lines = shown_lines(panel)
         for phrase in phrases:
@@ -51,7 +51,7 @@ async def test_the_memory_screens_legend_and_title_keep_their_phrases_whole(widt
     app = replay_app("straggler8.jsonl")
     async with app.run_test(size=(width, 30)) as pilot:
         await pilot.press("m")
-        await pilot.pause(0.3)
+        await pilot.pause()
         legend = shown_lines(app.screen.query_one("#legend"))
         for key in ("█ params", "█ grads", "█ optimizer", "█ DDP buckets", "░ unsharded (a full copy of its state)", "┃ expected for the strategy"):
             assert any(key in line for line in legend), (key, legend)

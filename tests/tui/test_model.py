@@ -627,7 +627,7 @@ async def test_a_ranks_detail_says_now_what_its_title_says_of_its_last_step():
     app = replay_app("straggler8.jsonl")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("enter")
-        await pilot.pause(0.3)
+        await pilot.pause()
         screen = app.screen
         assert isinstance(screen, RankDetailScreen)
         r = app.source.state.ranks[0]

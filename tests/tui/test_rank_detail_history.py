@@ -42,8 +42,10 @@ async def test_a_long_runs_charts_say_they_hold_its_last_steps_only(tmp_path, mo
     app = replay_app("long.jsonl")
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("enter")
-        await pilot.pause(0.3)
-        for chart in app.screen.query(HistoryChart):
+        await pilot.pause()
+        charts = app.screen.query(HistoryChart)
+        assert len(charts) == 3
+        for chart in charts:
             series = chart.series
             assert series is not None and series.first_step > 1 and series.last_step == 2000
             title = plain(chart.border_title)
@@ -53,8 +55,10 @@ async def test_a_long_runs_charts_say_they_hold_its_last_steps_only(tmp_path, mo
     app = replay_app("long.jsonl")
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("enter")
-        await pilot.pause(0.3)
-        for chart in app.screen.query(HistoryChart):  # shorter, whole
+        await pilot.pause()
+        charts = app.screen.query(HistoryChart)
+        assert len(charts) == 3
+        for chart in charts:  # shorter, whole
             title = plain(chart.border_title)
             assert title.endswith("-2000 only") and len(f"╭─ {title} ─╮") <= chart.size.width, title
 
@@ -65,6 +69,6 @@ async def test_a_short_runs_charts_have_their_plain_titles():
     app = replay_app("straggler8.jsonl")
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("enter")
-        await pilot.pause(0.3)
+        await pilot.pause()
         titles = [plain(chart.border_title) for chart in app.screen.query(HistoryChart)]
         assert titles == ["loss", "step time", "self time"]

@@ -21,7 +21,7 @@ async def test_a_ranks_detail_at_80x24_keeps_the_others_median_its_memory_and_it
     app = replay_app("exited4.jsonl")
     async with app.run_test(size=SMALL) as pilot:
         await pilot.press("down", "enter")
-        await pilot.pause(0.3)
+        await pilot.pause()
         screen = app.screen
         phases = widget_text(screen.query_one(PhaseBars)).splitlines()
         assert len(phases) >= 6
@@ -48,7 +48,7 @@ async def test_a_ranks_detail_at_80x24_shows_its_hosts_cpu_and_gpu_without_scrol
     app = replay_app("exited4.jsonl")
     async with app.run_test(size=SMALL) as pilot:
         await pilot.press("down", "enter")
-        await pilot.pause(0.3)
+        await pilot.pause()
         screen = app.screen
         figures, system = screen.query_one("#figures"), screen.query_one("#system", FactList)
         lines = widget_text(system).splitlines()
@@ -63,7 +63,7 @@ async def test_a_ranks_detail_at_80x24_shows_its_hosts_cpu_and_gpu_without_scrol
     app = replay_app("straggler8.jsonl")
     async with app.run_test(size=SMALL) as pilot:
         await pilot.press(*["down"] * 5, "enter")
-        await pilot.pause(0.3)
+        await pilot.pause()
         figures, system = app.screen.query_one("#figures"), app.screen.query_one("#system", FactList)
         assert widget_text(system).startswith("gpu ") and system.content_region.y < figures.region.bottom
 
@@ -97,7 +97,7 @@ async def test_a_ranks_memory_figures_are_in_one_unit_style_and_say_what_they_ar
     app = replay_app("run4.jsonl")
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("enter")
-        await pilot.pause(0.3)
+        await pilot.pause()
         lines = widget_text(app.screen.query_one("#memory", FactList)).splitlines()
         held = next(line for line in lines if line.startswith("held"))
         against = held.split(" of ")[1].split(" (")[0]
@@ -182,7 +182,7 @@ async def test_a_tiny_terminal_shows_every_rank(fixture, size):
 
     app = replay_app(fixture)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.3)
+        await pilot.pause()
         grid = app.screen.query_one(RankGrid)
         assert ranks_on_screen(app) == set(grid.shown_ranks) and grid.shown_ranks
         # with the legend where it fits over them
@@ -204,7 +204,7 @@ async def test_a_short_side_area_draws_no_panel_as_a_bare_border(fixture, size):
 
     app = replay_app(fixture)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.3)
+        await pilot.pause()
         screen = app.screen
         side = screen.query_one("#side")
         for panel in ("#alerts", "#memory", "#events"):

@@ -40,3 +40,16 @@ def widget_text(widget) -> str:
     """Plain text of a widget that renders with render()."""
     rendered = widget.render()
     return getattr(rendered, "plain", str(rendered))
+
+
+async def until(pilot, pred, timeout_s: float = 60.0) -> None:
+    """Let the app run until ``pred()`` holds (what it waits for comes with a timer of the app's
+    or a hub's frames); fails the test after a generous bound (not a timing claim)."""
+    import time
+
+    end = time.monotonic() + timeout_s
+    await pilot.pause()
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        await pilot.pause(0.05)
