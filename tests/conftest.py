@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -91,15 +90,11 @@ def _kill_processes_of(registry: str, since: float) -> list[str]:
 @pytest.fixture
 def hub(tmp_path):
     """A real hub (real sockets) serving in a thread; stopped and closed after the test."""
+    from helpers import serving
     from pardash.telemetry.hub import Hub
 
-    h = Hub(run_id="test-run", log_path=str(tmp_path / "telemetry.jsonl"))
-    t = threading.Thread(target=h.serve, daemon=True)
-    t.start()
-    yield h
-    h.stop()
-    t.join(10)
-    h.close()
+    with serving(Hub(run_id="test-run", log_path=str(tmp_path / "telemetry.jsonl"))) as h:
+        yield h
 
 
 # -- shared launches -------------------------------------------------------------------------

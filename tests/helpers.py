@@ -4,6 +4,7 @@ importable by name once a sub-folder has its own conftest)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -31,6 +32,23 @@ def wait_for(pred, timeout_s: float = 30.0, poll_s: float = 0.02, poll=None):
             return True
         time.sleep(poll_s)
     raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+@contextlib.contextmanager
+def serving(hub):
+    """``hub`` (a :class:`~pardash.telemetry.hub.Hub`) serving in a thread of its own while the
+    block runs; then stopped, its thread joined and the hub closed, whatever the block raised.
+    (Sockets on the hub's context must be closed inside the block: closing the hub ends it.)"""
+    import threading
+
+    thread = threading.Thread(target=hub.serve, daemon=True)
+    thread.start()
+    try:
+        yield hub
+    finally:
+        hub.stop()
+        thread.join(30)
+        hub.close()
 
 
 def wait_logged(hub) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import pardash_env, trainer_forks, wait_for
+from helpers import pardash_env, serving, trainer_forks, wait_for
 from pardash.telemetry import schema
 from pardash.telemetry.logreader import load_log
 from pardash.trainer import checkpoint
@@ -43,22 +43,13 @@ def trained(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.Completed
     """The bundled trainer as one plain process (a fork of one that has imported it:
     helpers.trainer_forks) publishing to a hub of its own, job id ``name``; (process, messages
     of the hub's log once the trainer's exit is in it)."""
-    import threading
-
     from pardash.telemetry.hub import Hub
 
     log = tmp_path / f"{name}.jsonl"
-    hub = Hub(run_id=name, log_path=str(log))
-    serving = threading.Thread(target=hub.serve, daemon=True)
-    serving.start()
-    try:
+    with serving(Hub(run_id=name, log_path=str(log))) as hub:
         env = pardash_env(OMP_NUM_THREADS="1", PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID=name)
         proc = trainer_forks.run([*SMALL, *args], env=env, timeout=240, cwd=str(tmp_path))
         wait_for(lambda: log.exists() and events(load_log(log)[0], "exit"), timeout_s=60)
-    finally:
-        hub.stop()
-        serving.join(10)
-        hub.close()
     return proc, load_log(log)[0]
 
 

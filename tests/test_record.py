@@ -8,11 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 
 import pytest
 import zmq
-from helpers import hub_alone, identity, live_ranks, pardash_env, wait_for
+from helpers import hub_alone, identity, live_ranks, pardash_env, serving, wait_for
 
 from pardash.telemetry import logfeed
 from pardash.telemetry.hub import Hub
@@ -211,10 +210,6 @@ def test_a_log_larger_than_an_answer_is_copied_in_whole_lines(tmp_path):
     with open(log, "w") as fh:
         for _ in range(3 * logfeed.CHUNK_BYTES // len(line) + 17):
             fh.write(line + "\n")
-    hub = Hub(run_id="big", log_path=str(log), context=zmq.Context())
-    served = threading.Thread(target=hub.serve, daemon=True)
-    served.start()
-    follower = logfeed.LogFollower(hub.snapshot_endpoint, curve=False, context=hub.ctx)
     chunks: list[int] = []
 
     def progress(cp: logfeed.Copy, news: str) -> None:
@@ -222,18 +217,17 @@ def test_a_log_larger_than_an_answer_is_copied_in_whole_lines(tmp_path):
         with open(copy, "rb") as fh:
             assert fh.read().endswith(b"\n")  # whole lines at every step
 
-    try:
-        rep = Reporter(hub.ingest_endpoint, run="big", identity=identity(0, 1), heartbeat_s=0)
-        rep.hello(strategy="single")
-        rep.step(step=1, loss=0.5, step_s=0.01)
-        rep.close()
-        cp = logfeed.follow(follower, str(copy), default_out=str, wait_s=30, progress=progress,
-                            stop=lambda: _same_so_far(copy, log) and b'"kind":"step"' in copy.read_bytes())  # fmt: skip
-    finally:
-        hub.stop()
-        served.join(30)
-        follower.close()
-        hub.close()
+    with serving(Hub(run_id="big", log_path=str(log), context=zmq.Context())) as hub:
+        follower = logfeed.LogFollower(hub.snapshot_endpoint, curve=False, context=hub.ctx)
+        try:
+            rep = Reporter(hub.ingest_endpoint, run="big", identity=identity(0, 1), heartbeat_s=0)
+            rep.hello(strategy="single")
+            rep.step(step=1, loss=0.5, step_s=0.01)
+            rep.close()
+            cp = logfeed.follow(follower, str(copy), default_out=str, wait_s=30, progress=progress,
+                                stop=lambda: _same_so_far(copy, log) and b'"kind":"step"' in copy.read_bytes())  # fmt: skip
+        finally:
+            follower.close()  # (on the hub's context: before the hub closes it)
     assert copy.read_bytes() == log.read_bytes()[: cp.offset]
     assert len([c for c in chunks if c]) >= 4  # more than one answer
     assert not cp.ended  # stopped by the caller, before the hub ended
@@ -243,18 +237,13 @@ def test_a_log_larger_than_an_answer_is_copied_in_whole_lines(tmp_path):
     at = logfeed.CHUNK_BYTES + len(data) // 3 - 200
     del data[at : data.index(b"\n", at) + 1]
     copy.write_bytes(bytes(data))
-    hub = Hub(run_id="big", log_path=str(log), context=zmq.Context())
-    served = threading.Thread(target=hub.serve, daemon=True)
-    served.start()
-    follower = logfeed.LogFollower(hub.snapshot_endpoint, curve=False, context=hub.ctx)
-    try:
-        with pytest.raises(logfeed.CopyError, match="is not a copy of this run's log up to its end"):
-            logfeed.follow(follower, str(copy), default_out=str, wait_s=30)
-    finally:
-        hub.stop()
-        served.join(30)
-        follower.close()
-        hub.close()
+    with serving(Hub(run_id="big", log_path=str(log), context=zmq.Context())) as hub:
+        follower = logfeed.LogFollower(hub.snapshot_endpoint, curve=False, context=hub.ctx)
+        try:
+            with pytest.raises(logfeed.CopyError, match="is not a copy of this run's log up to its end"):
+                logfeed.follow(follower, str(copy), default_out=str, wait_s=30)
+        finally:
+            follower.close()
 
 
 def test_read_whole_lines_cuts_after_the_last_newline_and_says_why_it_cannot(tmp_path):

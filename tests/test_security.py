@@ -14,14 +14,13 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 
 import pytest
 import zmq
 import zmq.auth
 from zmq.utils.monitor import recv_monitor_message
 
-from helpers import identity, pardash_env, wait_for, wait_logged
+from helpers import identity, pardash_env, serving, wait_for, wait_logged
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.hub import Hub
@@ -47,13 +46,8 @@ def keys(tmp_path):
 
 @pytest.fixture
 def curve_hub(tmp_path, keys):
-    h = Hub(run_id=RUN, log_path=str(tmp_path / "telemetry.jsonl"), curve=keys, world_size=4)
-    t = threading.Thread(target=h.serve, daemon=True)
-    t.start()
-    yield h
-    h.stop()
-    t.join(10)
-    h.close()
+    with serving(Hub(run_id=RUN, log_path=str(tmp_path / "telemetry.jsonl"), curve=keys, world_size=4)) as h:
+        yield h
 
 
 @pytest.fixture
@@ -299,10 +293,7 @@ def _has_ipv6_loopback() -> bool:
 @pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
 def test_a_hub_on_ipv6_loopback_serves_ranks_and_viewers(tmp_path):
     # `--bind ::1` counted as loopback, then failed: "No such device ... check --bind".
-    hub = Hub(run_id="v6", log_path=str(tmp_path / "run.jsonl"), host="::1")
-    t = threading.Thread(target=hub.serve, daemon=True)
-    t.start()
-    try:
+    with serving(Hub(run_id="v6", log_path=str(tmp_path / "run.jsonl"), host="::1")) as hub:
         assert hub.ingest_endpoint.startswith("tcp://[::1]:")
         rep = Reporter(hub.ingest_endpoint, run="v6", identity=identity(0, 1), heartbeat_s=0)
         rep.hello(strategy="single", world_size=1)
@@ -312,10 +303,6 @@ def test_a_hub_on_ipv6_loopback_serves_ranks_and_viewers(tmp_path):
         wait_for(lambda: 0 in viewer.state.ranks and viewer.state.ranks[0].step is not None, poll=viewer.poll)
         viewer.close()
         rep.close()
-    finally:
-        hub.stop()
-        t.join(10)
-        hub.close()
 
 
 def test_a_hub_beyond_loopback_needs_keys_or_insecure(tmp_path, keys):
@@ -583,27 +570,22 @@ def test_a_launched_job_with_keys_records_every_step(tmp_path, keys):
 
 def test_attach_takes_its_keys_by_curve_dir(tmp_path, keys):
     # hub and launch took --curve-dir; a viewer only PARDASH_CURVE_DIR.
-    hub = Hub(run_id=RUN, log_path=str(tmp_path / "run.jsonl"), curve=keys, world_size=1)
-    t = threading.Thread(target=hub.serve, daemon=True)
-    t.start()
-    rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 1), heartbeat_s=0, curve=keys)
-    try:
-        rep.hello(strategy="single", world_size=1)
-        for i in range(1, 4):
-            rep.step(step=i, loss=1.0, step_s=0.01)
-        rep.event("exit", code=0)
-        wait_for(lambda: hub.core.state.ranks.get(0) is not None and hub.core.state.ranks[0].finished)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", "--curve-dir", str(keys), hub.ingest_endpoint],
-            capture_output=True, text=True, timeout=60, env=pardash_env(PARDASH_CURVE_DIR=""),
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        assert "pardash: the run is over: 1 finished" in proc.stdout, proc.stdout
-    finally:
-        rep.close()
-        hub.stop()
-        t.join(10)
-        hub.close()
+    with serving(Hub(run_id=RUN, log_path=str(tmp_path / "run.jsonl"), curve=keys, world_size=1)) as hub:
+        rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 1), heartbeat_s=0, curve=keys)
+        try:
+            rep.hello(strategy="single", world_size=1)
+            for i in range(1, 4):
+                rep.step(step=i, loss=1.0, step_s=0.01)
+            rep.event("exit", code=0)
+            wait_for(lambda: hub.core.state.ranks.get(0) is not None and hub.core.state.ranks[0].finished)
+            proc = subprocess.run(
+                [sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", "--curve-dir", str(keys), hub.ingest_endpoint],
+                capture_output=True, text=True, timeout=60, env=pardash_env(PARDASH_CURVE_DIR=""),
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            assert "pardash: the run is over: 1 finished" in proc.stdout, proc.stdout
+        finally:
+            rep.close()
 
 
 def test_a_keyed_hubs_log_is_copied_only_with_an_authorised_key(tmp_path, keys, stranger_keys):
@@ -611,33 +593,28 @@ def test_a_keyed_hubs_log_is_copied_only_with_an_authorised_key(tmp_path, keys, 
     from pardash.telemetry import logfeed
 
     log, copy = tmp_path / "run.jsonl", tmp_path / "copy.jsonl"
-    hub = Hub(run_id=RUN, log_path=str(log), curve=keys, world_size=1)
-    t = threading.Thread(target=hub.serve, daemon=True)
-    t.start()
-    rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 1), heartbeat_s=0, curve=keys)
-    strangers = [logfeed.LogFollower(hub.snapshot_endpoint, curve=False), logfeed.LogFollower(hub.snapshot_endpoint, curve=stranger_keys)]
-    try:
-        rep.hello(strategy="single", world_size=1)
-        for i in range(1, 4):
-            rep.step(step=i, loss=1.0, step_s=0.01)
-        wait_logged(hub)
-        for f in strangers:
-            with pytest.raises(logfeed.CopyError, match="no answer"):
-                logfeed.follow(f, str(tmp_path / "stolen.jsonl"), default_out=str, wait_s=1.0, first_wait_s=1.0)
-        assert not (tmp_path / "stolen.jsonl").exists()
-        wait_for(lambda: hub.core.rejected["no_key"] >= 1)  # their handshakes refused, and counted
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pardash", "record", "--curve-dir", str(keys), hub.ingest_endpoint, "-o", str(copy)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(PARDASH_CURVE_DIR=""),
-        )  # fmt: skip
-        wait_for(lambda: copy.exists() and copy.read_bytes() == log.read_bytes())
-    finally:
-        rep.close()
-        hub.stop()
-        t.join(10)
-        hub.close()
-        for f in strangers:
-            f.close()
+    with serving(Hub(run_id=RUN, log_path=str(log), curve=keys, world_size=1)) as hub:
+        rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 1), heartbeat_s=0, curve=keys)
+        strangers = [logfeed.LogFollower(hub.snapshot_endpoint, curve=False), logfeed.LogFollower(hub.snapshot_endpoint, curve=stranger_keys)]
+        try:
+            rep.hello(strategy="single", world_size=1)
+            for i in range(1, 4):
+                rep.step(step=i, loss=1.0, step_s=0.01)
+            wait_logged(hub)
+            for f in strangers:
+                with pytest.raises(logfeed.CopyError, match="no answer"):
+                    logfeed.follow(f, str(tmp_path / "stolen.jsonl"), default_out=str, wait_s=1.0, first_wait_s=1.0)
+            assert not (tmp_path / "stolen.jsonl").exists()
+            wait_for(lambda: hub.core.rejected["no_key"] >= 1)  # their handshakes refused, and counted
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "pardash", "record", "--curve-dir", str(keys), hub.ingest_endpoint, "-o", str(copy)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(PARDASH_CURVE_DIR=""),
+            )  # fmt: skip
+            wait_for(lambda: copy.exists() and copy.read_bytes() == log.read_bytes())
+        finally:
+            rep.close()
+            for f in strangers:
+                f.close()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert copy.read_bytes() == log.read_bytes()
@@ -664,22 +641,17 @@ def test_keys_in_the_environment_do_not_lock_a_viewer_out_of_a_run_without_them(
     # hub, and one without keys never answered it ("no answer from the hub ... is it live?").
     monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path / "registry"))
     monkeypatch.setenv(security.CURVE_DIR_VAR, str(keys))
-    plain = Hub(run_id="plain", log_path=str(tmp_path / "plain.jsonl"), world_size=1)
-    t = threading.Thread(target=plain.serve, daemon=True)
-    t.start()
-    registry.register({
-        "run_id": "plain", "pid": os.getpid(), "ingest": plain.ingest_endpoint,
-        "updates": plain.updates_endpoint, "snapshot": plain.snapshot_endpoint, "curve": False,
-    })  # fmt: skip
-    viewer = HubClient.attach("plain")
-    try:
-        assert viewer.keys is None
-        assert viewer.wait_synced(20.0)
-    finally:
-        viewer.close()
-        plain.stop()
-        t.join(10)
-        plain.close()
+    with serving(Hub(run_id="plain", log_path=str(tmp_path / "plain.jsonl"), world_size=1)) as plain:
+        registry.register({
+            "run_id": "plain", "pid": os.getpid(), "ingest": plain.ingest_endpoint,
+            "updates": plain.updates_endpoint, "snapshot": plain.snapshot_endpoint, "curve": False,
+        })  # fmt: skip
+        viewer = HubClient.attach("plain")
+        try:
+            assert viewer.keys is None
+            assert viewer.wait_synced(20.0)
+        finally:
+            viewer.close()
 
 
 def test_damaged_registry_entries_are_passed_over_by_ps_and_attach(tmp_path, monkeypatch, capsys):

@@ -8,12 +8,12 @@ from __future__ import annotations
 import io
 import os
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
 import zmq
 
+from helpers import wait_for
 from pardash.telemetry import schema
 from pardash.trainer.supervisor import Supervisor
 
@@ -30,14 +30,6 @@ class Sink(io.RawIOBase):
         with self.lock:
             self.data += bytes(b)
         return len(b)
-
-
-def _wait(predicate, what: str) -> None:
-    for _ in range(1000):  # a generous bound, not a timing
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"never: {what}")
 
 
 def test_stderr_is_passed_on_as_it_comes_and_deaths_are_still_read(tmp_path):
@@ -61,7 +53,7 @@ def test_stderr_is_passed_on_as_it_comes_and_deaths_are_still_read(tmp_path):
     try:
         with open(path, "ab", buffering=0) as w:
             w.write(b"\rtrain: 1/12")
-            _wait(lambda: sink.data == b"\rtrain: 1/12", "a partial line passed on before its newline")
+            wait_for(lambda: sink.data == b"\rtrain: 1/12")  # a partial line passed on before its newline
             w.write(b"\rtrain: 2/12\n[rank1] failed (exitcode: 1) loc")
             w.write(b"al_rank: 1 (pid: 42) of binary\n")
         ended.append(1)
@@ -307,7 +299,6 @@ def test_a_nodes_ranks_are_named_as_torchrun_numbered_them():
     import sys
 
     import psutil
-    from helpers import wait_for
 
     from pardash.trainer import supervisor
 

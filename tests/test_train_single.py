@@ -11,13 +11,9 @@ import sys
 
 import pytest
 
+from helpers import pardash_env, wait_for
+
 LOSS = re.compile(r"^step\s+(\d+)/\d+ .*\| loss ([0-9.]+)", re.M)
-
-
-def trainer_env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("PARDASH_ENDPOINT", None)
-    return env
 
 
 def losses(stdout: str) -> list[tuple[int, float]]:
@@ -39,7 +35,7 @@ def test_single_process_trains_and_exits_0():
     proc = subprocess.run(
         [sys.executable, "-m", "pardash.trainer.train", "--strategy", "single", "--steps", "30",
          "--log-every", "5"],
-        capture_output=True, text=True, env=trainer_env(), timeout=240,
+        capture_output=True, text=True, env=pardash_env(OMP_NUM_THREADS="1"), timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_learns(proc.stdout)
@@ -49,7 +45,7 @@ def test_single_process_trains_and_exits_0():
 def test_bad_flags_exit_2_with_one_line():
     proc = subprocess.run(
         [sys.executable, "-m", "pardash.trainer.train", "--n-embd", "64", "--n-head", "5"],
-        capture_output=True, text=True, env=trainer_env(), timeout=120,
+        capture_output=True, text=True, env=pardash_env(OMP_NUM_THREADS="1"), timeout=120,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith(
@@ -62,8 +58,6 @@ def test_bad_flags_exit_2_with_one_line():
 def test_a_warmup_longer_than_the_run_and_one_rank_of_fsdp_are_said_once(tmp_path):
     # --warmup-steps 10 --steps 3 trained at a fraction of --lr without a word; fsdp on one rank
     # saved nothing without a word (dp's single replica had a note, printed twice).
-    from helpers import pardash_env
-
     proc = subprocess.run(
         [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "fsdp", "--nproc", "1", "--model", "mlp",
          "--steps", "3", "--warmup-steps", "10", "--log-every", "0", "--log", str(tmp_path / "run.jsonl"), "--runs-dir", str(tmp_path / "runs")],
@@ -80,12 +74,10 @@ def test_a_disk_full_under_its_output_costs_lines_never_the_training_and_is_said
     # Under `pardash launch` a rank's output goes to a file in the run's folder: on a disk that
     # filled, the rank died at its next print (OSError: No space left on device). Then it
     # trained on, but its output (and the launch's terminal) stopped mid-line without a word.
-    from helpers import wait_for
-
     from pardash.telemetry import schema
     from pardash.telemetry.logreader import load_log
 
-    env = dict(trainer_env(), PYTHONUNBUFFERED="1", PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
+    env = pardash_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
     with open("/dev/full", "wb") as full:
         proc = subprocess.run(
             [sys.executable, "-m", "pardash.trainer.train", "--strategy", "single", "--steps", "5", "--log-every", "1"],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from tui_helpers import grid_text
+from tui_helpers import grid_text, until
 
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.simulate import SimConfig, SimulatedJob
@@ -75,14 +75,6 @@ def job(hub):
 
 def client(hub) -> HubClient:
     return HubClient(hub["updates"], hub["snapshot"], run_id=RUN)
-
-
-async def until(pilot, predicate, *, tries: int = 1200, pause_s: float = 0.05) -> None:
-    for _ in range(tries):
-        if predicate():
-            return
-        await pilot.pause(pause_s)
-    raise AssertionError("the viewers never got there")
 
 
 def every_rank_charted(c: HubClient, points: int) -> bool:

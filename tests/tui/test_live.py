@@ -7,14 +7,12 @@ generous bounds; nothing asserts a time.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from tui_helpers import grid_text, strip_text, widget_text
+from helpers import identity, serving
+from tui_helpers import grid_text, strip_text, until, widget_text
 
 from pardash.telemetry.analysis import Detector, LivenessConfig
 from pardash.telemetry.client import HubClient
-from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.hub import Hub
 from pardash.telemetry.reporter import Reporter
 from pardash.tui.app import make_app
@@ -43,12 +41,8 @@ def live_hub(tmp_path):
     minutes: no test here is about either (test_stragglers and test_detection are)."""
     hub = Hub(run_id=RUN, log_path=str(tmp_path / "telemetry.jsonl"))
     hub.core.detector = Detector(LivenessConfig(stall_min_s=600.0, silent_s=600.0))
-    thread = threading.Thread(target=hub.serve, daemon=True)
-    thread.start()
-    yield hub
-    hub.stop()
-    thread.join(10)
-    hub.close()
+    with serving(hub):
+        yield hub
 
 
 @pytest.fixture
@@ -56,8 +50,7 @@ def ranks(live_hub):
     """Two ranks on one node, said hello (FSDP over 2 ranks of a 1M-parameter model)."""
     reporters = []
     for r in range(2):
-        ident = RankIdentity(rank=r, local_rank=r, world_size=2, node=0, host="node0", restart=0)
-        rep = Reporter(live_hub.ingest_endpoint, run=RUN, identity=ident, heartbeat_s=0.2)
+        rep = Reporter(live_hub.ingest_endpoint, run=RUN, identity=identity(r, 2), heartbeat_s=0.2)
         rep.hello(strategy="fsdp", backend="gloo", device="cpu", params_count=1_000_000, params_bytes=4_000_000)
         reporters.append(rep)
     yield reporters
@@ -95,15 +88,6 @@ def publish_steps(reporters: list[Reporter], steps: range) -> None:
 def attach(live_hub, **kw):
     client = HubClient(live_hub.updates_endpoint, live_hub.snapshot_endpoint)
     return make_app(client, **kw)
-
-
-async def until(pilot, predicate, *, tries: int = 400, pause_s: float = 0.05) -> None:
-    """Let the app run until ``predicate()`` holds (a generous bound, not a timing claim)."""
-    for _ in range(tries):
-        await pilot.pause(pause_s)
-        if predicate():
-            return
-    raise AssertionError("the screen never showed what was expected")
 
 
 def grid_rows(app) -> dict[int, str]:
