@@ -20,7 +20,8 @@ before it, or after ones finished after it. A sample waits for the rank's first 
 after it to be logged (the rank's last one, at its restart or the log's end); samples before
 the rank's first step (or its first after a restart) go at the step before that one. The
 samples at one step are averaged into its point, as TensorBoard keeps one point a step of a
-series.
+series. (Steps logged out of their order, one sent from the heartbeat thread after a later one,
+can put a sample a step early: it is placed when the first step finished after it comes.)
 
 Its events: the durations of ``eval/duration_s`` (an evaluation), ``checkpoint/save_s``,
 ``checkpoint/load_s`` (a resume), ``events/<name>_s`` (another event with a duration), at the

@@ -78,9 +78,9 @@ class _RecentSteps:
         return len(self._order) < self.KEEP or step > min(self._order)
 
 
-def _restart_gaps(attempt_spans: dict[tuple[int, int], list[float]], off, since: float = float("-inf")) -> float:
-    """Seconds between each attempt's last step and the next attempt's first, all ranks (but
-    those whose clocks are off) together: the job's restarts (after ``since`` alone)."""
+def _restart_intervals(attempt_spans: dict[tuple[int, int], list[float]], off) -> list[tuple[float, float]]:
+    """From each attempt's last step to the next attempt's first, all ranks (but those whose
+    clocks are off) together: the job's restarts."""
     ends: dict[int, list[float]] = {}
     for (rank, attempt), (t0, t1) in attempt_spans.items():
         if rank in off:
@@ -88,7 +88,12 @@ def _restart_gaps(attempt_spans: dict[tuple[int, int], list[float]], off, since:
         span = ends.setdefault(attempt, [t0, t1])
         span[0], span[1] = min(span[0], t0), max(span[1], t1)
     order = sorted(ends)
-    return float(sum(max(0.0, ends[b][0] - max(ends[a][1], since)) for a, b in zip(order, order[1:])))
+    return [(ends[a][1], ends[b][0]) for a, b in zip(order, order[1:]) if ends[b][0] > ends[a][1]]
+
+
+def _restart_gaps(attempt_spans: dict[tuple[int, int], list[float]], off) -> float:
+    """Seconds the job spent restarting (see _restart_intervals)."""
+    return float(sum(b - a for a, b in _restart_intervals(attempt_spans, off)))
 
 
 WARMUP_STEPS = 20
@@ -101,14 +106,17 @@ def _warmup_steps(steps: int) -> int:
     return min(WARMUP_STEPS, steps // 5)
 
 
-def _all_paused_s(spans: dict[int, list[float]], pauses: dict[int, list[tuple[float, float]]], t0: float, t1: float) -> float:
+def _all_paused_s(spans: dict[int, list[float]], pauses: dict[int, list[tuple[float, float]]], t0: float, t1: float,
+                  restarts: list[tuple[float, float]] = ()) -> float:  # fmt: skip
     """Seconds within [t0, t1] in which every rank of ``spans`` (rank -> its first step's start
     and last step's end) was paused (``pauses``: rank -> (end, seconds) of each evaluation or
-    checkpoint save) or outside its steps' span (done, or not started yet): no rank trained
-    then."""
+    checkpoint save), restarting (``restarts``: (from, to), the job's) or outside its steps'
+    span (done, or not started yet): no rank trained then. (Each second once: a save right
+    before a crash was taken out as a pause and again in the restart that followed.)"""
     edges: list[tuple[float, int]] = []
     for rank, (r0, r1) in spans.items():
         out = [(t0, r0), (r1, t1)] + [(max(t0, t - d), min(t1, t)) for t, d in pauses.get(rank, ()) if t0 < t <= t1]
+        out += [(max(t0, a), min(t1, b)) for a, b in restarts]
         out.sort()
         merged: list[list[float]] = []
         for a, b in out:
@@ -144,7 +152,7 @@ def _steady(first_steps: dict[int, list[tuple[float, int, int]]], samples: dict[
     if not starts or t1 is None:
         return None
     t0 = min(starts)
-    took = t1 - t0 - _all_paused_s(spans, pauses, t0, t1) - _restart_gaps(attempt_spans, off, since=t0)
+    took = t1 - t0 - _all_paused_s(spans, pauses, t0, t1, _restart_intervals(attempt_spans, off))
     if took <= 0:
         return None
     after = sum(samples.values()) - sum(n for steps in first_steps.values() for _, n, _ in steps[:warmup])
@@ -393,8 +401,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # job's last attempt (an attempt torchrun restarted the job from went on).
         ep["ended_run"] = ep.pop("attempt", 0) == last_attempt and not (ep["until"] or "").startswith(("resumed", "finished", "restarted"))
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
-    for ep in stragglers:
-        _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0))
+    cleared: dict[int, int] = {}  # a rank's last episode's clearing: the next one's streak begins after it
+    for ep in sorted(stragglers, key=lambda e: e["step"] if e["step"] is not None else -1):
+        _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0), after=cleared.get(ep["rank"], 0))
+        if ep["cleared_step"] is not None:
+            cleared[ep["rank"]] = ep["cleared_step"]
     train_s = restarting = 0.0
     good_spans = {rank: span for rank, span in step_spans.items() if rank not in off}
     step_t0 = min((span[0] for span in good_spans.values()), default=None)
@@ -406,9 +417,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # the steps had 0.54 s. Only while no rank was in a step: one rank's evaluation that
         # the others waited for inside their steps (rank 0 validates, then dist.barrier())
         # left 0.35 s of a 4.6 s run, and a straggler's cost read 1217% of training.
-        paused = _all_paused_s(good_spans, pauses, step_t0, step_t1)
+        paused = _all_paused_s(good_spans, pauses, step_t0, step_t1, _restart_intervals(attempt_spans, off))
         restarting = _restart_gaps(attempt_spans, off)
-        train_s = max(0.0, step_t1 - step_t0 - paused - restarting)
+        train_s = max(0.0, step_t1 - step_t0 - paused)
         if first_t is not None and last_t is not None:
             # A first step timed from before its rank's first word (a step's time is taken back
             # from its end: a simulated rank's first, a clock read before the hello) is no
@@ -696,7 +707,7 @@ MAX_WARNINGS = 50
 """Distinct warning texts a report lists; any more are counted under one entry with text ''."""
 
 
-def _charge(ep: dict, arrivals: _Arrivals, last_step: int) -> None:
+def _charge(ep: dict, arrivals: _Arrivals, last_step: int, after: int = 0) -> None:
     """Measure what a straggler cost: from the first step of the streak in which it arrived
     last (before the verdict, which needs whole windows) to its clearing or the end, charging
     each step it arrived last at with the others' wait.
@@ -706,7 +717,9 @@ def _charge(ep: dict, arrivals: _Arrivals, last_step: int) -> None:
     the verdict has none); one step that does not (another rank last, or this one by a hair:
     noise) is passed over, two in a row end it. The streak begins at the earliest step that
     held it up. (A single noisy step ended it: a rank last at every step from 1 but 19 read
-    "straggling from step 20", its cost 1.11 s of 1.51.)"""
+    "straggling from step 20", its cost 1.11 s of 1.51.) It begins after ``after``, the
+    rank's previous episode's clearing: passing over a noisy step, the walk went on into that
+    episode, whose steps were charged twice (108 of 80 steps)."""
     rank, found = ep["rank"], ep["step"]
     if found is None:
         ep.update(cost_total_s=0.0, steps_charged=0)
@@ -714,7 +727,7 @@ def _charge(ep: dict, arrivals: _Arrivals, last_step: int) -> None:
     least = ep["cost_s"] / 2 if ep["cost_s"] else 0.0
     since = step = found
     missed = 0
-    while missed < STREAK_GAP_STEPS:
+    while missed < STREAK_GAP_STEPS and step - 1 > after:
         step -= 1
         g = arrivals.gap(step, rank)
         if g is not None and g >= least:

@@ -86,11 +86,13 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
 
 
 def _steady_text(steps: dict | None) -> str:
-    """`` over steps 21-300: the first 20 left out as warm-up``: what the steady rate is of (it
-    said "samples a step / median step time", which read 18,630 of a run that sustained 14,513)."""
+    """`` over steps 21-300: the 20 before left out as warm-up``: what the steady rate is of (it
+    said "samples a step / median step time", which read 18,630 of a run that sustained 14,513).
+    The warm-up is the first steps logged, a restart's reruns among them ("over steps 13-100"
+    after steps 1-8 and a rerun of 1-12 read "the first 20": the steps before 13 were 12)."""
     if not steps or steps.get("first") is None:
         return ""
-    warm = f": the first {steps['warmup']} left out as warm-up" if steps.get("warmup") else ""
+    warm = f": the {steps['warmup']} before left out as warm-up" if steps.get("warmup") else ""
     return f" over steps {steps['first']}-{steps['last']}{warm}"
 
 

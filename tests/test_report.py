@@ -420,6 +420,38 @@ def test_a_stragglers_streak_survives_a_noisy_step_and_starts_where_the_straggli
     assert "rank 0 (compute): straggling from step 10, found at step 29, until the end" in render_text(build_report(str(log)))
 
 
+def test_a_stragglers_second_episode_is_not_charged_the_firsts_steps(tmp_path):
+    # Rank 0 last from step 10 (by 20 ms, then by 6 ms: cleared at 50), noise at 45 and 50,
+    # found again at 70. Passing over the noisy step, the second episode's walk back went on into
+    # the first: both read "from step 10", 108 steps charged of 80.
+    t, n = 1.0e9, 80
+
+    def lead(step: int) -> tuple[int, float]:
+        if step < 10:
+            return step % 2, 0.0003
+        if step in (45, 50):
+            return 1, 0.001
+        return 0, 0.020 if step <= 40 else 0.006 if step < 60 else 0.010
+
+    records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    for step in range(1, n + 1):
+        t += 0.05
+        last, by = lead(step)
+        for r in (0, 1):
+            records.append(schema.Step(run="r", rank=r, seq=step, step=step, samples=16, step_s=0.05,
+                                       self_s=0.01 + (by if r == last else 0.0), t=t))  # fmt: skip
+        if step in (29, 70):
+            records.append(schema.Verdict(run="r", rank=0, seq=-1, verdict="straggler", cause="compute", cost_s=0.020 if step == 29 else 0.010,
+                                          step=step, message="rank 0 is a straggler (compute)", t=t))  # fmt: skip
+        if step == 50:
+            records.append(schema.Verdict(run="r", rank=0, seq=-1, verdict="straggler_cleared", step=50, message="cleared", t=t))
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    first, second = build_report(str(log))["stragglers"]
+    assert (first["since_step"], first["cleared_step"], second["since_step"]) == (10, 50, 51)
+    assert first["steps_charged"] + second["steps_charged"] <= n - 9  # (steps 10..80, less the noisy ones)
+
+
 def test_a_failure_names_its_root_cause_and_the_stall_before_it():
     rep = build_report(str(DATA / "fsdp4_crash.jsonl"))
     f = rep["failure"]
@@ -778,7 +810,7 @@ def test_steady_samples_per_s_is_the_rate_sustained_after_the_warm_up(tmp_path, 
     assert rep["steady_samples_per_s"] == pytest.approx(2 * 32 * len(steady) / took, rel=1e-4)
     assert rep["steady_steps"] == {"first": warmup + 1, "last": n, "warmup": warmup}
     assert rep["median_step_s"] == pytest.approx(0.01)  # (samples a step / which: 6,400)
-    line = f"(steady {rep['steady_samples_per_s']:,.0f} over steps {warmup + 1}-{n}: the first {warmup} left out as warm-up)"
+    line = f"(steady {rep['steady_samples_per_s']:,.0f} over steps {warmup + 1}-{n}: the {warmup} before left out as warm-up)"
     assert line in render_text(rep)
 
 
@@ -1067,14 +1099,19 @@ def _write_log(path, records):
     path.write_bytes(b"".join(schema.encode_json(msgspec.structs.replace(m, hseq=i + 1)) + b"\n" for i, m in enumerate(records)))
 
 
-def test_the_time_torchrun_took_to_restart_the_job_is_not_training(tmp_path):
+@pytest.mark.parametrize("saved", [False, True])
+def test_the_time_torchrun_took_to_restart_the_job_is_not_training(tmp_path, saved):
     # --max-restarts 1: "duration 5.6 s (training 5.6 s)" and samples/s a third of the steady
     # rate, the 3.7 s from the crash to the restarted ranks' first step counted as training.
+    # ``saved``: a checkpoint saved after step 12, right before the crash, was taken out twice,
+    # as a save and in the restart (training 20.85 s; the usual way a fault test goes).
     t = 1.0e9
     hello = lambda r, restart, at: schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r + 100 * restart, strategy="ddp", restart=restart, t=at)  # noqa: E731
     step = lambda r, s, seq, at: schema.Step(run="r", rank=r, seq=seq, step=s, step_s=0.5, samples=4, t=at)  # noqa: E731
     records = [hello(0, 0, t), hello(1, 0, t)]
     records += [step(r, s, s, t + s) for s in range(1, 13) for r in (0, 1)]  # steps 1..12 end at t+1..t+12
+    if saved:
+        records += [schema.Event(run="r", rank=r, seq=100, name="checkpoint", message="saved", step=12, duration_s=0.15, t=t + 12.15) for r in (0, 1)]
     records += [schema.Event(run="r", rank=1, seq=13, name="exit", code=1, step=13, t=t + 12.2)]
     records += [hello(r, 1, t + 15) for r in (0, 1)]
     records += [step(r, s, s - 9, t + 6 + s) for s in range(11, 21) for r in (0, 1)]  # resumed: steps 11..20 end at t+17..t+26
