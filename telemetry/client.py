@@ -80,6 +80,11 @@ class FrameApplier:
                 r.samples_mark = r.step.samples_total  # what its last history point counted to
                 r.t_mark = r.history.ago("t", 0)
         st.trend.load(snap.trend)
+        ranks = st.ranks
+        for rank, smooth in snap.smooth.items():
+            r = ranks.get(rank)
+            if r is not None and r.step is not None:
+                r.smooth = smooth
         st.t0 = snap.t0 or st.t0
         if snap.first_hello_t and (not st.first_hello_t or snap.first_hello_t < st.first_hello_t):
             st.first_hello_t = snap.first_hello_t
@@ -96,6 +101,12 @@ class FrameApplier:
         if self.live:
             st.t_ceiling = frame.t + CLOCK_OFF_S  # a rank's time past the hub's clock by more is its clock's error
         st.apply_frame(frame.messages, now)
+        if frame.smooth:
+            ranks = st.ranks
+            for rank, smooth in frame.smooth.items():
+                r = ranks.get(rank)
+                if r is not None:
+                    r.smooth = smooth
         st.lost_reported = frame.stats.lost
         self.stats = frame.stats
         self.fseq = frame.fseq
@@ -374,7 +385,11 @@ class LogSpan:
 
 class ReplaySource(FrameApplier):
     """A recorded log served through a HubCore at ``speed`` times real time, with pause and
-    seek: the same frames a live hub would have sent.
+    seek: frames made as a hub makes them, cut every ``frame_s`` of the log's own time. The live
+    hub cut its frames on its own timer as the steps arrived, so the steps that became history
+    points (the charts) and the run's trend points can differ from those its viewers had; each
+    rank's latest figures and the grid's medians of its last steps (the hub's, of every step:
+    ``frames.Smooth``) do not.
 
     The log is read twice, never held: a first pass finds its start, end and runs (and counts
     its unreadable lines), then the replay reads the records as it plays them, one ahead of its
@@ -554,9 +569,10 @@ class ReplaySource(FrameApplier):
 
     def _advance(self, target: float, budget_s: float | None = None) -> bool:
         """Play the log up to ``target`` (its clock) in frames of ``frame_s`` of the log's own
-        time, as the live hub framed it: what a frame holds (each rank's newest step, its
-        history point) is then the same at any speed, and a replay at 64x ends on the figures
-        one at 1x ends on. The log's end is a frame of its own. Frames no record falls in are
+        time, not of the wall clock: what a frame holds (each rank's newest step, its history
+        point) is then the same at any speed, and a replay at 64x ends on the figures one at 1x
+        ends on. (Not where the live hub cut its frames, which its timer did as the steps
+        arrived: see the class.) The log's end is a frame of its own. Frames no record falls in are
         skipped (a record with a wild clock must not mean billions of empty frames). With
         ``budget_s``: stop after that much wall time, the play clock held where it got to (a
         replay at a speed the machine cannot keep slows down rather than freezing the screen).

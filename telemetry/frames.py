@@ -10,6 +10,12 @@ applies the step and appends it to the rank's history (``RunState.commit_history
 did when it made the frame. Frames before this layout also carried the same steps a second time
 in a ``history`` field; a viewer ignores that field (msgspec skips unknown fields), so it follows
 an older hub as well.
+
+A frame's steps are some of a rank's steps (its newest when the frame was cut), so medians over
+them depend on where frames fell: a live hub's timer and a replay's clock cut the same run
+differently. The grid's medians come from the hub instead, worked out from every step it took:
+``Frame.smooth`` and ``Snapshot.smooth`` (:data:`Smooth`). An older viewer skips these fields;
+a viewer of an older hub, which sends none, takes medians of its history points.
 """
 
 from __future__ import annotations
@@ -17,6 +23,11 @@ from __future__ import annotations
 import msgspec
 
 from .schema import Message
+
+Smooth = dict[int, tuple[float | None, float | None, float | None, float | None]]
+"""Rank -> the medians of its last ``state.SMOOTH_STEPS`` steps' step, self, data and comm time
+(``state.SMOOTH_FIGURES``; None: no step of those measured it), as the hub works them out
+(``state.smooth_of``)."""
 
 FRAME_TOPIC = b"f"
 """PUB topic of frames."""
@@ -57,6 +68,8 @@ class Frame(msgspec.Struct, omit_defaults=True):
     """Events and verdicts in hub order, then each rank's latest system sample, heartbeat
     and step since the previous frame; each step is also its rank's history point."""
     stats: HubStats = msgspec.field(default_factory=HubStats)
+    smooth: Smooth = {}
+    """For each rank with a step in ``messages``: the medians of its last steps as of it."""
 
 
 class TrendData(msgspec.Struct, omit_defaults=True):
@@ -91,6 +104,9 @@ class Snapshot(msgspec.Struct, omit_defaults=True):
     stats: HubStats = msgspec.field(default_factory=HubStats)
     trend: TrendData = msgspec.field(default_factory=TrendData)
     """The run's loss from its start (a rank's ``history`` holds its last points only)."""
+    smooth: Smooth = {}
+    """Each rank's medians of its last steps, as of its step in ``messages`` (a rank that has
+    taken none in its process: not there)."""
 
 
 _enc = msgspec.msgpack.Encoder()

@@ -161,7 +161,9 @@ class Hub:
 
         Charts get the points the live hub kept: a frame's newest step of each rank. The frames'
         times are not in the log, so frames are cut from the rank's own clock (``t``), one each
-        ``frame_s``; only the last points a history holds are kept while reading. The detector
+        ``frame_s``; only the last points a history holds are kept while reading. The grid's
+        medians of each rank's last steps are of its last steps in the log, as the dead hub's
+        were of the last it took (so a viewer's wall, self, data and comm carry on). The detector
         takes over what the dead hub concluded (``Detector.carry_over``): a rank stalled or
         silent stays so until a message this hub receives says otherwise. The straggler
         detector scores the windows the dead hub scored as it did, at each recorded verdict
@@ -172,7 +174,7 @@ class Hub:
         from collections import deque
 
         from .logreader import read_log
-        from .state import HISTORY_POINTS
+        from .state import HISTORY_POINTS, smooth_of
 
         core = self.core
         ranks = core.state.ranks
@@ -246,6 +248,9 @@ class Hub:
             trend.add_frame(in_frame.values())
         core.state.commit_history((s for q in points.values() for _, s in q), trend=False)
         core.framed(q[-1][1] for q in points.values() if q)
+        for r in ranks.values():
+            if r.recent:  # its last steps, read back (HubCore.replay): the snapshot's medians
+                r.smooth = smooth_of(r.recent)
         core._steps.clear()  # each rank's newest step is its last point already
         core._held.clear()
         core.detector.carry_over(core.state, now)

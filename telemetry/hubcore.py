@@ -23,7 +23,7 @@ from . import frames, schema, security
 from .analysis import Detector
 from .clocks import CLOCK_OFF_S, human_span
 from .recorder import Recorder
-from .state import RankState, RunState
+from .state import RankState, RunState, smooth_of
 
 MAX_RANK = 1 << 20
 """Ranks above this are refused (no job has a million ranks; a hostile frame might)."""
@@ -169,7 +169,7 @@ class HubCore:
         self, run_id: str = "", recorder: Recorder | None = None, detector: Detector | None = None, *, world_size: int = 0,
         wall_clock: Callable[[], float] | None = None,
     ) -> None:
-        self.state = RunState(run_id=run_id, track_seq=True)
+        self.state = RunState(run_id=run_id, track_seq=True, keep_recent=True)
         self.world_size = world_size
         """The job's world size when the launcher (or ``--world-size``) said it: ranks at or
         above it are refused, hellos included. 0: learnt from the ranks' hellos."""
@@ -304,6 +304,7 @@ class HubCore:
                             newest = r.step
                             if newest is None or m.seq >= newest.seq:  # the rank's own order (RunState.apply)
                                 r.step = m
+                                r.recent.append(m)  # (its last few: the grid's medians, worked out once a frame)
                                 if m.rank in framed or m.rank not in latest:
                                     latest[m.rank] = m
                                 else:
@@ -597,6 +598,7 @@ class HubCore:
         if isinstance(msg, schema.Step):
             r = self.state.ranks.get(msg.rank)
             if r is not None and r.step is msg:  # the rank's newest step (see RunState.apply)
+                r.recent.append(msg)  # type: ignore[union-attr]  (the hub's state keeps them)
                 if msg.rank in self._framed or msg.rank not in self._steps:
                     self._steps[msg.rank] = msg
                 else:
@@ -689,6 +691,14 @@ class HubCore:
         self._beats.clear()
         self.state.commit_history(steps)
         self.framed(steps)
+        # The medians of each stepping rank's last steps, of every step it took: the frame's
+        # steps are some of them (one a rank a frame), cut where the frame fell.
+        smooth = {}
+        ranks = self.state.ranks
+        for s in steps:
+            r = ranks[s.rank]  # (commit_history made it)
+            if r.recent:  # (none: a new process's hello came after the step)
+                smooth[s.rank] = r.smooth = smooth_of(r.recent)
         if self._held:
             for rank in self._held:
                 r = self.state.ranks.get(rank)
@@ -699,7 +709,9 @@ class HubCore:
         if self.recorder is not None:
             self.recorder.flush_soon()
         # The steps travel once, in ``messages``: each is also its rank's history point.
-        return frames.Frame(fseq=self.fseq, hseq=self.hseq, t=time.time(), hub_id=self.hub_id, messages=messages, stats=self.stats())
+        return frames.Frame(
+            fseq=self.fseq, hseq=self.hseq, t=time.time(), hub_id=self.hub_id, messages=messages, stats=self.stats(), smooth=smooth
+        )
 
     def snapshot(self) -> frames.Snapshot:
         """State as of the last frame (call right after ``tick``)."""
@@ -732,4 +744,5 @@ class HubCore:
             history=history,
             stats=self.stats(),
             trend=st.trend.to_data(),
+            smooth={r.rank: r.smooth for r in st.ranks.values() if r.smooth is not None},
         )

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import inf, nan
+from operator import attrgetter
 
 import msgspec
 
@@ -34,6 +35,13 @@ TRACEBACK_KEPT = 2048
 event log keep (the JSONL log keeps all of it)."""
 MESSAGE_KEPT = 1024
 """Characters of an event's message the event log keeps in memory (the JSONL log keeps all)."""
+SMOOTH_STEPS = 5
+"""Steps over which the hub takes each rank's median step, self, data and comm time (the
+grid's wall, self, data and comm: one slow step does not flash a cell). ``smooth_of`` takes
+five the short way (another number, the long one)."""
+SMOOTH_FIGURES = ("step_s", "self_s", "data_s", "comm_s")
+"""The figures of ``RankState.smooth``, in its order."""
+_figures = attrgetter(*SMOOTH_FIGURES)
 
 
 KILLED_NOT_STEPPING = frozenset({-15, -2})
@@ -52,6 +60,59 @@ def _kept(msg: "schema.Event") -> "schema.Event":
         message=text if len(text) <= MESSAGE_KEPT else text[: MESSAGE_KEPT - 1] + "…",
         traceback=tb if tb is None or len(tb) <= TRACEBACK_KEPT else tb[-TRACEBACK_KEPT:],
     )
+
+
+def _median_known(values: tuple[float | None, ...]) -> float | None:
+    """The median of ``values`` that are not None (None: none is)."""
+    v = sorted([x for x in values if x is not None])
+    n = len(v)
+    if not n:
+        return None
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _median5(a: float, b: float, c: float, d: float, e: float) -> float:
+    """The median of five numbers in six comparisons (under half of ``sorted``'s work); every
+    one is compared, so a None among them raises TypeError."""
+    if b < a:
+        a, b = b, a
+    if d < c:
+        c, d = d, c
+    if c < a:  # a is now below b, c and d: not the median, and dropped
+        a, b, c, d = c, d, a, b
+    if e < b:
+        b, e = e, b
+    # The median is the second lowest of the pairs b <= e and c <= d.
+    if b < c:
+        return e if e < c else c
+    return b if b < d else d
+
+
+def smooth_of(steps: deque[schema.Step]) -> tuple[float | None, float | None, float | None, float | None]:
+    """The median of each of SMOOTH_FIGURES over ``steps`` (a rank's last SMOOTH_STEPS or
+    fewer), over the steps that measured it (None: none did).
+
+    The hub works it out once a frame for each rank that stepped (a thousand ranks: about half
+    a millisecond), so five steps take the short way: their figures read one by one, each
+    five's median by comparisons; a figure some step did not measure (None) goes the long way."""
+    if len(steps) != 5:  # (a rank's first steps; SMOOTH_STEPS, unrolled below)
+        cols = tuple(zip(*map(_figures, steps))) or ((),) * 4
+        return (_median_known(cols[0]), _median_known(cols[1]), _median_known(cols[2]), _median_known(cols[3]))
+    a, b, c, d, e = steps
+    step_s = _median5(a.step_s, b.step_s, c.step_s, d.step_s, e.step_s)  # (always measured)
+    try:
+        self_s = _median5(a.self_s, b.self_s, c.self_s, d.self_s, e.self_s)  # type: ignore[arg-type]
+    except TypeError:
+        self_s = _median_known((a.self_s, b.self_s, c.self_s, d.self_s, e.self_s))
+    try:
+        data_s = _median5(a.data_s, b.data_s, c.data_s, d.data_s, e.data_s)  # type: ignore[arg-type]
+    except TypeError:
+        data_s = _median_known((a.data_s, b.data_s, c.data_s, d.data_s, e.data_s))
+    try:
+        comm_s = _median5(a.comm_s, b.comm_s, c.comm_s, d.comm_s, e.comm_s)  # type: ignore[arg-type]
+    except TypeError:
+        comm_s = _median_known((a.comm_s, b.comm_s, c.comm_s, d.comm_s, e.comm_s))
+    return (step_s, self_s, data_s, comm_s)
 
 
 def is_lifecycle(msg: schema.Message) -> bool:
@@ -132,6 +193,8 @@ class RankState:
         "samples_mark",
         "t_mark",
         "samples_rate",
+        "recent",
+        "smooth",
     )
 
     def __init__(self, rank: int) -> None:
@@ -173,6 +236,14 @@ class RankState:
         over the time it took, whatever size each step was (None: not known). The latest
         step's own samples over its time read a fifth of it where a reporter's bursts ended
         with an epoch's partial last batch, and every frame brought that step."""
+        self.recent: deque[schema.Step] | None = None
+        """(The hub's state: ``RunState.keep_recent``) the rank's newest SMOOTH_STEPS steps by
+        its own order, of every step it took, newest last; None elsewhere."""
+        self.smooth: tuple[float | None, float | None, float | None, float | None] | None = None
+        """The medians of SMOOTH_FIGURES over its last SMOOTH_STEPS steps (:func:`smooth_of`),
+        as of the last frame that brought a step of it: the hub works them out from every step
+        (``recent``), a viewer takes them from the hub's frames. None: not known (a hub before
+        these, or a new process that has taken no step yet)."""
 
     @property
     def status(self) -> str:
@@ -197,6 +268,9 @@ class RankState:
             self.step_before = self.step.step
         self.step = None
         self.samples_mark = self.t_mark = self.samples_rate = None
+        self.smooth = None
+        if self.recent is not None:
+            self.recent.clear()
 
     def alive_again(self) -> None:
         """A (re)started rank: no exit, no stall or silence of before."""
@@ -309,6 +383,9 @@ class RunState:
     hub_note: str = ""
     trend: Trend = field(default_factory=Trend)
     """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
+    keep_recent: bool = False
+    """Give each rank a ``recent`` window of its newest steps, which its taker fills (the hub:
+    the medians it sends viewers are of every step, not of the steps its frames carry)."""
 
     # -- apply ----------------------------------------------------------------------------
 
@@ -316,6 +393,8 @@ class RunState:
         r = self.ranks.get(rank)
         if r is None:
             r = self.ranks[rank] = RankState(rank)
+            if self.keep_recent:
+                r.recent = deque((), SMOOTH_STEPS)
             kept = self.events.maxlen
             if kept is not None and EVENTS_PER_RANK * len(self.ranks) > kept:
                 # Every rank saving a checkpoint, or exiting, is an event each within a frame or

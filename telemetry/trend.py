@@ -9,8 +9,11 @@ but the first: the curve starts at the run's first loss) and merges twice as man
 each point from then on. A week-long run costs the same handful of kilobytes as a minute's, and
 the curve's resolution halves as the run doubles.
 
-The hub and every viewer feed it the same frames in the same order (``RunState.commit_history``),
+A live hub and its viewers feed it the same frames in the same order (``RunState.commit_history``),
 so they hold the same points; a viewer that attaches late takes the hub's (``Snapshot.trend``).
+Its points are as the frames fell: a replay of the run's log, which cuts its frames on the log's
+clock (``client.ReplaySource``), or a hub reading its log back (``Hub.recover``), holds the
+same curve through other points, not the live viewers' points.
 """
 
 from __future__ import annotations

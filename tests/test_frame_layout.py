@@ -85,6 +85,38 @@ def test_a_frame_in_the_older_layout_is_applied_once():
     assert r.steps_seen == 1 and len(r.history["step"]) == 1 and r.history["step"].last() == 7.0
 
 
+def test_the_hubs_medians_are_a_field_older_viewers_skip_and_a_viewer_of_an_older_hub_does_without():
+    # Frame.smooth and Snapshot.smooth (the medians of each rank's last steps) came after the
+    # rest: a viewer before them decodes the frame as it did, and the grid of a viewer of a hub
+    # before them takes medians of its history points, as it did.
+    from pardash.tui.model import RowBuilder
+
+    class OlderFrame(msgspec.Struct):  # frames.Frame as it was
+        fseq: int
+        hseq: int
+        t: float
+        hub_id: str = ""
+        messages: list[schema.Message] = []
+        stats: frames.HubStats = msgspec.field(default_factory=frames.HubStats)
+
+    core = HubCore()
+    core.replay(schema.Hello(run="r", rank=0, seq=0, world_size=1, t=4.0), 0.0)
+    new, old = FrameApplier(), FrameApplier()
+    for n, wall in enumerate((0.5, 0.1, 0.9, 0.2, 0.8, 0.3), 1):
+        core.replay(schema.Step(run="r", rank=0, seq=n, step=n, t=5.0 + n, step_s=wall, self_s=wall / 2), 0.0)
+        raw = frames.encode(core.tick(0.0))
+        frame = frames.decode_frame(raw)
+        assert frame.smooth.keys() == {0}
+        older = msgspec.msgpack.decode(raw, type=OlderFrame)
+        assert older.messages == frame.messages
+        new.apply_frame(frame)
+        old.apply_frame(frames.decode_frame(frames.encode(msgspec.structs.replace(frame, smooth={}))))
+    assert new.state.ranks[0].smooth == (0.3, 0.15, None, None)  # steps 2-6
+    assert old.state.ranks[0].smooth is None
+    assert RowBuilder().build(new.state)[0].step_s == 0.3
+    assert RowBuilder().build(old.state)[0].step_s == pytest.approx(0.3)  # (its history holds float32)
+
+
 def _frames_of(path: Path) -> list[frames.Frame]:
     """A recorded run as the hub frames it: a frame every 20 records, through the wire."""
     core = HubCore()

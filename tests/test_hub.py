@@ -921,3 +921,71 @@ def test_two_processes_sending_as_one_rank_are_warned_of_once():
     # said once: the two go on taking turns
     assert core.ingest_bytes(hello(0, 300, 7.0), 7.0) and core.ingest_bytes(hello(0, 400, 7.5, host="b"), 7.5)
     assert len(warnings(core)) == 1
+
+
+def test_the_grids_medians_are_each_ranks_last_five_steps_at_the_hub_its_viewers_and_a_hub_restarted_on_its_log(tmp_path):
+    # A frame carries each rank's newest step: where ranks step faster than frames come, some
+    # of their steps. The grid's wall, self, data and comm, medians of those, moved with where
+    # the frames fell (a live hub's timer, a replay's clock). The hub sends each rank's
+    # medians of its last five steps instead, of every step it took.
+    import statistics
+
+    from pardash.telemetry import frames
+    from pardash.telemetry.client import FrameApplier
+    from pardash.telemetry.hub import Hub
+    from pardash.telemetry.recorder import Recorder
+
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id="r", recorder=Recorder(path))
+    for rank in (0, 1):
+        assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=2, pid=10 + rank, t=1.0e9)), 0.0)
+    early = FrameApplier()
+    core.tick(0.0)
+    early.load_snapshot(frames.decode_snapshot(frames.encode(core.snapshot())))
+    wall_ms = [5, 1, 9, 2, 8, 3, 7, 4, 6, 10, 12, 0.5]
+    sent: dict[int, list[schema.Step]] = {0: [], 1: []}
+
+    def step(rank: int, n: int, pid_seq: int = 0) -> bytes:
+        s = schema.Step(
+            run="r", rank=rank, seq=pid_seq or n, step=n, t=1.0e9 + n / 100, step_s=wall_ms[(n + 5 * rank) % 12] / 1e3,
+            self_s=wall_ms[(n + 2) % 12] / 2e3, data_s=None if rank and n % 3 else n / 1e4,  # rank 1: every third step's
+            comm_s=None if rank else wall_ms[(n + 7) % 12] / 4e3,  # rank 1: none
+        )  # fmt: skip
+        sent[rank].append(s)
+        return schema.encode(s)
+
+    def last_five(rank: int) -> tuple:
+        steps = sent[rank][-5:]
+        known = ([getattr(s, name) for s in steps if getattr(s, name) is not None] for name in ("step_s", "self_s", "data_s", "comm_s"))
+        return tuple(statistics.median(v) if v else None for v in known)
+
+    n = 0
+    for burst in (4, 3, 6, 2, 5, 7):  # a frame after each burst
+        assert core.ingest_batch([step(rank, n + i) for i in range(1, burst + 1) for rank in (0, 1)], 1.0) == 2 * burst
+        n += burst
+        early.apply_frame(frames.decode_frame(frames.encode(core.tick(1.0))))
+    assert len(early.state.ranks[0].history["step"]) < n  # some of the steps were frame points
+    truth = {rank: last_five(rank) for rank in (0, 1)}
+    assert truth[1][3] is None and truth[0] != truth[1]
+    late = FrameApplier()
+    late.load_snapshot(frames.decode_snapshot(frames.encode(core.snapshot())))
+    for viewer in (core.state, early.state, late.state):
+        assert {rank: r.smooth for rank, r in viewer.ranks.items()} == truth
+    core.recorder.close()
+
+    # The hub dies; one restarted on its log sends the same, then a restarted rank's own.
+    hub = Hub(run_id="r", log_path=str(path))
+    try:
+        assert hub.recover(now=50.0) > 0
+        again = FrameApplier()
+        again.load_snapshot(frames.decode_snapshot(frames.encode(hub.core.snapshot())))
+        assert {rank: r.smooth for rank, r in again.state.ranks.items()} == truth
+        hello = schema.Hello(run="r", rank=0, world_size=2, pid=20, restart=1, t=1.0e9 + 1)
+        assert hub.core.ingest_bytes(schema.encode(hello), 51.0)
+        sent[0].clear()
+        assert hub.core.ingest_batch([step(0, n + 1, pid_seq=1), step(0, n + 2, pid_seq=2)], 51.0) == 2
+        again.apply_frame(frames.decode_frame(frames.encode(hub.core.tick(51.0))))
+        assert again.state.ranks[0].smooth == hub.core.state.ranks[0].smooth == last_five(0)  # its new process's two
+        assert again.state.ranks[1].smooth == truth[1]
+    finally:
+        hub.close()

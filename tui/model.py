@@ -2,11 +2,13 @@
 
 A :class:`RankRow` holds one rank's figures as the grid draws them. Self times are compared with
 the median of the *other* ranks (leave-one-out, as the hub's straggler detector does), each
-rank's figure being the median of its last few steps so one slow step does not flash a cell.
-Keeping the rows costs one pass over the ranks a frame, whatever the message rate: each rank's
-smoothing window is seeded once from its history and then fed its latest step. That pass works
-out only what every rank shows in a heat map (status, self-time deviation) and the run's totals;
-a rank's full row is made when something draws it.
+rank's figure being the median of its last five steps so one slow step does not flash a cell.
+The hub works those medians out from every step it took and sends them with its frames
+(``RankState.smooth``), so a live viewer, a late one and a replay of the log show the same
+figures however their frames were cut. Keeping the rows costs one pass over the ranks a frame,
+whatever the message rate. That pass works out only what every rank shows in a heat map
+(status, self-time deviation) and the run's totals; a rank's full row is made when something
+draws it.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ the sum of the ranks' latest step rates alone jumped (925, 1038, 544 within a se
 steady run)."""
 
 SMOOTH_POINTS = 5
-"""History points over which a rank's step and self time are smoothed (median) for the grid.
-A point is a step a frame brought (the hub sends each rank's newest step every 100 ms): at
-more than 10 steps a second they are some of the steps, not the last five; ``pardash report``
-and the log hold every step."""
+"""History points over which a rank's step, self, data and comm time are smoothed (median)
+where its hub sent no medians of its steps (``RankState.smooth``: a hub before them). A point
+is a step a frame brought (each rank's newest every 100 ms): at more than 10 steps a second
+they are some of the steps, which ones depending on where frames fell, not the last five."""
 DEVIATION_WARN = 0.10
 """Self time this far above the others' median is shown in the warning colour."""
 DEVIATION_BAD = 0.25
@@ -180,9 +182,11 @@ _NO_RATE = (*_GONE, st.STALLED)
 class _Rank:
     """What the builder keeps of one rank between updates.
 
-    The self-time window is fed at every update (every rank's deviation depends on it); the
-    step-time window only when the rank's full row is asked for (a cell on screen, the selected
-    rank, a sort by step time), catching up from the rank's history then. Either way a window
+    Its figures are the hub's medians of its last steps where the hub sends them
+    (``RankState.smooth``); its windows serve a hub that does not. The self-time window is fed
+    at every update (every rank's deviation depends on it); the step-time window only when the
+    rank's full row is asked for (a cell on screen, the selected rank, a sort by step time),
+    catching up from the rank's history then. Either way a window
     holds the last SMOOTH_POINTS known history points, so it is the same whether it was seeded
     from a snapshot or fed frame by frame, and whether or not every frame was drawn: a late
     viewer shows what an early one shows.
@@ -409,7 +413,11 @@ class RowBuilder:
                 hellos_moved = True
             step = r.step
             seen = r.steps_seen
-            if seen != e.seen:
+            sm = r.smooth
+            if sm is not None:  # the hub's medians of the rank's last steps
+                e.seen = seen
+                e.self_med = sm[1]
+            elif seen != e.seen:
                 if seen == e.seen + 1 and step is not None and mid >= 0:
                     # The common case: one new history point, the step just applied; its
                     # self time goes through float32 below, as the history holds it.
@@ -678,7 +686,8 @@ class RowBuilder:
         r = e.r
         step = r.step
         sysm = r.system
-        step_s = e.smoothed_step_s()
+        sm = r.smooth  # the hub's medians of the rank's last steps (None: a hub before them)
+        step_s = sm[0] if sm is not None else e.smoothed_step_s()
         if step is not None:
             if step_s is None:
                 step_s = step.step_s
@@ -687,10 +696,15 @@ class RowBuilder:
             # steps), not the last step's: "wall 128ms · comm 182ms" read as a wait longer
             # than the step.
             step_no, loss = step.step, step.loss
-            data_s = e.smoothed("data_s", step.data_s)
             comm_s = comm_wait_s(step, r.hello)
-            if comm_s is not None:
-                comm_s = e.smoothed("comm_s", comm_s)
+            if sm is not None:  # (a figure its last step has not: none shown, as below)
+                data_s = step.data_s if step.data_s is None or sm[2] is None else sm[2]
+                if comm_s is not None and sm[3] is not None:
+                    comm_s = sm[3]
+            else:
+                data_s = e.smoothed("data_s", step.data_s)
+                if comm_s is not None:
+                    comm_s = e.smoothed("comm_s", comm_s)
         else:
             mem = None
             step_no = loss = data_s = comm_s = None

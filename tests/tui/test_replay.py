@@ -1046,3 +1046,44 @@ async def test_a_textual_whose_footer_keys_moved_still_shows_its_own_footer(monk
         await pilot.pause()
         shown = {k.description for k in app.screen.query(FooterKey)}
         assert {"Quit", "Help", "Detail"} <= shown, sorted(shown)
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.03, 0.06])
+def test_the_grid_shows_each_ranks_last_five_steps_however_the_frames_were_cut(phase):
+    # A real DDP run of ~30 steps a second: a frame brought every third step or so, and the
+    # grid's wall, self, data and comm (medians of the last five history points) came out
+    # differently live (frames cut on the hub's clock, as bursts arrived) and in its replay
+    # (frames cut at t_start + k * 0.1 on the ranks' clocks), and neither was the median of
+    # the rank's last five steps, which the log holds.
+    import statistics
+    import time
+
+    from pardash.telemetry import schema
+    from pardash.telemetry.client import FrameApplier, NullDetector
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.logreader import read_log
+    from pardash.tui.model import RowBuilder
+
+    log = DATA.parent.parent / "data" / "real_ddp2.jsonl"
+    records = list(read_log(str(log)))
+    core, viewer = HubCore(detector=NullDetector()), FrameApplier()  # a live hub and its viewer
+    edge = min(m.t for m in records if m.rank >= 0 and m.t) + phase
+    for m in records:
+        while m.t and m.t > edge:  # the hub's own clock cuts a frame every 100 ms
+            viewer.apply_frame(core.tick(time.monotonic()))
+            edge += 0.1
+        core.replay(m, time.monotonic())
+    viewer.apply_frame(core.tick(time.monotonic()))
+    replay = ReplaySource(str(log), start_s=float("inf"))
+    newest: dict[int, list[schema.Step]] = {}
+    for m in records:
+        if isinstance(m, schema.Step):
+            newest.setdefault(m.rank, []).append(m)
+
+    def last_five(rank: int, name: str) -> float:
+        return statistics.median([getattr(s, name) for s in newest[rank]][-5:])
+
+    for state in (viewer.state, replay.state):
+        for row in RowBuilder().build(state):
+            for got, name in ((row.step_s, "step_s"), (row.self_s, "self_s"), (row.data_s, "data_s"), (row.comm_s, "comm_s")):
+                assert got == pytest.approx(last_five(row.rank, name), rel=1e-6), (row.rank, name)
