@@ -308,6 +308,9 @@ class NullDetector:
         def observe(self, step: schema.Step) -> None:
             pass
 
+        def observe_many(self, steps: object) -> None:  # (HubCore.ingest_batch's fast path)
+            pass
+
     stragglers = _NoStragglers()
 
     def update(self, state: RunState, now: float) -> list:

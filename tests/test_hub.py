@@ -989,3 +989,16 @@ def test_the_grids_medians_are_each_ranks_last_five_steps_at_the_hub_its_viewers
         assert again.state.ranks[1].smooth == truth[1]
     finally:
         hub.close()
+
+
+def test_a_core_with_the_replays_detector_takes_steps_the_fast_way():
+    # A replay's HubCore draws no conclusions (NullDetector); fed through ingest_batch, as a hub's
+    # loop feeds its own, every step batch was an internal error: NullDetector had no observe_many.
+    from pardash.telemetry.client import NullDetector
+
+    core = HubCore(run_id="r", detector=NullDetector())  # type: ignore[arg-type]
+    hello = schema.encode(schema.Hello(run="r", rank=0, world_size=1, pid=10, t=1.0e9))
+    steps = [schema.encode(schema.Step(run="r", rank=0, seq=s, step=s, step_s=0.1, t=1.0e9 + s)) for s in range(1, 9)]
+    assert core.ingest_batch([hello, *steps], 1.0) == 9
+    assert not core.rejected.get("internal_error")
+    assert core.state.ranks[0].step.step == 8
