@@ -389,3 +389,38 @@ def test_a_grid_of_a_line_or_two_draws_its_ranks_not_their_nodes_headers():
     assert lay_out(one_node, width=57, height=3).lines[0].kind == "node"
     big = lay_out(rows(1024, per_node=256), width=73, height=10)
     assert big.lines[0].kind == "node" and len(big.lines) > 9
+
+
+@pytest.mark.parametrize(("ranks", "size", "form", "laid_out"), [(1024, (150, 45), "cells", 1), (2, (60, 2), "cells", 2)])
+async def test_a_grid_lays_itself_out_without_its_title_only_where_its_ranks_can_fit_so(monkeypatch, ranks, size, form, laid_out):
+    # 1024 ranks in cells scroll (512 lines): laid out again without the column names at each
+    # change, 4.2 ms thrown away. A grid of a line or two still tries (its ranks, not their title).
+    from textual.app import App
+
+    from pardash.telemetry import schema
+    from pardash.telemetry.state import RunState
+    from pardash.tui.model import RowBuilder
+    from pardash.tui.widgets import rank_grid
+
+    class Host(App):
+        def compose(self):
+            yield rank_grid.RankGrid()
+
+    state, table = RunState(run_id="r"), RowBuilder()
+    for r in range(ranks):
+        state.apply(schema.Hello(rank=r, world_size=ranks, node=r // 8, run="r", t=1000.0), 1000.0)
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["height"])
+        return lay_out(*args, **kwargs)
+
+    app = Host()
+    async with app.run_test(size=size) as pilot:
+        grid = app.query_one(rank_grid.RankGrid)
+        grid.form = form
+        grid.update_rows(table.update(state))
+        await pilot.pause()
+        monkeypatch.setattr(rank_grid, "lay_out", counted)
+        grid._relayout(force=True)
+        assert len(calls) == laid_out, calls

@@ -21,7 +21,9 @@ from ..format import DASH, fmt_bytes, fmt_deviation, fmt_loss, fmt_step_no, fmt_
 from ..grid_layout import (
     CELL_GAP,
     COLUMN_SPEC,
+    COMPACT_COLUMNS,
     FORMS,
+    HEAT_BLOCK,
     HEAT_GLYPHS,
     WIDE_COLUMNS,
     GridLayout,
@@ -49,6 +51,18 @@ Look = tuple[tuple[str, Style], ...]
 
 def _glyph(status: str, hang: bool | None) -> str:
     return WAITING_GLYPH if hang is False else HEAT_GLYPHS.get(status, "?")
+
+
+def fewest_lines(ranks: int, width: int, form: str, rank_width: int) -> int:
+    """The fewest lines ``ranks`` ranks can take at ``width`` in any layout of ``form`` (at
+    most a rank a column in a heat map, compact cells where there is none), whatever the room:
+    a grid that takes more scrolls in every layout. (Not its lines at a shorter height: more
+    room can take fewer lines, a rank a line giving way to cells or a map to its short form.)"""
+    if form == "cells":
+        per_line = max(1, (width - 1 + CELL_GAP) // (cell_width(COMPACT_COLUMNS, rank_width) + CELL_GAP))
+    else:
+        per_line = max(width, HEAT_BLOCK + 1)  # (a map's row is whole blocks of HEAT_BLOCK)
+    return -(-ranks // per_line)
 
 
 class RankGrid(ScrollView, can_focus=True):
@@ -343,10 +357,16 @@ class RankGrid(ScrollView, can_focus=True):
             if len(self._legend[0]) > 1:  # the legend's second line is the ranks' first
                 self._head = len(self._legend[0])
                 layout = lay_out(rows, height=height - self._head + 1, ordered=ordered, **settings)
-        if layout.ordered and len(layout.lines) + self._head > height:
+        if (
+            layout.ordered
+            and len(layout.lines) + self._head > height
+            and fewest_lines(len(layout.ordered), width, self.form, layout.rank_width) <= height
+        ):
             # Too short for the ranks under their title (a tiny terminal): the ranks keep the
             # lines, the column names or the legend give way. At 60x15 the grid had two lines,
-            # the legend and a node's header, and its ranks under a scrollbar.
+            # the legend and a node's header, and its ranks under a scrollbar. (Only where they
+            # can fit: a grid that scrolls anyway laid itself out twice a frame, 4.2 ms each at
+            # 1024 ranks in cells.)
             bare = lay_out(rows, height=height + 1, ordered=ordered, **settings)
             if len(bare.lines) <= height:
                 layout, self._head = bare, 0
