@@ -16,9 +16,10 @@ from pardash.telemetry.client import Source
 from ..format import fmt_bytes, fmt_params
 from ..memory import memory_savings
 from ..messages import RunUpdated
+from ..widgets.fit import Phrase, fit_phrases, joined
 from ..widgets.fitted_footer import FittedFooter
 from ..widgets.memory_bars import PARTS, MemoryBars
-from ..widgets.memory_summary import MemorySummary, Phrase, fit_phrases, joined
+from ..widgets.memory_summary import MemorySummary
 
 REFRESH_S = 0.5
 """Memory changes slowly: redraw at most twice a second."""

@@ -7,7 +7,6 @@ from typing import ClassVar
 from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -16,7 +15,7 @@ from pardash.telemetry.summary import ranks_text
 from ..format import tame
 from ..alerts import Alert
 from ..styles import CachedStyles, component_fg
-from .fit import refresh_fitted
+from .fit import FittedWidth, refresh_fitted
 
 GLYPHS = {
     "exited": "×",
@@ -61,7 +60,7 @@ def rank_list(ranks: list[int], limit: int = 6) -> str:
     return f"{shown}, … (+{hidden})"
 
 
-class AlertList(CachedStyles, Widget):
+class AlertList(FittedWidth, CachedStyles, Widget):
     """Stragglers with what they cost, stalled ranks with the phase they are stuck in, silent
     ranks, exited ranks with their code and ranks that do not shard. Calm when there are
     none; folded into one line per kind when there are many."""
@@ -129,27 +128,6 @@ class AlertList(CachedStyles, Widget):
                 return calm
             return Text("\n").join(_cut(calm, console, width, self.max_rows))  # (in the rows the panel has)
         return Text("\n").join(self.fitted(width, self.max_rows))
-
-    _measuring = 0
-    """The width a layout measures the panel's height at (its own is not set yet then)."""
-    _fitted_width = 0
-    """The width the alerts were last fitted to."""
-
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        # The lines are fitted to a width: Textual keeps what render() gave until a refresh,
-        # which measured at another width kept the old lines' height (a blank row at 200
-        # columns, the panel having been measured narrower before the side panels grew).
-        if width != self._fitted_width:
-            self._layout_cache.pop("_render.visual", None)
-        self._measuring = width
-        try:
-            return super().get_content_height(container, viewport, width)
-        finally:
-            self._measuring = 0
-
-    def on_resize(self) -> None:
-        if self.content_region.width != self._fitted_width:
-            refresh_fitted(self)
 
     def _line(self, glyph_kind: str, head: str, rest: str = "") -> Text:
         return Text.assemble((head, self._s(glyph_kind)), tame(rest))

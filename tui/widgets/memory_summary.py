@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
 from ..format import fmt_bytes, fmt_ratio
 from ..memory import MemorySavings
 from ..styles import CachedStyles, component_fg
-from .fit import refresh_fitted
+from .fit import FittedWidth, Phrase, fit_phrases, refresh_fitted
 
 
-class MemorySummary(CachedStyles, Widget):
+class MemorySummary(FittedWidth, CachedStyles, Widget):
     """Model state (parameters, gradients, optimizer state) held across all ranks against what
     the same ranks would hold unsharded, the saving in bytes and as a ratio, the bytes per rank
     and what a rank should hold under the run's strategy (its state unsharded, over N when fully
@@ -49,28 +47,8 @@ class MemorySummary(CachedStyles, Widget):
     LABEL_WIDTH = 10
     """Columns of a row's label; a row's phrases that do not fit its line go under its value."""
 
-    _measuring = 0
-    """The width a layout measures the panel's height at (its own is not set yet then)."""
-    _fitted_width = 0
-    """The width the rows were last fitted to."""
-
     def watch_savings(self) -> None:
         refresh_fitted(self)
-
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        # The rows are fitted to a width (see AlertList's): measured at another, the kept render
-        # would give the old height.
-        if width != self._fitted_width:
-            self._layout_cache.pop("_render.visual", None)
-        self._measuring = width
-        try:
-            return super().get_content_height(container, viewport, width)
-        finally:
-            self._measuring = 0
-
-    def on_resize(self) -> None:
-        if self.content_region.width != self._fitted_width:
-            refresh_fitted(self)
 
     def _s(self, name: str) -> Style:
         return component_fg(self, f"memory-summary--{name}")
@@ -121,46 +99,3 @@ class MemorySummary(CachedStyles, Widget):
                 Text(f"⚠ not sharding as expected: rank{'s' if len(over) > 1 else ''} {ranks}", style=self._s("bad"))
             )
         return Text("\n").join(lines)
-
-
-Piece = tuple[str, Any]
-"""A run of text and its style (a Rich Style, or a Textual style string)."""
-Phrase = tuple[Piece, ...]
-"""Pieces that stay together on one line (a figure and its unit, a legend's glyph and label)."""
-
-
-def fit_phrases(
-    phrases: list[Phrase], width: int, *, indent: int = 0, gap: int = 1, space_style: Any = ""
-) -> list[list[Piece]]:
-    """``phrases`` as lines of at most ``width`` cells, ``gap`` spaces (in ``space_style``)
-    between two on a line, each phrase whole: one that does not fit the rest of a line starts
-    the next, after ``indent`` spaces (under a row's value) where it fits so. One wider than a
-    line is left to the widget to wrap. (Rich and Textual break a line at any space, a
-    no-break one too: phrases are kept whole here.)"""
-    lines: list[list[Piece]] = [[]]
-    used = 0
-    for phrase in phrases:
-        n = sum(cell_len(text) for text, _style in phrase)
-        if used and used + gap + n > width:
-            # (under the value where it fits there, else from the line's start)
-            lead = indent if indent + n <= width else 0
-            lines.append([(" " * lead, space_style)] if lead else [])
-            used = lead
-        elif used:
-            lines[-1].append((" " * gap, space_style))
-            used += gap
-        lines[-1].extend(phrase)
-        used += n
-    return [joined(line) for line in lines]
-
-
-def joined(pieces: list[Piece]) -> list[Piece]:
-    """Neighbouring pieces of one style made one (a space between two phrases is no run of
-    its own)."""
-    out: list[Piece] = []
-    for text, style in pieces:
-        if out and out[-1][1] == style:
-            out[-1] = (out[-1][0] + text, style)
-        else:
-            out.append((text, style))
-    return out
