@@ -50,7 +50,8 @@ async def test_a_long_runs_charts_say_they_hold_its_last_steps_only(tmp_path, mo
             assert series is not None and series.first_step > 1 and series.last_step == 2000
             title = plain(chart.border_title)
             assert f"steps {series.first_step}-2000 only" in title, title
-            assert f"the last {HISTORY_POINTS} samples" in title, title
+            # history points, one a frame; not "samples" (what a rank trains on, samples/s)
+            assert f"the last {HISTORY_POINTS} points" in title and "sample" not in title, title
             assert len(f"╭─ {title} ─╮") <= chart.size.width  # drawn whole
     app = replay_app("long.jsonl")
     async with app.run_test(size=(80, 24)) as pilot:

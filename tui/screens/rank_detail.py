@@ -259,7 +259,8 @@ class RankDetailScreen(Screen):
         steps = f"steps {fmt_step_no(series.first_step)}-{fmt_step_no(series.last_step)} only"
         kept = r.history.capacity
         longest = max(len(t) for _c, t, _f in CHARTS)  # (the three charts say it alike)
-        for note in (f"{steps}: the last {kept} samples are kept", f"{steps} (the last {kept} samples)", steps):
+        # (points, not "samples": samples are what a rank trains on, samples/s)
+        for note in (f"{steps}: the last {kept} points are kept", f"{steps} (the last {kept} points)", steps):
             if longest + len(f"─  · {note} ─") <= width - 2:  # (within the corners)
                 break
         return f"{title} [not bold dim]· {note}[/]"
