@@ -9,7 +9,6 @@ from textual.content import Content
 from tui_helpers import replay_app
 
 import make_fixtures as fx
-from pardash.telemetry import schema
 
 
 def plain(markup: str) -> str:
