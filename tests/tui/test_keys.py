@@ -89,7 +89,9 @@ async def test_a_job_that_ends_under_the_quit_dialog_is_said_and_q_then_leaves()
     assert app.return_value == "over" and chosen == ["over"]
 
 
-async def test_s_on_the_dialog_of_a_job_that_ended_leaves_without_stopping():
+@pytest.mark.parametrize(("ask", "stop"), [("q", "s"), ("ctrl+c", "ctrl+c")])
+async def test_stop_on_the_dialog_of_a_job_that_ended_leaves_without_stopping(ask, stop):
+    # (ctrl+c, ctrl+c: a second Ctrl+C stops a job, one that has ended it leaves)
     from pardash.telemetry.client import ReplaySource
     from pardash.tui.app import make_app
 
@@ -100,11 +102,11 @@ async def test_s_on_the_dialog_of_a_job_that_ended_leaves_without_stopping():
     app = make_app(src, launched=True, job_over=lambda: ended[0])
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("q")
+        await pilot.press(ask)
         await pilot.pause()
         ended[0] = True
         app.screen._check_over()
-        await pilot.press("s")
+        await pilot.press(stop)
         await pilot.pause()
     assert app.return_value == "over"
 
@@ -138,26 +140,6 @@ async def test_ctrl_c_on_the_quit_dialog_stops_the_job_as_a_second_ctrl_c_does()
         await pilot.press("ctrl+c")
         await pilot.pause()
     assert app.return_value == "stop" and chosen == ["stop"]
-
-
-async def test_ctrl_c_on_the_dialog_of_a_job_that_ended_leaves_without_stopping():
-    from pardash.telemetry.client import ReplaySource
-    from pardash.tui.app import make_app
-
-    ended = [False]
-    src = ReplaySource(str(DATA.parent.parent / "data" / "fsdp4_crash.jsonl"))
-    src.seek(src.duration_s)
-    src.paused = True
-    app = make_app(src, launched=True, job_over=lambda: ended[0])
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        await pilot.press("ctrl+c")
-        await pilot.pause()
-        ended[0] = True
-        app.screen._check_over()
-        await pilot.press("ctrl+c")
-        await pilot.pause()
-    assert app.return_value == "over"
 
 
 async def test_q_then_c_cancels_and_the_dashboard_carries_on():
