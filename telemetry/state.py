@@ -62,13 +62,19 @@ def _kept(msg: "schema.Event") -> "schema.Event":
     )
 
 
-def _median_known(values: tuple[float | None, ...]) -> float | None:
-    """The median of ``values`` that are not None (None: none is)."""
-    v = sorted([x for x in values if x is not None])
+def median_small(values: Iterable[float]) -> float | None:
+    """The median of a handful of numbers (cheaper than statistics.median for five; None: no
+    number)."""
+    v = sorted(values)
     n = len(v)
     if not n:
         return None
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _median_known(values: tuple[float | None, ...]) -> float | None:
+    """The median of ``values`` that are not None (None: none is)."""
+    return median_small([x for x in values if x is not None])
 
 
 def _median5(a: float, b: float, c: float, d: float, e: float) -> float:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
+from pardash.telemetry.state import median_small
 
 from .alerts import cause_rank, cause_ranks, waited_for_text
 from .run_clock import ranks_first_word
@@ -157,15 +158,6 @@ def leave_one_out_medians(values: list[float]) -> list[float | None]:
     return [both_up if v <= a_lo else upper_up if v <= b_lo else neither for v in values]
 
 
-def _median_small(values) -> float | None:
-    """Median of a handful of numbers (cheaper than statistics.median for five)."""
-    v = sorted(values)
-    n = len(v)
-    if not n:
-        return None
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
 def _known(values: list[float]) -> list[float]:
     """The last SMOOTH_POINTS values that are not NaN (a step without the figure)."""
     return [v for v in values if v == v][-SMOOTH_POINTS:]
@@ -220,7 +212,7 @@ class _Rank:
         self.rank = r.rank
         self.r = r
         self.self_win = deque(_known(r.history["self_s"].values()), SMOOTH_POINTS)
-        self.self_med = _median_small(self.self_win)
+        self.self_med = median_small(self.self_win)
         self.seen = r.steps_seen
         self.step_seen = -1
         """steps_seen the step-time window was fed up to (-1: not seeded yet)."""
@@ -254,7 +246,7 @@ class _Rank:
                 self.self_win.append(last)
         else:
             self.self_win.extend(_known(r.history["self_s"].values()[-min(new, SMOOTH_POINTS) :]))
-        self.self_med = _median_small(self.self_win)
+        self.self_med = median_small(self.self_win)
 
     def smoothed(self, column: str, last: float | None) -> float | None:
         """The median of the last SMOOTH_POINTS known values of history ``column`` (fed from
@@ -268,7 +260,7 @@ class _Rank:
         kept = self.smooth.get(column)
         if kept is None:
             win: deque[float] = deque(_known(r.history[column].values()), SMOOTH_POINTS)
-            kept = self.smooth[column] = [seen, win, _median_small(win) if win else None]
+            kept = self.smooth[column] = [seen, win, median_small(win) if win else None]
         elif kept[0] != seen:
             new = seen - kept[0]
             win = kept[1]
@@ -278,7 +270,7 @@ class _Rank:
                     win.append(v)
             elif new > 1:
                 win.extend(_known(r.history[column].values()[-min(new, SMOOTH_POINTS) :]))
-            kept[0], kept[2] = seen, _median_small(win) if win else None
+            kept[0], kept[2] = seen, median_small(win) if win else None
         return kept[2] if kept[2] is not None else last
 
     def smoothed_step_s(self) -> float | None:
@@ -287,17 +279,17 @@ class _Rank:
         seen = r.steps_seen
         if self.step_seen < 0:
             self.step_win.extend(_known(r.history["step_s"].values()))
-            self.step_med = _median_small(self.step_win)
+            self.step_med = median_small(self.step_win)
         elif seen != self.step_seen:
             new = seen - self.step_seen
             if new == 1:
                 last = r.history.last("step_s")
                 if last is not None and last == last:
                     self.step_win.append(last)
-                    self.step_med = _median_small(self.step_win)
+                    self.step_med = median_small(self.step_win)
             elif new > 1:
                 self.step_win.extend(_known(r.history["step_s"].values()[-min(new, SMOOTH_POINTS) :]))
-                self.step_med = _median_small(self.step_win)
+                self.step_med = median_small(self.step_win)
         self.step_seen = seen
         return self.step_med
 
@@ -500,7 +492,7 @@ class RowBuilder:
                     window = e.self_win
                     window.append(last)
                     v = sorted(window)
-                    e.self_med = e.self_s = v[mid] if len(v) == full else _median_small(v)
+                    e.self_med = e.self_s = v[mid] if len(v) == full else median_small(v)
         self._fill_deviation(live)
         stuck = counts.get(st.STALLED, 0) + counts.get(st.SILENT, 0)
         first = cause_rank(state) if exited else None
