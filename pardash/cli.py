@@ -150,7 +150,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     # launched it (which may have detached): its supervisor is in the registry.
     entry = getattr(client, "info", {})  # the registry's entry of a run attached by id
     supervisor = int(entry.get("supervisor_pid") or 0)
-    from pardash.trainer.supervisor import job_processes, stop_unsupervised, supervisor_alive
+    from pardash.trainer.jobprocs import job_processes, stop_unsupervised, supervisor_alive
     from pardash.tui.app import make_app
 
     run_id = str(entry.get("run_id") or client.run_id or "")

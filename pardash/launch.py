@@ -388,7 +388,7 @@ def _ended_by_itself(job, client, printer) -> bool:
 def _not_waiting(spec, sig: int) -> int:
     """A second Ctrl-C (or SIGTERM) while the job stops: say that the stop goes on without this
     process (it exited without a word, the job's end unsaid) and exit as the shell would."""
-    from pardash.trainer.supervisor import STOP_GRACE_S
+    from pardash.trainer.jobprocs import STOP_GRACE_S
 
     print(f"{PROG}: not waiting for the job to stop: its supervisor kills what is left of it within {STOP_GRACE_S:.0f} s; "
           f"log {_log_of(spec)}", file=sys.stderr, flush=True)  # fmt: skip
@@ -449,7 +449,7 @@ def _stop_unsupervised(job, sig: int) -> int:
     """Stop a job whose supervisor is gone, from here (a Ctrl-C, or Stop in the TUI): torchrun
     gets SIGTERM as the supervisor would have sent it. Before, the ranks trained on, and the
     launch could not stop them."""
-    from pardash.trainer.supervisor import stop_unsupervised
+    from pardash.trainer.jobprocs import stop_unsupervised
 
     spec = job.spec
     print(f"{PROG}: stopping the job (its supervisor is gone: torchrun gets SIGTERM from here)...", file=sys.stderr, flush=True)

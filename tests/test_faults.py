@@ -19,7 +19,7 @@ from helpers import TerminalOutput, pardash_env, wait_for
 from pardash.telemetry import registry, schema
 from pardash.telemetry.logreader import load_log
 from pardash.telemetry.report import build_report
-from pardash.trainer import supervisor
+from pardash.trainer import jobprocs
 
 pytestmark = pytest.mark.slow
 
@@ -534,7 +534,7 @@ def test_a_launch_whose_supervisor_was_killed_still_stops_the_job_at_ctrl_c(tmp_
     (entry,) = registry.live_runs()
     os.kill(entry["supervisor_pid"], signal.SIGKILL)
     wait_for(lambda: _ended(entry["supervisor_pid"]), timeout_s=30)
-    job = supervisor.job_processes(entry["supervisor_pid"], entry["run_id"])
+    job = jobprocs.job_processes(entry["supervisor_pid"], entry["run_id"])
     assert len(job) >= 2  # torchrun and its rank, training on
     # The launch has seen its supervisor gone (it says so) before it is stopped.
     wait_for(lambda: "train on without it" in said.read_text(), timeout_s=60, poll_s=0.1)
@@ -544,7 +544,7 @@ def test_a_launch_whose_supervisor_was_killed_still_stops_the_job_at_ctrl_c(tmp_
     assert p.returncode == 130, err[-2000:]
     assert "stopped by you (exit code 130)" in err, err[-2000:]
     assert all(_ended(q.pid) for q in job)
-    assert not supervisor.job_processes(entry["supervisor_pid"], entry["run_id"])
+    assert not jobprocs.job_processes(entry["supervisor_pid"], entry["run_id"])
     # ... and its hub: it wrote the log to its end and stopped (it waited for a restart). The
     # log says the rank was stopped (it read "no exit").
     assert _ended(entry["pid"])
@@ -558,9 +558,9 @@ def test_a_pid_the_system_gave_another_program_is_no_supervisor(tmp_path):
     # killed outright leaves that pid free for the system to give another program.
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert not supervisor.supervisor_alive(other.pid, "20261204-000000-abcd")
-        assert not supervisor.job_processes(other.pid, "20261204-000000-abcd")
-        assert supervisor.stop_unsupervised(other.pid, "20261204-000000-abcd") == 0
+        assert not jobprocs.supervisor_alive(other.pid, "20261204-000000-abcd")
+        assert not jobprocs.job_processes(other.pid, "20261204-000000-abcd")
+        assert jobprocs.stop_unsupervised(other.pid, "20261204-000000-abcd") == 0
         assert other.poll() is None
     finally:
         other.kill()
