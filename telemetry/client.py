@@ -21,6 +21,7 @@ from .clocks import CLOCK_OFF_S, RankClocks, is_hub_side
 from .hubcore import HubCore
 from .logreader import PROGRESS_EVERY, LogCursor, LogReadStats, LogTail, Progress, no_records, read_log
 from .recorder import is_gzip
+from .reporter import HANDSHAKE_EVENTS
 from .state import RunState
 
 
@@ -201,6 +202,11 @@ class HubClient(FrameApplier):
         security.allow_ipv6(self.sub, updates)
         self.sub.connect(updates)
         self.dealer: zmq.Socket | None = None
+        self._handshakes: zmq.Socket | None = None
+        """The snapshot socket's handshake monitor, until a handshake succeeds."""
+        self.refused = ""
+        """Why the hub refuses this viewer, once a handshake with it has failed (a hub with
+        CURVE keys and a viewer with none, or keys it does not take); "" otherwise."""
         self.synced = False
         self.snapshots = 0
         self.hub_restarts = 0
@@ -224,6 +230,8 @@ class HubClient(FrameApplier):
             if self.keys is not None:
                 self.keys.apply(self.dealer)
             security.allow_ipv6(self.dealer, self.snapshot_endpoint)
+            # (watched before it connects, so the first handshake is not missed)
+            self._handshakes = security.monitor_socket(self.dealer, HANDSHAKE_EVENTS)
             self.dealer.connect(self.snapshot_endpoint)
         try:
             self.dealer.send(frames.SNAPSHOT_REQUEST, zmq.NOBLOCK)
@@ -232,8 +240,32 @@ class HubClient(FrameApplier):
         self.synced = False
         self._asked = time.monotonic()
 
+    def _read_handshakes(self) -> bool:
+        """Take the snapshot socket's handshake events: a failed one says the hub refuses this
+        viewer (it would wait for a snapshot forever, none coming); one that succeeds ends
+        the watch. True when :attr:`refused` changed."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        was = self.refused
+        while self._handshakes is not None:
+            try:
+                event = recv_monitor_message(self._handshakes, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                break
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.refused = ""
+                self.dealer.disable_monitor()
+                self._handshakes.close(0)
+                self._handshakes = None
+            elif self.keys is None:
+                self.refused = "it has CURVE keys and this viewer has none (--curve-dir DIR or PARDASH_CURVE_DIR)"
+            else:
+                self.refused = ("it does not take this viewer's keys (its authorized folder lacks this client key, "
+                                "or this folder's server.key is not the hub's)")  # fmt: skip
+        return self.refused != was
+
     def poll(self) -> bool:
-        changed = False
+        changed = self._read_handshakes() if self._handshakes is not None else False
         while True:
             try:
                 raw = self.dealer.recv(zmq.NOBLOCK)
@@ -297,6 +329,9 @@ class HubClient(FrameApplier):
 
     def close(self) -> None:
         self.sub.close(0)
+        if self._handshakes is not None:
+            self._handshakes.close(0)
+            self._handshakes = None
         if self.dealer is not None:
             self.dealer.close(0)
 

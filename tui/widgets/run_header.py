@@ -151,6 +151,8 @@ class RunSummary:
     live: bool = True
     synced: bool = True
     """False while a live viewer waits for the hub's snapshot."""
+    refused: str = ""
+    """Why the live hub refuses this viewer (its handshake failed: CURVE keys), if it does."""
     hub_quiet_s: float | None = None
     """Seconds without a frame from a live hub (None while frames arrive)."""
     waiting_s: float | None = None
@@ -231,6 +233,7 @@ def summarize(
         note=" · ".join(notes),
         live=source.live,
         synced=getattr(source, "synced", True),
+        refused=getattr(source, "refused", ""),
         hub_quiet_s=hub_quiet_s,
         waiting_s=max(0.0, time.time() - (state.t0 or getattr(source, "opened_t", time.time())))
         if source.live and not state.ranks
@@ -399,6 +402,8 @@ class RunHeader(CachedStyles, Widget):
         length), and a text that wraps on its own below them (the run's note), if any."""
         s = self.summary
         width = max(20, width)
+        if s.live and not s.synced and s.refused:
+            return [], Text(f"the hub refuses this viewer: {s.refused}", style=self._s("bad"))
         if s.live and not s.synced:
             return [], Text(
                 "waiting for the hub's snapshot… (is the hub running? one with CURVE keys answers authorised viewers only)",
