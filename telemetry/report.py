@@ -8,8 +8,8 @@ extend them, never rename them.
 
 What the report answers, beyond the per-rank table:
 
-- throughput: samples/s over the training time (the steps' span less evaluations, checkpoint
-  saves and torchrun's restarts), and the steady rate: the same of the steps after a warm-up
+- throughput: samples/s over the training time (the steps' span less the time any rank was
+  evaluating or saving a checkpoint, and torchrun's restarts), and the steady rate: the same of the steps after a warm-up
   (:data:`WARMUP_STEPS`);
 - stragglers over time: each verdict with the step it was found and cleared, and its cost
   measured from the log: at every step the straggler arrived last at the collective, the
@@ -106,36 +106,30 @@ def _warmup_steps(steps: int) -> int:
     return min(WARMUP_STEPS, steps // 5)
 
 
-def _all_paused_s(spans: dict[int, list[float]], pauses: dict[int, list[tuple[float, float]]], t0: float, t1: float,
-                  restarts: list[tuple[float, float]] = ()) -> float:  # fmt: skip
-    """Seconds within [t0, t1] in which every rank of ``spans`` (rank -> its first step's start
-    and last step's end) was paused (``pauses``: rank -> (end, seconds) of each evaluation or
-    checkpoint save), restarting (``restarts``: (from, to), the job's) or outside its steps'
-    span (done, or not started yet): no rank trained then. (Each second once: a save right
-    before a crash was taken out as a pause and again in the restart that followed.)"""
-    edges: list[tuple[float, int]] = []
-    for rank, (r0, r1) in spans.items():
-        out = [(t0, r0), (r1, t1)] + [(max(t0, t - d), min(t1, t)) for t, d in pauses.get(rank, ()) if t0 < t <= t1]
-        out += [(max(t0, a), min(t1, b)) for a, b in restarts]
-        out.sort()
-        merged: list[list[float]] = []
-        for a, b in out:
-            if b <= a:
-                continue
-            if merged and a <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
-        for a, b in merged:
-            edges += [(a, 1), (b, -1)]
-    edges.sort()  # (an end before a start at the same time: pauses that only touch do not overlap)
-    paused, depth, since = 0.0, 0, 0.0
-    for t, step in edges:
-        depth += step
-        if step > 0 and depth == len(spans):
-            since = t
-        elif step < 0 and depth == len(spans) - 1:
-            paused += t - since
+def _paused_s(spans: dict[int, list[float]], pauses: dict[int, list[tuple[float, float]]], t0: float, t1: float,
+              restarts: list[tuple[float, float]] = ()) -> float:  # fmt: skip
+    """Seconds within [t0, t1] that are no training time: while any rank of ``spans`` (rank ->
+    its first step's start and last step's end) was paused (``pauses``: rank -> (end, seconds)
+    of each evaluation or checkpoint save), the job restarted (``restarts``: (from, to)), or no
+    rank was within its steps' span (done, or not started yet). Any rank's pause, not only
+    every rank's at once: the others wait for it, in their next step's collective or at a
+    barrier (rank 0 alone validating every 25 steps for 0.1 s, which rank 1's next step held,
+    read 10,396 samples/s of a run whose steps ran at 24,000). Each second once: a save right
+    before a crash is a pause and inside the restart's gap too."""
+    out = [(max(t0, t - d), min(t1, t)) for rank in spans for t, d in pauses.get(rank, ())]
+    out += [(max(t0, a), min(t1, b)) for a, b in restarts]
+    covered = t0  # the gaps between the ranks' steps' spans: no rank trained there
+    for r0, r1 in sorted(spans.values()):
+        out.append((covered, min(t1, r0)))
+        covered = max(covered, r1)
+    out.append((covered, t1))
+    out.sort()
+    paused, end = 0.0, t0
+    for a, b in out:
+        a = max(a, end)
+        if b > a:
+            paused += b - a
+            end = b
     return paused
 
 
@@ -152,7 +146,7 @@ def _steady(first_steps: dict[int, list[tuple[float, int, int]]], samples: dict[
     if not starts or t1 is None:
         return None
     t0 = min(starts)
-    took = t1 - t0 - _all_paused_s(spans, pauses, t0, t1, _restart_intervals(attempt_spans, off))
+    took = t1 - t0 - _paused_s(spans, pauses, t0, t1, _restart_intervals(attempt_spans, off))
     if took <= 0:
         return None
     after = sum(samples.values()) - sum(n for steps in first_steps.values() for _, n, _ in steps[:warmup])
@@ -211,7 +205,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """Each rank's evaluations (``eval`` events): how long each took."""
     pauses: dict[int, list[tuple[float, float]]] = defaultdict(list)
     """rank -> (end, seconds) of each evaluation and checkpoint save: outside its steps' times,
-    so those between the first and last step that every rank was in are no training time."""
+    and no training time for any rank (the others wait for it)."""
     top_step: dict[int, int] = {}
     low_step: dict[int, int] = {}
     epochs: list[int] = []
@@ -414,10 +408,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # From the first step to the last, less the evaluations and checkpoint saves between
         # them (the steps' times leave them out too): a 12 s validation in a 0.5 s run read as
         # 13 samples/s for 180, and 40 steps saved after each read 667 samples/s (1.9 s) where
-        # the steps had 0.54 s. Only while no rank was in a step: one rank's evaluation that
-        # the others waited for inside their steps (rank 0 validates, then dist.barrier())
-        # left 0.35 s of a 4.6 s run, and a straggler's cost read 1217% of training.
-        paused = _all_paused_s(good_spans, pauses, step_t0, step_t1, _restart_intervals(attempt_spans, off))
+        # the steps had 0.54 s. One rank's too, which the others waited for in their steps
+        # (see _paused_s).
+        paused = _paused_s(good_spans, pauses, step_t0, step_t1, _restart_intervals(attempt_spans, off))
         restarting = _restart_gaps(attempt_spans, off)
         train_s = max(0.0, step_t1 - step_t0 - paused)
         if first_t is not None and last_t is not None:

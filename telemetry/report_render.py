@@ -57,7 +57,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
     sps = _num(rep["samples_per_s"])
     if rep["samples_per_s"] is not None:
         # (the training time's: the progress lines' rate is wall clock, evaluations and saves in)
-        sps += " over the time some rank was in a step"
+        sps += " over the time some rank was in a step" + _paused_text(rep)
     if rep.get("steady_samples_per_s"):
         sps += f" (steady {_num(rep['steady_samples_per_s'])}{_steady_text(rep.get('steady_steps'))})"
     return [
@@ -83,6 +83,17 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"]))]
           if rep.get("log_ends_early") and rep["ranks"] else []),
     ]
+
+
+def _paused_text(rep: dict) -> str:
+    """``, none evaluating or saving``: what the training time leaves out besides the time no
+    rank was in a step. Any rank's evaluation or save, which the others waited for in their
+    steps (rank 0 alone validating read "10,396 over the time some rank was in a step" of a
+    run whose steps ran at 24,000, where its report said the evaluations were outside them)."""
+    doing = [what for what, did in (("evaluating", rep.get("evaluations")),
+                                    ("saving", any(s.get("duration_s") for s in (rep.get("checkpoints") or {}).get("saved") or ())))
+             if did]  # fmt: skip
+    return f", none {' or '.join(doing)}" if doing else ""
 
 
 def _steady_text(steps: dict | None) -> str:
