@@ -16,8 +16,11 @@ PARDASH="${PARDASH:-$PWD/.venv/bin/pardash}"
 NPROC="${NPROC:-1}"
 OUT="${OUT:-$(mktemp -d -t pardash-two-nodes.XXXXXX)}"
 mkdir -p "$OUT"
-NS=(pardash-n0 pardash-n1)
-DEV=(pardash-v0 pardash-v1)
+# Names of this run's own (its pid in them): a second run beside it, another user's, is left
+# alone (fixed names made each run start by killing whatever ran in the namespaces of the same
+# names). Interface names hold 15 characters at most.
+NS=("pardash-n0-$$" "pardash-n1-$$")
+DEV=("pdv0-$$" "pdv1-$$")
 ADDR=(10.200.0.1 10.200.0.2)
 
 cleanup() {
@@ -28,7 +31,6 @@ cleanup() {
     ip link del "${DEV[0]}" 2>/dev/null || true
 }
 trap cleanup EXIT
-cleanup  # leftovers of an earlier run
 
 ip netns add "${NS[0]}"
 ip netns add "${NS[1]}"
