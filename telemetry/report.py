@@ -11,9 +11,11 @@ What the report answers, beyond the per-rank table:
 - throughput: samples/s over the training time (the steps' span less the time any rank was
   evaluating or saving a checkpoint, and torchrun's restarts), and the steady rate: the same of the steps after a warm-up
   (:data:`WARMUP_STEPS`);
-- stragglers over time: each verdict with the step it was found and cleared, and its cost
-  measured from the log: at every step the straggler arrived last at the collective, the
-  others waited the gap between its self time and the second-slowest rank's;
+- stragglers over time: each verdict with the step it was found and cleared, its streak's
+  first and last step, and its cost measured from the log: at every step the straggler
+  arrived last at the collective, the others waited the gap between its self time and the
+  second-slowest rank's; and where data-loading verdicts moved between ranks whose loaders
+  all took alike time, that the job is data-bound;
 - stalls (with the phase a rank was stuck in) and exits, with the root cause of a failure;
 - memory held against what the strategy should hold (the run's state unsharded, / N when sharded) and against the unsharded model;
 - checkpoints saved (how many, at which steps, the slowest save) and resumes (from where, and
@@ -210,6 +212,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     low_step: dict[int, int] = {}
     epochs: list[int] = []
     """The first and the last epoch a step said it was in (none: no step said one)."""
+    epoch_starts: dict[int, int] = {}
+    """epoch -> the first step a rank said was in it."""
     recent: dict[int, _RecentSteps] = defaultdict(_RecentSteps)
     rerun: dict[int, int] = defaultdict(int)
     """Steps a rank took again (a restart or resume back to a checkpoint): seen already (or
@@ -302,6 +306,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                     epochs[0], epochs[1] = min(epochs[0], msg.epoch), max(epochs[1], msg.epoch)
                 else:
                     epochs[:] = [msg.epoch, msg.epoch]
+                if msg.step < epoch_starts.get(msg.epoch, msg.step + 1):
+                    epoch_starts[msg.epoch] = msg.step
             samples[msg.rank] += msg.samples
             if msg.t:
                 earliest = first_steps[msg.rank]
@@ -549,6 +555,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "phases": {p: _median([r[f"median_{p}"] for r in ranks]) for p in PHASES},
         "ranks": ranks,
         "stragglers": stragglers,
+        # Data-loading verdicts that moved from one rank to another, where every rank's loader
+        # took alike time: the job is data-bound, no rank's loader slower (None: not so).
+        "data_bound": _data_bound(stragglers, {r: (sum(phases[r].get("data_s", ())), sum(v)) for r, v in step_s.items()},
+                                  epoch_starts),
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         "failure": failure,
@@ -702,8 +712,9 @@ MAX_WARNINGS = 50
 
 def _charge(ep: dict, arrivals: _Arrivals, last_step: int, after: int = 0) -> None:
     """Measure what a straggler cost: from the first step of the streak in which it arrived
-    last (before the verdict, which needs whole windows) to its clearing or the end, charging
-    each step it arrived last at with the others' wait.
+    last (before the verdict, which needs whole windows) to the streak's last step before its
+    clearing (``until_step``) or to the end, charging each step it arrived last at with the
+    others' wait.
 
     The streak is walked back from the verdict's step. A step holds it up where the rank
     arrived last by at least half the verdict's own wait a step (``cost_s``; any lead where
@@ -715,7 +726,7 @@ def _charge(ep: dict, arrivals: _Arrivals, last_step: int, after: int = 0) -> No
     episode, whose steps were charged twice (108 of 80 steps)."""
     rank, found = ep["rank"], ep["step"]
     if found is None:
-        ep.update(cost_total_s=0.0, steps_charged=0)
+        ep.update(cost_total_s=0.0, steps_charged=0, until_step=None)
         return
     least = ep["cost_s"] / 2 if ep["cost_s"] else 0.0
     since = step = found
@@ -728,7 +739,14 @@ def _charge(ep: dict, arrivals: _Arrivals, last_step: int, after: int = 0) -> No
         else:
             missed += 1
     ep["since_step"] = since
-    until = ep["cleared_step"] if ep["cleared_step"] is not None else last_step
+    until, ep["until_step"] = last_step, None
+    if ep["cleared_step"] is not None:
+        # Its streak's last step: the hub clears a verdict only once whole windows have gone
+        # by without it, and the steps between had the rank last by a hair or not at all. An
+        # episode of rank 1 that ended at step 63 read "cleared at step 89" beside rank 0's,
+        # "straggling from step 64" (every rank's loader alike slow: the data-bound note).
+        until = ep["until_step"] = next(
+            (s for s in range(ep["cleared_step"], since, -1) if (g := arrivals.gap(s, rank)) is not None and g >= least), since)
     total, n = 0.0, 0
     for s in range(since, until + 1):
         g = arrivals.gap(s, rank)
@@ -737,6 +755,43 @@ def _charge(ep: dict, arrivals: _Arrivals, last_step: int, after: int = 0) -> No
             n += 1
     ep["cost_total_s"] = total
     ep["steps_charged"] = n
+
+
+DATA_BOUND_SHARE = 0.25
+"""The share of its steps every rank must have spent loading data for data-loading verdicts that
+moved between ranks to read as a data-bound job."""
+
+DATA_BOUND_ALIKE = 2 / 3
+"""...and the least data time of a rank against the most: a rank whose loader is slower than the
+others' spends more (a genuine data straggler's peers read 0.01-0.2 of it, a data-bound job's
+0.8-0.9)."""
+
+
+def _data_bound(stragglers: list[dict], data: dict[int, tuple[float, float]], epoch_starts: dict[int, int]) -> dict | None:
+    """Where the data-loading verdict moved from one rank to another (one cleared, the next's
+    streak begun by then or within STREAK_GAP_STEPS of its end) and every rank (``data``: rank
+    -> its data and step seconds) spent alike time, a good share of its steps, loading: the
+    ranks' loaders are likely equally slow and whichever lags names itself the straggler (two
+    DataLoader workers a rank, their phase drawn anew each epoch: rank 1 named for steps 3-63,
+    rank 0 from step 64, as epoch 1 began). {moves: [{from_rank, to_rank, step, epoch (the
+    epoch begun there, or None)}], data_share_min, data_share_max}; None where it is not so."""
+    episodes = sorted((ep for ep in stragglers if ep["kind"] == "data" and ep["step"] is not None), key=lambda ep: ep["step"])
+    moves = []
+    for a, b in zip(episodes, episodes[1:]):
+        if a["rank"] == b["rank"] or a["cleared_step"] is None or a["until_step"] is None:
+            continue
+        if b["since_step"] > a["until_step"] + STREAK_GAP_STEPS:
+            continue  # a while with neither: two slow spells, not one that moved
+        lo, hi = min(a["until_step"], b["since_step"]) - STREAK_GAP_STEPS, max(a["until_step"], b["since_step"]) + STREAK_GAP_STEPS
+        began = [e for e, s in epoch_starts.items() if lo <= s <= hi and s > min(epoch_starts.values())]
+        moves.append({"from_rank": a["rank"], "to_rank": b["rank"], "step": b["since_step"], "epoch": min(began) if began else None})
+    shares = [d / s for d, s in data.values() if s > 0]
+    if not moves or len(shares) < len(data) or len(data) < 2:
+        return None
+    least, most = min(d for d, _ in data.values()), max(d for d, _ in data.values())
+    if min(shares) < DATA_BOUND_SHARE or least < DATA_BOUND_ALIKE * most:
+        return None
+    return {"moves": moves, "data_share_min": min(shares), "data_share_max": max(shares)}
 
 
 def _role(rank: int, failure: dict | None) -> str | None:

@@ -236,8 +236,10 @@ def straggler_lines(rep: dict) -> list[str]:
     out = []
     for s in rep["stragglers"]:
         until = f"cleared at step {s['cleared_step']}" if s["cleared_step"] is not None else "until the end"
+        # (where its streak ended, before the hub's clearing: the windows it takes)
+        to = f" to step {s['until_step']}" if s.get("until_step") not in (None, s["cleared_step"]) else ""
         out.append(
-            f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}, found at step {s['step']}, {until}; "
+            f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}{to}, found at step {s['step']}, {until}; "
             # a step: the mean over the steps charged (the verdict's own figure is of the windows
             # that found it, which the total would not multiply back to)
             f"the others waited {ms(s['cost_total_s'] / s['steps_charged'] if s['steps_charged'] else s['cost_s'])} ms a step "
@@ -247,6 +249,29 @@ def straggler_lines(rep: dict) -> list[str]:
             + (f"; {ms(s['cost_s'])} ms a step when found)" if s["cost_s"] is not None and s["steps_charged"] else ")")
         )
     return out
+
+
+def data_bound_line(rep: dict) -> str | None:
+    """One line where the data-loading verdict moved between ranks whose loaders all took alike
+    time (report._data_bound): two ranks each named for a while in a 2-rank job, as if each in
+    turn were the slow one, where every loader is (None: not so)."""
+    db = rep.get("data_bound")
+    if not db:
+        return None
+    moves = db["moves"]
+    if len(moves) == 1:
+        m = moves[0]
+        when = f"as epoch {m['epoch']} began" if m["epoch"] is not None else f"at step {m['step']}"
+        moved = f"the data-loading verdict moved from rank {m['from_rank']} to rank {m['to_rank']} {when}"
+    else:
+        at_epochs = sum(1 for m in moves if m["epoch"] is not None)
+        ranks = sorted({m["from_rank"] for m in moves} | {m["to_rank"] for m in moves})
+        moved = (f"the data-loading verdict moved between {ranks_named(ranks)} {len(moves)} times"
+                 + (f" ({at_epochs} as an epoch began)" if at_epochs else ""))
+    least, most = f"{db['data_share_min'] * 100:.0f}", f"{db['data_share_max'] * 100:.0f}%"
+    share = most if f"{least}%" == most else f"{least}-{most}"
+    return (f"{moved}, and every rank spent alike time loading data ({share} of its steps): the ranks' loaders are "
+            "likely equally slow (the job is data-bound) rather than one of them slower")
 
 
 def _last_steps_text(rep: dict) -> str:
@@ -443,6 +468,8 @@ def render_text(rep: dict, width: int = 10_000) -> str:
     con.print("stragglers:" + ("" if rep["stragglers"] else " none"))
     for line in straggler_lines(rep):
         con.print(f"  {line}")
+    if data_bound_line(rep):
+        con.print(f"  {data_bound_line(rep)}")
     con.print("stalls:" + ("" if rep["stalls"] else " none"))
     for line in stall_lines(rep):
         con.print(f"  {line}")
@@ -545,6 +572,9 @@ def render_markdown(rep: dict) -> str:
         out += ["", "## Ranks", "", why[0].upper() + why[1:]]
     out += ["", "## Stragglers", ""]
     out += [f"- {md_text(line)}" for line in straggler_lines(rep)] or ["None found."]
+    if data_bound_line(rep):
+        line = md_text(data_bound_line(rep))
+        out += ["", line[0].upper() + line[1:]]
     out += ["", "## Stalls and exits", ""]
     lines = stall_lines(rep) + exit_lines(rep)
     # (After a torchrun restart, the exits listed are the last attempt's: the earlier failure
