@@ -36,6 +36,7 @@ import errno
 import ipaddress
 import itertools
 import os
+import socket
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,10 +119,39 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def bind_address_refusal(host: str) -> str | None:
+    """Why ``host`` is no address a hub could bind (one line), or None: an IP address, ``*``, a
+    network interface (``eth0``) or a host name this machine resolves will do. ``--bind
+    not-a-host`` was refused for going "without authentication", which sent the user after keys."""
+    h = host.strip()
+    if h == "*":
+        return None
+    try:
+        ipaddress.ip_address(h.strip("[]"))
+        return None
+    except ValueError:
+        pass
+    if h and h in {name for _, name in socket.if_nameindex()}:
+        return None
+    try:
+        if h and socket.getaddrinfo(h, None):
+            return None
+    except (OSError, UnicodeError):  # (socket.gaierror is an OSError)
+        pass
+    name, sep, port = h.rpartition(":")
+    if sep and port.isdigit() and name and ":" not in name:
+        return f"cannot bind {host!r}: give the address alone, without its port (the port has a flag of its own)"
+    return f"cannot bind {host!r}: not an address, network interface or host name of this machine (0.0.0.0 is every address)"
+
+
 def bind_refusal(host: str, *, curve: bool, insecure: bool) -> str | None:
-    """Why a hub must not bind ``host`` (one line that says what to do), or None."""
+    """Why a hub must not bind ``host`` (one line that says what to do), or None. An address it
+    could not bind anyway is said as such first (with keys or ``--insecure`` the bind itself
+    says so)."""
     if is_loopback(host) or curve or insecure:
         return None
+    if why := bind_address_refusal(host):
+        return why
     return (
         f"refusing to bind {host} without authentication: anyone who can reach it could read the run "
         "and send it records. Make keys with `pardash keys` and pass --curve-dir DIR (or set "
@@ -193,7 +223,7 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
     if existing and not force:
         raise CurveKeyError(
             f"{d} already holds keys; new ones lock out every rank and viewer holding these, and hubs running now keep "
-            "their server key until restarted. Pass --force to replace them"
+            f"their server key until restarted. `pardash keys --dir {d} --force` replaces them"
         )
     auth = d / AUTHORIZED
     _refuse_shared_folder(d)
@@ -278,11 +308,14 @@ def _check_folder(folder: Path) -> None:
         raise CurveKeyError(f"{folder} can be written by other users, who could add or swap keys; `chmod 700 {folder}`")
 
 
-def _load(path: Path, *, secret: bool) -> tuple[bytes, bytes | None]:
+def _load(path: Path, *, secret: bool, missing: str, damaged: str) -> tuple[bytes, bytes | None]:
+    """The key in ``path``; a :class:`CurveKeyError` with ``missing`` or ``damaged`` as its advice
+    when the file is not there or cannot be read as a key (the advice depends on whose folder it
+    is: see :func:`load_client_keys` and :func:`load_server_keys`)."""
     import zmq.auth
 
     if not path.is_file():
-        raise CurveKeyError(f"no key {path}; make keys with `pardash keys --dir {path.parent}`")
+        raise CurveKeyError(f"no key {path}; {missing}")
     if secret:
         mode = path.stat().st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -290,10 +323,27 @@ def _load(path: Path, *, secret: bool) -> tuple[bytes, bytes | None]:
     try:
         public, secret_key = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as exc:
-        raise CurveKeyError(f"cannot read the key {path} ({exc}); make new keys with `pardash keys --force`") from None
+        raise CurveKeyError(f"cannot read the key {path} ({exc}); {damaged}") from None
     if secret and not secret_key:
-        raise CurveKeyError(f"{path} holds no secret key; make new keys with `pardash keys --force`")
+        raise CurveKeyError(f"{path} holds no secret key; {damaged}")
     return public, secret_key
+
+
+def _renew(d: Path) -> str:
+    """Advice to make a folder's keys again: the one way to mend the hub's own key pair, at the
+    price of every copy of the old keys (never without ``--dir``: the default folder's keys are
+    another set, maybe in use)."""
+    return (
+        f"make new keys with `pardash keys --dir {d} --force`, which replaces the keys every rank and viewer holds "
+        "(copy the folder to them again) and needs the hub restarted"
+    )
+
+
+def _holds_keys(d: Path) -> bool:
+    try:
+        return any(p.name.endswith((".key", ".key_secret")) for p in d.iterdir())
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,24 +471,55 @@ def _listing(folder: Path) -> tuple:
 
 
 def load_client_keys(curve_dir: str | os.PathLike[str]) -> ClientKeys:
+    """A rank's or a viewer's keys. What is missing or damaged in a copy of the hub's folder is
+    copied again from it: new keys made here would never match a hub that runs (and `pardash
+    keys` refuses a folder that holds a client's keys). Only in the hub's own folder (it holds
+    ``server.key_secret``) is making them again the way."""
     d = Path(curve_dir)
     _check_folder(d)
-    public, secret = _load(d / f"{CLIENT}.key_secret", secret=True)
-    server_public, _ = _load(d / f"{SERVER}.key", secret=False)
+    hubs_folder = (d / f"{SERVER}.key_secret").exists()
+    if hubs_folder:
+        missing_pair = damaged_pair = _renew(d)
+    else:
+        damaged_pair = f"copy {CLIENT}.key_secret again from the hub's key folder (the one `pardash keys` made) into {d}"
+        missing_pair = (
+            f"copy {CLIENT}.key_secret and {SERVER}.key from the hub's key folder (the one `pardash keys` made) into {d}"
+            if _holds_keys(d)
+            else f"copy the hub's key folder (the one `pardash keys` made) to {d}, or make keys with `pardash keys --dir {d}` "
+            "and start the hub with them"
+        )
+    public, secret = _load(d / f"{CLIENT}.key_secret", secret=True, missing=missing_pair, damaged=damaged_pair)
+    server_public, _ = _load(
+        d / f"{SERVER}.key", secret=False,
+        missing=f"ranks and viewers need the hub's public key: copy {SERVER}.key from the hub's key folder into {d}",
+        damaged=f"copy {SERVER}.key again from the hub's key folder into {d}",
+    )  # fmt: skip
     assert secret is not None
     return ClientKeys(public=public, secret=secret, server_public=server_public)
 
 
 def load_server_keys(curve_dir: str | os.PathLike[str]) -> ServerKeys:
+    """A hub's keys. A folder without them is made with `pardash keys --dir DIR`, unless it holds
+    a client's keys (a rank's copy, given to the hub), which that refuses to replace."""
     d = Path(curve_dir)
     _check_folder(d)
-    public, secret = _load(d / f"{SERVER}.key_secret", secret=True)
+    if (d / f"{CLIENT}.key_secret").exists():
+        missing = (
+            f"{d} holds a rank's or viewer's keys, not the hub's key pair: give the hub the folder `pardash keys` made "
+            "(the one with server.key_secret), or make a new one with `pardash keys --dir NEW_DIR`"
+        )
+    else:
+        missing = f"make keys with `pardash keys --dir {d}`"
+    damaged = f"put back a good copy of it, or {_renew(d)}"
+    public, secret = _load(d / f"{SERVER}.key_secret", secret=True, missing=missing, damaged=damaged)
     assert secret is not None
     auth = d / AUTHORIZED
     _check_folder(auth)
     admitted = authorized_keys(auth)
     if not admitted:
-        raise CurveKeyError(f"no authorised client keys in {auth}; make keys with `pardash keys --dir {d}`")
+        ours = d / f"{CLIENT}.key"
+        fix = f"copy {ours} there" if ours.is_file() else f"copy there the {CLIENT}.key of each rank and viewer to let in"
+        raise CurveKeyError(f"no authorised client keys in {auth}, so the hub would let no one in; {fix}")
     return ServerKeys(public=public, secret=secret, authorized=auth, admitted=admitted)
 
 

@@ -270,6 +270,30 @@ def test_only_loopback_binds_without_keys(host, loopback):
     assert security.bind_refusal(host, curve=False, insecure=True) is None
 
 
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [("not-a-host", "not an address, network interface or host name of this machine"),
+     ("", "not an address, network interface or host name of this machine"),
+     ("127.0.0.1:5000", "give the address alone, without its port")],
+)  # fmt: skip
+def test_an_address_no_hub_could_bind_is_said_so_before_keys_are_asked_for(tmp_path, host, said):
+    # `--bind not-a-host` was refused "without authentication", which sent the user after keys.
+    assert security.bind_address_refusal(host) == security.bind_refusal(host, curve=False, insecure=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "hub", "--bind", host, "--no-registry", "--log", str(tmp_path / "t.jsonl")],
+        capture_output=True, text=True, timeout=60, env=pardash_env(),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"pardash hub: cannot bind {host!r}: {said}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "authentication" not in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "*", "::", "127.0.0.1", "localhost", "lo"])
+def test_addresses_a_hub_can_bind_are_no_bad_address(host):
+    assert security.bind_address_refusal(host) is None
+
+
 def _own_address() -> str | None:
     """This machine's own non-loopback IPv4 address, if it has one."""
     try:
@@ -634,6 +658,86 @@ def test_a_key_folder_without_keys_is_one_line_for_every_command(tmp_path, comma
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert f"no key {empty}/" in line and f"make keys with `pardash keys --dir {empty}`" in line, line
+
+
+def _advised(message: str) -> list[str]:
+    """The `pardash keys ...` command a key error advises, as arguments (none if it advises none)."""
+    import re
+    import shlex
+
+    found = re.findall(r"`pardash (keys [^`]*)`", message)
+    return shlex.split(found[0]) if found else []
+
+
+def _damage(path) -> None:
+    path.write_text("junk\n")
+    os.chmod(path, 0o600)
+
+
+@pytest.mark.parametrize(
+    ("case", "load"),
+    [("damaged client secret", "client"), ("damaged hub secret", "server"), ("no client key in the hub's folder", "client")],
+)
+def test_making_keys_again_is_advised_with_the_folder_and_what_it_replaces(tmp_path, keys, case, load):
+    # "make new keys with `pardash keys --force`": no --dir, so it replaced the default folder's
+    # keys (another set, maybe in use) and revoked every client there, and left these broken.
+    default = tmp_path / "default"
+    security.make_keys(default)
+    before = {p.name: p.read_bytes() for p in default.iterdir() if p.is_file()}
+    if case == "damaged client secret":
+        _damage(keys / "client.key_secret")
+    elif case == "damaged hub secret":
+        _damage(keys / "server.key_secret")
+    else:
+        (keys / "client.key_secret").unlink()
+    with pytest.raises(security.CurveKeyError) as err:
+        (security.load_client_keys if load == "client" else security.load_server_keys)(keys)
+    said = str(err.value)
+    assert "replaces the keys every rank and viewer holds" in said and "\n" not in said, said
+    advice = _advised(said)
+    assert advice == ["keys", "--dir", str(keys), "--force"], said
+    # Followed where the default folder is another: that one is untouched, these mended.
+    proc = subprocess.run([sys.executable, "-m", "pardash", *advice], capture_output=True, text=True,
+                          env=pardash_env(PARDASH_CURVE_DIR=str(default)))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name: p.read_bytes() for p in default.iterdir() if p.is_file()} == before
+    assert security.load_server_keys(keys).public == security.load_client_keys(keys).server_public
+
+
+def test_a_viewers_key_folder_missing_the_hubs_key_is_told_to_copy_it_not_to_make_keys(tmp_path, keys):
+    # A folder holding only client keys: "make keys with `pardash keys --dir DIR`", which
+    # refused ("already holds keys... --force"); and new keys could never match the running hub.
+    viewer = tmp_path / "viewer"
+    viewer.mkdir(mode=0o700)
+    for name in ("client.key", "client.key_secret"):
+        shutil.copy2(keys / name, viewer / name)
+    with pytest.raises(security.CurveKeyError) as err:
+        security.load_client_keys(viewer)
+    said = str(err.value)
+    assert said == (f"no key {viewer}/server.key; ranks and viewers need the hub's public key: copy server.key from the "
+                    f"hub's key folder into {viewer}")  # fmt: skip
+    shutil.copy2(keys / "server.key", viewer / "server.key")  # as said
+    assert security.load_client_keys(viewer).server_public == security.load_server_keys(keys).public
+    _damage(viewer / "server.key")
+    with pytest.raises(security.CurveKeyError, match=f"copy server.key again from the hub's key folder into {viewer}$"):
+        security.load_client_keys(viewer)
+    # The same folder given to a hub: not "make keys here" either (`pardash keys` refuses it).
+    with pytest.raises(security.CurveKeyError) as err:
+        security.load_server_keys(viewer)
+    assert "holds a rank's or viewer's keys, not the hub's key pair" in str(err.value)
+    assert _advised(str(err.value)) == ["keys", "--dir", "NEW_DIR"]
+
+
+def test_a_hub_admitting_no_key_is_told_to_copy_its_client_key_there(keys):
+    # "no authorised client keys in DIR/authorized_clients; make keys with `pardash keys --dir
+    # DIR`", which refused: the folder holds keys.
+    (keys / security.AUTHORIZED / "client.key").unlink()
+    with pytest.raises(security.CurveKeyError) as err:
+        security.load_server_keys(keys)
+    said = str(err.value)
+    assert said.endswith(f"copy {keys}/client.key there") and not _advised(said), said
+    shutil.copy2(keys / "client.key", keys / security.AUTHORIZED / "client.key")  # as said
+    assert security.load_server_keys(keys).admitted
 
 
 def test_keys_in_the_environment_do_not_lock_a_viewer_out_of_a_run_without_them(tmp_path, keys, monkeypatch):
