@@ -96,9 +96,18 @@ def _log_folder_refusal(flag: str, path: str | None) -> str | None:
     return None
 
 
+def _check_target(target: str | None) -> None:
+    """Refuse an empty run id (`pardash attach ''`, a variable left unset): as a prefix of every
+    id it said "no live run found" while runs were live, or took the one live run."""
+    if target is not None and not target.strip():
+        fail(f"{target!r} is no run id: name a run (`{PROG} ps` lists the live ones) or a hub as tcp://HOST:PORT, "
+             "or leave it out for the newest live run")  # fmt: skip
+
+
 def cmd_record_checked(ns: argparse.Namespace) -> int:
-    """``pardash record``, its -o checked first (it was refused only once the hub answered:
-    after 10 s when the run was not found)."""
+    """``pardash record``, its target and -o checked first (-o was refused only once the hub
+    answered: after 10 s when the run was not found)."""
+    _check_target(ns.target)
     if refusal := _log_folder_refusal("-o", ns.output):
         fail(refusal)
     return cmd_record(ns)
@@ -115,6 +124,7 @@ def _run_tui(source, *, title: str, notice: str = "") -> int:
 def cmd_attach(ns: argparse.Namespace) -> int:
     from pardash.telemetry.client import AttachError, HubClient
 
+    _check_target(ns.target)
     try:
         client = HubClient.attach(ns.target, curve=ns.curve_dir)
     except AttachError as exc:
@@ -312,6 +322,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     from pardash.telemetry.spawn import SpawnError, spawn_hub
 
     check_prometheus(ns)
+    _check_simulate_bind(ns.bind, getattr(ns, "insecure", False))
     if ns.log is not None and ns.keep_log:
         # --keep-log is "record the log under --runs-dir", --log PATH "record it here": --log
         # won, and --keep-log's folder was silently not where the log went.
@@ -438,6 +449,19 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
             hub.kill()
         client.close()
     return code
+
+
+def _check_simulate_bind(bind: str, insecure: bool) -> None:
+    """Refuse, before anything starts (one line), an address the hub could not bind, and one
+    beyond loopback without --insecure: the simulated ranks hold no keys, so the hub's advice
+    ("pass --curve-dir DIR") could not be taken, and came on two lines."""
+    from pardash.telemetry import security
+
+    if refusal := security.bind_address_refusal(bind):
+        fail(refusal)
+    if not (security.is_loopback(bind) or insecure):
+        fail(f"--bind {bind}: simulate's ranks hold no keys, so a hub beyond loopback goes without them: pass --insecure "
+             "on a network you trust (anyone who reaches it can read the run and send it records)")  # fmt: skip
 
 
 SIM_SETTLE_S = 0.5

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from helpers import pardash_env
 
 
@@ -202,3 +203,42 @@ def test_a_damaged_or_false_gz_log_is_said_so_not_counted_as_truncated_lines(tmp
         for command in ("report", "replay"):
             proc = _pardash(command, name, cwd=tmp_path)
             assert proc.returncode == 2 and _one_line(proc).startswith(f"pardash: error: {said}"), (command, proc.stderr)
+
+
+# -- simulate beyond loopback -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keys_set", [False, True], ids=["no keys", "PARDASH_CURVE_DIR set"])
+def test_simulate_beyond_loopback_asks_for_insecure_in_one_line(tmp_path, keys_set):
+    # It relayed the hub's "pass --curve-dir DIR (or set PARDASH_CURVE_DIR), or pass --insecure"
+    # on two lines: simulate has no --curve-dir, and its ranks hold no keys.
+    env = pardash_env(PARDASH_CURVE_DIR=str(tmp_path / "keys") if keys_set else None)
+    proc = subprocess.run([sys.executable, "-m", "pardash", "simulate", "--bind", "0.0.0.0", "--headless", "--steps", "1"],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert _one_line(proc) == ("pardash: error: --bind 0.0.0.0: simulate's ranks hold no keys, so a hub beyond loopback goes "
+                               "without them: pass --insecure on a network you trust (anyone who reaches it can read the run "
+                               "and send it records)")  # fmt: skip
+    for host, said in (("not-a-host", "not an address"), ("127.0.0.1:5000", "without its port")):
+        proc = _pardash("simulate", "--bind", host, "--headless", "--steps", "1", "--insecure", cwd=tmp_path)
+        assert proc.returncode == 2 and _one_line(proc).startswith(f"pardash: error: cannot bind {host!r}: ") and said in proc.stderr
+
+
+# -- an empty run id ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["attach", "record"])
+def test_an_empty_run_id_is_bad_input_while_runs_are_live(tmp_path, monkeypatch, capsys, command):
+    # `pardash attach ''` said "no live run found" with runs live (and with one live, took that).
+    from pardash import cli
+    from pardash.telemetry import registry
+
+    ends = {"pid": os.getpid(), "ingest": "tcp://127.0.0.1:1", "updates": "tcp://127.0.0.1:2", "snapshot": "tcp://127.0.0.1:3"}
+    for run in ("live-run-1", "live-run-2"):
+        registry.register({"run_id": run, **ends})
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([command, "", "--headless"] if command == "attach" else [command, ""]) == 2
+    assert capsys.readouterr().err == (
+        "pardash: error: '' is no run id: name a run (`pardash ps` lists the live ones) or a hub as tcp://HOST:PORT, "
+        "or leave it out for the newest live run\n"
+    )
