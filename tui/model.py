@@ -460,6 +460,13 @@ class RowBuilder:
                     elif step.samples and step.step_s > 0:
                         total += step.samples / step.step_s
                         seen_rate = True
+            else:
+                # No step of its own yet: starting, or restarted by torchrun (the figures of its
+                # previous process are not the new one's; the run's progress is where it left off).
+                self_s = None
+                n = r.step_before
+                if n is not None and n < slowest:
+                    slowest = n
             e.self_s = self_s
             e.self_dev = None
             if status != e.status:
@@ -679,8 +686,9 @@ class RowBuilder:
         step = r.step
         sysm = r.system
         sm = r.smooth  # the hub's medians of the rank's last steps (None: a hub before them)
-        step_s = sm[0] if sm is not None else e.smoothed_step_s()
+        step_s = None
         if step is not None:
+            step_s = sm[0] if sm is not None else e.smoothed_step_s()
             if step_s is None:
                 step_s = step.step_s
             mem = step.mem

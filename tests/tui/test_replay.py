@@ -1087,3 +1087,45 @@ def test_the_grid_shows_each_ranks_last_five_steps_however_the_frames_were_cut(p
         for row in RowBuilder().build(state):
             for got, name in ((row.step_s, "step_s"), (row.self_s, "self_s"), (row.data_s, "data_s"), (row.comm_s, "comm_s")):
                 assert got == pytest.approx(last_five(row.rank, name), rel=1e-6), (row.rank, name)
+
+
+async def test_ranks_torchrun_is_restarting_show_nothing_of_their_dead_processes(tmp_path):
+    # Between torchrun's restart and the new processes' first step, the grid showed the ranks
+    # "starting" beside the wall and self times of the processes that had died (16.2ms, 3.0ms),
+    # the header "step 0", the alerts "every rank is healthy" right under the crash, and the
+    # loss chart "range of 0 ranks".
+    from pardash.telemetry import schema
+    from pardash.tui.widgets.alert_list import AlertList
+
+    t0 = 1.7e9
+    msgs: list = [schema.Hello(rank=r, world_size=2, t=t0, run="x", seq=0, pid=100 + r) for r in range(2)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, step_s=0.1, self_s=0.03, samples=8, t=t0 + s / 10, seq=s, run="x")
+             for s in range(1, 21) for r in range(2)]  # fmt: skip
+    msgs += [schema.Event(rank=r, name="exit", code=1, seq=21, t=t0 + 2.1, run="x") for r in range(2)]
+    msgs += [schema.Event(rank=r, name="restart", code=1, seq=-1, t=t0 + 2.5, run="x") for r in range(2)]
+    msgs += [schema.Hello(rank=r, world_size=2, t=t0 + 6, run="x", seq=0, pid=200 + r, restart=1) for r in range(2)]
+    msgs += [schema.Step(rank=r, step=10 + s, loss=0.9, step_s=0.1, self_s=0.03, samples=8, t=t0 + 7 + s / 10, seq=s, run="x")
+             for s in range(1, 21) for r in range(2)]  # fmt: skip
+    msgs += [schema.Event(rank=r, name="exit", code=0, seq=21, t=t0 + 9.1, run="x") for r in range(2)]
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    src = ReplaySource(str(log))
+    src.seek(4.0)  # restarted, no new step yet
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        rows = [line.split() for line in grid_text(app).splitlines() if line.split()[:1] in (["0"], ["1"])]
+        assert len(rows) == 2 and all(row[1:] == ["starting"] + ["–"] * 8 for row in rows), rows
+        assert "step 20 " in header(app), header(app)
+        alerts = widget_text(app.screen.query_one(AlertList))
+        assert "torchrun restarted the job (restart 1): its ranks are starting again" in alerts, alerts
+        assert "range of 0 ranks" not in widget_text(app.screen)
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        alerts = widget_text(app.screen.query_one(AlertList))
+        assert "every rank finished, after torchrun restarted the job 1x" in alerts, alerts

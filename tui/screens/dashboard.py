@@ -401,10 +401,15 @@ class DashboardScreen(Screen):
             # (a replay of a log no rank ever reported to read "waiting for ranks…" at its end)
             alerts.calm = f"{STALE_MARK} {no_rank_reported()}" if getattr(source, "no_rank_reported", False) else "waiting for ranks…"
         elif all(r.finished for r in state.ranks.values()):
-            alerts.calm = "✓ every rank finished" + _stragglers_were(state)
+            restarts = max(r.restarts for r in state.ranks.values())
+            again = f", after torchrun restarted the job {restarts}x" if restarts else ""
+            alerts.calm = "✓ every rank finished" + again + _stragglers_were(state)
         elif quiet is not None and not self._summary.ended:
             # The hub itself is not heard from: "healthy" would be a guess from stale figures.
             alerts.calm = f"{STALE_MARK} no word from the hub for {quiet:.0f} s: these figures may be stale"
+        elif restart := _starting_again(state):
+            # (every rank "healthy" read oddly right under the crash that made torchrun restart them)
+            alerts.calm = f"… torchrun restarted the job (restart {restart}): its ranks are starting again"
         else:
             alerts.calm = "✓ no alerts: every rank is healthy"
         self._fit_alerts()
@@ -477,7 +482,11 @@ class DashboardScreen(Screen):
             trend.series = series
             if series is not None:
                 # (one rank, single or dp: no median of one; its band is its spread in a column)
-                self._trend_band = f"▀ median, ░ range of {series.others} ranks" if series.others != 1 else "▀ 1 rank, ░ its range"
+                # (no rank with a loss now: starting again after a restart)
+                self._trend_band = (
+                    "▀ 1 rank, ░ its range" if series.others == 1
+                    else f"▀ median, ░ range of {series.others} ranks" if series.others else "▀ median, ░ range of the ranks"
+                )  # fmt: skip
                 self._trend_now()
 
     @on(RankHighlighted)
@@ -549,6 +558,12 @@ class ReplayDashboardScreen(DashboardScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         replace(b, show=False) for b in DashboardScreen.BINDINGS if isinstance(b, Binding) and b.key in ("c", "s", "f")
     ]
+
+
+def _starting_again(state) -> int:
+    """torchrun's restart count while a restarted rank has taken no step yet (0 otherwise)."""
+    return max((r.restarts for r in state.ranks.values() if r.restarts and r.step is None and r.exit_code is None
+                and not r.finished), default=0)  # fmt: skip
 
 
 def _stragglers_were(state) -> str:
