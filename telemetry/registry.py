@@ -2,8 +2,10 @@
 find running jobs.
 
 Files live in ``$PARDASH_REGISTRY_DIR``, else ``$XDG_RUNTIME_DIR/pardash``, else
-``~/.cache/pardash/runs``; they are readable by their owner only. An entry whose hub pid is gone
-is stale and is ignored (and removed) by :func:`live_runs`.
+``~/.cache/pardash/runs``; they are readable by their owner only, and only one's own are read (in
+a folder others may write, theirs could point a viewer at anything). An entry whose hub is gone
+(its pid ended, or is another process's now) is stale and is ignored (and removed) by
+:func:`live_runs`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import time
 from pathlib import Path
 from typing import Iterable
@@ -38,12 +41,14 @@ def register(info: dict) -> Path:
     d = make_private_dir(registry_dir())
     path = d / f"{info['run_id']}.json"
     started = time.time()
+    before = _read_own(path)
     try:  # a hub restarted for a live run: the run is as old as it was
-        with open(path) as fh:
-            started = float(json.load(fh).get("started", started))
-    except (OSError, ValueError, TypeError, AttributeError):
+        started = float(before.get("started", started)) if isinstance(before, dict) else started
+    except (ValueError, TypeError):
         pass
     entry = {"started": started, **info}
+    if created := _created(info.get("pid")):
+        entry["pid_created"] = created
     # A fresh temporary name, never an existing file or a link someone planted there: the
     # entry is 0600 whatever the folder's mode or umask.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -62,26 +67,43 @@ def register(info: dict) -> Path:
     return path
 
 
+def _read_own(path: Path) -> object:
+    """The JSON in ``path`` when it is a file of this user's (None otherwise, and when it cannot
+    be read): never through a link, and never waiting on a pipe planted under an entry's name."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def entry(run_id: str) -> dict | None:
     """A run's entry as its hub last wrote it, whether that hub lives or not (a supervisor
     restarting it reads where the log went)."""
-    try:
-        found = json.loads((registry_dir() / f"{run_id}.json").read_text())
-    except (OSError, ValueError):
-        return None
+    found = _read_own(registry_dir() / f"{run_id}.json")
     return found if isinstance(found, dict) else None
 
 
 def update(run_id: str, **fields: object) -> None:
     """Merge fields into a run's entry (no-op if it is gone, damaged or cannot be written: the
     listing is a convenience, never a reason for a hub to stop)."""
-    path = registry_dir() / f"{run_id}.json"
+    found = entry(run_id)
+    if found is None:
+        return
+    found.update(fields)
     try:
-        entry = json.loads(path.read_text())
-        if isinstance(entry, dict):
-            entry.update(fields)
-            register(entry)
-    except (OSError, ValueError):
+        register(found)
+    except OSError:
         pass
 
 
@@ -93,14 +115,77 @@ def unregister(path: Path) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """True while a process with this pid exists (ours or, without permission to signal it, someone's)."""
+    """True while a process with this pid runs (ours or, without permission to signal it,
+    someone's). A zombie (ended, its exit not yet collected by its parent: a simulate's hub
+    killed with -9) runs no more, though signalling it still succeeds."""
+    import psutil  # (not on every `pardash` start)
+
+    if not isinstance(pid, int) or pid <= 0:  # 0 and -1 signal whole process groups
+        return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # (a zombie psutil cannot read is one of these too)
+        return False
+    except psutil.Error:
+        return True
+
+
+CREATED_SLACK_S = 1.0
+"""How far a process's start time may read apart between two looks (Linux derives it from the
+boot time, which can move by a second)."""
+
+
+def _created(pid: object) -> float | None:
+    """When the process ``pid`` started (psutil's create_time), or None."""
+    import psutil
+
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OverflowError):
+        return None
+
+
+def hub_alive(entry: dict) -> bool:
+    """Whether the entry's hub runs: its pid is alive and is still the process that registered
+    (it started when the entry says), or, for an entry that does not say, a pardash hub of that
+    run by its command line. A pid given since to another program (a `sleep`) is no hub. Where
+    the process cannot be looked at (another user's), it is taken at its word."""
+    import psutil
+
+    pid = entry.get("pid")
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        created = entry.get("pid_created")
+        if isinstance(created, (int, float)) and not isinstance(created, bool):
+            return abs(proc.create_time() - created) <= CREATED_SLACK_S
+        return _hub_command(proc.cmdline(), str(entry.get("run_id", "")))
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+
+
+def _hub_command(line: list[str], run_id: str) -> bool:
+    """Whether a command line is a pardash hub's for ``run_id``: one a launch or a simulate
+    started (``python -m pardash.telemetry.hub --run-id ID``), or ``pardash hub``, whose run id
+    may have been made up (then it is not on the line)."""
+    named = run_id in line or f"--run-id={run_id}" in line
+    if "pardash.telemetry.hub" in line:
+        return named
+    for i, arg in enumerate(line[:-1]):
+        if os.path.basename(arg) == "pardash" and line[i + 1] == "hub":
+            return named or not any(a.startswith("--run-id") for a in line)
+    return False
 
 
 def job_result(entry: dict) -> dict | None:
@@ -133,7 +218,8 @@ def _usable(entry: object) -> bool:
 
 
 def live_runs(*, prune: bool = True) -> list[dict]:
-    """Entries whose hub is alive, newest first. With ``prune``, a dead hub's entry is removed
+    """This user's entries whose hub is alive (:func:`hub_alive`), newest first. With ``prune``,
+    a dead hub's entry is removed
     as it is passed over, unless the launcher's supervisor that started that hub lives: it
     reads where the dead hub's log went to restart it (and `pardash ps` or an attach between
     the death and the restart took that away). A reader that only asks (report, export) keeps
@@ -143,13 +229,10 @@ def live_runs(*, prune: bool = True) -> list[dict]:
     if not d.is_dir():
         return out
     for path in d.glob("*.json"):
-        try:
-            entry = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+        entry = _read_own(path)  # (another user's is passed over, never removed)
         if not _usable(entry):
             continue
-        if not pid_alive(entry["pid"]):
+        if not hub_alive(entry):
             if prune and not _supervised(entry):
                 unregister(path)
             continue

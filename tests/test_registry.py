@@ -1,0 +1,85 @@
+"""The run registry lists a run while its hub runs: not after the hub ended unreaped (a zombie),
+not when its pid is another program's now, and never from another user's entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from helpers import hub_alone
+
+from pardash import cli
+from pardash.telemetry import registry
+
+pytestmark = pytest.mark.timeout(120)
+
+ENDS = {"ingest": "tcp://127.0.0.1:1", "updates": "tcp://127.0.0.1:2", "snapshot": "tcp://127.0.0.1:3"}
+
+
+def _listed(capsys) -> list[str]:
+    """The run ids `pardash ps` lists."""
+    assert cli.main(["ps", "--json"]) == 0
+    return [e["run_id"] for e in json.loads(capsys.readouterr().out)]
+
+
+def test_a_hub_that_ended_unreaped_is_not_live(tmp_path, capsys):
+    # A simulate's hub killed with -9 stayed <defunct> (simulate never reaps it): signalling
+    # a zombie succeeds, so `ps` said "running" and attach then found no hub.
+    proc, info = hub_alone(tmp_path / "run.jsonl", "zombie-run")
+    try:
+        assert _listed(capsys) == ["zombie-run"]
+        proc.kill()
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # ended, and left unreaped: a zombie
+        assert not registry.pid_alive(proc.pid)
+        assert _listed(capsys) == [] and registry.find("zombie-run") is None
+        assert registry.entry("zombie-run") is None  # stale: tidied away, as a dead hub's entry is
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def test_an_entry_whose_pid_another_program_holds_is_not_live(tmp_path, capsys):
+    # An entry's pid given since to another program (planted here: a `sleep`) listed as running.
+    proc, info = hub_alone(tmp_path / "run.jsonl", "real-run")
+    sleeper = subprocess.Popen(["sleep", "300"])
+    d = registry.registry_dir()
+    try:
+        (d / "planted.json").write_text(json.dumps({"run_id": "planted", "pid": sleeper.pid, "started": time.time(), **ENDS}))
+        hub_entry = registry.entry("real-run")
+        # a hub that started an hour ago, its pid another program's now
+        reused = {**hub_entry, "run_id": "reused", "pid": sleeper.pid, "pid_created": time.time() - 3600}
+        (d / "reused.json").write_text(json.dumps(reused))
+        assert _listed(capsys) == ["real-run"]
+        assert not (d / "planted.json").exists() and not (d / "reused.json").exists()  # stale: tidied away
+        # An entry that does not say when its hub started (written by hand, or by an older
+        # pardash) is taken by its command line: a hub of that run, and only of that run.
+        unstamped = {k: v for k, v in hub_entry.items() if k != "pid_created"}
+        assert registry.hub_alive(unstamped)
+        assert not registry.hub_alive({**unstamped, "run_id": "another-run"})
+        assert not registry.hub_alive({**unstamped, "pid": sleeper.pid})
+    finally:
+        sleeper.kill()
+        sleeper.wait(30)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_another_users_entry_is_passed_over_and_left_alone(tmp_path, capsys):
+    # In a registry folder others may write (mode 1777), another user's entry was listed as it
+    # was, and attach went where it pointed.
+    d = registry.registry_dir()
+    os.chmod(d, 0o1777)
+    registry.register({"run_id": "mine", "pid": os.getpid(), **ENDS})
+    theirs = registry.register({"run_id": "theirs", "pid": os.getpid(), **ENDS})
+    os.chown(theirs, 65534, 65534)
+    assert _listed(capsys) == ["mine"]
+    assert registry.find("theirs") is None and registry.entry("theirs") is None
+    assert theirs.exists()  # passed over, not removed: it is not ours to remove
+    # a link planted under an entry's name is passed over too, whoever owns what it points at
+    (d / "linked.json").symlink_to(d / "mine.json")
+    assert _listed(capsys) == ["mine"]
