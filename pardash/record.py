@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import time
@@ -17,6 +18,19 @@ from pardash.telemetry.security import CurveKeyError
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n / 1e3:,.1f} kB"
+
+
+def _again(ns: argparse.Namespace, run: str) -> str:
+    """The command that carries this copy on: the same run, into the same file, with the same
+    keys (a hint without --curve-dir got no answer from a hub with keys)."""
+    words = [PROG, "record", ns.target or run]
+    if ns.output:
+        words += ["-o", ns.output]
+    elif os.path.abspath(ns.runs_dir) != os.path.abspath("runs"):  # (the copy is RUNS_DIR/<run id>/...)
+        words += ["--runs-dir", ns.runs_dir]
+    if ns.curve_dir:
+        words += ["--curve-dir", ns.curve_dir]
+    return shlex.join(words)
 
 
 FIND_S = 10.0
@@ -84,7 +98,7 @@ def cmd_record(ns: argparse.Namespace) -> int:
     finally:
         follower.close()
     held = f"{cp.path} holds"
-    again = f"`{PROG} record {ns.target or cp.run}{' -o ' + ns.output if ns.output else ''}` carries it on"
+    again = f"`{_again(ns, cp.run)}` carries it on"
     if cp.ended:
         print(f"{PROG} record: run {cp.run} ended; {held} its whole log ({_mb(cp.offset)}"
               f"{f', of which {_mb(cp.offset - cp.carried_from)} copied now' if cp.carried_from else ''})")  # fmt: skip

@@ -66,7 +66,7 @@ def test_a_stopped_copy_is_carried_on_from_its_last_whole_line(tmp_path):
         _, err = rec.communicate(timeout=30)
         assert rec.returncode == 130
         assert f"stopped; {copy} holds run rec-on's log up to byte {copy.stat().st_size:,}" in err
-        assert "`pardash record rec-on` carries it on" in err
+        assert f"`pardash record rec-on --runs-dir {tmp_path / 'runs'}` carries it on" in err  # (it left --runs-dir out)
         with open(copy, "r+b") as fh:  # a copy cut mid-line (stopped while writing)
             fh.truncate(copy.stat().st_size - 7)
         live_ranks(info, "rec-on", log, steps=2)  # what the hub took while no copy was made
@@ -78,6 +78,39 @@ def test_a_stopped_copy_is_carried_on_from_its_last_whole_line(tmp_path):
     assert rec.returncode == 0, err
     assert copy.read_bytes() == log.read_bytes()
     assert "of which" in out  # (it says what this copy added to the one carried on)
+
+
+def test_the_command_that_carries_a_copy_on_keeps_its_keys(tmp_path):
+    # "`pardash record URL -o FILE` carries it on" left out --curve-dir: run as said, it got no
+    # answer from a hub with keys.
+    import shlex
+
+    from pardash.telemetry import security
+
+    keys, log, copy = tmp_path / "my keys", tmp_path / "hub.jsonl", tmp_path / "copy.jsonl"
+    security.make_keys(keys)
+    env = pardash_env(PARDASH_CURVE_DIR=None)
+    hub = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--run-id", "rec-keys", "--log", str(log), "--curve-dir", str(keys)],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)  # fmt: skip
+    try:
+        ingest = json.loads(hub.stdout.readline())["ingest"]
+        rec = subprocess.Popen([sys.executable, "-m", "pardash", "record", ingest, "-o", str(copy), "--curve-dir", str(keys)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+        wait_for(lambda: _same_so_far(copy, log))
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=30)
+        assert rec.returncode == 130, err
+        said = err.split("`")[1]
+        assert said == f"pardash record {ingest} -o {copy} --curve-dir '{keys}'", err
+        again = subprocess.Popen([sys.executable, "-m", *shlex.split(said)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=env)  # fmt: skip
+        first = again.stderr.readline()  # run as said, the hub answers it
+        assert "holds its log so far" in first and "following it live" in first, first
+    finally:
+        _stop_hub(hub)
+    out, err = again.communicate(timeout=30)
+    assert again.returncode == 0, err
+    assert f"run rec-keys ended; {copy} holds its whole log" in out and copy.read_bytes() == log.read_bytes()
 
 
 def test_record_refuses_the_hubs_own_log_another_log_and_a_hub_without_one(tmp_path):
