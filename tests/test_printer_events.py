@@ -1,10 +1,12 @@
-"""The headless printer's event lines: alike events of several ranks on one line, and none
-held longer than the wait for its ranks' alike ones."""
+"""The headless printer: its event lines (alike events of several ranks on one line, and none
+held longer than the wait for its ranks' alike ones) and the figures of its progress lines."""
 
 from __future__ import annotations
 
 import io
 import re
+
+import msgspec
 
 from pardash.telemetry import printer as printer_mod
 from pardash.telemetry import schema
@@ -81,3 +83,32 @@ def test_events_one_rank_sends_each_step_come_out_a_wait_after_they_came_not_a_w
     assert not late, late
     # in the order they came (none overtakes one still waiting), once each
     assert order == sorted(came, key=lambda line: (came[line], line.startswith("[straggler]"))), order
+
+
+def test_the_step_and_self_times_are_the_ranks_recent_medians_not_their_last_steps():
+    # The end line read "step ms min/med/max 15.4/15.7/16.1": each rank's last step alone, of a
+    # run (s1_accum.py) whose ranks' last five steps took 16-18 ms and whose report said median
+    # 17.7. Now each rank's median over its last five steps, as the grid shows it (the hub's,
+    # of every step), then their min, median and max.
+    from pardash.telemetry import frames
+    from pardash.telemetry.client import FrameApplier
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.printer import progress_line, progress_stats
+
+    walls = {0: (0.0180, 0.0175, 0.0185, 0.0180, 0.0154), 1: (0.0160, 0.0165, 0.0170, 0.0160, 0.0140)}
+    selfs = {0: (0.002, 0.002, 0.002, 0.002, 0.0005), 1: (0.001, 0.001, 0.001, 0.001, 0.0005)}
+    core = HubCore()
+    for rank in (0, 1):
+        core.replay(schema.Hello(run="r", rank=rank, seq=0, world_size=2, strategy="ddp", t=1000.0), 0.0)
+    viewer, older = FrameApplier(), FrameApplier()  # (older: a hub before the medians, whose frames carry none)
+    for i in range(5):
+        for rank in (0, 1):
+            core.replay(schema.Step(run="r", rank=rank, seq=i + 1, step=i + 1, samples=16, step_s=walls[rank][i],
+                                    self_s=selfs[rank][i], t=1001.0 + i), 0.0)  # fmt: skip
+        frame = frames.decode_frame(frames.encode(core.tick(0.0)))
+        viewer.apply_frame(frame)
+        older.apply_frame(frames.decode_frame(frames.encode(msgspec.structs.replace(frame, smooth={}))))
+    assert "| step ms min/med/max 16.0/17.0/18.0 | self ms 1.0/1.5/2.0 |" in progress_line(viewer.state, 2.0)
+    assert "step ms 16.0/17.0/18.0 min/med/max" in progress_stats(viewer.state)
+    # without the hub's medians: each rank's last step, as before
+    assert "| step ms min/med/max 14.0/14.7/15.4 | self ms 0.5/0.5/0.5 |" in progress_line(older.state, 2.0)
