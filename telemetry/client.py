@@ -252,9 +252,12 @@ class HubClient(FrameApplier):
                 event = recv_monitor_message(self._handshakes, zmq.NOBLOCK)["event"]
             except zmq.Again:
                 break
-            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self.refused = ""
-                self.dealer.disable_monitor()
+            except zmq.ZMQError:  # (the socket's monitor was taken over: another watches it now)
+                event = None
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED or event is None:
+                if event is not None:
+                    self.refused = ""
+                    self.dealer.disable_monitor()
                 self._handshakes.close(0)
                 self._handshakes = None
             elif self.keys is None:
