@@ -1287,6 +1287,10 @@ def _loaders(n: int = 12, batch: int = 4) -> tuple[DataLoader, DataLoader]:
     return DataLoader(data, batch_size=batch, shuffle=True), DataLoader(data, batch_size=6)
 
 
+def _data(n: int) -> TensorDataset:
+    return TensorDataset(torch.randn(n, 8), torch.randint(0, 4, (n,)))
+
+
 def _fit(model, opt, batches, train_each: bool = False) -> None:
     for x, y in batches:
         if train_each:  # (Hugging Face's Trainer: model.train() in each step, after its batch came)
@@ -1370,6 +1374,76 @@ def test_an_evaluation_samplers_set_epoch_0_is_not_the_training_epoch(hooked):
     inst.finish()
     assert [s["epoch"] for s in rep.steps] == [1, 1, 2, 2, 3, 3]
     assert [m for name, m in rep.events if name == "epoch_end"] == ["epoch 1 ended", "epoch 2 ended"]
+
+
+@pytest.mark.parametrize("made", ["assigned", "inline", "kept", "counted"])
+def test_a_loader_made_anew_for_each_epoch_over_the_same_data_is_the_next_epoch(hooked, made):
+    # A plain DataLoader made inside the epoch loop (shuffled, no sampler): every step read
+    # epoch 0. A loader made anew over the same dataset, begun once the one before was gone
+    # through (it ran out, or gave every batch: a loop that counts them), starts the next
+    # epoch; the validation loaders made anew each epoch (another dataset, and the training
+    # data for its accuracy, without grad) start none.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data, held = _data(12), _data(12)
+    kept = []
+    for _ in range(3):
+        if made == "inline":
+            _fit(model, opt, DataLoader(data, batch_size=4, shuffle=True))
+        else:
+            loader = DataLoader(data, batch_size=4, shuffle=True)
+            kept.append(loader if made == "kept" else None)
+            if made == "counted":  # (its iterator never runs out)
+                batches = iter(loader)
+                _fit(model, opt, (next(batches) for _ in range(len(loader))))
+            else:
+                _fit(model, opt, loader)
+        with torch.no_grad():
+            for loader in (DataLoader(held, batch_size=6), DataLoader(data, batch_size=6)):
+                for x, _ in loader:
+                    model(x)
+    inst.finish()
+    assert [s["epoch"] for s in rep.steps] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert [m for name, m in rep.events if name == "epoch_end"] == ["epoch 0 ended", "epoch 1 ended"]
+
+
+def _by_turns(*makers):
+    """Batches from each loader ``makers`` make in turn, each made anew when it runs out."""
+    passes = [iter(make()) for make in makers]
+    while True:
+        for k, make in enumerate(makers):
+            try:
+                yield next(passes[k])
+            except StopIteration:
+                passes[k] = iter(make())
+                yield next(passes[k])
+
+
+@pytest.mark.parametrize("pattern", ["two datasets by turns", "two loaders of one dataset by turns", "each cut short", "another dataset next"])
+def test_a_loader_made_anew_that_is_no_next_pass_is_no_epoch(hooked, pattern):
+    # Loaders made anew that do not go through the same data one after another: two tasks'
+    # loaders taking turns, batch by batch (each made anew when it runs out), over two
+    # datasets or over one; a loader over the same data begun before the one before ran out;
+    # a loader over another dataset (fine-tuning after pre-training), whose own loader made
+    # anew is its next epoch.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data, other = _data(12), _data(12)
+    if pattern == "each cut short":
+        batches = (b for _ in range(9) for _, b in zip(range(2), DataLoader(data, batch_size=4, shuffle=True)))  # 2 of 3
+    elif pattern == "another dataset next":
+        batches = (b for d in (data, other, other) for b in DataLoader(d, batch_size=2, shuffle=True))
+    else:
+        second = other if pattern == "two datasets by turns" else data
+        made = _by_turns(lambda: DataLoader(data, batch_size=4, shuffle=True), lambda: DataLoader(second, batch_size=4, shuffle=True))
+        batches = (next(made) for _ in range(18))
+    _fit(model, opt, batches)
+    inst.finish()
+    epochs = [0] * 12 + [1] * 6 if pattern == "another dataset next" else [0] * 18
+    assert [s["epoch"] for s in rep.steps] == epochs
+    assert len([name for name, _ in rep.events if name == "epoch_end"]) == epochs[-1]
 
 
 # -- autorun as a process, without torchrun --------------------------------------------------

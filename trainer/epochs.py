@@ -4,20 +4,54 @@ A ``DistributedSampler``'s ``set_epoch`` says it. A script whose sampler has no 
 plain DataLoader, shuffled or not; Hugging Face's Trainer and accelerate, whose loaders shard
 batches themselves) showed epoch 0 throughout. Its epochs are then its passes over the loader
 it trains from: a backward on a batch of a new pass over the loader the previous training
-batches came from is the next epoch's first. Only batches trained on count: a pass over the
-training loader to measure its accuracy (in an evaluation, or under no_grad), or
-``next(iter(loader))`` for a sample to log, is no epoch; nor is a pass of one batch
-(``next(iter(loader))`` each step). A loader remade for each epoch is not followed (nothing
-ties the new one to the old)."""
+batches came from is the next epoch's first; so is one on a batch of a loader made anew over
+the same dataset object (``DataLoader(ds, shuffle=True)`` inside the epoch loop), once the
+pass before was gone through to its end (its iterator ran out, or gave as many batches as its
+sampler has). Only batches trained on count: a pass over the training loader to measure its
+accuracy (in an evaluation, or under no_grad), or ``next(iter(loader))`` for a sample to log,
+is no epoch; nor is a pass of one batch (``next(iter(loader))`` each step). A loader over
+another dataset (a validation set, a second task's loader taking turns with the first) starts
+none, nor does a second loader over the same dataset begun before the first ran out (two
+taking turns). A loader made anew over a dataset made anew (a ``Subset`` for each epoch) is
+not followed: nothing ties the new one to the old."""
 
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable
+
+from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from pardash.telemetry import api
 from pardash.trainer.hooking import _get_ident, _guarded
-from pardash.trainer.marks import _Pass
+
+
+@dataclass(slots=True)
+class _LoaderPass:
+    """One pass over a DataLoader (an ``iter(loader)``): whose, over which dataset, from which
+    step, how many batches it gave so far and whether it ran out."""
+
+    loader: Any
+    """weakref to the DataLoader."""
+    data: Any
+    """weakref to its dataset (None: one that cannot be weakly held, a list: not followed)."""
+    step: int
+    size: int | None
+    """Its batches, as its sampler counts them (None: unknown, an iterable dataset's)."""
+    batches: int = 0
+    turns: int = 0
+    """Times it became the training pass (more than once: trained on by turns with another)."""
+    ended: bool = False
+    """Its iterator ran out (StopIteration)."""
+
+    def dataset(self) -> Any:
+        """Its dataset, if still alive and weakly held."""
+        return self.data() if self.data is not None else None
+
+    def gone_through(self) -> bool:
+        """Whether the pass reached its end (ran out, or gave every batch its sampler has)."""
+        return self.ended or (self.size is not None and self.batches >= self.size)
 
 
 class Epochs:
@@ -49,23 +83,45 @@ class Epochs:
     @_guarded
     def _loader_pass(self, loader: Any, it: Any) -> None:
         try:
-            it._pardash_pass = _Pass(weakref.ref(loader), self.step)
+            data = weakref.ref(loader.dataset)
+        except (AttributeError, TypeError):  # a list, a tuple: not weakly held, not followed
+            data = None
+        size = None
+        if isinstance(it, _BaseDataLoaderIter):
+            try:
+                size = len(it)  # its sampler's (an iterable dataset's has none: TypeError)
+            except Exception:
+                size = None
+        try:
+            it._pardash_pass = _LoaderPass(weakref.ref(loader), data, self.step, size)
         except (AttributeError, TypeError):  # an iterator of a class with __slots__: not followed
             pass
 
-    def _trains_from(self, now: _Pass) -> None:
+    def _trains_from(self, now: _LoaderPass) -> None:
         """A backward on a batch of the pass ``now``, not the previous training batch's."""
         last = self._train_pass
         self._train_pass = now
-        if last is not None and not self._sampler_epochs and last.loader() is now.loader() and last.batches > 1 and self.step > last.step:
-            self._new_epoch(self.epoch + 1)
+        now.turns += 1
+        if last is None or self._sampler_epochs or last.batches <= 1 or self.step <= last.step:
+            return
+        loader = last.loader()
+        if loader is not None and loader is now.loader():
+            self._new_epoch(self.epoch + 1)  # the same loader again (an epoch cut short counts)
+        elif last.turns == 1 and last.gone_through() and last.dataset() is not None and last.dataset() is now.dataset():
+            self._new_epoch(self.epoch + 1)  # a loader made anew over the same dataset
 
     def _wrap_loader_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
         # Every batch of the training thread counts here, an evaluation's too (a loop fetches
         # its next batch before it calls model.train(): Hugging Face's Trainer after its
         # evaluation); only a backward makes its pass the training one (_trains_from).
         def __next__(it: Any) -> Any:
-            batch = original(it)
+            try:
+                batch = original(it)
+            except StopIteration:
+                p = getattr(it, "_pardash_pass", None)
+                if p is not None and _get_ident() == self._tid:
+                    self._pass_ends(p)
+                raise
             p = getattr(it, "_pardash_pass", None)
             if p is not None and _get_ident() == self._tid:
                 p.batches += 1
@@ -73,6 +129,11 @@ class Epochs:
             return batch
 
         return __next__
+
+    @_guarded
+    def _pass_ends(self, p: _LoaderPass) -> None:
+        """A pass ran out."""
+        p.ended = True
 
     @_guarded
     def _new_epoch(self, epoch: Any) -> None:

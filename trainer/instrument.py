@@ -26,7 +26,8 @@ is hooked, and what each hook tells:
 - ``torch.distributed.init_process_group``: the backend (and an early hello);
   ``DistributedSampler.set_epoch``: the epoch (a script without one, Hugging Face's Trainer and
   accelerate's loaders among them: a new pass over the DataLoader its training batches come
-  from, ``DataLoader.__iter__`` and its iterators' ``__next__``); ``GradScaler.scale``: the unscaled loss behind
+  from, or over one made anew on the same dataset, ``DataLoader.__iter__`` and its iterators'
+  ``__next__``); ``GradScaler.scale``: the unscaled loss behind
   a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round;
   ``Optimizer.zero_grad`` and ``Module.zero_grad``: right after a backward, maybe an iteration
   that skipped its optimizer step (see :mod:`~pardash.trainer.skips`);
@@ -115,12 +116,12 @@ from pardash.trainer.strategies import CommTimer
 from pardash.trainer.trained import Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of, rows
 from pardash.telemetry.reporter import Reporter
 from pardash.trainer.arrivals import Arrivals
-from pardash.trainer.epochs import Epochs
+from pardash.trainer.epochs import Epochs, _LoaderPass
 from pardash.trainer.evaluations import Evaluations
 from pardash.trainer.rounds import Rounds
 from pardash.trainer.skips import Skips
 from pardash.trainer.hooking import _get_ident, _guarded, _instruments, _is_compiling, _without_hooks_in_state
-from pardash.trainer.marks import _Clock, _Cut, _Done, _OpenStep, _Pass
+from pardash.trainer.marks import _Clock, _Cut, _Done, _OpenStep
 from pardash.trainer.watching import Watching
 
 WARN_AFTER_FORWARDS = 20
@@ -194,9 +195,9 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         """An AveragedModel was made after the roots settled: hook the roots again at the next step."""
         self._epoch_sampler: weakref.ref | None = None
         """The sampler whose set_epoch said the epoch last; another one's lower epoch is not taken."""
-        self._batch_pass: _Pass | None = None
+        self._batch_pass: _LoaderPass | None = None
         """The loader pass that gave the latest batch."""
-        self._train_pass: _Pass | None = None
+        self._train_pass: _LoaderPass | None = None
         """The pass whose batch the latest backward trained on: the training loader's."""
         self._open: _OpenStep | None = None
         self._phase = ""
