@@ -16,7 +16,7 @@ from .summary import human_bytes, is_sharded, ranks_named
 # (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
 # "lower" or "" (no verdict: a figure that is neither).
 _RUN_METRICS: list[tuple[str, str, str, str]] = [
-    ("samples_per_s", "samples/s (while some rank was in a step)", "1/s", "higher"),
+    ("samples_per_s", "samples/s (some rank in a step, none evaluating or saving)", "1/s", "higher"),
     ("steady_samples_per_s", "samples/s (steady: after the warm-up steps)", "1/s", "higher"),
     ("median_step_s", "step time", "s", "lower"),
     # Self time is the straggler signal, not a speed: what it holds differs by strategy (work up

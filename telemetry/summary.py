@@ -153,14 +153,6 @@ def spread(values: list[float]) -> tuple[float, float, float] | None:
     return min(values), statistics.median(values), max(values)
 
 
-def step_s_spread(state: RunState) -> tuple[float, float, float] | None:
-    return spread([r.step.step_s for r in state.ranks.values() if r.step is not None])
-
-
-def self_s_spread(state: RunState) -> tuple[float, float, float] | None:
-    return spread([r.step.self_s for r in state.ranks.values() if r.step is not None and r.step.self_s is not None])
-
-
 def held_spread(state: RunState) -> tuple[float, float, float] | None:
     vals = [mem_held_bytes(r.step.mem) for r in state.ranks.values() if r.step is not None and r.step.mem is not None]
     return spread([float(v) for v in vals if v is not None])
