@@ -21,7 +21,6 @@ from .clocks import CLOCK_OFF_S, RankClocks, is_hub_side
 from .hubcore import HubCore
 from .logreader import PROGRESS_EVERY, LogCursor, LogReadStats, LogTail, Progress, no_records, read_log
 from .recorder import is_gzip
-from .reporter import HANDSHAKE_EVENTS
 from .state import RunState
 
 
@@ -231,7 +230,7 @@ class HubClient(FrameApplier):
                 self.keys.apply(self.dealer)
             security.allow_ipv6(self.dealer, self.snapshot_endpoint)
             # (watched before it connects, so the first handshake is not missed)
-            self._handshakes = security.monitor_socket(self.dealer, HANDSHAKE_EVENTS)
+            self._handshakes = security.monitor_socket(self.dealer, security.HANDSHAKE_EVENTS)
             self.dealer.connect(self.snapshot_endpoint)
         try:
             self.dealer.send(frames.SNAPSHOT_REQUEST, zmq.NOBLOCK)
@@ -260,11 +259,8 @@ class HubClient(FrameApplier):
                     self.dealer.disable_monitor()
                 self._handshakes.close(0)
                 self._handshakes = None
-            elif self.keys is None:
-                self.refused = "it has CURVE keys and this viewer has none (--curve-dir DIR or PARDASH_CURVE_DIR)"
             else:
-                self.refused = ("it does not take this viewer's keys (its authorized folder lacks this client key, "
-                                "or this folder's server.key is not the hub's)")  # fmt: skip
+                self.refused = security.refusal(event, self.keys, "this viewer", "--curve-dir DIR or PARDASH_CURVE_DIR")
         return self.refused != was
 
     def poll(self) -> bool:

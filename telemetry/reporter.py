@@ -46,10 +46,6 @@ lost messages until they came); steps still held HANDOFF_S later (the loop stopp
 stuck, done, or in a long evaluation) go out from the heartbeat thread, ahead of the heartbeat.
 Without a heartbeat thread nothing is held."""
 BATCH_MAX = 64
-HANDSHAKE_EVENTS = (
-    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-)
 RESCUE_S = 0.25
 """Steps the loop has held this long without sending (stuck, done, in an evaluation) go from
 the heartbeat thread between beats: at the beat only, a rank stuck in a collective and
@@ -207,7 +203,7 @@ class Reporter:
             self.keys.apply(sock)
         security.allow_ipv6(sock, self.endpoint)
         if watch:
-            self._handshakes = security.monitor_socket(sock, HANDSHAKE_EVENTS)
+            self._handshakes = security.monitor_socket(sock, security.HANDSHAKE_EVENTS)
         try:
             sock.connect(self.endpoint)
         except zmq.ZMQError:
@@ -442,7 +438,7 @@ class Reporter:
             except zmq.Again:
                 return
             if event != zmq.EVENT_HANDSHAKE_SUCCEEDED and self.identity.local_rank == 0:
-                why = "its key is not one the hub admits" if self.keys is not None else "it has no key (set PARDASH_CURVE_DIR to the run's keys folder, `pardash keys`)"
+                why = security.refusal(event, self.keys, f"rank {self.rank}", "PARDASH_CURVE_DIR")
                 print(f"pardash: the hub at {self.endpoint} refuses rank {self.rank}'s telemetry: {why}; training goes on, "
                       "unwatched", file=sys.stderr, flush=True)  # fmt: skip
             sock.disable_monitor()

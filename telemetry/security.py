@@ -262,6 +262,23 @@ def allow_ipv6(sock: zmq.Socket, where: str) -> None:
 
 _monitors_made = itertools.count()
 
+HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+"""A handshake's failures, as a socket's monitor reports them."""
+HANDSHAKE_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILED
+"""What a client watches to learn whether the hub took it."""
+
+
+def refusal(event: int, keys: "ClientKeys | None", who: str, hint: str) -> str:
+    """Why the hub refused the handshake of a client (``who``: "this viewer", "rank 3"),
+    from its monitor's failure ``event``: no keys, a client key the hub does not admit (the
+    hub's ZAP answer: AUTH), or keys of another hub (the hub cannot open its hello: no detail).
+    ``hint``: where such a client is given the keys."""
+    if keys is None:
+        return f"it has CURVE keys and {who} has none ({hint}: a copy of the hub's keys folder)"
+    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return f"it does not admit {who}'s client key (copy client.key into the hub folder's {AUTHORIZED}/)"
+    return f"{who}'s server.key is not this hub's (copy server.key from the hub's keys folder)"
+
 
 def monitor_socket(sock: zmq.Socket, events: int | None = None) -> zmq.Socket:
     """``sock``'s event monitor at an inproc address of its own. pyzmq's default names it

@@ -524,18 +524,31 @@ def test_a_running_hub_admits_the_keys_its_folder_holds_now(tmp_path, keys):
     assert "pardash hub: admitted client keys changed" in err and "removed alice.key" in err and "bob.key" in err
 
 
-@pytest.mark.parametrize("who", ["no key", "a stranger's key"])
-def test_a_rank_the_hub_refuses_says_so_once(curve_hub, stranger_keys, capfd, who):
+@pytest.mark.parametrize(
+    "who, said",
+    [
+        ("no key", "it has CURVE keys and rank 0 has none (PARDASH_CURVE_DIR: a copy of the hub's keys folder)"),
+        ("a stranger's key", "it does not admit rank 0's client key (copy client.key into the hub folder's authorized_clients/)"),
+        # (it said "its key is not one the hub admits" of a rank with another hub's server.key, whose own key was admitted)
+        ("another hub's keys", "rank 0's server.key is not this hub's (copy server.key from the hub's keys folder)"),
+    ],
+)
+def test_a_rank_the_hub_refuses_says_so_once_and_why(curve_hub, keys, stranger_keys, tmp_path, capfd, who, said):
     # A rank with no key, or one the hub does not admit, trained on and said nothing: its
     # telemetry went nowhere. It says so once (and training goes on).
-    rep = Reporter(curve_hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=0.05,
-                   curve=False if who == "no key" else stranger_keys)  # fmt: skip
+    if who == "another hub's keys":
+        security.make_keys(tmp_path / "other")
+        own = security.load_client_keys(keys)  # its client key admitted, the other hub's server key
+        curve = security.ClientKeys(own.public, own.secret, security.load_client_keys(tmp_path / "other").server_public)
+    else:
+        curve = False if who == "no key" else stranger_keys
+    rep = Reporter(curve_hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=0.05, curve=curve)
     rep.hello(strategy="ddp", world_size=4)
     wait_for(lambda: rep._thread is not None and rep._handshakes is None, timeout_s=20)
     rep.close(linger_ms=0)
     err = capfd.readouterr().err
     assert err.count("refuses rank 0's telemetry") == 1, err
-    assert ("it has no key (set PARDASH_CURVE_DIR" if who == "no key" else "its key is not one the hub admits") in err
+    assert said in err, err
 
 
 def test_a_refused_rank_whose_job_ends_before_its_first_heartbeat_says_so(curve_hub, capfd):

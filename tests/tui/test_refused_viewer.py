@@ -5,6 +5,7 @@ hub running? ...)", for as long as it stayed open."""
 from __future__ import annotations
 
 import pytest
+import zmq
 from helpers import serving
 from tui_helpers import until, widget_text
 
@@ -34,15 +35,20 @@ def _header(app) -> str:
 @pytest.mark.parametrize(
     "whose, said",
     [
-        ("none", "it has CURVE keys and this viewer has none"),
-        ("other", "it does not take this viewer's keys"),
+        ("none", "it has CURVE keys and this viewer has none (--curve-dir DIR or PARDASH_CURVE_DIR"),
+        ("other", "this viewer's server.key is not this hub's (copy server.key from the hub's keys folder)"),
+        ("stranger", "it does not admit this viewer's client key (copy client.key into the hub folder's authorized_clients/)"),
     ],
 )
 async def test_a_refused_viewer_is_told_the_hub_refuses_it(curve_hub, tmp_path, whose, said):
-    hub, _ = curve_hub
+    hub, keys = curve_hub
     if whose == "other":
         security.make_keys(tmp_path / "other-keys")  # another hub's folder: keys this hub does not take
-    curve = False if whose == "none" else str(tmp_path / "other-keys")
+    if whose == "stranger":  # a key pair the hub never admitted, with the hub's own public key
+        public, secret = zmq.curve_keypair()
+        curve = security.ClientKeys(public, secret, security.load_client_keys(keys).server_public)
+    else:
+        curve = False if whose == "none" else str(tmp_path / "other-keys")
     client = HubClient(hub.updates_endpoint, hub.snapshot_endpoint, run_id=RUN, curve=curve)
     app = make_app(client)
     async with app.run_test(size=SIZE) as pilot:
