@@ -135,6 +135,8 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         from pardash.telemetry.printer import ProgressPrinter, follow_attached, run_over
 
         if not client.wait_synced(5.0):
+            if client.refused:  # (its handshake failed: said as the dashboard says it)
+                fail(f"the hub at {client.snapshot_endpoint} refuses this viewer: {client.refused}")
             if client.keys is None:
                 hint = "; a hub with CURVE keys answers only viewers with an authorised key (--curve-dir DIR or PARDASH_CURVE_DIR)"
             else:

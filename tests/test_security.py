@@ -922,3 +922,20 @@ def test_attach_names_what_keeps_it_out_of_a_live_run(tmp_path, monkeypatch, cap
         "PARDASH_CURVE_DIR) with its key folder (`pardash keys`)"
     )
     assert attach("sim") == "pardash: error: 'sim' begins 2 live runs' ids (sim-a1, sim-b2); give more of the one to attach to"
+
+
+def test_a_headless_attach_the_hub_refuses_says_why(curve_hub, keys, tmp_path, capsys):
+    # It said "no answer from the hub at ...; is the run still live? ... or it does not admit
+    # this viewer's key": the hub had answered, refusing the viewer's key.
+    from pardash import cli
+
+    mine = tmp_path / "mine"
+    security.make_keys(mine)  # a client key of its own, never admitted, with the hub's server.key
+    shutil.copy(keys / "server.key", mine / "server.key")
+    try:
+        code = cli.main(["attach", "--headless", "--curve-dir", str(mine), curve_hub.ingest_endpoint])
+    except SystemExit as ended:
+        code = ended.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "refuses this viewer: it does not admit this viewer's client key" in err, err
