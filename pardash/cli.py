@@ -406,12 +406,14 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
         if info.get("metrics"):
             print(f"{PROG}: Prometheus metrics on {info['metrics']}", flush=True)
         if ns.headless:
-            from pardash.telemetry.failures import failure_line, failure_summary
+            from pardash.telemetry.failures import failure_line, failure_summary, signal_name
             from pardash.telemetry.printer import ProgressPrinter, as_it_hung
 
             ended: list[float] = []
 
             def over() -> bool:
+                if hub.poll() is not None:
+                    return True  # (nothing records or shows the ranks any more: said below)
                 # The simulator's last messages reach this viewer a frame or two after it ends.
                 if sim.poll() is None:
                     return False
@@ -428,7 +430,13 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
             else:
                 st = client.state
                 f = failure_summary(st)
-                if f is not None:
+                if hub.returncode is not None and not ended:
+                    # Its hub died (killed, out of memory): the simulation stopped with it, not
+                    # left printing "hub quiet for N s" for ever beside a hub never reaped.
+                    how = f"killed by {signal_name(hub.returncode)}" if signal_name(hub.returncode) else f"exit code {hub.returncode}"
+                    print(f"{PROG}: its hub ended ({how}) at step {st.step}: the simulation stopped", flush=True)
+                    code = 1
+                elif f is not None:
                     print(f"{PROG}: simulated failure: {failure_line(f)}", flush=True)
                 else:
                     print(f"{PROG}: done, {len(st.ranks)} rank(s), step {st.step}", flush=True)

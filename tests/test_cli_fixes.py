@@ -242,3 +242,31 @@ def test_an_empty_run_id_is_bad_input_while_runs_are_live(tmp_path, monkeypatch,
         "pardash: error: '' is no run id: name a run (`pardash ps` lists the live ones) or a hub as tcp://HOST:PORT, "
         "or leave it out for the newest live run\n"
     )
+
+
+def test_a_headless_simulate_whose_hub_is_killed_stops_and_says_so(tmp_path):
+    # It printed "hub quiet for N s" for as long as it was let run, its hub never reaped (a
+    # zombie that `pardash ps` called running), the simulator sending to nothing.
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "simulate", "--headless", "--every", "1", "--ranks", "2", "--rate", "5",
+         "--steps", "100000"],
+        cwd=tmp_path, env=pardash_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        first = proc.stdout.readline()
+        assert "simulating 2 ranks" in first, first
+        children = {p: " ".join(p.cmdline()) for p in psutil.Process(proc.pid).children()}
+        hubs = [p for p, line in children.items() if "pardash.telemetry.hub" in line]
+        sims = [p for p, line in children.items() if "pardash.telemetry.simulate" in line]
+        assert len(hubs) == 1 and len(sims) == 1, children
+        hubs[0].kill()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, out
+    assert "its hub ended (killed by SIGKILL) at step " in out and out.rstrip().endswith("the simulation stopped"), out
+    assert not sims[0].is_running()  # the simulated ranks stopped with it
