@@ -898,6 +898,133 @@ def test_an_ema_evaluated_after_the_roots_settled_is_an_evaluation(hooked, monke
     assert not ema.module._forward_pre_hooks  # (its model, a copy, carries none: see below)
 
 
+def _slow_loader(clock: list[float], data, batch_size: int, seconds: float = 0.010, **kwargs) -> DataLoader:
+    """A DataLoader whose every batch takes ``seconds`` to load, on the fake clock."""
+    from torch.utils.data import default_collate
+
+    def collate(items):
+        clock[0] += seconds
+        return default_collate(items)
+
+    return DataLoader(data, batch_size=batch_size, collate_fn=collate, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["no_grad", "inference_mode", "one batch", "an ema too", "model.train() after the next batch", "compiled"])
+def test_a_validation_loop_of_the_model_left_in_training_mode_is_an_evaluation(hooked, monkeypatch, how):
+    # A model without dropout or BatchNorm is often never put in eval mode: its validation
+    # under torch.no_grad() (rank 0's, 0.1 s every 25 steps) was no evaluation, its time the
+    # next step's data ("step 98.1 data 96.4" ms). Its loader's pass, begun after the
+    # optimizer step and gone on to its next batch (or its end) before training resumed,
+    # tells it from a pass without grad inside a step (see the test below).
+    from torch.optim.swa_utils import AveragedModel
+
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ema = AveragedModel(model) if how == "an ema too" else None  # (left in training mode too)
+    run = torch.compile(model, backend="eager") if how == "compiled" else model
+    train = _slow_loader(clock, _data(24), 4)
+    val = _slow_loader(clock, _data(4 if how == "one batch" else 12), 4, seconds=0.100)
+    batches = iter(train)
+    for i in range(5):
+        x, y = next(batches)  # 10 ms
+        if how == "model.train() after the next batch":
+            model.train()  # (after its evaluation: the batch it loaded is the step's data)
+        loss = nn.functional.cross_entropy(run(x), y)
+        clock[0] += 0.020
+        loss.backward()
+        clock[0] += 0.030
+        opt.step()
+        opt.zero_grad()
+        if i in (1, 2):
+            with torch.inference_mode() if how == "inference_mode" else torch.no_grad():
+                for vx, vy in val:  # 100 ms a batch
+                    if ema is not None:
+                        ema(vx)
+                    (run(vx).argmax(1) == vy).sum().item()
+                    clock[0] += 0.005  # its metrics
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5]
+    # (the first step's clock starts at its first forward; the others' at the end of the step
+    # before, or of the evaluation after it: its loader's last batch, its metrics included)
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010, 0.010, 0.010])
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050] + [0.060] * 4)
+    assert [name for name, _ in rep.events] == ["eval", "eval"]
+    assert "eval" in rep.phases
+
+
+def _gan_step(gen, disc, opt_g, opt_d, real) -> None:
+    z = torch.randn(real.shape[0], 8)
+    with torch.no_grad():
+        fake = gen(z)  # the discriminator's fakes
+    ones, zeros = torch.ones(real.shape[0], 4), torch.zeros(real.shape[0], 4)
+    bce = nn.functional.binary_cross_entropy_with_logits
+    (bce(disc(real), ones) + bce(disc(fake), zeros)).backward()
+    opt_d.step()
+    opt_d.zero_grad()
+    bce(disc(gen(z)), ones).backward()
+    opt_g.step()
+    opt_g.zero_grad()
+
+
+@pytest.mark.parametrize(
+    "pattern", ["own targets", "compiled, own targets", "gan", "pseudo-labels", "accumulation", "accumulation, batches taken first"]
+)
+def test_a_pass_without_grad_of_the_trained_model_in_its_step_is_no_evaluation(hooked, monkeypatch, pattern):
+    # The trained model run without grad on the step's batch before its forward with grad:
+    # the model's own targets (self-distillation, consistency), a GAN's fakes, pseudo-labels on
+    # an unlabelled loader's batch, a metric on each micro-batch. At an epoch's start (or the
+    # unlabelled loader's) the batch comes from a loader pass begun after the optimizer step,
+    # as a validation's does: the pass takes no other batch before training goes on, so that
+    # is the step's work and its data time, not an evaluation.
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = torch.compile(model, backend="eager") if pattern.startswith("compiled") else model
+    micro = 2 if pattern.startswith("accumulation") else 1
+    train = _slow_loader(clock, _data(12), 4 // micro, shuffle=True)  # 10 ms a batch
+    unlabelled = _slow_loader(clock, _data(8), 4)
+    gen = nn.Sequential(nn.Linear(8, 8))
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.1)
+    u_batches = iter(unlabelled)
+    for _ in range(3):  # epochs
+        batches = iter(train)
+        for _ in range(3):  # steps
+            if pattern == "gan":
+                real, _ = next(batches)
+                clock[0] += 0.005
+                _gan_step(gen, model, opt_g, opt, real)
+                continue
+            taken = [next(batches) for _ in range(micro)] if pattern.endswith("taken first") else None
+            for k in range(micro):
+                x, y = taken[k] if taken else next(batches)
+                if pattern == "pseudo-labels":
+                    try:
+                        u, _ = next(u_batches)
+                    except StopIteration:
+                        u_batches = iter(unlabelled)
+                        u, _ = next(u_batches)
+                clock[0] += 0.005
+                with torch.no_grad():
+                    target = run(u if pattern == "pseudo-labels" else x + 0.1).argmax(1)
+                loss = nn.functional.cross_entropy(run(x), y if pattern == "pseudo-labels" else target)
+                if pattern == "pseudo-labels":
+                    loss = loss + nn.functional.cross_entropy(run(u), target)
+                loss.backward()
+            opt.step()
+            opt.zero_grad()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 10))
+    assert [name for name, _ in rep.events if name == "eval"] == []
+    assert "eval" not in rep.phases
+    # the loading and the pass without grad stay the step's data (the first step's clock starts
+    # at its first forward)
+    data = {"pseudo-labels": 0.025, "accumulation": 0.030, "accumulation, batches taken first": 0.030}.get(pattern, 0.015)
+    assert [s["data_s"] for s in rep.steps[1:]] == pytest.approx([data] * 8)
+
+
 def test_a_micro_batchs_loading_after_a_backward_is_data_time(hooked, monkeypatch):
     inst, rep = hooked
     clock = _fake_clock(inst, monkeypatch)
@@ -1829,6 +1956,23 @@ def test_two_optimizers_make_one_step_per_iteration(tmp_path):
     proc, msgs = _launch(tmp_path, str(SCRIPTS / "two_optimizers.py"), "--steps", "6", nproc=1)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [s.step for s in _steps(msgs, 0)] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.slow
+def test_loaders_made_anew_each_epoch_are_its_epochs_and_a_validation_in_training_mode_an_eval(tmp_path):
+    # Real ranks (the reviewer's s10b_newloader.py and s4d_rank0_eval_noevalmode.py in one):
+    # a DataLoader made inside the epoch loop read epoch 0 throughout, and rank 0's validation
+    # under no_grad, the model left in training mode, was no evaluation (its time the next
+    # step's data).
+    slow = 0.05
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "new_loader_each_epoch.py"), "3", str(slow))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        assert [s.epoch for s in _steps(msgs, rank)] == [0] * 4 + [1] * 4 + [2] * 4
+    evals = {rank: [m for m in msgs if isinstance(m, schema.Event) and m.name == "eval" and m.rank == rank] for rank in (0, 1)}
+    assert [e.step for e in evals[0]] == [4, 8, 12] and evals[1] == []
+    # (from its loader's start: both its batches' loading, the first's too)
+    assert all(e.duration_s >= 2 * slow for e in evals[0])
 
 
 @pytest.mark.slow

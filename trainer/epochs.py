@@ -13,10 +13,16 @@ is no epoch; nor is a pass of one batch (``next(iter(loader))`` each step). A lo
 another dataset (a validation set, a second task's loader taking turns with the first) starts
 none, nor does a second loader over the same dataset begun before the first ran out (two
 taking turns). A loader made anew over a dataset made anew (a ``Subset`` for each epoch) is
-not followed: nothing ties the new one to the old."""
+not followed: nothing ties the new one to the old.
+
+The passes also tell an evaluation of a model left in training mode (see
+:mod:`~pardash.trainer.evaluations`): a pass begun after the last optimizer step whose
+batches the trained model runs on without grad, going on to its next batch (or to its end)
+before any training, is an evaluation's loader."""
 
 from __future__ import annotations
 
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -29,14 +35,19 @@ from pardash.trainer.hooking import _get_ident, _guarded
 
 @dataclass(slots=True)
 class _LoaderPass:
-    """One pass over a DataLoader (an ``iter(loader)``): whose, over which dataset, from which
-    step, how many batches it gave so far and whether it ran out."""
+    """One pass over a DataLoader (an ``iter(loader)``): whose, over which dataset, from when,
+    how many batches it gave so far and whether it ran out."""
 
     loader: Any
     """weakref to the DataLoader."""
     data: Any
     """weakref to its dataset (None: one that cannot be weakly held, a list: not followed)."""
     step: int
+    posts: int
+    """Optimizer steps ended before it began (the same count at a batch of it: no optimizer
+    has stepped since it began)."""
+    t0: float
+    """perf_counter as it began (before its first batch's loading)."""
     size: int | None
     """Its batches, as its sampler counts them (None: unknown, an iterable dataset's)."""
     batches: int = 0
@@ -74,7 +85,8 @@ class Epochs:
     def _wrap_loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def __iter__(loader: Any) -> Any:
             it = original(loader)
-            if not self.dead and _get_ident() == self._tid and not self._sampler_epochs:
+            # (with a sampler's epochs too: an evaluation's loader is told by its pass)
+            if not self.dead and _get_ident() == self._tid:
                 self._loader_pass(loader, it)
             return it
 
@@ -93,7 +105,7 @@ class Epochs:
             except Exception:
                 size = None
         try:
-            it._pardash_pass = _LoaderPass(weakref.ref(loader), data, self.step, size)
+            it._pardash_pass = _LoaderPass(weakref.ref(loader), data, self.step, self._posts, time.perf_counter(), size)
         except (AttributeError, TypeError):  # an iterator of a class with __slots__: not followed
             pass
 
@@ -132,8 +144,14 @@ class Epochs:
 
     @_guarded
     def _pass_ends(self, p: _LoaderPass) -> None:
-        """A pass ran out."""
+        """A pass ran out; one begun in an evaluation ends it no earlier (its last batch's
+        metrics are the evaluation's, not the next step's data)."""
         p.ended = True
+        if self._eval_pending is not None:
+            self._eval_stands()  # (a validation loader of one batch)
+        if self._eval_t0 and p.t0 >= self._eval_t0:
+            self._eval_end = self.clock.stamp()
+            self._eval_t1 = time.perf_counter()
 
     @_guarded
     def _new_epoch(self, epoch: Any) -> None:

@@ -5,7 +5,20 @@ not trained. Its phase is ``eval``, an ``eval`` event says how long it took, and
 step's clock starts when it ends. Forwards with grad after ``model.eval()`` are training if a
 backward follows them (BatchNorm and dropout frozen), and a model put in eval mode before it
 was seen training is evaluated if an optimizer already holds its weights (a baseline
-validation before the first step)."""
+validation before the first step).
+
+A model left in training mode (no dropout or BatchNorm to switch, so no ``model.eval()``) is
+evaluated too when, after an optimizer step and before the next step's training, it (or its
+running average, an EMA) runs without grad on the batches of a DataLoader pass begun since
+that optimizer step, and the pass goes on to its next batch or to its end before training
+resumes: a validation loop. From the first such forward the evaluation is provisional (its
+phase is ``eval``), and it is dropped, as if never begun, when training resumes before its
+loader took another batch: a forward without grad on the first batch of a pass is part of the
+step (a GAN's fakes, a teacher's or the model's own targets, pseudo-labels, at the start of an
+epoch or of the unlabelled loader's pass). Its time runs from its loader's start to the end
+of its last forward, or of its loader's pass if that comes later. A validation without a
+DataLoader (a tensor held, a list of batches) is not seen so: it stays in the next step's
+data."""
 
 from __future__ import annotations
 
@@ -51,8 +64,9 @@ class Evaluations:
         if not mode:
             self._eval_begins(called=True)
         elif self._eval_t0:
-            self._eval_end = self.clock.stamp()
-            self._eval_t1 = time.perf_counter()
+            if self._eval_called:  # (one begun at a forward in training mode ends where its forwards did)
+                self._eval_end = self.clock.stamp()
+                self._eval_t1 = time.perf_counter()
             self._eval_ends()
 
     @_guarded
@@ -90,29 +104,77 @@ class Evaluations:
         new = self._eval_new
         return new is not None and self._eval_t0 != 0.0 and new[0]() is module
 
-    def _eval_begins(self, called: bool = False) -> None:
+    def _eval_begins(self, called: bool = False, loader_pass: bool = False) -> None:
         """A forward of a trained model put in eval mode (``model.eval()``) between two steps:
         an evaluation. It is not the next step's data loading: the phase says "eval" (the hub
         then gives the ranks longer before calling one stalled), and the step after it starts
         its clock when the evaluation's last forward ends. (A pass without grad of a model in
-        training mode, a GAN's fakes, or of another model, a teacher's, is part of the step.)"""
+        training mode, a GAN's fakes, or of another model, a teacher's, is part of the step.)
+        ``loader_pass``: a forward without grad of the trained model in training mode, on a
+        batch of a loader pass begun between the steps: an evaluation provisionally, its phase
+        unchanged until it stands (see :meth:`_eval_stands`)."""
         if self._eval_t0:
+            if self._eval_pending is not None:  # model.eval(), or a model in eval mode, in one begun provisionally
+                self._eval_pending = None
+                self._eval_called = called
+                self._phase = "eval"
+                self.reporter.set_phase("eval")
             return
         step = self._open
         cut = self._cut
         if step is not None and len(step.marks) > (cut.marks if cut is not None else 1):
             return  # inside a step (between its forward and backward, say): part of its phase
-        self._eval_t0 = self._eval_t1 = time.perf_counter()
+        now = time.perf_counter()
+        p = self._batch_pass
+        if not self._between_steps(p):
+            if loader_pass:
+                return
+            p = None
+        self._eval_t0 = self._eval_t1 = now
+        if p is not None and not called:
+            self._eval_t0 = min(now, p.t0)  # its loader's start and first batch are the evaluation's
         self._eval_end = None
         self._eval_called = called
         self._eval_grad = None
         self._eval_grad_pass = False
+        if loader_pass:
+            self._eval_pending = (p, p.batches, p.ended)
+            return
+        self._eval_pending = None
         self._phase = "eval"
         self.reporter.set_phase("eval")
+
+    def _between_steps(self, p: Any) -> bool:
+        """Whether the loader pass ``p`` began after an optimizer step and none has stepped
+        since."""
+        return p is not None and self._posts > 0 and p.posts == self._posts
+
+    def _eval_stands(self) -> bool:
+        """Whether an evaluation begun provisionally (see the module's docstring) is one: its
+        loader's pass gave another batch since its first forward, or ran out since. From then
+        its phase is ``eval``."""
+        p, batches, ended = self._eval_pending
+        if p.batches > batches or (p.ended and not ended):
+            self._eval_pending = None
+            self._phase = "eval"
+            self.reporter.set_phase("eval")
+            return True
+        return False
+
+    def _eval_drop(self) -> None:
+        """Training resumes before an evaluation begun provisionally stood: it was none (a
+        GAN's fakes, the model's own targets on an epoch's first batch), as if never begun."""
+        self._eval_t0 = 0.0
+        self._eval_end = None
+        self._eval_called = False
+        self._eval_grad = None
+        self._eval_grad_pass = False
+        self._eval_pending = None
 
     def _eval_clear(self) -> None:
         """No evaluation going, none pending."""
         self._eval_t0 = 0.0
+        self._eval_pending = None
         self._eval_new = None
         self._eval_end = None
         self._eval_called = False
@@ -121,6 +183,9 @@ class Evaluations:
 
     def _eval_ends(self) -> None:
         """Training resumes: the open step starts after the evaluation, which is an event."""
+        if self._eval_pending is not None and not self._eval_stands():
+            self._eval_drop()
+            return
         took = self._eval_t1 - self._eval_t0
         end = self._eval_end
         self._eval_clear()

@@ -27,7 +27,7 @@ is hooked, and what each hook tells:
   ``DistributedSampler.set_epoch``: the epoch (a script without one, Hugging Face's Trainer and
   accelerate's loaders among them: a new pass over the DataLoader its training batches come
   from, or over one made anew on the same dataset, ``DataLoader.__iter__`` and its iterators'
-  ``__next__``); ``GradScaler.scale``: the unscaled loss behind
+  ``__next__``, which also tell a validation loader's pass); ``GradScaler.scale``: the unscaled loss behind
   a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round;
   ``Optimizer.zero_grad`` and ``Module.zero_grad``: right after a backward, maybe an iteration
   that skipped its optimizer step (see :mod:`~pardash.trainer.skips`);
@@ -64,10 +64,14 @@ steps is an evaluation, from ``model.eval()`` to ``model.train()`` (or, without 
 its forwards in eval mode without grad; after ``model.eval()``, forwards with grad too, unless a
 backward follows them: that is training with BatchNorm and dropout frozen); so is a model put in
 eval mode by ``model.eval()`` before it was seen training (a baseline validation before the first
-step) whose weights an optimizer already holds: its phase is ``eval`` (the hub gives the ranks longer before
+step) whose weights an optimizer already holds; and so, the model left in training mode (no
+``model.eval()``), are its forwards (or its EMA's) without grad on the batches of a DataLoader
+pass begun after the last optimizer step, once that pass goes on to its next batch, or runs
+out, before training resumes (a validation loop): its phase is ``eval`` (the hub gives the ranks longer before
 calling one stalled), an ``eval`` event says how long it took, and the next step's clock
 starts when it ends; so step times sum to the run's wall time less its evaluations. A pass without grad of a model in training mode (a GAN's
-fakes) or of a model not trained (a teacher's targets) is part of the step. The learning rate is read as the round's first
+fakes, the model's own targets, on the step's batch) or of a model not trained (a teacher's
+targets) is part of the step. The learning rate is read as the round's first
 optimizer step begins (a scheduler moves it right after).
 
 Self time (``self_s``, the straggler signal) runs from the end of the previous step to this
@@ -218,6 +222,11 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         self._eval_grad: list[Any] | None = None
         """[stamp, samples, root] of the forwards with grad since model.eval() (see _root_begin)."""
         self._eval_grad_pass = False
+        self._eval_pending: tuple[_LoaderPass, int, bool] | None = None
+        """An evaluation begun provisionally, at a forward without grad of the model in training
+        mode on a batch of a loader pass begun between the steps: (that pass, its batches and
+        whether it had run out, then). It stands if the pass gives another batch (or runs out)
+        before training resumes (see Evaluations._eval_stands)."""
         self._eval_new: tuple[weakref.ref[Any], float] | None = None
         """A model not seen training put in eval mode (model.eval(): the outermost train call),
         and when: its forwards in eval mode are an evaluation if an optimizer holds its weights
@@ -432,6 +441,15 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
                 # an EMA): a validation pass.
                 self._eval_begins()
             else:  # (a GAN's generator, whose optimizer may not have stepped yet: _optimizer_post)
+                if self._eval_pending is not None:
+                    self._eval_stands()  # the next batch of a validation loop?
+                p = self._batch_pass
+                if p is not None and p.posts == self._posts and not self._eval_t0 and (trained.trains(module) or is_average(module)):
+                    # The model left in training mode, on a batch of a loader begun since the
+                    # last optimizer step: a validation loop, if that loader goes on to its
+                    # next batch before training resumes (a GAN's fakes, a teacher's targets
+                    # on an epoch's first batch: dropped then; see Evaluations._eval_stands).
+                    self._eval_begins(loader_pass=True)
                 trained.called_without_grad(module, self.step)
             return  # a pass of the step without grad: a GAN's fakes, a teacher's targets
         # A trained model in eval mode *with* grad may train (fine-tuning with BatchNorm and
