@@ -3,6 +3,9 @@
 
 Injected runs: ddp and fsdp x data and compute stragglers x 2 and 4 ranks (rank 1 slowed by
 SECONDS a step from step 1). Clean runs: ddp and fsdp x 2 and 4 ranks, no injection.
+Short steps: demos/ddp_plain.py on 2 ranks (a few ms a step), rank 1 sleeping SHORT_INJECT_S in
+its data path (over half of every step lost; under a fixed 5 ms bar it went unnamed), and the
+same script clean for SHORT_CLEAN_STEPS steps.
 Baseline in the same run: the wall step time spread (max/min across ranks) that a naive
 "compare step times" detector would use, which in synchronous training cannot tell the
 straggler (all ranks wait for it).
@@ -25,15 +28,19 @@ from .common import Row
 INJECT_S = 0.04
 WINDOW = 10
 WARMUP = 10
+SHORT_INJECT_S = 0.003
+SHORT_CLEAN_STEPS = 1500
+DEMO = Path(__file__).resolve().parents[1] / "demos" / "ddp_plain.py"
 
 
 def _launch(d: Path, name: str, args: list[str]) -> list:
     log = d / f"{name}.jsonl"
     env = dict(os.environ)
     env.pop("PARDASH_ENDPOINT", None)
+    trainer = [] if "--" in args else ["--log-every", "0"]  # (the bundled trainer's flag; a script takes its own)
     proc = subprocess.run(
         [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(log), "--runs-dir", str(d / "runs"),
-         "--every", "60", "--log-every", "0", *args],
+         "--every", "60", *trainer, *args],
         capture_output=True, text=True, env=env, cwd=d, timeout=1200,
     )  # fmt: skip
     if proc.returncode != 0:
@@ -51,6 +58,27 @@ def _naive_names_straggler(msgs, rank: int) -> bool:
     return max(med, key=med.get) == rank
 
 
+def _judge_injected(name: str, msgs: list, kind: str) -> tuple[Row, int | None, int]:
+    """The row of a run with rank 1 made a straggler of ``kind``; the step it was named at
+    (None: missed) and the number of verdicts naming another rank."""
+    found = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
+    right = [v for v in found if v.rank == 1 and v.cause == kind]
+    others = [v for v in found if v.rank != 1]
+    lat = right[0].step if right else None
+    windows = None if lat is None else (lat - WARMUP + WINDOW - 1) // WINDOW
+    said = ", ".join(sorted({f"rank {v.rank} {v.cause}" for v in found})) or "nothing"
+    row = Row(f"detect {name}", "named at step (windows after warm-up); verdicts",
+              ("missed" if lat is None else f"{lat} ({windows})") + f"; {said}",
+              "naive: " + ("right" if _naive_names_straggler(msgs, 1) else "wrong"),
+              "", "<= 3 windows, only rank 1", lat is not None and windows <= 3 and not others)  # fmt: skip
+    return row, lat, len(others)
+
+
+def _median_step_s(msgs) -> float:
+    """The median wall step time past the warm-up, over every rank."""
+    return statistics.median(m.step_s for m in msgs if isinstance(m, schema.Step) and m.step > WARMUP)
+
+
 def run(clean_steps: int = 500, injected_steps: int = 60) -> tuple[list[Row], str]:
     rows: list[Row] = []
     notes: list[str] = []
@@ -66,38 +94,41 @@ def run(clean_steps: int = 500, injected_steps: int = 60) -> tuple[list[Row], st
                     name = f"{strategy}-{kind}-{nproc}"
                     msgs = _launch(d, name, ["--strategy", strategy, "--nproc", str(nproc), "--steps", str(injected_steps),
                                              "--inject-straggler", f"1:{kind}:{INJECT_S}"])  # fmt: skip
-                    found = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
-                    right = [v for v in found if v.rank == 1 and v.cause == kind]
-                    others = [v for v in found if v.rank != 1]
-                    wrong += len(others)
+                    row, lat, others = _judge_injected(name, msgs, kind)
+                    rows.append(row)
+                    wrong += others
                     injected += 1
                     naive_right += _naive_names_straggler(msgs, 1)
-                    lat = right[0].step if right else None
                     if lat is not None:
                         latencies.append(lat)
-                    windows = None if lat is None else (lat - WARMUP + WINDOW - 1) // WINDOW
-                    said = ", ".join(sorted({f"rank {v.rank} {v.cause}" for v in found})) or "nothing"
-                    rows.append(Row(f"detect {name}", "named at step (windows after warm-up); verdicts",
-                                    ("missed" if lat is None else f"{lat} ({windows})") + f"; {said}",
-                                    "naive: " + ("right" if _naive_names_straggler(msgs, 1) else "wrong"),
-                                    "", "<= 3 windows, only rank 1", lat is not None and windows <= 3 and not others))  # fmt: skip
+        # A short step: what the others lose is a share of it, however few ms that is.
+        name = "short-step-ddp-data-2"
+        msgs = _launch(d, name, ["--nproc", "2", "--", str(DEMO), "--steps", str(2 * injected_steps),
+                                 "--straggler-rank", "1", "--straggler-s", str(SHORT_INJECT_S)])  # fmt: skip
+        row, _, others = _judge_injected(name, msgs, "data")
+        rows.append(row)
+        wrong += others
+        short_step_ms = 1e3 * _median_step_s(msgs)
         false_verdicts = 0
         clean_total = 0
-        for strategy in ("ddp", "fsdp"):
-            for nproc in (2, 4):
-                name = f"{strategy}-clean-{nproc}"
-                msgs = _launch(d, name, ["--strategy", strategy, "--nproc", str(nproc), "--steps", str(clean_steps)])
-                fv = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
-                steps = sum(1 for m in msgs if isinstance(m, schema.Step))
-                false_verdicts += len(fv)
-                clean_total += steps
-                rows.append(Row(f"clean {name}", "straggler verdicts", str(len(fv)), "", "", "0", not fv))
+        clean_runs = [(f"{strategy}-clean-{nproc}", ["--strategy", strategy, "--nproc", str(nproc), "--steps", str(clean_steps)])
+                      for strategy in ("ddp", "fsdp") for nproc in (2, 4)]  # fmt: skip
+        clean_runs.append(("short-step-ddp-clean-2", ["--nproc", "2", "--", str(DEMO), "--steps", str(SHORT_CLEAN_STEPS)]))
+        for name, args in clean_runs:
+            msgs = _launch(d, name, args)
+            fv = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
+            steps = sum(1 for m in msgs if isinstance(m, schema.Step))
+            false_verdicts += len(fv)
+            clean_total += steps
+            rows.append(Row(f"clean {name}", "straggler verdicts", str(len(fv)), "", "", "0", not fv))
     per_k = 1000 * false_verdicts / max(1, clean_total)
     rows.append(Row("clean runs", "false verdicts / 1000 rank-steps", f"{per_k:.2f}", f"{clean_total} rank-steps", "", "0", false_verdicts == 0))
     if latencies:
         rows.append(Row("injected runs", "median detection step", f"{statistics.median(latencies):.0f}",
                         f"naive step-time picks rank 1 in {naive_right}/{injected}", "", "", None))  # fmt: skip
     notes.append(f"detection: injected {INJECT_S * 1e3:.0f} ms/step on rank 1 from step 1; windows of {WINDOW} steps after {WARMUP} warm-up steps; clean runs {clean_steps} steps.")
+    notes.append(f"Short steps: demos/ddp_plain.py, rank 1 sleeping {SHORT_INJECT_S * 1e3:.0f} ms a step in its data "
+                 f"(median step {short_step_ms:.1f} ms with it), and clean for {SHORT_CLEAN_STEPS} steps.")  # fmt: skip
     return rows, " ".join(notes)
 
 

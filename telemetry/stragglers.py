@@ -13,6 +13,16 @@ the *other* ranks' scores (leave-one-out, so two ranks work). The excess must be
 bar, an absolute bar and a noise floor learnt from this run's clean windows; it must persist
 for ``persist`` windows before a verdict, and stay under half the bar for ``clear_after``
 windows before the verdict is cleared. Ranks are never ranked top-k: a clean run says nothing.
+
+The absolute bar scales with the step: ``abs_s`` (5 ms), or where that is less
+``abs_step_frac`` (a fifth) of the live ranks' median wall step time, never under ``abs_min_s``
+(1 ms). What a straggler costs is its excess as a share of the step: 4.4 ms in a 6.5 ms step
+is two thirds of every step lost, and a fixed 5 ms bar let any job of steps under ~15 ms hide a
+straggler costing a third of its throughput. The wall step holds the straggler's excess (the
+others wait it out), so a fifth of it is a quarter of the step the job would take without the
+straggler: one that slows the job by a quarter or more is over the bar. (The wall step is read
+when a window is scored, from the ranks' last few steps the state keeps, and its median over
+the last scoring passes taken: the hub's per-step path stays as it was.)
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from .schema import Step, Verdict
-from .state import RunState
+from .state import RunState, median_small
 
 
 HOST_PERSIST = 3
@@ -45,7 +55,15 @@ class StragglerConfig:
     rel: float = 0.25
     """Excess over the others' median self time, as a fraction of it."""
     abs_s: float = 0.005
-    """Excess in seconds a straggler must also have (timer and scheduler noise sit below)."""
+    """Excess in seconds a straggler must also have, at most: where ``abs_step_frac`` of the
+    wall step time is less, that is the bar (long steps' timer and scheduler noise sit below)."""
+    abs_step_frac: float = 0.2
+    """The absolute bar as a fraction of the live ranks' median wall step time, where it is
+    under ``abs_s``: a straggler whose excess costs the job this share of its step or more
+    (the others wait that long every step) is named however short the step."""
+    abs_min_s: float = 0.001
+    """The absolute bar never goes under this, whatever the step time: a rank losing a
+    scheduler time slice or two, a timer's resolution, sit below."""
     noise_k: float = 4.0
     """Excess must also exceed this many times the run's learnt noise floor."""
     persist: int = 2
@@ -65,6 +83,36 @@ class _RankWindow:
     calm: int = 0
 
 
+WALL_SAMPLE = 64
+"""Ranks whose wall step times are read at a scoring pass, at most: in synchronous training
+every rank's is the same, so a thousand ranks need not all be read."""
+
+
+def wall_step_s(state: RunState, live: list[int]) -> float | None:
+    """The live ranks' median wall step time (of up to WALL_SAMPLE of them, spread over the
+    ranks), each rank's the median of its last few steps (``RankState.recent``, where the state
+    keeps them: the hub's; else its newest step's); None: no rank has one. (In synchronous
+    training it is the same on every rank, the straggler's wait included.)"""
+    per_rank = []
+    for r in live[:: max(1, len(live) // WALL_SAMPLE)]:
+        rs = state.ranks[r]
+        if rs.recent:
+            m = median_small(s.step_s for s in rs.recent)
+        else:
+            m = rs.step.step_s if rs.step is not None else None
+        if m is not None and m > 0:
+            per_rank.append(m)
+    return statistics.median(per_rank) if per_rank else None
+
+
+def absolute_bar_s(cfg: StragglerConfig, step_s: float | None) -> float:
+    """The excess in seconds a straggler must have, for a wall step of ``step_s`` (None: not
+    known, the fixed ``abs_s``)."""
+    if step_s is None:
+        return cfg.abs_s
+    return min(cfg.abs_s, max(cfg.abs_min_s, cfg.abs_step_frac * step_s))
+
+
 class StragglerDetector:
     """Fed every step by the hub (``observe``), scores complete windows in ``update``."""
 
@@ -74,6 +122,9 @@ class StragglerDetector:
         self._next_window = 0
         self._noise: deque[float] = deque(maxlen=50)
         """Per-window spread of clean ranks' scores: the noise floor is their median."""
+        self._wall: deque[float] = deque(maxlen=50)
+        """The ranks' wall step time at the last scoring passes: the absolute bar scales with
+        their median (a slow moment, a burst of load, does not lift it for a window)."""
         self.windows_scored = 0
         self._rewarm = False
         """The job restarted (torchrun): the next step seen starts a new warm-up."""
@@ -82,7 +133,7 @@ class StragglerDetector:
         """A new attempt of the job (torchrun restarted it): its ranks start again from step 1
         or from a checkpoint, fresh processes warming up. Windows count from its first step
         plus the warm-up; what the last attempt left pending, and its streaks, are dropped
-        (its noise floor is kept: the same job on the same machines)."""
+        (its noise floor and wall step times are kept: the same job on the same machines)."""
         self._ranks.clear()
         self._next_window = 0
         self._rewarm = True
@@ -136,6 +187,8 @@ class StragglerDetector:
         said: dict[int, bool] = {}
         """rank -> straggler or not, as verdicts of this pass said (the state learns them only
         once the hub applies them: a pass that scores several windows must not say it twice)."""
+        abs_s: float | None = None
+        """The absolute bar: worked out once, by a pass that scores a window."""
         while first + cfg.window - 1 <= reached:
             # Jump over windows nobody has data for (a rank that says it is at step 10**9
             # must not make the hub walk a hundred million empty windows).
@@ -147,13 +200,19 @@ class StragglerDetector:
                 first += (oldest - first) // cfg.window * cfg.window
                 continue
             steps = range(first, first + cfg.window)
-            out.extend(self._score(state, live, steps, said))
+            if abs_s is None:
+                wall = wall_step_s(state, live)
+                if wall is not None:
+                    self._wall.append(wall)
+                abs_s = absolute_bar_s(cfg, statistics.median(self._wall) if self._wall else None)
+            out.extend(self._score(state, live, steps, said, abs_s))
             first += cfg.window
         self._next_window = first
         return out
 
-    def _score(self, state: RunState, live: list[int], steps: range, said: dict[int, bool]) -> list[Verdict]:
-        """Score the window of ``steps`` for the live ranks, and forget its steps."""
+    def _score(self, state: RunState, live: list[int], steps: range, said: dict[int, bool], abs_s: float) -> list[Verdict]:
+        """Score the window of ``steps`` for the live ranks against the absolute bar ``abs_s``,
+        and forget its steps."""
         cfg = self.cfg
         score: dict[int, float] = {}
         data: dict[int, float] = {}
@@ -177,7 +236,7 @@ class StragglerDetector:
         for r, m in score.items():
             base = loo.median_without(r)
             excess = m - base
-            bar = max(cfg.rel * base, cfg.abs_s, cfg.noise_k * noise)
+            bar = max(cfg.rel * base, abs_s, cfg.noise_k * noise)
             w = self._ranks[r]
             current = said.get(r, state.ranks[r].straggler is not None)
             if excess > bar:

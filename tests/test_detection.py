@@ -38,10 +38,11 @@ def _verdicts(msgs, name):
     "strategy, kind",
     [("ddp", "data"), ("fsdp", "compute")],
 )
-# (Beside the other tests: a verdict needs rank 1's self time 25% and 5 ms over the other's for
-# two windows, and 40 ms of sleep a step is that under any load here: this test and the three
-# other injected stragglers passed 12 of 12 runs two at a time with two busy loops beside them.
-# A clean run's lack of a verdict is what load could sway: that test runs alone.)
+# (Beside the other tests: a verdict needs rank 1's self time 25% and 5 ms (a fifth of the wall
+# step where that is less) over the other's for two windows, and 40 ms of sleep a step is that
+# under any load here: this test and the three other injected stragglers passed 12 of 12 runs
+# two at a time with two busy loops beside them. A clean run's lack of a verdict is what load
+# could sway: that test runs alone.)
 def test_injected_straggler_is_named_with_its_kind(tmp_path, strategy, kind):
     proc, msgs = _launch(tmp_path, "--strategy", strategy, "--nproc", "2", "--steps", "60", "--inject-straggler", f"1:{kind}:0.04")
     assert proc.returncode == 0, proc.stderr[-2000:]
