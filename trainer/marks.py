@@ -69,17 +69,6 @@ class _Cut:
 
 
 @dataclass(slots=True)
-class _Pass:
-    """One pass over a DataLoader (an ``iter(loader)``): whose, from which step, how many
-    training batches it gave so far."""
-
-    loader: Any
-    """weakref to the DataLoader."""
-    step: int
-    batches: int = 0
-
-
-@dataclass(slots=True)
 class _Done:
     """A finished step, resolved when published (one step late on a GPU)."""
 
