@@ -157,7 +157,16 @@ def _hung_text(rep: dict) -> str:
 
 
 def _refused_text(counts: dict[str, int]) -> str:
-    return f"{sum(counts.values())} message(s) at its ports (" + ", ".join(f"{why} {n}" for why, n in counts.items()) + ")"
+    """What the hub refused: messages by reason, and apart from them (``no_key``) connections
+    it refused the handshake of, which a client that is refused tries again and again (two
+    viewers left open 40 s made 596), so no count of messages or of clients."""
+    messages = {why: n for why, n in counts.items() if why != "no_key"}
+    parts = []
+    if messages:
+        parts.append(f"{sum(messages.values())} message(s) at its ports (" + ", ".join(f"{why} {n}" for why, n in messages.items()) + ")")
+    if counts.get("no_key"):
+        parts.append(f"{counts['no_key']} connection attempt(s) without an authorised key (a refused client tries again and again)")
+    return "; ".join(parts)
 
 
 def _ends_early_text(end: dict, skipped: dict[str, int]) -> str:

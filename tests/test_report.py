@@ -2754,3 +2754,14 @@ def test_the_epochs_the_steps_went_through_are_said(tmp_path):
     _write_log(log, [msgspec.structs.replace(m, epoch=0) if isinstance(m, schema.Step) else m for m in records])
     rep = build_report(str(log))
     assert rep["epochs"] == {"first": 0, "last": 0} and "epochs " not in render_text(rep)
+
+
+def test_refused_handshakes_are_counted_as_connection_attempts_not_messages():
+    # Two viewers with an unadmitted key, left open 40 s, read "refused by the hub 596
+    # message(s)": ZeroMQ tries a refused connection again and again; none of them sent one.
+    from pardash.telemetry.report_render import _refused_text
+
+    assert _refused_text({"no_key": 596}) == "596 connection attempt(s) without an authorised key (a refused client tries again and again)"
+    assert _refused_text({"invalid": 3, "no_key": 2}) == (
+        "3 message(s) at its ports (invalid 3); 2 connection attempt(s) without an authorised key (a refused client tries again and again)"
+    )
