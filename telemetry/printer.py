@@ -236,7 +236,10 @@ class ProgressPrinter:
                     # Not a word from the hub yet: whether any rank said hello is not known.
                     self._print(f"[waiting {waited}] no answer from the hub yet (stopped, overloaded or out of reach)")
                 else:
-                    self._print(f"[waiting {waited}] {self.waiting}")
+                    refused = stats.rejected.get("no_key", 0) if stats is not None else 0
+                    # (ranks whose keys the hub refuses say so on their own stderr: a node's first)
+                    why = f"; the hub refused {refused} connection attempt(s) without an authorised key" if refused else ""
+                    self._print(f"[waiting {waited}] {self.waiting}{why}")
 
     def _group_wait(self, fresh: list[schema.Message], now: float, st) -> tuple[list[schema.Message], int]:
         """The events of ``fresh`` to print now, and the hseq all before which are printed with

@@ -973,6 +973,19 @@ def test_progress_lines_say_when_no_rank_has_said_hello(monkeypatch):
     clock[0] += 5.0
     p.update()
     assert out.getvalue().splitlines() == ["[waiting 5 s] no answer from the hub yet (stopped, overloaded or out of reach)"]
+    # A hub with keys refusing the ranks' connections: the line said "no rank has said hello
+    # yet" for as long, and only the ranks' own stderr said why.
+    from pardash.telemetry.frames import HubStats
+
+    refusing = Empty()
+    refusing.stats = HubStats(rejected={"no_key": 14})
+    out = io.StringIO()
+    p = ProgressPrinter(refusing, out=out, bar=False, every_s=5.0, waiting="no rank has said hello yet")
+    clock[0] += 5.0
+    p.update()
+    assert out.getvalue().splitlines() == [
+        "[waiting 5 s] no rank has said hello yet; the hub refused 14 connection attempt(s) without an authorised key"
+    ]
 
 
 def test_progress_lines_say_a_finished_run_once(monkeypatch):
