@@ -130,6 +130,10 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     except AttachError as exc:
         fail(_over_or(ns.target, str(exc), ns.runs_dir))
     headless_without_terminal(ns)
+    # With no run named, the newest live one: where there are others, said (a second job's
+    # viewer watched the newest with nothing said of the first).
+    others = len(registry.live_runs(prune=False)) - 1 if not ns.target else 0
+    newest = f", the newest of {others + 1} live runs (`pardash ps` lists them; `pardash attach RUN_ID` picks one)" if others > 0 else ""
     if ns.headless:
         from pardash.telemetry.failures import failure_summary
         from pardash.telemetry.printer import ProgressPrinter, follow_attached, run_over
@@ -144,7 +148,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
             where = f"{ns.target} (asked on its snapshot port, {client.snapshot_endpoint})" if (ns.target or "").startswith("tcp://") else client.snapshot_endpoint
             fail(f"no answer from the hub at {where}; is the run still live? (`pardash ps`){hint}")
         if client.run_id and client.run_id != ns.target:  # (the one live run, or the one a prefix named)
-            print(f"{PROG}: watching run {client.run_id}", flush=True)
+            print(f"{PROG}: watching run {client.run_id}{newest}", flush=True)
         try:
             print(follow_attached(ProgressPrinter(client, every_s=ns.every), client), flush=True)
         except KeyboardInterrupt:
@@ -168,7 +172,8 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     run_id = str(entry.get("run_id") or client.run_id or "")
     if supervisor and not supervisor_alive(supervisor, run_id) and not job_processes(supervisor, run_id):
         supervisor = 0  # its job is over (or runs elsewhere): nothing here to stop
-    app = make_app(client, launched=bool(supervisor), title=f"pardash attach {client.run_id or ns.target or ''}")
+    app = make_app(client, launched=bool(supervisor), title=f"pardash attach {client.run_id or ns.target or ''}",
+                   notice=f"watching run {client.run_id}{newest}" if newest else "")  # fmt: skip
     choice = app.run()
     if choice == "stop" and supervisor and not supervisor_alive(supervisor, run_id):
         # Its supervisor was killed outright (SIGKILL, the OOM killer): the ranks trained on,

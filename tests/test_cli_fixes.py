@@ -270,3 +270,34 @@ def test_a_headless_simulate_whose_hub_is_killed_stops_and_says_so(tmp_path):
     assert proc.returncode == 1, out
     assert "its hub ended (killed by SIGKILL) at step " in out and out.rstrip().endswith("the simulation stopped"), out
     assert not sims[0].is_running()  # the simulated ranks stopped with it
+
+
+def test_attach_with_no_run_named_says_when_it_picked_the_newest_of_several(tmp_path):
+    # With two runs live, `pardash attach` said "watching run X" and nothing of the other.
+    env = {**pardash_env(), "PARDASH_REGISTRY_DIR": str(tmp_path / "registry")}
+    sims = []
+    try:
+        for _ in range(2):
+            sim = subprocess.Popen(
+                [sys.executable, "-m", "pardash", "simulate", "--headless", "--every", "60", "--ranks", "2", "--rate", "2",
+                 "--steps", "100000"],
+                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+            sims.append(sim)
+            first = sim.stdout.readline()  # (printed once its hub is up and registered)
+            assert "simulating 2 ranks" in first, first
+        newest = first.split(", run ")[1].split(",")[0]
+        attach = subprocess.Popen([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "60"], cwd=tmp_path, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        try:
+            said = attach.stdout.readline().strip()
+        finally:
+            attach.kill()
+            attach.wait()
+    finally:
+        for sim in sims:
+            sim.terminate()
+        for sim in sims:
+            sim.wait(60)
+    assert said == (f"pardash: watching run {newest}, the newest of 2 live runs (`pardash ps` lists them; "
+                    "`pardash attach RUN_ID` picks one)"), said  # fmt: skip
