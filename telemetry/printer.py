@@ -186,8 +186,10 @@ class ProgressPrinter:
         now = time.monotonic()
         quiet = self._hub_quiet_s(now)
         if quiet is not None and not self._quiet_said:
+            # ("the figures below" only where some are: a hub quiet before any rank spoke has none)
+            before = "the figures below are from before, and " if st.ranks else ""
             self._print(f"warning: the hub has sent nothing for {quiet:.0f} s (stopped, overloaded or out of reach); "
-                        "the figures below are from before, and training does not wait for it")
+                        f"{before}training does not wait for it")
             self._quiet_said = True
         elif quiet is None and self._quiet_said and self._frame_at == now:
             self._print("hub: sending again")

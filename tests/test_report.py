@@ -2778,3 +2778,36 @@ def test_refused_handshakes_are_counted_as_connection_attempts_not_messages():
     assert _refused_text({"invalid": 3, "no_key": 2}) == (
         "3 message(s) at its ports (invalid 3); 2 connection attempt(s) without an authorised key (a refused client tries again and again)"
     )
+
+
+@pytest.mark.parametrize("ranks", [0, 1])
+def test_a_quiet_hub_warning_speaks_of_figures_only_where_there_are_some(monkeypatch, ranks):
+    # "the figures below are from before" came where no rank had said anything: no figures.
+    import io
+
+    from pardash.telemetry import printer as printer_mod
+    from pardash.telemetry.printer import HUB_QUIET_S, ProgressPrinter
+
+    clock = [100.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+    st = RunState()
+    if ranks:
+        st.apply(schema.Hello(rank=0, world_size=1, t=1.0e9), 0.0)
+
+    class Quiet:
+        live = True
+        synced = True
+        last_frame_t = 5.0  # one frame, then nothing
+        state = st
+
+        def poll(self) -> bool:
+            return False
+
+    out = io.StringIO()
+    p = ProgressPrinter(Quiet(), out=out, bar=False, every_s=600.0, waiting="no rank has said hello yet")
+    p.update()
+    clock[0] += HUB_QUIET_S + 1
+    p.update()
+    warned = [line for line in out.getvalue().splitlines() if line.startswith("warning: the hub has sent nothing")]
+    assert len(warned) == 1, out.getvalue()
+    assert ("the figures below are from before" in warned[0]) == bool(ranks), warned[0]
