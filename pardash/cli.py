@@ -141,11 +141,13 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         if not client.wait_synced(5.0):
             if client.refused:  # (its handshake failed: said as the dashboard says it)
                 fail(f"the hub at {client.snapshot_endpoint} refuses this viewer: {client.refused}")
+            where = f"{ns.target} (asked on its snapshot port, {client.snapshot_endpoint})" if (ns.target or "").startswith("tcp://") else client.snapshot_endpoint
+            if not client.reached:  # (no keys to blame: nothing took the connection)
+                fail(f"nothing answers at {where}; is the run still live? (`pardash ps`)")
             if client.keys is None:
                 hint = "; a hub with CURVE keys answers only viewers with an authorised key (--curve-dir DIR or PARDASH_CURVE_DIR)"
             else:
                 hint = "; or it does not admit this viewer's key (its authorized folder must hold it)"
-            where = f"{ns.target} (asked on its snapshot port, {client.snapshot_endpoint})" if (ns.target or "").startswith("tcp://") else client.snapshot_endpoint
             fail(f"no answer from the hub at {where}; is the run still live? (`pardash ps`){hint}")
         if client.run_id and client.run_id != ns.target:  # (the one live run, or the one a prefix named)
             print(f"{PROG}: watching run {client.run_id}{newest}", flush=True)

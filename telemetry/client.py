@@ -206,6 +206,9 @@ class HubClient(FrameApplier):
         self.refused = ""
         """Why the hub refuses this viewer, once a handshake with it has failed (a hub with
         CURVE keys and a viewer with none, or keys it does not take); "" otherwise."""
+        self.reached = False
+        """Whether a connection to the hub's snapshot port was ever made (nothing listening
+        there: never)."""
         self.synced = False
         self.snapshots = 0
         self.hub_restarts = 0
@@ -230,7 +233,7 @@ class HubClient(FrameApplier):
                 self.keys.apply(self.dealer)
             security.allow_ipv6(self.dealer, self.snapshot_endpoint)
             # (watched before it connects, so the first handshake is not missed)
-            self._handshakes = security.monitor_socket(self.dealer, security.HANDSHAKE_EVENTS)
+            self._handshakes = security.monitor_socket(self.dealer, security.HANDSHAKE_EVENTS | zmq.EVENT_CONNECTED)
             self.dealer.connect(self.snapshot_endpoint)
         try:
             self.dealer.send(frames.SNAPSHOT_REQUEST, zmq.NOBLOCK)
@@ -253,6 +256,9 @@ class HubClient(FrameApplier):
                 break
             except zmq.ZMQError:  # (the socket's monitor was taken over: another watches it now)
                 event = None
+            if event == zmq.EVENT_CONNECTED:
+                self.reached = True
+                continue
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED or event is None:
                 if event is not None:
                     self.refused = ""
