@@ -10,7 +10,8 @@ Method (see DESIGN.md): steps are grouped into windows of ``window`` steps, alig
 number across ranks; a window is scored once every live rank has passed it. Each rank's window
 score is the median of its self times (robust to one-off hiccups), compared with the median of
 the *other* ranks' scores (leave-one-out, so two ranks work). The excess must beat a relative
-bar, an absolute bar and a noise floor learnt from this run's clean windows; it must persist
+bar, an absolute bar and a noise floor learnt from the spread of this run's clearly calm ranks
+(those under half the bar); it must persist
 for ``persist`` windows before a verdict, and stay under half the bar for ``clear_after``
 windows before the verdict is cleared. Ranks are never ranked top-k: a clean run says nothing.
 
@@ -121,7 +122,8 @@ class StragglerDetector:
         self._ranks: dict[int, _RankWindow] = {}
         self._next_window = 0
         self._noise: deque[float] = deque(maxlen=50)
-        """Per-window spread of clean ranks' scores: the noise floor is their median."""
+        """Per-window spread of the calm ranks' scores (excess under half the bar, as for the
+        clearing; windows with two or more of them): the noise floor is their median."""
         self._wall: deque[float] = deque(maxlen=50)
         """The ranks' wall step time at the last scoring passes: the absolute bar scales with
         their median (a slow moment, a burst of load, does not lift it for a window)."""
@@ -250,9 +252,12 @@ class StragglerDetector:
                         out.append(v)
                         said[r] = True
             else:
-                calm_scores.append(m)
                 w.flagged = 0
                 if excess < bar / 2:
+                    # Only clearly calm ranks teach the noise floor: a straggler just under the
+                    # bar, counted in, taught a 2-rank job half its excess, and noise_k of that
+                    # put the bar at twice its excess (hidden until its excess doubled).
+                    calm_scores.append(m)
                     w.calm += 1
                     if current and w.calm >= cfg.clear_after:
                         said[r] = False
