@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.state import median_small
+from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, wall_step_s
 
 from .alerts import cause_rank, cause_ranks, waited_for_text
 from .run_clock import ranks_first_word
@@ -41,9 +42,11 @@ DEVIATION_WARN = 0.10
 DEVIATION_BAD = 0.25
 """...and this far above in the alarm colour (the straggler detector's relative bar)."""
 DEVIATION_ABS_S = 0.005
-"""...and never for less than this many seconds above it (the straggler detector's absolute
-bar: timer and scheduler noise sit below it, and a small model's 1 ms self time flashed +25%
-from frame to frame on a healthy run)."""
+"""...and never for less than this many seconds above it, where the step's time is not known:
+else the straggler detector's absolute bar for it (``stragglers.absolute_bar_s``: 5 ms, or a
+fifth of the step where less, never under 1 ms; timer and scheduler noise sit below it, and a
+small model's 1 ms self time flashed +25% from frame to frame on a healthy run)."""
+_DETECTOR = StragglerConfig()
 
 WAITING = "waiting"
 """What the grid calls a stalled rank waiting for a hang's likely cause (drawn ◇), and the run's
@@ -116,6 +119,8 @@ class RankRow:
     that one, a victim, not a second fault."""
     waits_for: str = ""
     """Who it waits for when ``waiting`` ("rank 3", ``alerts.waited_for_text``), else empty."""
+    dev_floor_s: float = 0.005
+    """The excess in seconds under which no deviation is coloured (``RowBuilder.dev_floor_s``)."""
 
     @property
     def flagged(self) -> bool:
@@ -126,7 +131,7 @@ class RankRow:
     def deviation_level(self) -> int:
         """0 calm, 1 warning, 2 alarm, from the self-time deviation."""
         d = self.self_dev
-        if d is None or d <= -1 or (self.self_s or 0.0) * d / (1 + d) < DEVIATION_ABS_S:  # excess in seconds
+        if d is None or d <= -1 or (self.self_s or 0.0) * d / (1 + d) < self.dev_floor_s:  # excess in seconds
             return 0
         if d >= DEVIATION_BAD:
             return 2
@@ -324,6 +329,8 @@ class RowBuilder:
         self.gpu = False
         """Whether any rank said it runs on a GPU (the grid's GPU columns are shown then)."""
         self.totals = RunTotals({}, 0, 0, None, [])
+        self.dev_floor_s = DEVIATION_ABS_S
+        """Deviations of less excess than this are not coloured (set at each update)."""
         """Run-wide figures of the last update (see :func:`run_totals`)."""
         self._rates: deque[float] = deque(maxlen=RATE_UPDATES)
         """The run's samples/s as of each of the last updates (see RATE_UPDATES)."""
@@ -500,6 +507,9 @@ class RowBuilder:
                     window.append(last)
                     v = sorted(window)
                     e.self_med = e.self_s = v[mid] if len(v) == full else median_small(v)
+        # The straggler detector's absolute bar for this run's step (a colour for an excess no
+        # verdict would ever name, or none for one it names, read as a contradiction).
+        self.dev_floor_s = absolute_bar_s(_DETECTOR, wall_step_s(state, [e.rank for e in live])) if live else DEVIATION_ABS_S
         self._fill_deviation(live)
         stuck = counts.get(st.STALLED, 0) + counts.get(st.SILENT, 0)
         first = cause_rank(state) if exited else None
@@ -573,7 +583,7 @@ class RowBuilder:
         longer set the pace), and its level; notes the ranks whose level moved."""
         changed = self.changed
         medians = leave_one_out_medians([e.self_s for e in live])  # type: ignore[misc]
-        warn, bad, floor = DEVIATION_WARN, DEVIATION_BAD, DEVIATION_ABS_S
+        warn, bad, floor = DEVIATION_WARN, DEVIATION_BAD, self.dev_floor_s
         for e, med in zip(live, medians, strict=True):
             if med is not None and med > 0:
                 d = e.self_dev = (e.self_s - med) / med  # type: ignore[operator]
@@ -737,6 +747,7 @@ class RowBuilder:
             r.stalled.cause or None if r.stalled is not None and e.status == st.STALLED else None,
             waiting,
             self._waits_for_text if waiting else "",
+            self.dev_floor_s,
         )
 
 

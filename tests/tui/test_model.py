@@ -168,6 +168,23 @@ def test_a_small_models_noise_is_not_coloured_but_a_real_excess_is():
         assert builder.heat_key(1)[1] == rows[1].deviation_level
 
 
+@pytest.mark.parametrize("step_s, self_s, level", [(0.0065, (0.0005, 0.0049), 2), (0.002, (0.0010, 0.0016), 0)])
+def test_the_deviation_colour_takes_the_detectors_bar_for_the_steps_time(step_s, self_s, level):
+    # In 6.5 ms steps a rank 4.4 ms slower than the other (9.8x), which the detector names,
+    # was not coloured: the colour wanted a fixed 5 ms. In 2 ms steps 0.6 ms (+60%) stays
+    # uncoloured (under the bar's 1 ms floor).
+    st = _state(world=2)
+    builder = RowBuilder()
+    steps = [schema.Step(rank=r, step=5, samples=8, step_s=step_s, self_s=x, t=15.0) for r, x in enumerate(self_s)]
+    for _ in range(6):  # fill the smoothing window
+        for s in steps:
+            st.apply(s, 0)
+        st.commit_history(steps)
+    rows = {row.rank: row for row in builder.build(st)}
+    assert rows[1].deviation_level == level
+    assert builder.heat_key(1)[1] == level
+
+
 def test_throughput_sums_samples_over_step_time():
     assert throughput(_state()) == pytest.approx(4 * 8 / 0.2)
 
