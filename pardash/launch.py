@@ -4,6 +4,7 @@ supervisor, and watch it (the TUI, or progress lines headless) to its outcome.""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -229,7 +230,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_sigterm_started)
     if job.endpoints.get("metrics"):
         print(f"{PROG}: Prometheus metrics on {job.endpoints['metrics']}", flush=True)
-    client = HubClient(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id, curve=spec.curve_dir or None)
+    client = _launch_client(HubClient)(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id, curve=spec.curve_dir or None)
     try:
         if ns.headless:
             from pardash.telemetry.printer import ProgressPrinter
@@ -334,6 +335,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 print(f"{PROG}: {_lost_words(code)}: its ranks may train on without it; `{PROG} attach {_watch(spec)}` follows them, "
                       f"log {_log_of(spec)}", file=sys.stderr)  # fmt: skip
                 return 1
+        log_fate = _hear_the_logs_end(job, client)
     finally:
         client.close()
     from pardash.telemetry.printer import outcome_line
@@ -341,6 +343,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     # A node > 0 records nothing itself: node 0's hub keeps the log.
     # ... and where the hub writes it now (it goes on beside its path when another file took it).
     log_path = _log_of(spec) if spec.remote_hub else (client.stats.log_path or spec.log_path)
+    if log_fate:
+        log_path = log_fate
     # Under the TUI the ranks' output went to its file alone: a failure's traceback, which a
     # terminal (or a headless launch) would have shown, is printed here, as its rank reported it.
     output = "" if ns.headless else spec.output
@@ -353,6 +357,92 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error, output=output)
     print(line, file=_closing_stream(ok=code == 0))
     return code
+
+
+HUB_CLOSE_WAIT_S = 60.0
+"""How long the launch waits, at most, for a hub that could not write its log to say, as it
+stops, where the whole log went (it may be copying a long log)."""
+HUB_SYNC_S = 5.0
+"""... for that hub's snapshot, when the TUI's client is gone."""
+LAST_FRAME_WAIT_S = 1.0
+"""... and, once that hub has ended, for its last frame to come in."""
+
+
+def _launch_client(base):
+    """The launch's hub client: ``base`` that also remembers the log's trouble (its path and
+    error as the last frame that had one said it), until the log is written at that path again.
+    The hub's last frame, which says where the whole log went, clears the error: the launch's
+    last line says what it was."""
+
+    class LaunchClient(base):
+        log_trouble: tuple[str, str] = ("", "")
+
+        def _note_log(self) -> None:
+            if self.stats.log_error:
+                self.log_trouble = (self.stats.log_path, self.stats.log_error)
+            elif self.stats.log_path == self.log_trouble[0]:
+                self.log_trouble = ("", "")  # written again where it was
+
+        def load_snapshot(self, snap) -> None:
+            super().load_snapshot(snap)
+            self._note_log()
+
+        def apply_frame(self, frame) -> None:
+            super().apply_frame(frame)
+            self._note_log()
+
+    return LaunchClient
+
+
+def _hear_the_logs_end(job, client) -> str:
+    """A log whose disk was still full (or its path unwritable) at the job's end: its hub writes
+    the whole log, what its disk took and the lines it held, to a copy elsewhere as it stops,
+    and says where in its last frame (or how many lines were lost: the error says it then).
+    Waits for that frame, for as long as the hub lives (bounded) and a moment after; returns the
+    log as the last line names it: the log asked for and where it went on in full; '' to leave
+    it as the last frame says. Under the TUI the job is over while its supervisor keeps the hub
+    up for this viewer, which no longer watches: the hub is stopped from here, so that the last
+    line can say where the log is."""
+    from pardash.telemetry.recorder import CONTINUED_AT
+    from pardash.trainer.jobprocs import _is_hub_of
+
+    spec = job.spec
+    if spec.remote_hub:
+        return ""
+    if client.stats.log_error:  # its last word has not come yet
+        said = (client.stats.log_path, client.stats.log_error)
+        hub = int((registry.find(spec.run_id) or job.endpoints).get("pid") or 0)
+        listener = client
+        if job.poll() is None and hub and _is_hub_of(hub, spec.run_id):
+            if not client.sockets():  # (the TUI closed its client as it ended): a new one, synced first
+                listener = type(client)(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id,
+                                        curve=spec.curve_dir or None)  # fmt: skip
+                listener.wait_synced(HUB_SYNC_S)
+                said = (listener.stats.log_path, listener.stats.log_error)
+            with contextlib.suppress(OSError):
+                os.kill(hub, signal.SIGTERM)
+        try:
+            deadline = time.monotonic() + HUB_CLOSE_WAIT_S
+            gone_at = None
+            while (listener.stats.log_path, listener.stats.log_error) == said and listener.sockets():
+                listener.poll()
+                now = time.monotonic()
+                if gone_at is None and not (hub and registry.pid_alive(hub) and _is_hub_of(hub, spec.run_id)):
+                    gone_at = now
+                if now >= deadline or (gone_at is not None and now - gone_at >= LAST_FRAME_WAIT_S):
+                    return ""  # (killed outright: its log ends where its disk filled, as the error says)
+                time.sleep(0.02)
+        except KeyboardInterrupt:  # not waiting: the last line says what the last frame said
+            return ""
+        finally:
+            if listener is not client:
+                client.stats = listener.stats
+                listener.close()
+    old, error = client.log_trouble
+    stats = client.stats
+    if not error or stats.log_error or stats.log_path == old:
+        return ""
+    return f"{old} ({error.removeprefix(f'cannot write {old}: ')}: {CONTINUED_AT}{stats.log_path})"
 
 
 def _closing_stream(*, ok: bool):

@@ -467,8 +467,16 @@ class Hub:
             )
 
     def close(self) -> None:
+        last_frame = False
         if self.recorder is not None:
             self.recorder.close()
+            if self.recorder.last_word and not self.updates.closed:
+                # What became of the lines its disk never took is known only now: the viewers
+                # still attached get it in a last frame (a launch's last line names where the
+                # whole log went, or how many lines were lost), sent before the socket closes.
+                self.core.note(self.recorder.last_word, name="warning")
+                self._publish(self.core.tick(time.monotonic()))
+                last_frame = True
             if not self.snap.closed and self.logs.copying(time.monotonic()):
                 self.logs.linger(self.snap)  # the log's last lines to the copies (pardash record)
         self.logs.close()
@@ -477,8 +485,8 @@ class Hub:
                 s.disable_monitor()
         for m in self._monitors:
             m.close(0)
-        for s in (self.ingest, self.updates):
-            s.close(0)
+        self.ingest.close(0)
+        self.updates.close(int(LAST_FRAME_LINGER_S * 1000) if last_frame else 0)
         self.snap.close()  # (its own linger: 0, or what the log copies' last answers need)
         if self.auth is not None:
             self.auth.stop()
@@ -490,6 +498,9 @@ class Hub:
 
 REFUSED_SAID_EVERY_S = 60.0
 """A hub with keys says it refused a client at most this often (a client retries every second)."""
+
+LAST_FRAME_LINGER_S = 1.0
+"""How long a closing hub waits for its last frame (its log's fate) to leave for its viewers."""
 
 FINAL_QUIET_MS = 100
 """A stopping hub takes messages until its ingest has been quiet this long (or for 1 s)."""
@@ -790,6 +801,9 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
             f"hub stopped: {st.received} messages, {st.lost} lost, {rejects_text(st.rejected)}"
         )
         hub.close()
+        if hub.recorder is not None and hub.recorder.last_word:
+            # (said here whoever started the hub: no viewer may be left to show it)
+            print(f"pardash hub: {hub.recorder.last_word}", file=sys.stderr, flush=True)
         if metrics is not None:
             metrics.close()
         if entry is not None:

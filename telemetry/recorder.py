@@ -12,12 +12,18 @@ the lines (that needs the interpreter) and hands them over at each frame, and th
 file, which does not hold the interpreter, runs on another core while the loop takes the next
 messages. A slow disk (a network mount) then delays the log, not the ingest; when the lines
 waiting for it pass :data:`MAX_UNWRITTEN_BYTES` the loop writes itself, as without the thread.
+
+A disk that is still full when the recorder closes leaves the lines it held nowhere: they go,
+with what the log holds already, into a complete copy of the log in the spare folder (else the
+temp folder), which :attr:`Recorder.last_word` names; the log itself ends with a line saying
+where it went on (:data:`CONTINUED_AT`), when its disk has room for that line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -44,6 +50,11 @@ CHECK_PATH_S = 0.25
 MAX_UNWRITTEN_BYTES = 512 << 20
 """Encoded lines kept in memory while the log cannot be written (about 80 s of 1024 ranks at 10
 steps a second); past that the oldest go."""
+
+
+CONTINUED_AT = "log continued in full at "
+"""How the note a log whose disk filled ends with begins, the complete copy's path after it
+(``report`` of that log can point there)."""
 
 
 BLANK_LOOK_BYTES = 4096
@@ -107,6 +118,47 @@ def _end_torn_line(path: Path) -> None:
         pass  # unreadable or unwritable: opening it for appending says why
 
 
+def _write_all(fd: int, data: bytes, at: int | None = None) -> None:
+    """Write all of ``data`` (at offset ``at``, else at the end): a write the disk filled in
+    the middle of returns short, and the next one says why."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view) if at is None else os.pwrite(fd, view, at)
+        view = view[n:]
+        if at is not None:
+            at += n
+
+
+_DROPPED_SO_FAR = re.compile(r" \([\d,]+ lines dropped so far: [^()]*\)$")
+"""What :meth:`Recorder._trim` adds to the error."""
+
+_STEP_LINE = b'{"kind":"step","step":'
+
+
+def _steps_text(chunks: list[bytes]) -> str:
+    """' of steps A-B': the steps of the first and the last step line among ``chunks`` (lines in
+    the hub's order: several ranks' steps interleave), '' when there is none."""
+    first = last = None
+    for chunk in chunks:
+        i = chunk.find(_STEP_LINE)
+        if i >= 0:
+            first = _step_at(chunk, i)
+            break
+    for chunk in reversed(chunks):
+        i = chunk.rfind(_STEP_LINE)
+        if i >= 0:
+            last = _step_at(chunk, i)
+            break
+    if first is None or last is None:
+        return ""
+    return f" of step {first}" if first == last else f" of steps {min(first, last)}-{max(first, last)}"
+
+
+def _step_at(chunk: bytes, i: int) -> int | None:
+    digits = chunk[i + len(_STEP_LINE) : i + len(_STEP_LINE) + 20].split(b",", 1)[0]
+    return int(digits) if digits.isdigit() else None
+
+
 LOG_MODE = 0o640
 """A new log's permissions (less the umask): the user's and their group's to read; never
 writable by others, whose lines report and replay would trust, whatever the umask."""
@@ -140,6 +192,10 @@ class Recorder:
         self._astray = ""
         """Why the log is written to a file no path leads to (deleted, and no place found to
         write it again): said as the error until it is written again somewhere."""
+        self.last_word = ""
+        """What :meth:`close` did with lines its disk never took ('' when there were none):
+        where the whole log went, or how many lines were lost. No frame carries the notice any
+        more; the hub says it to its viewers and on its stderr as it stops."""
         self.background = background
         """Write from a thread of its own at :meth:`flush_soon` (a hub's recorder)."""
         self.lines = 0
@@ -344,9 +400,7 @@ class Recorder:
         if not stat.S_ISREG(ours.st_mode):
             return  # a FIFO or a device: nothing to write again
         restored = f"{self.path.stem}.restored-{os.getpid()}{self.path.suffix}"
-        # The spare folder, then the temp folder: a launch's log is in its run folder, which is
-        # the spare one, and may be what became unwritable.
-        spares = [self.spare_dir / restored, Path(tempfile.gettempdir()) / restored]
+        spares = self._spares(restored)
         try:
             there = os.stat(self.path)
             if (there.st_dev, there.st_ino) == (ours.st_dev, ours.st_ino):
@@ -357,14 +411,8 @@ class Recorder:
         except OSError as exc:  # its folder is no folder any more, or cannot be entered
             targets, why = spares, f"its path cannot be reached ({exc.strerror or exc})"
         fh.flush()
-        failed: list[str] = []
-        for target in dict.fromkeys(targets):  # (each once: the spare folder may be the log's)
-            try:
-                new, at = self._copy_to(target, fh.fileno(), ours.st_size)
-                break
-            except OSError as exc:
-                failed.append(f"{target}: {exc.strerror or exc}")
-        else:
+        new, target, at, failed = self._copy_first(targets, fh.fileno(), ours.st_size)
+        if new is None:
             self._astray = self.error = f"cannot write {self.path} again (it was deleted or moved; {'; '.join(failed)})"
             return
         self._astray = ""
@@ -377,22 +425,43 @@ class Recorder:
             self.notices.append(f"log {self.path} was {gone} and {why}: the hub writes it on at {target} ({at:,} bytes kept)")
             self.path = target
 
+    def _spares(self, name: str) -> list[Path]:
+        """Where a log that cannot go on at its path goes, as ``name``: the spare folder, then
+        the temp folder (a launch's log is in its run folder, which is the spare one, and may be
+        what became unwritable)."""
+        return [self.spare_dir / name, Path(tempfile.gettempdir()) / name]
+
+    def _copy_first(self, targets: list[Path], fd_in: int, size: int, tail: list[bytes] | None = None):
+        """A copy (see :meth:`_copy_to`) at the first of ``targets`` that takes it whole: (file,
+        target, bytes copied, why the ones before failed); file and target None when none did."""
+        failed: list[str] = []
+        for target in dict.fromkeys(targets):  # (each once: the spare folder may be the log's)
+            try:
+                new, at = self._copy_to(target, fd_in, size, tail)
+                return new, target, at, failed
+            except OSError as exc:
+                failed.append(f"{target}: {exc.strerror or exc}")
+        return None, None, 0, failed
+
     @staticmethod
-    def _copy_to(target: Path, fd_in: int, size: int):
-        """A new log at ``target`` holding the first ``size`` bytes of ``fd_in``; (file, bytes).
-        One that fails leaves no part of a copy behind."""
+    def _copy_to(target: Path, fd_in: int, size: int, tail: list[bytes] | None = None):
+        """A new log at ``target`` holding the first ``size`` bytes of ``fd_in`` (none for -1),
+        then the lines ``tail``; (file, bytes copied from ``fd_in``). One that fails leaves no
+        part of a copy behind."""
         target.parent.mkdir(parents=True, exist_ok=True)
         made = not target.exists()
         new = _open_log(target)
         try:
             new.flush()
             fd_out, at = new.fileno(), 0
-            while at < size:
+            while fd_in >= 0 and at < size:
                 chunk = os.pread(fd_in, min(1 << 20, size - at), at)
                 if not chunk:
                     break
-                os.write(fd_out, chunk)
+                _write_all(fd_out, chunk)
                 at += len(chunk)
+            for chunk in tail or ():
+                _write_all(fd_out, chunk)
         except OSError:
             new.close()
             if made:
@@ -400,6 +469,94 @@ class Recorder:
                     target.unlink()
             raise
         return new, at
+
+    def _keep_elsewhere(self) -> None:
+        """At close, the lines the log's disk never took (still full, or its path unwritable):
+        the whole log (what it holds and those lines) written to a complete copy in the spare
+        or the temp folder, where the recorder then ends; the log, where its disk has room for
+        a line, says where it went on. When no place takes them (or the log cannot be read back
+        to copy it whole: a FIFO, a path that cannot be reached), the error and
+        :attr:`last_word` say how many lines, of which steps, are lost. Under the lock."""
+        held = sum(chunk.count(b"\n") for chunk in self._unwritten)
+        steps = _steps_text(self._unwritten)
+        old = self.path
+        why = _DROPPED_SO_FAR.sub("", self.error) or f"cannot write {old}"
+        reason = why.removeprefix(f"cannot write {old}: ")
+        dropped = f"; {self.dropped:,} older lines were dropped before (past {MAX_UNWRITTEN_BYTES >> 20} MiB held)" if self.dropped else ""
+        fd, size = self._written_part()
+        if fd < 0:
+            self.error = f"{why}; {held:,} lines{steps} lost: it cannot be read back to be copied whole elsewhere"
+            self.last_word = f"log {old}: {held:,} lines{steps} lost: it could not take them ({reason}), nor be read back to be copied whole elsewhere{dropped}"
+            return
+        try:
+            tail = self._unwritten
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                tail = [b"\n", *tail]  # (a fragment its hub left, dying mid-line: a line of its own)
+            name = f"{old.stem}.complete-{os.getpid()}{old.suffix}"
+            taken = [t for t in self._spares(name) if os.path.lexists(t)]  # (another hub's of this pid: never appended to)
+            new, target, at, failed = self._copy_first([t for t in self._spares(name) if t not in taken], fd, size, tail)
+            failed += [f"{t}: there already" for t in taken]
+        finally:
+            os.close(fd)
+        if new is None:
+            self.error = f"{why}; {held:,} lines{steps} lost: no place could take them ({'; '.join(failed)})"
+            self.last_word = f"log {old}: {held:,} lines{steps} lost: its disk could not take them ({reason}), nor could a spare place ({'; '.join(failed)}){dropped}"
+            self._note_in_log(f"the hub stopped with {held:,} lines{steps} that this disk could not take and no other place could: lost")
+            return
+        self._note_in_log(f"{CONTINUED_AT}{target} (the hub stopped with {held:,} lines{steps} that this disk could not take; "
+                          "that file holds all of this one and them)")  # fmt: skip
+        self._unwritten.clear()
+        self._unwritten_bytes = 0
+        self._fh, self.path, self._good = new, target, None
+        self.error = self._astray = ""
+        self._dropped_said = self.dropped
+        self.last_word = f"log {old} could not take its last {held:,} lines{steps} ({reason}): {CONTINUED_AT}{target} (its {at:,} bytes and those lines){dropped}"
+        self.notices.append(self.last_word)  # (the copy's last line)
+
+    def _written_part(self) -> tuple[int, int]:
+        """A descriptor reading the log at its path and how much of it is whole lines: up to
+        where a failed write began (it may have left part of its lines); (-1, 0) for none."""
+        try:
+            # (O_NONBLOCK: opening a FIFO to read waits for a writer, which this process is)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return -1, 0
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return -1, 0
+        if not stat.S_ISREG(st.st_mode):  # a FIFO: nothing to read back
+            os.close(fd)
+            return -1, 0
+        if self._good is not None and self._good[0] == st.st_ino:
+            return fd, min(self._good[1], st.st_size)
+        return fd, st.st_size
+
+    def _note_in_log(self, text: str) -> None:
+        """The log's last line, where its disk has room for it: cut back to its last whole line
+        (a failed write may have left part of its lines), then ``text`` as a warning. Where it
+        has no room the log ends on its last whole line."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        if not stat.S_ISREG(st.st_mode):
+            return
+        size = self._good[1] if self._good is not None and self._good[0] == st.st_ino else st.st_size
+        line = _encode_lines([schema.Event(rank=-1, seq=-1, name="warning", message=text, t=time.time())])
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        try:
+            os.ftruncate(fd, size)
+            _write_all(fd, line, at=size)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)  # no torn note
+        finally:
+            os.close(fd)
 
     def _trim(self) -> None:
         # Keep the newest lines in memory while the disk is unwritable, bounded; count the rest.
@@ -417,6 +574,9 @@ class Recorder:
             self._writer.join()
             self._writer = None
         self.flush()
+        if self._unwritten:  # the disk never took them: kept elsewhere, with the whole log
+            with self._lock:
+                self._keep_elsewhere()
         if self._fh is not None:
             # The last lines went to the file as it is now: a log deleted since the last check
             # (at most CHECK_PATH_S ago) is written again here, and its notice, which no frame
