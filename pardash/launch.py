@@ -319,7 +319,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 print(f"{PROG}: {how}; the job goes on. `{PROG} attach {_watch(spec)}` to watch it again, log {_log_of(spec)}")
                 return app.return_code or 0
             if choice != "over" and _supervisor_lost(job, job.poll() or 0):
-                return _stop_unsupervised(job, terminated[0] if terminated else signal.SIGINT)
+                return _stop_unsupervised(job, terminated[0] if terminated else signal.SIGINT, client)
             if choice != "over":
                 job.stop(terminated[0] if terminated else signal.SIGINT)
                 try:
@@ -502,12 +502,32 @@ def _log_of(spec) -> str:
     return f"kept by node 0's hub ({spec.remote_hub})" if spec.remote_hub else spec.log_path
 
 
-def _lost_words(code: int) -> str:
+def _lost_how(code: int) -> str:
+    """How the supervisor ended, by its exit code: 'killed by SIGKILL'."""
     try:
-        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"ended with code {code}"
+        return f"killed by {signal.Signals(-code).name}" if code < 0 else f"ended with code {code}"
     except ValueError:
-        how = f"ended with code {code}"
-    return f"the launcher's supervisor was {how} before the job ended"
+        return f"ended with code {code}"
+
+
+def _lost_words(code: int) -> str:
+    return f"the launcher's supervisor was {_lost_how(code)} before the job ended"
+
+
+def _write_result(job, client, code: int, supervisor_code: int, stopped_by: int = 0) -> None:
+    """The job's result.json, which its supervisor (ended with ``supervisor_code``: killed
+    outright) could not write, from here once the job has ended: ``code`` is the launch's word for
+    its end. One the supervisor wrote after all is left as it is."""
+    from pardash.trainer.launcher import lost_supervisor_result, write_result
+
+    spec = job.spec
+    log = _log_of(spec) if spec.remote_hub else (client.stats.log_path or spec.log_path)
+    result = lost_supervisor_result(spec.run_id, code, log, gone=_lost_how(supervisor_code), stopped_by=stopped_by,
+                                    hub_restarts=client.hub_restarts)  # fmt: skip
+    try:
+        write_result(spec.run_dir, result)
+    except OSError as exc:
+        print(f"{PROG}: cannot write the run's result.json ({exc.strerror or exc}); the job's exit code is {code}", file=sys.stderr, flush=True)
 
 
 def _follow_unsupervised(job, client, printer, code: int, stopped_by: list[int]) -> int:
@@ -516,6 +536,7 @@ def _follow_unsupervised(job, client, printer, code: int, stopped_by: list[int])
     from pardash.telemetry.failures import failure_summary
     from pardash.telemetry.printer import follow_attached
     from pardash.telemetry.state import run_over
+    from pardash.trainer.jobprocs import job_processes
 
     spec = job.spec
     print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
@@ -527,18 +548,23 @@ def _follow_unsupervised(job, client, printer, code: int, stopped_by: list[int])
     try:
         line = follow_attached(printer, client)
     except KeyboardInterrupt:  # (a SIGTERM too: this process stands for the job, as torchrun does)
-        return _stop_unsupervised(job, stopped_by[-1] if stopped_by else signal.SIGINT)
+        return _stop_unsupervised(job, stopped_by[-1] if stopped_by else signal.SIGINT, client)
     if run_over(client.state):
         _wait_for_ranks_here(client.state)
     ok = run_over(client.state) and failure_summary(client.state) is None
+    if run_over(client.state) or not job_processes(job.supervisor.pid, spec.run_id):
+        _write_result(job, client, 0 if ok else 1, code)  # (else it runs on, its hub gone quiet: no end to write)
     print(f"{line}; log {_log_of(spec)}", file=_closing_stream(ok=ok), flush=True)
     return 0 if ok else 1
 
 
-def _stop_unsupervised(job, sig: int) -> int:
+def _stop_unsupervised(job, sig: int, client) -> int:
     """Stop a job whose supervisor is gone, from here (a Ctrl-C, or Stop in the TUI): torchrun
     gets SIGTERM as the supervisor would have sent it. Before, the ranks trained on, and the
-    launch could not stop them."""
+    launch could not stop them. Its result.json, which the supervisor would have written, is
+    written from here."""
+    from pardash.telemetry.failures import failure_summary
+    from pardash.telemetry.state import run_over
     from pardash.trainer.jobprocs import stop_unsupervised
 
     spec = job.spec
@@ -550,9 +576,14 @@ def _stop_unsupervised(job, sig: int) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: not waiting for the job to stop; log {_log_of(spec)}", file=sys.stderr, flush=True)
         return 128 + sig
+    supervisor_code = job.poll() or 0
     if not found:
+        client.poll()  # (its ranks' last words)
+        if run_over(client.state):  # it ended by itself: as it ended
+            _write_result(job, client, 0 if failure_summary(client.state) is None else 1, supervisor_code)
         print(f"{PROG}: the job had ended; log {_log_of(spec)}", file=sys.stderr, flush=True)
         return 1
+    _write_result(job, client, 128 + sig, supervisor_code, stopped_by=sig)
     by = " by you" if sig == signal.SIGINT else ""
     print(f"{PROG}: stopped{by} (exit code {128 + sig}); log {_log_of(spec)}", file=sys.stderr, flush=True)
     return 128 + sig

@@ -518,6 +518,11 @@ def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_
     assert max(m.step for m in msgs if isinstance(m, schema.Step)) == 60
     said = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1]
     assert any(f"supervisor (pid {entry['supervisor_pid']}) is gone" in m for m in said)
+    # Its result.json, which the supervisor would have written as the job ended, is written by
+    # the launch that followed it there (there was none: `pardash ps` had no end to show).
+    result = json.loads((Path(entry["run_dir"]) / "result.json").read_text())
+    assert {k: result[k] for k in ("run_id", "code", "stopped", "log", "supervisor_gone")} == {
+        "run_id": entry["run_id"], "code": 0, "stopped": False, "log": str(log), "supervisor_gone": "killed by SIGKILL"}  # fmt: skip
     assert "hub stopped" in [m for m in msgs if isinstance(m, schema.Event)][-1].message
 
 
@@ -551,6 +556,8 @@ def test_a_launch_whose_supervisor_was_killed_still_stops_the_job_at_ctrl_c(tmp_
     events = [m for m in load_log(log)[0] if isinstance(m, schema.Event)]
     assert "hub stopped" in events[-1].message
     assert [(m.rank, m.code, m.message) for m in events if m.name == "exit"] == [(0, -15, "stopped by you (its supervisor was gone)")]
+    result = json.loads((Path(entry["run_dir"]) / "result.json").read_text())  # (written from the launch, which stopped it)
+    assert (result["code"], result["stopped"], result["stopper"], result["supervisor_gone"]) == (130, True, "by you", "killed by SIGKILL")
 
 
 def test_a_pid_the_system_gave_another_program_is_no_supervisor(tmp_path):

@@ -360,3 +360,37 @@ def test_torchrun_as_launched_says_every_worker_that_failed(tmp_path):
     # Its summary of them, without torchrun's own 13 lines of frames above it.
     assert out.returncode == 1 and "ChildFailedError" in out.stderr and "Root Cause" in out.stderr
     assert "Traceback (most recent call last)" not in out.stderr, out.stderr[-3000:]
+
+
+def test_a_result_written_for_a_killed_supervisor_is_whole_and_never_replaces_the_supervisors_own(tmp_path, capsys):
+    # The launch that followed a job to its end after its supervisor was killed writes the
+    # result.json the supervisor could not (none was written: `pardash ps`, `report RUN_DIR`
+    # and the README's "result.json holds its code once it ends" had nothing), but one the
+    # supervisor wrote after all stays as it wrote it.
+    import json
+
+    from pardash.telemetry import registry
+    from pardash.trainer.launcher import lost_supervisor_result, write_result
+
+    run_dir = tmp_path / "runs" / "r"
+    ours = lost_supervisor_result("r", 0, "x.jsonl", gone="killed by SIGKILL")
+    assert write_result(str(run_dir), ours) is True
+    found = registry.job_result({"run_dir": str(run_dir)})
+    assert found == ours and found["code"] == 0 and found["supervisor_gone"] == "killed by SIGKILL" and not found["stopped"]
+    assert write_result(str(run_dir), lost_supervisor_result("r", 1, "x.jsonl", gone="killed by SIGKILL")) is False
+    assert json.loads((run_dir / "result.json").read_text()) == ours
+    assert sorted(p.name for p in run_dir.iterdir()) == ["result.json"]  # no temporary file left
+    # The supervisor's own, there first, is not replaced.
+    other = tmp_path / "runs" / "s"
+    sup = Supervisor.__new__(Supervisor)
+    sup.spec = SimpleNamespace(run_id="s", run_dir=str(other), log_path="y.jsonl", viewer_pid=0)
+    sup._stopping = sup._gave_up = False
+    sup._torchrun_killed = 0
+    sup.hub_restarts = 0
+    sup.hub = None
+    sup._finish(3)
+    written = (other / "result.json").read_text()
+    stopped = lost_supervisor_result("s", 130, "y.jsonl", gone="killed by SIGKILL", stopped_by=2)
+    assert stopped["stopper"] == "by you" and stopped["stopped"] is True
+    assert write_result(str(other), stopped) is False
+    assert (other / "result.json").read_text() == written

@@ -96,6 +96,54 @@ class Job:
             time.sleep(0.05)
 
 
+def lost_supervisor_result(run_id: str, code: int, log: str, *, gone: str, stopped_by: int = 0, hub_restarts: int = 0) -> dict:
+    """A job's result as its supervisor would have written it (its fields), from the viewer that
+    saw the job to its end after the supervisor was killed outright: ``code`` is that viewer's
+    word for the end (0 every rank finished, 1 one failed, 128 + signal stopped), torchrun's own
+    code being unknown to it; ``gone``: what became of the supervisor ("killed by SIGKILL");
+    ``stopped_by``: the signal that stopped the job from there (0: it ended by itself)."""
+    from pardash.telemetry.failures import signal_name
+
+    result = {"run_id": run_id, "code": code, "stopped": bool(stopped_by), "log": log, "hub_restarts": hub_restarts,
+              "supervisor_gone": gone, "written_by": f"pid {os.getpid()}, which followed the job to its end without its supervisor"}  # fmt: skip
+    if stopped_by:
+        result["stop_t"] = time.time()
+        result["stopper"] = "by you" if stopped_by == signal.SIGINT else f"by {signal_name(-stopped_by) or f'signal {stopped_by}'}"
+    return result
+
+
+def write_result(run_dir: str, result: dict) -> bool:
+    """Write a job's ``result.json`` for a supervisor that could not (killed outright before
+    the job ended): whole or not at all, and never over one already there (the supervisor's,
+    written as it ended). True once written, False when one was there; raises OSError when it
+    cannot be written (a full disk)."""
+    folder = Path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / "result.json"
+    tmp = folder / f"result.json.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(result))
+        try:
+            os.link(tmp, final)  # fails where a result is there already, which stays as it is
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: created only if absent, all the same
+            try:
+                fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            try:
+                os.write(fd, tmp.read_bytes())
+            except OSError:
+                os.close(fd)
+                final.unlink(missing_ok=True)
+                raise
+            os.close(fd)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
 def start(spec: LaunchSpec, *, output=None) -> Job:
     """Start the supervisor (which starts hub and torchrun); returns once the hub is up. One
     that did not start takes back its run folder (a fresh id's) when nothing was written there."""
@@ -205,4 +253,5 @@ def check_writable(path: str) -> None:
         raise LaunchError(f"cannot write the log {path}: {exc.strerror or exc}; pass a writable --log PATH") from None
 
 
-__all__ = ["Job", "LaunchError", "LaunchSpec", "Supervisor", "TRAINER_COMMAND", "check_writable", "exit_status", "new_spec", "start"]
+__all__ = ["Job", "LaunchError", "LaunchSpec", "Supervisor", "TRAINER_COMMAND", "check_writable", "exit_status", "lost_supervisor_result",
+           "new_spec", "start", "write_result"]
