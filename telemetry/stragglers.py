@@ -370,6 +370,10 @@ SATURATED_PCT = 95.0
 """A host this busy (all its cores) has no CPU to spare for a rank that wants more."""
 STARVED_PCT = 80.0
 """A rank's process under this much of a core, on a saturated host, is held back by it."""
+STARVED_SLACK_PCT = 5.0
+"""Points of a core by which a starved rank may burn more than the others and still be one of
+them: at a tenth of a core each, 10% more was one point, sampling noise (ranks at 10-13% of a
+core taking turns were named "compute", thrice in a clean run beside a test suite)."""
 
 
 def _starved_hint(r: int, me, own: list[float]) -> tuple[str, str] | None:
@@ -381,7 +385,7 @@ def _starved_hint(r: int, me, own: list[float]) -> tuple[str, str] | None:
     if not own or me.host_cpu_pct < SATURATED_PCT or me.cpu_pct >= STARVED_PCT:
         return None
     ref_own = statistics.median(own)
-    if me.cpu_pct > ref_own * 1.1:
+    if me.cpu_pct > ref_own * 1.1 + STARVED_SLACK_PCT:
         return None
     return "host", (f"busy host: CPU {me.host_cpu_pct:.0f}% of the host, this rank getting {me.cpu_pct:.0f}% of a core "
                     f"as the others do ({ref_own:.0f}%)")  # fmt: skip
