@@ -139,6 +139,7 @@ def waited_for_text(ranks: Iterable[int]) -> str:
 
 
 _COST = re.compile(r"the others wait \S+ ?[mµ]?s a step")
+_NO_COST = re.compile(_COST.pattern + "( for it)?")
 """The straggler verdict's figure, said once when it was found (its message is the hub's)."""
 
 
@@ -201,8 +202,12 @@ def rank_alerts(
         cost = cost_s if cost_s is not None else v.cost_s
         if v.message:
             text = v.message
-            if cost_s is not None:  # (0 now is said: the verdict's first figure would be stale)
+            if cost_s is not None and round(cost_s * 1e3) > 0:  # (not the verdict's first figure: stale)
                 text = _COST.sub(f"the others wait {cost_s * 1e3:.0f} ms a step", text, count=1)  # (the hub's words)
+            elif cost_s is not None:
+                # Behind no more, its verdict not yet cleared (that takes calm windows): "the
+                # others wait 0 ms a step for it" read as a contradiction beside the grid.
+                text = _NO_COST.sub("the others no longer wait for it (cleared after a few calm steps)", text, count=1)
         else:
             text = f"rank {r.rank} is a straggler"
             if cost:

@@ -79,3 +79,22 @@ async def test_a_silent_rank_is_said_silent_since_its_last_word_not_since_the_hu
         await pilot.pause()
         texts = [a.text for a in app.screen.query_one(AlertList).alerts if a.rank == 1]
         assert texts == ["rank 1 silent since 00:08 (no heartbeat)"], texts
+
+
+@pytest.mark.parametrize("cost_s, said", [
+    (0.0312, "rank 1 is a straggler (compute): the others wait 31 ms a step for it"),
+    (0.0002, "rank 1 is a straggler (compute): the others no longer wait for it (cleared after a few calm steps)"),
+])  # fmt: skip
+def test_a_straggler_no_longer_behind_is_not_said_to_cost_0_ms(cost_s, said):
+    # "the others wait 0 ms a step for it" stood beside a grid where the flagged rank was the
+    # fastest: behind no more, its verdict not cleared yet.
+    from pardash.telemetry.state import RunState
+    from pardash.tui.alerts import rank_alerts
+
+    st = RunState()
+    st.apply(schema.Hello(rank=1, world_size=2, t=1.0), 0.0)
+    st.apply(schema.Step(rank=1, step=30, seq=1, step_s=0.05, t=2.0), 0.0)
+    st.apply(schema.Verdict(rank=1, verdict="straggler", cause="compute", cost_s=0.045, step=29,
+                            message="rank 1 is a straggler (compute): the others wait 45 ms a step for it"), 0.0)  # fmt: skip
+    (alert,) = rank_alerts(st.ranks[1], cost_s=cost_s)
+    assert alert.text == said
