@@ -90,7 +90,7 @@ def write_results(sections: dict[str, list[Row]], notes: dict[str, str]) -> str:
         if notes.get(name):
             body += f"\n{notes[name]}\n"
         kept[name] = body + "\n"
-    out = "# Benchmark results\n\nWritten by `python -m bench` (see bench/README in each module's docstring). Ratios compare with a baseline measured in the same run.\n\n"
+    out = "# Benchmark results\n\nWritten by `python -m bench` (what each bench measures and how: its module's docstring, bench/NAME.py). Ratios compare with a baseline measured in the same run.\n\n"
     for name, body in kept.items():
         out += f"## {name}\n{body.rstrip()}\n\n"
     RESULTS.write_text(out)
