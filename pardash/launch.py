@@ -404,7 +404,7 @@ def _hear_the_logs_end(job, client) -> str:
     up for this viewer, which no longer watches: the hub is stopped from here, so that the last
     line can say where the log is."""
     from pardash.telemetry.recorder import CONTINUED_AT
-    from pardash.trainer.jobprocs import _is_hub_of
+    from pardash.trainer.jobprocs import is_hub_of
 
     spec = job.spec
     if spec.remote_hub:
@@ -413,7 +413,7 @@ def _hear_the_logs_end(job, client) -> str:
         said = (client.stats.log_path, client.stats.log_error)
         hub = int((registry.find(spec.run_id) or job.endpoints).get("pid") or 0)
         listener = client
-        if job.poll() is None and hub and _is_hub_of(hub, spec.run_id):
+        if job.poll() is None and hub and is_hub_of(hub, spec.run_id):
             if not client.sockets():  # (the TUI closed its client as it ended): a new one, synced first
                 listener = type(client)(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id,
                                         curve=spec.curve_dir or None)  # fmt: skip
@@ -427,7 +427,7 @@ def _hear_the_logs_end(job, client) -> str:
             while (listener.stats.log_path, listener.stats.log_error) == said and listener.sockets():
                 listener.poll()
                 now = time.monotonic()
-                if gone_at is None and not (hub and registry.pid_alive(hub) and _is_hub_of(hub, spec.run_id)):
+                if gone_at is None and not (hub and registry.pid_alive(hub) and is_hub_of(hub, spec.run_id)):
                     gone_at = now
                 if now >= deadline or (gone_at is not None and now - gone_at >= LAST_FRAME_WAIT_S):
                     return ""  # (killed outright: its log ends where its disk filled, as the error says)

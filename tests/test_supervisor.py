@@ -394,3 +394,25 @@ def test_a_result_written_for_a_killed_supervisor_is_whole_and_never_replaces_th
     assert stopped["stopper"] == "by you" and stopped["stopped"] is True
     assert write_result(str(other), stopped) is False
     assert (other / "result.json").read_text() == written
+
+
+def test_a_node_whose_keys_node_0s_hub_refuses_says_so_at_once(tmp_path, capsys):
+    # Node 1 with keys node 0's hub does not admit waited 30 s, then said "no answer from
+    # node 0's hub ... (not up yet, not at that address ...)": the hub had answered, refusing it.
+    import shutil
+
+    from helpers import serving
+
+    from pardash.telemetry import security
+    from pardash.telemetry.hub import Hub
+
+    security.make_keys(tmp_path / "hub")
+    security.make_keys(tmp_path / "node1")  # its own client key, never admitted, with the hub's server.key
+    shutil.copy(tmp_path / "hub" / "server.key", tmp_path / "node1" / "server.key")
+    with serving(Hub(run_id="r", log_path=None, curve=str(tmp_path / "hub"))) as hub:
+        sup = SimpleNamespace(spec=SimpleNamespace(remote_hub=hub.ingest_endpoint, curve_dir=str(tmp_path / "node1"), run_id="r"),
+                              _stopping=False)  # fmt: skip
+        Supervisor.join_remote_hub(sup)
+    err = capsys.readouterr().err
+    assert "node 0's hub at " in err and "refuses this node: it does not admit this node's client key" in err, err
+    assert sup.spec.run_id == ""

@@ -131,7 +131,7 @@ def stop_unsupervised(supervisor_pid: int, run_id: str, *, hub_pid: int = 0, ing
                                    message=f"stopped {who} (its supervisor was gone)")  # fmt: skip
                 push.send(schema.encode(msg))
             push.close()
-    if hub_pid and _is_hub_of(hub_pid, run_id):
+    if hub_pid and is_hub_of(hub_pid, run_id):
         try:
             hub = psutil.Process(hub_pid)
             hub.send_signal(signal.SIGTERM)
@@ -170,7 +170,7 @@ def _rank_of(p: psutil.Process) -> int | None:
         return None
 
 
-def _is_hub_of(pid: int, run_id: str) -> bool:
+def is_hub_of(pid: int, run_id: str) -> bool:
     try:
         line = psutil.Process(pid).cmdline()
     except psutil.Error:

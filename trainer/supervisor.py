@@ -234,15 +234,20 @@ class Supervisor:
         client = HubClient(endpoints["updates"], endpoints["snapshot"], curve=spec.curve_dir or None)
         try:
             deadline = time.monotonic() + HUB_READY_TIMEOUT_S
-            while not (client.wait_synced(0.5) or self._stopping or time.monotonic() > deadline):
+            while not (client.wait_synced(0.5) or client.refused or self._stopping or time.monotonic() > deadline):
                 pass
             if client.synced:
                 spec.run_id = client.state.run_id
+            elif client.refused and not self._stopping:
+                spec.run_id = ""
+                print(f"pardash: node 0's hub at {endpoints['snapshot']} refuses this node: {client.refused.replace('this viewer', 'this node')}; training goes "
+                      "on, unwatched from this node", file=sys.stderr, flush=True)  # fmt: skip
             elif not self._stopping:
                 spec.run_id = ""
                 print(f"pardash: no answer from node 0's hub at {endpoints['snapshot']} (not up yet, not at that "
                       "address: see --master-addr, or its keys are not this node's: both nodes need the same "
-                      "--curve-dir, or both --insecure); training goes on, its telemetry reaches the hub once it is up",
+                      "--curve-dir, or both --insecure); the job trains once torchrun's rendezvous has every node, and its "
+                      "telemetry reaches the hub once that is up",
                       file=sys.stderr, flush=True)  # fmt: skip
         finally:
             client.close()
