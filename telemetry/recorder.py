@@ -543,7 +543,7 @@ class Recorder:
             return
         if not stat.S_ISREG(st.st_mode):
             return
-        size = self._good[1] if self._good is not None and self._good[0] == st.st_ino else st.st_size
+        size = min(self._good[1], st.st_size) if self._good is not None and self._good[0] == st.st_ino else st.st_size
         line = _encode_lines([schema.Event(rank=-1, seq=-1, name="warning", message=text, t=time.time())])
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))

@@ -271,13 +271,15 @@ HANDSHAKE_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILED
 def refusal(event: int, keys: "ClientKeys | None", who: str, hint: str) -> str:
     """Why the hub refused the handshake of a client (``who``: "this viewer", "rank 3"),
     from its monitor's failure ``event``: no keys, a client key the hub does not admit (the
-    hub's ZAP answer: AUTH), or keys of another hub (the hub cannot open its hello: no detail).
+    hub's ZAP answer: AUTH), or keys of another hub, or a hub without keys (no detail, alike).
     ``hint``: where such a client is given the keys."""
     if keys is None:
         return f"it has CURVE keys and {who} has none ({hint}: a copy of the hub's keys folder)"
     if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
         return f"it does not admit {who}'s client key (copy client.key into the hub folder's {AUTHORIZED}/)"
-    return f"{who}'s server.key is not this hub's (copy server.key from the hub's keys folder)"
+    # (a hub without keys fails a client with keys the same way: the two cannot be told apart here)
+    return (f"{who}'s server.key is not this hub's (copy server.key from the hub's keys folder), or the hub has "
+            f"no CURVE keys ({who} then goes without: no {hint})")
 
 
 def monitor_socket(sock: zmq.Socket, events: int | None = None) -> zmq.Socket:

@@ -92,13 +92,16 @@ every rank's is the same, so a thousand ranks need not all be read."""
 def wall_step_s(state: RunState, live: list[int]) -> float | None:
     """The live ranks' median wall step time (of up to WALL_SAMPLE of them, spread over the
     ranks), each rank's the median of its last few steps (``RankState.recent``, where the state
-    keeps them: the hub's; else its newest step's); None: no rank has one. (In synchronous
-    training it is the same on every rank, the straggler's wait included.)"""
+    keeps them: the hub's; a viewer's, the hub's medians in its frames, ``RankState.smooth``;
+    else its newest step's); None: no rank has one. (In synchronous training it is the same on
+    every rank, the straggler's wait included.)"""
     per_rank = []
-    for r in live[:: max(1, len(live) // WALL_SAMPLE)]:
+    for r in live[:: max(1, -(-len(live) // WALL_SAMPLE))]:
         rs = state.ranks[r]
         if rs.recent:
             m = median_small(s.step_s for s in rs.recent)
+        elif rs.smooth is not None and rs.smooth[0] is not None:
+            m = rs.smooth[0]
         else:
             m = rs.step.step_s if rs.step is not None else None
         if m is not None and m > 0:
