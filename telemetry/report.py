@@ -38,6 +38,7 @@ from .logreader import LogReadStats, Progress, read_log
 from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
+from .recorder import CONTINUED_AT
 from .state import RunState, mem_full_bytes, mem_held_bytes, mem_state_bytes, run_over
 from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
 
@@ -255,15 +256,22 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     hub_restarts: list[float] = []
     refused = _Refused()
     closed = False  # the hub's "hub stopped" came after the ranks' last record
+    disk_full_end: dict | None = None
+    """What the log's last record says became of the lines its disk never took (see
+    :func:`_disk_full_end`), when it is the note of a hub that stopped with its disk full."""
     for msg in read_log(path, stats, progress):
         state.apply(msg, msg.t)
         if isinstance(msg, schema.Event) and msg.name == "hub_restart":
             hub_restarts.append(msg.t)
         if msg.rank >= 0:
             closed = False
+            disk_full_end = None
         elif isinstance(msg, schema.Event):
             refused.take(msg)
             closed = closed or (msg.name == "hub" and msg.message.startswith("hub stopped"))
+            disk_full_end = _disk_full_end(msg)
+        else:
+            disk_full_end = None
         if msg.run:
             run_ids.add(msg.run)
         if isinstance(msg, schema.Hello):
@@ -580,26 +588,62 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "rejected_by_reason": refused.counts(),
         # A log that ends with ranks still running and no closing line from its hub: the run
         # goes on, or its hub stopped recording (killed for good, out of disk) before it ended
-        # (``live_run`` says which).
-        "log_ends_early": None if closed or run_over(state) else _ends_early(path, state, run_ids),
+        # (``live_run`` says which); its disk was full when its hub stopped, the rest of the log
+        # in a complete copy (``continued_at``) or lost (``lines_lost``, ``steps_lost``).
+        "log_ends_early": None if closed or run_over(state) else _ends_early(path, state, run_ids, disk_full_end),
     }
 
 
-def _ends_early(path: str, state: RunState, run_ids: set[str]) -> dict:
+def _ends_early(path: str, state: RunState, run_ids: set[str], disk_full_end: dict | None = None) -> dict:
     """Where a log without its end stops, and why: ``live_run`` is the run id of the live run
     still recording it (the run registry's: its hub is alive on this machine), else None (its
     hub stopped recording before the run ended). The report said "the run is still going, or
-    its hub stopped recording" where the registry knew which."""
+    its hub stopped recording" where the registry knew which. ``continued_at``, ``lines_lost``
+    and ``steps_lost`` (None unless so): its disk was still full when its hub stopped, which
+    wrote the whole log to the file ``continued_at``, or lost that many lines of those steps
+    (see :func:`_disk_full_end`); the report blamed the hub ("killed, out of disk") of a log
+    whose run goes on whole in the copy."""
     from . import registry
 
-    going = registry.recording(path, run_ids)
+    going = None if disk_full_end else registry.recording(path, run_ids)
     running = [r for r in state.ranks.values() if not (r.finished or r.exit_code is not None)]
+    end = disk_full_end or {}
     return {
         "step": state.step,
         "running": len(running),
         "stalled": sum(1 for r in running if r.stalled is not None or r.silent is not None),
         "live_run": going["run_id"] if going else None,
+        "continued_at": end.get("continued_at"),
+        "lines_lost": end.get("lines_lost"),
+        "steps_lost": end.get("steps_lost"),
     }
+
+
+_CONTINUED_WHY = " (the hub stopped with "
+"""What follows the copy's path in the note of a log continued elsewhere."""
+
+_LOST_AT_END = re.compile(r"the hub stopped with ([\d,]+) lines(?: of steps? (\d+)(?:-(\d+))?)? that this disk could not take "
+                          r"and no other place could: lost")  # fmt: skip
+"""The note of a log whose hub stopped with lines no place took (recorder.Recorder._keep_elsewhere)."""
+
+
+def _disk_full_end(ev: schema.Event) -> dict | None:
+    """What a hub's note says of a log whose disk was still full as it stopped (the recorder
+    ends the log with it, where the disk has room for it): {"continued_at": the complete copy}
+    or {"lines_lost": N, "steps_lost": [first, last] or None}; None for any other event."""
+    if ev.name != "warning":
+        return None
+    text = ev.message
+    if text.startswith(CONTINUED_AT):
+        copy = text[len(CONTINUED_AT):]
+        cut = copy.rfind(_CONTINUED_WHY)
+        return {"continued_at": copy[:cut] if cut > 0 else copy}
+    lost = _LOST_AT_END.fullmatch(text)
+    if lost is None:
+        return None
+    first = lost[2]
+    return {"lines_lost": int(lost[1].replace(",", "")),
+            "steps_lost": [int(first), int(lost[3] or first)] if first is not None else None}  # fmt: skip
 
 
 class _Refused:

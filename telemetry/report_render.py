@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from decimal import Decimal
 
 from .analysis import hang_causes
@@ -173,6 +174,15 @@ def _ends_early_text(end: dict, skipped: dict[str, int]) -> str:
     stalled = f" ({end['stalled']} stalled)" if end.get("stalled") else ""
     if skipped.get("corrupt"):  # (a gzip log: its damaged part and the rest of it were not read)
         return f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: the compressed log is damaged there, the rest of it lost"
+    if end.get("continued_at"):  # (its disk full to the end: the hub wrote the whole log elsewhere as it stopped)
+        copy = end["continued_at"]
+        return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: its disk was full, and its hub, as it "
+                f"stopped, wrote the whole log to {copy}, where the run goes on (`pardash report {shlex.quote(copy)}` reads it all)")
+    if end.get("lines_lost") is not None:  # (... and no place took the lines it held)
+        lost = end["steps_lost"]
+        steps = "" if not lost else f" of step {lost[0]}" if lost[0] == lost[1] else f" of steps {lost[0]}-{lost[1]}"
+        return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: its disk was full, and its hub stopped "
+                f"with {end['lines_lost']:,} lines{steps} that it could not take and no other place could: lost")
     if end.get("live_run"):
         return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: the run is still going, its hub recording "
                 f"(`pardash attach {end['live_run']}` watches it; report again once it ends)")

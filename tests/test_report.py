@@ -2052,7 +2052,8 @@ def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_earl
             fh.write(schema.encode_json(m) + b"\n")
     rep = build_report(str(log))
     assert rep["rejected_by_reason"] == {"invalid": 3, "foreign_run": 2}
-    assert rep["log_ends_early"] == {"step": 1, "running": 2, "stalled": 2, "live_run": None}  # (the tick at 100 s judged them)
+    assert rep["log_ends_early"] == {"step": 1, "running": 2, "stalled": 2, "live_run": None,  # (the tick at 100 s judged them)
+                                     "continued_at": None, "lines_lost": None, "steps_lost": None}  # fmt: skip
     text = render_text(rep)
     assert "refused by the hub  5 message(s) at its ports (invalid 3, foreign_run 2)" in text
     assert "log ends early      at step 1, with 2 rank(s) not ended (2 stalled) and no closing line from the hub" in text
@@ -2064,6 +2065,39 @@ def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_earl
     # The headless progress lines say it as it happens.
     assert progress_line(RunState(), 1.0, 5).endswith(" | 5 refused by the hub")
 
+
+
+def test_a_log_whose_disk_stayed_full_points_to_its_complete_copy_not_a_killed_hub(tmp_path):
+    # The hub wrote the whole log to a copy as it stopped, its disk still full, and ended the
+    # log with where ("log continued in full at PATH (...)"): the report blamed the hub
+    # ("killed, out of disk") and read the 5 steps the disk took as the run.
+    from pardash.telemetry.recorder import CONTINUED_AT
+
+    log, copy = tmp_path / "run.jsonl", tmp_path / "runs" / "r 1" / "run.complete-7.jsonl"
+    msgs = [schema.Hello(run="r", rank=0, world_size=1, t=1000.0),
+            *(schema.Step(run="r", rank=0, seq=s, step=s, step_s=0.1, t=1000.0 + s) for s in range(1, 6))]  # fmt: skip
+    note = schema.Event(rank=-1, seq=-1, name="warning", t=1010.0,
+                        message=f"{CONTINUED_AT}{copy} (the hub stopped with 995 lines of steps 6-1000 that this disk could not take; "
+                                "that file holds all of this one and them)")  # fmt: skip
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in (*msgs, note)))
+    rep = build_report(str(log))
+    assert rep["log_ends_early"]["continued_at"] == str(copy) and rep["log_ends_early"]["live_run"] is None
+    row = next(line for line in render_text(rep).splitlines() if line.startswith("log ends early"))
+    assert row == (f"log ends early     at step 5, with 1 rank(s) not ended: its disk was full, and its hub, as it stopped, wrote the whole "
+                   f"log to {copy}, where the run goes on (`pardash report '{copy}'` reads it all)")  # fmt: skip
+    # Lost, where no place took them: how many, of which steps.
+    note.message = "the hub stopped with 1,995 lines of steps 6-1000 that this disk could not take and no other place could: lost"
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in (*msgs, note)))
+    rep = build_report(str(log))
+    assert {k: rep["log_ends_early"][k] for k in ("continued_at", "lines_lost", "steps_lost")} == {
+        "continued_at": None, "lines_lost": 1995, "steps_lost": [6, 1000]}
+    row = next(line for line in render_text(rep).splitlines() if line.startswith("log ends early"))
+    assert row.endswith(": its disk was full, and its hub stopped with 1,995 lines of steps 6-1000 that it could not take and no other "
+                        "place could: lost"), row  # fmt: skip
+    # A note the log went on past (a hub restarted on the log, its disk with room again) is no end.
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in (*msgs, note, schema.Step(run="r", rank=0, seq=6, step=6, t=1011.0))))
+    rep = build_report(str(log))
+    assert rep["log_ends_early"]["lines_lost"] is None and "no closing line from the hub" in render_text(rep)
 
 LIVENESS_SAID = r" \(\d+ stalled\)"
 """What "with 2 rank(s) not ended" is followed by once the hub has judged the ranks stalled."""
