@@ -166,8 +166,11 @@ def hub_alive(entry: dict) -> bool:
     try:
         proc = psutil.Process(pid)
         created = entry.get("pid_created")
-        if isinstance(created, (int, float)) and not isinstance(created, bool):
-            return abs(proc.create_time() - created) <= CREATED_SLACK_S
+        if isinstance(created, (int, float)) and not isinstance(created, bool) and abs(proc.create_time() - created) <= CREATED_SLACK_S:
+            return True
+        # (no start time said, or another: a process started since, or the same one whose start
+        # reads otherwise now that the wall clock was stepped, NTP or a VM's resync: its command
+        # line tells)
         return _hub_command(proc.cmdline(), str(entry.get("run_id", "")))
     except psutil.NoSuchProcess:
         return False

@@ -83,3 +83,19 @@ def test_another_users_entry_is_passed_over_and_left_alone(tmp_path, capsys):
     # a link planted under an entry's name is passed over too, whoever owns what it points at
     (d / "linked.json").symlink_to(d / "mine.json")
     assert _listed(capsys) == ["mine"]
+
+
+def test_a_hub_whose_start_time_reads_otherwise_after_a_clock_step_is_still_live():
+    # Its start time is worked out from the wall clock at boot: stepped since (NTP, a VM's
+    # resync), it read as another process, and the live hub's entry was pruned as dead.
+    import sys
+
+    hub_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "pardash.telemetry.hub",
+                                 "--run-id", "20261205-000000-beef"])  # fmt: skip
+    try:
+        entry = {"run_id": "20261205-000000-beef", "pid": hub_like.pid, "pid_created": registry._created(hub_like.pid) - 100.0}
+        assert registry.hub_alive(entry)
+        assert not registry.hub_alive({**entry, "run_id": "20261205-000000-dead"})  # (another run's pid: no)
+    finally:
+        hub_like.kill()
+        hub_like.wait()
