@@ -16,6 +16,7 @@ from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
 from .failures import PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, root_cause, short_error, signal_name
+from .recorder import CONTINUED_AT
 from .state import SMOOTH_FIGURES, run_over, torchrun_restart
 from .summary import (
     held_spread,
@@ -35,6 +36,10 @@ def is_terminal(out: TextIO) -> bool:
     except (AttributeError, ValueError):
         return False
 
+
+_LINES_LOST = re.compile(r"; [\d,]+ lines(?: of steps? [\d-]+)? lost: ")
+"""In a hub's log error: the lines it held as it stopped, which no place took (its last word;
+recorder.Recorder._keep_elsewhere), not a disk full while the run goes on."""
 
 TAIL_CHUNK = 1 << 20
 """Bytes of the job's output read at a time."""
@@ -71,6 +76,8 @@ class ProgressPrinter:
         self._noted = False
         self.log_error = ""
         """The hub's last word on its log: '' while it writes, else why it cannot."""
+        self.log_path = ""
+        """Where the hub's log is, as it last said."""
         self.t_start = time.monotonic()
         """When the printer started (monotonic): its clock until the run's is known."""
         self._run_origin: float | None = None
@@ -177,12 +184,13 @@ class ProgressPrinter:
             self._print(f"note: {hello.note}")
         stats = getattr(self.source, "stats", None)
         log_error = stats.log_error if stats is not None else ""
+        log_path = (stats.log_path if stats is not None else "") or self.log_path
         if log_error != self.log_error:
-            if log_error:
-                self._print(f"warning: {log_error}; training goes on, the hub keeps the newest lines in memory until it can write")
-            else:
-                self._print("log: writable again, the lines kept in memory are written")
+            line = self._log_line(st, log_error, log_path)
+            if line:
+                self._print(line)
             self.log_error = log_error
+        self.log_path = log_path
         now = time.monotonic()
         quiet = self._hub_quiet_s(now)
         if quiet is not None and not self._quiet_said:
@@ -242,6 +250,28 @@ class ProgressPrinter:
                     # (ranks whose keys the hub refuses say so on their own stderr: a node's first)
                     why = f"; the hub refused {refused} connection attempt(s) without an authorised key" if refused else ""
                     self._print(f"[waiting {waited}] {self.waiting}{why}")
+
+    def _log_line(self, st, log_error: str, log_path: str) -> str:
+        """What became of the hub's log, now that its error is ``log_error`` ('' none) and it is
+        at ``log_path``. A log whose disk is still full as its hub stops goes on in full in a
+        copy (the error cleared, the path the copy's), or the lines its hub held are lost (the
+        error says how many): neither is written to the log later, and the hub's last word, a
+        warning among the events printed next, says which; '' then, not said twice."""
+        old = self.log_path
+        if log_error and _LINES_LOST.search(log_error):
+            said = self._hub_said(st, lambda text: text.startswith(f"log {log_path}: ") and " lost: " in text)
+            return "" if said else f"warning: {log_error}"
+        if log_error:
+            return f"warning: {log_error}; training goes on, the hub keeps the newest lines in memory until it can write"
+        if old and log_path != old:
+            said = self._hub_said(st, lambda text: f"{CONTINUED_AT}{log_path}" in text)
+            return "" if said else f"log {old}: continued in full at {log_path} (all it holds, then the lines kept in memory)"
+        return "log: writable again, the lines kept in memory are written"
+
+    def _hub_said(self, st, says) -> bool:
+        """Whether one of the hub's warnings not yet printed ``says`` it (its text)."""
+        return any(isinstance(ev, schema.Event) and ev.rank < 0 and ev.name == "warning" and ev.hseq > self._printed_hseq
+                   and says(ev.message) for ev in reversed(st.events))  # fmt: skip
 
     def _group_wait(self, fresh: list[schema.Message], now: float, st) -> tuple[list[schema.Message], int]:
         """The events of ``fresh`` to print now, and the hseq all before which are printed with

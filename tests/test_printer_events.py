@@ -8,9 +8,11 @@ import re
 
 import msgspec
 
+from pardash.telemetry import frames
 from pardash.telemetry import printer as printer_mod
 from pardash.telemetry import schema
 from pardash.telemetry.printer import GROUP_WAIT_S, ProgressPrinter
+from pardash.telemetry.recorder import Recorder
 from pardash.telemetry.state import RunState
 
 TICK_S = 0.1
@@ -112,3 +114,72 @@ def test_the_step_and_self_times_are_the_ranks_recent_medians_not_their_last_ste
     assert "step ms 16.0/17.0/18.0 min/med/max" in progress_stats(viewer.state)
     # without the hub's medians: each rank's last step, as before
     assert "| step ms min/med/max 14.0/14.7/15.4 | self ms 0.5/0.5/0.5 |" in progress_line(older.state, 2.0)
+
+
+def _hub_stopped(src: _Fed, rec: Recorder, t: float) -> None:
+    """What a hub's last frame carries as it stops (Hub.close): its closed recorder's path and
+    error, and its last word, what became of the lines its disk never took, as a warning."""
+    src.stats = frames.HubStats(log_path=str(rec.path), log_error=rec.error)
+    src.take(schema.Event(rank=-1, seq=-1, name="warning", message=rec.last_word), t)
+
+
+def test_lines_a_full_disk_never_took_are_said_lost_as_the_hub_stops_not_kept_until_it_can_write(tmp_path):
+    # /dev/full refuses every write to the end: as the hub stopped, the printer said of the
+    # lines it had just lost "...: lost: no place could take them; training goes on, the hub
+    # keeps the newest lines in memory until it can write".
+    rec = Recorder("/dev/full", spare_dir=tmp_path / "spare")
+    for step in range(1, 6):
+        rec.write(schema.Step(rank=0, step=step))
+    rec.flush()
+    src, out = _Fed(), io.StringIO()
+    src.stats = frames.HubStats(log_path=str(rec.path), log_error=rec.error)
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600.0)
+    printer.update()
+    assert _not_progress(out) == [
+        "warning: cannot write /dev/full: No space left on device; training goes on, the hub keeps the newest lines in memory until it can write"]
+    rec.close()
+    _hub_stopped(src, rec, 1000.0)
+    printer.update(force=True)
+    assert rec.last_word.startswith("log /dev/full: 5 lines of steps 1-5 lost: ")
+    assert _not_progress(out)[1:] == [f"[warning] hub: {rec.last_word}"]  # once, as the hub said it
+
+
+def test_a_log_gone_on_elsewhere_is_said_where_not_writable_again():
+    # The hub's stats alone (no last word among its events, as from an older hub): the log's
+    # error cleared and its path is another file's.
+    src = _Fed()
+    src.stats = frames.HubStats(log_path="/x/run.jsonl", log_error="cannot write /x/run.jsonl: No space left on device")
+    out = io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600.0)
+    printer.update()
+    src.stats = frames.HubStats(log_path="/runs/r/run.complete-7.jsonl")
+    printer.update()
+    assert out.getvalue().splitlines() == [
+        "warning: cannot write /x/run.jsonl: No space left on device; training goes on, the hub keeps the newest lines in memory until it can write",
+        "log /x/run.jsonl: continued in full at /runs/r/run.complete-7.jsonl (all it holds, then the lines kept in memory)",
+    ]
+    # ... and its lines lost as it stopped: said so, not kept until the disk takes them
+    lost = "cannot write /x/run.jsonl: No space left on device; 9 lines of steps 3-5 lost: no place could take them (/tmp/x: No space left on device)"
+    src.stats = frames.HubStats(log_path="/x/run.jsonl", log_error=lost)
+    printer.update()
+    assert out.getvalue().splitlines()[-1] == f"warning: {lost}"
+
+def _not_progress(out: io.StringIO) -> list[str]:
+    """The lines printed but the progress lines ("[   1.0s] step 5 | ...")."""
+    return [line for line in out.getvalue().splitlines() if not re.match(r"\[ *[\d.]+s\] ", line)]
+
+
+def test_a_log_gone_on_elsewhere_is_said_where_not_writable_again():
+    # The hub's stats alone (no last word among its events, as from an older hub): the log's
+    # error cleared and its path is another file's.
+    src = _Fed()
+    src.stats = frames.HubStats(log_path="/x/run.jsonl", log_error="cannot write /x/run.jsonl: No space left on device")
+    out = io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600.0)
+    printer.update()
+    src.stats = frames.HubStats(log_path="/runs/r/run.complete-7.jsonl")
+    printer.update()
+    assert out.getvalue().splitlines() == [
+        "warning: cannot write /x/run.jsonl: No space left on device; training goes on, the hub keeps the newest lines in memory until it can write",
+        "log /x/run.jsonl: continued in full at /runs/r/run.complete-7.jsonl (all it holds, then the lines kept in memory)",
+    ]

@@ -128,6 +128,103 @@ def test_lines_a_device_refused_to_the_end_are_counted_lost_with_their_steps(tmp
     assert not spare.exists()  # no partial copy in its place
 
 
+def _cut_short(disk: Path, spare: Path) -> tuple[Recorder, Path, int]:
+    """A 2-rank run's log on ``disk`` (a page left), which fills at its first steps and stays
+    full to the end: the recorder, closed, its log and its last step."""
+    _one_page_left(disk)
+    path = disk / "run.jsonl"
+    rec = Recorder(path, spare_dir=spare)
+    for rank in (0, 1):
+        rec.write(schema.Hello(run="r", rank=rank, world_size=2, t=1000.0))
+    n = _past_a_page()
+    for step in range(1, n + 1):
+        for rank in (0, 1):
+            rec.write(schema.Step(run="r", rank=rank, seq=step, step=step, step_s=0.01, t=1000.0 + step / 100))
+        if step == 5:
+            rec.flush()  # the disk takes these; the rest, a page, fills it (and leaves room for the note)
+    rec.flush()
+    assert rec.error == f"cannot write {path}: No space left on device"
+    rec.close()
+    return rec, path, n
+
+
+def test_report_of_a_log_its_full_disk_cut_short_names_the_complete_copy(small_disk, tmp_path):
+    # `pardash report` of the log said "log ends early at step 155 ... its hub stopped recording
+    # (killed, out of disk) before the run ended" where the hub had written the whole log to a
+    # copy and said so as the log's last line.
+    from pardash.telemetry.report_render import render_text
+
+    spare = tmp_path / "spare"
+    rec, path, n = _cut_short(small_disk("disk", 4), spare)
+    copy = spare / f"run.complete-{os.getpid()}.jsonl"
+    assert rec.path == copy
+    rep = build_report(str(path))
+    end = rep["log_ends_early"]
+    assert end["continued_at"] == str(copy) and end["lines_lost"] is None and end["steps_lost"] is None
+    row = next(line for line in render_text(rep).splitlines() if line.startswith("log ends early"))
+    assert row.endswith(f"rank(s) not ended: its disk was full, and its hub, as it stopped, wrote the whole log to {copy}, where the "
+                        f"run goes on (`pardash report {copy}` reads it all)"), row  # fmt: skip
+    assert "killed" not in row
+    assert [r["steps"] for r in build_report(str(copy))["ranks"]] == [n, n]  # as the copy says: all of it
+
+
+def test_report_of_a_log_its_full_disk_cut_short_says_the_lines_no_place_took_were_lost(small_disk, tmp_path, monkeypatch):
+    from pardash.telemetry.report_render import render_text
+
+    disk = small_disk("disk", 4)
+    monkeypatch.setattr(tempfile, "tempdir", str(disk))  # the temp folder on the full disk too
+    rec, path, n = _cut_short(disk, disk)
+    assert " lost: no place could take them " in rec.error
+    rep = build_report(str(path))
+    end = rep["log_ends_early"]
+    lines, first = end["lines_lost"], end["steps_lost"][0]
+    assert end["continued_at"] is None and end["steps_lost"] == [first, n] and 0 < lines < 2 * n
+    assert f"{lines:,} lines of steps {first}-{n} lost" in rec.error  # as the recorder counted them
+    row = next(line for line in render_text(rep).splitlines() if line.startswith("log ends early"))
+    assert row.endswith(f"rank(s) not ended: its disk was full, and its hub stopped with {lines:,} lines of steps {first}-{n} that it "
+                        "could not take and no other place could: lost"), row  # fmt: skip
+
+
+def test_the_progress_lines_say_where_the_log_went_on_not_writable_again(small_disk, tmp_path):
+    # The headless printer said "log: writable again, the lines kept in memory are written"
+    # as the hub's error cleared at its stop, the lines having gone to the copy, not the log.
+    import io
+
+    from pardash.telemetry import frames
+    from pardash.telemetry.printer import ProgressPrinter
+    from pardash.telemetry.state import RunState
+
+    class Viewer:  # what the hub's frames told its viewer
+        live = False
+
+        def __init__(self, rec: Recorder) -> None:
+            self.state, self.stats = RunState(run_id="r"), frames.HubStats(log_path=str(rec.path), log_error=rec.error)
+
+        def poll(self) -> bool:
+            return False
+
+    disk = small_disk("disk", 4)
+    _one_page_left(disk)
+    rec = Recorder(disk / "run.jsonl", spare_dir=tmp_path / "spare")
+    _fill(rec, 1, 1)
+    _fill(rec, 2, _past_a_page())
+    viewer, out = Viewer(rec), io.StringIO()
+    printer = ProgressPrinter(viewer, out=out, bar=False, every_s=3600.0)
+    printer.update()
+    rec.close()
+    # The hub's last frame (Hub.close): the recorder's path and error now, and its last word.
+    viewer.stats = frames.HubStats(log_path=str(rec.path), log_error=rec.error)
+    last = schema.Event(rank=-1, seq=-1, name="warning", message=rec.last_word, run="r", hseq=1, t=1000.0)
+    viewer.state.apply(last, 1000.0)
+    printer.update(force=True)
+    assert CONTINUED_AT in rec.last_word and rec.path != disk / "run.jsonl"
+    assert out.getvalue().splitlines() == [
+        f"warning: cannot write {disk / 'run.jsonl'}: No space left on device; training goes on, the hub keeps the newest lines in memory "
+        "until it can write",
+        f"[warning] hub: {rec.last_word}",  # where the whole log is, once
+    ]  # fmt: skip
+
+
 def _launched(tmp_path, log, *args, **kw):
     return subprocess.Popen(
         [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "120", "--log-every", "0",
@@ -151,6 +248,7 @@ def test_a_launch_whose_log_disk_stays_full_names_the_complete_copy_that_report_
     rep = build_report(str(copy))
     assert [r["steps"] for r in rep["ranks"]] == [120] and rep["log_ends_early"] is None and rep["lost_messages"] == 0
     assert max(_steps(log)) < 120
+    assert "writable again" not in out  # (the lines went to the copy)
 
 
 @pytest.mark.slow
