@@ -29,7 +29,7 @@ from pardash.telemetry import registry
 from pardash.telemetry.logreader import is_log
 from pardash.telemetry.recorder import LOG_MODE, gz_name_refusal, holds_records
 from pardash.telemetry.spawn import exit_code, read_line
-from pardash.trainer.supervisor import HUB_READY_TIMEOUT_S, TRAINER_COMMAND, LaunchError, LaunchSpec, Supervisor, exit_status
+from pardash.trainer.supervisor import HUB_READY_TIMEOUT_S, TRAINER_COMMAND, LaunchError, LaunchSpec, Supervisor, exit_status, stopper_text
 
 
 @dataclass
@@ -102,13 +102,11 @@ def lost_supervisor_result(run_id: str, code: int, log: str, *, gone: str, stopp
     word for the end (0 every rank finished, 1 one failed, 128 + signal stopped), torchrun's own
     code being unknown to it; ``gone``: what became of the supervisor ("killed by SIGKILL");
     ``stopped_by``: the signal that stopped the job from there (0: it ended by itself)."""
-    from pardash.telemetry.failures import signal_name
-
     result = {"run_id": run_id, "code": code, "stopped": bool(stopped_by), "log": log, "hub_restarts": hub_restarts,
               "supervisor_gone": gone, "written_by": f"pid {os.getpid()}, which followed the job to its end without its supervisor"}  # fmt: skip
     if stopped_by:
         result["stop_t"] = time.time()
-        result["stopper"] = "by you" if stopped_by == signal.SIGINT else f"by {signal_name(-stopped_by) or f'signal {stopped_by}'}"
+        result["stopper"] = stopper_text(stopped_by)
     return result
 
 

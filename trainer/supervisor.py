@@ -502,7 +502,7 @@ class Supervisor:
     def _stopper(self) -> str:
         """Who stopped the job: 'by you' (Ctrl-C, a Stop chosen in a viewer: SIGINT), else the
         signal (a scheduler's time limit, `kill`, `docker stop`: no person's doing, maybe)."""
-        return "by you" if self._stopped_by == signal.SIGINT else f"by {_signal_text(self._stopped_by)}"
+        return stopper_text(self._stopped_by)
 
     def _note_exits(self, code: int, what: str) -> None:
         """Say, for every rank of this node, that it exited with ``code`` (seq -1: the
@@ -650,6 +650,12 @@ def _signal_text(signum: int) -> str:
     return signal_name(-signum) or f"signal {signum}"
 
 
+def stopper_text(signum: int) -> str:
+    """Who stopped a job with ``signum``: 'by you' (Ctrl-C, a Stop chosen in a viewer: SIGINT),
+    else the signal (a scheduler's time limit, `kill`, `docker stop`: no person's doing, maybe)."""
+    return "by you" if signum == signal.SIGINT else f"by {_signal_text(signum)}"
+
+
 def exit_status(code: int) -> int:
     """A process's return code as an exit status: a death by signal N (code -N) is the shell's
     128 + N (sys.exit(-15) would exit 241, -15's low byte)."""
@@ -688,4 +694,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["HUB_READY_TIMEOUT_S", "LaunchError", "LaunchSpec", "Supervisor", "TRAINER_COMMAND", "exit_status", "torchrun_argv"]
+__all__ = ["HUB_READY_TIMEOUT_S", "LaunchError", "LaunchSpec", "Supervisor", "TRAINER_COMMAND", "exit_status", "stopper_text", "torchrun_argv"]
