@@ -183,7 +183,10 @@ class Recorder:
 
     def __init__(self, path: str | os.PathLike[str], *, background: bool = False, spare_dir: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
-        self.spare_dir = Path(spare_dir) if spare_dir else Path(tempfile.gettempdir())
+        self.spare_dir = Path(spare_dir).absolute() if spare_dir else Path(tempfile.gettempdir())
+        self.closed = False
+        """Closed: what is handed to it later (a closing hub's last frame) is not written
+        (it reopened the log, or its copy, and wrote the hub's last word there twice)."""
         """Where the log goes on when its path can hold it no more (its folder replaced by a
         file, or made read-only): the launcher's run folder, else the temp folder."""
         self.dropped = 0
@@ -280,6 +283,8 @@ class Recorder:
         """Hand what is buffered to the writer thread and return (a recorder made with
         ``background=True``); otherwise, or when the thread is too far behind, :meth:`flush`."""
         chunks = self._take_encoded()
+        if self.closed:
+            return
         size = sum(map(len, chunks))
         if not self.background or self._handed_bytes - self._done_bytes + size > MAX_UNWRITTEN_BYTES:
             self._write(chunks)
@@ -568,6 +573,9 @@ class Recorder:
             self.error += f" ({self.dropped:,} lines dropped so far: the newest {MAX_UNWRITTEN_BYTES >> 20} MiB are kept)"
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         if self._writer is not None:
             self._stopping = True
             self._wake.set()

@@ -249,6 +249,10 @@ def test_a_launch_whose_log_disk_stays_full_names_the_complete_copy_that_report_
     assert [r["steps"] for r in rep["ranks"]] == [120] and rep["log_ends_early"] is None and rep["lost_messages"] == 0
     assert max(_steps(log)) < 120
     assert "writable again" not in out  # (the lines went to the copy)
+    # The hub's last frame did not write into the closed recorder: the copy ended on the hub's
+    # closing line twice, and the copy stayed open.
+    lines = copy.read_bytes().splitlines()
+    assert sum(b"could not take its last" in line for line in lines) == 1 and lines[-1] != lines[-2], lines[-3:]
 
 
 @pytest.mark.slow
