@@ -164,22 +164,8 @@ def test_a_log_gone_on_elsewhere_is_said_where_not_writable_again():
     printer.update()
     assert out.getvalue().splitlines()[-1] == f"warning: {lost}"
 
+
 def _not_progress(out: io.StringIO) -> list[str]:
     """The lines printed but the progress lines ("[   1.0s] step 5 | ...")."""
     return [line for line in out.getvalue().splitlines() if not re.match(r"\[ *[\d.]+s\] ", line)]
 
-
-def test_a_log_gone_on_elsewhere_is_said_where_not_writable_again():
-    # The hub's stats alone (no last word among its events, as from an older hub): the log's
-    # error cleared and its path is another file's.
-    src = _Fed()
-    src.stats = frames.HubStats(log_path="/x/run.jsonl", log_error="cannot write /x/run.jsonl: No space left on device")
-    out = io.StringIO()
-    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600.0)
-    printer.update()
-    src.stats = frames.HubStats(log_path="/runs/r/run.complete-7.jsonl")
-    printer.update()
-    assert out.getvalue().splitlines() == [
-        "warning: cannot write /x/run.jsonl: No space left on device; training goes on, the hub keeps the newest lines in memory until it can write",
-        "log /x/run.jsonl: continued in full at /runs/r/run.complete-7.jsonl (all it holds, then the lines kept in memory)",
-    ]
