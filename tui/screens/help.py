@@ -127,7 +127,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:
-            scroll.border_title = "pardash keys"
+            scroll.border_title = "keys of the dashboard"
             yield Static(keys_table())
             yield Static(GLOSSARY, id="glossary")
         yield Footer()  # its own keys: the dashboard's footer below listed keys that do nothing here
