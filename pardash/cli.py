@@ -113,6 +113,26 @@ def cmd_record_checked(ns: argparse.Namespace) -> int:
     return cmd_record(ns)
 
 
+def stop_unsupervised_job(entry: dict, supervisor: int, run_id: str, curve_dir: str | None) -> int:
+    """Stop, as its supervisor would have, a job whose supervisor is gone (from a viewer's
+    Stop), and write its ``result.json`` (stopped by you, 130), which no supervisor will: the
+    job's processes there were (0: none, it had ended)."""
+    from pardash.trainer.jobprocs import stop_unsupervised
+    from pardash.trainer.launcher import lost_supervisor_result, write_result
+
+    left = stop_unsupervised(supervisor, run_id, hub_pid=int(entry.get("pid") or 0), ingest=str(entry.get("ingest") or ""),
+                             curve_dir=curve_dir)  # fmt: skip
+    if left and entry.get("run_dir"):
+        result = lost_supervisor_result(run_id, 130, str(entry.get("log") or ""), gone="gone before the job was stopped",
+                                        stopped_by=signal.SIGINT)  # fmt: skip
+        result["written_by"] = f"pid {os.getpid()}, which stopped the job without its supervisor (`pardash attach`)"
+        try:
+            write_result(str(entry["run_dir"]), result)
+        except OSError as exc:
+            print(f"{PROG}: cannot write {entry['run_dir']}/result.json ({exc.strerror or exc})", file=sys.stderr)
+    return left
+
+
 def _run_tui(source, *, title: str, notice: str = "") -> int:
     from pardash.tui.app import make_app
 
@@ -168,7 +188,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     # launched it (which may have detached): its supervisor is in the registry.
     entry = getattr(client, "info", {})  # the registry's entry of a run attached by id
     supervisor = int(entry.get("supervisor_pid") or 0)
-    from pardash.trainer.jobprocs import job_processes, stop_unsupervised, supervisor_alive
+    from pardash.trainer.jobprocs import job_processes, supervisor_alive
     from pardash.tui.app import make_app
 
     run_id = str(entry.get("run_id") or client.run_id or "")
@@ -182,8 +202,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         # and a SIGINT to its pid reached nothing, or another program given that pid since,
         # while this said "stopped". Stopped from here as the supervisor would have.
         print(f"{PROG}: stopping run {client.run_id} (its supervisor is gone: torchrun gets SIGTERM from here)...", flush=True)
-        left = stop_unsupervised(supervisor, run_id, hub_pid=int(entry.get("pid") or 0), ingest=str(entry.get("ingest") or ""),
-                                 curve_dir=ns.curve_dir)  # fmt: skip
+        left = stop_unsupervised_job(entry, supervisor, run_id, ns.curve_dir)
         print(f"{PROG}: stopped run {client.run_id}" if left else f"{PROG}: run {client.run_id} had ended", end="")
         print(f"; log {entry.get('log', '')}")
     elif choice == "stop" and supervisor:

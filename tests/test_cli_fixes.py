@@ -301,3 +301,32 @@ def test_attach_with_no_run_named_says_when_it_picked_the_newest_of_several(tmp_
             sim.wait(60)
     assert said == (f"pardash: watching run {newest}, the newest of 2 live runs (`pardash ps` lists them; "
                     "`pardash attach RUN_ID` picks one)"), said  # fmt: skip
+
+
+def test_a_job_stopped_from_attach_without_its_supervisor_gets_its_result_file(tmp_path):
+    # Stop chosen in `pardash attach` of a job whose supervisor was killed outright stopped the
+    # job, and no result.json ever said how it ended (nothing else was left to write it).
+    import json
+
+    import psutil
+
+    from pardash import cli
+    from pardash.trainer.jobprocs import SUPERVISOR_VAR
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a supervisor pid that runs no more
+    run_id = "20261205-000000-cafe"
+    env = {**os.environ, SUPERVISOR_VAR: str(gone.pid), "PARDASH_RUN_ID": run_id}
+    job = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)  # one of the job's processes
+    try:
+        entry = {"run_id": run_id, "log": str(tmp_path / "telemetry.jsonl"), "run_dir": str(tmp_path / "run")}
+        assert cli.stop_unsupervised_job(entry, gone.pid, run_id, None) == 1
+        job.wait(30)  # (stop_unsupervised waited for it: its code is psutil's, not Popen's)
+        assert not psutil.pid_exists(job.pid)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert (result["run_id"], result["code"], result["stopped"], result["stopper"]) == (run_id, 130, True, "by you")
+    assert "pardash attach" in result["written_by"]
