@@ -314,6 +314,9 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     code = job.wait_result(JOB_END_WAIT_S)
                 except subprocess.TimeoutExpired:  # torchrun restarting them (--max-restarts)
                     choice = STOP if terminated else "detach"
+                else:
+                    if _supervisor_lost(job, code):
+                        code = _over_unsupervised(job, client, code)
             if choice in ("detach", None):
                 how = "the viewer ended on an error" if app.return_code else "detached"
                 print(f"{PROG}: {how}; the job goes on. `{PROG} attach {_watch(spec)}` to watch it again, log {_log_of(spec)}")
@@ -556,6 +559,20 @@ def _follow_unsupervised(job, client, printer, code: int, stopped_by: list[int])
         _write_result(job, client, 0 if ok else 1, code)  # (else it runs on, its hub gone quiet: no end to write)
     print(f"{line}; log {_log_of(spec)}", file=_closing_stream(ok=ok), flush=True)
     return 0 if ok else 1
+
+
+def _over_unsupervised(job, client, supervisor_code: int) -> int:
+    """Under the TUI, every rank done and the supervisor gone (killed outright mid-run): the job
+    ended by itself, as the TUI saw. Its result.json, which the supervisor would have written, is
+    written from here, and the launch's code is the run's own outcome (it said "its ranks may
+    train on without it" of a finished job, exited 1, and wrote no result)."""
+    from pardash.telemetry.failures import failure_summary
+
+    _wait_for_ranks_here(client.state)
+    code = 0 if failure_summary(client.state) is None else 1
+    _write_result(job, client, code, supervisor_code)
+    print(f"{PROG}: {_lost_words(supervisor_code)}; the job ended by itself", file=sys.stderr, flush=True)
+    return code
 
 
 def _stop_unsupervised(job, sig: int, client) -> int:

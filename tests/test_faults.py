@@ -526,6 +526,40 @@ def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_
     assert "hub stopped" in [m for m in msgs if isinstance(m, schema.Event)][-1].message
 
 
+def test_a_tui_launch_whose_supervisor_was_killed_ends_with_the_runs_outcome_and_its_result(tmp_path):
+    # Under the TUI, the supervisor killed outright mid-run and every rank then finished: `q`
+    # said "its ranks may train on without it" of a finished job, exited 1 and wrote no
+    # result.json (headless followed the job to its end and wrote it).
+    import pty
+
+    args, go = _gated(tmp_path, 10, 5)
+    log = tmp_path / "run.jsonl"
+    master, slave = pty.openpty()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--log", str(log), "--runs-dir", str(tmp_path / "runs"), *args],
+        stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
+    )  # fmt: skip
+    os.close(slave)
+    screen = TerminalOutput(master)
+    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
+    (entry,) = registry.live_runs()
+    os.kill(entry["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "warning" and "is gone" in m.message for m in load_log(log)[0]),
+             timeout_s=60, poll_s=0.2)  # fmt: skip
+    go.touch()
+    wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "exit" and m.code == 0 for m in load_log(log)[0]),
+             timeout_s=120, poll_s=0.2)  # fmt: skip
+    wait_for(lambda: b"finished" in bytes(screen.data), timeout_s=60, poll_s=0.2)
+    os.write(master, b"q")
+    code = p.wait(timeout=120)
+    out = screen.done().decode(errors="replace")
+    assert code == 0, out[-2000:]
+    assert "the launcher's supervisor was killed by SIGKILL before the job ended; the job ended by itself" in out, out[-2000:]
+    assert "pardash: done, 1 rank(s), step 10" in out and "may train on" not in out, out[-2000:]
+    result = json.loads((Path(entry["run_dir"]) / "result.json").read_text())
+    assert (result["code"], result["stopped"], result["supervisor_gone"]) == (0, False, "killed by SIGKILL")
+
+
 def test_a_launch_whose_supervisor_was_killed_still_stops_the_job_at_ctrl_c(tmp_path):
     # SIGKILL of the supervisor, then Ctrl-C: the launch said "stopped watching; the ranks may
     # still run" and left torchrun and its ranks training, with no launcher able to stop them
