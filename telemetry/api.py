@@ -43,6 +43,7 @@ from .env import telemetry_enabled
 from .memory import MemoryProbe, accountable
 from .modelfacts import model_facts, process_group_facts
 from .reporter import Reporter
+from .security import MAX_COUNT
 
 STEP_FIELDS = ("loss", "samples", "epoch", "lr")
 """``log`` keys that map to :class:`~pardash.telemetry.schema.Step` fields; the rest go in
@@ -50,6 +51,10 @@ STEP_FIELDS = ("loss", "samples", "epoch", "lr")
 PHASE_FIELDS = ("data", "forward", "backward", "optimizer", "comm")
 """``phase`` names with their own Step field (``data`` -> ``data_s``); others go in ``custom``
 as ``<name>_s``."""
+EVENT_FIELDS = ("step", "duration_s", "code", "traceback")
+"""``event`` keywords: the fields of :class:`~pardash.telemetry.schema.Event` a script may give."""
+MAX_EVENT_NAME = 64
+"""Longest event name the hub takes (it refuses longer ones: hubcore's ``_refuse``)."""
 
 # -- what the automatic instrumentation offers the API --------------------------------------
 
@@ -91,13 +96,26 @@ class Logged:
         """Put these values into ``out`` (keyword arguments of ``Reporter.step``), reading
         tensors now; they override what ``out`` had."""
         for name, value in self.fields.items():
-            # A loss that is NaN goes on: the reporter says it is not finite (it vanished).
-            number = as_number(value, finite=name != "loss")
-            if number is not None:
-                out[name] = int(number) if name in ("samples", "epoch") else number
+            if type(value) is int:  # (samples=len(x), the common case: log() checked it)
+                out[name] = value
+                continue
+            # A loss that is NaN goes on: the reporter says it is not finite (it vanished). A
+            # NaN count is no whole number, said below; a NaN lr the hub leaves out anyway.
+            number = as_number(value, finite=name == "lr")
+            if number is None:
+                continue
+            if name in ("samples", "epoch"):
+                # log() checked what it could read; a device tensor is read only now.
+                problem = _count_problem(name, number)
+                if problem is not None:
+                    _said_late(name, problem, out.get("step"))
+                    continue
+                number = int(number)
+            out[name] = number
         custom = dict(out.get("custom") or {})
         for name, value in self.custom.items():
-            number = as_number(value)
+            # NaN goes on too: the reporter leaves it out of the step, and says so once.
+            number = as_number(value, finite=False)
             if number is not None:
                 custom[name] = number
         for name, seconds in self.phases.items():
@@ -135,6 +153,72 @@ def _check_number(name: str, value: Any) -> None:
         raise TypeError(f"pardash.telemetry.log({name}=...): expected a one-element tensor, got {numel()} elements")
     if isinstance(value, int) and not -(2**63) <= value < 2**63:
         raise TypeError(f"pardash.telemetry.log({name}=...): a whole number of {len(str(abs(value)))} digits is too large")
+    if name in ("samples", "epoch") and not _on_device(value):  # (a device tensor is read when published)
+        number = value if isinstance(value, (int, float)) else as_number(value, finite=False)
+        problem = None if number is None else _count_problem(name, number)
+        if problem is not None:
+            raise ValueError(f"pardash.telemetry.log({name}=...): {problem}")
+
+
+def _count_problem(name: str, number: float) -> str | None:
+    """Why ``samples`` or ``epoch`` cannot be ``number`` (None: it can). They are whole numbers
+    on the wire, and the hub refuses a step whose running sum of samples is negative or past
+    MAX_COUNT; it takes any whole epoch, negative ones too, so this does."""
+    if isinstance(number, float) and not number.is_integer():
+        whole = "a non-negative whole number" if name == "samples" else "a whole number"
+        return f"expected {whole}, got {number}"
+    if name == "samples" and not 0 <= number <= MAX_COUNT:
+        return f"expected a non-negative whole number{'' if number < 0 else ' up to 2**48'}, got {number}"
+    if name == "epoch" and not -(2**63) <= number < 2**63:
+        return f"expected a whole number within 64 bits, got {number}"
+    return None
+
+
+def _said_late(name: str, problem: str, step: Any) -> None:
+    """A logged tensor that log() could not check (on the device) and that turned out wrong:
+    left out of the step, and said once per name as a warning. Never raises: a step is
+    published from the automatic instrumentation's hooks too."""
+    if name in _api.late_refused:
+        return
+    _api.late_refused.add(name)
+    try:
+        reporter().event("warning", f"pardash.telemetry.log({name}=...): {problem} (a device tensor, read as its step "
+                         "was published): left out of the steps", step=step)  # fmt: skip
+    except Exception:
+        pass
+
+
+def _check_event(name: Any, message: Any, fields: dict[str, Any]) -> None:
+    """Refuse at ``event`` what the hub would refuse, hub or not (a script that runs alone
+    must not fail once it is watched); tensors and numpy scalars in ``fields`` are read, as
+    the wire would (``schema._enc_hook``)."""
+    if not isinstance(name, str):
+        raise TypeError(f"pardash.telemetry.event(name, ...): expected a string for the event's name, got {type(name).__name__}")
+    if len(name) > MAX_EVENT_NAME:
+        raise ValueError(f"pardash.telemetry.event(name, ...): a name of {len(name)} characters; at most {MAX_EVENT_NAME}")
+    if not isinstance(message, str):
+        raise TypeError(f"pardash.telemetry.event({name!r}, message): expected a string for the message, got {type(message).__name__}")
+    for key, value in fields.items():
+        call = f"pardash.telemetry.event({name!r}, {key}=...)"
+        if key not in EVENT_FIELDS:
+            raise TypeError(f"{call}: no such field; it takes step=, duration_s=, code= and traceback= (say the rest in the message)")
+        if value is None:
+            continue
+        if key == "traceback":
+            if not isinstance(value, str):
+                raise TypeError(f"{call}: expected a string, got {type(value).__name__}")
+            continue
+        if not isinstance(value, (int, float)) and callable(getattr(value, "item", None)):
+            try:
+                fields[key] = value = value.item()
+            except Exception:
+                pass
+        whole = key != "duration_s"
+        kinds = (int,) if whole else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise TypeError(f"{call}: expected {'a whole number' if whole else 'a number of seconds'}, got {type(value).__name__}")
+        if isinstance(value, int) and not -(2**63) <= value < 2**64:
+            raise TypeError(f"{call}: a whole number of {len(str(abs(value)))} digits is too large")
 
 
 # -- the process's one reporter and state ----------------------------------------------------
@@ -163,6 +247,8 @@ class _Api:
         self.late: tuple[dict[str, Any], Logged] | None = None
         """A step held back because a logged value is still on the device."""
         self.user_events: set[str] = set()
+        self.late_refused: set[str] = set()
+        """Logged fields whose device tensor was wrong when read (said once each)."""
         self.failed: int | None = None
         """The exit code an uncaught exception will end the process with (1; 130 for Ctrl-C)."""
         self.exit_said = False
@@ -400,7 +486,11 @@ def log(**metrics: Any) -> None:
 
     ``loss``, ``samples``, ``epoch`` and ``lr`` fill the Step fields of those names; any other
     name is a custom metric (``tokens=...``, ``grad_norm=...``) in ``Step.custom``. Values are
-    numbers or one-element tensors (read when the step is published, not now).
+    numbers or one-element tensors (read when the step is published, not now); ``samples`` is a
+    non-negative whole number, ``epoch`` a whole one. A value that cannot be one raises here,
+    hub or not (a tensor on a device is read only as its step is published: a wrong one is then
+    left out with a warning). A metric that is NaN or infinite is left out of its steps, with a
+    warning when it turns so and when it is finite again.
     """
     logged = _api.logged
     for name, value in metrics.items():
@@ -448,8 +538,11 @@ def phase(name: str) -> _PhaseBlock:
 
 
 def event(name: str, message: str = "", **fields: Any) -> None:
-    """Publish an event: ``checkpoint``, ``epoch_end``, ``warning``, ``info`` or your own name,
-    with a one-line message (and ``step=``, ``duration_s=`` where they apply)."""
+    """Publish an event: ``checkpoint``, ``epoch_end``, ``warning``, ``info`` or your own name
+    (a string of at most 64 characters), with a one-line message (a string), and ``step=``,
+    ``duration_s=``, ``code=`` or ``traceback=`` where they apply. Anything else raises, hub or
+    not: put other details in the message."""
+    _check_event(name, message, fields)
     _api.user_events.add(name)
     if name == "epoch_end":
         _api.epoch += 1  # the steps after it are the next epoch's (a logged epoch wins)

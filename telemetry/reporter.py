@@ -51,6 +51,10 @@ RESCUE_S = 0.25
 the heartbeat thread between beats: at the beat only, a rank stuck in a collective and
 stopped by torchrun within the second lost its last steps (never counted as lost: nothing
 came after them)."""
+MAX_METRICS_FOLLOWED = 32
+"""Custom metrics whose turns to and from not finite a rank says, at most (a warning each way,
+per name): a script that logs thousands of differently named metrics gone NaN says the first
+this many, then once that it says no more, rather than flooding the hub with warnings."""
 HANDOFF_S = 0.06
 """How long the heartbeat thread waits for the loop to send its held steps itself (a little
 more than BATCH_S: a loop that holds steps steps at least that often), so they reach the hub
@@ -140,6 +144,12 @@ class Reporter:
         self._loss_bad: int | None = None
         """The step the loss stopped being finite at (None: it is finite)."""
         self._custom_cut = False
+        self._metrics_bad: dict[str, int] = {}
+        """Custom metrics not finite now, by name: the step each stopped being finite at."""
+        self._metrics_followed: set[str] = set()
+        """Names of custom metrics said not finite (at most MAX_METRICS_FOLLOWED)."""
+        self._metrics_unfollowed = False
+        """Whether a metric past MAX_METRICS_FOLLOWED went unsaid (said once)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._handshakes: zmq.Socket | None = None
@@ -293,9 +303,10 @@ class Reporter:
 
     def step(self, **fields: Any) -> bool:
         """Publish one optimizer step (fields of :class:`schema.Step`). A loss that is not
-        finite goes as none (JSON has no NaN) with a warning event when it turns so; custom
-        metrics past the hub's limit are cut, with a warning once (the hub refused the whole
-        step, loss and all)."""
+        finite goes as none (JSON has no NaN) with a warning event when it turns so; a custom
+        metric that is not finite is left out, with a warning when it turns so and when it is
+        finite again; custom metrics past the hub's limit are cut, with a warning once (the hub
+        refused the whole step, loss and all)."""
         if self._sock is None:
             return False
         step = self.last_step = fields.get("step", self.last_step)
@@ -303,11 +314,19 @@ class Reporter:
         if loss is not None and (self._loss_bad is not None or not math.isfinite(loss)):
             self._loss_turns(fields, loss, step)
         custom = fields.get("custom")
-        if custom and len(custom) > security.MAX_CUSTOM:
-            fields["custom"] = dict(itertools.islice(custom.items(), security.MAX_CUSTOM))
-            if not self._custom_cut:
-                self._custom_cut = True
-                self.event("warning", f"{len(custom)} custom metrics in a step; the first {security.MAX_CUSTOM} are kept", step=step)
+        if custom:
+            try:
+                # NaN or an infinity makes the sum so (a sum that overflows only costs the check)
+                finite = not self._metrics_bad and math.isfinite(sum(custom.values()))
+            except (TypeError, OverflowError):  # not all floats: each is looked at
+                finite = False
+            if not finite:
+                custom = fields["custom"] = self._metric_turns(custom, step)
+            if len(custom) > security.MAX_CUSTOM:
+                fields["custom"] = dict(itertools.islice(custom.items(), security.MAX_CUSTOM))
+                if not self._custom_cut:
+                    self._custom_cut = True
+                    self.event("warning", f"{len(custom)} custom metrics in a step; the first {security.MAX_CUSTOM} are kept", step=step)
         samples = fields.get("samples")
         if samples:
             self.samples_total += samples
@@ -347,6 +366,37 @@ class Reporter:
             self.event("warning", f"loss is finite again at step {step} (not finite from step {self._loss_bad})", step=step)
             self._loss_bad = None
 
+    def _metric_turns(self, custom: dict[str, Any], step: int) -> dict[str, Any]:
+        """``custom`` without the metrics that are not finite (the hub drops them, JSON having
+        no NaN), each said once as it turns so and once as it is finite again, as the loss is;
+        past MAX_METRICS_FOLLOWED names, the rest are left out without a word each."""
+        kept: dict[str, Any] = {}
+        bad = self._metrics_bad
+        for name, value in custom.items():
+            try:
+                finite = math.isfinite(value)
+            except (TypeError, OverflowError):
+                finite = True  # not a float: what the encoder makes of it (a huge int: dropped, counted)
+            if finite:
+                kept[name] = value
+                since = bad.pop(name, None)
+                if since is not None:
+                    self.event("warning", f"{name} is finite again at step {step} (not finite from step {since})", step=step)
+                continue
+            if name in bad:
+                continue
+            if name not in self._metrics_followed:
+                if len(self._metrics_followed) >= MAX_METRICS_FOLLOWED:
+                    if not self._metrics_unfollowed:
+                        self._metrics_unfollowed = True
+                        self.event("warning", f"{name} is {value} at step {step} (steps go on without it); {MAX_METRICS_FOLLOWED} "
+                                   "other metrics were said not finite before it: the next ones are left out without a word", step=step)  # fmt: skip
+                    continue
+                self._metrics_followed.add(name)
+            bad[name] = step
+            self.event("warning", f"{name} is {value} at step {step} (steps go on without it while it is not finite)", step=step)
+        return kept
+
     def set_phase(self, phase: str) -> None:
         """Note the phase the loop enters (data, forward, backward, optimizer, ...)."""
         self._phase = phase
@@ -373,8 +423,18 @@ class Reporter:
         return ok
 
     def event(self, name: str, message: str = "", **fields: Any) -> bool:
-        """Publish an event (checkpoint, epoch_end, warning, error, exit, ...)."""
-        return self.send(schema.Event(name=name, message=message, **fields))
+        """Publish an event (checkpoint, epoch_end, warning, error, exit, ...). Never raises
+        (the automatic instrumentation's hooks call it): a field the schema lacks is counted
+        as dropped. (``pardash.telemetry.event`` refuses a script's bad fields first.)"""
+        if self._sock is None:
+            return False
+        try:
+            msg = schema.Event(name=name, message=message, **fields)
+        except TypeError:
+            with self._count_lock:
+                self.dropped += 1
+            return False
+        return self.send(msg)
 
     def heartbeat(self, _sock: zmq.Socket | None = None) -> bool:
         now = time.monotonic()
