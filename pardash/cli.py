@@ -36,9 +36,32 @@ def cmd_hub(ns: argparse.Namespace) -> int:
 
 
 def cmd_keys(ns: argparse.Namespace) -> int:
+    import shlex
+
     from pardash.telemetry import security
 
     d = ns.dir or str(security.default_curve_dir())
+    if ns.viewer is not None:  # a watch-only key, admitted by the hub of d
+        name = ns.viewer
+        try:
+            paths = security.make_viewer_keys(d, name, out=ns.out, force=ns.force)
+        except security.CurveKeyError as exc:
+            fail(str(exc))
+        folder = os.path.abspath(paths["folder"])
+        print(f"{PROG}: viewer key for {name} in {folder} (folder 0700, files 0600)")
+        print(f"  viewer's folder:   {folder}/ ({security.SERVER}.key, {security.CLIENT}.key, {security.CLIENT}.key_secret): "
+              f"copy it to {name} as is, kept private")  # fmt: skip
+        print(f"  admitted to watch: {os.path.abspath(paths['admitted'])} (frames, snapshots, log copies; the ranks' ingest "
+              f"refuses it. A running hub reads it within a second; delete it to refuse {name}'s new connections)")  # fmt: skip
+        if "replaced" in paths:
+            print(f"  replaced:          {name}'s earlier key (the hub refuses it within a second; connections made with it stay until they end)")
+        there = shlex.quote(folder)
+        print(f"use: {PROG} attach RUN_ID --curve-dir {there}    (from another machine: tcp://HOST:PORT of the hub's ingest for RUN_ID, "
+              f"--curve-dir {name}'s copy of the folder)")  # fmt: skip
+        print(f"     export PARDASH_CURVE_DIR={there}    for {name}'s `{PROG} attach` and `{PROG} record`")
+        return 0
+    if ns.out is not None:
+        fail(f"--out {ns.out} goes with --viewer NAME (the viewer's key folder); the hub's keys go in --dir")
     replaced = os.path.exists(os.path.join(d, f"{security.SERVER}.key_secret"))
     try:
         paths = security.make_keys(d, force=ns.force)
@@ -49,9 +72,14 @@ def cmd_keys(ns: argparse.Namespace) -> int:
     print(f"  hub:              {paths['server_secret']}")
     print(f"  ranks, viewers:   {paths['client_secret']} and {paths['server_public']}")
     print(f"  admitted clients: {paths['authorized']}/ (add another client's .key here to let it in; a running hub reads it again within a second)")
-    revoked = [p.name for k, p in paths.items() if k.startswith("revoked_")]
+    viewers = f"revoked_{security.VIEWERS}/"
+    revoked = [p.name for k, p in paths.items() if k.startswith("revoked_") and not k.startswith(viewers)]
     if revoked:
         print(f"  revoked:          {', '.join(revoked)} (admitted before; add them again to let them in)")
+    revoked = [p.name.removesuffix(".key") for k, p in paths.items() if k.startswith(viewers)]
+    if revoked:
+        # (their folders hold the old server key: admitting them again would not let them in)
+        print(f"  revoked viewers:  {', '.join(revoked)} (make their keys again: {PROG} keys --dir {d} --viewer NAME)")
     if replaced:
         # A hub keeps the key pair it started with (a CURVE server takes it before it binds):
         # ranks and viewers given the new server key cannot reach one started before.
@@ -61,6 +89,7 @@ def cmd_keys(ns: argparse.Namespace) -> int:
         )
     print(f"use: {PROG} hub --bind 0.0.0.0 --curve-dir {d}    (or {PROG} launch --curve-dir {d} ...)")
     print(f"     export PARDASH_CURVE_DIR={d}    for ranks and viewers (copy the folder to other nodes)")
+    print(f"     {PROG} keys --dir {d} --viewer NAME    for someone who should watch only")
     return 0
 
 

@@ -236,11 +236,18 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Make a server and a client CURVE key pair (files readable by you only) and admit the "
             "client key. Give the folder to the hub (--curve-dir DIR) and to ranks and viewers "
-            "(PARDASH_CURVE_DIR=DIR); copy it to the other nodes of a job."
+            "(PARDASH_CURVE_DIR=DIR); copy it to the other nodes of a job. "
+            "With --viewer NAME, make a key for someone who should watch the run and never send it records: "
+            "admitted in DIR/authorized_viewers/NAME.key, it gets frames, snapshots and log copies, and the hub "
+            "refuses it on the ranks' ingest. Its folder (DIR/viewers/NAME/, or --out) holds the hub's server.key "
+            "and the viewer's client.key and client.key_secret: give it to the viewer as is, as their "
+            "--curve-dir or PARDASH_CURVE_DIR. A running hub takes a viewer key added or removed within a second."
         ),
     )
-    k.add_argument("--dir", type=cliargs.path, default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve)")
-    k.add_argument("--force", action="store_true", help="replace existing keys: every client key admitted in authorized_clients/ is revoked (running hubs refuse them within a second); running hubs keep the old server key until restarted")
+    k.add_argument("--dir", type=cliargs.path, default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve); with --viewer, the hub's key folder")
+    k.add_argument("--viewer", default=None, metavar="NAME", help="make a watch-only key for viewer NAME (letters, digits, '.', '_', '-') in a hub's key folder made before")
+    k.add_argument("--out", type=cliargs.path, default=None, metavar="OUT", help="with --viewer: the viewer's key folder (default DIR/viewers/NAME/)")
+    k.add_argument("--force", action="store_true", help="replace existing keys: every client and viewer key admitted in authorized_clients/ and authorized_viewers/ is revoked (running hubs refuse them within a second); running hubs keep the old server key until restarted. With --viewer: replace that viewer's key only")
 
     _bench_parser(sub)
 

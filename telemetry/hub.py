@@ -127,11 +127,13 @@ class Hub:
         self._served_at: dict[bytes, float] = {}
         self.logs = LogServer(self.recorder, run_id, self.core.hub_id)
         """Clients copying the log (``pardash record``), answered at frames on the snapshot port."""
-        for s in (self.ingest, self.updates, self.snap):
+        # With keys, each socket's ZAP domain says who may use it: the ingest takes the ranks'
+        # keys only, the viewers' sockets viewers' keys too (authorized_viewers/).
+        for s, domain in ((self.ingest, security.INGEST_DOMAIN), (self.updates, security.VIEW_DOMAIN), (self.snap, security.VIEW_DOMAIN)):
             s.setsockopt(zmq.LINGER, 0)
             security.allow_ipv6(s, host)
             if self.keys is not None:
-                self.keys.apply(s)
+                self.keys.apply(s, domain=domain)
         if self.keys is not None:
             self.auth = self.keys.start_authenticator(self.ctx)
         self._monitors: dict[zmq.Socket, str] = {}

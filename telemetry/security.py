@@ -8,18 +8,26 @@ encryption, made with pyzmq's ``zmq.auth``)::
       server.key_secret       the hub's key pair (the hub's host only)
       client.key              the ranks' and viewers' public key
       client.key_secret       the ranks' and viewers' key pair
-      authorized_clients/     public keys the hub lets in (client.key; add a viewer's here)
+      authorized_clients/     public keys the hub lets in to publish and to watch (client.key)
+      authorized_viewers/     public keys it lets in to watch only: NAME.key (``--viewer NAME``)
+      viewers/NAME/           viewer NAME's folder, its PARDASH_CURVE_DIR as is: the hub's
+                              server.key, and its own client.key and client.key_secret
 
-Every file is readable by its owner only, and loading refuses a folder (or ``authorized_clients/``)
+``pardash keys --viewer NAME`` makes that last pair (``--out`` puts its folder elsewhere): for a
+colleague who should watch the run and never send it records. Every file is readable by its
+owner only, and loading refuses a folder (or ``authorized_clients/``, ``authorized_viewers/``)
 that another user owns or can write: they could admit their own key or swap the hub's. The hub
 takes the folder by ``--curve-dir`` or ``PARDASH_CURVE_DIR``; ranks and viewers by
-``PARDASH_CURVE_DIR`` (or an argument). With keys,
-the hub's three sockets are CURVE servers and pyzmq's authenticator admits only the public keys
-in ``authorized_clients/``: anyone else gets no frame, no snapshot, and what they push is never
-read. A running hub reads that folder again when it changes (:class:`AdmittedKeys`); its own key
-pair it keeps until restarted. Authentication happens once per connection, so publishing costs
-nothing more per message in Python (libzmq encrypts in its I/O thread), and a connection made
-with a key removed since stays until it ends.
+``PARDASH_CURVE_DIR`` (or an argument). With keys, the hub's three sockets are CURVE servers, in
+the ZAP domain ``ingest`` (where ranks push) or ``view`` (updates and snapshot, where viewers and
+``pardash record`` read), and pyzmq's authenticator admits the public keys in
+``authorized_clients/`` on both, those in ``authorized_viewers/`` on ``view`` only: anyone else
+gets no frame, no snapshot, and what they push is never read; a viewer's key gets frames and
+snapshots, and its connection to the ingest is refused as a stranger's. A running hub reads both
+folders again when they change (:class:`AdmittedKeys`); its own key pair it keeps until
+restarted. Authentication happens once per connection, so publishing costs nothing more per
+message in Python (libzmq encrypts in its I/O thread), and a connection made with a key removed
+since stays until it ends.
 
 Binding. Endpoints bind to loopback unless the user asks otherwise; binding anywhere else needs
 keys or an explicit ``--insecure`` (:func:`bind_refusal`).
@@ -36,6 +44,7 @@ import errno
 import ipaddress
 import itertools
 import os
+import re
 import socket
 import stat
 from dataclasses import dataclass, field
@@ -48,7 +57,15 @@ CURVE_DIR_VAR = "PARDASH_CURVE_DIR"
 SERVER = "server"
 CLIENT = "client"
 AUTHORIZED = "authorized_clients"
-"""Sub-folder of public keys the hub admits."""
+"""Sub-folder of public keys the hub admits on every socket: ranks publish, viewers watch."""
+VIEWERS = "authorized_viewers"
+"""Sub-folder of public keys the hub admits to watch only (``pardash keys --viewer NAME``)."""
+VIEWER_FOLDERS = "viewers"
+"""Sub-folder holding each viewer's own key folder (``viewers/NAME/``), made by ``--viewer NAME``."""
+INGEST_DOMAIN = "ingest"
+"""ZAP domain of the hub's ingest socket, where ranks push: keys in ``authorized_clients/`` only."""
+VIEW_DOMAIN = "view"
+"""ZAP domain of the hub's updates and snapshot sockets: ``authorized_clients/`` and ``authorized_viewers/``."""
 
 # -- limits on what one record may hold -----------------------------------------------------
 
@@ -247,8 +264,99 @@ def make_keys(curve_dir: str | os.PathLike[str], *, force: bool = False) -> dict
         # Replacing keys revokes every admitted client, ours and any added by hand: a rotation
         # must not leave an old key (perhaps the reason for it) let in.
         paths.update({f"revoked_{old.name}": old for old in revoked if old.name != f"{CLIENT}.key"})
+        # Viewers' keys too: their folders hold the old server key, and a hub not yet restarted
+        # would go on letting them watch.
+        watching = d / VIEWERS
+        for old in sorted(watching.glob("*.key")) if watching.is_dir() else ():
+            old.unlink()
+            paths[f"revoked_{VIEWERS}/{old.name}"] = old
     except OSError as exc:
         raise CurveKeyError(f"cannot write keys in {d}: {exc.strerror or exc}; choose another --dir") from None
+    return paths
+
+
+_VIEWER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def viewer_name_refusal(name: str) -> str | None:
+    """Why ``name`` cannot name a viewer (one line), or None: it names a file and a folder."""
+    if _VIEWER_NAME.fullmatch(name):
+        return None
+    return (
+        f"--viewer {name!r}: a viewer's name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or "
+        f"digit (it names {VIEWERS}/NAME.key and {VIEWER_FOLDERS}/NAME/), e.g. --viewer alice"
+    )
+
+
+def viewer_folder(curve_dir: str | os.PathLike[str], name: str) -> Path:
+    """Where ``pardash keys --viewer NAME`` puts viewer ``name``'s folder unless told (``--out``)."""
+    return Path(curve_dir) / VIEWER_FOLDERS / name
+
+
+def make_viewer_keys(
+    curve_dir: str | os.PathLike[str], name: str, *, out: str | os.PathLike[str] | None = None, force: bool = False
+) -> dict[str, Path]:
+    """Make a key pair for viewer ``name`` and admit it to watch only: its public key goes in
+    ``curve_dir/authorized_viewers/NAME.key``, and ``out`` (default ``curve_dir/viewers/NAME``)
+    becomes the viewer's ``PARDASH_CURVE_DIR`` as is: the hub's ``server.key`` and the viewer's
+    ``client.key`` and ``client.key_secret``, the names ranks and viewers load. Folders 0700,
+    files 0600, as :func:`make_keys`; refuses a name already made unless ``force``, which
+    replaces its pair (the hub refuses the old one within a second). The key is admitted last,
+    whole (written aside, then renamed into place): a running hub never reads half of it."""
+    import zmq.auth
+
+    if why := viewer_name_refusal(name):
+        raise CurveKeyError(why)
+    d = Path(curve_dir)
+    _check_folder(d)
+    if not (d / f"{SERVER}.key_secret").is_file():
+        raise CurveKeyError(
+            f"{d} holds no hub keys (no {SERVER}.key_secret) to admit a viewer to: give --dir the hub's key folder, "
+            f"or make one first with `pardash keys --dir {d}`"
+        )
+    hubs_key = d / f"{SERVER}.key"
+    fix = f"put back a good copy of it, or {_renew(d)}"
+    _load(hubs_key, secret=False, missing=fix, damaged=fix)
+    watching = d / VIEWERS
+    _check_folder(watching)
+    admitted = watching / f"{name}.key"
+    folder = Path(out) if out is not None else viewer_folder(d, name)
+    if (folder / f"{SERVER}.key_secret").exists():  # (``d`` itself among them)
+        raise CurveKeyError(f"--out {folder} is a hub's key folder; a viewer's keys go in a folder of their own (default {viewer_folder(d, name)})")
+    existing = [p for p in (admitted, folder / f"{CLIENT}.key_secret") if p.exists()]
+    if existing and not force:
+        again = f"pardash keys --dir {d} --viewer {name}{f' --out {folder}' if out is not None else ''} --force"
+        raise CurveKeyError(
+            f"viewer {name} already has keys ({existing[0]}); `{again}` makes new ones (the hub refuses the old ones within a second)"
+        )
+    _refuse_shared_folder(folder, flag="--out")
+    try:
+        owner = folder.stat().st_uid
+    except FileNotFoundError:
+        owner = os.getuid()
+    except OSError as exc:
+        raise CurveKeyError(f"cannot use {folder} for keys: {exc.strerror or exc}; choose another --out") from None
+    if owner != os.getuid():
+        raise CurveKeyError(f"{folder} belongs to uid {owner}, who could read or swap the viewer's keys; pass a folder of your own to --out")
+    try:
+        watching.mkdir(exist_ok=True, mode=0o700)
+        os.chmod(watching, 0o700)
+        make_private_dir(folder)
+        os.chmod(folder, 0o700)
+        public, secret = zmq.auth.create_certificates(folder, CLIENT)
+        paths = {"client_public": Path(public), "client_secret": Path(secret), "server_public": folder / f"{SERVER}.key"}
+        paths["server_public"].write_bytes(hubs_key.read_bytes())
+        aside = watching / f".{name}.key.{os.getpid()}"  # (a name the hub's reading passes over)
+        aside.write_bytes(paths["client_public"].read_bytes())
+        for p in (*paths.values(), aside):
+            os.chmod(p, 0o600)
+        os.replace(aside, admitted)
+    except OSError as exc:
+        raise CurveKeyError(f"cannot write the viewer's keys ({exc.filename or folder}): {exc.strerror or exc}; choose another --out") from None
+    paths["admitted"] = admitted
+    paths["folder"] = folder
+    if existing:
+        paths["replaced"] = existing[0]
     return paths
 
 
@@ -269,14 +377,22 @@ HANDSHAKE_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILED
 
 
 def refusal(event: int, keys: "ClientKeys | None", who: str, hint: str) -> str:
-    """Why the hub refused the handshake of a client (``who``: "this viewer", "rank 3"),
-    from its monitor's failure ``event``: no keys, a client key the hub does not admit (the
-    hub's ZAP answer: AUTH), or keys of another hub, or a hub without keys (no detail, alike).
-    ``hint``: where such a client is given the keys."""
+    """Why the hub refused the handshake of a client (``who``: "this viewer", or "rank 3": a
+    rank publishes), from its monitor's failure ``event``: no keys, a client key the hub does
+    not admit (the hub's ZAP answer: AUTH), or keys of another hub, or a hub without keys (no
+    detail, alike). ``hint``: where such a client is given the keys.
+
+    AUTH says only that the hub said no to the key, not why: to a rank, a key it never admitted
+    and a viewer's key (admitted to watch, never to publish) read the same, so a rank is told
+    its key is not admitted for publishing, and what does admit one."""
     if keys is None:
         return f"it has CURVE keys and {who} has none ({hint}: a copy of the hub's keys folder)"
     if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-        return f"it does not admit {who}'s client key (copy client.key into the hub folder's {AUTHORIZED}/)"
+        if who.startswith("rank"):
+            return (f"it does not admit {who}'s client key for publishing (a rank needs a key in the hub folder's "
+                    f"{AUTHORIZED}/, as its client.key is; a viewer's key from `pardash keys --viewer` only watches)")
+        return (f"it does not admit {who}'s client key (copy client.key into the hub folder's {AUTHORIZED}/, or give "
+                f"{who} a folder of its own made by `pardash keys --viewer NAME`)")
     # (a hub without keys fails a client with keys the same way: the two cannot be told apart here)
     return (f"{who}'s server.key is not this hub's (copy server.key from the hub's keys folder), or the hub has "
             f"no CURVE keys ({who} then goes without: no {hint})")
@@ -289,7 +405,7 @@ def monitor_socket(sock: zmq.Socket, events: int | None = None) -> zmq.Socket:
     return sock.get_monitor_socket(events, addr=f"inproc://pardash-monitor-{os.getpid()}-{next(_monitors_made)}")
 
 
-def _refuse_shared_folder(d: Path) -> None:
+def _refuse_shared_folder(d: Path, flag: str = "--dir") -> None:
     """Keys go in a folder of their own, which becomes 0700. A folder that already exists, holds
     other things and others may enter (a project folder, /tmp) would be shut to them (and the
     keys mixed among its files): refused, never changed. An empty folder of one's own (`mkdir
@@ -299,15 +415,16 @@ def _refuse_shared_folder(d: Path) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise CurveKeyError(f"cannot use {d} for keys: {exc.strerror or exc}; choose another --dir") from None
+        raise CurveKeyError(f"cannot use {d} for keys: {exc.strerror or exc}; choose another {flag}") from None
     if not d.is_dir():
-        raise CurveKeyError(f"{d} is not a folder; choose another --dir")
+        raise CurveKeyError(f"{d} is not a folder; choose another {flag}")
     ours = st.st_uid == os.getuid()
-    others = [p for p in d.iterdir() if p.name != AUTHORIZED and not p.name.endswith((".key", ".key_secret"))]
+    own = (AUTHORIZED, VIEWERS, VIEWER_FOLDERS)
+    others = [p for p in d.iterdir() if p.name not in own and not p.name.endswith((".key", ".key_secret"))]
     if st.st_mode & 0o077 and (not ours or others):  # a keys folder (copied 0755 by `cp -r`) is fine
         raise CurveKeyError(
             f"{d} is a shared folder (mode {stat.filemode(st.st_mode)}) that holds other files; keys need a folder of "
-            "their own, made 0700: pass a new --dir"
+            f"their own, made 0700: pass a new {flag}"
         )
 
 
@@ -389,82 +506,146 @@ class ServerKeys:
     authorized: Path
     admitted: dict[str, bytes] = field(default_factory=dict)
     """The public keys ``authorized`` held when loaded, by file name (each checked)."""
+    watching: dict[str, bytes] = field(default_factory=dict)
+    """The viewers' public keys ``authorized_viewers/`` (beside ``authorized``) held when loaded."""
 
-    def apply(self, sock: zmq.Socket) -> None:
-        """Make ``sock`` a CURVE server (before ``bind``)."""
+    def apply(self, sock: zmq.Socket, *, domain: str) -> None:
+        """Make ``sock`` a CURVE server in the ZAP ``domain`` (:data:`INGEST_DOMAIN` or
+        :data:`VIEW_DOMAIN`: which keys it admits), before ``bind``."""
         sock.curve_secretkey = self.secret
         sock.curve_publickey = self.public
         sock.curve_server = True
+        sock.zap_domain = domain.encode()
 
     def start_authenticator(self, ctx: zmq.Context) -> AdmittedKeys:
         """pyzmq's authenticator on ``ctx`` (one per context), admitting only the public keys
-        in ``authorized``, as the folder holds them (:meth:`AdmittedKeys.reload`). Stop it
-        with ``.stop()`` before the context ends."""
-        return AdmittedKeys(ctx, self.authorized, self.admitted or authorized_keys(self.authorized))
+        in ``authorized`` everywhere and those in ``authorized_viewers/`` to watch, as the
+        folders hold them (:meth:`AdmittedKeys.reload`). Stop it with ``.stop()`` before the
+        context ends."""
+        return AdmittedKeys(ctx, self.authorized, self.admitted or authorized_keys(self.authorized), watching=self.watching)
 
 
 RELOAD_EVERY_S = 1.0
-"""A running hub looks at ``authorized_clients/`` this often for keys added or removed."""
+"""A running hub looks at ``authorized_clients/`` and ``authorized_viewers/`` this often for
+keys added or removed."""
 
 
-class AdmittedKeys:
-    """The client keys a running hub admits, kept to what ``authorized_clients/`` holds: a key
-    added there (`pardash keys` says to) lets its client in, one removed (or revoked by
-    `pardash keys --force`) keeps it out, without a restart. A hub that read the folder once
-    admitted its first keys for good.
+class _KeyFolder:
+    """One folder of admitted public keys, as the hub last read it."""
 
-    pyzmq's authenticator asks :meth:`callback` about each new connection, so it admits exactly
-    the keys checked here (its own ``configure_curve`` would read the folder a second time, and
-    a file changed in between would have it admit nobody). Authentication happens once a
-    connection: a client connected with a key removed since stays until it reconnects."""
-
-    def __init__(self, ctx: zmq.Context, folder: Path, keys: dict[str, bytes]) -> None:
-        from zmq.auth.thread import ThreadAuthenticator
-
+    def __init__(self, folder: Path, keys: dict[str, bytes], *, viewers: bool) -> None:
         self.folder = folder
         self.keys = dict(keys)
-        """Admitted public keys (Z85) by file name."""
-        self._allowed = frozenset(keys.values())
+        self.viewers = viewers
         self._seen: tuple | None = None  # read again at the first look: it may have changed since loaded
-        self._next = 0.0
-        self._auth = ThreadAuthenticator(ctx)
-        self._auth.start()
-        self._auth.configure_curve_callback(domain="*", credentials_provider=self)
 
-    def callback(self, domain: str, key: bytes) -> bool:
-        """pyzmq's question, on its authenticator thread: is this public key (Z85) admitted?"""
-        return key in self._allowed
-
-    def reload(self, now: float) -> tuple[str, str] | None:
-        """Read the folder again when it changed, at most once every RELOAD_EVERY_S; returns
-        what the hub should say (an event name and its message) when the keys it admits
-        changed, or when it keeps the ones it had because the folder went wrong."""
-        if now < self._next:
-            return None
-        self._next = now + RELOAD_EVERY_S
+    def reread(self) -> tuple[str, str] | None:
+        """Read the folder again when it changed: what the hub should say (an event name and
+        its message) when its keys changed, or when it keeps the ones it had because the folder
+        went wrong."""
         seen = _listing(self.folder)
         if seen == self._seen:
             return None
         self._seen = seen
+        whose = "viewer" if self.viewers else "client"
         try:
             _check_folder(self.folder)
-            keys = authorized_keys(self.folder)
+            keys = authorized_keys(self.folder, viewers=self.viewers)
         except (CurveKeyError, OSError) as exc:
             # A key half copied or mistyped must not lock every client out, nor stop the hub.
             why = exc if isinstance(exc, CurveKeyError) else f"cannot read {self.folder} ({exc.strerror or exc})"
-            return "warning", f"{why}; until then the hub admits the {len(self.keys)} key(s) it admitted before"
+            return "warning", f"{why}; until then the hub admits the {len(self.keys)} {'viewer ' if self.viewers else ''}key(s) it admitted before"
         if keys == self.keys:
             return None
         old, self.keys = self.keys, keys
-        self._allowed = frozenset(keys.values())
         added = sorted(k for k in keys if k not in old)
         removed = sorted(k for k in old if k not in keys)
         changed = sorted(k for k in keys if k in old and keys[k] != old[k])
         said = [f"{what} {', '.join(names)}" for what, names in (("added", added), ("removed", removed), ("replaced", changed)) if names]
-        text = f"admitted client keys changed in {self.folder}: {'; '.join(said)} ({len(keys)} admitted now)"
+        text = f"admitted {whose} keys{' (to watch only)' if self.viewers else ''} changed in {self.folder}: {'; '.join(said)} ({len(keys)} admitted now)"
         if removed or changed:
-            text += "; a client connected with a key no longer admitted stays until it reconnects (restart the hub to cut it off)"
+            text += f"; a {whose} connected with a key no longer admitted stays until it reconnects (restart the hub to cut it off)"
         return "hub", text
+
+
+class AdmittedKeys:
+    """The keys a running hub admits, kept to what ``authorized_clients/`` (everywhere) and
+    ``authorized_viewers/`` (to watch only) hold: a key added there (`pardash keys` says to)
+    lets its client in, one removed (or revoked by `pardash keys --force`) keeps it out,
+    without a restart. A hub that read the folder once admitted its first keys for good.
+
+    pyzmq's authenticator asks :meth:`callback` about each new connection, with the ZAP domain
+    of the hub's socket it came to, so it admits exactly the keys checked here (its own
+    ``configure_curve`` would read the folder a second time, and a file changed in between would
+    have it admit nobody). Authentication happens once a connection: a client connected with a
+    key removed since stays until it reconnects."""
+
+    def __init__(self, ctx: zmq.Context, folder: Path, keys: dict[str, bytes], *, watching: dict[str, bytes] | None = None) -> None:
+        from collections import deque
+
+        from zmq.auth.thread import ThreadAuthenticator
+
+        self._clients = _KeyFolder(folder, keys, viewers=False)
+        self._viewers = _KeyFolder(folder.parent / VIEWERS, watching or {}, viewers=True)
+        self.folder = folder
+        self._allowed = frozenset(keys.values())
+        self._watching = frozenset(self._viewers.keys.values())
+        self._pushed: deque[bytes] = deque()
+        """Viewers' keys refused on the ingest (appended on the authenticator's thread)."""
+        self._pushed_said: set[bytes] = set()
+        self._next = 0.0
+        self._auth = ThreadAuthenticator(ctx)
+        self._auth.start()
+        # pyzmq asks the provider of the connection's own domain ("*" only when it has none).
+        for domain in ("*", INGEST_DOMAIN, VIEW_DOMAIN):
+            self._auth.configure_curve_callback(domain=domain, credentials_provider=self)
+
+    @property
+    def keys(self) -> dict[str, bytes]:
+        """Admitted client keys (Z85) by file name."""
+        return self._clients.keys
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """pyzmq's question, on its authenticator thread: is this public key (Z85) admitted
+        to the socket of ``domain``? A client's everywhere, a viewer's on :data:`VIEW_DOMAIN`."""
+        if key in self._allowed:
+            return True
+        if key in self._watching:
+            if domain == VIEW_DOMAIN:
+                return True
+            self._pushed.append(key)
+        return False
+
+    def reload(self, now: float) -> tuple[str, str] | None:
+        """Read the folders again when they changed, at most once every RELOAD_EVERY_S; returns
+        what the hub should say (an event name and its message) when the keys it admits
+        changed, when it keeps the ones it had because a folder went wrong, or when a viewer's
+        key first tried to publish."""
+        if now < self._next:
+            return None
+        self._next = now + RELOAD_EVERY_S
+        said = [s for s in (self._clients.reread(), self._viewers.reread(), self._viewer_pushed()) if s is not None]
+        self._allowed = frozenset(self._clients.keys.values())
+        self._watching = frozenset(self._viewers.keys.values())
+        if not said:
+            return None
+        return ("warning" if any(name == "warning" for name, _ in said) else "hub"), ". ".join(text for _, text in said)
+
+    def _viewer_pushed(self) -> tuple[str, str] | None:
+        """Viewers' keys refused on the ingest since last asked, said once a key (a refused
+        client tries again every few seconds)."""
+        names: list[str] = []
+        while self._pushed:
+            key = self._pushed.popleft()
+            if key not in self._pushed_said:
+                self._pushed_said.add(key)
+                names += [name for name, k in self._viewers.keys.items() if k == key] or ["a viewer key removed since"]
+        if not names:
+            return None
+        return "warning", (
+            f"refused {', '.join(sorted(set(names)))} ({self._viewers.folder}) on the ingest port: a viewer's key watches "
+            f"and never publishes (a rank needs a key in {self.folder})"
+        )
 
     def stop(self) -> None:
         self._auth.stop()
@@ -539,14 +720,17 @@ def load_server_keys(curve_dir: str | os.PathLike[str]) -> ServerKeys:
         ours = d / f"{CLIENT}.key"
         fix = f"copy {ours} there" if ours.is_file() else f"copy there the {CLIENT}.key of each rank and viewer to let in"
         raise CurveKeyError(f"no authorised client keys in {auth}, so the hub would let no one in; {fix}")
-    return ServerKeys(public=public, secret=secret, authorized=auth, admitted=admitted)
+    _check_folder(d / VIEWERS)  # (none: the hub admits no viewer's key, as before there were any)
+    watching = authorized_keys(d / VIEWERS, viewers=True)
+    return ServerKeys(public=public, secret=secret, authorized=auth, admitted=admitted, watching=watching)
 
 
-def authorized_keys(folder: Path) -> dict[str, bytes]:
+def authorized_keys(folder: Path, *, viewers: bool = False) -> dict[str, bytes]:
     """The public key (Z85) of each ``*.key`` file in ``folder``, by file name, as pyzmq's
     authenticator reads them, each checked: given one file it could not read, the authenticator
     admitted nobody at all and said only "Failed to load CURVE certs" in a log the hub never
-    shows. Raises :class:`CurveKeyError` naming the first bad file; {} for a missing folder."""
+    shows. Raises :class:`CurveKeyError` naming the first bad file; {} for a missing folder.
+    ``viewers``: ``folder`` is ``authorized_viewers/`` (said so of a bad file)."""
     keys: dict[str, bytes] = {}
     try:
         names = sorted(e.name for e in os.scandir(folder))
@@ -561,9 +745,9 @@ def authorized_keys(folder: Path) -> dict[str, bytes]:
         try:
             keys[name] = _public_key(path)
         except ValueError as exc:
-            raise CurveKeyError(
-                f"{path} is not a client's public key ({exc}); remove it, or put there a client.key that `pardash keys` made"
-            ) from None
+            fix = (f"make it again with `pardash keys --viewer {name[:-4]} --force`" if viewers
+                   else "put there a client.key that `pardash keys` made")  # fmt: skip
+            raise CurveKeyError(f"{path} is not a {'viewer' if viewers else 'client'}'s public key ({exc}); remove it, or {fix}") from None
     return keys
 
 

@@ -528,7 +528,9 @@ def test_a_running_hub_admits_the_keys_its_folder_holds_now(tmp_path, keys):
     "who, said",
     [
         ("no key", "it has CURVE keys and rank 0 has none (PARDASH_CURVE_DIR: a copy of the hub's keys folder)"),
-        ("a stranger's key", "it does not admit rank 0's client key (copy client.key into the hub folder's authorized_clients/)"),
+        # (a viewer's key reads the same to a rank: the hub's answer says no more than "not admitted")
+        ("a stranger's key", "it does not admit rank 0's client key for publishing (a rank needs a key in the hub folder's "
+                             "authorized_clients/, as its client.key is; a viewer's key from `pardash keys --viewer` only watches)"),
         # (it said "its key is not one the hub admits" of a rank with another hub's server.key, whose own key was admitted)
         ("another hub's keys", "rank 0's server.key is not this hub's (copy server.key from the hub's keys folder)"),
     ],
