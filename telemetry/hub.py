@@ -798,10 +798,12 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
     try:
         hub.serve()
     finally:
+        hub.core.say_refused(time.monotonic(), all_of_them=True)  # (its log then counts them received, not lost)
         st = hub.core.stats()
-        hub.core.note(
-            f"hub stopped: {st.received} messages, {st.lost} lost, {rejects_text(st.rejected)}"
-        )
+        stopped = f"hub stopped: {st.received} messages, {st.lost} lost, {rejects_text(st.rejected)}"
+        hub.core.note(stopped)
+        if hub.say is not None:  # a hub alone: its terminal had its start, and now its end
+            hub.say(stopped + (f"; log {hub.recorder.path}" if hub.recorder is not None else ""))
         hub.close()
         if hub.recorder is not None and hub.recorder.last_word:
             # (said here whoever started the hub: no viewer may be left to show it)

@@ -86,6 +86,16 @@ error and traceback refused, the one thing the run's report needed."""
 REJECTS_NOTE_S = 60.0
 """How often, at most, the hub notes in its log what it has refused so far (when that grew)."""
 _REJECTS = re.compile(r"(\d+) rejected(?: \(([^)]*)\))?")
+REFUSED_SAID_S = 2.0
+"""A rank whose messages the hub refuses is said (a ``refused`` event, with how many) at most
+this often: those messages reached the hub, so they count as rejected, not as lost."""
+MAX_FOREIGN_SAID = 4
+"""Other runs whose refused records the hub names, one warning each (a fuzzer's are many)."""
+SEQ_KEPT_REASONS = frozenset(
+    ("invalid", "not_finite", "out_of_range", "too_large", "too_many_events", "newer_version", "unknown_version")
+)
+"""Refusals of a message whose rank, run and seq are still its sender's own (its figures or its
+size were wrong): its seq counts as received, so one message is not both rejected and lost."""
 
 
 SHARED_RANK_S = 2.0
@@ -210,6 +220,13 @@ class HubCore:
         """The largest world size a hello taken has said (a hub alone bounds ranks by it)."""
         self._rejects_noted = 0
         self._rejects_noted_at = -REJECTS_NOTE_S
+        self._refused: dict[int, Counter[str]] = {}
+        """rank -> the reasons of its messages refused since it was last said (REFUSED_SAID_S)."""
+        self._refused_n = 0
+        """How many messages ``_refused`` holds: received, so not lost, though no event says so yet."""
+        self._refused_said_at: dict[int, float] = {}
+        self._foreign_said: set[str] = set()
+        """The other runs whose records were refused and said so (``_say_foreign``)."""
         self._event_budget: dict[int, tuple[float, float]] = {}
         """rank -> (events it may still send at once, when that was reckoned)."""
         self._ticked: float | None = None
@@ -323,6 +340,8 @@ class HubCore:
                         keep = fresh.append
                     if m is None:
                         self.rejected[why] += 1
+                        if why == "invalid":
+                            self._refused_raw(raw, why)
                     elif self._ingest_decoded(m, len(raw), now):
                         taken += 1
                     h, t_last = self.hseq, st.t_last
@@ -479,6 +498,70 @@ class HubCore:
                 return "rank_out_of_range"
         return None
 
+    def _say_foreign(self, msg: schema.Message) -> None:
+        """Records of another run (a job started with a stale or mistyped PARDASH_RUN_ID) are
+        refused whole: said at once, for each such run (the first few), where otherwise the run
+        went unrecorded with nothing said but a count in the log a minute later."""
+        run = schema.plain_text(msg.run[:64])
+        if run in self._foreign_said or len(self._foreign_said) > MAX_FOREIGN_SAID:
+            return
+        self._foreign_said.add(run)
+        if len(self._foreign_said) > MAX_FOREIGN_SAID:
+            self._warn("records of yet more other runs are refused too (not said one by one)")
+            return
+        ours = self.state.run_id
+        self._warn(
+            f"refusing every record of run {run!r} (rank {msg.rank} is the first): this hub records run {ours!r}; "
+            f"start the job with PARDASH_RUN_ID={ours}, or this hub with --run-id {run}"
+        )
+
+    def _refused_seq(self, rank: int, seq: int, run: str, reason: str) -> None:
+        """A message of a known rank refused for ``reason``, its seq its own: held to be said
+        (:meth:`say_refused`), and meanwhile not counted as lost (:meth:`stats`)."""
+        st = self.state
+        r = st.ranks.get(rank)
+        if (
+            r is None
+            or not st.track_seq
+            or type(seq) is not int
+            or not 0 <= seq <= security.MAX_COUNT
+            or (run and st.run_id and run != st.run_id)
+            or (r.seq.received and seq > r.seq.max_seq + MAX_SEQ_JUMP)
+        ):
+            return
+        held = self._refused.get(rank)
+        if held is None:
+            if len(self._refused) >= security.MAX_RANKS_TRACKED:
+                return
+            held = self._refused[rank] = Counter()
+        held[reason] += 1
+        self._refused_n += 1
+
+    def _refused_raw(self, raw: bytes, reason: str) -> None:
+        """A frame that is MessagePack but not of the schema (a figure of the wrong type): its
+        rank, run and seq as it says them, when it says them plainly."""
+        try:
+            d = msgspec.msgpack.decode(raw)
+        except Exception:  # (nested past the stack, and so on: nothing to tell)
+            return
+        if isinstance(d, dict) and type(d.get("rank")) is int and type(d.get("seq", 0)) is int:
+            run = d.get("run", "")
+            self._refused_seq(d["rank"], d.get("seq", 0), run if isinstance(run, str) else "?", reason)
+
+    def say_refused(self, now: float, *, all_of_them: bool = False) -> None:
+        """Say each rank's refused messages (a ``refused`` event, seq -1, ``code`` their number),
+        at most once every REFUSED_SAID_S a rank (``all_of_them``: now, as the hub stops): its
+        log then counts them as received (RunState.apply), the seq gaps they left not lost."""
+        for rank in list(self._refused):
+            if not all_of_them and now - self._refused_said_at.get(rank, -REFUSED_SAID_S) < REFUSED_SAID_S:
+                continue
+            reasons = self._refused.pop(rank)
+            n = sum(reasons.values())
+            self._refused_n -= n
+            self._refused_said_at[rank] = now
+            self.note(f"rank {rank}: {n:,} message(s) refused ({', '.join(f'{why} {k:,}' for why, k in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))}); "
+                      "they reached the hub, so they are not counted as lost", name="refused", rank=rank, code=n)  # fmt: skip
+
     def _over_budget(self, rank: int, now: float) -> bool:
         """Take one of ``rank``'s events from its budget (a token bucket); True when it has none."""
         left, at = self._event_budget.get(rank, (EVENTS_BURST, now))
@@ -500,6 +583,8 @@ class HubCore:
         ):
             reason = "too_many_events"
         if reason is not None:
+            if reason == "foreign_run":
+                self._say_foreign(msg)
             if reason == "world_size_mismatch" and not self._world_said:
                 self._world_said = True
                 self._warn(
@@ -509,6 +594,8 @@ class HubCore:
                 )
             if reason != "redundant":
                 self.rejected[reason] += 1
+                if reason in SEQ_KEPT_REASONS:
+                    self._refused_seq(msg.rank, msg.seq, msg.run, reason)
             else:
                 self.redundant += 1
             return False
@@ -652,7 +739,7 @@ class HubCore:
         return frames.HubStats(
             received=self.received,
             rejected=dict(self.rejected),
-            lost=min(self.state.lost, big),
+            lost=min(max(0, self.state.lost - self._refused_n), big),
             dropped=min(dropped, big),
             ingest_hz=self._rate_hz,
             log_path=str(rec.path) if rec else "",
@@ -680,6 +767,8 @@ class HubCore:
             # In the log as it goes, so a hub killed outright still leaves its count there.
             self._rejects_noted, self._rejects_noted_at = rejected, now
             self.note(f"refused so far: {rejects_text(self.rejected)}")
+        if self._refused:
+            self.say_refused(now)
         steps = list(self._steps.values())
         messages: list[schema.Message] = self._pending
         messages.extend(self._systems.values())

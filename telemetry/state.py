@@ -497,6 +497,10 @@ class RunState:
                 r.awaited = True
                 if r.seq.received:
                     r.seq.restart()
+            if msg.name == "refused" and msg.seq < 0 and self.track_seq and msg.code:
+                # The hub refused that many of its messages (HubCore.say_refused): they reached
+                # it, so the seq gaps they left are not lost messages.
+                r.seq.received += max(0, min(msg.code, 1 << 48))
             if msg.name == "exit":
                 if msg.seq < 0:
                     r.exit_noted = code

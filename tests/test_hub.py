@@ -1002,3 +1002,104 @@ def test_a_core_with_the_replays_detector_takes_steps_the_fast_way():
     assert core.ingest_batch([hello, *steps], 1.0) == 9
     assert not core.rejected.get("internal_error")
     assert core.state.ranks[0].step.step == 8
+
+
+def test_messages_the_hub_refuses_are_rejected_not_also_lost_live_and_in_the_log(tmp_path):
+    # A rank's messages refused for their figures (an event past its budget, a step time below
+    # 0, a message of the wrong type) left seq gaps: the header said "lost 4 · rejected 4" of 4
+    # messages that had reached the hub. A real gap is still lost.
+    from pardash.telemetry.hubcore import EVENTS_BURST
+    from pardash.telemetry.recorder import Recorder
+    from pardash.telemetry.report import build_report
+
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id="r", world_size=2, recorder=Recorder(path))
+    assert core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=0, world_size=2, pid=10, t=1.0e9)), 0.0)
+    seq = 0
+
+    def step(n: int, **kw) -> bytes:
+        return schema.encode(schema.Step(run="r", rank=0, seq=seq, step=n, t=1.0e9 + n, step_s=0.01, **kw))
+
+    for n in range(1, 6):
+        seq += 1
+        assert core.ingest_bytes(step(n), 1.0)
+    for _ in range(int(EVENTS_BURST) + 3):  # the last 3 past the rank's budget
+        seq += 1
+        core.ingest_bytes(schema.encode(schema.Event(run="r", rank=0, seq=seq, t=1.0e9, name="note", message="hi")), 1.0)
+    seq += 1
+    assert not core.ingest_bytes(step(6, data_s=-1.0), 1.0)
+    seq += 1
+    wrong_type = msgspec.msgpack.encode({"kind": "event", "run": "r", "rank": 0, "seq": seq, "t": 1.0e9, "name": "x", "message": 5})
+    assert not core.ingest_bytes(wrong_type, 1.0)
+    seq += 1
+    assert core.ingest_bytes(step(7), 1.0)
+    assert dict(core.rejected) == {"too_many_events": 3, "not_finite": 1, "invalid": 1}
+    assert core.stats().lost == 0  # at once, before the hub has said it
+    core.tick(2.0)
+    said = [e for e in core.state.events if isinstance(e, schema.Event) and e.name == "refused"]
+    assert [(e.rank, e.code) for e in said] == [(0, 5)]
+    assert "too_many_events 3, invalid 1, not_finite 1" in said[0].message and "not counted as lost" in said[0].message
+    assert core.stats().lost == 0
+    seq += 5  # 4 messages that never came
+    assert core.ingest_bytes(step(8), 3.0)
+    assert core.stats().lost == 4
+    core.recorder.close()
+    rep = build_report(str(path))
+    assert [r["lost_messages"] for r in rep["ranks"]] == [4] and rep["lost_messages"] == 4
+
+
+def test_records_of_another_run_are_refused_and_said_at_once(tmp_path):
+    # A job started with a stale PARDASH_RUN_ID: every record refused, the run unrecorded, and
+    # nothing said but "refused so far: 4 rejected (foreign_run 4)" in the log a minute later.
+    from pardash.telemetry.hubcore import MAX_FOREIGN_SAID
+
+    core = HubCore(run_id="r", world_size=2)
+    said: list[str] = []
+    core.say = said.append
+    for seq in range(5):
+        assert not core.ingest_bytes(schema.encode(schema.Step(run="old", rank=seq % 2, seq=seq, step=seq, t=1.0e9, step_s=0.01)), 1.0)
+    assert core.rejected["foreign_run"] == 5
+    assert said == ["refusing every record of run 'old' (rank 0 is the first): this hub records run 'r'; "
+                    "start the job with PARDASH_RUN_ID=r, or this hub with --run-id old"]  # fmt: skip
+    assert [e.message for e in core.state.events if isinstance(e, schema.Event) and e.name == "warning"] == said
+    for i in range(50):  # a fuzzer's many runs: a few named, then one line
+        core.ingest_bytes(schema.encode(schema.Step(run=f"x\x1b[2J{i}", rank=0, seq=1, step=1, t=1.0e9)), 1.0)
+    assert len(said) == MAX_FOREIGN_SAID + 1 and "yet more other runs" in said[-1]
+    assert not any("\x1b" in s for s in said)
+
+
+def test_a_hub_alone_says_a_foreign_run_at_once_and_its_end_with_the_refused_not_lost(tmp_path):
+    # `pardash hub`, then a job whose PARDASH_RUN_ID was the last hub's: its terminal said
+    # nothing (only the log, a minute later), nor anything as it stopped.
+    import signal
+    import subprocess
+    import time
+
+    from helpers import pardash_env
+    from pardash.telemetry.spawn import spawn_hub
+
+    log = tmp_path / "run.jsonl"
+    hub, info = spawn_hub(["--run-id", "r", "--log", str(log), "--no-registry"], env=pardash_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        ctx = zmq.Context()
+        push = ctx.socket(zmq.PUSH)
+        push.connect(info["ingest"])
+        push.send(schema.encode(schema.Hello(run="r", rank=0, world_size=1, pid=1, t=time.time())))
+        push.send(schema.encode(schema.Step(run="old", rank=0, seq=1, step=1, t=time.time(), step_s=0.01)))
+        push.send(schema.encode(schema.Step(run="r", rank=0, seq=1, step=1, t=time.time(), step_s=-1.0)))  # refused, not lost
+        push.send(schema.encode(schema.Step(run="r", rank=0, seq=2, step=2, t=time.time(), step_s=0.01)))
+        wait_for(lambda: log.exists() and any(isinstance(m, schema.Step) and m.step == 2 for m in load_log(log)[0]), timeout_s=60)
+        push.close(linger=1000)
+        ctx.term()
+    finally:
+        hub.send_signal(signal.SIGINT)
+        _, err = hub.communicate(timeout=60)
+    assert "pardash hub: refusing every record of run 'old' (rank 0 is the first): this hub records run 'r'" in err, err
+    assert f"pardash hub: hub stopped: 2 messages, 0 lost, 2 rejected (foreign_run 1, not_finite 1); log {log}" in err, err
+    assert build_report_lost(log) == 0
+
+
+def build_report_lost(log) -> int:
+    from pardash.telemetry.report import build_report
+
+    return build_report(str(log))["lost_messages"]

@@ -30,7 +30,7 @@ VERDICT_STYLES = {
     "sharding_ok": "good",
     "finished": "good",
 }
-EVENT_STYLES = {"error": "bad", "warning": "warn", "exit": "bad", "checkpoint": "info", "epoch_end": "info", "eval": "dim"}
+EVENT_STYLES = {"error": "bad", "warning": "warn", "refused": "warn", "exit": "bad", "checkpoint": "info", "epoch_end": "info", "eval": "dim"}
 
 
 def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: float | None = None) -> tuple[str, str]:
