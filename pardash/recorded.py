@@ -300,6 +300,10 @@ def cmd_export(ns: argparse.Namespace) -> int:
         # By rank, as the steps above: their sum over the ranks read "18 step(s)" where the
         # report said "9 run again" of the same run.)
         print(f"{PROG}: steps run again after a restart or a resume, counted once above: {steps_by_rank(res['rerun'])}")
+    if res.get("lost"):
+        # (the launch had said "2 messages lost"; the export's curves had a gap and no word)
+        print(f"{PROG}: messages lost before the log had them (a hub restart, a rank's full queue), so its curves have gaps: "
+              f"{steps_by_rank(res['lost'])}")  # fmt: skip
     if res["skipped_lines"]:
         why = ", ".join(f"{n} {reason}" for reason, n in res["skipped_by_reason"].items())
         print(f"{PROG}: skipped {res['skipped_lines']} log line(s) ({why})")

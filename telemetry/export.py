@@ -60,7 +60,7 @@ from . import registry, schema
 from .eventfile import EventFile, EventFileError, RecordFraming
 from .failures import signal_name
 from .logreader import LogReadStats, Progress, no_records, read_log
-from .state import mem_held_bytes
+from .state import RunState, mem_held_bytes
 
 TIMES = ("step_s", "data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
 MEM_FIELDS = (
@@ -285,11 +285,15 @@ class _Export:
         self.in_log: set[int] = set()
         """Every rank the log has a record of (its own, or the hub's about it)."""
         self.runs: set[str] = set()
+        self.seqs = RunState(track_seq=True)
+        """The ranks' message counts (seq), as the report keeps them: the messages lost (a hub
+        killed and restarted, a reporter's full queue) leave gaps in the curves, said at the end."""
 
     def add(self, msg: schema.Message) -> None:
         rank = msg.rank
         if rank < 0:
             return  # the hub's own records: no rank's run
+        self.seqs.apply(msg, 0.0)
         self.in_log.add(rank)
         if self.ranks is not None and rank not in self.ranks:
             if isinstance(msg, schema.Step):
@@ -534,7 +538,8 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     ``{"ranks": {rank: steps}, "rerun": {rank: steps run again (not in ``ranks``)}, "dirs": {rank: path}, "points": scalars, "texts": n,
     "skipped_lines": n, "skipped_by_reason": {reason: n}, "left_out": ranks with steps that ``ranks`` left out, "in_log": every
     rank the log has a record of, "live_run": the id of the live run still recording the log (its
-    export holds the steps so far) or None}``, and
+    export holds the steps so far) or None, "lost": {rank: messages it sent that the log lacks (its
+    curves have gaps there), where any}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
     if not os.path.isfile(log_path):
         raise ExportError(f"{log_path}: no such log file")
@@ -571,6 +576,8 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
         "left_out": len(export.others),
         "in_log": sorted(export.in_log),
         "live_run": going["run_id"] if going else None,
+        "lost": {r.rank: r.seq.lost for r in sorted(export.seqs.ranks.values(), key=lambda r: r.rank)
+                 if r.seq.lost and (ranks is None or r.rank in ranks)},  # fmt: skip
         **({"runs": sorted(export.runs)} if len(export.runs) > 1 else {}),
     }
 

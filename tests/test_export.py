@@ -357,7 +357,7 @@ def test_the_closing_line_of_an_export_of_many_ranks_groups_them(tmp_path):
     # It named every rank with its steps: 256 ranks were a 4,000-character line.
     log = tmp_path / "run.jsonl"
     log.write_bytes(schema.encode_json_lines(
-        [schema.Step(rank=r, step=s, seq=s, loss=1.0, step_s=0.1, samples=4, t=1.0e9 + s) for s in (1, 2) for r in range(300) if s == 1 or r != 17]
+        [schema.Step(rank=r, step=s, seq=s - 1, loss=1.0, step_s=0.1, samples=4, t=1.0e9 + s) for s in (1, 2) for r in range(300) if s == 1 or r != 17]
     ))  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / "tb")],
@@ -683,3 +683,22 @@ def test_a_launchers_note_of_an_exit_goes_after_the_ranks_last_steps_or_gives_wa
     assert _texts(tmp_path / "tb" / "rank1", "events/exit") == [(30, "exit code 1")]
     assert [step for step, _ in _texts(tmp_path / "tb" / "rank1", "events/error")] == [29]
     assert _texts(tmp_path / "tb" / "rank0", "events/exit") == [(28, "torchrun: rank 0 killed by signal 9 (SIGKILL)")]
+
+
+def test_an_export_says_which_ranks_lost_messages_as_the_report_counts_them(tmp_path):
+    # A hub killed mid-run: rank 0's steps 4-5 never reached the log. The export's curves had a
+    # gap there and nothing said so (the launch had said "2 messages lost"). Messages the hub
+    # refused (its "refused" note) reached it: not lost.
+    log = tmp_path / "gap.jsonl"
+    msgs: list = [schema.Hello(rank=r, seq=0, world_size=2, t=1000.0, run="r") for r in (0, 1)]
+    msgs += [schema.Step(rank=0, step=s, seq=s, loss=1.0, step_s=0.1, t=1000.0 + s, run="r") for s in range(1, 11) if s not in (4, 5)]
+    msgs += [schema.Step(rank=1, step=s, seq=s, loss=1.0, step_s=0.1, t=1000.0 + s, run="r") for s in range(1, 11) if s != 3]
+    msgs.append(schema.Event(rank=1, seq=-1, name="refused", code=1, message="rank 1: 1 message(s) refused (not_finite 1)", t=1011.0, run="r"))
+    log.write_bytes(b"".join(msgspec.json.encode(m) + b"\n" for m in msgs))
+    res = export_tensorboard(str(log), str(tmp_path / "tb"))
+    assert res["lost"] == {0: 2}
+    assert export_tensorboard(str(log), str(tmp_path / "tb1"), ranks={1})["lost"] == {}
+    cli = subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / "tb2")],
+                         capture_output=True, text=True, env=pardash_env(), timeout=120)  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert "pardash: messages lost before the log had them (a hub restart, a rank's full queue), so its curves have gaps: rank 0: 2" in cli.stdout
