@@ -10,6 +10,10 @@ On a hub with CURVE keys (``pardash keys``), the reporter's sockets authenticate
 keys from ``PARDASH_CURVE_DIR`` (or ``curve=``); that happens once per connection, so ``send``
 costs the same. Keys that cannot be read switch publishing off with one warning: telemetry
 never stops training.
+
+PUSH has no reply, so the heartbeat socket's handshake monitor (read at beats, never by
+``send``) is how a rank learns whether a hub took it: the first rank of each node says when none
+has after HUB_WAIT_S, and at its close that none ever did (nothing of it was recorded).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 import zmq
 
 from . import schema, security
-from .env import ENDPOINT_VAR, RUN_ID_VAR, RankIdentity, rank_identity, telemetry_enabled
+from .env import ENDPOINT_VAR, RUN_ID_VAR, RankIdentity, rank_identity, telemetry_enabled, telemetry_switched_off
 from .system import SystemSampler
 
 _encode = schema.encode
@@ -55,10 +59,39 @@ MAX_METRICS_FOLLOWED = 32
 """Custom metrics whose turns to and from not finite a rank says, at most (a warning each way,
 per name): a script that logs thousands of differently named metrics gone NaN says the first
 this many, then once that it says no more, rather than flooding the hub with warnings."""
+HUB_WAIT_VAR = "PARDASH_HUB_WAIT_S"
+HUB_WAIT_S = 10.0
+"""How long a rank goes without reaching its hub before it says so (PARDASH_HUB_WAIT_S overrides
+it): a PUSH socket is never answered, so a wrong port, or a hub not started or already gone, let
+a whole run train unrecorded without a word. A hub a little late (started after the ranks) is
+no reason to speak."""
+HUB_GRACE_S = 1.0
+"""How long after its connection a closing rank still waits for the hub's handshake before it
+says it never reached one: a job shorter than that, with its hub there, is not told otherwise."""
 HANDOFF_S = 0.06
 """How long the heartbeat thread waits for the loop to send its held steps itself (a little
 more than BATCH_S: a loop that holds steps steps at least that often), so they reach the hub
 in order with the loop's next ones."""
+
+
+def say_unwatched(launch: str) -> None:
+    """Rank 0 says, once, that PARDASH_ENDPOINT is unset and the run is not watched: running
+    pardash's trainer, or a script through autorun, without a hub is almost always a mistake.
+    ``launch``: how to run it watched ("use `pardash launch -- train.py`"). With
+    PARDASH_TELEMETRY=0 (off on purpose): nothing."""
+    if os.environ.get(ENDPOINT_VAR) or telemetry_switched_off() or rank_identity().rank != 0:
+        return
+    print(f"pardash: {ENDPOINT_VAR} is not set: this run is unwatched (start `pardash hub` and export what it prints, "
+          f"or {launch})", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _hub_wait_s() -> float:
+    """HUB_WAIT_S, or PARDASH_HUB_WAIT_S when that is a number of seconds."""
+    try:
+        wait_s = float(os.environ.get(HUB_WAIT_VAR, HUB_WAIT_S))
+    except ValueError:
+        return HUB_WAIT_S
+    return wait_s if math.isfinite(wait_s) and wait_s >= 0 else HUB_WAIT_S
 
 
 def _threads() -> set[int]:
@@ -154,6 +187,13 @@ class Reporter:
         self._thread: threading.Thread | None = None
         self._handshakes: zmq.Socket | None = None
         """The heartbeat socket's handshake monitor, until one succeeds or fails."""
+        self._watched_since: float | None = None
+        """When the handshake monitor was attached (the heartbeat socket's connection)."""
+        self._hub_verdict: bool | None = None
+        """Whether the hub took this rank's handshake (None: no answer yet; False: refused)."""
+        self._hub_wait_s = _hub_wait_s()
+        self._said_waiting = False
+        """Whether the rank said it had not reached the hub yet."""
         self._sock: zmq.Socket | None = None
         self.sampler: SystemSampler | None = None
         self.keys: security.ClientKeys | None = None
@@ -214,6 +254,7 @@ class Reporter:
         security.allow_ipv6(sock, self.endpoint)
         if watch:
             self._handshakes = security.monitor_socket(sock, security.HANDSHAKE_EVENTS)
+            self._watched_since = time.monotonic()
         try:
             sock.connect(self.endpoint)
         except zmq.ZMQError:
@@ -476,9 +517,15 @@ class Reporter:
                     self.send(self.sampler.sample(), sock)
                 if self._handshakes is not None:
                     self._read_handshakes(sock)
+                    self._say_still_waiting(now)
         finally:
             if self._handshakes is not None:
-                self._read_handshakes(sock)  # a refusal before a first beat: a short job says it too
+                # A refusal before a first beat: a short job says it too. A job shorter than
+                # HUB_GRACE_S gives its hub that long to answer before it is said not there.
+                grace_s = HUB_GRACE_S - (time.monotonic() - (self._watched_since or 0.0))
+                if grace_s > 0:
+                    self._handshakes.poll(int(grace_s * 1000))
+                self._read_handshakes(sock)
             if self._handshakes is not None:
                 sock.disable_monitor()
                 self._handshakes.close(0)
@@ -497,13 +544,33 @@ class Reporter:
                 event = recv_monitor_message(mon, zmq.NOBLOCK)["event"]
             except zmq.Again:
                 return
-            if event != zmq.EVENT_HANDSHAKE_SUCCEEDED and self.identity.local_rank == 0:
+            self._hub_verdict = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+            if self._hub_verdict and self._said_waiting:
+                late_s = time.monotonic() - (self._watched_since or 0.0)
+                lost = f"; {self.dropped:,} of its messages were dropped while it waited" if self.dropped else ""
+                print(f"pardash: rank {self.rank} reached the hub at {self.endpoint} after {late_s:.0f} s{lost}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            if not self._hub_verdict and self.identity.local_rank == 0:
                 why = security.refusal(event, self.keys, f"rank {self.rank}", "PARDASH_CURVE_DIR")
                 print(f"pardash: the hub at {self.endpoint} refuses rank {self.rank}'s telemetry: {why}; training goes on, "
                       "unwatched", file=sys.stderr, flush=True)  # fmt: skip
             sock.disable_monitor()
             mon.close(0)
             mon = self._handshakes = None
+
+    def _say_still_waiting(self, now: float) -> None:
+        """Heartbeat thread, at a beat: the first rank of a node that has not reached its hub
+        for PARDASH_HUB_WAIT_S says so, once (a run that trains for hours should not learn it
+        at the end)."""
+        if self._said_waiting or self._handshakes is None or self.identity.local_rank != 0:
+            return
+        waited_s = now - (self._watched_since or now)
+        if waited_s < self._hub_wait_s:
+            return
+        self._said_waiting = True
+        print(f"pardash: rank {self.rank} has not reached a hub at {self.endpoint} after {waited_s:.0f} s (is `pardash hub` "
+              f"running there?); training goes on, its telemetry waits for one (up to {self._hwm:,} messages, then "
+              "dropped)", file=sys.stderr, flush=True)  # fmt: skip
 
     def close(self, linger_ms: int = LINGER_MS) -> None:
         """Stop the heartbeat and flush what is queued (waiting at most ``linger_ms``)."""
@@ -513,6 +580,10 @@ class Reporter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+            if self._watched_since is not None and self._hub_verdict is None and self.identity.local_rank == 0:
+                # (a refused rank said so already)
+                print(f"pardash: rank {self.rank} never reached a hub at {self.endpoint} (is `pardash hub` running "
+                      "there?): nothing of this rank was recorded", file=sys.stderr, flush=True)  # fmt: skip
         self.flush()
         self._sock.setsockopt(zmq.LINGER, linger_ms)
         self._sock.close()

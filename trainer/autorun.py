@@ -82,9 +82,12 @@ def _record_error_file(e: BaseException) -> None:
 
 
 def _run(args: list[str]) -> None:
+    from pardash.telemetry.reporter import say_unwatched
+
     if args[0] == "-m":
         if len(args) < 2:
             raise SystemExit(USAGE)
+        say_unwatched(f"use `pardash launch -m {args[1]}`")
         sys.argv = [args[1], *args[2:]]  # runpy puts the module's file in argv[0], as python -m
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         return
@@ -92,6 +95,7 @@ def _run(args: list[str]) -> None:
     if not os.path.exists(script):
         print(f"pardash: can't open file {script!r}: no such file", file=sys.stderr)
         raise SystemExit(2)
+    say_unwatched(f"use `pardash launch -- {script}`")
     sys.argv = list(args)
     # python SCRIPT puts the script's folder first on sys.path (where autorun's -m put the
     # working directory), and gives __main__ an absolute __file__.

@@ -43,7 +43,7 @@ import torch
 
 from pardash.telemetry.env import rank_identity
 from pardash.telemetry.memory import account
-from pardash.telemetry.reporter import Reporter
+from pardash.telemetry.reporter import Reporter, say_unwatched
 from pardash.telemetry.streams import Unbreakable, unbreakable_stdio
 
 from . import checkpoint, resume
@@ -483,6 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reporter.close()
         return code
 
+    say_unwatched("use `pardash launch` with these flags")
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
     gpu_index = local_rank if cfg.device != "cpu" and torch.cuda.is_available() else None
     reporter = Reporter.from_env(gpu_index=gpu_index)
