@@ -198,8 +198,17 @@ def cmd_report(ns: argparse.Namespace) -> int:
         out = {"json": json_text, "markdown": render_compare_markdown, "text": render_compare_text}[ns.format](cmp)
     else:
         out = {"json": json_text, "markdown": render_markdown, "text": render_text}[ns.format](rep)
-    print(out, end="")
+    # In pieces, each flushed: one large write that a reader gone (`| head -1`) cut short came
+    # back as written in part, and Python dropped the rest without the EPIPE (exit 0, not 141).
+    # A piece (2,048 characters: at most 8 KiB, the stream's buffer) goes through the buffer,
+    # whose flush writes on until all of it is out or the pipe's EPIPE says the reader went.
+    for i in range(0, len(out), REPORT_PIECE_CHARS):
+        sys.stdout.write(out[i : i + REPORT_PIECE_CHARS])
+        sys.stdout.flush()
     return 0
+
+
+REPORT_PIECE_CHARS = 2048
 
 
 RANKS_LISTED = 8

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .report import WARMUP_STEPS
-from .report_render import PHASE_LABELS, PHASES, md_table
+from .report_render import PHASE_LABELS, PHASES, md_table, plain_report
 from .summary import human_bytes, is_sharded, ranks_named
 
 # (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
@@ -120,6 +120,10 @@ def compare_reports(a: dict, b: dict) -> dict:
                 better = ""  # a loss further on is lower for that alone: not judged
             if key == "peak_bytes" and not _same_peak(a, b):
                 better = ""  # a process's RSS against the CUDA allocator's peak: not judged
+            if metrics is _MEMORY_METRICS and _differ(a, b, "params_count"):
+                better = ""  # a smaller model holds less for that alone: "better" by 78% read as a saving
+            if key == "last_loss" and _differ(a, b, "world_size"):
+                better = ""  # twice the ranks see twice the samples a step: a lower loss at its step for that alone
             verdict = _verdict(va, vb, better)
             not_finite = {}
             if key == "last_loss":
@@ -170,6 +174,16 @@ def compare_reports(a: dict, b: dict) -> dict:
             else:
                 said = " and ".join(f"from step {step} on {ranks_named(ranks)} ({value} at {step})" for value, step, ranks in groups)
                 notes.append(f"{name}'s loss was not finite {said}, to its end: it diverged")
+    if _differ(a, b, "params_count"):
+        notes.append(
+            f"the runs train different models (A {a['params_count']:,} parameters, B {b['params_count']:,}): "
+            "not like for like; memory is shown, not judged"
+        )
+    if _differ(a, b, "world_size"):
+        notes.append(
+            f"the runs have different world sizes (A {a['world_size']} ranks, B {b['world_size']}): a step of each is "
+            "another number of samples; the last losses are shown, not judged"
+        )
     if not _same_peak(a, b):
         notes.append(
             f"peak memory is {_PEAK_KINDS[_peak_kind(a)]} in A, {_PEAK_KINDS[_peak_kind(b)]} in B: shown, not judged"
@@ -226,6 +240,13 @@ def _not_finite_cell(rep: dict, median: float | None) -> str | None:
     return f"{_fmt(median, 'loss')} ({bad} of {len(rep['ranks'])} {values})"
 
 
+def _differ(a: dict, b: dict, key: str) -> bool:
+    """Whether both runs say ``key`` (a model's ``params_count``, the ``world_size``) and say
+    it differently: the runs are not like for like in it."""
+    va, vb = a.get(key), b.get(key)
+    return bool(va) and bool(vb) and va != vb
+
+
 def _same_end(a: dict, b: dict) -> bool:
     """Whether both runs' slowest ranks ended at the same step (their last losses compare)."""
     return a.get("last_step") == b.get("last_step")
@@ -265,6 +286,7 @@ def _compare_cells(cmp: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def render_compare_markdown(cmp: dict) -> str:
+    cmp = plain_report(cmp)  # (the runs' ids and logs, as the report shows them)
     head, body = _compare_cells(cmp)
     for row in body:
         row[0] = row[0].replace("  ", "&nbsp;&nbsp;", 1) if row[0].startswith("  ") else row[0]
@@ -287,6 +309,7 @@ def render_compare_text(cmp: dict, width: int = 120) -> str:
     from rich.console import Console
     from rich.table import Table
 
+    cmp = plain_report(cmp)
     head, body = _compare_cells(cmp)
     buf = StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False, highlight=False)

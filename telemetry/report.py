@@ -20,7 +20,12 @@ What the report answers, beyond the per-rank table:
 - memory held against what the strategy should hold (the run's state unsharded, / N when sharded) and against the unsharded model;
 - checkpoints saved (how many, at which steps, the slowest save) and resumes (from where, and
   what differed), and the warnings ranks sent (each text once, with the ranks that sent it);
-- lost messages (per-rank seq gaps) and log lines skipped as malformed or truncated.
+- lost messages (per-rank seq gaps) and log lines skipped as malformed or truncated
+  (``skipped_lines``, ``skipped_by_reason``); of a compressed log whose gzip stream broke off
+  (a copy cut short, damaged bytes), ``gzip_damage``: ``{"how": "cut short" or "damaged",
+  "after_line": N}``, the lines read whole before the break (None: the log is whole, or plain
+  text). Its break is counted in ``skipped_by_reason`` too (as truncated or corrupt), and the
+  log's end is lost with it: ``log_ends_early`` of such a log is no hub's doing.
 """
 
 from __future__ import annotations
@@ -590,11 +595,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # goes on, or its hub stopped recording (killed for good, out of disk) before it ended
         # (``live_run`` says which); its disk was full when its hub stopped, the rest of the log
         # in a complete copy (``continued_at``) or lost (``lines_lost``, ``steps_lost``).
-        "log_ends_early": None if closed or run_over(state) else _ends_early(path, state, run_ids, disk_full_end),
+        "log_ends_early": None if closed or run_over(state) else _ends_early(path, state, run_ids, disk_full_end, bool(stats.gzip_damage)),
+        # (the cut .gz read "log ends early ... its hub stopped recording (killed, out of disk)")
+        "gzip_damage": {"how": stats.gzip_damage, "after_line": stats.lines} if stats.gzip_damage else None,
     }
 
 
-def _ends_early(path: str, state: RunState, run_ids: set[str], disk_full_end: dict | None = None) -> dict:
+def _ends_early(path: str, state: RunState, run_ids: set[str], disk_full_end: dict | None = None, cut: bool = False) -> dict:
     """Where a log without its end stops, and why: ``live_run`` is the run id of the live run
     still recording it (the run registry's: its hub is alive on this machine), else None (its
     hub stopped recording before the run ended). The report said "the run is still going, or
@@ -602,10 +609,11 @@ def _ends_early(path: str, state: RunState, run_ids: set[str], disk_full_end: di
     and ``steps_lost`` (None unless so): its disk was still full when its hub stopped, which
     wrote the whole log to the file ``continued_at``, or lost that many lines of those steps
     (see :func:`_disk_full_end`); the report blamed the hub ("killed, out of disk") of a log
-    whose run goes on whole in the copy."""
+    whose run goes on whole in the copy. ``cut``: the log is a gzip stream broken off, its
+    end lost there (no live hub records a .gz)."""
     from . import registry
 
-    going = None if disk_full_end else registry.recording(path, run_ids)
+    going = None if disk_full_end or cut else registry.recording(path, run_ids)
     running = [r for r in state.ranks.values() if not (r.finished or r.exit_code is not None)]
     end = disk_full_end or {}
     return {

@@ -13,12 +13,29 @@ from .analysis import hang_causes
 from .clocks import clock_warnings
 from .failures import stopped_how
 from .logreader import no_rank_reported
+from .schema import plain_text
 from .summary import ranks_named
 from .summary import human_bytes, ms
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
 """Phase fields of a step record, in the order tables show them."""
 PHASE_LABELS = {"data_s": "data", "forward_s": "fwd", "backward_s": "bwd", "optimizer_s": "opt", "comm_s": "comm", "self_s": "self"}
+
+
+def plain_report(rep):
+    """``rep`` (a report, a comparison, any part of them) with every string in it, keys too, as
+    :func:`schema.plain_text` leaves it: what a log says (a host, a warning, a device's name, a
+    path, an error's message) reaches a terminal as text, never as an escape sequence that sets
+    its title or clears its screen, as replay and export show it. The text and markdown
+    renderers take the report through it once, before any figure is formatted; JSON has no
+    need of it (json.dumps writes a control character as ``\\u001b``)."""
+    if isinstance(rep, str):
+        return plain_text(rep)
+    if isinstance(rep, dict):
+        return {plain_report(k): plain_report(v) for k, v in rep.items()}
+    if isinstance(rep, (list, tuple)):
+        return type(rep)(plain_report(v) for v in rep)
+    return rep
 
 
 def _num(x: float | None, fmt: str = ",.0f") -> str:
@@ -54,7 +71,14 @@ DEVICES_LISTED = 8
 def summary_rows(rep: dict) -> list[tuple[str, str]]:
     """The run summary as (label, value) pairs, shared by the text and markdown renderers."""
     skipped = rep["skipped_lines"]
-    reasons = ", ".join(f"{n} {why}" for why, n in rep["skipped_by_reason"].items())
+    by_reason = dict(rep["skipped_by_reason"])
+    cut = rep.get("gzip_damage")
+    if cut:  # (the stream's break was no line of the log: "1 truncated" read as a torn line)
+        broke = "truncated" if cut["how"] == "cut short" else "corrupt"
+        by_reason[broke] = by_reason.get(broke, 0) - 1
+        by_reason = {why: n for why, n in by_reason.items() if n > 0}
+        skipped -= 1
+    reasons = ", ".join(f"{n} {why}" for why, n in by_reason.items())
     sps = _num(rep["samples_per_s"])
     if rep["samples_per_s"] is not None:
         # (the training time's: the progress lines' rate is wall clock, evaluations and saves in)
@@ -78,10 +102,10 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms"),  # (not "- ms")
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
         *([("restarts", f"torchrun restarted the job {rep['job_restarts']}x (--max-restarts)")] if rep.get("job_restarts") else []),
-        ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "")),
+        ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "") + (f"; {_gzip_damage_text(cut)}" if cut else "")),
         *([("refused by the hub", _refused_text(rep["rejected_by_reason"]))] if rep.get("rejected_by_reason") else []),
         # (of a log with no rank, the rank section says why: "at step 0, with 0 rank(s) not ended")
-        *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"]))]
+        *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"], cut))]
           if rep.get("log_ends_early") and rep["ranks"] else []),
     ]
 
@@ -170,8 +194,15 @@ def _refused_text(counts: dict[str, int]) -> str:
     return "; ".join(parts)
 
 
-def _ends_early_text(end: dict, skipped: dict[str, int]) -> str:
+def _gzip_damage_text(cut: dict) -> str:
+    return f"the compressed log is {cut['how']} after line {cut['after_line']:,}, the rest of it lost"
+
+
+def _ends_early_text(end: dict, skipped: dict[str, int], cut: dict | None = None) -> str:
     stalled = f" ({end['stalled']} stalled)" if end.get("stalled") else ""
+    if cut and cut["how"] == "cut short":  # (the run's end is in the part that is not there: no hub's doing)
+        return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: the compressed log is cut short "
+                f"after line {cut['after_line']:,} (a copy or a compression that did not finish), the run's end lost with the rest of it")
     if skipped.get("corrupt"):  # (a gzip log: its damaged part and the rest of it were not read)
         return f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: the compressed log is damaged there, the rest of it lost"
     if end.get("continued_at"):  # (its disk full to the end: the hub wrote the whole log elsewhere as it stopped)
@@ -455,6 +486,7 @@ def render_text(rep: dict, width: int = 10_000) -> str:
     from rich.console import Console
     from rich.table import Table
 
+    rep = plain_report(rep)
     buf = StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False, highlight=False)
     summary = Table(box=None, show_header=False, pad_edge=False)
@@ -576,6 +608,7 @@ SELF_NOTE = (
 
 def render_markdown(rep: dict) -> str:
     """The report as GitHub-flavoured markdown."""
+    rep = plain_report(rep)
     out = [f"# pardash report: {rep['run_id'] or os.path.basename(rep['log'])}", ""]
     out.append(md_table(["", ""], [[k, v] for k, v in summary_rows(rep)], right=set()))
     if rep.get("note"):
@@ -620,4 +653,4 @@ def render_markdown(rep: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["PHASES", "PHASE_LABELS", "md_table", "render_markdown", "render_text"]
+__all__ = ["PHASES", "PHASE_LABELS", "md_table", "plain_report", "render_markdown", "render_text"]

@@ -1,0 +1,195 @@
+"""``pardash report`` on logs a user may hand it: a log whose strings hold terminal escape
+sequences, a compressed log cut short, runs that are not like for like under --compare, a
+report bigger than a pipe's buffer whose reader goes away, and the JSON's keys in --help.
+Each log is built here, small; the commands run as a user runs them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+from helpers import pardash_env
+from pardash.telemetry import schema
+from pardash.telemetry.compare import compare_reports, render_compare_text
+from pardash.telemetry.report import build_report
+
+DATA = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(DATA))
+import make_logs  # noqa: E402  (tests/data/make_logs.py: the logs' writer)
+
+READER_GONE = 141  # 128 + SIGPIPE, as the shell reports `seq 1000000 | head -1`'s seq
+
+TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""What a terminal acts on (ESC, BEL, CSI as one byte, ...): newline and tab are text."""
+HIJACK = "\x1b]0;TITLE-HIJACK\x07\x1b[2J"
+"""Sets the terminal's (tmux pane's) title, then clears the screen."""
+
+
+def _pardash(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pardash", *args], capture_output=True, text=True,
+                          env=pardash_env(), cwd=cwd, timeout=120)  # fmt: skip
+
+
+def _run(name: str, *, world: int = 2, params: int = make_logs.GPT2_PARAMS, steps: int = 6, hostile: bool = False,
+         finished: bool = True) -> make_logs.Log:  # fmt: skip
+    """A small DDP run; ``hostile``: every string a rank sends carries escape sequences (its
+    host, its device's name, a warning, a checkpoint's path, an error and its traceback)."""
+    bad = HIJACK if hostile else ""
+    log = make_logs.Log(name + bad)
+    make_logs.hub_note(log, 0.0, "hub started (pid 1), ingest tcp://127.0.0.1:29600")
+    for r in range(world):
+        hello = make_logs.hello(r, world, strategy="ddp", host=f"vm{bad}", node=0, local=r, steps=steps)
+        hello.device_name += bad
+        hello.params_count, hello.params_bytes = params, params * 4
+        log.add(hello, 0.1)
+    for s in range(1, steps + 1):
+        for r in range(world):
+            full = 4 * params
+            mem = schema.Mem(params_bytes=full, grads_bytes=full, optim_bytes=2 * full, params_full_bytes=full,
+                             grads_full_bytes=full, optim_full_bytes=2 * full, cuda_peak_bytes=5 * full)  # fmt: skip
+            log.add(schema.Step(rank=r, step=s, loss=4.0 - 0.1 * s, samples=16, step_s=0.1, data_s=0.01, forward_s=0.03,
+                                backward_s=0.04, optimizer_s=0.01, comm_s=0.01, self_s=0.04, mem=mem), 0.2 + 0.1 * s)  # fmt: skip
+    t = 0.3 + 0.1 * steps
+    if hostile:
+        log.add(schema.Event(rank=0, name="warning", step=2, message=f"slow disk{bad} \x9b31m here"), t)
+        log.add(schema.Event(rank=0, name="checkpoint", step=steps, message=f"/ckpt/{bad}step-6", duration_s=1.0), t)
+        tb = f'Traceback (most recent call last):\n  File "tr{bad}ain.py", line 8, in step\nRuntimeError: boom{bad}'
+        log.add(schema.Event(rank=1, name="error", step=steps, message=f"RuntimeError: boom{bad}", traceback=tb), t + 0.1)
+        log.add(schema.Event(rank=1, name="exit", code=1, step=steps), t + 0.2)
+    if finished:
+        for r in range(world):
+            if not (hostile and r == 1):
+                log.add(schema.Event(rank=r, name="exit", code=0, step=steps), t + 0.3)
+        make_logs.hub_note(log, t + 0.5, "hub stopped: 40 messages, 0 lost, 0 rejected")
+    return log
+
+
+def _write(log: make_logs.Log, path: Path) -> Path:
+    log.write(path)
+    return path
+
+
+# -- escape sequences in the log ------------------------------------------------------------
+
+
+def test_a_logs_escape_sequences_never_reach_the_terminal_in_text_markdown_or_compare(tmp_path):
+    # A hello's host `vm<OSC title><clear screen>` set the tmux pane's title and cleared the
+    # screen of whoever ran `pardash report`; warnings, device names, paths and errors the same.
+    log = _write(_run("esc", hostile=True), tmp_path / "esc.jsonl")
+    other = _write(_run("plain"), tmp_path / "plain.jsonl")
+    for args in (["report", str(log)], ["report", "--format", "markdown", str(log)], ["report", str(log), "--compare", str(other)],
+                 ["report", "--format", "markdown", str(other), "--compare", str(log)]):  # fmt: skip
+        got = _pardash(*args, cwd=tmp_path)
+        assert got.returncode == 0, got.stderr
+        assert not TERMINAL_CONTROL.search(got.stdout), (args, TERMINAL_CONTROL.findall(got.stdout))
+        assert "esc" in got.stdout
+    text = _pardash("report", str(log), cwd=tmp_path).stdout
+    assert re.search(r"^   1\s+vm\s", text, re.M), text  # the host, as written less what a terminal acts on
+    assert "slow disk  here" in text.replace("31m", "") and "/ckpt/step-6" in text and "RuntimeError: boom" in text
+    # JSON escapes them itself: what the log said, as it said it, for a script.
+    got = _pardash("report", "--format", "json", str(log), cwd=tmp_path)
+    assert not TERMINAL_CONTROL.search(got.stdout)
+    assert json.loads(got.stdout)["ranks"][0]["host"] == "vm" + HIJACK
+
+
+# -- a compressed log cut short ---------------------------------------------------------------
+
+
+def test_a_compressed_log_cut_short_is_said_so_not_blamed_on_its_hub(tmp_path):
+    # `head -c 3000 log.jsonl.gz > cut.jsonl.gz` read "skipped log lines 1 (1 truncated)" and
+    # "its hub stopped recording (killed, out of disk) before the run ended".
+    plain = _write(_run("cut", steps=40), tmp_path / "log.jsonl").read_bytes()
+    packed = gzip.compress(plain, mtime=0)
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed[: len(packed) // 2])
+    whole_lines = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut.read_bytes()).count(b"\n")
+    assert 0 < whole_lines < plain.count(b"\n")
+
+    rep = json.loads(_pardash("report", "--format", "json", str(cut), cwd=tmp_path).stdout)
+    assert rep["gzip_damage"] == {"how": "cut short", "after_line": whole_lines}
+    assert rep["log_ends_early"]["live_run"] is None
+    for fmt in ("text", "markdown"):
+        got = _pardash("report", "--format", fmt, str(cut), cwd=tmp_path)
+        assert got.returncode == 0, got.stderr
+        assert f"the compressed log is cut short after line {whole_lines}" in got.stdout, got.stdout
+        assert "hub stopped recording" not in got.stdout and "killed" not in got.stdout
+        assert "1 truncated" not in got.stdout  # the stream's break is no torn line of the log
+    # The log whole says nothing of it.
+    whole = tmp_path / "whole.jsonl.gz"
+    whole.write_bytes(packed)
+    assert build_report(str(whole))["gzip_damage"] is None
+
+
+# -- --compare of runs not like for like ------------------------------------------------------
+
+
+def test_compare_says_when_the_models_differ_and_judges_no_memory_across_them(tmp_path):
+    a = build_report(str(_write(_run("small", params=10_000_000), tmp_path / "a.jsonl")))
+    b = build_report(str(_write(_run("big", params=124_000_000), tmp_path / "b.jsonl")))
+    cmp = compare_reports(a, b)
+    memory = [r for r in cmp["rows"] if r["section"].startswith("memory")]
+    assert memory and all(r["verdict"] == "" for r in memory), memory
+    assert any("different models" in n and "10,000,000" in n and "124,000,000" in n for n in cmp["notes"]), cmp["notes"]
+    text = render_compare_text(cmp)
+    assert "better" not in "\n".join(line for line in text.splitlines() if "a rank" in line), text
+    # The same model: memory is judged as before.
+    same = compare_reports(a, build_report(str(_write(_run("small2", params=10_000_000), tmp_path / "c.jsonl"))))
+    assert {r["verdict"] for r in same["rows"] if r["metric"] == "params_bytes"} == {"same"}
+    assert not any("different models" in n for n in same["notes"])
+
+
+def test_compare_says_when_the_world_sizes_differ_and_judges_no_last_loss_across_them(tmp_path):
+    a = build_report(str(_write(_run("two", world=2), tmp_path / "a.jsonl")))
+    b = build_report(str(_write(_run("four", world=4), tmp_path / "b.jsonl")))
+    b["ranks"] = [r | {"last_loss": r["last_loss"] - 0.5} for r in b["ranks"]]  # B saw twice the samples a step
+    cmp = compare_reports(a, b)
+    (loss,) = [r for r in cmp["rows"] if r["metric"] == "last_loss"]
+    assert loss["verdict"] == "", loss
+    assert any("different world sizes" in n and "A 2 ranks, B 4" in n for n in cmp["notes"]), cmp["notes"]
+    same = compare_reports(a, build_report(str(_write(_run("two2", world=2), tmp_path / "c.jsonl"))))
+    assert not any("world sizes" in n for n in same["notes"])
+
+
+# -- a reader that goes away partway ----------------------------------------------------------
+
+
+def test_a_big_report_whose_reader_takes_one_line_ends_with_141(tmp_path):
+    # `pardash report BIG | head -1` exited 0: one write of 157 KB went out in part (73,728
+    # bytes) before head left, and Python dropped the rest without the EPIPE.
+    log = make_logs.Log("big")
+    world = 1024
+    for r in range(world):
+        log.add(make_logs.hello(r, world, strategy="ddp", host=f"node-{r // 8}", node=r // 8, local=r % 8, steps=2), 0.1)
+    for s in (1, 2):
+        for r in range(world):
+            log.add(schema.Step(rank=r, step=s, loss=2.0, samples=16, step_s=0.1, self_s=0.05), 0.2 + 0.1 * s)
+    path = _write(log, tmp_path / "big.jsonl")
+    whole = _pardash("report", str(path), cwd=tmp_path).stdout
+    assert len(whole.encode()) > 2 * 65536  # past a pipe's buffer and the 8 KiB read of it
+    with open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "pardash", "report", str(path)], stdout=subprocess.PIPE,
+                                stderr=err, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+        first = proc.stdout.readline()  # (its 8 KiB read: the writer is then inside its write)
+        proc.stdout.close()
+        code = proc.wait(timeout=120)
+    assert first.decode() == whole.splitlines(keepends=True)[0]
+    said = (tmp_path / "stderr.txt").read_text()
+    assert code == READER_GONE and "Traceback" not in said, said
+
+
+# -- the JSON's keys in --help ----------------------------------------------------------------
+
+
+def test_report_help_names_the_jsons_main_keys_and_units(tmp_path):
+    got = _pardash("report", "--help", cwd=tmp_path)
+    assert got.returncode == 0
+    text = " ".join(got.stdout.split())
+    assert "--format json" in text and "*_s seconds" in text and "*_bytes bytes" in text
+    for key in ("ranks", "stragglers", "median_step_s", "log_ends_early", "gzip_damage"):
+        assert key in text, key
+    assert "pardash.telemetry.report" in text
