@@ -657,12 +657,16 @@ class ReplaySource(FrameApplier):
                 self._wall = now
             return False
         self._wall = now
-        if self.following:  # the log's length as it grows, wherever the replay is in it
+        followed = self.following
+        if followed:  # the log's length as it grows, wherever the replay is in it
             self._follow()
         # A viewer busy for a while (starting up, a slow redraw) slows the replay rather than
         # skipping what it missed; the clock stops at the log's end.
         self._play = min(self._play + min(elapsed, MAX_POLL_GAP_S) * self.speed, self.t_end)
-        return self._advance(self._play, budget_s=POLL_BUDGET_S)
+        made = self._advance(self._play, budget_s=POLL_BUDGET_S)
+        # Following ended (its hub said it stopped, or the log stopped growing: a hub killed) is
+        # a change the header shows, with no frame of its own: it said "following the log" for ever.
+        return made or (followed and not self.following)
 
     def close(self) -> None:
         self._cursor.close()
