@@ -807,10 +807,15 @@ class HubCore:
         self.snapshots_served += 1
         st = self.state
         events = st.events_for_snapshot()
+        # A rank's loss gone NaN is said once, as it turns so: its warning, pushed out of the
+        # event log by later events, is sent still (in its place in the hub's order, after its
+        # process's hello), or a viewer attaching later read the rank as healthy.
+        told = {m.hseq or id(m) for m in events}
+        loss_bad = [m for r in st.ranks.values() if (m := r.loss_bad) is not None and (m.hseq or id(m)) not in told]
         # In the hub's order: a rank's exit before torchrun restarted it, then its new hello
         # (applied the other way round, the restarted rank would read as exited).
         msgs: list[schema.Message] = sorted(
-            [r.hello for r in st.ranks.values() if r.hello is not None] + events, key=lambda m: m.hseq
+            [r.hello for r in st.ranks.values() if r.hello is not None] + events + loss_bad, key=lambda m: m.hseq
         )
         sent = {id(m) for m in events}
         for r in st.ranks.values():

@@ -368,6 +368,33 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
     return ""
 
 
+LOSS_GROUPS_SAID = 3
+"""Ranks whose loss is not finite are said in groups of one value and step, this many at most
+(the rest counted): under DDP a NaN reaches every rank through the gradients' all-reduce."""
+
+
+def loss_text(st, *, over: bool = False) -> str:
+    """"rank 1's loss is nan since step 100" while ranks' losses are not finite (their steps go
+    on without one: nothing else says so), '' while none is; ``over``: the run is over, "rank
+    1's loss was nan from step 100 to the end"."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for r in st.ranks.values():
+        bad = r.loss_not_finite
+        if bad is not None:
+            groups.setdefault(bad, []).append(r.rank)
+    if not groups:
+        return ""
+    ordered = sorted(groups.items(), key=lambda g: (g[0][1], g[1][0]))  # (from the first to turn so)
+    said = []
+    for (value, step), ranks in ordered[:LOSS_GROUPS_SAID]:
+        who = ranks_named(ranks) + ("'s" if len(ranks) == 1 else "'")  # "rank 1's", "ranks 0-3'"
+        said.append(f"{who} loss was {value} from step {step} to the end" if over else f"{who} loss is {value} since step {step}")
+    more = sum(len(ranks) for _, ranks in ordered[LOSS_GROUPS_SAID:])
+    if more:
+        said.append(f"{more} more rank{'s' if more != 1 else ''}' loss {'was' if over else 'is'} not finite")
+    return ", ".join(said)
+
+
 def hang_text(st) -> str:
     """'likely waiting for rank 3' while the job hangs on ranks it can name (analysis.hang_causes), else ''."""
     causes = hang_causes(stuck_ranks(st))
@@ -401,6 +428,7 @@ def progress_stats(st, rejected: int = 0, *, hub_quiet_s: float | None = None) -
     counts = st.status_counts()
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     parts.append(hang_text(st))
+    parts.append(loss_text(st, over=run_over(st)))
     if st.lost:
         parts.append(f"{st.lost} lost")
     if rejected:
@@ -450,6 +478,7 @@ def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float
     counts = st.status_counts()
     parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     parts.append(hang_text(st))
+    parts.append(loss_text(st, over=run_over(st)))
     if st.lost:
         parts.append(f"{st.lost} lost")
     if rejected:
@@ -595,8 +624,10 @@ def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S
     counts = ", ".join(f"{n} {s}" for s, n in sorted(st.status_counts().items()))
     if run_over(st):
         f = failure_summary(st)
-        return f"pardash: the run is over: {counts}" + (f"; {f['line']}" if f else "")
-    return f"pardash: the hub has sent nothing for {gone_s:.0f} s (stopped, or out of reach); last seen: {counts or 'no ranks'}"
+        loss = loss_text(st, over=True)
+        return f"pardash: the run is over: {counts}" + (f"; {f['line']}" if f else "") + (f"; {loss}" if loss else "")
+    loss = loss_text(st)
+    return f"pardash: the hub has sent nothing for {gone_s:.0f} s (stopped, or out of reach); last seen: {counts or 'no ranks'}" + (f"; {loss}" if loss else "")
 
 
 def _progress_text(st) -> str:
@@ -618,6 +649,9 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     says its error and where the rest is, which is otherwise just above it."""
     log = f"log {log_path}" + (f" (incomplete: {log_error})" if log_error else "")
     said = "".join(f"; {n}" for n in restart_notes(st, result))
+    loss = loss_text(st, over=True)
+    if loss:  # (nothing else of the run says it: its steps went on without a loss)
+        said += f"; {loss}"
     f = failure_summary(st)
     if code == 0:
         if f is not None:

@@ -7,6 +7,7 @@ messages too, so a rank's status is the same wherever it is computed.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import deque
 from collections.abc import Iterable
@@ -42,6 +43,22 @@ five the short way (another number, the long one)."""
 SMOOTH_FIGURES = ("step_s", "self_s", "data_s", "comm_s")
 """The figures of ``RankState.smooth``, in its order."""
 _figures = attrgetter(*SMOOTH_FIGURES)
+
+
+LOSS_NOT_FINITE = re.compile(r"^loss is (?P<value>nan|-?inf) at step (?P<step>\d+)\b")
+"""The warning a rank's reporter sends when its loss stops being finite (Reporter._loss_turns:
+its steps go on without a loss, JSON having no NaN): the value it turned to and the step."""
+LOSS_FINITE_AGAIN = re.compile(r"^loss is finite again at step (?P<step>\d+)\b")
+"""The warning it sends when its loss is finite again (a spike the run came back from)."""
+
+
+def loss_not_finite(msg: schema.Message) -> tuple[str, int] | None:
+    """(value, step) of a rank's own warning that its loss stopped being finite ("nan", "inf"
+    or "-inf", and the step it did at); None for any other message."""
+    if not isinstance(msg, schema.Event) or msg.name != "warning" or msg.seq < 0 or msg.rank < 0:
+        return None
+    m = LOSS_NOT_FINITE.match(msg.message)
+    return (m["value"], int(m["step"])) if m is not None else None
 
 
 KILLED_NOT_STEPPING = frozenset({-15, -2})
@@ -201,6 +218,7 @@ class RankState:
         "samples_rate",
         "recent",
         "smooth",
+        "loss_bad",
     )
 
     def __init__(self, rank: int) -> None:
@@ -250,6 +268,17 @@ class RankState:
         as of the last frame that brought a step of it: the hub works them out from every step
         (``recent``), a viewer takes them from the hub's frames. None: not known (a hub before
         these, or a new process that has taken no step yet)."""
+        self.loss_bad: schema.Event | None = None
+        """Its own warning that its loss stopped being finite ("loss is nan at step 100: ..."),
+        while it is not finite: its steps go on without a loss (JSON has no NaN), which read as
+        a loss never reported. Cleared by its "finite again" warning and by a new process
+        (torchrun restarted it); kept once it is done (its loss was so to its end)."""
+
+    @property
+    def loss_not_finite(self) -> tuple[str, int] | None:
+        """(value, step) of ``loss_bad``: "nan", "inf" or "-inf", and the step it turned so at;
+        None while its loss is finite (or not reported)."""
+        return loss_not_finite(self.loss_bad) if self.loss_bad is not None else None
 
     @property
     def status(self) -> str:
@@ -275,6 +304,7 @@ class RankState:
         self.step = None
         self.samples_mark = self.t_mark = self.samples_rate = None
         self.smooth = None
+        self.loss_bad = None  # (a new process's loss is its own)
         if self.recent is not None:
             self.recent.clear()
 
@@ -497,6 +527,8 @@ class RunState:
                 r.awaited = True
                 if r.seq.received:
                     r.seq.restart()
+            if msg.name == "warning" and msg.seq >= 0:
+                self._loss_turn(r, msg)
             if msg.name == "refused" and msg.seq < 0 and self.track_seq and msg.code:
                 # The hub refused that many of its messages (HubCore.say_refused): they reached
                 # it, so the seq gaps they left are not lost messages.
@@ -512,6 +544,18 @@ class RunState:
                         r.exit_code = None
                 elif not same_exit:
                     r.exit_code = code
+
+    @staticmethod
+    def _loss_turn(r: RankState, msg: schema.Event) -> None:
+        """A rank's own warning that its loss stopped being finite, or is finite again."""
+        text = msg.message
+        if not text.startswith("loss is "):
+            return
+        if LOSS_NOT_FINITE.match(text) is not None:
+            if r.loss_bad is None:  # (said once a turn: "since" its first)
+                r.loss_bad = _kept(msg)
+        elif r.loss_bad is not None and LOSS_FINITE_AGAIN.match(text) is not None:
+            r.loss_bad = None
 
     def _restarting(self, restart: int) -> None:
         """torchrun starts the job again (``restart``): the hang its last attempt ended in, kept

@@ -22,7 +22,7 @@ from pardash.telemetry.summary import ranks_text
 
 from .format import fmt_clock, fmt_step_time
 
-SEVERITY = {"exited": 0, "silent": 1, "stalled": 2, "straggler": 3, "not_sharding": 4, "stopped": 5}
+SEVERITY = {"exited": 0, "silent": 1, "stalled": 2, "loss": 3, "straggler": 4, "not_sharding": 5, "stopped": 6}
 """Lower is more severe."""
 
 
@@ -31,7 +31,7 @@ class Alert:
     """One rank's condition."""
 
     kind: str
-    """exited | silent | stopped | stalled | straggler | not_sharding"""
+    """exited | silent | stopped | stalled | loss (not finite) | straggler | not_sharding"""
     rank: int
     text: str
     code: int | None = None
@@ -219,7 +219,19 @@ def rank_alerts(
                 "not_sharding", r.rank, r.not_sharding.message or f"rank {r.rank} holds the full model (not sharding)"
             )
         )
+    bad = r.loss_not_finite
+    if bad is not None:  # (last: an exit's alert stays the rank's first)
+        out.append(Alert("loss", r.rank, loss_text(r.rank, *bad, done=status in (st.EXITED, st.FINISHED))))
     return out
+
+
+def loss_text(rank: int, value: str, step: int, *, done: bool = False) -> str:
+    """"rank 1's loss is nan since step 100 (diverged, or a spike)"; ``done``: of a rank that
+    ended so, "rank 1's loss was nan from step 100 to the end". Its steps go on without a loss
+    while it is not finite, which read as a loss never reported."""
+    if done:
+        return f"rank {rank}'s loss was {value} from step {step} to the end"
+    return f"rank {rank}'s loss is {value} since step {step} (diverged, or a spike)"
 
 
 def last_word(r: st.RankState) -> float | None:
@@ -329,7 +341,7 @@ def run_alerts(
     who = waited_for_text(waits_for) if waits_for else ""
     for r in state.ranks.values() if ranks is None else ranks:
         status = r.status  # (worked out from its verdicts at each read: once a rank here)
-        if status in (st.RUNNING, st.STARTING, st.FINISHED) and r.not_sharding is None:
+        if status in (st.RUNNING, st.STARTING, st.FINISHED) and r.not_sharding is None and r.loss_bad is None:
             continue
         info = None
         if status == st.EXITED:

@@ -121,11 +121,14 @@ class RankRow:
     """Who it waits for when ``waiting`` ("rank 3", ``alerts.waited_for_text``), else empty."""
     dev_floor_s: float = 0.005
     """The excess in seconds under which no deviation is coloured (``RowBuilder.dev_floor_s``)."""
+    loss_not_finite: tuple[str, int] | None = None
+    """("nan", 100): its loss is not finite ("nan", "inf" or "-inf") since that step
+    (``RankState.loss_not_finite``; ``loss`` is None then, its steps carrying none)."""
 
     @property
     def flagged(self) -> bool:
         """A verdict or a condition a person should look at."""
-        return self.status in FLAGGED_STATUSES or self.not_sharding
+        return self.status in FLAGGED_STATUSES or self.not_sharding or self.loss_not_finite is not None
 
     @property
     def deviation_level(self) -> int:
@@ -335,8 +338,8 @@ class RowBuilder:
         self._rates: deque[float] = deque(maxlen=RATE_UPDATES)
         """The run's samples/s as of each of the last updates (see RATE_UPDATES)."""
         self.flagged: list[st.RankState] = []
-        """The ranks with a verdict, an exit or a memory flag (the ones alerts are about), by
-        rank, as of the last update."""
+        """The ranks with a verdict, an exit, a memory flag or a loss not finite (the ones
+        alerts are about), by rank, as of the last update."""
         self._notes: list[str] = []
         self._nodes = 0
         self._exit_marked = False
@@ -427,7 +430,7 @@ class RowBuilder:
                 else:
                     e.feed_self()
             self_s = e.self_med
-            if status is RUNNING and e.status is RUNNING and not e.flagged and r.not_sharding is None:
+            if status is RUNNING and e.status is RUNNING and not e.flagged and r.not_sharding is None and r.loss_bad is None:
                 # Nearly every rank of a healthy run, every frame: running (so it has a step)
                 # and was running, nothing flagged; the general case below, cut short.
                 running += 1
@@ -480,7 +483,7 @@ class RowBuilder:
                 e.status = status
                 if changed is not None:
                     changed.add(e.rank)
-            flagged = status in FLAGGED_STATUSES or r.not_sharding is not None
+            flagged = status in FLAGGED_STATUSES or r.not_sharding is not None or r.loss_bad is not None
             if flagged:
                 flagged_ranks.append(r)
             if flagged != e.flagged:
@@ -748,6 +751,7 @@ class RowBuilder:
             waiting,
             self._waits_for_text if waiting else "",
             self.dev_floor_s,
+            r.loss_not_finite,
         )
 
 

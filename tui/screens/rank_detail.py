@@ -277,6 +277,10 @@ class RankDetailScreen(Screen):
                 chart.border_subtitle = ""
                 continue
             value = getattr(r.step, column, None) if r is not None and r.step is not None else None
+            bad = r.loss_not_finite if column == "loss" and value is None and r is not None and r.step is not None else None
+            if bad is not None:  # (its steps carry none: the chart ends where it turned so)
+                chart.border_subtitle = f"now {bad[0]}{band}"
+                continue
             chart.border_subtitle = f"now {fmt(value)}{band}" if value is not None else band.removeprefix(" · ")
 
     def _alerts(self, state: st.RunState, origin: float) -> list[Alert]:
@@ -326,7 +330,12 @@ class RankDetailScreen(Screen):
             # Cut from the least telling (epoch, then lr, then the phase now) to fit a line.
             line: list[tuple[str, str]] = [(f"step {r.step.step}", "bold")]
             epoch = (f" · epoch {r.step.epoch}", "")
-            line.append((f" · loss {fmt_loss(r.step.loss)} · last step {fmt_step_time(r.step.step_s)}", ""))
+            bad = r.loss_not_finite
+            if bad is not None and r.step.loss is None:
+                # Its steps carry no loss while it is not finite: "loss –" read as none reported.
+                line += [(" · loss ", ""), (f"{bad[0]} since step {bad[1]}", "bold $text-error"), (f" · last step {fmt_step_time(r.step.step_s)}", "")]
+            else:
+                line.append((f" · loss {fmt_loss(r.step.loss)} · last step {fmt_step_time(r.step.step_s)}", ""))
             lr = (f" · lr {r.step.lr:.3g}", "") if r.step.lr is not None else None
         elif r.step_before is not None:  # torchrun restarted it: its new process has not stepped
             line = [(f"step {r.step_before}", "bold"), (" · its previous process's last; none since its restart", "$text-muted")]

@@ -22,6 +22,7 @@ GLYPHS = {
     "silent": "○",
     "stalled": "◆",
     "waiting": "◇",
+    "loss": "⊘",
     "straggler": "▲",
     "not_sharding": "▣",
     "stopped": "■",
@@ -32,6 +33,7 @@ LABELS = {
     "silent": "silent",
     "stalled": "stalled",
     "waiting": "waiting",
+    "loss": "losses not finite",
     "straggler": "stragglers",
     "not_sharding": "not sharding",
     "stopped": "stopped",
@@ -71,6 +73,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
         "alert-list--silent",
         "alert-list--stalled",
         "alert-list--waiting",
+        "alert-list--loss",
         "alert-list--straggler",
         "alert-list--not_sharding",
         "alert-list--stopped",
@@ -88,6 +91,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
     AlertList > .alert-list--silent { color: $text-error; }
     AlertList > .alert-list--stalled { color: $text-error; }
     AlertList > .alert-list--waiting { color: $text-warning; }
+    AlertList > .alert-list--loss { color: $text-error; }
     AlertList > .alert-list--straggler { color: $text-warning; }
     AlertList > .alert-list--not_sharding { color: $text-warning; }
     AlertList > .alert-list--stopped { color: $text-muted; }
@@ -192,6 +196,7 @@ SAID = {
     "silent": ("silent", "silent"),
     "stalled": ("stalled", "stalled"),
     "waiting": ("waiting", "waiting"),
+    "loss": ("with a loss not finite", "with a loss not finite"),
     "straggler": ("straggler", "stragglers"),
     "not_sharding": ("not sharding", "not sharding"),
     "stopped": ("stopped", "stopped"),

@@ -94,6 +94,7 @@ class RankGrid(ScrollView, can_focus=True):
         "rank-grid--finished",
         "rank-grid--dev-warn",
         "rank-grid--dev-bad",
+        "rank-grid--loss-bad",
         "rank-grid--unsharded",
     }
 
@@ -134,6 +135,7 @@ class RankGrid(ScrollView, can_focus=True):
     RankGrid > .rank-grid--finished { color: $text-primary; }
     RankGrid > .rank-grid--dev-warn { color: $text-warning; }
     RankGrid > .rank-grid--dev-bad { color: $text-error; text-style: bold; }
+    RankGrid > .rank-grid--loss-bad { color: $text-error; text-style: bold; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -626,6 +628,10 @@ class RankGrid(ScrollView, can_focus=True):
                     if level == 1
                     else dim
                 )
+            elif key == "loss" and row.loss_not_finite is not None and row.loss is None:
+                # Its steps carry no loss while it is not finite: "nan" (in the alarm's colour),
+                # not the "–" of a loss never reported.
+                text, style = f"{row.loss_not_finite[0]:>{w}}", self._style("rank-grid--loss-bad")
             else:
                 if key == "loss":
                     figure = fmt_loss(row.loss)

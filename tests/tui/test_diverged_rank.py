@@ -1,0 +1,129 @@
+"""A rank whose loss went NaN is flagged wherever a person looks, until it is finite again: the
+alerts panel said "✓ no alerts: every rank is healthy", `f` showed no rank, the grid's loss cell
+and the rank's detail read "–" (as a loss never reported). Replayed from a recorded log."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Static
+from tui_helpers import grid_text, replay_app, until, widget_text
+
+from pardash.telemetry import schema
+from pardash.tui.widgets.alert_list import AlertList
+from pardash.tui.widgets.rank_grid import RankGrid
+
+SIZE = (140, 40)
+T = 1.7e9
+NAN_AT_100 = "loss is nan at step 100: diverged, or a spike (steps go on without a loss while it is not finite)"
+SAID = "rank 1's loss is nan since step 100 (diverged, or a spike)"
+
+
+def _log(path, *, steps: int = 160, again_at: int | None = None, straggler: bool = False, finished: bool = False) -> str:
+    """2 DDP ranks; from step 100 rank 1 logs a NaN loss (its reporter's warning, its steps
+    without a loss), finite again at ``again_at``; ``straggler``: the hub also found rank 1 a
+    straggler; ``finished``: both ranks exit 0 after ``steps``."""
+    msgs: list = [schema.Hello(run="n", rank=r, world_size=2, strategy="ddp", pid=10 + r, seq=0, t=T, config={"steps": 300}) for r in range(2)]
+    seq = {0: 1, 1: 1}
+    for s in range(1, steps + 1):
+        for r in range(2):
+            bad = r == 1 and s >= 100 and (again_at is None or s < again_at)
+            if r == 1 and s == 100:
+                msgs.append(schema.Event(run="n", rank=1, seq=seq[1], name="warning", step=100, message=NAN_AT_100, t=T + s * 0.02))
+                seq[1] += 1
+            if r == 1 and s == again_at:
+                msgs.append(schema.Event(run="n", rank=1, seq=seq[1], name="warning", step=s, t=T + s * 0.02,
+                                         message=f"loss is finite again at step {s} (not finite from step 100)"))
+                seq[1] += 1
+            msgs.append(schema.Step(run="n", rank=r, step=s, seq=seq[r], loss=None if bad else 2.0 - s / 1000, samples=8,
+                                    step_s=0.02, self_s=0.004, comm_s=0.01, t=T + s * 0.02))
+            seq[r] += 1
+    if straggler:
+        msgs.append(schema.Verdict(run="n", rank=1, seq=-1, verdict="straggler", cause="data", step=150, cost_s=0.03,
+                                   message="rank 1 is a straggler (data): the others wait 30 ms a step for it", t=T + 150 * 0.02))
+    if finished:
+        msgs += [schema.Event(run="n", rank=r, seq=seq[r], name="exit", code=0, step=steps, t=T + steps * 0.02 + 0.1) for r in range(2)]
+    msgs.sort(key=lambda m: m.t)
+    path.write_bytes(schema.encode_json_lines(msgs))
+    return str(path)
+
+
+def _alerts(app) -> dict[int, list[tuple[str, str]]]:
+    out: dict[int, list[tuple[str, str]]] = {}
+    for a in app.screen.query_one(AlertList).alerts:
+        out.setdefault(a.rank, []).append((a.kind, a.text))
+    return out
+
+
+def _cell(app, rank: int) -> str:
+    """The grid's line of ``rank``'s cell (cells: one rank a line at this width)."""
+    lines = [line for line in grid_text(app).splitlines() if line.split()[:1] == [str(rank)]]
+    assert len(lines) == 1, grid_text(app)
+    return lines[0]
+
+
+async def test_a_rank_whose_loss_went_nan_is_an_alert_flagged_and_said_in_its_cell_and_detail(tmp_path):
+    app = replay_app(_log(tmp_path / "nan.jsonl"))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: _alerts(app))
+        assert _alerts(app) == {1: [("loss", SAID)]}
+        panel = widget_text(app.screen.query_one(AlertList))
+        assert " ".join(panel.split()) == f"⊘ {SAID}", panel  # (wrapped to the panel's width)
+        # Its loss cell says nan, in the alarm's colour; the healthy rank's its figure.
+        assert _cell(app, 1).split()[3] == "nan", _cell(app, 1)
+        assert _cell(app, 0).split()[3] == "1.8400", _cell(app, 0)
+        grid = app.screen.query_one(RankGrid)
+        row = grid.row_of(1)
+        assert row.flagged and row.loss is None and row.loss_not_finite == ("nan", 100)
+        look = grid._cell_look(row)
+        assert [style for text, style in look if text.strip() == "nan"] == [grid._style("rank-grid--loss-bad")]
+        # f: flagged ranks only: rank 1.
+        await pilot.press("f")
+        await until(pilot, lambda: "0 running" not in grid_text(app))
+        assert [line.split()[0] for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()] == ["1"], grid_text(app)
+        # Its detail: its loss and the alert.
+        grid.select(1)
+        await pilot.press("enter")
+        await until(pilot, lambda: "#title" in [f"#{w.id}" for w in app.screen.query(Static)] and "⚠" in str(app.screen.query_one("#title", Static).render()))
+        title = str(app.screen.query_one("#title", Static).render())
+        assert "step 160 · epoch 0 · loss nan since step 100 · last step" in title, title
+        assert f"⚠ {SAID}" in title, title
+
+
+async def test_a_diverged_straggler_keeps_both_alerts(tmp_path):
+    app = replay_app(_log(tmp_path / "nan.jsonl", straggler=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: _alerts(app))
+        kinds = [kind for kind, _ in _alerts(app)[1]]
+        assert kinds == ["loss", "straggler"], _alerts(app)
+        assert _cell(app, 1).split()[1:4:2] == ["straggler", "nan"], _cell(app, 1)
+
+
+async def test_a_loss_finite_again_is_no_alert(tmp_path):
+    app = replay_app(_log(tmp_path / "nan.jsonl", again_at=140))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert _alerts(app) == {}
+        assert widget_text(app.screen.query_one(AlertList)) == "✓ no alerts: every rank is healthy"
+        assert _cell(app, 1).split()[3] == "1.8400"
+        assert not app.screen.query_one(RankGrid).row_of(1).flagged
+
+
+async def test_a_run_that_finished_with_a_nan_loss_says_it_to_the_end(tmp_path):
+    app = replay_app(_log(tmp_path / "nan.jsonl", finished=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: _alerts(app))
+        assert _alerts(app) == {1: [("loss", "rank 1's loss was nan from step 100 to the end")]}
+        assert _cell(app, 1).split()[1:4:2] == ["finished", "nan"], _cell(app, 1)
+
+
+@pytest.mark.parametrize("ranks", [3])
+async def test_many_ranks_gone_nan_fold_into_one_line(tmp_path, ranks):
+    from pardash.tui.alerts import Alert
+
+    app = replay_app(_log(tmp_path / "nan.jsonl"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        panel = app.screen.query_one(AlertList)
+        panel.alerts = tuple(Alert("loss", r, f"rank {r}'s loss is nan since step 100 (diverged, or a spike)") for r in range(12))
+        lines = [line.plain for line in panel.fitted(100, ranks)]
+        assert lines == ["⊘ 12 losses not finite: ranks 0-11"], lines
