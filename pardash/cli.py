@@ -171,7 +171,7 @@ def _run_tui(source, *, title: str, notice: str = "") -> int:
 
 
 def cmd_attach(ns: argparse.Namespace) -> int:
-    from pardash.telemetry.client import AttachError, HubClient
+    from pardash.telemetry.client import AttachError, HubClient, hub_address
 
     _check_target(ns.target)
     try:
@@ -190,7 +190,8 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         if not client.wait_synced(5.0):
             if client.refused:  # (its handshake failed: said as the dashboard says it)
                 fail(f"the hub at {client.snapshot_endpoint} refuses this viewer: {client.refused}")
-            where = f"{ns.target} (asked on its snapshot port, {client.snapshot_endpoint})" if (ns.target or "").startswith("tcp://") else client.snapshot_endpoint
+            given = hub_address(ns.target)
+            where = f"{given} (asked on its snapshot port, {client.snapshot_endpoint})" if given else client.snapshot_endpoint
             if not client.reached:  # (no keys to blame: nothing took the connection)
                 fail(f"nothing answers at {where}; is the run still live? (`pardash ps`)")
             if client.keys is None:

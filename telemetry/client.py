@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import time
 from typing import Protocol
@@ -114,6 +115,21 @@ class FrameApplier:
         self.last_frame_t = frame.t
 
 
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}")
+"""A hub's address without its tcp:// (``127.0.0.1:29690``, ``node0:29690``, ``[::1]:29690``):
+no run id has a colon."""
+
+
+def hub_address(target: str | None) -> str | None:
+    """``target`` as a hub's ``tcp://HOST:PORT`` when it names one (with or without its
+    ``tcp://``); None for a run id (or none)."""
+    if not target:
+        return None
+    if target.startswith("tcp://"):
+        return target
+    return f"tcp://{target}" if _HOST_PORT.fullmatch(target) else None
+
+
 def resolve(target: str | None) -> dict:
     """Endpoints of a run: a registry entry by run id (newest live when None) or
     ``tcp://HOST:PORT`` of a hub's ingest (updates and snapshot are PORT+1 and PORT+2)."""
@@ -132,6 +148,8 @@ def resolve(target: str | None) -> dict:
             "snapshot": f"tcp://{host}:{p + 2}",
         }
     entry = registry.find(target)
+    if entry is None and target and _HOST_PORT.fullmatch(target):
+        return resolve(hub_address(target))  # (it said "no live run '127.0.0.1:29690'" of a hub's address)
     if entry is None:
         if target:
             several = sorted(str(e.get("run_id")) for e in registry.live_runs() if str(e.get("run_id", "")).startswith(target))

@@ -319,3 +319,18 @@ def test_the_hub_drops_log_asks_it_cannot_read_and_bounds_the_asks_it_keeps():
         router.close(0)
         dealer.close(0)
         ctx.term()
+
+
+def test_a_hubs_address_without_tcp_is_taken_as_one():
+    # `pardash attach 127.0.0.1:29690` said "no live run '127.0.0.1:29690'": no run id has a
+    # colon, and an address is what a user copies from a hub's first line.
+    from pardash.telemetry.client import AttachError, resolve
+
+    for given, host in (("127.0.0.1:29690", "127.0.0.1"), ("node0.cluster:29690", "node0.cluster"), ("[::1]:29690", "[::1]")):
+        assert resolve(given) == {"run_id": "", "ingest": f"tcp://{host}:29690", "updates": f"tcp://{host}:29691",
+                                  "snapshot": f"tcp://{host}:29692"}  # fmt: skip
+    with pytest.raises(AttachError, match="no live run 'nope'"):
+        resolve("nope")
+    attach = subprocess.run([sys.executable, "-m", "pardash", "attach", "--headless", "127.0.0.1:1"],
+                            capture_output=True, text=True, env=pardash_env(), timeout=60)  # fmt: skip
+    assert attach.returncode == 2 and "nothing answers at tcp://127.0.0.1:1 (asked on its snapshot port" in attach.stderr, attach.stderr
