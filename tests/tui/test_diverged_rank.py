@@ -82,6 +82,10 @@ async def test_a_rank_whose_loss_went_nan_is_an_alert_flagged_and_said_in_its_ce
         assert [line.split()[0] for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()] == ["1"], grid_text(app)
         # Its detail: its loss and the alert.
         grid.select(1)
+        # The line under the grid: its loss as the detail says it (it read "loss –").
+        from pardash.tui.widgets.selected_rank import SelectedRank
+
+        await until(pilot, lambda: "loss nan since step 100" in widget_text(app.screen.query_one(SelectedRank)))
         await pilot.press("enter")
         await until(pilot, lambda: "#title" in [f"#{w.id}" for w in app.screen.query(Static)] and "⚠" in str(app.screen.query_one("#title", Static).render()))
         title = str(app.screen.query_one("#title", Static).render())

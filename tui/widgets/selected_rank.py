@@ -107,7 +107,9 @@ class SelectedRank(CachedStyles, Widget):
             [(f"rank {row.rank}", self._s("value"))],
             [(status, self._s("flag") if row.flagged else self._s("value"))],
             self._pair("self", self_text),
-            self._pair("loss", fmt_loss(row.loss)),
+            # (a loss gone NaN: its steps carry none, and "loss –" read as one never reported)
+            self._pair("loss", fmt_loss(row.loss) if row.loss is not None or row.loss_not_finite is None
+                       else f"{row.loss_not_finite[0]} since step {row.loss_not_finite[1]}"),  # fmt: skip
             self._pair("wall", fmt_step_time(row.step_s)),  # the grid's column: the median of its last steps
             self._pair("held", fmt_bytes(row.held_bytes)),
             self._pair("step", str(row.step) if row.step is not None else "–"),
