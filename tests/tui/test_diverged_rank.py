@@ -131,3 +131,25 @@ async def test_many_ranks_gone_nan_fold_into_one_line(tmp_path, ranks):
         panel.alerts = tuple(Alert("loss", r, f"rank {r}'s loss is nan since step 100 (diverged, or a spike)") for r in range(12))
         lines = [line.plain for line in panel.fitted(100, ranks)]
         assert lines == ["⊘ 12 losses not finite: ranks 0-11"], lines
+
+
+async def test_n_and_p_in_a_detail_follow_the_grid_as_filtered(tmp_path):
+    # With f (flagged ranks only), n from the diverged rank's detail went to rank 0, which the
+    # grid did not show, and Escape then could not put the cursor on it.
+    from pardash.tui.screens.rank_detail import RankDetailScreen
+
+    app = replay_app(_log(tmp_path / "nan.jsonl"))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: _alerts(app))
+        await pilot.press("f")
+        grid = app.screen.query_one(RankGrid)
+        await until(pilot, lambda: grid.shown_ranks == [1])
+        grid.select(1)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RankDetailScreen))
+        await pilot.press("n")
+        await pilot.pause()
+        assert isinstance(app.screen, RankDetailScreen) and app.screen.rank == 1
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, RankDetailScreen))
+        assert app.screen.query_one(RankGrid).cursor_rank == 1

@@ -374,7 +374,13 @@ class RankDetailScreen(Screen):
             grid.select(self.rank)
 
     def action_move(self, delta: int) -> None:
-        ranks = sorted(self.source.state.ranks)
+        # In the grid's order, as it is sorted and filtered (n from a flagged rank, the grid
+        # showing flagged ranks only, went to an unflagged one, which Escape then could not
+        # put the cursor on); by rank where the grid does not show this one.
+        below = self.app.screen_stack[-2] if len(self.app.screen_stack) > 1 else None
+        grid = getattr(below, "grid", None)
+        shown = grid.shown_ranks if grid is not None else []
+        ranks = shown if self.rank in shown else sorted(self.source.state.ranks)
         if not ranks:
             return
         i = ranks.index(self.rank) if self.rank in ranks else 0
