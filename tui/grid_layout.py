@@ -182,13 +182,16 @@ def group_by_node(flat: list[RankRow], sort_key: str) -> list[RankRow]:
     return [row for k in keys for row in groups[k]]
 
 
-def node_label(rows: list[RankRow]) -> str:
+def node_label(rows: list[RankRow], totals: dict[int, int] | None = None) -> str:
+    """``totals``: node -> its ranks, where ``rows`` are those of them shown (under f: a node's
+    flagged ranks read "1 rank · 1 flagged" of a node of 8)."""
     first = rows[0]
     flagged = sum(1 for row in rows if row.flagged)
     label = f"node {first.node}"
     if first.host:
         label += f" · {first.host}"
-    label += f" · {len(rows)} rank{'s' if len(rows) != 1 else ''}"
+    n = (totals or {}).get(first.node, len(rows))
+    label += f" · {n} rank{'s' if n != 1 else ''}"
     if flagged:
         label += f" · {flagged} flagged"
     return label
@@ -205,11 +208,11 @@ def node_spans(ordered: list[RankRow]) -> list[tuple[int, int]]:
     return spans
 
 
-def layout_cells(ordered: list[RankRow], width: int, cw: int, *, single: bool = False) -> list[GridLine]:
+def layout_cells(ordered: list[RankRow], width: int, cw: int, *, single: bool = False, totals: dict[int, int] | None = None) -> list[GridLine]:
     cols = 1 if single else max(1, (width - 1 + CELL_GAP) // (cw + CELL_GAP))
     lines: list[GridLine] = []
     for start, end in node_spans(ordered):
-        lines.append(GridLine("node", labels=[(0, node_label(ordered[start:end]), "node")]))
+        lines.append(GridLine("node", labels=[(0, node_label(ordered[start:end], totals), "node")]))
         # Balance the lines of a node: 8 ranks in 5 columns go 4 + 4, not 5 + 3.
         count = end - start
         per_line = -(-count // -(-count // cols))
@@ -222,7 +225,7 @@ def layout_cells(ordered: list[RankRow], width: int, cw: int, *, single: bool = 
 
 
 def layout_heat(
-    ordered: list[RankRow], width: int, rank_width: int, *, label_rows: bool, short: bool = False
+    ordered: list[RankRow], width: int, rank_width: int, *, label_rows: bool, short: bool = False, totals: dict[int, int] | None = None
 ) -> list[GridLine]:
     """``short``: the grid has no line to spare for a node's header (a tiny terminal): one
     node's ranks too go on a line after its label ("n0 ■■"), and where they do not fit so,
@@ -249,7 +252,7 @@ def layout_heat(
     per_row = max(1, (room + 1) // (HEAT_BLOCK + 1)) * HEAT_BLOCK
     for start, end in spans:
         if not short:
-            lines.append(GridLine("node", labels=[(0, node_label(ordered[start:end]), "node")]))
+            lines.append(GridLine("node", labels=[(0, node_label(ordered[start:end], totals), "node")]))
         for row_start in range(start, end, per_row):
             line = GridLine("heat")
             if label_rows:
@@ -321,20 +324,25 @@ def lay_out(
         every = lay_out(rows, width=width, height=height, form=form, sort_key=sort_key, gpu=gpu)
         note = GridLine("note", labels=[(1, "no flagged ranks (f shows all)", "dim")])
         return GridLayout(ordered=[], lines=[note], columns=every.columns, heat=every.heat, rank_width=rank_width, max_cols=every.max_cols)
+    totals: dict[int, int] | None = None
+    if flagged_only:  # (a node's header counts its ranks, not those of them shown)
+        totals = {}
+        for row in rows:
+            totals[row.node] = totals.get(row.node, 0) + 1
     columns = COLUMNS
     one_a_line = False
     for wide in WIDE_COLUMNS if gpu else WIDE_COLUMNS[1:]:  # no GPU: no columns of dashes
         if cell_width(wide, rank_width) <= width - 1:
             columns, one_a_line = wide, True
-            lines = layout_cells(ordered, width, cell_width(wide, rank_width), single=True)
+            lines = layout_cells(ordered, width, cell_width(wide, rank_width), single=True, totals=totals)
             break
     if not one_a_line or len(lines) > room:
-        several = layout_cells(ordered, width, cell_width(COLUMNS, rank_width))
+        several = layout_cells(ordered, width, cell_width(COLUMNS, rank_width), totals=totals)
         # (where full cells too go one a line, the richer ones scroll no further)
         if not one_a_line or len(several) < len(lines):
             columns, lines = COLUMNS, several
     if len(lines) > room and form != "heat":
-        compact = layout_cells(ordered, width, cell_width(COMPACT_COLUMNS, rank_width))
+        compact = layout_cells(ordered, width, cell_width(COMPACT_COLUMNS, rank_width), totals=totals)
         if len(compact) <= room or form == "auto":
             columns, lines = COMPACT_COLUMNS, compact
     heat = form == "heat" or (form == "auto" and len(lines) > room)
@@ -344,13 +352,13 @@ def lay_out(
         if len(lines) > room and len(lines) - 1 <= room:
             lines = layout_heat_sorted(ordered, width, sort_key, short=True)
     elif heat:
-        lines = layout_heat(ordered, width, rank_width, label_rows=True)
+        lines = layout_heat(ordered, width, rank_width, label_rows=True, totals=totals)
         if len(lines) > room:
             # A grid of a line or two (a tiny terminal): its ranks, not their nodes' headers
             # over them under a scrollbar (60x15: the legend and "─ node 0 · vm · 2 ranks",
             # and no rank).
             # Only where they all fit so: a map that scrolls anyway keeps its headers.
-            short = layout_heat(ordered, width, rank_width, label_rows=True, short=True)
+            short = layout_heat(ordered, width, rank_width, label_rows=True, short=True, totals=totals)
             if len(short) <= room:
                 lines = short
     if not ordered:

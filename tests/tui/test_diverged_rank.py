@@ -144,6 +144,8 @@ async def test_n_and_p_in_a_detail_follow_the_grid_as_filtered(tmp_path):
         await pilot.press("f")
         grid = app.screen.query_one(RankGrid)
         await until(pilot, lambda: grid.shown_ranks == [1])
+        # Its node's header counts the node's ranks, not the ones shown ("1 rank · 1 flagged").
+        assert "─ node 0 · 2 ranks · 1 flagged" in grid_text(app), grid_text(app)
         grid.select(1)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RankDetailScreen))
