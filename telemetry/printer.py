@@ -488,10 +488,11 @@ def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float
     return " | ".join(p for p in parts if p)
 
 
-GROUPED = frozenset({"checkpoint", "resume", "warning", "epoch_end", "exit", "eval", "restart"})
-"""Events every rank sends alike (a save, a resume, an epoch's end, a clean exit): the same
-event from several ranks taken in one refresh is one line naming the ranks, in the progress
-lines and the TUI's event log. Errors are not: each carries its own traceback."""
+UNGROUPED = frozenset({"error"})
+"""Events said once for each rank: an error carries its own traceback. Any other event every
+rank sends alike (a save, a resume, an epoch's end, a clean exit, a script's own
+``pardash.event("my_eval", ...)``), the same name, step and text from several ranks taken in one
+refresh, is one line naming the ranks, in the progress lines and the TUI's event log."""
 
 
 GROUPED_VERDICTS = frozenset({"stalled", "silent", "resumed"})
@@ -518,7 +519,7 @@ def verdict_text(v: schema.Verdict, ranks: list[int] | None = None) -> str:
 
 def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, list[int] | None, float | None]]:
     """``msgs`` in order as (first message, its ranks, the slowest duration): the same
-    :data:`GROUPED` event (name, step, text, code) or :data:`GROUPED_VERDICTS` verdict from
+    event (name, step, text, code; not in :data:`UNGROUPED`) or :data:`GROUPED_VERDICTS` verdict from
     several ranks is one entry, where the first of them was; anything else is an entry of its
     own (ranks None)."""
     out: list[list] = []
@@ -556,7 +557,8 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
 def alike_key(m: schema.Message) -> tuple | None:
     """What makes ``m`` alike the same event or verdict of other ranks (see :func:`group_alike`);
     None for a message said once for itself."""
-    if isinstance(m, schema.Event) and m.rank >= 0 and m.name in GROUPED:
+    if isinstance(m, schema.Event) and m.rank >= 0 and m.name not in UNGROUPED:
+        # (a script's own events too: "my_eval" of 256 ranks was 256 lines)
         # (torchrun's restart, said by the hub or the launcher: its text names its rank and
         # pid, alike by its count; a script's own event of that name is any event)
         return (m.name, m.step, "" if torchrun_restart(m) else m.message, m.code)

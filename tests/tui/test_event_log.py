@@ -335,3 +335,14 @@ async def test_an_events_printed_time_never_changes_once_said():
         "hub: hub started (pid 1)": {"-0:02"},
         "rank 0 checkpoint at step 3": {"00:03"},
     }, said
+
+
+def test_a_scripts_own_event_of_many_ranks_is_one_line_too():
+    # pardash.event("my_eval", ...) on every rank was a line per rank (checkpoints and warnings
+    # were one line): at 256 ranks, 256 lines.
+    msgs = [schema.Event(rank=r, name="my_eval", step=50, message="top-1 0.91") for r in range(256)]
+    msgs.append(schema.Event(rank=3, name="my_eval", step=50, message="top-1 0.40"))
+    assert [describe(*e)[0] for e in group_alike(msgs)] == [
+        "ranks 0-255 my eval at step 50: top-1 0.91",
+        "rank 3 my eval at step 50: top-1 0.40",
+    ]
