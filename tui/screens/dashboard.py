@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -176,12 +177,15 @@ class DashboardScreen(Screen):
         self._figures_due: Timer | None = None
         """Brings the latest figures when frames stop coming (see FIGURES_S)."""
         self._summary: RunSummary | None = None
-        self._side_width: int | None = None
-        self._trend_key: tuple = ()
-        """The side panels' width when the grid leaves them more than the stylesheet's."""
         """The latest frame's header, shown or waiting for its turn."""
+        self._side_width: int | None = None
+        """The side panels' width when the grid leaves them more than the stylesheet's."""
+        self._trend_key: tuple = ()
+        """What the loss chart was last shown or hidden for (see :meth:`_fit_trend`)."""
         self._memory_rows = 0
         """The memory panel's height as last drawn (see :meth:`_fit_alerts`)."""
+        self._alert_lines_of: tuple[tuple, int] | None = None
+        """The alerts' lines, and what they were worked out for (see :meth:`_alert_lines`)."""
         self._trend_band = ""
         """The loss chart's legend, from its last drawing (its "now" is the grid's)."""
 
@@ -222,12 +226,21 @@ class DashboardScreen(Screen):
     WIDE_SIDE_WIDTH = 110
     """The most the side panels take when the grid needs less than its share: enough for the
     event log's lines not to wrap."""
+    WIDE_SIDE_SHARE = 0.45
+    """And the most of the screen's width they take then: the grid's panel keeps the larger
+    share, for the loss chart under the grid (at 200x50 the side panels took 110 columns and
+    the chart 88)."""
     MAIN_CHROME = 3
     """Columns of the grid's panel around the grid itself: its border and the scrollbar's."""
 
     EVENTS_LEAST = 3
     """Rows the event log keeps under the alerts (its border and its latest line): the alerts
     give way to them, not the log to the alerts, which pushed it off a short side area."""
+    EVENTS_USEFUL = 8
+    """Rows the event log keeps before the memory panel is shown (its border and six lines: a
+    failure's traceback and exits). The memory panel gives way to them, as it does below
+    NARROW_WIDTH; the alerts keep their lines. At 100x30 a dead DDP job's alerts and the
+    panel's ten lines left the log one line, which said half of "killed by signal 15"."""
 
     TREND_HEIGHT = 11
     """Lines of the run's loss chart under the grid (its rule included), shown when the grid
@@ -266,9 +279,11 @@ class DashboardScreen(Screen):
         # out of a short side area. Its height is the last it was drawn at while hidden.
         if w.memory.display:
             self._memory_rows = w.memory.outer_size.height
-        short = height - self._memory_rows - CHROME_ROWS - 1 < self.EVENTS_LEAST
+        # (the same for the event log's useful least, the alerts having every line they take)
+        narrow = self.has_class("-narrow")
+        short = not narrow and height - self._memory_rows - CHROME_ROWS - self._alert_lines(w) < self.EVENTS_USEFUL
         self.set_class(short, "-short")
-        memory = 0 if short or self.has_class("-narrow") else self._memory_rows
+        memory = 0 if short or narrow else self._memory_rows
         rows = height - memory - self.EVENTS_LEAST - CHROME_ROWS
         # A side area too short for an alert and the event log's least (a tiny terminal)
         # leaves the log out: it was its border and title alone, under the alerts.
@@ -284,6 +299,22 @@ class DashboardScreen(Screen):
             w.alerts.display = alerts
         if w.alerts.max_rows != rows:
             w.alerts.max_rows = rows
+
+    def _alert_lines(self, w: _Widgets) -> int:
+        """The lines the alerts take given MAX_ROWS (worked out again only when the alerts, the
+        calm line or the panel's width change: the reactive keeps its tuple while equal)."""
+        alerts = w.alerts
+        width = max(10, alerts.content_region.width or w.side.size.width - 4)  # (its border, padding)
+        key = (alerts.alerts, alerts.calm, width)
+        cached = self._alert_lines_of
+        if cached is not None and cached[0][0] is key[0] and cached[0][1:] == key[1:]:
+            return cached[1]
+        if alerts.alerts:
+            lines = len(alerts.fitted(width, MAX_ROWS))
+        else:
+            lines = min(MAX_ROWS, len(Text(alerts.calm).wrap(self.app.console, width)))
+        self._alert_lines_of = (key, lines)
+        return lines
 
     def _fit_trend(self) -> None:
         """Show the run's loss under the grid when the grid, that much shorter, still draws
@@ -322,7 +353,8 @@ class DashboardScreen(Screen):
     def _fit_side(self) -> None:
         """On a wide terminal whose ranks fit the grid a line each, the grid's panel keeps the
         width it needs and the side panels (alerts, memory, events) take the rest, up to
-        WIDE_SIDE_WIDTH; otherwise the grid keeps its share (it packs more ranks a line)."""
+        WIDE_SIDE_WIDTH and WIDE_SIDE_SHARE of the screen; otherwise the grid keeps its share
+        (it packs more ranks a line)."""
         w = self._widgets
         if w is None:
             return
@@ -330,8 +362,9 @@ class DashboardScreen(Screen):
         width: int | None = None
         if need is not None:
             room = self.size.width - need - self.MAIN_CHROME
-            if room > self.SIDE_WIDTH:
-                width = min(room, self.WIDE_SIDE_WIDTH)
+            width = min(room, self.WIDE_SIDE_WIDTH, int(self.size.width * self.WIDE_SIDE_SHARE))
+            if width <= self.SIDE_WIDTH:
+                width = None
         if width == self._side_width:
             return
         self._side_width = width

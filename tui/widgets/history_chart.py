@@ -14,6 +14,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..charts import ChartSeries
+from ..format import fmt_step_no
 from ..styles import CachedStyles, component_bg, component_fg
 
 AXIS_WIDTH = 9
@@ -27,7 +28,8 @@ OUTLIER_SHARE = 0.05
 """The share of a chart's points, at either end, its y axis may leave out (as TensorBoard's
 "ignore outliers in chart scaling", on by default there): a warm-up's first steps (a loss of
 4.2 falling to 0.6, a first step of 166 ms among 25 ms ones) set the scale, and the run's
-steady part was one flat row. Points beyond it are drawn at the chart's edge."""
+steady part was one flat row. The line's points beyond it are drawn at the chart's edge as
+``▲`` (above) or ``▼`` (below), so the clipping is seen."""
 MIN_POINTS = 20
 """Fewer points than this are all in the scale."""
 
@@ -45,6 +47,22 @@ def y_range(values: list[float], latest: float | None = None) -> tuple[float, fl
     if latest is not None and math.isfinite(latest):
         lo, hi = min(lo, latest), max(hi, latest)
     return lo, hi
+
+
+def x_axis(first_step: int, last_step: int, plot_w: int) -> str:
+    """The x axis's line: ``step <first>`` under the plot's first column and ``<last>`` ending
+    under its last, each number whole. Where both do not fit the plot's width the newest step
+    alone says where the plot ends, ``step <last>``, reaching left under the y axis if it must
+    (a chart is at least AXIS_WIDTH + 1 columns: a step number, at most six characters, fits).
+    Cut to the chart's width, "step 1199 1910" read "step 1199 191", a wrong step."""
+    end = AXIS_WIDTH + plot_w
+    left, right = f"step {fmt_step_no(first_step)}", fmt_step_no(last_step)
+    if first_step != last_step and len(left) + 1 + len(right) <= plot_w:
+        return " " * AXIS_WIDTH + left + " " * (plot_w - len(left) - len(right)) + right
+    for newest in (f"step {right}", right):
+        if len(newest) <= end:
+            return f"{newest:>{end}}"
+    return right
 
 
 class HistoryChart(CachedStyles, Widget):
@@ -151,6 +169,10 @@ class HistoryChart(CachedStyles, Widget):
 
         # mask[r][c]: 1 upper half, 2 lower half of the rank's line; median row; band rows.
         mask = [[0] * plot_w for _ in range(plot_h)]
+        # The line's points beyond the scale (the outliers it leaves out) are marked at its
+        # edge: drawn there unmarked, a warm-up's loss of 4.18 read as the top label's 0.9646.
+        beyond = {(0, c): "▲" for c in range(plot_w) if s.values[c] > hi}
+        beyond.update({(plot_h - 1, c): "▼" for c in range(plot_w) if s.values[c] < lo})
         median_row = [-1] * plot_w
         band = [(-1, -1)] * plot_w
         prev = None
@@ -192,16 +214,15 @@ class HistoryChart(CachedStyles, Widget):
                 in_band = top >= 0 and top <= r <= bottom
                 style = band_style if in_band else Style()
                 m = mask[r][c]
-                if m:
+                mark = beyond.get((r, c)) if beyond else None
+                if mark:
+                    segments.append(Segment(mark, style + rank_style))
+                elif m:
                     segments.append(Segment(_HALVES[m], style + rank_style))
                 elif median_row[c] == r:
                     segments.append(Segment("─", style + median_style))
                 else:
                     segments.append(Segment(" ", style))
             lines.append(Strip(segments).apply_style(base).crop_extend(0, width, base))
-        left = f"step {s.first_step}"
-        right = f"{s.last_step}"
-        gap = max(1, plot_w - len(left) - len(right))
-        x_axis = " " * AXIS_WIDTH + left + " " * gap + right
-        lines.append(Strip([Segment(x_axis, axis)]).apply_style(base).crop_extend(0, width, base))
+        lines.append(Strip([Segment(x_axis(s.first_step, s.last_step, plot_w), axis)]).apply_style(base).crop_extend(0, width, base))
         return lines
