@@ -29,7 +29,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "Rank detail",
         (
-            ("n  p", "the next or the previous rank"),
+            ("n  p", "the next or the previous rank, in the grid's order (as sorted and filtered)"),
             ("escape", "back to the grid, on the rank last shown"),
         ),
     ),
