@@ -272,6 +272,24 @@ def shown_rows(
     return group_by_node(flat, sort_key) if grouped else flat
 
 
+def layout_heat_flat(ordered: list[RankRow], width: int, rank_width: int) -> list[GridLine]:
+    """Every rank in rank order across nodes, rows of blocks labelled by their first rank, no
+    node headers: the densest map, for many small nodes whose packed segments ("n12 ■■■■■■■■")
+    would not fit the grid's height (1024 ranks of 8 a node: 32 lines at 120x36, 64 at 80x24,
+    every one scrolled to). A block of 8 is a node's where nodes have 8 ranks."""
+    label_w = rank_width + 1
+    room = max(HEAT_BLOCK, width - 1 - label_w)
+    per_row = max(1, (room + 1) // (HEAT_BLOCK + 1)) * HEAT_BLOCK
+    lines = []
+    for row_start in range(0, len(ordered), per_row):
+        line = GridLine("heat")
+        line.labels.append((1, str(ordered[row_start].rank).rjust(rank_width), "dim"))
+        stop = min(len(ordered), row_start + per_row)
+        line.cells.extend((1 + label_w + j + j // HEAT_BLOCK, i) for j, i in enumerate(range(row_start, stop)))
+        lines.append(line)
+    return lines
+
+
 def layout_heat_sorted(ordered: list[RankRow], width: int, sort_key: str, *, short: bool = False) -> list[GridLine]:
     """A heat map sorted by something else than rank: every rank in that order across nodes
     (the worst first, top left), under one header line that says so. Node by node, the order
@@ -361,6 +379,13 @@ def lay_out(
             short = layout_heat(ordered, width, rank_width, label_rows=True, short=True, totals=totals)
             if len(short) <= room:
                 lines = short
+            else:
+                # Still taller than the grid: every rank in rank order, no node headers, where
+                # that puts every rank on screen or halves the scrolling at least (80x24: 64
+                # lines of two nodes each, 32 so); else the map keeps its headers.
+                flat = layout_heat_flat(ordered, width, rank_width)
+                if len(flat) <= room or 2 * len(flat) <= len(short):
+                    lines = flat
     if not ordered:
         text = "no flagged ranks (f shows all)" if rows else "waiting for ranks to say hello…"
         lines = [GridLine("note", labels=[(1, text, "dim")])]

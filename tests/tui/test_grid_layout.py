@@ -156,7 +156,7 @@ def test_the_alerts_name_runs_of_ranks_as_ranges_and_count_the_rest():
     [
         ("run4.jsonl", (120, 40), True),  # 4 ranks leave most of the grid's lines free
         ("straggler8.jsonl", (80, 24), False),  # 8 ranks and their nodes fill a small terminal
-        ("run1024.jsonl", (120, 40), False),  # a heat map keeps every line
+        ("run1024.jsonl", (120, 40), True),  # a heat map of every rank in rank order leaves room too
     ],
 )
 async def test_the_runs_loss_shows_under_the_grid_when_the_grid_leaves_room(fixture, size, shown):
@@ -176,7 +176,7 @@ async def test_the_runs_loss_shows_under_the_grid_when_the_grid_leaves_room(fixt
         assert len(grid._layout.lines) + 1 <= grid.scrollable_content_region.height
         if shown:
             series = trend.series
-            assert series is not None and series.others == 4
+            assert series is not None and series.others == {"run4.jsonl": 4, "run1024.jsonl": 1024}[fixture]
             # the line is the ranks' median: the last column lies within their spread
             assert series.low[-1] <= series.values[-1] <= series.high[-1]
             assert series.first_step == 0 < series.last_step
@@ -424,3 +424,20 @@ async def test_a_grid_lays_itself_out_without_its_title_only_where_its_ranks_can
         monkeypatch.setattr(rank_grid, "lay_out", counted)
         grid._relayout(force=True)
         assert len(calls) == laid_out, calls
+
+
+@pytest.mark.parametrize(("width", "height"), [(72, 21), (77, 17)])
+def test_many_small_nodes_whose_packed_map_would_scroll_are_every_rank_in_rank_order(width, height):
+    # 1024 ranks of 8 a node: the packed "n12 ■■■■■■■■" segments were 32 lines at 120x36 and 64
+    # at 80x24, nodes 116-127 off screen. Rows of blocks labelled by their first rank put every
+    # rank on screen; a map that would scroll anyway keeps its node headers (see above).
+    layout = lay_out(rows(1024), width=width, height=height)
+    assert layout.heat and len(layout.lines) <= height - 1 and sorted(layout.where) == list(range(1024))
+    per_row = len(layout.lines[0].cells)
+    assert per_row % 8 == 0 and [line.labels[0][1].strip() for line in layout.lines] == [str(r) for r in range(0, 1024, per_row)]
+
+
+def test_a_packed_map_that_scrolls_twice_as_far_gives_way_to_rank_order_too():
+    # 80x24 (a grid 44 wide): 64 lines of two nodes each, against 32 in rank order.
+    layout = lay_out(rows(1024), width=44, height=17)
+    assert [line.labels[0][1].strip() for line in layout.lines[:2]] == ["0", "32"] and len(layout.lines) == 32
