@@ -802,7 +802,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         st = hub.core.stats()
         stopped = f"hub stopped: {st.received} messages, {st.lost} lost, {rejects_text(st.rejected)}"
         hub.core.note(stopped)
-        if hub.say is not None:  # a hub alone: its terminal had its start, and now its end
+        if hub.say is not None and ready_fd is None:  # a hub alone: its terminal had its start, and now its end
             hub.say(stopped + (f"; log {hub.recorder.path}" if hub.recorder is not None else ""))
         hub.close()
         if hub.recorder is not None and hub.recorder.last_word:

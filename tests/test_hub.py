@@ -1071,15 +1071,20 @@ def test_records_of_another_run_are_refused_and_said_at_once(tmp_path):
 def test_a_hub_alone_says_a_foreign_run_at_once_and_its_end_with_the_refused_not_lost(tmp_path):
     # `pardash hub`, then a job whose PARDASH_RUN_ID was the last hub's: its terminal said
     # nothing (only the log, a minute later), nor anything as it stopped.
+    import json
     import signal
     import subprocess
+    import sys
     import time
 
     from helpers import pardash_env
-    from pardash.telemetry.spawn import spawn_hub
 
     log = tmp_path / "run.jsonl"
-    hub, info = spawn_hub(["--run-id", "r", "--log", str(log), "--no-registry"], env=pardash_env(), stderr=subprocess.PIPE, text=True)
+    # As a user starts it (no --ready-fd: its first line on stdout, its words on its terminal).
+    hub = subprocess.Popen([sys.executable, "-m", "pardash", "hub", "--run-id", "r", "--log", str(log), "--no-registry"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env())  # fmt: skip
+    assert hub.stdout is not None
+    info = json.loads(hub.stdout.readline())
     try:
         ctx = zmq.Context()
         push = ctx.socket(zmq.PUSH)

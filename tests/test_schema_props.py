@@ -18,13 +18,14 @@ import json
 import math
 import random
 from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pardash.telemetry import frames, schema, security
+from pardash.telemetry import frames, hubcore, schema, security
 from pardash.telemetry.hub import HubCore
 from pardash.telemetry.logreader import load_log
 from pardash.telemetry.recorder import Recorder
@@ -432,19 +433,26 @@ def test_the_hubs_fast_step_path_takes_and_refuses_as_the_general_one(tmp_path_f
     hellos = [schema.Hello(run=RUN, rank=r, world_size=4, t=1.0e9) for r in range(3)]
     raws = [schema.encode(m) for m in hellos + steps]
     taken = 0
-    for raw in raws:
-        ok = general.ingest(schema.decode(raw), 1.0)
-        assert fast.ingest_bytes(raw, 1.0) == ok
-        taken += ok
-    garbage = b"\x81\xa4kind\xa4step\x00"  # does not decode: counted, and the batch goes on
-    general.rejected["undecodable"] += 1
-    fast.rejected["undecodable"] += 1
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(raws)), max_size=4)))
-    taken_batched = 0
-    chunks = [raws[a:b] for a, b in zip([0] + cuts, cuts + [len(raws)])]
-    chunks[-1] = chunks[-1] + [garbage]
-    for chunk in chunks:
-        taken_batched += batched.ingest_batch(chunk, 1.0)
+    # The hub's own notes (a foreign run's records refused, said at once) carry its clock: one
+    # clock for the three, so the run's latest time is the same in each.
+    clock = mock.patch.object(hubcore.time, "time", lambda: 1.5e9)
+    clock.start()
+    try:
+        for raw in raws:
+            ok = general.ingest(schema.decode(raw), 1.0)
+            assert fast.ingest_bytes(raw, 1.0) == ok
+            taken += ok
+        garbage = b"\x81\xa4kind\xa4step\x00"  # does not decode: counted, and the batch goes on
+        general.rejected["undecodable"] += 1
+        fast.rejected["undecodable"] += 1
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(raws)), max_size=4)))
+        taken_batched = 0
+        chunks = [raws[a:b] for a, b in zip([0] + cuts, cuts + [len(raws)])]
+        chunks[-1] = chunks[-1] + [garbage]
+        for chunk in chunks:
+            taken_batched += batched.ingest_batch(chunk, 1.0)
+    finally:
+        clock.stop()
     assert taken_batched == taken
     for other in (fast, batched):
         assert other.received == general.received and other.rejected == general.rejected and other.hseq == general.hseq
