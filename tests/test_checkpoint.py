@@ -216,13 +216,20 @@ def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     assert "at step 30, at or past --steps 25: nothing to train" in warning
     assert "nothing to train" in fourth.stdout and "done: no step taken (resumed at step 30, --steps 25)" in fourth.stdout
     assert "ms/step" not in fourth.stdout
+    # A fault at a step before the one resumed from never fires: said (it ended "done", no
+    # crash and no word, where the flag is there to watch one).
+    sixth, sixth_msgs = trained(tmp_path, "sixth", *common[:2], "--steps", "32", "--checkpoint-dir", str(ckpt), "--resume",
+                                "--inject-crash", "0@20")  # fmt: skip
+    assert sixth.returncode == 0, sixth.stderr[-3000:]
+    said = "--inject-crash 0@20 will not fire: this run resumed at step 30, past its step (give a step above 30)"
+    assert f"note: {said}" in sixth.stdout and said in [e.message for e in events(sixth_msgs, "warning")]
     # Without --resume in a folder of checkpoints: it starts over, and says its saves replace
     # those of the same steps (torch's UserWarning on overwriting was the only sign).
     fifth, fifth_msgs = trained(tmp_path, "fifth", *common[:2], "--steps", "3", "--checkpoint-dir", str(ckpt))
     assert fifth.returncode == 0, fifth.stderr[-3000:]
     # (its --steps 3 under SMALL's --warmup-steps 5 is warned of too)
     [warning] = [e.message for e in events(fifth_msgs, "warning") if not e.message.startswith("--warmup-steps")]
-    assert warning.startswith(f"checkpoint: {ckpt} already holds checkpoints (the newest at step 30")
+    assert warning.startswith(f"checkpoint: {ckpt} already holds checkpoints (the newest at step 32, saved by run sixth)")
     assert [s for _, s, _ in losses(fifth_msgs)] == [1, 2, 3]
 
 

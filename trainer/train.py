@@ -204,6 +204,15 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
     # -- resume: model, optimizer, step, data position, RNG from the newest checkpoint ------
     job = checkpoint.job_id()
     start = resume.resume(cfg, rt, w, optimizer, reporter, total_steps, restart=restart, job=job)
+    if first_attempt and start.step and rt.rank == 0:
+        # A fault at or before the step resumed from never fires: said, where the run ended
+        # "done" with no crash and no word of it (the point of the flag is to watch one).
+        for flag, fault in (("--inject-stall", stall), ("--inject-crash", crash)):
+            if fault is not None and fault.step <= start.step:
+                message = (f"{flag} {fault} will not fire: this run resumed at step {start.step}, past its step "
+                           f"(give a step above {start.step})")
+                print(f"note: {message}", flush=True)
+                reporter.event("warning", message=message, step=start.step)
     # --checkpoint-keep counts this job's checkpoints and those of the job it went on from (a
     # run resumed again and again, requeued, keeps K in all, not K a job).
     own_jobs = {job}
