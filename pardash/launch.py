@@ -55,6 +55,8 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
              f"name the script in it: -- {os.path.join(script[0], 'SCRIPT.py')}")  # fmt: skip
     elif script and not ns.module and not (os.path.isfile(script[0]) or os.path.isdir(script[0])):
         fail(f"{script[0]}: no such script (the command after `--` is run as `python SCRIPT ARGS`)")
+    elif script and not ns.module and (why := _not_python(script[0])):
+        fail(why)
     elif ns.module:
         import importlib.util
 
@@ -113,6 +115,28 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     except LaunchError as exc:
         fail(str(exc))
     return spec
+
+
+def _not_python(path: str) -> str:
+    """Why python cannot run the file ``path`` (a binary, a shell script, a syntax error), as
+    one line; '' when it compiles (a folder, or a file too big to check at once, is left to
+    python). Said before the hub, torchrun and every rank start, each rank to fail the same."""
+    if not os.path.isfile(path) or path.endswith((".pyc", ".pyz", ".zip")):
+        return ""
+    try:
+        if os.path.getsize(path) > 16 << 20:
+            return ""
+        with open(path, "rb") as fh:
+            source = fh.read()
+        compile(source, path, "exec", dont_inherit=True)
+    except OSError as exc:
+        return f"{path}: cannot read it ({exc.strerror or exc})"
+    except SyntaxError as exc:
+        where = f", line {exc.lineno}" if exc.lineno else ""
+        return f"{path}: python cannot run it ({type(exc).__name__}{where}: {exc.msg})"
+    except (ValueError, UnicodeDecodeError) as exc:  # null bytes, an undecodable file
+        return f"{path}: python cannot run it ({exc}): is it a Python script?"
+    return ""
 
 
 def _runnable_folder(path: str) -> bool:

@@ -404,6 +404,17 @@ def _field_docs() -> dict[str, str]:
     return docs
 
 
+class _OneFault(argparse.Action):
+    """An --inject-* flag given twice is refused: the last one alone was kept, the first fault
+    dropped without a word (``--inject-crash 0@3 --inject-crash 1@4`` crashed rank 1 only)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None) -> None:
+        before = getattr(namespace, self.dest, None)
+        if before is not None and before != self.default:
+            parser.error(f"{option} given twice ({before} and {values}): a run takes one fault of each kind")
+        setattr(namespace, self.dest, values)
+
+
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """Add every TrainConfig flag (``--strategy``, ``--steps``, ...) to ``parser``.
 
@@ -424,6 +435,8 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
         elif f.name in _METAVARS:
             kwargs["type"] = str
             kwargs["metavar"] = _METAVARS[f.name]
+            if f.name.startswith("inject_"):
+                kwargs["action"] = _OneFault
         elif isinstance(f.default, bool) or f.name == "resume":
             kwargs["action"] = argparse.BooleanOptionalAction
         elif f.name in _CHOICES:
