@@ -155,3 +155,14 @@ async def test_n_and_p_in_a_detail_follow_the_grid_as_filtered(tmp_path):
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, RankDetailScreen))
         assert app.screen.query_one(RankGrid).cursor_rank == 1
+
+
+async def test_the_runs_loss_chart_says_the_ranks_it_leaves_out(tmp_path):
+    # Its title read "▀ 1 rank, ░ its range" of a job of two, as if a rank had gone.
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    app = replay_app(_log(tmp_path / "nan.jsonl"))
+    async with app.run_test(size=SIZE) as pilot:
+        trend = app.screen.query_one("#trend", HistoryChart)
+        await until(pilot, lambda: "not finite" in str(trend.border_title or ""))
+        assert "▀ 1 rank, ░ its range · rank 1 not finite, left out" in str(trend.border_title)

@@ -520,6 +520,13 @@ class DashboardScreen(Screen):
                     "▀ 1 rank, ░ its range" if series.others == 1
                     else f"▀ median, ░ range of {series.others} ranks" if series.others else "▀ median, ░ range of the ranks"
                 )  # fmt: skip
+                # Ranks whose loss is not finite have none to draw: said, where "1 rank" of a
+                # job of two read as a rank gone.
+                bad = [r.rank for r in self.source.state.ranks.values() if r.loss_bad is not None]
+                if bad:
+                    from ...telemetry.summary import ranks_named
+
+                    self._trend_band += f" · {ranks_named(bad)} not finite, left out"
                 self._trend_now()
 
     @on(RankHighlighted)
