@@ -338,6 +338,7 @@ def test_a_launch_with_telemetry_switched_off_says_so(tmp_path):
         (["--strategy", "fsdp", "--steps", "5", "--", "train.py"], "--strategy, --steps: the bundled trainer's flags"),
         (["--inject-crash", "0@3", "--inject-crash", "1@4"], "--inject-crash given twice (0@3 and 1@4)"),  # 0@3 was dropped
         (["--", "shell.py"], "shell.py: python cannot run it (SyntaxError, line 2: invalid syntax)"),  # it started every rank
+        (["--runs-dir", "/proc/x"], "; pass a writable --runs-dir DIR (or a --log PATH)"),  # it named --log, not given
         pytest.param(["--precision", "bf16"], "--precision bf16 needs a GPU and none is visible here",
                      marks=pytest.mark.skipif(bool(_gpu_count()), reason="a GPU is visible")),
     ],

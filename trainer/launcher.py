@@ -228,13 +228,15 @@ def new_spec(*, log_path: str | None, runs_dir: str = "runs", **kw) -> LaunchSpe
         raise LaunchError(refusal)
     log = os.path.abspath(log_path) if log_path else os.path.join(run_dir, "telemetry.jsonl")
     if not kw.get("node_rank"):  # nodes > 0 start no hub: node 0's records the run
-        check_writable(log)
+        # (the flag to mend is the one that placed the log: it said "pass a writable --log
+        # PATH" of a --runs-dir /proc/x)
+        check_writable(log, fix="--log PATH" if log_path else "--runs-dir DIR (or a --log PATH)")
     return LaunchSpec(run_id=run_id, log_path=log, run_dir=run_dir, **kw)
 
 
-def check_writable(path: str) -> None:
+def check_writable(path: str, fix: str = "--log PATH") -> None:
     """Raise LaunchError unless ``path`` can be created or appended to, and holds no run yet
-    (:func:`recorder.holds_records`)."""
+    (:func:`recorder.holds_records`); ``fix``: the flag that gives another place."""
     if holds_records(path):
         if not is_log(path):
             raise LaunchError(f"{path} is not a pardash log (no record in its first lines); pass a new --log PATH")
@@ -246,9 +248,9 @@ def check_writable(path: str) -> None:
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, LOG_MODE))
     except (FileExistsError, NotADirectoryError):  # mkdir: a file stands where a folder of the path must be
         file = next((str(a) for a in reversed(p.parents) if a.exists() and not a.is_dir()), str(p.parent))
-        raise LaunchError(f"cannot write the log {path}: {file} is a file, not a folder; pass a writable --log PATH") from None
+        raise LaunchError(f"cannot write the log {path}: {file} is a file, not a folder; pass a writable {fix}") from None
     except OSError as exc:
-        raise LaunchError(f"cannot write the log {path}: {exc.strerror or exc}; pass a writable --log PATH") from None
+        raise LaunchError(f"cannot write the log {path}: {exc.strerror or exc}; pass a writable {fix}") from None
 
 
 __all__ = ["Job", "LaunchError", "LaunchSpec", "Supervisor", "TRAINER_COMMAND", "check_writable", "exit_status", "lost_supervisor_result",
