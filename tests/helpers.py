@@ -74,6 +74,55 @@ def hub_alone(log, run: str) -> tuple[subprocess.Popen, dict]:
     return proc, json.loads(proc.stdout.readline())
 
 
+class KeyedHub:
+    """A hub process with the CURVE keys of ``keys`` (a folder), as :func:`keyed_hub` runs it:
+    ``info`` its endpoints, ``friend`` a viewer holding those keys, which hears the hub's notes;
+    once it has stopped, ``returncode`` and ``err`` (its stderr)."""
+
+    def __init__(self, proc: subprocess.Popen, info: dict, friend) -> None:
+        self.proc, self.info, self.friend = proc, info, friend
+        self.viewers = [friend]
+        self.returncode: int | None = None
+        self.err = ""
+
+    def viewer(self, curve):
+        """A viewer of the hub with the keys ``curve``, closed with the hub."""
+        from pardash.telemetry.client import HubClient
+
+        v = HubClient(self.info["updates"], self.info["snapshot"], curve=curve)
+        self.viewers.append(v)
+        return v
+
+    def said(self, words: str) -> bool:
+        """Whether a note the friend has heard holds ``words``."""
+        from pardash.telemetry import schema
+
+        return any(words in e.message for e in self.friend.state.events if isinstance(e, schema.Event))
+
+
+@contextlib.contextmanager
+def keyed_hub(tmp_path, keys, run: str):
+    """A hub run alone (``pardash.telemetry.hub``) with the keys folder ``keys``, its friend
+    synced; on leaving, every viewer closed and the hub stopped (SIGTERM), its stderr kept."""
+    from pardash.telemetry.client import HubClient
+    from pardash.telemetry.spawn import spawn_hub
+
+    proc, info = spawn_hub(
+        ["--run-id", run, "--no-registry", "--curve-dir", str(keys), "--log", str(tmp_path / "run.jsonl")],
+        stderr=subprocess.PIPE, text=True, env=pardash_env(),
+    )  # fmt: skip
+    hub = KeyedHub(proc, info, HubClient(info["updates"], info["snapshot"], curve=keys))
+    try:
+        assert hub.friend.wait_synced(20.0)
+        yield hub
+    finally:
+        for v in hub.viewers:
+            v.close()
+        proc.terminate()
+        _, hub.err = proc.communicate(timeout=30)
+        hub.returncode = proc.returncode
+
+
 def live_ranks(info: dict, run: str, log, steps: int = 3, *, wait: bool = True) -> None:
     """Two ranks saying hello and taking ``steps`` steps through the hub ``info`` names, and
     not ending: a run still going, its records in the hub's ``log`` (once it holds them, with

@@ -20,7 +20,7 @@ import zmq
 import zmq.auth
 from zmq.utils.monitor import recv_monitor_message
 
-from helpers import identity, pardash_env, serving, wait_for, wait_logged
+from helpers import identity, keyed_hub, pardash_env, serving, wait_for, wait_logged
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.hub import Hub
@@ -469,32 +469,18 @@ def test_a_running_hub_admits_the_keys_its_folder_holds_now(tmp_path, keys):
     # A hub read authorized_clients/ once, at its start: a key added as `pardash keys` says
     # ("add another client's .key here") was refused until a restart, and one removed or revoked
     # by `pardash keys --force` was still let in.
-    from pardash.telemetry.spawn import spawn_hub
-
     alice_public, alice_secret = zmq.auth.create_certificates(tmp_path, "alice")
     public, secret = zmq.auth.load_certificate(alice_secret)
     alice = security.ClientKeys(public=public, secret=secret, server_public=security.load_client_keys(keys).server_public)
     admitted = keys / security.AUTHORIZED
-    proc, info = spawn_hub(
-        ["--run-id", RUN, "--no-registry", "--curve-dir", str(keys), "--log", str(tmp_path / "run.jsonl")],
-        stderr=subprocess.PIPE, text=True, env=pardash_env(),
-    )  # fmt: skip
-    friend = HubClient(info["updates"], info["snapshot"], curve=keys)
-    viewers = [friend]
-
-    def said(words: str) -> bool:
-        return any(words in e.message for e in friend.state.events if isinstance(e, schema.Event))
-
-    try:
-        assert friend.wait_synced(20.0)
-        before = HubClient(info["updates"], info["snapshot"], curve=alice)
-        viewers.append(before)
+    with keyed_hub(tmp_path, keys, RUN) as hub:
+        info, friend = hub.info, hub.friend
+        before = hub.viewer(alice)
         _refused(before.sub, info["updates"])
 
         shutil.copy(alice_public, admitted / "alice.key")
-        wait_for(lambda: said("added alice.key (2 admitted now)"), poll=friend.poll)
-        viewer = HubClient(info["updates"], info["snapshot"], curve=alice)
-        viewers.append(viewer)
+        wait_for(lambda: hub.said("added alice.key (2 admitted now)"), poll=friend.poll)
+        viewer = hub.viewer(alice)
         assert viewer.wait_synced(20.0)
         rep = Reporter(info["ingest"], run=RUN, identity=identity(0, 1), heartbeat_s=0, curve=alice)
         rep.hello(strategy="ddp", world_size=1)
@@ -502,26 +488,19 @@ def test_a_running_hub_admits_the_keys_its_folder_holds_now(tmp_path, keys):
         rep.close()
 
         (admitted / "alice.key").unlink()
-        wait_for(lambda: said("removed alice.key (1 admitted now)"), poll=friend.poll)
-        after = HubClient(info["updates"], info["snapshot"], curve=alice)
-        viewers.append(after)
+        wait_for(lambda: hub.said("removed alice.key (1 admitted now)"), poll=friend.poll)
+        after = hub.viewer(alice)
         _refused(after.sub, info["updates"])
         _refused(after.dealer, info["snapshot"])
 
         # A bad key added later neither stops the hub nor locks anyone out: it keeps its keys.
         (admitted / "bob.key").write_text("not a key\n")
-        wait_for(lambda: said("bob.key is not a client's public key"), poll=friend.poll)
-        again = HubClient(info["updates"], info["snapshot"], curve=keys)
-        viewers.append(again)
-        assert again.wait_synced(20.0) and proc.poll() is None
-    finally:
-        for v in viewers:
-            v.close()
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+        wait_for(lambda: hub.said("bob.key is not a client's public key"), poll=friend.poll)
+        again = hub.viewer(keys)
+        assert again.wait_synced(20.0) and hub.proc.poll() is None
+    assert hub.returncode == 0, hub.err
     # Said where a hub run alone is watched too.
-    assert "pardash hub: admitted client keys changed" in err and "removed alice.key" in err and "bob.key" in err
+    assert "pardash hub: admitted client keys changed" in hub.err and "removed alice.key" in hub.err and "bob.key" in hub.err
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from helpers import identity, pardash_env, serving, wait_for, wait_logged
+from helpers import identity, keyed_hub, pardash_env, serving, wait_for, wait_logged
 from pardash.telemetry import schema, security
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.hub import Hub
@@ -266,44 +266,23 @@ def test_a_viewer_key_pushes_nothing_into_the_ingest(tmp_path, keys, alice, capf
 
 
 def test_a_running_hub_takes_viewer_keys_added_and_removed(tmp_path, keys, alice):
-    from pardash.telemetry.spawn import spawn_hub
-
-    proc, info = spawn_hub(
-        ["--run-id", RUN, "--no-registry", "--curve-dir", str(keys), "--log", str(tmp_path / "run.jsonl")],
-        stderr=subprocess.PIPE, text=True, env=pardash_env(),
-    )  # fmt: skip
-    friend = HubClient(info["updates"], info["snapshot"], curve=keys)
-    viewers = [friend]
-
-    def said(words: str) -> bool:
-        return any(words in e.message for e in friend.state.events if isinstance(e, schema.Event))
-
-    try:
-        assert friend.wait_synced(20.0)
-        first = HubClient(info["updates"], info["snapshot"], curve=alice)
-        viewers.append(first)
+    with keyed_hub(tmp_path, keys, RUN) as hub:
+        first = hub.viewer(alice)
         assert first.wait_synced(20.0)
 
         (keys / "authorized_viewers" / "alice.key").unlink()
-        wait_for(lambda: said("removed alice.key (0 admitted now)"), poll=friend.poll)
-        after = HubClient(info["updates"], info["snapshot"], curve=alice)
-        viewers.append(after)
-        _refused(after.sub, info["updates"])
+        wait_for(lambda: hub.said("removed alice.key (0 admitted now)"), poll=hub.friend.poll)
+        after = hub.viewer(alice)
+        _refused(after.sub, hub.info["updates"])
         wait_for(lambda: after.refused != "", poll=after.poll)  # its snapshot socket's handshake, as attach reads it
         assert "it does not admit this viewer's client key" in after.refused and "pardash keys --viewer NAME" in after.refused
         assert not after.synced and after.snapshots == 0
 
         made = _keys("--dir", str(keys), "--viewer", "bob")  # on the running hub
         assert made.returncode == 0, made.stderr
-        wait_for(lambda: said("added bob.key (1 admitted now)"), poll=friend.poll)
-        bob = HubClient(info["updates"], info["snapshot"], curve=keys / "viewers" / "bob")
-        viewers.append(bob)
+        wait_for(lambda: hub.said("added bob.key (1 admitted now)"), poll=hub.friend.poll)
+        bob = hub.viewer(keys / "viewers" / "bob")
         assert bob.wait_synced(20.0)
-    finally:
-        for v in viewers:
-            v.close()
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert "pardash hub: admitted viewer keys (to watch only) changed" in err and "removed alice.key" in err, err
+    assert hub.returncode == 0, hub.err
+    assert "pardash hub: admitted viewer keys (to watch only) changed" in hub.err and "removed alice.key" in hub.err, hub.err
 
