@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -224,6 +225,8 @@ class HubCore:
         """rank -> the reasons of its messages refused since it was last said (REFUSED_SAID_S)."""
         self._refused_n = 0
         """How many messages ``_refused`` holds: received, so not lost, though no event says so yet."""
+        self._refused_top: dict[int, int] = {}
+        """rank -> the highest seq of its messages ``_refused`` holds."""
         self._refused_said_at: dict[int, float] = {}
         self._foreign_said: set[str] = set()
         """The other runs whose records were refused and said so (``_say_foreign``)."""
@@ -512,7 +515,7 @@ class HubCore:
         ours = self.state.run_id
         self._warn(
             f"refusing every record of run {run!r} (rank {msg.rank} is the first): this hub records run {ours!r}; "
-            f"start the job with PARDASH_RUN_ID={ours}, or this hub with --run-id {run}"
+            f"start the job with PARDASH_RUN_ID={ours}, or this hub with --run-id {shlex.quote(run)}"
         )
 
     def _refused_seq(self, rank: int, seq: int, run: str, reason: str) -> None:
@@ -536,6 +539,11 @@ class HubCore:
             held = self._refused[rank] = Counter()
         held[reason] += 1
         self._refused_n += 1
+        self._refused_top[rank] = max(seq, self._refused_top.get(rank, -1))
+        if seq > r.seq.max_seq:
+            # (its highest seq: a real gap before it is lost, and this one counts in stats as
+            # received, ``_refused_n``, until said)
+            r.seq.max_seq = seq
 
     def _refused_raw(self, raw: bytes, reason: str) -> None:
         """A frame that is MessagePack but not of the schema (a figure of the wrong type): its
@@ -555,12 +563,17 @@ class HubCore:
         for rank in list(self._refused):
             if not all_of_them and now - self._refused_said_at.get(rank, -REFUSED_SAID_S) < REFUSED_SAID_S:
                 continue
-            reasons = self._refused.pop(rank)
-            n = sum(reasons.values())
-            self._refused_n -= n
-            self._refused_said_at[rank] = now
-            self.note(f"rank {rank}: {n:,} message(s) refused ({', '.join(f'{why} {k:,}' for why, k in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))}); "
-                      "they reached the hub, so they are not counted as lost", name="refused", rank=rank, code=n)  # fmt: skip
+            self._say_refused_of(rank, now)
+
+    def _say_refused_of(self, rank: int, now: float) -> None:
+        reasons = self._refused.pop(rank)
+        n = sum(reasons.values())
+        self._refused_n -= n
+        self._refused_said_at[rank] = now
+        top = self._refused_top.pop(rank)
+        why = ", ".join(f"{what} {k:,}" for what, k in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        self.note(f"rank {rank}: {n:,} message(s) refused ({why}), up to its message {top}; they reached the hub, so they are "
+                  "not counted as lost", name="refused", rank=rank, code=n)  # fmt: skip
 
     def _over_budget(self, rank: int, now: float) -> bool:
         """Take one of ``rank``'s events from its budget (a token bucket); True when it has none."""
@@ -600,6 +613,10 @@ class HubCore:
                 self.redundant += 1
             return False
         self._rate_n += 1
+        if msg.rank in self._refused and (isinstance(msg, schema.Hello) or (isinstance(msg, schema.Event) and msg.name == "restart")):
+            # Before a new process's count starts (RunState.apply): the old one's refusals are
+            # its own (said later, they hid the new process's real losses).
+            self._say_refused_of(msg.rank, now)
         if isinstance(msg, schema.Hello):
             prev = self.state.ranks.get(msg.rank)
             if prev is not None and not self._shared_said:

@@ -50,6 +50,8 @@ LOSS_NOT_FINITE = re.compile(r"^loss is (?P<value>nan|-?inf) at step (?P<step>\d
 its steps go on without a loss, JSON having no NaN): the value it turned to and the step."""
 LOSS_FINITE_AGAIN = re.compile(r"^loss is finite again at step (?P<step>\d+)\b")
 """The warning it sends when its loss is finite again (a spike the run came back from)."""
+REFUSED_UP_TO = re.compile(r"up to its message (\d+)\b")
+"""In a hub's ``refused`` note of a rank: the highest seq of the messages it refused."""
 
 
 def loss_not_finite(msg: schema.Message) -> tuple[str, int] | None:
@@ -531,8 +533,12 @@ class RunState:
                 self._loss_turn(r, msg)
             if msg.name == "refused" and msg.seq < 0 and self.track_seq and msg.code:
                 # The hub refused that many of its messages (HubCore.say_refused): they reached
-                # it, so the seq gaps they left are not lost messages.
+                # it, so the seq gaps they left are not lost messages; the newest of them counts
+                # as its highest seq (refused last, they hid real gaps before them).
                 r.seq.received += max(0, min(msg.code, 1 << 48))
+                top = REFUSED_UP_TO.search(msg.message)
+                if top is not None:
+                    r.seq.max_seq = max(r.seq.max_seq, min(int(top[1]), 1 << 48))
             if msg.name == "exit":
                 if msg.seq < 0:
                     r.exit_noted = code

@@ -1108,3 +1108,42 @@ def build_report_lost(log) -> int:
     from pardash.telemetry.report import build_report
 
     return build_report(str(log))["lost_messages"]
+
+
+def test_refused_messages_newest_of_a_rank_hide_no_real_loss_before_them_nor_after_a_restart(tmp_path):
+    # Seqs 4-6 lost, then 10-12 refused: counted received without their seq raising the
+    # rank's highest, they hid the 3 lost (lost 0, live and in the log). And a rank restarted
+    # within the 2 s its refusals wait to be said: they were booked to its new process, hiding
+    # its own loss.
+    from pardash.telemetry.recorder import Recorder
+    from pardash.telemetry.report import build_report
+
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id="r", world_size=2, recorder=Recorder(path))
+
+    def hello(pid: int) -> bytes:
+        return schema.encode(schema.Hello(run="r", rank=0, world_size=2, pid=pid, t=1.0e9))
+
+    def step(seq: int, **kw) -> bytes:
+        return schema.encode(schema.Step(run="r", rank=0, seq=seq, step=seq, t=1.0e9 + seq, **{"step_s": 0.01, **kw}))
+
+    assert core.ingest_bytes(hello(10), 1.0)
+    for seq in (1, 2, 3, 7, 8, 9):
+        assert core.ingest_bytes(step(seq), 1.0)
+    for seq in (10, 11, 12):
+        assert not core.ingest_bytes(step(seq, step_s=-1.0), 1.0)
+    assert core.stats().lost == 3
+    core.tick(5.0)
+    assert core.stats().lost == 3
+    # Its next process: 2 refused, then said only after its new hello.
+    assert core.ingest_bytes(hello(11), 6.0)
+    assert core.ingest_bytes(step(1), 6.0) and core.ingest_bytes(step(3), 6.0)  # its seq 2 lost
+    assert not core.ingest_bytes(step(4, step_s=-1.0), 6.0)
+    assert core.stats().lost == 3 + 1
+    core.tick(6.1)  # (within REFUSED_SAID_S of the last: held)
+    assert core.ingest_bytes(hello(12), 6.2)  # restarted again before it was said
+    assert core.stats().lost == 3 + 1
+    core.tick(9.0)
+    assert core.stats().lost == 3 + 1
+    core.recorder.close()
+    assert build_report(str(path))["lost_messages"] == 4
