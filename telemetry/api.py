@@ -489,8 +489,9 @@ def log(**metrics: Any) -> None:
     numbers or one-element tensors (read when the step is published, not now); ``samples`` is a
     non-negative whole number, ``epoch`` a whole one. A value that cannot be one raises here,
     hub or not (a tensor on a device is read only as its step is published: a wrong one is then
-    left out with a warning). A metric that is NaN or infinite is left out of its steps, with a
-    warning when it turns so and when it is finite again.
+    left out with a warning). A loss or custom metric that is NaN or infinite is left out of its
+    steps, with a warning when it turns so and when it is finite again (a NaN ``lr`` is left out
+    without one; ``samples`` and ``epoch`` must be whole numbers).
     """
     logged = _api.logged
     for name, value in metrics.items():

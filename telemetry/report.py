@@ -44,13 +44,9 @@ from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal
 from .report_render import PHASES, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
-from .state import RunState, mem_full_bytes, mem_held_bytes, mem_state_bytes, run_over
+from .state import LOSS_NOT_FINITE, RunState, mem_full_bytes, mem_held_bytes, mem_state_bytes, run_over
 from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
 
-
-LOSS_NOT_FINITE = re.compile(r"^loss is (?P<value>nan|-?inf) at step (?P<step>\d+)\b")
-"""The warning a rank's reporter sends when its loss stops being finite (its steps go on
-without a loss, JSON having no NaN): the step and the value it turned to."""
 
 
 def _median(values: list[float | None] | array) -> float | None:

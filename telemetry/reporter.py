@@ -357,8 +357,11 @@ class Reporter:
         custom = fields.get("custom")
         if custom:
             try:
-                # NaN or an infinity makes the sum so (a sum that overflows only costs the check)
-                finite = not self._metrics_bad and math.isfinite(sum(custom.values()))
+                # NaN or an infinity makes the sum so (a sum that overflows only costs the check);
+                # a metric said not finite that this step logs may be finite again (one the
+                # script no longer logs keeps no step from this short way)
+                bad = self._metrics_bad
+                finite = math.isfinite(sum(custom.values())) and (not bad or bad.keys().isdisjoint(custom))
             except (TypeError, OverflowError):  # not all floats: each is looked at
                 finite = False
             if not finite:
