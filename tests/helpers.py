@@ -81,7 +81,7 @@ class KeyedHub:
 
     def __init__(self, proc: subprocess.Popen, info: dict, friend) -> None:
         self.proc, self.info, self.friend = proc, info, friend
-        self.viewers = [friend]
+        self.viewers = [friend] if friend is not None else []
         self.returncode: int | None = None
         self.err = ""
 
@@ -111,15 +111,21 @@ def keyed_hub(tmp_path, keys, run: str):
         ["--run-id", run, "--no-registry", "--curve-dir", str(keys), "--log", str(tmp_path / "run.jsonl")],
         stderr=subprocess.PIPE, text=True, env=pardash_env(),
     )  # fmt: skip
-    hub = KeyedHub(proc, info, HubClient(info["updates"], info["snapshot"], curve=keys))
+    hub = KeyedHub(proc, info, None)
     try:
+        hub.friend = HubClient(info["updates"], info["snapshot"], curve=keys)
+        hub.viewers.append(hub.friend)
         assert hub.friend.wait_synced(20.0)
         yield hub
     finally:
         for v in hub.viewers:
             v.close()
         proc.terminate()
-        _, hub.err = proc.communicate(timeout=30)
+        try:
+            _, hub.err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # (never left behind)
+            proc.kill()
+            _, hub.err = proc.communicate()
         hub.returncode = proc.returncode
 
 
