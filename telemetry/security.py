@@ -321,7 +321,9 @@ def make_viewer_keys(
     _check_folder(watching)
     admitted = watching / f"{name}.key"
     folder = Path(out) if out is not None else viewer_folder(d, name)
-    if (folder / f"{SERVER}.key_secret").exists():  # (``d`` itself among them)
+    admitting = {os.path.realpath(d / AUTHORIZED), os.path.realpath(watching)}
+    if (folder / f"{SERVER}.key_secret").exists() or os.path.realpath(folder) in admitting:  # (``d`` itself among them)
+        # (in authorized_clients/ its client.key would admit the viewer as a rank, to publish)
         raise CurveKeyError(f"--out {folder} is a hub's key folder; a viewer's keys go in a folder of their own (default {viewer_folder(d, name)})")
     existing = [p for p in (admitted, folder / f"{CLIENT}.key_secret") if p.exists()]
     if existing and not force:

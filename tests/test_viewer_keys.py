@@ -139,6 +139,10 @@ def test_a_viewer_needs_the_hubs_key_folder(tmp_path):
     security.make_keys(tmp_path / "k")
     proc = _keys("--dir", str(tmp_path / "k"), "--viewer", "alice", "--out", str(tmp_path / "k"))
     assert proc.returncode == 2 and "is a hub's key folder" in proc.stderr
+    # Its authorized_clients/: the viewer's client.key there would admit it to publish, as a rank.
+    proc = _keys("--dir", str(tmp_path / "k"), "--viewer", "alice", "--out", str(tmp_path / "k" / "authorized_clients"))
+    assert proc.returncode == 2 and "is a hub's key folder" in proc.stderr
+    assert not (tmp_path / "k" / "authorized_clients" / "client.key").exists()
     assert security.load_client_keys(tmp_path / "k").public in security.load_server_keys(tmp_path / "k").admitted.values()
 
 
