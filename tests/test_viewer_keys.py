@@ -142,7 +142,8 @@ def test_a_viewer_needs_the_hubs_key_folder(tmp_path):
     # Its authorized_clients/: the viewer's client.key there would admit it to publish, as a rank.
     proc = _keys("--dir", str(tmp_path / "k"), "--viewer", "alice", "--out", str(tmp_path / "k" / "authorized_clients"))
     assert proc.returncode == 2 and "is a hub's key folder" in proc.stderr
-    assert not (tmp_path / "k" / "authorized_clients" / "client.key").exists()
+    assert not (tmp_path / "k" / "authorized_clients" / "client.key_secret").exists()
+    assert len(security.load_server_keys(tmp_path / "k").admitted) == 1  # the hub folder's own client key alone
     assert security.load_client_keys(tmp_path / "k").public in security.load_server_keys(tmp_path / "k").admitted.values()
 
 
