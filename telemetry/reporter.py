@@ -583,8 +583,10 @@ class Reporter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
-            if self._watched_since is not None and self._hub_verdict is None and self.identity.local_rank == 0:
-                # (a refused rank said so already)
+            if (self._watched_since is not None and self._hub_verdict is None and self.identity.local_rank == 0
+                    and not self._thread.is_alive()):  # fmt: skip
+                # (a refused rank said so already; a heartbeat thread still going may not have read
+                # its hub's answer yet: nothing said then)
                 print(f"pardash: rank {self.rank} never reached a hub at {self.endpoint} (is `pardash hub` running "
                       "there?): nothing of this rank was recorded", file=sys.stderr, flush=True)  # fmt: skip
         self.flush()
