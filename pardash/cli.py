@@ -437,6 +437,9 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     if getattr(ns, "prometheus", None) is not None:
         hub_args += ["--prometheus", str(ns.prometheus), "--prometheus-addr", ns.prometheus_addr]
         hub_args += ["--prometheus-per-rank"] if ns.prometheus_per_rank else []
+    if getattr(ns, "prometheus_textfile", None):
+        hub_args += ["--prometheus-textfile", os.path.abspath(ns.prometheus_textfile)]
+        hub_args += ["--prometheus-per-rank"] if ns.prometheus_per_rank else []
     # The hub and the simulator are in sessions of their own (a Ctrl-C is this process's to
     # handle): a SIGTERM or the terminal closing must stop them too, through the clean-up below.
     def _stop_on(signum: int, _frame: object) -> None:

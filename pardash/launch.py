@@ -651,7 +651,11 @@ def _wait_for_ranks_here(state, timeout_s: float = RANKS_EXIT_S) -> None:
 
 
 def _prometheus_spec(ns: argparse.Namespace, spec) -> None:
-    """Pass --prometheus on to the hub the supervisor starts."""
+    """Pass --prometheus and --prometheus-textfile on to the hub the supervisor starts."""
+    if ns.prometheus_textfile:
+        # Absolute: the hub writes where the user meant, whatever folder it runs in.
+        spec.prometheus_textfile = os.path.abspath(ns.prometheus_textfile)
+        spec.prometheus_per_rank = ns.prometheus_per_rank
     if ns.prometheus is None:
         return
     spec.prometheus_port = ns.prometheus

@@ -40,12 +40,19 @@ def check_hub_ports(flag: str, bind: str, port: int) -> None:
 
 def check_prometheus(ns: argparse.Namespace) -> None:
     """Refuse, before anything starts (one line, exit 2): /metrics beyond loopback without
-    --insecure (HTTP has no CURVE keys: anyone who reaches it reads the run), a busy port."""
+    --insecure (HTTP has no CURVE keys: anyone who reaches it reads the run), a busy port, a
+    --prometheus-textfile whose folder takes no file."""
     from pardash.telemetry import security
 
+    textfile = getattr(ns, "prometheus_textfile", None)
+    if textfile:
+        from pardash.telemetry.prometheus import textfile_refusal
+
+        if refusal := textfile_refusal(textfile):
+            fail(refusal)
     if getattr(ns, "prometheus", None) is None:
-        if getattr(ns, "prometheus_per_rank", False):
-            fail("--prometheus-per-rank goes with --prometheus PORT (0: a free port); without it nothing is served")
+        if getattr(ns, "prometheus_per_rank", False) and not textfile:
+            fail("--prometheus-per-rank goes with --prometheus PORT (0: a free port) or --prometheus-textfile PATH; without either nothing is served")
         return
     refusal = security.metrics_refusal(ns.prometheus_addr, insecure=getattr(ns, "insecure", False))
     if refusal:

@@ -664,8 +664,13 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         print(f"pardash hub: the log {log} already holds a run; pass --resume to carry it on, or a new --log PATH", file=sys.stderr)
         return 2
     wants_metrics = getattr(ns, "prometheus", None) is not None
+    textfile_path = getattr(ns, "prometheus_textfile", None)
     # Before anything binds or writes: `python -m pardash.telemetry.hub` has no CLI in front.
     refusal = security.metrics_refusal(ns.prometheus_addr, insecure=insecure) if wants_metrics else None
+    if textfile_path and not refusal:
+        from .prometheus import textfile_refusal
+
+        refusal = textfile_refusal(textfile_path)
     if refusal:
         print(f"pardash hub: {refusal}", file=sys.stderr)
         _unmake(made)
@@ -709,6 +714,20 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
             _unmake(made)
             return 2
         info["metrics"] = metrics.url
+    # -- --prometheus-textfile: the same metrics in a file node_exporter keeps after the job --
+    textfile = None
+    if textfile_path:
+        from .prometheus import MetricsError, TextfileWriter
+
+        try:
+            textfile = TextfileWriter(hub.core, textfile_path, per_rank=ns.prometheus_per_rank)
+        except MetricsError as exc:
+            print(f"pardash hub: {exc}", file=sys.stderr)
+            if metrics is not None:
+                metrics.close()
+            hub.close()
+            _unmake(made)
+            return 2
     entry = None
     if not getattr(ns, "no_registry", False):
         try:
@@ -744,6 +763,16 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
                 registry.update(run_id, log=now)
 
         each_frame.append(follow_log)
+    if textfile is not None:
+        # The writer's thread keeps its failure for the loop to say: the hub's notes are the
+        # loop's to make (event log and viewers; its stderr too for a hub alone).
+        def say_textfile_failure() -> None:
+            if text := textfile.take_warning():
+                hub.core.note(text, name="warning")
+                if hub.core.say is not None:
+                    hub.core.say(text)
+
+        each_frame.append(say_textfile_failure)
     supervisor = int((meta or {}).get("supervisor_pid") or 0)
     if supervisor:
         each_frame.append(SupervisorWatch(hub, supervisor))
@@ -795,6 +824,8 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
     else:
         hub.core.note(f"hub started (pid {os.getpid()}), ingest {hub.ingest_endpoint}")
     _tune_gc()
+    if textfile is not None:
+        textfile.start()  # after the log is read back: a restarted hub's first file is not empty
     try:
         hub.serve()
     finally:
@@ -804,6 +835,9 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         hub.core.note(stopped)
         if hub.say is not None and ready_fd is None:  # a hub alone: its terminal had its start, and now its end
             hub.say(stopped + (f"; log {hub.recorder.path}" if hub.recorder is not None else ""))
+        if textfile is not None and (unsaid := textfile.close()):  # the run's end, kept after this process
+            hub.core.note(unsaid, name="warning")
+            print(f"pardash hub: {unsaid}", file=sys.stderr, flush=True)  # (no viewer may be left to show it)
         hub.close()
         if hub.recorder is not None and hub.recorder.last_word:
             # (said here whoever started the hub: no viewer may be left to show it)

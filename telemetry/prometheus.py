@@ -19,11 +19,18 @@ prometheus-client's ``start_http_server`` lacks: a connection that sends nothing
 closed as soon as they are accepted). Without them, a thousand connections that never finish
 their request (slow loris) each held a thread and a file descriptor for good, until the hub had
 no descriptor left for its ranks and viewers.
+
+``--prometheus-textfile PATH`` writes the same hub metrics (not the process' own: see
+:class:`TextfileWriter`) to a ``.prom`` file every ``TEXTFILE_EVERY_S`` and once more as the hub
+stops, for node_exporter's textfile collector: a launched hub stops with its job, and /metrics
+with it, well before a scrape every 15-60 s sees the ranks finished or exited.
 """
 
 from __future__ import annotations
 
+import argparse
 import errno
+import os
 import socket
 import statistics
 import sys
@@ -50,6 +57,13 @@ MAX_CONNECTIONS = 16
 """Connections served at once, each on a thread of its own; one more is closed as soon as it is
 accepted. A Prometheus server scrapes over one connection at a time: a few of them, and a curl
 or two, fit."""
+
+
+TEXTFILE_EVERY_S = 5.0
+"""Seconds between two writes of --prometheus-textfile while the hub runs: node_exporter reads
+the file when it is scraped (every 15-60 s), so a newer one would never be read; what counts is
+the write as the hub stops."""
+TEXTFILE_SUFFIX = ".prom"
 
 
 class MetricsError(Exception):
@@ -354,11 +368,120 @@ def serve_metrics(
     )
 
 
+class TextfileWriter:
+    """``--prometheus-textfile PATH``: the hub's metrics written to PATH every ``every_s`` on a
+    thread of its own (a slow disk never holds up a frame; the collector is built to run beside
+    the hub's loop, as a scrape does), and once more by :meth:`close` as the hub stops, so the
+    file keeps the run's end.
+
+    Each write is whole or nothing (prometheus-client writes ``PATH.<pid>.<thread>`` and renames
+    it over PATH). The file holds the pardash_* families of /metrics and not the process_*
+    ones: node_exporter serves its own process_* series, and a textfile repeating their names
+    fails its textfile collector; they would describe a process gone anyway.
+
+    A write that fails (a full disk, PATH made a folder) never stops the hub: the first failure
+    waits in :meth:`take_warning` for the hub's loop to say it, once for the hub's life; later
+    writes try again."""
+
+    def __init__(self, core: "HubCore", path: str, *, per_rank: bool = False, every_s: float = TEXTFILE_EVERY_S) -> None:
+        try:
+            from prometheus_client import CollectorRegistry
+        except ImportError:
+            raise MetricsError(INSTALL_HINT.replace("--prometheus ", "--prometheus-textfile ")) from None
+        self.path = path
+        self.every_s = every_s
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(HubCollector(core, per_rank=per_rank))
+        self._failed = False
+        self._unsaid: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pardash-textfile", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.write()  # at once: the file says from the start which run it is
+        while not self._done.wait(self.every_s):
+            self.write()
+
+    def write(self) -> bool:
+        """Write the file now; False (and the first failure kept to be said) if it failed."""
+        from prometheus_client import write_to_textfile
+
+        try:
+            write_to_textfile(self.path, self.registry)
+        except Exception as exc:  # whatever it is, the hub goes on without the file
+            if not self._failed:
+                self._failed = True
+                why = (exc.strerror or str(exc)) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+                self._unsaid = (
+                    f"cannot write --prometheus-textfile {self.path} ({why}); the hub goes on and tries again "
+                    f"every {self.every_s:g} s (said once)"
+                )
+            return False
+        return True
+
+    def take_warning(self) -> str | None:
+        """The first failure's line, once (the hub's loop says it); None otherwise."""
+        text, self._unsaid = self._unsaid, None
+        return text
+
+    def close(self) -> str | None:
+        """Stop the periodic writes and write the final state; the failure not said yet, if any."""
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        self.write()
+        return self.take_warning()
+
+
+def textfile_name(text: str) -> str:
+    """``--prometheus-textfile``'s value (``type=`` of argparse): a name node_exporter reads."""
+    text = cliargs.path(text)
+    if not text.endswith(TEXTFILE_SUFFIX):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} does not end in {TEXTFILE_SUFFIX}: node_exporter's textfile collector reads only *{TEXTFILE_SUFFIX} files"
+        )
+    return text
+
+
+def textfile_refusal(path: str) -> str | None:
+    """Why the hub could not write ``path`` (one line), or None: a folder that does not exist or
+    takes no file, checked before anything starts (a probe file made and removed at once: as
+    root, permissions say nothing)."""
+    import tempfile
+
+    flag = f"--prometheus-textfile {path}"
+    if path.endswith(("/", os.sep)) or os.path.isdir(path):
+        return f"{flag} is a folder; give a file in it: --prometheus-textfile {os.path.join(path, 'pardash.prom')}"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        return f"{flag}: {folder} {what}; give a file in an existing folder (node_exporter's --collector.textfile.directory)"
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".pardash-probe-", suffix=".tmp")
+    except OSError as exc:
+        return f"{flag}: cannot write in {folder} ({exc.strerror or exc}); choose a writable folder"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
 def add_arguments(p) -> None:
-    """``--prometheus PORT``, ``--prometheus-addr``, ``--prometheus-per-rank`` (hub, launch, simulate)."""
+    """``--prometheus PORT``, ``--prometheus-addr``, ``--prometheus-per-rank``,
+    ``--prometheus-textfile PATH`` (hub, launch, simulate)."""
     p.add_argument("--prometheus", type=cliargs.port, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port) while the hub runs (a job's end is in its log: `pardash report`)")
     p.add_argument("--prometheus-addr", default="127.0.0.1", metavar="ADDR", help="address /metrics binds (default 127.0.0.1; beyond loopback only with --insecure: /metrics has no authentication)")
-    p.add_argument("--prometheus-per-rank", action="store_true", help="add per-rank series (pardash_rank_*; one series per rank and metric)")
+    p.add_argument("--prometheus-per-rank", action="store_true", help="add per-rank series (pardash_rank_*; one series per rank and metric) to /metrics and the textfile")
+    p.add_argument(
+        "--prometheus-textfile", type=textfile_name, default=None, metavar="PATH",
+        help=f"also write the metrics to PATH (ending in .prom; with or without --prometheus) every {TEXTFILE_EVERY_S:g} s and once more as the hub "
+        "stops, whole or not at all: a batch job's final state (ranks finished or exited, totals) for node_exporter's textfile collector "
+        "(PATH in its --collector.textfile.directory), which keeps it after the job and its /metrics are gone",
+    )  # fmt: skip
 
 
-__all__ = ["HubCollector", "MetricsError", "MetricsServer", "add_arguments", "serve_metrics"]
+__all__ = [
+    "HubCollector", "MetricsError", "MetricsServer", "TextfileWriter", "add_arguments", "serve_metrics", "textfile_name", "textfile_refusal",
+]  # fmt: skip

@@ -102,7 +102,9 @@ class LaunchSpec:
     prometheus_addr: str = "127.0.0.1"
     """Address the hub's /metrics binds."""
     prometheus_per_rank: bool = False
-    """Add per-rank series to /metrics."""
+    """Add per-rank series to /metrics (and to the textfile)."""
+    prometheus_textfile: str = ""
+    """Have the hub write its metrics to this .prom file ('': none) while it runs, and once more as it stops."""
     curve_dir: str = ""
     """CURVE key folder (``pardash keys``): the hub admits only authorised keys, the ranks and
     the supervisor use the client keys (PARDASH_CURVE_DIR in the ranks' environment)."""
@@ -203,7 +205,10 @@ class Supervisor:
             # A restarted hub serves /metrics on the same port again.
             metrics_port = self.endpoints.get("metrics", "").rsplit(":", 1)[-1].split("/")[0] if resume else ""
             argv += ["--prometheus", metrics_port or str(spec.prometheus_port), "--prometheus-addr", spec.prometheus_addr]
-            argv += ["--prometheus-per-rank"] if spec.prometheus_per_rank else []
+        if spec.prometheus_textfile:
+            argv += ["--prometheus-textfile", spec.prometheus_textfile]
+        if spec.prometheus_per_rank and (spec.prometheus_port is not None or spec.prometheus_textfile):
+            argv += ["--prometheus-per-rank"]
         self.hub = subprocess.Popen(argv, pass_fds=(w,), stdin=subprocess.DEVNULL)
         os.close(w)
         return r

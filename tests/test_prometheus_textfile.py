@@ -1,0 +1,163 @@
+"""``--prometheus-textfile PATH``: the hub's metrics in a .prom file for node_exporter's textfile
+collector, kept after the hub (and its /metrics) stopped with the job. Real hubs and a real
+launch write it; prometheus-client's own parser reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers import identity, pardash_env, wait_for
+from pardash.telemetry.reporter import Reporter
+from test_prometheus import check_conventions, families, scrape, value
+
+
+def _read(path) -> dict:
+    """The file's families (an empty dict while it is not there yet)."""
+    try:
+        return families(path.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def _hub(tmp_path, *flags: str) -> tuple[subprocess.Popen, dict]:
+    """A real `pardash hub` alone (its stderr in tmp_path/hub.err) and its ready line."""
+    err = open(tmp_path / "hub.err", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "hub", "--no-registry", "--run-id", "textfile-run", "--log", str(tmp_path / "t.jsonl"), *flags],
+        stdout=subprocess.PIPE, stderr=err, text=True, env=pardash_env(),
+    )  # fmt: skip
+    err.close()
+    return proc, json.loads(proc.stdout.readline())
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+def test_a_hub_alone_writes_what_it_serves_and_keeps_its_end(tmp_path):
+    prom = tmp_path / "pardash.prom"
+    proc, info = _hub(tmp_path, "--prometheus", "0", "--prometheus-per-rank", "--prometheus-textfile", str(prom))
+    reps = [Reporter(info["ingest"], run="textfile-run", identity=identity(r, 2), heartbeat_s=0) for r in range(2)]
+    try:
+        for r in reps:
+            r.hello(strategy="ddp", world_size=2)
+            for step in range(1, 4):
+                r.step(step=step, loss=1.0, step_s=0.1, samples=8)
+            r.flush()
+        # written every few seconds while the hub runs: the file catches up with the ranks
+        wait_for(lambda: value(_read(prom), "pardash_rank_step", rank="1") == 3, timeout_s=60, poll_s=0.2)
+        served = {name for name in families(scrape(info["metrics"])) if name.startswith("pardash_")}
+        text = prom.read_text()
+        written = {f.name for f in text_string_to_metric_families(text)}
+        assert written == served  # the same families, per-rank ones included
+        assert not any(name.startswith("process_") for name in written)  # node_exporter serves its own
+        check_conventions(text)
+        reps[0].event("exit", code=0)
+        reps[1].event("exit", code=1)
+        for r in reps:
+            r.flush()
+        assert _stop(proc) == 0
+    finally:
+        for r in reps:
+            r.close()
+        if proc.poll() is None:
+            _stop(proc)
+    # Written once more as the hub stopped: its end, there for good.
+    fams = _read(prom)
+    assert value(fams, "pardash_ranks", state="finished") == 1 and value(fams, "pardash_ranks", state="exited") == 1
+    assert value(fams, "pardash_ranks", state="running") == 0
+    assert value(fams, "pardash_messages_received_total") >= 10  # 2 x (hello, 3 steps, exit)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("pardash.prom")] == ["pardash.prom"]  # no temp file left
+
+
+@pytest.mark.slow
+def test_the_file_says_the_ranks_finished_after_a_launch_ended(tmp_path):
+    # The reviewer's case: /metrics went with the job's hub 0.3 s after its end, so a scrape
+    # every 15-60 s last saw "running". The file keeps the end; here without --prometheus.
+    prom = tmp_path / "job.prom"
+    p = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "single", "--steps", "5", "--every", "60",
+         "--prometheus-textfile", str(prom), "--prometheus-per-rank", "--runs-dir", str(tmp_path / "runs"), "--log", str(tmp_path / "run.jsonl")],
+        capture_output=True, text=True, timeout=300, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    fams = _read(prom)
+    assert value(fams, "pardash_ranks", state="finished") == 1
+    assert value(fams, "pardash_ranks", state="running") == 0 and value(fams, "pardash_ranks", state="exited") == 0
+    assert value(fams, "pardash_step") == 5 and value(fams, "pardash_rank_step", rank="0") == 5
+    assert value(fams, "pardash_rank_state", rank="0", state="finished") == 1
+
+
+@pytest.mark.parametrize("command", [["launch", "--headless", "--strategy", "single"], ["hub", "--no-registry"], ["simulate", "--headless", "--ranks", "2"]])
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [("x.txt", "does not end in .prom"), ("missing/x.prom", "does not exist"), ("afile/x.prom", "is not a folder"),
+     ("unwritable/x.prom", "cannot write in"), ("afolder.prom", "is a folder")],
+)  # fmt: skip
+def test_a_textfile_that_cannot_be_written_is_refused_before_anything_starts(tmp_path, command, where, why):
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "afolder.prom").mkdir()
+    if where.startswith("unwritable"):
+        if os.geteuid() == 0:  # root writes in any folder of its own: /proc takes no file, even root's
+            where = "/proc/x.prom"
+        else:
+            (tmp_path / "unwritable").mkdir(mode=0o500)
+    path = where if where.startswith("/") else str(tmp_path / where)
+    p = subprocess.run(
+        [sys.executable, "-m", "pardash", *command, "--prometheus-textfile", path],
+        capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=work,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert why in line and (f"--prometheus-textfile {path}" in line or f"--prometheus-textfile: {path!r}" in line), line
+    assert list(work.iterdir()) == []  # nothing started, nothing written
+    assert not os.path.isfile(path)
+
+
+def test_a_write_that_fails_is_said_once_and_the_hub_goes_on(tmp_path):
+    prom = tmp_path / "pardash.prom"
+    proc, info = _hub(tmp_path, "--prometheus-textfile", str(prom))
+    rep = Reporter(info["ingest"], run="textfile-run", identity=identity(0, 1), heartbeat_s=0)
+    log = tmp_path / "t.jsonl"
+    try:
+        wait_for(prom.exists, timeout_s=60)
+        # The path taken by a folder (a trick that stops root too): every write from now on fails.
+        prom.unlink()
+        prom.mkdir()
+        (prom / "keep").write_text("")
+        err = tmp_path / "hub.err"
+        wait_for(lambda: "cannot write --prometheus-textfile" in err.read_text(), timeout_s=60, poll_s=0.2)
+        # ... and the hub goes on: a rank's records still reach it and its log
+        rep.hello(strategy="single", world_size=1)
+        rep.step(step=1, loss=1.0, step_s=0.1, samples=8)
+        rep.flush()
+        wait_for(lambda: '"kind":"step"' in log.read_text().replace(" ", ""), timeout_s=60, poll_s=0.2)
+        assert proc.poll() is None
+        assert _stop(proc) == 0  # its last write fails too: no crash, no second word
+    finally:
+        rep.close()
+        if proc.poll() is None:
+            _stop(proc)
+    said = [line for line in (tmp_path / "hub.err").read_text().splitlines() if "--prometheus-textfile" in line]
+    assert len(said) == 1 and str(prom) in said[0] and "goes on" in said[0], said
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    warned = [e for e in events if e.get("name") == "warning" and "--prometheus-textfile" in e.get("message", "")]
+    assert len(warned) == 1, warned
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("pardash.prom.")] == []  # no temp file left
