@@ -79,7 +79,7 @@ def cmd_keys(ns: argparse.Namespace) -> int:
     revoked = [p.name.removesuffix(".key") for k, p in paths.items() if k.startswith(viewers)]
     if revoked:
         # (their folders hold the old server key: admitting them again would not let them in)
-        print(f"  revoked viewers:  {', '.join(revoked)} (make their keys again: {PROG} keys --dir {d} --viewer NAME)")
+        print(f"  revoked viewers:  {', '.join(revoked)} (make their keys again: {PROG} keys --dir {d} --viewer NAME --force)")
     if replaced:
         # A hub keeps the key pair it started with (a CURVE server takes it before it binds):
         # ranks and viewers given the new server key cannot reach one started before.

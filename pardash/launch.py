@@ -121,14 +121,19 @@ def _not_python(path: str) -> str:
     """Why python cannot run the file ``path`` (a binary, a shell script, a syntax error), as
     one line; '' when it compiles (a folder, or a file too big to check at once, is left to
     python). Said before the hub, torchrun and every rank start, each rank to fail the same."""
-    if not os.path.isfile(path) or path.endswith((".pyc", ".pyz", ".zip")):
+    import warnings
+    import zipfile
+
+    if not os.path.isfile(path) or path.endswith(".pyc"):
         return ""
     try:
-        if os.path.getsize(path) > 16 << 20:
+        if os.path.getsize(path) > 16 << 20 or zipfile.is_zipfile(path):  # (a zipapp, shebang or not, python runs)
             return ""
         with open(path, "rb") as fh:
             source = fh.read()
-        compile(source, path, "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # (the script's own SyntaxWarnings are its ranks' to say)
+            warnings.simplefilter("ignore")
+            compile(source, path, "exec", dont_inherit=True)
     except OSError as exc:
         return f"{path}: cannot read it ({exc.strerror or exc})"
     except SyntaxError as exc:
@@ -333,6 +338,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             choice = STOP if terminated else app.run()  # (one came as the app was made: no app)
             # None: the app ended some other way (crashed, terminal gone). The job must not
             # die with its viewer, so that counts as a detach.
+            over_unsupervised = False
             if choice == "over":  # every rank is done: the job ends by itself
                 try:
                     code = job.wait_result(JOB_END_WAIT_S)
@@ -341,6 +347,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 else:
                     if _supervisor_lost(job, code):
                         code = _over_unsupervised(job, client, code)
+                        over_unsupervised = True
             if choice in ("detach", None):
                 how = "the viewer ended on an error" if app.return_code else "detached"
                 print(f"{PROG}: {how}; the job goes on. `{PROG} attach {_watch(spec)}` to watch it again, log {_log_of(spec)}")
@@ -358,7 +365,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     # As the shell says for the signal this process took; a stop chosen in the
                     # TUI (q or Ctrl-C, then Stop) is the person's, as Ctrl-C is headless: 130.
                     code = 128 + (terminated[0] if terminated else signal.SIGINT)
-            if _supervisor_lost(job, code):
+            if not over_unsupervised and _supervisor_lost(job, code):  # (one that ended by itself was said so)
                 print(f"{PROG}: {_lost_words(code)}: its ranks may train on without it; `{PROG} attach {_watch(spec)}` follows them, "
                       f"log {_log_of(spec)}", file=sys.stderr)  # fmt: skip
                 return 1

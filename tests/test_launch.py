@@ -434,3 +434,17 @@ def test_a_node_after_the_first_names_node_0s_hub_to_watch_and_for_the_log():
     assert (_watch(node1), _log_of(node1)) == ("tcp://10.0.0.1:29600", "kept by node 0's hub (tcp://10.0.0.1:29600)")
     node0 = SimpleNamespace(remote_hub="", run_id="20261204-0", log_path="/runs0/20261204-0/telemetry.jsonl")
     assert (_watch(node0), _log_of(node0)) == ("20261204-0", "/runs0/20261204-0/telemetry.jsonl")
+
+
+def test_a_zipapp_after_the_dashes_is_left_to_python(tmp_path):
+    # Checked as source, a zipapp (python runs it, shebang or no extension) read as a binary.
+    import zipapp
+
+    from pardash.launch import _not_python
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "__main__.py").write_text("print('hi')\n")
+    zipapp.create_archive(tmp_path / "src", tmp_path / "myapp", interpreter="/usr/bin/env python3")
+    assert _not_python(str(tmp_path / "myapp")) == ""
+    (tmp_path / "bad.py").write_bytes(b"\x00\x01binary")
+    assert _not_python(str(tmp_path / "bad.py")).startswith(f"{tmp_path / 'bad.py'}: python cannot run it (")

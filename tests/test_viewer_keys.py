@@ -128,6 +128,12 @@ def test_new_hub_keys_revoke_the_viewers_keys_too(keys, alice):
     assert proc.returncode == 0, proc.stderr
     assert list((keys / "authorized_viewers").iterdir()) == []
     assert "revoked viewers:  alice (make their keys again" in proc.stdout, proc.stdout
+    # The command it gives works (without --force it said alice "already has keys").
+    again = proc.stdout.split("make their keys again: ", 1)[1].split(")", 1)[0].split()
+    assert again[:2] == ["pardash", "keys"]
+    made = _keys(*[a.replace("NAME", "alice") for a in again[2:]])
+    assert made.returncode == 0, made.stderr
+    assert security.load_client_keys(alice).public in security.load_server_keys(keys).watching.values()
 
 
 def test_a_viewer_needs_the_hubs_key_folder(tmp_path):
