@@ -97,6 +97,16 @@ def hub(tmp_path):
         yield h
 
 
+@pytest.fixture
+def keys(tmp_path):
+    """A CURVE key folder as `pardash keys` makes it (the hub's and a client's pairs)."""
+    from pardash.telemetry import security
+
+    d = tmp_path / "curve"
+    security.make_keys(d)
+    return d
+
+
 # -- shared launches -------------------------------------------------------------------------
 # Launching torchrun ranks costs seconds of a 2-core machine before the first step, so the
 # tests that only read a finished run's log and output (launch, wire format, memory accounting,

@@ -14,6 +14,13 @@ import sys
 import tempfile
 
 
+def file_mode(path) -> int:
+    """The permission bits of ``path`` (0o600, 0o700)."""
+    import stat
+
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
 def identity(rank: int, world: int = 2, node: int = 0):
     from pardash.telemetry.env import RankIdentity
 

@@ -20,7 +20,7 @@ import zmq
 import zmq.auth
 from zmq.utils.monitor import recv_monitor_message
 
-from helpers import identity, keyed_hub, pardash_env, serving, wait_for, wait_logged
+from helpers import file_mode, identity, keyed_hub, pardash_env, serving, wait_for, wait_logged
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.hub import Hub
@@ -31,17 +31,6 @@ RUN = "secure-run"
 HANDSHAKE_FAILED = (
     zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 )
-
-
-def _mode(path) -> int:
-    return stat.S_IMODE(os.stat(path).st_mode)
-
-
-@pytest.fixture
-def keys(tmp_path):
-    d = tmp_path / "curve"
-    security.make_keys(d)
-    return d
 
 
 @pytest.fixture
@@ -79,11 +68,11 @@ def test_keys_are_for_their_owner_only(tmp_path):
         [sys.executable, "-m", "pardash", "keys", "--dir", str(d)], capture_output=True, text=True, env=pardash_env()
     )
     assert proc.returncode == 0, proc.stderr
-    assert _mode(d) == 0o700 and _mode(d / security.AUTHORIZED) == 0o700
+    assert file_mode(d) == 0o700 and file_mode(d / security.AUTHORIZED) == 0o700
     files = sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
     assert files == ["authorized_clients/client.key", "client.key", "client.key_secret", "server.key", "server.key_secret"]
     for f in files:
-        assert _mode(d / f) == 0o600, f
+        assert file_mode(d / f) == 0o600, f
     # The admitted key is the client's, and the hub's and the client's pairs load.
     assert zmq.auth.load_certificate(d / "authorized_clients/client.key")[0] == security.load_client_keys(d).public
     assert security.load_server_keys(d).public == security.load_client_keys(d).server_public
@@ -125,12 +114,12 @@ def test_keys_never_shut_a_shared_folder_to_its_users(tmp_path):
     os.chmod(mine, 0o755)
     proc = subprocess.run([sys.executable, "-m", "pardash", "keys", "--dir", str(mine)], capture_output=True, text=True, env=pardash_env())
     assert proc.returncode == 0, proc.stderr
-    assert _mode(mine) == 0o700
+    assert file_mode(mine) == 0o700
     # A keys folder copied with `cp -r` (0755) holds only keys: --force renews them there.
     os.chmod(mine, 0o755)
     proc = subprocess.run([sys.executable, "-m", "pardash", "keys", "--dir", str(mine), "--force"], capture_output=True, text=True, env=pardash_env())
     assert proc.returncode == 0, proc.stderr
-    assert _mode(mine) == 0o700
+    assert file_mode(mine) == 0o700
 
 
 def test_a_secret_key_others_can_read_is_refused_and_never_breaks_a_rank(keys, capsys):
@@ -151,8 +140,8 @@ def test_registry_entries_are_for_their_owner_only(tmp_path, monkeypatch):
         registry.update("r1", strategy="ddp")
     finally:
         os.umask(old)
-    assert _mode(d) == 0o700
-    assert _mode(path) == 0o600
+    assert file_mode(d) == 0o700
+    assert file_mode(path) == 0o600
     assert [p.name for p in d.iterdir()] == ["r1.json"]  # no temporary left behind
 
 
@@ -222,7 +211,7 @@ def test_keys_under_umask_0_leave_no_folder_others_can_write(tmp_path):
     assert proc.returncode == 0, proc.stderr
     d = config / "pardash" / "curve"
     for folder in (config, config / "pardash", d, d / security.AUTHORIZED):
-        assert _mode(folder) == 0o700, folder
+        assert file_mode(folder) == 0o700, folder
     assert security.load_server_keys(d).public == security.load_client_keys(d).server_public
 
 
@@ -235,8 +224,8 @@ def test_registry_under_umask_0_leaves_no_folder_others_can_write(tmp_path, monk
     finally:
         os.umask(old)
     for folder in (tmp_path / "cache", tmp_path / "cache" / "pardash", d):
-        assert _mode(folder) == 0o700, folder
-    assert _mode(path) == 0o600
+        assert file_mode(folder) == 0o700, folder
+    assert file_mode(path) == 0o600
 
 
 def test_a_log_is_never_writable_by_others_whatever_the_umask(tmp_path):
@@ -252,7 +241,7 @@ def test_a_log_is_never_writable_by_others_whatever_the_umask(tmp_path):
     finally:
         os.umask(old)
     rec.close()
-    assert _mode(tmp_path / "run.jsonl") == 0o640 and _mode(tmp_path / "launched.jsonl") == 0o640
+    assert file_mode(tmp_path / "run.jsonl") == 0o640 and file_mode(tmp_path / "launched.jsonl") == 0o640
 
 
 # -- where a hub may bind ------------------------------------------------------------------------

@@ -9,7 +9,6 @@ removed keeps out the next connection made with it, added it lets one in, on a r
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 from dataclasses import replace
@@ -18,7 +17,7 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from helpers import identity, keyed_hub, pardash_env, serving, wait_for, wait_logged
+from helpers import file_mode, identity, keyed_hub, pardash_env, serving, wait_for, wait_logged
 from pardash.telemetry import schema, security
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.hub import Hub
@@ -28,20 +27,9 @@ from pardash.telemetry.reporter import Reporter
 RUN = "watched-run"
 
 
-def _mode(path) -> int:
-    return stat.S_IMODE(os.stat(path).st_mode)
-
-
 def _keys(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pardash", "keys", *args], capture_output=True, text=True, timeout=60,
                           env=pardash_env(PARDASH_CURVE_DIR=None))  # fmt: skip
-
-
-@pytest.fixture
-def keys(tmp_path):
-    d = tmp_path / "curve"
-    security.make_keys(d)
-    return d
 
 
 @pytest.fixture
@@ -73,9 +61,9 @@ def test_a_viewers_folder_holds_what_a_viewer_loads_and_its_key_is_admitted_to_w
     folder = keys / "viewers" / "alice"
     assert sorted(p.name for p in folder.iterdir()) == ["client.key", "client.key_secret", "server.key"]
     for path in (keys / "viewers", folder, keys / "authorized_viewers"):
-        assert _mode(path) == 0o700, path
+        assert file_mode(path) == 0o700, path
     for path in (*folder.iterdir(), keys / "authorized_viewers" / "alice.key"):
-        assert _mode(path) == 0o600, path
+        assert file_mode(path) == 0o600, path
     # Loaded as ranks and viewers load a folder today: the hub's server key, alice's own pair,
     # admitted to watch only (not among the clients that publish).
     loaded = security.load_client_keys(folder)
@@ -93,7 +81,7 @@ def test_a_viewers_folder_holds_what_a_viewer_loads_and_its_key_is_admitted_to_w
     elsewhere = tmp_path / "for" / "bob"
     proc = _keys("--dir", str(keys), "--viewer", "bob", "--out", str(elsewhere))
     assert proc.returncode == 0, proc.stderr
-    assert _mode(elsewhere) == 0o700 and _mode(elsewhere.parent) == 0o700
+    assert file_mode(elsewhere) == 0o700 and file_mode(elsewhere.parent) == 0o700
     assert security.load_client_keys(elsewhere).public == security.load_server_keys(keys).watching["bob.key"]
     assert not (keys / "viewers" / "bob").exists()
 
@@ -176,7 +164,7 @@ def test_a_viewers_folder_is_never_a_shared_one_nor_another_users(keys, tmp_path
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "is a shared folder (mode drwxrwxrwt) that holds other files" in line and "--out" in line, line
-    assert _mode(shared) == 0o1777 and sorted(p.name for p in shared.iterdir()) == ["notes.txt"]
+    assert file_mode(shared) == 0o1777 and sorted(p.name for p in shared.iterdir()) == ["notes.txt"]
     assert not (keys / "authorized_viewers" / "alice.key").exists()
     if os.geteuid() == 0:  # (giving a folder to another user needs root)
         theirs = tmp_path / "theirs"
