@@ -28,6 +28,12 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     nproc = ns.nproc if ns.nproc is not None else (1 if cfg.strategy in ("single", "dp") else 2)
     if nproc < 1:
         fail(f"--nproc {nproc}: need at least 1 rank per node")
+    cores = os.cpu_count() or 1
+    if nproc > max(MAX_RANKS_A_CORE * cores, 64):
+        # (--nproc 10000 was refused only for its dataset, with advice to make it large enough
+        # to start 10,000 Python processes with torch, about 350 MB each)
+        fail(f"--nproc {nproc}: that many processes, each a Python with torch, on this machine's {cores} core(s); "
+             f"at most {max(MAX_RANKS_A_CORE * cores, 64)} ranks per node here (ranks on other machines: --nnodes)")  # fmt: skip
     if ns.nnodes < 1:
         fail(f"--nnodes {ns.nnodes}: need at least 1 node")
     if not 0 <= ns.node_rank < ns.nnodes:
@@ -42,6 +48,12 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
             fail(str(exc))
         if cfg.device == "cuda" and gpu_count() == 0:
             fail("--device cuda: no NVIDIA GPU is visible here; use --device cpu (or auto)")
+        gpus = visible_gpus()
+        if cfg.device != "cpu" and cfg.strategy != "dp" and 0 < gpus < nproc:
+            # (each rank failed at its start, "local rank 2 has no GPU of its own", after the hub
+            # and torchrun had started)
+            fail(f"--nproc {nproc}: {gpus} GPU(s) visible here and each rank takes one of its own; start at most {gpus} "
+                 "ranks per node, or use --device cpu")  # fmt: skip
         if cfg.precision == "bf16" and gpu_count() == 0:
             fail("--precision bf16 needs a GPU and none is visible here; use --precision fp32")
     elif given := _trainer_flags_given(cfg):
@@ -142,6 +154,19 @@ def _not_python(path: str) -> str:
     except (ValueError, UnicodeDecodeError) as exc:  # null bytes, an undecodable file
         return f"{path}: python cannot run it ({exc}): is it a Python script?"
     return ""
+
+
+MAX_RANKS_A_CORE = 16
+"""Ranks a node may start per CPU core (64 at least): past it, the launch is a mistake."""
+
+
+def visible_gpus() -> int:
+    """GPUs the ranks can see: NVML's count, less those CUDA_VISIBLE_DEVICES hides."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    count = gpu_count()
+    if seen is None:
+        return count
+    return min(count, len([d for d in seen.split(",") if d.strip() and not d.strip().startswith("-")]))
 
 
 def _runnable_folder(path: str) -> bool:

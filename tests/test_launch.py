@@ -339,6 +339,8 @@ def test_a_launch_with_telemetry_switched_off_says_so(tmp_path):
         (["--inject-crash", "0@3", "--inject-crash", "1@4"], "--inject-crash given twice (0@3 and 1@4)"),  # 0@3 was dropped
         (["--", "shell.py"], "shell.py: python cannot run it (SyntaxError, line 2: invalid syntax)"),  # it started every rank
         (["--runs-dir", "/proc/x"], "; pass a writable --runs-dir DIR (or a --log PATH)"),  # it named --log, not given
+        (["--nproc", "10000"], "--nproc 10000: that many processes, each a Python with torch"),  # (its dataset was too small)
+        (["--nproc", "10000", "--", "train.py"], "--nproc 10000: that many processes"),  # (nothing stopped it)
         pytest.param(["--precision", "bf16"], "--precision bf16 needs a GPU and none is visible here",
                      marks=pytest.mark.skipif(bool(_gpu_count()), reason="a GPU is visible")),
     ],
@@ -448,3 +450,16 @@ def test_a_zipapp_after_the_dashes_is_left_to_python(tmp_path):
     assert _not_python(str(tmp_path / "myapp")) == ""
     (tmp_path / "bad.py").write_bytes(b"\x00\x01binary")
     assert _not_python(str(tmp_path / "bad.py")).startswith(f"{tmp_path / 'bad.py'}: python cannot run it (")
+
+
+def test_the_gpus_a_rank_can_have_are_those_cuda_lets_it_see(monkeypatch):
+    # (a launch of more ranks than GPUs failed in every rank, "local rank 2 has no GPU of its
+    # own", after the hub and torchrun had started; the count is checked first now)
+    from pardash import launch
+
+    monkeypatch.setattr(launch, "gpu_count", lambda: 8)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert launch.visible_gpus() == 8
+    for seen, n in (("0,1", 2), ("", 0), ("-1", 0), ("GPU-5c1d,GPU-77aa,GPU-0f3e", 3), ("0,1,2,3,4,5,6,7,8,9", 8)):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", seen)
+        assert launch.visible_gpus() == n, seen
