@@ -58,18 +58,18 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     g = p.add_argument_group("job (torchrun's meanings)")
-    g.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=None, help="ranks on this node (default: 2 for ddp/fsdp, 1 for single/dp)")
+    g.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=int, default=None, help="ranks on this node (default 2; 1 with --strategy single or dp)")
     g.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
     g.add_argument("--node-rank", type=int, default=0, help="this node's rank (default 0)")
     g.add_argument("--master-addr", default=None, help="address of node 0 (default 127.0.0.1)")
     g.add_argument("--master-port", type=cliargs.port, default=None, help="rendezvous port on node 0 (default: a free one on one node, 29500 on several)")
     g.add_argument("--max-restarts", type=cliargs.count(0), default=0, help="torchrun's elastic restarts (default 0)")
     v = p.add_argument_group("telemetry and view")
-    v.add_argument("--headless", action="store_true", help="no TUI: print progress lines and keep the log")
-    v.add_argument("--log", type=cliargs.path, default=None, help="JSONL telemetry log (default runs/<run id>/telemetry.jsonl)")
+    v.add_argument("--headless", action="store_true", help="no TUI: print progress lines instead (the log is recorded either way)")
+    v.add_argument("--log", type=cliargs.path, default=None, help="JSONL telemetry log (default RUNS_DIR/<run id>/telemetry.jsonl)")
     v.add_argument("--runs-dir", type=cliargs.path, default="runs", help="folder for run logs and outputs (default ./runs)")
     v.add_argument("--telemetry-addr", default=None, help="address the hub binds (default 127.0.0.1 on one node, the master address on several); on nodes > 0, where node 0's hub is")
-    v.add_argument("--telemetry-port", type=cliargs.hub_port, default=0, help="hub ingest port (default: free ports; several nodes: 29600, and node 0's hub takes PORT..PORT+2)")
+    v.add_argument("--telemetry-port", type=cliargs.hub_port, default=0, help="hub ingest port; the hub takes PORT..PORT+2 (ingest, frames, snapshots: open or tunnel all three) (default: free ports on one node, 29600 on several)")
     v.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between headless progress lines (default 5)")
     v.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: the hub admits only ranks and viewers with an authorised key (default $PARDASH_CURVE_DIR)")
     v.add_argument("--insecure", action="store_true", help="let the hub bind beyond loopback without keys: anyone who reaches its ports can read the run and send it records")
@@ -88,7 +88,7 @@ def _bench_parser(sub) -> argparse.ArgumentParser:
     b = sub.add_parser(
         "bench",
         help="run several strategies on the same model and data, and compare them",
-        description="Run each strategy (single, ddp, fsdp; dp with 2+ GPUs) on the same model and data with telemetry, then print samples/s, step time and its phases, per-rank memory, the saving against DDP and scaling efficiency against single.",
+        description="Run each strategy of --strategies (default single, ddp, fsdp; dp, when listed, only with 2+ GPUs) on the same model and data with telemetry, then print samples/s, step time and its phases, per-rank memory, the saving against DDP and scaling efficiency against single.",
     )
     b.add_argument("--strategies", default="single,ddp,fsdp", help="comma-separated strategies (default single,ddp,fsdp)")
     b.add_argument("--nproc", type=int, default=2, help="ranks for ddp/fsdp (default 2)")
@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--keep-log", action="store_true", help="record the log under --runs-dir (the start line says how fast it grows)")
     sim.add_argument("--runs-dir", type=cliargs.path, default="runs", help="folder for kept logs (default ./runs)")
     sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
-    sim.add_argument("--port", type=cliargs.hub_port, default=0, help="hub ingest port (default: free ports)")
+    sim.add_argument("--port", type=cliargs.hub_port, default=0, help="hub ingest port; when set, frames and snapshots take PORT+1 and PORT+2 (default: free ports)")
     sim.add_argument("--insecure", action="store_true", help="let --bind be beyond loopback (simulated ranks hold no keys)")
     from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
 
@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--wait", type=cliargs.positive, default=60.0, metavar="SECONDS", help="how long a silent hub is waited for (restarted, or a network gone) before the copy stops (default 60)")
     rec.add_argument("--every", type=cliargs.positive, default=10.0, help="seconds between progress lines (default 10)")
 
-    ps = sub.add_parser("ps", help="list live runs", description="List the live runs on this machine: run id, strategy, ranks, age, hub and log.")
+    ps = sub.add_parser("ps", help="list live runs", description="List your live runs on this machine (from $PARDASH_REGISTRY_DIR, else $XDG_RUNTIME_DIR/pardash, else ~/.cache/pardash/runs; other users' runs are not read): run id, strategy, ranks, age, hub and log.")
     ps.add_argument("--json", action="store_true", help="print the registry entries as JSON")
 
     r = sub.add_parser(
@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--curve-dir or PARDASH_CURVE_DIR. A running hub takes a viewer key added or removed within a second."
         ),
     )
-    k.add_argument("--dir", type=cliargs.path, default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve); with --viewer, the hub's key folder")
+    k.add_argument("--dir", type=cliargs.path, default=None, help="key folder (default $PARDASH_CURVE_DIR, else ~/.config/pardash/curve; hub, launch, attach and record do not look there by themselves: pass --curve-dir DIR or export PARDASH_CURVE_DIR, as this command prints); with --viewer, the hub's key folder")
     k.add_argument("--viewer", default=None, metavar="NAME", help="make a watch-only key for viewer NAME (letters, digits, '.', '_', '-') in a hub's key folder made before")
     k.add_argument("--out", type=cliargs.path, default=None, metavar="OUT", help="with --viewer: the viewer's key folder (default DIR/viewers/NAME/)")
     k.add_argument("--force", action="store_true", help="replace existing keys: every client and viewer key admitted in authorized_clients/ and authorized_viewers/ is revoked (running hubs refuse them within a second); running hubs keep the old server key until restarted. With --viewer: replace that viewer's key only")

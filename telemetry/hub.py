@@ -545,10 +545,10 @@ def add_hub_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: only ranks and viewers with an authorised key get in (default $PARDASH_CURVE_DIR)")
     p.add_argument("--insecure", action="store_true", help="bind beyond loopback without keys: anyone who reaches the ports can read the run and send it records")
     p.add_argument("--world-size", type=cliargs.count(0), default=0, help="the job's number of ranks: refuse any other rank (default: learnt from the ranks)")
-    p.add_argument("--port", type=cliargs.hub_port, default=0, help="ingest port (default: a free one); updates and snapshot take the next two when set")
+    p.add_argument("--port", type=cliargs.hub_port, default=0, help="ingest port (default: a free one); when set, frames and snapshots take PORT+1 and PORT+2")
     p.add_argument("--frame-hz", type=cliargs.positive, default=10.0, help="frames a second to viewers (default 10)")
     p.add_argument("--no-registry", action="store_true", help="do not list this hub in `pardash ps`")
-    p.add_argument("--resume", action="store_true", help="carry on an existing log: rebuild state from it, then append")
+    p.add_argument("--resume", action="store_true", help="carry on the existing log given by --log PATH: rebuild state from it, then append (its run id is kept)")
     # Prometheus /metrics (telemetry/prometheus.py): --prometheus PORT, --prometheus-addr, --prometheus-per-rank.
     from .prometheus import add_arguments as add_prometheus_arguments
 

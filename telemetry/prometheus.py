@@ -471,7 +471,7 @@ def textfile_refusal(path: str) -> str | None:
 def add_arguments(p) -> None:
     """``--prometheus PORT``, ``--prometheus-addr``, ``--prometheus-per-rank``,
     ``--prometheus-textfile PATH`` (hub, launch, simulate)."""
-    p.add_argument("--prometheus", type=cliargs.port, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port) while the hub runs (a job's end is in its log: `pardash report`)")
+    p.add_argument("--prometheus", type=cliargs.port, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port) while the hub runs; a launched hub stops with its job, so for the job's final state use --prometheus-textfile")
     p.add_argument("--prometheus-addr", default="127.0.0.1", metavar="ADDR", help="address /metrics binds (default 127.0.0.1; beyond loopback only with --insecure: /metrics has no authentication)")
     p.add_argument("--prometheus-per-rank", action="store_true", help="add per-rank series (pardash_rank_*; one series per rank and metric) to /metrics and the textfile")
     p.add_argument(

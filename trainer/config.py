@@ -184,8 +184,8 @@ class TrainConfig:
     """RANK@STEP: that rank blocks forever in the data phase of STEP (heartbeats go on)."""
     inject_crash: RankStep | None = None
     """RANK@STEP: that rank raises at STEP and exits with code 1, on the first attempt only
-    (not after a torchrun restart), so --max-restarts 1 --checkpoint-every N shows the job
-    recover from its last checkpoint."""
+    (not after a torchrun restart), so --max-restarts 1 --checkpoint-dir DIR --checkpoint-every N
+    shows the job recover from its last checkpoint."""
 
     def __post_init__(self) -> None:
         # Faults may arrive as their flag text (from argparse or a dict).
