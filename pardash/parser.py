@@ -72,7 +72,7 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
     v.add_argument("--telemetry-port", type=cliargs.hub_port, default=0, help="hub ingest port; the hub takes PORT..PORT+2 (ingest, frames, snapshots: open or tunnel all three) (default: free ports on one node, 29600 on several)")
     v.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between headless progress lines (default 5)")
     v.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: the hub admits only ranks and viewers with an authorised key (default $PARDASH_CURVE_DIR)")
-    v.add_argument("--insecure", action="store_true", help="let the hub bind beyond loopback without keys: anyone who reaches its ports can read the run and send it records")
+    v.add_argument("--insecure", action="store_true", help=cliargs.INSECURE_HELP)
     from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
 
     add_prometheus_arguments(v)
@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--runs-dir", type=cliargs.path, default="runs", help="folder for kept logs (default ./runs)")
     sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
     sim.add_argument("--port", type=cliargs.hub_port, default=0, help="hub ingest port; when set, frames and snapshots take PORT+1 and PORT+2 (default: free ports)")
-    sim.add_argument("--insecure", action="store_true", help="let --bind be beyond loopback (simulated ranks hold no keys)")
+    sim.add_argument("--insecure", action="store_true", help=cliargs.INSECURE_HELP + "; simulated ranks hold no keys, so it is the only way off loopback")
     from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
 
     add_prometheus_arguments(sim)

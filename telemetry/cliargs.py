@@ -7,6 +7,12 @@ from __future__ import annotations
 import argparse
 import re
 
+INSECURE_HELP = (
+    "let the hub (and /metrics, --prometheus-addr) bind beyond loopback without keys: anyone who reaches those ports "
+    "can read the run and send it records"
+)
+"""--insecure's help, the same for every command that has it."""
+
 
 def _number(text: str, kind: type) -> int | float:
     try:

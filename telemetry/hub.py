@@ -543,7 +543,7 @@ def add_hub_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", type=cliargs.path, default=None, help="JSONL log path (default: runs/<run id>/telemetry.jsonl)")
     p.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --curve-dir or --insecure)")
     p.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: only ranks and viewers with an authorised key get in (default $PARDASH_CURVE_DIR)")
-    p.add_argument("--insecure", action="store_true", help="bind beyond loopback without keys: anyone who reaches the ports can read the run and send it records")
+    p.add_argument("--insecure", action="store_true", help=cliargs.INSECURE_HELP)
     p.add_argument("--world-size", type=cliargs.count(0), default=0, help="the job's number of ranks: refuse any other rank (default: learnt from the ranks)")
     p.add_argument("--port", type=cliargs.hub_port, default=0, help="ingest port (default: a free one); when set, frames and snapshots take PORT+1 and PORT+2")
     p.add_argument("--frame-hz", type=cliargs.positive, default=10.0, help="frames a second to viewers (default 10)")
