@@ -768,9 +768,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         # loop's to make (event log and viewers; its stderr too for a hub alone).
         def say_textfile_failure() -> None:
             if text := textfile.take_warning():
-                hub.core.note(text, name="warning")
-                if hub.core.say is not None:
-                    hub.core.say(text)
+                hub.core.warn(text)
 
         each_frame.append(say_textfile_failure)
     supervisor = int((meta or {}).get("supervisor_pid") or 0)

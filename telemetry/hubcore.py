@@ -510,10 +510,10 @@ class HubCore:
             return
         self._foreign_said.add(run)
         if len(self._foreign_said) > MAX_FOREIGN_SAID:
-            self._warn("records of yet more other runs are refused too (not said one by one)")
+            self.warn("records of yet more other runs are refused too (not said one by one)")
             return
         ours = self.state.run_id
-        self._warn(
+        self.warn(
             f"refusing every record of run {run!r} (rank {msg.rank} is the first): this hub records run {ours!r}; "
             f"start the job with PARDASH_RUN_ID={ours}, or this hub with --run-id {shlex.quote(run)}"
         )
@@ -600,7 +600,7 @@ class HubCore:
                 self._say_foreign(msg)
             if reason == "world_size_mismatch" and not self._world_said:
                 self._world_said = True
-                self._warn(
+                self.warn(
                     f"rank {msg.rank} says its job has {msg.world_size} ranks (its hello), but this hub was told "  # type: ignore[union-attr]
                     f"{self.world_size} (--world-size): its hellos are refused, so hosts, strategy and model facts "
                     "stay unknown; start the hub with the job's --world-size, or without it"
@@ -674,7 +674,7 @@ class HubCore:
         def on(h: schema.Hello) -> str:
             return f"pid {h.pid}" + (f" on {h.host}" if h.host else "")
 
-        self._warn(
+        self.warn(
             f"rank {hello.rank}: {on(hello)} says it is rank {hello.rank} while {on(was)} still sends as it: "
             f"two jobs share run id {self.state.run_id} (or two nodes the same ranks), and their figures mix; "
             "give each job its own hub or PARDASH_RUN_ID"
@@ -692,7 +692,7 @@ class HubCore:
         self._clocks_said.add(where)
         on = f" (host {hello.host})" if hello.host else ""
         how = f"{human_span(off)} {'ahead of' if off > 0 else 'behind'}"
-        self._warn(f"rank {hello.rank}'s clock{on} is {how} the hub's: one of the two is wrong (or the hello waited "
+        self.warn(f"rank {hello.rank}'s clock{on} is {how} the hub's: one of the two is wrong (or the hello waited "
                    "that long for the hub); set the wrong clock (NTP)")
 
     def replay(self, msg: schema.Message, now: float) -> None:
@@ -733,7 +733,8 @@ class HubCore:
         self._take(ev, time.monotonic())
         self._pending.append(ev)
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
+        """A warning in the log and to viewers, and on the stderr of a hub run alone (``say``)."""
         self.note(message, name="warning")
         if self.say is not None:
             self.say(message)
