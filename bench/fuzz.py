@@ -173,12 +173,18 @@ def hostile_record(rng: random.Random) -> bytes:
 
 
 def claims_valid_identity(raw: bytes) -> bool:
-    """True for a frame that decodes to a record speaking for the valid rank or for the
-    launcher (seq < 0): impersonation, which only keys can stop."""
+    """True for a frame that speaks for the valid rank or for the launcher (seq < 0):
+    impersonation, which only keys can stop. That is a record that decodes, or a map that says
+    ``rank`` plainly: the hub books a refused message to the rank it names (counted received,
+    not lost: HubCore._refused_raw), so a mutated frame naming the valid rank changes its counts."""
     try:
         msg = schema.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return False
+        try:
+            plain = msgspec.msgpack.decode(raw)
+        except Exception:  # (as the hub: nested past the stack, and so on)
+            return False
+        return isinstance(plain, dict) and type(plain.get("rank")) is int and plain["rank"] == VALID
     return msg.rank == VALID or msg.seq < 0
 
 

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.fuzz import claims_valid_identity
 from pardash.telemetry import frames, hubcore, schema, security
 from pardash.telemetry.hub import HubCore
 from pardash.telemetry.logreader import load_log
@@ -236,22 +237,6 @@ def hostile_frame(rng: random.Random) -> bytes:
     if pick < 0.8:
         return hostile_record(rng)
     return wrong_types(rng)
-
-
-def claims_valid_identity(raw: bytes) -> bool:
-    """True for a frame that speaks for the valid rank or for the launcher (seq < 0):
-    impersonation, which only keys can stop. That is a record that decodes, or a map that says
-    ``rank`` plainly: the hub books a refused message to the rank it names (counted received,
-    not lost: HubCore._refused_raw), so a mutated frame naming rank 0 changes its counts."""
-    try:
-        msg = schema.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        try:
-            plain = msgspec.msgpack.decode(raw)
-        except Exception:  # (as the hub: nested past the stack, and so on)
-            return False
-        return isinstance(plain, dict) and type(plain.get("rank")) is int and plain["rank"] == VALID
-    return msg.rank == VALID or msg.seq < 0
 
 
 def rank_view(core: HubCore, rank: int) -> tuple:
