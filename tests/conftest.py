@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -30,6 +31,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     with startup.imports():
         importlib.import_module("torch._dynamo")
+
+# Property tests draw the same examples every run (derandomize), so the suite passes or fails
+# the same way on every clone; no example database is written into the checkout. To search
+# wider, as a person hunting a bug does: HYPOTHESIS_PROFILE=explore draws new examples each run
+# (run it in a loop; a failure prints the example's blob for @reproduce_failure).
+settings.register_profile("suite", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # Started in the background by a shell without job control, which ignores SIGINT for the
