@@ -267,6 +267,10 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     try:
         if spec.remote_hub:  # node > 0: node 0's hub names the run and records it
             print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.world_size} rank(s), telemetry to node 0's hub at {spec.remote_hub}", flush=True)
+            if metrics_flags := _prometheus_flags(ns):
+                # (the same command line on every node is common: said, not refused)
+                print(f"{PROG}: {metrics_flags} does nothing on node {spec.node_rank}: the metrics are node 0's hub's, "
+                      "for every node's ranks; give it to node 0's launch", file=sys.stderr, flush=True)  # fmt: skip
         else:
             print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
         _warn_if_telemetry_off()
@@ -680,6 +684,12 @@ def _wait_for_ranks_here(state, timeout_s: float = RANKS_EXIT_S) -> None:
         pids = {pid for pid in pids if registry.pid_alive(pid)}
         if pids:
             time.sleep(0.1)
+
+
+def _prometheus_flags(ns: argparse.Namespace) -> str:
+    """The Prometheus flags given, as the user wrote them ("" for none)."""
+    given = [flag for flag, on in (("--prometheus", ns.prometheus is not None), ("--prometheus-textfile", bool(ns.prometheus_textfile))) if on]
+    return " and ".join(given)
 
 
 def _prometheus_spec(ns: argparse.Namespace, spec) -> None:

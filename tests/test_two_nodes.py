@@ -106,6 +106,18 @@ def _check_log(log: Path, hosts: tuple[str, str] | None) -> list[schema.Hello]:
     return hellos
 
 
+def _node1_metrics(node: int, tmp_path: Path) -> list[str]:
+    """The same command line on every node, as people write it: node 1 given a metrics file too
+    (the metrics are node 0's hub's; node 1 has no hub to write it)."""
+    return ["--prometheus-textfile", str(tmp_path / "node1.prom")] if node == 1 else []
+
+
+def _check_node1_metrics(err1: str, tmp_path: Path) -> None:
+    # Node 1 says its metrics flag does nothing there (it was taken without a word).
+    assert "--prometheus-textfile does nothing on node 1: the metrics are node 0's hub's" in err1, err1[-2000:]
+    assert not (tmp_path / "node1.prom").exists()
+
+
 def _empty_or_missing(path: Path) -> bool:
     return not path.exists() or path.stat().st_size == 0
 
@@ -176,7 +188,7 @@ def test_two_nodes_share_node0s_hub(tmp_path, namespaces):
     cmds, envs = [], []
     for node in (0, 1):
         launch = _launch_cmd(node, NODE_ADDRS[0], log if node == 0 else tmp_path / "node1.jsonl",
-                             tmp_path / f"runs{node}", *_security_flags())
+                             tmp_path / f"runs{node}", *_security_flags(), *_node1_metrics(node, tmp_path))
         # Own host name per node (UTS namespace), then the launch inside the node's network.
         cmds.append(["ip", "netns", "exec", names[node], "unshare", "--uts", "sh", "-c",
                      f'hostname {HOSTS[node]} && exec "$@"', "sh", *launch])  # fmt: skip
@@ -193,6 +205,7 @@ def test_two_nodes_share_node0s_hub(tmp_path, namespaces):
     # last line names where that is: node 0's hub, not a file node 1 never wrote.
     assert _empty_or_missing(tmp_path / "node1.jsonl")
     assert "node1.jsonl" not in out1 + err1 and f"kept by node 0's hub (tcp://{NODE_ADDRS[0]}:" in out1
+    _check_node1_metrics(err1, tmp_path)
 
 
 # -- the same on loopback ----------------------------------------------------------------------
@@ -227,7 +240,7 @@ def _on_loopback(tmp_path: Path) -> None:
     cmds = [
         _launch_cmd(node, "127.0.0.1", log if node == 0 else tmp_path / "node1.jsonl",
                     tmp_path / f"runs{node}", "--master-port", str(master_port),
-                    "--telemetry-port", str(hub_ports[0]))
+                    "--telemetry-port", str(hub_ports[0]), *_node1_metrics(node, tmp_path))
         for node in (0, 1)
     ]
     env = pardash_env(OMP_NUM_THREADS="1")
@@ -238,3 +251,4 @@ def _on_loopback(tmp_path: Path) -> None:
     assert _empty_or_missing(tmp_path / "node1.jsonl")
     # Node 1's last line names where the log is: node 0's hub, not a file node 1 never wrote.
     assert "node1.jsonl" not in out1 + err1 and "kept by node 0's hub (tcp://" in out1
+    _check_node1_metrics(err1, tmp_path)
