@@ -46,13 +46,17 @@ done
 # namespaces share. On a real cluster make keys instead (`pardash keys`, --curve-dir).
 node() {  # node RANK [extra launch args...]
     local i="$1"; shift
+    # Node 0's hub keeps the run's one log, every node's ranks in it: node 1 writes none (its
+    # folder, runs1/<run id>-node1, holds its ranks' output and its result.json).
+    local log=()
+    if [ "$i" = 0 ]; then log=(--log "$OUT/node0.jsonl"); fi
     # gloo picks its address from the host name, which resolves nowhere here: name the
     # interface, as on any machine with several networks.
     GLOO_SOCKET_IFNAME="${DEV[$i]}" OMP_NUM_THREADS=1 \
     ip netns exec "${NS[$i]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' \
         "pardash-node$i" "$PARDASH" launch --headless --insecure \
         --nnodes 2 --node-rank "$i" --master-addr "${ADDR[0]}" --nproc "$NPROC" \
-        --log "$OUT/node$i.jsonl" --runs-dir "$OUT/runs$i" \
+        ${log[@]+"${log[@]}"} --runs-dir "$OUT/runs$i" \
         --strategy ddp --steps 100 --log-every 20 "$@"
 }
 
@@ -65,5 +69,5 @@ wait "$n0" || code=$?
 wait "$n1" || code=$?
 tail -n 5 "$OUT/node0.out" "$OUT/node1.out"
 "$PARDASH" report "$OUT/node0.jsonl"
-echo "logs and outputs in $OUT (node 0's log holds every rank; node 1 records nothing itself)"
+echo "logs and outputs in $OUT (node 0's log holds every rank; node 1 records nothing itself: runs1/<run id>-node1 holds its output)"
 exit "$code"

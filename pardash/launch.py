@@ -271,6 +271,9 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 # (the same command line on every node is common: said, not refused)
                 print(f"{PROG}: {metrics_flags} does nothing on node {spec.node_rank}: the metrics are node 0's hub's, "
                       "for every node's ranks; give it to node 0's launch", file=sys.stderr, flush=True)  # fmt: skip
+            if ns.log:  # (likewise said, not refused)
+                print(f"{PROG}: --log does nothing on node {spec.node_rank}: node 0's hub keeps the run's log, every node's "
+                      "ranks in it; give it to node 0's launch", file=sys.stderr, flush=True)  # fmt: skip
         else:
             print(f"{PROG}: run {spec.run_id}, {spec.world_size} rank(s), log {spec.log_path}", flush=True)
         _warn_if_telemetry_off()
@@ -556,13 +559,19 @@ def _supervisor_lost(job, code: int) -> bool:
 
 def _watch(spec) -> str:
     """What `pardash attach` takes to watch this job: its run id, or on a node > 0 node 0's
-    hub (the run id here is this node's own, which no hub serves)."""
+    hub (no hub on this node serves the run's id)."""
     return spec.remote_hub or spec.run_id
 
 
 def _log_of(spec) -> str:
     """Where the job's log is: on a node > 0, node 0's hub keeps it (never the path here)."""
     return f"kept by node 0's hub ({spec.remote_hub})" if spec.remote_hub else spec.log_path
+
+
+def _own_hub_entry(spec) -> dict | None:
+    """The registry entry of the hub this launch started (None on a node > 0, which starts none:
+    an entry of its run's id on this machine is node 0's hub, not to be stopped from here)."""
+    return None if spec.remote_hub else registry.find(spec.run_id)
 
 
 def _lost_how(code: int) -> str:
@@ -584,9 +593,9 @@ def _write_result(job, client, code: int, supervisor_code: int, stopped_by: int 
     from pardash.trainer.launcher import lost_supervisor_result, write_result
 
     spec = job.spec
-    log = _log_of(spec) if spec.remote_hub else (client.stats.log_path or spec.log_path)
+    log = None if spec.remote_hub else (client.stats.log_path or spec.log_path)  # (node > 0: node 0's hub keeps it)
     result = lost_supervisor_result(spec.run_id, code, log, gone=_lost_how(supervisor_code), stopped_by=stopped_by,
-                                    hub_restarts=client.hub_restarts)  # fmt: skip
+                                    hub_restarts=client.hub_restarts, remote_hub=spec.remote_hub, node_rank=spec.node_rank)  # fmt: skip
     try:
         write_result(spec.run_dir, result)
     except OSError as exc:
@@ -604,7 +613,7 @@ def _follow_unsupervised(job, client, printer, code: int, stopped_by: list[int])
     spec = job.spec
     print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
           f"(Ctrl-C stops them, as before)", file=sys.stderr, flush=True)  # fmt: skip
-    entry = registry.find(spec.run_id) or {"pid": job.endpoints.get("pid")}
+    entry = _own_hub_entry(spec) or {"pid": job.endpoints.get("pid")}
     # The job lives while its hub does: the hub, unsupervised, stops once every rank is done
     # (after a failure it waits for torchrun to start them again, --max-restarts).
     client.info = {**entry, "supervisor_pid": entry.get("pid")}
@@ -646,7 +655,7 @@ def _stop_unsupervised(job, sig: int, client) -> int:
 
     spec = job.spec
     print(f"{PROG}: stopping the job (its supervisor is gone: torchrun gets SIGTERM from here)...", file=sys.stderr, flush=True)
-    hub = (registry.find(spec.run_id) or {}).get("pid") or job.endpoints.get("pid") or 0
+    hub = (_own_hub_entry(spec) or {}).get("pid") or job.endpoints.get("pid") or 0
     try:
         found = stop_unsupervised(job.supervisor.pid, spec.run_id, hub_pid=int(hub), ingest=job.endpoints.get("ingest", ""),
                                   curve_dir=spec.curve_dir, who="by you" if sig == signal.SIGINT else f"by {signal.Signals(sig).name}")  # fmt: skip

@@ -10,6 +10,7 @@ cannot be made, the test runs both launches on 127.0.0.1 instead, with node rank
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -118,6 +119,33 @@ def _check_node1_metrics(err1: str, tmp_path: Path) -> None:
     assert not (tmp_path / "node1.prom").exists()
 
 
+def _check_node1_run(tmp_path: Path, log: Path, hub: str, err1: str, run_id: str) -> None:
+    """Node 1's run folder and result.json, as `pardash launch` left them (node 1 given a --log
+    too, the same command line on every node: node 1 writes no log)."""
+    assert "--log does nothing on node 1: node 0's hub keeps the run's log" in err1, err1[-2000:]
+    # Its folder is named by the run's id (it was named by an id of node 1's own, which nothing
+    # knew), and its result.json says that node 0's hub keeps the log: it named node1.jsonl,
+    # never written.
+    runs1 = tmp_path / "runs1"
+    assert [p.name for p in runs1.iterdir()] == [f"{run_id}-node1"]
+    folder = runs1 / f"{run_id}-node1"
+    result = json.loads((folder / "result.json").read_text())
+    assert {k: result.get(k, "absent") for k in ("run_id", "code", "log", "hub", "node_rank")} == {
+        "run_id": run_id, "code": 0, "log": None, "hub": hub, "node_rank": 1}  # fmt: skip
+    # (named so before torchrun started: its logs and the ranks' output are in it, none elsewhere)
+    assert (folder / "output.log").is_file() and (folder / "torchrun").is_dir()
+    # Node 0's result.json keeps its meaning: its log, where report finds it.
+    result0 = json.loads((tmp_path / "runs0" / run_id / "result.json").read_text())
+    assert (result0["run_id"], result0["log"], "hub" in result0) == (run_id, str(log), False)
+    # `pardash report` of node 1's folder, or of the run's id there: bad input, one line (it
+    # said "the run's log .../node1.jsonl ... is not there; moved?", and "no such run id").
+    for what in (str(folder), run_id):
+        r = subprocess.run([sys.executable, "-m", "pardash", "report", what, "--runs-dir", str(runs1)],
+                           capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (what, r.stderr)
+        assert "moved?" not in r.stderr and "node1.jsonl" not in r.stderr and "no such" not in r.stderr, (what, r.stderr)
+
+
 def _empty_or_missing(path: Path) -> bool:
     return not path.exists() or path.stat().st_size == 0
 
@@ -198,7 +226,7 @@ def test_two_nodes_share_node0s_hub(tmp_path, namespaces):
     (code0, out0, err0), (code1, out1, err1) = _run_pair(cmds, envs, tmp_path)
     assert code0 == 0, out0[-2000:] + err0[-3000:]
     assert code1 == 0, out1[-2000:] + err1[-3000:]
-    _check_log(log, HOSTS)
+    hellos = _check_log(log, HOSTS)
     assert "2 rank(s)" in out0
     assert f"node 1 of 2, 2 rank(s), telemetry to node 0's hub at tcp://{NODE_ADDRS[0]}:29600" in out1
     # Node 1 recorded nothing itself: its ranks' messages are all in node 0's log, and its
@@ -206,6 +234,7 @@ def test_two_nodes_share_node0s_hub(tmp_path, namespaces):
     assert _empty_or_missing(tmp_path / "node1.jsonl")
     assert "node1.jsonl" not in out1 + err1 and f"kept by node 0's hub (tcp://{NODE_ADDRS[0]}:" in out1
     _check_node1_metrics(err1, tmp_path)
+    _check_node1_run(tmp_path, log, f"tcp://{NODE_ADDRS[0]}:29600", err1, hellos[0].run)
 
 
 # -- the same on loopback ----------------------------------------------------------------------
@@ -247,8 +276,9 @@ def _on_loopback(tmp_path: Path) -> None:
     (code0, out0, err0), (code1, out1, err1) = _run_pair(cmds, [env, env], tmp_path)
     assert code0 == 0, out0[-2000:] + err0[-3000:]
     assert code1 == 0, out1[-2000:] + err1[-3000:]
-    _check_log(log, None)
+    hellos = _check_log(log, None)
     assert _empty_or_missing(tmp_path / "node1.jsonl")
     # Node 1's last line names where the log is: node 0's hub, not a file node 1 never wrote.
     assert "node1.jsonl" not in out1 + err1 and "kept by node 0's hub (tcp://" in out1
     _check_node1_metrics(err1, tmp_path)
+    _check_node1_run(tmp_path, log, f"tcp://127.0.0.1:{hub_ports[0]}", err1, hellos[0].run)

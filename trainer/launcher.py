@@ -29,7 +29,9 @@ from pardash.telemetry import registry
 from pardash.telemetry.logreader import is_log
 from pardash.telemetry.recorder import LOG_MODE, gz_name_refusal, holds_records
 from pardash.telemetry.spawn import exit_code, read_line
-from pardash.trainer.supervisor import HUB_READY_TIMEOUT_S, TRAINER_COMMAND, LaunchError, LaunchSpec, Supervisor, exit_status, stopper_text
+from pardash.trainer.supervisor import (
+    HUB_READY_TIMEOUT_S, TRAINER_COMMAND, LaunchError, LaunchSpec, Supervisor, exit_status, result_fields_of_node, stopper_text,
+)  # fmt: skip
 
 
 @dataclass
@@ -96,14 +98,18 @@ class Job:
             time.sleep(0.05)
 
 
-def lost_supervisor_result(run_id: str, code: int, log: str, *, gone: str, stopped_by: int = 0, hub_restarts: int = 0) -> dict:
+def lost_supervisor_result(run_id: str, code: int, log: str | None, *, gone: str, stopped_by: int = 0, hub_restarts: int = 0,
+                           remote_hub: str = "", node_rank: int = 0) -> dict:  # fmt: skip
     """A job's result as its supervisor would have written it (its fields), from the viewer that
     saw the job to its end after the supervisor was killed outright: ``code`` is that viewer's
     word for the end (0 every rank finished, 1 one failed, 128 + signal stopped), torchrun's own
     code being unknown to it; ``gone``: what became of the supervisor ("killed by SIGKILL");
-    ``stopped_by``: the signal that stopped the job from there (0: it ended by itself)."""
+    ``stopped_by``: the signal that stopped the job from there (0: it ended by itself);
+    ``remote_hub``: on a node > 0, node 0's hub, which keeps the log (``log`` is then null)."""
     result = {"run_id": run_id, "code": code, "stopped": bool(stopped_by), "log": log, "hub_restarts": hub_restarts,
               "supervisor_gone": gone, "written_by": f"pid {os.getpid()}, which followed the job to its end without its supervisor"}  # fmt: skip
+    if remote_hub:
+        result.update(result_fields_of_node(remote_hub, node_rank))
     if stopped_by:
         result["stop_t"] = time.time()
         result["stopper"] = stopper_text(stopped_by)
@@ -175,7 +181,16 @@ def start(spec: LaunchSpec, *, output=None) -> Job:
             sup.wait(10)  # (what it had open is closed)
         _remove_empty(spec.run_dir)
         raise LaunchError(info["error"])
+    _take_run_folder(spec, info.pop("run_id", spec.run_id), info.pop("run_dir", spec.run_dir))
     return Job(spec=spec, supervisor=sup, endpoints=info, result_fd=r)
+
+
+def _take_run_folder(spec: LaunchSpec, run_id: str, run_dir: str) -> None:
+    """The run's id and folder as the supervisor says them once the job is up: on a node > 0,
+    node 0's hub's id and the folder renamed after it (RUN_ID-nodeN), with the ranks' output in it."""
+    if run_dir != spec.run_dir and spec.output.startswith(spec.run_dir + os.sep):
+        spec.output = run_dir + spec.output[len(spec.run_dir) :]
+    spec.run_id, spec.run_dir = run_id, run_dir
 
 
 def _remove_empty(folder: str) -> None:

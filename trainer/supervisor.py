@@ -68,9 +68,10 @@ class LaunchSpec:
     run_id: str
     """Run id (registry key, PARDASH_RUN_ID)."""
     log_path: str
-    """Absolute path of the JSONL telemetry log."""
+    """Absolute path of the JSONL telemetry log (node > 0 writes none: node 0's hub keeps it)."""
     run_dir: str
-    """Folder for the job's output log and result file."""
+    """Folder for the job's output log and result file (node > 0: named RUN_ID-nodeN once node
+    0's hub has said the run's id, see :meth:`Supervisor._name_run_dir`)."""
     nproc: int = 1
     """Ranks per node (torchrun --nproc-per-node)."""
     nnodes: int = 1
@@ -160,6 +161,14 @@ class Supervisor:
         """The signal that killed torchrun when nothing here sent it (the OOM killer), else 0."""
         self._global: dict[int, int] = {}
         """Local rank -> global rank, read from the ranks' environment (see global_rank)."""
+        self._late_run_id = ""
+        """Node > 0 whose node 0's hub answered only after torchrun started: the run's id, once
+        it did (see :meth:`_learn_run_id`); the ranks keep the empty one they were given."""
+        self._learning: threading.Thread | None = None
+        self._job_over = False
+        """Set as the job ends: the thread of :meth:`_learn_run_id` stops asking."""
+        self._node_result = result_fields_of_node(spec.remote_hub, spec.node_rank) if spec.remote_hub else {}
+        """Node > 0's own fields of its result.json (it writes no log: node 0's hub keeps it)."""
 
     def start_hub(self, *, resume: bool = False) -> dict:
         spec = self.spec
@@ -257,6 +266,75 @@ class Supervisor:
         finally:
             client.close()
         return endpoints
+
+    def _follow_node0s_run_id(self) -> None:
+        """Node > 0, before torchrun starts: its run folder takes the run's id that node 0's hub
+        gave; where that hub has not answered yet, a thread goes on asking it (see
+        :meth:`_learn_run_id`)."""
+        if self.spec.run_id:
+            self._name_run_dir()
+            return
+        self._learning = threading.Thread(target=self._learn_run_id, name="node0-run-id", daemon=True)
+        self._learning.start()
+
+    def _run_dir_by_id(self, run_id: str) -> str:
+        """A free path for this node's folder named by ``run_id``: RUN_ID-nodeN beside its
+        folder now (RUN_ID-nodeN.2, ... when this node was launched into that run before); ''
+        when none is free."""
+        spec = self.spec
+        base = os.path.join(os.path.dirname(spec.run_dir), f"{run_id}-node{spec.node_rank}")
+        for path in (base, *(f"{base}.{n}" for n in range(2, 100))):
+            if not os.path.lexists(path):
+                return path
+        return ""
+
+    def _name_run_dir(self) -> None:
+        """Node > 0: its run folder, named by an id of this launch's own until node 0's hub said
+        the run's, is renamed RUN_ID-nodeN before torchrun writes in it. So the run's id finds
+        it (`pardash report RUN_ID`), and in a --runs-dir both nodes share it stands beside node
+        0's RUN_ID, whose log holds this node's telemetry. (The folder the launch made for it
+        is still empty: the launch learns the new one from the ready line.)"""
+        spec = self.spec
+        new = self._run_dir_by_id(spec.run_id)
+        try:
+            if not new:
+                raise FileExistsError("RUN_ID-nodeN.2 to .99 are taken")
+            os.rename(spec.run_dir, new)
+        except OSError as exc:
+            print(f"pardash: this node's run folder {spec.run_dir} keeps its name: it cannot be named by the run's id "
+                  f"({exc.strerror or exc})", file=sys.stderr, flush=True)  # fmt: skip
+            return
+        if spec.output.startswith(spec.run_dir + os.sep):
+            spec.output = new + spec.output[len(spec.run_dir) :]
+        spec.run_dir = new
+
+    def _learn_run_id(self) -> None:
+        """Node > 0 whose node 0's hub did not answer before torchrun started (node 0 late): go
+        on asking it until it answers, refuses this node, or the job ends. Its run id then names
+        this node's folder by a link (RUN_ID-nodeN): the folder itself keeps its name, torchrun
+        and the ranks writing in it by path, and the result.json in it says the run's id."""
+        from pardash.telemetry.client import HubClient
+
+        spec = self.spec
+        try:
+            client = HubClient(self.endpoints["updates"], self.endpoints["snapshot"], curve=spec.curve_dir or None)
+        except Exception:
+            return  # (keys it could not read were said as the node joined)
+        try:
+            while not (client.wait_synced(0.5) or client.refused or self._job_over):
+                pass
+            run_id = client.state.run_id if client.synced else ""
+        finally:
+            client.close()
+        if not run_id:
+            return
+        self._late_run_id = run_id
+        link = self._run_dir_by_id(run_id)
+        with contextlib.suppress(OSError):
+            if link:
+                os.symlink(os.path.basename(spec.run_dir), link)
+                print(f"pardash: node 0's hub answered: run {run_id}; this node's folder {spec.run_dir} is also {link}",
+                      file=sys.stderr, flush=True)  # fmt: skip
 
     def _early_port(self) -> int:
         """A port P with P..P+2 free on loopback, for a local hub whose ports nobody chose
@@ -464,6 +542,8 @@ class Supervisor:
                 self.wait_hub(ready)
             else:
                 self.start_hub()
+                if self.spec.remote_hub and not self._stopping:
+                    self._follow_node0s_run_id()
         except LaunchError as exc:
             if self.job is not None:  # nothing half-started stays behind
                 self.stop()
@@ -476,7 +556,9 @@ class Supervisor:
             return 128 + self._stopped_by
         if self.job is None:
             self.start_job()
-        _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid()}, close=False)
+        # (with the run's id and folder, which on a node > 0 node 0's hub has just given: the launch takes them)
+        _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid(), "run_id": self.spec.run_id, "run_dir": self.spec.run_dir},
+              close=False)  # fmt: skip
         self._result_fd = ready_fd
         raw = self._wait_job()
         code = exit_status(raw)
@@ -613,8 +695,16 @@ class Supervisor:
 
     def _finish(self, code: int) -> None:
         spec = self.spec
+        self._job_over = True
+        learning = getattr(self, "_learning", None)
+        if learning is not None:
+            learning.join(2)  # (it asks every 0.5 s: its answer, if it had one, goes in the result)
         result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path,
                   "hub_restarts": self.hub_restarts}  # fmt: skip
+        if getattr(self, "_node_result", None):
+            # Node > 0 writes no log: node 0's hub keeps every node's telemetry in its own. (A
+            # run_id null: node 0's hub never answered this node.)
+            result.update(self._node_result, run_id=spec.run_id or self._late_run_id or None)
         if self._gave_up:
             result["hub_given_up"] = True  # the log ends where it did (outcome_line)
         if self._torchrun_killed:
@@ -648,6 +738,13 @@ class Supervisor:
                 self.hub.wait(10)
             except subprocess.TimeoutExpired:
                 self.hub.kill()
+
+
+def result_fields_of_node(hub: str, node_rank: int) -> dict:
+    """A node > 0's result.json fields for the log: none here (``log`` null), node 0's hub at
+    ``hub`` (tcp://HOST:PORT: `pardash attach` and `record` take it) keeps it, and this node's
+    rank, whose ranks' telemetry is in it."""
+    return {"log": None, "hub": hub, "node_rank": node_rank}
 
 
 def _signal_text(signum: int) -> str:
@@ -699,4 +796,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["HUB_READY_TIMEOUT_S", "LaunchError", "LaunchSpec", "Supervisor", "TRAINER_COMMAND", "exit_status", "stopper_text", "torchrun_argv"]
+__all__ = ["HUB_READY_TIMEOUT_S", "LaunchError", "LaunchSpec", "Supervisor", "TRAINER_COMMAND", "exit_status", "result_fields_of_node",
+           "stopper_text", "torchrun_argv"]
