@@ -252,7 +252,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         # said once on stderr (the terminal, under `| head`), and the last line goes there too.
         sys.stdout.on_break = lambda: print(
             f"{PROG}: nothing reads this launch's output any more; the job goes on and this launch sees it to its end "
-            f"(Ctrl-C stops it): the ranks' output goes on in {spec.output}, the telemetry in {spec.log_path}",
+            f"(Ctrl-C stops it): the ranks' output goes on in {spec.output}, the telemetry "
+            + (_log_of(spec) if spec.remote_hub else f"in {spec.log_path}"),  # (node > 0 writes no log)
             file=sys.stderr, flush=True,
         )  # fmt: skip
     # Until the job is up a SIGTERM ends the start, the supervisor with it; from then on it stops

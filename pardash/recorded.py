@@ -116,8 +116,28 @@ def _result_log(folder: str) -> str | None:
     return log if isinstance(log, str) and log else None
 
 
+def _node_log_elsewhere(folder: str) -> str | None:
+    """Where a node > 0's telemetry is, in one line, for its run folder (its result.json names
+    node 0's hub, ``hub``, with no log: that hub keeps every node's ranks in its log); None for
+    any other folder."""
+    try:
+        with open(os.path.join(folder, "result.json")) as fh:
+            result = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    hub = result.get("hub") if isinstance(result, dict) else None
+    if not isinstance(hub, str) or not hub:
+        return None
+    run = result.get("run_id") or "RUN_ID"
+    return (f"{folder}: node {result.get('node_rank', '> 0')}'s telemetry is in node 0's log, kept by node 0's hub at {hub} "
+            f"(there: `{PROG} report {run}`; from here, while the run lives: `{PROG} record {hub}`)")  # fmt: skip
+
+
 def _no_log_in(folder: str) -> str:
     """Why a run's folder gives no log, in one line."""
+    elsewhere = _node_log_elsewhere(folder)
+    if elsewhere is not None:
+        return elsewhere
     named = _result_log(folder)
     if named is not None:
         return f"{folder}: the run's log {named} (its result.json names it) is not there; moved? give the log's path"

@@ -144,6 +144,7 @@ def _check_node1_run(tmp_path: Path, log: Path, hub: str, err1: str, run_id: str
                            capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path)  # fmt: skip
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (what, r.stderr)
         assert "moved?" not in r.stderr and "node1.jsonl" not in r.stderr and "no such" not in r.stderr, (what, r.stderr)
+        assert f"node 1's telemetry is in node 0's log, kept by node 0's hub at {hub}" in r.stderr, (what, r.stderr)
 
 
 def _empty_or_missing(path: Path) -> bool:
