@@ -269,7 +269,9 @@ class StragglerDetector:
                                 rank=r,
                                 verdict="straggler_cleared",
                                 step=steps[-1],
-                                message=f"rank {r} no longer a straggler (self time {m * 1e3:.1f} ms, others {base * 1e3:.1f} ms)",
+                                # (it may still be a little slower: said how far, against what names one)
+                                message=f"rank {r} no longer a straggler (self time {m * 1e3:.1f} ms, others {base * 1e3:.1f} ms: "
+                                f"{excess * 1e3:+.1f} ms, under the {bar * 1e3:.1f} ms that names one)",
                             )
                         )
         if len(calm_scores) >= 2:

@@ -61,6 +61,16 @@ def test_compute_straggler_and_its_clearing_with_hysteresis():
     assert 100 <= out[1].step < 100 + 3 * 10
 
 
+def test_a_cleared_straggler_still_a_little_slower_is_said_within_the_bar():
+    # Back to 2 ms slower in a 10 ms step: cleared (under the 5 ms bar), and the message says
+    # so; it read "no longer a straggler (self time 12.3 ms, others 10.3 ms)", as if wrong.
+    slow = lambda r, s: 0.010 + (0.03 if s < 100 else 0.002) * (r == 2)  # noqa: E731
+    out = _run(4, 200, slow)
+    assert [(v.verdict, v.rank) for v in out] == [("straggler", 2), ("straggler_cleared", 2)]
+    assert out[1].message.startswith("rank 2 no longer a straggler (self time ")
+    assert out[1].message.endswith(" ms: +2.0 ms, under the 5.0 ms that names one)")
+
+
 def test_small_absolute_excess_is_not_a_straggler():
     # 40% slower but only 2 ms: below the absolute bar.
     assert _run(2, 300, lambda r, s: 0.005 + (0.002 if r == 0 else 0)) == []
