@@ -32,6 +32,7 @@ one (so it is loaded already).
 from __future__ import annotations
 
 import atexit
+import itertools
 import math
 import sys
 import threading
@@ -43,14 +44,14 @@ from .env import telemetry_enabled
 from .memory import MemoryProbe, accountable
 from .modelfacts import model_facts, process_group_facts
 from .reporter import Reporter
-from .security import MAX_COUNT
+from .security import MAX_COUNT, MAX_CUSTOM
 
 STEP_FIELDS = ("loss", "samples", "epoch", "lr")
 """``log`` keys that map to :class:`~pardash.telemetry.schema.Step` fields; the rest go in
 ``Step.custom``."""
 PHASE_FIELDS = ("data", "forward", "backward", "optimizer", "comm")
-"""``phase`` names with their own Step field (``data`` -> ``data_s``); others go in ``custom``
-as ``<name>_s``."""
+"""``phase`` names with their own Step field (``data`` -> ``data_s``); others go in
+``Step.phases`` by name."""
 EVENT_FIELDS = ("step", "duration_s", "code", "traceback")
 """``event`` keywords: the fields of :class:`~pardash.telemetry.schema.Event` a script may give."""
 MAX_EVENT_NAME = 64
@@ -83,7 +84,7 @@ class Logged:
         self.custom: dict[str, Any] = {}
         """Custom metrics by name; values may be tensors."""
         self.phases: dict[str, float] = {}
-        """Seconds per phase name."""
+        """Seconds per phase name, in the order their blocks first ended."""
 
     def __bool__(self) -> bool:
         return bool(self.fields or self.custom or self.phases)
@@ -118,13 +119,31 @@ class Logged:
             number = as_number(value, finite=False)
             if number is not None:
                 custom[name] = number
+        own: dict[str, float] = {}
         for name, seconds in self.phases.items():
             if name in PHASE_FIELDS:
                 out[f"{name}_s"] = seconds
             else:
-                custom[f"{name}_s"] = seconds
+                own[name] = seconds
         if custom:
             out["custom"] = custom
+        if own:
+            if len(own) > MAX_CUSTOM:  # the hub refuses the step, loss and all, past it
+                own = _phases_cut(own, out.get("step"))
+            out["phases"] = own
+
+
+def _phases_cut(phases: dict[str, float], step: Any) -> dict[str, float]:
+    """The first MAX_CUSTOM of a step's own phases, said once as a warning (as the reporter
+    says of custom metrics): the hub takes no more in a step."""
+    if not _api.phases_cut:
+        _api.phases_cut = True
+        try:
+            reporter().event("warning", f"{len(phases)} phases of the script's own in a step; the first {MAX_CUSTOM} are kept",
+                             step=step)  # fmt: skip
+        except Exception:
+            pass
+    return dict(itertools.islice(phases.items(), MAX_CUSTOM))
 
 
 def _on_device(value: Any) -> bool:
@@ -249,6 +268,8 @@ class _Api:
         self.user_events: set[str] = set()
         self.late_refused: set[str] = set()
         """Logged fields whose device tensor was wrong when read (said once each)."""
+        self.phases_cut = False
+        """Whether a step's own phases past MAX_CUSTOM were said cut (once)."""
         self.failed: int | None = None
         """The exit code an uncaught exception will end the process with (1; 130 for Ctrl-C)."""
         self.exit_said = False
@@ -530,9 +551,11 @@ class _PhaseBlock:
 def phase(name: str) -> _PhaseBlock:
     """``with pt.phase("data"): ...`` times a phase of the current step. ``data``,
     ``forward``, ``backward``, ``optimizer`` and ``comm`` fill the Step fields of those names
-    (taking precedence over measured ones); other names go in ``Step.custom`` as
-    ``<name>_s``. The heartbeat names the phase while the block runs, so a rank stuck in it is
-    reported stuck there."""
+    (taking precedence over measured ones); any other name (``augment``, ``loss_scale``) is a
+    phase of the script's own, in ``Step.phases``, which the rank detail shows beside forward
+    and backward against the other ranks (a block entered twice in a step adds up). The
+    heartbeat names the phase while the block runs, so a rank stuck in it is reported stuck
+    there."""
     if not isinstance(name, str) or not name:
         raise ValueError("pardash.telemetry.phase(name): name must be a non-empty string")
     return _PhaseBlock(name)

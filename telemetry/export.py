@@ -5,7 +5,10 @@ selector overlays the ranks. Every step record becomes one point per scalar, at 
 number and wall clock:
 
 - ``loss``, ``lr``, ``epoch``, ``throughput/samples_per_s`` (the rank's samples / its step time);
-- ``time/step_s`` and the phases ``time/data_s`` ... ``time/self_s`` (seconds);
+- ``time/step_s`` and the phases ``time/data_s`` ... ``time/self_s`` (seconds), and the
+  script's own phases (``pt.phase("augment")``: ``Step.phases``) beside them as
+  ``time/<name>_s`` (``time/augment_s``; one named as a phase above, ``step`` or ``self``, as
+  ``time/phase/<name>_s``);
 - ``memory/<field>`` for every figure of the step's ``mem`` (bytes: params_bytes,
   held_bytes, cuda_peak_bytes, rss_bytes, ...);
 - ``custom/<name>`` for metrics a script logged with ``pardash.telemetry.log``.
@@ -96,6 +99,8 @@ def step_scalars(s: schema.Step) -> dict[str, float]:
         v = getattr(s, name)
         if v is not None:
             out[f"time/{name}"] = v
+    for name, v in s.phases.items():
+        out[f"time/phase/{name}_s" if f"{name}_s" in TIMES else f"time/{name}_s"] = v
     if s.mem is not None:
         for name in MEM_FIELDS:
             v = getattr(s.mem, name)

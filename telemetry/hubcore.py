@@ -48,8 +48,8 @@ class IngestStep(schema.Step, tag="step"):
     """A step as the hub's ingest decodes it first: the schema's Step (same fields, same order,
     same log line), with the bounds of a step the hub takes on its short path checked by
     msgspec while decoding. A step outside them (NaN, a negative time, a newer version, custom
-    metrics) fails this decode and is decoded again as a plain Step, which the general way
-    judges and, when refused, counts under its reason."""
+    metrics, phases of the script's own) fails this decode and is decoded again as a plain
+    Step, which the general way judges and, when refused, counts under its reason."""
 
     # Only the bounded fields are declared again (and ``run``, which keeps the order of the
     # schema's keyword fields: a field declared again moves behind those that are not).
@@ -71,6 +71,7 @@ class IngestStep(schema.Step, tag="step"):
     mono: Annotated[float, msgspec.Meta(ge=-_FINITE, le=_FINITE)] = 0.0
     custom: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
     samples_total: Annotated[int, msgspec.Meta(ge=0, le=security.MAX_COUNT)] | None = None
+    phases: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
 
 
 EVENTS_PER_S = 20.0
@@ -258,8 +259,8 @@ class HubCore:
         see :class:`IngestStep`): those are taken here, with the effects
         :meth:`ingest` would have (a property test holds the two paths to the same state, counts
         and log) but without its general dispatch, one Python call per frame instead of six.
-        Anything else (another kind, an odd figure, custom metrics, a frame that does not
-        decode) goes the general way."""
+        Anything else (another kind, an odd figure, custom metrics or phases, a frame that does
+        not decode) goes the general way."""
         decode, decode_plain = _ingest_decode, schema.decode
         st = self.state
         ranks = st.ranks
@@ -449,6 +450,8 @@ class HubCore:
                         break
                 if not all(k.isprintable() and len(k) <= MAX_FIELD for k in msg.custom):
                     msg.custom = {schema.plain_text(k[:MAX_FIELD]): x for k, x in msg.custom.items()}
+            if msg.phases and (why := self._refuse_phases(msg)) is not None:
+                return why
         elif isinstance(msg, schema.Heartbeat):
             if not 0 <= msg.dropped <= security.MAX_COUNT:
                 return "out_of_range"
@@ -584,6 +587,25 @@ class HubCore:
             return True
         self._event_budget[rank] = (left - 1.0, now)
         return False
+
+    @staticmethod
+    def _refuse_phases(msg: schema.Step) -> str | None:
+        """The script's own phases judged as its custom metrics are (too many: the step is
+        refused; one not finite: left out, JSON having none), and as the step's times are: a
+        negative one, or one past MAX_STEP_S, refuses the step. Names are shown: cut, plain."""
+        phases = msg.phases
+        if len(phases) > security.MAX_CUSTOM:
+            return "too_large"
+        for x in phases.values():
+            if not isfinite(x):
+                phases = msg.phases = {k: x for k, x in phases.items() if isfinite(x)}
+                break
+        for x in phases.values():
+            if not 0.0 <= x <= MAX_STEP_S:
+                return "out_of_range"
+        if not all(k.isprintable() and len(k) <= MAX_FIELD for k in phases):
+            msg.phases = {schema.plain_text(k[:MAX_FIELD]): x for k, x in phases.items()}
+        return None
 
     def ingest(self, msg: schema.Message, now: float) -> bool:
         reason = self._refuse(msg)

@@ -8,6 +8,9 @@ extend them, never rename them.
 
 What the report answers, beyond the per-rank table:
 
+- the script's own phases (``pt.phase("augment")``, ``Step.phases``): ``custom_phases``, the
+  median over the ranks that timed each (seconds a step), as ``phases`` has the known ones, and
+  each rank's median in its row's ``custom_phases``;
 - throughput: samples/s over the training time (the steps' span less the time any rank was
   evaluating or saving a checkpoint, and torchrun's restarts), and the steady rate: the same of the steps after a warm-up
   (:data:`WARMUP_STEPS`);
@@ -201,6 +204,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     # list of floats takes 32), since a log of a day holds millions of steps.
     step_s: dict[int, array] = defaultdict(lambda: array("d"))
     phases: dict[int, dict[str, array]] = defaultdict(lambda: defaultdict(lambda: array("d")))
+    own_phases: dict[int, dict[str, array]] = defaultdict(dict)
+    """rank -> every step's seconds of each phase of the script's own (``Step.phases``), by name
+    in the order the rank first timed them."""
     samples: dict[int, int] = defaultdict(int)
     first_steps: dict[int, list[tuple[float, int, int]]] = defaultdict(list)
     """rank -> (end, samples, step) of its earliest steps, one more than WARMUP_STEPS: where the
@@ -333,6 +339,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 v = getattr(msg, p)
                 if v is not None:
                     phases[msg.rank][p].append(v)
+            if msg.phases:
+                own = own_phases[msg.rank]
+                for name, x in msg.phases.items():
+                    times = own.get(name)
+                    if times is None:
+                        times = own[name] = array("d")
+                    times.append(x)
             if msg.self_s is not None:
                 arrivals.see(msg.step, msg.rank, msg.self_s)
             mem = msg.mem
@@ -486,6 +499,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         }
         for p in PHASES:
             row[f"median_{p}"] = _median(phases[rank].get(p, []))
+        # The script's own phases (pt.phase("augment")), by name: in a dict of their own, as
+        # a name is the script's (one named "step" is no median_step_s).
+        row["custom_phases"] = {name: _median(times) for name, times in own_phases[rank].items()} if rank in own_phases else {}
         if rank in loss_bad and row["last_loss"] is None:
             # Diverged: its last loss is NaN, not unknown ("-" read as a loss never measured,
             # and --compare set a diverged run beside a good one without a word).
@@ -562,6 +578,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "steady_steps": steady[1] if steady else None,
         "median_step_s": median_step,
         "phases": {p: _median([r[f"median_{p}"] for r in ranks]) for p in PHASES},
+        # The script's own phases as "phases" has the known ones: the median over the ranks
+        # that timed each of their medians, seconds a step (a log from before Step.phases has
+        # them as "<name>_s" in "custom").
+        "custom_phases": _own_phases(ranks),
         "ranks": ranks,
         "stragglers": stragglers,
         # Data-loading verdicts that moved from one rank to another, where every rank's loader
@@ -595,6 +615,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # (the cut .gz read "log ends early ... its hub stopped recording (killed, out of disk)")
         "gzip_damage": {"how": stats.gzip_damage, "after_line": stats.lines} if stats.gzip_damage else None,
     }
+
+
+def _own_phases(ranks: list[dict]) -> dict[str, float | None]:
+    """Each phase of the script's own, in the order the ranks first timed them: the median of
+    the medians of the ranks that timed it (seconds a step)."""
+    names = dict.fromkeys(name for r in ranks for name in r["custom_phases"])
+    return {name: _median([r["custom_phases"].get(name) for r in ranks]) for name in names}
 
 
 def _ends_early(path: str, state: RunState, run_ids: set[str], disk_full_end: dict | None = None, cut: bool = False) -> dict:

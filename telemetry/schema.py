@@ -128,6 +128,11 @@ class Step(Base, tag="step"):
     running sum of ``samples``). A viewer gets a rank's latest step of each frame only; with
     this, a rate over the steps between counts each one's own size (a partial last batch made
     the run read five times slower). None: a reporter from before it."""
+    phases: dict[str, float] = {}
+    """Seconds of the script's own ``pardash.telemetry.phase`` blocks in this step that have no
+    field above (``augment``, ``loss_scale``), by name, in the order their blocks first ended
+    in the step; ``data``, ``forward``, ... fill their fields instead. A log written before
+    this field has such phases in ``custom`` as ``<name>_s`` metrics, and reads so."""
 
 
 class System(Base, tag="system"):

@@ -69,9 +69,8 @@ def test_steps_logs_phases_and_events_reach_the_hub(hub, tmp_path, monkeypatch, 
     assert h.config == {"lr": 1e-3}
     for i, s in enumerate(steps()):
         assert s.step == i + 1 and s.samples == 5 and s.loss is not None
-        eval_s = s.custom.get("eval_s")
-        assert s.custom == {"tokens": 40.0 * (i + 1), "grad_norm": 0.5, "eval_s": eval_s}
-        assert eval_s is not None and 0.0 <= eval_s <= s.step_s  # an empty phase of the step
+        assert s.custom == {"tokens": 40.0 * (i + 1), "grad_norm": 0.5}
+        assert list(s.phases) == ["eval"] and 0.0 <= s.phases["eval"] <= s.step_s  # an empty phase of its own
         assert s.data_s is not None and s.data_s <= s.step_s
         assert s.mem is not None and s.mem.params_bytes == 144 and s.mem.optim_bytes >= 288
     wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "checkpoint" for m in _log(tmp_path)))

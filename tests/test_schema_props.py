@@ -202,6 +202,8 @@ def hostile_record(rng: random.Random) -> bytes:
             ("t", math.nan), ("t", math.inf), ("t", -1.0), ("step_s", math.nan), ("step_s", -math.inf),
             ("mono", math.inf), ("phase_s", math.nan), ("custom", {"a": math.nan, "b": 1.0}),
             ("custom", {str(i): 1.0 for i in range(300)}),
+            ("phases", {"a": math.nan, "b": 1.0}), ("phases", {"a": -1.0}), ("phases", {"a": 1e39}),
+            ("phases", {str(i): 1.0 for i in range(300)}), ("phases", {"\x1b]0;x\x07" + "p" * 2000: 1.0}),
             ("rank", WORLD), ("rank", 1 << 40), ("rank", -5), ("rank", (1 << 64) - 1),
             ("world_size", 0), ("world_size", 1 << 62), ("world_size", -1),
             ("run", "someone-else"), ("v", 99), ("v", 0), ("v", -(1 << 63)),
@@ -405,6 +407,8 @@ STEP_FIGURE = mostly(st.none() | SECONDS, ODD_FLOATS)
                 "mono": mostly(st.floats(0, 1e6), ODD_FLOATS),
                 "loss": st.none() | st.floats(),
                 "custom": mostly(st.just({}), st.dictionaries(st.text(max_size=3), ODD_FLOATS, min_size=1, max_size=3)),
+                # The script's own phases: a step with any goes the general way, like custom's.
+                "phases": mostly(st.just({}), st.dictionaries(st.text(max_size=3), SECONDS | ODD_FLOATS, min_size=1, max_size=3)),
             }
         ).map(lambda kw: schema.Step(step=max(kw["seq"], 0), **kw)),
         max_size=40,

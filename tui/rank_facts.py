@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 
@@ -35,8 +36,21 @@ PHASES = (
 """(label, Step field) of each phase row; the first is the whole step."""
 
 
+OWN_PHASES_SHOWN = 4
+"""Phases of the script's own (``pt.phase("augment")``) shown after the known ones; past one
+more, the rest are counted in a last row, ``+N more`` (the log, the report and the export have
+them all): a script that times a dozen does not push the memory and system panels out of the
+figures' column (at 80x24 even two more rows have it scroll to the system panel)."""
+OWN_LABEL_CHARS = 12
+"""A phase of the script's own is labelled with its name cut to this many characters: the
+label column is as wide as its longest label, and the bars take what is left."""
+
+
 def phases_of(state: RunState, rank: int) -> tuple[Phase, ...]:
-    """The rank's last step by phase, each with the other ranks' median of the same phase."""
+    """The rank's last step by phase, each with the other ranks' median of the same phase;
+    then the script's own phases (``Step.phases``), in the rank's own order (the order its
+    blocks ended in the step: the loop's, the same on every rank and step of a script), each
+    with the median of the other ranks that have a phase of that name."""
     r = state.ranks.get(rank)
     if r is None or r.step is None:
         return ()
@@ -48,6 +62,15 @@ def phases_of(state: RunState, rank: int) -> tuple[Phase, ...]:
             continue
         values = [getattr(s, name) for s in others if getattr(s, name) is not None]
         out.append(Phase(label, mine, statistics.median(values) if values else None))
+    own = r.step.phases
+    if own:
+        shown = len(own) if len(own) <= OWN_PHASES_SHOWN + 1 else OWN_PHASES_SHOWN  # (never "+1 more": its row)
+        for name, mine in itertools.islice(own.items(), shown):
+            values = [x for s in others if (x := s.phases.get(name)) is not None]
+            label = name if len(name) <= OWN_LABEL_CHARS else name[: OWN_LABEL_CHARS - 1] + "…"
+            out.append(Phase(label, mine, statistics.median(values) if values else None))
+        if len(own) > shown:
+            out.append(Phase(f"+{len(own) - shown} more", None, None))
     return tuple(out)
 
 
@@ -179,8 +202,9 @@ LOGGED_SHOWN = 12
 
 
 def logged_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
-    """The metrics the script logged with the rank's last step (``pt.log(grad_norm=...)``,
-    timed ``pt.phase`` blocks of its own), by name."""
+    """The metrics the script logged with the rank's last step (``pt.log(grad_norm=...)``; in
+    a log from before ``Step.phases``, its own ``pt.phase`` blocks too, as ``<name>_s``), by
+    name. Its own phases are rows of :func:`phases_of`, against the other ranks."""
     custom = r.step.custom if r.step is not None else {}
     rows = [(name, f"{value:.6g}", "") for name, value in sorted(custom.items())[:LOGGED_SHOWN]]
     if len(custom) > LOGGED_SHOWN:
