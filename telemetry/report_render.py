@@ -533,6 +533,10 @@ def render_text(rep: dict, width: int = 10_000) -> str:
             con.print(f"raised at: {rep['failure']['where']}")
     for line in recovered_lines(rep):
         con.print(line)
+    if own_phase_lines(rep):
+        con.print("the script's own phases (median a step over ranks):")
+        for line in own_phase_lines(rep):
+            con.print(f"  {line}")
     if custom_lines(rep):
         con.print("other metrics (median over ranks):")
         for line in custom_lines(rep):
@@ -564,6 +568,20 @@ def render_text(rep: dict, width: int = 10_000) -> str:
 
 COUNTED_BY_PARDASH = {"micro_batches": "backward passes a step, counted by pardash"}
 """Custom metrics pardash's own instrumentation adds (the rest are the script's, ``pt.log``)."""
+
+
+def own_phase_lines(rep: dict) -> list[str]:
+    """A line per phase of the script's own (``pt.phase("augment")``): the median over the
+    ranks that timed it, a step, and the range of the ranks' own medians where they differ (a
+    rank slow in it stands out, as in the rank table's phase columns)."""
+    out = []
+    for name, seconds in (rep.get("custom_phases") or {}).items():
+        if seconds is None:
+            continue
+        mine = [x for r in rep["ranks"] if (x := (r.get("custom_phases") or {}).get(name)) is not None]
+        spread = f" (ranks {ms(min(mine))}-{ms(max(mine))} ms)" if len(mine) > 1 and ms(min(mine)) != ms(max(mine)) else ""
+        out.append(f"{name}: {ms(seconds)} ms a step{spread}")
+    return out
 
 
 def custom_lines(rep: dict) -> list[str]:
@@ -638,6 +656,9 @@ def render_markdown(rep: dict) -> str:
             out += ["", f"Raised at `{rep['failure']['where']}`."]
     if rep.get("recovered"):
         out += [""] + [f"- {md_text(line)}" for line in recovered_lines(rep)]
+    if own_phase_lines(rep):
+        out += ["", "## The script's own phases", "", "Medians a step over the ranks that timed each.", ""]
+        out += [f"- {md_text(line)}" for line in own_phase_lines(rep)]
     if custom_lines(rep):
         out += ["", "## Other metrics", "", "Medians over the ranks.", ""] + [f"- {md_text(line)}" for line in custom_lines(rep)]
     if checkpoint_lines(rep):

@@ -8,6 +8,7 @@ metric and never against the other ranks."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from pardash.telemetry.hubcore import MAX_FIELD, HubCore
 from pardash.telemetry.logreader import load_log
 from pardash.telemetry.recorder import Recorder
 from pardash.telemetry.report import build_report
+from pardash.telemetry.report_render import render_markdown, render_text
 from pardash.telemetry.state import RunState
 
 PY = sys.executable
@@ -82,6 +84,11 @@ def test_a_launched_scripts_own_phases_reach_the_log_report_and_export_as_phases
     assert rep["custom_phases"]["augment"] >= 0.004 and rep["custom_phases"]["loss_scale"] >= 0.001
     assert all(list(r["custom_phases"]) == ["augment", "loss_scale"] for r in rep["ranks"])
     assert not any(name.endswith("_s") for name in rep["custom"]), rep["custom"]
+    # The text and markdown say them under a heading of their own (they read as a metric before).
+    text, md = render_text(rep), render_markdown(rep)
+    assert "the script's own phases (median a step over ranks):" in text
+    assert re.search(r"^  augment: \d+\.\d+ ms a step", text, re.M) and "loss_scale: " in text, text
+    assert "## The script's own phases" in md and "- augment: " in md
     last = steps[-1]
     scalars = step_scalars(last)
     assert scalars["time/augment_s"] == last.phases["augment"] and scalars["time/loss_scale_s"] == last.phases["loss_scale"]
