@@ -16,7 +16,7 @@ from typing import Sequence
 from pardash.launch import cmd_launch
 from pardash.parser import BENCH_STEPS, PROG, build_parser, fail
 from pardash.preflight import check_hub_ports, check_insecure_with_keys, check_prometheus, gpu_count, headless_without_terminal
-from pardash.record import cmd_record
+from pardash.record import cmd_record, run_over_or
 from pardash.recorded import cmd_export, cmd_report, find_log
 from pardash.telemetry import registry
 
@@ -136,8 +136,10 @@ def _check_target(target: str | None) -> None:
 def cmd_record_checked(ns: argparse.Namespace) -> int:
     """``pardash record``, its target and -o checked first (-o was refused only once the hub
     answered: after 10 s when the run was not found)."""
+    from pardash.telemetry.logfeed import not_a_file
+
     _check_target(ns.target)
-    if refusal := _log_folder_refusal("-o", ns.output):
+    if refusal := _log_folder_refusal("-o", ns.output) or (ns.output and not_a_file(ns.output)):
         fail(refusal)
     return cmd_record(ns)
 
@@ -171,14 +173,18 @@ def _run_tui(source, *, title: str, notice: str = "") -> int:
 
 
 def cmd_attach(ns: argparse.Namespace) -> int:
-    from pardash.telemetry.client import AttachError, HubClient, hub_address
+    from pardash.telemetry.client import AttachError, HubClient
 
     _check_target(ns.target)
     try:
         client = HubClient.attach(ns.target, curve=ns.curve_dir)
     except AttachError as exc:
-        fail(_over_or(ns.target, str(exc), ns.runs_dir))
+        fail(run_over_or(ns.target, str(exc), ns.runs_dir))
     headless_without_terminal(ns)
+    # Before the TUI too: with nothing at the address (or a hub that refuses this viewer) it
+    # opened on "waiting for the hub's snapshot…" for ever, and `q` said the run went on.
+    _synced_or_fail(client, ns, say_connecting=not ns.headless)
+    run = client.run_id or client.state.run_id  # (attached by address: the hub's snapshot names it)
     # With no run named, the newest live one: where there are others, said (a second job's
     # viewer watched the newest with nothing said of the first).
     others = len(registry.live_runs(prune=False)) - 1 if not ns.target else 0
@@ -187,21 +193,9 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         from pardash.telemetry.failures import failure_summary
         from pardash.telemetry.printer import ProgressPrinter, follow_attached, run_over
 
-        if not client.wait_synced(5.0):
-            if client.refused:  # (its handshake failed: said as the dashboard says it)
-                fail(f"the hub at {client.snapshot_endpoint} refuses this viewer: {client.refused}")
-            given = hub_address(ns.target)
-            where = f"{given} (asked on its snapshot port, {client.snapshot_endpoint})" if given else client.snapshot_endpoint
-            if not client.reached:  # (no keys to blame: nothing took the connection)
-                fail(f"nothing answers at {where}; is the run still live? (`pardash ps`)")
-            if client.keys is None:
-                hint = "; a hub with CURVE keys answers only viewers with an authorised key (--curve-dir DIR or PARDASH_CURVE_DIR)"
-            else:
-                hint = "; or it does not admit this viewer's key (its authorized folder must hold it)"
-            fail(f"no answer from the hub at {where}; is the run still live? (`pardash ps`){hint}")
-        if client.run_id and client.run_id != ns.target:  # (the one live run, or the one a prefix named)
-            print(f"{PROG}: watching run {client.run_id}{newest}", flush=True)
         try:
+            if run and run != ns.target:  # (the one live run, the one a prefix named, or the one at an address)
+                print(f"{PROG}: watching run {run}{newest}", flush=True)
             print(follow_attached(ProgressPrinter(client, every_s=ns.every), client), flush=True)
         except KeyboardInterrupt:
             print(f"{PROG}: stopped watching; the run goes on (`{_attach_again(client, ns)}` watches it again)", file=sys.stderr)
@@ -224,8 +218,8 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     run_id = str(entry.get("run_id") or client.run_id or "")
     if supervisor and not supervisor_alive(supervisor, run_id) and not job_processes(supervisor, run_id):
         supervisor = 0  # its job is over (or runs elsewhere): nothing here to stop
-    app = make_app(client, launched=bool(supervisor), title=f"pardash attach {client.run_id or ns.target or ''}",
-                   notice=f"watching run {client.run_id}{newest}" if newest else "")  # fmt: skip
+    app = make_app(client, launched=bool(supervisor), title=f"pardash attach {run or ns.target or ''}",
+                   notice=f"watching run {run}{newest}" if newest else "")  # fmt: skip
     choice = app.run()
     if choice == "stop" and supervisor and not supervisor_alive(supervisor, run_id):
         # Its supervisor was killed outright (SIGKILL, the OOM killer): the ranks trained on,
@@ -252,38 +246,47 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     elif not app.return_code:
         from pardash.telemetry.printer import run_over
 
-        if not run_over(client.state):
+        if client.snapshots and not run_over(client.state):  # (a viewer that never had a snapshot saw no run)
             print(f"{PROG}: stopped watching; the run goes on (`{_attach_again(client, ns)}` watches it again)")
     return app.return_code or 0
 
 
+ATTACH_WAIT_S = 5.0
+"""How long `attach` waits for the hub's first snapshot before saying why none came."""
+CONNECTING_SAY_S = 0.5
+"""A wait for the hub longer than this is said ("connecting to ...") before the TUI opens."""
+
+
+def _synced_or_fail(client, ns: argparse.Namespace, *, say_connecting: bool) -> None:
+    """Wait up to ATTACH_WAIT_S for the hub's snapshot; without one, fail in one line (exit 2)
+    saying why: the hub refuses this viewer, nothing answers at the address, or no answer.
+    ``say_connecting``: say on stderr what it waits for, once it takes a while (the TUI shows
+    nothing until then)."""
+    from pardash.telemetry.client import hub_address, unanswered
+
+    if client.wait_synced(min(CONNECTING_SAY_S, ATTACH_WAIT_S)):
+        return
+    if say_connecting:
+        print(f"{PROG}: connecting to {hub_address(ns.target) or client.snapshot_endpoint}...", file=sys.stderr, flush=True)
+    if client.wait_synced(max(0.0, ATTACH_WAIT_S - CONNECTING_SAY_S)):
+        return
+    client.close()
+    fail(unanswered(ns.target, client.run_id, client.snapshot_endpoint, client))
+
+
 def _attach_again(client, ns: argparse.Namespace) -> str:
-    """The command that attaches to the same run again: by its id (a bare `pardash attach`
-    picks whichever run is live then, maybe another)."""
-    remote = ns.target if ns.target and ns.target.startswith("tcp://") else None  # (another machine's: no id here)
-    return f"{PROG} attach {remote or client.run_id or ns.target or ''}".rstrip()
+    """The command that attaches to the same run again, with the same keys (without its
+    --curve-dir a hub with keys refused it): by its id (a bare `pardash attach` picks whichever
+    run is live then, maybe another), or the hub's address it was given (another machine's:
+    no id here)."""
+    import shlex
 
+    from pardash.telemetry.client import hub_address
 
-def _over_or(target: str | None, why: str, runs_dir: str = "runs") -> str:
-    """For a run id that no live hub serves but that a run folder under ``runs_dir`` holds (a
-    run that has ended), where its record is; else ``why``. ("no live run" sent a user
-    attaching to yesterday's run to `pardash ps`, which lists only live ones.)"""
-    from pardash.recorded import run_folder_log
-
-    if not target or target.startswith("tcp://") or os.sep in target or not os.path.isdir(runs_dir):
-        return why
-    from pardash.telemetry import registry
-
-    if any(str(e.get("run_id", "")).startswith(target) for e in registry.live_runs()):
-        return why  # live after all: what kept the viewer out (keys it lacks, an id too short) is the news
-    logs = {
-        d: log for d in sorted(os.listdir(runs_dir)) if d.startswith(target) and (log := run_folder_log(os.path.join(runs_dir, d)))
-    }  # fmt: skip
-    if len(logs) != 1:
-        return why
-    ((run, log),) = logs.items()
-    where = "" if os.path.abspath(runs_dir) == os.path.abspath("runs") else f" --runs-dir {runs_dir}"
-    return f"run {run} is over (no hub serves it now): `{PROG} report {run}{where}` sums it up, `{PROG} replay {log}` shows it"
+    words = [PROG, "attach", hub_address(ns.target) or client.run_id or ns.target or ""]
+    if ns.curve_dir:
+        words += ["--curve-dir", ns.curve_dir]
+    return shlex.join(w for w in words if w)
 
 
 def _check_log(path: str) -> None:

@@ -161,6 +161,27 @@ def resolve(target: str | None) -> dict:
     return entry
 
 
+def unanswered(target: str | None, run_id: str, snapshot: str, viewer) -> str:
+    """Why a hub gave ``viewer`` nothing (no snapshot, no log), in one line: it refuses the
+    viewer's handshake, nothing took the connection, or it took it and never answered.
+    ``viewer``: a :class:`HubClient` or a log copy's follower (its ``refused``, ``reached`` and
+    ``keys``), so `attach` and `record` say it alike. ``target``: as given (an address, a run
+    id, or None); ``run_id``: the run's, when known."""
+    given = hub_address(target)
+    where = f"{given} (asked on its snapshot port, {snapshot})" if given else snapshot
+    hub = f"the hub of run {run_id} (its snapshot port, {snapshot})" if run_id and not given else f"the hub at {where}"
+    if viewer.refused:
+        return f"{hub} refuses this viewer: {viewer.refused}"
+    live = "is the run still live? (`pardash ps`)"
+    if not viewer.reached:  # (no keys to blame: nothing took the connection)
+        return f"nothing answers at {where}; {live}"
+    if viewer.keys is None:
+        hint = f"; a hub with CURVE keys answers only viewers with an authorised key ({security.VIEWER_HINT})"
+    else:
+        hint = "; or it does not admit this viewer's key (its authorized folder must hold it)"
+    return f"no answer from {hub}; {live}{hint}"
+
+
 def viewer_keys(info: dict, curve=None):
     """The keys a viewer of the run ``info`` (from :func:`resolve`) connects with: ``curve``
     when given; False (none) for a hub the registry says has none, whose viewers keys in
@@ -219,8 +240,8 @@ class HubClient(FrameApplier):
         security.allow_ipv6(self.sub, updates)
         self.sub.connect(updates)
         self.dealer: zmq.Socket | None = None
-        self._handshakes: zmq.Socket | None = None
-        """The snapshot socket's handshake monitor, until a handshake succeeds."""
+        self._handshakes: security.Handshakes | None = None
+        """The snapshot socket's handshakes, watched until one succeeds."""
         self.refused = ""
         """Why the hub refuses this viewer, once a handshake with it has failed (a hub with
         CURVE keys and a viewer with none, or keys it does not take); "" otherwise."""
@@ -251,7 +272,7 @@ class HubClient(FrameApplier):
                 self.keys.apply(self.dealer)
             security.allow_ipv6(self.dealer, self.snapshot_endpoint)
             # (watched before it connects, so the first handshake is not missed)
-            self._handshakes = security.monitor_socket(self.dealer, security.HANDSHAKE_EVENTS | zmq.EVENT_CONNECTED)
+            self._handshakes = security.Handshakes(self.dealer, self.keys)
             self.dealer.connect(self.snapshot_endpoint)
         try:
             self.dealer.send(frames.SNAPSHOT_REQUEST, zmq.NOBLOCK)
@@ -264,27 +285,13 @@ class HubClient(FrameApplier):
         """Take the snapshot socket's handshake events: a failed one says the hub refuses this
         viewer (it would wait for a snapshot forever, none coming); one that succeeds ends
         the watch. True when :attr:`refused` changed."""
-        from zmq.utils.monitor import recv_monitor_message
-
         was = self.refused
-        while self._handshakes is not None:
-            try:
-                event = recv_monitor_message(self._handshakes, zmq.NOBLOCK)["event"]
-            except zmq.Again:
-                break
-            except zmq.ZMQError:  # (the socket's monitor was taken over: another watches it now)
-                event = None
-            if event == zmq.EVENT_CONNECTED:
-                self.reached = True
-                continue
-            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED or event is None:
-                if event is not None:
-                    self.refused = ""
-                    self.dealer.disable_monitor()
-                self._handshakes.close(0)
-                self._handshakes = None
-            else:
-                self.refused = security.refusal(event, self.keys, "this viewer", "--curve-dir DIR or PARDASH_CURVE_DIR")
+        watch = self._handshakes
+        watch.read()
+        self.reached, self.refused = watch.reached, watch.refused
+        if watch.took or watch.monitor is None:
+            watch.close()
+            self._handshakes = None
         return self.refused != was
 
     def poll(self) -> bool:
@@ -353,7 +360,7 @@ class HubClient(FrameApplier):
     def close(self) -> None:
         self.sub.close(0)
         if self._handshakes is not None:
-            self._handshakes.close(0)
+            self._handshakes.close()
             self._handshakes = None
         if self.dealer is not None:
             self.dealer.close(0)

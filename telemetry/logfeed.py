@@ -255,13 +255,14 @@ class LogFollower:
         if self.keys is not None:
             self.keys.apply(self.sock)
         security.allow_ipv6(self.sock, snapshot)
-        # Connections made (a hub restarted on its port): an ask then goes again at once. Asked
-        # again on a timer instead, a slow link had the hub send each answer twice.
-        self.monitor = security.monitor_socket(self.sock, zmq.EVENT_HANDSHAKE_SUCCEEDED if self.keys is not None else zmq.EVENT_CONNECTED)
+        # Connections the hub took (a hub restarted on its port): an ask then goes again at once.
+        # Asked again on a timer instead, a slow link had the hub send each answer twice. A
+        # handshake the hub refuses is why no answer comes (as a viewer learns it).
+        self.handshakes = security.Handshakes(self.sock, self.keys)
         self.sock.connect(snapshot)
         self.asked_at = 0.0
         self.connected = 0
-        """Connections made since the last ask."""
+        """Connections the hub took since the last ask, past the first (a hub restarted on its port)."""
         self.bad = 0
         """Answers that did not decode (skipped)."""
 
@@ -273,13 +274,23 @@ class LogFollower:
         self.asked_at = time.monotonic()
         self.connected = 0
 
+    @property
+    def refused(self) -> str:
+        """Why the hub refuses this copy's connection ("" when it has not)."""
+        return self.handshakes.refused
+
+    @property
+    def reached(self) -> bool:
+        """Whether anything took a connection at the hub's address."""
+        return self.handshakes.reached
+
     def _connections(self) -> None:
-        while self.monitor.poll(0):
-            try:
-                self.monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            self.connected += 1
+        # Not the first: the asks made before it wait in the socket and go out on it. Asked
+        # again, the hub answered both, and a stopping hub took the stale one's answer (the
+        # log's end from an offset behind the copy) as the copy's last and stopped answering.
+        before = max(0, self.handshakes.took - 1)
+        self.handshakes.read()
+        self.connected += max(0, self.handshakes.took - 1) - before
 
     def answer(self, offset: int, timeout_ms: int) -> tuple[LogChunk, bytes] | None:
         """The answer for ``offset`` within ``timeout_ms`` (answers to earlier asks, for another
@@ -288,7 +299,8 @@ class LogFollower:
         end = time.monotonic() + timeout_ms / 1000
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
-        poller.register(self.monitor, zmq.POLLIN)
+        if self.handshakes.monitor is not None:
+            poller.register(self.handshakes.monitor, zmq.POLLIN)
         while True:
             self._connections()
             if self.connected and self.asked_at:
@@ -314,8 +326,7 @@ class LogFollower:
                 return head, parts[2]
 
     def close(self) -> None:
-        self.sock.disable_monitor()
-        self.monitor.close(0)
+        self.handshakes.close()
         self.sock.close(0)
 
 
@@ -325,8 +336,8 @@ class CopyError(Exception):
 
 class CopyRefused(CopyError):
     """A copy refused for what it was given (`pardash record` exits 2, as for bad input): an
-    ``-o PATH`` that cannot be the copy (a folder, the hub's own log, another log, a file another
-    copy writes), or a hub that never answered (a wrong address; as `attach` says of it)."""
+    ``-o PATH`` that cannot be the copy (a folder, no regular file, the hub's own log, another
+    log, a file another copy writes), or a hub that never answered (a wrong address; as `attach` says of it)."""
 
 
 BAD_PATH_ERRNOS = frozenset({
@@ -359,6 +370,20 @@ class Copy:
     hub_id: str = ""
     hub_error: str = ""
     """Why the hub could not read its log when it last said so ('' since it could again)."""
+
+
+def not_a_file(path: str, st: os.stat_result | None = None) -> str | None:
+    """Why ``path`` (``st``: its status, when open) cannot take a copy, being there and no
+    regular file (a folder aside: said with the file meant, by the CLI): /dev/null took a copy
+    and said it held the log; a pipe or a device holds nothing report or replay could read."""
+    if st is None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None  # (not there: made; or not to be made, as opening it says)
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    return f"{path} is not a regular file (a device, a pipe or a socket): the copy needs a file of its own; give another -o PATH"
 
 
 def _wait_answer(follower: LogFollower, offset: int, wait_s: float, stop: Callable[[], bool]) -> tuple[LogChunk, bytes] | None:
@@ -444,6 +469,8 @@ def follow(
         refused = CopyRefused if exc.errno in BAD_PATH_ERRNOS else CopyError
         raise refused(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
+        if refusal := not_a_file(path, os.fstat(fd)):
+            raise CopyRefused(refusal)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

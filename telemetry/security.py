@@ -407,6 +407,63 @@ def monitor_socket(sock: zmq.Socket, events: int | None = None) -> zmq.Socket:
     return sock.get_monitor_socket(events, addr=f"inproc://pardash-monitor-{os.getpid()}-{next(_monitors_made)}")
 
 
+VIEWER_HINT = "--curve-dir DIR or PARDASH_CURVE_DIR"
+"""Where a viewer (``pardash attach``, ``pardash record``) is given its keys."""
+
+
+class Handshakes:
+    """What a client socket's monitor says of its connections to a hub: whether one was ever
+    made, how many the hub took, and why it refuses the client. A viewer and a log copy read the
+    same hub through the same port: both learn of a refusal here, so both say it alike (the copy
+    blamed the hub's liveness for a key the hub had refused). Attached before the socket
+    connects, so the first connection is not missed."""
+
+    def __init__(self, sock: zmq.Socket, keys: "ClientKeys | None", who: str = "this viewer", hint: str = VIEWER_HINT) -> None:
+        self.sock = sock
+        self.keys = keys
+        self.who, self.hint = who, hint
+        self.monitor: zmq.Socket | None = monitor_socket(sock, HANDSHAKE_EVENTS | zmq.EVENT_CONNECTED)
+        """The socket's monitor, to poll on (None once closed)."""
+        self.reached = False
+        """A connection was made (nothing listening at the address: never)."""
+        self.took = 0
+        """Connections the hub took: handshakes that succeeded (a plain connection has its
+        handshake too, with nothing to refuse)."""
+        self.refused = ""
+        """Why the hub refused the last handshake that failed; "" once one succeeds."""
+
+    def read(self) -> None:
+        """Take the events the monitor holds (never blocks)."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        while self.monitor is not None:
+            try:
+                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                return
+            except zmq.ZMQError:  # (the socket's monitor was taken over: another watches it now)
+                self.close()
+                return
+            if event == zmq.EVENT_CONNECTED:
+                self.reached = True
+            elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.refused = ""
+                self.took += 1
+            elif event & HANDSHAKE_FAILED:
+                self.refused = refusal(event, self.keys, self.who, self.hint)
+
+    def close(self) -> None:
+        """Stop watching (the socket itself stays open)."""
+        if self.monitor is None:
+            return
+        try:
+            self.sock.disable_monitor()
+        except zmq.ZMQError:  # (the socket was closed first)
+            pass
+        self.monitor.close(0)
+        self.monitor = None
+
+
 def _refuse_shared_folder(d: Path, flag: str = "--dir") -> None:
     """Keys go in a folder of their own, which becomes 0700. A folder that already exists, holds
     other things and others may enter (a project folder, /tmp) would be shut to them (and the

@@ -1,0 +1,291 @@
+"""`pardash attach`, `record` and `ps` from a reviewer's list: the hints they print work as
+printed, what waiting cannot mend is said at once and in one line, and a hub's refusal is said
+as a refusal, not as a run gone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pty
+import shlex
+import signal
+import subprocess
+import sys
+
+import pytest
+import zmq
+from helpers import TerminalOutput, hub_alone, pardash_env, serving, wait_for
+
+from pardash.telemetry import logfeed, security
+from pardash.telemetry.client import HubClient
+from pardash.telemetry.hub import Hub
+from pardash.telemetry.spawn import spawn_hub
+
+pytestmark = pytest.mark.timeout(180)
+
+NOTHING = "tcp://127.0.0.1:1"
+"""An address where nothing listens."""
+
+
+def _pardash(*args: str, patch: str = "", cwd=None, timeout: float = 60, **env: str | None) -> subprocess.CompletedProcess:
+    """``pardash ARGS`` in a process of its own, with ``patch`` (Python) run first: a wait made
+    short, or made long enough that a command that waits could not pass the test's bound."""
+    code = f"import sys\nfrom pardash import cli, record\n{patch}\nsys.exit(cli.main({list(args)!r}))\n"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          env=pardash_env(PARDASH_CURVE_DIR=None, **env), cwd=cwd, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def _one_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@contextlib.contextmanager
+def _listed_hub(tmp_path, run: str, keys=None):
+    """A hub alone, listed in the test's registry (with the keys folder ``keys``); its info."""
+    args = ["--run-id", run, "--log", str(tmp_path / f"{run}.jsonl")] + (["--curve-dir", str(keys)] if keys else [])
+    proc, info = spawn_hub(args, env=pardash_env(PARDASH_CURVE_DIR=None), stderr=subprocess.DEVNULL)
+    try:
+        yield info
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- 1. attach's "watches it again" keeps --curve-dir -------------------------------------------
+
+
+def test_attachs_watch_it_again_hint_keeps_its_keys_and_works_as_printed(tmp_path, monkeypatch, capsys):
+    # It printed `pardash attach RUN`, which a hub with keys refused ("takes only viewers with
+    # an authorised key"), as record's carry-on hint once did.
+    from pardash import cli
+    from pardash.telemetry import printer
+
+    keys = tmp_path / "my keys"  # (a space: the hint quotes it)
+    security.make_keys(keys)
+    monkeypatch.delenv(security.CURVE_DIR_VAR, raising=False)
+
+    def ctrl_c(*_a, **_k):  # Ctrl-C once the viewer follows the run: it has had its snapshot
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(printer, "follow_attached", ctrl_c)
+    with _listed_hub(tmp_path, "again-run", keys):
+        assert cli.main(["attach", "--headless", "again-run", "--curve-dir", str(keys)]) == 130
+        err = capsys.readouterr().err
+        said = err.split("`")[1]
+        assert said == f"pardash attach again-run --curve-dir '{keys}'", err
+        assert cli.main(shlex.split(said)[1:] + ["--headless"]) == 130  # run as said, the hub takes it
+        assert "stopped watching; the run goes on" in capsys.readouterr().err
+
+
+# -- 3. a TUI attach with no hub to show -------------------------------------------------------
+
+
+@pytest.mark.parametrize("hub", ["nothing", "keys"])
+def test_a_tui_attach_with_no_hub_to_show_fails_in_one_line_before_the_tui(tmp_path, hub):
+    # It opened the dashboard on "waiting for the hub's snapshot…" for ever, and `q` printed
+    # "stopped watching; the run goes on" and exited 0 for a run there never was.
+    keys = tmp_path / "keys"
+    security.make_keys(keys)
+    with contextlib.ExitStack() as stack:
+        target = NOTHING if hub == "nothing" else stack.enter_context(_listed_hub(tmp_path, "tui-keys", keys))["ingest"]
+        master, slave = pty.openpty()
+        code = f"import sys\nfrom pardash import cli\ncli.ATTACH_WAIT_S = 1.0\nsys.exit(cli.main(['attach', {target!r}]))\n"
+        p = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path,
+                             env=pardash_env(PARDASH_CURVE_DIR=None, TERM="xterm-256color", COLUMNS="100", LINES="30"))  # fmt: skip
+        os.close(slave)
+        screen = TerminalOutput(master)
+        try:
+            code = p.wait(timeout=60)
+        finally:
+            if p.poll() is None:  # (the TUI that waits for ever)
+                p.kill()
+                p.wait()
+        out = screen.done().decode(errors="replace").replace("\r\n", "\n")
+    assert code == 2, out[-2000:]
+    assert "\x1b[?1049h" not in out and "goes on" not in out, out[-2000:]  # the TUI never opened
+    said = [line for line in out.splitlines() if line.startswith("pardash: error:")]
+    if hub == "nothing":
+        assert said == [f"pardash: error: nothing answers at {NOTHING} (asked on its snapshot port, tcp://127.0.0.1:3); "
+                        "is the run still live? (`pardash ps`)"], out  # fmt: skip
+    else:  # (the hub's address names no run: its keys are not known until it refuses them)
+        assert len(said) == 1 and "refuses this viewer: it has CURVE keys and this viewer has none" in said[0], out
+
+
+# -- 4. record says at once what waiting cannot mend ----------------------------------------
+
+
+LONG_FIND = "record.FIND_S = 3600.0"
+"""A record that waited for a run to appear would outlast the test's bound."""
+
+
+def test_record_fails_at_once_on_an_unknown_an_ended_and_a_keyed_run(tmp_path):
+    # Each waited 10 s in silence (FIND_S), then said what it could have said at once.
+    proc = _pardash("record", "nosuch", patch=LONG_FIND, cwd=tmp_path)
+    assert (proc.returncode, _one_line(proc)) == (2, "pardash: error: no live run 'nosuch'; `pardash ps` lists the live ones")
+    # A run that has ended: where its record is, as `attach` says it
+    run = "20261201-101010-abcd"
+    (tmp_path / "runs" / run).mkdir(parents=True)
+    (tmp_path / "runs" / run / "telemetry.jsonl").write_text('{"kind":"event","rank":-1,"seq":-1,"t":1.0,"run":"%s","name":"hub","message":"hub started"}\n' % run)
+    proc = _pardash("record", run[:15], patch=LONG_FIND, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert _one_line(proc).startswith(f"pardash: error: run {run} is over (no hub serves it now): `pardash report {run}` sums it up"), proc.stderr
+    # The one live run's hub takes only viewers with keys, and none were given
+    keys = tmp_path / "keys"
+    security.make_keys(keys)
+    with _listed_hub(tmp_path, "keyed-run", keys):
+        proc = _pardash("record", patch=LONG_FIND, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert _one_line(proc).startswith("pardash: error: run keyed-run takes only viewers with an authorised key: pass --curve-dir DIR"), proc.stderr
+
+
+def test_record_waits_for_a_run_being_started_and_says_so(tmp_path):
+    # What the wait was for: a record started with its run (a launch prints its run's id
+    # before its hub is up and listed). A `pardash hub` that starts its hub once told to.
+    go = tmp_path / "go"
+    slow = tmp_path / "pardash"
+    slow.write_text(
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.05)\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'pardash', *sys.argv[1:]])\n"
+    )
+    log, copy = tmp_path / "hub.jsonl", tmp_path / "copy.jsonl"
+    starting = subprocess.Popen([sys.executable, str(slow), "hub", "--run-id", "late-run", "--log", str(log)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=pardash_env())  # fmt: skip
+    code = "import sys\nfrom pardash import cli, record\nrecord.FIND_S = 120.0\nsys.exit(cli.main(sys.argv[1:]))\n"
+    rec = subprocess.Popen([sys.executable, "-c", code, "record", "late-run", "-o", str(copy)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=pardash_env())  # fmt: skip
+    try:
+        first = rec.stderr.readline()
+        assert first == "pardash record: waiting for run late-run to appear (`pardash hub` is starting one)...\n", first
+        go.touch()
+        said = rec.stderr.readline()
+        assert "run late-run: " in said and "holds its log so far" in said, said
+    finally:
+        starting.terminate()
+        starting.wait(30)
+    out, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    assert "run late-run ended" in out and copy.read_bytes() == log.read_bytes()
+
+
+# -- 5. a refused viewer key is said as a refusal ----------------------------------------------
+
+
+def test_record_with_a_viewer_key_the_hub_no_longer_admits_says_it_is_refused(tmp_path):
+    # It said "no answer from the hub of run RUN ...; is the run still live?" (exit 2), where
+    # `attach` says the hub refuses this viewer's key.
+    keys = tmp_path / "keys"
+    security.make_keys(keys)
+    alice = security.make_viewer_keys(keys, "alice")["folder"]
+    with _listed_hub(tmp_path, "revoked-run", keys) as info:
+        os.unlink(keys / security.VIEWERS / "alice.key")  # revoked
+        viewer = HubClient(info["updates"], info["snapshot"], curve=alice)
+        try:  # (the hub reads its folder again within a second: refused from then on)
+            wait_for(lambda: viewer.poll() or viewer.refused, timeout_s=30)
+        finally:
+            viewer.close()
+        proc = _pardash("record", "revoked-run", "-o", str(tmp_path / "x.jsonl"), "--curve-dir", str(alice),
+                        patch="record.FIRST_ANSWER_S = 2.0", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2
+    assert _one_line(proc) == (
+        f"pardash: error: the hub of run revoked-run (its snapshot port, {info['snapshot']}) refuses this viewer: it does not "
+        "admit this viewer's client key (copy client.key into the hub folder's authorized_clients/, or give this viewer a "
+        "folder of its own made by `pardash keys --viewer NAME`)"
+    )
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_log_copy_learns_the_hub_refuses_it_as_a_viewer_does(tmp_path):
+    keys = tmp_path / "keys"
+    security.make_keys(keys)
+    with serving(Hub(run_id="refusing", log_path=str(tmp_path / "run.jsonl"), curve=str(keys), context=zmq.Context())) as hub:
+        follower = logfeed.LogFollower(hub.snapshot_endpoint, curve=False, context=hub.ctx)
+        try:
+            with pytest.raises(logfeed.CopyRefused, match="no answer"):
+                logfeed.follow(follower, str(tmp_path / "copy.jsonl"), default_out=str, wait_s=30, first_wait_s=2.0)
+            assert follower.reached
+            assert follower.refused.startswith("it has CURVE keys and this viewer has none"), follower.refused
+        finally:
+            follower.close()
+
+
+# -- 6. a hub's address without tcp:// ---------------------------------------------------------
+
+
+def test_record_of_an_address_without_tcp_names_the_address_as_attach_does(tmp_path):
+    # `record 127.0.0.1:PORT` said "no answer from the hub of run  (its snapshot port ...)".
+    rec = _pardash("record", "127.0.0.1:1", "-o", str(tmp_path / "copy.jsonl"), patch="record.FIRST_ANSWER_S = 1.0", cwd=tmp_path)
+    attach = _pardash("attach", "--headless", "127.0.0.1:1", patch="cli.ATTACH_WAIT_S = 1.0", cwd=tmp_path)
+    assert (rec.returncode, attach.returncode) == (2, 2)
+    assert _one_line(rec) == _one_line(attach) == (
+        f"pardash: error: nothing answers at {NOTHING} (asked on its snapshot port, tcp://127.0.0.1:3); is the run still live? (`pardash ps`)"
+    )
+    assert not (tmp_path / "copy.jsonl").exists()
+
+
+# -- 8. small ones -----------------------------------------------------------------------------
+
+
+def test_record_refuses_a_copy_path_that_is_no_regular_file(tmp_path):
+    # `-o /dev/null` was taken, and said "/dev/null holds its log so far (1.0 MB)".
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (os.devnull, str(fifo)):
+        proc = _pardash("record", NOTHING, "-o", path, cwd=tmp_path)
+        assert proc.returncode == 2
+        assert _one_line(proc) == (f"pardash: error: {path} is not a regular file (a device, a pipe or a socket): the copy "
+                                   "needs a file of its own; give another -o PATH")  # fmt: skip
+    # ... and where no -o names it, as the copy's file is opened (once the hub has named the run)
+    with serving(Hub(run_id="devnull", log_path=str(tmp_path / "run.jsonl"), context=zmq.Context())) as hub:
+        follower = logfeed.LogFollower(hub.snapshot_endpoint, curve=False, context=hub.ctx)
+        try:
+            with pytest.raises(logfeed.CopyRefused, match="is not a regular file"):
+                logfeed.follow(follower, None, default_out=lambda run: os.devnull, wait_s=30)
+        finally:
+            follower.close()
+
+
+def test_record_with_no_run_named_says_it_took_the_newest_of_several(tmp_path):
+    # It took the newest silently, where `attach` says so.
+    procs = []
+    try:
+        for run in ("first-run", "second-run"):
+            procs.append(hub_alone(tmp_path / f"{run}.jsonl", run)[0])
+        rec = subprocess.Popen([sys.executable, "-m", "pardash", "record", "-o", str(tmp_path / "copy.jsonl")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env())  # fmt: skip
+        first = rec.stderr.readline()
+        second = rec.stderr.readline()
+        rec.send_signal(signal.SIGINT)
+        rec.communicate(timeout=30)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(30)
+    assert first == ("pardash record: recording the newest of 2 live runs: second-run (`pardash ps` lists them; "
+                     "`pardash record RUN_ID` picks one)\n"), first  # fmt: skip
+    assert "run second-run: " in second and "holds its log so far" in second, second
+
+
+def test_a_headless_attach_by_address_names_the_run_it_watches(tmp_path):
+    # Attached by id prefix it said "watching run X"; by the hub's address, never a word of which run.
+    proc, info = hub_alone(tmp_path / "run.jsonl", "named-run")
+    try:
+        att = subprocess.Popen([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "60", info["ingest"]],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env())  # fmt: skip
+        try:
+            said = att.stdout.readline()
+        finally:
+            att.send_signal(signal.SIGINT)
+            _, err = att.communicate(timeout=30)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert said == "pardash: watching run named-run\n", said
+    assert f"(`pardash attach {info['ingest']}` watches it again)" in err, err  # (another machine's hub: its address)
