@@ -101,17 +101,23 @@ def cmd_ps(ns: argparse.Namespace) -> int:
     if not runs:
         print("no live runs")
         return 0
-    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>8}  {'JOB':9} INGEST                  LOG")
+    from pardash.tui.format import fmt_duration  # (plain functions: no textual)
+
+    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'KEYS':5} {'JOB':9} INGEST                  LOG")
     now = time.time()
     for e in runs:
-        age = now - e.get("started", now)
+        age = fmt_duration(now - e.get("started", now))
         # A job that ended while its launch's TUI stays open keeps its hub (and so its entry).
         result = registry.job_result(e)
         job = "running" if result is None else "stopped" if result.get("stopped") else f"ended {result.get('code', '?')}"
+        # A hub with CURVE keys answers only viewers given them: say so, not "no answer" later.
+        keys = "curve" if e.get("curve") else "-" if "curve" in e else "?"
         print(
             f"{e.get('run_id', ''):24} {e.get('strategy', '') or '-':9} {e.get('world_size', '-')!s:>5} "
-            f"{age:7.0f}s  {job:9} {e.get('ingest', ''):23} {e.get('log', '')}"
+            f"{age:>7} {keys:5} {job:9} {e.get('ingest', ''):23} {e.get('log', '')}"
         )
+    if any(e.get("curve") for e in runs):
+        print(f"KEYS curve: a hub that takes only viewers with its keys; give `{PROG} attach` and `{PROG} record` --curve-dir DIR (or set PARDASH_CURVE_DIR)")
     return 0
 
 

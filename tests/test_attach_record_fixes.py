@@ -5,18 +5,20 @@ as a refusal, not as a run gone."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pty
 import shlex
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import zmq
 from helpers import TerminalOutput, hub_alone, pardash_env, serving, wait_for
 
-from pardash.telemetry import logfeed, security
+from pardash.telemetry import logfeed, registry, security
 from pardash.telemetry.client import HubClient
 from pardash.telemetry.hub import Hub
 from pardash.telemetry.spawn import spawn_hub
@@ -228,6 +230,35 @@ def test_record_of_an_address_without_tcp_names_the_address_as_attach_does(tmp_p
         f"pardash: error: nothing answers at {NOTHING} (asked on its snapshot port, tcp://127.0.0.1:3); is the run still live? (`pardash ps`)"
     )
     assert not (tmp_path / "copy.jsonl").exists()
+
+
+# -- 7. ps: its age as a person reads it, and which hubs take keys ------------------------------
+
+
+def test_ps_says_age_in_days_hours_and_minutes_and_which_hubs_need_keys(tmp_path, monkeypatch, capsys):
+    # AGE read "172800s" for two days, and nothing said a hub would refuse viewers without keys.
+    from pardash import cli
+
+    ends = {"pid": os.getpid(), "ingest": "tcp://127.0.0.1:1", "updates": "tcp://127.0.0.1:2", "snapshot": "tcp://127.0.0.1:3"}
+    registry.register({"run_id": "old-keyed", **ends, "curve": True, "strategy": "ddp", "world_size": 4})
+    path = registry.registry_dir() / "old-keyed.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "started": time.time() - 2 * 86400 - 3 * 3600 - 60}))
+    registry.register({"run_id": "new-plain", **ends, "curve": False})
+    assert cli.main(["ps"]) == 0
+    head, *rows, note = capsys.readouterr().out.splitlines()
+    row = {r.split()[0]: r for r in rows}
+    assert row["old-keyed"].split()[3:5] == ["2d03h", "curve"], rows
+    assert row["new-plain"].split()[3] in ("0s", "1s") and row["new-plain"].split()[4] == "-", rows
+    age_end, keys_at, job_at = head.index("AGE") + 3, head.index("KEYS"), head.index("JOB")
+    for r in rows:  # the columns line up under their heads
+        assert r[age_end - 1] != " " and r[age_end] == " ", (head, r)  # (AGE right-aligned, as its head)
+        assert r[keys_at - 1] == " " and r[keys_at:].split()[0] in ("curve", "-"), (head, r)
+        assert r[job_at - 1] == " " and r[job_at:].startswith("running "), (head, r)
+    assert note.startswith("KEYS curve:") and "--curve-dir DIR" in note
+    # --json: the entries as they were, fields neither renamed nor dropped
+    assert cli.main(["ps", "--json"]) == 0
+    listed = {e["run_id"]: e for e in json.loads(capsys.readouterr().out)}
+    assert listed["old-keyed"]["curve"] is True and listed["new-plain"]["curve"] is False and "started" in listed["old-keyed"]
 
 
 # -- 8. small ones -----------------------------------------------------------------------------
