@@ -45,6 +45,7 @@ import ipaddress
 import itertools
 import os
 import re
+import shlex
 import socket
 import stat
 from dataclasses import dataclass, field
@@ -500,7 +501,23 @@ def _check_folder(folder: Path) -> None:
             "your own (`chmod 700` it) or make new ones with `pardash keys --dir DIR`"
         )
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise CurveKeyError(f"{folder} can be written by other users, who could add or swap keys; `chmod 700 {folder}`")
+        raise CurveKeyError(f"{folder} can be written by other users, who could add or swap keys; {_privacy_advice(folder, st)}")
+
+
+def _privacy_advice(folder: Path, st: os.stat_result | None = None) -> str:
+    """What makes ``folder`` a key folder only its user may enter: `chmod 700` it, where that is
+    theirs to do and what it is for. Never for a folder of someone else's (root's /tmp: the
+    chmod fails, or as root shuts every other user out of it) nor a sticky one (a shared folder
+    such as /tmp, whatever its owner: shutting it breaks everyone else's use of it): the keys
+    go in a private folder of their own there."""
+    try:
+        st = st or folder.stat()
+    except OSError:
+        st = None
+    if st is not None and st.st_uid == os.getuid() and not st.st_mode & stat.S_ISVTX:
+        return f"`chmod 700 {shlex.quote(str(folder))}`"
+    whose = "shared" if st is not None and st.st_mode & stat.S_ISVTX else "not yours"
+    return f"keep the keys in a private folder of your own instead (`mkdir -m 700 DIR`, copy them there, use DIR): {folder} is {whose}, not one to chmod"
 
 
 def _load(path: Path, *, secret: bool, missing: str, damaged: str) -> tuple[bytes, bytes | None]:
@@ -796,7 +813,7 @@ def authorized_keys(folder: Path, *, viewers: bool = False) -> dict[str, bytes]:
     except FileNotFoundError:
         return keys
     except OSError as exc:
-        raise CurveKeyError(f"cannot read {folder} ({exc.strerror or exc}); `chmod 700 {folder}`") from None
+        raise CurveKeyError(f"cannot read {folder} ({exc.strerror or exc}); {_privacy_advice(folder)}") from None
     for name in names:
         if name.startswith(".") or not name.endswith(".key"):  # what pyzmq's glob('*.key') takes
             continue

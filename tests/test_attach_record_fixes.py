@@ -85,6 +85,27 @@ def test_attachs_watch_it_again_hint_keeps_its_keys_and_works_as_printed(tmp_pat
         assert "stopped watching; the run goes on" in capsys.readouterr().err
 
 
+# -- 2. no chmod advice for a shared folder ------------------------------------------------------
+
+
+def test_a_shared_sticky_key_folder_is_never_advised_a_chmod(tmp_path):
+    # `--curve-dir /tmp` said "`chmod 700 /tmp`": advice that breaks every other user of /tmp.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # as /tmp is
+    with pytest.raises(security.CurveKeyError) as err:
+        security.load_client_keys(shared)
+    said = str(err.value)
+    assert said.startswith(f"{shared} can be written by other users") and "chmod 700" not in said, said
+    assert "keep the keys in a private folder of your own instead" in said, said
+    # A key folder of one's own, left group-writable, is still told its chmod: that one mends it.
+    own = tmp_path / "own"
+    security.make_keys(own)
+    os.chmod(own, 0o770)
+    with pytest.raises(security.CurveKeyError, match=f"`chmod 700 {own}`"):
+        security.load_client_keys(own)
+
+
 # -- 3. a TUI attach with no hub to show -------------------------------------------------------
 
 
