@@ -32,7 +32,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--blocks", type=int, default=4, help="residual blocks, each sharded on its own (default 4)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights (default 0)")
     p.add_argument("--straggler-rank", type=int, default=None, metavar="R", help="this rank is slow to load data")
-    p.add_argument("--straggler-s", type=float, default=0.05, metavar="S", help="seconds it sleeps each step (default 0.05)")
+    p.add_argument("--straggler-s", type=float, default=0.05, metavar="S", help="seconds it is slow each step: asleep in its data path, or (--straggler-in model) at work in its last block, that much of its CPU time (default 0.05)")
     p.add_argument("--accum", type=int, default=1, metavar="N", help="micro-batches a step: the batch in N parts, gradients accumulated (default 1)")
     p.add_argument("--straggler-in", choices=("data", "model"), default="data",
                    help="where the straggler is slow: its data path (default) or its model's last block")
@@ -91,10 +91,12 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
     if rank == args.straggler_rank and args.straggler_in == "model":
-        # a slow block on this rank only (a throttled device, say): busy in its forward
+        # a slow block on this rank only (a throttled device, say): busy in its forward, for
+        # that much of its own CPU time (work, as a slow block does: a deadline by the clock
+        # made it work no more than the others on a busy host)
         def slow(_module, _args):
-            until = time.perf_counter() + args.straggler_s
-            while time.perf_counter() < until:
+            until = time.thread_time() + args.straggler_s
+            while time.thread_time() < until:
                 pass
 
         model.blocks[-1].register_forward_pre_hook(slow)

@@ -79,8 +79,11 @@ class InjectedCrash(RuntimeError):
 class BusyCompute:
     """Extra compute for a --inject-straggler RANK:compute:SECONDS rank.
 
-    CPU: matrix products until SECONDS have passed. GPU: a number of products calibrated once at
-    start-up (the only synchronisation it adds), so that the loop itself never waits.
+    CPU: matrix products until this thread has worked SECONDS (its CPU time, not the wall
+    clock: on a host saturated by other work a deadline by the clock made it work no more than
+    the others, and it was taken for a rank starved by its host). GPU: a number of products
+    calibrated once at start-up (the only synchronisation it adds), so that the loop itself
+    never waits.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -104,8 +107,8 @@ class BusyCompute:
             for _ in range(max(1, math.ceil(seconds / self.per_product_s))):
                 self.a @ self.a
             return
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
+        deadline = time.thread_time() + seconds
+        while time.thread_time() < deadline:
             self.a @ self.a
 
 
