@@ -30,7 +30,7 @@ def test_each_step_travels_once_and_viewers_chart_what_the_hub_charts(hub):
     sub.setsockopt(zmq.LINGER, 0)
     sub.connect(hub.updates_endpoint)
     early = HubClient(hub.updates_endpoint, hub.snapshot_endpoint)
-    assert early.wait_synced()
+    assert early.wait_synced(20)
     reps = [Reporter(hub.ingest_endpoint, run="test-run", identity=identity(r, 3), heartbeat_s=0) for r in range(3)]
     for r in reps:
         r.hello(strategy="ddp", world_size=3)
@@ -60,7 +60,7 @@ def test_each_step_travels_once_and_viewers_chart_what_the_hub_charts(hub):
         assert len(r.history["step"]) == r.steps_seen
         assert r.history["step"].values()[-1] == 29.0
     late = HubClient(hub.updates_endpoint, hub.snapshot_endpoint)
-    assert late.wait_synced()
+    assert late.wait_synced(20)
     wait_for(lambda: late.fseq == early.fseq, poll=lambda: (late.poll(), early.poll()))
     assert _histories(late.state) == _histories(early.state)
     # The run's loss curve too: the late viewer takes the hub's, the early one built its own.
@@ -225,7 +225,7 @@ def test_a_client_names_the_sockets_to_watch(hub):
     socks = c.sockets()
     assert len(socks) == 2 and all(isinstance(s, zmq.Socket) for s in socks)
     assert all(s.getsockopt(zmq.FD) >= 0 for s in socks)
-    assert c.wait_synced()
+    assert c.wait_synced(20)
     c.close()
     assert c.sockets() == []
     replay = ReplaySource(str(DATA / "run4.jsonl"))

@@ -29,7 +29,7 @@ def _view(c):
 
 def test_every_message_is_recorded_and_viewers_agree(hub):
     early = HubClient(hub.updates_endpoint, hub.snapshot_endpoint)
-    assert early.wait_synced()
+    assert early.wait_synced(20)
     reps = _ranks(hub)
     for step in range(40):
         for r in reps:
@@ -39,7 +39,7 @@ def test_every_message_is_recorded_and_viewers_agree(hub):
         r.event("exit", code=0)
     wait_for(lambda: all(r.finished for r in early.state.ranks.values()) and len(early.state.ranks) == 2, poll=early.poll)
     late = HubClient(hub.updates_endpoint, hub.snapshot_endpoint)
-    assert late.wait_synced()
+    assert late.wait_synced(20)
     wait_for(lambda: late.fseq >= early.fseq, poll=lambda: (late.poll(), early.poll()))
     assert _view(late) == _view(early)
     assert {r: v[0] for r, v in _view(early).items()} == {0: "finished", 1: "finished"}

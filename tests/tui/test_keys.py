@@ -297,17 +297,11 @@ async def _palette_screenshot(app) -> list[str]:
         # machine can take longer than any fixed pause).
         from textual.command import CommandList
 
-        for _ in range(200):
-            await pilot.pause(0.05)
-            if app.screen.query(CommandList) and app.screen.query_one(CommandList).option_count:
-                break
+        await until(pilot, lambda: bool(app.screen.query(CommandList)) and app.screen.query_one(CommandList).option_count > 0)
         await pilot.press("enter")
         # Until the app has its "Saved screenshot": the thread that wrote the file tells it so,
         # and one that found the app gone raised in the next test's warnings.
-        for _ in range(100):
-            await pilot.pause(0.05)
-            if any(n.title == "Screenshot" for n in app._notifications):
-                break
+        await until(pilot, lambda: any(n.title == "Screenshot" for n in app._notifications))
         return [str(n.message) for n in app._notifications if n.title == "Screenshot"]
 
 

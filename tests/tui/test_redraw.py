@@ -12,6 +12,7 @@ import random
 from dataclasses import replace
 
 import pytest
+from tui_helpers import until
 
 from pardash.telemetry import schema
 from pardash.telemetry.client import FrameApplier, NullDetector
@@ -634,10 +635,8 @@ async def test_the_loss_charts_now_is_the_median_of_the_losses_the_grid_shows():
     app = make_app(job.viewer)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
-        for _ in range(100):  # (the chart shows once the grid is laid out, and draws)
-            await pilot.pause(0.05)
-            if screen.has_class("-trend") and "now" in str(screen.query_one("#trend", HistoryChart).border_title):
-                break
+        # (the chart shows once the grid is laid out, and draws)
+        await until(pilot, lambda: screen.has_class("-trend") and "now" in str(screen.query_one("#trend", HistoryChart).border_title))
         for loss in (0.5, 3.0):
             job.step(loss=loss)
             job.frame()

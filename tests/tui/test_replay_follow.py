@@ -31,5 +31,5 @@ async def test_the_header_says_ended_once_a_followed_log_stops_growing(tmp_path,
         await until(pilot, lambda: "following the log" in header(app))  # (the whole log played, its writer still given time)
         monkeypatch.setattr(client, "FOLLOW_QUIET_S", 0.0)  # now it has been quiet long enough
         await until(pilot, lambda: not src.following, timeout_s=30)
-        await until(pilot, lambda: "ended" in header(app), timeout_s=5)
+        await until(pilot, lambda: "ended" in header(app), timeout_s=30)
         assert "following" not in header(app)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tui_helpers import replay_app
+from tui_helpers import replay_app, until
 
 from pardash.tui.widgets.history_chart import HistoryChart
 
@@ -13,9 +13,6 @@ async def test_the_loss_charts_title_says_what_its_line_and_band_are(log, said):
     # A run of one rank (single, dp) read "▀ median, ░ range of 1 rank": no median of one.
     app = replay_app(log)
     async with app.run_test(size=(160, 50)) as pilot:
-        for _ in range(20):
-            await pilot.pause(0.05)
-            title = str(app.screen.query_one("#trend", HistoryChart).border_title)
-            if "now" in title:
-                break
+        await until(pilot, lambda: "now" in str(app.screen.query_one("#trend", HistoryChart).border_title))
+        title = str(app.screen.query_one("#trend", HistoryChart).border_title)
         assert f"· {said}[" in title, title
