@@ -185,14 +185,14 @@ def test_a_viewer_key_gets_frames_a_snapshot_and_the_log(tmp_path, keys, alice):
         rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 1), heartbeat_s=0, curve=keys)
         viewer = HubClient(hub.updates_endpoint, hub.snapshot_endpoint, curve=alice)
         try:
-            assert viewer.wait_synced(20.0) and viewer.snapshots == 1
+            assert viewer.wait_synced(20.0) and viewer.snapshots >= 1
             rep.hello(strategy="single", world_size=1)
             for i in range(1, 4):
                 rep.step(step=i, loss=1.0, step_s=0.01)
             wait_for(lambda: 0 in viewer.state.ranks and getattr(viewer.state.ranks[0].step, "step", 0) == 3, poll=viewer.poll)
             rep.event("exit", code=0)
             wait_for(lambda: viewer.state.ranks[0].finished, poll=viewer.poll)
-            assert viewer.frames_applied > 0 and viewer.snapshots == 1
+            assert viewer.frames_applied > 0 and viewer.snapshots >= 1
             # The headless attach and the log's copy, given alice's folder as their key folder.
             proc = subprocess.run(
                 [sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", hub.ingest_endpoint],
