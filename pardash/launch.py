@@ -560,8 +560,14 @@ def _supervisor_lost(job, code: int) -> bool:
 
 def _watch(spec) -> str:
     """What `pardash attach` takes to watch this job: its run id, or on a node > 0 node 0's
-    hub (no hub on this node serves the run's id)."""
-    return spec.remote_hub or spec.run_id
+    hub (no hub on this node serves the run's id); with the job's keys (a hub with keys refuses
+    a viewer without them, and the command said failed as printed)."""
+    import shlex
+
+    words = [spec.remote_hub or spec.run_id]
+    if getattr(spec, "curve_dir", ""):
+        words += ["--curve-dir", spec.curve_dir]
+    return shlex.join(words)
 
 
 def _log_of(spec) -> str:

@@ -436,6 +436,9 @@ def test_a_node_after_the_first_names_node_0s_hub_to_watch_and_for_the_log():
     assert (_watch(node1), _log_of(node1)) == ("tcp://10.0.0.1:29600", "kept by node 0's hub (tcp://10.0.0.1:29600)")
     node0 = SimpleNamespace(remote_hub="", run_id="20261204-0", log_path="/runs0/20261204-0/telemetry.jsonl")
     assert (_watch(node0), _log_of(node0)) == ("20261204-0", "/runs0/20261204-0/telemetry.jsonl")
+    # With the job's keys: a hub with keys refused `pardash attach ID` as the launch printed it.
+    keyed = SimpleNamespace(remote_hub="", run_id="20261204-2", curve_dir="/home/me/my keys")
+    assert _watch(keyed) == "20261204-2 --curve-dir '/home/me/my keys'"
 
 
 def test_a_zipapp_after_the_dashes_is_left_to_python(tmp_path):
