@@ -282,6 +282,12 @@ def last_loss_text(r: dict) -> str:
     return f"not finite from step {bad['step']} ({bad['value']} at {bad['step']})" if bad else "-"
 
 
+def _total_text(seconds: float) -> str:
+    """A straggler's total cost: seconds, or milliseconds under a tenth of one ("0.00 s over 1
+    steps" said nothing)."""
+    return f"{seconds:.2f} s" if seconds >= 0.1 else f"{ms(seconds)} ms"
+
+
 def straggler_lines(rep: dict) -> list[str]:
     out = []
     for s in rep["stragglers"]:
@@ -293,7 +299,7 @@ def straggler_lines(rep: dict) -> list[str]:
             # a step: the mean over the steps charged (the verdict's own figure is of the windows
             # that found it, which the total would not multiply back to)
             f"the others waited {ms(s['cost_total_s'] / s['steps_charged'] if s['steps_charged'] else s['cost_s'])} ms a step "
-            f"on average, {s['cost_total_s']:.2f} s over {s['steps_charged']} steps "
+            f"on average, {_total_text(s['cost_total_s'])} over {s['steps_charged']} step{'' if s['steps_charged'] == 1 else 's'} "
             f"({_pct(s['share_of_train'])} of training"
             # what the live verdict said (and /metrics and export keep): the windows that found it
             + (f"; {ms(s['cost_s'])} ms a step when found)" if s["cost_s"] is not None and s["steps_charged"] else ")")

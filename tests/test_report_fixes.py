@@ -193,3 +193,16 @@ def test_report_help_names_the_jsons_main_keys_and_units(tmp_path):
     for key in ("ranks", "stragglers", "median_step_s", "log_ends_early", "gzip_damage"):
         assert key in text, key
     assert "pardash.telemetry.report" in text
+
+
+def test_a_straggler_of_one_step_says_its_cost_in_ms_and_one_step():
+    # "the others waited 2.0 ms a step on average, 0.00 s over 1 steps": nothing said, wrongly.
+    from pardash.telemetry.report_render import straggler_lines
+
+    s = {"rank": 3, "kind": "data", "since_step": 40, "until_step": 40, "step": 49, "cleared_step": 60,
+         "cost_total_s": 0.002, "steps_charged": 1, "cost_s": 0.002, "share_of_train": 0.0004}  # fmt: skip
+    (line,) = straggler_lines({"stragglers": [s]})
+    assert "on average, 2.0 ms over 1 step (" in line, line
+    s.update(cost_total_s=12.5, steps_charged=400)
+    (line,) = straggler_lines({"stragglers": [s]})
+    assert "on average, 12.50 s over 400 steps (" in line, line
