@@ -69,9 +69,10 @@ def cmd_keys(ns: argparse.Namespace) -> int:
         fail(str(exc))
     d = os.path.abspath(d)
     print(f"{PROG}: CURVE keys in {d} (folder 0700, files 0600)")
-    print(f"  hub:              {paths['server_secret']}")
-    print(f"  ranks, viewers:   {paths['client_secret']} and {paths['server_public']}")
-    print(f"  admitted clients: {paths['authorized']}/ (add another client's .key here to let it in; a running hub reads it again within a second)")
+    here = {k: os.path.abspath(v) for k, v in paths.items()}  # (as the folder above: not relative to the cwd)
+    print(f"  hub:              {here['server_secret']}")
+    print(f"  ranks, viewers:   {here['client_secret']} and {here['server_public']}")
+    print(f"  admitted clients: {here['authorized']}/ (add another client's .key here to let it in; a running hub reads it again within a second)")
     viewers = f"revoked_{security.VIEWERS}/"
     revoked = [p.name for k, p in paths.items() if k.startswith("revoked_") and not k.startswith(viewers)]
     if revoked:

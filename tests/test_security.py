@@ -65,9 +65,12 @@ def _refused(sock: zmq.Socket, endpoint: str) -> None:
 def test_keys_are_for_their_owner_only(tmp_path):
     d = tmp_path / "k"
     proc = subprocess.run(
-        [sys.executable, "-m", "pardash", "keys", "--dir", str(d)], capture_output=True, text=True, env=pardash_env()
+        [sys.executable, "-m", "pardash", "keys", "--dir", "k"], capture_output=True, text=True, env=pardash_env(), cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
+    # Each file by its whole path, as the folder is named above them (they were relative to the cwd).
+    assert f"  hub:              {d}/server.key_secret\n" in proc.stdout, proc.stdout
+    assert f"  ranks, viewers:   {d}/client.key_secret and {d}/server.key\n" in proc.stdout
     assert file_mode(d) == 0o700 and file_mode(d / security.AUTHORIZED) == 0o700
     files = sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
     assert files == ["authorized_clients/client.key", "client.key", "client.key_secret", "server.key", "server.key_secret"]
