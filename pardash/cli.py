@@ -203,7 +203,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         try:
             if run and run != ns.target:  # (the one live run, the one a prefix named, or the one at an address)
                 print(f"{PROG}: watching run {run}{newest}", flush=True)
-            print(follow_attached(ProgressPrinter(client, every_s=ns.every), client), flush=True)
+            print(follow_attached(ProgressPrinter(client, every_s=ns.every, joined=True), client), flush=True)
         except KeyboardInterrupt:
             print(f"{PROG}: stopped watching; the run goes on (`{_attach_again(client, ns)}` watches it again)", file=sys.stderr)
             return 130

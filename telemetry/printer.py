@@ -49,9 +49,12 @@ class ProgressPrinter:
 
     def __init__(
         self, source: Source, *, out: TextIO | None = None, every_s: float = 5.0, bar: bool | None = None, tail: str | None = None,
-        waiting: str = "no rank has said hello yet",
+        waiting: str = "no rank has said hello yet", joined: bool = False,
     ) -> None:
         self.source = source
+        self.joined = joined
+        """A viewer of a run already going on (attach): the events it finds are the run's past,
+        printed under a line that says so."""
         self.waiting = waiting
         """A progress line's text while no rank has said hello (a multi-node job waits for its
         other nodes in torchrun's rendezvous: nothing was printed for as long)."""
@@ -90,6 +93,10 @@ class ProgressPrinter:
         self._stopped_bar = None
         """The bar :meth:`close` stopped, which a later update goes on with."""
         self._task = None
+        self._said_events = False
+        self._earlier_upto: int | None = None
+        """The events the hub had before this printer first heard from it (a late attach: its
+        snapshot's), by hseq: printed under a line that says they are the run's past, not news."""
 
     def _print(self, line: str) -> None:
         if self._progress is not None:
@@ -214,9 +221,15 @@ class ProgressPrinter:
         seen = self._first_seen
         for h in [h for h in seen if h <= self._printed_hseq or h in ahead]:
             del seen[h]
+        if self._earlier_upto is None and self.joined and getattr(self.source, "synced", True):
+            self._earlier_upto = max((ev.hseq for ev in st.events), default=0)
         for ev, ranks, took in group_alike(fresh):
             line = event_line(ev, ranks, took)
             if line:
+                if not self._said_events and self._earlier_upto and ev.hseq <= self._earlier_upto:
+                    # (a viewer that joined a run going on: "[straggler] rank 2 ..." read as news)
+                    self._print("pardash: earlier in the run (before this viewer started):")
+                self._said_events = True
                 self._print(line)
         stats = getattr(self.source, "stats", None)
         rejected = sum(stats.rejected.values()) if stats is not None else 0

@@ -7,6 +7,7 @@ import io
 import re
 
 import msgspec
+import pytest
 
 from pardash.telemetry import frames
 from pardash.telemetry import printer as printer_mod
@@ -169,3 +170,22 @@ def _not_progress(out: io.StringIO) -> list[str]:
     """The lines printed but the progress lines ("[   1.0s] step 5 | ...")."""
     return [line for line in out.getvalue().splitlines() if not re.match(r"\[ *[\d.]+s\] ", line)]
 
+
+
+@pytest.mark.parametrize("joined", [True, False])
+def test_a_viewer_that_joins_a_run_says_the_events_it_finds_are_the_runs_past(joined):
+    # `pardash attach --headless` on a run going on printed its old straggler verdict, with no
+    # time, as the first line: read as news. A launch's own printer finds nothing to call past.
+    src = _Fed()
+    src.take(schema.Hello(rank=0, world_size=2, strategy="ddp"), 1000.0)
+    src.take(schema.Verdict(rank=1, verdict="straggler", cause="data", cost_s=0.035, step=50,
+                            message="rank 1 is a straggler (data loading): the others wait 35 ms a step for it"), 1001.0)
+    out = io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600.0, joined=joined)
+    printer.update(force=True)
+    src.take(schema.Event(rank=0, name="checkpoint", step=60, duration_s=0.5, message="saved"), 1002.0)
+    printer.update(force=True)
+    lines = [line for line in out.getvalue().splitlines() if not line.startswith("[ ")]
+    past = ["pardash: earlier in the run (before this viewer started):"] if joined else []
+    assert lines == [*past, "[straggler] rank 1 is a straggler (data loading): the others wait 35 ms a step for it",
+                     "[checkpoint] rank 0: saved (0.50 s)"], out.getvalue()  # fmt: skip
