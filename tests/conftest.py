@@ -107,6 +107,17 @@ def hub(tmp_path):
 
 
 @pytest.fixture
+def fresh_api():
+    """The explicit API's module with no state of an earlier test's (reporter, hooks, marks),
+    and none left for the next."""
+    from pardash.telemetry import api
+
+    api._reset_for_tests()
+    yield api
+    api._reset_for_tests()
+
+
+@pytest.fixture
 def keys(tmp_path):
     """A CURVE key folder as `pardash keys` makes it (the hub's and a client's pairs)."""
     from pardash.telemetry import security

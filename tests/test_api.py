@@ -17,13 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
-@pytest.fixture
-def fresh_api():
-    api._reset_for_tests()
-    yield api
-    api._reset_for_tests()
-
-
 def _log(tmp_path: Path) -> list:
     path = tmp_path / "telemetry.jsonl"
     return load_log(path)[0] if path.exists() else []

@@ -14,13 +14,6 @@ from pardash.telemetry import api, schema
 from pardash.telemetry.logreader import load_log
 
 
-@pytest.fixture
-def fresh_api():
-    api._reset_for_tests()
-    yield api
-    api._reset_for_tests()
-
-
 @pytest.fixture(params=["alone", "watched"])
 def watched(request, monkeypatch, tmp_path, fresh_api):
     """The script run alone (no PARDASH_ENDPOINT), then under a real hub: it must fail alike."""

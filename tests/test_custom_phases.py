@@ -118,15 +118,6 @@ def test_an_empty_phase_of_the_scripts_own_goes_in_phases_not_custom(fresh_api, 
     assert s.data_s is not None and s.custom == {}
 
 
-@pytest.fixture
-def fresh_api():
-    from pardash.telemetry import api
-
-    api._reset_for_tests()
-    yield api
-    api._reset_for_tests()
-
-
 # -- the hub ----------------------------------------------------------------------------------
 
 
