@@ -74,6 +74,10 @@ def _starts_a_run(line: list[str], target: str | None) -> bool:
         os.path.basename(arg) == "pardash" and nxt in STARTERS for arg, nxt in zip(line, line[1:])
     ):  # fmt: skip
         return False
+    # A launch of a node > 0 starts no hub: its ranks send to node 0's, whose run is listed there.
+    node = [b for a, b in zip(line, line[1:]) if a == "--node-rank"] + [a.split("=", 1)[1] for a in line if a.startswith("--node-rank=")]
+    if any(n.strip() not in ("", "0") for n in node):
+        return False
     named = [b for a, b in zip(line, line[1:]) if a == "--run-id"] + [a.split("=", 1)[1] for a in line if a.startswith("--run-id=")]
     return not (target and named and not any(n.startswith(target) for n in named))
 
@@ -125,11 +129,11 @@ def _unlisted(starting: list) -> list:
     return out
 
 
-def _find(ns: argparse.Namespace, stopped: list[int]) -> dict:
+def _find(ns: argparse.Namespace, stopped: list[int]) -> dict | None:
     """The run to copy (:func:`resolve`'s entry), or a one-line failure at once for what waiting
     cannot fix: a run id not listed with no run starting (an ended run's: where its record is,
     as `attach` says it), an id several runs begin. A run being started (see :func:`_starting`)
-    is waited for, said so, up to FIND_S from its start."""
+    is waited for, said so, up to FIND_S from its start; None once ``stopped`` (Ctrl-C)."""
     pending: list | None = None  # commands starting a run, not listed as of before the last look
     until = 0.0
     said = False
@@ -138,7 +142,9 @@ def _find(ns: argparse.Namespace, stopped: list[int]) -> dict:
             return resolve(ns.target)
         except AttachError as exc:
             why = str(exc)
-        if hub_address(ns.target) or "begins" in why or stopped:
+        if stopped:  # (Ctrl-C while it waits for a run being started: not "no such run")
+            return None
+        if hub_address(ns.target) or "begins" in why:
             fail(why)
         if pending is None:
             over = run_over_or(ns.target, why, ns.runs_dir)
@@ -174,6 +180,9 @@ def cmd_record(ns: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
     info = _find(ns, stopped)
+    if info is None:
+        print(f"{PROG} record: stopped before the run appeared; nothing was copied", file=sys.stderr)
+        return 128 + stopped[0]
     run_id = info.get("run_id", "")
     if not ns.target and (others := len(registry.live_runs(prune=False)) - 1) > 0:
         # (as `attach` says it: a second job's copy was of the newest with nothing said of the first)

@@ -348,12 +348,15 @@ class HubClient(FrameApplier):
         return [s for s in (self.sub, self.dealer) if s is not None and not s.closed]
 
     def wait_synced(self, timeout_s: float = 5.0) -> bool:
-        """Poll until the snapshot has arrived (for tests and the headless printer)."""
+        """Poll until the snapshot has arrived (for tests and the headless printer); False at
+        once when the hub refuses this viewer (its handshake says so: no snapshot will come)."""
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
             self.poll()
             if self.synced:
                 return True
+            if self.refused:
+                return False
             time.sleep(0.01)
         return False
 

@@ -449,7 +449,8 @@ def follow(
     catches up ('caught_up'), when the hub answering is another process ('hub_restarted') and
     when the hub cannot read its log for now ('hub_error', the reason in ``hub_error``)."""
     follower.ask(0)
-    got = _wait_answer(follower, 0, first_wait_s, stop)
+    # (a hub that refuses this viewer's key says so in its handshake: no answer will come)
+    got = _wait_answer(follower, 0, first_wait_s, lambda: stop() or bool(follower.refused))
     if got is None:
         if stop():
             raise CopyError("stopped")

@@ -118,7 +118,10 @@ def test_a_tui_attach_with_no_hub_to_show_fails_in_one_line_before_the_tui(tmp_p
     with contextlib.ExitStack() as stack:
         target = NOTHING if hub == "nothing" else stack.enter_context(_listed_hub(tmp_path, "tui-keys", keys))["ingest"]
         master, slave = pty.openpty()
-        code = f"import sys\nfrom pardash import cli\ncli.ATTACH_WAIT_S = 1.0\nsys.exit(cli.main(['attach', {target!r}]))\n"
+        # Nothing there: said after the wait (made short). A refusal: said at once, so a wait
+        # longer than the test's bound could not pass (it waited its 5 s all the same).
+        wait_s = 1.0 if hub == "nothing" else 3600.0
+        code = f"import sys\nfrom pardash import cli\ncli.ATTACH_WAIT_S = {wait_s}\nsys.exit(cli.main(['attach', {target!r}]))\n"
         p = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path,
                              env=pardash_env(PARDASH_CURVE_DIR=None, TERM="xterm-256color", COLUMNS="100", LINES="30"))  # fmt: skip
         os.close(slave)
@@ -215,7 +218,7 @@ def test_record_with_a_viewer_key_the_hub_no_longer_admits_says_it_is_refused(tm
         finally:
             viewer.close()
         proc = _pardash("record", "revoked-run", "-o", str(tmp_path / "x.jsonl"), "--curve-dir", str(alice),
-                        patch="record.FIRST_ANSWER_S = 2.0", cwd=tmp_path)  # fmt: skip
+                        patch="record.FIRST_ANSWER_S = 3600.0", cwd=tmp_path)  # fmt: skip  (said at once)
     assert proc.returncode == 2
     assert _one_line(proc) == (
         f"pardash: error: the hub of run revoked-run (its snapshot port, {info['snapshot']}) refuses this viewer: it does not "
@@ -232,7 +235,8 @@ def test_a_log_copy_learns_the_hub_refuses_it_as_a_viewer_does(tmp_path):
         follower = logfeed.LogFollower(hub.snapshot_endpoint, curve=False, context=hub.ctx)
         try:
             with pytest.raises(logfeed.CopyRefused, match="no answer"):
-                logfeed.follow(follower, str(tmp_path / "copy.jsonl"), default_out=str, wait_s=30, first_wait_s=2.0)
+                # (at once: a wait for an answer the refusal says will not come ran its length)
+                logfeed.follow(follower, str(tmp_path / "copy.jsonl"), default_out=str, wait_s=30, first_wait_s=3600.0)
             assert follower.reached
             assert follower.refused.startswith("it has CURVE keys and this viewer has none"), follower.refused
         finally:
@@ -341,3 +345,40 @@ def test_a_headless_attach_by_address_names_the_run_it_watches(tmp_path):
         proc.wait(30)
     assert said == "pardash: watching run named-run\n", said
     assert f"(`pardash attach {info['ingest']}` watches it again)" in err, err  # (another machine's hub: its address)
+
+
+def _never_starting(tmp_path, *args: str) -> subprocess.Popen:
+    """A process whose command line reads `pardash ARGS` and which starts nothing: what record
+    takes for a run on its way, or not."""
+    fake = tmp_path / "pardash"
+    fake.write_text("import time\ntime.sleep(600)\n")
+    return subprocess.Popen([sys.executable, str(fake), *args], env=pardash_env())
+
+
+def test_record_stopped_while_it_waits_for_a_run_says_so_not_no_such_run(tmp_path):
+    # Ctrl-C on "waiting for run myrun to appear..." said "error: no live run 'myrun'", exit 2.
+    starting = _never_starting(tmp_path, "hub", "--run-id", "myrun")
+    code = "import sys\nfrom pardash import cli, record\nrecord.FIND_S = 3600.0\nsys.exit(cli.main(sys.argv[1:]))\n"
+    rec = subprocess.Popen([sys.executable, "-c", code, "record", "myrun"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    try:
+        first = rec.stderr.readline()
+        assert first.startswith("pardash record: waiting for run myrun to appear"), first
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+    finally:
+        starting.kill()
+        starting.wait()
+    assert rec.returncode == 130, err
+    assert err.strip() == "pardash record: stopped before the run appeared; nothing was copied", err
+
+
+def test_a_launch_of_a_node_after_the_first_is_no_run_record_waits_for(tmp_path):
+    # Node 1's launch starts no hub (node 0's records the run): record waited its 10 s for it.
+    node1 = _never_starting(tmp_path, "launch", "--nnodes", "2", "--node-rank", "1", "--", "train.py")
+    try:
+        proc = _pardash("record", "myrun", patch=LONG_FIND, cwd=tmp_path)
+    finally:
+        node1.kill()
+        node1.wait()
+    assert (proc.returncode, _one_line(proc)) == (2, "pardash: error: no live run 'myrun'; `pardash ps` lists the live ones")

@@ -441,9 +441,9 @@ def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys)
         said = [e.message for e in hub.core.state.events if isinstance(e, schema.Event) and e.name == "hub"]
         assert sum("no authorised key" in m and "PARDASH_CURVE_DIR" in m for m in said) == 1  # once a minute
         assert set(hub.core.state.ranks) == {0}
-        friend.poll()
-        # the friend's only (one, or another it asked for on a loaded machine: its own count)
-        assert hub.core.snapshots_served == friend.snapshots >= 1
+        # the friend's (one, or another it asked for on a loaded machine, whose answer it drops
+        # once synced); the refused viewers got none, each asserted above
+        assert hub.core.snapshots_served >= 1
         wait_logged(hub)
         msgs, _ = load_log(hub.recorder.path)
         assert {m.rank for m in msgs if m.rank >= 0} == {0}
