@@ -416,3 +416,18 @@ def test_a_node_whose_keys_node_0s_hub_refuses_says_so_at_once(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "node 0's hub at " in err and "refuses this node: it does not admit this node's client key" in err, err
     assert sup.spec.run_id == ""
+
+
+def test_a_run_id_from_node0s_hub_that_names_no_folder_is_not_taken(tmp_path, capsys):
+    # It comes over the network and became a path: "../../escaped" moved node 1's run folder
+    # out of its runs folder (RUN_ID-nodeN beside it).
+    from helpers import serving
+
+    from pardash.telemetry.hub import Hub
+
+    with serving(Hub(run_id="../../escaped", log_path=None)) as hub:
+        sup = SimpleNamespace(spec=SimpleNamespace(remote_hub=hub.ingest_endpoint, curve_dir="", run_id="mine"), _stopping=False)
+        Supervisor.join_remote_hub(sup)
+    assert sup.spec.run_id == ""
+    err = capsys.readouterr().err
+    assert "says its run id is '../../escaped', which names no folder: this node's folder keeps its own name" in err, err

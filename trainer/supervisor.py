@@ -132,6 +132,19 @@ def torchrun_argv(spec: LaunchSpec) -> list[str]:
     return argv + ["--", *command]
 
 
+def _run_id_of_node0(run_id: str, where: str) -> str:
+    """The run id node 0's hub said, where it can name this node's folder (RUN_ID-nodeN) and go
+    in its ranks' messages; else '' (said): it comes over the network, and "../x" would have
+    moved the folder out of the runs folder."""
+    from pardash.telemetry.cliargs import valid_run_id
+
+    if valid_run_id(run_id):
+        return run_id
+    print(f"pardash: node 0's hub at {where} says its run id is {run_id!r}, which names no folder: this node's "
+          "folder keeps its own name and its ranks send with no run id", file=sys.stderr, flush=True)  # fmt: skip
+    return ""
+
+
 class Supervisor:
     """Runs in its own process: hub, then torchrun, then a clean stop."""
 
@@ -251,7 +264,7 @@ class Supervisor:
             while not (client.wait_synced(0.5) or client.refused or self._stopping or time.monotonic() > deadline):
                 pass
             if client.synced:
-                spec.run_id = client.state.run_id
+                spec.run_id = _run_id_of_node0(client.state.run_id, endpoints["snapshot"])
             elif client.refused and not self._stopping:
                 spec.run_id = ""
                 print(f"pardash: node 0's hub at {endpoints['snapshot']} refuses this node: {client.refused.replace('this viewer', 'this node')}; training goes "
@@ -323,7 +336,7 @@ class Supervisor:
         try:
             while not (client.wait_synced(0.5) or client.refused or self._job_over):
                 pass
-            run_id = client.state.run_id if client.synced else ""
+            run_id = _run_id_of_node0(client.state.run_id, self.endpoints["snapshot"]) if client.synced else ""
         finally:
             client.close()
         if not run_id:
