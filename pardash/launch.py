@@ -602,7 +602,8 @@ def _write_result(job, client, code: int, supervisor_code: int, stopped_by: int 
     spec = job.spec
     log = None if spec.remote_hub else (client.stats.log_path or spec.log_path)  # (node > 0: node 0's hub keeps it)
     result = lost_supervisor_result(spec.run_id, code, log, gone=_lost_how(supervisor_code), stopped_by=stopped_by,
-                                    hub_restarts=client.hub_restarts, remote_hub=spec.remote_hub, node_rank=spec.node_rank)  # fmt: skip
+                                    hub_restarts=client.hub_restarts, remote_hub=spec.remote_hub, node_rank=spec.node_rank,
+                                    curve_dir=spec.curve_dir)  # fmt: skip
     try:
         write_result(spec.run_dir, result)
     except OSError as exc:

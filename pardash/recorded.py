@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from typing import TextIO
@@ -129,8 +130,10 @@ def _node_log_elsewhere(folder: str) -> str | None:
     if not isinstance(hub, str) or not hub:
         return None
     run = result.get("run_id") or "RUN_ID"
+    keys = result.get("curve_dir")
+    record = shlex.join([PROG, "record", hub, *(["--curve-dir", keys] if isinstance(keys, str) and keys else [])])
     return (f"{folder}: node {result.get('node_rank', '> 0')}'s telemetry is in node 0's log, kept by node 0's hub at {hub} "
-            f"(there: `{PROG} report {run}`; from here, while the run lives: `{PROG} record {hub}`)")  # fmt: skip
+            f"(there: `{PROG} report {run}`; from here, while the run lives: `{record}`)")  # fmt: skip
 
 
 def _no_log_in(folder: str) -> str:

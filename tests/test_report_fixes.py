@@ -206,3 +206,16 @@ def test_a_straggler_of_one_step_says_its_cost_in_ms_and_one_step():
     s.update(cost_total_s=12.5, steps_charged=400)
     (line,) = straggler_lines({"stragglers": [s]})
     assert "on average, 12.50 s over 400 steps (" in line, line
+
+
+def test_report_on_a_keyed_node_after_the_first_says_a_record_with_its_keys(tmp_path):
+    # "from here, while the run lives: `pardash record tcp://...`": refused by a hub with keys.
+    folder = tmp_path / "runs" / "r1-node1"
+    folder.mkdir(parents=True)
+    result = {"run_id": "r1", "code": 0, "stopped": False, "log": None, "hub_restarts": 0, "hub": "tcp://10.0.0.1:29600",
+              "node_rank": 1, "curve_dir": "/k/my keys"}  # fmt: skip
+    (folder / "result.json").write_text(json.dumps(result))
+    proc = subprocess.run([sys.executable, "-m", "pardash", "report", str(folder)], capture_output=True, text=True,
+                          env=pardash_env(), timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "while the run lives: `pardash record tcp://10.0.0.1:29600 --curve-dir '/k/my keys'`)" in proc.stderr, proc.stderr

@@ -431,3 +431,13 @@ def test_a_run_id_from_node0s_hub_that_names_no_folder_is_not_taken(tmp_path, ca
     assert sup.spec.run_id == ""
     err = capsys.readouterr().err
     assert "says its run id is '../../escaped', which names no folder: this node's folder keeps its own name" in err, err
+
+
+def test_a_keyed_node_after_the_firsts_result_names_the_keys_its_hub_takes():
+    from pardash.trainer.launcher import lost_supervisor_result
+    from pardash.trainer.supervisor import result_fields_of_node
+
+    assert result_fields_of_node("tcp://h:1", 1) == {"log": None, "hub": "tcp://h:1", "node_rank": 1}
+    assert result_fields_of_node("tcp://h:1", 1, "/k") == {"log": None, "hub": "tcp://h:1", "node_rank": 1, "curve_dir": "/k"}
+    lost = lost_supervisor_result("r", 0, None, gone="killed", remote_hub="tcp://h:1", node_rank=2, curve_dir="/k")
+    assert (lost["hub"], lost["node_rank"], lost["curve_dir"]) == ("tcp://h:1", 2, "/k")

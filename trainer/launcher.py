@@ -99,7 +99,7 @@ class Job:
 
 
 def lost_supervisor_result(run_id: str, code: int, log: str | None, *, gone: str, stopped_by: int = 0, hub_restarts: int = 0,
-                           remote_hub: str = "", node_rank: int = 0) -> dict:  # fmt: skip
+                           remote_hub: str = "", node_rank: int = 0, curve_dir: str = "") -> dict:  # fmt: skip
     """A job's result as its supervisor would have written it (its fields), from the viewer that
     saw the job to its end after the supervisor was killed outright: ``code`` is that viewer's
     word for the end (0 every rank finished, 1 one failed, 128 + signal stopped), torchrun's own
@@ -109,7 +109,7 @@ def lost_supervisor_result(run_id: str, code: int, log: str | None, *, gone: str
     result = {"run_id": run_id, "code": code, "stopped": bool(stopped_by), "log": log, "hub_restarts": hub_restarts,
               "supervisor_gone": gone, "written_by": f"pid {os.getpid()}, which followed the job to its end without its supervisor"}  # fmt: skip
     if remote_hub:
-        result.update(result_fields_of_node(remote_hub, node_rank))
+        result.update(result_fields_of_node(remote_hub, node_rank, curve_dir))
     if stopped_by:
         result["stop_t"] = time.time()
         result["stopper"] = stopper_text(stopped_by)

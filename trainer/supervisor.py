@@ -180,7 +180,7 @@ class Supervisor:
         self._learning: threading.Thread | None = None
         self._job_over = False
         """Set as the job ends: the thread of :meth:`_learn_run_id` stops asking."""
-        self._node_result = result_fields_of_node(spec.remote_hub, spec.node_rank) if spec.remote_hub else {}
+        self._node_result = result_fields_of_node(spec.remote_hub, spec.node_rank, spec.curve_dir) if spec.remote_hub else {}
         """Node > 0's own fields of its result.json (it writes no log: node 0's hub keeps it)."""
 
     def start_hub(self, *, resume: bool = False) -> dict:
@@ -753,11 +753,12 @@ class Supervisor:
                 self.hub.kill()
 
 
-def result_fields_of_node(hub: str, node_rank: int) -> dict:
+def result_fields_of_node(hub: str, node_rank: int, curve_dir: str = "") -> dict:
     """A node > 0's result.json fields for the log: none here (``log`` null), node 0's hub at
-    ``hub`` (tcp://HOST:PORT: `pardash attach` and `record` take it) keeps it, and this node's
-    rank, whose ranks' telemetry is in it."""
-    return {"log": None, "hub": hub, "node_rank": node_rank}
+    ``hub`` (tcp://HOST:PORT: `pardash attach` and `record` take it) keeps it, this node's
+    rank, whose ranks' telemetry is in it, and the key folder that hub takes (``curve_dir``,
+    where it has keys: without it, `record` and `attach` are refused)."""
+    return {"log": None, "hub": hub, "node_rank": node_rank, **({"curve_dir": curve_dir} if curve_dir else {})}
 
 
 def _signal_text(signum: int) -> str:
