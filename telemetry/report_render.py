@@ -539,9 +539,9 @@ def render_text(rep: dict, width: int = 10_000) -> str:
             con.print(f"raised at: {rep['failure']['where']}")
     for line in recovered_lines(rep):
         con.print(line)
-    if own_phase_lines(rep):
+    if own := own_phase_lines(rep):
         con.print("the script's own phases (median a step over ranks):")
-        for line in own_phase_lines(rep):
+        for line in own:
             con.print(f"  {line}")
     if custom_lines(rep):
         con.print("other metrics (median over ranks):")
@@ -662,9 +662,9 @@ def render_markdown(rep: dict) -> str:
             out += ["", f"Raised at `{rep['failure']['where']}`."]
     if rep.get("recovered"):
         out += [""] + [f"- {md_text(line)}" for line in recovered_lines(rep)]
-    if own_phase_lines(rep):
+    if own := own_phase_lines(rep):
         out += ["", "## The script's own phases", "", "Medians a step over the ranks that timed each.", ""]
-        out += [f"- {md_text(line)}" for line in own_phase_lines(rep)]
+        out += [f"- {md_text(line)}" for line in own]
     if custom_lines(rep):
         out += ["", "## Other metrics", "", "Medians over the ranks.", ""] + [f"- {md_text(line)}" for line in custom_lines(rep)]
     if checkpoint_lines(rep):
