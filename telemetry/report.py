@@ -68,21 +68,32 @@ class _RecentSteps:
     def __init__(self) -> None:
         self._order: deque[int] = deque()
         self._seen: set[int] = set()
+        self._lows: deque[int] = deque()
+        """The kept steps' running minimum (rising; its first is the lowest kept): a step from
+        further back took min() over the 4096 kept, each time (a resume from an old checkpoint
+        made the report four times slower)."""
 
     def add(self, step: int) -> None:
         if step in self._seen:
             return
         self._seen.add(step)
         self._order.append(step)
+        lows = self._lows
+        while lows and lows[-1] > step:
+            lows.pop()
+        lows.append(step)
         if len(self._order) > self.KEEP:
-            self._seen.discard(self._order.popleft())
+            gone = self._order.popleft()
+            self._seen.discard(gone)
+            if lows[0] == gone:  # (kept steps are distinct)
+                lows.popleft()
 
     def first_time(self, step: int) -> bool:
         """A step below the rank's highest that it has not taken before (one further back than
         the steps kept reach counts as taken again: a resume from far back)."""
         if step in self._seen:
             return False
-        return len(self._order) < self.KEEP or step > min(self._order)
+        return len(self._order) < self.KEEP or step > self._lows[0]
 
 
 def _restart_intervals(attempt_spans: dict[tuple[int, int], list[float]], off) -> list[tuple[float, float]]:

@@ -219,3 +219,24 @@ def test_report_on_a_keyed_node_after_the_first_says_a_record_with_its_keys(tmp_
                           env=pardash_env(), timeout=120)  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "while the run lives: `pardash record tcp://10.0.0.1:29600 --curve-dir '/k/my keys'`)" in proc.stderr, proc.stderr
+
+
+def test_the_reports_recent_steps_tell_a_step_from_far_back_as_a_scan_of_them_does():
+    # Each step from further back than the 4096 kept took min() over all of them (a resume from
+    # an old checkpoint: the report four times slower); the running minimum must say the same.
+    import random
+
+    from pardash.telemetry.report import _RecentSteps
+
+    rng = random.Random(7)
+    recent = _RecentSteps()
+    recent.KEEP = 64
+    kept: list[int] = []
+    for _ in range(5000):
+        step = rng.choice([rng.randrange(0, 400), len(kept) + rng.randrange(-80, 10)])
+        scan = step not in kept and (len(kept) < recent.KEEP or step > min(kept))
+        assert recent.first_time(step) == scan
+        recent.add(step)
+        if step not in kept:
+            kept.append(step)
+            kept = kept[-recent.KEEP :]
