@@ -322,13 +322,16 @@ def cmd_replay(ns: argparse.Namespace) -> int:
     from pardash.recorded import ReadProgress
 
     progress = ReadProgress(ns.log)  # (a first pass over a log of a day's gigabytes takes a minute)
+    # ...and playing it up to --start takes as long again: it said "100%" of the reading meanwhile
+    playing = ReadProgress(ns.log, "playing up to --start in", of_bytes=False)
     try:
-        source = ReplaySource(ns.log, speed=ns.speed, start_s=ns.start, progress=progress)
+        source = ReplaySource(ns.log, speed=ns.speed, start_s=ns.start, progress=progress, start_progress=playing)
     except AttachError as exc:
         progress.close()  # (before the error line, which would go on from the progress line)
         fail(str(exc))
     finally:
         progress.close()
+        playing.close()
     notice = ""
     if ns.start != float("inf") and ns.start > source.duration_s:
         # It opened at the run's end without a word (`--start 99:00:00` of a 5 s run): as if the

@@ -26,7 +26,8 @@ class ReadProgress:
     where stderr is no terminal (a pipe, CI). A report of a 166 MB log takes 3 s, its export
     20 s, and a log of gigabytes minutes, with no word until the end."""
 
-    def __init__(self, log: str, doing: str = "reading", *, out: TextIO | None = None, after_s: float = PROGRESS_AFTER_S) -> None:
+    def __init__(self, log: str, doing: str = "reading", *, out: TextIO | None = None, after_s: float = PROGRESS_AFTER_S,
+                 of_bytes: bool = True) -> None:  # fmt: skip
         from pardash.telemetry.printer import is_terminal
 
         self.out = out or sys.stderr
@@ -34,6 +35,8 @@ class ReadProgress:
         self.label = f"{PROG}: {doing} {os.path.basename(log)}"
         self.from_t = time.monotonic() + after_s
         self.shown = False
+        self.of_bytes = of_bytes
+        """Told bytes (said with the percentage); else another measure (the percentage alone)."""
 
     def __call__(self, done: int, total: int) -> None:
         if not self.on or time.monotonic() < self.from_t:
@@ -41,7 +44,8 @@ class ReadProgress:
         from pardash.telemetry.summary import human_bytes
 
         pct = 100 * done // total if total else 100
-        self.out.write(f"\r{self.label}: {pct}% ({human_bytes(done)} of {human_bytes(total)})\x1b[K")
+        of = f" ({human_bytes(done)} of {human_bytes(total)})" if self.of_bytes else ""
+        self.out.write(f"\r{self.label}: {pct}%{of}\x1b[K")
         self.out.flush()
         self.shown = True
 

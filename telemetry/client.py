@@ -392,6 +392,12 @@ MAX_POLL_GAP_S = 0.5
 """The most replay time one poll moves by (times the speed): a viewer's pause is not skipped."""
 POLL_BUDGET_S = 0.05
 """Wall time a replay's poll may spend making frames (a fast replay of a large run makes many)."""
+SEEK_BUDGET_S = 0.2
+"""Wall time a replay's poll may spend on a seek the viewer asked for, a poll at a time: a seek
+back plays the log again from its start (7 s of a 565 MB log), which froze the screen and its
+keys (`q` too) until done."""
+SEEK_PROGRESS_FRAMES = 256
+"""Frames between two calls of a start seek's progress (``--start``)."""
 HUB_QUIET_S = 3.0
 """A live hub that sent no frame for this long is quiet (it frames at 10 Hz, messages or not):
 the TUI's header and the headless lines say so, their figures as of its last frame."""
@@ -470,11 +476,13 @@ class ReplaySource(FrameApplier):
 
     live = False
 
-    def __init__(self, path: str, *, speed: float = 1.0, frame_s: float = 0.1, start_s: float = 0.0, progress: Progress | None = None) -> None:
+    def __init__(self, path: str, *, speed: float = 1.0, frame_s: float = 0.1, start_s: float = 0.0, progress: Progress | None = None,
+                 start_progress: Progress | None = None) -> None:  # fmt: skip
         """``start_s``: begin that far into the run (past its end: at its end), not at its start;
         ``[`` and ``]`` move 10 s at a time, a long way to the end of a run of hours.
         ``progress``: told how far the first pass over the log is (a log of gigabytes takes a
-        minute)."""
+        minute); ``start_progress``: how far the play up to ``start_s`` is, in milliseconds of
+        the run (it plays every frame before it: as long again as the first pass, and more)."""
         super().__init__()
         self.path = path
         self.speed = speed
@@ -485,6 +493,8 @@ class ReplaySource(FrameApplier):
         self._span = LogSpan()
         self._seek_to: float | None = None
         """Where a seek asked for goes (see :meth:`seek_soon`)."""
+        self._seeking_to: float | None = None
+        """Where a seek the viewer asked for is going, a poll at a time (see :meth:`seek_now`)."""
         self.runs: list[str] = []
         """The run ids the log holds: more than one in a log appended to by hand."""
         self.following = False
@@ -514,7 +524,7 @@ class ReplaySource(FrameApplier):
         """Ranks whose clocks disagree with the hub's: their records play where the hub took them."""
         self._restart()
         if start_s > 0:
-            self.seek(start_s)
+            self.seek(start_s, progress=start_progress)
 
     def _scan(self, records, progress: Progress | None = None) -> None:
         """Take the log's records into its span (``progress``: told every PROGRESS_EVERY records
@@ -563,9 +573,11 @@ class ReplaySource(FrameApplier):
 
     @property
     def position_s(self) -> float:
-        """Seconds into the run: where the replay is, or is about to be (a seek asked for)."""
-        if self._seek_to is not None:
-            return max(0.0, min(self._seek_to, self.duration_s))
+        """Seconds into the run: where the replay is, or is about to be (a seek asked for, or
+        on its way)."""
+        to = self._seek_to if self._seek_to is not None else self._seeking_to
+        if to is not None:
+            return max(0.0, min(to, self.duration_s))
         return self._clock - self.t_start
 
     @property
@@ -621,24 +633,38 @@ class ReplaySource(FrameApplier):
         self._seek_to = position_s
 
     def seek_now(self) -> bool:
-        """Make the jump :meth:`seek_soon` asked for; True when there was one."""
-        if self._seek_to is None:
+        """Make the jump :meth:`seek_soon` asked for, or go on with one under way, for at most
+        SEEK_BUDGET_S of wall time (the viewer's keys and screen go on meanwhile; the polls
+        after go on with it); True when frames were made or a jump began."""
+        if self._seek_to is not None:
+            position, self._seek_to = self._seek_to, None
+            target = self.t_start + max(0.0, min(position, self.duration_s))
+            if target < self._clock:
+                self._restart()
+            self._seeking_to = position
+        elif self._seeking_to is None:
             return False
-        position, self._seek_to = self._seek_to, None
-        self.seek(position)
+        target = self.t_start + max(0.0, min(self._seeking_to, self.duration_s))
+        self._play = target
+        self._advance(target, budget_s=SEEK_BUDGET_S)
+        if self._play >= target:  # there (out of time, _advance holds the play clock where it got to)
+            self._seeking_to = None
+            self._wall = time.monotonic()
         return True
 
-    def seek(self, position_s: float) -> None:
-        """Jump to ``position_s`` seconds into the run (backwards rebuilds from the start)."""
-        self._seek_to = None
+    def seek(self, position_s: float, *, progress: Progress | None = None) -> None:
+        """Jump to ``position_s`` seconds into the run (backwards rebuilds from the start), now;
+        ``progress``: told the milliseconds of the run played so far and those to play, every
+        SEEK_PROGRESS_FRAMES frames."""
+        self._seek_to = self._seeking_to = None
         target = self.t_start + max(0.0, min(position_s, self.duration_s))
         if target < self._clock:
             self._restart()
         self._play = target
-        self._advance(target)
+        self._advance(target, progress=progress)
         self._wall = time.monotonic()
 
-    def _advance(self, target: float, budget_s: float | None = None) -> bool:
+    def _advance(self, target: float, budget_s: float | None = None, progress: Progress | None = None) -> bool:
         """Play the log up to ``target`` (its clock) in frames of ``frame_s`` of the log's own
         time, not of the wall clock: what a frame holds (each rank's newest step, its history
         point) is then the same at any speed, and a replay at 64x ends on the figures one at 1x
@@ -671,6 +697,8 @@ class ReplaySource(FrameApplier):
             self._frames += 1
             self._clock = nxt
             made = True
+            if progress is not None and self._frames % SEEK_PROGRESS_FRAMES == 0:
+                progress(round((self._clock - self.t_start) * 1e3), round((target - self.t_start) * 1e3))
             if budget_s is not None and time.perf_counter() - t0 > budget_s:
                 self._play = min(self._play, self._clock)
                 return made

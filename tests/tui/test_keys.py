@@ -179,21 +179,21 @@ async def test_paging_through_1024_ranks_in_cells():
     app = replay_app("run1024.jsonl")
     async with app.run_test(size=SIZE) as pilot:
         grid = app.screen.query_one(RankGrid)
+        # (each key's move waited for: a loaded machine lays the grid out and scrolls it later)
         await pilot.press("c")  # cells: 1024 ranks are many screens long
-        assert not grid.heat and grid.cursor_rank == 0
+        await until(pilot, lambda: not grid.heat and grid.cursor_rank == 0 and grid.max_scroll_y > 0)
         await pilot.press("pagedown")
+        await until(pilot, lambda: grid.cursor_rank is not None and grid.cursor_rank > 30 and grid.scroll_offset.y > 0)  # a screenful down
         paged = grid.cursor_rank
-        assert paged is not None and paged > 30  # a screenful down
-        assert grid.scroll_offset.y > 0
         await pilot.press("pagedown")
-        assert grid.cursor_rank > paged
+        await until(pilot, lambda: grid.cursor_rank > paged)
         await pilot.press("pageup")
-        assert grid.cursor_rank == paged
+        await until(pilot, lambda: grid.cursor_rank == paged)
         await pilot.press("end")
-        assert grid.cursor_rank == 1023
-        assert grid.scroll_offset.y == grid.max_scroll_y  # the last line is on screen
+        # the last line is on screen
+        await until(pilot, lambda: grid.cursor_rank == 1023 and grid.scroll_offset.y == grid.max_scroll_y > 0)
         await pilot.press("home")
-        assert grid.cursor_rank == 0 and grid.scroll_offset.y == 0
+        await until(pilot, lambda: grid.cursor_rank == 0 and grid.scroll_offset.y == 0)
 
 
 async def test_s_cycles_through_every_order_and_back():

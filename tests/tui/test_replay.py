@@ -1135,3 +1135,41 @@ async def test_ranks_torchrun_is_restarting_show_nothing_of_their_dead_processes
         await pilot.pause()
         alerts = widget_text(app.screen.query_one(AlertList))
         assert "every rank finished, after torchrun restarted the job 1x" in alerts, alerts
+
+
+def _where(src: ReplaySource) -> tuple:
+    """What a replay shows of its ranks, and where its clock is."""
+    return src._clock, {r.rank: (r.step.step if r.step else None, r.steps_seen, r.finished) for r in src.state.ranks.values()}
+
+
+def test_a_seek_the_viewer_asks_for_goes_a_poll_at_a_time_and_ends_where_a_seek_does(monkeypatch):
+    # A seek back plays the log again from its start: 7 s of a 565 MB log, the screen and its
+    # keys (`q` too) frozen meanwhile. Now each poll plays SEEK_BUDGET_S of it; the header says
+    # the position asked for at once.
+    from pardash.telemetry import client
+
+    monkeypatch.setattr(client, "SEEK_BUDGET_S", 0.0)  # one frame a poll
+    src = ReplaySource(str(DATA / "run4.jsonl"))
+    src.seek(src.duration_s)
+    src.paused = True
+    want = ReplaySource(str(DATA / "run4.jsonl"))
+    want.seek(12.0)
+    src.seek_soon(12.0)
+    assert src.poll() and src.position_s == 12.0  # began: from the log's start again
+    polls = 1
+    while _where(src) != _where(want):
+        assert src.poll()
+        assert src.position_s == 12.0
+        polls += 1
+        assert polls < 10_000
+    assert polls > 10 and not src.poll()  # there, and paused: nothing more
+    assert not src.seek_now()
+
+
+def test_a_replay_started_far_in_says_how_far_its_play_up_to_there_is():
+    # `replay --start end` of a long log played every frame up to its end with "reading: 100%"
+    # on the terminal for as long again as the reading took.
+    told: list[tuple[int, int]] = []
+    src = ReplaySource(str(DATA / "run4.jsonl"), start_s=29.0, start_progress=lambda done, total: told.append((done, total)))
+    assert src.position_s == 29.0
+    assert told and all(0 < done <= total == 29_000 for done, total in told), told
