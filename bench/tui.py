@@ -37,6 +37,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -541,6 +542,13 @@ def _slope_per_1000(samples: list[tuple[int, int, int]]) -> float:
 def measure_rss(ranks: int, steps: int) -> dict:
     """Run both sides in processes of their own; return their samples and slopes."""
     tmp = tempfile.mkdtemp(prefix="pardash-bench-rss-")
+    try:
+        return _measure_rss_in(tmp, ranks, steps)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # (each run left its folder in /tmp)
+
+
+def _measure_rss_in(tmp: str, ranks: int, steps: int) -> dict:
     endpoint = f"ipc://{tmp}/frames"
     hub_out, viewer_out = os.path.join(tmp, "hub.json"), os.path.join(tmp, "viewer.json")
     code = "import sys, bench.tui as b; getattr(b, sys.argv[1])(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])"
