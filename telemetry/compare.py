@@ -61,6 +61,8 @@ def _max_rank(rep: dict, key: str) -> float | None:
 def _value(rep: dict, key: str) -> float | None:
     if key.startswith("phase:"):
         return rep.get("phases", {}).get(key[6:])
+    if key.startswith("own_phase:"):
+        return (rep.get("custom_phases") or {}).get(key[10:])
     if key in ("stragglers", "stalls", "recovered"):
         return len(rep.get(key) or [])
     if key == "exits":  # the report's exits but those it says were stopped (role)
@@ -78,6 +80,13 @@ def _value(rep: dict, key: str) -> float | None:
     if key in ("lost_messages", "skipped_lines") or key.endswith("_per_s") or key == "median_step_s":
         return rep.get(key)
     return _max_rank(rep, key)
+
+
+def _own_phase_metrics(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
+    """A row for each phase of the scripts' own (``pt.phase("augment")``) that either run timed,
+    after the known phases (A's order, then B's new ones)."""
+    names = dict.fromkeys([*(a.get("custom_phases") or {}), *(b.get("custom_phases") or {})])
+    return [(f"own_phase:{name}", f"  {name} (the script's own)", "s", "lower") for name in names]
 
 
 def _verdict(a: float | None, b: float | None, better: str) -> str:
@@ -106,7 +115,7 @@ def compare_reports(a: dict, b: dict) -> dict:
     """Two reports side by side: every metric with A, B, B - A, B / A - 1 and a verdict."""
     rows: list[dict[str, Any]] = []
     sections = (
-        ("throughput and time", _RUN_METRICS),
+        ("throughput and time", _RUN_METRICS + _own_phase_metrics(a, b)),
         ("loss (median over ranks)", _LOSS_METRICS),
         ("memory per rank (largest rank)", _MEMORY_METRICS),
         ("health", _HEALTH_METRICS),

@@ -276,3 +276,25 @@ async def test_the_rank_detail_screen_shows_the_scripts_phases_whole(tmp_path, s
         assert bars.region.height == len(lines) + 2  # every row drawn (within its border)
         figures = app.screen.query_one("#figures")
         assert figures.region.right <= size[0] and app.screen.query_one("#logged").display
+
+
+def test_compare_sets_two_runs_own_phases_side_by_side(tmp_path):
+    # `report --compare` left the scripts' own phases out (the report has them).
+    from pardash.telemetry.compare import compare_reports, render_compare_text
+
+    def log(name: str, augment_s: float, extra: dict[str, float]) -> str:
+        path = tmp_path / f"{name}.jsonl"
+        lines = [schema.Hello(run=name, rank=r, seq=0, world_size=2, strategy="ddp", t=1.0e9) for r in (0, 1)]
+        lines += [
+            schema.Step(run=name, rank=r, seq=i, step=i, t=1.0e9 + i * 0.1, step_s=0.1, samples=8, phases={"augment": augment_s, **extra})
+            for i in range(1, 21) for r in (0, 1)
+        ]  # fmt: skip
+        path.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in lines))
+        return str(path)
+
+    a, b = build_report(log("a", 0.02, {})), build_report(log("b", 0.01, {"loss_scale": 0.003}))
+    rows = {r["metric"]: r for r in compare_reports(a, b)["rows"]}
+    assert (rows["own_phase:augment"]["a"], rows["own_phase:augment"]["b"], rows["own_phase:augment"]["verdict"]) == (0.02, 0.01, "better")
+    assert rows["own_phase:loss_scale"]["a"] is None and rows["own_phase:loss_scale"]["b"] == 0.003
+    text = render_compare_text(compare_reports(a, b))
+    assert "augment (the script's own)" in text and "loss_scale (the script's own)" in text, text
