@@ -14,7 +14,7 @@ import traceback
 from typing import Sequence
 
 from pardash.launch import cmd_launch
-from pardash.parser import BENCH_STEPS, PROG, build_parser, fail
+from pardash.parser import BENCH_STEPS, PROG, build_parser, command, fail
 from pardash.preflight import check_hub_ports, check_insecure_with_keys, check_prometheus, gpu_count, headless_without_terminal
 from pardash.record import cmd_record, run_over_or
 from pardash.recorded import cmd_export, cmd_report, find_log
@@ -286,14 +286,9 @@ def _attach_again(client, ns: argparse.Namespace) -> str:
     --curve-dir a hub with keys refused it): by its id (a bare `pardash attach` picks whichever
     run is live then, maybe another), or the hub's address it was given (another machine's:
     no id here)."""
-    import shlex
-
     from pardash.telemetry.client import hub_address
 
-    words = [PROG, "attach", hub_address(ns.target) or client.run_id or ns.target or ""]
-    if ns.curve_dir:
-        words += ["--curve-dir", ns.curve_dir]
-    return shlex.join(w for w in words if w)
+    return command("attach", hub_address(ns.target) or client.run_id or ns.target or "", curve_dir=ns.curve_dir)
 
 
 def _check_log(path: str) -> None:

@@ -8,6 +8,7 @@ a flag is spelled in one place whichever command takes it.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import NoReturn
 
@@ -16,6 +17,14 @@ from pardash.telemetry import cliargs
 PROG = "pardash"
 BENCH_STEPS = 50
 """Steps each strategy of ``pardash bench`` runs unless --steps or --epochs says otherwise."""
+
+
+def command(verb: str, *words: str, curve_dir: str | None = None) -> str:
+    """``pardash VERB WORDS... [--curve-dir DIR]`` as a shell reads it (empty words left out):
+    a command pardash suggests, with the keys a hub that has them needs (hints without
+    --curve-dir failed as printed)."""
+    keys = ["--curve-dir", curve_dir] if curve_dir else []
+    return shlex.join([PROG, verb, *(w for w in words if w), *keys])
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

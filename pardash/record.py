@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import signal
 import sys
 import time
 
-from pardash.parser import PROG, fail
+from pardash.parser import PROG, command, fail
 from pardash.recorded import LOG_NAME
 from pardash.telemetry import logfeed, registry
 from pardash.telemetry.client import AttachError, hub_address, resolve, unanswered, viewer_keys
@@ -23,14 +22,12 @@ def _mb(n: int) -> str:
 def _again(ns: argparse.Namespace, run: str) -> str:
     """The command that carries this copy on: the same run, into the same file, with the same
     keys (a hint without --curve-dir got no answer from a hub with keys)."""
-    words = [PROG, "record", ns.target or run]
+    words = [ns.target or run]
     if ns.output:
         words += ["-o", ns.output]
     elif os.path.abspath(ns.runs_dir) != os.path.abspath("runs"):  # (the copy is RUNS_DIR/<run id>/...)
         words += ["--runs-dir", ns.runs_dir]
-    if ns.curve_dir:
-        words += ["--curve-dir", ns.curve_dir]
-    return shlex.join(words)
+    return command("record", *words, curve_dir=ns.curve_dir)
 
 
 FIND_S = 10.0

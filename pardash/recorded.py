@@ -7,12 +7,11 @@ import argparse
 import json
 import math
 import os
-import shlex
 import sys
 import time
 from typing import TextIO
 
-from pardash.parser import PROG, fail
+from pardash.parser import PROG, command, fail
 from pardash.telemetry import registry
 
 
@@ -135,7 +134,7 @@ def _node_log_elsewhere(folder: str) -> str | None:
         return None
     run = result.get("run_id") or "RUN_ID"
     keys = result.get("curve_dir")
-    record = shlex.join([PROG, "record", hub, *(["--curve-dir", keys] if isinstance(keys, str) and keys else [])])
+    record = command("record", hub, curve_dir=keys if isinstance(keys, str) else None)
     return (f"{folder}: node {result.get('node_rank', '> 0')}'s telemetry is in node 0's log, kept by node 0's hub at {hub} "
             f"(there: `{PROG} report {run}`; from here, while the run lives: `{record}`)")  # fmt: skip
 
