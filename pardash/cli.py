@@ -504,7 +504,10 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
                     print(f"{PROG}: its hub ended ({how}) at step {st.step}: the simulation stopped", flush=True)
                     code = 1
                 elif f is not None:
+                    # Exits as `attach --headless` does on a failed run (it exited 0: a script
+                    # trying its alerting on a simulated crash saw success).
                     print(f"{PROG}: simulated failure: {failure_line(f)}", flush=True)
+                    code = 1
                 else:
                     print(f"{PROG}: done, {len(st.ranks)} rank(s), step {st.step}", flush=True)
         else:

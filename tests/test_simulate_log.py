@@ -61,6 +61,15 @@ def test_explicit_log_path_is_kept(tmp_path):
     assert target.stat().st_size > 0 and f"log {target}, about" in p.stdout
 
 
+def test_a_simulated_crash_exits_1_as_a_failed_run_does(tmp_path):
+    # It said "simulated failure" and exited 0: a script trying its alerting on the crash saw success.
+    p = subprocess.run([sys.executable, "-m", "pardash", *SIM, "--crash", "1@5"],
+                       capture_output=True, text=True, env=pardash_env(), cwd=tmp_path, timeout=120)  # fmt: skip
+    last = p.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("pardash: simulated failure: rank 1 exited with code 1 at step 5"), p.stdout
+    assert p.returncode == 1, p.stderr
+
+
 def test_projection_at_1024_ranks_is_hundreds_of_megabytes_a_minute():
     # The figure the issue saw: 9.5 GB in 23 minutes at 1024 ranks x 10 steps/s.
     per_minute = log_bytes_per_minute(SimConfig(ranks=1024, rate_hz=10.0))
