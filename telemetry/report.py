@@ -6,6 +6,10 @@ last_loss/params_bytes/params_full_bytes, ``stragglers`` with rank/kind, ``exits
 rank/code, ``lost_messages``, ``strategy``, ``world_size``) are a contract: later additions
 extend them, never rename them.
 
+Medians of a rank's step and phase times are exact up to ``figures.EXACT`` (4,096) steps a
+rank and within 0.05 % past them, so the report's memory does not grow with the run's length
+times its ranks (telemetry/figures.py).
+
 What the report answers, beyond the per-rank table:
 
 - the script's own phases (``pt.phase("augment")``, ``Step.phases``): ``custom_phases``, the
@@ -36,12 +40,13 @@ from __future__ import annotations
 import bisect
 import re
 import statistics
-from array import array
 from collections import defaultdict, deque
 from typing import Any
 
 from . import schema
 from .clocks import RankClocks, is_hub_side
+from .figures import EXACT as FIGURES_KEPT
+from .figures import Figures
 from .logreader import LogReadStats, Progress, read_log
 from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, md_table, render_markdown, render_text
@@ -52,11 +57,10 @@ from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes,
 
 
 
-def _median(values: list[float | None] | array) -> float | None:
-    """The median of the figures given (None: unknown, left out; an array holds no None)."""
-    if not isinstance(values, array):
-        values = [v for v in values if v is not None]
-    return statistics.median(values) if len(values) else None
+def _median(values: list[float | None]) -> float | None:
+    """The median of the figures given (None: unknown, left out)."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 class _RecentSteps:
@@ -211,11 +215,12 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     state = RunState(track_seq=True)
     state.events = deque()  # the report needs every event and verdict, not the last 500
     state.lifecycle_limit = None
-    # Every step's time and phases, for exact medians: as C doubles (8 bytes a figure, where a
-    # list of floats takes 32), since a log of a day holds millions of steps.
-    step_s: dict[int, array] = defaultdict(lambda: array("d"))
-    phases: dict[int, dict[str, array]] = defaultdict(lambda: defaultdict(lambda: array("d")))
-    own_phases: dict[int, dict[str, array]] = defaultdict(dict)
+    # Every step's time and phases, for their medians: exact up to figures.EXACT steps a rank,
+    # within 0.05 % past them, in bounded memory (a log of a day holds millions of steps: kept
+    # one by one, as C doubles, 256 ranks' took 10 GB).
+    step_s: dict[int, Figures] = defaultdict(Figures)
+    phases: dict[int, dict[str, Figures]] = defaultdict(lambda: defaultdict(Figures))
+    own_phases: dict[int, dict[str, Figures]] = defaultdict(dict)
     """rank -> every step's seconds of each phase of the script's own (``Step.phases``), by name
     in the order the rank first timed them."""
     samples: dict[int, int] = defaultdict(int)
@@ -319,7 +324,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                     else:
                         stepped[0] = min(stepped[0], msg.t - msg.step_s)
                         stepped[1] = max(stepped[1], msg.t)
-            step_s[msg.rank].append(msg.step_s)
+            fig = step_s[msg.rank]
+            kept = fig.values
+            kept.append(msg.step_s)  # (Figures.append, as it costs where it is hot)
+            if len(kept) >= FIGURES_KEPT:
+                fig.fold()
             if msg.step <= top_step.get(msg.rank, -1) and not recent[msg.rank].first_time(msg.step):
                 rerun[msg.rank] += 1
             else:
@@ -346,16 +355,21 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             for name, x in msg.custom.items():
                 custom_first[name].setdefault(msg.rank, x)
                 custom_last[name][msg.rank] = x
+            rank_phases = phases[msg.rank]
             for p in PHASES:
                 v = getattr(msg, p)
                 if v is not None:
-                    phases[msg.rank][p].append(v)
+                    fig = rank_phases[p]
+                    kept = fig.values
+                    kept.append(v)
+                    if len(kept) >= FIGURES_KEPT:
+                        fig.fold()
             if msg.phases:
                 own = own_phases[msg.rank]
                 for name, x in msg.phases.items():
                     times = own.get(name)
                     if times is None:
-                        times = own[name] = array("d")
+                        times = own[name] = Figures()
                     times.append(x)
             if msg.self_s is not None:
                 arrivals.see(msg.step, msg.rank, msg.self_s)
@@ -482,7 +496,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             # (a log its hub closed with the rank still going: its end was never heard, as when
             # another node's hub stopped first; "running" read as if it still were)
             "status": "no exit" if closed and not (r.finished or r.exit_code is not None) else r.status,
-            "steps": len(step_s.get(rank, [])) - rerun.get(rank, 0),
+            "steps": len(step_s.get(rank, ())) - rerun.get(rank, 0),
             "steps_rerun": rerun.get(rank, 0),
             # Steps between its first and last that the log lacks: when messages were lost (a
             # hub restarted: what the ranks sent while it was down), "steps 1475 (last step 1500)"
@@ -492,7 +506,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             "last_step": r.last_step,
             "last_loss": r.step.loss if r.step else None,
             "first_loss": first_loss.get(rank),
-            "median_step_s": _median(step_s.get(rank, [])),
+            "median_step_s": step_s[rank].median() if rank in step_s else None,
             "samples": samples.get(rank, 0),
             "params_bytes": mem.params_bytes if mem else None,
             "params_full_bytes": mem.params_full_bytes if mem else None,
@@ -509,10 +523,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             "restarts": r.restarts,
         }
         for p in PHASES:
-            row[f"median_{p}"] = _median(phases[rank].get(p, []))
+            row[f"median_{p}"] = phases[rank][p].median() if p in phases[rank] else None
         # The script's own phases (pt.phase("augment")), by name: in a dict of their own, as
         # a name is the script's (one named "step" is no median_step_s).
-        row["custom_phases"] = {name: _median(times) for name, times in own_phases[rank].items()} if rank in own_phases else {}
+        row["custom_phases"] = {name: times.median() for name, times in own_phases[rank].items()} if rank in own_phases else {}
         if rank in loss_bad and row["last_loss"] is None:
             # Diverged: its last loss is NaN, not unknown ("-" read as a loss never measured,
             # and --compare set a diverged run beside a good one without a word).
@@ -597,7 +611,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "stragglers": stragglers,
         # Data-loading verdicts that moved from one rank to another, where every rank's loader
         # took alike time: the job is data-bound, no rank's loader slower (None: not so).
-        "data_bound": _data_bound(stragglers, {r: (sum(phases[r].get("data_s", ())), sum(v)) for r, v in step_s.items()},
+        "data_bound": _data_bound(stragglers, {r: (phases[r]["data_s"].total() if "data_s" in phases[r] else 0.0, v.total()) for r, v in step_s.items()},
                                   epoch_starts),
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
