@@ -94,6 +94,19 @@ def cmd_keys(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _ps_progress(progress: object) -> tuple[str, str, str]:
+    """(step, samples/s, what its stuck ranks are: "2 stalled", or '') from where a hub last said
+    its run was (registry.PROGRESS_EVERY_S); '-' where it has not said yet."""
+    if not isinstance(progress, dict):
+        return "-", "-", ""
+    step, total, rate = progress.get("step"), progress.get("steps"), progress.get("samples_per_s")
+    step_text = "-" if not isinstance(step, int) else f"{step}/{total}" if isinstance(total, int) else str(step)
+    rate_text = f"{rate:,.0f}" if isinstance(rate, (int, float)) and rate > 0 else "-"
+    ranks = progress.get("ranks") if isinstance(progress.get("ranks"), dict) else {}
+    stuck = ", ".join(f"{n} {s}" for s, n in sorted(ranks.items()) if s in ("stalled", "silent") and isinstance(n, int))
+    return step_text, rate_text, stuck
+
+
 def cmd_ps(ns: argparse.Namespace) -> int:
     runs = registry.live_runs()
     if ns.json:
@@ -104,7 +117,7 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         return 0
     from pardash.tui.format import fmt_duration  # (plain functions: no textual)
 
-    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'KEYS':5} {'JOB':9} INGEST                  LOG")
+    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} {'JOB':10} INGEST                  LOG")
     now = time.time()
     for e in runs:
         age = fmt_duration(now - e.get("started", now))
@@ -113,9 +126,12 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         job = "running" if result is None else "stopped" if result.get("stopped") else f"ended {result.get('code', '?')}"
         # A hub with CURVE keys answers only viewers given them: say so, not "no answer" later.
         keys = "curve" if e.get("curve") else "-" if "curve" in e else "?"
+        step, rate, stuck = _ps_progress(e.get("progress"))
+        if result is None and stuck:
+            job = stuck  # (its ranks stalled or silent: "running" read as if it trained on)
         print(
             f"{e.get('run_id', ''):24} {e.get('strategy', '') or '-':9} {e.get('world_size', '-')!s:>5} "
-            f"{age:>7} {keys:5} {job:9} {e.get('ingest', ''):23} {e.get('log', '')}"
+            f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:10} {e.get('ingest', ''):23} {e.get('log', '')}"
         )
     if any(e.get("curve") for e in runs):
         print(f"KEYS curve: a hub that takes only viewers with its keys; give `{PROG} attach` and `{PROG} record` --curve-dir DIR (or set PARDASH_CURVE_DIR)")

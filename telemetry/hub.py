@@ -608,6 +608,16 @@ def _unmake(made: list[str]) -> None:
             pass
 
 
+def _progress(st) -> dict:
+    """Where a run is, for `pardash ps`: the slowest running rank's step, of how many (where the
+    trainer said), samples a second now, the ranks by state, and when this was so."""
+    from .summary import samples_per_s
+
+    total = (st.hello.config or {}).get("steps") if st.hello else None
+    return {"step": st.step, "steps": total if isinstance(total, int) and total > 0 else None,
+            "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "t": round(time.time(), 1)}  # fmt: skip
+
+
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
     if ns.log and (ns.log.endswith(("/", os.sep)) or os.path.isdir(ns.log)):
         # As a launch says it (it read "cannot write adir: Is a directory; choose a writable --log").
@@ -763,6 +773,17 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
                 registry.update(run_id, log=now)
 
         each_frame.append(follow_log)
+    if entry is not None:
+        # `pardash ps` shows where each run is from its entry (no hub asked, keys or not).
+        told = [0.0]
+
+        def tell_ps() -> None:
+            now = time.monotonic()
+            if now - told[0] >= registry.PROGRESS_EVERY_S:
+                told[0] = now
+                registry.update(run_id, progress=_progress(hub.core.state))
+
+        each_frame.append(tell_ps)
     if textfile is not None:
         # The writer's thread keeps its failure for the loop to say: the hub's notes are the
         # loop's to make (event log and viewers; its stderr too for a hub alone).

@@ -94,6 +94,10 @@ def entry(run_id: str) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
+PROGRESS_EVERY_S = 5.0
+"""How often a hub writes where its run is (``progress``) into its entry."""
+
+
 def update(run_id: str, **fields: object) -> None:
     """Merge fields into a run's entry (no-op if it is gone, damaged or cannot be written: the
     listing is a convenience, never a reason for a hub to stop)."""

@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import hub_alone, wait_for
+from helpers import hub_alone, live_ranks, wait_for
 
 from pardash import cli
 from pardash.telemetry import registry
@@ -100,3 +100,36 @@ def test_a_hub_whose_start_time_reads_otherwise_after_a_clock_step_is_still_live
     finally:
         hub_like.kill()
         hub_like.wait()
+
+
+def test_ps_says_how_far_a_live_run_is_from_its_hubs_word(tmp_path, capsys):
+    # `ps` listed a run's age and address, not how far it had got nor how fast it went.
+    proc, info = hub_alone(tmp_path / "run.jsonl", "far-run")
+    try:
+        live_ranks(info, "far-run", tmp_path / "run.jsonl", steps=7)
+        # (the hub says it every registry.PROGRESS_EVERY_S)
+        wait_for(lambda: ((registry.entry("far-run") or {}).get("progress") or {}).get("step") == 7, timeout_s=60)
+        assert cli.main(["ps"]) == 0
+        head, *rows = capsys.readouterr().out.splitlines()
+        assert head.split()[4:6] == ["STEP", "SAMPLES/S"]
+        row = next(r for r in rows if r.startswith("far-run "))
+        assert row.split()[4] == "7" and row.split()[7] == "running", row
+        assert registry.entry("far-run")["progress"]["ranks"] == {"running": 2}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_ps_says_a_runs_step_of_its_steps_its_rate_and_ranks_stuck(capsys):
+    # A hung run read "running" in `ps`, as one that trains on.
+    now = time.time()
+    progress = {"step": 59, "steps": 300, "samples_per_s": 1093.2, "ranks": {"stalled": 2, "exited": 1}, "t": now}
+    registry.register({"run_id": "hung-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": progress})
+    registry.register({"run_id": "new-run", "pid": os.getpid(), **ENDS, "curve": False})
+    assert cli.main(["ps"]) == 0
+    head, *rows = capsys.readouterr().out.splitlines()
+    row = {r.split()[0]: r for r in rows}
+    step_end, job_at = head.index("STEP") + len("STEP"), head.index("JOB")
+    assert row["hung-run"][:step_end].split()[-1] == "59/300" and row["hung-run"].split()[5] == "1,093", rows
+    assert row["hung-run"][job_at:].startswith("2 stalled "), rows
+    assert row["new-run"].split()[4:6] == ["-", "-"] and row["new-run"][job_at:].startswith("running "), rows
