@@ -781,7 +781,10 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
             now = time.monotonic()
             if now - told[0] >= registry.PROGRESS_EVERY_S:
                 told[0] = now
-                registry.update(run_id, progress=_progress(hub.core.state))
+                try:
+                    registry.update(run_id, progress=_progress(hub.core.state))
+                except Exception:  # (the listing is a convenience, never a reason for a hub to stop)
+                    pass
 
         each_frame.append(tell_ps)
     if textfile is not None:
