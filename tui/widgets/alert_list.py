@@ -149,6 +149,11 @@ class AlertList(FittedWidth, CachedStyles, Widget):
         else:
             items = [(self._line(shown_kind(a), GLYPHS[shown_kind(a)] + " ", a.text), (a,)) for a in alerts]
         hidden: list[Alert] = []
+        if len(items) > rows == 1:
+            # One row (a short or stacked side area): the first alert's own line, the cause,
+            # with how many more where it leaves room; "+2 more ranks exited" alone named no
+            # rank, under a grid that showed them all exited.
+            return [self._first_of(items, width)]
         if len(items) > rows:
             hidden = [a for _, said in items[rows - 1 :] for a in said]
             items = items[: rows - 1]
@@ -161,6 +166,19 @@ class AlertList(FittedWidth, CachedStyles, Widget):
         if hidden:
             out.append(_ellipsized(Text(more_text(hidden, width), style=self._s("stopped")), width))
         return out
+
+    def _first_of(self, items: list[tuple[Text, list[Alert]]], width: int) -> Text:
+        """The first item on one line of ``width`` cells, "+N more" after it where the item
+        keeps most of the line (it is cut with "…" first)."""
+        head = _rstripped(items[0][0])
+        n = sum(len(said) for _, said in items[1:])
+        more = Text(f" +{n} more", style=self._s("stopped"))
+        room = width - more.cell_len
+        if head.cell_len <= room:
+            return head + more
+        if room >= max(20, width * 2 // 3):
+            return _ellipsized(head, room) + more
+        return _ellipsized(head, width)
 
     def _folded(self) -> list[tuple[Text, list[Alert]]]:
         """One line per kind (exited ranks: the first to exit on its own line, the others by

@@ -1,0 +1,41 @@
+"""What a review in small terminals found: a one-row alerts panel that named no rank, a one-row
+event log that showed the tail of an event, a selected-rank line that dropped the status, a
+rank detail's band cut into another meaning, and a header that dropped "at the end"."""
+
+from __future__ import annotations
+
+from tui_helpers import replay_app, strip_text, widget_text
+
+STACKED = (60, 20)
+
+
+def _shown(widget) -> list[str]:
+    """A widget's visible content lines, as drawn."""
+    return [strip_text(widget.render_line(y)).rstrip() for y in range(widget.content_region.height)]
+
+
+async def test_a_one_row_alerts_panel_names_the_cause():
+    # At 60x20 the alerts had one row and said "+4 more ranks: 1 exited, 3 waiting": no rank,
+    # where 71x24 said "× rank 1 exited with code 1 …".
+    from pardash.tui.widgets.alert_list import AlertList
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=STACKED) as pilot:
+        await pilot.pause()
+        alerts = app.screen.query_one(AlertList)
+        lines = widget_text(alerts).splitlines()
+        assert alerts.max_rows == 1 and len(lines) == 1, lines
+        assert lines[0].startswith("× rank 1 exited with code 1"), lines
+        assert len(lines[0]) <= alerts.content_region.width and lines[0].endswith("+3 more"), lines
+
+
+async def test_one_row_of_alerts_cuts_the_cause_rather_than_leave_it_out():
+    from pardash.tui.widgets.alert_list import AlertList
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        alerts = app.screen.query_one(AlertList)
+        for width in (12, 30, 56, 200):
+            (line,) = alerts.fitted(width, 1)
+            assert line.cell_len <= width and line.plain.startswith("× rank 1"), (width, line.plain)
