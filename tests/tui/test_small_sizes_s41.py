@@ -39,3 +39,26 @@ async def test_one_row_of_alerts_cuts_the_cause_rather_than_leave_it_out():
         for width in (12, 30, 56, 200):
             (line,) = alerts.fitted(width, 1)
             assert line.cell_len <= width and line.plain.startswith("× rank 1"), (width, line.plain)
+
+
+async def test_a_one_row_event_log_shows_the_start_of_the_newest_event():
+    # Stacked below 72 columns the log had one row and showed the newest event's last wrapped
+    # line: "s without progress)", no time, no rank.
+    from pardash.tui.widgets.event_log import EventLog
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=STACKED) as pilot:
+        await pilot.pause()
+        events = app.screen.query_one(EventLog)
+        assert events.scrollable_content_region.height == 1
+        (line,) = _shown(events)
+        assert line.startswith("00:19 ranks 0, 2-3 stalled in backward"), line
+        assert line.endswith("…") and len(line) <= events.scrollable_content_region.width, line
+        # Taller again, the events wrap whole as before.
+        await pilot.resize_terminal(100, 40)
+        await pilot.pause()
+        await pilot.pause()
+        shown = _shown(events)
+        assert events.scrollable_content_region.height > 2
+        assert not any(line.endswith("…") for line in shown), shown
+        assert any(line.endswith("without progress)") for line in shown), shown

@@ -119,6 +119,8 @@ class EventLog(CachedStyles, RichLog):
         self._last_hseq = -1
         self._state: RunState | None = None
         self._wrapped_at = 0
+        self._cut_at = 0
+        """The width lines are cut at, one an event (see CUT_ROWS), or 0: wrapped."""
         self._zero_known = False
         """Whether the lines written carry the run's clock (see :meth:`sync`)."""
 
@@ -131,14 +133,24 @@ class EventLog(CachedStyles, RichLog):
         # lets go of the anchor; the next line written takes it again, as before.
         self.anchor()
 
+    CUT_ROWS = 2
+    """Rows up to which each event takes one line, cut with "…": kept at its last line, a
+    wrapped event showed its tail ("rejected", "(5 s without progress)"), no time, no rank."""
+
+    def _cut_width(self) -> int:
+        region = self.scrollable_content_region
+        return region.width if self._size_known and 0 < region.height <= self.CUT_ROWS else 0
+
     def on_resize(self) -> None:
         # Lines are wrapped to the width they were written at: rewrap them at the new one (lines
-        # written while the log was hidden were wrapped at min_width).
+        # written while the log was hidden were wrapped at min_width); cut, or wrapped again,
+        # as the height comes to or leaves CUT_ROWS.
         width = self.scrollable_content_region.width
-        if width != self._wrapped_at:
-            if self.lines:
-                self._rewrite(None)
+        cut = self._cut_width()
+        if width != self._wrapped_at or cut != self._cut_at:
             self._wrapped_at = width
+            if self.lines or self._state is not None:
+                self._rewrite(None)
 
     def _rewrite(self, _theme: object) -> None:
         if self._state is not None:
@@ -194,9 +206,18 @@ class EventLog(CachedStyles, RichLog):
         if known != self._zero_known:
             self._zero_known = known
             self._state_id = 0  # (written again, on the run's clock)
+        cut = self._cut_width()
+        if cut != self._cut_at:
+            self._cut_at = cut
+            self._state_id = 0  # (written again, cut or wrapped)
         mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
         for m, ranks, took in group_alike(mine):
             text, style = describe(m, ranks, took)
             text = tame(text)
             t = m.t - zero if known and m.t and zero else None
-            self.write(Text.assemble((fmt_clock(t) + " ", self._s("time")), (text, self._s(style))))
+            line = Text.assemble((fmt_clock(t) + " ", self._s("time")), (text, self._s(style)))
+            if cut:
+                line.truncate(cut, overflow="ellipsis")
+                self.write(line, width=cut)
+            else:
+                self.write(line)
