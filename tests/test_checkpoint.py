@@ -175,6 +175,18 @@ def test_a_killed_ddp_run_resumed_by_hand_continues_from_its_checkpoint(tmp_path
     assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000030"]
 
 
+def test_a_resume_from_a_folder_whose_only_save_never_completed_says_so(tmp_path):
+    # It said "no checkpoint in ckpt yet; starting at step 1" of a folder holding a save killed
+    # as it was written, as if nothing had ever been saved there.
+    ckpt = tmp_path / "ckpt"
+    checkpoint.step_path(ckpt, 20).mkdir(parents=True)
+    run, _ = trained(tmp_path, "only-unfinished", "--strategy", "single", "--steps", "2", "--checkpoint-dir", str(ckpt), "--resume")
+    assert run.returncode == 0, run.stderr[-3000:]
+    said = [line for line in run.stdout.splitlines() if line.startswith("resume:")]
+    assert said == [f"resume: {checkpoint.step_path(ckpt, 20)} is a save that never completed (stopped as it was written): not used",
+                    f"resume: no checkpoint in {ckpt} yet; starting at step 1"], run.stdout  # fmt: skip
+
+
 @pytest.mark.slow
 def test_single_process_saves_plainly_and_resumes_on_the_same_curve(tmp_path):
     # One process, as a single run is (its launch's torchrun and hub aside: the tests above).

@@ -69,6 +69,9 @@ def resume(
     if found is None:
         if cfg.resume:
             if is_master:
+                # (a folder holding only a save killed as it was written read "no checkpoint yet")
+                for path in checkpoint.unfinished_after(cfg.checkpoint_dir, -1):
+                    print(f"resume: {path} is a save that never completed (stopped as it was written): not used", flush=True)
                 print(f"resume: no checkpoint in {cfg.checkpoint_dir} yet; starting at step 1", flush=True)
         else:
             _starts_over(reporter, is_master, f"resume: torchrun restart {restart}: no checkpoint of this job in "
