@@ -62,3 +62,23 @@ async def test_a_one_row_event_log_shows_the_start_of_the_newest_event():
         assert events.scrollable_content_region.height > 2
         assert not any(line.endswith("…") for line in shown), shown
         assert any(line.endswith("without progress)") for line in shown), shown
+
+
+async def test_the_selected_rank_line_shortens_a_hung_ranks_status_rather_than_drop_it():
+    # At 80x24 the line under the grid read "rank 0        ⏎ detail" for a rank stalled in
+    # backward, waiting for rank 1: the status did not fit whole and went.
+    from pardash.tui.widgets.selected_rank import SelectedRank
+
+    app = replay_app("exited4.jsonl")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        selected = app.screen.query_one(SelectedRank)
+        assert selected.row is not None and selected.row.rank == 0
+        (line,) = _shown(selected)
+        assert line.startswith("rank 0 · stalled, waiting for rank 1"), line
+        for width in (14, 20, 30):
+            runs, used = selected._runs(width)
+            text = "".join(t for t, _ in runs)
+            assert used <= width and text.startswith("rank 0 · st") and text.endswith("…"), (width, text)
+        runs, _ = selected._runs(200)  # (room for it: whole, its phase with it)
+        assert "stalled in backward, waiting for rank 1" in "".join(t for t, _ in runs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.cells import cell_len
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -94,12 +94,16 @@ class SelectedRank(CachedStyles, Widget):
             text = "no rank selected"
             return [(text, self._s("label"))], cell_len(text)
         status = row.status if row.exit_code is None else f"exited {row.exit_code}"
+        short = status  # (what is left of it where the whole does not fit: see below)
         if row.stalled_in and row.status == st.STALLED:
             status += f" in {row.stalled_in}"  # what it is stuck in: the grid's cell has no room
         if row.waits_for:  # a hang's victim (drawn ◇): its own phase, then whom it waits for
             status += f", waiting for {row.waits_for}"  # ("waiting for rank 1 (stalled in backward)" read as rank 1's)
+            short += f", waiting for {row.waits_for}"
         if row.cause:  # (a sort by status puts it first)
-            status += ", the root cause" if row.status == st.EXITED else ", likely the cause"
+            said = ", the root cause" if row.status == st.EXITED else ", likely the cause"
+            status += said
+            short += said
         self_text = fmt_step_time(row.self_s)
         if row.self_dev is not None and row.status not in (st.EXITED, st.FINISHED):
             self_text += f" ({fmt_deviation(row.self_dev)})"
@@ -118,9 +122,19 @@ class SelectedRank(CachedStyles, Widget):
         sep = " · "
         out: list[tuple[str, Style]] = []
         used = 0
-        for piece in pieces:
+        for k, piece in enumerate(pieces):
             n = sum(cell_len(text) for text, _style in piece)
             need = (len(sep) if used else 0) + n
+            if used + need > width and k == 1:
+                # The status, the line's second fact, is shortened, never left out ("rank 0
+                # ⏎ detail" of a hung rank at 80 columns): its phase goes first, then its end.
+                room = width - used - len(sep)
+                if room < 2:
+                    break
+                text = short if cell_len(short) <= room else set_cell_size(short, room - 1).rstrip(" ,") + "…"
+                piece = [(text, piece[0][1])]
+                n = cell_len(text)
+                need = len(sep) + n
             if used + need > width:
                 break
             if used:
