@@ -75,13 +75,19 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
         top = ns.module.split(".")[0]
         sys.path.insert(0, os.getcwd())  # where torchrun's `python -m` looks first
         try:
-            found = importlib.util.find_spec(top) is not None  # the top level only: nothing is imported
+            found = importlib.util.find_spec(top)  # the top level only: nothing is imported
         except (ImportError, ValueError):
-            found = False
+            found = None
         finally:
             sys.path.pop(0)
-        if not found:
+        if found is None:
             fail(f"-m {ns.module}: no module {top!r} here (run from the folder that holds it, or install it)")
+        if top == ns.module and found.submodule_search_locations is not None and not any(
+            os.path.isfile(os.path.join(d, "__main__.py")) for d in found.submodule_search_locations
+        ):
+            # (its ranks started and each failed: "'my_pkg' is a package and cannot be directly executed")
+            fail(f"-m {ns.module} is a package with no __main__.py, which python needs to run a package; "
+                 f"name the module in it: -m {ns.module}.MODULE")  # fmt: skip
     if ns.master_port is not None and ns.node_rank == 0:
         host = ns.master_addr or "127.0.0.1"
         if not port_free("0.0.0.0" if host not in ("127.0.0.1", "localhost") else "127.0.0.1", ns.master_port):

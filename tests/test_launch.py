@@ -335,6 +335,7 @@ def test_a_launch_with_telemetry_switched_off_says_so(tmp_path):
         (["--", "-m", "pkg.train", "--lr", "1"], "a module goes before `--`: pardash launch -m pkg.train -- ARGS"),
         (["-m", "nope_mod", "--"], "-m nope_mod: no module 'nope_mod' here"),
         (["-m", "nope_mod", "--", "--lr", "3e-4"], "-m nope_mod: no module 'nope_mod' here"),  # not "--lr: no such script"
+        (["-m", "a_pkg"], "-m a_pkg is a package with no __main__.py"),  # every rank failed: "cannot be directly executed"
         (["--strategy", "fsdp", "--steps", "5", "--", "train.py"], "--strategy, --steps: the bundled trainer's flags"),
         (["--inject-crash", "0@3", "--inject-crash", "1@4"], "--inject-crash given twice (0@3 and 1@4)"),  # 0@3 was dropped
         (["--", "shell.py"], "shell.py: python cannot run it (SyntaxError, line 2: invalid syntax)"),  # it started every rank
@@ -348,6 +349,8 @@ def test_a_launch_with_telemetry_switched_off_says_so(tmp_path):
 def test_what_cannot_run_is_refused_before_the_job_starts(tmp_path, args, needle):
     # These used to start the hub, torchrun and every rank, to end in 40 lines of tracebacks.
     (tmp_path / "shell.py").write_text("#!/bin/sh\necho hi\n")
+    (tmp_path / "a_pkg").mkdir()
+    (tmp_path / "a_pkg" / "__init__.py").write_text("")
     cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--runs-dir", str(tmp_path / "runs"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path)
     assert proc.returncode == 2
