@@ -226,12 +226,14 @@ class PardashApp(App[str | None]):
     def action_speed(self, direction: int) -> None:
         src = self.source
         speed = src.speed  # type: ignore[attr-defined]
+        # Past the steps' ends (--speed 100 or 0.1), the key leaves the speed as it is: + took
+        # 100x down to 64x, - took 0.1x up to 0.25x.
         if direction > 0:
             faster = [s for s in SPEEDS if s > speed]
-            src.speed = faster[0] if faster else SPEEDS[-1]  # type: ignore[attr-defined]
+            src.speed = faster[0] if faster else speed  # type: ignore[attr-defined]
         else:
             slower = [s for s in SPEEDS if s < speed]
-            src.speed = slower[-1] if slower else SPEEDS[0]  # type: ignore[attr-defined]
+            src.speed = slower[-1] if slower else speed  # type: ignore[attr-defined]
         self._moved()
 
     def action_seek(self, direction: int) -> None:

@@ -53,6 +53,20 @@ async def test_replay_controls_pause_speed_and_seek():
         assert src.paused
 
 
+@pytest.mark.parametrize("given, key", [(100.0, "plus"), (0.1, "minus")])
+async def test_a_speed_past_the_keys_steps_is_not_turned_back_by_them(given, key):
+    # `--speed 100` then + played at 64x; `--speed 0.1` then - at 0.25x: each key went the other way.
+    src = ReplaySource(str(DATA / "run4.jsonl"), speed=given)
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(key)
+        await pilot.pause()
+        assert src.speed == given
+        await pilot.press("minus" if key == "plus" else "plus")
+        assert src.speed == (64.0 if key == "plus" else 0.25)
+
+
 async def test_live_only_keys_are_not_replay_keys():
     app = replay_app("run4.jsonl")
     async with app.run_test(size=SIZE):
