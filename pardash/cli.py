@@ -95,8 +95,9 @@ def cmd_keys(ns: argparse.Namespace) -> int:
 
 
 def _ps_progress(progress: object) -> tuple[str, str, str]:
-    """(step, samples/s, what its stuck ranks are: "2 stalled", or '') from where a hub last said
-    its run was (registry.PROGRESS_EVERY_S); '-' where it has not said yet."""
+    """(step, samples/s, what the job column should say where no result.json says it: "2
+    stalled", "finished" or "failed" once every rank ended, or '') from where a hub last said its
+    run was (registry.PROGRESS_EVERY_S); '-' where it has not said yet."""
     if not isinstance(progress, dict):
         return "-", "-", ""
     step, total, rate = progress.get("step"), progress.get("steps"), progress.get("samples_per_s")
@@ -104,6 +105,9 @@ def _ps_progress(progress: object) -> tuple[str, str, str]:
     rate_text = f"{rate:,.0f}" if isinstance(rate, (int, float)) and rate > 0 else "-"
     ranks = progress.get("ranks") if isinstance(progress.get("ranks"), dict) else {}
     stuck = ", ".join(f"{n} {s}" for s, n in sorted(ranks.items()) if s in ("stalled", "silent") and isinstance(n, int))
+    if ranks and set(ranks) <= {"finished", "exited"}:
+        # Every rank ended (a hub alone has no launcher to write result.json: it read "running")
+        stuck = "failed" if "exited" in ranks else "finished"
     return step_text, rate_text, stuck
 
 
@@ -128,7 +132,7 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         keys = "curve" if e.get("curve") else "-" if "curve" in e else "?"
         step, rate, stuck = _ps_progress(e.get("progress"))
         if result is None and stuck:
-            job = stuck  # (its ranks stalled or silent: "running" read as if it trained on)
+            job = stuck  # (its ranks stalled, silent or all ended: "running" read as if it trained on)
         print(
             f"{e.get('run_id', ''):24} {e.get('strategy', '') or '-':9} {e.get('world_size', '-')!s:>5} "
             f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:10} {e.get('ingest', ''):23} {e.get('log', '')}"

@@ -120,12 +120,18 @@ def test_ps_says_how_far_a_live_run_is_from_its_hubs_word(tmp_path, capsys):
         proc.wait()
 
 
-def test_ps_says_a_runs_step_of_its_steps_its_rate_and_ranks_stuck(capsys):
-    # A hung run read "running" in `ps`, as one that trains on.
+def test_ps_says_a_runs_step_of_its_steps_its_rate_and_ranks_stuck_or_ended(capsys):
+    # A hung run read "running" in `ps`, as one that trains on, and so did a hub alone's whose
+    # ranks had all ended.
     now = time.time()
     progress = {"step": 59, "steps": 300, "samples_per_s": 1093.2, "ranks": {"stalled": 2, "exited": 1}, "t": now}
     registry.register({"run_id": "hung-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": progress})
     registry.register({"run_id": "new-run", "pid": os.getpid(), **ENDS, "curve": False})
+    # A hub alone, no launcher to write a result.json: its ranks' ends are all it knows.
+    done = {**progress, "ranks": {"finished": 2}}
+    registry.register({"run_id": "done-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": done})
+    failed = {**progress, "ranks": {"finished": 1, "exited": 1}}
+    registry.register({"run_id": "failed-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": failed})
     assert cli.main(["ps"]) == 0
     head, *rows = capsys.readouterr().out.splitlines()
     row = {r.split()[0]: r for r in rows}
@@ -133,3 +139,4 @@ def test_ps_says_a_runs_step_of_its_steps_its_rate_and_ranks_stuck(capsys):
     assert row["hung-run"][:step_end].split()[-1] == "59/300" and row["hung-run"].split()[5] == "1,093", rows
     assert row["hung-run"][job_at:].startswith("2 stalled "), rows
     assert row["new-run"].split()[4:6] == ["-", "-"] and row["new-run"][job_at:].startswith("running "), rows
+    assert row["done-run"][job_at:].startswith("finished ") and row["failed-run"][job_at:].startswith("failed "), rows
