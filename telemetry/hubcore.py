@@ -782,7 +782,8 @@ class HubCore:
             lost=min(max(0, self.state.lost - self._refused_n), big),
             dropped=min(dropped, big),
             ingest_hz=self._rate_hz,
-            log_path=str(rec.path) if rec else "",
+            # (a simulate's hub records to /dev/null: no log, which its viewers' headers said it was)
+            log_path=str(rec.path) if rec and str(rec.path) != os.devnull else "",
             log_error=rec.error if rec else "",
             viewers=self.snapshots_served,
         )

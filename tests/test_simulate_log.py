@@ -70,6 +70,19 @@ def test_a_simulated_crash_exits_1_as_a_failed_run_does(tmp_path):
     assert p.returncode == 1, p.stderr
 
 
+def test_a_hub_recording_to_dev_null_tells_its_viewers_there_is_no_log():
+    # A simulate's TUI header read "log /dev/null", where its start line says "no log".
+    import os
+
+    from pardash.telemetry.hub import Hub
+
+    hub = Hub(run_id="sim-nolog", log_path=os.devnull)
+    try:
+        assert hub.core.stats().log_path == ""
+    finally:
+        hub.close()
+
+
 def test_projection_at_1024_ranks_is_hundreds_of_megabytes_a_minute():
     # The figure the issue saw: 9.5 GB in 23 minutes at 1024 ranks x 10 steps/s.
     per_minute = log_bytes_per_minute(SimConfig(ranks=1024, rate_hz=10.0))
