@@ -4,7 +4,8 @@ rank detail's band cut into another meaning, and a header that dropped "at the e
 
 from __future__ import annotations
 
-from tui_helpers import replay_app, strip_text, widget_text
+import pytest
+from tui_helpers import replay_app, strip_text, until, widget_text
 
 STACKED = (60, 20)
 
@@ -82,3 +83,22 @@ async def test_the_selected_rank_line_shortens_a_hung_ranks_status_rather_than_d
             assert used <= width and text.startswith("rank 0 · st") and text.endswith("…"), (width, text)
         runs, _ = selected._runs(200)  # (room for it: whole, its phase with it)
         assert "stalled in backward, waiting for rank 1" in "".join(t for t, _ in runs)
+
+
+@pytest.mark.parametrize(("size", "said"), [((100, 30), "others' range"), ((130, 40), "range of 128 sampled others"), ((200, 50), "range of the 1023 others (128 sampled)")])
+async def test_a_ranks_charts_say_whose_range_their_band_is_in_the_width_they_have(size, said):
+    # At 100x30 a rank of 1024's charts read "░ range of 128…" of "range of 128 of the 1023
+    # others": cut, it read as a band over 128 ranks.
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    app = replay_app("run1024.jsonl")
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("s", "s", "s", "s", "home", "enter")
+        await pilot.pause()
+        await until(pilot, lambda: all(c.border_subtitle for c in app.screen.query(HistoryChart)))
+        charts = list(app.screen.query(HistoryChart))
+        assert len(charts) == 3
+        for chart in charts:
+            subtitle = chart.border_subtitle
+            assert subtitle.endswith(said) and "rank 900" in subtitle, subtitle
+            assert len(subtitle) <= chart.size.width - 4, subtitle  # (drawn whole, not cut with "…")

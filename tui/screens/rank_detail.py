@@ -146,8 +146,9 @@ class RankDetailScreen(Screen):
         (the dashboard's own is left to it: its grid redraws from what changed since its last
         update)."""
         self._chart_version = -1
-        self._bands: dict[str, str] = {}
-        """Each chart's legend, from its last drawing."""
+        self._bands: dict[str, tuple[str, ...]] = {}
+        """Each chart's legend, from its last drawing: its forms, longest first (the first that
+        fits the chart's footer is said)."""
 
     @property
     def source(self) -> Source:
@@ -240,11 +241,18 @@ class RankDetailScreen(Screen):
                 chart.border_title = heading
             if series is not None:
                 total = len(state.ranks) - 1
-                others = f"{series.others} other{'s' if series.others != 1 else ''}"
-                if series.others < total:  # a band over a sample of the ranks (charts.MAX_BAND_RANKS)
-                    others = f"{series.others} of the {total} others"
+                n = series.others
+                forms = [f"{n} other{'s' if n != 1 else ''}", "the others"]
+                if n < total:  # a band over a sample of the ranks (charts.MAX_BAND_RANKS)
+                    # (shorter forms where the footer is narrow: cut with "…", "range of 128 of
+                    # the 1023 others" read "range of 128…", as if of 128 ranks)
+                    forms = [f"the {total} others ({n} sampled)", f"{n} sampled others", "the others"]
                 # (a world of one: no others to draw, "range of 0 others" drawn nowhere)
-                self._bands[column] = f" · ▀ rank {self.rank}  ─ median, ░ range of {others}" if series.others else f" · ▀ rank {self.rank}"
+                self._bands[column] = (
+                    (*(f" · ▀ rank {self.rank}  ─ median, ░ range of {others}" for others in forms),
+                     f" · ▀ rank {self.rank} ─ median ░ others' range")
+                    if n else (f" · ▀ rank {self.rank}",)
+                )  # fmt: skip
             else:
                 self._bands.pop(column, None)
         self._subtitle_charts()
@@ -272,16 +280,23 @@ class RankDetailScreen(Screen):
         r = self.source.state.ranks.get(self.rank)
         for column, _title, fmt in CHARTS:
             chart = self.query_one(f"#chart-{column}", HistoryChart)
-            band = self._bands.get(column)
-            if band is None:
+            bands = self._bands.get(column)
+            if bands is None:
                 chart.border_subtitle = ""
                 continue
             value = getattr(r.step, column, None) if r is not None and r.step is not None else None
             bad = r.loss_not_finite if column == "loss" and value is None and r is not None and r.step is not None else None
-            if bad is not None:  # (its steps carry none: the chart ends where it turned so)
-                chart.border_subtitle = f"now {bad[0]}{band}"
-                continue
-            chart.border_subtitle = f"now {fmt(value)}{band}" if value is not None else band.removeprefix(" · ")
+            room = chart.size.width - 4  # (within the border's corners and the rule's ends)
+            said = ""
+            for band in bands:
+                if bad is not None:  # (its steps carry none: the chart ends where it turned so)
+                    said = f"now {bad[0]}{band}"
+                else:
+                    said = f"now {fmt(value)}{band}" if value is not None else band.removeprefix(" · ")
+                if len(said) <= room:
+                    break
+            if chart.border_subtitle != said:
+                chart.border_subtitle = said
 
     def _alerts(self, state: st.RunState, origin: float) -> list[Alert]:
         """The rank's alerts, as the dashboard's alerts panel says them: the figures of now
