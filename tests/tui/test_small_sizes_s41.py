@@ -102,3 +102,18 @@ async def test_a_ranks_charts_say_whose_range_their_band_is_in_the_width_they_ha
             subtitle = chart.border_subtitle
             assert subtitle.endswith(said) and "rank 900" in subtitle, subtitle
             assert len(subtitle) <= chart.size.width - 4, subtitle  # (drawn whole, not cut with "…")
+
+
+async def test_the_header_at_80_columns_says_the_rate_is_the_ends():
+    # At 80 columns an ended run's header read "samples/s 5611", as if the live rate: "at the
+    # end" did not fit without moving "elapsed" and was left out.
+    from pardash.tui.widgets.run_header import RunHeader
+
+    app = replay_app("dp1.jsonl")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        header = app.screen.query_one(RunHeader)
+        assert header.summary.samples_per_s_when == "at the end"
+        lines = widget_text(header).splitlines()
+        assert "samples/s 5611 at end   elapsed 4s" in lines[0], lines
+        assert len(lines) == 4 and all(len(line) <= header.content_region.width for line in lines[:3]), lines

@@ -409,16 +409,31 @@ class RunHeader(CachedStyles, Widget):
                 "waiting for the hub's snapshot… (is the hub running? one with CURVE keys answers authorised viewers only)",
                 style=self._s("warn"),
             )
-        lines = self._flow(self._first_line(s, s.samples_per_s_when), width)
-        if s.samples_per_s_when:
+        second = self._second_line(s)
+        when = s.samples_per_s_when
+        lines = self._flow(self._first_line(s, when), width)
+        if when:
             # "at the end" after samples/s once every rank is done: not at the cost of what the
             # line held while the run went on (the device's name went, "elapsed" moved down a
-            # line). Said where it fits as well; else the statuses beside say the run ended.
+            # line). Said where it fits as well; else "at end", which may move what follows
+            # the rate onto the next line where the header is no taller for it and keeps the
+            # device's name; else nothing (the statuses beside say the run ended). Left out at
+            # 80 columns, the rate at the end read as the live one.
             bare = self._flow(self._first_line(s, ""), width)
-            extra = 1 + cell_len(s.samples_per_s_when)
-            if len(bare) != len(lines) or bare[0][2] + extra != lines[0][2]:
-                lines = bare
-        second = self._second_line(s)
+            short = when.replace("at the end", "at end")
+            said = None
+            for form in dict.fromkeys((when, short)):
+                lines = self._flow(self._first_line(s, form), width)
+                if len(bare) == len(lines) and bare[0][2] + 1 + cell_len(form) == lines[0][2]:
+                    said = lines
+                    break
+            if said is None:
+                lines = self._flow(self._first_line(s, short), width)
+                if self._height(lines, second, width) == self._height(bare, second, width) and (
+                    not s.device or _holds(lines, s.device) == _holds(bare, s.device)
+                ):
+                    said = lines
+            lines = said if said is not None else bare
         note = None
         if s.note:
             note = Text("⚠ " + s.note, style=self._s("note"))
@@ -430,6 +445,12 @@ class RunHeader(CachedStyles, Widget):
         else:
             lines += self._flow(second, width)
         return [(runs, length) for runs, length, _cells in lines], note
+
+    def _height(self, lines: list[_Line], second: list[Piece], width: int) -> int:
+        """The lines the first line's ``lines`` and the second's pieces take, as laid out below."""
+        if len(lines) > 1:
+            return len(lines) - 1 + len(self._flow(second, width, after=lines[-1]))
+        return len(lines) + len(self._flow(second, width))
 
     def _first_line(self, s: RunSummary, when: str) -> list[Piece]:
         """The header's first line's pieces: the run, its step, rate and time, the device;
@@ -523,6 +544,11 @@ class RunHeader(CachedStyles, Widget):
             (f" · {r.speed:g}× · ", self._s("label")),
             (state, self._s(style)),
         ]
+
+
+def _holds(lines: list[_Line], text: str) -> bool:
+    """Whether laid-out ``lines`` say ``text`` (in one run)."""
+    return any(t == text for runs, _length, _cells in lines for t, _style in runs)
 
 
 def _line_text(runs: list[Run]) -> Text:
