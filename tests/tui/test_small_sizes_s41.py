@@ -117,3 +117,21 @@ async def test_the_header_at_80_columns_says_the_rate_is_the_ends():
         lines = widget_text(header).splitlines()
         assert "samples/s 5611 at end   elapsed 4s" in lines[0], lines
         assert len(lines) == 4 and all(len(line) <= header.content_region.width for line in lines[:3]), lines
+
+
+async def test_a_chart_of_a_range_below_its_labels_resolution_labels_its_axis_once():
+    # A step time of 1.05 s all along read "1.05s" at the top, the middle and the bottom.
+    from test_layout_fixes import ChartApp, chart_lines, series
+
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    app = ChartApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        app.screen.query_one(HistoryChart).series = series([1.05, 1.0500001, 1.05, 1.0500002] * 10, 0, 39)
+        await pilot.pause()
+        labels = [line.split("┤")[0].strip() for line in chart_lines(app) if "┤" in line]
+        assert len(labels) == len(set(labels)) >= 1, labels
+        app.screen.query_one(HistoryChart).series = series([0.5, 0.9, 0.7] * 10, 0, 29)
+        await pilot.pause()
+        labels = [line.split("┤")[0].strip() for line in chart_lines(app) if "┤" in line]
+        assert len(labels) == 3 == len(set(labels)), labels  # (a range it resolves: three, as before)

@@ -202,6 +202,10 @@ class HistoryChart(CachedStyles, Widget):
         labels = {0: self.fmt(hi - pad), plot_h - 1: self.fmt(lo + pad)}
         if plot_h >= 5:
             labels[(plot_h - 1) // 2] = self.fmt((hi + lo) / 2)
+        if len(set(labels.values())) < len(labels):
+            # A range below the labels' resolution ("1.05s" at top, middle and bottom): said
+            # once, in the middle, not as if the axis had no height.
+            labels = {(plot_h - 1) // 2: self.fmt((hi + lo) / 2)}
         lines: list[Strip] = []
         for r in range(plot_h):
             segments = [
