@@ -4,9 +4,11 @@ run's folder or its run id) for them and for ``replay``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from typing import TextIO
@@ -99,15 +101,59 @@ LOG_NAME = "telemetry.jsonl"
 
 
 def run_folder_log(folder: str) -> str | None:
-    """A run folder's log: its telemetry.jsonl, or the one its result.json names (a launch
-    with --log elsewhere), if that file is there; either kept gzip-compressed (``.gz`` added,
-    as ``gzip`` leaves it) too, as report, replay and export read it."""
+    """A run folder's log: the one its result.json names (where the log was written at the end:
+    a launch with --log elsewhere, or the file its hub went on in), if that file is there; else
+    the log its hub went on in within the folder when its own could not be written
+    (``NAME.complete-PID.jsonl``, whole, or ``NAME.restored-PID.jsonl``: the log at its path
+    ends early, or is another file), then its telemetry.jsonl; each kept gzip-compressed
+    (``.gz`` added, as ``gzip`` leaves it) too, as report, replay and export read it."""
     named = _result_log(folder)
-    for path in (os.path.join(folder, LOG_NAME), *([named] if named else [])):
+    for path in (*([named] if named else []), *_copies_in(folder), os.path.join(folder, LOG_NAME)):
         for kept in (path, path + ".gz"):
             if os.path.isfile(kept):
                 return kept
     return None
+
+
+_COPY_NAME = re.compile(r".\.(?:complete|restored)-\d+(?:\.[^.]*)?(?:\.gz)?$")
+"""A log its hub went on in (telemetry/recorder.py): run.complete-7.jsonl, run.restored-7.jsonl.gz."""
+
+
+def _copies_in(folder: str) -> list[str]:
+    """The logs a hub went on in within ``folder`` (see :data:`_COPY_NAME`), the last written
+    first (a copy of a copy is the later; the ``.gz`` suffix dropped: run_folder_log adds it)."""
+    try:
+        found = [(e.stat().st_mtime_ns, len(e.name), e.path) for e in os.scandir(folder) if _COPY_NAME.search(e.name) and e.is_file()]
+    except OSError:
+        return []
+    return list(dict.fromkeys(p.removesuffix(".gz") for *_, p in sorted(found, reverse=True)))
+
+
+def _complete_copy_beside(log: str) -> str | None:
+    """A complete copy of ``log`` in its folder (``NAME.complete-PID.jsonl``, which its hub
+    wrote as it stopped when the log could not take its last lines), whose first line is the
+    log's: the last written; None where there is none (a user's other logs: a moment's look)."""
+    head, base = os.path.split(log)
+    stem, dot, suffix = base.rpartition(".")
+    stem, suffix = (stem, dot + suffix) if stem else (base, "")
+    pattern = re.compile(re.escape(stem) + r"\.complete-\d+" + re.escape(suffix) + r"$")
+    try:
+        copies = sorted(((e.stat().st_mtime_ns, e.path) for e in os.scandir(head or ".") if pattern.match(e.name) and e.is_file()), reverse=True)
+        first = _first_line(log)
+    except OSError:
+        return None
+    for _, copy in copies:
+        with contextlib.suppress(OSError):
+            if first and _first_line(copy) == first:
+                return copy
+    return None
+
+
+def _first_line(path: str) -> bytes:
+    """The first line of the file at ``path`` (up to 64 KiB of it); b"" where it has none whole."""
+    with open(path, "rb") as fh:
+        head = fh.read(64 << 10)
+    return head[: head.index(b"\n") + 1] if b"\n" in head else b""
 
 
 def _result_log(folder: str) -> str | None:
@@ -155,6 +201,9 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
     its unique prefix) under ``runs_dir`` or in the registry of live runs, as `launch` prints it
     and `ps` lists it. Fails with one line when none is found."""
     if os.path.isfile(what):
+        if (copy := _complete_copy_beside(what)) is not None:
+            print(f"{PROG}: note: {copy} beside it is a complete copy of {what}, which its hub wrote as it stopped, this one "
+                  f"unable to take the rest; {what} is read, as given", file=sys.stderr)  # fmt: skip
         return what
     if os.path.exists(what) and not os.path.isdir(what):
         fail(f"{what}: not a regular file (give a log file, a run folder or a run id)")

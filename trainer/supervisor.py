@@ -712,6 +712,7 @@ class Supervisor:
         learning = getattr(self, "_learning", None)
         if learning is not None:
             learning.join(2)  # (it asks every 0.5 s: its answer, if it had one, goes in the result)
+        self._follow_log()  # (the log went on in another file: result.json names that one)
         result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path,
                   "hub_restarts": self.hub_restarts}  # fmt: skip
         if getattr(self, "_node_result", None):
@@ -725,16 +726,7 @@ class Supervisor:
         if self._stopping:
             result["stop_t"] = self._stop_t
             result["stopper"] = self._stopper()  # what a rank's exit after it is (outcome_line)
-        try:
-            Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
-            # Whole or not at all: a full disk must not leave half a file, nor the hub running.
-            tmp = Path(spec.run_dir, "result.json.tmp")
-            tmp.write_text(json.dumps(result))
-            tmp.replace(Path(spec.run_dir, "result.json"))
-        except OSError as exc:
-            print(f"pardash: cannot write the run's result.json ({exc.strerror or exc}); the job's exit code is {code}", file=sys.stderr, flush=True)
-            with contextlib.suppress(OSError):
-                Path(spec.run_dir, "result.json.tmp").unlink(missing_ok=True)
+        written = self._write_result(result)
         # ... and down the pipe the launch started this process with, which no full disk
         # fails: without the file the launch took the job's end for its supervisor's death
         # ("its ranks train on without it"), or (the TUI) for a detach after 15 s.
@@ -745,12 +737,88 @@ class Supervisor:
         # keeps the hub up so it can read the end.
         while spec.viewer_pid and registry.pid_alive(spec.viewer_pid) and not self._stopping:
             time.sleep(0.2)
+        logs = [spec.log_path]
         if self.hub is not None and self.hub.poll() is None:
+            self._follow_log()  # (where it is as the hub stops: a copy is named after it)
+            logs.append(spec.log_path)
             self.hub.send_signal(signal.SIGTERM)
             try:
                 self.hub.wait(10)
             except subprocess.TimeoutExpired:
                 self.hub.kill()
+        # A log its disk could still not take as the hub stopped went, whole, to a complete copy
+        # (the launch's last line names it): result.json names that file, which report reads.
+        if written and self.hub is not None and not getattr(spec, "remote_hub", "") and self.hub.poll() is not None:
+            copy = complete_copy(logs, [spec.run_dir], self.hub.pid)
+            if copy is not None:
+                spec.log_path = copy
+                self._write_result({**result, "log": copy}, quiet=True)
+
+    def _follow_log(self) -> None:
+        """``spec.log_path`` where the hub writes the log now: its registry entry says so
+        (hub.follow_log) when the log went on in another file (another file took its path, its
+        folder vanished)."""
+        spec = self.spec
+        if getattr(spec, "remote_hub", ""):
+            return  # (node > 0: node 0's hub keeps the log)
+        with contextlib.suppress(Exception):
+            moved = (registry.entry(spec.run_id) or {}).get("log")
+            if isinstance(moved, str) and moved and os.path.abspath(moved) != os.path.abspath(spec.log_path):
+                spec.log_path = moved
+
+    def _write_result(self, result: dict, *, quiet: bool = False) -> bool:
+        """The run folder's result.json, whole or not at all (a full disk must not leave half a
+        file, nor the hub running); False where it could not be written (said, unless ``quiet``)."""
+        spec = self.spec
+        try:
+            Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+            tmp = Path(spec.run_dir, "result.json.tmp")
+            tmp.write_text(json.dumps(result))
+            tmp.replace(Path(spec.run_dir, "result.json"))
+            return True
+        except OSError as exc:
+            if not quiet:
+                print(f"pardash: cannot write the run's result.json ({exc.strerror or exc}); the job's exit code is {result.get('code')}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            with contextlib.suppress(OSError):
+                Path(spec.run_dir, "result.json.tmp").unlink(missing_ok=True)
+            return False
+
+
+def complete_copy(logs: list[str], spare_dirs: list[str], hub_pid: int) -> str | None:
+    """The complete copy of a log that the hub ``hub_pid`` wrote as it stopped, its disk still
+    unable to take the lines it held (telemetry/recorder.py, ``NAME.complete-PID.jsonl`` in
+    the spare folder, the run's, else the temp folder), for the log at any of ``logs``: the
+    copy's path, as the hub named it; None where it wrote none. A file of that name is taken
+    for it only where its closing lines say it is where the log went on ("log continued in
+    full at" it): one another hub of that pid left is never it."""
+    import tempfile
+
+    from pardash.telemetry.recorder import CONTINUED_AT
+
+    folders = [*(Path(d).absolute() for d in spare_dirs if d), Path(tempfile.gettempdir())]
+    for log in dict.fromkeys(logs):
+        old = Path(log)
+        name = f"{old.stem}.complete-{hub_pid}{old.suffix}"
+        for folder in dict.fromkeys(folders):
+            copy = folder / name
+            said = f"{CONTINUED_AT}{copy} ("
+            try:
+                with open(copy, "rb") as fh:
+                    fh.seek(max(0, os.fstat(fh.fileno()).st_size - COPY_TAIL_BYTES))
+                    tail = fh.read().splitlines()
+            except OSError:
+                continue
+            for line in reversed(tail):
+                with contextlib.suppress(ValueError, AttributeError):
+                    message = json.loads(line).get("message")
+                    if isinstance(message, str) and said in message:
+                        return str(copy)
+    return None
+
+
+COPY_TAIL_BYTES = 64 << 10
+"""How much of a complete copy's end :func:`complete_copy` reads for its closing lines."""
 
 
 def result_fields_of_node(hub: str, node_rank: int, curve_dir: str = "") -> dict:
