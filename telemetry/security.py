@@ -48,6 +48,7 @@ import re
 import shlex
 import socket
 import stat
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -408,6 +409,16 @@ def monitor_socket(sock: zmq.Socket, events: int | None = None) -> zmq.Socket:
     return sock.get_monitor_socket(events, addr=f"inproc://pardash-monitor-{os.getpid()}-{next(_monitors_made)}")
 
 
+def monitor_event(frames: list[bytes]) -> int | None:
+    """The event (``zmq.EVENT_*``) of one message from a socket's monitor, as
+    ``zmq.utils.monitor.parse_monitor_message`` reads it (a 16-bit event, a 32-bit value, then
+    the endpoint), without importing that module (it imports asyncio); None for a message of
+    another form."""
+    if len(frames) != 2 or len(frames[0]) != 6:
+        return None
+    return struct.unpack("=Hi", frames[0])[0]
+
+
 VIEWER_HINT = "--curve-dir DIR or PARDASH_CURVE_DIR"
 """Where a viewer (``pardash attach``, ``pardash record``) is given its keys."""
 
@@ -434,17 +445,20 @@ class Handshakes:
         """Why the hub refused the last handshake that failed; "" once one succeeds."""
 
     def read(self) -> None:
-        """Take the events the monitor holds (never blocks)."""
-        from zmq.utils.monitor import recv_monitor_message
-
+        """Take the events the monitor holds (never blocks). Imports nothing: pyzmq's
+        ``zmq.utils.monitor`` imports asyncio (15 ms), and a Ctrl-C that landed in that first
+        import, in a launch's first poll, left asyncio half-imported: every later poll, the
+        launch's stop included, failed on it (NameError), and the job trained on unwatched."""
         while self.monitor is not None:
             try:
-                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)["event"]
+                event = monitor_event(self.monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 return
             except zmq.ZMQError:  # (the socket's monitor was taken over: another watches it now)
                 self.close()
                 return
+            if event is None:
+                continue
             if event == zmq.EVENT_CONNECTED:
                 self.reached = True
             elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
