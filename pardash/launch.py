@@ -308,7 +308,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 others = "--node-rank 1 on the other" if spec.nnodes == 2 else f"--node-rank 1..{spec.nnodes - 1} on the others"
                 waiting += f" (torchrun's rendezvous waits for all {spec.nnodes} nodes" + (
                     f": run this launch with {others})" if spec.node_rank == 0 else ")")
-            printer = ProgressPrinter(client, every_s=ns.every, tail=spec.output, waiting=waiting)
+            printer = None
+            stopped = False
             # Headless, this process stands for the job (as torchrun does): a SIGTERM (`timeout`,
             # `kill`, a CI job cancelled) stops the job as Ctrl-C does, rather than leave it
             # running unwatched. (A viewer killed outright, SIGKILL, leaves it running.)
@@ -326,15 +327,23 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 first_term[:] = [now]
                 raise KeyboardInterrupt
 
-            signal.signal(signal.SIGTERM, on_sigterm)
-            stopped = False
             try:
+                # (a Ctrl-C as the printer is made stops the job as one later does: it escaped,
+                # the job running with nobody to watch it)
+                printer = ProgressPrinter(client, every_s=ns.every, tail=spec.output, waiting=waiting)
+                signal.signal(signal.SIGTERM, on_sigterm)
                 printer.follow(lambda: job.poll() is not None)
             except KeyboardInterrupt:
                 stopped_by.append(signal.SIGINT)
                 try:
-                    stopped = not _ended_by_itself(job, client, printer)
+                    stopped = printer is None or not _ended_by_itself(job, client, printer)
                 except KeyboardInterrupt:  # again, while it ended
+                    stopped = True
+                except Exception as exc:  # noqa: BLE001 (whatever the check raised, the job is stopped)
+                    # Its check failing (a module the Ctrl-C left half-imported raised NameError
+                    # in client.poll) left the launch with a traceback and the job training on,
+                    # unwatched: a Ctrl-C stops the job whatever goes wrong here.
+                    _said_failed(f"could not tell whether the job had ended ({_error(exc)}); stopping it")
                     stopped = True
             try:
                 if stopped:
@@ -342,7 +351,11 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     # line left the launch before the stop, the job running with nobody to watch it.
                     job.stop(stopped_by[0])
                     print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
-                    printer.follow(lambda: job.poll() is not None)
+                    try:
+                        if printer is not None:
+                            printer.follow(lambda: job.poll() is not None)
+                    except Exception as exc:  # noqa: BLE001 (following it is not stopping it: waited for below)
+                        _said_failed(f"cannot follow the job as it stops ({_error(exc)}); waiting for it to end")
                 code = job.wait()
             except KeyboardInterrupt:
                 # Again, while it stops: not waiting. Also a signal sent twice (`timeout` signals
@@ -546,6 +559,16 @@ def _ended_by_itself(job, client, printer) -> bool:
     end = time.monotonic() + JOB_END_WAIT_S
     printer.follow(lambda: job.poll() is not None or time.monotonic() >= end)
     return job.poll() is not None
+
+
+def _said_failed(text: str) -> None:
+    """One line on stderr for a step of a stop that failed (the stop goes on without it)."""
+    with contextlib.suppress(Exception):
+        print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _not_waiting(spec, sig: int) -> int:
