@@ -372,11 +372,18 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             elif _supervisor_lost(job, code):
                 return _follow_unsupervised(job, client, printer, code, stopped_by)
         else:
-            from pardash.tui.app import make_app
-            from pardash.tui.screens.quit import STOP
+            STOP = "stop"  # (tui.screens.quit.STOP: Ctrl-C may come before textual is imported)
+            app = None
+            try:
+                from pardash.tui.app import make_app
 
-            app = make_app(client, launched=True, title=f"pardash {spec.run_id}",
-                           job_over=lambda: job.poll() is not None or bool(job.result()))
+                app = make_app(client, launched=True, title=f"pardash {spec.run_id}",
+                               job_over=lambda: job.poll() is not None or bool(job.result()))
+            except KeyboardInterrupt:
+                # Ctrl-C as the viewer was made (textual's import takes a while) is a stop, as one
+                # in it is: it escaped, and the job trained on with nobody to watch it.
+                terminated.append(signal.SIGINT)
+
             def on_sigterm(*_: object) -> None:
                 # As headless: a SIGTERM (`kill`, `timeout`) stops the job, and the app leaves
                 # the terminal as it found it (it went on under a frozen screen, job and all).
@@ -384,10 +391,11 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 from pardash.telemetry.state import run_finished
 
                 terminated.append(signal.SIGTERM)
-                app.exit("over" if run_finished(client.state) else STOP)
+                if app is not None:
+                    app.exit("over" if run_finished(client.state) else STOP)
 
             signal.signal(signal.SIGTERM, on_sigterm)
-            choice = STOP if terminated else app.run()  # (one came as the app was made: no app)
+            choice = STOP if terminated or app is None else app.run()  # (one came as the app was made: no app)
             # None: the app ended some other way (crashed, terminal gone). The job must not
             # die with its viewer, so that counts as a detach.
             over_unsupervised = False

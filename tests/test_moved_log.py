@@ -95,7 +95,7 @@ while True:
 
 def _supervisor(run_dir: Path, log: Path, hub) -> Supervisor:
     sup = Supervisor.__new__(Supervisor)
-    sup.spec = SimpleNamespace(run_id="r-s41", run_dir=str(run_dir), log_path=str(log), viewer_pid=0, remote_hub="")
+    sup.spec = SimpleNamespace(run_id="r-moved", run_dir=str(run_dir), log_path=str(log), viewer_pid=0, remote_hub="")
     sup._stopping = sup._gave_up = False
     sup._torchrun_killed = 0
     sup.hub_restarts = 0
@@ -104,7 +104,7 @@ def _supervisor(run_dir: Path, log: Path, hub) -> Supervisor:
 
 
 def test_the_result_names_the_complete_copy_the_hub_wrote_as_it_stopped(tmp_path):
-    run_dir = tmp_path / "runs" / "r-s41"
+    run_dir = tmp_path / "runs" / "r-moved"
     run_dir.mkdir(parents=True)
     hub = subprocess.Popen([sys.executable, "-c", HUB_WRITING_A_COPY, str(run_dir), "telemetry"], stdout=subprocess.PIPE, text=True)
     try:
@@ -125,7 +125,7 @@ def test_the_result_names_the_complete_copy_the_hub_wrote_as_it_stopped(tmp_path
 def test_a_file_of_the_copys_name_that_says_nothing_of_the_log_is_not_named(tmp_path):
     # A hub killed outright writes no copy; a file of that name (another hub of that pid, long
     # ago) that does not say the log went on in it stays unnamed.
-    run_dir = tmp_path / "r-s41"
+    run_dir = tmp_path / "r-moved"
     run_dir.mkdir()
     hub = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -138,11 +138,11 @@ def test_a_file_of_the_copys_name_that_says_nothing_of_the_log_is_not_named(tmp_
 
 
 def test_the_result_names_the_file_the_registry_says_the_log_went_on_in(tmp_path):
-    run_dir = tmp_path / "r-s41"
+    run_dir = tmp_path / "r-moved"
     run_dir.mkdir()
     restored = run_dir / "l3.restored-10683.jsonl"
     hub = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    entry = registry.register({"run_id": "r-s41", "log": str(restored), "pid": hub.pid})
+    entry = registry.register({"run_id": "r-moved", "log": str(restored), "pid": hub.pid})
     try:
         _supervisor(run_dir, tmp_path / "ldir3" / "l3.jsonl", hub)._finish(0)
         assert hub.wait(10) == -signal.SIGTERM

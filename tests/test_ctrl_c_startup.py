@@ -6,6 +6,7 @@ hub, torchrun and rank training on with nobody to watch them."""
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -14,14 +15,14 @@ import textwrap
 from helpers import pardash_env
 from pardash.trainer import jobprocs
 
-GATE = "PARDASH_S41_HOOK"
+GATE = "PARDASH_TEST_HOOK"
 
 # The launch's first import of asyncio (pyzmq's zmq.utils.monitor pulls it in) gets a SIGINT,
 # which leaves asyncio half-imported: importing it again raises NameError. The hook notes that
-# it fired (in the file $PARDASH_S41_HOOK names).
+# it fired (in the file $PARDASH_TEST_HOOK names).
 AT_ASYNCIO = """
 import os, sys, signal
-mark = os.environ.pop("PARDASH_S41_HOOK", "")
+mark = os.environ.pop("PARDASH_TEST_HOOK", "")
 if mark and "launch" in sys.argv:
     class _F:
         def find_spec(self, name, path=None, target=None):
@@ -38,7 +39,7 @@ if mark and "launch" in sys.argv:
 # and so does following the job as it stops.
 BROKEN_POLL = """
 import importlib.util, os, sys, signal
-mark = os.environ.pop("PARDASH_S41_HOOK", "")
+mark = os.environ.pop("PARDASH_TEST_HOOK", "")
 if mark and "launch" in sys.argv:
     class _F:
         def find_spec(self, name, path=None, target=None):
@@ -146,3 +147,57 @@ def test_a_ctrl_c_stops_the_job_whatever_the_checks_before_the_stop_raise(tmp_pa
     code, out, seen = _launch(tmp_path, BROKEN_POLL, signal_when_running=False)
     assert seen["fired"], out[-3000:]
     _stopped_by_you(code, out, seen["runs"])
+
+
+# The viewer's import of textual (a launch with the TUI, before it takes the terminal) gets a SIGINT.
+AT_TEXTUAL = """
+import os, sys, signal
+mark = os.environ.pop("PARDASH_TEST_HOOK", "")
+if mark and "launch" in sys.argv:
+    class _F:
+        def find_spec(self, name, path=None, target=None):
+            if name == "textual.app":
+                sys.meta_path.remove(self)
+                open(mark, "w").close()
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+    sys.meta_path.insert(0, _F())
+"""
+
+
+def test_a_ctrl_c_as_the_launchs_viewer_is_made_stops_the_job(tmp_path):
+    # It escaped the launch (exit 130, not a word) and the job trained on with nobody to watch it.
+    import pty
+
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(textwrap.dedent(AT_TEXTUAL))
+    mark = tmp_path / "fired"
+    env = pardash_env(PYTHONPATH=os.pathsep.join([str(tmp_path / "hook"), os.environ.get("PYTHONPATH", "")]),
+                      **{GATE: str(mark)}, OMP_NUM_THREADS="1", TERM="xterm-256color")  # fmt: skip
+    runs = tmp_path / "runs"
+    main, sub = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "100000", "--runs-dir", str(runs)],
+        stdin=sub, stdout=sub, stderr=sub, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    os.close(sub)
+    out = b""
+    try:
+        # Read until the launch ends (the terminal's reader gone, it would block); a job left
+        # training holds the terminal open after it, so the read ends with the launch's end.
+        for _ in range(1200):  # (a launch that never ends fails the test, killed, its job with it)
+            if select.select([main], [], [], 0.1)[0]:
+                try:
+                    out += os.read(main, 65536)
+                except OSError:  # (EIO: every holder of the terminal's other end closed it)
+                    break
+            elif proc.poll() is not None:
+                break
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        os.close(main)
+    text = out.decode(errors="replace").replace("\r\n", "\n")
+    assert mark.exists(), text[-3000:]
+    _stopped_by_you(proc.returncode, text, runs)
