@@ -20,6 +20,7 @@ import zmq
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.timer import Timer
 
 from pardash.telemetry.client import HUB_QUIET_S, Source
 from pardash.telemetry.printer import run_over
@@ -32,6 +33,10 @@ from .screens.quit import OVER, QuitScreen
 POLL_S = 0.1
 """How often the app asks the source for new frames (the hub sends at most 10 a second); a
 live hub's frames also wake the app as they arrive (see ``_watch_sockets``)."""
+IDLE_POLL_S = 1.0
+"""How often it asks once nothing more is coming by itself: a replay paused or at its end
+(a key that plays it again polls at once, and at POLL_S after), or a live run whose every rank
+is done and whose hub has gone quiet (its frames, a late note, wake the app as they arrive)."""
 GC_THRESHOLD = (10_000, 10, 10)
 """Allocations between the collector's young-generation passes while the app runs (Python's
 default is 700). A frame at 1024 ranks allocates tens of thousands of short-lived objects that
@@ -93,8 +98,16 @@ class PardashApp(App[str | None]):
         """Whether the launched job has ended (None: judged from its ranks alone)."""
         self.on_exit_choice = on_exit_choice
         self.version = 0
-        """Counts polls that changed the run's state (screens redraw slow panels on change)."""
+        """Counts polls that changed the run's state (screens redraw slow panels on change).
+        A live hub's frames come at 10 Hz, messages or not: one that brought no message and
+        the same counters changes nothing shown, and leaves it as it was (see :meth:`_seen`)."""
+        self._seen_key: tuple = ()
         self._last_change = time.monotonic()
+        """When the source last had something (any frame from a live hub: "hub quiet" counts from it)."""
+        self._quiet_told = -1
+        """The whole seconds of quiet the screens were last told of (see :meth:`_poll`)."""
+        self._poll_timer: Timer | None = None
+        self._poll_every = POLL_S
         self._poll_error = ""
         self._gc_saved: tuple[int, ...] | None = None
         self.notice = notice
@@ -111,7 +124,7 @@ class PardashApp(App[str | None]):
         if self.notice:
             self.notify(self.notice, severity="warning", timeout=15)
         self._poll()
-        self.set_interval(POLL_S, self._poll)
+        self._poll_timer = self.set_interval(self._poll_every, self._poll)
         self._watch_sockets()
         self.call_after_refresh(self._settle_gc)
 
@@ -170,12 +183,52 @@ class PardashApp(App[str | None]):
         now = time.monotonic()
         if changed:
             self._last_change = now
-            self.version += 1
+            self._quiet_told = -1
+            if not self.source.live or self._seen():
+                self.version += 1
+            # (told even when nothing shown changed: a screen may count time from frames)
             self._tell_updated()
         elif self.source.live and now - self._last_change > HUB_QUIET_S:
-            # Keep the "hub quiet" counter in the header moving.
-            if int((now - self._last_change) / POLL_S) % 10 == 0:
+            # Keep the "hub quiet" counter in the header moving: told once a second.
+            quiet = int(now - self._last_change)
+            if quiet != self._quiet_told:
+                self._quiet_told = quiet
                 self._tell_updated()
+        self._pace(IDLE_POLL_S if not changed and self._idle() else POLL_S)
+
+    def _seen(self) -> bool:
+        """Whether what a live source's poll took changes what the screens show: a snapshot
+        (a new state), a message (each one counts in ``state.counts``), the hub's counters, or
+        the viewer's standing with the hub. A frame with none of these (the hub frames at
+        10 Hz, messages or not: all along once a job has ended) redrew the whole dashboard."""
+        src = self.source
+        state = src.state
+        key = (id(state), sum(state.counts.values()), src.stats, getattr(src, "synced", True), getattr(src, "refused", ""), getattr(src, "hub_id", ""))
+        if key == self._seen_key:
+            return False
+        self._seen_key = key
+        return True
+
+    def _idle(self) -> bool:
+        """Nothing more comes by itself: a replay paused or at its end; a live run over
+        (every rank done) whose hub is quiet, its frames watched (one wakes the app)."""
+        src = self.source
+        if not src.live:
+            return bool(getattr(src, "paused", False) or getattr(src, "done", False))
+        return (
+            bool(getattr(self, "_watched", None))
+            and getattr(src, "synced", True)
+            and self.hub_quiet_s is not None
+            and run_over(src.state)
+        )
+
+    def _pace(self, every: float) -> None:
+        """Poll every ``every`` seconds from now on (the timer made again when it changes)."""
+        if every == self._poll_every or self._poll_timer is None:
+            return
+        self._poll_every = every
+        self._poll_timer.stop()
+        self._poll_timer = self.set_interval(every, self._poll)
 
     def _tell_updated(self) -> None:
         """Post RunUpdated to the active screen and, under a modal one (help, the quit
@@ -195,6 +248,7 @@ class PardashApp(App[str | None]):
 
     def _moved(self) -> None:
         self.version += 1
+        self._pace(POLL_S)  # (a paused or ended replay played, sped or sought: at 10 Hz again)
         self._tell_updated()
 
     def on_unmount(self) -> None:

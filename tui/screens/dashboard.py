@@ -13,6 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import Widget
 
 from pardash.telemetry.client import Source
 from pardash.telemetry.logreader import no_rank_reported
@@ -188,6 +189,10 @@ class DashboardScreen(Screen):
         """The alerts' lines, and what they were worked out for (see :meth:`_alert_lines`)."""
         self._trend_band = ""
         """The loss chart's legend, from its last drawing (its "now" is the grid's)."""
+        self._drawn_version = -1
+        """The app's version :meth:`refresh_run` last drew (see :meth:`_run_updated`)."""
+        self._titles: dict[tuple[str | None, str], str] = {}
+        """The border titles this screen set, as it gave them (see :meth:`_set_title`)."""
 
     @property
     def source(self) -> Source:
@@ -400,7 +405,21 @@ class DashboardScreen(Screen):
 
     @on(RunUpdated)
     def _run_updated(self, _message: RunUpdated) -> None:
+        if self._drawn_version == self.app.version and not self._moves_with_the_clock():  # type: ignore[attr-defined]
+            return  # (a hub's frame that brought nothing: the same picture, drawn again)
         self.refresh_run()
+
+    def _moves_with_the_clock(self) -> bool:
+        """What the dashboard shows changes with time alone, no frame bringing anything: the
+        seconds waited for the first rank, the hub's quiet (its counter while ranks run; its
+        start and end once they ended, when the header says how the job ended instead)."""
+        summary = self._summary
+        if summary is None or summary.waiting_s is not None:
+            return True
+        quiet = self.app.hub_quiet_s  # type: ignore[attr-defined]
+        if (quiet is None) != (summary.hub_quiet_s is None):
+            return True
+        return quiet is not None and not summary.ended
 
     def on_screen_resume(self) -> None:
         self.refresh_run()
@@ -413,6 +432,8 @@ class DashboardScreen(Screen):
             return
         source = self.source
         state = source.state
+        # (drawn before the first layout, the panels' sizes unknown, it is drawn again with them)
+        self._drawn_version = self.app.version if w.side.size.height else -1  # type: ignore[attr-defined]
         table = self._rows.update(state)
         w.grid.update_rows(table)
         self._fit_side()
@@ -491,9 +512,7 @@ class DashboardScreen(Screen):
         if w is None or not self._trend_band or not self.has_class("-trend"):
             return
         latest, _n = newest_loss(self.source.state)
-        title = f"loss [not bold dim]now {fmt_loss(latest)} · {self._trend_band}[/]"
-        if w.trend.border_title != title:
-            w.trend.border_title = title
+        self._set_title(w.trend, "border_title", f"loss [not bold dim]now {fmt_loss(latest)} · {self._trend_band}[/]")
 
     def _figures_turn(self) -> None:
         self._figures_due = None
@@ -546,8 +565,19 @@ class DashboardScreen(Screen):
         form = "heat map" if grid.heat else "cells"
         label = f"{form} · sorted by {SORT_LABELS[grid.sort_key]}" + (" · flagged only" if grid.flagged_only else "")
         main = self._widgets.main if self._widgets is not None else self.query_one("#main")
-        if main.border_subtitle != label:  # setting it repaints the grid's whole panel
-            main.border_subtitle = label
+        self._set_title(main, "border_subtitle", label)
+
+    def _set_title(self, widget: Widget, which: str, title: str) -> None:
+        """Set a border title (``which``: "border_title" or "border_subtitle") unless it is the
+        one this screen last set there. Setting one repaints the widget's whole panel, the same
+        text or not; and one read back is Textual's markup of it, not the text as set ("loss
+        [not bold dim]now …[/]" reads back otherwise): compared with that, the loss chart's
+        title was set, and its panel repainted, at every frame."""
+        key = (widget.id, which)
+        if self._titles.get(key) == title:
+            return
+        setattr(widget, which, title)
+        self._titles[key] = title
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "focus_grid":
