@@ -382,7 +382,11 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
             self._depth = depth + 1
             return None
         self._depth = 1
-        self._root_begin(module)
+        if not self.dead:  # (_root_begin's guard, inline: one Python call less a step)
+            try:
+                _root_begin(self, module)
+            except Exception as exc:
+                self._fail(exc)
         return None
 
     def _forward_post(self, module: Any, args: Any, *rest: Any) -> None:
@@ -399,7 +403,11 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
             return None
         self._depth = 0
         if self._count_samples:
-            self._root_end(args, rest[0] if len(rest) == 2 else None)
+            if not self.dead:  # (_root_end's guard, inline)
+                try:
+                    _root_end(self, args, rest[0] if len(rest) == 2 else None)
+                except Exception as exc:
+                    self._fail(exc)
         elif self._eval_t0:
             self._eval_end = self.clock.stamp()
             self._eval_t1 = time.perf_counter()
@@ -524,13 +532,21 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if self._in_backward or _get_ident() != self._tid or _is_compiling():
                 return original(tensors, *args, **kwargs)
-            self._backward_begins(tensors, args[0] if args else kwargs.get("grad_tensors"))
+            if not self.dead:  # (the guard of _backward_begins and _backward_returns, inline)
+                try:
+                    _backward_begins(self, tensors, args[0] if args else kwargs.get("grad_tensors"))
+                except Exception as exc:
+                    self._fail(exc)
             self._in_backward = True
             try:
                 return original(tensors, *args, **kwargs)
             finally:
                 self._in_backward = False
-                self._backward_returns()
+                if not self.dead:
+                    try:
+                        _backward_returns(self)
+                    except Exception as exc:
+                        self._fail(exc)
 
         return backward
 
@@ -592,11 +608,12 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         # torch.autograd.backward([l1, l2]) backpropagates their sum, as two backward() calls
         # would: each one-element tensor is a loss of the step (it took the first alone).
         many = isinstance(tensors, (list, tuple))
+        scaled = self._scaled
         for k, loss in enumerate(tensors if many else (tensors,)):
             if not isinstance(loss, torch.Tensor):
                 continue
             if loss.numel() == 1:
-                pair = self._scaled.get(id(loss))
+                pair = scaled.get(id(loss)) if scaled else None
                 if pair is not None and pair[0] is loss:
                     loss = pair[1]  # GradScaler: report the loss, not loss * scale
                 step.losses.append(loss.detach())
@@ -612,7 +629,8 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
                 if isinstance(g, torch.Tensor) and g.shape == loss.shape and _per_sample_losses(loss):
                     with torch.no_grad():
                         step.losses.append((loss.detach() * g).sum())
-        self._scaled = {}
+        if scaled:
+            self._scaled = {}
         if self._ddp_sync:
             self._arrive(now)  # the backward launches the first bucket's all-reduce
         self._ddp_sync = False
@@ -719,15 +737,17 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         if clock.cuda:
             d.end.synchronize()  # sync: the step's last event; the device is a step ahead by now
         out: dict[str, Any] = {"data_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "optimizer_s": 0.0}
-        marks = d.open.marks
+        opened = d.open
+        marks = opened.marks
         bounds = marks + [("", d.end)]
         if clock.cuda:
             for (phase, a), (_, b) in zip(bounds, bounds[1:]):
                 out[_PHASE_FIELD[phase]] += clock.seconds(a, b)
+            step_s = clock.seconds(marks[0][1], d.end)
         else:  # perf_counter stamps: the differences inline (a call a mark, each step, adds up)
             for (phase, a), (_, b) in zip(bounds, bounds[1:]):
                 out[_PHASE_FIELD[phase]] += b - a
-        step_s = clock.seconds(marks[0][1], d.end)
+            step_s = d.end - marks[0][1]
         self._step_s = step_s
         # From the step's start, or from a sync point of the script's own before its forward
         # (a barrier, which every rank leaves together): the wait in it is no rank's work.
@@ -747,15 +767,22 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
             self_s = max(0.0, clock.seconds(d.open.synced if before > 0 else marks[0][1], d.open.arrive))
         else:
             self_s = None
-        loss = sum(float(t.item()) for t in d.open.losses) if d.open.losses else None
-        out.update(
-            step=d.step, epoch=d.epoch, step_s=step_s, self_s=self_s, samples=d.open.samples,
-            loss=loss,  # NaN goes on: the reporter says the loss is not finite
-            lr=d.lr, mem=d.mem,
-        )  # fmt: skip
-        if d.open.micro > 1 or self._micro_said:
+        losses = opened.losses
+        if len(losses) == 1:  # (sum() of one: 0 + it, so a loss of -0.0 reads 0.0, as ever)
+            loss = 0 + float(losses[0].item())
+        else:  # (sum() itself: from Python 3.12 it compensates its rounding)
+            loss = sum(float(t.item()) for t in losses) if losses else None
+        out["step"] = d.step
+        out["epoch"] = d.epoch
+        out["step_s"] = step_s
+        out["self_s"] = self_s
+        out["samples"] = opened.samples
+        out["loss"] = loss  # NaN goes on: the reporter says the loss is not finite
+        out["lr"] = d.lr
+        out["mem"] = d.mem
+        if opened.micro > 1 or self._micro_said:
             self._micro_said = True
-            out["custom"] = {"micro_batches": float(d.open.micro)}
+            out["custom"] = {"micro_batches": float(opened.micro)}
         if d.logged:  # (nothing logged, the common case: nothing to apply)
             d.logged.apply(out)
         self.reporter.step(**out)
@@ -827,6 +854,12 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         except Exception:
             pass
 
+
+_root_begin = Instrument._root_begin.__wrapped__
+_root_end = Instrument._root_end.__wrapped__
+_backward_begins = Instrument._backward_begins.__wrapped__
+_backward_returns = Instrument._backward_returns.__wrapped__
+"""The hot hooks' bodies, unguarded: their callers guard them inline (see hooking._guarded)."""
 
 _instrument: Instrument | None = None
 
