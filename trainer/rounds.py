@@ -26,8 +26,10 @@ class Rounds:
             return None
         if self._skip_from is not False:
             self._skip_step()  # an iteration without an optimizer step before this one?
-        if any(optimizer is r() for r in self._round):
-            self._round_ends(optimizer)  # an optimizer of the round steps again: a new round
+        for r in self._round:  # (a loop, not any(): no generator a step)
+            if optimizer is r():
+                self._round_ends(optimizer)  # an optimizer of the round steps again: a new round
+                break
         if self._eval_t0:
             self._eval_ends()
         if self._open is None:
@@ -144,7 +146,7 @@ class Rounds:
             if self._cut is not None:
                 self._publish_cut(self._cut, mem)
             self._rounds += 1
-            self._early = len(self.optimizers) == 1  # (one alive: a model trained before is gone)
+            self._early = self.trained.optimizers_alive() == 1  # (one alive: a model trained before is gone)
             self._last_round = self._round  # (a new list follows: this one is not changed again)
         self._round = []
         self._published_round = False

@@ -50,6 +50,10 @@ class Trained:
         """The step each live root was last called in, training (see :meth:`used_roots`)."""
         self._holders: dict[str, Any] = {}
         self._measured: weakref.ref[Any] | None = None
+        self._changes = 0
+        """Changes to the optimizers made or stepping (see :meth:`waiting_optimizer_holds`)."""
+        self._none_waiting = -1
+        """The ``_changes`` at which no optimizer made was waiting (none can be until the next)."""
 
     @property
     def roots(self) -> list[Any]:
@@ -70,6 +74,14 @@ class Trained:
     def has_roots(self) -> bool:
         return bool(self._roots)
 
+    def optimizers_alive(self) -> int:
+        """``len(self.optimizers)``, without the list."""
+        n = 0
+        for r in self._optimizers:
+            if r() is not None:
+                n += 1
+        return n
+
     def optimizer_count(self) -> int:
         """Optimizers seen stepping, as weakly held (a freed one leaves at once)."""
         return len(self._optimizers)
@@ -84,14 +96,17 @@ class Trained:
 
     def add_optimizer(self, optimizer: Any, step: int) -> bool:
         """Note an optimizer that stepped in ``step``; False if it was known already."""
-        if any(r() is optimizer for r in self._optimizers):
-            return False
+        for r in self._optimizers:  # (a loop, not any(): no generator a step)
+            if r() is optimizer:
+                return False
         self._optimizers.append(weakref.ref(optimizer, self._optimizer_gone))
+        self._changes += 1
         self.optimizer_new = step
         return True
 
     def _optimizer_gone(self, ref: Any) -> None:
         self._optimizers = [r for r in self._optimizers if r is not ref]
+        self._changes += 1
         self._holders.clear()
 
     def made(self, optimizer: Any) -> None:
@@ -99,6 +114,7 @@ class Trained:
         if len(self._made) >= MADE_KEPT:
             self._made[:] = [r for r in self._made if r() is not None]
         self._made.append(weakref.ref(optimizer))
+        self._changes += 1
 
     def _held(self) -> set[int]:
         """The ids of the parameters live optimizers hold, stepped or only made."""
@@ -165,8 +181,13 @@ class Trained:
         since step ``since``: a GAN's generator, called for the discriminator's fakes, whose
         optimizer first steps after the discriminator's, in the same iteration (from the second
         one, or after a warm-up). One that holds none (a model trained next) is no sign."""
+        if self._none_waiting == self._changes:
+            # None was waiting, and no optimizer was made or stepped first since: none is (one
+            # made can only be freed meanwhile). Asked every step: the lists below, once.
+            return False
         waiting = [o for o in (r() for r in self._made) if o is not None and all(o is not s() for s in self._optimizers)]
         if not waiting:
+            self._none_waiting = self._changes
             return False
         called = [m for m in self.roots if self._root_step.get(id(m), -2) >= since]
         called += [m for m, s in list(self._unhooked_step.items()) if s >= since]
