@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 from textual.widget import Widget
-from tui_helpers import replay_app
+from tui_helpers import Fed, counting_redraws, replay_app
 
 from pardash.telemetry import schema
-from pardash.telemetry.client import FrameApplier, NullDetector
+from pardash.telemetry.client import NullDetector
 from pardash.telemetry.hubcore import HubCore
 from pardash.tui import app as tui_app
 from pardash.tui.app import make_app
@@ -25,20 +25,6 @@ from pardash.tui.widgets.history_chart import HistoryChart
 RUN = "idle"
 
 
-class Fed(FrameApplier):
-    """A live source whose poll reports the frames the test applied (as a hub client does:
-    any frame is a change, whatever it brought)."""
-
-    live = True
-    synced = True
-    pending = False
-
-    def poll(self) -> bool:
-        changed, self.pending = self.pending, False
-        return changed
-
-    def close(self) -> None:
-        pass
 
 
 class Job:
@@ -117,15 +103,7 @@ async def test_frames_that_bring_nothing_redraw_nothing_once_the_job_has_ended(m
         assert isinstance(screen, DashboardScreen)
         app._poll()
         await settle(pilot)
-        redraws = 0
-        refresh_run = screen.refresh_run
-
-        def counting() -> None:
-            nonlocal redraws
-            redraws += 1
-            refresh_run()
-
-        screen.refresh_run = counting
+        redraws = counting_redraws(screen)
         refreshes = Refreshes(monkeypatch)
         version = app.version
         for _ in range(30):  # three seconds of the hub's frames after the end: no message in any
@@ -134,7 +112,7 @@ async def test_frames_that_bring_nothing_redraw_nothing_once_the_job_has_ended(m
             await pilot.pause()
         await settle(pilot)
         assert app.version == version
-        assert redraws == 0
+        assert redraws == [0]
         assert refreshes.total() == 0, refreshes.by
 
         # A late note still shows, with the frame that brings it.
@@ -142,7 +120,7 @@ async def test_frames_that_bring_nothing_redraw_nothing_once_the_job_has_ended(m
         job.frame()
         app._poll()
         await settle(pilot)
-        assert app.version == version + 1 and redraws == 1
+        assert app.version == version + 1 and redraws == [1]
         lines = [line.text for line in screen.query_one(EventLog).lines]
         assert any("a late word" in line for line in lines), lines
 
@@ -182,21 +160,13 @@ async def test_a_quiet_hub_after_the_end_is_told_at_its_start_and_not_every_seco
         app._poll()
         await settle(pilot)
         screen = app.screen
-        redraws = 0
-        refresh_run = screen.refresh_run
-
-        def counting() -> None:
-            nonlocal redraws
-            redraws += 1
-            refresh_run()
-
-        screen.refresh_run = counting
+        redraws = counting_redraws(screen)
         for _ in range(100):  # ten seconds of polls, no frame: quiet from 3 s on
             clock.t += 0.1
             app._poll()
             await pilot.pause()
         await settle(pilot)
-        assert redraws == 1
+        assert redraws == [1]
         assert "job ended: every rank finished" in screen.query_one("#header").render().plain
 
 

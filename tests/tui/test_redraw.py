@@ -12,10 +12,10 @@ import random
 from dataclasses import replace
 
 import pytest
-from tui_helpers import until
+from tui_helpers import Fed, until
 
 from pardash.telemetry import schema
-from pardash.telemetry.client import FrameApplier, NullDetector
+from pardash.telemetry.client import NullDetector
 from pardash.telemetry.hubcore import HubCore
 from pardash.tui.app import make_app
 from pardash.tui.memory import memory_savings
@@ -76,19 +76,6 @@ class Job:
         self.viewer.pending = True
 
 
-class Fed(FrameApplier):
-    """A live source whose poll reports the frames the test applied."""
-
-    live = True
-    synced = True
-    pending = False
-
-    def poll(self) -> bool:
-        changed, self.pending = self.pending, False
-        return changed
-
-    def close(self) -> None:
-        pass
 
 
 def heat_keys(rows: RowBuilder) -> dict:

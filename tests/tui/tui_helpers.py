@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pardash.telemetry.client import FrameApplier
+
 DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -53,3 +55,32 @@ async def until(pilot, pred, timeout_s: float = 60.0) -> None:
         if time.monotonic() > end:
             raise AssertionError(f"condition not met within {timeout_s} s")
         await pilot.pause(0.05)
+
+
+class Fed(FrameApplier):
+    """A live source whose poll reports the frames the test applied (as a hub client does:
+    any frame is a change, whatever it brought); a test sets ``pending`` with each frame."""
+
+    live = True
+    synced = True
+    pending = False
+
+    def poll(self) -> bool:
+        changed, self.pending = self.pending, False
+        return changed
+
+    def close(self) -> None:
+        pass
+
+
+def counting_redraws(screen) -> list[int]:
+    """``screen``'s refresh_run counted: the list's one number is how many times it ran since."""
+    count = [0]
+    refresh_run = screen.refresh_run
+
+    def counting() -> None:
+        count[0] += 1
+        refresh_run()
+
+    screen.refresh_run = counting
+    return count
