@@ -94,18 +94,22 @@ def cmd_keys(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _ps_progress(progress: object) -> tuple[str, str, str]:
+def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     """(step, samples/s, what the job column should say where no result.json says it: "2
-    stalled", "finished" or "failed" once every rank ended, or '') from where a hub last said its
-    run was (registry.PROGRESS_EVERY_S); '-' where it has not said yet."""
+    stalled" (or silent, or "3 stuck" of both), or, of a hub alone once every rank ended,
+    "finished" or "failed"; else '') from where a hub last said its run was
+    (registry.PROGRESS_EVERY_S); '-' where it has not said yet. ``launched``: a launch's run,
+    whose result.json says how it ended (its ranks all "exited" for a moment may be torchrun
+    restarting them)."""
     if not isinstance(progress, dict):
         return "-", "-", ""
     step, total, rate = progress.get("step"), progress.get("steps"), progress.get("samples_per_s")
     step_text = "-" if not isinstance(step, int) else f"{step}/{total}" if isinstance(total, int) else str(step)
     rate_text = f"{rate:,.0f}" if isinstance(rate, (int, float)) and rate > 0 else "-"
     ranks = progress.get("ranks") if isinstance(progress.get("ranks"), dict) else {}
-    stuck = ", ".join(f"{n} {s}" for s, n in sorted(ranks.items()) if s in ("stalled", "silent") and isinstance(n, int))
-    if ranks and set(ranks) <= {"finished", "exited"}:
+    held = {s: n for s, n in ranks.items() if s in ("stalled", "silent") and isinstance(n, int) and n > 0}
+    stuck = f"{sum(held.values())} {next(iter(held)) if len(held) == 1 else 'stuck'}" if held else ""
+    if ranks and set(ranks) <= {"finished", "exited"} and not launched:
         # Every rank ended (a hub alone has no launcher to write result.json: it read "running")
         stuck = "failed" if "exited" in ranks else "finished"
     return step_text, rate_text, stuck
@@ -121,7 +125,7 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         return 0
     from pardash.tui.format import fmt_duration  # (plain functions: no textual)
 
-    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} {'JOB':10} INGEST                  LOG")
+    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} {'JOB':12} INGEST                  LOG")
     now = time.time()
     for e in runs:
         age = fmt_duration(now - e.get("started", now))
@@ -130,12 +134,14 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         job = "running" if result is None else "stopped" if result.get("stopped") else f"ended {result.get('code', '?')}"
         # A hub with CURVE keys answers only viewers given them: say so, not "no answer" later.
         keys = "curve" if e.get("curve") else "-" if "curve" in e else "?"
-        step, rate, stuck = _ps_progress(e.get("progress"))
+        step, rate, stuck = _ps_progress(e.get("progress"), launched=bool(e.get("supervisor_pid")))
         if result is None and stuck:
             job = stuck  # (its ranks stalled, silent or all ended: "running" read as if it trained on)
+        log = e.get("log", "")
+        log = "- (none kept)" if log == os.devnull else log  # (a simulate's without --keep-log)
         print(
             f"{e.get('run_id', ''):24} {e.get('strategy', '') or '-':9} {e.get('world_size', '-')!s:>5} "
-            f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:10} {e.get('ingest', ''):23} {e.get('log', '')}"
+            f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:12} {e.get('ingest', ''):23} {log}"
         )
     if any(e.get("curve") for e in runs):
         print(f"KEYS curve: a hub that takes only viewers with its keys; give `{PROG} attach` and `{PROG} record` --curve-dir DIR (or set PARDASH_CURVE_DIR)")
