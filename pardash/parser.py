@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--wait", type=cliargs.positive, default=60.0, metavar="SECONDS", help="how long a silent hub is waited for (restarted, or a network gone) before the copy stops (default 60)")
     rec.add_argument("--every", type=cliargs.positive, default=10.0, help="seconds between progress lines (default 10)")
 
-    ps = sub.add_parser("ps", help="list live runs", description="List your live runs on this machine (from $PARDASH_REGISTRY_DIR, else $XDG_RUNTIME_DIR/pardash, else ~/.cache/pardash/runs; other users' runs are not read): run id, strategy, ranks, age, STEP (the slowest running rank's, of the trainer's --steps) and SAMPLES/S as its hub last said them (every 5 s), whether its hub takes only viewers with keys (KEYS curve: pass --curve-dir to attach and record), JOB (running; 2 stalled or silent; finished or failed once every rank ended; stopped or ended CODE by the launch's result.json), hub and log.")
+    ps = sub.add_parser("ps", help="list live runs", description="List your live runs on this machine (from $PARDASH_REGISTRY_DIR, else $XDG_RUNTIME_DIR/pardash, else ~/.cache/pardash/runs; other users' runs are not read): run id, strategy, ranks, age, STEP (the slowest running rank's, of the trainer's --steps) and SAMPLES/S as its hub last said them (every 5 s), whether its hub takes only viewers with keys (KEYS curve: pass --curve-dir to attach and record), JOB (running; 2 stalled, 2 silent, or 4 stuck of both; of a hub alone, finished or failed once every rank ended; stopped or ended CODE by a launch's result.json), hub and log.")
     ps.add_argument("--json", action="store_true", help="print the registry entries as JSON")
 
     r = sub.add_parser(
