@@ -94,6 +94,10 @@ def cmd_keys(ns: argparse.Namespace) -> int:
     return 0
 
 
+PS_QUIET_AFTER = 3
+"""Writes of its progress a hub may miss before `ps` says it has been quiet (every 5 s)."""
+
+
 def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     """(step, samples/s, what the job column should say where no result.json says it: "2
     stalled" (or silent, or "3 stuck" of both), or, of a hub alone once every rank ended,
@@ -137,6 +141,11 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         step, rate, stuck = _ps_progress(e.get("progress"), launched=bool(e.get("supervisor_pid")))
         if result is None and stuck:
             job = stuck  # (its ranks stalled, silent or all ended: "running" read as if it trained on)
+        said = (e.get("progress") or {}).get("t") if isinstance(e.get("progress"), dict) else None
+        if result is None and isinstance(said, (int, float)) and now - said > PS_QUIET_AFTER * registry.PROGRESS_EVERY_S:
+            # Its hub lives but has said nothing for a while (stopped, swapping, stuck): its
+            # STEP and SAMPLES/S are as of then.
+            job = f"quiet {fmt_duration(now - said)}"
         log = e.get("log", "")
         log = "- (none kept)" if log == os.devnull else log  # (a simulate's without --keep-log)
         print(

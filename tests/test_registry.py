@@ -151,7 +151,8 @@ def test_ps_says_a_runs_step_of_its_steps_its_rate_and_ranks_stuck_or_ended(caps
 
 def test_ps_says_stuck_ranks_in_its_column_and_leaves_a_launchs_end_to_its_result(capsys):
     # "1 silent, 3 stalled" ran past the JOB column; a launch's ranks all "exited" for the moment
-    # torchrun restarts them read "failed"; a simulate's log read "/dev/null".
+    # torchrun restarts them read "failed"; a simulate's log read "/dev/null"; a hub quiet for
+    # minutes read as if its figures were now's.
     now = time.time()
     both = {"step": 9, "ranks": {"stalled": 3, "silent": 1}, "t": now}
     registry.register({"run_id": "both-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": both})
@@ -159,6 +160,9 @@ def test_ps_says_stuck_ranks_in_its_column_and_leaves_a_launchs_end_to_its_resul
     registry.register({"run_id": "restart-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": restarting,
                        "supervisor_pid": os.getpid()})  # fmt: skip
     registry.register({"run_id": "sim-run", "pid": os.getpid(), **ENDS, "curve": False, "log": os.devnull})
+    # A hub that lives and has said nothing for a while (stopped, swapping): its figures are old.
+    old = {"step": 40, "steps": 300, "samples_per_s": 900.0, "ranks": {"running": 2}, "t": now - 125}
+    registry.register({"run_id": "quiet-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": old})
     assert cli.main(["ps"]) == 0
     head, *rows = capsys.readouterr().out.splitlines()
     row = {r.split()[0]: r for r in rows}
@@ -166,3 +170,4 @@ def test_ps_says_stuck_ranks_in_its_column_and_leaves_a_launchs_end_to_its_resul
     assert row["both-run"][job_at:ingest_at].rstrip() == "4 stuck", rows
     assert row["restart-run"][job_at:ingest_at].rstrip() == "running", rows
     assert row["sim-run"].endswith(" - (none kept)") and os.devnull not in row["sim-run"], rows
+    assert row["quiet-run"][job_at:ingest_at].rstrip() == "quiet 2m05s", rows
