@@ -206,6 +206,22 @@ def stop_unsupervised_job(entry: dict, supervisor: int, run_id: str, curve_dir: 
     return left
 
 
+def _ask_to_stop(run_dir: str) -> None:
+    """Leave in the run folder whose Stop this is (supervisor.STOP_REQUEST), for the launch to
+    say; nothing where it cannot be written (the stop is the same, said "by you")."""
+    if not run_dir:
+        return
+    from pardash.trainer.supervisor import STOP_REQUEST
+
+    path = os.path.join(run_dir, STOP_REQUEST)
+    try:
+        with open(path + ".tmp", "w") as fh:
+            json.dump({"by": f"pardash attach, pid {os.getpid()}", "t": time.time()}, fh)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+
+
 def _run_tui(source, *, title: str, notice: str = "") -> int:
     from pardash.tui.app import make_app
 
@@ -273,6 +289,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         print(f"; log {entry.get('log', '')}")
     elif choice == "stop" and supervisor:
         print(f"{PROG}: stopping run {client.run_id}...", flush=True)
+        _ask_to_stop(str(entry.get("run_dir") or ""))
         try:
             # SIGINT: a person's stop, as the launch's own Ctrl-C (its exit code 130); SIGTERM
             # would say it was killed (143).

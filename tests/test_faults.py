@@ -358,9 +358,15 @@ def test_a_stop_chosen_in_an_attached_tui_ends_the_launch_with_130(tmp_path):
     assert f"stopped run {entry['run_id']}".encode() in screen.done()
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-2000:]
-    assert "(exit code 130)" in out + err
+    # Whose stop it was: the viewer's, not the person's at the launch's terminal ("stopped by
+    # you" told them they had stopped it).
+    by = f"by a viewer (pardash attach, pid {viewer.pid})"
+    assert f"stopped {by} (exit code 130)" in out + err, (out + err)[-2000:]
     exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"]
-    assert exits and all(m.code == -15 and "stopped by you" in m.message for m in exits)
+    assert exits and all(m.code == -15 and m.message == f"stopped {by}" for m in exits), exits
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "result.json").read_text())["stopper"] == by
+    assert not (run_dir / "stop-request.json").exists()  # (said in result.json now)
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])

@@ -600,8 +600,14 @@ class Supervisor:
         return code
 
     def _stopper(self) -> str:
-        """Who stopped the job: 'by you' (Ctrl-C, a Stop chosen in a viewer: SIGINT), else the
-        signal (a scheduler's time limit, `kill`, `docker stop`: no person's doing, maybe)."""
+        """Who stopped the job: 'by you' (Ctrl-C, Stop in the launch's viewer: SIGINT), 'by a
+        viewer (pardash attach, pid N)' where an attached viewer's Stop asked for it (its note in
+        the run folder, STOP_REQUEST), else the signal (a scheduler's time limit, `kill`,
+        `docker stop`: no person's doing, maybe)."""
+        if self._stopped_by == signal.SIGINT:
+            asked = stop_request(self.spec.run_dir, self._stop_t)
+            if asked:
+                return f"by a viewer ({asked})"
         return stopper_text(self._stopped_by)
 
     def _note_exits(self, code: int, what: str) -> None:
@@ -727,6 +733,8 @@ class Supervisor:
             result["stop_t"] = self._stop_t
             result["stopper"] = self._stopper()  # what a rank's exit after it is (outcome_line)
         written = self._write_result(result)
+        with contextlib.suppress(OSError):  # (said in result.json's stopper now)
+            os.unlink(os.path.join(spec.run_dir, STOP_REQUEST))
         # ... and down the pipe the launch started this process with, which no full disk
         # fails: without the file the launch took the job's end for its supervisor's death
         # ("its ranks train on without it"), or (the TUI) for a detach after 15 s.
@@ -832,6 +840,26 @@ def result_fields_of_node(hub: str, node_rank: int, curve_dir: str = "") -> dict
 def _signal_text(signum: int) -> str:
     """'SIGKILL' for 9 ('signal 99' for a number no signal has)."""
     return signal_name(-signum) or f"signal {signum}"
+
+
+STOP_REQUEST = "stop-request.json"
+"""What an attached viewer's Stop leaves in the run folder before its SIGINT to the supervisor:
+{"by": "pardash attach, pid N", "t": time}, so the launch says whose stop it was (it said
+"stopped by you" to the person at the launch's terminal, who had done nothing)."""
+STOP_REQUEST_S = 30.0
+"""How far a stop may be from its request's time to be that request's."""
+
+
+def stop_request(run_dir: str, stop_t: float) -> str:
+    """Whose Stop (an attached viewer's) stopped the job at ``stop_t``, from its note in
+    ``run_dir``; '' where none asked then."""
+    try:
+        with open(os.path.join(run_dir, STOP_REQUEST)) as fh:
+            asked = json.load(fh)
+        by, t = asked["by"], float(asked["t"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    return by if isinstance(by, str) and by and abs(stop_t - t) <= STOP_REQUEST_S else ""
 
 
 def stopper_text(signum: int) -> str:
