@@ -457,3 +457,19 @@ async def test_the_quit_dialog_says_how_to_attach_to_this_run_again():
         assert run_id
         said = " ".join(str(label.render()) for label in app.screen.query(Label))
         assert f"`pardash attach {run_id}`" in said, said
+
+
+async def test_a_form_chosen_in_a_replay_at_rest_fits_the_loss_chart_at_once():
+    # An ended replay redraws on no frame: c fitted the loss chart only at the next redraw, so
+    # it stayed under a grid of 1024 cells that needs every line (a page down went 20 ranks,
+    # not 31, and the paging test failed whenever the replay had come to rest before the key).
+    app = replay_app("run1024.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        screen, grid = app.screen, app.screen.query_one(RankGrid)
+        await until(pilot, lambda: screen.has_class("-trend") and grid.heat)  # a heat map with rows to spare
+        for _ in range(5):  # (at rest: the replay's last frames drawn)
+            await pilot.pause(0.05)
+        await pilot.press("c")
+        await until(pilot, lambda: not grid.heat and not screen.has_class("-trend"))
+        await pilot.press("c")
+        await until(pilot, lambda: grid.heat and screen.has_class("-trend"))

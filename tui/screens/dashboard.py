@@ -601,21 +601,29 @@ class DashboardScreen(Screen):
     def action_toggle_form(self) -> None:
         grid = self.grid
         grid.form = "cells" if grid.heat else "heat"
-        self._update_labels()
+        self._view_changed()
 
     def action_cycle_sort(self) -> None:
         grid = self.grid
         grid.sort_key = SORT_KEYS[(SORT_KEYS.index(grid.sort_key) + 1) % len(SORT_KEYS)]
-        self._update_labels()
+        self._view_changed()
 
     def action_sort(self, key: str) -> None:
         self.grid.sort_key = key
-        self._update_labels()
+        self._view_changed()
 
     def action_toggle_flagged(self) -> None:
         self.grid.flagged_only = not self.grid.flagged_only
-        self._update_labels()
+        self._view_changed()
         self._show_figures(now=True)
+
+    def _view_changed(self) -> None:
+        """The grid's form, order or filter changed: its labels, and the room it leaves the loss
+        chart and the side panels, now. (They were fitted at the next redraw, which an ended
+        or paused replay never makes: the chart stayed under 1024 cells that needed its lines.)"""
+        self._update_labels()
+        self._fit_trend()
+        self.call_after_refresh(self._refit)
 
 
 class ReplayDashboardScreen(DashboardScreen):
