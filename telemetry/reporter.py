@@ -539,14 +539,15 @@ class Reporter:
         """A hub with CURVE keys that refuses this rank's (none, or one it does not admit) takes
         nothing from it, and says so only in its own log: the rank says it once (the first
         rank of each node), and stops watching once a handshake succeeds."""
-        from zmq.utils.monitor import recv_monitor_message
-
         mon = self._handshakes
         while mon is not None:
             try:
-                event = recv_monitor_message(mon, zmq.NOBLOCK)["event"]
+                event = security.monitor_event(mon.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 return
+            if event is None:
+                continue
+            event, value = event
             self._hub_verdict = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
             if self._hub_verdict and self._said_waiting:
                 late_s = time.monotonic() - (self._watched_since or 0.0)
@@ -554,7 +555,7 @@ class Reporter:
                 print(f"pardash: rank {self.rank} reached the hub at {self.endpoint} after {late_s:.0f} s{lost}",
                       file=sys.stderr, flush=True)  # fmt: skip
             if not self._hub_verdict and self.identity.local_rank == 0:
-                why = security.refusal(event, self.keys, f"rank {self.rank}", "PARDASH_CURVE_DIR")
+                why = security.refusal(event, self.keys, f"rank {self.rank}", "PARDASH_CURVE_DIR", value)
                 print(f"pardash: the hub at {self.endpoint} refuses rank {self.rank}'s telemetry: {why}; training goes on, "
                       "unwatched", file=sys.stderr, flush=True)  # fmt: skip
             sock.disable_monitor()

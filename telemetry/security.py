@@ -380,26 +380,43 @@ HANDSHAKE_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILED
 """What a client watches to learn whether the hub took it."""
 
 
-def refusal(event: int, keys: "ClientKeys | None", who: str, hint: str) -> str:
+NOT_A_HUB = "or what listens there is not a pardash hub (it dropped the connection in ZeroMQ's handshake: is the address right?)"
+"""What a connection dropped in the handshake may also mean (see :func:`refusal`)."""
+
+
+def refusal(event: int, keys: "ClientKeys | None", who: str, hint: str, value: int | None = None) -> str:
     """Why the hub refused the handshake of a client (``who``: "this viewer", or "rank 3": a
-    rank publishes), from its monitor's failure ``event``: no keys, a client key the hub does
-    not admit (the hub's ZAP answer: AUTH), or keys of another hub, or a hub without keys (no
-    detail, alike). ``hint``: where such a client is given the keys.
+    rank publishes), from its monitor's failure ``event`` and that event's ``value`` (a
+    protocol error's code, or the errno of a dropped connection): no keys, a client key the
+    hub does not admit (the hub's ZAP answer: AUTH), keys of another hub, or a hub without keys.
+    ``hint``: where such a client is given the keys.
+
+    The two sides' mechanisms differing (one has CURVE keys, the other none) is a protocol
+    error of its own, and says which side has them. A connection dropped in the handshake is a
+    CURVE hub that cannot read a client's keys (another hub's server.key), or a hub that
+    dropped a client whose mechanism is not its own before the error reached it (a race), or no
+    ZeroMQ peer at all: another program at that port, which a rank at a wrong address was told
+    was a CURVE hub. Said as any of them. ``value`` None: not known.
 
     AUTH says only that the hub said no to the key, not why: to a rank, a key it never admitted
     and a viewer's key (admitted to watch, never to publish) read the same, so a rank is told
     its key is not admitted for publishing, and what does admit one."""
+    mismatch = event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+    dropped = event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and value is not None
     if keys is None:
-        return f"it has CURVE keys and {who} has none ({hint}: a copy of the hub's keys folder)"
+        why = f"it has CURVE keys and {who} has none ({hint}: a copy of the hub's keys folder)"
+        return f"{why}, {NOT_A_HUB}" if dropped else why
     if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
         if who.startswith("rank"):
             return (f"it does not admit {who}'s client key for publishing (a rank needs a key in the hub folder's "
                     f"{AUTHORIZED}/, as its client.key is; a viewer's key from `pardash keys --viewer` only watches)")
         return (f"it does not admit {who}'s client key (copy client.key into the hub folder's {AUTHORIZED}/, or give "
                 f"{who} a folder of its own made by `pardash keys --viewer NAME`)")
-    # (a hub without keys fails a client with keys the same way: the two cannot be told apart here)
-    return (f"{who}'s server.key is not this hub's (copy server.key from the hub's keys folder), or the hub has "
-            f"no CURVE keys ({who} then goes without: no {hint})")
+    no_keys = f"the hub has no CURVE keys ({who} then goes without: no {hint})"
+    if mismatch:
+        return no_keys
+    why = f"{who}'s server.key is not this hub's (copy server.key from the hub's keys folder), or {no_keys}"
+    return f"{why}, {NOT_A_HUB}" if dropped else why
 
 
 def monitor_socket(sock: zmq.Socket, events: int | None = None) -> zmq.Socket:
@@ -409,14 +426,18 @@ def monitor_socket(sock: zmq.Socket, events: int | None = None) -> zmq.Socket:
     return sock.get_monitor_socket(events, addr=f"inproc://pardash-monitor-{os.getpid()}-{next(_monitors_made)}")
 
 
-def monitor_event(frames: list[bytes]) -> int | None:
-    """The event (``zmq.EVENT_*``) of one message from a socket's monitor, as
-    ``zmq.utils.monitor.parse_monitor_message`` reads it (a 16-bit event, a 32-bit value, then
-    the endpoint), without importing that module (it imports asyncio); None for a message of
+def monitor_event(frames: list[bytes]) -> tuple[int, int] | None:
+    """The event (``zmq.EVENT_*``) of one message from a socket's monitor and its value (an
+    errno or a protocol error's code), as ``zmq.utils.monitor.parse_monitor_message`` reads it
+    (a 16-bit event, a 32-bit value, then the endpoint), without importing that module: it
+    imports asyncio, whose import makes named tuples with ``exec`` of a string, which makes
+    CPython forget that the main thread ended in a KeyboardInterrupt (a rank's heartbeat thread
+    importing it at exit turned a Ctrl-C's exit status 130 into 1). None for a message of
     another form."""
     if len(frames) != 2 or len(frames[0]) != 6:
         return None
-    return struct.unpack("=Hi", frames[0])[0]
+    event, value = struct.unpack("=Hi", frames[0])
+    return event, value & 0xFFFFFFFF
 
 
 VIEWER_HINT = "--curve-dir DIR or PARDASH_CURVE_DIR"
@@ -459,13 +480,16 @@ class Handshakes:
                 return
             if event is None:
                 continue
+            event, value = event
             if event == zmq.EVENT_CONNECTED:
                 self.reached = True
             elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.refused = ""
                 self.took += 1
             elif event & HANDSHAKE_FAILED:
-                self.refused = refusal(event, self.keys, self.who, self.hint)
+                why = refusal(event, self.keys, self.who, self.hint, value)
+                if not (self.refused and why.endswith(NOT_A_HUB)):  # (a surer reason read before stands)
+                    self.refused = why
 
     def close(self) -> None:
         """Stop watching (the socket itself stays open)."""

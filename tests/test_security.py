@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 import zmq
@@ -536,6 +538,74 @@ def test_a_refused_rank_whose_job_ends_before_its_first_heartbeat_says_so(curve_
     assert rep._handshakes.poll(20_000)  # the hub's refusal has come
     rep.close(linger_ms=0)
     assert capfd.readouterr().err.count("refuses rank 0's telemetry") == 1
+
+
+@pytest.fixture
+def not_a_hub():
+    """A TCP port whose program takes each connection and closes it (a port given by mistake:
+    another service's, or a hub's that a web proxy holds)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.1)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    listener.close()
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_rank_at_a_port_no_hub_holds_is_not_told_of_curve_keys(not_a_hub, keys, capfd, keyed):
+    # A rank with no keys at a port another program held read "the hub at ... refuses rank 0's
+    # telemetry: it has CURVE keys and rank 0 has none", and nothing else: no hub was there.
+    rep = Reporter(not_a_hub, run=RUN, identity=identity(0, 4), heartbeat_s=0.05, curve=keys if keyed else False)
+    rep.hello(strategy="ddp", world_size=4)
+    wait_for(lambda: rep._thread is not None and rep._handshakes is None, timeout_s=20)
+    rep.close(linger_ms=0)
+    err = capfd.readouterr().err
+    # (a CURVE hub drops a keyless client alike at times, and one holding another hub's
+    # server.key always: each is said)
+    whose = ("rank 0's server.key is not this hub's (copy server.key from the hub's keys folder), or the hub has no "
+             "CURVE keys (rank 0 then goes without: no PARDASH_CURVE_DIR)") if keyed else (
+        "it has CURVE keys and rank 0 has none (PARDASH_CURVE_DIR: a copy of the hub's keys folder)")
+    assert f"refuses rank 0's telemetry: {whose}, or what listens there is not a pardash hub (it dropped" in err, err
+
+
+def test_a_rank_with_keys_at_a_hub_without_is_told_the_hub_has_none(capfd, keys):
+    with serving(Hub(run_id=RUN, log_path=None, world_size=4)) as hub:
+        rep = Reporter(hub.ingest_endpoint, run=RUN, identity=identity(0, 4), heartbeat_s=0.05, curve=keys)
+        rep.hello(strategy="ddp", world_size=4)
+        wait_for(lambda: rep._thread is not None and rep._handshakes is None, timeout_s=20)
+        rep.close(linger_ms=0)
+    err = capfd.readouterr().err
+    # (said alone when the hub's answer came; a hub may drop the connection before it does)
+    assert "refuses rank 0's telemetry: " in err and "the hub has no CURVE keys (rank 0 then goes without: no PARDASH_CURVE_DIR)" in err, err
+
+
+def test_ctrl_c_in_a_publishing_script_exits_as_killed_by_sigint(tmp_path):
+    # A script publishing with the API that ended in a KeyboardInterrupt exited 1, not as killed
+    # by SIGINT (130 in a shell), while its log's exit event said 130: the rank's heartbeat
+    # thread imported zmq.utils.monitor (so asyncio, whose import execs strings) at the end,
+    # which makes CPython forget the interrupt. torchrun and schedulers read 1 as a failure.
+    script = tmp_path / "interrupted.py"
+    script.write_text("import pardash.telemetry.api as pt\npt.init()\nwith pt.step():\n    pt.log(loss=1.0, samples=1)\nraise KeyboardInterrupt\n")
+    with serving(Hub(run_id=RUN, log_path=None)) as hub:
+        env = {**pardash_env(), "PARDASH_ENDPOINT": hub.ingest_endpoint, "PARDASH_RUN_ID": RUN}
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGINT, (done.returncode, done.stderr)
+    assert "KeyboardInterrupt" in done.stderr
 
 
 def test_an_admitted_rank_says_nothing(curve_hub, keys, capfd):
