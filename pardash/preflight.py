@@ -67,14 +67,22 @@ def check_insecure_with_keys(ns: argparse.Namespace) -> None:
     only their holders whatever --insecure says, so one of the two was not meant. Both were
     taken without a word. Kept where --insecure still does something: /metrics beyond loopback
     (plain HTTP takes no keys), --prometheus-addr."""
-    if not (getattr(ns, "insecure", False) and getattr(ns, "curve_dir", None)):
+    if not getattr(ns, "insecure", False):
         return
     from pardash.telemetry import security
 
+    # (PARDASH_CURVE_DIR, as `pardash keys` says to export, is taken as --curve-dir is: a hub
+    # asked for with --insecure came up keyed without a word)
+    keys = f"--curve-dir {ns.curve_dir}" if getattr(ns, "curve_dir", None) else None
+    drop = "drop one of the two"
+    if keys is None and "curve_dir" in ns and (env := security.curve_dir_from_env()):
+        keys, drop = f"{security.CURVE_DIR_VAR}={env} (in the environment)", f"unset {security.CURVE_DIR_VAR} or drop --insecure"
+    if keys is None:
+        return
     if getattr(ns, "prometheus", None) is not None and not security.is_loopback(ns.prometheus_addr):
         return
-    fail(f"--curve-dir {ns.curve_dir} with --insecure: with keys the hub admits only the ranks and viewers holding them, "
-         "so --insecure (a hub beyond loopback without keys, open to anyone) would do nothing; drop one of the two")  # fmt: skip
+    fail(f"{keys} with --insecure: with keys the hub admits only the ranks and viewers holding them, "
+         f"so --insecure (a hub beyond loopback without keys, open to anyone) would do nothing; {drop}")  # fmt: skip
 
 
 def headless_without_terminal(ns: argparse.Namespace) -> None:

@@ -90,6 +90,35 @@ def test_flags_that_contradict_each_other_are_refused_in_one_line(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keys"]
 
 
+@pytest.mark.parametrize("verb", ["hub", "launch"])
+def test_insecure_beside_keys_from_the_environment_is_refused_too(tmp_path, monkeypatch, verb):
+    # With PARDASH_CURVE_DIR exported, as `pardash keys` says to, `hub --bind 0.0.0.0
+    # --insecure` came up keyed without a word, where --curve-dir DIR is refused.
+    from pardash.parser import build_parser
+    from pardash.preflight import check_insecure_with_keys
+
+    monkeypatch.setenv("PARDASH_CURVE_DIR", str(tmp_path / "keys"))
+    ns = build_parser().parse_args([verb, "--insecure"])
+    with pytest.raises(SystemExit) as exc:
+        check_insecure_with_keys(ns)
+    assert exc.value.code == 2
+    monkeypatch.delenv("PARDASH_CURVE_DIR")
+    check_insecure_with_keys(ns)  # (no keys anywhere: --insecure stands)
+
+
+def test_insecure_beside_keys_from_the_environment_is_one_line(tmp_path):
+    from pardash.telemetry import security
+
+    security.make_keys(str(tmp_path / "keys"))
+    proc = subprocess.run([sys.executable, "-m", "pardash", "hub", "--bind", "0.0.0.0", "--insecure", "--no-registry"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                          env=pardash_env(PARDASH_CURVE_DIR=str(tmp_path / "keys")))  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert _one_line(proc) == (f"pardash: error: PARDASH_CURVE_DIR={tmp_path / 'keys'} (in the environment) with --insecure: with "
+                               "keys the hub admits only the ranks and viewers holding them, so --insecure (a hub beyond loopback "
+                               "without keys, open to anyone) would do nothing; unset PARDASH_CURVE_DIR or drop --insecure")
+
+
 def test_insecure_beside_keys_is_taken_where_it_opens_metrics_beyond_loopback():
     # /metrics is plain HTTP, which takes no keys: --insecure is what lets it bind beyond
     # loopback, keys or not.
