@@ -312,6 +312,13 @@ def make_viewer_keys(
     d = Path(curve_dir)
     _check_folder(d)
     if not (d / f"{SERVER}.key_secret").is_file():
+        # (a rank's or viewer's copy was told to make hub keys in it: `keys --dir` then
+        # refuses, keys being there, and --force would turn that copy into a hub's folder)
+        if (d / f"{CLIENT}.key_secret").exists():
+            raise CurveKeyError(
+                f"{d} holds a rank's or viewer's keys, not the hub's key pair: give --dir the hub's key folder "
+                f"(the one `pardash keys` made, with {SERVER}.key_secret)"
+            )
         raise CurveKeyError(
             f"{d} holds no hub keys (no {SERVER}.key_secret) to admit a viewer to: give --dir the hub's key folder, "
             f"or make one first with `pardash keys --dir {d}`"

@@ -124,6 +124,22 @@ def test_new_hub_keys_revoke_the_viewers_keys_too(keys, alice):
     assert security.load_client_keys(alice).public in security.load_server_keys(keys).watching.values()
 
 
+def test_a_viewers_folder_given_as_the_hubs_is_not_told_to_make_hub_keys_in_it(tmp_path):
+    # `keys --dir keys/viewers/alice --viewer carol` said "make one first with `pardash keys
+    # --dir keys/viewers/alice`", which refuses (keys are there) and with --force turns alice's
+    # folder into a hub's.
+    security.make_keys(tmp_path / "k")
+    assert _keys("--dir", str(tmp_path / "k"), "--viewer", "alice").returncode == 0
+    alice = tmp_path / "k" / "viewers" / "alice"
+    before = sorted(p.name for p in alice.iterdir())
+    proc = _keys("--dir", str(alice), "--viewer", "carol")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"{alice} holds a rank's or viewer's keys, not the hub's key pair: give --dir the hub's key folder" in line, line
+    assert "pardash keys --dir" not in line, line
+    assert sorted(p.name for p in alice.iterdir()) == before
+
+
 def test_a_viewer_needs_the_hubs_key_folder(tmp_path):
     proc = _keys("--dir", str(tmp_path / "nothing"), "--viewer", "alice")
     assert proc.returncode == 2
