@@ -435,24 +435,24 @@ class Hub:
     def _refused(self, monitor: zmq.Socket) -> None:
         """Count the handshakes a port refused (no key, or one not authorised); say it in the
         event log at most once a minute."""
-        from zmq.utils.monitor import recv_monitor_message
-
         n = 0
         while True:
             try:
-                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+                event = security.monitor_event(monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 break
+            if event is None:
+                continue
+            kind, value = event
             # A key the hub does not admit (ZAP said no), or a ZeroMQ client with no keys at all:
             # the hub sees the mechanism mismatch, or (when the client saw it first and hung
             # up) a handshake cut short, as a bare TCP probe's is. Stray bytes (an HTTP request
             # to the port) are neither: not counted.
-            kind = event["event"]
             # A client holding another server key (one rotated since) fails to speak CURVE to
             # it: a cryptographic error, counted too.
             if kind in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL) or (
                 kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                and event["value"] in (zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH, zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+                and value in (zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH, zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
             ):
                 n += 1
         if not n:
