@@ -308,13 +308,24 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         if isinstance(msg, schema.Step):
             ep = open_stalls.get(msg.rank)
             if ep is not None and (ep["step"] is None or msg.step > ep["step"]):
-                # A step after the stall is its end, whether or not the hub said so: a rank that
-                # stepped on and finished before the hub's next look read "stalled ... until it
-                # finished; likely the cause of the hang".
-                del open_stalls[msg.rank]
-                ep["until"] = f"resumed at step {msg.step}"
-                if msg.t:
-                    ep["end_t"] = msg.t
+                if msg.t and msg.t < ep["verdict_t"]:
+                    # Done before the hub's verdict, taken after it: a rank sends its steps in
+                    # batches, and one stopped (kill -STOP) with steps 72 and 73 still in its
+                    # reporter sends them as it goes on. Its stall began after them; ending it
+                    # here read "silent after step 71 for 0.022 s; resumed at step 72" of a
+                    # rank frozen 12 s after step 73. (Ranks' clocks agree with the hub's to
+                    # well within a stall; one behind it by more leaves the end to the hub's
+                    # "resumed".)
+                    ep["step"] = msg.step
+                    ep["since_t"] = max(ep["since_t"], msg.t)
+                else:
+                    # A step after the stall is its end, whether or not the hub said so: a rank
+                    # that stepped on and finished before the hub's next look read "stalled ...
+                    # until it finished; likely the cause of the hang".
+                    del open_stalls[msg.rank]
+                    ep["until"] = f"resumed at step {msg.step}"
+                    if msg.t:
+                        ep["end_t"] = msg.t
             if msg.t:  # 0: a step without its time (a hand-made or foreign line) spans nothing
                 stall_from[msg.rank] = msg.t
                 for spans, key in ((step_spans, msg.rank), (attempt_spans, (msg.rank, state.ranks[msg.rank].restarts))):
@@ -387,6 +398,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             if msg.verdict in ("stalled", "silent"):
                 ep = open_stalls[msg.rank]
                 ep["since_t"] = stall_from.get(msg.rank, msg.t)
+                ep["verdict_t"] = msg.t
                 r = state.ranks.get(msg.rank)
                 ep["attempt"] = r.restarts if r is not None else 0
             if ended is not None and ended["until"] is not None:
@@ -440,6 +452,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     last_attempt = max((r.restarts for r in state.ranks.values()), default=0)
     for ep in stalls:
         # How long it lasted: from the rank's last step to its end (the log's end: never ended).
+        ep.pop("verdict_t", None)
         since, end = ep.pop("since_t", None), ep.pop("end_t", None) or last_t
         if ep.pop("end_on_hub", False) and hub_off is not None or ep["rank"] in off:
             since = None  # its last step's time is on its own clock, the end (a verdict) on the hub's
@@ -762,7 +775,13 @@ def _fold_verdict(v: schema.Verdict, stragglers, open_stragglers, stalls, open_s
     elif v.verdict == "resumed":
         ep = open_stalls.pop(v.rank, None)
         if ep is not None:
-            ep["until"] = "resumed" if v.step is None else f"resumed at step {v.step}"
+            at = v.step
+            if at is not None and ep["step"] is not None and at <= ep["step"]:
+                # "heard from again" names the rank's newest step, which the episode may hold
+                # already (its steps sent before the verdict, taken after it): it was stuck in
+                # the one after, as the hub says of a stalled rank's resumption.
+                at = ep["step"] + 1
+            ep["until"] = "resumed" if at is None else f"resumed at step {at}"
     elif v.verdict == "not_sharding":
         not_sharding[v.rank] = v.message
     elif v.verdict == "sharding_ok":

@@ -13,10 +13,12 @@ import sys
 import zlib
 from pathlib import Path
 
+import pytest
+
 from helpers import pardash_env
 from pardash.telemetry import schema
 from pardash.telemetry.compare import compare_reports, render_compare_text
-from pardash.telemetry.report import build_report
+from pardash.telemetry.report import build_report, render_text
 
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))
@@ -240,3 +242,62 @@ def test_the_reports_recent_steps_tell_a_step_from_far_back_as_a_scan_of_them_do
         if step not in kept:
             kept.append(step)
             kept = kept[-recent.KEEP :]
+
+
+# -- a rank frozen with steps still in its reporter ---------------------------------------------
+
+
+def _frozen(hub_first: bool) -> make_logs.Log:
+    """Two DDP ranks, 80 steps of 0.1 s; rank 1 frozen (kill -STOP) 12 s after step 73, its
+    steps 72 and 73 held in its reporter: the hub says it silent after step 71 and rank 0
+    stalled in backward after 73. On CONT the held steps come first, stamped before the
+    verdicts, then step 74; the hub's "heard from again" before it (``hub_first``) or after."""
+    log = make_logs.Log("frozen")
+    make_logs.hub_note(log, 0.0, "hub started (pid 1), ingest tcp://127.0.0.1:29600")
+    for r in range(2):
+        log.add(make_logs.hello(r, 2, strategy="ddp", host="vm", node=0, local=r, steps=80), 0.1)
+
+    def step(r: int, s: int, t: float) -> None:
+        log.add(schema.Step(rank=r, step=s, loss=2.0, samples=16, step_s=0.1, self_s=0.05), t)
+
+    for s in range(1, 74):
+        for r in range(2):
+            if r == 0 or s <= 71:
+                step(r, s, 0.2 + 0.1 * s)
+    stopped = 0.2 + 0.1 * 73  # rank 1 frozen here, in step 74
+    log.add(schema.Verdict(rank=1, verdict="silent", step=71, message="rank 1 silent for 5 s (no heartbeat)"), stopped + 5)
+    log.add(schema.Verdict(rank=0, verdict="stalled", cause="backward", step=73,
+                           message="rank 0 stalled in backward after step 73 (6 s without progress)"), stopped + 6)  # fmt: skip
+    woke = stopped + 12
+    step(1, 72, 0.2 + 0.1 * 72)
+    step(1, 73, 0.2 + 0.1 * 73)
+    heard = schema.Verdict(rank=1, verdict="resumed", step=73, message="rank 1 heard from again")
+    if hub_first:
+        log.add(heard, woke + 0.05)
+    step(1, 74, woke + 0.1)
+    step(0, 74, woke + 0.1)
+    if not hub_first:
+        log.add(heard, woke + 0.2)
+    log.add(schema.Verdict(rank=0, verdict="resumed", step=74, message="rank 0 resumed at step 74"), woke + 0.2)
+    for s in range(75, 81):
+        for r in range(2):
+            step(r, s, woke + 0.1 * (s - 73))
+    end = woke + 0.1 * 8
+    for r in range(2):
+        log.add(schema.Event(rank=r, name="exit", code=0, step=80), end)
+    make_logs.hub_note(log, end + 0.2, "hub stopped: 400 messages, 0 lost, 0 rejected")
+    return log
+
+
+@pytest.mark.parametrize("hub_first", [False, True], ids=["step-first", "hub-first"])
+def test_a_frozen_rank_whose_held_steps_came_after_the_verdict_was_silent_for_the_freeze(tmp_path, hub_first):
+    # kill -STOP of rank 1 for 12 s read "rank 1 silent (no heartbeat) after step 71 for 0.022 s;
+    # resumed at step 72": its steps 72 and 73, done before the stop, ended the episode.
+    rep = build_report(str(_write(_frozen(hub_first), tmp_path / "frozen.jsonl")))
+    (silent,) = [s for s in rep["stalls"] if s["rank"] == 1]
+    assert (silent["kind"], silent["step"], silent["until"]) == ("silent", 73, "resumed at step 74"), silent
+    assert 11.9 <= silent["seconds"] <= 12.2, silent
+    (stalled,) = [s for s in rep["stalls"] if s["rank"] == 0]
+    assert (stalled["step"], stalled["until"]) == (73, "resumed at step 74") and 11.9 <= stalled["seconds"] <= 12.2
+    text = render_text(rep)
+    assert re.search(r"\brank 1 silent \(no heartbeat\) after step 73 for 12\.\d s; resumed at step 74", text), text
