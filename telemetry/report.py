@@ -40,7 +40,7 @@ from __future__ import annotations
 import bisect
 import re
 import statistics
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from typing import Any
 
 from . import schema
@@ -52,7 +52,8 @@ from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal
 from .report_render import PHASES, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
-from .state import LOSS_NOT_FINITE, RunState, mem_full_bytes, mem_held_bytes, mem_state_bytes, run_over
+from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
+                    mem_state_bytes, run_over)
 from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
 
 
@@ -506,9 +507,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             "rank": rank,
             "host": r.host,
             "device": r.hello.device if r.hello else "",
-            # (a log its hub closed with the rank still going: its end was never heard, as when
-            # another node's hub stopped first; "running" read as if it still were)
-            "status": "no exit" if closed and not (r.finished or r.exit_code is not None) else r.status,
+            "status": _status(r, closed),
             "steps": len(step_s.get(rank, ())) - rerun.get(rank, 0),
             "steps_rerun": rerun.get(rank, 0),
             # Steps between its first and last that the log lacks: when messages were lost (a
@@ -638,7 +637,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                         "resumed": [_public(r) for r in resumes.values()]},
         "warnings": [w | {"ranks": sorted(w["ranks"])} for w in warnings.values()],
         "memory": _memory(ranks, expected, expected_basis, params_count, strategy, world, peak_kind, not_sharding),
-        "statuses": state.status_counts(),
+        # (the rows' statuses counted: the ranks' own read "stalled 4" beside four "no exit")
+        "statuses": dict(Counter(r["status"] for r in ranks)),
         "messages": dict(sorted(state.counts.items())),
         "lost_messages": state.lost,
         "skipped_lines": stats.skipped_total,
@@ -653,6 +653,21 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # (the cut .gz read "log ends early ... its hub stopped recording (killed, out of disk)")
         "gzip_damage": {"how": stats.gzip_damage, "after_line": stats.lines} if stats.gzip_damage else None,
     }
+
+
+NO_EXIT = "no exit"
+"""A rank's status in a log its hub closed with the rank still going: its end was never heard,
+as when another node's hub stopped first ("running" read as if it still were)."""
+
+
+def _status(r: RankState, closed: bool) -> str:
+    """A rank's status at the log's end (``closed``: by its hub's stop line). A rank stalled or
+    silent then stays so: that is what became of it, which "no exit" hid, and its episode says
+    it never resumed."""
+    status = r.status
+    if closed and status not in (FINISHED, EXITED, STALLED, SILENT):
+        return NO_EXIT
+    return status
 
 
 def _own_phases(ranks: list[dict]) -> dict[str, float | None]:

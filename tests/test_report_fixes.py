@@ -301,3 +301,28 @@ def test_a_frozen_rank_whose_held_steps_came_after_the_verdict_was_silent_for_th
     assert (stalled["step"], stalled["until"]) == (73, "resumed at step 74") and 11.9 <= stalled["seconds"] <= 12.2
     text = render_text(rep)
     assert re.search(r"\brank 1 silent \(no heartbeat\) after step 73 for 12\.\d s; resumed at step 74", text), text
+
+
+# -- the ranks' statuses at a log's end ---------------------------------------------------------
+
+
+def test_the_ranks_statuses_and_their_counts_agree_in_a_log_closed_with_ranks_stalled(tmp_path):
+    # A hang its hub was stopped in: "statuses {'stalled': 4}" beside four ranks "no exit".
+    # Rank 1 stalled, rank 2 silent at the end, rank 0 still stepping, rank 3 finished.
+    log = make_logs.Log("hung")
+    make_logs.hub_note(log, 0.0, "hub started (pid 1), ingest tcp://127.0.0.1:29600")
+    for r in range(4):
+        log.add(make_logs.hello(r, 4, strategy="ddp", host="vm", node=0, local=r, steps=9), 0.1)
+    for s in range(1, 6):
+        for r in range(4):
+            log.add(schema.Step(rank=r, step=s, loss=2.0, samples=16, step_s=0.1), 0.2 + 0.1 * s)
+    log.add(schema.Event(rank=3, name="exit", code=0, step=5), 0.8)
+    log.add(schema.Verdict(rank=1, verdict="stalled", cause="backward", step=5, message="rank 1 stalled in backward after step 5"), 8.0)
+    log.add(schema.Verdict(rank=2, verdict="silent", step=5, message="rank 2 silent for 9 s (no heartbeat)"), 9.0)
+    log.add(schema.Heartbeat(rank=0, step=5, phase="forward"), 9.5)
+    make_logs.hub_note(log, 10.0, "hub stopped: 40 messages, 0 lost, 0 rejected")
+    rep = build_report(str(_write(log, tmp_path / "hung.jsonl")))
+    assert [r["status"] for r in rep["ranks"]] == ["no exit", "stalled", "silent", "finished"]
+    assert rep["statuses"] == {"no exit": 1, "stalled": 1, "silent": 1, "finished": 1}
+    rows = {int(line.split()[0]): line.split()[2] for line in render_text(rep).splitlines() if re.match(r"\s+\d\s+vm\s", line)}
+    assert rows == {0: "no", 1: "stalled", 2: "silent", 3: "finished"}, rows
