@@ -174,6 +174,8 @@ class Detector:
             lively: list[Verdict] = []
             for r in state.ranks.values():
                 if r.finished or r.exit_code is not None:
+                    if r.stalled is not None:
+                        lively.extend(self._resumed_at_its_end(r, now))
                     continue
                 # A rank counts once it has said anything, hello or not (a hello can be lost:
                 # a hub killed before writing it, a reporter's full queue). One known only
@@ -228,6 +230,19 @@ class Detector:
                     )
                 )
         return out
+
+    def _resumed_at_its_end(self, r: RankState, now: float) -> list[Verdict]:
+        """A stalled rank whose next steps and exit all came between two looks (a hang that
+        ended just before the job did) resumed before it ended: said so. Without it the run
+        read as stalled to its end (no "resumed"), and one that crashed right after as a run
+        that ended hung (:func:`whole_hang`)."""
+        last = self._progress.get(r.rank)
+        step = r.step.step if r.step is not None else -1
+        if last is None or step <= last[0]:
+            return []  # (it ended where it stalled: the hang was its end)
+        self._progress[r.rank] = (step, now)
+        at = last[0] + 1 if last[0] >= 0 else step
+        return [Verdict(rank=r.rank, verdict="resumed", step=at, message=f"rank {r.rank} resumed at step {at}")]
 
     def _liveness(self, r: RankState, now: float, stall_after: float) -> list[Verdict]:
         out: list[Verdict] = []

@@ -317,6 +317,34 @@ def test_a_stalled_rank_resumes_at_the_step_it_was_stuck_in():
     assert resumed == [(0, "rank 0 resumed at step 6"), (1, "rank 1 resumed at step 6")]
 
 
+@pytest.mark.parametrize("code", [0, 1])
+def test_a_stalled_rank_that_steps_and_exits_between_two_looks_resumed_first(code):
+    # A hang that ended just before the job did (its last steps and its exit between two of
+    # the hub's looks): the hub said "stalled" and never "resumed" (an attach printed no
+    # [resumed] line), and one that crashed right after read as a run that ended hung.
+    from pardash.telemetry import analysis
+
+    core = HubCore(run_id=RUN)
+    ranks = Ranks(core, now=100.0)
+    ranks.start(steps=3)
+    for _ in range(150):
+        for r in (0, 1):
+            ranks.beat(r, 3)
+        ranks.tick(0.1)
+    assert sorted(v for _, v, _ in _verdicts(core)) == ["stalled", "stalled"]
+    for step in (4, 5, 6):
+        for r in (0, 1):
+            ranks.step(r, step, T0 + 20 + step * 0.01)
+    for r in (0, 1):
+        ranks.send(schema.Event(rank=r, name="exit", code=code, step=6, t=T0 + 21))
+    for _ in range(3):
+        ranks.tick(0.1)
+    resumed = sorted((r, m) for r, v, m in _verdicts(core) if v == "resumed")
+    assert resumed == [(0, "rank 0 resumed at step 4"), (1, "rank 1 resumed at step 4")]
+    assert all(r.stalled is None for r in core.state.ranks.values())
+    assert analysis.whole_hang(core.state) == []
+
+
 def test_a_restart_keeps_the_runs_trend_whatever_the_ranks_clocks_and_step_rate():
     # The run's loss trend read back from the log was cut by each record's own clock: ranks on
     # hosts whose clocks differ (rank 1's 0.25 s ahead here) alternated frames, a point of one
