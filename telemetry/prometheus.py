@@ -24,6 +24,10 @@ no descriptor left for its ranks and viewers.
 :class:`TextfileWriter`) to a ``.prom`` file every ``TEXTFILE_EVERY_S`` and once more as the hub
 stops, for node_exporter's textfile collector: a launched hub stops with its job, and /metrics
 with it, well before a scrape every 15-60 s sees the ranks finished or exited.
+
+Step figures (``pardash_step``, the step times, the loss, memory, per-rank ones) keep their last
+values while torchrun restarts a rank (``--max-restarts``): its new process has taken no step
+yet, and a series gone for those seconds fired an ``absent()`` alert on every restart.
 """
 
 from __future__ import annotations
@@ -39,12 +43,13 @@ from typing import TYPE_CHECKING, Iterator
 
 from . import cliargs
 from .security import metrics_refusal
-from .state import STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
+from .state import STARTING, STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
 from .summary import expected_state_bytes, samples_per_s
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import schema
     from .hubcore import HubCore
+    from .state import RankState
 
 PHASES = ("data", "forward", "backward", "optimizer", "comm")
 
@@ -94,11 +99,19 @@ def _stat(values: list[float]) -> tuple[float, float, float] | None:
 
 
 class HubCollector:
-    """Yields the hub's metrics at scrape time (a prometheus-client custom collector)."""
+    """Yields the hub's metrics at scrape time (a prometheus-client custom collector).
 
-    def __init__(self, core: "HubCore", *, per_rank: bool = False) -> None:
+    ``strategy``: the job's strategy as its launcher said it, for ``pardash_run_info`` until a
+    rank's hello says it."""
+
+    def __init__(self, core: "HubCore", *, per_rank: bool = False, strategy: str = "") -> None:
         self.core = core
         self.per_rank = per_rank
+        self.strategy = strategy
+        self._last_steps: dict[int, "schema.Step"] = {}
+        """rank -> its latest step this collector saw: the figures a rank restarted by torchrun
+        keeps until its new process steps (RankState.new_process forgets its step, keeping
+        only the step's number)."""
 
     def describe(self) -> list:
         # Registering without calling collect() (which reads live state) at registration.
@@ -116,6 +129,22 @@ class HubCollector:
                     raise
         yield from families
 
+    def _latest_steps(self, ranks: "list[RankState]") -> "list[tuple[RankState, schema.Step]]":
+        """Each rank's latest step: its process's, or for a rank torchrun restarted whose new
+        process has taken none yet, its previous process's (as this collector last saw it).
+        A rank that never stepped has none."""
+        kept = self._last_steps
+        out = []
+        for r in ranks:
+            s = r.step
+            if s is not None:
+                kept[r.rank] = s
+            elif r.last_step is not None:
+                s = kept.get(r.rank)
+            if s is not None:
+                out.append((r, s))
+        return out
+
     def _families(self) -> Iterator:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
@@ -123,11 +152,18 @@ class HubCollector:
         st = core.state
         stats = core.stats()
         ranks = list(st.ranks.values())
-        steps = [(r, r.step) for r in ranks if r.step is not None]
+        steps = self._latest_steps(ranks)
+        # (a rank restarted by torchrun has a last step, its previous process's, before its
+        # new one steps: the run's progress is no less for the restart)
+        stepped = any(r.last_step is not None for r in ranks)
         hello = st.hello
+        # The launcher says the job's size before any rank speaks (its ranks start for seconds,
+        # longer for a big model's import): until every rank's hello, the ranks not seen yet are
+        # starting.
+        world_size = max(st.world_size, core.world_size)
 
         info = InfoMetricFamily("pardash_run", "The run this hub records.")
-        info.add_metric([], {"run_id": st.run_id, "strategy": st.strategy, "hub_id": core.hub_id})
+        info.add_metric([], {"run_id": st.run_id, "strategy": st.strategy or self.strategy, "hub_id": core.hub_id})
         yield info
 
         def gauge(name: str, doc: str, value: float | None):
@@ -136,14 +172,15 @@ class HubCollector:
                 g.add_metric([], value)
             return g
 
-        yield gauge("pardash_world_size", "Ranks in the job (from the ranks' hello).", st.world_size)
-        yield gauge("pardash_step", "Last step completed by the slowest rank (the run's progress).", st.step if steps else None)
-        yield gauge("pardash_samples_per_second", "Samples a second over all ranks, each over its last second or so of steps.", samples_per_s(st) if steps else None)
+        yield gauge("pardash_world_size", "Ranks in the job (as its launcher said it, else from the ranks' hellos).", world_size)
+        yield gauge("pardash_step", "Last step completed by the slowest rank (the run's progress).", st.step if stepped else None)
+        yield gauge("pardash_samples_per_second", "Samples a second over all ranks, each over its last second or so of steps.", samples_per_s(st) if stepped else None)
 
-        by_state = GaugeMetricFamily("pardash_ranks", "Ranks in each state.", labels=["state"])
+        by_state = GaugeMetricFamily("pardash_ranks", "Ranks in each state (a rank not heard from yet is starting).", labels=["state"])
         counts = {s: 0 for s in STATUSES}
         for r in ranks:
             counts[r.status] += 1
+        counts[STARTING] += max(0, world_size - len(ranks))
         for s in STATUSES:
             by_state.add_metric([s], counts[s])
         yield by_state
@@ -208,9 +245,9 @@ class HubCollector:
         yield gauge("pardash_ingest_messages_per_second", "Messages a second the hub ingested over the last second.", stats.ingest_hz)
 
         if self.per_rank:
-            yield from self._per_rank(ranks)
+            yield from self._per_rank(ranks, dict((r.rank, s) for r, s in steps))
 
-    def _per_rank(self, ranks) -> Iterator:
+    def _per_rank(self, ranks: "list[RankState]", steps: "dict[int, schema.Step]") -> Iterator:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         step = GaugeMetricFamily("pardash_rank_step", "Last step the rank completed.", labels=["rank"])
@@ -227,10 +264,10 @@ class HubCollector:
             for s_ in STATUSES:  # every state, so a series does not vanish when the rank leaves it
                 state.add_metric([lab, s_], 1 if s_ == r.status else 0)
             lost.add_metric([lab], r.seq.lost)
-            s = r.step
+            s = steps.get(r.rank)
             if s is None:
                 continue
-            step.add_metric([lab], s.step)
+            step.add_metric([lab], r.last_step)  # (its process's, or its previous one's: exact)
             step_s.add_metric([lab], s.step_s)
             if s.self_s is not None:
                 self_s.add_metric([lab], s.self_s)
@@ -313,6 +350,7 @@ class MetricsServer:
         port: int,
         addr: str = "127.0.0.1",
         per_rank: bool = False,
+        strategy: str = "",
         insecure: bool = False,
         read_timeout_s: float = READ_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
@@ -326,7 +364,7 @@ class MetricsServer:
         except ImportError:
             raise MetricsError(INSTALL_HINT) from None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(HubCollector(core, per_rank=per_rank))
+        self.registry.register(HubCollector(core, per_rank=per_rank, strategy=strategy))
         ProcessCollector(registry=self.registry)
         try:
             self._server = _bounded_server(addr, port, read_timeout_s=read_timeout_s, max_connections=max_connections)
@@ -357,15 +395,18 @@ def serve_metrics(
     *,
     addr: str = "127.0.0.1",
     per_rank: bool = False,
+    strategy: str = "",
     insecure: bool = False,
     read_timeout_s: float = READ_TIMEOUT_S,
     max_connections: int = MAX_CONNECTIONS,
 ) -> MetricsServer:
     """Start serving ``core``'s metrics; raises :class:`MetricsError` with one line (also for
-    ``addr`` beyond loopback without ``insecure``: /metrics has no authentication)."""
+    ``addr`` beyond loopback without ``insecure``: /metrics has no authentication).
+    ``strategy``: the launcher's word, until a rank's hello says it (see :class:`HubCollector`)."""
     return MetricsServer(
-        core, port=port, addr=addr, per_rank=per_rank, insecure=insecure, read_timeout_s=read_timeout_s, max_connections=max_connections
-    )
+        core, port=port, addr=addr, per_rank=per_rank, strategy=strategy, insecure=insecure, read_timeout_s=read_timeout_s,
+        max_connections=max_connections,
+    )  # fmt: skip
 
 
 class TextfileWriter:
@@ -383,7 +424,9 @@ class TextfileWriter:
     waits in :meth:`take_warning` for the hub's loop to say it, once for the hub's life; later
     writes try again."""
 
-    def __init__(self, core: "HubCore", path: str, *, per_rank: bool = False, every_s: float = TEXTFILE_EVERY_S) -> None:
+    def __init__(
+        self, core: "HubCore", path: str, *, per_rank: bool = False, strategy: str = "", every_s: float = TEXTFILE_EVERY_S
+    ) -> None:
         try:
             from prometheus_client import CollectorRegistry
         except ImportError:
@@ -391,7 +434,7 @@ class TextfileWriter:
         self.path = path
         self.every_s = every_s
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(HubCollector(core, per_rank=per_rank))
+        self.registry.register(HubCollector(core, per_rank=per_rank, strategy=strategy))
         self._failed = False
         self._unsaid: str | None = None
         self._done = threading.Event()

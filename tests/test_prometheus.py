@@ -208,6 +208,97 @@ def test_a_straggler_that_finished_is_no_straggler_any_more():
         server.close()
 
 
+def test_step_figures_keep_their_last_values_while_torchrun_restarts_the_job():
+    # Under --max-restarts, pardash_step and every step figure (the loss, the step times,
+    # memory, the per-rank series) left /metrics from the launcher's restart note until the new
+    # processes' first step: an absent(pardash_step) alert fired on every restart.
+    from pardash.telemetry import schema
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r", world_size=2)
+    for r in (0, 1):
+        core.ingest(schema.Hello(rank=r, world_size=2, t=1.0, seq=0, pid=10 + r, strategy="ddp"), 0.0)
+        for step in (1, 2):
+            mem = schema.Mem(params_bytes=1000, grads_bytes=1000, optim_bytes=2000, params_full_bytes=2000, rss_bytes=5000 + r)
+            core.ingest(schema.Step(rank=r, step=step, loss=1.0 + r, samples=8, step_s=0.1 + 0.1 * r, self_s=0.05, t=2.0, seq=step, mem=mem), 0.0)
+    server = serve_metrics(core, 0, per_rank=True)
+    figures = ("pardash_step", "pardash_loss_mean", "pardash_step_max_seconds", "pardash_self_max_seconds", "pardash_held_max_bytes",
+               "pardash_device_memory_max_bytes", "pardash_unsharded_bytes", "pardash_samples_per_second")  # fmt: skip
+    per_rank = ("pardash_rank_step", "pardash_rank_loss", "pardash_rank_step_seconds", "pardash_rank_held_bytes")
+    try:
+        before = families(scrape(server.url))
+        assert value(before, "pardash_step") == 2 and value(before, "pardash_loss_mean") == pytest.approx(1.5)
+        # Rank 1 steps once more, no scrape seeing it, then torchrun restarts the job: the
+        # launcher's note first, then each new process's hello, no step yet. The figures are
+        # the ones last served; the steps, exact.
+        core.ingest(schema.Step(rank=1, step=3, loss=1.5, samples=8, step_s=0.2, t=3.0, seq=3), 0.0)
+        for r in (0, 1):
+            core.note("torchrun restarted the workers", name="restart", rank=r, code=1)
+        stages = [families(scrape(server.url))]
+        for r in (0, 1):
+            core.ingest(schema.Hello(rank=r, world_size=2, t=4.0, seq=0, pid=20 + r, restart=1, strategy="ddp"), 0.0)
+        text = scrape(server.url)
+        check_conventions(text)
+        stages.append(families(text))
+        assert all(r.step is None for r in core.state.ranks.values())  # (what the hub forgets)
+        for fams in stages:
+            assert value(fams, "pardash_ranks", state="starting") == 2
+            for name in figures:
+                assert value(fams, name) is not None, name
+            assert value(fams, "pardash_step") == 2  # the slowest rank's last step, as before
+            assert value(fams, "pardash_samples_per_second") == 0  # none is training now
+            for name in figures[1:-1]:
+                assert value(fams, name) == value(before, name), name
+            for name in per_rank:
+                assert value(fams, name, rank="0") == value(before, name, rank="0"), name
+            assert value(fams, "pardash_rank_step", rank="1") == 3  # its very last step
+        # The new processes' steps are their own figures again.
+        for r in (0, 1):
+            core.ingest(schema.Step(rank=r, step=3, loss=0.5, samples=8, step_s=0.3, t=5.0, seq=1), 0.0)
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_loss_mean") == 0.5 and value(fams, "pardash_step_max_seconds") == 0.3
+        assert value(fams, "pardash_held_max_bytes") is None  # these steps said no memory
+        assert value(fams, "pardash_ranks", state="running") == 2
+    finally:
+        server.close()
+
+
+def test_before_any_hello_the_launchers_world_size_and_strategy_are_said():
+    # Under `pardash launch`, /metrics said pardash_world_size 0, strategy="" and no rank in
+    # any state until the first rank's hello, though the launcher had told its hub both.
+    from pardash.telemetry import schema
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r", world_size=2)  # as the hub takes the launcher's --meta
+    server = serve_metrics(core, 0, strategy="fsdp")
+    try:
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_world_size") == 2
+        assert fams["pardash_run_info"].samples[0].labels["strategy"] == "fsdp"
+        assert value(fams, "pardash_ranks", state="starting") == 2
+        assert sum(s.value for s in fams["pardash_ranks"].samples) == 2
+        core.ingest(schema.Hello(rank=0, world_size=2, t=1.0, seq=0, strategy="fsdp"), 0.0)
+        core.ingest(schema.Step(rank=0, step=1, step_s=0.1, t=2.0, seq=1), 0.0)
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_ranks", state="running") == 1 and value(fams, "pardash_ranks", state="starting") == 1
+        assert sum(s.value for s in fams["pardash_ranks"].samples) == 2
+        check_conventions(scrape(server.url))
+    finally:
+        server.close()
+    # A hub alone, told nothing: the ranks' hellos say it, as before.
+    core = HubCore(run_id="r")
+    server = serve_metrics(core, 0)
+    try:
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_world_size") == 0 and sum(s.value for s in fams["pardash_ranks"].samples) == 0
+        core.ingest(schema.Hello(rank=0, world_size=2, t=1.0, seq=0, strategy="ddp"), 0.0)
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_world_size") == 2 and fams["pardash_run_info"].samples[0].labels["strategy"] == "ddp"
+        assert value(fams, "pardash_ranks", state="starting") == 2
+    finally:
+        server.close()
+
+
 def test_a_busy_port_is_one_clear_line(hub):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
