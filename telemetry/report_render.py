@@ -271,13 +271,25 @@ def _rank_cells(r: dict) -> list[str]:
     ]
 
 
+LOSS_FIXED = (1e-3, 1e5)
+"""The magnitudes a loss is written with four decimals in; outside them, four significant digits
+in scientific notation (a diverged 1e308 filled its cell with 309 digits, 1e20 with 26)."""
+
+
+def loss_text(loss: float) -> str:
+    """``2.3026``; ``1.000e+308``, ``4.200e-06`` outside :data:`LOSS_FIXED` (0 stays ``0.0000``)."""
+    if loss == 0 or LOSS_FIXED[0] <= abs(loss) < LOSS_FIXED[1]:
+        return f"{loss:.4f}"
+    return f"{loss:.3e}"
+
+
 def last_loss_text(r: dict) -> str:
     """A rank's last loss; where its loss stopped being finite, the step it did and what it was
     there (``not finite from step 18 (inf at 18)``): a rank's reporter sends no loss that is not
     finite, and says only the first value (a loss inf at step 18, nan from 19, read "last loss
     inf"); ``-`` where it gave none."""
     if r["last_loss"] is not None:
-        return f"{r['last_loss']:.4f}"
+        return loss_text(r["last_loss"])
     bad = r.get("loss_not_finite")
     return f"not finite from step {bad['step']} ({bad['value']} at {bad['step']})" if bad else "-"
 

@@ -18,7 +18,7 @@ import pytest
 from helpers import pardash_env
 from pardash.telemetry import schema
 from pardash.telemetry.compare import compare_reports, render_compare_text
-from pardash.telemetry.report import build_report, render_text
+from pardash.telemetry.report import build_report, render_markdown, render_text
 
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))
@@ -326,3 +326,27 @@ def test_the_ranks_statuses_and_their_counts_agree_in_a_log_closed_with_ranks_st
     assert rep["statuses"] == {"no exit": 1, "stalled": 1, "silent": 1, "finished": 1}
     rows = {int(line.split()[0]): line.split()[2] for line in render_text(rep).splitlines() if re.match(r"\s+\d\s+vm\s", line)}
     assert rows == {0: "no", 1: "stalled", 2: "silent", 3: "finished"}, rows
+
+
+# -- a diverged loss --------------------------------------------------------------------------
+
+
+def test_a_diverged_loss_is_written_compactly_in_text_and_markdown(tmp_path):
+    # loss=1e308 filled the "last loss" cell with a 309-digit number, 1e20 with 26 characters.
+    losses = [1e308, -1e20, 4.2e-06, 2.30258, 0.0]
+    log = make_logs.Log("diverged")
+    make_logs.hub_note(log, 0.0, "hub started (pid 1), ingest tcp://127.0.0.1:29600")
+    for r in range(len(losses)):
+        log.add(make_logs.hello(r, len(losses), strategy="ddp", host="vm", node=0, local=r, steps=2), 0.1)
+    for s in (1, 2):
+        for r, loss in enumerate(losses):
+            log.add(schema.Step(rank=r, step=s, loss=loss, samples=16, step_s=0.1), 0.2 + 0.1 * s)
+    rep = build_report(str(_write(log, tmp_path / "diverged.jsonl")))
+    want = ["1.000e+308", "-1.000e+20", "4.200e-06", "2.3026", "0.0000"]
+    text = render_text(rep)
+    rows = [line.split() for line in text.splitlines() if re.match(r"\s+\d\s+vm\s", line)]
+    assert [row[4] for row in rows] == want, text
+    md = render_markdown(rep)
+    cells = [line.split("|")[5].strip() for line in md.splitlines() if re.match(r"\| \d \| vm \|", line)]
+    assert cells == want, md
+    assert not re.search(r"\d{12}", text + md)
