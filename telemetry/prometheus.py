@@ -23,7 +23,10 @@ no descriptor left for its ranks and viewers.
 ``--prometheus-textfile PATH`` writes the same hub metrics (not the process' own: see
 :class:`TextfileWriter`) to a ``.prom`` file every ``TEXTFILE_EVERY_S`` and once more as the hub
 stops, for node_exporter's textfile collector: a launched hub stops with its job, and /metrics
-with it, well before a scrape every 15-60 s sees the ranks finished or exited.
+with it, well before a scrape every 15-60 s sees the ranks finished or exited. Every series of
+the file carries a ``run`` label, the run's id: node_exporter serves all the files of its folder
+as one target, and two jobs' files on a node otherwise held the same series. /metrics has none:
+each hub is a target of its own there, told apart by Prometheus' ``instance`` label.
 
 Step figures (``pardash_step``, the step times, the loss, memory, per-rank ones) keep their last
 values while torchrun restarts a rank (``--max-restarts``): its new process has taken no step
@@ -102,12 +105,14 @@ class HubCollector:
     """Yields the hub's metrics at scrape time (a prometheus-client custom collector).
 
     ``strategy``: the job's strategy as its launcher said it, for ``pardash_run_info`` until a
-    rank's hello says it."""
+    rank's hello says it. ``run_label``: a ``run`` label (the run's id) on every series, for a
+    textfile (see the module's docstring)."""
 
-    def __init__(self, core: "HubCore", *, per_rank: bool = False, strategy: str = "") -> None:
+    def __init__(self, core: "HubCore", *, per_rank: bool = False, strategy: str = "", run_label: bool = False) -> None:
         self.core = core
         self.per_rank = per_rank
         self.strategy = strategy
+        self.run_label = run_label
         self._last_steps: dict[int, "schema.Step"] = {}
         """rank -> its latest step this collector saw: the figures a rank restarted by torchrun
         keeps until its new process steps (RankState.new_process forgets its step, keeping
@@ -127,6 +132,10 @@ class HubCollector:
             except RuntimeError:
                 if attempt == 2:
                     raise
+        if self.run_label:
+            run = self.core.state.run_id
+            for fam in families:
+                fam.samples = [s._replace(labels={"run": run, **s.labels}) for s in fam.samples]
         yield from families
 
     def _latest_steps(self, ranks: "list[RankState]") -> "list[tuple[RankState, schema.Step]]":
@@ -420,6 +429,8 @@ class TextfileWriter:
     ones: node_exporter serves its own process_* series, and a textfile repeating their names
     fails its textfile collector; they would describe a process gone anyway.
 
+    Every series has a ``run`` label, the run's id (the module's docstring says why).
+
     A write that fails (a full disk, PATH made a folder) never stops the hub: the first failure
     waits in :meth:`take_warning` for the hub's loop to say it, once for the hub's life; later
     writes try again."""
@@ -434,7 +445,7 @@ class TextfileWriter:
         self.path = path
         self.every_s = every_s
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(HubCollector(core, per_rank=per_rank, strategy=strategy))
+        self.registry.register(HubCollector(core, per_rank=per_rank, strategy=strategy, run_label=True))
         self._failed = False
         self._unsaid: str | None = None
         self._done = threading.Event()

@@ -161,3 +161,34 @@ def test_a_write_that_fails_is_said_once_and_the_hub_goes_on(tmp_path):
     warned = [e for e in events if e.get("name") == "warning" and "--prometheus-textfile" in e.get("message", "")]
     assert len(warned) == 1, warned
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("pardash.prom.")] == []  # no temp file left
+
+
+def test_two_jobs_textfiles_on_one_node_hold_no_same_series(tmp_path):
+    # node_exporter serves every .prom file of its folder as one target: two jobs' files (each
+    # its own, as it wants) held pardash_world_size, pardash_ranks{state="running"}, ... alike,
+    # and it refused them ("was collected before with the same name and label values").
+    from pardash.telemetry import schema
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.prometheus import TextfileWriter, serve_metrics
+
+    series: dict[str, set] = {}
+    for run in ("job-a", "job-b"):
+        core = HubCore(run_id=run, world_size=1)
+        core.ingest(schema.Hello(rank=0, world_size=1, t=1.0, seq=0, strategy="ddp"), 0.0)
+        core.ingest(schema.Step(rank=0, step=1, loss=1.0, samples=8, step_s=0.1, t=2.0, seq=1), 0.0)
+        prom = tmp_path / f"{run}.prom"
+        assert TextfileWriter(core, str(prom), per_rank=True).write()
+        text = prom.read_text()
+        check_conventions(text)
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+        assert samples and all(s.labels.get("run") == run for s in samples)  # every series says its run
+        assert value(families(text), "pardash_rank_step", run=run, rank="0") == 1
+        series[run] = {(s.name, frozenset(s.labels.items())) for s in samples}
+    assert not series["job-a"] & series["job-b"]
+    # /metrics is a target of its own (Prometheus' instance label): its series are as they were.
+    server = serve_metrics(core, 0, per_rank=True)
+    try:
+        served = text_string_to_metric_families(scrape(server.url))
+        assert not any("run" in s.labels for f in served for s in f.samples)
+    finally:
+        server.close()
