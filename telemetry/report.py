@@ -280,6 +280,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     hub_restarts: list[float] = []
     refused = _Refused()
     closed = False  # the hub's "hub stopped" came after the ranks' last record
+    closed_t = 0.0  # ...at this time (the hub's clock)
     disk_full_end: dict | None = None
     """What the log's last record says became of the lines its disk never took (see
     :func:`_disk_full_end`), when it is the note of a hub that stopped with its disk full."""
@@ -292,7 +293,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             disk_full_end = None
         elif isinstance(msg, schema.Event):
             refused.take(msg)
-            closed = closed or (msg.name == "hub" and msg.message.startswith("hub stopped"))
+            if msg.name == "hub" and msg.message.startswith("hub stopped"):
+                closed, closed_t = True, max(closed_t, msg.t)
             disk_full_end = _disk_full_end(msg)
         else:
             disk_full_end = None
@@ -450,6 +452,14 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     span = clocks.span()
     hub_first_t = first_t
     first_t, last_t = span if span is not None else (first_t, first_t)
+    if closed and open_stalls and last_t is not None and hub_off is None:
+        # Its hub closed the log on ranks it had found stalled or silent and never heard of
+        # again: the hang went on until the hub stopped, which watched it (every rank gone
+        # quiet sends nothing more). Its span ended at the hub's verdicts: "duration 3.1 s" of
+        # a hub that watched a hang 26 s, "silent ... for 3.1 s" of its ranks. (Ranks merely
+        # not heard to end, no verdict on them, end at their last word: the hub may have
+        # stayed on for a viewer kept open.)
+        last_t = max(last_t, closed_t)
     last_attempt = max((r.restarts for r in state.ranks.values()), default=0)
     for ep in stalls:
         # How long it lasted: from the rank's last step to its end (the log's end: never ended).

@@ -176,9 +176,14 @@ def _restart_text(rep: dict) -> str:
 
 
 def _hung_text(rep: dict) -> str:
-    """``; then stalled 41 s``: a run that ended in a stall (its samples/s are of its steps)."""
-    hung = [s["seconds"] for s in rep["stalls"] if s.get("ended_run") and s.get("seconds")]
-    return f"; then stalled {_seconds(max(hung))}" if hung else ""
+    """``; then stalled 41 s``: a run that ended in a stall (its samples/s are of its steps);
+    ``; then silent 26 s`` where its longest episode was a silence (no heartbeat: "stalled" said
+    the rank was heard stuck in a phase)."""
+    hung = [s for s in rep["stalls"] if s.get("ended_run") and s.get("seconds")]
+    if not hung:
+        return ""
+    longest = max(hung, key=lambda s: s["seconds"])
+    return f"; then {'silent' if longest['kind'] == 'silent' else 'stalled'} {_seconds(longest['seconds'])}"
 
 
 def _refused_text(counts: dict[str, int]) -> str:

@@ -350,3 +350,30 @@ def test_a_diverged_loss_is_written_compactly_in_text_and_markdown(tmp_path):
     cells = [line.split("|")[5].strip() for line in md.splitlines() if re.match(r"\| \d \| vm \|", line)]
     assert cells == want, md
     assert not re.search(r"\d{12}", text + md)
+
+
+# -- every rank silent until the hub stopped ----------------------------------------------------
+
+
+def test_a_log_whose_ranks_all_went_silent_lasts_until_its_hub_stopped(tmp_path):
+    # A hub ran 26 s over two ranks frozen after their first step: "duration 3.1 s (training
+    # 0.1 s; then stalled 3.1 s)" and "silent ... for 3.1 s", ended at the hub's verdicts.
+    log = make_logs.Log("frozen-all")
+    make_logs.hub_note(log, 0.0, "hub started (pid 1), ingest tcp://127.0.0.1:29600")
+    for r in range(2):
+        log.add(make_logs.hello(r, 2, strategy="ddp", host="vm", node=0, local=r, steps=9), 0.1)
+    for r in range(2):
+        log.add(schema.Step(rank=r, step=1, loss=2.0, samples=16, step_s=0.1), 0.2)
+    for r in range(2):
+        log.add(schema.Verdict(rank=r, verdict="silent", step=1, message=f"rank {r} silent for 3 s (no heartbeat)"), 3.2)
+    make_logs.hub_note(log, 26.0, "hub stopped: 8 messages, 0 lost, 0 rejected")
+    rep = build_report(str(_write(log, tmp_path / "frozen-all.jsonl")))
+    assert abs(rep["duration_s"] - 25.9) < 1e-6, rep["duration_s"]
+    assert [(s["rank"], s["kind"], s["until"], s["seconds"]) for s in rep["stalls"]] == [(0, "silent", None, 25.8), (1, "silent", None, 25.8)]
+    text = render_text(rep)
+    assert "duration           25.9 s (training 0.1 s; then silent 25.8 s)" in text, text
+    assert "ranks 0-1 silent (no heartbeat) after step 1 for 25.8 s; never resumed" in text, text
+    # Ranks that ended: a hub that stayed on after them (a viewer left open) adds no time.
+    ended = _run("ended", steps=6)
+    make_logs.hub_note(ended, 60.0, "hub stopped: 40 messages, 0 lost, 0 rejected")
+    assert build_report(str(_write(ended, tmp_path / "ended.jsonl")))["duration_s"] < 2.0
