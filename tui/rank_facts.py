@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.clocks import CLOCK_OFF_S
+from pardash.telemetry.report_render import COUNTED_BY_PARDASH
 from pardash.telemetry.state import RankState, RunState
 
 from .format import fmt_bytes, fmt_clock, fmt_duration, fmt_ratio
@@ -206,7 +207,10 @@ def logged_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
     a log from before ``Step.phases``, its own ``pt.phase`` blocks too, as ``<name>_s``), by
     name. Its own phases are rows of :func:`phases_of`, against the other ranks."""
     custom = r.step.custom if r.step is not None else {}
-    rows = [(name, f"{value:.6g}", "") for name, value in sorted(custom.items())[:LOGGED_SHOWN]]
+    # The script's own first; then what pardash's instrumentation adds (micro_batches), said
+    # as such: it read as the script's, alone in the panel the script's own were cut from.
+    named = sorted(custom.items(), key=lambda item: (item[0] in COUNTED_BY_PARDASH, item[0]))
+    rows = [(name, f"{value:.6g}", "counted by pardash" if name in COUNTED_BY_PARDASH else "") for name, value in named[:LOGGED_SHOWN]]
     if len(custom) > LOGGED_SHOWN:
         rows.append(("", f"+{len(custom) - LOGGED_SHOWN} more in the log", ""))
     return tuple(rows)

@@ -72,3 +72,32 @@ async def test_a_short_runs_charts_have_their_plain_titles():
         await pilot.pause()
         titles = [plain(chart.border_title) for chart in app.screen.query(HistoryChart)]
         assert titles == ["loss", "step time", "self time"]
+
+
+async def test_the_scripts_own_metrics_come_before_pardashs_and_the_process_figures(tmp_path, monkeypatch):
+    # At 120x36 the panel of the script's metrics came last and had one row: it showed
+    # micro_batches (counted by pardash, not the script's) under "logged by the script", and
+    # the script's own tokens were cut.
+    from pardash.telemetry import schema
+    from pardash.tui.widgets.fact_list import FactList
+
+    log = fx.Log("logged-2")
+    for r in (0, 1):
+        log.add(fx.hello(r, 2, 0, 2, "vm", "ddp", 1_000_000), 0.1)
+    for step in range(1, 21):
+        for r in (0, 1):
+            log.add(schema.Step(rank=r, step=step, loss=1.0 / step, samples=32, step_s=0.1, mono=1000 + step * 0.1,
+                                custom={"micro_batches": 4.0, "tokens": 512.0, "zloss": 0.25}), 0.2 + step * 0.1)  # fmt: skip
+    log.write(tmp_path / "logged.jsonl")
+    monkeypatch.setattr("tui_helpers.DATA", tmp_path)
+    app = replay_app("logged.jsonl")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("enter")
+        await pilot.pause()
+        figures = [w.id for w in app.screen.query_one("#figures").children]
+        assert figures.index("logged") < figures.index("system"), figures
+        logged = app.screen.query_one("#logged", FactList)
+        assert [row[0] for row in logged.facts] == ["tokens", "zloss", "micro_batches"]
+        assert [row[2] for row in logged.facts] == ["", "", "counted by pardash"]
+        region = logged.region
+        assert region.height >= 5 and region.bottom <= app.screen.query_one("#figures").region.bottom  # each row drawn

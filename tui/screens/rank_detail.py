@@ -165,8 +165,10 @@ class RankDetailScreen(Screen):
             with Vertical(id="figures"):
                 yield PhaseBars(id="phases", classes="panel")
                 yield FactList(id="memory", classes="panel")
-                yield FactList(id="system", classes="panel")
+                # (the script's own figures before the process's: at 120x36 the last panel
+                # had one row, and the script's metrics were the ones cut)
                 yield FactList(id="logged", classes="panel")
+                yield FactList(id="system", classes="panel")
         yield EventLog(rank=self.rank, id="rank-events", classes="panel")
         yield FittedFooter()
 
