@@ -710,13 +710,19 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         print(f"pardash hub: {hub.recorder.error}; serving without it until it can write", file=sys.stderr)
     info = {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), "curve": hub.keys is not None, **hub.endpoints, **(meta or {})}
     # -- Prometheus /metrics, read from this hub's state at scrape time --
+    # (the launcher's strategy, said until a rank's hello says it: strategy="" before; a
+    # script's is whatever its hellos find, "script" being no strategy)
+    told_strategy = str((meta or {}).get("strategy") or "")
+    if told_strategy == "script":
+        told_strategy = ""
     metrics = None
     if wants_metrics:
         from .prometheus import MetricsError, serve_metrics
 
         try:
             metrics = serve_metrics(
-                hub.core, ns.prometheus, addr=ns.prometheus_addr, per_rank=ns.prometheus_per_rank, insecure=insecure
+                hub.core, ns.prometheus, addr=ns.prometheus_addr, per_rank=ns.prometheus_per_rank, insecure=insecure,
+                strategy=told_strategy,
             )
         except MetricsError as exc:
             print(f"pardash hub: {exc}", file=sys.stderr)
@@ -730,7 +736,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         from .prometheus import MetricsError, TextfileWriter
 
         try:
-            textfile = TextfileWriter(hub.core, textfile_path, per_rank=ns.prometheus_per_rank)
+            textfile = TextfileWriter(hub.core, textfile_path, per_rank=ns.prometheus_per_rank, strategy=told_strategy)
         except MetricsError as exc:
             print(f"pardash hub: {exc}", file=sys.stderr)
             if metrics is not None:

@@ -192,3 +192,26 @@ def test_two_jobs_textfiles_on_one_node_hold_no_same_series(tmp_path):
         assert not any("run" in s.labels for f in served for s in f.samples)
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("told, said", [("fsdp", "fsdp"), ("script", "")])
+def test_a_launched_hub_says_the_launchers_strategy_before_any_hello(tmp_path, told, said):
+    # The hub a launch starts is told the job's strategy and world size (--meta): /metrics and
+    # the textfile said strategy="" until a rank's hello. A script's "strategy" is no strategy:
+    # its hellos say what it runs.
+    prom = tmp_path / "pardash.prom"
+    meta = json.dumps({"strategy": told, "world_size": 2})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash.telemetry.hub", "--no-registry", "--run-id", "told-run", "--log", str(tmp_path / "t.jsonl"),
+         "--meta", meta, "--prometheus", "0", "--prometheus-textfile", str(prom)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env(),
+    )  # fmt: skip
+    try:
+        info = json.loads(proc.stdout.readline())
+        fams = families(scrape(info["metrics"]))
+        assert fams["pardash_run_info"].samples[0].labels["strategy"] == said
+        assert value(fams, "pardash_world_size") == 2 and value(fams, "pardash_ranks", state="starting") == 2
+    finally:
+        assert _stop(proc) == 0
+    fams = _read(prom)
+    assert fams["pardash_run_info"].samples[0].labels["strategy"] == said
