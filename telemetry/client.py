@@ -403,7 +403,12 @@ HUB_QUIET_S = 3.0
 the TUI's header and the headless lines say so, their figures as of its last frame."""
 FOLLOW_QUIET_S = 15.0
 """A log that has not grown for this long is taken as ended (its ranks send a heartbeat a
-second, so a live run's log grows at least that often)."""
+second, so a live run's log grows at least that often), unless a live hub records it: one
+waiting for its ranks (torch's import, a rendezvous, a queue) writes nothing for minutes."""
+HUB_LOOK_S = 5.0
+"""How often a followed log gone quiet asks the run registry whether a live hub records it."""
+LOOK_AGAIN_S = 1.0
+"""How often a replay at the end of a log it no longer follows looks whether the log grew."""
 
 
 class LogSpan:
@@ -499,17 +504,26 @@ class ReplaySource(FrameApplier):
         """The run ids the log holds: more than one in a log appended to by hand."""
         self.following = False
         """The log is still being written (its hub has not said it stopped, and it grew in
-        the last FOLLOW_QUIET_S): at its end the replay waits for more, as ``tail -f``."""
+        the last FOLLOW_QUIET_S or a live hub records it): at its end the replay waits for
+        more, as ``tail -f``."""
+        self._hub_live = False
+        self._hub_asked = -math.inf
+        """What the run registry said of the log's hub (see :meth:`_hub_records`), and when."""
+        self._looked = -math.inf
+        """When the replay at the end of a log it no longer follows last looked at its size."""
         try:
-            if not stat.S_ISREG(os.stat(path).st_mode):
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):
                 raise AttachError(f"{path}: not a regular file; a replay reads its log more than once (give the log's file)")
+            self._ino = st.st_ino
             if is_gzip(path):
                 self._scan(read_log(path, self.read_stats, progress))
             else:
                 self._tail = LogTail(path, self.read_stats)
                 self._scan(self._tail.read(), progress)
-                self._grew = time.monotonic() - max(0.0, time.time() - os.stat(path).st_mtime)
-                self.following = not self._span.hub_stopped and self._grew > time.monotonic() - FOLLOW_QUIET_S
+                now = time.monotonic()
+                self._grew = now - max(0.0, time.time() - os.stat(path).st_mtime)
+                self.following = not self._span.hub_stopped and (self._grew > now - FOLLOW_QUIET_S or self._hub_records(now))
                 if not self.following:
                     self._scan(self._tail.finish())
             self._cursor = LogCursor(path, upto=self._tail.offset if self._tail else None)
@@ -542,9 +556,23 @@ class ReplaySource(FrameApplier):
             progress(size, size)
         self.runs = sorted(self._span.runs)
 
+    def _hub_records(self, now: float) -> bool:
+        """Whether a live hub on this machine records the log (the run registry's word, as
+        `pardash ps` and `report` have it), asked at most every HUB_LOOK_S: a hub waiting for
+        its ranks writes nothing meanwhile, and its log was taken as ended after FOLLOW_QUIET_S,
+        its ranks never played."""
+        if now - self._hub_asked >= HUB_LOOK_S:
+            self._hub_asked = now
+            try:
+                self._hub_live = registry.recording(self.path, self._span.runs) is not None
+            except OSError:
+                self._hub_live = False
+        return self._hub_live
+
     def _follow(self) -> bool:
         """Take what the log's writer added since; stop following once its hub said it
-        stopped, or it has not grown for FOLLOW_QUIET_S. True when records came."""
+        stopped, or it has not grown for FOLLOW_QUIET_S and no live hub records it. True when
+        records came."""
         if not self.following or self._tail is None:
             return False
         before = self._span.records
@@ -556,16 +584,45 @@ class ReplaySource(FrameApplier):
         now = time.monotonic()
         if came:
             self._grew = now
-        if self._span.hub_stopped or now - self._grew > FOLLOW_QUIET_S:
+        if self._span.hub_stopped or (now - self._grew > FOLLOW_QUIET_S and not self._hub_records(now)):
             self.following = False
             try:
                 self._scan(self._tail.finish())
             except OSError:
                 pass
+        self._count_skipped()  # (a torn last line is counted only now, by finish)
         self.t_end = max(self.t_end, self._span.end)
         self.clocks_off = self._span.clocks.off()
         self._cursor.upto = self._tail.offset  # the replay plays the lines read, to their end
         return came
+
+    def _grew_again(self, now: float) -> bool:
+        """Follow again a log no longer followed that has grown since (looked at every
+        LOOK_AGAIN_S): its writer was quiet for a while, or no live hub of it was known (a hub
+        on another registry, one restarted by hand on the log). True when following again."""
+        if self.following or self._tail is None or now - self._looked < LOOK_AGAIN_S:
+            return False
+        self._looked = now
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        if st.st_ino != self._ino or st.st_size <= self._tail.offset:  # (another file at its path: not this log's growth)
+            return False
+        self.following = True
+        self._grew = now
+        return True
+
+    def _count_skipped(self) -> None:
+        """The log's lines the reader skipped, shown where a live hub shows its rejects (the
+        header): those of a followed log as they are counted, its torn last line once following
+        it ended (a fresh replay of the log counted it, one that followed it said 0)."""
+        skipped = {f"log_{why}": n for why, n in self.read_stats.skipped.items()}
+        if all(self.core.rejected.get(k) == n for k, n in skipped.items()):
+            return
+        for why, n in skipped.items():
+            self.core.rejected[why] = n
+        self.stats.rejected = {**self.stats.rejected, **skipped}  # (the header now, not at the next frame)
 
     @property
     def duration_s(self) -> float:
@@ -593,8 +650,7 @@ class ReplaySource(FrameApplier):
     def _restart(self) -> None:
         FrameApplier.__init__(self)
         self.core = HubCore(detector=NullDetector())  # type: ignore[arg-type]
-        # Log lines the reader skipped show where a live hub shows its rejects (the header).
-        self.core.rejected.update({f"log_{why}": n for why, n in self.read_stats.skipped.items()})
+        self._count_skipped()
         self._cursor.rewind()
         self._clock = self.t_start
         self._frames = 0
@@ -703,14 +759,26 @@ class ReplaySource(FrameApplier):
                 self._play = min(self._play, self._clock)
                 return made
 
+    def _look_at_log(self, now: float) -> bool:
+        """While the replay is paused or at its end: take what a followed log's writer added
+        (a paused replay's total stood still), or follow again a log that grew after its
+        following ended. True when the header has something new to show."""
+        again = not self.following
+        if again and not self._grew_again(now):
+            return False
+        end = self.t_end
+        self._follow()
+        return again or self.t_end != end or not self.following
+
     def poll(self) -> bool:
         if self.seek_now():
             return True
         now = time.monotonic()
         elapsed = now - self._wall
-        if self.paused or self.done or elapsed < self.frame_s:
-            if self.paused or self.done:
-                self._wall = now
+        if self.paused or self.done:
+            self._wall = now
+            return self._look_at_log(now)
+        if elapsed < self.frame_s:
             return False
         self._wall = now
         followed = self.following

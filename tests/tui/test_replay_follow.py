@@ -33,3 +33,25 @@ async def test_the_header_says_ended_once_a_followed_log_stops_growing(tmp_path,
         await until(pilot, lambda: not src.following, timeout_s=30)
         await until(pilot, lambda: "ended" in header(app), timeout_s=30)
         assert "following" not in header(app)
+
+
+def test_a_torn_last_line_is_counted_by_a_replay_that_followed_the_log_to_its_end(tmp_path, monkeypatch):
+    # A fresh replay of the log said "skipped lines 1"; one that had followed it to its end,
+    # "rejected 0" and no skipped line: the torn line was counted after the header's count was made.
+    from pardash.tui.widgets.run_header import summarize
+
+    clock = [1000.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+    msgs = [schema.Step(rank=0, step=s, loss=1.0, t=t0 + s, seq=s, run="x") for s in range(1, 4)]
+    log.write_bytes(schema.encode_json_lines(msgs) + b'{"kind":"step","ra')  # its writer killed mid-line
+    src = ReplaySource(str(log), speed=64)
+    assert src.following
+    src.seek(src.duration_s)
+    clock[0] += 60.0  # quiet since (past FOLLOW_QUIET_S), and no live hub records it
+    src.poll()
+    assert not src.following and src.read_stats.skipped["truncated"] == 1
+    s = summarize(src)
+    assert (s.rejected, s.skipped_lines) == (0, 1)
+

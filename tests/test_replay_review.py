@@ -1,0 +1,105 @@
+"""A replay of a log still being written (review 175)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from helpers import identity, pardash_env, wait_for
+
+from pardash.telemetry import client, schema
+from pardash.telemetry.client import ReplaySource
+from pardash.telemetry.reporter import Reporter
+from pardash.telemetry.spawn import spawn_hub
+
+T0 = 1.7e9
+
+
+def _steps(first: int, last: int, ranks: int = 2) -> list:
+    return [schema.Step(rank=r, step=s, loss=1.0, t=T0 + s, seq=s, run="x") for s in range(first, last + 1) for r in range(ranks)]
+
+
+def _aged(path) -> None:
+    """Written a minute ago, nothing since (past FOLLOW_QUIET_S)."""
+    old = time.time() - 60
+    os.utime(path, (old, old))
+
+
+def test_the_log_of_a_live_hub_waiting_for_its_ranks_is_followed(tmp_path):
+    # A hub quiet for 17 s (its ranks importing torch, in a queue): its replay said "0 ranks
+    # ... ended" and "no rank ever reported to its hub" while 300 steps went into the log.
+    log = tmp_path / "hubw.jsonl"
+    proc, info = spawn_hub(["--run-id", "waits", "--log", str(log)], stderr=subprocess.DEVNULL, env=pardash_env())
+    rep = None
+    try:
+        wait_for(lambda: log.exists() and log.read_bytes().endswith(b"\n"))
+        _aged(log)
+        src = ReplaySource(str(log), speed=64)
+        assert src.following and not src.done and not src.no_rank_reported
+        rep = Reporter(info["ingest"], run="waits", identity=identity(0, 1), heartbeat_s=0)
+        rep.hello(strategy="single", world_size=1)
+        for i in range(1, 4):
+            rep.step(step=i, loss=1.0, step_s=0.01)
+        # (the hub's log quiet all that while: no word of it for a minute when the replay began)
+        wait_for(lambda: 0 in src.state.ranks and getattr(src.state.ranks[0].step, "step", 0) == 3, poll=src.poll)
+        assert src.following
+        rep.close()
+        rep = None
+        proc.send_signal(signal.SIGTERM)  # its "hub stopped" ends the following
+        assert proc.wait(30) == 0
+        wait_for(lambda: src.done, poll=src.poll)
+        assert not src.following
+    finally:
+        if rep is not None:
+            rep.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _clocked(monkeypatch) -> list[float]:
+    clock = [1000.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
+    return clock
+
+
+def _play(src: ReplaySource, clock: list[float], polls: int = 10) -> bool:
+    changed = False
+    for _ in range(polls):
+        clock[0] += 0.2
+        changed = src.poll() or changed
+    return changed
+
+
+def test_a_log_that_grows_again_after_its_following_ended_is_followed_again(tmp_path, monkeypatch):
+    # Following stopped after 15 s of quiet for good: what its writer added later never played.
+    log = tmp_path / "telemetry.jsonl"
+    log.write_bytes(schema.encode_json_lines([schema.Hello(rank=r, world_size=2, t=T0, run="x") for r in range(2)] + _steps(1, 3)))
+    _aged(log)
+    clock = _clocked(monkeypatch)
+    src = ReplaySource(str(log), speed=64)
+    assert not src.following
+    src.seek(src.duration_s)
+    assert src.done
+    with open(log, "ab") as fh:
+        fh.write(schema.encode_json_lines(_steps(4, 6)))
+    assert _play(src, clock)
+    assert src.following and src.duration_s == 6.0
+    _play(src, clock, 40)
+    assert [src.state.ranks[r].step.step for r in (0, 1)] == [6, 6]
+
+
+def test_a_paused_replay_follows_its_log_as_it_grows(tmp_path, monkeypatch):
+    # Paused, the total stood where it was until the replay played on.
+    log = tmp_path / "telemetry.jsonl"
+    log.write_bytes(schema.encode_json_lines(_steps(1, 3)))
+    clock = _clocked(monkeypatch)
+    src = ReplaySource(str(log))
+    assert src.following and src.duration_s == 2.0
+    src.paused = True
+    with open(log, "ab") as fh:
+        fh.write(schema.encode_json_lines(_steps(4, 9)))
+    assert _play(src, clock, 2)
+    assert src.duration_s == 8.0 and src.position_s == 0.0 and src.paused
