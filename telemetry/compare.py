@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .report import WARMUP_STEPS
-from .report_render import PHASE_LABELS, PHASES, md_table, plain_report
+from .report_render import PHASE_LABELS, PHASES, loss_text, md_table, plain_report
 from .summary import human_bytes, is_sharded, ranks_named
 
 # (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
@@ -72,7 +72,8 @@ def _value(rep: dict, key: str) -> float | None:
     if key in ("first_loss", "last_loss"):  # the ranks' median (ranks of a DDP job agree)
         vals = sorted(r[key] for r in rep["ranks"] if r.get(key) is not None)
         n = len(vals)
-        return (vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2) if n else None
+        # (halves added, not the sum halved: two ranks' 1e308 made inf)
+        return (vals[n // 2] if n % 2 else vals[n // 2 - 1] / 2 + vals[n // 2] / 2) if n else None
     if key == "job_restarts":
         return rep.get(key) or 0
     if key == "checkpoints_saved":
@@ -272,8 +273,8 @@ def _fmt(x: float | None, unit: str, signed: bool = False) -> str:
         return f"{sign}{v * 1e3:.1f} ms"
     if unit == "1/s":
         return f"{sign}{v:,.0f}"
-    if unit == "loss":
-        return f"{sign}{v:.4f}"
+    if unit == "loss":  # (a diverged run's 1e308 printed in full: 300 digits in a cell)
+        return sign + loss_text(v)
     return f"{sign}{v:g}"
 
 

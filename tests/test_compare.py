@@ -319,3 +319,18 @@ def test_ranks_diverged_to_different_values_are_said_each_with_its_own_step():
     (row,) = [r for r in compare_reports(good, three)["rows"] if r["metric"] == "last_loss"]
     assert row["b_not_finite"] == f"{good['ranks'][0]['last_loss']:.4f} (2 of 3 -inf/nan)"
     assert "B's loss was not finite from step 7 on rank 1 (-inf at 7) and from step 7 on rank 2 (nan at 7), to its end: it diverged" in compare_reports(good, three)["notes"]
+
+
+def test_a_diverged_runs_loss_is_compact_in_the_comparison():
+    # A run whose loss went to 1e308 printed it in full in --compare's table (300 digits in a
+    # cell, and as many in B - A), as the report did.
+    from pardash.telemetry.compare import compare_reports, render_compare_markdown, render_compare_text
+
+    a = build_report(str(DATA / "real_ddp2.jsonl"))
+    b = json.loads(json.dumps(a))
+    for r in b["ranks"]:
+        r["last_loss"] = 1e308
+    cmp = compare_reports(a, b)
+    for text in (render_compare_text(cmp), render_compare_markdown(cmp)):
+        (line,) = [line for line in text.splitlines() if "loss at the last step" in line]
+        assert "1.000e+308" in line and len(line) < 160, line
