@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from .env import telemetry_enabled
 from .memory import MemoryProbe, accountable
@@ -259,6 +259,8 @@ class _Api:
         self.step = 0
         self.in_step = False
         self.phase = ""
+        self.auto_events: list[tuple[Callable[..., Any], str, dict[str, Any]]] = []
+        """Events of the automatic instrumentation held for the script's own (see :func:`auto_event`)."""
         self.hello: dict[str, Any] = {}
         """Hello fields given to init (sent again when a later init adds some)."""
         self.probe = MemoryProbe()
@@ -447,6 +449,8 @@ class _StepBlock:
         api.in_step = True
         self.t0 = time.perf_counter()
         if api.auto is not None:
+            if api.auto_events:  # (an evaluation's, between the steps: the script had its say)
+                _send_auto_events()
             api.auto.begin_explicit()
         else:
             reporter().set_phase("step")
@@ -462,6 +466,8 @@ class _StepBlock:
             return
         logged, api.logged = api.logged, Logged()
         if api.auto is not None:
+            if api.auto_events:
+                _send_auto_events()
             api.auto.end_explicit(logged)
             return
         step_s = time.perf_counter() - self.t0
@@ -568,6 +574,8 @@ def event(name: str, message: str = "", **fields: Any) -> None:
     not: put other details in the message."""
     _check_event(name, message, fields)
     _api.user_events.add(name)
+    if _api.auto_events:  # the script's own says what the instrumentation held (it would say it twice)
+        _api.auto_events = [held for held in _api.auto_events if held[1] != name]
     if name == "epoch_end":
         _api.epoch += 1  # the steps after it are the next epoch's (a logged epoch wins)
     if "step" not in fields:
@@ -581,16 +589,46 @@ def user_sent(name: str) -> bool:
     return name in _api.user_events
 
 
+def auto_event(send: Callable[..., Any], name: str, **fields: Any) -> None:
+    """An event the automatic instrumentation made of what it saw end (an evaluation, at the
+    script's ``model.train()``), sent by ``send`` (its reporter's ``event``) as the next step
+    is published or begins, or at exit, unless the script sends its own of that name first:
+    a script that times its evaluation says so just after it, once the instrumentation has
+    seen it end, and the two were counted as two. After the script's first, none is made;
+    a script that has not used the API yet (no ``pt.init``, step block or event) has it sent now."""
+    api = _api
+    if name in api.user_events:
+        return
+    if not api.initialised and not api.user_events:
+        send(name, **fields)
+        return
+    api.auto_events.append((send, name, fields))
+
+
+def _send_auto_events() -> None:
+    held, _api.auto_events = _api.auto_events, []
+    for send, name, fields in held:
+        try:
+            send(name, **fields)
+        except Exception:
+            pass  # (called from the instrumentation's hooks: never raises)
+
+
 def take_logged() -> Logged:
     """What ``log``/``phase`` collected since the last step (the automatic instrumentation
-    publishes it with its next step)."""
+    publishes it with its next step; the events it held go first)."""
+    if _api.auto_events:
+        _send_auto_events()
     logged, _api.logged = _api.logged, Logged()
     return logged
 
 
 def flush() -> None:
-    """Publish a step still held back for a device tensor."""
+    """Publish a step still held back for a device tensor (and events the automatic
+    instrumentation held)."""
     api = _api
+    if api.auto_events:
+        _send_auto_events()
     if api.late is not None:
         late, api.late = api.late, None
         _publish(*late)
@@ -628,6 +666,7 @@ __all__ = [
     "Logged",
     "as_number",
     "attach_auto",
+    "auto_event",
     "close",
     "enabled",
     "event",

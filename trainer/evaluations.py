@@ -26,6 +26,7 @@ import time
 import weakref
 from typing import Any, Callable
 
+from pardash.telemetry import api
 from pardash.trainer.hooking import _get_ident, _guarded
 from pardash.trainer.marks import _OpenStep
 from pardash.trainer.trained import batch_size
@@ -67,7 +68,7 @@ class Evaluations:
             if self._eval_called:  # (one begun at a forward in training mode ends where its forwards did)
                 self._eval_end = self.clock.stamp()
                 self._eval_t1 = time.perf_counter()
-            self._eval_ends()
+            self._eval_ends(by_script=True)
 
     @_guarded
     def _mode_set_new(self, module: Any, mode: bool) -> None:
@@ -82,7 +83,7 @@ class Evaluations:
             if self._eval_t0:
                 self._eval_end = self.clock.stamp()
                 self._eval_t1 = time.perf_counter()
-                self._eval_ends()
+                self._eval_ends(by_script=True)
 
     def _eval_of_new(self, module: Any, t0: float) -> None:
         """A forward in eval mode of a model put in eval mode before it was seen training: an
@@ -181,8 +182,11 @@ class Evaluations:
         self._eval_grad = None
         self._eval_grad_pass = False
 
-    def _eval_ends(self) -> None:
-        """Training resumes: the open step starts after the evaluation, which is an event."""
+    def _eval_ends(self, by_script: bool = False) -> None:
+        """Training resumes: the open step starts after the evaluation, which is an event,
+        unless the script says it with an ``eval`` event of its own (``pt.event``). Ended
+        ``by_script`` (its ``model.train()``), the script's own may come just after: the event
+        is held until the next step, and the script's replaces it (it was counted twice)."""
         if self._eval_pending is not None and not self._eval_stands():
             self._eval_drop()
             return
@@ -196,8 +200,14 @@ class Evaluations:
             self._open.marks[0] = ("data", end)
         self._phase = "data"
         self.reporter.set_phase("data")
+        if api.user_sent("eval"):
+            return
         # After the cut of a round not yet ended, that round's step is done, if not published.
-        self.reporter.event("eval", step=self.step + (self._cut is not None), duration_s=took)
+        step = self.step + (self._cut is not None)
+        if by_script:
+            api.auto_event(self.reporter.event, "eval", step=step, duration_s=took)
+        else:  # (at training's next forward or optimizer step, or at exit: the script's came before)
+            self.reporter.event("eval", step=step, duration_s=took)
 
     @_guarded
     def _eval_grad_samples(self, args: Any, kwargs: Any) -> None:

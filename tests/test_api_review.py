@@ -1,0 +1,146 @@
+"""The explicit API as a script uses it: an evaluation the script reports itself is one
+evaluation under ``pardash launch`` too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import pardash_env
+from pardash.telemetry import api, schema
+from pardash.telemetry.env import RankIdentity
+from pardash.telemetry.logreader import load_log
+from pardash.telemetry.report import build_report
+from pardash.trainer.instrument import Instrument
+
+PY = sys.executable
+
+
+class Recording:
+    """Stands in for the instrumentation's Reporter: keeps the steps and events it sends."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.identity = RankIdentity(rank=0, local_rank=0, world_size=1, node=0, host="here", restart=0)
+        self.steps: list[dict] = []
+        self.events: list[tuple[str, dict]] = []
+        self.last_step = 0
+
+    def step(self, **fields) -> bool:
+        self.steps.append(fields)
+        self.last_step = fields["step"]
+        return True
+
+    def hello(self, **fields) -> bool:
+        return True
+
+    def event(self, name: str, message: str = "", **fields) -> bool:
+        self.events.append((name, fields))
+        return True
+
+    def set_phase(self, phase: str) -> None:
+        pass
+
+    def close(self, linger_ms: int = 0) -> None:
+        pass
+
+
+@pytest.fixture
+def hooked():
+    """The automatic instrumentation installed on this process's torch, as ``pardash launch``
+    installs it in a rank; removed after the test."""
+    api._reset_for_tests()
+    rep = Recording()
+    inst = Instrument(rep).install()
+    torch.manual_seed(0)
+    yield inst, rep
+    inst.uninstall()
+    api._reset_for_tests()
+
+
+def _train_step(model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    model(torch.randn(4, 8)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+# -- 1. an evaluation the script reports itself is one evaluation --------------------------------
+
+
+@pytest.mark.parametrize("said", ["after model.train()", "before model.train()", "not at all"])
+@pytest.mark.parametrize("explicit", [True, False], ids=["pt.step", "optimizer steps"])
+def test_an_evaluation_the_script_reports_itself_is_one_event(hooked, said, explicit):
+    # pt.event("eval", ...) after the script's model.train(): the instrumentation had sent its
+    # own at model.train() already, and the report counted 4 evaluations of 2.
+    import pardash.telemetry as pt
+
+    inst, rep = hooked
+    api._api.reporter = rep  # (the script's events and the instrumentation's, in one list)
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    pt.init(model=model, optimizer=opt)
+    for step in range(1, 7):
+        if explicit:
+            with pt.step():
+                _train_step(model, opt)
+        else:
+            _train_step(model, opt)
+        if step % 3 == 0:
+            model.eval()
+            with torch.no_grad():
+                model(torch.randn(4, 8))
+            if said == "before model.train()":
+                pt.event("eval", step=step, duration_s=0.5)
+            model.train()
+            if said == "after model.train()":
+                pt.event("eval", step=step, duration_s=0.5)
+    inst.finish()
+    api.flush()  # (as the launch's rank does at its end)
+    evals = [fields for name, fields in rep.events if name == "eval"]
+    assert [e["step"] for e in evals] == [3, 6]
+    if said == "not at all":  # the instrumentation's own, each once, after its step
+        assert all(e["duration_s"] > 0 and e["duration_s"] != 0.5 for e in evals)
+
+
+@pytest.mark.slow
+def test_a_launched_scripts_own_eval_events_are_its_evaluations(tmp_path):
+    script = tmp_path / "own_evals.py"
+    script.write_text(
+        "import time\n"
+        "import torch, torch.distributed as dist\n"
+        "from torch import nn\n"
+        "import pardash.telemetry as pt\n"
+        "dist.init_process_group('gloo')\n"
+        "model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(1, 13):\n"
+        "    with pt.step():\n"
+        "        model(torch.randn(4, 8)).pow(2).mean().backward()\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"
+        "    if step % 5 == 0:\n"
+        "        t0 = time.perf_counter()\n"
+        "        model.eval()\n"
+        "        with torch.no_grad():\n"
+        "            model(torch.randn(4, 8))\n"
+        "        model.train()\n"
+        "        pt.event('eval', step=step, duration_s=time.perf_counter() - t0)\n"
+        "dist.destroy_process_group()\n"
+    )
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [PY, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs"), "--", str(script)],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    msgs, _ = load_log(log)
+    for rank in (0, 1):
+        evals = [m.step for m in msgs if isinstance(m, schema.Event) and m.name == "eval" and m.rank == rank]
+        assert evals == [5, 10], evals
+    assert build_report(str(log))["evaluations"]["count"] == 2  # (it said 4)
