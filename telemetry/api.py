@@ -258,7 +258,6 @@ class _Api:
         self.logged = Logged()
         self.step = 0
         self.in_step = False
-        self.phase = ""
         self.auto_events: list[tuple[Callable[..., Any], str, dict[str, Any]]] = []
         """Events of the automatic instrumentation held for the script's own (see :func:`auto_event`)."""
         self.hello: dict[str, Any] = {}
@@ -463,6 +462,8 @@ class _StepBlock:
         api.broke_step = exc_type is not None and not issubclass(exc_type, StopIteration)
         if exc_type is not None:  # the step did not complete: nothing to publish
             api.logged = Logged()
+            if api.auto is None:  # (the time after it, a checkpoint saved, say, is in no step)
+                reporter().set_phase("")
             return
         logged, api.logged = api.logged, Logged()
         if api.auto is not None:
@@ -538,10 +539,11 @@ class _PhaseBlock:
         self.name = name
 
     def __enter__(self) -> "_PhaseBlock":
-        api = _api
-        self.outer = api.phase
-        api.phase = self.name
-        reporter().set_phase(self.name)
+        # The phase it interrupts is the reporter's: "step" in a step block, the automatic
+        # instrumentation's ("data", "backward") under it, or an outer phase block's.
+        rep = _api.reporter or reporter()  # (made by now, the common case: no call)
+        self.outer = rep._phase
+        rep.set_phase(self.name)
         self.t0 = time.perf_counter()
         return self
 
@@ -550,8 +552,9 @@ class _PhaseBlock:
         seconds = time.perf_counter() - self.t0
         phases = api.logged.phases
         phases[self.name] = phases.get(self.name, 0.0) + seconds
-        api.phase = self.outer
-        reporter().set_phase(self.outer)
+        rep = api.reporter or reporter()
+        if rep._phase == self.name:  # (else the instrumentation marked a phase inside it: that one goes on)
+            rep.set_phase(self.outer)
 
 
 def phase(name: str) -> _PhaseBlock:
@@ -561,7 +564,7 @@ def phase(name: str) -> _PhaseBlock:
     phase of the script's own, in ``Step.phases``, which the rank detail shows beside forward
     and backward against the other ranks (a block entered twice in a step adds up). The
     heartbeat names the phase while the block runs, so a rank stuck in it is reported stuck
-    there."""
+    there, and the phase it interrupted after it."""
     if not isinstance(name, str) or not name:
         raise ValueError("pardash.telemetry.phase(name): name must be a non-empty string")
     return _PhaseBlock(name)

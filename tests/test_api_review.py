@@ -1,5 +1,6 @@
 """The explicit API as a script uses it: an evaluation the script reports itself is one
-evaluation under ``pardash launch`` too."""
+evaluation under ``pardash launch`` too; the heartbeat names the phase a rank is in around a
+``pt.phase`` block and after a step that raised."""
 
 from __future__ import annotations
 
@@ -144,3 +145,60 @@ def test_a_launched_scripts_own_eval_events_are_its_evaluations(tmp_path):
         evals = [m.step for m in msgs if isinstance(m, schema.Event) and m.name == "eval" and m.rank == rank]
         assert evals == [5, 10], evals
     assert build_report(str(log))["evaluations"]["count"] == 2  # (it said 4)
+
+
+# -- 2, 3. the heartbeat's phase around phase blocks and after a failed step ------------------------
+
+
+def _heartbeat_phase() -> str:
+    """The phase the rank's heartbeat says it is in now."""
+    return api.reporter()._phase
+
+
+def test_a_phase_inside_a_step_gives_the_step_back_its_phase(fresh_api):
+    import pardash.telemetry as pt
+
+    with pt.step():
+        assert _heartbeat_phase() == "step"
+        with pt.phase("data"):
+            assert _heartbeat_phase() == "data"
+            with pt.phase("augment"):
+                assert _heartbeat_phase() == "augment"
+            assert _heartbeat_phase() == "data"
+        assert _heartbeat_phase() == "step"  # it read "" (a stall there: "stalled in unknown")
+    assert _heartbeat_phase() == ""
+
+
+def test_after_a_step_that_raised_the_rank_is_between_steps(fresh_api):
+    import pardash.telemetry as pt
+
+    for inner in (False, True):
+        with pytest.raises(RuntimeError):
+            with pt.step():
+                if inner:
+                    with pt.phase("forward"):
+                        raise RuntimeError("out of memory")
+                raise RuntimeError("out of memory")
+        # the script caught it and saves a checkpoint: no step runs ("step" read as a stall in one)
+        assert _heartbeat_phase() == ""
+
+
+def test_a_phase_under_the_instrumentation_gives_back_the_instrumentations(hooked):
+    import pardash.telemetry as pt
+
+    inst, _ = hooked
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rep = api.reporter()
+    inst.reporter = rep  # (the heartbeat's phase is this reporter's)
+    with pt.step():
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        with pt.phase("clip"):
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        assert _heartbeat_phase() == "backward"  # as the instrumentation had it
+        with pt.phase("fwd"):
+            model(torch.randn(4, 8))  # it marks a phase of its own inside: that one goes on
+        assert _heartbeat_phase() == "forward"
+        opt.step()
+        opt.zero_grad()
