@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from typing import Any, Callable, Protocol
 
 from .env import telemetry_enabled
@@ -258,6 +259,10 @@ class _Api:
         self.logged = Logged()
         self.step = 0
         self.in_step = False
+        self.step_made = False
+        """A ``pt.step()`` made and not yet entered (see :func:`step`)."""
+        self.said: set[str] = set()
+        """Misuses said once each (see :func:`_say_once`)."""
         self.auto_events: list[tuple[Callable[..., Any], str, dict[str, Any]]] = []
         """Events of the automatic instrumentation held for the script's own (see :func:`auto_event`)."""
         self.hello: dict[str, Any] = {}
@@ -441,6 +446,7 @@ class _StepBlock:
 
     def __enter__(self) -> "_StepBlock":
         api = _api
+        api.step_made = False
         if api.in_step:
             raise RuntimeError("pardash.telemetry.step() blocks cannot be nested: mark each step once")
         if not api.initialised:
@@ -505,8 +511,35 @@ def _publish(out: dict[str, Any], logged: Logged) -> None:
 def step() -> _StepBlock:
     """``with pt.step(): ...`` marks one training step: it is timed, and published with what
     ``log`` and ``phase`` gave inside it (and, under ``pardash launch``, the measured phases,
-    loss and memory)."""
+    loss and memory). Called without ``with`` it marks nothing, and says so once (as a Python
+    warning and to the hub) at the next call or at exit."""
+    api = _api
+    if api.step_made:  # the last one was never entered: pt.step() called like scheduler.step()
+        _step_not_entered()
+    api.step_made = True
     return _StepBlock()
+
+
+def _step_not_entered() -> None:
+    """Say once that ``pt.step()`` was called without ``with`` (it was a silent no-op: the
+    script's logged values went out with no step, or not at all)."""
+    _say_once("step", "pardash.telemetry.step() called without `with` marks no step: write `with pt.step():` "
+              "around the step's work (nothing is published for a step otherwise)", stacklevel=4)  # fmt: skip
+
+
+def _say_once(what: str, message: str, stacklevel: int = 3) -> None:
+    """A misuse of the API that raises nothing (the script goes on as without pardash), said
+    once: as a Python warning on the rank's stderr and as a warning event to the hub."""
+    api = _api
+    if what in api.said:
+        return
+    api.said.add(what)
+    warnings.warn(message, stacklevel=stacklevel)
+    try:
+        rep = reporter()
+        rep.event("warning", message, step=rep.last_step)
+    except Exception:
+        pass
 
 
 def log(**metrics: Any) -> None:
@@ -628,8 +661,11 @@ def take_logged() -> Logged:
 
 def flush() -> None:
     """Publish a step still held back for a device tensor (and events the automatic
-    instrumentation held)."""
+    instrumentation held); say a ``pt.step()`` never entered."""
     api = _api
+    if api.step_made:
+        api.step_made = False
+        _step_not_entered()
     if api.auto_events:
         _send_auto_events()
     if api.late is not None:

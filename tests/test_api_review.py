@@ -1,17 +1,19 @@
-"""The explicit API as a script uses it: an evaluation the script reports itself is one
-evaluation under ``pardash launch`` too; the heartbeat names the phase a rank is in around a
-``pt.phase`` block and after a step that raised."""
+"""The explicit API as a script uses it, right or wrong: an evaluation the script reports itself
+is one evaluation under ``pardash launch`` too; the heartbeat names the phase a rank is in
+around a ``pt.phase`` block and after a step that raised; ``pt.step()`` without ``with`` is
+said, not silently nothing."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from helpers import pardash_env
+from helpers import pardash_env, wait_for
 from pardash.telemetry import api, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.logreader import load_log
@@ -202,3 +204,53 @@ def test_a_phase_under_the_instrumentation_gives_back_the_instrumentations(hooke
         assert _heartbeat_phase() == "forward"
         opt.step()
         opt.zero_grad()
+
+
+# -- 4. pt.step() without `with` --------------------------------------------------------------------
+
+
+def test_a_step_called_without_with_is_said_once(hub, tmp_path, monkeypatch, fresh_api):
+    import pardash.telemetry as pt
+
+    monkeypatch.setenv("PARDASH_ENDPOINT", hub.ingest_endpoint)
+    monkeypatch.setenv("PARDASH_RUN_ID", "test-run")
+    pt.init()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            pt.log(loss=1.0)
+            pt.step()  # as scheduler.step(): it marks nothing
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "`with pt.step():`" in said[0], said
+    assert caught[0].filename == __file__  # at the script's call
+    api.close()
+    path = tmp_path / "telemetry.jsonl"
+
+    def warned():
+        return [m.message for m in load_log(path)[0] if isinstance(m, schema.Event) and m.name == "warning"] if path.exists() else []
+
+    wait_for(lambda: warned())
+    assert warned() == said
+
+
+def test_a_single_step_called_without_with_is_said_at_the_end(fresh_api):
+    import pardash.telemetry as pt
+
+    pt.step()
+    with pytest.warns(UserWarning, match="without `with`"):
+        api.flush()
+
+
+def test_steps_used_rightly_say_nothing(fresh_api):
+    import pardash.telemetry as pt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            with pt.step():
+                with pt.phase("data"):
+                    pass
+            block = pt.step()  # made, then entered: right too
+            with block:
+                pass
+        api.flush()
