@@ -241,16 +241,20 @@ class HubClient(FrameApplier):
         self.sub.connect(updates)
         self.dealer: zmq.Socket | None = None
         self._handshakes: security.Handshakes | None = None
-        """The snapshot socket's handshakes, watched until one succeeds."""
+        """The snapshot socket's handshakes, watched for the viewer's life (a hub restarted
+        may refuse the reconnection of a viewer it took before)."""
         self.refused = ""
         """Why the hub refuses this viewer, once a handshake with it has failed (a hub with
-        CURVE keys and a viewer with none, or keys it does not take); "" otherwise."""
+        CURVE keys and a viewer with none, or keys it does not take, or no longer takes); ""
+        otherwise, and again once one succeeds."""
         self.reached = False
         """Whether a connection to the hub's snapshot port was ever made (nothing listening
         there: never)."""
         self.synced = False
         self.snapshots = 0
         self.hub_restarts = 0
+        self._retried = time.monotonic()
+        """When a refused viewer last connected afresh (see :meth:`_request_snapshot`)."""
         self._request_snapshot()
 
     @classmethod
@@ -274,6 +278,17 @@ class HubClient(FrameApplier):
             # (watched before it connects, so the first handshake is not missed)
             self._handshakes = security.Handshakes(self.dealer, self.keys)
             self.dealer.connect(self.snapshot_endpoint)
+        elif self.refused and time.monotonic() - self._retried >= REFUSED_RETRY_S:
+            # ZeroMQ does not try a refused handshake again: both sockets connect afresh, and a
+            # hub that takes this viewer's key again (admitted anew, or restarted with it) takes
+            # the viewer back, which said it was refused for ever.
+            self._retried = time.monotonic()
+            for sock, endpoint in ((self.dealer, self.snapshot_endpoint), (self.sub, self.updates_endpoint)):
+                try:
+                    sock.disconnect(endpoint)
+                except zmq.ZMQError:
+                    pass
+                sock.connect(endpoint)
         try:
             self.dealer.send(frames.SNAPSHOT_REQUEST, zmq.NOBLOCK)
         except zmq.Again:
@@ -283,15 +298,25 @@ class HubClient(FrameApplier):
 
     def _read_handshakes(self) -> bool:
         """Take the snapshot socket's handshake events: a failed one says the hub refuses this
-        viewer (it would wait for a snapshot forever, none coming); one that succeeds ends
-        the watch. True when :attr:`refused` changed."""
+        viewer (it would wait for a snapshot forever, none coming). Watched after the first
+        success too: a hub restarted (a launch's, killed) with this viewer's key revoked
+        meanwhile refuses its reconnection, and the viewer read "hub quiet for 41 s" for ever
+        while a fresh attach was told the hub refuses it. Refused, a synced viewer is synced
+        no more (its figures are of before; the header says why), and tries again every
+        REFUSED_RETRY_S, synced anew once the hub takes its key. True when :attr:`refused`
+        changed."""
         was = self.refused
         watch = self._handshakes
         watch.read()
         self.reached, self.refused = watch.reached, watch.refused
-        if watch.took or watch.monitor is None:
+        if watch.monitor is None:  # (its monitor taken over: nothing more to read)
             watch.close()
             self._handshakes = None
+        if self.refused and self.synced:
+            self.synced = False
+            self._asked = self._retried = time.monotonic()
+        elif was and not self.refused and not self.synced:
+            self._request_snapshot()  # taken again (its key admitted): now, not at the next 5 s
         return self.refused != was
 
     def poll(self) -> bool:
@@ -398,6 +423,9 @@ back plays the log again from its start (7 s of a 565 MB log), which froze the s
 keys (`q` too) until done."""
 SEEK_PROGRESS_FRAMES = 256
 """Frames between two calls of a start seek's progress (``--start``)."""
+REFUSED_RETRY_S = 30.0
+"""How often a viewer its hub refuses connects again (each try is one more refusal in the hub's
+counts and log: not at the 5 s of a snapshot asked again)."""
 HUB_QUIET_S = 3.0
 """A live hub that sent no frame for this long is quiet (it frames at 10 Hz, messages or not):
 the TUI's header and the headless lines say so, their figures as of its last frame."""

@@ -1,16 +1,17 @@
-"""A replay of a log still being written (review 175)."""
+"""A replay of a log still being written, and a viewer refused after it was taken (review 175)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 
 from helpers import identity, pardash_env, wait_for
 
-from pardash.telemetry import client, schema
-from pardash.telemetry.client import ReplaySource
+from pardash.telemetry import client, schema, security
+from pardash.telemetry.client import HubClient, ReplaySource
 from pardash.telemetry.reporter import Reporter
 from pardash.telemetry.spawn import spawn_hub
 
@@ -103,3 +104,62 @@ def test_a_paused_replay_follows_its_log_as_it_grows(tmp_path, monkeypatch):
         fh.write(schema.encode_json_lines(_steps(4, 9)))
     assert _play(src, clock, 2)
     assert src.duration_s == 8.0 and src.position_s == 0.0 and src.paused
+
+
+def _free_ports() -> int:
+    """A hub's ingest port on 127.0.0.1 whose next two ports are free too."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base > 65533:
+            continue
+        taken = []
+        try:
+            for port in range(base, base + 3):
+                taken.append(socket.socket())
+                taken[-1].bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in taken:
+                s.close()
+    raise RuntimeError("no three free ports in a row")
+
+
+def test_a_viewer_its_restarted_hub_refuses_says_so_not_hub_quiet(tmp_path, keys, monkeypatch):
+    # Alice's key revoked, then the hub restarted (a launch's, killed): her viewer read "hub
+    # quiet for 41 s" for ever, where a fresh attach was told the hub refuses her key.
+    security.make_viewer_keys(keys, "alice")
+    alice = keys / "viewers" / "alice"
+    args = ["--run-id", "kept", "--no-registry", "--curve-dir", str(keys), "--port", str(_free_ports())]
+    first, info = spawn_hub([*args, "--log", str(tmp_path / "run.jsonl")], stderr=subprocess.DEVNULL, env=pardash_env())
+    second = None
+    viewer = HubClient(info["updates"], info["snapshot"], curve=alice)
+    try:
+        assert viewer.wait_synced(20.0) and not viewer.refused
+        admitted = keys / "authorized_viewers" / "alice.key"
+        key = admitted.read_bytes()
+        admitted.unlink()
+        first.kill()
+        first.wait()
+        # (on the same ports, as a launch restarts its hub)
+        second, _ = spawn_hub([*args, "--log", str(tmp_path / "again.jsonl")], stderr=subprocess.DEVNULL, env=pardash_env())
+        wait_for(lambda: viewer.refused != "", poll=viewer.poll)
+        assert "it does not admit this viewer's client key" in viewer.refused
+        assert not viewer.synced  # (the header then says the hub refuses this viewer, not "hub quiet")
+        # Admitted again (the running hub takes the key within a second): synced again, at its
+        # next try.
+        monkeypatch.setattr(client, "REFUSED_RETRY_S", 0.5)
+        admitted.write_bytes(key)
+        wait_for(lambda: viewer.synced, poll=viewer.poll)
+        assert viewer.refused == ""
+        seen = viewer.frames_applied
+        wait_for(lambda: viewer.frames_applied > seen, poll=viewer.poll)  # its frames too
+    finally:
+        viewer.close()
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
