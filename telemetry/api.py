@@ -20,7 +20,8 @@ When both are active, ``pt.step()`` takes precedence: the first ``with pt.step()
 the automatic step boundaries off, and each explicit step still gets the automatic phase
 times, loss, samples and memory for whatever ``pt.log`` and ``pt.phase`` did not give.
 
-Values logged outside a ``pt.step()`` block go with the next step published. A tensor passed to
+Values logged outside a ``pt.step()`` block go with the next step published; a phase timed
+outside one is in no step (see :func:`phase`). A tensor passed to
 ``pt.log`` is read with ``.item()`` when its step is published; on a GPU that step is published
 once the next one ends, so reading it waits for nothing.
 
@@ -261,6 +262,12 @@ class _Api:
         self.in_step = False
         self.step_made = False
         """A ``pt.step()`` made and not yet entered (see :func:`step`)."""
+        self.explicit = False
+        """Whether a ``pt.step()`` block was entered (the steps are the script's from then on)."""
+        self.steps_own_phases = True
+        """Whether a phase timed outside a ``pt.step()`` block is in no step: the script marks
+        its steps (always, without the automatic instrumentation; with it, from its first
+        ``with pt.step():``). Until then the automatic steps take every phase."""
         self.said: set[str] = set()
         """Misuses said once each (see :func:`_say_once`)."""
         self.auto_events: list[tuple[Callable[..., Any], str, dict[str, Any]]] = []
@@ -364,6 +371,7 @@ def reporter(**kwargs: Any) -> Reporter:
 def attach_auto(auto: AutoSteps | None) -> None:
     """Called by the automatic instrumentation when it is installed (None when removed)."""
     _api.auto = auto
+    _api.steps_own_phases = auto is None or _api.explicit
 
 
 def enabled() -> bool:
@@ -452,6 +460,8 @@ class _StepBlock:
         if not api.initialised:
             init()
         api.in_step = True
+        if not api.explicit:
+            api.explicit = api.steps_own_phases = True
         self.t0 = time.perf_counter()
         if api.auto is not None:
             if api.auto_events:  # (an evaluation's, between the steps: the script had its say)
@@ -564,7 +574,8 @@ def log(**metrics: Any) -> None:
 
 
 class _PhaseBlock:
-    """``with pt.phase(name):`` — time spent in ``name`` during the current step."""
+    """``with pt.phase(name):`` — time spent in ``name`` during the current step (outside the
+    script's step blocks: in no step, said once)."""
 
     __slots__ = ("name", "t0", "outer")
 
@@ -583,11 +594,21 @@ class _PhaseBlock:
     def __exit__(self, *exc: Any) -> None:
         api = _api
         seconds = time.perf_counter() - self.t0
-        phases = api.logged.phases
-        phases[self.name] = phases.get(self.name, 0.0) + seconds
+        if api.in_step or not api.steps_own_phases:
+            phases = api.logged.phases
+            phases[self.name] = phases.get(self.name, 0.0) + seconds
+        else:
+            _phase_outside(self.name)
         rep = api.reporter or reporter()
         if rep._phase == self.name:  # (else the instrumentation marked a phase inside it: that one goes on)
             rep.set_phase(self.outer)
+
+
+def _phase_outside(name: str) -> None:
+    """A phase timed between the script's step blocks: in none of them (it would add to the
+    next step's phases past that step's own time), said once."""
+    _say_once("phase", f"pardash.telemetry.phase({name!r}) outside a `with pt.step():` block is in no step's phases: "
+              "time it inside the step, or say it with pt.event(name, duration_s=...)", stacklevel=4)  # fmt: skip
 
 
 def phase(name: str) -> _PhaseBlock:
@@ -597,7 +618,13 @@ def phase(name: str) -> _PhaseBlock:
     phase of the script's own, in ``Step.phases``, which the rank detail shows beside forward
     and backward against the other ranks (a block entered twice in a step adds up). The
     heartbeat names the phase while the block runs, so a rank stuck in it is reported stuck
-    there, and the phase it interrupted after it."""
+    there, and the phase it interrupted after it.
+
+    Once the script marks its steps (``with pt.step():``; always, without ``pardash launch``),
+    a phase timed between them (an evaluation loop) is in no step: it would add to the next
+    step's phases past that step's own time. That is said once, as a Python warning and to
+    the hub. Without step blocks, under ``pardash launch``, it is the phase of the step the
+    instrumentation is making."""
     if not isinstance(name, str) or not name:
         raise ValueError("pardash.telemetry.phase(name): name must be a non-empty string")
     return _PhaseBlock(name)

@@ -1,7 +1,7 @@
 """The explicit API as a script uses it, right or wrong: an evaluation the script reports itself
 is one evaluation under ``pardash launch`` too; the heartbeat names the phase a rank is in
-around a ``pt.phase`` block and after a step that raised; ``pt.step()`` without ``with`` is
-said, not silently nothing."""
+around a ``pt.phase`` block and after a step that raised; ``pt.step()`` without ``with`` and a
+phase timed between the steps are said, not silently wrong."""
 
 from __future__ import annotations
 
@@ -254,3 +254,57 @@ def test_steps_used_rightly_say_nothing(fresh_api):
             with block:
                 pass
         api.flush()
+
+
+# -- 5. a phase timed between the script's steps ---------------------------------------------------
+
+
+def test_a_phase_between_the_scripts_steps_is_in_no_step(hub, tmp_path, monkeypatch, fresh_api):
+    # An eval loop timed with pt.phase between two steps went into the next step's phases, past
+    # that step's own time (and the report said "eval: 101.8 ms a step").
+    import pardash.telemetry as pt
+
+    monkeypatch.setenv("PARDASH_ENDPOINT", hub.ingest_endpoint)
+    monkeypatch.setenv("PARDASH_RUN_ID", "test-run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            with pt.step():
+                with pt.phase("augment"):
+                    pass
+                pt.log(loss=1.0)
+            with pt.phase("eval"):  # between the steps
+                assert _heartbeat_phase() == "eval"  # (a stall in it still says where)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "pardash.telemetry.phase('eval') outside a `with pt.step():` block" in said[0], said
+    api.close()
+    path = tmp_path / "telemetry.jsonl"
+
+    def steps():
+        return [m for m in load_log(path)[0] if isinstance(m, schema.Step)] if path.exists() else []
+
+    wait_for(lambda: len(steps()) == 3)
+    assert [list(s.phases) for s in steps()] == [["augment"]] * 3
+
+
+def test_under_the_instrumentation_a_phase_before_the_forward_is_the_steps(hooked):
+    # Without pt.step(), the instrumentation cuts the steps at the optimizer's: a phase before
+    # the forward is the step's being made, said by nobody.
+    import pardash.telemetry as pt
+
+    inst, rep = hooked
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(4):
+            with pt.phase("augment"):
+                x = torch.randn(4, 8)
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+        inst.finish()
+    # (The first step is published as the second's optimizer steps, the first known to end its
+    # round then: the second's phase goes with it. From the third on, each its own.)
+    assert [list(s.get("phases", ())) for s in rep.steps][2:] == [["augment"]] * 2
+    assert [name for name, _ in rep.events if name == "warning"] == []
