@@ -89,6 +89,7 @@ class ProgressPrinter:
         self._frame_t: float | None = None
         self._frame_at = self.t_start
         self._quiet_said = False
+        self._refused_said = False
         self._progress = None
         self._stopped_bar = None
         """The bar :meth:`close` stopped, which a later update goes on with."""
@@ -199,7 +200,18 @@ class ProgressPrinter:
             self.log_error = log_error
         self.log_path = log_path
         now = time.monotonic()
-        quiet = self._hub_quiet_s(now)
+        # A live hub that refuses this viewer after taking it (its key revoked, the hub
+        # restarted since): said once, as the TUI's header says it; "the hub has sent nothing"
+        # alone blamed its liveness. Said again should it take the viewer back.
+        refused = getattr(self.source, "refused", "") if getattr(self.source, "live", False) else ""
+        if refused and not self._refused_said:
+            before = "the figures below are from before, and " if st.ranks else ""
+            self._print(f"warning: the hub refuses this viewer now: {refused}; {before}training does not wait for it")
+            self._refused_said = True
+        elif not refused and self._refused_said and getattr(self.source, "synced", True):
+            self._print("hub: takes this viewer again")
+            self._refused_said = False
+        quiet = self._hub_quiet_s(now) if not self._refused_said else None  # (refused: said why it is quiet)
         if quiet is not None and not self._quiet_said:
             # ("the figures below" only where some are: a hub quiet before any rank spoke has none)
             before = "the figures below are from before, and " if st.ranks else ""

@@ -189,3 +189,31 @@ def test_a_viewer_that_joins_a_run_says_the_events_it_finds_are_the_runs_past(jo
     past = ["pardash: earlier in the run (before this viewer started):"] if joined else []
     assert lines == [*past, "[straggler] rank 1 is a straggler (data loading): the others wait 35 ms a step for it",
                      "[checkpoint] rank 0: saved (0.50 s)"], out.getvalue()  # fmt: skip
+
+
+def test_a_live_hub_that_refuses_the_viewer_after_taking_it_is_said_once(monkeypatch):
+    # A headless attach whose key was revoked (and its hub restarted since) printed "the hub has
+    # sent nothing for 5 s (stopped, overloaded or out of reach)" and went on as if the hub were
+    # gone, where the TUI's header says the hub refuses it.
+    clock = [1000.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+    src = _Fed()
+    src.live, src.synced, src.refused, src.last_frame_t = True, True, "", 1.0
+    src.take(schema.Hello(rank=0, world_size=1, strategy="ddp"), clock[0])
+    src.take(schema.Step(rank=0, step=1, step_s=0.1, loss=1.0), clock[0])
+    out = io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600.0)
+    printer.update()
+    src.synced, src.refused = False, "it does not admit this viewer's client key (copy client.key into ...)"
+    for _ in range(100):  # 10 s with no frame
+        clock[0] += TICK_S
+        printer.update()
+    lines = out.getvalue().splitlines()
+    said = [line for line in lines if "refuses this viewer" in line]
+    assert said == ["warning: the hub refuses this viewer now: it does not admit this viewer's client key (copy client.key "
+                    "into ...); the figures below are from before, and training does not wait for it"], lines
+    assert not any("has sent nothing" in line for line in lines), lines
+    src.synced, src.refused, src.last_frame_t = True, "", 2.0  # its key admitted again, frames come
+    clock[0] += TICK_S
+    printer.update()
+    assert out.getvalue().splitlines()[-1] == "hub: takes this viewer again"
