@@ -91,6 +91,17 @@ class Logged:
     def __bool__(self) -> bool:
         return bool(self.fields or self.custom or self.phases)
 
+    def merge(self, later: "Logged") -> "Logged":
+        """Take ``later``'s values, logged after these, over them (a phase timed in both adds
+        up), and return self: the automatic instrumentation takes a step's values in parts, at
+        each optimizer step of its round (a GAN's discriminator's, then its generator's)."""
+        self.fields.update(later.fields)
+        self.custom.update(later.custom)
+        phases = self.phases
+        for name, seconds in later.phases.items():
+            phases[name] = phases.get(name, 0.0) + seconds
+        return self
+
     def deferred(self) -> bool:
         """True when a logged value is a tensor on a device, whose reading would wait for it."""
         return any(_on_device(v) for d in (self.fields, self.custom) for v in d.values())

@@ -258,6 +258,10 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         self._published_round = False
         self._cut: _Cut | None = None
         """The open step as it stood at the round's last post-hook so far (round not ended)."""
+        self._logged_after: api.Logged | None = None
+        """What the script logged after the last cut, taken from the API already (as that cut's
+        step was published, or given back by a cut that ended no step): the open step's, before
+        what the API holds now (see Rounds._logged_to_cut)."""
         self._resume_at: Any = None
         """Where the step after the cut starts when an evaluation followed the cut."""
         self._arrive_next: Any = None
@@ -684,6 +688,9 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
     @_guarded
     def end_explicit(self, logged: api.Logged) -> None:
         mem, self._pending_mem = self._pending_mem, None
+        if self._logged_after is not None:  # (logged after the last automatic step's cut)
+            before, self._logged_after = self._logged_after, None
+            logged = before.merge(logged)
         self._publish(self.clock.stamp(), mem, logged)
         self._round = []
 
@@ -710,11 +717,14 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         return probe.measure(model, self.optimizers, ddp_module=self.trained.ddps_of(model), step_s=self._step_s, force=True, slot=slot)
 
     def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
-        """End the open step at ``end`` and publish it (a GPU step: once the next one ends)."""
+        """End the open step at ``end`` and publish it (a GPU step: once the next one ends), with
+        ``logged`` (None: what the script logged since the last step, at its post-hook)."""
         step = self._open or _OpenStep(marks=[("data", end)])
         self.step += 1
         lr = step.lr if step.lr is not None else (lr_of(self._round[0]()) if self._round else None)
-        done = _Done(self.step, self.epoch, step, end, lr, mem, logged if logged is not None else api.take_logged())
+        if logged is None:
+            logged = api.take_logged() if self._logged_after is None else self._logged_to_cut()
+        done = _Done(self.step, self.epoch, step, end, lr, mem, logged)
         self._open = _OpenStep(marks=[("data", end)])
         self._phase = "data"
         self.reporter.set_phase("data")
@@ -799,6 +809,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         if self._eval_t0:
             self._eval_ends()
         if failed and self._cut is not None and any(all(o() is not r() for r in self._round) for o in self._last_round):
+            self._logged_back(self._cut.logged)
             self._cut = None
         if self._skip_from is not False:
             self._skip_end()

@@ -68,7 +68,10 @@ class _Cut:
     losses: int
     micro: int
     samples: int
-    waits: int = 0
+    waits: int
+    logged: api.Logged
+    """What the script logged (``pt.log`` without step blocks) up to the cut, taken from the
+    API there: the step's, though it is published later (what is logged after is the next's)."""
 
 
 @dataclass(slots=True)

@@ -5,6 +5,11 @@ optimizer's pre- and post-hooks open and close its phase, a round ends when one 
 optimizers steps again, and its step ends at the post-hook of the round's last optimizer step
 (the cut); what came after the cut is the next step's (:meth:`Rounds._publish_cut`). With one
 optimizer, once seen to step twice, each step is published at its post-hook.
+
+What the script logs without step blocks (``pt.log``) is taken from the API at each cut and
+kept with it: a step published later than its cut (a round's, known only when an optimizer of
+it steps again) carries the values logged before its cut, and those logged after go with the
+next step, as where the step is published at its post-hook.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from pardash.telemetry import api
 from pardash.trainer.hooking import _is_compiling, _untraced
 from pardash.trainer.marks import _Cut, _most_held, _OpenStep
 from pardash.trainer.trained import lr_of
@@ -75,7 +81,10 @@ class Rounds:
             # first step of a model trained next. The next repeat tells: the first optimizer
             # again, and its work joins the next step; this one again, and it was a step.
             step = self._open
-            self._orphan = (weakref.ref(optimizer), _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits)))
+            if self._orphan is not None:  # (a third optimizer after the published step: its cut is forgotten, its values are not)
+                self._logged_back(self._orphan[1].logged)
+            cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut())
+            self._orphan = (weakref.ref(optimizer), cut)
             self._pending_mem = self._memory(slot=len(self._round))
             self._round.append(weakref.ref(optimizer))
             self._last_post = now
@@ -105,11 +114,14 @@ class Rounds:
             self._cut = self._pending_mem = None
         else:  # the round may go on (another optimizer may step after more passes)
             step = self._open
+            logged = self._logged_to_cut()
             if self._cut is not None:
                 # A later optimizer of the round (a GAN's generator after its discriminator):
-                # its passes are the same iteration's, on the same batch: its samples once.
+                # its passes are the same iteration's, on the same batch: its samples once, and
+                # what was logged before either step is the step's.
                 step.samples = self._cut.samples
-            self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits))
+                logged = self._cut.logged.merge(logged)
+            self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), logged)
             self._resume_at = None
             self._pending_mem = _most_held(self._pending_mem, self._memory(force=not self._rounds, slot=len(self._round) - 1))
         return None
@@ -143,6 +155,8 @@ class Rounds:
             if orphan is not None and (by is orphan[0]() or by is None):
                 self._publish_cut(orphan[1], mem)  # a model trained next: its first step
                 self._round = [orphan[0]]
+            elif orphan is not None:
+                self._logged_back(orphan[1].logged)  # its passes join the next step: its values too
             if self._cut is not None:
                 self._publish_cut(self._cut, mem)
             self._rounds += 1
@@ -152,10 +166,28 @@ class Rounds:
         self._published_round = False
         self._cut = self._pending_mem = self._arrive_next = self._sync_next = None
 
+    def _logged_to_cut(self) -> api.Logged:
+        """What the script logged since the last cut: the values of the step a cut made now ends."""
+        logged = api.take_logged()
+        before, self._logged_after = self._logged_after, None
+        return before.merge(logged) if before is not None else logged
+
+    def _logged_back(self, logged: api.Logged) -> None:
+        """A cut that ended no step (its iteration went on): what it took is the open step's
+        again, logged before what was taken since."""
+        after = self._logged_after
+        self._logged_after = logged.merge(after) if after is not None else logged
+
     def _publish_cut(self, cut: _Cut, mem: Any) -> None:
         step = self._open
         if step is None:
+            self._logged_back(cut.logged)
             return
+        # What was logged since the cut is the next step's: taken now, so that the events the
+        # API held (an evaluation's) still go out before this step, as at any publishing.
+        after = api.take_logged()
+        if after:
+            self._logged_after = self._logged_after.merge(after) if self._logged_after is not None else after
         start = self._resume_at if self._resume_at is not None else cut.end
         rest = _OpenStep(
             marks=[("data", start), *step.marks[cut.marks :]],
@@ -172,7 +204,7 @@ class Rounds:
         step.micro, step.samples = cut.micro, cut.samples
         self._arrive_next = self._sync_next = None
         self._resume_at = None
-        self._publish(cut.end, mem)
+        self._publish(cut.end, mem, cut.logged)
         self._open = rest
         self._phase = rest.marks[-1][0]
         self.reporter.set_phase(self._phase)

@@ -81,7 +81,8 @@ class Skips:
             if self._skip_batch and step is not None and last is not None and step.micro > last.micro:
                 # Another batch trained on since the last cut, and zeroed: skips in a row, or
                 # micro-batches zeroed one by one (told apart at the step, as the first cut)
-                cut = _Cut(self.clock.stamp(), len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits))
+                cut = _Cut(self.clock.stamp(), len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits),
+                           self._logged_to_cut())  # fmt: skip
                 self._skip_more.append((cut, self._memory(slot=0), self._arrive_next, self._sync_next, self._backward_end))
                 self._arrive_next = self._sync_next = self._backward_end = None
                 self._skip_batch = False
@@ -102,7 +103,7 @@ class Skips:
         if not any(m.training for m in self.trained.roots):
             return  # a backward in eval mode (test-time adaptation inside an evaluation)
         now = self.clock.stamp()
-        self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits))
+        self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut())
         self._pending_mem = self._memory(slot=0)  # (the gradients are still held)
         self._skip_from = self._backward_end
         self._skip_batch = False
@@ -124,6 +125,7 @@ class Skips:
         """The pending cuts were inside an iteration: the open step goes on as if never cut."""
         for cut, _mem, _arrive, _sync, resumed in reversed(self._skip_more):  # (later marks first)
             self._uncut(cut, resumed)
+            self._logged_back(cut.logged)
         self._skip_more = []
         resumed = self._skip_from
         self._skip_from = False
@@ -131,6 +133,8 @@ class Skips:
         cut, self._cut = self._cut, None
         self._pending_mem = self._arrive_next = self._sync_next = self._resume_at = None
         self._uncut(cut, resumed)
+        if cut is not None:
+            self._logged_back(cut.logged)
 
     def _skip_backward(self) -> None:
         """A backward with a cut pending: with no forward since (a backward per task loss of one
@@ -146,6 +150,7 @@ class Skips:
             return
         cut, _mem, arrive, sync, resumed = self._skip_more.pop()
         self._uncut(cut, resumed)
+        self._logged_back(cut.logged)
         self._arrive_next = arrive if arrive is not None else self._arrive_next
         self._sync_next = sync if sync is not None else self._sync_next
         self._skip_batch = True  # (the cut before it had another batch after it)
@@ -202,7 +207,7 @@ class Skips:
             here = cut
             if before is not None:  # (counted in the open step as it was: now after the last cut)
                 here = _Cut(cut.end, cut.marks - before.marks + 1, cut.losses - before.losses, cut.micro - before.micro,
-                            cut.samples - before.samples, cut.waits - before.waits)  # fmt: skip
+                            cut.samples - before.samples, cut.waits - before.waits, cut.logged)  # fmt: skip
             self._arrive_next, self._sync_next = arrive, sync
             self._publish_cut(here, mem)
             before = cut

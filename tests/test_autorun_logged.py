@@ -1,0 +1,221 @@
+"""Values a script logs with ``pt.log`` and no step blocks, under ``pardash launch``'s automatic
+instrumentation: a value logged before a step's optimizer step (its round's last) is that
+step's, one logged after it the next step's, however late the step is published (one
+optimizer's first step, once a second round shows it alone; every step of a GAN's, once the
+next iteration's first optimizer steps)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+import pardash.telemetry as pt
+from pardash.telemetry import api
+from pardash.telemetry.env import RankIdentity
+from pardash.trainer.instrument import Instrument
+
+
+class Recording:
+    """Stands in for the instrumentation's Reporter: keeps the steps it sends."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.identity = RankIdentity(rank=0, local_rank=0, world_size=1, node=0, host="here", restart=0)
+        self.steps: list[dict] = []
+        self.last_step = 0
+
+    def step(self, **fields) -> bool:
+        self.steps.append(fields)
+        self.last_step = fields["step"]
+        return True
+
+    def hello(self, **fields) -> bool:
+        return True
+
+    def event(self, name: str, message: str = "", **fields) -> bool:
+        return True
+
+    def set_phase(self, phase: str) -> None:
+        pass
+
+
+@pytest.fixture
+def hooked():
+    """The automatic instrumentation installed on this process's torch, as ``pardash launch``
+    installs it in a rank; removed after the test."""
+    api._reset_for_tests()
+    rep = Recording()
+    inst = Instrument(rep).install()
+    torch.manual_seed(0)
+    yield inst, rep
+    inst.uninstall()
+    api._reset_for_tests()
+
+
+def _logged(rep: Recording, *names: str) -> list[dict]:
+    """Each published step's custom values of ``names`` (the ones it carries)."""
+    return [{n: v for n, v in s.get("custom", {}).items() if n in names} for s in rep.steps]
+
+
+def _model() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def _loss(model: nn.Module) -> torch.Tensor:
+    return nn.functional.cross_entropy(model(torch.randn(6, 8)), torch.randint(0, 4, (6,)))
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_value_logged_before_the_optimizer_step_is_its_steps_one_after_the_next_steps(hooked, where):
+    # The first step is published only once the second iteration's optimizer steps (one
+    # optimizer, seen to step again): it carried the second iteration's value (the first's
+    # overwritten) and the second step none; logged after the optimizer step, the second step
+    # had none and the first the first's.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(1, 6):
+        _loss(model).backward()
+        if where == "before":
+            pt.log(x=i)
+        opt.step()
+        if where == "after":
+            pt.log(x=i)
+        opt.zero_grad()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5]
+    if where == "before":
+        assert _logged(rep, "x") == [{"x": float(i)} for i in range(1, 6)]
+    else:  # each goes with the next step published (the last one's with none)
+        assert _logged(rep, "x") == [{}] + [{"x": float(i)} for i in range(1, 5)]
+
+
+def _gan_iteration(gen, disc, opt_d, opt_g, i: int, g_steps: bool = True) -> None:
+    loss_d = disc(gen(torch.randn(5, 4)).detach()).mean()
+    loss_d.backward()
+    pt.log(d=i)
+    opt_d.step()
+    opt_d.zero_grad()
+    if g_steps:
+        loss_g = (-disc(gen(torch.randn(5, 4)))).mean()
+        loss_g.backward()
+        pt.log(g=i)
+        opt_g.step()
+        opt_g.zero_grad()
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [[True] * 5, [False] * 3 + [True] * 3, [False, True] * 3],
+    ids=["every", "warm-up", "every-second"],
+)
+def test_a_gans_values_logged_before_each_optimizers_step_are_the_iterations_step(hooked, pattern):
+    # Each step is published when the next iteration's discriminator steps: what that
+    # iteration logged before went with the step before (every step's values one late:
+    # step 1 read d=2, g=1).
+    inst, rep = hooked
+    gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
+    opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
+    for i, g in enumerate(pattern, 1):
+        _gan_iteration(gen, disc, opt_d, opt_g, i, g_steps=g)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, len(pattern) + 1))
+    expected = [{"d": float(i), **({"g": float(i)} if g else {})} for i, g in enumerate(pattern, 1)]
+    assert _logged(rep, "d", "g") == expected
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["first kept", "first freed"])
+def test_values_logged_as_a_model_trained_next_starts_are_its_steps(hooked, kept):
+    # The next model's optimizer first steps after a step published at its post-hook: its
+    # step is told only when it steps again (it carried the next iteration's value).
+    inst, rep = hooked
+    i, models = 0, []
+    for _ in range(2):
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            i += 1
+            _loss(model).backward()
+            pt.log(x=i)
+            opt.step()
+            opt.zero_grad()
+        if kept:
+            models.append((model, opt))
+        del model, opt
+        gc.collect()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5, 6]
+    assert _logged(rep, "x") == [{"x": float(i)} for i in range(1, 7)]
+
+
+@pytest.mark.parametrize("skips", [(4,), (3, 4, 5)])
+def test_a_value_logged_in_an_iteration_that_skipped_its_update_is_that_steps(hooked, skips):
+    # zero_grad(); backward; log; if bad: continue; step. A skipped iteration's step is known
+    # only at the next optimizer step: it carried that iteration's value, its own none.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(1, 8):
+        opt.zero_grad()
+        _loss(model).backward()
+        pt.log(x=i)
+        if i in skips:
+            continue
+        opt.step()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 8))
+    assert _logged(rep, "x") == [{"x": float(i)} for i in range(1, 8)]
+
+
+@pytest.mark.parametrize("algorithm", ["sam", "clipping"])
+def test_values_logged_around_gradients_zeroed_within_an_iteration_stay_its_steps(hooked, algorithm):
+    # A zero_grad after a backward may end an iteration (a skipped update): the step is cut
+    # there, pending, and the cut dropped at the optimizer step (SAM's second pass on the same
+    # batch; per-micro-batch clipping's sum set by hand). What was logged before the cut is
+    # the step's still, with what was logged after it.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(1, 6):
+        x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))
+        if algorithm == "sam":
+            nn.functional.cross_entropy(model(x), y).backward()
+            pt.log(a=i)
+            model.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            pt.log(b=i)
+        else:
+            total = [torch.zeros_like(p) for p in model.parameters()]
+            for k, (xm, ym) in enumerate(zip(x.chunk(3), y.chunk(3))):
+                nn.functional.cross_entropy(model(xm), ym).backward()
+                for t, p in zip(total, model.parameters()):
+                    t += p.grad
+                pt.log(**{f"m{k}": i})
+                opt.zero_grad()
+            for t, p in zip(total, model.parameters()):
+                p.grad = t
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5]
+    names = ("a", "b") if algorithm == "sam" else ("m0", "m1", "m2")
+    assert _logged(rep, *names) == [{n: float(i) for n in names} for i in range(1, 6)]
+
+
+def test_a_steps_values_taken_in_parts_merge_later_over_earlier_and_phases_add_up():
+    # (a GAN's step: what was logged before the discriminator's step, then the generator's)
+    before, later = api.Logged(), api.Logged()
+    before.fields.update(loss=1.0, samples=5)
+    before.custom.update(d=1.0, x=1.0)
+    before.phases.update(augment=0.25, data=0.5)
+    later.fields.update(loss=2.0)
+    later.custom.update(g=1.0, x=2.0)
+    later.phases.update(augment=0.5)
+    merged = before.merge(later)
+    assert merged.fields == {"loss": 2.0, "samples": 5}
+    assert merged.custom == {"d": 1.0, "x": 2.0, "g": 1.0}
+    assert merged.phases == {"augment": 0.75, "data": 0.5}
