@@ -20,8 +20,10 @@ When both are active, ``pt.step()`` takes precedence: the first ``with pt.step()
 the automatic step boundaries off, and each explicit step still gets the automatic phase
 times, loss, samples and memory for whatever ``pt.log`` and ``pt.phase`` did not give.
 
-Values logged outside a ``pt.step()`` block go with the next step published; a phase timed
-outside one is in no step (see :func:`phase`). A tensor passed to
+Values logged outside a ``pt.step()`` block go with the next step published (under ``pardash
+launch`` without step blocks: a value logged before the step's last optimizer step is that
+step's, one logged after it the next's); a phase timed outside one is in no step (see
+:func:`phase`). A tensor passed to
 ``pt.log`` is read with ``.item()`` when its step is published; on a GPU that step is published
 once the next one ends, so reading it waits for nothing.
 
