@@ -101,3 +101,27 @@ async def test_the_scripts_own_metrics_come_before_pardashs_and_the_process_figu
         assert [row[2] for row in logged.facts] == ["", "", "counted by pardash"]
         region = logged.region
         assert region.height >= 5 and region.bottom <= app.screen.query_one("#figures").region.bottom  # each row drawn
+
+
+async def test_a_rank_without_self_times_says_they_are_not_measured(tmp_path, monkeypatch):
+    # A script using the explicit API alone (plain torchrun) sends no self time: its chart said
+    # "no history yet" to the end, as if it would come.
+    from pardash.telemetry import schema
+    from pardash.tui.widgets.history_chart import HistoryChart
+
+    log = fx.Log("explicit-2")
+    for r in (0, 1):
+        log.add(fx.hello(r, 2, 0, 2, "vm", "ddp", 1_000_000), 0.1)
+    for step in range(1, 21):
+        for r in (0, 1):
+            log.add(schema.Step(rank=r, step=step, loss=1.0 / step, samples=32, step_s=0.1, mono=1000 + step * 0.1), 0.2 + step * 0.1)
+    log.write(tmp_path / "explicit.jsonl")
+    monkeypatch.setattr("tui_helpers.DATA", tmp_path)
+    app = replay_app("explicit.jsonl")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("enter")
+        await pilot.pause()
+        charts = {c.id: c for c in app.screen.query(HistoryChart)}
+        assert charts["chart-self_s"].series is None
+        assert charts["chart-self_s"].empty.startswith("not measured")
+        assert charts["chart-loss"].series is not None and charts["chart-step_s"].series is not None

@@ -227,6 +227,15 @@ class RankDetailScreen(Screen):
         events.sync(state)
         self._subtitle_charts()
 
+    @staticmethod
+    def _no_series(column: str, r: st.RankState | None) -> str:
+        """What a chart with nothing to draw says: a rank that steps without self times (the
+        explicit API alone, under plain torchrun) never has them, and "no history yet" said
+        they would come."""
+        if column == "self_s" and r is not None and r.step is not None and r.step.self_s is None:
+            return "not measured without the zero-code hooks (pardash launch)"
+        return "no history yet"
+
     def _refresh_charts(self, force: bool = False) -> None:
         version = self.app.version  # type: ignore[attr-defined]
         if version == self._chart_version and not force:
@@ -237,6 +246,11 @@ class RankDetailScreen(Screen):
         for column, title, _fmt in CHARTS:
             chart = self.query_one(f"#chart-{column}", HistoryChart)
             series = chart_series(state, self.rank, column, chart.plot_width)
+            if series is None:
+                empty = self._no_series(column, r)
+                if chart.empty != empty:
+                    chart.empty = empty
+                    chart.refresh()
             chart.series = series
             heading = self._chart_title(title, series, chart.size.width, r=r)
             if chart.border_title != heading:  # (setting it repaints the panel)

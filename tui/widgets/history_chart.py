@@ -108,6 +108,8 @@ class HistoryChart(CachedStyles, Widget):
         super().__init__(name=name, id=id, classes=classes)
         self.fmt = fmt
         """Formats axis values (a loss, a time)."""
+        self.empty = "no history yet"
+        """Said where there is no series to draw."""
         self._lines: list[Strip] | None = None
 
     @property
@@ -141,7 +143,7 @@ class HistoryChart(CachedStyles, Widget):
             lines = [Strip.blank(width, base) for _ in range(max(0, height))]
             if lines:
                 lines[0] = (
-                    Strip([Segment(" no history yet", self._s("empty"))]).apply_style(base).crop_extend(0, width, base)
+                    Strip([Segment(f" {self.empty}", self._s("empty"))]).apply_style(base).crop_extend(0, width, base)
                 )
             return lines
         plot_h = height - 1
