@@ -385,10 +385,11 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
         if len(text) > EVENT_TEXT_MAX:
             text = text[: EVENT_TEXT_MAX - 1] + "…"
         line = f"[{ev.name or 'event'}] {who}: {text}".rstrip(": ")
-        if ev.name == "eval":
-            line = f"[eval] {who} after step {ev.step}"
+        if ev.name == "eval":  # (one before any step read "after step 0")
+            line = f"[eval] {who} after step {ev.step}" if ev.step else f"[eval] {who} before the first step"
         if took is not None and ev.name in ("checkpoint", "resume", "eval"):
-            line += f" ({'slowest ' if several else ''}{took:.2f} s)"
+            # (in ms under 0.1 s: a fast evaluation read "0.00 s")
+            line += f" ({'slowest ' if several else ''}{took * 1e3:.0f} ms)" if took < 0.1 else f" ({'slowest ' if several else ''}{took:.2f} s)"
         return line
     return ""
 

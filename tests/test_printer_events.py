@@ -59,7 +59,7 @@ def test_events_one_rank_sends_each_step_come_out_a_wait_after_they_came_not_a_w
         before = len(out.getvalue().splitlines())
         printer.update()
         for line in out.getvalue().splitlines()[before:]:
-            line = re.sub(r" \((slowest )?\d+\.\d+ s\)$", "", line)  # (the eval's duration)
+            line = re.sub(r" \((slowest )?(\d+\.\d+ s|\d+ ms)\)$", "", line)  # (the eval's duration)
             printed.setdefault(line, clock[0])
             order.append(line)
 
@@ -217,3 +217,22 @@ def test_a_live_hub_that_refuses_the_viewer_after_taking_it_is_said_once(monkeyp
     clock[0] += TICK_S
     printer.update()
     assert out.getvalue().splitlines()[-1] == "hub: takes this viewer again"
+
+
+def test_a_fast_evaluation_and_one_before_any_step_are_said_as_they_were():
+    # "[eval] ranks 0-1 after step 0 (slowest 0.00 s)": an evaluation before training, of 3 ms.
+    src = _Fed()
+    for rank in (0, 1):
+        src.take(schema.Hello(rank=rank, world_size=2, strategy="ddp"), 1000.0)
+    out = io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600.0)
+    for rank in (0, 1):
+        src.take(schema.Event(rank=rank, name="eval", step=0, duration_s=0.003 + rank * 0.001), 1001.0)
+    src.take(schema.Event(rank=0, name="eval", step=5, duration_s=1.25), 1002.0)
+    for rank in (0, 1):
+        src.take(schema.Event(rank=rank, name="checkpoint", step=5, duration_s=0.05, message="saved"), 1003.0)
+    printer.update(force=True)
+    printer.close()
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("[") and not line.startswith("[ ")]
+    assert lines == ["[eval] ranks 0-1 before the first step (slowest 4 ms)", "[eval] rank 0 after step 5 (1.25 s)",
+                     "[checkpoint] ranks 0-1: saved (slowest 50 ms)"], out.getvalue()  # fmt: skip
