@@ -277,7 +277,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     if supervisor and not supervisor_alive(supervisor, run_id) and not job_processes(supervisor, run_id):
         supervisor = 0  # its job is over (or runs elsewhere): nothing here to stop
     app = make_app(client, launched=bool(supervisor), title=f"pardash attach {run or ns.target or ''}",
-                   notice=f"watching run {run}{newest}" if newest else "")  # fmt: skip
+                   notice=f"watching run {run}{newest}" if newest else "", come_back=_attach_again(client, ns))  # fmt: skip
     choice = app.run()
     if choice == "stop" and supervisor and not supervisor_alive(supervisor, run_id):
         # Its supervisor was killed outright (SIGKILL, the OOM killer): the ranks trained on,

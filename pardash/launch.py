@@ -377,7 +377,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             try:
                 from pardash.tui.app import make_app
 
-                app = make_app(client, launched=True, title=f"pardash {spec.run_id}",
+                app = make_app(client, launched=True, title=f"pardash {spec.run_id}", come_back=f"{PROG} attach {_watch(spec)}",
                                job_over=lambda: job.poll() is not None or bool(job.result()))
             except KeyboardInterrupt:
                 # Ctrl-C as the viewer was made (textual's import takes a while) is a stop, as one

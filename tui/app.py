@@ -88,9 +88,14 @@ class PardashApp(App[str | None]):
         on_exit_choice: ExitChoiceCallback | None = None,
         job_over: Callable[[], bool] | None = None,
         notice: str = "",
+        come_back: str = "",
     ) -> None:
         super().__init__()
         self.source = source
+        self.come_back = come_back
+        """The command that watches this run again, said by the quit dialog's Detach (default
+        `pardash attach RUN_ID`; a node > 0's launch serves no id here, and a run with keys
+        needs them)."""
         """Where the run comes from; the app polls it and closes it on exit."""
         self.launched = launched
         """True when this viewer started the job: quitting asks stop or detach."""
@@ -321,7 +326,7 @@ class PardashApp(App[str | None]):
             self._leave(OVER)  # every rank is done: no job to stop or leave running
             return
         run_id = self.source.state.run_id
-        self.push_screen(QuitScreen(run_id, over=self._over), self._quit_chosen)
+        self.push_screen(QuitScreen(run_id, over=self._over, come_back=self.come_back), self._quit_chosen)
 
     async def action_help_quit(self) -> None:
         """Ctrl+C quits as q does (Textual only says to press ctrl+q): what a person used to
@@ -422,6 +427,7 @@ def make_app(
     on_exit_choice: ExitChoiceCallback | None = None,
     job_over: Callable[[], bool] | None = None,
     notice: str = "",
+    come_back: str = "",
 ) -> PardashApp:
     """Build the dashboard over ``source``.
 
@@ -433,5 +439,7 @@ def make_app(
     ``job_over``: whether the launched job has ended (ranks that failed may be restarted by
     torchrun; until the job says so, ``q`` asks). ``notice``: a warning shown once the
     dashboard is up (what the CLI printed before it, which the dashboard would hide).
+    ``come_back``: the command that watches the run again (default ``pardash attach RUN_ID``).
     """
-    return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over, notice=notice)
+    return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over, notice=notice,
+                      come_back=come_back)  # fmt: skip

@@ -142,6 +142,22 @@ async def test_ctrl_c_on_the_quit_dialog_stops_the_job_as_a_second_ctrl_c_does()
     assert app.return_value == "stop" and chosen == ["stop"]
 
 
+@pytest.mark.parametrize("come_back", ["", "pardash attach tcp://10.0.0.1:29600 --curve-dir keys"])
+async def test_the_quit_dialog_says_the_command_that_watches_the_run_again(come_back):
+    # On node 1 of a two-node job it said "come back with `pardash attach RUN_ID`", which fails
+    # there (no hub on that node serves the id: node 0's does), and without --curve-dir on a run
+    # with keys.
+    from textual.widgets import Label
+
+    app = replay_app("run4.jsonl", launched=True, come_back=come_back)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen)
+        said = " ".join(str(label.render()) for label in app.screen.query(Label))
+        again = come_back or f"pardash attach {app.source.state.run_id}"
+        assert f"come back with `{again}`." in said, said
+
+
 async def test_q_then_c_cancels_and_the_dashboard_carries_on():
     chosen: list[str] = []
     app = replay_app("run4.jsonl", launched=True, on_exit_choice=chosen.append)

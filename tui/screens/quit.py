@@ -83,9 +83,13 @@ class QuitScreen(ModalScreen[str | None]):
         Binding("right", "app.focus_next", show=False),
     ]
 
-    def __init__(self, run_id: str = "", over: Callable[[], bool] | None = None) -> None:
+    def __init__(self, run_id: str = "", over: Callable[[], bool] | None = None, come_back: str = "") -> None:
         super().__init__()
         self.run_id = run_id
+        self.come_back = come_back
+        """The command that watches the run again (default ``pardash attach RUN_ID``): on a
+        node > 0, whose registry knows no such run, it attaches to node 0's hub, and a run with
+        keys needs them (the default said to come back there failed)."""
         self.over = over
         """Whether the job has ended (every rank done, no restart to come): asked as the run
         updates, so a job that ends while the dialog is open is said, and any choice leaves."""
@@ -100,7 +104,7 @@ class QuitScreen(ModalScreen[str | None]):
                 classes="explain",
             )
             # The run named: with several live runs, a bare `pardash attach` takes the newest.
-            again = f"pardash attach {self.run_id}" if self.run_id else "pardash attach"
+            again = self.come_back or f"pardash attach {self.run_id}".rstrip()
             yield Label(
                 Content(f"Detach: the job, the hub and the log go on; come back with `{again}`."),
                 classes="explain",
