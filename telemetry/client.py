@@ -22,7 +22,7 @@ from .clocks import CLOCK_OFF_S, RankClocks, is_hub_side
 from .hubcore import HubCore
 from .logreader import PROGRESS_EVERY, LogCursor, LogReadStats, LogTail, Progress, no_records, read_log
 from .recorder import is_gzip
-from .state import RunState
+from .state import RunState, run_over
 
 
 class AttachError(Exception):
@@ -455,11 +455,25 @@ class LogSpan:
         self.rank_records = 0
         """Records of the ranks (the rest are the hub's own notes)."""
         self.last: schema.Message | None = None
+        self.closed = False
+        """The hub said it stopped ("hub stopped") after the ranks' last record: the log is
+        whole, as `pardash report` decides it."""
+        self.end_note: schema.Event | None = None
+        """The log's last record when it is a note of its hub's after the ranks' last (what
+        became of a full disk's lines, see report's ``_disk_full_end``)."""
 
     def take(self, msg: schema.Message) -> None:
         self.records += 1
-        self.rank_records += msg.rank >= 0
         self.last = msg
+        if msg.rank >= 0:
+            self.rank_records += 1
+            self.closed = False
+            self.end_note = None
+        elif isinstance(msg, schema.Event):
+            self.closed = self.closed or (msg.name == "hub" and msg.message.startswith("hub stopped"))
+            self.end_note = msg
+        else:
+            self.end_note = None
         if msg.run:
             self.runs.add(msg.run)
         t = msg.t
@@ -539,6 +553,13 @@ class ReplaySource(FrameApplier):
         """What the run registry said of the log's hub (see :meth:`_hub_records`), and when."""
         self._looked = -math.inf
         """When the replay at the end of a log it no longer follows last looked at its size."""
+        self._end_said = False
+        """The replay's end was looked at for a log that ends early (see :meth:`_say_early_end`)."""
+        self.ended_early: dict | None = None
+        """Where the log stops short and what is known of why, as `pardash report`'s
+        ``log_ends_early`` has it, once the replay is at that end (None before it, and of a log
+        whose run ended or whose hub closed it): the ranks' statuses there are the log's last
+        word, not how the run ended."""
         try:
             st = os.stat(path)
             if not stat.S_ISREG(st.st_mode):
@@ -639,6 +660,9 @@ class ReplaySource(FrameApplier):
             return False
         self.following = True
         self._grew = now
+        if self._end_said:  # the early end it said is no longer the log's end
+            self._end_said = False
+            self.ended_early = None
         return True
 
     def _count_skipped(self) -> None:
@@ -679,6 +703,8 @@ class ReplaySource(FrameApplier):
         FrameApplier.__init__(self)
         self.core = HubCore(detector=NullDetector())  # type: ignore[arg-type]
         self._count_skipped()
+        self._end_said = False
+        self.ended_early = None
         self._cursor.rewind()
         self._clock = self.t_start
         self._frames = 0
@@ -734,6 +760,7 @@ class ReplaySource(FrameApplier):
         if self._play >= target:  # there (out of time, _advance holds the play clock where it got to)
             self._seeking_to = None
             self._wall = time.monotonic()
+            self._say_early_end()
         return True
 
     def seek(self, position_s: float, *, progress: Progress | None = None) -> None:
@@ -747,6 +774,7 @@ class ReplaySource(FrameApplier):
         self._play = target
         self._advance(target, progress=progress)
         self._wall = time.monotonic()
+        self._say_early_end()
 
     def _advance(self, target: float, budget_s: float | None = None, progress: Progress | None = None) -> bool:
         """Play the log up to ``target`` (its clock) in frames of ``frame_s`` of the log's own
@@ -787,6 +815,34 @@ class ReplaySource(FrameApplier):
                 self._play = min(self._play, self._clock)
                 return made
 
+    def _say_early_end(self) -> bool:
+        """At the replay's end, once a play: a log that ends with ranks not ended and no
+        closing line from its hub (killed, out of disk) says so in `pardash report`'s words, a
+        warning among the events, and sets :attr:`ended_early` (the header's note and marks, the
+        alerts' calm line). It ended on "● 2 running" and "every rank is healthy", as if its ranks
+        ran on. Looked at once a play: a poll before the end costs a peek. True when said."""
+        if self._end_said or not self.done:
+            return False
+        self._end_said = True
+        span = self._span
+        if span.closed or not span.rank_records or run_over(self.state):
+            return False
+        # (report's own reasoning, so both say the same of a log: its registry look, a full
+        # disk's copy or lost lines, a compressed log cut short)
+        from .report import _disk_full_end, _ends_early
+        from .report_render import _ends_early_text
+
+        stats = self.read_stats
+        cut = {"how": stats.gzip_damage, "after_line": stats.lines} if stats.gzip_damage else None
+        disk_full = _disk_full_end(span.end_note) if span.end_note is not None else None
+        end = _ends_early(self.path, self.state, set(span.runs), disk_full, cut is not None)
+        why = _ends_early_text(end, dict(stats.skipped), cut)
+        now = time.monotonic()
+        self.core.replay(schema.Event(rank=-1, seq=-1, name="warning", message=f"log ends early {why}", t=self.t_end), now)
+        self.apply_frame(self.core.tick(now))
+        self.ended_early = end
+        return True
+
     def _look_at_log(self, now: float) -> bool:
         """While the replay is paused or at its end: take what a followed log's writer added
         (a paused replay's total stood still), or follow again a log that grew after its
@@ -816,9 +872,10 @@ class ReplaySource(FrameApplier):
         # skipping what it missed; the clock stops at the log's end.
         self._play = min(self._play + min(elapsed, MAX_POLL_GAP_S) * self.speed, self.t_end)
         made = self._advance(self._play, budget_s=POLL_BUDGET_S)
+        said = self._say_early_end()
         # Following ended (its hub said it stopped, or the log stopped growing: a hub killed) is
         # a change the header shows, with no frame of its own: it said "following the log" for ever.
-        return made or (followed and not self.following)
+        return made or said or (followed and not self.following)
 
     def close(self) -> None:
         self._cursor.close()

@@ -1,4 +1,5 @@
-"""A replay of a log still being written, and a viewer refused after it was taken (review 175)."""
+"""A replay of a log still being written or cut short, and a viewer refused after it was taken
+(review 175)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,52 @@ def test_a_paused_replay_follows_its_log_as_it_grows(tmp_path, monkeypatch):
         fh.write(schema.encode_json_lines(_steps(4, 9)))
     assert _play(src, clock, 2)
     assert src.duration_s == 8.0 and src.position_s == 0.0 and src.paused
+
+
+def _said_early(src: ReplaySource) -> list[str]:
+    return [e.message for e in src.state.events if isinstance(e, schema.Event) and e.message.startswith("log ends early")]
+
+
+def test_a_log_whose_hub_died_says_it_ends_early_as_report_does(tmp_path):
+    # Its replay settled on "● 2 running ... ended" with no word that the log stops short.
+    from pardash.telemetry.report import build_report
+
+    log = tmp_path / "telemetry.jsonl"
+    msgs = [schema.Hello(rank=r, world_size=2, t=T0, run="x") for r in range(2)] + _steps(1, 5)
+    log.write_bytes(schema.encode_json_lines(msgs) + b'{"kind":"step","rank":0,"st')  # its writer killed mid-line
+    _aged(log)
+    src = ReplaySource(str(log))
+    assert _said_early(src) == []  # (at its start: not yet)
+    src.seek(src.duration_s)
+    said = _said_early(src)
+    rep = build_report(str(log))
+    assert rep["log_ends_early"]["step"] == 5 and rep["log_ends_early"]["running"] == 2
+    assert said == ["log ends early at step 5, with 2 rank(s) not ended and no closing line from the hub, and no live run on this "
+                    "machine records it: its hub stopped recording (killed, out of disk) before the run ended, or runs elsewhere "
+                    "(`pardash ps`)"]  # fmt: skip
+    assert src.ended_early == rep["log_ends_early"]  # (what the header and the alerts say it from)
+    # A seek back plays it again: said again at its end, once.
+    src.seek(1.0)
+    assert _said_early(src) == [] and src.ended_early is None
+    src.seek(src.duration_s)
+    assert len(_said_early(src)) == 1
+
+
+def test_a_whole_log_says_nothing_of_an_early_end(tmp_path):
+    log = tmp_path / "telemetry.jsonl"
+    closing = schema.Event(rank=-1, name="hub", message="hub stopped: 10 messages, 0 lost, 0 rejected", t=T0 + 6, run="x")
+    log.write_bytes(schema.encode_json_lines([schema.Hello(rank=r, world_size=2, t=T0, run="x") for r in range(2)] + _steps(1, 5) + [closing]))
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    assert src.done and _said_early(src) == [] and src.ended_early is None
+    # Every rank ended, its hub killed after: the run's end is in it.
+    ended = tmp_path / "ended.jsonl"
+    exits = [schema.Event(rank=r, name="exit", code=0, t=T0 + 6, seq=6, run="x") for r in range(2)]
+    ended.write_bytes(schema.encode_json_lines([schema.Hello(rank=r, world_size=2, t=T0, run="x") for r in range(2)] + _steps(1, 5) + exits))
+    _aged(ended)
+    src = ReplaySource(str(ended))
+    src.seek(src.duration_s)
+    assert src.done and _said_early(src) == [] and src.ended_early is None
 
 
 def _free_ports() -> int:

@@ -3,7 +3,9 @@
 Every value is fixed: timestamps start at T0 and advance by fixed steps, and the "noise" comes
 from a seeded generator, so running this script twice writes the same bytes (a test checks
 that). The logs look like what a hub records: hellos, steps with phase times and memory,
-system samples, heartbeats, events and the hub's verdicts, in hub order with ``hseq``.
+system samples, heartbeats, events and the hub's verdicts, in hub order with ``hseq``, and
+each ends with the hub's closing line ("hub stopped: ..."), as a log its hub closed does, but
+killed2's, cut where its hub was killed (the replay says the log ends early).
 
     python tests/tui/make_fixtures.py            # rewrite tests/tui/data/
 """
@@ -45,6 +47,14 @@ class Log:
             msg.seq = self.seqs.get(msg.rank, 0)
             self.seqs[msg.rank] = msg.seq + 1
         self.messages.append(msg)
+
+    def close(self, after_s: float = 0.5) -> None:
+        """The hub's closing line, ``after_s`` after the last record, as a real hub ends its log
+        when it stops: a replay of a log without it, its ranks not ended, says the log ends
+        early (its hub killed), as `pardash report` does."""
+        received = sum(1 for m in self.messages if m.rank >= 0 and not isinstance(m, schema.Verdict))
+        last = max(m.t for m in self.messages) - T0
+        self.add(schema.Event(rank=-1, name="hub", message=f"hub stopped: {received} messages, 0 lost, 0 rejected"), last + after_s)
 
     def write(self, path: Path) -> None:
         # Stable sort: equal times keep the order they were added in.
@@ -217,6 +227,7 @@ def run4(path: Path) -> None:
         2.0 + 101 * 0.25,
     )
     beats_and_systems(log, ranks, 1.0, end, rng, lambda r, t: max(0, int((t - 2.0) / 0.25)), mems.get)
+    log.close()
     log.write(path)
 
 
@@ -246,6 +257,7 @@ def straggler8(path: Path) -> None:
         t_verdict,
     )
     beats_and_systems(log, ranks, 0.5, end, rng, lambda r, t: max(0, int((t - 1.0) / 0.22)), mems.get)
+    log.close()
     log.write(path)
 
 
@@ -291,6 +303,7 @@ def exited4(path: Path) -> None:
     beats_and_systems(log, [0, 2, 3], 0.5, end + 12, rng, lambda r, t: min(40, max(0, int((t - 1.0) / 0.25))), mems.get,
                       phase_of=lambda r, t: "backward" if t > end else "forward")  # fmt: skip
     beats_and_systems(log, [1], 0.5, end, rng, lambda r, t: min(40, max(0, int((t - 1.0) / 0.25))), mems.get)
+    log.close()
     log.write(path)
 
 
@@ -329,6 +342,7 @@ def run1024(path: Path) -> None:
                        message="rank 777 stalled in data after step 1 (9 s without progress)"),
         end + 0.4,
     )  # fmt: skip
+    log.close()
     log.write(path)
 
 
@@ -345,7 +359,26 @@ def dp1(path: Path) -> None:
     )  # fmt: skip
     log.add(schema.Event(rank=0, name="exit", code=0, step=39), end + 0.05)
     beats_and_systems(log, [0], 0.2, end, rng, lambda r, t: int(t / 0.1), mems.get)
+    log.close()
     log.write(path)
+
+
+def killed2(path: Path) -> None:
+    """2 ranks of DDP, healthy, their hub killed (kill -9) at step 29: no closing line, no
+    rank's end. The replay says the log ends early, not that every rank is healthy."""
+    rng = random.Random(2)
+    log = Log("ddp-gpt2-killed")
+    ranks = [0, 1]
+    log.add(schema.Event(rank=-1, name="hub", message="hub started (pid 4343), ingest tcp://127.0.0.1:5555"), 0.0)
+    for r in ranks:
+        log.add(hello(r, 2, 0, 2, "gpu-a", "ddp", GPT2_PARAMS), 0.4 + r * 0.01)
+    mems = {r: sharded_mem(GPT2_PARAMS, 2, rng, sharded=False, buckets=True) for r in ranks}
+    end = synchronous_steps(
+        log, ranks=ranks, steps=range(30), step_dt=0.25, t_start=1.0, rng=rng, mem_of=mems.get,
+        loss_of=lambda s, r: loss_curve(s, r, rng), mem_every=5,
+    )  # fmt: skip
+    beats_and_systems(log, ranks, 0.5, end, rng, lambda r, t: max(0, int((t - 1.0) / 0.25)), mems.get)
+    log.write(path)  # (no log.close(): its hub never wrote one)
 
 
 FIXTURES = {
@@ -354,6 +387,7 @@ FIXTURES = {
     "exited4.jsonl": exited4,
     "run1024.jsonl": run1024,
     "dp1.jsonl": dp1,
+    "killed2.jsonl": killed2,
 }
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 from tui_helpers import until, widget_text
 
 from pardash.telemetry import client, schema
 from pardash.telemetry.client import ReplaySource
 from pardash.tui.app import make_app
+from pardash.tui.widgets.alert_list import STALE_MARK, AlertList
 from pardash.tui.widgets.run_header import RunHeader
 
 SIZE = (120, 40)
@@ -55,3 +58,28 @@ def test_a_torn_last_line_is_counted_by_a_replay_that_followed_the_log_to_its_en
     s = summarize(src)
     assert (s.rejected, s.skipped_lines) == (0, 1)
 
+
+async def test_the_replay_of_a_log_cut_short_says_so_in_its_header_and_alerts(tmp_path):
+    # Its hub killed: the replay ended on "● 2 running ... ended" and "✓ no alerts: every rank
+    # is healthy", no word of the log's early end (which `pardash report` of it said).
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+    msgs = [schema.Hello(rank=r, world_size=2, t=t0, run="x") for r in range(2)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, t=t0 + 0.1 * s, seq=s, run="x") for s in range(1, 4) for r in range(2)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    os.utime(log, (1.6e9, 1.6e9))  # nothing written for years
+    src = ReplaySource(str(log), speed=64)
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: src.done)
+        await until(pilot, lambda: "the log ends early at step 3, 2 ranks not ended (the event log says why)" in header(app))
+        assert "● 2 running at the log's end" in header(app)
+        calm = app.screen.query_one(AlertList).calm
+        assert calm.startswith(STALE_MARK) and "where the log ends early" in calm and "healthy" not in calm
+        # Paused and sought back: the log's end is not yet there, nor its notice.
+        src.paused = True
+        src.seek(0.1)
+        app.screen.refresh_run()
+        await pilot.pause()
+        assert "ends early" not in header(app) and "at the log's end" not in header(app)
+        assert app.screen.query_one(AlertList).calm == "✓ no alerts: every rank is healthy"

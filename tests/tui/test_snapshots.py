@@ -33,6 +33,12 @@ def test_dashboard_exited_rank(snap_compare):
     assert snap_compare(replay_app("exited4.jsonl"), terminal_size=SIZE)
 
 
+def test_dashboard_of_a_log_cut_short(snap_compare):
+    """A healthy run whose hub was killed: the log ends early, which the header's note says,
+    the statuses marked as of the log's end, and the alerts claim no health."""
+    assert snap_compare(replay_app("killed2.jsonl"), terminal_size=SIZE)
+
+
 def test_dashboard_narrow_80x24(snap_compare):
     """80x24: the memory panel gives way to the event log; the header wraps, nothing hides."""
     assert snap_compare(replay_app("straggler8.jsonl"), terminal_size=(80, 24))

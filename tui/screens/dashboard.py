@@ -458,6 +458,10 @@ class DashboardScreen(Screen):
             restarts = max(r.restarts for r in state.ranks.values())
             again = f", after torchrun restarted the job {restarts}x" if restarts else ""
             alerts.calm = "✓ every rank finished" + again + _stragglers_were(state)
+        elif (early := getattr(source, "ended_early", None)) is not None:
+            # A log whose hub died: "every rank is healthy" claimed what the log does not know
+            # (what became of them after; the header's note says why it ends, in a line).
+            alerts.calm = f"{STALE_MARK} no alerts up to step {early['step']}, where the log ends early"
         elif quiet is not None and not self._summary.ended:
             # The hub itself is not heard from: "healthy" would be a guess from stale figures.
             alerts.calm = f"{STALE_MARK} no word from the hub for {quiet:.0f} s: these figures may be stale"

@@ -159,6 +159,9 @@ class RunSummary:
     """Live, before any rank has said anything: seconds since the hub started (torchrun and
     the ranks' imports can take a while; the header says so rather than look hung)."""
     replay: ReplayPosition | None = None
+    log_ends_early: bool = False
+    """A replay at the end of a log that stops short (its hub killed, its disk full): the
+    statuses are the log's last word, not how the run ended."""
 
     @property
     def ended(self) -> bool:
@@ -180,6 +183,13 @@ def summarize(
     notes = totals.notes
     if state.hub_note and state.hub_note not in notes:
         notes = [*notes, state.hub_note]
+    early = getattr(source, "ended_early", None)
+    if early is not None:
+        # (it read "● 2 running ... ended" and no word, as if its ranks ran on, where `report`
+        # of the log says it ends early; the event log says why in report's words. One line at
+        # 80 columns: the statuses say "at the log's end" too)
+        n = early["running"]
+        notes = [*notes, f"the log ends early at step {early['step']}, {n} rank{'s' if n != 1 else ''} not ended (the event log says why)"]
     runs = getattr(source, "runs", [])
     if not source.live and len(runs) > 1:  # (as report and export warn of such a log)
         notes = [*notes, f"this log holds {len(runs)} runs ({first_few(runs)}): they play as one"]
@@ -239,6 +249,7 @@ def summarize(
         if source.live and not state.ranks
         else None,
         replay=replay,
+        log_ends_early=early is not None,
     )
 
 
@@ -487,6 +498,8 @@ class RunHeader(CachedStyles, Widget):
             if marks:
                 marks.append(("  ", None))
             marks.append((f"{glyph} {n} {status}", self._s(status)))
+        if marks and s.log_ends_early:
+            marks.append((" at the log's end", self._s("label")))  # (what they were then, not how they ended)
         if marks:
             second.append(marks)
         if s.replay is not None:
