@@ -184,15 +184,17 @@ def unanswered(target: str | None, run_id: str, snapshot: str, viewer) -> str:
 
 def viewer_keys(info: dict, curve=None):
     """The keys a viewer of the run ``info`` (from :func:`resolve`) connects with: ``curve``
-    when given; False (none) for a hub the registry says has none, whose viewers keys in
-    PARDASH_CURVE_DIR (another run's) would make ignore them; AttachError for a hub with keys
-    and none given."""
+    when given; False (none) for a hub the registry says has none, keys given or not: keys in
+    PARDASH_CURVE_DIR (another run's) would make it ignore them, and a --curve-dir given out of
+    habit failed on a folder that did not exist ("no key ...: make keys ... and start the hub
+    with them") or was refused ("server.key is not this hub's"), where no key was needed;
+    AttachError for a hub with keys and none given."""
     if info.get("curve") and curve is None and security.curve_dir_from_env() is None:
         raise AttachError(
             f"run {info.get('run_id')} takes only viewers with an authorised key: pass --curve-dir DIR (or set "
             "PARDASH_CURVE_DIR) with its key folder (`pardash keys`)"
         )
-    if "curve" in info and not info["curve"] and curve is None:
+    if "curve" in info and not info["curve"]:
         return False
     return curve
 

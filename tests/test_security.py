@@ -816,6 +816,25 @@ def test_keys_in_the_environment_do_not_lock_a_viewer_out_of_a_run_without_them(
             viewer.close()
 
 
+@pytest.mark.parametrize("given", ["missing", "keys"])
+def test_a_curve_dir_given_for_a_run_without_keys_is_not_needed(tmp_path, keys, monkeypatch, given):
+    # `attach RUN --curve-dir DIR` of a run whose hub has no keys (the registry says so) failed
+    # on a folder that did not exist ("no key DIR/client.key_secret ... start the hub with them")
+    # or was refused ("server.key is not this hub's"): no key was needed.
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path / "registry"))
+    with serving(Hub(run_id="plain", log_path=str(tmp_path / "plain.jsonl"), world_size=1)) as plain:
+        registry.register({
+            "run_id": "plain", "pid": os.getpid(), "ingest": plain.ingest_endpoint,
+            "updates": plain.updates_endpoint, "snapshot": plain.snapshot_endpoint, "curve": False,
+        })  # fmt: skip
+        viewer = HubClient.attach("plain", curve=str(tmp_path / "nowhere") if given == "missing" else str(keys))
+        try:
+            assert viewer.keys is None
+            assert viewer.wait_synced(20.0)
+        finally:
+            viewer.close()
+
+
 def test_damaged_registry_entries_are_passed_over_by_ps_and_attach(tmp_path, monkeypatch, capsys):
     # One damaged file in the folder made `pardash ps` and `pardash attach` end in a traceback
     # (AttributeError on a list, TypeError sorting a text start time, KeyError 'updates').
