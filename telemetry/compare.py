@@ -387,7 +387,11 @@ def bench_cells(r: dict) -> list[str]:
         return "-" if x is None else f"{x * 1e3:.1f}"
 
     if r.get("samples_per_s") is None:
-        why = f"failed (exit code {r.get('code')}" + (f", after {r['steps']} steps)" if r.get("steps") else ")") if r.get("code") else "no steps"
+        steps = r.get("steps")
+        if r.get("code"):
+            why = f"failed (exit code {r.get('code')}" + (f", after {_count(steps, 'step')})" if steps else ")")
+        else:  # (exit 0: a run too short for a steady figure, or one that had nothing to train)
+            why = f"{_count(steps, 'step')}, too few to time" if steps else "no steps"
         return [r["strategy"], str(r.get("ranks") or "-"), why, *["-"] * (len(BENCH_COLUMNS) - 3)]
     return [
         r["strategy"],
@@ -434,8 +438,29 @@ def bench_notes(bench: dict) -> list[str]:
     return out
 
 
+def _count(n: int, what: str) -> str:
+    """``1 step``, ``6 steps``."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def bench_head(bench: dict) -> str:
+    """``gpt 106,240 params, 6 steps, 1 or 2 ranks, cpu``: the ranks of the runs made (--nproc is
+    ddp and fsdp's alone: "2 ranks" of a bench of single, one rank), and the steps asked for
+    (the epochs, when those were)."""
+    ran = sorted({r["ranks"] for r in bench.get("rows") or () if r.get("ranks")})
+    if not ran:
+        ranks = _count(bench["nproc"], "rank")
+    elif len(ran) == 1:
+        ranks = _count(ran[0], "rank")
+    else:
+        ranks = f"{', '.join(map(str, ran[:-1]))} or {ran[-1]} ranks"
+    epochs = (bench.get("config") or {}).get("epochs")
+    length = _count(bench["steps"], "step") if bench.get("steps") is not None else _count(epochs, "epoch") if epochs else "?"
+    return f"{bench['model']}, {length}, {ranks}, {bench['device']}"
+
+
 def render_bench_markdown(bench: dict) -> str:
-    head = f"# pardash bench: {bench['model']}, {bench['steps']} steps, {bench['nproc']} ranks, {bench['device']}"
+    head = f"# pardash bench: {bench_head(bench)}"
     table = md_table(BENCH_COLUMNS, [bench_cells(r) for r in bench["rows"]], right=set(range(1, len(BENCH_COLUMNS))))
     return "\n".join([head, "", table, "", *(f"- {n}" for n in bench_notes(bench))]) + "\n"
 
@@ -448,7 +473,7 @@ def render_bench_text(bench: dict, width: int = 200) -> str:
 
     buf = StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False, highlight=False)
-    con.print(f"pardash bench: {bench['model']}, {bench['steps']} steps, {bench['nproc']} ranks, {bench['device']}")
+    con.print(f"pardash bench: {bench_head(bench)}")
     t = Table(box=None, pad_edge=False)
     for i, h in enumerate(BENCH_COLUMNS):
         t.add_column(h, justify="left" if i == 0 else "right")

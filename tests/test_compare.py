@@ -107,6 +107,8 @@ def _bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
         (["--epochs", "1", "--steps", "3"], "not both"),
         # What launch refuses up front, the bench did only after running each strategy.
         (["--runs-dir", "a_file"], "--runs-dir a_file is a file"),
+        # Resumed, ddp found single's checkpoint at the last step: "failed with exit code 0".
+        (["--strategies", "single,ddp", "--checkpoint-dir", "ck", "--resume"], "--resume: bench runs each strategy over"),
     ],
 )
 def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):

@@ -21,7 +21,7 @@ from pardash.telemetry import registry
 from pardash.telemetry.compare import strategy_rows
 from pardash.telemetry.report import build_report
 
-from .config import STRATEGIES, TrainConfig
+from .config import STRATEGIES, TrainConfig, check_checkpoint_dir
 from .launcher import TRAINER_COMMAND, LaunchError, new_spec, start
 
 
@@ -50,6 +50,11 @@ class BenchConfig:
             raise ValueError(f"--strategies {','.join(self.strategies)}: each strategy once")
         if self.nproc < 1:
             raise ValueError(f"--nproc {self.nproc}: need at least 1 rank")
+        if self.train.resume:
+            # Resumed, a strategy trains what the checkpoint before it left: none, after the
+            # first strategy saved at the last step ("ddp x2: failed with exit code 0").
+            raise ValueError("--resume: bench runs each strategy over the same steps from step 1; leave --resume out "
+                             "(with --checkpoint-dir each strategy saves in a folder of its own)")  # fmt: skip
 
 
 @dataclass(kw_only=True, slots=True)
@@ -74,6 +79,11 @@ def plan(cfg: BenchConfig) -> tuple[list[PlannedRun], list[dict]]:
             continue
         ranks = 1 if s in ("single", "dp") else cfg.nproc
         train = dataclasses.replace(cfg.train, strategy=s)
+        if train.checkpoint_dir is not None:
+            # Each strategy its own folder: in a shared one a strategy's saves land beside (or on)
+            # the one's before it, its checkpoints of another strategy's model layout.
+            train.checkpoint_dir = os.path.join(train.checkpoint_dir, s)
+            check_checkpoint_dir(train.checkpoint_dir)
         train.check_world_size(ranks)
         runs.append(PlannedRun(strategy=s, ranks=ranks, devices=cfg.gpu_count if s == "dp" else ranks, train=train))
     if not runs:
@@ -111,6 +121,32 @@ def run_one(run: PlannedRun, runs_dir: str) -> dict:
     }
 
 
+def _steps(n: int) -> str:
+    return f"{n} step{'' if n == 1 else 's'}"
+
+
+def run_said(res: dict, took: float, steps: int | None = None) -> str:
+    """What became of one strategy's run (:func:`run_one`'s ``res``, ``took`` seconds), as its
+    progress line ends. A run that exited 0 failed nothing: without a steady samples/s it took
+    too few steps for one, or none ("failed with exit code 0" of a resumed run with nothing
+    left to train). ``steps``: the steps asked for."""
+    rep, code = res.get("report"), res.get("code")
+    where = f"({took:.0f} s); see {res.get('output')}"
+    if code:
+        return f"failed with exit code {code} {where}"
+    if rep is None:
+        return f"exit code 0 but no log was written {where}"
+    if rep["steady_samples_per_s"]:
+        return (f"{_steps(rep['steps'])}, {rep['steady_samples_per_s']:,.0f} samples/s, "
+                f"{rep['median_step_s'] * 1e3:.1f} ms/step ({took:.0f} s), log {res['log']}")  # fmt: skip
+    if not rep["steps"]:
+        resumed = [r["step"] for r in rep["checkpoints"]["resumed"] if r.get("step") is not None]
+        of = f" of {steps}" if steps else ""
+        why = f": resumed at step {max(resumed)}{of}" if resumed else ""
+        return f"trained no step{why} {where}"
+    return f"{_steps(rep['steps'])}: too few for a steady samples/s {where}"
+
+
 def run_bench(cfg: BenchConfig, *, progress: TextIO | None = None) -> dict:
     """Run every planned strategy; one progress line each on ``progress``; the bench dict."""
     out = progress if progress is not None else sys.stderr
@@ -127,17 +163,7 @@ def run_bench(cfg: BenchConfig, *, progress: TextIO | None = None) -> dict:
             print(f" could not start: {exc}", file=out, flush=True)
             results.append({"strategy": run.strategy, "ranks": run.ranks, "devices": run.devices, "code": 2, "report": None, "error": str(exc)})
             continue
-        rep = res["report"]
-        took = time.monotonic() - t0
-        if res["code"] == 0 and rep is not None and rep["steady_samples_per_s"]:
-            print(
-                f" {rep['steps']} steps, {rep['steady_samples_per_s']:,.0f} samples/s, "
-                f"{rep['median_step_s'] * 1e3:.1f} ms/step ({took:.0f} s), log {res['log']}",
-                file=out,
-                flush=True,
-            )
-        else:
-            print(f" failed with exit code {res['code']} ({took:.0f} s); see {res['output']}", file=out, flush=True)
+        print(f" {run_said(res, time.monotonic() - t0, cfg.train.steps)}", file=out, flush=True)
         results.append(res)
     reps = [r["report"] for r in results if r.get("report")]
     first = reps[0] if reps else {}
@@ -166,4 +192,4 @@ def run_bench(cfg: BenchConfig, *, progress: TextIO | None = None) -> dict:
     return bench
 
 
-__all__ = ["BenchConfig", "PlannedRun", "plan", "run_bench", "run_one"]
+__all__ = ["BenchConfig", "PlannedRun", "plan", "run_bench", "run_one", "run_said"]
