@@ -448,7 +448,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         told = failure_traceback(client.state, job.result())
         if told is not None:
             print(f"{PROG}: rank {told[0]}'s error, as it reported it:\n{told[1]}", file=sys.stderr)
-    line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error, output=output)
+    line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error, output=output,
+                        refused=client.refused)  # fmt: skip
     print(line, file=_closing_stream(ok=code == 0))
     return code
 

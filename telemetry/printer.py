@@ -267,7 +267,13 @@ class ProgressPrinter:
                 # Before the run's 00:00 (its ranks' first word) no run time: "[   8.1s] no rank
                 # has said hello yet" then "[   0.9s] step 4/100" read as a clock gone backwards.
                 waited = f"{now - self.t_start:.0f} s"
-                if self._frame_t is None and getattr(self.source, "live", False) and not getattr(self.source, "synced", True):
+                if self._frame_t is None and self._refused_said:
+                    # Refused (said above, with why): "no answer from the hub yet (stopped,
+                    # overloaded or out of reach)" went on every line after it, of a hub that
+                    # answered: with a refusal, on a node whose keys are not its hub's.
+                    self._print(f"[waiting {waited}] the hub refuses this viewer (see above): nothing of the run shows here; "
+                                "training goes on")  # fmt: skip
+                elif self._frame_t is None and getattr(self.source, "live", False) and not getattr(self.source, "synced", True):
                     # Not a word from the hub yet: whether any rank said hello is not known.
                     self._print(f"[waiting {waited}] no answer from the hub yet (stopped, overloaded or out of reach)")
                 else:
@@ -670,11 +676,23 @@ def _progress_text(st) -> str:
     return "no step taken" + (f" (resumed at step {max(resumed)}, nothing left to train)" if resumed else "")
 
 
-def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = "", output: str = "") -> str:
+def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = "", output: str = "", refused: str = "") -> str:
     """The launcher's last line: success, or the one-line cause of a failure (``log_error``:
     the hub's last word on the log, when it could not write it). ``output``: the file of the
     ranks' output when it was not on the screen (the TUI stood there): a failure's line then
-    says its error and where the rest is, which is otherwise just above it."""
+    says its error and where the rest is, which is otherwise just above it. ``refused``: why
+    the hub refuses the launch's viewer at the end ('' when it takes it)."""
+    out = f"output {output}; " if output else ""
+    if refused and not st.ranks:
+        # The hub refused the launch's viewer and showed it no rank: a node > 0 whose keys are
+        # not node 0's hub's, its ranks carrying the same keys. "done, 0 rank(s), no step taken,
+        # log kept by node 0's hub" was false in every part of a node whose ranks trained to the
+        # end, none of it kept. What this node knows is its exit code.
+        how = "stopped " + (result.get("stopper") or "by you") if result.get("stopped") else "this node's ranks ended" if code == 0 else "the job failed"
+        why = refused.replace("this viewer", "this node")
+        seen = f"their output ({output}) says" if output else "their output above says"
+        return (f"pardash: {how} (exit code {code}), but the hub refused this node's telemetry: {why}; nothing of this "
+                f"node's ranks is in the log {log_path}: {seen} how far they went")  # fmt: skip
     log = f"log {log_path}" + (f" (incomplete: {log_error})" if log_error else "")
     said = "".join(f"; {n}" for n in restart_notes(st, result))
     loss = loss_text(st, over=True)
@@ -687,8 +705,13 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
             return f"pardash: this node's ranks finished, but the job failed: {failure_line(f)}{said}; {log}"
         # (a hub given up saw the run to that step only: its end is the job's exit code's word)
         seen = " when telemetry stopped" if result.get("hub_given_up") else ""
+        unheard = sorted(set(range(st.world_size)) - set(st.ranks))
+        if st.ranks and unheard:
+            # (node 0 of a job whose other node's keys its hub refused read "done, 1 rank(s),
+            # step 250" of a world of 2, as if that were the job)
+            them = "them" if len(unheard) > 1 else "it"
+            said += f"; {ranks_named(unheard)} of {st.world_size} never heard from: nothing of {them} in the log"
         return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{seen}{said}, {log}"
-    out = f"output {output}; " if output else ""
     if result.get("stopped"):
         # A rank that failed of itself (its own error, or a signal not the stop's) before the
         # stop: said, or the stop during torchrun's teardown hid the failure.

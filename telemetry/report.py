@@ -564,6 +564,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         end = last_t if span is not None else hub_last_t
         duration = max(duration, end - hub_first_t) if end is not None else duration
     total_samples = sum(samples.values())
+    # Ranks of the world size the log never heard from (another node's, whose keys the hub
+    # refused): "world size 2" over a table of rank 0 alone, its samples/s one rank's, read as
+    # the job's, and only "refused by the hub 66 connection attempt(s)" hinted why.
+    unheard = sorted(set(range(world)) - set(state.ranks)) if ranks else []
     median_step = _median([r["median_step_s"] for r in ranks])
     failure = failure_summary(state)
     for e in exits.values():
@@ -578,6 +582,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         **({"runs": sorted(run_ids)} if len(run_ids) > 1 else {}),
         "strategy": strategy,
         "world_size": world,
+        # (only where some are: ranks of the world size the log has not a word of)
+        **({"ranks_unheard": unheard} if unheard else {}),
         "backend": hello.backend if hello else "",
         "device": hello.device if hello else "",
         "device_name": hello.device_name if hello else "",
@@ -623,6 +629,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # slow steps, not the warm-up alone). None: no time to divide by.
         "steady_samples_per_s": steady[0] if steady else None,
         "steady_steps": steady[1] if steady else None,
+        # The samples and rates are of the ranks heard from alone, some of the world never heard
+        # (``ranks_unheard``): not the job's. (Only so.)
+        **({"samples_partial": True} if unheard else {}),
         "median_step_s": median_step,
         "phases": {p: _median([r[f"median_{p}"] for r in ranks]) for p in PHASES},
         # The script's own phases as "phases" has the known ones: the median over the ranks

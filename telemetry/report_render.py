@@ -85,11 +85,14 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         sps += " over the time some rank was in a step" + _paused_text(rep)
     if rep.get("steady_samples_per_s"):
         sps += f" (steady {_num(rep['steady_samples_per_s'])}{_steady_text(rep.get('steady_steps'))})"
+    if rep.get("samples_partial") and rep["samples_per_s"] is not None:
+        heard = len(rep["ranks"])
+        sps += f"; partial: of the {heard} rank{'s' if heard > 1 else ''} heard from, not the job's"
     return [
         ("run", rep["run_id"] or "-"),
         ("log", os.path.basename(rep["log"])),
         ("strategy", rep["strategy"] or "-"),
-        ("world size", str(rep["world_size"])),
+        ("world size", str(rep["world_size"]) + _unheard_text(rep)),
         ("devices", _devices_text(rep)),
         ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_restart_text(rep)}{_hung_text(rep)})"),
         *([("clocks", "; ".join(report_clock_warnings(rep)))] if report_clock_warnings(rep) else []),
@@ -108,6 +111,20 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"], cut))]
           if rep.get("log_ends_early") and rep["ranks"] else []),
     ]
+
+
+def _unheard_text(rep: dict) -> str:
+    """``; rank 1 never heard from (...)``: ranks of the world size the log has not a word of,
+    and the likely why where the hub refused connections without a key (another node's ranks
+    whose keys are not the hub's): the table below lacks them, and nothing else said so. (A
+    log with no rank at all says why in its rank section.)"""
+    unheard = rep.get("ranks_unheard") or []
+    if not unheard or not rep["ranks"]:
+        return ""
+    no_key = (rep.get("rejected_by_reason") or {}).get("no_key")
+    why = (f": the hub refused {no_key} connection attempt(s) without an authorised key, likely theirs (keys "
+           "not the hub's: a node launched without its --curve-dir)") if no_key else ": nothing of them is in the log"
+    return f"; {ranks_named(unheard)} never heard from{why}"
 
 
 def _paused_text(rep: dict) -> str:
