@@ -69,11 +69,13 @@ class Arrivals:
     def _wrap_collective(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """A wrapper for ``torch.distributed.<name>``, a collective the script calls itself (a
         barrier, a metric's all_reduce, a contrastive loss's all_gather), for its rank's self
-        time: called before the step's forward (a sync point between steps: every rank leaves
-        it together), the rank's own work starts again when it returns; called in the step's
-        forward or backward, the rank has arrived at its step's first collective. DDP's and
-        FSDP's own gradient collectives do not come this way (DDP's are in C++; FSDP's
-        arrival is its first all-gather, at the forward's start)."""
+        time: called between steps (after the optimizer step, before the step's forward), the
+        rank waits there for the others, and that wait is left out of its self time and of its
+        data time (the step's ``comm_s`` says it), and its heartbeat's phase is "sync" while it
+        waits (a hang there reads "stalled in sync" beside the rank it waits for, stalled in its
+        own work); called in the step's forward or backward, the rank has arrived at its step's
+        first collective. DDP's and FSDP's own gradient collectives do not come this way (DDP's
+        are in C++; FSDP's arrival is its first all-gather, at the forward's start)."""
         by_hand = name == "all_reduce"
 
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -87,14 +89,17 @@ class Arrivals:
                     return original(*args, **kwargs)
                 if by_hand and (self._by_hand or self.strategy == "single"):
                     self._all_reduce_by_hand()
-                between = self._collective_begins()
-                out = original(*args, **kwargs)
-                if between:
-                    if kwargs.get("async_op") or (0 <= at < len(args) and args[at]):
-                        self._sync_work = out  # it is passed when its wait() returns
-                    else:
-                        self._synced()
-                return out
+                if not self._collective_begins():
+                    return original(*args, **kwargs)
+                if kwargs.get("async_op") or (0 <= at < len(args) and args[at]):
+                    out = original(*args, **kwargs)
+                    self._sync_work = out  # the rank waits in its wait()
+                    return out
+                start = self._sync_begins()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    self._synced(start)
 
             return collective
 
@@ -102,39 +107,59 @@ class Arrivals:
 
     def _wrap_work_wait(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``Work.wait``: the wait for an asynchronous collective called between steps (a
-        ``barrier(async_op=True)`` waited on), where the sync point is passed."""
+        ``barrier(async_op=True)`` waited on), where the rank waits for the others (what it
+        did between the call and its wait() was its own work)."""
 
         def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
-            out = original(work, *args, **kwargs)
-            if work is self._sync_work and _get_ident() == self._tid:
-                self._sync_work = None
-                self._synced()
-            return out
+            if work is not self._sync_work or _get_ident() != self._tid:
+                return original(work, *args, **kwargs)
+            self._sync_work = None
+            start = self._sync_begins()
+            try:
+                return original(work, *args, **kwargs)
+            finally:
+                self._synced(start)
 
         return wait
 
     @_guarded
     def _collective_begins(self) -> bool:
         """A collective of the script's own begins: note an arrival in the step's forward or
-        backward; True when it is a sync point between steps (before the step's forward)."""
+        backward; True when it is a collective between steps (before the step's forward, or
+        after an optimizer step that may have ended it)."""
         if self.reporter.identity.world_size < 2 or self._open is None or (self._in_optimizer and self._closure is None):
             return False
-        if self._phase in ("data", "eval"):
+        if self._phase in ("data", "eval") or (self._phase == "optimizer" and (self._cut is not None or self._orphan is not None)):
             return not self._arrived()
         if self._phase in ("forward", "backward") and not self._eval_t0 and self.strategy != "fsdp" and not self._arrived():
             self._arrive(self.clock.stamp())
         return False
 
     @_guarded
-    def _synced(self) -> None:
-        """A sync point between steps has returned: the rank's own work starts again now (a
-        rank that waited in a barrier for another's evaluation was named the straggler, its
-        wait counted as its data loading)."""
-        stamp = self.clock.stamp()
+    def _sync_begins(self) -> Any:
+        """The rank begins to wait in a collective between steps: its heartbeat says "sync"
+        (it read "data", the phase of the rank it waits for, so a hang could not tell them
+        apart). The wait's start stamp."""
+        self.reporter.set_phase("sync")
+        return self.clock.stamp()
+
+    @_guarded
+    def _synced(self, start: Any) -> None:
+        """The wait in a collective between steps, from ``start``, is over: kept with the step
+        it belongs to (after a cut, the next one's unless the round goes on), to leave out of
+        its self time and data time. (A sync point that restarted the self time hid a rank
+        slow before it, rank 0 writing its logs before every step's barrier, and counted the
+        others' wait as their data loading.)"""
+        if start is None:
+            return
+        span = (start, self.clock.stamp())
         if self._cut is not None or self._orphan is not None:
-            self._sync_next = stamp
+            if self._sync_next is None:
+                self._sync_next = []
+            self._sync_next.append(span)
         elif self._open is not None:
-            self._open.synced = stamp
+            self._open.syncs.append(span)
+        self.reporter.set_phase(self._phase)
 
     @_guarded
     def _all_reduce_by_hand(self) -> None:

@@ -31,6 +31,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from pardash.telemetry import api
 from pardash.trainer.hooking import _get_ident, _guarded
+from pardash.trainer.marks import _OpenStep
 
 
 @dataclass(slots=True)
@@ -127,20 +128,42 @@ class Epochs:
         # its next batch before it calls model.train(): Hugging Face's Trainer after its
         # evaluation); only a backward makes its pass the training one (_trains_from).
         def __next__(it: Any) -> Any:
+            p = getattr(it, "_pardash_pass", None)
+            if not self.step and p is not None and _get_ident() == self._tid:
+                self._first_batch_asked(p)
             try:
                 batch = original(it)
             except StopIteration:
-                p = getattr(it, "_pardash_pass", None)
                 if p is not None and _get_ident() == self._tid:
                     self._pass_ends(p)
                 raise
-            p = getattr(it, "_pardash_pass", None)
             if p is not None and _get_ident() == self._tid:
                 p.batches += 1
                 self._batch_pass = p
             return batch
 
         return __next__
+
+    @_guarded
+    def _first_batch_asked(self, p: _LoaderPass) -> None:
+        """A batch asked for before the first step began (no forward or optimizer step yet):
+        the first step opens there, as its first batch's loading begins (its data time was 0:
+        the load, spawned workers' start-up, a lazy dataset's first reads, showed nowhere,
+        while each later epoch's first step showed its workers' start-up). A pass begun later
+        (the training loop's, after a batch taken to look at) moves it there; an evaluation's
+        batches (a validation before training) do not: its end does."""
+        step = self._open
+        if self._posts or self._cut is not None or self._explicit or self._eval_t0 or (step is not None and len(step.marks) > 1):
+            return
+        if step is not None and p.batches:
+            return  # (the pass's next batch: the step opened at its first, or before)
+        if step is None:
+            self._open = _OpenStep(marks=[("data", self.clock.stamp())])
+        else:
+            step.marks[0] = ("data", self.clock.stamp())
+        if self._phase != "data":
+            self._phase = "data"
+            self.reporter.set_phase("data")
 
     @_guarded
     def _pass_ends(self, p: _LoaderPass) -> None:

@@ -59,7 +59,10 @@ the previous step to the first root forward, ``forward`` to the backward (the lo
 included), ``backward`` to the first optimizer step (gradient clipping included),
 ``optimizer`` to the end; with several micro-batches, forward and backward add up, and the
 time from a backward's return (or an optimizer step) to the next micro-batch's forward is
-data again. So the phases sum to the step time. A trained model put in eval mode between two
+data again (the first step's data from the request for its first batch, when a DataLoader's
+came before its forward). The waits in collectives the script calls itself between steps (a
+barrier after the optimizer step) are in no phase: they are the step's ``comm_s``. So the phases
+and ``comm_s`` sum to the step time. A trained model put in eval mode between two
 steps is an evaluation, from ``model.eval()`` to ``model.train()`` (or, without those calls,
 its forwards in eval mode without grad; after ``model.eval()``, forwards with grad too, unless a
 backward follows them: that is training with BatchNorm and dropout frozen); so is a model put in
@@ -82,7 +85,9 @@ block's parameters as the forward reaches it: the step's data and forward passes
 passes are left out, as DDP's self time ends at its backward), less the time spent in those
 hooks (a pre-hook right before FSDP's and one right after it), where the waiting for the other
 ranks is (FSDP1, or a model compiled whole: up to the first root forward); one process alone,
-the whole step; otherwise unknown.
+the whole step; otherwise unknown. Less, each time, the waits in collectives of the script's
+own between steps (see :mod:`~pardash.trainer.arrivals`): the rank before the barrier is the
+one the others wait for, not the ones waiting in it.
 
 Cost. On CPU the stamps are ``perf_counter`` and a step is published when it ends; on a GPU
 they are CUDA events and a step is published once the next one ends (its events and loss are
@@ -266,10 +271,11 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         """Where the step after the cut starts when an evaluation followed the cut."""
         self._arrive_next: Any = None
         """An arrival at a collective after the cut: the next step's, unless the round goes on."""
-        self._sync_next: Any = None
-        """A sync point passed after the cut (see Arrivals._synced): the next step's, unless the round goes on."""
+        self._sync_next: list[tuple[Any, Any]] | None = None
+        """Waits in collectives between steps after the cut (see Arrivals._synced): the next
+        step's, unless the round goes on."""
         self._sync_work: Any = None
-        """An asynchronous collective called between steps, its wait() not returned yet."""
+        """An asynchronous collective called between steps, its wait() not called yet."""
         self._skip_from: Any = False
         """A cut at a zero_grad after a backward is pending (see pardash.trainer.skips): the
         backward's end it took from the open step (None: none); False: no cut pending."""
@@ -503,8 +509,16 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
             facts = modelfacts.model_facts(module)
             cuda = facts["device"].startswith("cuda")
             if cuda != self.clock.cuda:
+                before = self._open
                 self.clock = _Clock(cuda=cuda)
                 self._open = None  # stamps of the other kind cannot be compared with the new
+                if cuda and before is not None and len(before.marks) == 1:
+                    # The first step, opened as its first batch was asked for (see
+                    # Epochs._first_batch_asked): that loading, in seconds, goes on before it.
+                    now = time.perf_counter()
+                    waits = CommTimer.seconds(before.syncs, within=(before.marks[0][1], now)) if before.syncs else 0.0
+                    lead = max(0.0, now - before.marks[0][1] - waits)
+                    self._open = _OpenStep(marks=[("data", self.clock.stamp())], lead_s=lead, lead_wait_s=waits)
             self._hello.update(facts)
         else:  # a second model (a GAN's): the hello counts the parameters of all, once each
             self._hello["params_count"], self._hello["params_bytes"] = self.trained.params()
@@ -758,23 +772,43 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
             for (phase, a), (_, b) in zip(bounds, bounds[1:]):
                 out[_PHASE_FIELD[phase]] += b - a
             step_s = d.end - marks[0][1]
+        lead = opened.lead_s
+        if lead or opened.lead_wait_s:  # (the first batch, asked for before the clock turned to CUDA events)
+            out["data_s"] += lead
+            step_s += lead + opened.lead_wait_s
         self._step_s = step_s
-        # From the step's start, or from a sync point of the script's own before its forward
-        # (a barrier, which every rank leaves together): the wait in it is no rank's work.
-        # (An evaluation after it moved the step's start past it: from there.)
-        before = clock.seconds(marks[0][1], d.open.synced) if d.open.synced is not None else 0.0
+        syncs = opened.syncs
+        waited = 0.0  # (of which in its data and forward phases)
+        if syncs or opened.lead_wait_s:
+            # Waiting for the other ranks (in a barrier after the optimizer step, say): the
+            # others', not this rank's, data or work. (A wait before the step's start, in an
+            # evaluation that moved it, is cut off.)
+            wait_s = opened.lead_wait_s
+            for (phase, a), (_, b) in zip(bounds, bounds[1:]):
+                w = CommTimer.seconds(syncs, within=(a, b)) if syncs else 0.0
+                if w:
+                    field = _PHASE_FIELD[phase]
+                    out[field] = max(0.0, out[field] - w)
+                    wait_s += w
+                    if phase in ("data", "forward"):
+                        waited += w
+            out["comm_s"] = wait_s
         if self.reporter.identity.world_size == 1:
             self_s: float | None = step_s  # one process alone waits for nobody
-        elif d.open.waits and any(p == "backward" for p, _ in marks):
+        elif opened.waits and any(p == "backward" for p, _ in marks):
             # FSDP2: its data and forward (each micro-batch's) less the waits for its
             # all-gathers (a rank slow in a block keeps the others waiting in a later one).
             # Backward passes are left out, as DDP's self time ends at its backward: FSDP
             # gathers again there, in hooks of its own, untimed.
             own = sum(clock.seconds(a, b) for (p, a), (_, b) in zip(bounds, bounds[1:]) if p in ("data", "forward"))
-            own -= max(0.0, before)  # (in its data: before its forward)
-            self_s = max(0.0, own - CommTimer.seconds(d.open.waits, within=(marks[0][1], d.end)))
-        elif d.open.arrive is not None:
-            self_s = max(0.0, clock.seconds(d.open.synced if before > 0 else marks[0][1], d.open.arrive))
+            own += lead - waited
+            self_s = max(0.0, own - CommTimer.seconds(opened.waits, within=(marks[0][1], d.end)))
+        elif opened.arrive is not None:
+            # From the step's start to its arrival, less its waits between steps on the way.
+            own = clock.seconds(marks[0][1], opened.arrive) + lead
+            if syncs:
+                own -= CommTimer.seconds(syncs, within=(marks[0][1], opened.arrive))
+            self_s = max(0.0, own)
         else:
             self_s = None
         losses = opened.losses

@@ -47,14 +47,21 @@ class _OpenStep:
     samples: int = 0
     arrive: Any = None
     """Stamp of the arrival at the first collective (None: not seen)."""
-    synced: Any = None
-    """Stamp of the return from the last collective of the script's own before the step's
-    forward (a barrier between steps): its self time starts there (None: at the step's start)."""
+    syncs: list[tuple[Any, Any]] = field(default_factory=list)
+    """(start, end) stamps of the waits in collectives of the script's own between steps (a
+    barrier after the optimizer step, a metric's all_reduce before the forward): waiting for
+    the other ranks, neither the rank's self time nor its data loading (see
+    Arrivals._wrap_collective)."""
     lr: float | None = None
     """The first optimizer's learning rate as its step began (a scheduler changes it after)."""
     waits: list[tuple[Any, Any]] = field(default_factory=list)
     """FSDP2: (start, end) stamps of each sharded module's pre-forward in the step, where it
     waits for its parameters' all-gather (and so for the ranks behind it)."""
+    lead_s: float = 0.0
+    """Seconds of the step's data phase before its first mark, its own work (the first batch
+    asked for before the clock turned to CUDA events, which cannot be stamped in the past)."""
+    lead_wait_s: float = 0.0
+    """Seconds of that lead spent waiting in collectives between steps (as ``syncs``)."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -95,9 +95,9 @@ class Rounds:
             if self._open is not None and self._open.arrive is None:
                 self._open.arrive = self._arrive_next
             self._arrive_next = None
-        if self._sync_next is not None:
-            if self._open is not None and self._open.arrive is None:
-                self._open.synced = self._sync_next
+        if self._sync_next is not None:  # (its waits in collectives after the cut too)
+            if self._open is not None:
+                self._open.syncs += self._sync_next
             self._sync_next = None
         if self._explicit:
             self._pending_mem = _most_held(self._pending_mem, self._memory(slot=len(self._round) - 1))
@@ -195,7 +195,7 @@ class Rounds:
             micro=step.micro - cut.micro,
             samples=step.samples - cut.samples,
             arrive=self._arrive_next,
-            synced=self._sync_next,
+            syncs=self._sync_next if self._sync_next is not None else [],
             waits=step.waits[cut.waits :],
         )
         del step.marks[cut.marks :]
