@@ -110,6 +110,12 @@ def _is_stop(e: schema.Event) -> bool:
     return e.name == "exit" and e.rank >= 0 and e.code in STOPPED_CODES
 
 
+def _before(e: schema.Event, first: schema.Event) -> bool:
+    """Whether ``e`` came before ``first``, as the hub took them, or happened before it (its
+    time earlier: a launcher's note of a stop, said late, carries the stop's time)."""
+    return e.hseq < first.hseq or (bool(e.t) and bool(first.t) and e.t < first.t)
+
+
 def failure_summary(st, events: list[schema.Event] | None = None, hang: list | None = None) -> dict | None:
     """The root cause among ``events`` (default: the last attempt's; or an earlier one's list
     from :func:`attempts`) as the report and the launcher's last line tell it: rank, code,
@@ -170,8 +176,10 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         said = {e.rank for e in events if e.name == "exit"}
         unrecorded = sorted(q for q in st.ranks if q not in said)
         # A rank stopped before it (one node's launch stopped, by you or a scheduler): the stop
-        # broke the others' collectives; no rank failed of itself.
-        stops = {e.rank: e for e in events if _is_stop(e) and e.hseq < first.hseq and e.rank != first.rank}
+        # broke the others' collectives; no rank failed of itself. Before it in time: a node's
+        # launcher notes its ranks' stop, at the stop's time, only once its torchrun has ended,
+        # after the failure it caused on another node has come.
+        stops = {e.rank: e for e in events if _is_stop(e) and _before(e, first) and e.rank != first.rank}
         if stops and not left:
             stopped_first = [{"rank": r, "how": (e.message or "") if (e.message or "").startswith("stopped") else "stopped"}
                              for r, e in sorted(stops.items())]  # fmt: skip
@@ -285,6 +293,15 @@ def failure_line(f: dict, *, error: bool = True) -> str:
         how = hows.pop() if len(hows) == 1 else "stopped"
         who = ranks_named([x["rank"] for x in first])
         line = f"{who} {'were' if len(first) > 1 else 'was'} {how} first; {line} after it"
+    left = f.get("left_early") or []
+    unrecorded = f.get("unrecorded")
+    if unrecorded and not left:
+        # A peer's failure, and ranks silent to the end: the likely cause is among them, not
+        # the rank whose error says only that a peer went (it read "rank 0 exited with code 1
+        # at step 10: ...Connection reset by peer; that is a peer's failure ... (no word from
+        # rank 1: killed?)", rank 0 named first, as the cause).
+        line = (f"the rank that failed first left no exit record (no word from {ranks_named(unrecorded)}: killed?), "
+                f"the likely cause; {line} after it")  # fmt: skip
     line += f": {f['error']}" if error and f["error"] else ""
     victims = f["victims"]
     stopped = [r for r in f["stopped"] if not any(x["rank"] == r for x in first)]
@@ -292,18 +309,14 @@ def failure_line(f: dict, *, error: bool = True) -> str:
         line += f"; {ranks_named(victims)} failed after it"
     if stopped:
         line += f"; {ranks_named(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
-    left = f.get("left_early") or []
     if left:
         said = ", ".join(f"rank {x['rank']}" + (f" at step {x['step']}" if x["step"] is not None else "") for x in left)
         line += (f"; that is a peer's failure: {said} had left the job (exit code 0) while the others trained on"
                  " (a rank that leaves the loop early breaks the others' collectives)")
-    unrecorded = f.get("unrecorded")
-    if unrecorded is not None and not left:
-        line += "; that is a peer's failure, and the rank that failed first left no exit record"
         if unrecorded:
-            line += f" (no word from {ranks_named(unrecorded)}: killed?)"
-    elif unrecorded:
-        line += f"; no word from {ranks_named(unrecorded)}: killed?"
+            line += f"; no word from {ranks_named(unrecorded)}: killed?"
+    elif unrecorded is not None and not unrecorded:
+        line += "; that is a peer's failure, and the rank that failed first left no exit record"
     return line
 
 

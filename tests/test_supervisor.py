@@ -67,6 +67,7 @@ def test_stderr_is_passed_on_as_it_comes_and_deaths_are_still_read(tmp_path):
         assert (msg.name, msg.rank, msg.code) == ("exit", 1, 1)
     finally:
         pull.close(0)
+        sup._stderr_push.close(0)  # (left open for the notes after torchrun's end: see run)
 
 
 def test_a_result_that_cannot_be_written_still_stops_the_hub(tmp_path, capsys):

@@ -456,7 +456,9 @@ class Supervisor:
         """Read torchrun's stderr in ``path`` from ``start`` as it grows, for the deaths
         torchrun reports, and pass it on to ``sink`` (if any) byte for byte as it comes (a
         progress bar redrawn with carriage returns, or a prompt, has no newline to wait for).
-        Ends once torchrun has ended and every byte is read."""
+        Ends once torchrun has ended and every byte is read, its socket left open for
+        :meth:`run`, which says the ranks' ends after torchrun's word on them (see
+        :meth:`_note_ends`)."""
         push = self._push()
         summary_rank = None
         rest = b""
@@ -510,7 +512,7 @@ class Supervisor:
         except OSError:
             pass  # the file went (its folder removed): the deaths are told by the ranks' own exits
         finally:
-            push.close()
+            self._stderr_push = push
 
     def report_exit(self, push, rank: int, code: int) -> None:
         """Tell the hub a rank died, on its behalf (seq -1: not part of the rank's own count).
@@ -581,23 +583,54 @@ class Supervisor:
             # As the shell says for the signal this process took (torchrun's own code for the
             # SIGTERM it was sent said 143 of a person's stop too): 130, 143.
             code = 128 + self._stopped_by
-        t = getattr(self, "_stderr_thread", None)
-        if t is not None:
-            t.join(5)  # the ranks' last lines pass through it
-        if self.ranks_started:
-            # After torchrun ends, every rank of this node that never said it exited (the hub
-            # drops these notes for a rank that did) was stopped: by torchrun after another rank
-            # failed, or by the user. torchrun ends with 0 only when every rank did: then none
-            # was stopped, and a rank silent about it (os._exit skips every exit hook) finished.
-            # A torchrun that started no rank (it refused its command line) stopped none either.
-            if self._torchrun_killed:
-                self._note_exits(-15, "stopped by pardash after torchrun was killed")
-            elif code != 0 or self._stopping:
-                self._note_exits(-15, "stopped " + (self._stopper() if self._stopping else "by torchrun"))
-            else:
-                self._note_exits(0, "finished (torchrun ended with 0)")
+        self._say_ends(raw, code)
         self._finish(code)
         return code
+
+    def _say_ends(self, raw: int, code: int) -> None:
+        """Once torchrun has ended (``raw``, its return code; ``code``, the launch's): the
+        rest of its stderr read, then the ranks' ends it did not say (:meth:`_note_ends`)."""
+        t = getattr(self, "_stderr_thread", None)
+        push = None
+        if t is not None:
+            t.join(5)  # the ranks' last lines pass through it
+            # Its socket, for the notes after torchrun's word: sent on another, they raced it
+            # to the hub, which takes the first note of a rank's end (a rank SIGKILLed on node
+            # 1 read "stopped by torchrun" one time in four, its -9 dropped). (A thread still
+            # reading after 5 s keeps its socket: one of their own then.)
+            push = None if t.is_alive() else getattr(self, "_stderr_push", None)
+        try:
+            self._note_ends(raw, code, push)
+        finally:
+            if push is not None:
+                push.close()
+
+    def _note_ends(self, raw: int, code: int, push=None) -> None:
+        """Say how this node's ranks ended that never said so themselves (the hub drops these
+        notes for a rank that did, or that torchrun's word, said before on ``push``, named),
+        once torchrun has ended with ``raw`` (its return code; ``code``, the launch's)."""
+        if not self.ranks_started:
+            return  # a torchrun that started no rank (it refused its command line) stopped none
+        if self._torchrun_killed:
+            self._note_exits(-15, "stopped by pardash after torchrun was killed", push)
+        elif raw < 0 and not self._stopping:
+            # torchrun killed (nothing here sent it a signal), and its ranks gone with it though
+            # none died before it (torchrun would have said): killed with it, a machine lost,
+            # the OOM killer, a kill of the whole group. Not "stopped by torchrun", which was
+            # dead; nothing sent them a SIGTERM.
+            self._note_exits(raw, f"gone with torchrun, which was killed ({_signal_text(-raw)})", push)
+        elif code != 0 or self._stopping:
+            # Every rank that never said it exited was stopped: by torchrun after another rank
+            # failed, or by the stop, as it began (``_stop_t``): another node's rank that failed
+            # after it failed of it, however late this note comes, after torchrun's end.
+            if self._stopping:
+                self._note_exits(-15, "stopped " + self._stopper(), push, t=self._stop_t)
+            else:
+                self._note_exits(-15, "stopped by torchrun", push)
+        else:
+            # torchrun ends with 0 only when every rank did: a rank silent about it (os._exit
+            # skips every exit hook) finished.
+            self._note_exits(0, "finished (torchrun ended with 0)", push)
 
     def _stopper(self) -> str:
         """Who stopped the job: 'by you' (Ctrl-C, Stop in the launch's viewer: SIGINT), 'by a
@@ -610,17 +643,23 @@ class Supervisor:
                 return f"by a viewer ({asked})"
         return stopper_text(self._stopped_by)
 
-    def _note_exits(self, code: int, what: str) -> None:
+    def _note_exits(self, code: int, what: str, push=None, t: float | None = None) -> None:
         """Say, for every rank of this node, that it exited with ``code`` (seq -1: the
-        launcher's word, which the hub takes only for a rank that has not said it itself)."""
-        push = self._push()
+        launcher's word, which the hub takes only for a rank that has not said it itself), at
+        ``t`` (default now), on ``push`` (default a socket of its own)."""
+        own = push is None
+        if own:
+            push = self._push()
         spec = self.spec
-        for local in range(spec.nproc):
-            rank = self.global_rank(local)
-            # (the same text for every rank: the event log says it once for all of them)
-            msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=time.time(), name="exit", code=code, message=what)
-            push.send(schema.encode(msg))
-        push.close()
+        try:
+            for local in range(spec.nproc):
+                rank = self.global_rank(local)
+                # (the same text for every rank: the event log says it once for all of them)
+                msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=t or time.time(), name="exit", code=code, message=what)
+                push.send(schema.encode(msg))
+        finally:
+            if own:
+                push.close()
 
     def _look_for_ranks(self) -> None:
         if self.job is None or (self.ranks_started and len(self._global) >= self.spec.nproc):
