@@ -298,16 +298,20 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_sigterm_started)
     if job.endpoints.get("metrics"):
         print(f"{PROG}: Prometheus metrics on {job.endpoints['metrics']}", flush=True)
+    rendezvous = ""
+    if spec.nnodes > 1:
+        others = "--node-rank 1 on the other" if spec.nnodes == 2 else f"--node-rank 1..{spec.nnodes - 1} on the others"
+        rendezvous = f"torchrun's rendezvous waits for all {spec.nnodes} nodes" + (
+            f": run this launch with {others}" if spec.node_rank == 0 else "")
     client = _launch_client(HubClient)(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id, curve=spec.curve_dir or None)
+    # (the TUI's header said only "waiting for the ranks to start" while node 0 waited for the
+    # other nodes, where the headless lines say why and what to run)
+    client.waiting_for = rendezvous
     try:
         if ns.headless:
             from pardash.telemetry.printer import ProgressPrinter
 
-            waiting = "no rank has said hello yet"
-            if spec.nnodes > 1:
-                others = "--node-rank 1 on the other" if spec.nnodes == 2 else f"--node-rank 1..{spec.nnodes - 1} on the others"
-                waiting += f" (torchrun's rendezvous waits for all {spec.nnodes} nodes" + (
-                    f": run this launch with {others})" if spec.node_rank == 0 else ")")
+            waiting = "no rank has said hello yet" + (f" ({rendezvous})" if rendezvous else "")
             printer = None
             stopped = False
             # Headless, this process stands for the job (as torchrun does): a SIGTERM (`timeout`,

@@ -203,6 +203,9 @@ class HubClient(FrameApplier):
     """A live hub: SUB to frames first, then a snapshot over DEALER, then frames after it."""
 
     live = True
+    waiting_for = ""
+    """What the job waits for before its first rank speaks, said by the viewer meanwhile (a
+    multi-node launch's: every node's torchrun in the rendezvous)."""
 
     def __init__(
         self,

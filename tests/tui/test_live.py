@@ -228,6 +228,23 @@ async def test_before_any_rank_the_header_says_it_waits_for_them(live_hub):
         assert "? · 0 ranks" not in widget_text(app.screen.query_one(RunHeader))
 
 
+async def test_a_multi_node_launch_says_what_its_first_rank_waits_for(live_hub):
+    # Node 0's TUI said only "waiting for the ranks to start" while torchrun's rendezvous
+    # waited for node 1, where its headless lines say so and what to run on the other node.
+    app = attach(live_hub)
+    app.source.waiting_for = "torchrun's rendezvous waits for all 2 nodes: run this launch with --node-rank 1 on the other"
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "--node-rank 1 on the other" in widget_text(app.screen.query_one(RunHeader)))
+        rep = Reporter(live_hub.ingest_endpoint, run=RUN, identity=identity(0, 1), heartbeat_s=0.2)
+        try:
+            rep.hello(strategy="ddp", backend="gloo", device="cpu")
+            publish_steps([rep], range(2))
+            await until(pilot, lambda: "step 1" in widget_text(app.screen.query_one(RunHeader)))
+            assert "rendezvous" not in widget_text(app.screen.query_one(RunHeader))  # (once a rank spoke: said no more)
+        finally:
+            rep.close(linger_ms=0)
+
+
 async def test_the_dashboard_behind_the_help_stays_live(live_hub, ranks):
     # Under the help or the quit dialog the dashboard stood still (the header kept its step
     # for as long as the modal was open), then jumped.

@@ -190,6 +190,11 @@ def summarize(
         # 80 columns: the statuses say "at the log's end" too)
         n = early["running"]
         notes = [*notes, f"the log ends early at step {early['step']}, {n} rank{'s' if n != 1 else ''} not ended (the event log says why)"]
+    waiting_for = getattr(source, "waiting_for", "")
+    if waiting_for and source.live and not state.ranks:
+        # (what a multi-node launch waits for, as its headless lines say it: the header said
+        # only "waiting for the ranks to start" while node 0 waited for the other nodes)
+        notes = [*notes, waiting_for]
     runs = getattr(source, "runs", [])
     if not source.live and len(runs) > 1:  # (as report and export warn of such a log)
         notes = [*notes, f"this log holds {len(runs)} runs ({first_few(runs)}): they play as one"]
