@@ -955,7 +955,10 @@ def _role(rank: int, failure: dict | None) -> str | None:
     if any(x["rank"] == rank for x in failure.get("stopped_first") or ()):
         return "stopped_first"  # the stop that broke the others' collectives
     if rank == failure["rank"]:
-        if failure.get("stopped_first"):
+        # (a stop before it broke its collectives; or its error says only that a peer went and
+        # ranks left no word: the likely cause is among them, the failure line says: "rank 0
+        # exited with code 1 - the root cause" beside it read as the opposite)
+        if failure.get("stopped_first") or (failure.get("unrecorded") and not failure.get("left_early")):
             return "victim"
         return "peer_left" if failure.get("left_early") else "waited" if failure.get("waited_for") else "cause"
     if rank in failure["victims"]:

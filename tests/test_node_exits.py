@@ -180,3 +180,22 @@ def test_a_silent_peer_not_the_rank_that_said_a_peer_went_is_the_likely_cause():
         "rank 0 exited with code 1 at step 31 after it: "
     ), f["line"]
     assert f["line"].count("rank 1") == 1  # (said once)
+
+
+def test_the_report_and_the_grid_name_the_silent_or_stopped_peer_not_the_rank_that_said_it_went():
+    # The failure line named rank 1 (silent) the likely cause, or rank 1's stop first, while the
+    # report's exits said "rank 0 exited with code 1 - the root cause" and the TUI marked rank 0.
+    from pardash.telemetry.report import _role
+    from pardash.tui.alerts import cause_rank
+
+    core, send = _hub_of_two_nodes()
+    send(schema.Event(rank=0, name="error", step=30, message=GLOO), T + 1.72)
+    send(schema.Event(rank=0, name="exit", code=1, step=31), T + 1.73)
+    f = failure_summary(core.state)
+    assert _role(0, f) == "victim" and cause_rank(core.state) == 1
+    core, send = _hub_of_two_nodes()
+    send(schema.Event(rank=0, name="error", step=30, message=GLOO), T + 1.72)
+    send(schema.Event(rank=0, name="exit", code=1, step=31), T + 1.73)
+    send(schema.Event(rank=1, seq=-1, name="exit", code=-15, message="stopped by SIGTERM"), T + 1.654)
+    f = failure_summary(core.state)
+    assert _role(0, f) == "victim" and _role(1, f) == "stopped_first" and cause_rank(core.state) is None

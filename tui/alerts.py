@@ -98,8 +98,15 @@ def cause_rank(state: st.RunState) -> int | None:
         # The rank whose hang the failing one timed out waiting for; several: none here, the
         # hang's own marks name them (run_alerts)
         return f["waited_for"][0]["rank"] if len(f["waited_for"]) == 1 else None
-    # A rank that left the job early (exit 0) caused its peers' failure: no victim is the cause.
-    return f["rank"] if f is not None and not f["left_early"] else None
+    if f is None or f["left_early"] or f.get("stopped_first"):
+        # A rank that left the job early (exit 0), or one stopped first (another node's launch
+        # stopped), broke its peers' collectives: no victim is the cause.
+        return None
+    if f.get("unrecorded"):
+        # Its error says only that a peer went, and ranks left no word (killed with their
+        # node): the likely cause is the silent one, as the failure line names it.
+        return f["unrecorded"][0] if len(f["unrecorded"]) == 1 else None
+    return f["rank"]
 
 
 def cause_ranks(state: st.RunState, first: int | None) -> frozenset[int]:
