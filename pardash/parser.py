@@ -237,8 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
         "duration_s, train_s, steps, samples_per_s, median_step_s, phases (medians a step, by phase), custom_phases (the "
         "same of the script's own pt.phase blocks, by name), ranks (one object a rank: steps, median_step_s, last_loss, "
         "params_bytes, held_bytes, peak_bytes, custom_phases, ...), stragglers, stalls, exits, "
-        "failure (the root cause), checkpoints, warnings, memory, lost_messages, skipped_lines, log_ends_early and "
-        "gzip_damage. Units are in the names: *_s seconds, *_bytes bytes, *_per_s a second; null where the log does "
+        "failure (the root cause), checkpoints, warnings, memory, lost_messages, skipped_lines, log_ends_early, "
+        "gzip_damage, and where ranks of the world never reported, ranks_unheard and samples_partial. Units are in the names: *_s seconds, *_bytes bytes, *_per_s a second; null where the log does "
         "not say. Keys are added, never renamed; the docstring of pardash.telemetry.report says what they answer "
         "(python -m pydoc pardash.telemetry.report).",
     )
