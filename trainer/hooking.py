@@ -1,12 +1,16 @@
 """How pardash's hooks sit in a script's process (see :mod:`pardash.trainer.instrument`):
 the hook objects put on the script's modules and kept out of its copies and pickles, the guards
 that keep an internal error or a torch.compile trace from ever reaching the script, the fork
-that makes every hook inert in a DataLoader worker, and the placing of FSDP2's wait timers."""
+that makes every hook inert in a DataLoader worker, the placing of FSDP2's wait timers, and the
+wrappers of functions the script calls (in this file, as the other hooks' files, so that their
+frames never show in the script's traceback: see autorun._HOOKS)."""
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
 import os
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
@@ -139,3 +143,61 @@ def _around_fsdp(module: Any, begin_id: int, end_id: int) -> None:
             hooks.move_to_end(k)
     except Exception:
         pass  # first and last: a script's own pre-hooks on the module then count as waiting
+
+
+def _around(original: Callable[..., Any], begins: Callable[..., Any], ends: Callable[[bool], Any]) -> Callable[..., Any]:
+    """``original``, followed: when ``begins(args, kwargs)`` says so, ``ends(returned)`` after
+    it, returned or raised (a save that failed: its phase given back)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not begins(args, kwargs):
+            return original(*args, **kwargs)
+        returned = False
+        try:
+            out = original(*args, **kwargs)
+            returned = True
+            return out
+        finally:
+            ends(returned)
+
+    return call
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``then(module)`` once the module ``name`` is imported, before the import returns
+    (so ``from torch.distributed.checkpoint import save`` gets what ``then`` set). Finds the
+    module with the other finders, and is gone from ``sys.meta_path`` from then on."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        self.remove()
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+        then = self.then
+
+        def exec_then(module: Any) -> None:
+            exec_module(module)
+            then(module)
+
+        loader.exec_module = exec_then  # (this spec's own loader object)
+        return spec
+
+    def remove(self) -> None:
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass

@@ -32,7 +32,9 @@ is hooked, and what each hook tells:
   ``Optimizer.zero_grad`` and ``Module.zero_grad``: right after a backward, maybe an iteration
   that skipped its optimizer step (see :mod:`~pardash.trainer.skips`);
   ``torch.jit.script``: the roots' hooks are lifted while it compiles (hooks on a module are
-  ``_Hook`` objects, which ``Module.__getstate__`` leaves out of copies and pickles).
+  ``_Hook`` objects, which ``Module.__getstate__`` leaves out of copies and pickles);
+  ``torch.save`` and ``torch.distributed.checkpoint``'s saves: the script's checkpoints (see
+  :mod:`~pardash.trainer.saves`).
 
 Step boundaries. A step is one *round* of optimizer steps: each optimizer in use steps once
 (two optimizers stepped back to back, or a GAN's discriminator then generator with passes
@@ -101,7 +103,7 @@ a warning event. Forked children (DataLoader workers) inherit the hooks inert.
 
 Here: the steps (forward and backward hooks, publishing). Beside it, parts of
 the same :class:`Instrument`: :mod:`~pardash.trainer.watching` (where the module hooks are),
-:mod:`~pardash.trainer.evaluations`, :mod:`~pardash.trainer.epochs`,
+:mod:`~pardash.trainer.evaluations`, :mod:`~pardash.trainer.saves`, :mod:`~pardash.trainer.epochs`,
 :mod:`~pardash.trainer.arrivals` (self time's end, FSDP2's waits),
 :mod:`~pardash.trainer.rounds` (the optimizer hooks: rounds, cuts) and
 :mod:`~pardash.trainer.skips` (iterations without an optimizer step); :mod:`~pardash.trainer.marks`
@@ -128,6 +130,7 @@ from pardash.trainer.arrivals import Arrivals
 from pardash.trainer.epochs import Epochs, _LoaderPass
 from pardash.trainer.evaluations import Evaluations
 from pardash.trainer.rounds import Rounds
+from pardash.trainer.saves import Saves
 from pardash.trainer.skips import Skips
 from pardash.trainer.hooking import _get_ident, _guarded, _instruments, _is_compiling, _without_hooks_in_state
 from pardash.trainer.marks import _Clock, _Cut, _Done, _OpenStep
@@ -154,7 +157,7 @@ in a step, or a sync point between steps (see Arrivals._wrap_collective)."""
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
-class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
+class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
     """Measures a training loop through global hooks and publishes one Step per step."""
 
     def __init__(self, reporter: Reporter, *, warn_after: int = WARN_AFTER_FORWARDS) -> None:
@@ -238,6 +241,14 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         (a baseline validation before the first step; see _root_begin)."""
         self._train_depth = 0
         self.evals = 0
+        # the script's own checkpoint saves (see pardash.trainer.saves)
+        self._saving: tuple[str, str, float] | None = None
+        """(the phase before it, where it goes, perf_counter at its start) while a save runs."""
+        self._saves_held: list[dict[str, Any]] = []
+        """The ``checkpoint`` events of the saves since the last step, sent as the next is published."""
+        self._dcp_finder: Any = None
+        """Waits for the import of torch.distributed.checkpoint, to wrap its saves."""
+        self.saves = 0
         # optimizer rounds
         self._round: list[weakref.ref[Any]] = []
         """The optimizers that stepped in the round so far (weakly, as every optimizer here)."""
@@ -355,6 +366,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad)
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
         self._patch(torch.jit, "script", self._wrap_jit_script)
+        self._watch_saves()
         self._patch(torch.nn.Module, "__getstate__", _without_hooks_in_state)
         if torch.distributed.is_available():
             from torch.nn.parallel import DistributedDataParallel
@@ -367,6 +379,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         for h in self._handles + self._module_handles + self._gather_handles:
             h.remove()
         self._handles, self._module_handles, self._gather_handles = [], [], []
+        self._unwatch_saves()
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
@@ -736,6 +749,8 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         step = self._open or _OpenStep(marks=[("data", end)])
         self.step += 1
         lr = step.lr if step.lr is not None else (lr_of(self._round[0]()) if self._round else None)
+        if self._saves_held:  # (the checkpoints saved since the last step, theirs)
+            self._send_saves()
         if logged is None:
             logged = api.take_logged() if self._logged_after is None else self._logged_to_cut()
         done = _Done(self.step, self.epoch, step, end, lr, mem, logged)
@@ -849,6 +864,8 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
             self._skip_end()
         if self._round and not self._explicit:
             self._round_ends()
+        if self._saves_held:
+            self._send_saves()
         if self._late is not None:
             late, self._late = self._late, None
             try:
@@ -886,6 +903,7 @@ class Instrument(Rounds, Watching, Evaluations, Epochs, Arrivals, Skips):
         for h in self._gather_handles:
             h.remove()
         self._gather_handles = []
+        self._unwatch_saves()
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []

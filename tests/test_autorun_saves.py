@@ -1,0 +1,255 @@
+"""Zero-code instrumentation of the checkpoints a script saves itself (``torch.save`` of its
+model's state, ``torch.distributed.checkpoint.save``): a ``checkpoint`` event with where and
+how long, phase "checkpoint" while it runs, its time in no step. In process on a fake clock,
+then one real 2-rank launch."""
+
+from __future__ import annotations
+
+import gc
+import io
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from pardash.telemetry import api, schema
+from pardash.telemetry.env import RankIdentity
+from pardash.trainer.instrument import Instrument
+from pardash.trainer.saves import training_state
+from test_autorun import RecordingReporter, _launch, _steps, _timed_step
+
+
+class Reporter(RecordingReporter):
+    """Keeps each event's fields too: ``events`` is [(name, fields)]."""
+
+    def event(self, name: str, message: str = "", **fields) -> bool:
+        self.events.append((name, {"message": message, **fields}))
+        return True
+
+    def close(self, linger_ms: int = 0) -> None:
+        pass
+
+
+@pytest.fixture
+def hooked(monkeypatch):
+    """An Instrument of a rank alone, on a fake clock (``clock[0]``, which the test moves)."""
+    api._reset_for_tests()
+    rep = Reporter()
+    inst = Instrument(rep).install()
+    clock = [100.0]
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    torch.manual_seed(0)
+    yield inst, rep, clock
+    inst.uninstall()
+    api._reset_for_tests()
+
+
+class SlowFile(io.FileIO):
+    """A checkpoint file whose writing takes ``seconds`` on the fake clock, and notes the
+    heartbeat's phase meanwhile."""
+
+    def __init__(self, path, clock: list[float], rep: Reporter, seconds: float = 2.0) -> None:
+        super().__init__(str(path), "wb")
+        self.clock, self.rep, self.seconds = clock, rep, seconds
+        self.phases: list[str] = []
+
+    def write(self, b) -> int:
+        if not self.phases:
+            self.clock[0] += self.seconds
+        self.phases.append(self.rep.phases[-1])
+        return super().write(b)
+
+
+def _checkpoints(rep: Reporter) -> list[dict]:
+    return [fields for name, fields in rep.events if name == "checkpoint"]
+
+
+def test_a_save_of_the_models_state_is_a_checkpoint_in_no_step(hooked, tmp_path):
+    # The script saves its state every 5 steps (and after its first, while that step's round
+    # may still go on). No checkpoint event came; each save's 2 s landed in the next step's
+    # data time; and the heartbeat said "data" all along, so a save of minutes read "rank 0
+    # stalled in data" after 5 s.
+    inst, rep, clock = hooked
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    files = []
+    for step in range(1, 13):
+        _timed_step(model, opt, clock)
+        if step == 1 or step % 5 == 0:
+            with SlowFile(tmp_path / f"step{step}.pt", clock, rep) as f:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, f)
+            files.append(f)
+            assert rep.phases[-1] == "data"  # (the next step's, once it is over)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 13))
+    # (the first step's clock starts at its first forward)
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0] + [0.010] * 11)
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050] + [0.060] * 11)
+    saved = _checkpoints(rep)
+    assert [(c["step"], c["message"]) for c in saved] == [(s, str(tmp_path / f"step{s}.pt")) for s in (1, 5, 10)]
+    assert all(c["duration_s"] > 0 for c in saved)
+    assert all(f.phases and set(f.phases) == {"checkpoint"} for f in files)
+    assert torch.load(tmp_path / "step10.pt")["step"] == 10  # (saved as without pardash)
+
+
+def test_a_small_save_that_is_no_training_state_is_no_checkpoint(hooked, tmp_path):
+    # A list of losses, a dict of metrics, a batch of predictions saved each step: no
+    # checkpoint, and their time is the step's. The model's weights saved at the end are one.
+    inst, rep, clock = hooked
+    model = nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(1, 5):
+        _timed_step(model, opt, clock)
+        losses.append(float(step))
+        torch.save(losses, tmp_path / "losses.pt")
+        torch.save({"loss": losses, "lr": 0.1}, tmp_path / "metrics.pt")
+        torch.save(torch.randn(4, 4), tmp_path / "predictions.pt")
+    assert "checkpoint" not in rep.phases
+    torch.save(model.state_dict(), tmp_path / "final.pt")
+    inst.finish()
+    assert [(c["step"], c["message"]) for c in _checkpoints(rep)] == [(4, str(tmp_path / "final.pt"))]
+    assert rep.phases.count("checkpoint") == 1
+
+
+@pytest.mark.parametrize(
+    "obj, state",
+    [
+        (lambda m, o: m, True),
+        (lambda m, o: m.state_dict(), True),
+        (lambda m, o: o.state_dict(), True),  # (plain SGD's holds no tensor)
+        (lambda m, o: {"model": m.state_dict(), "epoch": 3}, True),
+        (lambda m, o: {"models": [m.state_dict()]}, True),
+        (lambda m, o: [1.0, 2.0], False),
+        (lambda m, o: {"loss": [1.0], "config": {"lr": 0.1}}, False),
+        (lambda m, o: torch.zeros(3), False),
+    ],
+)
+def test_training_state_is_a_model_or_state_dicts_within_two_levels(obj, state):
+    model = nn.Linear(2, 2)
+    assert training_state(obj(model, torch.optim.SGD(model.parameters(), lr=0.1))) is state
+
+
+def test_a_script_that_says_its_own_checkpoints_gets_no_second_event(hooked, tmp_path):
+    # pt.event("checkpoint", ...) after its torch.save, the script's only use of the API: its
+    # events are the checkpoints, the instrumentation's are not sent; the saves still keep
+    # their time out of the steps.
+    import pardash.telemetry as pt
+
+    inst, rep, clock = hooked
+    api._api.reporter = rep  # (the script's events and the instrumentation's, in one list)
+    model = nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(1, 11):
+        _timed_step(model, opt, clock)
+        if step % 5 == 0:
+            with SlowFile(tmp_path / f"step{step}.pt", clock, rep) as f:
+                torch.save(model.state_dict(), f)
+            pt.event("checkpoint", f"ours {step}", step=step, duration_s=2.0)
+    inst.finish()
+    api.flush()  # (as the launch's rank does at its end)
+    assert [c["message"] for c in _checkpoints(rep)] == ["ours 5", "ours 10"]
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0] + [0.010] * 9)
+
+
+def test_a_dcp_save_is_one_checkpoint_and_its_collectives_no_sync(hooked, tmp_path):
+    # torch.distributed.checkpoint.save (its torch.save of each file inside, its gathers and
+    # broadcasts between the ranks): one checkpoint event naming its folder, phase
+    # "checkpoint" throughout, and its collectives no wait of the step's ("sync", comm_s).
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    inst, rep, clock = hooked
+    rep.identity = RankIdentity(rank=0, local_rank=0, world_size=2, node=0, host="here", restart=0)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = nn.Linear(8, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen = []
+        gather = dist.gather_object  # (as pardash wraps it)
+
+        def noting(*args, **kwargs):
+            seen.append(rep.phases[-1])
+            clock[0] += 1.0
+            return gather(*args, **kwargs)
+
+        dist.gather_object = noting
+        try:
+            for step in range(1, 5):
+                _timed_step(model, opt, clock)
+                if step == 2:
+                    dcp.save({"model": model.state_dict()}, checkpoint_id=tmp_path / "ckpt2")
+                if step == 3:
+                    dcp.save({"model": model.state_dict()}, storage_writer=dcp.FileSystemWriter(tmp_path / "ckpt3"))
+        finally:
+            dist.gather_object = gather
+        inst.finish()
+    finally:
+        gc.collect()
+        dist.destroy_process_group()
+    assert [(c["step"], c["message"]) for c in _checkpoints(rep)] == [(2, str(tmp_path / "ckpt2")), (3, str(tmp_path / "ckpt3"))]
+    assert seen and set(seen) == {"checkpoint"}
+    assert "sync" not in rep.phases
+    assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0] + [0.010] * 3)
+    assert all(not s.get("comm_s") for s in rep.steps)
+
+
+def test_a_save_that_fails_raises_as_without_pardash_and_gives_its_phase_back(hooked, tmp_path):
+    # A save to a folder that is not there: the script's own error, with no pardash frame in
+    # its traceback (autorun cuts the instrument's files), no checkpoint, the phase given back.
+    import traceback
+
+    from pardash.trainer import autorun
+
+    inst, rep, clock = hooked
+    model = nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _timed_step(model, opt, clock)
+    _timed_step(model, opt, clock)
+    with pytest.raises(RuntimeError) as failed:
+        torch.save(model.state_dict(), tmp_path / "missing" / "step2.pt")
+    frames = [f.filename for f in traceback.extract_tb(failed.value.__traceback__)]
+    pardash = os.path.dirname(os.path.dirname(autorun.__file__))
+    ours = [f for f in frames if f.startswith(pardash + os.sep) and "site-packages" not in f and not f.endswith("test_autorun_saves.py")]
+    assert ours and set(ours) <= set(autorun._OURS)
+    assert rep.phases[-2:] == ["checkpoint", "data"]
+    _timed_step(model, opt, clock)
+    inst.finish()
+    assert not _checkpoints(rep) and not inst.dead
+
+
+SAVES_ON_RANK_0 = """
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint import save
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DDP(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(1, 11):
+    model(torch.randn(16, 16)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+    torch.save([step], f"progress{rank}.pt")  # (no checkpoint)
+    if step % 5 == 0:
+        if rank == 0:
+            torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict()}, f"ckpt{step}.pt")
+        dist.barrier()
+save({"model": model.module.state_dict()}, checkpoint_id="dcp")  # every rank's shard
+dist.destroy_process_group()
+"""
+
+
+def test_a_launched_scripts_saves_are_its_checkpoints(tmp_path):
+    # The script's own saves under `pardash launch`: rank 0's torch.save every 5 steps before a
+    # barrier, then a DCP save on every rank (imported by name before the run began).
+    (tmp_path / "saves.py").write_text(SAVES_ON_RANK_0)
+    proc, msgs = _launch(tmp_path, "saves.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = sorted((m.rank, m.step, m.message) for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint")
+    assert saved == [(0, 5, "ckpt5.pt"), (0, 10, "ckpt10.pt"), (0, 10, "dcp"), (1, 10, "dcp")]
+    assert all(m.duration_s > 0 for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint")
+    assert [s.step for s in _steps(msgs, 0)] == list(range(1, 11))

@@ -1,0 +1,183 @@
+"""Checkpoints the script saves itself (part of :class:`pardash.trainer.instrument.Instrument`):
+``torch.save`` of training state (a model or optimizer, or a dict of their state dicts, see
+:func:`training_state`) and ``torch.distributed.checkpoint``'s ``save`` (and its older
+``save_state_dict``) on the training thread. While one runs, the heartbeat's phase is
+``checkpoint`` (the hub gives the ranks longer before calling one stalled: a save of a big model
+takes minutes, and read "rank 0 stalled in data"); after it, a ``checkpoint`` event says where it
+went and how long it took, unless the script says so itself (``pt.event("checkpoint", ...)``);
+and, saved between two steps, its time is in neither step (the next one's clock starts when it
+ends), as an evaluation's. A DCP save, which calls ``torch.save`` and collectives of its own, is
+one save, and those collectives are no sync point of the step.
+
+Free when nothing is saved: ``torch.save`` is wrapped at install (a test of its first argument
+when called), and DCP's functions once the script imports ``torch.distributed.checkpoint``
+(importing it at install cost each rank 0.7 s of its start)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, Callable
+
+import torch
+
+from pardash.telemetry import api
+from pardash.trainer.hooking import _AfterImport, _around, _get_ident, _guarded
+
+DCP = "torch.distributed.checkpoint"
+DCP_SAVES = ("save", "save_state_dict")
+"""``torch.distributed.checkpoint``'s functions that save (``async_save`` returns before its
+writing is done, in threads of its own: not followed)."""
+
+_STATE = (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)
+
+
+def _is_state(value: Any) -> bool:
+    """A tensor, a model or optimizer, or a state dict: a model's (its first value a tensor)
+    or an optimizer's (plain SGD's holds no tensor)."""
+    if isinstance(value, _STATE):
+        return True
+    if not isinstance(value, Mapping):
+        return False
+    return ("param_groups" in value and "state" in value) or isinstance(next(iter(value.values()), None), torch.Tensor)
+
+
+def training_state(obj: Any) -> bool:
+    """Whether ``obj``, given to ``torch.save``, is training state: a model or optimizer, or a
+    dict with a tensor, a model, an optimizer or a state dict among its values or their values
+    (``model.state_dict()``; ``{"model": model.state_dict(), "optimizer": opt.state_dict(),
+    "step": step}``; ``{"models": [a.state_dict(), b.state_dict()]}``). A list of losses, a
+    dict of metrics, a tensor alone (a batch of predictions) are not. Stops at the first
+    tensor: a state dict's first value."""
+    if isinstance(obj, (torch.nn.Module, torch.optim.Optimizer)):
+        return True
+    if not isinstance(obj, Mapping):
+        return False
+    if _is_state(obj):
+        return True
+    for value in obj.values():
+        if _is_state(value):
+            return True
+        inner = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+        for v in inner:
+            if _is_state(v):
+                return True
+    return False
+
+
+def file_saved(f: Any) -> str:
+    """Where ``torch.save`` writes to ``f``: its path, an open file's name, else "saved"."""
+    if isinstance(f, (str, bytes, os.PathLike)):
+        return os.fsdecode(f)
+    name = getattr(f, "name", None)
+    return name if isinstance(name, str) and name else "saved"
+
+
+def dcp_saved(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Where a DCP save goes: its ``checkpoint_id``, else its storage writer's path (the second
+    argument of ``save_state_dict``), else "saved"."""
+    where = kwargs.get("checkpoint_id")
+    if where is None:
+        writer = kwargs.get("storage_writer", args[1] if len(args) > 1 else None)
+        where = getattr(writer, "path", None) or getattr(writer, "checkpoint_id", None)
+    return os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else str(where) if where is not None else "saved"
+
+
+class Saves:
+    """The script's own saves. Its state is :class:`Instrument`'s (set in its ``__init__``:
+    ``_saving``, ``_saves_held``, ``saves``, ``_dcp_finder``)."""
+
+    def _watch_saves(self) -> None:
+        """Wrap ``torch.save`` now, DCP's saves now if imported, else when it is."""
+        self._patch(torch, "save", self._wrap_save(dcp=False))
+        module = sys.modules.get(DCP)
+        if module is not None:
+            self._dcp_imported(module)
+        else:
+            self._dcp_finder = _AfterImport(DCP, self._dcp_imported)
+            sys.meta_path.insert(0, self._dcp_finder)
+
+    def _unwatch_saves(self) -> None:
+        if self._dcp_finder is not None:
+            self._dcp_finder.remove()
+            self._dcp_finder = None
+
+    @_guarded
+    def _dcp_imported(self, module: Any) -> None:
+        self._dcp_finder = None
+        saver = getattr(module, "state_dict_saver", None)
+        for owner in (module, saver):  # (the package's names are the saver module's functions)
+            for name in DCP_SAVES:
+                if owner is not None and callable(getattr(owner, name, None)):
+                    self._patch(owner, name, self._wrap_save(dcp=True))
+
+    def _wrap_save(self, dcp: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            return _around(original, functools.partial(self._save_begins, dcp=dcp), self._save_ends)
+
+        return wrap
+
+    def _save_begins(self, args: tuple[Any, ...], kwargs: dict[str, Any], dcp: bool) -> bool:
+        """Whether the call is a save to follow: on the training thread, in no other save
+        (DCP's torch.save of each file is that one's), of training state."""
+        if self._saving is not None or self.dead or _get_ident() != self._tid:
+            return False
+        return bool(self._save_starts(args, kwargs, dcp))
+
+    @_guarded
+    def _save_starts(self, args: tuple[Any, ...], kwargs: dict[str, Any], dcp: bool) -> bool:
+        """A save of training state begins: phase ``checkpoint``. An evaluation seen at its
+        forwards (no ``model.train()`` to end it) ended with its last one: the save is not
+        its (saving the best model after the validation)."""
+        if dcp:
+            where = dcp_saved(args, kwargs)
+        else:
+            if not training_state(args[0] if args else kwargs.get("obj")):
+                return False
+            where = file_saved(args[1] if len(args) > 1 else kwargs.get("f"))
+        if self._eval_t0 and not self._eval_called:
+            self._eval_ends()
+        # (self._phase too: a DCP save's own collectives are then no sync point of the step)
+        self._saving = (self._phase, where, time.perf_counter())
+        self._phase = "checkpoint"
+        self.reporter.set_phase("checkpoint")
+        return True
+
+    @_guarded
+    def _save_ends(self, saved: bool) -> None:
+        """The save is over (``saved``: it returned): the phase is what it was, or, between
+        steps, the next step's data, whose clock starts now (as after an evaluation); its
+        event is held until the next step is published, the script's own replacing it."""
+        phase, where, t0 = self._saving
+        self._saving = None
+        took = time.perf_counter() - t0
+        self._phase = phase
+        if saved and self._eval_t0:
+            self._eval_t0 += took  # (saved within model.eval() .. model.train(): not evaluating)
+        elif saved and self._open is not None:
+            step = self._open
+            if self._cut is not None and len(step.marks) == self._cut.marks:
+                self._resume_at = self.clock.stamp()  # (the step before may go on: see _eval_ends)
+                self._phase = "data"
+            elif len(step.marks) == 1:
+                step.marks[0] = ("data", self.clock.stamp())
+                self._phase = "data"
+        self.reporter.set_phase(self._phase)
+        if saved:
+            self.saves += 1
+            # After the cut of a round not yet ended, that round's step is done, if not published.
+            step_done = self.step + (self._cut is not None)
+            self._saves_held.append({"message": where, "step": step_done, "duration_s": took})
+
+    def _send_saves(self) -> None:
+        """The held save events, sent (a step is published, or the script ends), unless the
+        script has sent a ``checkpoint`` event of its own (after its save, with its own timing:
+        two events of one save were counted as two checkpoints)."""
+        held, self._saves_held = self._saves_held, []
+        if api.user_sent("checkpoint"):
+            return
+        for fields in held:
+            self.reporter.event("checkpoint", **fields)
