@@ -149,14 +149,13 @@ class Epochs:
         """A batch asked for before the first step began (no forward or optimizer step yet):
         the first step opens there, as its first batch's loading begins (its data time was 0:
         the load, spawned workers' start-up, a lazy dataset's first reads, showed nowhere,
-        while each later epoch's first step showed its workers' start-up). A pass begun later
-        (the training loop's, after a batch taken to look at) moves it there; an evaluation's
-        batches (a validation before training) do not: its end does."""
+        while each later epoch's first step showed its workers' start-up). Each batch asked
+        for before the first forward moves it there: the last is the step's (one taken to look
+        at, of this pass or another, then a second of setting up, read as the first step's data
+        time); an evaluation's batches (a validation before training) do not: its end does."""
         step = self._open
         if self._posts or self._cut is not None or self._explicit or self._eval_t0 or (step is not None and len(step.marks) > 1):
             return
-        if step is not None and p.batches:
-            return  # (the pass's next batch: the step opened at its first, or before)
         if step is None:
             self._open = _OpenStep(marks=[("data", self.clock.stamp())])
         else:
