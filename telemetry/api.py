@@ -543,21 +543,33 @@ def step() -> _StepBlock:
     return _StepBlock()
 
 
-def _step_not_entered() -> None:
+def _step_not_entered(at_exit: bool = False) -> None:
     """Say once that ``pt.step()`` was called without ``with`` (it was a silent no-op: the
     script's logged values went out with no step, or not at all)."""
     _say_once("step", "pardash.telemetry.step() called without `with` marks no step: write `with pt.step():` "
-              "around the step's work (nothing is published for a step otherwise)", stacklevel=4)  # fmt: skip
+              "around the step's work (nothing is published for a step otherwise)", stacklevel=4, at_exit=at_exit)  # fmt: skip
 
 
-def _say_once(what: str, message: str, stacklevel: int = 3) -> None:
+def _say_once(what: str, message: str, stacklevel: int = 3, at_exit: bool = False) -> None:
     """A misuse of the API that raises nothing (the script goes on as without pardash), said
-    once: as a Python warning on the rank's stderr and as a warning event to the hub."""
+    once: as a Python warning on the rank's stderr (at the script's line that made it; at exit,
+    where no line of the script's is the place, a plain line) and as a warning event to the hub.
+    Never raised, whatever the warnings filter: under ``-W error`` (or PYTHONWARNINGS=error) it
+    broke the script's loop, and at exit it failed a job that had trained to its end, its exit
+    record never sent."""
     api = _api
     if what in api.said:
         return
     api.said.add(what)
-    warnings.warn(message, stacklevel=stacklevel)
+    try:
+        if at_exit:
+            raise Warning  # (said plainly below)
+        warnings.warn(message, stacklevel=stacklevel)
+    except Exception:
+        try:
+            print(f"pardash: warning: {message}", file=sys.stderr, flush=True)
+        except Exception:
+            pass
     try:
         rep = reporter()
         rep.event("warning", message, step=rep.last_step)
@@ -705,7 +717,7 @@ def flush() -> None:
     api = _api
     if api.step_made:
         api.step_made = False
-        _step_not_entered()
+        _step_not_entered(at_exit=True)
     if api.auto_events:
         _send_auto_events()
     if api.late is not None:

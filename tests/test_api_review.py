@@ -233,12 +233,47 @@ def test_a_step_called_without_with_is_said_once(hub, tmp_path, monkeypatch, fre
     assert warned() == said
 
 
-def test_a_single_step_called_without_with_is_said_at_the_end(fresh_api):
+def test_a_single_step_called_without_with_is_said_at_the_end(fresh_api, capfd):
+    # (at exit a plain line: a warning's place was autorun's api.flush(), no line of the script)
     import pardash.telemetry as pt
 
     pt.step()
-    with pytest.warns(UserWarning, match="without `with`"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (-W error: it raised out of autorun's exit, and failed the job)
         api.flush()
+    assert "pardash: warning: pardash.telemetry.step() called without `with` marks no step" in capfd.readouterr().err
+
+
+def test_the_apis_warnings_never_raise_into_the_script(fresh_api, capfd):
+    # Under -W error (PYTHONWARNINGS=error) the phase warning raised out of the script's
+    # `with pt.phase(...)`, the step one out of its pt.step().
+    import pardash.telemetry as pt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pt.step():
+            pass
+        with pt.phase("eval"):
+            pass
+        pt.step()
+        pt.step()
+    err = capfd.readouterr().err
+    assert "pardash: warning: pardash.telemetry.phase('eval') outside a `with pt.step():` block" in err, err
+    assert "pardash: warning: pardash.telemetry.step() called without `with`" in err, err
+
+
+def test_a_launched_script_under_w_error_ends_as_it_did(tmp_path):
+    # A script that trained to its end, its last pt.step() bare, run with
+    # PYTHONWARNINGS=error::UserWarning: pardash's exit raised the warning, the rank's exit
+    # record never went, and the launch said "rank 0 exited with code 1".
+    script = tmp_path / "bare_last.py"
+    script.write_text("import pardash.telemetry as pt\nfor i in range(3):\n    with pt.step():\n        pt.log(loss=1.0, samples=1)\n"
+                      "pt.step()\nprint('done')\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(tmp_path / "x.jsonl"),
+                           "--runs-dir", str(tmp_path / "runs"), "--", str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=pardash_env(PYTHONWARNINGS="error::UserWarning"))  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "pardash: warning: pardash.telemetry.step() called without `with`" in done.stdout + done.stderr
 
 
 def test_steps_used_rightly_say_nothing(fresh_api):
