@@ -656,6 +656,11 @@ def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S
     printer.follow(done)
     st = source.state
     counts = ", ".join(f"{n} {s}" for s, n in sorted(st.status_counts().items()))
+    refused = getattr(source, "refused", "")
+    if refused and not run_over(st):
+        # (its warning said the hub refuses this viewer, and the line after it blamed the
+        # hub's liveness: "the hub has sent nothing for 5 s (stopped, or out of reach)")
+        return f"pardash: stopped watching: the hub refuses this viewer now: {refused}; last seen: {counts or 'no ranks'}"
     if run_over(st):
         f = failure_summary(st)
         loss = loss_text(st, over=True)

@@ -236,3 +236,16 @@ def test_a_fast_evaluation_and_one_before_any_step_are_said_as_they_were():
     lines = [line for line in out.getvalue().splitlines() if line.startswith("[") and not line.startswith("[ ")]
     assert lines == ["[eval] ranks 0-1 before the first step (slowest 4 ms)", "[eval] rank 0 after step 5 (1.25 s)",
                      "[checkpoint] ranks 0-1: saved (slowest 50 ms)"], out.getvalue()  # fmt: skip
+
+
+def test_a_headless_attach_the_hub_refuses_now_ends_saying_so():
+    # Its warning said the hub refuses this viewer, and its last line, 5 s on, blamed the
+    # hub's liveness: "the hub has sent nothing for 5 s (stopped, or out of reach)".
+    src = _Fed()
+    src.live, src.synced, src.last_frame_t, src.info = True, False, 1.0, {}
+    src.refused = "it does not admit this viewer's client key"
+    src.take(schema.Hello(rank=0, world_size=1, strategy="ddp"), 1000.0)
+    out = io.StringIO()
+    line = printer_mod.follow_attached(ProgressPrinter(src, out=out, bar=False, every_s=3600.0), src, gone_s=0.2)
+    assert line.startswith("pardash: stopped watching: the hub refuses this viewer now: it does not admit this viewer's client key"), line
+    assert "sent nothing" not in line
