@@ -260,6 +260,8 @@ class HubClient(FrameApplier):
         self.hub_restarts = 0
         self._retried = time.monotonic()
         """When a refused viewer last connected afresh (see :meth:`_request_snapshot`)."""
+        self._retry_s = REFUSED_RETRY_S
+        """The wait before a refused viewer's next try (twice as long each try, see REFUSED_RETRY_S)."""
         self._request_snapshot()
 
     @classmethod
@@ -283,11 +285,12 @@ class HubClient(FrameApplier):
             # (watched before it connects, so the first handshake is not missed)
             self._handshakes = security.Handshakes(self.dealer, self.keys)
             self.dealer.connect(self.snapshot_endpoint)
-        elif self.refused and time.monotonic() - self._retried >= REFUSED_RETRY_S:
+        elif self.refused and time.monotonic() - self._retried >= self._retry_s:
             # ZeroMQ does not try a refused handshake again: both sockets connect afresh, and a
             # hub that takes this viewer's key again (admitted anew, or restarted with it) takes
             # the viewer back, which said it was refused for ever.
             self._retried = time.monotonic()
+            self._retry_s = min(2 * self._retry_s, REFUSED_RETRY_MAX_S)
             for sock, endpoint in ((self.dealer, self.snapshot_endpoint), (self.sub, self.updates_endpoint)):
                 try:
                     sock.disconnect(endpoint)
@@ -307,8 +310,8 @@ class HubClient(FrameApplier):
         success too: a hub restarted (a launch's, killed) with this viewer's key revoked
         meanwhile refuses its reconnection, and the viewer read "hub quiet for 41 s" for ever
         while a fresh attach was told the hub refuses it. Refused, a synced viewer is synced
-        no more (its figures are of before; the header says why), and tries again every
-        REFUSED_RETRY_S, synced anew once the hub takes its key. True when :attr:`refused`
+        no more (its figures are of before; the header says why), and tries again after
+        REFUSED_RETRY_S, then twice as long each time, synced anew once the hub takes its key. True when :attr:`refused`
         changed."""
         was = self.refused
         watch = self._handshakes
@@ -321,6 +324,7 @@ class HubClient(FrameApplier):
             self.synced = False
             self._asked = self._retried = time.monotonic()
         elif was and not self.refused and not self.synced:
+            self._retry_s = REFUSED_RETRY_S
             self._request_snapshot()  # taken again (its key admitted): now, not at the next 5 s
         return self.refused != was
 
@@ -429,8 +433,11 @@ keys (`q` too) until done."""
 SEEK_PROGRESS_FRAMES = 256
 """Frames between two calls of a start seek's progress (``--start``)."""
 REFUSED_RETRY_S = 30.0
-"""How often a viewer its hub refuses connects again (each try is one more refusal in the hub's
-counts and log: not at the 5 s of a snapshot asked again)."""
+"""How long a viewer its hub refuses waits before it connects again (each try is one more
+refusal in the hub's counts and log: not at the 5 s of a snapshot asked again), twice as long
+after each try, up to REFUSED_RETRY_MAX_S: a viewer left open overnight, refused, added lines
+to the run's log all night."""
+REFUSED_RETRY_MAX_S = 600.0
 HUB_QUIET_S = 3.0
 """A live hub that sent no frame for this long is quiet (it frames at 10 Hz, messages or not):
 the TUI's header and the headless lines say so, their figures as of its last frame."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -199,9 +200,10 @@ def test_a_viewer_its_restarted_hub_refuses_says_so_not_hub_quiet(tmp_path, keys
         # Admitted again (the running hub takes the key within a second): synced again, at its
         # next try.
         monkeypatch.setattr(client, "REFUSED_RETRY_S", 0.5)
+        viewer._retry_s = 0.5
         admitted.write_bytes(key)
         wait_for(lambda: viewer.synced, poll=viewer.poll)
-        assert viewer.refused == ""
+        assert viewer.refused == "" and viewer._retry_s == 0.5  # (the wait back to its first)
         seen = viewer.frames_applied
         wait_for(lambda: viewer.frames_applied > seen, poll=viewer.poll)  # its frames too
     finally:
@@ -210,3 +212,33 @@ def test_a_viewer_its_restarted_hub_refuses_says_so_not_hub_quiet(tmp_path, keys
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_refused_viewer_tries_again_less_and_less_often(tmp_path):
+    # A viewer left open, refused, connected again every 30 s all night: each try two more
+    # refusals in the hub's counts, and a line or two a minute in the run's log.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+    viewer = client.HubClient(f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port}", curve=False)
+    try:
+        def refused() -> bool:
+            try:
+                listener.settimeout(0.05)
+                listener.accept()[0].close()  # (what listens there drops the handshake)
+            except OSError:
+                pass
+            viewer.poll()
+            return viewer.refused != ""
+
+        wait_for(refused)
+        waits = []
+        for _ in range(6):
+            viewer._retried = -math.inf  # (as if its wait were over)
+            viewer._request_snapshot()
+            waits.append(viewer._retry_s)
+        assert waits == [60.0, 120.0, 240.0, 480.0, 600.0, 600.0]
+    finally:
+        viewer.close()
+        listener.close()
