@@ -417,8 +417,10 @@ def refusal(event: int, keys: "ClientKeys | None", who: str, hint: str, value: i
         if who.startswith("rank"):
             return (f"it does not admit {who}'s client key for publishing (a rank needs a key in the hub folder's "
                     f"{AUTHORIZED}/, as its client.key is; a viewer's key from `pardash keys --viewer` only watches)")
-        return (f"it does not admit {who}'s client key (copy client.key into the hub folder's {AUTHORIZED}/, or give "
-                f"{who} a folder of its own made by `pardash keys --viewer NAME`)")
+        # (it said to copy client.key into authorized_clients/: a viewer's key revoked from
+        # authorized_viewers/ would then be let in to publish too)
+        return (f"it does not admit {who}'s client key (`pardash keys --dir HUB_KEYS --viewer NAME` admits a viewer to "
+                f"watch: its key in the hub folder's {VIEWERS}/; a key in {AUTHORIZED}/ may publish too)")
     no_keys = f"the hub has no CURVE keys ({who} then goes without: no {hint})"
     if mismatch:
         return no_keys

@@ -222,8 +222,8 @@ def test_record_with_a_viewer_key_the_hub_no_longer_admits_says_it_is_refused(tm
     assert proc.returncode == 2
     assert _one_line(proc) == (
         f"pardash: error: the hub of run revoked-run (its snapshot port, {info['snapshot']}) refuses this viewer: it does not "
-        "admit this viewer's client key (copy client.key into the hub folder's authorized_clients/, or give this viewer a "
-        "folder of its own made by `pardash keys --viewer NAME`)"
+        "admit this viewer's client key (`pardash keys --dir HUB_KEYS --viewer NAME` admits a viewer to watch: its key in the "
+        "hub folder's authorized_viewers/; a key in authorized_clients/ may publish too)"
     )
     assert not (tmp_path / "x.jsonl").exists()
 

@@ -37,7 +37,7 @@ def _header(app) -> str:
     [
         ("none", "it has CURVE keys and this viewer has none (--curve-dir DIR or PARDASH_CURVE_DIR"),
         ("other", "this viewer's server.key is not this hub's (copy server.key from the hub's keys folder)"),
-        ("stranger", "it does not admit this viewer's client key (copy client.key into the hub folder's authorized_clients/, or give this viewer a folder of its own made by `pardash keys --viewer NAME`)"),
+        ("stranger", "it does not admit this viewer's client key (`pardash keys --dir HUB_KEYS --viewer NAME` admits a viewer to watch: its key in the hub folder's authorized_viewers/; a key in authorized_clients/ may publish too)"),
     ],
 )
 async def test_a_refused_viewer_is_told_the_hub_refuses_it(curve_hub, tmp_path, whose, said):
