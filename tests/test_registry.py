@@ -108,7 +108,11 @@ def test_ps_says_how_far_a_live_run_is_from_its_hubs_word(tmp_path, capsys):
     try:
         live_ranks(info, "far-run", tmp_path / "run.jsonl", steps=7)
         # (the hub says it every registry.PROGRESS_EVERY_S)
-        wait_for(lambda: ((registry.entry("far-run") or {}).get("progress") or {}).get("step") == 7, timeout_s=60)
+        # (both ranks: a write between the two ranks' first words held one, at its step 7)
+        def said() -> dict:
+            return (registry.entry("far-run") or {}).get("progress") or {}
+
+        wait_for(lambda: said().get("step") == 7 and sum((said().get("ranks") or {}).values()) == 2, timeout_s=60)
         assert cli.main(["ps"]) == 0
         head, *rows = capsys.readouterr().out.splitlines()
         assert head.split()[4:6] == ["STEP", "SAMPLES/S"]
