@@ -13,57 +13,16 @@ import pytest
 import torch
 from torch import nn
 
+import instrumented
 from helpers import pardash_env, wait_for
 from pardash.telemetry import api, schema
-from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.logreader import load_log
 from pardash.telemetry.report import build_report
-from pardash.trainer.instrument import Instrument
 
 PY = sys.executable
 
 
-class Recording:
-    """Stands in for the instrumentation's Reporter: keeps the steps and events it sends."""
-
-    enabled = True
-
-    def __init__(self) -> None:
-        self.identity = RankIdentity(rank=0, local_rank=0, world_size=1, node=0, host="here", restart=0)
-        self.steps: list[dict] = []
-        self.events: list[tuple[str, dict]] = []
-        self.last_step = 0
-
-    def step(self, **fields) -> bool:
-        self.steps.append(fields)
-        self.last_step = fields["step"]
-        return True
-
-    def hello(self, **fields) -> bool:
-        return True
-
-    def event(self, name: str, message: str = "", **fields) -> bool:
-        self.events.append((name, fields))
-        return True
-
-    def set_phase(self, phase: str) -> None:
-        pass
-
-    def close(self, linger_ms: int = 0) -> None:
-        pass
-
-
-@pytest.fixture
-def hooked():
-    """The automatic instrumentation installed on this process's torch, as ``pardash launch``
-    installs it in a rank; removed after the test."""
-    api._reset_for_tests()
-    rep = Recording()
-    inst = Instrument(rep).install()
-    torch.manual_seed(0)
-    yield inst, rep
-    inst.uninstall()
-    api._reset_for_tests()
+hooked = instrumented.hooked
 
 
 def _train_step(model: nn.Module, opt: torch.optim.Optimizer) -> None:

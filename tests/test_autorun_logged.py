@@ -12,51 +12,15 @@ import pytest
 import torch
 from torch import nn
 
+import instrumented
 import pardash.telemetry as pt
 from pardash.telemetry import api
-from pardash.telemetry.env import RankIdentity
-from pardash.trainer.instrument import Instrument
 
 
-class Recording:
-    """Stands in for the instrumentation's Reporter: keeps the steps it sends."""
-
-    enabled = True
-
-    def __init__(self) -> None:
-        self.identity = RankIdentity(rank=0, local_rank=0, world_size=1, node=0, host="here", restart=0)
-        self.steps: list[dict] = []
-        self.last_step = 0
-
-    def step(self, **fields) -> bool:
-        self.steps.append(fields)
-        self.last_step = fields["step"]
-        return True
-
-    def hello(self, **fields) -> bool:
-        return True
-
-    def event(self, name: str, message: str = "", **fields) -> bool:
-        return True
-
-    def set_phase(self, phase: str) -> None:
-        pass
+hooked = instrumented.hooked
 
 
-@pytest.fixture
-def hooked():
-    """The automatic instrumentation installed on this process's torch, as ``pardash launch``
-    installs it in a rank; removed after the test."""
-    api._reset_for_tests()
-    rep = Recording()
-    inst = Instrument(rep).install()
-    torch.manual_seed(0)
-    yield inst, rep
-    inst.uninstall()
-    api._reset_for_tests()
-
-
-def _logged(rep: Recording, *names: str) -> list[dict]:
+def _logged(rep: instrumented.Recording, *names: str) -> list[dict]:
     """Each published step's custom values of ``names`` (the ones it carries)."""
     return [{n: v for n, v in s.get("custom", {}).items() if n in names} for s in rep.steps]
 
