@@ -432,6 +432,28 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     return 0 if all(r.get("code") == 0 for r in bench["rows"]) else 1
 
 
+def _dies_with(parent: int):
+    """A child's ``preexec_fn`` that has the kernel send it SIGTERM when ``parent`` dies
+    (Linux's PR_SET_PDEATHSIG; elsewhere nothing), and ends it at once if ``parent`` is gone
+    already. Called between fork and exec: no lock is taken, nothing but a system call."""
+
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # (found here: the child only calls it)
+    except (OSError, AttributeError):
+        prctl = None
+    term = int(signal.SIGTERM)
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(1, term)  # (1: PR_SET_PDEATHSIG)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
 def cmd_simulate(ns: argparse.Namespace) -> int:
     import dataclasses
 
@@ -507,14 +529,17 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_on)
+    # ...and this process killed outright (SIGKILL, the OOM killer) must not leave them behind:
+    # they ran on, the hub writing the log, with nobody to stop them.
+    with_me = _dies_with(os.getpid())
     try:
-        hub, info = spawn_hub(hub_args, start_new_session=True, env=plain_env)
+        hub, info = spawn_hub(hub_args, start_new_session=True, env=plain_env, preexec_fn=with_me)
     except SpawnError as exc:
         fail(f"{exc}; see the message above")
     sim = subprocess.Popen(
         [sys.executable, "-m", "pardash.telemetry.simulate", "--endpoint", info["ingest"], "--run-id", run_id,
          "--config", json.dumps(dataclasses.asdict(cfg))],
-        stdin=subprocess.DEVNULL, start_new_session=True,
+        stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=with_me,
     )  # fmt: skip
     client = HubClient(info["updates"], info["snapshot"], run_id=run_id, curve=False)
     code = 0

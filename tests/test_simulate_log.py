@@ -122,6 +122,30 @@ def test_a_simulate_stopped_by_sigterm_stops_its_hub_and_ranks_too(tmp_path):
         p.kill()
 
 
+def test_a_simulate_killed_outright_leaves_no_hub_or_ranks_behind(tmp_path):
+    # kill -9 of `pardash simulate` left its hub and simulated ranks running (in sessions of
+    # their own, their parent gone), the hub writing the log for as long as nobody killed them.
+    import signal
+
+    import psutil
+
+    log = tmp_path / "sim.jsonl"
+    p = subprocess.Popen([sys.executable, "-m", "pardash", "simulate", "--headless", "--ranks", "2", "--every", "0.2", "--log", str(log)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    try:
+        assert "step" in p.stdout.readline() + p.stdout.readline()  # the start line, then progress
+        children = psutil.Process(p.pid).children(recursive=True)
+        assert len(children) >= 2  # the hub and the simulated ranks
+        p.send_signal(signal.SIGKILL)
+        p.wait(30)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [c.cmdline() for c in alive]
+        assert "hub stopped" in log.read_text().splitlines()[-1]  # (its hub closed the log as at a stop)
+    finally:
+        p.kill()
+        p.stdout.close()
+
+
 def test_a_simulate_stopped_with_ctrl_c_as_it_hangs_says_so_and_exits_130(tmp_path):
     # It said "stopped by you" and exited 0, where a launch says the hang and exits 130.
     import signal
