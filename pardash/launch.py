@@ -273,7 +273,10 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_sigterm_starting)
     try:
         if spec.remote_hub:  # node > 0: node 0's hub names the run and records it
-            print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.world_size} rank(s), telemetry to node 0's hub at {spec.remote_hub}", flush=True)
+            # (its ranks here, then the job's as this node reckons it: "2 rank(s)" of a node
+            # running one read as this node's)
+            print(f"{PROG}: node {spec.node_rank} of {spec.nnodes}, {spec.nproc} rank(s) here ({spec.world_size} in all), "
+                  f"telemetry to node 0's hub at {spec.remote_hub}", flush=True)  # fmt: skip
             if metrics_flags := _prometheus_flags(ns):
                 # (the same command line on every node is common: said, not refused)
                 print(f"{PROG}: {metrics_flags} does nothing on node {spec.node_rank}: the metrics are node 0's hub's, "

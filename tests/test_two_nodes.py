@@ -229,7 +229,7 @@ def test_two_nodes_share_node0s_hub(tmp_path, namespaces):
     assert code1 == 0, out1[-2000:] + err1[-3000:]
     hellos = _check_log(log, HOSTS)
     assert "2 rank(s)" in out0
-    assert f"node 1 of 2, 2 rank(s), telemetry to node 0's hub at tcp://{NODE_ADDRS[0]}:29600" in out1
+    assert f"node 1 of 2, 1 rank(s) here (2 in all), telemetry to node 0's hub at tcp://{NODE_ADDRS[0]}:29600" in out1
     # Node 1 recorded nothing itself: its ranks' messages are all in node 0's log, and its
     # last line names where that is: node 0's hub, not a file node 1 never wrote.
     assert _empty_or_missing(tmp_path / "node1.jsonl")
