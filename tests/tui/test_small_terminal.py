@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tui_helpers import replay_app, strip_text, widget_text
+from tui_helpers import replay_app, settled, strip_text, widget_text
 
 from pardash.tui.app import make_app
 from pardash.tui.widgets.run_header import RunHeader, RunSummary
@@ -204,7 +204,7 @@ async def test_a_short_side_area_draws_no_panel_as_a_bare_border(fixture, size):
 
     app = replay_app(fixture)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settled(pilot)
         screen = app.screen
         side = screen.query_one("#side")
         for panel in ("#alerts", "#memory", "#events"):

@@ -57,6 +57,29 @@ async def until(pilot, pred, timeout_s: float = 60.0) -> None:
         await pilot.pause(0.05)
 
 
+async def settled(pilot, timeout_s: float = 60.0) -> None:
+    """Let the app run until its layout holds still: every widget's region the same after
+    one more pause. A fit done after a refresh (the side panels fitted to the alerts' lines,
+    which the first frame brings) can take more than one pause on a loaded machine, where a
+    test that read the layout after one saw the panels mid-fit."""
+    import time
+
+    def regions():
+        return [(id(w), w.region, w.display) for w in pilot.app.screen.walk_children()]
+
+    end = time.monotonic() + timeout_s
+    await pilot.pause()
+    before = regions()
+    while True:
+        await pilot.pause(0.05)
+        now = regions()
+        if now == before:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"the layout still moved after {timeout_s} s")
+        before = now
+
+
 class Fed(FrameApplier):
     """A live source whose poll reports the frames the test applied (as a hub client does:
     any frame is a change, whatever it brought); a test sets ``pending`` with each frame."""
