@@ -113,6 +113,46 @@ def test_a_small_save_that_is_no_training_state_is_no_checkpoint(hooked, tmp_pat
     assert rep.phases.count("checkpoint") == 1
 
 
+def test_the_work_and_the_wait_before_a_save_stay_in_the_step(monkeypatch, tmp_path):
+    # After each optimizer step the script works 5 ms (writes its logs), waits 30 ms in its own
+    # barrier, then saves (2 s) every 3 steps, and after its first while that step's round may
+    # still go on. The step after a save started at the save's end: data 0 and comm_s 0, the
+    # rank's work and its wait before the save gone with the save, step 60 ms, not 95.
+    api._reset_for_tests()
+    clock = [100.0]
+
+    def barrier(*args, **kwargs) -> None:
+        clock[0] += 0.030  # (waiting for the other rank)
+
+    monkeypatch.setattr(torch.distributed, "barrier", barrier)
+    rep = Reporter()
+    rep.identity = RankIdentity(rank=0, local_rank=0, world_size=2, node=0, host="here", restart=0)
+    inst = Instrument(rep).install()
+    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(1, 11):
+            _timed_step(model, opt, clock)
+            clock[0] += 0.005
+            torch.distributed.barrier()
+            if step == 1 or step % 3 == 0:
+                with SlowFile(tmp_path / f"step{step}.pt", clock, rep) as f:
+                    torch.save(model.state_dict(), f)
+        inst.finish()
+    finally:
+        inst.uninstall()
+        api._reset_for_tests()
+    assert [c["step"] for c in _checkpoints(rep)] == [1, 3, 6, 9]
+    after = rep.steps[1:]  # (the first step's clock starts at its first forward)
+    assert [s["data_s"] for s in after] == pytest.approx([0.015] * 9)
+    assert [s["comm_s"] for s in after] == pytest.approx([0.030] * 9)
+    assert [s["step_s"] for s in after] == pytest.approx([0.095] * 9)
+    phases = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s")
+    assert all(sum(s[p] for p in phases) == pytest.approx(s["step_s"]) for s in after)
+
+
 @pytest.mark.parametrize(
     "obj, state",
     [
@@ -253,3 +293,44 @@ def test_a_launched_scripts_saves_are_its_checkpoints(tmp_path):
     assert saved == [(0, 5, "ckpt5.pt"), (0, 10, "ckpt10.pt"), (0, 10, "dcp"), (1, 10, "dcp")]
     assert all(m.duration_s > 0 for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint")
     assert [s.step for s in _steps(msgs, 0)] == list(range(1, 11))
+
+
+WORK_BEFORE_SAVES = """
+import time, torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DDP(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(1, 11):
+    model(torch.randn(16, 16)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+    if rank == 0:
+        time.sleep(0.03)  # its own work after the step (writing its logs)
+    dist.barrier()
+    if step == 1 or step % 3 == 0 and (rank == 0 or step != 6):  # (step 6: rank 0 alone)
+        torch.save(model.module.state_dict(), f"ck{rank}.pt")
+dist.destroy_process_group()
+"""
+
+
+def test_a_launched_ranks_work_and_wait_before_its_save_stay_in_its_step(tmp_path):
+    # Rank 0 works 30 ms after each optimizer step, then every rank waits in dist.barrier(),
+    # then saves (after step 1, while its round may go on, and every 3 steps; at step 6 rank 0
+    # alone). The step after a save started at the save's end: rank 0's data read 0.1 ms, not
+    # its 30 ms, and rank 1's wait in the barrier was gone (comm_s 0).
+    (tmp_path / "work.py").write_text(WORK_BEFORE_SAVES)
+    proc, msgs = _launch(tmp_path, "work.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = sorted((m.rank, m.step) for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint")
+    assert saved == [(0, 1), (0, 3), (0, 6), (0, 9), (1, 1), (1, 3), (1, 9)]
+    first, second = _steps(msgs, 0), _steps(msgs, 1)
+    assert [s.step for s in first] == [s.step for s in second] == list(range(1, 11))
+    # (the first step's clock starts at its first forward; the sleep is at least its 30 ms)
+    assert all(s.data_s >= 0.03 for s in first[1:])
+    assert all(s.comm_s > 0 for s in second[1:])
+    for s in first + second:
+        assert s.data_s + s.forward_s + s.backward_s + s.optimizer_s + (s.comm_s or 0.0) == pytest.approx(s.step_s)

@@ -5,9 +5,10 @@
 ``checkpoint`` (the hub gives the ranks longer before calling one stalled: a save of a big model
 takes minutes, and read "rank 0 stalled in data"); after it, a ``checkpoint`` event says where it
 went and how long it took, unless the script says so itself (``pt.event("checkpoint", ...)``);
-and, saved between two steps, its time is in neither step (the next one's clock starts when it
-ends), as an evaluation's. A DCP save, which calls ``torch.save`` and collectives of its own, is
-one save, and those collectives are no sync point of the step.
+and, saved between two steps, its time is in neither step: the next step keeps what came before
+the save (the script's work after the optimizer step, its wait in a barrier), less the save
+itself. A DCP save, which calls ``torch.save`` and collectives of its own, is one save, and
+those collectives are no sync point of the step.
 
 Free when nothing is saved: ``torch.save`` is wrapped at install (a test of its first argument
 when called), and DCP's functions once the script imports ``torch.distributed.checkpoint``
@@ -26,6 +27,8 @@ import torch
 
 from pardash.telemetry import api
 from pardash.trainer.hooking import _AfterImport, _around, _get_ident, _guarded
+from pardash.trainer.marks import _OpenStep
+from pardash.trainer.strategies import CommTimer
 
 DCP = "torch.distributed.checkpoint"
 DCP_SAVES = ("save", "save_state_dict")
@@ -141,7 +144,7 @@ class Saves:
         if self._eval_t0 and not self._eval_called:
             self._eval_ends()
         # (self._phase too: a DCP save's own collectives are then no sync point of the step)
-        self._saving = (self._phase, where, time.perf_counter())
+        self._saving = (self._phase, where, time.perf_counter(), self.clock.stamp())
         self._phase = "checkpoint"
         self.reporter.set_phase("checkpoint")
         return True
@@ -149,9 +152,9 @@ class Saves:
     @_guarded
     def _save_ends(self, saved: bool) -> None:
         """The save is over (``saved``: it returned): the phase is what it was, or, between
-        steps, the next step's data, whose clock starts now (as after an evaluation); its
-        event is held until the next step is published, the script's own replacing it."""
-        phase, where, t0 = self._saving
+        steps, the next step's data, the save's time left out of it (not what came before it);
+        its event is held until the next step is published, the script's own replacing it."""
+        phase, where, t0, began = self._saving
         self._saving = None
         took = time.perf_counter() - t0
         self._phase = phase
@@ -160,10 +163,10 @@ class Saves:
         elif saved and self._open is not None:
             step = self._open
             if self._cut is not None and len(step.marks) == self._cut.marks:
-                self._resume_at = self.clock.stamp()  # (the step before may go on: see _eval_ends)
+                self._save_after_cut(began)
                 self._phase = "data"
             elif len(step.marks) == 1:
-                step.marks[0] = ("data", self.clock.stamp())
+                _save_left_out(step, began, self.clock)
                 self._phase = "data"
         self.reporter.set_phase(self._phase)
         if saved:
@@ -171,6 +174,22 @@ class Saves:
             # After the cut of a round not yet ended, that round's step is done, if not published.
             step_done = self.step + (self._cut is not None)
             self._saves_held.append({"message": where, "step": step_done, "duration_s": took})
+
+    def _save_after_cut(self, began: Any) -> None:
+        """A save after the cut of a round that may go on: the step after the cut, made when
+        the round ends, starts that much later (see Rounds._publish_cut), and its waits in
+        collectives before the save move with it, so its time before the save stays its own.
+        (CUDA events cannot be moved: there it starts at the save's end, as after an
+        evaluation, and what came between the cut and the save is in no step.)"""
+        end = self.clock.stamp()
+        start = self._resume_at if self._resume_at is not None else self._cut.end
+        if not isinstance(start, float):
+            self._resume_at = end
+            return
+        took = end - began
+        self._resume_at = start + took
+        if self._sync_next:
+            self._sync_next = [(a + took, b + took) for a, b in self._sync_next]
 
     def _send_saves(self) -> None:
         """The held save events, sent (a step is published, or the script ends), unless the
@@ -181,3 +200,20 @@ class Saves:
             return
         for fields in held:
             self.reporter.event("checkpoint", **fields)
+
+
+def _save_left_out(step: _OpenStep, began: Any, clock: Any) -> None:
+    """A save between steps, from ``began`` to now: the open step's clock starts again at its
+    end, and what the step had before it is carried as its lead (see _OpenStep.lead_s): its
+    own time (the script's work after the optimizer step: the straggler signal, its data
+    time) and its waits in collectives (comm_s). Moving its start to the save's end dropped
+    them: rank 0 working 30 ms before a barrier and a save read data 0.1 ms, rank 1 no wait."""
+    start = step.marks[0][1]
+    if clock.cuda:
+        began.synchronize()  # sync: the save copied the state to the host already, past it
+    before = clock.seconds(start, began)
+    waited = CommTimer.seconds(step.syncs, within=(start, began)) if step.syncs else 0.0
+    step.lead_s += max(0.0, before - waited)
+    step.lead_wait_s += waited
+    step.syncs = []
+    step.marks[0] = ("data", clock.stamp())
