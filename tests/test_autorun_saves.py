@@ -16,7 +16,7 @@ from torch import nn
 from pardash.telemetry import api, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.trainer.instrument import Instrument
-from pardash.trainer.saves import training_state
+from pardash.trainer.saves import dcp_saved, file_saved, training_state
 from test_autorun import RecordingReporter, _launch, _steps, _timed_step
 
 
@@ -151,6 +151,22 @@ def test_the_work_and_the_wait_before_a_save_stay_in_the_step(monkeypatch, tmp_p
     assert [s["step_s"] for s in after] == pytest.approx([0.095] * 9)
     phases = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s")
     assert all(sum(s[p] for p in phases) == pytest.approx(s["step_s"]) for s in after)
+
+
+def test_a_save_to_a_buffer_says_no_path(hooked):
+    # torch.save to io.BytesIO(): the event's message read "saved", a path the report printed
+    # as "the last in saved". A file has its name; a buffer none.
+    inst, rep, clock = hooked
+    model = nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _timed_step(model, opt, clock)
+    torch.save(model.state_dict(), io.BytesIO())
+    inst.finish()
+    assert [(c["step"], c["message"]) for c in _checkpoints(rep)] == [(1, "")]
+    assert file_saved(io.BytesIO()) == ""
+    assert file_saved("ckpt/step5.pt") == "ckpt/step5.pt"
+    assert dcp_saved((), {}) == ""
+    assert dcp_saved((), {"checkpoint_id": "ckpt/dcp5"}) == "ckpt/dcp5"
 
 
 @pytest.mark.parametrize(

@@ -72,21 +72,22 @@ def training_state(obj: Any) -> bool:
 
 
 def file_saved(f: Any) -> str:
-    """Where ``torch.save`` writes to ``f``: its path, an open file's name, else "saved"."""
+    """Where ``torch.save`` writes to ``f``: its path, an open file's name, else "" (a buffer,
+    ``io.BytesIO()``: the event's message is the path, or nothing)."""
     if isinstance(f, (str, bytes, os.PathLike)):
         return os.fsdecode(f)
     name = getattr(f, "name", None)
-    return name if isinstance(name, str) and name else "saved"
+    return name if isinstance(name, str) else ""
 
 
 def dcp_saved(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """Where a DCP save goes: its ``checkpoint_id``, else its storage writer's path (the second
-    argument of ``save_state_dict``), else "saved"."""
+    argument of ``save_state_dict``), else "" (a writer with no path of its own)."""
     where = kwargs.get("checkpoint_id")
     if where is None:
         writer = kwargs.get("storage_writer", args[1] if len(args) > 1 else None)
         where = getattr(writer, "path", None) or getattr(writer, "checkpoint_id", None)
-    return os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else str(where) if where is not None else "saved"
+    return os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else str(where) if where is not None else ""
 
 
 class Saves:
