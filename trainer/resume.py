@@ -92,6 +92,8 @@ def resume(
         print(f"resume: step {start.step} restored from {found.path}{of} in {load_s:.2f} s", flush=True)
         for note in notes:
             print(f"note: {note}", flush=True)
+        if restart == 0:
+            _warn_of_others_past(cfg, reporter, start.step, total_steps, {job, checkpoint.saving_job(found.path)})
     if start.step >= total_steps:
         # Nothing is left to train: said, rather than a "done: 150 steps in 0.00 s".
         message = (f"resume: the checkpoint is at step {start.step}, at or past --steps {total_steps}: nothing "
@@ -125,6 +127,38 @@ def _warn_of_older(cfg: TrainConfig, reporter: Reporter) -> None:
                + "); this run starts at step 1 without --resume, and its saves replace those of the same steps")
     print(message, flush=True)
     reporter.event("warning", message=message, step=0)
+
+
+def saving_steps(start: int, total_steps: int, every: int | None) -> list[int]:
+    """The steps a run going on from ``start`` saves at: every ``every`` steps and the last
+    (the training loop's rule)."""
+    return [s for s in range(start + 1, total_steps + 1) if s == total_steps or (every and s % every == 0)]
+
+
+def _warn_of_others_past(cfg: TrainConfig, reporter: Reporter, step: int, total_steps: int,
+                         own: set[str | None]) -> None:
+    """A resumed run in a folder that holds another run's checkpoints past the step it resumed
+    at writes over those of the steps it saves too, as a fresh run does (:func:`_warn_of_older`),
+    but nothing said so: another run's step 40 became this one's without a word, its step 60
+    left beside it. Said once, in the output and as a warning, with the steps replaced.
+    ``own``: this job and the one it went on from, whose checkpoints are the run's own line."""
+    jobs = checkpoint.saving_jobs(cfg.checkpoint_dir)
+    others = {}
+    for name, by in jobs.items():
+        m = checkpoint.STEP_DIR.match(name)
+        if m and int(m.group(1)) > step and by not in own:
+            others[int(m.group(1))] = by
+    replaced = sorted(set(others) & set(saving_steps(step, total_steps, cfg.checkpoint_every)))
+    if not replaced:
+        return
+    runs = sorted({others[s] for s in others if others[s]})
+    message = (f"checkpoint: {cfg.checkpoint_dir} holds another run's checkpoints past step {step} (step(s) "
+               + ", ".join(str(s) for s in sorted(others))
+               + (f", saved by run {', '.join(runs)}" if runs else "")
+               + f"); this run resumes at step {step}, and its saves replace those of step(s) "
+               + ", ".join(str(s) for s in replaced))
+    print(message, flush=True)
+    reporter.event("warning", message=message, step=step)
 
 
 def _starts_over(reporter: Reporter, is_master: bool, message: str) -> None:
