@@ -17,7 +17,7 @@ from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
 from .failures import PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, root_cause, short_error, signal_name
 from .recorder import CONTINUED_AT
-from .state import SMOOTH_FIGURES, run_over, torchrun_restart
+from .state import RUNNING, SMOOTH_FIGURES, STARTING, run_over, torchrun_restart
 from .summary import (
     held_spread,
     human_bytes,
@@ -114,19 +114,33 @@ class ProgressPrinter:
             self._progress.start()
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Column
+        from rich.text import Text
+
+        class _FittedBar(BarColumn):
+            """A bar of ``bar_width`` cells, or none at 0 (rich draws one cell at least)."""
+
+            def render(self, task):
+                return super().render(task) if self.bar_width else Text("")
 
         console = Console(file=self.out, force_terminal=True)
+        # The step and the elapsed time never give way (rich squeezed them to "…" at 80
+        # columns, the stats beside them whole): the bar and the stats are fitted to the rest
+        # at each update (see _fit_bar).
+        self._step_column = TextColumn("{task.fields[step]}", table_column=Column(no_wrap=True))
+        self._bar_column = _FittedBar(bar_width=BAR_WIDTH)
+        self._stats_column = TextColumn("{task.fields[stats]}", table_column=Column(no_wrap=True, overflow="ellipsis"))
+        self._elapsed_column = TimeElapsedColumn(table_column=Column(no_wrap=True))
         self._progress = Progress(
-            TextColumn("step"),
-            MofNCompleteColumn(),
-            BarColumn(bar_width=30),
-            TextColumn("{task.fields[stats]}"),
-            TimeElapsedColumn(),
+            self._step_column,
+            self._bar_column,
+            self._stats_column,
+            self._elapsed_column,
             console=console,
             refresh_per_second=4,
         )
-        self._task = self._progress.add_task("train", total=None, stats="waiting for ranks")
+        self._task = self._progress.add_task("train", total=None, stats="waiting for ranks", step="step")
         if self._run_t is not None:
             self._progress.tasks[0].start_time = self._run_t
         self._progress.start()
@@ -248,8 +262,10 @@ class ProgressPrinter:
         if self._progress is not None:
             if st.ranks:
                 total = (hello.config or {}).get("steps") if hello else None
-                stats_text = progress_stats(st, rejected, hub_quiet_s=quiet)
-                self._progress.update(self._task, completed=st.step, total=total or None, stats=stats_text)
+                step = progress_step(st)
+                step_text = f"step {step}/{total}" if step is not None and total else f"step {step}" if step is not None else ""
+                stats_text = self._fit_bar(step_text, progress_stats_forms(st, rejected, hub_quiet_s=quiet))
+                self._progress.update(self._task, completed=step or 0, total=total or None, stats=stats_text, step=step_text)
             if force:
                 self._progress.refresh()
             return
@@ -281,6 +297,31 @@ class ProgressPrinter:
                     # (ranks whose keys the hub refuses say so on their own stderr: a node's first)
                     why = f"; the hub refused {refused} connection attempt(s) without an authorised key" if refused else ""
                     self._print(f"[waiting {waited}] {self.waiting}{why}")
+
+    def _fit_bar(self, step_text: str, forms: list[str]) -> str:
+        """The stats to show beside ``step_text`` on the bar's line, the longest of ``forms``
+        (longest first) that fits the terminal's width with a bar of BAR_MIN_WIDTH or more,
+        and the bar as wide as what is left allows, up to BAR_WIDTH; where even the shortest
+        form leaves no room for a bar, no bar, and that form cut to fit. The step and the
+        elapsed time are always whole."""
+        from rich.cells import cell_len
+
+        progress = self._progress
+        task = progress.tasks[0]
+        elapsed = self._elapsed_column.render(task).plain
+        # (the columns' separators: a space each; one column spare, where the elapsed time
+        # grows a digit before the next fit, or a terminal wraps a full line)
+        room = progress.console.width - cell_len(step_text) - cell_len(elapsed) - 4
+        for form in forms:
+            left = room - cell_len(form)
+            if left >= BAR_MIN_WIDTH:
+                self._bar_column.bar_width = min(BAR_WIDTH, left)
+                return form
+        self._bar_column.bar_width = 0
+        form = forms[-1]
+        if cell_len(form) > room:
+            form = form[: max(0, room - 1)] + "…" if room > 0 else ""
+        return form
 
     def _log_line(self, st, log_error: str, log_path: str) -> str:
         """What became of the hub's log, now that its error is ``log_error`` ('' none) and it is
@@ -391,6 +432,9 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
         if len(text) > EVENT_TEXT_MAX:
             text = text[: EVENT_TEXT_MAX - 1] + "…"
         line = f"[{ev.name or 'event'}] {who}: {text}".rstrip(": ")
+        if ev.name == "checkpoint" and not text:
+            # (a save to a file object with no name says no path: "[checkpoint] rank 0 (3 ms)")
+            line = f"[checkpoint] {who} saved"
         if ev.name == "eval":  # (one before any step read "after step 0")
             line = f"[eval] {who} after step {ev.step}" if ev.step else f"[eval] {who} before the first step"
         if took is not None and ev.name in ("checkpoint", "resume", "eval"):
@@ -453,21 +497,113 @@ def recent_spread(st, figure: str) -> tuple[float, float, float] | None:
 def progress_stats(st, rejected: int = 0, *, hub_quiet_s: float | None = None) -> str:
     """What the bar shows beside step/total: samples/s, step time spread, rank states (and,
     ``hub_quiet_s``, how long the hub has sent nothing)."""
-    parts = [rate_text(st)]
+    return progress_stats_forms(st, rejected, hub_quiet_s=hub_quiet_s)[0]
+
+
+def progress_stats_forms(st, rejected: int = 0, *, hub_quiet_s: float | None = None) -> list[str]:
+    """:func:`progress_stats` whole, then shorter, for a narrower terminal: without the step
+    time spread, then without the rate. The ranks' states and what is wrong (a hang, a loss not
+    finite, messages lost, a quiet hub) stay in each."""
+    rate = rate_text(st)
     sp = recent_spread(st, "step_s")
-    if sp:
-        parts.append("step ms " + "/".join(ms(x) for x in sp) + " min/med/max")
-    counts = st.status_counts()
-    parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    parts.append(hang_text(st))
-    parts.append(loss_text(st, over=run_over(st)))
+    spread_text = "step ms " + "/".join(ms(x) for x in sp) + " min/med/max" if sp else ""
+    tail = [states_text(st), hang_text(st), loss_text(st, over=run_over(st))]
     if st.lost:
-        parts.append(f"{st.lost} lost")
+        tail.append(f"{st.lost} lost")
     if rejected:
-        parts.append(f"{rejected} refused by the hub")
+        tail.append(f"{rejected} refused by the hub")
     if hub_quiet_s is not None:
-        parts.append(f"hub quiet for {hub_quiet_s:.0f} s")
-    return " | ".join(p for p in parts if p)
+        tail.append(f"hub quiet for {hub_quiet_s:.0f} s")
+    forms = []
+    for parts in ([rate, spread_text, *tail], [rate, *tail], tail):
+        form = " | ".join(p for p in parts if p)
+        if form not in forms:
+            forms.append(form)
+    return forms
+
+
+BAR_WIDTH = 30
+"""Cells of the progress bar where the terminal is wide enough for it and the stats whole."""
+
+BAR_MIN_WIDTH = 10
+"""Cells below which the bar gives way to a shorter form of the stats, then to none."""
+
+BUSY_STATES = {"checkpoint": "saving", "eval": "evaluating", "resume": "resuming"}
+"""What a working rank whose heartbeat says it is in one of these phases (analysis.BUSY_PHASES)
+is said to be doing: a save of 6 s read "2 running" beside a step that stood still."""
+
+
+def states_text(st) -> str:
+    """How many ranks are in each state ("1 running, 1 saving"): a working rank whose heartbeat
+    says it saves, evaluates or loads a checkpoint is said so (see BUSY_STATES)."""
+    counts: dict[str, int] = {}
+    for r in st.ranks.values():
+        status = r.status
+        hb = r.heartbeat
+        if status in (RUNNING, STARTING) and hb is not None:
+            busy = BUSY_STATES.get(hb.phase)
+            # (a heartbeat from before the rank's latest step is of a phase it has left)
+            if busy and (r.step is None or hb.step >= r.step.step):
+                status = busy
+        counts[status] = counts.get(status, 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def progress_step(st) -> int | None:
+    """The run's step as its progress says it: the slowest rank's, a rank whose process has
+    taken no step yet counted at the step it resumed from (its "resume" event); None while no
+    rank's is known. A rank that may resume (torchrun restarted it, or the run's config resumes
+    from a checkpoint) and has not said where is not counted: its previous process's last step
+    ("step 29/60 | 2 starting" of a job that went on from step 20), or 0 before a --resume's
+    load, read as where the run stood."""
+    steps = []
+    unsure = set()
+    config = (st.hello.config or {}) if st.hello is not None else {}
+    may_resume = bool(config.get("checkpoint_dir") and config.get("resume"))
+    for r in st.ranks.values():
+        hb = r.heartbeat
+        if r.step is not None:
+            steps.append(r.step.step)
+        elif r.restarts or r.step_before is not None or may_resume or (hb is not None and hb.phase == "resume"):
+            unsure.add(r.rank)
+    if unsure:
+        steps.extend(_resumed_steps(st, unsure).values())
+    if steps:
+        return min(steps)
+    return None if unsure else 0
+
+
+def _resumed_steps(st, ranks: set[int]) -> dict[int, int]:
+    """Rank -> the step its current process resumed from, of ``ranks``, where its "resume"
+    event is among the events kept (not one before torchrun's restart of it)."""
+    found: dict[int, int] = {}
+    left = set(ranks)
+    for ev in reversed(st.events):
+        if not left:
+            break
+        if not isinstance(ev, schema.Event) or ev.rank not in left:
+            continue
+        if torchrun_restart(ev):
+            left.discard(ev.rank)  # (its resumes before are of its earlier processes)
+        elif ev.name == "resume" and ev.seq >= 0 and ev.step is not None:
+            found[ev.rank] = ev.step
+            left.discard(ev.rank)
+    return found
+
+
+def rate_measured(st) -> bool:
+    """Whether every working rank's rate (the ranks :func:`samples_per_s` sums) is measured
+    over two steps or more: its history holds two of its steps, its latest not its first. A
+    rank's first step alone is no rate (its time starts where the reporter first looked:
+    "4,002 samples/s" of a job at 1,180 after its first step of 54 ms)."""
+    for r in st.ranks.values():
+        s = r.step
+        if s is None or s.step_s <= 0 or r.exit_code is not None or r.finished or r.stalled is not None or r.silent is not None:
+            continue
+        before = r.history.ago("step", 1)
+        if before is None or not before < s.step or r.history.ago("step", 0) != s.step:
+            return False
+    return True
 
 
 def rate_text(st) -> str:
@@ -477,7 +613,7 @@ def rate_text(st) -> str:
     read as if one were wrong); '' before a first step."""
     sps = samples_per_s(st)
     if sps > 0:
-        return f"{sps:,.0f} samples/s"
+        return f"{sps:,.0f} samples/s" if rate_measured(st) else ""
     stuck = [r for r in st.ranks.values() if (r.stalled is not None or r.silent is not None) and not r.finished]
     if any(r.exit_code is None for r in stuck):
         return "0 samples/s"  # stuck
@@ -489,12 +625,14 @@ def rate_text(st) -> str:
 
 def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float | None = None) -> str:
     """A headless progress line (step and self ms: the ranks' spread of their recent medians,
-    :func:`recent_spread`); ``hub_quiet_s``: seconds the hub has sent nothing (its figures are
-    as of then), when it is quiet."""
+    :func:`recent_spread`; no step while none is known, see :func:`progress_step`);
+    ``hub_quiet_s``: seconds the hub has sent nothing (its figures are as of then), when it is
+    quiet."""
     hello = st.hello
     total = (hello.config or {}).get("steps") if hello else None
-    step = f"step {st.step}" + (f"/{total}" if total else "")
-    parts = [f"[{elapsed_s:6.1f}s] {step}", rate_text(st)]
+    at = progress_step(st)
+    step = "" if at is None else f"step {at}" + (f"/{total}" if total else "")
+    parts = [step, rate_text(st)]
     sp = recent_spread(st, "step_s")
     if sp:
         parts.append("step ms min/med/max " + "/".join(ms(x) for x in sp))
@@ -507,8 +645,7 @@ def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float
         low, high = human_bytes(lo), human_bytes(hi)
         held = high if low == high else f"{low}..{high}"  # (FSDP's padded shards: "1.0 MiB..1.0 MiB")
         parts.append(f"held/rank {held}")
-    counts = st.status_counts()
-    parts.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    parts.append(states_text(st))
     parts.append(hang_text(st))
     parts.append(loss_text(st, over=run_over(st)))
     if st.lost:
@@ -517,7 +654,7 @@ def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float
         parts.append(f"{rejected} refused by the hub")
     if hub_quiet_s is not None:
         parts.append(f"hub quiet for {hub_quiet_s:.0f} s")
-    return " | ".join(p for p in parts if p)
+    return f"[{elapsed_s:6.1f}s] " + " | ".join(p for p in parts if p)
 
 
 UNGROUPED = frozenset({"error"})
