@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .report import WARMUP_STEPS
-from .report_render import PHASE_LABELS, PHASES, loss_text, md_table, plain_report
+from .report_render import PHASE_LABELS, PHASES, _ends_early_text, comm_meaning, loss_text, md_table, plain_report
 from .summary import human_bytes, is_sharded, ranks_named
 
 # (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
@@ -103,10 +103,23 @@ def run_label(rep: dict) -> str:
     return f"{rep['strategy'] or '?'} x{rep['world_size']}"
 
 
+def _furthest_step(rep: dict) -> int | None:
+    """The last step of the rank that went furthest (a report's ranks, or a comparison's side)."""
+    if "furthest_step" in rep:
+        return rep["furthest_step"]
+    last = [r["last_step"] for r in rep.get("ranks") or () if r.get("last_step") is not None]
+    return max(last) if last else None
+
+
 def steps_text(rep: dict) -> str:
     """``60 steps``; ``50 steps, to step 100`` for a run whose log starts later (resumed from a
-    checkpoint) or that ran steps again: the notes speak of the step it ended at."""
-    steps, last = rep.get("steps") or 0, rep.get("last_step")
+    checkpoint) or that ran steps again: the notes speak of the step it ended at. Where its
+    ranks ended at different steps, ``38 steps, ranks to step 37-38``: the steps are the
+    furthest rank's count, the run's last step the slowest rank's ("38 steps, to step 37" read
+    as a contradiction)."""
+    steps, last, furthest = rep.get("steps") or 0, rep.get("last_step"), _furthest_step(rep)
+    if last is not None and furthest is not None and furthest != last:
+        return f"{steps} steps, ranks to step {last}-{furthest}"
     if last is None or last == steps:
         return f"{steps} steps"
     return f"{steps} steps, to step {last}"
@@ -134,6 +147,8 @@ def compare_reports(a: dict, b: dict) -> dict:
                 better = ""  # a smaller model holds less for that alone: "better" by 78% read as a saving
             if key == "last_loss" and _differ(a, b, "world_size"):
                 better = ""  # twice the ranks see twice the samples a step: a lower loss at its step for that alone
+            if key == "phase:comm_s" and _comm_differs(a, b):
+                better = ""  # the trainer's collectives within backward against a script's waits between steps
             verdict = _verdict(va, vb, better)
             not_finite = {}
             if key == "last_loss":
@@ -163,6 +178,16 @@ def compare_reports(a: dict, b: dict) -> dict:
             )
     side = ("log", "run_id", "strategy", "world_size", "devices", "steps", "last_step", "params_count")
     notes = []
+    if a.get("run_id") and a.get("run_id") == b.get("run_id") and a.get("log") != b.get("log"):
+        # (a log against a copy of itself: "same" on every row read as two runs that agreed; one
+        # log given twice says so in the header's two paths)
+        notes.append(f"A and B are the same run ({a['run_id']}): a log and a copy of it, not two runs")
+    for name, rep in (("A", a), ("B", b)):
+        if rep.get("log_ends_early"):
+            # (the single report says so; the comparison set a cut log's figures beside a whole
+            # run's without a word)
+            end = _ends_early_text(rep["log_ends_early"], rep.get("skipped_by_reason") or {}, rep.get("gzip_damage"))
+            notes.append(f"{name}'s log ends early {end}: its figures are of the part there is")
     if not _same_end(a, b) and bool(_diverged(a)) == bool(_diverged(b)):
         # (where one run diverged, the last loss's verdict is its divergence's, at any step)
         notes.append(
@@ -194,11 +219,28 @@ def compare_reports(a: dict, b: dict) -> dict:
             f"the runs have different world sizes (A {a['world_size']} ranks, B {b['world_size']}): a step of each is "
             "another number of samples; the last losses are shown, not judged"
         )
+    if _comm_differs(a, b):
+        notes.append(f"A's comm is {_COMM_WHOSE[comm_meaning(a)]}; B's is {_COMM_WHOSE[comm_meaning(b)]}: not one figure, "
+                     "shown, not judged")
     if not _same_peak(a, b):
         notes.append(
             f"peak memory is {_PEAK_KINDS[_peak_kind(a)]} in A, {_PEAK_KINDS[_peak_kind(b)]} in B: shown, not judged"
         )
-    return {"a": {k: a.get(k) for k in side}, "b": {k: b.get(k) for k in side}, "rows": rows, "notes": notes}
+    return {"a": {k: a.get(k) for k in side} | {"furthest_step": _furthest_step(a)},
+            "b": {k: b.get(k) for k in side} | {"furthest_step": _furthest_step(b)}, "rows": rows, "notes": notes}
+
+
+_COMM_WHOSE = {
+    "trainer": "the bundled trainer's, the time in the step's collectives, within forward and backward",
+    "script": "a script's zero-code hooks', the wait in its own collectives between steps, in no other phase",
+}
+
+
+def _comm_differs(a: dict, b: dict) -> bool:
+    """Whether one run's comm is the bundled trainer's and the other's a script's (see
+    report_render.COMM_NOTES): two figures of one name, not one to judge."""
+    ka, kb = comm_meaning(a), comm_meaning(b)
+    return ka is not None and kb is not None and ka != kb
 
 
 _PEAK_KINDS = {"cuda": "the CUDA allocator's peak", "rss": "the process RSS"}

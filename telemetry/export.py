@@ -545,7 +545,8 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     rank the log has a record of, "live_run": the id of the live run still recording the log (its
     export holds the steps so far) or None, "lost": {rank: messages it sent that the log lacks (its
     curves have gaps there), where any}``, and
-    ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand)."""
+    ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand),
+    ``"gzip_damage"``: as the report's (:func:`skipped_text` says these as the report does)."""
     if not os.path.isfile(log_path):
         raise ExportError(f"{log_path}: no such log file")
     existing = glob.glob(os.path.join(out_dir, "rank*", "events.out.tfevents.*"))
@@ -578,6 +579,9 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
         "texts": export.texts_written,
         "skipped_lines": stats.skipped_total,
         "skipped_by_reason": dict(sorted(stats.skipped.items())),
+        # As the report has it: a compressed log whose stream broke off (the break counted in
+        # the skipped lines, as a truncated or corrupt one), the rest of the run not in the export.
+        "gzip_damage": {"how": stats.gzip_damage, "after_line": stats.lines} if stats.gzip_damage else None,
         "left_out": len(export.others),
         "in_log": sorted(export.in_log),
         "live_run": going["run_id"] if going else None,
@@ -587,4 +591,22 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     }
 
 
-__all__ = ["ExportError", "event_text", "export_tensorboard", "step_scalars", "verdict_text"]
+def skipped_text(res: dict) -> str | None:
+    """What the reading of the log skipped, as ``pardash report``'s summary says it, for the
+    export's last lines: ``skipped 2 log line(s) (2 malformed)``, ``the compressed log is cut
+    short after line 90, the rest of it lost``; None where it skipped nothing. (It said "skipped
+    1 log line(s) (1 truncated)" of a cut .gz, and nothing of the cut, where the report said
+    "skipped log lines 0; the compressed log is cut short after line 90".)"""
+    from .report_render import gzip_damage_text, lines_skipped
+
+    cut = res.get("gzip_damage")
+    skipped, by_reason = lines_skipped(res["skipped_lines"], res["skipped_by_reason"], cut)
+    parts = []
+    if skipped:
+        parts.append(f"skipped {skipped} log line(s) (" + ", ".join(f"{n} {why}" for why, n in by_reason.items()) + ")")
+    if cut:
+        parts.append(gzip_damage_text(cut))
+    return "; ".join(parts) or None
+
+
+__all__ = ["ExportError", "event_text", "export_tensorboard", "skipped_text", "step_scalars", "verdict_text"]

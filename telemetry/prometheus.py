@@ -84,6 +84,14 @@ LOSS_MEAN_HELP = (
 )
 """``pardash_loss_mean``'s HELP: what the figure is, exactly."""
 
+PHASE_HELP = (
+    "Phase times of the rank's latest step. phase=\"comm\" is two things: of the bundled trainer, the time in the step's "
+    "collectives (DDP's all-reduces, FSDP's all-gathers and reduce-scatters), within forward and backward, so the phases "
+    "sum past the step; of a script's zero-code hooks, the wait in its own collectives between steps, in no other phase, "
+    "so the phases and comm sum to the step."
+)
+"""``pardash_rank_phase_seconds``'s HELP: a query that adds the phases up needs to know which comm it has."""
+
 
 def _loss_mean(steps: "list[schema.Step]") -> float | None:
     """The ranks' latest losses as one figure (see LOSS_MEAN_HELP): weighted by the samples of
@@ -262,7 +270,7 @@ class HubCollector:
         step = GaugeMetricFamily("pardash_rank_step", "Last step the rank completed.", labels=["rank"])
         step_s = GaugeMetricFamily("pardash_rank_step_seconds", "Wall time of the rank's latest step.", labels=["rank"])
         self_s = GaugeMetricFamily("pardash_rank_self_seconds", "Self time of the rank's latest step.", labels=["rank"])
-        phase = GaugeMetricFamily("pardash_rank_phase_seconds", "Phase times of the rank's latest step.", labels=["rank", "phase"])
+        phase = GaugeMetricFamily("pardash_rank_phase_seconds", PHASE_HELP, labels=["rank", "phase"])
         loss = GaugeMetricFamily("pardash_rank_loss", "Loss of the rank's latest step.", labels=["rank"])
         held = GaugeMetricFamily("pardash_rank_held_bytes", "Memory the rank holds for training: its model state plus DDP's gradient buckets.", labels=["rank"])
         device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS).", labels=["rank"])

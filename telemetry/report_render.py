@@ -70,14 +70,8 @@ DEVICES_LISTED = 8
 
 def summary_rows(rep: dict) -> list[tuple[str, str]]:
     """The run summary as (label, value) pairs, shared by the text and markdown renderers."""
-    skipped = rep["skipped_lines"]
-    by_reason = dict(rep["skipped_by_reason"])
     cut = rep.get("gzip_damage")
-    if cut:  # (the stream's break was no line of the log: "1 truncated" read as a torn line)
-        broke = "truncated" if cut["how"] == "cut short" else "corrupt"
-        by_reason[broke] = by_reason.get(broke, 0) - 1
-        by_reason = {why: n for why, n in by_reason.items() if n > 0}
-        skipped -= 1
+    skipped, by_reason = lines_skipped(rep["skipped_lines"], rep["skipped_by_reason"], cut)
     reasons = ", ".join(f"{n} {why}" for why, n in by_reason.items())
     sps = _num(rep["samples_per_s"])
     if rep["samples_per_s"] is not None:
@@ -105,7 +99,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms"),  # (not "- ms")
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
         *([("restarts", f"torchrun restarted the job {rep['job_restarts']}x (--max-restarts)")] if rep.get("job_restarts") else []),
-        ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "") + (f"; {_gzip_damage_text(cut)}" if cut else "")),
+        ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "") + (f"; {gzip_damage_text(cut)}" if cut else "")),
         *([("refused by the hub", _refused_text(rep["rejected_by_reason"]))] if rep.get("rejected_by_reason") else []),
         # (of a log with no rank, the rank section says why: "at step 0, with 0 rank(s) not ended")
         *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"], cut))]
@@ -187,6 +181,12 @@ def _seconds(s: float) -> str:
     return f"{Decimal(f'{s:.2g}'):f} s"
 
 
+def took_text(s: float) -> str:
+    """How long a save or a resume took, as the headless progress line says it: ``5 ms`` under
+    0.1 s (a 4.8 ms save read "0.00 s"), else ``2.80 s``."""
+    return f"{s * 1e3:.0f} ms" if s < 0.1 else f"{s:.2f} s"
+
+
 def _restart_text(rep: dict) -> str:
     """``; restarting 3.7 s``: the time torchrun's restarts of the job took (not training)."""
     return f"; restarting {_seconds(rep['restart_s'])}" if rep.get("restart_s") else ""
@@ -216,7 +216,21 @@ def _refused_text(counts: dict[str, int]) -> str:
     return "; ".join(parts)
 
 
-def _gzip_damage_text(cut: dict) -> str:
+def lines_skipped(skipped: int, by_reason: dict[str, int], cut: dict | None) -> tuple[int, dict[str, int]]:
+    """The log's lines the reader skipped, and by reason, less the break in a compressed log
+    (``cut``: the report's ``gzip_damage``), which the reader counts as a line: the stream's
+    break was no line of the log ("1 truncated" read as a torn line). Report and export say them
+    alike."""
+    by_reason = dict(by_reason)
+    if cut:
+        broke = "truncated" if cut["how"] == "cut short" else "corrupt"
+        by_reason[broke] = by_reason.get(broke, 0) - 1
+        by_reason = {why: n for why, n in by_reason.items() if n > 0}
+        skipped -= 1
+    return skipped, by_reason
+
+
+def gzip_damage_text(cut: dict) -> str:
     return f"the compressed log is {cut['how']} after line {cut['after_line']:,}, the rest of it lost"
 
 
@@ -389,23 +403,59 @@ def _stall_end(until: str | None) -> str:
     return f"; {until}"
 
 
+def _never_resumed(stalls: list[dict]) -> list[dict]:
+    """The episodes that did not end in a resumption: the hang the run ended in."""
+    return [s for s in stalls if not (s["until"] or "").startswith("resumed")]
+
+
+def _resumed_hangs(stalls: list[dict]) -> list[list[dict]]:
+    """The episodes that ended in a resumption, in sets that held the ranks at about one time:
+    each set one hang the job came out of. An episode holds its rank in the steps after its
+    last one up to the one it resumed at ("after step 10; resumed at step 11": step 11); those
+    of one hang are the same steps, or next to each other (a rank that hung after its step's
+    collective has not sent the step the others finished). An episode that says no steps is a
+    set of its own: nothing says which others it waited with."""
+    spans, alone = [], []
+    for s in stalls:
+        if not (s["until"] or "").startswith("resumed"):
+            continue
+        at = re.fullmatch(r"resumed at step (\d+)", s["until"])
+        if s["step"] is None or at is None:
+            alone.append([s])
+        else:
+            spans.append((s["step"] + 1, max(s["step"] + 1, int(at[1])), s))
+    hangs: list[list[dict]] = []
+    last = 0
+    for first, end, s in sorted(spans, key=lambda x: x[0]):
+        if hangs and first <= last + 1:
+            hangs[-1].append(s)
+            last = max(last, end)
+        else:
+            hangs.append([s])
+            last = end
+    return hangs + alone
+
+
 def stall_lines(rep: dict) -> list[str]:
     """Stall and silence episodes, ranks that stalled alike (phase, step, end) on one line: in
     a hang every rank waits in the same collective."""
-    # The ranks a hang most likely waits for (analysis.hang_causes), named first: among the
-    # episodes that never ended (the hang the run ended in), and among those that did.
-    # A hang holds every rank: ranks stuck apart from a job that went on wait for nobody.
-    causes: set[tuple[bool, int]] = set()
-    for ended in (False, True):
-        group = [s for s in rep["stalls"] if (s["until"] or "").startswith("resumed") == ended]
-        if len({s["rank"] for s in group}) >= rep["world_size"]:
-            causes |= {(ended, r) for r in hang_causes((s["rank"], s["kind"], s["step"], s["phase"]) for s in group)}
+    # The episodes a hang most likely waits for (analysis.hang_causes), named first: among the
+    # episodes that never ended (the hang the run ended in), and among each set of those that
+    # ended that held the ranks at one time (a hang the job came out of). A hang holds every
+    # rank: ranks stuck apart from a job that went on wait for nobody. (All the ended ones
+    # taken together named a rank that waited in its all-reduce at step 10 "waited for", for
+    # its step was lower than the step of another rank's stall some time later.)
+    causes: set[int] = set()  # (ids of the episodes)
+    for hang in [_never_resumed(rep["stalls"]), *_resumed_hangs(rep["stalls"])]:
+        if len({s["rank"] for s in hang}) >= rep["world_size"]:
+            waited_for = hang_causes((s["rank"], s["kind"], s["step"], s["phase"]) for s in hang)
+            causes |= {id(s) for s in hang if s["rank"] in waited_for}
     alike: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
     for s in rep["stalls"]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
         resumed = (s["until"] or "").startswith("resumed")
-        cause = (WAITED_FOR if resumed else LIKELY_CAUSE) if (resumed, s["rank"]) in causes else ""
+        cause = (WAITED_FOR if resumed else LIKELY_CAUSE) if id(s) in causes else ""
         ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'])}{cause}"), ([], []))
         if s["rank"] not in ranks:
             ranks.append(s["rank"])
@@ -456,14 +506,16 @@ def checkpoint_lines(rep: dict) -> list[str]:
         else:
             gaps = {b - a for a, b in zip(steps, steps[1:])}
             at = f"{steps[0]} .. {steps[-1]}" + (f", every {gaps.pop()}" if len(gaps) == 1 else "")
-        line = f"{len(saved)} saved at step{'s' if len(steps) > 1 else ''} {at}; the last in {saved[-1]['path']}"
+        line = f"{len(saved)} saved at step{'s' if len(steps) > 1 else ''} {at}"
+        if saved[-1].get("path"):  # (none of a save to a file object without a name: "the last in saved" read as a path)
+            line += f"; the last in {saved[-1]['path']}"
         slowest = max((c for c in saved if c["duration_s"] is not None), key=lambda c: c["duration_s"], default=None)
         if slowest is not None:
-            line += f"; slowest save {slowest['duration_s']:.2f} s (step {slowest['step']})"
+            line += f"; slowest save {took_text(slowest['duration_s'])} (step {slowest['step']})"
         out.append(line)
     for r in ck.get("resumed") or []:
         after = f" after torchrun restart {r['restart']}" if r.get("restart") else ""
-        took = f" ({r['duration_s']:.2f} s)" if r.get("duration_s") is not None else ""
+        took = f" ({took_text(r['duration_s'])})" if r.get("duration_s") is not None else ""
         out.append(f"resumed{after}: {r['message']}{took}")
     return out
 
@@ -555,6 +607,7 @@ def render_text(rep: dict, width: int = 10_000) -> str:
         con.print(t)
     if rows:
         con.print(SELF_NOTE)
+        con.print(COMM_NOTES[comm_meaning(rep)])
     con.print()
     con.print("stragglers:" + ("" if rep["stragglers"] else " none"))
     for line in straggler_lines(rep):
@@ -664,6 +717,48 @@ SELF_NOTE = (
 )
 
 
+COMM_NOTES = {
+    "trainer": "comm: the time in the step's collectives (DDP's all-reduces, FSDP's all-gathers and reduce-scatters), "
+               "which run within forward and backward: the phases sum past the step.",
+    "script": "comm: the wait in the script's own collectives between steps (a barrier), in no other phase: "
+              "the phases and comm sum to the step.",
+    None: "comm: of the bundled trainer, the time in the step's collectives, which run within forward and backward (the phases "
+          "sum past the step); of a script's zero-code hooks, the wait in its own collectives between steps, in no "
+          "other phase (the phases and comm sum to the step).",
+}
+"""What a rank's comm time is, by what wrote the log (:func:`comm_meaning`): two things of one name."""
+
+_TRAINER_CONFIG = {"strategy", "model", "steps", "batch_size"}
+"""Keys every config of the bundled trainer's hello holds (its TrainConfig)."""
+
+
+def comm_meaning(rep: dict) -> str | None:
+    """Whose comm time a report's is: ``trainer`` (the bundled trainer's, and a simulated run's
+    made like it: the all-reduce time, within backward), ``script`` (a launched script's
+    zero-code hooks': the wait in its own collectives between steps), or None where the log
+    does not say. The hello's ``source`` where the report has it; else its config: the bundled
+    trainer sends its whole TrainConfig, the zero-code hooks none (nor does a script of the
+    explicit API that passes no config: its comm, a phase it timed, is most likely that wait too)."""
+    source = rep.get("source")
+    if source in ("trainer", "simulate"):
+        return "trainer"
+    if source == "auto":
+        return "script"
+    if source:  # (the explicit API: comm is whatever the script timed as it)
+        return None
+    config = rep.get("config") or {}
+    if config.get("simulated") or _TRAINER_CONFIG <= set(config):
+        return "trainer"
+    if not config and rep.get("ranks"):
+        return "script"
+    return None
+
+
+def rank_notes(rep: dict) -> str:
+    """The rank table's note: what self and comm are."""
+    return f"{SELF_NOTE} {COMM_NOTES[comm_meaning(rep)]}"
+
+
 def render_markdown(rep: dict) -> str:
     """The report as GitHub-flavoured markdown."""
     rep = plain_report(rep)
@@ -672,7 +767,7 @@ def render_markdown(rep: dict) -> str:
     if rep.get("note"):
         out += ["", f"> {rep['note']}"]
     if rep["ranks"]:
-        out += ["", "## Ranks", "", f"Medians over the run; memory after the last step. {SELF_NOTE}", ""]
+        out += ["", "## Ranks", "", f"Medians over the run; memory after the last step. {rank_notes(rep)}", ""]
         text_cols = {1, 2}
         cols = rank_columns(rep)
         out.append(md_table(cols, [rank_cells(r, restarts=cols is not RANK_COLUMNS) for r in rep["ranks"]],
