@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pardash.trainer import checkpoint
-from test_checkpoint import events, trained
+from test_checkpoint import events, launch, trained
 
 
 def test_a_resumed_run_says_whose_checkpoints_past_its_step_it_replaces(tmp_path):
@@ -30,3 +32,29 @@ def test_a_resumed_run_says_whose_checkpoints_past_its_step_it_replaces(tmp_path
     assert checkpoint.saved_by(checkpoint.step_path(ckpt, 4)) == "c"
     assert checkpoint.saved_by(checkpoint.step_path(ckpt, 6)) == "a"
     assert Path(checkpoint.step_path(ckpt, 6)).is_dir()
+
+
+@pytest.mark.parametrize("why", ["damaged", "other-model"])
+def test_a_resume_that_fails_in_one_line_ends_in_it_without_torchruns_summary(tmp_path, why):
+    # "none readable: one line, exit 1" was that line, then some 30 of torchrun's: its
+    # "failed (exitcode: 1)", "ChildFailedError:", "Failures:", "Root Cause" and error files.
+    ckpt = tmp_path / "ckpt"
+    proc, _ = trained(tmp_path, "a", "--strategy", "ddp", "--steps", "2", "--checkpoint-dir", str(ckpt))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if why == "damaged":
+        for shard in checkpoint.step_path(ckpt, 2).glob("*.distcp"):
+            shard.write_bytes(shard.read_bytes()[:100])
+    flags = ["--n-embd", "64"] if why == "other-model" else []
+    proc, msgs = launch(tmp_path, "b", "--strategy", "ddp", "--nproc", "2", "--steps", "4", "--checkpoint-dir",
+                        str(ckpt), "--resume", *flags)
+    assert proc.returncode == 1
+    said = "can be read on every rank" if why == "damaged" else "holds another model than this run's flags make"
+    assert said in events(msgs, "error")[0].message
+    out = proc.stdout + proc.stderr
+    for torchruns in ("failed (exitcode", "ChildFailedError", "Root Cause", "error_file", "also failed"):
+        assert torchruns not in out, out[-3000:]
+    assert proc.stderr.splitlines()[-1].startswith("pardash: rank "), proc.stderr[-2000:]
+    assert said in proc.stderr.splitlines()[-1]
+    # Kept in the run's folder, for whoever wants torchrun's word.
+    (kept,) = (tmp_path / "runs").glob("*/torchrun/failures.log")
+    assert "Root Cause" in kept.read_text() and "failed (exitcode: 1)" in kept.read_text()

@@ -6,10 +6,17 @@ takes about 0.7 s of a 2-core machine, which every launch would wait for before 
 report its exit. Failures print what torchrun prints, the ChildFailedError summary the
 launcher reads, without torchrun's own frames above it, and exit 1 as torchrun does; a stop
 signal exits 128 + its number.
+
+A failure every rank explained in one line of its own (no checkpoint to resume can be read, the
+checkpoint holds another model: an error file with a message and no traceback) ends in that
+line: torchrun's lines about it (its "failed (exitcode: 1)", the summary with its error files)
+go to ``failures.log`` in torchrun's --log-dir (``runs/<id>/torchrun/``), not to the terminal,
+where some 30 lines of them followed the one that said what was wrong.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -37,7 +44,9 @@ def main() -> int:
             # exit as the shell would for the signal.
             return 128 + int(sig)
         _name_the_script(e)
-        if hasattr(e, "format_msg"):
+        if hasattr(e, "format_msg") and _quietly(e.failures):
+            _keep(traceback.format_exception_only(e))
+        elif hasattr(e, "format_msg"):
             # ChildFailedError: its summary of the failed workers, which the launcher reads,
             # without the 13 lines of torchrun's own frames above it (where torchrun raised it,
             # not where the job failed: the rank's traceback is above, in its output).
@@ -63,13 +72,101 @@ def _say_every_failure() -> None:
         return
 
     def _poll(self):
-        result = poll(self)
-        for line in other_failures(getattr(result, "failures", None) or {}):
-            print(line, file=sys.stderr, flush=True)
+        # torchrun's lines of a failure are logged as it is seen, here: held until it is known
+        # whether every rank explained it in one line (then they are kept apart, not shown).
+        held: list[logging.LogRecord] = []
+        _HOLD.records = held
+        try:
+            result = poll(self)
+        finally:
+            _HOLD.records = None
+        failures = getattr(result, "failures", None) or {}
+        lines = other_failures(failures)
+        _HOLD.quiet = bool(failures) and _quietly(failures)
+        if _HOLD.quiet:
+            _keep([_HOLD.format(r) + "\n" for r in held] + [line + "\n" for line in lines])
+        else:
+            for record in held:
+                logging.getLogger(record.name).handle(record)
+            for line in lines:
+                print(line, file=sys.stderr, flush=True)
         return result
 
     _poll._pardash = True  # type: ignore[attr-defined]
     SubprocessContext._poll = _poll
+    logging.getLogger(SubprocessContext.__module__).addFilter(_HOLD)
+    # (its "no error file defined for parent" line, logged after the last poll, as it gives up)
+    logging.getLogger("torch.distributed.elastic.multiprocessing.errors.error_handler").addFilter(_HOLD)
+
+
+class _Hold(logging.Filter):
+    """Holds torchrun's log records while ``records`` is a list (a poll that may see a failure),
+    and keeps them out of the terminal once ``quiet`` (the last failure seen was explained in
+    one line by every rank: :func:`_quietly`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] | None = None
+        self.quiet = False
+        self._formatter = logging.Formatter("%(levelname)s %(asctime)s %(name)s: %(message)s")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.records is not None:
+            self.records.append(record)
+            return False
+        if self.quiet:
+            _keep([self.format(record) + "\n"])
+            return False
+        return True
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._formatter.format(record)
+
+
+_HOLD = _Hold()
+
+
+def said_in_one_line(failure) -> bool:
+    """Whether a failed worker (torchrun's ProcessFailure) explained its failure in one line of
+    its own: an exit with an error file that holds a message and no traceback (the bundled
+    trainer's for an error that is the user's files or flags, not its code)."""
+    data = getattr(failure, "error_file_data", None)
+    message = data.get("message") if isinstance(data, dict) else None
+    if getattr(failure, "exitcode", 0) <= 0 or not isinstance(message, dict) or not message.get("message"):
+        return False
+    extra = message.get("extraInfo")
+    return not (isinstance(extra, dict) and extra.get("py_callstack"))
+
+
+def _quietly(failures: dict) -> bool:
+    """Whether torchrun's lines of ``failures`` stay out of the terminal: every failed worker
+    explained itself in one line (:func:`said_in_one_line`), or was stopped by torchrun after
+    one did (SIGTERM), and there is a --log-dir to keep them in."""
+    said = [f for f in failures.values() if said_in_one_line(f)]
+    stopped = [f for f in failures.values() if getattr(f, "exitcode", 0) == -15]
+    return bool(said) and len(said) + len(stopped) == len(failures) and _log_dir() is not None
+
+
+def _log_dir(argv: list[str] | None = None) -> str | None:
+    """torchrun's --log-dir in ``argv`` (the launcher always gives one), or None."""
+    argv = sys.argv if argv is None else argv
+    for i, arg in enumerate(argv):
+        if arg in ("--log-dir", "--log_dir") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(("--log-dir=", "--log_dir=")):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _keep(lines: list[str]) -> None:
+    """Append ``lines`` to ``failures.log`` in torchrun's --log-dir; to stderr when it cannot
+    be written (never lost)."""
+    try:
+        with open(os.path.join(_log_dir() or ".", "failures.log"), "a") as fh:
+            fh.writelines(lines)
+    except OSError:
+        sys.stderr.writelines(lines)
+        sys.stderr.flush()
 
 
 def other_failures(failures: dict) -> list[str]:
