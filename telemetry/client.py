@@ -595,6 +595,9 @@ class ReplaySource(FrameApplier):
             raise AttachError(no_records(path, self.read_stats))
         self.t_start = self._span.start
         self.t_end = self._span.end or self.t_start
+        self._start_known = self._span.clocks.span() is not None
+        """``t_start`` is the ranks' first word, not the hub's first record for want of it (a
+        followed log opened while its hub waits for its ranks: see :meth:`_ranks_spoke`)."""
         self.clocks_off = self._span.clocks.off()
         """Ranks whose clocks disagree with the hub's: their records play where the hub took them."""
         self._restart()
@@ -652,10 +655,29 @@ class ReplaySource(FrameApplier):
             except OSError:
                 pass
         self._count_skipped()  # (a torn last line is counted only now, by finish)
+        if came and not self._start_known:
+            self._ranks_spoke()
         self.t_end = max(self.t_end, self._span.end)
         self.clocks_off = self._span.clocks.off()
         self._cursor.upto = self._tail.offset  # the replay plays the lines read, to their end
         return came
+
+    def _ranks_spoke(self) -> None:
+        """A followed log opened before its ranks said anything started the replay at the hub's
+        first record: once they speak, it starts at their first word, as a replay of the whole
+        log does (its position, the header's elapsed, the event log's clock). Counted from the
+        hub's start, one read "elapsed 1m20s" at its end where the same log replayed after read
+        1m00s, and its events "00:00 hub: hub started"."""
+        span = self._span.clocks.span()
+        if span is None:
+            return
+        self._start_known = True
+        # Only the hub's notes, from before the ranks' first word, have been played: they go with
+        # the first frame, as in a replay of the whole log; the frames count from the new start.
+        self.t_start = span[0]
+        self._frames = 0
+        self._clock = self.t_start
+        self._play = max(self._play, self.t_start)
 
     def _grew_again(self, now: float) -> bool:
         """Follow again a log no longer followed that has grown since (looked at every

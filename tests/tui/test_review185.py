@@ -1,0 +1,56 @@
+"""Review 185: a followed replay's clock, the header at a replay's end, a rank saving its
+checkpoint in the grid, a nameless checkpoint in the event log, DDP buckets in the memory bars."""
+
+from __future__ import annotations
+
+from tui_helpers import replay_app, strip_text, until, widget_text
+
+from pardash.telemetry import client, schema
+from pardash.telemetry.client import ReplaySource
+from pardash.tui.run_clock import run_origin
+from pardash.tui.widgets.run_header import RunHeader, summarize
+
+T0 = 1.7e9
+
+
+def _hub_started(path) -> None:
+    path.write_bytes(schema.encode_json_lines([schema.Event(rank=-1, seq=-1, name="hub", message="hub started", t=T0, run="x")]))
+
+
+def _ranks_run(path, at_s: float, steps: int) -> None:
+    """The ranks say hello ``at_s`` after the hub started, then take ``steps`` steps of 0.1 s."""
+    msgs = [schema.Hello(rank=r, world_size=2, t=T0 + at_s, run="x") for r in range(2)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, samples=8, step_s=0.1, t=T0 + at_s + 0.1 * s, seq=s, run="x")
+             for s in range(1, steps + 1) for r in range(2)]  # fmt: skip
+    with open(path, "ab") as fh:
+        fh.write(schema.encode_json_lines(msgs))
+
+
+def test_a_replay_following_a_log_from_before_its_ranks_spoke_counts_from_their_first_word(tmp_path, monkeypatch):
+    # Opened 12 s into a launch whose ranks had not said hello: its clock counted from the hub's
+    # start ("elapsed 1m20s" at the end, where the same log replayed after read 1m00s; its events
+    # "00:00 hub: hub started").
+    clock = [1000.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(client, "FOLLOW_QUIET_S", 1e9)
+    log = tmp_path / "telemetry.jsonl"
+    _hub_started(log)
+    src = ReplaySource(str(log), speed=1)
+    assert src.following
+    for _ in range(30):  # the replay waits 3 s at the hub's record
+        clock[0] += 0.1
+        src.poll()
+    _ranks_run(log, 20.0, 50)
+    for _ in range(120):
+        clock[0] += 0.1
+        src.poll()
+    fresh = ReplaySource(str(log))
+    fresh.seek(fresh.duration_s)
+    assert run_origin(src) == run_origin(fresh) == T0 + 20.0
+    assert src.state.step == 50
+    assert src.duration_s == fresh.duration_s and 0 < src.position_s <= src.duration_s
+    assert summarize(src).elapsed_s == summarize(fresh).elapsed_s == 5.0
+    # A seek back plays it from the ranks' first word, as the fresh replay does.
+    src.seek(1.0)
+    fresh.seek(1.0)
+    assert (src.state.step, src.position_s) == (fresh.state.step, fresh.position_s)
