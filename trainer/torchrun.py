@@ -76,19 +76,22 @@ def _say_every_failure() -> None:
         # whether every rank explained it in one line (then they are kept apart, not shown).
         held: list[logging.LogRecord] = []
         _HOLD.records = held
+        failures: dict = {}
         try:
             result = poll(self)
+            failures = getattr(result, "failures", None) or {}
         finally:
             _HOLD.records = None
-        failures = getattr(result, "failures", None) or {}
-        lines = other_failures(failures)
-        _HOLD.quiet = bool(failures) and _quietly(failures)
-        if _HOLD.quiet:
-            _keep([_HOLD.format(r) + "\n" for r in held] + [line + "\n" for line in lines])
-        else:
-            for record in held:
-                logging.getLogger(record.name).handle(record)
-            for line in lines:
+            _HOLD.quiet = bool(failures) and _quietly(failures)
+            if _HOLD.quiet:
+                _keep([_HOLD.format(r) + "\n" for r in held])
+            else:  # (a poll that raised too: what it logged is said)
+                for record in held:
+                    logging.getLogger(record.name).handle(record)
+        for line in other_failures(failures):
+            if _HOLD.quiet:
+                _keep([line + "\n"])
+            else:
                 print(line, file=sys.stderr, flush=True)
         return result
 
