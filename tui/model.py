@@ -124,6 +124,9 @@ class RankRow:
     loss_not_finite: tuple[str, int] | None = None
     """("nan", 100): its loss is not finite ("nan", "inf" or "-inf") since that step
     (``RankState.loss_not_finite``; ``loss`` is None then, its steps carrying none)."""
+    saving: bool = False
+    """Running and saving a checkpoint now (its heartbeat's phase, since its last step): its step
+    stands still for the save's length, which read as a plain running rank gone quiet."""
 
     @property
     def flagged(self) -> bool:
@@ -728,6 +731,11 @@ class RowBuilder:
         if gpu_mem is None and mem is not None:
             gpu_mem = mem.nvml_used_bytes if mem.nvml_used_bytes is not None else mem.cuda_allocated_bytes
         waiting = self._hang_mark(e) is False
+        beat = r.heartbeat
+        # (a heartbeat from before the rank's last step is no word of now: the save is over)
+        saving = (
+            e.status == st.RUNNING and beat is not None and beat.phase == "checkpoint" and (step is None or beat.step >= step.step)
+        )
         return RankRow(
             e.rank,
             e.node,
@@ -752,6 +760,7 @@ class RowBuilder:
             self._waits_for_text if waiting else "",
             self.dev_floor_s,
             r.loss_not_finite,
+            saving,
         )
 
 

@@ -54,3 +54,36 @@ def test_a_replay_following_a_log_from_before_its_ranks_spoke_counts_from_their_
     src.seek(1.0)
     fresh.seek(1.0)
     assert (src.state.step, src.position_s) == (fresh.state.step, fresh.position_s)
+
+
+async def test_the_grid_says_a_rank_saving_its_checkpoint_is_saving_until_its_next_step(tmp_path):
+    # Its heartbeat's phase "checkpoint" for 6 s, its step standing still: the grid showed it
+    # plain "running" (its detail said "now in checkpoint").
+    from tui_helpers import grid_text
+
+    from pardash.tui.app import make_app
+
+    log = tmp_path / "telemetry.jsonl"
+    msgs: list = [schema.Hello(rank=r, world_size=2, t=T0, run="x") for r in range(2)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, samples=8, step_s=0.1, t=T0 + 0.1 * s, seq=s, run="x") for s in range(1, 6) for r in range(2)]
+    msgs += [schema.Heartbeat(rank=0, step=5, phase="checkpoint", phase_s=s, t=T0 + 1 + s, seq=10 + s, run="x") for s in range(6)]
+    msgs += [schema.Heartbeat(rank=1, step=5, phase="sync", phase_s=s, t=T0 + 1 + s, seq=10 + s, run="x") for s in range(6)]
+    msgs += [schema.Step(rank=r, step=6, loss=1.0, samples=8, step_s=6.1, t=T0 + 7.5, seq=20, run="x") for r in range(2)]
+    msgs.append(schema.Event(rank=-1, seq=-1, name="hub", message="hub stopped", t=T0 + 8, run="x"))
+    log.write_bytes(schema.encode_json_lines(msgs))
+    src = ReplaySource(str(log))
+    src.seek(5.0)
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+
+        def status_of(rank: int) -> str:
+            line = next(ln for ln in grid_text(app).splitlines() if ln.split()[:1] == [str(rank)])
+            return line.split()[1]
+
+        await until(pilot, lambda: status_of(0) == "saving")
+        assert status_of(1) == "running"
+        src.seek_soon(src.duration_s)  # its next step: the save is over
+        await until(pilot, lambda: status_of(0) != "saving")
+        assert status_of(0) == "running"

@@ -84,6 +84,7 @@ class RankGrid(ScrollView, can_focus=True):
         "rank-grid--cursor-blurred",
         "rank-grid--starting",
         "rank-grid--running",
+        "rank-grid--saving",
         "rank-grid--straggler",
         "rank-grid--stalled",
         "rank-grid--stall-cause",
@@ -124,6 +125,7 @@ class RankGrid(ScrollView, can_focus=True):
     }
     RankGrid > .rank-grid--starting { color: $text-muted; }
     RankGrid > .rank-grid--running { color: $text-success; }
+    RankGrid > .rank-grid--saving { color: $text-primary; }
     RankGrid > .rank-grid--straggler { color: $text-warning; text-style: bold; }
     RankGrid > .rank-grid--stalled { color: $text-error; text-style: bold; }
     RankGrid > .rank-grid--stall-cause { color: $text-error; text-style: bold reverse; }
@@ -600,6 +602,8 @@ class RankGrid(ScrollView, can_focus=True):
             status_text, status_style = f"exit {row.exit_code}", self._status_style(status, exit_first)
         elif row.not_sharding and status == st.RUNNING:
             status_text, status_style = "unsharded", self._style("rank-grid--unsharded")
+        elif row.saving:  # (its step stands still meanwhile: said, not a plain "running")
+            status_text, status_style = "saving", self._style("rank-grid--saving")
         elif hang is False:
             status_text, status_style = "waiting", self._status_style(status, exit_first, hang)
         else:
