@@ -196,6 +196,24 @@ def _no_log_in(folder: str) -> str:
     return f"{folder}: a folder without a {LOG_NAME} (a run's folder holds one, or its result.json names it)"
 
 
+def _in_run_folder(what: str) -> str | None:
+    """The log meant by ``what``, a file missing from a run's folder: that run's log (its
+    result.json names it: a launch with ``--log elsewhere.jsonl``) when ``what`` is the folder's
+    own telemetry.jsonl, with a note of the file read; None where ``what``'s folder is no run's.
+    `replay runs/ID/telemetry.jsonl`, as the README gives it, failed "no such log file, run folder
+    or run id" of a run whose folder is there and whose result.json says where its log went."""
+    folder = os.path.dirname(what)
+    if not folder or not os.path.isfile(os.path.join(folder, "result.json")):
+        return None
+    inside = run_folder_log(folder)
+    if inside is None:
+        fail(_no_log_in(folder))  # the run is there, its log is not: said, not "no such log file"
+    if os.path.basename(what) not in (LOG_NAME, LOG_NAME + ".gz"):  # (another name: a typo, not taken as the run's log)
+        fail(f"{what}: no such file; that run's log is {inside} (give it, or the run's folder {folder})")
+    print(f"{PROG}: note: {what} is not there; the run's log is {inside} (its result.json names it), read instead", file=sys.stderr)
+    return inside
+
+
 def find_log(what: str, runs_dir: str = "runs") -> str:
     """The log a user means: a log file, a run's folder (its telemetry.jsonl), or a run id (or
     its unique prefix) under ``runs_dir`` or in the registry of live runs, as `launch` prints it
@@ -212,6 +230,8 @@ def find_log(what: str, runs_dir: str = "runs") -> str:
         if inside is not None:
             return inside
         fail(_no_log_in(what))
+    if (found_in := _in_run_folder(what)) is not None:
+        return found_in
     # log -> its run id (a live run's log is in its folder too: one run)
     found = {e["log"]: str(e["run_id"]) for e in registry.live_runs(prune=False) if str(e.get("run_id", "")).startswith(what) and e.get("log")}
     folders = []
