@@ -87,3 +87,26 @@ async def test_the_grid_says_a_rank_saving_its_checkpoint_is_saving_until_its_ne
         src.seek_soon(src.duration_s)  # its next step: the save is over
         await until(pilot, lambda: status_of(0) != "saving")
         assert status_of(0) == "running"
+
+
+async def test_a_narrow_memory_view_of_ddp_says_the_held_figure_with_its_buckets():
+    # Too narrow for "+ 415 KiB buckets": "1.62 MiB of 1.62 MiB  full copy + buckets" beside the
+    # grid's and the summary's held 2.03 MiB: the figure left the buckets out, its label said "+".
+    import re
+
+    from pardash.tui.widgets.memory_bars import MemoryBars
+    from pardash.tui.widgets.memory_summary import MemorySummary
+
+    app = replay_app("straggler8.jsonl")  # DDP over 8 ranks
+    async with app.run_test(size=(66, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("m")
+        await pilot.pause()
+        summary = " ".join(widget_text(app.screen.query_one(MemorySummary)).split())
+        per_rank = re.search(r"per rank (\S+ \S+) \+ (\S+ \S+) buckets = (\S+ \S+)", summary)
+        assert per_rank, summary
+        state, _buckets, held = per_rank.groups()
+        bars = app.screen.query_one(MemoryBars)
+        lines = [" ".join(strip_text(bars.render_line(y)).split()) for y in range(8)]
+        for line in lines:
+            assert line.endswith(f"{held} of {state} full copy + buckets"), line

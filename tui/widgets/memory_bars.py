@@ -162,15 +162,18 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
         ratio = r.full_bytes / r.held_bytes if r.held_bytes else None
         shards = bool(ratio and ratio > 1.05)
         saving = f"{fmt_ratio(ratio)} less" if shards else "full copy"
-        # In the units of the rest of the screen ("1.62 MiB"; "1.62M" beside "1.62 MiB" in the
-        # summary read as another kind of figure).
-        tail = f" {fmt_bytes(r.held_bytes):>8} of {fmt_bytes(r.full_bytes):>8}  "
-        segments.append(Segment(tail, self._s("text")))
         saving_style = self._s("bad") if over else self._s("good") if shards else self._s("text")
+        wide = s.buckets_bytes and self._tail_width(s, width) > TAIL_WIDTH + len(SHORT_BUCKETS)
+        # In the units of the rest of the screen ("1.62 MiB"; "1.62M" beside "1.62 MiB" in the
+        # summary read as another kind of figure). Too narrow to say the buckets' size, the figure
+        # is what the rank holds with them, as the grid's held: "1.62 MiB of 1.62 MiB  full copy
+        # + buckets" read as 1.62 MiB with the buckets, beside a held 2.03 MiB.
+        held = r.total_bytes if s.buckets_bytes and not wide else r.held_bytes
+        tail = f" {fmt_bytes(held):>8} of {fmt_bytes(r.full_bytes):>8}  "
+        segments.append(Segment(tail, self._s("text")))
         if s.buckets_bytes:
             # DDP's gradient buckets come on top of the full copy: the grid's "held" (and the bar)
             # count them, and "1.62M of 1.62M full copy" beside a held 2.03M left 415K unsaid.
-            wide = self._tail_width(s, width) > TAIL_WIDTH + len(SHORT_BUCKETS)
             buckets = f" + {fmt_bytes(r.buckets_bytes)} buckets" if wide else SHORT_BUCKETS
             pad = BUCKETS_WIDTH if wide else len(SHORT_BUCKETS)
             segments.append(Segment(saving, saving_style))
