@@ -23,10 +23,13 @@ SHARDING_OK_FACTOR = 1.25
 margin under NOT_SHARDING_FACTOR: figures near the bar do not flap)."""
 
 
-STALL_CAUSE_PHASES = ("data",)
+STALL_CAUSE_PHASES = ("data", "checkpoint", "eval")
 """Phases no collective waits in: when, at one step, some ranks are stalled in one of them and
 the others in another phase, the others are waiting for them (a hung data loader holds every
-rank at the next collective). The alerts and the report name those first, as the likely cause."""
+rank at the next collective; rank 0 saving or evaluating alone, past even the longer allowance
+those phases get, holds the others at their barrier). The alerts and the report name those
+first, as the likely cause. (A save or an evaluation with collectives of its own, DCP's or an
+all-reduce of metrics, has every rank in it: nothing tells them apart, as before.)"""
 
 
 def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]]) -> set[int]:

@@ -590,6 +590,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "devices": _devices(state),
         "torch_version": hello.torch_version if hello else "",
         "note": hello.note if hello else "",
+        # (what made the log: "trainer", "auto" (the zero-code hooks), "api", "simulate": what its
+        # comm time is, the bundled trainer's all-reduce or a script's wait between steps)
+        "source": hello.source if hello else "",
         "config": dict(hello.config) if hello else {},
         "params_count": params_count,
         "expected_bytes_per_rank": expected,
@@ -837,7 +840,8 @@ def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, 
     if msg.name == "checkpoint":
         if msg.step is None:
             return
-        entry = saves.setdefault(msg.step, {"step": msg.step, "path": msg.message, "ranks": 0, "duration_s": None,
+        # (no path: a save to a file object with no name)
+        entry = saves.setdefault(msg.step, {"step": msg.step, "path": msg.message or None, "ranks": 0, "duration_s": None,
                                             "_ranks": set()})
     else:
         attempt = r.restarts if r is not None else 0

@@ -201,6 +201,7 @@ def test_runs_that_ended_at_different_steps_have_their_losses_shown_not_judged()
     b["last_step"] = a["last_step"] - 10
     for r in b["ranks"]:
         r["last_loss"] = r["last_loss"] + 0.5
+        r["last_step"] = b["last_step"]
     cmp = compare_reports(a, b)
     rows = {r["metric"]: r for r in cmp["rows"]}
     assert rows["last_loss"]["delta"] == pytest.approx(0.5) and rows["last_loss"]["verdict"] == ""

@@ -359,6 +359,11 @@ def test_the_rank_a_hang_waits_for():
     assert hang_causes([(0, "stalled", 100, "data"), (1, "stalled", 99, "backward")]) == {1}
     # At one step: stuck outside any collective while the others are in one.
     assert hang_causes([(0, "stalled", 5, "backward"), (1, "stalled", 5, "data"), (2, "stalled", 5, "backward")]) == {1}
+    # Saving or evaluating alone past even those phases' longer allowance while the others wait
+    # in their barrier: the saver is the cause (it was named nobody), not when every rank is in it.
+    assert hang_causes([(0, "stalled", 40, "checkpoint"), (1, "stalled", 40, "sync")]) == {0}
+    assert hang_causes([(0, "stalled", 40, "sync"), (1, "stalled", 40, "eval")]) == {1}
+    assert hang_causes([(0, "stalled", 40, "checkpoint"), (1, "stalled", 40, "checkpoint")]) == set()
     # At one step, frozen (no heartbeat) while the others still beat.
     assert hang_causes([(0, "stalled", 345, "backward"), (1, "silent", 345, "backward")]) == {1}
     # Nothing tells them apart, or nobody waits.
