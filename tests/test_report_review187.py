@@ -86,6 +86,7 @@ def test_a_checkpoint_saved_to_a_file_object_names_no_path(tmp_path):
     for text in (render_text(rep), render_markdown(rep)):
         assert "1 saved at step 3; slowest save 1.50 s (step 3)" in text, text
         assert "the last in" not in text
+    assert rep["checkpoints"]["saved"][0]["path"] is None  # (the JSON's "" read as a path too)
 
 
 # -- stalls -----------------------------------------------------------------------------------
@@ -125,6 +126,7 @@ SCRIPT_COMM = "the wait in the script's own collectives between steps (a barrier
 def test_the_rank_table_says_what_comm_is_of_the_trainer_and_of_a_script(tmp_path):
     trainer = _report(_run("trainer"), tmp_path / "trainer.jsonl")
     script = _report(_run("script", script=True), tmp_path / "script.jsonl")
+    assert (trainer["source"], script["source"]) == ("trainer", "auto")  # (what made the log, not a guess)
     for render in (render_text, render_markdown):
         assert TRAINER_COMM in render(trainer) and SCRIPT_COMM not in render(trainer)
         assert SCRIPT_COMM in render(script) and TRAINER_COMM not in render(script)
