@@ -110,3 +110,23 @@ async def test_a_narrow_memory_view_of_ddp_says_the_held_figure_with_its_buckets
         lines = [" ".join(strip_text(bars.render_line(y)).split()) for y in range(8)]
         for line in lines:
             assert line.endswith(f"{held} of {state} full copy + buckets"), line
+
+
+async def test_the_header_at_80_columns_says_the_rate_of_a_job_a_stall_ended_is_at_its_end():
+    # A stall ended the job (--inject-stall 1@50 --pg-timeout-s 20): "step 49   samples/s 0
+    # elapsed 21s" at 80 columns, read as the rate now; "at the end (stalled)" was left out
+    # where it would take a line's room, though no device's name was there to lose.
+    from pardash.tui.app import make_app
+    from pardash.tui.widgets.run_header import RunSummary
+
+    ended = RunSummary(
+        run_id="20261205-163906-ffb7", strategy="ddp", world_size=2, device="AMD EPYC 7B13 64-Core Processor", step=49,
+        samples_per_s=0.0, samples_per_s_when="at the end (stalled)", elapsed_s=21, status_counts=(("exited", 2),),
+    )  # fmt: skip
+    app = make_app(replay_app("run4.jsonl").source)
+    async with app.run_test(size=(80, 30)) as pilot:
+        header = app.screen.query_one(RunHeader)
+        header.summary = ended
+        await pilot.pause()
+        text = header._text(78).plain
+        assert "samples/s 0 at end (stalled)" in text, text

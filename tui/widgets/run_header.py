@@ -445,9 +445,7 @@ class RunHeader(CachedStyles, Widget):
                     break
             if said is None:
                 lines = self._flow(self._first_line(s, short), width)
-                if self._height(lines, second, width) == self._height(bare, second, width) and (
-                    not s.device or _holds(lines, s.device) == _holds(bare, s.device)
-                ):
+                if not s.device or _holds(lines, s.device) == _holds(bare, s.device):
                     said = lines
             lines = said if said is not None else bare
         note = None
