@@ -432,9 +432,10 @@ class RunHeader(CachedStyles, Widget):
             # "at the end" after samples/s once every rank is done: not at the cost of what the
             # line held while the run went on (the device's name went, "elapsed" moved down a
             # line). Said where it fits as well; else "at end", which may move what follows
-            # the rate onto the next line where the header is no taller for it and keeps the
-            # device's name; else nothing (the statuses beside say the run ended). Left out at
-            # 80 columns, the rate at the end read as the live one.
+            # the rate onto the next line (the header a line taller, or its counters gone)
+            # where the device's name stays as it was; else nothing. Left out where only a line
+            # was at stake, at 80 columns the rate at the end read as the live one ("step 49
+            # samples/s 0" of a job a stall ended).
             bare = self._flow(self._first_line(s, ""), width)
             short = when.replace("at the end", "at end")
             said = None
