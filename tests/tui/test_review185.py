@@ -130,3 +130,16 @@ async def test_the_header_at_80_columns_says_the_rate_of_a_job_a_stall_ended_is_
         await pilot.pause()
         text = header._text(78).plain
         assert "samples/s 0 at end (stalled)" in text, text
+
+
+def test_a_checkpoint_saved_to_a_nameless_file_object_says_no_path_after_a_colon():
+    # A save to io.BytesIO() sends the checkpoint event no path (message ""): the events pane
+    # says the save and its time, not "...: " with nothing after it.
+    from pardash.tui.widgets.event_log import describe
+
+    for message in ("", " "):
+        one = schema.Event(rank=0, seq=1, name="checkpoint", message=message, step=5, duration_s=1.2, t=T0)
+        assert describe(one)[0] == "rank 0 checkpoint at step 5 (1.20s)"
+        assert describe(one, [0, 1], 1.3)[0] == "ranks 0-1 checkpoint at step 5 (slowest 1.30s)"
+    named = schema.Event(rank=0, seq=1, name="checkpoint", message="/ck/step5.pt", step=5, duration_s=1.2, t=T0)
+    assert describe(named)[0] == "rank 0 checkpoint at step 5 (1.20s): /ck/step5.pt"
