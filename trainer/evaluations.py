@@ -1,11 +1,12 @@
 """Evaluations between training steps (part of
 :class:`pardash.trainer.instrument.Instrument`): a trained model put in eval mode
 (``model.eval()`` to ``model.train()``, or its forwards in eval mode without grad) is evaluated,
-not trained. Its phase is ``eval``, an ``eval`` event says how long it took, and the next
-step's clock starts when it ends. Forwards with grad after ``model.eval()`` are training if a
-backward follows them (BatchNorm and dropout frozen), and a model put in eval mode before it
-was seen training is evaluated if an optimizer already holds its weights (a baseline
-validation before the first step).
+not trained. Its phase is ``eval``, an ``eval`` event says how long it took, and its time is
+in neither step: the next step keeps what came before it (the script's work after the
+optimizer step, its wait in a barrier), as after a save (see saves._left_out). Forwards with
+grad after ``model.eval()`` are training if a backward follows them (BatchNorm and dropout
+frozen), and a model put in eval mode before it was seen training is evaluated if an
+optimizer already holds its weights (a baseline validation before the first step).
 
 A model left in training mode (no dropout or BatchNorm to switch, so no ``model.eval()``) is
 evaluated too when, after an optimizer step and before the next step's training, it (or its
@@ -16,9 +17,10 @@ phase is ``eval``), and it is dropped, as if never begun, when training resumes 
 loader took another batch: a forward without grad on the first batch of a pass is part of the
 step (a GAN's fakes, a teacher's or the model's own targets, pseudo-labels, at the start of an
 epoch or of the unlabelled loader's pass). Its time runs from its loader's start to the end
-of its last forward, or of its loader's pass if that comes later. A validation without a
-DataLoader (a tensor held, a list of batches) is not seen so: it stays in the next step's
-data."""
+of its last forward, or of its loader's pass if that comes later, and the next step starts at
+its end (what came before its loader's start is not kept: no stamp of the step's clock marks
+it). A validation without a DataLoader (a tensor held, a list of batches) is not seen so: it
+stays in the next step's data."""
 
 from __future__ import annotations
 
@@ -29,12 +31,22 @@ from typing import Any, Callable
 from pardash.telemetry import api
 from pardash.trainer.hooking import _get_ident, _guarded
 from pardash.trainer.marks import _OpenStep
+from pardash.trainer.saves import _left_out
 from pardash.trainer.trained import batch_size
 
 
 class Evaluations:
     """The evaluation's start, end and event. Its state is :class:`Instrument`'s (set in its
     ``__init__``: the ``_eval_*`` fields)."""
+
+    _eval_began: Any = None
+    """The step clock's stamp as the evaluation began (``_eval_t0``, a ``perf_counter``, is its
+    length's): what the step had before it is kept, the rest left out (see _eval_ends). None:
+    not known (it began at its loader's start, before any stamp of it), the step then starts
+    at its end."""
+    _eval_asked: tuple[int, Any] | None = None
+    """(optimizer steps ended, stamp) at the script's last ``model.eval()`` of a model not seen
+    training (an EMA's): an evaluation of it begins there, not at its first forward."""
 
     def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
         trained = self.trained.trained_ids
@@ -78,6 +90,7 @@ class Evaluations:
         new = self._eval_new
         if not mode:
             self._eval_new = (weakref.ref(module), time.perf_counter())
+            self._eval_asked = (self._posts, self.clock.stamp())
         elif new is not None and new[0]() is module:
             self._eval_new = None
             if self._eval_t0:
@@ -97,6 +110,8 @@ class Evaluations:
         self._eval_begins(called=True)
         if self._eval_t0:
             self._eval_t0 = min(self._eval_t0, t0)
+            if self._eval_asked is not None:
+                self._eval_began = self._eval_asked[1]  # (its model.eval(), that t0)
         else:  # inside a step: part of it, and the question is not asked again
             self._eval_new = None
 
@@ -132,8 +147,14 @@ class Evaluations:
                 return
             p = None
         self._eval_t0 = self._eval_t1 = now
+        asked = self._eval_asked
+        if not called and asked is not None and asked[0] == self._posts:
+            self._eval_began = asked[1]  # (an EMA's model.eval() since the last optimizer step)
+        else:
+            self._eval_began = self.clock.stamp()
         if p is not None and not called:
             self._eval_t0 = min(now, p.t0)  # its loader's start and first batch are the evaluation's
+            self._eval_began = None  # (no stamp there: a CUDA event cannot be recorded in the past)
         self._eval_end = None
         self._eval_called = called
         self._eval_grad = None
@@ -183,21 +204,31 @@ class Evaluations:
         self._eval_grad_pass = False
 
     def _eval_ends(self, by_script: bool = False) -> None:
-        """Training resumes: the open step starts after the evaluation, which is an event,
-        unless the script says it with an ``eval`` event of its own (``pt.event``). Ended
-        ``by_script`` (its ``model.train()``), the script's own may come just after: the event
-        is held until the next step, and the script's replaces it (it was counted twice)."""
+        """Training resumes: the evaluation's time is left out of the open step, what came
+        before it kept. (The step starts at its end before the first optimizer step, what came
+        before it the script's setting up, see Epochs._first_batch_asked; and after one begun
+        at its loader's start, not placed on the step's clock.) It is an event, unless the
+        script says it with an ``eval`` event of its own (``pt.event``). Ended ``by_script``
+        (its ``model.train()``), the script's own may come just after: the event is held until
+        the next step, and the script's replaces it (it was counted twice)."""
         if self._eval_pending is not None and not self._eval_stands():
             self._eval_drop()
             return
         took = self._eval_t1 - self._eval_t0
-        end = self._eval_end
+        began, end = self._eval_began, self._eval_end
         self._eval_clear()
         self.evals += 1
         if end is not None and self._cut is not None and self._open is not None and len(self._open.marks) == self._cut.marks:
-            self._resume_at = end  # the step before has not ended yet (its round may go on)
+            # The step before has not ended yet (its round may go on).
+            if began is not None:
+                self._left_out_after_cut(began, end)
+            else:
+                self._resume_at = end
         elif end is not None and self._open is not None and len(self._open.marks) == 1:
-            self._open.marks[0] = ("data", end)
+            if began is not None and self._posts:
+                _left_out(self._open, began, end, self.clock)
+            else:
+                self._open.marks[0] = ("data", end)
         self._phase = "data"
         self.reporter.set_phase("data")
         if api.user_sent("eval"):

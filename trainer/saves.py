@@ -164,10 +164,10 @@ class Saves:
         elif saved and self._open is not None:
             step = self._open
             if self._cut is not None and len(step.marks) == self._cut.marks:
-                self._save_after_cut(began)
+                self._left_out_after_cut(began, self.clock.stamp())
                 self._phase = "data"
             elif len(step.marks) == 1:
-                _save_left_out(step, began, self.clock)
+                _left_out(step, began, self.clock.stamp(), self.clock)
                 self._phase = "data"
         self.reporter.set_phase(self._phase)
         if saved:
@@ -176,21 +176,21 @@ class Saves:
             step_done = self.step + (self._cut is not None)
             self._saves_held.append({"message": where, "step": step_done, "duration_s": took})
 
-    def _save_after_cut(self, began: Any) -> None:
-        """A save after the cut of a round that may go on: the step after the cut, made when
-        the round ends, starts that much later (see Rounds._publish_cut), and its waits in
-        collectives before the save move with it, so its time before the save stays its own.
-        (CUDA events cannot be moved: there it starts at the save's end, as after an
-        evaluation, and what came between the cut and the save is in no step.)"""
-        end = self.clock.stamp()
+    def _left_out_after_cut(self, began: Any, end: Any) -> None:
+        """Time between steps from ``began`` to ``end`` (a save, an evaluation, see
+        :meth:`Evaluations._eval_ends`) after the cut of a round that may go on: the step after
+        the cut, made when the round ends, starts that much later (see Rounds._publish_cut),
+        and its waits in collectives before it move with it, so its time before it stays its
+        own. (CUDA events cannot be moved: there it starts at ``end``, and what came between
+        the cut and ``began`` is in no step.)"""
         start = self._resume_at if self._resume_at is not None else self._cut.end
         if not isinstance(start, float):
             self._resume_at = end
             return
         took = end - began
         self._resume_at = start + took
-        if self._sync_next:
-            self._sync_next = [(a + took, b + took) for a, b in self._sync_next]
+        if self._sync_next:  # (those in an evaluation, its metrics' all_reduce, are in no step)
+            self._sync_next = [(a + took, b + took) if b <= began else (a, b) for a, b in self._sync_next if b <= began or a >= end]
 
     def _send_saves(self) -> None:
         """The held save events, sent (a step is published, or the script ends), unless the
@@ -203,18 +203,21 @@ class Saves:
             self.reporter.event("checkpoint", **fields)
 
 
-def _save_left_out(step: _OpenStep, began: Any, clock: Any) -> None:
-    """A save between steps, from ``began`` to now: the open step's clock starts again at its
-    end, and what the step had before it is carried as its lead (see _OpenStep.lead_s): its
-    own time (the script's work after the optimizer step: the straggler signal, its data
-    time) and its waits in collectives (comm_s). Moving its start to the save's end dropped
-    them: rank 0 working 30 ms before a barrier and a save read data 0.1 ms, rank 1 no wait."""
+def _left_out(step: _OpenStep, began: Any, end: Any, clock: Any) -> None:
+    """Time between steps from ``began`` to ``end`` (a save, an evaluation), left out of the
+    open step: its clock starts again at ``end``, and what the step had before ``began`` is
+    carried as its lead (see _OpenStep.lead_s): its own time (the script's work after the
+    optimizer step: the straggler signal, its data time) and its waits in collectives
+    (comm_s). Moving its start to ``end`` dropped them: rank 0 working 30 ms before a barrier
+    and a save read data 0.1 ms, rank 1 no wait."""
     start = step.marks[0][1]
     if clock.cuda:
-        began.synchronize()  # sync: the save copied the state to the host already, past it
+        began.synchronize()  # sync: past it already (a save copied the state to the host, an evaluation read its metrics)
     before = clock.seconds(start, began)
     waited = CommTimer.seconds(step.syncs, within=(start, began)) if step.syncs else 0.0
     step.lead_s += max(0.0, before - waited)
     step.lead_wait_s += waited
-    step.syncs = []
-    step.marks[0] = ("data", clock.stamp())
+    # Those after ``end`` (an evaluation's metrics all-reduced after its last forward) stay
+    # the step's; those in between, no step's. (CUDA events are not compared here: none kept.)
+    step.syncs = [s for s in step.syncs if s[0] >= end] if isinstance(end, float) else []
+    step.marks[0] = ("data", end)
