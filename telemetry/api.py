@@ -20,10 +20,13 @@ When both are active, ``pt.step()`` takes precedence: the first ``with pt.step()
 the automatic step boundaries off, and each explicit step still gets the automatic phase
 times, loss, samples and memory for whatever ``pt.log`` and ``pt.phase`` did not give.
 
-Values logged outside a ``pt.step()`` block go with the next step published (under ``pardash
-launch`` without step blocks: a value logged before the step's last optimizer step is that
-step's, one logged after it the next's); a phase timed outside one is in no step (see
-:func:`phase`). A tensor passed to
+Values logged outside a ``pt.step()`` block go with the next step published, and a phase timed
+outside one is in no step (see :func:`phase`). Under ``pardash launch`` without step blocks, a
+step ends at its last optimizer step and the next begins at its first forward: a value logged
+in a step, or after it and before the next begins (``pt.log`` after ``optimizer.step()``, an
+evaluation's between the steps), is that step's, and one logged after the last step, at the
+script's end, is the last step's (a phase timed before the forward is the next step's, whose
+time it is). A tensor passed to
 ``pt.log`` is read with ``.item()`` when its step is published; on a GPU that step is published
 once the next one ends, so reading it waits for nothing.
 

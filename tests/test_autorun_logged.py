@@ -1,12 +1,16 @@
 """Values a script logs with ``pt.log`` and no step blocks, under ``pardash launch``'s automatic
-instrumentation: a value logged before a step's optimizer step (its round's last) is that
-step's, one logged after it the next step's, however late the step is published (one
-optimizer's first step, once a second round shows it alone; every step of a GAN's, once the
-next iteration's first optimizer steps)."""
+instrumentation: a value logged before a step's optimizer step (its round's last), or after it
+and before the next step begins (its first forward), is that step's, however late the step is
+published (one optimizer's first step, once a second round shows it alone; every step of a
+GAN's, once the next iteration's first optimizer steps); one logged after the last step, at the
+script's end, is the last step's."""
 
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -14,7 +18,9 @@ from torch import nn
 
 import instrumented
 import pardash.telemetry as pt
-from pardash.telemetry import api
+from helpers import pardash_env
+from pardash.telemetry import api, schema
+from pardash.telemetry.logreader import load_log
 
 
 hooked = instrumented.hooked
@@ -34,11 +40,12 @@ def _loss(model: nn.Module) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
-def test_a_value_logged_before_the_optimizer_step_is_its_steps_one_after_the_next_steps(hooked, where):
+def test_a_value_logged_before_or_after_the_optimizer_step_is_its_steps(hooked, where):
     # The first step is published only once the second iteration's optimizer steps (one
     # optimizer, seen to step again): it carried the second iteration's value (the first's
-    # overwritten) and the second step none; logged after the optimizer step, the second step
-    # had none and the first the first's.
+    # overwritten) and the second step none. Logged after the optimizer step (the most common
+    # place), each value went with the next step, the first step had none and the last value
+    # was lost: a step published at its post-hook was sent before the value came.
     inst, rep = hooked
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -52,10 +59,26 @@ def test_a_value_logged_before_the_optimizer_step_is_its_steps_one_after_the_nex
         opt.zero_grad()
     inst.finish()
     assert [s["step"] for s in rep.steps] == [1, 2, 3, 4, 5]
-    if where == "before":
-        assert _logged(rep, "x") == [{"x": float(i)} for i in range(1, 6)]
-    else:  # each goes with the next step published (the last one's with none)
-        assert _logged(rep, "x") == [{}] + [{"x": float(i)} for i in range(1, 5)]
+    assert _logged(rep, "x") == [{"x": float(i)} for i in range(1, 6)]
+
+
+def test_a_value_logged_after_the_step_and_before_the_next_begins_is_that_steps(hooked):
+    # The boundary is the next step's first pass: a value logged after it is the next step's.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(1, 5):
+        model(torch.randn(6, 8))  # (a forward that trains nothing: the step has begun)
+        pt.log(early=i)
+        _loss(model).backward()
+        opt.step()
+        opt.zero_grad()
+        pt.log(late=i)
+    pt.log(end=0)  # after the loop: the last step's
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    assert _logged(rep, "early", "late") == [{"early": float(i), "late": float(i)} for i in range(1, 5)]
+    assert _logged(rep, "end") == [{}, {}, {}, {"end": 0.0}]
 
 
 def _gan_iteration(gen, disc, opt_d, opt_g, i: int, g_steps: bool = True) -> None:
@@ -90,6 +113,27 @@ def test_a_gans_values_logged_before_each_optimizers_step_are_the_iterations_ste
     assert [s["step"] for s in rep.steps] == list(range(1, len(pattern) + 1))
     expected = [{"d": float(i), **({"g": float(i)} if g else {})} for i, g in enumerate(pattern, 1)]
     assert _logged(rep, "d", "g") == expected
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [[True] * 4, [False] * 2 + [True] * 2, [False, True] * 2],
+    ids=["every", "warm-up", "every-second"],
+)
+def test_a_gans_values_logged_after_its_last_optimizer_step_are_the_iterations_step(hooked, pattern):
+    # Logged after the generator's step (or the discriminator's, in an iteration where the
+    # generator does not step), before the next iteration's first pass: that iteration's step,
+    # the last one's kept at the script's end.
+    inst, rep = hooked
+    gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
+    opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
+    for i, g in enumerate(pattern, 1):
+        _gan_iteration(gen, disc, opt_d, opt_g, i, g_steps=g)
+        pt.log(after=i)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, len(pattern) + 1))
+    expected = [{"d": float(i), **({"g": float(i)} if g else {}), "after": float(i)} for i, g in enumerate(pattern, 1)]
+    assert _logged(rep, "d", "g", "after") == expected
 
 
 @pytest.mark.parametrize("kept", [True, False], ids=["first kept", "first freed"])
@@ -130,6 +174,27 @@ def test_a_value_logged_in_an_iteration_that_skipped_its_update_is_that_steps(ho
         if i in skips:
             continue
         opt.step()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 8))
+    assert _logged(rep, "x") == [{"x": float(i)} for i in range(1, 8)]
+
+
+@pytest.mark.parametrize("skips", [(4,), (3, 4, 5)])
+def test_a_value_logged_after_an_iteration_skipped_its_update_is_that_steps(hooked, skips):
+    # backward; if bad: zero_grad, log, continue; step; zero_grad; log. The skipped
+    # iteration is cut at its zero_grad: what it logged after is its step's, as a stepped one's.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(1, 8):
+        _loss(model).backward()
+        if i in skips:
+            opt.zero_grad()
+            pt.log(x=i)
+            continue
+        opt.step()
+        opt.zero_grad()
+        pt.log(x=i)
     inst.finish()
     assert [s["step"] for s in rep.steps] == list(range(1, 8))
     assert _logged(rep, "x") == [{"x": float(i)} for i in range(1, 8)]
@@ -183,3 +248,42 @@ def test_a_steps_values_taken_in_parts_merge_later_over_earlier_and_phases_add_u
     assert merged.fields == {"loss": 2.0, "samples": 5}
     assert merged.custom == {"d": 1.0, "x": 2.0, "g": 1.0}
     assert merged.phases == {"augment": 0.75, "data": 0.5}
+
+
+LOGS_AFTER_THE_STEP = """
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    import pardash.telemetry as pt
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(STEPS):
+        loss = model(torch.randn(6, 8)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        pt.log(gnorm=float(i))
+    dist.destroy_process_group()
+"""
+
+
+def test_under_launch_a_value_logged_after_the_optimizer_step_is_its_steps_in_the_log(tmp_path):
+    # pardash launch -- script.py, 2 ranks: the log read step 1 with no gnorm, step 2
+    # gnorm 0 ... step 4 gnorm 2, and the last value, 3, nowhere.
+    steps = 4
+    (tmp_path / "logs_after.py").write_text(textwrap.dedent(LOGS_AFTER_THE_STEP).replace("STEPS", str(steps)))
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs"), "--", "logs_after.py"],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    msgs = load_log(log)[0]
+    for rank in (0, 1):
+        got = sorted((m for m in msgs if isinstance(m, schema.Step) and m.rank == rank), key=lambda m: m.seq)
+        assert [(m.step, (m.custom or {}).get("gnorm")) for m in got] == [(i + 1, float(i)) for i in range(steps)]

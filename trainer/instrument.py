@@ -91,9 +91,11 @@ the whole step; otherwise unknown. Less, each time, the waits in collectives of 
 own between steps (see :mod:`~pardash.trainer.arrivals`): the rank before the barrier is the
 one the others wait for, not the ones waiting in it.
 
-Cost. On CPU the stamps are ``perf_counter`` and a step is published when it ends; on a GPU
-they are CUDA events and a step is published once the next one ends (its events and loss are
-ready by then), so no hook waits for the device. Memory accounting is the one expensive part:
+Cost. On CPU the stamps are ``perf_counter`` and a step is published as the next one begins
+(what the script logs after the optimizer step, ``pt.log``, is still the step's: see
+:meth:`~pardash.trainer.rounds.Rounds._next_step_begins`); on a GPU they are CUDA events and a
+step is published once the next one ends (its events and loss are ready by then), so no hook
+waits for the device. Memory accounting is the one expensive part:
 it runs every step while it costs under 1% of the step time and the steps are 0.1 s apart or
 more, else every few steps (:class:`pardash.telemetry.memory.MemoryProbe`). ``tests/scripts/measure_overhead.py`` measures
 all of it.
@@ -274,6 +276,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         self._published_round = False
         self._cut: _Cut | None = None
         """The open step as it stood at the round's last post-hook so far (round not ended)."""
+        self._logging_to: api.Logged | None = None
+        """The values of the step just cut, while the next has not begun: what the script logs
+        meanwhile (``pt.log`` after the optimizer step) joins them (see Rounds._next_step_begins)."""
         self._logged_after: api.Logged | None = None
         """What the script logged after the last cut, taken from the API already (as that cut's
         step was published, or given back by a cut that ended no step): the open step's, before
@@ -299,6 +304,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         self._pending_mem: Any = None
         self._explicit = False
         self._late: _Done | None = None
+        """The last step published, not sent yet: on a GPU until the next one is published (its
+        events and loss are ready by then), on CPU until the next one begins."""
         # warnings and memory
         self.forwards = 0
         self._stepped = False
@@ -704,6 +711,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
 
     @_guarded
     def begin_explicit(self) -> None:
+        if self._logging_to is not None:
+            self._next_step_begins()  # (the block is the next step)
         if not self._explicit:
             if self._round:
                 self._round_ends()
@@ -724,6 +733,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
     # -- publishing ------------------------------------------------------------------------------
 
     def _mark(self, phase: str, stamp: Any) -> None:
+        if self._logging_to is not None:
+            self._next_step_begins()
         if self._open is None:
             self._open = _OpenStep(marks=[("data", stamp)])
         self._open.marks.append((phase, stamp))
@@ -743,9 +754,11 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
             return held
         return probe.measure(model, self.optimizers, ddp_module=self.trained.ddps_of(model), step_s=self._step_s, force=True, slot=slot)
 
-    def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None) -> None:
+    def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None, held: bool = False) -> None:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends), with
-        ``logged`` (None: what the script logged since the last step, at its post-hook)."""
+        ``logged`` (None: what the script logged since the last step, at its post-hook).
+        ``held``: published at its cut, the next step not begun; what the script logs until
+        it begins is this step's too, so on CPU it goes out then (see Rounds._next_step_begins)."""
         step = self._open or _OpenStep(marks=[("data", end)])
         self.step += 1
         lr = step.lr if step.lr is not None else (lr_of(self._round[0]()) if self._round else None)
@@ -764,11 +777,13 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         elif self._rehook and not self.watching_all and self._depth == 0:
             self._watch_roots()  # an AveragedModel made since they settled
         self._rehook = False
-        if self.clock.cuda:
-            late, self._late = self._late, done
-            if late is not None:
-                self._emit(late)
-        else:
+        late, self._late = self._late, done  # (a step held on CPU: none began since it)
+        if late is not None:
+            self._emit(late)
+        if held:
+            self._logging_to = done.logged
+        elif not self.clock.cuda:
+            self._late = None
             self._emit(done)
 
     def _emit(self, d: _Done) -> None:
@@ -857,6 +872,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         optimizer of the last one (a GAN's crashed between its two steps) is no step."""
         if self._eval_t0:
             self._eval_ends()
+        if self._logging_to is not None:
+            self._next_step_begins()  # (none will: what the script logged after its last step is that step's)
         if failed and self._cut is not None and any(all(o() is not r() for r in self._round) for o in self._last_round):
             self._logged_back(self._cut.logged)
             self._cut = None

@@ -78,7 +78,8 @@ class _Cut:
     waits: int
     logged: api.Logged
     """What the script logged (``pt.log`` without step blocks) up to the cut, taken from the
-    API there: the step's, though it is published later (what is logged after is the next's)."""
+    API there, and what it logs after, until the next step begins (added then): the step's,
+    though it is published later (what is logged once the next began is the next's)."""
 
 
 @dataclass(slots=True)

@@ -7,9 +7,12 @@ optimizers steps again, and its step ends at the post-hook of the round's last o
 optimizer, once seen to step twice, each step is published at its post-hook.
 
 What the script logs without step blocks (``pt.log``) is taken from the API at each cut and
-kept with it: a step published later than its cut (a round's, known only when an optimizer of
-it steps again) carries the values logged before its cut, and those logged after go with the
-next step, as where the step is published at its post-hook.
+kept with it, and what it logs after the cut, until the next step begins (its first forward,
+backward or optimizer step: :meth:`Rounds._next_step_begins`) or the script ends, joins it:
+``pt.log`` after ``optimizer.step()`` is where most scripts log. So a step published at its
+post-hook is sent only then (on CPU; a GPU's waits longer anyway), and a step published later
+than its cut (a round's, known only when an optimizer of it steps again) carries the values
+logged before its cut and right after it; those logged once the next step began are the next's.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ class Rounds:
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling():
             return None
+        if self._logging_to is not None:
+            self._next_step_begins()  # (an optimizer step with no pass before it)
         if self._skip_from is not False:
             self._skip_step()  # an iteration without an optimizer step before this one?
         for r in self._round:  # (a loop, not any(): no generator a step)
@@ -85,6 +90,7 @@ class Rounds:
                 self._logged_back(self._orphan[1].logged)
             cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut())
             self._orphan = (weakref.ref(optimizer), cut)
+            self._logging_to = cut.logged
             self._pending_mem = self._memory(slot=len(self._round))
             self._round.append(weakref.ref(optimizer))
             self._last_post = now
@@ -109,7 +115,7 @@ class Rounds:
             # unless an optimizer made but not stepped yet holds weights of a model called in
             # the step (a GAN's generator, for the fakes), which may step after more passes:
             # then the round may go on, as with several optimizers.
-            self._publish(now, self._memory(slot=len(self._round) - 1))
+            self._publish(now, self._memory(slot=len(self._round) - 1), held=True)
             self._published_round = True
             self._cut = self._pending_mem = None
         else:  # the round may go on (another optimizer may step after more passes)
@@ -122,6 +128,7 @@ class Rounds:
                 step.samples = self._cut.samples
                 logged = self._cut.logged.merge(logged)
             self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), logged)
+            self._logging_to = logged
             self._resume_at = None
             self._pending_mem = _most_held(self._pending_mem, self._memory(force=not self._rounds, slot=len(self._round) - 1))
         return None
@@ -166,6 +173,24 @@ class Rounds:
         self._published_round = False
         self._cut = self._pending_mem = self._arrive_next = self._sync_next = None
 
+    def _next_step_begins(self) -> None:
+        """The first thing of the step after a cut (a forward, a backward, an optimizer step,
+        a ``pt.step()`` block), or the script's end: what it logged since the cut (``pt.log``
+        after the optimizer step, the most common place) is the cut step's, which is published
+        late enough to carry it (on CPU, a step published at its post-hook waits for this). A
+        phase timed since is the next step's: its time is, from the cut on."""
+        to, self._logging_to = self._logging_to, None
+        logged = api.take_logged()
+        if logged.phases:  # (a phase timed since, ``with pt.phase("augment")``: the next step's time, as its data is)
+            timed = api.Logged()
+            timed.phases, logged.phases = logged.phases, {}
+            self._logged_after = self._logged_after.merge(timed) if self._logged_after is not None else timed
+        if logged:
+            to.merge(logged)
+        if not self.clock.cuda and self._late is not None:
+            late, self._late = self._late, None
+            self._emit(late)
+
     def _logged_to_cut(self) -> api.Logged:
         """What the script logged since the last cut: the values of the step a cut made now ends."""
         logged = api.take_logged()
@@ -183,8 +208,9 @@ class Rounds:
         if step is None:
             self._logged_back(cut.logged)
             return
-        # What was logged since the cut is the next step's: taken now, so that the events the
-        # API held (an evaluation's) still go out before this step, as at any publishing.
+        # What was logged since the next step began (taken into the cut's values until then,
+        # see _next_step_begins) is the next step's: taken now, so that the events the API
+        # held (an evaluation's) still go out before this step, as at any publishing.
         after = api.take_logged()
         if after:
             self._logged_after = self._logged_after.merge(after) if self._logged_after is not None else after

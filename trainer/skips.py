@@ -84,6 +84,7 @@ class Skips:
                 cut = _Cut(self.clock.stamp(), len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits),
                            self._logged_to_cut())  # fmt: skip
                 self._skip_more.append((cut, self._memory(slot=0), self._arrive_next, self._sync_next, self._backward_end))
+                self._logging_to = cut.logged
                 self._arrive_next = self._sync_next = self._backward_end = None
                 self._skip_batch = False
             return
@@ -104,6 +105,7 @@ class Skips:
             return  # a backward in eval mode (test-time adaptation inside an evaluation)
         now = self.clock.stamp()
         self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut())
+        self._logging_to = self._cut.logged  # (what is logged before the next forward: the skipped step's, if the cut holds)
         self._pending_mem = self._memory(slot=0)  # (the gradients are still held)
         self._skip_from = self._backward_end
         self._skip_batch = False
