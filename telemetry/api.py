@@ -79,6 +79,10 @@ class AutoSteps(Protocol):
     def end_explicit(self, logged: "Logged") -> None:
         """A ``pt.step()`` block ended: publish it, ``logged`` overriding what was measured."""
 
+    def steps_done(self) -> int:
+        """The steps ended so far, one ended and not yet published (held for the values logged
+        after it, or its GPU timings) included."""
+
 
 class Logged:
     """What ``log`` and ``phase`` collected for one step (cleared when the step publishes)."""
@@ -670,7 +674,10 @@ def event(name: str, message: str = "", **fields: Any) -> None:
     if name == "epoch_end":
         _api.epoch += 1  # the steps after it are the next epoch's (a logged epoch wins)
     if "step" not in fields:
-        fields["step"] = reporter().last_step
+        # (the steps ended, not the last published: under the automatic steps a step goes out as
+        # the next begins, and an event after its optimizer step, a checkpoint's, read the step before)
+        auto = _api.auto
+        fields["step"] = auto.steps_done() if auto is not None and not _api.explicit else reporter().last_step
     reporter().event(name, message, **fields)
 
 

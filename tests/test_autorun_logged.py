@@ -287,3 +287,22 @@ def test_under_launch_a_value_logged_after_the_optimizer_step_is_its_steps_in_th
     for rank in (0, 1):
         got = sorted((m for m in msgs if isinstance(m, schema.Step) and m.rank == rank), key=lambda m: m.seq)
         assert [(m.step, (m.custom or {}).get("gnorm")) for m in got] == [(i + 1, float(i)) for i in range(steps)]
+
+
+def test_an_event_sent_after_the_optimizer_step_is_that_steps(hooked):
+    # A step goes out as the next begins (so a value logged after its optimizer step joins it):
+    # pt.event's default step, the reporter's last published, read the step before for an
+    # event sent there (a script's own checkpoint event after its save: "checkpoint at step 2"
+    # of step 3's).
+    inst, rep = hooked
+    api._api.reporter = rep  # (pt.event sends through the rank's one reporter)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(1, 4):
+        _loss(model).backward()
+        opt.step()
+        opt.zero_grad()
+        pt.event("checkpoint", message=f"ck{i}.pt")
+    inst.finish()
+    assert [(f["step"]) for name, f in rep.events if name == "checkpoint"] == [1, 2, 3]
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]

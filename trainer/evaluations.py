@@ -233,8 +233,7 @@ class Evaluations:
         self.reporter.set_phase("data")
         if api.user_sent("eval"):
             return
-        # After the cut of a round not yet ended, that round's step is done, if not published.
-        step = self.step + (self._cut is not None)
+        step = self.steps_done()
         if by_script:
             api.auto_event(self.reporter.event, "eval", step=step, duration_s=took)
         else:  # (at training's next forward or optimizer step, or at exit: the script's came before)

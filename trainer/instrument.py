@@ -721,6 +721,11 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         self._phase = "data"
         self._round = []
 
+    def steps_done(self) -> int:
+        """The steps ended so far: those published, and the one whose round is cut and not yet
+        published (see Rounds), as a save's or an evaluation's event counts them."""
+        return self.step + (self._cut is not None)
+
     @_guarded
     def end_explicit(self, logged: api.Logged) -> None:
         mem, self._pending_mem = self._pending_mem, None

@@ -172,8 +172,7 @@ class Saves:
         self.reporter.set_phase(self._phase)
         if saved:
             self.saves += 1
-            # After the cut of a round not yet ended, that round's step is done, if not published.
-            step_done = self.step + (self._cut is not None)
+            step_done = self.steps_done()
             self._saves_held.append({"message": where, "step": step_done, "duration_s": took})
 
     def _left_out_after_cut(self, began: Any, end: Any) -> None:
