@@ -120,7 +120,8 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
     """The root cause among ``events`` (default: the last attempt's; or an earlier one's list
     from :func:`attempts`) as the report and the launcher's last line tell it: rank, code,
     signal, the step it died in, its error's first line, victims, stopped, and ``line``, one
-    sentence of all that."""
+    sentence of all that; ``during``, where it died between steps (a phase of
+    :data:`BETWEEN_STEPS`), only when so."""
     last = events is None
     if events is None:
         events = attempts(st)[-1]
@@ -144,10 +145,17 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
                 step = e.step + 1  # an error event carries the last step completed
             break
     r = st.ranks.get(first.rank)
+    busy = _busy_at_end(st, r) if last and r is not None else None
+    if busy is not None and guess:
+        # Its last word was that it was saving, evaluating or loading a checkpoint, after its
+        # step: it died there, between steps, not in the next ("at step 41" of a rank killed
+        # in the save after step 40, a step that never began).
+        step = busy[0]
     if step is None and last and r is not None and r.step is not None:
         step = r.step.step + 1  # the one after its last step (known for the last attempt only)
     unsent = None
-    if guess and last and first.code < 0 and r is not None and _in_lockstep(st) and _died_stepping(first, r):
+    if (guess and last and busy is None and first.code < 0 and r is not None and _in_lockstep(st)
+            and _died_stepping(first, r)):  # fmt: skip
         # Killed (SIGKILL: no word of its own), its last steps died with it: a rank sends its
         # steps in batches, up to 50 ms of them held. Its peers, in lockstep with it (each
         # step's collectives need every rank), went as far as it did: "at step 111" of a rank
@@ -199,6 +207,9 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
          "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded,
          "left_early": [{"rank": r, "step": at} for r, at in left], "waited_for": waited,
          "stopped_first": stopped_first, "unsent": unsent}  # fmt: skip
+    # (only where they say something: the report's JSON of any other failure keeps its keys)
+    if busy is not None:
+        f["during"] = busy[1]
     f["line"] = failure_line(f)
     return f
 
@@ -276,10 +287,32 @@ def _frame_text(m: re.Match, path: str | None = None) -> str:
     return f"{path or m['file']}:{m['line']} in {m['func'].strip()}"
 
 
+BETWEEN_STEPS = {"checkpoint": "saving a checkpoint", "eval": "evaluating", "resume": "loading a checkpoint to resume"}
+"""What a rank does between steps, by the phase its heartbeat names (analysis.BUSY_PHASES)."""
+
+
+def _busy_at_end(st, r) -> tuple[int | None, str] | None:
+    """(its last step, the phase) of a rank whose last word was a heartbeat from a save, an
+    evaluation or a resume (:data:`BETWEEN_STEPS`): nothing it sent after (a step, the save's
+    or the evaluation's own event) says it came out of it; its error and exit may follow. The
+    step is None where it had taken none (a resume at the start)."""
+    hb = r.heartbeat
+    if hb is None or hb.phase not in BETWEEN_STEPS:
+        return None
+    if r.step is not None and (r.step.seq > hb.seq or r.step.step > hb.step):
+        return None
+    for e in st.events:
+        if (isinstance(e, schema.Event) and e.rank == r.rank and e.seq > hb.seq and e.t >= hb.t
+                and e.name not in ("error", "exit")):  # fmt: skip
+            return None
+    return (hb.step if hb.step or r.step is not None else None), hb.phase
+
+
 def failure_line(f: dict, *, error: bool = True) -> str:
     """One sentence of a :func:`failure_summary` (``error``: with the error's first line)."""
     line = f"rank {f['rank']} exited with code {f['code']}" + (f" ({f['signal']})" if f["signal"] else "")
     line += f" at step {f['step']}" if f["step"] is not None else ""
+    line += f" while {BETWEEN_STEPS[f['during']]}" if f.get("during") in BETWEEN_STEPS else ""
     unsent = f.get("unsent")
     if unsent:
         ends = f"its log ends at step {unsent['own']}" if unsent["own"] else "its log has none"

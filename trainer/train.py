@@ -32,6 +32,7 @@ import sys
 import time
 import traceback
 import warnings
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from pardash.trainer import startup
@@ -126,8 +127,19 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
 # -- the loop ----------------------------------------------------------------------------------
 
 
-def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
-    """Train ``cfg`` on this rank, publishing through ``reporter``."""
+@dataclass(slots=True)
+class Between:
+    """Where the loop is between its steps, beside ``rt.step`` (the step it is in): for the
+    last step completed that the error event of a failure says (:func:`_done`)."""
+
+    saving: bool = False
+    """In the checkpoint save after step ``rt.step``: that step is done."""
+
+
+def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | None = None) -> None:
+    """Train ``cfg`` on this rank, publishing through ``reporter``; ``between`` says whether it
+    is saving, for the caller's word of a failure."""
+    between = between if between is not None else Between()
     threads = set_cpu_threads(rt)
     is_master = rt.rank == 0
 
@@ -370,6 +382,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
                 publish(pending)
                 pending = None
             reporter.set_phase("checkpoint")
+            between.saving = True  # (a failure from here on is after the step, not in it)
             progress = checkpoint.Progress(
                 step=step, epoch=epoch, steps_into_epoch=into_epoch, total_steps=total_steps,
                 lr=lr, seed=cfg.seed, world_size=rt.world_size, **resume.data_flags(cfg),
@@ -396,6 +409,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
                 if is_master:
                     print(f"pardash trainer: warning: {said}", file=sys.stderr, flush=True)
                 clock.restart()
+                between.saving = False
                 continue
             reporter.event("checkpoint", message=str(path), step=step, duration_s=save_s)
             if is_master:
@@ -407,6 +421,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter) -> None:
                     if is_master:
                         print(f"checkpoint: removed {old} (--checkpoint-keep {cfg.checkpoint_keep})", flush=True)
             clock.restart()
+            between.saving = False
 
     if pending is not None:
         publish(pending)
@@ -457,9 +472,13 @@ def _record_error_file(e: BaseException, with_traceback: bool = True) -> None:
         pass
 
 
-def _done(rt) -> int | None:
-    """The last step the loop completed, as error events carry it (None before the loop)."""
-    return rt.step - 1 if rt.step is not None else None
+def _done(rt, between: Between) -> int | None:
+    """The last step the loop completed, as error events carry it (None before the loop): the
+    one before the step it is in, or that step in the save after it (a rank that failed in
+    the save after step 40 said 39, its heartbeat 40)."""
+    if rt.step is None:
+        return None
+    return rt.step if between.saving else rt.step - 1
 
 
 def _usage_error(prog: str, message: str, reporter: Reporter | None = None) -> int:
@@ -506,11 +525,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage_error(prog, str(e), reporter)
 
     code = 0
+    between = Between()
     try:
-        train(cfg, rt, reporter)
+        train(cfg, rt, reporter, between)
     except KeyboardInterrupt:
         code = 130
-        reporter.event("error", message="interrupted", step=_done(rt))
+        reporter.event("error", message="interrupted", step=_done(rt, between))
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
         raise
@@ -520,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = 1
         if rt.rank == 0:
             print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
-        reporter.event("error", message=str(e), step=_done(rt))
+        reporter.event("error", message=str(e), step=_done(rt, between))
         _record_error_file(e, with_traceback=False)
     except BaseException as e:  # Exception, and DCP's CheckpointException (a BaseException)
         code = 1
@@ -528,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(tb, file=sys.stderr, flush=True)
         # DCP's CheckpointException says only which ranks failed on its first line: name theirs.
         text = resume.one_line(e, 4000) if getattr(e, "failures", None) else f"{type(e).__name__}: {e}"
-        reporter.event("error", message=text, traceback=tb, step=_done(rt))
+        reporter.event("error", message=text, traceback=tb, step=_done(rt, between))
         _record_error_file(e)
     finally:
         # The step the loop was in: its last when it finished, the one it failed in (none when
