@@ -8,7 +8,7 @@ import re
 import pytest
 from textual.app import App, ComposeResult
 
-from tui_helpers import replay_app, strip_text
+from tui_helpers import replay_app, settled, strip_text
 
 NAN = float("nan")
 
@@ -117,7 +117,7 @@ async def test_a_failed_runs_events_keep_useful_lines_on_a_short_terminal(size):
 
     app = replay_app("exited4.jsonl")
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
+        await settled(pilot)
         screen = app.screen
         alerts, events = screen.query_one(AlertList), screen.query_one(EventLog)
         assert not screen.query_one("#memory").display

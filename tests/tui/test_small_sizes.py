@@ -5,7 +5,7 @@ rank detail's band cut into another meaning, and a header that dropped "at the e
 from __future__ import annotations
 
 import pytest
-from tui_helpers import replay_app, strip_text, until, widget_text
+from tui_helpers import replay_app, settled, strip_text, until, widget_text
 
 STACKED = (60, 20)
 
@@ -49,7 +49,7 @@ async def test_a_one_row_event_log_shows_the_start_of_the_newest_event():
 
     app = replay_app("exited4.jsonl")
     async with app.run_test(size=STACKED) as pilot:
-        await pilot.pause()
+        await settled(pilot)
         events = app.screen.query_one(EventLog)
         assert events.scrollable_content_region.height == 1
         (line,) = _shown(events)
