@@ -359,7 +359,7 @@ def check_ranks_in_log(asked, in_log, log: str, flag: str = "--ranks") -> None:
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
-    from pardash.telemetry.export import ExportError, export_tensorboard
+    from pardash.telemetry.export import ExportError, export_tensorboard, skipped_text
 
     if not ns.tensorboard.strip():
         fail("--tensorboard: give a folder for the event files (an empty path would write into this one)")
@@ -408,9 +408,8 @@ def cmd_export(ns: argparse.Namespace) -> int:
         # (the launch had said "2 messages lost"; the export's curves had a gap and no word)
         print(f"{PROG}: messages lost before the log had them (a hub restart, a rank's full queue), so its curves have gaps: "
               f"{steps_by_rank(res['lost'])}")  # fmt: skip
-    if res["skipped_lines"]:
-        why = ", ".join(f"{n} {reason}" for reason, n in res["skipped_by_reason"].items())
-        print(f"{PROG}: skipped {res['skipped_lines']} log line(s) ({why})")
+    if said := skipped_text(res):  # (as the report says it: a cut .gz read "1 truncated", no cut)
+        print(f"{PROG}: {said}")
     if res["left_out"]:
         print(f"{PROG}: left out {res['left_out']} other rank(s) with steps (--ranks)")
     return 0

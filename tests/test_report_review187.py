@@ -206,3 +206,10 @@ def test_export_of_a_cut_gz_says_what_report_says_of_it(tmp_path):
     assert f"skipped log lines  0; {after}" in render_text(rep)
     # a log read whole skipped nothing
     assert skipped_text(export_tensorboard(str(whole), str(tmp_path / "tb2"))) is None
+    # and `pardash export` prints it so
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-m", "pardash", "export", str(cut), "--tensorboard", str(tmp_path / "tb3")],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert f"pardash: {after}, the rest of it lost" in p.stdout and "truncated" not in p.stdout, p.stdout
