@@ -121,7 +121,8 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
     from :func:`attempts`) as the report and the launcher's last line tell it: rank, code,
     signal, the step it died in, its error's first line, victims, stopped, and ``line``, one
     sentence of all that; ``during``, where it died between steps (a phase of
-    :data:`BETWEEN_STEPS`), only when so."""
+    :data:`BETWEEN_STEPS`), and ``alike``, where ranks all failed alike (``rank`` then the
+    first of them), only when so."""
     last = events is None
     if events is None:
         events = attempts(st)[-1]
@@ -131,6 +132,13 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
     if found is None:
         return None
     first, victims, stopped = found
+    alike = _failed_alike(events, first, victims)
+    if alike:
+        # Every rank failed alike (a resume none of whose checkpoints could be read): no rank's
+        # failure caused the others'. Named all, and the first of them by rank, not the one
+        # whose exit reached the hub first (rank 1 one launch, rank 0 the next).
+        first = min((e for e in events if e.name == "exit" and e.rank == alike[0] and e.code == first.code),
+                    key=lambda e: (e.seq < 0, e.hseq))  # (its own, which says its step)  # fmt: skip
     error, step, where, message = None, first.step, None, ""  # the step it died in, when it said (exit events carry it)
     # One the launcher noted for a rank (seq -1: torchrun saw it die) says nothing of where:
     # guessed from what the rank said. A rank's own exit without a step died before its first
@@ -210,6 +218,8 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
     # (only where they say something: the report's JSON of any other failure keeps its keys)
     if busy is not None:
         f["during"] = busy[1]
+    if alike:
+        f["alike"] = alike
     f["line"] = failure_line(f)
     return f
 
@@ -308,9 +318,34 @@ def _busy_at_end(st, r) -> tuple[int | None, str] | None:
     return (hb.step if hb.step or r.step is not None else None), hb.phase
 
 
+def _failed_alike(events: list[schema.Event], first: schema.Event, victims: list[int]) -> list[int]:
+    """The ranks, two or more, that all failed of the same error at the same step with the
+    same code, when every rank that failed did (each rank's own, no peer's failure): a resume
+    whose checkpoints none could read, a bad flag every rank checks. Empty otherwise, and for
+    a collective's timeout, which every rank may say alike of the one rank they waited for (the
+    hang's analysis names it: :func:`failure_summary`)."""
+    if victims or first.code <= 0:
+        return []
+    failed = {e.rank for e in events if e.name == "exit" and e.rank >= 0 and e.code and e.code not in STOPPED_CODES}
+    if len(failed) < 2 or any(e.code != first.code for e in events if e.name == "exit" and e.rank in failed and e.code):
+        return []
+    said: dict[int, tuple[str | None, int | None]] = {}
+    for e in events:
+        if e.name == "error" and e.rank in failed:
+            said.setdefault(e.rank, (error_line(e.message), e.step))
+    texts = set(said.values())
+    if set(said) != failed or len(texts) != 1:
+        return []
+    text = next(iter(texts))[0]
+    if text is None or WAIT_FAILURE.search(text):
+        return []
+    return sorted(failed)
+
+
 def failure_line(f: dict, *, error: bool = True) -> str:
     """One sentence of a :func:`failure_summary` (``error``: with the error's first line)."""
-    line = f"rank {f['rank']} exited with code {f['code']}" + (f" ({f['signal']})" if f["signal"] else "")
+    who = ranks_named(f["alike"]) if f.get("alike") else f"rank {f['rank']}"
+    line = f"{who} exited with code {f['code']}" + (f" ({f['signal']})" if f["signal"] else "")
     line += f" at step {f['step']}" if f["step"] is not None else ""
     line += f" while {BETWEEN_STEPS[f['during']]}" if f.get("during") in BETWEEN_STEPS else ""
     unsent = f.get("unsent")

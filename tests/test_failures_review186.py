@@ -1,8 +1,9 @@
 """How a failure is told (review 186): a rank killed while it saved a checkpoint died between
 steps, at the step it saved, and the line says what it was doing (it read "at step 41" of a
 rank killed in the save after step 40, a step that never began; its peer's error said step
-39). The summary's logic through a real HubCore fed encoded frames; the trainer's side on a
-real launch."""
+39); ranks that all failed of the same error (a resume none of whose checkpoints could be
+read) are named together, not the one whose exit reached the hub first. The summary's logic
+through a real HubCore fed encoded frames; the trainer's side on a real launch."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ RUN = "r"
 T = 1.0e9
 GLOO = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
         "[127.0.0.1]:29382: Connection reset by peer")  # fmt: skip
+UNREADABLE = ("resume: no checkpoint in /ckpt can be read on every rank (tried /ckpt/step-20: rank 0: "
+              "unexpected EOF)")  # fmt: skip
 
 
 def _hub(steps: int = 40, source: str = "trainer"):
@@ -85,6 +88,46 @@ def test_a_rank_out_of_its_save_died_in_the_next_step():
     send(schema.Step(rank=1, step=40, step_s=0.01, samples=8, loss=1.0), T + 1.1)
     send(schema.Event(rank=1, seq=-1, name="exit", code=-9, message="killed by signal 9 (SIGKILL)"), T + 1.15)
     assert failure_summary(core.state)["line"] == "rank 1 exited with code -9 (SIGKILL) at step 41"
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_ranks_that_all_failed_of_the_same_error_are_named_together(order):
+    # A resume whose checkpoints none could be read: every rank raises the same ResumeError
+    # before its first step. The line named the rank whose exit came first (rank 1, often).
+    core, send = _hub(steps=0)
+    for i, r in enumerate(order):
+        send(schema.Event(rank=r, name="error", message=UNREADABLE), T + 1.0 + i / 100)
+        send(schema.Event(rank=r, name="exit", code=1), T + 1.0 + i / 100)
+    for i, r in enumerate(order):
+        send(schema.Event(rank=r, seq=-1, name="exit", code=1, message="exit code 1"), T + 1.1 + i / 100)
+    f = failure_summary(core.state)
+    assert f["rank"] == 0 and f["alike"] == [0, 1] and f["victims"] == []
+    assert f["line"] == f"ranks 0-1 exited with code 1: {UNREADABLE}", f["line"]
+
+
+def test_ranks_that_failed_apart_are_not_named_together():
+    # Another error, or the same at another step, or one stopped: the first is the cause still.
+    for other, step in (("ValueError: another", None), (UNREADABLE, 3)):  # (another error; another step)
+        core, send = _hub(steps=0)
+        send(schema.Event(rank=1, name="error", message=UNREADABLE), T + 1.0)
+        send(schema.Event(rank=1, name="exit", code=1), T + 1.0)
+        send(schema.Event(rank=0, name="error", message=other, step=step), T + 1.1)
+        send(schema.Event(rank=0, name="exit", code=1), T + 1.1)
+        f = failure_summary(core.state)
+        assert f["rank"] == 1 and not f.get("alike") and f["line"].startswith("rank 1 exited with code 1: resume:"), f["line"]
+    timeout = "RuntimeError: Timed out waiting 1800000ms for recv operation to complete"
+    core, send = _hub(steps=0)  # (alike, but a wait: for whom, the hang's analysis says)
+    for r in (1, 0):
+        send(schema.Event(rank=r, name="error", message=timeout, step=0), T + 1.0)
+        send(schema.Event(rank=r, name="exit", code=1), T + 1.0)
+    f = failure_summary(core.state)
+    assert f["rank"] == 1 and not f.get("alike"), f["line"]
+    core, send = _hub(steps=0)
+    send(schema.Event(rank=1, name="error", message=UNREADABLE), T + 1.0)
+    send(schema.Event(rank=1, name="exit", code=1), T + 1.0)
+    send(schema.Event(rank=0, seq=-1, name="exit", code=-15, message="stopped by torchrun"), T + 1.1)
+    f = failure_summary(core.state)
+    assert f["rank"] == 1 and not f.get("alike") and f["stopped"] == [0]
 
 
 # -- the trainer, on a real launch -----------------------------------------------------------------
