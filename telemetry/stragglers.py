@@ -287,7 +287,12 @@ class StragglerDetector:
         excess = m - base
         cause = "data" if data_excess > excess / 2 else "compute"
         cost = max(0.0, m - others_max)
-        what = "data loading" if cause == "data" else "compute"
+        # (under the zero-code hooks a rank's data time is all it does outside its passes and
+        # its optimizer step: a script's rank 0 writing its logs before a barrier read "data
+        # loading")
+        hello = state.ranks[r].hello if r in state.ranks else None
+        loading = "data loading or its own work between steps" if hello is not None and hello.source == "auto" else "data loading"
+        what = loading if cause == "data" else "compute"
         if cause == "compute":
             hint = _device_hint(state, r)
             if hint:

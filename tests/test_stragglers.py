@@ -11,14 +11,15 @@ from pardash.telemetry.state import RunState
 from pardash.telemetry.stragglers import StragglerConfig, StragglerDetector
 
 
-def _run(ranks, steps, self_s, data_s=lambda r, s: 0.001, system=None, seed=0, host=lambda r: "h", step_s=lambda r, s: 0.05):
+def _run(ranks, steps, self_s, data_s=lambda r, s: 0.001, system=None, seed=0, host=lambda r: "h", step_s=lambda r, s: 0.05,
+         source="trainer"):
     """Feed a detector as the hub would; returns the verdicts with the step they came at."""
     rng = random.Random(seed)
     st = RunState()
     det = StragglerDetector(StragglerConfig())
     out = []
     for r in range(ranks):
-        st.apply(schema.Hello(rank=r, world_size=ranks, host=host(r)), 0.0)
+        st.apply(schema.Hello(rank=r, world_size=ranks, host=host(r), source=source), 0.0)
         if system:
             st.apply(system(r), 0.0)
     for s in range(steps):
@@ -51,6 +52,16 @@ def test_data_straggler_named_within_three_windows(ranks):
     assert v.rank == 1 and v.cause == "data"
     assert v.step < 10 + 3 * 10
     assert v.cost_s == pytest.approx(0.02, abs=0.002)
+    assert "(data loading)" in v.message
+
+
+def test_a_scripts_data_straggler_is_said_data_or_its_own_work():
+    # Under the zero-code hooks a rank's data time is whatever it does outside its passes and
+    # optimizer step: rank 0 writing logs before the script's barrier read "(data loading)".
+    out = _run(2, 200, lambda r, s: 0.010 + (0.02 if r == 1 else 0), data_s=lambda r, s: 0.001 + (0.02 if r == 1 else 0),
+               source="auto")  # fmt: skip
+    (v,) = out
+    assert v.cause == "data" and "(data loading or its own work between steps)" in v.message
 
 
 def test_compute_straggler_and_its_clearing_with_hysteresis():
