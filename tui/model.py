@@ -52,6 +52,19 @@ WAITING = "waiting"
 """What the grid calls a stalled rank waiting for a hang's likely cause (drawn ◇), and the run's
 totals count apart from the stalled ones."""
 
+SAVING = "saving"
+"""What the grid calls a running rank saving a checkpoint (see :func:`is_saving`), and the run's
+totals count apart from the running ones (the header read "● 2 running" over a grid with one
+of them "saving")."""
+
+
+def is_saving(r: st.RankState, step: schema.Step | None) -> bool:
+    """Whether a running rank is saving a checkpoint now: its heartbeat's phase, since its last
+    step (a heartbeat from before that is no word of now: the save is over). Its step stands
+    still for the save's length, which read as a plain running rank gone quiet."""
+    beat = r.heartbeat
+    return beat is not None and beat.phase == "checkpoint" and (step is None or beat.step >= step.step)
+
 FLAGGED_STATUSES = frozenset({st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED})
 """Statuses that count as flagged (the filter keeps them)."""
 
@@ -403,7 +416,7 @@ class RowBuilder:
         fresh_self: list[float] = []
         live: list[_Rank] = []
         self.flagged = flagged_ranks = []
-        exited = running = 0
+        exited = running = saving = 0
         RUNNING = st.RUNNING
         for e in self._ranks:
             r = e.r
@@ -436,7 +449,10 @@ class RowBuilder:
             if status is RUNNING and e.status is RUNNING and not e.flagged and r.not_sharding is None and r.loss_bad is None:
                 # Nearly every rank of a healthy run, every frame: running (so it has a step)
                 # and was running, nothing flagged; the general case below, cut short.
-                running += 1
+                if r.heartbeat is not None and r.heartbeat.phase == "checkpoint" and is_saving(r, step):
+                    saving += 1
+                else:
+                    running += 1
                 if self_s is None:
                     self_s = step.self_s  # a snapshot may carry a step that never reached the history
                 n = step.step  # type: ignore[union-attr]
@@ -458,7 +474,8 @@ class RowBuilder:
                     if changed is not None:
                         changed.add(e.rank)
                 continue
-            counts[status] = counts.get(status, 0) + 1
+            counted = SAVING if status == RUNNING and is_saving(r, step) else status
+            counts[counted] = counts.get(counted, 0) + 1
             if step is not None:
                 if self_s is None:
                     self_s = step.self_s
@@ -502,6 +519,8 @@ class RowBuilder:
                     changed.add(e.rank)
         if running:
             counts[RUNNING] = counts.get(RUNNING, 0) + running
+        if saving:
+            counts[SAVING] = counts.get(SAVING, 0) + saving
         if fresh:
             try:
                 values = array("f", fresh_self).tolist()
@@ -524,7 +543,7 @@ class RowBuilder:
         if exited or stuck or self._causes:
             # Hung: every rank alive stalled or silent (a rank stalled in its data loader while
             # the others run waits for nobody, whoever failed elsewhere).
-            hung = stuck > 0 and not (counts.get(RUNNING) or counts.get(st.STRAGGLER) or counts.get(st.STARTING))
+            hung = stuck > 0 and not (counts.get(RUNNING) or counts.get(SAVING) or counts.get(st.STRAGGLER) or counts.get(st.STARTING))
             self._mark_causes(cause_ranks(state, first) if exited or stuck else frozenset(), hung)
             if self._waiting and counts.get(st.STALLED):
                 # Counted as the grid draws them: the stalled ranks waiting for a hang's cause
@@ -731,11 +750,7 @@ class RowBuilder:
         if gpu_mem is None and mem is not None:
             gpu_mem = mem.nvml_used_bytes if mem.nvml_used_bytes is not None else mem.cuda_allocated_bytes
         waiting = self._hang_mark(e) is False
-        beat = r.heartbeat
-        # (a heartbeat from before the rank's last step is no word of now: the save is over)
-        saving = (
-            e.status == st.RUNNING and beat is not None and beat.phase == "checkpoint" and (step is None or beat.step >= step.step)
-        )
+        saving = e.status == st.RUNNING and is_saving(r, step)
         return RankRow(
             e.rank,
             e.node,

@@ -84,9 +84,14 @@ async def test_the_grid_says_a_rank_saving_its_checkpoint_is_saving_until_its_ne
 
         await until(pilot, lambda: status_of(0) == "saving")
         assert status_of(1) == "running"
+        # and the header counts it so (it read "● 2 running" over the grid's "saving")
+        header = app.screen.query_one(RunHeader)
+        assert dict(header.summary.status_counts) == {"running": 1, "saving": 1}
+        assert "● 1 running  ◎ 1 saving" in header.render().plain
         src.seek_soon(src.duration_s)  # its next step: the save is over
         await until(pilot, lambda: status_of(0) != "saving")
         assert status_of(0) == "running"
+        assert dict(header.summary.status_counts) == {"running": 2}
 
 
 async def test_a_narrow_memory_view_of_ddp_says_the_held_figure_with_its_buckets():

@@ -20,13 +20,14 @@ from pardash.telemetry.client import Source
 from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent
 
 from ..format import fmt_count, fmt_duration, fmt_rate
-from ..model import WAITING, RunTotals, run_totals
+from ..model import SAVING, WAITING, RunTotals, run_totals
 from ..run_clock import run_origin
 from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
 
 STATUS_MARKS = (
     (st.RUNNING, "●"),
+    (SAVING, "◎"),  # (running, saving a checkpoint: as the grid says it)
     (st.STRAGGLER, "▲"),
     (st.STALLED, "◆"),
     (WAITING, "◇"),  # (stalled, waiting for a hang's cause: as the grid draws and counts it)
@@ -215,7 +216,7 @@ def summarize(
     if hello is not None:
         device = hello.device_name or hello.device
     sps, when = totals.samples_per_s, ""
-    if sps is None and counts and not counts.get(st.RUNNING) and not counts.get(st.STARTING):
+    if sps is None and counts and not counts.get(st.RUNNING) and not counts.get(SAVING) and not counts.get(st.STARTING):
         if counts.get(st.STALLED) or counts.get(WAITING) or counts.get(st.SILENT):
             sps = 0.0  # stuck: nothing moves (the rate of their last steps would say otherwise)
         elif ended_stuck(state):  # stopped or killed while stuck, as the launcher's last line says
@@ -272,6 +273,7 @@ class RunHeader(CachedStyles, Widget):
         "run-header--bad",
         "run-header--note",
         "run-header--running",
+        "run-header--saving",
         "run-header--straggler",
         "run-header--stalled",
         "run-header--waiting",
@@ -296,6 +298,7 @@ class RunHeader(CachedStyles, Widget):
     RunHeader > .run-header--bad { color: $text-error; text-style: bold; }
     RunHeader > .run-header--note { color: $text-warning; }
     RunHeader > .run-header--running { color: $text-success; }
+    RunHeader > .run-header--saving { color: $text-primary; }
     RunHeader > .run-header--straggler { color: $text-warning; text-style: bold; }
     RunHeader > .run-header--stalled { color: $text-error; text-style: bold; }
     RunHeader > .run-header--waiting { color: $text-warning; }
