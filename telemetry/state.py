@@ -154,6 +154,38 @@ def torchrun_restart(msg: schema.Message) -> bool:
     event of that name (``pardash.event("restart", ...)``)."""
     return isinstance(msg, schema.Event) and msg.name == "restart" and msg.seq < 0
 
+BETWEEN_STEPS = {"checkpoint": "saving a checkpoint", "eval": "evaluating", "resume": "loading a checkpoint to resume"}
+"""What a rank does between steps, by the phase its heartbeat names (analysis.BUSY_PHASES)."""
+
+
+def between_steps(r: RankState) -> tuple[int | None, str] | None:
+    """(its last step, the phase) of a rank whose last word was a heartbeat from a save, an
+    evaluation or a resume (:data:`BETWEEN_STEPS`): nothing it sent after (a step, the save's
+    or the evaluation's own event) says it came out of it; its error and exit may follow. The
+    step is None where it had taken none (a resume at the start). None otherwise."""
+    hb = r.heartbeat
+    if hb is None or hb.phase not in BETWEEN_STEPS:
+        return None
+    if r.step is not None and (r.step.seq > hb.seq or r.step.step > hb.step):
+        return None
+    said = r.said
+    if said is not None and said.seq > hb.seq and said.t >= hb.t:
+        return None
+    return (hb.step if hb.step or r.step is not None else None), hb.phase
+
+
+def died_in_step(r: RankState) -> int | None:
+    """The step a rank that said nothing of where it died (killed outright: the launcher's note
+    of its exit) died in: where its last word was that it was saving, evaluating or resuming
+    after its last step (:func:`between_steps`), that step, as the failure line says it (a
+    step after it read "at step 41" of a rank killed in the save after step 40, a step that
+    never began); else the one after its last. None where it took none."""
+    if r.step is None:
+        return None
+    busy = between_steps(r)
+    return busy[0] if busy is not None and busy[0] is not None else r.step.step + 1
+
+
 # Status of a rank, most severe last wins in display ordering.
 STARTING, RUNNING, STRAGGLER, STALLED, SILENT, EXITED, FINISHED = (
     "starting",
@@ -221,6 +253,7 @@ class RankState:
         "recent",
         "smooth",
         "loss_bad",
+        "said",
     )
 
     def __init__(self, rank: int) -> None:
@@ -275,6 +308,10 @@ class RankState:
         while it is not finite: its steps go on without a loss (JSON has no NaN), which read as
         a loss never reported. Cleared by its "finite again" warning and by a new process
         (torchrun restarted it); kept once it is done (its loss was so to its end)."""
+        self.said: schema.Event | None = None
+        """Its own latest event but an error or its exit (a save's, an evaluation's, a
+        warning), of this process: once after its last heartbeat, it came out of what that
+        heartbeat said it was in (:func:`between_steps`)."""
 
     @property
     def loss_not_finite(self) -> tuple[str, int] | None:
@@ -307,6 +344,7 @@ class RankState:
         self.samples_mark = self.t_mark = self.samples_rate = None
         self.smooth = None
         self.loss_bad = None  # (a new process's loss is its own)
+        self.said = None
         if self.recent is not None:
             self.recent.clear()
 
@@ -503,11 +541,14 @@ class RunState:
             code = msg.code if msg.code is not None else 0
             if msg.name == "exit" and msg.seq < 0 and msg.step is None and code < 0 and code not in KILLED_NOT_STEPPING and r.step is not None:
                 # The launcher's note of a rank killed outright (SIGKILL, SIGSEGV: no word of its
-                # own) says nothing of where: in the step after its last. Kept here, where its
-                # process's last step is known: after torchrun restarted the job, that attempt's
-                # steps are gone from memory ("restarted by torchrun after: rank 1 exited with
-                # code -9 (SIGKILL)", with no step, where the job's last failure said one).
-                msg = msgspec.structs.replace(msg, step=r.step.step + 1)
+                # own) says nothing of where: the step it died in (:func:`died_in_step`). Kept
+                # here, where its process's last step is known: after torchrun restarted the
+                # job, that attempt's steps are gone from memory ("restarted by torchrun after:
+                # rank 1 exited with code -9 (SIGKILL)", with no step, where the job's last
+                # failure said one).
+                msg = msgspec.structs.replace(msg, step=died_in_step(r))
+            elif msg.name not in ("error", "exit") and msg.seq >= 0:
+                r.said = msg
             # A rank's own failed exit after the launcher's note of it (its messages held up as
             # it died) is the same exit: the event log says it once, with the code the launcher
             # saw the process end with (a rank torchrun stopped with SIGTERM says "1" itself).

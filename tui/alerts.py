@@ -250,10 +250,11 @@ def last_word(r: st.RankState) -> float | None:
 
 def _exit_step(r: st.RankState, exit: ExitInfo | None) -> int | None:
     """The step a rank died in, as the report and the launcher say it: its exit's, else the one
-    after its last step."""
+    its last word tells (:func:`~pardash.telemetry.state.died_in_step`: the step it saved after,
+    of a rank killed in its save; the one after its last step otherwise)."""
     if exit is not None and exit.step is not None:
         return exit.step
-    return r.step.step + 1 if r.step is not None else None
+    return st.died_in_step(r)
 
 
 def _straggled(r: st.RankState) -> str:
