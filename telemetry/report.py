@@ -965,6 +965,11 @@ def _role(rank: int, failure: dict | None) -> str | None:
         if failure.get("stopped_first") or (failure.get("unrecorded") and not failure.get("left_early")):
             return "victim"
         return "peer_left" if failure.get("left_early") else "waited" if failure.get("waited_for") else "cause"
+    if rank in (failure.get("alike") or ()):
+        # Ranks that all failed alike (the same error at the same step), which the failure
+        # line names together ("ranks 0-1 exited with code 1: ..."): each is the cause, as the
+        # first of them is (the others read "exited with code 1" with no role beside it).
+        return "cause"
     if rank in failure["victims"]:
         return "victim"
     if rank in failure["stopped"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pardash.telemetry import schema
 from pardash.telemetry.failures import failure_summary, recovered_failures
 from pardash.telemetry.hubcore import HubCore
+from pardash.telemetry.report import build_report, render_text
 from pardash.tui.alerts import run_alerts
 
 RUN = "r"
@@ -88,3 +89,33 @@ def test_a_rank_killed_after_its_save_is_kept_as_dead_in_the_next_step():
     send(schema.Event(rank=1, seq=-1, name="exit", code=-9, message=KILLED), T + 1.2)
     assert _stored_exit(core, 1).step == 5
     assert failure_summary(core.state)["line"] == "rank 1 exited with code -9 (SIGKILL) at step 5"
+
+
+def _alike_log(path) -> None:
+    """Two DDP ranks whose resume finds no checkpoint it can read: both raise the same error
+    before their first step and exit with code 1, rank 1's first (the hub keeps no note of
+    torchrun's of an exit its rank said)."""
+    msgs: list[schema.Message] = [schema.Hello(rank=r, world_size=2, pid=100 + r, strategy="ddp", source="trainer")
+                                  for r in (0, 1)]  # fmt: skip
+    for r in (1, 0):
+        msgs += [schema.Event(rank=r, name="error", message=UNREADABLE), schema.Event(rank=r, name="exit", code=1)]
+    seq = {0: 0, 1: 0}
+    for h, m in enumerate(msgs, 1):
+        m.run, m.t, m.hseq = RUN, T + h / 100, h
+        if m.seq != -1:
+            m.seq, seq[m.rank] = seq[m.rank], seq[m.rank] + 1
+    path.write_bytes(schema.encode_json_lines(msgs))
+
+
+def test_ranks_that_failed_alike_are_each_the_cause_in_the_reports_exits(tmp_path):
+    # "ranks 0-1 exited with code 1: resume: ..." above an exits table that read "rank 0
+    # exited with code 1 - the root cause" and "rank 1 exited with code 1", as if rank 1 had
+    # failed of rank 0's failure.
+    log = tmp_path / "alike.jsonl"
+    _alike_log(log)
+    rep = build_report(str(log))
+    assert rep["failure"]["alike"] == [0, 1]
+    assert {e["rank"]: e["role"] for e in rep["exits"]} == {0: "cause", 1: "cause"}
+    text = render_text(rep)
+    assert "ranks 0-1 exited with code 1 - the root cause" in text, text
+    assert "rank 1 exited with code 1\n" not in text + "\n" and "rank 0 exited" not in text, text
