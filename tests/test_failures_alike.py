@@ -8,6 +8,7 @@ read a small log as a user's would."""
 from __future__ import annotations
 
 from pardash.telemetry import schema
+from pardash.telemetry.client import ReplaySource
 from pardash.telemetry.failures import failure_summary, recovered_failures
 from pardash.telemetry.hubcore import HubCore
 from pardash.telemetry.report import build_report, render_text
@@ -119,3 +120,25 @@ def test_ranks_that_failed_alike_are_each_the_cause_in_the_reports_exits(tmp_pat
     text = render_text(rep)
     assert "ranks 0-1 exited with code 1 - the root cause" in text, text
     assert "rank 1 exited with code 1\n" not in text + "\n" and "rank 0 exited" not in text, text
+
+
+async def test_ranks_that_failed_alike_are_no_one_first_exit_in_the_tui(tmp_path):
+    # The grid drew rank 0 as the first exit (reverse ×) and its alert read "rank 0, the root
+    # cause, exited with code 1", under a failure line that names ranks 0-1 together.
+    from pardash.tui.app import make_app
+    from pardash.tui.widgets.alert_list import AlertList
+
+    log = tmp_path / "alike.jsonl"
+    _alike_log(log)
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    src.paused = True
+    app = make_app(src)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        alerts = app.screen.query_one(AlertList).alerts
+        assert sorted(a.rank for a in alerts if a.kind == "exited") == [0, 1], alerts
+        assert not any(a.first or "root cause" in a.text for a in alerts), alerts
+        assert {a.text for a in alerts} == {f"rank {r} exited with code 1: {UNREADABLE}" for r in (0, 1)}, alerts
+        rows = app.screen._rows
+        assert [rows.heat_key(r)[2] for r in (0, 1)] == [None, None]  # (no exit marked first, none after it)

@@ -92,8 +92,13 @@ def cause_rank(state: st.RunState) -> int | None:
     it (a signal death, then a rank's own error, before the ranks that failed on its closed
     connection or were stopped); None when no rank did (every one was stopped). Not the first
     exit heard: the hub takes from each rank in turn, so a rank torchrun stopped may be heard
-    from before the one that failed."""
+    from before the one that failed. None too where ranks all failed alike (the same error
+    at the same step: a resume none of whose checkpoints could be read): no rank's failure
+    caused the others', and the failure line names them together ("ranks 0-1 exited with
+    code 1: ..."); the lowest of them marked the first exit read as the others failing after it."""
     f = failure_summary(state)
+    if f is not None and f.get("alike"):
+        return None
     if f is not None and f["waited_for"]:
         # The rank whose hang the failing one timed out waiting for; several: none here, the
         # hang's own marks name them (run_alerts)
