@@ -9,7 +9,7 @@ import signal
 
 from . import schema
 from .analysis import hang_causes, whole_hang
-from .state import torchrun_restart
+from .state import BETWEEN_STEPS, between_steps, torchrun_restart
 from .summary import ranks_named
 
 
@@ -153,7 +153,7 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
                 step = e.step + 1  # an error event carries the last step completed
             break
     r = st.ranks.get(first.rank)
-    busy = _busy_at_end(st, r) if last and r is not None else None
+    busy = between_steps(r) if last and r is not None else None
     if busy is not None and guess:
         # Its last word was that it was saving, evaluating or loading a checkpoint, after its
         # step: it died there, between steps, not in the next ("at step 41" of a rank killed
@@ -295,27 +295,6 @@ def raised_at(tb: str | None) -> str | None:
 
 def _frame_text(m: re.Match, path: str | None = None) -> str:
     return f"{path or m['file']}:{m['line']} in {m['func'].strip()}"
-
-
-BETWEEN_STEPS = {"checkpoint": "saving a checkpoint", "eval": "evaluating", "resume": "loading a checkpoint to resume"}
-"""What a rank does between steps, by the phase its heartbeat names (analysis.BUSY_PHASES)."""
-
-
-def _busy_at_end(st, r) -> tuple[int | None, str] | None:
-    """(its last step, the phase) of a rank whose last word was a heartbeat from a save, an
-    evaluation or a resume (:data:`BETWEEN_STEPS`): nothing it sent after (a step, the save's
-    or the evaluation's own event) says it came out of it; its error and exit may follow. The
-    step is None where it had taken none (a resume at the start)."""
-    hb = r.heartbeat
-    if hb is None or hb.phase not in BETWEEN_STEPS:
-        return None
-    if r.step is not None and (r.step.seq > hb.seq or r.step.step > hb.step):
-        return None
-    for e in st.events:
-        if (isinstance(e, schema.Event) and e.rank == r.rank and e.seq > hb.seq and e.t >= hb.t
-                and e.name not in ("error", "exit")):  # fmt: skip
-            return None
-    return (hb.step if hb.step or r.step is not None else None), hb.phase
 
 
 def _failed_alike(events: list[schema.Event], first: schema.Event, victims: list[int]) -> list[int]:
