@@ -24,9 +24,12 @@ Values logged outside a ``pt.step()`` block go with the next step published, and
 outside one is in no step (see :func:`phase`). Under ``pardash launch`` without step blocks, a
 step ends at its last optimizer step and the next begins at its first forward: a value logged
 in a step, or after it and before the next begins (``pt.log`` after ``optimizer.step()``, an
-evaluation's between the steps), is that step's, and one logged after the last step, at the
-script's end, is the last step's (a phase timed before the forward is the next step's, whose
-time it is). A tensor passed to
+evaluation's between the steps), is that step's, unless the step has a value of that name
+already (one logged at the top of the loop, before the forward, is the next step's), and one
+logged after the last step, at the script's end, is the last step's (a phase timed before the
+forward is the next step's, whose time it is). Only a script that has called ``log`` has its
+steps held for that: where its first call comes after step 2 or later has gone out (logging
+every 100 steps), that first value goes with the next step. A tensor passed to
 ``pt.log`` is read with ``.item()`` when its step is published; on a GPU that step is published
 once the next one ends, so reading it waits for nothing.
 
@@ -290,6 +293,9 @@ class _Api:
         ``with pt.step():``). Until then the automatic steps take every phase."""
         self.said: set[str] = set()
         """Misuses said once each (see :func:`_say_once`)."""
+        self.log_used = False
+        """Whether the script has called ``pt.log``: only then does the automatic instrumentation
+        hold a step on CPU for the values logged after it (see Rounds._next_step_begins)."""
         self.auto_events: list[tuple[Callable[..., Any], str, dict[str, Any]]] = []
         """Events of the automatic instrumentation held for the script's own (see :func:`auto_event`)."""
         self.hello: dict[str, Any] = {}
@@ -597,6 +603,7 @@ def log(**metrics: Any) -> None:
     without one; ``samples`` and ``epoch`` must be whole numbers).
     """
     logged = _api.logged
+    _api.log_used = True
     for name, value in metrics.items():
         _check_number(name, value)
         if name in STEP_FIELDS:

@@ -377,12 +377,16 @@ class Reporter:
         fields["samples_total"] = self.samples_total
         # The step's own path of send(): one clock read serves its mono and the burst timing
         # (a few microseconds a step, most of them cache misses, in a loop that runs it each step).
+        # A step sent later than it ended brings its own ``t`` and ``mono`` (the automatic
+        # instrumentation's, held for what the script logs after it): stamped when sent, the
+        # work after a script's last step read as that step's time.
         now = time.monotonic()
-        msg = schema.Step(mono=now, **fields)
+        ended = fields.pop("t", None)
+        msg = schema.Step(mono=fields.pop("mono", None) or now, **fields)
         msg.run = self.run
         msg.rank = self.rank
         msg.seq = next(self._seq)
-        msg.t = time.time()
+        msg.t = ended if ended is not None else time.time()
         try:
             data = _encode(msg)
         except (TypeError, ValueError, OverflowError):

@@ -8,9 +8,11 @@ script's end, is the last step's."""
 from __future__ import annotations
 
 import gc
+import io
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -306,3 +308,52 @@ def test_an_event_sent_after_the_optimizer_step_is_that_steps(hooked):
     inst.finish()
     assert [(f["step"]) for name, f in rep.events if name == "checkpoint"] == [1, 2, 3]
     assert [s["step"] for s in rep.steps] == [1, 2, 3]
+
+
+def test_a_value_logged_before_the_forward_each_iteration_is_its_own_steps(hooked):
+    # pt.log at the top of the loop (before the forward): each value went with the step before,
+    # the first of them overwritten (step 1 read 2, the 1 nowhere); one logged after the
+    # optimizer step still joins its step.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(1, 5):
+        pt.log(top=i)
+        _loss(model).backward()
+        opt.step()
+        opt.zero_grad()
+        pt.log(late=i)
+    inst.finish()
+    assert _logged(rep, "top", "late") == [{"top": float(i), "late": float(i)} for i in range(1, 5)]
+
+
+def test_a_step_is_held_only_where_the_script_logs_and_the_heartbeat_says_it_done(hooked):
+    # Held until the next step began (for values pt.log'd after it), every step of a script
+    # that never logs was one late: a rank hung in its data loader after step 5 read "stalled
+    # after step 4", killed there it lost step 5, and its record's time was the next step's.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def iteration() -> None:
+        _loss(model).backward()
+        opt.step()
+        opt.zero_grad()
+
+    iteration()
+    assert [s["step"] for s in rep.steps] == [] and rep.last_step == 1  # the first: held, said done
+    iteration()
+    assert [s["step"] for s in rep.steps] == [1, 2]  # a script that never logs: out at its cut
+    # It logs from now on (step 2 is out: this is step 3's), and its steps wait for what it
+    # logs after them.
+    pt.log(first=3)
+    iteration()
+    ended = time.time()
+    time.sleep(0.05)
+    pt.log(late=3)
+    assert [s["step"] for s in rep.steps] == [1, 2] and rep.last_step == 3  # held, the heartbeat's step 3
+    torch.save(model.state_dict(), io.BytesIO())  # a save: the step goes out before it
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    assert rep.steps[-1]["t"] <= ended  # stamped when it ended, not when sent
+    inst.finish()
+    assert _logged(rep, "first", "late") == [{}, {}, {"first": 3.0, "late": 3.0}]

@@ -2,6 +2,7 @@
 
 import os
 import threading
+import time
 
 import pytest
 import zmq
@@ -243,5 +244,21 @@ def test_steps_a_stuck_loop_left_held_go_between_beats(monkeypatch):
 
     wait_for(all_steps, timeout_s=20)  # (RESCUE_S after the loop stopped; at the beat: an hour)
     assert not any(isinstance(m, schema.Heartbeat) for m in seen) and rep.dropped == 0
+    rep.close()
+    pull.close(0)
+
+
+def test_a_step_sent_later_than_it_ended_keeps_its_end_time():
+    # The automatic instrumentation holds a step for what the script logs after it: stamped
+    # when sent, the work after a script's last step (9 s of it) read as that step's time.
+    pull, rep = _beating(0, 0)
+    rep.step(step=1, loss=1.0, step_s=0.1, t=1.7e9, mono=42.0)
+    before = time.time()
+    rep.step(step=2, loss=1.0, step_s=0.1)  # (the common case: stamped now)
+    rep.flush()
+    steps: list = []
+    wait_for(lambda: [steps.append(m) for m in [schema.decode(pull.recv())] if isinstance(m, schema.Step)] is not None and len(steps) == 2)
+    assert (steps[0].t, steps[0].mono) == (1.7e9, 42.0)
+    assert steps[1].t >= before and steps[1].mono > 42.0
     rep.close()
     pull.close(0)

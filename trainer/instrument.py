@@ -91,9 +91,10 @@ the whole step; otherwise unknown. Less, each time, the waits in collectives of 
 own between steps (see :mod:`~pardash.trainer.arrivals`): the rank before the barrier is the
 one the others wait for, not the ones waiting in it.
 
-Cost. On CPU the stamps are ``perf_counter`` and a step is published as the next one begins
-(what the script logs after the optimizer step, ``pt.log``, is still the step's: see
-:meth:`~pardash.trainer.rounds.Rounds._next_step_begins`); on a GPU they are CUDA events and a
+Cost. On CPU the stamps are ``perf_counter`` and a step is published when it ends, or, in a
+script that logs (``pt.log``), as the next one begins (what it logs after the optimizer step is
+still the step's: see :meth:`~pardash.trainer.rounds.Rounds._next_step_begins`; a held step
+keeps the time it ended, and the heartbeat says it done); on a GPU they are CUDA events and a
 step is published once the next one ends (its events and loss are ready by then), so no hook
 waits for the device. Memory accounting is the one expensive part:
 it runs every step while it costs under 1% of the step time and the steps are 0.1 s apart or
@@ -771,7 +772,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
             self._send_saves()
         if logged is None:
             logged = api.take_logged() if self._logged_after is None else self._logged_to_cut()
-        done = _Done(self.step, self.epoch, step, end, lr, mem, logged)
+        done = _Done(self.step, self.epoch, step, end, lr, mem, logged, time.time(), time.monotonic())
         self._open = _OpenStep(marks=[("data", end)])
         self._phase = "data"
         self.reporter.set_phase("data")
@@ -790,6 +791,11 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         elif not self.clock.cuda:
             self._late = None
             self._emit(done)
+        # The heartbeat says the steps done, this one too while it is held (on CPU until the next
+        # begins, on a GPU until the next ends): it said the one before, so a rank hung in its
+        # data loader after step 5 read "stalled after step 4", and its held step, sent at its
+        # exit, "resumed at step 5" (the hub takes a heartbeat ahead of the steps as progress).
+        self.reporter.last_step = self.step
 
     def _emit(self, d: _Done) -> None:
         clock = self.clock
@@ -864,6 +870,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
             out["custom"] = {"micro_batches": float(opened.micro)}
         if d.logged:  # (nothing logged, the common case: nothing to apply)
             d.logged.apply(out)
+        if d.t is not None:
+            out["t"], out["mono"] = d.t, d.mono
         self.reporter.step(**out)
 
     def in_step(self) -> bool:

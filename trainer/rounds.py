@@ -115,7 +115,11 @@ class Rounds:
             # unless an optimizer made but not stepped yet holds weights of a model called in
             # the step (a GAN's generator, for the fakes), which may step after more passes:
             # then the round may go on, as with several optimizers.
-            self._publish(now, self._memory(slot=len(self._round) - 1), held=True)
+            # Held for what the script logs after it (pt.log after the optimizer step), where it
+            # logs (the first step is a cut, published as the second's round ends): one that never does
+            # has its step out now, so a rank hung or killed before its next step has it in the
+            # log and the dashboard as it was.
+            self._publish(now, self._memory(slot=len(self._round) - 1), held=api._api.log_used)
             self._published_round = True
             self._cut = self._pending_mem = None
         else:  # the round may go on (another optimizer may step after more passes)
@@ -129,6 +133,7 @@ class Rounds:
                 logged = self._cut.logged.merge(logged)
             self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), logged)
             self._logging_to = logged
+            self.reporter.last_step = self.steps_done()  # (the heartbeat's step: see Instrument._publish)
             self._resume_at = None
             self._pending_mem = _most_held(self._pending_mem, self._memory(force=not self._rounds, slot=len(self._round) - 1))
         return None
@@ -175,16 +180,24 @@ class Rounds:
 
     def _next_step_begins(self) -> None:
         """The first thing of the step after a cut (a forward, a backward, an optimizer step,
-        a ``pt.step()`` block), or the script's end: what it logged since the cut (``pt.log``
-        after the optimizer step, the most common place) is the cut step's, which is published
-        late enough to carry it (on CPU, a step published at its post-hook waits for this). A
-        phase timed since is the next step's: its time is, from the cut on."""
+        a ``pt.step()`` block, a save), or the script's end: what it logged since the cut
+        (``pt.log`` after the optimizer step, the most common place) is the cut step's, which is
+        published late enough to carry it (on CPU, a step published at its post-hook waits for
+        this where the script logs). A phase timed since is the next step's: its time is, from
+        the cut on; and so is a value of a name the cut step has (logged before its forward)."""
         to, self._logging_to = self._logging_to, None
         logged = api.take_logged()
-        if logged.phases:  # (a phase timed since, ``with pt.phase("augment")``: the next step's time, as its data is)
-            timed = api.Logged()
-            timed.phases, logged.phases = logged.phases, {}
-            self._logged_after = self._logged_after.merge(timed) if self._logged_after is not None else timed
+        # A phase timed since (``with pt.phase("augment")``) is the next step's time, as its data
+        # is; and so is a value the cut step has already: the script logs it before its forward,
+        # at the top of its loop (``pt.log(lr=...)``), where it took the step before's place, the
+        # first of them lost.
+        nexts = api.Logged()
+        nexts.phases, logged.phases = logged.phases, {}
+        for mine, theirs, again in ((logged.fields, to.fields, nexts.fields), (logged.custom, to.custom, nexts.custom)):
+            for name in [n for n in mine if n in theirs]:
+                again[name] = mine.pop(name)
+        if nexts:
+            self._logged_after = self._logged_after.merge(nexts) if self._logged_after is not None else nexts
         if logged:
             to.merge(logged)
         if not self.clock.cuda and self._late is not None:

@@ -144,6 +144,10 @@ class Saves:
             where = file_saved(args[1] if len(args) > 1 else kwargs.get("f"))
         if self._eval_t0 and not self._eval_called:
             self._eval_ends()
+        if self._logging_to is not None:
+            # The step just done goes out before its save, what was logged after it with it (a
+            # rank killed in a save of minutes lost that step: held for values logged later).
+            self._next_step_begins()
         # (self._phase too: a DCP save's own collectives are then no sync point of the step)
         self._saving = (self._phase, where, time.perf_counter(), self.clock.stamp())
         self._phase = "checkpoint"
