@@ -221,6 +221,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     # one by one, as C doubles, 256 ranks' took 10 GB).
     step_s: dict[int, Figures] = defaultdict(Figures)
     phases: dict[int, dict[str, Figures]] = defaultdict(lambda: defaultdict(Figures))
+    # Steps without comm_s, by rank: under the zero-code hooks none is "no collective between
+    # the steps", no wait; counted as 0 where the rank waited on other steps (its median over
+    # only the steps with a barrier read 30 ms of comm beside a 13 ms step).
+    no_comm: Counter[int] = Counter()
     own_phases: dict[int, dict[str, Figures]] = defaultdict(dict)
     """rank -> every step's seconds of each phase of the script's own (``Step.phases``), by name
     in the order the rank first timed them."""
@@ -378,6 +382,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                     kept.append(v)
                     if len(kept) >= FIGURES_KEPT:
                         fig.fold()
+                elif p == "comm_s":
+                    no_comm[msg.rank] += 1
             if msg.phases:
                 own = own_phases[msg.rank]
                 for name, x in msg.phases.items():
@@ -544,6 +550,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             "lost_messages": r.seq.lost,
             "restarts": r.restarts,
         }
+        if no_comm[rank] and "comm_s" in phases[rank]:
+            comm = phases[rank]["comm_s"]
+            for _ in range(no_comm[rank]):
+                comm.append(0.0)
         for p in PHASES:
             row[f"median_{p}"] = phases[rank][p].median() if p in phases[rank] else None
         # The script's own phases (pt.phase("augment")), by name: in a dict of their own, as

@@ -213,3 +213,29 @@ def test_export_of_a_cut_gz_says_what_report_says_of_it(tmp_path):
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert f"pardash: {after}, the rest of it lost" in p.stdout and "truncated" not in p.stdout, p.stdout
+
+
+def test_a_scripts_comm_median_counts_its_steps_without_a_wait_as_none_waited(tmp_path):
+    # A launched script's comm_s is its wait in its own collectives between steps, none on a
+    # step without one: its median over the steps with a barrier only (rank 0 evaluating every
+    # 2nd step, rank 1 waiting) read 61.8 ms of comm beside a 22 ms step.
+    log = make_logs.Log("sparse-comm")
+    make_logs.hub_note(log, 0.0, "hub started (pid 1), ingest tcp://127.0.0.1:29600")
+    for r in range(2):
+        hello = make_logs.hello(r, 2, strategy="ddp", host="vm", node=0, local=r, steps=9)
+        hello.source, hello.config = "auto", {}
+        log.add(hello, 0.1)
+    t = 0.2
+    for s in range(1, 10):
+        t += 0.1
+        for r in range(2):
+            comm = 0.06 if r == 1 and s % 3 == 0 else None
+            log.add(schema.Step(rank=r, step=s, loss=1.0, samples=16, step_s=0.02 + (comm or 0.0), data_s=0.01,
+                                forward_s=0.005, backward_s=0.004, optimizer_s=0.001, comm_s=comm), t)  # fmt: skip
+    for r in range(2):
+        log.add(schema.Event(rank=r, name="exit", code=0, step=9), t + 0.3)
+    make_logs.hub_note(log, t + 0.5, "hub stopped: 40 messages, 0 lost, 0 rejected")
+    rep = _report(log, tmp_path / "log.jsonl")
+    ranks = {r["rank"]: r for r in rep["ranks"]}
+    assert ranks[1]["median_comm_s"] == 0.0  # (3 steps of 9 waited 60 ms: the median step none)
+    assert ranks[0]["median_comm_s"] is None  # (a rank that never waited: no comm, as before)
