@@ -10,10 +10,8 @@ import torch
 from torch import nn
 
 from pardash.telemetry import api, schema
-from pardash.telemetry.env import RankIdentity
-from pardash.trainer.instrument import Instrument
 from test_autorun import _launch, _steps, _timed_step
-from test_autorun_saves import Reporter
+from test_autorun_saves import on_a_fake_clock
 
 
 @pytest.mark.parametrize("how", ["model.eval()", "lined up", "an ema"])
@@ -27,17 +25,7 @@ def test_the_work_and_the_wait_before_an_evaluation_stay_in_the_step(monkeypatch
     # rank's work and its wait before the evaluation gone with it, step 60 ms, not 95.
     from torch.optim.swa_utils import AveragedModel
 
-    api._reset_for_tests()
-    clock = [100.0]
-
-    def barrier(*args, **kwargs) -> None:
-        clock[0] += 0.030  # (waiting for the other rank)
-
-    monkeypatch.setattr(torch.distributed, "barrier", barrier)
-    rep = Reporter()
-    rep.identity = RankIdentity(rank=0, local_rank=0, world_size=2, node=0, host="here", restart=0)
-    inst = Instrument(rep).install()
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    inst, rep, clock = on_a_fake_clock(monkeypatch)
 
     def evaluate() -> None:
         evaluated = ema if ema is not None else model

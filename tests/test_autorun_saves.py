@@ -113,11 +113,10 @@ def test_a_small_save_that_is_no_training_state_is_no_checkpoint(hooked, tmp_pat
     assert rep.phases.count("checkpoint") == 1
 
 
-def test_the_work_and_the_wait_before_a_save_stay_in_the_step(monkeypatch, tmp_path):
-    # After each optimizer step the script works 5 ms (writes its logs), waits 30 ms in its own
-    # barrier, then saves (2 s) every 3 steps, and after its first while that step's round may
-    # still go on. The step after a save started at the save's end: data 0 and comm_s 0, the
-    # rank's work and its wait before the save gone with the save, step 60 ms, not 95.
+
+def on_a_fake_clock(monkeypatch) -> tuple[Instrument, "Reporter", list[float]]:
+    """Rank 0 of two, instrumented on a clock the test moves (``clock[0]``), whose
+    ``torch.distributed.barrier`` waits 30 ms for the other rank."""
     api._reset_for_tests()
     clock = [100.0]
 
@@ -129,6 +128,15 @@ def test_the_work_and_the_wait_before_a_save_stay_in_the_step(monkeypatch, tmp_p
     rep.identity = RankIdentity(rank=0, local_rank=0, world_size=2, node=0, host="here", restart=0)
     inst = Instrument(rep).install()
     monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
+    return inst, rep, clock
+
+
+def test_the_work_and_the_wait_before_a_save_stay_in_the_step(monkeypatch, tmp_path):
+    # After each optimizer step the script works 5 ms (writes its logs), waits 30 ms in its own
+    # barrier, then saves (2 s) every 3 steps, and after its first while that step's round may
+    # still go on. The step after a save started at the save's end: data 0 and comm_s 0, the
+    # rank's work and its wait before the save gone with the save, step 60 ms, not 95.
+    inst, rep, clock = on_a_fake_clock(monkeypatch)
     try:
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
