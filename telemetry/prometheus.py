@@ -276,6 +276,12 @@ class HubCollector:
         device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS).", labels=["rank"])
         state = GaugeMetricFamily("pardash_rank_state", "1 for the rank's current state, 0 for the others.", labels=["rank", "state"])
         lost = CounterMetricFamily("pardash_rank_messages_lost", "The rank's messages that never arrived.", labels=["rank"])
+        # What the script logs and times itself (pt.log's own names, pt.phase's): its tokens/s
+        # or grad norm were in the TUI, the log and TensorBoard, and nowhere here.
+        metric = GaugeMetricFamily("pardash_rank_metric", "A value the script logs itself (pt.log) at the rank's latest step, by name.",
+                                   labels=["rank", "name"])  # fmt: skip
+        own = GaugeMetricFamily("pardash_rank_own_phase_seconds", "A phase the script times itself (pt.phase) in the rank's latest step.",
+                                labels=["rank", "phase"])  # fmt: skip
         for r in ranks:
             lab = str(r.rank)
             for s_ in STATUSES:  # every state, so a series does not vanish when the rank leaves it
@@ -294,12 +300,16 @@ class HubCollector:
                     phase.add_metric([lab, p], v)
             if s.loss is not None:
                 loss.add_metric([lab], s.loss)
+            for name, v in s.custom.items():
+                metric.add_metric([lab, name], v)
+            for name, v in s.phases.items():
+                own.add_metric([lab, name], v)
             h, d = mem_held_bytes(s.mem), mem_device_bytes(s.mem)
             if h is not None:
                 held.add_metric([lab], h)
             if d is not None:
                 device.add_metric([lab], d)
-        yield from (step, step_s, self_s, phase, loss, held, device, state, lost)
+        yield from (step, step_s, self_s, phase, loss, held, device, state, lost, metric, own)
 
 
 def _bounded_server(addr: str, port: int, *, read_timeout_s: float, max_connections: int):

@@ -575,3 +575,19 @@ def test_the_hub_module_alone_keeps_metrics_on_loopback_without_insecure(tmp_pat
         assert "pardash_world_size" in scrape(f"http://127.0.0.1:{server.port}/metrics")
     finally:
         server.close()
+
+
+def test_what_the_script_logs_and_times_itself_is_served_by_name():
+    # pt.log's own names (tokens/s, a grad norm) and pt.phase's were in the TUI, the log and
+    # TensorBoard, and nowhere in the metrics.
+    from pardash.telemetry import schema
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.prometheus import HubCollector
+
+    core = HubCore(run_id="r", world_size=1)
+    core.ingest(schema.Hello(run="r", rank=0, world_size=1, t=1.0e9), 1.0)
+    core.ingest(schema.Step(run="r", rank=0, seq=1, step=1, t=1.0e9 + 1, step_s=0.1, custom={"tokens_per_s": 5000.0, "grad_norm": 0.5},
+                            phases={"augment": 0.02}), 1.0)  # fmt: skip
+    fams = {f.name: f for f in HubCollector(core, per_rank=True).collect()}
+    assert {(s.labels["name"], s.value) for s in fams["pardash_rank_metric"].samples} == {("tokens_per_s", 5000.0), ("grad_norm", 0.5)}
+    assert [(s.labels["rank"], s.labels["phase"], s.value) for s in fams["pardash_rank_own_phase_seconds"].samples] == [("0", "augment", 0.02)]
