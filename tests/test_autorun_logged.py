@@ -357,3 +357,20 @@ def test_a_step_is_held_only_where_the_script_logs_and_the_heartbeat_says_it_don
     assert rep.steps[-1]["t"] <= ended  # stamped when it ended, not when sent
     inst.finish()
     assert _logged(rep, "first", "late") == [{}, {}, {"first": 3.0, "late": 3.0}]
+
+
+def test_a_step_published_after_its_round_keeps_the_time_it_ended(hooked):
+    # A GAN's step goes out as the next round ends, its last at the script's end: each was
+    # stamped then, the last with the script's exit (4 s of work after the loop read as its
+    # time, the run's rate 12 times too low).
+    inst, rep = hooked
+    gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
+    opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
+    ended = []
+    for i in range(1, 4):
+        _gan_iteration(gen, disc, opt_d, opt_g, i)
+        ended.append(time.time())
+        time.sleep(0.02)  # (the next iteration's data; after the last, the script's own work)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    assert all(s["t"] <= t for s, t in zip(rep.steps, ended, strict=True)), ([s["t"] for s in rep.steps], ended)

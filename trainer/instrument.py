@@ -760,11 +760,13 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
             return held
         return probe.measure(model, self.optimizers, ddp_module=self.trained.ddps_of(model), step_s=self._step_s, force=True, slot=slot)
 
-    def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None, held: bool = False) -> None:
+    def _publish(self, end: Any, mem: Any, logged: api.Logged | None = None, held: bool = False,
+                 ended: tuple[float | None, float | None] = (None, None)) -> None:
         """End the open step at ``end`` and publish it (a GPU step: once the next one ends), with
         ``logged`` (None: what the script logged since the last step, at its post-hook).
         ``held``: published at its cut, the next step not begun; what the script logs until
-        it begins is this step's too, so on CPU it goes out then (see Rounds._next_step_begins)."""
+        it begins is this step's too, so on CPU it goes out then (see Rounds._next_step_begins).
+        ``ended``: the wall and monotonic clocks when it ended (a cut's, published later), else now."""
         step = self._open or _OpenStep(marks=[("data", end)])
         self.step += 1
         lr = step.lr if step.lr is not None else (lr_of(self._round[0]()) if self._round else None)
@@ -772,7 +774,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
             self._send_saves()
         if logged is None:
             logged = api.take_logged() if self._logged_after is None else self._logged_to_cut()
-        done = _Done(self.step, self.epoch, step, end, lr, mem, logged, time.time(), time.monotonic())
+        t, mono = ended
+        done = _Done(self.step, self.epoch, step, end, lr, mem, logged,
+                     t if t is not None else time.time(), mono if mono is not None else time.monotonic())
         self._open = _OpenStep(marks=[("data", end)])
         self._phase = "data"
         self.reporter.set_phase("data")

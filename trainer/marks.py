@@ -80,6 +80,11 @@ class _Cut:
     """What the script logged (``pt.log`` without step blocks) up to the cut, taken from the
     API there, and what it logs after, until the next step begins (added then): the step's,
     though it is published later (what is logged once the next began is the next's)."""
+    t: float | None = None
+    """The wall clock at the cut (and ``mono``, the monotonic one's): its step's record's time,
+    published later (a GAN's step, read at the next round's end, carried that time, and its last
+    step the script's exit: its rate 12 times too low)."""
+    mono: float | None = None
 
 
 @dataclass(slots=True)

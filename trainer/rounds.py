@@ -17,6 +17,7 @@ logged before its cut and right after it; those logged once the next step began 
 
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Any
 
@@ -88,7 +89,8 @@ class Rounds:
             step = self._open
             if self._orphan is not None:  # (a third optimizer after the published step: its cut is forgotten, its values are not)
                 self._logged_back(self._orphan[1].logged)
-            cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut())
+            cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut(),
+                       time.time(), time.monotonic())
             self._orphan = (weakref.ref(optimizer), cut)
             self._logging_to = cut.logged
             self._pending_mem = self._memory(slot=len(self._round))
@@ -131,7 +133,8 @@ class Rounds:
                 # what was logged before either step is the step's.
                 step.samples = self._cut.samples
                 logged = self._cut.logged.merge(logged)
-            self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), logged)
+            self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), logged,
+                             time.time(), time.monotonic())
             self._logging_to = logged
             self.reporter.last_step = self.steps_done()  # (the heartbeat's step: see Instrument._publish)
             self._resume_at = None
@@ -243,7 +246,7 @@ class Rounds:
         step.micro, step.samples = cut.micro, cut.samples
         self._arrive_next = self._sync_next = None
         self._resume_at = None
-        self._publish(cut.end, mem, cut.logged)
+        self._publish(cut.end, mem, cut.logged, ended=(cut.t, cut.mono))
         self._open = rest
         self._phase = rest.marks[-1][0]
         self.reporter.set_phase(self._phase)

@@ -28,6 +28,7 @@ iteration whose gradients are set by hand (it joins that iteration's step).
 
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Any, Callable
 
@@ -82,7 +83,7 @@ class Skips:
                 # Another batch trained on since the last cut, and zeroed: skips in a row, or
                 # micro-batches zeroed one by one (told apart at the step, as the first cut)
                 cut = _Cut(self.clock.stamp(), len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits),
-                           self._logged_to_cut())  # fmt: skip
+                           self._logged_to_cut(), time.time(), time.monotonic())  # fmt: skip
                 self._skip_more.append((cut, self._memory(slot=0), self._arrive_next, self._sync_next, self._backward_end))
                 self._logging_to = cut.logged
                 self._arrive_next = self._sync_next = self._backward_end = None
@@ -104,7 +105,8 @@ class Skips:
         if not any(m.training for m in self.trained.roots):
             return  # a backward in eval mode (test-time adaptation inside an evaluation)
         now = self.clock.stamp()
-        self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut())
+        self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut(),
+                         time.time(), time.monotonic())  # fmt: skip
         self._logging_to = self._cut.logged  # (what is logged before the next forward: the skipped step's, if the cut holds)
         self._pending_mem = self._memory(slot=0)  # (the gradients are still held)
         self._skip_from = self._backward_end
@@ -209,7 +211,7 @@ class Skips:
             here = cut
             if before is not None:  # (counted in the open step as it was: now after the last cut)
                 here = _Cut(cut.end, cut.marks - before.marks + 1, cut.losses - before.losses, cut.micro - before.micro,
-                            cut.samples - before.samples, cut.waits - before.waits, cut.logged)  # fmt: skip
+                            cut.samples - before.samples, cut.waits - before.waits, cut.logged, cut.t, cut.mono)  # fmt: skip
             self._arrive_next, self._sync_next = arrive, sync
             self._publish_cut(here, mem)
             before = cut
