@@ -278,7 +278,7 @@ class HubCollector:
         lost = CounterMetricFamily("pardash_rank_messages_lost", "The rank's messages that never arrived.", labels=["rank"])
         # What the script logs and times itself (pt.log's own names, pt.phase's): its tokens/s
         # or grad norm were in the TUI, the log and TensorBoard, and nowhere here.
-        metric = GaugeMetricFamily("pardash_rank_metric", "A value the script logs itself (pt.log) at the rank's latest step, by name.",
+        metric = GaugeMetricFamily("pardash_rank_metric", "The last value of a metric the script logs itself (pt.log), by name.",
                                    labels=["rank", "name"])  # fmt: skip
         own = GaugeMetricFamily("pardash_rank_own_phase_seconds", "A phase the script times itself (pt.phase) in the rank's latest step.",
                                 labels=["rank", "phase"])  # fmt: skip
@@ -300,8 +300,9 @@ class HubCollector:
                     phase.add_metric([lab, p], v)
             if s.loss is not None:
                 loss.add_metric([lab], s.loss)
-            for name, v in s.custom.items():
-                metric.add_metric([lab, name], v)
+            for name, v in r.custom_last.items():
+                if name != "micro_batches":  # (pardash's own count, not the script's: the report says so)
+                    metric.add_metric([lab, name], v)
             for name, v in s.phases.items():
                 own.add_metric([lab, name], v)
             h, d = mem_held_bytes(s.mem), mem_device_bytes(s.mem)

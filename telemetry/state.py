@@ -223,6 +223,21 @@ class SeqTracker:
         return self.lost_before + max(0, self.max_seq + 1 - self.received)
 
 
+CUSTOM_NAMES = 256
+"""Names of a rank's own metrics kept for their last value (security.MAX_CUSTOM a step)."""
+
+
+def keep_custom(r: "RankState", custom: dict[str, float]) -> None:
+    """The rank's last value of each metric ``custom`` carries (see RankState.custom_last)."""
+    last = r.custom_last
+    if len(last) + len(custom) <= CUSTOM_NAMES:
+        last.update(custom)
+    else:
+        for name, x in custom.items():
+            if name in last or len(last) < CUSTOM_NAMES:
+                last[name] = x
+
+
 class RankState:
     """Everything known about one rank."""
 
@@ -254,12 +269,17 @@ class RankState:
         "smooth",
         "loss_bad",
         "said",
+        "custom_last",
     )
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
         self.hello: schema.Hello | None = None
         self.step: schema.Step | None = None
+        self.custom_last: dict[str, float] = {}
+        """The last value of each metric the script logs itself (``Step.custom``), whichever
+        step carried it: one logged every 10 steps was in the metrics 1 scrape in 10. At most
+        CUSTOM_NAMES names (a script logging a new name each step grows nothing past them)."""
         self.step_before: int | None = None
         """The last step of the rank's previous process (torchrun restarted it), while its new
         one has taken none: ``step`` starts anew with the new process's message order."""
@@ -516,6 +536,8 @@ class RunState:
             if r.step is None or msg.seq >= r.step.seq:
                 r.step = msg
             r.steps_seen += 1
+            if msg.custom:
+                keep_custom(r, msg.custom)
         elif isinstance(msg, schema.Heartbeat):
             r.heartbeat = msg
         elif isinstance(msg, schema.System):
@@ -696,6 +718,8 @@ class RunState:
                     if cls is Step:
                         r.steps_seen += 1
                         n_step += 1
+                        if msg.custom:
+                            keep_custom(r, msg.custom)
                         if r.step is None or msg.seq >= r.step.seq:  # see apply()
                             r.step = msg
                             steps.append(msg)

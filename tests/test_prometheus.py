@@ -589,5 +589,10 @@ def test_what_the_script_logs_and_times_itself_is_served_by_name():
     core.ingest(schema.Step(run="r", rank=0, seq=1, step=1, t=1.0e9 + 1, step_s=0.1, custom={"tokens_per_s": 5000.0, "grad_norm": 0.5},
                             phases={"augment": 0.02}), 1.0)  # fmt: skip
     fams = {f.name: f for f in HubCollector(core, per_rank=True).collect()}
-    assert {(s.labels["name"], s.value) for s in fams["pardash_rank_metric"].samples} == {("tokens_per_s", 5000.0), ("grad_norm", 0.5)}
     assert [(s.labels["rank"], s.labels["phase"], s.value) for s in fams["pardash_rank_own_phase_seconds"].samples] == [("0", "augment", 0.02)]
+    # (a step that logs nothing, or pardash's own count: the script's last values stay, its alone;
+    # they were there one scrape in ten of a metric logged every 10 steps)
+    core.ingest(schema.Step(run="r", rank=0, seq=2, step=2, t=1.0e9 + 2, step_s=0.1, custom={"micro_batches": 4.0}), 1.0)
+    fams = {f.name: f for f in HubCollector(core, per_rank=True).collect()}
+    assert {(s.labels["name"], s.value) for s in fams["pardash_rank_metric"].samples} == {("tokens_per_s", 5000.0), ("grad_norm", 0.5)}
+    assert fams["pardash_rank_own_phase_seconds"].samples == []  # (the latest step's: it timed none)
