@@ -374,3 +374,17 @@ def test_a_step_published_after_its_round_keeps_the_time_it_ended(hooked):
     inst.finish()
     assert [s["step"] for s in rep.steps] == [1, 2, 3]
     assert all(s["t"] <= t for s, t in zip(rep.steps, ended, strict=True)), ([s["t"] for s in rep.steps], ended)
+
+
+def test_after_a_rounds_optimizer_step_the_phase_is_data(hooked):
+    # After a GAN's step, its round maybe going on: a rank hung in its loader there read
+    # "stalled in optimizer".
+    inst, rep = hooked
+    phases: list[str] = []
+    rep.set_phase = phases.append
+    gen, disc = nn.Linear(4, 8), nn.Linear(8, 1)
+    opt_d, opt_g = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters(), lr=0.02)
+    for i in range(1, 3):
+        _gan_iteration(gen, disc, opt_d, opt_g, i)
+        assert phases[-1] == "data", phases[-6:]
+    inst.finish()

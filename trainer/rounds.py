@@ -137,6 +137,10 @@ class Rounds:
                              time.time(), time.monotonic())
             self._logging_to = logged
             self.reporter.last_step = self.steps_done()  # (the heartbeat's step: see Instrument._publish)
+            # What comes next is data, the step's if the round goes on, the next's if not (a
+            # rank hung in its loader after a GAN's round read "stalled in optimizer"). Said to
+            # the heartbeat only: the open step's own phase, which its next mark reads, stays.
+            self.reporter.set_phase("data")
             self._resume_at = None
             self._pending_mem = _most_held(self._pending_mem, self._memory(force=not self._rounds, slot=len(self._round) - 1))
         return None
