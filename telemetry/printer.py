@@ -303,7 +303,7 @@ class ProgressPrinter:
         (longest first) that fits the terminal's width with a bar of BAR_MIN_WIDTH or more,
         and the bar as wide as what is left allows, up to BAR_WIDTH; where even the shortest
         form leaves no room for a bar, no bar, and that form cut to fit. The step and the
-        elapsed time are always whole."""
+        elapsed time stay whole down to some 25 columns (below that even they are cut)."""
         from rich.cells import cell_len
 
         progress = self._progress
