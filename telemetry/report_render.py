@@ -346,8 +346,10 @@ def straggler_lines(rep: dict) -> list[str]:
             f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}{to}, found at step {s['step']}, {until}; "
             # a step: the mean over the steps charged (the verdict's own figure is of the windows
             # that found it, which the total would not multiply back to)
+            # (said of those steps: "on average ... over 57 steps" beside the verdict's 15 ms read
+            # as an average over the streak, where it was last on 57 of its 78)
             f"the others waited {ms(s['cost_total_s'] / s['steps_charged'] if s['steps_charged'] else s['cost_s'])} ms a step "
-            f"on average, {_total_text(s['cost_total_s'])} over {s['steps_charged']} step{'' if s['steps_charged'] == 1 else 's'} "
+            f"on the {s['steps_charged']} step{'' if s['steps_charged'] == 1 else 's'} it held them up, {_total_text(s['cost_total_s'])} in all "
             f"({_pct(s['share_of_train'])} of training"
             # what the live verdict said (and /metrics and export keep): the windows that found it
             + (f"; {ms(s['cost_s'])} ms a step when found)" if s["cost_s"] is not None and s["steps_charged"] else ")")

@@ -383,7 +383,7 @@ def test_a_straggler_is_dated_and_its_cost_measured():
     assert s["steps_charged"] == 25 and s["cost_total_s"] == pytest.approx(25 * 0.030, rel=0.01)
     # a step's wait times the steps is the total (it said the verdict's 30.0 ms over 29 steps: 0.87 s, not 0.75)
     line = next(x for x in render_text(rep).splitlines() if "the others waited" in x)
-    assert f"waited {s['cost_total_s'] / s['steps_charged'] * 1e3:.1f} ms a step on average, {s['cost_total_s']:.2f} s over {s['steps_charged']} steps" in line
+    assert f"waited {s['cost_total_s'] / s['steps_charged'] * 1e3:.1f} ms a step on the {s['steps_charged']} steps it held them up, {s['cost_total_s']:.2f} s in all" in line
     # ...and the verdict's own figure, which the live line, /metrics and export said, named as such
     assert line.endswith(f"of training; {s['cost_s'] * 1e3:.1f} ms a step when found)"), line
     assert 0 < s["share_of_train"] < 1

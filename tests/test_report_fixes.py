@@ -204,10 +204,10 @@ def test_a_straggler_of_one_step_says_its_cost_in_ms_and_one_step():
     s = {"rank": 3, "kind": "data", "since_step": 40, "until_step": 40, "step": 49, "cleared_step": 60,
          "cost_total_s": 0.002, "steps_charged": 1, "cost_s": 0.002, "share_of_train": 0.0004}  # fmt: skip
     (line,) = straggler_lines({"stragglers": [s]})
-    assert "on average, 2.0 ms over 1 step (" in line, line
+    assert "2.0 ms a step on the 1 step it held them up, 2.0 ms in all (" in line, line
     s.update(cost_total_s=12.5, steps_charged=400)
     (line,) = straggler_lines({"stragglers": [s]})
-    assert "on average, 12.50 s over 400 steps (" in line, line
+    assert "on the 400 steps it held them up, 12.50 s in all (" in line, line
 
 
 def test_report_on_a_keyed_node_after_the_first_says_a_record_with_its_keys(tmp_path):
