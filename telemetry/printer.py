@@ -26,6 +26,7 @@ from .summary import (
     samples_per_s,
     samples_per_s_recent,
     spread,
+    took_text,
 )
 
 
@@ -439,7 +440,7 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
             line = f"[eval] {who} after step {ev.step}" if ev.step else f"[eval] {who} before the first step"
         if took is not None and ev.name in ("checkpoint", "resume", "eval"):
             # (in ms under 0.1 s: a fast evaluation read "0.00 s")
-            line += f" ({'slowest ' if several else ''}{took * 1e3:.0f} ms)" if took < 0.1 else f" ({'slowest ' if several else ''}{took:.2f} s)"
+            line += f" ({'slowest ' if several else ''}{took_text(took)})"
         return line
     return ""
 

@@ -15,7 +15,7 @@ from .failures import stopped_how
 from .logreader import no_rank_reported
 from .schema import plain_text
 from .summary import ranks_named
-from .summary import human_bytes, ms
+from .summary import human_bytes, ms, took_text
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
 """Phase fields of a step record, in the order tables show them."""
@@ -179,12 +179,6 @@ def _seconds(s: float) -> str:
     if s >= 1 or s == 0:
         return f"{s:.1f} s"
     return f"{Decimal(f'{s:.2g}'):f} s"
-
-
-def took_text(s: float) -> str:
-    """How long a save or a resume took, as the headless progress line says it: ``5 ms`` under
-    0.1 s (a 4.8 ms save read "0.00 s"), else ``2.80 s``."""
-    return f"{s * 1e3:.0f} ms" if s < 0.1 else f"{s:.2f} s"
 
 
 def _restart_text(rep: dict) -> str:
