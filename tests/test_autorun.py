@@ -1886,9 +1886,10 @@ def test_a_rank_slow_inside_an_fsdp_models_blocks_is_named_the_straggler_and_eac
     # 405.6 against 435.0 ms, no verdict, when the self time ran to the last backward; 4 here,
     # half the time, and still no verdict that way). Each of the 4 micro-batches has its
     # forward's gathers too, so this one launch needs both (it was run with 1 micro-batch as
-    # well, which needs only the first: 14 s of the suite's serial part, for no case more).
+    # well, which needs only the first: 14 s of the suite's serial part, for no case more). Two
+    # blocks, each sharded and gathered on its own, as four are: 3 CPU-s less a run.
     proc, msgs = _launch(tmp_path, str(DEMOS / "fsdp_plain.py"), "--steps", "40", "--straggler-rank", "1",
-                         "--straggler-s", "0.03", "--straggler-in", "model", "--accum", "4")  # fmt: skip
+                         "--straggler-s", "0.03", "--straggler-in", "model", "--accum", "4", "--blocks", "2")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     # First what this run shows whatever its timing (a launch of its own once): FSDP2 sharded
     # per block, each rank holds half the parameters and optimizer state.
