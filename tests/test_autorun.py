@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -1768,15 +1767,31 @@ def test_plain_ddp_script_every_step_of_every_rank(plain_ddp_run):
     assert exits == [(0, 0), (1, 0)]
 
 
+# One launch of one rank serves two tests: the script's flags that torchrun could take for its
+# own, and the lines it prints with another rank's written between their pieces. Telemetry off:
+# neither claim needs it, and the rank then never imports torch (4 s of CPU less). Its tests
+# share one worker, as the plain DDP run's do.
+SCRIPT_FLAGS = ["--nproc", "7", "--log", "mine.txt", "--role", "r", "--standalone", "--", "z"]
+ARGV_AND_LINES_GROUP = pytest.mark.xdist_group("argv_and_lines")
+
+
+@pytest.fixture(scope="module")
+def argv_and_lines_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("argv-and-lines")
+    # (Named as a user names theirs, from the folder the launch runs in.)
+    (tmp / "train.py").write_text((SCRIPTS / "autorun_argv_and_lines.py").read_text())
+    # The user's own PYTHONUNBUFFERED is kept, and does as it says: left unset here.
+    env = pardash_env(PYTHONUNBUFFERED=None, PARDASH_TELEMETRY="0")
+    proc, _msgs = _launch(tmp, "train.py", *SCRIPT_FLAGS, nproc=1, env=env)
+    return proc
+
+
 @pytest.mark.slow
-def test_the_scripts_flags_never_reach_torchrun(tmp_path):
+@ARGV_AND_LINES_GROUP
+def test_the_scripts_flags_never_reach_torchrun(argv_and_lines_run):
     # torchrun's parser took a script's `--nproc 7` as ambiguous (the launch never started)
     # and would take `--role x` or `--standalone` as its own.
-    (tmp_path / "argv_probe.py").write_text((SCRIPTS / "argv_probe.py").read_text())
-    args = ["--nproc", "7", "--log", "mine.txt", "--role", "r", "--standalone", "--", "z"]
-    # (Telemetry off: the claim is the script's argv, and its rank then never imports torch,
-    # 4 s of CPU less.)
-    proc, _ = _launch(tmp_path, "argv_probe.py", *args, nproc=1, env=pardash_env(PARDASH_TELEMETRY="0"))
+    proc, args = argv_and_lines_run, SCRIPT_FLAGS
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [s["argv"][1:] for s in seen] == [args]
@@ -1986,36 +2001,17 @@ def test_a_script_without_optimizer_steps_is_told_so(tmp_path):
     assert _steps(msgs, 0) == []
 
 
-class _AnotherRanksLine:
-    """Printed, writes a whole line to ``fd`` as another rank would right then, between the
-    pieces of this process's print() (the ranks of a launch share one output file)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __str__(self) -> str:
-        os.write(self.fd, b"[another rank's line]\n")
-        return "x"
-
-
 @pytest.mark.slow
-def test_each_printed_line_reaches_the_output_whole_as_in_a_terminal(tmp_path):
+@ARGV_AND_LINES_GROUP
+def test_each_printed_line_reaches_the_output_whole_as_in_a_terminal(argv_and_lines_run):
     # The launcher sets PYTHONUNBUFFERED=1 (the ranks' output is a file, read as it grows):
     # print() then wrote each piece of a line apart, and two ranks' lines came out mixed
     # ("LOGLOG {...}", 37,733 of 40,000 lines printed at once by two ranks). A terminal's
-    # stdout is line-buffered: a line goes out in one write, as under plain torchrun.
-    script = tmp_path / "prints.py"
-    script.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from test_autorun import _AnotherRanksLine\n"
-        "print('LOG', _AnotherRanksLine(1), 42)\n"
-        "print('ERR', _AnotherRanksLine(2), 43, file=sys.stderr)\n"
-    )
-    # (The user's own PYTHONUNBUFFERED is kept, and does as it says. Telemetry off: the lines
-    # are made unbuffered and line-buffered again either way, and the rank never imports torch.)
-    env = pardash_env(PYTHONUNBUFFERED=None, PARDASH_TELEMETRY="0")
-    proc, _msgs = _launch(tmp_path, str(script), nproc=1, env=env)
+    # stdout is line-buffered: a line goes out in one write, as under plain torchrun. The
+    # script prints "LOG x 42" and "ERR x 43" (stderr), another rank's line written to the same
+    # stream between the pieces of each. (The lines are made unbuffered and line-buffered again
+    # with telemetry on or off.)
+    proc = argv_and_lines_run
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     assert re.search(r"^LOG x 42$", out, re.M) and re.search(r"^ERR x 43$", out, re.M), out

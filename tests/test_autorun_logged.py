@@ -275,20 +275,22 @@ LOGS_AFTER_THE_STEP = """
 
 def test_under_launch_a_value_logged_after_the_optimizer_step_is_its_steps_in_the_log(tmp_path):
     # pardash launch -- script.py, 2 ranks: the log read step 1 with no gnorm, step 2
-    # gnorm 0 ... step 4 gnorm 2, and the last value, 3, nowhere.
+    # gnorm 0 ... step 4 gnorm 2, and the last value, 3, nowhere. One rank here: the step a
+    # value joins is each rank's own (the other rank read the same), and a second rank is
+    # 2.5 s more of a core for it.
     steps = 4
     (tmp_path / "logs_after.py").write_text(textwrap.dedent(LOGS_AFTER_THE_STEP).replace("STEPS", str(steps)))
     log = tmp_path / "run.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log),
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(log),
          "--runs-dir", str(tmp_path / "runs"), "--", "logs_after.py"],
         capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     msgs = load_log(log)[0]
-    for rank in (0, 1):
-        got = sorted((m for m in msgs if isinstance(m, schema.Step) and m.rank == rank), key=lambda m: m.seq)
-        assert [(m.step, (m.custom or {}).get("gnorm")) for m in got] == [(i + 1, float(i)) for i in range(steps)]
+    got = sorted((m for m in msgs if isinstance(m, schema.Step)), key=lambda m: m.seq)
+    assert {m.rank for m in got} == {0}
+    assert [(m.step, (m.custom or {}).get("gnorm")) for m in got] == [(i + 1, float(i)) for i in range(steps)]
 
 
 def test_an_event_sent_after_the_optimizer_step_is_that_steps(hooked):
