@@ -59,7 +59,11 @@ def _gated(tmp_path: Path, steps: int, at: int) -> tuple[list[str], Path]:
 
 def test_hub_killed_mid_run_is_restarted_and_the_log_carries_on(tmp_path):
     log = tmp_path / "run.jsonl"
-    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "150")
+    # One rank: what the restart keeps is each rank's own (its queue, its steps or their count
+    # as lost); a second cost its start-up and proved that again. (The hub is back within a
+    # second of the kill, and a rank's close waits 1.5 s for one: a rank that ends first still
+    # sends its last steps.)
+    p = _start(tmp_path, "--strategy", "ddp", "--nproc", "1", "--steps", "150")
     wait_for(lambda: len(_steps(log, 0)) >= 20, timeout_s=120, poll_s=0.3)
     runs = registry.live_runs()
     assert len(runs) == 1
@@ -175,12 +179,13 @@ def test_ctrl_c_once_every_rank_has_finished_lets_the_job_end_and_says_it_finish
 
     from pardash.telemetry.report import build_report
 
+    # (One rank: its finish is every rank's, as it is for the TUI's test below.)
     script = Path(__file__).resolve().parent / "scripts" / "lingers_after_its_exit.py"
     go = tmp_path / "go"
-    p = _start(tmp_path, "--nproc", "2", "--", str(script), str(go))
+    p = _start(tmp_path, "--nproc", "1", "--", str(script), str(go))
     assert p.stdout is not None and p.stderr is not None
-    for line in p.stdout:  # the launch itself has seen both ranks finish
-        if "| 2 finished" in line:
+    for line in p.stdout:  # the launch itself has seen the rank finish
+        if "| 1 finished" in line:
             break
     p.send_signal(signal.SIGINT)
     for line in p.stderr:  # what it does about it (before the fix: "stopping the job...")
@@ -190,7 +195,7 @@ def test_ctrl_c_once_every_rank_has_finished_lets_the_job_end_and_says_it_finish
     out, err = p.communicate(timeout=120)
     assert "pardash: every rank had finished; waiting for torchrun to end (Ctrl-C again stops it)" in line
     assert p.returncode == 0, err[-2000:]
-    assert "pardash: done, 2 rank(s), step 5, log " in out
+    assert "pardash: done, 1 rank(s), step 5, log " in out
     assert "stopped" not in err
     rep = build_report(str(tmp_path / "run.jsonl"))
     assert rep["exits"] == [] and rep["failure"] is None
@@ -504,24 +509,80 @@ def test_lines_dropped_while_the_log_could_not_be_written_are_counted_and_said(t
     assert [m.step for m in load_log(path)[0] if isinstance(m, schema.Step)] == [13, 14, 15, 16]
 
 
-def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_hub_behind(tmp_path):
+# One launch serves the two tests of a supervisor killed outright mid-run, the job then left to
+# end by itself: what the launch says and writes (its outcome, result.json, the hub's end), and
+# that the ranks write on after the kill (their streams were a pipe to the supervisor). Each
+# launch of them cost seconds of a 2-core machine, for the same fault.
+SUPERVISOR_KILLED_STEPS = 30
+SUPERVISOR_KILLED_GROUP = pytest.mark.xdist_group("faults_supervisor_killed")
+
+
+class SupervisorKilledRun:
+    """A headless launch of chatty.py on one rank whose supervisor the fixture killed with
+    SIGKILL after step 5, the rank waiting there until it was dead and then training on to the
+    end once the hub had said so: the launch's output and exit code, its registry entry, and
+    what held as it returned."""
+
+    dir: Path
+    log: Path
+    registry: Path
+    entry: dict
+    out: str
+    err: str
+    returncode: int
+    ranks_ended_at_return: dict[int, bool]
+
+
+@pytest.fixture(scope="module")
+def supervisor_killed_run(tmp_path_factory):
+    # The module's launch outlives each test's own registry (conftest's _private_registry, set
+    # up after this), so it has one of its own, which the tests read the run's entries from.
+    run = SupervisorKilledRun()
+    run.dir = tmp_path_factory.mktemp("supervisor-killed")
+    run.log, run.registry = run.dir / "run.jsonl", run.dir / "registry"
+    args, go = _gated(run.dir, SUPERVISOR_KILLED_STEPS, at=5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PARDASH_REGISTRY_DIR", str(run.registry))
+        p = _start(run.dir, *args, env=pardash_env())
+        try:
+            wait_for(lambda: len(_steps(run.log, 0)) >= 5, timeout_s=120, poll_s=0.1)
+            (run.entry,) = registry.live_runs()
+            os.kill(run.entry["supervisor_pid"], signal.SIGKILL)
+            wait_for(lambda: _ended(run.entry["supervisor_pid"]), timeout_s=30)  # (its end of the job's streams closed)
+            # ... and the hub has seen it gone: the job then goes on without it, not ending first
+            gone = f"supervisor (pid {run.entry['supervisor_pid']}) is gone"
+            wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "warning" and gone in (m.message or "")
+                                 for m in load_log(run.log)[0]), timeout_s=60, poll_s=0.2)  # fmt: skip
+            go.touch()
+            run.out, run.err = p.communicate(timeout=240)
+            # At once, as the launch returns: a later look would find any process ended.
+            pids = {m.pid for m in load_log(run.log)[0] if isinstance(m, schema.Hello)}
+            run.ranks_ended_at_return = {pid: _ended(pid) for pid in pids}
+        finally:
+            go.touch()  # a failed wait leaves the rank to end by itself, and its hub with it
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    run.returncode = p.returncode
+    return run
+
+
+@SUPERVISOR_KILLED_GROUP
+def test_a_supervisor_killed_outright_leaves_the_job_followed_to_its_end_and_no_hub_behind(supervisor_killed_run, monkeypatch):
     # SIGKILL of the launcher's supervisor: torchrun and the ranks train on. The launch does not
     # call that a failed job: it says what happened, follows the ranks to their end and exits
     # with the run's outcome; the hub, unsupervised, stops once every rank is done.
-    log = tmp_path / "run.jsonl"
-    p = _start(tmp_path, "--strategy", "single", "--steps", "60")
-    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
-    (entry,) = registry.live_runs()
-    os.kill(entry["supervisor_pid"], signal.SIGKILL)
-    out, err = p.communicate(timeout=240)
+    run = supervisor_killed_run
+    entry, out, err, log = run.entry, run.out, run.err, run.log
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(run.registry))
     assert "the launcher's supervisor was killed by SIGKILL before the job ended" in err
     assert "failed" not in err, err[-2000:]
-    assert p.returncode == 0, err[-2000:]
+    assert run.returncode == 0, err[-2000:]
     assert "the run is over: 1 finished" in out
     wait_for(lambda: _ended(entry["pid"]), timeout_s=30)
     assert not registry.live_runs()
     msgs, _ = load_log(log)
-    assert max(m.step for m in msgs if isinstance(m, schema.Step)) == 60
+    assert max(m.step for m in msgs if isinstance(m, schema.Step)) == SUPERVISOR_KILLED_STEPS
     said = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1]
     assert any(f"supervisor (pid {entry['supervisor_pid']}) is gone" in m for m in said)
     # Its result.json, which the supervisor would have written as the job ended, is written by
@@ -614,35 +675,29 @@ def test_a_pid_the_system_gave_another_program_is_no_supervisor(tmp_path):
         other.wait()
 
 
-def test_ranks_that_write_on_after_their_supervisor_was_killed_train_on(tmp_path):
+@SUPERVISOR_KILLED_GROUP
+def test_ranks_that_write_on_after_their_supervisor_was_killed_train_on(supervisor_killed_run):
     # torchrun's stderr was a pipe to the supervisor: once it was killed, a rank's next line
     # on stderr (a warning, a logger, a traceback) failed with EPIPE and ended the run.
     # The rank waits after its step 5 until its supervisor is dead, then writes on: 25 lines
     # on each stream (the kill landed at step 7 of 300 of a run given no wait, or after its end).
-    log = tmp_path / "run.jsonl"
-    args, go = _gated(tmp_path, 30, at=5)
-    p = _start(tmp_path, *args)
-    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.1)
-    (entry,) = registry.live_runs()
-    os.kill(entry["supervisor_pid"], signal.SIGKILL)
-    wait_for(lambda: _ended(entry["supervisor_pid"]), timeout_s=30)  # (its end of the job's streams closed)
-    go.touch()
-    out, err = p.communicate(timeout=240)
-    assert p.returncode == 0, out[-2000:] + err[-2000:]
+    run = supervisor_killed_run
+    out, err, log = run.out, run.err, run.log
+    assert run.returncode == 0, out[-2000:] + err[-2000:]
     assert "the run is over: 1 finished" in out
-    assert max(s.step for s in _steps(log, 0)) == 30
+    assert max(s.step for s in _steps(log, 0)) == SUPERVISOR_KILLED_STEPS
     # It wrote after the kill: its lines of the steps after the wait, on stdout (the job's
     # output file) and on stderr (torchrun's, in a file of its own once headless).
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = (run.dir / "runs").iterdir()
     for written in (run_dir / "output.log", run_dir / "torchrun" / "stderr.log"):
         lines = written.read_text().splitlines()
-        assert all(f"rank 0 step {step}" in lines for step in range(6, 31)), (written.name, lines[-20:])
+        assert all(f"rank 0 step {step}" in lines for step in range(6, SUPERVISOR_KILLED_STEPS + 1)), (written.name, lines[-20:])
     msgs, _ = load_log(log)
     assert not [m for m in msgs if isinstance(m, schema.Event) and m.name == "error"]
     # The launch ends once the ranks have: it returned as they said they finished, their
     # processes (GPU memory and all) still there for the next command.
     pids = {m.pid for m in msgs if isinstance(m, schema.Hello)}
-    assert len(pids) == 1 and all(_ended(pid) for pid in pids)
+    assert len(pids) == 1 and all(run.ranks_ended_at_return[pid] for pid in pids)
 
 
 def test_a_launch_whose_output_is_gone_still_restarts_the_hub_and_sees_the_job_out(tmp_path):
