@@ -57,3 +57,22 @@ def test_the_trainer_imports_torch_with_the_collector_off_and_runs_with_it_on():
     assert state["seen"] == {"torch": False, "torch._dynamo": False}
     # then on, every object of those imports frozen
     assert state["on"] is True and state["frozen"] > 100_000 and state["code"] == 0
+
+
+def test_pardashs_own_processes_load_none_of_the_ranks_api_and_a_script_still_finds_it():
+    # `import pardash.telemetry` loaded the explicit API (its reporter, memory and environment
+    # modules, psutil among them) into every process that imports any module of the package:
+    # a launch's start-up was twice what it needed, and so the hub's, the supervisor's and each
+    # command's a part. The API's names now load it when first used.
+    probe = (
+        "import json, sys\n"
+        "import pardash.launch, pardash.telemetry.hub, pardash.trainer.supervisor\n"
+        "before = sorted(m for m in sys.modules if m.startswith('pardash.telemetry.'))\n"
+        "import pardash.telemetry as pt\n"
+        "from pardash.telemetry import step\n"
+        "print(json.dumps({'before': before, 'names': [getattr(pt, n).__module__ for n in pt.__all__],\n"
+        "                  'step': step is pt.step, 'listed': set(pt.__all__) <= set(dir(pt))}))\n"
+    )
+    out = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=pardash_env()).stdout)
+    assert "pardash.telemetry.api" not in out["before"] and "pardash.telemetry.reporter" not in out["before"], out["before"]
+    assert out["names"] == ["pardash.telemetry.api"] * 5 and out["step"] and out["listed"]
