@@ -82,9 +82,7 @@ def _launch_parser(sub) -> argparse.ArgumentParser:
     v.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between headless progress lines (default 5)")
     v.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: the hub admits only ranks and viewers with an authorised key (default $PARDASH_CURVE_DIR)")
     v.add_argument("--insecure", action="store_true", help=cliargs.INSECURE_HELP)
-    from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
-
-    add_prometheus_arguments(v)
+    cliargs.prometheus_arguments(v)
     t = p.add_argument_group("bundled trainer")
     train_config.add_arguments(t)
     p.add_argument("-m", dest="module", default=None, help="run this module under torchrun instead of the bundled trainer")
@@ -144,15 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     _launch_parser(sub)
 
-    from pardash.telemetry.hub import add_hub_arguments
-
     h = sub.add_parser(
         "hub",
         help="run a hub alone, for jobs started by torchrun, srun or Kubernetes",
         description="Run a hub alone: ranks started by torchrun, srun or Kubernetes with PARDASH_ENDPOINT set to "
         "its ingest (printed at start) publish to it; it records the JSONL log and serves viewers (`pardash attach`).",
     )
-    add_hub_arguments(h)
+    cliargs.hub_arguments(h)
 
     a = sub.add_parser(
         "attach",
@@ -193,9 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--bind", default="127.0.0.1", help="hub address (default 127.0.0.1)")
     sim.add_argument("--port", type=cliargs.hub_port, default=0, help="hub ingest port; when set, frames and snapshots take PORT+1 and PORT+2 (default: free ports)")
     sim.add_argument("--insecure", action="store_true", help=cliargs.INSECURE_HELP + "; simulated ranks hold no keys, so it is the only way off loopback")
-    from pardash.telemetry.prometheus import add_arguments as add_prometheus_arguments
-
-    add_prometheus_arguments(sim)
+    cliargs.prometheus_arguments(sim)
 
     rec = sub.add_parser(
         "record",

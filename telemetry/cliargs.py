@@ -1,6 +1,10 @@
 """Value types for the command lines' numbers (``type=`` of argparse): a bad value is a
 one-line usage error naming the flag, never a traceback from deep inside (a port past 65535
-reached the socket's bind, a frame rate of 0 a division)."""
+reached the socket's bind, a frame rate of 0 a division). And the flags the hub's and
+Prometheus's commands share (:func:`hub_arguments`, :func:`prometheus_arguments`), here rather
+than beside the code that serves them: every command builds the whole parser, and defining them
+there loaded the hub's state, its security and ZeroMQ into `pardash ps` and `pardash report`
+(40 ms of each one's start-up)."""
 
 from __future__ import annotations
 
@@ -124,3 +128,49 @@ def rank_set(text: str) -> frozenset[int]:
             raise argparse.ArgumentTypeError(f"{part.strip()!r}: more ranks than a job has")
         ranks.update(range(first, last + 1))
     return frozenset(ranks)
+
+
+TEXTFILE_EVERY_S = 5.0
+"""Seconds between two writes of --prometheus-textfile while the hub runs: node_exporter reads
+the file when it is scraped (every 15-60 s), so a newer one would never be read; what counts is
+the write as the hub stops."""
+TEXTFILE_SUFFIX = ".prom"
+
+
+def textfile_name(text: str) -> str:
+    """``--prometheus-textfile``'s value (``type=`` of argparse): a name node_exporter reads."""
+    text = path(text)
+    if not text.endswith(TEXTFILE_SUFFIX):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} does not end in {TEXTFILE_SUFFIX}: node_exporter's textfile collector reads only *{TEXTFILE_SUFFIX} files"
+        )
+    return text
+
+
+def prometheus_arguments(p: argparse.ArgumentParser) -> None:
+    """``--prometheus PORT``, ``--prometheus-addr``, ``--prometheus-per-rank``,
+    ``--prometheus-textfile PATH`` (hub, launch, simulate; served by telemetry/prometheus.py)."""
+    p.add_argument("--prometheus", type=port, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port) while the hub runs; a launched hub stops with its job, so for the job's final state use --prometheus-textfile")
+    p.add_argument("--prometheus-addr", default="127.0.0.1", metavar="ADDR", help="address /metrics binds (default 127.0.0.1; beyond loopback only with --insecure: /metrics has no authentication)")
+    p.add_argument("--prometheus-per-rank", action="store_true", help="add per-rank series (pardash_rank_*; one series per rank and metric) to /metrics and the textfile")
+    p.add_argument(
+        "--prometheus-textfile", type=textfile_name, default=None, metavar="PATH",
+        help=f"also write the metrics to PATH (ending in .prom; with or without --prometheus) every {TEXTFILE_EVERY_S:g} s and once more as the hub "
+        "stops, whole or not at all: a batch job's final state (ranks finished or exited, totals) for node_exporter's textfile collector "
+        "(PATH in its --collector.textfile.directory), which keeps it after the job and its /metrics are gone",
+    )  # fmt: skip
+
+
+def hub_arguments(p: argparse.ArgumentParser) -> None:
+    """A hub's flags (`pardash hub`, ``python -m pardash.telemetry.hub``), Prometheus's with them."""
+    p.add_argument("--run-id", type=run_id, default=None, help="run id (default: a new one; with --resume, the log's)")
+    p.add_argument("--log", type=path, default=None, help="JSONL log path (default: runs/<run id>/telemetry.jsonl)")
+    p.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --curve-dir or --insecure)")
+    p.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: only ranks and viewers with an authorised key get in (default $PARDASH_CURVE_DIR)")
+    p.add_argument("--insecure", action="store_true", help=INSECURE_HELP)
+    p.add_argument("--world-size", type=count(0), default=0, help="the job's number of ranks: refuse any other rank (default: learnt from the ranks)")
+    p.add_argument("--port", type=hub_port, default=0, help="ingest port (default: a free one); when set, frames and snapshots take PORT+1 and PORT+2")
+    p.add_argument("--frame-hz", type=positive, default=10.0, help="frames a second to viewers (default 10)")
+    p.add_argument("--no-registry", action="store_true", help="do not list this hub in `pardash ps`")
+    p.add_argument("--resume", action="store_true", help="carry on the existing log given by --log PATH: rebuild state from it, then append (its run id is kept)")
+    prometheus_arguments(p)

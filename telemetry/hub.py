@@ -538,21 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     return run_hub(ns, ready_fd=ns.ready_fd, meta=json.loads(ns.meta))
 
 
-def add_hub_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run-id", type=cliargs.run_id, default=None, help="run id (default: a new one; with --resume, the log's)")
-    p.add_argument("--log", type=cliargs.path, default=None, help="JSONL log path (default: runs/<run id>/telemetry.jsonl)")
-    p.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --curve-dir or --insecure)")
-    p.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`: only ranks and viewers with an authorised key get in (default $PARDASH_CURVE_DIR)")
-    p.add_argument("--insecure", action="store_true", help=cliargs.INSECURE_HELP)
-    p.add_argument("--world-size", type=cliargs.count(0), default=0, help="the job's number of ranks: refuse any other rank (default: learnt from the ranks)")
-    p.add_argument("--port", type=cliargs.hub_port, default=0, help="ingest port (default: a free one); when set, frames and snapshots take PORT+1 and PORT+2")
-    p.add_argument("--frame-hz", type=cliargs.positive, default=10.0, help="frames a second to viewers (default 10)")
-    p.add_argument("--no-registry", action="store_true", help="do not list this hub in `pardash ps`")
-    p.add_argument("--resume", action="store_true", help="carry on the existing log given by --log PATH: rebuild state from it, then append (its run id is kept)")
-    # Prometheus /metrics (telemetry/prometheus.py): --prometheus PORT, --prometheus-addr, --prometheus-per-rank.
-    from .prometheus import add_arguments as add_prometheus_arguments
-
-    add_prometheus_arguments(p)
+add_hub_arguments = cliargs.hub_arguments
+"""The hub's flags (made in cliargs, which every command's parser loads)."""
 
 
 def _missing(path: str) -> list[str]:

@@ -35,7 +35,6 @@ yet, and a series gone for those seconds fired an ``absent()`` alert on every re
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import socket
@@ -45,6 +44,7 @@ import threading
 from typing import TYPE_CHECKING, Iterator
 
 from . import cliargs
+from .cliargs import TEXTFILE_EVERY_S, textfile_name  # (where its flag is made: see cliargs)
 from .security import metrics_refusal
 from .state import STARTING, STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
 from .summary import expected_state_bytes, samples_per_s
@@ -67,11 +67,6 @@ accepted. A Prometheus server scrapes over one connection at a time: a few of th
 or two, fit."""
 
 
-TEXTFILE_EVERY_S = 5.0
-"""Seconds between two writes of --prometheus-textfile while the hub runs: node_exporter reads
-the file when it is scraped (every 15-60 s), so a newer one would never be read; what counts is
-the write as the hub stops."""
-TEXTFILE_SUFFIX = ".prom"
 
 
 class MetricsError(Exception):
@@ -509,16 +504,6 @@ class TextfileWriter:
         return self.take_warning()
 
 
-def textfile_name(text: str) -> str:
-    """``--prometheus-textfile``'s value (``type=`` of argparse): a name node_exporter reads."""
-    text = cliargs.path(text)
-    if not text.endswith(TEXTFILE_SUFFIX):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} does not end in {TEXTFILE_SUFFIX}: node_exporter's textfile collector reads only *{TEXTFILE_SUFFIX} files"
-        )
-    return text
-
-
 def textfile_refusal(path: str) -> str | None:
     """Why the hub could not write ``path`` (one line), or None: a folder that does not exist or
     takes no file, checked before anything starts (a probe file made and removed at once: as
@@ -541,18 +526,8 @@ def textfile_refusal(path: str) -> str | None:
     return None
 
 
-def add_arguments(p) -> None:
-    """``--prometheus PORT``, ``--prometheus-addr``, ``--prometheus-per-rank``,
-    ``--prometheus-textfile PATH`` (hub, launch, simulate)."""
-    p.add_argument("--prometheus", type=cliargs.port, default=None, metavar="PORT", help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: a free port) while the hub runs; a launched hub stops with its job, so for the job's final state use --prometheus-textfile")
-    p.add_argument("--prometheus-addr", default="127.0.0.1", metavar="ADDR", help="address /metrics binds (default 127.0.0.1; beyond loopback only with --insecure: /metrics has no authentication)")
-    p.add_argument("--prometheus-per-rank", action="store_true", help="add per-rank series (pardash_rank_*; one series per rank and metric) to /metrics and the textfile")
-    p.add_argument(
-        "--prometheus-textfile", type=textfile_name, default=None, metavar="PATH",
-        help=f"also write the metrics to PATH (ending in .prom; with or without --prometheus) every {TEXTFILE_EVERY_S:g} s and once more as the hub "
-        "stops, whole or not at all: a batch job's final state (ranks finished or exited, totals) for node_exporter's textfile collector "
-        "(PATH in its --collector.textfile.directory), which keeps it after the job and its /metrics are gone",
-    )  # fmt: skip
+add_arguments = cliargs.prometheus_arguments
+"""Prometheus's flags (made in cliargs, which every command's parser loads)."""
 
 
 __all__ = [
