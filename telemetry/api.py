@@ -50,6 +50,7 @@ import traceback
 import warnings
 from typing import Any, Callable, Protocol
 
+from . import sigterm
 from .env import telemetry_enabled
 from .memory import MemoryProbe, accountable
 from .modelfacts import model_facts, process_group_facts
@@ -463,6 +464,7 @@ def init(model: Any = None, optimizer: Any = None, **hello_fields: Any) -> None:
     rep.hello(**fields)
     if first:
         atexit.register(_at_exit)  # runs before the reporter's own close (atexit: last in, first out)
+        sigterm.at_stop(close)  # (stopped by torchrun: no exit said, the launcher says it)
         previous = sys.excepthook
         ours = lambda kind, exc, tb: _uncaught(kind, exc, tb, previous)  # noqa: E731
         api.hook = (ours, previous)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import io
+import signal
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ from torch import nn
 
 import instrumented
 import pardash.telemetry as pt
-from helpers import pardash_env
+from helpers import pardash_env, wait_for
 from pardash.telemetry import api, schema
 from pardash.telemetry.logreader import load_log
 
@@ -291,6 +292,49 @@ def test_under_launch_a_value_logged_after_the_optimizer_step_is_its_steps_in_th
     got = sorted((m for m in msgs if isinstance(m, schema.Step)), key=lambda m: m.seq)
     assert {m.rank for m in got} == {0}
     assert [(m.step, (m.custom or {}).get("gnorm")) for m in got] == [(i + 1, float(i)) for i in range(steps)]
+
+
+HELD_WHEN_STOPPED = """
+    import sys
+    import time
+
+    import torch
+    from torch import nn
+
+    import pardash.telemetry as pt
+
+    model = nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(3):
+        model(torch.randn(6, 8)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        pt.log(gnorm=float(i))
+    open(sys.argv[1], "w").write("step 3 held")  # (no step begins after it: it waits for the next)
+    time.sleep(600)
+"""
+
+
+def test_a_step_held_for_its_logged_values_goes_out_when_the_rank_is_stopped(tmp_path):
+    # The heartbeat said step 3 done; Ctrl-C at the launch (torchrun's SIGTERM to the rank)
+    # ended the rank with step 3 still held for the values logged after it, and the log ended
+    # at step 2. The rank still ends by SIGTERM, and the launcher says who stopped it.
+    (tmp_path / "held.py").write_text(textwrap.dedent(HELD_WHEN_STOPPED))
+    log, held = tmp_path / "run.jsonl", tmp_path / "held.txt"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs"), "--", "held.py", str(held)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    wait_for(held.exists, timeout_s=120, poll_s=0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    msgs = load_log(log)[0]
+    got = sorted((m for m in msgs if isinstance(m, schema.Step)), key=lambda m: m.seq)
+    assert [(m.step, (m.custom or {}).get("gnorm")) for m in got] == [(1, 0.0), (2, 1.0), (3, 2.0)]
+    exits = [(m.code, m.message) for m in msgs if isinstance(m, schema.Event) and m.name == "exit"]
+    assert exits == [(-signal.SIGTERM, "stopped by you")]
 
 
 def test_an_event_sent_after_the_optimizer_step_is_that_steps(hooked):

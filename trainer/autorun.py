@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr)
         return 2
-    from pardash.telemetry import api
+    from pardash.telemetry import api, sigterm
     from pardash.telemetry.env import LINE_BUFFERED_VAR
 
     if os.environ.get(LINE_BUFFERED_VAR) == "1":
@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
         instrument = instrument_mod.install(reporter)
         _settle_before_destroy()
+        sigterm.at_stop(lambda: _stopped(reporter, instrument))
     else:
         reporter = api.reporter()  # a no-op: the script runs as it would without pardash
     code = 0
@@ -284,6 +285,20 @@ def _finish(reporter, instrument, code: int, error: dict | None = None) -> None:
     if error is not None:
         reporter.event("error", step=reporter.last_step, **error)
     reporter.event("exit", code=code, step=_exit_step(reporter, instrument, code))
+    reporter.close()
+
+
+def _stopped(reporter, instrument) -> None:
+    """At SIGTERM (torchrun stopping the job; see telemetry.sigterm): publish what is still held
+    back (a step whose logged values were awaited, a GPU step) and flush. No exit event: the
+    launcher says the rank's, and who stopped it."""
+    from pardash.telemetry import api
+
+    for publish in (lambda: instrument.finish(failed=True), api.flush):
+        try:
+            publish()
+        except Exception:  # (whatever the loop was doing when the signal came: the flush still goes)
+            pass
     reporter.close()
 
 

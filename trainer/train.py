@@ -42,6 +42,7 @@ _COLLECTOR_WAS_ON = startup.quiet() if __name__ == "__main__" else None
 
 import torch
 
+from pardash.telemetry import sigterm
 from pardash.telemetry.env import rank_identity
 from pardash.telemetry.memory import account
 from pardash.telemetry.reporter import Reporter, say_unwatched
@@ -518,6 +519,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
     gpu_index = local_rank if cfg.device != "cpu" and torch.cuda.is_available() else None
     reporter = Reporter.from_env(gpu_index=gpu_index)
+    if reporter.enabled:
+        sigterm.at_stop(reporter.close)  # (stopped by torchrun: its last burst of steps goes first)
     _say_when_output_fills(reporter)
     try:
         rt = init_distributed(cfg)

@@ -1,0 +1,185 @@
+"""A rank stopped by SIGTERM publishes what it still holds before it goes.
+
+torchrun stops its workers with SIGTERM (a Ctrl-C at ``pardash launch``, ``pardash stop``, a
+scheduler's preemption, a peer's failure), and Python's default for SIGTERM ends the process at
+once: no ``finally``, no ``atexit``. A rank then lost what it held back for good reasons: the
+step of a script that calls ``pardash.telemetry.log`` after its optimizer step (held until the
+next begins, whose values are that step's), a GPU step (held until the next ends), the reporter's
+last burst. The log ended a step short of what the heartbeat had said.
+
+:func:`at_stop` registers what to run at SIGTERM. The handler runs them (last registered first,
+as atexit does) and then ends the process by the same signal, with SIG_DFL, so torchrun, the
+supervisor and the shell see what they saw before: killed by SIGTERM. A Python handler runs only
+between bytecodes of the main thread, so a rank stuck in a collective (in C, for minutes) would
+no longer end at SIGTERM; a watchdog thread, woken through ``signal.set_wakeup_fd`` as the
+signal arrives, ends it by SIGTERM when the handler has not begun within ``BEGIN_S`` (or not
+finished within ``FLUSH_S``): what the heartbeat thread already sent is all such a rank keeps,
+as before.
+
+Left alone: a SIGTERM handler set before (the script's, or SIG_IGN: nohup-like), and one the
+script sets after (its own wins; the watchdog sees it is not ours and never acts). A process
+forked from the rank (a DataLoader worker) gets SIGTERM's default back and no wakeup descriptor
+(it would write to the rank's pipe and have the watchdog end the rank).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Callable
+
+BEGIN_S = 1.0
+"""How long the watchdog gives the main thread to begin the handler (it is in C otherwise:
+a collective, a device wait) before it ends the process itself."""
+FLUSH_S = 5.0
+"""How long the handler may take to publish and flush (the reporter lingers at most 1.5 s)."""
+
+_calls: list[Callable[[], None]] = []
+_pid = 0
+"""The process the handler was installed in (0: none)."""
+_wakeup = -1
+"""The write end of the watchdog's pipe, set as Python's wakeup descriptor (-1: none)."""
+_began = threading.Event()
+_done = threading.Event()
+_fork_hook = False
+
+
+def at_stop(call: Callable[[], None]) -> bool:
+    """Run ``call`` when SIGTERM stops this process (before it ends by it). Returns whether
+    the handler is in place: False off the main thread, on Windows, or where SIGTERM already had
+    a handler (the script's own, or ignored), which is left as it was."""
+    if sys.platform == "win32":
+        return False
+    if _pid != os.getpid() and not _install():
+        return False
+    _calls.append(call)
+    return True
+
+
+def _install() -> bool:
+    global _pid, _fork_hook
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return False
+        signal.signal(signal.SIGTERM, _on_term)
+    except (ValueError, OSError):  # not the main interpreter
+        return False
+    _pid = os.getpid()
+    _calls.clear()
+    _began.clear()
+    _done.clear()
+    if not _fork_hook:
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_forked)
+        _fork_hook = True
+    _start_watchdog()
+    return True
+
+
+def _on_term(signum: int, frame: object) -> None:
+    if os.getpid() != _pid:  # a fork the hook missed: not the rank
+        _end_by(signum)
+    _began.set()
+    signal.signal(signum, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    calls = _calls[::-1]
+    _calls.clear()
+    for call in calls:
+        try:
+            call()
+        except Exception:  # telemetry never keeps a process from its stop
+            pass
+    _done.set()
+    _end_by(signum)
+
+
+def _end_by(signum: int) -> None:
+    try:
+        signal.signal(signum, signal.SIG_DFL)
+    except ValueError:  # (off the main thread: see _end_from_thread)
+        pass
+    os.kill(os.getpid(), signum)
+
+
+def _start_watchdog() -> None:
+    global _wakeup
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except ValueError:
+        os.close(r)
+        os.close(w)
+        return
+    if previous != -1:  # another's (an asyncio loop in the main thread): theirs kept
+        signal.set_wakeup_fd(previous)
+        os.close(r)
+        os.close(w)
+        return
+    _wakeup = w
+    threading.Thread(target=_watch, args=(r,), name="pardash-sigterm", daemon=True).start()
+
+
+def _watch(r: int) -> None:
+    while True:
+        try:
+            woken = os.read(r, 64)
+        except OSError:
+            return
+        if not woken:
+            return
+        if signal.SIGTERM not in woken:
+            continue  # another signal Python handles (SIGINT, SIGCHLD, ...)
+        if not _began.is_set() and signal.getsignal(signal.SIGTERM) is not _on_term:
+            continue  # the script's own handler has it
+        if not _began.wait(BEGIN_S) or not _done.wait(FLUSH_S):
+            _end_from_thread()
+
+
+def _end_from_thread() -> None:
+    """End the process by SIGTERM from this thread: Python's ``signal.signal`` is the main
+    thread's alone (stuck in C here), so SIG_DFL is set through the C library's."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    libc.signal(signal.SIGTERM, None)  # NULL: SIG_DFL
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+_forking = threading.local()
+"""Whether this thread blocked SIGTERM for its fork (``_before_fork``)."""
+
+
+def _before_fork() -> None:
+    """SIGTERM waits while the rank forks: a child signalled before its at-fork hook ran had the
+    rank's handler and wakeup pipe still, and woke the rank's watchdog, which ended the rank. The
+    child is born with it blocked and lets it in once they are its own (``_forked``); in the rank,
+    one that comes meanwhile goes to another of its threads."""
+    blocked = _pid == os.getpid() and signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    _forking.blocked = blocked
+
+
+def _after_fork() -> None:
+    if getattr(_forking, "blocked", False):
+        _forking.blocked = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _forked() -> None:
+    """In a child forked from the rank: SIGTERM's default back, the rank's wakeup pipe let go,
+    then SIGTERM let in."""
+    if _pid == 0:
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        previous = signal.set_wakeup_fd(-1)
+        if previous not in (-1, _wakeup):  # (another's since: theirs kept)
+            signal.set_wakeup_fd(previous)
+    except (ValueError, OSError):
+        pass
+    _after_fork()
