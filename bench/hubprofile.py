@@ -43,7 +43,7 @@ FILES = {
     "analysis.py": "straggler detector (observe, update)",
     "ring.py": "history rings",
     "frames.py": "frames (tick, stats, encode, publish)",
-    "security.py": "validate (_refuse)",
+    "limits.py": "validate (_refuse)",
     "schema.py": "schema hooks",
 }
 

@@ -13,6 +13,7 @@ import sys
 from typing import NoReturn
 
 from pardash.telemetry import cliargs
+from pardash.telemetry.limits import MAX_RANKS_TRACKED
 
 PROG = "pardash"
 BENCH_STEPS = 50
@@ -169,8 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="A synthetic job of N ranks (a hub, the ranks and the viewer each a process, real sockets) with a straggler, "
         "stall or crash if asked, to try the TUI and the hub at 1024 ranks on a laptop.",
     )
-    from pardash.telemetry.security import MAX_RANKS_TRACKED
-
     sim.add_argument("--ranks", type=cliargs.count(1, MAX_RANKS_TRACKED), default=64, help=f"number of ranks (default 64, at most {MAX_RANKS_TRACKED}, what a hub tracks)")
     sim.add_argument("--rate", type=cliargs.positive, default=10.0, help="steps a second per rank (default 10)")
     sim.add_argument("--ranks-per-node", type=cliargs.count(1), default=8, help="ranks per host (default 8)")

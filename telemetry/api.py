@@ -55,7 +55,7 @@ from .env import telemetry_enabled
 from .memory import MemoryProbe, accountable
 from .modelfacts import model_facts, process_group_facts
 from .reporter import Reporter
-from .security import MAX_COUNT, MAX_CUSTOM
+from .limits import MAX_COUNT, MAX_CUSTOM
 
 STEP_FIELDS = ("loss", "samples", "epoch", "lr")
 """``log`` keys that map to :class:`~pardash.telemetry.schema.Step` fields; the rest go in

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Union
 
 import msgspec
 
-from . import frames, schema, security
+from . import frames, limits, schema
 from .analysis import Detector
 from .clocks import CLOCK_OFF_S, human_span
 from .recorder import Recorder
@@ -56,9 +56,9 @@ class IngestStep(schema.Step, tag="step"):
     v: Annotated[int, msgspec.Meta(ge=1, le=schema.SCHEMA_VERSION)] = schema.SCHEMA_VERSION
     run: str = ""
     rank: Annotated[int, msgspec.Meta(ge=0, lt=MAX_RANK)] = -1
-    seq: Annotated[int, msgspec.Meta(ge=0, le=security.MAX_COUNT)] = 0
+    seq: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_COUNT)] = 0
     t: Annotated[float, msgspec.Meta(ge=0.0, le=_FINITE)] = 0.0
-    step: Annotated[int, msgspec.Meta(ge=0, le=security.MAX_COUNT)] = 0
+    step: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_COUNT)] = 0
     loss: _Finite | None = None
     step_s: _Seconds = 0.0
     data_s: _Seconds | None = None
@@ -70,7 +70,7 @@ class IngestStep(schema.Step, tag="step"):
     lr: _Finite | None = None
     mono: Annotated[float, msgspec.Meta(ge=-_FINITE, le=_FINITE)] = 0.0
     custom: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
-    samples_total: Annotated[int, msgspec.Meta(ge=0, le=security.MAX_COUNT)] | None = None
+    samples_total: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_COUNT)] | None = None
     phases: Annotated[dict[str, float], msgspec.Meta(max_length=0)] = {}
 
 
@@ -270,7 +270,7 @@ class HubCore:
         latest, framed = self._steps, self._framed
         fresh: list[schema.Step] = []
         keep = fresh.append
-        max_bytes = security.MAX_RECORD_BYTES
+        max_bytes = limits.MAX_RECORD_BYTES
         world = self._world()  # a rank recovered from an older log may lie above it
         taken = fast = 0
         h = self.hseq
@@ -389,8 +389,8 @@ class HubCore:
 
     def _ingest_decoded(self, msg: schema.Message, size: int, now: float) -> bool:
         """The general way for one decoded frame of ``size`` bytes."""
-        if size > security.MAX_RECORD_BYTES and not isinstance(msg, schema.Event):
-            if not isinstance(msg, schema.Hello) or size > security.MAX_HELLO_BYTES:
+        if size > limits.MAX_RECORD_BYTES and not isinstance(msg, schema.Event):
+            if not isinstance(msg, schema.Hello) or size > limits.MAX_HELLO_BYTES:
                 self.rejected["too_large"] += 1
                 return False
         try:
@@ -416,7 +416,7 @@ class HubCore:
             return "foreign_run"
         if not _finite(msg.t):
             return "not_finite"
-        if msg.t < 0 or msg.seq > security.MAX_COUNT:
+        if msg.t < 0 or msg.seq > limits.MAX_COUNT:
             return "out_of_range"
         r = self.state.ranks.get(msg.rank)
         if r is not None and r.seq.received and msg.seq > r.seq.max_seq + MAX_SEQ_JUMP and not isinstance(msg, schema.Hello):
@@ -427,9 +427,9 @@ class HubCore:
                     return "not_finite"
                 if x is not None and x > MAX_STEP_S:
                     return "out_of_range"
-            if not 0 <= msg.step <= security.MAX_COUNT:
+            if not 0 <= msg.step <= limits.MAX_COUNT:
                 return "out_of_range"
-            if msg.samples_total is not None and not 0 <= msg.samples_total <= security.MAX_COUNT:
+            if msg.samples_total is not None and not 0 <= msg.samples_total <= limits.MAX_COUNT:
                 return "out_of_range"
             # A loss or learning rate gone NaN or infinite is the rank's news, not a bad message:
             # the step is kept without it (JSON has no NaN; viewers must not chart it), as the
@@ -441,7 +441,7 @@ class HubCore:
             if not isfinite(msg.mono):
                 return "not_finite"
             if msg.custom:
-                if len(msg.custom) > security.MAX_CUSTOM:
+                if len(msg.custom) > limits.MAX_CUSTOM:
                     return "too_large"
                 # JSON has no inf or NaN: such a metric would make the whole log line unreadable.
                 for x in msg.custom.values():
@@ -453,7 +453,7 @@ class HubCore:
             if msg.phases and (why := self._refuse_phases(msg)) is not None:
                 return why
         elif isinstance(msg, schema.Heartbeat):
-            if not 0 <= msg.dropped <= security.MAX_COUNT:
+            if not 0 <= msg.dropped <= limits.MAX_COUNT:
                 return "out_of_range"
             msg.phase = schema.plain_text(msg.phase[:MAX_FIELD])
             if not (isfinite(msg.phase_s) and isfinite(msg.mono)):
@@ -466,22 +466,22 @@ class HubCore:
                 # world size (the ZeRO expectation, /metrics) to its word.
                 return "world_size_mismatch"
 
-            if not security.config_fits(msg.config):
+            if not limits.config_fits(msg.config):
                 return "too_large"
             _plain_hello(msg)
         elif isinstance(msg, schema.Event):
             if len(msg.name) > 64:
                 return "invalid"
             # An error report is worth keeping even when huge: cut it rather than refuse it.
-            if len(msg.message) > security.MAX_TEXT:
-                msg.message = security.cut_text(msg.message, security.MAX_TEXT)
-            if msg.traceback is not None and len(msg.traceback) > security.MAX_TRACEBACK:
-                msg.traceback = security.cut_text(msg.traceback, security.MAX_TRACEBACK, keep_tail=True)
+            if len(msg.message) > limits.MAX_TEXT:
+                msg.message = limits.cut_text(msg.message, limits.MAX_TEXT)
+            if msg.traceback is not None and len(msg.traceback) > limits.MAX_TRACEBACK:
+                msg.traceback = limits.cut_text(msg.traceback, limits.MAX_TRACEBACK, keep_tail=True)
             msg.name = schema.plain_text(msg.name)
             msg.message = schema.plain_text(msg.message, lines=True)
             if msg.traceback is not None:
                 msg.traceback = schema.plain_text(msg.traceback, lines=True)
-        if msg.rank not in self.state.ranks and len(self.state.ranks) >= security.MAX_RANKS_TRACKED:
+        if msg.rank not in self.state.ranks and len(self.state.ranks) >= limits.MAX_RANKS_TRACKED:
             return "too_many_ranks"
         hello = self.state.hello
         if msg.seq < 0:
@@ -493,7 +493,7 @@ class HubCore:
             if msg.name == "restart":
                 # torchrun's restart of the rank (code: its count), which its hello may have
                 # said first
-                if msg.code is None or not 0 < msg.code <= security.MAX_COUNT:
+                if msg.code is None or not 0 < msg.code <= limits.MAX_COUNT:
                     return "out_of_range"
                 if r is not None and r.restarts >= msg.code:
                     return "redundant"
@@ -530,14 +530,14 @@ class HubCore:
             r is None
             or not st.track_seq
             or type(seq) is not int
-            or not 0 <= seq <= security.MAX_COUNT
+            or not 0 <= seq <= limits.MAX_COUNT
             or (run and st.run_id and run != st.run_id)
             or (r.seq.received and seq > r.seq.max_seq + MAX_SEQ_JUMP)
         ):
             return
         held = self._refused.get(rank)
         if held is None:
-            if len(self._refused) >= security.MAX_RANKS_TRACKED:
+            if len(self._refused) >= limits.MAX_RANKS_TRACKED:
                 return
             held = self._refused[rank] = Counter()
         held[reason] += 1
@@ -594,7 +594,7 @@ class HubCore:
         refused; one not finite: left out, JSON having none), and as the step's times are: a
         negative one, or one past MAX_STEP_S, refuses the step. Names are shown: cut, plain."""
         phases = msg.phases
-        if len(phases) > security.MAX_CUSTOM:
+        if len(phases) > limits.MAX_CUSTOM:
             return "too_large"
         for x in phases.values():
             if not isfinite(x):

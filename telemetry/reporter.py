@@ -29,7 +29,7 @@ from typing import Any
 
 import zmq
 
-from . import schema, security
+from . import limits, schema, security
 from .env import ENDPOINT_VAR, RUN_ID_VAR, RankIdentity, rank_identity, telemetry_enabled, telemetry_switched_off
 from .system import SystemSampler
 
@@ -366,11 +366,11 @@ class Reporter:
                 finite = False
             if not finite:
                 custom = fields["custom"] = self._metric_turns(custom, step)
-            if len(custom) > security.MAX_CUSTOM:
-                fields["custom"] = dict(itertools.islice(custom.items(), security.MAX_CUSTOM))
+            if len(custom) > limits.MAX_CUSTOM:
+                fields["custom"] = dict(itertools.islice(custom.items(), limits.MAX_CUSTOM))
                 if not self._custom_cut:
                     self._custom_cut = True
-                    self.event("warning", f"{len(custom)} custom metrics in a step; the first {security.MAX_CUSTOM} are kept", step=step)
+                    self.event("warning", f"{len(custom)} custom metrics in a step; the first {limits.MAX_CUSTOM} are kept", step=step)
         samples = fields.get("samples")
         if samples:
             self.samples_total += samples

@@ -224,7 +224,7 @@ class SeqTracker:
 
 
 CUSTOM_NAMES = 256
-"""Names of a rank's own metrics kept for their last value (security.MAX_CUSTOM a step)."""
+"""Names of a rank's own metrics kept for their last value (limits.MAX_CUSTOM a step)."""
 
 
 def keep_custom(r: "RankState", custom: dict[str, float]) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import pardash_env
-from pardash.telemetry import schema, security
+from pardash.telemetry import limits, schema
 from pardash.telemetry.export import step_scalars
 from pardash.telemetry.hubcore import MAX_FIELD, HubCore
 from pardash.telemetry.logreader import load_log
@@ -144,7 +144,7 @@ def test_the_hub_refuses_or_drops_phases_as_it_does_custom_metrics_and_step_time
     # more phases than custom metrics a step may have. Each counted under its reason.
     refused = {
         "out_of_range": [{"augment": -0.001}, {"augment": 1e8}],
-        "too_large": [{f"p{i}": 0.001 for i in range(security.MAX_CUSTOM + 1)}],
+        "too_large": [{f"p{i}": 0.001 for i in range(limits.MAX_CUSTOM + 1)}],
     }
     seq = 5
     for reason, cases in refused.items():
@@ -154,7 +154,7 @@ def test_the_hub_refuses_or_drops_phases_as_it_does_custom_metrics_and_step_time
         assert core.rejected[reason] == len(cases), reason
     assert core.state.ranks[0].step.step == 4  # none of them taken
     # As many as custom metrics may be: taken.
-    many = {f"p{i}": 0.001 for i in range(security.MAX_CUSTOM)}
+    many = {f"p{i}": 0.001 for i in range(limits.MAX_CUSTOM)}
     assert core.ingest_bytes(_step(seq, many), 1.0) and core.state.ranks[0].step.phases == many
     # A name is shown by every viewer: cut, and without what a terminal would act on.
     esc = "\x1b]0;owned\x07\x1b[2J\u202e"

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.fuzz import claims_valid_identity
-from pardash.telemetry import frames, hubcore, schema, security
+from pardash.telemetry import frames, hubcore, limits, schema
 from pardash.telemetry.hub import HubCore
 from pardash.telemetry.logreader import load_log
 from pardash.telemetry.recorder import Recorder
@@ -331,9 +331,9 @@ def test_a_hello_flood_of_distinct_ranks_is_bounded(monkeypatch):
     assert set(told.state.ranks) <= set(range(WORLD))
     assert told.rejected["rank_out_of_range"] > 700
 
-    monkeypatch.setattr(security, "MAX_RANKS_TRACKED", 64)  # the hub reads it per message
+    monkeypatch.setattr(limits, "MAX_RANKS_TRACKED", 64)  # the hub reads it per message
     learnt = HubCore(run_id=RUN)
-    big = security.MAX_RANKS_TRACKED
+    big = limits.MAX_RANKS_TRACKED
     for r in range(big + 100):
         learnt.ingest(schema.Hello(run=RUN, rank=r, world_size=big + 100), 0.0)
     assert len(learnt.state.ranks) == big
@@ -345,11 +345,11 @@ def test_event_text_is_cut_not_refused():
     core.ingest(schema.Hello(run=RUN, rank=0, world_size=1), 0.0)
     assert core.ingest(schema.Event(run=RUN, rank=0, seq=1, name="error", message="m" * 100_000, traceback="x" * 10 + "y" * 200_000), 0.0)
     ev = core.state.events[-1]
-    assert len(ev.message) < security.MAX_TEXT + 100
-    assert ev.traceback.endswith("y" * 1000) and len(ev.traceback) < security.MAX_TRACEBACK + 100
+    assert len(ev.message) < limits.MAX_TEXT + 100
+    assert ev.traceback.endswith("y" * 1000) and len(ev.traceback) < limits.MAX_TRACEBACK + 100
 
 
-@pytest.mark.parametrize("max_count", [security.MAX_COUNT, (1 << 63) - 1], ids=["max_count", "int64_max"])
+@pytest.mark.parametrize("max_count", [limits.MAX_COUNT, (1 << 63) - 1], ids=["max_count", "int64_max"])
 def test_counters_summed_over_hostile_ranks_still_encode(monkeypatch, max_count):
     # Each rank's counts as large as the hub takes, in every one of its processes: its first
     # message (a hello, at any seq) says max_count messages lost, and so does each process
@@ -357,7 +357,7 @@ def test_counters_summed_over_hostile_ranks_still_encode(monkeypatch, max_count)
     # next hello's seq is taken too); each heartbeat says max_count dropped. With the hub's
     # MAX_COUNT raised to int64's largest, the sums pass what MessagePack carries (2**64 - 1):
     # only the hub's clamp of its stats keeps the frame and snapshot encodable.
-    monkeypatch.setattr(security, "MAX_COUNT", max_count)  # the hub reads it per message
+    monkeypatch.setattr(limits, "MAX_COUNT", max_count)  # the hub reads it per message
     big, ranks, restarts = max_count, 3, 3
     core = HubCore(run_id=RUN)
     for r in range(ranks):
@@ -395,7 +395,7 @@ STEP_FIGURE = mostly(st.none() | SECONDS, ODD_FLOATS)
         st.fixed_dictionaries(
             {
                 "rank": mostly(st.sampled_from([0, 1, 2]), st.sampled_from([3, 7, -1])),
-                "seq": mostly(st.integers(0, 40), st.sampled_from([-2, -1, security.MAX_COUNT, security.MAX_COUNT + 1])),
+                "seq": mostly(st.integers(0, 40), st.sampled_from([-2, -1, limits.MAX_COUNT, limits.MAX_COUNT + 1])),
                 "v": mostly(st.just(schema.SCHEMA_VERSION), st.integers(0, schema.SCHEMA_VERSION + 1)),
                 "run": mostly(st.sampled_from([RUN, ""]), st.just("someone-else")),
                 "t": mostly(st.just(1.0e9) | st.floats(1.0e9, 2.0e9), ODD_FLOATS),

@@ -82,13 +82,15 @@ def test_a_command_loads_no_other_commands_modules_to_build_its_parser():
     # Every command builds the whole parser: the hub's and Prometheus's flags were made beside
     # the code that serves them, and the launch's and the recorder's modules were imported with
     # the command line, so `pardash ps` and `pardash report` loaded the hub's state, the
-    # recorder's client and the launch (190 ms of CPU a command, 145 without them).
+    # recorder's client and the launch (190 ms of CPU a command, 145 without them). Then
+    # ZeroMQ, for the bound of `simulate --ranks` (the hub's limits lived beside its keys): 30 ms.
     probe = (
         "import json, sys\n"
         "from pardash import cli, parser\n"
         "parser.build_parser()\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('pardash.'))))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('pardash.', 'zmq')))))\n"
     )
     loaded = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=pardash_env()).stdout)
-    for module in ("pardash.launch", "pardash.record", "pardash.telemetry.hub", "pardash.telemetry.prometheus", "pardash.telemetry.state", "pardash.telemetry.client"):
+    for module in ("pardash.launch", "pardash.record", "pardash.telemetry.hub", "pardash.telemetry.prometheus", "pardash.telemetry.state",
+                   "pardash.telemetry.client", "pardash.telemetry.security", "zmq"):  # fmt: skip
         assert module not in loaded, (module, loaded)
