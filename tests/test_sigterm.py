@@ -144,3 +144,36 @@ def test_a_forked_child_ends_by_sigterm_alone_and_runs_nothing_of_the_rank(tmp_p
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == -signal.SIGTERM
     assert _marks(mark) == [f"flushed {p.pid}"]
+
+
+def test_a_script_of_its_own_steps_stopped_by_sigterm_has_its_last_steps_in_the_log(tmp_path):
+    # A script of pt.step blocks, stopped as torchrun stops a worker, just after its steps: the
+    # reporter held them for its next burst (BATCH_S), and the rank ended with them unsent.
+    from helpers import hub_alone, wait_for
+    from pardash.telemetry import schema
+    from pardash.telemetry.logreader import load_log
+
+    log = tmp_path / "run.jsonl"
+    hub, info = hub_alone(log, "stopped-run")
+    script = textwrap.dedent("""
+        import os, signal, time
+        import pardash.telemetry as pt
+
+        for i in range(5):
+            with pt.step():
+                pt.log(loss=1.0 / (i + 1), samples=4)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+    """)
+    try:
+        env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID="stopped-run", RANK="0", WORLD_SIZE="1")
+        p = subprocess.run([sys.executable, "-c", script], env=env, timeout=60)
+        assert p.returncode == -signal.SIGTERM
+
+        def steps() -> list[int]:
+            return sorted(m.step for m in load_log(log)[0] if isinstance(m, schema.Step)) if log.exists() else []
+
+        wait_for(lambda: steps() == [1, 2, 3, 4, 5], timeout_s=30)
+    finally:
+        hub.terminate()
+        hub.wait(30)
