@@ -157,7 +157,7 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         log = "- (none kept)" if log == os.devnull else log  # (a simulate's without --keep-log)
         print(
             f"{e.get('run_id', ''):24} {e.get('strategy', '') or '-':9} {e.get('world_size', '-')!s:>5} "
-            f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:12} {e.get('ingest', ''):23} {log}"
+            f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:12} {registry.reachable(str(e.get('ingest', ''))):23} {log}"
         )
     if any(e.get("curve") for e in runs):
         print(f"KEYS curve: a hub that takes only viewers with its keys; give `{PROG} attach` and `{PROG} record` --curve-dir DIR (or set PARDASH_CURVE_DIR)")

@@ -23,7 +23,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import stat
 import sys
 import threading
@@ -33,6 +32,7 @@ from collections.abc import Callable
 import zmq
 
 from . import cliargs, frames, registry, schema, security
+from .registry import reachable
 from .hubcore import MAX_RANK, HubCore, rejects_text
 from .logfeed import LINGER_S, LOG_REQUEST, LogServer
 from .logreader import is_log
@@ -53,19 +53,14 @@ SNAPSHOT_QUEUED_BYTES = 256 << 20
 
 def _bind(sock: zmq.Socket, host: str, port: int) -> str:
     if port:
-        sock.bind(f"tcp://{host}:{port}")
+        try:
+            sock.bind(f"tcp://{host}:{port}")
+        except zmq.ZMQError as exc:
+            exc.port = port  # (which of the hub's three: its message names it)
+            raise
     else:
         sock.bind(f"tcp://{host}:*")
     return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-
-
-def reachable(endpoint: str) -> str:
-    """``endpoint`` as other machines reach it: one bound to every address (0.0.0.0, ::)
-    names this machine instead (tcp://0.0.0.0:PORT is no address for a rank on another node)."""
-    host, sep, port = endpoint.removeprefix("tcp://").rpartition(":")
-    if sep and host in ("0.0.0.0", "[::]", "::", "*"):
-        return f"tcp://{socket.gethostname()}:{port}"
-    return endpoint
 
 
 class Hub:
@@ -682,8 +677,17 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         _unmake(made)
         return 2
     except zmq.ZMQError as exc:
-        fix = "choose another --port" if exc.errno == zmq.EADDRINUSE else "check --bind (an address of this machine)"
-        print(f"pardash hub: cannot bind {ns.bind}:{ns.port or '*'} ({exc}); {fix}", file=sys.stderr)
+        busy = getattr(exc, "port", ns.port)
+        why = str(exc.strerror).split(" (addr=")[0]
+        if exc.errno == zmq.EADDRINUSE and ns.port:
+            names = {ns.port: "ingest", ns.port + 1: "updates", ns.port + 2: "snapshots"}
+            fix = (f"the hub's {names.get(busy, 'ingest')} port: it takes --port {ns.port} and the two after it; "
+                   "choose another --port")  # fmt: skip
+        elif exc.errno == zmq.EADDRINUSE:
+            fix = "choose a --port"
+        else:
+            fix = "check --bind (an address of this machine)"
+        print(f"pardash hub: cannot bind {ns.bind}:{busy or '*'} ({why}): {fix}", file=sys.stderr)
         _unmake(made)
         return 2
     if hub.recorder is not None and hub.recorder.error:

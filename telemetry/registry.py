@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import stat
 import time
 from pathlib import Path
@@ -222,6 +223,15 @@ def _usable(entry: object) -> bool:
         and isinstance(entry.get("started"), (int, float))
         and all(isinstance(entry.get(k), str) for k in _ENDPOINTS)
     )
+
+
+def reachable(endpoint: str) -> str:
+    """``endpoint`` as other machines reach it: one bound to every address (0.0.0.0, ::)
+    names this machine instead (tcp://0.0.0.0:PORT is no address for a rank on another node)."""
+    host, sep, port = endpoint.removeprefix("tcp://").rpartition(":")
+    if sep and host in ("0.0.0.0", "[::]", "::", "*"):
+        return f"tcp://{socket.gethostname()}:{port}"
+    return endpoint
 
 
 def live_runs(*, prune: bool = True) -> list[dict]:

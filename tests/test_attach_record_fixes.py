@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import pty
 import shlex
 import signal
@@ -269,9 +270,13 @@ def test_ps_says_age_in_days_hours_and_minutes_and_which_hubs_need_keys(tmp_path
     path = registry.registry_dir() / "old-keyed.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "started": time.time() - 2 * 86400 - 3 * 3600 - 60}))
     registry.register({"run_id": "new-plain", **ends, "curve": False})
+    # A hub bound to every address: its INGEST as other machines reach it (tcp://0.0.0.0:PORT is
+    # no address to give a rank elsewhere), as the hub itself says it.
+    registry.register({"run_id": "everywhere", **ends, "ingest": "tcp://0.0.0.0:29740", "curve": True})
     assert cli.main(["ps"]) == 0
     head, *rows, note = capsys.readouterr().out.splitlines()
     row = {r.split()[0]: r for r in rows}
+    assert row["everywhere"][head.index("INGEST"):].split()[0] == f"tcp://{socket.gethostname()}:29740", rows
     assert row["old-keyed"].split()[3] == "2d03h" and row["old-keyed"].split()[6] == "curve", rows
     assert row["new-plain"].split()[3] in ("0s", "1s") and row["new-plain"].split()[6] == "-", rows
     age_end, keys_at, job_at = head.index("AGE") + 3, head.index("KEYS"), head.index("JOB")
@@ -284,6 +289,7 @@ def test_ps_says_age_in_days_hours_and_minutes_and_which_hubs_need_keys(tmp_path
     assert cli.main(["ps", "--json"]) == 0
     listed = {e["run_id"]: e for e in json.loads(capsys.readouterr().out)}
     assert listed["old-keyed"]["curve"] is True and listed["new-plain"]["curve"] is False and "started" in listed["old-keyed"]
+    assert listed["everywhere"]["ingest"] == "tcp://0.0.0.0:29740"
 
 
 # -- 8. small ones -----------------------------------------------------------------------------

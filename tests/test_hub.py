@@ -723,7 +723,14 @@ def test_a_hub_that_cannot_bind_leaves_no_empty_log_behind(tmp_path, capsys):
     try:
         args = _hub_args(tmp_path / "runs" / "r", "--port", str(port))
         assert hub_mod.run_hub(args) == 2
-        assert "cannot bind" in capsys.readouterr().err
+        assert f"cannot bind 127.0.0.1:{port} (Address already in use): the hub's ingest port" in capsys.readouterr().err
+        assert not (tmp_path / "runs").exists()
+        # --port one below the busy one: the updates port (PORT+1) was taken, and the error
+        # named the free --port, with the address of the busy one in its ZeroMQ text.
+        args = _hub_args(tmp_path / "runs" / "r", "--port", str(port - 1))
+        assert hub_mod.run_hub(args) == 2
+        err = capsys.readouterr().err
+        assert f"cannot bind 127.0.0.1:{port} (Address already in use): the hub's updates port: it takes --port {port - 1}" in err, err
         assert not (tmp_path / "runs").exists()
     finally:
         busy.close(0)
@@ -876,7 +883,7 @@ def test_a_hub_bound_to_every_address_tells_ranks_this_machines_name():
     # "PARDASH_ENDPOINT=tcp://0.0.0.0:39157" is no address for a rank on another node.
     import socket
 
-    from pardash.telemetry.hub import reachable
+    from pardash.telemetry.registry import reachable
 
     here = socket.gethostname()
     assert reachable("tcp://0.0.0.0:39157") == f"tcp://{here}:39157"
