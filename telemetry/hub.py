@@ -458,7 +458,7 @@ class Hub:
         if now - self._refused_said >= REFUSED_SAID_EVERY_S:
             self._refused_said = now
             core.note(
-                f"refused a connection to its {self._monitors[monitor]} port that brought no authorised key "
+                f"refused a connection to its {self._monitors[monitor]} port that brought no key authorised there "
                 f"({core.rejected['no_key']} so far): a rank or viewer needs PARDASH_CURVE_DIR set to this hub's "
                 "keys (`pardash keys`); a TCP health probe counts here too"
             )

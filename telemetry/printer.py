@@ -296,7 +296,7 @@ class ProgressPrinter:
                 else:
                     refused = stats.rejected.get("no_key", 0) if stats is not None else 0
                     # (ranks whose keys the hub refuses say so on their own stderr: a node's first)
-                    why = f"; the hub refused {refused} connection attempt(s) without an authorised key" if refused else ""
+                    why = f"; the hub refused {refused} connection attempt(s) with no key authorised for the port" if refused else ""
                     self._print(f"[waiting {waited}] {self.waiting}{why}")
 
     def _fit_bar(self, step_text: str, forms: list[str]) -> str:

@@ -116,7 +116,7 @@ def _unheard_text(rep: dict) -> str:
     if not unheard or not rep["ranks"]:
         return ""
     no_key = (rep.get("rejected_by_reason") or {}).get("no_key")
-    why = (f": the hub refused {no_key} connection attempt(s) without an authorised key, likely theirs (keys "
+    why = (f": the hub refused {no_key} connection attempt(s) with no key authorised for the port, likely theirs (keys "
            "not the hub's: a node launched without its --curve-dir)") if no_key else ": nothing of them is in the log"
     return f"; {ranks_named(unheard)} never heard from{why}"
 
@@ -206,7 +206,7 @@ def _refused_text(counts: dict[str, int]) -> str:
     if messages:
         parts.append(f"{sum(messages.values())} message(s) at its ports (" + ", ".join(f"{why} {n}" for why, n in messages.items()) + ")")
     if counts.get("no_key"):
-        parts.append(f"{counts['no_key']} connection attempt(s) without an authorised key (a refused client tries again and again)")
+        parts.append(f"{counts['no_key']} connection attempt(s) with no key authorised for the port (a refused client tries again and again)")
     return "; ".join(parts)
 
 

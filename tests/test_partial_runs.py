@@ -52,7 +52,7 @@ def test_a_report_says_which_ranks_of_the_world_never_reported_and_that_its_rate
     rep = build_report(str(_node0_log(tmp_path)))
     assert rep["world_size"] == 2 and [r["rank"] for r in rep["ranks"]] == [0]
     assert rep["ranks_unheard"] == [1] and rep["samples_partial"] is True
-    why = ("2; rank 1 never heard from: the hub refused 13 connection attempt(s) without an authorised key, likely "
+    why = ("2; rank 1 never heard from: the hub refused 13 connection attempt(s) with no key authorised for the port, likely "
            "theirs (keys not the hub's: a node launched without its --curve-dir)")  # fmt: skip
     partial = "; partial: of the 1 rank heard from, not the job's"
     text = render_text(rep)

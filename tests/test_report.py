@@ -984,7 +984,7 @@ def test_progress_lines_say_when_no_rank_has_said_hello(monkeypatch):
     clock[0] += 5.0
     p.update()
     assert out.getvalue().splitlines() == [
-        "[waiting 5 s] no rank has said hello yet; the hub refused 14 connection attempt(s) without an authorised key"
+        "[waiting 5 s] no rank has said hello yet; the hub refused 14 connection attempt(s) with no key authorised for the port"
     ]
 
 
@@ -2823,9 +2823,9 @@ def test_refused_handshakes_are_counted_as_connection_attempts_not_messages():
     # message(s)": ZeroMQ tries a refused connection again and again; none of them sent one.
     from pardash.telemetry.report_render import _refused_text
 
-    assert _refused_text({"no_key": 596}) == "596 connection attempt(s) without an authorised key (a refused client tries again and again)"
+    assert _refused_text({"no_key": 596}) == "596 connection attempt(s) with no key authorised for the port (a refused client tries again and again)"
     assert _refused_text({"invalid": 3, "no_key": 2}) == (
-        "3 message(s) at its ports (invalid 3); 2 connection attempt(s) without an authorised key (a refused client tries again and again)"
+        "3 message(s) at its ports (invalid 3); 2 connection attempt(s) with no key authorised for the port (a refused client tries again and again)"
     )
 
 
