@@ -643,6 +643,8 @@ class HubCore:
             prev = self.state.ranks.get(msg.rank)
             if prev is not None and not self._shared_said:
                 self._two_say(prev, msg, now)
+            if prev is not None and prev.hello is not None and msg.pid and msg.pid != prev.hello.pid and msg.restart == prev.hello.restart:
+                self._say_run_again(msg)
             if prev is not None and prev.hello is not None and msg.restart > prev.hello.restart:
                 if not any(r.hello is not None and r.hello.restart >= msg.restart for r in self.state.ranks.values()):
                     self.detector.stragglers.restart()  # the first rank of the new attempt
@@ -701,6 +703,24 @@ class HubCore:
             f"two jobs share run id {self.state.run_id} (or two nodes the same ranks), and their figures mix; "
             "give each job its own hub or PARDASH_RUN_ID"
         )
+
+    def _say_run_again(self, hello: schema.Hello) -> None:
+        """Say when a rank's new process says hello after every rank had ended, torchrun's
+        count unchanged: a job run again under the run's id (a hub run alone keeps serving it),
+        whether a resume by hand or a PARDASH_RUN_ID left exported. Its records go on in the
+        same log, where the report takes it as another attempt; nothing said, a second job read
+        as the first's, 15 s idle between them taken for training. Once a rerun: its first
+        hello makes its rank live again."""
+        ranks = self.state.ranks.values()
+        if not all(r.finished or r.exit_code is not None for r in ranks):
+            return
+        on = f" on {hello.host}" if hello.host else ""
+        message = (f"rank {hello.rank} started again (pid {hello.pid}{on}) after every rank of run {self.state.run_id} "
+                   "had ended: a new job under this run's id, whose records go on in its log (give each job its own "
+                   "PARDASH_RUN_ID to keep them apart)")  # fmt: skip
+        self.note(message)
+        if self.say is not None:
+            self.say(message)
 
     def _hold_clock(self, hello: schema.Hello) -> None:
         """Say once per host when a hello's time is further from the hub's than CLOCK_OFF_S

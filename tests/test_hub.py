@@ -930,6 +930,48 @@ def test_two_processes_sending_as_one_rank_are_warned_of_once():
     assert len(warnings(core)) == 1
 
 
+def test_a_job_run_again_under_the_runs_id_after_every_rank_ended_is_said_once():
+    # A second torchrun job sent to a hub alone under the first's PARDASH_RUN_ID, 15 s after it
+    # finished: not a word, and its steps read as the first job's (steps 1..60 "run again").
+    from pardash.telemetry.hubcore import HubCore
+
+    def hello(rank, pid, t, restart=0):
+        return schema.encode(schema.Hello(run="r", rank=rank, seq=0, world_size=2, pid=pid, host="a", restart=restart, t=1.0e9 + t))
+
+    def exit_(rank, t, code=0):
+        return schema.encode(schema.Event(run="r", rank=rank, seq=1, name="exit", code=code, step=0, t=1.0e9 + t))
+
+    def said(core):
+        return [e.message for e in core.state.events if "started again" in e.message]
+
+    lines: list[str] = []
+    core = HubCore(run_id="r")
+    core.say = lines.append
+    assert core.ingest_bytes(hello(0, 100, 0.0), 0.0) and core.ingest_bytes(hello(1, 101, 0.0), 0.0)
+    # a rank restarted by torchrun while the other runs, then one of the job's ranks failing:
+    # neither is a job run again
+    assert core.ingest_bytes(hello(1, 201, 0.5, restart=1), 0.5)
+    assert core.ingest_bytes(exit_(0, 1.0, code=1), 1.0)
+    assert core.ingest_bytes(hello(0, 200, 1.5, restart=1), 1.5)
+    assert said(core) == []
+    # every rank failed, and torchrun restarted the job (the launcher said so before the new
+    # processes did): a restart, said as one
+    assert core.ingest_bytes(exit_(0, 2.0, code=1), 2.0) and core.ingest_bytes(exit_(1, 2.0, code=1), 2.0)
+    for rank in (0, 1):
+        assert core.ingest_bytes(schema.encode(schema.Event(run="r", rank=rank, seq=-1, name="restart", code=2, t=1.0e9 + 2.5)), 2.5)
+    assert core.ingest_bytes(hello(0, 250, 3.0, restart=2), 3.0) and core.ingest_bytes(hello(1, 251, 3.0, restart=2), 3.0)
+    assert said(core) == []
+    # every rank ended; then a new process of rank 1, the count unchanged
+    assert core.ingest_bytes(exit_(0, 4.0), 4.0) and core.ingest_bytes(exit_(1, 4.0), 4.0)
+    assert core.ingest_bytes(hello(1, 301, 17.0, restart=2), 17.0)
+    expected = ("rank 1 started again (pid 301 on a) after every rank of run r had ended: a new job under this run's id, "
+                "whose records go on in its log (give each job its own PARDASH_RUN_ID to keep them apart)")  # fmt: skip
+    assert said(core) == [expected] and lines == [expected]
+    # the new job's other rank: said once a rerun
+    assert core.ingest_bytes(hello(0, 300, 17.0, restart=2), 17.0)
+    assert len(said(core)) == 1
+
+
 def test_the_grids_medians_are_each_ranks_last_five_steps_at_the_hub_its_viewers_and_a_hub_restarted_on_its_log(tmp_path):
     # A frame carries each rank's newest step: where ranks step faster than frames come, some
     # of their steps. The grid's wall, self, data and comm, medians of those, moved with where

@@ -1210,6 +1210,29 @@ def test_the_time_torchrun_took_to_restart_the_job_is_not_training(tmp_path, sav
     assert one["restart_s"] == 0 and "restarting" not in render_text(one)
 
 
+def test_a_job_run_again_under_the_runs_id_is_an_attempt_and_the_time_between_is_not_training(tmp_path):
+    # Two torchrun jobs sent to one hub alone under one PARDASH_RUN_ID, the second 15 s after
+    # the first finished (torchrun's restart count 0 in both): "duration 16.1 s (training 16.0
+    # s)" and 639 samples/s of jobs that trained 1 s at 12,000. The same holds for elastic
+    # workers started again when nodes join (new processes, the same count).
+    t = 1.0e9
+    hello = lambda r, pid, at: schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=pid, strategy="ddp", t=at)  # noqa: E731
+    step = lambda r, s, seq, at: schema.Step(run="r", rank=r, seq=seq, step=s, step_s=0.01, samples=8, t=at)  # noqa: E731
+    records = [hello(r, 10 + r, t) for r in (0, 1)]
+    records += [hello(r, 10 + r, t + 0.001) for r in (0, 1)]  # (a second hello of the same process: pt.init again)
+    records += [step(r, s, s, t + s * 0.01) for s in range(1, 101) for r in (0, 1)]  # to t+1.0
+    records += [schema.Event(run="r", rank=r, seq=101, name="exit", code=0, step=100, t=t + 1.0) for r in (0, 1)]
+    records += [hello(r, 20 + r, t + 16) for r in (0, 1)]
+    records += [step(r, s, s, t + 16 + s * 0.01) for s in range(1, 61) for r in (0, 1)]  # to t+16.6
+    records += [schema.Event(run="r", rank=r, seq=61, name="exit", code=0, step=60, t=t + 16.6) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["train_s"] == pytest.approx(1.0 + 0.6)
+    assert rep["restart_s"] == pytest.approx(16.0 - 1.0)  # job 1's last step ended at t+1, job 2's first began at t+16
+    assert rep["samples_per_s"] == pytest.approx(160 * 2 * 8 / 1.6)
+
+
 def test_a_failure_torchrun_restarted_from_is_no_root_cause_and_keeps_its_step(tmp_path):
     # --max-restarts 1: rank 1 crashes in step 13; torchrun restarts both ranks, which resume
     # from the checkpoint at step 10 and finish at 20. The run did not fail: no root cause, and
