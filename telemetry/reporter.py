@@ -165,8 +165,10 @@ class Reporter:
         self._seq = itertools.count()
         self._held: list[bytes] = []
         """Encoded steps waiting for the next burst (see BATCH_S)."""
-        self._held_lock = threading.Lock()
-        self._count_lock = threading.Lock()
+        # Re-entrant: a rank stopped by SIGTERM flushes from its handler (telemetry.sigterm),
+        # which runs on the loop's thread, maybe inside one of these blocks of a send.
+        self._held_lock = threading.RLock()
+        self._count_lock = threading.RLock()
         self._flushed = time.monotonic()
         self._flush_next = False
         """The heartbeat thread asks the loop to send what it holds with its next step."""

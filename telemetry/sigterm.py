@@ -1,6 +1,6 @@
 """A rank stopped by SIGTERM publishes what it still holds before it goes.
 
-torchrun stops its workers with SIGTERM (a Ctrl-C at ``pardash launch``, ``pardash stop``, a
+torchrun stops its workers with SIGTERM (a Ctrl-C at ``pardash launch``, a viewer's Stop, a
 scheduler's preemption, a peer's failure), and Python's default for SIGTERM ends the process at
 once: no ``finally``, no ``atexit``. A rank then lost what it held back for good reasons: the
 step of a script that calls ``pardash.telemetry.log`` after its optimizer step (held until the
@@ -16,10 +16,21 @@ signal arrives, ends it by SIGTERM when the handler has not begun within ``BEGIN
 finished within ``FLUSH_S``): what the heartbeat thread already sent is all such a rank keeps,
 as before.
 
-Left alone: a SIGTERM handler set before (the script's, or SIG_IGN: nohup-like), and one the
-script sets after (its own wins; the watchdog sees it is not ours and never acts). A process
-forked from the rank (a DataLoader worker) gets SIGTERM's default back and no wakeup descriptor
-(it would write to the rank's pipe and have the watchdog end the rank).
+To the script the handler is not there: ``signal.getsignal(SIGTERM)`` says SIG_DFL, and so does
+``signal.signal`` of the handler it replaces. A framework that handles SIGTERM itself and chains
+the handler it found (PyTorch Lightning calls any callable one after its own, which only notes
+the signal so that training stops at the end of the step) called this one, which ended the
+rank on the spot; told SIG_DFL, it chains nothing, as without pardash. Left alone: a SIGTERM
+handler set before (the script's, or SIG_IGN: nohup-like), and one the script sets after (its
+own wins; the watchdog sees it is not ours and never acts). A process forked from the rank (a
+DataLoader worker) gets SIGTERM's default back and no wakeup descriptor (it would write to the
+rank's pipe and have the watchdog end the rank).
+
+Not covered: a main thread stuck in C *holding the GIL* (a C extension's deadlock) keeps the
+watchdog from running too, so such a rank ends at the supervisor's SIGKILL, 10 s later, where
+SIGTERM ended it before; and an asyncio loop that sets its own wakeup descriptor after this one
+(a signal handler added to it) leaves a rank stuck in C to that SIGKILL as well. Where another
+wakeup descriptor is set already, nothing is installed.
 """
 
 from __future__ import annotations
@@ -30,12 +41,16 @@ import sys
 import threading
 from typing import Callable
 
-BEGIN_S = 1.0
-"""How long the watchdog gives the main thread to begin the handler (it is in C otherwise:
-a collective, a device wait) before it ends the process itself."""
+BEGIN_S = 3.0
+"""How long the watchdog gives the main thread to begin the handler (it is in C otherwise: a
+collective, a device wait, a long kernel on CPU) before it ends the process itself: long
+enough for a GPU step's sync to come back, well inside the 10 s the supervisor gives."""
 FLUSH_S = 5.0
 """How long the handler may take to publish and flush (the reporter lingers at most 1.5 s)."""
 
+_getsignal = signal.getsignal
+_signal = signal.signal
+"""The signal module's own (see _hide)."""
 _calls: list[Callable[[], None]] = []
 _pid = 0
 """The process the handler was installed in (0: none)."""
@@ -48,8 +63,9 @@ _fork_hook = False
 
 def at_stop(call: Callable[[], None]) -> bool:
     """Run ``call`` when SIGTERM stops this process (before it ends by it). Returns whether
-    the handler is in place: False off the main thread, on Windows, or where SIGTERM already had
-    a handler (the script's own, or ignored), which is left as it was."""
+    the handler is in place: False off the main thread, on Windows, where SIGTERM already had a
+    handler (the script's own, or ignored), which is left as it was, or where another wakeup
+    descriptor is set (no watchdog)."""
     if sys.platform == "win32":
         return False
     if _pid != os.getpid() and not _install():
@@ -63,10 +79,14 @@ def _install() -> bool:
     if threading.current_thread() is not threading.main_thread():
         return False
     try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        if _getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return False
-        signal.signal(signal.SIGTERM, _on_term)
+        _signal(signal.SIGTERM, _on_term)
     except (ValueError, OSError):  # not the main interpreter
+        return False
+    if not _start_watchdog():
+        # Without it, a rank stuck in C would no longer end at SIGTERM: SIG_DFL, as it was.
+        _signal(signal.SIGTERM, signal.SIG_DFL)
         return False
     _pid = os.getpid()
     _calls.clear()
@@ -75,35 +95,70 @@ def _install() -> bool:
     if not _fork_hook:
         os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_forked)
         _fork_hook = True
-    _start_watchdog()
+    _hide()
     return True
+
+
+def _hide() -> None:
+    """``signal.getsignal`` and ``signal.signal`` say SIG_DFL where the handler is this one."""
+    if signal.getsignal is not _getsignal:
+        return  # (done, or another's wrapper there: left as it is)
+
+    def getsignal(signalnum):
+        handler = _getsignal(signalnum)
+        return signal.SIG_DFL if handler is _on_term else handler
+
+    def set_handler(signalnum, handler):
+        previous = _signal(signalnum, handler)
+        return signal.SIG_DFL if previous is _on_term else previous
+
+    getsignal.__doc__, set_handler.__doc__ = _getsignal.__doc__, _signal.__doc__
+    getsignal.__name__, set_handler.__name__ = "getsignal", "signal"
+    signal.getsignal, signal.signal = getsignal, set_handler
 
 
 def _on_term(signum: int, frame: object) -> None:
     if os.getpid() != _pid:  # a fork the hook missed: not the rank
         _end_by(signum)
     _began.set()
-    signal.signal(signum, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    _signal(signum, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    _quiet_others()
     calls = _calls[::-1]
     _calls.clear()
     for call in calls:
         try:
             call()
-        except Exception:  # telemetry never keeps a process from its stop
+        except BaseException:  # telemetry never keeps a process from its stop
             pass
     _done.set()
     _end_by(signum)
 
 
+def _quiet_others() -> None:
+    """The process ends by SIGTERM once the calls are done: no other Python handler may run
+    meanwhile. torchrun signals the rank's process group, its DataLoader workers with it, and
+    torch's SIGCHLD handler raised "DataLoader worker is killed" inside the flush, cutting it
+    short (its held step lost, 2 stops in 12); a SIGINT's KeyboardInterrupt would end the
+    process through the script's error path instead of by SIGTERM."""
+    for sig in signal.valid_signals():
+        if sig == signal.SIGTERM:
+            continue
+        try:
+            if callable(_getsignal(sig)):
+                _signal(sig, signal.SIG_DFL if sig == signal.SIGCHLD else signal.SIG_IGN)
+        except (ValueError, OSError, TypeError):  # (SIGKILL, SIGSTOP, and what Python cannot set)
+            pass
+
+
 def _end_by(signum: int) -> None:
     try:
-        signal.signal(signum, signal.SIG_DFL)
+        _signal(signum, signal.SIG_DFL)
     except ValueError:  # (off the main thread: see _end_from_thread)
         pass
     os.kill(os.getpid(), signum)
 
 
-def _start_watchdog() -> None:
+def _start_watchdog() -> bool:
     global _wakeup
     r, w = os.pipe()
     os.set_blocking(w, False)
@@ -112,14 +167,15 @@ def _start_watchdog() -> None:
     except ValueError:
         os.close(r)
         os.close(w)
-        return
+        return False
     if previous != -1:  # another's (an asyncio loop in the main thread): theirs kept
         signal.set_wakeup_fd(previous)
         os.close(r)
         os.close(w)
-        return
+        return False
     _wakeup = w
     threading.Thread(target=_watch, args=(r,), name="pardash-sigterm", daemon=True).start()
+    return True
 
 
 def _watch(r: int) -> None:
@@ -132,7 +188,7 @@ def _watch(r: int) -> None:
             return
         if signal.SIGTERM not in woken:
             continue  # another signal Python handles (SIGINT, SIGCHLD, ...)
-        if not _began.is_set() and signal.getsignal(signal.SIGTERM) is not _on_term:
+        if not _began.is_set() and _getsignal(signal.SIGTERM) is not _on_term:
             continue  # the script's own handler has it
         if not _began.wait(BEGIN_S) or not _done.wait(FLUSH_S):
             _end_from_thread()
@@ -175,8 +231,8 @@ def _forked() -> None:
     if _pid == 0:
         return
     try:
-        if signal.getsignal(signal.SIGTERM) is _on_term:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if _getsignal(signal.SIGTERM) is _on_term:
+            _signal(signal.SIGTERM, signal.SIG_DFL)
         previous = signal.set_wakeup_fd(-1)
         if previous not in (-1, _wakeup):  # (another's since: theirs kept)
             signal.set_wakeup_fd(previous)

@@ -326,9 +326,14 @@ def test_a_step_held_for_its_logged_values_goes_out_when_the_rank_is_stopped(tmp
          "--runs-dir", str(tmp_path / "runs"), "--", "held.py", str(held)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path,
     )  # fmt: skip
-    wait_for(held.exists, timeout_s=120, poll_s=0.2)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    try:
+        wait_for(held.exists, timeout_s=120, poll_s=0.2)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:  # (whatever went wrong: the launch stops its job and rank)
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=120)
     assert p.returncode == 130, err[-2000:]
     msgs = load_log(log)[0]
     got = sorted((m for m in msgs if isinstance(m, schema.Step)), key=lambda m: m.seq)

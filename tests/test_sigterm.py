@@ -20,6 +20,7 @@ import os, signal, sys, time
 from pardash.telemetry import sigterm
 
 MARK = sys.argv[1]
+sigterm.BEGIN_S = 0.5  # (the watchdog's patience: seconds a test waits out, not what it shows)
 
 def mark(what):
     with open(MARK, "a") as f:
@@ -27,13 +28,15 @@ def mark(what):
 """
 
 
-def _start(tmp_path, body: str) -> tuple[subprocess.Popen, str, list[str]]:
-    """A Python process running ``body`` after PRELUDE, in a session of its own; returns it
-    once it printed READY, its mark file's path and the words after READY."""
+def _start(tmp_path, procs: list, body: str) -> tuple[subprocess.Popen, str, list[str]]:
+    """A Python process running ``body`` after PRELUDE, in a session of its own (in ``procs``,
+    killed after the test whatever happens); returns it once it printed READY, its mark file's
+    path and the words after READY."""
     mark = tmp_path / "mark.txt"
     code = PRELUDE + textwrap.dedent(body)
     p = subprocess.Popen([sys.executable, "-c", code, str(mark)], stdout=subprocess.PIPE, text=True,
                          env=pardash_env(), start_new_session=True)  # fmt: skip
+    procs.append(p)
     line = p.stdout.readline()
     assert line.startswith("READY"), line
     return p, str(mark), line.split()[1:]
@@ -56,34 +59,100 @@ def procs():
 
 
 def test_at_sigterm_what_was_registered_runs_last_first_then_the_process_ends_by_sigterm(tmp_path, procs):
-    p, mark, _ = _start(tmp_path, """
+    p, mark, _ = _start(tmp_path, procs, """
         assert sigterm.at_stop(lambda: mark("first"))
         assert sigterm.at_stop(lambda: mark("second"))
         print("READY", flush=True)
         time.sleep(120)
     """)
-    procs.append(p)
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == -signal.SIGTERM  # as without pardash: torchrun and the shell see the same
     assert _marks(mark) == [f"second {p.pid}", f"first {p.pid}"]
 
 
+def test_no_other_handler_cuts_the_flush_short(tmp_path, procs):
+    # torchrun signals the rank's process group: its DataLoader workers die as it flushes, and
+    # torch's SIGCHLD handler raised "DataLoader worker ... is killed" inside the flush (the
+    # held step lost, 2 stops in 12).
+    p, mark, _ = _start(tmp_path, procs, """
+        def worker_died(signum, frame):
+            raise RuntimeError("DataLoader worker (pid N) is killed by signal: Terminated")
+
+        def flush():
+            time.sleep(0.5)  # (a reporter lingering: the worker's death comes meanwhile)
+            mark("flushed")
+
+        signal.signal(signal.SIGCHLD, worker_died)
+        assert sigterm.at_stop(flush)
+        if os.fork() == 0:
+            time.sleep(120)
+            os._exit(0)
+        print("READY", flush=True)
+        time.sleep(120)
+    """)
+    os.killpg(p.pid, signal.SIGTERM)  # (the rank and its worker, as torchrun stops them)
+    assert p.wait(60) == -signal.SIGTERM
+    assert _marks(mark) == [f"flushed {p.pid}"]
+
+
+def test_a_stop_inside_the_reporters_send_still_flushes(tmp_path, procs):
+    # The handler runs on the loop's thread, maybe inside the reporter's lock of a send: the
+    # flush waited on that lock for ever, and the watchdog ended the rank with nothing sent.
+    p, mark, _ = _start(tmp_path, procs, """
+        from pardash.telemetry.reporter import Reporter
+
+        rep = Reporter("tcp://127.0.0.1:9", run="r", heartbeat_s=0)
+        assert sigterm.at_stop(lambda: mark("closed"))  # (runs after the reporter's close)
+        assert sigterm.at_stop(rep.close)
+        print("READY", flush=True)
+        with rep._held_lock:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(120)
+    """)
+    assert p.wait(60) == -signal.SIGTERM
+    assert _marks(mark) == [f"closed {p.pid}"]
+
+
+def test_where_another_wakeup_descriptor_is_set_nothing_is_installed(tmp_path, procs):
+    # (an asyncio loop's, with a signal handler added): no watchdog, so a rank stuck in C would
+    # not end at SIGTERM; SIGTERM stays the default
+    p, mark, _ = _start(tmp_path, procs, """
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w)
+        assert not sigterm.at_stop(lambda: mark("ours"))
+        assert sigterm._getsignal(signal.SIGTERM) is signal.SIG_DFL
+        print("READY", flush=True)
+        time.sleep(120)
+    """)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == -signal.SIGTERM
+    assert _marks(mark) == []
+
+
 def test_a_process_stuck_in_c_still_ends_by_sigterm(tmp_path, procs):
     # A rank waiting in a collective is in C for as long as its peers keep it there; a Python
     # handler runs only between bytecodes of the main thread, so without the watchdog SIGTERM no
-    # longer ended it (torchrun's SIGKILL did, 30 s later). A pthread mutex locked twice by its
-    # thread waits in C for ever, going back to its wait when a signal cuts it short: the same
-    # hold (a zeroed mutex is glibc's PTHREAD_MUTEX_INITIALIZER, a default mutex).
-    p, mark, _ = _start(tmp_path, """
-        import ctypes
-        libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)
+    # longer ended it (torchrun's SIGKILL did, 30 s later). Here the main thread waits on a
+    # pthread condition in C, and READY comes from another thread once it holds the mutex that
+    # wait let go of (so the main thread is in C before the signal, and could not leave it: even
+    # woken, it needs the mutex back). Zeroed pthread objects are glibc's static initialisers.
+    p, mark, _ = _start(tmp_path, procs, """
+        import ctypes, threading
+        libc = ctypes.CDLL(None)
+        mutex, cond = ctypes.create_string_buffer(64), ctypes.create_string_buffer(64)
         assert sigterm.at_stop(lambda: mark("ran"))
+
+        def ready():
+            libc.pthread_mutex_lock(mutex)  # (the main thread is waiting in C now)
+            print("READY", flush=True)
+            time.sleep(120)
+
         assert libc.pthread_mutex_lock(mutex) == 0
-        print("READY", flush=True)
-        libc.pthread_mutex_lock(mutex)
+        threading.Thread(target=ready, daemon=True).start()
+        libc.pthread_cond_wait(cond, mutex)
         mark("returned")
     """)
-    procs.append(p)
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == -signal.SIGTERM
     assert _marks(mark) == []  # (nothing run from the watchdog's thread: the main thread's state is in mid-air)
@@ -91,7 +160,7 @@ def test_a_process_stuck_in_c_still_ends_by_sigterm(tmp_path, procs):
 
 def test_a_handler_the_script_sets_after_is_its_own_and_the_watchdog_leaves_it_alone(tmp_path, procs):
     # A script that checkpoints at a scheduler's SIGTERM, longer than the watchdog's patience.
-    p, mark, _ = _start(tmp_path, """
+    p, mark, _ = _start(tmp_path, procs, """
         assert sigterm.at_stop(lambda: mark("ours"))
         def own(signum, frame):
             time.sleep(2 * sigterm.BEGIN_S)
@@ -101,20 +170,45 @@ def test_a_handler_the_script_sets_after_is_its_own_and_the_watchdog_leaves_it_a
         print("READY", flush=True)
         time.sleep(120)
     """)
-    procs.append(p)
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == 3
     assert _marks(mark) == [f"own {p.pid}"]
 
 
+def test_a_framework_that_chains_the_handler_it_finds_stops_as_it_would_without_pardash(tmp_path, procs):
+    # PyTorch Lightning's SIGTERM handler notes the signal (training stops at the step's end)
+    # and calls the handler it found if that is callable: this one, which ended the rank on the
+    # spot, its graceful stop never reached. Told SIG_DFL, it chains nothing, as without pardash.
+    p, mark, said = _start(tmp_path, procs, """
+        assert sigterm.at_stop(lambda: mark("ours"))
+        found = signal.getsignal(signal.SIGTERM)
+        stopping = []
+
+        def composed(signum, frame):
+            stopping.append(signum)
+            if callable(found):
+                found(signum, frame)
+
+        replaced = signal.signal(signal.SIGTERM, composed)
+        print("READY", found is signal.SIG_DFL, replaced is signal.SIG_DFL, flush=True)
+        while not stopping:
+            time.sleep(0.01)
+        mark("stopped at the step's end")
+        sys.exit(0)
+    """)
+    assert said == ["True", "True"]
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == 0
+    assert _marks(mark) == [f"stopped at the step's end {p.pid}"]
+
+
 def test_a_handler_the_script_set_before_is_left_as_it_was(tmp_path, procs):
-    p, mark, _ = _start(tmp_path, """
+    p, mark, _ = _start(tmp_path, procs, """
         signal.signal(signal.SIGTERM, lambda *_: (mark("own"), sys.exit(4)))
         assert not sigterm.at_stop(lambda: mark("ours"))
         print("READY", flush=True)
         time.sleep(120)
     """)
-    procs.append(p)
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == 4
     assert _marks(mark) == [f"own {p.pid}"]
@@ -124,7 +218,7 @@ def test_a_forked_child_ends_by_sigterm_alone_and_runs_nothing_of_the_rank(tmp_p
     # A DataLoader worker is forked from the rank. It must not run the rank's flush (its copy of
     # the rank's ZeroMQ sockets), nor wake the rank's watchdog through the inherited wakeup pipe
     # (which then ended the rank: it saw a SIGTERM its handler never began on).
-    p, mark, (child,) = _start(tmp_path, """
+    p, mark, (child,) = _start(tmp_path, procs, """
         assert sigterm.at_stop(lambda: mark("flushed"))
         child = os.fork()
         if child == 0:
@@ -137,7 +231,6 @@ def test_a_forked_child_ends_by_sigterm_alone_and_runs_nothing_of_the_rank(tmp_p
         print("ALIVE", flush=True)
         time.sleep(120)
     """)
-    procs.append(p)
     os.kill(int(child), signal.SIGTERM)
     assert p.stdout.readline().split() == ["CHILD", str(-signal.SIGTERM)]
     assert p.stdout.readline().strip() == "ALIVE"
