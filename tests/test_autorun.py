@@ -612,6 +612,51 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     assert "eval" in rep.phases
 
 
+def test_an_evaluation_after_a_micro_batch_left_over_is_an_eval_and_the_step_goes_on(hooked, monkeypatch):
+    # Gradient accumulation of 2 over an epoch of 5 micro-batches: the last one's backward, no
+    # optimizer step, then the epoch's validation. It was that step's backward (9.6 s of it,
+    # the ranks said stalled in backward meanwhile, no eval event); it is an evaluation, left
+    # out of the step, which goes on with the next epoch's micro-batches (3 of them).
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def micro_batch(i: int) -> None:
+        clock[0] += 0.010  # loading its batch
+        x, y = _batch()
+        loss = nn.functional.cross_entropy(model(x), y) / 2
+        clock[0] += 0.020
+        loss.backward()
+        if i % 2 == 1:
+            clock[0] += 0.030
+            opt.step()
+            opt.zero_grad()
+
+    for epoch in range(2):
+        for i in range(5):
+            micro_batch(i)
+        clock[0] += 0.005  # (after the last backward, before the validation's first forward)
+        model.eval()
+        with torch.no_grad():
+            for _ in range(3):
+                model(torch.randn(4, 8))
+                clock[0] += 3.0
+        model.train()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    third = rep.steps[2]
+    assert (third.get("custom") or {}).get("micro_batches") == 3.0
+    # its three micro-batches' loading and forwards, the leftover's backward up to the
+    # validation and the last one's up to the step; the validation's 9 s in none of it
+    assert third["data_s"] == pytest.approx(3 * 0.010)
+    assert third["forward_s"] == pytest.approx(3 * 0.020)
+    assert third["backward_s"] == pytest.approx(0.005 + 0.030)
+    assert third["step_s"] == pytest.approx(0.030 + 0.060 + 0.035)
+    assert [name for name, _ in rep.events if name == "eval"] == ["eval", "eval"]
+    assert "eval" in rep.phases
+
+
 def test_a_model_trained_in_eval_mode_is_no_evaluation(hooked, monkeypatch):
     # Fine-tuning with BatchNorm and dropout frozen (model.eval() before the loop): every step
     # read as an evaluation, its data and forward time dropped and its self time 0.

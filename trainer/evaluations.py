@@ -44,6 +44,9 @@ class Evaluations:
     length's): what the step had before it is kept, the rest left out (see _eval_ends). None:
     not known (it began at its loader's start, before any stamp of it), the step then starts
     at its end."""
+    _eval_in_step = False
+    """Whether the evaluation began inside a step, after a backward whose optimizer step had not
+    come (see _eval_begins): its span goes in that step's marks, as ``eval``."""
     _eval_asked: tuple[int, Any] | None = None
     """(optimizer steps ended, stamp) at the script's last ``model.eval()`` of a model not seen
     training (an EMA's): an evaluation of it begins there, not at its first forward."""
@@ -138,8 +141,16 @@ class Evaluations:
             return
         step = self._open
         cut = self._cut
+        in_step = False
         if step is not None and len(step.marks) > (cut.marks if cut is not None else 1):
-            return  # inside a step (between its forward and backward, say): part of its phase
+            if loader_pass or cut is not None or step.marks[-1][0] != "backward" or self._in_backward:
+                return  # inside a step (between its forward and backward, say): part of its phase
+            # After a backward whose optimizer step has not come: the micro-batch an epoch had
+            # over its accumulation (65 micro-batches of 2), before a validation at the epoch's
+            # end. The step goes on after it (the leftover gradients are the next step's), and
+            # the evaluation is left out of it (an ``eval`` span in its marks); it was the step's
+            # backward, 9.6 s of it, and the ranks read as stalled in backward meanwhile.
+            in_step = True
         now = time.perf_counter()
         p = self._batch_pass
         if not self._between_steps(p):
@@ -159,6 +170,9 @@ class Evaluations:
         self._eval_called = called
         self._eval_grad = None
         self._eval_grad_pass = False
+        self._eval_in_step = in_step
+        if in_step and self._eval_began is None:  # (begun at its loader's start: there, on a CPU clock)
+            self._eval_began = self._eval_t0 if not self.clock.cuda else self.clock.stamp()
         if loader_pass:
             self._eval_pending = (p, p.batches, p.ended)
             return
@@ -202,6 +216,7 @@ class Evaluations:
         self._eval_called = False
         self._eval_grad = None
         self._eval_grad_pass = False
+        self._eval_in_step = False
 
     def _eval_ends(self, by_script: bool = False) -> None:
         """Training resumes: the evaluation's time is left out of the open step, what came
@@ -216,9 +231,14 @@ class Evaluations:
             return
         took = self._eval_t1 - self._eval_t0
         began, end = self._eval_began, self._eval_end
+        in_step = self._eval_in_step
         self._eval_clear()
         self.evals += 1
-        if end is not None and self._cut is not None and self._open is not None and len(self._open.marks) == self._cut.marks:
+        if in_step and self._open is not None and began is not None:
+            # In the open step (see _eval_begins): its span left out there, the step's data
+            # phase again from its end (the next micro-batch's loading).
+            self._open.marks += [("eval", began), ("data", end if end is not None else self.clock.stamp())]
+        elif end is not None and self._cut is not None and self._open is not None and len(self._open.marks) == self._cut.marks:
             # The step before has not ended yet (its round may go on).
             if began is not None:
                 self._left_out_after_cut(began, end)

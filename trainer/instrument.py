@@ -809,14 +809,21 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         opened = d.open
         marks = opened.marks
         bounds = marks + [("", d.end)]
+        evaluated = 0.0  # (an evaluation inside the step, see Evaluations._eval_begins: no phase of it)
         if clock.cuda:
             for (phase, a), (_, b) in zip(bounds, bounds[1:]):
-                out[_PHASE_FIELD[phase]] += clock.seconds(a, b)
-            step_s = clock.seconds(marks[0][1], d.end)
+                if phase == "eval":
+                    evaluated += clock.seconds(a, b)
+                else:
+                    out[_PHASE_FIELD[phase]] += clock.seconds(a, b)
+            step_s = clock.seconds(marks[0][1], d.end) - evaluated
         else:  # perf_counter stamps: the differences inline (a call a mark, each step, adds up)
             for (phase, a), (_, b) in zip(bounds, bounds[1:]):
-                out[_PHASE_FIELD[phase]] += b - a
-            step_s = d.end - marks[0][1]
+                if phase == "eval":
+                    evaluated += b - a
+                else:
+                    out[_PHASE_FIELD[phase]] += b - a
+            step_s = d.end - marks[0][1] - evaluated
         lead = opened.lead_s
         if lead or opened.lead_wait_s:  # (the first batch, asked for before the clock turned to CUDA events)
             out["data_s"] += lead
@@ -830,7 +837,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
             # evaluation that moved it, is cut off.)
             wait_s = opened.lead_wait_s
             for (phase, a), (_, b) in zip(bounds, bounds[1:]):
-                w = CommTimer.seconds(syncs, within=(a, b)) if syncs else 0.0
+                w = CommTimer.seconds(syncs, within=(a, b)) if syncs and phase != "eval" else 0.0
                 if w:
                     field = _PHASE_FIELD[phase]
                     out[field] = max(0.0, out[field] - w)
