@@ -90,7 +90,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("devices", _devices_text(rep)),
         ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_restart_text(rep)}{_hung_text(rep)})"),
         *([("clocks", "; ".join(report_clock_warnings(rep)))] if report_clock_warnings(rep) else []),
-        *([("evaluations", f"{rep['evaluations']['count']}, {rep['evaluations']['seconds']:.1f} s in all, outside the steps")]
+        *([("evaluations", f"{rep['evaluations']['count']}, {_seconds(rep['evaluations']['seconds'])} in all, outside the steps")]
           if rep.get("evaluations") else []),
         ("steps", _steps_text(rep)),
         # (more than one: every step says epoch 0 of a script that has none)
@@ -542,8 +542,9 @@ def memory_rows(rep: dict) -> list[tuple[str, str]]:
         (f"expected for {st} ({m.get('expected_basis') or '?'})", human_bytes(m["expected_bytes_per_rank"])),
         ("measured against expected", "-" if m["vs_expected"] is None else f"{m['vs_expected']:.2f}x"),
         ("saving from sharding, against its state unsharded", _pct(m["saving_vs_unsharded"])),
-        # The ZeRO paper's arithmetic, for scale: Adam's state; another optimizer holds less.
-        (f"Adam's state unsharded ({m['bytes_per_param']} B/param)", human_bytes(m["unsharded_bytes_per_rank"])),
+        # The ZeRO paper's arithmetic, for scale: Adam's state, whatever the run's optimizer (an
+        # SGD run's table read as if it held Adam's).
+        (f"for scale, Adam's state unsharded ({m['bytes_per_param']} B/param)", human_bytes(m["unsharded_bytes_per_rank"])),
     ]
     if m["buckets_bytes_max"]:
         rows.append(("DDP gradient buckets, a rank", human_bytes(m["buckets_bytes_max"])))

@@ -352,6 +352,10 @@ def test_evaluations_are_counted_outside_the_steps(tmp_path):
     assert rep["evaluations"] == {"count": 2, "seconds": 1.0}
     assert "evaluations        2, 1.0 s in all" in render_text(rep)
     assert build_report(str(source))["evaluations"] is None
+    # Short ones, as a small validation's: "0.0 s in all" of 15-21 ms each.
+    short = tmp_path / "short.jsonl"
+    short.write_bytes(log.read_bytes().replace(b'"duration_s":0.25', b'"duration_s":0.015').replace(b'"duration_s":0.5', b'"duration_s":0.021'))
+    assert "evaluations        2, 0.042 s in all" in render_text(build_report(str(short)))  # (each the slowest rank's)
 
 
 def test_a_log_cut_anywhere_or_sprayed_with_garbage_still_reports(tmp_path):
