@@ -15,4 +15,22 @@ async def test_the_loss_charts_title_says_what_its_line_and_band_are(log, said):
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: "now" in str(app.screen.query_one("#trend", HistoryChart).border_title))
         title = str(app.screen.query_one("#trend", HistoryChart).border_title)
-        assert f"· {said}[" in title, title
+        # (both runs' first losses, their warm-up, are beyond the scale: drawn ▲ at its top)
+        assert f"· {said} · ▲▼ off the scale[" in title, title
+
+
+def test_a_chart_says_when_points_are_off_its_scale():
+    # Its ▲ and ▼ (points beyond the scale, drawn at its edge) are the grid's straggler glyph
+    # too: the title says what they are where the chart draws them, and only there.
+    from pardash.tui.charts import ChartSeries
+    from pardash.tui.widgets.history_chart import off_scale
+
+    def series(values):
+        nan = (float("nan"),) * len(values)
+        return ChartSeries(values=tuple(values), median=nan, low=nan, high=nan, first_step=1, last_step=len(values),
+                           latest=values[-1], others=1)  # fmt: skip
+
+    steady = [1.0, 0.9] * 20  # (a loss going up and down between two values: all in the scale)
+    assert not off_scale(series(steady), 40)
+    assert off_scale(series([4.2, *steady]), 41)  # a first loss of 4.2 above a run near 1: ▲
+    assert not off_scale(series([4.2, *steady[:10]]), 11)  # (fewer than MIN_POINTS: all in the scale)

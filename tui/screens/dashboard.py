@@ -29,7 +29,7 @@ from ..run_clock import run_origin
 from ..widgets.alert_list import CHROME_ROWS, MAX_ROWS, STALE_MARK, AlertList
 from ..widgets.event_log import EventLog
 from ..widgets.fitted_footer import FittedFooter
-from ..widgets.history_chart import HistoryChart
+from ..widgets.history_chart import HistoryChart, off_scale
 from ..widgets.memory_summary import MemorySummary
 from ..widgets.rank_grid import RankGrid
 from ..widgets.run_header import RunHeader, RunSummary, summarize
@@ -550,6 +550,8 @@ class DashboardScreen(Screen):
                     from ...telemetry.summary import ranks_named
 
                     self._trend_band += f" · {ranks_named(bad)} not finite, left out"
+                if off_scale(series, trend.plot_width):  # (its glyphs are the grid's straggler's too: said)
+                    self._trend_band += " · ▲▼ off the scale"
                 self._trend_now()
 
     @on(RankHighlighted)

@@ -34,6 +34,24 @@ MIN_POINTS = 20
 """Fewer points than this are all in the scale."""
 
 
+def y_scale(s: ChartSeries, plot_w: int) -> tuple[float, float, float] | None:
+    """The y axis of a chart of ``s`` ``plot_w`` columns wide: :func:`y_range` of what it draws,
+    padded 5% each way, and that pad (None: nothing finite to draw)."""
+    finite = [v for seq in (s.values, s.low, s.high) for v in seq[:plot_w] if math.isfinite(v)]
+    if not finite:
+        return None
+    lo, hi = y_range(finite, s.latest)
+    pad = (abs(hi) * 0.05 or 1.0) if hi - lo < 1e-12 else (hi - lo) * 0.05
+    return lo - pad, hi + pad, pad
+
+
+def off_scale(s: ChartSeries, plot_w: int) -> bool:
+    """Whether a chart of ``s`` draws a point of its line at its edge, as ``▲`` or ``▼`` (an
+    outlier left out of its scale)."""
+    scale = y_scale(s, plot_w)
+    return scale is not None and any(not scale[0] <= v <= scale[1] for v in s.values[:plot_w] if math.isfinite(v))
+
+
 def y_range(values: list[float], latest: float | None = None) -> tuple[float, float]:
     """The lowest and highest value a chart's y axis shows: its points' but the outermost
     OUTLIER_SHARE at either end (MIN_POINTS or more), and always the newest value."""
@@ -148,16 +166,10 @@ class HistoryChart(CachedStyles, Widget):
             return lines
         plot_h = height - 1
         plot_w = min(width - AXIS_WIDTH, len(s.values))
-        finite = [v for seq in (s.values, s.low, s.high) for v in seq[:plot_w] if math.isfinite(v)]
-        if not finite:
+        scale = y_scale(s, plot_w)
+        if scale is None:
             return [Strip.blank(width, base) for _ in range(height)]
-        lo, hi = y_range(finite, s.latest)
-        if hi - lo < 1e-12:
-            pad = abs(hi) * 0.05 or 1.0
-            lo, hi = lo - pad, hi + pad
-        else:
-            pad = (hi - lo) * 0.05
-            lo, hi = lo - pad, hi + pad
+        lo, hi, pad = scale
         span = hi - lo
         if not math.isfinite(span):  # figures near the float's limits (a hostile or broken rank's)
             return [Strip.blank(width, base) for _ in range(height)]
