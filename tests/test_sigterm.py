@@ -42,6 +42,12 @@ def _start(tmp_path, procs: list, body: str) -> tuple[subprocess.Popen, str, lis
     return p, str(mark), line.split()[1:]
 
 
+def _stop(p: subprocess.Popen) -> int:
+    """SIGTERM to ``p``, as torchrun stops a worker; its exit status (-15: ended by SIGTERM)."""
+    p.send_signal(signal.SIGTERM)
+    return p.wait(60)
+
+
 def _marks(path: str) -> list[str]:
     return open(path).read().split("\n")[:-1] if os.path.exists(path) else []
 
@@ -65,8 +71,7 @@ def test_at_sigterm_what_was_registered_runs_last_first_then_the_process_ends_by
         print("READY", flush=True)
         time.sleep(120)
     """)
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == -signal.SIGTERM  # as without pardash: torchrun and the shell see the same
+    assert _stop(p) == -signal.SIGTERM  # as without pardash: torchrun and the shell see the same
     assert _marks(mark) == [f"second {p.pid}", f"first {p.pid}"]
 
 
@@ -125,8 +130,7 @@ def test_where_another_wakeup_descriptor_is_set_nothing_is_installed(tmp_path, p
         print("READY", flush=True)
         time.sleep(120)
     """)
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == -signal.SIGTERM
+    assert _stop(p) == -signal.SIGTERM
     assert _marks(mark) == []
 
 
@@ -153,8 +157,7 @@ def test_a_process_stuck_in_c_still_ends_by_sigterm(tmp_path, procs):
         libc.pthread_cond_wait(cond, mutex)
         mark("returned")
     """)
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == -signal.SIGTERM
+    assert _stop(p) == -signal.SIGTERM
     assert _marks(mark) == []  # (nothing run from the watchdog's thread: the main thread's state is in mid-air)
 
 
@@ -170,8 +173,7 @@ def test_a_handler_the_script_sets_after_is_its_own_and_the_watchdog_leaves_it_a
         print("READY", flush=True)
         time.sleep(120)
     """)
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == 3
+    assert _stop(p) == 3
     assert _marks(mark) == [f"own {p.pid}"]
 
 
@@ -197,8 +199,7 @@ def test_a_framework_that_chains_the_handler_it_finds_stops_as_it_would_without_
         sys.exit(0)
     """)
     assert said == ["True", "True"]
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == 0
+    assert _stop(p) == 0
     assert _marks(mark) == [f"stopped at the step's end {p.pid}"]
 
 
@@ -209,8 +210,7 @@ def test_a_handler_the_script_set_before_is_left_as_it_was(tmp_path, procs):
         print("READY", flush=True)
         time.sleep(120)
     """)
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == 4
+    assert _stop(p) == 4
     assert _marks(mark) == [f"own {p.pid}"]
 
 
@@ -234,8 +234,7 @@ def test_a_forked_child_ends_by_sigterm_alone_and_runs_nothing_of_the_rank(tmp_p
     os.kill(int(child), signal.SIGTERM)
     assert p.stdout.readline().split() == ["CHILD", str(-signal.SIGTERM)]
     assert p.stdout.readline().strip() == "ALIVE"
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(60) == -signal.SIGTERM
+    assert _stop(p) == -signal.SIGTERM
     assert _marks(mark) == [f"flushed {p.pid}"]
 
 
