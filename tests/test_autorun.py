@@ -657,6 +657,45 @@ def test_an_evaluation_after_a_micro_batch_left_over_is_an_eval_and_the_step_goe
     assert "eval" in rep.phases
 
 
+def test_an_evaluation_after_a_micro_batch_left_over_under_no_sync_is_no_self_time(hooked, monkeypatch, one_rank_group):
+    # The same under DDP with no_sync for the micro-batches before the last: the step's arrival
+    # (its first all-reduce) comes after the validation, and its self time, the straggler
+    # signal, held the validation's 6 s.
+    from pardash.telemetry.env import RankIdentity
+
+    inst, rep = hooked
+    monkeypatch.setattr(inst.reporter, "identity", RankIdentity(rank=0, local_rank=0, world_size=2, node=0, host="here", restart=0))
+    clock = _fake_clock(inst, monkeypatch)
+    model = nn.parallel.DistributedDataParallel(_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def micro_batch(i: int) -> None:
+        clock[0] += 0.010
+        x, y = _batch()
+        if i % 2 == 0:
+            with model.no_sync():
+                (nn.functional.cross_entropy(model(x), y) / 2).backward()
+        else:
+            (nn.functional.cross_entropy(model(x), y) / 2).backward()
+            opt.step()
+            opt.zero_grad()
+
+    for epoch in range(2):
+        for i in range(5):
+            micro_batch(i)
+        model.eval()
+        with torch.no_grad():
+            for _ in range(3):
+                model(torch.randn(4, 8))
+                clock[0] += 2.0
+        model.train()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    third = rep.steps[2]
+    assert (third.get("custom") or {}).get("micro_batches") == 3.0
+    assert third["step_s"] == pytest.approx(0.030) and third["self_s"] == pytest.approx(0.030)  # (3 loads: the clock stands still in the rest)
+
+
 def test_a_model_trained_in_eval_mode_is_no_evaluation(hooked, monkeypatch):
     # Fine-tuning with BatchNorm and dropout frozen (model.eval() before the loop): every step
     # read as an evaluation, its data and forward time dropped and its self time 0.

@@ -860,6 +860,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
             own = clock.seconds(marks[0][1], opened.arrive) + lead
             if syncs:
                 own -= CommTimer.seconds(syncs, within=(marks[0][1], opened.arrive))
+            if evaluated:  # (an evaluation before its arrival: a micro-batch under no_sync left over, then it)
+                own -= sum(clock.seconds(a, b) for (p, a), (_, b) in zip(bounds, bounds[1:])
+                           if p == "eval" and clock.seconds(b, opened.arrive) >= 0)  # fmt: skip
             self_s = max(0.0, own)
         else:
             self_s = None
