@@ -757,6 +757,8 @@ def test_a_job_left_unsupervised_is_followed_through_torchruns_restart(tmp_path)
     p = _start(tmp_path, "--nproc", "1", "--max-restarts", "1", "--", "crashes_when_told.py", str(crash_now))
     wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
     (entry,) = registry.live_runs()
+    job = psutil.Process(entry["supervisor_pid"]).children()  # (torchrun)
+    assert job
     os.kill(entry["supervisor_pid"], signal.SIGKILL)
     gone = f"supervisor (pid {entry['supervisor_pid']}) is gone"
 
@@ -768,6 +770,10 @@ def test_a_job_left_unsupervised_is_followed_through_torchruns_restart(tmp_path)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, out[-2000:] + err[-2000:]
     assert "the run is over: 1 finished" in out
+    # torchrun ends once its rank has (the launch said the run over at the rank's last word, and
+    # a loaded machine's torchrun was still ending when the test did)
+    _, alive = psutil.wait_procs(job, timeout=60)
+    assert not alive
     msgs, _ = load_log(log)
     assert sorted({m.restart for m in msgs if isinstance(m, schema.Hello)}) == [0, 1]
     assert max(m.step for m in msgs if isinstance(m, schema.Step)) == 40
