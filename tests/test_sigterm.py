@@ -269,3 +269,45 @@ def test_a_script_of_its_own_steps_stopped_by_sigterm_has_its_last_steps_in_the_
     finally:
         hub.terminate()
         hub.wait(30)
+
+
+def test_a_trainer_rank_stopped_after_its_error_still_says_the_exit_it_decided(tmp_path):
+    # Every rank of a failed resume fails of the same error; one exits first and torchrun stops
+    # the others (SIGTERM). One stopped between its error and its exit read "stopped by torchrun"
+    # and was left out of the ranks named with the error (a loaded machine's rank 0, a moment
+    # behind: "rank 1 exited with code 1 ...; rank 0 was stopped"). Here the stop comes as the
+    # rank writes torchrun's error file, between the two.
+    from helpers import hub_alone, wait_for
+    from pardash.telemetry import schema
+    from pardash.telemetry.logreader import load_log
+
+    log = tmp_path / "run.jsonl"
+    hub, info = hub_alone(log, "failed-run")
+    script = textwrap.dedent("""
+        import os, signal, sys
+        from pardash.trainer import train
+
+        def fails(*args):
+            raise RuntimeError("the resumed checkpoint holds another model")
+
+        def stopped_as_it_records(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        train.train = fails
+        train._record_error_file = stopped_as_it_records
+        sys.exit(train.main(["--strategy", "single", "--steps", "2"]))
+    """)
+    try:
+        env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID="failed-run", RANK="0", WORLD_SIZE="1")
+        p = subprocess.run([sys.executable, "-c", script], env=env, timeout=120, capture_output=True, text=True)
+        assert p.returncode == -signal.SIGTERM, p.stderr[-2000:]
+
+        def ends() -> list[tuple]:
+            msgs = load_log(log)[0] if log.exists() else []
+            return [(m.name, m.code) for m in msgs if isinstance(m, schema.Event) and m.name in ("error", "exit")]
+
+        wait_for(lambda: len(ends()) >= 2, timeout_s=30)
+        assert ends() == [("error", None), ("exit", 1)]
+    finally:
+        hub.terminate()
+        hub.wait(30)

@@ -519,8 +519,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
     gpu_index = local_rank if cfg.device != "cpu" and torch.cuda.is_available() else None
     reporter = Reporter.from_env(gpu_index=gpu_index)
+    # The exit a rank decided on its error, until it sends it: torchrun stops a rank (SIGTERM)
+    # once another has exited, and a rank that failed of the same error as that one, a moment
+    # behind it, read "stopped by torchrun" and was left out of the error's ranks.
+    decided: dict = {}
     if reporter.enabled:
         sigterm.at_stop(reporter.close)  # (stopped by torchrun: its last burst of steps goes first)
+        sigterm.at_stop(lambda: decided and reporter.event("exit", **decided))  # (runs first)
     _say_when_output_fills(reporter)
     try:
         rt = init_distributed(cfg)
@@ -534,6 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
         reporter.event("error", message="interrupted", step=_done(rt, between))
+        decided.update(code=code, step=rt.step)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
         raise
@@ -541,9 +547,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Every rank fails with it together: rank 0 says it, in one line (the lines before it
         # named each checkpoint and why it could not be read); a traceback would point at code.
         code = 1
+        reporter.event("error", message=str(e), step=_done(rt, between))
+        decided.update(code=code, step=rt.step)
         if rt.rank == 0:
             print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
-        reporter.event("error", message=str(e), step=_done(rt, between))
         _record_error_file(e, with_traceback=False)
     except BaseException as e:  # Exception, and DCP's CheckpointException (a BaseException)
         code = 1
@@ -552,11 +559,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # DCP's CheckpointException says only which ranks failed on its first line: name theirs.
         text = resume.one_line(e, 4000) if getattr(e, "failures", None) else f"{type(e).__name__}: {e}"
         reporter.event("error", message=text, traceback=tb, step=_done(rt, between))
+        decided.update(code=code, step=rt.step)
         _record_error_file(e)
     finally:
         # The step the loop was in: its last when it finished, the one it failed in (none when
         # it failed before its first). The loop's own count: after a resume, or with steps
         # published a step late, the reporter's last step says otherwise.
+        decided.clear()
         reporter.event("exit", code=code, step=rt.step)
         reporter.close()
         if code == 0:
