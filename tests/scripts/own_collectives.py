@@ -1,8 +1,8 @@
 """Collectives a script calls itself, beside DDP's. ``python own_collectives.py MODE``:
 
 - ``barrier``: rank 0 evaluates (model.eval(), no_grad, 30 ms) after every step, then every
-  rank waits in ``dist.barrier()``: rank 1 waits there for rank 0, and is no straggler.
-  ``barrier_async``: the same with ``dist.barrier(None, True).wait()``.
+  rank waits in a barrier: rank 1 waits there for rank 0, and is no straggler. The barrier is
+  ``dist.barrier()`` after an odd step, ``dist.barrier(None, True).wait()`` after an even one.
 - ``gather``: a contrastive loss all-gathers every rank's embeddings (``dist.all_gather``) in
   the forward, and rank 1 sleeps 30 ms in its data path: rank 1 is the straggler. Its per-sample
   losses are backpropagated with their weights (``per.backward(w)``), no scalar loss at all.
@@ -23,7 +23,7 @@ for step in range(1, 41):
     if mode == "gather" and rank == 1:
         time.sleep(0.03)  # its data path
     x = torch.randn(16, 16, generator=g)
-    if mode.startswith("barrier"):
+    if mode == "barrier":
         model.train()
         loss = F.cross_entropy(model(x), (x[:, 0] > 0).long())
         loss.backward()
@@ -39,7 +39,7 @@ for step in range(1, 41):
     opt.zero_grad()
     if rank == 0:
         print(f"step {step} loss {loss.item():.6f}", flush=True)
-    if mode.startswith("barrier"):
+    if mode == "barrier":
         if rank == 0:
             model.eval()
             with torch.no_grad():
@@ -47,7 +47,7 @@ for step in range(1, 41):
                     model.module(torch.randn(64, 16, generator=g))
                     time.sleep(0.01)
                 model.module(torch.randn(64, 16, generator=g))
-        if mode == "barrier_async":
+        if step % 2 == 0:
             dist.barrier(None, True).wait()
         else:
             dist.barrier()
