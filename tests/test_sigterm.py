@@ -311,3 +311,36 @@ def test_a_trainer_rank_stopped_after_its_error_still_says_the_exit_it_decided(t
     finally:
         hub.terminate()
         hub.wait(30)
+
+
+def test_a_script_stopped_as_it_prints_its_traceback_still_says_its_error_and_exit(tmp_path):
+    # The same race in a script of the user's own: every rank raises the same error, one exits
+    # first, torchrun stops the rest as they print their tracebacks. The stop comes here from
+    # the script's own sys.excepthook, through which the rank prints it.
+    from helpers import hub_alone, wait_for
+    from pardash.telemetry import schema
+    from pardash.telemetry.logreader import load_log
+
+    log = tmp_path / "run.jsonl"
+    hub, info = hub_alone(log, "failed-script")
+    (tmp_path / "bad_config.py").write_text(textwrap.dedent("""
+        import os, signal, sys
+
+        sys.excepthook = lambda *exc: os.kill(os.getpid(), signal.SIGTERM)
+        raise ValueError("bad config")
+    """))
+    try:
+        env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID="failed-script", RANK="0", WORLD_SIZE="1")
+        p = subprocess.run([sys.executable, "-m", "pardash.trainer.autorun", "bad_config.py"], env=env, cwd=tmp_path,
+                           timeout=120, capture_output=True, text=True)  # fmt: skip
+        assert p.returncode == -signal.SIGTERM, p.stderr[-2000:]
+
+        def ends() -> list[tuple]:
+            msgs = load_log(log)[0] if log.exists() else []
+            return [(m.name, m.code, m.message) for m in msgs if isinstance(m, schema.Event) and m.name in ("error", "exit")]
+
+        wait_for(lambda: len(ends()) >= 2, timeout_s=30)
+        assert ends() == [("error", None, "ValueError: bad config"), ("exit", 1, "")]
+    finally:
+        hub.terminate()
+        hub.wait(30)

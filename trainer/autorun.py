@@ -116,6 +116,13 @@ def _run(args: list[str]) -> None:
     exec(code, main.__dict__)
 
 
+_ending: dict = {}
+"""The failure a rank has caught and not yet said (``code``, ``error``): what a stop says in its
+place (:func:`_stopped`). torchrun stops the other ranks (SIGTERM) once one has exited, and a
+rank that failed of the same error a moment behind it (printing its traceback) was "stopped by
+torchrun", its error never said and its rank left out of the error's."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
@@ -156,17 +163,21 @@ def main(argv: list[str] | None = None) -> int:
         # said why on stderr just before: its last line is the error, the lines before it
         # what the rank said last (shown as a traceback is).
         why = {"message": e.code} if isinstance(e.code, str) else said.error() if code and said else None
+        _ending.update(code=code, error=why)
         _finish(reporter, instrument, code, why)
         raise
     except KeyboardInterrupt as e:
         code = 130
-        traceback.print_exception(_trim(e))
         error = {"message": "interrupted"}
+        _ending.update(code=code, error=error)
+        traceback.print_exception(_trim(e))
     except BaseException as e:
         code = 1
         _trim(e)
         _record_error_file(e)  # first: torchrun names the earliest error file the root cause
         tb = "".join(traceback.format_exception(e))
+        error = {"message": traceback.format_exception_only(e)[-1].strip(), "traceback": tb}
+        _ending.update(code=code, error=error)
         try:
             # As Python would print it: through sys.excepthook, which torch's
             # init_process_group (or the script) may have set, e.g. to tag lines [rank1]:.
@@ -174,7 +185,6 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:
             sys.stderr.write(tb)
         sys.stderr.flush()
-        error = {"message": traceback.format_exception_only(e)[-1].strip(), "traceback": tb}
     _finish(reporter, instrument, code, error)
     return code
 
@@ -282,22 +292,35 @@ def _finish(reporter, instrument, code: int, error: dict | None = None) -> None:
         except Exception:
             pass
     api.flush()
+    _ending.clear()  # (said here from now on)
+    _say_end(reporter, instrument, code, error)
+    reporter.close()
+
+
+def _say_end(reporter, instrument, code: int, error: dict | None) -> None:
     if error is not None:
         reporter.event("error", step=reporter.last_step, **error)
     reporter.event("exit", code=code, step=_exit_step(reporter, instrument, code))
-    reporter.close()
 
 
 def _stopped(reporter, instrument) -> None:
     """At SIGTERM (torchrun stopping the job; see telemetry.sigterm): publish what is still held
-    back (a step whose logged values were awaited, a GPU step) and flush. No exit event: the
-    launcher says the rank's, and who stopped it."""
+    back (a step whose logged values were awaited, a GPU step) and flush. No exit event (the
+    launcher says the rank's, and who stopped it) unless the rank had failed already
+    (``_ending``): its error and exit, as it would have said them."""
     from pardash.telemetry import api
 
+    ending = dict(_ending)
+    _ending.clear()
     for publish in (lambda: instrument.finish(failed=True), api.flush):
         try:
             publish()
         except Exception:  # (whatever the loop was doing when the signal came: the flush still goes)
+            pass
+    if ending:
+        try:
+            _say_end(reporter, instrument, ending["code"], ending["error"])
+        except Exception:
             pass
     reporter.close()
 
