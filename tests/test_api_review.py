@@ -223,7 +223,6 @@ def test_the_apis_warnings_never_raise_into_the_script(fresh_api, capfd):
     assert "pardash: warning: pardash.telemetry.step() called without `with`" in err, err
 
 
-@pytest.mark.slow
 def test_a_launched_script_under_w_error_ends_as_it_did(tmp_path):
     # A script that trained to its end, its last pt.step() bare, run with
     # PYTHONWARNINGS=error::UserWarning: pardash's exit raised the warning, the rank's exit

@@ -1763,7 +1763,6 @@ def test_an_exit_that_said_why_on_stderr_has_that_for_its_error(hub, tmp_path):
     assert _probe("-m", "pardash.trainer.autorun", "quiet.py", cwd=tmp_path).returncode == 3
 
 
-@pytest.mark.slow
 def test_a_script_that_destroys_its_group_gives_gloos_threads_the_gil_first(hub):
     # A small DDP script that destroyed its group and returned from main() hung 1 run in 3 at
     # exit under pardash: its model, freed in main()'s frame, joined a gloo thread waiting for
@@ -2267,7 +2266,6 @@ def test_a_scripted_model_keeps_the_global_hooks_and_every_step(hooked):
     assert [s["step"] for s in rep.steps] == list(range(1, 9)) and {s["samples"] for s in rep.steps} == {6}
 
 
-@pytest.mark.slow
 def test_an_error_in_the_scripts_data_loading_reports_its_own_traceback(tmp_path):
     # The error passes through pardash's wrapper of the DataLoader iterator's __next__ (in
     # trainer/epochs.py since the instrument was split into parts): no frame of it shows.

@@ -274,7 +274,6 @@ LOGS_AFTER_THE_STEP = """
 """
 
 
-@pytest.mark.slow
 def test_under_launch_a_value_logged_after_the_optimizer_step_is_its_steps_in_the_log(tmp_path):
     # pardash launch -- script.py, 2 ranks: the log read step 1 with no gnorm, step 2
     # gnorm 0 ... step 4 gnorm 2, and the last value, 3, nowhere. One rank here: the step a
@@ -316,7 +315,6 @@ HELD_WHEN_STOPPED = """
 """
 
 
-@pytest.mark.slow
 def test_a_step_held_for_its_logged_values_goes_out_when_the_rank_is_stopped(tmp_path):
     # The heartbeat said step 3 done; Ctrl-C at the launch (torchrun's SIGTERM to the rank)
     # ended the rank with step 3 still held for the values logged after it, and the log ended

@@ -307,7 +307,6 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow
 def test_a_launched_scripts_saves_are_its_checkpoints(tmp_path):
     # The script's own saves under `pardash launch`: rank 0's torch.save every 5 steps before a
     # barrier, then a DCP save on every rank (imported by name before the run began).
@@ -342,7 +341,6 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow
 def test_a_launched_ranks_work_and_wait_before_its_save_stay_in_its_step(tmp_path):
     # Rank 0 works 30 ms after each optimizer step, then every rank waits in dist.barrier(),
     # then saves (after step 1, while its round may go on, and every 3 steps; at step 6 rank 0

@@ -12,8 +12,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from helpers import pardash_env
 from pardash.trainer import jobprocs
 
@@ -138,7 +136,6 @@ def _stopped_by_you(code: int, out: str, runs) -> None:
     assert json.loads((run_dir / "result.json").read_text())
 
 
-@pytest.mark.slow
 def test_a_ctrl_c_in_the_launchs_first_import_of_asyncio_stops_the_job(tmp_path):
     code, out, seen = _launch(tmp_path, AT_ASYNCIO, signal_when_running=True)
     _stopped_by_you(code, out, seen["runs"])

@@ -162,7 +162,6 @@ if fault and os.environ.get("RANK") == "1":
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["kill", "raise"])
 def test_a_rank_that_died_in_its_save_died_at_the_step_it_saved(tmp_path, monkeypatch, fault):
     hook = tmp_path / "hook"

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import zmq
 
 from helpers import identity, pardash_env, wait_for
@@ -35,7 +34,6 @@ def _said(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("pardash")]
 
 
-@pytest.mark.slow
 def test_a_rank_that_never_reaches_its_hub_says_so_once_at_its_end_and_trains_as_before():
     # The reviewer's run: 300 steps of DDP, exit 0, and not a word that nothing was recorded.
     env = pardash_env(PARDASH_ENDPOINT=NO_HUB, PARDASH_RUN_ID="x", PARDASH_HUB_WAIT_S="3600")
@@ -100,7 +98,6 @@ def test_a_rank_kept_waiting_says_so_once_and_again_when_its_hub_comes(capfd, mo
     assert len(out.lines()) == 2  # no "never reached" at its end
 
 
-@pytest.mark.slow
 def test_autorun_without_an_endpoint_says_so_on_rank_0_and_nothing_when_telemetry_is_off(tmp_path):
     script = str(ROOT / "tests" / "scripts" / "argv_probe.py")
     proc = _torchrun("-m", "pardash.trainer.autorun", script, env=pardash_env(), cwd=tmp_path)
@@ -113,7 +110,6 @@ def test_autorun_without_an_endpoint_says_so_on_rank_0_and_nothing_when_telemetr
     assert _said(off.stderr) == [], off.stderr[-3000:]
 
 
-@pytest.mark.slow
 def test_the_bundled_trainer_without_an_endpoint_says_so_on_rank_0():
     proc = _torchrun("-m", "pardash.trainer.train", "--strategy", "ddp", "--steps", "2", env=pardash_env())
     assert proc.returncode == 0, proc.stderr[-3000:]

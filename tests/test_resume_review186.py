@@ -13,7 +13,6 @@ from pardash.trainer import checkpoint
 from test_checkpoint import events, launch, trained
 
 
-@pytest.mark.slow
 def test_a_resumed_run_says_whose_checkpoints_past_its_step_it_replaces(tmp_path):
     # Run a saved 2, 4, 6; run b, fresh, replaced its 2 (and said so); run c resumed from b's 2
     # (saved last) and replaced a's 4 without a word, a's 6 left beside it.
@@ -35,7 +34,6 @@ def test_a_resumed_run_says_whose_checkpoints_past_its_step_it_replaces(tmp_path
     assert Path(checkpoint.step_path(ckpt, 6)).is_dir()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("why", ["damaged", "other-model"])
 def test_a_resume_that_fails_in_one_line_ends_in_it_without_torchruns_summary(tmp_path, why):
     # "none readable: one line, exit 1" was that line, then some 30 of torchrun's: its

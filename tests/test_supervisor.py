@@ -335,7 +335,6 @@ sys.exit(3)
 """
 
 
-@pytest.mark.slow
 def test_torchrun_as_launched_says_every_worker_that_failed(tmp_path):
     # torchrun logs one failed worker (the first by its error file's time) and lists the rest
     # only in the summary of a job it gives up on: under --max-restarts, a rank killed outright

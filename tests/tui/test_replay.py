@@ -518,7 +518,6 @@ def _long_log(path, steps: int, ranks: int = 2):
     return path
 
 
-@pytest.mark.slow
 def test_replaying_a_log_ten_times_longer_takes_no_more_memory(tmp_path):
     # A replay read its whole log into a list before playing it: a 166 MB log made it 362 MB
     # resident, and a day of a big job (gigabytes) could not be replayed at all. It reads the
