@@ -48,10 +48,15 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_collection_modifyitems(config, items):
-    # The real-process tests (marked slow) first, the rest in their order after them: pytest-xdist
-    # hands tests out in this order, so the long ones start early and the many short ones fill
-    # the workers at the end (one long test last kept one worker busy while the others idled).
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # pytest-xdist hands tests out in this order. The real-process tests (marked slow) are spread
+    # over the first 70% of it, each followed by its share of the short ones: run together
+    # (all of them first), four launches at once on 2 cores cost 5% more CPU than they do
+    # apart; last, one long test kept one worker busy while the others idled.
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    rest = [item for item in items if item.get_closest_marker("slow") is None]
+    share = int(len(rest) * 0.7 / len(slow)) if slow else 0
+    items[:] = [mine for k, first in enumerate(slow) for mine in (first, *rest[k * share:(k + 1) * share])]
+    items.extend(rest[len(slow) * share:])
 
 
 @pytest.fixture(autouse=True)
