@@ -35,7 +35,9 @@ run: setup
 # straggler). Fails if either does. (The second collects only the files that hold such tests:
 # collecting all of them is 6 s of one core.)
 # 4 workers on 2 cores: the real-process tests wait on their jobs much of the time (on 2 cores,
-# 502 s with 2 workers, 425 s with 3; on a slower day, 530 s with 3 and 485 s with 4).
+# 502 s with 2 workers, 425 s with 3; on a slower day, 530 s with 3 and 485 s with 4; on
+# 2026-12-06, 515 s and 927 CPU-s with 3, 522 s and 1011 CPU-s with 4: as fast, the fourth
+# worker's overlap of the others' waits spent on the contention it adds).
 TEST_JOBS ?= 4
 # Bytecode is written (PYTHONDONTWRITEBYTECODE emptied for the run): the suite starts about a
 # thousand Python processes, each of which compiled the project's modules (and pytest's workers
