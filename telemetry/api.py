@@ -464,7 +464,7 @@ def init(model: Any = None, optimizer: Any = None, **hello_fields: Any) -> None:
     rep.hello(**fields)
     if first:
         atexit.register(_at_exit)  # runs before the reporter's own close (atexit: last in, first out)
-        sigterm.at_stop(close)  # (stopped by torchrun: no exit said, the launcher says it)
+        sigterm.at_stop(_stopped)
         previous = sys.excepthook
         ours = lambda kind, exc, tb: _uncaught(kind, exc, tb, previous)  # noqa: E731
         api.hook = (ours, previous)
@@ -755,6 +755,21 @@ def close() -> None:
     """Publish a step still held back and flush what is queued (also done at exit, with the
     rank's exit event; a script that closes early is not said to have ended)."""
     flush()
+    if _api.reporter is not None:
+        _api.reporter.close()
+
+
+def _stopped() -> None:
+    """At SIGTERM (torchrun stopping the job; see telemetry.sigterm): what is held back, then
+    no exit (the launcher says the rank's, and who stopped it) unless the rank had failed
+    already, its error said: every rank failing of the same error, those a moment behind the
+    first were stopped as they printed it, and read "stopped by torchrun"."""
+    flush()
+    if _api.failed is not None:
+        try:
+            _say_exit()
+        except Exception:
+            pass
     if _api.reporter is not None:
         _api.reporter.close()
 

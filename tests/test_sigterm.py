@@ -344,3 +344,38 @@ def test_a_script_stopped_as_it_prints_its_traceback_still_says_its_error_and_ex
     finally:
         hub.terminate()
         hub.wait(30)
+
+
+def test_an_explicit_api_script_stopped_as_it_prints_its_traceback_still_says_its_exit(tmp_path):
+    # The same under plain torchrun with pt.init: the API's hook says the error, then the hook
+    # before it prints the traceback, where the stop comes.
+    from helpers import hub_alone, wait_for
+    from pardash.telemetry import schema
+    from pardash.telemetry.logreader import load_log
+
+    log = tmp_path / "run.jsonl"
+    hub, info = hub_alone(log, "failed-api")
+    script = textwrap.dedent("""
+        import os, signal, sys
+        import pardash.telemetry as pt
+
+        sys.excepthook = lambda *exc: os.kill(os.getpid(), signal.SIGTERM)
+        pt.init()
+        with pt.step():
+            pt.log(loss=1.0)
+        raise ValueError("bad config")
+    """)
+    try:
+        env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID="failed-api", RANK="0", WORLD_SIZE="1")
+        p = subprocess.run([sys.executable, "-c", script], env=env, timeout=120, capture_output=True, text=True)
+        assert p.returncode == -signal.SIGTERM, p.stderr[-2000:]
+
+        def ends() -> list[tuple]:
+            msgs = load_log(log)[0] if log.exists() else []
+            return [(m.name, m.code, m.message) for m in msgs if isinstance(m, schema.Event) and m.name in ("error", "exit")]
+
+        wait_for(lambda: len(ends()) >= 2, timeout_s=30)
+        assert ends() == [("error", None, "ValueError: bad config"), ("exit", 1, "")]
+    finally:
+        hub.terminate()
+        hub.wait(30)
