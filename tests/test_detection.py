@@ -1,7 +1,10 @@
-"""Straggler, stall and death detection on real gloo runs (issue 4), sized for CI: 2 ranks.
+"""Straggler and stall detection on real gloo runs (issue 4), sized for CI: 2 ranks.
 
 Each test launches the bundled trainer with a fault injected, and reads what a user reads:
-the verdicts in the log, the launcher's last line and exit code.
+the verdicts in the log, the launcher's last line and exit code. A rank's death, killed (-9) or
+failed of an error, named as the cause in the last line and the log: test_failures_review186's
+launches, whose rank 1 dies as it saves (and the launches of test_checkpoint, whose ranks crash
+by --inject-crash).
 """
 
 import os
@@ -96,45 +99,3 @@ def test_stalled_rank_is_shown_with_its_phase(tmp_path):
     finally:
         os.killpg(p.pid, signal.SIGINT)
         p.wait(60)
-
-
-def test_injected_crash_gives_a_one_line_cause(tmp_path):
-    proc, msgs = _launch(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "200", "--inject-crash", "1@20")
-    assert proc.returncode != 0
-    last = [line for line in proc.stderr.splitlines() if line.startswith("pardash:")][-1]
-    assert last.startswith("pardash: rank 1 exited with code 1 at step 20"), last
-    assert f"; the job's exit code {proc.returncode}; log " in last  # torchrun's, not the rank's
-    errors = [m for m in msgs if isinstance(m, schema.Event) and m.name == "error" and m.rank == 1]
-    assert errors and "injected crash on rank 1 at step 20" in errors[0].message
-    assert errors[0].traceback and "InjectedCrash" in errors[0].traceback
-    exits = {m.rank: m.code for m in msgs if isinstance(m, schema.Event) and m.name == "exit" and m.rank >= 0}
-    assert exits[1] == 1 and exits[0] != 0
-    # (in the order rank 1 sent them: steps its heartbeat thread sent for the loop, on a
-    # socket of their own, can reach the hub after the loop's next ones)
-    steps1 = [m.step for m in sorted((m for m in msgs if isinstance(m, schema.Step) and m.rank == 1), key=lambda m: m.seq)]
-    assert steps1 == list(range(1, 20))  # intact up to the end
-
-
-def test_kill_9_of_a_rank_is_named_as_the_cause(tmp_path):
-    p = subprocess.Popen(
-        _cmd(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "2000"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
-    log = tmp_path / "run.jsonl"
-
-    def rank1_pid():
-        if not log.exists():
-            return None
-        msgs = load_log(log)[0]
-        hellos = [m for m in msgs if isinstance(m, schema.Hello) and m.rank == 1]
-        steps = [m for m in msgs if isinstance(m, schema.Step) and m.rank == 1]
-        return hellos[0].pid if hellos and len(steps) >= 15 else None
-
-    wait_for(lambda: rank1_pid() is not None, timeout_s=120, poll_s=0.5)
-    os.kill(rank1_pid(), signal.SIGKILL)
-    out, err = p.communicate(timeout=120)
-    assert p.returncode != 0
-    last = [line for line in err.splitlines() if line.startswith("pardash:")][-1]
-    assert last.startswith("pardash: rank 1 exited with code -9 (SIGKILL)"), last
-    exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit" and m.rank == 1]
-    assert exits and exits[0].code == -9

@@ -180,3 +180,16 @@ def test_a_rank_that_died_in_its_save_died_at_the_step_it_saved(tmp_path, monkey
     if fault == "raise":
         assert errors[1] == 4, errors
     assert errors.get(0, 4) == 4, errors  # (rank 0's, of the broken save, when said before torchrun stopped it)
+    # The cause named in the log too, as for a rank killed or crashed anywhere in its steps (what
+    # two launches of their own said: a kill -9 from outside, the trainer's --inject-crash).
+    assert f"; the job's exit code {proc.returncode}; log " in last  # torchrun's, not the rank's
+    exits = [m for m in msgs if isinstance(m, schema.Event) and m.name == "exit" and m.rank == 1]
+    assert exits and exits[0].code == (-9 if fault == "kill" else 1), exits
+    if fault == "raise":
+        (error,) = [e for e in events(msgs, "error") if e.rank == 1]
+        assert error.message == "RuntimeError: injected failure in the save", error.message
+        assert "in slow_save" in error.traceback
+        # (in the order rank 1 sent them: steps its heartbeat thread sent for the loop, on a
+        # socket of their own, can reach the hub after the loop's next ones)
+        steps = sorted((m for m in msgs if isinstance(m, schema.Step) and m.rank == 1), key=lambda m: m.seq)
+        assert [m.step for m in steps] == [1, 2, 3, 4]  # intact up to the end
