@@ -12,7 +12,7 @@ from pathlib import Path
 
 import zmq
 
-from helpers import identity, pardash_env, wait_for
+from helpers import identity, pardash_env, trainer_forks, wait_for
 from pardash.telemetry.reporter import Reporter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +110,9 @@ def test_autorun_without_an_endpoint_says_so_on_rank_0_and_nothing_when_telemetr
     assert _said(off.stderr) == [], off.stderr[-3000:]
 
 
-def test_the_bundled_trainer_without_an_endpoint_says_so_on_rank_0():
-    proc = _torchrun("-m", "pardash.trainer.train", "--strategy", "ddp", "--steps", "2", env=pardash_env())
+def test_the_bundled_trainer_without_an_endpoint_says_so(tmp_path):
+    # (One process, forked from one that imported the trainer: that rank 0 alone says it is
+    # the autorun test's above, on two ranks under torchrun; the words are the trainer's own.)
+    proc = trainer_forks.run(["--strategy", "single", "--steps", "2"], env=pardash_env(), cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _said(proc.stderr) == [f"{UNWATCHED}use `pardash launch` with these flags)"], proc.stderr[-3000:]
