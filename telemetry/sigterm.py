@@ -14,7 +14,10 @@ between bytecodes of the main thread, so a rank stuck in a collective (in C, for
 no longer end at SIGTERM; a watchdog thread, woken through ``signal.set_wakeup_fd`` as the
 signal arrives, ends it by SIGTERM when the handler has not begun within ``BEGIN_S`` (or not
 finished within ``FLUSH_S``): what the heartbeat thread already sent is all such a rank keeps,
-as before.
+as before. The kernel gives the signal to any one thread that does not block it: the watchdog
+blocks it, and where another thread took it (the main thread waiting on in a system call, never
+told), the watchdog sends it to the main thread itself after ``POKE_S``. A second SIGTERM while
+the calls run ends the process at once (unless the main thread is in C then: ``FLUSH_S`` does).
 
 To the script the handler is not there: ``signal.getsignal(SIGTERM)`` says SIG_DFL, and so does
 ``signal.signal`` of the handler it replaces. A framework that handles SIGTERM itself and chains
@@ -35,6 +38,7 @@ wakeup descriptor is set already, nothing is installed.
 
 from __future__ import annotations
 
+import _signal as _csignal
 import os
 import signal
 import sys
@@ -46,8 +50,12 @@ BEGIN_S = 3.0
 collective, a device wait, a long kernel on CPU) before it ends the process itself: long
 enough for a GPU step's sync to come back, well inside the 10 s the supervisor gives."""
 FLUSH_S = 5.0
+POKE_S = 0.05
+"""How long the watchdog waits for the main thread to begin the handler before it sends the
+signal to that thread itself (see _watch)."""
 """How long the handler may take to publish and flush (the reporter lingers at most 1.5 s)."""
 
+_SIGCHLD = int(getattr(signal, "SIGCHLD", 0))
 _getsignal = signal.getsignal
 _signal = signal.signal
 """The signal module's own (see _hide)."""
@@ -59,6 +67,8 @@ _wakeup = -1
 _began = threading.Event()
 _done = threading.Event()
 _fork_hook = False
+_poked = False
+"""The watchdog has sent the main thread a SIGTERM of its own (see _watch), not yet seen."""
 
 
 def at_stop(call: Callable[[], None]) -> bool:
@@ -75,7 +85,7 @@ def at_stop(call: Callable[[], None]) -> bool:
 
 
 def _install() -> bool:
-    global _pid, _fork_hook
+    global _pid, _fork_hook, _poked
     if threading.current_thread() is not threading.main_thread():
         return False
     try:
@@ -89,6 +99,7 @@ def _install() -> bool:
         _signal(signal.SIGTERM, signal.SIG_DFL)
         return False
     _pid = os.getpid()
+    _poked = False
     _calls.clear()
     _began.clear()
     _done.clear()
@@ -106,11 +117,11 @@ def _hide() -> None:
 
     def getsignal(signalnum):
         handler = _getsignal(signalnum)
-        return signal.SIG_DFL if handler is _on_term else handler
+        return signal.SIG_DFL if handler in (_on_term, _again) else handler
 
     def set_handler(signalnum, handler):
         previous = _signal(signalnum, handler)
-        return signal.SIG_DFL if previous is _on_term else previous
+        return signal.SIG_DFL if previous in (_on_term, _again) else previous
 
     getsignal.__doc__, set_handler.__doc__ = _getsignal.__doc__, _signal.__doc__
     getsignal.__name__, set_handler.__name__ = "getsignal", "signal"
@@ -120,9 +131,14 @@ def _hide() -> None:
 def _on_term(signum: int, frame: object) -> None:
     if os.getpid() != _pid:  # a fork the hook missed: not the rank
         _end_by(signum)
-    _began.set()
-    _signal(signum, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    # A worker's death (SIGCHLD) comes with the stop: its handler quieted first, through the
+    # C functions (signal.signal's Python code let it in on its way, 1 stop in 60 on a loaded
+    # machine), then the others'.
+    if callable(_csignal.getsignal(_SIGCHLD)):
+        _csignal.signal(_SIGCHLD, 0)  # SIG_DFL
     _quiet_others()
+    _began.set()
+    _signal(signum, _again)
     calls = _calls[::-1]
     _calls.clear()
     for call in calls:
@@ -131,6 +147,16 @@ def _on_term(signum: int, frame: object) -> None:
         except BaseException:  # telemetry never keeps a process from its stop
             pass
     _done.set()
+    _end_by(signum)
+
+
+def _again(signum: int, frame: object) -> None:
+    """SIGTERM while the calls run: the watchdog's poke (the calls go on), or a second stop,
+    which ends the process at once."""
+    global _poked
+    if _poked:
+        _poked = False
+        return
     _end_by(signum)
 
 
@@ -179,6 +205,12 @@ def _start_watchdog() -> bool:
 
 
 def _watch(r: int) -> None:
+    global _poked
+    # The kernel gives a process's SIGTERM to one thread that does not block it; taken here,
+    # the main thread (in a sleep, a lock's wait, a read) went on waiting and the handler never
+    # began: the rank ended unflushed at BEGIN_S (1 stop in 8 on a loaded machine).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    watched = False
     while True:
         try:
             woken = os.read(r, 64)
@@ -186,10 +218,20 @@ def _watch(r: int) -> None:
             return
         if not woken:
             return
-        if signal.SIGTERM not in woken:
-            continue  # another signal Python handles (SIGINT, SIGCHLD, ...)
+        if signal.SIGTERM not in woken or watched:
+            continue  # another signal Python handles (SIGINT, SIGCHLD, ...), or this stop's again
         if not _began.is_set() and _getsignal(signal.SIGTERM) is not _on_term:
             continue  # the script's own handler has it
+        watched = True
+        if not _began.wait(POKE_S):
+            # Another thread of the rank's took it (gloo's, a DataLoader's pin thread): the
+            # main thread, waiting in a system call, is told again, to itself; stuck in C, it
+            # takes it no sooner, and BEGIN_S ends it.
+            _poked = True
+            try:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
         if not _began.wait(BEGIN_S) or not _done.wait(FLUSH_S):
             _end_from_thread()
 
@@ -231,7 +273,7 @@ def _forked() -> None:
     if _pid == 0:
         return
     try:
-        if _getsignal(signal.SIGTERM) is _on_term:
+        if _getsignal(signal.SIGTERM) in (_on_term, _again):
             _signal(signal.SIGTERM, signal.SIG_DFL)
         previous = signal.set_wakeup_fd(-1)
         if previous not in (-1, _wakeup):  # (another's since: theirs kept)

@@ -20,7 +20,6 @@ import os, signal, sys, time
 from pardash.telemetry import sigterm
 
 MARK = sys.argv[1]
-sigterm.BEGIN_S = 0.5  # (the watchdog's patience: seconds a test waits out, not what it shows)
 
 def mark(what):
     with open(MARK, "a") as f:
@@ -142,6 +141,7 @@ def test_a_process_stuck_in_c_still_ends_by_sigterm(tmp_path, procs):
     # wait let go of (so the main thread is in C before the signal, and could not leave it: even
     # woken, it needs the mutex back). Zeroed pthread objects are glibc's static initialisers.
     p, mark, _ = _start(tmp_path, procs, """
+        sigterm.BEGIN_S = 0.5  # (the watchdog's patience, 3 s: what the test waits out)
         import ctypes, threading
         libc = ctypes.CDLL(None)
         mutex, cond = ctypes.create_string_buffer(64), ctypes.create_string_buffer(64)
@@ -164,6 +164,7 @@ def test_a_process_stuck_in_c_still_ends_by_sigterm(tmp_path, procs):
 def test_a_handler_the_script_sets_after_is_its_own_and_the_watchdog_leaves_it_alone(tmp_path, procs):
     # A script that checkpoints at a scheduler's SIGTERM, longer than the watchdog's patience.
     p, mark, _ = _start(tmp_path, procs, """
+        sigterm.BEGIN_S = 0.5  # (the watchdog's patience, 3 s: what the test waits out)
         assert sigterm.at_stop(lambda: mark("ours"))
         def own(signum, frame):
             time.sleep(2 * sigterm.BEGIN_S)
@@ -219,6 +220,7 @@ def test_a_forked_child_ends_by_sigterm_alone_and_runs_nothing_of_the_rank(tmp_p
     # the rank's ZeroMQ sockets), nor wake the rank's watchdog through the inherited wakeup pipe
     # (which then ended the rank: it saw a SIGTERM its handler never began on).
     p, mark, (child,) = _start(tmp_path, procs, """
+        sigterm.BEGIN_S = 0.5  # (the watchdog's patience, 3 s: what the test waits out)
         assert sigterm.at_stop(lambda: mark("flushed"))
         child = os.fork()
         if child == 0:
