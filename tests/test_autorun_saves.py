@@ -283,8 +283,8 @@ def test_a_save_that_fails_raises_as_without_pardash_and_gives_its_phase_back(ho
     assert not _checkpoints(rep) and not inst.dead
 
 
-SAVES_ON_RANK_0 = """
-import torch, torch.distributed as dist
+SAVES = """
+import time, torch, torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint import save
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -298,6 +298,11 @@ for step in range(1, 11):
     opt.step()
     opt.zero_grad()
     torch.save([step], f"progress{rank}.pt")  # (no checkpoint)
+    if rank == 0:
+        time.sleep(0.03)  # its own work after the step (writing its logs)
+    dist.barrier()
+    if step == 1 or step % 3 == 0 and (rank == 0 or step != 6):  # (step 6: rank 0 alone)
+        torch.save(model.module.state_dict(), f"ck{rank}.pt")
     if step % 5 == 0:
         if rank == 0:
             torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict()}, f"ckpt{step}.pt")
@@ -307,50 +312,20 @@ dist.destroy_process_group()
 """
 
 
-def test_a_launched_scripts_saves_are_its_checkpoints(tmp_path):
-    # The script's own saves under `pardash launch`: rank 0's torch.save every 5 steps before a
-    # barrier, then a DCP save on every rank (imported by name before the run began).
-    (tmp_path / "saves.py").write_text(SAVES_ON_RANK_0)
+def test_a_launched_scripts_saves_are_its_checkpoints_and_the_work_before_them_stays_in_its_step(tmp_path):
+    # The script's own saves under `pardash launch`: each rank's model state after step 1 and
+    # every 3 steps (at step 6 rank 0 alone), rank 0's model and optimizer every 5 steps before
+    # a barrier, then a DCP save on every rank (imported by name before the run began).
+    # Rank 0 works 30 ms after each optimizer step, then every rank waits in dist.barrier(),
+    # then saves. The step after a save started at the save's end: rank 0's data read 0.1 ms,
+    # not its 30 ms, and rank 1's wait in the barrier was gone (comm_s 0).
+    (tmp_path / "saves.py").write_text(SAVES)
     proc, msgs = _launch(tmp_path, "saves.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved = sorted((m.rank, m.step, m.message) for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint")
-    assert saved == [(0, 5, "ckpt5.pt"), (0, 10, "ckpt10.pt"), (0, 10, "dcp"), (1, 10, "dcp")]
+    mine = [(r, s, f"ck{r}.pt") for r, s in ((0, 1), (0, 3), (0, 6), (0, 9), (1, 1), (1, 3), (1, 9))]
+    assert saved == sorted([*mine, (0, 5, "ckpt5.pt"), (0, 10, "ckpt10.pt"), (0, 10, "dcp"), (1, 10, "dcp")])
     assert all(m.duration_s > 0 for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint")
-    assert [s.step for s in _steps(msgs, 0)] == list(range(1, 11))
-
-
-WORK_BEFORE_SAVES = """
-import time, torch, torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-torch.manual_seed(0)
-model = DDP(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(1, 11):
-    model(torch.randn(16, 16)).pow(2).mean().backward()
-    opt.step()
-    opt.zero_grad()
-    if rank == 0:
-        time.sleep(0.03)  # its own work after the step (writing its logs)
-    dist.barrier()
-    if step == 1 or step % 3 == 0 and (rank == 0 or step != 6):  # (step 6: rank 0 alone)
-        torch.save(model.module.state_dict(), f"ck{rank}.pt")
-dist.destroy_process_group()
-"""
-
-
-def test_a_launched_ranks_work_and_wait_before_its_save_stay_in_its_step(tmp_path):
-    # Rank 0 works 30 ms after each optimizer step, then every rank waits in dist.barrier(),
-    # then saves (after step 1, while its round may go on, and every 3 steps; at step 6 rank 0
-    # alone). The step after a save started at the save's end: rank 0's data read 0.1 ms, not
-    # its 30 ms, and rank 1's wait in the barrier was gone (comm_s 0).
-    (tmp_path / "work.py").write_text(WORK_BEFORE_SAVES)
-    proc, msgs = _launch(tmp_path, "work.py")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    saved = sorted((m.rank, m.step) for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint")
-    assert saved == [(0, 1), (0, 3), (0, 6), (0, 9), (1, 1), (1, 3), (1, 9)]
     first, second = _steps(msgs, 0), _steps(msgs, 1)
     assert [s.step for s in first] == [s.step for s in second] == list(range(1, 11))
     # (the first step's clock starts at its first forward; the sleep is at least its 30 ms)
