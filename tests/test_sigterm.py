@@ -240,16 +240,49 @@ def test_a_forked_child_ends_by_sigterm_alone_and_runs_nothing_of_the_rank(tmp_p
     assert _marks(mark) == [f"flushed {p.pid}"]
 
 
-def test_a_script_of_its_own_steps_stopped_by_sigterm_has_its_last_steps_in_the_log(tmp_path):
-    # A script of pt.step blocks, stopped as torchrun stops a worker, just after its steps: the
-    # reporter held them for its next burst (BATCH_S), and the rank ended with them unsent.
+def _stopped_with_a_hub(tmp_path, argv: list[str], until) -> list:
+    """Run ``argv`` as rank 0 of 1 of run "stopped-run", publishing to a hub alone of its own, in
+    ``tmp_path``; it must end by SIGTERM. The hub's log's messages, once ``until`` says of them."""
     from helpers import hub_alone, wait_for
-    from pardash.telemetry import schema
     from pardash.telemetry.logreader import load_log
 
     log = tmp_path / "run.jsonl"
     hub, info = hub_alone(log, "stopped-run")
-    script = textwrap.dedent("""
+    try:
+        env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID="stopped-run", RANK="0", WORLD_SIZE="1")
+        p = subprocess.run(argv, env=env, cwd=tmp_path, timeout=120, capture_output=True, text=True)
+        assert p.returncode == -signal.SIGTERM, p.stderr[-2000:]
+
+        def logged() -> list:
+            return load_log(log)[0] if log.exists() else []
+
+        wait_for(lambda: until(logged()), timeout_s=30)
+        return logged()
+    finally:
+        hub.terminate()
+        hub.wait(30)
+
+
+def _ends(msgs: list) -> list[tuple]:
+    """(name, code, message) of the rank's error and exit events."""
+    from pardash.telemetry import schema
+
+    return [(m.name, m.code, m.message) for m in msgs if isinstance(m, schema.Event) and m.name in ("error", "exit")]
+
+
+def _python(script: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(script)]
+
+
+def test_a_script_of_its_own_steps_stopped_by_sigterm_has_its_last_steps_in_the_log(tmp_path):
+    # A script of pt.step blocks, stopped as torchrun stops a worker, just after its steps: the
+    # reporter held them for its next burst (BATCH_S), and the rank ended with them unsent.
+    from pardash.telemetry import schema
+
+    def steps(msgs: list) -> list[int]:
+        return sorted(m.step for m in msgs if isinstance(m, schema.Step))
+
+    _stopped_with_a_hub(tmp_path, _python("""
         import os, signal, time
         import pardash.telemetry as pt
 
@@ -258,19 +291,7 @@ def test_a_script_of_its_own_steps_stopped_by_sigterm_has_its_last_steps_in_the_
                 pt.log(loss=1.0 / (i + 1), samples=4)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(60)
-    """)
-    try:
-        env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID="stopped-run", RANK="0", WORLD_SIZE="1")
-        p = subprocess.run([sys.executable, "-c", script], env=env, timeout=60)
-        assert p.returncode == -signal.SIGTERM
-
-        def steps() -> list[int]:
-            return sorted(m.step for m in load_log(log)[0] if isinstance(m, schema.Step)) if log.exists() else []
-
-        wait_for(lambda: steps() == [1, 2, 3, 4, 5], timeout_s=30)
-    finally:
-        hub.terminate()
-        hub.wait(30)
+    """), until=lambda msgs: steps(msgs) == [1, 2, 3, 4, 5])
 
 
 def test_a_trainer_rank_stopped_after_its_error_still_says_the_exit_it_decided(tmp_path):
@@ -279,13 +300,7 @@ def test_a_trainer_rank_stopped_after_its_error_still_says_the_exit_it_decided(t
     # and was left out of the ranks named with the error (a loaded machine's rank 0, a moment
     # behind: "rank 1 exited with code 1 ...; rank 0 was stopped"). Here the stop comes as the
     # rank writes torchrun's error file, between the two.
-    from helpers import hub_alone, wait_for
-    from pardash.telemetry import schema
-    from pardash.telemetry.logreader import load_log
-
-    log = tmp_path / "run.jsonl"
-    hub, info = hub_alone(log, "failed-run")
-    script = textwrap.dedent("""
+    msgs = _stopped_with_a_hub(tmp_path, _python("""
         import os, signal, sys
         from pardash.trainer import train
 
@@ -298,66 +313,29 @@ def test_a_trainer_rank_stopped_after_its_error_still_says_the_exit_it_decided(t
         train.train = fails
         train._record_error_file = stopped_as_it_records
         sys.exit(train.main(["--strategy", "single", "--steps", "2"]))
-    """)
-    try:
-        env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID="failed-run", RANK="0", WORLD_SIZE="1")
-        p = subprocess.run([sys.executable, "-c", script], env=env, timeout=120, capture_output=True, text=True)
-        assert p.returncode == -signal.SIGTERM, p.stderr[-2000:]
-
-        def ends() -> list[tuple]:
-            msgs = load_log(log)[0] if log.exists() else []
-            return [(m.name, m.code) for m in msgs if isinstance(m, schema.Event) and m.name in ("error", "exit")]
-
-        wait_for(lambda: len(ends()) >= 2, timeout_s=30)
-        assert ends() == [("error", None), ("exit", 1)]
-    finally:
-        hub.terminate()
-        hub.wait(30)
+    """), until=lambda msgs: len(_ends(msgs)) >= 2)
+    assert _ends(msgs) == [("error", None, "RuntimeError: the resumed checkpoint holds another model"), ("exit", 1, "")]
 
 
 def test_a_script_stopped_as_it_prints_its_traceback_still_says_its_error_and_exit(tmp_path):
     # The same race in a script of the user's own: every rank raises the same error, one exits
     # first, torchrun stops the rest as they print their tracebacks. The stop comes here from
     # the script's own sys.excepthook, through which the rank prints it.
-    from helpers import hub_alone, wait_for
-    from pardash.telemetry import schema
-    from pardash.telemetry.logreader import load_log
-
-    log = tmp_path / "run.jsonl"
-    hub, info = hub_alone(log, "failed-script")
     (tmp_path / "bad_config.py").write_text(textwrap.dedent("""
         import os, signal, sys
 
         sys.excepthook = lambda *exc: os.kill(os.getpid(), signal.SIGTERM)
         raise ValueError("bad config")
     """))
-    try:
-        env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID="failed-script", RANK="0", WORLD_SIZE="1")
-        p = subprocess.run([sys.executable, "-m", "pardash.trainer.autorun", "bad_config.py"], env=env, cwd=tmp_path,
-                           timeout=120, capture_output=True, text=True)  # fmt: skip
-        assert p.returncode == -signal.SIGTERM, p.stderr[-2000:]
-
-        def ends() -> list[tuple]:
-            msgs = load_log(log)[0] if log.exists() else []
-            return [(m.name, m.code, m.message) for m in msgs if isinstance(m, schema.Event) and m.name in ("error", "exit")]
-
-        wait_for(lambda: len(ends()) >= 2, timeout_s=30)
-        assert ends() == [("error", None, "ValueError: bad config"), ("exit", 1, "")]
-    finally:
-        hub.terminate()
-        hub.wait(30)
+    argv = [sys.executable, "-m", "pardash.trainer.autorun", "bad_config.py"]
+    msgs = _stopped_with_a_hub(tmp_path, argv, until=lambda msgs: len(_ends(msgs)) >= 2)
+    assert _ends(msgs) == [("error", None, "ValueError: bad config"), ("exit", 1, "")]
 
 
 def test_an_explicit_api_script_stopped_as_it_prints_its_traceback_still_says_its_exit(tmp_path):
     # The same under plain torchrun with pt.init: the API's hook says the error, then the hook
     # before it prints the traceback, where the stop comes.
-    from helpers import hub_alone, wait_for
-    from pardash.telemetry import schema
-    from pardash.telemetry.logreader import load_log
-
-    log = tmp_path / "run.jsonl"
-    hub, info = hub_alone(log, "failed-api")
-    script = textwrap.dedent("""
+    msgs = _stopped_with_a_hub(tmp_path, _python("""
         import os, signal, sys
         import pardash.telemetry as pt
 
@@ -366,18 +344,5 @@ def test_an_explicit_api_script_stopped_as_it_prints_its_traceback_still_says_it
         with pt.step():
             pt.log(loss=1.0)
         raise ValueError("bad config")
-    """)
-    try:
-        env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID="failed-api", RANK="0", WORLD_SIZE="1")
-        p = subprocess.run([sys.executable, "-c", script], env=env, timeout=120, capture_output=True, text=True)
-        assert p.returncode == -signal.SIGTERM, p.stderr[-2000:]
-
-        def ends() -> list[tuple]:
-            msgs = load_log(log)[0] if log.exists() else []
-            return [(m.name, m.code, m.message) for m in msgs if isinstance(m, schema.Event) and m.name in ("error", "exit")]
-
-        wait_for(lambda: len(ends()) >= 2, timeout_s=30)
-        assert ends() == [("error", None, "ValueError: bad config"), ("exit", 1, "")]
-    finally:
-        hub.terminate()
-        hub.wait(30)
+    """), until=lambda msgs: len(_ends(msgs)) >= 2)
+    assert _ends(msgs) == [("error", None, "ValueError: bad config"), ("exit", 1, "")]
