@@ -15,7 +15,7 @@ no longer end at SIGTERM; a watchdog thread, woken through ``signal.set_wakeup_f
 signal arrives, ends it by SIGTERM when the handler has not begun within ``BEGIN_S`` (or not
 finished within ``FLUSH_S``): what the heartbeat thread already sent is all such a rank keeps,
 as before. The kernel gives the signal to any one thread that does not block it: the watchdog
-blocks it, and where another thread took it (the main thread waiting on in a system call, never
+blocks it, and where another thread took it (the main thread, waiting in a system call, never
 told), the watchdog sends it to the main thread itself after ``POKE_S``. A second SIGTERM while
 the calls run ends the process at once (unless the main thread is in C then: ``FLUSH_S`` does).
 
@@ -50,10 +50,10 @@ BEGIN_S = 3.0
 collective, a device wait, a long kernel on CPU) before it ends the process itself: long
 enough for a GPU step's sync to come back, well inside the 10 s the supervisor gives."""
 FLUSH_S = 5.0
+"""How long the handler may take to publish and flush (the reporter lingers at most 1.5 s)."""
 POKE_S = 0.05
 """How long the watchdog waits for the main thread to begin the handler before it sends the
 signal to that thread itself (see _watch)."""
-"""How long the handler may take to publish and flush (the reporter lingers at most 1.5 s)."""
 
 _SIGCHLD = int(getattr(signal, "SIGCHLD", 0))
 _getsignal = signal.getsignal
