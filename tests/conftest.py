@@ -50,7 +50,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 def pytest_collection_modifyitems(config, items):
     # pytest-xdist hands tests out in this order. The real-process tests (marked slow) are spread
     # over the first 70% of it, each followed by its share of the short ones: run together
-    # (all of them first), four launches at once on 2 cores cost 5% more CPU than they do
+    # (all of them first), four launches at once on 2 cores cost 4% more CPU than they do
     # apart; last, one long test kept one worker busy while the others idled.
     slow = [item for item in items if item.get_closest_marker("slow") is not None]
     rest = [item for item in items if item.get_closest_marker("slow") is None]
