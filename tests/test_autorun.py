@@ -696,6 +696,50 @@ def test_an_evaluation_after_a_micro_batch_left_over_under_no_sync_is_no_self_ti
     assert third["step_s"] == pytest.approx(0.030) and third["self_s"] == pytest.approx(0.030)  # (3 loads: the clock stands still in the rest)
 
 
+def test_a_ddp_backwards_wait_for_its_all_reduces_is_comm_not_backward(hooked, monkeypatch, one_rank_group):
+    # DDP waits for its gradient all-reduces once the backward's graph has run: a rank whose
+    # peer was still evaluating (rank 0 of nanoGPT, every eval_interval) waited there, and it
+    # read as its backward (3.4 s of rank 1's 3.5 s steps). The wait is its comm_s now, and its
+    # heartbeat says "sync" while it lasts. Here the all-reduce of the second step's buckets
+    # completes 0.3 s after the graph (a callback queued by the comm hook, run in DDP's wait).
+    from torch.autograd import Variable
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    from pardash.telemetry.env import RankIdentity
+
+    inst, rep = hooked
+    monkeypatch.setattr(inst.reporter, "identity", RankIdentity(rank=1, local_rank=1, world_size=2, node=0, host="here", restart=0))
+    clock = _fake_clock(inst, monkeypatch)
+    model = nn.parallel.DistributedDataParallel(_model())
+    waits = [0.0, 0.300, 0.0]
+    phase_in_wait: list[str] = []
+
+    def late(wait: float) -> None:
+        clock[0] += wait
+        phase_in_wait.append(rep.phases[-1])
+
+    def slow_allreduce(state, bucket):  # (unannotated: register_comm_hook checks annotations)
+        if waits[0]:
+            Variable._execution_engine.queue_callback(lambda w=waits[0]: late(w))
+        return allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, slow_allreduce)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for wait in list(waits):
+        waits[0] = wait
+        _timed_step(model, opt, clock)
+    inst.finish()
+    steps = rep.steps
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert [s["backward_s"] for s in steps] == pytest.approx([0.030] * 3)
+    assert [s.get("comm_s") or 0.0 for s in steps] == pytest.approx([0.0, 0.300, 0.0])
+    assert [s["step_s"] for s in steps] == pytest.approx([0.050, 0.360, 0.060])  # (the wall time, the wait in it)
+    assert steps[1]["self_s"] == pytest.approx(0.030)  # (up to its backward, its arrival: no wait in it)
+    for s in steps:
+        assert s["data_s"] + s["forward_s"] + s["backward_s"] + s["optimizer_s"] + (s.get("comm_s") or 0.0) == pytest.approx(s["step_s"])
+    assert phase_in_wait == ["sync"] and rep.phases[rep.phases.index("sync") + 1] == "backward"
+
+
 def test_a_model_trained_in_eval_mode_is_no_evaluation(hooked, monkeypatch):
     # Fine-tuning with BatchNorm and dropout frozen (model.eval() before the loop): every step
     # read as an evaluation, its data and forward time dropped and its self time 0.

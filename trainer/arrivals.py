@@ -152,13 +152,51 @@ class Arrivals:
         others' wait as their data loading.)"""
         if start is None:
             return
-        span = (start, self.clock.stamp())
+        self._keep_wait((start, self.clock.stamp()))
+        self.reporter.set_phase(self._phase)
+
+    def _keep_wait(self, span: tuple[Any, Any]) -> None:
+        """A wait for the other ranks, kept with the step it belongs to (see :meth:`_synced`)."""
         if self._cut is not None or self._orphan is not None:
             if self._sync_next is None:
                 self._sync_next = []
             self._sync_next.append(span)
         elif self._open is not None:
             self._open.syncs.append(span)
+
+    def _watch_ddp_wait(self, tensors: Any) -> None:
+        """A backward that all-reduces DDP's gradients begins: have the moment its own work is
+        done noted (:meth:`_graph_ends`).
+
+        DDP launches each bucket's all-reduce as the bucket's gradients are ready, and waits for
+        them all once the backward's graph has run, in a callback it queues with the autograd
+        engine. From there to the backward's return the rank waits: for a peer still in its
+        evaluation, its checkpoint or simply behind, and for the last buckets' transfer. That
+        wait is the step's ``comm_s`` (as a wait in a collective of the script's own), out of its
+        backward; it read as the backward: rank 1's 3.4 s at each of rank 0's evaluations in
+        nanoGPT. The engine runs its callbacks in the order queued, and this one is queued at the
+        loss's gradient, the graph's first node, before DDP's. (A loss that is a leaf has no
+        node to hook: not timed.)"""
+        loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+        if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+            self._graph_hook = loss.register_hook(self._graph_begins)
+
+    @_guarded
+    def _graph_begins(self, grad: Any) -> None:
+        """The loss's gradient (the backward's first node runs): queue :meth:`_graph_ends`."""
+        torch.autograd.Variable._execution_engine.queue_callback(self._graph_ends)
+
+    @_guarded
+    def _graph_ends(self) -> None:
+        """The backward's graph has run (an engine callback, before DDP's wait): the rank waits
+        from here, its heartbeat's phase "sync" as in a collective of its own."""
+        self._graph_done = self.clock.stamp()
+        self.reporter.set_phase("sync")
+
+    def _ddp_waited(self) -> None:
+        """The backward that waited for DDP's all-reduces returned: its wait is the step's."""
+        span, self._graph_done = (self._graph_done, self._backward_end), None
+        self._keep_wait(span)
         self.reporter.set_phase(self._phase)
 
     @_guarded

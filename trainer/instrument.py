@@ -221,6 +221,11 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         self._in_backward = False
         self._backward_end: Any = None
         """When the last backward returned (a micro-batch's data time runs from there)."""
+        self._graph_done: Any = None
+        """When a DDP backward's own work was done, its wait for the all-reduces beginning (see
+        :meth:`~pardash.trainer.arrivals.Arrivals._watch_ddp_wait`)."""
+        self._graph_hook: Any = None
+        """The handle of the hook on that backward's loss that notes it."""
         self._scaled: dict[int, tuple[Any, Any]] = {}
         """id(scaled loss) -> (scaled, loss), for each GradScaler.scale() since the last backward."""
         self._eval_t0 = 0.0
@@ -672,11 +677,17 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
             self._scaled = {}
         if self._ddp_sync:
             self._arrive(now)  # the backward launches the first bucket's all-reduce
+            self._watch_ddp_wait(tensors)
         self._ddp_sync = False
 
     @_guarded
     def _backward_returns(self) -> None:
         self._backward_end = self.clock.stamp()
+        if self._graph_hook is not None:
+            self._graph_hook.remove()  # (a loss backpropagated again, its graph retained, waits for no all-reduce)
+            self._graph_hook = None
+        if self._graph_done is not None:
+            self._ddp_waited()
         if self._skip_from is not False:
             self._skip_grads()  # (a cut pending: the gradients the optimizer should step on)
         if self._in_optimizer and self._closure is not None:
