@@ -259,6 +259,29 @@ def test_a_dcp_save_is_one_checkpoint_and_its_collectives_no_sync(hooked, tmp_pa
     assert all(not s.get("comm_s") for s in rep.steps)
 
 
+def test_dcps_state_dict_helpers_step_the_optimizer_in_no_step(hooked):
+    # get_state_dict and set_state_dict (DCP's, what the PyTorch FSDP2 example saves and
+    # resumes with) first step an optimizer without state, on zero gradients with every
+    # learning rate 0, to make its state: for plain SGD, at every call. Each was a step: one
+    # more a save, one at each resume (step 41 of 40), with lr 0, no forward, no samples.
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    inst, rep, clock = hooked
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(1, 8):
+        _timed_step(model, opt, clock)
+        if step == 3:
+            model_state, optim_state = get_state_dict(model, opt)
+        if step == 5:
+            set_state_dict(model, opt, model_state_dict=model_state, optim_state_dict=optim_state)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 8))
+    assert [s["lr"] for s in rep.steps] == pytest.approx([0.1] * 7)
+    assert [s["samples"] for s in rep.steps] == [6] * 7
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050] + [0.060] * 6)
+
+
 def test_a_save_that_fails_raises_as_without_pardash_and_gives_its_phase_back(hooked, tmp_path):
     # A save to a folder that is not there: the script's own error, with no pardash frame in
     # its traceback (autorun cuts the instrument's files), no checkpoint, the phase given back.

@@ -256,6 +256,11 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         """The ``checkpoint`` events of the saves since the last step, sent as the next is published."""
         self._dcp_finder: Any = None
         """Waits for the import of torch.distributed.checkpoint, to wrap its saves."""
+        self._state_dict_finder: Any = None
+        """Waits for the import of DCP's state-dict helpers (see Saves._state_dicts_imported)."""
+        self._not_stepping = 0
+        """Inside that many calls that step an optimizer to make its state, not to train: its
+        steps are no steps."""
         self.saves = 0
         # optimizer rounds
         self._round: list[weakref.ref[Any]] = []

@@ -32,7 +32,7 @@ class Rounds:
 
     @_untraced
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if _is_compiling():
+        if _is_compiling() or self._not_stepping:
             return None
         if self._logging_to is not None:
             self._next_step_begins()  # (an optimizer step with no pass before it)
@@ -64,7 +64,7 @@ class Rounds:
 
     @_untraced
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if _is_compiling():
+        if _is_compiling() or self._not_stepping:
             return None
         now = self.clock.stamp()
         self._posts += 1

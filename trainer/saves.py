@@ -35,6 +35,11 @@ DCP_SAVES = ("save", "save_state_dict")
 """``torch.distributed.checkpoint``'s functions that save (``async_save`` returns before its
 writing is done, in threads of its own: not followed)."""
 
+DCP_STATE_DICT = "torch.distributed.checkpoint.state_dict"
+INIT_OPTIM_STATE = "_init_optim_state"
+"""Its function that steps an optimizer without state once, to make it (see
+:meth:`Saves._state_dicts_imported`)."""
+
 _STATE = (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)
 
 
@@ -92,10 +97,12 @@ def dcp_saved(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 class Saves:
     """The script's own saves. Its state is :class:`Instrument`'s (set in its ``__init__``:
-    ``_saving``, ``_saves_held``, ``saves``, ``_dcp_finder``)."""
+    ``_saving``, ``_saves_held``, ``saves``, ``_dcp_finder``, ``_state_dict_finder``,
+    ``_not_stepping``)."""
 
     def _watch_saves(self) -> None:
-        """Wrap ``torch.save`` now, DCP's saves now if imported, else when it is."""
+        """Wrap ``torch.save`` now, DCP's saves now if imported, else when it is; the same for
+        DCP's state-dict helpers (:meth:`_state_dicts_imported`)."""
         self._patch(torch, "save", self._wrap_save(dcp=False))
         module = sys.modules.get(DCP)
         if module is not None:
@@ -103,11 +110,41 @@ class Saves:
         else:
             self._dcp_finder = _AfterImport(DCP, self._dcp_imported)
             sys.meta_path.insert(0, self._dcp_finder)
+        module = sys.modules.get(DCP_STATE_DICT)
+        if module is not None:
+            self._state_dicts_imported(module)
+        else:
+            self._state_dict_finder = _AfterImport(DCP_STATE_DICT, self._state_dicts_imported)
+            sys.meta_path.insert(0, self._state_dict_finder)
 
     def _unwatch_saves(self) -> None:
         if self._dcp_finder is not None:
             self._dcp_finder.remove()
             self._dcp_finder = None
+        if self._state_dict_finder is not None:
+            self._state_dict_finder.remove()
+            self._state_dict_finder = None
+
+    @_guarded
+    def _state_dicts_imported(self, module: Any) -> None:
+        """DCP's ``get_state_dict``/``set_state_dict`` (and their optimizer forms) first give an
+        optimizer without state its state by a step of its own: zero gradients, every learning
+        rate 0 (``_init_optim_state``). That step is no training step: each resume of the
+        PyTorch FSDP2 example counted one (step 41 of 40, its first with lr 0 and no forward),
+        and so did each save of a script that builds its state dict before its first step."""
+        self._state_dict_finder = None
+        if callable(getattr(module, INIT_OPTIM_STATE, None)):
+            self._patch(module, INIT_OPTIM_STATE, self._wrap_init_optim_state)
+
+    def _wrap_init_optim_state(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def init_optim_state(*args: Any, **kwargs: Any) -> Any:
+            self._not_stepping += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._not_stepping -= 1
+
+        return init_optim_state
 
     @_guarded
     def _dcp_imported(self, module: Any) -> None:
