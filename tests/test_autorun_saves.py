@@ -282,6 +282,105 @@ def test_dcps_state_dict_helpers_step_the_optimizer_in_no_step(hooked):
     assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050] + [0.060] * 6)
 
 
+def _resumes(rep: Reporter) -> list[dict]:
+    return [fields for name, fields in rep.events if name == "resume"]
+
+
+def test_a_scripts_resume_goes_on_from_its_checkpoints_step(hooked, tmp_path):
+    # nanoGPT's --init_from=resume: torch.load of {"model", "optimizer", "iter_num": 250}
+    # before its first step. Its steps read 1, 2, 3 again (a TensorBoard export laid over the
+    # first run's) and nothing said the resume. A load after the first step (the best model,
+    # for a last evaluation) is no resume.
+    inst, rep, clock = hooked
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "iter_num": 250, "config": {}}, path)
+    ckpt = torch.load(path)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    assert rep.last_step == 250  # (the heartbeat's, before the first step)
+    for _ in range(3):
+        _timed_step(model, opt, clock)
+    torch.load(path)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [251, 252, 253]
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
+    [resume] = _resumes(rep)
+    assert resume["step"] == 250 and resume["message"] == f"step 250 from {path}" and resume["duration_s"] >= 0
+
+
+def _trained_adam(steps: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+    model = nn.Linear(8, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        model(torch.randn(3, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    return model, opt
+
+
+@pytest.mark.parametrize(
+    "what, first, said",
+    [
+        # a model's weights alone: a fine-tune's start, no resume
+        ("weights", 1, None),
+        # an optimizer's state dict alone (Hugging Face's optimizer.pt): Adam's own count
+        ("optimizer", 8, "step 7 from {path} (its optimizer's count)"),
+        # plain SGD's state holds no count, nor does the checkpoint: said, counted from 1
+        ("sgd", 1, "from {path} (no step count in it: steps count from 1)"),
+    ],
+)
+def test_what_a_load_before_the_first_step_resumes(what, first, said, tmp_path):
+    # (made before the instrument: its own steps would be counted)
+    model, adam = _trained_adam(7)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    path = tmp_path / f"{what}.pt"
+    torch.save({"weights": model.state_dict(), "optimizer": adam.state_dict(), "sgd": {"model": model.state_dict(), "optimizer": sgd.state_dict()}}[what], path)
+    api._reset_for_tests()
+    rep = Reporter()
+    inst = Instrument(rep).install()
+    try:
+        torch.load(path)
+        _train_one(model, sgd)
+        inst.finish()
+    finally:
+        inst.uninstall()
+        api._reset_for_tests()
+    assert [s["step"] for s in rep.steps] == [first]
+    assert [r["message"] for r in _resumes(rep)] == ([said.format(path=path)] if said else [])
+
+
+def _train_one(model, opt) -> None:
+    model(torch.randn(3, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def test_a_dcp_load_before_the_first_step_is_a_resume(hooked, tmp_path):
+    # torch.distributed.checkpoint.load into the script's state dict (torchtitan's resume):
+    # the same, its count from the state it loaded; its own torch.load of each file no resume.
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    inst, rep, clock = hooked
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model, opt = _trained_adam(0)
+        model_state, optim_state = get_state_dict(model, opt)
+        dcp.save({"model": model_state, "optim": optim_state, "step": 12}, checkpoint_id=tmp_path / "ckpt")
+        state = {"model": model_state, "optim": optim_state, "step": 0}
+        dcp.load(state, checkpoint_id=tmp_path / "ckpt")
+        _train_one(model, opt)
+        inst.finish()
+    finally:
+        gc.collect()
+        dist.destroy_process_group()
+    assert [r["message"] for r in _resumes(rep)] == [f"step 12 from {tmp_path / 'ckpt'}"]
+    assert [s["step"] for s in rep.steps] == [13]
+
+
 def test_a_save_that_fails_raises_as_without_pardash_and_gives_its_phase_back(hooked, tmp_path):
     # A save to a folder that is not there: the script's own error, with no pardash frame in
     # its traceback (autorun cuts the instrument's files), no checkpoint, the phase given back.

@@ -129,7 +129,7 @@ class Epochs:
         # evaluation); only a backward makes its pass the training one (_trains_from).
         def __next__(it: Any) -> Any:
             p = getattr(it, "_pardash_pass", None)
-            if not self.step and p is not None and _get_ident() == self._tid:
+            if self.step == self._step_base and p is not None and _get_ident() == self._tid:
                 self._first_batch_asked(p)
             try:
                 batch = original(it)
@@ -178,6 +178,6 @@ class Epochs:
     @_guarded
     def _new_epoch(self, epoch: Any) -> None:
         if isinstance(epoch, int) and epoch != self.epoch:
-            if self.step and epoch > self.epoch and not api.user_sent("epoch_end"):
+            if self.step > self._step_base and epoch > self.epoch and not api.user_sent("epoch_end"):
                 self.reporter.event("epoch_end", step=self.step, message=f"epoch {self.epoch} ended")
             self.epoch = epoch

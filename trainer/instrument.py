@@ -132,6 +132,7 @@ from pardash.telemetry.reporter import Reporter
 from pardash.trainer.arrivals import Arrivals
 from pardash.trainer.epochs import Epochs, _LoaderPass
 from pardash.trainer.evaluations import Evaluations
+from pardash.trainer.loads import Loads
 from pardash.trainer.rounds import Rounds
 from pardash.trainer.saves import Saves
 from pardash.trainer.skips import Skips
@@ -160,7 +161,7 @@ in a step, or a sync point between steps (see Arrivals._wrap_collective)."""
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
-class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
+class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, Skips):
     """Measures a training loop through global hooks and publishes one Step per step."""
 
     def __init__(self, reporter: Reporter, *, warn_after: int = WARN_AFTER_FORWARDS) -> None:
@@ -262,6 +263,11 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         """Inside that many calls that step an optimizer to make its state, not to train: its
         steps are no steps."""
         self.saves = 0
+        # the script's own resumes (see pardash.trainer.loads)
+        self._loading = False
+        """A load followed is running (DCP's torch.load of each file is that one's)."""
+        self._step_base = 0
+        """The steps done that a resumed checkpoint said: the first step here is the one after."""
         # optimizer rounds
         self._round: list[weakref.ref[Any]] = []
         """The optimizers that stepped in the round so far (weakly, as every optimizer here)."""
@@ -385,6 +391,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
         self._patch(torch.jit, "script", self._wrap_jit_script)
         self._watch_saves()
+        self._patch(torch, "load", self._wrap_load)
         self._patch(torch.nn.Module, "__getstate__", _without_hooks_in_state)
         if torch.distributed.is_available():
             from torch.nn.parallel import DistributedDataParallel
@@ -565,7 +572,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Epochs, Arrivals, Skips):
         if module is None:
             self._lazy = None
             return
-        if self.step < 2 and modelfacts.has_lazy(module):
+        if self.step - self._step_base < 2 and modelfacts.has_lazy(module):
             return  # (a lazy module still unmade after a step is one the training never calls)
         self._lazy = None
         if len(self.roots) == 1:

@@ -35,6 +35,8 @@ DCP_SAVES = ("save", "save_state_dict")
 """``torch.distributed.checkpoint``'s functions that save (``async_save`` returns before its
 writing is done, in threads of its own: not followed)."""
 
+DCP_LOADS = ("load", "load_state_dict")
+"""Its functions that load (a resume, see :mod:`pardash.trainer.loads`)."""
 DCP_STATE_DICT = "torch.distributed.checkpoint.state_dict"
 INIT_OPTIM_STATE = "_init_optim_state"
 """Its function that steps an optimizer without state once, to make it (see
@@ -154,6 +156,11 @@ class Saves:
             for name in DCP_SAVES:
                 if owner is not None and callable(getattr(owner, name, None)):
                     self._patch(owner, name, self._wrap_save(dcp=True))
+        loader = getattr(module, "state_dict_loader", None)
+        for owner in (module, loader):  # (a resume from one: see pardash.trainer.loads)
+            for name in DCP_LOADS:
+                if owner is not None and callable(getattr(owner, name, None)):
+                    self._patch(owner, name, self._wrap_dcp_load)
 
     def _wrap_save(self, dcp: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
