@@ -253,8 +253,12 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     _synced_or_fail(client, ns, say_connecting=not ns.headless)
     run = client.run_id or client.state.run_id  # (attached by address: the hub's snapshot names it)
     # With no run named, the newest live one: where there are others, said (a second job's
-    # viewer watched the newest with nothing said of the first).
-    others = len(registry.live_runs(prune=False)) - 1 if not ns.target else 0
+    # viewer watched the newest with nothing said of the first). Others whose job ended (a
+    # launch's TUI left open keeps its hub, and so its entry, up: `pardash ps` says "ended")
+    # are not live runs: "the newest of 3 live runs" counted one such.
+    others = 0 if ns.target else sum(
+        1 for e in registry.live_runs(prune=False) if e["run_id"] != run and registry.job_result(e) is None
+    )
     newest = f", the newest of {others + 1} live runs (`pardash ps` lists them; `pardash attach RUN_ID` picks one)" if others > 0 else ""
     if ns.headless:
         from pardash.telemetry.failures import failure_summary

@@ -58,12 +58,15 @@ class ExitInfo:
     order: int
     cause: str
     step: int | None = None
-    """The step it died in, when its own exit said (the report's and the launcher's step)."""
+    """The step it died in, when its own exit said, or the failure's step of the root cause
+    (the report's and the launcher's step)."""
 
 
-def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
+def exit_info(state: st.RunState, failure: dict | None = None) -> dict[int, ExitInfo]:
     """Rank -> the order of its exit among the ranks that exited, and the first line of its
-    last error (its own error event, its exit message or the launcher's verdict)."""
+    last error (its own error event, its exit message or the launcher's verdict). ``failure``:
+    the run's :func:`~pardash.telemetry.failures.failure_summary`, whose step its root cause
+    takes, so the alert says the step the report and the launcher's last line say."""
     order: dict[int, int] = {}
     causes: dict[int, str] = {}
     steps: dict[int, int | None] = {}
@@ -84,6 +87,11 @@ def exit_info(state: st.RunState) -> dict[int, ExitInfo]:
             if m.cause.strip():
                 causes[rank] = short_error(m.cause, CAUSE_MAX) or ""
             order.setdefault(rank, len(order))
+    if failure is not None and failure["step"] is not None and failure["rank"] in order:
+        # A rank killed outright (SIGKILL) lost its last steps, held to be sent, with it: its
+        # peers, in lockstep with it, went on to where it died. The alert said the step after
+        # its last logged one ("at step 1825") where the report and the launcher said 1839.
+        steps[failure["rank"]] = failure["step"]
     return {rank: ExitInfo(order=i, cause=causes.get(rank, ""), step=steps.get(rank)) for rank, i in order.items()}
 
 
@@ -96,7 +104,11 @@ def cause_rank(state: st.RunState) -> int | None:
     at the same step: a resume none of whose checkpoints could be read): no rank's failure
     caused the others', and the failure line names them together ("ranks 0-1 exited with
     code 1: ..."); the lowest of them marked the first exit read as the others failing after it."""
-    f = failure_summary(state)
+    return _cause_of(failure_summary(state))
+
+
+def _cause_of(f: dict | None) -> int | None:
+    """:func:`cause_rank` of the run's failure summary ``f`` (None: no failure)."""
     if f is not None and f.get("alike"):
         return None
     if f is not None and f["waited_for"]:
@@ -254,9 +266,10 @@ def last_word(r: st.RankState) -> float | None:
 
 
 def _exit_step(r: st.RankState, exit: ExitInfo | None) -> int | None:
-    """The step a rank died in, as the report and the launcher say it: its exit's, else the one
-    its last word tells (:func:`~pardash.telemetry.state.died_in_step`: the step it saved after,
-    of a rank killed in its save; the one after its last step otherwise)."""
+    """The step a rank died in, as the report and the launcher say it: its exit's (of the root
+    cause, the failure's step: :func:`exit_info`), else the one its last word tells
+    (:func:`~pardash.telemetry.state.died_in_step`: the step it saved after, of a rank killed
+    in its save; the one after its last step otherwise)."""
     if exit is not None and exit.step is not None:
         return exit.step
     return st.died_in_step(r)
@@ -345,6 +358,7 @@ def run_alerts(
     the grid draws them); default worked out from ``state`` (:func:`waited_for`)."""
     out: list[Alert] = []
     exits: dict[int, ExitInfo] | None = None
+    failure: dict | None = None
     exited = 0
     if waits_for is None:
         waits_for = waited_for(state)
@@ -359,13 +373,14 @@ def run_alerts(
         info = None
         if status == st.EXITED:
             if exits is None:
-                exits = exit_info(state)
+                failure = failure_summary(state)  # (once: the root cause and its step)
+                exits = exit_info(state, failure)
             info = exits.get(r.rank)
             exited += 1
         cost = costs.get(r.rank) if costs is not None and status == st.STRAGGLER else None
         waiting = who if who and status == st.STALLED and r.rank not in waits_for else ""
         out.extend(rank_alerts(r, info, t0=t0 or state.t0, cost_s=cost, waiting_for=waiting))
-    first = cause_rank(state) if exited > 1 and exits else None
+    first = _cause_of(failure) if exited > 1 and exits else None
     if first is not None and first in exits:
         out = [
             rank_alerts(state.ranks[a.rank], exits.get(a.rank), first=True)[0]
