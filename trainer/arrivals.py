@@ -17,6 +17,8 @@ import torch
 
 from pardash.trainer.hooking import _Hook, _around_fsdp, _get_ident, _guarded, _is_compiling
 
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+
 
 class Arrivals:
     """Arrivals at the step's first collective, and FSDP2's waits. Its state is
@@ -178,13 +180,21 @@ class Arrivals:
         loss's gradient, the graph's first node, before DDP's. (A loss that is a leaf has no
         node to hook: not timed.)"""
         loss = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
-        if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-            self._graph_hook = loss.register_hook(self._graph_begins)
+        node = loss.grad_fn if isinstance(loss, torch.Tensor) else None
+        if node is not None:
+            # (a pre-hook on its node: a tensor hook cost twice as much; left on the node,
+            # which goes with the graph, and unset after this backward)
+            self._graph_watch = True
+            node.register_prehook(self._graph_begins)
 
-    @_guarded
-    def _graph_begins(self, grad: Any) -> None:
-        """The loss's gradient (the backward's first node runs): queue :meth:`_graph_ends`."""
-        torch.autograd.Variable._execution_engine.queue_callback(self._graph_ends)
+    def _graph_begins(self, grads: Any) -> None:
+        """The loss's node runs (the backward's first): queue :meth:`_graph_ends`."""
+        if self._graph_watch:
+            self._graph_watch = False
+            try:
+                _queue_callback(self._graph_ends)
+            except Exception as exc:
+                self._fail(exc)
 
     @_guarded
     def _graph_ends(self) -> None:

@@ -225,8 +225,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._graph_done: Any = None
         """When a DDP backward's own work was done, its wait for the all-reduces beginning (see
         :meth:`~pardash.trainer.arrivals.Arrivals._watch_ddp_wait`)."""
-        self._graph_hook: Any = None
-        """The handle of the hook on that backward's loss that notes it."""
+        self._graph_watch = False
+        """The hook on that backward's loss is to note it (see _graph_begins)."""
         self._scaled: dict[int, tuple[Any, Any]] = {}
         """id(scaled loss) -> (scaled, loss), for each GradScaler.scale() since the last backward."""
         self._eval_t0 = 0.0
@@ -695,9 +695,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
     @_guarded
     def _backward_returns(self) -> None:
         self._backward_end = self.clock.stamp()
-        if self._graph_hook is not None:
-            self._graph_hook.remove()  # (a loss backpropagated again, its graph retained, waits for no all-reduce)
-            self._graph_hook = None
+        self._graph_watch = False  # (a loss backpropagated again, its graph retained, waits for no all-reduce)
         if self._graph_done is not None:
             self._ddp_waited()
         if self._skip_from is not False:
