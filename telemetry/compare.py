@@ -232,7 +232,7 @@ def compare_reports(a: dict, b: dict) -> dict:
 
 _COMM_WHOSE = {
     "trainer": "the bundled trainer's, the time in the step's collectives, within forward and backward",
-    "script": "a script's zero-code hooks', the wait in its own collectives between steps, in no other phase",
+    "script": "a script's zero-code hooks', the wait for the other ranks (its own collectives between steps, DDP's all-reduces after the backward's work), in no other phase",
 }
 
 

@@ -82,7 +82,8 @@ LOSS_MEAN_HELP = (
 PHASE_HELP = (
     "Phase times of the rank's latest step. phase=\"comm\" is two things: of the bundled trainer, the time in the step's "
     "collectives (DDP's all-reduces, FSDP's all-gathers and reduce-scatters), within forward and backward, so the phases "
-    "sum past the step; of a script's zero-code hooks, the wait in its own collectives between steps, in no other phase, "
+    "sum past the step; of a script's zero-code hooks, the wait for the other ranks (in its own collectives between steps, "
+    "and in DDP's all-reduces after the backward's work), in no other phase, "
     "so the phases and comm sum to the step."
 )
 """``pardash_rank_phase_seconds``'s HELP: a query that adds the phases up needs to know which comm it has."""

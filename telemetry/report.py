@@ -25,8 +25,9 @@ What the report answers, beyond the per-rank table:
   all took alike time, that the job is data-bound;
 - stalls (with the phase a rank was stuck in) and exits, with the root cause of a failure;
 - memory held against what the strategy should hold (the run's state unsharded, / N when sharded) and against the unsharded model;
-- checkpoints saved (how many, at which steps, the slowest save) and resumes (from where, and
-  what differed), and the warnings ranks sent (each text once, with the ranks that sent it);
+- checkpoints saved (how many, at which steps, the slowest save, their time in all: see
+  :func:`_saving`) and resumes (from where, and what differed), and the warnings ranks sent
+  (each text once, with the ranks that sent it);
 - lost messages (per-rank seq gaps) and log lines skipped as malformed or truncated
   (``skipped_lines``, ``skipped_by_reason``); of a compressed log whose gzip stream broke off
   (a copy cut short, damaged bytes), ``gzip_damage``: ``{"how": "cut short" or "damaged",
@@ -446,14 +447,16 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             evals[msg.rank].append(msg.duration_s or 0.0)
             pauses[msg.rank].append((msg.t, msg.duration_s or 0.0))
         elif isinstance(msg, schema.Event) and msg.name in ("checkpoint", "resume", "warning") and msg.seq >= 0:
-            _fold_event(msg, state, saves, resumes, warnings)
+            outside = msg.duration_s
             if msg.name == "checkpoint" and msg.duration_s and msg.t:
                 # A save follows the rank's step (the trainer sends the step first, on the same
                 # socket): one said to have begun before that step ended ran beside the steps
                 # (an asynchronous save), which it held no rank out of.
                 stepped = step_spans.get(msg.rank)
                 began = msg.t - msg.duration_s if stepped is None else max(msg.t - msg.duration_s, stepped[1])
-                pauses[msg.rank].append((msg.t, max(0.0, msg.t - began)))
+                outside = max(0.0, msg.t - began)
+                pauses[msg.rank].append((msg.t, outside))
+            _fold_event(msg, state, saves, resumes, warnings, outside)
             if msg.name == "warning" and (bad := LOSS_NOT_FINITE.match(msg.message)) is not None:
                 loss_bad[msg.rank] = {"value": bad["value"], "step": int(bad["step"])}
         elif isinstance(msg, schema.Hello) and msg.restart and msg.rank in open_stalls:
@@ -677,7 +680,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "job_restarts": max((r["restarts"] for r in ranks), default=0),
         "recovered": recovered_failures(state),
         "checkpoints": {"saved": [_public(saves[k]) for k in sorted(saves)],
-                        "resumed": [_public(r) for r in resumes.values()]},
+                        "resumed": [_public(r) for r in resumes.values()],
+                        **_saving(list(saves.values()))},
         "warnings": [w | {"ranks": sorted(w["ranks"])} for w in warnings.values()],
         "memory": _memory(ranks, expected, expected_basis, params_count, strategy, world, peak_kind, not_sharding),
         # (the rows' statuses counted: the ranks' own read "stalled 4" beside four "no exit")
@@ -848,9 +852,12 @@ def _fold_verdict(v: schema.Verdict, stragglers, open_stragglers, stalls, open_s
         exits[v.rank] = {"rank": v.rank, "code": v.code, "step": v.step, "message": v.message}
 
 
-def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, warnings: dict) -> None:
+def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, warnings: dict,
+                outside_s: float | None = None) -> None:  # fmt: skip
     """Checkpoint saves by step, resumes by (torchrun attempt, step) and warnings by text, each
-    with the ranks that said it; a save or resume takes as long as its slowest rank."""
+    with the ranks that said it; a save or resume takes as long as its slowest rank (a save's
+    files, see :func:`_fold_save`; ``outside_s``: of a save's time, what was outside the rank's
+    steps)."""
     r = state.ranks.get(msg.rank)
     if msg.name == "warning":
         key = msg.message
@@ -863,7 +870,7 @@ def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, 
             return
         # (no path: a save to a file object with no name)
         entry = saves.setdefault(msg.step, {"step": msg.step, "path": msg.message or None, "ranks": 0, "duration_s": None,
-                                            "_ranks": set()})
+                                            "_ranks": set(), "_paths": set(), "_files": {}, "_sums": {}, "_outside_s": 0.0})
     else:
         attempt = r.restarts if r is not None else 0
         entry = resumes.setdefault((attempt, msg.step or 0), {
@@ -871,8 +878,52 @@ def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, 
             "_ranks": set()})
     entry["_ranks"].add(msg.rank)  # a step saved again after a resume: the same ranks
     entry["ranks"] = len(entry["_ranks"])
-    if msg.duration_s is not None:
+    if msg.name == "checkpoint":
+        _fold_save(entry, msg, outside_s)
+    elif msg.duration_s is not None:
         entry["duration_s"] = max(entry["duration_s"] or 0.0, msg.duration_s)
+
+
+def _fold_save(entry: dict, msg: schema.Event, outside_s: float | None) -> None:
+    """One file of the checkpoint ``entry``, as its rank said it (``msg``; ``outside_s``: of its
+    time, what was outside the rank's steps). A rank's files at one step are one save, written
+    back to back (``torch.save`` of the model's state dict, then of the optimizer's: PyTorch's
+    FSDP2 example), so the rank's save took their sum: the longer file's time alone, beside the
+    other's path, read as the save's. The same file again is the step saved again (a resume
+    from before it), which took the longer of the two, not both; so is a save without a path
+    (to a file object: nothing tells its files apart). The checkpoint took as long as its
+    slowest rank's save; ``files`` counts its paths, of every rank, where there are several."""
+    path = msg.message or ""
+    if path:
+        entry["_paths"].add(path)
+        if len(entry["_paths"]) > 1:
+            entry["files"] = len(entry["_paths"])
+    if msg.duration_s is None:
+        return
+    files = entry["_files"].setdefault(msg.rank, {})
+    took, outside = files.get(path, (0.0, 0.0))
+    now = files[path] = (max(took, msg.duration_s), max(outside, msg.duration_s if outside_s is None else outside_s))
+    # The rank's sums kept up as each file comes (summed again from its files at each event, a
+    # checkpoint of 1,024 ranks' shards would take a million additions).
+    sums = entry["_sums"].setdefault(msg.rank, [0.0, 0.0])
+    sums[0] += now[0] - took
+    sums[1] += now[1] - outside
+    entry["duration_s"] = max(entry["duration_s"] or 0.0, sums[0])
+    entry["_outside_s"] = max(entry["_outside_s"], sums[1])
+
+
+def _saving(saves: list[dict]) -> dict:
+    """The run's time in checkpoint saves (``saving_s``) and of it outside the steps
+    (``saving_outside_steps_s``; less where a save ran beside them, asynchronous), None where
+    no save said its time: the wall time the run spent, each checkpoint once, at its slowest
+    rank's save. Not every rank's summed: rank 0 saving alone costs the others its time too,
+    waiting for it in their next collective, and ranks each writing their shard at once (DCP)
+    cost the run their slowest's time, not theirs added up (two ranks' 0.46 s: 0.46 s, not 0.92). A
+    step saved again after a resume counts once, as the checkpoints listed have it."""
+    timed = [c for c in saves if c["duration_s"] is not None]
+    if not timed:
+        return {"saving_s": None, "saving_outside_steps_s": None}
+    return {"saving_s": sum(c["duration_s"] for c in timed), "saving_outside_steps_s": sum(c["_outside_s"] for c in timed)}
 
 
 def _public(entry: dict) -> dict:

@@ -92,6 +92,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("clocks", "; ".join(report_clock_warnings(rep)))] if report_clock_warnings(rep) else []),
         *([("evaluations", f"{rep['evaluations']['count']}, {_seconds(rep['evaluations']['seconds'])} in all, outside the steps")]
           if rep.get("evaluations") else []),
+        *([("checkpoints", _saving_text(rep["checkpoints"]))] if (rep.get("checkpoints") or {}).get("saving_s") else []),
         ("steps", _steps_text(rep)),
         # (more than one: every step says epoch 0 of a script that has none)
         *([("epochs", _epochs_text(rep["epochs"]))] if rep.get("epochs") and rep["epochs"]["last"] > rep["epochs"]["first"] else []),
@@ -119,6 +120,19 @@ def _unheard_text(rep: dict) -> str:
     why = (f": the hub refused {no_key} connection attempt(s) with no key authorised for the port, likely theirs (keys "
            "not the hub's: a node launched without its --curve-dir)") if no_key else ": nothing of them is in the log"
     return f"; {ranks_named(unheard)} never heard from{why}"
+
+
+def _saving_text(ck: dict) -> str:
+    """``24 saved, 106.1 s in all, outside the steps``: the checkpoints' time as the evaluations'
+    is said (it said the slowest save alone, of a run that spent 87 % of its time saving); what
+    of it ran beside the steps (an asynchronous save) is not said to be outside them."""
+    total, outside = ck["saving_s"], ck.get("saving_outside_steps_s")
+    line = f"{len(ck['saved'])} saved, {_seconds(total)} in all"
+    if outside is None or _seconds(outside) == _seconds(total):
+        return line + ", outside the steps"
+    if not outside:
+        return line + ", beside the steps (asynchronous)"
+    return line + f", {_seconds(outside)} of it outside the steps"
 
 
 def _paused_text(rep: dict) -> str:
@@ -491,7 +505,8 @@ def recovered_lines(rep: dict) -> list[str]:
 
 
 def checkpoint_lines(rep: dict) -> list[str]:
-    """The checkpoints saved (steps, the last one, the slowest save) and each resume."""
+    """The checkpoints saved (steps, the last one and how many files it wrote, the slowest save)
+    and each resume."""
     ck = rep.get("checkpoints") or {}
     out = []
     saved = ck.get("saved") or []
@@ -505,6 +520,9 @@ def checkpoint_lines(rep: dict) -> list[str]:
         line = f"{len(saved)} saved at step{'s' if len(steps) > 1 else ''} {at}"
         if saved[-1].get("path"):  # (none of a save to a file object without a name: "the last in saved" read as a path)
             line += f"; the last in {saved[-1]['path']}"
+            if saved[-1].get("files"):  # (the model's file named alone, beside the time of it and the optimizer's)
+                more = saved[-1]["files"] - 1
+                line += f" and {more} more file{'s' if more > 1 else ''}"
         slowest = max((c for c in saved if c["duration_s"] is not None), key=lambda c: c["duration_s"], default=None)
         if slowest is not None:
             line += f"; slowest save {took_text(slowest['duration_s'])} (step {slowest['step']})"
@@ -717,11 +735,11 @@ SELF_NOTE = (
 COMM_NOTES = {
     "trainer": "comm: the time in the step's collectives (DDP's all-reduces, FSDP's all-gathers and reduce-scatters), "
                "which run within forward and backward: the phases sum past the step.",
-    "script": "comm: the wait in the script's own collectives between steps (a barrier), in no other phase: "
-              "the phases and comm sum to the step.",
+    "script": "comm: the wait for the other ranks, in the script's own collectives between steps (a barrier) and in DDP's "
+              "all-reduces once the backward's work is done, in no other phase: the phases and comm sum to the step.",
     None: "comm: of the bundled trainer, the time in the step's collectives, which run within forward and backward (the phases "
-          "sum past the step); of a script's zero-code hooks, the wait in its own collectives between steps, in no "
-          "other phase (the phases and comm sum to the step).",
+          "sum past the step); of a script's zero-code hooks, the wait for the other ranks, in its own collectives between "
+          "steps and in DDP's all-reduces after the backward's work, in no other phase (the phases and comm sum to the step).",
 }
 """What a rank's comm time is, by what wrote the log (:func:`comm_meaning`): two things of one name."""
 
@@ -732,7 +750,7 @@ _TRAINER_CONFIG = {"strategy", "model", "steps", "batch_size"}
 def comm_meaning(rep: dict) -> str | None:
     """Whose comm time a report's is: ``trainer`` (the bundled trainer's, and a simulated run's
     made like it: the all-reduce time, within backward), ``script`` (a launched script's
-    zero-code hooks': the wait in its own collectives between steps), or None where the log
+    zero-code hooks': the wait for the other ranks, in its own collectives and DDP's), or None where the log
     does not say. The hello's ``source`` where the report has it; else its config: the bundled
     trainer sends its whole TrainConfig, the zero-code hooks none (nor does a script of the
     explicit API that passes no config: its comm, a phase it timed, is most likely that wait too)."""
