@@ -18,7 +18,6 @@ first optimizer step is past, a load is only a test of a counter."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -26,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 from pardash.trainer.hooking import _get_ident, _guarded
+from pardash.trainer.saves import dcp_saved, file_saved, within_two_levels
 
 STEP_KEYS = ("global_step", "iter_num", "iteration", "step")
 """Where a checkpoint keeps the steps done, at its top level, first found first."""
@@ -34,18 +34,7 @@ STEP_KEYS = ("global_step", "iter_num", "iteration", "step")
 def optimizer_state(obj: Any) -> Mapping | None:
     """The optimizer state dict in ``obj`` (itself, or among its values or their values), or
     None."""
-    if not isinstance(obj, Mapping):
-        return None
-    if _is_optimizer_state(obj):
-        return obj
-    for value in obj.values():
-        if _is_optimizer_state(value):
-            return value
-        inner = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
-        for v in inner:
-            if _is_optimizer_state(v):
-                return v
-    return None
+    return within_two_levels(obj, _is_optimizer_state)
 
 
 def _is_optimizer_state(value: Any) -> bool:
@@ -73,36 +62,18 @@ def steps_in(obj: Mapping, optim_state: Mapping) -> tuple[int | None, str]:
     return (max(counts), "its optimizer's count") if counts else (None, "")
 
 
-def _where(f: Any) -> str:
-    """What ``torch.load`` reads: its path, an open file's name, else ""."""
-    if isinstance(f, (str, bytes, os.PathLike)):
-        return os.fsdecode(f)
-    name = getattr(f, "name", None)
-    return name if isinstance(name, str) else ""
-
-
-def dcp_loaded(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """Where a DCP load reads from: its ``checkpoint_id``, else its storage reader's path (the
-    second argument of ``load_state_dict``), else ""."""
-    where = kwargs.get("checkpoint_id")
-    if where is None:
-        reader = kwargs.get("storage_reader", args[1] if len(args) > 1 else None)
-        where = getattr(reader, "path", None) or getattr(reader, "checkpoint_id", None)
-    return os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else str(where) if where is not None else ""
-
-
 class Loads:
     """The script's own resumes. Its state is :class:`Instrument`'s (set in its ``__init__``:
     ``_loading``, ``_step_base``)."""
 
     def _wrap_load(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``torch.load``: what it returns is what was loaded."""
-        return self._followed(original, lambda args, kwargs, out: (out, _where(args[0] if args else kwargs.get("f"))))
+        return self._followed(original, lambda args, kwargs, out: (out, file_saved(args[0] if args else kwargs.get("f"))))
 
     def _wrap_dcp_load(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """DCP's ``load`` (and its older ``load_state_dict``): loads in place, into the state
         dict it is given; its own ``torch.load`` of each file is part of it."""
-        return self._followed(original, lambda args, kwargs, out: (args[0] if args else kwargs.get("state_dict"), dcp_loaded(args, kwargs)))
+        return self._followed(original, lambda args, kwargs, out: (args[0] if args else kwargs.get("state_dict"), dcp_saved(args, kwargs, "storage_reader")))
 
     def _followed(self, original: Callable[..., Any], read: Callable[[tuple, dict, Any], tuple[Any, str]]) -> Callable[..., Any]:
         """``original``, a load, timed before the first optimizer step; ``read(args, kwargs,

@@ -64,35 +64,43 @@ def training_state(obj: Any) -> bool:
     tensor: a state dict's first value."""
     if isinstance(obj, (torch.nn.Module, torch.optim.Optimizer)):
         return True
+    return within_two_levels(obj, _is_state) is not None
+
+
+def within_two_levels(obj: Any, test: Callable[[Any], bool]) -> Any:
+    """The first of the dict ``obj``, its values and their values (of dicts, lists and tuples)
+    that passes ``test``, or None (``obj`` no dict, or none passes)."""
     if not isinstance(obj, Mapping):
-        return False
-    if _is_state(obj):
-        return True
+        return None
+    if test(obj):
+        return obj
     for value in obj.values():
-        if _is_state(value):
-            return True
+        if test(value):
+            return value
         inner = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
         for v in inner:
-            if _is_state(v):
-                return True
-    return False
+            if test(v):
+                return v
+    return None
 
 
 def file_saved(f: Any) -> str:
-    """Where ``torch.save`` writes to ``f``: its path, an open file's name, else "" (a buffer,
-    ``io.BytesIO()``: the event's message is the path, or nothing)."""
+    """Where ``torch.save`` writes to ``f`` (``torch.load`` reads from it): its path, an open
+    file's name, else "" (a buffer, ``io.BytesIO()``: the event's message is the path, or
+    nothing)."""
     if isinstance(f, (str, bytes, os.PathLike)):
         return os.fsdecode(f)
     name = getattr(f, "name", None)
     return name if isinstance(name, str) else ""
 
 
-def dcp_saved(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def dcp_saved(args: tuple[Any, ...], kwargs: dict[str, Any], storage: str = "storage_writer") -> str:
     """Where a DCP save goes: its ``checkpoint_id``, else its storage writer's path (the second
-    argument of ``save_state_dict``), else "" (a writer with no path of its own)."""
+    argument of ``save_state_dict``), else "" (a writer with no path of its own). With
+    ``storage="storage_reader"``, where a DCP load reads from."""
     where = kwargs.get("checkpoint_id")
     if where is None:
-        writer = kwargs.get("storage_writer", args[1] if len(args) > 1 else None)
+        writer = kwargs.get(storage, args[1] if len(args) > 1 else None)
         where = getattr(writer, "path", None) or getattr(writer, "checkpoint_id", None)
     return os.fsdecode(where) if isinstance(where, (str, bytes, os.PathLike)) else str(where) if where is not None else ""
 
@@ -106,18 +114,8 @@ class Saves:
         """Wrap ``torch.save`` now, DCP's saves now if imported, else when it is; the same for
         DCP's state-dict helpers (:meth:`_state_dicts_imported`)."""
         self._patch(torch, "save", self._wrap_save(dcp=False))
-        module = sys.modules.get(DCP)
-        if module is not None:
-            self._dcp_imported(module)
-        else:
-            self._dcp_finder = _AfterImport(DCP, self._dcp_imported)
-            sys.meta_path.insert(0, self._dcp_finder)
-        module = sys.modules.get(DCP_STATE_DICT)
-        if module is not None:
-            self._state_dicts_imported(module)
-        else:
-            self._state_dict_finder = _AfterImport(DCP_STATE_DICT, self._state_dicts_imported)
-            sys.meta_path.insert(0, self._state_dict_finder)
+        self._dcp_finder = _once_imported(DCP, self._dcp_imported)
+        self._state_dict_finder = _once_imported(DCP_STATE_DICT, self._state_dicts_imported)
 
     def _unwatch_saves(self) -> None:
         if self._dcp_finder is not None:
@@ -248,6 +246,18 @@ class Saves:
             return
         for fields in held:
             self.reporter.event("checkpoint", **fields)
+
+
+def _once_imported(name: str, then: Callable[[Any], None]) -> _AfterImport | None:
+    """``then(module)`` now if the module ``name`` is imported; else once it is, by the finder
+    returned (removed at uninstall)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+        return None
+    finder = _AfterImport(name, then)
+    sys.meta_path.insert(0, finder)
+    return finder
 
 
 def _left_out(step: _OpenStep, began: Any, end: Any, clock: Any) -> None:
