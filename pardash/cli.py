@@ -155,8 +155,11 @@ def cmd_ps(ns: argparse.Namespace) -> int:
             job = f"quiet {fmt_duration(now - said)}"
         log = e.get("log", "")
         log = "- (none kept)" if log == os.devnull else log  # (a simulate's without --keep-log)
+        # The strategy the ranks said, where the hub has heard it (a launched script's entry says "script")
+        strategy = (e.get("progress") or {}).get("strategy") if isinstance(e.get("progress"), dict) else None
+        strategy = strategy if isinstance(strategy, str) and strategy else e.get("strategy", "") or "-"
         print(
-            f"{e.get('run_id', ''):24} {e.get('strategy', '') or '-':9} {e.get('world_size', '-')!s:>5} "
+            f"{e.get('run_id', ''):24} {strategy:9} {e.get('world_size', '-')!s:>5} "
             f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:12} {registry.reachable(str(e.get('ingest', ''))):23} {log}"
         )
     if any(e.get("curve") for e in runs):

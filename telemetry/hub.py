@@ -592,12 +592,14 @@ def _unmake(made: list[str]) -> None:
 
 def _progress(st) -> dict:
     """Where a run is, for `pardash ps`: the slowest running rank's step, of how many (where the
-    trainer said), samples a second now, the ranks by state, and when this was so."""
+    trainer said), samples a second now, the ranks by state, when this was so, and the strategy
+    the ranks said (a launched script's entry says "script": the TUI said "ddp")."""
     from .summary import samples_per_s
 
     total = (st.hello.config or {}).get("steps") if st.hello else None
     return {"step": st.step, "steps": total if isinstance(total, int) and total > 0 else None,
-            "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "t": round(time.time(), 1)}  # fmt: skip
+            "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "t": round(time.time(), 1),
+            "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
 
 
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:

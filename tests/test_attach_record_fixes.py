@@ -270,6 +270,14 @@ def test_ps_says_age_in_days_hours_and_minutes_and_which_hubs_need_keys(tmp_path
     path = registry.registry_dir() / "old-keyed.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "started": time.time() - 2 * 86400 - 3 * 3600 - 60}))
     registry.register({"run_id": "new-plain", **ends, "curve": False})
+    # A launched script's entry says "script"; its hub has heard the ranks say "ddp" (the TUI's).
+    from pardash.telemetry import schema
+    from pardash.telemetry.hub import _progress
+    from pardash.telemetry.state import RunState
+
+    heard = RunState()
+    heard.apply(schema.Hello(run="script-run", rank=0, t=1.0, strategy="ddp", world_size=2), 1.0)
+    registry.register({"run_id": "script-run", **ends, "curve": False, "strategy": "script", "progress": _progress(heard)})
     # A hub bound to every address: its INGEST as other machines reach it (tcp://0.0.0.0:PORT is
     # no address to give a rank elsewhere), as the hub itself says it.
     registry.register({"run_id": "everywhere", **ends, "ingest": "tcp://0.0.0.0:29740", "curve": True})
@@ -279,6 +287,7 @@ def test_ps_says_age_in_days_hours_and_minutes_and_which_hubs_need_keys(tmp_path
     assert row["everywhere"][head.index("INGEST"):].split()[0] == f"tcp://{socket.gethostname()}:29740", rows
     assert row["old-keyed"].split()[3] == "2d03h" and row["old-keyed"].split()[6] == "curve", rows
     assert row["new-plain"].split()[3] in ("0s", "1s") and row["new-plain"].split()[6] == "-", rows
+    assert row["script-run"].split()[1] == "ddp" and row["old-keyed"].split()[1] == "ddp", rows
     age_end, keys_at, job_at = head.index("AGE") + 3, head.index("KEYS"), head.index("JOB")
     for r in rows:  # the columns line up under their heads
         assert r[age_end - 1] != " " and r[age_end] == " ", (head, r)  # (AGE right-aligned, as its head)
