@@ -441,6 +441,8 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
         if took is not None and ev.name in ("checkpoint", "resume", "eval"):
             # (in ms under 0.1 s: a fast evaluation read "0.00 s")
             line += f" ({'slowest ' if several else ''}{took_text(took)})"
+        if ev.name == "eval" and text:  # ("cut short": one a stop ended read as done)
+            line += f": {text}"
         return line
     return ""
 

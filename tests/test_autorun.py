@@ -608,8 +608,29 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     assert [s["data_s"] for s in rep.steps] == pytest.approx([0.0, 0.010, 0.010])
     assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
     assert [s["self_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
-    assert [name for name, _ in rep.events] == ["eval"] * 4  # and no "no optimizer step" warning
+    assert rep.events == [("eval", "")] * 4  # and no "no optimizer step" warning
     assert "eval" in rep.phases
+
+
+def test_an_evaluation_its_rank_ended_in_says_it_was_cut_short(hooked, monkeypatch):
+    # Ctrl-C in nanoGPT's evaluation: "[eval] rank 0 after step 20 (1.64 s)", then the exit,
+    # read as an evaluation done.
+    from pardash.trainer.evaluations import EVAL_CUT_SHORT
+
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        _timed_step(model, opt, clock)
+    model.eval()
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randn(4, 8))
+            clock[0] += 0.5
+    inst.finish(failed=True)  # (autorun's at SIGTERM, or at the script's failure)
+    assert [s["step"] for s in rep.steps] == [1, 2]
+    assert rep.events == [("eval", EVAL_CUT_SHORT)]
 
 
 def test_an_evaluation_after_a_micro_batch_left_over_is_an_eval_and_the_step_goes_on(hooked, monkeypatch):

@@ -220,6 +220,8 @@ def test_a_live_hub_that_refuses_the_viewer_after_taking_it_is_said_once(monkeyp
 
 
 def test_a_fast_evaluation_and_one_before_any_step_are_said_as_they_were():
+    from pardash.trainer.evaluations import EVAL_CUT_SHORT
+
     # "[eval] ranks 0-1 after step 0 (slowest 0.00 s)": an evaluation before training, of 3 ms.
     src = _Fed()
     for rank in (0, 1):
@@ -231,11 +233,14 @@ def test_a_fast_evaluation_and_one_before_any_step_are_said_as_they_were():
     src.take(schema.Event(rank=0, name="eval", step=5, duration_s=1.25), 1002.0)
     for rank in (0, 1):
         src.take(schema.Event(rank=rank, name="checkpoint", step=5, duration_s=0.05, message="saved"), 1003.0)
+    # One its rank's stop ended (Ctrl-C in nanoGPT's evaluation) read as one done.
+    src.take(schema.Event(rank=0, name="eval", step=7, duration_s=0.8, message=EVAL_CUT_SHORT), 1004.0)
     printer.update(force=True)
     printer.close()
     lines = [line for line in out.getvalue().splitlines() if line.startswith("[") and not line.startswith("[ ")]
     assert lines == ["[eval] ranks 0-1 before the first step (slowest 4 ms)", "[eval] rank 0 after step 5 (1.25 s)",
-                     "[checkpoint] ranks 0-1: saved (slowest 50 ms)"], out.getvalue()  # fmt: skip
+                     "[checkpoint] ranks 0-1: saved (slowest 50 ms)",
+                     "[eval] rank 0 after step 7 (0.80 s): cut short: the rank ended in it"], out.getvalue()  # fmt: skip
 
 
 def test_a_headless_attach_the_hub_refuses_now_ends_saying_so():

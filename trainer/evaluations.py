@@ -34,6 +34,9 @@ from pardash.trainer.marks import _OpenStep
 from pardash.trainer.saves import _left_out
 from pardash.trainer.trained import batch_size
 
+EVAL_CUT_SHORT = "cut short: the rank ended in it"
+"""An ``eval`` event's message where the rank was stopped or failed before its end."""
+
 
 class Evaluations:
     """The evaluation's start, end and event. Its state is :class:`Instrument`'s (set in its
@@ -218,14 +221,16 @@ class Evaluations:
         self._eval_grad_pass = False
         self._eval_in_step = False
 
-    def _eval_ends(self, by_script: bool = False) -> None:
+    def _eval_ends(self, by_script: bool = False, cut_short: bool = False) -> None:
         """Training resumes: the evaluation's time is left out of the open step, what came
         before it kept. (The step starts at its end before the first optimizer step, what came
         before it the script's setting up, see Epochs._first_batch_asked; and after one begun
         at its loader's start, not placed on the step's clock.) It is an event, unless the
         script says it with an ``eval`` event of its own (``pt.event``). Ended ``by_script``
         (its ``model.train()``), the script's own may come just after: the event is held until
-        the next step, and the script's replaces it (it was counted twice)."""
+        the next step, and the script's replaces it (it was counted twice). ``cut_short``: the
+        rank ended in it (stopped, or failed): its event says so, with the time it ran (it read
+        as an evaluation done)."""
         if self._eval_pending is not None and not self._eval_stands():
             self._eval_drop()
             return
@@ -257,7 +262,7 @@ class Evaluations:
         if by_script:
             api.auto_event(self.reporter.event, "eval", step=step, duration_s=took)
         else:  # (at training's next forward or optimizer step, or at exit: the script's came before)
-            self.reporter.event("eval", step=step, duration_s=took)
+            self.reporter.event("eval", message=EVAL_CUT_SHORT if cut_short else "", step=step, duration_s=took)
 
     @_guarded
     def _eval_grad_samples(self, args: Any, kwargs: Any) -> None:

@@ -919,7 +919,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         (and say how long a last evaluation took). After a failure, a round that lacks an
         optimizer of the last one (a GAN's crashed between its two steps) is no step."""
         if self._eval_t0:
-            self._eval_ends()
+            self._eval_ends(cut_short=failed)
         if self._logging_to is not None:
             self._next_step_begins()  # (none will: what the script logged after its last step is that step's)
         if failed and self._cut is not None and any(all(o() is not r() for r in self._round) for o in self._last_round):
