@@ -286,11 +286,45 @@ def _resumes(rep: Reporter) -> list[dict]:
     return [fields for name, fields in rep.events if name == "resume"]
 
 
+def test_a_state_dict_made_on_another_thread_hides_no_training_step(hooked):
+    # A checkpoint thread in get_state_dict (its optimizer step that makes the state) while the
+    # training thread steps: every optimizer step, the training thread's too, was ignored.
+    import threading
+
+    from torch.distributed.checkpoint import state_dict as dcp_state_dict
+
+    inst, rep, clock = hooked
+    inside, release = threading.Event(), threading.Event()
+
+    class Waiting(torch.optim.SGD):
+        def step(self, closure=None):
+            inside.set()
+            release.wait(30)
+            return super().step(closure)
+
+    other = Waiting(nn.Linear(2, 2).parameters(), lr=0.1)
+    maker = threading.Thread(target=dcp_state_dict._init_optim_state, args=(other,))
+    maker.start()
+    try:
+        assert inside.wait(30)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            _timed_step(model, opt, clock)
+    finally:
+        release.set()
+        maker.join(30)
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
+
+
 def test_a_scripts_resume_goes_on_from_its_checkpoints_step(hooked, tmp_path):
     # nanoGPT's --init_from=resume: torch.load of {"model", "optimizer", "iter_num": 250}
-    # before its first step. Its steps read 1, 2, 3 again (a TensorBoard export laid over the
-    # first run's) and nothing said the resume. A load after the first step (the best model,
-    # for a last evaluation) is no resume.
+    # before its first step, its optimizer given its state. Its steps read 1, 2, 3 again (a
+    # TensorBoard export laid over the first run's) and nothing said the resume. The load alone
+    # is none (a full checkpoint read for its weights: a fine-tune's start, a teacher), nor is
+    # a load after the first step (the best model, for a last evaluation).
     inst, rep, clock = hooked
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -298,11 +332,12 @@ def test_a_scripts_resume_goes_on_from_its_checkpoints_step(hooked, tmp_path):
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "iter_num": 250, "config": {}}, path)
     ckpt = torch.load(path)
     model.load_state_dict(ckpt["model"])
+    assert not _resumes(rep) and rep.last_step == 0
     opt.load_state_dict(ckpt["optimizer"])
     assert rep.last_step == 250  # (the heartbeat's, before the first step)
     for _ in range(3):
         _timed_step(model, opt, clock)
-    torch.load(path)
+    opt.load_state_dict(torch.load(path)["optimizer"])
     inst.finish()
     assert [s["step"] for s in rep.steps] == [251, 252, 253]
     assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
@@ -325,10 +360,12 @@ def _trained_adam(steps: int) -> tuple[nn.Module, torch.optim.Optimizer]:
     [
         # a model's weights alone: a fine-tune's start, no resume
         ("weights", 1, None),
+        # a full checkpoint read for its weights (a teacher, a fine-tune from a pretraining run)
+        ("teacher", 1, None),
         # an optimizer's state dict alone (Hugging Face's optimizer.pt): Adam's own count
         ("optimizer", 8, "step 7 from {path} (its optimizer's count)"),
         # plain SGD's state holds no count, nor does the checkpoint: said, counted from 1
-        ("sgd", 1, "from {path} (no step count in it: steps count from 1)"),
+        ("sgd", 1, "resumed from {path}: no step count in it, steps count from 1"),
     ],
 )
 def test_what_a_load_before_the_first_step_resumes(what, first, said, tmp_path):
@@ -336,13 +373,22 @@ def test_what_a_load_before_the_first_step_resumes(what, first, said, tmp_path):
     model, adam = _trained_adam(7)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)
     path = tmp_path / f"{what}.pt"
-    torch.save({"weights": model.state_dict(), "optimizer": adam.state_dict(), "sgd": {"model": model.state_dict(), "optimizer": sgd.state_dict()}}[what], path)
+    saved = {"weights": model.state_dict(), "teacher": {"model": model.state_dict(), "optimizer": adam.state_dict(), "iter_num": 600000},
+             "optimizer": adam.state_dict(), "sgd": {"model": model.state_dict(), "optimizer": sgd.state_dict()}}  # fmt: skip
+    torch.save(saved[what], path)
     api._reset_for_tests()
     rep = Reporter()
     inst = Instrument(rep).install()
     try:
-        torch.load(path)
-        _train_one(model, sgd)
+        loaded = torch.load(path)
+        opt = torch.optim.Adam(model.parameters(), lr=0.1) if what == "optimizer" else sgd
+        if what == "optimizer":
+            opt.load_state_dict(loaded)
+        elif what == "sgd":
+            opt.load_state_dict(loaded["optimizer"])
+        else:
+            model.load_state_dict(loaded["model"] if what == "teacher" else loaded)
+        _train_one(model, opt)
         inst.finish()
     finally:
         inst.uninstall()
@@ -357,12 +403,35 @@ def _train_one(model, opt) -> None:
     opt.zero_grad()
 
 
+def test_a_load_that_fails_shows_none_of_pardashs_frames(hooked, tmp_path):
+    # A script's torch.load of a missing file: its traceback held `trainer/loads.py, in load`,
+    # pardash's wrapper, between the script's line and torch's.
+    import traceback
+
+    from pardash.trainer import autorun
+
+    with pytest.raises(FileNotFoundError) as raised:
+        torch.load(tmp_path / "missing.pt")
+    files = [f.filename for f in traceback.extract_tb(autorun._trim(raised.value).__traceback__)]
+    assert files[0] == __file__ and not any(f.startswith(os.path.dirname(autorun.__file__)) for f in files), files
+
+
+def test_a_step_count_with_no_value_to_read_is_none():
+    # A checkpoint loaded to the meta device: its count's item() raised inside the hook, and
+    # the instrumentation stopped for the rest of the run.
+    from pardash.trainer.loads import steps_in
+
+    meta = torch.empty((), device="meta")
+    assert steps_in({"step": meta}, {"state": {0: {"step": meta}}}) == (None, "")
+    assert steps_in({"iter_num": torch.tensor(5)}, {}) == (5, "iter_num")
+
+
 def test_a_dcp_load_before_the_first_step_is_a_resume(hooked, tmp_path):
-    # torch.distributed.checkpoint.load into the script's state dict (torchtitan's resume):
-    # the same, its count from the state it loaded; its own torch.load of each file no resume.
+    # torch.distributed.checkpoint.load into the script's state dict, then set_state_dict: the
+    # same, its count from the state dict it loaded; its own torch.load of each file no resume.
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     inst, rep, clock = hooked
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
@@ -372,6 +441,7 @@ def test_a_dcp_load_before_the_first_step_is_a_resume(hooked, tmp_path):
         dcp.save({"model": model_state, "optim": optim_state, "step": 12}, checkpoint_id=tmp_path / "ckpt")
         state = {"model": model_state, "optim": optim_state, "step": 0}
         dcp.load(state, checkpoint_id=tmp_path / "ckpt")
+        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
         _train_one(model, opt)
         inst.finish()
     finally:

@@ -259,13 +259,18 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         """Waits for the import of torch.distributed.checkpoint, to wrap its saves."""
         self._state_dict_finder: Any = None
         """Waits for the import of DCP's state-dict helpers (see Saves._state_dicts_imported)."""
-        self._not_stepping = 0
-        """Inside that many calls that step an optimizer to make its state, not to train: its
-        steps are no steps."""
+        self._not_stepping: dict[int, int] = {}
+        """Thread id -> how many calls it is in that step an optimizer to make its state, not
+        to train: their steps are no steps."""
         self.saves = 0
         # the script's own resumes (see pardash.trainer.loads)
         self._loading = False
         """A load followed is running (DCP's torch.load of each file is that one's)."""
+        self._loaded_last: tuple[Any, str, float] | None = None
+        """(what, where from, seconds) of the latest load before the first step that held an
+        optimizer's state: the resume's, once an optimizer loads its state."""
+        self._resumed = False
+        """An optimizer has loaded its state before the first step: the process's resume, said."""
         self._step_base = 0
         """The steps done that a resumed checkpoint said: the first step here is the one after."""
         # optimizer rounds
@@ -392,6 +397,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._patch(torch.jit, "script", self._wrap_jit_script)
         self._watch_saves()
         self._patch(torch, "load", self._wrap_load)
+        self._patch(torch.optim.Optimizer, "load_state_dict", self._wrap_optimizer_load)
         self._patch(torch.nn.Module, "__getstate__", _without_hooks_in_state)
         if torch.distributed.is_available():
             from torch.nn.parallel import DistributedDataParallel

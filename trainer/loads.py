@@ -1,20 +1,22 @@
 """Checkpoints a script loads itself to resume (part of :class:`pardash.trainer.instrument.Instrument`):
-a ``torch.load`` (or ``torch.distributed.checkpoint.load``) on the training thread, before the
-process's first optimizer step, of state that holds an optimizer's (``{"model": ...,
-"optimizer": opt.state_dict(), "iter_num": 250}``, or an optimizer's state dict alone, as
-Hugging Face's ``optimizer.pt``). A model's weights alone are no resume: a fine-tune starts
-from them.
+an optimizer given its state (``Optimizer.load_state_dict``) on the training thread before the
+process's first optimizer step. A checkpoint's weights alone are no resume, nor is a full
+checkpoint read for its weights only (a fine-tune's start, a distillation's teacher): only the
+optimizer's state loaded says the training goes on.
 
-The steps go on from the step count the checkpoint holds: an int under ``global_step``,
-``iter_num``, ``iteration`` or ``step`` at its top level, else its optimizer's own count (Adam's
-``step``). A resumed nanoGPT (``--init_from=resume``) read steps 1, 2, ... again, its
-TensorBoard export laid over the first run's, and its evaluation at iteration 250 read "before
-the first step". A ``resume`` event says it, as the bundled trainer's: the step, where from,
-how long the load took. A checkpoint with no count in it still says where from; its steps
-count from 1.
+Where from, how long, and the steps done are the latest load's before it that held an
+optimizer's state: a ``torch.load`` (``{"model": ..., "optimizer": opt.state_dict(), "iter_num":
+250}``, or an optimizer's state dict alone, as Hugging Face's ``optimizer.pt``) or a
+``torch.distributed.checkpoint.load``. The steps go on from the count it holds: an int under
+``global_step``, ``iter_num``, ``iteration`` or ``step`` at its top level, else the optimizer's
+own count (Adam's ``step``, in the state loaded). A resumed nanoGPT (``--init_from=resume``)
+read steps 1, 2, ... again, its TensorBoard export laid over the first run's, and its
+evaluation at iteration 250 read "before the first step". A ``resume`` event says it, as the
+bundled trainer's: the step, where from, how long the load took; one a process (a GAN's two
+optimizers are one resume). With no count anywhere, the steps count from 1, and the event says so.
 
-Free when nothing is loaded: ``torch.load`` is wrapped at install, and once the process's
-first optimizer step is past, a load is only a test of a counter."""
+Free when nothing is loaded: ``torch.load`` and ``Optimizer.load_state_dict`` are wrapped at
+install, and once the process's first optimizer step is past, they only test a counter."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from pardash.trainer.saves import dcp_saved, file_saved, within_two_levels
 
 STEP_KEYS = ("global_step", "iter_num", "iteration", "step")
 """Where a checkpoint keeps the steps done, at its top level, first found first."""
+OPTIMIZERS_COUNT = "its optimizer's count"
 
 
 def optimizer_state(obj: Any) -> Mapping | None:
@@ -43,28 +46,37 @@ def _is_optimizer_state(value: Any) -> bool:
 
 def steps_in(obj: Mapping, optim_state: Mapping) -> tuple[int | None, str]:
     """The steps done that the checkpoint ``obj`` says, and where it says it: its own counter
-    (the key's name), else its optimizer's count ("its optimizer's count"); (None, "") when
-    neither is there (plain SGD's state holds none)."""
+    (the key's name), else the count in the optimizer state ``optim_state`` (OPTIMIZERS_COUNT);
+    (None, "") when neither is there (plain SGD's state holds none)."""
     for key in STEP_KEYS:
-        value = obj.get(key)
-        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
-            value = int(value.item())
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        value = _count(obj.get(key))
+        if value is not None:
             return value, key
-    counts = []
     state = optim_state.get("state")
-    for entry in state.values() if isinstance(state, Mapping) else ():
-        value = entry.get("step") if isinstance(entry, Mapping) else None
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
+    counts = [_count(entry.get("step")) for entry in state.values() if isinstance(entry, Mapping)] if isinstance(state, Mapping) else []
+    counts = [c for c in counts if c is not None]
+    return (max(counts), OPTIMIZERS_COUNT) if counts else (None, "")
+
+
+def _count(value: Any) -> int | None:
+    """``value`` as a count of steps (a whole number, of a one-element tensor too), or None. A
+    tensor with no value to read (loaded to the meta device) is none: its ``item()`` raised, and
+    the instrumentation stopped."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_meta:
+            return None
+        try:
             value = value.item()
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and float(value).is_integer():
-            counts.append(int(value))
-    return (max(counts), "its optimizer's count") if counts else (None, "")
+        except Exception:  # (a fake tensor)
+            return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and float(value).is_integer():
+        return int(value)
+    return None
 
 
 class Loads:
     """The script's own resumes. Its state is :class:`Instrument`'s (set in its ``__init__``:
-    ``_loading``, ``_step_base``)."""
+    ``_loading``, ``_loaded_last``, ``_resumed``, ``_step_base``)."""
 
     def _wrap_load(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``torch.load``: what it returns is what was loaded."""
@@ -96,19 +108,38 @@ class Loads:
     @_guarded
     def _loaded(self, read: Callable[[tuple, dict, Any], tuple[Any, str]], args: tuple, kwargs: dict, out: Any, took: float) -> None:
         """A load before the first optimizer step is done (``read`` says what it loaded, see
-        :meth:`_followed`): a resume when that holds an optimizer's state; the steps go on from
-        its count."""
+        :meth:`_followed`): kept when it holds an optimizer's state, for the resume that loads
+        it (:meth:`_optimizer_loaded`)."""
         obj, where = read(args, kwargs, out)
-        optim_state = optimizer_state(obj)
-        if optim_state is None:
-            return
-        step, said = steps_in(obj, optim_state)
-        source = f" ({said})" if said and said not in STEP_KEYS else ""
+        if optimizer_state(obj) is not None:
+            self._loaded_last = (obj, where, took)
+
+    def _wrap_optimizer_load(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``Optimizer.load_state_dict``: the resume (see the module)."""
+
+        def load_state_dict(optimizer: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(optimizer, state_dict, *args, **kwargs)
+            if not (self._posts or self._resumed or self.dead) and _get_ident() == self._tid:
+                self._optimizer_loaded(state_dict)
+            return out
+
+        return load_state_dict
+
+    @_guarded
+    def _optimizer_loaded(self, state_dict: Any) -> None:
+        """An optimizer was given ``state_dict`` before the first step: say the resume, and go
+        on from its step count."""
+        self._resumed = True
+        obj, where, took = self._loaded_last or ({}, "", None)
+        self._loaded_last = None
+        # (the count of the state loaded: of a checkpoint's several optimizers, this one's)
+        step, said = steps_in(obj if isinstance(obj, Mapping) else {}, state_dict if isinstance(state_dict, Mapping) else {})
+        where = f" from {where}" if where else ""
         if step is None:
-            self.reporter.event("resume", message=f"from {where or 'a checkpoint'} (no step count in it: steps count from 1)",
-                                duration_s=took)
+            self.reporter.event("resume", message=f"resumed{where}: no step count in it, steps count from 1", duration_s=took)
             return
         if step > self.step:
             self.step = self._step_base = step
             self.reporter.last_step = step
-        self.reporter.event("resume", message=f"step {step} from {where or 'a checkpoint'}{source}", step=step, duration_s=took)
+        source = f" ({said})" if said == OPTIMIZERS_COUNT else ""
+        self.reporter.event("resume", message=f"step {step}{where}{source}", step=step, duration_s=took)

@@ -22,7 +22,7 @@ import weakref
 from typing import Any
 
 from pardash.telemetry import api
-from pardash.trainer.hooking import _is_compiling, _untraced
+from pardash.trainer.hooking import _get_ident, _is_compiling, _untraced
 from pardash.trainer.marks import _Cut, _most_held, _OpenStep
 from pardash.trainer.trained import lr_of
 
@@ -32,7 +32,7 @@ class Rounds:
 
     @_untraced
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if _is_compiling() or self._not_stepping:
+        if _is_compiling() or (self._not_stepping and _get_ident() in self._not_stepping):
             return None
         if self._logging_to is not None:
             self._next_step_begins()  # (an optimizer step with no pass before it)
@@ -64,7 +64,7 @@ class Rounds:
 
     @_untraced
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if _is_compiling() or self._not_stepping:
+        if _is_compiling() or (self._not_stepping and _get_ident() in self._not_stepping):
             return None
         now = self.clock.stamp()
         self._posts += 1

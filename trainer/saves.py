@@ -138,11 +138,17 @@ class Saves:
 
     def _wrap_init_optim_state(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def init_optim_state(*args: Any, **kwargs: Any) -> Any:
-            self._not_stepping += 1
+            # (its thread's: a checkpoint thread making its state dict must not hide the
+            # training thread's steps meanwhile)
+            tid = _get_ident()
+            self._not_stepping[tid] = self._not_stepping.get(tid, 0) + 1
             try:
                 return original(*args, **kwargs)
             finally:
-                self._not_stepping -= 1
+                if self._not_stepping[tid] > 1:
+                    self._not_stepping[tid] -= 1
+                else:
+                    del self._not_stepping[tid]
 
         return init_optim_state
 
