@@ -416,6 +416,22 @@ def test_a_load_that_fails_shows_none_of_pardashs_frames(hooked, tmp_path):
     assert files[0] == __file__ and not any(f.startswith(os.path.dirname(autorun.__file__)) for f in files), files
 
 
+def test_a_checkpoint_read_for_its_weights_is_freed_when_the_script_drops_it(hooked, tmp_path):
+    # A full checkpoint (weights, optimizer, counter) read for its weights alone, a teacher's:
+    # held by pardash for a resume that never came, its tensors stayed alive all run.
+    import weakref
+
+    inst, rep, clock = hooked
+    model, adam = _trained_adam(0)  # (no step: the loads are before this process's first)
+    torch.save({"model": model.state_dict(), "optimizer": adam.state_dict(), "iter_num": 9}, tmp_path / "teacher.pt")
+    teacher = torch.load(tmp_path / "teacher.pt")
+    model.load_state_dict(teacher["model"])
+    kept = weakref.ref(teacher["model"]["weight"])
+    del teacher
+    gc.collect()
+    assert kept() is None
+
+
 def test_a_step_count_with_no_value_to_read_is_none():
     # A checkpoint loaded to the meta device: its count's item() raised inside the hook, and
     # the instrumentation stopped for the rest of the run.

@@ -266,9 +266,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         # the script's own resumes (see pardash.trainer.loads)
         self._loading = False
         """A load followed is running (DCP's torch.load of each file is that one's)."""
-        self._loaded_last: tuple[Any, str, float] | None = None
-        """(what, where from, seconds) of the latest load before the first step that held an
-        optimizer's state: the resume's, once an optimizer loads its state."""
+        self._loaded_last: tuple[tuple[int | None, str], str, float] | None = None
+        """((the steps it says, under which key), where from, seconds) of the latest load before
+        the first step that held an optimizer's state: the resume's, once an optimizer loads its
+        state (see pardash.trainer.loads)."""
         self._resumed = False
         """An optimizer has loaded its state before the first step: the process's resume, said."""
         self._step_base = 0

@@ -46,16 +46,25 @@ def _is_optimizer_state(value: Any) -> bool:
 
 def steps_in(obj: Mapping, optim_state: Mapping) -> tuple[int | None, str]:
     """The steps done that the checkpoint ``obj`` says, and where it says it: its own counter
-    (the key's name), else the count in the optimizer state ``optim_state`` (OPTIMIZERS_COUNT);
-    (None, "") when neither is there (plain SGD's state holds none)."""
-    for key in STEP_KEYS:
-        value = _count(obj.get(key))
-        if value is not None:
-            return value, key
+    (the key's name, :func:`counter_in`), else the count in the optimizer state ``optim_state``
+    (OPTIMIZERS_COUNT); (None, "") when neither is there (plain SGD's state holds none)."""
+    found = counter_in(obj)
+    if found[0] is not None:
+        return found
     state = optim_state.get("state")
     counts = [_count(entry.get("step")) for entry in state.values() if isinstance(entry, Mapping)] if isinstance(state, Mapping) else []
     counts = [c for c in counts if c is not None]
     return (max(counts), OPTIMIZERS_COUNT) if counts else (None, "")
+
+
+def counter_in(obj: Mapping) -> tuple[int | None, str]:
+    """The steps done that the checkpoint ``obj`` says at its top level, and under which key;
+    (None, "") where it says none."""
+    for key in STEP_KEYS:
+        value = _count(obj.get(key))
+        if value is not None:
+            return value, key
+    return None, ""
 
 
 def _count(value: Any) -> int | None:
@@ -112,7 +121,9 @@ class Loads:
         it (:meth:`_optimizer_loaded`)."""
         obj, where = read(args, kwargs, out)
         if optimizer_state(obj) is not None:
-            self._loaded_last = (obj, where, took)
+            # (its counter, not the checkpoint: one read for its weights alone, never resumed
+            # from, stays alive no longer than the script keeps it)
+            self._loaded_last = (counter_in(obj), where, took)
 
     def _wrap_optimizer_load(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``Optimizer.load_state_dict``: the resume (see the module)."""
@@ -130,10 +141,10 @@ class Loads:
         """An optimizer was given ``state_dict`` before the first step: say the resume, and go
         on from its step count."""
         self._resumed = True
-        obj, where, took = self._loaded_last or ({}, "", None)
+        counter, where, took = self._loaded_last or ((None, ""), "", None)
         self._loaded_last = None
-        # (the count of the state loaded: of a checkpoint's several optimizers, this one's)
-        step, said = steps_in(obj if isinstance(obj, Mapping) else {}, state_dict if isinstance(state_dict, Mapping) else {})
+        # (else the count of the state loaded: of a checkpoint's several optimizers, this one's)
+        step, said = counter if counter[0] is not None else steps_in({}, state_dict if isinstance(state_dict, Mapping) else {})
         where = f" from {where}" if where else ""
         if step is None:
             self.reporter.event("resume", message=f"resumed{where}: no step count in it, steps count from 1", duration_s=took)
