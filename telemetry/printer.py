@@ -265,7 +265,7 @@ class ProgressPrinter:
                 total = (hello.config or {}).get("steps") if hello else None
                 step = progress_step(st)
                 step_text = f"step {step}/{total}" if step is not None and total else f"step {step}" if step is not None else ""
-                stats_text = self._fit_bar(step_text, progress_stats_forms(st, rejected, hub_quiet_s=quiet))
+                stats_text = self._fit_bar(step_text, progress_stats_forms(st, rejected, hub_quiet_s=quiet), bar=bool(total))
                 self._progress.update(self._task, completed=step or 0, total=total or None, stats=stats_text, step=step_text)
             if force:
                 self._progress.refresh()
@@ -299,12 +299,16 @@ class ProgressPrinter:
                     why = f"; the hub refused {refused} connection attempt(s) with no key authorised for the port" if refused else ""
                     self._print(f"[waiting {waited}] {self.waiting}{why}")
 
-    def _fit_bar(self, step_text: str, forms: list[str]) -> str:
+    def _fit_bar(self, step_text: str, forms: list[str], bar: bool = True) -> str:
         """The stats to show beside ``step_text`` on the bar's line, the longest of ``forms``
         (longest first) that fits the terminal's width with a bar of BAR_MIN_WIDTH or more,
         and the bar as wide as what is left allows, up to BAR_WIDTH; where even the shortest
         form leaves no room for a bar, no bar, and that form cut to fit. The step and the
-        elapsed time stay whole down to some 25 columns (below that even they are cut)."""
+        elapsed time stay whole down to some 25 columns (below that even they are cut).
+
+        ``bar`` False (no total known: a script's run), never a bar: rich's bar of an unknown
+        total is a pulse that a still look (a capture, a pause of the terminal) sees full, a
+        script's run of 40 steps read as done at step 3."""
         from rich.cells import cell_len
 
         progress = self._progress
@@ -315,7 +319,10 @@ class ProgressPrinter:
         room = progress.console.width - cell_len(step_text) - cell_len(elapsed) - 4
         for form in forms:
             left = room - cell_len(form)
-            if left >= BAR_MIN_WIDTH:
+            if not bar and left >= 0:
+                self._bar_column.bar_width = 0
+                return form
+            if bar and left >= BAR_MIN_WIDTH:
                 self._bar_column.bar_width = min(BAR_WIDTH, left)
                 return form
         self._bar_column.bar_width = 0

@@ -157,3 +157,17 @@ def test_no_samples_per_s_before_every_rank_took_two_steps():
     assert "samples/s" not in progress_line(src.state, 1.0), progress_line(src.state, 1.0)  # (rank 1: one step)
     src.take(t + 0.110, schema.Step(rank=1, seq=2, step=2, samples=32, samples_total=64, step_s=0.054))
     assert "| 1,185 samples/s |" in progress_line(src.state, 1.0), progress_line(src.state, 1.0)
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_a_run_of_no_known_length_has_no_bar(width, monkeypatch):
+    # A script's run (its hello says no steps) drew rich's pulse: a bar that a still look sees
+    # full, a run of 40 steps read as done at step 3. No bar, and the room is the stats'.
+    src, _ = _run({}, 3)
+    line = _bar_line(src, width, monkeypatch)
+    assert line.startswith("step 3 "), line
+    assert "━" not in line and "╸" not in line, line
+    assert re.search(r" \d+:\d\d:\d\d$", line), line
+    assert cell_len(line) <= width, line
+    if width >= 160:
+        assert "min/med/max" in line, line
