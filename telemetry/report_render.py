@@ -127,7 +127,12 @@ def _saving_text(ck: dict) -> str:
     is said (it said the slowest save alone, of a run that spent 87 % of its time saving); what
     of it ran beside the steps (an asynchronous save) is not said to be outside them."""
     total, outside = ck["saving_s"], ck.get("saving_outside_steps_s")
-    line = f"{len(ck['saved'])} saved, {_seconds(total)} in all"
+    saved = ck["saved"]
+    timed = sum(1 for c in saved if c.get("duration_s") is not None)
+    # (a save that said no time is not in the sum: "3 saved, 0.9 s in all" of saves of which one
+    # said its time read as all three's)
+    line = f"{len(saved)} saved, {_seconds(total)} in all" if timed == len(saved) else (
+        f"{len(saved)} saved, {_seconds(total)} in the {timed} that said their time")
     if outside is None or _seconds(outside) == _seconds(total):
         return line + ", outside the steps"
     if not outside:

@@ -45,7 +45,7 @@ def _run(tmp_path: Path, saves, *, steps: int = 20, beside: bool = False) -> dic
             done = t
             for rank, path, seconds in saves.get(s, ()):
                 if rank == r:
-                    done += seconds
+                    done += seconds or 0.0  # (None: a save that says no time)
                     ev = schema.Event(rank=r, name="checkpoint", step=s, message=path, duration_s=seconds)
                     if beside:
                         pending.append((done, ev))
@@ -85,6 +85,13 @@ def test_a_save_beside_the_steps_is_not_said_to_be_outside_them(tmp_path):
     assert rep["checkpoints"]["saving_s"] == pytest.approx(0.1)
     assert rep["checkpoints"]["saving_outside_steps_s"] == pytest.approx(0.0, abs=1e-4)
     assert "2 saved, 0.1 s in all, beside the steps (asynchronous)" in render_text(rep)
+
+
+def test_saves_that_said_no_time_are_not_counted_in_the_time(tmp_path):
+    # One of three saves said its time: "3 saved, 0.9 s in all" read as the three's.
+    rep = _run(tmp_path, {5: [(0, "/ckpt/5", 0.9)], 10: [(0, "/ckpt/10", None)], 15: [(0, "/ckpt/15", None)]})
+    assert rep["checkpoints"]["saving_s"] == pytest.approx(0.9)
+    assert "3 saved, 0.9 s in the 1 that said their time, outside the steps" in render_text(rep), render_text(rep)
 
 
 def test_a_run_without_saves_says_no_checkpoints_time(tmp_path):
