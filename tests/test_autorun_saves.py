@@ -365,7 +365,7 @@ def _trained_adam(steps: int) -> tuple[nn.Module, torch.optim.Optimizer]:
         # an optimizer's state dict alone (Hugging Face's optimizer.pt): Adam's own count
         ("optimizer", 8, "step 7 from {path} (its optimizer's count)"),
         # plain SGD's state holds no count, nor does the checkpoint: said, counted from 1
-        ("sgd", 1, "resumed from {path}: no step count in it, steps count from 1"),
+        ("sgd", 1, "no step count in {path}, steps count from 1"),
     ],
 )
 def test_what_a_load_before_the_first_step_resumes(what, first, said, tmp_path):
@@ -395,6 +395,33 @@ def test_what_a_load_before_the_first_step_resumes(what, first, said, tmp_path):
         api._reset_for_tests()
     assert [s["step"] for s in rep.steps] == [first]
     assert [r["message"] for r in _resumes(rep)] == ([said.format(path=path)] if said else [])
+
+
+@pytest.mark.parametrize("then", ["fresh", "resumed"])
+def test_an_optimizer_given_its_own_fresh_state_is_no_resume(then, tmp_path):
+    # Hugging Face's accelerator.prepare (so every Trainer) gives each optimizer its own fresh
+    # state back (load_state_dict, to move it to the device): every fresh run said "[resume]
+    # resumed: no step count in it", and Trainer's resume_from_checkpoint after it went
+    # unsaid, its steps counted from 1 again.
+    model, trained = _trained_adam(7)
+    path = tmp_path / "optimizer.pt"
+    torch.save(trained.state_dict(), path)
+    api._reset_for_tests()
+    rep = Reporter()
+    inst = Instrument(rep).install()
+    try:
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        opt.load_state_dict(opt.state_dict())  # (accelerate's AcceleratedOptimizer.__init__)
+        if then == "resumed":
+            opt.load_state_dict(torch.load(path))
+        _train_one(model, opt)
+        inst.finish()
+    finally:
+        inst.uninstall()
+        api._reset_for_tests()
+    assert [s["step"] for s in rep.steps] == ([8] if then == "resumed" else [1])
+    said = [f"step 7 from {path} (its optimizer's count)"] if then == "resumed" else []
+    assert [r["message"] for r in _resumes(rep)] == said
 
 
 def _train_one(model, opt) -> None:

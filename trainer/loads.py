@@ -83,6 +83,12 @@ def _count(value: Any) -> int | None:
     return None
 
 
+def _has_state(state_dict: Any) -> bool:
+    """Whether an optimizer's ``state_dict`` holds per-parameter state (a step taken)."""
+    state = state_dict.get("state") if isinstance(state_dict, Mapping) else None
+    return bool(state) if isinstance(state, Mapping) else True
+
+
 class Loads:
     """The script's own resumes. Its state is :class:`Instrument`'s (set in its ``__init__``:
     ``_loading``, ``_loaded_last``, ``_resumed``, ``_step_base``)."""
@@ -139,16 +145,24 @@ class Loads:
     @_guarded
     def _optimizer_loaded(self, state_dict: Any) -> None:
         """An optimizer was given ``state_dict`` before the first step: say the resume, and go
-        on from its step count."""
+        on from its step count. One given a state of no step taken (no per-parameter state) that
+        no load read is none: Hugging Face's ``accelerator.prepare`` (so every ``Trainer``) gives
+        each optimizer its own fresh state back, to move it to the device. Taken for a resume, it
+        said "resumed: no step count" of every fresh run, and the real resume after it (Trainer's
+        ``resume_from_checkpoint``, ``accelerator.load_state``) went unsaid, its steps from 1."""
+        if self._loaded_last is None and not _has_state(state_dict):
+            return
         self._resumed = True
         counter, where, took = self._loaded_last or ((None, ""), "", None)
         self._loaded_last = None
         # (else the count of the state loaded: of a checkpoint's several optimizers, this one's)
         step, said = counter if counter[0] is not None else steps_in({}, state_dict if isinstance(state_dict, Mapping) else {})
-        where = f" from {where}" if where else ""
         if step is None:
-            self.reporter.event("resume", message=f"resumed{where}: no step count in it, steps count from 1", duration_s=took)
+            # (the report says "resumed: " before it: "resumed: resumed from ..." it read)
+            held = f" in {where}" if where else " in the state loaded"
+            self.reporter.event("resume", message=f"no step count{held}, steps count from 1", duration_s=took)
             return
+        where = f" from {where}" if where else ""
         if step > self.step:
             self.step = self._step_base = step
             self.reporter.last_step = step
