@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterable
 from typing import TextIO
 
+import msgspec
+
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
@@ -440,9 +442,11 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
         if len(text) > EVENT_TEXT_MAX:
             text = text[: EVENT_TEXT_MAX - 1] + "…"
         line = f"[{ev.name or 'event'}] {who}: {text}".rstrip(": ")
-        if ev.name == "checkpoint" and not text:
-            # (a save to a file object with no name says no path: "[checkpoint] rank 0 (3 ms)")
-            line = f"[checkpoint] {who} saved"
+        if ev.name == "checkpoint":
+            # (its step: a script's "/ckpt/snapshot.pt" of every save said none; a save to a
+            # file object with no name says no path: "[checkpoint] rank 0 (3 ms)")
+            at = f" at step {ev.step}" if ev.step is not None else ""
+            line = f"[checkpoint] {who}{at}: {text}" if text else f"[checkpoint] {who} saved{at}"
         if ev.name == "eval":  # (one before any step read "after step 0")
             line = f"[eval] {who} after step {ev.step}" if ev.step else f"[eval] {who} before the first step"
         if took is not None and ev.name in ("checkpoint", "resume", "eval"):
@@ -703,6 +707,8 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
     own (ranks None)."""
     out: list[list] = []
     alike: dict[tuple, list] = {}
+    files: dict[int, dict[int, dict[str, float]]] = {}
+    """id(entry) -> rank -> path -> its time: a checkpoint's files (see :func:`_saved_files`)."""
     for m in msgs:
         key = alike_key(m)
         if key is not None:
@@ -712,10 +718,17 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
                 out.append(entry)
             entry[1][m.rank] = None  # a rank that said it twice is named once
             took = m.duration_s if isinstance(m, schema.Event) else None
+            if key[0] == "checkpoint" and m.message:
+                mine = files.setdefault(id(entry), {}).setdefault(m.rank, {})
+                mine[m.message] = max(mine.get(m.message, 0.0), took or 0.0)
             if took is not None and (entry[2] is None or took > entry[2]):
                 entry[2] = took
         else:
             out.append([m, None, None])
+    for entry in out:
+        by_rank = files.get(id(entry))
+        if by_rank is not None:
+            _saved_files(entry, by_rank)
     # An error taken right after exits it caused (the ranks torchrun stopped, heard from first:
     # the hub takes from each rank in turn) goes ahead of them: the cause, then its
     # consequence. Only over the failed exits just before it, of the moments before it (the
@@ -733,6 +746,23 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
     return [(m, list(ranks) if ranks is not None else None, took) for m, ranks, took in ordered]
 
 
+def _saved_files(entry: list, by_rank: dict[int, dict[str, float]]) -> None:
+    """A checkpoint's ``entry`` of :func:`group_alike` whose ranks wrote several files
+    (``by_rank``: rank -> path -> its time) said as one save: their folder and how many, each
+    rank's time its files' summed (written back to back), the slowest rank's. A Hugging Face
+    Trainer's save read as a line each for ``optimizer.pt`` and every rank's ``rng_state_N.pth``
+    (9 lines a save of 8 ranks), the folder that is the checkpoint named by none of them."""
+    paths = {path for mine in by_rank.values() for path in mine}
+    if len(paths) < 2:
+        return
+    m = entry[0]
+    sums = [sum(mine.values()) for mine in by_rank.values()]
+    took = max(sums) if any(mine.values() for mine in by_rank.values()) else m.duration_s
+    folder = os.path.dirname(next(iter(paths)))
+    entry[0] = msgspec.structs.replace(m, message=f"{folder}{os.sep}, {len(paths)} files", duration_s=took)
+    entry[2] = took
+
+
 def alike_key(m: schema.Message) -> tuple | None:
     """What makes ``m`` alike the same event or verdict of other ranks (see :func:`group_alike`);
     None for a message said once for itself."""
@@ -740,6 +770,9 @@ def alike_key(m: schema.Message) -> tuple | None:
         # (a script's own events too: "my_eval" of 256 ranks was 256 lines)
         # (torchrun's restart, said by the hub or the launcher: its text names its rank and
         # pid, alike by its count; a script's own event of that name is any event)
+        if m.name == "checkpoint" and m.message:
+            # (a save's files in one folder, of every rank, at one step: one save, see _saved_files)
+            return (m.name, m.step, os.path.dirname(m.message), m.code)
         return (m.name, m.step, "" if torchrun_restart(m) else m.message, m.code)
     if isinstance(m, schema.Verdict) and m.rank >= 0 and m.verdict in GROUPED_VERDICTS:
         tail = verdict_tail(m)

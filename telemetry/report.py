@@ -39,6 +39,7 @@ What the report answers, beyond the per-rank table:
 from __future__ import annotations
 
 import bisect
+import os
 import re
 import statistics
 from collections import Counter, defaultdict, deque
@@ -599,6 +600,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
         if e["role"] in ("cause", "peer_left", "waited") and e["step"] is None and failure is not None:
             e["step"] = failure.get("step")  # killed without a word: the step it died in, as the failure line says
+    _name_folders(list(saves.values()))
     return {
         "log": path,
         "run_id": state.run_id,
@@ -896,8 +898,13 @@ def _fold_save(entry: dict, msg: schema.Event, outside_s: float | None) -> None:
     path = msg.message or ""
     if path:
         entry["_paths"].add(path)
-        if len(entry["_paths"]) > 1:
+        folder = os.path.dirname(path)
+        if len(entry["_paths"]) == 1:
+            entry["_folder"] = folder
+        else:
             entry["files"] = len(entry["_paths"])
+            if folder != entry["_folder"]:
+                entry["_folder"] = ""
     if msg.duration_s is None:
         return
     files = entry["_files"].setdefault(msg.rank, {})
@@ -910,6 +917,22 @@ def _fold_save(entry: dict, msg: schema.Event, outside_s: float | None) -> None:
     sums[1] += now[1] - outside
     entry["duration_s"] = max(entry["duration_s"] or 0.0, sums[0])
     entry["_outside_s"] = max(entry["_outside_s"], sums[1])
+
+
+def _name_folders(saves: list[dict]) -> None:
+    """A checkpoint of several files in a folder of its own is named by the folder, ``path``
+    ending in a separator: a Hugging Face save read "the last in .../checkpoint-30/rng_state_1.pth
+    and 2 more files", rank 1's file heard first. Its own: named by its step (``checkpoint-30``),
+    or the one folder of several saves that none of the others wrote into (PyTorch's FSDP2
+    example's, named by the time). Files in a folder every save writes into
+    (``/ckpt/step-6-rank0.pt``) keep the first file's name, which tells the checkpoint."""
+    folders = Counter(c.get("_folder") for c in saves if c.get("_folder"))
+    for c in saves:
+        folder = c.get("_folder")
+        if not (c.get("files") and folder):
+            continue
+        if re.search(rf"(?<!\d){c['step']}(?!\d)", os.path.basename(folder)) or (len(saves) > 1 and folders[folder] == 1):
+            c["path"] = folder + os.sep
 
 
 def _saving(saves: list[dict]) -> dict:

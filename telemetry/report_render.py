@@ -527,7 +527,7 @@ def checkpoint_lines(rep: dict) -> list[str]:
             line += f"; the last in {saved[-1]['path']}"
             if saved[-1].get("files"):  # (the model's file named alone, beside the time of it and the optimizer's)
                 more = saved[-1]["files"] - 1
-                line += f" and {more} more file{'s' if more > 1 else ''}"
+                line += f" ({more + 1} files)" if saved[-1]["path"].endswith(os.sep) else f" and {more} more file{'s' if more > 1 else ''}"
         slowest = max((c for c in saved if c["duration_s"] is not None), key=lambda c: c["duration_s"], default=None)
         if slowest is not None:
             line += f"; slowest save {took_text(slowest['duration_s'])} (step {slowest['step']})"

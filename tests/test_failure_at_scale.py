@@ -98,7 +98,7 @@ def test_one_frame_of_every_ranks_checkpoint_is_one_line():
     viewer.apply_frame(core.tick(2.0))
     saves = [e for e in viewer.state.events if e.name == "checkpoint"]
     assert [event_line(*entry) for entry in group_alike(saves)] == [
-        "[checkpoint] ranks 0-1023: /ckpt/step-00000100 (slowest 2.00 s)"
+        "[checkpoint] ranks 0-1023 at step 100: /ckpt/step-00000100 (slowest 2.00 s)"
     ]
 
 

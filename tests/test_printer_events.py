@@ -188,7 +188,7 @@ def test_a_viewer_that_joins_a_run_says_the_events_it_finds_are_the_runs_past(jo
     lines = [line for line in out.getvalue().splitlines() if not line.startswith("[ ")]
     past = ["pardash: earlier in the run (before this viewer started):"] if joined else []
     assert lines == [*past, "[straggler] rank 1 is a straggler (data loading): the others wait 35 ms a step for it",
-                     "[checkpoint] rank 0: saved (0.50 s)"], out.getvalue()  # fmt: skip
+                     "[checkpoint] rank 0 at step 60: saved (0.50 s)"], out.getvalue()  # fmt: skip
 
 
 def test_a_live_hub_that_refuses_the_viewer_after_taking_it_is_said_once(monkeypatch):
@@ -239,7 +239,7 @@ def test_a_fast_evaluation_and_one_before_any_step_are_said_as_they_were():
     printer.close()
     lines = [line for line in out.getvalue().splitlines() if line.startswith("[") and not line.startswith("[ ")]
     assert lines == ["[eval] ranks 0-1 before the first step (slowest 4 ms)", "[eval] rank 0 after step 5 (1.25 s)",
-                     "[checkpoint] ranks 0-1: saved (slowest 50 ms)",
+                     "[checkpoint] ranks 0-1 at step 5: saved (slowest 50 ms)",
                      "[eval] rank 0 after step 7 (0.80 s): cut short: the rank ended in it"], out.getvalue()  # fmt: skip
 
 

@@ -103,10 +103,10 @@ def test_ranks_saving_a_checkpoint_are_said_saving():
 def test_a_checkpoint_saved_to_a_file_object_with_no_name_says_saved():
     # Its message is its path, '' for a file object with no name: "[checkpoint] rank 0 (3 ms)".
     one = schema.Event(rank=0, name="checkpoint", step=5, duration_s=0.003, message="")
-    assert event_line(one) == "[checkpoint] rank 0 saved (3 ms)"
-    assert event_line(one, [0, 1], 0.004) == "[checkpoint] ranks 0-1 saved (slowest 4 ms)"
+    assert event_line(one) == "[checkpoint] rank 0 saved at step 5 (3 ms)"
+    assert event_line(one, [0, 1], 0.004) == "[checkpoint] ranks 0-1 saved at step 5 (slowest 4 ms)"
     named = schema.Event(rank=0, name="checkpoint", step=5, duration_s=0.003, message="/ckpt/step5.pt")
-    assert event_line(named) == "[checkpoint] rank 0: /ckpt/step5.pt (3 ms)"
+    assert event_line(named) == "[checkpoint] rank 0 at step 5: /ckpt/step5.pt (3 ms)"
 
 
 def _step_said(src: _Fed) -> str | None:
@@ -171,3 +171,22 @@ def test_a_run_of_no_known_length_has_no_bar(width, monkeypatch):
     assert cell_len(line) <= width, line
     if width >= 160:
         assert "min/med/max" in line, line
+
+
+def test_a_saves_files_in_one_folder_are_one_line_of_their_summed_time():
+    # A Hugging Face Trainer's save at step 10, two ranks: rank 0's optimizer.pt and
+    # rng_state_0.pth, rank 1's rng_state_1.pth, a line each (9 a save of 8 ranks), the folder
+    # that is the checkpoint named by none. Rank 0 wrote its two back to back: 4 + 1 ms.
+    from pardash.telemetry.printer import group_alike
+
+    folder = "/out/checkpoint-10"
+    saves = [schema.Event(rank=1, name="checkpoint", step=10, duration_s=0.004, message=f"{folder}/rng_state_1.pth"),
+             schema.Event(rank=0, name="checkpoint", step=10, duration_s=0.004, message=f"{folder}/optimizer.pt"),
+             schema.Event(rank=0, name="checkpoint", step=10, duration_s=0.001, message=f"{folder}/rng_state_0.pth"),
+             schema.Event(rank=0, name="checkpoint", step=20, duration_s=0.002, message="/out/checkpoint-20/optimizer.pt")]  # fmt: skip
+    assert [event_line(*entry) for entry in group_alike(saves)] == [
+        f"[checkpoint] ranks 0-1 at step 10: {folder}/, 3 files (slowest 5 ms)",
+        "[checkpoint] rank 0 at step 20: /out/checkpoint-20/optimizer.pt (2 ms)",
+    ]
+    # One rank's alone: its files' sum, not the first file's time.
+    assert [event_line(*entry) for entry in group_alike(saves[1:3])] == [f"[checkpoint] rank 0 at step 10: {folder}/, 2 files (5 ms)"]

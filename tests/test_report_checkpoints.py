@@ -114,6 +114,20 @@ def test_the_model_and_the_optimizer_saved_in_two_files_are_one_save_of_both_tim
         assert "1 saved at step 4; the last in /ckpt/1700000000/model_state_dict.pt and 1 more file; slowest save 63 ms (step 4)" in text, text
 
 
+@pytest.mark.parametrize("named", ["by its step", "by its time"])
+def test_a_save_of_several_files_in_a_folder_of_its_own_is_named_by_the_folder(tmp_path, named):
+    # A Hugging Face Trainer's save, rank 1's rng_state_1.pth heard first: "the last in
+    # .../checkpoint-30/rng_state_1.pth and 2 more files". PyTorch's FSDP2 example's folders are
+    # named by the time: a folder each save, none another's.
+    def folder(s):
+        return f"/out/checkpoint-{s}" if named == "by its step" else f"/ckpt/{1700000000 + s}"
+
+    rep = _run(tmp_path, {s: [(1, f"{folder(s)}/rng_state_1.pth", 0.01), (0, f"{folder(s)}/optimizer.pt", 0.02),
+                              (0, f"{folder(s)}/rng_state_0.pth", 0.01)] for s in (10, 20)})  # fmt: skip
+    assert [c["path"] for c in rep["checkpoints"]["saved"]] == [f"{folder(10)}/", f"{folder(20)}/"]
+    assert f"2 saved at steps 10, 20; the last in {folder(20)}/ (3 files); slowest save 30 ms" in render_text(rep), render_text(rep)
+
+
 def test_each_ranks_own_file_is_one_save_of_the_slowest_rank(tmp_path):
     # Every rank saving a file of its own at once: the checkpoint is of both files, and takes
     # the slowest rank's time (the ranks wrote at once), not their sum.

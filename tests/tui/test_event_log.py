@@ -48,7 +48,7 @@ def test_progress_lines_say_it_once_too():
 
     msgs = [_save(r, 20, 1.0) for r in (0, 1, 2, 3)] + [schema.Event(rank=1, name="warning", message="slow disk")]
     assert [event_line(*entry) for entry in group_alike(msgs)] == [
-        "[checkpoint] ranks 0-3: /ckpt/step-00000020 (slowest 1.00 s)",
+        "[checkpoint] ranks 0-3 at step 20: /ckpt/step-00000020 (slowest 1.00 s)",
         "[warning] rank 1: slow disk",
     ]
 
