@@ -260,6 +260,7 @@ class ProgressPrinter:
                     self._print("pardash: earlier in the run (before this viewer started):")
                 self._said_events = True
                 self._print(line)
+                self._last_said = ""  # (the closing line again below it: see below)
         stats = getattr(self.source, "stats", None)
         rejected = sum(stats.rejected.values()) if stats is not None else 0
         if self._progress is not None:
@@ -278,7 +279,9 @@ class ProgressPrinter:
                 line = progress_line(st, now - (self._run_t if self._run_t is not None else self.t_start), rejected, hub_quiet_s=quiet)
                 said = line.partition("] ")[2]  # the line but its time
                 # The last line said again: not as the closing line, nor every few seconds once
-                # the run is over (a job's teardown can take that long after its last step).
+                # the run is over (a job's teardown can take that long after its last step);
+                # but below events printed after it ("2 finished", then the step-10 checkpoint
+                # and the step-20 evaluation, held for their other ranks, read as after the end).
                 if not ((force or run_over(st)) and said == self._last_said):
                     self._print(line)
                     self._last_said = said

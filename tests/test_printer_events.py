@@ -254,3 +254,28 @@ def test_a_headless_attach_the_hub_refuses_now_ends_saying_so():
     line = printer_mod.follow_attached(ProgressPrinter(src, out=out, bar=False, every_s=3600.0), src, gone_s=0.2)
     assert line.startswith("pardash: stopped watching: the hub refuses this viewer now: it does not admit this viewer's client key"), line
     assert "sent nothing" not in line
+
+
+def test_the_closing_line_comes_again_below_events_printed_after_it(monkeypatch):
+    # A Lightning run's "[ 1.9s] step 20 | ... | 2 finished", then the step-10 checkpoint and
+    # the step-20 evaluation, which had waited for their other rank's: the run's last line read
+    # as said before them. Said again below them, once; not again with nothing between.
+    clock = [1000.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+    src = _Fed()
+    for rank in (0, 1):
+        src.take(schema.Hello(rank=rank, world_size=2, strategy="ddp"), 1000.0)
+    out = io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=1.0)
+    for rank in (0, 1):
+        src.take(schema.Step(rank=rank, seq=1, step=20, samples=4, samples_total=80, step_s=0.01), 1000.1)
+    src.take(schema.Event(rank=0, name="checkpoint", step=10, duration_s=0.002, message="/ckpt/s10.ckpt"), 1000.1)
+    for rank in (0, 1):
+        src.take(schema.Event(rank=rank, name="exit", code=0, step=20), 1000.2)
+    clock[0] += 2.0
+    printer.update()
+    clock[0] += 2.0
+    printer.update(force=True)
+    printer.update(force=True)
+    lines = [re.sub(r"^\[ *[\d.]+s\] ", "", line) for line in out.getvalue().splitlines()]
+    assert [line.split(" |")[0] for line in lines] == ["step 20", "[checkpoint] rank 0 at step 10: /ckpt/s10.ckpt (2 ms)", "step 20"], lines
