@@ -209,6 +209,7 @@ class Evaluations:
         self._eval_grad = None
         self._eval_grad_pass = False
         self._eval_pending = None
+        self._eval_saves = []
 
     def _eval_clear(self) -> None:
         """No evaluation going, none pending."""
@@ -220,6 +221,7 @@ class Evaluations:
         self._eval_grad = None
         self._eval_grad_pass = False
         self._eval_in_step = False
+        self._eval_saves = []
 
     def _eval_ends(self, by_script: bool = False, cut_short: bool = False) -> None:
         """Training resumes: the evaluation's time is left out of the open step, what came
@@ -234,9 +236,18 @@ class Evaluations:
         if self._eval_pending is not None and not self._eval_stands():
             self._eval_drop()
             return
-        took = self._eval_t1 - self._eval_t0
+        t1 = self._eval_t1
+        # The saves that began before its end were in it (model.eval(), a save, forwards or
+        # model.train()): not its time. Those after its last forward, with no model.train()
+        # after them, came after it (see Saves._save_ends): between steps, left out of the next
+        # step with it, as a save alone is (its clock starts at the last one's end).
+        saves = self._eval_saves
+        took = t1 - self._eval_t0 - sum(s for t, s, _ in saves if t < t1)
         began, end = self._eval_began, self._eval_end
         in_step = self._eval_in_step
+        after = [e for t, _, e in saves if t >= t1]
+        if after and end is not None and not in_step:
+            end = after[-1]
         self._eval_clear()
         self.evals += 1
         if in_step and self._open is not None and began is not None:

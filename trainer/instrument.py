@@ -248,6 +248,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         """A model not seen training put in eval mode (model.eval(): the outermost train call),
         and when: its forwards in eval mode are an evaluation if an optimizer holds its weights
         (a baseline validation before the first step; see _root_begin)."""
+        self._eval_saves: list[tuple[float, float, Any]] = []
+        """(perf_counter at its start, its seconds, the step clock's stamp at its end) of each save
+        in the evaluation going: not the evaluation's time if it began before the evaluation's
+        end (see Evaluations._eval_ends)."""
         self._train_depth = 0
         self.evals = 0
         # the script's own checkpoint saves (see pardash.trainer.saves)
@@ -496,10 +500,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
                 return  # a closure's later pass (LBFGS's line search): the optimizer's
             # (the closure's first pass: the step's, as any forward; see _optimizer_pre)
         new = self._eval_new
-        if new is not None and not module.training and not self._eval_t0 and new[0]() is module:
+        if new is not None and _in_eval_mode(module) and not self._eval_t0 and new[0]() is module:
             self._eval_of_new(module, new[1])
         if not torch.is_grad_enabled():
-            if not module.training and (trained.trains(module) or is_average(module)):
+            if _in_eval_mode(module) and (trained.trains(module) or is_average(module)):
                 # The model put in eval mode, without grad (or its weights' running average,
                 # an EMA): a validation pass.
                 self._eval_begins()
@@ -519,7 +523,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         # dropout frozen by model.eval()) or be evaluated without torch.no_grad(): after
         # model.eval(), a backward tells (see _eval_trained), else model.train() ends the
         # evaluation as any other.
-        if self._eval_called and not module.training and (trained.trains(module) or self._evaluating_new(module)):
+        if self._eval_called and _in_eval_mode(module) and (trained.trains(module) or self._evaluating_new(module)):
             if self._eval_grad is None:
                 self._eval_grad = [self.clock.stamp(), 0, weakref.ref(module)]
             self._eval_grad_pass = True
@@ -997,6 +1001,29 @@ _backward_returns = Instrument._backward_returns.__wrapped__
 """The hot hooks' bodies, unguarded: their callers guard them inline (see hooking._guarded)."""
 
 _instrument: Instrument | None = None
+
+
+def _in_eval_mode(module: Any) -> bool:
+    """Whether ``module``'s forward runs the model in eval mode: its own ``training`` flag, or,
+    for a wrapper in eval mode (a module with no parameters of its own whose one child is the
+    model it runs: DDP's, ``torch.compile``'s, AveragedModel's), the model's it wraps.
+    PyTorch Lightning puts ``trainer.model``, the DDP wrapper, in eval mode for a validation
+    (``.eval()``), then sets the LightningModule's modules back to training mode by their
+    attribute (``m.training = True``, not ``.train()``): the wrapper stays in eval mode for the
+    rest of the run, the model it runs trains. Read by the wrapper's flag, each training
+    forward with grad after a validation was a forward in eval mode (see _root_begin), and with
+    gradient accumulation (4 micro-batches, the first 3 before any optimizer step) the backward
+    after it made the whole validation training (see Evaluations._eval_trained): no ``eval``
+    event, its 0.3 s in the next step's data, and a rank validating slower named the
+    straggler."""
+    while not module.training:
+        children = module._modules
+        if len(children) != 1 or module._parameters:
+            return True
+        (module,) = children.values()
+        if module is None:
+            return True
+    return False
 
 
 def _per_sample_losses(t: torch.Tensor) -> bool:
