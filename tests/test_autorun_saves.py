@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import io
 import os
+import sys
 
 import pytest
 import torch
@@ -568,3 +569,73 @@ def test_a_launched_scripts_saves_are_its_checkpoints_and_the_work_before_them_s
     assert all(s.comm_s > 0 for s in second[1:])
     for s in first + second:
         assert s.data_s + s.forward_s + s.backward_s + s.optimizer_s + (s.comm_s or 0.0) == pytest.approx(s.step_s)
+
+
+_LIBRARIES = {
+    # safetensors: the file written by its own code, no torch.save (a Hugging Face Trainer's model)
+    "safetensors/torch.py": (
+        "def save_file(tensors, filename, metadata=None):\n"
+        "    with open(filename, 'wb') as f:\n"
+        "        f.write(SLOW.write(b'st'))\n"
+    ),
+    # PyTorch Lightning's: torch.save to a buffer, then the bytes written through fsspec
+    "lightning/fabric/utilities/cloud_io.py": (
+        "import io, torch\n"
+        "def _atomic_save(checkpoint, filepath):\n"
+        "    buf = io.BytesIO()\n"
+        "    torch.save(checkpoint, buf)\n"
+        "    with open(filepath, 'wb') as f:\n"
+        "        f.write(SLOW.write(buf.getvalue()))\n"
+    ),
+    # (its checkpoint IO binds the name at its import, as Lightning's torch_io does)
+    "lightning/fabric/plugins/torch_io.py": "from lightning.fabric.utilities.cloud_io import _atomic_save\n",
+}
+
+
+@pytest.fixture
+def libraries(tmp_path, monkeypatch):
+    """The fake libraries of _LIBRARIES, importable from ``tmp_path/lib``; gone after."""
+    for rel, text in _LIBRARIES.items():
+        path = tmp_path / "lib" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        for parent in path.relative_to(tmp_path / "lib").parents:
+            if str(parent) != ".":
+                (tmp_path / "lib" / parent / "__init__.py").touch()
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    yield
+    for name in [n for n in sys.modules if n.split(".")[0] in ("safetensors", "lightning")]:
+        del sys.modules[name]
+
+
+def test_a_librarys_save_of_the_model_is_a_checkpoint_with_its_path_and_time(hooked, libraries, tmp_path):
+    # A Hugging Face Trainer's model.safetensors (its biggest file) was no checkpoint, its time
+    # the evaluation's before it; Lightning's checkpoint, torch.save to a buffer then written,
+    # said no path, its write left out of its time, and its two files at one step
+    # (epoch=0-step=10.ckpt, last.ckpt) read as one file saved twice.
+    inst, rep, clock = hooked
+
+    class Slow:
+        def write(self, b):
+            clock[0] += 1.0
+            assert rep.phases[-1] == "checkpoint"
+            return b
+
+    from safetensors import torch as st_torch
+    from lightning.fabric.plugins.torch_io import _atomic_save
+
+    st_torch.SLOW = sys.modules["lightning.fabric.utilities.cloud_io"].SLOW = Slow()
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        _timed_step(model, opt, clock)
+    st_torch.save_file(model.state_dict(), str(tmp_path / "model.safetensors"))
+    for name in ("epoch=0-step=2.ckpt", "last.ckpt"):
+        _atomic_save({"state_dict": model.state_dict(), "global_step": 2}, tmp_path / name)
+    _timed_step(model, opt, clock)
+    inst.finish()
+    assert [(c["step"], c["message"]) for c in _checkpoints(rep)] == [
+        (2, str(tmp_path / "model.safetensors")), (2, str(tmp_path / "epoch=0-step=2.ckpt")), (2, str(tmp_path / "last.ckpt"))]
+    assert all(c["duration_s"] > 0 for c in _checkpoints(rep))  # (its own clock: perf_counter)
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])  # (the saves in none)
+    assert torch.load(tmp_path / "last.ckpt")["global_step"] == 2  # (saved as without pardash)

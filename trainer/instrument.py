@@ -261,6 +261,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         """The ``checkpoint`` events of the saves since the last step, sent as the next is published."""
         self._dcp_finder: Any = None
         """Waits for the import of torch.distributed.checkpoint, to wrap its saves."""
+        self._library_finders: list[Any] = []
+        """Waits for the import of the libraries whose saves are followed (see saves.LIBRARY_SAVES)."""
         self._state_dict_finder: Any = None
         """Waits for the import of DCP's state-dict helpers (see Saves._state_dicts_imported)."""
         self._not_stepping: dict[int, int] = {}

@@ -42,6 +42,21 @@ INIT_OPTIM_STATE = "_init_optim_state"
 """Its function that steps an optimizer without state once, to make it (see
 :meth:`Saves._state_dicts_imported`)."""
 
+LIBRARY_SAVES = {
+    "safetensors.torch": {"save_file": ("tensors", "filename"), "save_model": ("model", "filename")},
+    "lightning.fabric.utilities.cloud_io": {"_atomic_save": ("checkpoint", "filepath")},
+    "lightning_fabric.utilities.cloud_io": {"_atomic_save": ("checkpoint", "filepath")},
+}
+"""Libraries' functions that save training state to a file another way than ``torch.save`` to
+it, wrapped once their module is imported (before the importer binds their names): module ->
+function -> (its state's argument, its path's). A Hugging Face Trainer's model is saved with
+safetensors, its biggest file, whose time went into the evaluation before it; PyTorch
+Lightning's checkpoint is ``torch.save`` to a buffer then written through fsspec: its event
+said no path, its time left the write out, and two files at one step (``epoch=0-step=10.ckpt``,
+``last.ckpt``) read as the same file saved twice."""
+TORCH_SAVE = ("obj", "f")
+"""``torch.save``'s arguments: the state, and where to."""
+
 _STATE = (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)
 
 
@@ -116,8 +131,23 @@ class Saves:
         self._patch(torch, "save", self._wrap_save(dcp=False))
         self._dcp_finder = _once_imported(DCP, self._dcp_imported)
         self._state_dict_finder = _once_imported(DCP_STATE_DICT, self._state_dicts_imported)
+        for name, saves in LIBRARY_SAVES.items():
+            finder = _once_imported(name, functools.partial(self._library_imported, saves))
+            if finder is not None:
+                self._library_finders.append(finder)
+
+    @_guarded
+    def _library_imported(self, saves: dict[str, tuple[str, str]], module: Any) -> None:
+        """A library's saves (see LIBRARY_SAVES), wrapped as ``torch.save`` is; a ``torch.save``
+        within one is part of it."""
+        for name, arguments in saves.items():
+            if callable(getattr(module, name, None)):
+                self._patch(module, name, self._wrap_save(dcp=False, arguments=arguments))
 
     def _unwatch_saves(self) -> None:
+        for finder in self._library_finders:
+            finder.remove()
+        self._library_finders.clear()
         if self._dcp_finder is not None:
             self._dcp_finder.remove()
             self._dcp_finder = None
@@ -166,30 +196,32 @@ class Saves:
                 if owner is not None and callable(getattr(owner, name, None)):
                     self._patch(owner, name, self._wrap_dcp_load)
 
-    def _wrap_save(self, dcp: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def _wrap_save(self, dcp: bool, arguments: tuple[str, str] = TORCH_SAVE) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-            return _around(original, functools.partial(self._save_begins, dcp=dcp), self._save_ends)
+            return _around(original, functools.partial(self._save_begins, dcp=dcp, arguments=arguments), self._save_ends)
 
         return wrap
 
-    def _save_begins(self, args: tuple[Any, ...], kwargs: dict[str, Any], dcp: bool) -> bool:
+    def _save_begins(self, args: tuple[Any, ...], kwargs: dict[str, Any], dcp: bool, arguments: tuple[str, str] = TORCH_SAVE) -> bool:
         """Whether the call is a save to follow: on the training thread, in no other save
         (DCP's torch.save of each file is that one's), of training state."""
         if self._saving is not None or self.dead or _get_ident() != self._tid:
             return False
-        return bool(self._save_starts(args, kwargs, dcp))
+        return bool(self._save_starts(args, kwargs, dcp, arguments))
 
     @_guarded
-    def _save_starts(self, args: tuple[Any, ...], kwargs: dict[str, Any], dcp: bool) -> bool:
+    def _save_starts(self, args: tuple[Any, ...], kwargs: dict[str, Any], dcp: bool, arguments: tuple[str, str] = TORCH_SAVE) -> bool:
         """A save of training state begins: phase ``checkpoint``. An evaluation seen at its
         forwards (no ``model.train()`` to end it) ended with its last one: the save is not
-        its (saving the best model after the validation)."""
+        its (saving the best model after the validation). ``arguments``: the names of the
+        state's and the path's arguments (``torch.save``'s, or a library's save's)."""
         if dcp:
             where = dcp_saved(args, kwargs)
         else:
-            if not training_state(args[0] if args else kwargs.get("obj")):
+            state, path = arguments
+            if not training_state(args[0] if args else kwargs.get(state)):
                 return False
-            where = file_saved(args[1] if len(args) > 1 else kwargs.get("f"))
+            where = file_saved(args[1] if len(args) > 1 else kwargs.get(path))
         if self._eval_t0 and not self._eval_called:
             self._eval_ends()
         if self._logging_to is not None:
