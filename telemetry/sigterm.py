@@ -29,6 +29,14 @@ own wins; the watchdog sees it is not ours and never acts). A process forked fro
 DataLoader worker) gets SIGTERM's default back and no wakeup descriptor (it would write to the
 rank's pipe and have the watchdog end the rank).
 
+:func:`received` says whether a stop came even where the script's own handler took it (its
+handler set after this one: under autorun, every one): PyTorch Lightning's notes the SIGTERM and
+raises ``SIGTERMException``, a ``SystemExit``, at the end of the step; a preemption handler calls
+``sys.exit(0)`` after its checkpoint; Lightning turns a SIGINT's KeyboardInterrupt into
+``sys.exit(1)``. autorun took that exit for the script's own: a rank stopped after 448 steps read
+"finished 448", exit code 0. Python writes every signal it handles to the wakeup descriptor, the
+watchdog's pipe, before any handler runs: the watchdog notes the first SIGTERM or SIGINT there.
+
 Not covered: a main thread stuck in C *holding the GIL* (a C extension's deadlock) keeps the
 watchdog from running too, so such a rank ends at the supervisor's SIGKILL, 10 s later, where
 SIGTERM ended it before; and an asyncio loop that sets its own wakeup descriptor after this one
@@ -55,7 +63,15 @@ POKE_S = 0.05
 """How long the watchdog waits for the main thread to begin the handler before it sends the
 signal to that thread itself (see _watch)."""
 
+SYNC_S = 1.0
+"""How long :func:`received` waits for the watchdog to have read what the pipe held (it takes
+microseconds: it waits for nothing else while the script's own handler has SIGTERM)."""
+
 _SIGCHLD = int(getattr(signal, "SIGCHLD", 0))
+_STOPS = (int(signal.SIGTERM), int(signal.SIGINT))
+_SYNC = 0
+"""The byte :func:`received` writes to the watchdog's pipe (no signal's number) to learn that
+the watchdog has read every signal written before it."""
 _getsignal = signal.getsignal
 _signal = signal.signal
 """The signal module's own (see _hide)."""
@@ -69,6 +85,10 @@ _done = threading.Event()
 _fork_hook = False
 _poked = False
 """The watchdog has sent the main thread a SIGTERM of its own (see _watch), not yet seen."""
+_stop = 0
+"""The first stop signal (SIGTERM, SIGINT) the watchdog saw this process receive (0: none)."""
+_synced = threading.Event()
+_watchdog: threading.Thread | None = None
 
 
 def at_stop(call: Callable[[], None]) -> bool:
@@ -84,8 +104,27 @@ def at_stop(call: Callable[[], None]) -> bool:
     return True
 
 
+def received() -> int:
+    """The stop signal (SIGTERM or SIGINT; the first) this process has received since the
+    handler was installed, whoever's handler ran it; 0 if none, or where no handler was
+    installed (nothing watched). Called as the script exits: the watchdog reads the pipe on
+    its own thread, a moment after the signal, so it is asked to read up to a byte written
+    now (the pipe keeps their order) and waited for."""
+    if _pid != os.getpid():
+        return 0
+    if _stop or _watchdog is None or not _watchdog.is_alive():
+        return _stop
+    _synced.clear()
+    try:
+        os.write(_wakeup, bytes([_SYNC]))
+    except OSError:  # (full: a storm of signals unread; what was seen is all it knows)
+        return _stop
+    _synced.wait(SYNC_S)
+    return _stop
+
+
 def _install() -> bool:
-    global _pid, _fork_hook, _poked
+    global _pid, _fork_hook, _poked, _stop
     if threading.current_thread() is not threading.main_thread():
         return False
     try:
@@ -100,6 +139,7 @@ def _install() -> bool:
         return False
     _pid = os.getpid()
     _poked = False
+    _stop = 0
     _calls.clear()
     _began.clear()
     _done.clear()
@@ -185,7 +225,7 @@ def _end_by(signum: int) -> None:
 
 
 def _start_watchdog() -> bool:
-    global _wakeup
+    global _wakeup, _watchdog
     r, w = os.pipe()
     os.set_blocking(w, False)
     try:
@@ -200,12 +240,13 @@ def _start_watchdog() -> bool:
         os.close(w)
         return False
     _wakeup = w
-    threading.Thread(target=_watch, args=(r,), name="pardash-sigterm", daemon=True).start()
+    _watchdog = threading.Thread(target=_watch, args=(r,), name="pardash-sigterm", daemon=True)
+    _watchdog.start()
     return True
 
 
 def _watch(r: int) -> None:
-    global _poked
+    global _poked, _stop
     # The kernel gives a process's SIGTERM to one thread that does not block it; taken here,
     # the main thread (in a sleep, a lock's wait, a read) went on waiting and the handler never
     # began: the rank ended unflushed at BEGIN_S (1 stop in 8 on a loaded machine).
@@ -218,6 +259,10 @@ def _watch(r: int) -> None:
             return
         if not woken:
             return
+        if not _stop:  # (whoever's handler runs it: see received)
+            _stop = next((b for b in woken if b in _STOPS), 0)
+        if _SYNC in woken:
+            _synced.set()
         if signal.SIGTERM not in woken or watched:
             continue  # another signal Python handles (SIGINT, SIGCHLD, ...), or this stop's again
         if not _began.is_set() and _getsignal(signal.SIGTERM) is not _on_term:

@@ -9,7 +9,8 @@ and the script's folder first on ``sys.path``.
 The script's failures stay the script's: an exception prints a traceback that starts at the
 user's code (runpy's, this module's and the hooks' frames are cut), is published as an
 ``error`` event with that traceback and written to torchrun's error file, and the process exits
-with code 1; ``SystemExit`` codes pass through. Every way out publishes an ``exit`` event.
+with code 1; ``SystemExit`` codes pass through. Every way out publishes an ``exit`` event, but
+a stop's under ``pardash launch``, which the launcher notes (see _stopped).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import builtins
 import importlib.machinery
 import os
 import runpy
+import signal
 import sys
 import traceback
 import types
@@ -154,6 +156,15 @@ def main(argv: list[str] | None = None) -> int:
         _run(args)
     except SystemExit as e:
         code = api.exit_code(e.code)
+        stop = sigterm.received()
+        if stop:
+            # An exit a stop led to is that stop, whatever code the script exits with (its
+            # own): PyTorch Lightning's SIGTERM handler raises SIGTERMException, a SystemExit
+            # of code None, at the end of the step, and the rank read "finished 448", exit 0,
+            # after a Stop; a preemption handler's sys.exit(0) after its checkpoint, the same.
+            # Said as a rank the signal ended says it (no error, no error file: no failure).
+            _stopped(reporter, instrument, stop)
+            raise
         if code:
             # A failure too: without this rank's error file, torchrun's summary could name the
             # rank whose collective broke after it (its error file has a time; this exit none).
@@ -304,11 +315,18 @@ def _say_end(reporter, instrument, code: int, error: dict | None) -> None:
     reporter.event("exit", code=code, step=_exit_step(reporter, instrument, code))
 
 
-def _stopped(reporter, instrument) -> None:
+def _stopped(reporter, instrument, signum: int = 0) -> None:
     """At SIGTERM (torchrun stopping the job; see telemetry.sigterm): publish what is still held
     back (a step whose logged values were awaited, a GPU step) and flush. No exit event (the
     launcher says the rank's, and who stopped it) unless the rank had failed already
-    (``_ending``): its error and exit, as it would have said them."""
+    (``_ending``): its error and exit, as it would have said them.
+
+    ``signum``: the stop (SIGTERM, SIGINT) whose signal the script's own handler took, and
+    that its exit followed (see main), said as this stop says it. Under ``pardash launch``, no
+    exit event: the launcher notes the rank's, and who stopped it ("stopped by you"; the hub
+    would take a rank's own word over it). Elsewhere (torchrun alone, a scheduler's preemption
+    of it) nothing notes it, and the rank, alive still, says it as the launcher would: exit
+    -signum, "stopped by SIGTERM"."""
     from pardash.telemetry import api
 
     ending = dict(_ending)
@@ -318,12 +336,22 @@ def _stopped(reporter, instrument) -> None:
             publish()
         except Exception:  # (whatever the loop was doing when the signal came: the flush still goes)
             pass
-    if ending:
-        try:
+    try:
+        if ending:
             _say_end(reporter, instrument, ending["code"], ending["error"])
-        except Exception:
-            pass
+        elif signum and not _launched():
+            step = _exit_step(reporter, instrument, -signum)
+            reporter.event("exit", code=-signum, step=step, message=f"stopped by {signal.Signals(signum).name}")
+    except Exception:
+        pass
     reporter.close()
+
+
+def _launched() -> bool:
+    """Whether ``pardash launch``'s supervisor runs this rank (and notes how it ended)."""
+    from pardash.trainer.jobprocs import SUPERVISOR_VAR
+
+    return bool(os.environ.get(SUPERVISOR_VAR))
 
 
 def _exit_step(reporter, instrument, code: int) -> int | None:

@@ -1,0 +1,139 @@
+"""A rank whose script takes SIGTERM with a handler of its own and then exits through
+``SystemExit`` was stopped, not finished: PyTorch Lightning's handler notes the signal and raises
+``SIGTERMException`` (a ``SystemExit`` of code None) at the end of the step, and a Lightning run
+stopped under ``pardash launch`` read "finished 448", exit code 0, in the log and the report,
+where a plain script's ranks read "stopped by you". Real processes under autorun, a real hub."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from helpers import pardash_env, wait_for
+from pardash.telemetry import schema
+from pardash.telemetry.logreader import load_log
+from pardash.telemetry.report import build_report
+from pardash.telemetry.report_render import render_text
+
+SCRIPT = """
+import os, signal, sys, time
+import torch
+from torch import nn
+
+HOW = sys.argv[1]
+
+
+class SIGTERMException(SystemExit):
+    # As Lightning's (lightning.pytorch.utilities.exceptions), raised as its fit loop does.
+    pass
+
+
+noted = []
+
+
+def handler(signum, frame):
+    if HOW == "exits_in_handler":
+        sys.exit(0)  # a preemption handler's: "done, exit cleanly"
+    noted.append(signum)  # Lightning's: stop at the end of the step
+
+
+signal.signal(signal.SIGTERM, handler)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, 201):
+    if HOW == "lightning_sigint" and step == 4:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as a step begins
+        except KeyboardInterrupt:
+            sys.exit(1)  # Lightning's _call_and_handle_interrupt: "graceful shutdown", exit 1
+    opt.zero_grad()
+    model(torch.randn(8, 4)).pow(2).mean().backward()
+    opt.step()
+    if noted:
+        raise SIGTERMException()
+    if step == 3 and HOW == "stop_launch":
+        # A Stop in the launch's viewer (its SIGINT to the supervisor, as Ctrl-C's): torchrun's
+        # SIGTERM reaches this rank after it, which waits for it between steps
+        os.kill(int(os.environ["PARDASH_SUPERVISOR"]), signal.SIGINT)
+        for _ in range(1200):
+            if noted:
+                break
+            time.sleep(0.05)
+    elif step == 3 and HOW in ("lightning", "exits_in_handler"):
+        os.kill(os.getpid(), signal.SIGTERM)  # a preemption, as the step ends
+    if step == 5 and HOW == "no_signal":
+        sys.exit(0)
+print("never stopped", file=sys.stderr)
+"""
+
+
+def _run(hub, tmp_path, how: str) -> tuple[subprocess.CompletedProcess, list, dict]:
+    """``SCRIPT how`` under autorun, with the hub: the process, the rank's events, the report."""
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
+    env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run", PARDASH_SUPERVISOR=None)
+    proc = subprocess.run([sys.executable, "-m", "pardash.trainer.autorun", "train.py", how],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    log = tmp_path / "telemetry.jsonl"
+
+    def events() -> list:
+        return [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.rank == 0] if log.exists() else []
+
+    wait_for(lambda: any(e.name == "exit" for e in events()))
+    return proc, events(), build_report(str(log))
+
+
+@pytest.mark.parametrize(
+    "how, returncode, sig",
+    [("lightning", 0, "SIGTERM"), ("exits_in_handler", 0, "SIGTERM"), ("lightning_sigint", 1, "SIGINT")],
+)
+def test_an_exit_after_a_stop_signal_the_script_took_itself_is_a_stop(hub, tmp_path, how, returncode, sig):
+    proc, events, rep = _run(hub, tmp_path, how)
+    # The process's own exit is the script's: pardash changes nothing of it.
+    assert proc.returncode == returncode, proc.stderr
+    assert "never stopped" not in proc.stderr
+    code = -int(getattr(signal, sig))
+    (exit_,) = [e for e in events if e.name == "exit"]
+    assert (exit_.code, exit_.message) == (code, f"stopped by {sig}"), exit_
+    assert not [e for e in events if e.name == "error"]  # a stop, no failure (Lightning's exit 1 read as one)
+    # At the step it was stopped after: its last (4 where the script stops at the end of the
+    # next step, as Lightning does; 3 where its handler exits at once, or the next one begins)
+    last = max(m.step for m in load_log(tmp_path / "telemetry.jsonl")[0] if isinstance(m, schema.Step))
+    assert exit_.step == last == (4 if how == "lightning" else 3)
+    (row,) = rep["exits"]
+    assert (row["code"], row["role"], row["signal"]) == (code, "stopped", sig)
+    text = render_text(rep)
+    assert f"rank 0 exited with code {code} ({sig}) at step {last} - stopped by {sig}" in text, text
+    assert "none with an error" not in text and "finished" not in text, text
+
+
+def test_an_exit_with_no_signal_before_it_still_finishes(hub, tmp_path):
+    proc, events, rep = _run(hub, tmp_path, "no_signal")
+    assert proc.returncode == 0, proc.stderr
+    assert [(e.code, e.step) for e in events if e.name == "exit"] == [(0, 5)]
+    assert rep["exits"] == []
+
+
+def test_a_stop_of_a_launch_whose_rank_exits_through_its_own_handler_is_stopped_by_you(tmp_path):
+    # The reviewer's case: `pardash launch -- pl_train.py`, Stop. The rank says no exit of its
+    # own (the hub would take it over the launcher's note): the launcher's says who stopped it.
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs"), "--", "train.py", "stop_launch"],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 130, proc.stderr
+    assert "never stopped" not in proc.stderr + proc.stdout
+    exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit" and m.rank == 0]
+    assert [(e.code, e.seq, e.message) for e in exits] == [(-15, -1, "stopped by you")], exits
+    rep = build_report(str(log))
+    (row,) = rep["exits"]
+    assert (row["code"], row["role"]) == (-15, "stopped")
+    text = render_text(rep)
+    assert "rank 0 exited with code -15 (SIGTERM)" in text and "stopped by you" in text, text
+    assert "none with an error" not in text, text
