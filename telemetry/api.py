@@ -43,6 +43,8 @@ from __future__ import annotations
 import atexit
 import itertools
 import math
+import os
+import signal
 import sys
 import threading
 import time
@@ -51,7 +53,7 @@ import warnings
 from typing import Any, Callable, Protocol
 
 from . import sigterm
-from .env import telemetry_enabled
+from .env import SUPERVISOR_VAR, telemetry_enabled
 from .memory import MemoryProbe, accountable
 from .modelfacts import model_facts, process_group_facts
 from .reporter import Reporter
@@ -365,6 +367,14 @@ def _say_exit() -> None:
     if api.exit_said or api.auto is not None or rep is None or not rep.enabled:
         return
     api.exit_said = True
+    stop = sigterm.received() if api.failed is None else 0
+    if stop:
+        # An exit a stop led to, through the script's own handler (Lightning's SIGTERMException,
+        # a preemption handler's sys.exit(0)): that stop, as autorun says it (trainer.autorun's
+        # _stopped), not "finished", exit 0. Under pardash launch, its note says who stopped it.
+        if not os.environ.get(SUPERVISOR_VAR):
+            rep.event("exit", code=-stop, step=rep.last_step or None, message=f"stopped by {signal.Signals(stop).name}")
+        return
     code = api.failed
     last = getattr(sys, "last_value", None)  # set by Python when it printed an uncaught exception
     if code is None and last is not None and not isinstance(last, SystemExit):

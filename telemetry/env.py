@@ -15,6 +15,9 @@ ENDPOINT_VAR = "PARDASH_ENDPOINT"
 RUN_ID_VAR = "PARDASH_RUN_ID"
 TELEMETRY_VAR = "PARDASH_TELEMETRY"
 LINE_BUFFERED_VAR = "PARDASH_LINE_BUFFERED"
+SUPERVISOR_VAR = "PARDASH_SUPERVISOR"
+"""The supervisor's pid, in the job's environment: which processes are this node's of the job,
+and that ``pardash launch`` notes how each rank ended."""
 """Set by ``pardash launch`` where it made the ranks unbuffered (PYTHONUNBUFFERED): a script
 run by autorun then prints line by line instead, as to a terminal."""
 

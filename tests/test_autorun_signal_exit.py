@@ -137,3 +137,48 @@ def test_a_stop_of_a_launch_whose_rank_exits_through_its_own_handler_is_stopped_
     text = render_text(rep)
     assert "rank 0 exited with code -15 (SIGTERM)" in text and "stopped by you" in text, text
     assert "none with an error" not in text, text
+
+
+API_SCRIPT = """
+import os, signal, sys
+import torch
+from torch import nn
+import pardash.telemetry as pt
+
+
+class SIGTERMException(SystemExit):
+    pass
+
+
+noted = []
+pt.init()
+signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))  # (in trainer.fit, Lightning's)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, 201):
+    with pt.step():
+        opt.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        opt.step()
+    if noted:
+        raise SIGTERMException()
+    if step == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+print("never stopped", file=sys.stderr)
+"""
+
+
+def test_the_explicit_apis_exit_after_a_stop_signal_is_a_stop_too(hub, tmp_path):
+    # A script of pt.init() and pt.step() under plain torchrun, Lightning's way of stopping:
+    # its exit event said "finished", code 0.
+    (tmp_path / "train.py").write_text(textwrap.dedent(API_SCRIPT))
+    env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run", PARDASH_SUPERVISOR=None)
+    proc = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0 and "never stopped" not in proc.stderr, proc.stderr
+    log = tmp_path / "telemetry.jsonl"
+
+    def exits() -> list:
+        return [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"] if log.exists() else []
+
+    wait_for(lambda: exits())
+    assert [(e.code, e.step, e.message) for e in exits()] == [(-15, 4, "stopped by SIGTERM")]

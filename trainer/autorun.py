@@ -349,7 +349,7 @@ def _stopped(reporter, instrument, signum: int = 0) -> None:
 
 def _launched() -> bool:
     """Whether ``pardash launch``'s supervisor runs this rank (and notes how it ended)."""
-    from pardash.trainer.jobprocs import SUPERVISOR_VAR
+    from pardash.telemetry.env import SUPERVISOR_VAR
 
     return bool(os.environ.get(SUPERVISOR_VAR))
 

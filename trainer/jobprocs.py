@@ -16,10 +16,7 @@ import time
 import psutil
 
 from pardash.telemetry import schema, security
-from pardash.telemetry.env import RUN_ID_VAR
-
-SUPERVISOR_VAR = "PARDASH_SUPERVISOR"
-"""The supervisor's pid, in the job's environment: which processes are this node's of the job."""
+from pardash.telemetry.env import RUN_ID_VAR, SUPERVISOR_VAR  # noqa: F401  (SUPERVISOR_VAR: the job's, here)
 STOP_GRACE_S = 10.0
 """Seconds torchrun and its ranks get after SIGTERM before SIGKILL."""
 
