@@ -754,15 +754,22 @@ def _saved_files(entry: list, by_rank: dict[int, dict[str, float]]) -> None:
     (``by_rank``: rank -> path -> its time) said as one save: their folder and how many, each
     rank's time its files' summed (written back to back), the slowest rank's. A Hugging Face
     Trainer's save read as a line each for ``optimizer.pt`` and every rank's ``rng_state_N.pth``
-    (9 lines a save of 8 ranks), the folder that is the checkpoint named by none of them."""
+    (9 lines a save of 8 ranks), the folder that is the checkpoint named by none of them. A
+    folder named by the step (``checkpoint-10``) is the checkpoint's own; in another (every
+    save's, ``ckpt/``), the first file is named."""
     paths = {path for mine in by_rank.values() for path in mine}
     if len(paths) < 2:
         return
     m = entry[0]
     sums = [sum(mine.values()) for mine in by_rank.values()]
     took = max(sums) if any(mine.values() for mine in by_rank.values()) else m.duration_s
-    folder = os.path.dirname(next(iter(paths)))
-    entry[0] = msgspec.structs.replace(m, message=f"{folder}{os.sep}, {len(paths)} files", duration_s=took)
+    folder = os.path.dirname(m.message)
+    if re.search(rf"(?<!\d){m.step}(?!\d)", os.path.basename(folder)):
+        said = f"{folder}{os.sep}, {len(paths)} files"
+    else:  # (a folder every save writes into, Lightning's: the first file tells the checkpoint, as the report says it)
+        more = len(paths) - 1
+        said = f"{m.message} and {more} more file{'s' if more > 1 else ''}"
+    entry[0] = msgspec.structs.replace(m, message=said, duration_s=took)
     entry[2] = took
 
 

@@ -190,3 +190,8 @@ def test_a_saves_files_in_one_folder_are_one_line_of_their_summed_time():
     ]
     # One rank's alone: its files' sum, not the first file's time.
     assert [event_line(*entry) for entry in group_alike(saves[1:3])] == [f"[checkpoint] rank 0 at step 10: {folder}/, 2 files (5 ms)"]
+    # Lightning's two files in the folder of every save: the first named, as the report does.
+    ckpt = [schema.Event(rank=0, name="checkpoint", step=10, duration_s=0.002, message=f"/out/ckpt/{name}")
+            for name in ("epoch=0-step=10.ckpt", "last.ckpt")]  # fmt: skip
+    assert [event_line(*entry) for entry in group_alike(ckpt)] == [
+        "[checkpoint] rank 0 at step 10: /out/ckpt/epoch=0-step=10.ckpt and 1 more file (4 ms)"]
