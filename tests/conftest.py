@@ -60,6 +60,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _no_compile_left_over():
+    # What a test compiled stays counted in the process (torch._dynamo.reset() keeps Dynamo's
+    # counters), and a process that compiled keeps the global module hooks (see
+    # trainer.watching._compiled): a later test in the same worker would read that.
+    yield
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is not None:
+        utils.counters.clear()
+
+
+@pytest.fixture(autouse=True)
 def _private_registry(tmp_path_factory, monkeypatch):
     # Every test (and every process it starts) sees its own run registry; whatever of those
     # processes outlives the test (a test failed before stopping its job, and the job's

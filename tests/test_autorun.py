@@ -612,6 +612,54 @@ def test_an_evaluation_between_steps_is_an_eval_not_the_next_steps_data(hooked, 
     assert "eval" in rep.phases
 
 
+class _Module(nn.Module):
+    """PyTorch Lightning's LightningModule: the model put in eval mode, whose own forward is
+    never called (its validation_step calls its network's, ``self.net(x)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = _model()
+
+    def forward(self, x):  # (a training step's: through the DDP wrapper's forward)
+        return self.net(x)
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["one device", "DDP"])
+def test_an_evaluation_of_a_models_network_before_and_after_training_is_one(hooked, monkeypatch, one_rank_group, wrapped):
+    # Lightning's sanity check before training (the LightningModule in eval mode, its
+    # validation_step running self.net), and trainer.validate() after fit (its DDP wrapper
+    # gone): no eval event, and the first's time in no step.
+    inst, rep = hooked
+    clock = _fake_clock(inst, monkeypatch)
+    module = _Module()
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    trained = nn.parallel.DistributedDataParallel(module) if wrapped else module
+
+    def validate() -> None:
+        module.eval()
+        with torch.no_grad():
+            for _ in range(2):
+                module.net(torch.randn(4, 8))
+                clock[0] += 0.2
+        module.train()
+
+    validate()  # the sanity check
+    for _ in range(3):
+        clock[0] += 0.010
+        x, y = _batch()
+        loss = nn.functional.cross_entropy(trained(x), y)
+        clock[0] += 0.020
+        loss.backward()
+        clock[0] += 0.030
+        opt.step()
+        opt.zero_grad()
+    validate()  # trainer.validate()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3]
+    assert [s["step_s"] for s in rep.steps] == pytest.approx([0.050, 0.060, 0.060])
+    assert rep.events == [("eval", "")] * 2
+
+
 def test_an_evaluation_its_rank_ended_in_says_it_was_cut_short(hooked, monkeypatch):
     # Ctrl-C in nanoGPT's evaluation: "[eval] rank 0 after step 20 (1.64 s)", then the exit,
     # read as an evaluation done.

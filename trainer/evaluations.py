@@ -124,7 +124,7 @@ class Evaluations:
     def _evaluating_new(self, module: Any) -> bool:
         """Whether the evaluation going is of ``module``, a model not seen training yet."""
         new = self._eval_new
-        return new is not None and self._eval_t0 != 0.0 and new[0]() is module
+        return new is not None and self._eval_t0 != 0.0 and _holds(new[0](), module)
 
     def _eval_begins(self, called: bool = False, loader_pass: bool = False) -> None:
         """A forward of a trained model put in eval mode (``model.eval()``) between two steps:
@@ -300,3 +300,11 @@ class Evaluations:
             self._arrive(stamp)
         if id(module) in self.trained.ddp_ids and module.require_backward_grad_sync:
             self._ddp_sync = True
+
+
+def _holds(outer: Any, module: Any) -> bool:
+    """Whether ``module`` is the model ``outer`` or one of its modules: a LightningModule put
+    in eval mode, whose validation_step calls its network (``self.net(x)``), never its own
+    forward; Lightning's sanity check before training read as no evaluation, its time in no
+    step. (Asked only of a model put in eval mode before it was seen training.)"""
+    return outer is module or (outer is not None and any(m is module for m in outer.modules()))

@@ -131,7 +131,7 @@ from pardash.trainer.trained import Trained, ddp_syncs_buffers, first_tensor, is
 from pardash.telemetry.reporter import Reporter
 from pardash.trainer.arrivals import Arrivals
 from pardash.trainer.epochs import Epochs, _LoaderPass
-from pardash.trainer.evaluations import Evaluations
+from pardash.trainer.evaluations import Evaluations, _holds
 from pardash.trainer.loads import Loads
 from pardash.trainer.rounds import Rounds
 from pardash.trainer.saves import Saves
@@ -502,7 +502,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
                 return  # a closure's later pass (LBFGS's line search): the optimizer's
             # (the closure's first pass: the step's, as any forward; see _optimizer_pre)
         new = self._eval_new
-        if new is not None and _in_eval_mode(module) and not self._eval_t0 and new[0]() is module:
+        if new is not None and _in_eval_mode(module) and not self._eval_t0 and _holds(new[0](), module):
             self._eval_of_new(module, new[1])
         if not torch.is_grad_enabled():
             if _in_eval_mode(module) and (trained.trains(module) or is_average(module)):
