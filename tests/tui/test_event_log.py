@@ -346,3 +346,13 @@ def test_a_scripts_own_event_of_many_ranks_is_one_line_too():
         "ranks 0-255 my eval at step 50: top-1 0.91",
         "rank 3 my eval at step 50: top-1 0.40",
     ]
+
+
+def test_an_evaluation_is_said_after_its_step_as_the_headless_line_says_it():
+    # "ranks 0-1 eval at step 0" of a baseline evaluation before training, where the headless
+    # line said "before the first step"; "at step 10" of one after it.
+    msgs = [schema.Event(rank=r, name="eval", step=s, duration_s=0.2) for s in (0, 10) for r in (0, 1)]
+    assert [describe(*e)[0] for e in group_alike(msgs)] == [
+        "ranks 0-1 eval before the first step (slowest 200ms)",
+        "ranks 0-1 eval after step 10 (slowest 200ms)",
+    ]

@@ -56,7 +56,9 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
         if m.step is not None:
             # An error's or a warning's step is the last one done (the crash of step 300 says
             # 299); a checkpoint's, an epoch end's, the one it came at.
-            if m.name not in ("error", "warning"):
+            if m.name == "eval":  # (as the headless line says it: one before any step read "at step 0")
+                text += f" after step {m.step}" if m.step > 0 else " before the first step"
+            elif m.name not in ("error", "warning"):
                 text += f" at step {m.step}"
             else:  # (0: none done yet, as the rank says it: "error after step 0" read as a step of its)
                 text += f" after step {m.step}" if m.step > 0 else " before its first step"
