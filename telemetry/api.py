@@ -475,6 +475,7 @@ def init(model: Any = None, optimizer: Any = None, **hello_fields: Any) -> None:
     if first:
         atexit.register(_at_exit)  # runs before the reporter's own close (atexit: last in, first out)
         sigterm.at_stop(_stopped)
+        sigterm.count_steps(lambda: rep.last_step)  # (a stop the script went on from is not its exit's)
         previous = sys.excepthook
         ours = lambda kind, exc, tb: _uncaught(kind, exc, tb, previous)  # noqa: E731
         api.hook = (ours, previous)

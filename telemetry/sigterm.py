@@ -86,7 +86,16 @@ _fork_hook = False
 _poked = False
 """The watchdog has sent the main thread a SIGTERM of its own (see _watch), not yet seen."""
 _stop = 0
-"""The first stop signal (SIGTERM, SIGINT) the watchdog saw this process receive (0: none)."""
+"""The latest stop signal (SIGTERM, SIGINT) the watchdog saw this process receive (0: none)."""
+_count: Callable[[], int] | None = None
+"""The steps the process has done (see :func:`count_steps`), read as each stop comes."""
+_stop_count: int | None = None
+"""The steps done as ``_stop`` came (None: not counted)."""
+STOP_STEPS = 2
+"""Steps done since a stop after which an exit is not its: Lightning's ends at the end of the
+step it came in, a preemption handler's at once; a step published late counts one more. A
+Ctrl-C the script took and went on from, 47 steps before its sys.exit("validation loss too
+high"), read as that stop: no error, no error file."""
 _synced = threading.Event()
 _watchdog: threading.Thread | None = None
 
@@ -104,27 +113,45 @@ def at_stop(call: Callable[[], None]) -> bool:
     return True
 
 
+def count_steps(count: Callable[[], int]) -> None:
+    """``count()`` says the steps done: read as each stop comes, so that :func:`received`
+    tells a stop the script went on from (STOP_STEPS)."""
+    global _count
+    _count = count
+
+
+def _counted() -> int | None:
+    try:
+        return int(_count()) if _count is not None else None
+    except Exception:  # (whatever the count's owner is doing: not counted)
+        return None
+
+
 def received() -> int:
-    """The stop signal (SIGTERM or SIGINT; the first) this process has received since the
-    handler was installed, whoever's handler ran it; 0 if none, or where no handler was
-    installed (nothing watched). Called as the script exits: the watchdog reads the pipe on
-    its own thread, a moment after the signal, so it is asked to read up to a byte written
-    now (the pipe keeps their order) and waited for."""
+    """The stop signal (SIGTERM or SIGINT; the latest) this process has received since the
+    handler was installed, whoever's handler ran it, unless the script went on for more than
+    STOP_STEPS steps after it (it took it and carried on: its exit is not that stop's); 0 if
+    none, or where no handler was installed (nothing watched). Called as the script exits: the
+    watchdog reads the pipe on its own thread, a moment after the signal, so it is asked to
+    read up to a byte written now (the pipe keeps their order) and waited for."""
     if _pid != os.getpid():
         return 0
-    if _stop or _watchdog is None or not _watchdog.is_alive():
-        return _stop
-    _synced.clear()
-    try:
-        os.write(_wakeup, bytes([_SYNC]))
-    except OSError:  # (full: a storm of signals unread; what was seen is all it knows)
-        return _stop
-    _synced.wait(SYNC_S)
-    return _stop
+    if not _stop and _watchdog is not None and _watchdog.is_alive():
+        _synced.clear()
+        try:
+            os.write(_wakeup, bytes([_SYNC]))
+        except OSError:  # (full: a storm of signals unread; what was seen is all it knows)
+            pass
+        else:
+            _synced.wait(SYNC_S)
+    stop, at, now = _stop, _stop_count, _counted()
+    if stop and at is not None and now is not None and now - at > STOP_STEPS:
+        return 0
+    return stop
 
 
 def _install() -> bool:
-    global _pid, _fork_hook, _poked, _stop
+    global _pid, _fork_hook, _poked, _stop, _stop_count
     if threading.current_thread() is not threading.main_thread():
         return False
     try:
@@ -139,7 +166,7 @@ def _install() -> bool:
         return False
     _pid = os.getpid()
     _poked = False
-    _stop = 0
+    _stop, _stop_count = 0, None
     _calls.clear()
     _began.clear()
     _done.clear()
@@ -246,7 +273,7 @@ def _start_watchdog() -> bool:
 
 
 def _watch(r: int) -> None:
-    global _poked, _stop
+    global _poked, _stop, _stop_count
     # The kernel gives a process's SIGTERM to one thread that does not block it; taken here,
     # the main thread (in a sleep, a lock's wait, a read) went on waiting and the handler never
     # began: the rank ended unflushed at BEGIN_S (1 stop in 8 on a loaded machine).
@@ -259,8 +286,9 @@ def _watch(r: int) -> None:
             return
         if not woken:
             return
-        if not _stop:  # (whoever's handler runs it: see received)
-            _stop = next((b for b in woken if b in _STOPS), 0)
+        stops = [b for b in woken if b in _STOPS]
+        if stops:  # (whoever's handler runs it: see received)
+            _stop, _stop_count = stops[-1], _counted()
         if _SYNC in woken:
             _synced.set()
         if signal.SIGTERM not in woken or watched:

@@ -67,6 +67,13 @@ for step in range(1, 201):
         os.kill(os.getpid(), signal.SIGTERM)  # a preemption, as the step ends
     if step == 5 and HOW == "no_signal":
         sys.exit(0)
+    if HOW == "went_on" and step == 3:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C the script takes: "skip to the next epoch"
+        except KeyboardInterrupt:
+            pass
+    if HOW == "went_on" and step == 50:
+        sys.exit("validation loss too high")  # a failure, 47 steps on
 print("never stopped", file=sys.stderr)
 """
 
@@ -115,6 +122,15 @@ def test_an_exit_with_no_signal_before_it_still_finishes(hub, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert [(e.code, e.step) for e in events if e.name == "exit"] == [(0, 5)]
     assert rep["exits"] == []
+
+
+def test_an_exit_long_after_a_stop_the_script_went_on_from_is_its_own(hub, tmp_path):
+    # The script took a Ctrl-C and trained on; its sys.exit(msg) 47 steps later read "stopped
+    # by SIGINT": no error, no error file.
+    proc, events, rep = _run(hub, tmp_path, "went_on")
+    assert proc.returncode == 1, proc.stderr
+    assert [(e.code, e.step) for e in events if e.name == "exit"] == [(1, 50)]
+    assert [e.message for e in events if e.name == "error"] == ["validation loss too high"]
 
 
 def test_a_stop_of_a_launch_whose_rank_exits_through_its_own_handler_is_stopped_by_you(tmp_path):

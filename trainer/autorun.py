@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         instrument = instrument_mod.install(reporter)
         _settle_before_destroy()
         sigterm.at_stop(lambda: _stopped(reporter, instrument))
+        sigterm.count_steps(lambda: instrument.step)  # (a stop the script went on from is not its exit's)
     else:
         reporter = api.reporter()  # a no-op: the script runs as it would without pardash
     code = 0
