@@ -721,9 +721,10 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
                 out.append(entry)
             entry[1][m.rank] = None  # a rank that said it twice is named once
             took = m.duration_s if isinstance(m, schema.Event) else None
-            if key[0] == "checkpoint" and m.message:
+            if key[0] == "checkpoint" and len(key) > 4:
                 mine = files.setdefault(id(entry), {}).setdefault(m.rank, {})
-                mine[m.message] = max(mine.get(m.message, 0.0), took or 0.0)
+                before = mine.get(m.message)
+                mine[m.message] = took if before is None else before if took is None else max(before, took)
             if took is not None and (entry[2] is None or took > entry[2]):
                 entry[2] = took
         else:
@@ -761,8 +762,9 @@ def _saved_files(entry: list, by_rank: dict[int, dict[str, float]]) -> None:
     if len(paths) < 2:
         return
     m = entry[0]
-    sums = [sum(mine.values()) for mine in by_rank.values()]
-    took = max(sums) if any(mine.values() for mine in by_rank.values()) else m.duration_s
+    # (a file that said no time adds none; none that said one: no time, "(slowest 0 ms)" it read)
+    sums = [sum(t for t in mine.values() if t is not None) for mine in by_rank.values()]
+    took = max(sums) if any(t is not None for mine in by_rank.values() for t in mine.values()) else None
     folder = os.path.dirname(m.message)
     if re.search(rf"(?<!\d){m.step}(?!\d)", os.path.basename(folder)):
         said = f"{folder}{os.sep}, {len(paths)} files"
@@ -780,9 +782,10 @@ def alike_key(m: schema.Message) -> tuple | None:
         # (a script's own events too: "my_eval" of 256 ranks was 256 lines)
         # (torchrun's restart, said by the hub or the launcher: its text names its rank and
         # pid, alike by its count; a script's own event of that name is any event)
-        if m.name == "checkpoint" and m.message:
-            # (a save's files in one folder, of every rank, at one step: one save, see _saved_files)
-            return (m.name, m.step, os.path.dirname(m.message), m.code)
+        if m.name == "checkpoint" and m.message and os.sep in m.message:
+            # (a save's files in one folder, of every rank, at one step: one save, see
+            # _saved_files; a message of the script's own, "best model (acc 0.91)", no file)
+            return (m.name, m.step, os.path.dirname(m.message), m.code, "files")
         return (m.name, m.step, "" if torchrun_restart(m) else m.message, m.code)
     if isinstance(m, schema.Verdict) and m.rank >= 0 and m.verdict in GROUPED_VERDICTS:
         tail = verdict_tail(m)

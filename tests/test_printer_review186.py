@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 
+import msgspec
 import pytest
 from rich.cells import cell_len
 
@@ -190,6 +191,13 @@ def test_a_saves_files_in_one_folder_are_one_line_of_their_summed_time():
     ]
     # One rank's alone: its files' sum, not the first file's time.
     assert [event_line(*entry) for entry in group_alike(saves[1:3])] == [f"[checkpoint] rank 0 at step 10: {folder}/, 2 files (5 ms)"]
+    # Files that said no time: none said, not "(slowest 0 ms)"; the script's own messages at one
+    # step (pt.event("checkpoint", ...)) are no files, each its line.
+    untimed = [msgspec.structs.replace(e, duration_s=None) for e in saves[:3]]
+    assert [event_line(*entry) for entry in group_alike(untimed)] == [f"[checkpoint] ranks 0-1 at step 10: {folder}/, 3 files"]
+    own = [schema.Event(rank=0, name="checkpoint", step=10, duration_s=1.5, message=text) for text in ("best model (acc 0.91)", "epoch 3 end")]
+    assert [event_line(*entry) for entry in group_alike(own)] == [
+        "[checkpoint] rank 0 at step 10: best model (acc 0.91) (1.50 s)", "[checkpoint] rank 0 at step 10: epoch 3 end (1.50 s)"]
     # Lightning's two files in the folder of every save: the first named, as the report does.
     ckpt = [schema.Event(rank=0, name="checkpoint", step=10, duration_s=0.002, message=f"/out/ckpt/{name}")
             for name in ("epoch=0-step=10.ckpt", "last.ckpt")]  # fmt: skip
