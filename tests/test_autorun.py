@@ -645,14 +645,7 @@ def test_an_evaluation_of_a_models_network_before_and_after_training_is_one(hook
 
     validate()  # the sanity check
     for _ in range(3):
-        clock[0] += 0.010
-        x, y = _batch()
-        loss = nn.functional.cross_entropy(trained(x), y)
-        clock[0] += 0.020
-        loss.backward()
-        clock[0] += 0.030
-        opt.step()
-        opt.zero_grad()
+        _timed_step(trained, opt, clock)
     validate()  # trainer.validate()
     inst.finish()
     assert [s["step"] for s in rep.steps] == [1, 2, 3]
