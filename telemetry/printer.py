@@ -22,6 +22,7 @@ from .recorder import CONTINUED_AT
 from .state import RUNNING, SMOOTH_FIGURES, STARTING, run_over, torchrun_restart
 from .summary import (
     held_spread,
+    named_by_step,
     human_bytes,
     ms,
     ranks_named,
@@ -721,7 +722,7 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
                 out.append(entry)
             entry[1][m.rank] = None  # a rank that said it twice is named once
             took = m.duration_s if isinstance(m, schema.Event) else None
-            if key[0] == "checkpoint" and len(key) > 4:
+            if key[-1] == "files":
                 mine = files.setdefault(id(entry), {}).setdefault(m.rank, {})
                 before = mine.get(m.message)
                 mine[m.message] = took if before is None else before if took is None else max(before, took)
@@ -766,7 +767,7 @@ def _saved_files(entry: list, by_rank: dict[int, dict[str, float]]) -> None:
     sums = [sum(t for t in mine.values() if t is not None) for mine in by_rank.values()]
     took = max(sums) if any(t is not None for mine in by_rank.values() for t in mine.values()) else None
     folder = os.path.dirname(m.message)
-    if re.search(rf"(?<!\d){m.step}(?!\d)", os.path.basename(folder)):
+    if named_by_step(folder, m.step):
         said = f"{folder}{os.sep}, {len(paths)} files"
     else:  # (a folder every save writes into, Lightning's: the first file tells the checkpoint, as the report says it)
         more = len(paths) - 1

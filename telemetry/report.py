@@ -56,7 +56,7 @@ from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
 from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
                     mem_state_bytes, run_over)
-from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
+from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, named_by_step
 
 
 
@@ -931,7 +931,7 @@ def _name_folders(saves: list[dict]) -> None:
         folder = c.get("_folder")
         if not (c.get("files") and folder):
             continue
-        if re.search(rf"(?<!\d){c['step']}(?!\d)", os.path.basename(folder)) or (len(saves) > 1 and folders[folder] == 1):
+        if named_by_step(folder, c["step"]) or (len(saves) > 1 and folders[folder] == 1):
             c["path"] = folder + os.sep
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import re
 import statistics
 
 from .state import RunState, mem_full_bytes, mem_held_bytes
@@ -215,3 +217,9 @@ def took_text(s: float) -> str:
     """How long a save or a resume took, in the report and the headless lines alike: ``5 ms``
     under 0.1 s (a 4.8 ms save read "0.00 s" in the report), else ``2.80 s``."""
     return f"{s * 1e3:.0f} ms" if s < 0.1 else f"{s:.2f} s"
+
+
+def named_by_step(folder: str, step: int | None) -> bool:
+    """Whether ``folder``'s own name holds the step number (``.../checkpoint-30`` of a save at
+    step 30): a checkpoint's own folder, which names it better than any of its files does."""
+    return step is not None and re.search(rf"(?<!\d){step}(?!\d)", os.path.basename(folder)) is not None
