@@ -772,17 +772,23 @@ def close() -> None:
 
 def _stopped() -> None:
     """At SIGTERM (torchrun stopping the job; see telemetry.sigterm): what is held back, then
-    no exit (the launcher says the rank's, and who stopped it) unless the rank had failed
-    already, its error said: every rank failing of the same error, those a moment behind the
-    first were stopped as they printed it, and read "stopped by torchrun"."""
+    no exit under pardash launch (the launcher says the rank's, and who stopped it) unless the
+    rank had failed already, its error said: every rank failing of the same error, those a
+    moment behind the first were stopped as they printed it, and read "stopped by torchrun"."""
     flush()
-    if _api.failed is not None:
-        try:
+    rep = _api.reporter
+    try:
+        if _api.failed is not None:
             _say_exit()
-        except Exception:
-            pass
-    if _api.reporter is not None:
-        _api.reporter.close()
+        elif rep is not None and not _api.exit_said and _api.auto is None and not os.environ.get(SUPERVISOR_VAR):
+            # Nothing else says it without pardash launch (a scheduler's preemption of a plain
+            # torchrun): as autorun's rank does, "stopped by SIGTERM", not silent for ever.
+            _api.exit_said = True
+            rep.event("exit", code=-signal.SIGTERM, step=rep.last_step or None, message="stopped by SIGTERM")
+    except Exception:
+        pass
+    if rep is not None:
+        rep.close()
 
 
 def _reset_for_tests() -> None:

@@ -41,7 +41,8 @@ def handler(signum, frame):
     noted.append(signum)  # Lightning's: stop at the end of the step
 
 
-signal.signal(signal.SIGTERM, handler)
+if HOW != "plain":
+    signal.signal(signal.SIGTERM, handler)
 model = nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(1, 201):
@@ -63,7 +64,7 @@ for step in range(1, 201):
             if noted:
                 break
             time.sleep(0.05)
-    elif step == 3 and HOW in ("lightning", "exits_in_handler"):
+    elif step == 3 and HOW in ("lightning", "exits_in_handler", "plain"):
         os.kill(os.getpid(), signal.SIGTERM)  # a preemption, as the step ends
     if step == 5 and HOW == "no_signal":
         sys.exit(0)
@@ -117,6 +118,18 @@ def test_an_exit_after_a_stop_signal_the_script_took_itself_is_a_stop(hub, tmp_p
     assert "none with an error" not in text and "finished" not in text, text
 
 
+def test_a_rank_sigterm_ends_without_pardash_launch_says_it_was_stopped(hub, tmp_path):
+    # A scheduler's preemption of a plain torchrun: the script has no handler of its own, and
+    # pardash's flushed and said nothing; its ranks read "silent ... never resumed" for ever.
+    proc, events, rep = _run(hub, tmp_path, "plain")
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    (exit_,) = [e for e in events if e.name == "exit"]
+    assert (exit_.code, exit_.message) == (-15, "stopped by SIGTERM"), exit_
+    (row,) = rep["exits"]
+    assert (row["code"], row["role"]) == (-15, "stopped")
+    assert rep["stalls"] == [], rep["stalls"]
+
+
 def test_an_exit_with_no_signal_before_it_still_finishes(hub, tmp_path):
     proc, events, rep = _run(hub, tmp_path, "no_signal")
     assert proc.returncode == 0, proc.stderr
@@ -168,7 +181,8 @@ class SIGTERMException(SystemExit):
 
 noted = []
 pt.init()
-signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))  # (in trainer.fit, Lightning's)
+if sys.argv[1:] != ["plain"]:
+    signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))  # (in trainer.fit, Lightning's)
 model = nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(1, 201):
@@ -184,17 +198,18 @@ print("never stopped", file=sys.stderr)
 """
 
 
-def test_the_explicit_apis_exit_after_a_stop_signal_is_a_stop_too(hub, tmp_path):
+@pytest.mark.parametrize("how", ["its own handler", "plain"])
+def test_the_explicit_apis_exit_after_a_stop_signal_is_a_stop_too(hub, tmp_path, how):
     # A script of pt.init() and pt.step() under plain torchrun, Lightning's way of stopping:
-    # its exit event said "finished", code 0.
+    # its exit event said "finished", code 0; without a handler of its own, it said none.
     (tmp_path / "train.py").write_text(textwrap.dedent(API_SCRIPT))
     env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run", PARDASH_SUPERVISOR=None)
-    proc = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
-    assert proc.returncode == 0 and "never stopped" not in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "train.py", how], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == (0 if how != "plain" else -signal.SIGTERM) and "never stopped" not in proc.stderr, proc.stderr
     log = tmp_path / "telemetry.jsonl"
 
     def exits() -> list:
         return [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"] if log.exists() else []
 
     wait_for(lambda: exits())
-    assert [(e.code, e.step, e.message) for e in exits()] == [(-15, 4, "stopped by SIGTERM")]
+    assert [(e.code, e.step, e.message) for e in exits()] == [(-15, 4 if how != "plain" else 3, "stopped by SIGTERM")]

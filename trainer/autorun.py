@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
         instrument = instrument_mod.install(reporter)
         _settle_before_destroy()
-        sigterm.at_stop(lambda: _stopped(reporter, instrument))
+        sigterm.at_stop(lambda: _stopped(reporter, instrument, signal.SIGTERM))
         sigterm.count_steps(lambda: instrument.step)  # (a stop the script went on from is not its exit's)
     else:
         reporter = api.reporter()  # a no-op: the script runs as it would without pardash
@@ -317,17 +317,15 @@ def _say_end(reporter, instrument, code: int, error: dict | None) -> None:
 
 
 def _stopped(reporter, instrument, signum: int = 0) -> None:
-    """At SIGTERM (torchrun stopping the job; see telemetry.sigterm): publish what is still held
-    back (a step whose logged values were awaited, a GPU step) and flush. No exit event (the
-    launcher says the rank's, and who stopped it) unless the rank had failed already
-    (``_ending``): its error and exit, as it would have said them.
-
-    ``signum``: the stop (SIGTERM, SIGINT) whose signal the script's own handler took, and
-    that its exit followed (see main), said as this stop says it. Under ``pardash launch``, no
-    exit event: the launcher notes the rank's, and who stopped it ("stopped by you"; the hub
-    would take a rank's own word over it). Elsewhere (torchrun alone, a scheduler's preemption
-    of it) nothing notes it, and the rank, alive still, says it as the launcher would: exit
-    -signum, "stopped by SIGTERM"."""
+    """At the stop ``signum`` (SIGTERM: torchrun stopping the job, see telemetry.sigterm; or a
+    stop the script's own handler took and its exit followed, see main): publish what is still
+    held back (a step whose logged values were awaited, a GPU step) and flush. If the rank had
+    failed already (``_ending``): its error and exit, as it would have said them. Else, under
+    ``pardash launch``, no exit event: the launcher notes the rank's, and who stopped it
+    ("stopped by you"; the hub would take a rank's own word over it). Elsewhere (torchrun alone,
+    a scheduler's preemption of it) nothing notes it, and the rank, alive still, says it as the
+    launcher would: exit -signum, "stopped by SIGTERM" (it said nothing: its ranks read
+    "silent ... never resumed" of a preemption)."""
     from pardash.telemetry import api
 
     ending = dict(_ending)
