@@ -121,8 +121,10 @@ def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     held = {s: n for s, n in ranks.items() if s in ("stalled", "silent") and isinstance(n, int) and n > 0}
     stuck = f"{sum(held.values())} {next(iter(held)) if len(held) == 1 else 'stuck'}" if held else ""
     if ranks and set(ranks) <= {"finished", "exited"} and not launched:
-        # Every rank ended (a hub alone has no launcher to write result.json: it read "running")
-        stuck = "failed" if "exited" in ranks else "finished"
+        # Every rank ended (a hub alone has no launcher to write result.json: it read "running");
+        # its exits all stops (a scheduler's preemption): "stopped", not "failed"
+        exited, stopped = ranks.get("exited", 0), progress.get("stopped")
+        stuck = "finished" if not exited else "stopped" if isinstance(stopped, int) and stopped >= exited else "failed"
     return step_text, rate_text, stuck
 
 

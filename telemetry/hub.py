@@ -594,12 +594,15 @@ def _progress(st) -> dict:
     """Where a run is, for `pardash ps`: the slowest running rank's step, of how many (where the
     trainer said), samples a second now, the ranks by state, when this was so, and the strategy
     the ranks said (a launched script's entry says "script": the TUI said "ddp")."""
+    from .failures import STOPPED_CODES
     from .summary import samples_per_s
 
     total = (st.hello.config or {}).get("steps") if st.hello else None
+    # (of the exited, those stopped: a hub alone's job stopped by a scheduler read "failed")
+    stopped = sum(1 for r in st.ranks.values() if r.exit_code in STOPPED_CODES)
     return {"step": st.step, "steps": total if isinstance(total, int) and total > 0 else None,
-            "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "t": round(time.time(), 1),
-            "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
+            "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "stopped": stopped,
+            "t": round(time.time(), 1), "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
 
 
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:

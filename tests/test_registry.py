@@ -140,6 +140,9 @@ def test_ps_says_a_runs_step_of_its_steps_its_rate_and_ranks_stuck_or_ended(caps
     registry.register({"run_id": "done-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": done})
     failed = {**progress, "ranks": {"finished": 1, "exited": 1}}
     registry.register({"run_id": "failed-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": failed})
+    # ...and one whose ranks a scheduler stopped (exit -15): "failed" it read
+    stopped = {**progress, "ranks": {"exited": 2}, "stopped": 2}
+    registry.register({"run_id": "stop-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": stopped})
     assert cli.main(["ps"]) == 0
     head, *rows = capsys.readouterr().out.splitlines()
     row = {r.split()[0]: r for r in rows}
@@ -148,6 +151,7 @@ def test_ps_says_a_runs_step_of_its_steps_its_rate_and_ranks_stuck_or_ended(caps
     assert row["hung-run"][job_at:].startswith("2 stalled "), rows
     assert row["new-run"].split()[4:6] == ["-", "-"] and row["new-run"][job_at:].startswith("running "), rows
     assert row["done-run"][job_at:].startswith("finished ") and row["failed-run"][job_at:].startswith("failed "), rows
+    assert row["stop-run"][job_at:].startswith("stopped "), rows
     ingest_at = head.index("INGEST")
     for r in rows:  # (the job's words fit its column: the addresses line up)
         assert r[ingest_at - 1] == " " and r[ingest_at:].startswith("tcp://"), (head, r)
@@ -175,3 +179,17 @@ def test_ps_says_stuck_ranks_in_its_column_and_leaves_a_launchs_end_to_its_resul
     assert row["restart-run"][job_at:ingest_at].rstrip() == "running", rows
     assert row["sim-run"].endswith(" - (none kept)") and os.devnull not in row["sim-run"], rows
     assert row["quiet-run"][job_at:ingest_at].rstrip() == "quiet 2m05s", rows
+
+
+def test_a_hubs_progress_counts_its_stopped_ranks():
+    # What `ps` tells a stopped job from a failed one by, where no launcher writes a result.
+    from pardash.telemetry import schema
+    from pardash.telemetry.hub import _progress
+    from pardash.telemetry.state import RunState
+
+    st = RunState(run_id="r")
+    for rank, code in ((0, -15), (1, -15), (2, 1)):
+        st.apply(schema.Hello(rank=rank, world_size=3, strategy="ddp", run="r", seq=0, t=1.0), 1.0)
+        st.apply(schema.Event(rank=rank, name="exit", code=code, run="r", seq=1, t=2.0), 2.0)
+    progress = _progress(st)
+    assert progress["ranks"] == {"exited": 3} and progress["stopped"] == 2
