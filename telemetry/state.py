@@ -365,6 +365,10 @@ class RankState:
         self.smooth = None
         self.loss_bad = None  # (a new process's loss is its own)
         self.said = None
+        # (the old process's last word: a job run again under the run's id, resumed from step
+        # 20, read its old heartbeat's step 24 as done already, its steps 21-24 as no progress,
+        # and "stalled in data after step 24 (7 s without progress)" at full speed)
+        self.heartbeat = None
         if self.recent is not None:
             self.recent.clear()
 

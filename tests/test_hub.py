@@ -972,6 +972,38 @@ def test_a_job_run_again_under_the_runs_id_after_every_rank_ended_is_said_once()
     assert len(said(core)) == 1
 
 
+def test_a_job_run_again_from_an_earlier_checkpoint_is_not_stalled_on_its_old_steps():
+    # A job failed at step 25 (its last heartbeat said 24 done), then run again by hand under
+    # the run's id, resumed from step 20: its steps 21-24 at full speed read as no progress past
+    # the old heartbeat's 24, and "stalled in data after step 24 (7 s without progress)".
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r")
+    seqs = {}
+
+    def send(msg, t):
+        seqs[msg.rank] = seq = seqs.get(msg.rank, -1) + 1 if not isinstance(msg, schema.Hello) else 0
+        msg.run, msg.seq, msg.t = "r", seq, 1.0e9 + t
+        assert core.ingest_bytes(schema.encode(msg), t)
+
+    send(schema.Hello(rank=0, world_size=1, pid=100), 0.0)
+    for step in range(1, 25):
+        send(schema.Step(rank=0, step=step, step_s=0.05, samples=4), step * 0.05)
+        core.tick(step * 0.05)
+    send(schema.Heartbeat(rank=0, step=24, phase="data"), 1.25)
+    core.tick(1.35)  # (liveness judged at step 24)
+    send(schema.Event(rank=0, name="exit", code=1, step=25), 1.4)
+    for k in range(14, 80):  # (the hub's frames go on, 10 a second)
+        core.tick(k / 10)
+    # the job run again, 7 s on, its hello and first step in one frame (the hub judges liveness
+    # once a second, at a frame)
+    send(schema.Hello(rank=0, world_size=1, pid=200), 8.0)
+    for step in range(21, 31):
+        send(schema.Step(rank=0, step=step, step_s=0.05, samples=4), 8.0 + (step - 20) * 0.05)
+        core.tick(8.0 + (step - 20) * 0.05)
+    assert [v.message for v in core.state.events if isinstance(v, schema.Verdict) and v.verdict == "stalled"] == []
+
+
 def test_the_grids_medians_are_each_ranks_last_five_steps_at_the_hub_its_viewers_and_a_hub_restarted_on_its_log(tmp_path):
     # A frame carries each rank's newest step: where ranks step faster than frames come, some
     # of their steps. The grid's wall, self, data and comm, medians of those, moved with where
