@@ -2306,43 +2306,23 @@ def test_the_hooks_add_no_graph_break_to_a_compiled_model(hooked):
     torch._dynamo.reset()
 
 
-def test_the_hooks_settling_on_the_roots_recompile_no_compiled_model(hooked, monkeypatch):
+@pytest.mark.parametrize("how", ["torch.compile(model)", "model.compile()", "a loss compiled beside it"])
+def test_the_hooks_settling_on_the_roots_recompile_no_compiled_model(hooked, monkeypatch, how):
     # Dynamo guards on the number of global module hooks: their swap for hooks on the roots
     # once the roots settled (step 4) recompiled the model (10.6 s of a DDP step on this VM,
-    # minutes on a real model).
-    import torch._dynamo
-
-    inst, rep = hooked
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
-    model = _model()
-    compiled = torch.compile(model, backend="eager")
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    try:
-        for _ in range(8):
-            x, y = _batch()
-            nn.functional.cross_entropy(compiled(x), y).backward()
-            opt.step()
-            opt.zero_grad()
-        inst.finish()
-    finally:
-        torch._dynamo.reset()
-    assert [s["step"] for s in rep.steps] == list(range(1, 9))
-
-
-@pytest.mark.parametrize("how", ["model.compile()", "a loss compiled beside it"])
-def test_the_hooks_settle_on_the_roots_of_a_model_compiled_in_place_or_not_at_all(hooked, monkeypatch, how):
-    # Kept global once anything was compiled, a loss function compiled beside an eager model
-    # cost every module call of it the global hooks all run long (a step of 11.4 ms took 13.5).
+    # minutes on a real model). Kept global once anything was compiled, a loss function
+    # compiled beside an eager model cost every module call of it the global hooks all run long
+    # (a step of 11.4 ms took 13.5): they settle on its roots.
     import torch._dynamo
 
     inst, rep = hooked
     torch._dynamo.reset()
     monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
-    model = _model()
+    model = run = _model()
     loss_fn = nn.functional.cross_entropy
-    if how == "model.compile()":
+    if how == "torch.compile(model)":
+        run = torch.compile(model, backend="eager")
+    elif how == "model.compile()":
         model.compile(backend="eager")
     else:
         loss_fn = torch.compile(lambda out, y: nn.functional.cross_entropy(out, y), backend="eager")
@@ -2350,14 +2330,14 @@ def test_the_hooks_settle_on_the_roots_of_a_model_compiled_in_place_or_not_at_al
     try:
         for _ in range(8):
             x, y = _batch()
-            loss_fn(model(x), y).backward()
+            loss_fn(run(x), y).backward()
             opt.step()
             opt.zero_grad()
         inst.finish()
     finally:
         torch._dynamo.reset()
     assert [s["step"] for s in rep.steps] == list(range(1, 9))
-    assert inst.watching_all == (how == "model.compile()")
+    assert inst.watching_all == (how != "a loss compiled beside it")
 
 
 def test_an_optimizer_step_compiled_whole_breaks_its_graph_once_a_hook_and_counts_every_step(hooked):
