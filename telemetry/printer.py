@@ -303,6 +303,9 @@ class ProgressPrinter:
                     refused = stats.rejected.get("no_key", 0) if stats is not None else 0
                     # (ranks whose keys the hub refuses say so on their own stderr: a node's first)
                     why = f"; the hub refused {refused} connection attempt(s) with no key authorised for the port" if refused else ""
+                    foreign = stats.rejected.get("foreign_run", 0) if stats is not None else 0
+                    if foreign:  # (a job under a stale PARDASH_RUN_ID: the hub's warning above names it)
+                        why += f"; the hub refused {foreign} record(s) of another run's id (see its warning above)"
                     self._print(f"[waiting {waited}] {self.waiting}{why}")
 
     def _fit_bar(self, step_text: str, forms: list[str], bar: bool = True) -> str:

@@ -990,6 +990,17 @@ def test_progress_lines_say_when_no_rank_has_said_hello(monkeypatch):
     assert out.getvalue().splitlines() == [
         "[waiting 5 s] no rank has said hello yet; the hub refused 14 connection attempt(s) with no key authorised for the port"
     ]
+    # A job under a stale PARDASH_RUN_ID: the hub warned once, and the line said "no rank has
+    # said hello yet" on and on while that job trained and ended.
+    foreign = Empty()
+    foreign.stats = HubStats(rejected={"foreign_run": 36})
+    out = io.StringIO()
+    p = ProgressPrinter(foreign, out=out, bar=False, every_s=5.0, waiting="no rank has said hello yet")
+    clock[0] += 5.0
+    p.update()
+    assert out.getvalue().splitlines() == [
+        "[waiting 5 s] no rank has said hello yet; the hub refused 36 record(s) of another run's id (see its warning above)"
+    ]
 
 
 def test_progress_lines_say_a_finished_run_once(monkeypatch):
