@@ -372,8 +372,7 @@ def _say_exit() -> None:
         # An exit a stop led to, through the script's own handler (Lightning's SIGTERMException,
         # a preemption handler's sys.exit(0)): that stop, as autorun says it (trainer.autorun's
         # _stopped), not "finished", exit 0. Under pardash launch, its note says who stopped it.
-        if not os.environ.get(SUPERVISOR_VAR):
-            rep.event("exit", code=-stop, step=rep.last_step or None, message=f"stopped by {signal.Signals(stop).name}")
+        _say_stopped(rep, stop)
         return
     code = api.failed
     last = getattr(sys, "last_value", None)  # set by Python when it printed an uncaught exception
@@ -384,6 +383,14 @@ def _say_exit() -> None:
         code = exit_code(api.exit_status) if api.exit_status is not _MISSING else 0
     step = rep.last_step + 1 if code and api.broke_step else rep.last_step
     rep.event("exit", code=code, step=step if step or not code else None)
+
+
+def _say_stopped(rep: Reporter, signum: int) -> None:
+    """The rank's exit by the stop ``signum``, as autorun's says it (trainer.autorun's
+    _stopped): none under pardash launch, whose note says who stopped it; else ``-signum``,
+    "stopped by SIGTERM", where nothing else would say it."""
+    if not os.environ.get(SUPERVISOR_VAR):
+        rep.event("exit", code=-signum, step=rep.last_step or None, message=f"stopped by {signal.Signals(signum).name}")
 
 
 def _exit_seen(status: Any = None, _previous: Any = None) -> None:
@@ -780,11 +787,10 @@ def _stopped() -> None:
     try:
         if _api.failed is not None:
             _say_exit()
-        elif rep is not None and not _api.exit_said and _api.auto is None and not os.environ.get(SUPERVISOR_VAR):
-            # Nothing else says it without pardash launch (a scheduler's preemption of a plain
-            # torchrun): as autorun's rank does, "stopped by SIGTERM", not silent for ever.
+        elif rep is not None and not _api.exit_said and _api.auto is None:
+            # (a scheduler's preemption of a plain torchrun: not silent for ever)
             _api.exit_said = True
-            rep.event("exit", code=-signal.SIGTERM, step=rep.last_step or None, message="stopped by SIGTERM")
+            _say_stopped(rep, signal.SIGTERM)
     except Exception:
         pass
     if rep is not None:
