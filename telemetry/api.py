@@ -313,7 +313,9 @@ class _Api:
         self.phases_cut = False
         """Whether a step's own phases past MAX_CUSTOM were said cut (once)."""
         self.failed: int | None = None
-        """The exit code an uncaught exception will end the process with (1; 130 for Ctrl-C)."""
+        """The exit code an uncaught exception will end the process with (1)."""
+        self.interrupted = False
+        """The script ended in a KeyboardInterrupt (Ctrl-C): a stop (see _say_exit)."""
         self.exit_said = False
         self.epoch = 0
         """Epochs ended (``pt.event("epoch_end")``): the epoch of the next steps, unless logged."""
@@ -336,11 +338,14 @@ def _uncaught(kind: type[BaseException], exc: BaseException, tb: Any, _previous:
     api = _api
     try:
         if api.auto is None and api.reporter is not None and api.reporter.enabled and api.failed is None:
-            interrupted = issubclass(kind, KeyboardInterrupt)
-            api.failed = 130 if interrupted else 1
-            message = "interrupted" if interrupted else traceback.format_exception_only(kind, exc)[-1].strip()
-            text = "".join(traceback.format_exception(kind, exc, tb))
-            api.reporter.event("error", message=message, traceback=None if interrupted else text, step=api.reporter.last_step)
+            if issubclass(kind, KeyboardInterrupt):
+                # Ctrl-C: a stop, said at exit as one (_say_stopped), not an error "interrupted"
+                api.interrupted = True
+            else:
+                api.failed = 1
+                message = traceback.format_exception_only(kind, exc)[-1].strip()
+                text = "".join(traceback.format_exception(kind, exc, tb))
+                api.reporter.event("error", message=message, traceback=text, step=api.reporter.last_step)
     except Exception:
         pass  # the report of a failure must never hide the failure
     (_previous or sys.__excepthook__)(kind, exc, tb)
@@ -367,11 +372,12 @@ def _say_exit() -> None:
     if api.exit_said or api.auto is not None or rep is None or not rep.enabled:
         return
     api.exit_said = True
-    stop = sigterm.received() if api.failed is None else 0
+    stop = (sigterm.received() or (signal.SIGINT if api.interrupted else 0)) if api.failed is None else 0
     if stop:
         # An exit a stop led to, through the script's own handler (Lightning's SIGTERMException,
-        # a preemption handler's sys.exit(0)): that stop, as autorun says it (trainer.autorun's
-        # _stopped), not "finished", exit 0. Under pardash launch, its note says who stopped it.
+        # a preemption handler's sys.exit(0)) or Ctrl-C's KeyboardInterrupt: that stop, as
+        # autorun says it (trainer.autorun's _stopped), not "finished", exit 0, or an error
+        # "interrupted". Under pardash launch, its note says who stopped it.
         _say_stopped(rep, stop)
         return
     code = api.failed

@@ -66,6 +66,8 @@ for step in range(1, 201):
             time.sleep(0.05)
     elif step == 3 and HOW in ("lightning", "exits_in_handler", "plain"):
         os.kill(os.getpid(), signal.SIGTERM)  # a preemption, as the step ends
+    elif step == 3 and HOW == "ctrl_c":
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C (a plain torchrun's reaches every rank)
     if step == 5 and HOW == "no_signal":
         sys.exit(0)
     if HOW == "went_on" and step == 3:
@@ -96,9 +98,12 @@ def _run(hub, tmp_path, how: str) -> tuple[subprocess.CompletedProcess, list, di
 
 @pytest.mark.parametrize(
     "how, returncode, sig",
-    [("lightning", 0, "SIGTERM"), ("exits_in_handler", 0, "SIGTERM"), ("lightning_sigint", 1, "SIGINT")],
+    [("lightning", 0, "SIGTERM"), ("exits_in_handler", 0, "SIGTERM"), ("lightning_sigint", 1, "SIGINT"), ("ctrl_c", 130, "SIGINT")],
 )
 def test_an_exit_after_a_stop_signal_the_script_took_itself_is_a_stop(hub, tmp_path, how, returncode, sig):
+    # (ctrl_c: no handler of the script's; Python's KeyboardInterrupt ended it, and the rank
+    # read error "interrupted", printed "[error] rank 0: interrupted", where Lightning's read
+    # stopped.)
     proc, events, rep = _run(hub, tmp_path, how)
     # The process's own exit is the script's: pardash changes nothing of it.
     assert proc.returncode == returncode, proc.stderr
@@ -193,23 +198,26 @@ for step in range(1, 201):
     if noted:
         raise SIGTERMException()
     if step == 3:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT if sys.argv[1:] == ["ctrl_c"] else signal.SIGTERM)
 print("never stopped", file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize("how", ["its own handler", "plain"])
-def test_the_explicit_apis_exit_after_a_stop_signal_is_a_stop_too(hub, tmp_path, how):
+@pytest.mark.parametrize("how, returncode, sig", [("its own handler", 0, "SIGTERM"), ("plain", -15, "SIGTERM"), ("ctrl_c", -2, "SIGINT")])
+def test_the_explicit_apis_exit_after_a_stop_signal_is_a_stop_too(hub, tmp_path, how, returncode, sig):
     # A script of pt.init() and pt.step() under plain torchrun, Lightning's way of stopping:
-    # its exit event said "finished", code 0; without a handler of its own, it said none.
+    # its exit event said "finished", code 0; without a handler of its own, it said none; at
+    # Ctrl-C, error "interrupted" and exit 130.
     (tmp_path / "train.py").write_text(textwrap.dedent(API_SCRIPT))
     env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run", PARDASH_SUPERVISOR=None)
     proc = subprocess.run([sys.executable, "train.py", how], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
-    assert proc.returncode == (0 if how != "plain" else -signal.SIGTERM) and "never stopped" not in proc.stderr, proc.stderr
+    assert proc.returncode == returncode and "never stopped" not in proc.stderr, proc.stderr
     log = tmp_path / "telemetry.jsonl"
 
     def exits() -> list:
         return [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"] if log.exists() else []
 
     wait_for(lambda: exits())
-    assert [(e.code, e.step, e.message) for e in exits()] == [(-15, 4 if how != "plain" else 3, "stopped by SIGTERM")]
+    code = -int(getattr(signal, sig))
+    assert [(e.code, e.step, e.message) for e in exits()] == [(code, 4 if how == "its own handler" else 3, f"stopped by {sig}")]
+    assert not [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "error"]

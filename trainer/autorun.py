@@ -180,10 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         _finish(reporter, instrument, code, why)
         raise
     except KeyboardInterrupt as e:
-        code = 130
-        error = {"message": "interrupted"}
-        _ending.update(code=code, error=error)
         traceback.print_exception(_trim(e))
+        # Ctrl-C, a stop: said as a stop the script's own handler took (above), not as an
+        # error "interrupted" (the viewers printed "[error] rank 0: interrupted" of a plain
+        # torchrun's Ctrl-C, which reaches every rank, and a Lightning script's read "stopped
+        # by SIGINT"). The process still exits 130, as Python's own Ctrl-C does to a shell.
+        _stopped(reporter, instrument, signal.SIGINT)
+        return 130
     except BaseException as e:
         code = 1
         _trim(e)
