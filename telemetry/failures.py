@@ -9,7 +9,7 @@ import signal
 
 from . import schema
 from .analysis import hang_causes, whole_hang
-from .state import BETWEEN_STEPS, between_steps, torchrun_restart
+from .state import BETWEEN_STEPS, between_steps, run_again, torchrun_restart
 from .summary import ranks_named
 
 
@@ -29,16 +29,17 @@ stalled outside any collective (see :func:`failure_summary`)."""
 
 
 def attempts(st) -> list[list[schema.Event]]:
-    """The run's events, split where torchrun restarted the job (``--max-restarts``): the hub
-    notes each rank's hello of a new attempt (``restart``), and the first such note after an
-    exit starts the next attempt. A failure that a restart recovered from is not the cause of
-    how the run ended."""
+    """The run's events, split where torchrun restarted the job (``--max-restarts``) or the job
+    was run again under the run's id (a resume by hand, to a hub run alone): the hub notes each
+    rank's hello of a new attempt (``restart``; a job run again, see state.run_again), and the
+    first such note after an exit starts the next attempt, that note its first event. A failure
+    that a restart or a new job recovered from is not the cause of how the run ended."""
     out: list[list[schema.Event]] = [[]]
     exited = False
     for e in st.lifecycle:
         if not isinstance(e, schema.Event):
             continue
-        if exited and torchrun_restart(e):
+        if exited and (torchrun_restart(e) or run_again(e)):
             out.append([])
             exited = False
         exited = exited or (e.name == "exit" and e.rank >= 0)
@@ -401,14 +402,19 @@ def hung_text(waited: list[dict]) -> str:
 
 
 def recovered_failures(st) -> list[dict]:
-    """The failures torchrun restarted the job after (:func:`failure_summary` of each attempt
-    but the last), oldest first."""
+    """The failures torchrun restarted the job after, or the job was run again after
+    (:func:`failure_summary` of each attempt but the last, its ``then`` how the next began:
+    "restarted by torchrun" or "run again"), oldest first."""
     out = []
-    for k, events in enumerate(attempts(st)[:-1]):
-        # (attempt k ended as torchrun started restart k + 1)
-        f = failure_summary(st, events, hang=st.hangs_restarted.get(k + 1))
+    split = attempts(st)
+    for events, after in zip(split, split[1:]):
+        begun = after[0]  # (the note that began the next attempt)
+        if run_again(begun):
+            f, then = failure_summary(st, events), "run again"
+        else:
+            f, then = failure_summary(st, events, hang=st.hangs_restarted.get(begun.code)), "restarted by torchrun"
         if f is not None:
-            out.append(f)
+            out.append({**f, "then": then})
     return out
 
 

@@ -715,6 +715,7 @@ class HubCore:
         if not all(r.finished or r.exit_code is not None for r in ranks):
             return
         on = f" on {hello.host}" if hello.host else ""
+        # (its start is the contract state.run_again reads: the next attempt of the run begins here)
         message = (f"rank {hello.rank} started again (pid {hello.pid}{on}) after every rank of run {self.state.run_id} "
                    "had ended: a new job under this run's id, whose records go on in its log (give each job its own "
                    "PARDASH_RUN_ID to keep them apart)")  # fmt: skip

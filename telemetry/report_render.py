@@ -505,8 +505,9 @@ def exit_lines(rep: dict) -> list[str]:
 
 
 def recovered_lines(rep: dict) -> list[str]:
-    """The failures torchrun restarted the job after (``--max-restarts``)."""
-    return [f"restarted by torchrun after: {f['line']}" for f in rep.get("recovered") or []]
+    """The failures torchrun restarted the job after (``--max-restarts``), or the job was run
+    again after (a resume by hand under the run's id)."""
+    return [f"{f.get('then') or 'restarted by torchrun'} after: {f['line']}" for f in rep.get("recovered") or []]
 
 
 def checkpoint_lines(rep: dict) -> list[str]:

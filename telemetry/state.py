@@ -140,11 +140,25 @@ def smooth_of(steps: deque[schema.Step]) -> tuple[float | None, float | None, fl
     return (step_s, self_s, data_s, comm_s)
 
 
+_RUN_AGAIN = re.compile(r"rank \d+ started again \(pid ")
+
+
+def run_again(msg: schema.Message) -> bool:
+    """The hub's note that a rank's new process said hello after every rank had ended, with
+    torchrun's count unchanged (hubcore's ``_say_run_again``): a job run again under the run's
+    id, a resume by hand; the next attempt of the run, as a torchrun restart begins one."""
+    return (
+        isinstance(msg, schema.Event) and msg.name == "hub" and msg.seq < 0 and msg.rank < 0
+        and _RUN_AGAIN.match(msg.message or "") is not None
+    )  # fmt: skip
+
+
 def is_lifecycle(msg: schema.Message) -> bool:
-    """An error, exit or torchrun restart event, or an exited verdict: what judges how a run
-    ended and why (the root cause, its victims, the ranks stopped, who exited first)."""
+    """An error, exit or torchrun restart event, the hub's note of a job run again, or an
+    exited verdict: what judges how a run ended and why (the root cause, its victims, the ranks
+    stopped, who exited first)."""
     if isinstance(msg, schema.Event):
-        return msg.name in ("error", "exit") or torchrun_restart(msg)
+        return msg.name in ("error", "exit") or torchrun_restart(msg) or run_again(msg)
     return isinstance(msg, schema.Verdict) and msg.verdict == "exited"
 
 

@@ -1004,6 +1004,36 @@ def test_a_job_run_again_from_an_earlier_checkpoint_is_not_stalled_on_its_old_st
     assert [v.message for v in core.state.events if isinstance(v, schema.Verdict) and v.verdict == "stalled"] == []
 
 
+def test_a_failure_a_job_run_again_went_on_from_is_recovered_not_the_runs_root_cause(tmp_path):
+    # A job failed at step 5, then run again by hand under the run's id (to a hub alone) and
+    # finished: the report read "exits: none with an error", then "root cause: rank 0 exited
+    # with code 1 at step 5", and an attached viewer's failure was the same. As a failure
+    # torchrun restarted the job after, it is one the run recovered from, said as such.
+    from pardash.telemetry.failures import failure_summary
+    from pardash.telemetry.recorder import Recorder
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import render_text
+
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id="r", recorder=Recorder(path))
+    for pid, last, crash in ((100, 5, True), (200, 10, False)):  # (each job's process counts its messages from 0)
+        job = [schema.Hello(rank=0, world_size=1, pid=pid, host="a")]
+        job += [schema.Step(rank=0, step=step, step_s=0.05, samples=4) for step in range(1, last + 1)]
+        if crash:
+            job.append(schema.Event(rank=0, name="error", message="RuntimeError: boom at 5", step=4))
+        job.append(schema.Event(rank=0, name="exit", code=1 if crash else 0, step=last))
+        for seq, msg in enumerate(job):
+            msg.run, msg.seq, msg.t = "r", seq, 1.0e9 + pid + seq * 0.1
+            assert core.ingest_bytes(schema.encode(msg), pid + seq * 0.1)
+    core.recorder.close()
+    assert failure_summary(core.state) is None  # what an attached viewer judges
+    rep = build_report(str(path))
+    assert rep["failure"] is None
+    assert [(f["line"], f["then"]) for f in rep["recovered"]] == [("rank 0 exited with code 1 at step 5: RuntimeError: boom at 5", "run again")]
+    text = render_text(rep)
+    assert "root cause" not in text and "run again after: rank 0 exited with code 1 at step 5" in text, text
+
+
 def test_the_grids_medians_are_each_ranks_last_five_steps_at_the_hub_its_viewers_and_a_hub_restarted_on_its_log(tmp_path):
     # A frame carries each rank's newest step: where ranks step faster than frames come, some
     # of their steps. The grid's wall, self, data and comm, medians of those, moved with where
