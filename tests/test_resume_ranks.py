@@ -1,11 +1,14 @@
 """A checkpoint that one rank alone cannot read (its node's copy of DCP's metadata) sends every
 rank back to the checkpoint before, together: none is left waiting in a collective the others
-never reach. Two gloo ranks under DDP, in processes of their own (torch.multiprocessing)."""
+never reach. Two gloo ranks under DDP, in processes of their own (forked from one that has
+imported torch: RANKS)."""
 
 from __future__ import annotations
 
 import datetime
 import os
+import subprocess
+import sys
 import types
 
 import pytest
@@ -72,13 +75,52 @@ def _rank(rank: int, root: str, store: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+# The ranks are forked from one process that has imported torch, the compiler every optimizer
+# imports and DCP (with the collector off, as a rank does: pardash.trainer.startup), and _rank:
+# torch.multiprocessing's two fresh interpreters each imported all of it with the collector on,
+# some 8 CPU-s of a 2-core machine for the test against 3 now (as tests/scripts/trainer_forks.py
+# does for the trainer). No torch code has run before the forks (no thread pool, no process
+# group), so each rank starts as clean as a fresh interpreter; it ends with os._exit, past the
+# interpreter's teardown.
+RANKS = """
+import importlib, os, sys, threading, traceback
+from pardash.trainer import startup
+with startup.imports():
+    for name in ("torch._dynamo", "torch.distributed.checkpoint", "torch.nn.parallel"):
+        importlib.import_module(name)
+    sys.path.insert(0, sys.argv[1])
+    from test_resume_ranks import _rank
+assert threading.active_count() == 1, threading.enumerate()  # a fork copies this thread alone
+pids = []
+for rank in (0, 1):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            _rank(rank, *sys.argv[2:])
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    pids.append(pid)
+codes = {rank: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for rank, pid in enumerate(pids)}
+sys.exit(f"ranks' exit codes: {codes}" if any(codes.values()) else 0)
+"""
+
+
 @pytest.mark.slow
 def test_a_checkpoint_one_rank_cannot_read_sends_every_rank_back(tmp_path):
-    import torch.multiprocessing as mp
-
     root, out = tmp_path / "ckpt", tmp_path / "out"
     out.mkdir()
-    mp.spawn(_rank, args=(str(root), str(tmp_path / "store"), str(out)), nprocs=2, join=True)
+    ranks = subprocess.run(
+        [sys.executable, "-c", RANKS, os.path.dirname(__file__), str(root), str(tmp_path / "store"), str(out)],
+        capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert ranks.returncode == 0, ranks.stdout[-2000:] + ranks.stderr[-3000:]
     results = {r: (out / f"rank{r}").read_text() for r in (0, 1)}
     for r, text in results.items():
         assert text.startswith("step 2 from step-00000002, weights of step 2: True"), (r, text)
