@@ -511,24 +511,60 @@ def test_lines_dropped_while_the_log_could_not_be_written_are_counted_and_said(t
     assert [m.step for m in load_log(path)[0] if isinstance(m, schema.Step)] == [13, 14, 15, 16]
 
 
-# One launch serves the two tests of a supervisor killed outright mid-run, the job then left to
-# end by itself: what the launch says and writes (its outcome, result.json, the hub's end), and
-# that the ranks write on after the kill (their streams were a pipe to the supervisor). Each
-# launch of them cost seconds of a 2-core machine, for the same fault.
+# One launch serves the three tests of a supervisor killed outright mid-run, the job then left
+# to end by itself: what the launch says and writes (its outcome, result.json, the hub's end),
+# that the ranks write on after the kill (their streams were a pipe to the supervisor), and that
+# a crash after the kill, which torchrun restarts the job after, is followed through to the
+# restarted job's end. Each launch of them cost seconds of a 2-core machine, for the same fault.
 SUPERVISOR_KILLED_STEPS = 30
+SUPERVISOR_KILLED_CRASH_AT = 10
 SUPERVISOR_KILLED_GROUP = pytest.mark.xdist_group("faults_supervisor_killed")
+
+CHATTY_CRASHING_ONCE = """
+# chatty.py's tiny DDP steps (each said on stderr and stdout, 20 ms a step), argv[1] of them; after
+# its step 5 the rank waits for the file argv[2]; the first attempt then says its steps up to
+# argv[3] and crashes there (torchrun starts the job again, and the second attempt, the file
+# there already, trains all of them).
+import os, sys, time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+steps, go, crash_at = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, steps + 1):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    print(f"rank {rank} step {step}", file=sys.stderr, flush=True)
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(0.02)
+    if step == 5:
+        while not os.path.exists(go):
+            time.sleep(0.05)
+    if first and step == crash_at:
+        raise RuntimeError(f"crashed after step {crash_at}, unsupervised")
+dist.destroy_process_group()
+"""
 
 
 class SupervisorKilledRun:
-    """A headless launch of chatty.py on one rank whose supervisor the fixture killed with
-    SIGKILL after step 5, the rank waiting there until it was dead and then training on to the
-    end once the hub had said so: the launch's output and exit code, its registry entry, and
-    what held as it returned."""
+    """A headless launch (--max-restarts 1) of CHATTY_CRASHING_ONCE on one rank whose supervisor
+    the fixture killed with SIGKILL after step 5, the rank waiting there until it was dead and
+    the hub had said so, then writing on to its crash at step SUPERVISOR_KILLED_CRASH_AT, the
+    job restarted by torchrun and trained to its end: the launch's output and exit code, its
+    registry entry, torchrun's process, and what held as it returned."""
 
     dir: Path
     log: Path
     registry: Path
     entry: dict
+    job: list
     out: str
     err: str
     returncode: int
@@ -542,13 +578,20 @@ def supervisor_killed_run(tmp_path_factory):
     run = SupervisorKilledRun()
     run.dir = tmp_path_factory.mktemp("supervisor-killed")
     run.log, run.registry = run.dir / "run.jsonl", run.dir / "registry"
-    args, go = _gated(run.dir, SUPERVISOR_KILLED_STEPS, at=5)
+    # The rank crashes when the fixture says, once the hub has found its supervisor gone: the
+    # trainer's --inject-crash 0@20, 15 steps after the 5th the test waited for, had crashed
+    # before the kill every time (a restart seen by a live supervisor: not these tests' case).
+    go = run.dir / "go"
+    (run.dir / "chatty_crashing_once.py").write_text(CHATTY_CRASHING_ONCE)
+    args = ["--nproc", "1", "--max-restarts", "1", "--", "chatty_crashing_once.py", str(SUPERVISOR_KILLED_STEPS), str(go),
+            str(SUPERVISOR_KILLED_CRASH_AT)]  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PARDASH_REGISTRY_DIR", str(run.registry))
         p = _start(run.dir, *args, env=pardash_env())
         try:
             wait_for(lambda: len(_steps(run.log, 0)) >= 5, timeout_s=120, poll_s=0.1)
             (run.entry,) = registry.live_runs()
+            run.job = psutil.Process(run.entry["supervisor_pid"]).children()  # (torchrun)
             os.kill(run.entry["supervisor_pid"], signal.SIGKILL)
             wait_for(lambda: _ended(run.entry["supervisor_pid"]), timeout_s=30)  # (its end of the job's streams closed)
             # ... and the hub has seen it gone: the job then goes on without it, not ending first
@@ -556,7 +599,7 @@ def supervisor_killed_run(tmp_path_factory):
             wait_for(lambda: any(isinstance(m, schema.Event) and m.name == "warning" and gone in (m.message or "")
                                  for m in load_log(run.log)[0]), timeout_s=60, poll_s=0.2)  # fmt: skip
             go.touch()
-            run.out, run.err = p.communicate(timeout=240)
+            run.out, run.err = p.communicate(timeout=300)
             # At once, as the launch returns: a later look would find any process ended.
             pids = {m.pid for m in load_log(run.log)[0] if isinstance(m, schema.Hello)}
             run.ranks_ended_at_return = {pid: _ended(pid) for pid in pids}
@@ -681,25 +724,31 @@ def test_a_pid_the_system_gave_another_program_is_no_supervisor(tmp_path):
 def test_ranks_that_write_on_after_their_supervisor_was_killed_train_on(supervisor_killed_run):
     # torchrun's stderr was a pipe to the supervisor: once it was killed, a rank's next line
     # on stderr (a warning, a logger, a traceback) failed with EPIPE and ended the run.
-    # The rank waits after its step 5 until its supervisor is dead, then writes on: 25 lines
-    # on each stream (the kill landed at step 7 of 300 of a run given no wait, or after its end).
+    # The rank waits after its step 5 until its supervisor is dead, then writes on: 5 lines on
+    # each stream and its crash's traceback, then the restarted rank's 30 (the kill landed at
+    # step 7 of 300 of a run given no wait, or after its end).
     run = supervisor_killed_run
     out, err, log = run.out, run.err, run.log
     assert run.returncode == 0, out[-2000:] + err[-2000:]
     assert "the run is over: 1 finished" in out
     assert max(s.step for s in _steps(log, 0)) == SUPERVISOR_KILLED_STEPS
     # It wrote after the kill: its lines of the steps after the wait, on stdout (the job's
-    # output file) and on stderr (torchrun's, in a file of its own once headless).
+    # output file) and on stderr (torchrun's, in a file of its own once headless), the first
+    # attempt's to its crash (said twice: the restarted rank said them again) and the rest.
     (run_dir,) = (run.dir / "runs").iterdir()
     for written in (run_dir / "output.log", run_dir / "torchrun" / "stderr.log"):
         lines = written.read_text().splitlines()
+        assert all(lines.count(f"rank 0 step {step}") == 2 for step in range(6, SUPERVISOR_KILLED_CRASH_AT + 1)), (written.name, lines[-20:])
         assert all(f"rank 0 step {step}" in lines for step in range(6, SUPERVISOR_KILLED_STEPS + 1)), (written.name, lines[-20:])
+    assert f"RuntimeError: crashed after step {SUPERVISOR_KILLED_CRASH_AT}, unsupervised" in (run_dir / "torchrun" / "stderr.log").read_text()
     msgs, _ = load_log(log)
-    assert not [m for m in msgs if isinstance(m, schema.Event) and m.name == "error"]
+    # No error but the crash the fixture asked for (an EPIPE would be one of its own).
+    errors = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "error"]
+    assert errors == [f"RuntimeError: crashed after step {SUPERVISOR_KILLED_CRASH_AT}, unsupervised"], errors
     # The launch ends once the ranks have: it returned as they said they finished, their
     # processes (GPU memory and all) still there for the next command.
     pids = {m.pid for m in msgs if isinstance(m, schema.Hello)}
-    assert len(pids) == 1 and all(run.ranks_ended_at_return[pid] for pid in pids)
+    assert len(pids) == 2 and all(run.ranks_ended_at_return[pid] for pid in pids)  # (the first attempt, the restarted one)
 
 
 def test_a_launch_whose_output_is_gone_still_restarts_the_hub_and_sees_the_job_out(tmp_path):
@@ -721,64 +770,29 @@ def test_a_launch_whose_output_is_gone_still_restarts_the_hub_and_sees_the_job_o
     assert "rank 0 step 300" in (tmp_path / "runs").glob("*/output.log").__next__().read_text()
 
 
-CRASHES_WHEN_TOLD = """
-# 40 steps of a tiny model; the first attempt, after its step 5, waits for the file argv[1] and
-# then crashes (torchrun starts it again, and the second attempt trains all 40).
-import os, sys, time
-
-import torch
-import torch.distributed as dist
-from torch import nn
-
-first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-dist.init_process_group("gloo")
-model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(1, 41):
-    model(torch.randn(4, 8)).sum().backward()
-    opt.step()
-    opt.zero_grad()
-    if first and step == 5:
-        while not os.path.exists(sys.argv[1]):
-            time.sleep(0.05)
-        raise RuntimeError("crashed after step 5, unsupervised")
-dist.destroy_process_group()
-"""
-
-
-def test_a_job_left_unsupervised_is_followed_through_torchruns_restart(tmp_path):
+@SUPERVISOR_KILLED_GROUP
+def test_a_job_left_unsupervised_is_followed_through_torchruns_restart(supervisor_killed_run):
     # The supervisor killed, then a rank crashes and torchrun starts the job again: the launch
     # said "the run is over ... exited with code 1" and exited 1 while the restarted job went
     # on to finish. The job lives while its hub does; the hub waits for the restart.
-    # The rank crashes when the test says, once the hub has found its supervisor gone: the
-    # trainer's --inject-crash 0@20, 15 steps after the 5th the test waited for, had crashed
-    # before the kill every time (a restart seen by a live supervisor: not this test's case).
-    log = tmp_path / "run.jsonl"
-    crash_now = tmp_path / "crash-now"
-    (tmp_path / "crashes_when_told.py").write_text(CRASHES_WHEN_TOLD)
-    p = _start(tmp_path, "--nproc", "1", "--max-restarts", "1", "--", "crashes_when_told.py", str(crash_now))
-    wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.2)
-    (entry,) = registry.live_runs()
-    job = psutil.Process(entry["supervisor_pid"]).children()  # (torchrun)
-    assert job
-    os.kill(entry["supervisor_pid"], signal.SIGKILL)
-    gone = f"supervisor (pid {entry['supervisor_pid']}) is gone"
+    # (The fixture's rank crashes once the hub has found its supervisor gone.)
+    run = supervisor_killed_run
+    out, err, log = run.out, run.err, run.log
+    assert run.job
+    assert run.returncode == 0, out[-2000:] + err[-2000:]
+    assert "the run is over: 1 finished" in out
+    # torchrun ends once its rank has (the launch said the run over at the rank's last word, and
+    # a loaded machine's torchrun was still ending when the test did)
+    _, alive = psutil.wait_procs(run.job, timeout=60)
+    assert not alive
+    msgs, _ = load_log(log)
+    assert sorted({m.restart for m in msgs if isinstance(m, schema.Hello)}) == [0, 1]
+    assert max(m.step for m in msgs if isinstance(m, schema.Step)) == SUPERVISOR_KILLED_STEPS
+    gone = f"supervisor (pid {run.entry['supervisor_pid']}) is gone"
 
     def said_gone(m) -> bool:
         return isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1 and gone in (m.message or "")
 
-    wait_for(lambda: any(said_gone(m) for m in load_log(log)[0]), timeout_s=60, poll_s=0.2)
-    crash_now.touch()
-    out, err = p.communicate(timeout=300)
-    assert p.returncode == 0, out[-2000:] + err[-2000:]
-    assert "the run is over: 1 finished" in out
-    # torchrun ends once its rank has (the launch said the run over at the rank's last word, and
-    # a loaded machine's torchrun was still ending when the test did)
-    _, alive = psutil.wait_procs(job, timeout=60)
-    assert not alive
-    msgs, _ = load_log(log)
-    assert sorted({m.restart for m in msgs if isinstance(m, schema.Hello)}) == [0, 1]
-    assert max(m.step for m in msgs if isinstance(m, schema.Step)) == 40
     order = [m.name for m in msgs if said_gone(m) or isinstance(m, schema.Event) and m.name == "error"]
     assert order == ["warning", "error"]  # the crash came to a job left unsupervised
 
