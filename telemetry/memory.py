@@ -125,15 +125,25 @@ class MemoryAccountant:
             self._dtensor: type | None = DTensor
         except ImportError:  # torch built without distributed
             self._dtensor = None
+        from .modelfacts import fsdp1_flat_params
+
         seen: set[int] = set()
         self.params: list[Any] = []
         self.params_full_bytes = 0
+        flats = fsdp1_flat_params(model)
+        self._flat: dict[int, tuple[int, int]] = {
+            k: (i, n) for i, (_, _, members) in enumerate(flats) for k, n in members.items()
+        }
+        """id of each parameter FSDP1 keeps in a flat parameter -> (the flat parameter's index in
+        ``_flat_full``, the parameter's unsharded elements): its numel() is this rank's shard's,
+        so its gradient and optimizer state are counted unsharded by the flat parameter's."""
+        self._flat_full = [full for _, full, _ in flats]
         for p in model.parameters():
             if id(p) in seen:
                 continue
             seen.add(id(p))
             self.params.append(p)
-            self.params_full_bytes += p.numel() * p.element_size()
+            self.params_full_bytes += self._flat.get(id(p), (0, p.numel()))[1] * p.element_size()
         self.is_cuda = any(p.device.type == "cuda" for p in self.params)
         self.full_every = max(1, full_every)
         ddps = () if ddp_module is None else ddp_module if isinstance(ddp_module, (list, tuple)) else (ddp_module,)
@@ -200,6 +210,9 @@ class MemoryAccountant:
             seen.add(ptr)
             return storage.nbytes()
 
+        flat = self._flat
+        flat_grads: dict[int, int] = {}
+        """FSDP1 flat parameters (their index) some of whose gradients are held -> element size."""
         params_bytes = grads_bytes = grads_full = 0
         for p in self.params:
             params_bytes += local_bytes(p)
@@ -207,8 +220,14 @@ class MemoryAccountant:
             if g is not None:
                 held = local_bytes(g)
                 grads_bytes += held
-                # A DTensor's numel is global; a sparse gradient's is its dense shape's.
-                grads_full += held if g.layout is not strided else g.numel() * g.element_size()
+                if id(p) in flat:
+                    # unsharded, its flat parameter's whole gradient (a parameter outside this
+                    # rank's shard has none here, as its optimizer state)
+                    flat_grads[flat[id(p)][0]] = g.element_size()
+                else:
+                    # A DTensor's numel is global; a sparse gradient's is its dense shape's.
+                    grads_full += held if g.layout is not strided else g.numel() * g.element_size()
+        grads_full += sum(self._flat_full[i] * size for i, size in flat_grads.items())
         # Gradients that are views of DDP's buckets (gradient_as_bucket_view) hold the whole
         # bucket, room for a parameter unused this step (its grad None) too: that is what the
         # unsharded state holds as well (a replicated run read 1.07x "what ddp should").
@@ -216,11 +235,16 @@ class MemoryAccountant:
         optim_bytes = optim_full = 0
         counted: set[int] = set()
         states: set[int] = set()
+        flat_state: dict[int, list[int]] = {}
+        """FSDP1 flat parameter (index) -> [bytes of its parameters' elementwise states here
+        (Adam's moments), the elements they are of]: scaled to its unsharded elements."""
         for opt, scale in _optimizer_states(optimizers):
             if id(opt) in counted:
                 continue
             counted.add(id(opt))
-            for state in opt.state.values():
+            for param, state in opt.state.items():
+                at = flat.get(id(param))
+                elementwise = 0
                 for value in state.values():
                     if isinstance(value, tensor_type) and id(value) not in states:
                         # A tensor two optimizers share counts once in both sums. Unsharded,
@@ -228,7 +252,17 @@ class MemoryAccountant:
                         # with fewer rows than ranks leaves some ranks none).
                         states.add(id(value))
                         optim_bytes += local_bytes(value)
-                        optim_full += int(value.numel() * value.element_size() * scale)
+                        nbytes = value.numel() * value.element_size()
+                        if at is not None and value.shape == param.shape and value.numel():  # (not a step count)
+                            elementwise += nbytes
+                        else:
+                            optim_full += int(nbytes * scale)
+                if elementwise:
+                    one = flat_state.setdefault(at[0], [0, 0])
+                    one[0] += elementwise
+                    one[1] += param.numel()
+        for i, (nbytes, elements) in flat_state.items():
+            optim_full += int(nbytes * self._flat_full[i] / elements)
         return Mem(
             params_bytes=params_bytes,
             grads_bytes=grads_bytes,

@@ -58,19 +58,50 @@ def has_lazy(model: Any) -> bool:
     return any(is_lazy(p) for p in model.parameters())
 
 
+def fsdp1_flat_params(model: Any) -> list[tuple[Any, int, dict[int, int]]]:
+    """FSDP1's (``FullyShardedDataParallel``) flat parameters in ``model``: each with its
+    unsharded size (its original parameters' elements, without padding) and, by ``id``, the parameters ``model.parameters()``
+    yields of it with their unsharded sizes: the flat parameter itself, or (``use_orig_params``)
+    the original parameters, views of this rank's shard. Their ``numel()`` is this rank's
+    shard's: unsharded, a 2-rank model read as half of itself, its saving as none. [] without
+    FSDP1."""
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:  # torch built without distributed
+        return []
+    out = []
+    for m in model.modules():
+        handle = getattr(m, "_handle", None) if isinstance(m, FullyShardedDataParallel) else None
+        flat = getattr(handle, "flat_param", None)
+        if flat is None:
+            continue
+        try:
+            # (the original parameters' sizes: its unpadded size has room to align each)
+            full = int(sum(flat._numels))
+            members = {id(flat): full}
+            if getattr(flat, "_params", None):  # use_orig_params: each original parameter, whole
+                members.update((id(q), int(n)) for q, n in zip(flat._params, flat._numels))
+        except (AttributeError, TypeError):  # (private: a torch that keeps them otherwise)
+            continue
+        out.append((flat, full, members))
+    return out
+
+
 def model_facts(model: Any) -> dict[str, Any]:
     """Hello fields that describe ``model``: strategy, full parameter count and bytes (each
-    shared parameter once; an FSDP2 DTensor counts its global size), device, its name and
-    memory, torch version."""
+    shared parameter once; an FSDP2 DTensor counts its global size, an FSDP1 flat parameter its
+    unsharded one), device, its name and memory, torch version."""
     import torch
 
     count = nbytes = 0
     device = None
+    whole = {k: n for _, _, members in fsdp1_flat_params(model) for k, n in members.items()}
     for p in model.parameters():
         if is_lazy(p):
             continue  # not made yet (a LazyLinear before its first forward): counted once it is
-        count += p.numel()
-        nbytes += p.numel() * p.element_size()
+        n = whole.get(id(p), p.numel())
+        count += n
+        nbytes += n * p.element_size()
         if device is None:
             device = p.device
     facts: dict[str, Any] = {

@@ -265,6 +265,21 @@ def test_a_rank_with_an_empty_shard_counts_the_whole_state_unsharded(fsdp_memory
         assert d["optim_full"] == 2 * params + 3 * 4  # exp_avg, exp_avg_sq and a 4-byte step per tensor
 
 
+@pytest.mark.slow
+def test_fsdp1s_flat_parameters_count_the_whole_model_unsharded(fsdp_memory):
+    # FSDP1's parameters (its flat parameter, or with use_orig_params the original ones, views
+    # of this rank's shard) have their shard's numel: unsharded, the model read as half of
+    # itself, "saving 0%", and every rank was told to wrap its blocks.
+    n = 13 * 37 + 37 + 1
+    for rank, d in fsdp_memory.items():
+        for how in ("flat", "orig"):
+            one = d["fsdp1"][how]
+            assert one["count"] == n, (rank, how, one)
+            assert one["params_full"] == one["grads_full"] == 4 * n, (rank, how, one)
+            assert one["optim_full"] == 2 * 4 * n + 4 * one["steps"], (rank, how, one)  # exp_avg, exp_avg_sq, the steps
+            assert 4 * n / 2 <= one["params"] <= 4 * n * 0.55, (rank, how, one)  # its shard (padded, aligned)
+
+
 def _sharding_run(held_by_rank: dict[int, int], full: int, strategy: str = "fsdp"):
     """A hub that took one step of each rank holding ``held`` of a ``full`` state, then judged."""
     from pardash.telemetry.hubcore import HubCore

@@ -2,6 +2,7 @@
 
 - ``uneven``: a model with a parameter of one row (rank 1's shard of it is empty), its account
   after an AdamW step;
+- ``fsdp1``: the same model under FSDP1, its accounts (see :func:`fsdp1`);
 - ``accum``: gradients accumulated over two micro-batches through the bundled trainer's
   ``grad_sync``: after the first micro-batch's backward and after the last, the gradient bytes
   each rank holds, sharded (``param.grad``'s local shard) and unsharded (what FSDP2 keeps when
@@ -42,6 +43,31 @@ def uneven() -> dict:
     return {"optim_full": mem.optim_full_bytes, "grads_full": mem.grads_full_bytes, "params_full": mem.params_full_bytes}
 
 
+def fsdp1() -> dict:
+    """The Uneven model under FSDP1 (one flat parameter of 519 elements, padded to 2 x 260),
+    with its flat parameter and with use_orig_params (each rank's original parameters views of
+    its shard, rank 1's of one of them empty): each account after an AdamW step, and the
+    hello's parameter count. (FSDP1 refuses a CPU without device_id: it trains given it.)"""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from pardash.telemetry.modelfacts import model_facts
+
+    out = {}
+    for orig in (False, True):
+        torch.manual_seed(0)
+        model = FullyShardedDataParallel(Uneven(), use_orig_params=orig, device_id=torch.device("cpu"))
+        opt = torch.optim.AdamW(model.parameters())
+        model(torch.randn(4, 13)).backward()
+        opt.step()
+        mem = MemoryAccountant(model, full_every=1).measure([opt])
+        steps = sum(1 for state in opt.state.values() for v in state.values() if torch.is_tensor(v) and v.dim() == 0)
+        out["orig" if orig else "flat"] = {
+            "params": mem.params_bytes, "params_full": mem.params_full_bytes, "grads_full": mem.grads_full_bytes,
+            "optim_full": mem.optim_full_bytes, "steps": steps, "count": model_facts(model)["params_count"],
+        }  # fmt: skip
+    return out
+
+
 def accum() -> dict:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
@@ -72,7 +98,7 @@ def accum() -> dict:
 
 
 dist.init_process_group("gloo")
-print(json.dumps({"rank": dist.get_rank(), "uneven": uneven(), "accum": accum()}), flush=True)
+print(json.dumps({"rank": dist.get_rank(), "uneven": uneven(), "fsdp1": fsdp1(), "accum": accum()}), flush=True)
 dist.barrier()
 # Out without gloo's teardown: a rank whose peer closed its pairs first while its own were torn
 # down died of SIGABRT once under a loaded suite (after its line was printed), failing the test
