@@ -1654,6 +1654,29 @@ def test_a_batch_taken_with_a_new_iterator_each_step_is_no_epoch(hooked):
     assert not [name for name, _ in rep.events if name == "epoch_end"]
 
 
+@pytest.mark.parametrize("validation", ["model.eval", "training mode, no_grad"])
+def test_validations_through_a_loader_of_a_script_that_makes_its_training_batches_are_no_epochs(hooked, validation):
+    # A nanoGPT-style loop: its training batches made in the loop (get_batch()), a DataLoader
+    # for its validations alone. Each validation after the first read as an epoch ended: the
+    # next backward was taken for one on the validation loader's last batch.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _, val = _loaders()
+    for _ in range(3):
+        _fit(model, opt, [(torch.randn(4, 8), torch.randint(0, 4, (4,))) for _ in range(3)])
+        if validation == "model.eval":
+            model.eval()
+        with torch.no_grad():
+            for x, _ in val:
+                model(x)
+        model.train()
+    inst.finish()
+    assert [s["epoch"] for s in rep.steps] == [0] * 9
+    assert not [name for name, _ in rep.events if name == "epoch_end"]
+    assert len([name for name, _ in rep.events if name == "eval"]) == 3
+
+
 def test_a_samplers_set_epoch_says_the_epoch_not_the_loaders_passes(hooked):
     # A DistributedSampler's epoch is the script's own (a resumed run starts at epoch 5): the
     # passes over its loader count no more once it has spoken.

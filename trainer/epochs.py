@@ -56,6 +56,8 @@ class _LoaderPass:
     """Times it became the training pass (more than once: trained on by turns with another)."""
     ended: bool = False
     """Its iterator ran out (StopIteration)."""
+    evaluated: bool = False
+    """A batch of it was an evaluation's (see Evaluations._eval_ends)."""
 
     def dataset(self) -> Any:
         """Its dataset, if still alive and weakly held."""

@@ -250,6 +250,11 @@ class Evaluations:
             end = after[-1]
         self._eval_clear()
         self.evals += 1
+        if self._batch_pass is not None and self._batch_pass.evaluated:
+            # The last batch was the evaluation's (its validation loader): the next backward's
+            # is another loader's, or one the script made itself (nanoGPT's get_batch()), whose
+            # each validation after the first read as an epoch ended (the same loader again).
+            self._batch_pass = None
         if in_step and self._open is not None and began is not None:
             # In the open step (see _eval_begins): its span left out there, the step's data
             # phase again from its end (the next micro-batch's loading).

@@ -520,6 +520,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
                     # on an epoch's first batch: dropped then; see Evaluations._eval_stands).
                     self._eval_begins(loader_pass=True)
                 trained.called_without_grad(module, self.step)
+            if self._eval_t0 and self._batch_pass is not None:
+                self._batch_pass.evaluated = True
             return  # a pass of the step without grad: a GAN's fakes, a teacher's targets
         # A trained model in eval mode *with* grad may train (fine-tuning with BatchNorm and
         # dropout frozen by model.eval()) or be evaluated without torch.no_grad(): after
