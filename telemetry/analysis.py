@@ -208,7 +208,8 @@ class Detector:
             full = mem_full_bytes(mem)
             if not full:
                 continue
-            share = full / world
+            ways = mem.shards or world  # (HSDP: its shard group, the replicas hold the same)
+            share = full / ways
             held = mem.params_bytes + mem.grads_bytes + mem.optim_bytes
             if r.not_sharding is None and held > NOT_SHARDING_FACTOR * share:
                 out.append(
@@ -218,7 +219,7 @@ class Detector:
                         step=r.step.step,
                         message=(
                             f"rank {r.rank} holds {human_bytes(held)} of parameters, gradients and optimizer state, "
-                            f"{held / share:.1f}x its 1/{world} share of {human_bytes(full)}: is every block wrapped "
+                            f"{held / share:.1f}x its 1/{ways} share of {human_bytes(full)}: is every block wrapped "
                             "(fully_shard per block)?"
                         ),
                     )

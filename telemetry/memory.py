@@ -125,25 +125,28 @@ class MemoryAccountant:
             self._dtensor: type | None = DTensor
         except ImportError:  # torch built without distributed
             self._dtensor = None
-        from .modelfacts import fsdp1_flat_params
+        from .modelfacts import dtensor_shards, fsdp1_flat_params
 
         seen: set[int] = set()
         self.params: list[Any] = []
         self.params_full_bytes = 0
         flats = fsdp1_flat_params(model)
         self._flat: dict[int, tuple[int, int]] = {
-            k: (i, n) for i, (_, _, members) in enumerate(flats) for k, n in members.items()
+            k: (i, n) for i, (_, _, members, _) in enumerate(flats) for k, n in members.items()
         }
         """id of each parameter FSDP1 keeps in a flat parameter -> (the flat parameter's index in
         ``_flat_full``, the parameter's unsharded elements): its numel() is this rank's shard's,
         so its gradient and optimizer state are counted unsharded by the flat parameter's."""
-        self._flat_full = [full for _, full, _ in flats]
+        self._flat_full = [full for _, full, _, _ in flats]
+        self.shards = max((ways for *_, ways in flats), default=0)
+        """Ranks the sharded parameters are split over (the most any is: see Mem.shards)."""
         for p in model.parameters():
             if id(p) in seen:
                 continue
             seen.add(id(p))
             self.params.append(p)
             self.params_full_bytes += self._flat.get(id(p), (0, p.numel()))[1] * p.element_size()
+            self.shards = max(self.shards, dtensor_shards(p))
         self.is_cuda = any(p.device.type == "cuda" for p in self.params)
         self.full_every = max(1, full_every)
         ddps = () if ddp_module is None else ddp_module if isinstance(ddp_module, (list, tuple)) else (ddp_module,)
@@ -271,6 +274,7 @@ class MemoryAccountant:
             params_full_bytes=self.params_full_bytes,
             grads_full_bytes=grads_full,
             optim_full_bytes=optim_full,
+            shards=self.shards,
             rss_bytes=self._rss(),
         )
 

@@ -58,13 +58,14 @@ def has_lazy(model: Any) -> bool:
     return any(is_lazy(p) for p in model.parameters())
 
 
-def fsdp1_flat_params(model: Any) -> list[tuple[Any, int, dict[int, int]]]:
+def fsdp1_flat_params(model: Any) -> list[tuple[Any, int, dict[int, int], int]]:
     """FSDP1's (``FullyShardedDataParallel``) flat parameters in ``model``: each with its
     unsharded size (its original parameters' elements, without padding) and, by ``id``, the parameters ``model.parameters()``
     yields of it with their unsharded sizes: the flat parameter itself, or (``use_orig_params``)
     the original parameters, views of this rank's shard. Their ``numel()`` is this rank's
-    shard's: unsharded, a 2-rank model read as half of itself, its saving as none. [] without
-    FSDP1."""
+    shard's: unsharded, a 2-rank model read as half of itself, its saving as none. Last, the
+    ranks it is sharded over (its process group: HYBRID_SHARD's is the node's; 0 unknown).
+    [] without FSDP1."""
     try:
         from torch.distributed.fsdp import FullyShardedDataParallel
     except ImportError:  # torch built without distributed
@@ -83,8 +84,25 @@ def fsdp1_flat_params(model: Any) -> list[tuple[Any, int, dict[int, int]]]:
                 members.update((id(q), int(n)) for q, n in zip(flat._params, flat._numels))
         except (AttributeError, TypeError):  # (private: a torch that keeps them otherwise)
             continue
-        out.append((flat, full, members))
+        try:
+            ways = int(m.process_group.size())
+        except Exception:
+            ways = 0
+        out.append((flat, full, members, ways))
     return out
+
+
+def dtensor_shards(t: Any) -> int:
+    """The ranks a DTensor is split over (the sizes of the mesh dimensions it is Shard on:
+    FSDP2's, under HSDP only the shard dimension's; 1 replicated), 0 for another tensor."""
+    mesh, placements = getattr(t, "device_mesh", None), getattr(t, "placements", None)
+    if mesh is None or placements is None:
+        return 0
+    ways = 1
+    for dim, placement in enumerate(placements):
+        if placement.is_shard():
+            ways *= int(mesh.size(dim))
+    return ways
 
 
 def model_facts(model: Any) -> dict[str, Any]:
@@ -95,7 +113,7 @@ def model_facts(model: Any) -> dict[str, Any]:
 
     count = nbytes = 0
     device = None
-    whole = {k: n for _, _, members in fsdp1_flat_params(model) for k, n in members.items()}
+    whole = {k: n for _, _, members, _ in fsdp1_flat_params(model) for k, n in members.items()}
     for p in model.parameters():
         if is_lazy(p):
             continue  # not made yet (a LazyLinear before its first forward): counted once it is

@@ -235,7 +235,8 @@ class HubCollector:
         yield gauge("pardash_held_max_bytes", "Largest memory a rank holds for training: its model state plus DDP's gradient buckets.", held[2] if held else None)
         yield gauge("pardash_unsharded_bytes", "Model state one rank would hold unsharded (measured).", max(full) if full else None)
         expected, _ = expected_state_bytes(
-            max(full) if full else None, hello.params_count if hello is not None else 0, st.world_size, hello.strategy if hello is not None else ""
+            max(full) if full else None, hello.params_count if hello is not None else 0, st.world_size, hello.strategy if hello is not None else "",
+            max((m.shards for m in mems), default=0),
         )
         yield gauge("pardash_expected_bytes", "Model state a rank should hold for the strategy (compare pardash_state_max_bytes): its state unsharded (measured), / N when sharded (16 bytes a parameter before any measure).", expected)
         yield gauge("pardash_device_memory_min_bytes", "Smallest device memory of a rank (CUDA allocated on GPU, RSS on CPU).", dev[0] if dev else None)

@@ -56,7 +56,7 @@ from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
 from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
                     mem_state_bytes, run_over)
-from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, named_by_step
+from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, named_by_step, shards_of
 
 
 
@@ -527,7 +527,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     params_count = hello.params_count if hello else 0
     fulls = [f for f in (mem_full_bytes(r.step.mem) for r in state.ranks.values() if r.step is not None and r.step.mem is not None) if f]
     full_state = int(statistics.median(fulls)) if fulls else None
-    expected, expected_basis = expected_state_bytes(full_state, params_count if hello else 0, world, strategy)
+    expected, expected_basis = expected_state_bytes(full_state, params_count if hello else 0, world, strategy, shards_of(state))
 
     ranks = []
     for rank in sorted(state.ranks):

@@ -43,6 +43,9 @@ class Mem(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False, gc=Fa
     """Bytes of the unsharded gradients."""
     optim_full_bytes: int = 0
     """Bytes of the unsharded optimizer state."""
+    shards: int = 0
+    """Ranks this rank's sharded parameters are split over (FSDP's shard group: under HSDP its
+    mesh's shard dimension, not the world); 0: none sharded, or not said (an older rank)."""
     cuda_allocated_bytes: int | None = None
     """torch.cuda.memory_allocated at the end of the step (GPU only)."""
     cuda_reserved_bytes: int | None = None

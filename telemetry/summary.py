@@ -25,22 +25,36 @@ def is_sharded(strategy: str) -> bool:
     return any(name in s for name in SHARDED_STRATEGIES)
 
 
-def expected_state_bytes(full_bytes: int | None, params_count: int, world_size: int, strategy: str) -> tuple[int | None, str]:
+def expected_state_bytes(
+    full_bytes: int | None, params_count: int, world_size: int, strategy: str, shards: int = 0
+) -> tuple[int | None, str]:
     """What one rank should hold of parameters, gradients and optimizer state under
     ``strategy``, and on what basis. With the run's own state measured unsharded
     (``full_bytes``: its optimizer, its frozen parameters, its dtypes), all of it on every
-    replicated rank and 1/N of it fully sharded; before any rank measured it, the ZeRO paper's
-    16 bytes a parameter (fp32 Adam), which is wrong for other optimizers."""
-    sharded = is_sharded(strategy) and world_size > 1
+    replicated rank and 1/N of it fully sharded, N the ranks its ranks say it is sharded over
+    (``shards``, see :func:`shards_of`: HSDP shards within a node, its replicas hold the same),
+    else the world; before any rank measured it, the ZeRO paper's 16 bytes a parameter (fp32
+    Adam), which is wrong for other optimizers."""
+    ways = shards or world_size
+    sharded = is_sharded(strategy) and ways > 1
     if full_bytes:
         total, basis = full_bytes, "its state unsharded"
     elif params_count:
         total, basis = params_count * BYTES_PER_PARAM, f"{BYTES_PER_PARAM} B/param"
     else:
         return None, ""
-    if sharded:
-        return math.ceil(total / world_size), f"{basis} ÷ {world_size}"
-    return total, basis
+    if ways != world_size and is_sharded(strategy):
+        # (HSDP: a 2-D mesh's shard dimension; FSDP2's replicate(): none)
+        basis += f" ÷ {ways}, the ranks it is sharded over" if sharded else ", sharded over no other rank"
+    elif sharded:
+        basis += f" ÷ {ways}"
+    return (math.ceil(total / ways) if sharded else total), basis
+
+
+def shards_of(state: RunState) -> int:
+    """The ranks the run's sharded state is split over, as its ranks measure it (Mem.shards:
+    FSDP's shard group, which HSDP keeps within a node); 0 where none says (an older log)."""
+    return max((r.step.mem.shards for r in state.ranks.values() if r.step is not None and r.step.mem is not None), default=0)
 
 
 RATE_POINTS = 10

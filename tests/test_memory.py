@@ -263,6 +263,7 @@ def test_a_rank_with_an_empty_shard_counts_the_whole_state_unsharded(fsdp_memory
         d = d["uneven"]
         assert d["params_full"] == d["grads_full"] == params
         assert d["optim_full"] == 2 * params + 3 * 4  # exp_avg, exp_avg_sq and a 4-byte step per tensor
+        assert d["shards"] == 2  # split over both ranks
 
 
 @pytest.mark.slow
@@ -278,6 +279,46 @@ def test_fsdp1s_flat_parameters_count_the_whole_model_unsharded(fsdp_memory):
             assert one["params_full"] == one["grads_full"] == 4 * n, (rank, how, one)
             assert one["optim_full"] == 2 * 4 * n + 4 * one["steps"], (rank, how, one)  # exp_avg, exp_avg_sq, the steps
             assert 4 * n / 2 <= one["params"] <= 4 * n * 0.55, (rank, how, one)  # its shard (padded, aligned)
+            assert one["shards"] == 2, (rank, how, one)
+
+
+@pytest.mark.slow
+def test_an_hsdp_rank_says_it_is_sharded_over_its_shard_group_not_the_world(fsdp_memory):
+    # FSDP2 on a (replicate 2, shard 1) mesh: each rank holds the whole model, as it should;
+    # judged against 1/world, every rank was told "2.0x its 1/2 share: is every block wrapped?"
+    n = 13 * 37 + 37 + 1
+    for d in fsdp_memory.values():
+        assert d["hsdp"] == {"params": 4 * n, "params_full": 4 * n, "shards": 1}
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_a_sharded_run_is_judged_against_the_ranks_it_is_sharded_over(tmp_path, shards):
+    # 4 ranks, HSDP over 2 nodes of 2 (shards 2) or FSDP2's replicate() (shards 1): each rank
+    # holds its 1/shards of the state, which read "2.0x its 1/4 share" (or 4.0x) on every rank.
+    from pardash.telemetry.recorder import Recorder
+    from pardash.telemetry.report import build_report, render_text
+    from pardash.telemetry.hubcore import HubCore
+
+    full = 80_000
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id="r", recorder=Recorder(path))
+    for rank in range(4):
+        core.ingest(schema.Hello(rank=rank, world_size=4, strategy="fsdp", run="r", t=1.0), 1.0)
+    said = []
+    for n in (1, 2):
+        for rank in range(4):
+            mem = schema.Mem(params_bytes=full // 4 // shards, grads_bytes=full // 4 // shards, optim_bytes=full // 2 // shards,
+                             params_full_bytes=full // 4, grads_full_bytes=full // 4, optim_full_bytes=full // 2, shards=shards)  # fmt: skip
+            core.ingest(schema.Step(rank=rank, step=n, seq=n, t=1.0 + n, step_s=0.1, mem=mem, run="r"), 1.0 + n)
+        said += [m for m in core.tick(1.0 + n).messages if isinstance(m, schema.Verdict)]
+    core.recorder.close()
+    assert said == [] and all(r.not_sharding is None for r in core.state.ranks.values())
+    rep = build_report(str(path))
+    mem = rep["memory"]
+    assert mem["expected_bytes_per_rank"] == full // shards
+    basis = "its state unsharded ÷ 2, the ranks it is sharded over" if shards == 2 else "its state unsharded, sharded over no other rank"
+    assert mem["expected_basis"] == basis
+    assert "ranks hold 1.00x what fsdp x4 should" in render_text(rep)
 
 
 def _sharding_run(held_by_rank: dict[int, int], full: int, strategy: str = "fsdp"):

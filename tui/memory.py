@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 
 from pardash.telemetry import state as st
-from pardash.telemetry.summary import NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded
+from pardash.telemetry.summary import NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, shards_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,8 @@ class MemorySavings:
     """Ranks that reported memory, by rank."""
     params_count: int
     """Model parameters (from the ranks' hello; 0 when unknown)."""
+    shards: int = 0
+    """Ranks the sharded state is split over, as the ranks say (summary.shards_of; 0 unsaid)."""
 
     @property
     def sharded(self) -> bool:
@@ -94,7 +96,8 @@ class MemorySavings:
         return int(statistics.median(r.full_bytes for r in self.ranks))
 
     def _expected(self, strategy: str) -> tuple[int | None, str]:
-        return expected_state_bytes(self.full_per_rank_bytes, self.params_count, self.world_size, strategy)
+        shards = self.shards if strategy == self.strategy else 0  # ("if fully sharded": over every rank)
+        return expected_state_bytes(self.full_per_rank_bytes, self.params_count, self.world_size, strategy, shards)
 
     @property
     def sharded_expected_bytes(self) -> int | None:
@@ -168,11 +171,12 @@ def memory_savings(state: st.RunState, *, reuse: MemorySavings | None = None) ->
         return None
     hello = state.hello
     strategy, world_size, params_count = state.strategy, state.world_size, hello.params_count if hello else 0
+    shards = shards_of(state)
     if (
         same
         and reuse is not None
         and len(ranks) == len(reuse.ranks)
-        and (strategy, world_size, params_count) == (reuse.strategy, reuse.world_size, reuse.params_count)
+        and (strategy, world_size, params_count, shards) == (reuse.strategy, reuse.world_size, reuse.params_count, reuse.shards)
     ):
         return reuse
-    return MemorySavings(strategy=strategy, world_size=world_size, ranks=tuple(ranks), params_count=params_count)
+    return MemorySavings(strategy=strategy, world_size=world_size, ranks=tuple(ranks), params_count=params_count, shards=shards)

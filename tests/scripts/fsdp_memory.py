@@ -2,7 +2,8 @@
 
 - ``uneven``: a model with a parameter of one row (rank 1's shard of it is empty), its account
   after an AdamW step;
-- ``fsdp1``: the same model under FSDP1, its accounts (see :func:`fsdp1`);
+- ``fsdp1``: the same model under FSDP1, its accounts (see :func:`fsdp1`); ``hsdp``: under
+  HSDP (see :func:`hsdp`);
 - ``accum``: gradients accumulated over two micro-batches through the bundled trainer's
   ``grad_sync``: after the first micro-batch's backward and after the last, the gradient bytes
   each rank holds, sharded (``param.grad``'s local shard) and unsharded (what FSDP2 keeps when
@@ -40,7 +41,23 @@ def uneven() -> dict:
     model(torch.randn(4, 13)).backward()
     opt.step()
     mem = MemoryAccountant(model, full_every=1).measure([opt])
-    return {"optim_full": mem.optim_full_bytes, "grads_full": mem.grads_full_bytes, "params_full": mem.params_full_bytes}
+    return {"optim_full": mem.optim_full_bytes, "grads_full": mem.grads_full_bytes, "params_full": mem.params_full_bytes,
+            "shards": mem.shards}  # fmt: skip
+
+
+def hsdp() -> dict:
+    """The Uneven model under HSDP on a 2 x 1 mesh (replicated over the 2 ranks, each shard
+    group one rank): its account after an AdamW step."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.manual_seed(0)
+    model = Uneven()
+    fully_shard(model, mesh=init_device_mesh("cpu", (2, 1), mesh_dim_names=("replicate", "shard")))
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 13)).backward()
+    opt.step()
+    mem = MemoryAccountant(model, full_every=1).measure([opt])
+    return {"params": mem.params_bytes, "params_full": mem.params_full_bytes, "shards": mem.shards}
 
 
 def fsdp1() -> dict:
@@ -64,6 +81,7 @@ def fsdp1() -> dict:
         out["orig" if orig else "flat"] = {
             "params": mem.params_bytes, "params_full": mem.params_full_bytes, "grads_full": mem.grads_full_bytes,
             "optim_full": mem.optim_full_bytes, "steps": steps, "count": model_facts(model)["params_count"],
+            "shards": mem.shards,
         }  # fmt: skip
     return out
 
@@ -98,7 +116,7 @@ def accum() -> dict:
 
 
 dist.init_process_group("gloo")
-print(json.dumps({"rank": dist.get_rank(), "uneven": uneven(), "fsdp1": fsdp1(), "accum": accum()}), flush=True)
+print(json.dumps({"rank": dist.get_rank(), "uneven": uneven(), "fsdp1": fsdp1(), "hsdp": hsdp(), "accum": accum()}), flush=True)
 dist.barrier()
 # Out without gloo's teardown: a rank whose peer closed its pairs first while its own were torn
 # down died of SIGABRT once under a loaded suite (after its line was printed), failing the test

@@ -112,7 +112,9 @@ class MemoryScreen(Screen):
             title.append(f" · {fmt_params(hello.params_count)} parameters, {fmt_bytes(hello.params_bytes)}")
         width = max(20, self.size.width - 2)  # (the title's and the legend's padding)
         if savings is not None and savings.expected_per_rank_bytes:
-            how = savings.expected_label + (", fully sharded" if savings.sharded else ", a full copy")
+            how = savings.expected_label
+            if savings.shards in (0, savings.world_size):  # (HSDP's, replicate()'s say what they are sharded over)
+                how += ", fully sharded" if savings.sharded else ", a full copy"
             muted = "$text-muted"
             phrases = [((f"expected per rank {fmt_bytes(savings.expected_per_rank_bytes)}", muted),), ((f"({how})", muted),)]
             said: list[tuple[str, str]] = []
