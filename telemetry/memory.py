@@ -281,13 +281,16 @@ class MemoryAccountant:
     def measure(self, optimizers: Sequence[Any], *, reset_peak: bool = True, slot: int = 0) -> Mem:
         """One :class:`Mem` for now (call after the optimizer step, before ``zero_grad``):
         a full :meth:`count` on the first and every ``full_every``-th call or when an
-        optimizer's number of states changed, else the last count with fresh GPU figures.
+        optimizer's number of states or the number of gradients held changed, else the last
+        count with fresh GPU figures.
 
         ``slot``: where in the iteration the call is, each with a count of its own. Optimizers
         that step and zero in turn (``for o in opts: o.step(); o.zero_grad()``) hold different
         gradients at each one's step: the first holds all, the second only its own. One cache
         would carry whichever the recount fell on to both."""
-        sig = tuple(len(opt.state) for opt in optimizers)
+        # (and the gradients held: a branch no longer used, an expert no token reached, layers
+        # frozen as it trains have none now, and the count before held theirs for 50 calls)
+        sig = (*(len(opt.state) for opt in optimizers), sum(p.grad is not None for p in self.params))
         held = self._slots.get(slot)
         if held is None or sig != held[1] or held[2] >= self.full_every:
             held = (self.count(optimizers), sig, 0)

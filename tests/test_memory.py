@@ -164,6 +164,29 @@ def test_a_sparse_gradient_counts_its_indices_and_values():
     assert mem.optim_bytes >= 2 * (1000 * 16) * 4 and mem.rss_bytes
 
 
+def test_gradients_no_longer_held_are_counted_gone_at_the_next_measure():
+    # A branch used in the first steps only (DDP's find_unused_parameters, an expert no token
+    # reaches, layers frozen as it trains): its gradients set to None, and the count of them
+    # went on for up to 50 measures, "held" and "unsharded" 2 MiB over the truth.
+    import torch
+
+    from pardash.telemetry.memory import MemoryAccountant
+
+    trunk, branch = torch.nn.Linear(8, 8), torch.nn.Linear(8, 256)
+    model = torch.nn.ModuleList([trunk, branch])
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    acct = MemoryAccountant(model)  # (recounting every 50 measures, as each rank does)
+    grads = []
+    for step in range(4):
+        x = trunk(torch.randn(2, 8))
+        (x.sum() + (branch(x).sum() if step < 2 else 0)).backward()
+        opt.step()
+        grads.append(acct.measure([opt]).grads_bytes)
+        opt.zero_grad()  # (set_to_none: the branch's gradients gone from step 2 on)
+    both, alone = sum(p.numel() * 4 for p in model.parameters()), (8 * 8 + 8) * 4
+    assert grads == [both, both, alone, alone]
+
+
 def test_memory_module_does_not_import_torch():
     code = (
         "import sys, pardash.telemetry.memory as m;"
