@@ -520,41 +520,9 @@ SUPERVISOR_KILLED_STEPS = 30
 SUPERVISOR_KILLED_CRASH_AT = 10
 SUPERVISOR_KILLED_GROUP = pytest.mark.xdist_group("faults_supervisor_killed")
 
-CHATTY_CRASHING_ONCE = """
-# chatty.py's tiny DDP steps (each said on stderr and stdout, 20 ms a step), argv[1] of them; after
-# its step 5 the rank waits for the file argv[2]; the first attempt then says its steps up to
-# argv[3] and crashes there (torchrun starts the job again, and the second attempt, the file
-# there already, trains all of them).
-import os, sys, time
-
-import torch
-import torch.distributed as dist
-from torch import nn
-
-steps, go, crash_at = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(1, steps + 1):
-    model(torch.randn(4, 8)).sum().backward()
-    opt.step()
-    opt.zero_grad()
-    print(f"rank {rank} step {step}", file=sys.stderr, flush=True)
-    print(f"rank {rank} step {step}", flush=True)
-    time.sleep(0.02)
-    if step == 5:
-        while not os.path.exists(go):
-            time.sleep(0.05)
-    if first and step == crash_at:
-        raise RuntimeError(f"crashed after step {crash_at}, unsupervised")
-dist.destroy_process_group()
-"""
-
 
 class SupervisorKilledRun:
-    """A headless launch (--max-restarts 1) of CHATTY_CRASHING_ONCE on one rank whose supervisor
+    """A headless launch (--max-restarts 1) of chatty.py on one rank whose supervisor
     the fixture killed with SIGKILL after step 5, the rank waiting there until it was dead and
     the hub had said so, then writing on to its crash at step SUPERVISOR_KILLED_CRASH_AT, the
     job restarted by torchrun and trained to its end: the launch's output and exit code, its
@@ -581,10 +549,8 @@ def supervisor_killed_run(tmp_path_factory):
     # The rank crashes when the fixture says, once the hub has found its supervisor gone: the
     # trainer's --inject-crash 0@20, 15 steps after the 5th the test waited for, had crashed
     # before the kill every time (a restart seen by a live supervisor: not these tests' case).
-    go = run.dir / "go"
-    (run.dir / "chatty_crashing_once.py").write_text(CHATTY_CRASHING_ONCE)
-    args = ["--nproc", "1", "--max-restarts", "1", "--", "chatty_crashing_once.py", str(SUPERVISOR_KILLED_STEPS), str(go),
-            str(SUPERVISOR_KILLED_CRASH_AT)]  # fmt: skip
+    args, go = _gated(run.dir, SUPERVISOR_KILLED_STEPS, at=5)
+    args = ["--max-restarts", "1", *args, str(SUPERVISOR_KILLED_CRASH_AT)]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PARDASH_REGISTRY_DIR", str(run.registry))
         p = _start(run.dir, *args, env=pardash_env())
@@ -740,11 +706,11 @@ def test_ranks_that_write_on_after_their_supervisor_was_killed_train_on(supervis
         lines = written.read_text().splitlines()
         assert all(lines.count(f"rank 0 step {step}") == 2 for step in range(6, SUPERVISOR_KILLED_CRASH_AT + 1)), (written.name, lines[-20:])
         assert all(f"rank 0 step {step}" in lines for step in range(6, SUPERVISOR_KILLED_STEPS + 1)), (written.name, lines[-20:])
-    assert f"RuntimeError: crashed after step {SUPERVISOR_KILLED_CRASH_AT}, unsupervised" in (run_dir / "torchrun" / "stderr.log").read_text()
+    assert f"RuntimeError: crashed after step {SUPERVISOR_KILLED_CRASH_AT}, as told" in (run_dir / "torchrun" / "stderr.log").read_text()
     msgs, _ = load_log(log)
     # No error but the crash the fixture asked for (an EPIPE would be one of its own).
     errors = [m.message for m in msgs if isinstance(m, schema.Event) and m.name == "error"]
-    assert errors == [f"RuntimeError: crashed after step {SUPERVISOR_KILLED_CRASH_AT}, unsupervised"], errors
+    assert errors == [f"RuntimeError: crashed after step {SUPERVISOR_KILLED_CRASH_AT}, as told"], errors
     # The launch ends once the ranks have: it returned as they said they finished, their
     # processes (GPU memory and all) still there for the next command.
     pids = {m.pid for m in msgs if isinstance(m, schema.Hello)}
