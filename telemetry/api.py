@@ -372,6 +372,9 @@ def _say_exit() -> None:
     if api.exit_said or api.auto is not None or rep is None or not rep.enabled:
         return
     api.exit_said = True
+    last = getattr(sys, "last_value", None)  # set by Python when it printed an uncaught exception
+    if isinstance(last, KeyboardInterrupt):
+        api.interrupted = True  # (another library's hook took ours' place: it never saw it)
     stop = (sigterm.received() or (signal.SIGINT if api.interrupted else 0)) if api.failed is None else 0
     if stop:
         # An exit a stop led to, through the script's own handler (Lightning's SIGTERMException,
@@ -381,7 +384,6 @@ def _say_exit() -> None:
         _say_stopped(rep, stop)
         return
     code = api.failed
-    last = getattr(sys, "last_value", None)  # set by Python when it printed an uncaught exception
     if code is None and last is not None and not isinstance(last, SystemExit):
         _uncaught(type(last), last, last.__traceback__, lambda *a: None)  # the hook we set never ran
         code = api.failed

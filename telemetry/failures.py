@@ -407,12 +407,15 @@ def recovered_failures(st) -> list[dict]:
     "restarted by torchrun" or "run again"), oldest first."""
     out = []
     split = attempts(st)
+    restarts = 0
     for events, after in zip(split, split[1:]):
         begun = after[0]  # (the note that began the next attempt)
         if run_again(begun):
             f, then = failure_summary(st, events), "run again"
         else:
-            f, then = failure_summary(st, events, hang=st.hangs_restarted.get(begun.code)), "restarted by torchrun"
+            restarts += 1  # (the count, where an older log's restart note says none)
+            hang = st.hangs_restarted.get(begun.code if begun.code is not None else restarts)
+            f, then = failure_summary(st, events, hang=hang), "restarted by torchrun"
         if f is not None:
             out.append({**f, "then": then})
     return out

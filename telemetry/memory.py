@@ -137,7 +137,9 @@ class MemoryAccountant:
         """id of each parameter FSDP1 keeps in a flat parameter -> (the flat parameter's index in
         ``_flat_full``, the parameter's unsharded elements): its numel() is this rank's shard's,
         so its gradient and optimizer state are counted unsharded by the flat parameter's."""
-        self._flat_full = [full for _, full, _, _ in flats]
+        self._flat_full = [_trainable(flat, full) for flat, full, _, _ in flats]
+        """Each flat parameter's trainable elements, unsharded: what its gradients and optimizer
+        state are of (LoRA's frozen weights share a flat parameter with trained ones)."""
         self.shards = max((ways for *_, ways in flats), default=0)
         """Ranks the sharded parameters are split over (the most any is: see Mem.shards)."""
         for p in model.parameters():
@@ -310,6 +312,15 @@ class MemoryAccountant:
         if reset_peak:  # so that the next call reports the next step's peak
             cuda.reset_peak_memory_stats()
         return mem
+
+
+def _trainable(flat: Any, full: int) -> int:
+    """The elements of FSDP1's flat parameter ``flat`` (``full`` of them unsharded) that train:
+    with use_orig_params, its original parameters that require grad; else all or none."""
+    params = getattr(flat, "_params", None)
+    if params:
+        return sum(int(n) for q, n in zip(params, flat._numels) if q.requires_grad)
+    return full if flat.requires_grad else 0
 
 
 def _optimizer_states(optimizers: Sequence[Any]) -> list[tuple[Any, float]]:

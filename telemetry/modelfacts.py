@@ -84,8 +84,8 @@ def fsdp1_flat_params(model: Any) -> list[tuple[Any, int, dict[int, int], int]]:
                 members.update((id(q), int(n)) for q, n in zip(flat._params, flat._numels))
         except (AttributeError, TypeError):  # (private: a torch that keeps them otherwise)
             continue
-        try:
-            ways = int(m.process_group.size())
+        try:  # (NO_SHARD: each rank holds all of it, as DDP's)
+            ways = 1 if getattr(m.sharding_strategy, "name", "") == "NO_SHARD" else int(m.process_group.size())
         except Exception:
             ways = 0
         out.append((flat, full, members, ways))

@@ -1654,7 +1654,7 @@ def test_a_batch_taken_with_a_new_iterator_each_step_is_no_epoch(hooked):
     assert not [name for name, _ in rep.events if name == "epoch_end"]
 
 
-@pytest.mark.parametrize("validation", ["model.eval", "training mode, no_grad"])
+@pytest.mark.parametrize("validation", ["model.eval", "training mode, no_grad", "model.eval, one batch"])
 def test_validations_through_a_loader_of_a_script_that_makes_its_training_batches_are_no_epochs(hooked, validation):
     # A nanoGPT-style loop: its training batches made in the loop (get_batch()), a DataLoader
     # for its validations alone. Each validation after the first read as an epoch ended: the
@@ -1662,10 +1662,12 @@ def test_validations_through_a_loader_of_a_script_that_makes_its_training_batche
     inst, rep = hooked
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    _, val = _loaders()
+    _, val = _loaders()  # 2 batches of 6
+    if validation == "model.eval, one batch":
+        val = DataLoader(val.dataset, batch_size=12)
     for _ in range(3):
         _fit(model, opt, [(torch.randn(4, 8), torch.randint(0, 4, (4,))) for _ in range(3)])
-        if validation == "model.eval":
+        if validation != "training mode, no_grad":
             model.eval()
         with torch.no_grad():
             for x, _ in val:
@@ -1675,6 +1677,27 @@ def test_validations_through_a_loader_of_a_script_that_makes_its_training_batche
     assert [s["epoch"] for s in rep.steps] == [0] * 9
     assert not [name for name, _ in rep.events if name == "epoch_end"]
     assert len([name for name, _ in rep.events if name == "eval"]) == 3
+
+
+def test_an_evaluation_on_tensors_between_an_epochs_first_batch_and_its_backward_keeps_the_epoch(hooked):
+    # (review 223 of the fix above: the evaluation's forwards took the training pass for the
+    # evaluation's, and each epoch's first step read as the epoch before's)
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train, _ = _loaders()  # 3 batches an epoch
+    for _ in range(3):
+        for i, (x, y) in enumerate(train):
+            if i == 0:
+                model.eval()
+                with torch.no_grad():
+                    model(torch.randn(4, 8))
+                model.train()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    inst.finish()
+    assert [s["epoch"] for s in rep.steps] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
 
 
 def test_a_samplers_set_epoch_says_the_epoch_not_the_loaders_passes(hooked):

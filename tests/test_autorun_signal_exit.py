@@ -186,6 +186,8 @@ class SIGTERMException(SystemExit):
 
 noted = []
 pt.init()
+if sys.argv[1:] == ["ctrl_c, its hook replaced"]:
+    sys.excepthook = lambda *a: sys.__excepthook__(*a)  # (rich.traceback.install(), say)
 if sys.argv[1:] != ["plain"]:
     signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))  # (in trainer.fit, Lightning's)
 model = nn.Linear(4, 1)
@@ -197,13 +199,18 @@ for step in range(1, 201):
         opt.step()
     if noted:
         raise SIGTERMException()
+    if step == 3 and sys.argv[1:] == ["ctrl_c, its hook replaced"]:
+        raise KeyboardInterrupt  # (no signal seen: the script's own, or _thread.interrupt_main())
     if step == 3:
         os.kill(os.getpid(), signal.SIGINT if sys.argv[1:] == ["ctrl_c"] else signal.SIGTERM)
 print("never stopped", file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize("how, returncode, sig", [("its own handler", 0, "SIGTERM"), ("plain", -15, "SIGTERM"), ("ctrl_c", -2, "SIGINT")])
+@pytest.mark.parametrize(
+    "how, returncode, sig",
+    [("its own handler", 0, "SIGTERM"), ("plain", -15, "SIGTERM"), ("ctrl_c", -2, "SIGINT"), ("ctrl_c, its hook replaced", -2, "SIGINT")],
+)
 def test_the_explicit_apis_exit_after_a_stop_signal_is_a_stop_too(hub, tmp_path, how, returncode, sig):
     # A script of pt.init() and pt.step() under plain torchrun, Lightning's way of stopping:
     # its exit event said "finished", code 0; without a handler of its own, it said none; at
@@ -221,3 +228,27 @@ def test_the_explicit_apis_exit_after_a_stop_signal_is_a_stop_too(hub, tmp_path,
     code = -int(getattr(signal, sig))
     assert [(e.code, e.step, e.message) for e in exits()] == [(code, 4 if how == "its own handler" else 3, f"stopped by {sig}")]
     assert not [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "error"]
+
+
+def test_the_bundled_trainers_ctrl_c_is_a_stop_too(hub, tmp_path):
+    # Under plain torchrun, Ctrl-C reaches every rank: the bundled trainer said error
+    # "interrupted" and exit 130 (the viewers' "[error] rank 0: interrupted"), as autorun did.
+    env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run", PARDASH_SUPERVISOR=None)
+    proc = subprocess.Popen([sys.executable, "-m", "pardash.trainer.train", "--strategy", "single", "--steps", "100000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)  # fmt: skip
+    log = tmp_path / "telemetry.jsonl"
+
+    def events(name: str) -> list:
+        return [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == name] if log.exists() else []
+
+    try:
+        wait_for(lambda: log.exists() and any(isinstance(m, schema.Step) for m in load_log(log)[0]), timeout_s=120)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    wait_for(lambda: events("exit"))
+    (exit_,) = events("exit")
+    assert (exit_.code, exit_.message) == (-2, "stopped by SIGINT") and exit_.step, exit_
+    assert events("error") == []

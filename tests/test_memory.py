@@ -306,6 +306,26 @@ def test_fsdp1s_flat_parameters_count_the_whole_model_unsharded(fsdp_memory):
 
 
 @pytest.mark.slow
+def test_fsdp1s_frozen_parameters_have_no_gradients_or_optimizer_state_unsharded(fsdp_memory):
+    # (review 223) LoRA under FSDP1 (use_orig_params): a frozen base and a trained adapter in
+    # one flat parameter. The rank holding the adapter counted Adam's state for the whole flat
+    # parameter unsharded (84,004 B of 3,204). Rank 0's shard is of the frozen base alone: it
+    # holds no gradient or state to count, and says none.
+    adapter = 400 * 4
+    lora = {rank: d["fsdp1"]["lora"] for rank, d in fsdp_memory.items()}
+    assert lora[0]["grads_full"] == lora[0]["optim_full"] == 0, lora
+    assert lora[1]["optim_full"] == 2 * adapter + 4, lora  # exp_avg, exp_avg_sq, a step
+    # (its gradient: FSDP1 allocates its shard's whole, of 10,500 / 2 elements, the frozen
+    # base's part too; held, and so no less unsharded)
+    assert lora[1]["grads_full"] == 10_500 // 2 * 4, lora
+    assert all(one["params_full"] == (100 * 100 + 100) * 4 + adapter and one["shards"] == 2 for one in lora.values())
+    # NO_SHARD: every rank holds the whole model, sharded over no other rank
+    for d in fsdp_memory.values():
+        one = d["fsdp1"]["noshard"]
+        assert one["params"] == one["params_full"] == (100 * 100 + 100) * 4 + adapter and one["shards"] == 1, one
+
+
+@pytest.mark.slow
 def test_an_hsdp_rank_says_it_is_sharded_over_its_shard_group_not_the_world(fsdp_memory):
     # FSDP2 on a (replicate 2, shard 1) mesh: each rank holds the whole model, as it should;
     # judged against 1/world, every rank was told "2.0x its 1/2 share: is every block wrapped?"

@@ -2797,7 +2797,8 @@ def test_steps_lost_with_the_hub_are_said_beside_the_steps_in_the_log(tmp_path):
     assert (rep["lost_messages"], rep["steps_missing"]) == (0, 0) and "not in the log" not in render_text(rep)
 
 
-def test_a_restart_after_a_hang_names_the_rank_the_hang_waited_for(tmp_path):
+@pytest.mark.parametrize("count", [1, None], ids=["restart count said", "an older log's restart note"])
+def test_a_restart_after_a_hang_names_the_rank_the_hang_waited_for(tmp_path, count):
     # --max-restarts 1, rank 1 stalled in its data: rank 0's collective timed out and torchrun
     # restarted the job. The restart's cause read "rank 0 exited with code 1: ... Timed out
     # waiting 12000ms", where the same failure as the job's last was told as rank 1's hang (the
@@ -2814,8 +2815,8 @@ def test_a_restart_after_a_hang_names_the_rank_the_hang_waited_for(tmp_path):
         schema.Event(run="r", rank=0, seq=30, name="error", message=timeout, step=29, t=t + 15),
         schema.Event(run="r", rank=0, seq=31, name="exit", code=1, step=30, t=t + 15),
         schema.Event(run="r", rank=1, seq=-1, name="exit", code=-15, message="torchrun: rank 1 killed by signal 15 (SIGTERM)", t=t + 15.2),
-        schema.Event(run="r", rank=0, seq=-1, name="restart", code=1, message="rank 0 restarted", t=t + 16), hello(0, 1, t + 16),
-        schema.Event(run="r", rank=1, seq=-1, name="restart", code=1, message="rank 1 restarted", t=t + 16), hello(1, 1, t + 16),
+        schema.Event(run="r", rank=0, seq=-1, name="restart", code=count, message="rank 0 restarted", t=t + 16), hello(0, 1, t + 16),
+        schema.Event(run="r", rank=1, seq=-1, name="restart", code=count, message="rank 1 restarted", t=t + 16), hello(1, 1, t + 16),
     ]  # fmt: skip
     records += [schema.Step(run="r", rank=r, seq=s, step=20 + s, step_s=0.1, samples=4, t=t + 17 + s / 10) for s in range(1, 11) for r in (0, 1)]
     records += [schema.Event(run="r", rank=r, seq=11, name="exit", code=0, step=30, t=t + 19) for r in (0, 1)]

@@ -57,7 +57,10 @@ class _LoaderPass:
     ended: bool = False
     """Its iterator ran out (StopIteration)."""
     evaluated: bool = False
-    """A batch of it was an evaluation's (see Evaluations._eval_ends)."""
+    """Its batches were an evaluation's: one fetched in it was run on in it, or it ran out in
+    it (see Evaluations._eval_ends)."""
+    last_in_eval: bool = False
+    """Its latest batch was fetched while an evaluation went on."""
 
     def dataset(self) -> Any:
         """Its dataset, if still alive and weakly held."""
@@ -141,6 +144,7 @@ class Epochs:
                 raise
             if p is not None and _get_ident() == self._tid:
                 p.batches += 1
+                p.last_in_eval = bool(self._eval_t0)
                 self._batch_pass = p
             return batch
 
@@ -171,6 +175,8 @@ class Epochs:
         """A pass ran out; one begun in an evaluation ends it no earlier (its last batch's
         metrics are the evaluation's, not the next step's data)."""
         p.ended = True
+        if self._eval_t0:
+            p.evaluated = True
         if self._eval_pending is not None:
             self._eval_stands()  # (a validation loader of one batch)
         if self._eval_t0 and p.t0 >= self._eval_t0:

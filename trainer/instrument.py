@@ -520,7 +520,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
                     # on an epoch's first batch: dropped then; see Evaluations._eval_stands).
                     self._eval_begins(loader_pass=True)
                 trained.called_without_grad(module, self.step)
-            if self._eval_t0 and self._batch_pass is not None:
+            if self._eval_t0 and self._batch_pass is not None and self._batch_pass.last_in_eval:
+                # (a batch fetched in the evaluation: not the training batch a loop fetched before
+                # it and runs on after it, an evaluation on tensors of its own between)
                 self._batch_pass.evaluated = True
             return  # a pass of the step without grad: a GAN's fakes, a teacher's targets
         # A trained model in eval mode *with* grad may train (fine-tuning with BatchNorm and

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -43,7 +44,7 @@ _COLLECTOR_WAS_ON = startup.quiet() if __name__ == "__main__" else None
 import torch
 
 from pardash.telemetry import sigterm
-from pardash.telemetry.env import rank_identity
+from pardash.telemetry.env import SUPERVISOR_VAR, rank_identity
 from pardash.telemetry.memory import account
 from pardash.telemetry.reporter import Reporter, say_unwatched
 from pardash.telemetry.streams import Unbreakable, unbreakable_stdio
@@ -533,13 +534,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage_error(prog, str(e), reporter)
 
     code = 0
+    stopped = False
     between = Between()
     try:
         train(cfg, rt, reporter, between)
     except KeyboardInterrupt:
-        code = 130
-        reporter.event("error", message="interrupted", step=_done(rt, between))
-        decided.update(code=code, step=rt.step)
+        # Ctrl-C (a plain torchrun's reaches every rank), a stop: said as autorun says it
+        # (trainer.autorun's _stopped), not as an error "interrupted"
+        code, stopped = 130, True
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
         raise
@@ -566,7 +568,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # it failed before its first). The loop's own count: after a resume, or with steps
         # published a step late, the reporter's last step says otherwise.
         decided.clear()
-        reporter.event("exit", code=code, step=rt.step)
+        if not stopped:
+            reporter.event("exit", code=code, step=rt.step)
+        elif not os.environ.get(SUPERVISOR_VAR):  # (under pardash launch, its note says who stopped it)
+            reporter.event("exit", code=-signal.SIGINT, step=rt.step, message="stopped by SIGINT")
         reporter.close()
         if code == 0:
             destroy_distributed(rt)

@@ -33,6 +33,18 @@ class Uneven(torch.nn.Module):
         return self.lin(x).sum() * self.one
 
 
+class Adapted(torch.nn.Module):
+    """A base of 10,100 parameters and an adapter of 400 (LoRA's, when the base is frozen)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.base = torch.nn.Linear(100, 100)
+        self.adapter = torch.nn.Linear(100, 4, bias=False)
+
+    def forward(self, x):
+        return self.base(x).sum() + self.adapter(x).sum()
+
+
 def uneven() -> dict:
     torch.manual_seed(0)
     model = Uneven()
@@ -83,6 +95,22 @@ def fsdp1() -> dict:
             "optim_full": mem.optim_full_bytes, "steps": steps, "count": model_facts(model)["params_count"],
             "shards": mem.shards,
         }  # fmt: skip
+    # LoRA's shape: a frozen base and a trained adapter in one flat parameter (use_orig_params),
+    # rank 0's shard of the base alone; and NO_SHARD, every rank holding the whole of it.
+    from torch.distributed.fsdp import ShardingStrategy
+
+    for how, kwargs in (("lora", {"use_orig_params": True}), ("noshard", {"sharding_strategy": ShardingStrategy.NO_SHARD})):
+        torch.manual_seed(0)
+        two = Adapted()
+        if how == "lora":
+            two.base.requires_grad_(False)
+        model = FullyShardedDataParallel(two, device_id=torch.device("cpu"), **kwargs)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+        model(torch.randn(4, 100)).backward()
+        opt.step()
+        mem = MemoryAccountant(model, full_every=1).measure([opt])
+        out[how] = {"params": mem.params_bytes, "params_full": mem.params_full_bytes, "grads_full": mem.grads_full_bytes,
+                    "optim_full": mem.optim_full_bytes, "shards": mem.shards}  # fmt: skip
     return out
 
 
