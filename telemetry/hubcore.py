@@ -643,7 +643,8 @@ class HubCore:
             prev = self.state.ranks.get(msg.rank)
             if prev is not None and not self._shared_said:
                 self._two_say(prev, msg, now)
-            if prev is not None and prev.hello is not None and msg.pid and msg.pid != prev.hello.pid and msg.restart == prev.hello.restart:
+            if prev is not None and prev.hello is not None and msg.pid and msg.pid != prev.hello.pid and msg.restart <= prev.hello.restart:
+                # (a count lower than the last job's: a new job after one torchrun restarted)
                 self._say_run_again(msg)
             if prev is not None and prev.hello is not None and msg.restart > prev.hello.restart:
                 if not any(r.hello is not None and r.hello.restart >= msg.restart for r in self.state.ranks.values()):

@@ -970,6 +970,11 @@ def test_a_job_run_again_under_the_runs_id_after_every_rank_ended_is_said_once()
     # the new job's other rank: said once a rerun
     assert core.ingest_bytes(hello(0, 300, 17.0, restart=2), 17.0)
     assert len(said(core)) == 1
+    # every rank ended again; a job run once more, torchrun's count of it back at 0 (the last
+    # one was restarted twice): no restart of that one, a new job, said (it said nothing)
+    assert core.ingest_bytes(exit_(0, 20.0), 20.0) and core.ingest_bytes(exit_(1, 20.0), 20.0)
+    assert core.ingest_bytes(hello(0, 400, 30.0), 30.0)
+    assert len(said(core)) == 2 and said(core)[-1].startswith("rank 0 started again (pid 400 on a)")
 
 
 def test_a_job_run_again_from_an_earlier_checkpoint_is_not_stalled_on_its_old_steps():
