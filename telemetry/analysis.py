@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .schema import Verdict
 from .state import RankState, RunState, mem_full_bytes
 from .stragglers import StragglerDetector
-from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded
+from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded, not_sharding_hint
 
 SHARDING_OK_FACTOR = 1.25
 """A rank flagged not sharding is cleared once it holds at most this many times its share (a
@@ -219,8 +219,7 @@ class Detector:
                         step=r.step.step,
                         message=(
                             f"rank {r.rank} holds {human_bytes(held)} of parameters, gradients and optimizer state, "
-                            f"{held / share:.1f}x its 1/{ways} share of {human_bytes(full)}: is every block wrapped "
-                            "(fully_shard per block)?"
+                            f"{held / share:.1f}x its 1/{ways} share of {human_bytes(full)}: {not_sharding_hint(state.strategy)}"
                         ),
                     )
                 )

@@ -368,7 +368,7 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     return line
 
 
-LOCKSTEP = ("ddp", "fsdp", "dp")
+LOCKSTEP = ("ddp", "fsdp", "dp", "tp")
 """Strategies whose ranks step together (every step's collectives need every rank)."""
 
 

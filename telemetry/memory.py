@@ -27,8 +27,9 @@ BYTES_PER_PARAM_ADAM = 16
 """fp32 AdamW: 4 (param) + 4 (grad) + 8 (exp_avg, exp_avg_sq); also mixed-precision Adam's
 2 + 2 + 12 in the ZeRO paper."""
 
-_SHARDED = ("fsdp",)
-"""Strategies that shard parameters, gradients and optimizer state over the ranks (ZeRO-3)."""
+_SHARDED = ("fsdp", "tp")
+"""Strategies that shard parameters, gradients and optimizer state over the ranks (ZeRO-3;
+tensor parallelism splits the layers themselves)."""
 
 
 def expected_bytes_per_rank(
@@ -37,7 +38,7 @@ def expected_bytes_per_rank(
     """Bytes of parameters + gradients + optimizer state one rank should hold (ZeRO paper).
 
     Replicated strategies (single, dp, ddp) hold ``bytes_per_param`` per parameter on every
-    rank; fully sharded ones (fsdp) hold 1/world_size of it (rounded up).
+    rank; sharded ones (fsdp, tp) hold 1/world_size of it (rounded up).
     """
     if params_count < 0 or world_size < 1:
         raise ValueError("params_count must be >= 0 and world_size >= 1")

@@ -13,8 +13,10 @@ from typing import Any
 
 
 def strategy_of(model: Any) -> str:
-    """``ddp``, ``fsdp``, ``dp`` or ``single`` from the type of the module that is called
-    (through ``torch.compile``'s wrapper: ``torch.compile(DDP(model))`` is DDP)."""
+    """``ddp``, ``fsdp``, ``dp``, ``tp`` or ``single`` from the type of the module that is called
+    (through ``torch.compile``'s wrapper: ``torch.compile(DDP(model))`` is DDP). ``tp``: tensor
+    parallel, no wrapper but parameters that are DTensors sharded over other ranks
+    (``parallelize_module``); with FSDP on top (2-D parallelism) it is ``fsdp``."""
     import torch
 
     model = getattr(model, "_orig_mod", model)
@@ -30,6 +32,8 @@ def strategy_of(model: Any) -> str:
         return "single"
     if isinstance(model, sharded) or any(isinstance(m, sharded) for m in model.modules()):
         return "fsdp"
+    if any(dtensor_shards(p) > 1 for p in model.parameters()):
+        return "tp"
     return "single"
 
 

@@ -56,7 +56,7 @@ from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
 from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
                     mem_state_bytes, run_over)
-from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, named_by_step, shards_of
+from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, named_by_step, not_sharding_hint, shards_of
 
 
 
@@ -1099,7 +1099,7 @@ def _memory(ranks: list[dict], expected, basis: str, params_count: int, strategy
     if vs is None:
         verdict = "no memory figures in this log"
     elif vs > NOT_SHARDING_FACTOR and is_sharded(strategy):
-        verdict = f"ranks hold {vs:.1f}x what {strategy} x{world} should ({basis}): is every block wrapped (fully_shard per block)?"
+        verdict = f"ranks hold {vs:.1f}x what {strategy} x{world} should ({basis}): {not_sharding_hint(strategy)}"
     else:
         verdict = f"ranks hold {vs:.2f}x what {strategy} x{world} should ({basis})"
     return {

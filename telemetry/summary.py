@@ -14,6 +14,9 @@ BYTES_PER_PARAM = 16
 4 gradient + 8 optimizer state in fp32 (2 + 2 + 12 mixed)."""
 SHARDED_STRATEGIES = ("fsdp", "zero", "shard")
 """Strategy names (substrings) whose ranks are expected to hold 1/N of the model state."""
+TENSOR_PARALLEL = "tp"
+"""Tensor parallelism (``parallelize_module``): each rank holds its slice of the layers it
+splits, so 1/N of the model state too where every large layer is split."""
 NOT_SHARDING_FACTOR = 1.5
 """A rank of a sharded run holding this many times its 1/N share is not sharding as meant (a
 block left unwrapped): the hub's ``not_sharding`` verdict, and the memory view's flag."""
@@ -22,7 +25,14 @@ block left unwrapped): the hub's ``not_sharding`` verdict, and the memory view's
 def is_sharded(strategy: str) -> bool:
     """Does ``strategy`` shard parameters, gradients and optimizer state across ranks?"""
     s = strategy.lower()
-    return any(name in s for name in SHARDED_STRATEGIES)
+    return s == TENSOR_PARALLEL or any(name in s for name in SHARDED_STRATEGIES)
+
+
+def not_sharding_hint(strategy: str) -> str:
+    """The question a rank holding far more than its share under ``strategy`` raises."""
+    if strategy.lower() == TENSOR_PARALLEL:
+        return "is every large layer split (parallelize_module's plan)?"
+    return "is every block wrapped (fully_shard per block)?"
 
 
 def expected_state_bytes(

@@ -334,6 +334,47 @@ def test_an_hsdp_rank_says_it_is_sharded_over_its_shard_group_not_the_world(fsdp
         assert d["hsdp"] == {"params": 4 * n, "params_full": 4 * n, "shards": 1}
 
 
+@pytest.mark.slow
+def test_a_tensor_parallel_model_reads_as_tp_sharded_over_its_mesh(fsdp_memory):
+    # parallelize_module leaves no wrapper: the run read "single", expected a full copy of its
+    # state on each rank ("0.50x"), and its grid's self column was empty (no straggler signal).
+    full = (16 * 64 + 64 + 64 * 16 + 16) * 4
+    for rank, d in fsdp_memory.items():
+        tp = d["tp"]
+        assert tp["strategy"] == "tp", tp
+        assert tp["params_count"] * 4 == tp["params_full"] == full  # the hello and the memory, unsharded
+        assert tp["shards"] == 2 and tp["params"] == (16 * 32 + 32 + 32 * 16 + 16) * 4  # (the down bias is whole on each)
+        # Self time up to the forward, where the layers' collectives make the ranks wait (the
+        # first step's clock starts at its forward: 0).
+        assert all(x is not None for x in tp["self"]), tp["self"]
+
+
+def test_a_tensor_parallel_run_is_judged_as_sharded(tmp_path):
+    # A run whose ranks hold half their state each is what tp x2 should be; one holding all of
+    # it (a plan that split none of its layers) is asked about the plan, not about fully_shard.
+    from pardash.telemetry.recorder import Recorder
+    from pardash.telemetry.report import build_report, render_text
+
+    core, step = _sharding_run({0: 40_000, 1: 40_000}, full=80_000, strategy="tp")
+    assert step(1, {0: 40_000, 1: 40_000}) == []
+    said = step(2, {0: 80_000, 1: 40_000})
+    assert [(v.rank, v.verdict) for v in said] == [(0, "not_sharding")]
+    assert "parallelize_module" in said[0].message and "fully_shard" not in said[0].message
+    from pardash.telemetry.hubcore import HubCore
+
+    path = tmp_path / "run.jsonl"
+    core = HubCore(run_id="r", recorder=Recorder(path))
+    for rank in range(2):
+        core.ingest(schema.Hello(rank=rank, world_size=2, strategy="tp", run="r", t=1.0), 1.0)
+        mem = schema.Mem(params_bytes=10_000, grads_bytes=10_000, optim_bytes=20_000,
+                         params_full_bytes=20_000, grads_full_bytes=20_000, optim_full_bytes=40_000, shards=2)  # fmt: skip
+        core.ingest(schema.Step(rank=rank, step=1, seq=1, t=2.0, step_s=0.1, mem=mem, run="r"), 2.0)
+    core.recorder.close()
+    rep = build_report(str(path))
+    assert rep["memory"]["expected_bytes_per_rank"] == 40_000 and rep["memory"]["expected_basis"] == "its state unsharded ÷ 2"
+    assert "ranks hold 1.00x what tp x2 should" in render_text(rep)
+
+
 @pytest.mark.parametrize("shards", [1, 2])
 def test_a_sharded_run_is_judged_against_the_ranks_it_is_sharded_over(tmp_path, shards):
     # 4 ranks, HSDP over 2 nodes of 2 (shards 2) or FSDP2's replicate() (shards 1): each rank

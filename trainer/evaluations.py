@@ -32,7 +32,7 @@ from pardash.telemetry import api
 from pardash.trainer.hooking import _get_ident, _guarded
 from pardash.trainer.marks import _OpenStep
 from pardash.trainer.saves import _left_out
-from pardash.trainer.trained import batch_size
+from pardash.trainer.trained import FORWARD_ARRIVES, batch_size
 
 EVAL_CUT_SHORT = "cut short: the rank ended in it"
 """An ``eval`` event's message where the rank was stopped or failed before its end."""
@@ -301,7 +301,7 @@ class Evaluations:
             self._open = _OpenStep(marks=[("data", stamp)])
         self._mark("forward", stamp)
         self._open.samples += samples
-        if self.strategy == "fsdp":
+        if self.strategy in FORWARD_ARRIVES:
             self._arrive(stamp)
         if id(module) in self.trained.ddp_ids and module.require_backward_grad_sync:
             self._ddp_sync = True

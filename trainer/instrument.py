@@ -86,7 +86,8 @@ buffers first; FSDP2 (modules made by ``fully_shard``), whose pre-forward hooks 
 block's parameters as the forward reaches it: the step's data and forward passes (backward
 passes are left out, as DDP's self time ends at its backward), less the time spent in those
 hooks (a pre-hook right before FSDP's and one right after it), where the waiting for the other
-ranks is (FSDP1, or a model compiled whole: up to the first root forward); one process alone,
+ranks is (FSDP1, or a model compiled whole: up to the first root forward; so tensor parallelism,
+whose layers' collectives are untimed); one process alone,
 the whole step; otherwise unknown. Less, each time, the waits in collectives of the script's
 own between steps (see :mod:`~pardash.trainer.arrivals`): the rank before the barrier is the
 one the others wait for, not the ones waiting in it.
@@ -127,7 +128,7 @@ import torch
 
 from pardash.telemetry import api, memory, modelfacts
 from pardash.trainer.strategies import CommTimer
-from pardash.trainer.trained import Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of, rows
+from pardash.trainer.trained import FORWARD_ARRIVES, Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of, rows
 from pardash.telemetry.reporter import Reporter
 from pardash.trainer.arrivals import Arrivals
 from pardash.trainer.epochs import Epochs, _LoaderPass
@@ -545,8 +546,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             now = self._micro_batch_begins()
             self._mark("forward", now)
             self._count_samples = True
-            if self.strategy == "fsdp":
-                self._arrive(now)  # the root's pre-forward hook all-gathers
+            if self.strategy in FORWARD_ARRIVES:
+                self._arrive(now)  # the root's pre-forward hook all-gathers (TP: its layers' collectives follow)
         if id(module) in trained.ddp_ids:
             if module.require_backward_grad_sync:
                 self._ddp_sync = True  # the next backward all-reduces

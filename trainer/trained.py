@@ -24,6 +24,12 @@ from pardash.telemetry import memory, modelfacts
 MADE_KEPT = 64
 """Weak references to optimizers made that are kept before the dead ones are swept."""
 
+FORWARD_ARRIVES = ("fsdp", "tp")
+"""Strategies whose ranks first wait for each other in the root's forward: FSDP's pre-forward
+hook all-gathers (FSDP1, or a model compiled whole), tensor parallelism's layers all-reduce or
+gather their activations (its collectives are torch's functional ones, untimed: a rank's self
+time ends as its forward begins)."""
+
 
 class Trained:
     """The roots and optimizers seen, weakly held; ``on_root_gone`` runs when a root is freed."""
@@ -135,7 +141,7 @@ class Trained:
     # -- roots ----------------------------------------------------------------------------
 
     def add_root(self, module: Any) -> str:
-        """Note a root seen training; returns its strategy (single, ddp, fsdp, dp)."""
+        """Note a root seen training; returns its strategy (single, ddp, fsdp, dp, tp)."""
         self.root_ids.add(id(module))
         inner = getattr(module, "module", None)
         ids = (id(module), id(inner)) if isinstance(inner, torch.nn.Module) else (id(module),)

@@ -7,7 +7,8 @@
 - ``accum``: gradients accumulated over two micro-batches through the bundled trainer's
   ``grad_sync``: after the first micro-batch's backward and after the last, the gradient bytes
   each rank holds, sharded (``param.grad``'s local shard) and unsharded (what FSDP2 keeps when
-  a micro-batch does not reduce-scatter), against the model's whole gradient size.
+  a micro-batch does not reduce-scatter), against the model's whole gradient size;
+- ``tp``: a model split by tensor parallelism, trained under the zero-code hooks (see :func:`tp`).
 
 (One script for both: a torchrun of two ranks costs seconds of a 2-core machine.)
 """
@@ -143,8 +144,53 @@ def accum() -> dict:
     return {"full": full, "first": after_first, "last": held()}
 
 
+def tp() -> dict:
+    """A two-layer MLP split by tensor parallelism (``parallelize_module``, the up projection by
+    columns, the down one by rows) and trained 4 steps with the zero-code hooks installed over
+    a recording reporter: the strategy its hello says, the self time of its steps, and the
+    memory its last step measured."""
+    import sys
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from pardash.telemetry.env import RankIdentity
+    from pardash.trainer.instrument import Instrument
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from instrumented import Recording
+
+    class Told(Recording):
+        def hello(self, **fields) -> bool:
+            self.hellos.append(fields)
+            return True
+
+    rep = Told()
+    rep.hellos = []
+    rep.identity = RankIdentity(rank=dist.get_rank(), local_rank=dist.get_rank(), world_size=2, node=0, host="here", restart=0)
+    inst = Instrument(rep).install()
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+        model = parallelize_module(model, init_device_mesh("cpu", (2,)), {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        opt = torch.optim.AdamW(model.parameters())
+        for _ in range(4):
+            model(torch.randn(8, 16)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    finally:
+        inst.uninstall()
+    mem = [s["mem"] for s in rep.steps if s.get("mem") is not None][-1]
+    return {"strategy": rep.hellos[-1]["strategy"], "params_count": rep.hellos[-1]["params_count"],
+            "self": [s["self_s"] for s in rep.steps], "shards": mem.shards, "params": mem.params_bytes,
+            "params_full": mem.params_full_bytes}  # fmt: skip
+
+
 dist.init_process_group("gloo")
-print(json.dumps({"rank": dist.get_rank(), "uneven": uneven(), "fsdp1": fsdp1(), "hsdp": hsdp(), "accum": accum()}), flush=True)
+parts = {"uneven": uneven(), "fsdp1": fsdp1(), "hsdp": hsdp()}
+last = accum()  # (its section last: the test's pattern ends at its nested object)
+parts["tp"] = tp()
+print(json.dumps({"rank": dist.get_rank(), **parts, "accum": last}), flush=True)
 dist.barrier()
 # Out without gloo's teardown: a rank whose peer closed its pairs first while its own were torn
 # down died of SIGABRT once under a loaded suite (after its line was printed), failing the test

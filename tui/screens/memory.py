@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from pardash.telemetry.client import Source
+from pardash.telemetry.summary import TENSOR_PARALLEL
 
 from ..format import fmt_bytes, fmt_params
 from ..memory import memory_savings
@@ -114,7 +115,10 @@ class MemoryScreen(Screen):
         if savings is not None and savings.expected_per_rank_bytes:
             how = savings.expected_label
             if savings.shards in (0, savings.world_size):  # (HSDP's, replicate()'s say what they are sharded over)
-                how += ", fully sharded" if savings.sharded else ", a full copy"
+                if not savings.sharded:
+                    how += ", a full copy"
+                else:
+                    how += ", its layers split" if savings.strategy == TENSOR_PARALLEL else ", fully sharded"
             muted = "$text-muted"
             phrases = [((f"expected per rank {fmt_bytes(savings.expected_per_rank_bytes)}", muted),), ((f"({how})", muted),)]
             said: list[tuple[str, str]] = []
