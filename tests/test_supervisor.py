@@ -169,6 +169,50 @@ def test_a_job_tells_the_viewer_that_started_it_how_it_ended_even_without_its_re
     assert job.result()["code"] == 1  # after the supervisor is gone too
 
 
+@pytest.mark.slow
+def test_what_the_supervisor_says_under_a_launchs_tui_goes_to_the_output_file_not_over_the_tui(tmp_path):
+    # The hub killed under `pardash launch`'s TUI: the supervisor's "pardash: the hub exited (code
+    # -9); restarting it" was written on the terminal the TUI draws on, over its header (the
+    # TUI says the restart as an event). Once the launch has its answer, the supervisor's lines
+    # go to the ranks' output file.
+    import signal
+    import subprocess
+    import sys
+
+    from pardash.telemetry import registry
+    from pardash.telemetry.logreader import load_log
+    from pardash.trainer.launcher import new_spec, start
+
+    viewer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    spec = new_spec(log_path=str(tmp_path / "run.jsonl"), runs_dir=str(tmp_path / "runs"), nproc=1, strategy="single",
+                    command=["-m", "pardash.trainer.train", "--strategy", "single", "--model", "mlp", "--steps", "100000"],
+                    viewer_pid=viewer.pid)  # fmt: skip
+    spec.output = os.path.join(spec.run_dir, "output.log")  # (as the launch gives it when its TUI is to run)
+    terminal = tmp_path / "terminal.txt"
+
+    def said(name: str) -> bool:
+        return any(isinstance(m, schema.Event) and m.name == name for m in load_log(spec.log_path)[0])
+
+    job = None
+    try:
+        with open(terminal, "ab") as tty:
+            job = start(spec, output=tty)
+        wait_for(lambda: any(isinstance(m, schema.Step) for m in load_log(spec.log_path)[0]), timeout_s=120, poll_s=0.3)
+        os.kill(registry.live_runs()[0]["pid"], signal.SIGKILL)
+        wait_for(lambda: said("hub_restart"), timeout_s=60, poll_s=0.3)
+    finally:
+        if job is not None:
+            job.stop()
+        viewer.kill()
+        viewer.wait()
+        if job is not None:
+            job.wait(60)
+    assert "restarting it" in open(spec.output).read()
+    assert "restarting it" not in terminal.read_text()
+    # (The run's folder, its output in it, is no other user's to read, as its log is not.)
+    assert os.stat(spec.run_dir).st_mode & 0o007 == 0
+
+
 CTRL_C_AS_THE_SUPERVISOR_STARTS = """
 import os, signal, subprocess, sys
 from pardash.trainer import launcher

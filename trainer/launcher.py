@@ -148,10 +148,16 @@ def write_result(run_dir: str, result: dict) -> bool:
     return True
 
 
+RUN_DIR_MODE = 0o750
+"""A run folder's permissions (less the umask), as its log's (recorder.LOG_MODE): the ranks'
+output (their loss lines), result.json and torchrun's files in it were readable by every user
+of a shared node."""
+
+
 def start(spec: LaunchSpec, *, output=None) -> Job:
     """Start the supervisor (which starts hub and torchrun); returns once the hub is up. One
     that did not start takes back its run folder (a fresh id's) when nothing was written there."""
-    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
+    Path(spec.run_dir).mkdir(RUN_DIR_MODE, parents=True, exist_ok=True)
     r, w = os.pipe()
     argv = [sys.executable, "-m", "pardash.trainer.supervisor", "--ready-fd", str(w), json.dumps(asdict(spec))]
     sup = None
@@ -258,7 +264,7 @@ def check_writable(path: str, fix: str = "--log PATH") -> None:
         raise LaunchError(f"the log {path} already holds a run; pass a new --log PATH (or remove that file)")
     p = Path(path)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        p.parent.mkdir(RUN_DIR_MODE, parents=True, exist_ok=True)  # (the run's folder, for a log of its own)
         # Created here with the log's own mode (the hub appends to it): never writable by others.
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, LOG_MODE))
     except (FileExistsError, NotADirectoryError):  # mkdir: a file stands where a folder of the path must be

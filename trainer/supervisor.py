@@ -145,6 +145,25 @@ def _run_id_of_node0(run_id: str, where: str) -> str:
     return ""
 
 
+def _off_the_terminal(path: str) -> None:
+    """A launch's TUI owns the terminal from here: what this process says from now on (a hub
+    restarted, node 0's answer, a hub given up on) goes to the ranks' output file, beside their
+    lines, and the TUI says it as an event. Written to the terminal, "pardash: the hub exited
+    (code -9); restarting it" covered the TUI's header until its next redraw, and after a detach
+    such a line landed in the user's shell. (Before the launch has its answer, a refusal still
+    reaches the terminal.)"""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    except OSError:
+        return  # (the terminal, as before)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 class Supervisor:
     """Runs in its own process: hub, then torchrun, then a clean stop."""
 
@@ -575,6 +594,8 @@ class Supervisor:
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid(), "run_id": self.spec.run_id, "run_dir": self.spec.run_dir},
               close=False)  # fmt: skip
         self._result_fd = ready_fd
+        if self.spec.viewer_pid and self.spec.output != "inherit":
+            _off_the_terminal(self.spec.output)
         raw = self._wait_job()
         code = exit_status(raw)
         if raw < 0 and not self._stopping:
