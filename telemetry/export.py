@@ -34,7 +34,9 @@ verdicts on the rank (straggler, stalled, ...) under ``verdicts``, at their step
 without one, at the rank's last step); the texts of a series at one step are one text.
 
 Steps a rank runs again (after a torchrun restart or a resume) start a new session in its
-event file at that step, so TensorBoard keeps the later run of them, not both. The texts are
+event file at that step, so TensorBoard keeps the later run of them, not both; the first run's
+steps the re-run never reached (it failed again earlier, or ran fewer steps) are written again
+after it, as TensorBoard drops every point from the session's step on. The texts are
 written after the points, each series in step order, so TensorBoard keeps them all: the error
 that caused a restart too.
 
@@ -54,6 +56,7 @@ import itertools
 import math
 import os
 import re
+import struct
 from array import array
 from bisect import bisect_right
 from types import SimpleNamespace
@@ -231,6 +234,71 @@ class _Finished:
             self.whole = False
 
 
+class _Points:
+    """Where a rank's scalar records lie in its event file (their steps, and their offsets in
+    the file), to write again the first run's steps that a restart's re-run never reaches.
+
+    TensorBoard drops every point of a file from the step a restart's mark (a SessionLog
+    START) names: the way to have it keep the later run of the steps run again. The first
+    run's steps after the re-run's last went with them (a job run again for 200 steps of a
+    first run's 300 showed steps 1-200 where the export said 300). The records the mark takes
+    are held here as its tail; a step the rank goes on to replaces the tail's records at it, and
+    the tail's records before a step it jumps to (a resume further on), or left when the rank
+    restarts again or the log ends, are written again after the re-run, so TensorBoard keeps
+    them."""
+
+    FRAMING_BYTES = 16
+    """A record's framing around it: its length (8 bytes), the length's CRC and the record's (4 each)."""
+    __slots__ = ("end", "steps", "offsets", "tail_steps", "tail_offsets", "tail_next")
+
+    def __init__(self, end: int) -> None:
+        self.end = end
+        """The file's length with the records written so far."""
+        self.steps = array("q")
+        self.offsets = array("q")
+        """The records TensorBoard keeps, in the file's order."""
+        self.tail_steps = array("q")
+        self.tail_offsets = array("q")
+        self.tail_next = 0
+        """The records the latest restart's mark took, by step (from ``tail_next`` on: the ones
+        still to be replaced or written again)."""
+
+    def add(self, step: int, size: int) -> None:
+        self.steps.append(step)
+        self.offsets.append(self.end)
+        self.end += size + self.FRAMING_BYTES
+
+    def restart(self, step: int) -> None:
+        """A restart's mark at ``step``: the records from it on join the tail (with the tail
+        left of the restart before: those are after the steps it reached)."""
+        i = self.tail_next
+        taken = [(s, o) for s, o in zip(self.steps, self.offsets) if s >= step]
+        taken += zip(self.tail_steps[i:], self.tail_offsets[i:])
+        taken.sort(key=lambda e: e[0])  # stable: the records at a step in the file's order
+        kept = [(s, o) for s, o in zip(self.steps, self.offsets) if s < step]
+        self.steps, self.offsets = array("q", (s for s, _ in kept)), array("q", (o for _, o in kept))
+        self.tail_steps, self.tail_offsets = array("q", (s for s, _ in taken)), array("q", (o for _, o in taken))
+        self.tail_next = 0
+
+    def passed(self, last: int, step: int) -> list[int]:
+        """The rank goes on from step ``last`` to ``step``: the tail's records up to ``step`` are
+        done with (those at it, replaced); the offsets of those between (steps it jumped over:
+        a resume further on, steps the log lacks), to write again."""
+        steps, i, again = self.tail_steps, self.tail_next, []
+        while i < len(steps) and steps[i] <= step:
+            if last < steps[i] < step:
+                again.append(self.tail_offsets[i])
+            i += 1
+        self.tail_next = i
+        return again
+
+    def rest(self) -> list[int]:
+        """The tail's records no step replaced (the re-run ended before them), done with."""
+        again = list(self.tail_offsets[self.tail_next :])
+        self.tail_next = len(self.tail_steps)
+        return again
+
+
 def _tag_part(name: str) -> str:
     """An event's name as part of a tag, without what a terminal would act on (a tag is shown
     in TensorBoard and named in a shell)."""
@@ -290,6 +358,8 @@ class _Export:
         self.in_log: set[int] = set()
         """Every rank the log has a record of (its own, or the hub's about it)."""
         self.runs: set[str] = set()
+        self.points_at: dict[int, _Points] = {}
+        """Where a rank's scalar records lie in its file, to write again the steps a re-run never reached."""
         self.seqs = RunState(track_seq=True)
         """The ranks' message counts (seq), as the report keeps them: the messages lost (a hub
         killed and restarted, a reporter's full queue) leave gaps in the curves, said at the end."""
@@ -335,7 +405,32 @@ class _Export:
                 why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror or exc
                 raise ExportError(f"cannot write {path}: {why}; choose a writable --tensorboard DIR") from None
             w = self.writers[rank] = EventFile(path, self.tb.framing, self.tb.Event)
+            w.flush()  # (its first record, the file's version: where the rank's records begin)
+            self.points_at[rank] = _Points(os.path.getsize(w.path))
         return w
+
+    def _add_point(self, rank: int, event) -> None:
+        """Write a scalar record of ``rank``, kept in mind where it lies in the file."""
+        w = self._writer(rank)
+        self.points_at[rank].add(event.step, event.ByteSize())
+        w.add(event)
+
+    def _write_again(self, rank: int, offsets: list[int]) -> None:
+        """Write the records at ``offsets`` of the rank's file again, at its end."""
+        if not offsets:
+            return
+        w = self.writers[rank]
+        w.flush()
+        try:
+            with open(w.path, "rb") as fh:
+                for offset in offsets:
+                    fh.seek(offset)
+                    (size,) = struct.unpack("<Q", fh.read(8))
+                    fh.seek(offset + 12)  # (past the length's CRC)
+                    self._add_point(rank, self.tb.Event.FromString(fh.read(size)))
+        except (OSError, struct.error) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise EventFileError(f"cannot read back {w.path}: {why}") from None
 
     def discard(self) -> None:
         """Take back what a failed export wrote: its event files and the folders it made (a half
@@ -378,17 +473,21 @@ class _Export:
         if msg.seq >= self.sent.get(rank, -1):
             for event in self.unplaced.pop(rank, ()):
                 self._place_event(event, max(msg.step - 1, 0))
-            if msg.step <= self.last.get(rank, -1):
+            last = self.last.get(rank, -1)
+            if msg.step <= last:
                 # The rank runs these steps again (a torchrun restart, a resume): TensorBoard
                 # drops its points from this step on, and draws the curve as it went on,
                 # rather than jumping back. The samples of the run before go before the mark,
-                # with its steps.
+                # with its steps; the points it drops beyond the steps run again are written
+                # again once the re-run is past them (see _Points).
                 self._write_samples(rank)
+                self.points_at[rank].restart(msg.step)
                 w.add(tb.Event(wall_time=msg.t, step=msg.step, session_log=tb.SessionLog(status=tb.SessionLog.START)))
+            self._write_again(rank, self.points_at[rank].passed(last, msg.step))
             self.last[rank] = self.at[rank] = msg.step
             self.sent[rank] = msg.seq
         values = [tb.Summary.Value(tag=tag, simple_value=v) for tag, v in step_scalars(msg).items()]
-        w.add(tb.Event(wall_time=msg.t, step=msg.step, summary=tb.Summary(value=values)))
+        self._add_point(rank, tb.Event(wall_time=msg.t, step=msg.step, summary=tb.Summary(value=values)))
         if again:
             self.rerun[rank] = self.rerun.get(rank, 0) + 1
         else:
@@ -464,7 +563,7 @@ class _Export:
         if means:
             tb = self.tb
             values = [tb.Summary.Value(tag=tag, simple_value=v) for tag, v in means.items()]
-            self._writer(rank).add(tb.Event(wall_time=samples.t, step=step, summary=tb.Summary(value=values)))
+            self._add_point(rank, tb.Event(wall_time=samples.t, step=step, summary=tb.Summary(value=values)))
             self.points += len(values)
 
     def _event(self, msg: schema.Event) -> None:
@@ -492,7 +591,7 @@ class _Export:
         if msg.duration_s is not None and math.isfinite(msg.duration_s):
             tb = self.tb
             value = tb.Summary.Value(tag=DURATION_TAGS.get(name, f"events/{name}_s"), simple_value=msg.duration_s)
-            self._writer(msg.rank).add(tb.Event(wall_time=msg.t, step=step, summary=tb.Summary(value=[value])))
+            self._add_point(msg.rank, tb.Event(wall_time=msg.t, step=step, summary=tb.Summary(value=[value])))
             self.points += 1
         self._text(msg.rank, f"events/{name}", step, msg.t, event_text(msg))
 
@@ -520,6 +619,8 @@ class _Export:
             for event in events:
                 self._place_event(event, self.last.get(rank, 0))
         self.unplaced = {}
+        for rank, points in self.points_at.items():  # the first run's steps no re-run reached
+            self._write_again(rank, points.rest())
         tb = self.tb
         for rank, entries in self.texts.items():
             w = self.writers[rank]

@@ -1,0 +1,69 @@
+"""Review 226's catches in the export and the report: the first run's steps a re-run never
+reaches stay in TensorBoard; a silent rank of a log that ends early is said silent; a job run
+again by hand is no restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pardash.telemetry import schema
+from pardash.telemetry.export import export_tensorboard
+
+
+def _accumulator(folder: Path):
+    """The rank's scalars as TensorBoard reads them, with its default settings (orphaned data
+    purged at a restart's mark, 10000 points a series)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return acc
+
+
+def _job(pid: int, restart: int, steps: range, t0: float, loss) -> list:
+    """A rank's process: its hello, its steps (a sample of the system after each), its exit."""
+    msgs: list = [schema.Hello(rank=0, world_size=1, pid=pid, restart=restart, strategy="ddp", t=t0, seq=0, run="r")]
+    seq = 1
+    for n in steps:
+        t = t0 + n
+        msgs.append(schema.Step(rank=0, step=n, seq=seq, loss=loss(n), samples=8, step_s=0.1, t=t, run="r"))
+        msgs.append(schema.System(rank=0, cpu_pct=float(pid), t=t + 0.5, seq=seq + 1, run="r"))
+        seq += 2
+    msgs.append(schema.Event(rank=0, name="exit", step=steps[-1], code=0, t=t0 + steps[-1] + 0.9, seq=seq, run="r"))
+    return msgs
+
+
+def test_the_first_runs_steps_a_rerun_never_reaches_stay_in_tensorboard(tmp_path):
+    # A job of 30 steps run again under the run's id for 20: TensorBoard purged every point
+    # from the re-run's restart mark on, and showed steps 1-20 where the export said 30.
+    # A third process resuming at step 26 replaces those on from it and leaves 21-25.
+    log = tmp_path / "again.jsonl"
+    msgs = _job(10, 0, range(1, 31), 1000.0, lambda n: 100.0 + n)
+    msgs += _job(11, 0, range(1, 21), 2000.0, lambda n: 200.0 + n)
+    log.write_bytes(schema.encode_json_lines(msgs))
+    res = export_tensorboard(str(log), str(tmp_path / "tb"))
+    assert res["ranks"] == {0: 30} and res["rerun"] == {0: 20}
+    acc = _accumulator(tmp_path / "tb" / "rank0")
+    loss = [(e.step, e.value) for e in acc.Scalars("loss")]
+    assert loss == [(n, pytest.approx(200.0 + n)) for n in range(1, 21)] + [(n, pytest.approx(100.0 + n)) for n in range(21, 31)]
+    # the first run's samples at those steps with them (each at the step finished before it)
+    cpu = [(e.step, e.value) for e in acc.Scalars("system/cpu_pct")]
+    assert cpu == [(n, 11.0) for n in range(1, 21)] + [(n, 10.0) for n in range(21, 31)]
+
+
+def test_a_rerun_that_fails_again_and_a_resume_further_on_keep_the_steps_none_ran_again(tmp_path):
+    # A restart from step 4 that fails again at 15, then a resume from a checkpoint at 25 that
+    # stops at 28: TensorBoard kept steps 1-15 only.
+    log = tmp_path / "again3.jsonl"
+    msgs = _job(10, 0, range(1, 31), 1000.0, lambda n: 100.0 + n)
+    msgs += _job(11, 1, range(5, 16), 2000.0, lambda n: 200.0 + n)  # restarted from 4, failed at 15
+    msgs += _job(12, 2, range(26, 29), 3000.0, lambda n: 300.0 + n)  # resumed at 26, stopped at 28
+    log.write_bytes(schema.encode_json_lines(msgs))
+    export_tensorboard(str(log), str(tmp_path / "tb"))
+    points = _accumulator(tmp_path / "tb" / "rank0").Scalars("loss")
+    loss = {e.step: e.value for e in points}
+    assert len(points) == 30  # one point a step
+    want = {n: 100.0 + n for n in range(1, 31)} | {n: 200.0 + n for n in range(5, 16)} | {n: 300.0 + n for n in range(26, 29)}
+    assert loss == pytest.approx(want)
