@@ -835,6 +835,13 @@ class ReplaySource(FrameApplier):
                     if ahead is None and self.core.steps_waiting:  # the newest steps a first step held back
                         self.apply_frame(self.core.tick(time.monotonic()))
                         made = True
+                    elif not self._frames and due and due <= target:
+                        # Before the first frame's end (a seek back to the start): what the log
+                        # holds up to the target. Nothing played, it showed no run at all (no id,
+                        # none of its hub's first notes), paused so until played on.
+                        self._feed_until(target)
+                        self.apply_frame(self.core.tick(time.monotonic()))
+                        made = True
                     return made
                 nxt = target  # the log's last records
                 self._feed_until(float("inf"))  # the hub's own last words, written after (see LogSpan.end)

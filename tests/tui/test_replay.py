@@ -180,9 +180,12 @@ def test_a_finished_run_shows_the_rate_it_ran_at():
     assert end.samples_per_s_when == "at the end" and 0.5 * mid.samples_per_s < end.samples_per_s < 2 * mid.samples_per_s
 
 
-async def test_seeking_back_to_before_any_rank_empties_the_grid_and_forward_fills_it():
+async def test_seeking_back_to_the_start_shows_the_log_there_and_forward_fills_the_grid_again():
     # The grid kept the places of the ranks a seek back to the log's start had removed, and
-    # drew them from rows that were no longer there (a crash, exit code 0).
+    # drew them from rows that were no longer there (a crash, exit code 0). And the start
+    # itself showed nothing of the run: "? · 0 ranks", no run id, "waiting for ranks to say
+    # hello", paused so until played on, where the log holds rank 0's hello at its first
+    # instant (the replay's 0 is its ranks' first record).
     src = ReplaySource(str(DATA / "run4.jsonl"))
     src.seek(20.0)
     src.paused = True
@@ -193,7 +196,8 @@ async def test_seeking_back_to_before_any_rank_empties_the_grid_and_forward_fill
         before = grid_text(app)
         await pilot.press("left_square_bracket", "left_square_bracket")
         await pilot.pause()
-        assert src.position_s == 0.0 and not src.state.ranks
+        assert src.position_s == 0.0 and sorted(src.state.ranks) == [0]
+        assert src.state.run_id == "fsdp-gpt2-4" and "fsdp-gpt2-4" in widget_text(app.screen.query_one(RunHeader))
         assert app.is_running and grid_text(app) != before
         await pilot.press("right_square_bracket", "right_square_bracket")
         await pilot.pause()
@@ -398,7 +402,7 @@ async def test_a_replay_of_a_log_no_rank_ever_reported_to_says_so_not_waiting_fo
         await pilot.pause()
         said = widget_text(app.screen.query_one(AlertList))
         assert said == "⚠ no rank ever reported to its hub: the log holds only the hub's own records (did the ranks start?)", said
-    # A run's replay seeked back to before its ranks' first word still waits for them.
+    # A run's replay seeked back to its start (rank 0's hello alone) says no such thing.
     src = ReplaySource(str(DATA / "run4.jsonl"))
     src.seek(10.0)
     src.paused = True
@@ -406,8 +410,8 @@ async def test_a_replay_of_a_log_no_rank_ever_reported_to_says_so_not_waiting_fo
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("left_square_bracket")
         await pilot.pause()
-        assert src.position_s == 0.0 and not src.state.ranks and not src.no_rank_reported
-        assert widget_text(app.screen.query_one(AlertList)) == "waiting for ranks…"
+        assert src.position_s == 0.0 and not src.no_rank_reported
+        assert "no rank ever reported" not in widget_text(app.screen.query_one(AlertList))
 
 
 def test_a_replay_starts_with_the_ranks_not_the_hub_waiting_for_them(tmp_path):
