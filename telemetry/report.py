@@ -55,7 +55,7 @@ from .report_render import PHASES, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
 from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
-                    mem_state_bytes, run_over)
+                    mem_state_bytes, run_again, run_over)
 from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, named_by_step, not_sharding_hint, shards_of
 
 
@@ -103,9 +103,10 @@ class _RecentSteps:
         return len(self._order) < self.KEEP or step > self._lows[0]
 
 
-def _restart_intervals(attempt_spans: dict[tuple[int, Any], list[float]], off) -> list[tuple[float, float]]:
+def _attempt_gaps(attempt_spans: dict[tuple[int, Any], list[float]], off) -> list[tuple[float, float, Any]]:
     """From each attempt's last step to the next attempt's first, all ranks (but those whose
-    clocks are off) together: the job's restarts."""
+    clocks are off) together, with the attempt that began then: the job's restarts, and the
+    jobs run again under the run's id."""
     ends: dict[Any, list[float]] = {}
     for (rank, attempt), (t0, t1) in attempt_spans.items():
         if rank in off:
@@ -113,12 +114,26 @@ def _restart_intervals(attempt_spans: dict[tuple[int, Any], list[float]], off) -
         span = ends.setdefault(attempt, [t0, t1])
         span[0], span[1] = min(span[0], t0), max(span[1], t1)
     order = sorted(ends)
-    return [(ends[a][1], ends[b][0]) for a, b in zip(order, order[1:]) if ends[b][0] > ends[a][1]]
+    return [(ends[a][1], ends[b][0], b) for a, b in zip(order, order[1:]) if ends[b][0] > ends[a][1]]
 
 
-def _restart_gaps(attempt_spans: dict[tuple[int, Any], list[float]], off) -> float:
-    """Seconds the job spent restarting (see _restart_intervals)."""
-    return float(sum(b - a for a, b in _restart_intervals(attempt_spans, off)))
+def _restart_intervals(attempt_spans: dict[tuple[int, Any], list[float]], off) -> list[tuple[float, float]]:
+    """The gaps between attempts (see _attempt_gaps): no training."""
+    return [(a, b) for a, b, _ in _attempt_gaps(attempt_spans, off)]
+
+
+def _restart_gaps(attempt_spans: dict[tuple[int, Any], list[float]], off, jobs_again: set) -> tuple[float, float]:
+    """Seconds the job spent restarting (torchrun's restarts), and seconds between its jobs
+    run again under the run's id (``jobs_again``: the attempts they began): a job started by
+    hand after the first had ended is no restart (a second torchrun 11 s after the first read
+    "restarting 10.9 s")."""
+    restarting = between = 0.0
+    for a, b, attempt in _attempt_gaps(attempt_spans, off):
+        if attempt in jobs_again:
+            between += b - a
+        else:
+            restarting += b - a
+    return restarting, between
 
 
 WARMUP_STEPS = 20
@@ -289,6 +304,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     elastic workers started again for new nodes) is an attempt too, and the time between is no
     training (a second job 15 s after the first read as 16 s of training and 639 samples/s of
     12,000)."""
+    jobs_again: set[tuple[int, int]] = set()
+    """The attempts a job run again under the run's id began (the hub's note says so before
+    its first rank's hello: see state.run_again)."""
+    job_again_next = False
     run_ids: set[str] = set()
     hub_restarts: list[float] = []
     refused = _Refused()
@@ -319,6 +338,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             was = started.get(msg.rank)
             if msg.pid and msg.seq >= 0 and (was is None or was[0] != msg.pid):
                 started[msg.rank] = (msg.pid, 0 if was is None else was[1] + 1)
+                if job_again_next:
+                    jobs_again.add((state.ranks[msg.rank].restarts, started[msg.rank][1]))
+                    job_again_next = False
+        elif run_again(msg):
+            job_again_next = True
         if msg.t:
             clocks.take(msg)
             if is_hub_side(msg):
@@ -498,7 +522,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0), after=cleared.get(ep["rank"], 0))
         if ep["cleared_step"] is not None:
             cleared[ep["rank"]] = ep["cleared_step"]
-    train_s = restarting = 0.0
+    train_s = restarting = between_jobs = 0.0
     good_spans = {rank: span for rank, span in step_spans.items() if rank not in off}
     step_t0 = min((span[0] for span in good_spans.values()), default=None)
     step_t1 = max((span[1] for span in good_spans.values()), default=None)
@@ -509,7 +533,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # the steps had 0.54 s. One rank's too, which the others waited for in their steps
         # (see _paused_s).
         paused = _paused_s(good_spans, pauses, step_t0, step_t1, _restart_intervals(attempt_spans, off))
-        restarting = _restart_gaps(attempt_spans, off)
+        restarting, between_jobs = _restart_gaps(attempt_spans, off, jobs_again)
         train_s = max(0.0, step_t1 - step_t0 - paused)
         if first_t is not None and last_t is not None:
             # A first step timed from before its rank's first word (a step's time is taken back
@@ -634,6 +658,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # Between a failed attempt's last step and the restarted job's first (torchrun's
         # --max-restarts): not training, and left out of train_s.
         "restart_s": restarting,
+        # Jobs run again under the run's id after every rank had ended (a torchrun started by
+        # hand, a PARDASH_RUN_ID left exported), and the time between them: no restart, and
+        # not training either (where there are any).
+        **({"jobs_run_again": len(jobs_again), "between_jobs_s": between_jobs} if jobs_again else {}),
         # Evaluations between steps (the zero-code hooks'): the rank with the most, and the
         # longest total (they are outside the step times; None: none).
         "evaluations": {"count": max(len(v) for v in evals.values()), "seconds": max(sum(v) for v in evals.values())}

@@ -188,7 +188,7 @@ def _steps_text(rep: dict) -> str:
     if not rep["steps"] and resumed:
         return f"0 (resumed at step {max(resumed)}, nothing left to train)"
     return (f"{rep['steps']} (last step {_last_steps_text(rep)}"
-            + (f"; {rep['steps_rerun']} run again after a restart or resume" if rep.get("steps_rerun") else "")
+            + (f"; {rep['steps_rerun']} run again {_rerun_why(rep)}" if rep.get("steps_rerun") else "")
             + (f"; {rep['steps_missing']} more not in the log: among the lost messages" if rep.get("steps_missing") else "") + ")")
 
 
@@ -200,9 +200,23 @@ def _seconds(s: float) -> str:
     return f"{Decimal(f'{s:.2g}'):f} s"
 
 
+def _rerun_why(rep: dict) -> str:
+    """What ran the steps again: ``after a restart or resume``, and where a job was run again
+    under the run's id, ``by a later job under the run's id`` (one started by hand after the
+    first had ended is no restart)."""
+    if not rep.get("jobs_run_again"):
+        return "after a restart or resume"
+    if rep.get("job_restarts"):
+        return "after a restart or resume, or by a later job under the run's id"
+    return "by a later job under the run's id"
+
+
 def _restart_text(rep: dict) -> str:
-    """``; restarting 3.7 s``: the time torchrun's restarts of the job took (not training)."""
-    return f"; restarting {_seconds(rep['restart_s'])}" if rep.get("restart_s") else ""
+    """``; restarting 3.7 s``: the time torchrun's restarts of the job took (not training);
+    ``; between jobs 10.9 s``: the time from a job's end to the next one's under the run's id
+    (not training, and no restart: the second one was started by hand)."""
+    return ((f"; restarting {_seconds(rep['restart_s'])}" if rep.get("restart_s") else "")
+            + (f"; between jobs {_seconds(rep['between_jobs_s'])}" if rep.get("between_jobs_s") else ""))  # fmt: skip
 
 
 def _hung_text(rep: dict) -> str:

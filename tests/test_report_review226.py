@@ -4,6 +4,7 @@ again by hand is no restart."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,45 @@ def test_a_rerun_that_fails_again_and_a_resume_further_on_keep_the_steps_none_ra
     assert len(points) == 30  # one point a step
     want = {n: 100.0 + n for n in range(1, 31)} | {n: 200.0 + n for n in range(5, 16)} | {n: 300.0 + n for n in range(26, 29)}
     assert loss == pytest.approx(want)
+
+
+def _hub_log(path: Path):
+    """A hub recording two ranks into ``path`` (the report's tests build their logs so)."""
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.recorder import Recorder
+
+    rec = Recorder(path)
+    return HubCore(run_id="r", recorder=rec, world_size=2), rec
+
+
+def test_a_job_run_again_by_hand_is_time_between_jobs_not_restarting(tmp_path):
+    # A second torchrun started by hand under the run's id after the first had ended (the hub
+    # alone notes "rank 0 started again"): "duration 14.7 s (training 3.7 s; restarting 10.9
+    # s)" and "200 run again after a restart or resume" of jobs torchrun never restarted.
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import render_text
+
+    log = tmp_path / "run.jsonl"
+    core, rec = _hub_log(log)
+    t = float(int(time.time()) - 60)  # (the hub's note has its own time: near the ranks')
+
+    def job(pid: int, t0: float, steps: int) -> None:
+        for rank in (0, 1):
+            hello = schema.Hello(run="r", rank=rank, world_size=2, pid=pid + rank, strategy="ddp", t=t0)
+            core.ingest_bytes(schema.encode(hello), t0 - t)
+        for n in range(1, steps + 1):
+            for rank in (0, 1):
+                core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=n, step=n, step_s=0.1, samples=8, t=t0 + n * 0.1)), 0.0)
+        for rank in (0, 1):
+            core.ingest_bytes(schema.encode(schema.Event(run="r", rank=rank, seq=steps + 1, name="exit", code=0, step=steps, t=t0 + steps * 0.1)), 0.0)
+
+    job(10, t, 30)  # steps to t+3
+    job(20, t + 13, 20)  # 10 s after the first ended
+    rec.close()
+    rep = build_report(str(log))
+    assert rep["jobs_run_again"] == 1 and rep["job_restarts"] == 0
+    assert rep["restart_s"] == 0 and rep["between_jobs_s"] == pytest.approx(10.0)  # t+3 to t+13 (its first step's start)
+    assert rep["train_s"] == pytest.approx(3.0 + 2.0)  # the time between stays out of training
+    text = render_text(rep)
+    assert "(training 5.0 s; between jobs 10.0 s)" in text and "restarting" not in text
+    assert "steps              30 (last step 20; 20 run again by a later job under the run's id)" in text
