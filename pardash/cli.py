@@ -442,11 +442,13 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         bench = run_bench(cfg, progress=sys.stderr)
     except (ValueError, LaunchError) as exc:
         fail(str(exc))
-    except KeyboardInterrupt:  # the running strategy's job was stopped (run_one); its log stays
+    except KeyboardInterrupt:  # between runs (one during a strategy's run ends the bench with its table: run_bench)
         print(f"\n{PROG} bench: stopped; the runs so far are in {ns.runs_dir}", file=sys.stderr, flush=True)
         return 130
     render = {"json": lambda b: json.dumps(b, indent=2) + "\n", "markdown": render_bench_markdown, "text": render_bench_text}[ns.format]
     print(render(bench), end="", flush=True)
+    if bench.get("stopped"):  # the table of the strategies run before the stop, then a stop's exit
+        return 128 + signal.SIGINT
     return 0 if all(r.get("code") == 0 for r in bench["rows"]) else 1
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -103,14 +104,20 @@ def run_one(run: PlannedRun, runs_dir: str) -> dict:
     )
     spec.output = os.path.join(spec.run_dir, "output.log")
     job = start(spec)
+    stopped = ""
     try:
         code = job.wait()
     except KeyboardInterrupt:
-        job.stop()
-        job.wait()
-        raise
+        # SIGINT, as launch's Ctrl-C: the supervisor says the job was stopped by you (130). Its
+        # SIGTERM before said "stopped by SIGTERM" (143) of the user's Ctrl-C.
+        job.stop(signal.SIGINT)
+        try:
+            code = job.wait()
+        except KeyboardInterrupt:  # again: not waiting; the supervisor, in a session of its own, stops it
+            code = 128 + signal.SIGINT
+        stopped = job.result().get("stopper") or "by you"
     report = build_report(spec.log_path) if os.path.exists(spec.log_path) else None
-    return {
+    res = {
         "strategy": run.strategy,
         "ranks": run.ranks,
         "devices": run.devices,
@@ -119,6 +126,9 @@ def run_one(run: PlannedRun, runs_dir: str) -> dict:
         "output": spec.output,
         "report": report,
     }
+    if stopped:
+        res["stopped"] = stopped
+    return res
 
 
 def _steps(n: int) -> str:
@@ -132,6 +142,10 @@ def run_said(res: dict, took: float, steps: int | None = None) -> str:
     left to train). ``steps``: the steps asked for."""
     rep, code = res.get("report"), res.get("code")
     where = f"({took:.0f} s); see {res.get('output')}"
+    if res.get("stopped"):
+        after = f" after {_steps(rep['steps'])}" if rep and rep["steps"] else ""
+        log = f", log {res['log']}" if rep else ""
+        return f"stopped {res['stopped']}{after} ({took:.0f} s){log}"
     if code:
         return f"failed with exit code {code} {where}"
     if rep is None:
@@ -154,7 +168,11 @@ def run_bench(cfg: BenchConfig, *, progress: TextIO | None = None) -> dict:
     for left in left_out:
         print(f"bench: {left['strategy']} left out: {left['why']}", file=out, flush=True)
     results = []
+    stopped = ""
     for i, run in enumerate(runs, start=1):
+        if stopped:  # (a stop is of the whole bench: the strategies after it are not run)
+            left_out.append({"strategy": run.strategy, "why": f"not run: the bench was stopped {stopped} during {results[-1]['strategy']}"})
+            continue
         print(f"bench [{i}/{len(runs)}] {run.strategy} x{run.ranks}: running...", end="", file=out, flush=True)
         t0 = time.monotonic()
         try:
@@ -163,6 +181,11 @@ def run_bench(cfg: BenchConfig, *, progress: TextIO | None = None) -> dict:
             print(f" could not start: {exc}", file=out, flush=True)
             results.append({"strategy": run.strategy, "ranks": run.ranks, "devices": run.devices, "code": 2, "report": None, "error": str(exc)})
             continue
+        except KeyboardInterrupt:  # before its job was up (start() stopped it): no log to read
+            res = {"strategy": run.strategy, "ranks": run.ranks, "devices": run.devices, "code": 128 + signal.SIGINT, "report": None, "stopped": "by you"}
+        # A Ctrl-C ends the bench with the table of the strategies run so far, the stopped one's
+        # row among them (before, it printed no table and wrote no JSON of those that had run).
+        stopped = res.get("stopped") or ""
         print(f" {run_said(res, time.monotonic() - t0, cfg.train.steps)}", file=out, flush=True)
         results.append(res)
     reps = [r["report"] for r in results if r.get("report")]
@@ -180,6 +203,11 @@ def run_bench(cfg: BenchConfig, *, progress: TextIO | None = None) -> dict:
         "rows": strategy_rows(results),
         "runs": [{k: r.get(k) for k in ("strategy", "ranks", "code", "log")} for r in results],
     }
+    for row, ran, res in zip(bench["rows"], bench["runs"], results):
+        if res.get("stopped"):  # who stopped it: its exit code is no failure of the strategy's
+            row["stopped"] = ran["stopped"] = res["stopped"]
+    if stopped:
+        bench["stopped"] = stopped
     path = os.path.join(cfg.runs_dir, f"bench-{registry.new_run_id()}.json")
     try:
         os.makedirs(cfg.runs_dir, exist_ok=True)

@@ -1,0 +1,90 @@
+"""``pardash bench`` stopped with Ctrl-C, and the flags it takes from the trainer (review 226):
+a stop keeps the table and JSON of the strategies run before it, the stopped run is said stopped
+by you as a launch's Ctrl-C is, and --help offers no --resume and says a fault goes to every
+strategy."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from helpers import pardash_env, wait_for
+
+# The bench as the CLI runs it, but with its last strategy stalled on rank 0 at step 3 (the
+# other rank waits in its all-reduce): it is still running, however slow the host, when the
+# test's Ctrl-C comes. (--inject-stall itself goes to every strategy, single's too.)
+STALL_LAST = """
+import sys
+from pardash.trainer import bench
+from pardash.trainer.config import RankStep
+
+planned = bench.plan
+
+def plan(cfg):
+    runs, left_out = planned(cfg)
+    runs[-1].train.inject_stall = RankStep.parse("0@3", flag="--inject-stall")
+    return runs, left_out
+
+bench.plan = plan
+from pardash import cli
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _stepped(log: str) -> bool:
+    """Whether the run's log at ``log`` has a step record (its job is up and training)."""
+    try:
+        with open(log) as fh:
+            return any('"kind":"step"' in line for line in fh)
+    except OSError:
+        return False
+
+
+def test_ctrl_c_during_a_strategy_prints_the_table_so_far_and_says_stopped_by_you(tmp_path):
+    # Before: stdout empty, no bench-*.json, exit 130; the stopped run's result.json said
+    # "stopped by SIGTERM" (143) of the user's Ctrl-C.
+    runs = tmp_path / "runs"
+    p = subprocess.Popen(
+        [sys.executable, "-c", STALL_LAST, "bench", "--strategies", "single,ddp", "--model", "mlp", "--nproc", "2",
+         "--steps", "6", "--runs-dir", str(runs), "--format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path,
+        start_new_session=True,  # (its own process group: the Ctrl-C goes to it alone, as a terminal's does)
+    )  # fmt: skip
+    said: list[bytes] = []  # (as it comes: "[2/2] ddp x2: running..." has no line end until the run ends)
+    reader = threading.Thread(target=lambda: said.extend(iter(lambda: os.read(p.stderr.fileno(), 4096), b"")), daemon=True)
+    reader.start()
+    err = lambda: b"".join(said).decode(errors="replace").splitlines()  # noqa: E731
+    try:
+        assert wait_for(lambda: any("[2/2] ddp" in line for line in err()) or p.poll() is not None, timeout_s=120), err()
+        assert p.poll() is None, err()
+        # ddp's run is the folder that is not single's (whose log the first line named)
+        single_log = next(line for line in err() if "[1/2] single" in line).rsplit("log ", 1)[-1].strip()
+        ddp_log = lambda: [x for x in glob.glob(str(runs / "*" / "telemetry.jsonl")) if x != single_log]  # noqa: E731
+        assert wait_for(lambda: any(_stepped(x) for x in ddp_log()) or p.poll() is not None, timeout_s=120), err()
+        os.killpg(p.pid, signal.SIGINT)
+        out = p.stdout.read()
+        p.wait(120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    reader.join(10)
+    assert p.returncode == 130, err()
+    bench = json.loads(out)
+    single, ddp = bench["rows"]
+    assert (single["strategy"], single["code"], single["steps"]) == ("single", 0, 6) and "stopped" not in single
+    assert (ddp["strategy"], ddp["code"], ddp["stopped"]) == ("ddp", 130, "by you")
+    assert bench["stopped"] == "by you" and bench["runs"][1]["stopped"] == "by you"
+    (saved,) = glob.glob(str(runs / "bench-*.json"))
+    assert json.loads(open(saved).read())["rows"] == bench["rows"]
+    assert any("[2/2] ddp x2: running... stopped by you" in line for line in err()), err()
+    (log,) = ddp_log()
+    result = json.loads(open(os.path.join(os.path.dirname(log), "result.json")).read())
+    assert (result["code"], result["stopped"], result["stopper"]) == (130, True, "by you")
+    exits = [json.loads(line) for line in open(log) if '"name":"exit"' in line]
+    assert exits and all(e["message"] == "stopped by you" for e in exits), exits  # (what `pardash report` says of them)
