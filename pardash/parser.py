@@ -109,6 +109,10 @@ def _bench_parser(sub) -> argparse.ArgumentParser:
             action.help = argparse.SUPPRESS
         elif action.dest == "steps":  # and the bench's own default is 50
             action.help = f"optimizer steps each strategy runs (default {BENCH_STEPS}, unless --epochs)"
+        elif action.dest == "resume":  # which the bench refuses (each strategy from step 1): not offered
+            action.help = argparse.SUPPRESS
+        elif action.dest.startswith("inject_"):  # ("rank 1 does not exist in a world of 1" of --inject-crash 1@3 read as a slip)
+            action.help = action.help.replace(" (default: off)", "") + " Every strategy gets it: single and dp run one rank (rank 0). (default: off)"
     b.set_defaults(strategy=None)
     return b
 

@@ -13,7 +13,12 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from helpers import pardash_env, wait_for
+from pardash import cli
+from pardash.trainer.bench import BenchConfig, plan
+from pardash.trainer.config import TrainConfig
 
 # The bench as the CLI runs it, but with its last strategy stalled on rank 0 at step 3 (the
 # other rank waits in its all-reduce): it is still running, however slow the host, when the
@@ -88,3 +93,26 @@ def test_ctrl_c_during_a_strategy_prints_the_table_so_far_and_says_stopped_by_yo
     assert (result["code"], result["stopped"], result["stopper"]) == (130, True, "by you")
     exits = [json.loads(line) for line in open(log) if '"name":"exit"' in line]
     assert exits and all(e["message"] == "stopped by you" for e in exits), exits  # (what `pardash report` says of them)
+
+
+def test_bench_help_offers_no_resume_and_says_a_fault_goes_to_every_strategy(capsys):
+    # It listed --resume, --no-resume ("Continue from the newest checkpoint ..."), which it refuses.
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--resume" not in text and "Continue from the newest checkpoint" not in text
+    for flag in ("--inject-straggler", "--inject-stall", "--inject-crash"):
+        at = text.rindex(f"{flag} RANK")  # (its help, after the usage line)
+        assert "Every strategy gets it: single and dp run one rank (rank 0)" in text[at : at + 400], flag
+
+
+@pytest.mark.parametrize("fault", ["inject_crash", "inject_stall"])
+def test_a_fault_on_a_rank_single_lacks_says_it_goes_to_every_strategy(fault):
+    # It read "--inject-crash 1@3: rank 1 does not exist in a world of 1" with --nproc 2.
+    cfg = BenchConfig(strategies=["single", "ddp"], nproc=2, train=TrainConfig(steps=6, **{fault: "1@3"}))
+    with pytest.raises(ValueError) as e:
+        plan(cfg)
+    assert str(e.value) == (f"--{fault.replace('_', '-')} 1@3: the fault goes to every strategy, and single runs 1 rank: "
+                            "rank 1 does not exist in a world of 1; pick rank 0, or leave single out of --strategies")  # fmt: skip
+    assert plan(BenchConfig(strategies=["ddp"], nproc=2, train=TrainConfig(steps=6, **{fault: "1@3"})))[0][0].ranks == 2

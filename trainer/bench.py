@@ -67,6 +67,12 @@ class PlannedRun:
     train: TrainConfig
 
 
+def _faults(train: TrainConfig) -> tuple:
+    """The faults injected, by flag (each None when not asked for): every strategy gets them."""
+    return (("--inject-straggler", train.inject_straggler), ("--inject-stall", train.inject_stall),
+            ("--inject-crash", train.inject_crash))  # fmt: skip
+
+
 def plan(cfg: BenchConfig) -> tuple[list[PlannedRun], list[dict]]:
     """The runs to make, and the strategies left out with why. Raises ValueError (one line)
     when a run could not start, before any run starts."""
@@ -80,6 +86,13 @@ def plan(cfg: BenchConfig) -> tuple[list[PlannedRun], list[dict]]:
             continue
         ranks = 1 if s in ("single", "dp") else cfg.nproc
         train = dataclasses.replace(cfg.train, strategy=s)
+        for flag, fault in _faults(train):
+            if fault is not None and fault.rank >= ranks:
+                # Said as the trainer says it, "rank 1 does not exist in a world of 1", it read
+                # as a mistake of --nproc 2's: the fault goes to single too, which has one rank.
+                raise ValueError(f"{flag} {fault}: the fault goes to every strategy, and {s} runs {ranks} rank{'' if ranks == 1 else 's'}: "
+                                 f"rank {fault.rank} does not exist in a world of {ranks}; pick {'rank 0' if ranks == 1 else f'a rank below {ranks}'}, "
+                                 f"or leave {s} out of --strategies")  # fmt: skip
         if train.checkpoint_dir is not None:
             # Each strategy its own folder: in a shared one a strategy's saves land beside (or on)
             # the one's before it, its checkpoints of another strategy's model layout.
