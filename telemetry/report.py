@@ -772,7 +772,9 @@ def _ends_early(path: str, state: RunState, run_ids: set[str], disk_full_end: di
     return {
         "step": state.step,
         "running": len(running),
-        "stalled": sum(1 for r in running if r.stalled is not None or r.silent is not None),
+        # (as its row says it: a silent rank's count read "stalled" beside its row's "silent")
+        "stalled": sum(1 for r in running if r.status == STALLED),
+        "silent": sum(1 for r in running if r.status == SILENT),
         "live_run": going["run_id"] if going else None,
         "continued_at": end.get("continued_at"),
         "lines_lost": end.get("lines_lost"),

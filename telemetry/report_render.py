@@ -262,7 +262,8 @@ def gzip_damage_text(cut: dict) -> str:
 
 
 def _ends_early_text(end: dict, skipped: dict[str, int], cut: dict | None = None) -> str:
-    stalled = f" ({end['stalled']} stalled)" if end.get("stalled") else ""
+    judged = [f"{end[kind]} {kind}" for kind in ("stalled", "silent") if end.get(kind)]
+    stalled = f" ({', '.join(judged)})" if judged else ""
     if cut and cut["how"] == "cut short":  # (the run's end is in the part that is not there: no hub's doing)
         return (f"at step {end['step']}, with {end['running']} rank(s) not ended{stalled}: the compressed log is cut short "
                 f"after line {cut['after_line']:,} (a copy or a compression that did not finish), the run's end lost with the rest of it")

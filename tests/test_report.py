@@ -2090,11 +2090,11 @@ def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_earl
             fh.write(schema.encode_json(m) + b"\n")
     rep = build_report(str(log))
     assert rep["rejected_by_reason"] == {"invalid": 3, "foreign_run": 2}
-    assert rep["log_ends_early"] == {"step": 1, "running": 2, "stalled": 2, "live_run": None,  # (the tick at 100 s judged them)
+    assert rep["log_ends_early"] == {"step": 1, "running": 2, "stalled": 0, "silent": 2, "live_run": None,  # (the tick at 100 s judged them)
                                      "continued_at": None, "lines_lost": None, "steps_lost": None}  # fmt: skip
     text = render_text(rep)
     assert "refused by the hub  5 message(s) at its ports (invalid 3, foreign_run 2)" in text
-    assert "log ends early      at step 1, with 2 rank(s) not ended (2 stalled) and no closing line from the hub" in text
+    assert "log ends early      at step 1, with 2 rank(s) not ended (2 silent) and no closing line from the hub" in text
     # The hub's closing line ends the log as it should: nothing said then.
     with open(log, "ab") as fh:
         fh.write(schema.encode_json(schema.Event(rank=-1, seq=-1, name="hub", message="hub stopped: 9 messages, 0 lost, 1 rejected (foreign_run 1)", t=1.0e9 + 5)) + b"\n")

@@ -110,3 +110,28 @@ def test_a_job_run_again_by_hand_is_time_between_jobs_not_restarting(tmp_path):
     text = render_text(rep)
     assert "(training 5.0 s; between jobs 10.0 s)" in text and "restarting" not in text
     assert "steps              30 (last step 20; 20 run again by a later job under the run's id)" in text
+
+
+def test_a_log_that_ends_early_says_a_silent_rank_silent_and_a_stalled_one_stalled(tmp_path):
+    # Rank 1 killed with SIGKILL (no heartbeat since), rank 0 waiting for it in its
+    # all-reduce (heartbeats, no step), then the hub killed too: the log's end said
+    # "2 rank(s) not ended (2 stalled)" where its rows and stalls said one silent.
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import render_text
+
+    log = tmp_path / "run.jsonl"
+    core, rec = _hub_log(log)
+    t = float(int(time.time()) - 60)
+    for rank in (0, 1):
+        core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=2, pid=10 + rank, t=t)), 1.0)
+        core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=1, step=1, step_s=0.1, t=t + 1)), 1.0)
+    for k in range(2, 12):
+        beat = schema.Heartbeat(run="r", rank=0, seq=k, step=1, phase="backward", t=t + k)
+        core.ingest_bytes(schema.encode(beat), float(k))
+        core.tick(float(k) + 0.5)
+    rec.close()  # (no closing line: the hub was killed)
+    rep = build_report(str(log))
+    assert {(s["rank"], s["kind"]) for s in rep["stalls"]} == {(0, "stalled"), (1, "silent")}
+    end = rep["log_ends_early"]
+    assert (end["running"], end["stalled"], end["silent"]) == (2, 1, 1)
+    assert "log ends early     at step 1, with 2 rank(s) not ended (1 stalled, 1 silent) and no closing line" in render_text(rep)
