@@ -199,10 +199,19 @@ def viewer_keys(info: dict, curve=None):
     return curve
 
 
+def is_hub_stop(m: schema.Message) -> bool:
+    """The note a hub writes, and frames, as it stops ("hub stopped: N messages, ...")."""
+    return isinstance(m, schema.Event) and m.rank == -1 and m.name == "hub" and m.message.startswith("hub stopped")
+
+
 class HubClient(FrameApplier):
     """A live hub: SUB to frames first, then a snapshot over DEALER, then frames after it."""
 
     live = True
+    ended_early: dict | None = None
+    """The hub stopped (its last frame said so) while ranks had not ended: their step then and
+    how many (as a replay of a log that ends early has it): a viewer showed the rank of a node
+    that died with its supervisor "running" for ever. None otherwise."""
     waiting_for = ""
     """What the job waits for before its first rank speaks, said by the viewer meanwhile (a
     multi-node launch's: every node's torchrun in the rendezvous)."""
@@ -327,6 +336,17 @@ class HubClient(FrameApplier):
             self._retry_s = REFUSED_RETRY_S
             self._request_snapshot()  # taken again (its key admitted): now, not at the next 5 s
         return self.refused != was
+
+    def load_snapshot(self, snap: frames.Snapshot) -> None:
+        super().load_snapshot(snap)
+        self.ended_early = None  # (a hub again: a restarted one's)
+
+    def apply_frame(self, frame: frames.Frame) -> None:
+        super().apply_frame(frame)
+        if self.ended_early is None and any(is_hub_stop(m) for m in frame.messages) and not run_over(self.state):
+            st = self.state
+            running = [r for r in st.ranks.values() if not (r.finished or r.exit_code is not None)]
+            self.ended_early = {"step": st.step, "running": len(running), "hub_stopped": True}
 
     def poll(self) -> bool:
         changed = self._read_handshakes() if self._handshakes is not None else False
@@ -482,7 +502,7 @@ class LogSpan:
             self.closed = False
             self.end_note = None
         elif isinstance(msg, schema.Event):
-            self.closed = self.closed or (msg.name == "hub" and msg.message.startswith("hub stopped"))
+            self.closed = self.closed or is_hub_stop(msg)
             self.end_note = msg
         else:
             self.end_note = None
@@ -498,8 +518,7 @@ class LogSpan:
     @property
     def hub_stopped(self) -> bool:
         """The last record read is the hub's last, written as it stops: the log is complete."""
-        m = self.last
-        return isinstance(m, schema.Event) and m.rank == -1 and m.name == "hub" and m.message.startswith("hub stopped")
+        return self.last is not None and is_hub_stop(self.last)
 
     @property
     def start(self) -> float:

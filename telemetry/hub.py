@@ -472,10 +472,14 @@ class Hub:
                 # still attached get it in a last frame (a launch's last line names where the
                 # whole log went, or how many lines were lost), sent before the socket closes.
                 self.core.note(self.recorder.last_word, name="warning")
-                self._publish(self.core.tick(time.monotonic()))
-                last_frame = True
             if not self.snap.closed and self.logs.copying(time.monotonic()):
                 self.logs.linger(self.snap)  # the log's last lines to the copies (pardash record)
+        if not self.updates.closed and (self.core.steps_waiting or self.core.has_pending):
+            # The viewers still attached get what came since the last frame, its "hub stopped"
+            # note with it: without it a viewer of a job whose other node died showed that
+            # node's rank "running" for ever, and "hub quiet for 63 s".
+            self._publish(self.core.tick(time.monotonic()))
+            last_frame = True
         self.logs.close()
         for s in (self.ingest, self.updates, self.snap):
             if self._monitors:

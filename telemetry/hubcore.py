@@ -668,6 +668,11 @@ class HubCore:
         too."""
         return bool(self._steps)
 
+    @property
+    def has_pending(self) -> bool:
+        """Whether a message (a note, an event, a verdict) waits for the next frame."""
+        return bool(self._pending)
+
     def framed(self, steps: Iterable[schema.Step]) -> None:
         """Note that the ranks of ``steps`` have had a step in a frame (their history has it)."""
         self._framed.update(s.rank for s in steps)

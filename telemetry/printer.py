@@ -847,6 +847,8 @@ def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S
             seen["t"], seen["at"] = source.last_frame_t, time.monotonic()
         if run_over(source.state) and not job_alive():
             return True
+        if getattr(source, "ended_early", None) is not None:
+            return True  # (the hub said it stopped, ranks not ended: nothing more will come)
         quiet = time.monotonic() - seen["at"] > gone_s
         return quiet and not job_alive() and not (bool(hub) and pid_alive(hub))
 
@@ -863,6 +865,11 @@ def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S
         loss = loss_text(st, over=True)
         return f"pardash: the run is over: {counts}" + (f"; {f['line']}" if f else "") + (f"; {loss}" if loss else "")
     loss = loss_text(st)
+    early = getattr(source, "ended_early", None)
+    if early is not None:
+        n = early["running"]
+        return (f"pardash: the hub stopped at step {early['step']} with {n} rank{'s' if n != 1 else ''} not ended (no word of "
+                f"their end); last seen: {counts}" + (f"; {loss}" if loss else ""))  # fmt: skip
     return f"pardash: the hub has sent nothing for {gone_s:.0f} s (stopped, or out of reach); last seen: {counts or 'no ranks'}" + (f"; {loss}" if loss else "")
 
 

@@ -1263,3 +1263,46 @@ def test_refused_messages_newest_of_a_rank_hide_no_real_loss_before_them_nor_aft
     assert core.stats().lost == 3 + 1
     core.recorder.close()
     assert build_report(str(path))["lost_messages"] == 4
+
+
+def test_a_viewer_is_told_the_hub_stopped_and_does_not_show_ranks_not_ended_running_for_ever(tmp_path):
+    # Node 1 of a two-node job died with its supervisor: node 0's rank failed, its job ended and
+    # its hub stopped, writing "hub stopped" in its log only. An attached TUI showed node 1's
+    # rank "running" with "hub quiet for 63 s" for as long as it stayed open; a headless one
+    # said "sent nothing for 5 s (stopped, or out of reach)". The hub's last frame carries its
+    # stop now, and the viewers say it.
+    import io
+    import json
+    import subprocess
+    import sys
+
+    from helpers import pardash_env
+    from pardash.telemetry.printer import ProgressPrinter, follow_attached
+    from pardash.tui.widgets.run_header import summarize
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "hub", "--run-id", "hs", "--log", str(tmp_path / "t.jsonl"), "--no-registry"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env(),
+    )  # fmt: skip
+    try:
+        info = json.loads(proc.stdout.readline())
+        viewer = HubClient(info["updates"], info["snapshot"])
+        assert viewer.wait_synced(20)
+        reps = [Reporter(info["ingest"], run="hs", identity=identity(r, 2), heartbeat_s=0) for r in range(2)]
+        for r in reps:
+            r.hello(strategy="ddp", world_size=2)
+            r.step(step=1, loss=1.0, step_s=0.01, samples=8)
+        reps[0].event("exit", code=1)
+        wait_for(lambda: len(viewer.state.ranks) == 2 and viewer.state.ranks[0].exit_code == 1, poll=viewer.poll)
+        for r in reps:
+            r.close()
+        proc.terminate()
+        wait_for(lambda: viewer.ended_early is not None, poll=viewer.poll)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert viewer.ended_early == {"step": 1, "running": 1, "hub_stopped": True}
+    assert summarize(viewer).log_ends_early == "when the hub stopped"
+    line = follow_attached(ProgressPrinter(viewer, out=io.StringIO(), bar=False), viewer, gone_s=600)
+    assert line.startswith("pardash: the hub stopped at step 1 with 1 rank not ended"), line
+    viewer.close()

@@ -461,7 +461,8 @@ class DashboardScreen(Screen):
         elif (early := getattr(source, "ended_early", None)) is not None:
             # A log whose hub died: "every rank is healthy" claimed what the log does not know
             # (what became of them after; the header's note says why it ends, in a line).
-            alerts.calm = f"{STALE_MARK} no alerts up to step {early['step']}, where the log ends early"
+            where = "the hub stopped" if early.get("hub_stopped") else "the log ends early"
+            alerts.calm = f"{STALE_MARK} no alerts up to step {early['step']}, where {where}"
         elif quiet is not None and not self._summary.ended:
             # The hub itself is not heard from: "healthy" would be a guess from stale figures.
             alerts.calm = f"{STALE_MARK} no word from the hub for {quiet:.0f} s: these figures may be stale"

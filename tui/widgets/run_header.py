@@ -160,9 +160,10 @@ class RunSummary:
     """Live, before any rank has said anything: seconds since the hub started (torchrun and
     the ranks' imports can take a while; the header says so rather than look hung)."""
     replay: ReplayPosition | None = None
-    log_ends_early: bool = False
-    """A replay at the end of a log that stops short (its hub killed, its disk full): the
-    statuses are the log's last word, not how the run ended."""
+    log_ends_early: str = ""
+    """Where the statuses were last known, when the run's end is not: "at the log's end" (a
+    replay at the end of a log that stops short: its hub killed, its disk full), "when the hub
+    stopped" (a live hub's last frame, ranks not ended): their last word, not how they ended."""
 
     @property
     def ended(self) -> bool:
@@ -190,7 +191,11 @@ def summarize(
         # of the log says it ends early; the event log says why in report's words. One line at
         # 80 columns: the statuses say "at the log's end" too)
         n = early["running"]
-        notes = [*notes, f"the log ends early at step {early['step']}, {n} rank{'s' if n != 1 else ''} not ended (the event log says why)"]
+        not_ended = f"{n} rank{'s' if n != 1 else ''} not ended"
+        if early.get("hub_stopped"):  # (a live hub's last frame: what became of them, nothing says)
+            notes = [*notes, f"the hub stopped at step {early['step']}, {not_ended} (no word of their end)"]
+        else:
+            notes = [*notes, f"the log ends early at step {early['step']}, {not_ended} (the event log says why)"]
     waiting_for = getattr(source, "waiting_for", "")
     if waiting_for and source.live and not state.ranks:
         # (what a multi-node launch waits for, as its headless lines say it: the header said
@@ -255,7 +260,7 @@ def summarize(
         if source.live and not state.ranks
         else None,
         replay=replay,
-        log_ends_early=early is not None,
+        log_ends_early="" if early is None else "when the hub stopped" if early.get("hub_stopped") else "at the log's end",
     )
 
 
@@ -506,7 +511,7 @@ class RunHeader(CachedStyles, Widget):
                 marks.append(("  ", None))
             marks.append((f"{glyph} {n} {status}", self._s(status)))
         if marks and s.log_ends_early:
-            marks.append((" at the log's end", self._s("label")))  # (what they were then, not how they ended)
+            marks.append((f" {s.log_ends_early}", self._s("label")))  # (what they were then, not how they ended)
         if marks:
             second.append(marks)
         if s.replay is not None:
@@ -526,6 +531,8 @@ class RunHeader(CachedStyles, Widget):
                 exited = dict(s.status_counts).get(st.EXITED, 0)
                 how = "every rank finished" if not exited else f"{exited} rank{'s' if exited != 1 else ''} exited"
                 second.append([(f"job ended: {how}", self._s("label"))])
+            elif s.log_ends_early:  # (it said it stopped: the note says so)
+                second.append([("hub stopped", self._s("bad"))])
             else:
                 second.append([(f"hub quiet for {s.hub_quiet_s:.0f} s", self._s("bad"))])
         second.append(
