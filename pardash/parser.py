@@ -8,6 +8,7 @@ a flag is spelled in one place whichever command takes it.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from typing import NoReturn
@@ -112,7 +113,10 @@ def _bench_parser(sub) -> argparse.ArgumentParser:
         elif action.dest == "resume":  # which the bench refuses (each strategy from step 1): not offered
             action.help = argparse.SUPPRESS
         elif action.dest.startswith("inject_"):  # ("rank 1 does not exist in a world of 1" of --inject-crash 1@3 read as a slip)
-            action.help = action.help.replace(" (default: off)", "") + " Every strategy gets it: single and dp run one rank (rank 0). (default: off)"
+            text = action.help.replace(" (default: off)", "")
+            # (bench takes no --max-restarts: the trainer's "so --max-restarts 1 ... shows the job recover" is no bench's)
+            text = re.sub(r",? so --max-restarts .*? from its last checkpoint\.", ".", text)
+            action.help = text + " Every strategy gets it: single and dp run one rank (rank 0). (default: off)"
     b.set_defaults(strategy=None)
     return b
 
@@ -234,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
         "duration_s, train_s, steps, samples_per_s, median_step_s, phases (medians a step, by phase), custom_phases (the "
         "same of the script's own pt.phase blocks, by name), ranks (one object a rank: steps, median_step_s, last_loss, "
         "params_bytes, held_bytes, peak_bytes, custom_phases, ...), stragglers, stalls, exits, "
-        "failure (the root cause), checkpoints, warnings, memory, lost_messages, skipped_lines, log_ends_early, "
+        "failure (the root cause), checkpoints, warnings, memory, lost_messages, skipped_lines, log_ends_early, restart_s, "
+        "between_jobs_s and jobs_run_again (a job run again by hand under the run's id), "
         "gzip_damage, and where ranks of the world never reported, ranks_unheard and samples_partial. Units are in the names: *_s seconds, *_bytes bytes, *_per_s a second; null where the log does "
         "not say. Keys are added, never renamed; the docstring of pardash.telemetry.report says what they answer "
         "(python -m pydoc pardash.telemetry.report).",

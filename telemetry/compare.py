@@ -430,7 +430,9 @@ def bench_cells(r: dict) -> list[str]:
 
     if r.get("samples_per_s") is None:
         steps = r.get("steps")
-        if r.get("code"):
+        if r.get("stopped"):  # (Ctrl-C in its run: "failed (exit code 130, ...)" blamed the strategy)
+            why = f"stopped {r['stopped']}" + (f", after {_count(steps, 'step')}" if steps else "")
+        elif r.get("code"):
             why = f"failed (exit code {r.get('code')}" + (f", after {_count(steps, 'step')})" if steps else ")")
         else:  # (exit 0: a run too short for a steady figure, or one that had nothing to train)
             why = f"{_count(steps, 'step')}, too few to time" if steps else "no steps"

@@ -102,6 +102,7 @@ def test_bench_help_offers_no_resume_and_says_a_fault_goes_to_every_strategy(cap
     assert e.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--resume" not in text and "Continue from the newest checkpoint" not in text
+    assert "--max-restarts" not in text  # (the trainer's --inject-crash help said to pair it with one bench lacks)
     for flag in ("--inject-straggler", "--inject-stall", "--inject-crash"):
         at = text.rindex(f"{flag} RANK")  # (its help, after the usage line)
         assert "Every strategy gets it: single and dp run one rank (rank 0)" in text[at : at + 400], flag
@@ -116,3 +117,12 @@ def test_a_fault_on_a_rank_single_lacks_says_it_goes_to_every_strategy(fault):
     assert str(e.value) == (f"--{fault.replace('_', '-')} 1@3: the fault goes to every strategy, and single runs 1 rank: "
                             "rank 1 does not exist in a world of 1; pick rank 0, or leave single out of --strategies")  # fmt: skip
     assert plan(BenchConfig(strategies=["ddp"], nproc=2, train=TrainConfig(steps=6, **{fault: "1@3"})))[0][0].ranks == 2
+
+
+def test_a_strategy_stopped_with_ctrl_c_reads_stopped_in_the_table_not_failed():
+    # Its row read "failed (exit code 130, after 2 steps)": the strategy blamed for the user's stop.
+    from pardash.telemetry.compare import bench_cells
+
+    row = {"strategy": "ddp", "ranks": 2, "samples_per_s": None, "steps": 2, "code": 130, "stopped": "by you"}
+    assert bench_cells(row)[:3] == ["ddp", "2", "stopped by you, after 2 steps"]
+    assert bench_cells({**row, "stopped": None})[2] == "failed (exit code 130, after 2 steps)"
