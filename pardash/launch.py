@@ -456,7 +456,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         if told is not None:
             print(f"{PROG}: rank {told[0]}'s error, as it reported it:\n{told[1]}", file=sys.stderr)
     line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error, output=output,
-                        refused=client.refused)  # fmt: skip
+                        refused=client.refused, no_key=client.stats.rejected.get("no_key", 0))  # fmt: skip
     print(line, file=_closing_stream(ok=code == 0))
     return code
 

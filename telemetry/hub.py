@@ -457,11 +457,12 @@ class Hub:
         now = time.monotonic()
         if now - self._refused_said >= REFUSED_SAID_EVERY_S:
             self._refused_said = now
-            core.note(
-                f"refused a connection to its {self._monitors[monitor]} port that brought no key authorised there "
-                f"({core.rejected['no_key']} so far): a rank or viewer needs PARDASH_CURVE_DIR set to this hub's "
-                "keys (`pardash keys`); a TCP health probe counts here too"
-            )
+            text = (f"refused a connection to its {self._monitors[monitor]} port that brought no key authorised there "
+                    f"({core.rejected['no_key']} so far): a rank or viewer needs PARDASH_CURVE_DIR set to this hub's "
+                    "keys (`pardash keys`); a TCP health probe counts here too")  # fmt: skip
+            core.note(text)
+            if self.say is not None:  # (a hub alone: its operator watches its terminal, not the log)
+                self.say(text)
 
     def close(self) -> None:
         last_frame = False

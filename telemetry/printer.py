@@ -30,6 +30,7 @@ from .summary import (
     samples_per_s_recent,
     spread,
     took_text,
+    unheard_why,
 )
 
 
@@ -263,7 +264,7 @@ class ProgressPrinter:
                 self._print(line)
                 self._last_said = ""  # (the closing line again below it: see below)
         stats = getattr(self.source, "stats", None)
-        rejected = sum(stats.rejected.values()) if stats is not None else 0
+        rejected = stats.rejected if stats is not None else {}
         if self._progress is not None:
             if st.ranks:
                 total = (hello.config or {}).get("steps") if hello else None
@@ -515,13 +516,27 @@ def recent_spread(st, figure: str) -> tuple[float, float, float] | None:
     return spread(values)
 
 
-def progress_stats(st, rejected: int = 0, *, hub_quiet_s: float | None = None) -> str:
+def refused_texts(rejected: dict[str, int] | None) -> list[str]:
+    """What the hub refused (its counts by reason), for a progress line: the records, and apart
+    from them the connections that brought no key it admits. Those are a node's reconnection
+    attempts, about 40 a second: "825 refused by the hub" read as records refused, an attack."""
+    if not rejected:
+        return []
+    no_key = rejected.get("no_key", 0)
+    records = sum(rejected.values()) - no_key
+    out = [f"{records:,} refused by the hub"] if records else []
+    if no_key:
+        out.append(f"{no_key:,} connection{'s' if no_key != 1 else ''} refused (no key)")
+    return out
+
+
+def progress_stats(st, rejected: dict[str, int] | None = None, *, hub_quiet_s: float | None = None) -> str:
     """What the bar shows beside step/total: samples/s, step time spread, rank states (and,
     ``hub_quiet_s``, how long the hub has sent nothing)."""
     return progress_stats_forms(st, rejected, hub_quiet_s=hub_quiet_s)[0]
 
 
-def progress_stats_forms(st, rejected: int = 0, *, hub_quiet_s: float | None = None) -> list[str]:
+def progress_stats_forms(st, rejected: dict[str, int] | None = None, *, hub_quiet_s: float | None = None) -> list[str]:
     """:func:`progress_stats` whole, then shorter, for a narrower terminal: without the step
     time spread, then without the rate. The ranks' states and what is wrong (a hang, a loss not
     finite, messages lost, a quiet hub) stay in each."""
@@ -531,8 +546,7 @@ def progress_stats_forms(st, rejected: int = 0, *, hub_quiet_s: float | None = N
     tail = [states_text(st), hang_text(st), loss_text(st, over=run_over(st))]
     if st.lost:
         tail.append(f"{st.lost} lost")
-    if rejected:
-        tail.append(f"{rejected} refused by the hub")
+    tail.extend(refused_texts(rejected))
     if hub_quiet_s is not None:
         tail.append(f"hub quiet for {hub_quiet_s:.0f} s")
     forms = []
@@ -644,7 +658,7 @@ def rate_text(st) -> str:
     return f"{recent:,.0f} wall-clock samples/s at the end" if recent > 0 else ""
 
 
-def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float | None = None) -> str:
+def progress_line(st, elapsed_s: float, rejected: dict[str, int] | None = None, *, hub_quiet_s: float | None = None) -> str:
     """A headless progress line (step and self ms: the ranks' spread of their recent medians,
     :func:`recent_spread`; no step while none is known, see :func:`progress_step`);
     ``hub_quiet_s``: seconds the hub has sent nothing (its figures are as of then), when it is
@@ -671,8 +685,7 @@ def progress_line(st, elapsed_s: float, rejected: int = 0, *, hub_quiet_s: float
     parts.append(loss_text(st, over=run_over(st)))
     if st.lost:
         parts.append(f"{st.lost} lost")
-    if rejected:
-        parts.append(f"{rejected} refused by the hub")
+    parts.extend(refused_texts(rejected))
     if hub_quiet_s is not None:
         parts.append(f"hub quiet for {hub_quiet_s:.0f} s")
     return f"[{elapsed_s:6.1f}s] " + " | ".join(p for p in parts if p)
@@ -885,7 +898,8 @@ def _progress_text(st) -> str:
     return "no step taken" + (f" (resumed at step {max(resumed)}, nothing left to train)" if resumed else "")
 
 
-def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = "", output: str = "", refused: str = "") -> str:
+def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = "", output: str = "", refused: str = "",
+                 no_key: int = 0) -> str:
     """The launcher's last line: success, or the one-line cause of a failure (``log_error``:
     the hub's last word on the log, when it could not write it). ``output``: the file of the
     ranks' output when it was not on the screen (the TUI stood there): a failure's line then
@@ -919,7 +933,8 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
             # (node 0 of a job whose other node's keys its hub refused read "done, 1 rank(s),
             # step 250" of a world of 2, as if that were the job)
             them = "them" if len(unheard) > 1 else "it"
-            said += f"; {ranks_named(unheard)} of {st.world_size} never heard from: nothing of {them} in the log"
+            # (and why, where the hub knows it: `report` said it, the launch's last line did not)
+            said += f"; {ranks_named(unheard)} of {st.world_size} never heard from: {unheard_why(no_key) or f'nothing of {them} in the log'}"
         return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{seen}{said}, {log}"
     if result.get("stopped"):
         # A rank that failed of itself (its own error, or a signal not the stop's) before the

@@ -14,7 +14,7 @@ from .clocks import clock_warnings
 from .failures import stopped_how
 from .logreader import no_rank_reported
 from .schema import plain_text
-from .summary import ranks_named
+from .summary import ranks_named, unheard_why
 from .summary import human_bytes, ms, took_text
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -116,10 +116,8 @@ def _unheard_text(rep: dict) -> str:
     unheard = rep.get("ranks_unheard") or []
     if not unheard or not rep["ranks"]:
         return ""
-    no_key = (rep.get("rejected_by_reason") or {}).get("no_key")
-    why = (f": the hub refused {no_key} connection attempt(s) with no key authorised for the port, likely theirs (keys "
-           "not the hub's: a node launched without its --curve-dir)") if no_key else ": nothing of them is in the log"
-    return f"; {ranks_named(unheard)} never heard from{why}"
+    why = unheard_why((rep.get("rejected_by_reason") or {}).get("no_key") or 0) or "nothing of them is in the log"
+    return f"; {ranks_named(unheard)} never heard from: {why}"
 
 
 def _saving_text(ck: dict) -> str:

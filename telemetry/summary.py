@@ -28,6 +28,16 @@ def is_sharded(strategy: str) -> bool:
     return s == TENSOR_PARALLEL or any(name in s for name in SHARDED_STRATEGIES)
 
 
+def unheard_why(no_key: int) -> str:
+    """Why ranks of the world never reported, as far as the hub knows: the connections it
+    refused without a key it admits (another node launched without its --curve-dir), else
+    nothing of them at all."""
+    if no_key:
+        return (f"the hub refused {no_key} connection attempt(s) with no key authorised for the port, likely theirs (keys "
+                "not the hub's: a node launched without its --curve-dir)")
+    return ""
+
+
 def not_sharding_hint(strategy: str) -> str:
     """The question a rank holding far more than its share under ``strategy`` raises."""
     if strategy.lower() == TENSOR_PARALLEL:

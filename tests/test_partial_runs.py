@@ -139,6 +139,11 @@ def test_node_0s_last_line_says_the_ranks_of_the_world_it_never_heard_from():
     line = outcome_line(st, 0, {}, "/runs/r/telemetry.jsonl")
     assert line == ("pardash: done, 1 rank(s), step 250; rank 1 of 2 never heard from: nothing of it in the log, "
                     "log /runs/r/telemetry.jsonl")  # fmt: skip
+    # And why, where its hub refused connections without a key (`report` said it; this line did not).
+    line = outcome_line(st, 0, {}, "/runs/r/telemetry.jsonl", no_key=825)
+    assert line == ("pardash: done, 1 rank(s), step 250; rank 1 of 2 never heard from: the hub refused 825 connection attempt(s) "
+                    "with no key authorised for the port, likely theirs (keys not the hub's: a node launched without its "
+                    "--curve-dir), log /runs/r/telemetry.jsonl")  # fmt: skip
 
 
 # -- pardash bench --------------------------------------------------------------------------

@@ -2101,7 +2101,11 @@ def test_the_report_counts_what_the_hubs_refused_and_says_when_the_log_ends_earl
     rep = build_report(str(log))
     assert rep["log_ends_early"] is None and rep["rejected_by_reason"] == {"invalid": 3, "foreign_run": 2}
     # The headless progress lines say it as it happens.
-    assert progress_line(RunState(), 1.0, 5).endswith(" | 5 refused by the hub")
+    assert progress_line(RunState(), 1.0, {"invalid": 3, "foreign_run": 2}).endswith(" | 5 refused by the hub")
+    # A node's ranks whose keys the hub does not admit try again ~40 times a second: connections,
+    # not records ("825 refused by the hub" read as an attack).
+    line = progress_line(RunState(), 1.0, {"invalid": 3, "no_key": 825})
+    assert line.endswith(" | 3 refused by the hub | 825 connections refused (no key)"), line
 
 
 

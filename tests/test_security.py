@@ -390,6 +390,8 @@ def test_an_authorised_rank_and_viewer_work(curve_hub, keys):
 
 def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys):
     hub = curve_hub
+    told: list[str] = []
+    hub.say = told.append  # (a hub alone's terminal)
     ctx = zmq.Context.instance()
     # Ranks: one with no keys at all (a plain ZeroMQ client), one with a key the hub never admitted.
     plain = ctx.socket(zmq.PUSH)
@@ -442,6 +444,9 @@ def test_strangers_get_nothing_and_reach_nothing(curve_hub, keys, stranger_keys)
         assert set(hub.core.rejected) == {"no_key"}
         said = [e.message for e in hub.core.state.events if isinstance(e, schema.Event) and e.name == "hub"]
         assert sum("no key authorised there" in m and "PARDASH_CURVE_DIR" in m for m in said) == 1  # once a minute
+        # ... and to the operator of a hub alone (it was said in the log only: node 1 refused
+        # for its keys, and the terminal of `pardash hub` said nothing).
+        assert sum("no key authorised there" in m for m in told) == 1, told
         assert set(hub.core.state.ranks) == {0}
         # the friend's (one, or another it asked for on a loaded machine, whose answer it drops
         # once synced); the refused viewers got none, each asserted above
