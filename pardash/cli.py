@@ -608,9 +608,22 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
                 else:
                     print(f"{PROG}: done, {len(st.ranks)} rank(s), step {st.step}", flush=True)
         else:
+            from pardash.telemetry.failures import failure_line, failure_summary
+            from pardash.telemetry.printer import as_it_hung
             from pardash.tui.app import make_app
 
             make_app(client, launched=False, title=f"pardash simulate {cfg.ranks} ranks").run()
+            # Its last line and exit code as the headless one's: it exited 0, with no word, after a
+            # simulated crash (a script trying its alerting on one saw success).
+            st = client.state
+            f = failure_summary(st)
+            if f is not None:
+                print(f"{PROG}: simulated failure: {failure_line(f)}", flush=True)
+                code = 1
+            elif sim.poll() is None:
+                print(f"{PROG}: simulation stopped by you at step {st.step}{as_it_hung(st)}", flush=True)
+            else:
+                print(f"{PROG}: done, {len(st.ranks)} rank(s), step {st.step}", flush=True)
     finally:
         if sim.poll() is None:
             sim.send_signal(signal.SIGTERM)

@@ -299,3 +299,59 @@ def test_an_attached_viewer_stopped_with_ctrl_c_says_the_run_goes_on_and_exits_1
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
             p.wait(30)
+
+
+def test_simulate_in_the_tui_ends_with_the_headless_line_and_exit_code(tmp_path):
+    # `pardash simulate --crash 1@5`, then q in the TUI: exit 0 and no word, where the headless
+    # one says "simulated failure: ..." and exits 1 (a script trying its alerting on a crash
+    # saw success).
+    import os
+    import pty
+    import select
+
+    from pardash.telemetry import schema
+    from pardash.telemetry.logreader import load_log
+
+    log = tmp_path / "sim.jsonl"
+    import fcntl
+    import struct
+    import termios
+
+    main, sub = pty.openpty()
+    fcntl.ioctl(sub, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # (a new pty's is 0x0)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "simulate", "--ranks", "2", "--rate", "20", "--crash", "1@5", "--log", str(log)],
+        stdin=sub, stdout=sub, stderr=sub, env=pardash_env(TERM="xterm-256color"), cwd=tmp_path,
+    )  # fmt: skip
+    os.close(sub)
+    out = b""
+
+    def read(until) -> None:
+        nonlocal out
+        end = time.monotonic() + 120  # (bounded: a TUI that never ends fails the test)
+        while time.monotonic() < end:
+            if until():
+                return
+            if select.select([main], [], [], 0.1)[0]:
+                try:
+                    out += os.read(main, 65536)
+                except OSError:  # (EIO: the terminal's other end closed)
+                    return
+
+    try:
+        crashed = lambda: log.exists() and any(  # noqa: E731
+            isinstance(m, schema.Event) and m.name == "exit" and m.rank == 1 for m in load_log(log)[0]
+        )
+        read(crashed)
+        assert crashed(), out.decode(errors="replace")[-2000:]
+        read(lambda: b"exited" in out)  # (its alert: the viewer has taken it)
+        os.write(main, b"q")
+        read(lambda: proc.poll() is not None)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        os.close(main)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 1, text[-2000:]
+    assert "pardash: simulated failure: rank 1 exited with code 1" in text, text[-2000:]
