@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from helpers import TerminalOutput, pardash_env, wait_for
@@ -270,8 +271,12 @@ def test_a_tui_launch_whose_log_disk_stays_full_names_the_complete_copy(small_di
     try:
         wait_for(lambda: b"1 finished" in bytes(screen.data), timeout_s=240, poll_s=0.2)
         wait_for(lambda: list((tmp_path / "runs").glob("*/result.json")), timeout_s=60, poll_s=0.2)  # the job is over
+        # (its supervisor, which stops the hub once the launch has gone: no longer on the
+        # terminal under the TUI, so the terminal's end no longer waits for it)
+        supervisors = [c for c in psutil.Process(p.pid).children() if "pardash.trainer.supervisor" in " ".join(c.cmdline())]
         p.send_signal(signal.SIGTERM)  # as `q` once every rank is done: the job ends by itself
         assert p.wait(timeout=120) == 0
+        assert len(supervisors) == 1 and not psutil.wait_procs(supervisors, timeout=120)[1]
     finally:
         if p.poll() is None:
             p.kill()
