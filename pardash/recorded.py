@@ -403,7 +403,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
         # (they are in the event files: TensorBoard draws the curve from where the run went on.
         # By rank, as the steps above: their sum over the ranks read "18 step(s)" where the
         # report said "9 run again" of the same run.)
-        print(f"{PROG}: steps run again after a restart or a resume, counted once above: {steps_by_rank(res['rerun'])}")
+        print(f"{PROG}: steps run again (after a restart, a resume, or by a later job under the run's id), counted once above: {steps_by_rank(res['rerun'])}")
     if res.get("lost"):
         # (the launch had said "2 messages lost"; the export's curves had a gap and no word)
         print(f"{PROG}: messages lost before the log had them (a hub restart, a rank's full queue), so its curves have gaps: "

@@ -564,7 +564,7 @@ def test_the_steps_run_again_are_told_by_rank_as_the_steps_are(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / "tb2")],
                           capture_output=True, text=True, env=pardash_env(), timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[1] == "pardash: steps run again after a restart or a resume, counted once above: rank 0: 2, rank 1: 2"
+    assert done.stdout.splitlines()[1] == "pardash: steps run again (after a restart, a resume, or by a later job under the run's id), counted once above: rank 0: 2, rank 1: 2"
 
 
 def test_events_at_one_step_are_one_text(tmp_path):
