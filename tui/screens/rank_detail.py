@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.css.scalar import Scalar
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -47,6 +48,10 @@ STATUS_STYLES = {
     st.EXITED: "$text-error",
     st.STARTING: "$text-muted",
 }
+
+
+Facts = tuple[tuple[str, str, str | tuple[str, ...]], ...]
+"""A panel of figures' rows: (label, value, note or its forms)."""
 
 
 def _cells(runs: list[tuple[str, str]]) -> int:
@@ -97,13 +102,6 @@ class RankDetailScreen(Screen):
     RankDetailScreen #rank-events {
         height: 8;
     }
-    RankDetailScreen.-short #rank-events {
-        height: 5;
-    }
-    RankDetailScreen.-short #figures {
-        overflow-y: auto;
-        scrollbar-size-vertical: 1;
-    }
     RankDetailScreen.-narrow #figures {
         width: 36;
         min-width: 30;
@@ -114,13 +112,20 @@ class RankDetailScreen(Screen):
     """
 
     SHORT_HEIGHT = 34
-    """Below this many rows the rank's events keep three lines (an exited rank's reason is
-    among them), the memory panel its totals, the system panel a line for the process and one
-    for the GPU, and the phases leave out the whole step (the title has its time): at 80x24
-    the figures' column holds them all (the system panel had two of its nine rows, its GPU
-    figures only by scrolling); what it cannot hold (a script's own metrics) scrolls into
-    view."""
+    """Below this many rows the rank's events keep three lines where the figures leave them
+    (an exited rank's reason is among them), the memory panel its totals, the system panel a
+    line for the process and one for the GPU, and the phases leave out the whole step (the
+    title has its time): at 80x24 the figures' column holds them all (the system panel had two
+    of its nine rows, its GPU figures only by scrolling), or nearly: see :meth:`_fit_figures`."""
     NARROW_WIDTH = 100
+    EVENTS_ROWS = 8
+    """The rank's events' panel, border and all; EVENTS_ROWS_SHORT below SHORT_HEIGHT."""
+    EVENTS_ROWS_SHORT = 5
+    EVENTS_LEAST = 3
+    """What the events give up to the figures goes down to one line, their newest event (the
+    title above says the rank's alerts and how it exited)."""
+    FACTS_LEAST = 2
+    """A panel of figures cut to fit keeps its first and a line that says how many more."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
@@ -149,6 +154,10 @@ class RankDetailScreen(Screen):
         self._bands: dict[str, tuple[str, ...]] = {}
         """Each chart's legend, from its last drawing: its forms, longest first (the first that
         fits the chart's footer is said)."""
+        self._facts: dict[str, Facts] = {}
+        """Each panel of figures' facts, whole (its rows may be fewer: see _fit_figures)."""
+        self._fact_rows: dict[str, int | None] = {}
+        """The rows each panel of figures may show, from the last fit (None: all it has)."""
 
     @property
     def source(self) -> Source:
@@ -210,9 +219,9 @@ class RankDetailScreen(Screen):
         phases.whole_step = not short  # (the title says the last step's time)
         if r is not None:
             memory = self.query_one("#memory", FactList)
-            memory.facts = memory_facts(r, compact=short)
+            self._set_facts(memory, memory_facts(r, compact=short))
             system = self.query_one("#system", FactList)
-            system.facts = system_facts(r, compact=short)
+            self._set_facts(system, system_facts(r, compact=short))
             # A gone rank's figures are its last sample's: said so, and greyed, not shown as now.
             stale = system_staleness(r, origin, run_now(self.source))
             system.set_class(stale is not None, "-stale")
@@ -220,12 +229,63 @@ class RankDetailScreen(Screen):
             system.border_title = f"system · {title}" if title else "system"
             system.border_subtitle = subtitle
         logged = self.query_one("#logged", FactList)
-        logged.facts = logged_facts(r) if r is not None else ()
+        self._set_facts(logged, logged_facts(r) if r is not None else ())
         logged.set_class(not logged.facts, "-empty")
         events = self.query_one(EventLog)
         events.origin = origin
         events.sync(state)
         self._subtitle_charts()
+        # (after the layout these figures and the title's lines make: what _fit_figures reads)
+        self.call_after_refresh(self._fit_figures)
+
+    def _set_facts(self, panel: FactList, facts: Facts) -> None:
+        """Show ``facts`` in ``panel``, in the rows _fit_figures left it."""
+        self._facts[panel.id or ""] = facts
+        rows = self._fact_rows.get(panel.id or "")
+        if rows is not None and len(facts) > rows:
+            # (said where the rows end: cut, the panel read as all the rank had)
+            facts = (*facts[: rows - 1], ("", f"+{len(facts) - rows + 1} more in a taller terminal", ""))
+        panel.facts = facts
+
+    def _fit_figures(self) -> None:
+        """Fit the figures' column to the rows it has. Its panels follow their content; where
+        they need more rows than the charts beside them, the rank's events below give theirs
+        (down to EVENTS_LEAST), then the panels of figures from the last up show fewer (down to
+        FACTS_LEAST), saying how many more. At 80x24 a rank with DDP's buckets, or with an
+        alert in the title, had a system panel of one row and no bottom border, and the
+        column's scrollbar drawn outside every panel."""
+        if not self.is_mounted:
+            return
+        figures = self.query_one("#figures")
+        events = self.query_one(EventLog)
+        if not figures.region.height:  # (not laid out yet: a resize's refresh comes)
+            return
+        # The body takes the rows the events leave (1fr): between them, what the title and the
+        # footer leave, whatever the events' height now.
+        space = figures.region.height + events.region.height
+        panels = [w for w in figures.children if w.display]
+        width = max(1, figures.region.width - 4)  # (within a panel's border and padding)
+        # Each panel's rows uncut, border and all (the lines are never wrapped: a list of
+        # figures has a line a fact, or its "nothing reported yet").
+        needs = [
+            max(1, len(self._facts.get(w.id or "", ()))) + 2 if isinstance(w, FactList)
+            else w.get_content_height(figures.size, self.size, width) + 2
+            for w in panels
+        ]  # fmt: skip
+        wanted = self.EVENTS_ROWS_SHORT if self.has_class("-short") else self.EVENTS_ROWS
+        rows = max(self.EVENTS_LEAST, min(wanted, space - sum(needs)))
+        if events.styles.height != Scalar.from_number(rows):
+            events.styles.height = rows
+        over = sum(needs) - (space - rows)
+        for panel, need in reversed(list(zip(panels, needs))):
+            if not isinstance(panel, FactList):
+                continue
+            cut = max(0, min(over, need - 2 - self.FACTS_LEAST))
+            over -= cut
+            fitted = need - 2 - cut if cut else None
+            if self._fact_rows.get(panel.id or "") != fitted:
+                self._fact_rows[panel.id or ""] = fitted
+                self._set_facts(panel, self._facts.get(panel.id or "", ()))
 
     @staticmethod
     def _no_series(column: str, r: st.RankState | None) -> str:
