@@ -346,7 +346,8 @@ class HubClient(FrameApplier):
         if self.ended_early is None and any(is_hub_stop(m) for m in frame.messages) and not run_over(self.state):
             st = self.state
             running = [r for r in st.ranks.values() if not (r.finished or r.exit_code is not None)]
-            self.ended_early = {"step": st.step, "running": len(running), "hub_stopped": True}
+            if running:  # (ranks never heard from are said so apart: "0 ranks not ended" read oddly)
+                self.ended_early = {"step": st.step, "running": len(running), "hub_stopped": True}
 
     def poll(self) -> bool:
         changed = self._read_handshakes() if self._handshakes is not None else False

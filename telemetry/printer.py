@@ -860,8 +860,10 @@ def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S
             seen["t"], seen["at"] = source.last_frame_t, time.monotonic()
         if run_over(source.state) and not job_alive():
             return True
-        if getattr(source, "ended_early", None) is not None:
-            return True  # (the hub said it stopped, ranks not ended: nothing more will come)
+        if getattr(source, "ended_early", None) is not None and not job_alive():
+            # (the hub said it stopped, ranks not ended, and no supervisor will restart it: a
+            # launched job's hub stopped by a SIGTERM is restarted, and its job trains on)
+            return True
         quiet = time.monotonic() - seen["at"] > gone_s
         return quiet and not job_alive() and not (bool(hub) and pid_alive(hub))
 
@@ -879,7 +881,7 @@ def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S
         return f"pardash: the run is over: {counts}" + (f"; {f['line']}" if f else "") + (f"; {loss}" if loss else "")
     loss = loss_text(st)
     early = getattr(source, "ended_early", None)
-    if early is not None:
+    if early is not None and not job_alive():
         n = early["running"]
         return (f"pardash: the hub stopped at step {early['step']} with {n} rank{'s' if n != 1 else ''} not ended (no word of "
                 f"their end); last seen: {counts}" + (f"; {loss}" if loss else ""))  # fmt: skip

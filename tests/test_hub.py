@@ -1303,6 +1303,58 @@ def test_a_viewer_is_told_the_hub_stopped_and_does_not_show_ranks_not_ended_runn
         proc.wait(30)
     assert viewer.ended_early == {"step": 1, "running": 1, "hub_stopped": True}
     assert summarize(viewer).log_ends_early == "when the hub stopped"
-    line = follow_attached(ProgressPrinter(viewer, out=io.StringIO(), bar=False), viewer, gone_s=600)
-    assert line.startswith("pardash: the hub stopped at step 1 with 1 rank not ended"), line
+    # A launched job's supervisor, alive, restarts a hub that stopped (a SIGTERM): its headless
+    # viewer waits for it (it quit, exit 1, "the hub stopped", while the job trained on).
+    import threading
+
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    viewer.info = {"supervisor_pid": supervisor.pid, "run_dir": str(tmp_path / "no-result-yet")}
+    printer = ProgressPrinter(viewer, out=io.StringIO(), bar=False)
+    looks, update = [], printer.update
+    printer.update = lambda **kw: (looks.append(1), update(**kw))[1]
+    said: list[str] = []
+    watching = threading.Thread(target=lambda: said.append(follow_attached(printer, viewer, gone_s=600)))
+    watching.start()
+    try:
+        wait_for(lambda: len(looks) >= 3 or not watching.is_alive())
+        assert watching.is_alive() and not said  # (waiting on: each look said "not done")
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+    watching.join(60)
+    assert said and said[0].startswith("pardash: the hub stopped at step 1 with 1 rank not ended"), said
+    viewer.close()
+
+
+def test_a_hub_stopped_with_no_rank_left_running_says_no_ranks_not_ended(tmp_path):
+    # Rank 0 of 2 finished, rank 1 never heard from (another node's, keys refused): the hub's
+    # stop read "the hub stopped at step 3, 0 ranks not ended"; ranks never heard from are said
+    # apart (node 0's last line, report).
+    import json
+    import subprocess
+    import sys
+
+    from helpers import pardash_env
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "hub", "--run-id", "hs", "--log", str(tmp_path / "t.jsonl"), "--no-registry"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env(),
+    )  # fmt: skip
+    try:
+        info = json.loads(proc.stdout.readline())
+        viewer = HubClient(info["updates"], info["snapshot"])
+        assert viewer.wait_synced(20)
+        rep = Reporter(info["ingest"], run="hs", identity=identity(0, 2), heartbeat_s=0)
+        rep.hello(strategy="ddp", world_size=2)
+        rep.step(step=3, loss=1.0, step_s=0.01, samples=8)
+        rep.event("exit", code=0)
+        wait_for(lambda: 0 in viewer.state.ranks and viewer.state.ranks[0].finished, poll=viewer.poll)
+        rep.close()
+        proc.terminate()
+        wait_for(lambda: any(m.name == "hub" and m.message.startswith("hub stopped") for m in viewer.state.events
+                             if isinstance(m, schema.Event)), poll=viewer.poll)  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert viewer.ended_early is None
     viewer.close()
