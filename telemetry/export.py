@@ -268,6 +268,12 @@ class _Points:
         self.offsets.append(self.end)
         self.end += size + self.FRAMING_BYTES
 
+    def skip(self, size: int) -> None:
+        """A record that is no point (a restart's mark): the offsets after it count it. (Left
+        out, every offset after a second restart was off by it, and reading one back took a
+        length out of the middle of a record: a MemoryError.)"""
+        self.end += size + self.FRAMING_BYTES
+
     def restart(self, step: int) -> None:
         """A restart's mark at ``step``: the records from it on join the tail (with the tail
         left of the restart before: those are after the steps it reached)."""
@@ -423,12 +429,15 @@ class _Export:
         w.flush()
         try:
             with open(w.path, "rb") as fh:
+                length = os.fstat(fh.fileno()).st_size
                 for offset in offsets:
                     fh.seek(offset)
                     (size,) = struct.unpack("<Q", fh.read(8))
+                    if offset + size + _Points.FRAMING_BYTES > length:
+                        raise ValueError(f"no record of {size:,} bytes at offset {offset:,}")
                     fh.seek(offset + 12)  # (past the length's CRC)
                     self._add_point(rank, self.tb.Event.FromString(fh.read(size)))
-        except (OSError, struct.error) as exc:
+        except Exception as exc:  # (a file changed under it, or a record misplaced: said, not a traceback)
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise EventFileError(f"cannot read back {w.path}: {why}") from None
 
@@ -482,7 +491,9 @@ class _Export:
                 # again once the re-run is past them (see _Points).
                 self._write_samples(rank)
                 self.points_at[rank].restart(msg.step)
-                w.add(tb.Event(wall_time=msg.t, step=msg.step, session_log=tb.SessionLog(status=tb.SessionLog.START)))
+                mark = tb.Event(wall_time=msg.t, step=msg.step, session_log=tb.SessionLog(status=tb.SessionLog.START))
+                self.points_at[rank].skip(mark.ByteSize())
+                w.add(mark)
             self._write_again(rank, self.points_at[rank].passed(last, msg.step))
             self.last[rank] = self.at[rank] = msg.step
             self.sent[rank] = msg.seq

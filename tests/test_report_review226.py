@@ -70,6 +70,22 @@ def test_a_rerun_that_fails_again_and_a_resume_further_on_keep_the_steps_none_ra
     assert loss == pytest.approx(want)
 
 
+def test_a_second_restart_at_the_same_step_keeps_each_runs_steps_and_exports(tmp_path):
+    # Steps 1-35, a restart from 30 to 40, another from 30 that stopped at 33: the export died of
+    # a MemoryError (the first restart's mark was not counted where the records lie, so a
+    # record read back after the second took its length from the middle of another).
+    log = tmp_path / "twice.jsonl"
+    msgs = _job(10, 0, range(1, 36), 1000.0, lambda n: 100.0 + n)
+    msgs += _job(11, 1, range(31, 41), 2000.0, lambda n: 200.0 + n)
+    msgs += _job(12, 2, range(31, 34), 3000.0, lambda n: 300.0 + n)
+    log.write_bytes(schema.encode_json_lines(msgs))
+    export_tensorboard(str(log), str(tmp_path / "tb"))
+    points = _accumulator(tmp_path / "tb" / "rank0").Scalars("loss")
+    assert len(points) == 40  # one point a step
+    want = {n: 100.0 + n for n in range(1, 31)} | {n: 300.0 + n for n in range(31, 34)} | {n: 200.0 + n for n in range(34, 41)}
+    assert {e.step: e.value for e in points} == pytest.approx(want)
+
+
 def _hub_log(path: Path):
     """A hub recording two ranks into ``path`` (the report's tests build their logs so)."""
     from pardash.telemetry.hubcore import HubCore
