@@ -117,6 +117,10 @@ def test_a_fault_on_a_rank_single_lacks_says_it_goes_to_every_strategy(fault):
     assert str(e.value) == (f"--{fault.replace('_', '-')} 1@3: the fault goes to every strategy, and single runs 1 rank: "
                             "rank 1 does not exist in a world of 1; pick rank 0, or leave single out of --strategies")  # fmt: skip
     assert plan(BenchConfig(strategies=["ddp"], nproc=2, train=TrainConfig(steps=6, **{fault: "1@3"})))[0][0].ranks == 2
+    # Of the only strategy listed, "leave ddp out of --strategies" left nothing to run.
+    with pytest.raises(ValueError) as e:
+        plan(BenchConfig(strategies=["ddp"], nproc=2, train=TrainConfig(steps=6, **{fault: "2@3"})))
+    assert str(e.value).endswith("rank 2 does not exist in a world of 2; pick a rank below 2 (or more ranks: --nproc)"), str(e.value)
 
 
 def test_a_strategy_stopped_with_ctrl_c_reads_stopped_in_the_table_not_failed():

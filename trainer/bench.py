@@ -90,9 +90,13 @@ def plan(cfg: BenchConfig) -> tuple[list[PlannedRun], list[dict]]:
             if fault is not None and fault.rank >= ranks:
                 # Said as the trainer says it, "rank 1 does not exist in a world of 1", it read
                 # as a mistake of --nproc 2's: the fault goes to single too, which has one rank.
+                pick = "rank 0" if ranks == 1 else f"a rank below {ranks}"
+                if len(cfg.strategies) > 1:  # (of the only one, "leave ddp out" left nothing to run)
+                    pick += f", or leave {s} out of --strategies"
+                elif s != "single" and s != "dp":
+                    pick += " (or more ranks: --nproc)"
                 raise ValueError(f"{flag} {fault}: the fault goes to every strategy, and {s} runs {ranks} rank{'' if ranks == 1 else 's'}: "
-                                 f"rank {fault.rank} does not exist in a world of {ranks}; pick {'rank 0' if ranks == 1 else f'a rank below {ranks}'}, "
-                                 f"or leave {s} out of --strategies")  # fmt: skip
+                                 f"rank {fault.rank} does not exist in a world of {ranks}; pick {pick}")  # fmt: skip
         if train.checkpoint_dir is not None:
             # Each strategy its own folder: in a shared one a strategy's saves land beside (or on)
             # the one's before it, its checkpoints of another strategy's model layout.
