@@ -666,3 +666,30 @@ def test_the_headers_log_path_needs_no_working_folder(monkeypatch, tmp_path):
     monkeypatch.chdir(gone)
     gone.rmdir()
     assert short_log_path("/data/runs/r1/telemetry.jsonl", "r1") == ["/data/runs/r1/telemetry.jsonl", "/data/runs/…/telemetry.jsonl"]
+
+
+async def test_the_header_counts_connections_refused_for_want_of_a_key_apart_from_records():
+    # A node whose keys the hub does not admit tries again ~40 times a second: the header read
+    # "rejected 825", records refused, an attack; the progress lines already said them apart.
+    from types import SimpleNamespace
+
+    from textual.app import App
+
+    from pardash.telemetry.frames import HubStats
+    from pardash.tui.widgets.run_header import RunHeader, summarize
+    from tui_helpers import widget_text
+
+    src = SimpleNamespace(state=_state(), stats=HubStats(rejected={"no_key": 825, "invalid": 3, "log_truncated": 1}), live=False)
+    s = summarize(src)
+    assert (s.rejected, s.no_key, s.skipped_lines) == (3, 825, 1)
+
+    class One(App):
+        def compose(self):
+            yield RunHeader()
+
+    app = One()
+    async with app.run_test(size=(160, 6)) as pilot:
+        app.query_one(RunHeader).summary = s
+        await pilot.pause()
+        text = widget_text(app.query_one(RunHeader))
+    assert "rejected 3" in text and "no key 825" in text, text

@@ -142,6 +142,10 @@ class RunSummary:
     status_counts: tuple[tuple[str, int], ...] = ()
     lost: int = 0
     rejected: int = 0
+    no_key: int = 0
+    """Connections the hub refused for want of a key it admits (a node's reconnection attempts,
+    about 40 a second): apart from ``rejected``, the records it refused ("rejected 825" read as
+    an attack)."""
     skipped_lines: int = 0
     """A replayed log's lines the reader skipped (malformed, truncated): not the hub's rejects."""
     dropped: int = 0
@@ -245,7 +249,8 @@ def summarize(
         elapsed_s=max(0.0, (state.t_last_rank or state.t_last) - origin) if state.t0 else 0.0,
         status_counts=tuple((s, counts[s]) for s, _ in STATUS_MARKS if counts.get(s)),
         lost=stats.lost,
-        rejected=sum(n for why, n in stats.rejected.items() if not why.startswith("log_")),
+        rejected=sum(n for why, n in stats.rejected.items() if not why.startswith("log_") and why != "no_key"),
+        no_key=stats.rejected.get("no_key", 0),
         skipped_lines=sum(n for why, n in stats.rejected.items() if why.startswith("log_")),
         dropped=stats.dropped,
         log_path=stats.log_path,
@@ -547,6 +552,7 @@ class RunHeader(CachedStyles, Widget):
             # A replayed log's unreadable lines (a truncated last line): the reader's, not
             # hostile input the hub refused, which "rejected" counts.
             + ([(" · skipped lines ", self._s("label")), (fmt_count(s.skipped_lines), self._s("warn"))] if s.skipped_lines else [])
+            + ([(" · no key ", self._s("label")), (fmt_count(s.no_key), self._s("warn"))] if s.no_key else [])
         )
         if s.live and s.ingest_hz and s.hub_quiet_s is None:  # a quiet hub's last rate is stale
             rate = fmt_rate(s.ingest_hz)
