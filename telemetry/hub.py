@@ -709,7 +709,9 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         # A hub restarted under a running job serves all the same: the ranks' telemetry goes on
         # to viewers, and the recorder keeps the newest lines and retries at every frame.
         print(f"pardash hub: {hub.recorder.error}; serving without it until it can write", file=sys.stderr)
-    info = {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), "curve": hub.keys is not None, **hub.endpoints, **(meta or {})}
+    meta = dict(meta or {})
+    output = meta.pop("output", None)  # (the launcher's, not the run's: kept out of the registry)
+    info = {"run_id": run_id, "log": os.path.abspath(log), "pid": os.getpid(), "curve": hub.keys is not None, **hub.endpoints, **meta}
     # -- Prometheus /metrics, read from this hub's state at scrape time --
     # (the launcher's strategy, said until a rank's hello says it: strategy="" before; a
     # script's is whatever its hellos find, "script" being no strategy)
@@ -814,7 +816,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
     # A hub outlives whoever reads its output (`pardash hub 2>&1 | tee hub.txt`, a terminal
     # closed, a tee killed): a line it cannot write is dropped, never an error in its loop (a
     # warning said to a reader gone was counted as an internal_error reject of the message).
-    from .streams import unbreakable_stdio
+    from .streams import off_the_terminal, unbreakable_stdio
 
     unbreakable_stdio()
     # Ready before the log is read back: the ports are bound, so what the ranks send waits in
@@ -824,6 +826,10 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         if ready_fd is not None:
             with os.fdopen(ready_fd, "w") as fh:
                 fh.write(json.dumps(info) + "\n")
+            if isinstance(output, str) and output:
+                # A launch's TUI is to own the terminal: what this hub says from now on (its
+                # log's fate as it stops, a traceback) goes to the ranks' output file.
+                off_the_terminal(output)
         else:
             print(json.dumps(info), flush=True)  # (stdout: for scripts)
             ingest = reachable(info["ingest"])

@@ -104,3 +104,29 @@ def unbreakable_stdio() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, Unbreakable):
             setattr(sys, name, Unbreakable(stream))
+
+
+def off_the_terminal(path: str) -> bool:
+    """From now on, this process's stdout and stderr (its file descriptors: what a child started
+    later inherits too) go to the file ``path``, appended: a launch's TUI owns the terminal, and
+    what a job's supervisor or hub says while it does (a hub restarted, node 0's answer, the
+    log's fate as the hub stops) goes beside the ranks' lines, the TUI saying it as an event.
+    Written to the terminal, "pardash: the hub exited (code -9); restarting it" covered the TUI's
+    header until its next redraw, and after a detach such a line landed in the user's shell.
+    False (the terminal, as before) where the file cannot be opened."""
+    import sys
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    except OSError:
+        return False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    return True

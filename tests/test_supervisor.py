@@ -198,7 +198,12 @@ def test_what_the_supervisor_says_under_a_launchs_tui_goes_to_the_output_file_no
         with open(terminal, "ab") as tty:
             job = start(spec, output=tty)
         wait_for(lambda: any(isinstance(m, schema.Step) for m in load_log(spec.log_path)[0]), timeout_s=120, poll_s=0.3)
-        os.kill(registry.live_runs()[0]["pid"], signal.SIGKILL)
+        # Its first hub too, which says its log's fate as it stops (the supervisor's own lines
+        # went to the file; the hub it had started kept the terminal).
+        hub = registry.live_runs()[0]["pid"]
+        assert [os.readlink(f"/proc/{pid}/fd/2") for pid in (hub, job.supervisor.pid)] == [spec.output] * 2
+        assert "output" not in registry.live_runs()[0]  # (the launcher's word to its hub, not the run's)
+        os.kill(hub, signal.SIGKILL)
         wait_for(lambda: said("hub_restart"), timeout_s=60, poll_s=0.3)
     finally:
         if job is not None:
@@ -319,7 +324,7 @@ def test_the_hub_of_a_job_on_several_nodes_learns_its_world_from_the_ranks():
     from pardash.trainer import supervisor
 
     sup = supervisor.Supervisor.__new__(supervisor.Supervisor)
-    sup.spec = SimpleNamespace(strategy="ddp", world_size=2, nnodes=2, run_dir="/runs/r")
+    sup.spec = SimpleNamespace(strategy="ddp", world_size=2, nnodes=2, run_dir="/runs/r", viewer_pid=0, output="inherit")
     assert sup.hub_meta()["world_size"] == 0
     sup.spec.nnodes, sup.spec.world_size = 1, 4
     assert sup.hub_meta()["world_size"] == 4

@@ -28,7 +28,7 @@ from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
 from pardash.telemetry.failures import signal_name
 from pardash.telemetry.spawn import exit_code, read_line
-from pardash.telemetry.streams import unbreakable_stdio
+from pardash.telemetry.streams import off_the_terminal, unbreakable_stdio
 from pardash.trainer.jobprocs import (
     STOP_GRACE_S, SUPERVISOR_VAR, _kill_job, _signal_group, _stop_job_processes, hub_push, job_processes,
 )  # fmt: skip
@@ -145,25 +145,6 @@ def _run_id_of_node0(run_id: str, where: str) -> str:
     return ""
 
 
-def _off_the_terminal(path: str) -> None:
-    """A launch's TUI owns the terminal from here: what this process says from now on (a hub
-    restarted, node 0's answer, a hub given up on) goes to the ranks' output file, beside their
-    lines, and the TUI says it as an event. Written to the terminal, "pardash: the hub exited
-    (code -9); restarting it" covered the TUI's header until its next redraw, and after a detach
-    such a line landed in the user's shell. (Before the launch has its answer, a refusal still
-    reaches the terminal.)"""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
-    except OSError:
-        return  # (the terminal, as before)
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
 class Supervisor:
     """Runs in its own process: hub, then torchrun, then a clean stop."""
 
@@ -209,13 +190,21 @@ class Supervisor:
             return self.endpoints
         return self.wait_hub(self.spawn_hub(resume=resume))
 
+    def _under_a_tui(self) -> bool:
+        """A launch's TUI is to own the terminal (the ranks' output goes to a file meanwhile)."""
+        return bool(self.spec.viewer_pid) and self.spec.output != "inherit"
+
     def hub_meta(self) -> dict:
         """What the hub is told of the job. Its world size only on one node: torchrun lets
         each node have its own --nproc (1 here and 2 there is 3 ranks), which this node cannot
-        know, and a hub told 2 refused every hello of the 3."""
+        know, and a hub told 2 refused every hello of the 3. Under a TUI, the file its output
+        goes to once it is ready (see streams.off_the_terminal)."""
         spec = self.spec
-        return {"strategy": spec.strategy, "world_size": spec.world_size if spec.nnodes == 1 else 0,
+        meta = {"strategy": spec.strategy, "world_size": spec.world_size if spec.nnodes == 1 else 0,
                 "supervisor_pid": os.getpid(), "cwd": os.getcwd(), "run_dir": spec.run_dir}  # fmt: skip
+        if self._under_a_tui():
+            meta["output"] = spec.output
+        return meta
 
     def spawn_hub(self, *, resume: bool = False) -> int:
         """Start the hub process; returns the read end of its ready pipe (see :meth:`wait_hub`)."""
@@ -594,8 +583,8 @@ class Supervisor:
         _tell(ready_fd, {**self.endpoints, "supervisor_pid": os.getpid(), "run_id": self.spec.run_id, "run_dir": self.spec.run_dir},
               close=False)  # fmt: skip
         self._result_fd = ready_fd
-        if self.spec.viewer_pid and self.spec.output != "inherit":
-            _off_the_terminal(self.spec.output)
+        if self._under_a_tui():
+            off_the_terminal(self.spec.output)  # (said before the launch had its answer: still the terminal)
         raw = self._wait_job()
         code = exit_status(raw)
         if raw < 0 and not self._stopping:
