@@ -37,6 +37,12 @@ def strategy_of(model: Any) -> str:
     return "single"
 
 
+def tensor_parallel(model: Any) -> bool:
+    """Whether a module of ``model`` is split by tensor parallelism (``parallelize_module``,
+    which marks each module it distributes), FSDP on top of it or not."""
+    return any(getattr(m, "_distribute_module_applied", False) for m in model.modules())
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

@@ -340,13 +340,19 @@ def test_a_tensor_parallel_model_reads_as_tp_sharded_over_its_mesh(fsdp_memory):
     # state on each rank ("0.50x"), and its grid's self column was empty (no straggler signal).
     full = (16 * 64 + 64 + 64 * 16 + 16) * 4
     for rank, d in fsdp_memory.items():
-        tp = d["tp"]
+        tp = d["tp"]["tp"]
         assert tp["strategy"] == "tp", tp
         assert tp["params_count"] * 4 == tp["params_full"] == full  # the hello and the memory, unsharded
         assert tp["shards"] == 2 and tp["params"] == (16 * 32 + 32 + 32 * 16 + 16) * 4  # (the down bias is whole on each)
         # Self time up to the forward, where the layers' collectives make the ranks wait (the
         # first step's clock starts at its forward: 0).
         assert all(x is not None for x in tp["self"]), tp["self"]
+        # FSDP over it (2-D) reads as fsdp; its self time too ends as its forward begins: its
+        # data (the forward's waits are the TP layers' as well as FSDP's all-gathers, and
+        # "the forward less its all-gathers" held them: a data straggler's peers read as slow).
+        two = d["tp"]["2d"]
+        assert two["strategy"] == "fsdp" and two["params_full"] == full, two
+        assert two["self"] == pytest.approx(two["data"], abs=1e-9), two
 
 
 def test_a_tensor_parallel_run_is_judged_as_sharded(tmp_path):

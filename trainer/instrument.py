@@ -557,7 +557,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
     def _add_root(self, module: Any) -> None:
         self._settled_from = self.step
         strategy = self.trained.add_root(module)
-        if strategy == "fsdp":
+        if strategy == "fsdp" and not modelfacts.tensor_parallel(module):
+            # (2-D, FSDP over tensor parallelism: the forward's waits are the TP layers' too,
+            # untimed, and "its forward less its all-gathers" held them: a data straggler's
+            # peers read as slow as it. Self time ends as the forward begins, as TP's alone.)
             self._watch_gathers(module)
         if not self.strategy or self.strategy == "single":
             self.strategy = strategy

@@ -146,9 +146,9 @@ def accum() -> dict:
 
 def tp() -> dict:
     """A two-layer MLP split by tensor parallelism (``parallelize_module``, the up projection by
-    columns, the down one by rows) and trained 4 steps with the zero-code hooks installed over
-    a recording reporter: the strategy its hello says, the self time of its steps, and the
-    memory its last step measured."""
+    columns, the down one by rows), alone and with FSDP over it (2-D), each trained 4 steps with
+    the zero-code hooks installed over a recording reporter: the strategy its hello says, the
+    self and data times of its steps, and the memory its last step measured."""
     import sys
 
     from torch.distributed.device_mesh import init_device_mesh
@@ -165,25 +165,31 @@ def tp() -> dict:
             self.hellos.append(fields)
             return True
 
-    rep = Told()
-    rep.hellos = []
-    rep.identity = RankIdentity(rank=dist.get_rank(), local_rank=dist.get_rank(), world_size=2, node=0, host="here", restart=0)
-    inst = Instrument(rep).install()
-    try:
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
-        model = parallelize_module(model, init_device_mesh("cpu", (2,)), {"0": ColwiseParallel(), "2": RowwiseParallel()})
-        opt = torch.optim.AdamW(model.parameters())
-        for _ in range(4):
-            model(torch.randn(8, 16)).pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-    finally:
-        inst.uninstall()
-    mem = [s["mem"] for s in rep.steps if s.get("mem") is not None][-1]
-    return {"strategy": rep.hellos[-1]["strategy"], "params_count": rep.hellos[-1]["params_count"],
-            "self": [s["self_s"] for s in rep.steps], "shards": mem.shards, "params": mem.params_bytes,
-            "params_full": mem.params_full_bytes}  # fmt: skip
+    out = {}
+    for how in ("tp", "2d"):  # (2d: FSDP over it, on a mesh of 1 x 2)
+        rep = Told()
+        rep.hellos = []
+        rep.identity = RankIdentity(rank=dist.get_rank(), local_rank=dist.get_rank(), world_size=2, node=0, host="here", restart=0)
+        inst = Instrument(rep).install()
+        try:
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+            mesh = init_device_mesh("cpu", (2,)) if how == "tp" else init_device_mesh("cpu", (1, 2), mesh_dim_names=("dp", "tp"))
+            model = parallelize_module(model, mesh if how == "tp" else mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+            if how == "2d":
+                fully_shard(model, mesh=mesh["dp"])
+            opt = torch.optim.AdamW(model.parameters())
+            for _ in range(4):
+                model(torch.randn(8, 16)).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+        finally:
+            inst.uninstall()
+        mem = [s["mem"] for s in rep.steps if s.get("mem") is not None][-1]
+        out[how] = {"strategy": rep.hellos[-1]["strategy"], "params_count": rep.hellos[-1]["params_count"],
+                    "self": [s["self_s"] for s in rep.steps], "data": [s["data_s"] for s in rep.steps],
+                    "shards": mem.shards, "params": mem.params_bytes, "params_full": mem.params_full_bytes}  # fmt: skip
+    return out
 
 
 dist.init_process_group("gloo")
