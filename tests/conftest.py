@@ -85,6 +85,30 @@ def _private_registry(tmp_path_factory, monkeypatch):
         warnings.warn(f"killed {len(left)} process(es) the test left running: {'; '.join(left)[:300]}")
 
 
+SUPERVISOR_TAIL_S = 20.0
+"""How long a job's supervisor is given to end by itself once its launch has gone."""
+
+
+def _alive(p) -> bool:
+    import psutil
+
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _launch_alive(supervisor) -> bool:
+    """Whether the process that started ``supervisor`` (its launch) is still there."""
+    import psutil
+
+    try:
+        parent = supervisor.parent()
+        return parent is not None and parent.pid != 1 and "pardash" in " ".join(parent.cmdline())
+    except psutil.Error:
+        return False
+
+
 def _kill_processes_of(registry: str, since: float) -> list[str]:
     """Kill the processes started since ``since`` with ``registry`` as their run registry (the
     environment every process a test starts inherits); returns their command lines."""
@@ -103,6 +127,13 @@ def _kill_processes_of(registry: str, since: float) -> list[str]:
         except (psutil.Error, OSError):
             continue
     found = list({p.pid: (p, cmd) for p, cmd in found}.values())  # a child may be matched twice
+    # A job's supervisor whose launch has gone (a TUI launch the test has seen out) stops the
+    # hub and ends by itself, a second or two later: its end is waited for, bounded, not
+    # killed (under the TUI it no longer holds the terminal, whose end the tests wait for).
+    tails = [p for p, cmd in found if "pardash.trainer.supervisor" in cmd and not _launch_alive(p)]
+    if tails:
+        psutil.wait_procs(tails, timeout=SUPERVISOR_TAIL_S)
+        found = [(p, cmd) for p, cmd in found if _alive(p)]
     for p, _ in found:
         try:
             p.kill()
