@@ -1265,20 +1265,14 @@ def test_refused_messages_newest_of_a_rank_hide_no_real_loss_before_them_nor_aft
     assert build_report(str(path))["lost_messages"] == 4
 
 
-def test_a_viewer_is_told_the_hub_stopped_and_does_not_show_ranks_not_ended_running_for_ever(tmp_path):
-    # Node 1 of a two-node job died with its supervisor: node 0's rank failed, its job ended and
-    # its hub stopped, writing "hub stopped" in its log only. An attached TUI showed node 1's
-    # rank "running" with "hub quiet for 63 s" for as long as it stayed open; a headless one
-    # said "sent nothing for 5 s (stopped, or out of reach)". The hub's last frame carries its
-    # stop now, and the viewers say it.
-    import io
+def _stopped_hub_alone(tmp_path, job, stopped):
+    """A `pardash hub` process and a viewer attached to it: ``job(ingest)`` sends the ranks'
+    part, then the hub is stopped (SIGTERM) and the viewer polled until ``stopped(viewer)``."""
     import json
     import subprocess
     import sys
 
     from helpers import pardash_env
-    from pardash.telemetry.printer import ProgressPrinter, follow_attached
-    from pardash.tui.widgets.run_header import summarize
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "pardash", "hub", "--run-id", "hs", "--log", str(tmp_path / "t.jsonl"), "--no-registry"],
@@ -1288,25 +1282,45 @@ def test_a_viewer_is_told_the_hub_stopped_and_does_not_show_ranks_not_ended_runn
         info = json.loads(proc.stdout.readline())
         viewer = HubClient(info["updates"], info["snapshot"])
         assert viewer.wait_synced(20)
-        reps = [Reporter(info["ingest"], run="hs", identity=identity(r, 2), heartbeat_s=0) for r in range(2)]
+        reps = job(info["ingest"], viewer)
+        for r in reps:
+            r.close()
+        proc.terminate()
+        wait_for(lambda: stopped(viewer), poll=viewer.poll)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return viewer
+
+
+def test_a_viewer_is_told_the_hub_stopped_and_does_not_show_ranks_not_ended_running_for_ever(tmp_path):
+    # Node 1 of a two-node job died with its supervisor: node 0's rank failed, its job ended and
+    # its hub stopped, writing "hub stopped" in its log only. An attached TUI showed node 1's
+    # rank "running" with "hub quiet for 63 s" for as long as it stayed open; a headless one
+    # said "sent nothing for 5 s (stopped, or out of reach)". The hub's last frame carries its
+    # stop now, and the viewers say it.
+    import io
+    import subprocess
+    import sys
+    import threading
+
+    from pardash.telemetry.printer import ProgressPrinter, follow_attached
+    from pardash.tui.widgets.run_header import summarize
+
+    def job(ingest, viewer):
+        reps = [Reporter(ingest, run="hs", identity=identity(r, 2), heartbeat_s=0) for r in range(2)]
         for r in reps:
             r.hello(strategy="ddp", world_size=2)
             r.step(step=1, loss=1.0, step_s=0.01, samples=8)
         reps[0].event("exit", code=1)
         wait_for(lambda: len(viewer.state.ranks) == 2 and viewer.state.ranks[0].exit_code == 1, poll=viewer.poll)
-        for r in reps:
-            r.close()
-        proc.terminate()
-        wait_for(lambda: viewer.ended_early is not None, poll=viewer.poll)
-    finally:
-        proc.terminate()
-        proc.wait(30)
+        return reps
+
+    viewer = _stopped_hub_alone(tmp_path, job, lambda v: v.ended_early is not None)
     assert viewer.ended_early == {"step": 1, "running": 1, "hub_stopped": True}
     assert summarize(viewer).log_ends_early == "when the hub stopped"
     # A launched job's supervisor, alive, restarts a hub that stopped (a SIGTERM): its headless
     # viewer waits for it (it quit, exit 1, "the hub stopped", while the job trained on).
-    import threading
-
     supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     viewer.info = {"supervisor_pid": supervisor.pid, "run_dir": str(tmp_path / "no-result-yet")}
     printer = ProgressPrinter(viewer, out=io.StringIO(), bar=False)
@@ -1330,31 +1344,17 @@ def test_a_hub_stopped_with_no_rank_left_running_says_no_ranks_not_ended(tmp_pat
     # Rank 0 of 2 finished, rank 1 never heard from (another node's, keys refused): the hub's
     # stop read "the hub stopped at step 3, 0 ranks not ended"; ranks never heard from are said
     # apart (node 0's last line, report).
-    import json
-    import subprocess
-    import sys
-
-    from helpers import pardash_env
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pardash", "hub", "--run-id", "hs", "--log", str(tmp_path / "t.jsonl"), "--no-registry"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env(),
-    )  # fmt: skip
-    try:
-        info = json.loads(proc.stdout.readline())
-        viewer = HubClient(info["updates"], info["snapshot"])
-        assert viewer.wait_synced(20)
-        rep = Reporter(info["ingest"], run="hs", identity=identity(0, 2), heartbeat_s=0)
+    def job(ingest, viewer):
+        rep = Reporter(ingest, run="hs", identity=identity(0, 2), heartbeat_s=0)
         rep.hello(strategy="ddp", world_size=2)
         rep.step(step=3, loss=1.0, step_s=0.01, samples=8)
         rep.event("exit", code=0)
         wait_for(lambda: 0 in viewer.state.ranks and viewer.state.ranks[0].finished, poll=viewer.poll)
-        rep.close()
-        proc.terminate()
-        wait_for(lambda: any(m.name == "hub" and m.message.startswith("hub stopped") for m in viewer.state.events
-                             if isinstance(m, schema.Event)), poll=viewer.poll)  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.wait(30)
+        return [rep]
+
+    def stopped(viewer) -> bool:
+        return any(isinstance(m, schema.Event) and m.name == "hub" and m.message.startswith("hub stopped") for m in viewer.state.events)
+
+    viewer = _stopped_hub_alone(tmp_path, job, stopped)
     assert viewer.ended_early is None
     viewer.close()
