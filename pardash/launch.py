@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,6 +66,14 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
         # (it said "no such script" of a folder that is there)
         fail(f"{script[0]} is a folder with no __main__.py, which python needs to run a folder; "
              f"name the script in it: -- {os.path.join(script[0], 'SCRIPT.py')}")  # fmt: skip
+    elif script and not ns.module and _is_python(script[0]):
+        # (`srun python train.py`'s habit: "python: no such script")
+        rest = script[1:]
+        if rest[:1] in (["-m"], ["--module"]) and len(rest) > 1:
+            fail(f"-- {script[0]} -m {rest[1]}: pardash runs python itself; a module goes before `--`: "
+                 f"pardash launch -m {rest[1]} -- ARGS")  # fmt: skip
+        fail(f"-- {script[0]} {' '.join(rest[:1]) or 'SCRIPT'}: pardash runs python itself (as torchrun does); "
+             f"leave `{script[0]}` out: pardash launch [OPTIONS] -- {' '.join(rest[:1]) or 'SCRIPT'} [ITS ARGS]")  # fmt: skip
     elif script and not ns.module and not (os.path.isfile(script[0]) or os.path.isdir(script[0])):
         fail(f"{script[0]}: no such script (the command after `--` is run as `python SCRIPT ARGS`)")
     elif script and not ns.module and (why := _not_python(script[0])):
@@ -173,6 +182,11 @@ def visible_gpus() -> int:
     if seen is None:
         return count
     return min(count, len([d for d in seen.split(",") if d.strip() and not d.strip().startswith("-")]))
+
+
+def _is_python(word: str) -> bool:
+    """``python``, ``python3``, ``python3.11`` or a path to one."""
+    return re.fullmatch(r"python(\d+(\.\d+)?)?", os.path.basename(word)) is not None
 
 
 def _runnable_folder(path: str) -> bool:

@@ -45,6 +45,11 @@ class Parser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments:"):
             # torchrun's habit, `torchrun --nproc-per-node 2 train.py`: pardash takes the script after `--`
             script = next((a for a in message.split()[2:] if a.endswith(".py")), None)
+            argv = sys.argv[1:]
+            module = next((b for a, b in zip(argv, argv[1:]) if a in ("-m", "--module")), None)
+            if script and module:  # (it dropped the -m: "-- echo.py" would run another thing)
+                self.exit(2, f"{self.prog}: error: {message}; a module's arguments go after `--`: "
+                             f"{PROG} launch [OPTIONS] -m {module} -- {script} [ITS ARGS]\n")  # fmt: skip
             if script:
                 self.exit(2, f"{self.prog}: error: {message}; a script goes after `--`: {PROG} launch [OPTIONS] -- {script} [ITS ARGS]\n")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -116,6 +121,7 @@ def _bench_parser(sub) -> argparse.ArgumentParser:
             text = action.help.replace(" (default: off)", "")
             # (bench takes no --max-restarts: the trainer's "so --max-restarts 1 ... shows the job recover" is no bench's)
             text = re.sub(r",? so --max-restarts .*? from its last checkpoint\.", ".", text)
+            text = re.sub(r", and --max-restarts 1 shows the job recover\.", ".", text)
             action.help = text + " Every strategy gets it: single and dp run one rank (rank 0). (default: off)"
     b.set_defaults(strategy=None)
     return b

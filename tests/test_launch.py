@@ -276,6 +276,15 @@ def test_a_torchrun_killed_by_a_signal_exits_as_the_shell_says():
         (["launch", "--headless", "--runs-dir", ""], "argument --runs-dir: empty"),
         (["keys", "--dir", ""], "argument --dir: empty"),  # wrote the keys to the default folder
         (["hub", "--run-id", "../../etc"], "argument --run-id: '../../etc': a run id is"),
+        # `srun python train.py`'s habit read "python: no such script"; a module's argument read
+        # as a script to run after `--`, the -m dropped.
+        (["launch", "--headless", "--", "python", "train.py"], "leave `python` out: pardash launch [OPTIONS] -- train.py [ITS ARGS]"),
+        (["launch", "--headless", "--", "python3", "-m", "pkg.train"], "a module goes before `--`: pardash launch -m pkg.train -- ARGS"),
+        (["launch", "--headless", "-m", "pkg.train", "data.py"], "pardash launch [OPTIONS] -m pkg.train -- data.py [ITS ARGS]"),
+        # each died on every rank, or trained on to a nan loss
+        (["launch", "--headless", "--grad-clip", "nan"], "--grad-clip must be 0 or more, got nan"),
+        (["launch", "--headless", "--seed", str(2**64 - 1)], "--seed must be from 0 to"),
+        (["launch", "--headless", "--pg-timeout-s", "inf"], "--pg-timeout-s must be positive and at most"),
     ],
 )
 def test_bad_numbers_and_addresses_are_one_line_and_exit_2(tmp_path, args, needle):

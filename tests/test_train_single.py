@@ -111,3 +111,14 @@ def test_an_unbreakable_stream_drops_what_a_full_disk_refuses_and_goes_quiet_on_
     s.write("still nobody\n")
     s.flush()
     pipe.close()
+
+
+def test_an_injected_stall_fires_on_the_first_attempt_only(tmp_path):
+    # As the injected crash: after torchrun's restart (--max-restarts) the run goes on. The
+    # stall fired again on every attempt, so the recovery it was there to show never came.
+    from helpers import trainer_forks
+
+    argv = ["--strategy", "single", "--model", "mlp", "--steps", "3", "--inject-stall", "0@2"]
+    proc = trainer_forks.run(argv, env=pardash_env(TORCHELASTIC_RESTART_COUNT="1"), timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "done: 3 steps" in proc.stdout, proc.stdout[-2000:]

@@ -50,10 +50,18 @@ def test_defaults_are_valid_and_small():
         ({"n_classes": 1}, "--n-classes must be at least 2"),
         ({"lr": 0.0}, "--lr must be a positive number"),
         ({"lr": float("nan")}, "--lr must be a positive number"),
-        ({"warmup_steps": -1}, "--warmup-steps must not be negative"),
-        ({"log_every": -1}, "--log-every must not be negative"),
+        ({"warmup_steps": -1}, "--warmup-steps must be 0 or more"),
+        ({"log_every": -1}, "--log-every must be 0 or more"),
         ({"noise": 1.0}, "--noise is a probability"),
         ({"pg_timeout_s": 0.0}, "--pg-timeout-s must be positive"),
+        # (each of these died in every rank, or trained on to a nan loss, without a word here)
+        ({"pg_timeout_s": float("inf")}, "--pg-timeout-s must be positive and at most 31536000 (a year)"),
+        ({"pg_timeout_s": 1e15}, "--pg-timeout-s must be positive and at most"),
+        ({"grad_clip": float("nan")}, "--grad-clip must be 0 or more, got nan"),
+        ({"weight_decay": float("nan")}, "--weight-decay must be 0 or more, got nan"),
+        ({"seed": 2**64 - 1}, "--seed must be from 0 to"),
+        ({"seed": -1}, "--seed must be from 0 to"),
+        ({"inject_straggler": "0:data:1e300"}, "SECONDS must be a positive number, at most 86400"),
         ({"n_embd": 64, "n_head": 5}, "--n-embd 64 is not divisible by --n-head 5"),
         ({"inject_straggler": "1:data"}, "expected RANK:KIND:SECONDS"),
         ({"inject_straggler": "x:data:1"}, "RANK must be an integer"),
@@ -144,3 +152,15 @@ def test_flags_map_to_fields():
 def test_from_args_ignores_foreign_attributes():
     ns = argparse.Namespace(strategy="single", nproc_per_node=4, headless=True)
     assert from_args(ns).strategy == "single"
+
+
+def test_the_learning_rate_starts_at_its_peak_and_decays_to_a_tenth_by_the_last_step():
+    # Without warm-up the cosine decay began before step 1: --steps 1 --lr 0.01 trained at 1e-3,
+    # and the help's "peak learning rate" was never used.
+    from pardash.trainer.train import lr_at
+
+    cfg = TrainConfig(steps=20, lr=0.01)
+    assert lr_at(1, cfg, 20) == pytest.approx(0.01) and lr_at(20, cfg, 20) == pytest.approx(0.001)
+    assert lr_at(1, TrainConfig(steps=1, lr=0.01), 1) == pytest.approx(0.01)
+    warm = TrainConfig(steps=20, lr=0.01, warmup_steps=5)  # (the peak at the warm-up's last step, as before)
+    assert [lr_at(n, warm, 20) for n in (1, 5, 20)] == pytest.approx([0.002, 0.01, 0.001])

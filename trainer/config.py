@@ -61,6 +61,16 @@ class Straggler:
         return f"{self.rank}:{self.kind}:{self.seconds!r}"
 
 
+MAX_PG_TIMEOUT_S = 365 * 86400.0
+"""The longest --pg-timeout-s: a year is "never" to a training job, and torch's timedelta and
+C++ milliseconds take it."""
+MAX_SEED = 2**63 - 2**31
+"""The largest --seed: torch's generators take a signed 64-bit seed, and the data sampler adds
+the epoch to it."""
+MAX_STRAGGLER_S = 86400.0
+"""The longest delay --inject-straggler injects a step: a day."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankStep:
     """A fault that hits one rank at one step: ``RANK@STEP``."""
@@ -181,7 +191,9 @@ class TrainConfig:
     """RANK:KIND:SECONDS: that rank spends SECONDS more per step, sleeping in its data
     phase (data) or busy computing in the forward of the model's last block (compute)."""
     inject_stall: RankStep | None = None
-    """RANK@STEP: that rank blocks forever in the data phase of STEP (heartbeats go on)."""
+    """RANK@STEP: that rank blocks forever in the data phase of STEP (heartbeats go on), on
+    the first attempt only (not after a torchrun restart): --pg-timeout-s ends the hang, and
+    --max-restarts 1 shows the job recover."""
     inject_crash: RankStep | None = None
     """RANK@STEP: that rank raises at STEP and exits with code 1, on the first attempt only
     (not after a torchrun restart), so --max-restarts 1 --checkpoint-dir DIR --checkpoint-every N
@@ -235,12 +247,19 @@ class TrainConfig:
             ("--grad-clip", self.grad_clip),
             ("--log-every", self.log_every),
         ):
-            if value < 0:
-                raise ValueError(f"{flag} must not be negative, got {value}")
+            # (NaN passed "not negative": --grad-clip nan trained on to a loss of nan, and
+            # --weight-decay nan died in AdamW's constructor on every rank)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{flag} must be 0 or more, got {value}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"--lr must be a positive number, got {self.lr}")
-        if not (self.pg_timeout_s > 0):
-            raise ValueError(f"--pg-timeout-s must be positive, got {self.pg_timeout_s}")
+        if not (0 < self.pg_timeout_s <= MAX_PG_TIMEOUT_S):
+            # (inf, or 1e15, died in each rank's timedelta or in torch's C++ int: "never" is a year)
+            raise ValueError(f"--pg-timeout-s must be positive and at most {MAX_PG_TIMEOUT_S:.0f} (a year), got {self.pg_timeout_s}")
+        if not (0 <= self.seed <= MAX_SEED):
+            # (torch takes seeds below 2**64 and folds the others; the sampler adds the epoch to
+            # it: 2**64 - 1 trained epoch 0 and died as epoch 1 began, "Overflow when unpacking")
+            raise ValueError(f"--seed must be from 0 to {MAX_SEED}, got {self.seed}")
         if not (0.0 <= self.noise < 1.0):
             raise ValueError(f"--noise is a probability in [0, 1), got {self.noise}")
         if self.checkpoint_dir is not None and not self.checkpoint_dir.strip():
@@ -272,8 +291,9 @@ class TrainConfig:
                 raise ValueError(
                     f"--inject-straggler {s}: KIND must be one of {', '.join(STRAGGLER_KINDS)}"
                 )
-            if not (math.isfinite(s.seconds) and s.seconds > 0):
-                raise ValueError(f"--inject-straggler {s}: SECONDS must be a positive number")
+            if not (math.isfinite(s.seconds) and 0 < s.seconds <= MAX_STRAGGLER_S):
+                # (1e300 died in the rank's sleep: "timestamp out of range")
+                raise ValueError(f"--inject-straggler {s}: SECONDS must be a positive number, at most {MAX_STRAGGLER_S:.0f}")
         for flag, fault in (("--inject-stall", self.inject_stall),
                             ("--inject-crash", self.inject_crash)):
             if fault is None:

@@ -116,13 +116,16 @@ class BusyCompute:
 
 
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
-    """Linear warm-up to cfg.lr, then constant or cosine decay to cfg.lr / 10."""
+    """Linear warm-up to cfg.lr, then constant or cosine decay to cfg.lr / 10: from the peak at
+    the warm-up's last step, or (none) at step 1, down to the last step's. (Without warm-up the
+    decay began before step 1: a run of one step trained at lr / 10, the help's "peak" never.)"""
     if cfg.warmup_steps and step <= cfg.warmup_steps:
         return cfg.lr * step / cfg.warmup_steps
     if cfg.lr_schedule == "constant":
         return cfg.lr
     min_lr = cfg.lr / 10
-    progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
+    peak = cfg.warmup_steps or 1
+    progress = (step - peak) / max(1, total_steps - peak)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))) * (cfg.lr - min_lr)
 
 
@@ -166,11 +169,12 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
     if straggler is not None and straggler.rank != rt.rank:
         straggler = None
     stall, crash = cfg.inject_stall, cfg.inject_crash
-    stall_step = stall.step if stall is not None and stall.rank == rt.rank else 0
-    # The crash fires on the first attempt only: after torchrun restarts the workers, the run
-    # goes on (from this job's last checkpoint, when it saves any).
+    # The stall and the crash fire on the first attempt only: after torchrun restarts the
+    # workers, the run goes on (from this job's last checkpoint, when it saves any). (A stall
+    # that fired again after each restart made --max-restarts' recovery impossible to show.)
     restart = rank_identity().restart
     first_attempt = restart == 0
+    stall_step = stall.step if stall is not None and stall.rank == rt.rank and first_attempt else 0
     crash_step = crash.step if crash is not None and crash.rank == rt.rank and first_attempt else 0
     busy = BusyCompute(rt.device) if straggler and straggler.kind == "compute" else None
     busy_armed = [False]
