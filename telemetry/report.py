@@ -727,6 +727,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # (``live_run`` says which); its disk was full when its hub stopped, the rest of the log
         # in a complete copy (``continued_at``) or lost (``lines_lost``, ``steps_lost``).
         "log_ends_early": None if closed or run_over(state) else _ends_early(path, state, run_ids, disk_full_end, bool(stats.gzip_damage)),
+        # A log its hub closed with ranks whose end it never heard ("no exit": a simulate or a
+        # hub alone stopped under running ranks, another node's hub gone first): the step then
+        # and those ranks, as a live viewer says it ("the hub stopped at step N, 2 ranks not
+        # ended"); a summary line said nothing of them. Only in such a log.
+        **({"hub_stopped_first": first} if (first := _hub_stopped_first(state, closed)) else {}),
         # (the cut .gz read "log ends early ... its hub stopped recording (killed, out of disk)")
         "gzip_damage": {"how": stats.gzip_damage, "after_line": stats.lines} if stats.gzip_damage else None,
     }
@@ -745,6 +750,11 @@ def _status(r: RankState, closed: bool) -> str:
     if closed and status not in (FINISHED, EXITED, STALLED, SILENT):
         return NO_EXIT
     return status
+
+
+def _hub_stopped_first(state: RunState, closed: bool) -> dict | None:
+    not_ended = [r.rank for r in state.ranks.values() if _status(r, closed) == NO_EXIT]
+    return {"step": state.step, "ranks": not_ended} if closed and not_ended else None
 
 
 def _own_phases(ranks: list[dict]) -> dict[str, float | None]:

@@ -105,7 +105,13 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         # (of a log with no rank, the rank section says why: "at step 0, with 0 rank(s) not ended")
         *([("log ends early", _ends_early_text(rep["log_ends_early"], rep["skipped_by_reason"], cut))]
           if rep.get("log_ends_early") and rep["ranks"] else []),
+        *([("not ended", _hub_stopped_first_text(rep["hub_stopped_first"]))] if rep.get("hub_stopped_first") else []),
     ]
+
+
+def _hub_stopped_first_text(first: dict) -> str:
+    """``ranks 0-1 at step 75: the hub stopped before their end was heard``."""
+    return f"{ranks_named(first['ranks'])} at step {first['step']}: the hub stopped before their end was heard (no exit)"
 
 
 def _unheard_text(rep: dict) -> str:

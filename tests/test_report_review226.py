@@ -151,3 +151,25 @@ def test_a_log_that_ends_early_says_a_silent_rank_silent_and_a_stalled_one_stall
     end = rep["log_ends_early"]
     assert (end["running"], end["stalled"], end["silent"]) == (2, 1, 1)
     assert "log ends early     at step 1, with 2 rank(s) not ended (1 stalled, 1 silent) and no closing line" in render_text(rep)
+
+
+def test_a_log_its_hub_closed_under_running_ranks_says_they_did_not_end(tmp_path):
+    # A simulate (or a hub alone) stopped while its ranks ran: the live viewer said "the hub
+    # stopped at step 3 with 2 ranks not ended"; the report's rows said "no exit" and its
+    # summary nothing (review 231).
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import render_text
+
+    log = tmp_path / "run.jsonl"
+    core, rec = _hub_log(log)
+    t = float(int(time.time()) - 60)
+    for rank in (0, 1):
+        core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=2, pid=10 + rank, t=t)), 1.0)
+        for n in (1, 2, 3):
+            core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=n, step=n, step_s=0.1, t=t + n)), 1.0)
+    core.note("hub stopped: 8 messages, 0 lost, 0 rejected")
+    core.tick(2.0)
+    rec.close()
+    rep = build_report(str(log))
+    assert rep["hub_stopped_first"] == {"step": 3, "ranks": [0, 1]} and rep["log_ends_early"] is None
+    assert "not ended          ranks 0-1 at step 3: the hub stopped before their end was heard (no exit)" in render_text(rep)
