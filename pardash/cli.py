@@ -670,6 +670,14 @@ finished) nor 1 (the run failed), which it would be a lie to say. `launch` keeps
 job's (it sees the job out without a reader, see pardash.launch)."""
 
 
+STOPPED_BY_CTRL_C = {
+    "report": "report stopped before the log was read through; nothing printed",
+    "export": "export stopped; nothing written (what it had written is taken back)",
+    "replay": "replay stopped",
+}
+"""What a command that reads a log says when Ctrl-C stops it (the others say it themselves)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``pardash`` command; returns its exit code. A reader of its output that goes away
     (`| head -1`, a pager quit early) ends it quietly with :data:`READER_GONE`, as it ends a
@@ -756,6 +764,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         code = commands[ns.command](ns)
     except KeyboardInterrupt:
+        # (a Ctrl-C in a long read of a big log wiped its progress line and said nothing)
+        if said := STOPPED_BY_CTRL_C.get(ns.command):
+            print(f"{PROG}: {said}", file=sys.stderr, flush=True)
         code = 130
     except SystemExit as exc:  # fail(): a one-line error, already said
         if exc.code is None or isinstance(exc.code, int):

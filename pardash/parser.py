@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
         "same of the script's own pt.phase blocks, by name), ranks (one object a rank: steps, median_step_s, last_loss, "
         "params_bytes, held_bytes, peak_bytes, custom_phases, ...), stragglers, stalls, exits, "
         "failure (the root cause), checkpoints, warnings, memory, lost_messages, skipped_lines, log_ends_early, restart_s, "
-        "and, only where a job was run again by hand under the run's id, between_jobs_s and jobs_run_again, "
+        "and, only where a job was run again by hand under the run's id, between_jobs_s and jobs_run_again, only in a log "
+        "its hub closed under ranks still running, hub_stopped_first, "
         "gzip_damage, and where ranks of the world never reported, ranks_unheard and samples_partial. Units are in the names: *_s seconds, *_bytes bytes, *_per_s a second; null where the log does "
         "not say. Keys are added, never renamed; the docstring of pardash.telemetry.report says what they answer "
         "(python -m pydoc pardash.telemetry.report).",

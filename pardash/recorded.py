@@ -33,7 +33,10 @@ class ReadProgress:
 
         self.out = out or sys.stderr
         self.on = is_terminal(self.out)
-        self.label = f"{PROG}: {doing} {os.path.basename(log)}"
+        name = os.path.basename(log)
+        if name.startswith("telemetry.jsonl"):  # every run's own: its folder says which (report --compare read two alike)
+            name = os.path.join(os.path.basename(os.path.dirname(os.path.abspath(log))), name)
+        self.label = f"{PROG}: {doing} {name}"
         self.from_t = time.monotonic() + after_s
         self.shown = False
         self.of_bytes = of_bytes

@@ -198,7 +198,12 @@ def _steps_text(rep: dict) -> str:
 
 def _seconds(s: float) -> str:
     """``8.3 s``; under a second, two significant digits (a 6-step run's training read "0.0 s"),
-    written out: ``0.000021 s``, never ``2.1e-05 s``."""
+    written out: ``0.000021 s``, never ``2.1e-05 s``; from an hour, in hours and minutes
+    too, as the TUI says it (a day's run read "102009.4 s"): ``102,009 s (1d 4h 20m)``."""
+    if s >= 3600:
+        m = int(s) // 60
+        d, h, m = m // 1440, m // 60 % 24, m % 60
+        return f"{s:,.0f} s ({f'{d}d ' if d else ''}{h}h {m}m)"
     if s >= 1 or s == 0:
         return f"{s:.1f} s"
     return f"{Decimal(f'{s:.2g}'):f} s"

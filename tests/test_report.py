@@ -2507,6 +2507,11 @@ def test_reading_a_long_log_shows_how_far_it_is_on_a_terminal_only(tmp_path, mon
     progress(3 << 20, 12 << 20)
     progress.close()
     assert term.getvalue() == "\rpardash: exporting run.jsonl: 25% (3.0 MiB of 12.0 MiB)\x1b[K\r\x1b[K"
+    # A run's own log is named by its folder too (`report --compare` read "telemetry.jsonl" twice).
+    term = Terminal()
+    progress = ReadProgress(str(tmp_path / "20261206-0931-ab12" / "telemetry.jsonl"), "reading", out=term, after_s=0.0)
+    progress(1, 4)
+    assert term.getvalue().startswith("\rpardash: reading 20261206-0931-ab12/telemetry.jsonl: 25%"), term.getvalue()
     piped = io.StringIO()  # no terminal: not a byte
     progress = ReadProgress(str(log), out=piped, after_s=0.0)
     progress(3, 12)

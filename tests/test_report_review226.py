@@ -173,3 +173,31 @@ def test_a_log_its_hub_closed_under_running_ranks_says_they_did_not_end(tmp_path
     rep = build_report(str(log))
     assert rep["hub_stopped_first"] == {"step": 3, "ranks": [0, 1]} and rep["log_ends_early"] is None
     assert "not ended          ranks 0-1 at step 3: the hub stopped before their end was heard (no exit)" in render_text(rep)
+
+
+def test_a_long_runs_durations_read_in_hours_too():
+    # A day's run read "duration 102009.4 s (training 102007.1 s)"; the TUI said "1d04h".
+    from pardash.telemetry.report_render import _seconds
+
+    assert [_seconds(x) for x in (12.3, 3600, 102009.4)] == ["12.3 s", "3,600 s (1h 0m)", "102,009 s (1d 4h 20m)"]
+
+
+@pytest.mark.parametrize(("command", "said"), [("report", "report stopped before the log was read through"), ("export", "export stopped")])
+def test_ctrl_c_in_a_long_read_says_it_stopped(tmp_path, monkeypatch, capsys, command, said):
+    # Ctrl-C while a big log was read wiped the progress line and exited 130 without a word.
+    from pardash import cli, recorded
+
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(_job(10, 0, range(1, 4), 1000.0, lambda n: 1.0)))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recorded, "_report_of", interrupted)
+    monkeypatch.setattr(recorded, "export_tensorboard", interrupted, raising=False)
+    import pardash.telemetry.export as export_mod
+
+    monkeypatch.setattr(export_mod, "export_tensorboard", interrupted)
+    argv = [command, str(log)] + (["--tensorboard", str(tmp_path / "tb")] if command == "export" else [])
+    assert cli.main(argv) == 130
+    assert f"pardash: {said}" in capsys.readouterr().err
