@@ -16,7 +16,10 @@ from pardash.telemetry.security import CurveKeyError
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n / 1e3:,.1f} kB"
+    """Bytes as report's, replay's and export's progress say them (MiB, not MB)."""
+    from pardash.telemetry.summary import human_bytes
+
+    return human_bytes(n)
 
 
 def _again(ns: argparse.Namespace, run: str) -> str:
@@ -202,7 +205,9 @@ def cmd_record(ns: argparse.Namespace) -> int:
             print(f"{PROG} record: run {cp.run}: its hub says: {cp.hub_error}; asking again", file=sys.stderr, flush=True)
         elif now - said[0] >= ns.every:
             said[0] = now
-            print(f"{PROG} record: run {cp.run}: {cp.path} holds {_mb(cp.offset)}"
+            # (catching up on a day's log takes minutes: how far, not a number growing alone)
+            behind = "" if cp.caught_up or cp.hub_size <= cp.offset else f" of {_mb(cp.hub_size)} ({100 * cp.offset // cp.hub_size}%)"
+            print(f"{PROG} record: run {cp.run}: {cp.path} holds {_mb(cp.offset)}{behind}"
                   f"{', following it live' if cp.caught_up else ''}", file=sys.stderr, flush=True)  # fmt: skip
 
     try:

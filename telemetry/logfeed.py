@@ -366,6 +366,8 @@ class Copy:
     caught_up: bool = False
     """The copy has once held all the hub's log had (it follows it live from then)."""
     hub_path: str = ""
+    hub_size: int = 0
+    """The hub's log's size at its last answer (what a copy catching up has still to take)."""
     hub_restarts: int = 0
     hub_id: str = ""
     hub_error: str = ""
@@ -515,6 +517,7 @@ def follow(
                 follower.ask(cp.offset)
                 continue
             cp.hub_error = ""
+            cp.hub_size = head.size
             if data:
                 _write_all(fd, data)
                 cp.offset += len(data)

@@ -249,9 +249,11 @@ def test_a_log_larger_than_an_answer_is_copied_in_whole_lines(tmp_path):
         for _ in range(3 * logfeed.CHUNK_BYTES // len(line) + 17):
             fh.write(line + "\n")
     chunks: list[int] = []
+    sizes: list[int] = []
 
     def progress(cp: logfeed.Copy, news: str) -> None:
         chunks.append(cp.offset)
+        sizes.append(cp.hub_size)  # (how far behind it is: record's progress said a growing number alone)
         with open(copy, "rb") as fh:
             assert fh.read().endswith(b"\n")  # whole lines at every step
 
@@ -268,6 +270,7 @@ def test_a_log_larger_than_an_answer_is_copied_in_whole_lines(tmp_path):
             follower.close()  # (on the hub's context: before the hub closes it)
     assert copy.read_bytes() == log.read_bytes()[: cp.offset]
     assert len([c for c in chunks if c]) >= 4  # more than one answer
+    assert sizes[0] >= 3 * logfeed.CHUNK_BYTES and all(c < z for c, z in zip(chunks[:3], sizes[:3]))  # catching up: less than the whole
     assert not cp.ended  # stopped by the caller, before the hub ended
     # A copy edited past its first answer is no copy to carry on (a line deleted there had it
     # go on from the wrong place; its first 4 MiB alone were compared).
