@@ -164,3 +164,16 @@ def test_the_learning_rate_starts_at_its_peak_and_decays_to_a_tenth_by_the_last_
     assert lr_at(1, TrainConfig(steps=1, lr=0.01), 1) == pytest.approx(0.01)
     warm = TrainConfig(steps=20, lr=0.01, warmup_steps=5)  # (the peak at the warm-up's last step, as before)
     assert [lr_at(n, warm, 20) for n in (1, 5, 20)] == pytest.approx([0.002, 0.01, 0.001])
+
+
+def test_a_collective_timeout_shorter_than_the_stall_check_is_said_as_the_run_starts():
+    # --inject-stall 1@5 --pg-timeout-s 5 on 2 ranks: rank 0's timeout fired before the hub called
+    # rank 1 stalled, and the failure line named rank 0 the cause, the stalled rank "stopped".
+    from pardash.telemetry.analysis import LivenessConfig
+    from pardash.trainer.config import STALL_TOLD_S
+
+    assert STALL_TOLD_S >= LivenessConfig().stall_min_s + 1  # (kept in step with the hub's, not imported by ranks)
+    (said,) = TrainConfig(pg_timeout_s=5).start_notes(total_steps=20, world_size=2)
+    assert said.startswith("--pg-timeout-s 5 is shorter than the 8 s or so the hub takes to call a rank stalled"), said
+    assert TrainConfig(pg_timeout_s=5).start_notes(20, world_size=1) == []  # (one process waits for nobody)
+    assert TrainConfig(pg_timeout_s=20).start_notes(20, world_size=2) == []

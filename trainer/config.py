@@ -61,6 +61,10 @@ class Straggler:
         return f"{self.rank}:{self.kind}:{self.seconds!r}"
 
 
+STALL_TOLD_S = 8.0
+"""About how long a stalled rank goes before the hub calls it stalled: its shortest wait
+(analysis.LivenessConfig.stall_min_s, 5 s; not imported here, for the ranks' start-up), and the
+heartbeats that tell it (one a second)."""
 MAX_PG_TIMEOUT_S = 365 * 86400.0
 """The longest --pg-timeout-s: a year is "never" to a training job, and torch's timedelta and
 C++ milliseconds take it."""
@@ -307,6 +311,21 @@ class TrainConfig:
                     f"{flag} {fault}: step {fault.step} is past --steps {self.steps}, "
                     "so the fault would never fire; pick an earlier step"
                 )
+
+    def start_notes(self, total_steps: int, world_size: int) -> list[str]:
+        """What a run of this config should be told as it starts (a warning each): settings
+        that run, but not as their user likely means."""
+        notes = []
+        if self.warmup_steps > total_steps > 0:
+            notes.append(f"--warmup-steps {self.warmup_steps} is longer than the run's {total_steps} steps: the learning "
+                         f"rate never reaches --lr {self.lr:g}")
+        if world_size > 1 and self.pg_timeout_s < STALL_TOLD_S:
+            # (--inject-stall 1@5 --pg-timeout-s 5 named rank 0, whose timeout fired first, the
+            # cause, and the stalled rank 1 "stopped")
+            notes.append(f"--pg-timeout-s {self.pg_timeout_s:g} is shorter than the {STALL_TOLD_S:.0f} s or so the hub takes to "
+                         "call a rank stalled: a hang ends in a timeout first, and the rank whose timeout fires first "
+                         "reads as its cause")
+        return notes
 
     # -- rules that need the job's shape -----------------------------------------------------
 

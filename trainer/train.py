@@ -215,9 +215,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
         )
         if w.note and not reporter.enabled:  # (published, the viewers say it: once)
             print(f"note: {w.note}", flush=True)
-        if cfg.warmup_steps > total_steps > 0:
-            said = (f"--warmup-steps {cfg.warmup_steps} is longer than the run's {total_steps} steps: the learning "
-                    f"rate never reaches --lr {cfg.lr:g}")
+        for said in cfg.start_notes(total_steps, rt.world_size):
             if not reporter.enabled:
                 print(f"note: {said}", flush=True)
             reporter.event("warning", message=said)
