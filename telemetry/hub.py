@@ -600,12 +600,12 @@ def _progress(st) -> dict:
     trainer said), samples a second now, the ranks by state, when this was so, and the strategy
     the ranks said (a launched script's entry says "script": the TUI said "ddp")."""
     from .failures import STOPPED_CODES
-    from .summary import samples_per_s
+    from .summary import samples_per_s, total_steps
 
-    total = (st.hello.config or {}).get("steps") if st.hello else None
+    total = total_steps(st.hello)
     # (of the exited, those stopped: a hub alone's job stopped by a scheduler read "failed")
     stopped = sum(1 for r in st.ranks.values() if r.exit_code in STOPPED_CODES)
-    return {"step": st.step, "steps": total if isinstance(total, int) and total > 0 else None,
+    return {"step": st.step, "steps": total,
             "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "stopped": stopped,
             "t": round(time.time(), 1), "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
 

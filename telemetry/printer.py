@@ -30,6 +30,7 @@ from .summary import (
     samples_per_s_recent,
     spread,
     took_text,
+    total_steps,
     unheard_why,
 )
 
@@ -267,7 +268,7 @@ class ProgressPrinter:
         rejected = stats.rejected if stats is not None else {}
         if self._progress is not None:
             if st.ranks:
-                total = (hello.config or {}).get("steps") if hello else None
+                total = total_steps(hello)
                 step = progress_step(st)
                 step_text = f"step {step}/{total}" if step is not None and total else f"step {step}" if step is not None else ""
                 stats_text = self._fit_bar(step_text, progress_stats_forms(st, rejected, hub_quiet_s=quiet), bar=bool(total))
@@ -664,7 +665,7 @@ def progress_line(st, elapsed_s: float, rejected: dict[str, int] | None = None, 
     ``hub_quiet_s``: seconds the hub has sent nothing (its figures are as of then), when it is
     quiet."""
     hello = st.hello
-    total = (hello.config or {}).get("steps") if hello else None
+    total = total_steps(hello)
     at = progress_step(st)
     step = "" if at is None else f"step {at}" + (f"/{total}" if total else "")
     parts = [step, rate_text(st)]

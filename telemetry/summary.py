@@ -242,6 +242,15 @@ def ranks_named(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
 
 
+def total_steps(hello) -> int | None:
+    """The steps the run is to take, as its hello's config says them: --steps, or (the bundled
+    trainer under --epochs) the steps its epochs come to; None where it does not say (a
+    script's). With --epochs the progress said "step 16" where the trainer said "step 16/16"."""
+    config = (hello.config or {}) if hello is not None else {}
+    total = config.get("steps") or config.get("total_steps")
+    return total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
+
+
 def first_few(names: list[str], n: int = 3) -> str:
     """['a', 'b', 'c', 'd'] -> 'a, b, c, ...': the first ``n``, and whether there are more."""
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")

@@ -177,3 +177,17 @@ def test_a_collective_timeout_shorter_than_the_stall_check_is_said_as_the_run_st
     assert said.startswith("--pg-timeout-s 5 is shorter than the 8 s or so the hub takes to call a rank stalled"), said
     assert TrainConfig(pg_timeout_s=5).start_notes(20, world_size=1) == []  # (one process waits for nobody)
     assert TrainConfig(pg_timeout_s=20).start_notes(20, world_size=2) == []
+
+
+def test_a_run_of_epochs_says_its_steps_out_of_their_total():
+    # --epochs 2: the trainer printed "step 3/16", the progress lines "step 3" (the hello's
+    # config said steps None); it says the steps the epochs come to now.
+    from pardash.telemetry import schema
+    from pardash.telemetry.printer import progress_line
+    from pardash.telemetry.state import RunState
+
+    st = RunState(run_id="r")
+    config = {**TrainConfig(epochs=2, dataset_size=256, batch_size=16).to_dict(), "total_steps": 16}
+    st.apply(schema.Hello(run="r", rank=0, world_size=1, strategy="single", config=config, hseq=1), 1.0)
+    st.apply(schema.Step(run="r", rank=0, step=3, step_s=0.1, loss=1.0, samples=16, hseq=2), 2.0)
+    assert progress_line(st, 1.0).startswith("[   1.0s] step 3/16 |"), progress_line(st, 1.0)

@@ -204,7 +204,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
         params_bytes=params_bytes,
         source="trainer",
         note=w.note,
-        config=cfg.to_dict(),
+        config={**cfg.to_dict(), "total_steps": total_steps},  # (--epochs: the steps they come to; viewers say "step N/TOTAL")
     )
     if is_master:
         print(
