@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import time
+from collections import deque
 from typing import Protocol
 
 import msgspec
@@ -470,6 +471,12 @@ HUB_LOOK_S = 5.0
 """How often a followed log gone quiet asks the run registry whether a live hub records it."""
 LOOK_AGAIN_S = 1.0
 """How often a replay at the end of a log it no longer follows looks whether the log grew."""
+REACHED_WINDOW_S = 3.0
+"""The wall time over which a replay measures the speed it reaches (its log's clock against the
+wall clock): POLL_BUDGET_S keeps the screen live, so a large log plays slower than asked (64x
+asked played at 5x on 256 ranks, under a header that said 64x)."""
+REACHED_LEAST_S = 1.0
+"""Wall time of play measured before the speed reached is said (its first polls say little)."""
 
 
 class LogSpan:
@@ -564,6 +571,9 @@ class ReplaySource(FrameApplier):
         the run (it plays every frame before it: as long again as the first pass, and more)."""
         super().__init__()
         self.path = path
+        self._reached: deque[tuple[float, float]] = deque()
+        """(wall clock, replay clock) at each poll that played over the last REACHED_WINDOW_S,
+        while nothing but the speed held the play back (see :attr:`speed_reached`)."""
         self.speed = speed
         self.paused = False
         self.frame_s = frame_s
@@ -731,6 +741,55 @@ class ReplaySource(FrameApplier):
         self.stats.rejected = {**self.stats.rejected, **skipped}  # (the header now, not at the next frame)
 
     @property
+    def speed(self) -> float:
+        """Times real time the replay is asked to play at."""
+        return self._speed
+
+    @speed.setter
+    def speed(self, speed: float) -> None:
+        self._speed = speed
+        self._reached.clear()  # (what was reached at the speed before says nothing of this one)
+
+    @property
+    def speed_reached(self) -> float | None:
+        """The speed the replay has played at over its last REACHED_WINDOW_S of wall time (its
+        log's clock moved over the wall clock's): under :attr:`speed` where making the frames
+        takes longer than playing them (POLL_BUDGET_S), or the viewer is slow to poll. None when
+        not known: less than REACHED_LEAST_S played since a pause, a seek, a new speed, or the
+        log's end (a followed log that plays as fast as it grows is no slow replay)."""
+        window = self._reached
+        if len(window) < 2:
+            return None
+        (wall0, clock0), (wall1, clock1) = window[0], window[-1]
+        if wall1 - wall0 < REACHED_LEAST_S:
+            return None
+        return (clock1 - clock0) / (wall1 - wall0)
+
+    @property
+    def seeking(self) -> bool:
+        """A seek the viewer asked for is on its way (:attr:`position_s` says where to,
+        :attr:`played_s` how far it has got): a seek back plays a long log again from its start,
+        seconds of frames the screen does not show."""
+        return self._seek_to is not None or self._seeking_to is not None
+
+    @property
+    def played_s(self) -> float:
+        """Seconds into the run the frames have been made up to (during a seek, how far it has
+        got; else :attr:`position_s`)."""
+        return self._clock - self.t_start
+
+    def _note_reached(self, now: float) -> None:
+        """Take the replay clock at a poll that played into :attr:`speed_reached`'s window; one
+        held back by the log's end starts the window again."""
+        window = self._reached
+        if self._play >= self.t_end:
+            window.clear()
+            return
+        window.append((now, self._clock))
+        while len(window) > 2 and window[1][0] <= now - REACHED_WINDOW_S:
+            window.popleft()
+
+    @property
     def duration_s(self) -> float:
         return self.t_end - self.t_start
 
@@ -759,6 +818,7 @@ class ReplaySource(FrameApplier):
         self._count_skipped()
         self._end_said = False
         self.ended_early = None
+        self._reached.clear()
         self._cursor.rewind()
         self._clock = self.t_start
         self._frames = 0
@@ -806,6 +866,7 @@ class ReplaySource(FrameApplier):
             if target < self._clock:
                 self._restart()
             self._seeking_to = position
+            self._reached.clear()
         elif self._seeking_to is None:
             return False
         target = self.t_start + max(0.0, min(self._seeking_to, self.duration_s))
@@ -822,6 +883,7 @@ class ReplaySource(FrameApplier):
         ``progress``: told the milliseconds of the run played so far and those to play, every
         SEEK_PROGRESS_FRAMES frames."""
         self._seek_to = self._seeking_to = None
+        self._reached.clear()
         target = self.t_start + max(0.0, min(position_s, self.duration_s))
         if target < self._clock:
             self._restart()
@@ -922,6 +984,7 @@ class ReplaySource(FrameApplier):
         elapsed = now - self._wall
         if self.paused or self.done:
             self._wall = now
+            self._reached.clear()
             return self._look_at_log(now)
         if elapsed < self.frame_s:
             return False
@@ -933,6 +996,7 @@ class ReplaySource(FrameApplier):
         # skipping what it missed; the clock stops at the log's end.
         self._play = min(self._play + min(elapsed, MAX_POLL_GAP_S) * self.speed, self.t_end)
         made = self._advance(self._play, budget_s=POLL_BUDGET_S)
+        self._note_reached(now)
         said = self._say_early_end()
         # Following ended (its hub said it stopped, or the log stopped growing: a hub killed) is
         # a change the header shows, with no frame of its own: it said "following the log" for ever.

@@ -32,7 +32,7 @@ from ..widgets.fitted_footer import FittedFooter
 from ..widgets.history_chart import HistoryChart, off_scale
 from ..widgets.memory_summary import MemorySummary
 from ..widgets.rank_grid import RankGrid
-from ..widgets.run_header import RunHeader, RunSummary, summarize
+from ..widgets.run_header import RunHeader, RunSummary, replay_position, summarize
 from ..widgets.selected_rank import SelectedRank
 
 SLOW_REFRESH_S = 0.5
@@ -70,7 +70,12 @@ def _said(summary: RunSummary) -> RunSummary:
     """What a header says about the run, its running figures left out (see FIGURES_S)."""
     replay = summary.replay
     if replay is not None:
-        replay = replace(replay, position_s=0.0)
+        replay = replace(
+            replay,
+            position_s=0.0,
+            reached=None if replay.reached is None else 0.0,
+            seeking_at=None if replay.seeking_at is None else 0.0,
+        )
     return replace(summary, step=0, samples_per_s=None, elapsed_s=0.0, ingest_hz=0.0, replay=replay)
 
 
@@ -431,6 +436,14 @@ class DashboardScreen(Screen):
         if not self.is_mounted or w is None:
             return
         source = self.source
+        if self._seeking():
+            # A seek on its way (a seek back plays the log again from its start): the header says
+            # where it goes and how far it has got; the rest keeps the figures from before it until
+            # it is there. The grid and charts replayed the run from its start, under a header
+            # that already said the target.
+            self._summary = replace(self._summary, replay=replay_position(source))
+            self._show_figures()
+            return
         state = source.state
         # (drawn before the first layout, the panels' sizes unknown, it is drawn again with them)
         self._drawn_version = self.app.version if w.side.size.height else -1  # type: ignore[attr-defined]
@@ -478,6 +491,10 @@ class DashboardScreen(Screen):
         if self._slow_version < 0:
             self._refresh_slow()
 
+    def _seeking(self) -> bool:
+        """A replay's seek is on its way, and the screen has the figures from before it."""
+        return self._summary is not None and getattr(self.source, "seeking", False)
+
     def _show_figures(self, *, now: bool = False) -> None:
         """The latest header and selected-rank line: at once when what they say changed (or
         ``now``), else with the next turn of FIGURES_S (see there)."""
@@ -514,7 +531,7 @@ class DashboardScreen(Screen):
         with the curve, "now 0.8181" sat half a second behind the grid, above both ranks'
         losses beside it."""
         w = self._widgets
-        if w is None or not self._trend_band or not self.has_class("-trend"):
+        if w is None or not self._trend_band or not self.has_class("-trend") or self._seeking():
             return
         latest, _n = newest_loss(self.source.state)
         self._set_title(w.trend, "border_title", f"loss [not bold dim]now {fmt_loss(latest)} · {self._trend_band}[/]")
@@ -525,8 +542,8 @@ class DashboardScreen(Screen):
 
     def _refresh_slow(self) -> None:
         version = self.app.version  # type: ignore[attr-defined]
-        if version == self._slow_version or self._widgets is None:
-            return
+        if version == self._slow_version or self._widgets is None or self._seeking():
+            return  # (a seek's: once it is there)
         self._slow_version = version
         memory = self._widgets.memory
         savings = memory.savings

@@ -118,6 +118,35 @@ class ReplayPosition:
     path: str
     following: bool = False
     """The log is still being written: the replay waits at its end for more."""
+    reached: float | None = None
+    """The speed the replay has played at of late, when well under ``speed`` (see
+    REACHED_SHORT); None otherwise."""
+    seeking_at: float | None = None
+    """While a seek is on its way: how far into the run it has got (``position_s`` is where it
+    goes); None otherwise."""
+
+
+REACHED_SHORT = 0.8
+"""A replay whose speed reached is under this share of the speed asked says both: a large log
+at 64x played at 5x (its frames take that long to make), under a header that said 64x."""
+
+
+def replay_position(source: Source) -> ReplayPosition:
+    """Where a replay ``source`` is, as the header says it."""
+    speed = getattr(source, "speed", 1.0)
+    reached = getattr(source, "speed_reached", None)
+    seeking = getattr(source, "seeking", False)
+    return ReplayPosition(
+        position_s=getattr(source, "position_s", 0.0),
+        duration_s=getattr(source, "duration_s", 0.0),
+        speed=speed,
+        paused=getattr(source, "paused", False),
+        done=getattr(source, "done", False),
+        path=str(getattr(source, "path", "")),
+        following=getattr(source, "following", False),
+        reached=reached if reached is not None and reached < REACHED_SHORT * speed else None,
+        seeking_at=getattr(source, "played_s", 0.0) if seeking else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,15 +241,7 @@ def summarize(
     if origin is None:
         origin = run_origin(source)
     if not source.live:
-        replay = ReplayPosition(
-            position_s=getattr(source, "position_s", 0.0),
-            duration_s=getattr(source, "duration_s", 0.0),
-            speed=getattr(source, "speed", 1.0),
-            paused=getattr(source, "paused", False),
-            done=getattr(source, "done", False),
-            path=str(getattr(source, "path", "")),
-            following=getattr(source, "following", False),
-        )
+        replay = replay_position(source)
     device = ""
     if hello is not None:
         device = hello.device_name or hello.device
@@ -565,16 +586,23 @@ class RunHeader(CachedStyles, Widget):
 
     @staticmethod
     def _replay_state(r: ReplayPosition) -> str:
+        if r.seeking_at is not None:
+            # (a seek back plays the log again from its start: the position said is where it
+            # goes, and this how far it has got; the screen's figures are the target's once there)
+            return f"seeking, at {fmt_duration(r.seeking_at)}"
         return "ended" if r.done else "paused" if r.paused else "following the log" if r.following else "playing"
 
     def _replay_runs(self, r: ReplayPosition) -> list[Run]:
         state = self._replay_state(r)
-        style = "warn" if r.paused else "good"
+        style = "warn" if r.paused or r.seeking_at is not None else "good"
         name = r.path.replace("\\", "/").rsplit("/", 1)[-1]
+        # The speed reached, where well under the one asked: frames take time to make, and a
+        # header that said 64x over a log played at 5x hid why it went so slowly.
+        speed = f"{r.speed:g}×" if r.reached is None else f"{r.speed:g}× (≈{r.reached:.2g}×)" if r.reached < 10 else f"{r.speed:g}× (≈{r.reached:.0f}×)"
         return [
             (f"replay {name} " if name else "replay ", self._s("label")),
             (f"{fmt_duration(r.position_s)} / {fmt_duration(r.duration_s)}", self._s("value")),
-            (f" · {r.speed:g}× · ", self._s("label")),
+            (f" · {speed} · ", self._s("label")),
             (state, self._s(style)),
         ]
 
