@@ -95,6 +95,16 @@ def _hub_log(path: Path):
     return HubCore(run_id="r", recorder=rec, world_size=2), rec
 
 
+def _two_ranks(core, steps: int) -> float:
+    """Ranks 0 and 1 say hello a minute ago and take ``steps`` steps, a second each; their start."""
+    t = float(int(time.time()) - 60)
+    for rank in (0, 1):
+        core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=2, pid=10 + rank, t=t)), 1.0)
+        for n in range(1, steps + 1):
+            core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=n, step=n, step_s=0.1, t=t + n)), 1.0)
+    return t
+
+
 def test_a_job_run_again_by_hand_is_time_between_jobs_not_restarting(tmp_path):
     # A second torchrun started by hand under the run's id after the first had ended (the hub
     # alone notes "rank 0 started again"): "duration 14.7 s (training 3.7 s; restarting 10.9
@@ -137,10 +147,7 @@ def test_a_log_that_ends_early_says_a_silent_rank_silent_and_a_stalled_one_stall
 
     log = tmp_path / "run.jsonl"
     core, rec = _hub_log(log)
-    t = float(int(time.time()) - 60)
-    for rank in (0, 1):
-        core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=2, pid=10 + rank, t=t)), 1.0)
-        core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=1, step=1, step_s=0.1, t=t + 1)), 1.0)
+    t = _two_ranks(core, steps=1)
     for k in range(2, 12):
         beat = schema.Heartbeat(run="r", rank=0, seq=k, step=1, phase="backward", t=t + k)
         core.ingest_bytes(schema.encode(beat), float(k))
@@ -162,11 +169,7 @@ def test_a_log_its_hub_closed_under_running_ranks_says_they_did_not_end(tmp_path
 
     log = tmp_path / "run.jsonl"
     core, rec = _hub_log(log)
-    t = float(int(time.time()) - 60)
-    for rank in (0, 1):
-        core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=2, pid=10 + rank, t=t)), 1.0)
-        for n in (1, 2, 3):
-            core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=n, step=n, step_s=0.1, t=t + n)), 1.0)
+    _two_ranks(core, steps=3)
     core.note("hub stopped: 8 messages, 0 lost, 0 rejected")
     core.tick(2.0)
     rec.close()

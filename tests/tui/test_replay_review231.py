@@ -12,7 +12,6 @@ from tui_helpers import grid_text, widget_text
 from pardash.telemetry import schema
 from pardash.telemetry.client import ReplaySource
 from pardash.tui.app import make_app
-from pardash.tui.widgets.alert_list import AlertList
 from pardash.tui.widgets.run_header import RunHeader
 
 SIZE = (120, 40)
