@@ -671,7 +671,7 @@ job's (it sees the job out without a reader, see pardash.launch)."""
 
 
 STOPPED_BY_CTRL_C = {
-    "report": "report stopped before the log was read through; nothing printed",
+    "report": "report stopped",
     "export": "export stopped; nothing written (what it had written is taken back)",
     "replay": "replay stopped",
 }

@@ -69,11 +69,14 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     elif script and not ns.module and _is_python(script[0]):
         # (`srun python train.py`'s habit: "python: no such script")
         rest = script[1:]
-        if rest[:1] in (["-m"], ["--module"]) and len(rest) > 1:
-            fail(f"-- {script[0]} -m {rest[1]}: pardash runs python itself; a module goes before `--`: "
-                 f"pardash launch -m {rest[1]} -- ARGS")  # fmt: skip
-        fail(f"-- {script[0]} {' '.join(rest[:1]) or 'SCRIPT'}: pardash runs python itself (as torchrun does); "
-             f"leave `{script[0]}` out: pardash launch [OPTIONS] -- {' '.join(rest[:1]) or 'SCRIPT'} [ITS ARGS]")  # fmt: skip
+        if "-m" in rest or "--module" in rest:
+            at = rest.index("-m") if "-m" in rest else rest.index("--module")
+            module = rest[at + 1] if at + 1 < len(rest) else "MODULE"
+            fail(f"-- {script[0]} -m {module}: pardash runs python itself; a module goes before `--`: "
+                 f"pardash launch -m {module} -- ARGS")  # fmt: skip
+        target = next((w for w in rest if not w.startswith("-")), "SCRIPT")  # (past the interpreter's own options: -u)
+        fail(f"-- {script[0]} {target}: pardash runs python itself (as torchrun does); leave `{script[0]}` out: "
+             f"pardash launch [OPTIONS] -- {target} [ITS ARGS]")  # fmt: skip
     elif script and not ns.module and not (os.path.isfile(script[0]) or os.path.isdir(script[0])):
         fail(f"{script[0]}: no such script (the command after `--` is run as `python SCRIPT ARGS`)")
     elif script and not ns.module and (why := _not_python(script[0])):

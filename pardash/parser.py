@@ -46,6 +46,7 @@ class Parser(argparse.ArgumentParser):
             # torchrun's habit, `torchrun --nproc-per-node 2 train.py`: pardash takes the script after `--`
             script = next((a for a in message.split()[2:] if a.endswith(".py")), None)
             argv = sys.argv[1:]
+            argv = argv[: argv.index("--")] if "--" in argv else argv  # (a -m after it is the script's)
             module = next((b for a, b in zip(argv, argv[1:]) if a in ("-m", "--module")), None)
             if script and module:  # (it dropped the -m: "-- echo.py" would run another thing)
                 self.exit(2, f"{self.prog}: error: {message}; a module's arguments go after `--`: "

@@ -758,8 +758,8 @@ class ReplaySource(FrameApplier):
         not known: less than REACHED_LEAST_S played since a pause, a seek, a new speed, or the
         log's end (a followed log that plays as fast as it grows is no slow replay)."""
         window = self._reached
-        if len(window) < 2:
-            return None
+        if len(window) < 2 or self.paused or self.seeking or self.done:
+            return None  # (a pause kept "(≈2×)" on screen for as long as it lasted: no play, no speed)
         (wall0, clock0), (wall1, clock1) = window[0], window[-1]
         if wall1 - wall0 < REACHED_LEAST_S:
             return None

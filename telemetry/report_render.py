@@ -4,6 +4,8 @@ figure is computed once, in the report."""
 
 from __future__ import annotations
 
+import math
+
 import os
 import re
 import shlex
@@ -200,8 +202,11 @@ def _seconds(s: float) -> str:
     """``8.3 s``; under a second, two significant digits (a 6-step run's training read "0.0 s"),
     written out: ``0.000021 s``, never ``2.1e-05 s``; from an hour, in hours and minutes
     too, as the TUI says it (a day's run read "102009.4 s"): ``102,009 s (1d 4h 20m)``."""
+    if not math.isfinite(s):
+        return f"{s} s"
+    s = round(s, 1)  # (so the hours say what the seconds do: 3599.96 read "3600.0 s" with no hours)
     if s >= 3600:
-        m = int(s) // 60
+        m = int(round(s)) // 60
         d, h, m = m // 1440, m // 60 % 24, m % 60
         return f"{s:,.0f} s ({f'{d}d ' if d else ''}{h}h {m}m)"
     if s >= 1 or s == 0:

@@ -247,8 +247,10 @@ def total_steps(hello) -> int | None:
     trainer under --epochs) the steps its epochs come to; None where it does not say (a
     script's). With --epochs the progress said "step 16" where the trainer said "step 16/16"."""
     config = (hello.config or {}) if hello is not None else {}
-    total = config.get("steps") or config.get("total_steps")
-    return total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
+    for total in (config.get("steps"), config.get("total_steps")):
+        if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+            return total
+    return None
 
 
 def first_few(names: list[str], n: int = 3) -> str:

@@ -280,6 +280,8 @@ def test_a_torchrun_killed_by_a_signal_exits_as_the_shell_says():
         # as a script to run after `--`, the -m dropped.
         (["launch", "--headless", "--", "python", "train.py"], "leave `python` out: pardash launch [OPTIONS] -- train.py [ITS ARGS]"),
         (["launch", "--headless", "--", "python3", "-m", "pkg.train"], "a module goes before `--`: pardash launch -m pkg.train -- ARGS"),
+        (["launch", "--headless", "--", "python", "-u", "train.py"], "leave `python` out: pardash launch [OPTIONS] -- train.py [ITS ARGS]"),
+        (["launch", "--headless", "train.py", "--", "-m", "x"], "a script goes after `--`: pardash launch [OPTIONS] -- train.py"),
         (["launch", "--headless", "-m", "pkg.train", "data.py"], "pardash launch [OPTIONS] -m pkg.train -- data.py [ITS ARGS]"),
         # each died on every rank, or trained on to a nan loss
         (["launch", "--headless", "--grad-clip", "nan"], "--grad-clip must be 0 or more, got nan"),

@@ -62,6 +62,7 @@ def test_defaults_are_valid_and_small():
         ({"seed": 2**64 - 1}, "--seed must be from 0 to"),
         ({"seed": -1}, "--seed must be from 0 to"),
         ({"inject_straggler": "0:data:1e300"}, "SECONDS must be a positive number, at most 86400"),
+        ({"log_every": -(10**400)}, "--log-every must be 0 or more"),  # (isfinite of it overflowed: a traceback)
         ({"n_embd": 64, "n_head": 5}, "--n-embd 64 is not divisible by --n-head 5"),
         ({"inject_straggler": "1:data"}, "expected RANK:KIND:SECONDS"),
         ({"inject_straggler": "x:data:1"}, "RANK must be an integer"),
@@ -177,6 +178,7 @@ def test_a_collective_timeout_shorter_than_the_stall_check_is_said_as_the_run_st
     assert said.startswith("--pg-timeout-s 5 is shorter than the 8 s or so the hub takes to call a rank stalled"), said
     assert TrainConfig(pg_timeout_s=5).start_notes(20, world_size=1) == []  # (one process waits for nobody)
     assert TrainConfig(pg_timeout_s=20).start_notes(20, world_size=2) == []
+    assert TrainConfig(log_every=10**400).log_every == 10**400  # (a huge whole number is no error)
 
 
 def test_a_run_of_epochs_says_its_steps_out_of_their_total():
@@ -191,3 +193,8 @@ def test_a_run_of_epochs_says_its_steps_out_of_their_total():
     st.apply(schema.Hello(run="r", rank=0, world_size=1, strategy="single", config=config, hseq=1), 1.0)
     st.apply(schema.Step(run="r", rank=0, step=3, step_s=0.1, loss=1.0, samples=16, hseq=2), 2.0)
     assert progress_line(st, 1.0).startswith("[   1.0s] step 3/16 |"), progress_line(st, 1.0)
+    from pardash.telemetry.summary import total_steps
+
+    # (a steps that is no whole number does not hide the total the trainer said)
+    assert total_steps(schema.Hello(rank=0, config={"steps": True, "total_steps": 16})) == 16
+    assert total_steps(schema.Hello(rank=0, config={"steps": "16"})) is None

@@ -253,7 +253,7 @@ class TrainConfig:
         ):
             # (NaN passed "not negative": --grad-clip nan trained on to a loss of nan, and
             # --weight-decay nan died in AdamW's constructor on every rank)
-            if not (math.isfinite(value) and value >= 0):
+            if not (value >= 0 and (isinstance(value, int) or math.isfinite(value))):  # (a 400-digit int overflows isfinite)
                 raise ValueError(f"{flag} must be 0 or more, got {value}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"--lr must be a positive number, got {self.lr}")
@@ -323,8 +323,8 @@ class TrainConfig:
             # (--inject-stall 1@5 --pg-timeout-s 5 named rank 0, whose timeout fired first, the
             # cause, and the stalled rank 1 "stopped")
             notes.append(f"--pg-timeout-s {self.pg_timeout_s:g} is shorter than the {STALL_TOLD_S:.0f} s or so the hub takes to "
-                         "call a rank stalled: a hang ends in a timeout first, and the rank whose timeout fires first "
-                         "reads as its cause")
+                         "call a rank stalled (8 steps' time, where steps are slower): a hang ends in a timeout first, "
+                         "and the rank whose timeout fires first reads as its cause")
         return notes
 
     # -- rules that need the job's shape -----------------------------------------------------

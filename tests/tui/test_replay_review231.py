@@ -65,6 +65,9 @@ async def test_a_replay_slower_than_asked_says_the_speed_it_reached(tmp_path, mo
     assert src.speed_reached is None  # (half a second says little)
     play(src, 25)
     assert src.speed_reached is not None and abs(src.speed_reached - 0.8) < 0.05  # a frame a poll of 1/8 s
+    src.paused = True  # (a pause kept "(≈0.8×)" beside "paused" for as long as it lasted)
+    assert src.speed_reached is None
+    src.paused = False
     app = make_app(_frozen(src))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
