@@ -204,8 +204,8 @@ def _seconds(s: float) -> str:
     too, as the TUI says it (a day's run read "102009.4 s"): ``102,009 s (1d 4h 20m)``."""
     if not math.isfinite(s):
         return f"{s} s"
-    s = round(s, 1)  # (so the hours say what the seconds do: 3599.96 read "3600.0 s" with no hours)
-    if s >= 3600:
+    if round(s, 1) >= 3600:  # (rounded, as the seconds are said: 3599.96 read "3600.0 s" with no hours)
+        s = round(s, 1)
         m = int(round(s)) // 60
         d, h, m = m // 1440, m // 60 % 24, m % 60
         return f"{s:,.0f} s ({f'{d}d ' if d else ''}{h}h {m}m)"
