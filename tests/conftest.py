@@ -99,7 +99,7 @@ def _alive(p) -> bool:
 
 
 def _launch_alive(supervisor) -> bool:
-    """Whether the process that started ``supervisor`` (its launch) is still there."""
+    """Whether the process that started ``supervisor`` (its launch; a hub's supervisor) is still there."""
     import psutil
 
     try:
@@ -130,7 +130,8 @@ def _kill_processes_of(registry: str, since: float) -> list[str]:
     # A job's supervisor whose launch has gone (a TUI launch the test has seen out) stops the
     # hub and ends by itself, a second or two later: its end is waited for, bounded, not
     # killed (under the TUI it no longer holds the terminal, whose end the tests wait for).
-    tails = [p for p, cmd in found if "pardash.trainer.supervisor" in cmd and not _launch_alive(p)]
+    # (so does a launched hub whose supervisor was killed: it stops once its ranks are done)
+    tails = [p for p, cmd in found if ("pardash.trainer.supervisor" in cmd or "pardash.telemetry.hub" in cmd) and not _launch_alive(p)]
     if tails:
         psutil.wait_procs(tails, timeout=SUPERVISOR_TAIL_S)
         found = [(p, cmd) for p, cmd in found if _alive(p)]
