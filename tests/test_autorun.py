@@ -2016,8 +2016,9 @@ def argv_and_lines_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("argv-and-lines")
     # (Named as a user names theirs, from the folder the launch runs in.)
     (tmp / "train.py").write_text((SCRIPTS / "autorun_argv_and_lines.py").read_text())
-    # The user's own PYTHONUNBUFFERED is kept, and does as it says: left unset here.
-    env = pardash_env(PYTHONUNBUFFERED=None, PARDASH_TELEMETRY="0")
+    # The user's own PYTHONUNBUFFERED=1, as Docker images and CI set it: their ranks' lines
+    # are whole too (it once kept the ranks unbuffered, and their lines mixed in output.log).
+    env = pardash_env(PYTHONUNBUFFERED="1", PARDASH_TELEMETRY="0")
     proc, _msgs = _launch(tmp, "train.py", *SCRIPT_FLAGS, nproc=1, env=env)
     return proc
 

@@ -413,10 +413,12 @@ class Supervisor:
         env[SUPERVISOR_VAR] = str(os.getpid())  # (this node's processes of the job: see _job_processes)
         if spec.curve_dir:
             env[security.CURVE_DIR_VAR] = spec.curve_dir
-        if "PYTHONUNBUFFERED" not in env:
-            env["PYTHONUNBUFFERED"] = "1"
-            # ...and a script's prints line by line, as to a terminal (see autorun)
-            env[LINE_BUFFERED_VAR] = "1"
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # ...and a script's prints line by line, as to a terminal (see autorun), the user's own
+        # PYTHONUNBUFFERED=1 too (Docker images and CI set it): unbuffered, print() writes a
+        # line's pieces apart, and the ranks sharing the output file mixed their lines
+        # ("... time 39.8msrank 1 step 84 ...").
+        env[LINE_BUFFERED_VAR] = "1"
         if spec.command[:2] == TRAINER_COMMAND and spec.nproc > 1:
             # What torchrun sets for several local ranks (OMP_NUM_THREADS=1), set here, spares
             # every launch its four-line warning of it: the bundled trainer sets its ranks'
