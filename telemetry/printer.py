@@ -909,6 +909,9 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     says its error and where the rest is, which is otherwise just above it. ``refused``: why
     the hub refuses the launch's viewer at the end ('' when it takes it)."""
     out = f"output {output}; " if output else ""
+    # (a success's too: under the TUI the script's own prints went to the file alone, and its
+    # last line named only the log, so where they went was in the README)
+    kept = f"; output {output}" if output else ""
     if refused and not st.ranks:
         # The hub refused the launch's viewer and showed it no rank: a node > 0 whose keys are
         # not node 0's hub's, its ranks carrying the same keys. "done, 0 rank(s), no step taken,
@@ -928,7 +931,7 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     if code == 0:
         if f is not None:
             # This node's ranks all finished (torchrun ended with 0), another node's failed.
-            return f"pardash: this node's ranks finished, but the job failed: {failure_line(f)}{said}; {log}"
+            return f"pardash: this node's ranks finished, but the job failed: {failure_line(f)}{said}; {out}{log}"
         # (a hub given up saw the run to that step only: its end is the job's exit code's word)
         seen = " when telemetry stopped" if result.get("hub_given_up") else ""
         unheard = sorted(set(range(st.world_size)) - set(st.ranks))
@@ -938,13 +941,13 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
             them = "them" if len(unheard) > 1 else "it"
             # (and why, where the hub knows it: `report` said it, the launch's last line did not)
             said += f"; {ranks_named(unheard)} of {st.world_size} never heard from: {unheard_why(no_key) or f'nothing of {them} in the log'}"
-        return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{seen}{said}, {log}"
+        return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{seen}{said}, {log}{kept}"
     if result.get("stopped"):
         # A rank that failed of itself (its own error, or a signal not the stop's) before the
         # stop: said, or the stop during torchrun's teardown hid the failure.
         failed = _failed_of_itself(f, st, result.get("stop_t"))
         how = f" after the job failed: {_last_line_failure(f)}" if failed else as_it_hung(st)
-        return f"pardash: stopped {result.get('stopper') or 'by you'}{how} (exit code {code}){said}; {out if failed else ''}{log}"
+        return f"pardash: stopped {result.get('stopper') or 'by you'}{how} (exit code {code}){said}; {out}{log}"
     killed = int(result.get("torchrun_killed") or 0)
     if killed and (f is None or f["code"] == -signal.SIGTERM):
         # No rank failed of itself: torchrun died (the OOM killer?) and its ranks were stopped.

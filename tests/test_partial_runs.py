@@ -146,6 +146,25 @@ def test_node_0s_last_line_says_the_ranks_of_the_world_it_never_heard_from():
                     "--curve-dir), log /runs/r/telemetry.jsonl")  # fmt: skip
 
 
+def test_the_last_line_under_the_tui_names_the_ranks_output_after_a_success_or_a_stop_too():
+    # Under the TUI a script's own prints go to output.log alone; a success's last line named
+    # only the log ("done, 2 rank(s), step 400, log ..."), so the 400 lines it printed were
+    # nowhere a user looked. A stop that was no failure left it out as well.
+    st = RunState(run_id="r")
+    st.apply(schema.Hello(run="r", rank=0, world_size=1, strategy="ddp", hseq=1), 1.0)
+    st.apply(schema.Step(run="r", rank=0, step=400, step_s=0.1, loss=1.0, hseq=2), 2.0)
+    out = "/runs/r/output.log"
+    assert outcome_line(st, 0, {}, "/runs/r/telemetry.jsonl", output=out) == (
+        "pardash: done, 1 rank(s), step 400, log /runs/r/telemetry.jsonl; output /runs/r/output.log"
+    )
+    stopped = outcome_line(st, 130, {"stopped": True, "stop_t": 3.0}, "/runs/r/telemetry.jsonl", output=out)
+    assert stopped.startswith("pardash: stopped by you") and stopped.endswith(
+        "; output /runs/r/output.log; log /runs/r/telemetry.jsonl"
+    ), stopped
+    # Headless, the output was on the screen above: not named.
+    assert outcome_line(st, 0, {}, "/runs/r/telemetry.jsonl") == "pardash: done, 1 rank(s), step 400, log /runs/r/telemetry.jsonl"
+
+
 # -- pardash bench --------------------------------------------------------------------------
 
 

@@ -1575,7 +1575,8 @@ def test_a_job_that_failed_and_was_then_stopped_says_both(tmp_path, failed, said
     st.apply(schema.Event(run="r", rank=1, seq=4, name="exit", code=1, step=3, t=t + 3), 0.0)
     st.apply(schema.Event(run="r", rank=0, seq=-1, name="exit", code=-15, message="rank 0 was stopped by you", t=t + 4), 0.0)
     assert outcome_line(st, 130, {"stopped": True}, "run.jsonl") == "pardash: stopped by you (exit code 130); log run.jsonl"
-    assert outcome_line(st, 130, {"stopped": True}, "run.jsonl", output="o.log") == "pardash: stopped by you (exit code 130); log run.jsonl"
+    # (the ranks' output is named all the same: under the TUI, their prints went to it alone)
+    assert outcome_line(st, 130, {"stopped": True}, "run.jsonl", output="o.log") == "pardash: stopped by you (exit code 130); output o.log; log run.jsonl"
     # Nor is a script's own error raised of the stop's SIGTERM (a handler raising an exception of its own).
     st = RunState()
     for m in records[:4]:
