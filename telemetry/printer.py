@@ -28,6 +28,7 @@ from .summary import (
     ranks_named,
     samples_per_s,
     samples_per_s_recent,
+    stragglers_were,
     spread,
     took_text,
     total_steps,
@@ -941,6 +942,10 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
             them = "them" if len(unheard) > 1 else "it"
             # (and why, where the hub knows it: `report` said it, the launch's last line did not)
             said += f"; {ranks_named(unheard)} of {st.world_size} never heard from: {unheard_why(no_key) or f'nothing of {them} in the log'}"
+        if slow := stragglers_were(st):
+            # (the TUI said it as the run ended; a headless launch's last line, what a CI job's
+            # log is read by, said only "done")
+            said += f"; {slow}"
         return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{seen}{said}, {log}{kept}"
     if result.get("stopped"):
         # A rank that failed of itself (its own error, or a signal not the stop's) before the

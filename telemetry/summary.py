@@ -242,6 +242,25 @@ def ranks_named(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
 
 
+def straggled_text(v) -> str:
+    """A rank that was a straggler (its first straggler verdict, ``RankState.straggled``), once
+    it is done: when the hub found it (the report gives since when it straggled, from the steps
+    before)."""
+    return f"rank {v.rank} was a straggler ({v.cause or 'cause unknown'}), found at step {v.step}"
+
+
+def stragglers_were(state: RunState) -> str:
+    """A run's stragglers, said once it is over: 'rank 1 was a straggler (data), found at step
+    29', or 'ranks 1, 3 were stragglers (see the events)'; '' when none was."""
+    slow = sorted((r for r in state.ranks.values() if r.straggled is not None), key=lambda r: r.rank)
+    if not slow:
+        return ""
+    if len(slow) == 1:
+        return straggled_text(slow[0].straggled)
+    names = ", ".join(str(r.rank) for r in slow[:6]) + (", …" if len(slow) > 6 else "")
+    return f"ranks {names} were stragglers (see the events)"
+
+
 def total_steps(hello) -> int | None:
     """The steps the run is to take, as its hello's config says them: --steps, or (the bundled
     trainer under --epochs) the steps its epochs come to; None where it does not say (a

@@ -165,6 +165,22 @@ def test_the_last_line_under_the_tui_names_the_ranks_output_after_a_success_or_a
     assert outcome_line(st, 0, {}, "/runs/r/telemetry.jsonl") == "pardash: done, 1 rank(s), step 400, log /runs/r/telemetry.jsonl"
 
 
+def test_the_last_line_of_a_run_that_had_a_straggler_says_so():
+    # The TUI said "rank 1 was a straggler (data), found at step 29" as the run ended; the
+    # launch's last line, what a CI job's log is read by, said only "done, 2 rank(s), step 300".
+    st = RunState(run_id="r")
+    for rank in (0, 1):
+        st.apply(schema.Hello(run="r", rank=rank, world_size=2, strategy="ddp", hseq=1 + rank), 1.0)
+        st.apply(schema.Step(run="r", rank=rank, step=300, step_s=0.1, loss=1.0, hseq=3 + rank), 2.0)
+    st.apply(schema.Verdict(run="r", rank=1, verdict="straggler", cause="data", cost_s=0.02, step=29, hseq=5), 2.0)
+    st.apply(schema.Verdict(run="r", rank=1, verdict="straggler_cleared", step=40, hseq=6), 2.0)
+    assert outcome_line(st, 0, {}, "run.jsonl") == (
+        "pardash: done, 2 rank(s), step 300; rank 1 was a straggler (data), found at step 29, log run.jsonl"
+    )
+    st.apply(schema.Verdict(run="r", rank=0, verdict="straggler", cause="compute", cost_s=0.02, step=50, hseq=7), 2.0)
+    assert "; ranks 0, 1 were stragglers (see the events), log run.jsonl" in outcome_line(st, 0, {}, "run.jsonl")
+
+
 # -- pardash bench --------------------------------------------------------------------------
 
 
