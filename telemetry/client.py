@@ -600,8 +600,9 @@ class ReplaySource(FrameApplier):
         self.ended_early: dict | None = None
         """Where the log stops short and what is known of why, as `pardash report`'s
         ``log_ends_early`` has it, once the replay is at that end (None before it, and of a log
-        whose run ended or whose hub closed it): the ranks' statuses there are the log's last
-        word, not how the run ended."""
+        whose run ended): the ranks' statuses there are the log's last word, not how the run
+        ended. Of a log its hub closed under ranks not ended, the live viewer's (``hub_stopped``,
+        see :meth:`_say_hub_stopped_first`)."""
         try:
             st = os.stat(path)
             if not stat.S_ISREG(st.st_mode):
@@ -943,13 +944,17 @@ class ReplaySource(FrameApplier):
         closing line from its hub (killed, out of disk) says so in `pardash report`'s words, a
         warning among the events, and sets :attr:`ended_early` (the header's note and marks, the
         alerts' calm line). It ended on "● 2 running" and "every rank is healthy", as if its ranks
-        ran on. Looked at once a play: a poll before the end costs a peek. True when said."""
+        ran on. So does a log its hub closed while ranks had not ended (see
+        :meth:`_say_hub_stopped_first`). Looked at once a play: a poll before the end costs a
+        peek. True when said."""
         if self._end_said or not self.done:
             return False
         self._end_said = True
         span = self._span
-        if span.closed or not span.rank_records or run_over(self.state):
+        if not span.rank_records or run_over(self.state):
             return False
+        if span.closed:
+            return self._say_hub_stopped_first()
         # (report's own reasoning, so both say the same of a log: its registry look, a full
         # disk's copy or lost lines, a compressed log cut short)
         from .report import _disk_full_end, _ends_early
@@ -964,6 +969,24 @@ class ReplaySource(FrameApplier):
         self.core.replay(schema.Event(rank=-1, seq=-1, name="warning", message=f"log ends early {why}", t=self.t_end), now)
         self.apply_frame(self.core.tick(now))
         self.ended_early = end
+        return True
+
+    def _say_hub_stopped_first(self) -> bool:
+        """A log its hub closed ("hub stopped") while ranks had not said they ended (a hub
+        alone stopped under its job, another node's hub gone first): its replay ended on "● 2
+        running" and "every rank is healthy", where the live viewer said "the hub stopped at step
+        N, 2 ranks not ended" and `pardash report` "ranks 0-1 at step N: the hub stopped before
+        their end was heard". Sets :attr:`ended_early` as the live viewer's
+        (:attr:`HubClient.ended_early`, ``hub_stopped``: the header's note and marks, the alerts'
+        calm line), of the ranks the report counts (a rank stalled or silent then stays so, its
+        own alert says it); the event log has the hub's closing line already, as the live
+        viewer's does."""
+        from .report import _hub_stopped_first
+
+        first = _hub_stopped_first(self.state, True)
+        if first is None:
+            return False
+        self.ended_early = {"step": first["step"], "running": len(first["ranks"]), "ranks": sorted(first["ranks"]), "hub_stopped": True}
         return True
 
     def _look_at_log(self, now: float) -> bool:

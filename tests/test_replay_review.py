@@ -139,8 +139,9 @@ def test_a_log_whose_hub_died_says_it_ends_early_as_report_does(tmp_path):
 
 def test_a_whole_log_says_nothing_of_an_early_end(tmp_path):
     log = tmp_path / "telemetry.jsonl"
-    closing = schema.Event(rank=-1, name="hub", message="hub stopped: 10 messages, 0 lost, 0 rejected", t=T0 + 6, run="x")
-    log.write_bytes(schema.encode_json_lines([schema.Hello(rank=r, world_size=2, t=T0, run="x") for r in range(2)] + _steps(1, 5) + [closing]))
+    closing = schema.Event(rank=-1, name="hub", message="hub stopped: 10 messages, 0 lost, 0 rejected", t=T0 + 7, run="x")
+    exits = [schema.Event(rank=r, name="exit", code=0, t=T0 + 6, seq=6, run="x") for r in range(2)]
+    log.write_bytes(schema.encode_json_lines([schema.Hello(rank=r, world_size=2, t=T0, run="x") for r in range(2)] + _steps(1, 5) + exits + [closing]))
     src = ReplaySource(str(log))
     src.seek(src.duration_s)
     assert src.done and _said_early(src) == [] and src.ended_early is None

@@ -7,6 +7,12 @@ system samples, heartbeats, events and the hub's verdicts, in hub order with ``h
 each ends with the hub's closing line ("hub stopped: ..."), as a log its hub closed does, but
 killed2's, cut where its hub was killed (the replay says the log ends early).
 
+How each ends is what its replay says at its end, as the live viewer and `pardash report` say
+it of such a log: dp1 is a finished job, its rank's ``exit`` (code 0) its last word before the
+hub's closing line, as the bundled trainer's hub records a clean end; exited4's ranks exited or
+stalled; run4, straggler8 and run1024 show jobs still running, and are logs their hub closed
+under running ranks ("the hub stopped at step N, K ranks not ended"), a rank's end never heard.
+
     python tests/tui/make_fixtures.py            # rewrite tests/tui/data/
 """
 
@@ -47,6 +53,14 @@ class Log:
             msg.seq = self.seqs.get(msg.rank, 0)
             self.seqs[msg.rank] = msg.seq + 1
         self.messages.append(msg)
+
+    def finish(self, ranks: list[int], *, step: int) -> None:
+        """Each rank's end as the bundled trainer's hub records a clean one: its ``exit`` with
+        code 0 at its last step, 2 ms after its last record (no heartbeat or system sample of a
+        rank after its exit), then the hub's closing line (:meth:`close`)."""
+        for r in ranks:
+            last = max(m.t for m in self.messages if m.rank == r and not isinstance(m, schema.Verdict)) - T0
+            self.add(schema.Event(rank=r, name="exit", code=0, step=step), last + 0.002)
 
     def close(self, after_s: float = 0.5) -> None:
         """The hub's closing line, ``after_s`` after the last record, as a real hub ends its log
@@ -357,8 +371,8 @@ def dp1(path: Path) -> None:
         log, ranks=[0], steps=range(40), step_dt=0.1, t_start=0.5, rng=rng, mem_of=mems.get,
         loss_of=lambda s, r: 1.5 * math.exp(-s / 20) + 0.2, samples=512,
     )  # fmt: skip
-    log.add(schema.Event(rank=0, name="exit", code=0, step=39), end + 0.05)
-    beats_and_systems(log, [0], 0.2, end, rng, lambda r, t: int(t / 0.1), mems.get)
+    beats_and_systems(log, [0], 0.2, end, rng, lambda r, t: min(39, int(t / 0.1)), mems.get)
+    log.finish([0], step=39)
     log.close()
     log.write(path)
 

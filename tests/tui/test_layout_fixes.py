@@ -8,7 +8,7 @@ import re
 import pytest
 from textual.app import App, ComposeResult
 
-from tui_helpers import replay_app, settled, strip_text
+from tui_helpers import replay_app, replay_running_app, settled, strip_text
 
 NAN = float("nan")
 
@@ -134,7 +134,7 @@ async def test_the_memory_panel_stays_where_the_events_have_their_lines():
     from pardash.tui.screens.dashboard import DashboardScreen
     from pardash.tui.widgets.event_log import EventLog
 
-    app = replay_app("straggler8.jsonl")
+    app = replay_running_app("straggler8.jsonl")
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         screen = app.screen

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from textual.geometry import Region
 
-from tui_helpers import replay_app, strip_text
+from tui_helpers import replay_app, replay_running_app, strip_text
 
 
 def shown_lines(widget) -> list[str]:
@@ -32,7 +32,9 @@ async def test_the_dashboards_memory_panel_keeps_each_phrase_on_one_line(fixture
     # rank 1.62 MiB + 415 KiB buckets =" and "2.03 MiB" under it.
     from pardash.tui.widgets.memory_summary import MemorySummary
 
-    app = replay_app(fixture)
+    # (while the run goes on: at their end the header's third line, the hub stopped, takes the
+    # memory panel's last line at 100x30)
+    app = replay_running_app(fixture)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         panel = app.screen.query_one(MemorySummary)

@@ -83,3 +83,31 @@ async def test_the_replay_of_a_log_cut_short_says_so_in_its_header_and_alerts(tm
         await pilot.pause()
         assert "ends early" not in header(app) and "at the log's end" not in header(app)
         assert app.screen.query_one(AlertList).calm == "✓ no alerts: every rank is healthy"
+
+
+async def test_the_replay_of_a_log_its_hub_closed_under_running_ranks_says_so_as_the_live_viewer(tmp_path):
+    # Its hub stopped (a hub alone, SIGTERM) while its ranks ran: the replay ended on "● 2
+    # running" and "✓ no alerts: every rank is healthy", where the viewer attached as it stopped
+    # said "the hub stopped at step 3, 2 ranks not ended" and `pardash report` "ranks 0-1 at step
+    # 3: the hub stopped before their end was heard (no exit)".
+    log = tmp_path / "telemetry.jsonl"
+    t0 = 1.7e9
+    msgs = [schema.Hello(rank=r, world_size=2, t=t0, run="x") for r in range(2)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, t=t0 + 0.1 * s, seq=s, run="x") for s in range(1, 4) for r in range(2)]
+    msgs += [schema.Event(rank=-1, seq=-1, name="hub", message="hub stopped: 8 messages, 0 lost, 0 rejected", t=t0 + 0.8, run="x")]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    src = ReplaySource(str(log), speed=64)
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: src.done)
+        await until(pilot, lambda: "the hub stopped at step 3, 2 ranks not ended (no word of their end)" in header(app))
+        assert "● 2 running when the hub stopped" in header(app)
+        calm = app.screen.query_one(AlertList).calm
+        assert calm == f"{STALE_MARK} no alerts up to step 3, where the hub stopped", calm
+        # Sought back: the hub has not stopped yet there.
+        src.paused = True
+        src.seek(0.1)
+        app.screen.refresh_run()
+        await pilot.pause()
+        assert "hub stopped" not in header(app)
+        assert app.screen.query_one(AlertList).calm == "✓ no alerts: every rank is healthy"

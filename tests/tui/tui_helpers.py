@@ -26,6 +26,19 @@ def replay_app(name: str, **kw):
     return make_app(replay_at_end(name), **kw)
 
 
+def replay_running_app(name: str, **kw):
+    """The app over tests/tui/data/<name> paused a frame before its end, its ranks still running
+    there: the dashboard as it was while the run went on. (At their end run4, straggler8 and
+    run1024 say their hub stopped under running ranks, on a third header line.)"""
+    from pardash.telemetry.client import ReplaySource
+    from pardash.tui.app import make_app
+
+    src = ReplaySource(str(DATA / name))
+    src.seek(src.duration_s - src.frame_s)
+    src.paused = True
+    return make_app(src, **kw)
+
+
 def strip_text(strip) -> str:
     return "".join(seg.text for seg in strip)
 
