@@ -21,7 +21,7 @@ from helpers import pardash_env, wait_for
 from pardash.telemetry import api, memory, modelfacts, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.logreader import load_log
-from pardash.trainer.instrument import NO_STEP_WARNING, SETTLE_STEPS, Instrument
+from pardash.trainer.instrument import NO_STEP_UNCOUNTED, NO_STEP_WARNING, SETTLE_STEPS, Instrument
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -517,6 +517,8 @@ def test_explicit_steps_take_precedence_and_keep_measured_phases(hooked):
 
 
 def test_no_optimizer_step_warns_once(hooked):
+    # Gradients never reset, no optimizer step: no iteration is seen to end (an update by hand
+    # resets them each iteration: see test_autorun_no_optimizer.py), and no step is counted.
     inst, rep = hooked
     model = _model()
     for _ in range(45):
@@ -524,7 +526,7 @@ def test_no_optimizer_step_warns_once(hooked):
         nn.functional.cross_entropy(model(x), y).backward()
     inst.finish()
     assert rep.steps == []
-    assert rep.events == [("warning", NO_STEP_WARNING.format(n=20))]
+    assert rep.events == [("warning", NO_STEP_UNCOUNTED.format(n=20))]
 
 
 def test_evaluation_and_checkpoint_recomputation_are_not_training_passes(hooked):
@@ -2232,12 +2234,16 @@ def test_loaders_made_anew_each_epoch_are_its_epochs_and_a_validation_in_trainin
 
 @pytest.mark.slow
 def test_a_script_without_optimizer_steps_is_told_so(tmp_path):
+    # Its update by hand (no torch.optim), its gradients set to None after it: each iteration
+    # is a step, and the warning says how they are counted (it read "no step taken").
     proc, msgs = _launch(tmp_path, str(SCRIPTS / "no_step.py"), nproc=1)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [m for m in msgs if isinstance(m, schema.Event) and m.name == "warning"]
     assert [w.rank for w in warnings] == [0]
     assert all(w.message == NO_STEP_WARNING.format(n=20) for w in warnings)
-    assert _steps(msgs, 0) == []
+    steps = _steps(msgs, 0)
+    assert [s.step for s in steps] == list(range(1, 26))
+    assert all(s.samples == 4 and s.loss is not None and s.mem is not None for s in steps)
 
 
 @pytest.mark.slow

@@ -54,7 +54,8 @@ a step. The first pass inside ``optimizer.step(closure)`` is the step's own (its
 micro-batch): PyTorch Lightning runs ``training_step`` and the backward in such a closure. Later
 passes in the same call (LBFGS's line search) are the optimizer's. (A WGAN's critic, stepping
 five times per generator step, makes five steps: use ``pt.step()`` to count generator
-iterations.)
+iterations.) A script that never steps an optimizer (its update by hand) has its iterations
+counted as steps, each ending after its backward: see :mod:`~pardash.trainer.skips`.
 
 Phases are the intervals between marks, as in the bundled trainer: ``data`` from the end of
 the previous step to the first root forward, ``forward`` to the backward (the loss function
@@ -142,10 +143,16 @@ from pardash.trainer.marks import _Clock, _Cut, _Done, _OpenStep
 from pardash.trainer.watching import Watching
 
 WARN_AFTER_FORWARDS = 20
-"""Forward passes without any optimizer step before the user is told how steps are counted."""
+"""Forward passes without any optimizer step before the user is told how steps are counted,
+and iterations by hand (see :mod:`~pardash.trainer.skips`) before they are counted as steps."""
 NO_STEP_WARNING = (
-    "no optimizer step seen after {n} forward passes: pardash counts steps at optimizer.step(); "
-    "use pardash.telemetry.step() to mark them"
+    "no optimizer step seen after {n} forward and backward passes: counting a step at each backward "
+    "whose gradients are reset before the next one (the time after it, the update by hand, is its "
+    "optimizer phase); pardash.telemetry.step() marks steps exactly"
+)
+NO_STEP_UNCOUNTED = (
+    "no optimizer step seen after {n} forward passes: pardash counts a step at optimizer.step(), or at "
+    "a backward whose gradients are reset before the next one; use pardash.telemetry.step() to mark steps"
 )
 
 _PHASE_FIELD = {"data": "data_s", "forward": "forward_s", "backward": "backward_s", "optimizer": "optimizer_s"}
@@ -340,6 +347,26 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self.forwards = 0
         self._stepped = False
         self._warned = False
+        # iterations by hand, no optimizer step (see pardash.trainer.skips)
+        self._hand: list[Any] = []
+        """Provisional ends of iterations by hand (skips._HandCut), not steps yet."""
+        self._hand_on = False
+        """Their ends are steps: enough were seen, and no optimizer stepped."""
+        self._hand_after = False
+        """A backward returned, no training forward since (the next one may end its iteration)."""
+        self._hand_pending = False
+        """The last provisional end awaits the next backward (gradients reset since, or kept?)."""
+        self._hand_end: Any = None
+        self._hand_marks = 0
+        self._hand_coll_end: Any = None
+        """The end of the last collective since that backward's return (the update's all-reduce)."""
+        self._hand_syncs: list[tuple[Any, Any]] = []
+        self._hand_t: tuple[float, float] = (0.0, 0.0)
+        self._hand_zeroed = False
+        self._hand_grad: weakref.ref[Any] | None = None
+        self._hand_param: weakref.ref[Any] | None = None
+        self._hand_mem: Any = None
+        self._hand_warned = False
         self.probe = memory.MemoryProbe()
         self._step_s = 0.0
         self._gathered: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -379,7 +406,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._patch(torch.distributed, "init_process_group", self._wrap_init_process_group)
             for name in COLLECTIVES:
                 if hasattr(torch.distributed, name):
-                    self._patch(torch.distributed, name, self._wrap_collective(name))
+                    self._patch(torch.distributed, name, self._timed_by_hand(self._wrap_collective(name)))
             if hasattr(torch.distributed, "Work"):
                 self._patch(torch.distributed.Work, "wait", self._wrap_work_wait)
         from torch.utils.data.distributed import DistributedSampler
@@ -535,10 +562,13 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
                 self._eval_grad = [self.clock.stamp(), 0, weakref.ref(module)]
             self._eval_grad_pass = True
             return
+        if self._hand_after and not self._stepped and not self._explicit:
+            self._hand_boundary()  # an iteration by hand may have ended (see pardash.trainer.skips)
         self.forwards += 1
-        if not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit:
+        if (not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit
+                and not self._hand_on and len(self._hand) + 1 < self.forwards):  # (not each forward an iteration by hand)
             self._warned = True
-            self.reporter.event("warning", message=NO_STEP_WARNING.format(n=self.warn_after))
+            self.reporter.event("warning", message=NO_STEP_UNCOUNTED.format(n=self.warn_after))
         if id(module) not in trained.root_ids:
             self._add_root(module)
         trained.called(module, self.step)
@@ -664,6 +694,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
     def _backward_begins(self, tensors: Any, grads: Any = None) -> None:
         if self._skip_from is not False:
             self._skip_backward()  # gradients zeroed between two backward passes of one iteration?
+        if self._hand_pending and not self._in_optimizer:
+            self._hand_confirm()  # the iteration by hand before it ended? (see pardash.trainer.skips)
         if self._eval_grad is not None:
             evaluated = self._eval_grad[2]()
             if evaluated is not None and self.trained.trained_by_an_optimizer(evaluated):
@@ -725,6 +757,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             # the closure's first pass is over: what follows in optimizer.step is the optimizer's
             self._closure = None
             self._mark("optimizer", self._backward_end)
+        elif not self._stepped and not self._explicit and not self._in_optimizer:
+            self._hand_returned()  # (no optimizer step yet: maybe an update by hand follows)
 
     def _wrap_scale(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def scale(scaler: Any, outputs: Any) -> Any:
@@ -760,6 +794,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             if self._round:
                 self._round_ends()
             self._explicit = True
+            self._hand_clear()
         self._open = _OpenStep(marks=[("data", self.clock.stamp())])
         self._phase = "data"
         self._round = []
@@ -948,6 +983,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._cut = None
         if self._skip_from is not False:
             self._skip_end()
+        if not self._stepped and not self._explicit:
+            self._hand_finish()  # (iterations by hand: see pardash.trainer.skips)
         if self._round and not self._explicit:
             self._round_ends()
         if self._saves_held:
@@ -1069,4 +1106,4 @@ def installed() -> Instrument | None:
     return _instrument
 
 
-__all__ = ["Instrument", "NO_STEP_WARNING", "WARN_AFTER_FORWARDS", "install", "installed"]
+__all__ = ["Instrument", "NO_STEP_UNCOUNTED", "NO_STEP_WARNING", "WARN_AFTER_FORWARDS", "install", "installed"]

@@ -34,6 +34,8 @@ class Rounds:
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if _is_compiling() or (self._not_stepping and _get_ident() in self._not_stepping):
             return None
+        if not self._stepped:  # (the first: what was counted as iterations by hand gives way)
+            self._hand_stop()
         if self._logging_to is not None:
             self._next_step_begins()  # (an optimizer step with no pass before it)
         if self._skip_from is not False:

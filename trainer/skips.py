@@ -18,6 +18,24 @@ A step ends at an optimizer's post-hook. Two kinds of iteration end without one:
   second pass), or gradients zeroed again right before the step (per-micro-batch clipping, or
   a batch per task: each backward's gradients read, zeroed, their combination set and stepped).
 
+A script that never calls an optimizer's step (its update by hand: ``p.data -= lr * p.grad``,
+its gradients all-reduced by ``dist.all_reduce``) has no step at all from the above: pardash
+showed "starting" throughout. Until an optimizer steps, each training forward that begins after
+a backward returned is where an iteration may have ended, provisionally; it did if the
+gradients that backward left are reset before the next one begins (zeroed by ``zero_grad``, set
+to None or anew), as each iteration by hand resets them, and gradient accumulation does not
+(those passes stay one step's micro-batches). Once :data:`~pardash.trainer.instrument.WARN_AFTER_FORWARDS`
+iterations have ended so, they are steps (the first ones too, so the step numbers are the
+script's iterations), and so is each one after, until an optimizer steps (the iterations after
+that are its steps). Each step ends at the end of the last collective of the script's own after
+its last backward (its gradients' all-reduce by hand), else at that backward's return: the
+time from the backward's return to that end is its ``optimizer`` phase (the update), the
+collectives in it its ``comm_s``; the update's work after them is the next step's data, as is
+its loading. Its loss is the tensor backpropagated, its memory read as the backward returns
+(parameters and gradients, no optimizer state), its self time from the last step's end to its
+arrival at its first collective, as any step's. A script that ends with no optimizer step
+counts its iterations so, however few, if one was seen to end.
+
 Not told apart: a skip before the backward (``if not finite(loss): continue``: its forward's
 time joins the next step's, with no backward nor loss), a skip in a loop over one fixed batch
 or one input buffer refilled each time (the same input tensor), an iteration skipped last
@@ -30,12 +48,28 @@ from __future__ import annotations
 
 import time
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from pardash.trainer.hooking import _get_ident, _guarded, _is_compiling
 from pardash.trainer.marks import _Cut
+
+
+@dataclass(slots=True)
+class _HandCut:
+    """Where an iteration by hand may have ended (see the module): the open step's cut there,
+    what only that iteration has (its arrival at its first collective, the spans of its
+    collectives after its backward, its memory), the waits the open step held then, and the
+    mark made ``optimizer`` there (-1: none), made ``data`` again should the cut not hold."""
+
+    cut: _Cut
+    arrive: Any
+    syncs: list[tuple[Any, Any]]
+    mem: Any
+    nsyncs: int
+    renamed: int
 
 
 class Skips:
@@ -64,6 +98,7 @@ class Skips:
         """``Optimizer.zero_grad`` or ``Module.zero_grad``: read before the gradients go."""
 
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> Any:
+            self._hand_zeroed = True  # (gradients reset: an iteration by hand ended, see _hand_reset)
             if not _is_compiling() and self._phase == "backward" and _get_ident() == self._tid:
                 self._zeroed(owner)
             return original(owner, *args, **kwargs)
@@ -230,3 +265,182 @@ class Skips:
             self._input = weakref.ref(first) if first is not None else None
         except TypeError:
             self._input = None
+
+    # -- iterations by hand, no optimizer step (see the module) -----------------------------------
+
+    def _hand_watched(self) -> Any:
+        """The parameter whose gradient tells a reset: the first root's first trainable one."""
+        ref = self._hand_param
+        p = ref() if ref is not None else None
+        if p is None:
+            for root in self.trained.roots:
+                p = next((q for q in root.parameters() if q.requires_grad), None)
+                if p is not None:
+                    break
+            self._hand_param = weakref.ref(p) if p is not None else None
+        return p
+
+    def _hand_returned(self) -> None:
+        """A backward returned, no optimizer step seen yet: its iteration may end at the next
+        training forward (see _hand_boundary)."""
+        step = self._open
+        if step is None:
+            return
+        self._hand_after = True
+        self._hand_end = self._backward_end
+        self._hand_marks = len(step.marks)
+        self._hand_coll_end = None
+        self._hand_t = (time.time(), time.monotonic())
+        self._hand_zeroed = False
+        p = self._hand_watched()
+        grad = p.grad if p is not None else None
+        self._hand_grad = weakref.ref(grad) if grad is not None else None
+        if self._hand_on or self._hand:  # (an iteration by hand seen: its gradients are held now)
+            self._hand_mem = self._memory()
+            if self._hand_on:
+                self.reporter.set_phase("optimizer")  # (the update by hand)
+
+    def _timed_by_hand(self, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Around a collective's wrapper (Arrivals._wrap_collective): a collective after a
+        backward, no optimizer step seen, is the update by hand's (its gradients' all-reduce)."""
+
+        def outer(original: Callable[..., Any]) -> Callable[..., Any]:
+            inner = wrap(original)
+
+            def collective(*args: Any, **kwargs: Any) -> Any:
+                if not self._hand_after or self.dead or _get_ident() != self._tid or _is_compiling():
+                    return inner(*args, **kwargs)
+                start = self.clock.stamp()
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    self._hand_collective(start)
+
+            return collective
+
+        return outer
+
+    @_guarded
+    def _hand_collective(self, start: Any) -> None:
+        end = self.clock.stamp()
+        self._hand_syncs.append((start, end))
+        self._hand_coll_end = end
+        self._hand_t = (time.time(), time.monotonic())
+
+    def _hand_boundary(self) -> None:
+        """A training forward begins after a backward returned, no optimizer step seen: the
+        iteration may have ended, at the end of its last collective after that backward or
+        at the backward's return (decided at the next backward: _hand_confirm)."""
+        self._hand_after = False
+        step = self._open
+        end = self._hand_end
+        if step is None or not step.micro or end is None:
+            return
+        n, renamed = self._hand_marks, -1
+        if self._hand_coll_end is not None and len(step.marks) == n:
+            step.marks.append(("optimizer", end))  # the update by hand, to its last collective's end
+            renamed, n = n, n + 1
+            end = self._backward_end = self._hand_coll_end  # (the next micro-batch's data from there)
+        t, mono = self._hand_t
+        cut = _Cut(end, n, len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut(), t, mono)
+        self._hand.append(_HandCut(cut, step.arrive, self._hand_syncs, self._hand_mem, len(step.syncs), renamed))
+        step.arrive = None  # (the next iteration arrives anew)
+        self._hand_syncs = []
+        self._hand_pending = True
+
+    def _hand_reset(self) -> bool:
+        """Whether the gradients the last backward left were reset since (zero_grad, or set to
+        None or anew): an iteration by hand ended; kept, they are accumulated."""
+        if self._hand_zeroed:
+            return True
+        if self._hand_grad is None:
+            return False  # (no gradient left to watch: not known)
+        p = self._hand_watched()
+        if p is None:
+            return False
+        grad = p.grad
+        return grad is None or grad is not self._hand_grad()
+
+    def _hand_confirm(self) -> None:
+        """A backward begins (or the script ends) after a provisional end of an iteration: it
+        holds if the gradients were reset since; once enough have, they are steps."""
+        self._hand_pending = False
+        if not self._hand_reset():
+            self._hand_merge()
+            return
+        if self._hand_on or len(self._hand) >= self.warn_after:
+            self._hand_publish()
+
+    def _hand_merge(self) -> None:
+        """The last provisional end was inside an iteration (micro-batches accumulated)."""
+        rec = self._hand.pop()
+        step = self._open
+        if step is not None:
+            if 0 <= rec.renamed < len(step.marks) and step.marks[rec.renamed][0] == "optimizer":
+                step.marks[rec.renamed] = ("data", step.marks[rec.renamed][1])
+            if rec.arrive is not None:
+                step.arrive = rec.arrive
+        self._hand_syncs = rec.syncs + self._hand_syncs
+        self._logged_back(rec.cut.logged)
+
+    def _hand_stop(self) -> None:
+        """An optimizer steps: the provisional ends not made steps were none (the open step
+        goes on as if never cut); those made steps stay, and the optimizer's count from here."""
+        step = self._open
+        first = None
+        for rec in reversed(self._hand):  # (later marks first)
+            if step is not None and 0 <= rec.renamed < len(step.marks) and step.marks[rec.renamed][0] == "optimizer":
+                step.marks[rec.renamed] = ("data", step.marks[rec.renamed][1])
+            self._logged_back(rec.cut.logged)
+            first = rec.arrive if rec.arrive is not None else first
+        if first is not None and step is not None:
+            step.arrive = first
+        self._hand_clear()
+
+    def _hand_clear(self) -> None:
+        self._hand = []
+        self._hand_syncs = []
+        self._hand_on = self._hand_after = self._hand_pending = False
+        self._hand_mem = None
+
+    def _hand_publish(self) -> None:
+        """Make each provisional end a step's end (the first time, with the warning)."""
+        if not self._hand_on:
+            self._hand_on = True
+            if not self._hand_warned:
+                self._hand_warned = True
+                from pardash.trainer.instrument import NO_STEP_WARNING
+
+                self.reporter.event("warning", message=NO_STEP_WARNING.format(n=len(self._hand)))
+        records, self._hand = self._hand, []
+        step = self._open
+        current, syncs = step.arrive, step.syncs
+        before, taken = None, 0
+        for rec in records:
+            cut = rec.cut
+            if before is not None:  # (counted in the open step as it was: now after the last cut)
+                cut = _Cut(cut.end, cut.marks - before.marks + 1, cut.losses - before.losses, cut.micro - before.micro,
+                           cut.samples - before.samples, cut.waits - before.waits, cut.logged, cut.t, cut.mono)  # fmt: skip
+            self._open.arrive = rec.arrive
+            self._open.syncs = syncs[taken : rec.nsyncs] + rec.syncs  # its own waits, and its update's collectives
+            # (the first iterations' memory, read before any was known to be by hand: the next's,
+            # the same parameters and gradients)
+            self._publish_cut(cut, rec.mem if rec.mem is not None else self._hand_mem)
+            before, taken = rec.cut, rec.nsyncs
+        self._open.arrive = current
+        self._open.syncs = syncs[taken:]
+
+    def _hand_finish(self) -> None:
+        """The script ends with no optimizer step: its iterations by hand are steps, the last
+        one too, if one was seen to end."""
+        if self._hand_pending:
+            self._hand_pending = False
+            if not self._hand_reset():
+                self._hand_merge()
+        if not (self._hand_on or self._hand):
+            return
+        if self._hand_after:
+            self._hand_boundary()
+            self._hand_pending = False
+        if self._hand:
+            self._hand_publish()
