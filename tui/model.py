@@ -21,16 +21,14 @@ from dataclasses import dataclass
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
+from pardash.telemetry.ring import HISTORY_COLUMNS
 from pardash.telemetry.state import median_small
 from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, wall_step_s
+from pardash.telemetry.summary import PAUSE_SLACK_S, RATE_POINTS, _samples_done
 
 from .alerts import cause_rank, cause_ranks, waited_for_text
 from .run_clock import ranks_first_word
 
-RATE_UPDATES = 9
-"""Updates (a hub frame each, ten a second) over which the header's samples/s is the median:
-the sum of the ranks' latest step rates alone jumped (925, 1038, 544 within a second of a
-steady run)."""
 
 SMOOTH_POINTS = 5
 """History points over which a rank's step, self, data and comm time are smoothed (median)
@@ -195,6 +193,45 @@ _NO_RATE = (*_GONE, st.STALLED)
 """Statuses whose last step is no rate of the run's (a stalled rank's moves nothing)."""
 
 
+_STEP, _T, _STEP_S, _SAMPLES = (HISTORY_COLUMNS.index(c) for c in ("step", "t", "step_s", "samples"))
+"""Where each column rank_rate reads lies in a history row."""
+
+
+def rank_rate(r: st.RankState, rows: list[list[float]] | None = None) -> float | None:
+    """A working rank's samples a second, as the headless lines and /metrics take each rank's
+    (``summary.samples_per_s``): over its last RATE_POINTS history points (those it has, while
+    it has fewer), else its latest step's; None when neither is known. Of its history only: a
+    replay opened at its end (``--start end``) and one played there, a late viewer and one there
+    from the start, say the same. (The header's was the median of the viewer's last 9 updates,
+    one a redraw: a replay opened at its end had made one, its last frame's, and said 2,103
+    samples/s where played there at 4x it said 1,415, at 8x 1,543.) ``rows``: the rank's last
+    history rows, as :func:`rate_rows` gives them, when at hand."""
+    s = r.step
+    if s is None or s.step_s <= 0:
+        return None
+    if rows is None:
+        rows = rate_rows(r)
+    k = len(rows) - 1
+    if k >= 1:
+        first, last = rows[0], rows[-1]
+        now, then = last[_STEP], first[_STEP]
+        t1, t0 = last[_T], first[_T]
+        # (not across a restart, nor behind the latest step, nor across a pause between steps:
+        # the steps' own times tell how long they took)
+        took = (now - then) * sum(row[_STEP_S] for row in rows[1:] if row[_STEP_S] == row[_STEP_S]) / k
+        if now == s.step and now > then and 0 < t1 - t0 <= 1.5 * took + PAUSE_SLACK_S:
+            done = _samples_done([row[_SAMPLES] for row in rows[1:]])
+            return (s.samples * (now - then) if done is None else done) / (t1 - t0)
+    return s.samples / s.step_s
+
+
+def rate_rows(r: st.RankState) -> list[list[float]]:
+    """The rank's last RATE_POINTS + 1 history rows, oldest first (all it has while it has
+    fewer: its latest step's own samples over its time read a fraction of its rate where a
+    reporter's bursts made each frame's last step an epoch's short one)."""
+    return r.history.tail(RATE_POINTS + 1)
+
+
 class _Rank:
     """What the builder keeps of one rank between updates.
 
@@ -230,6 +267,10 @@ class _Rank:
         "row",
         "row_gen",
         "smooth",
+        "rate_step",
+        "rate_t",
+        "rate_val",
+        "rate_rows",
     )
 
     def __init__(self, r: st.RankState) -> None:
@@ -256,6 +297,31 @@ class _Rank:
         self.row_gen = -1
         self.smooth: dict[str, list] = {}
         """History column -> [steps_seen fed up to, its last known values, their median]."""
+        self.rate_step: object = None
+        self.rate_t: float | None = None
+        self.rate_val: float | None = None
+        """:func:`rank_rate` as of the step and the history point in ``rate_step`` and
+        ``rate_t`` (worked out again only when a new point comes)."""
+        self.rate_rows: list[list[float]] = []
+        """:func:`rate_rows` as of then, moved on by the one new point a frame brings (read
+        afresh, they cost the update 8x its time at 1024 ranks)."""
+
+    def rate(self) -> float | None:
+        """:func:`rank_rate` of the rank, now."""
+        r = self.r
+        step, t = r.step, r.t_mark
+        if step is not self.rate_step or t != self.rate_t:
+            self.rate_step, self.rate_t = step, t
+            rows, h = self.rate_rows, r.history
+            if rows and len(h) > len(rows) and h.ago("t", 1) == rows[-1][_T] and h.ago("step", 1) == rows[-1][_STEP]:
+                # (one new point since: its row after the ones kept)
+                rows = rows[1:] if len(rows) > RATE_POINTS else rows[:]
+                rows.extend(h.tail(1))
+            else:
+                rows = rate_rows(r)
+            self.rate_rows = rows
+            self.rate_val = rank_rate(r, rows)
+        return self.rate_val
 
     def feed_self(self) -> None:
         """Take the self times of the history points added since the last call."""
@@ -351,8 +417,6 @@ class RowBuilder:
         self.dev_floor_s = DEVIATION_ABS_S
         """Deviations of less excess than this are not coloured (set at each update)."""
         """Run-wide figures of the last update (see :func:`run_totals`)."""
-        self._rates: deque[float] = deque(maxlen=RATE_UPDATES)
-        """The run's samples/s as of each of the last updates (see RATE_UPDATES)."""
         self.flagged: list[st.RankState] = []
         """The ranks with a verdict, an exit, a memory flag or a loss not finite (the ones
         alerts are about), by rank, as of the last update."""
@@ -385,7 +449,6 @@ class RowBuilder:
             self._causes = frozenset()
             self._waiting = False
             self._waits_for_text = ""
-            self._rates.clear()
             self.layout_gen += 1  # the places go too (a seek to before any rank leaves none)
             changed = None
         if len(self._ranks) != len(state.ranks):
@@ -458,12 +521,9 @@ class RowBuilder:
                 n = step.step  # type: ignore[union-attr]
                 if n < slowest:
                     slowest = n
-                rate = r.samples_rate
-                if rate is not None:  # over the last frame's steps, each at its own size
+                rate = e.rate()
+                if rate is not None:
                     total += rate
-                    seen_rate = True
-                elif step.samples and step.step_s > 0:  # type: ignore[union-attr]
-                    total += step.samples / step.step_s  # type: ignore[union-attr]
                     seen_rate = True
                 e.self_s = self_s
                 e.self_dev = None
@@ -483,12 +543,9 @@ class RowBuilder:
                 if n < slowest:
                     slowest = n
                 if status not in _NO_RATE:
-                    rate = r.samples_rate
+                    rate = e.rate()
                     if rate is not None:
                         total += rate
-                        seen_rate = True
-                    elif step.samples and step.step_s > 0:
-                        total += step.samples / step.step_s
                         seen_rate = True
             else:
                 # No step of its own yet: starting, or restarted by torchrun (the figures of its
@@ -573,12 +630,6 @@ class RowBuilder:
             if gpu != self.gpu:
                 self.gpu = gpu
                 self.layout_gen += 1
-        rates = self._rates
-        if seen_rate:
-            rates.append(total)
-            total = sorted(rates)[len(rates) // 2]
-        else:
-            rates.clear()
         self.totals = RunTotals(
             counts, self._nodes, slowest if slowest != none else 0, total if seen_rate else None, list(self._notes)
         )
@@ -877,17 +928,14 @@ def run_totals(state: st.RunState) -> RunTotals:
             slowest = last
         step = r.step
         if step is not None and status not in _NO_RATE:
-            rate = r.samples_rate  # (see RankState.samples_rate)
+            rate = rank_rate(r)
             if rate is not None:
                 total += rate
-                seen = True
-            elif step.samples and step.step_s > 0:
-                total += step.samples / step.step_s
                 seen = True
     return RunTotals(counts, len(nodes), slowest or 0, total if seen else None, notes)
 
 
 def throughput(state: st.RunState) -> float | None:
-    """Samples per second over the working ranks: each rank's samples per step over its
-    latest step time, summed."""
+    """Samples per second over the working ranks, each over its last history points
+    (:func:`rank_rate`), summed."""
     return run_totals(state).samples_per_s
