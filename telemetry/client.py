@@ -21,6 +21,7 @@ import zmq
 from . import frames, registry, schema, security
 from .clocks import CLOCK_OFF_S, RankClocks, is_hub_side
 from .hubcore import HubCore
+from .keyframes import Keyframes
 from .logreader import PROGRESS_EVERY, LogCursor, LogReadStats, LogTail, Progress, no_records, read_log
 from .recorder import is_gzip
 from .state import RunState, run_over
@@ -450,8 +451,8 @@ POLL_BUDGET_S = 0.05
 """Wall time a replay's poll may spend making frames (a fast replay of a large run makes many)."""
 SEEK_BUDGET_S = 0.2
 """Wall time a replay's poll may spend on a seek the viewer asked for, a poll at a time: a seek
-back plays the log again from its start (7 s of a 565 MB log), which froze the screen and its
-keys (`q` too) until done."""
+plays the log from the nearest keyframe before it, or from its start (a whole 565 MB log took
+7 s), which froze the screen and its keys (`q` too) until done."""
 SEEK_PROGRESS_FRAMES = 256
 """Frames between two calls of a start seek's progress (``--start``)."""
 REFUSED_RETRY_S = 30.0
@@ -556,16 +557,18 @@ class ReplaySource(FrameApplier):
 
     The log is read twice, never held: a first pass finds its start, end and runs (and counts
     its unreadable lines), then the replay reads the records as it plays them, one ahead of its
-    clock (a :class:`LogCursor`). A seek back plays the log again from its start, as the state
-    a frame shows is built from every record before it. Its memory is that state's, whatever
-    the log's length: a day of a big job is gigabytes of log."""
+    clock (a :class:`LogCursor`). The state a frame shows is built from every record before
+    it: a seek back goes on from the nearest of the keyframes the replay kept as it played
+    (:mod:`.keyframes`), or plays the log again from its start before the first. Its memory is
+    that state's (and a bounded number of copies of it), whatever the log's length: a day of a
+    big job is gigabytes of log."""
 
     live = False
 
     def __init__(self, path: str, *, speed: float = 1.0, frame_s: float = 0.1, start_s: float = 0.0, progress: Progress | None = None,
                  start_progress: Progress | None = None) -> None:  # fmt: skip
         """``start_s``: begin that far into the run (past its end: at its end), not at its start;
-        ``[`` and ``]`` move 10 s at a time, a long way to the end of a run of hours.
+        the viewer's keys move 10 s, a minute (a tenth of a long run), or to the start or end.
         ``progress``: told how far the first pass over the log is (a log of gigabytes takes a
         minute); ``start_progress``: how far the play up to ``start_s`` is, in milliseconds of
         the run (it plays every frame before it: as long again as the first pass, and more)."""
@@ -631,6 +634,8 @@ class ReplaySource(FrameApplier):
         followed log opened while its hub waits for its ranks: see :meth:`_ranks_spoke`)."""
         self.clocks_off = self._span.clocks.off()
         """Ranks whose clocks disagree with the hub's: their records play where the hub took them."""
+        self.keyframes = Keyframes()
+        """Copies of the replay's state kept as it plays, which a seek goes on from."""
         self._restart()
         if start_s > 0:
             self.seek(start_s, progress=start_progress)
@@ -689,7 +694,10 @@ class ReplaySource(FrameApplier):
         if came and not self._start_known:
             self._ranks_spoke()
         self.t_end = max(self.t_end, self._span.end)
-        self.clocks_off = self._span.clocks.off()
+        off = self._span.clocks.off()
+        if off.keys() != self.clocks_off.keys():  # (records the keyframes played at their own time now play elsewhere)
+            self.keyframes.clear()
+        self.clocks_off = off
         self._cursor.upto = self._tail.offset  # the replay plays the lines read, to their end
         return came
 
@@ -706,6 +714,7 @@ class ReplaySource(FrameApplier):
         # Only the hub's notes, from before the ranks' first word, have been played: they go with
         # the first frame, as in a replay of the whole log; the frames count from the new start.
         self.t_start = span[0]
+        self.keyframes.clear()  # (counted their frames from the hub's first record)
         self._frames = 0
         self._clock = self.t_start
         self._play = max(self._play, self.t_start)
@@ -769,8 +778,8 @@ class ReplaySource(FrameApplier):
     @property
     def seeking(self) -> bool:
         """A seek the viewer asked for is on its way (:attr:`position_s` says where to,
-        :attr:`played_s` how far it has got): a seek back plays a long log again from its start,
-        seconds of frames the screen does not show."""
+        :attr:`played_s` how far it has got): a seek plays a long log from a keyframe (or its
+        start), up to seconds of frames the screen does not show."""
         return self._seek_to is not None or self._seeking_to is not None
 
     @property
@@ -814,6 +823,7 @@ class ReplaySource(FrameApplier):
         return not self._span.rank_records and not self.following
 
     def _restart(self) -> None:
+        """Back to the log's start, nothing played."""
         FrameApplier.__init__(self)
         self.core = HubCore(detector=NullDetector())  # type: ignore[arg-type]
         self._count_skipped()
@@ -831,6 +841,39 @@ class ReplaySource(FrameApplier):
         """The time of the newest record played (on the hub's clock)."""
         for line in self._span.clocks.warnings():
             self.core.replay(schema.Event(rank=-1, seq=-1, name="warning", message=line, t=self.t_start), self._wall)
+
+    def _keep_keyframe(self) -> None:
+        """At a frame's end, keep a keyframe when one is due (see :mod:`.keyframes`): the state a
+        seek goes on from, the frames after it the same as those of a replay from the start."""
+        cursor = self._cursor
+        if not self.keyframes.due(self._clock, cursor.offset, self.t_start) or self.ended_early is not None:
+            return
+        self.keyframes.keep(self._clock, cursor.offset, (
+            self.core, self.state, self.stats, self.fseq, self.hub_id, self.frames_applied, self.last_frame_t,
+            self._clock, self._frames, self._fed_t, cursor.mark(),
+        ))  # fmt: skip
+
+    def _jump(self, target: float) -> None:
+        """Before playing up to ``target`` (the log's clock): back to the nearest keyframe at or
+        before it (or the log's start, where none is) when it is behind the replay, on to one
+        when that is ahead of the replay; else stay, and play on from here."""
+        kf = self.keyframes.before(target)
+        if target < self._clock and kf is None:
+            self._restart()
+            return
+        if kf is None or (target >= self._clock and kf.at <= self._clock):
+            return
+        (
+            self.core, self.state, self.stats, self.fseq, self.hub_id, self.frames_applied, self.last_frame_t,
+            self._clock, self._frames, self._fed_t, mark,
+        ) = self.keyframes.load(kf)  # fmt: skip
+        self._cursor.go_back(mark)
+        self._count_skipped()  # (a followed log's skipped lines, as counted now)
+        self._end_said = False
+        self.ended_early = None
+        self._reached.clear()
+        self._play = self._clock
+        self._wall = time.monotonic()
 
     def _due(self, msg: schema.Message) -> float:
         """When a record plays: at its time, or (a rank's whose clock is off) right after the
@@ -853,8 +896,8 @@ class ReplaySource(FrameApplier):
 
     def seek_soon(self, position_s: float) -> None:
         """Ask to jump to ``position_s`` (``position_s`` says it at once); :meth:`seek_now` or
-        the next poll jumps. A seek back plays the log again from its start, seconds in a long
-        log: a burst of ``[`` presses is one jump to where they add up to, not one a press."""
+        the next poll jumps. A seek plays the log from a keyframe or its start, up to seconds in a
+        long log: a burst of ``[`` presses is one jump to where they add up to, not one a press."""
         self._seek_to = position_s
 
     def seek_now(self) -> bool:
@@ -863,9 +906,7 @@ class ReplaySource(FrameApplier):
         after go on with it); True when frames were made or a jump began."""
         if self._seek_to is not None:
             position, self._seek_to = self._seek_to, None
-            target = self.t_start + max(0.0, min(position, self.duration_s))
-            if target < self._clock:
-                self._restart()
+            self._jump(self.t_start + max(0.0, min(position, self.duration_s)))
             self._seeking_to = position
             self._reached.clear()
         elif self._seeking_to is None:
@@ -880,14 +921,14 @@ class ReplaySource(FrameApplier):
         return True
 
     def seek(self, position_s: float, *, progress: Progress | None = None) -> None:
-        """Jump to ``position_s`` seconds into the run (backwards rebuilds from the start), now;
+        """Jump to ``position_s`` seconds into the run (from the nearest keyframe before it, or
+        the log's start, when it is behind), now;
         ``progress``: told the milliseconds of the run played so far and those to play, every
         SEEK_PROGRESS_FRAMES frames."""
         self._seek_to = self._seeking_to = None
         self._reached.clear()
         target = self.t_start + max(0.0, min(position_s, self.duration_s))
-        if target < self._clock:
-            self._restart()
+        self._jump(target)
         self._play = target
         self._advance(target, progress=progress)
         self._wall = time.monotonic()
@@ -933,6 +974,8 @@ class ReplaySource(FrameApplier):
             self._frames += 1
             self._clock = nxt
             made = True
+            if nxt != target or target < self.t_end:  # (not the log's last records: see above)
+                self._keep_keyframe()
             if progress is not None and self._frames % SEEK_PROGRESS_FRAMES == 0:
                 progress(round((self._clock - self.t_start) * 1e3), round((target - self.t_start) * 1e3))
             if budget_s is not None and time.perf_counter() - t0 > budget_s:

@@ -327,6 +327,20 @@ class LogCursor:
         self._next = None
         return msg
 
+    def mark(self) -> tuple:
+        """Where the cursor is, for :meth:`go_back` (a replay's keyframe holds it): the record
+        next in line is in it, as it is (a replay sets the time of some records it takes)."""
+        return (self.offset, self.stats, self._next, self._ended)
+
+    def go_back(self, mark: tuple) -> None:
+        """Back (or on) to where :meth:`mark` said the cursor was (a gzip log is read again
+        from its start up to there: gzip seeks so)."""
+        if self._fh.closed:
+            return
+        self.offset, self.stats, self._next, self._ended = mark
+        self._fh.seek(self.offset)
+        self._lines = None
+
     def rewind(self) -> None:
         """Back to the log's first record."""
         if self._fh.closed:

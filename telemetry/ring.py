@@ -232,3 +232,12 @@ class Ring:
     def items(self) -> list[tuple[str, Column]]:
         """(column name, column) pairs, in column order."""
         return [(name, self[name]) for name in self.columns]
+
+
+def _ring_again(capacity: int, columns: tuple[str, ...], rows: bytes, head: int, count: int) -> Ring:
+    """A :class:`Ring` made again from its rows' bytes (its ``_buf``), where the next row goes
+    and how many it holds: how a replay's keyframes copy one (its memoryview cannot be pickled)."""
+    ring = Ring(capacity, columns)
+    ring._buf[:] = rows
+    ring._head, ring._count = head, count
+    return ring

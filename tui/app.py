@@ -45,6 +45,9 @@ into full collections that walk every widget: a fifth of a frame's CPU, and its 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 """Replay speeds that + and - step through."""
 SEEK_S = 10.0
+"""How far ``[`` and ``]`` move a replay."""
+JUMP_S = 60.0
+"""How far ``{`` and ``}`` move a replay at the least: a tenth of a run longer than 10 minutes."""
 
 QUIT = "quit"
 """Return value when a viewer that did not launch the job quits."""
@@ -75,9 +78,13 @@ class PardashApp(App[str | None]):
         Binding("minus", "speed(-1)", "Slower", key_display="-", show=False),
         Binding("left_square_bracket", "seek(-1)", "Seek", key_display="[/]", tooltip="Back ([) or forward (]) 10 s"),
         Binding("right_square_bracket", "seek(1)", "Forward 10 s", key_display="]", show=False),
+        Binding("left_curly_bracket", "jump(-1)", "Jump", key_display="{/}", tooltip="Back ({) or forward (}) 60 s, a tenth of a run over 10 min"),
+        Binding("right_curly_bracket", "jump(1)", "Jump forward", key_display="}", show=False),
+        Binding("less_than_sign", "ends(-1)", "Start/end", key_display="</>", tooltip="To the run's start (<) or end (>)"),
+        Binding("greater_than_sign", "ends(1)", "To the end", key_display=">", show=False),
     ]
 
-    REPLAY_ACTIONS = frozenset({"pause", "play", "speed", "seek"})
+    REPLAY_ACTIONS = frozenset({"pause", "play", "speed", "seek", "jump", "ends"})
 
     def __init__(
         self,
@@ -296,10 +303,20 @@ class PardashApp(App[str | None]):
         self._moved()
 
     def action_seek(self, direction: int) -> None:
-        # The header says the new position at once; the jump comes after the keys already
-        # typed, so a burst of presses is one jump (a seek back replays the log from its start).
+        self._seek_to(self.source.position_s + direction * SEEK_S)  # type: ignore[attr-defined]
+
+    def action_jump(self, direction: int) -> None:
         src = self.source
-        src.seek_soon(src.position_s + direction * SEEK_S)  # type: ignore[attr-defined]
+        self._seek_to(src.position_s + direction * max(JUMP_S, src.duration_s / 10))  # type: ignore[attr-defined]
+
+    def action_ends(self, direction: int) -> None:
+        self._seek_to(0.0 if direction < 0 else self.source.duration_s)  # type: ignore[attr-defined]
+
+    def _seek_to(self, position_s: float) -> None:
+        # The header says the new position at once; the jump comes after the keys already
+        # typed, so a burst of presses is one jump (a seek back goes on from a keyframe, or the
+        # log's start).
+        self.source.seek_soon(position_s)  # type: ignore[attr-defined]
         self._moved()
         self.call_later(self._seek_now)
 

@@ -437,7 +437,7 @@ class DashboardScreen(Screen):
             return
         source = self.source
         if self._seeking():
-            # A seek on its way (a seek back plays the log again from its start): the header says
+            # A seek on its way (it plays the log from a keyframe, or its start): the header says
             # where it goes and how far it has got; the rest keeps the figures from before it until
             # it is there. The grid and charts replayed the run from its start, under a header
             # that already said the target.

@@ -39,6 +39,8 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("space", "pause or resume"),
             ("+  -", "faster, slower"),
             ("[  ]", "back, forward 10 s"),
+            ("{  }", "back, forward 60 s (a tenth of runs over 10 min)"),
+            ("<  >", "to the run's start, to its end"),
         ),
     ),
     (

@@ -25,6 +25,8 @@ class FittedFooter(Footer):
     """
 
     DROP_FIRST: ClassVar[tuple[str, ...]] = (
+        "ends",  # a replay's < and >, then { and }: [ and ] move too, a step at a time
+        "jump",
         "toggle_form",  # c: the grid picks cells or a heat map by itself
         "toggle_flagged",
         "move",  # n/p in a rank's detail (escape and another rank do the same)

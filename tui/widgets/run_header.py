@@ -587,7 +587,7 @@ class RunHeader(CachedStyles, Widget):
     @staticmethod
     def _replay_state(r: ReplayPosition) -> str:
         if r.seeking_at is not None:
-            # (a seek back plays the log again from its start: the position said is where it
+            # (a seek plays the log from a keyframe or its start: the position said is where it
             # goes, and this how far it has got; the screen's figures are the target's once there)
             return f"seeking, at {fmt_duration(r.seeking_at)}"
         return "ended" if r.done else "paused" if r.paused else "following the log" if r.following else "playing"

@@ -1,0 +1,141 @@
+"""A replay's seek back on a big log: with its keyframes against playing the log from its start.
+
+    python -m bench.replay_seek --ranks 256 --seconds 240 --log /tmp/sim256.jsonl
+
+writes (once: an existing file of that name is kept) the log a `pardash simulate --ranks 256
+--keep-log` of that length records, with no hub and no sockets: the simulator's own steps and
+system samples, stamped with the log's clock instead of the wall clock's. Then, in a fresh
+process each (so that one's memory is not the other's), it plays the log to its end, seeks back
+10 s (``[`` at the end), to the middle and to 10 s in, and prints the seconds each seek took and
+the process's peak resident memory, with keyframes and without (the baseline: every seek back
+plays the log again from its start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+
+T0 = 1.7e9
+RUN = "sim-bench-replay"
+
+
+def write_log(path: str, ranks: int, seconds: float, rate_hz: float = 10.0, seed: int = 0) -> int:
+    """The log of ``ranks`` simulated ranks stepping at ``rate_hz`` for ``seconds``; bytes written."""
+    from pardash.telemetry import schema
+    from pardash.telemetry.simulate import SimConfig, step_message, system_sample
+
+    cfg = SimConfig(ranks=ranks, rate_hz=rate_hz, straggler=ranks // 3, seed=seed)
+    rng = random.Random(seed)
+    seq = [0] * ranks
+    hseq = 0
+    encode = schema.encode_json
+
+    def line(m, rank: int, t: float) -> bytes:
+        nonlocal hseq
+        hseq += 1
+        m.run, m.rank, m.t, m.hseq = RUN, rank, t, hseq
+        m.seq = -1 if rank < 0 else seq[rank]  # (the hub's own notes are no rank's messages)
+        if rank >= 0:
+            seq[rank] += 1
+        if hasattr(m, "mono"):
+            m.mono = t - T0
+        return encode(m) + b"\n"
+
+    tmp = path + ".part"
+    with open(tmp, "wb") as fh:
+        fh.write(line(schema.Event(name="hub", message="hub started (bench)"), -1, T0 - 0.5))
+        for r in range(ranks):
+            hello = schema.Hello(local_rank=r % 8, world_size=ranks, node=r // 8, host=f"node{r // 8:03d}", pid=100_000 + r,
+                                 strategy=cfg.strategy, backend="nccl", device_name="Simulated H100", source="simulate")  # fmt: skip
+            fh.write(line(hello, r, T0))
+        steps = int(seconds * rate_hz)
+        for s in range(1, steps + 1):
+            t = T0 + s / rate_hz
+            out = []
+            for r in range(ranks):
+                extra = 0.3 / rate_hz if r == cfg.straggler and s >= 20 else 0.0
+                msg = step_message(cfg, r, s, rng.gauss(0, 0.01 / rate_hz), extra, rng.gauss(0, 0.02))
+                out.append(line(msg, r, t + r * 1e-5))
+            if s % int(rate_hz) == 0:
+                for r in range(ranks):
+                    out.append(line(schema.Heartbeat(step=s, phase="forward"), r, t + 0.01))
+                    out.append(line(system_sample(r, rng), r, t + 0.01))
+            fh.write(b"".join(out))
+        t_end = T0 + steps / rate_hz + 0.05
+        for r in range(ranks):
+            fh.write(line(schema.Event(name="exit", code=0, step=steps), r, t_end))
+        fh.write(line(schema.Event(name="hub", message=f"hub stopped: {hseq} messages, 0 lost, 0 rejected"), -1, t_end + 0.5))
+    os.replace(tmp, path)
+    os.utime(path, (T0, T0))  # a finished log: the replay does not follow it
+    return os.path.getsize(path)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def measure(path: str, with_keyframes: bool) -> dict:
+    """In this process: play ``path`` to its end, then seek back three times; seconds and bytes."""
+    from pardash.telemetry import client, keyframes
+
+    if not with_keyframes:
+        keyframes.EVERY_S = float("inf")  # (the baseline: no keyframe is ever taken)
+    t = time.perf_counter()
+    src = client.ReplaySource(path)
+    opened_s = time.perf_counter() - t
+    t = time.perf_counter()
+    src.seek(src.duration_s)
+    out: dict = {"open_s": opened_s, "play_to_end_s": time.perf_counter() - t, "rss_at_end_bytes": _rss_bytes()}
+    for name, at in (("back_10s", src.duration_s - 10.0), ("middle", src.duration_s / 2), ("start_10s", 10.0)):
+        t = time.perf_counter()
+        src.seek(at)
+        out[f"seek_{name}_s"] = time.perf_counter() - t
+    out["keyframes"] = len(src.keyframes)
+    out["keyframe_bytes"] = src.keyframes.bytes
+    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out["step_at_start_10s"] = src.state.step
+    src.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.replay_seek", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+    parser.add_argument("--ranks", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=240.0)
+    parser.add_argument("--log", default="/tmp/pardash-bench-replay.jsonl", help="the log (written when missing)")
+    parser.add_argument("--only", choices=("keyframes", "baseline"), help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    if ns.only:
+        print(json.dumps(measure(ns.log, ns.only == "keyframes")))
+        return 0
+    if not os.path.exists(ns.log):
+        t = time.perf_counter()
+        size = write_log(ns.log, ns.ranks, ns.seconds)
+        print(f"wrote {ns.log}: {size / 2**20:.1f} MiB in {time.perf_counter() - t:.0f} s", flush=True)
+    results = {}
+    for which in ("baseline", "keyframes"):
+        run = subprocess.run([sys.executable, "-m", "bench.replay_seek", "--log", ns.log, "--only", which],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        results[which] = json.loads(run.stdout.strip().splitlines()[-1])
+    base, key = results["baseline"], results["keyframes"]
+    print(f"log {ns.log}: {os.path.getsize(ns.log) / 2**20:.1f} MiB")
+    print(f"{'':24}{'baseline':>12}{'keyframes':>12}{'ratio':>10}")
+    for name in ("play_to_end_s", "seek_back_10s_s", "seek_middle_s", "seek_start_10s_s"):
+        print(f"{name:24}{base[name]:12.3f}{key[name]:12.3f}{base[name] / max(key[name], 1e-9):9.1f}x")
+    for name in ("rss_at_end_bytes", "peak_rss_bytes"):
+        print(f"{name:24}{base[name] / 2**20:11.1f}M{key[name] / 2**20:11.1f}M")
+    print(f"keyframes kept: {key['keyframes']}, {key['keyframe_bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,184 @@
+"""A replay's keyframes: what it needs to go on from points of its log, kept as it plays.
+
+The state a replay's frame shows is built from every record before it, so a seek back played
+the log again from its start: 18 s near the end of a 450 MB log (256 ranks, 4 minutes), an hour
+and more in a day's. A :class:`Keyframes` keeps copies of that state (the replay's hub core,
+its viewer's state, where its log cursor is) every so often as the replay plays forward, and a
+seek goes on from the nearest one at or before its target.
+
+Memory stays bounded by the state's size, whatever the log's length: past ``max_count`` copies,
+or ``budget_bytes`` of them, every other one goes and the spacing doubles, so the copies kept
+stay spread evenly over the part of the log played.
+
+A copy is the state pickled into bytes in this process, and only ever unpickled by it: nothing
+read from a socket or a file is unpickled. Pickling is several times faster than
+``copy.deepcopy`` of the same objects. A rank's history (its :class:`~.ring.Ring`, most of a
+copy's bytes) is the same in the hub core's state and the viewer's: its rows are kept once.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+from dataclasses import dataclass
+
+import msgspec
+
+from .ring import Ring, _ring_again
+
+EVERY_S = 10.0
+"""Seconds of the log's own time between two keyframes, at first (doubled at each thinning)."""
+LEAST_BYTES = 4 << 20
+"""Bytes of log read between two keyframes at least, at first (doubled at each thinning): a log
+this small plays again from its start in a moment, and its keyframes would be memory for
+nothing."""
+LOG_BYTES_PER_BYTE = 10
+"""Bytes of log read between two keyframes at least, for each byte of the last one: a keyframe
+takes about as long to make as a replay takes to play the log's bytes of its size (a 256-rank
+state, 3.7 MiB, in 0.1 s), so keyframes cost the replay a tenth of its time at the most, and a
+seek back plays no more than 10 keyframes' bytes of log (under a second at 256 ranks)."""
+MAX_COUNT = 32
+"""Keyframes kept at most."""
+BUDGET_BYTES = 64 << 20
+"""Bytes the keyframes may take, all together (a 256-rank replay's state is about 3.7 MiB). A
+state larger alone (tens of thousands of ranks) is kept in none: its seeks play the log from its
+start, as before keyframes."""
+
+
+@dataclass(slots=True)
+class Keyframe:
+    """A replay's state at one point of its log."""
+
+    at: float
+    """The replay's clock (the log's time) the state is at."""
+    offset: int
+    """Bytes of the log read up to it."""
+    blob: bytes
+    """The state, pickled."""
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.blob)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a ring as its rows' bytes, one bytes object for rings of the same rows (pickled
+    once), and a message with its defaults left out: msgspec leaves a field out of what it
+    encodes when it holds the default object itself, not an equal one (a copied Hello encoded
+    ``"device":"cpu"`` where the original had nothing)."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._rows: dict[bytes, bytes] = {}
+
+    def reducer_override(self, obj: object):
+        if isinstance(obj, msgspec.Struct):
+            cls = type(obj)
+            fields = _FIELDS.get(cls)
+            if fields is None:
+                fields = _FIELDS[cls] = _fields_and_defaults(cls)
+            return (_struct_again, (cls, tuple((name, v) for name, default in fields if (v := getattr(obj, name)) is not default)))
+        if type(obj) is Ring:
+            rows = bytes(obj._buf)
+            rows = self._rows.setdefault(rows, rows)
+            return (_ring_again, (obj.capacity, obj.columns, rows, obj._head, obj._count))
+        return NotImplemented
+
+
+_NO_DEFAULT = object()
+_FIELDS: dict[type, tuple[tuple[str, object], ...]] = {}
+
+
+def _fields_and_defaults(cls: type) -> tuple[tuple[str, object], ...]:
+    """(name, default object) of each field of a msgspec Struct (``_NO_DEFAULT``: none, or
+    made fresh for each: always pickled)."""
+    names = cls.__struct_fields__
+    defaults = cls.__struct_defaults__
+    pad = (_NO_DEFAULT,) * (len(names) - len(defaults))
+    return tuple((n, _NO_DEFAULT if _is_factory(d) else d) for n, d in zip(names, pad + defaults))
+
+
+def _is_factory(default: object) -> bool:
+    return type(default).__name__ == "Factory"  # (msgspec's, for a default such as {}: not public)
+
+
+def _struct_again(cls: type, fields: tuple[tuple[str, object], ...]) -> object:
+    """A message (a msgspec Struct) as :class:`_Pickler` keeps it: its fields not given take
+    the class's default objects."""
+    return cls(**dict(fields))
+
+
+class Keyframes:
+    """Copies of a replay's state at points of its log, oldest first (see the module)."""
+
+    def __init__(self, *, every_s: float | None = None, least_bytes: int | None = None, max_count: int | None = None,
+                 budget_bytes: int | None = None) -> None:  # fmt: skip
+        """Each limit defaults to the module's constant of its name (read now: a test or a
+        benchmark may set them)."""
+        self.every_s = EVERY_S if every_s is None else every_s
+        """Seconds of the log's time between two keyframes now."""
+        self.least_bytes = LEAST_BYTES if least_bytes is None else least_bytes
+        """Bytes of log read between two keyframes at least now (and LOG_BYTES_PER_BYTE times
+        the last one's bytes)."""
+        self.max_count = MAX_COUNT if max_count is None else max_count
+        self.budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
+        self._kept: list[Keyframe] = []
+        self.bytes = 0
+        """Bytes the keyframes kept take."""
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def __iter__(self):
+        return iter(self._kept)
+
+    def due(self, at: float, offset: int, since: float) -> bool:
+        """Whether a replay at ``at`` of its log, ``offset`` bytes into it, keeps a keyframe now;
+        ``since``: where the first is counted from (the log's start)."""
+        last = self._kept[-1] if self._kept else None
+        if last is None:
+            return at - since >= self.every_s and offset >= self.least_bytes
+        return at - last.at >= self.every_s and offset - last.offset >= max(self.least_bytes, LOG_BYTES_PER_BYTE * last.nbytes)
+
+    def keep(self, at: float, offset: int, state: object) -> Keyframe | None:
+        """Keep a copy of ``state`` as the replay's at ``at``, then thin the keyframes out to
+        their limits; None (and none kept from now on) when the copy alone is over them."""
+        buf = io.BytesIO()
+        _Pickler(buf).dump(state)
+        kf = Keyframe(at=at, offset=offset, blob=buf.getvalue())
+        if kf.nbytes > self.budget_bytes:
+            self.every_s = math.inf
+            return None
+        self._kept.append(kf)
+        self.bytes += kf.nbytes
+        self._thin()
+        return kf
+
+    def _thin(self) -> None:
+        kept = self._kept
+        while len(kept) > 1 and (len(kept) > self.max_count or self.bytes > self.budget_bytes):
+            # Every other one goes (the newest stays): the spacing doubles, evenly.
+            self._kept = kept = kept[(len(kept) + 1) % 2 :: 2]
+            self.bytes = sum(k.nbytes for k in kept)
+            self.every_s *= 2
+            self.least_bytes *= 2
+
+    def before(self, at: float) -> Keyframe | None:
+        """The newest keyframe at or before ``at`` (None: none is)."""
+        found = None
+        for kf in self._kept:
+            if kf.at > at + 1e-9:
+                break
+            found = kf
+        return found
+
+    @staticmethod
+    def load(kf: Keyframe) -> object:
+        """A fresh copy of the state ``kf`` holds (the keyframe stays as it is, for later seeks)."""
+        return pickle.loads(kf.blob)
+
+    def clear(self) -> None:
+        """Forget them all (what they hold no longer fits the replay: its start moved)."""
+        self._kept = []
+        self.bytes = 0

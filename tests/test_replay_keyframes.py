@@ -1,0 +1,236 @@
+"""A replay's seek goes on from a keyframe kept as it played, not from its log's start, and
+what it shows there is what a replay played from the start shows."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+
+import msgspec
+import pytest
+
+from pardash.telemetry import keyframes, schema
+from pardash.telemetry.client import ReplaySource
+from pardash.telemetry.keyframes import Keyframes
+from pardash.tui.model import RowBuilder
+
+T0 = 1.7e9
+RANKS = 4
+SECONDS = 60
+
+
+def _log(path, seconds: int = SECONDS):
+    """Four ranks stepping five times a second for ``seconds``, with what a run's log holds
+    besides: system samples, heartbeats, a checkpoint, a warning, a straggler verdict and its
+    clearing, rank 3 crashing and torchrun restarting it, and every rank's exit."""
+    msgs: list = [schema.Event(rank=-1, seq=-1, name="hub", message="hub started", t=T0 - 1, run="x")]
+    msgs += [schema.Hello(rank=r, world_size=RANKS, t=T0, run="x", seq=0, host=f"n{r // 2}", strategy="ddp") for r in range(RANKS)]
+    seq = [1] * RANKS
+    restarted = False
+    for s in range(1, seconds * 5 + 1):
+        t = T0 + s / 5
+        for r in range(RANKS):
+            if r == 3 and 200 <= s < 206:
+                continue  # (crashed, then restarted)
+            slow = 0.05 if r == 1 and 50 <= s < 150 else 0.0
+            mem = schema.Mem(params_bytes=1 << 20, grads_bytes=1 << 20, optim_bytes=(2 + r) << 20)
+            msgs.append(schema.Step(rank=r, step=s, loss=2.0 / math.sqrt(s) + r * 1e-3, step_s=0.2, data_s=0.01 + slow, self_s=0.05 + slow,
+                                    comm_s=0.1 - slow, samples=8, samples_total=8 * s, t=t + r * 1e-3, seq=seq[r], run="x", mem=mem))  # fmt: skip
+            seq[r] += 1
+            if s % 5 == 0:
+                msgs.append(schema.Heartbeat(rank=r, step=s, phase="forward", t=t + 0.01, seq=seq[r], run="x"))
+                msgs.append(schema.System(rank=r, cpu_pct=90.0 + s % 7, rss_bytes=(1 << 30) + s, t=t + 0.02, seq=seq[r] + 1, run="x"))
+                seq[r] += 2
+        if s == 100:
+            msgs.append(schema.Event(rank=0, name="checkpoint", step=s, duration_s=1.5, t=t + 0.05, seq=seq[0], run="x"))
+            seq[0] += 1
+        if s == 60:
+            msgs.append(schema.Verdict(rank=1, seq=-1, verdict="straggler", cause="data", cost_s=0.05, step=s, t=t + 0.05, run="x"))
+        if s == 150:
+            msgs.append(schema.Verdict(rank=1, seq=-1, verdict="straggler_cleared", step=s, t=t + 0.05, run="x"))
+        if s == 120:
+            msgs.append(schema.Event(rank=2, name="warning", message="loss spike", step=s, t=t + 0.05, seq=seq[2], run="x"))
+            seq[2] += 1
+        if s == 199:
+            msgs.append(schema.Event(rank=3, name="error", message="RuntimeError: boom", step=s, t=t + 0.05, seq=seq[3], run="x"))
+            msgs.append(schema.Event(rank=3, name="exit", code=1, step=s + 1, t=t + 0.06, seq=seq[3] + 1, run="x"))
+        if s == 205 and not restarted:
+            restarted = True
+            seq[3] = 0
+            msgs.append(schema.Hello(rank=3, world_size=RANKS, t=t + 0.1, run="x", seq=0, host="n1", strategy="ddp", restart=1, pid=7))
+            seq[3] = 1
+    end = T0 + seconds + 0.1
+    msgs += [schema.Event(rank=r, name="exit", code=0, step=seconds * 5, t=end, seq=seq[r], run="x") for r in range(RANKS)]
+    msgs.append(schema.Event(rank=-1, seq=-1, name="hub", message="hub stopped: 0 lost, 0 rejected", t=end + 0.5, run="x"))
+    path.write_bytes(schema.encode_json_lines(msgs))
+    os.utime(path, (1.6e9, 1.6e9))  # a finished log, not one being written
+    return path
+
+
+@pytest.fixture
+def kept_often(monkeypatch):
+    """Keyframes every second of the log, whatever its size (a test's log is small)."""
+    monkeypatch.setattr(keyframes, "EVERY_S", 1.0)
+    monkeypatch.setattr(keyframes, "LEAST_BYTES", 0)
+    monkeypatch.setattr(keyframes, "LOG_BYTES_PER_BYTE", 0)
+
+
+def _from_the_start(path, at: float) -> ReplaySource:
+    """A fresh replay of ``path`` seeked to ``at``: every frame played from the log's start."""
+    src = ReplaySource(str(path))
+    src.keyframes = Keyframes(every_s=math.inf)
+    src.seek(at)
+    return src
+
+
+def _shown(src: ReplaySource) -> dict:
+    """What the dashboard shows of a replay, and the counts behind it: the grid's rows, each
+    rank's history (its charts) and counters, the event log, the run's trend and the header's
+    counts."""
+    st = src.state
+    enc = msgspec.json.encode
+    ranks = {
+        r.rank: (
+            r.history.columns_bytes(), r.steps_seen, r.restarts, r.exit_code, r.finished, r.smooth, r.samples_rate,
+            enc(r.step), enc(r.hello), enc(r.system), enc(r.heartbeat), enc(r.straggler), enc(r.straggled), r.seq.received, r.seq.lost,
+        )  # fmt: skip
+        for r in st.ranks.values()
+    }
+    rows = [(r.rank, r.status, r.step, r.step_s, r.self_s, r.loss, r.held_bytes) for r in RowBuilder().build(st)]
+    stats = src.stats
+    return {
+        "rows": rows,
+        "ranks": ranks,
+        "events": [enc(m) for m in st.events],
+        "lifecycle": [enc(m) for m in st.lifecycle],
+        "trend": st.trend.points(),
+        "run": (st.run_id, st.t0, st.t_last, st.t_last_rank, st.step, st.lost, st.hseq, dict(st.counts)),
+        "stats": (stats.received, stats.rejected, stats.lost, stats.dropped),
+        "frames": (src.fseq, src.frames_applied, src.position_s, src.done),
+        "core": (src.core.received, src.core.hseq, src.core.fseq),
+    }
+
+
+def test_a_seek_back_goes_on_from_a_keyframe_and_shows_what_a_replay_from_the_start_shows(tmp_path, kept_often, monkeypatch):
+    # A seek back played the log again from its start: 18 s near the end of a 450 MB log, an
+    # hour in a day's. It goes on from the nearest keyframe before its target now, and the
+    # figures there are those of a replay played to there from the start.
+    log = _log(tmp_path / "run.jsonl")
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    assert len(src.keyframes) >= 10
+    first = next(iter(src.keyframes)).at - src.t_start
+    restarts = []
+    real = src._restart
+    monkeypatch.setattr(src, "_restart", lambda: (restarts.append(1), real())[1])
+    for at in (src.duration_s - 10.0, 12.5, 40.8, 39.0, 1.3, 0.05, 21.0, src.duration_s):
+        src.seek(at)
+        assert _shown(src) == _shown(_from_the_start(log, at)), at
+        assert len(restarts) == (at < first), at  # (from the log's start only before its first keyframe)
+        restarts.clear()
+    # (a keyframe at the target itself: nothing played after it)
+    kf = next(iter(src.keyframes))
+    src.seek(kf.at - src.t_start)
+    assert _shown(src) == _shown(_from_the_start(log, kf.at - src.t_start))
+
+
+def test_a_seek_forward_past_a_keyframe_goes_on_from_it(tmp_path, kept_often):
+    # Back at the start, then to the end (`>`, or `]` held): the end's keyframes are there still.
+    log = _log(tmp_path / "run.jsonl")
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    src.seek(0.0)
+    fed = []
+    real = src._feed_until
+    src._feed_until = lambda t: (fed.append(t), real(t))[1]  # type: ignore[method-assign]
+    src.seek(src.duration_s)
+    assert len(fed) < 20  # (from the last keyframe: some 10 frames, not the 300 of the whole log)
+    assert _shown(src) == _shown(_from_the_start(log, src.duration_s))
+
+
+def test_a_replay_played_on_by_its_polls_after_a_seek_back_ends_as_one_from_the_start(tmp_path, kept_often, monkeypatch):
+    # The viewer's own way: `[` asks (seek_soon), its polls go on with it, then play on to the end.
+    from pardash.telemetry import client
+
+    clock = [1000.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
+    log = _log(tmp_path / "run.jsonl")
+    src = ReplaySource(str(log), speed=64.0)
+    src.seek(30.0)
+    src._restart = lambda: pytest.fail("a seek back played the log from its start")  # type: ignore[method-assign]
+    src.seek_soon(17.0)
+    while src.seeking:
+        src.poll()
+    assert src.position_s == 17.0
+    assert _shown(src) == _shown(_from_the_start(log, 17.0))
+    while not src.done:
+        clock[0] += 0.25
+        src.poll()
+    assert _shown(src) == _shown(_from_the_start(log, src.duration_s))
+
+
+def test_a_gzip_log_seeks_back_from_its_keyframes_too(tmp_path, kept_often):
+    log = _log(tmp_path / "run.jsonl")
+    kept = tmp_path / "run.jsonl.gz"
+    kept.write_bytes(gzip.compress(log.read_bytes()))
+    src = ReplaySource(str(kept))
+    src.seek(src.duration_s)
+    src._restart = lambda: pytest.fail("a seek back played the log from its start")  # type: ignore[method-assign]
+    src.seek(33.3)
+    assert _shown(src) == _shown(_from_the_start(log, 33.3))
+
+
+def test_the_keyframes_of_a_long_replay_stay_few_and_spread_over_it(tmp_path, kept_often, monkeypatch):
+    # Their memory is the state's times a bound, not the log's length: past the bound every
+    # other one goes and the spacing doubles.
+    monkeypatch.setattr(keyframes, "MAX_COUNT", 8)
+    log = _log(tmp_path / "run.jsonl")
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    ats = [kf.at - src.t_start for kf in src.keyframes]
+    assert 4 <= len(ats) <= 8, ats
+    gaps = {round(b - a, 6) for a, b in zip(ats, ats[1:])}
+    assert gaps == {src.keyframes.every_s} and src.keyframes.every_s == 8.0, ats
+    assert src.duration_s - ats[-1] < 2 * src.keyframes.every_s
+    one = src.keyframes.bytes / len(ats)
+    # A byte budget of three keyframes' bytes keeps three at the most...
+    monkeypatch.setattr(keyframes, "MAX_COUNT", 100)
+    monkeypatch.setattr(keyframes, "BUDGET_BYTES", int(3.5 * one))
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    assert 1 <= len(src.keyframes) <= 3 and src.keyframes.bytes <= 3.5 * one
+    # ...and a state larger than the budget alone is kept in none, once tried (its seeks play
+    # the log from its start, as before): not copied at every frame after, to be thrown away.
+    monkeypatch.setattr(keyframes, "BUDGET_BYTES", int(0.1 * one))
+    src = ReplaySource(str(log))
+    tried = []
+    real = keyframes._Pickler.dump
+    monkeypatch.setattr(keyframes._Pickler, "dump", lambda self, obj: (tried.append(1), real(self, obj))[1])
+    src.seek(src.duration_s)
+    assert len(src.keyframes) == 0 and len(tried) == 1
+    src.seek(30.0)
+    assert _shown(src) == _shown(_from_the_start(log, 30.0))
+
+
+def test_a_keyframe_keeps_a_ranks_history_once_for_the_hub_and_the_viewer(tmp_path, kept_often):
+    # (The hub core's state and the viewer's hold the same charts: most of a keyframe's bytes.)
+    log = _log(tmp_path / "run.jsonl")
+    src = ReplaySource(str(log))
+    src.seek(30.0)
+    kf = list(src.keyframes)[-1]
+    core, state = Keyframes.load(kf)[:2]
+    rows = sum(len(q.history._buf) for q in state.ranks.values())
+    assert rows < kf.nbytes < 2 * rows, (rows, kf.nbytes)
+    assert {r: q.history.columns_bytes() for r, q in core.state.ranks.items()} == {
+        r: q.history.columns_bytes() for r, q in state.ranks.items()
+    }
+    assert core.state.ranks[0].history is not state.ranks[0].history  # (each its own, as played)
+
+
+def test_a_small_log_keeps_no_keyframes(tmp_path):
+    # Played again from its start in a moment: keyframes would be memory for nothing.
+    log = _log(tmp_path / "run.jsonl")
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    assert len(src.keyframes) == 0
