@@ -753,7 +753,8 @@ def _status(r: RankState, closed: bool) -> str:
 
 
 def _hub_stopped_first(state: RunState, closed: bool) -> dict | None:
-    not_ended = [r.rank for r in state.ranks.values() if _status(r, closed) == NO_EXIT]
+    # (by rank: in the order they said hello, "ranks": [1, 0] where rank 1 spoke first)
+    not_ended = sorted(r.rank for r in state.ranks.values() if _status(r, closed) == NO_EXIT)
     return {"step": state.step, "ranks": not_ended} if closed and not_ended else None
 
 
