@@ -89,9 +89,12 @@ class PardashApp(App[str | None]):
         job_over: Callable[[], bool] | None = None,
         notice: str = "",
         come_back: str = "",
+        output: str = "",
     ) -> None:
         super().__init__()
         self.source = source
+        self.output = output
+        """The ranks' output file the launch gave ('': found from the source, see output_file)."""
         self.come_back = come_back
         """The command that watches this run again, said by the quit dialog's Detach (default
         `pardash attach RUN_ID`; a node > 0's launch serves no id here, and a run with keys
@@ -379,6 +382,7 @@ class PardashApp(App[str | None]):
                 f"Grid: sort by {label}", f"Order the ranks by {label}", lambda k=key: dash.action_sort(k)
             )
         yield SystemCommand("Memory", "Per-rank memory against unsharded (m)", dash.action_memory)
+        yield SystemCommand("Output", "The ranks' own output, as the script prints it (o)", dash.action_output)
         yield SystemCommand("Help", "Keys and what the figures mean (?)", self.action_help)
         if not self.source.live:
             yield SystemCommand("Replay: pause / resume", "Pause or resume the replay (space)", self.action_pause)
@@ -428,6 +432,7 @@ def make_app(
     job_over: Callable[[], bool] | None = None,
     notice: str = "",
     come_back: str = "",
+    output: str = "",
 ) -> PardashApp:
     """Build the dashboard over ``source``.
 
@@ -440,6 +445,8 @@ def make_app(
     torchrun; until the job says so, ``q`` asks). ``notice``: a warning shown once the
     dashboard is up (what the CLI printed before it, which the dashboard would hide).
     ``come_back``: the command that watches the run again (default ``pardash attach RUN_ID``).
+    ``output``: the file the ranks' output goes to (the launch's; an attached run's is found in
+    its folder, a replayed log's beside it): ``o`` shows it.
     """
     return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over, notice=notice,
-                      come_back=come_back)  # fmt: skip
+                      come_back=come_back, output=output)  # fmt: skip

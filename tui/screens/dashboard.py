@@ -164,6 +164,7 @@ class DashboardScreen(Screen):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("m", "memory", "Memory", tooltip="Per-rank memory: sharded against unsharded"),
+        Binding("o", "output", "Output", tooltip="The ranks' own output (what the script prints), as it grows"),
         Binding("c", "toggle_form", "Cells/heat", tooltip="Switch the grid between cells and a heat map"),
         Binding("s", "cycle_sort", "Sort", tooltip="Sort by rank, step time, self time, memory, status"),
         Binding("f", "toggle_flagged", "Flagged", tooltip="Show only flagged ranks, or all"),
@@ -621,6 +622,11 @@ class DashboardScreen(Screen):
         from .memory import MemoryScreen
 
         self.app.push_screen(MemoryScreen())
+
+    def action_output(self) -> None:
+        from .output import OutputScreen, output_file
+
+        self.app.push_screen(OutputScreen(*output_file(self.app.source, getattr(self.app, "output", ""))))
 
     def action_toggle_form(self) -> None:
         grid = self.grid
