@@ -90,9 +90,13 @@ class PardashApp(App[str | None]):
         notice: str = "",
         come_back: str = "",
         output: str = "",
+        attached: bool = False,
     ) -> None:
         super().__init__()
         self.source = source
+        self.attached = attached
+        """A viewer of a job it did not launch (``pardash attach``; ``launched`` when it can stop
+        it): Ctrl+C twice detaches, not stops."""
         self.output = output
         """The ranks' output file the launch gave ('': found from the source, see output_file)."""
         self.come_back = come_back
@@ -329,7 +333,7 @@ class PardashApp(App[str | None]):
             self._leave(OVER)  # every rank is done: no job to stop or leave running
             return
         run_id = self.source.state.run_id
-        self.push_screen(QuitScreen(run_id, over=self._over, come_back=self.come_back), self._quit_chosen)
+        self.push_screen(QuitScreen(run_id, over=self._over, come_back=self.come_back, attached=self.attached), self._quit_chosen)
 
     async def action_help_quit(self) -> None:
         """Ctrl+C quits as q does (Textual only says to press ctrl+q): what a person used to
@@ -433,6 +437,7 @@ def make_app(
     notice: str = "",
     come_back: str = "",
     output: str = "",
+    attached: bool = False,
 ) -> PardashApp:
     """Build the dashboard over ``source``.
 
@@ -446,7 +451,8 @@ def make_app(
     dashboard is up (what the CLI printed before it, which the dashboard would hide).
     ``come_back``: the command that watches the run again (default ``pardash attach RUN_ID``).
     ``output``: the file the ranks' output goes to (the launch's; an attached run's is found in
-    its folder, a replayed log's beside it): ``o`` shows it.
+    its folder, a replayed log's beside it): ``o`` shows it. ``attached``: a viewer of a job it
+    did not launch (``pardash attach``), which Ctrl+C twice leaves (the launch's own stops it).
     """
     return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over, notice=notice,
-                      come_back=come_back, output=output)  # fmt: skip
+                      come_back=come_back, output=output, attached=attached)  # fmt: skip
