@@ -294,7 +294,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     run_id = str(entry.get("run_id") or client.run_id or "")
     if supervisor and not supervisor_alive(supervisor, run_id) and not job_processes(supervisor, run_id):
         supervisor = 0  # its job is over (or runs elsewhere): nothing here to stop
-    app = make_app(client, launched=bool(supervisor), title=f"pardash attach {run or ns.target or ''}",
+    app = make_app(client, launched=bool(supervisor), title=f"pardash attach {run or ns.target or ''}", attached=True,
                    notice=f"watching run {run}{newest}" if newest else "", come_back=_attach_again(client, ns))  # fmt: skip
     choice = app.run()
     if choice == "stop" and supervisor and not supervisor_alive(supervisor, run_id):

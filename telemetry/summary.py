@@ -242,6 +242,30 @@ def ranks_named(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
 
 
+ETA_LEAST_S = 5.0
+"""Run time a rank's recent history must span before its pace gives a time left."""
+
+
+def time_left_s(state: RunState, total: int | None) -> float | None:
+    """Seconds until the run reaches step ``total`` (the trainer's ``--steps``, or what its
+    epochs come to) at its slowest running rank's pace over its recent history (its last
+    HISTORY_POINTS frames: pauses for evaluations and saves included, as they will recur);
+    None when not known: no total, no rank training, under ETA_LEAST_S of history, or the total
+    reached."""
+    if not total:
+        return None
+    left = None
+    for r in state.ranks.values():
+        if r.step is None or r.exit_code is not None or r.finished:
+            continue
+        steps, t = r.history["step"].values(), r.history["t"].values()
+        if len(steps) < 2 or t[-1] - t[0] < ETA_LEAST_S or steps[-1] <= steps[0] or steps[-1] >= total:
+            continue
+        mine = (total - steps[-1]) * (t[-1] - t[0]) / (steps[-1] - steps[0])
+        left = mine if left is None else max(left, mine)
+    return left
+
+
 def straggled_text(v) -> str:
     """A rank that was a straggler (its first straggler verdict, ``RankState.straggled``), once
     it is done: when the hub found it (the report gives since when it straggled, from the steps

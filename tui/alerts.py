@@ -291,10 +291,6 @@ def _stopped_how(rank: int, cause: str) -> str:
     return cause.removeprefix("stopped") if cause.startswith("stopped by ") else ""
 
 
-def straggled_text(v: schema.Verdict) -> str:
-    """A rank that was a straggler, once it is done: when the hub found it (the report gives
-    since when it straggled, from the steps before)."""
-    return f"rank {v.rank} was a straggler ({v.cause or 'cause unknown'}), found at step {v.step}"
 
 
 def _stuck_text(r: st.RankState, waiting_for: str = "") -> str:

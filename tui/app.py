@@ -96,9 +96,16 @@ class PardashApp(App[str | None]):
         job_over: Callable[[], bool] | None = None,
         notice: str = "",
         come_back: str = "",
+        output: str = "",
+        attached: bool = False,
     ) -> None:
         super().__init__()
         self.source = source
+        self.attached = attached
+        """A viewer of a job it did not launch (``pardash attach``; ``launched`` when it can stop
+        it): Ctrl+C twice detaches, not stops."""
+        self.output = output
+        """The ranks' output file the launch gave ('': found from the source, see output_file)."""
         self.come_back = come_back
         """The command that watches this run again, said by the quit dialog's Detach (default
         `pardash attach RUN_ID`; a node > 0's launch serves no id here, and a run with keys
@@ -343,7 +350,7 @@ class PardashApp(App[str | None]):
             self._leave(OVER)  # every rank is done: no job to stop or leave running
             return
         run_id = self.source.state.run_id
-        self.push_screen(QuitScreen(run_id, over=self._over, come_back=self.come_back), self._quit_chosen)
+        self.push_screen(QuitScreen(run_id, over=self._over, come_back=self.come_back, attached=self.attached), self._quit_chosen)
 
     async def action_help_quit(self) -> None:
         """Ctrl+C quits as q does (Textual only says to press ctrl+q): what a person used to
@@ -396,6 +403,7 @@ class PardashApp(App[str | None]):
                 f"Grid: sort by {label}", f"Order the ranks by {label}", lambda k=key: dash.action_sort(k)
             )
         yield SystemCommand("Memory", "Per-rank memory against unsharded (m)", dash.action_memory)
+        yield SystemCommand("Output", "The ranks' own output, as the script prints it (o)", dash.action_output)
         yield SystemCommand("Help", "Keys and what the figures mean (?)", self.action_help)
         if not self.source.live:
             yield SystemCommand("Replay: pause / resume", "Pause or resume the replay (space)", self.action_pause)
@@ -445,6 +453,8 @@ def make_app(
     job_over: Callable[[], bool] | None = None,
     notice: str = "",
     come_back: str = "",
+    output: str = "",
+    attached: bool = False,
 ) -> PardashApp:
     """Build the dashboard over ``source``.
 
@@ -457,6 +467,9 @@ def make_app(
     torchrun; until the job says so, ``q`` asks). ``notice``: a warning shown once the
     dashboard is up (what the CLI printed before it, which the dashboard would hide).
     ``come_back``: the command that watches the run again (default ``pardash attach RUN_ID``).
+    ``output``: the file the ranks' output goes to (the launch's; an attached run's is found in
+    its folder, a replayed log's beside it): ``o`` shows it. ``attached``: a viewer of a job it
+    did not launch (``pardash attach``), which Ctrl+C twice leaves (the launch's own stops it).
     """
     return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over, notice=notice,
-                      come_back=come_back)  # fmt: skip
+                      come_back=come_back, output=output, attached=attached)  # fmt: skip

@@ -142,6 +142,24 @@ async def test_ctrl_c_on_the_quit_dialog_stops_the_job_as_a_second_ctrl_c_does()
     assert app.return_value == "stop" and chosen == ["stop"]
 
 
+async def test_ctrl_c_twice_in_an_attached_viewer_detaches_and_leaves_the_job_training():
+    # `pardash attach` to a launched job, then Ctrl-C twice (as one leaves nvitop or tail -f,
+    # pressing again when the first seemed to do nothing): it stopped the job, hours of training
+    # with it. In the attached viewer it detaches; stopping takes s (or the button).
+    from textual.widgets import Label
+
+    chosen: list[str] = []
+    app = replay_app("run4.jsonl", launched=True, attached=True, on_exit_choice=chosen.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitScreen)
+        assert str(app.screen.query_one("#keys", Label).render()) == "s stop · d or ctrl+c detach · esc cancel"
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert app.return_value == "detach" and chosen == ["detach"]
+
+
 @pytest.mark.parametrize("come_back", ["", "pardash attach tcp://10.0.0.1:29600 --curve-dir keys"])
 async def test_the_quit_dialog_says_the_command_that_watches_the_run_again(come_back):
     # On node 1 of a two-node job it said "come back with `pardash attach RUN_ID`", which fails

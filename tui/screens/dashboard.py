@@ -17,8 +17,9 @@ from textual.widget import Widget
 
 from pardash.telemetry.client import Source
 from pardash.telemetry.logreader import no_rank_reported
+from pardash.telemetry.summary import stragglers_were
 
-from ..alerts import run_alerts, straggled_text
+from ..alerts import run_alerts
 from ..charts import newest_loss, run_series
 from ..format import fmt_loss
 from ..grid_layout import lay_out
@@ -164,6 +165,7 @@ class DashboardScreen(Screen):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("m", "memory", "Memory", tooltip="Per-rank memory: sharded against unsharded"),
+        Binding("o", "output", "Output", tooltip="The ranks' own output (what the script prints), as it grows"),
         Binding("c", "toggle_form", "Cells/heat", tooltip="Switch the grid between cells and a heat map"),
         Binding("s", "cycle_sort", "Sort", tooltip="Sort by rank, step time, self time, memory, status"),
         Binding("f", "toggle_flagged", "Flagged", tooltip="Show only flagged ranks, or all"),
@@ -483,7 +485,9 @@ class DashboardScreen(Screen):
             # (every rank "healthy" read oddly right under the crash that made torchrun restart them)
             alerts.calm = f"… torchrun restarted the job (restart {restart}): its ranks are starting again"
         else:
-            alerts.calm = "✓ no alerts: every rank is healthy"
+            # (and who was a straggler before: someone looking in after hours read "every rank is
+            # healthy" and nothing of the spell at 00:46, gone from the event log's 500 lines)
+            alerts.calm = "✓ no alerts: every rank is healthy" + _stragglers_were(state)
         self._fit_alerts()
         w.events.origin = origin
         w.events.sync(state)
@@ -622,6 +626,11 @@ class DashboardScreen(Screen):
 
         self.app.push_screen(MemoryScreen())
 
+    def action_output(self) -> None:
+        from .output import OutputScreen, output_file
+
+        self.app.push_screen(OutputScreen(*output_file(self.app.source, getattr(self.app, "output", ""))))
+
     def action_toggle_form(self) -> None:
         grid = self.grid
         grid.form = "cells" if grid.heat else "heat"
@@ -669,11 +678,7 @@ def _starting_again(state) -> int:
 
 
 def _stragglers_were(state) -> str:
-    """A finished run's stragglers, which its alerts no longer show (the events still do)."""
-    slow = sorted((r for r in state.ranks.values() if r.straggled is not None), key=lambda r: r.rank)
-    if not slow:
-        return ""
-    if len(slow) == 1:
-        return f" · {straggled_text(slow[0].straggled)}"
-    names = ", ".join(str(r.rank) for r in slow[:6]) + (", …" if len(slow) > 6 else "")
-    return f" · ranks {names} were stragglers (see the events)"
+    """The run's stragglers, which its alerts no longer show once they are done or caught up
+    (the events say when; in a run of hours the event log's first lines are gone)."""
+    slow = stragglers_were(state)
+    return f" · {slow}" if slow else ""

@@ -72,10 +72,10 @@ class QuitScreen(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
         Binding("s", "choose('stop')", "Stop the job"),
-        # Ctrl+C again, on the question a first Ctrl+C asked: stop, as a second Ctrl+C stops a
-        # torchrun job (and `pardash launch --headless`'s "Ctrl-C again stops it"). It did
-        # nothing: the app's Ctrl+C asks to quit, and the question was already open.
-        Binding("ctrl+c", "choose('stop')", "Stop the job", show=False),
+        # Ctrl+C again, on the question a first Ctrl+C asked: in the launch's own viewer, stop,
+        # as a second Ctrl+C stops a torchrun job (and `pardash launch --headless`'s "Ctrl-C
+        # again stops it"); in a viewer attached to the job, detach (see action_ctrl_c).
+        Binding("ctrl+c", "ctrl_c", "Stop the job", show=False),
         Binding("d", "choose('detach')", "Detach"),
         Binding("c", "cancel", "Cancel", show=False),
         Binding("q", "leave_if_over", show=False),
@@ -83,9 +83,13 @@ class QuitScreen(ModalScreen[str | None]):
         Binding("right", "app.focus_next", show=False),
     ]
 
-    def __init__(self, run_id: str = "", over: Callable[[], bool] | None = None, come_back: str = "") -> None:
+    def __init__(self, run_id: str = "", over: Callable[[], bool] | None = None, come_back: str = "", attached: bool = False) -> None:
         super().__init__()
         self.run_id = run_id
+        self.attached = attached
+        """This viewer attached to a job it did not launch (``pardash attach``): Ctrl+C twice
+        leaves it, as it leaves nvitop or ``tail -f``. It stopped the job: hours of training
+        lost to someone looking in on it (the headless attach's Ctrl-C only stops watching)."""
         self.come_back = come_back
         """The command that watches the run again (default ``pardash attach RUN_ID``): on a
         node > 0, whose registry knows no such run, it attaches to node 0's hub, and a run with
@@ -113,7 +117,8 @@ class QuitScreen(ModalScreen[str | None]):
                 yield Button("Stop the job", variant="error", id="stop")
                 yield Button("Detach", variant="primary", id="detach")
                 yield Button("Cancel", id="cancel")
-            yield Label("s or ctrl+c stop · d detach · esc cancel", id="keys")
+            keys = "s stop · d or ctrl+c detach" if self.attached else "s or ctrl+c stop · d detach"
+            yield Label(f"{keys} · esc cancel", id="keys")
 
     def on_resize(self) -> None:
         # Under the dialog's width the buttons' least width (16 each) pushed Cancel off the screen
@@ -156,6 +161,9 @@ class QuitScreen(ModalScreen[str | None]):
 
     def action_choose(self, choice: str) -> None:
         self.dismiss(OVER if self.ended else choice)
+
+    def action_ctrl_c(self) -> None:
+        self.action_choose("detach" if self.attached else "stop")
 
     def action_leave_if_over(self) -> None:
         """q on the dialog: leaves once the job has ended (before, it waits for s, d or esc)."""

@@ -15,8 +15,9 @@ from textual.widgets import Static
 
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
+from pardash.telemetry.summary import straggled_text
 
-from ..alerts import Alert, run_alerts, straggled_text
+from ..alerts import Alert, run_alerts
 from ..charts import ChartSeries, chart_series
 from ..format import fmt_bytes, fmt_loss, fmt_step_no, fmt_step_time
 from ..messages import RunUpdated

@@ -30,6 +30,7 @@ class FittedFooter(Footer):
         "toggle_form",  # c: the grid picks cells or a heat map by itself
         "toggle_flagged",
         "move",  # n/p in a rank's detail (escape and another rank do the same)
+        "output",
         "memory",
         "cycle_sort",
         "choose",

@@ -17,7 +17,7 @@ from textual.widget import Widget
 
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
-from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent
+from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent, time_left_s, total_steps
 
 from ..format import fmt_count, fmt_duration, fmt_rate
 from ..model import SAVING, WAITING, RunTotals, run_totals
@@ -160,6 +160,10 @@ class RunSummary:
     nodes: int = 0
     device: str = ""
     step: int = 0
+    total_steps: int | None = None
+    """The steps the run is to take (the trainer's --steps, or what its epochs come to), when known."""
+    time_left_s: float | None = None
+    """Until ``total_steps``, at the slowest running rank's recent pace (None: not known, or done)."""
     restarts: int = 0
     """Times torchrun restarted the job (--max-restarts), the most any rank says."""
     samples_per_s: float | None = None
@@ -262,6 +266,8 @@ def summarize(
         nodes=totals.nodes,
         device=device,
         step=totals.step,
+        total_steps=(total := total_steps(hello)),
+        time_left_s=time_left_s(state, total) if counts.get(st.RUNNING) else None,
         restarts=max((r.restarts for r in state.ranks.values()), default=0),
         samples_per_s=sps,
         samples_per_s_when=when,
@@ -515,13 +521,18 @@ class RunHeader(CachedStyles, Widget):
         # Written as the grid, the event log and the progress lines write a step ("2000", not
         # "2,000"); the slowest rank's, the one every rank has done (a rank may be one ahead).
         step = str(s.step)
-        first.append(_figure(self._pair("step", step), step, STEP_DIGITS))
+        if s.total_steps:  # (of how many, as `pardash ps` and the progress lines say it)
+            step += f"/{s.total_steps}"
+        first.append(_figure(self._pair("step", step), step, STEP_DIGITS + (len(str(s.total_steps)) + 1 if s.total_steps else 0)))
         if s.restarts:
             first.append(self._pair("restarts", fmt_count(s.restarts), "warn"))
         rate = fmt_rate(s.samples_per_s)
         first.append(_figure(self._pair("samples/s", " ".join(filter(None, (rate, when)))), rate, RATE_CELLS))
         elapsed = fmt_duration(s.elapsed_s)
         first.append(_figure(self._pair("elapsed", elapsed), elapsed, DURATION_CELLS))
+        if s.time_left_s is not None:  # (someone looking in on a run of hours asks first when it ends)
+            left = fmt_duration(s.time_left_s)
+            first.append(_figure(self._pair("left", left), left, DURATION_CELLS))
         if s.device:  # the least of the first line's: the first to go
             first.append(Choice(([(s.device, self._s("label"))],), optional=True))
         return first

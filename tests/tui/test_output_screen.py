@@ -1,0 +1,123 @@
+"""`o`: the ranks' own output (what the script prints), which under the TUI goes to the run's
+output.log alone. Before, nothing on the screen showed it, or said where it went: a review's
+400 'step N loss ...' lines and its validation losses were nowhere a user looked."""
+
+from __future__ import annotations
+
+import shutil
+
+from tui_helpers import DATA, strip_text, until
+
+from pardash.telemetry.client import ReplaySource
+from pardash.tui.app import make_app
+from pardash.tui.screens import output as output_mod
+from pardash.tui.screens.dashboard import DashboardScreen
+from pardash.tui.screens.output import OutputScreen, OutputTail, output_file
+
+SIZE = (100, 30)
+
+
+def test_the_tail_gives_complete_lines_as_they_come_and_a_redrawn_line_as_a_terminal_shows_it(tmp_path):
+    f = tmp_path / "output.log"
+    f.write_bytes(b"a\nb\npart")
+    tail = OutputTail(str(f))
+    assert tail.read() == ["a", "b"]  # (the line being written waits for its end)
+    assert tail.read() == []
+    with open(f, "ab") as out:
+        out.write(b"ial\n 10%|#\r 50%|###\r100%|#####\n\x1b[31mred\x1b[0m\n")
+    # A progress bar redrawn with CR reads as its last state; a colour's escapes are not acted on.
+    assert tail.read() == ["partial", "100%|#####", "red"]
+    # The file made anew (a run started again in the folder): read from its start.
+    f.write_bytes(b"new\n")
+    assert tail.read() == ["new"]
+    f.unlink()
+    assert tail.read() is None
+
+
+def test_a_big_file_is_read_from_its_end_less_the_line_cut_there(tmp_path, monkeypatch):
+    monkeypatch.setattr(output_mod, "TAIL_BYTES", 20)
+    f = tmp_path / "output.log"
+    f.write_bytes(b"".join(b"line %02d\n" % i for i in range(10)))  # 8 bytes a line
+    tail = OutputTail(str(f))
+    # The last 20 bytes begin 4 bytes into line 07: its rest is no line of its own.
+    assert tail.read() == ["line 08", "line 09"]
+    assert tail.skipped == 60
+
+
+def test_a_line_with_no_end_for_a_long_while_keeps_its_latest_drawing(tmp_path):
+    f = tmp_path / "output.log"
+    bar = b"".join(b"\r%6d%%|" % i + b"#" * 50 for i in range(2000))  # a bar redrawn, never ended
+    f.write_bytes(bar)
+    tail = OutputTail(str(f))
+    assert tail.read() == []
+    with open(f, "ab") as out:
+        out.write(b"\n")
+    (line,) = tail.read()
+    assert line == "  1999%|" + "#" * 50
+
+
+def _replay_with_output(tmp_path, lines: list[str] | None):
+    log = tmp_path / "telemetry.jsonl"
+    shutil.copy(DATA / "run4.jsonl", log)
+    if lines is not None:
+        (tmp_path / "output.log").write_text("".join(f"{x}\n" for x in lines))
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    src.paused = True
+    return src
+
+
+def _shown(screen) -> str:
+    from textual.widgets import RichLog
+
+    log = screen.query_one(RichLog)
+    return "\n".join(strip_text(s).rstrip() for s in log.lines)
+
+
+async def test_o_shows_the_ranks_output_and_follows_it_as_it_grows(tmp_path):
+    src = _replay_with_output(tmp_path, [f"step {i} loss 0.{i}" for i in range(1, 4)])
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OutputScreen) and "step 3 loss 0.3" in _shown(app.screen))
+        screen = app.screen
+        assert _shown(screen).splitlines() == ["step 1 loss 0.1", "step 2 loss 0.2", "step 3 loss 0.3"]
+        assert f"{tmp_path / 'output.log'} · 3 lines" in str(screen.query_one("#title").render())
+        with open(tmp_path / "output.log", "a") as out:
+            out.write("eval at step 3: val_loss 0.25\n")
+        await until(pilot, lambda: "val_loss 0.25" in _shown(screen))
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+
+async def test_o_says_why_when_there_is_no_output_file(tmp_path):
+    src = _replay_with_output(tmp_path, None)
+    path, why = output_file(src)
+    assert path == "" and why.startswith("no output.log beside ")
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OutputScreen))
+        await pilot.pause()
+        title = app.screen.query_one("#title")
+        assert "no output.log beside" in str(title.render())
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+
+def test_the_file_is_the_launchs_own_else_the_attached_runs_folders(tmp_path):
+    class Attached:
+        live = True
+        info = {"run_dir": str(tmp_path)}
+
+    assert output_file(Attached(), "/runs/x/output.log") == ("/runs/x/output.log", "")
+    path, why = output_file(Attached())
+    assert path == "" and "a headless launch prints its ranks' output on its own terminal" in why
+    (tmp_path / "output.log").write_text("hi\n")
+    assert output_file(Attached()) == (str(tmp_path / "output.log"), "")
+
+    class Elsewhere:
+        live = True
+        info: dict = {}
+
+    assert output_file(Elsewhere())[1].startswith("this run's output file is not known here")
