@@ -18,6 +18,7 @@ BENCHES = {
     "tui": "The dashboard at 256 and 1024 ranks (issue 3)",
     "soak": "Hub soak at 1024 ranks and ingest headroom against raw ZeroMQ (issue 7)",
     "hubcost": "Hub work per step message against decoding it alone (issue 7)",
+    "replay_seek": "A replay's seeks on a big log, keyframes against playing it from its start",
 }
 
 
@@ -25,7 +26,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run benchmarks (all of them when none is named), print their tables and update bench/RESULTS.md.",
-        epilog="benches:\n" + "\n".join(f"  {n:<11} {title}" for n, title in BENCHES.items())
+        epilog="benches:\n" + "\n".join(f"  {n:<12} {title}" for n, title in BENCHES.items())
         + "\n\n`python -m bench.NAME --help` says what one measures and how.",
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help="benches to run, in this order")

@@ -1,8 +1,8 @@
 """A replay's seek back on a big log: with its keyframes against playing the log from its start.
 
-    python -m bench.replay_seek --ranks 256 --seconds 240 --log /tmp/sim256.jsonl
+    python -m bench.replay_seek [--ranks 256] [--seconds 240] [--log /tmp/sim256.jsonl] [--write]
 
-writes (once: an existing file of that name is kept) the log a `pardash simulate --ranks 256
+writes (with --log once: an existing file of that name is kept) the log a `pardash simulate --ranks 256
 --keep-log` of that length records, with no hub and no sockets: the simulator's own steps and
 system samples, stamped with the log's clock instead of the wall clock's. Then, in a fresh
 process each (so that one's memory is not the other's), it plays the log to its end, seeks back
@@ -13,7 +13,6 @@ plays the log again from its start).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -106,36 +105,58 @@ def measure(path: str, with_keyframes: bool) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.replay_seek", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
-    parser.add_argument("--ranks", type=int, default=256)
-    parser.add_argument("--seconds", type=float, default=240.0)
-    parser.add_argument("--log", default="/tmp/pardash-bench-replay.jsonl", help="the log (written when missing)")
-    parser.add_argument("--only", choices=("keyframes", "baseline"), help=argparse.SUPPRESS)
-    ns = parser.parse_args(argv)
-    if ns.only:
-        print(json.dumps(measure(ns.log, ns.only == "keyframes")))
-        return 0
-    if not os.path.exists(ns.log):
-        t = time.perf_counter()
-        size = write_log(ns.log, ns.ranks, ns.seconds)
-        print(f"wrote {ns.log}: {size / 2**20:.1f} MiB in {time.perf_counter() - t:.0f} s", flush=True)
+def _both(path: str) -> tuple[dict, dict]:
+    """The baseline's and the keyframes' measures of ``path``, each in a fresh process."""
     results = {}
     for which in ("baseline", "keyframes"):
-        run = subprocess.run([sys.executable, "-m", "bench.replay_seek", "--log", ns.log, "--only", which],
+        run = subprocess.run([sys.executable, "-m", "bench.replay_seek", "--only", which, path],
                              capture_output=True, text=True, check=True)  # fmt: skip
         results[which] = json.loads(run.stdout.strip().splitlines()[-1])
-    base, key = results["baseline"], results["keyframes"]
-    print(f"log {ns.log}: {os.path.getsize(ns.log) / 2**20:.1f} MiB")
-    print(f"{'':24}{'baseline':>12}{'keyframes':>12}{'ratio':>10}")
-    for name in ("play_to_end_s", "seek_back_10s_s", "seek_middle_s", "seek_start_10s_s"):
-        print(f"{name:24}{base[name]:12.3f}{key[name]:12.3f}{base[name] / max(key[name], 1e-9):9.1f}x")
-    for name in ("rss_at_end_bytes", "peak_rss_bytes"):
-        print(f"{name:24}{base[name] / 2**20:11.1f}M{key[name] / 2**20:11.1f}M")
-    print(f"keyframes kept: {key['keyframes']}, {key['keyframe_bytes'] / 2**20:.1f} MiB")
-    return 0
+    return results["baseline"], results["keyframes"]
+
+
+def run(ranks: int = 256, seconds: float = 240.0, log: str | None = None) -> tuple[list, str]:
+    """Rows for bench/RESULTS.md: ``log`` kept (written when missing), else a temporary file."""
+    import tempfile
+
+    from .common import Row
+
+    t0 = time.monotonic()
+    name = f"replay of {ranks} ranks x {seconds:.0f} s"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = log or os.path.join(tmp, "run.jsonl")
+        if not os.path.exists(path):
+            write_log(path, ranks, seconds)
+        size = os.path.getsize(path)
+        base, key = _both(path)
+    rows = []
+    for label, metric in (("seek back 10 s from the end ([)", "seek_back_10s_s"), ("seek to the middle", "seek_middle_s"),
+                          ("seek to 10 s in", "seek_start_10s_s")):  # fmt: skip
+        rows.append(Row(name, f"{label}, s", f"{key[metric]:.2f}", f"{base[metric]:.2f} (from the log's start)",
+                        f"{base[metric] / max(key[metric], 1e-9):.1f}x faster", ""))  # fmt: skip
+    rows.append(Row(name, "play to the end, s", f"{key['play_to_end_s']:.2f}", f"{base['play_to_end_s']:.2f} (no keyframes)",
+                    f"{key['play_to_end_s'] / max(base['play_to_end_s'], 1e-9):.2f}x", ""))  # fmt: skip
+    rows.append(Row(name, "peak RSS, MiB", f"{key['peak_rss_bytes'] / 2**20:.0f}", f"{base['peak_rss_bytes'] / 2**20:.0f}",
+                    f"+{(key['peak_rss_bytes'] - base['peak_rss_bytes']) / 2**20:.0f} MiB", ""))  # fmt: skip
+    note = (
+        f"- replay_seek: a {size / 2**20:.0f} MiB log of {ranks} simulated ranks at 10 steps/s (heartbeats and system samples "
+        f"at 1 Hz), played to its end, then sought back 10 s, to its middle and to 10 s in, each in a fresh process: "
+        f"keyframes ({key['keyframes']} kept, {key['keyframe_bytes'] / 2**20:.1f} MiB) against the same replay without them "
+        f"(every seek back plays the log again from its start). {time.monotonic() - t0:.0f} s."
+    )
+    return rows, note
+
+
+def _configure(parser) -> None:
+    parser.add_argument("--ranks", type=int, default=256, help="simulated ranks in the log written (default 256)")
+    parser.add_argument("--seconds", type=float, default=240.0, help="its length in seconds of run (default 240)")
+    parser.add_argument("--log", default=None, help="the log to keep (written when missing; default: a temporary file)")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    if len(sys.argv) == 4 and sys.argv[1] == "--only":  # (one side's measures, in a process of its own)
+        print(json.dumps(measure(sys.argv[3], sys.argv[2] == "keyframes")))
+    else:
+        from .common import standalone
+
+        sys.exit(standalone(__spec__.name, __doc__, lambda ns: run(ns.ranks, ns.seconds, ns.log), configure=_configure))
