@@ -346,10 +346,15 @@ class HubClient(FrameApplier):
     def apply_frame(self, frame: frames.Frame) -> None:
         super().apply_frame(frame)
         if self.ended_early is None and any(is_hub_stop(m) for m in frame.messages) and not run_over(self.state):
-            st = self.state
-            running = [r for r in st.ranks.values() if not (r.finished or r.exit_code is not None)]
-            if running:  # (ranks never heard from are said so apart: "0 ranks not ended" read oddly)
-                self.ended_early = {"step": st.step, "running": len(running), "hub_stopped": True}
+            # The ranks not ended as `pardash report` and a replay of the log count them: a
+            # stalled or silent rank stays so, what became of it (this said "1023 ranks not
+            # ended" where they said 1021). Ranks never heard from are said so apart ("0 ranks
+            # not ended" read oddly).
+            from .report import hub_stopped_first
+
+            first = hub_stopped_first(self.state, True)
+            if first is not None:
+                self.ended_early = {"step": first["step"], "running": len(first["ranks"]), "ranks": first["ranks"], "hub_stopped": True}
 
     def poll(self) -> bool:
         changed = self._read_handshakes() if self._handshakes is not None else False
@@ -1024,12 +1029,12 @@ class ReplaySource(FrameApplier):
         calm line), of the ranks the report counts (a rank stalled or silent then stays so, its
         own alert says it); the event log has the hub's closing line already, as the live
         viewer's does."""
-        from .report import _hub_stopped_first
+        from .report import hub_stopped_first
 
-        first = _hub_stopped_first(self.state, True)
+        first = hub_stopped_first(self.state, True)
         if first is None:
             return False
-        self.ended_early = {"step": first["step"], "running": len(first["ranks"]), "ranks": sorted(first["ranks"]), "hub_stopped": True}
+        self.ended_early = {"step": first["step"], "running": len(first["ranks"]), "ranks": first["ranks"], "hub_stopped": True}
         return True
 
     def _look_at_log(self, now: float) -> bool:

@@ -731,7 +731,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # hub alone stopped under running ranks, another node's hub gone first): the step then
         # and those ranks, as a live viewer says it ("the hub stopped at step N, 2 ranks not
         # ended"); a summary line said nothing of them. Only in such a log.
-        **({"hub_stopped_first": first} if (first := _hub_stopped_first(state, closed)) else {}),
+        **({"hub_stopped_first": first} if (first := hub_stopped_first(state, closed)) else {}),
         # (the cut .gz read "log ends early ... its hub stopped recording (killed, out of disk)")
         "gzip_damage": {"how": stats.gzip_damage, "after_line": stats.lines} if stats.gzip_damage else None,
     }
@@ -752,7 +752,7 @@ def _status(r: RankState, closed: bool) -> str:
     return status
 
 
-def _hub_stopped_first(state: RunState, closed: bool) -> dict | None:
+def hub_stopped_first(state: RunState, closed: bool) -> dict | None:
     # (by rank: in the order they said hello, "ranks": [1, 0] where rank 1 spoke first)
     not_ended = sorted(r.rank for r in state.ranks.values() if _status(r, closed) == NO_EXIT)
     return {"step": state.step, "ranks": not_ended} if closed and not_ended else None

@@ -1317,7 +1317,7 @@ def test_a_viewer_is_told_the_hub_stopped_and_does_not_show_ranks_not_ended_runn
         return reps
 
     viewer = _stopped_hub_alone(tmp_path, job, lambda v: v.ended_early is not None)
-    assert viewer.ended_early == {"step": 1, "running": 1, "hub_stopped": True}
+    assert viewer.ended_early == {"step": 1, "running": 1, "ranks": [1], "hub_stopped": True}
     assert summarize(viewer).log_ends_early == "when the hub stopped"
     # A launched job's supervisor, alive, restarts a hub that stopped (a SIGTERM): its headless
     # viewer waits for it (it quit, exit 1, "the hub stopped", while the job trained on).

@@ -48,7 +48,7 @@ def test_a_log_its_hub_closed_under_running_ranks_replays_to_the_live_viewers_en
             proc.wait()
     viewer.close()
     live = summarize(viewer)
-    assert viewer.ended_early == {"step": 3, "running": 2, "hub_stopped": True}
+    assert viewer.ended_early == {"step": 3, "running": 2, "ranks": [0, 1], "hub_stopped": True}
     rep = build_report(str(log))
     assert rep["hub_stopped_first"] == {"step": 3, "ranks": [0, 1]}
     assert ("not ended", "ranks 0-1 at step 3: the hub stopped before their end was heard (no exit)") in summary_rows(rep)
@@ -65,3 +65,26 @@ def test_a_log_its_hub_closed_under_running_ranks_replays_to_the_live_viewers_en
     # A seek back plays it again: no early end said before its end.
     jumped.seek(0.0)
     assert jumped.ended_early is None
+
+
+def test_the_live_viewer_counts_the_ranks_not_ended_as_the_report_does():
+    # A rank stalled when the hub stopped stays stalled, what became of it, in the report and a
+    # replay; the live viewer counted it among the ranks "not ended" (1023 where they said 1021).
+    from pardash.telemetry import schema
+    from pardash.telemetry.client import FrameApplier, NullDetector
+    from pardash.telemetry.hubcore import HubCore
+
+    class Viewer(HubClient):  # (the frames a hub sends, applied as HubClient applies them)
+        def __init__(self) -> None:
+            FrameApplier.__init__(self)
+
+    core = HubCore(detector=NullDetector())
+    viewer = Viewer()
+    for rank in range(3):
+        core.ingest_bytes(schema.encode(schema.Hello(run="r", rank=rank, world_size=3, strategy="ddp")), 1.0)
+        core.ingest_bytes(schema.encode(schema.Step(run="r", rank=rank, seq=1, step=3, step_s=0.1)), 1.0)
+    core.verdict(schema.Verdict(rank=2, verdict="stalled", cause="backward", step=3))
+    viewer.load_snapshot(core.snapshot())
+    core.note("hub stopped: 6 messages, 0 lost, 0 rejected")
+    viewer.apply_frame(core.tick(2.0))
+    assert viewer.ended_early == {"step": 3, "running": 2, "ranks": [0, 1], "hub_stopped": True}

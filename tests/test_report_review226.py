@@ -180,14 +180,14 @@ def test_a_log_its_hub_closed_under_running_ranks_says_they_did_not_end(tmp_path
 
 def test_the_ranks_the_hub_stopped_under_are_by_rank_not_by_their_hellos_order():
     # Rank 1's hello first (a loaded machine): "ranks": [1, 0] (a real-process test met it).
-    from pardash.telemetry.report import _hub_stopped_first
+    from pardash.telemetry.report import hub_stopped_first
     from pardash.telemetry.state import RunState
 
     st = RunState(run_id="r")
     for rank in (1, 0):
         st.apply(schema.Hello(run="r", rank=rank, world_size=2, strategy="ddp"), 1.0)
         st.apply(schema.Step(run="r", rank=rank, step=3, step_s=0.1), 2.0)
-    assert _hub_stopped_first(st, True) == {"step": 3, "ranks": [0, 1]}
+    assert hub_stopped_first(st, True) == {"step": 3, "ranks": [0, 1]}
 
 
 def test_a_long_runs_durations_read_in_hours_too():
