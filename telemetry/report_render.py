@@ -770,8 +770,9 @@ SELF_NOTE = (
 COMM_NOTES = {
     "trainer": "comm: the time in the step's collectives (DDP's all-reduces, FSDP's all-gathers and reduce-scatters), "
                "which run within forward and backward: the phases sum past the step.",
-    "script": "comm: the wait for the other ranks, in the script's own collectives between steps (a barrier) and in DDP's "
-              "all-reduces once the backward's work is done, in no other phase: the phases and comm sum to the step.",
+    "script": "comm: the wait for the other ranks, in the script's own collectives between steps (a barrier, or the "
+              "all-reduces of an update by hand) and in DDP's all-reduces once the backward's work is done, in no other "
+              "phase: the phases and comm sum to the step.",
     None: "comm: of the bundled trainer, the time in the step's collectives, which run within forward and backward (the phases "
           "sum past the step); of a script's zero-code hooks, the wait for the other ranks, in its own collectives between "
           "steps and in DDP's all-reduces after the backward's work, in no other phase (the phases and comm sum to the step).",
