@@ -34,6 +34,19 @@ def test_the_tail_gives_complete_lines_as_they_come_and_a_redrawn_line_as_a_term
     assert tail.read() is None
 
 
+def test_the_line_being_written_is_shown_as_its_latest_drawing(tmp_path):
+    # A progress bar (tqdm) redraws its line with CR and ends it only when done: the screen
+    # showed nothing of it all that time, where tail -f shows its latest drawing.
+    f = tmp_path / "output.log"
+    f.write_bytes(b"epoch 1 start\ntrain:  10%|#| 100/1000\rtrain:  50%|#####| 500/1000")
+    tail = OutputTail(str(f))
+    assert tail.read() == ["epoch 1 start"]
+    assert tail.partial == "train:  50%|#####| 500/1000"
+    with open(f, "ab") as out:
+        out.write(b"\rtrain: 100%|##########| 1000/1000\n")
+    assert tail.read() == ["train: 100%|##########| 1000/1000"] and tail.partial == ""
+
+
 def test_a_big_file_is_read_from_its_end_less_the_line_cut_there(tmp_path, monkeypatch):
     monkeypatch.setattr(output_mod, "TAIL_BYTES", 20)
     f = tmp_path / "output.log"
@@ -86,6 +99,11 @@ async def test_o_shows_the_ranks_output_and_follows_it_as_it_grows(tmp_path):
         with open(tmp_path / "output.log", "a") as out:
             out.write("eval at step 3: val_loss 0.25\n")
         await until(pilot, lambda: "val_loss 0.25" in _shown(screen))
+        partial = screen.query_one("#partial")
+        assert not partial.display
+        with open(tmp_path / "output.log", "a") as out:
+            out.write("eval  40%|####\r")  # (a bar being drawn: its line not ended)
+        await until(pilot, lambda: partial.display and "eval  40%|####" in str(partial.render()))
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
 

@@ -72,6 +72,15 @@ class OutputTail:
             self._partial = self._partial[self._partial.rfind(b"\r", 0, len(self._partial) - 1) + 1 :][-LINE_MAX:]
         return [_shown(line) for line in whole]
 
+    @property
+    def partial(self) -> str:
+        """The line being written, as a terminal shows it now ('' when none): a progress bar
+        redrawn with CR has no newline until it is done, and showed nothing for all that time
+        (``tail -f`` shows its latest drawing)."""
+        if not self._partial or self._drop:
+            return ""
+        return _shown(self._partial.rstrip(b"\r"))
+
 
 def _shown(line: bytes) -> str:
     text = line.decode("utf-8", errors="replace").rstrip("\r")
@@ -102,6 +111,12 @@ class OutputScreen(Screen):
     OutputScreen RichLog:focus {
         border: round $border;
     }
+    OutputScreen #partial {
+        height: auto;
+        max-height: 3;
+        padding: 0 1;
+        color: $text-muted;
+    }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,o", "back", "Back")]
@@ -118,6 +133,7 @@ class OutputScreen(Screen):
         yield Static(id="title")
         # Wrapped: a long line (torchrun's warnings) is read whole, with no sideways scrolling.
         yield RichLog(max_lines=MAX_LINES, wrap=True, markup=False, highlight=False, auto_scroll=False)
+        yield Static(id="partial", markup=False)
         yield FittedFooter()
 
     def on_mount(self) -> None:
@@ -135,6 +151,11 @@ class OutputScreen(Screen):
             # Followed while the view is at the end; left where it is while scrolled up to read.
             log.write(Text("\n".join(lines)), scroll_end=log.is_vertical_scroll_end or not log.lines)
         self._title(lines is not None)
+        partial = self.tail.partial if self.tail is not None and lines is not None else ""
+        shown = self.query_one("#partial", Static)
+        shown.display = bool(partial)
+        if partial:
+            shown.update(f"▸ {partial}")
 
     def _title(self, readable: bool) -> None:
         title = self.query_one("#title", Static)
