@@ -834,6 +834,12 @@ class ReplaySource(FrameApplier):
         self._count_skipped()
         self._end_said = False
         self.ended_early = None
+        self._off_grid = False
+        """The state holds what a replay played from the start does not: a frame cut at the
+        log's end as it was then (off the frame grid: a followed log's writer caught up with), or
+        the warning that the log ends early, after which the log grew. Keyframes taken after it
+        would carry it into every seek back to them: none is, until a seek rebuilds the state
+        from a keyframe before it or from the log's start."""
         self._reached.clear()
         self._cursor.rewind()
         self._clock = self.t_start
@@ -851,7 +857,7 @@ class ReplaySource(FrameApplier):
         """At a frame's end, keep a keyframe when one is due (see :mod:`.keyframes`): the state a
         seek goes on from, the frames after it the same as those of a replay from the start."""
         cursor = self._cursor
-        if not self.keyframes.due(self._clock, cursor.offset, self.t_start) or self.ended_early is not None:
+        if self._off_grid or self.ended_early is not None or not self.keyframes.due(self._clock, cursor.offset, self.t_start):
             return
         self.keyframes.keep(self._clock, cursor.offset, (
             self.core, self.state, self.stats, self.fseq, self.hub_id, self.frames_applied, self.last_frame_t,
@@ -876,6 +882,7 @@ class ReplaySource(FrameApplier):
         self._count_skipped()  # (a followed log's skipped lines, as counted now)
         self._end_said = False
         self.ended_early = None
+        self._off_grid = False  # (a keyframe is on the grid: taken before any end was cut or said)
         self._reached.clear()
         self._play = self._clock
         self._wall = time.monotonic()
@@ -970,10 +977,12 @@ class ReplaySource(FrameApplier):
                         # none of its hub's first notes), paused so until played on.
                         self._feed_until(target)
                         self.apply_frame(self.core.tick(time.monotonic()))
+                        self._off_grid = True  # (a frame cut at the target, not at the first frame's end)
                         made = True
                     return made
                 nxt = target  # the log's last records
                 self._feed_until(float("inf"))  # the hub's own last words, written after (see LogSpan.end)
+                self._off_grid = True  # (the log may grow past it: see _restart)
             self._feed_until(nxt)
             self.apply_frame(self.core.tick(time.monotonic()))
             self._frames += 1
@@ -1016,6 +1025,7 @@ class ReplaySource(FrameApplier):
         now = time.monotonic()
         self.core.replay(schema.Event(rank=-1, seq=-1, name="warning", message=f"log ends early {why}", t=self.t_end), now)
         self.apply_frame(self.core.tick(now))
+        self._off_grid = True  # (the log may grow again: see _grew_again)
         self.ended_early = end
         return True
 

@@ -7,8 +7,12 @@ its viewer's state, where its log cursor is) every so often as the replay plays 
 seek goes on from the nearest one at or before its target.
 
 Memory stays bounded by the state's size, whatever the log's length: past ``max_count`` copies,
-or ``budget_bytes`` of them, every other one goes and the spacing doubles, so the copies kept
-stay spread evenly over the part of the log played.
+or ``budget_bytes`` of them, one goes, the one whose going leaves the least gap for its age
+(the log read between its neighbours, over the log read since it): the copies kept lie close
+behind the newest and further apart back from it, each gap about a fixed share of its distance
+from the newest. A seek back plays a share of how far back it goes, whatever the log's length.
+(Every other one went before, the spacing doubling for the whole log: after 24 hours of 256
+ranks the newest was 71 minutes behind the end, and `[` there played 7 GiB of log.)
 
 A copy is the state pickled into bytes in this process, and only ever unpickled by it: nothing
 read from a socket or a file is unpickled. Pickling is several times faster than
@@ -28,11 +32,10 @@ import msgspec
 from .ring import Ring, _ring_again
 
 EVERY_S = 10.0
-"""Seconds of the log's own time between two keyframes, at first (doubled at each thinning)."""
+"""Seconds of the log's own time between two keyframes at least."""
 LEAST_BYTES = 4 << 20
-"""Bytes of log read between two keyframes at least, at first (doubled at each thinning): a log
-this small plays again from its start in a moment, and its keyframes would be memory for
-nothing."""
+"""Bytes of log read between two keyframes at least: a log this small plays again from its
+start in a moment, and its keyframes would be memory for nothing."""
 LOG_BYTES_PER_BYTE = 10
 """Bytes of log read between two keyframes at least, for each byte of the last one: a keyframe
 takes about as long to make as a replay takes to play the log's bytes of its size (a 256-rank
@@ -40,6 +43,9 @@ state, 3.7 MiB, in 0.1 s), so keyframes cost the replay a tenth of its time at t
 seek back plays no more than 10 keyframes' bytes of log (under a second at 256 ranks)."""
 MAX_COUNT = 32
 """Keyframes kept at most."""
+NEWEST_KEPT = 4
+"""The newest keyframes that stay when one goes (see :meth:`Keyframes._thin`): a seek back a
+little way from where the replay is plays a little."""
 BUDGET_BYTES = 64 << 20
 """Bytes the keyframes may take, all together (a 256-rank replay's state is about 3.7 MiB). A
 state larger alone (tens of thousands of ranks) is kept in none: its seeks play the log from its
@@ -117,10 +123,10 @@ class Keyframes:
         """Each limit defaults to the module's constant of its name (read now: a test or a
         benchmark may set them)."""
         self.every_s = EVERY_S if every_s is None else every_s
-        """Seconds of the log's time between two keyframes now."""
+        """Seconds of the log's time between two keyframes at least."""
         self.least_bytes = LEAST_BYTES if least_bytes is None else least_bytes
-        """Bytes of log read between two keyframes at least now (and LOG_BYTES_PER_BYTE times
-        the last one's bytes)."""
+        """Bytes of log read between two keyframes at least (and LOG_BYTES_PER_BYTE times the
+        last one's bytes)."""
         self.max_count = MAX_COUNT if max_count is None else max_count
         self.budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
         self._kept: list[Keyframe] = []
@@ -156,13 +162,19 @@ class Keyframes:
         return kf
 
     def _thin(self) -> None:
+        """Down to the limits, one keyframe going at a time: of those older than the newest
+        NEWEST_KEPT (the oldest too: it stays), the one whose going leaves the least gap of log
+        for its distance from the newest, so the gaps grow with the distance; where none is,
+        the oldest (the newest stays)."""
         kept = self._kept
         while len(kept) > 1 and (len(kept) > self.max_count or self.bytes > self.budget_bytes):
-            # Every other one goes (the newest stays): the spacing doubles, evenly.
-            self._kept = kept = kept[(len(kept) + 1) % 2 :: 2]
-            self.bytes = sum(k.nbytes for k in kept)
-            self.every_s *= 2
-            self.least_bytes *= 2
+            newest = kept[-1].offset
+            last = len(kept) - 1 - NEWEST_KEPT
+            if last >= 1:
+                i = min(range(1, last + 1), key=lambda i: (kept[i + 1].offset - kept[i - 1].offset) / max(1, newest - kept[i].offset))
+            else:
+                i = 0
+            self.bytes -= kept.pop(i).nbytes
 
     def before(self, at: float) -> Keyframe | None:
         """The newest keyframe at or before ``at`` (None: none is)."""

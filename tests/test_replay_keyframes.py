@@ -4,6 +4,7 @@ what it shows there is what a replay played from the start shows."""
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import os
 
@@ -181,18 +182,21 @@ def test_a_gzip_log_seeks_back_from_its_keyframes_too(tmp_path, kept_often):
     assert _shown(src) == _shown(_from_the_start(log, 33.3))
 
 
-def test_the_keyframes_of_a_long_replay_stay_few_and_spread_over_it(tmp_path, kept_often, monkeypatch):
-    # Their memory is the state's times a bound, not the log's length: past the bound every
-    # other one goes and the spacing doubles.
+def test_the_keyframes_of_a_long_replay_stay_few_and_close_behind_where_it_is(tmp_path, kept_often, monkeypatch):
+    # Their memory is the state's times a bound, not the log's length: past the bound one goes,
+    # the newest few staying, the rest further apart the further back they are.
     monkeypatch.setattr(keyframes, "MAX_COUNT", 8)
     log = _log(tmp_path / "run.jsonl")
     src = ReplaySource(str(log))
     src.seek(src.duration_s)
     ats = [kf.at - src.t_start for kf in src.keyframes]
-    assert 4 <= len(ats) <= 8, ats
-    gaps = {round(b - a, 6) for a, b in zip(ats, ats[1:])}
-    assert gaps == {src.keyframes.every_s} and src.keyframes.every_s == 8.0, ats
-    assert src.duration_s - ats[-1] < 2 * src.keyframes.every_s
+    assert len(ats) == 8, ats
+    assert src.duration_s - ats[-1] < 2.0  # (every second: the newest is the last second's)
+    gaps = [b - a for a, b in zip(ats, ats[1:])]
+    assert gaps[1 - keyframes.NEWEST_KEPT :] == pytest.approx([1.0] * (keyframes.NEWEST_KEPT - 1)), ats
+    assert gaps == sorted(gaps, reverse=True) and gaps[1] > 4.0, ats  # (further back, further apart)
+    src.seek(ats[2] + 0.5)
+    assert _shown(src) == _shown(_from_the_start(log, ats[2] + 0.5))
     one = src.keyframes.bytes / len(ats)
     # A byte budget of three keyframes' bytes keeps three at the most...
     monkeypatch.setattr(keyframes, "MAX_COUNT", 100)
@@ -234,3 +238,103 @@ def test_a_small_log_keeps_no_keyframes(tmp_path):
     src = ReplaySource(str(log))
     src.seek(src.duration_s)
     assert len(src.keyframes) == 0
+
+
+def test_a_day_long_replays_newest_keyframe_stays_near_its_end():
+    # A day of 256 ranks (1.77 MB of log a second, a keyframe every 37 MiB of it): every other
+    # keyframe went and the spacing doubled for the whole log, so the newest was 71 minutes
+    # behind the end and `[` there played 7 GiB of log. Now a seek back plays a share of how far
+    # back it goes.
+    kept = Keyframes(least_bytes=37 << 20)
+    rate = 1.77e6
+    end = 24 * 3600
+    for t in range(end + 1):
+        if kept.due(float(t), int(t * rate), 0.0):
+            kept.keep(float(t), int(t * rate), b"state")
+    assert len(kept) == keyframes.MAX_COUNT
+    for back in (10, 60, 600, 3600, 6 * 3600):
+        played = end - back - kept.before(end - back).at
+        assert played <= max(60.0, back / 2), (back, played)
+
+
+@pytest.mark.parametrize("last", ["step 200 of every rank", "step 200 of rank 0 (on a frame's end)"])
+def test_no_keyframe_carries_a_log_ends_early_warning_after_the_log_grew(tmp_path, kept_often, monkeypatch, last):
+    # A log replayed to where it stopped said "log ends early at step 199"; the rest of it came
+    # after. The keyframes taken as it played on held that warning (and its extra frame), and a
+    # seek back to one showed them, where a replay from the start does not.
+    from pardash.telemetry import client
+
+    clock = [1000.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
+    full = _log(tmp_path / "full.jsonl").read_bytes()
+    lines = full.splitlines(keepends=True)
+    if last.startswith("step 200 of every"):
+        n = next(i for i, line in enumerate(lines) if b'"step":201,' in line)
+    else:  # (its time, 40 s into the run, is where a frame ends: no frame is cut at the end)
+        n = 1 + next(i for i, line in enumerate(lines) if (d := json.loads(line)).get("kind") == "step" and d["step"] == 200)
+        assert json.loads(lines[n - 1])["t"] == T0 + 40.0
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b"".join(lines[:n]))
+    os.utime(log, (1.6e9, 1.6e9))  # (not being written: the replay says its early end)
+    src = ReplaySource(str(log), speed=64.0)
+    src.seek(src.duration_s)
+    assert src.ended_early is not None and src.ended_early["step"] == 199
+    with open(log, "ab") as fh:
+        fh.write(full[len(log.read_bytes()) :])
+    clock[0] += 2.0
+    src.poll()  # (at the end: looks whether the log grew, and follows it again)
+    assert src.ended_early is None
+    while not src.done:
+        clock[0] += 0.25
+        src.poll()
+    assert src.duration_s > 59.0
+    for at in (50.0, 45.3):
+        src.seek(at)
+        assert not any(b"log ends early" in e for e in _shown(src)["events"])
+        assert _shown(src) == _shown(_from_the_start(log, at)), at
+
+
+def test_keyframes_taken_while_following_a_growing_log_are_those_of_a_replay_from_the_start(tmp_path, kept_often, monkeypatch):
+    # A replay that caught up with its log's writer cut a frame at the log's end as it was, off
+    # the frames' grid; the keyframes after it held that frame, and a seek back to one showed
+    # other trend points than a replay from the start.
+    from pardash.telemetry import client
+
+    clock = [1000.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: clock[0])
+    lines = _log(tmp_path / "full.jsonl").read_bytes().splitlines(keepends=True)
+    log = tmp_path / "run.jsonl"
+    half = len(lines) // 2
+    log.write_bytes(b"".join(lines[:half]))  # (just written: followed)
+    src = ReplaySource(str(log), speed=64.0)
+    assert src.following
+    src.seek(src.duration_s)
+    for i in range(half, len(lines), 200):
+        with open(log, "ab") as fh:
+            fh.write(b"".join(lines[i : i + 200]))
+        clock[0] += 0.25
+        src.poll()
+    while not src.done:
+        clock[0] += 0.25
+        src.poll()
+    assert not src.following and src.duration_s > 59.0
+    for at in (45.0, 58.0, 31.0):
+        src.seek(at)
+        assert _shown(src) == _shown(_from_the_start(log, at)), at
+
+
+def test_a_seek_into_the_first_frame_then_on_keeps_keyframes_of_a_replay_from_the_start(tmp_path, kept_often):
+    # A seek to 0.05 s cut a frame there, off the grid; the keyframes taken as it played on held it.
+    msgs = [schema.Hello(rank=r, world_size=2, t=T0, run="x", seq=0) for r in range(2)]
+    for s in range(1, 400):
+        for r in range(2):
+            msgs.append(schema.Step(rank=r, step=s, loss=1.0 / s, step_s=0.04, samples=8, samples_total=8 * s, t=T0 + 0.04 * s + r * 1e-3,
+                                    seq=s, run="x"))  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    os.utime(log, (1.6e9, 1.6e9))
+    src = ReplaySource(str(log))
+    src.seek(0.05)
+    src.seek(10.0)
+    src.seek(8.0)
+    assert _shown(src) == _shown(_from_the_start(log, 8.0))
