@@ -146,13 +146,13 @@ WARN_AFTER_FORWARDS = 20
 """Forward passes without any optimizer step before the user is told how steps are counted,
 and iterations by hand (see :mod:`~pardash.trainer.skips`) before they are counted as steps."""
 NO_STEP_WARNING = (
-    "no optimizer step seen after {n} forward and backward passes: counting a step at each backward "
-    "whose gradients are reset before the next one (the time after it, the update by hand, is its "
+    "no optimizer step seen after {n} updates by hand: counting a step at each backward after which "
+    "the parameters change before the next forward (the time after it, the update by hand, is its "
     "optimizer phase); pardash.telemetry.step() marks steps exactly"
 )
 NO_STEP_UNCOUNTED = (
     "no optimizer step seen after {n} forward passes: pardash counts a step at optimizer.step(), or at "
-    "a backward whose gradients are reset before the next one; use pardash.telemetry.step() to mark steps"
+    "a backward after which the parameters change (an update by hand); use pardash.telemetry.step() to mark steps"
 )
 
 _PHASE_FIELD = {"data": "data_s", "forward": "forward_s", "backward": "backward_s", "optimizer": "optimizer_s"}
@@ -362,9 +362,15 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         """The end of the last collective since that backward's return (the update's all-reduce)."""
         self._hand_syncs: list[tuple[Any, Any]] = []
         self._hand_t: tuple[float, float] = (0.0, 0.0)
-        self._hand_zeroed = False
-        self._hand_grad: weakref.ref[Any] | None = None
-        self._hand_param: weakref.ref[Any] | None = None
+        self._hand_params: list[weakref.ref[Any]] = []
+        """The parameters whose values tell an update by hand (skips._hand_watched)."""
+        self._hand_print: list[Any] = []
+        """A few of their elements as the last backward returned."""
+        self._hand_changed: Any = None
+        """Whether they changed before the next training forward: a device tensor, read at the
+        backward after it (skips._hand_updated)."""
+        self._hand_updates = 0
+        """Updates by hand seen."""
         self._hand_mem: Any = None
         self._hand_warned = False
         self.probe = memory.MemoryProbe()
@@ -566,7 +572,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._hand_boundary()  # an iteration by hand may have ended (see pardash.trainer.skips)
         self.forwards += 1
         if (not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit
-                and not self._hand_on and len(self._hand) + 1 < self.forwards):  # (not each forward an iteration by hand)
+                and not self._hand_updates):  # (updates by hand seen: they are counted, see pardash.trainer.skips)
             self._warned = True
             self.reporter.event("warning", message=NO_STEP_UNCOUNTED.format(n=self.warn_after))
         if id(module) not in trained.root_ids:

@@ -22,9 +22,14 @@ A script that never calls an optimizer's step (its update by hand: ``p.data -= l
 its gradients all-reduced by ``dist.all_reduce``) has no step at all from the above: pardash
 showed "starting" throughout. Until an optimizer steps, each training forward that begins after
 a backward returned is where an iteration may have ended, provisionally; it did if the
-gradients that backward left are reset before the next one begins (zeroed by ``zero_grad``, set
-to None or anew), as each iteration by hand resets them, and gradient accumulation does not
-(those passes stay one step's micro-batches). Once :data:`~pardash.trainer.instrument.WARN_AFTER_FORWARDS`
+parameters changed in between (the update by hand), however the gradients are reset after it
+(``zero_grad``, ``p.grad.zero_()``, set to None) or not. Passes that change no parameter are
+not updates: micro-batches accumulated for one, gradient statistics gathered before training
+(a Fisher information's), an adversarial example's PGD passes; they stay the next step's.
+The parameters are told changed by a few elements of the first and last trainable ones,
+copied as each backward returns and compared at the next backward's start (on the device:
+read then, the next forward already queued), so only values are compared (``p.data -= ...``
+leaves ``p._version`` as it was). Once :data:`~pardash.trainer.instrument.WARN_AFTER_FORWARDS`
 iterations have ended so, they are steps (the first ones too, so the step numbers are the
 script's iterations), and so is each one after, until an optimizer steps (the iterations after
 that are its steps). Each step ends at the end of the last collective of the script's own after
@@ -34,7 +39,7 @@ collectives in it its ``comm_s``; the update's work after them is the next step'
 its loading. Its loss is the tensor backpropagated, its memory read as the backward returns
 (parameters and gradients, no optimizer state), its self time from the last step's end to its
 arrival at its first collective, as any step's. A script that ends with no optimizer step
-counts its iterations so, however few, if one was seen to end.
+counts its iterations so, however few (its last one a step if updated).
 
 Not told apart: a skip before the backward (``if not finite(loss): continue``: its forward's
 time joins the next step's, with no backward nor loss), a skip in a loop over one fixed batch
@@ -72,6 +77,18 @@ class _HandCut:
     renamed: int
 
 
+def _local(p: Any) -> Any:
+    """A parameter's elements on this rank (a DTensor's local shard)."""
+    t = p.detach()
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t
+
+
+def _fingerprint(p: Any) -> Any:
+    """A few of a parameter's elements, to tell it changed (see the module)."""
+    return _local(p).reshape(-1)[:16]
+
+
 class Skips:
     """Steps without an optimizer step. Its state is :class:`Instrument`'s (set in its ``__init__``):
     ``_skip_from`` (the backward's end the pending cut took from the open step, or ``False``
@@ -98,7 +115,6 @@ class Skips:
         """``Optimizer.zero_grad`` or ``Module.zero_grad``: read before the gradients go."""
 
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> Any:
-            self._hand_zeroed = True  # (gradients reset: an iteration by hand ended, see _hand_reset)
             if not _is_compiling() and self._phase == "backward" and _get_ident() == self._tid:
                 self._zeroed(owner)
             return original(owner, *args, **kwargs)
@@ -268,17 +284,19 @@ class Skips:
 
     # -- iterations by hand, no optimizer step (see the module) -----------------------------------
 
-    def _hand_watched(self) -> Any:
-        """The parameter whose gradient tells a reset: the first root's first trainable one."""
-        ref = self._hand_param
-        p = ref() if ref is not None else None
-        if p is None:
+    def _hand_watched(self) -> list[Any]:
+        """The parameters whose values tell an update by hand: the first root's first and last
+        trainable ones (with elements on this rank)."""
+        watched = [ref() for ref in self._hand_params]
+        if not watched or any(p is None for p in watched):
+            watched = []
             for root in self.trained.roots:
-                p = next((q for q in root.parameters() if q.requires_grad), None)
-                if p is not None:
+                params = [q for q in root.parameters() if q.requires_grad and _local(q).numel()]
+                if params:
+                    watched = [params[0]] if len(params) == 1 else [params[0], params[-1]]
                     break
-            self._hand_param = weakref.ref(p) if p is not None else None
-        return p
+            self._hand_params = [weakref.ref(p) for p in watched]
+        return watched
 
     def _hand_returned(self) -> None:
         """A backward returned, no optimizer step seen yet: its iteration may end at the next
@@ -291,10 +309,8 @@ class Skips:
         self._hand_marks = len(step.marks)
         self._hand_coll_end = None
         self._hand_t = (time.time(), time.monotonic())
-        self._hand_zeroed = False
-        p = self._hand_watched()
-        grad = p.grad if p is not None else None
-        self._hand_grad = weakref.ref(grad) if grad is not None else None
+        with torch.no_grad():
+            self._hand_print = [_fingerprint(p).clone() for p in self._hand_watched()]
         if self._hand_on or self._hand:  # (an iteration by hand seen: its gradients are held now)
             self._hand_mem = self._memory()
             if self._hand_on:
@@ -327,45 +343,49 @@ class Skips:
         self._hand_coll_end = end
         self._hand_t = (time.time(), time.monotonic())
 
-    def _hand_boundary(self) -> None:
+    def _hand_boundary(self) -> bool:
         """A training forward begins after a backward returned, no optimizer step seen: the
         iteration may have ended, at the end of its last collective after that backward or
-        at the backward's return (decided at the next backward: _hand_confirm)."""
+        at the backward's return (decided at the next backward: _hand_confirm). Whether a
+        provisional end was made."""
         self._hand_after = False
         step = self._open
         end = self._hand_end
         if step is None or not step.micro or end is None:
-            return
+            return False
         n, renamed = self._hand_marks, -1
         if self._hand_coll_end is not None and len(step.marks) == n:
             step.marks.append(("optimizer", end))  # the update by hand, to its last collective's end
             renamed, n = n, n + 1
             end = self._backward_end = self._hand_coll_end  # (the next micro-batch's data from there)
+        with torch.no_grad():  # (on the device, not read yet: see _hand_updated)
+            changed = [torch.ne(_fingerprint(p), before).any() for p, before in zip(self._hand_watched(), self._hand_print)
+                       if _fingerprint(p).shape == before.shape]  # fmt: skip
+        self._hand_changed = torch.stack(changed).any() if changed else None
         t, mono = self._hand_t
         cut = _Cut(end, n, len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut(), t, mono)
         self._hand.append(_HandCut(cut, step.arrive, self._hand_syncs, self._hand_mem, len(step.syncs), renamed))
         step.arrive = None  # (the next iteration arrives anew)
         self._hand_syncs = []
         self._hand_pending = True
+        return True
 
-    def _hand_reset(self) -> bool:
-        """Whether the gradients the last backward left were reset since (zero_grad, or set to
-        None or anew): an iteration by hand ended; kept, they are accumulated."""
-        if self._hand_zeroed:
-            return True
-        if self._hand_grad is None:
-            return False  # (no gradient left to watch: not known)
-        p = self._hand_watched()
-        if p is None:
+    def _hand_updated(self) -> bool:
+        """Whether the parameters changed between the last backward's return and the training
+        forward after it (the update by hand: an iteration ended); unchanged, the passes are
+        one step's (micro-batches accumulated, gradient statistics, adversarial examples)."""
+        changed, self._hand_changed = self._hand_changed, None
+        if changed is None:
             return False
-        grad = p.grad
-        return grad is None or grad is not self._hand_grad()
+        updated = bool(changed)
+        self._hand_updates += updated
+        return updated
 
     def _hand_confirm(self) -> None:
         """A backward begins (or the script ends) after a provisional end of an iteration: it
-        holds if the gradients were reset since; once enough have, they are steps."""
+        holds if the parameters changed before that forward; once enough have, they are steps."""
         self._hand_pending = False
-        if not self._hand_reset():
+        if not self._hand_updated():
             self._hand_merge()
             return
         if self._hand_on or len(self._hand) >= self.warn_after:
@@ -402,6 +422,8 @@ class Skips:
         self._hand_syncs = []
         self._hand_on = self._hand_after = self._hand_pending = False
         self._hand_mem = None
+        self._hand_changed = None
+        self._hand_print = []
 
     def _hand_publish(self) -> None:
         """Make each provisional end a step's end (the first time, with the warning)."""
@@ -432,15 +454,14 @@ class Skips:
 
     def _hand_finish(self) -> None:
         """The script ends with no optimizer step: its iterations by hand are steps, the last
-        one too, if one was seen to end."""
+        one too if the parameters changed after its backward."""
         if self._hand_pending:
             self._hand_pending = False
-            if not self._hand_reset():
+            if not self._hand_updated():
                 self._hand_merge()
-        if not (self._hand_on or self._hand):
-            return
-        if self._hand_after:
-            self._hand_boundary()
+        if self._hand_after and self._hand_boundary():  # (the last iteration: updated before the end?)
             self._hand_pending = False
+            if not self._hand_updated():
+                self._hand_merge()
         if self._hand:
             self._hand_publish()
