@@ -923,9 +923,12 @@ class ReplaySource(FrameApplier):
             self._reached.clear()
         elif self._seeking_to is None:
             return False
+        t0 = time.perf_counter()
+        if not self._cursor.catch_up(SEEK_BUDGET_S):  # (a gzip log read again up to a keyframe)
+            return True
         target = self.t_start + max(0.0, min(self._seeking_to, self.duration_s))
         self._play = target
-        self._advance(target, budget_s=SEEK_BUDGET_S)
+        self._advance(target, budget_s=max(0.0, SEEK_BUDGET_S - (time.perf_counter() - t0)))
         if self._play >= target:  # there (out of time, _advance holds the play clock where it got to)
             self._seeking_to = None
             self._wall = time.monotonic()

@@ -338,3 +338,33 @@ def test_a_seek_into_the_first_frame_then_on_keeps_keyframes_of_a_replay_from_th
     src.seek(10.0)
     src.seek(8.0)
     assert _shown(src) == _shown(_from_the_start(log, 8.0))
+
+
+def test_a_gzip_logs_seek_back_reads_it_again_a_poll_at_a_time(tmp_path, kept_often, monkeypatch):
+    # A gzip log seeks back by reading it again from its start up to the keyframe: that was done
+    # in one go, before the seek's first frame (0.4 s on a 266 MiB log, 15 s on 10 GiB, the
+    # screen and its keys frozen). It goes a poll at a time now, as the seek's frames do.
+    from pardash.telemetry import client
+    from pardash.telemetry.logreader import LogCursor
+    from pardash.tui.widgets.run_header import replay_position
+
+    monkeypatch.setattr(client, "SEEK_BUDGET_S", 0.0)  # (a poll reads one piece of it)
+    monkeypatch.setattr(LogCursor, "CATCH_UP_BYTES", 4096, raising=False)
+    log = _log(tmp_path / "run.jsonl")
+    kept = tmp_path / "run.jsonl.gz"
+    kept.write_bytes(gzip.compress(log.read_bytes()))
+    src = ReplaySource(str(kept))
+    src.seek(src.duration_s)
+    goal = src.keyframes.before(src.t_start + 33.3).offset
+    assert goal > 10 * 4096
+    src.seek_soon(33.3)
+    src.poll()
+    shown = replay_position(src)  # (the header, drawn between two polls: it asks whether the replay is done)
+    assert shown.seeking_at is not None and not shown.done
+    assert src._cursor._fh.tell() <= 4096  # (gzip reads on from its start)
+    polls = 1
+    while src.seeking:
+        src.poll()
+        polls += 1
+    assert polls > goal // 4096
+    assert _shown(src) == _shown(_from_the_start(log, 33.3))
