@@ -192,6 +192,32 @@ def test_passes_changing_no_parameter_before_the_first_optimizer_step_are_not_st
     assert rep.events == [("warning", NO_STEP_UNCOUNTED.format(n=20))]
 
 
+@pytest.mark.parametrize("zero_each", [False, True])
+def test_adversarial_training_is_a_step_an_optimizer_step_its_pgd_passes_in_it(hooked, zero_each):
+    # Each batch's perturbation found by 8 PGD passes (a forward and backward on the batch plus
+    # it, the gradients zeroed before each or only before the training pass), then a pass on
+    # the perturbed batch and an optimizer step: 4 steps. (The optimizer's zero_grad after PGD
+    # passes was taken for a skipped iteration's: 6 steps, or 20 zeroed before each pass.)
+    inst, rep, clock = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        x, y = _batch()
+        delta = torch.zeros_like(x, requires_grad=True)
+        for _ in range(8):
+            if zero_each:
+                opt.zero_grad()
+            nn.functional.cross_entropy(model(x + delta), y).backward()
+            delta.data = (delta + 0.01 * delta.grad.sign()).clamp(-0.1, 0.1)
+            delta.grad.zero_()
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x + delta.detach()), y).backward()
+        opt.step()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == [1, 2, 3, 4]
+    assert [s["custom"] for s in rep.steps] == [{"micro_batches": 9.0}] * 4
+
+
 def test_a_script_ending_without_an_update_after_its_last_backward_has_no_step_for_it(hooked):
     # 21 iterations by hand, then one more forward and backward and no update: 21 steps.
     inst, rep, clock = hooked

@@ -337,6 +337,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._skip_more: list[tuple[Any, Any, Any, Any, Any]] = []
         self._skip_grad: Any = None
         self._input: weakref.ref[Any] | None = None
+        self._input_grad = False
+        """The last training forward's first tensor required grad (an adversarial example's)."""
         """The last training forward's first tensor argument (see pardash.trainer.skips)."""
         self._pending_mem: Any = None
         self._explicit = False

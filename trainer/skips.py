@@ -45,8 +45,9 @@ Not told apart: a skip before the backward (``if not finite(loss): continue``: i
 time joins the next step's, with no backward nor loss), a skip in a loop over one fixed batch
 or one input buffer refilled each time (the same input tensor), an iteration skipped last
 without a ``zero_grad`` after it (no step), an evaluation right after a skip whose ``zero_grad``
-comes at the next iteration's start (part of the skipped step), and a skip right before an
-iteration whose gradients are set by hand (it joins that iteration's step).
+comes at the next iteration's start (part of the skipped step), a skip right before an
+iteration whose gradients are set by hand (it joins that iteration's step), and a skip whose
+forward's input requires grad (taken for an adversarial example's pass: part of the step).
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ class Skips:
     ``_skip_zeroed`` (gradients zeroed since the last backward), ``_skip_more`` (the cuts of
     skips in a row after the first: cut, memory, the arrival and sync point before it, the
     backward's end it took), ``_skip_grad`` (the gradient the last backward left on the
-    optimizer's first parameter, weakly) and ``_input`` (the last training forward's first
-    tensor, weakly)."""
+    optimizer's first parameter, weakly), ``_input`` (the last training forward's first
+    tensor, weakly) and ``_input_grad`` (whether it required grad)."""
 
     def _wrap_scaler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -139,6 +140,11 @@ class Skips:
                 self._logging_to = cut.logged
                 self._arrive_next = self._sync_next = self._backward_end = None
                 self._skip_batch = False
+            return
+        if self._input_grad:
+            # The last training forward's input is being optimised, its gradient wanted (an
+            # adversarial example's PGD passes, zeroed after each or before the training pass):
+            # a pass of the iteration, not one skipped.
             return
         if not self._early or not self._published_round or self._cut is not None or self._orphan is not None:
             return  # several optimizers, a round going on, or not seen to step twice yet
@@ -277,6 +283,7 @@ class Skips:
             self._skip_batch = True
 
     def _note_input(self, first: Any) -> None:
+        self._input_grad = bool(getattr(first, "requires_grad", False))
         try:
             self._input = weakref.ref(first) if first is not None else None
         except TypeError:
