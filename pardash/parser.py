@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser(
         "replay",
         help="the TUI over a recorded log",
-        description="Play a recorded run's log in the TUI: space pauses, + and - change speed, [ and ] seek.",
+        description="Play a recorded run's log in the TUI: space pauses, + and - change speed, [ and ] move 10 s, { and } 60 s, < and > go to the start and the end, o shows the ranks' output.",
     )
     r.add_argument("log", type=cliargs.path, help=LOG_HELP)
     r.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")

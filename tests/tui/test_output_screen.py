@@ -110,7 +110,7 @@ async def test_o_shows_the_ranks_output_and_follows_it_as_it_grows(tmp_path):
 
 async def test_o_says_why_when_there_is_no_output_file(tmp_path):
     src = _replay_with_output(tmp_path, None)
-    path, why = output_file(src)
+    path, why, _stderr, _note = output_file(src)
     assert path == "" and why.startswith("no output.log beside ")
     app = make_app(src)
     async with app.run_test(size=SIZE) as pilot:
@@ -128,14 +128,66 @@ def test_the_file_is_the_launchs_own_else_the_attached_runs_folders(tmp_path):
         live = True
         info = {"run_dir": str(tmp_path)}
 
-    assert output_file(Attached(), "/runs/x/output.log") == ("/runs/x/output.log", "")
-    path, why = output_file(Attached())
-    assert path == "" and "a headless launch prints its ranks' output on its own terminal" in why
+    assert output_file(Attached(), "/runs/x/output.log") == ("/runs/x/output.log", "", "", "")
+    path, why, _stderr, _note = output_file(Attached())
+    assert path == "" and why == f"no output.log in the run's folder {tmp_path} (a launch on another node keeps its own)"
     (tmp_path / "output.log").write_text("hi\n")
-    assert output_file(Attached()) == (str(tmp_path / "output.log"), "")
+    assert output_file(Attached()) == (str(tmp_path / "output.log"), "", "", "")
+    # A headless launch keeps the ranks' stderr apart (tracebacks, warnings, progress bars):
+    # attached to it, `o` showed output.log alone, nothing said where its traceback was.
+    (tmp_path / "torchrun").mkdir()
+    (tmp_path / "torchrun" / "stderr.log").write_text("Traceback (most recent call last):\n")
+    assert output_file(Attached()).stderr == str(tmp_path / "torchrun" / "stderr.log")
 
     class Elsewhere:
         live = True
         info: dict = {}
 
     assert output_file(Elsewhere())[1].startswith("this run's output file is not known here")
+
+
+async def test_scrolled_up_the_view_holds_still_and_end_follows_again_while_lines_come(tmp_path):
+    # Review 241: End after reading back did not follow again while lines kept coming (a line
+    # written during End's scroll animation left the view short of the end, for good), and
+    # scrolled up the text moved under the reader as the oldest lines went.
+    from textual.widgets import RichLog
+
+    src = _replay_with_output(tmp_path, [f"old line {i}" for i in range(200)])
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OutputScreen) and "old line 199" in _shown(app.screen))
+        screen = app.screen
+        log = screen.query_one(RichLog)
+        await until(pilot, lambda: log.is_vertical_scroll_end and log.max_scroll_y > 0)
+        await pilot.press("pageup")
+        await until(pilot, lambda: not log.is_vertical_scroll_end)
+        held_at = log.scroll_y
+        with open(tmp_path / "output.log", "a") as out:
+            out.write("".join(f"new line {i}\n" for i in range(30)))
+        title = screen.query_one("#title")
+        await until(pilot, lambda: "paused: 30 new lines (end follows)" in str(title.render()))
+        assert log.scroll_y == held_at and "new line" not in _shown(screen)
+        await pilot.press("end")
+        await until(pilot, lambda: "new line 29" in _shown(screen) and log.is_vertical_scroll_end)
+        for k in range(3):  # lines go on coming: each lot followed
+            with open(tmp_path / "output.log", "a") as out:
+                out.write(f"later line {k}\n")
+            await until(pilot, lambda k=k: f"later line {k}" in _shown(screen) and log.is_vertical_scroll_end)
+        assert "paused" not in str(title.render())
+
+
+async def test_e_shows_the_stderr_a_headless_launch_kept_apart(tmp_path):
+    src = _replay_with_output(tmp_path, ["step 1 loss 0.5"])
+    (tmp_path / "torchrun").mkdir()
+    (tmp_path / "torchrun" / "stderr.log").write_text("Traceback (most recent call last):\nValueError: boom\n")
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OutputScreen) and "step 1 loss 0.5" in _shown(app.screen))
+        assert "e: its stderr" in str(app.screen.query_one("#title").render())
+        await pilot.press("e")
+        await until(pilot, lambda: "ValueError: boom" in _shown(app.screen))
+        assert "step 1" not in _shown(app.screen)
+        await pilot.press("e")
+        await until(pilot, lambda: "step 1 loss 0.5" in _shown(app.screen))

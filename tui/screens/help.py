@@ -35,6 +35,15 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ),
     ),
     (
+        "Output (o)",
+        (
+            ("↑ ↓ pgup pgdn home", "read back: the view holds still, the lines that come meanwhile are counted"),
+            ("end", "to the end, following what comes"),
+            ("e", "the ranks' stderr, where a headless launch keeps it apart"),
+            ("escape, o", "back to the dashboard"),
+        ),
+    ),
+    (
         "Replay",
         (
             ("space", "pause or resume"),

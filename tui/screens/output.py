@@ -5,12 +5,14 @@ said it was."""
 from __future__ import annotations
 
 import os
-from typing import ClassVar
+from collections import deque
+from typing import ClassVar, NamedTuple
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.content import Content
 from textual.screen import Screen
-from rich.text import Text
 from textual.widgets import RichLog, Static
 
 from pardash.telemetry.schema import plain_text
@@ -86,12 +88,18 @@ def _shown(line: bytes) -> str:
     text = line.decode("utf-8", errors="replace").rstrip("\r")
     if "\r" in text:
         text = text.rsplit("\r", 1)[1]
-    return plain_text(text[:LINE_MAX])
+    if "\t" in text:  # (a table aligned with tabs stays aligned: plain_text makes a tab one space)
+        text = text.expandtabs(8)
+    if len(text) > LINE_MAX:
+        text = text[:LINE_MAX] + f" … ({len(text) - LINE_MAX:,} more characters)"
+    return plain_text(text)
 
 
 class OutputScreen(Screen):
-    """The ranks' output file, followed as it grows while the view is at its end (scroll up to
-    read back, ``end`` to follow again). Escape or ``o`` goes back."""
+    """The ranks' output file, followed as it grows (``end``); scrolled up to read back, the
+    view holds still and counts the lines that came meanwhile, which ``end`` brings in (as
+    ``less +F``). Escape or ``o`` goes back; ``e`` shows the ranks' stderr file of a launch that
+    keeps it apart (a headless one)."""
 
     DEFAULT_CSS = """
     OutputScreen {
@@ -119,15 +127,43 @@ class OutputScreen(Screen):
     }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,o", "back", "Back")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,o", "back", "Back"),
+        # (before the log's own end, which scrolls with an animation: a line written meanwhile
+        # left the view short of the end, and it never followed again)
+        Binding("end", "follow", "Follow", priority=True),
+        # The reader going back: the view holds still from here (told by its keys, not only by
+        # where the view is: a scroll to the end still to come read as one up)
+        Binding("up", "back_by('up')", show=False, priority=True),
+        Binding("pageup", "back_by('page_up')", show=False, priority=True),
+        Binding("home", "back_by('home')", show=False, priority=True),
+        Binding("e", "other", "Stderr", tooltip="The ranks' stderr file, kept apart by a headless launch"),
+    ]
 
-    def __init__(self, path: str, missing: str = "") -> None:
-        """``path``: the file; ``missing``: what to say when there is none (why, where it is)."""
+    def __init__(self, path: str, missing: str = "", stderr: str = "", note: str = "") -> None:
+        """``path``: the file; ``missing``: what to say when there is none (why, where it is);
+        ``stderr``: the ranks' stderr file where it is kept apart ('' where it is in ``path``);
+        ``note``: said after the file's name (a replay's: the whole file, not its moment)."""
         super().__init__()
-        self.path = path
+        self.files = [f for f in (path, stderr) if f]
         self.missing = missing
+        self.note = note
+        self._open(path)
+
+    def _open(self, path: str) -> None:
+        self.path = path
         self.tail = OutputTail(path) if path else None
         self._lines = 0
+        self._follow = True
+        self._seen_y = 0.0
+        self._held: deque[str] = deque(maxlen=MAX_LINES)
+        """Lines that came while the view was scrolled up (the newest MAX_LINES)."""
+        self._held_n = 0
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "other":
+            return len(self.files) > 1
+        return True
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")
@@ -140,18 +176,38 @@ class OutputScreen(Screen):
         log = self.query_one(RichLog)
         log.border_title = "the ranks' output"
         log.focus()
-        self._more()
+        # (once the log has its size: a line written before it is laid out later, and scrolled
+        # with it after the refresh, see _more)
+        self.call_after_refresh(self._more)
         self.set_interval(FOLLOW_S, self._more)
 
     def _more(self) -> None:
+        log = self.query_one(RichLog)
+        y = log.scroll_y
+        if self._follow and y < self._seen_y - 0.5 and not log.is_vertical_scroll_end:
+            # The view moved up since the last look, short of the end (a mouse wheel, the scroll
+            # bar; the keys say it themselves, see action_back_by): the reader's, as no scroll of
+            # this screen's goes up. (At the end it is the log grown taller, the title or the line
+            # being written under it a line shorter: its end came up to meet the view.) The view
+            # holds still from here (see _held).
+            self._follow = False
+        elif not self._follow and not self._held_n and log.is_vertical_scroll_end:
+            self._follow = True  # scrolled back down to the end, nothing held: followed again
         lines = self.tail.read() if self.tail is not None else None
         if lines:
             self._lines += len(lines)
-            log = self.query_one(RichLog)
-            # Followed while the view is at the end; left where it is while scrolled up to read.
-            log.write(Text("\n".join(lines)), scroll_end=log.is_vertical_scroll_end or not log.lines)
+            if self._follow:
+                log.write(Text("\n".join(lines)), scroll_end=False)
+                # Now, not after the next refresh (the log's own scroll_end=True): a scroll to
+                # an end taken then landed after a later one, a line short of the end, and read
+                # as the reader's scroll up; and the position kept below is the end's.
+                log.scroll_end(animate=False, immediate=True, x_axis=False)
+            else:
+                self._held.extend(lines)
+                self._held_n += len(lines)
+        self._seen_y = log.scroll_y
         self._title(lines is not None)
-        partial = self.tail.partial if self.tail is not None and lines is not None else ""
+        partial = self.tail.partial if self.tail is not None and lines is not None and self._follow else ""
         shown = self.query_one("#partial", Static)
         shown.display = bool(partial)
         if partial:
@@ -161,34 +217,87 @@ class OutputScreen(Screen):
         title = self.query_one("#title", Static)
         if self.tail is None or not readable:
             why = self.missing if self.tail is None else f"{self.path}: cannot read it (not written yet, or gone)"
-            title.update(f"[b $text-accent]output[/]  {why}")
+            title.update(Content.from_markup("[b $text-accent]output[/]  $why", why=why))
             return
+        read = f"{self._lines:,} lines" if self._lines <= MAX_LINES else f"{self._lines:,} lines read, the last {MAX_LINES:,} kept"
         before = f", after {self.tail.skipped / (1 << 20):,.1f} MiB not shown" if self.tail.skipped else ""
-        title.update(f"[b $text-accent]output[/]  {self.path} · {self._lines:,} lines{before}")
+        held = f" · paused: {self._held_n:,} new lines (end follows)" if self._held_n else ""
+        other = " · e: its stderr" if len(self.files) > 1 and self.path == self.files[0] else " · e: its stdout" if len(self.files) > 1 else ""
+        note = f" · {self.note}" if self.note else ""
+        text = f"{self.path} · {read}{before}{note}{held}{other}"
+        title.update(Content.from_markup("[b $text-accent]output[/]  $text", text=text))
+
+    def action_follow(self) -> None:
+        log = self.query_one(RichLog)
+        if self._held:
+            log.write(Text("\n".join(self._held)), scroll_end=False)
+        self._held.clear()
+        self._held_n = 0
+        self._follow = True
+        log.scroll_end(animate=False, immediate=True)
+        self._seen_y = log.scroll_y  # (only the reader scrolls up: see _more)
+        self._title(True)
+
+    def action_back_by(self, how: str) -> None:
+        log = self.query_one(RichLog)
+        self._follow = False
+        getattr(log, f"scroll_{how}")(animate=False)
+        self._title(True)
+
+    def action_other(self) -> None:
+        if len(self.files) < 2:
+            return
+        self._open(self.files[1] if self.path == self.files[0] else self.files[0])
+        log = self.query_one(RichLog)
+        log.border_title = "the ranks' stderr" if self.path != self.files[0] else "the ranks' output"
+        log.clear()
+        self._more()
 
     def action_back(self) -> None:
         self.app.pop_screen()
 
 
-def output_file(source, given: str = "") -> tuple[str, str]:
+class OutputFiles(NamedTuple):
+    """Where a run's ranks' output is, as :class:`OutputScreen` takes it."""
+
+    path: str
+    missing: str = ""
+    """Why there is no ``path`` (and where the output may be)."""
+    stderr: str = ""
+    """The ranks' stderr, where a launch keeps it apart (headless: ``torchrun/stderr.log``)."""
+    note: str = ""
+
+
+def output_file(source, given: str = "") -> OutputFiles:
     """The file of ``source``'s ranks' output, and what to say when there is none: ``given``
     (the launch's own), else the one in the run's folder (the registry's entry of an attached
-    run; a replayed log's own folder)."""
+    run; a replayed log's own folder), with its stderr file where a headless launch kept that
+    apart (tracebacks, warnings, progress bars: nowhere in output.log)."""
     if given:
-        return given, ""
+        return OutputFiles(given, stderr=_stderr_beside(given))
     info = getattr(source, "info", None) or {}
     run_dir = info.get("run_dir") if isinstance(info, dict) else None
     if isinstance(run_dir, str) and run_dir:
         path = os.path.join(run_dir, "output.log")
         if os.path.exists(path):
-            return path, ""
-        return "", f"no output file in the run's folder {run_dir}: a headless launch prints its ranks' output on its own terminal"
+            return OutputFiles(path, stderr=_stderr_beside(path))
+        return OutputFiles("", f"no output.log in the run's folder {run_dir} (a launch on another node keeps its own)")
     replayed = getattr(source, "path", "")
     if replayed:
         path = os.path.join(os.path.dirname(os.path.abspath(replayed)), "output.log")
         if os.path.exists(path):
-            return path, ""
-        return "", f"no output.log beside {replayed} (a launch under the TUI keeps one in its run's folder)"
+            return OutputFiles(path, stderr=_stderr_beside(path), note="the whole file, to the run's end (not the replay's moment)")
+        return OutputFiles("", f"no output.log beside {replayed} (a launch keeps one in its run's folder)")
     if getattr(source, "live", False):
-        return "", "this run's output file is not known here: its launch is on another machine, or it was not started by pardash launch"
-    return "", "this run has no output file"
+        return OutputFiles("", "this run's output file is not known here: its launch is on another machine, or it was not started by pardash launch")
+    return OutputFiles("", "this run has no output file")
+
+
+def _stderr_beside(output: str) -> str:
+    """The run folder's ``torchrun/stderr.log`` beside ``output`` when it holds anything (a
+    headless launch keeps the ranks' stderr apart there), else ''."""
+    path = os.path.join(os.path.dirname(output), "torchrun", "stderr.log")
+    try:
+        return path if os.path.getsize(path) > 0 else ""
+    except OSError:
+        return ""
