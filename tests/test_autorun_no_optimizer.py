@@ -11,25 +11,13 @@ import pytest
 import torch
 from torch import nn
 
-from pardash.telemetry import api, schema
-from pardash.telemetry.env import RankIdentity
-from pardash.trainer.instrument import NO_STEP_UNCOUNTED, NO_STEP_WARNING, Instrument
-from test_autorun import SCRIPTS, RecordingReporter, _batch, _launch, _model, _printed_losses, _steps
+from pardash.telemetry import schema
+from pardash.trainer.instrument import NO_STEP_UNCOUNTED, NO_STEP_WARNING
+from test_autorun import SCRIPTS, _batch, _launch, _model, _printed_losses, _steps
+import test_autorun_sync
 
-
-@pytest.fixture
-def hooked(monkeypatch):
-    """An Instrument of rank 1 of 2, on a fake clock (``clock[0]``, which the test moves)."""
-    api._reset_for_tests()
-    rep = RecordingReporter()
-    rep.identity = RankIdentity(rank=1, local_rank=1, world_size=2, node=0, host="here", restart=0)
-    inst = Instrument(rep).install()
-    clock = [100.0]
-    monkeypatch.setattr(inst.clock, "stamp", lambda: clock[0])
-    torch.manual_seed(0)
-    yield inst, rep, clock
-    inst.uninstall()
-    api._reset_for_tests()
+hooked = test_autorun_sync.hooked
+"""The fixture: an Instrument of rank 1 of 2 on a fake clock (``clock[0]``, which the test moves)."""
 
 
 def _all_reduce(inst, clock, wait_s: float):
