@@ -270,6 +270,7 @@ class RankState:
         "silent",
         "straggler",
         "straggled",
+        "straggled_to",
         "not_sharding",
         "restarts",
         "history",
@@ -309,6 +310,8 @@ class RankState:
         self.straggler: schema.Verdict | None = None
         self.straggled: schema.Verdict | None = None
         """Its first straggler verdict, kept once cleared (a finished run still says it)."""
+        self.straggled_to: int | None = None
+        """The step at which that first spell was cleared (None: not cleared, or not known)."""
         self.not_sharding: schema.Verdict | None = None
         self.restarts = 0
         self.history = Ring(HISTORY_POINTS)
@@ -685,6 +688,8 @@ class RunState:
             if r.straggled is None:
                 r.straggled = v
         elif name == "straggler_cleared":
+            if r.straggler is not None and r.straggler is r.straggled:
+                r.straggled_to = v.step  # (the first spell's end: "no longer at step 110")
             r.straggler = None
         elif name == "stalled":
             r.stalled = v

@@ -266,11 +266,14 @@ def time_left_s(state: RunState, total: int | None) -> float | None:
     return left
 
 
-def straggled_text(v) -> str:
-    """A rank that was a straggler (its first straggler verdict, ``RankState.straggled``), once
-    it is done: when the hub found it (the report gives since when it straggled, from the steps
-    before)."""
-    return f"rank {v.rank} was a straggler ({v.cause or 'cause unknown'}), found at step {v.step}"
+def straggled_text(r) -> str:
+    """A rank that was a straggler (its first spell: ``RankState.straggled``, cleared at
+    ``straggled_to``), once it is done or caught up: when the hub found it and, where it caught
+    up, when (the report gives since when it straggled, from the steps before). "found at step
+    29" alone read the same of a spell of ten steps and of one to the run's end."""
+    v = r.straggled
+    text = f"rank {v.rank} was a straggler ({v.cause or 'cause unknown'}), found at step {v.step}"
+    return text + (f", no longer at step {r.straggled_to}" if r.straggled_to is not None else "")
 
 
 def stragglers_were(state: RunState) -> str:
@@ -280,7 +283,7 @@ def stragglers_were(state: RunState) -> str:
     if not slow:
         return ""
     if len(slow) == 1:
-        return straggled_text(slow[0].straggled)
+        return straggled_text(slow[0])
     names = ", ".join(str(r.rank) for r in slow[:6]) + (", …" if len(slow) > 6 else "")
     return f"ranks {names} were stragglers (see the events)"
 

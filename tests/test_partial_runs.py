@@ -175,7 +175,8 @@ def test_the_last_line_of_a_run_that_had_a_straggler_says_so():
     st.apply(schema.Verdict(run="r", rank=1, verdict="straggler", cause="data", cost_s=0.02, step=29, hseq=5), 2.0)
     st.apply(schema.Verdict(run="r", rank=1, verdict="straggler_cleared", step=40, hseq=6), 2.0)
     assert outcome_line(st, 0, {}, "run.jsonl") == (
-        "pardash: done, 2 rank(s), step 300; rank 1 was a straggler (data), found at step 29, log run.jsonl"
+        "pardash: done, 2 rank(s), step 300; rank 1 was a straggler (data), found at step 29, no longer at step 40, "
+        "log run.jsonl"
     )
     st.apply(schema.Verdict(run="r", rank=0, verdict="straggler", cause="compute", cost_s=0.02, step=50, hseq=7), 2.0)
     assert "; ranks 0, 1 were stragglers (see the events), log run.jsonl" in outcome_line(st, 0, {}, "run.jsonl")

@@ -409,7 +409,8 @@ def test_a_finished_run_still_names_its_straggler():
     for r in range(2):
         st.apply(schema.Event(rank=r, name="exit", code=0, step=100), 0)
     assert all(r.finished for r in st.ranks.values())
-    assert _stragglers_were(st) == " · rank 1 was a straggler (data), found at step 29"
+    # (and when it caught up: "found at step 29" alone read the same of a spell to the run's end)
+    assert _stragglers_were(st) == " · rank 1 was a straggler (data), found at step 29, no longer at step 90"
 
 
 def test_a_run_stopped_as_it_hung_says_so_once_its_ranks_have_exited():

@@ -39,4 +39,4 @@ async def test_a_running_runs_calm_line_says_who_was_a_straggler(tmp_path):
     async with app.run_test(size=(160, 40)) as pilot:
         alerts = app.screen.query_one(AlertList)
         await until(pilot, lambda: bool(alerts.calm))
-        assert alerts.calm == "✓ no alerts: every rank is healthy · rank 1 was a straggler (data), found at step 29"
+        assert alerts.calm == "✓ no alerts: every rank is healthy · rank 1 was a straggler (data), found at step 29, no longer at step 60"

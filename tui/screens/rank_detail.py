@@ -448,7 +448,7 @@ class RankDetailScreen(Screen):
         done = r.status in (st.EXITED, st.FINISHED)
         hung = r.stalled is not None or r.silent is not None
         if done and r.straggled is not None and not hung:  # not "is a straggler" once it is done
-            parts.append((f"\n⚠ {straggled_text(r.straggled)}", "$text-warning"))
+            parts.append((f"\n⚠ {straggled_text(r)}", "$text-warning"))
         for alert in self._alerts(state, origin):
             # An exit is the first line's ("exited with code 1"); one that ended a hang says
             # how it hung ("went silent (no heartbeat); then exited with code -9").
