@@ -88,7 +88,9 @@ class _Pickler(pickle.Pickler):
         if type(obj) is Ring:
             rows = bytes(obj._buf)
             rows = self._rows.setdefault(rows, rows)
-            return (_ring_again, (obj.capacity, obj.columns, rows, obj._head, obj._count))
+            wide = bytes(obj._wbuf)
+            wide = self._rows.setdefault(wide, wide)
+            return (_ring_again, (obj.capacity, obj.columns, rows, obj._head, obj._count, wide))
         return NotImplemented
 
 

@@ -39,6 +39,14 @@ HISTORY_COLUMNS = (
 ``samples`` is what the rank processed since its point before (its steps in between included,
 NaN where not known: see RankState.samples_mark)."""
 
+WIDE_COLUMNS = ("step", "t")
+"""Columns a ring also keeps as float64: float32 holds whole steps exactly only to 16,777,216
+(two days at 100 steps/s; a rate over ten steps then read 20% off) and a run's seconds to 8 ms
+after a day (a rate over a second of points jittered 3% after three days, 6% after a week).
+The snapshot still carries them as float32, as every column."""
+
+_FIRST_TWO = (0, 1)
+
 _FLOAT32_MAX = 3.4028234663852886e38
 _NATIVE = sys.byteorder == "little"
 
@@ -71,14 +79,11 @@ class Column:
 
     def last(self) -> float | None:
         """The newest value (NaN when that step lacked it); None when the ring is empty."""
-        ring = self._ring
-        if not ring._count:
-            return None
-        return ring._flat[((ring._head - 1) % ring.capacity) * ring._width + self._j]
+        return self._ring._at(self._j, 0)
 
     def to_bytes(self) -> bytes:
         """Oldest first, float32 little-endian (the snapshot's history format)."""
-        data = self._ring._column(self._j)
+        data = self._ring._column(self._j, narrow=True)
         if _NATIVE:
             return data.tobytes()
         return struct.pack(f"<{len(data)}f", *data.tolist())
@@ -87,7 +92,8 @@ class Column:
 class Ring:
     """A ring of ``capacity`` float32 rows of ``len(columns)`` values; missing values are NaN."""
 
-    __slots__ = ("capacity", "columns", "_index", "_width", "_buf", "_flat", "_pack", "_head", "_count", "_views")
+    __slots__ = ("capacity", "columns", "_index", "_width", "_buf", "_flat", "_pack", "_head", "_count", "_views",
+                 "_wide", "_wide_of", "_wbuf", "_wflat", "_wpack")  # fmt: skip
 
     def __init__(self, capacity: int, columns: Sequence[str] = HISTORY_COLUMNS) -> None:
         if capacity < 1:
@@ -100,6 +106,12 @@ class Ring:
         self._flat = memoryview(self._buf).cast("f")
         """The rows one after another, in slot order (not oldest first)."""
         self._pack = struct.Struct(f"={self._width}f").pack_into
+        self._wide = tuple(j for j, name in enumerate(self.columns) if name in WIDE_COLUMNS)
+        """The columns also kept as float64 (see WIDE_COLUMNS), their values in ``_wbuf``."""
+        self._wide_of = {j: k for k, j in enumerate(self._wide)}
+        self._wbuf = bytearray(8 * capacity * len(self._wide))
+        self._wflat = memoryview(self._wbuf).cast("d")
+        self._wpack = struct.Struct(f"={len(self._wide)}d").pack_into
         self._head = 0  # next slot to write
         self._count = 0
         self._views: dict[str, Column] = {}
@@ -117,6 +129,15 @@ class Ring:
         except (OverflowError, struct.error, TypeError):
             # A value float32 cannot hold (1e300 as a loss), or None: stored as float32 would.
             self._pack(self._buf, 4 * self._head * self._width, *map(_float32, values))
+        wide = self._wide
+        if wide:
+            try:
+                if wide == _FIRST_TWO:  # (a rank's history: step and t lead its columns)
+                    self._wpack(self._wbuf, 16 * self._head, values[0], values[1])
+                else:
+                    self._wpack(self._wbuf, 8 * self._head * len(wide), *[values[j] for j in wide])
+            except (struct.error, TypeError):  # (None: NaN)
+                self._wpack(self._wbuf, 8 * self._head * len(wide), *[nan if values[j] is None else float(values[j]) for j in wide])
         self._head = (self._head + 1) % self.capacity
         if self._count < self.capacity:
             self._count += 1
@@ -157,36 +178,48 @@ class Ring:
                 flat[j : start * w : w] = memoryview(array("f", [nan]) * start)
             if values is not None and len(values):
                 flat[start * w + j : n * w : w] = values
+        ww = len(self._wide)
+        for k, j in enumerate(self._wide):  # (as the snapshot has them: float32)
+            self._wflat[k : n * ww : ww] = memoryview(array("d", flat[j : n * w : w].tolist()))
         self._count = n
         self._head = n % self.capacity
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _column(self, j: int) -> memoryview:
-        """Column ``j`` oldest first (a float32 memoryview; a copy when the ring wrapped)."""
-        w = self._width
-        flat = self._flat
+    def _column(self, j: int, narrow: bool = False) -> memoryview:
+        """Column ``j`` oldest first (a float32 memoryview, float64 for a wide column unless
+        ``narrow``; a copy when the ring wrapped)."""
+        k = None if narrow else self._wide_of.get(j)
+        if k is None:
+            w, flat, fmt = self._width, self._flat, "f"
+        else:
+            j, w, flat, fmt = k, len(self._wide), self._wflat, "d"
         if self._count < self.capacity:
             return flat[j : self._count * w : w]
         h = self._head
         if h == 0:
             return flat[j::w]
         older, newer = flat[h * w + j :: w], flat[j : h * w : w]
-        return memoryview(older.tobytes() + newer.tobytes()).cast("f")
+        return memoryview(older.tobytes() + newer.tobytes()).cast(fmt)
+
+    def _at(self, j: int, k: int) -> float | None:
+        """Column ``j``'s value ``k`` rows before the newest; None when there is no such row."""
+        if k >= self._count:
+            return None
+        slot = (self._head - 1 - k) % self.capacity
+        if j in self._wide_of:
+            return self._wflat[slot * len(self._wide) + self._wide_of[j]]
+        return self._flat[slot * self._width + j]
 
     def last(self, name: str) -> float | None:
         """The newest value of column ``name`` (NaN when that step lacked it); None when the
         ring is empty. The same as ``ring[name].last()``, in one call (hot loops use it)."""
-        if not self._count:
-            return None
-        return self._flat[((self._head - 1) % self.capacity) * self._width + self._index[name]]
+        return self._at(self._index[name], 0)
 
     def ago(self, name: str, k: int) -> float | None:
         """The value of column ``name`` ``k`` rows before the newest (0: the newest); None when
         the ring holds no more than ``k`` rows."""
-        if k >= self._count:
-            return None
-        return self._flat[((self._head - 1 - k) % self.capacity) * self._width + self._index[name]]
+        return self._at(self._index[name], k)
 
     def columns_bytes(self) -> dict[str, bytes]:
         """Every column as ``Column.to_bytes()`` gives it (the snapshot's history of a rank),
@@ -212,7 +245,18 @@ class Ring:
             flat = self._flat[first * w : (first + count) * w].tolist()
         else:
             flat = self._flat[first * w :].tolist() + self._flat[: h * w].tolist()
-        return [flat[i : i + w] for i in range(0, count * w, w)]
+        rows = [flat[i : i + w] for i in range(0, count * w, w)]
+        wide = self._wide
+        if wide and rows:
+            ww = len(wide)
+            if first + count <= self.capacity:
+                exact = self._wflat[first * ww : (first + count) * ww].tolist()
+            else:
+                exact = self._wflat[first * ww :].tolist() + self._wflat[: h * ww].tolist()
+            for i, row in enumerate(rows):
+                for k, j in enumerate(wide):
+                    row[j] = exact[i * ww + k]
+        return rows
 
     def __getitem__(self, name: str) -> Column:
         view = self._views.get(name)
@@ -234,10 +278,13 @@ class Ring:
         return [(name, self[name]) for name in self.columns]
 
 
-def _ring_again(capacity: int, columns: tuple[str, ...], rows: bytes, head: int, count: int) -> Ring:
-    """A :class:`Ring` made again from its rows' bytes (its ``_buf``), where the next row goes
-    and how many it holds: how a replay's keyframes copy one (its memoryview cannot be pickled)."""
+def _ring_again(capacity: int, columns: tuple[str, ...], rows: bytes, head: int, count: int, wide: bytes = b"") -> Ring:
+    """A :class:`Ring` made again from its rows' bytes (its ``_buf``, and ``_wbuf``: its wide
+    columns' float64 values), where the next row goes and how many it holds: how a replay's
+    keyframes copy one (its memoryviews cannot be pickled)."""
     ring = Ring(capacity, columns)
     ring._buf[:] = rows
+    if wide:
+        ring._wbuf[:] = wide
     ring._head, ring._count = head, count
     return ring

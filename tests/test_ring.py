@@ -48,7 +48,8 @@ def test_missing_and_out_of_range_values_are_nan_and_inf():
     loss = ring["loss"].values()
     assert math.isnan(loss[0]) and loss[1] == -math.inf
     t = ring["t"].values()
-    assert t[0] == math.inf and math.isnan(t[1])
+    assert t[0] == 1e300 and math.isnan(t[1])  # (t is kept as float64 too: WIDE_COLUMNS)
+    assert struct.unpack("<2f", ring["t"].to_bytes()) [0] == math.inf  # (the snapshot's float32)
     with pytest.raises(ValueError):
         ring.append([1, 2])
 
@@ -117,6 +118,22 @@ def test_commit_history_writes_one_row_per_step_in_column_order():
     assert math.isnan(row0["data_s"])
     row1 = dict(zip(HISTORY_COLUMNS, st.ranks[1].history.tail(1)[0], strict=True))
     assert row1["t"] == 0.5 and math.isnan(row1["loss"]) and math.isnan(row1["mem_held_bytes"])
+
+
+def test_steps_and_times_are_exact_past_what_float32_holds():
+    # float32 holds whole steps only to 16,777,216 (two days at 100 steps/s) and a run's seconds
+    # to 8 ms after a day: a rate over the last points read 20% off, or jittered 3 to 6%.
+    ring = Ring(4, COLS)
+    for k in range(6):
+        step, t = 16_777_217 + k, 604_800.0 + 0.01 * k  # a week in, at 100 steps/s
+        ring.append_row(step, 0.5, t)
+    assert ring["step"].values() == [16_777_219.0, 16_777_220.0, 16_777_221.0, 16_777_222.0]
+    assert ring.ago("step", 0) - ring.ago("step", 3) == 3 and ring.last("step") == 16_777_222
+    assert ring.ago("t", 0) - ring.ago("t", 3) == pytest.approx(0.03, rel=1e-9)
+    assert [row[2] for row in ring.tail(2)] == [604_800.0 + 0.01 * 4, 604_800.0 + 0.01 * 5]
+    assert ring["t"].values()[-1] == 604_800.0 + 0.01 * 5
+    # The snapshot carries them as float32, as it did.
+    assert struct.unpack("<4f", ring["step"].to_bytes()) == tuple(_f32(x) for x in ring["step"].values())
 
 
 def test_ago_reads_back_from_the_newest_row_across_the_wrap():
