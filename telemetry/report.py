@@ -56,7 +56,9 @@ from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
 from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
                     mem_state_bytes, run_again, run_over)
-from .summary import BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, named_by_step, not_sharding_hint, shards_of
+from .summary import (
+    BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, named_by_step, not_sharding_hint, shards_of, total_steps,
+)  # fmt: skip
 
 
 
@@ -678,6 +680,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             for name, last in sorted(custom_last.items())
         },
         "last_step": state.step,
+        # The steps the run was to take (the trainer's --steps, what its --epochs came to, or a
+        # script's config "steps"), when its hello says: a run stopped at step 83,840 of 300,000
+        # read "steps 83840", as if that were all it was for. None: not known.
+        "total_steps": total_steps(state.hello),
         "samples": total_samples,
         "samples_per_s": total_samples / train_s if train_s > 0 else None,
         # The steps after the warm-up (steady_steps: from first to last, the warm-up's count

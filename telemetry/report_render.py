@@ -193,7 +193,9 @@ def _steps_text(rep: dict) -> str:
     resumed = [r["step"] for r in (rep.get("checkpoints") or {}).get("resumed") or [] if r.get("step") is not None]
     if not rep["steps"] and resumed:
         return f"0 (resumed at step {max(resumed)}, nothing left to train)"
-    return (f"{rep['steps']} (last step {_last_steps_text(rep)}"
+    total = rep.get("total_steps")
+    short = f" of {total} planned" if total and (rep.get("last_step") or 0) < total else ""
+    return (f"{rep['steps']} (last step {_last_steps_text(rep)}{short}"
             + (f"; {rep['steps_rerun']} run again {_rerun_why(rep)}" if rep.get("steps_rerun") else "")
             + (f"; {rep['steps_missing']} more not in the log: among the lost messages" if rep.get("steps_missing") else "") + ")")
 

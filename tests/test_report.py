@@ -2909,3 +2909,26 @@ def test_a_quiet_hub_warning_speaks_of_figures_only_where_there_are_some(monkeyp
     warned = [line for line in out.getvalue().splitlines() if line.startswith("warning: the hub has sent nothing")]
     assert len(warned) == 1, out.getvalue()
     assert ("the figures below are from before" in warned[0]) == bool(ranks), warned[0]
+
+
+@pytest.mark.parametrize("reached", [False, True])
+def test_a_run_stopped_short_of_its_total_says_of_how_many(tmp_path, reached):
+    # Review 238: a run of --steps 300000 stopped at step 83,840 read "steps 83840 (last step
+    # 83840)", as if that were all it was for; the TUI and `pardash ps` said "83840/300000".
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import render_text
+
+    t = 1.0e9
+    last = 300 if reached else 120
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, strategy="ddp", config={"steps": 300}, t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.1, samples=4, t=t + 0.1 * s) for s in range(1, last + 1) for r in (0, 1)]
+    records += [schema.Event(run="r", rank=r, seq=last + 1, name="exit", code=-15, step=last, t=t + 0.1 * last + 0.05) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["total_steps"] == 300
+    text = render_text(rep)
+    if reached:
+        assert "planned" not in text
+    else:
+        assert re.search(r"steps\s+120 \(last step 120 of 300 planned\)", text), text
