@@ -191,3 +191,37 @@ async def test_e_shows_the_stderr_a_headless_launch_kept_apart(tmp_path):
         assert "step 1" not in _shown(app.screen)
         await pilot.press("e")
         await until(pilot, lambda: "step 1 loss 0.5" in _shown(app.screen))
+
+
+async def test_slash_finds_a_line_newest_first_and_n_goes_to_older_ones(tmp_path):
+    # A user after the traceback of an hour ago, or the line where the loss went NaN, paged
+    # through 5,000 lines: `/` finds them, as less and a W&B console log do.
+    from textual.widgets import RichLog
+
+    lines = [f"step {i} loss 0.{i}" for i in range(300)]
+    lines[40] = "eval at step 40: val_loss 0.31"
+    lines[200] = "eval at step 200: val_loss 0.12"
+    src = _replay_with_output(tmp_path, lines)
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OutputScreen) and "step 299" in _shown(app.screen))
+        screen = app.screen
+        log = screen.query_one(RichLog)
+        title = screen.query_one("#title")
+        await pilot.press("slash", *"val_loss", "enter")
+        await until(pilot, lambda: "'val_loss': 1 of 2, newest first" in str(title.render()))
+        assert screen.query_one(RichLog).has_focus and not screen._follow
+        # The newest match is the view's top line; n goes to the older one, N back.
+        assert log.scroll_y == screen._found[1] and "step 200: val_loss" in log.lines[int(log.scroll_y)].text
+        await pilot.press("n")
+        await until(pilot, lambda: "'val_loss': 2 of 2, newest first" in str(title.render()))
+        assert "step 40: val_loss" in log.lines[int(log.scroll_y)].text
+        await pilot.press("N")
+        await until(pilot, lambda: "'val_loss': 1 of 2, newest first" in str(title.render()))
+        # Typed into the find box, o and n are letters, escape closes it (not the screen).
+        await pilot.press("slash", "o", "n", "escape")
+        await pilot.pause()
+        assert isinstance(app.screen, OutputScreen) and not screen._finding()
+        await pilot.press("slash", *"nothing like it", "enter")
+        await until(pilot, lambda: "no line holds 'nothing like it'" in str(title.render()))

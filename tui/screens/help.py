@@ -39,6 +39,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("↑ ↓ pgup pgdn home", "read back: the view holds still, the lines that come meanwhile are counted"),
             ("end", "to the end, following what comes"),
+            ("/  n  N", "find a line holding a text, newest first; n an older one, N a newer"),
             ("e", "the ranks' stderr, where a headless launch keeps it apart"),
             ("escape, o", "back to the dashboard"),
         ),

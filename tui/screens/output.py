@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import RichLog, Static
+from textual.widgets import Input, RichLog, Static
 
 from pardash.telemetry.schema import plain_text
 
@@ -125,6 +125,12 @@ class OutputScreen(Screen):
         padding: 0 1;
         color: $text-muted;
     }
+    OutputScreen #find {
+        display: none;
+    }
+    OutputScreen #find.-open {
+        display: block;
+    }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -138,6 +144,9 @@ class OutputScreen(Screen):
         Binding("pageup", "back_by('page_up')", show=False, priority=True),
         Binding("home", "back_by('home')", show=False, priority=True),
         Binding("e", "other", "Stderr", tooltip="The ranks' stderr file, kept apart by a headless launch"),
+        Binding("slash", "find", "Find", key_display="/", tooltip="Find a line (newest first; n older, N newer)"),
+        Binding("n", "find_next(-1)", show=False),
+        Binding("N", "find_next(1)", show=False),
     ]
 
     def __init__(self, path: str, missing: str = "", stderr: str = "", note: str = "") -> None:
@@ -159,17 +168,29 @@ class OutputScreen(Screen):
         self._held: deque[str] = deque(maxlen=MAX_LINES)
         """Lines that came while the view was scrolled up (the newest MAX_LINES)."""
         self._held_n = 0
+        self._find = ""
+        self._found: list[int] = []
+        """The log's lines (strips) the last find matched, oldest first, and which is shown."""
+        self._found_at = -1
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self._finding() and action in ("back_by", "follow", "other", "find", "find_next"):
+            return False  # (keys typed into the find box are its own)
         if action == "other":
             return len(self.files) > 1
+        if action == "find_next":
+            return bool(self._found)
         return True
+
+    def _finding(self) -> bool:
+        return self.query_one("#find", Input).has_class("-open")
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")
         # Wrapped: a long line (torchrun's warnings) is read whole, with no sideways scrolling.
         yield RichLog(max_lines=MAX_LINES, wrap=True, markup=False, highlight=False, auto_scroll=False)
         yield Static(id="partial", markup=False)
+        yield Input(placeholder="find: a line holding this (enter; esc: never mind)", id="find")
         yield FittedFooter()
 
     def on_mount(self) -> None:
@@ -222,6 +243,10 @@ class OutputScreen(Screen):
         read = f"{self._lines:,} lines" if self._lines <= MAX_LINES else f"{self._lines:,} lines read, the last {MAX_LINES:,} kept"
         before = f", after {self.tail.skipped / (1 << 20):,.1f} MiB not shown" if self.tail.skipped else ""
         held = f" · paused: {self._held_n:,} new lines (end follows)" if self._held_n else ""
+        if self._find:
+            held += (f" · {self._find!r}: {len(self._found) - self._found_at} of {len(self._found)}, newest first (n older, N newer)"
+                     if self._found
+                     else f" · no line holds {self._find!r}")  # fmt: skip
         other = " · e: its stderr" if len(self.files) > 1 and self.path == self.files[0] else " · e: its stdout" if len(self.files) > 1 else ""
         note = f" · {self.note}" if self.note else ""
         text = f"{self.path} · {read}{before}{note}{held}{other}"
@@ -253,7 +278,47 @@ class OutputScreen(Screen):
         log.clear()
         self._more()
 
+    def action_find(self) -> None:
+        box = self.query_one("#find", Input)
+        box.add_class("-open")
+        box.value = self._find
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._close_find()
+        self._find = event.value.strip()
+        if not self._find:
+            self._found = []
+            self._title(True)
+            return
+        needle = self._find.lower()
+        log = self.query_one(RichLog)
+        self._found = [i for i, strip in enumerate(log.lines) if needle in strip.text.lower()]
+        self._found_at = len(self._found)  # (the newest first: the next older one is the last)
+        self.action_find_next(-1)
+
+    def action_find_next(self, direction: int) -> None:
+        """Show the next older (-1) or newer (+1) line the find matched, at the view's top; the
+        view holds still there (lines that come are counted, as scrolled up)."""
+        if not self._found:
+            self._title(True)
+            return
+        self._found_at = max(0, min(len(self._found) - 1, self._found_at + direction))
+        log = self.query_one(RichLog)
+        self._follow = False
+        log.scroll_to(y=self._found[self._found_at], animate=False, immediate=True)
+        self._seen_y = log.scroll_y
+        self._title(True)
+
+    def _close_find(self) -> None:
+        self.query_one("#find", Input).remove_class("-open")
+        self.query_one(RichLog).focus()
+
     def action_back(self) -> None:
+        if self._finding():  # (escape in the find box: never mind)
+            self._close_find()
+            return
         self.app.pop_screen()
 
 
