@@ -18,6 +18,7 @@ from operator import attrgetter
 import msgspec
 
 from . import schema
+from .event_ring import EventRing
 from .ring import Ring
 from .trend import Trend
 
@@ -460,9 +461,10 @@ class RunState:
     track_seq: bool = True
     """Count lost messages from seq (hub, report); viewers take the hub's count instead."""
     ranks: dict[int, RankState] = field(default_factory=dict)
-    events: deque = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
-    """Events and verdicts, oldest first: the newest EVENTS_KEPT (or EVENTS_PER_RANK a rank),
-    for the event log."""
+    events: EventRing | deque = field(default_factory=lambda: EventRing(maxlen=EVENTS_KEPT))
+    """Events and verdicts, oldest first, for the event log: the newest EVENTS_KEPT (or
+    EVENTS_PER_RANK a rank) routine events (epoch ends, evaluations, checkpoints) and, apart,
+    as many of the rest (:class:`EventRing`); a deque of every one for ``pardash report``."""
     lifecycle: deque = field(default_factory=deque)
     """Every error, exit and restart event and exited verdict (:func:`is_lifecycle`), oldest
     first, errors with the end of their traceback: a failure of 1024 ranks is some 2,000 events,
@@ -516,7 +518,7 @@ class RunState:
             if kept is not None and EVENTS_PER_RANK * len(self.ranks) > kept:
                 # Every rank saving a checkpoint, or exiting, is an event each within a frame or
                 # two: the log keeps room for a few such rounds, whatever the world size.
-                self.events = deque(self.events, maxlen=2 * kept)
+                self.events = EventRing(self.events, maxlen=2 * kept)
         return r
 
     def apply(self, msg: schema.Message, now: float) -> None:

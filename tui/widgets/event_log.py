@@ -13,7 +13,7 @@ from pardash.telemetry import schema
 from pardash.telemetry.failures import error_line, short_error
 from pardash.telemetry.printer import group_alike, verdict_text
 from pardash.telemetry.summary import ranks_named
-from pardash.telemetry.state import EVENTS_KEPT, RunState, torchrun_restart
+from pardash.telemetry.state import RunState, torchrun_restart
 
 from ..format import fmt_clock, fmt_step_time, tame
 from ..run_clock import zero_known
@@ -113,7 +113,7 @@ class EventLog(CachedStyles, RichLog):
         self, *, rank: int | None = None, name: str | None = None, id: str | None = None, classes: str | None = None
     ) -> None:
         super().__init__(
-            max_lines=EVENTS_KEPT, wrap=True, markup=False, min_width=20, name=name, id=id, classes=classes
+            max_lines=None, wrap=True, markup=False, min_width=20, name=name, id=id, classes=classes
         )
         self.rank = rank
         """Only this rank's events (None: every rank and the hub)."""
@@ -125,6 +125,9 @@ class EventLog(CachedStyles, RichLog):
         """The width lines are cut at, one an event (see CUT_ROWS), or 0: wrapped."""
         self._zero_known = False
         """Whether the lines written carry the run's clock (see :meth:`sync`)."""
+        self._taken = 0
+        """Events taken from the state since every line was last written from it: past its
+        bound, the lines are written again from what the state keeps (see :meth:`sync`)."""
 
     def on_mount(self) -> None:
         # Written lines keep the colours of the theme they were written in: rewrite on change.
@@ -163,7 +166,8 @@ class EventLog(CachedStyles, RichLog):
         return component_fg(self, f"event-log--{name}")
 
     def _new(self, state: RunState) -> Iterable[schema.Message]:
-        if id(state) != self._state_id:
+        whole = id(state) != self._state_id
+        if whole:
             self._state_id = id(state)
             self._last_hseq = -1
             self.clear()
@@ -176,6 +180,7 @@ class EventLog(CachedStyles, RichLog):
         fresh.reverse()
         if fresh:
             self._last_hseq = max(m.hseq for m in fresh)
+        self._taken = 0 if whole else self._taken + len(fresh)
         return fresh
 
     _origin: float | None = None
@@ -212,6 +217,14 @@ class EventLog(CachedStyles, RichLog):
         if cut != self._cut_at:
             self._cut_at = cut
             self._state_id = 0  # (written again, cut or wrapped)
+        kept = getattr(state.events, "maxlen", None)
+        if kept and self._taken >= kept:
+            # The state keeps its routine events (epoch ends, checkpoints) and the rest
+            # (verdicts, warnings, errors) to a bound each; lines written as they came were
+            # bound by their count alone, and a long run's routine lines pushed out its
+            # verdicts. Written again from the state, the log holds what the state holds (and
+            # at most its bound's worth of lines more).
+            self._state_id = 0
         mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
         for m, ranks, took in group_alike(mine):
             text, style = describe(m, ranks, took)
