@@ -717,9 +717,18 @@ def test_a_hub_that_cannot_bind_leaves_no_empty_log_behind(tmp_path, capsys):
     # which the next `pardash report` of the run id found.
     from pardash.telemetry import hub as hub_mod
 
+    import socket
+
     ctx = zmq.Context.instance()
-    busy = ctx.socket(zmq.PULL)
-    port = busy.bind_to_random_port("tcp://127.0.0.1")
+    for _ in range(100):  # a busy port whose port below is free (other jobs bind ports too)
+        busy = ctx.socket(zmq.PULL)
+        port = busy.bind_to_random_port("tcp://127.0.0.1")
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port - 1))
+                break
+            except OSError:
+                busy.close(0)
     try:
         args = _hub_args(tmp_path / "runs" / "r", "--port", str(port))
         assert hub_mod.run_hub(args) == 2
