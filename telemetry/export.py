@@ -82,6 +82,11 @@ the device's total memory, which does not change."""
 DURATION_TAGS = {"eval": "eval/duration_s", "checkpoint": "checkpoint/save_s", "resume": "checkpoint/load_s"}
 """The scalar of an event's ``duration_s``; another event's is ``events/<name>_s``."""
 INSTALL_HINT = "pardash export --tensorboard needs the tensorboard package: pip install 'pardash[export]'"
+WRITER = "pardash export"
+"""The writer each event file of an export names in its first record (TensorBoard's
+``source_metadata``, as its own writer names itself there): ``--force`` replaces the files that
+say it, and only those (their names are TensorBoard's own, as a training script's writer names
+its files)."""
 
 
 class ExportError(Exception):
@@ -151,13 +156,14 @@ def _tensorboard() -> SimpleNamespace:
     try:
         import google_crc32c
         from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
-        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog, SourceMetadata
         from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.plugins.text.metadata import create_summary_metadata
     except ImportError:
         raise ExportError(INSTALL_HINT) from None
     return SimpleNamespace(
         framing=RecordFraming(google_crc32c.value), Event=Event, Summary=Summary, SessionLog=SessionLog,
+        SourceMetadata=SourceMetadata,
         TensorProto=tensor_pb2.TensorProto, TensorShape=tensor_shape_pb2.TensorShapeProto, DT_STRING=types_pb2.DT_STRING,
         text_metadata=create_summary_metadata(display_name="", description=""),
     )  # fmt: skip
@@ -369,11 +375,20 @@ class _Export:
         self.seqs = RunState(track_seq=True)
         """The ranks' message counts (seq), as the report keeps them: the messages lost (a hub
         killed and restarted, a reporter's full queue) leave gaps in the curves, said at the end."""
+        self.closed = False
+        """The hub's "hub stopped" came after the ranks' last record (as the report reads it): the
+        log has its end."""
+        self.end_note: schema.Event | None = None
+        """The hub's last note after the ranks' last record (its disk full as it stopped?)."""
 
     def add(self, msg: schema.Message) -> None:
         rank = msg.rank
         if rank < 0:
+            self.end_note = msg if isinstance(msg, schema.Event) else None
+            if self.end_note is not None and msg.name == "hub" and msg.message.startswith("hub stopped"):
+                self.closed = True
             return  # the hub's own records: no rank's run
+        self.closed, self.end_note = False, None
         self.seqs.apply(msg, 0.0)
         self.in_log.add(rank)
         if self.ranks is not None and rank not in self.ranks:
@@ -410,10 +425,14 @@ class _Export:
             except OSError as exc:
                 why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror or exc
                 raise ExportError(f"cannot write {path}: {why}; choose a writable --tensorboard DIR") from None
-            w = self.writers[rank] = EventFile(path, self.tb.framing, self.tb.Event)
+            w = self.writers[rank] = EventFile(path, self.tb.framing, self._first_event)
             w.flush()  # (its first record, the file's version: where the rank's records begin)
             self.points_at[rank] = _Points(os.path.getsize(w.path))
         return w
+
+    def _first_event(self, **fields):
+        """An event file's first record, naming the export as its writer (see WRITER)."""
+        return self.tb.Event(source_metadata=self.tb.SourceMetadata(writer=WRITER), **fields)
 
     def _add_point(self, rank: int, event) -> None:
         """Write a scalar record of ``rank``, kept in mind where it lies in the file."""
@@ -649,7 +668,62 @@ class _Export:
             w.close()
 
 
-def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = None, ranks: Collection[int] | None = None) -> dict:
+def _written_by_export(path: str, tb: SimpleNamespace) -> bool:
+    """Whether the event file ``path`` is one an export wrote: its first record (the file's
+    version) names WRITER. A file it cannot read as such is not."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+            if len(head) < 12:
+                return False
+            (size,) = struct.unpack("<Q", head[:8])
+            if size > 1 << 16:  # (the version record is tens of bytes)
+                return False
+            first = tb.Event.FromString(fh.read(size))
+    except Exception:  # (unreadable, or not an event: not the export's)
+        return False
+    return first.source_metadata.writer == WRITER
+
+
+def _earlier_export(out_dir: str, tb: SimpleNamespace, force: bool) -> list[str]:
+    """The event files already in ``out_dir``'s rank folders, which ``force`` lets the export
+    replace; ExportError where there are some and no ``force``, or ``force`` and one is no
+    export's (a training script's own writer, say: never removed)."""
+    existing = sorted(glob.glob(os.path.join(out_dir, "rank*", "events.out.tfevents.*")))
+    if existing and not force:
+        raise ExportError(
+            f"{out_dir} already holds TensorBoard event files ({existing[0]}); choose an empty --tensorboard DIR, "
+            "or pass --force to replace an earlier export's"
+        )
+    for path in existing:
+        if not _written_by_export(path, tb):
+            raise ExportError(
+                f"--force replaces only the event files pardash export wrote, and {path} is not one (another writer's, or "
+                "an export's of a pardash before it marked them): move it away, or choose another --tensorboard DIR"
+            )
+    return existing
+
+
+def _remove_earlier(out_dir: str, paths: list[str], kept: set[str]) -> None:
+    """Remove an earlier export's event files (a successful ``--force`` export's last act, so a
+    failed one leaves them), then their rank folders left empty (the ranks this one did not write)."""
+    for path in paths:
+        if path not in kept:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise ExportError(f"cannot remove the earlier export's {path}: {exc.strerror or exc}") from None
+    for folder in sorted({os.path.dirname(p) for p in paths}):
+        try:
+            os.rmdir(folder)  # only if empty
+        except OSError:
+            pass
+
+
+def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = None, ranks: Collection[int] | None = None,
+                       force: bool = False) -> dict:
     """Write ``log_path``'s per-rank scalars and texts under ``out_dir`` (``progress`` is told
     how far the log's reading is), of ``ranks`` only if given; returns what was written:
     ``{"ranks": {rank: steps}, "rerun": {rank: steps run again (not in ``ranks``)}, "dirs": {rank: path}, "points": scalars, "texts": n,
@@ -658,14 +732,19 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     export holds the steps so far) or None, "lost": {rank: messages it sent that the log lacks (its
     curves have gaps there), where any}``, and
     ``"runs"`` (their ids) when the steps are of more than one run (a log appended to by hand),
-    ``"gzip_damage"``: as the report's (:func:`skipped_text` says these as the report does)."""
+    ``"gzip_damage"``: as the report's (:func:`skipped_text` says these as the report does),
+    ``"log_ends_early"``: as the report's, where the log has no end (its run goes on, or its hub
+    stopped recording before the run ended; :func:`end_warning` says so), and ``"replaced"``:
+    the earlier export's event files removed (``force``).
+
+    ``force``: ``out_dir``'s rank folders may hold an earlier export's event files (refused
+    without it); they are removed once this export is written, and no other file is."""
     if not os.path.isfile(log_path):
         raise ExportError(f"{log_path}: no such log file")
-    existing = glob.glob(os.path.join(out_dir, "rank*", "events.out.tfevents.*"))
-    if existing:
-        raise ExportError(f"{out_dir} already holds TensorBoard event files ({existing[0]}); choose an empty --tensorboard DIR")
+    tb = _tensorboard()
+    earlier = _earlier_export(out_dir, tb, force)
     stats = LogReadStats()
-    export = _Export(out_dir, _tensorboard(), ranks, stats)
+    export = _Export(out_dir, tb, ranks, stats)
     try:
         try:
             for msg in read_log(log_path, stats, progress):
@@ -682,6 +761,7 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
         if isinstance(exc, OSError):
             raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
         raise
+    _remove_earlier(out_dir, earlier, {w.path for w in export.writers.values()})
     going = registry.recording(log_path, export.runs)
     return {
         "ranks": dict(sorted(export.steps.items())),
@@ -700,7 +780,37 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
         "lost": {r.rank: r.seq.lost for r in sorted(export.seqs.ranks.values(), key=lambda r: r.rank)
                  if r.seq.lost and (ranks is None or r.rank in ranks)},  # fmt: skip
         **({"runs": sorted(export.runs)} if len(export.runs) > 1 else {}),
+        "log_ends_early": _ends_early(log_path, export, stats),
+        "replaced": len(earlier),
     }
+
+
+def _ends_early(log_path: str, export: _Export, stats: LogReadStats) -> dict | None:
+    """Where a log without its end stops, and why, as the report and a replay reckon it (its
+    ranks not all ended and no "hub stopped" after their last record); None where it has its end."""
+    from .report import _disk_full_end, _ends_early as ends_early
+    from .state import run_over
+
+    if not export.in_log or export.closed or run_over(export.seqs):
+        return None
+    disk_full = _disk_full_end(export.end_note) if export.end_note is not None else None
+    return ends_early(log_path, export.seqs, export.runs, disk_full, bool(stats.gzip_damage))
+
+
+def end_warning(res: dict, log_path: str) -> str | None:
+    """One line for stderr where the export is of part of a run (after ``pardash: warning: ``):
+    its run still going, or its log without an end (what the report says of it); None where the
+    log has its end."""
+    from .report_render import _ends_early_text
+
+    if res.get("live_run"):
+        return (f"run {res['live_run']} is still going, its hub recording {log_path}: exported its steps so far; once it ends, "
+                "export again with --force to replace them")
+    end = res.get("log_ends_early")
+    if not end:
+        return None
+    why = _ends_early_text(end, res.get("skipped_by_reason") or {}, res.get("gzip_damage"))
+    return f"{log_path} ends early {why}: exported the steps it holds"
 
 
 def skipped_text(res: dict) -> str | None:
@@ -721,4 +831,4 @@ def skipped_text(res: dict) -> str | None:
     return "; ".join(parts) or None
 
 
-__all__ = ["ExportError", "event_text", "export_tensorboard", "skipped_text", "step_scalars", "verdict_text"]
+__all__ = ["ExportError", "end_warning", "event_text", "export_tensorboard", "skipped_text", "step_scalars", "verdict_text"]

@@ -249,6 +249,98 @@ def test_export_refuses_to_mix_with_an_earlier_export(tmp_path):
         export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
 
 
+def _event_files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("events.out.tfevents.*"))
+
+
+def test_force_replaces_an_earlier_exports_event_files_and_nothing_else(tmp_path):
+    # An export of a live run's log holds its steps so far; the export of the whole log into
+    # the same folder was refused ("already holds TensorBoard event files") with no way past.
+    out = tmp_path / "tb"
+    export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out), ranks={0, 1})
+    first = _event_files(out)
+    assert [Path(f).parent.name for f in first] == ["rank0", "rank1"]
+    (out / "notes.md").write_text("mine")
+    (out / "rank1" / "notes.md").write_text("mine too")
+    with pytest.raises(ExportError, match=r"already holds TensorBoard event files .*; choose an empty --tensorboard DIR, or pass --force"):
+        export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
+    assert _event_files(out) == first
+    res = export_tensorboard(str(DATA / "ddp4_straggler.jsonl"), str(out), ranks={0}, force=True)
+    assert res["replaced"] == 2 and res["ranks"] == {0: 60}
+    now = _event_files(out)
+    assert len(now) == 1 and now[0].startswith("rank0/") and now[0] not in first
+    # rank1's event file went, its folder stays for the file that is not the export's
+    assert (out / "notes.md").read_text() == "mine" and (out / "rank1" / "notes.md").read_text() == "mine too"
+    assert [e.step for e in _read_back(out / "rank0").Scalars("loss")] == list(range(1, 61))  # the new export alone
+    # a folder the earlier export alone had is taken away once empty
+    res = export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out), ranks={1}, force=True)
+    assert res["replaced"] == 1 and not (out / "rank0").exists() and [Path(f).parent.name for f in _event_files(out)] == ["rank1"]
+
+
+def test_force_leaves_event_files_another_writer_made(tmp_path):
+    # A training script's own SummaryWriter names its files as the export does: --force tells
+    # them apart by the writer the file names, and removes nothing where one is there.
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    out = tmp_path / "tb"
+    theirs = EventFileWriter(str(out / "rank0"))
+    theirs.close()
+    (mine,) = _event_files(out)
+    with pytest.raises(ExportError, match=r"--force replaces only the event files pardash export wrote, and .*rank0/events.out.tfevents.* is not one"):
+        export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out), force=True)
+    assert _event_files(out) == [mine]
+
+
+def test_a_forced_export_that_fails_keeps_the_earlier_one(tmp_path):
+    # Its files are removed only once the new export is written: a Ctrl-C part-way leaves the
+    # earlier export as it was, and takes back what the new one wrote.
+    out = tmp_path / "tb"
+    export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(out))
+    first = _event_files(out)
+
+    def stop(done: int, total: int) -> None:
+        if done == total:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        export_tensorboard(str(DATA / "ddp4_straggler.jsonl"), str(out), stop, force=True)
+    assert _event_files(out) == first
+    assert [e.step for e in _read_back(out / "rank0").Scalars("loss")] == list(range(1, 13))
+
+
+def _cut(tmp_path: Path, keep) -> Path:
+    """real_ddp2.jsonl with only the lines ``keep`` (line numbers from 1) takes."""
+    lines = (DATA / "real_ddp2.jsonl").read_text().splitlines(keepends=True)
+    log = tmp_path / "cut.jsonl"
+    log.write_text("".join(line for i, line in enumerate(lines, start=1) if keep(i)))
+    return log
+
+
+def test_an_export_of_a_log_without_its_end_says_so_as_the_report_does(tmp_path):
+    # Its hub killed (no "hub stopped" line) before the ranks ended: the export wrote the steps
+    # there were and said nothing, read as the whole run.
+    from pardash.telemetry.export import end_warning
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import _ends_early_text
+
+    log = _cut(tmp_path, lambda i: i <= 20)
+    res = export_tensorboard(str(log), str(tmp_path / "tb"))
+    rep = build_report(str(log))
+    assert res["log_ends_early"] == rep["log_ends_early"] and res["log_ends_early"]["running"] == 2
+    said = end_warning(res, str(log))
+    assert said == f"{log} ends early {_ends_early_text(rep['log_ends_early'], {})}: exported the steps it holds"
+    assert "no closing line from the hub" in said and "\n" not in said
+    # Its ranks ended, the hub's line alone missing: the log has the run's end, as the report has it.
+    whole = export_tensorboard(str(_cut(tmp_path, lambda i: i < 30)), str(tmp_path / "tb2"))
+    assert whole["log_ends_early"] is None and end_warning(whole, "x") is None
+    full = export_tensorboard(str(DATA / "real_ddp2.jsonl"), str(tmp_path / "tb3"))
+    assert full["log_ends_early"] is None and end_warning(full, "x") is None
+    # A run still going: its export is its steps so far, and says how to export it again.
+    going = end_warning(res | {"live_run": "r1"}, "run.jsonl")
+    assert going == ("run r1 is still going, its hub recording run.jsonl: exported its steps so far; once it ends, "
+                     "export again with --force to replace them")  # fmt: skip
+
+
 def test_a_failed_export_takes_back_what_it_wrote_so_a_retry_works(tmp_path):
     # rank1's event file was left when rank0's folder could not be made, and the retry was then
     # refused: "already holds TensorBoard event files".
