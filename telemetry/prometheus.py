@@ -31,6 +31,10 @@ each hub is a target of its own there, told apart by Prometheus' ``instance`` la
 Step figures (``pardash_step``, the step times, the loss, memory, per-rank ones) keep their last
 values while torchrun restarts a rank (``--max-restarts``): its new process has taken no step
 yet, and a series gone for those seconds fired an ``absent()`` alert on every restart.
+
+A rank that ended by a stop (Ctrl-C, the viewer's stop, SIGTERM: failures.STOPPED_CODES, as
+``pardash report`` judges it) is in state ``stopped``, not ``exited``: every deliberate stop
+fired the alert ``pardash_ranks{state="exited"} > 0`` that a failure is meant to fire.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from typing import TYPE_CHECKING, Iterator
 from . import cliargs
 from .cliargs import TEXTFILE_EVERY_S, textfile_name  # (where its flag is made: see cliargs)
 from .security import metrics_refusal
-from .state import STARTING, STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
+from .state import EXITED, STARTING, STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
 from .summary import expected_state_bytes, samples_per_s
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,6 +72,21 @@ or two, fit."""
 
 
 
+
+STOPPED = "stopped"
+"""The state of a rank that ended by a stop, not failing (see RANKS_HELP); the hub's own state
+calls it exited (its exit code tells the two apart: failures.STOPPED_CODES)."""
+_AFTER_EXITED = STATUSES.index(EXITED) + 1
+RANK_STATES = (*STATUSES[:_AFTER_EXITED], STOPPED, *STATUSES[_AFTER_EXITED:])
+"""The ``state`` label's values: the hub's states, and ``stopped`` after ``exited``."""
+
+RANKS_HELP = (
+    "Ranks in each state: starting (not heard from yet, or started again by torchrun), running, straggler, stalled, silent, "
+    "exited (failed: an error, a nonzero exit code, or killed by a signal such as SIGKILL or SIGSEGV), "
+    "stopped (ended by a stop, not failing: Ctrl-C or a viewer's stop, or SIGTERM, as torchrun stops the other ranks "
+    "after one failed and as a scheduler stops a job), finished (exit 0). exited > 0: a rank failed."
+)
+"""``pardash_ranks``'s HELP: what each state means, so an alert on ``exited`` knows what it fires on."""
 
 class MetricsError(Exception):
     """Metrics cannot be served; the message is one line that says what to do."""
@@ -99,6 +118,13 @@ def _loss_mean(steps: "list[schema.Step]") -> float | None:
     if all(n > 0 for _, n in losses):
         return sum(loss * n for loss, n in losses) / sum(n for _, n in losses)
     return sum(loss for loss, _ in losses) / len(losses)
+
+
+def rank_state(r: "RankState", stopped_codes: frozenset[int]) -> str:
+    """The rank's ``state`` label: its state, but ``stopped`` for a rank that exited with a code
+    of ``stopped_codes`` (failures.STOPPED_CODES: how the report tells a stop from a failure)."""
+    s = r.status
+    return STOPPED if s == EXITED and r.exit_code in stopped_codes else s
 
 
 def _stat(values: list[float]) -> tuple[float, float, float] | None:
@@ -189,12 +215,14 @@ class HubCollector:
         yield gauge("pardash_step", "Last step completed by the slowest rank (the run's progress).", st.step if stepped else None)
         yield gauge("pardash_samples_per_second", "Samples a second over all ranks, each over its last second or so of steps.", samples_per_s(st) if stepped else None)
 
-        by_state = GaugeMetricFamily("pardash_ranks", "Ranks in each state (a rank not heard from yet is starting).", labels=["state"])
-        counts = {s: 0 for s in STATUSES}
+        from .failures import STOPPED_CODES  # (what `pardash report` calls a stop)
+
+        by_state = GaugeMetricFamily("pardash_ranks", RANKS_HELP, labels=["state"])
+        counts = dict.fromkeys(RANK_STATES, 0)
         for r in ranks:
-            counts[r.status] += 1
+            counts[rank_state(r, STOPPED_CODES)] += 1
         counts[STARTING] += max(0, world_size - len(ranks))
-        for s in STATUSES:
+        for s in RANK_STATES:
             by_state.add_metric([s], counts[s])
         yield by_state
         restarts = CounterMetricFamily("pardash_job_restarts", "Times torchrun restarted the job's workers (--max-restarts), as the launcher saw it or the ranks' hellos said.")
@@ -271,7 +299,9 @@ class HubCollector:
         loss = GaugeMetricFamily("pardash_rank_loss", "Loss of the rank's latest step.", labels=["rank"])
         held = GaugeMetricFamily("pardash_rank_held_bytes", "Memory the rank holds for training: its model state plus DDP's gradient buckets.", labels=["rank"])
         device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS).", labels=["rank"])
-        state = GaugeMetricFamily("pardash_rank_state", "1 for the rank's current state, 0 for the others.", labels=["rank", "state"])
+        state = GaugeMetricFamily(
+            "pardash_rank_state", "1 for the rank's current state, 0 for the others (the states as pardash_ranks says them).", labels=["rank", "state"]
+        )  # fmt: skip
         lost = CounterMetricFamily("pardash_rank_messages_lost", "The rank's messages that never arrived.", labels=["rank"])
         # What the script logs and times itself (pt.log's own names, pt.phase's): its tokens/s
         # or grad norm were in the TUI, the log and TensorBoard, and nowhere here.
@@ -279,10 +309,13 @@ class HubCollector:
                                    labels=["rank", "name"])  # fmt: skip
         own = GaugeMetricFamily("pardash_rank_own_phase_seconds", "A phase the script times itself (pt.phase) in the rank's latest step.",
                                 labels=["rank", "phase"])  # fmt: skip
+        from .failures import STOPPED_CODES
+
         for r in ranks:
             lab = str(r.rank)
-            for s_ in STATUSES:  # every state, so a series does not vanish when the rank leaves it
-                state.add_metric([lab, s_], 1 if s_ == r.status else 0)
+            now = rank_state(r, STOPPED_CODES)
+            for s_ in RANK_STATES:  # every state, so a series does not vanish when the rank leaves it
+                state.add_metric([lab, s_], 1 if s_ == now else 0)
             lost.add_metric([lab], r.seq.lost)
             s = steps.get(r.rank)
             if s is None:

@@ -1,0 +1,130 @@
+"""Review 244, as a Grafana user: a run stopped on purpose read as a crash in
+``pardash_ranks``, and nothing counted what a run did for ``rate()`` or kept a straggler once
+the run was over. Real hub state (HubCore applying the schema's messages), served over HTTP
+and read with prometheus-client's parser."""
+
+from __future__ import annotations
+
+import pytest
+
+from pardash.telemetry import schema
+from pardash.telemetry.hubcore import HubCore
+from pardash.telemetry.prometheus import serve_metrics
+from test_prometheus import check_conventions, families, scrape, value
+
+
+def _running(world: int = 2, samples: int = 8, steps: int = 3) -> HubCore:
+    """A hub whose ``world`` ranks each said hello and took ``steps`` steps of ``samples``."""
+    core = HubCore(run_id="r", world_size=world)
+    for r in range(world):
+        core.ingest(schema.Hello(rank=r, world_size=world, t=1.0, seq=0, pid=100 + r, strategy="ddp"), 0.0)
+        for step in range(1, steps + 1):
+            core.ingest(schema.Step(rank=r, step=step, samples=samples, samples_total=samples * step, step_s=0.1, t=2.0, seq=step), 0.0)
+    return core
+
+
+def _launcher_note(core: HubCore, rank: int, code: int, message: str) -> None:
+    """The launcher's note of a rank's exit (seq -1), as trainer/supervisor.py sends it."""
+    core.ingest(schema.Event(run="r", rank=rank, seq=-1, t=3.0, name="exit", code=code, message=message), 0.0)
+
+
+def _states(fams: dict) -> dict[str, float]:
+    return {s.labels["state"]: s.value for s in fams["pardash_ranks"].samples}
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [(-15, "stopped by you"), (-15, "stopped by a viewer (pardash attach, pid 7)"), (-15, "stopped by SIGTERM")],
+    ids=["tui-stop", "viewer-stop", "sigterm"],
+)
+def test_a_run_stopped_by_the_launcher_reads_stopped_not_exited(code, message):
+    # `q`, `s` in the TUI and Ctrl-C headless both ended with pardash_ranks{state="exited"} 2
+    # and finished 0, as a crash does: the README's alert on exited > 0 fired on every stop.
+    core = _running()
+    server = serve_metrics(core, 0, per_rank=True)
+    try:
+        for r in (0, 1):
+            _launcher_note(core, r, code, message)
+        text = scrape(server.url)
+        check_conventions(text)
+        fams = families(text)
+        assert _states(fams) == {"starting": 0, "running": 0, "straggler": 0, "stalled": 0, "silent": 0, "exited": 0,
+                                 "stopped": 2, "finished": 0}  # fmt: skip
+        for r in ("0", "1"):
+            assert value(fams, "pardash_rank_state", rank=r, state="stopped") == 1
+            assert value(fams, "pardash_rank_state", rank=r, state="exited") == 0
+        doc = fams["pardash_ranks"].documentation
+        assert "exited (failed:" in doc and "stopped (ended by a stop, not failing:" in doc and "exited > 0: a rank failed." in doc
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("code", [-2, 130, -15, 143], ids=["sigint", "keyboard-interrupt", "sigterm", "shell-sigterm"])
+def test_a_rank_that_says_it_was_stopped_reads_stopped(code):
+    # Under torchrun alone (no launcher to note it) a rank says its own stop: exit -2 "stopped
+    # by SIGINT", 130 (Python's exit on Ctrl-C), -15 "stopped by SIGTERM" (a scheduler's).
+    core = _running(world=1)
+    server = serve_metrics(core, 0)
+    try:
+        core.ingest(schema.Event(run="r", rank=0, seq=10, t=3.0, name="exit", code=code, message="stopped by SIGINT"), 0.0)
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_ranks", state="stopped") == 1 and value(fams, "pardash_ranks", state="exited") == 0
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(("code", "error"), [(1, "RuntimeError: CUDA error: out of memory"), (-9, None)], ids=["error", "sigkill"])
+def test_a_crash_still_reads_exited_and_the_ranks_torchrun_stopped_read_stopped(code, error):
+    # torchrun stops the surviving ranks with SIGTERM after one fails: the failed rank is the
+    # alert's (exited), the others were stopped, as `pardash report` says.
+    core = _running(world=3)
+    server = serve_metrics(core, 0, per_rank=True)
+    try:
+        if error:
+            core.ingest(schema.Event(run="r", rank=1, seq=10, t=3.0, name="error", message=error), 0.0)
+            core.ingest(schema.Event(run="r", rank=1, seq=11, t=3.0, name="exit", code=code), 0.0)
+        else:
+            _launcher_note(core, 1, code, "rank 1 was killed (SIGKILL)")
+        for r in (0, 2):
+            _launcher_note(core, r, -15, "stopped by torchrun")
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_ranks", state="exited") == 1 and value(fams, "pardash_ranks", state="stopped") == 2
+        assert value(fams, "pardash_rank_state", rank="1", state="exited") == 1
+        assert value(fams, "pardash_rank_state", rank="0", state="stopped") == 1
+        from pardash.telemetry.failures import root_cause
+
+        assert root_cause(core.state)[0].rank == 1  # the report's root cause is the one exited
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_a_headless_launch_stopped_with_ctrl_c_leaves_a_textfile_of_stopped_ranks(tmp_path):
+    # The reviewer's run: Ctrl-C on a headless launch with --prometheus-textfile; its file said
+    # pardash_ranks{state="exited"} 2.0 and finished 0, as a crash's does.
+    import signal
+    import subprocess
+    import sys
+
+    from helpers import pardash_env, wait_for
+    from pardash.telemetry.logreader import load_log
+
+    log, prom = tmp_path / "run.jsonl", tmp_path / "run.prom"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "ddp", "--nproc", "2", "--steps", "100000",
+         "--every", "60", "--log-every", "0", "--log", str(log), "--runs-dir", str(tmp_path / "runs"), "--prometheus-textfile", str(prom)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        stepped = lambda: log.exists() and sum(isinstance(m, schema.Step) for m in load_log(log)[0]) >= 10  # noqa: E731
+        wait_for(stepped, timeout_s=120, poll_s=0.3)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 130, err[-2000:]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    fams = families(prom.read_text())
+    assert value(fams, "pardash_ranks", state="stopped") == 2 and value(fams, "pardash_ranks", state="exited") == 0
+    assert value(fams, "pardash_ranks", state="finished") == 0
