@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .report import WARMUP_STEPS
-from .report_render import PHASE_LABELS, PHASES, _ends_early_text, comm_meaning, loss_text, md_table, plain_report
+from .report_render import COMM_NOTES, PHASE_LABELS, PHASES, _ends_early_text, comm_meaning, loss_text, md_table, plain_report
 from .summary import human_bytes, is_sharded, ranks_named
 
 # (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
@@ -50,7 +50,24 @@ _HEALTH_METRICS: list[tuple[str, str, str, str]] = [
     ("skipped_lines", "skipped log lines", "count", "lower"),
 ]
 SAME_WITHIN = 0.01
-"""Changes smaller than this fraction are called "same"."""
+"""Changes smaller than this fraction of A's figure are called "same"."""
+
+TIME_FLOOR_S = 50e-6
+"""A time (the step or a phase) that moved by less than this is "same", whatever the fraction:
+the phases are timed around Python code, and the same run made twice moves a phase's median
+by some tens of µs (a data phase of 0.2 ms read "+3.3%, worse" of 7 µs)."""
+
+STEP_SHARE = 0.01
+"""A phase that moved by less than this fraction of the step (the shorter of the two runs'
+median steps) is "same": a change the step cannot show, as the step's own row calls a change
+under SAME_WITHIN "same" (data 1.2 -> 0.9 ms of a 39 ms step read "-26%, better", where the
+step cannot tell 0.3 ms from noise)."""
+
+PEAK_FLOOR_BYTES = 4 << 20
+"""Peak memory that moved by less than this is "same": it is no count of the model's state
+(those are exact, and a change of them past SAME_WITHIN is a change) but what an allocator
+holds: the process RSS moves by a few MiB between runs of one script (the allocator's arenas,
+pages touched once), the CUDA caching allocator takes memory in blocks of 2 MiB."""
 
 
 def _max_rank(rep: dict, key: str) -> float | None:
@@ -90,10 +107,26 @@ def _own_phase_metrics(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
     return [(f"own_phase:{name}", f"  {name} (the script's own)", "s", "lower") for name in names]
 
 
-def _verdict(a: float | None, b: float | None, better: str) -> str:
+def _noise_floor(key: str, unit: str, a: dict, b: dict) -> float:
+    """The smallest change of ``key`` that is a change (B - A, in its unit), beside
+    SAME_WITHIN's fraction: see TIME_FLOOR_S, STEP_SHARE and PEAK_FLOOR_BYTES. Counts, losses,
+    samples/s and the state's bytes have none: a count is exact, and the others are judged by
+    their fraction alone."""
+    if unit == "s":
+        floor = TIME_FLOOR_S
+        steps = [s for s in (a.get("median_step_s"), b.get("median_step_s")) if s]
+        if key != "median_step_s" and steps:
+            floor = max(floor, STEP_SHARE * min(steps))
+        return floor
+    if key == "peak_bytes":
+        return PEAK_FLOOR_BYTES
+    return 0.0
+
+
+def _verdict(a: float | None, b: float | None, better: str, floor: float = 0.0) -> str:
     if a is None or b is None or not better:
         return ""
-    if a == b or (a and abs(b - a) / abs(a) < SAME_WITHIN):
+    if a == b or abs(b - a) < floor or (a and abs(b - a) / abs(a) < SAME_WITHIN):
         return "same"
     up = b > a
     return "better" if up == (better == "higher") else "worse"
@@ -149,7 +182,7 @@ def compare_reports(a: dict, b: dict) -> dict:
                 better = ""  # twice the ranks see twice the samples a step: a lower loss at its step for that alone
             if key == "phase:comm_s" and _comm_differs(a, b):
                 better = ""  # the trainer's collectives within backward against a script's waits between steps
-            verdict = _verdict(va, vb, better)
+            verdict = _verdict(va, vb, better, _noise_floor(key, unit, a, b))
             not_finite = {}
             if key == "last_loss":
                 # A loss NaN at its end on any rank ("-" read as none measured, and the finite
@@ -402,6 +435,8 @@ def strategy_rows(results: list[dict]) -> list[dict]:
             for key in ("params_bytes", "params_full_bytes", "grads_bytes", "optim_bytes", "buckets_bytes", "held_bytes", "peak_bytes"):
                 row[key] = _max_rank(rep, key)
             row["peak_kind"] = rep["memory"]["peak_kind"]
+            # (the report's "saving from sharding": the bench's note sets it beside saving_vs_ddp)
+            row["saving_vs_unsharded"] = rep["memory"].get("saving_vs_unsharded") if is_sharded(res["strategy"]) else None
             row["log"] = rep["log"]
         rows.append(row)
     ddp = next((r for r in rows if r["strategy"] == "ddp" and r.get("held_bytes")), None)
@@ -459,16 +494,29 @@ SUPERLINEAR = 1.1
 BENCH_NOTES = (
     f"samples/s: steady, the samples of all ranks' steps after the first {WARMUP_STEPS} (a fifth of a shorter run: warm-up) / the "
     "time they took (evaluations, checkpoint saves and restarts left out), as the report's steady figure.",
-    "step and phase times: medians over steps and ranks; comm is time waiting on communication.",
+    # (in the report's words: the bench runs the bundled trainer, whose comm is in the collectives)
+    f"step and phase times: medians over steps and ranks. {COMM_NOTES['trainer']}",
     "memory: the largest rank after its last step; held is parameters + gradients + optimizer state + DDP buckets; "
     "peak is the CUDA allocator's peak on GPU, the process RSS on CPU.",
-    "saving vs DDP: held bytes a rank of a sharded strategy against DDP's (none for single and dp: they shard nothing).",
+    "saving vs DDP: held bytes a rank of a sharded strategy against DDP's, DDP's gradient buckets counted (none for single "
+    "and dp: they shard nothing). So it is more than the report's \"saving from sharding\", which sets a rank's model state "
+    "against the same state unsharded, with no buckets.",
     "scaling vs single: samples/s per device / single's samples/s.",
 )
 
 
 def bench_notes(bench: dict) -> list[str]:
     out = list(BENCH_NOTES)
+    ddp = next((r for r in bench.get("rows", []) if r["strategy"] == "ddp" and r.get("held_bytes")), None)
+    for r in bench.get("rows", []):
+        # The two savings of one run, side by side, so neither reads as the other one wrong
+        # (fsdp: "saving vs DDP 60%" here, "saving from sharding 50.0%" in its report).
+        if ddp is not None and r is not ddp and r.get("saving_vs_ddp") is not None and r.get("saving_vs_unsharded") is not None:
+            out.append(
+                f"{r['strategy']} saves {r['saving_vs_ddp'] * 100:.0f}% against DDP and {r['saving_vs_unsharded'] * 100:.0f}% "
+                f"against its own state unsharded (its report's figure): the gap is DDP's gradient buckets, "
+                f"{human_bytes(ddp.get('buckets_bytes'))} a rank, counted in DDP's held bytes."
+            )
     for r in bench.get("rows", []):
         eff = r.get("scaling_efficiency")
         if eff is not None and eff > SUPERLINEAR:
