@@ -35,6 +35,12 @@ yet, and a series gone for those seconds fired an ``absent()`` alert on every re
 A rank that ended by a stop (Ctrl-C, the viewer's stop, SIGTERM: failures.STOPPED_CODES, as
 ``pardash report`` judges it) is in state ``stopped``, not ``exited``: every deliberate stop
 fired the alert ``pardash_ranks{state="exited"} > 0`` that a failure is meant to fire.
+
+Counters for ``rate()`` and for a run's end (a gauge of now reads 0 or nothing once the ranks
+are done): steps and samples of all ranks, and straggler verdicts by cause. Each is worked out
+at scrape time from what the hub keeps anyway (a rank's count of steps seen, the reporter's own
+running sum of samples, the event log's verdicts); the collector keeps what it needs to carry
+them over a rank's restart or past the event log's bound.
 """
 
 from __future__ import annotations
@@ -87,6 +93,11 @@ RANKS_HELP = (
     "after one failed and as a scheduler stops a job), finished (exit 0). exited > 0: a rank failed."
 )
 """``pardash_ranks``'s HELP: what each state means, so an alert on ``exited`` knows what it fires on."""
+
+STRAGGLER_CAUSES = ("data", "compute", "gpu", "host")
+"""The causes a straggler verdict names (stragglers.py): each has its counter series from the
+start, so ``increase()`` sees a run's first verdict (a series that appears with it does not)."""
+
 
 class MetricsError(Exception):
     """Metrics cannot be served; the message is one line that says what to do."""
@@ -147,6 +158,13 @@ class HubCollector:
         """rank -> its latest step this collector saw: the figures a rank restarted by torchrun
         keeps until its new process steps (RankState.new_process forgets its step, keeping
         only the step's number)."""
+        self._samples: dict[int, tuple[int, int, int]] = {}
+        """rank -> (seq, samples_total) of its latest step a scrape saw, and the samples of its
+        processes before that step's (torchrun restarted it; a reporter's sum starts at 0)."""
+        self._verdicts: dict[str, int] = dict.fromkeys(STRAGGLER_CAUSES, 0)
+        """Straggler verdicts counted so far, by cause."""
+        self._verdicts_hseq = 0
+        """The hub's seq of the newest verdict (or event) counted: a scrape counts those after it."""
 
     def describe(self) -> list:
         # Registering without calling collect() (which reads live state) at registration.
@@ -183,6 +201,49 @@ class HubCollector:
             if s is not None:
                 out.append((r, s))
         return out
+
+    def _count_samples(self, ranks: "list[RankState]") -> int:
+        """Samples of all ranks so far: each rank's latest ``samples_total`` (its reporter's
+        running sum, of its process) plus its earlier processes' last sums. A new process
+        (torchrun restarted the rank) shows as its step's seq or sum going back: its messages
+        count from 0 again. Of a process, what it did after the last scrape before its end is
+        not in it (the hub forgets a restarted rank's step)."""
+        kept = self._samples
+        total = 0
+        for r in ranks:
+            seq, last, before = kept.get(r.rank, (-1, 0, 0))
+            s = r.step
+            if s is not None and s.samples_total is not None and (s.seq, s.samples_total) != (seq, last):
+                if s.seq < seq or s.samples_total < last:
+                    before += last
+                seq, last = s.seq, s.samples_total
+                kept[r.rank] = (seq, last, before)
+            total += before + last
+        return total
+
+    def _count_verdicts(self, st) -> dict[str, int]:
+        """Straggler verdicts so far by cause: those of the event log newer than the last
+        counted, newest first back to it (a scrape reads what came since the one before).
+        The hub's loop may add an event as this reads: then it reads again, and after a few
+        tries leaves them to the next scrape."""
+        for _ in range(5):
+            found: dict[str, int] = {}
+            newest = self._verdicts_hseq
+            try:
+                for m in reversed(st.events):
+                    if m.hseq <= self._verdicts_hseq:
+                        break
+                    newest = max(newest, m.hseq)
+                    if getattr(m, "verdict", None) == "straggler":
+                        cause = m.cause or "unknown"
+                        found[cause] = found.get(cause, 0) + 1
+            except RuntimeError:  # ("deque mutated during iteration")
+                continue
+            for cause, n in found.items():
+                self._verdicts[cause] = self._verdicts.get(cause, 0) + n
+            self._verdicts_hseq = newest
+            break
+        return dict(self._verdicts)
 
     def _families(self) -> Iterator:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -250,6 +311,29 @@ class HubCollector:
                 strag.add_metric([str(r.rank), v.cause or "unknown"], v.cost_s or 0.0)
         yield gauge("pardash_stragglers", "Ranks judged stragglers now.", n_strag)
         yield strag
+        verdicts = CounterMetricFamily(
+            "pardash_straggler_verdicts",
+            "Straggler verdicts so far, by cause: each is a rank found to be a straggler (found again after it was cleared, it counts again).",
+            labels=["cause"],
+        )  # fmt: skip
+        for cause, n in self._count_verdicts(st).items():
+            verdicts.add_metric([cause], n)
+        yield verdicts
+
+        steps_total = CounterMetricFamily(
+            "pardash_steps",
+            "Steps the hub received from the ranks, each rank's counted (a step of 4 ranks counts 4): "
+            "rate(pardash_steps_total[1m]) / pardash_world_size is the job's steps a second.",
+        )  # fmt: skip
+        steps_total.add_metric([], sum(r.steps_seen for r in ranks))
+        yield steps_total
+        samples_total = CounterMetricFamily(
+            "pardash_samples",
+            "Samples all ranks processed, as their reporters count them (each step's samples), over every process of each rank "
+            "(torchrun's restarts): rate(pardash_samples_total[1m]) is the job's samples a second.",
+        )  # fmt: skip
+        samples_total.add_metric([], self._count_samples(ranks))
+        yield samples_total
 
         mems = [s.mem for _, s in steps if s.mem is not None]
         held = _stat([float(b) for b in (mem_held_bytes(m) for m in mems) if b is not None])

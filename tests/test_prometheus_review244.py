@@ -9,7 +9,7 @@ import pytest
 
 from pardash.telemetry import schema
 from pardash.telemetry.hubcore import HubCore
-from pardash.telemetry.prometheus import serve_metrics
+from pardash.telemetry.prometheus import TextfileWriter, serve_metrics
 from test_prometheus import check_conventions, families, scrape, value
 
 
@@ -98,6 +98,79 @@ def test_a_crash_still_reads_exited_and_the_ranks_torchrun_stopped_read_stopped(
         server.close()
 
 
+def test_steps_and_samples_are_counters_that_survive_the_end_and_a_restart():
+    # Throughput was pardash_samples_per_second alone, a one-second figure that reads 0 in the
+    # final textfile: nothing to rate() over, nothing that said what the run did.
+    core = _running(world=2, samples=8, steps=3)
+    server = serve_metrics(core, 0)
+    try:
+        fams = families(scrape(server.url))
+        check_conventions(scrape(server.url))
+        assert fams["pardash_steps"].type == "counter" and fams["pardash_samples"].type == "counter"
+        assert value(fams, "pardash_steps_total") == 6  # 3 steps of 2 ranks
+        assert value(fams, "pardash_samples_total") == 48
+        # Rank 1 steps twice more, then torchrun restarts it: its new process counts its
+        # samples (and its messages) from 0 again. The counter goes on from what it had.
+        for step in (4, 5):
+            core.ingest(schema.Step(rank=1, step=step, samples=8, samples_total=8 * step, step_s=0.1, t=2.5, seq=step), 0.0)
+        assert value(families(scrape(server.url)), "pardash_samples_total") == 64
+        core.note("torchrun restarted the workers", name="restart", rank=1, code=1)
+        core.ingest(schema.Hello(rank=1, world_size=2, t=4.0, seq=0, pid=201, restart=1, strategy="ddp"), 0.0)
+        assert value(families(scrape(server.url)), "pardash_samples_total") == 64  # (no step yet: none lost)
+        core.ingest(schema.Step(rank=1, step=6, samples=8, samples_total=8, step_s=0.1, t=5.0, seq=1), 0.0)
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_samples_total") == 72 and value(fams, "pardash_steps_total") == 9
+        # A new process's step before its hello (the hello came late): the hub holds the old
+        # process's newest step until the hello says it is a new process.
+        core.ingest(schema.Step(rank=0, step=4, samples=8, samples_total=8, step_s=0.1, t=6.0, seq=1), 0.0)
+        assert value(families(scrape(server.url)), "pardash_samples_total") == 72
+        core.ingest(schema.Hello(rank=0, world_size=2, t=6.0, seq=0, pid=300, restart=1, strategy="ddp"), 0.0)
+        core.ingest(schema.Step(rank=0, step=5, samples=8, samples_total=16, step_s=0.1, t=6.5, seq=2), 0.0)
+        assert value(families(scrape(server.url)), "pardash_samples_total") == 88  # counted once
+        for r in (0, 1):
+            core.ingest(schema.Event(run="r", rank=r, seq=20, t=7.0, name="exit", code=0), 0.0)
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_samples_per_second") == 0  # the gauge of now: nothing at the end
+        assert value(fams, "pardash_samples_total") == 88 and value(fams, "pardash_steps_total") == 11  # the counters: the run
+    finally:
+        server.close()
+
+
+def test_straggler_verdicts_are_counted_by_cause_and_kept_after_the_run(tmp_path):
+    # Once the run ended, the final textfile said pardash_stragglers 0.0: a rank that held the
+    # job back for an hour left no trace.
+    core = _running(world=3)
+    prom = tmp_path / "run.prom"
+    writer = TextfileWriter(core, str(prom), every_s=3600)
+    server = serve_metrics(core, 0)
+    try:
+        fams = families(scrape(server.url))
+        # every cause's series from the start, so increase() sees the first verdict
+        assert {s.labels["cause"]: s.value for s in fams["pardash_straggler_verdicts"].samples if s.name.endswith("_total")} == {
+            "data": 0, "compute": 0, "gpu": 0, "host": 0}  # fmt: skip
+        core.verdict(schema.Verdict(rank=1, verdict="straggler", cause="data", cost_s=0.03))
+        assert value(families(scrape(server.url)), "pardash_straggler_verdicts_total", cause="data") == 1
+        # A spell found and cleared between two scrapes, and one found again: each counts once.
+        core.verdict(schema.Verdict(rank=1, verdict="straggler_cleared"))
+        core.verdict(schema.Verdict(rank=2, verdict="straggler", cause="gpu", cost_s=0.02))
+        core.verdict(schema.Verdict(rank=2, verdict="straggler_cleared"))
+        core.verdict(schema.Verdict(rank=1, verdict="straggler", cause="data", cost_s=0.03))
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_straggler_verdicts_total", cause="data") == 2
+        assert value(fams, "pardash_straggler_verdicts_total", cause="gpu") == 1
+        assert value(fams, "pardash_straggler_verdicts_total", cause="compute") == 0
+        assert value(families(scrape(server.url)), "pardash_straggler_verdicts_total", cause="data") == 2  # not again
+        for r in range(3):
+            core.ingest(schema.Event(run="r", rank=r, seq=20, t=7.0, name="exit", code=0), 0.0)
+        assert writer.close() is None  # the hub's stop: the file's last write
+        fams = families(prom.read_text())
+        assert value(fams, "pardash_stragglers") == 0  # none now
+        assert value(fams, "pardash_straggler_verdicts_total", cause="data", run="r") == 2
+        assert value(fams, "pardash_straggler_verdicts_total", cause="gpu", run="r") == 1
+    finally:
+        server.close()
+
+
 @pytest.mark.slow
 def test_a_headless_launch_stopped_with_ctrl_c_leaves_a_textfile_of_stopped_ranks(tmp_path):
     # The reviewer's run: Ctrl-C on a headless launch with --prometheus-textfile; its file said
@@ -128,3 +201,4 @@ def test_a_headless_launch_stopped_with_ctrl_c_leaves_a_textfile_of_stopped_rank
     fams = families(prom.read_text())
     assert value(fams, "pardash_ranks", state="stopped") == 2 and value(fams, "pardash_ranks", state="exited") == 0
     assert value(fams, "pardash_ranks", state="finished") == 0
+    assert value(fams, "pardash_steps_total") >= 10 and value(fams, "pardash_samples_total") > 0
