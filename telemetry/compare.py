@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .report import WARMUP_STEPS
+from .report import WARMUP_STEPS, _warmup_steps
 from .report_render import COMM_NOTES, PHASE_LABELS, PHASES, _ends_early_text, comm_meaning, loss_text, md_table, plain_report
 from .summary import human_bytes, is_sharded, ranks_named
 
@@ -430,6 +430,7 @@ def strategy_rows(results: list[dict]) -> list[dict]:
             row["steps"] = rep["steps"]
             row["samples_per_s"] = rep["steady_samples_per_s"]
             row["median_step_s"] = rep["median_step_s"]
+            row["p90_step_s"] = steady_step_p90(rep["log"])
             for p in PHASES:
                 row[f"median_{p}"] = rep["phases"].get(p)
             for key in ("params_bytes", "params_full_bytes", "grads_bytes", "optim_bytes", "buckets_bytes", "held_bytes", "peak_bytes"):
@@ -452,8 +453,30 @@ def strategy_rows(results: list[dict]) -> list[dict]:
     return rows
 
 
+def steady_step_p90(log: str) -> float | None:
+    """The time 9 in 10 of a run's steps after the warm-up (every rank's, as the steady
+    samples/s leaves out the first of each rank's) took at most: the spread the median hides. A
+    bench runs each strategy once: a difference smaller than this spread is no difference. None
+    where the log cannot be read or has too few steps."""
+    from .logreader import read_log
+    from .schema import Step
+
+    by_rank: dict[int, list[float]] = {}
+    try:
+        for msg in read_log(log):
+            if isinstance(msg, Step) and msg.rank >= 0 and msg.step_s > 0:
+                by_rank.setdefault(msg.rank, []).append(msg.step_s)
+    except OSError:
+        return None
+    skip = _warmup_steps(max((len(v) for v in by_rank.values()), default=0))
+    steady = sorted(x for v in by_rank.values() for x in v[skip:])
+    if len(steady) < 10:
+        return None
+    return steady[-(-9 * len(steady) // 10) - 1]  # (the nearest rank: the ceil(0.9 n)-th smallest)
+
+
 BENCH_COLUMNS = (
-    "strategy", "ranks", "samples/s", "step ms",
+    "strategy", "ranks", "samples/s", "step ms", "p90 ms",
     *(f"{PHASE_LABELS[p]} ms" for p in PHASES if p != "self_s"),
     "params/rank", "grads/rank", "optim/rank", "held/rank", "peak/rank", "saving vs DDP", "scaling vs single",
 )  # fmt: skip
@@ -477,6 +500,7 @@ def bench_cells(r: dict) -> list[str]:
         str(r["ranks"]),
         f"{r['samples_per_s']:,.0f}",
         t(r["median_step_s"]),
+        t(r.get("p90_step_s")),
         *(t(r.get(f"median_{p}")) for p in PHASES if p != "self_s"),
         human_bytes(r.get("params_bytes")),
         human_bytes(r.get("grads_bytes")),
@@ -496,6 +520,9 @@ BENCH_NOTES = (
     "time they took (evaluations, checkpoint saves and restarts left out), as the report's steady figure.",
     # (in the report's words: the bench runs the bundled trainer, whose comm is in the collectives)
     f"step and phase times: medians over steps and ranks. {COMM_NOTES['trainer']}",
+    "p90 ms: 9 in 10 of the steps after the warm-up (every rank's) took at most this. Each strategy ran once: where it is "
+    "far above the median, its steps varied that much (a busy host), and a difference between strategies smaller than that "
+    "spread is no difference.",
     "memory: the largest rank after its last step; held is parameters + gradients + optimizer state + DDP buckets; "
     "peak is the CUDA allocator's peak on GPU, the process RSS on CPU.",
     "saving vs DDP: held bytes a rank of a sharded strategy against DDP's, DDP's gradient buckets counted (none for single "
@@ -557,7 +584,9 @@ def render_bench_markdown(bench: dict) -> str:
     return "\n".join([head, "", table, "", *(f"- {n}" for n in bench_notes(bench))]) + "\n"
 
 
-def render_bench_text(bench: dict, width: int = 200) -> str:
+def render_bench_text(bench: dict, width: int = 240) -> str:
+    """The bench as plain text, a row a line up to ``width`` characters (a failed run's cell
+    with the p90 column passed 200, and rich wrapped the cells)."""
     from io import StringIO
 
     from rich.console import Console

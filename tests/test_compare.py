@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from helpers import pardash_env
@@ -425,3 +426,36 @@ def test_a_peak_a_few_mib_apart_is_the_same_and_one_further_is_not():
             r["peak_bytes"] += more
         (row,) = [r for r in compare_reports(a, b)["rows"] if r["metric"] == "peak_bytes"]
         assert row["verdict"] == verdict, (more, row)
+
+
+def test_the_bench_shows_the_spread_of_each_strategys_steps(tmp_path):
+    # Review 244: one run a strategy and medians alone, so a reader could not tell a difference
+    # from noise (on a busy host, single's steps 100 ms at the median and 230-380 ms at p90 made
+    # "scaling 307%" and, run again, "859%"). A run whose every fifth step is 10x slower: its
+    # median is the fast steps', its p90 the slow ones'.
+    from pardash.telemetry import schema
+    from pardash.telemetry.compare import render_bench_text, steady_step_p90
+
+    log = tmp_path / "spread.jsonl"
+    lines = [schema.Hello(rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=999.0, run="r") for r in (0, 1)]
+    for n in range(1, 51):
+        step_s = 0.1 if n % 5 == 0 else 0.01
+        lines += [schema.Step(rank=r, step=n, step_s=step_s, samples=8, loss=1.0, t=1000.0 + n, seq=n, run="r") for r in (0, 1)]
+    lines += [schema.Event(rank=r, seq=51, name="exit", code=0, t=1051.0, run="r") for r in (0, 1)]
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in lines))
+    rep = build_report(str(log))
+    (row,) = strategy_rows([{"strategy": "ddp", "ranks": 2, "devices": 2, "code": 0, "report": rep}])
+    assert row["median_step_s"] == pytest.approx(0.01) and row["p90_step_s"] == pytest.approx(0.1)
+    text = render_bench_text({"model": "gpt", "steps": 50, "nproc": 2, "device": "cpu", "left_out": [], "rows": [row]})
+    head, ddp = text.splitlines()[1:3]
+    assert head.split()[:7] == ["strategy", "ranks", "samples/s", "step", "ms", "p90", "ms"]
+    assert ddp.split()[3:5] == ["10.0", "100.0"], text
+    assert "p90 ms: 9 in 10 of the steps after the warm-up (every rank's) took at most this" in text
+    # The warm-up's steps are left out, as the steady samples/s leaves them: 10 slow first steps
+    # of 50 change nothing.
+    slow_start = [m if not isinstance(m, schema.Step) or m.step > 10 else msgspec.structs.replace(m, step_s=9.0) for m in lines]
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in slow_start))
+    assert steady_step_p90(str(log)) == pytest.approx(0.1)
+    # Too few steps for a 90th percentile, or no log: none.
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in lines[:8]))
+    assert steady_step_p90(str(log)) is None and steady_step_p90(str(tmp_path / "gone.jsonl")) is None
