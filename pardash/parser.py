@@ -293,4 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--ranks", type=cliargs.rank_set, metavar="LIST",
         help="only these ranks, e.g. 0,17,100-103 (default: every rank; TensorBoard shows each as a run)",
     )  # fmt: skip
+    ex.add_argument(
+        "--force", action="store_true",
+        help="export into a DIR that holds an earlier export (of a run that was still going, say): its event files are "
+        "replaced, every rank's, once this export is written; no other file is touched, and a DIR holding event files "
+        "another writer made is refused",
+    )  # fmt: skip
     return p

@@ -362,14 +362,14 @@ def check_ranks_in_log(asked, in_log, log: str, flag: str = "--ranks") -> None:
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
-    from pardash.telemetry.export import ExportError, export_tensorboard, skipped_text
+    from pardash.telemetry.export import ExportError, end_warning, export_tensorboard, skipped_text
 
     if not ns.tensorboard.strip():
         fail("--tensorboard: give a folder for the event files (an empty path would write into this one)")
     ns.log = find_log(ns.log, ns.runs_dir)
     progress = ReadProgress(ns.log, "exporting")
     try:
-        res = export_tensorboard(ns.log, ns.tensorboard, progress, ranks=ns.ranks)
+        res = export_tensorboard(ns.log, ns.tensorboard, progress, ranks=ns.ranks, force=ns.force)
     except ExportError as exc:
         progress.close()
         fail(str(exc))
@@ -396,12 +396,14 @@ def cmd_export(ns: argparse.Namespace) -> int:
             "exported as one, a later run's steps replacing an earlier's from the step it starts at",
             file=sys.stderr,
         )
-    if res.get("live_run"):
-        # (as report says of such a log: the export is of the steps so far, and nothing said so)
-        print(f"{PROG}: warning: run {res['live_run']} is still going, its hub recording {ns.log}: "
-              "exported its steps so far; export again once it ends", file=sys.stderr)  # fmt: skip
+    if said := end_warning(res, ns.log):
+        # (as report says of such a log: the export is of the steps so far, and nothing said so;
+        # a log whose hub was killed read as a whole run)
+        print(f"{PROG}: warning: {said}", file=sys.stderr)
     texts = f" and {res['texts']} event texts" if res["texts"] else ""
     print(f"{PROG}: wrote {res['points']} scalars{texts} to {ns.tensorboard} (steps {steps_by_rank(res['ranks'])}); view with: tensorboard --logdir {ns.tensorboard}")
+    if res.get("replaced"):  # (--force)
+        print(f"{PROG}: removed the earlier export's {res['replaced']} event file(s) there")
     if res.get("rerun"):
         # (they are in the event files: TensorBoard draws the curve from where the run went on.
         # By rank, as the steps above: their sum over the ranks read "18 step(s)" where the

@@ -380,8 +380,8 @@ def test_an_export_of_a_live_runs_log_warns_that_it_is_partial_and_exports_it(tm
     # A run still going exported in silence: its steps so far, read as the whole run.
     from helpers import hub_alone, live_ranks
 
-    def run(log, out):
-        return subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / out)],
+    def run(log, out, *more):
+        return subprocess.run([sys.executable, "-m", "pardash", "export", str(log), "--tensorboard", str(tmp_path / out), *more],
                               capture_output=True, text=True, env=pardash_env(), timeout=120)  # fmt: skip
 
     log = tmp_path / "run.jsonl"
@@ -391,14 +391,26 @@ def test_an_export_of_a_live_runs_log_warns_that_it_is_partial_and_exports_it(tm
         going = run(log, "tb")
         assert going.returncode == 0 and "(steps rank 0: 3, rank 1: 3)" in going.stdout, going.stderr
         assert going.stderr.splitlines() == [
-            f"pardash: warning: run live-run is still going, its hub recording {log}: exported its steps so far; export again once it ends"
+            f"pardash: warning: run live-run is still going, its hub recording {log}: exported its steps so far; once it ends, "
+            "export again with --force to replace them"
         ]
         assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["rank0", "rank1"]
     finally:
         proc.kill()
         proc.wait(30)
-    over = run(log, "tb2")  # its hub gone: the log is all there will be
-    assert over.returncode == 0 and "(steps rank 0: 3, rank 1: 3)" in over.stdout and over.stderr == "", over.stderr
+    # Its hub killed: the log is all there will be, and has no end (no "hub stopped"), as the
+    # report says; the export into the same folder is refused, then made with --force.
+    refused = run(log, "tb")
+    assert refused.returncode == 2 and "pass --force" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    over = run(log, "tb", "--force")
+    assert over.returncode == 0 and "(steps rank 0: 3, rank 1: 3)" in over.stdout, over.stderr
+    assert "removed the earlier export's 2 event file(s) there" in over.stdout
+    (said,) = over.stderr.splitlines()
+    assert said.startswith(f"pardash: warning: {log} ends early at step 3, with 2 rank(s) not ended and no closing line from the hub")
+    # (the export command takes --force, its help saying what it removes)
+    from pardash.parser import build_parser
+
+    assert build_parser().parse_args(["export", "run.jsonl", "--tensorboard", "tb", "--force"]).force is True
 
 
 def test_the_exporter_imports_tensorboard_only_when_it_runs():
