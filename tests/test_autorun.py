@@ -1921,14 +1921,16 @@ def test_a_script_that_destroys_its_group_gives_gloos_threads_the_gil_first(hub)
     # A small DDP script that destroyed its group and returned from main() hung 1 run in 3 at
     # exit under pardash: its model, freed in main()'s frame, joined a gloo thread waiting for
     # the GIL to free a work's Python object (torch's). With telemetry on (only then are the
-    # reporter's threads there), destroy_process_group gives the GIL up for a moment first.
+    # reporter's threads there), destroy_process_group gives the GIL up for a moment first;
+    # with it off too, where the script still runs in runpy's frames (review 245: 3 runs in 20
+    # aborted at exit, "terminate called without an active exception").
     env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run")
     on = _probe("-m", "pardash.trainer.autorun", "destroys_its_group.py", env=env)
     assert on.returncode == 0, on.stderr
     assert json.loads(on.stdout) == {"settles": True, "same": True, "before": True, "after": False}
     off = _probe("-m", "pardash.trainer.autorun", "destroys_its_group.py", env=pardash_env(PARDASH_TELEMETRY="0"))
     assert off.returncode == 0, off.stderr
-    assert json.loads(off.stdout) == {"settles": False, "same": True, "before": True, "after": False}
+    assert json.loads(off.stdout) == {"settles": True, "same": True, "before": True, "after": False}
 
 
 def test_a_missing_script_is_one_line():

@@ -145,11 +145,14 @@ def main(argv: list[str] | None = None) -> int:
             from pardash.trainer import instrument as instrument_mod
 
         instrument = instrument_mod.install(reporter)
-        _settle_before_destroy()
         sigterm.at_stop(lambda: _stopped(reporter, instrument, signal.SIGTERM))
         sigterm.count_steps(lambda: instrument.step)  # (a stop the script went on from is not its exit's)
     else:
         reporter = api.reporter()  # a no-op: the script runs as it would without pardash
+    # On with telemetry off too: the script runs in runpy's frames, not as torchrun runs it,
+    # and aborted at exit 3 runs in 20 with PARDASH_TELEMETRY=0 (review 245; plain torchrun
+    # 0 in 14): a user who turns telemetry off to rule pardash out met failures it made.
+    _settle_before_destroy()
     code = 0
     error = None
     said = _StderrTail.install() if instrument is not None else None  # (telemetry off: the script's stderr untouched)
