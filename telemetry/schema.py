@@ -117,7 +117,10 @@ class Step(Base, tag="step"):
     backward_s: float | None = None
     optimizer_s: float | None = None
     comm_s: float | None = None
-    """Time spent waiting on communication, where known."""
+    """Time in communication, where known. The bundled trainer's: its step's collectives, within
+    forward and backward (the phases sum past the step); a script's zero-code hooks': the wait in
+    its own collectives between steps and DDP's all-reduces after the backward's work, in no
+    other phase (report_render.COMM_NOTES)."""
     self_s: float | None = None
     """The rank's own work in the step, no waiting: the straggler signal. Work before the step's
     first collective; under FSDP: its data and forward less the all-gathers."""
