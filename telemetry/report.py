@@ -27,7 +27,8 @@ What the report answers, beyond the per-rank table:
 - memory held against what the strategy should hold (the run's state unsharded, / N when sharded) and against the unsharded model;
 - checkpoints saved (how many, at which steps, the slowest save, their time in all: see
   :func:`_saving`) and resumes (from where, and what differed), and the warnings ranks sent
-  (each text once, with the ranks that sent it);
+  (each text once, with the ranks that sent it) and the hub's that bear on the log
+  (:func:`hub_warning_kept`: two jobs under one run id among them, ``jobs_sharing_run_id``);
 - lost messages (per-rank seq gaps) and log lines skipped as malformed or truncated
   (``skipped_lines``, ``skipped_by_reason``); of a compressed log whose gzip stream broke off
   (a copy cut short, damaged bytes), ``gzip_damage``: ``{"how": "cut short" or "damaged",
@@ -291,6 +292,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     saves: dict[int, dict] = {}
     resumes: dict[tuple[int, int], dict] = {}
     warnings: dict[str, dict] = {}
+    jobs_mixed = False
+    """The hub warned that two jobs sent under the run's id (:data:`SHARED_RUN_ID`)."""
     first_t = hub_last_t = None
     """The hub's first time: the run's start where no rank's clock gives one; and its last."""
     clocks = RankClocks()
@@ -473,6 +476,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         elif isinstance(msg, schema.Event) and msg.name == "eval" and msg.rank >= 0:
             evals[msg.rank].append(msg.duration_s or 0.0)
             pauses[msg.rank].append((msg.t, msg.duration_s or 0.0))
+        elif isinstance(msg, schema.Event) and msg.name == "warning" and msg.rank < 0:
+            if hub_warning_kept(msg):
+                _fold_event(msg, state, saves, resumes, warnings)
+                jobs_mixed = jobs_mixed or SHARED_RUN_ID in msg.message
         elif isinstance(msg, schema.Event) and msg.name in ("checkpoint", "resume", "warning") and msg.seq >= 0:
             outside = msg.duration_s
             if msg.name == "checkpoint" and msg.duration_s and msg.t:
@@ -718,7 +725,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "checkpoints": {"saved": [_public(saves[k]) for k in sorted(saves)],
                         "resumed": [_public(r) for r in resumes.values()],
                         **_saving(list(saves.values()))},
+        # Each text once, with the ranks that sent it; the hub's own (those a report keeps, see
+        # hub_warning_kept) with "hub": true and no rank.
         "warnings": [w | {"ranks": sorted(w["ranks"])} for w in warnings.values()],
+        # Two jobs sent under the run's id at once (the hub's warning says which pids): every
+        # figure mixes them, the steps one job ran after the other's counted as run again.
+        # (Only where so.)
+        **({"jobs_sharing_run_id": True} if jobs_mixed else {}),
         "memory": _memory(ranks, expected, expected_basis, params_count, strategy, world, peak_kind, not_sharding),
         # (the rows' statuses counted: the ranks' own read "stalled 4" beside four "no exit")
         "statuses": dict(Counter(r["status"] for r in ranks)),
@@ -909,10 +922,17 @@ def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, 
     steps)."""
     r = state.ranks.get(msg.rank)
     if msg.name == "warning":
-        key = msg.message
+        hub = msg.rank < 0
+        key = ("hub: " if hub else "") + msg.message  # (a rank's text and the hub's apart)
         if key not in warnings and len(warnings) >= MAX_WARNINGS:
             key = ""  # the rest are counted under one entry
-        warnings.setdefault(key, {"message": key, "step": msg.step, "ranks": set()})["ranks"].add(msg.rank)
+        entry = warnings.get(key)
+        if entry is None:
+            entry = warnings[key] = {"message": msg.message if key else "", "step": msg.step, "ranks": set()}
+            if hub and key:
+                entry["hub"] = True
+        if not hub:
+            entry["ranks"].add(msg.rank)
         return
     if msg.name == "checkpoint":
         if msg.step is None:
@@ -1007,6 +1027,36 @@ a hair) that end it, walking back from the verdict (:func:`_charge`)."""
 
 MAX_WARNINGS = 50
 """Distinct warning texts a report lists; any more are counted under one entry with text ''."""
+
+SHARED_RUN_ID = "two jobs share run id"
+"""In the hub's warning that a second process sends as a rank while the first still does
+(hubcore ``HubCore._two_say``): two jobs given one run id, their figures mixed."""
+
+_CLOCK_WARNING = re.compile(r"rank \d+'s clock .*the hub's: one of the two is wrong")
+_SAID_ELSEWHERE = ("cannot write --prometheus-textfile", "the launcher's supervisor (pid ")
+_KEYS_WARNING = ("key(s) it admitted before", "a viewer's key watches and never publishes")
+
+
+def hub_warning_kept(ev: schema.Event) -> bool:
+    """Whether a report lists a warning the hub made (rank -1, seq -1). The hub warns of:
+
+    - two jobs sending under the run's id (:data:`SHARED_RUN_ID`), ranks of another world size
+      than its ``--world-size`` (their hellos refused: hosts and strategy unknown), records of
+      other runs refused (another job's, or this job's under a mistyped run id), the log
+      dropping lines while its disk was full, or deleted or moved and written again, and why
+      an unsupervised hub stopped recording: each bears on what the log holds, and the report
+      says it (it dropped every one of them: two jobs' figures added up, with no word why);
+    - a rank's clock off the hub's: not listed, the report judges the clocks from the log
+      itself (its ``clocks`` line);
+    - the end of a log whose disk was full as the hub stopped: not listed, its ``log ends
+      early`` line says it (:func:`_disk_full_end`);
+    - the hub's Prometheus textfile it could not write, its admitted keys' folders, and the
+      launcher's supervisor gone: not listed, the hub's own running, nothing of the run's
+      figures (the hub's terminal and the viewers had them)."""
+    text = ev.message
+    if _CLOCK_WARNING.match(text) or _disk_full_end(ev) is not None:
+        return False
+    return not text.startswith(_SAID_ELSEWHERE) and not any(k in text for k in _KEYS_WARNING)
 
 
 def _charge(ep: dict, arrivals: _Arrivals, last_step: int, after: int = 0) -> None:

@@ -81,6 +81,8 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         sps += " over the time some rank was in a step" + _paused_text(rep)
     if rep.get("steady_samples_per_s"):
         sps += f" (steady {_num(rep['steady_samples_per_s'])}{_steady_text(rep.get('steady_steps'))})"
+    if rep.get("jobs_sharing_run_id") and rep["samples_per_s"] is not None:
+        sps += "; two jobs' together: they shared the run id, see the hub's warning"
     if rep.get("samples_partial") and rep["samples_per_s"] is not None:
         heard = len(rep["ranks"])
         sps += f"; partial: of the {heard} rank{'s' if heard > 1 else ''} heard from, not the job's"
@@ -220,6 +222,9 @@ def _rerun_why(rep: dict) -> str:
     """What ran the steps again: ``after a restart or resume``, and where a job was run again
     under the run's id, ``by a later job under the run's id`` (one started by hand after the
     first had ended is no restart)."""
+    if rep.get("jobs_sharing_run_id"):
+        # (the hub saw two jobs at once: one's steps came after the other's, no restart)
+        return "by a second job sharing the run id: see the hub's warning"
     if not rep.get("jobs_run_again"):
         return "after a restart or resume"
     if rep.get("job_restarts"):
@@ -572,10 +577,10 @@ def checkpoint_lines(rep: dict) -> list[str]:
 
 
 def warning_lines(rep: dict) -> list[str]:
-    """Each warning text the ranks sent, once, with the ranks that sent it."""
+    """Each warning text the ranks sent, once, with the ranks that sent it; the hub's, "hub:"."""
     out = []
     for w in rep.get("warnings") or []:
-        who = ranks_named(w["ranks"])
+        who = "hub" if w.get("hub") else ranks_named(w["ranks"])
         at = f" at step {w['step']}" if w.get("step") is not None else ""
         out.append(f"{who}{at}: {w['message'] or '(more warnings than a report lists)'}")
     return out
