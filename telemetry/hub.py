@@ -163,9 +163,14 @@ class Hub:
         were of the last it took (so a viewer's wall, self, data and comm carry on). The detector
         takes over what the dead hub concluded (``Detector.carry_over``): a rank stalled or
         silent stays so until a message this hub receives says otherwise. The straggler
-        detector scores the windows the dead hub scored as it did, at each recorded verdict
-        and every few thousand records (its verdicts, already in the log, are dropped), so its
-        streaks carry on and no window is judged twice."""
+        detector scores the windows the dead hub scored as it did: at its frames (one each
+        ``frame_s`` of the records' clocks, the newest seen), at each recorded verdict and
+        every few thousand records (its verdicts, already in the log, are dropped), so its
+        streaks carry on, no window is judged twice, and each window is judged against the bar
+        of its time. (Scored in one pass at the log's end, every window took the bar of the
+        log's last steps: a job whose step fell from 24 ms to 7 ms had the steps of its 24 ms
+        time judged against a 1.5 ms bar, where the live hub's was 5 ms, and a restart named a
+        straggler the live hub never had.)"""
         if self.recorder is None or not self.recorder.path.exists():
             return 0
         from collections import deque
@@ -190,6 +195,8 @@ class Hub:
         first_frame: dict[int, float] = {}
         """rank -> the frame of its first step."""
         frame_at = newest = 0.0
+        judge_at = 0.0
+        """The records' clock (the newest seen) at which the dead hub's next frame judged."""
         n = 0
         rec, core.recorder = core.recorder, None  # do not write the old records again
         start = now if now is not None else time.monotonic()
@@ -197,8 +204,11 @@ class Hub:
         try:
             for msg in read_log(self.recorder.path):
                 hseq = msg.hseq
-                if type(msg) is Verdict or not n % 4096:
+                t = msg.t
+                if type(msg) is Verdict or not n % 4096 or t >= judge_at:
                     stragglers.update(core.state)  # what the dead hub saw when it judged
+                    if t >= judge_at:
+                        judge_at = t + frame_s
                 core.replay(msg, start)  # which also feeds the straggler detector
                 if hseq > core.hseq:
                     core.hseq = hseq
