@@ -15,6 +15,7 @@ import os
 import secrets
 import socket
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import Iterable
@@ -35,8 +36,19 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
+_own: dict[str, tuple[Path, dict]] = {}
+"""The entries this process wrote of its own hub (its pid's), by run id, with their paths, as
+last written: :func:`update` writes one again when it is gone from the folder (a cleaner, or
+another session, emptied it while the run trained: `pardash ps` and `pardash attach RUN` lost
+a live run until its hub restarted). Dropped by :func:`unregister`."""
+_own_lock = threading.Lock()
+"""Held while an own entry is written again or removed: a hub removing its entry at its end
+is never followed by an update that brings it back."""
+
+
 def register(info: dict) -> Path:
-    """Write ``info`` (run_id, endpoints, pid, ...) as a 0600 JSON file; returns its path."""
+    """Write ``info`` (run_id, endpoints, pid, ...) as a 0600 JSON file in a 0700 folder (made
+    again if it is gone); returns its path."""
     from .security import make_private_dir  # loads zmq: not on every `pardash` start
 
     d = make_private_dir(registry_dir())
@@ -65,6 +77,8 @@ def register(info: dict) -> Path:
         except OSError:
             pass
         raise
+    if entry.get("pid") == os.getpid():
+        _own[str(entry["run_id"])] = (path, entry)
     return path
 
 
@@ -100,23 +114,34 @@ PROGRESS_EVERY_S = 5.0
 
 
 def update(run_id: str, **fields: object) -> None:
-    """Merge fields into a run's entry (no-op if it is gone, damaged or cannot be written: the
-    listing is a convenience, never a reason for a hub to stop)."""
-    found = entry(run_id)
-    if found is None:
-        return
-    found.update(fields)
-    try:
-        register(found)
-    except OSError:
-        pass
+    """Merge fields into a run's entry. An entry of this process's own hub that is gone from
+    the folder (or damaged) is written again, as last written, folder and all; another's is
+    left gone. A no-op when it cannot be written: the listing is a convenience, never a reason
+    for a hub to stop."""
+    with _own_lock:
+        found = entry(run_id)
+        if found is None:
+            own = _own.get(run_id)
+            if own is None or own[0] != registry_dir() / f"{run_id}.json":
+                return  # (not this process's, unregistered, or the registry named another folder since)
+            found = dict(own[1])
+        found.update(fields)
+        try:
+            register(found)
+        except OSError:
+            pass
 
 
 def unregister(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
+    """Remove an entry (its hub's end); an own entry is not written again after it."""
+    with _own_lock:
+        for run_id, (own_path, _) in list(_own.items()):
+            if own_path == path:
+                del _own[run_id]
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
 
 def pid_alive(pid: int) -> bool:
