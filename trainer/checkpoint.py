@@ -30,6 +30,11 @@ run id), so that a torchrun restart resumes from its own job's checkpoints and n
 older run's left in the same folder (:func:`job_id`, ``find_latest(job=...)``). A folder whose
 ``job`` file is damaged counts as the run's whose save it followed (:func:`saving_jobs`).
 
+Which checkpoint was saved last (what ``--resume`` goes on from, :func:`newest_job`) is told by
+the folder's ``save_order`` file, a count each save writes: one more than the highest any
+checkpoint in the folder held when it began. It travels with the folder, where file times do
+not: a plain ``cp -r`` (rsync, gsutil without keeping times) gives every file the copy's time.
+
 The progress scalars are stored as tensors. Like any torch checkpoint, a checkpoint folder is
 trusted input (DCP unpickles the optimizer's hyper-parameters): load only your own.
 """
@@ -62,6 +67,10 @@ ORIGIN_FILE = "resumed_from"
 """The id of the job whose checkpoint the saving job went on from (--resume), when another's:
 a checkpoint that cannot be read falls back along that line first (a torchrun restart: that
 line only, never to an unrelated run's; --resume: then to the folder's others, :func:`next_to_try`)."""
+ORDER_FILE = "save_order"
+"""The save's place in the order of the folder's saves (:func:`_completed`): 1 + the highest
+``save_order`` of any checkpoint in the folder when the save began, written by rank 0 before the
+save completes."""
 
 
 def job_id(env: dict[str, str] | None = None) -> str:
@@ -229,13 +238,21 @@ def find_latest(root: str | os.PathLike[str], below: int | None = None, job: str
 
 
 def _completed(root: str | os.PathLike[str]) -> list[Found]:
-    """The complete checkpoints under ``root`` in the order their saves completed (the time of
-    their marker, then the step)."""
+    """The complete checkpoints under ``root`` in the order their saves were made: by the count
+    each save wrote (:data:`ORDER_FILE`), which no copy of the folder changes.
+
+    By its marker's file time (then its step) only where that count is not there: a checkpoint
+    saved before counts were kept comes before every counted one (each counted save saw it in
+    the folder, so began after it completed); one whose count is damaged goes after the counted
+    ones whose markers are older than its own (the best the times can tell, right while the
+    folder has not been copied). File times alone put an older run's step 800 after the
+    resumed run's 1000 and 1200 once ``cp -r`` had given every file the copy's time in the
+    order the copy went, and --resume went back to it, its saves replacing the newer ones."""
     try:
         entries = list(os.scandir(root))
     except (FileNotFoundError, NotADirectoryError):
         return []
-    done: list[tuple[float, int, Path]] = []
+    done: list[tuple[int, int | None, float, Path]] = []
     for entry in entries:
         m = STEP_DIR.match(entry.name)
         if not (m and entry.is_dir()):
@@ -248,8 +265,45 @@ def _completed(root: str | os.PathLike[str]) -> list[Found]:
             except OSError:
                 continue
         if times:
-            done.append((max(times), int(m.group(1)), path))
-    return [Found(step, path) for _, step, path in sorted(done, key=lambda d: d[:2])]
+            done.append((int(m.group(1)), _read_order(path), max(times), path))
+    counted = sorted((at, order) for _, order, at, _ in done if order)
+    keys = []
+    for step, order, at, path in done:
+        if order is None:
+            # Damaged: just after the newest counted checkpoint completed before it (0.5: before
+            # the next count; 0 when none was, yet after those saved before counts were kept).
+            before = [o for t, o in counted if t <= at]
+            place: float = max(before) + 0.5 if before else 0.5
+        else:
+            place = order
+        keys.append(((place, at, step), Found(step, path)))
+    return [found for _, found in sorted(keys, key=lambda k: k[0])]
+
+
+def _read_order(path: Path) -> int | None:
+    """The count in ``path``'s :data:`ORDER_FILE`: 0 when there is none (a checkpoint saved
+    before counts were kept), None when it is there but holds no count as :func:`_name_job`
+    writes it (damaged)."""
+    try:
+        raw = (path / ORDER_FILE).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    except OSError:
+        return None
+    if not (raw.endswith(b"\n") and raw[:-1].isdigit()) or int(raw[:-1]) < 1:
+        return None
+    return int(raw[:-1])
+
+
+def _next_order(root: Path) -> int:
+    """The count the save beginning now writes: one more than the highest of any checkpoint
+    folder under ``root``, complete or not (a save that began is older than this one)."""
+    try:
+        entries = list(os.scandir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return 1
+    return 1 + max((_read_order(Path(e.path)) or 0 for e in entries if STEP_DIR.match(e.name) and e.is_dir()),
+                   default=0)
 
 
 def next_to_try(root: str | os.PathLike[str], tried: Iterable[Path]) -> Found | None:
@@ -559,14 +613,15 @@ def _save(path: Path, progress: Progress, *, w: Wrapped, optimizer: torch.optim.
 
 
 def _name_job(path: Path, job: str, origin: str = "") -> None:
-    """Name the saving job, and the job it went on from, in ``path`` (before the save
-    completes: a complete folder never names another job); an earlier job's names go when
-    this job has none."""
+    """Name the saving job, and the job it went on from, in ``path``, and count the save in the
+    folder's order (:data:`ORDER_FILE`), before the save completes: a complete folder never
+    names another job; an earlier job's names go when this job has none."""
     for name, value in ((JOB_FILE, job), (ORIGIN_FILE, origin if origin != job else "")):
         if value:
             (path / name).write_text(value + "\n")
         else:
             (path / name).unlink(missing_ok=True)
+    (path / ORDER_FILE).write_text(f"{_next_order(path.parent)}\n")
 
 
 # -- load --------------------------------------------------------------------------------------
