@@ -142,6 +142,28 @@ class Ring:
         if self._count < self.capacity:
             self._count += 1
 
+    def drop_newest_from(self, name: str, value: float) -> int:
+        """Drop the newest rows while column ``name``'s value is ``value`` or more (a rank's
+        steps run again after torchrun restarted it: they replace the first run of them);
+        the rows dropped."""
+        j = self._index[name]
+        dropped = 0
+        while self._count:
+            v = self._at(j, 0)
+            if v is None or not v >= value:
+                break
+            self._head = (self._head - 1) % self.capacity
+            self._count -= 1
+            dropped += 1
+        if dropped and (self._head - self._count) % self.capacity:
+            # (a ring not full is read from its first slot: what is left of a wrapped one is
+            # moved there; rare, as restarts are)
+            rows = self.tail()
+            self._head = self._count = 0
+            for row in rows:
+                self.append_row(*row)
+        return dropped
+
     def append(self, row: Sequence[float | None]) -> None:
         """Append one row given as a sequence; None is NaN."""
         if len(row) != self._width:

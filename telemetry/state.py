@@ -286,6 +286,7 @@ class RankState:
         "loss_bad",
         "said",
         "custom_last",
+        "history_step",
     )
 
     def __init__(self, rank: int) -> None:
@@ -296,6 +297,9 @@ class RankState:
         """The last value of each metric the script logs itself (``Step.custom``), whichever
         step carried it: one logged every 10 steps was in the metrics 1 scrape in 10. At most
         CUSTOM_NAMES names (a script logging a new name each step grows nothing past them)."""
+        self.history_step: int | None = None
+        """The step of its newest history row as ``commit_history`` wrote it (None: none yet,
+        or the history came whole from a snapshot)."""
         self.step_before: int | None = None
         """The last step of the rank's previous process (torchrun restarted it), while its new
         one has taken none: ``step`` starts anew with the new process's message order."""
@@ -803,6 +807,13 @@ class RunState:
                 before = r.t_mark
                 r.samples_rate = done / (t - before) if done == done and before is not None and t > before else None
             r.t_mark = t
+            was = r.history_step
+            if was is not None and s.step < was:
+                # Its steps run again (torchrun restarted it, from its start or a checkpoint):
+                # they replace the first run of them, as an export's do; the charts showed the
+                # failed attempt's steps 455-599 beside the new attempt's 1-454 (review 246).
+                r.history.drop_newest_from("step", s.step)
+            r.history_step = s.step
             # In HISTORY_COLUMNS order; None (a figure the rank did not measure) is NaN.
             r.history.append_row(
                 s.step,

@@ -29,7 +29,7 @@ TREND_POINTS = 480
 class Trend:
     """The run's median loss over its ranks, one point per ``stride`` frames."""
 
-    __slots__ = ("stride", "rows", "_open", "_frames")
+    __slots__ = ("stride", "rows", "_open", "_frames", "_rank_step")
 
     def __init__(self) -> None:
         self.stride = 1
@@ -40,6 +40,8 @@ class Trend:
         """The point being filled: [step, sum of medians, lowest, highest]."""
         self._frames = 0
         """Frames in the open point."""
+        self._rank_step: dict[int, int] = {}
+        """Each rank's newest step in a frame: one that goes back has run its steps again."""
 
     def __len__(self) -> int:
         return len(self.rows) + (self._open is not None)
@@ -48,12 +50,20 @@ class Trend:
         """Take a frame's steps (each rank's newest since the previous frame)."""
         losses: list[float] = []
         step = None
+        last = self._rank_step
+        back = None
         for s in steps:
+            was = last.get(s.rank)
+            if was is not None and s.step < was and (back is None or s.step < back):
+                back = s.step
+            last[s.rank] = s.step
             loss = s.loss
             if loss is not None and loss == loss:  # NaN (a diverged rank) has no place in a median
                 losses.append(loss)
                 if step is None or s.step > step:
                     step = s.step
+        if back is not None:
+            self.drop_from(back)
         if step is None:
             return
         losses.sort()
@@ -91,6 +101,20 @@ class Trend:
                 merged.append(rest[-1])
             self.rows = [first, *merged]
             self.stride *= 2
+
+    def drop_from(self, step: float) -> None:
+        """Forget the points at ``step`` and after: a rank that torchrun restarted (from its
+        start, or a checkpoint) runs those steps again, and its new run of them replaces the
+        first, as an export's do (the chart kept the failed attempt's steps 455-599 to the
+        right of the new attempt's 1-454, review 246). A frame's point whose ranks were at
+        several steps is kept by its newest step."""
+        p = self._open
+        if p is not None and p[0] >= step:
+            self._open = None
+            self._frames = 0
+        rows = self.rows
+        while rows and rows[-1][0] >= step:
+            rows.pop()
 
     def points(self) -> tuple[list[float], list[float], list[float], list[float]]:
         """Steps, medians, lows and highs, oldest first (the open point last)."""
