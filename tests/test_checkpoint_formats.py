@@ -95,7 +95,7 @@ def test_a_checkpoint_resumes_under_the_other_format_on_the_same_curve(
     # Its own save of step 6 is in its own format.
     own_file = checkpoint.DCP_METADATA if resumed_by in ("ddp", "fsdp") else checkpoint.PLAIN_FILE
     assert sorted(p.name for p in checkpoint.step_path(ckpt, 6).iterdir()
-                  if not p.name.endswith(".distcp")) == [own_file]
+                  if not p.name.endswith(".distcp")) == sorted([own_file, checkpoint.ORDER_FILE])
 
 
 def test_a_step_saved_again_in_the_other_format_holds_one_checkpoint(tmp_path):
@@ -114,7 +114,7 @@ def test_a_step_saved_again_in_the_other_format_holds_one_checkpoint(tmp_path):
     (step6 / checkpoint.DCP_METADATA).write_bytes(b"a ddp save of step 6")
     checkpoint.save(tmp_path, progress, w=Wrapped(model=model, inner=model, strategy="single"),
                     optimizer=optimizer, rank=0, device=torch.device("cpu"))
-    assert sorted(p.name for p in step6.iterdir()) == [checkpoint.PLAIN_FILE]
+    assert sorted(p.name for p in step6.iterdir()) == sorted([checkpoint.PLAIN_FILE, checkpoint.ORDER_FILE])
     assert checkpoint.saved_with_dcp(step6, "ddp") is False
 
 
