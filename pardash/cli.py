@@ -107,8 +107,9 @@ PS_QUIET_AFTER = 3
 
 def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     """(step, samples/s, what the job column should say where no result.json says it: "2
-    stalled" (or silent, or "3 stuck" of both), or, of a hub alone once every rank ended,
-    "finished" or "failed"; else '') from where a hub last said its run was
+    stalled" (or silent, or "3 stuck" of both), "waiting" while no rank has reached the hub,
+    or, of a hub alone once every rank ended, "finished" or "failed"; else '') from where a
+    hub last said its run was
     (registry.PROGRESS_EVERY_S); '-' where it has not said yet. ``launched``: a launch's run,
     whose result.json says how it ended (its ranks all "exited" for a moment may be torchrun
     restarting them)."""
@@ -120,6 +121,11 @@ def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     ranks = progress.get("ranks") if isinstance(progress.get("ranks"), dict) else {}
     held = {s: n for s, n in ranks.items() if s in ("stalled", "silent") and isinstance(n, int) and n > 0}
     stuck = f"{sum(held.values())} {next(iter(held)) if len(held) == 1 else 'stuck'}" if held else ""
+    if not ranks:
+        # No rank has reached the hub (a job still starting; ranks pointed at another port, or
+        # refused for their keys): "running" told a user checking that the job was watched that
+        # it was. The viewer says "waiting for the ranks to start".
+        step_text, stuck = "-", "waiting"  # (its step read 0)
     if ranks and set(ranks) <= {"finished", "exited"} and not launched:
         # Every rank ended (a hub alone has no launcher to write result.json: it read "running");
         # its exits all stops (a scheduler's preemption): "stopped", not "failed"
@@ -140,6 +146,7 @@ def cmd_ps(ns: argparse.Namespace) -> int:
 
     print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} {'JOB':12} INGEST                  LOG")
     now = time.time()
+    waiting = False
     for e in runs:
         age = fmt_duration(now - e.get("started", now))
         # A job that ended while its launch's TUI stays open keeps its hub (and so its entry).
@@ -155,6 +162,7 @@ def cmd_ps(ns: argparse.Namespace) -> int:
             # Its hub lives but has said nothing for a while (stopped, swapping, stuck): its
             # STEP and SAMPLES/S are as of then.
             job = f"quiet {fmt_duration(now - said)}"
+        waiting |= job == "waiting"
         log = e.get("log", "")
         log = "- (none kept)" if log == os.devnull else log  # (a simulate's without --keep-log)
         # The strategy the ranks said, where the hub has heard it (a launched script's entry says "script")
@@ -164,6 +172,9 @@ def cmd_ps(ns: argparse.Namespace) -> int:
             f"{e.get('run_id', ''):24} {strategy:9} {e.get('world_size', '-')!s:>5} "
             f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:12} {registry.reachable(str(e.get('ingest', ''))):23} {log}"
         )
+    if waiting:
+        print("JOB waiting: no rank has reached the hub yet: a job still starting, or ranks sent elsewhere (their PARDASH_ENDPOINT "
+              "must be the hub's INGEST address) or refused for their keys")  # fmt: skip
     if any(e.get("curve") for e in runs):
         print(f"KEYS curve: a hub that takes only viewers with its keys; give `{PROG} attach` and `{PROG} record` --curve-dir DIR (or set PARDASH_CURVE_DIR)")
     return 0
