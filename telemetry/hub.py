@@ -37,6 +37,7 @@ from .hubcore import MAX_RANK, HubCore, rejects_text
 from .logfeed import LINGER_S, LOG_REQUEST, LogServer
 from .logreader import is_log
 from .recorder import LOG_MODE, Recorder, gz_name_refusal, holds_records, is_gzip
+from .state import run_over
 from .unsupervised import SupervisorWatch
 
 __all__ = ["Hub", "HubCore", "MAX_RANK", "MAX_SNAPSHOT_WAITERS", "add_hub_arguments", "run_hub", "main"]
@@ -605,6 +606,91 @@ def _unmake(made: list[str]) -> None:
             pass
 
 
+class JobEnd:
+    """Says, for a hub run alone, when every rank of the job it serves has ended: how (each
+    rank finished, or the root cause as the report and a launch say it), at which step; and
+    again for each job run again under the run's id, or started again by torchrun, and ended
+    again. Called at each frame."""
+
+    def __init__(self, hub: Hub, say: Callable[[str], None]) -> None:
+        self.hub, self.say = hub, say
+        st = hub.core.state
+        self.said = self._processes() if run_over(st) else None
+        """Each rank's process whose end was said (or recovered from the log as ended: not said
+        again); None: the job's end is not said yet."""
+        self.restarts = self._restarts()
+
+    def _processes(self) -> dict[int, tuple]:
+        """Each rank's process, as its hello says it: a new one is a new job's (or torchrun's restart's)."""
+        return {r.rank: (r.hello.pid, r.hello.restart) if r.hello is not None else () for r in self.hub.core.state.ranks.values()}
+
+    def _restarts(self) -> int:
+        return max((r.restarts for r in self.hub.core.state.ranks.values()), default=0)
+
+    def __call__(self) -> None:
+        st = self.hub.core.state
+        if self.said is not None:
+            said = self.said
+            if any(said.get(rank) == p for rank, p in self._processes().items()):
+                # Not every rank is of a new job yet: a rank of a job run again that failed at
+                # once, before the others' hellos came, ended beside the last job's ranks (the
+                # end of no job).
+                return
+            # Every rank started again since (a job run again, or torchrun's restart): the
+            # next end is that job's.
+            self.said = None
+            if (restarts := self._restarts()) > self.restarts:
+                # (a job run again by hand, the hub's own warning says: HubCore._say_run_again)
+                self.restarts = restarts
+                self.say(f"torchrun restarted the job (restart {restarts}): it goes on")
+        if self.said is not None or not run_over(st):
+            return
+        self.said = self._processes()
+        self.restarts = self._restarts()
+        rec = self.hub.recorder
+        log = f"; log {rec.path}" if rec is not None and str(rec.path) != os.devnull else ""
+        self.say(f"{job_end_text(st)}{log}; the hub serves on (a job run again under run id {st.run_id} goes on in its log; "
+                 "Ctrl-C stops the hub)")
+
+
+def job_end_text(st) -> str:
+    """How a job whose every rank has ended ended, in one line: "the job has ended at step 500:
+    ranks 0-3 finished", or with the root cause as the report and a launch's last line give
+    it ("rank 1 exited with code 1 at step 10: RuntimeError: boom; rank 0 was stopped")."""
+    from .failures import STOPPED_CODES, failure_summary, signal_name
+    from .printer import loss_text
+    from .summary import ranks_named, stragglers_were
+
+    ranks = sorted(st.ranks.values(), key=lambda r: r.rank)
+    finished = [r.rank for r in ranks if r.finished]
+    steps = [s for s in (r.last_step for r in ranks) if s is not None]
+    said: list[str] = []
+    f = failure_summary(st)
+    if f is not None:
+        said.append(f["line"])  # (its step, the failure's)
+    else:
+        said.append(f"at step {max(steps)}" if steps else "with no step taken")
+    if finished:
+        said.append(f"{ranks_named(finished)} finished")
+    if f is None:
+        # Stopped (a scheduler's SIGTERM, Ctrl-C), or an end no rank's failure explains: each
+        # way said with its ranks.
+        hows: dict[str, list[int]] = {}
+        for r in ranks:
+            if not r.finished and r.exit_code is not None:
+                how = "stopped" if r.exit_code in STOPPED_CODES else "exited"
+                how += f" ({signal_name(r.exit_code) or f'exit code {r.exit_code}'})"
+                hows.setdefault(how, []).append(r.rank)
+        said.extend(f"{ranks_named(who)} {how}" for how, who in hows.items())
+    if slow := stragglers_were(st):
+        said.append(slow)
+    if loss := loss_text(st, over=True):
+        said.append(loss)
+    if f is None:  # "the job has ended at step 500: ranks 0-3 finished"
+        return f"the job has ended {said[0]}: " + "; ".join(said[1:])
+    return "the job has ended: " + "; ".join(said)
+
+
 def _progress(st) -> dict:
     """Where a run is, for `pardash ps`: the slowest running rank's step, of how many (where the
     trainer said), samples a second now, the ranks by state, when this was so, and the strategy
@@ -868,6 +954,12 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         )
     else:
         hub.core.note(f"hub started (pid {os.getpid()}), ingest {hub.ingest_endpoint}")
+    if hub.say is not None and ready_fd is None:
+        # A hub alone: its terminal (often a batch job's log) says how each job it serves ends.
+        # (A job the log already held as ended is not said again.)
+        each_frame.append(JobEnd(hub, hub.say))
+        if hub.on_frame is None:
+            hub.on_frame = lambda: [f() for f in list(each_frame)]
     _tune_gc()
     if textfile is not None:
         textfile.start()  # after the log is read back: a restarted hub's first file is not empty
