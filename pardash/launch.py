@@ -655,10 +655,12 @@ def _lost_words(code: int) -> str:
     return f"the launcher's supervisor was {_lost_how(code)} before the job ended"
 
 
-def _write_result(job, client, code: int, supervisor_code: int, stopped_by: int = 0) -> None:
+def _write_result(job, client, code: int, supervisor_code: int, stopped_by: int = 0, *, ended_unwatched: bool = False,
+                  failure: str = "") -> None:  # fmt: skip
     """The job's result.json, which its supervisor (ended with ``supervisor_code``: killed
     outright) could not write, from here once the job has ended: ``code`` is the launch's word for
-    its end. One the supervisor wrote after all is left as it is."""
+    its end. One the supervisor wrote after all is left as it is. ``ended_unwatched``: its hub
+    was gone too as the job ended (``failure``: what the ranks' error files said, '' none)."""
     from pardash.trainer.launcher import lost_supervisor_result, write_result
 
     spec = job.spec
@@ -666,6 +668,9 @@ def _write_result(job, client, code: int, supervisor_code: int, stopped_by: int 
     result = lost_supervisor_result(spec.run_id, code, log, gone=_lost_how(supervisor_code), stopped_by=stopped_by,
                                     hub_restarts=client.hub_restarts, remote_hub=spec.remote_hub, node_rank=spec.node_rank,
                                     curve_dir=spec.curve_dir)  # fmt: skip
+    if ended_unwatched:
+        result["ended_unwatched"] = True
+        result["failure"] = failure or None
     try:
         write_result(spec.run_dir, result)
     except OSError as exc:
@@ -674,30 +679,168 @@ def _write_result(job, client, code: int, supervisor_code: int, stopped_by: int 
 
 def _follow_unsupervised(job, client, printer, code: int, stopped_by: list[int]) -> int:
     """Headless, the supervisor gone: the ranks train on (the hub records them until they are
-    done): follow them as ``pardash attach`` does and end with the run's own outcome."""
+    done): follow them as ``pardash attach`` does and end with the run's own outcome; should the
+    hub go too, follow their processes (see :func:`_follow_unwatched`)."""
     from pardash.telemetry.failures import failure_summary
     from pardash.telemetry.printer import follow_attached
     from pardash.telemetry.state import run_over
-    from pardash.trainer.jobprocs import job_processes
 
     spec = job.spec
     print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
           f"(Ctrl-C stops them, as before)", file=sys.stderr, flush=True)  # fmt: skip
     entry = _own_hub_entry(spec) or {"pid": job.endpoints.get("pid")}
-    # The job lives while its hub does: the hub, unsupervised, stops once every rank is done
+    # Followed while its hub lives: the hub, unsupervised, stops once every rank is done
     # (after a failure it waits for torchrun to start them again, --max-restarts).
     client.info = {**entry, "supervisor_pid": entry.get("pid")}
     try:
         line = follow_attached(printer, client)
+        if not run_over(client.state):
+            # The hub gone too (killed as well, nothing to start it again): the job's processes
+            # are its only sign of life now. The launch gave up here, exit 1, and left them
+            # training with nothing to stop them; it stands for them to their end.
+            return _follow_unwatched(job, client, printer, code, line)
     except KeyboardInterrupt:  # (a SIGTERM too: this process stands for the job, as torchrun does)
         return _stop_unsupervised(job, stopped_by[-1] if stopped_by else signal.SIGINT, client)
-    if run_over(client.state):
-        _wait_for_ranks_here(client.state)
-    ok = run_over(client.state) and failure_summary(client.state) is None
-    if run_over(client.state) or not job_processes(job.supervisor.pid, spec.run_id):
-        _write_result(job, client, 0 if ok else 1, code)  # (else it runs on, its hub gone quiet: no end to write)
+    _wait_for_ranks_here(client.state)
+    ok = failure_summary(client.state) is None
+    _write_result(job, client, 0 if ok else 1, code)
     print(f"{line}; log {_log_of(spec)}", file=_closing_stream(ok=ok), flush=True)
     return 0 if ok else 1
+
+
+UNWATCHED_POLL_S = 1.0
+"""How often a launch whose job's supervisor and hub are both gone looks whether the job's
+processes still run, and prints what they wrote (a handful of system calls: such a job may
+train on for days)."""
+
+
+def _follow_unwatched(job, client, printer, supervisor_code: int, last_seen: str) -> int:
+    """Headless, the supervisor gone and then the hub (nothing starts it again): the job's
+    processes train on with no telemetry. Says so once, prints their output as it comes, and
+    waits for them to end (a Ctrl-C or SIGTERM raises KeyboardInterrupt: the caller stops them);
+    then says what is known of their end and exits 1 (see :func:`_unwatched_end`)."""
+    from pardash.trainer.jobprocs import job_processes, still_running, torchrun_of
+
+    spec = job.spec
+    procs = job_processes(job.supervisor.pid, spec.run_id)
+    print(last_seen, file=sys.stderr, flush=True)  # (what the hub last showed: the figures the log ends with)
+    if procs:
+        runner = torchrun_of(procs)
+        hub = f"node 0's hub ({spec.remote_hub}) is out of reach" if spec.remote_hub else (
+            f"its hub{_pid_text((client.info or {}).get('pid'))} is gone too, and with no supervisor nothing starts it again")
+        print(f"{PROG}: {hub}: the ranks train on unwatched ("
+              + (f"torchrun pid {runner.pid}" if runner else f"pids {', '.join(str(p.pid) for p in procs)}")
+              + f"), their steps no longer logged; waiting for them to end (Ctrl-C stops them); their output goes on in "
+              f"{_output_of(spec)}", file=sys.stderr, flush=True)  # fmt: skip
+    stderr = _StderrPassedOn(spec)
+    while procs:
+        time.sleep(UNWATCHED_POLL_S)
+        printer._follow_tail()
+        stderr.pass_on()
+        procs = [p for p in procs if still_running(p)] or job_processes(job.supervisor.pid, spec.run_id)
+    printer._follow_tail(final=True)
+    stderr.pass_on()
+    return _unwatched_end(job, client, supervisor_code)
+
+
+class _StderrPassedOn:
+    """The ranks' stderr, where it is kept apart from their output (a launch without a terminal:
+    torchrun's stderr.log), passed on to this process's stderr from now on, as their supervisor
+    passed it on while it lived: a crash's traceback was otherwise in that file alone."""
+
+    def __init__(self, spec) -> None:
+        import codecs
+
+        self.path = os.path.join(spec.run_dir, "torchrun", "stderr.log") if spec.stderr_apart else ""
+        self.pos = 0
+        with contextlib.suppress(OSError):
+            self.pos = os.path.getsize(self.path) if self.path else 0
+        self.decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
+
+    def pass_on(self) -> None:
+        """What they wrote since the last call, all of it."""
+        chunk = b"x" * TAIL_BYTES
+        while self.path and len(chunk) == TAIL_BYTES:
+            try:
+                with open(self.path, "rb") as fh:
+                    fh.seek(self.pos)
+                    chunk = fh.read(TAIL_BYTES)
+            except OSError:
+                return
+            self.pos += len(chunk)
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(self.decode(chunk))
+                sys.stderr.flush()
+
+
+TAIL_BYTES = 1 << 20
+"""The ranks' stderr is read a megabyte at a time."""
+
+
+def _pid_text(pid) -> str:
+    return f" (pid {pid})" if pid else ""
+
+
+def _output_of(spec) -> str:
+    """Where the ranks' output goes: their file, and where their stderr goes apart from it."""
+    if spec.stderr_apart:
+        return f"{spec.output} (their stderr in {os.path.join(spec.run_dir, 'torchrun', 'stderr.log')})"
+    return spec.output
+
+
+def _unwatched_end(job, client, supervisor_code: int) -> int:
+    """The last line and result.json of a job whose processes ended with neither its supervisor
+    nor its hub there to see it. Exit code 1, whatever the ranks did: torchrun's own code went to
+    its new parent (the supervisor was its parent), and a rank's end went to no hub. A rank's
+    error file in torchrun's last attempt proves a failure, which the line names; nothing on
+    disk proves a success (a rank killed outright, by the OOM killer say, leaves no file), and a
+    launch's 0 is read by scripts as "the model trained to its end"."""
+    spec = job.spec
+    failure = _last_attempt_failure(spec, client.state)
+    step = max((r.last_step for r in client.state.ranks.values() if r.last_step is not None), default=None)
+    at = f" (step {step})" if step is not None else ""
+    if spec.remote_hub:  # (node > 0: node 0's hub, which keeps the log, out of reach)
+        gone, log = "its supervisor gone and node 0's hub out of reach", f"the log is {_log_of(spec)}, its last word here{at}"
+    else:
+        gone, log = "its supervisor and hub gone", f"the log ends where the hub stopped{at}, {client.stats.log_path or spec.log_path}"
+    how = failure or "how they ended is not known (no rank left an error file; their output's last lines may say)"
+    _write_result(job, client, 1, supervisor_code, ended_unwatched=True, failure=failure)
+    print(f"{PROG}: the job's processes ended unwatched, {gone}: {how}; exit code 1; {log}; their output to the end is in "
+          f"{_output_of(spec)}", file=sys.stderr, flush=True)  # fmt: skip
+    return 1
+
+
+def _last_attempt_failure(spec, state) -> str:
+    """'rank 1 failed: RuntimeError: ...' from the error files of torchrun's last attempt
+    (``runs/<id>/torchrun/<rdzv id>/attempt_N/<local rank>/error.json``, written by a rank
+    that raised), '' where there is none."""
+    import json
+    import socket
+
+    top = os.path.join(spec.run_dir, "torchrun")
+    attempts: list[tuple[int, str]] = []
+    with contextlib.suppress(OSError):
+        for run in os.scandir(top):
+            if run.is_dir():
+                attempts += [(int(a.name[8:]), a.path) for a in os.scandir(run.path) if a.name.startswith("attempt_") and a.name[8:].isdigit()]
+    if not attempts:
+        return ""
+    last = max(attempts)[1]
+    here = socket.gethostname()
+    global_of = {r.hello.local_rank: rank for rank, r in state.ranks.items() if r.hello is not None and r.hello.host in ("", here)}
+    said = []
+    for local in sorted(int(d.name) for d in os.scandir(last) if d.name.isdigit()):
+        try:
+            with open(os.path.join(last, str(local), "error.json")) as fh:
+                message = json.load(fh).get("message")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(message, dict):
+            message = message.get("message")
+        first = (str(message or "").strip().splitlines() or ["no message"])[0]
+        who = f"rank {global_of[local]}" if local in global_of else f"local rank {local}"
+        said.append(f"{who} failed: {first}")
+    return "; ".join(said)
 
 
 def _over_unsupervised(job, client, supervisor_code: int) -> int:

@@ -78,6 +78,20 @@ def job_processes(supervisor_pid: int, run_id: str) -> list[psutil.Process]:
     return found
 
 
+def torchrun_of(procs: list[psutil.Process]) -> psutil.Process | None:
+    """torchrun among a job's processes (as :func:`job_processes` finds them), if it is there."""
+    found = {p.pid for p in procs}
+    return next((p for p in procs if _parent_pid(p) not in found and _is_torchrun(p)), None)
+
+
+def still_running(p: psutil.Process) -> bool:
+    """Whether ``p`` runs still: not ended, not a zombie, its pid not given to another program."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def supervisor_alive(pid: int, run_id: str) -> bool:
     """Whether ``pid`` is the supervisor of run ``run_id``, running (not a pid the system gave
     another program since the supervisor died: a signal meant for the job must not reach it)."""
@@ -197,4 +211,5 @@ def _send(p: psutil.Process, sig: int) -> None:
         pass
 
 
-__all__ = ["STOP_GRACE_S", "SUPERVISOR_VAR", "hub_push", "job_processes", "stop_unsupervised", "supervisor_alive"]
+__all__ = ["STOP_GRACE_S", "SUPERVISOR_VAR", "hub_push", "job_processes", "still_running", "stop_unsupervised", "supervisor_alive",
+           "torchrun_of"]
