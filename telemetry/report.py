@@ -52,7 +52,7 @@ from .figures import EXACT as FIGURES_KEPT
 from .figures import Figures
 from .logreader import LogReadStats, Progress, read_log
 from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
-from .report_render import PHASES, md_table, render_markdown, render_text
+from .report_render import PHASES, SHARED_RUN_ID, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
 from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
@@ -1027,10 +1027,6 @@ a hair) that end it, walking back from the verdict (:func:`_charge`)."""
 
 MAX_WARNINGS = 50
 """Distinct warning texts a report lists; any more are counted under one entry with text ''."""
-
-SHARED_RUN_ID = "two jobs share run id"
-"""In the hub's warning that a second process sends as a rank while the first still does
-(hubcore ``HubCore._two_say``): two jobs given one run id, their figures mixed."""
 
 _CLOCK_WARNING = re.compile(r"rank \d+'s clock .*the hub's: one of the two is wrong")
 _SAID_ELSEWHERE = ("cannot write --prometheus-textfile", "the launcher's supervisor (pid ")

@@ -716,6 +716,12 @@ def render_text(rep: dict, width: int = 10_000) -> str:
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
+SHARED_RUN_ID = "two jobs share run id"
+"""In the hub's warning that a second process sends as a rank while the first still does
+(hubcore ``HubCore._two_say``): two jobs given one run id, their figures mixed. The report and
+the TUI's alerts find the warning by it."""
+
+
 COUNTED_BY_PARDASH = {"micro_batches": "backward passes a step, counted by pardash"}
 """Custom metrics pardash's own instrumentation adds (the rest are the script's, ``pt.log``)."""
 

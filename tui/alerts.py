@@ -18,12 +18,14 @@ from pardash.telemetry import state as st
 from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, STOPPED_CODES, failure_summary, signal_name
+from pardash.telemetry.report_render import SHARED_RUN_ID
 from pardash.telemetry.summary import ranks_text
 
 from .format import fmt_clock, fmt_step_time
 
-SEVERITY = {"exited": 0, "silent": 1, "stalled": 2, "loss": 3, "straggler": 4, "not_sharding": 5, "stopped": 6}
-"""Lower is more severe."""
+SEVERITY = {"jobs_mixed": -1, "exited": 0, "silent": 1, "stalled": 2, "loss": 3, "straggler": 4, "not_sharding": 5, "stopped": 6}
+"""Lower is more severe. ``jobs_mixed`` (two jobs under the run's id, :func:`jobs_mixed_alert`)
+reads before all: every figure and alert after it mixes the two jobs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +33,8 @@ class Alert:
     """One rank's condition."""
 
     kind: str
-    """exited | silent | stopped | stalled | loss (not finite) | straggler | not_sharding"""
+    """exited | silent | stopped | stalled | loss (not finite) | straggler | not_sharding;
+    jobs_mixed, of the run (rank -1)"""
     rank: int
     text: str
     code: int | None = None
@@ -45,6 +48,37 @@ class Alert:
     @property
     def severity(self) -> int:
         return SEVERITY[self.kind]
+
+
+def jobs_mixed_alert(state: st.RunState) -> Alert | None:
+    """The hub's warning that a second process sends as a rank while the first still does (two
+    jobs started with one hub's run id, or two nodes with the same ranks), as an alert of the run
+    (rank -1), while it stands: until a job is run again under the run's id after every rank
+    had ended (the hub's note of it, :func:`~pardash.telemetry.state.run_again`), whose figures
+    are its own. In the hub's words from "two jobs share run id" on (the pids are in the event
+    log). None otherwise. Said once, as an event that scrolled away, the panel read "every rank
+    is healthy" over a grid of both jobs' figures (review 245)."""
+    events = state.events
+    if not events:
+        return None
+    seen = _mixed_seen
+    last = events[-1]
+    if seen[0] is events and seen[1] == len(events) and seen[2] is last:
+        return seen[3]  # (every frame asks: the ring is read again only when it changed)
+    found = None
+    for m in reversed(events):
+        if st.run_again(m):
+            break
+        if isinstance(m, schema.Event) and m.rank < 0 and m.name == "warning" and SHARED_RUN_ID in m.message:
+            found = Alert("jobs_mixed", -1, m.message[m.message.index(SHARED_RUN_ID):])
+            break
+    seen[:] = [events, len(events), last, found]
+    return found
+
+
+_mixed_seen: list = [None, 0, None, None]
+"""The event ring :func:`jobs_mixed_alert` read last, its length and newest event then, and
+what it found (held, not their ids: a ring freed and another made could take its id)."""
 
 
 CAUSE_MAX = 160
@@ -176,13 +210,16 @@ def rank_alerts(
     why: str = "",
     cost_s: float | None = None,
     waiting_for: str = "",
+    peer_stopped: bool = False,
 ) -> list[Alert]:
     """The alerts of one rank (a rank may be both a straggler and not sharding); ``t0``: the
     run's start, to say since when on the run's clock (the event log's); ``why``: what a rank
     stopped as it hung was (", likely the cause: ..."), said of the hang, before its exit;
     ``cost_s``: what a straggler costs the others a step now (the verdict's figure is the one
     it was found with, and stayed so for the whole run while the gap grew); ``waiting_for``:
-    who a stalled rank waits for, a hang's victim ("rank 3")."""
+    who a stalled rank waits for, a hang's victim ("rank 3"); ``peer_stopped``: the failure
+    began with ranks stopped (another node's launch, by you or a scheduler): a rank whose
+    connection closed under it failed after a peer was stopped, not after one failed."""
     out: list[Alert] = []
     status = r.status
     if status == st.EXITED and r.exit_code in STOPPED_CODES and not first and r.stalled is None and r.silent is None:
@@ -206,7 +243,7 @@ def rank_alerts(
             if not first and PEER_FAILURE.search(exit.cause):
                 # Its connection to a rank that failed first closed under it: said so, not in
                 # gloo's words (a path and a "This is typically caused by..." cut mid-sentence).
-                text += ", after a peer failed (its connection closed)"
+                text += f", after a peer {'was stopped' if peer_stopped else 'failed'} (its connection closed)"
             else:
                 cause = exit.cause
                 text += f": {cause if len(cause) <= CAUSE_MAX else cause[: CAUSE_MAX - 1].rstrip() + '…'}"
@@ -375,8 +412,18 @@ def run_alerts(
             exited += 1
         cost = costs.get(r.rank) if costs is not None and status == st.STRAGGLER else None
         waiting = who if who and status == st.STALLED and r.rank not in waits_for else ""
-        out.extend(rank_alerts(r, info, t0=t0 or state.t0, cost_s=cost, waiting_for=waiting))
+        stops = bool(failure and failure.get("stopped_first"))
+        out.extend(rank_alerts(r, info, t0=t0 or state.t0, cost_s=cost, waiting_for=waiting, peer_stopped=stops))
     first = _cause_of(failure) if exited > 1 and exits else None
+    if first is None and exited > 1 and failure is not None and failure.get("stopped_first"):
+        # Ranks stopped first (another node's launch stopped, by you or a scheduler) broke the
+        # others' collectives: they read first, as the report's and the launcher's root cause
+        # ("ranks 0-1 were stopped by SIGTERM first; rank 3 exited ... after it"). The panel
+        # listed the ranks that failed of it above them, as exits are graver than stops.
+        stopped = {x["rank"] for x in failure["stopped_first"]}
+        failed = sum(1 for a in out if a.kind == "exited")
+        after = f", first: {failed} other{'s' if failed != 1 else ''} failed after it" if failed else ", first"
+        out = [replace(a, text=a.text + after, first=True) if a.kind == "stopped" and a.rank in stopped else a for a in out]
     if first is not None and first in exits:
         out = [
             rank_alerts(state.ranks[a.rank], exits.get(a.rank), first=True)[0]
@@ -394,6 +441,8 @@ def run_alerts(
     big = len(state.ranks) + 1
 
     def key(a: Alert) -> tuple[int, int, int]:
+        if a.kind == "jobs_mixed":
+            return (-2, -1, -1)  # (the root cause's figures are of two jobs too)
         order = exits[a.rank].order if a.kind == "exited" and exits and a.rank in exits else big
         if a.first:
             # The root cause, or the rank a hang likely waits (or waited) for, before all: the
