@@ -790,11 +790,12 @@ def _output_of(spec) -> str:
 
 def _unwatched_end(job, client, supervisor_code: int) -> int:
     """The last line and result.json of a job whose processes ended with neither its supervisor
-    nor its hub there to see it. Exit code 1, whatever the ranks did: torchrun's own code went to
-    its new parent (the supervisor was its parent), and a rank's end went to no hub. A rank's
-    error file in torchrun's last attempt proves a failure, which the line names; nothing on
-    disk proves a success (a rank killed outright, by the OOM killer say, leaves no file), and a
-    launch's 0 is read by scripts as "the model trained to its end"."""
+    nor its hub there to see it. torchrun's own code went to its new parent (the supervisor was
+    its parent), and a rank's end went to no hub: the code is the one torchrun wrote as it ended
+    (``trainer/torchrun.py``), and 1 where it wrote none (killed outright): nothing else on disk
+    proves a success (a rank killed outright, by the OOM killer say, leaves no file), and a
+    launch's 0 is read by scripts as "the model trained to its end". A rank's error file in
+    torchrun's last attempt names a failure in the line."""
     spec = job.spec
     failure = _last_attempt_failure(spec, client.state)
     step = max((r.last_step for r in client.state.ranks.values() if r.last_step is not None), default=None)
@@ -803,11 +804,30 @@ def _unwatched_end(job, client, supervisor_code: int) -> int:
         gone, log = "its supervisor gone and node 0's hub out of reach", f"the log is {_log_of(spec)}, its last word here{at}"
     else:
         gone, log = "its supervisor and hub gone", f"the log ends where the hub stopped{at}, {client.stats.log_path or spec.log_path}"
-    how = failure or "how they ended is not known (no rank left an error file; their output's last lines may say)"
-    _write_result(job, client, 1, supervisor_code, ended_unwatched=True, failure=failure)
-    print(f"{PROG}: the job's processes ended unwatched, {gone}: {how}; exit code 1; {log}; their output to the end is in "
+    code = _torchrun_exit_code(spec)
+    if code == 0:
+        how = "torchrun exited 0: every rank finished"
+    elif code is not None:
+        how = failure or f"torchrun exited {code}; no rank left an error file (their output's last lines may say)"
+    else:
+        how = failure or "how they ended is not known (no rank left an error file; their output's last lines may say)"
+        code = 1
+    _write_result(job, client, code, supervisor_code, ended_unwatched=True, failure=failure)
+    print(f"{PROG}: the job's processes ended unwatched, {gone}: {how}; exit code {code}; {log}; their output to the end is in "
           f"{_output_of(spec)}", file=sys.stderr, flush=True)  # fmt: skip
-    return 1
+    return code
+
+
+def _torchrun_exit_code(spec) -> int | None:
+    """torchrun's exit code as it wrote it as it ended (``trainer/torchrun.py``, its
+    --log-dir's ``exit_code``); None where it wrote none (killed outright, or a version before)."""
+    from pardash.trainer.torchrun import EXIT_CODE_FILE
+
+    try:
+        with open(os.path.join(spec.run_dir, "torchrun", EXIT_CODE_FILE)) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _last_attempt_failure(spec, state) -> str:

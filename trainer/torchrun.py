@@ -200,8 +200,27 @@ def _name_the_script(exc: BaseException, argv: list[str] | None = None) -> None:
         exc.args = (exc.format_msg(),)
 
 
+EXIT_CODE_FILE = "exit_code"
+"""Written in torchrun's --log-dir (``runs/<id>/torchrun/``) as it ends: its exit code, for a
+launch whose supervisor (torchrun's parent, which alone can wait for it) was killed."""
+
+
+def _keep_exit_code(code: int) -> None:
+    folder = _log_dir()
+    if folder is None:
+        return
+    try:
+        tmp = os.path.join(folder, f".{EXIT_CODE_FILE}.{os.getpid()}")
+        with open(tmp, "w") as fh:
+            fh.write(f"{code}\n")
+        os.replace(tmp, os.path.join(folder, EXIT_CODE_FILE))
+    except OSError:
+        pass  # (a folder gone or full: the launch says the outcome is not known)
+
+
 if __name__ == "__main__":
     code = main()
+    _keep_exit_code(code)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
