@@ -68,6 +68,17 @@ no reason to speak."""
 HUB_GRACE_S = 1.0
 """How long after its connection a closing rank still waits for the hub's handshake before it
 says it never reached one: a job shorter than that, with its hub there, is not told otherwise."""
+WATCHED_EVENTS = security.HANDSHAKE_EVENTS | zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+"""What the heartbeat socket's monitor reports: handshakes (the hub took the rank, or refused
+it), and connections made and dropped. A hub's updates or snapshot port (a PUB, a ROUTER; the
+hub's first line lists all three, so PORT+1 is an easy slip) accepts the connection and drops
+it in the handshake for its socket type, most times with no handshake event (see
+DROPS_SAID_AFTER): the rank was asked "is `pardash hub` running there?" of a hub that was."""
+DROPS_SAID_AFTER = 6
+"""Connections dropped in the handshake after which a rank without keys says its hub refuses
+it (at its end, after any). A ZeroMQ socket of another kind drops about one in four so, the rest
+with the word that tells it (the reconnections come every RECONNECT_IVL, 100 ms: 0.6 s); a
+program that is no ZeroMQ socket, or a hub with keys, drops every one."""
 HANDOFF_S = 0.06
 """How long the heartbeat thread waits for the loop to send its held steps itself (a little
 more than BATCH_S: a loop that holds steps steps at least that often), so they reach the hub
@@ -193,6 +204,12 @@ class Reporter:
         """When the handshake monitor was attached (the heartbeat socket's connection)."""
         self._hub_verdict: bool | None = None
         """Whether the hub took this rank's handshake (None: no answer yet; False: refused)."""
+        self._connected = False
+        """Whether a connection was made that no word of its handshake has followed yet."""
+        self._drops = 0
+        """Connections dropped in the handshake (a rank without keys; see _read_handshakes)."""
+        self._last_drop = 0
+        """The errno of the last of them."""
         self._hub_wait_s = _hub_wait_s()
         self._said_waiting = False
         """Whether the rank said it had not reached the hub yet."""
@@ -255,7 +272,8 @@ class Reporter:
             self.keys.apply(sock)
         security.allow_ipv6(sock, self.endpoint)
         if watch:
-            self._handshakes = security.monitor_socket(sock, security.HANDSHAKE_EVENTS)
+            # (connections made and dropped too: what tells a ZeroMQ socket of another kind)
+            self._handshakes = security.monitor_socket(sock, WATCHED_EVENTS)
             self._watched_since = time.monotonic()
         try:
             sock.connect(self.endpoint)
@@ -531,42 +549,87 @@ class Reporter:
             if self._handshakes is not None:
                 # A refusal before a first beat: a short job says it too. A job shorter than
                 # HUB_GRACE_S gives its hub that long to answer before it is said not there.
-                grace_s = HUB_GRACE_S - (time.monotonic() - (self._watched_since or 0.0))
-                if grace_s > 0:
-                    self._handshakes.poll(int(grace_s * 1000))
-                self._read_handshakes(sock)
+                # (the connection's own event may come first: read until the handshake's)
+                end = (self._watched_since or 0.0) + HUB_GRACE_S
+                while self._handshakes is not None and (grace_s := end - time.monotonic()) > 0:
+                    if not self._handshakes.poll(int(grace_s * 1000) + 1):
+                        break
+                    self._read_handshakes(sock)
+                if self._handshakes is not None:
+                    self._read_handshakes(sock, final=True)
             if self._handshakes is not None:
                 sock.disable_monitor()
                 self._handshakes.close(0)
                 self._handshakes = None
             sock.close()
 
-    def _read_handshakes(self, sock: zmq.Socket) -> None:
+    def _read_handshakes(self, sock: zmq.Socket, *, final: bool = False) -> None:
         """A hub with CURVE keys that refuses this rank's (none, or one it does not admit) takes
         nothing from it, and says so only in its own log: the rank says it once (the first
-        rank of each node), and stops watching once a handshake succeeds."""
+        rank of each node), and stops watching once a handshake succeeds. A ZeroMQ socket of
+        another kind (a hub's updates or snapshot port) is said as such (see WATCHED_EVENTS).
+        ``final``: the rank's end, what is known is said."""
         mon = self._handshakes
         while mon is not None:
             try:
                 event = security.monitor_event(mon.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
-                return
+                break
             if event is None:
                 continue
             event, value = event
-            self._hub_verdict = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
-            if self._hub_verdict and self._said_waiting:
-                late_s = time.monotonic() - (self._watched_since or 0.0)
-                lost = f"; {self.dropped:,} of its messages were dropped while it waited" if self.dropped else ""
-                print(f"pardash: rank {self.rank} reached the hub at {self.endpoint} after {late_s:.0f} s{lost}",
-                      file=sys.stderr, flush=True)  # fmt: skip
-            if not self._hub_verdict and self.identity.local_rank == 0:
-                why = security.refusal(event, self.keys, f"rank {self.rank}", "PARDASH_CURVE_DIR", value)
-                print(f"pardash: the hub at {self.endpoint} refuses rank {self.rank}'s telemetry: {why}; training goes on, "
-                      "unwatched", file=sys.stderr, flush=True)  # fmt: skip
+            if event == zmq.EVENT_CONNECTED:
+                self._connected = True
+                continue
+            if event == zmq.EVENT_DISCONNECTED:
+                if self._connected:
+                    # A connection dropped with no word of its handshake: the peer speaks
+                    # ZeroMQ without keys, and its socket is of a kind a PUSH cannot talk to.
+                    # libzmq connects no more: the rank is unwatched.
+                    self._conclude(sock, False)
+                    if self.identity.local_rank == 0:
+                        print(f"pardash: something answers rank {self.rank} at {self.endpoint}, but it is not a hub's ingest "
+                              "port (a ZeroMQ socket of another kind, such as a hub's updates or snapshot port): "
+                              "PARDASH_ENDPOINT takes the first port the hub prints; training goes on, unwatched",
+                              file=sys.stderr, flush=True)  # fmt: skip
+                    return
+                continue
+            self._connected = False  # (this connection's handshake has had its word)
+            if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and self.keys is None:
+                # A connection dropped in the handshake, the rank without keys: a ZeroMQ socket
+                # of another kind drops some of them so too (when it closes before this side
+                # reads its reason), and libzmq connects again; a few such drops in a row are
+                # what tells it from another program or a hub with keys.
+                self._drops += 1
+                self._last_drop = value
+                if self._drops < DROPS_SAID_AFTER:
+                    continue
+            self._say_verdict(sock, event, value)
+            return
+        if final and self._handshakes is not None and self._drops:
+            self._say_verdict(sock, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, self._last_drop)
+
+    def _conclude(self, sock: zmq.Socket, took: bool) -> None:
+        """The hub's word on this rank is in: the monitor is closed."""
+        self._hub_verdict = took
+        if self._handshakes is not None:
             sock.disable_monitor()
-            mon.close(0)
-            mon = self._handshakes = None
+            self._handshakes.close(0)
+            self._handshakes = None
+
+    def _say_verdict(self, sock: zmq.Socket, event: int, value: int) -> None:
+        """The handshake's ``event``: taken (said where the rank had said it waited), or
+        refused (said by the first rank of the node, with why)."""
+        self._conclude(sock, event == zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        if self._hub_verdict and self._said_waiting:
+            late_s = time.monotonic() - (self._watched_since or 0.0)
+            lost = f"; {self.dropped:,} of its messages were dropped while it waited" if self.dropped else ""
+            print(f"pardash: rank {self.rank} reached the hub at {self.endpoint} after {late_s:.0f} s{lost}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        if not self._hub_verdict and self.identity.local_rank == 0:
+            why = security.refusal(event, self.keys, f"rank {self.rank}", "PARDASH_CURVE_DIR", value)
+            print(f"pardash: the hub at {self.endpoint} refuses rank {self.rank}'s telemetry: {why}; training goes on, "
+                  "unwatched", file=sys.stderr, flush=True)  # fmt: skip
 
     def _say_still_waiting(self, now: float) -> None:
         """Heartbeat thread, at a beat: the first rank of a node that has not reached its hub

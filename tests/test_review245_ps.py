@@ -1,17 +1,21 @@
-"""Review 245, finding 3: a hub alone that no rank reached. `pardash ps` said JOB "running" of
-it (ranks pointed at its second port, or refused for their keys), where the viewer said
-"waiting for the ranks to start"."""
+"""Review 245, findings 3 and 4: a hub alone that no rank reached. `pardash ps` said JOB
+"running" of it (ranks pointed at its second port, or refused for their keys), where the viewer
+said "waiting for the ranks to start"; a rank pointed at the hub's updates or snapshot port
+was asked "is `pardash hub` running there?" of a hub that was."""
 
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import time
 
 import pytest
-from helpers import hub_alone, live_ranks, wait_for
+from helpers import identity, hub_alone, live_ranks, wait_for
 
 from pardash import cli
 from pardash.telemetry import registry
+from pardash.telemetry.reporter import Reporter
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,3 +77,75 @@ def test_ps_says_waiting_only_of_the_runs_no_rank_has_reached(capsys):
     assert _column(head, rows["still-run"], "JOB", "INGEST") == "quiet 2m05s", rows
     assert [n.split(":")[0] for n in notes] == ["JOB waiting", "KEYS curve"], notes
 
+
+def _not_ingest(endpoint: str, rank: int = 0) -> str:
+    return (f"pardash: something answers rank {rank} at {endpoint}, but it is not a hub's ingest port (a ZeroMQ socket "
+            "of another kind, such as a hub's updates or snapshot port): PARDASH_ENDPOINT takes the first port the hub "
+            "prints; training goes on, unwatched")  # fmt: skip
+
+
+def _pardash_lines(capfd) -> list[str]:
+    return [line for line in capfd.readouterr().err.splitlines() if line.startswith("pardash")]
+
+
+@pytest.mark.parametrize("port", ["updates", "snapshot"])
+def test_a_rank_at_a_hubs_other_port_is_told_it_is_not_the_ingest(hub, capfd, monkeypatch, port):
+    # The rank said, 10 s in, "has not reached a hub at ... (is `pardash hub` running there?)",
+    # and at its end "never reached a hub": a hub ran there, at PORT+1 of its ingest.
+    monkeypatch.setenv("PARDASH_HUB_WAIT_S", "3600")  # (said at once, not after the wait for a late hub)
+    endpoint = hub.endpoints[port]
+    told = []
+    rep = Reporter(endpoint, run="test-run", identity=identity(0), heartbeat_s=0.05)
+    try:
+        rep.hello(strategy="ddp")
+        for step in range(1, 4):
+            rep.step(step=step, loss=1.0, step_s=0.01)
+        wait_for(lambda: told.extend(_pardash_lines(capfd)) or told)
+    finally:
+        rep.close(linger_ms=0)
+    told += _pardash_lines(capfd)
+    assert told == [_not_ingest(endpoint)], told  # once, and no "never reached a hub" at its end
+    assert hub.core.stats().received == 0
+
+
+def test_a_short_job_at_a_hubs_other_port_is_told_so_at_its_end_and_other_ranks_of_the_node_say_nothing(hub, capfd):
+    endpoint = hub.endpoints["updates"]
+    for local in (1, 0):  # (rank 1, the node's second: the first of the node says it)
+        rep = Reporter(endpoint, run="test-run", identity=identity(local), heartbeat_s=0.05)
+        rep.hello(strategy="ddp")
+        rep.close(linger_ms=0)
+        assert _pardash_lines(capfd) == ([_not_ingest(endpoint)] if local == 0 else []), local
+
+
+def test_a_rank_at_its_hubs_ingest_or_at_no_zeromq_socket_is_not_told_so(hub, capfd, monkeypatch):
+    monkeypatch.setenv("PARDASH_HUB_WAIT_S", "3600")
+    # The hub's ingest: nothing said, a short job included.
+    rep = Reporter(hub.ingest_endpoint, run="test-run", identity=identity(0), heartbeat_s=0.05)
+    rep.hello(strategy="ddp")
+    rep.close(linger_ms=0)
+    assert _pardash_lines(capfd) == []
+    # A program that is no ZeroMQ socket (it takes the connection and closes it) is not called
+    # a hub's other port: the handshake's failure is said, as before.
+    server = socket.create_server(("127.0.0.1", 0))
+    endpoint = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+    def take_and_close() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=take_and_close, daemon=True).start()
+    told = []
+    rep = Reporter(endpoint, run="test-run", identity=identity(0), heartbeat_s=0.05)
+    try:
+        rep.hello(strategy="ddp")
+        wait_for(lambda: told.extend(_pardash_lines(capfd)) or told)
+    finally:
+        rep.close(linger_ms=0)
+        server.close()
+    told += _pardash_lines(capfd)
+    assert len(told) == 1 and "what listens there is not a pardash hub" in told[0], told
+    assert "ingest port" not in told[0], told
