@@ -158,7 +158,10 @@ def resolve(target: str | None) -> dict:
             if len(several) > 1:
                 named = ", ".join(several[:4]) + (f" and {len(several) - 4} more" if len(several) > 4 else "")
                 raise AttachError(f"{target!r} begins {len(several)} live runs' ids ({named}); give more of the one to attach to")
-            raise AttachError(f"no live run {target!r}; `pardash ps` lists the live ones")
+            # (an entry a cache cleaner deleted comes back within 5 s; a registry that cannot be
+            # written, or one on another machine, leaves the hub's own address)
+            raise AttachError(f"no live run {target!r}; `pardash ps` lists the live ones, or name its hub as tcp://HOST:PORT, "
+                              "the ingest address it printed")
         raise AttachError("no live run found; start one with `pardash launch` or name a hub as tcp://HOST:PORT")
     return entry
 

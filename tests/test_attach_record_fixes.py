@@ -154,7 +154,7 @@ LONG_FIND = "record.FIND_S = 3600.0"
 def test_record_fails_at_once_on_an_unknown_an_ended_and_a_keyed_run(tmp_path):
     # Each waited 10 s in silence (FIND_S), then said what it could have said at once.
     proc = _pardash("record", "nosuch", patch=LONG_FIND, cwd=tmp_path)
-    assert (proc.returncode, _one_line(proc)) == (2, "pardash: error: no live run 'nosuch'; `pardash ps` lists the live ones")
+    assert (proc.returncode, _one_line(proc)) == (2, "pardash: error: no live run 'nosuch'; `pardash ps` lists the live ones, or name its hub as tcp://HOST:PORT, the ingest address it printed")
     # A run that has ended: where its record is, as `attach` says it
     run = "20261201-101010-abcd"
     (tmp_path / "runs" / run).mkdir(parents=True)
@@ -396,4 +396,4 @@ def test_a_launch_of_a_node_after_the_first_is_no_run_record_waits_for(tmp_path)
     finally:
         node1.kill()
         node1.wait()
-    assert (proc.returncode, _one_line(proc)) == (2, "pardash: error: no live run 'myrun'; `pardash ps` lists the live ones")
+    assert (proc.returncode, _one_line(proc)) == (2, "pardash: error: no live run 'myrun'; `pardash ps` lists the live ones, or name its hub as tcp://HOST:PORT, the ingest address it printed")
