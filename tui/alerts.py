@@ -438,6 +438,9 @@ def run_alerts(
         why = f", likely the cause: {failed} other{'s' if failed > 1 else ''} failed waiting for it"
         out = [Alert(a.kind, a.rank, a.text + why, first=True) if a.kind in ("stalled", "silent") and a.rank == first else a for a in out]
     out = _stall_causes(state, out, exits if first is None else None)
+    mixed = jobs_mixed_alert(state)
+    if mixed is not None:
+        out.append(mixed)
     big = len(state.ranks) + 1
 
     def key(a: Alert) -> tuple[int, int, int]:

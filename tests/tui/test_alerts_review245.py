@@ -7,7 +7,6 @@ launcher says its ranks' stop after its torchrun has ended, after the failure it
 
 from __future__ import annotations
 
-import pytest
 
 from pardash.telemetry import schema
 from pardash.telemetry.failures import failure_summary
@@ -122,8 +121,6 @@ def test_two_jobs_on_one_run_id_are_one_alert_of_the_run_while_it_stands():
     assert jobs_mixed_alert(core.state) is None
 
 
-@pytest.mark.xfail(strict=True, reason="waits on tui/widgets/alert_list.py knowing the kind jobs_mixed (its glyph, label, "
-                   "colour) and run_alerts adding jobs_mixed_alert: see review 245's helper report")
 async def test_two_jobs_on_one_run_id_the_panel_says_so_not_every_rank_is_healthy(tmp_path):
     # The hub's warning, said once as an event, scrolled away; the panel read "✓ no alerts:
     # every rank is healthy" over a grid of both jobs' figures for the whole run.

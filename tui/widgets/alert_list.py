@@ -18,6 +18,7 @@ from ..styles import CachedStyles, component_fg
 from .fit import FittedWidth, refresh_fitted
 
 GLYPHS = {
+    "jobs_mixed": "⚠",
     "exited": "×",
     "silent": "○",
     "stalled": "◆",
@@ -29,6 +30,7 @@ GLYPHS = {
 }
 """Each kind's glyph, as the grid's (a stalled rank waiting for a hang's cause: ◇ waiting)."""
 LABELS = {
+    "jobs_mixed": "jobs mixed",
     "exited": "exited",
     "silent": "silent",
     "stalled": "stalled",
@@ -69,6 +71,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "alert-list--ok",
+        "alert-list--jobs_mixed",
         "alert-list--exited",
         "alert-list--silent",
         "alert-list--stalled",
@@ -87,6 +90,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
         padding: 0 1;
     }
     AlertList > .alert-list--ok { color: $text-success; }
+    AlertList > .alert-list--jobs_mixed { color: $text-warning; }
     AlertList > .alert-list--exited { color: $text-error; }
     AlertList > .alert-list--silent { color: $text-error; }
     AlertList > .alert-list--stalled { color: $text-error; }
@@ -210,6 +214,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
 
 
 SAID = {
+    "jobs_mixed": ("of two jobs", "of two jobs"),
     "exited": ("exited", "exited"),
     "silent": ("silent", "silent"),
     "stalled": ("stalled", "stalled"),
