@@ -83,6 +83,14 @@ class FrameApplier:
                 r.samples_mark = r.step.samples_total  # what its last history point counted to
                 r.t_mark = r.history.ago("t", 0)
         st.trend.load(snap.trend)
+        # Each rank's newest step, which a restart's steps run again go back from (as the hub's
+        # state knows it): a viewer that attached while torchrun restarted the job kept the failed
+        # attempt's steps in its charts beside the new ones (review 254).
+        for rank, r in st.ranks.items():
+            last = r.history.last("step")
+            if last is not None and last == last:
+                r.history_step = int(last)
+                st.trend.rank_stepped(rank, int(last))
         ranks = st.ranks
         for rank, smooth in snap.smooth.items():
             r = ranks.get(rank)

@@ -102,6 +102,11 @@ class Trend:
             self.rows = [first, *merged]
             self.stride *= 2
 
+    def rank_stepped(self, rank: int, step: int) -> None:
+        """A rank's newest step as known from elsewhere (a viewer's snapshot): one of its next
+        frames that goes back from it has run its steps again."""
+        self._rank_step[rank] = step
+
     def drop_from(self, step: float) -> None:
         """Forget the points at ``step`` and after: a rank that torchrun restarted (from its
         start, or a checkpoint) runs those steps again, and its new run of them replaces the

@@ -66,3 +66,48 @@ def test_the_ring_drops_only_its_newest_rows_at_or_past_the_step():
     ring.append_row(5, 55.0)
     assert ring["step"].values() == [3.0, 4.0, 5.0] and ring["t"].values() == [30.0, 40.0, 55.0]
     assert ring.drop_newest_from("step", 0) == 3 and len(ring) == 0
+
+
+def test_a_viewer_that_attached_while_torchrun_restarted_the_job_drops_the_failed_attempts_steps():
+    # Its snapshot came in the restart's gap (the new processes' hellos, no step yet): it knew
+    # no rank's newest step, and kept steps 41-60 of the failed attempt beside the new 41-50,
+    # where the hub and a viewer attached before dropped them (review 254).
+    from pardash.telemetry.client import FrameApplier
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r", world_size=2)
+    seq: dict[int, int] = {}
+    clock = {"now": 100.0, "t": 1.0e9}
+
+    def send(m):
+        m.run, m.seq = "r", seq.get(m.rank, 0)
+        seq[m.rank] = m.seq + 1
+        assert core.ingest_bytes(schema.encode(m), clock["now"]), core.rejected
+
+    def steps(first: int, last: int, viewers) -> None:
+        for step in range(first, last + 1):
+            clock["t"] += 0.05
+            clock["now"] += 0.05
+            for r in (0, 1):
+                send(schema.Step(rank=r, step=step, step_s=0.05, loss=10.0 / step, t=clock["t"]))
+            frame = core.tick(clock["now"])
+            for v in viewers:
+                v.apply_frame(frame)
+
+    for r in (0, 1):
+        send(schema.Hello(rank=r, world_size=2, pid=100 + r, strategy="ddp", t=clock["t"]))
+    early = FrameApplier()
+    core.tick(clock["now"])
+    early.load_snapshot(core.snapshot())
+    steps(1, 60, [early])
+    seq.clear()  # torchrun starts both again; they resume from the checkpoint of step 40
+    for r in (0, 1):
+        send(schema.Hello(rank=r, world_size=2, pid=200 + r, strategy="ddp", restart=1, t=clock["t"]))
+    early.apply_frame(core.tick(clock["now"]))
+    late = FrameApplier()
+    late.load_snapshot(core.snapshot())
+    steps(41, 50, [early, late])
+    want = [float(s) for s in range(1, 51)]
+    for name, st in (("hub", core.state), ("early", early.state), ("late", late.state)):
+        assert st.ranks[0].history["step"].values() == want, name
+        assert st.trend.points()[0][-11:] == [40.0, *range(41, 51)], (name, st.trend.points()[0][-12:])
