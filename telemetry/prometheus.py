@@ -158,13 +158,6 @@ class HubCollector:
         """rank -> its latest step this collector saw: the figures a rank restarted by torchrun
         keeps until its new process steps (RankState.new_process forgets its step, keeping
         only the step's number)."""
-        self._samples: dict[int, tuple[int, int, int]] = {}
-        """rank -> (seq, samples_total) of its latest step a scrape saw, and the samples of its
-        processes before that step's (torchrun restarted it; a reporter's sum starts at 0)."""
-        self._verdicts: dict[str, int] = dict.fromkeys(STRAGGLER_CAUSES, 0)
-        """Straggler verdicts counted so far, by cause."""
-        self._verdicts_hseq = 0
-        """The hub's seq of the newest verdict (or event) counted: a scrape counts those after it."""
 
     def describe(self) -> list:
         # Registering without calling collect() (which reads live state) at registration.
@@ -202,48 +195,17 @@ class HubCollector:
                 out.append((r, s))
         return out
 
-    def _count_samples(self, ranks: "list[RankState]") -> int:
+    @staticmethod
+    def _count_samples(ranks: "list[RankState]") -> int:
         """Samples of all ranks so far: each rank's latest ``samples_total`` (its reporter's
-        running sum, of its process) plus its earlier processes' last sums. A new process
-        (torchrun restarted the rank) shows as its step's seq or sum going back: its messages
-        count from 0 again. Of a process, what it did after the last scrape before its end is
-        not in it (the hub forgets a restarted rank's step)."""
-        kept = self._samples
+        running sum, of its process) plus its earlier processes' last sums
+        (``RankState.samples_before``, kept by the state as torchrun restarts it: a hub that
+        read its log back counts the same, and no scrape's timing changes it)."""
         total = 0
         for r in ranks:
-            seq, last, before = kept.get(r.rank, (-1, 0, 0))
             s = r.step
-            if s is not None and s.samples_total is not None and (s.seq, s.samples_total) != (seq, last):
-                if s.seq < seq or s.samples_total < last:
-                    before += last
-                seq, last = s.seq, s.samples_total
-                kept[r.rank] = (seq, last, before)
-            total += before + last
+            total += r.samples_before + (s.samples_total or 0 if s is not None else 0)
         return total
-
-    def _count_verdicts(self, st) -> dict[str, int]:
-        """Straggler verdicts so far by cause: those of the event log newer than the last
-        counted, newest first back to it (a scrape reads what came since the one before).
-        The hub's loop may add an event as this reads: then it reads again, and after a few
-        tries leaves them to the next scrape."""
-        for _ in range(5):
-            found: dict[str, int] = {}
-            newest = self._verdicts_hseq
-            try:
-                for m in reversed(st.events):
-                    if m.hseq <= self._verdicts_hseq:
-                        break
-                    newest = max(newest, m.hseq)
-                    if getattr(m, "verdict", None) == "straggler":
-                        cause = m.cause or "unknown"
-                        found[cause] = found.get(cause, 0) + 1
-            except RuntimeError:  # ("deque mutated during iteration")
-                continue
-            for cause, n in found.items():
-                self._verdicts[cause] = self._verdicts.get(cause, 0) + n
-            self._verdicts_hseq = newest
-            break
-        return dict(self._verdicts)
 
     def _families(self) -> Iterator:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -316,8 +278,9 @@ class HubCollector:
             "Straggler verdicts so far, by cause: each is a rank found to be a straggler (found again after it was cleared, it counts again).",
             labels=["cause"],
         )  # fmt: skip
-        for cause, n in self._count_verdicts(st).items():
-            verdicts.add_metric([cause], n)
+        counted = st.straggler_verdicts
+        for cause in (*STRAGGLER_CAUSES, *sorted(set(counted) - set(STRAGGLER_CAUSES))):
+            verdicts.add_metric([cause], counted.get(cause, 0))
         yield verdicts
 
         steps_total = CounterMetricFamily(

@@ -287,6 +287,7 @@ class RankState:
         "said",
         "custom_last",
         "history_step",
+        "samples_before",
     )
 
     def __init__(self, rank: int) -> None:
@@ -297,6 +298,9 @@ class RankState:
         """The last value of each metric the script logs itself (``Step.custom``), whichever
         step carried it: one logged every 10 steps was in the metrics 1 scrape in 10. At most
         CUSTOM_NAMES names (a script logging a new name each step grows nothing past them)."""
+        self.samples_before = 0
+        """Samples of its earlier processes (torchrun restarted it): each one's last
+        ``samples_total`` as it was heard (a reporter's sum starts at 0 in a new process)."""
         self.history_step: int | None = None
         """The step of its newest history row as ``commit_history`` wrote it (None: none yet,
         or the history came whole from a snapshot)."""
@@ -382,6 +386,7 @@ class RankState:
         its previous one's last step kept in ``step_before``."""
         if self.step is not None:
             self.step_before = self.step.step
+            self.samples_before += self.step.samples_total or 0
         self.step = None
         self.samples_mark = self.t_mark = self.samples_rate = None
         self.smooth = None
@@ -504,6 +509,9 @@ class RunState:
     lost_reported: int = 0
     """Lost messages as reported by the hub (viewers)."""
     hub_note: str = ""
+    straggler_verdicts: dict[str, int] = field(default_factory=dict)
+    """Straggler verdicts so far, by cause (every one applied, however many the event log keeps:
+    Prometheus' counter, which a hub reading its log back counts again as it was)."""
     trend: Trend = field(default_factory=Trend)
     """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
     keep_recent: bool = False
@@ -693,6 +701,8 @@ class RunState:
             r.straggler = v
             if r.straggled is None:
                 r.straggled = v
+            cause = v.cause or "unknown"
+            self.straggler_verdicts[cause] = self.straggler_verdicts.get(cause, 0) + 1
         elif name == "straggler_cleared":
             if r.straggler is not None and r.straggler is r.straggled:
                 r.straggled_to = v.step  # (the first spell's end: "no longer at step 110")
