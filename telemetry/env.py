@@ -38,6 +38,9 @@ class RankIdentity:
     """Host name."""
     restart: int
     """How many times torchrun restarted the workers."""
+    max_restarts: int = 0
+    """torchrun's --max-restarts (TORCHELASTIC_MAX_RESTARTS): a failed attempt before the last
+    is started again."""
 
 
 def _int(env: dict[str, str], *names: str, default: int) -> int:
@@ -61,6 +64,7 @@ def rank_identity(env: dict[str, str] | None = None) -> RankIdentity:
         node=_int(env, "GROUP_RANK", "SLURM_NODEID", default=0),
         host=socket.gethostname(),
         restart=_int(env, "TORCHELASTIC_RESTART_COUNT", default=0),
+        max_restarts=_int(env, "TORCHELASTIC_MAX_RESTARTS", default=0),
     )
 
 

@@ -647,10 +647,28 @@ class JobEnd:
             return
         self.said = self._processes()
         self.restarts = self._restarts()
+        text = job_end_text(st)
+        left = restarts_left(st)
+        if left and text.startswith(FAILED):
+            # (torchrun's --max-restarts not spent: the job is not over, its next attempt comes;
+            # said "the job has ended" at each failed attempt, review 254)
+            self.say(f"an attempt failed, and torchrun starts the job again ({left} restart{'s' if left > 1 else ''} left): "
+                     f"{text.removeprefix(FAILED)}")
+            return
         rec = self.hub.recorder
         log = f"; log {rec.path}" if rec is not None and str(rec.path) != os.devnull else ""
-        self.say(f"{job_end_text(st)}{log}; the hub serves on (a job run again under run id {st.run_id} goes on in its log; "
+        self.say(f"{text}{log}; the hub serves on (a job run again under run id {st.run_id} goes on in its log; "
                  "Ctrl-C stops the hub)")
+
+
+FAILED = "the job has ended: "
+"""How :func:`job_end_text` begins a failure's line."""
+
+
+def restarts_left(st) -> int:
+    """Restarts torchrun may still make of the job (its --max-restarts, as the ranks' hellos say
+    it, less the attempt's count): a failure before it is spent is an attempt's."""
+    return max((max(0, r.hello.max_restarts - r.hello.restart) for r in st.ranks.values() if r.hello is not None), default=0)
 
 
 def job_end_text(st) -> str:
@@ -688,7 +706,7 @@ def job_end_text(st) -> str:
         said.append(loss)
     if f is None:  # "the job has ended at step 500: ranks 0-3 finished"
         return f"the job has ended {said[0]}: " + "; ".join(said[1:])
-    return "the job has ended: " + "; ".join(said)
+    return FAILED + "; ".join(said)
 
 
 def _progress(st) -> dict:

@@ -484,6 +484,7 @@ class Reporter:
             host=ident.host,
             pid=os.getpid(),
             restart=ident.restart,
+            max_restarts=ident.max_restarts,
         )
         base.update(fields)
         ok = self.send(schema.Hello(**base))

@@ -86,6 +86,9 @@ class Hello(Base, tag="hello"):
     pid: int = 0
     restart: int = 0
     """torchrun's restart count (TORCHELASTIC_RESTART_COUNT)."""
+    max_restarts: int = 0
+    """torchrun's --max-restarts (TORCHELASTIC_MAX_RESTARTS): while ``restart`` is below it, a
+    failure is an attempt's, which torchrun starts again."""
     strategy: str = ""
     backend: str = ""
     device: str = "cpu"

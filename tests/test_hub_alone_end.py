@@ -31,7 +31,7 @@ rep.close()
 """
 
 
-def _job(info: dict, log, ranks: list[tuple[int, int, str]], steps: int, restart: int = 0) -> None:
+def _job(info: dict, log, ranks: list[tuple[int, int, str]], steps: int, restart: int = 0, max_restarts: int = 0) -> None:
     """One job of len(ranks) rank processes (torchrun's attempt ``restart``), as a job's ranks
     go: every rank says hello (and the hub has them all) before any steps; then each, in the
     order given, takes ``steps`` steps and ends with its code, after its error where it has one
@@ -39,7 +39,8 @@ def _job(info: dict, log, ranks: list[tuple[int, int, str]], steps: int, restart
     procs = []
     for rank, code, error in ranks:
         env = pardash_env(PARDASH_ENDPOINT=info["ingest"], PARDASH_RUN_ID=info["run_id"], RANK=str(rank), LOCAL_RANK=str(rank),
-                          WORLD_SIZE=str(len(ranks)), TORCHELASTIC_RESTART_COUNT=str(restart))  # fmt: skip
+                          WORLD_SIZE=str(len(ranks)), TORCHELASTIC_RESTART_COUNT=str(restart),
+                          TORCHELASTIC_MAX_RESTARTS=str(max_restarts))  # fmt: skip
         procs.append(subprocess.Popen([sys.executable, "-c", RANK, str(steps), str(code), error], env=env, text=True,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE))  # fmt: skip
     try:
@@ -78,19 +79,21 @@ def test_a_hub_alone_says_how_each_job_it_serves_ends_and_serves_on(tmp_path):
             f"pardash hub: the job has ended at step 5: ranks 0-1 finished; log {log}; the hub serves on "
             "(a job run again under run id alone goes on in its log; Ctrl-C stops the hub)"
         )
-        # Run again under the same id, and failed: said again, with its root cause as the
-        # report and a launch's last line say it; and the hub still serves.
-        _job(info, log, [(1, 1, "RuntimeError: CUDA error: out of memory"), (0, -signal.SIGTERM, "")], steps=3)
-        wait_for(lambda: len(ended()) == 2)
-        assert ended()[1].startswith(
-            "pardash hub: the job has ended: rank 1 exited with code 1 at step 3: RuntimeError: CUDA error: out of memory; "
-            "rank 0 was stopped; log "
-        )
+        # Run again under the same id (torchrun --max-restarts 1), and its first attempt failed:
+        # said with its root cause as the report and a launch's last line say it, not as the
+        # job's end (torchrun starts it again; review 254 found "the job has ended" at each
+        # failed attempt); and the hub still serves.
+        _job(info, log, [(1, 1, "RuntimeError: CUDA error: out of memory"), (0, -signal.SIGTERM, "")], steps=3, max_restarts=1)
+        wait_for(lambda: "an attempt failed" in err.read_text())
+        (attempt,) = [line for line in err.read_text().splitlines() if "an attempt failed" in line]
+        assert attempt == ("pardash hub: an attempt failed, and torchrun starts the job again (1 restart left): rank 1 exited with "
+                           "code 1 at step 3: RuntimeError: CUDA error: out of memory; rank 0 was stopped")  # fmt: skip
+        assert len(ended()) == 1
         text = err.read_text()
         assert text.index("the job has ended at step 5") < text.index("started again") < text.index("rank 1 exited")
-        # torchrun started that job again (--max-restarts), and it finished: said so, then its end.
-        _job(info, log, [(0, 0, ""), (1, 0, "")], steps=4, restart=1)
-        wait_for(lambda: len(ended()) == 3)
+        # torchrun started that job again, and it finished: said so, then its end.
+        _job(info, log, [(0, 0, ""), (1, 0, "")], steps=4, restart=1, max_restarts=1)
+        wait_for(lambda: len(ended()) == 2)
         lines = err.read_text().splitlines()
         assert lines[-2:] == [
             "pardash hub: torchrun restarted the job (restart 1): it goes on",
