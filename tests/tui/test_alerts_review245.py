@@ -78,10 +78,11 @@ def test_a_lost_nodes_stopped_ranks_read_first_as_the_report_names_them():
     ]  # fmt: skip
 
 
-def _two_jobs() -> tuple[HubCore, _Sender]:
+def _two_jobs(recorder=None, together: int = 3) -> tuple[HubCore, _Sender]:
     """Job A (pids 100-101) and, while it trains, job B (pids 200-201), both under RUN, 2 ranks
-    each: the hub warns that two jobs share the run id as B's first hello comes."""
-    core = HubCore(run_id=RUN)
+    each, ``together`` steps side by side: the hub warns that two jobs share the run id as B's
+    first hello comes."""
+    core = HubCore(run_id=RUN, recorder=recorder)
     send = _Sender(core)
     for r in range(2):
         send(schema.Hello(rank=r, world_size=2, pid=100 + r, host="vm", strategy="ddp"), 0.0, pid=100 + r)
@@ -91,7 +92,7 @@ def _two_jobs() -> tuple[HubCore, _Sender]:
     assert jobs_mixed_alert(core.state) is None and run_alerts(core.state) == []
     for r in range(2):
         send(schema.Hello(rank=r, world_size=2, pid=200 + r, host="vm", strategy="ddp"), 0.6, pid=200 + r)
-    for s in range(1, 4):
+    for s in range(1, together + 1):
         for job in (100, 200):
             for r in range(2):
                 send(schema.Step(rank=r, step=s + (5 if job == 100 else 0), step_s=0.1, samples=16, loss=1.0), 0.6 + s / 10, pid=job + r)
@@ -131,19 +132,7 @@ async def test_two_jobs_on_one_run_id_the_panel_says_so_not_every_rank_is_health
 
     log = tmp_path / "two.jsonl"
     rec = Recorder(log)
-    core = HubCore(run_id=RUN, recorder=rec)
-    send = _Sender(core)
-    for r in range(2):
-        send(schema.Hello(rank=r, world_size=2, pid=100 + r, host="vm", strategy="ddp"), 0.0, pid=100 + r)
-    for s in range(1, 6):
-        for r in range(2):
-            send(schema.Step(rank=r, step=s, step_s=0.1, samples=16, loss=1.0), s / 10, pid=100 + r)
-    for r in range(2):
-        send(schema.Hello(rank=r, world_size=2, pid=200 + r, host="vm", strategy="ddp"), 0.6, pid=200 + r)
-    for s in range(1, 6):
-        for job in (100, 200):
-            for r in range(2):
-                send(schema.Step(rank=r, step=s + (5 if job == 100 else 0), step_s=0.1, samples=16, loss=1.0), 0.6 + s / 10, pid=job + r)
+    _two_jobs(rec, together=5)
     rec.close()
     app = replay_app(str(log))
     async with app.run_test(size=(140, 40)) as pilot:
