@@ -407,14 +407,21 @@ def recovered_failures(st) -> list[dict]:
     "restarted by torchrun" or "run again"), oldest first."""
     out = []
     split = attempts(st)
-    restarts = 0
+    # torchrun's restarts of the run so far, and of its jobs before this one: a job run again
+    # has a torchrun of its own, which counts from 0 (``hangs_restarted`` is by the run's count)
+    restarts = before = 0
     for events, after in zip(split, split[1:]):
+        for e in events:
+            if torchrun_restart(e) and e.code is not None:
+                restarts = max(restarts, before + e.code)
         begun = after[0]  # (the note that began the next attempt)
         if run_again(begun):
             f, then = failure_summary(st, events), "run again"
+            before = restarts
         else:
-            restarts += 1  # (the count, where an older log's restart note says none)
-            hang = st.hangs_restarted.get(begun.code if begun.code is not None else restarts)
+            # (the count, where an older log's restart note says none)
+            restarts = before + begun.code if begun.code is not None else restarts + 1
+            hang = st.hangs_restarted.get(restarts)
             f, then = failure_summary(st, events, hang=hang), "restarted by torchrun"
         if f is not None:
             out.append({**f, "then": then})

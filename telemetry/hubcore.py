@@ -495,7 +495,7 @@ class HubCore:
                 # said first
                 if msg.code is None or not 0 < msg.code <= limits.MAX_COUNT:
                     return "out_of_range"
-                if r is not None and r.restarts >= msg.code:
+                if r is not None and r.restarts >= self.state.restarts_before + msg.code:
                     return "redundant"
             elif r is not None and (r.exit_code is not None or r.finished):
                 return "redundant"
@@ -649,7 +649,9 @@ class HubCore:
             if prev is not None and prev.hello is not None and msg.restart > prev.hello.restart:
                 if not any(r.hello is not None and r.hello.restart >= msg.restart for r in self.state.ranks.values()):
                     self.detector.stragglers.restart()  # the first rank of the new attempt
-            if prev is not None and msg.restart > prev.restarts:  # (unless the launcher said it first)
+            if prev is not None and self.state.restarts_before + msg.restart > prev.restarts:  # (unless the launcher said it first)
+                # (torchrun's count is its job's; the rank's, the run's: a job run again after
+                # one torchrun restarted counts from 0, RunState.restarts_before)
                 self.note(
                     f"rank {msg.rank} restarted by torchrun (restart {msg.restart}, pid {msg.pid})",
                     name="restart",

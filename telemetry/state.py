@@ -482,10 +482,17 @@ class RunState:
     lifecycle_limit: int | None = LIFECYCLE_KEPT
     """None: keep every one (``pardash report`` reads a whole log)."""
     hangs_restarted: dict[int, list] = field(default_factory=dict)
-    """torchrun's restart count -> the hang the attempt before it ended in (analysis.whole_hang
-    as the restart came: its ranks stalled or silent, or [] when it ended some other way). The
-    ranks' stalls are forgotten as they start again; a failure the restart recovered from is
-    judged with it (a rank's collective timing out, waiting for a rank stalled in its data)."""
+    """torchrun's restart count (the run's: ``restarts_before`` added) -> the hang the attempt
+    before it ended in (analysis.whole_hang as the restart came: its ranks stalled or silent, or
+    [] when it ended some other way). The ranks' stalls are forgotten as they start again; a
+    failure the restart recovered from is judged with it (a rank's collective timing out,
+    waiting for a rank stalled in its data)."""
+    restarts_before: int = 0
+    """torchrun's restarts of the jobs run before this one under the run's id (the hub's note
+    of a job run again, :func:`run_again`): a new torchrun counts its restarts from 0 again, and
+    a rank's ``restarts`` counts the run's, this job's added to these. (Carried over, a job run
+    again after one torchrun restarted said none of its own restarts, and its end read as its
+    first attempt's failure: review 254.)"""
     hseq: int = 0
     t0: float = 0.0
     """Wall clock of the first message (history ``t`` is relative to it)."""
@@ -556,6 +563,8 @@ class RunState:
                 self.events.append(_kept(msg))
                 if is_lifecycle(msg):
                     self._keep_lifecycle(msg)
+                if run_again(msg):
+                    self.restarts_before = max(self.restarts_before, max((r.restarts for r in self.ranks.values()), default=0))
             return
         r = self.rank(msg.rank)
         r.last_seen = now
@@ -583,9 +592,10 @@ class RunState:
 
                 if msg.t > self.t0 - CLOCK_OFF_S:
                     self.first_hello_t = msg.t
-            if msg.restart > r.restarts:  # torchrun's count so far: a viewer that attached late knows it too
-                self._restarting(msg.restart)
-                r.restarts = msg.restart
+            restarts = self.restarts_before + msg.restart  # (torchrun's count is its job's)
+            if restarts > r.restarts:  # torchrun's count so far: a viewer that attached late knows it too
+                self._restarting(restarts)
+                r.restarts = restarts
             if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart):
                 r.new_process()
             # The run's config is rank 0's (every rank's is the same): another rank's copy is
@@ -614,13 +624,14 @@ class RunState:
                 self.events.append(_kept(msg))
             if is_lifecycle(msg):
                 self._keep_lifecycle(msg)
-            if msg.code is not None and msg.code > r.restarts and torchrun_restart(msg):
+            if msg.code is not None and self.restarts_before + msg.code > r.restarts and torchrun_restart(msg):
                 # torchrun started the rank again (the launcher saw it, or the hub from its
                 # hello): starting again, its previous process's figures (its step's rate, a
                 # straggler verdict) no more its own, and its new process counts its messages
                 # from 0
-                self._restarting(msg.code)
-                r.restarts = msg.code
+                restarts = self.restarts_before + msg.code
+                self._restarting(restarts)
+                r.restarts = restarts
                 r.alive_again()
                 r.new_process()
                 r.straggler = r.heartbeat = None
