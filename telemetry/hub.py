@@ -642,7 +642,9 @@ class JobEnd:
             if (restarts := self._restarts()) > self.restarts:
                 # (a job run again by hand, the hub's own warning says: HubCore._say_run_again)
                 self.restarts = restarts
-                self.say(f"torchrun restarted the job (restart {restarts}): it goes on")
+                # (torchrun's own count, as its log says it: RankState.restarts counts the
+                # restarts of earlier jobs under the run's id too)
+                self.say(f"torchrun restarted the job (restart {restarts - self.hub.core.state.restarts_before}): it goes on")
         if self.said is not None or not run_over(st):
             return
         self.said = self._processes()
