@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import pardash_env
+from helpers import pardash_env, wait_for
 
 
 def _pardash(*args: str, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -360,6 +360,11 @@ def test_a_job_stopped_from_attach_without_its_supervisor_gets_its_result_file(t
     env = {**os.environ, SUPERVISOR_VAR: str(gone.pid), "PARDASH_RUN_ID": run_id}
     job = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)  # one of the job's processes
     try:
+        # (until it runs sleep, the forked child has this test's environment, not the job's: the
+        # stop found no process of the job, once in a CI run)
+        from pardash.trainer.jobprocs import job_processes
+
+        wait_for(lambda: [p.pid for p in job_processes(gone.pid, run_id)] == [job.pid])
         entry = {"run_id": run_id, "log": str(tmp_path / "telemetry.jsonl"), "run_dir": str(tmp_path / "run")}
         assert cli.stop_unsupervised_job(entry, gone.pid, run_id, None) == 1
         job.wait(30)  # (stop_unsupervised waited for it: its code is psutil's, not Popen's)
