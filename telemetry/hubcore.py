@@ -728,6 +728,7 @@ class HubCore:
                    "had ended: a new job under this run's id, whose records go on in its log (give each job its own "
                    "PARDASH_RUN_ID to keep them apart)")  # fmt: skip
         self.note(message)
+        self._shared_said = False  # (a new job: another started beside it is a clash of its own, said again)
         if self.say is not None:
             self.say(message)
 

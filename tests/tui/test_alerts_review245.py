@@ -120,6 +120,15 @@ def test_two_jobs_on_one_run_id_are_one_alert_of_the_run_while_it_stands():
     send(schema.Hello(rank=0, world_size=2, pid=300, host="vm", strategy="ddp"), 20.0, pid=300)
     assert any(e.name == "hub" and "started again" in e.message for e in core.state.events if isinstance(e, schema.Event))
     assert jobs_mixed_alert(core.state) is None
+    # ...and a second job started beside that one is a new clash, said and alerted again (the
+    # hub said it once a run: its flag was never put back).
+    send(schema.Hello(rank=1, world_size=2, pid=301, host="vm", strategy="ddp"), 20.1, pid=301)
+    for s in range(1, 3):
+        for r in range(2):
+            send(schema.Step(rank=r, step=s, step_s=0.1, samples=16, loss=1.0), 20.2 + s / 10, pid=300 + r)
+    send(schema.Hello(rank=0, world_size=2, pid=400, host="vm", strategy="ddp"), 21.0, pid=400)
+    again = jobs_mixed_alert(core.state)
+    assert again is not None and again.text == mixed.text
 
 
 async def test_two_jobs_on_one_run_id_the_panel_says_so_not_every_rank_is_healthy(tmp_path):
