@@ -248,7 +248,7 @@ def test_a_launch_whose_log_disk_stays_full_names_the_complete_copy_that_report_
                      rf"{re.escape(CONTINUED_AT + str(copy))} \(its [\d,]+ bytes and those lines\)", err), err[-3000:]  # fmt: skip
     rep = build_report(str(copy))
     assert [r["steps"] for r in rep["ranks"]] == [120] and rep["log_ends_early"] is None and rep["lost_messages"] == 0
-    assert max(_steps(log)) < 120
+    assert max(_steps(log), default=0) < 120  # (none at all where the first lines of steps did not fit)
     assert "writable again" not in out  # (the lines went to the copy)
     # The hub's last frame did not write into the closed recorder: the copy ended on the hub's
     # closing line twice, and the copy stayed open.
