@@ -103,7 +103,9 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("samples/s", sps),
         ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms"),  # (not "- ms")
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
-        *([("restarts", f"torchrun restarted the job {rep['job_restarts']}x (--max-restarts)")] if rep.get("job_restarts") else []),
+        *([("restarts", f"torchrun restarted the {'jobs' if rep.get('jobs_run_again') else 'job'} {rep['job_restarts']}x "
+                        f"(--max-restarts{', over the ' + str(rep['jobs_run_again'] + 1) + ' jobs of the log' if rep.get('jobs_run_again') else ''})")]
+          if rep.get("job_restarts") else []),
         ("skipped log lines", f"{skipped}" + (f" ({reasons})" if reasons else "") + (f"; {gzip_damage_text(cut)}" if cut else "")),
         *([("refused by the hub", _refused_text(rep["rejected_by_reason"]))] if rep.get("rejected_by_reason") else []),
         # (of a log with no rank, the rank section says why: "at step 0, with 0 rank(s) not ended")

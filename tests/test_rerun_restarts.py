@@ -85,6 +85,9 @@ def test_a_job_run_again_under_the_run_id_has_its_own_torchrun_restarts(tmp_path
     assert rep["failure"] is None and rep["exits"] == []
     assert [(f["rank"], f["step"], f["then"]) for f in rep["recovered"]] == [(1, 50, "restarted by torchrun")] * 2
     assert rep["job_restarts"] == 2 and [r["restarts"] for r in rep["ranks"]] == [2, 2]  # the run's, both jobs'
+    from pardash.telemetry.report_render import render_text
+
+    assert "torchrun restarted the jobs 2x (--max-restarts, over the 2 jobs of the log)" in render_text(rep)  # (not "the job 2x")
 
 
 def _hello(rank: int, pid: int, restart: int, t: float) -> schema.Hello:
