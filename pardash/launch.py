@@ -837,12 +837,9 @@ def _last_attempt_failure(spec, state) -> str:
     import json
     import socket
 
-    top = os.path.join(spec.run_dir, "torchrun")
-    attempts: list[tuple[int, str]] = []
-    with contextlib.suppress(OSError):
-        for run in os.scandir(top):
-            if run.is_dir():
-                attempts += [(int(a.name[8:]), a.path) for a in os.scandir(run.path) if a.name.startswith("attempt_") and a.name[8:].isdigit()]
+    from pardash.trainer.torchrun import attempt_dirs
+
+    attempts = attempt_dirs(os.path.join(spec.run_dir, "torchrun"))
     if not attempts:
         return ""
     last = max(attempts)[1]

@@ -29,6 +29,7 @@ from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
 from pardash.telemetry.failures import signal_name
 from pardash.telemetry.spawn import exit_code, read_line
 from pardash.telemetry.streams import off_the_terminal, unbreakable_stdio
+from pardash.trainer.torchrun import attempt_dirs
 from pardash.trainer.jobprocs import (
     STOP_GRACE_S, SUPERVISOR_VAR, _kill_job, _signal_group, _stop_job_processes, hub_push, job_processes,
 )  # fmt: skip
@@ -723,13 +724,7 @@ class Supervisor:
         last attempt's exit) first; the other way round, the exit would count for the new one."""
         if not self.spec.max_restarts or self._stopping:
             return
-        top = os.path.join(self.spec.run_dir, "torchrun")
-        try:
-            runs = [d.path for d in os.scandir(top) if d.is_dir()]  # (beside torchrun's stderr.log)
-            found = [int(a.name[8:]) for d in runs for a in os.scandir(d) if a.name.startswith("attempt_") and a.name[8:].isdigit()]
-        except OSError:
-            return
-        attempt = max(found, default=0)
+        attempt = max((n for n, _ in attempt_dirs(os.path.join(self.spec.run_dir, "torchrun"))), default=0)
         if attempt <= self._attempt:
             return
         self._attempt = attempt

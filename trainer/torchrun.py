@@ -200,6 +200,19 @@ def _name_the_script(exc: BaseException, argv: list[str] | None = None) -> None:
         exc.args = (exc.format_msg(),)
 
 
+def attempt_dirs(log_dir: str) -> list[tuple[int, str]]:
+    """torchrun's attempts of the job, as its --log-dir holds them
+    (``<log dir>/<rdzv id>/attempt_N``): (N, folder) each, in no order; [] where none can be read."""
+    found: list[tuple[int, str]] = []
+    try:
+        for run in os.scandir(log_dir):
+            if run.is_dir():
+                found += [(int(a.name[8:]), a.path) for a in os.scandir(run.path) if a.name.startswith("attempt_") and a.name[8:].isdigit()]
+    except OSError:
+        return []
+    return found
+
+
 EXIT_CODE_FILE = "exit_code"
 """Written in torchrun's --log-dir (``runs/<id>/torchrun/``) as it ends: its exit code, for a
 launch whose supervisor (torchrun's parent, which alone can wait for it) was killed."""
