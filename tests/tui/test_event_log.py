@@ -356,3 +356,61 @@ def test_an_evaluation_is_said_after_its_step_as_the_headless_line_says_it():
         "ranks 0-1 eval before the first step (slowest 200ms)",
         "ranks 0-1 eval after step 10 (slowest 200ms)",
     ]
+
+
+async def test_a_reader_scrolled_up_stays_where_they_are_as_lines_come_and_are_written_again():
+    # Every new line took a reader who had scrolled up to read an earlier event back to the
+    # end (and so did writing every line again, on a theme change or past the state's bound).
+    from textual.app import App
+
+    from pardash.telemetry.state import RunState
+    from pardash.tui.widgets.event_log import EventLog
+
+    class One(App):
+        CSS = "EventLog { width: 60; height: 8; }"
+
+        def compose(self):
+            yield EventLog()
+
+    def epoch(step: int) -> schema.Event:
+        return schema.Event(rank=0, seq=step, name="epoch_end", step=step, hseq=step)
+
+    app = One()
+    async with app.run_test(size=(70, 12)) as pilot:
+        st, log = RunState(), app.query_one(EventLog)
+        for step in range(1, 41):
+            st.apply(epoch(step), 0.0)
+        log.sync(st)
+        await pilot.pause()
+
+        def top() -> str:
+            return log.lines[round(log.scroll_y)].text
+
+        assert "step 40" in log.lines[-1].text and log.scroll_y == log.max_scroll_y > 0
+        log.scroll_to(y=10, animate=False, immediate=True)  # (as the wheel or the arrow keys do)
+        await pilot.pause()
+        assert "epoch end at step 11" in top()
+
+        for step in range(41, 46):  # new lines come
+            st.apply(epoch(step), 0.0)
+        log.sync(st)
+        await pilot.pause()
+        assert "epoch end at step 11" in top() and "step 45" in log.lines[-1].text
+
+        app.theme = "textual-light" if app.theme != "textual-light" else "nord"  # written again
+        await pilot.pause()
+        assert "step 45" in log.lines[-1].text
+        assert "epoch end at step 11" in top()
+        log.styles.width = 26  # wrapped again, each line in two rows: row 10 is another event's
+        await pilot.pause()
+        await pilot.pause()
+        assert len(log.lines) == 90 and top().startswith("--:-- rank 0 epoch end"), top()
+        assert log.lines[round(log.scroll_y) + 1].text.startswith("at step 11"), top()
+
+        log.scroll_end(animate=False, immediate=True)  # back at the end: it follows again
+        await pilot.pause()
+        st.apply(epoch(46), 0.0)
+        log.sync(st)
+        await pilot.pause()
+        await pilot.pause()
+        assert "step 46" in log.lines[-1].text and log.scroll_y == log.max_scroll_y

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -128,6 +129,8 @@ class EventLog(CachedStyles, RichLog):
         self._taken = 0
         """Events taken from the state since every line was last written from it: past its
         bound, the lines are written again from what the state keeps (see :meth:`sync`)."""
+        self._starts: list[tuple[int, int]] = []
+        """(hseq of the line's first event, index of its first row) of each line written."""
 
     def on_mount(self) -> None:
         # Written lines keep the colours of the theme they were written in: rewrite on change.
@@ -165,11 +168,39 @@ class EventLog(CachedStyles, RichLog):
     def _s(self, name: str) -> Style:
         return component_fg(self, f"event-log--{name}")
 
+    def _reading(self) -> bool:
+        """Whether the reader scrolled up from the newest line: new lines then come without
+        moving them (each one took them back to the end), until they scroll to it again.
+        (Textual's anchor: released by the reader's scroll, taken again at the end.)"""
+        return bool(getattr(self, "_anchor_released", False)) and self._size_known
+
+    def _top_line(self) -> tuple[int, int] | None:
+        """(hseq of the event the reader's top row shows, rows of it above that row)."""
+        if not self._starts:
+            return None
+        top = int(self.scroll_y)
+        at = bisect_right(self._starts, top, key=lambda start: start[1]) - 1
+        hseq, row = self._starts[max(at, 0)]
+        return hseq, max(top - row, 0)
+
+    def _back_to(self, place: tuple[int, int]) -> None:
+        """Scroll to the event the reader was at before the lines were written again (or the
+        first one after it, where it is no longer kept)."""
+        hseq, rows = place
+        at = bisect_left(self._starts, hseq, key=lambda start: start[0])
+        if at >= len(self._starts):
+            y = len(self.lines)
+        else:
+            found, row = self._starts[at]
+            y = row + (rows if found == hseq else 0)
+        self.scroll_to(y=y, animate=False, immediate=True)
+
     def _new(self, state: RunState) -> Iterable[schema.Message]:
         whole = id(state) != self._state_id
         if whole:
             self._state_id = id(state)
             self._last_hseq = -1
+            self._starts.clear()
             self.clear()
         last = self._last_hseq
         fresh = []
@@ -225,14 +256,20 @@ class EventLog(CachedStyles, RichLog):
             # verdicts. Written again from the state, the log holds what the state holds (and
             # at most its bound's worth of lines more).
             self._state_id = 0
+        reading = self._reading()
+        place = self._top_line() if reading and id(state) != self._state_id else None  # (written again)
         mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
         for m, ranks, took in group_alike(mine):
+            if self._size_known:
+                self._starts.append((m.hseq, len(self.lines)))
             text, style = describe(m, ranks, took)
             text = tame(text)
             t = m.t - zero if known and m.t and zero else None
             line = Text.assemble((fmt_clock(t) + " ", self._s("time")), (text, self._s(style)))
             if cut:
                 line.truncate(cut, overflow="ellipsis")
-                self.write(line, width=cut)
+                self.write(line, width=cut, scroll_end=not reading)
             else:
-                self.write(line)
+                self.write(line, scroll_end=not reading)
+        if place is not None:
+            self._back_to(place)
