@@ -3,7 +3,9 @@
 The x axis is the step number, so ranks line up step for step. Each of the chart's columns holds
 the mean of the rank's points that fall in it (as nvitop averages samples per display
 interval); the others' median and spread (min to max) are taken over the other ranks' column
-means. Empty columns carry the previous value, so a short history still draws a line.
+means. Empty columns between two points take the line between them (as TensorBoard draws it:
+a run's chart has a point a frame, and fast steps left columns between them that drew flats
+and drops the loss never made); after the last point they carry it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class ChartSeries:
 
 def _bucketize(steps: list[float], values: list[float], s0: float, span: float, width: int) -> list[float]:
     """Mean of the values per column (a point goes to the column nearest its step), empty
-    columns carrying the previous value. The reference implementation, for any history."""
+    columns filled by :func:`_carry`. The reference implementation, for any history."""
     sums = [0.0] * width
     counts = [0] * width
     scale = (width - 1) / span if span > 0 else 0.0
@@ -57,14 +59,20 @@ def _bucketize(steps: list[float], values: list[float], s0: float, span: float, 
 
 
 def _carry(means: list[float]) -> list[float]:
-    """Empty (NaN) columns take the previous column's value, from the first filled one on."""
+    """Empty (NaN) columns between two filled ones take the straight line between them; those
+    after the last filled one carry it (none before the first)."""
     out = means
-    last = NAN
+    last, at = NAN, -1
     for c, v in enumerate(means):
         if v == v:
-            last = v
-        elif last == last:
-            out[c] = last
+            if at >= 0 and c - at > 1:
+                rise = (v - last) / (c - at)
+                for e in range(at + 1, c):
+                    out[e] = last + rise * (e - at)
+            last, at = v, c
+    if at >= 0:
+        for e in range(at + 1, len(out)):
+            out[e] = last
     return out
 
 
@@ -144,14 +152,17 @@ def _band_columns(steps: list[list[float]], values: list[list[float]], columns: 
             continue
         points = list(zip(*group_values))
         col: tuple[float, ...] = ()
-        at = 0
+        at = -1
         for c, a, b in runs:
-            for empty in range(at, c):  # empty columns carry the previous one
-                out[empty].extend(col)
-            col = points[a] if b - a == 1 else tuple(sum(t) / (b - a) for t in zip(*points[a:b]))
+            new = points[a] if b - a == 1 else tuple(sum(t) / (b - a) for t in zip(*points[a:b]))
+            if at >= 0:  # empty columns between two filled ones: the line between them
+                for empty in range(at + 1, c):
+                    f = (empty - at) / (c - at)
+                    out[empty].extend(p + (q - p) * f for p, q in zip(col, new, strict=True))
+            col = new
             out[c].extend(col)
-            at = c + 1
-        for empty in range(at, width):
+            at = c
+        for empty in range(at + 1, width):  # after the last: carried
             out[empty].extend(col)
     return out
 
@@ -210,7 +221,7 @@ def chart_series(state: RunState, rank: int, column: str, width: int) -> ChartSe
 
 
 def _extremes(steps: list[float], values: list[float], s0: float, span: float, width: int, pick) -> list[float]:
-    """``pick`` (min or max) of the values per column, empty columns carrying the previous one."""
+    """``pick`` (min or max) of the values per column, empty columns filled by :func:`_carry`."""
     out = [NAN] * width
     scale = (width - 1) / span if span > 0 else 0.0
     for step, v in zip(steps, values, strict=False):

@@ -694,3 +694,29 @@ async def test_the_header_counts_connections_refused_for_want_of_a_key_apart_fro
         await pilot.pause()
         text = widget_text(app.query_one(RunHeader))
     assert "rejected 3" in text and "no key 825" in text, text
+
+
+def test_a_charts_columns_between_two_points_take_the_line_between_them():
+    # Fast steps: the run's trend has a point a frame (here every 5th step), and the columns
+    # between two points carried the earlier one: a loss falling smoothly drew flats and drops
+    # ("4.1842 ┤▄▄▄▄▄" then a fall) the run never had.
+    st = RunState(run_id="r")
+    for step in (0, 5, 10):
+        steps = [schema.Step(rank=r, step=step, loss=4.0 - 0.2 * step, t=1.0 + step) for r in range(2)]
+        for s in steps:
+            st.apply(s, 0)
+        st.commit_history(steps)
+    s = run_series(st, 11)
+    assert s is not None and (s.first_step, s.last_step) == (0, 10)
+    assert list(s.values) == pytest.approx([4.0 - 0.2 * c for c in range(11)])  # a straight fall
+    assert list(s.low) == pytest.approx(list(s.values)) and list(s.high) == pytest.approx(list(s.values))
+    # A rank's own chart and the others' band alike.
+    mine = chart_series(st, 0, "loss", 11)
+    assert mine is not None and list(mine.values) == pytest.approx([4.0 - 0.2 * c for c in range(11)])
+    assert list(mine.median) == pytest.approx(list(mine.values))
+    # After the last point the line carries it; before the first there is none.
+    from pardash.tui.charts import _carry
+
+    nan = float("nan")
+    filled = _carry([nan, 1.0, nan, nan, 4.0, nan])
+    assert math.isnan(filled[0]) and filled[1:] == pytest.approx([1.0, 2.0, 3.0, 4.0, 4.0])
