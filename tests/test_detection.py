@@ -88,14 +88,17 @@ def test_stalled_rank_is_shown_with_its_phase(tmp_path):
         # Rank 0 stalls too (it waits for rank 1 in a collective), and its verdict may come a
         # check earlier: each rank's last step reaches the hub when its heartbeat thread sends
         # what the stopped loop held, up to a beat apart.
-        def rank1_stalled():
+        def both_stalled():
             if not log.exists():
                 return False
-            return any(x.rank == 1 for x in _verdicts(load_log(log)[0], "stalled"))
+            return {x.rank for x in _verdicts(load_log(log)[0], "stalled")} == {0, 1}
 
-        wait_for(rank1_stalled, timeout_s=120, poll_s=0.5)
+        wait_for(both_stalled, timeout_s=120, poll_s=0.5)
         v = _verdicts(load_log(log)[0], "stalled")
         assert next(x for x in v if x.rank == 1).cause == "data"
+        # Rank 0 waits for it in DDP's all-reduces, past its own backward: "sync" (it read
+        # "stalled in backward", pointing at its own work).
+        assert next(x for x in v if x.rank == 0).cause == "sync"
     finally:
         os.killpg(p.pid, signal.SIGINT)
         p.wait(60)

@@ -67,6 +67,8 @@ from .strategies import (
     wrap_model,
 )
 
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+
 if _COLLECTOR_WAS_ON is not None:
     # Every torch.optim optimizer imports torch._dynamo (its _disable_dynamo wrapper, at the
     # first call): here instead, still with the collector off.
@@ -296,6 +298,15 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
                 flush=True,
             )
 
+    def _waits_from_here(grads: Any) -> None:
+        # The loss's node runs first in the backward: queue, ahead of DDP's own callback that
+        # waits for its all-reduces, the moment the rank's own work is done. From there it waits
+        # for the others, its phase "sync" (a peer's hang read "rank 0 stalled in backward").
+        _queue_callback(_syncing)
+
+    def _syncing() -> None:
+        reporter.set_phase("sync")
+
     for step in range(start.step + 1, total_steps + 1):
         rt.step = step
         marks = clock.start()
@@ -345,6 +356,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
                     # DDP: backward launches the first bucket's all-reduce; FSDP: up to here,
                     # less the all-gathers (see publish)
                     arrive = clock.stamp()
+                    if w.strategy == "ddp" and reporter.enabled and loss.grad_fn is not None:
+                        loss.grad_fn.register_prehook(_waits_from_here)
                 loss.backward()
             loss_sum += loss.detach()
 
