@@ -104,7 +104,7 @@ class QuitScreen(ModalScreen[str | None]):
         with Vertical():
             yield Label(f"Leave run{run}?", id="question")
             yield Label(
-                "Stop the job ends every rank (torchrun gets SIGTERM); the hub writes the log to the end.",
+                "Stop: every rank is ended (torchrun gets SIGTERM); the hub writes the log to the end.",
                 classes="explain",
             )
             # The run named: with several live runs, a bare `pardash attach` takes the newest.
