@@ -8,11 +8,15 @@ import os
 from collections import deque
 from typing import ClassVar, NamedTuple
 
+from rich.cells import cell_len
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
+from textual.events import Resize
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widgets import Input, RichLog, Static
 
 from pardash.telemetry.schema import plain_text
@@ -95,11 +99,96 @@ def _shown(line: bytes) -> str:
     return plain_text(text)
 
 
+class OutputLog(RichLog):
+    """The file's lines, with a find's matches marked as ``less`` marks them: the text matched
+    on every line shown, and the line the find is at across its whole width (which a view held
+    at the file's end shows anywhere in it, not at the top)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"output-log--match", "output-log--at"}
+    DEFAULT_CSS = """
+    OutputLog > .output-log--match {
+        background: $accent;
+        color: $text;
+        text-style: bold;
+    }
+    OutputLog > .output-log--at {
+        background: $accent-muted;
+    }
+    """
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.needle = ""
+        """What the find matched, lower case ('' when none is shown)."""
+        self.at: int | None = None
+        """The line the find is at, counted from the first the log ever held (lines dropped
+        past MAX_LINES move the others' indexes, not this), or None."""
+        self.held_at = False
+        """The view is where the find put it (see :meth:`show_at`), even at the file's end,
+        until a key of the reader's moves it: held still there, and kept on the line as the
+        view's height changes (a resize, the title a line longer)."""
+
+    @property
+    def first(self) -> int:
+        """The count of lines dropped from the log's start (the first one's number)."""
+        return self._start_line
+
+    def mark(self, needle: str, at: int | None) -> None:
+        self.needle, self.at = needle.lower(), at
+        self.refresh()
+
+    def show_at(self) -> None:
+        """The view on the line the find is at: at its top, or, in the file's last screenful
+        (the newest lines, where a find starts), wherever it is there."""
+        if self.at is None:
+            return
+        y = max(0, self.at - self._start_line)  # (0: gone from the start, past MAX_LINES)
+        self.scroll_to(y=min(y, self.max_scroll_y), animate=False, immediate=True)
+        self.held_at = True
+
+    def on_resize(self, event: Resize) -> None:
+        super().on_resize(event)
+        if self.held_at:
+            self.call_after_refresh(self.show_at)  # (once the new height is the scroll's)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        if not self.needle or index >= len(self.lines) or self.needle not in self.lines[index].text.lower():
+            return super().render_line(y)
+        strip = _marked(self.lines[index], self.needle, self.get_component_rich_style("output-log--match", partial=True))
+        pad = self.rich_style
+        if index + self._start_line == self.at:  # (under the matched text's own style, to the view's edge)
+            at = self.get_component_rich_style("output-log--at", partial=True)
+            strip, pad = strip.apply_style(at), pad + at
+        strip = strip.crop_extend(scroll_x, scroll_x + self.scrollable_content_region.width, pad)
+        return strip.apply_style(self.rich_style)
+
+
+def _marked(strip: Strip, needle: str, style: Style) -> Strip:
+    """``strip`` with each stretch of it that reads ``needle`` (lower case) in ``style``."""
+    text = strip.text
+    low = text.lower()
+    cuts: list[int] = []
+    start = low.find(needle)
+    while start >= 0:
+        end = start + len(needle)
+        cuts += [cell_len(text[:start]), cell_len(text[:end])]
+        start = low.find(needle, end)
+    if not cuts:
+        return strip
+    parts = strip.divide([*cuts, strip.cell_length])  # (its last cut is the end: the rest is no piece of its own)
+    # (divide's pieces: before the first match, the match, between, the next match, ...)
+    return Strip.join(part.apply_style(style) if n % 2 else part for n, part in enumerate(parts))
+
+
 class OutputScreen(Screen):
     """The ranks' output file, followed as it grows (``end``); scrolled up to read back, the
     view holds still and counts the lines that came meanwhile, which ``end`` brings in (as
-    ``less +F``). Escape or ``o`` goes back; ``e`` shows the ranks' stderr file of a launch that
-    keeps it apart (a headless one)."""
+    ``less +F``). ``/`` finds a line, newest first, as ``less`` does: the view goes to it (at
+    the top, or where it is in the last screenful) and holds still there, its matches marked
+    until the next find or escape. Escape (once the marks are gone) or ``o`` goes back; ``e``
+    shows the ranks' stderr file of a launch that keeps it apart (a headless one)."""
 
     DEFAULT_CSS = """
     OutputScreen {
@@ -134,7 +223,8 @@ class OutputScreen(Screen):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,o", "back", "Back"),
+        Binding("escape", "back", "Back", key_display="esc/o"),
+        Binding("o", "back(True)", show=False),
         # (before the log's own end, which scrolls with an animation: a line written meanwhile
         # left the view short of the end, and it never followed again)
         Binding("end", "follow", "Follow", priority=True),
@@ -170,7 +260,8 @@ class OutputScreen(Screen):
         self._held_n = 0
         self._find = ""
         self._found: list[int] = []
-        """The log's lines (strips) the last find matched, oldest first, and which is shown."""
+        """The log's lines (strips) the last find matched, oldest first, counted from the first
+        the log ever held (see OutputLog.at), and which is shown."""
         self._found_at = -1
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -188,13 +279,13 @@ class OutputScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(id="title")
         # Wrapped: a long line (torchrun's warnings) is read whole, with no sideways scrolling.
-        yield RichLog(max_lines=MAX_LINES, wrap=True, markup=False, highlight=False, auto_scroll=False)
+        yield OutputLog(max_lines=MAX_LINES, wrap=True, markup=False, highlight=False, auto_scroll=False)
         yield Static(id="partial", markup=False)
         yield Input(placeholder="find: a line holding this (enter; esc: never mind)", id="find")
         yield FittedFooter()
 
     def on_mount(self) -> None:
-        log = self.query_one(RichLog)
+        log = self.query_one(OutputLog)
         log.border_title = "the ranks' output"
         log.focus()
         # (once the log has its size: a line written before it is laid out later, and scrolled
@@ -203,7 +294,7 @@ class OutputScreen(Screen):
         self.set_interval(FOLLOW_S, self._more)
 
     def _more(self) -> None:
-        log = self.query_one(RichLog)
+        log = self.query_one(OutputLog)
         y = log.scroll_y
         if self._follow and y < self._seen_y - 0.5 and not log.is_vertical_scroll_end:
             # The view moved up since the last look, short of the end (a mouse wheel, the scroll
@@ -212,7 +303,7 @@ class OutputScreen(Screen):
             # being written under it a line shorter: its end came up to meet the view.) The view
             # holds still from here (see _held).
             self._follow = False
-        elif not self._follow and not self._held_n and log.is_vertical_scroll_end:
+        elif not self._follow and not self._held_n and not log.held_at and log.is_vertical_scroll_end:
             self._follow = True  # scrolled back down to the end, nothing held: followed again
         lines = self.tail.read() if self.tail is not None else None
         if lines:
@@ -244,7 +335,10 @@ class OutputScreen(Screen):
         before = f", after {self.tail.skipped / (1 << 20):,.1f} MiB not shown" if self.tail.skipped else ""
         held = f" · paused: {self._held_n:,} new lines (end follows)" if self._held_n else ""
         if self._find:
-            held += (f" · {self._find!r}: {len(self._found) - self._found_at} of {len(self._found)}, newest first (n older, N newer)"
+            log = self.query_one(OutputLog)
+            gone = log.at is not None and log.at < log.first
+            held += (f" · {self._find!r}: {len(self._found) - self._found_at} of {len(self._found)}"
+                     f"{f' (gone: the view keeps the last {MAX_LINES:,} lines)' if gone else ''}, newest first (n older, N newer)"
                      if self._found
                      else f" · no line holds {self._find!r}")  # fmt: skip
         other = " · e: its stderr" if len(self.files) > 1 and self.path == self.files[0] else " · e: its stdout" if len(self.files) > 1 else ""
@@ -253,7 +347,8 @@ class OutputScreen(Screen):
         title.update(Content.from_markup("[b $text-accent]output[/]  $text", text=text))
 
     def action_follow(self) -> None:
-        log = self.query_one(RichLog)
+        log = self.query_one(OutputLog)
+        log.held_at = False
         if self._held:
             log.write(Text("\n".join(self._held)), scroll_end=False)
         self._held.clear()
@@ -264,8 +359,9 @@ class OutputScreen(Screen):
         self._title(True)
 
     def action_back_by(self, how: str) -> None:
-        log = self.query_one(RichLog)
+        log = self.query_one(OutputLog)
         self._follow = False
+        log.held_at = False
         getattr(log, f"scroll_{how}")(animate=False)
         self._title(True)
 
@@ -273,9 +369,11 @@ class OutputScreen(Screen):
         if len(self.files) < 2:
             return
         self._open(self.files[1] if self.path == self.files[0] else self.files[0])
-        log = self.query_one(RichLog)
+        log = self.query_one(OutputLog)
         log.border_title = "the ranks' stderr" if self.path != self.files[0] else "the ranks' output"
         log.clear()
+        log.mark("", None)
+        log.held_at = False
         self._more()
 
     def action_find(self) -> None:
@@ -288,38 +386,47 @@ class OutputScreen(Screen):
         event.stop()
         self._close_find()
         self._find = event.value.strip()
-        if not self._find:
-            self._found = []
+        log = self.query_one(OutputLog)
+        needle = self._find.lower()
+        first = log.first
+        self._found = [first + i for i, strip in enumerate(log.lines) if needle in strip.text.lower()] if needle else []
+        log.mark(needle if self._found else "", None)
+        if not self._found:
             self._title(True)
             return
-        needle = self._find.lower()
-        log = self.query_one(RichLog)
-        self._found = [i for i, strip in enumerate(log.lines) if needle in strip.text.lower()]
         self._found_at = len(self._found)  # (the newest first: the next older one is the last)
         self.action_find_next(-1)
 
     def action_find_next(self, direction: int) -> None:
-        """Show the next older (-1) or newer (+1) line the find matched, at the view's top; the
-        view holds still there (lines that come are counted, as scrolled up)."""
+        """Go to the next older (-1) or newer (+1) line the find matched and mark it; the view
+        holds still there (lines that come are counted, as scrolled up)."""
         if not self._found:
             self._title(True)
             return
         self._found_at = max(0, min(len(self._found) - 1, self._found_at + direction))
-        log = self.query_one(RichLog)
+        log = self.query_one(OutputLog)
         self._follow = False
-        log.scroll_to(y=self._found[self._found_at], animate=False, immediate=True)
-        self._seen_y = log.scroll_y
+        log.mark(self._find, self._found[self._found_at])
         self._title(True)
+        log.show_at()
+        self._seen_y = log.scroll_y
 
     def _close_find(self) -> None:
         self.query_one("#find", Input).remove_class("-open")
-        self.query_one(RichLog).focus()
+        self.query_one(OutputLog).focus()
 
-    def action_back(self) -> None:
+    def action_back(self, leave: bool = False) -> None:
+        """Escape: close the find box, else take a find's marks away, else go back; ``o`` goes
+        back."""
+        log = self.query_one(OutputLog)
         if self._finding():  # (escape in the find box: never mind)
             self._close_find()
-            return
-        self.app.pop_screen()
+        elif log.needle and not leave:
+            log.mark("", None)
+            self._find, self._found = "", []
+            self._title(True)
+        else:
+            self.app.pop_screen()
 
 
 class OutputFiles(NamedTuple):
