@@ -12,7 +12,7 @@ from tui_helpers import DATA, strip_text, until
 from pardash.telemetry.client import ReplaySource
 from pardash.tui.app import make_app
 from pardash.tui.screens.dashboard import DashboardScreen
-from pardash.tui.screens.output import OutputScreen
+from pardash.tui.screens.output import OutputScreen, output_file
 
 SIZE = (100, 30)
 NEEDLE = "epoch 0 | loss 0.7"
@@ -127,6 +127,46 @@ async def test_a_match_in_the_last_screenful_holds_the_view_still_while_lines_co
         assert log.scroll_y == held_at and _marked_lines(screen) == [_line(395)]
         await pilot.press("end")
         await until(pilot, lambda: "later line 29" in strip_text(log.lines[-1]) and log.is_vertical_scroll_end)
+
+
+def _replayed_elsewhere(tmp_path, *, runs: str = "runs"):
+    """A log recorded at a --log path (run1.jsonl), its run's output.log in RUNS/<run id>/ as a
+    launch keeps it."""
+    tmp_path.mkdir(exist_ok=True)
+    log = tmp_path / "run1.jsonl"
+    shutil.copy(DATA / "run4.jsonl", log)
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    src.paused = True
+    (run_dir := tmp_path / runs / src.runs[0]).mkdir(parents=True)
+    (run_dir / "output.log").write_text("step 1 loss 0.5\n")
+    return src, run_dir / "output.log"
+
+
+async def test_replay_of_a_log_given_by_path_finds_the_output_in_its_runs_folder(tmp_path, monkeypatch):
+    # README's own `pardash launch ... --log run1.jsonl`, then `pardash replay run1.jsonl`: `o`
+    # said "no output.log beside run1.jsonl", though runs/<run id>/output.log was there.
+    monkeypatch.chdir(tmp_path)
+    src, output = _replayed_elsewhere(tmp_path)
+    app = make_app(src)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OutputScreen) and any("step 1 loss 0.5" in strip_text(s) for s in app.screen.query_one("RichLog").lines))
+        assert f"{output} · 1 lines" in str(app.screen.query_one("#title").render())
+
+
+def test_the_runs_folder_is_looked_for_beside_the_log_and_under_runs_dir_and_named_when_missing(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "else"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # (replayed from another folder than the launch's)
+    src, output = _replayed_elsewhere(tmp_path)
+    assert output_file(src).path == str(output)
+    src, output = _replayed_elsewhere(tmp_path / "b", runs="mine")
+    assert output_file(src, runs_dir=str(tmp_path / "b" / "mine")).path == str(output)
+    path, why, _stderr, _note = output_file(src)
+    run = src.runs[0]
+    assert path == "" and why == (f"no output.log beside {src.path}, nor in {tmp_path / 'b' / 'runs' / run} or runs/{run} "
+                                  "(a launch keeps one in its run's folder, under its --runs-dir)")
 
 
 async def test_the_match_stays_in_view_as_the_view_gets_shorter(tmp_path):

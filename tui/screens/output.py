@@ -440,10 +440,11 @@ class OutputFiles(NamedTuple):
     note: str = ""
 
 
-def output_file(source, given: str = "") -> OutputFiles:
+def output_file(source, given: str = "", runs_dir: str = "runs") -> OutputFiles:
     """The file of ``source``'s ranks' output, and what to say when there is none: ``given``
     (the launch's own), else the one in the run's folder (the registry's entry of an attached
-    run; a replayed log's own folder), with its stderr file where a headless launch kept that
+    run; a replayed log's own folder, else RUNS/<run id> beside the log or under ``runs_dir``:
+    a log recorded at a --log path), with its stderr file where a headless launch kept that
     apart (tracebacks, warnings, progress bars: nowhere in output.log)."""
     if given:
         return OutputFiles(given, stderr=_stderr_beside(given))
@@ -456,10 +457,24 @@ def output_file(source, given: str = "") -> OutputFiles:
         return OutputFiles("", f"no output.log in the run's folder {run_dir} (a launch on another node keeps its own)")
     replayed = getattr(source, "path", "")
     if replayed:
+        note = "the whole file, to the run's end (not the replay's moment)"
         path = os.path.join(os.path.dirname(os.path.abspath(replayed)), "output.log")
         if os.path.exists(path):
-            return OutputFiles(path, stderr=_stderr_beside(path), note="the whole file, to the run's end (not the replay's moment)")
-        return OutputFiles("", f"no output.log beside {replayed} (a launch keeps one in its run's folder)")
+            return OutputFiles(path, stderr=_stderr_beside(path), note=note)
+        # A launch with --log PATH records the log there, the output in its run's folder: the
+        # launch's --runs-dir (./runs), which is beside the log when PATH was a bare name.
+        folders: dict[str, str] = {}
+        for run in getattr(source, "runs", ()):
+            if not run or run.startswith(".") or os.sep in run:  # (a log's word, not a path to follow)
+                continue
+            for runs in (os.path.join(os.path.dirname(replayed), "runs"), runs_dir):
+                folders.setdefault(os.path.abspath(os.path.join(runs, run)), os.path.join(runs, run))
+        for folder in folders.values():
+            path = os.path.join(folder, "output.log")
+            if os.path.exists(path):
+                return OutputFiles(path, stderr=_stderr_beside(path), note=note)
+        looked = f", nor in {' or '.join(folders.values())}" if folders else ""
+        return OutputFiles("", f"no output.log beside {replayed}{looked} (a launch keeps one in its run's folder, under its --runs-dir)")
     if getattr(source, "live", False):
         return OutputFiles("", "this run's output file is not known here: its launch is on another machine, or it was not started by pardash launch")
     return OutputFiles("", "this run has no output file")
