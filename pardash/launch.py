@@ -439,13 +439,20 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             if choice != "over" and _supervisor_lost(job, job.poll() or 0):
                 return _stop_unsupervised(job, terminated[0] if terminated else signal.SIGINT, client)
             if choice != "over":
+                # A job that had ended before the Stop (its supervisor keeps the hub up for this
+                # viewer after torchrun's end) exits with its own code: a failure's 1 read 130,
+                # its result.json saying 1, not stopped, and the last line "the job's exit code 130".
+                ended = job.result().get("code")
                 job.stop(terminated[0] if terminated else signal.SIGINT)
                 try:
-                    print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
+                    if ended is None:
+                        print(f"{PROG}: stopping the job...", file=sys.stderr, flush=True)
                     code = job.wait()
                 except KeyboardInterrupt:  # Ctrl-C while it stops
                     return _not_waiting(spec, terminated[0] if terminated else signal.SIGINT)
-                if code != 0:
+                if ended is not None:
+                    code = int(ended)
+                elif code != 0:
                     # As the shell says for the signal this process took; a stop chosen in the
                     # TUI (q or Ctrl-C, then Stop) is the person's, as Ctrl-C is headless: 130.
                     code = 128 + (terminated[0] if terminated else signal.SIGINT)
