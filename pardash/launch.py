@@ -354,7 +354,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             try:
                 # (a Ctrl-C as the printer is made stops the job as one later does: it escaped,
                 # the job running with nobody to watch it)
-                printer = ProgressPrinter(client, every_s=ns.every, tail=spec.output, waiting=waiting)
+                printer = ProgressPrinter(client, every_s=ns.every, tail=spec.output, waiting=waiting, remote_hub=spec.remote_hub)
                 signal.signal(signal.SIGTERM, on_sigterm)
                 printer.follow(lambda: job.poll() is not None)
             except KeyboardInterrupt:
@@ -460,7 +460,9 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 print(f"{PROG}: {_lost_words(code)}: its ranks may train on without it; `{PROG} attach {_watch(spec)}` follows them, "
                       f"log {_log_of(spec)}", file=sys.stderr)  # fmt: skip
                 return 1
+        ended_at = time.monotonic()
         log_fate = _hear_the_logs_end(job, client)
+        hub_gone = _node0_hub_gone(job, client, code, ended_at)
     finally:
         client.close()
     from pardash.telemetry.printer import outcome_line
@@ -470,6 +472,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     log_path = _log_of(spec) if spec.remote_hub else (client.stats.log_path or spec.log_path)
     if log_fate:
         log_path = log_fate
+    if hub_gone:
+        log_path += f", {hub_gone}"
     # Under the TUI the ranks' output went to its file alone: a failure's traceback, which a
     # terminal (or a headless launch) would have shown, is printed here, as its rank reported it.
     output = "" if ns.headless else spec.output
@@ -502,6 +506,8 @@ def _launch_client(base):
 
     class LaunchClient(base):
         log_trouble: tuple[str, str] = ("", "")
+        heard_at: float | None = None
+        """When the hub last sent a frame (or its snapshot), by this process's monotonic clock."""
 
         def _note_log(self) -> None:
             if self.stats.log_error:
@@ -512,10 +518,12 @@ def _launch_client(base):
         def load_snapshot(self, snap) -> None:
             super().load_snapshot(snap)
             self._note_log()
+            self.heard_at = time.monotonic()
 
         def apply_frame(self, frame) -> None:
             super().apply_frame(frame)
             self._note_log()
+            self.heard_at = time.monotonic()
 
     return LaunchClient
 
@@ -569,6 +577,51 @@ def _hear_the_logs_end(job, client) -> str:
     if not error or stats.log_error or stats.log_path == old:
         return ""
     return f"{old} ({error.removeprefix(f'cannot write {old}: ')}: {CONTINUED_AT}{stats.log_path})"
+
+
+NODE0_HUB_PROBE_S = 3.0
+"""How long a node > 0's launch whose job ended unheard by node 0's hub listens for that hub's
+next frame (it frames at 10 Hz) before it says the hub no longer answers."""
+
+
+def _node0_hub_gone(job, client, code: int, ended_at: float) -> str:
+    """On a node > 0 whose job ended with ``code`` (not 0: a success's ranks all finished) at
+    ``ended_at`` (monotonic), its end never shown by node 0's hub (not every rank's end heard):
+    '' while that hub still sends frames; else, for the last line, that it no longer answers,
+    since when, and that this node's steps after it are in no log. Node 1 ended "log kept by
+    node 0's hub (tcp://...)" of a hub killed with node 0 two minutes before, nothing saying
+    its last steps went nowhere. Listens at most NODE0_HUB_PROBE_S (a live hub's next frame
+    ends it at once)."""
+    from pardash.telemetry.state import run_over
+
+    spec = job.spec
+    if not spec.remote_hub or code == 0 or client.heard_at is None or run_over(client.state):
+        return ""
+    heard_at = client.heard_at
+    listener = client
+    try:
+        if not client.sockets():  # (the TUI closed its client as it ended): a new one
+            listener = type(client)(job.endpoints["updates"], job.endpoints["snapshot"], run_id=spec.run_id,
+                                    curve=spec.curve_dir or None)  # fmt: skip
+            if listener.wait_synced(NODE0_HUB_PROBE_S):
+                return ""
+        else:
+            deadline = time.monotonic() + NODE0_HUB_PROBE_S
+            while client.heard_at == heard_at and time.monotonic() < deadline:
+                client.poll()
+                time.sleep(0.05)
+            if client.heard_at != heard_at:
+                return ""
+    except KeyboardInterrupt:  # not waiting: the last line says what is known
+        return ""
+    finally:
+        if listener is not client:
+            listener.close()
+    st = client.state
+    steps = [r.last_step for r in st.ranks.values() if r.last_step is not None]
+    at = f" at step {max(steps)}" if steps else ""
+    return (f"which no longer answers (last heard{at}, {max(0.0, ended_at - heard_at):.0f} s before this node's job "
+            f"ended): node 0 may be lost, and this node's steps after that are in no log")  # fmt: skip
 
 
 def _closing_stream(*, ok: bool):

@@ -56,9 +56,12 @@ class ProgressPrinter:
 
     def __init__(
         self, source: Source, *, out: TextIO | None = None, every_s: float = 5.0, bar: bool | None = None, tail: str | None = None,
-        waiting: str = "no rank has said hello yet", joined: bool = False,
+        waiting: str = "no rank has said hello yet", joined: bool = False, remote_hub: str = "",
     ) -> None:
         self.source = source
+        self.remote_hub = remote_hub
+        """On a node > 0, node 0's hub (its ingest address, as the user gave it): quiet past
+        HUB_LOST_S while this node's ranks live, it is said unreachable, not its last figures."""
         self.joined = joined
         """A viewer of a run already going on (attach): the events it finds are the run's past,
         printed under a line that says so."""
@@ -96,6 +99,7 @@ class ProgressPrinter:
         self._frame_t: float | None = None
         self._frame_at = self.t_start
         self._quiet_said = False
+        self._lost_said = False
         self._refused_said = False
         self._progress = None
         self._stopped_bar = None
@@ -242,6 +246,14 @@ class ProgressPrinter:
         elif quiet is None and self._quiet_said and self._frame_at == now:
             self._print("hub: sending again")
             self._quiet_said = False
+            self._lost_said = False
+        lost = self.hub_lost_text(quiet)
+        if lost and not self._lost_said:
+            # (node 1 said "2 running | hub quiet for 106 s" for minutes of a node 0 powered off,
+            # its rank held in an all-reduce with it: nothing said node 0 was gone)
+            self._print(f"warning: {lost}; if so, the ranks here wait for it in their next collective (up to the "
+                        f"backend's timeout, 30 min for gloo by default), and what they do from now on is in no log")
+            self._lost_said = True
         ahead = self._printed_ahead
         fresh = sorted((ev for ev in list(st.events) if ev.hseq > self._printed_hseq and ev.hseq not in ahead), key=lambda ev: ev.hseq)
         upto = fresh[-1].hseq if fresh else self._printed_hseq
@@ -272,7 +284,8 @@ class ProgressPrinter:
                 total = total_steps(hello)
                 step = progress_step(st)
                 step_text = f"step {step}/{total}" if step is not None and total else f"step {step}" if step is not None else ""
-                stats_text = self._fit_bar(step_text, progress_stats_forms(st, rejected, hub_quiet_s=quiet), bar=bool(total))
+                forms = progress_stats_forms(st, rejected, hub_quiet_s=quiet, hub_lost=self.hub_lost_text(quiet, short=True))
+                stats_text = self._fit_bar(step_text, forms, bar=bool(total))
                 self._progress.update(self._task, completed=step or 0, total=total or None, stats=stats_text, step=step_text)
             if force:
                 self._progress.refresh()
@@ -280,7 +293,8 @@ class ProgressPrinter:
         if force or now - self._last_line >= self.every_s:
             self._last_line = now
             if st.ranks:
-                line = progress_line(st, now - (self._run_t if self._run_t is not None else self.t_start), rejected, hub_quiet_s=quiet)
+                line = progress_line(st, now - (self._run_t if self._run_t is not None else self.t_start), rejected, hub_quiet_s=quiet,
+                                     hub_lost=self.hub_lost_text(quiet, short=True))  # fmt: skip
                 said = line.partition("] ")[2]  # the line but its time
                 # The last line said again: not as the closing line, nor every few seconds once
                 # the run is over (a job's teardown can take that long after its last step);
@@ -407,6 +421,15 @@ class ProgressPrinter:
             self._frame_t, self._frame_at = t, now
         quiet = now - self._frame_at
         return quiet if quiet > HUB_QUIET_S and not run_over(source.state) else None
+
+    def hub_lost_text(self, quiet_s: float | None, *, short: bool = False) -> str:
+        """On a node > 0, node 0's hub quiet for ``quiet_s`` (:meth:`_hub_quiet_s`) past
+        HUB_LOST_S: "node 0's hub (tcp://...) unreachable for 45 s: node 0 may be lost", and
+        (``short``, a progress line's) that the ranks here then wait for it; '' otherwise."""
+        if not self.remote_hub or quiet_s is None or quiet_s < HUB_LOST_S:
+            return ""
+        said = f"node 0's hub ({self.remote_hub}) unreachable for {quiet_s:.0f} s"
+        return f"{said}: node 0 may be lost, the ranks here then wait for it" if short else f"{said}: node 0 may be down or cut off from this node"
 
     def close(self) -> None:
         """Stop the bar (it stays on screen as the last state); lines need nothing."""
@@ -538,10 +561,14 @@ def progress_stats(st, rejected: dict[str, int] | None = None, *, hub_quiet_s: f
     return progress_stats_forms(st, rejected, hub_quiet_s=hub_quiet_s)[0]
 
 
-def progress_stats_forms(st, rejected: dict[str, int] | None = None, *, hub_quiet_s: float | None = None) -> list[str]:
+def progress_stats_forms(st, rejected: dict[str, int] | None = None, *, hub_quiet_s: float | None = None,
+                         hub_lost: str = "") -> list[str]:  # fmt: skip
     """:func:`progress_stats` whole, then shorter, for a narrower terminal: without the step
     time spread, then without the rate. The ranks' states and what is wrong (a hang, a loss not
-    finite, messages lost, a quiet hub) stay in each."""
+    finite, messages lost, a quiet hub) stay in each. ``hub_lost``: node 0's hub is unreachable
+    (see :meth:`ProgressPrinter.hub_lost_text`): said instead of the figures, which are stale."""
+    if hub_lost:
+        return [hub_lost]
     rate = rate_text(st)
     sp = recent_spread(st, "step_s")
     spread_text = "step ms " + "/".join(ms(x) for x in sp) + " min/med/max" if sp else ""
@@ -660,15 +687,20 @@ def rate_text(st) -> str:
     return f"{recent:,.0f} wall-clock samples/s at the end" if recent > 0 else ""
 
 
-def progress_line(st, elapsed_s: float, rejected: dict[str, int] | None = None, *, hub_quiet_s: float | None = None) -> str:
+def progress_line(st, elapsed_s: float, rejected: dict[str, int] | None = None, *, hub_quiet_s: float | None = None,
+                  hub_lost: str = "") -> str:  # fmt: skip
     """A headless progress line (step and self ms: the ranks' spread of their recent medians,
     :func:`recent_spread`; no step while none is known, see :func:`progress_step`);
     ``hub_quiet_s``: seconds the hub has sent nothing (its figures are as of then), when it is
-    quiet."""
+    quiet. ``hub_lost``: node 0's hub unreachable (:meth:`ProgressPrinter.hub_lost_text`): the
+    line is the step last heard and that, not the rates and the ranks' states as they were
+    ("2 running" of a rank held in an all-reduce with a node powered off, for minutes)."""
     hello = st.hello
     total = total_steps(hello)
     at = progress_step(st)
     step = "" if at is None else f"step {at}" + (f"/{total}" if total else "")
+    if hub_lost:
+        return f"[{elapsed_s:6.1f}s] " + " | ".join(p for p in (step and f"{step} when last heard", hub_lost) if p)
     parts = [step, rate_text(st)]
     sp = recent_spread(st, "step_s")
     if sp:
@@ -832,6 +864,11 @@ def _failed_exit(m: schema.Message) -> bool:
 def _stopped_exit(m: schema.Message) -> bool:
     return _is_event(m, "exit") and m.code in STOPPED_CODES
 
+
+HUB_LOST_S = 15.0
+"""A node > 0's launch whose ranks live says node 0's hub unreachable once it has sent nothing
+for this long (it frames at 10 Hz: 150 frames; a busy host delays a few seconds at most):
+node 0 may be down or cut off, and the ranks here then wait for it."""
 
 HUB_GONE_S = 5.0
 """A live hub sends a frame ten times a second, messages or not: this long without one, and it

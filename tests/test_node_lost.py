@@ -1,4 +1,10 @@
-"""A launch's exit code after a stop of a job that had already ended (review 258)."""
+"""Node 0 lost under a node > 0's launch (review 258), and a launch's exit code after a stop
+of a job that had already ended.
+
+Two launches on 127.0.0.1 (node ranks 0 and 1): node 0's whole process tree is stopped
+(SIGSTOP: its host powered off or cut off, no connection reset: node 1's rank waits in its
+all-reduce) or killed (its processes gone, the network up: node 1's rank fails).
+"""
 
 from __future__ import annotations
 
@@ -9,15 +15,93 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from helpers import TerminalOutput, pardash_env, wait_for
+from test_two_nodes import _free_ports
 
 pytestmark = pytest.mark.slow
+
+TRAIN = ["--model", "mlp", "--nproc", "1", "--steps", "100000", "--log-every", "0"]
+
+
+def _node(tmp_path: Path, node: int, master_port: int, hub_port: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "pardash", "launch", "--headless", "--every", "1", "--nnodes", "2",
+           "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(master_port),
+           "--telemetry-port", str(hub_port), "--runs-dir", str(tmp_path / f"runs{node}"), *TRAIN]  # fmt: skip
+    # Output to files: a job's processes outlive a killed launch and would hold a pipe open.
+    with open(tmp_path / f"node{node}.out", "w") as out, open(tmp_path / f"node{node}.err", "w") as err:
+        return subprocess.Popen(cmd, stdout=out, stderr=err, env=pardash_env(OMP_NUM_THREADS="1"), cwd=tmp_path)
+
+
+@pytest.fixture
+def two_nodes(tmp_path):
+    """Node 0 and node 1 launched, node 1 printing steps: (node 0's process tree, node 1's
+    launch). Whatever is left of either is killed afterwards (only the processes started here)."""
+    master_port, hub_port = _free_ports(4)[:2]
+    launches = [_node(tmp_path, node, master_port, hub_port) for node in (0, 1)]
+    trees: list[list[psutil.Process]] = [[], []]
+    try:
+        wait_for(lambda: "step " in (tmp_path / "node1.out").read_text() or launches[1].poll() is not None, timeout_s=180, poll_s=0.2)
+        assert launches[1].poll() is None, (tmp_path / "node1.err").read_text()[-3000:]
+        for i, p in enumerate(launches):
+            trees[i] = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+        yield trees[0], launches[1]
+    finally:
+        for i, p in enumerate(launches):
+            try:
+                trees[i] += psutil.Process(p.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+            for proc in trees[i]:
+                try:
+                    proc.kill()  # (a stopped process too)
+                except psutil.NoSuchProcess:
+                    pass
+            p.wait(timeout=60)
 
 
 def _last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
+
+
+def test_node_0_cut_off_is_said_unreachable_and_the_last_line_says_its_hub_was_gone(tmp_path, two_nodes):
+    # Node 0 powered off (or its network down): node 1 said "2 running | hub quiet for 106 s"
+    # for minutes, its rank held in an all-reduce, and its last line on SIGTERM named the dead
+    # hub as the keeper of its log, nothing saying its last steps were in no log.
+    node0, node1 = two_nodes
+    for proc in node0:
+        proc.send_signal(signal.SIGSTOP)  # (no connection reset: node 1's rank waits for it)
+    out = tmp_path / "node1.out"
+    wait_for(lambda: "then wait for it\n" in out.read_text() or node1.poll() is not None, timeout_s=120, poll_s=0.2)
+    lines = out.read_text().splitlines()
+    (warned,) = [x for x in lines if x.startswith("warning: node 0's hub (tcp://127.0.0.1:")]
+    assert "unreachable for" in warned and "the ranks here wait for it in their next collective" in warned, warned
+    said = [x for x in lines if x.startswith("[") and "unreachable for" in x]
+    assert said and all("when last heard | node 0's hub (tcp://127.0.0.1:" in x for x in said), said
+    # the ranks' states and rates as they were are not shown as if current
+    assert not any("running" in x or "samples/s" in x or "hub quiet for" in x for x in said), said
+    node1.send_signal(signal.SIGTERM)
+    assert node1.wait(timeout=120) == 143
+    last = _last_line((tmp_path / "node1.err").read_text())
+    assert last.startswith("pardash: stopped by SIGTERM (exit code 143); log kept by node 0's hub (tcp://127.0.0.1:"), last
+    assert ", which no longer answers (last heard at step " in last, last
+    assert last.endswith("node 0 may be lost, and this node's steps after that are in no log"), last
+
+
+def test_node_0_killed_the_failed_node_1_says_its_hub_no_longer_answers(tmp_path, two_nodes):
+    # Node 0's processes killed, the network up: node 1's rank fails at once (its peer's
+    # socket reset), and its last line read "the job failed with exit code 1; log kept by node
+    # 0's hub (tcp://...)", nothing saying that hub was gone with node 0.
+    node0, node1 = two_nodes
+    for proc in node0:
+        proc.kill()
+    assert node1.wait(timeout=180) == 1
+    last = _last_line((tmp_path / "node1.err").read_text())
+    assert "; log kept by node 0's hub (tcp://127.0.0.1:" in last, last
+    assert ", which no longer answers (last heard at step " in last, last
+    assert last.endswith("node 0 may be lost, and this node's steps after that are in no log"), last
 
 
 def test_a_job_that_failed_before_the_tuis_stop_exits_with_its_own_code(tmp_path):
