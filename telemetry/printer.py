@@ -424,8 +424,9 @@ class ProgressPrinter:
 
     def hub_lost_text(self, quiet_s: float | None, *, short: bool = False) -> str:
         """On a node > 0, node 0's hub quiet for ``quiet_s`` (:meth:`_hub_quiet_s`) past
-        HUB_LOST_S: "node 0's hub (tcp://...) unreachable for 45 s: node 0 may be lost", and
-        (``short``, a progress line's) that the ranks here then wait for it; '' otherwise."""
+        HUB_LOST_S: "node 0's hub (tcp://...) unreachable for 45 s: node 0 may be down or cut
+        off from this node" (the warning's), or (``short``, a progress line's) "...: node 0 may
+        be lost, the ranks here then wait for it"; '' otherwise."""
         if not self.remote_hub or quiet_s is None or quiet_s < HUB_LOST_S:
             return ""
         said = f"node 0's hub ({self.remote_hub}) unreachable for {quiet_s:.0f} s"
