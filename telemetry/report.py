@@ -761,11 +761,20 @@ NO_EXIT = "no exit"
 as when another node's hub stopped first ("running" read as if it still were)."""
 
 
+STOPPED = "stopped"
+"""A rank's status once it ended by a stop, not failing (an exit code of
+failures.STOPPED_CODES: Ctrl-C, a viewer's Stop, SIGTERM from a scheduler or from torchrun
+after another rank failed), as the TUI's alerts and Prometheus's ``state`` say it: "exited" is
+a failure's (a stopped rank read "exited" beside its exits line's "stopped by you")."""
+
+
 def _status(r: RankState, closed: bool) -> str:
     """A rank's status at the log's end (``closed``: by its hub's stop line). A rank stalled or
     silent then stays so: that is what became of it, which "no exit" hid, and its episode says
     it never resumed."""
     status = r.status
+    if status == EXITED and r.exit_code in STOPPED_CODES:
+        return STOPPED
     if closed and status not in (FINISHED, EXITED, STALLED, SILENT):
         return NO_EXIT
     return status
