@@ -221,21 +221,33 @@ class SeqTracker:
     received: int = 0
     max_seq: int = -1
     lost_before: int = 0
-    """Lost in earlier incarnations of the rank (before a restart)."""
+    """Lost in the rank's processes before its previous one (torchrun restarted it)."""
+    before_received: int = 0
+    """Received of its previous process, whose last messages may come after its restart."""
+    before_max: int = -1
+    """The highest seq of its previous process."""
 
     def see(self, seq: int) -> None:
         self.received += 1
         if seq > self.max_seq:
             self.max_seq = seq
 
+    def see_before(self, seq: int) -> None:
+        """A message of the rank's previous process, come after its restart (:meth:`restart`):
+        its seq continues that process's count, not a gap in the new one's."""
+        self.before_received += 1
+        if seq > self.before_max:
+            self.before_max = seq
+
     def restart(self) -> None:
-        self.lost_before = self.lost
+        self.lost_before += max(0, self.before_max + 1 - self.before_received)
+        self.before_received, self.before_max = self.received, self.max_seq
         self.received = 0
         self.max_seq = -1
 
     @property
     def lost(self) -> int:
-        return self.lost_before + max(0, self.max_seq + 1 - self.received)
+        return self.lost_before + max(0, self.before_max + 1 - self.before_received) + max(0, self.max_seq + 1 - self.received)
 
 
 CUSTOM_NAMES = 256
@@ -288,6 +300,9 @@ class RankState:
         "custom_last",
         "history_step",
         "samples_before",
+        "before_top",
+        "before_noted",
+        "before_samples",
     )
 
     def __init__(self, rank: int) -> None:
@@ -358,6 +373,16 @@ class RankState:
         """Its own latest event but an error or its exit (a save's, an evaluation's, a
         warning), of this process: once after its last heartbeat, it came out of what that
         heartbeat said it was in (:func:`between_steps`)."""
+        self.before_top: int | None = None
+        """The highest seq heard from its previous process (torchrun restarted it; None: no
+        earlier process, or none heard from). That process's last messages may come after the
+        launcher's note of the restart (they were on their way as it died): a seq past this one
+        before the new process speaks (or older than its hello) continues the old count
+        (:meth:`RunState.apply`), not a gap in the new one's, and its exit is not the new one's."""
+        self.before_noted: int | None = None
+        """The exit code the launcher noted for its previous process (None: none noted)."""
+        self.before_samples = 0
+        """``samples_total`` of its previous process as ``samples_before`` counts it."""
 
     @property
     def loss_not_finite(self) -> tuple[str, int] | None:
@@ -384,9 +409,17 @@ class RankState:
     def new_process(self) -> None:
         """A new process for the rank (torchrun restarted it): its message order starts anew,
         its previous one's last step kept in ``step_before``."""
+        tops = [m.seq for m in (self.step, self.heartbeat, self.said, self.system, self.hello) if m is not None]
+        if self.seq.received:
+            tops.append(self.seq.max_seq)
+        top = max(tops, default=-1)
+        self.before_top = top if top >= 0 else None
+        self.before_noted = self.exit_noted
+        self.before_samples = 0
         if self.step is not None:
             self.step_before = self.step.step
             self.samples_before += self.step.samples_total or 0
+            self.before_samples = self.step.samples_total or 0
         self.step = None
         self.samples_mark = self.t_mark = self.samples_rate = None
         self.smooth = None
@@ -521,6 +554,12 @@ class RunState:
     Prometheus' counter, which a hub reading its log back counts again as it was)."""
     trend: Trend = field(default_factory=Trend)
     """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
+    attempt_note: schema.Event | None = None
+    """The note that began the job's current attempt: torchrun's first restart note of it, or
+    the hub's note of the job run again (None: the first attempt). A previous process's error
+    and exit that come after it belong before it (``_apply_before``)."""
+    attempt_count: int = 0
+    """The run's restart count of that attempt (torchrun's, ``restarts_before`` added)."""
     keep_recent: bool = False
     """Give each rank a ``recent`` window of its newest steps, which its taker fills (the hub:
     the medians it sends viewers are of every step, not of the steps its frames carry)."""
@@ -565,10 +604,26 @@ class RunState:
                     self._keep_lifecycle(msg)
                 if run_again(msg):
                     self.restarts_before = max(self.restarts_before, max((r.restarts for r in self.ranks.values()), default=0))
+                    self.attempt_note = msg
             return
         r = self.rank(msg.rank)
+        was_awaited = r.awaited
+        if (
+            msg.seq >= 0
+            and r.before_top is not None
+            and msg.seq > r.before_top
+            and (was_awaited or (r.hello is not None and msg.t < r.hello.t))
+            and not isinstance(msg, schema.Hello)
+        ):
+            # Its previous process's last words, on their way as it died, come after the
+            # launcher's note that torchrun restarted it (its new process not heard yet), or
+            # after its new process's hello and older: its seq continues the old count. Taken
+            # as the new process's, they read as 1,918 lost messages (its count starts anew)
+            # and its exit made the new process, waiting for its peers, "exited" (review 258).
+            self._apply_before(r, msg)
+            return
         r.last_seen = now
-        if msg.seq >= 0 and r.awaited:
+        if msg.seq >= 0 and was_awaited:
             r.awaited = False  # its new process speaks
         if self.track_seq and msg.seq >= 0:
             if isinstance(msg, schema.Hello) and msg.seq == 0 and r.seq.received:
@@ -596,8 +651,8 @@ class RunState:
             if restarts > r.restarts:  # torchrun's count so far: a viewer that attached late knows it too
                 self._restarting(restarts)
                 r.restarts = restarts
-            if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart):
-                r.new_process()
+            if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart) and not was_awaited:
+                r.new_process()  # (awaited: the restart's note began it, with what its old one left)
             # The run's config is rank 0's (every rank's is the same): another rank's copy is
             # not kept in memory (up to 256 KiB a rank; the JSONL log keeps every hello whole).
             r.hello = msg if msg.rank == 0 or not msg.config else msgspec.structs.replace(msg, config={})
@@ -631,9 +686,11 @@ class RunState:
                 # from 0
                 restarts = self.restarts_before + msg.code
                 self._restarting(restarts)
+                if restarts > self.attempt_count:
+                    self.attempt_count, self.attempt_note = restarts, msg  # the attempt's first note
                 r.restarts = restarts
+                r.new_process()  # (first: it keeps the launcher's note of its old process's exit)
                 r.alive_again()
-                r.new_process()
                 r.straggler = r.heartbeat = None
                 r.awaited = True
                 if r.seq.received:
@@ -680,11 +737,46 @@ class RunState:
 
             self.hangs_restarted[restart] = whole_hang(self)
 
-    def _keep_lifecycle(self, msg: schema.Message) -> None:
+    def _apply_before(self, r: RankState, msg: schema.Message) -> None:
+        """A message of ``r``'s previous process that came after torchrun's restart of it (see
+        ``apply``): counted in that process's seq, its last step kept as that process's, its
+        error and exit put in the lifecycle before the attempt's first restart note (the attempt
+        they ended, which the report and the alerts judge); its exit is not the new process's,
+        and said once where the launcher noted it. Heartbeats and samples are of no process now."""
+        if self.track_seq:
+            r.seq.see_before(msg.seq)
+        if isinstance(msg, schema.Step):
+            r.steps_seen += 1
+            if r.step_before is None or msg.step > r.step_before:
+                r.step_before = msg.step
+            total = msg.samples_total
+            if total is not None and total > r.before_samples:
+                r.samples_before += total - r.before_samples
+                r.before_samples = total
+        elif isinstance(msg, schema.Event):
+            noted = r.before_noted
+            code = msg.code or 0
+            if not (msg.name == "exit" and noted is not None and (code == noted or (code and noted))):
+                self.events.append(_kept(msg))
+            if is_lifecycle(msg):
+                self._keep_lifecycle(msg, before=self.attempt_note)
+
+    def _keep_lifecycle(self, msg: schema.Message, before: schema.Message | None = None) -> None:
+        """Keep ``msg`` in ``lifecycle``, last, or just before ``before`` (the note that began
+        the attempt it belongs before) where that is still kept."""
         if isinstance(msg, schema.Event):
             msg = _kept(msg)
         kept = self.lifecycle
-        kept.append(msg)
+        if before is not None:
+            for i in range(len(kept) - 1, -1, -1):
+                m = kept[i]
+                if m is before or (before.hseq and m.hseq == before.hseq):
+                    kept.insert(i, msg)
+                    break
+            else:
+                kept.append(msg)
+        else:
+            kept.append(msg)
         if self.lifecycle_limit is not None:
             limit = max(self.lifecycle_limit, 4 * len(self.ranks))
             while len(kept) > limit:
@@ -756,8 +848,11 @@ class RunState:
             cls = type(msg)
             if cls is Step or cls is System or cls is Heartbeat:
                 r = ranks.get(msg.rank)
-                if r is not None and not r.awaited:
-                    # What apply() does for these kinds once t0 and run_id are known.
+                if r is not None and not r.awaited and (
+                    r.before_top is None or msg.seq <= r.before_top or r.hello is None or msg.t >= r.hello.t
+                ):
+                    # What apply() does for these kinds once t0 and run_id are known (not for
+                    # its previous process's late words: see apply()).
                     if msg.hseq > hseq:
                         hseq = msg.hseq
                     if t_rank < msg.t < ceiling:
