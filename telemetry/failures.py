@@ -57,7 +57,9 @@ a rank). Never a root cause."""
 def stopped_how(rank: int, message: str | None) -> str | None:
     """Who stopped a rank, from the launcher's note of its exit: 'by you' (Ctrl-C), 'by
     pardash after torchrun was killed', 'by torchrun', 'by SIGTERM' (an older log's "rank 3 was
-    stopped by torchrun" too); None where the note says no such thing (a rank's own exit)."""
+    stopped by torchrun" too); of a job of several nodes, where ('by Ctrl-C on node 1 (HOST)',
+    'by the viewer on node 0 (HOST)': supervisor.Supervisor._stop_note); None where the note says
+    no such thing (a rank's own exit)."""
     text = (message or "").removeprefix(f"rank {rank} ").removeprefix("was ")
     return text.removeprefix("stopped ") if text.startswith("stopped by ") else None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -36,7 +37,8 @@ def _node1_supervisor(tmp_path, port: int, sockets: list) -> Supervisor:
     """Node 1's supervisor (one rank, rank 1) as it is once its torchrun has ended, each socket
     it makes to the hub kept in ``sockets``."""
     sup = Supervisor.__new__(Supervisor)
-    sup.spec = SimpleNamespace(curve_dir="", node_rank=1, nproc=1, run_id=RUN, max_restarts=0, run_dir=str(tmp_path))
+    sup.spec = SimpleNamespace(curve_dir="", nnodes=2, node_rank=1, nproc=1, run_id=RUN, max_restarts=0, run_dir=str(tmp_path),
+                               viewer_pid=0, output="output.log")  # fmt: skip
     sup._global, sup.ranks_started = {}, True
     sup._stopping, sup._stop_t, sup._stopped_by, sup._torchrun_killed = False, 0.0, signal.SIGTERM, 0
     sup.endpoints = {"ingest": f"tcp://127.0.0.1:{port}"}
@@ -114,7 +116,8 @@ def test_a_stopped_nodes_ranks_are_noted_at_the_stops_time(tmp_path):
         sup._stopping, sup._stop_t = True, T + 1.654
         sup._say_ends(-15, 143)
         (note,) = _notes(pull, 1)
-        assert (note.rank, note.code, note.message, note.t) == (1, -15, "stopped by SIGTERM", T + 1.654)
+        # (where: node 0's people did not send it, see test_stop_across_nodes.py)
+        assert (note.rank, note.code, note.message, note.t) == (1, -15, f"stopped by SIGTERM on node 1 ({socket.gethostname()})", T + 1.654)
     finally:
         pull.close(0)
 

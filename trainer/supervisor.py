@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -364,8 +365,6 @@ class Supervisor:
         spec = self.spec
         if spec.remote_hub or spec.telemetry_port or spec.telemetry_bind != "127.0.0.1":
             return 0
-        import socket
-
         for _ in range(20):
             socks = []
             try:
@@ -637,7 +636,7 @@ class Supervisor:
             # failed, or by the stop, as it began (``_stop_t``): another node's rank that failed
             # after it failed of it, however late this note comes, after torchrun's end.
             if self._stopping:
-                self._note_exits(-15, "stopped " + self._stopper(), push, t=self._stop_t)
+                self._note_exits(-15, "stopped " + self._stop_note(), push, t=self._stop_t)
             else:
                 self._note_exits(-15, "stopped by torchrun", push)
         else:
@@ -655,6 +654,24 @@ class Supervisor:
             if asked:
                 return f"by a viewer ({asked})"
         return stopper_text(self._stopped_by)
+
+    def _stop_note(self) -> str:
+        """Who stopped this node's ranks, as their exit notes say it to every node's readers
+        (node 0's hub and log, each node's viewer, the report): :meth:`_stopper`'s words on one
+        node; on a job of several nodes, where it was done ('by Ctrl-C on node 1 (HOST)', 'by
+        the viewer on node 0 (HOST)', 'by SIGTERM on node 1 (HOST)'). Each node's "by you" said
+        to the people at the others that they had stopped it ("rank 1 was stopped by you first"
+        on node 0 of a Ctrl-C on node 1). The launch's own last line keeps "by you"
+        (result.json's ``stopper``): it is read where the stop was made."""
+        spec = self.spec
+        who = self._stopper()
+        if spec.nnodes <= 1:
+            return who
+        if self._stopped_by == signal.SIGINT and who == stopper_text(signal.SIGINT):
+            # A person's stop here: a Stop chosen in the launch's viewer (which has the
+            # terminal and its Ctrl-C), else Ctrl-C at a headless launch.
+            who = "by the viewer" if self._under_a_tui() else "by Ctrl-C"
+        return f"{who} on node {spec.node_rank} ({socket.gethostname()})"
 
     def _note_exits(self, code: int, what: str, push=None, t: float | None = None) -> None:
         """Say, for every rank of this node, that it exited with ``code`` (seq -1: the
