@@ -465,6 +465,8 @@ def test_a_node_whose_keys_node_0s_hub_refuses_says_so_at_once(tmp_path, capsys)
         Supervisor.join_remote_hub(sup)
     err = capsys.readouterr().err
     assert "node 0's hub at " in err and "refuses this node: it does not admit this node's client key" in err, err
+    # Named by the address the user gave (the ingest port); it named the snapshot port (+2).
+    assert f"node 0's hub at {hub.ingest_endpoint} refuses" in err, err
     assert sup.spec.run_id == ""
 
 

@@ -274,14 +274,14 @@ class Supervisor:
             while not (client.wait_synced(0.5) or client.refused or self._stopping or time.monotonic() > deadline):
                 pass
             if client.synced:
-                spec.run_id = _run_id_of_node0(client.state.run_id, endpoints["snapshot"])
+                spec.run_id = _run_id_of_node0(client.state.run_id, spec.remote_hub)
             elif client.refused and not self._stopping:
                 spec.run_id = ""
-                print(f"pardash: node 0's hub at {endpoints['snapshot']} refuses this node: {client.refused.replace('this viewer', 'this node')}; training goes "
+                print(f"pardash: node 0's hub at {spec.remote_hub} refuses this node: {client.refused.replace('this viewer', 'this node')}; training goes "
                       "on, unwatched from this node", file=sys.stderr, flush=True)  # fmt: skip
             elif not self._stopping:
                 spec.run_id = ""
-                print(f"pardash: no answer from node 0's hub at {endpoints['snapshot']} (not up yet, not at that "
+                print(f"pardash: no answer from node 0's hub at {spec.remote_hub} (not up yet, not at that "
                       "address: see --master-addr, or its keys are not this node's: both nodes need the same "
                       "--curve-dir, or both --insecure); the job trains once torchrun's rendezvous has every node, and its "
                       "telemetry reaches the hub once that is up",
@@ -346,7 +346,7 @@ class Supervisor:
         try:
             while not (client.wait_synced(0.5) or client.refused or self._job_over):
                 pass
-            run_id = _run_id_of_node0(client.state.run_id, self.endpoints["snapshot"]) if client.synced else ""
+            run_id = _run_id_of_node0(client.state.run_id, spec.remote_hub) if client.synced else ""
         finally:
             client.close()
         if not run_id:
