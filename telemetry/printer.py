@@ -1013,9 +1013,12 @@ def _last_line_failure(f: dict) -> str:
 def failure_traceback(st, result: dict) -> tuple[int, str] | None:
     """The rank and traceback of the job's root cause, as the rank reported it, for a launch
     whose ranks' output was not on the screen to print before its last line; None when there
-    is none to show (a success, a rank killed by a signal, a stop of a job that had not failed)."""
+    is none to show (a success, a rank killed by a signal, a stop of a job that had not failed,
+    a failure a stop on another node caused)."""
     f = failure_summary(st)
     if f is None or (result.get("stopped") and not _failed_of_itself(f, st, result.get("stop_t"))):
+        return None
+    if f.get("stopped_first"):  # (a rank stopped first, on another node: its peers' errors are the stop's)
         return None
     # The error that failure_summary took its first line from: the rank's in the last attempt.
     tb = next((e.traceback for e in attempts(st)[-1] if e.name == "error" and e.rank == f["rank"]), None)

@@ -1486,6 +1486,29 @@ def test_a_failure_the_tui_hid_is_told_with_its_error_its_traceback_and_where_th
     assert failure_traceback(RunState(), {}) is None
 
 
+def test_a_failure_a_stop_on_another_node_caused_prints_no_traceback():
+    # Stop in node 0's TUI ended rank 0; rank 1, on node 1, failed in its collective with the
+    # socket closed. Node 1's last line said so ("rank 0 was stopped by the viewer on node 0
+    # first"), and its launch printed rank 1's gloo traceback above it, as if it had failed
+    # of itself.
+    from pardash.telemetry.printer import failure_traceback
+
+    t = 1.0e9
+    tb = "Traceback (most recent call last):\n  ...\nRuntimeError: [gloo] Connection closed by peer [127.0.0.1]:5000\n"
+    st = RunState()
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=1, step=1, step_s=0.1, samples=4, t=t + 1) for r in (0, 1)]
+    records += [
+        schema.Event(run="r", rank=0, seq=-1, name="exit", code=-15, message="stopped by the viewer on node 0 (h0)", t=t + 2),
+        schema.Event(run="r", rank=1, seq=2, name="error", message="RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:5000",
+                     traceback=tb, step=1, t=t + 3),
+        schema.Event(run="r", rank=1, seq=3, name="exit", code=1, step=1, t=t + 3),
+    ]  # fmt: skip
+    for m in records:
+        st.apply(m, 0.0)
+    assert failure_traceback(st, {}) is None  # (node 1's launch: not itself stopped)
+
+
 def test_a_job_whose_ranks_were_only_stopped_names_no_root_cause(tmp_path):
     # The user stopped the job (or a scheduler sent SIGTERM): every rank ended by SIGTERM, as
     # the launcher notes for them. None of them caused it.
