@@ -560,6 +560,10 @@ class RunState:
     and exit that come after it belong before it (``_apply_before``)."""
     attempt_count: int = 0
     """The run's restart count of that attempt (torchrun's, ``restarts_before`` added)."""
+    job_ended: bool = False
+    """The launch that runs the job saw its torchrun end (set by the launch's viewer, from the
+    launch's own word: its ranks' messages may never say it, of a rank silent, killed with its
+    node, or one never heard from). Applying messages never sets it."""
     keep_recent: bool = False
     """Give each rank a ``recent`` window of its newest steps, which its taker fills (the hub:
     the medians it sends viewers are of every step, not of the steps its frames carry)."""

@@ -373,6 +373,64 @@ def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, Exit
     ]
 
 
+NEVER_HEARD_ALERTS = 64
+"""Ranks never heard from get an alert each up to this many; past it, one alert says them all."""
+
+ENDED_UNSAID = "; the job has ended (torchrun exited), how it ended is not known"
+"""Said of a rank with no end of its own once the launch saw the job end (``job_ended``)."""
+
+
+def never_heard(state: st.RunState) -> list[int]:
+    """The ranks of the job's world size (its hello's) that the hub never heard from, by rank."""
+    ranks = state.ranks
+    world = state.world_size
+    if len(ranks) >= world:
+        return []
+    seen = _never_seen
+    if seen[0] is ranks and seen[1] == world and seen[2] == len(ranks):
+        return seen[3]
+    missing = sorted(set(range(world)) - ranks.keys())
+    seen[:] = [ranks, world, len(ranks), missing]
+    return missing
+
+
+_never_seen: list = [None, 0, 0, []]
+"""The ranks (a state's, held: not its id, which another could take), world size and count
+:func:`never_heard` last answered for, and its answer: asked each frame, a world of 32,768
+ranks is not walked each time."""
+
+
+def _ends_unsaid(state: st.RunState, alerts: list[Alert]) -> list[Alert]:
+    """Ends nothing said: once the job is over (the launch saw its torchrun end,
+    ``RunState.job_ended``, or every rank heard from is done), each rank of its world size never
+    heard from (silent from the start: "✓ every rank finished" was said of a job of 2 ranks
+    with one row, the other node's ranks refused by the hub's keys); and once the job has
+    ended, each rank that said no end of its own says so (a rank killed with its node read
+    "silent" for as long as the viewer stayed, nothing saying the job was over)."""
+    ranks = state.ranks
+    ended = state.job_ended
+    if not ranks or not (ended or all(r.finished or r.exit_code is not None for r in ranks.values())):
+        return alerts
+    out = list(alerts)
+    if ended:
+        told: set[int] = set()
+        for i, a in enumerate(out):
+            if a.rank >= 0 and a.rank not in told and a.rank in ranks and ranks[a.rank].status not in (st.EXITED, st.FINISHED):
+                told.add(a.rank)
+                out[i] = replace(a, text=a.text + ENDED_UNSAID)
+        for r in ranks.values():
+            if r.rank not in told and r.status not in (st.EXITED, st.FINISHED):
+                out.append(Alert("silent", r.rank, f"rank {r.rank} said no end of its own{ENDED_UNSAID}"))
+    missing = never_heard(state)
+    if missing:
+        of = f" ({len(missing)} of the job's {state.world_size} ranks)"
+        if len(missing) > NEVER_HEARD_ALERTS:
+            out.append(Alert("silent", missing[0], f"ranks {ranks_text(missing)} never heard from: no word of them reached this hub{of}"))
+        else:
+            out.extend(Alert("silent", q, f"rank {q} never heard from: no word of it reached this hub{of}") for q in missing)
+    return out
+
+
 def run_alerts(
     state: st.RunState,
     ranks: Iterable[st.RankState] | None = None,
@@ -438,6 +496,7 @@ def run_alerts(
         why = f", likely the cause: {failed} other{'s' if failed > 1 else ''} failed waiting for it"
         out = [Alert(a.kind, a.rank, a.text + why, first=True) if a.kind in ("stalled", "silent") and a.rank == first else a for a in out]
     out = _stall_causes(state, out, exits if first is None else None)
+    out = _ends_unsaid(state, out)
     mixed = jobs_mixed_alert(state)
     if mixed is not None:
         out.append(mixed)

@@ -48,6 +48,9 @@ SEEK_S = 10.0
 """How far ``[`` and ``]`` move a replay."""
 JUMP_S = 60.0
 """How far ``{`` and ``}`` move a replay at the least: a tenth of a run longer than 10 minutes."""
+JOB_CHECK_S = 1.0
+"""How often the app asks the launch whether its job has ended (``job_over``: torchrun exited),
+while the ranks' messages do not say so (a rank silent, or never heard from)."""
 
 QUIT = "quit"
 """Return value when a viewer that did not launch the job quits."""
@@ -115,6 +118,9 @@ class PardashApp(App[str | None]):
         """True when this viewer started the job: quitting asks stop or detach."""
         self.job_over = job_over
         """Whether the launched job has ended (None: judged from its ranks alone)."""
+        self._job_ended = False
+        """``job_over`` said so (it stays so): the state's ``job_ended``, the alerts say it."""
+        self._job_checked = -JOB_CHECK_S
         self.on_exit_choice = on_exit_choice
         self.version = 0
         """Counts polls that changed the run's state (screens redraw slow panels on change).
@@ -200,6 +206,8 @@ class PardashApp(App[str | None]):
                 self.notify(message, severity="error", timeout=10)
             return
         now = time.monotonic()
+        if self._job_ends(now) and not changed:
+            self._tell_updated()
         if changed:
             self._last_change = now
             self._quiet_told = -1
@@ -214,6 +222,29 @@ class PardashApp(App[str | None]):
                 self._quiet_told = quiet
                 self._tell_updated()
         self._pace(IDLE_POLL_S if not changed and self._idle() else POLL_S)
+
+    def _job_ends(self, now: float) -> bool:
+        """Whether the launch's own job is now known to have ended (torchrun exited), which its
+        ranks' messages may never say (a rank silent, killed with its node; one never heard
+        from): the state takes it (``RunState.job_ended``), for the alerts to say. True once,
+        and again for a new state (a snapshot) that does not know it yet."""
+        state = self.source.state
+        if self.job_over is None or state.job_ended:
+            return False
+        if not self._job_ended and now - self._job_checked >= JOB_CHECK_S:
+            self._job_checked = now
+            self._job_ended = self._ask_job_over()
+        if not self._job_ended:
+            return False
+        state.job_ended = True
+        self.version += 1  # (said even where no message came: the hub's frames go on, empty)
+        return True
+
+    def _ask_job_over(self) -> bool:
+        try:
+            return bool(self.job_over())  # type: ignore[misc]
+        except Exception:  # (a launch that cannot tell: the ranks' word stands)
+            return False
 
     def _seen(self) -> bool:
         """Whether what a live source's poll took changes what the screens show: a snapshot
@@ -358,14 +389,18 @@ class PardashApp(App[str | None]):
         await self.action_quit()
 
     def _over(self) -> bool:
-        """Every rank is done and no torchrun restart may bring them back (every one finished,
-        or the launched job has ended): ranks that failed with --max-restarts left are not."""
+        """The job is over: the launched job has ended (torchrun exited, whatever its ranks
+        said: one silent, killed with its node, or never heard from), or every rank is done and
+        no torchrun restart may bring them back (every one finished); ranks that failed with
+        --max-restarts left are not."""
         state = self.source.state
-        if not run_over(state):
-            return False
-        if self.job_over is None or all(r.finished for r in state.ranks.values()):
+        if self.job_over is not None and not self._job_ended:
+            self._job_ended = self._ask_job_over()
+        if self._job_ended:
+            # (it read "1 silent, 1 exited" with Stop and Detach offered for a job whose
+            # torchrun had exited: only the launch, its supervisor and the hub were left)
             return True
-        return self.job_over()
+        return run_over(state) and (self.job_over is None or all(r.finished for r in state.ranks.values()))
 
     def _quit_chosen(self, choice: str | None) -> None:
         if choice:
