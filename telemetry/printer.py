@@ -19,7 +19,7 @@ from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
 from .failures import PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, root_cause, short_error, signal_name
 from .recorder import CONTINUED_AT
-from .state import RUNNING, SMOOTH_FIGURES, STARTING, run_over, torchrun_restart
+from .state import EXITED, RUNNING, SMOOTH_FIGURES, STARTING, run_over, torchrun_restart
 from .summary import (
     held_spread,
     named_by_step,
@@ -463,6 +463,8 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
         several = ranks is not None and len(ranks) > 1
         who = "hub" if ev.rank < 0 else ranks_named(ranks if several else [ev.rank])
         if ev.name == "exit":
+            if ev.code in STOPPED_CODES and (ev.message or "").startswith("stopped"):  # (its launcher's note of a stop)
+                return f"[exit] {who} {ev.message} ({signal_name(ev.code) or f'code {ev.code}'})"
             return "" if not ev.code else f"[exit] {who} exited with code {ev.code}"
         if ev.name == "error":
             first = (ev.message or "").strip().splitlines()[:1]
@@ -598,12 +600,19 @@ BUSY_STATES = {"checkpoint": "saving", "eval": "evaluating", "resume": "resuming
 is said to be doing: a save of 6 s read "2 running" beside a step that stood still."""
 
 
+def _stopped_or(r) -> str:
+    """The rank's status, but "stopped" for one that exited by a stop (failures.STOPPED_CODES),
+    as the report and Prometheus say it: a Ctrl-C's end read "2 exited", a failure's word."""
+    status = r.status
+    return "stopped" if status == EXITED and r.exit_code in STOPPED_CODES else status
+
+
 def states_text(st) -> str:
     """How many ranks are in each state ("1 running, 1 saving"): a working rank whose heartbeat
     says it saves, evaluates or loads a checkpoint is said so (see BUSY_STATES)."""
     counts: dict[str, int] = {}
     for r in st.ranks.values():
-        status = r.status
+        status = _stopped_or(r)
         hb = r.heartbeat
         if status in (RUNNING, STARTING) and hb is not None:
             busy = BUSY_STATES.get(hb.phase)
@@ -909,7 +918,7 @@ def follow_attached(printer: ProgressPrinter, source, gone_s: float = HUB_GONE_S
 
     printer.follow(done)
     st = source.state
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(st.status_counts().items()))
+    counts = states_text(st)
     refused = getattr(source, "refused", "")
     if refused and not run_over(st):
         # (its warning said the hub refuses this viewer, and the line after it blamed the

@@ -279,3 +279,22 @@ def test_the_closing_line_comes_again_below_events_printed_after_it(monkeypatch)
     printer.update(force=True)
     lines = [re.sub(r"^\[ *[\d.]+s\] ", "", line) for line in out.getvalue().splitlines()]
     assert [line.split(" |")[0] for line in lines] == ["step 20", "[checkpoint] rank 0 at step 10: /ckpt/s10.ckpt (2 ms)", "step 20"], lines
+
+
+def test_a_stopped_ranks_end_is_said_as_a_stop_not_an_exit():
+    # A Ctrl-C at a headless launch printed "[exit] ranks 0-1 exited with code -15" and
+    # "2 exited", a failure's words, as the report and Prometheus say "stopped".
+    from pardash.telemetry.printer import event_line, group_alike, states_text
+    from pardash.telemetry.state import RunState
+
+    st = RunState()
+    msgs = [schema.Hello(run="r", rank=r, seq=0, world_size=3, strategy="ddp", t=1.0) for r in range(3)]
+    msgs += [schema.Event(run="r", rank=r, seq=-1, name="exit", code=-15, message="stopped by you", t=2.0) for r in (0, 1)]
+    msgs.append(schema.Event(run="r", rank=2, seq=5, name="exit", code=1, t=2.0))
+    for m in msgs:
+        st.apply(m, 0.0)
+    assert sorted(event_line(*e) for e in group_alike(msgs[3:])) == [
+        "[exit] rank 2 exited with code 1",
+        "[exit] ranks 0-1 stopped by you (SIGTERM)",
+    ]
+    assert states_text(st) == "1 exited, 2 stopped"
