@@ -34,3 +34,20 @@ def test_a_chart_says_when_points_are_off_its_scale():
     assert not off_scale(series(steady), 40)
     assert off_scale(series([4.2, *steady]), 41)  # a first loss of 4.2 above a run near 1: ▲
     assert not off_scale(series([4.2, *steady[:10]]), 11)  # (fewer than MIN_POINTS: all in the scale)
+
+
+@pytest.mark.parametrize(("start", "end"), [((160, 50), (100, 40)), ((100, 40), (200, 50))])
+async def test_an_ended_replays_loss_chart_is_drawn_again_at_a_new_width(start, end):
+    # The chart's series is cut to its width at each frame; an ended replay sends none, and
+    # after a resize the chart kept the old width's: its left part alone (its end step gone)
+    # after the terminal shrank, squeezed into the left columns after it grew.
+    app = replay_app("run4.jsonl")
+    async with app.run_test(size=start) as pilot:
+        trend = app.screen.query_one("#trend", HistoryChart)
+        await until(pilot, lambda: trend.series is not None and "now" in str(trend.border_title))
+        assert len(trend.series.values) == trend.plot_width
+        before = trend.plot_width
+        await pilot.resize_terminal(*end)
+        await until(pilot, lambda: trend.plot_width != before)
+        await until(pilot, lambda: len(trend.series.values) == trend.plot_width)
+        assert trend.series.last_step > trend.series.first_step

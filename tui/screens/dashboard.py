@@ -529,6 +529,12 @@ class DashboardScreen(Screen):
         w.selected.row = row
         self._trend_now()
 
+    @on(HistoryChart.WidthChanged)
+    def _trend_resized(self, message: HistoryChart.WidthChanged) -> None:
+        if self._widgets is not None and message.chart is self._widgets.trend:
+            self._slow_version = -1  # (drawn again at the chart's new width, frame or none)
+            self._refresh_slow()
+
     def _trend_now(self) -> None:
         """The loss chart's "now": the median of the losses the grid shows, at the pace of the
         header and the selected rank's line (the curve itself at the charts' lower rate). Taken

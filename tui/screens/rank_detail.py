@@ -205,6 +205,10 @@ class RankDetailScreen(Screen):
         self.refresh_run()  # the title fits its lines to the width; memory its rows to the height
         self.call_after_refresh(self._refresh_charts, force=True)
 
+    @on(HistoryChart.WidthChanged)
+    def _chart_resized(self, _message: HistoryChart.WidthChanged) -> None:
+        self._refresh_charts(force=True)
+
     def refresh_run(self) -> None:
         """Redraw the figures (cheap); charts follow at their own rate."""
         if not self.is_mounted:

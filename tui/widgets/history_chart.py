@@ -9,6 +9,7 @@ from typing import ClassVar
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
+from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
@@ -139,8 +140,21 @@ class HistoryChart(CachedStyles, Widget):
         self._lines = None
         self.refresh()
 
+    class WidthChanged(Message):
+        """The plot is no longer as wide as its series (a resize): its screen cuts the series
+        to the new width. (Cut at each frame only, an ended or paused replay's chart kept the
+        old width's: its left part alone after the terminal shrank, its end step gone; squeezed
+        into the left columns after it grew.)"""
+
+        def __init__(self, chart: HistoryChart) -> None:
+            super().__init__()
+            self.chart = chart
+
     def on_resize(self, event: events.Resize) -> None:
         self._lines = None
+        s = self.series
+        if s is not None and len(s.values) != self.plot_width:
+            self.post_message(self.WidthChanged(self))
 
     def render_line(self, y: int) -> Strip:
         if self._lines is None:
