@@ -246,10 +246,10 @@ def _ask_to_stop(run_dir: str) -> None:
         pass
 
 
-def _run_tui(source, *, title: str, notice: str = "") -> int:
+def _run_tui(source, *, title: str, notice: str = "", runs_dir: str = "runs") -> int:
     from pardash.tui.app import make_app
 
-    app = make_app(source, launched=False, title=title, notice=notice)
+    app = make_app(source, launched=False, title=title, notice=notice, runs_dir=runs_dir)
     app.run()
     return app.return_code or 0  # 1 when the app ended on an error (Textual printed it)
 
@@ -418,7 +418,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         so_far = " so far (its log is still being written)" if source.following else ""
         notice = f"--start {fmt_clock(ns.start)} is past the run's end: it is only {fmt_clock(source.duration_s)} long{so_far}; the replay starts at its end"
         print(f"{PROG}: {notice}", file=sys.stderr, flush=True)
-    return _run_tui(source, title=f"pardash replay {os.path.basename(ns.log)}", notice=notice)
+    return _run_tui(source, title=f"pardash replay {os.path.basename(ns.log)}", notice=notice, runs_dir=ns.runs_dir)
 
 
 # -- issue 6: bench, export, Prometheus -----------------------------------------------------

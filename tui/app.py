@@ -101,6 +101,7 @@ class PardashApp(App[str | None]):
         come_back: str = "",
         output: str = "",
         attached: bool = False,
+        runs_dir: str = "runs",
     ) -> None:
         super().__init__()
         self.source = source
@@ -109,6 +110,8 @@ class PardashApp(App[str | None]):
         it): Ctrl+C twice detaches, not stops."""
         self.output = output
         """The ranks' output file the launch gave ('': found from the source, see output_file)."""
+        self.runs_dir = runs_dir
+        """The runs folder a replayed log's run folder is looked for in (its --runs-dir)."""
         self.come_back = come_back
         """The command that watches this run again, said by the quit dialog's Detach (default
         `pardash attach RUN_ID`; a node > 0's launch serves no id here, and a run with keys
@@ -490,6 +493,7 @@ def make_app(
     come_back: str = "",
     output: str = "",
     attached: bool = False,
+    runs_dir: str = "runs",
 ) -> PardashApp:
     """Build the dashboard over ``source``.
 
@@ -505,6 +509,7 @@ def make_app(
     ``output``: the file the ranks' output goes to (the launch's; an attached run's is found in
     its folder, a replayed log's beside it): ``o`` shows it. ``attached``: a viewer of a job it
     did not launch (``pardash attach``), which Ctrl+C twice leaves (the launch's own stops it).
+    ``runs_dir``: where a replayed log's run folder (its output) is looked for besides beside it.
     """
     return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over, notice=notice,
-                      come_back=come_back, output=output, attached=attached)  # fmt: skip
+                      come_back=come_back, output=output, attached=attached, runs_dir=runs_dir)  # fmt: skip

@@ -189,3 +189,17 @@ async def test_the_match_stays_in_view_as_the_view_gets_shorter(tmp_path):
         await until(pilot, lambda: screen.query_one(RichLog).size.height < 20)
         await pilot.pause()
         assert _marked_lines(screen) == [_line(399)]
+
+
+async def test_replays_runs_dir_is_where_o_looks_for_the_runs_folder(tmp_path, monkeypatch):
+    # `pardash replay run1.jsonl --runs-dir mine` (a launch's --runs-dir): `o` looked in ./runs
+    # alone, whatever the replay was told.
+    elsewhere = tmp_path / "else"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    src, output = _replayed_elsewhere(tmp_path / "b", runs="mine")
+    app = make_app(src, runs_dir=str(tmp_path / "b" / "mine"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OutputScreen) and any("step 1 loss 0.5" in strip_text(s) for s in app.screen.query_one("RichLog").lines))
+        assert f"{output} · 1 lines" in str(app.screen.query_one("#title").render())

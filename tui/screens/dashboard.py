@@ -635,7 +635,8 @@ class DashboardScreen(Screen):
     def action_output(self) -> None:
         from .output import OutputScreen, output_file
 
-        self.app.push_screen(OutputScreen(*output_file(self.app.source, getattr(self.app, "output", ""))))
+        app = self.app
+        self.app.push_screen(OutputScreen(*output_file(app.source, getattr(app, "output", ""), runs_dir=getattr(app, "runs_dir", "runs"))))
 
     def action_toggle_form(self) -> None:
         grid = self.grid
