@@ -195,7 +195,8 @@ def test_a_replay_asked_to_start_past_the_runs_end_says_how_long_the_run_is(tmp_
     monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: True)
     monkeypatch.setattr(cli.sys.stdout, "isatty", lambda: True)
     notices: list[str] = []
-    monkeypatch.setattr(cli, "_run_tui", lambda source, title, notice="": (started.append(source.position_s), notices.append(notice), 0)[2])
+    dirs: list[str] = []
+    monkeypatch.setattr(cli, "_run_tui", lambda source, title, notice="", runs_dir="runs": (started.append(source.position_s), notices.append(notice), dirs.append(runs_dir), 0)[3])
     assert cli.main(["replay", log, "--start", "99:00:00"]) == 0
     said = capsys.readouterr().err
     assert said == f"pardash: --start 99:00:00 is past the run's end: it is only {long} long; the replay starts at its end\n"
@@ -206,6 +207,8 @@ def test_a_replay_asked_to_start_past_the_runs_end_says_how_long_the_run_is(tmp_
         assert cli.main(["replay", log, "--start", start]) == 0
         assert capsys.readouterr().err == "", start
         assert notices[-1] == "", start
+    assert cli.main(["replay", log, "--runs-dir", str(tmp_path)]) == 0
+    assert dirs[-1] == str(tmp_path)  # (where `o` looks for the run's folder)
 
 
 # -- a damaged .gz log --------------------------------------------------------------------------
