@@ -228,7 +228,8 @@ def rank_alerts(
         step = _exit_step(r, exit)
         how = _stopped_how(r.rank, exit.cause if exit is not None else "")
         sig = signal_name(r.exit_code)
-        code = "" if sig and how.endswith(sig) else f" ({sig})" if sig else f" (exit code {r.exit_code})"  # ("stopped by SIGTERM")
+        # (not "stopped by SIGTERM on node 1 (h) at step 5 (SIGTERM)": the words name it already)
+        code = "" if sig and re.search(rf"\b{sig}\b", how) else f" ({sig})" if sig else f" (exit code {r.exit_code})"
         text = f"rank {r.rank} was stopped{how}" + (f" at step {step}" if step is not None else "") + code
         out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
     elif status == st.EXITED:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
+from pardash.telemetry.failures import STOPPED_CODES
 from pardash.telemetry.ring import HISTORY_COLUMNS
 from pardash.telemetry.state import median_small
 from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, wall_step_s
@@ -56,6 +57,20 @@ totals count apart from the running ones (the header read "● 2 running" over a
 of them "saving")."""
 
 
+STOPPED = "stopped"
+"""What the grid and the header call a rank that exited by a stop, not failing: its exit code
+one of failures.STOPPED_CODES (Ctrl-C, a viewer's Stop, SIGTERM from a scheduler, or from
+torchrun after another rank failed), as the report, Prometheus and the headless progress say
+it (a Ctrl-C's end read "× 2 exited" and "exit -15", a failure's words and colour). Its status
+stays ``exited`` (``RankRow.stopped`` says it); the rank a failure or hang started from keeps a
+failure's look whatever its code (see ``RankRow.cause``)."""
+
+
+def is_stop(status: str, exit_code: int | None) -> bool:
+    """Whether a rank of ``status`` ended by a stop, not failing (see :data:`STOPPED`)."""
+    return status == st.EXITED and exit_code in STOPPED_CODES
+
+
 def is_saving(r: st.RankState, step: schema.Step | None) -> bool:
     """Whether a running rank is saving a checkpoint now: its heartbeat's phase, since its last
     step (a heartbeat from before that is no word of now: the save is over). Its step stands
@@ -81,9 +96,10 @@ _STATUS_ORDER = {
     st.SILENT: 1,
     st.STALLED: 2,
     st.STRAGGLER: 3,
-    st.STARTING: 4,
-    st.RUNNING: 5,
-    st.FINISHED: 6,
+    STOPPED: 4,
+    st.STARTING: 5,
+    st.RUNNING: 6,
+    st.FINISHED: 7,
 }
 """Most urgent first when sorting by status."""
 
@@ -138,6 +154,9 @@ class RankRow:
     saving: bool = False
     """Running and saving a checkpoint now (its heartbeat's phase, since its last step): its step
     stands still for the save's length, which read as a plain running rank gone quiet."""
+    stopped: bool = False
+    """Exited by a stop, not failing (see :data:`STOPPED`), and not the rank a failure or hang
+    started from: the grid says "stopped", not "exit -15"."""
 
     @property
     def flagged(self) -> bool:
@@ -273,6 +292,7 @@ class _Rank:
         "flagged",
         "exit_first",
         "cause",
+        "stopped",
         "row",
         "row_gen",
         "smooth",
@@ -303,6 +323,8 @@ class _Rank:
         self.flagged = False
         self.exit_first: bool | None = None
         self.cause = False
+        self.stopped = False
+        """Exited with a code of a stop (:func:`is_stop`), cause or not."""
         self.row: RankRow | None = None
         self.row_gen = -1
         self.smooth: dict[str, list] = {}
@@ -552,7 +574,12 @@ class RowBuilder:
                     if changed is not None:
                         changed.add(e.rank)
                 continue
-            counted = SAVING if status == RUNNING and is_saving(r, step) else status
+            stopped = status == st.EXITED and r.exit_code in STOPPED_CODES
+            if stopped != e.stopped:
+                e.stopped = stopped
+                if changed is not None:
+                    changed.add(e.rank)
+            counted = SAVING if status == RUNNING and is_saving(r, step) else STOPPED if stopped else status
             counts[counted] = counts.get(counted, 0) + 1
             if step is not None:
                 if self_s is None:
@@ -631,6 +658,16 @@ class RowBuilder:
                     counts[st.STALLED] = stalled
                 else:
                     del counts[st.STALLED]
+        if counts.get(STOPPED) and self._causes:
+            # The rank a failure or hang started from keeps a failure's look whatever its code
+            # (stopped as it hung, the others failing waiting for it): counted as the grid draws it.
+            by_rank = self._by_rank
+            caused = sum(1 for rank in self._causes if (c := by_rank.get(rank)) is not None and c.stopped)
+            if caused:
+                counts[STOPPED] -= caused
+                counts[st.EXITED] = counts.get(st.EXITED, 0) + caused
+                if not counts[STOPPED]:
+                    del counts[STOPPED]
         if nodes_moved:
             self.layout_gen += 1
         if flags_moved:
@@ -700,14 +737,14 @@ class RowBuilder:
         if waiting != self._waiting:
             # Every stalled rank turns into one waiting for the cause, or back (see heat_key).
             touched += [e for e in self._ranks if e.status == st.STALLED]
-        before = [self._hang_mark(e) for e in touched]
+        before = [(self._hang_mark(e), self._stop_shown(e)) for e in touched]
         for e in touched:
             e.cause = e.rank in causes
         self._causes, self._waiting = causes, waiting
         self._waits_for_text = waited_for_text(causes) if waiting else ""
         changed = self.changed
         if changed is not None:
-            changed.update(e.rank for e, mark in zip(touched, before) if self._hang_mark(e) != mark)
+            changed.update(e.rank for e, mark in zip(touched, before) if (self._hang_mark(e), self._stop_shown(e)) != mark)
 
     def _mark_first_exit(self, first: int | None) -> None:
         """When several ranks exited (``first``: the root cause, see ``alerts.cause_rank``; None:
@@ -750,10 +787,18 @@ class RowBuilder:
 
     def heat_key(self, rank: int) -> tuple[str, int, bool | None, bool | None] | None:
         """What a rank's heat-map glyph shows: (status, deviation level, exit order mark, hang
-        mark). The hang mark is True for the stalled or silent rank a hang likely waits for
+        mark); the status :data:`STOPPED` for a rank shown stopped (``RankRow.stopped``). The
+        hang mark is True for the stalled or silent rank a hang likely waits for
         (``RankRow.cause``), False for a stalled rank waiting for it, None otherwise."""
         e = self._by_rank.get(rank)
-        return (e.status, e.level, e.exit_first, self._hang_mark(e)) if e is not None else None
+        if e is None:
+            return None
+        return (STOPPED if self._stop_shown(e) else e.status, e.level, e.exit_first, self._hang_mark(e))
+
+    @staticmethod
+    def _stop_shown(e: _Rank) -> bool:
+        """Whether the rank is shown stopped (``RankRow.stopped``)."""
+        return e.stopped and not e.cause
 
     def _hang_mark(self, e: _Rank) -> bool | None:
         status = e.status
@@ -845,6 +890,7 @@ class RowBuilder:
             self.dev_floor_s,
             r.loss_not_finite,
             saving,
+            self._stop_shown(e),
         )
 
 
@@ -902,7 +948,7 @@ def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
         # timeout waiting for it ended the job); then the worst first, the root cause of a
         # failure first among the exited (it sat in its rank's place, among the 1023 ranks
         # stopped because of it).
-        return sorted(rows, key=lambda r: (not r.cause, _STATUS_ORDER.get(r.status, 9), r.exit_first is not True, r.rank))
+        return sorted(rows, key=lambda r: (not r.cause, _STATUS_ORDER.get(STOPPED if r.stopped else r.status, 9), r.exit_first is not True, r.rank))
     raise ValueError(f"unknown sort key {key!r}")
 
 
@@ -911,8 +957,9 @@ class RunTotals:
     """Run-wide figures the header shows, gathered in one pass over the ranks."""
 
     status_counts: dict[str, int]
-    """Ranks by status, the stalled ones waiting for a hang's cause under ``WAITING`` (as the
-    grid draws them; :func:`run_totals`, which knows no grid, counts them stalled)."""
+    """Ranks by status, the stalled ones waiting for a hang's cause under ``WAITING`` and the
+    exited ones stopped under ``STOPPED`` (as the grid draws them; :func:`run_totals`, which
+    knows no grid, counts them stalled, and counts a cause stopped)."""
     nodes: int
     step: int
     """The slowest rank's last step (as ``RunState.step``)."""
@@ -933,7 +980,8 @@ def run_totals(state: st.RunState) -> RunTotals:
     seen = False
     for r in state.ranks.values():
         status = r.status
-        counts[status] = counts.get(status, 0) + 1
+        counted = STOPPED if is_stop(status, r.exit_code) else status
+        counts[counted] = counts.get(counted, 0) + 1
         hello = r.hello
         if hello is None:
             nodes.add(0)

@@ -26,7 +26,7 @@ GLYPHS = {
     "loss": "⊘",
     "straggler": "▲",
     "not_sharding": "▣",
-    "stopped": "■",
+    "stopped": "▬",
 }
 """Each kind's glyph, as the grid's (a stalled rank waiting for a hang's cause: ◇ waiting)."""
 LABELS = {

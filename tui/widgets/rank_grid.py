@@ -37,11 +37,11 @@ from ..grid_layout import (
     shown_rows,
 )
 from ..messages import RankChosen, RankHighlighted
-from ..model import SORT_KEYS, RankRow, RowBuilder
+from ..model import SORT_KEYS, STOPPED, RankRow, RowBuilder
 from ..styles import component_fg
 
 
-_GONE = (st.EXITED, st.FINISHED, st.SILENT)
+_GONE = (st.EXITED, STOPPED, st.FINISHED, st.SILENT)
 _CURSOR_HEAT = Style(reverse=True, bold=True)
 _CURSOR_ON_REVERSED = Style(reverse=False, bold=True, underline=True)
 """The heat map's cursor over a glyph's style, and over one drawn reversed (an exited rank)."""
@@ -92,6 +92,7 @@ class RankGrid(ScrollView, can_focus=True):
         "rank-grid--silent",
         "rank-grid--exited",
         "rank-grid--exited-after",
+        "rank-grid--stopped",
         "rank-grid--finished",
         "rank-grid--dev-warn",
         "rank-grid--dev-bad",
@@ -134,6 +135,7 @@ class RankGrid(ScrollView, can_focus=True):
     RankGrid > .rank-grid--silent { color: $text-error; }
     RankGrid > .rank-grid--exited { color: $text-error; text-style: bold reverse; }
     RankGrid > .rank-grid--exited-after { color: $text-error 70%; }
+    RankGrid > .rank-grid--stopped { color: $text-secondary; }
     RankGrid > .rank-grid--finished { color: $text-primary; }
     RankGrid > .rank-grid--dev-warn { color: $text-warning; }
     RankGrid > .rank-grid--dev-bad { color: $text-error; text-style: bold; }
@@ -413,6 +415,8 @@ class RankGrid(ScrollView, can_focus=True):
     def _status_style(self, status: str, exit_first: bool | None, hang: bool | None = None) -> Style:
         """``hang``: True for the rank a hang likely waits for, False for one waiting for it
         (see RowBuilder.heat_key): the cause stands out from its victims."""
+        if status == STOPPED:  # (stopped after a failure: no failure of its own, not its colour)
+            return self._style("rank-grid--stopped")
         if exit_first is False:
             return self._style("rank-grid--exited-after")
         if hang is True:
@@ -595,10 +599,12 @@ class RankGrid(ScrollView, can_focus=True):
         neighbouring fields of one style make one run."""
         base = self._base()
         dim = self._style("rank-grid--dim")
-        status = row.status
+        status = STOPPED if row.stopped else row.status
         exit_first = row.exit_first
         hang = True if row.cause and status in (st.STALLED, st.SILENT) else False if row.waiting else None
-        if status == st.EXITED and row.exit_code is not None:
+        if status == STOPPED:  # (by Ctrl-C, a Stop, SIGTERM: "exit -15" read as a failure)
+            status_text, status_style = STOPPED, self._status_style(status, exit_first)
+        elif status == st.EXITED and row.exit_code is not None:
             status_text, status_style = f"exit {row.exit_code}", self._status_style(status, exit_first)
         elif row.not_sharding and status == st.RUNNING:
             status_text, status_style = "unsharded", self._style("rank-grid--unsharded")

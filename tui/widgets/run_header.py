@@ -20,7 +20,7 @@ from pardash.telemetry.client import Source
 from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent, time_left_s, total_steps
 
 from ..format import fmt_count, fmt_duration, fmt_rate
-from ..model import SAVING, WAITING, RunTotals, run_totals
+from ..model import SAVING, STOPPED, WAITING, RunTotals, run_totals
 from ..run_clock import run_origin
 from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
@@ -33,6 +33,7 @@ STATUS_MARKS = (
     (WAITING, "◇"),  # (stalled, waiting for a hang's cause: as the grid draws and counts it)
     (st.SILENT, "○"),
     (st.EXITED, "×"),
+    (STOPPED, "▬"),  # (exited by a stop, not failing: as the grid draws and counts it)
     (st.FINISHED, "□"),
     (st.STARTING, "·"),
 )
@@ -204,8 +205,23 @@ class RunSummary:
 
     @property
     def ended(self) -> bool:
-        """Every rank finished or exited."""
-        return bool(self.status_counts) and all(s in (st.FINISHED, st.EXITED) for s, _ in self.status_counts)
+        """Every rank finished, exited or was stopped."""
+        return bool(self.status_counts) and all(s in _ENDS for s, _ in self.status_counts)
+
+    def ended_how(self) -> str:
+        """How the job ended, as the header says it after "job ended: " ("every rank
+        finished", "2 ranks stopped", "1 rank exited, 1 stopped")."""
+        counts = dict(self.status_counts)
+        exited, stopped = counts.get(st.EXITED, 0), counts.get(STOPPED, 0)
+        if not exited and not stopped:
+            return "every rank finished"
+        n = exited or stopped
+        how = f"{n} rank{'s' if n != 1 else ''} {'exited' if exited else 'stopped'}"
+        return f"{how}, {stopped} stopped" if exited and stopped else how
+
+
+_ENDS = (st.FINISHED, st.EXITED, STOPPED)
+"""Statuses of a rank that has ended."""
 
 
 def summarize(
@@ -316,6 +332,7 @@ class RunHeader(CachedStyles, Widget):
         "run-header--waiting",
         "run-header--silent",
         "run-header--exited",
+        "run-header--stopped",
         "run-header--finished",
         "run-header--starting",
     }
@@ -341,6 +358,7 @@ class RunHeader(CachedStyles, Widget):
     RunHeader > .run-header--waiting { color: $text-warning; }
     RunHeader > .run-header--silent { color: $text-error; }
     RunHeader > .run-header--exited { color: $text-error; text-style: bold; }
+    RunHeader > .run-header--stopped { color: $text-secondary; }
     RunHeader > .run-header--finished { color: $text-primary; }
     RunHeader > .run-header--starting { color: $text-muted; }
     """
@@ -565,9 +583,7 @@ class RunHeader(CachedStyles, Widget):
             if s.ended:
                 # The launcher stops the hub when the job ends: its quiet is no fault then, and
                 # "hub quiet for 6 s" read as one after a clean finish. How it ended, instead.
-                exited = dict(s.status_counts).get(st.EXITED, 0)
-                how = "every rank finished" if not exited else f"{exited} rank{'s' if exited != 1 else ''} exited"
-                second.append([(f"job ended: {how}", self._s("label"))])
+                second.append([(f"job ended: {s.ended_how()}", self._s("label"))])
             elif s.log_ends_early:  # (it said it stopped: the note says so)
                 second.append([("hub stopped", self._s("bad"))])
             else:
