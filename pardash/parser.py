@@ -244,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="--format json: one object for scripts. Its main keys: run_id, strategy, world_size, params_count, "
         "duration_s, train_s, steps, samples_per_s, median_step_s, phases (medians a step, by phase), custom_phases (the "
         "same of the script's own pt.phase blocks, by name), ranks (one object a rank: steps, median_step_s, last_loss, "
-        "params_bytes, held_bytes, peak_bytes, custom_phases, ...), stragglers, stalls, exits, "
+        "params_bytes, held_bytes, peak_bytes, custom_phases, ...), timeline (the run in about 10 parts of its steps: "
+        "first_step, last_step, wall_s, samples_per_s, step_s_median, step_s_p90, loss_median, straggler_s, ...), stragglers, stalls, exits, "
         "failure (the root cause), checkpoints, warnings, memory, lost_messages, skipped_lines, log_ends_early, restart_s, "
         "and, only where a job was run again by hand under the run's id, between_jobs_s and jobs_run_again, only in a log "
         "its hub closed under ranks still running, hub_stopped_first, "
@@ -255,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("log", type=cliargs.path, help=LOG_HELP)
     rep.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")
     rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
+    rep.add_argument("--all-ranks", action="store_true", help="list every rank in the text and markdown rank tables (past 32 ranks they list the ranks that stand out and fold the rest into one row; JSON lists every rank)")
     rep.add_argument("--compare", type=cliargs.path, default=None, metavar="LOG_B", help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after)")
 
     k = sub.add_parser(

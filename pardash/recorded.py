@@ -295,7 +295,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
         cmp = compare_reports(rep, _report_of(ns.compare))
         out = {"json": json_text, "markdown": render_compare_markdown, "text": render_compare_text}[ns.format](cmp)
     else:
-        out = {"json": json_text, "markdown": render_markdown, "text": render_text}[ns.format](rep)
+        out = json_text(rep) if ns.format == "json" else (render_markdown if ns.format == "markdown" else render_text)(rep, all_ranks=getattr(ns, "all_ranks", False))
     # In pieces, each flushed: one large write that a reader gone (`| head -1`) cut short came
     # back as written in part, and Python dropped the rest without the EPIPE (exit 0, not 141).
     # A piece (2,048 characters: at most 8 KiB, the stream's buffer) goes through the buffer,

@@ -13,7 +13,8 @@ from .report import WARMUP_STEPS, _warmup_steps
 from .report_render import COMM_NOTES, PHASE_LABELS, PHASES, _ends_early_text, comm_meaning, loss_text, md_table, plain_report
 from .summary import human_bytes, is_sharded, ranks_named
 
-# (key, label, unit, better): unit is "1/s", "s", "bytes", "loss" or "count"; better "higher",
+# (key, label, unit, better): unit is "1/s", "s" (shown in ms), "seconds" (a total), "share" (of
+# the training time), "bytes", "loss" or "count"; better "higher",
 # "lower" or "" (no verdict: a figure that is neither).
 _RUN_METRICS: list[tuple[str, str, str, str]] = [
     ("samples_per_s", "samples/s (some rank in a step, none evaluating or saving)", "1/s", "higher"),
@@ -37,6 +38,10 @@ _MEMORY_METRICS: list[tuple[str, str, str, str]] = [
 ]
 _HEALTH_METRICS: list[tuple[str, str, str, str]] = [
     ("stragglers", "straggler verdicts", "count", "lower"),
+    # What they cost, the number to compare (two runs' one verdict each read "1 1 same" of
+    # 110.98 s against 80.2 s): the others' wait for them, in all and as a share of training.
+    ("straggler_s", "time the others waited for stragglers", "seconds", "lower"),
+    ("straggler_share", "the same, share of training", "share", "lower"),
     ("stalls", "stalls", "count", "lower"),
     ("exits", "exits with an error", "count", "lower"),
     # A rank stopped (SIGTERM from torchrun after a peer failed, a scheduler, the user's Ctrl-C
@@ -82,6 +87,11 @@ def _value(rep: dict, key: str) -> float | None:
         return (rep.get("custom_phases") or {}).get(key[10:])
     if key in ("stragglers", "stalls", "recovered"):
         return len(rep.get(key) or [])
+    if key in ("straggler_s", "straggler_share"):
+        cost = sum((s.get("cost_total_s") or 0.0 for s in rep.get("stragglers") or []), 0.0)
+        if key == "straggler_s":
+            return cost
+        return cost / rep["train_s"] if rep.get("train_s") else None
     if key == "exits":  # the report's exits but those it says were stopped (role)
         return sum(1 for e in rep.get("exits") or [] if e.get("role") != "stopped")
     if key == "stopped":
@@ -346,6 +356,10 @@ def _fmt(x: float | None, unit: str, signed: bool = False) -> str:
         return sign + human_bytes(v)
     if unit == "s":
         return f"{sign}{v * 1e3:.1f} ms"
+    if unit == "seconds":
+        return f"{sign}{v:.2f} s"
+    if unit == "share":  # (a change of it in points: 21.3% to 20.9% is -0.4)
+        return f"{sign}{v * 100:.1f} points" if signed else f"{v * 100:.1f}%"
     if unit == "1/s":
         return f"{sign}{v:,.0f}"
     if unit == "loss":  # (a diverged run's 1e308 printed in full: 300 digits in a cell)

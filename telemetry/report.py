@@ -51,6 +51,7 @@ from .clocks import RankClocks, is_hub_side
 from .figures import EXACT as FIGURES_KEPT
 from .figures import Figures
 from .logreader import LogReadStats, Progress, read_log
+from .timeline import Timeline
 from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
 from .report_render import PHASES, SHARED_RUN_ID, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
@@ -278,6 +279,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     peak: dict[int, int] = {}
     peak_kind = ""
     arrivals = _Arrivals()
+    timeline = Timeline()
+    """The run in about ten parts of its steps, for ``timeline`` (telemetry/timeline.py)."""
     stragglers: list[dict] = []
     open_stragglers: dict[int, dict] = {}
     stalls: list[dict] = []
@@ -404,6 +407,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 if msg.step < epoch_starts.get(msg.epoch, msg.step + 1):
                     epoch_starts[msg.epoch] = msg.step
             samples[msg.rank] += msg.samples
+            timeline.step(msg.rank, msg.step, msg.t, msg.step_s, msg.samples, msg.loss, state.ranks[msg.rank].restarts)
             if msg.t:
                 earliest = first_steps[msg.rank]
                 if len(earliest) <= WARMUP_STEPS or msg.t < earliest[-1][0]:
@@ -446,6 +450,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         elif isinstance(msg, schema.Verdict):
             ended = open_stalls.get(msg.rank)
             _fold_verdict(msg, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits)
+            if msg.verdict == "straggler":
+                stragglers[-1]["_run"] = timeline.run_of(msg.rank)  # (its steps: the run of steps it was found in)
             if msg.verdict in ("stalled", "silent"):
                 ep = open_stalls[msg.rank]
                 ep["since_t"] = stall_from.get(msg.rank, msg.t)
@@ -551,6 +557,16 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             train_s = min(train_s, max(0.0, last_t - first_t))
     for ep in stragglers:
         ep["share_of_train"] = ep["cost_total_s"] / train_s if train_s > 0 else None
+    good_pauses = [p for rank, ps in pauses.items() if rank not in off for p in ps]
+    restart_spans = _restart_intervals(attempt_spans, off)
+    charges = []
+    for ep in stragglers:
+        run = ep.pop("_run", 0)
+        charges += [(run, step, gap) for step, gap in ep.pop("_charged", ())]
+    parts = timeline.parts(charges, lambda t0, t1: _paused_s({-1: [t0, t1]}, {-1: good_pauses}, t0, t1, restart_spans), first_t)
+    if not state.lost:
+        for part in parts:  # (steps a script numbers sparsely, nothing lost: none missing, as the ranks' rows say)
+            part["steps_missing"] = 0
     steady = _steady(first_steps, samples, good_spans, pauses, attempt_spans, off, step_t1,
                      _warmup_steps(max((len(v) for v in step_s.values()), default=0)), max(top_step.values(), default=None))
 
@@ -708,6 +724,14 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # that timed each of their medians, seconds a step (a log from before Step.phases has
         # them as "<name>_s" in "custom").
         "custom_phases": _own_phases(ranks),
+        # The run in about ten parts of its steps, in the log's order (steps run again after a
+        # restart are parts of their own): each part's first_step, last_step, restart (torchrun's
+        # count), steps_again, steps, steps_missing, start_s (from the run's start), wall_s,
+        # train_s, samples, samples_per_s, step_s_median and step_s_p90 (of the ranks' mean step
+        # time a step), loss_median (of the ranks' mean loss a step), straggler_s and
+        # straggler_share (what the stragglers cost in it: see ``stragglers``), longest_gap_s and
+        # gap_after_step (only where no step came for a while). See telemetry/timeline.py.
+        "timeline": parts,
         "ranks": ranks,
         "stragglers": stragglers,
         # Data-loading verdicts that moved from one rank to another, where every rank's loader
@@ -1102,11 +1126,13 @@ def _charge(ep: dict, arrivals: _Arrivals, last_step: int, after: int = 0) -> No
         until = ep["until_step"] = next(
             (s for s in range(ep["cleared_step"], since, -1) if (g := arrivals.gap(s, rank)) is not None and g >= least), since)
     total, n = 0.0, 0
+    charged = ep["_charged"] = []  # (each step's wait, for the timeline's parts)
     for s in range(since, until + 1):
         g = arrivals.gap(s, rank)
         if g is not None:
             total += g
             n += 1
+            charged.append((s, g))
     ep["cost_total_s"] = total
     ep["steps_charged"] = n
 

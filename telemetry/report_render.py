@@ -5,10 +5,11 @@ figure is computed once, in the report."""
 from __future__ import annotations
 
 import math
-
 import os
 import re
 import shlex
+import statistics
+from collections import Counter
 from decimal import Decimal
 
 from .analysis import hang_causes
@@ -16,7 +17,7 @@ from .clocks import clock_warnings
 from .failures import stopped_how
 from .logreader import no_rank_reported
 from .schema import plain_text
-from .summary import ranks_named, unheard_why
+from .summary import ranks_named, ranks_text, unheard_why
 from .summary import human_bytes, ms, took_text
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -358,6 +359,189 @@ def _rank_cells(r: dict) -> list[str]:
     ]
 
 
+RANKS_FOLDED_PAST = 32
+"""Past this many ranks the text and markdown rank tables list the ranks that stand out and
+fold the rest into a row: 32 is four 8-GPU nodes, a screenful of rows read one by one; a larger
+job's table is read for its outliers (1,024 near-identical rows put the straggler's verdict and
+the memory summary a thousand lines down). ``--all-ranks`` lists every rank; JSON always does."""
+
+GROUP_LISTED = 4
+"""Ranks that stand out alike (the same status, steps, verdicts) listed one by one up to this
+many; more are one row of their own (a job's 1,023 ranks stopped after one failed)."""
+
+_STANDING = (
+    # (key, what a rank's value says where it differs from most ranks')
+    ("status", lambda v: v),
+    ("restarts", lambda v: f"restarted {v}x"),
+    ("steps", lambda v: f"{v} steps"),
+    ("rerun", lambda v: "steps run again" if v else "no steps run again"),
+    ("missing", lambda v: "steps not in the log" if v else "no steps missing"),
+    ("lost", lambda v: "lost messages" if v else "no lost messages"),
+    ("straggler", lambda v: "straggler" if v else "no straggler verdict"),
+    ("stall", lambda v: " and ".join(v) if v else "no stall"),
+    ("not_sharding", lambda v: "not sharding" if v else "sharding"),
+    ("loss_not_finite", lambda v: "loss not finite" if v else "loss finite"),
+)
+
+_EXTREMES = (("median_self_s", "self", ms), ("held_bytes", "held", human_bytes), ("peak_bytes", "peak", human_bytes))
+"""Figures whose highest and lowest rank are listed where they differ (as shown)."""
+
+
+def _standing(r: dict, rep: dict, stragglers: set, stalls: dict, not_sharding: set) -> tuple:
+    rank = r["rank"]
+    return (r["status"], r.get("restarts", 0), r["steps"], bool(r.get("steps_rerun")), bool(r.get("steps_missing")),
+            bool(r.get("lost_messages")), rank in stragglers, tuple(sorted(stalls.get(rank, ()))), rank in not_sharding,
+            bool(r.get("loss_not_finite")))  # fmt: skip
+
+
+def _group_row(rs: list[dict]) -> dict:
+    """The medians of ranks ``rs`` (alike in their status, steps and verdicts) as a rank row."""
+
+    def med(key: str, low: bool = False):
+        vals = [r[key] for r in rs if r.get(key) is not None]
+        return None if not vals else statistics.median_low(vals) if low else statistics.median(vals)
+
+    hosts = {r["host"] for r in rs}
+    row = {"rank": None, "host": hosts.pop() if len(hosts) == 1 else f"{len(hosts)} hosts", "status": rs[0]["status"],
+           "steps": rs[0]["steps"], "restarts": rs[0].get("restarts", 0), "last_loss": med("last_loss"),
+           "median_step_s": med("median_step_s"), "lost_messages": med("lost_messages", low=True)}  # fmt: skip
+    for p in PHASES:
+        row[f"median_{p}"] = med(f"median_{p}")
+    for key in ("params_bytes", "grads_bytes", "optim_bytes", "state_bytes", "full_bytes", "peak_bytes"):
+        row[key] = med(key, low=True)
+    return row
+
+
+def _spread(rs: list[dict]) -> str:
+    """``step ms 39.8-40.5, self ms 14.0-14.6, held 7.4 MiB``: what the ranks of a folded row range
+    over."""
+    out = []
+    for key, label, fmt in (("median_step_s", "step ms", ms), ("median_self_s", "self ms", ms),
+                            ("held_bytes", "held", human_bytes), ("peak_bytes", "peak", human_bytes)):  # fmt: skip
+        vals = [r[key] for r in rs if r.get(key) is not None]
+        if vals:
+            lo, hi = fmt(min(vals)), fmt(max(vals))
+            out.append(f"{label} {lo}" if lo == hi else f"{label} {lo}-{hi}" if fmt is ms else f"{label} {lo} .. {hi}")
+    return ", ".join(out)
+
+
+def rank_table(rep: dict, all_ranks: bool = False) -> tuple[tuple[str, ...], list[list[str]], list[str]]:
+    """The rank table's columns, rows and the lines under it. Up to RANKS_FOLDED_PAST ranks (or
+    ``all_ranks``), a row a rank. Past them, the ranks that stand out, a row each, with why in a
+    last column (``listed for``): those whose status, restarts, steps, lost messages or verdicts
+    (straggler, stall, not sharding, loss not finite) differ from most ranks', and the highest and
+    lowest in self time, memory held and peak; the rest folded into a row of their medians, its
+    ranks and what they range over said under the table."""
+    cols = rank_columns(rep)
+    restarts = cols is not RANK_COLUMNS
+    ranks = rep["ranks"]
+    if all_ranks or len(ranks) <= RANKS_FOLDED_PAST:
+        return cols, [rank_cells(r, restarts=restarts) for r in ranks], []
+    stragglers = {s["rank"] for s in rep["stragglers"]}
+    stalls: dict[int, set] = {}
+    for s in rep["stalls"]:
+        stalls.setdefault(s["rank"], set()).add(s["kind"])
+    not_sharding = set(rep["memory"].get("not_sharding") or ())
+    sig = {r["rank"]: _standing(r, rep, stragglers, stalls, not_sharding) for r in ranks}
+    most = Counter(sig.values()).most_common(1)[0][0]  # (a tie: the lower rank's)
+    groups: dict[tuple, list[dict]] = {}
+    for r in ranks:
+        groups.setdefault(sig[r["rank"]], []).append(r)
+    why: dict[int, list[str]] = {}
+    for key, rs in groups.items():
+        if key != most and len(rs) <= GROUP_LISTED:
+            for r in rs:
+                why[r["rank"]] = _differs(key, most)
+    for key, label, fmt in _EXTREMES:
+        have = [r for r in ranks if r.get(key) is not None]
+        if len({fmt(r[key]) for r in have}) < 2:
+            continue
+        for word, pick in (("highest", max), ("lowest", min)):
+            r = pick(have, key=lambda r: (r[key], -r["rank"]) if pick is max else (r[key], r["rank"]))
+            why.setdefault(r["rank"], []).append(f"{word} {label}")
+    rows: list[tuple[int, list[str]]] = []
+    by_rank = {r["rank"]: r for r in ranks}
+    for rank, reasons in why.items():
+        rows.append((rank, [*rank_cells(by_rank[rank], restarts=restarts), "; ".join(reasons)]))
+    notes = []
+    for key, rs in groups.items():
+        rest = [r for r in rs if r["rank"] not in why]
+        if not rest or (key != most and len(rs) <= GROUP_LISTED):
+            continue
+        names = [r["rank"] for r in rest]
+        label = ranks_text(names).replace(", ", ",")  # (one word, for awk: "0-16,18-1023")
+        cells = rank_cells(_group_row(rest), restarts=restarts)
+        cells[0] = label if len(label) <= 20 else f"({len(rest):,} ranks)"
+        alike = "alike" if key == most else "; ".join(_differs(key, most)) + ", alike"
+        rows.append((names[0], [*cells, alike]))
+        notes.append(f"{ranks_named(names)} ({len(rest):,} ranks, {alike}): their row shows medians; {_spread(rest)}")
+    rows.sort(key=lambda x: x[0])
+    notes.append(f"{len(why)} of {len(ranks):,} ranks listed one by one, those that stand out; "
+                 f"--all-ranks lists every rank (the JSON report has each)")
+    return (*cols, "listed for"), [cells for _, cells in rows], notes
+
+
+def _differs(key: tuple, most: tuple) -> list[str]:
+    """What a rank's standing (:func:`_standing`) says where it differs from most ranks'."""
+    return [say(v) for (_, say), v, m in zip(_STANDING, key, most) if v != m]
+
+
+TIMELINE_HEAD = ("step range", "from", "wall", "samples/s", "step ms", "p90 ms", "loss", "stragglers", "note")
+
+
+def _clock(s: float | None, run_s: float) -> str:
+    """A time into the run, as the run's length (``run_s``) has it: ``7.5 s`` under a minute,
+    ``12:07`` under an hour, ``1:02:03``."""
+    if s is None:
+        return "-"
+    if run_s < 60:
+        return f"{max(0.0, s):.1f} s"
+    s = max(0, int(s))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if run_s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def timeline_table(rep: dict) -> tuple[tuple[str, ...], list[list[str]]]:
+    """The timeline's columns and rows (none where it has fewer than two parts: a run too short
+    to cut); its ``note`` column only where a part has one."""
+    parts = rep.get("timeline") or []
+    if len(parts) < 2:
+        return TIMELINE_HEAD, []
+    run_s = max((p["start_s"] or 0) + (p["wall_s"] or 0) for p in parts)
+    rows = []
+    for p in parts:
+        notes = []
+        if p.get("steps_again"):
+            notes.append(f"{p['steps_again']} steps run again" + (f" after torchrun's restart {p['restart']}" if p.get("restart") else ""))
+        if p.get("steps_missing"):
+            notes.append(f"{p['steps_missing']} steps not in the log")
+        if p.get("longest_gap_s"):
+            notes.append(f"no step for {_seconds(p['longest_gap_s'])} after step {p['gap_after_step']}")
+        wall, train = p.get("wall_s"), p.get("train_s")
+        if wall and train is not None and wall - train > 0.1 * wall:
+            notes.append(f"{_seconds(wall - train)} of it no training (evaluating, saving, restarting)")
+        cost = p.get("straggler_s") or 0.0
+        rows.append([
+            f"{p['first_step']}-{p['last_step']}" if p["last_step"] != p["first_step"] else str(p["first_step"]),
+            _clock(p.get("start_s"), run_s),
+            "-" if wall is None else _seconds(wall),
+            _num(p.get("samples_per_s")),
+            ms(p.get("step_s_median")),
+            ms(p.get("step_s_p90")),
+            "-" if p.get("loss_median") is None else loss_text(p["loss_median"]),
+            f"{_total_text(cost)} ({_pct(p.get('straggler_share'))})" if cost else "-",
+            "; ".join(notes),
+        ])  # fmt: skip
+    if not any(row[-1] for row in rows):
+        return TIMELINE_HEAD[:-1], [row[:-1] for row in rows]
+    return TIMELINE_HEAD, rows
+
+
+TIMELINE_NOTE = ("the run in parts of its steps, in the log's order: samples/s over the part's training time; step ms "
+                 "(median) and p90 (9 in 10 of its steps took at most this) of the ranks' mean step time; loss the median "
+                 "of the ranks' mean loss a step; stragglers: what the others waited for them in it, and its share of the "
+                 "part's training")
+
+
 LOSS_FIXED = (1e-3, 1e5)
 """The magnitudes a loss is written with four decimals in; outside them, four significant digits
 in scientific notation (a diverged 1e308 filled its cell with 309 digits, 1e20 with 26)."""
@@ -629,9 +813,11 @@ def _plain_table(cols: tuple[str, ...], rows: list[list[str]], left: set[str]) -
     return out
 
 
-def render_text(rep: dict, width: int = 10_000) -> str:
+def render_text(rep: dict, width: int = 10_000, all_ranks: bool = False) -> str:
     """The report as plain text with rich tables: no line wrapped (a table's cells stay on their
-    row, for grep and awk), none ending in spaces."""
+    row, for grep and awk), none ending in spaces. What it found first (stragglers, stalls,
+    exits and the root cause, memory), then the timeline, then the ranks (past
+    RANKS_FOLDED_PAST, those that stand out and a row for the rest, unless ``all_ranks``)."""
     from io import StringIO
 
     from rich.console import Console
@@ -648,25 +834,6 @@ def render_text(rep: dict, width: int = 10_000) -> str:
     con.print(summary)
     if rep.get("note"):
         con.print(f"note: {rep['note']}")
-    con.print()
-    cols = rank_columns(rep)
-    rows = [rank_cells(r, restarts=cols is not RANK_COLUMNS) for r in rep["ranks"]]
-    title = "ranks (medians; memory after the last step)"
-    if not rows:
-        con.print(f"ranks: {no_ranks_text(rep)}")
-    elif len(rows) > PLAIN_TABLE_RANKS:
-        con.print(title)
-        buf.write("".join(line + "\n" for line in _plain_table(cols, rows, left={"host", "status"})))
-    else:
-        t = Table(box=None, pad_edge=False, title=title, title_justify="left")
-        for col in cols:
-            t.add_column(col, justify="left" if col in ("host", "status") else "right")
-        for row in rows:
-            t.add_row(*row)
-        con.print(t)
-    if rows:
-        con.print(SELF_NOTE)
-        con.print(COMM_NOTES[comm_meaning(rep)])
     con.print()
     con.print("stragglers:" + ("" if rep["stragglers"] else " none"))
     for line in straggler_lines(rep):
@@ -685,6 +852,48 @@ def render_text(rep: dict, width: int = 10_000) -> str:
             con.print(f"raised at: {rep['failure']['where']}")
     for line in recovered_lines(rep):
         con.print(line)
+    con.print()
+    rows = memory_rows(rep)
+    if rows:
+        mt = Table(box=None, show_header=False, pad_edge=False, title="memory (model state a rank holds)", title_justify="left")
+        mt.add_column()
+        mt.add_column(justify="right")
+        for k, v in rows:
+            mt.add_row(k, v)
+        con.print(mt)
+    con.print(rep["memory"]["verdict"])
+    if rep["memory"]["not_sharding"]:
+        con.print(f"  {ranks_named(rep['memory']['not_sharding'])}: not sharding")
+    head, rows = timeline_table(rep)
+    if rows:
+        con.print()
+        t = Table(box=None, pad_edge=False, title=f"timeline ({len(rows)} parts of the steps)", title_justify="left")
+        for col in head:
+            t.add_column(col, justify="left" if col == "note" else "right")
+        for row in rows:
+            t.add_row(*row)
+        con.print(t)
+        con.print(TIMELINE_NOTE)
+    con.print()
+    cols, rows, under = rank_table(rep, all_ranks)
+    title = "ranks (medians; memory after the last step)"
+    if not rows:
+        con.print(f"ranks: {no_ranks_text(rep)}")
+    elif len(rows) > PLAIN_TABLE_RANKS:
+        con.print(title)
+        buf.write("".join(line + "\n" for line in _plain_table(cols, rows, left={"host", "status", "listed for"})))
+    else:
+        t = Table(box=None, pad_edge=False, title=title, title_justify="left")
+        for col in cols:
+            t.add_column(col, justify="left" if col in ("host", "status", "listed for") else "right")
+        for row in rows:
+            t.add_row(*row)
+        con.print(t)
+    for line in under:
+        con.print(line)
+    if rows:
+        con.print(SELF_NOTE)
+        con.print(COMM_NOTES[comm_meaning(rep)])
     if own := own_phase_lines(rep):
         con.print("the script's own phases (median a step over ranks):")
         for line in own:
@@ -703,18 +912,6 @@ def render_text(rep: dict, width: int = 10_000) -> str:
         con.print("warnings:")
         for line in warned:
             con.print(f"  {line}")
-    con.print()
-    rows = memory_rows(rep)
-    if rows:
-        mt = Table(box=None, show_header=False, pad_edge=False, title="memory (model state a rank holds)", title_justify="left")
-        mt.add_column()
-        mt.add_column(justify="right")
-        for k, v in rows:
-            mt.add_row(k, v)
-        con.print(mt)
-    con.print(rep["memory"]["verdict"])
-    for rank in rep["memory"]["not_sharding"]:
-        con.print(f"  rank {rank}: not sharding")
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
@@ -825,22 +1022,13 @@ def rank_notes(rep: dict) -> str:
     return f"{SELF_NOTE} {COMM_NOTES[comm_meaning(rep)]}"
 
 
-def render_markdown(rep: dict) -> str:
-    """The report as GitHub-flavoured markdown."""
+def render_markdown(rep: dict, all_ranks: bool = False) -> str:
+    """The report as GitHub-flavoured markdown, in the text's order (see :func:`render_text`)."""
     rep = plain_report(rep)
     out = [f"# pardash report: {rep['run_id'] or os.path.basename(rep['log'])}", ""]
     out.append(md_table(["", ""], [[k, v] for k, v in summary_rows(rep)], right=set()))
     if rep.get("note"):
         out += ["", f"> {rep['note']}"]
-    if rep["ranks"]:
-        out += ["", "## Ranks", "", f"Medians over the run; memory after the last step. {rank_notes(rep)}", ""]
-        text_cols = {1, 2}
-        cols = rank_columns(rep)
-        out.append(md_table(cols, [rank_cells(r, restarts=cols is not RANK_COLUMNS) for r in rep["ranks"]],
-                            right=set(range(len(cols))) - text_cols))
-    else:
-        why = md_text(no_ranks_text(rep))
-        out += ["", "## Ranks", "", why[0].upper() + why[1:]]
     out += ["", "## Stragglers", ""]
     out += [f"- {md_text(line)}" for line in straggler_lines(rep)] or ["None found."]
     if data_bound_line(rep):
@@ -857,6 +1045,27 @@ def render_markdown(rep: dict) -> str:
             out += ["", f"Raised at `{rep['failure']['where']}`."]
     if rep.get("recovered"):
         out += [""] + [f"- {md_text(line)}" for line in recovered_lines(rep)]
+    rows = memory_rows(rep)
+    out += ["", "## Memory", ""] + ([md_table(["model state a rank holds", "bytes"], [list(r) for r in rows]), ""] if rows else [])
+    verdict = rep["memory"]["verdict"]
+    out.append(verdict if verdict.endswith(("?", ".")) else verdict + ".")
+    if rep["memory"]["not_sharding"]:
+        out.append(f"- {ranks_named(rep['memory']['not_sharding'])}: not sharding")
+    head, rows = timeline_table(rep)
+    if rows:
+        note = TIMELINE_NOTE[0].upper() + TIMELINE_NOTE[1:]
+        out += ["", "## Timeline", "", f"{note}.", "",
+                md_table(head, [[md_text(c) for c in row] for row in rows], right=set(range(1, len(head))) - {head.index("note") if "note" in head else 0})]
+    if rep["ranks"]:
+        out += ["", "## Ranks", "", f"Medians over the run; memory after the last step. {rank_notes(rep)}", ""]
+        cols, rows, under = rank_table(rep, all_ranks)
+        text_cols = {i for i, col in enumerate(cols) if col in ("host", "status", "listed for")}
+        out.append(md_table(cols, rows, right=set(range(len(cols))) - text_cols))
+        if under:
+            out += [""] + [f"- {md_text(line)}" for line in under]
+    else:
+        why = md_text(no_ranks_text(rep))
+        out += ["", "## Ranks", "", why[0].upper() + why[1:]]
     if own := own_phase_lines(rep):
         out += ["", "## The script's own phases", "", "Medians a step over the ranks that timed each.", ""]
         out += [f"- {md_text(line)}" for line in own]
@@ -866,12 +1075,6 @@ def render_markdown(rep: dict) -> str:
         out += ["", "## Checkpoints", ""] + [f"- {md_text(line)}" for line in checkpoint_lines(rep)]
     if warning_lines(rep):
         out += ["", "## Warnings", ""] + [f"- {md_text(line)}" for line in warning_lines(rep)]
-    rows = memory_rows(rep)
-    out += ["", "## Memory", ""] + ([md_table(["model state a rank holds", "bytes"], [list(r) for r in rows]), ""] if rows else [])
-    verdict = rep["memory"]["verdict"]
-    out.append(verdict if verdict.endswith(("?", ".")) else verdict + ".")
-    for rank in rep["memory"]["not_sharding"]:
-        out.append(f"- rank {rank}: not sharding")
     return "\n".join(out) + "\n"
 
 

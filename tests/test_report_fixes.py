@@ -171,10 +171,10 @@ def test_a_big_report_whose_reader_takes_one_line_ends_with_141(tmp_path):
         for r in range(world):
             log.add(schema.Step(rank=r, step=s, loss=2.0, samples=16, step_s=0.1, self_s=0.05), 0.2 + 0.1 * s)
     path = _write(log, tmp_path / "big.jsonl")
-    whole = _pardash("report", str(path), cwd=tmp_path).stdout
+    whole = _pardash("report", str(path), "--all-ranks", cwd=tmp_path).stdout  # (every rank's row: a long output)
     assert len(whole.encode()) > 2 * 65536  # past a pipe's buffer and the 8 KiB read of it
     with open(tmp_path / "stderr.txt", "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "pardash", "report", str(path)], stdout=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "pardash", "report", str(path), "--all-ranks"], stdout=subprocess.PIPE,
                                 stderr=err, env=pardash_env(), cwd=tmp_path)  # fmt: skip
         first = proc.stdout.readline()  # (its 8 KiB read: the writer is then inside its write)
         proc.stdout.close()

@@ -1,0 +1,371 @@
+"""The report's timeline: the run cut into about :data:`PARTS` parts of its steps, each with its
+wall time, samples/s, step time (median and p90), loss and what stragglers cost in it: "did it
+slow down in hour 12?".
+
+The log is read once and its length is known only at its end, so the steps are gathered in
+bins of ``width`` steps (1, then 2, 10, 20, 100, ... as the run grows past :data:`MAX_BINS` of
+them: the parts' edges fall on round steps) and the parts are made of bins at the end. Memory
+does not grow with the run: the bins are at most MAX_BINS, and a bin keeps its steps' times and
+losses one by one up to ``Sketch.EXACT`` of each, counted in logarithmic bins past them
+(:class:`Sketch`: a part's median and p90 are then within 0.1 %).
+
+A step is the ranks' records of it taken together (their mean step time and loss, the median of
+their clocks for when it ended: a rank whose clock is off moves it nothing). A rank that goes
+back in its steps (torchrun's restart, a job run again from a checkpoint) begins a new *run of
+steps*; parts never straddle two, so a part's steps are in order and the steps run again are
+parts of their own, said so. A run of steps's own time holds no restart: the time from one run
+of steps to the next is in neither.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Iterable
+
+PARTS = 10
+"""The parts a timeline has at most, of one run of steps (fewer for a short run: see
+MIN_PART_STEPS; a restart's steps run again begin parts of their own)."""
+MIN_PART_STEPS = 5
+"""The fewest steps a part holds: a run of 12 steps has 2 parts, not 10 of a step or two."""
+MAX_BINS = 150
+"""Bins kept; past them the bins are made 2x or 5x wider (so at least 30 of them, 3 a part)."""
+LAG_STEPS = 64
+"""A step is taken as complete (every rank's record of it in) once a rank is this many steps past
+it; a record later than that counts its samples only."""
+BACK_STEPS = 2
+"""A rank's step this far below its highest is no record sent out of order (a rank's reporter
+sends on two sockets) but a run of steps begun again."""
+_NEVER = -(1 << 62)
+GAP_FLOOR_S = 1.0
+GAP_STEPS = 10
+"""A part's longest gap between two steps is said where it is past GAP_FLOOR_S and GAP_STEPS
+times the part's median time from a step's end to the next's (a step, or the steps between two
+a script logs)."""
+
+
+def part_steps(total: int) -> int:
+    """The steps a part spans, of a run of ``total`` steps (its runs of steps' spans added up): a round number (1, 1.5, 2, 3, 4, 5, 6
+    or 8 times a power of ten) that cuts it into PARTS or fewer, its parts' edges on its
+    multiples (steps 1-300, 301-600, ...); a short run's in parts of MIN_PART_STEPS or more
+    (12 steps: 1-6, 7-12)."""
+    if total < PARTS * MIN_PART_STEPS:
+        return -(-total // max(1, total // MIN_PART_STEPS))
+    want, scale = total / PARTS, 1
+    while True:
+        for nice in (10, 15, 20, 30, 40, 50, 60, 80, 100):
+            if nice * scale >= 10 * want:
+                return nice * scale // 10
+        scale *= 10
+
+
+class Sketch:
+    """Figures for their quantiles: exact up to EXACT, then counted in logarithmic bins of ratio
+    GAMMA (a quantile within 0.1 % of the exact one). Mergeable, so bins join into parts."""
+
+    EXACT = 64
+    GAMMA = 1.002
+    _LOG = math.log(GAMMA)
+    __slots__ = ("values", "pos", "neg", "zeros")
+
+    def __init__(self) -> None:
+        self.values: list[float] | None = []
+        self.pos: Counter[int] = Counter()
+        self.neg: Counter[int] = Counter()
+        self.zeros = 0
+
+    def add(self, x: float) -> None:
+        if x != x:  # NaN: no order
+            return
+        if self.values is not None:
+            self.values.append(x)
+            if len(self.values) > self.EXACT:
+                self._fold()
+        else:
+            self._count(x)
+
+    def _count(self, x: float) -> None:
+        if x > 0:
+            self.pos[math.ceil(math.log(min(x, 1e300)) / self._LOG)] += 1
+        elif x < 0:
+            self.neg[math.ceil(math.log(min(-x, 1e300)) / self._LOG)] += 1
+        else:
+            self.zeros += 1
+
+    def _fold(self) -> None:
+        values, self.values = self.values or [], None
+        for x in values:
+            self._count(x)
+
+    def merge(self, other: Sketch) -> None:
+        if self.values is not None and other.values is not None and len(self.values) + len(other.values) <= self.EXACT:
+            self.values.extend(other.values)
+            return
+        if self.values is not None:
+            self._fold()
+        if other.values is not None:
+            for x in other.values:
+                self._count(x)
+        else:
+            self.pos.update(other.pos)
+            self.neg.update(other.neg)
+            self.zeros += other.zeros
+
+    def __len__(self) -> int:
+        if self.values is not None:
+            return len(self.values)
+        return sum(self.pos.values()) + sum(self.neg.values()) + self.zeros
+
+    def _ordered(self) -> list[tuple[float, int]]:
+        bin_value = lambda k: 2.0 * self.GAMMA**k / (self.GAMMA + 1.0)  # noqa: E731
+        out = [(-bin_value(k), n) for k, n in sorted(self.neg.items(), reverse=True)]
+        out += [(0.0, self.zeros)] if self.zeros else []
+        return out + [(bin_value(k), n) for k, n in sorted(self.pos.items())]
+
+    def _nth(self, i: int, ordered: list[tuple[float, int]]) -> float:
+        for value, n in ordered:
+            if i < n:
+                return value
+            i -= n
+        raise IndexError(i)
+
+    def median(self) -> float | None:
+        n = len(self)
+        if not n:
+            return None
+        if self.values is not None:
+            v = sorted(self.values)
+            return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+        ordered = self._ordered()
+        lo, hi = self._nth((n - 1) // 2, ordered), self._nth(n // 2, ordered)
+        return lo if lo == hi else (lo + hi) / 2
+
+    def p90(self) -> float | None:
+        """At least 9 in 10 of the figures are at most this (the nearest rank: the ceil(0.9 n)-th
+        smallest, as the bench's p90)."""
+        n = len(self)
+        if not n:
+            return None
+        i = -(-9 * n // 10) - 1
+        if self.values is not None:
+            return sorted(self.values)[i]
+        return self._nth(i, self._ordered())
+
+
+class _Bin:
+    """The steps of one run of steps from ``lo`` to ``hi`` within one bin."""
+
+    __slots__ = ("lo", "hi", "steps", "samples", "t0", "t1", "step_s", "loss", "every_s", "gap_s", "gap_after")
+
+    def __init__(self) -> None:
+        self.lo = self.hi = None
+        self.steps = 0
+        """Steps complete (each once, its ranks' records together)."""
+        self.samples = 0
+        self.t0 = self.t1 = None
+        """The first step's start and the last step's end (the median of the ranks' clocks)."""
+        self.step_s = Sketch()
+        self.loss = Sketch()
+        self.every_s = Sketch()
+        """From one step's end to the next one's: a step's time, or more where a script logs one
+        step in several (a gap is judged against it)."""
+        self.gap_s = 0.0
+        """The longest time from one step's end to the next one's start, the latter's in this bin."""
+        self.gap_after: int | None = None
+
+    def merge(self, o: _Bin) -> None:
+        self.lo = o.lo if self.lo is None else min(self.lo, o.lo) if o.lo is not None else self.lo
+        self.hi = o.hi if self.hi is None else max(self.hi, o.hi) if o.hi is not None else self.hi
+        self.steps += o.steps
+        self.samples += o.samples
+        self.t0 = o.t0 if self.t0 is None else min(self.t0, o.t0) if o.t0 is not None else self.t0
+        self.t1 = o.t1 if self.t1 is None else max(self.t1, o.t1) if o.t1 is not None else self.t1
+        self.step_s.merge(o.step_s)
+        self.loss.merge(o.loss)
+        self.every_s.merge(o.every_s)
+        if o.gap_s > self.gap_s:
+            self.gap_s, self.gap_after = o.gap_s, o.gap_after
+
+
+class Timeline:
+    """Fed every step record (:meth:`step`), in the log's order; :meth:`parts` at the end."""
+
+    def __init__(self) -> None:
+        self.width = 1
+        self.bins: dict[tuple[int, int], _Bin] = {}
+        self._ranks: dict[int, list[int]] = {}
+        """rank -> [its highest step in its run of steps, that run of steps (0 first; +1 each
+        time it went back)]."""
+        self.open: dict[int, dict[int, list]] = {}
+        """run of steps -> step -> [records, step seconds summed, samples, loss summed, losses, ends]."""
+        self.highest: dict[int, int] = {}
+        """run of steps -> the highest step a rank took in it."""
+        self.closed_to: dict[int, int] = {}
+        self.last_end: dict[int, tuple[float, int]] = {}
+        """run of steps -> the end of its latest complete step, and that step."""
+        self.attempt: dict[int, Any] = {}
+        """run of steps -> the attempt (torchrun's restart count) its first record was of."""
+
+    def step(self, rank: int, step: int, t: float, step_s: float, samples: int, loss: float | None, attempt: Any = 0) -> None:
+        # (once a record of every rank: kept lean)
+        mine = self._ranks.get(rank)
+        if mine is None:
+            mine = self._ranks[rank] = [step, 0]
+        elif step > mine[0]:
+            mine[0] = step
+        elif step < mine[0] - BACK_STEPS:
+            mine[0] = step
+            mine[1] += 1
+        run = mine[1]
+        steps = self.open.get(run)
+        if steps is None:
+            steps = self.open[run] = {}
+            self.attempt.setdefault(run, attempt)
+        acc = steps.get(step)
+        if acc is None:
+            if step <= self.closed_to.get(run, _NEVER):
+                # (complete already: a rank far behind the others, its records late)
+                self._bin(run, step).samples += samples
+                return
+            acc = steps[step] = [0, 0.0, 0, 0.0, 0, []]
+            if step > self.highest.get(run, _NEVER):
+                self.highest[run] = step
+                self._close(run, step - LAG_STEPS)
+        acc[0] += 1
+        acc[1] += step_s
+        acc[2] += samples
+        if loss is not None:
+            acc[3] += loss
+            acc[4] += 1
+        if t:
+            acc[5].append(t)
+
+    def run_of(self, rank: int) -> int:
+        """The run of steps ``rank``'s records are in now (0 the first)."""
+        mine = self._ranks.get(rank)
+        return 0 if mine is None else mine[1]
+
+    def _bin(self, run: int, step: int) -> _Bin:
+        key = (run, (step - 1) // self.width)
+        b = self.bins.get(key)
+        if b is None:
+            b = self.bins[key] = _Bin()
+            if len(self.bins) > MAX_BINS:
+                self._widen()
+                b = self._bin(run, step)
+        return b
+
+    def _widen(self) -> None:
+        by = 2 if str(self.width)[0] == "1" else 5  # (1, 2, 10, 20, 100, ...: round edges)
+        self.width *= by
+        bins: dict[tuple[int, int], _Bin] = {}
+        for (run, k), b in sorted(self.bins.items()):
+            into = bins.get((run, k // by))
+            if into is None:
+                bins[(run, k // by)] = b
+            else:
+                into.merge(b)
+        self.bins = bins
+
+    def _close(self, run: int, upto: float) -> None:
+        steps = self.open.get(run) or {}
+        done = sorted(s for s in steps if s <= upto)
+        for s in done:
+            n, step_sum, samples, loss_sum, losses, ends = steps.pop(s)
+            b = self._bin(run, s)
+            b.lo = s if b.lo is None else min(b.lo, s)
+            b.hi = s if b.hi is None else max(b.hi, s)
+            b.steps += 1
+            b.samples += samples
+            mean_s = step_sum / n
+            b.step_s.add(mean_s)
+            if losses:
+                b.loss.add(loss_sum / losses)
+            if ends:
+                ends.sort()
+                m = len(ends)
+                end = ends[m // 2] if m % 2 else (ends[m // 2 - 1] + ends[m // 2]) / 2
+                start = end - mean_s
+                last = self.last_end.get(run)
+                # (from the step before's end: a gap before a step is in its part's time, not
+                # between two parts, in neither)
+                since = start if last is None else min(start, last[0])
+                b.t0 = since if b.t0 is None else min(b.t0, since)
+                b.t1 = end if b.t1 is None else max(b.t1, end)
+                if last is not None:
+                    b.every_s.add(end - last[0])
+                if last is not None and start - last[0] > b.gap_s:
+                    b.gap_s, b.gap_after = start - last[0], last[1]
+                if last is None or end > last[0]:
+                    self.last_end[run] = (end, s)
+        if done:
+            self.closed_to[run] = max(self.closed_to.get(run, done[-1]), done[-1])
+
+    def finish(self) -> None:
+        for run in list(self.open):
+            self._close(run, math.inf)
+
+    def parts(self, charges: Iterable[tuple[int, int, float]] = (), paused_s=None, run_t0: float | None = None) -> list[dict]:
+        """The parts, in the log's order: ``charges`` are (run of steps, step, seconds the others
+        waited for a straggler there), each put in its part (the nearest of its run of steps);
+        ``paused_s(t0, t1)`` the seconds of [t0, t1] that were no training (evaluations, saves,
+        restarts); ``run_t0`` the run's start, which ``start_s`` is from."""
+        self.finish()
+        runs: dict[int, list[_Bin]] = {}
+        for (run, _), b in sorted(self.bins.items()):
+            if b.steps:
+                runs.setdefault(run, []).append(b)
+        if not runs:
+            return []
+        # (the steps' span, not their count: a script that logs one step in 50 is cut as its run)
+        size = part_steps(sum(bins[-1].hi - bins[0].lo + 1 for bins in runs.values()))
+        groups: dict[tuple[int, int], list[_Bin]] = {}
+        for run, bins in runs.items():
+            for b in bins:
+                groups.setdefault((run, (b.lo - 1) // size), []).append(b)
+        parts = []
+        for (run, _), bins in groups.items():
+            p = _Bin()
+            for b in bins:
+                p.merge(b)
+            parts.append((run, p))
+        cost = [0.0] * len(parts)
+        for run, step, seconds in charges:
+            mine = [i for i, (r, _) in enumerate(parts) if r == run] or list(range(len(parts)))
+            i = min(mine, key=lambda i: 0 if parts[i][1].lo <= step <= parts[i][1].hi else min(abs(step - parts[i][1].lo), abs(step - parts[i][1].hi)))
+            cost[i] += seconds
+        seen_top: dict[int, int] = {}
+        out = []
+        for i, (run, p) in enumerate(parts):
+            before = max((top for r, top in seen_top.items() if r < run), default=None)
+            wall = p.t1 - p.t0 if p.t0 is not None and p.t1 is not None else None
+            train = wall - (paused_s(p.t0, p.t1) if paused_s is not None else 0.0) if wall is not None else None
+            train = max(0.0, train) if train is not None else None
+            median = p.step_s.median()
+            every = p.every_s.median()
+            gap = p.gap_s if p.gap_s > GAP_FLOOR_S and (every is None or p.gap_s > GAP_STEPS * every) else None
+            out.append({
+                "first_step": p.lo,
+                "last_step": p.hi,
+                # (the attempt its run of steps is of: torchrun's restart count, 0 the first)
+                "restart": self.attempt.get(run, 0),
+                # steps of it taken before, by an earlier run of steps (torchrun's restart, a resume)
+                "steps_again": max(0, min(p.hi, before) - p.lo + 1) if before is not None else 0,
+                "steps": p.steps,
+                "steps_missing": (p.hi - p.lo + 1) - p.steps,
+                "start_s": p.t0 - run_t0 if p.t0 is not None and run_t0 is not None else None,
+                "wall_s": wall,
+                "train_s": train,
+                "samples": p.samples,
+                "samples_per_s": p.samples / train if train else None,
+                "step_s_median": median,
+                "step_s_p90": p.step_s.p90(),
+                "loss_median": p.loss.median(),
+                "straggler_s": cost[i],
+                "straggler_share": cost[i] / train if train else None,
+                # (only past GAP_FLOOR_S and GAP_STEPS steps: a stall, the hub down, the job paused)
+                "longest_gap_s": gap,
+                "gap_after_step": p.gap_after if gap is not None else None,
+            })
+            seen_top[run] = max(seen_top.get(run, p.hi), p.hi)
+        return out
