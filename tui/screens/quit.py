@@ -13,15 +13,44 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label
 
+from pardash.telemetry.state import RunState
+from pardash.telemetry.summary import ranks_text
+
+from ..alerts import never_heard
 from ..messages import RunUpdated
 
 STOP = "stop"
 DETACH = "detach"
 OVER = "over"
-"""Leaving once every rank has finished or exited: nothing to stop (the dialog is not shown,
-or says so when the job ended while it was open)."""
+"""Leaving once the job has ended (every rank ended, or the launch saw its torchrun exit):
+nothing to stop (the dialog is not shown, or says so when the job ended while it was open)."""
 CHECK_S = 0.5
 """How often an open dialog asks whether the job has ended."""
+NOTHING_LEFT = "there is nothing to stop or leave running."
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
+
+
+def ended_text(state: RunState | None) -> str:
+    """What the dialog says of a job that ended while it was open: every rank ended, and
+    torchrun with them; or, where the launch saw its torchrun exit with ranks whose end no word
+    said (silent, killed with their node) or never heard from, which ones (it said "every rank
+    has finished or exited" of a job with a rank silent for good)."""
+    if state is None:
+        return f"The job has ended (torchrun exited): {NOTHING_LEFT}"
+    unsaid = sorted(q for q, r in state.ranks.items() if not r.finished and r.exit_code is None)
+    missing = never_heard(state)
+    if not unsaid and not missing:
+        return f"Every rank has ended, and torchrun with them: {NOTHING_LEFT}"
+    parts = []
+    if unsaid:
+        parts.append(f"{_ranks(unsaid)} said no end of {'its' if len(unsaid) == 1 else 'their'} own")
+    if missing:
+        parts.append(f"{_ranks(missing)} {'was' if len(missing) == 1 else 'were'} never heard from")
+    they = "it" if len(unsaid) + len(missing) == 1 else "they"
+    return f"torchrun has exited, though {' and '.join(parts)} (how {they} ended is not known): {NOTHING_LEFT}"
 
 
 class QuitScreen(ModalScreen[str | None]):
@@ -143,7 +172,7 @@ class QuitScreen(ModalScreen[str | None]):
         run = f" {self.run_id}" if self.run_id else ""
         self.query_one("#question", Label).update(f"Run{run} has ended.")
         explain = list(self.query(".explain").results(Label))
-        explain[0].update("Every rank has finished or exited, and torchrun with them: there is nothing to stop or leave running.")
+        explain[0].update(ended_text(getattr(self.app, "source", None) and self.app.source.state))  # type: ignore[attr-defined]
         for label in explain[1:]:
             label.display = False
         self.query_one("#stop", Button).display = False

@@ -203,15 +203,31 @@ class RunSummary:
     replay at the end of a log that stops short: its hub killed, its disk full), "when the hub
     stopped" (a live hub's last frame, ranks not ended): their last word, not how they ended."""
 
+    job_ended: bool = False
+    """The launch this viewer runs in saw its job end (torchrun exited: ``RunState.job_ended``),
+    whatever its ranks said (one silent, killed with its node, or never heard from)."""
+
     @property
-    def ended(self) -> bool:
+    def ranks_ended(self) -> bool:
         """Every rank finished, exited or was stopped."""
         return bool(self.status_counts) and all(s in _ENDS for s, _ in self.status_counts)
 
+    @property
+    def ended(self) -> bool:
+        """The job is over: every rank finished, exited or was stopped, or the launch saw its
+        torchrun end (``job_ended``)."""
+        return self.job_ended or self.ranks_ended
+
     def ended_how(self) -> str:
         """How the job ended, as the header says it after "job ended: " ("every rank
-        finished", "2 ranks stopped", "1 rank exited, 1 stopped")."""
+        finished", "2 ranks stopped", "1 rank exited, 1 stopped"; of a job whose torchrun ended
+        with ranks whose end no word said, "torchrun exited; how 1 rank ended is not known")."""
         counts = dict(self.status_counts)
+        if not self.ranks_ended:
+            done = sum(counts.get(s, 0) for s in _ENDS)
+            # (the ranks never heard from too: the world size's, where the hub heard fewer)
+            unknown = max(self.world_size, sum(counts.values())) - done
+            return f"torchrun exited; how {unknown} rank{'s' if unknown != 1 else ''} ended is not known" if unknown else "torchrun exited"
         exited, stopped = counts.get(st.EXITED, 0), counts.get(STOPPED, 0)
         if not exited and not stopped:
             return "every rank finished"
@@ -309,6 +325,7 @@ def summarize(
         else None,
         replay=replay,
         log_ends_early="" if early is None else "when the hub stopped" if early.get("hub_stopped") else "at the log's end",
+        job_ended=source.live and state.job_ended,
     )
 
 
@@ -579,12 +596,15 @@ class RunHeader(CachedStyles, Widget):
             short = [("replay ", runs[0][1]), *runs[1:]]
             # The log's name is the first to go: the run id says which run it is.
             second.append(Choice((Figure(runs, _cells(runs) + slack), Figure(short, _cells(short) + slack))))
-        if s.live and s.hub_quiet_s is not None:
-            if s.ended:
-                # The launcher stops the hub when the job ends: its quiet is no fault then, and
-                # "hub quiet for 6 s" read as one after a clean finish. How it ended, instead.
-                second.append([(f"job ended: {s.ended_how()}", self._s("label"))])
-            elif s.log_ends_early:  # (it said it stopped: the note says so)
+        if s.live and (s.job_ended or (s.hub_quiet_s is not None and s.ended)):
+            # The launcher stops the hub when the job ends: its quiet is no fault then, and
+            # "hub quiet for 6 s" read as one after a clean finish. How it ended, instead; and
+            # once the launch says its torchrun exited, whether the hub is quiet or not (a rank
+            # killed with its node says nothing of its end: "○ 1 silent" and nothing more read
+            # as a job going on).
+            second.append([(f"job ended: {s.ended_how()}", self._s("label"))])
+        elif s.live and s.hub_quiet_s is not None:
+            if s.log_ends_early:  # (it said it stopped: the note says so)
                 second.append([("hub stopped", self._s("bad"))])
             else:
                 second.append([(f"hub quiet for {s.hub_quiet_s:.0f} s", self._s("bad"))])
