@@ -18,6 +18,9 @@ What the report answers, beyond the per-rank table:
 - throughput: samples/s over the training time (the steps' span less the time any rank was
   evaluating or saving a checkpoint, and torchrun's restarts), and the steady rate: the same of the steps after a warm-up
   (:data:`WARMUP_STEPS`);
+- the run over time (``timeline``): about ten parts of its steps, each with its wall time,
+  samples/s, step time (median and p90), loss and the stragglers' cost in it; a restart's steps
+  run again in parts of their own (telemetry/timeline.py);
 - stragglers over time: each verdict with the step it was found and cleared, its streak's
   first and last step, and its cost measured from the log: at every step the straggler
   arrived last at the collective, the others waited the gap between its self time and the

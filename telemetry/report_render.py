@@ -387,7 +387,8 @@ _EXTREMES = (("median_self_s", "self", ms), ("held_bytes", "held", human_bytes),
 """Figures whose highest and lowest rank are listed where they differ (as shown)."""
 
 
-def _standing(r: dict, rep: dict, stragglers: set, stalls: dict, not_sharding: set) -> tuple:
+def _standing(r: dict, stragglers: set, stalls: dict, not_sharding: set) -> tuple:
+    """What a rank's row is judged alike by, in :data:`_STANDING`'s order."""
     rank = r["rank"]
     return (r["status"], r.get("restarts", 0), r["steps"], bool(r.get("steps_rerun")), bool(r.get("steps_missing")),
             bool(r.get("lost_messages")), rank in stragglers, tuple(sorted(stalls.get(rank, ()))), rank in not_sharding,
@@ -442,7 +443,7 @@ def rank_table(rep: dict, all_ranks: bool = False) -> tuple[tuple[str, ...], lis
     for s in rep["stalls"]:
         stalls.setdefault(s["rank"], set()).add(s["kind"])
     not_sharding = set(rep["memory"].get("not_sharding") or ())
-    sig = {r["rank"]: _standing(r, rep, stragglers, stalls, not_sharding) for r in ranks}
+    sig = {r["rank"]: _standing(r, stragglers, stalls, not_sharding) for r in ranks}
     most = Counter(sig.values()).most_common(1)[0][0]  # (a tie: the lower rank's)
     groups: dict[tuple, list[dict]] = {}
     for r in ranks:
@@ -518,7 +519,7 @@ def timeline_table(rep: dict) -> tuple[tuple[str, ...], list[list[str]]]:
             notes.append(f"no step for {_seconds(p['longest_gap_s'])} after step {p['gap_after_step']}")
         wall, train = p.get("wall_s"), p.get("train_s")
         if wall and train is not None and wall - train > 0.1 * wall:
-            notes.append(f"{_seconds(wall - train)} of it no training (evaluating, saving, restarting)")
+            notes.append(f"{_seconds(wall - train)} of it no training (an evaluation, a save or a restart)")
         cost = p.get("straggler_s") or 0.0
         rows.append([
             f"{p['first_step']}-{p['last_step']}" if p["last_step"] != p["first_step"] else str(p["first_step"]),
