@@ -56,6 +56,11 @@ async def test_ranks_stopped_by_a_viewer_are_said_stopped_in_the_header_and_the_
         error = grid_widget._style("rank-grid--exited").color
         (status,) = [seg for seg in _status_segments(app, 1) if "stopped" in seg.text]
         assert status.style.color != error, status
+        # The line under the grid too (it said "rank 0 · exited -15 · ...").
+        from pardash.tui.widgets.selected_rank import SelectedRank
+
+        line = widget_text(app.screen.query_one(SelectedRank))
+        assert " · stopped (SIGTERM) · " in line and "exited" not in line, line
         await pilot.press("c")  # the heat map: its own glyph, and the legend says it
         await pilot.pause()
         heat = grid_text(app).splitlines()

@@ -13,6 +13,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from pardash.telemetry import state as st
+from pardash.telemetry.failures import signal_name
 
 from ..format import fmt_bytes, fmt_deviation, fmt_loss, fmt_step_time
 from ..model import RankRow
@@ -93,7 +94,12 @@ class SelectedRank(CachedStyles, Widget):
         if row is None:
             text = "no rank selected"
             return [(text, self._s("label"))], cell_len(text)
-        status = row.status if row.exit_code is None else f"exited {row.exit_code}"
+        if row.exit_code is None:
+            status = row.status
+        elif row.stopped:  # (ended by a stop, not failing: the grid's "stopped")
+            status = f"stopped ({signal_name(row.exit_code) or f'code {row.exit_code}'})"
+        else:
+            status = f"exited {row.exit_code}"
         short = status  # (what is left of it where the whole does not fit: see below)
         if row.stalled_in and row.status == st.STALLED:
             status += f" in {row.stalled_in}"  # what it is stuck in: the grid's cell has no room
