@@ -16,31 +16,9 @@ import msgspec
 import pytest
 
 from helpers import pardash_env, wait_for
+from test_two_nodes import _free_ports
 from pardash.telemetry.report import build_report
 from pardash.trainer.supervisor import STOP_REQUEST, LaunchSpec, Supervisor
-
-
-def _free_port_run(n: int) -> int:
-    """The first of ``n`` consecutive free TCP ports on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65536:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no run of free ports")
 
 
 def _logged(log: Path) -> list:
@@ -60,7 +38,7 @@ def _logged(log: Path) -> list:
 
 @pytest.mark.slow
 def test_a_ctrl_c_on_node_1_is_told_as_node_1s_on_node_0_and_in_the_report(tmp_path):
-    base = _free_port_run(4)  # torchrun's master port, then the hub's three
+    base = _free_ports(4)[0]  # torchrun's master port, then the hub's three
     log = tmp_path / "job.jsonl"
     common = ["--headless", "--every", "2", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(base),
               "--telemetry-port", str(base + 1), "--nproc", "1", "--model", "mlp", "--steps", "1000000", "--log-every", "0"]  # fmt: skip
