@@ -24,7 +24,7 @@ from .hubcore import HubCore
 from .keyframes import Keyframes
 from .logreader import PROGRESS_EVERY, LogCursor, LogReadStats, LogTail, Progress, no_records, read_log
 from .recorder import is_gzip
-from .state import RunState, run_over
+from .state import RunState, run_over, smooth_of
 
 
 class AttachError(Exception):
@@ -842,6 +842,8 @@ class ReplaySource(FrameApplier):
         """Back to the log's start, nothing played."""
         FrameApplier.__init__(self)
         self.core = HubCore(detector=NullDetector())  # type: ignore[arg-type]
+        self._stats_owed = False
+        """The last frame was lean: the hub's counts it carried are an earlier frame's."""
         self._count_skipped()
         self._end_said = False
         self.ended_early = None
@@ -870,6 +872,7 @@ class ReplaySource(FrameApplier):
         cursor = self._cursor
         if self._off_grid or self.ended_early is not None or not self.keyframes.due(self._clock, cursor.offset, self.t_start):
             return
+        self._settle()  # (what a seek's lean frames left to work out: kept as a replay from the start has it)
         self.keyframes.keep(self._clock, cursor.offset, (
             self.core, self.state, self.stats, self.fseq, self.hub_id, self.frames_applied, self.last_frame_t,
             self._clock, self._frames, self._fed_t, cursor.mark(),
@@ -894,9 +897,47 @@ class ReplaySource(FrameApplier):
         self._end_said = False
         self.ended_early = None
         self._off_grid = False  # (a keyframe is on the grid: taken before any end was cut or said)
+        self._stats_owed = False  # (settled before it was kept)
         self._reached.clear()
         self._play = self._clock
         self._wall = time.monotonic()
+
+    def _frame(self, *, lean: bool = False) -> None:
+        """Make the next frame of the log played so far and apply it. ``lean``: a frame of a
+        seek on its way, which the screen does not show (see ``HubCore.tick``): the medians and
+        counts it leaves out are worked out once, where the seek stops (:meth:`_settle`), not
+        for each of its frames; those of a rank a frame's event or hello may start anew (a new
+        process) are worked out before it, as the frames before would have had them."""
+        core = self.core
+        if core.smooth_owed:
+            if not lean:
+                self._pay_smooth(None)
+            elif core.has_pending:
+                ranks = core.pending_ranks()
+                self._pay_smooth(None if min(ranks) < 0 else ranks)
+        self.apply_frame(core.tick(time.monotonic(), lean=lean))
+        self._stats_owed = lean
+
+    def _pay_smooth(self, ranks: set[int] | None) -> None:
+        """The medians of the last steps the lean frames left out (``ranks``' only, or all), as
+        the viewer's state had them from the frames that carried them."""
+        owed = self.core.smooth_owed
+        viewer = self.state.ranks
+        for rank in list(owed) if ranks is None else [r for r in ranks if r in owed]:
+            recent = owed.pop(rank)
+            r = viewer.get(rank)
+            if r is not None:
+                r.smooth = smooth_of(recent)
+
+    def _settle(self) -> None:
+        """Work out what the lean frames of a seek left out (see :meth:`_frame`): the state is
+        then the one a replay that made every frame in full has."""
+        if self.core.smooth_owed:
+            self._pay_smooth(None)
+        if self._stats_owed:
+            self._stats_owed = False
+            self.stats = self.core.stats()
+            self.state.lost_reported = self.stats.lost
 
     def _due(self, msg: schema.Message) -> float:
         """When a record plays: at its time, or (a rank's whose clock is off) right after the
@@ -907,7 +948,7 @@ class ReplaySource(FrameApplier):
 
     def _feed_until(self, t: float) -> None:
         cursor = self._cursor
-        core = self.core
+        replay = self.core.replay_routine
         now = time.monotonic()
         while (msg := cursor.peek()) is not None and ((due := self._due(msg)) or t) <= t:
             cursor.take()
@@ -915,7 +956,7 @@ class ReplaySource(FrameApplier):
                 msg.t = due  # its steps, events and the run's time as the hub's clock had them
             elif due > self._fed_t:
                 self._fed_t = due
-            core.replay(msg, now)
+            replay(msg, now)
 
     def seek_soon(self, position_s: float) -> None:
         """Ask to jump to ``position_s`` (``position_s`` says it at once); :meth:`seek_now` or
@@ -939,7 +980,7 @@ class ReplaySource(FrameApplier):
             return True
         target = self.t_start + max(0.0, min(self._seeking_to, self.duration_s))
         self._play = target
-        self._advance(target, budget_s=max(0.0, SEEK_BUDGET_S - (time.perf_counter() - t0)))
+        self._advance(target, budget_s=max(0.0, SEEK_BUDGET_S - (time.perf_counter() - t0)), lean=True)
         if self._play >= target:  # there (out of time, _advance holds the play clock where it got to)
             self._seeking_to = None
             self._wall = time.monotonic()
@@ -956,11 +997,11 @@ class ReplaySource(FrameApplier):
         target = self.t_start + max(0.0, min(position_s, self.duration_s))
         self._jump(target)
         self._play = target
-        self._advance(target, progress=progress)
+        self._advance(target, progress=progress, lean=True)
         self._wall = time.monotonic()
         self._say_early_end()
 
-    def _advance(self, target: float, budget_s: float | None = None, progress: Progress | None = None) -> bool:
+    def _advance(self, target: float, budget_s: float | None = None, progress: Progress | None = None, lean: bool = False) -> bool:
         """Play the log up to ``target`` (its clock) in frames of ``frame_s`` of the log's own
         time, not of the wall clock: what a frame holds (each rank's newest step, its history
         point) is then the same at any speed, and a replay at 64x ends on the figures one at 1x
@@ -969,7 +1010,14 @@ class ReplaySource(FrameApplier):
         skipped (a record with a wild clock must not mean billions of empty frames). With
         ``budget_s``: stop after that much wall time, the play clock held where it got to (a
         replay at a speed the machine cannot keep slows down rather than freezing the screen).
-        True when a frame was made."""
+        ``lean``: a seek's, whose frames the screen does not show (see :meth:`_frame`). True
+        when a frame was made."""
+        try:
+            return self._play_to(target, budget_s, progress, lean)
+        finally:
+            self._settle()
+
+    def _play_to(self, target: float, budget_s: float | None, progress: Progress | None, lean: bool) -> bool:
         made = False
         cursor = self._cursor
         t0 = time.perf_counter()
@@ -983,14 +1031,14 @@ class ReplaySource(FrameApplier):
             if nxt > target + 1e-9:  # (t_start + 100 * 0.1 lies a hair past t_start + 10)
                 if target < self.t_end or ahead is None:
                     if ahead is None and self.core.steps_waiting:  # the newest steps a first step held back
-                        self.apply_frame(self.core.tick(time.monotonic()))
+                        self._frame()
                         made = True
                     elif not self._frames and due and due <= target:
                         # Before the first frame's end (a seek back to the start): what the log
                         # holds up to the target. Nothing played, it showed no run at all (no id,
                         # none of its hub's first notes), paused so until played on.
                         self._feed_until(target)
-                        self.apply_frame(self.core.tick(time.monotonic()))
+                        self._frame()
                         self._off_grid = True  # (a frame cut at the target, not at the first frame's end)
                         made = True
                     return made
@@ -998,7 +1046,7 @@ class ReplaySource(FrameApplier):
                 self._feed_until(float("inf"))  # the hub's own last words, written after (see LogSpan.end)
                 self._off_grid = True  # (the log may grow past it: see _restart)
             self._feed_until(nxt)
-            self.apply_frame(self.core.tick(time.monotonic()))
+            self._frame(lean=lean)
             self._frames += 1
             self._clock = nxt
             made = True
@@ -1038,7 +1086,7 @@ class ReplaySource(FrameApplier):
         why = _ends_early_text(end, dict(stats.skipped), cut)
         now = time.monotonic()
         self.core.replay(schema.Event(rank=-1, seq=-1, name="warning", message=f"log ends early {why}", t=self.t_end), now)
-        self.apply_frame(self.core.tick(now))
+        self._frame()
         self._off_grid = True  # (the log may grow again: see _grew_again)
         self.ended_early = end
         return True

@@ -24,7 +24,7 @@ from . import frames, limits, schema
 from .analysis import Detector
 from .clocks import CLOCK_OFF_S, human_span
 from .recorder import Recorder
-from .state import RankState, RunState, smooth_of
+from .state import RankState, RunState, keep_custom, smooth_of
 
 MAX_RANK = 1 << 20
 """Ranks above this are refused (no job has a million ranks; a hostile frame might)."""
@@ -174,6 +174,10 @@ def _finite(x: float | None) -> bool:
     return x is None or isfinite(x)
 
 
+_STEP, _SYSTEM, _BEAT = schema.Step, schema.System, schema.Heartbeat
+"""The kinds of :meth:`HubCore.replay_routine`'s short path (exactly these: not the ingest's subclass)."""
+
+
 class HubCore:
     """Validates, stamps, applies, records and frames messages. No sockets, no threads."""
 
@@ -242,6 +246,11 @@ class HubCore:
         or made-up times)."""
         self._clocks_said: set[str] = set()
         """The hosts (a rank's number where a hello names none) whose clock was said to be off."""
+        self.smooth_owed: dict[int, tuple[schema.Step, ...]] = {}
+        """rank -> its last steps as a lean frame (see :meth:`tick`) left them: the medians that
+        frame did not work out, owed to its viewer."""
+        self._stats_sent: frames.HubStats | None = None
+        """The counts of the last frame that worked them out (a lean frame carries them again)."""
 
     # -- ingest ---------------------------------------------------------------------------
 
@@ -670,6 +679,11 @@ class HubCore:
         too."""
         return bool(self._steps)
 
+    def pending_ranks(self) -> set[int]:
+        """The ranks the messages waiting for the next frame (notes, events, verdicts) are of
+        (-1: the hub's own)."""
+        return {m.rank for m in self._pending}
+
     @property
     def has_pending(self) -> bool:
         """Whether a message (a note, an event, a verdict) waits for the next frame."""
@@ -771,6 +785,69 @@ class HubCore:
         else:
             self._pending.append(msg)
 
+    def replay_routine(self, msg: schema.Message, now: float) -> None:
+        """:meth:`replay`, with a short path for what nearly all of a log is (a step, system
+        sample or heartbeat of a rank known and in its plain state, the state's first record
+        and run id taken): the effects ``replay`` -> ``RunState.apply`` have on such a record,
+        in one call instead of six (a replay's seek plays millions of them). The rest goes
+        the general way."""
+        cls = type(msg)
+        st = self.state
+        r = st.ranks.get(msg.rank) if cls is _STEP or cls is _SYSTEM or cls is _BEAT else None
+        t = msg.t
+        if (
+            r is None
+            or r.awaited
+            or r.before_top is not None
+            or self.recorder is not None
+            or not t
+            or not st.t0
+            or (msg.run and not st.run_id)
+            or msg.seq < 0
+            or not st.track_seq
+        ):
+            self.replay(msg, now)
+            return
+        self.received += 1
+        h = self.hseq = self.hseq + 1
+        msg.hseq = h
+        kind = msg.__struct_config__.tag
+        counts = st.counts
+        counts[kind] = counts.get(kind, 0) + 1
+        if h > st.hseq:
+            st.hseq = h
+        ceiling = st.t_ceiling
+        if st.t_last < t < ceiling:
+            st.t_last = t
+        if st.t_last_rank < t < ceiling:
+            st.t_last_rank = t
+        r.last_seen = now
+        sq = r.seq
+        sq.received += 1
+        if msg.seq > sq.max_seq:
+            sq.max_seq = msg.seq
+        rank = msg.rank
+        if cls is _STEP:
+            newest = r.step
+            if newest is None or msg.seq >= newest.seq:
+                r.step = msg
+            r.steps_seen += 1
+            if msg.custom:
+                keep_custom(r, msg.custom)
+            if r.step is msg:
+                r.recent.append(msg)  # type: ignore[union-attr]
+                if rank in self._framed or rank not in self._steps:
+                    self._steps[rank] = msg
+                else:
+                    self._held.add(rank)
+            self.detector.stragglers.observe(msg)
+        elif cls is _BEAT:
+            r.heartbeat = msg
+            self._beats[rank] = msg
+        else:
+            r.system = msg
+            self._systems[rank] = msg
+
     def _take(self, msg: schema.Message, now: float) -> None:
         self.hseq += 1
         msg.hseq = self.hseq
@@ -818,8 +895,11 @@ class HubCore:
             viewers=self.snapshots_served,
         )
 
-    def tick(self, now: float) -> frames.Frame:
-        """Judge, then fold everything since the last frame into a new one."""
+    def tick(self, now: float, *, lean: bool = False) -> frames.Frame:
+        """Judge, then fold everything since the last frame into a new one. ``lean``: a frame no
+        one sees (a replay's seek on its way, played for what the frames after it build on): it
+        works out neither its ranks' medians, left in :attr:`smooth_owed`, nor the hub's counts,
+        the last frame's carried again; its viewer takes both once the seek is there."""
         if self._ticked is not None and now - self._ticked > HUB_AWAY_S:
             # Back from a pause of its own: the ranks' backlog is still coming in (taken from
             # each socket in turn), and a rank whose turn has not come read as silent.
@@ -855,10 +935,17 @@ class HubCore:
         # steps are some of them (one a rank a frame), cut where the frame fell.
         smooth = {}
         ranks = self.state.ranks
-        for s in steps:
-            r = ranks[s.rank]  # (commit_history made it)
-            if r.recent:  # (none: a new process's hello came after the step)
-                smooth[s.rank] = r.smooth = smooth_of(r.recent)
+        if lean:
+            owed = self.smooth_owed
+            for s in steps:
+                r = ranks[s.rank]  # (commit_history made it)
+                if r.recent:
+                    owed[s.rank] = tuple(r.recent)  # (as they are now: a new process empties them)
+        else:
+            for s in steps:
+                r = ranks[s.rank]  # (commit_history made it)
+                if r.recent:  # (none: a new process's hello came after the step)
+                    smooth[s.rank] = r.smooth = smooth_of(r.recent)
         if self._held:
             for rank in self._held:
                 r = self.state.ranks.get(rank)
@@ -868,9 +955,12 @@ class HubCore:
         self.fseq += 1
         if self.recorder is not None:
             self.recorder.flush_soon()
+        stats = self._stats_sent
+        if not lean or stats is None:
+            stats = self._stats_sent = self.stats()
         # The steps travel once, in ``messages``: each is also its rank's history point.
         return frames.Frame(
-            fseq=self.fseq, hseq=self.hseq, t=time.time(), hub_id=self.hub_id, messages=messages, stats=self.stats(), smooth=smooth
+            fseq=self.fseq, hseq=self.hseq, t=time.time(), hub_id=self.hub_id, messages=messages, stats=stats, smooth=smooth
         )
 
     def snapshot(self) -> frames.Snapshot:

@@ -165,13 +165,22 @@ def is_log(path: str | os.PathLike[str], lines: int = 100) -> bool:
     return False
 
 
-def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> Iterator[schema.Message]:
+def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None, upto: int | None = None) -> Iterator[schema.Message]:
     """The records of ``fh`` from where it is. With ``tail``: a last line without its newline
-    is one being written, left for the tail's next read (``tail.offset`` follows the lines read)."""
+    is one being written, left for the tail's next read (``tail.offset`` follows the lines read).
+    With ``upto``: no byte of ``fh`` at or past that offset is read (a line it cuts reads as
+    cut there)."""
     decode = schema.decode_json
+    readline = fh.readline
+    at = fh.tell() if upto is not None else 0
+    size = MAX_LINE_BYTES
     while True:
+        if upto is not None:
+            size = min(MAX_LINE_BYTES, upto - at)
+            if size <= 0:
+                break
         try:
-            raw = fh.readline(MAX_LINE_BYTES)
+            raw = readline(size)
         except EOFError:  # a gzip stream cut short: its end is lost
             stats.skipped["truncated"] += 1
             stats.gzip_damage = "cut short"
@@ -195,6 +204,7 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
             break
         if not raw:
             break
+        at += len(raw)
         complete = raw.endswith(b"\n")
         if tail is not None:
             if not complete and len(raw) < MAX_LINE_BYTES:
@@ -203,7 +213,9 @@ def _records(fh: BinaryIO, stats: LogReadStats, tail: LogTail | None = None) -> 
         stats.lines += 1
         if not complete and len(raw) >= MAX_LINE_BYTES:
             while raw and not raw.endswith(b"\n"):  # skip the rest, a chunk at a time
-                raw = fh.readline(MAX_LINE_BYTES)
+                size = MAX_LINE_BYTES if upto is None else min(MAX_LINE_BYTES, upto - at)
+                raw = readline(size) if size > 0 else b""
+                at += len(raw)
                 if tail is not None:
                     tail.offset += len(raw)
             stats.skipped["too_long"] += 1
@@ -288,11 +300,8 @@ class LogCursor:
 
     def __init__(self, path: str | os.PathLike[str], upto: int | None = None) -> None:
         self._fh = _open(path)
-        self.upto = upto
-        """Bytes of the log (uncompressed) it may read; a replay following a log raises it as
-        the log grows."""
-        self.offset = 0
-        """Bytes of the log (uncompressed) read so far."""
+        self._upto = upto
+        self._offset = 0
         self.stats = LogReadStats()
         self._next: schema.Message | None = None
         self._lines: Iterator[schema.Message] | None = None
@@ -302,16 +311,31 @@ class LogCursor:
         """Where a gzip log's file is on its way to, a :meth:`catch_up` at a time (see
         :meth:`go_back`); None: it is at :attr:`offset`."""
 
-    def readline(self, size: int = -1) -> bytes:
-        """The log's next line, none past ``upto`` (what ``_records`` reads through)."""
-        if self.upto is not None:
-            left = self.upto - self.offset
-            if left <= 0:
-                return b""
-            size = left if size < 0 else min(size, left)
-        raw = self._fh.readline(size)
-        self.offset += len(raw)
-        return raw
+    @property
+    def upto(self) -> int | None:
+        """Bytes of the log (uncompressed) it may read; a replay following a log raises it as
+        the log grows."""
+        return self._upto
+
+    @upto.setter
+    def upto(self, upto: int | None) -> None:
+        self._upto = upto
+        self._lines = None  # (read on from where the file is, to the new limit)
+
+    @property
+    def offset(self) -> int:
+        """Bytes of the log (uncompressed) read so far: where its file is (the records are read
+        straight from it, a line a record, none ahead of the one next in line)."""
+        if self._goal is None and not self._fh.closed:
+            try:
+                self._offset = self._fh.tell()
+            except (OSError, EOFError, zlib.error):  # (the disk under it failed: as far as it got)
+                pass
+        return self._offset
+
+    @offset.setter
+    def offset(self, offset: int) -> None:
+        self._offset = offset
 
     def peek(self) -> schema.Message | None:
         """The next record, left in place (None: none now; more may come when ``upto`` rises)."""
@@ -320,7 +344,7 @@ class LogCursor:
             if self._lines is None:
                 if self.upto is not None and self.offset >= self.upto:
                     return None
-                self._lines = _records(self, self.stats)  # type: ignore[arg-type]
+                self._lines = _records(self._fh, self.stats, upto=self._upto)
             try:
                 self._next = next(self._lines, None)
             except OSError:  # (the disk under it failed): the replay ends where it got to
@@ -349,14 +373,14 @@ class LogCursor:
         that needs a line."""
         if self._fh.closed:
             return
-        self.offset, self.stats, self._next, self._ended = mark
+        self._offset, self.stats, self._next, self._ended = mark
         self._lines = None
         if isinstance(self._fh, gzip.GzipFile):
-            self._goal = self.offset
-            if self.offset < self._fh.tell():
+            self._goal = self._offset
+            if self._offset < self._fh.tell():
                 self._fh.seek(0)  # (back to the start: a gzip file reads on from there)
         else:
-            self._fh.seek(self.offset)
+            self._fh.seek(self._offset)
 
     def catch_up(self, budget_s: float | None = None) -> bool:
         """Read a gzip log on to where :meth:`go_back` sent the cursor, for at most ``budget_s``
@@ -388,6 +412,7 @@ class LogCursor:
         self._ended = False
 
     def close(self) -> None:
+        self._offset = self.offset
         self._fh.close()
         self._next = self._lines = None
         self._goal = None
