@@ -8,7 +8,9 @@ system samples, stamped with the log's clock instead of the wall clock's. Then, 
 process each (so that one's memory is not the other's), it plays the log to its end, seeks back
 10 s (``[`` at the end), to the middle and to 10 s in, and prints the seconds each seek took and
 the process's peak resident memory, with keyframes and without (the baseline: every seek back
-plays the log again from its start).
+plays the log again from its start). The first seek, to the end (``>``, ``--start end``), is also
+measured against the same replay making each frame of it in full (the baseline: a seek's frames
+were, though the screen shows none of them until it is there).
 """
 
 from __future__ import annotations
@@ -81,12 +83,17 @@ def _rss_bytes() -> int:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def measure(path: str, with_keyframes: bool) -> dict:
-    """In this process: play ``path`` to its end, then seek back three times; seconds and bytes."""
+def measure(path: str, with_keyframes: bool, full_frames: bool = False) -> dict:
+    """In this process: play ``path`` to its end, then seek back three times; seconds and bytes.
+    ``full_frames``: every frame of a seek made in full (see ``HubCore.tick``'s ``lean``)."""
     from pardash.telemetry import client, keyframes
+    from pardash.telemetry.hubcore import HubCore
 
     if not with_keyframes:
         keyframes.EVERY_S = float("inf")  # (the baseline: no keyframe is ever taken)
+    if full_frames:
+        tick = HubCore.tick
+        HubCore.tick = lambda self, now, lean=False: tick(self, now)  # type: ignore[method-assign]
     t = time.perf_counter()
     src = client.ReplaySource(path)
     opened_s = time.perf_counter() - t
@@ -105,14 +112,15 @@ def measure(path: str, with_keyframes: bool) -> dict:
     return out
 
 
-def _both(path: str) -> tuple[dict, dict]:
-    """The baseline's and the keyframes' measures of ``path``, each in a fresh process."""
+def _sides(path: str) -> tuple[dict, dict, dict]:
+    """The baseline's, the keyframes' and the full frames' measures of ``path``, each in a fresh
+    process."""
     results = {}
-    for which in ("baseline", "keyframes"):
+    for which in ("baseline", "keyframes", "full"):
         run = subprocess.run([sys.executable, "-m", "bench.replay_seek", "--only", which, path],
                              capture_output=True, text=True, check=True)  # fmt: skip
         results[which] = json.loads(run.stdout.strip().splitlines()[-1])
-    return results["baseline"], results["keyframes"]
+    return results["baseline"], results["keyframes"], results["full"]
 
 
 def run(ranks: int = 256, seconds: float = 240.0, log: str | None = None) -> tuple[list, str]:
@@ -128,12 +136,15 @@ def run(ranks: int = 256, seconds: float = 240.0, log: str | None = None) -> tup
         if not os.path.exists(path):
             write_log(path, ranks, seconds)
         size = os.path.getsize(path)
-        base, key = _both(path)
+        base, key, full = _sides(path)
     rows = []
     for label, metric in (("seek back 10 s from the end ([)", "seek_back_10s_s"), ("seek to the middle", "seek_middle_s"),
                           ("seek to 10 s in", "seek_start_10s_s")):  # fmt: skip
         rows.append(Row(name, f"{label}, s", f"{key[metric]:.2f}", f"{base[metric]:.2f} (from the log's start)",
                         f"{base[metric] / max(key[metric], 1e-9):.1f}x faster", ""))  # fmt: skip
+    rows.append(Row(name, "seek to the end (>, --start end), s", f"{key['play_to_end_s']:.2f}",
+                    f"{full['play_to_end_s']:.2f} (each frame made in full)",
+                    f"{full['play_to_end_s'] / max(key['play_to_end_s'], 1e-9):.2f}x faster", ""))  # fmt: skip
     rows.append(Row(name, "play to the end, s", f"{key['play_to_end_s']:.2f}", f"{base['play_to_end_s']:.2f} (no keyframes)",
                     f"{key['play_to_end_s'] / max(base['play_to_end_s'], 1e-9):.2f}x", ""))  # fmt: skip
     rows.append(Row(name, "peak RSS, MiB", f"{key['peak_rss_bytes'] / 2**20:.0f}", f"{base['peak_rss_bytes'] / 2**20:.0f}",
@@ -142,7 +153,8 @@ def run(ranks: int = 256, seconds: float = 240.0, log: str | None = None) -> tup
         f"- replay_seek: a {size / 2**20:.0f} MiB log of {ranks} simulated ranks at 10 steps/s (heartbeats and system samples "
         f"at 1 Hz), played to its end, then sought back 10 s, to its middle and to 10 s in, each in a fresh process: "
         f"keyframes ({key['keyframes']} kept, {key['keyframe_bytes'] / 2**20:.1f} MiB) against the same replay without them "
-        f"(every seek back plays the log again from its start). {time.monotonic() - t0:.0f} s."
+        f"(every seek back plays the log again from its start); its first seek, to the end, also against the same seek "
+        f"making each of its frames in full (the screen shows none until the seek is there). {time.monotonic() - t0:.0f} s."
     )
     return rows, note
 
@@ -155,7 +167,7 @@ def _configure(parser) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--only":  # (one side's measures, in a process of its own)
-        print(json.dumps(measure(sys.argv[3], sys.argv[2] == "keyframes")))
+        print(json.dumps(measure(sys.argv[3], sys.argv[2] != "baseline", full_frames=sys.argv[2] == "full")))
     else:
         from .common import standalone
 
