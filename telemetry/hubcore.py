@@ -899,7 +899,9 @@ class HubCore:
         """Judge, then fold everything since the last frame into a new one. ``lean``: a frame no
         one sees (a replay's seek on its way, played for what the frames after it build on): it
         works out neither its ranks' medians, left in :attr:`smooth_owed`, nor the hub's counts,
-        the last frame's carried again; its viewer takes both once the seek is there."""
+        the last frame's carried again; its viewer takes both once the seek is there. (Its own
+        ranks' ``smooth`` stay the last full frame's: only a snapshot reads them, and a replay's
+        core serves none.)"""
         if self._ticked is not None and now - self._ticked > HUB_AWAY_S:
             # Back from a pause of its own: the ranks' backlog is still coming in (taken from
             # each socket in turn), and a rank whose turn has not come read as silent.
