@@ -232,6 +232,15 @@ def rank_alerts(
         code = "" if sig and re.search(rf"\b{sig}\b", how) else f" ({sig})" if sig else f" (exit code {r.exit_code})"
         text = f"rank {r.rank} was stopped{how}" + (f" at step {step}" if step is not None else "") + code
         out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
+    elif status == st.EXITED and r.exit_code in STOPPED_CODES and not first and not why:
+        # Stopped as it hung (Ctrl-C, a Stop on a hang), not its cause: the hang first, then the stop in its
+        # own words, as the grid says "stopped" (it read "; then exited with code -15").
+        step = _exit_step(r, exit)
+        how = _stopped_how(r.rank, exit.cause if exit is not None else "")
+        sig = signal_name(r.exit_code)
+        code = "" if sig and re.search(rf"\b{sig}\b", how) else f" ({sig})" if sig else f" (exit code {r.exit_code})"
+        text = f"rank {r.rank} {_stuck_text(r)}{why}; then stopped{how}" + (f" at step {step}" if step is not None else "") + code
+        out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
     elif status == st.EXITED:
         text = f"rank {r.rank}{', the root cause,' if first else ''}"
         if r.stalled is not None or r.silent is not None:  # stopped or killed as it hung: that first
@@ -352,7 +361,7 @@ def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, Exit
     rank the hang waited for is marked so, as the report names it."""
     hang, kinds, now = stuck_ranks(state), ("stalled", "silent"), True
     if not hang and exits is not None:
-        hang, kinds, now = whole_hang(state), ("exited",), False
+        hang, kinds, now = whole_hang(state), ("exited", "stopped"), False
     causes = hang_causes(hang)
     if not causes:
         return alerts
@@ -364,7 +373,7 @@ def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, Exit
     if not now:
         return [
             replace(rank_alerts(state.ranks[a.rank], exits.get(a.rank), why=why)[0], first=True)
-            if a.kind == "exited" and a.rank in causes
+            if a.kind in kinds and a.rank in causes
             else a
             for a in alerts
         ]
@@ -486,7 +495,7 @@ def run_alerts(
     if first is not None and first in exits:
         out = [
             rank_alerts(state.ranks[a.rank], exits.get(a.rank), first=True)[0]
-            if a.kind == "exited" and a.rank == first
+            if a.kind in ("exited", "stopped") and a.rank == first
             else a
             for a in out
         ]

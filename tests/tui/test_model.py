@@ -436,7 +436,9 @@ def test_a_run_stopped_as_it_hung_says_so_once_its_ranks_have_exited():
         "rank 0 stalled in data after step 4, likely the cause: 1 other waited for it;"
         " then exited with code -15 at step 5: rank 0 was stopped by you"
     )
-    assert alerts[1].text.startswith("rank 1 stalled in backward after step 4; then exited with code -15")
+    # (the rank that waited: stopped, as the grid says it; it read "; then exited with code -15")
+    assert alerts[1].text == "rank 1 stalled in backward after step 4; then stopped by you at step 5 (SIGTERM)"
+    assert alerts[1].kind == "stopped"
     s = summarize(src)
     assert (s.samples_per_s, s.samples_per_s_when) == (0.0, "at the end (stalled)")
     assert rate_text(st) == "0 samples/s at the end (stalled)"
