@@ -225,21 +225,12 @@ def rank_alerts(
     if status == st.EXITED and r.exit_code in STOPPED_CODES and not first and r.stalled is None and r.silent is None:
         # Stopped (by the user, a scheduler, torchrun after another rank failed): no failure
         # of its own, said calmly (it read "exited with code -15" in the failure's red).
-        step = _exit_step(r, exit)
-        how = _stopped_how(r.rank, exit.cause if exit is not None else "")
-        sig = signal_name(r.exit_code)
-        # (not "stopped by SIGTERM on node 1 (h) at step 5 (SIGTERM)": the words name it already)
-        code = "" if sig and re.search(rf"\b{sig}\b", how) else f" ({sig})" if sig else f" (exit code {r.exit_code})"
-        text = f"rank {r.rank} was stopped{how}" + (f" at step {step}" if step is not None else "") + code
+        text = f"rank {r.rank} was {_stopped_text(r, exit)}"
         out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
     elif status == st.EXITED and r.exit_code in STOPPED_CODES and not first and not why:
         # Stopped as it hung (Ctrl-C, a Stop on a hang), not its cause: the hang first, then the stop in its
         # own words, as the grid says "stopped" (it read "; then exited with code -15").
-        step = _exit_step(r, exit)
-        how = _stopped_how(r.rank, exit.cause if exit is not None else "")
-        sig = signal_name(r.exit_code)
-        code = "" if sig and re.search(rf"\b{sig}\b", how) else f" ({sig})" if sig else f" (exit code {r.exit_code})"
-        text = f"rank {r.rank} {_stuck_text(r)}{why}; then stopped{how}" + (f" at step {step}" if step is not None else "") + code
+        text = f"rank {r.rank} {_stuck_text(r)}; then {_stopped_text(r, exit)}"
         out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
     elif status == st.EXITED:
         text = f"rank {r.rank}{', the root cause,' if first else ''}"
@@ -328,6 +319,17 @@ def _straggled(r: st.RankState) -> str:
     (a rank stopped 1,700 steps after its one slow spell was said to be a straggler then)."""
     v = r.straggler
     return f"; it was a straggler ({v.cause or 'cause unknown'})" if v is not None else ""
+
+
+def _stopped_text(r: st.RankState, exit: ExitInfo | None) -> str:
+    """'stopped by you at step 5 (SIGTERM)' of a rank ended by a stop: who or what stopped it,
+    where it was, and the signal unless its words name it ("stopped by SIGTERM on node 1 (h)
+    at step 5" read "... (SIGTERM)" again)."""
+    step = _exit_step(r, exit)
+    how = _stopped_how(r.rank, exit.cause if exit is not None else "")
+    sig = signal_name(r.exit_code)
+    code = "" if sig and re.search(rf"\b{sig}\b", how) else f" ({sig})" if sig else f" (exit code {r.exit_code})"
+    return f"stopped{how}" + (f" at step {step}" if step is not None else "") + code
 
 
 def _stopped_how(rank: int, cause: str) -> str:
