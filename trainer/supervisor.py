@@ -47,6 +47,9 @@ STDERR_POLL_S = 0.1
 --monitor-interval, 0.1 s)."""
 
 HUB_READY_TIMEOUT_S = 30.0
+NODES_END_WAIT_S = 5.0
+"""How long node 0 of several keeps its hub up, its job failed, for the other nodes' notes of
+how their ranks ended (see Supervisor._await_nodes_ends)."""
 TRAINER_COMMAND = ["-m", "pardash.trainer.train"]
 """What torchrun runs per rank for the bundled trainer (its arguments follow)."""
 
@@ -808,6 +811,8 @@ class Supervisor:
         # keeps the hub up so it can read the end.
         while spec.viewer_pid and registry.pid_alive(spec.viewer_pid) and not self._stopping:
             time.sleep(0.2)
+        if spec.nnodes > 1 and code != 0 and not self._stopping and not getattr(spec, "remote_hub", ""):
+            self._await_nodes_ends()
         logs = [spec.log_path]
         if self.hub is not None and self.hub.poll() is None:
             self._follow_log()  # (where it is as the hub stops: a copy is named after it)
@@ -824,6 +829,33 @@ class Supervisor:
             if copy is not None:
                 spec.log_path = copy
                 self._write_result({**result, "log": copy}, quiet=True)
+
+    def _await_nodes_ends(self) -> None:
+        """Node 0 of several, its job failed (of itself, or of another node's stop): the other
+        nodes' launchers note how their ranks ended once their own torchrun has ended ("stopped
+        by Ctrl-C on node 1 (HOST)"), which can be after this node's ranks failed of it. The hub
+        stayed up for them no longer than its ingest's last quiet moment, and a Ctrl-C on node 1
+        could reach node 0's log as rank 0's failure alone. Kept up until every rank's end is
+        known, or NODES_END_WAIT_S (a node lost says nothing)."""
+        from pardash.telemetry.client import HubClient
+        from pardash.telemetry.state import run_over
+
+        endpoints = getattr(self, "endpoints", None) or {}
+        if self.hub is None or self.hub.poll() is not None or "updates" not in endpoints:
+            return
+        try:
+            client = HubClient(endpoints["updates"], endpoints["snapshot"], curve=self.spec.curve_dir or None)
+        except Exception:
+            return
+        try:
+            deadline = time.monotonic() + NODES_END_WAIT_S
+            while time.monotonic() < deadline and not client.refused and self.hub.poll() is None:
+                client.poll()
+                if client.synced and run_over(client.state):
+                    return
+                time.sleep(0.1)
+        finally:
+            client.close()
 
     def _follow_log(self) -> None:
         """``spec.log_path`` where the hub writes the log now: its registry entry says so
