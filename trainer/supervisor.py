@@ -811,7 +811,7 @@ class Supervisor:
         # keeps the hub up so it can read the end.
         while spec.viewer_pid and registry.pid_alive(spec.viewer_pid) and not self._stopping:
             time.sleep(0.2)
-        if spec.nnodes > 1 and code != 0 and not self._stopping and not getattr(spec, "remote_hub", ""):
+        if getattr(spec, "nnodes", 1) > 1 and code != 0 and not self._stopping and not getattr(spec, "remote_hub", ""):
             self._await_nodes_ends()
         logs = [spec.log_path]
         if self.hub is not None and self.hub.poll() is None:
