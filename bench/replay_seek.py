@@ -1,6 +1,6 @@
 """A replay's seek back on a big log: with its keyframes against playing the log from its start.
 
-    python -m bench.replay_seek [--ranks 256] [--seconds 240] [--log /tmp/sim256.jsonl] [--write]
+    python -m bench.replay_seek [--ranks 256] [--seconds 240] [--restart-at 10] [--log /tmp/sim256.jsonl] [--write]
 
 writes (with --log once: an existing file of that name is kept) the log a `pardash simulate --ranks 256
 --keep-log` of that length records, with no hub and no sockets: the simulator's own steps and
@@ -10,7 +10,9 @@ process each (so that one's memory is not the other's), it plays the log to its 
 the process's peak resident memory, with keyframes and without (the baseline: every seek back
 plays the log again from its start). The first seek, to the end (``>``, ``--start end``), is also
 measured against the same replay making each frame of it in full (the baseline: a seek's frames
-were, though the screen shows none of them until it is there).
+were, though the screen shows none of them until it is there). ``--restart-at S``: torchrun
+restarts every rank S seconds into the log (each one's exit, the launcher's notes, a new
+process's hello), its steps going on from there (as from a checkpoint).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ T0 = 1.7e9
 RUN = "sim-bench-replay"
 
 
-def write_log(path: str, ranks: int, seconds: float, rate_hz: float = 10.0, seed: int = 0) -> int:
-    """The log of ``ranks`` simulated ranks stepping at ``rate_hz`` for ``seconds``; bytes written."""
+def write_log(path: str, ranks: int, seconds: float, rate_hz: float = 10.0, seed: int = 0, restart_at_s: float | None = None) -> int:
+    """The log of ``ranks`` simulated ranks stepping at ``rate_hz`` for ``seconds``; bytes written.
+    ``restart_at_s``: torchrun restarts every rank that far in (see the module's docstring)."""
     from pardash.telemetry import schema
     from pardash.telemetry.simulate import SimConfig, step_message, system_sample
 
@@ -38,27 +41,44 @@ def write_log(path: str, ranks: int, seconds: float, rate_hz: float = 10.0, seed
     hseq = 0
     encode = schema.encode_json
 
-    def line(m, rank: int, t: float) -> bytes:
+    def line(m, rank: int, t: float, note: bool = False) -> bytes:
         nonlocal hseq
         hseq += 1
         m.run, m.rank, m.t, m.hseq = RUN, rank, t, hseq
-        m.seq = -1 if rank < 0 else seq[rank]  # (the hub's own notes are no rank's messages)
-        if rank >= 0:
+        # (the hub's and the launcher's notes, a rank's included, are no rank's own messages)
+        m.seq = -1 if rank < 0 or note else seq[rank]
+        if m.seq >= 0:
             seq[rank] += 1
         if hasattr(m, "mono"):
             m.mono = t - T0
         return encode(m) + b"\n"
 
+    def hello(r: int, t: float, restart: int = 0) -> bytes:
+        msg = schema.Hello(local_rank=r % 8, world_size=ranks, node=r // 8, host=f"node{r // 8:03d}", restart=restart,
+                           pid=100_000 + restart * ranks + r, strategy=cfg.strategy, backend="nccl",
+                           device_name="Simulated H100", source="simulate")  # fmt: skip
+        return line(msg, r, t)
+
+    restart_step = int(restart_at_s * rate_hz) if restart_at_s is not None else -1
     tmp = path + ".part"
     with open(tmp, "wb") as fh:
         fh.write(line(schema.Event(name="hub", message="hub started (bench)"), -1, T0 - 0.5))
         for r in range(ranks):
-            hello = schema.Hello(local_rank=r % 8, world_size=ranks, node=r // 8, host=f"node{r // 8:03d}", pid=100_000 + r,
-                                 strategy=cfg.strategy, backend="nccl", device_name="Simulated H100", source="simulate")  # fmt: skip
-            fh.write(line(hello, r, T0))
+            fh.write(hello(r, T0))
         steps = int(seconds * rate_hz)
         for s in range(1, steps + 1):
             t = T0 + s / rate_hz
+            if s == restart_step:  # (torchrun's restart, as the launcher and the ranks record it)
+                out = [line(schema.Event(name="exit", code=1, step=s), r, t) for r in range(ranks)]
+                for r in range(ranks):
+                    note = schema.Event(name="exit", code=1, message=f"torchrun: rank {r} exit code 1")
+                    out.append(line(note, r, t + 0.01, note=True))
+                for r in range(ranks):
+                    note = schema.Event(name="restart", code=1, message=f"rank {r} restarted by torchrun (restart 1)")
+                    out.append(line(note, r, t + 0.02, note=True))
+                seq = [0] * ranks  # (a new process counts its messages from 0)
+                out += [hello(r, t + 0.03, restart=1) for r in range(ranks)]
+                fh.write(b"".join(out))
             out = []
             for r in range(ranks):
                 extra = 0.3 / rate_hz if r == cfg.straggler and s >= 20 else 0.0
@@ -123,7 +143,7 @@ def _sides(path: str) -> tuple[dict, dict, dict]:
     return results["baseline"], results["keyframes"], results["full"]
 
 
-def run(ranks: int = 256, seconds: float = 240.0, log: str | None = None) -> tuple[list, str]:
+def run(ranks: int = 256, seconds: float = 240.0, log: str | None = None, restart_at_s: float | None = None) -> tuple[list, str]:
     """Rows for bench/RESULTS.md: ``log`` kept (written when missing), else a temporary file."""
     import tempfile
 
@@ -131,10 +151,12 @@ def run(ranks: int = 256, seconds: float = 240.0, log: str | None = None) -> tup
 
     t0 = time.monotonic()
     name = f"replay of {ranks} ranks x {seconds:.0f} s"
+    if restart_at_s is not None:
+        name += f", restarted at {restart_at_s:g} s"
     with tempfile.TemporaryDirectory() as tmp:
         path = log or os.path.join(tmp, "run.jsonl")
         if not os.path.exists(path):
-            write_log(path, ranks, seconds)
+            write_log(path, ranks, seconds, restart_at_s=restart_at_s)
         size = os.path.getsize(path)
         base, key, full = _sides(path)
     rows = []
@@ -149,9 +171,10 @@ def run(ranks: int = 256, seconds: float = 240.0, log: str | None = None) -> tup
                     f"{key['play_to_end_s'] / max(base['play_to_end_s'], 1e-9):.2f}x", ""))  # fmt: skip
     rows.append(Row(name, "peak RSS, MiB", f"{key['peak_rss_bytes'] / 2**20:.0f}", f"{base['peak_rss_bytes'] / 2**20:.0f}",
                     f"+{(key['peak_rss_bytes'] - base['peak_rss_bytes']) / 2**20:.0f} MiB", ""))  # fmt: skip
+    restarted = f"; torchrun restarting every rank {restart_at_s:g} s in" if restart_at_s is not None else ""
     note = (
         f"- replay_seek: a {size / 2**20:.0f} MiB log of {ranks} simulated ranks at 10 steps/s (heartbeats and system samples "
-        f"at 1 Hz), played to its end, then sought back 10 s, to its middle and to 10 s in, each in a fresh process: "
+        f"at 1 Hz{restarted}), played to its end, then sought back 10 s, to its middle and to 10 s in, each in a fresh process: "
         f"keyframes ({key['keyframes']} kept, {key['keyframe_bytes'] / 2**20:.1f} MiB) against the same replay without them "
         f"(every seek back plays the log again from its start); its first seek, to the end, also against the same seek "
         f"making each of its frames in full (the screen shows none until the seek is there). {time.monotonic() - t0:.0f} s."
@@ -162,6 +185,8 @@ def run(ranks: int = 256, seconds: float = 240.0, log: str | None = None) -> tup
 def _configure(parser) -> None:
     parser.add_argument("--ranks", type=int, default=256, help="simulated ranks in the log written (default 256)")
     parser.add_argument("--seconds", type=float, default=240.0, help="its length in seconds of run (default 240)")
+    parser.add_argument("--restart-at", type=float, default=None, metavar="S",
+                        help="torchrun restarts every rank S seconds into the log written (default: no restart)")
     parser.add_argument("--log", default=None, help="the log to keep (written when missing; default: a temporary file)")
 
 
@@ -171,4 +196,4 @@ if __name__ == "__main__":
     else:
         from .common import standalone
 
-        sys.exit(standalone(__spec__.name, __doc__, lambda ns: run(ns.ranks, ns.seconds, ns.log), configure=_configure))
+        sys.exit(standalone(__spec__.name, __doc__, lambda ns: run(ns.ranks, ns.seconds, ns.log, ns.restart_at), configure=_configure))

@@ -790,7 +790,10 @@ class HubCore:
         sample or heartbeat of a rank known and in its plain state, the state's first record
         and run id taken): the effects ``replay`` -> ``RunState.apply`` have on such a record,
         in one call instead of six (a replay's seek plays millions of them). The rest goes
-        the general way."""
+        the general way: so does a record that may be a restarted rank's previous process's
+        late word (numbered past that process's last, older than the new one's hello: see
+        ``RunState.apply``), but not the new process's own records after it, the rest of a
+        log (a days-long log restarted early took none of them the short way)."""
         cls = type(msg)
         st = self.state
         r = st.ranks.get(msg.rank) if cls is _STEP or cls is _SYSTEM or cls is _BEAT else None
@@ -798,7 +801,7 @@ class HubCore:
         if (
             r is None
             or r.awaited
-            or r.before_top is not None
+            or (r.before_top is not None and msg.seq > r.before_top and r.hello is not None and t < r.hello.t)
             or self.recorder is not None
             or not t
             or not st.t0

@@ -21,9 +21,11 @@ from pardash.telemetry.logreader import LogCursor, read_log
 from pardash.telemetry.ring import Ring
 
 DATA = Path(__file__).parent / "data"
-RECORDED = ["restart_late_words", "fsdp4_crash", "ddp4_straggler", "real_fsdp2"]
+RECORDED = ["restart_late_words", "fsdp4_crash", "ddp4_straggler", "real_fsdp2", "real_ddp2_restart"]
 """Logs of real runs (tests/data/make_logs.py): torchrun restarting ranks whose last words come
-late, a crash, a straggler, a clean run."""
+late, a crash, a straggler, a clean run, and a restarted run going on after its restart
+(real_ddp2_restart: ``pardash launch --strategy ddp --nproc 2 --model mlp --steps 60 --headless
+--inject-crash 1@20 --max-restarts 1``)."""
 
 
 def plain(obj):
@@ -165,6 +167,65 @@ def test_replay_routine_takes_records_as_replay_does(name):
     for k in ("received", "hseq"):
         assert getattr(general, k) == getattr(short, k)
     assert plain(general.state) == plain(short.state)
+
+
+def _general_calls(core: HubCore, records: list) -> list[bool]:
+    """Play ``records`` into ``core`` by its short path where it may; for each, whether it went
+    the general way (``HubCore.replay``)."""
+    went = []
+    general = core.replay
+    calls = [0]
+
+    def counted(msg, now):
+        calls[0] += 1
+        general(msg, now)
+
+    core.replay = counted  # type: ignore[method-assign]
+    for msg in records:
+        before = calls[0]
+        core.replay_routine(msg, 5.0)
+        went.append(calls[0] != before)
+    return went
+
+
+def test_the_short_path_holds_after_a_restart():
+    """After torchrun restarted the ranks, their new processes' steps, samples and heartbeats go
+    the short way again (a days-long log restarted early took the rest of it the general way, a
+    seek's speed-up lost), while a late word of the old process (numbered past its last, older
+    than the new hello), come after the new process's hello, still goes the general way and is
+    the old process's: the state is the one taking every record the general way leaves."""
+    path = DATA / "real_ddp2_restart.jsonl"
+    records = list(read_log(path))
+    kinds = [type(m).__name__ for m in records]
+    hellos = [i for i, k in enumerate(kinds) if k == "Hello"]
+    assert len(hellos) == 4  # (two ranks, two processes each)
+    # Rank 1's old process's last step, error and exit come after the new processes' hellos, as
+    # they may when they were still on their way as it died.
+    late = [i for i, m in enumerate(records[: hellos[2]]) if m.rank == 1 and m.seq >= 0 and i > hellos[1]][-3:]
+    assert [kinds[i] for i in late] == ["Step", "Event", "Event"]
+
+    def moved(records: list) -> list:
+        kept = [m for i, m in enumerate(records) if i not in late]
+        at = hellos[3] + 1 - len(late)
+        return kept[:at] + [records[i] for i in late] + kept[at:]
+
+    for log in (lambda: list(read_log(path)), lambda: moved(list(read_log(path)))):
+        short, general = HubCore(detector=NullDetector()), HubCore(detector=NullDetector())  # type: ignore[arg-type]
+        mine = log()
+        went = _general_calls(short, mine)
+        for msg in log():
+            general.replay(msg, 5.0)
+        assert plain(general.state) == plain(short.state)
+        assert general.received == short.received and general.hseq == short.hseq
+        restarted = max(i for i, m in enumerate(mine) if type(m).__name__ == "Hello")
+        new_hello_t = {m.rank: m.t for m in mine[: restarted + 1] if type(m).__name__ == "Hello"}  # (the last of each)
+        after = [(m.t < new_hello_t[m.rank], g) for m, g in zip(mine[restarted + 1 :], went[restarted + 1 :], strict=True)
+                 if type(m).__name__ in ("Step", "System", "Heartbeat")]  # fmt: skip
+        assert len(after) > 100
+        old = [g for was_old, g in after if was_old]
+        assert all(old) and not any(g for was_old, g in after if not was_old)
+    assert len(old) == 1 and short.state.ranks[1].step_before == 19
+    assert short.state.ranks[1].seq.lost == 0
 
 
 def test_cursor_reads_straight_and_marks_the_same(tmp_path):
