@@ -4,16 +4,19 @@ slow down in hour 12?".
 
 The log is read once and its length is known only at its end, so the steps are gathered in
 bins of ``width`` steps (1, then 2, 10, 20, 100, ... as the run grows past :data:`MAX_BINS` of
-them: the parts' edges fall on round steps) and the parts are made of bins at the end. Memory
-does not grow with the run: the bins are at most MAX_BINS, and a bin keeps its steps' times and
-losses one by one up to ``Sketch.EXACT`` of each, counted in logarithmic bins past them
-(:class:`Sketch`: a part's median and p90 are then within 0.1 %).
+them) and the parts are made of whole bins at the end: a part spans a round number of steps that
+is a multiple of the bins' width (:func:`part_steps`), so its edges fall on round steps and the
+parts of a run of steps are the same size. Memory does not grow with the run: the bins are at
+most MAX_BINS, and a bin keeps its steps' times and losses one by one up to ``Sketch.EXACT`` of
+each, counted in logarithmic bins past them (:class:`Sketch`: a part's median and p90 are then
+within 0.1 %).
 
 A step is the ranks' records of it taken together (their mean step time and loss, the median of
 their clocks for when it ended: a rank whose clock is off moves it nothing). A rank that goes
-back in its steps (torchrun's restart, a job run again from a checkpoint) begins a new *run of
-steps*; parts never straddle two, so a part's steps are in order and the steps run again are
-parts of their own, said so. A run of steps's own time holds no restart: the time from one run
+back in its steps (torchrun's restart, a job run again from a checkpoint: a step of a new attempt
+not past its highest, or one more than BACK_STEPS below it) begins a new *run of steps*; parts
+never straddle two, so a part's steps are in order and the steps run again are parts of their
+own, said so. A run of steps's own time holds no restart: the time from one run
 of steps to the next is in neither.
 """
 
@@ -34,8 +37,10 @@ LAG_STEPS = 64
 """A step is taken as complete (every rank's record of it in) once a rank is this many steps past
 it; a record later than that counts its samples only."""
 BACK_STEPS = 2
-"""A rank's step this far below its highest is no record sent out of order (a rank's reporter
-sends on two sockets) but a run of steps begun again."""
+"""A rank's step more than this below its highest is no record sent out of order (a rank's
+reporter sends on two sockets) but a run of steps begun again. Within it, a step of a new attempt
+(torchrun's restart count, where the caller says it) that is not past the rank's highest of the
+attempt before begins one too: a crash at step 2 runs steps 1-2 again."""
 _NEVER = -(1 << 62)
 GAP_FLOOR_S = 1.0
 GAP_STEPS = 10
@@ -44,18 +49,21 @@ times the part's median time from a step's end to the next's (a step, or the ste
 a script logs)."""
 
 
-def part_steps(total: int) -> int:
-    """The steps a part spans, of a run of ``total`` steps (its runs of steps' spans added up): a round number (1, 1.5, 2, 3, 4, 5, 6
-    or 8 times a power of ten) that cuts it into PARTS or fewer, its parts' edges on its
-    multiples (steps 1-300, 301-600, ...); a short run's in parts of MIN_PART_STEPS or more
-    (12 steps: 1-6, 7-12)."""
-    if total < PARTS * MIN_PART_STEPS:
+def part_steps(total: int, width: int = 1) -> int:
+    """The steps a part spans, of a run of ``total`` steps (its runs of steps' spans added up),
+    gathered in bins of ``width`` steps: a round number (1, 1.5, 2, 3, 4, 5, 6 or 8 times a power
+    of ten) that cuts it into PARTS or fewer, its parts' edges on its multiples (steps 1-300,
+    301-600, ...), and a multiple of ``width`` (whole bins a part: 1,500 steps in bins of 20 are
+    parts of 200, not of 150, which cut them into 160 and 140); a short run's in parts of
+    MIN_PART_STEPS or more (12 steps: 1-6, 7-12)."""
+    if total < PARTS * MIN_PART_STEPS and width == 1:
         return -(-total // max(1, total // MIN_PART_STEPS))
-    want, scale = total / PARTS, 1
+    want, scale = max(total, PARTS * MIN_PART_STEPS) / PARTS, 1
     while True:
         for nice in (10, 15, 20, 30, 40, 50, 60, 80, 100):
-            if nice * scale >= 10 * want:
-                return nice * scale // 10
+            size = nice * scale // 10
+            if nice * scale >= 10 * want and size % width == 0:
+                return size
         scale *= 10
 
 
@@ -193,9 +201,10 @@ class Timeline:
     def __init__(self) -> None:
         self.width = 1
         self.bins: dict[tuple[int, int], _Bin] = {}
-        self._ranks: dict[int, list[int]] = {}
+        self._ranks: dict[int, list] = {}
         """rank -> [its highest step in its run of steps, that run of steps (0 first; +1 each
-        time it went back)]."""
+        time it went back), the attempt of its records, its highest step before that attempt's
+        first record (_NEVER: none before it in this run of steps)]."""
         self.open: dict[int, dict[int, list]] = {}
         """run of steps -> step -> [records, step seconds summed, samples, loss summed, losses, ends]."""
         self.highest: dict[int, int] = {}
@@ -210,12 +219,22 @@ class Timeline:
         # (once a record of every rank: kept lean)
         mine = self._ranks.get(rank)
         if mine is None:
-            mine = self._ranks[rank] = [step, 0]
+            mine = self._ranks[rank] = [step, 0, attempt, _NEVER]
+        elif attempt == mine[2]:
+            if step > mine[0]:
+                mine[0] = step
+            elif step < mine[0] - BACK_STEPS or step <= mine[3]:
+                mine[:] = [step, mine[1] + 1, attempt, _NEVER]
         elif step > mine[0]:
-            mine[0] = step
-        elif step < mine[0] - BACK_STEPS:
-            mine[0] = step
-            mine[1] += 1
+            # A new attempt whose first record is past the rank's highest: its steps go on
+            # (resumed from a later checkpoint; or the old process's last word, come after
+            # torchrun's restart and said to be the new attempt's). A step of it back at or below
+            # that highest is the attempt's run of steps begun again.
+            mine[:] = [step, mine[1], attempt, mine[0]]
+        else:
+            # A new attempt's step at or below the rank's highest: steps run again (a crash at
+            # step 2 runs steps 1-2 again, not out of order by BACK_STEPS)
+            mine[:] = [step, mine[1] + 1, attempt, _NEVER]
         run = mine[1]
         steps = self.open.get(run)
         if steps is None:
@@ -318,7 +337,7 @@ class Timeline:
         if not runs:
             return []
         # (the steps' span, not their count: a script that logs one step in 50 is cut as its run)
-        size = part_steps(sum(bins[-1].hi - bins[0].lo + 1 for bins in runs.values()))
+        size = part_steps(sum(bins[-1].hi - bins[0].lo + 1 for bins in runs.values()), self.width)
         groups: dict[tuple[int, int], list[_Bin]] = {}
         for run, bins in runs.items():
             for b in bins:
