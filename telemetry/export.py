@@ -64,7 +64,7 @@ from typing import Collection
 
 from . import registry, schema
 from .eventfile import EventFile, EventFileError, RecordFraming
-from .failures import signal_name
+from .failures import is_stop, signal_name, stop_text
 from .logreader import LogReadStats, Progress, no_records, read_log
 from .state import RunState, mem_held_bytes
 
@@ -123,12 +123,16 @@ def step_scalars(s: schema.Step) -> dict[str, float]:
 def event_text(ev: schema.Event) -> str:
     """What TensorBoard's Text dashboard shows of an event (Markdown): its message (an exit
     without one: its code; else its name), its exit code and duration in brackets, and its
-    traceback as a block of code: 'ck/step-00000050 (0.129 s)', 'rank 2 was stopped by
-    torchrun (exit code -15, SIGTERM)'."""
+    traceback as a block of code: 'ck/step-00000050 (0.129 s)'; a rank's stop as
+    failures.stop_text says it: 'stopped by torchrun (SIGTERM)'."""
     notes = []
     message = schema.plain_text(ev.message, lines=True).strip()
     coded = ev.code is not None and ev.name == "exit"  # (a restart's code is its count)
-    if coded:
+    if is_stop(ev):
+        # In the words every other place says a stop in ("stopped by you (SIGTERM)"): said as a
+        # failure's exit code, it read unlike the rank's status, "stopped".
+        message, coded = stop_text(ev.rank, ev.code, message), False
+    elif coded:
         sig = signal_name(ev.code)
         # (not again for a message that says it: "killed by signal 9 (SIGKILL)")
         if not message or not (re.search(rf"exit code {ev.code}\b", message) or (sig and re.search(rf"\b{sig}\b", message))):

@@ -64,6 +64,30 @@ def stopped_how(rank: int, message: str | None) -> str | None:
     return text.removeprefix("stopped ") if text.startswith("stopped by ") else None
 
 
+def stop_text(rank: int, code: int | None, message: str | None = None, step: int | None = None) -> str:
+    """How a rank's stop reads wherever it is said (the headless progress, the TUI's alerts and
+    event log, the TensorBoard export, the report): 'stopped by you at step 5 (SIGTERM)', from
+    its exit's code (one of :data:`STOPPED_CODES`), the launcher's note of it (``message``: who
+    stopped it, :func:`stopped_how`; 'stopped (SIGTERM)' where no note says) and the step it
+    ended at, if known. The signal is named once: not again where the note names it ('stopped
+    by SIGTERM on node 1 (h)' read '... (SIGTERM)' twice); a code that is no signal (130, 143)
+    is said as the code."""
+    how = stopped_how(rank, message)
+    sig = signal_name(code)
+    text = "stopped" + (f" {how}" if how else "") + (f" at step {step}" if step is not None else "")
+    if sig and how and re.search(rf"\b{sig}\b", how):
+        return text
+    return text + (f" ({sig})" if sig else f" (exit code {code})")
+
+
+def is_stop(e: schema.Message) -> bool:
+    """Whether an exit event is a rank's stop, not a failure: its code one of
+    :data:`STOPPED_CODES`, the rule by which a rank's status reads "stopped" (the report's and
+    Prometheus's, the headless progress's counts, the TUI's header and grid), so its words say
+    the same."""
+    return isinstance(e, schema.Event) and e.name == "exit" and e.rank >= 0 and e.code in STOPPED_CODES
+
+
 def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Event, list[int], list[int]] | None:
     """(the exit that caused a failure, ranks that failed because of it, ranks stopped), among
     ``events`` (default: the last attempt's, see :func:`attempts`).
@@ -107,10 +131,6 @@ def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Eve
     victims = sorted({e.rank for e in exits if e.rank != first.rank and grade(e) == 2})
     stopped = sorted({e.rank for e in exits if e.rank != first.rank and e.code in STOPPED_CODES} - set(victims))
     return first, victims, stopped
-
-
-def _is_stop(e: schema.Event) -> bool:
-    return e.name == "exit" and e.rank >= 0 and e.code in STOPPED_CODES
 
 
 def _before(e: schema.Event, first: schema.Event) -> bool:
@@ -198,7 +218,7 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         # broke the others' collectives; no rank failed of itself. Before it in time: a node's
         # launcher notes its ranks' stop, at the stop's time, only once its torchrun has ended,
         # after the failure it caused on another node has come.
-        stops = {e.rank: e for e in events if _is_stop(e) and _before(e, first) and e.rank != first.rank}
+        stops = {e.rank: e for e in events if is_stop(e) and _before(e, first) and e.rank != first.rank}
         if stops and not left:
             stopped_first = [{"rank": r, "how": (e.message or "") if (e.message or "").startswith("stopped") else "stopped"}
                              for r, e in sorted(stops.items())]  # fmt: skip

@@ -17,7 +17,8 @@ import msgspec
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
-from .failures import PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, root_cause, short_error, signal_name
+from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, root_cause, short_error,
+                       signal_name, stop_text)
 from .recorder import CONTINUED_AT
 from .state import EXITED, RUNNING, SMOOTH_FIGURES, STARTING, run_over, torchrun_restart
 from .summary import (
@@ -463,8 +464,8 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
         several = ranks is not None and len(ranks) > 1
         who = "hub" if ev.rank < 0 else ranks_named(ranks if several else [ev.rank])
         if ev.name == "exit":
-            if ev.code in STOPPED_CODES and (ev.message or "").startswith("stopped"):  # (its launcher's note of a stop)
-                return f"[exit] {who} {ev.message} ({signal_name(ev.code) or f'code {ev.code}'})"
+            if is_stop(ev):  # (as the ranks' status says it: "2 stopped", not a failure's words)
+                return f"[exit] {who} {stop_text(ev.rank, ev.code, ev.message)}"
             return "" if not ev.code else f"[exit] {who} exited with code {ev.code}"
         if ev.name == "error":
             first = (ev.message or "").strip().splitlines()[:1]

@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from .analysis import hang_causes
 from .clocks import clock_warnings
-from .failures import stopped_how
+from .failures import STOPPED_CODES, stop_text, stopped_how
 from .logreader import no_rank_reported
 from .schema import plain_text
 from .summary import ranks_named, ranks_text, unheard_why
@@ -630,10 +630,13 @@ WAITED_FOR = "; the others waited for it"
 """The same guess about a stall every rank was in and came out of: no hang, a wait."""
 
 
-def _stall_end(until: str | None) -> str:
-    """How a stall ended, as the end of its line: "; resumed at step 13", " until it exited"."""
+def _stall_end(until: str | None, stopped: bool = False) -> str:
+    """How a stall ended, as the end of its line: "; resumed at step 13", " until it exited";
+    ``stopped``: its exit was a stop, " until it was stopped"."""
     if until is None:
         return "; never resumed"
+    if until == "exit" and stopped:
+        return " until it was stopped"
     if until in ("exit", "finished"):
         return f" until it {'exited' if until == 'exit' else 'finished'}"
     if until.startswith("restarted"):
@@ -688,13 +691,17 @@ def stall_lines(rep: dict) -> list[str]:
         if len({s["rank"] for s in hang}) >= rep["world_size"]:
             waited_for = hang_causes((s["rank"], s["kind"], s["step"], s["phase"]) for s in hang)
             causes |= {id(s) for s in hang if s["rank"] in waited_for}
+    stops = {e["rank"]: e["code"] in STOPPED_CODES for e in rep.get("exits") or ()}
     alike: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
     for s in rep["stalls"]:
         what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
         resumed = (s["until"] or "").startswith("resumed")
         cause = (WAITED_FOR if resumed else LIKELY_CAUSE) if id(s) in causes else ""
-        ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'])}{cause}"), ([], []))
+        # (the run's last exit of the rank ended a stall the run ended in: a stop is said so, as
+        # the rank table's "stopped"; it read "until it exited" of ranks stopped as they hung)
+        stopped = s.get("ended_run") and stops.get(s["rank"], False)
+        ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'], stopped)}{cause}"), ([], []))
         if s["rank"] not in ranks:
             ranks.append(s["rank"])
         if s.get("seconds") is not None:
@@ -711,6 +718,14 @@ def exit_lines(rep: dict) -> list[str]:
     alike: dict[str, list[int]] = {}
     first = {"cause": 0, "peer_left": 0, "hung": 0, "stopped_first": 0, "waited": 1}
     for e in sorted(rep["exits"], key=lambda e: first.get(e.get("role") or "", 2)):  # stable: the rest keep their order
+        if e["code"] in STOPPED_CODES:
+            # A stop, in the words every output says one in (the rank table's "stopped"): it read
+            # "exited with code -15 (SIGTERM) - stopped by torchrun", a failure's words first.
+            what = stop_text(e["rank"], e["code"], e.get("message"), e.get("step"))
+            role = {"stopped_first": " first, the others failed after it",
+                    "hung": " - the root cause: it hung, the others waited"}.get(e.get("role") or "", "")  # fmt: skip
+            alike.setdefault(what + role, []).append(e["rank"])
+            continue
         sig = f" ({e['signal']})" if e.get("signal") else ""
         at = f" at step {e['step']}" if e.get("step") is not None else ""
         # Who stopped it, as the launcher noted: a stop by you, by torchrun after a failure and

@@ -582,7 +582,8 @@ def test_a_crash_is_text_with_its_traceback_and_exit_code(tmp_path):
     # The launcher's word on a rank torchrun stopped (no step of its own): at the rank's last step.
     rank2 = tmp_path / "tb" / "rank2"
     last = max(m.step for m in msgs if isinstance(m, schema.Step) and m.rank == 2)
-    assert _texts(rank2, "events/exit") == [(last, "rank 2 was stopped by torchrun (exit code -15, SIGTERM)")]
+    # (a stop in the words every output says one in: failures.stop_text)
+    assert _texts(rank2, "events/exit") == [(last, "stopped by torchrun (SIGTERM)")]
     rank3 = tmp_path / "tb" / "rank3"
     assert _texts(rank3, "verdicts") == [(12, "rank 3 stalled in data after step 12 (8 s without progress)"), (13, "rank 3 resumed at step 13")]
 
@@ -757,7 +758,13 @@ def test_an_events_text_says_its_exit_code_once_and_a_restarts_count_is_no_exit_
     killed = schema.Event(rank=1, seq=-1, name="exit", code=-9, message="torchrun: rank 1 killed by signal 9 (SIGKILL)")
     assert event_text(killed) == "torchrun: rank 1 killed by signal 9 (SIGKILL)"  # it read "... (SIGKILL) (exit code -9, SIGKILL)"
     stopped = schema.Event(rank=2, seq=-1, name="exit", code=-15, message="stopped by torchrun")
-    assert event_text(stopped) == "stopped by torchrun (exit code -15, SIGTERM)"
+    assert event_text(stopped) == "stopped by torchrun (SIGTERM)"  # (a stop as every output words it)
+    # The signal once where the note names it; a rank's own stop with no note says it stopped
+    # ("exit code -15, SIGTERM" read as a failure's code beside the rank's "stopped").
+    node = schema.Event(rank=1, seq=-1, name="exit", code=-15, message="stopped by SIGTERM on node 1 (vm)")
+    assert event_text(node) == "stopped by SIGTERM on node 1 (vm)"
+    own = schema.Event(rank=1, seq=4, name="exit", code=-15, step=20)
+    assert event_text(own) == "stopped (SIGTERM)"
     restart = schema.Event(rank=0, seq=-1, name="restart", code=2, message="rank 0 restarted by torchrun (restart 2)")
     assert event_text(restart) == "rank 0 restarted by torchrun (restart 2)"  # (not "exit code 2")
     # a code that is a prefix of one the message names is still said

@@ -573,6 +573,7 @@ def test_a_hello_against_the_told_world_size_is_said_once_in_the_log_and_to_the_
 def test_a_rank_stopped_by_torchrun_that_says_another_code_itself_exits_once_with_torchruns():
     # torchrun stopped rank 0 with SIGTERM after rank 1 died (its note: -15); rank 0's own exit,
     # held up as it died, said code 1: "[exit] rank 0 exited with code -15" then "... code 1".
+    # (Said as a stop, as its status "stopped" says: failures.stop_text.)
     from pardash.telemetry.printer import event_line
 
     core = HubCore(run_id="r")
@@ -582,7 +583,7 @@ def test_a_rank_stopped_by_torchrun_that_says_another_code_itself_exits_once_wit
     own = schema.Event(run="r", rank=0, seq=3, t=1.0e9 + 1, name="exit", code=1, step=752)
     for m in (note, own):
         assert core.ingest_bytes(schema.encode(m), 2.0)
-    assert [line for m in core.state.events if (line := event_line(m))] == ["[exit] rank 0 exited with code -15"]
+    assert [line for m in core.state.events if (line := event_line(m))] == ["[exit] rank 0 stopped by torchrun (SIGTERM)"]
     assert core.state.ranks[0].exit_code == -15
 
 

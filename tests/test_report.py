@@ -1548,7 +1548,7 @@ def test_the_report_says_who_stopped_the_ranks(tmp_path, note, said):
     _write_log(log, records)
     rep = build_report(str(log))
     assert rep["failure"] is None  # no rank failed: something outside the ranks stopped them
-    line = f"ranks 0-1 exited with code -15 (SIGTERM) - {said}"
+    line = f"ranks 0-1 {said} (SIGTERM)"  # (a stop in the words of every output: failures.stop_text)
     assert f"\nexits:\n  {line}\n" in render_text(rep)
     assert f"\n- {line}\n" in render_markdown(rep)
 
@@ -2369,7 +2369,9 @@ def test_a_run_that_ended_stalled_says_for_how_long(tmp_path):
     text = render_text(rep)
     assert "(training 0.3 s; then stalled 30.0 s)" in text
     # (it said "for 30.0 s; exit - likely the cause")
-    assert "rank 1 stalled in data after step 3 for 30.0 s until it exited; likely the cause of the hang" in text
+    # (it said "until it exited" of ranks stopped as they hung, whose rank rows say "stopped")
+    assert "rank 1 stalled in data after step 3 for 30.0 s until it was stopped; likely the cause of the hang" in text
+    assert "rank 0 stalled in backward after step 3 for 30.0 s until it was stopped\n" in text
     st = _applied(records)
     assert "0 samples/s at the end (stalled)" in progress_line(st, t + 31)
 
@@ -2398,7 +2400,7 @@ def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_
     assert rep["failure"]["waited_for"] == [{"rank": 1, "kind": "stalled", "step": 3, "phase": "data"}]
     assert {e["rank"]: e["role"] for e in rep["exits"]} == {0: "waited", 1: "hung"}
     text = render_text(rep)
-    assert "rank 1 exited with code -15 (SIGTERM) - the root cause: it hung, the others waited\n" in text
+    assert "rank 1 stopped by torchrun (SIGTERM) - the root cause: it hung, the others waited\n" in text
     assert "rank 0 exited with code 1 at step 4 - failed waiting for the hung rank(s)" in text
     st = _applied(records)
     assert outcome_line(st, 1, {}, "run.jsonl").startswith("pardash: rank 1 stalled in data after step 3 (the likely cause of the hang); rank 0 exited")

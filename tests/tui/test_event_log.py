@@ -179,7 +179,7 @@ def test_an_error_heard_after_the_exits_it_caused_is_said_before_them():
         "hub: hub started",
         "rank 500 error after step 119: RuntimeError: simulated crash",
         "rank 500 exited with code 1",  # (and its exit ahead of the stops it caused)
-        "ranks 0-499, 501-1023 exited with code -15: stopped by torchrun",
+        "ranks 0-499, 501-1023 stopped by torchrun (SIGTERM)",  # (a stop, as the header says it)
     ]
 
 
@@ -197,7 +197,7 @@ def test_an_error_goes_only_ahead_of_the_exits_just_before_it():
     assert [describe(*e)[0] for e in group_alike(msgs)] == [
         "rank 1 error: RuntimeError: boom",
         "rank 1 exited with code 1",
-        "rank 0 exited with code -15: stopped by torchrun",
+        "rank 0 stopped by torchrun (SIGTERM)",
         "rank 0 restarted by torchrun (restart 1)",
         "rank 0 error: RuntimeError: again",  # (ahead of the exit 1 s before it)
         "rank 0 exited with code -9: killed",

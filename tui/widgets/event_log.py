@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from pardash.telemetry import schema
-from pardash.telemetry.failures import error_line, short_error
+from pardash.telemetry.failures import error_line, is_stop, short_error, stop_text
 from pardash.telemetry.printer import group_alike, verdict_text
 from pardash.telemetry.summary import ranks_named
 from pardash.telemetry.state import RunState, torchrun_restart
@@ -44,6 +44,8 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
         several = ranks is not None and len(ranks) > 1
         who = "hub" if m.rank < 0 else ranks_named(ranks if several else [m.rank])
         name = m.name.replace("_", " ")
+        if is_stop(m):  # (as the header and the grid say it, "▬ 2 stopped": it read "exited with code -15")
+            return f"{who} {stop_text(m.rank, m.code, m.message)}", "dim"
         if m.name == "exit":
             code = m.code if m.code is not None else 0
             text = f"{who} exited with code {code}" if code else f"{who} finished (exit code 0)"
