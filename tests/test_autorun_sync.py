@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset, default_collate
 from pardash.telemetry import api, schema
 from pardash.telemetry.analysis import hang_causes
 from pardash.telemetry.env import RankIdentity
-from test_autorun import RecordingReporter, _batch, _launch, _model, _steps
+from test_autorun import SCRIPTS, RecordingReporter, _batch, _launch, _model, _steps
 from pardash.trainer.instrument import Instrument
 
 
@@ -101,6 +101,51 @@ def test_the_wait_in_the_scripts_barrier_is_no_work_and_the_work_before_it_is(ho
     assert after[1:] == ["data"] * 4  # (after the barrier: the next step's, as before it)
 
 
+@pytest.mark.parametrize("reduced_by", ["all_reduce", "broadcast"])
+def test_a_collective_between_micro_batches_is_a_wait_and_not_the_steps_arrival(hooked, reduced_by):
+    # PyTorch Lightning broadcasts (whether a SIGTERM came) before every batch: with 4
+    # micro-batches a step, the broadcasts before the 2nd to 4th came after a backward, and
+    # the first of them was taken for the step's arrival. The self time ended after the first
+    # micro-batch (a rank 20 ms slow in each read 20 ms a step behind, not 80) and the waits
+    # in the next broadcasts read as data ("data 69.8 ms" on the rank waiting). They are the
+    # step's comm_s now, and the arrival is the gradients' reduction after the last backward
+    # (here by hand: a collective there before the optimizer step is still the arrival,
+    # all_reduce or not).
+    inst, rep, clock = hooked
+    during: list[str] = []
+
+    def waits_20ms(*args, **kwargs):  # (this rank waits there for the other)
+        during.append(rep.phases[-1] if rep.phases else "")
+        clock[0] += 0.020
+
+    broadcast = inst._wrap_collective("broadcast")(waits_20ms)
+    reduce = inst._wrap_collective(reduced_by)(lambda *a, **k: None)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        for _ in range(4):
+            broadcast(torch.zeros(1), src=0)
+            clock[0] += 0.001  # loading its micro-batch
+            x, y = _batch()
+            loss = nn.functional.cross_entropy(model(x), y)
+            clock[0] += 0.002
+            loss.backward()
+        reduce(torch.zeros(1))  # its gradients, by hand
+        clock[0] += 0.005  # clipping them, say
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    steps = rep.steps[1:]  # (the first, before any optimizer step: as an update by hand's)
+    assert len(steps) == 3 and all(s["custom"] == {"micro_batches": 4.0} for s in steps)
+    assert [s["self_s"] for s in steps] == pytest.approx([4 * 0.003] * 3)  # its 4 micro-batches, no wait
+    assert [s["comm_s"] for s in steps] == pytest.approx([4 * 0.020] * 3)
+    assert [s["data_s"] for s in steps] == pytest.approx([4 * 0.001] * 3)
+    assert [s["forward_s"] for s in steps] == pytest.approx([4 * 0.002] * 3)
+    assert [s["backward_s"] for s in steps] == pytest.approx([0.005] * 3)
+    assert [s["step_s"] for s in steps] == pytest.approx([4 * 0.023 + 0.005] * 3)
+    assert during[4:] == ["sync"] * 12  # (its heartbeat's phase: a hang there is no cause)
+
+
 def test_a_rank_stalled_in_the_scripts_barrier_is_told_from_the_one_it_waits_for():
     # (How the hub reads the heartbeats' phases the test above pins: the rank waiting in the
     # barrier is no cause of the hang; the rank stalled in its own work between steps is.)
@@ -186,3 +231,23 @@ def test_a_rank_slow_before_the_scripts_barrier_is_named_and_a_hang_there_names_
     assert hang_causes(stalled) == {0}
     waiting = _steps(msgs, 1)[10:]
     assert all(s.comm_s is not None and s.comm_s > s.data_s for s in waiting)  # (its wait, not its data)
+
+
+@pytest.mark.slow
+def test_a_rank_slow_in_each_micro_batch_costs_the_others_all_of_it_despite_a_broadcast_before_each(tmp_path):
+    # The launch behind the in-process test above, with DDP's no_sync and a broadcast before
+    # every micro-batch (PyTorch Lightning's loop): rank 1, 20 ms slow in each of 4, cost the
+    # others "20 ms a step" (the first micro-batch's), and rank 0's waits read as its data.
+    from pardash.telemetry.report import build_report
+
+    slow_s = 0.020
+    proc, msgs = _launch(tmp_path, str(SCRIPTS / "broadcast_each_micro_batch.py"), "40", "4", str(slow_s))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = build_report(str(tmp_path / "run.jsonl"))  # (what `pardash report --format json` prints)
+    assert [(s["rank"], s["kind"]) for s in rep["stragglers"]] == [(1, "data")]
+    (straggler,) = rep["stragglers"]
+    assert straggler["cost_total_s"] / straggler["steps_charged"] > 2.5 * slow_s  # 4 micro-batches' worth (it said 1)
+    healthy, slow = rep["ranks"]
+    assert healthy["median_data_s"] < 0.25 * healthy["median_comm_s"]  # its waits are comm, not its data
+    assert slow["median_self_s"] - healthy["median_self_s"] > 2.5 * slow_s
+    assert all(s.custom == {"micro_batches": 4.0} for s in _steps(msgs, 0)[1:])

@@ -16,6 +16,8 @@ from typing import Any, Callable
 import torch
 
 from pardash.trainer.hooking import _Hook, _around_fsdp, _get_ident, _guarded, _is_compiling
+from pardash.trainer.marks import _Between
+from pardash.trainer.trained import FORWARD_ARRIVES
 
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 
@@ -75,8 +77,11 @@ class Arrivals:
         rank waits there for the others, and that wait is left out of its self time and of its
         data time (the step's ``comm_s`` says it), and its heartbeat's phase is "sync" while it
         waits (a hang there reads "stalled in sync" beside the rank it waits for, stalled in its
-        own work); called in the step's forward or backward, the rank has arrived at its step's
-        first collective. DDP's and FSDP's own gradient collectives do not come this way (DDP's
+        own work); called between two micro-batches (after a backward returned, before the next
+        pass: PyTorch Lightning broadcasts before every batch), a wait of the same kind (see
+        :meth:`_between_passes`); called in the step's forward or backward, or after its last
+        backward before the optimizer step, the rank has arrived at its step's first
+        collective. DDP's and FSDP's own gradient collectives do not come this way (DDP's
         are in C++; FSDP's arrival is its first all-gather, at the forward's start)."""
         by_hand = name == "all_reduce"
 
@@ -127,12 +132,17 @@ class Arrivals:
     @_guarded
     def _collective_begins(self) -> bool:
         """A collective of the script's own begins: note an arrival in the step's forward or
-        backward; True when it is a collective between steps (before the step's forward, or
-        after an optimizer step that may have ended it)."""
+        backward; True when its wait is to be timed: a collective between steps (before the
+        step's forward, or after an optimizer step that may have ended it), or one after a
+        backward returned (:meth:`_between_passes`)."""
         if self.reporter.identity.world_size < 2 or self._open is None or (self._in_optimizer and self._closure is None):
             return False
         if self._phase in ("data", "eval") or (self._phase == "optimizer" and (self._cut is not None or self._orphan is not None)):
             return not self._arrived()
+        if (self._phase == "backward" and self._backward_end is not None and not self._in_backward and not self._eval_t0
+                and not self._hand_after):  # (before any optimizer step, an update by hand's: see pardash.trainer.skips)
+            self._between_passes()
+            return True
         if self._phase in ("forward", "backward") and not self._eval_t0 and self.strategy != "fsdp" and not self._arrived():
             self._arrive(self.clock.stamp())
         return False
@@ -154,8 +164,57 @@ class Arrivals:
         others' wait as their data loading.)"""
         if start is None:
             return
-        self._keep_wait((start, self.clock.stamp()))
+        span = (start, self.clock.stamp())
+        between = self._between
+        if between is not None and self._after_same_backward(between):
+            between.spans.append(span)  # (kept once the next pass begins: see _between_ends)
+        else:
+            self._keep_wait(span)
         self.reporter.set_phase(self._phase)
+
+    def _between_passes(self) -> None:
+        """A collective of the script's own begins after a backward returned, before the next
+        pass or the optimizer step: between two micro-batches of the step (gradient
+        accumulation), where PyTorch Lightning broadcasts at every batch (whether a SIGTERM
+        came), or the step's last one before its optimizer step (gradients reduced by hand).
+        Its wait is timed either way; which it was, the next pass tells (:meth:`_between_ends`).
+        Meanwhile it is the step's arrival, if the step had none, as before the optimizer step.
+
+        Taken for the arrival, Lightning's broadcast before the second micro-batch ended the
+        step's self time after the first of 4 (a rank 20 ms slow in each read "the others wait
+        20 ms a step for it", not 80), and the healthy rank's wait in the next three broadcasts
+        read as its data loading ("data 69.8 ms", comm 23.2)."""
+        between = self._between
+        if between is not None and self._after_same_backward(between):
+            return  # (a second collective after the same backward)
+        arrive = None
+        if self.strategy not in FORWARD_ARRIVES and not self._arrived():
+            arrive = self.clock.stamp()
+            self._arrive(arrive)
+        self._between = _Between(self._backward_end, self._posts, arrive)
+
+    def _after_same_backward(self, between: _Between) -> bool:
+        """Whether no pass and no optimizer step has begun since ``between``'s collectives (the
+        step's phase still the backward it returned from)."""
+        return self._phase == "backward" and self._backward_end is between.backward_end and self._posts == between.posts
+
+    def _between_ends(self) -> None:
+        """A pass begins (a training forward or backward): collectives called since the last
+        backward returned, with no optimizer step since, were between two micro-batches. Their
+        waits are the step's ``comm_s``, out of the next micro-batch's data time and its self
+        time, and the step's arrival is where its gradients are reduced (DDP: the backward
+        outside ``no_sync``), not at them."""
+        between, self._between = self._between, None
+        if between is None or not self._after_same_backward(between):
+            return
+        arrive = between.arrive
+        if arrive is not None:
+            if self._arrive_next is arrive:
+                self._arrive_next = None
+            elif self._open is not None and self._open.arrive is arrive:
+                self._open.arrive = None
+        for span in between.spans:
+            self._keep_wait(span)
 
     def _keep_wait(self, span: tuple[Any, Any]) -> None:
         """A wait for the other ranks, kept with the step it belongs to (see :meth:`_synced`)."""

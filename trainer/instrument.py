@@ -90,8 +90,9 @@ hooks (a pre-hook right before FSDP's and one right after it), where the waiting
 ranks is (FSDP1, or a model compiled whole: up to the first root forward; so tensor parallelism,
 whose layers' collectives are untimed); one process alone,
 the whole step; otherwise unknown. Less, each time, the waits in collectives of the script's
-own between steps (see :mod:`~pardash.trainer.arrivals`): the rank before the barrier is the
-one the others wait for, not the ones waiting in it.
+own between steps, or between two micro-batches of a step (PyTorch Lightning broadcasts before
+every batch: no arrival, though after a backward; see :mod:`~pardash.trainer.arrivals`): the
+rank before the barrier is the one the others wait for, not the ones waiting in it.
 
 Cost. On CPU the stamps are ``perf_counter`` and a step is published when it ends, or, in a
 script that logs (``pt.log``), as the next one begins (what it logs after the optimizer step is
@@ -139,7 +140,7 @@ from pardash.trainer.rounds import Rounds
 from pardash.trainer.saves import Saves
 from pardash.trainer.skips import Skips
 from pardash.trainer.hooking import _get_ident, _guarded, _instruments, _is_compiling, _without_hooks_in_state
-from pardash.trainer.marks import _Clock, _Cut, _Done, _OpenStep
+from pardash.trainer.marks import _Between, _Clock, _Cut, _Done, _OpenStep
 from pardash.trainer.watching import Watching
 
 WARN_AFTER_FORWARDS = 20
@@ -329,6 +330,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         step's, unless the round goes on."""
         self._sync_work: Any = None
         """An asynchronous collective called between steps, its wait() not called yet."""
+        self._between: _Between | None = None
+        """Collectives called since the last backward returned, between two micro-batches if
+        another pass follows (see Arrivals._between_passes)."""
         self._skip_from: Any = False
         """A cut at a zero_grad after a backward is pending (see pardash.trainer.skips): the
         backward's end it took from the open step (None: none); False: no cut pending."""
@@ -581,6 +585,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._add_root(module)
         trained.called(module, self.step)
         if self._phase != "forward":
+            if self._between is not None:
+                self._between_ends()  # (collectives since the last backward: between micro-batches)
             now = self._micro_batch_begins()
             self._mark("forward", now)
             self._count_samples = True
@@ -716,6 +722,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
                 if isinstance(loss, torch.Tensor) and loss.numel() == 1:
                     self._open.losses.append(loss.detach())
             return
+        if self._between is not None:
+            self._between_ends()
         now = self._micro_batch_begins()
         self._mark("backward", now)
         if self._batch_pass is not None and self._batch_pass is not self._train_pass:

@@ -64,6 +64,23 @@ class _OpenStep:
     """Seconds of that lead spent waiting in collectives between steps (as ``syncs``)."""
 
 
+@dataclass(slots=True)
+class _Between:
+    """Collectives of the script's own called after a backward returned, before any other pass
+    or optimizer step (see Arrivals._between_passes): waits between two micro-batches if another
+    pass follows (PyTorch Lightning broadcasts at every batch), else the step's arrival, as
+    before the optimizer step."""
+
+    backward_end: Any
+    """The return of the backward they came after (the stamp object itself)."""
+    posts: int
+    """Optimizer steps ended when they began (another since: they came before it)."""
+    arrive: Any
+    """The arrival their first one noted, None if the step had arrived before."""
+    spans: list[tuple[Any, Any]] = field(default_factory=list)
+    """(start, end) stamps of their waits."""
+
+
 @dataclass(slots=True, frozen=True)
 class _Cut:
     """Where the open step stood at an optimizer's post-hook: where it ends if its round of
