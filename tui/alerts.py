@@ -17,7 +17,7 @@ from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
 from pardash.telemetry.failures import short_error
-from pardash.telemetry.failures import PEER_FAILURE, STOPPED_CODES, failure_summary, signal_name
+from pardash.telemetry.failures import PEER_FAILURE, STOPPED_CODES, failure_summary, stop_text
 from pardash.telemetry.report_render import SHARED_RUN_ID
 from pardash.telemetry.summary import ranks_text
 
@@ -227,11 +227,20 @@ def rank_alerts(
         # of its own, said calmly (it read "exited with code -15" in the failure's red).
         text = f"rank {r.rank} was {_stopped_text(r, exit)}"
         out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
-    elif status == st.EXITED and r.exit_code in STOPPED_CODES and not first and not why:
-        # Stopped as it hung (Ctrl-C, a Stop on a hang), not its cause: the hang first, then the stop in its
-        # own words, as the grid says "stopped" (it read "; then exited with code -15").
-        text = f"rank {r.rank} {_stuck_text(r)}; then {_stopped_text(r, exit)}"
-        out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
+    elif status == st.EXITED and r.exit_code in STOPPED_CODES:
+        # Stopped as it hung (Ctrl-C, a Stop on a hang; torchrun ending the rest): the hang
+        # first, then the stop in its own words, as the header, the grid, the report's rank
+        # table and Prometheus say "stopped" (it read "; then exited with code -15"). The rank
+        # the hang most likely started from keeps its hang's alert (◆, named the cause): the
+        # hang is what went wrong, not the stop.
+        text = f"rank {r.rank}{', the root cause,' if first else ''}"
+        kind = "stopped"
+        if r.stalled is not None or r.silent is not None:
+            text += f" {_stuck_text(r)}{why}; then"
+            if first or why:
+                kind = "stalled" if r.stalled is not None else "silent"
+        text += f" {_stopped_text(r, exit)}"
+        out.append(Alert(kind, r.rank, text + _straggled(r), code=r.exit_code, first=first))
     elif status == st.EXITED:
         text = f"rank {r.rank}{', the root cause,' if first else ''}"
         if r.stalled is not None or r.silent is not None:  # stopped or killed as it hung: that first
@@ -322,24 +331,10 @@ def _straggled(r: st.RankState) -> str:
 
 
 def _stopped_text(r: st.RankState, exit: ExitInfo | None) -> str:
-    """'stopped by you at step 5 (SIGTERM)' of a rank ended by a stop: who or what stopped it,
-    where it was, and the signal unless its words name it ("stopped by SIGTERM on node 1 (h)
-    at step 5" read "... (SIGTERM)" again)."""
-    step = _exit_step(r, exit)
-    how = _stopped_how(r.rank, exit.cause if exit is not None else "")
-    sig = signal_name(r.exit_code)
-    code = "" if sig and re.search(rf"\b{sig}\b", how) else f" ({sig})" if sig else f" (exit code {r.exit_code})"
-    return f"stopped{how}" + (f" at step {step}" if step is not None else "") + code
-
-
-def _stopped_how(rank: int, cause: str) -> str:
-    """' by you' of the launcher's note of a stopped rank ("stopped by you", "stopped by
-    SIGTERM", "stopped by torchrun", "stopped by pardash after torchrun was killed", or an older
-    log's "rank 3 was stopped by torchrun"), else ''."""
-    cause = cause.removeprefix(f"rank {rank} ").removeprefix("was ")
-    return cause.removeprefix("stopped") if cause.startswith("stopped by ") else ""
-
-
+    """'stopped by you at step 5 (SIGTERM)' of a rank ended by a stop, in the words every
+    output says a stop in (failures.stop_text): who or what stopped it, from the launcher's
+    note of it, and where it was."""
+    return stop_text(r.rank, r.exit_code, exit.cause if exit is not None else "", _exit_step(r, exit))
 
 
 def _stuck_text(r: st.RankState, waiting_for: str = "") -> str:

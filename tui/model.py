@@ -62,8 +62,11 @@ STOPPED = "stopped"
 one of failures.STOPPED_CODES (Ctrl-C, a viewer's Stop, SIGTERM from a scheduler, or from
 torchrun after another rank failed), as the report, Prometheus and the headless progress say
 it (a Ctrl-C's end read "× 2 exited" and "exit -15", a failure's words and colour). Its status
-stays ``exited`` (``RankRow.stopped`` says it); the rank a failure or hang started from keeps a
-failure's look whatever its code (see ``RankRow.cause``)."""
+stays ``exited`` (``RankRow.stopped`` says it). The rank a failure or hang started from, stopped
+as it hung, is stopped too, as the report's rank table and Prometheus count it; its alert says
+the hang first and names it the likely cause ("rank 1 stalled in data after step 20, likely the
+cause: ...; then stopped by SIGTERM at step 20"), and it stays ``RankRow.cause`` (a sort by
+status puts it first; the line under the grid names it)."""
 
 
 def is_stop(status: str, exit_code: int | None) -> bool:
@@ -155,8 +158,8 @@ class RankRow:
     """Running and saving a checkpoint now (its heartbeat's phase, since its last step): its step
     stands still for the save's length, which read as a plain running rank gone quiet."""
     stopped: bool = False
-    """Exited by a stop, not failing (see :data:`STOPPED`), and not the rank a failure or hang
-    started from: the grid says "stopped", not "exit -15"."""
+    """Exited by a stop, not failing (see :data:`STOPPED`): the grid says "stopped", not
+    "exit -15"."""
 
     @property
     def flagged(self) -> bool:
@@ -658,16 +661,6 @@ class RowBuilder:
                     counts[st.STALLED] = stalled
                 else:
                     del counts[st.STALLED]
-        if counts.get(STOPPED) and self._causes:
-            # The rank a failure or hang started from keeps a failure's look whatever its code
-            # (stopped as it hung, the others failing waiting for it): counted as the grid draws it.
-            by_rank = self._by_rank
-            caused = sum(1 for rank in self._causes if (c := by_rank.get(rank)) is not None and c.stopped)
-            if caused:
-                counts[STOPPED] -= caused
-                counts[st.EXITED] = counts.get(st.EXITED, 0) + caused
-                if not counts[STOPPED]:
-                    del counts[STOPPED]
         if nodes_moved:
             self.layout_gen += 1
         if flags_moved:
@@ -737,14 +730,14 @@ class RowBuilder:
         if waiting != self._waiting:
             # Every stalled rank turns into one waiting for the cause, or back (see heat_key).
             touched += [e for e in self._ranks if e.status == st.STALLED]
-        before = [(self._hang_mark(e), self._stop_shown(e)) for e in touched]
+        before = [self._hang_mark(e) for e in touched]
         for e in touched:
             e.cause = e.rank in causes
         self._causes, self._waiting = causes, waiting
         self._waits_for_text = waited_for_text(causes) if waiting else ""
         changed = self.changed
         if changed is not None:
-            changed.update(e.rank for e, mark in zip(touched, before) if (self._hang_mark(e), self._stop_shown(e)) != mark)
+            changed.update(e.rank for e, mark in zip(touched, before) if self._hang_mark(e) != mark)
 
     def _mark_first_exit(self, first: int | None) -> None:
         """When several ranks exited (``first``: the root cause, see ``alerts.cause_rank``; None:
@@ -793,12 +786,7 @@ class RowBuilder:
         e = self._by_rank.get(rank)
         if e is None:
             return None
-        return (STOPPED if self._stop_shown(e) else e.status, e.level, e.exit_first, self._hang_mark(e))
-
-    @staticmethod
-    def _stop_shown(e: _Rank) -> bool:
-        """Whether the rank is shown stopped (``RankRow.stopped``)."""
-        return e.stopped and not e.cause
+        return (STOPPED if e.stopped else e.status, e.level, e.exit_first, self._hang_mark(e))
 
     def _hang_mark(self, e: _Rank) -> bool | None:
         status = e.status
@@ -890,7 +878,7 @@ class RowBuilder:
             self.dev_floor_s,
             r.loss_not_finite,
             saving,
-            self._stop_shown(e),
+            e.stopped,
         )
 
 
@@ -959,7 +947,7 @@ class RunTotals:
     status_counts: dict[str, int]
     """Ranks by status, the stalled ones waiting for a hang's cause under ``WAITING`` and the
     exited ones stopped under ``STOPPED`` (as the grid draws them; :func:`run_totals`, which
-    knows no grid, counts them stalled, and counts a cause stopped)."""
+    knows no grid, counts the waiting ones stalled)."""
     nodes: int
     step: int
     """The slowest rank's last step (as ``RunState.step``)."""

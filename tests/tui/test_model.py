@@ -432,10 +432,13 @@ def test_a_run_stopped_as_it_hung_says_so_once_its_ranks_have_exited():
         st.apply(schema.Event(rank=r, name="exit", code=-15, message=f"rank {r} was stopped by you"), 0)
     alerts = run_alerts(st)
     assert [(a.rank, a.first) for a in alerts] == [(0, True), (1, False)]
+    # (the hang's cause, stopped as it hung: the hang first, then the stop as every output words
+    # it; it read "; then exited with code -15 at step 5: rank 0 was stopped by you")
     assert alerts[0].text == (
         "rank 0 stalled in data after step 4, likely the cause: 1 other waited for it;"
-        " then exited with code -15 at step 5: rank 0 was stopped by you"
+        " then stopped by you at step 5 (SIGTERM)"
     )
+    assert alerts[0].kind == "stalled"  # (its hang's alert: ◆)
     # (the rank that waited: stopped, as the grid says it; it read "; then exited with code -15")
     assert alerts[1].text == "rank 1 stalled in backward after step 4; then stopped by you at step 5 (SIGTERM)"
     assert alerts[1].kind == "stopped"

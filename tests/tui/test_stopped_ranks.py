@@ -115,10 +115,12 @@ async def test_the_alert_list_draws_a_stop_with_the_grids_glyph(tmp_path):
         assert "■" not in alerts  # (the heat map's running rank)
 
 
-async def test_the_root_cause_stopped_as_it_hung_keeps_a_failures_look(tmp_path):
+async def test_the_root_cause_stopped_as_it_hung_is_said_stopped_after_its_hang(tmp_path):
     # Rank 2 stalled in its data loader, ranks 0-1 failed on gloo's timeout waiting for it, and
-    # torchrun stopped rank 2 (SIGTERM): the alerts name it the root cause ("then exited with
-    # code -15"), and the grid draws it so, the header counting it with the failures.
+    # torchrun stopped rank 2 (SIGTERM): the alerts name it the root cause, its hang first, then
+    # its stop as every output words it; the header and the grid say "stopped" of it, as the
+    # report's rank table and Prometheus do (it read "× 3 exited" over its "exit -15", in red,
+    # and "; then exited with code -15 at step 30: stopped by torchrun").
     from test_replay import _hang_log
 
     log = tmp_path / "hang.jsonl"
@@ -129,9 +131,59 @@ async def test_the_root_cause_stopped_as_it_hung_keeps_a_failures_look(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         alerts = " ".join(widget_text(app.screen.query_one(AlertList)).split())
-        assert alerts.startswith("× rank 2, the root cause, stalled in data"), alerts
-        assert "× 3 exited" in widget_text(app.screen.query_one(RunHeader))
-        assert "exit -15" in grid_text(app) and "stopped" not in grid_text(app)
+        assert alerts.startswith("◆ rank 2, the root cause, stalled in data after step 29; then stopped by torchrun at step 30 (SIGTERM) ×"), alerts
+        assert "× 2 exited  ▬ 1 stopped" in widget_text(app.screen.query_one(RunHeader))
+        lines = {int(line.split()[0]): line for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()}
+        assert lines[2].split()[1] == "stopped" and lines[0].split()[1:3] == ["exit", "1"], lines
+
+
+def _hung_then_stopped_log(path) -> str:
+    """Two DDP ranks: rank 1 stalls in its data loader after step 20, rank 0 in its sync waiting
+    for it (the hub's verdicts), then both are stopped by SIGTERM as they hung (a `kill -TERM`
+    of the launch: its note "stopped by SIGTERM" of each), as a real run with --inject-stall
+    1@20 records them."""
+    msgs: list = [schema.Hello(run="s", rank=r, world_size=2, strategy="ddp", seq=0, t=T) for r in range(2)]
+    msgs += [
+        schema.Step(run="s", rank=r, step=s, seq=s, loss=1.0, samples=8, step_s=0.02, self_s=0.002, comm_s=0.01, t=T + s * 0.02)
+        for s in range(1, 21)
+        for r in range(2)
+    ]  # fmt: skip
+    for r, phase in ((1, "data"), (0, "sync")):
+        msgs.append(schema.Verdict(run="s", rank=r, seq=-1, verdict="stalled", cause=phase, step=20,
+                                   message=f"rank {r} stalled in {phase} after step 20 (5 s without progress)", t=T + 6))  # fmt: skip
+    msgs += [schema.Event(run="s", rank=r, seq=-1, name="exit", code=-15, message="stopped by SIGTERM", t=T + 40) for r in range(2)]
+    path.write_bytes(schema.encode_json_lines(msgs))
+    return str(path)
+
+
+async def test_a_hangs_cause_stopped_as_it_hung_is_stopped_in_the_header_grid_and_alert(tmp_path):
+    # Review 266: the launch's headless progress said "2 stopped", the report's rank table and
+    # Prometheus "stopped" of both; the TUI "× 1 exited  ▬ 1 stopped", rank 1's cell "exit -15"
+    # in red, its alert "...; then exited with code -15 at step 21: stopped by SIGTERM". Its hang
+    # is still said as the hang: its stall alert first, named the likely cause.
+    app = replay_app(_hung_then_stopped_log(tmp_path / "hung.jsonl"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        header = widget_text(app.screen.query_one(RunHeader))
+        assert "▬ 2 stopped" in header and "exited" not in header, header
+        grid = grid_text(app)
+        assert grid.count(" stopped ") == 2 and "exit -15" not in grid, grid
+        grid_widget = app.screen.query_one(RankGrid)
+        error = grid_widget._style("rank-grid--exited").color
+        grid_widget.select(0)  # (the cursor's colours over rank 1's cell: its own drawn)
+        await pilot.pause()
+        (status,) = [seg for seg in _status_segments(app, 1) if "stopped" in seg.text]
+        assert status.style.color != error, status
+        alerts = widget_text(app.screen.query_one(AlertList)).splitlines()
+        said = " ".join(" ".join(alerts).split())
+        assert said.startswith("◆ rank 1 stalled in data after step 20, likely the cause: 1 other waited for it;"
+                               " then stopped by SIGTERM at step 21 ▬ rank 0 stalled in sync after step 20;"
+                               " then stopped by SIGTERM at step 21"), said  # fmt: skip
+        # (and sorted by status, the cause first, as before)
+        await pilot.press(*["s"] * 4)
+        await pilot.pause()
+        first = [line for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()][0]
+        assert first.split()[:2] == ["1", "stopped"], first
 
 
 async def test_the_header_says_how_a_stopped_job_ended_once_its_hub_is_quiet(tmp_path):
