@@ -31,6 +31,23 @@ those phases get, holds the others at their barrier). The alerts and the report 
 first, as the likely cause. (A save or an evaluation with collectives of its own, DCP's or an
 all-reduce of metrics, has every rank in it: nothing tells them apart, as before.)"""
 
+WAIT_PHASES = ("sync",)
+"""Phases of a rank waiting for the others in a collective, as the automatic instrumentation
+and the bundled trainer say it: a collective of the script's own between steps, and DDP's
+gradient all-reduces once the rank's own backward is done. (Not "comm", a phase the simulator
+and a script's ``pt.phase("comm")`` may name: nothing says the same run's "backward" holds no
+wait of its own.)"""
+
+OWN_WORK_PHASES = ("forward", "backward", "optimizer", *STALL_CAUSE_PHASES)
+"""Phases of a rank's own work. When, at one step, some ranks wait in a collective
+(WAIT_PHASES) and the others are stuck in one of these, the others have not come to it: they
+hold the rest (a forward hung on rank 1 while rank 0 waits in DDP's all-reduce read "rank 0
+stalled in sync, rank 1 stalled in forward", neither named, and at the end rank 0, whose
+timeout ended the wait, was the root cause). Without a rank waiting in a collective the
+forward, backward and optimizer name no cause: FSDP's forward and backward hold its
+all-gathers and reduce-scatters, so a rank stalled in its forward beside others in theirs may be
+waiting as they do."""
+
 
 def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]]) -> set[int]:
     """The ranks a hang most likely waits for, from the ranks stuck in it: (rank, "stalled" or
@@ -39,8 +56,10 @@ def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]]) -> set
 
     In order: the ranks behind the others (the others finished a step they have not: in
     synchronous training the others wait at that step's collective); else, at one step, the
-    ranks stuck outside any collective (STALL_CAUSE_PHASES) while the others are in one; else
-    the silent ranks (frozen: no heartbeat at all) while the others still beat."""
+    ranks stuck outside any collective (STALL_CAUSE_PHASES) while the others are in one; else, at
+    one step, the ranks stuck in their own work (OWN_WORK_PHASES) while others wait in a
+    collective (WAIT_PHASES); else the silent ranks (frozen: no heartbeat at all) while the
+    others still beat."""
     ranks = list(stuck)
     if len(ranks) < 2:
         return set()
@@ -51,6 +70,10 @@ def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]]) -> set
     outside = {r for r, kind, _, phase in ranks if kind == "stalled" and phase in STALL_CAUSE_PHASES}
     if outside and len(outside) < len(ranks):
         return outside
+    waiting = any(kind == "stalled" and phase in WAIT_PHASES for _, kind, _, phase in ranks)
+    working = {r for r, kind, _, phase in ranks if kind == "stalled" and phase in OWN_WORK_PHASES}
+    if waiting and working:
+        return working
     silent = {r for r, kind, _, _ in ranks if kind == "silent"}
     if silent and len(silent) < len(ranks):
         return silent

@@ -1,0 +1,139 @@
+"""A rank that hangs in its own work (its forward, backward or optimizer step) while the others
+wait for it in a collective is the hang's likely cause, and the root cause when the others'
+timeout ends the job; FSDP's forward, which holds its all-gathers, names no cause from the phase
+alone. Unit tests of the rule, then one real 2-rank launch (gloo) of a DDP script whose rank 1
+hangs in its forward."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from helpers import pardash_env
+from pardash.telemetry import schema
+from pardash.telemetry.analysis import Detector, hang_causes
+from pardash.telemetry.logreader import load_log
+from pardash.telemetry.report import build_report, render_text
+from pardash.telemetry.state import RunState
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward", "optimizer"])
+def test_a_rank_stuck_in_its_own_work_while_the_others_wait_in_a_collective_is_the_cause(phase):
+    # ("sync": the phase the automatic instrumentation and the bundled trainer say while a rank
+    # waits for the others, in DDP's all-reduce past its own backward or in a collective of the
+    # script's own between steps)
+    wait = "sync"
+    # (It named nobody: "rank 0 stalled in sync, rank 1 stalled in forward", and at the end
+    # rank 0, whose timeout ended the wait, was the root cause.)
+    assert hang_causes([(0, "stalled", 50, wait), (1, "stalled", 50, phase)]) == {1}
+    assert hang_causes([(0, "stalled", 7, phase), (1, "stalled", 7, wait), (2, "stalled", 7, wait)]) == {0}
+    # Two stuck in their work, the rest waiting: both named.
+    assert hang_causes([(0, "stalled", 7, wait), (1, "stalled", 7, phase), (2, "stalled", 7, phase)]) == {1, 2}
+
+
+def test_without_a_rank_waiting_in_a_collective_the_forward_backward_and_optimizer_name_nobody():
+    # FSDP: the forward holds the all-gathers, the backward the reduce-scatters; a rank stalled
+    # in its forward beside others in theirs may wait as they do.
+    assert hang_causes([(0, "stalled", 9, "forward"), (1, "stalled", 9, "forward")]) == set()
+    assert hang_causes([(0, "stalled", 9, "forward"), (1, "stalled", 9, "backward")]) == set()
+    assert hang_causes([(r, "stalled", 9, "backward") for r in range(4)]) == set()
+    # "comm" (the simulator's, a script's pt.phase("comm")) beside "backward": nothing says the
+    # backward holds no wait of its own.
+    assert hang_causes([(0, "stalled", 9, "comm"), (1, "stalled", 9, "backward")]) == set()
+    # Every rank waiting: nobody to name.
+    assert hang_causes([(0, "stalled", 9, "sync"), (1, "stalled", 9, "sync")]) == set()
+    # A phase that may hold collectives of its own (an explicit step block, a checkpoint's
+    # load): no cause from it.
+    assert hang_causes([(0, "stalled", 9, "sync"), (1, "stalled", 9, "step")]) == set()
+    assert hang_causes([(0, "stalled", 9, "sync"), (1, "stalled", 9, "resume")]) == set()
+    # The rules before it still come first: a rank behind the others, one in its data.
+    assert hang_causes([(0, "stalled", 10, "sync"), (1, "stalled", 9, "forward"), (2, "stalled", 10, "forward")]) == {1}
+    assert hang_causes([(0, "stalled", 9, "sync"), (1, "stalled", 9, "forward"), (2, "stalled", 9, "data")]) == {2}
+    # A frozen rank (no heartbeat) beside one waiting: the silent one, as before.
+    assert hang_causes([(0, "stalled", 9, "sync"), (1, "silent", 9, "forward")]) == {1}
+
+
+def test_the_hub_says_the_rank_stuck_in_its_forward_first():
+    # Both found stalled at one look: the rank the other waits for is said first (it read
+    # "rank 0 stalled in sync" first, in rank order).
+    st = RunState()
+    det = Detector()
+    for r in range(2):
+        st.apply(schema.Hello(rank=r, world_size=2, strategy="ddp"), 0.0)
+        st.apply(schema.Step(rank=r, step=50, step_s=0.01), 0.0)
+        st.apply(schema.Heartbeat(rank=r, step=50, phase="sync" if r == 0 else "forward"), 0.0)
+    assert det.update(st, 1.0) == []
+    for r in range(2):
+        st.ranks[r].last_seen = 9.0
+    out = det.update(st, 9.5)
+    assert [(v.rank, v.verdict, v.cause) for v in out] == [(1, "stalled", "forward"), (0, "stalled", "sync")]
+
+
+HANGS_IN_ITS_FORWARD = """
+import datetime, sys, time
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(sys.argv[1])))
+rank = dist.get_rank()
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 1)
+
+    def forward(self, x, step):
+        h = torch.relu(self.a(x))
+        if rank == 1 and step == 20:
+            time.sleep(3600)  # rank 1 hangs in its forward; rank 0 waits in DDP's all-reduce
+        return self.b(h)
+
+
+torch.manual_seed(0)
+model = DDP(M())
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(40):
+    loss = model(torch.randn(8, 16), step).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_hung_in_its_forward_is_the_root_cause_not_the_rank_whose_timeout_ended_the_job(tmp_path):
+    # Rank 1 sleeps in its forward after step 20; rank 0 waits for it in DDP's all-reduce until
+    # gloo's timeout raises. It read "rank 0 exited with code 1 at step 21: RuntimeError: Timed
+    # out ...; rank 1 was stopped", the report "rank 0 ... - the root cause", and while it hung
+    # neither rank was marked the likely cause. (The timeout leaves the hub, which calls a rank
+    # stalled 5 s or more after its last step, time to see the hang first, under load too.)
+    (tmp_path / "hang.py").write_text(HANGS_IN_ITS_FORWARD)
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs"), "--", "hang.py", "20"],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    msgs = load_log(log)[0]
+    stalled = {m.rank: m.cause for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "stalled"}
+    assert stalled == {0: "sync", 1: "forward"}, stalled
+    # While it hung: the progress line names the rank the others wait for.
+    assert "2 stalled | likely waiting for rank 1" in proc.stdout, proc.stdout[-3000:]
+    # At the end: the launcher's last line, and the report.
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "pardash: rank 1 stalled in forward after step 20 (the likely cause of the hang); "
+        "rank 0 exited with code 1 at step 21 waiting for it: RuntimeError: Timed out waiting 20000ms"
+    ), last
+    rep = build_report(str(log))
+    assert rep["failure"]["waited_for"] == [{"rank": 1, "kind": "stalled", "step": 20, "phase": "forward"}]
+    assert {e["rank"]: e["role"] for e in rep["exits"]} == {0: "waited", 1: "hung"}
+    text = render_text(rep)
+    assert "rank 1 stalled in forward after step 20 for " in text and "; likely the cause of the hang" in text
+    assert "rank 0 exited with code 1 at step 21 - failed waiting for the hung rank(s)" in text
