@@ -39,7 +39,8 @@ from .state import RunState, median_small
 
 
 HOST_PERSIST = 3
-"""A straggler found slowed by its busy host is named after this many times ``persist`` windows."""
+"""A straggler found slowed by its busy host, or one of ranks that share a saturated host alike
+(see :func:`_takes_turns`), is named after this many times ``persist`` windows."""
 
 MAX_PENDING = 1000
 """Steps kept per rank waiting for the slowest rank to finish their window."""
@@ -249,9 +250,10 @@ class StragglerDetector:
                 w.calm = 0
                 if not current and w.flagged >= cfg.persist:
                     v = self._verdict(state, r, m, base, loo.max_without(r), data, steps)
-                    # (a busy host's: the ranks' turns at the CPU change by the second; one
-                    # that stays behind for HOST_PERSIST times as long is named)
-                    if v.cause != "host" or w.flagged >= cfg.persist * HOST_PERSIST:
+                    # (a busy host's, or ranks' sharing a saturated host alike: their turns at
+                    # the CPU change by the second; one that stays behind for HOST_PERSIST
+                    # times as long is named)
+                    if w.flagged >= cfg.persist * HOST_PERSIST or (v.cause != "host" and not _takes_turns(state, r, v.cause)):
                         out.append(v)
                         said[r] = True
             else:
@@ -387,15 +389,40 @@ core taking turns were named "compute", thrice in a clean run beside a test suit
 
 
 def _starved_hint(r: int, me, own: list[float]) -> tuple[str, str] | None:
-    """Ranks sharing one saturated host, each getting a fraction of a core (another job's
-    processes take the rest): which rank the others wait for is the scheduler's pick of the
-    moment, not any rank's work. A 2-rank job beside another on 2 cores named rank 0, then
-    rank 1, then rank 0 again, a second or two each, as "compute", at 30% of a core each. A
-    rank that computes more burns more CPU than the others and stays "compute"."""
+    """A rank held back by the saturated host it shares with the others: under STARVED_PCT of
+    a core, and getting clearly less of it than they do. A rank that gets the share the others
+    get is not singled out by its host (a rank idle in a sleep or in I/O gets that share too: a
+    synchronous rank burns the CPU of its step's work whatever it waits for): its phase decides,
+    as without load. (It read "busy host: ..., this rank getting 15% of a core as the others do
+    (14%)" of a rank sleeping in its forward.)"""
     if not own or me.host_cpu_pct < SATURATED_PCT or me.cpu_pct >= STARVED_PCT:
         return None
     ref_own = statistics.median(own)
-    if me.cpu_pct > ref_own * 1.1 + STARVED_SLACK_PCT:
+    if me.cpu_pct >= ref_own * 0.9 - STARVED_SLACK_PCT:
         return None
     return "host", (f"busy host: CPU {me.host_cpu_pct:.0f}% of the host, this rank getting {me.cpu_pct:.0f}% of a core "
-                    f"as the others do ({ref_own:.0f}%)")  # fmt: skip
+                    f"against the others' {ref_own:.0f}%")  # fmt: skip
+
+
+def _takes_turns(state: RunState, r: int, cause: str) -> bool:
+    """Whether rank ``r``, a straggler in its compute, shares one saturated host with the other
+    ranks, each getting a fraction of a core and it no more than they: which rank the others wait
+    for may then be the scheduler's pick of the moment, not any rank's work (a 2-rank job beside
+    another on 2 cores named rank 0, then rank 1, then rank 0 again, a second or two each, as
+    "compute", at 30% of a core each). Such a straggler is named after HOST_PERSIST times the
+    windows, for its phase (the CPU figures can't tell its turn from a rank slowed by its own
+    sleep or I/O, which gets the same share). A rank that burns more CPU than the others
+    computes more, and is named as soon as any."""
+    if cause != "compute":
+        return False
+    rs = state.ranks.get(r)
+    me = rs.system if rs is not None else None
+    if me is None or me.host_cpu_pct is None or me.cpu_pct is None or me.gpu_util_pct is not None:
+        return False
+    if me.host_cpu_pct < SATURATED_PCT or me.cpu_pct >= STARVED_PCT:
+        return False
+    others = [x for q, x in state.ranks.items() if q != r and x.system is not None]
+    if not others or any(x.host != rs.host for x in others):
+        return False  # (ranks on other hosts to compare with: _host_hint's)
+    own = [x.system.cpu_pct for x in others if x.system.cpu_pct is not None]
+    return bool(own) and me.cpu_pct <= statistics.median(own) * 1.1 + STARVED_SLACK_PCT
