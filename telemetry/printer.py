@@ -4,6 +4,7 @@ a plain line every few seconds otherwise (logs, CI, pipes: the format tests pars
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -500,6 +501,18 @@ LOSS_GROUPS_SAID = 3
 (the rest counted): under DDP a NaN reaches every rank through the gradients' all-reduce."""
 
 
+def loss_figure(st) -> str:
+    """"loss 0.4123": the median over the ranks of each one's newest step's loss, the figure
+    the loss chart draws ('' while no rank has given a finite one). A headless run showed no
+    loss at all (only one that turned nan): a nohup or CI user read it from the report."""
+    losses = sorted(s.loss for r in st.ranks.values() if (s := r.step) is not None and s.loss is not None and math.isfinite(s.loss))
+    if not losses:
+        return ""
+    n = len(losses)
+    median = losses[n // 2] if n % 2 else (losses[n // 2 - 1] + losses[n // 2]) / 2
+    return f"loss {median:.4g}"
+
+
 def loss_text(st, *, over: bool = False) -> str:
     """"rank 1's loss is nan since step 100" while ranks' losses are not finite (their steps go
     on without one: nothing else says so), '' while none is; ``over``: the run is over, "rank
@@ -583,7 +596,8 @@ def progress_stats_forms(st, rejected: dict[str, int] | None = None, *, hub_quie
     if hub_quiet_s is not None:
         tail.append(f"hub quiet for {hub_quiet_s:.0f} s")
     forms = []
-    for parts in ([rate, spread_text, *tail], [rate, *tail], tail):
+    loss = loss_figure(st)
+    for parts in ([loss, rate, spread_text, *tail], [loss, rate, *tail], [loss, *tail], tail):
         form = " | ".join(p for p in parts if p)
         if form not in forms:
             forms.append(form)
@@ -712,7 +726,7 @@ def progress_line(st, elapsed_s: float, rejected: dict[str, int] | None = None, 
     step = "" if at is None else f"step {at}" + (f"/{total}" if total else "")
     if hub_lost:
         return f"[{elapsed_s:6.1f}s] " + " | ".join(p for p in (step and f"{step} when last heard", hub_lost) if p)
-    parts = [step, rate_text(st)]
+    parts = [step, loss_figure(st), rate_text(st)]
     sp = recent_spread(st, "step_s")
     if sp:
         parts.append("step ms min/med/max " + "/".join(ms(x) for x in sp))

@@ -7,6 +7,7 @@ launcher's last line say it."""
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 from pardash.telemetry import frames, schema
@@ -179,9 +180,9 @@ def test_the_progress_lines_and_the_last_line_say_it():
     assert outcome_line(st, 0, {}, "run.jsonl") == (
         "pardash: done, 2 rank(s), step 120; rank 1's loss was nan from step 100 to the end, log run.jsonl"
     )
-    # A healthy run's lines are as they were.
+    # A healthy run's lines say its loss (the ranks' median), nothing not finite.
     ok = two_ranks(nan_from=None)
-    assert "loss" not in progress_line(ok, 12.0)
+    assert "loss is" not in progress_line(ok, 12.0) and re.search(r"\| loss [\d.]+ \|", progress_line(ok, 12.0))
     for r in (0, 1):
         ok.apply(schema.Event(run=RUN, rank=r, seq=9000, name="exit", code=0, t=T + 300), 0.0)
     assert outcome_line(ok, 0, {}, "run.jsonl") == "pardash: done, 2 rank(s), step 120, log run.jsonl"
