@@ -512,7 +512,7 @@ def timeline_table(rep: dict) -> tuple[tuple[str, ...], list[list[str]]]:
     for p in parts:
         notes = []
         if p.get("steps_again"):
-            notes.append(f"{p['steps_again']} steps run again" + (f" after torchrun's restart {p['restart']}" if p.get("restart") else ""))
+            notes.append(f"{p['steps_again']} step{'s' if p['steps_again'] != 1 else ''} run again" + (f" after torchrun's restart {p['restart']}" if p.get("restart") else ""))
         if p.get("steps_missing"):
             notes.append(f"{p['steps_missing']} steps not in the log")
         if p.get("longest_gap_s"):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pardash.telemetry.report import build_report
+from pardash.telemetry.report_render import render_text
 from pardash.telemetry.timeline import Timeline
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -106,3 +107,5 @@ def test_a_report_of_a_crash_at_step_2_runs_steps_again_in_a_part_of_its_own():
     assert [(p["first_step"], p["last_step"], p["restart"], p["steps_again"]) for p in parts][:2] == [(1, 1, 0, 0), (1, 6, 1, 1)]
     assert not any(p["longest_gap_s"] for p in parts)
     assert sum(p["steps"] for p in parts) == 31
+    # One step run again is one: it read "1 steps run again after torchrun's restart 1".
+    assert "1 step run again after torchrun's restart 1" in render_text(rep)
