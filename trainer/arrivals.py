@@ -143,6 +143,14 @@ class Arrivals:
                 and not self._hand_after):  # (before any optimizer step, an update by hand's: see pardash.trainer.skips)
             self._between_passes()
             return True
+        if self._phase == "forward" and self._ddp_accumulates and not self._in_backward and not self._eval_t0:
+            # A micro-batch under DDP's no_sync: the step's arrival is its gradients' all-reduce,
+            # in a later backward; a collective in this forward (Lightning's self.log(...,
+            # sync_dist=True) in training_step) is a wait. Taken for the arrival, a rank 20 ms
+            # slow in each of 4 micro-batches read 22 ms a step behind, the others' waits their
+            # forward time (130 ms a step). (In the micro-batch that all-reduces, it is the
+            # arrival, as without accumulation: a contrastive loss's all_gather.)
+            return True
         if self._phase in ("forward", "backward") and not self._eval_t0 and self.strategy != "fsdp" and not self._arrived():
             self._arrive(self.clock.stamp())
         return False

@@ -91,8 +91,9 @@ ranks is (FSDP1, or a model compiled whole: up to the first root forward; so ten
 whose layers' collectives are untimed); one process alone,
 the whole step; otherwise unknown. Less, each time, the waits in collectives of the script's
 own between steps, or between two micro-batches of a step (PyTorch Lightning broadcasts before
-every batch: no arrival, though after a backward; see :mod:`~pardash.trainer.arrivals`): the
-rank before the barrier is the one the others wait for, not the ones waiting in it.
+every batch), or in the forward of a micro-batch under DDP's ``no_sync`` (its ``self.log(...,
+sync_dist=True)``): no arrival, those (see :mod:`~pardash.trainer.arrivals`). The rank before
+the barrier is the one the others wait for, not the ones waiting in it.
 
 Cost. On CPU the stamps are ``perf_counter`` and a step is published when it ends, or, in a
 script that logs (``pt.log``), as the next one begins (what it logs after the optimizer step is
@@ -228,6 +229,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._phase = ""
         self._count_samples = False
         self._ddp_sync = False
+        self._ddp_accumulates = False
+        """The forward going is a DDP model's under ``no_sync`` (a micro-batch accumulated): a
+        collective in it is a wait, not the step's arrival (see Arrivals._collective_begins)."""
         self._in_backward = False
         self._backward_end: Any = None
         """When the last backward returned (a micro-batch's data time runs from there)."""
@@ -593,8 +597,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             if self.strategy in FORWARD_ARRIVES:
                 self._arrive(now)  # the root's pre-forward hook all-gathers (TP: its layers' collectives follow)
         if id(module) in trained.ddp_ids:
-            if module.require_backward_grad_sync:
+            syncs = module.require_backward_grad_sync
+            if syncs:
                 self._ddp_sync = True  # the next backward all-reduces
+            self._ddp_accumulates = not syncs  # (under no_sync: see Arrivals._collective_begins)
             if not self._arrived() and ddp_syncs_buffers(module):
                 self._arrive(self.clock.stamp())
 
@@ -759,7 +765,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         if self._ddp_sync:
             self._arrive(now)  # the backward launches the first bucket's all-reduce
             self._watch_ddp_wait(tensors)
-        self._ddp_sync = False
+        self._ddp_sync = self._ddp_accumulates = False
 
     @_guarded
     def _backward_returns(self) -> None:
