@@ -473,7 +473,14 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                     if msg.seq < 0:
                         noted.add(msg.rank)
                 ep = open_stalls.pop(msg.rank, None)
-                if ep is not None:
+                if ep is not None and msg.seq < 0 and msg.code in STOPPED_CODES and msg.t and msg.t < ep["verdict_t"]:
+                    # The launcher's note of a stop is dated when the stop began. A rank the hub
+                    # called stalled only after that was stepping as the stop came: its quiet was
+                    # the stop's (a framework that takes seconds to end its ranks, Lightning's),
+                    # no hang. It read "ranks 0-1 stalled in sync after step 765 for 0.016 s
+                    # until it exited" of a Stop chosen in the TUI (review 267).
+                    stalls.remove(ep)
+                elif ep is not None:
                     ep["until"], ep["end_t"] = "exit", msg.t
             elif msg.seq >= 0:
                 # The rank's own word that it finished wins over a launcher's note about it

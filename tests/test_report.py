@@ -2376,6 +2376,26 @@ def test_a_run_that_ended_stalled_says_for_how_long(tmp_path):
     assert "0 samples/s at the end (stalled)" in progress_line(st, t + 31)
 
 
+def test_ranks_a_slow_stop_left_quiet_are_no_stall(tmp_path):
+    # A Stop chosen in the TUI of a Lightning job: its ranks stepped until the stop began, then
+    # took seconds to end, and the hub called them stalled 5 s on. The report read "ranks 0-1
+    # stalled in sync after step 3 for 0.016 s until it exited" of the user's own stop. The
+    # launcher's notes are dated when the stop began (before the verdicts): no hang.
+    t = 1.0e9
+    records = _stalled_in_data(t, at=5.3)
+    records += [schema.Event(run="r", rank=r, seq=-1, name="exit", code=-15, message="stopped by you", t=t + 0.316) for r in (0, 1)]
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    assert rep["stalls"] == []
+    text = render_text(rep)
+    assert "stalls: none" in text and "then stalled" not in text and "ranks 0-1 stopped by you (SIGTERM)" in text
+    # A stop that came after the hub had called them stalled (a hang the user stopped) keeps it.
+    records[-2:] = [schema.Event(run="r", rank=r, seq=-1, name="exit", code=-15, message="stopped by you", t=t + 9.3) for r in (0, 1)]
+    _write_log(log, records)
+    assert [(s["rank"], s["seconds"], s["until"]) for s in build_report(str(log))["stalls"]] == [(1, 9.0, "exit"), (0, 9.0, "exit")]
+
+
 def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_the_cause(tmp_path):
     # Rank 1 stuck in its data loader, rank 0 in its backward's allreduce until gloo's timeout
     # raised: the root cause, the launcher's last line and the TUI named rank 0, whose error
