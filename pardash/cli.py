@@ -134,6 +134,35 @@ def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     return step_text, rate_text, stuck
 
 
+PS_COMMAND_MIN = 20
+"""The fewest characters of a run's COMMAND `ps` shows, however narrow its terminal."""
+
+
+def _ps_command(command: object) -> str:
+    """A registry entry's ``command`` (what each rank runs: supervisor.user_command) as a shell
+    would quote it; '-' for a run that says none (a hub alone, a simulate, a launch of before)."""
+    import shlex
+
+    if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
+        return shlex.join(command)
+    return "-"
+
+
+def _terminal_width() -> int:
+    """The columns `ps` may fill: $COLUMNS, else its terminal's width; 0 (no limit) when its
+    output goes to no terminal (a pipe, a file), as ps leaves its lines whole for grep."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
 def cmd_ps(ns: argparse.Namespace) -> int:
     runs = registry.live_runs()
     if ns.json:
@@ -144,9 +173,9 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         return 0
     from pardash.tui.format import fmt_duration  # (plain functions: no textual)
 
-    print(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} {'JOB':12} INGEST                  LOG")
     now = time.time()
     waiting = False
+    rows: list[tuple[str, str, str]] = []  # (the columns up to INGEST, LOG, COMMAND)
     for e in runs:
         age = fmt_duration(now - e.get("started", now))
         # A job that ended while its launch's TUI stays open keeps its hub (and so its entry).
@@ -168,10 +197,22 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         # The strategy the ranks said, where the hub has heard it (a launched script's entry says "script")
         strategy = (e.get("progress") or {}).get("strategy") if isinstance(e.get("progress"), dict) else None
         strategy = strategy if isinstance(strategy, str) and strategy else e.get("strategy", "") or "-"
-        print(
+        rows.append((
             f"{e.get('run_id', ''):24} {strategy:9} {e.get('world_size', '-')!s:>5} "
-            f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:12} {registry.reachable(str(e.get('ingest', ''))):23} {log}"
-        )
+            f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:12} {registry.reachable(str(e.get('ingest', ''))):23}",
+            str(log), _ps_command(e.get("command")),
+        ))  # fmt: skip
+    log_width = max(len("LOG"), *(len(log) for _, log, _ in rows))
+    width = _terminal_width()
+    for start, log, command in [(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} "
+                                 f"{'JOB':12} {'INGEST':23}", "LOG", "COMMAND"), *rows]:  # fmt: skip
+        line = f"{start} {log:{log_width}} "
+        if width and len(line) + len(command) > width:
+            # As ps cuts its COMMAND to the terminal (its whole line where COLUMNS or no terminal says
+            # no width), though never to less than PS_COMMAND_MIN: "…" says there is more.
+            room = max(width - len(line), PS_COMMAND_MIN)
+            command = command if len(command) <= room else command[: room - 1] + "…"
+        print(line + command)
     if waiting:
         print("JOB waiting: no rank has reached the hub yet: a job still starting, or ranks sent elsewhere (their PARDASH_ENDPOINT "
               "must be the hub's INGEST address) or refused for their keys")  # fmt: skip
@@ -221,7 +262,7 @@ def stop_unsupervised_job(entry: dict, supervisor: int, run_id: str, curve_dir: 
                              curve_dir=curve_dir)  # fmt: skip
     if left and entry.get("run_dir"):
         result = lost_supervisor_result(run_id, 130, str(entry.get("log") or ""), gone="gone before the job was stopped",
-                                        stopped_by=signal.SIGINT)  # fmt: skip
+                                        stopped_by=signal.SIGINT, command=entry.get("command"), cwd=entry.get("cwd"))  # fmt: skip
         result["written_by"] = f"pid {os.getpid()}, which stopped the job without its supervisor (`pardash attach`)"
         try:
             write_result(str(entry["run_dir"]), result)

@@ -722,12 +722,14 @@ def _write_result(job, client, code: int, supervisor_code: int, stopped_by: int 
     its end. One the supervisor wrote after all is left as it is. ``ended_unwatched``: its hub
     was gone too as the job ended (``failure``: what the ranks' error files said, '' none)."""
     from pardash.trainer.launcher import lost_supervisor_result, write_result
+    from pardash.trainer.supervisor import user_command
 
     spec = job.spec
     log = None if spec.remote_hub else (client.stats.log_path or spec.log_path)  # (node > 0: node 0's hub keeps it)
     result = lost_supervisor_result(spec.run_id, code, log, gone=_lost_how(supervisor_code), stopped_by=stopped_by,
                                     hub_restarts=client.hub_restarts, remote_hub=spec.remote_hub, node_rank=spec.node_rank,
-                                    curve_dir=spec.curve_dir)  # fmt: skip
+                                    curve_dir=spec.curve_dir, command=user_command(spec.command) if spec.command else None,
+                                    cwd=os.getcwd())  # fmt: skip
     if ended_unwatched:
         result["ended_unwatched"] = True
         result["failure"] = failure or None

@@ -726,6 +726,32 @@ def _progress(st) -> dict:
             "t": round(time.time(), 1), "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
 
 
+COMMAND_NOTE = "command: "
+"""How a launched hub's log says what each rank runs, near its head: the hub's note (an event,
+``name`` "hub", rank -1) ``command: python ../train_b.py --lr 3``, the launch's ``command``
+(trainer/supervisor.py ``user_command``) as a shell would quote it. :func:`command_of` reads it
+back; a log without it (written before, or by a hub alone) names no command."""
+
+
+def command_of(msg: schema.Message) -> list[str] | None:
+    """The command a log's :data:`COMMAND_NOTE` names (``["python", "../train_b.py", "--lr",
+    "3"]``); None for any other record."""
+    if not (isinstance(msg, schema.Event) and msg.name == "hub" and msg.rank < 0 and msg.message.startswith(COMMAND_NOTE)):
+        return None
+    try:
+        return shlex.split(msg.message[len(COMMAND_NOTE) :])
+    except ValueError:
+        return None
+
+
+def _told_command(meta: dict) -> list[str] | None:
+    """The ``command`` a launch told its hub (``--meta``): a list of words, else None."""
+    command = meta.get("command")
+    if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
+        return command
+    return None
+
+
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:
     if ns.log and (ns.log.endswith(("/", os.sep)) or os.path.isdir(ns.log)):
         # As a launch says it (it read "cannot write adir: Is a directory; choose a writable --log").
@@ -974,6 +1000,8 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         )
     else:
         hub.core.note(f"hub started (pid {os.getpid()}), ingest {hub.ingest_endpoint}")
+        if command := _told_command(meta):
+            hub.core.note(COMMAND_NOTE + shlex.join(command))  # (`report` and a replay read it: see command_of)
     if hub.say is not None and ready_fd is None:
         # A hub alone: its terminal (often a batch job's log) says how each job it serves ends.
         # (A job the log already held as ended is not said again.)

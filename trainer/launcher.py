@@ -99,15 +99,22 @@ class Job:
 
 
 def lost_supervisor_result(run_id: str, code: int, log: str | None, *, gone: str, stopped_by: int = 0, hub_restarts: int = 0,
-                           remote_hub: str = "", node_rank: int = 0, curve_dir: str = "") -> dict:  # fmt: skip
+                           remote_hub: str = "", node_rank: int = 0, curve_dir: str = "", command: object = None,
+                           cwd: object = None) -> dict:  # fmt: skip
     """A job's result as its supervisor would have written it (its fields), from the viewer that
     saw the job to its end after the supervisor was killed outright: ``code`` is that viewer's
     word for the end (0 every rank finished, 1 one failed, 128 + signal stopped), torchrun's own
     code being unknown to it; ``gone``: what became of the supervisor ("killed by SIGKILL");
     ``stopped_by``: the signal that stopped the job from there (0: it ended by itself);
-    ``remote_hub``: on a node > 0, node 0's hub, which keeps the log (``log`` is then null)."""
+    ``remote_hub``: on a node > 0, node 0's hub, which keeps the log (``log`` is then null);
+    ``command`` and ``cwd``: what each rank ran and where (supervisor.user_command), as the
+    supervisor's result says them (left out where not known)."""
     result = {"run_id": run_id, "code": code, "stopped": bool(stopped_by), "log": log, "hub_restarts": hub_restarts,
               "supervisor_gone": gone, "written_by": f"pid {os.getpid()}, which followed the job to its end without its supervisor"}  # fmt: skip
+    if isinstance(command, list) and command:
+        result["command"] = command
+    if isinstance(cwd, str) and cwd:
+        result["cwd"] = cwd
     if remote_hub:
         result.update(result_fields_of_node(remote_hub, node_rank, curve_dir))
     if stopped_by:

@@ -30,7 +30,7 @@ from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
 from pardash.telemetry.failures import signal_name
 from pardash.telemetry.spawn import exit_code, read_line
 from pardash.telemetry.streams import off_the_terminal, unbreakable_stdio
-from pardash.trainer.torchrun import attempt_dirs
+from pardash.trainer.torchrun import AUTORUN, attempt_dirs
 from pardash.trainer.jobprocs import (
     STOP_GRACE_S, SUPERVISOR_VAR, _kill_job, _signal_group, _stop_job_processes, hub_push, job_processes,
 )  # fmt: skip
@@ -116,6 +116,18 @@ class LaunchSpec:
     the supervisor use the client keys (PARDASH_CURVE_DIR in the ranks' environment)."""
     insecure: bool = False
     """Let the hub bind beyond loopback without keys (``--insecure``)."""
+
+
+def user_command(command: list[str]) -> list[str]:
+    """What each rank runs, as one would type it: ``python SCRIPT ARGS``, ``python -m MODULE
+    ARGS``, or the bundled trainer's ``python -m pardash.trainer.train FLAGS`` (the flags given,
+    not the defaults), from a spec's ``command`` (pardash's own wrapper of a script, autorun,
+    left out). Recorded as ``command`` in the registry entry, result.json and the log (see
+    :data:`pardash.telemetry.hub.COMMAND_NOTE`): two runs of one folder were told apart by their
+    run ids alone."""
+    if command[:2] == ["-m", AUTORUN]:
+        command = command[2:]
+    return ["python", *command]
 
 
 def torchrun_argv(spec: LaunchSpec) -> list[str]:
@@ -207,6 +219,8 @@ class Supervisor:
         spec = self.spec
         meta = {"strategy": spec.strategy, "world_size": spec.world_size if spec.nnodes == 1 else 0,
                 "supervisor_pid": os.getpid(), "cwd": os.getcwd(), "run_dir": spec.run_dir}  # fmt: skip
+        if getattr(spec, "command", None):  # (a stand-in spec of the tests has none)
+            meta["command"] = user_command(spec.command)
         if self._under_a_tui():
             meta["output"] = spec.output
         return meta
@@ -787,6 +801,8 @@ class Supervisor:
         self._follow_log()  # (the log went on in another file: result.json names that one)
         result = {"run_id": spec.run_id, "code": code, "stopped": self._stopping, "log": spec.log_path,
                   "hub_restarts": self.hub_restarts}  # fmt: skip
+        if getattr(spec, "command", None):  # (a stand-in spec of the tests has none)
+            result.update(command=user_command(spec.command), cwd=os.getcwd())
         if getattr(self, "_node_result", None):
             # Node > 0 writes no log: node 0's hub keeps every node's telemetry in its own. (A
             # run_id null: node 0's hub never answered this node.)
