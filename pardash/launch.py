@@ -101,8 +101,10 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
             fail(f"-m {ns.module} is a package with no __main__.py, which python needs to run a package; "
                  f"name the module in it: -m {ns.module}.MODULE")  # fmt: skip
     if ns.master_port is not None and ns.node_rank == 0:
-        host = ns.master_addr or "127.0.0.1"
-        if not port_free("0.0.0.0" if host not in ("127.0.0.1", "localhost") else "127.0.0.1", ns.master_port):
+        # torchrun's rendezvous store listens on every address of this machine, whatever
+        # --master-addr says: a port held on one of them (127.0.0.2, the host's own address)
+        # passed a check of 127.0.0.1 alone, and torchrun failed with 38 lines of traceback.
+        if not port_free("0.0.0.0", ns.master_port):
             fail(f"--master-port {ns.master_port} is busy; pick a free port or leave it out")
     telemetry_port = ns.telemetry_port or (29600 if ns.nnodes > 1 else 0)
     bind = ns.telemetry_addr or ("127.0.0.1" if ns.nnodes == 1 else (ns.master_addr or "127.0.0.1"))
@@ -483,10 +485,28 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         told = failure_traceback(client.state, job.result())
         if told is not None:
             print(f"{PROG}: rank {told[0]}'s error, as it reported it:\n{told[1]}", file=sys.stderr)
-    line = outcome_line(client.state, code, job.result(), log_path, log_error=client.stats.log_error, output=output,
-                        refused=client.refused, no_key=client.stats.rejected.get("no_key", 0))  # fmt: skip
+    line = _port_taken_line(job.result(), client.state, code, given=spec.master_port is not None) or outcome_line(
+        client.state, code, job.result(), log_path, log_error=client.stats.log_error, output=output, refused=client.refused,
+        no_key=client.stats.rejected.get("no_key", 0),
+    )  # fmt: skip
     print(line, file=_closing_stream(ok=code == 0))
     return code
+
+
+def _port_taken_line(result: dict, state, code: int, *, given: bool = True) -> str:
+    """The last line of a job whose torchrun could not listen on its --master-port (another
+    program took it after the check before the start: two launches given one port), said as that
+    check says it; '' for any other end. It read "the job failed with exit code 1" under 38 lines
+    of torchrun's traceback, and the TUI "job ended: torchrun exited", nothing naming the port.
+    ``given``: the port was the user's --master-port (else torchrun's default, on node 0 of several)."""
+    port = result.get("master_port_busy")
+    if code == 0 or state.ranks or not isinstance(port, int) or isinstance(port, bool):
+        return ""
+    if not given:
+        return (f"{PROG}: port {port}, torchrun's default --master-port, is busy: torchrun could not listen on it; "
+                f"pick a free one with --master-port PORT (the same on every node); the job's exit code {code}")  # fmt: skip
+    return (f"{PROG}: --master-port {port} is busy (another program took it after this launch found it free, and torchrun "
+            f"could not listen on it); pick a free port or leave it out; the job's exit code {code}")  # fmt: skip
 
 
 HUB_CLOSE_WAIT_S = 60.0

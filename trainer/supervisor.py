@@ -30,7 +30,7 @@ from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
 from pardash.telemetry.failures import signal_name
 from pardash.telemetry.spawn import exit_code, read_line
 from pardash.telemetry.streams import off_the_terminal, unbreakable_stdio
-from pardash.trainer.torchrun import AUTORUN, attempt_dirs
+from pardash.trainer.torchrun import AUTORUN, MASTER_PORT_BUSY_FILE, attempt_dirs
 from pardash.trainer.jobprocs import (
     STOP_GRACE_S, SUPERVISOR_VAR, _kill_job, _signal_group, _stop_job_processes, hub_push, job_processes,
 )  # fmt: skip
@@ -803,6 +803,8 @@ class Supervisor:
                   "hub_restarts": self.hub_restarts}  # fmt: skip
         if getattr(spec, "command", None):  # (a stand-in spec of the tests has none)
             result.update(command=user_command(spec.command), cwd=os.getcwd())
+        if code != 0 and not getattr(self, "ranks_started", True) and (busy := self._master_port_busy()):
+            result["master_port_busy"] = busy  # (the launch's last line says it: see trainer/torchrun.py)
         if getattr(self, "_node_result", None):
             # Node > 0 writes no log: node 0's hub keeps every node's telemetry in its own. (A
             # run_id null: node 0's hub never answered this node.)
@@ -845,6 +847,16 @@ class Supervisor:
             if copy is not None:
                 spec.log_path = copy
                 self._write_result({**result, "log": copy}, quiet=True)
+
+    def _master_port_busy(self) -> int:
+        """The master port torchrun's rendezvous could not listen on, another program holding
+        it (taken after the launch found it free), as torchrun wrote it in its --log-dir; 0 for
+        none."""
+        try:
+            with open(os.path.join(self.spec.run_dir, "torchrun", MASTER_PORT_BUSY_FILE)) as fh:
+                return int(fh.read().strip())
+        except (OSError, ValueError):
+            return 0
 
     def _await_nodes_ends(self) -> None:
         """Node 0 of several, its job failed (of itself, or of another node's stop): the other

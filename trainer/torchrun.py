@@ -12,12 +12,18 @@ checkpoint holds another model: an error file with a message and no traceback) e
 line: torchrun's lines about it (its "failed (exitcode: 1)", the summary with its error files)
 go to ``failures.log`` in torchrun's --log-dir (``runs/<id>/torchrun/``), not to the terminal,
 where some 30 lines of them followed the one that said what was wrong.
+
+A --master-port that another program took after the launch found it free (torchrun's rendezvous
+store cannot listen on it: EADDRINUSE) ends in no line here: its traceback (38 lines) goes to
+``failures.log`` and the port to ``master_port_busy`` in the --log-dir, for the launch's last
+line to say it as its check before the start does.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import traceback
 
@@ -44,7 +50,9 @@ def main() -> int:
             # exit as the shell would for the signal.
             return 128 + int(sig)
         _name_the_script(e)
-        if hasattr(e, "format_msg") and _quietly(e.failures):
+        if _port_taken(e):
+            pass  # (said by the launch's last line: see _port_taken)
+        elif hasattr(e, "format_msg") and _quietly(e.failures):
             _keep(traceback.format_exception_only(e))
         elif hasattr(e, "format_msg"):
             # ChildFailedError: its summary of the failed workers, which the launcher reads,
@@ -54,6 +62,51 @@ def main() -> int:
         else:
             traceback.print_exc()
         return 1
+
+
+MASTER_PORT_BUSY_FILE = "master_port_busy"
+"""Written in torchrun's --log-dir when its rendezvous store could not listen on the master port
+(another program holds it): the port, for the launch's last line."""
+_LISTEN_FAILED = re.compile(r"failed to (?:listen|bind)\b.*?(?:EADDRINUSE|address already in use)", re.IGNORECASE | re.DOTALL)
+_PORT_SAID = re.compile(r"\bport: (\d+)|:(\d+) \(errno: 98\b")
+
+
+def _port_taken(exc: BaseException, argv: list[str] | None = None) -> bool:
+    """Whether torchrun (its agent, not a rank) failed as its rendezvous store could not listen
+    on the master port, taken by another program (``DistNetworkError: The server socket has
+    failed to listen on any local network address. port: 47811, ... EADDRINUSE``): then its
+    traceback is kept in ``failures.log`` and the port in ``master_port_busy`` in the --log-dir,
+    and True; False otherwise (or where there is no --log-dir to keep them in: torchrun's
+    traceback is printed as ever)."""
+    text = str(exc)
+    if "DistNetworkError" not in {c.__name__ for c in type(exc).__mro__} or not _LISTEN_FAILED.search(text):
+        return False
+    folder = _log_dir(argv)
+    said = _PORT_SAID.search(text)
+    port = said.group(1) or said.group(2) if said else _flag_value(argv if argv is not None else sys.argv, "--master-port")
+    if folder is None or not (port or "").isdigit():
+        return False
+    try:
+        with open(os.path.join(folder, MASTER_PORT_BUSY_FILE), "w") as fh:
+            fh.write(f"{port}\n")
+    except OSError:
+        return False
+    _keep(traceback.format_exception(exc))
+    return True
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of torchrun's ``flag`` (``--master-port``, or its ``--master_port`` spelling) in
+    ``argv``, before the rank command; None where it is not given."""
+    names = (flag, flag.replace("-", "_").replace("__", "--"))
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg in names and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(tuple(f"{n}=" for n in names)):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def _say_every_failure() -> None:
@@ -152,13 +205,7 @@ def _quietly(failures: dict) -> bool:
 
 def _log_dir(argv: list[str] | None = None) -> str | None:
     """torchrun's --log-dir in ``argv`` (the launcher always gives one), or None."""
-    argv = sys.argv if argv is None else argv
-    for i, arg in enumerate(argv):
-        if arg in ("--log-dir", "--log_dir") and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(("--log-dir=", "--log_dir=")):
-            return arg.split("=", 1)[1]
-    return None
+    return _flag_value(sys.argv if argv is None else argv, "--log-dir")
 
 
 def _keep(lines: list[str]) -> None:
