@@ -99,6 +99,7 @@ class FrameApplier:
         st.t0 = snap.t0 or st.t0
         if snap.first_hello_t and (not st.first_hello_t or snap.first_hello_t < st.first_hello_t):
             st.first_hello_t = snap.first_hello_t
+        st.command = snap.command or st.command
         st.lost_reported = snap.stats.lost
         self.state = st
         self.stats = snap.stats

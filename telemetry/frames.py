@@ -99,6 +99,8 @@ class Snapshot(msgspec.Struct, omit_defaults=True):
     first_hello_t: float = 0.0
     """The ranks' first hello (RunState.first_hello_t): a restart's hellos in ``messages``
     replace their ranks' first ones."""
+    command: list[str] = []
+    """What each rank runs (RunState.command): the log's note of it may have left the event log."""
     messages: list[Message] = []
     history: dict[int, dict[str, bytes]] = {}
     stats: HubStats = msgspec.field(default_factory=HubStats)

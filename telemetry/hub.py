@@ -34,6 +34,7 @@ import zmq
 from . import cliargs, frames, registry, schema, security
 from .registry import reachable
 from .hubcore import MAX_RANK, HubCore, rejects_text
+from .state import COMMAND_NOTE
 from .logfeed import LINGER_S, LOG_REQUEST, LogServer
 from .logreader import is_log
 from .recorder import LOG_MODE, Recorder, gz_name_refusal, holds_records, is_gzip
@@ -724,24 +725,6 @@ def _progress(st) -> dict:
     return {"step": st.step, "steps": total,
             "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "stopped": stopped,
             "t": round(time.time(), 1), "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
-
-
-COMMAND_NOTE = "command: "
-"""How a launched hub's log says what each rank runs, near its head: the hub's note (an event,
-``name`` "hub", rank -1) ``command: python ../train_b.py --lr 3``, the launch's ``command``
-(trainer/supervisor.py ``user_command``) as a shell would quote it. :func:`command_of` reads it
-back; a log without it (written before, or by a hub alone) names no command."""
-
-
-def command_of(msg: schema.Message) -> list[str] | None:
-    """The command a log's :data:`COMMAND_NOTE` names (``["python", "../train_b.py", "--lr",
-    "3"]``); None for any other record."""
-    if not (isinstance(msg, schema.Event) and msg.name == "hub" and msg.rank < 0 and msg.message.startswith(COMMAND_NOTE)):
-        return None
-    try:
-        return shlex.split(msg.message[len(COMMAND_NOTE) :])
-    except ValueError:
-        return None
 
 
 def _told_command(meta: dict) -> list[str] | None:

@@ -1000,6 +1000,7 @@ class HubCore:
             run_id=st.run_id,
             t0=st.t0,
             first_hello_t=st.first_hello_t,
+            command=st.command or [],
             messages=msgs,
             history=history,
             stats=self.stats(),

@@ -666,6 +666,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # A log that holds more than one run (appended to by hand): the figures mix them.
         **({"runs": sorted(run_ids)} if len(run_ids) > 1 else {}),
         "strategy": strategy,
+        # What each rank ran (the launched hub's note: a hub alone's log, or an older one, has none)
+        **({"command": state.command} if state.command else {}),
         "world_size": world,
         # (only where some are: ranks of the world size the log has not a word of)
         **({"ranks_unheard": unheard} if unheard else {}),

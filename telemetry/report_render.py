@@ -91,6 +91,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("run", rep["run_id"] or "-"),
         ("log", os.path.basename(rep["log"])),
         ("strategy", rep["strategy"] or "-"),
+        *([("command", shlex.join(rep["command"]))] if rep.get("command") else []),
         ("world size", str(rep["world_size"]) + _unheard_text(rep)),
         ("devices", _devices_text(rep)),
         ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_restart_text(rep)}{_hung_text(rep)})"),

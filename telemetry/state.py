@@ -8,6 +8,7 @@ messages too, so a rank's status is the same wherever it is computed.
 from __future__ import annotations
 
 import re
+import shlex
 import statistics
 from collections import deque
 from collections.abc import Iterable
@@ -161,6 +162,24 @@ def is_lifecycle(msg: schema.Message) -> bool:
     if isinstance(msg, schema.Event):
         return msg.name in ("error", "exit") or torchrun_restart(msg) or run_again(msg)
     return isinstance(msg, schema.Verdict) and msg.verdict == "exited"
+
+
+COMMAND_NOTE = "command: "
+"""How a launched hub's log says what each rank runs, near its head: the hub's note (an event,
+``name`` "hub", rank -1) ``command: python ../train_b.py --lr 3``, the launch's ``command``
+(trainer/supervisor.py ``user_command``) as a shell would quote it. :func:`command_of` reads it
+back; a log without it (written before, or by a hub alone) names no command."""
+
+
+def command_of(msg: schema.Message) -> list[str] | None:
+    """The command a log's :data:`COMMAND_NOTE` names (``["python", "../train_b.py", "--lr",
+    "3"]``); None for any other record."""
+    if not (isinstance(msg, schema.Event) and msg.name == "hub" and msg.rank < 0 and msg.message.startswith(COMMAND_NOTE)):
+        return None
+    try:
+        return shlex.split(msg.message[len(COMMAND_NOTE) :])
+    except ValueError:
+        return None
 
 
 def torchrun_restart(msg: schema.Message) -> bool:
@@ -560,6 +579,10 @@ class RunState:
     and exit that come after it belong before it (``_apply_before``)."""
     attempt_count: int = 0
     """The run's restart count of that attempt (torchrun's, ``restarts_before`` added)."""
+    command: list[str] | None = None
+    """What each rank runs (``["python", "train.py", "--lr", "3"]``), as the launched hub's note
+    says it (:func:`command_of`), kept when the event log has let the note go; None: not said
+    (a hub alone, an older log)."""
     job_ended: bool = False
     """The launch that runs the job saw its torchrun end (set by the launch's viewer, from the
     launch's own word: its ranks' messages may never say it, of a rank silent, killed with its
@@ -609,6 +632,8 @@ class RunState:
                 if run_again(msg):
                     self.restarts_before = max(self.restarts_before, max((r.restarts for r in self.ranks.values()), default=0))
                     self.attempt_note = msg
+                elif msg.name == "hub" and msg.message.startswith(COMMAND_NOTE):
+                    self.command = command_of(msg) or self.command
             return
         r = self.rank(msg.rank)
         was_awaited = r.awaited

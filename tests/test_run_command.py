@@ -73,11 +73,37 @@ def test_a_launched_script_and_its_arguments_are_in_ps_result_json_and_the_log(t
     notes = [r["message"] for r in head if r["kind"] == "event" and r["name"] == "hub" and r.get("rank", -1) == -1]
     assert notes[:2] == [notes[0], "command: python train_b.py --lr 3 --note 'two words'"], head
     assert notes[0].startswith("hub started"), head
-    from pardash.telemetry.hub import command_of
+    from pardash.telemetry.state import command_of
     from pardash.telemetry.logreader import load_log
 
     said = [c for c in map(command_of, load_log(run_dir / "telemetry.jsonl")[0]) if c is not None]
     assert said == [want], said
+    # `report` says it under the strategy (JSON: the list); a replay's header after the log.
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import render_text
+
+    rep = build_report(str(run_dir / "telemetry.jsonl"))
+    assert rep["command"] == want and "\ncommand            python train_b.py --lr 3 --note 'two words'\n" in render_text(rep)
+
+
+def test_the_command_reaches_a_viewer_whose_event_log_has_let_its_note_go():
+    # The TUI header says it ("command train_b.py --lr 3"): a viewer attaching to a run of days,
+    # whose hub's event log has long let the note go, has it from the hub's snapshot.
+    from pardash.telemetry.client import FrameApplier
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.state import COMMAND_NOTE, EVENTS_KEPT
+    from pardash.tui.widgets.run_header import summarize
+
+    core = HubCore(run_id="r")
+    core.note(COMMAND_NOTE + "python train_b.py --lr 3")
+    for i in range(EVENTS_KEPT + 10):
+        core.note(f"note {i}")  # (the hub's notes, as the command's: kept to the same bound)
+    assert core.state.command == ["python", "train_b.py", "--lr", "3"]
+    assert not any(e.message.startswith(COMMAND_NOTE) for e in core.state.events)  # (gone from the event log)
+    late = FrameApplier()
+    late.load_snapshot(core.snapshot())
+    assert late.state.command == ["python", "train_b.py", "--lr", "3"]
+    assert summarize(late).command == "train_b.py --lr 3"
 
 
 def test_the_bundled_trainers_command_is_its_flags():

@@ -123,7 +123,7 @@ def user_command(command: list[str]) -> list[str]:
     ARGS``, or the bundled trainer's ``python -m pardash.trainer.train FLAGS`` (the flags given,
     not the defaults), from a spec's ``command`` (pardash's own wrapper of a script, autorun,
     left out). Recorded as ``command`` in the registry entry, result.json and the log (see
-    :data:`pardash.telemetry.hub.COMMAND_NOTE`): two runs of one folder were told apart by their
+    :data:`pardash.telemetry.state.COMMAND_NOTE`): two runs of one folder were told apart by their
     run ids alone."""
     if command[:2] == ["-m", AUTORUN]:
         command = command[2:]

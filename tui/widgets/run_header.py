@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -203,6 +204,10 @@ class RunSummary:
     replay at the end of a log that stops short: its hub killed, its disk full), "when the hub
     stopped" (a live hub's last frame, ranks not ended): their last word, not how they ended."""
 
+    command: str = ""
+    """What each rank runs, less the ``python`` before it (``train.py --lr 3``): the launched
+    hub's note of it (``RunState.command``); '' where none was said."""
+
     job_ended: bool = False
     """The launch this viewer runs in saw its job end (torchrun exited: ``RunState.job_ended``),
     whatever its ranks said (one silent, killed with its node, or never heard from)."""
@@ -326,6 +331,7 @@ def summarize(
         replay=replay,
         log_ends_early="" if early is None else "when the hub stopped" if early.get("hub_stopped") else "at the log's end",
         job_ended=source.live and state.job_ended,
+        command=shlex.join(state.command[1:] if state.command[0] == "python" else state.command) if state.command else "",
     )
 
 
@@ -629,6 +635,8 @@ class RunHeader(CachedStyles, Widget):
             second.append([(f"log: {s.log_error}", self._s("bad"))])
         elif s.log_path:
             second.append(Choice(tuple(self._pair("log", p, "label") for p in short_log_path(s.log_path, s.run_id))))
+        if s.command:  # (two runs of one script folder told apart by more than their ids; the first to go)
+            second.append(Choice((self._pair("command", s.command, "label"),), optional=True))
         return second
 
     @staticmethod
