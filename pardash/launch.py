@@ -404,7 +404,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 from pardash.tui.app import make_app
 
                 app = make_app(client, launched=True, title=f"pardash {spec.run_id}", come_back=f"{PROG} attach {_watch(spec)}",
-                               job_over=lambda: job.poll() is not None or bool(job.result()), output=spec.output)
+                               job_over=lambda: job.poll() is not None or bool(job.result()), output=spec.output, remote_hub=spec.remote_hub)
             except KeyboardInterrupt:
                 # Ctrl-C as the viewer was made (textual's import takes a while) is a stop, as one
                 # in it is: it escaped, and the job trained on with nobody to watch it.

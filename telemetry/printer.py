@@ -253,8 +253,7 @@ class ProgressPrinter:
         if lost and not self._lost_said:
             # (node 1 said "2 running | hub quiet for 106 s" for minutes of a node 0 powered off,
             # its rank held in an all-reduce with it: nothing said node 0 was gone)
-            self._print(f"warning: {lost}; if so, the ranks here wait for it in their next collective (up to the "
-                        f"backend's timeout, 30 min for gloo by default), and what they do from now on is in no log")
+            self._print(f"warning: {lost}{HUB_LOST_WARNING}")
             self._lost_said = True
         ahead = self._printed_ahead
         fresh = sorted((ev for ev in list(st.events) if ev.hseq > self._printed_hseq and ev.hseq not in ahead), key=lambda ev: ev.hseq)
@@ -429,10 +428,7 @@ class ProgressPrinter:
         HUB_LOST_S: "node 0's hub (tcp://...) unreachable for 45 s: node 0 may be down or cut
         off from this node" (the warning's), or (``short``, a progress line's) "...: node 0 may
         be lost, the ranks here then wait for it"; '' otherwise."""
-        if not self.remote_hub or quiet_s is None or quiet_s < HUB_LOST_S:
-            return ""
-        said = f"node 0's hub ({self.remote_hub}) unreachable for {quiet_s:.0f} s"
-        return f"{said}: node 0 may be lost, the ranks here then wait for it" if short else f"{said}: node 0 may be down or cut off from this node"
+        return hub_lost_words(self.remote_hub, quiet_s, short=short)
 
     def close(self) -> None:
         """Stop the bar (it stays on screen as the last state); lines need nothing."""
@@ -499,6 +495,22 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
 LOSS_GROUPS_SAID = 3
 """Ranks whose loss is not finite are said in groups of one value and step, this many at most
 (the rest counted): under DDP a NaN reaches every rank through the gradients' all-reduce."""
+
+
+def hub_lost_words(remote_hub: str, quiet_s: float | None, *, short: bool = False) -> str:
+    """On a node > 0 (``remote_hub``: node 0's hub, as the user gave it), that hub quiet for
+    ``quiet_s`` past HUB_LOST_S: "node 0's hub (tcp://...) unreachable for 45 s: node 0 may be
+    down or cut off from this node" (the warning's), or (``short``: a progress line's, the TUI
+    header's) "...: node 0 may be lost, the ranks here then wait for it"; '' otherwise."""
+    if not remote_hub or quiet_s is None or quiet_s < HUB_LOST_S:
+        return ""
+    said = f"node 0's hub ({remote_hub}) unreachable for {quiet_s:.0f} s"
+    return f"{said}: node 0 may be lost, the ranks here then wait for it" if short else f"{said}: node 0 may be down or cut off from this node"
+
+
+HUB_LOST_WARNING = ("; if so, the ranks here wait for it in their next collective (up to the backend's timeout, 30 min for gloo "
+                    "by default), and what they do from now on is in no log")  # fmt: skip
+"""What the warning that node 0's hub is unreachable says after :func:`hub_lost_words`."""
 
 
 def loss_figure(st) -> str:

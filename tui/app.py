@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from pardash.telemetry.client import HUB_QUIET_S, Source
-from pardash.telemetry.printer import run_over
+from pardash.telemetry.printer import HUB_LOST_WARNING, hub_lost_words, run_over
 
 from .messages import RunUpdated
 from .screens.dashboard import DashboardScreen, ReplayDashboardScreen
@@ -102,9 +102,14 @@ class PardashApp(App[str | None]):
         output: str = "",
         attached: bool = False,
         runs_dir: str = "runs",
+        remote_hub: str = "",
     ) -> None:
         super().__init__()
         self.source = source
+        self.remote_hub = remote_hub
+        """On a node > 0 of a launch: node 0's hub (its ingest, as the user gave it). Quiet past
+        HUB_LOST_S, it is said unreachable (the header, a warning), not "hub quiet"."""
+        self._lost_told = False
         self.attached = attached
         """A viewer of a job it did not launch (``pardash attach``; ``launched`` when it can stop
         it): Ctrl+C twice detaches, not stops."""
@@ -214,6 +219,7 @@ class PardashApp(App[str | None]):
         if changed:
             self._last_change = now
             self._quiet_told = -1
+            self._lost_told = False
             if not self.source.live or self._seen():
                 self.version += 1
             # (told even when nothing shown changed: a screen may count time from frames)
@@ -224,6 +230,12 @@ class PardashApp(App[str | None]):
             if quiet != self._quiet_told:
                 self._quiet_told = quiet
                 self._tell_updated()
+            lost = hub_lost_words(self.remote_hub, self.hub_quiet_s)
+            if lost and not self._lost_told and not run_over(self.source.state) and not self.source.state.job_ended:
+                # (node 1's TUI said "● 2 running · hub quiet for 106 s" for minutes of node 0
+                # powered off, as its headless progress did before it said so)
+                self._lost_told = True
+                self.notify(lost + HUB_LOST_WARNING, title="node 0 unreachable", severity="warning", timeout=30)
         self._pace(IDLE_POLL_S if not changed and self._idle() else POLL_S)
 
     def _job_ends(self, now: float) -> bool:
@@ -290,6 +302,11 @@ class PardashApp(App[str | None]):
             screen.post_message(RunUpdated(self.version))
             if not screen.is_modal:
                 break
+
+    @property
+    def hub_lost(self) -> str:
+        """On a node > 0, node 0's hub unreachable, as the header says it ('' otherwise)."""
+        return "" if run_over(self.source.state) else hub_lost_words(self.remote_hub, self.hub_quiet_s, short=True)
 
     @property
     def hub_quiet_s(self) -> float | None:
@@ -494,6 +511,7 @@ def make_app(
     output: str = "",
     attached: bool = False,
     runs_dir: str = "runs",
+    remote_hub: str = "",
 ) -> PardashApp:
     """Build the dashboard over ``source``.
 
@@ -510,6 +528,7 @@ def make_app(
     its folder, a replayed log's beside it): ``o`` shows it. ``attached``: a viewer of a job it
     did not launch (``pardash attach``), which Ctrl+C twice leaves (the launch's own stops it).
     ``runs_dir``: where a replayed log's run folder (its output) is looked for besides beside it.
+    ``remote_hub``: on a node > 0 of a launch, node 0's hub, said unreachable when quiet long.
     """
     return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over, notice=notice,
-                      come_back=come_back, output=output, attached=attached, runs_dir=runs_dir)  # fmt: skip
+                      come_back=come_back, output=output, attached=attached, runs_dir=runs_dir, remote_hub=remote_hub)  # fmt: skip

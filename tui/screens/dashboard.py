@@ -457,6 +457,7 @@ class DashboardScreen(Screen):
         self._summary = summarize(
             source,
             hub_quiet_s=self.app.hub_quiet_s,  # type: ignore[attr-defined]
+            hub_lost=getattr(self.app, "hub_lost", ""),
             totals=table.totals,
             origin=origin,
         )

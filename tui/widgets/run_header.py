@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import time
 from dataclasses import dataclass
@@ -195,6 +196,9 @@ class RunSummary:
     """Why the live hub refuses this viewer (its handshake failed: CURVE keys), if it does."""
     hub_quiet_s: float | None = None
     """Seconds without a frame from a live hub (None while frames arrive)."""
+    hub_lost: str = ""
+    """On a node > 0, node 0's hub quiet so long that it may be lost (printer.hub_lost_words):
+    said instead of "hub quiet", the ranks' statuses as when last heard."""
     waiting_s: float | None = None
     """Live, before any rank has said anything: seconds since the hub started (torchrun and
     the ranks' imports can take a while; the header says so rather than look hung)."""
@@ -246,7 +250,8 @@ _ENDS = (st.FINISHED, st.EXITED, STOPPED)
 
 
 def summarize(
-    source: Source, *, hub_quiet_s: float | None = None, totals: RunTotals | None = None, origin: float | None = None
+    source: Source, *, hub_quiet_s: float | None = None, totals: RunTotals | None = None, origin: float | None = None,
+    hub_lost: str = "",
 ) -> RunSummary:
     """Read a :class:`RunSummary` from ``source`` (``totals``: :func:`run_totals` of its state,
     ``origin``: :func:`~..run_clock.run_origin` of it, when already at hand)."""
@@ -325,6 +330,7 @@ def summarize(
         synced=getattr(source, "synced", True),
         refused=getattr(source, "refused", ""),
         hub_quiet_s=hub_quiet_s,
+        hub_lost=hub_lost if hub_quiet_s is not None else "",
         waiting_s=max(0.0, time.time() - (state.t0 or getattr(source, "opened_t", time.time())))
         if source.live and not state.ranks
         else None,
@@ -590,6 +596,8 @@ class RunHeader(CachedStyles, Widget):
             marks.append((f"{glyph} {n} {status}", self._s(status)))
         if marks and s.log_ends_early:
             marks.append((f" {s.log_ends_early}", self._s("label")))  # (what they were then, not how they ended)
+        elif marks and s.live and s.hub_lost and not s.ended:
+            marks.append((" when last heard", self._s("label")))
         if marks:
             second.append(marks)
         if s.replay is not None:
@@ -612,6 +620,11 @@ class RunHeader(CachedStyles, Widget):
         elif s.live and s.hub_quiet_s is not None:
             if s.log_ends_early:  # (it said it stopped: the note says so)
                 second.append([("hub stopped", self._s("bad"))])
+            elif s.hub_lost:
+                # (its address the first to go, then what it means: the state of it stays)
+                said = s.hub_lost.partition(": ")[0]
+                bare = re.sub(r" \(\S+\)", "", said, count=1)
+                second.append(Choice(tuple([(form, self._s("bad"))] for form in (s.hub_lost, f"{bare}: node 0 may be lost", bare))))
             else:
                 second.append([(f"hub quiet for {s.hub_quiet_s:.0f} s", self._s("bad"))])
         second.append(
