@@ -204,15 +204,15 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         ))  # fmt: skip
     log_width = max(len("LOG"), *(len(log) for _, log, _ in rows))
     width = _terminal_width()
-    for start, log, command in [(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} "
+    for start, log, ran in [(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} "
                                  f"{'JOB':12} {'INGEST':23}", "LOG", "COMMAND"), *rows]:  # fmt: skip
         line = f"{start} {log:{log_width}} "
-        if width and len(line) + len(command) > width:
+        if width and len(line) + len(ran) > width:
             # As ps cuts its COMMAND to the terminal (its whole line where COLUMNS or no terminal says
             # no width), though never to less than PS_COMMAND_MIN: "…" says there is more.
             room = max(width - len(line), PS_COMMAND_MIN)
-            command = command if len(command) <= room else command[: room - 1] + "…"
-        print(line + command)
+            ran = ran if len(ran) <= room else ran[: room - 1] + "…"
+        print(line + ran)
     if waiting:
         print("JOB waiting: no rank has reached the hub yet: a job still starting, or ranks sent elsewhere (their PARDASH_ENDPOINT "
               "must be the hub's INGEST address) or refused for their keys")  # fmt: skip
