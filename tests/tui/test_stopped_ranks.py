@@ -42,15 +42,20 @@ def _status_segments(app, rank: int) -> list:
     return [seg for seg in grid.render_line(y) if seg.text.strip() and not seg.text.strip()[0].isdigit()]
 
 
+def _two_stopped(app) -> None:
+    """The header and the grid say both ranks stopped, not exited (a failure's word)."""
+    header = widget_text(app.screen.query_one(RunHeader))
+    assert "▬ 2 stopped" in header and "exited" not in header, header
+    grid = grid_text(app)
+    assert grid.count(" stopped ") == 2 and "exit -15" not in grid, grid
+
+
 async def test_ranks_stopped_by_a_viewer_are_said_stopped_in_the_header_and_the_grid(tmp_path):
     note = "stopped by a viewer (pardash attach, pid 15234)"
     app = replay_app(_log(tmp_path / "stopped.jsonl", {0: (-15, note), 1: (-15, note)}))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        header = widget_text(app.screen.query_one(RunHeader))
-        assert "▬ 2 stopped" in header and "exited" not in header, header
-        grid = grid_text(app)
-        assert grid.count(" stopped ") == 2 and "exit -15" not in grid, grid
+        _two_stopped(app)
         # Not in the failure's colour: the grid's exited style is the error colour.
         grid_widget = app.screen.query_one(RankGrid)
         error = grid_widget._style("rank-grid--exited").color
@@ -164,10 +169,7 @@ async def test_a_hangs_cause_stopped_as_it_hung_is_stopped_in_the_header_grid_an
     app = replay_app(_hung_then_stopped_log(tmp_path / "hung.jsonl"))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        header = widget_text(app.screen.query_one(RunHeader))
-        assert "▬ 2 stopped" in header and "exited" not in header, header
-        grid = grid_text(app)
-        assert grid.count(" stopped ") == 2 and "exit -15" not in grid, grid
+        _two_stopped(app)
         grid_widget = app.screen.query_one(RankGrid)
         error = grid_widget._style("rank-grid--exited").color
         grid_widget.select(0)  # (the cursor's colours over rank 1's cell: its own drawn)
