@@ -49,7 +49,12 @@ all-gathers and reduce-scatters, so a rank stalled in its forward beside others 
 waiting as they do."""
 
 
-def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]]) -> set[int]:
+SHARDED_OWN_WORK_PHASES = ("optimizer", *STALL_CAUSE_PHASES)
+"""OWN_WORK_PHASES of a sharded run (FSDP, tensor parallel), whose forward and backward hold
+collectives: a rank blocked in one there waits as the rank in "sync" does."""
+
+
+def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]], *, sharded: bool = False) -> set[int]:
     """The ranks a hang most likely waits for, from the ranks stuck in it: (rank, "stalled" or
     "silent", its last step, the phase it is stuck in). Empty when nothing tells them apart
     (every rank waits alike) or only one rank is stuck.
@@ -59,7 +64,10 @@ def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]]) -> set
     ranks stuck outside any collective (STALL_CAUSE_PHASES) while the others are in one; else, at
     one step, the ranks stuck in their own work (OWN_WORK_PHASES) while others wait in a
     collective (WAIT_PHASES); else the silent ranks (frozen: no heartbeat at all) while the
-    others still beat."""
+    others still beat. ``sharded`` (FSDP, tensor parallel: summary.is_sharded): their forward
+    and backward hold collectives of their own, so only the optimizer step is a rank's own work
+    beside others waiting (review 274: rank 0 in an all-reduce of its own, rank 1 blocked in
+    FSDP's all-gather of its next forward, and rank 1 was named the hang's root cause)."""
     ranks = list(stuck)
     if len(ranks) < 2:
         return set()
@@ -71,7 +79,8 @@ def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]]) -> set
     if outside and len(outside) < len(ranks):
         return outside
     waiting = any(kind == "stalled" and phase in WAIT_PHASES for _, kind, _, phase in ranks)
-    working = {r for r, kind, _, phase in ranks if kind == "stalled" and phase in OWN_WORK_PHASES}
+    own = SHARDED_OWN_WORK_PHASES if sharded else OWN_WORK_PHASES
+    working = {r for r, kind, _, phase in ranks if kind == "stalled" and phase in own}
     if waiting and working:
         return working
     silent = {r for r, kind, _, _ in ranks if kind == "silent"}
@@ -211,7 +220,7 @@ class Detector:
                 if r.awaited:  # restarted by torchrun, its new process not heard yet: starting
                     continue
                 lively.extend(self._liveness(r, now, stall_after))
-            out.extend(_causes_first(lively))
+            out.extend(_causes_first(lively, sharded=is_sharded(state.strategy)))
             if state.world_size > 1 and is_sharded(state.strategy):
                 out.extend(self._sharding(state))
         out.extend(self.stragglers.update(state))
@@ -323,12 +332,12 @@ class Detector:
         return out
 
 
-def _causes_first(verdicts: list[Verdict]) -> list[Verdict]:
+def _causes_first(verdicts: list[Verdict], *, sharded: bool = False) -> list[Verdict]:
     """Ranks found stalled together, the ones the others likely wait for first (see
     :func:`hang_causes`): in rank order, 63 ranks "stalled in comm" were said ahead of the one
     "stalled in data" they waited for, in the log, the event log and the progress lines."""
     stalled = [(v.rank, "stalled", v.step, v.cause or None) for v in verdicts if v.verdict == "stalled"]
-    causes = hang_causes(stalled) if len(stalled) > 1 else set()
+    causes = hang_causes(stalled, sharded=sharded) if len(stalled) > 1 else set()
     if not causes:
         return verdicts
     return sorted(verdicts, key=lambda v: not (v.verdict == "stalled" and v.rank in causes))

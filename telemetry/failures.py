@@ -10,7 +10,7 @@ import signal
 from . import schema
 from .analysis import hang_causes, whole_hang
 from .state import BETWEEN_STEPS, between_steps, run_again, torchrun_restart
-from .summary import ranks_named
+from .summary import is_sharded, ranks_named
 
 
 # Errors a rank raises because another rank died (its peer's socket closed under it).
@@ -229,7 +229,7 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         # hub saw hang (``hang``: the last attempt's now, an earlier one's as torchrun restarted
         # it): the rank the hang waited for (stalled outside any collective, or behind the
         # others) is the cause, though the waiting rank's error ended the job.
-        causes = hang_causes(hang) - {first.rank}
+        causes = hang_causes(hang, sharded=is_sharded(st.strategy)) - {first.rank}
         waited = [{"rank": r, "kind": kind, "step": at, "phase": phase} for r, kind, at, phase in hang if r in causes]
         if waited:
             unrecorded = None

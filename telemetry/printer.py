@@ -26,6 +26,7 @@ from .summary import (
     held_spread,
     named_by_step,
     human_bytes,
+    is_sharded,
     ms,
     ranks_named,
     samples_per_s,
@@ -549,7 +550,7 @@ def loss_text(st, *, over: bool = False) -> str:
 
 def hang_text(st) -> str:
     """'likely waiting for rank 3' while the job hangs on ranks it can name (analysis.hang_causes), else ''."""
-    causes = hang_causes(stuck_ranks(st))
+    causes = hang_causes(stuck_ranks(st), sharded=is_sharded(st.strategy))
     return f"likely waiting for {ranks_named(sorted(causes))}" if causes else ""
 
 
@@ -1087,7 +1088,7 @@ def as_it_hung(st) -> str:
     if not hang:
         return ""
     steps = [s for _, _, s, _ in hang if s is not None]
-    causes = hang_causes(hang)
+    causes = hang_causes(hang, sharded=is_sharded(st.strategy))
     return (" as it hung" + (f" after step {min(steps)}" if steps else "")
             + (f", likely waiting for {ranks_named(sorted(causes))}" if causes else ""))
 

@@ -17,7 +17,7 @@ from .clocks import clock_warnings
 from .failures import STOPPED_CODES, stop_text, stopped_how
 from .logreader import no_rank_reported
 from .schema import plain_text
-from .summary import ranks_named, ranks_text, unheard_why
+from .summary import is_sharded, ranks_named, ranks_text, unheard_why
 from .summary import human_bytes, ms, took_text
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -690,7 +690,7 @@ def stall_lines(rep: dict) -> list[str]:
     causes: set[int] = set()  # (ids of the episodes)
     for hang in [_never_resumed(rep["stalls"]), *_resumed_hangs(rep["stalls"])]:
         if len({s["rank"] for s in hang}) >= rep["world_size"]:
-            waited_for = hang_causes((s["rank"], s["kind"], s["step"], s["phase"]) for s in hang)
+            waited_for = hang_causes(((s["rank"], s["kind"], s["step"], s["phase"]) for s in hang), sharded=is_sharded(rep.get("strategy") or ""))
             causes |= {id(s) for s in hang if s["rank"] in waited_for}
     stops = {e["rank"]: e["code"] in STOPPED_CODES for e in rep.get("exits") or ()}
     alike: dict[tuple[str, str], tuple[list[int], list[float]]] = {}

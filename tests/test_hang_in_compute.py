@@ -137,3 +137,26 @@ def test_a_rank_hung_in_its_forward_is_the_root_cause_not_the_rank_whose_timeout
     text = render_text(rep)
     assert "rank 1 stalled in forward after step 20 for " in text and "; likely the cause of the hang" in text
     assert "rank 0 exited with code 1 at step 21 - failed waiting for the hung rank(s)" in text
+
+
+def test_a_sharded_runs_forward_and_backward_hold_collectives_and_name_nobody_beside_a_wait():
+    # Review 274: FSDP2, rank 0 alone calling an extra all_reduce after step 20 (a "log on rank
+    # 0" bug): rank 0 "stalled in sync", rank 1 blocked in FSDP's all-gather of its next
+    # forward, "stalled in forward", and rank 1 was named the hang's root cause.
+    for phase in ("forward", "backward"):
+        assert hang_causes([(0, "stalled", 20, "sync"), (1, "stalled", 20, phase)], sharded=True) == set()
+    # Its optimizer step holds no collective (each rank steps its own shard): still its own work.
+    assert hang_causes([(0, "stalled", 20, "sync"), (1, "stalled", 20, "optimizer")], sharded=True) == {1}
+    # What the outputs take it from: the run's strategy (the ranks' hello).
+    from pardash.telemetry.printer import hang_text
+    from pardash.tui.alerts import cause_ranks
+
+    for strategy, named in (("fsdp", ""), ("ddp", "likely waiting for rank 1")):
+        st = RunState()
+        for r in (0, 1):
+            st.apply(schema.Hello(run="x", rank=r, seq=0, world_size=2, strategy=strategy, t=1.0), 1.0)
+            st.apply(schema.Step(run="x", rank=r, seq=1, step=20, step_s=0.1, samples=4, t=2.0), 2.0)
+        for r, phase in ((0, "sync"), (1, "forward")):
+            st.apply(schema.Verdict(run="x", rank=r, seq=-1, verdict="stalled", cause=phase, step=20, message=f"rank {r} stalled", t=8.0), 8.0)
+        assert hang_text(st) == named, strategy
+        assert cause_ranks(st, None) == (frozenset() if strategy == "fsdp" else frozenset({1})), strategy

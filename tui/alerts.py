@@ -19,7 +19,7 @@ from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, STOPPED_CODES, failure_summary, stop_text
 from pardash.telemetry.report_render import SHARED_RUN_ID
-from pardash.telemetry.summary import ranks_text
+from pardash.telemetry.summary import is_sharded, ranks_text
 
 from .format import fmt_clock, fmt_step_time
 
@@ -168,9 +168,10 @@ def cause_ranks(state: st.RunState, first: int | None) -> frozenset[int]:
     no failure, or nothing tells its ranks apart)."""
     if first is not None:
         return frozenset((first,))
-    causes = hang_causes(stuck_ranks(state))
+    sharded = is_sharded(state.strategy)
+    causes = hang_causes(stuck_ranks(state), sharded=sharded)
     if not causes:
-        causes = hang_causes(whole_hang(state))
+        causes = hang_causes(whole_hang(state), sharded=sharded)
     return frozenset(causes)
 
 
@@ -359,7 +360,7 @@ def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, Exit
     hang, kinds, now = stuck_ranks(state), ("stalled", "silent"), True
     if not hang and exits is not None:
         hang, kinds, now = whole_hang(state), ("exited", "stopped"), False
-    causes = hang_causes(hang)
+    causes = hang_causes(hang, sharded=is_sharded(state.strategy))
     if not causes:
         return alerts
     waiting = sum(1 for a in alerts if a.kind in kinds and a.rank not in causes)
