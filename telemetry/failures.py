@@ -9,7 +9,7 @@ import signal
 
 from . import schema
 from .analysis import hang_causes, whole_hang
-from .state import BETWEEN_STEPS, between_steps, run_again, torchrun_restart
+from .state import BETWEEN_STEPS, STOPPED_CODES, between_steps, run_again, torchrun_restart
 from .summary import is_sharded, ranks_named
 
 
@@ -47,11 +47,6 @@ def attempts(st) -> list[list[schema.Event]]:
     return out
 
 
-STOPPED_CODES = frozenset({-15, -2, 130, 143})
-"""How a rank ends when it is stopped, not failing: SIGTERM (torchrun stopping the rest, a
-scheduler), SIGINT, 130, Python's exit on Ctrl-C (KeyboardInterrupt), and 143, the shell's
-code for SIGTERM (a rank that handles it and exits as the shell would, or a shell script run as
-a rank). Never a root cause."""
 
 
 def stopped_how(rank: int, message: str | None) -> str | None:

@@ -65,9 +65,15 @@ def loss_not_finite(msg: schema.Message) -> tuple[str, int] | None:
     return (m["value"], int(m["step"])) if m is not None else None
 
 
+STOPPED_CODES = frozenset({-15, -2, 130, 143})
+"""How a rank ends when it is stopped, not failing: SIGTERM (torchrun stopping the rest, a
+scheduler), SIGINT, 130, Python's exit on Ctrl-C (KeyboardInterrupt), and 143, the shell's
+code for SIGTERM (a rank that handles it and exits as the shell would, or a shell script run as
+a rank). Never a root cause. (failures.STOPPED_CODES: the same.)"""
+
 KILLED_NOT_STEPPING = frozenset({-15, -2})
 """Signals a launcher's exit note is given no step for: a stop (SIGTERM, SIGINT), not a death
-in a step (see failures.STOPPED_CODES)."""
+in a step (see STOPPED_CODES)."""
 
 
 def _kept(msg: "schema.Event") -> "schema.Event":
@@ -737,6 +743,15 @@ class RunState:
             if msg.name == "exit":
                 if msg.seq < 0:
                     r.exit_noted = code
+                    stuck = r.stalled or r.silent
+                    if code in STOPPED_CODES and msg.t and stuck is not None and stuck.t > msg.t:
+                        # The launcher's note of a stop is dated when the stop began: a rank found
+                        # stalled only after it stepped until the stop came, and its quiet was the
+                        # stop's (a framework that takes seconds to end its ranks, Lightning's). A
+                        # Stop of a healthy job read "stopped by you as it hung after step 211,
+                        # likely waiting for rank 1" and "◆ rank 1 stalled in forward" (review
+                        # 275), as the report no longer says (report.py).
+                        r.stalled = r.silent = None
                 if code == 0:
                     r.finished = True
                     if msg.seq >= 0:

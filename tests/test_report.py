@@ -2390,10 +2390,22 @@ def test_ranks_a_slow_stop_left_quiet_are_no_stall(tmp_path):
     assert rep["stalls"] == []
     text = render_text(rep)
     assert "stalls: none" in text and "then stalled" not in text and "ranks 0-1 stopped by you (SIGTERM)" in text
+    # The launch's last line and the TUI's alerts too (review 275: "stopped by you as it hung
+    # after step 211, likely waiting for rank 1", "◆ rank 1 stalled in forward ...").
+    from pardash.telemetry.printer import outcome_line
+    from pardash.tui.alerts import run_alerts
+
+    st = _applied(records)
+    assert outcome_line(st, 130, {"stopped": True, "stop_t": t + 0.316}, "run.jsonl") == "pardash: stopped by you (exit code 130); log run.jsonl"
+    assert not any("stalled" in a.text for a in run_alerts(st)), run_alerts(st)
     # A stop that came after the hub had called them stalled (a hang the user stopped) keeps it.
     records[-2:] = [schema.Event(run="r", rank=r, seq=-1, name="exit", code=-15, message="stopped by you", t=t + 9.3) for r in (0, 1)]
     _write_log(log, records)
     assert [(s["rank"], s["seconds"], s["until"]) for s in build_report(str(log))["stalls"]] == [(1, 9.0, "exit"), (0, 9.0, "exit")]
+    st = _applied(records)
+    assert outcome_line(st, 130, {"stopped": True, "stop_t": t + 9.3}, "run.jsonl").startswith(
+        "pardash: stopped by you as it hung after step 3, likely waiting for rank 1 (exit code 130)")
+    assert any("rank 1 stalled in data" in a.text for a in run_alerts(st)), run_alerts(st)
 
 
 def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_the_cause(tmp_path):
