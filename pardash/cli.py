@@ -136,6 +136,8 @@ def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
 
 PS_COMMAND_MIN = 20
 """The fewest characters of a run's COMMAND `ps` shows, however narrow its terminal."""
+PS_COMMAND_WANT = 60
+"""The characters of a COMMAND `ps` keeps in a narrow terminal, its LOG column left out for them."""
 
 
 def _ps_command(command: object) -> str:
@@ -204,9 +206,16 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         ))  # fmt: skip
     log_width = max(len("LOG"), *(len(log) for _, log, _ in rows))
     width = _terminal_width()
+    show_log = True
+    if width:
+        # Narrow: the LOG column gives way to the COMMAND, which tells two runs of one script
+        # apart (it got PS_COMMAND_MIN after a 66-character log path at 160 columns); the log
+        # is runs/<run id>/telemetry.jsonl, and `ps --json` or a pipe has it whole.
+        want = min(max(len(ran) for _, _, ran in rows), PS_COMMAND_WANT)
+        show_log = len(rows[0][0]) + 1 + log_width + 1 + want <= width
     for start, log, ran in [(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} "
-                                 f"{'JOB':12} {'INGEST':23}", "LOG", "COMMAND"), *rows]:  # fmt: skip
-        line = f"{start} {log:{log_width}} "
+                             f"{'JOB':12} {'INGEST':23}", "LOG", "COMMAND"), *rows]:  # fmt: skip
+        line = f"{start} {log:{log_width}} " if show_log else f"{start} "
         if width and len(line) + len(ran) > width:
             # As ps cuts its COMMAND to the terminal (its whole line where COLUMNS or no terminal says
             # no width), though never to less than PS_COMMAND_MIN: "…" says there is more.

@@ -132,5 +132,14 @@ def test_ps_cuts_its_command_column_to_the_terminals_width_and_a_pipe_takes_it_w
     assert cli.main(["ps"]) == 0
     head, *rows = capsys.readouterr().out.splitlines()
     row = {r.split()[0]: r for r in rows}
-    assert len(row["long-run"]) == width and row["long-run"][at:] == " ".join(long)[:39] + "…", row
+    # Narrow: the LOG column gives way, the COMMAND keeps what the terminal has left (review 275:
+    # at 160 columns it got 20 characters after a 66-character log path, "python train_a.py -…"
+    # of two runs told apart by their --lr).
+    assert "LOG" not in head and "/tmp/x/telemetry.jsonl" not in row["long-run"], (head, row)
+    at = head.index("COMMAND")
+    assert len(row["long-run"]) == width and row["long-run"][at:] == " ".join(long)[: width - at - 1] + "…", row
     assert head.endswith("COMMAND") and row["alone-run"].endswith(" -"), (head, row)
+    # Wide enough for both: the LOG stays.
+    monkeypatch.setenv("COLUMNS", str(at + len("/tmp/much/longer/path/telemetry.jsonl") + 1 + 60))
+    assert cli.main(["ps"]) == 0
+    assert "LOG" in capsys.readouterr().out.splitlines()[0]
