@@ -64,3 +64,20 @@ async def test_a_viewer_of_node_0s_own_hub_says_it_quiet_as_before():
         await until(pilot, lambda: "hub quiet for" in header.render().plain)
         assert "unreachable" not in header.render().plain and "when last heard" not in header.render().plain
         assert not list(app._notifications)
+
+
+async def test_a_job_whose_torchrun_ended_before_any_rank_says_no_rank_started():
+    # Review 275: the loser of two launches given one --master-port (torchrun could not listen
+    # on it): its TUI read "waiting for the ranks to start · 18 s" and "waiting for ranks…", the
+    # counter climbing on beside "job ended: torchrun exited".
+    from pardash.tui.widgets.alert_list import AlertList
+
+    app = make_app(Fed(), launched=True, job_over=lambda: True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        header = app.screen.query_one(RunHeader)
+        await until(pilot, lambda: "job ended" in header.render().plain)
+        text = " ".join(header.render().plain.split())
+        assert "no rank started" in text and "waiting for the ranks" not in text, text
+        alerts = app.screen.query_one(AlertList)
+        await until(pilot, lambda: "no rank started" in alerts.calm)
+        assert alerts.calm == "⚠ no rank started: torchrun exited first (o: its output; q: why)"

@@ -469,7 +469,14 @@ class DashboardScreen(Screen):
         quiet = self._summary.hub_quiet_s
         if not state.ranks:
             # (a replay of a log no rank ever reported to read "waiting for ranks…" at its end)
-            alerts.calm = f"{STALE_MARK} {no_rank_reported()}" if getattr(source, "no_rank_reported", False) else "waiting for ranks…"
+            if getattr(source, "no_rank_reported", False):
+                alerts.calm = f"{STALE_MARK} {no_rank_reported()}"
+            elif source.live and state.job_ended:
+                # (it read "waiting for ranks…" after torchrun had failed to start them: q's last
+                # line says why, `o` shows torchrun's own words)
+                alerts.calm = f"{STALE_MARK} no rank started: torchrun exited first (o: its output; q: why)"
+            else:
+                alerts.calm = "waiting for ranks…"
         elif all(r.finished for r in state.ranks.values()):
             restarts = max(r.restarts for r in state.ranks.values())
             again = f", after torchrun restarted the job {restarts}x" if restarts else ""

@@ -558,7 +558,11 @@ class RunHeader(CachedStyles, Widget):
         """The header's first line's pieces: the run, its step, rate and time, the device;
         ``when``: what the rate is ("at the end"), said after it."""
         first: list[Piece] = [[(s.run_id or "pardash", self._s("title"))]]
-        if s.waiting_s is not None:
+        if s.waiting_s is not None and s.job_ended:
+            # (its counter climbed on under "job ended: torchrun exited" of a torchrun that failed
+            # before any rank started: a --master-port another launch took, review 275)
+            what = ["no rank started"]
+        elif s.waiting_s is not None:
             what = [f"waiting for the ranks to start · {s.waiting_s:.0f} s"]
         else:
             what = [s.strategy or "?", f"{s.world_size} rank{'s' if s.world_size != 1 else ''}"]
