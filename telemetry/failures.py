@@ -4,6 +4,7 @@ its error was raised, and the failures a restart recovered from."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 
@@ -285,9 +286,31 @@ _PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(?:\.\d+)?[/\\]|^<frozen ")
 
 
+_WATCHING_TRAINER = ("instrument", "arrivals", "epochs", "evaluations", "loads", "rounds", "saves", "skips", "hooking", "marks",
+                     "watching", "trained", "autorun")  # fmt: skip
+"""pardash.trainer's modules that watch a script (the zero-code instrument, its wrappers of the
+script's collectives), not the bundled trainer's."""
+_WATCHING = re.compile(r"pardash[/\\](?:telemetry[/\\][^/\\]+|trainer[/\\](?:" + "|".join(_WATCHING_TRAINER) + r")\.py)$")
+_TELEMETRY_DIR = os.path.dirname(os.path.abspath(__file__))
+_TRAINER_DIR = os.path.join(os.path.dirname(_TELEMETRY_DIR), "trainer")
+
+
+def _watching(path: str) -> bool:
+    """A frame of pardash's code that watches a script: installed (``.../pardash/telemetry/...``)
+    or where this copy of it is (an editable install's ``telemetry/``, ``trainer/arrivals.py``)."""
+    if _WATCHING.search(path) is not None:
+        return True
+    folder, name = os.path.split(path)
+    return folder == _TELEMETRY_DIR or (folder == _TRAINER_DIR and name[:-3] in _WATCHING_TRAINER and name.endswith(".py"))
+
+
 def _is_library(path: str) -> bool:
-    """A frame of an installed package's or the standard library's code; pardash's own (the
-    bundled trainer's) is the job's code wherever it is installed."""
+    """A frame of an installed package's or the standard library's code, or of pardash's code
+    that watches a script (:func:`_watching`); pardash's bundled trainer is the job's code
+    wherever it is installed. A script's error raised in a collective read "raised at:
+    .../trainer/arrivals.py:122 in wait" (review 274), the instrument's wrapper of it."""
+    if _watching(path):
+        return True
     installed = _PACKAGES.split(path)
     if len(installed) > 1:
         return not re.match(r"pardash[/\\]", installed[-1])

@@ -2808,6 +2808,16 @@ def test_raised_at_names_the_jobs_own_line_before_the_library_frame_it_raised_in
     assert raised_at(tb("/home/u/train.py:10:main", "/home/u/model.py:88:step")) == "/home/u/model.py:88 in step"
     bundled = tb(f"{venv}/pardash/trainer/train.py:497:main", f"{venv}/pardash/trainer/train.py:280:train", f"{venv}/torch/nn/modules/module.py:1775:_call_impl")
     assert raised_at(bundled) == f"{venv}/pardash/trainer/train.py:280 in train (in torch/nn/modules/module.py:1775 in _call_impl)"
+    # pardash's instrument wrapping the script's collective (zero-code) is no frame of the job's:
+    # it read "raised at: /tmp/rev274/trainer/arrivals.py:122 in wait" (review 274).
+    from pardash.trainer import arrivals
+
+    for here in (arrivals.__file__, f"{venv}/pardash/trainer/arrivals.py"):
+        wrapped = tb("/home/u/fsdp_desync.py:15:<module>", f"{here}:122:wait",
+                     f"{venv}/torch/distributed/distributed_c10d.py:2816:all_reduce")  # fmt: skip
+        assert raised_at(wrapped) == "/home/u/fsdp_desync.py:15 in <module> (in torch/distributed/distributed_c10d.py:2816 in all_reduce)"
+    # A script's own package named telemetry/ is the job's code.
+    assert raised_at(tb("/home/u/train.py:10:main", "/home/u/telemetry/log.py:5:write")) == "/home/u/telemetry/log.py:5 in write"
     # No frame of the job's own (a launcher's import failed): the innermost, as it is.
     assert raised_at(tb(f"{venv}/torch/distributed/run.py:9:main")) == f"{venv}/torch/distributed/run.py:9 in main"
     assert raised_at("") is None and raised_at(None) is None
