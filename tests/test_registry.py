@@ -157,10 +157,11 @@ def test_ps_says_a_runs_step_of_its_steps_its_rate_and_ranks_stuck_or_ended(caps
         assert r[ingest_at - 1] == " " and r[ingest_at:].startswith("tcp://"), (head, r)
 
 
-def test_ps_says_stuck_ranks_in_its_column_and_leaves_a_launchs_end_to_its_result(capsys):
+def test_ps_says_stuck_ranks_in_its_column_and_leaves_a_launchs_end_to_its_result(capsys, monkeypatch):
     # "1 silent, 3 stalled" ran past the JOB column; a launch's ranks all "exited" for the moment
     # torchrun restarts them read "failed"; a simulate's log read "/dev/null"; a hub quiet for
     # minutes read as if its figures were now's.
+    monkeypatch.delenv("COLUMNS", raising=False)  # (no terminal: every column, LOG too, whole)
     now = time.time()
     both = {"step": 9, "ranks": {"stalled": 3, "silent": 1}, "t": now}
     registry.register({"run_id": "both-run", "pid": os.getpid(), **ENDS, "curve": False, "progress": both})
