@@ -145,9 +145,8 @@ def _ps_command(command: object) -> str:
     would quote it; '-' for a run that says none (a hub alone, a simulate, a launch of before)."""
     import shlex
 
-    if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
-        return shlex.join(command)
-    return "-"
+    words = registry.command_words(command)
+    return shlex.join(words) if words else "-"
 
 
 def _terminal_width() -> int:

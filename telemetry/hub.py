@@ -729,10 +729,7 @@ def _progress(st) -> dict:
 
 def _told_command(meta: dict) -> list[str] | None:
     """The ``command`` a launch told its hub (``--meta``): a list of words, else None."""
-    command = meta.get("command")
-    if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
-        return command
-    return None
+    return registry.command_words(meta.get("command"))
 
 
 def run_hub(ns: argparse.Namespace, *, ready_fd: int | None = None, meta: dict | None = None) -> int:

@@ -325,3 +325,12 @@ def find(run_id: str | None = None) -> dict | None:
             return e
     matches = [e for e in runs if str(e.get("run_id", "")).startswith(run_id)]
     return matches[0] if len(matches) == 1 else None
+
+
+def command_words(value: object) -> list[str] | None:
+    """A run's ``command`` (what each rank runs, a list of words: supervisor.user_command) as an
+    entry, a result or a hub's meta holds it; None where it is not one (absent, or not a list of
+    strings: an older launch's, a hand-edited file)."""
+    if isinstance(value, list) and value and all(isinstance(w, str) for w in value):
+        return value
+    return None

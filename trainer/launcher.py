@@ -111,7 +111,7 @@ def lost_supervisor_result(run_id: str, code: int, log: str | None, *, gone: str
     supervisor's result says them (left out where not known)."""
     result = {"run_id": run_id, "code": code, "stopped": bool(stopped_by), "log": log, "hub_restarts": hub_restarts,
               "supervisor_gone": gone, "written_by": f"pid {os.getpid()}, which followed the job to its end without its supervisor"}  # fmt: skip
-    if isinstance(command, list) and command:
+    if registry.command_words(command):
         result["command"] = command
     if isinstance(cwd, str) and cwd:
         result["cwd"] = cwd
