@@ -79,6 +79,12 @@ DROPS_SAID_AFTER = 6
 it (at its end, after any). A ZeroMQ socket of another kind drops about one in four so, the rest
 with the word that tells it (the reconnections come every RECONNECT_IVL, 100 ms: 0.6 s); a
 program that is no ZeroMQ socket, or a hub with keys, drops every one."""
+MORE_GRACE_S = 2.0
+"""How much longer than HUB_GRACE_S a closing rank waits where something answered it and has not
+had its word yet: a connection whose handshake is under way, or fewer than DROPS_SAID_AFTER
+dropped in the handshake. A rank of a loaded host (a CI run, 4 workers on 2 cores) made 2-3
+connections in the grace, each dropped so by a hub's updates port, and said its hub "refuses"
+it; another's first connection came 0.9 s in, and it said it "never reached a hub"."""
 HANDOFF_S = 0.06
 """How long the heartbeat thread waits for the loop to send its held steps itself (a little
 more than BATCH_S: a loop that holds steps steps at least that often), so they reach the hub
@@ -197,6 +203,8 @@ class Reporter:
         self._metrics_unfollowed = False
         """Whether a metric past MAX_METRICS_FOLLOWED went unsaid (said once)."""
         self._stop = threading.Event()
+        self._linger_ms = LINGER_MS
+        """How long the heartbeat socket's unsent messages hold its close: close()'s linger_ms."""
         self._thread: threading.Thread | None = None
         self._handshakes: zmq.Socket | None = None
         """The heartbeat socket's handshake monitor, until one succeeds or fails."""
@@ -550,10 +558,13 @@ class Reporter:
             if self._handshakes is not None:
                 # A refusal before a first beat: a short job says it too. A job shorter than
                 # HUB_GRACE_S gives its hub that long to answer before it is said not there.
-                # (the connection's own event may come first: read until the handshake's)
+                # (the connection's own event may come first: read until the handshake's; and
+                # where something answered, a little longer: see MORE_GRACE_S)
                 end = (self._watched_since or 0.0) + HUB_GRACE_S
-                while self._handshakes is not None and (grace_s := end - time.monotonic()) > 0:
-                    if not self._handshakes.poll(int(grace_s * 1000) + 1):
+                while self._handshakes is not None:
+                    answered = self._connected or 0 < self._drops < DROPS_SAID_AFTER
+                    grace_s = end + (MORE_GRACE_S if answered else 0.0) - time.monotonic()
+                    if grace_s <= 0 or not self._handshakes.poll(int(grace_s * 1000) + 1):
                         break
                     self._read_handshakes(sock)
                 if self._handshakes is not None:
@@ -562,7 +573,7 @@ class Reporter:
                 sock.disable_monitor()
                 self._handshakes.close(0)
                 self._handshakes = None
-            sock.close()
+            sock.close(linger=self._linger_ms)  # (a rank with no hub, closed with 0: not 1.5 s later)
 
     def _read_handshakes(self, sock: zmq.Socket, *, final: bool = False) -> None:
         """A hub with CURVE keys that refuses this rank's (none, or one it does not admit) takes
@@ -651,9 +662,10 @@ class Reporter:
         if self._closed or self._sock is None:
             return
         self._closed = True
+        self._linger_ms = linger_ms
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=2.0)
+            self._thread.join(timeout=HUB_GRACE_S + MORE_GRACE_S + 1.0)
             if (self._watched_since is not None and self._hub_verdict is None and self.identity.local_rank == 0
                     and not self._thread.is_alive()):  # fmt: skip
                 # (a refused rank said so already; a heartbeat thread still going may not have read
