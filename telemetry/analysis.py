@@ -219,6 +219,11 @@ class Detector:
                     continue
                 if r.awaited:  # restarted by torchrun, its new process not heard yet: starting
                     continue
+                if r.stopping is not None:
+                    # Being stopped (the launcher said so as the stop began): a framework's ranks
+                    # may take seconds to end, quiet, which read as a hang ("[stalled] rank 1
+                    # stalled in forward" as a Lightning job was stopped, review 275).
+                    continue
                 lively.extend(self._liveness(r, now, stall_after))
             out.extend(_causes_first(lively, sharded=is_sharded(state.strategy)))
             if state.world_size > 1 and is_sharded(state.strategy):

@@ -21,7 +21,7 @@ from .client import HUB_QUIET_S, Source
 from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, root_cause, short_error,
                        signal_name, stop_text)
 from .recorder import CONTINUED_AT
-from .state import EXITED, RUNNING, SMOOTH_FIGURES, STARTING, run_over, torchrun_restart
+from .state import EXITED, RUNNING, SMOOTH_FIGURES, STARTING, launcher_stopping, run_over, torchrun_restart
 from .summary import (
     held_spread,
     named_by_step,
@@ -472,6 +472,8 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
             return ""
         if torchrun_restart(ev):
             return f"[restart] {who} restarted by torchrun" + (f" (restart {ev.code})" if ev.code else "")
+        if launcher_stopping(ev):
+            return f"[stopping] {who} being stopped {ev.message}".rstrip()
         took = took if several else ev.duration_s
         text = " ".join((ev.message or "").split())  # one line, whatever a rank sent
         if len(text) > EVENT_TEXT_MAX:

@@ -194,6 +194,22 @@ def torchrun_restart(msg: schema.Message) -> bool:
     event of that name (``pardash.event("restart", ...)``)."""
     return isinstance(msg, schema.Event) and msg.name == "restart" and msg.seq < 0
 
+def launcher_stopping(msg: schema.Message) -> bool:
+    """The launcher's note, as a stop begins (a person's, a viewer's, a signal to the launch),
+    that it is stopping the rank (seq -1, dated when the stop began, ``message`` who stops it:
+    "by you"); not a script's own event of that name."""
+    return isinstance(msg, schema.Event) and msg.name == "stopping" and msg.seq < 0
+
+
+def _stuck_since(r: "RankState", t: float) -> None:
+    """The rank's stall or silence found after ``t``, when its stop began, was the stop's (a
+    framework that takes seconds to end its ranks, Lightning's): cleared. One found before (a
+    hang the user stopped) stays."""
+    stuck = r.stalled or r.silent
+    if t and stuck is not None and stuck.t > t:
+        r.stalled = r.silent = None
+
+
 BETWEEN_STEPS = {"checkpoint": "saving a checkpoint", "eval": "evaluating", "resume": "loading a checkpoint to resume"}
 """What a rank does between steps, by the phase its heartbeat names (analysis.BUSY_PHASES)."""
 
@@ -315,6 +331,7 @@ class RankState:
         "seq",
         "exit_noted",
         "awaited",
+        "stopping",
         "samples_mark",
         "t_mark",
         "samples_rate",
@@ -371,6 +388,9 @@ class RankState:
         self.awaited = False
         """torchrun restarted it and its new process has not spoken yet: starting, not judged
         (no silence, no straggling of its previous process's figures)."""
+        self.stopping: schema.Event | None = None
+        """The launcher's note that it began stopping the rank (:func:`launcher_stopping`):
+        ending, not judged (no stall or silence: a framework's ranks may take seconds to end)."""
         self.samples_mark: int | None = None
         """``samples_total`` of the step at its latest history point (None: not known, as
         after a restart), from which the next point's ``samples`` column counts."""
@@ -462,6 +482,7 @@ class RankState:
         self.exit_code = self.exit_noted = None
         self.finished = False
         self.silent = self.stalled = None
+        self.stopping = None
 
     @property
     def last_step(self) -> int | None:
@@ -743,15 +764,13 @@ class RunState:
             if msg.name == "exit":
                 if msg.seq < 0:
                     r.exit_noted = code
-                    stuck = r.stalled or r.silent
-                    if code in STOPPED_CODES and msg.t and stuck is not None and stuck.t > msg.t:
-                        # The launcher's note of a stop is dated when the stop began: a rank found
-                        # stalled only after it stepped until the stop came, and its quiet was the
-                        # stop's (a framework that takes seconds to end its ranks, Lightning's). A
-                        # Stop of a healthy job read "stopped by you as it hung after step 211,
-                        # likely waiting for rank 1" and "◆ rank 1 stalled in forward" (review
-                        # 275), as the report no longer says (report.py).
-                        r.stalled = r.silent = None
+                    if code in STOPPED_CODES:
+                        # The launcher's note of a stop is dated when the stop began. A Stop of a
+                        # healthy job read "stopped by you as it hung after step 211, likely
+                        # waiting for rank 1" and "◆ rank 1 stalled in forward" (review 275), as
+                        # the report no longer says (report.py). (A launch that said the stop as
+                        # it began, "stopping", had no such verdict made: a log of one before.)
+                        _stuck_since(r, msg.t)
                 if code == 0:
                     r.finished = True
                     if msg.seq >= 0:
@@ -760,6 +779,9 @@ class RunState:
                         r.exit_code = None
                 elif not same_exit:
                     r.exit_code = code
+            elif launcher_stopping(msg):
+                r.stopping = msg
+                _stuck_since(r, msg.t)  # (one the hub found between the stop and this note)
 
     @staticmethod
     def _loss_turn(r: RankState, msg: schema.Event) -> None:

@@ -171,6 +171,7 @@ class Supervisor:
         self.job: subprocess.Popen | None = None
         self.endpoints: dict = {}
         self._stopping = False
+        self._noted_stopping = False
         self._stop_t = 0.0
         """When the stop began (wall clock): a rank's own exit after it is the stop's doing."""
         self.hub_restarts = 0
@@ -694,6 +695,19 @@ class Supervisor:
         """Say, for every rank of this node, that it exited with ``code`` (seq -1: the
         launcher's word, which the hub takes only for a rank that has not said it itself), at
         ``t`` (default now), on ``push`` (default a socket of its own)."""
+        self._note_ranks("exit", code, what, push, t)
+
+    def _note_stopping(self) -> None:
+        """Say, as the stop begins, that this node's ranks are being stopped (and by whom):
+        the hub judges no stall or silence of theirs from then on. A framework's ranks may take
+        seconds to end (Lightning's ~10 s), quiet: a Stop of a healthy job printed "[stalled]
+        rank 1 stalled in forward" and raised its alert before the exit notes came."""
+        if self.ranks_started and not self._noted_stopping:
+            self._noted_stopping = True
+            self._note_ranks("stopping", None, self._stop_note(), t=self._stop_t)
+
+    def _note_ranks(self, name: str, code: int | None, what: str, push=None, t: float | None = None) -> None:
+        """The launcher's note ``name`` (seq -1) of every rank of this node: see :meth:`_note_exits`."""
         own = push is None
         if own:
             push = self._push()
@@ -702,7 +716,7 @@ class Supervisor:
             for local in range(spec.nproc):
                 rank = self.global_rank(local)
                 # (the same text for every rank: the event log says it once for all of them)
-                msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=t or time.time(), name="exit", code=code, message=what)
+                msg = schema.Event(run=spec.run_id, rank=rank, seq=-1, t=t or time.time(), name=name, code=code, message=what)
                 push.send(schema.encode(msg))
         finally:
             if own:
@@ -788,6 +802,7 @@ class Supervisor:
                       "no more restarts: training goes on without telemetry, and the log ends here", file=sys.stderr, flush=True)
             if self._stopping and deadline is None:
                 deadline = time.monotonic() + STOP_GRACE_S
+                self._note_stopping()
             if deadline is not None and time.monotonic() > deadline:
                 _kill_job(self.job)
             time.sleep(0.1)

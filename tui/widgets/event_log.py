@@ -14,7 +14,7 @@ from pardash.telemetry import schema
 from pardash.telemetry.failures import error_line, is_stop, short_error, stop_text
 from pardash.telemetry.printer import group_alike, verdict_text
 from pardash.telemetry.summary import ranks_named
-from pardash.telemetry.state import RunState, torchrun_restart
+from pardash.telemetry.state import RunState, launcher_stopping, torchrun_restart
 
 from ..format import fmt_clock, fmt_step_time, tame
 from ..run_clock import zero_known
@@ -55,6 +55,8 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
             return text, "bad" if code else "good"
         if torchrun_restart(m):  # (its message names one rank and its pid: not of a group)
             return f"{who} restarted by torchrun" + (f" (restart {m.code})" if m.code else ""), EVENT_STYLES.get(m.name, "info")
+        if launcher_stopping(m):
+            return f"{who} being stopped {m.message}".rstrip(), "dim"
         text = f"{who} {name}"
         if m.step is not None:
             # An error's or a warning's step is the last one done (the crash of step 300 says
