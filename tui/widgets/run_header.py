@@ -540,13 +540,28 @@ class RunHeader(CachedStyles, Widget):
         if s.note:
             note = Text("⚠ " + s.note, style=self._s("note"))
             note.overflow = "fold"  # the note is never hidden: it wraps instead
+        first = lines
+        lines = self._with_second(first, second, width)
+        if s.command and not _holds(lines, s.command):
+            # The command, the line's last piece, went where the log's whole path took its room
+            # (make run's, at 160 columns): kept whole with the log's shorter path (the run id,
+            # the title, stands for the folder it leaves out), else as its script alone, where
+            # the header is no taller for it.
+            forms = command_forms(s.command)
+            for short_log, form in ((True, 0), (False, 1), (True, 1)):
+                other = self._with_second(first, self._second_line(s, short_log=short_log, command_form=form), width)
+                if len(other) == len(lines) and _holds(other, forms[min(form, len(forms) - 1)]):
+                    lines = other
+                    break
+        return [(runs, length) for runs, length, _cells in lines], note
+
+    def _with_second(self, lines: list[_Line], second: list[Piece], width: int) -> list[_Line]:
+        """The first line's ``lines`` and the second's pieces laid out after them."""
         if len(lines) > 1:
             # What the first line could not hold (elapsed, at 80 columns) leads the second,
             # not a line of its own.
-            lines[-1:] = self._flow(second, width, after=lines[-1])
-        else:
-            lines += self._flow(second, width)
-        return [(runs, length) for runs, length, _cells in lines], note
+            return lines[:-1] + self._flow(second, width, after=lines[-1])
+        return lines + self._flow(second, width)
 
     def _height(self, lines: list[_Line], second: list[Piece], width: int) -> int:
         """The lines the first line's ``lines`` and the second's pieces take, as laid out below."""
@@ -588,9 +603,10 @@ class RunHeader(CachedStyles, Widget):
             first.append(Choice(([(s.device, self._s("label"))],), optional=True))
         return first
 
-    def _second_line(self, s: RunSummary) -> list[Piece]:
+    def _second_line(self, s: RunSummary, *, short_log: bool = False, command_form: int | None = None) -> list[Piece]:
         """The header's second line's pieces: the ranks' statuses, the replay or the hub, the
-        log."""
+        log (``short_log``: its shorter forms only), the command (``command_form``: that form
+        of it alone, see :func:`command_forms`; None: the first that fits)."""
         second: list[Piece] = []
         marks: list[Run] = []
         for status, n in s.status_counts:
@@ -651,9 +667,15 @@ class RunHeader(CachedStyles, Widget):
         if s.log_error:
             second.append([(f"log: {s.log_error}", self._s("bad"))])
         elif s.log_path:
-            second.append(Choice(tuple(self._pair("log", p, "label") for p in short_log_path(s.log_path, s.run_id))))
+            forms = short_log_path(s.log_path, s.run_id)
+            if short_log and len(forms) > 1:
+                forms = forms[1:]
+            second.append(Choice(tuple(self._pair("log", p, "label") for p in forms)))
         if s.command:  # (two runs of one script folder told apart by more than their ids; the first to go)
-            second.append(Choice((self._pair("command", s.command, "label"),), optional=True))
+            forms = command_forms(s.command)
+            if command_form is not None:
+                forms = forms[min(command_form, len(forms) - 1) :][:1]
+            second.append(Choice(tuple(self._pair("command", c, "label") for c in forms), optional=True))
         return second
 
     @staticmethod
@@ -677,6 +699,14 @@ class RunHeader(CachedStyles, Widget):
             (f" · {speed} · ", self._s("label")),
             (state, self._s(style)),
         ]
+
+
+def command_forms(command: str) -> list[str]:
+    """``command`` (as the header says it: ``train.py --lr 3``) and a shorter form: the script
+    (or ``-m module``) with its arguments as "…"."""
+    words = command.split(" ")
+    head = " ".join(words[:2] if words[0] == "-m" else words[:1])
+    return [command, f"{head} …"] if len(head) + 2 < len(command) else [command]
 
 
 def _holds(lines: list[_Line], text: str) -> bool:
