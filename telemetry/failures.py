@@ -165,7 +165,7 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
     guess = first.seq < 0
     for e in events:
         if e.name == "error" and e.rank == first.rank:
-            error = error_line(e.message)
+            error = error_line(e.message, e.traceback)
             message = e.message or ""
             where = raised_at(e.traceback)
             if step is None and e.step is not None and (guess or e.step > 0):
@@ -246,17 +246,32 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
 _CAUGHT = re.compile(r"^[\w.]+: Caught [\w.]+ in (?P<where>.+?)\.?$")
 
 
-def error_line(message: str | None) -> str | None:
+_WORKER_GONE = re.compile(r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly")
+_WORKER_KILLED = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: [^\n.]*[^\n. ]")
+
+
+def error_line(message: str | None, traceback: str | None = None) -> str | None:
     """An error's line for the root cause: its message's first line; for an error torch carried
     over from another process or thread (a DataLoader worker's, a DataParallel replica's:
     "Caught ValueError in DataLoader worker process 0." then the original traceback) the
-    original error's, and where it was caught."""
+    original error's (the last line of it not in a frame: not the carets under a frame's code,
+    nor a message cut in memory), and where it was caught. A DataLoader worker killed by a
+    signal ("exited unexpectedly"): the signal, which the error it was raised from in the
+    ``traceback`` says (the OOM killer's SIGKILL, most often)."""
     lines = [line for line in (message or "").strip().splitlines() if line.strip()]
     if not lines:
         return None
     caught = _CAUGHT.match(lines[0])
     if caught is not None and len(lines) > 1 and "Original Traceback" in message:
-        return f"{lines[-1].strip()} (in {caught['where']})"
+        said = [line for line in lines[1:] if not line[0].isspace() and not line.startswith(("Original Traceback", "Traceback", "…"))]
+        return f"{(said or lines)[-1].strip()} (in {caught['where']})"
+    killed = _WORKER_KILLED.findall(lines[0])
+    if not killed and traceback and _WORKER_GONE.search(lines[0]) is not None:
+        killed = _WORKER_KILLED.findall(traceback)
+    if killed:
+        kind = lines[0].split(":", 1)[0] if ":" in lines[0] else "RuntimeError"
+        hint = " (SIGKILL: the OOM killer?)" if killed[-1].endswith("Killed") else ""
+        return f"{kind}: {killed[-1]}{hint}"
     return lines[0]
 
 
@@ -266,13 +281,13 @@ _CALLBACK = re.compile(r"Got the following error when running the callback: (?:\
 _BOILERPLATE = re.compile(r"\s*Check the logs of the remote worker before reporting an error\. GLHF!.*$")
 
 
-def short_error(message: str | None, limit: int = 160) -> str | None:
+def short_error(message: str | None, limit: int = 160, traceback: str | None = None) -> str | None:
     """An error's line (:func:`error_line`) for a line of a screen: without the C++ source
     location a backend error begins with, the wrapper of an error raised in a communication
     hook's callback and gloo's sign-off, cut at ``limit`` characters. (A gloo timeout or a peer
     gone filled several lines of the event log with a path and boilerplate; the whole text
     stays in the log and the rank's detail.)"""
-    line = error_line(message)
+    line = error_line(message, traceback)
     if line is None:
         return None
     line = _BOILERPLATE.sub("", _SOURCE_AT.sub("", _CALLBACK.sub("", line))).strip()

@@ -465,9 +465,8 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
             if is_stop(ev):  # (as the ranks' status says it: "2 stopped", not a failure's words)
                 return f"[exit] {who} {stop_text(ev.rank, ev.code, ev.message)}"
             return "" if not ev.code else f"[exit] {who} exited with code {ev.code}"
-        if ev.name == "error":
-            first = (ev.message or "").strip().splitlines()[:1]
-            return f"[error] {who}: {first[0] if first else 'error'}"
+        if ev.name == "error":  # (the original error of one a DataLoader worker raised, as the root cause says it)
+            return f"[error] {who}: {short_error(ev.message, EVENT_TEXT_MAX, ev.traceback) or 'error'}"
         if ev.name in ("hub", "epoch_end"):
             return ""
         if torchrun_restart(ev):

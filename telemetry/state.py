@@ -37,7 +37,9 @@ TRACEBACK_KEPT = 2048
 """Characters of an error's traceback (its end, where the error is) that ``lifecycle`` and the
 event log keep (the JSONL log keeps all of it)."""
 MESSAGE_KEPT = 1024
-"""Characters of an event's message the event log keeps in memory (the JSONL log keeps all)."""
+"""Characters of an event's message the event log keeps in memory (the JSONL log keeps all): its
+start and its end (an error torch carried over from a DataLoader worker says the original one
+last, under its traceback: cut at its start, the root cause read "^^^^^…", review 277)."""
 SMOOTH_STEPS = 5
 """Steps over which the hub takes each rank's median step, self, data and comm time (the
 grid's wall, self, data and comm: one slow step does not flash a cell). ``smooth_of`` takes
@@ -84,7 +86,7 @@ def _kept(msg: "schema.Event") -> "schema.Event":
         return msg
     return msgspec.structs.replace(
         msg,
-        message=text if len(text) <= MESSAGE_KEPT else text[: MESSAGE_KEPT - 1] + "…",
+        message=text if len(text) <= MESSAGE_KEPT else text[: MESSAGE_KEPT // 2 - 1] + "…" + text[-(MESSAGE_KEPT // 2) :],
         traceback=tb if tb is None or len(tb) <= TRACEBACK_KEPT else tb[-TRACEBACK_KEPT:],
     )
 

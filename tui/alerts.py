@@ -110,7 +110,7 @@ def exit_info(state: st.RunState, failure: dict | None = None) -> dict[int, Exit
             continue
         if isinstance(m, schema.Event):
             if m.name in ("error", "exit") and m.message.strip():
-                causes[rank] = short_error(m.message, CAUSE_MAX) or ""
+                causes[rank] = short_error(m.message, CAUSE_MAX, m.traceback) or ""
             if m.name == "exit" and m.seq >= 0:  # its own (the launcher's note knows no step)
                 steps[rank] = m.step
             elif st.torchrun_restart(m):  # torchrun started it again: an earlier attempt's step is no more

@@ -70,7 +70,7 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
         took = duration_s if several else m.duration_s
         if took:
             text += f" ({'slowest ' if several else ''}{fmt_step_time(took)})"
-        said = short_error(m.message) if m.name in ("error", "warning") else (error_line(m.message) if m.message else None)
+        said = short_error(m.message, traceback=m.traceback) if m.name in ("error", "warning") else (error_line(m.message) if m.message else None)
         if said:
             text += f": {said}"
         if m.rank < 0:
