@@ -660,6 +660,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         if e["role"] in ("cause", "peer_left", "waited") and e["step"] is None and failure is not None:
             e["step"] = failure.get("step")  # killed without a word: the step it died in, as the failure line says
     _name_folders(list(saves.values()))
+    data_and_step = {r: (phases[r]["data_s"].total() if "data_s" in phases[r] else 0.0, v.total()) for r, v in step_s.items()}
     return {
         "log": path,
         "run_id": state.run_id,
@@ -748,8 +749,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "stragglers": stragglers,
         # Data-loading verdicts that moved from one rank to another, where every rank's loader
         # took alike time: the job is data-bound, no rank's loader slower (None: not so).
-        "data_bound": _data_bound(stragglers, {r: (phases[r]["data_s"].total() if "data_s" in phases[r] else 0.0, v.total()) for r, v in step_s.items()},
-                                  epoch_starts),
+        "data_bound": _data_bound(stragglers, data_and_step, epoch_starts),
+        # Each rank's share of its step time spent loading data (its data phase's total, epoch
+        # starts' worker start-ups in: the medians hide them): {share (every rank's together),
+        # share_min, share_max, input_bound}; None where no rank measured its data loading.
+        "data_loading": _data_loading(data_and_step),
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         "failure": failure,
@@ -1157,6 +1161,25 @@ DATA_BOUND_ALIKE = 2 / 3
 """...and the least data time of a rank against the most: a rank whose loader is slower than the
 others' spends more (a genuine data straggler's peers read 0.01-0.2 of it, a data-bound job's
 0.8-0.9)."""
+
+
+INPUT_BOUND_SHARE = DATA_BOUND_SHARE
+"""The share of its step time every rank spends loading data for the job to read as
+input-bound (the report's ``data loading`` line)."""
+
+
+def _data_loading(data: dict[int, tuple[float, float]]) -> dict | None:
+    """Each rank's share of its step time spent loading data (``data``: rank -> its data and
+    step seconds): {share (every rank's together), share_min, share_max, input_bound (every rank
+    at least INPUT_BOUND_SHARE: the ranks wait for their data, not one slower loader, which is a
+    straggler)}; None where no rank measured its data loading. A job whose steps were two
+    thirds data loading said so nowhere (review 277): PyTorch's profiler says it past 5%."""
+    measured = [(d, s) for d, s in data.values() if s > 0]
+    if not any(d > 0 for d, _ in measured):
+        return None
+    shares = [d / s for d, s in measured]
+    share = sum(d for d, _ in measured) / sum(s for _, s in measured)
+    return {"share": share, "share_min": min(shares), "share_max": max(shares), "input_bound": min(shares) >= INPUT_BOUND_SHARE}
 
 
 def _data_bound(stragglers: list[dict], data: dict[int, tuple[float, float]], epoch_starts: dict[int, int]) -> dict | None:

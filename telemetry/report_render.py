@@ -104,6 +104,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("epochs", _epochs_text(rep["epochs"]))] if rep.get("epochs") and rep["epochs"]["last"] > rep["epochs"]["first"] else []),
         ("samples/s", sps),
         ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms"),  # (not "- ms")
+        *([("data loading", data_loading_text(rep["data_loading"]))] if rep.get("data_loading") else []),
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
         *([("restarts", f"torchrun restarted the {'jobs' if rep.get('jobs_run_again') else 'job'} {rep['job_restarts']}x "
                         f"(--max-restarts{', over the ' + str(rep['jobs_run_again'] + 1) + ' jobs of the log' if rep.get('jobs_run_again') else ''})")]
@@ -115,6 +116,18 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
           if rep.get("log_ends_early") and rep["ranks"] else []),
         *([("not ended", _hub_stopped_first_text(rep["hub_stopped_first"]))] if rep.get("hub_stopped_first") else []),
     ]
+
+
+def data_loading_text(dl: dict) -> str:
+    """``68% of the ranks' step time (66-68% by rank): input-bound ...``: what loading data took
+    of the steps (report._data_loading)."""
+    least, most = f"{dl['share_min'] * 100:.0f}%", f"{dl['share_max'] * 100:.0f}%"
+    by_rank = "" if least == most else f" ({least[:-1]}-{most} by rank)"
+    text = f"{dl['share'] * 100:.0f}% of the ranks' step time{by_rank}"
+    if dl["input_bound"]:
+        text += (": input-bound, every rank waits for its data (more DataLoader workers, num_workers, or a faster "
+                 "pipeline would speed it up)")  # fmt: skip
+    return text
 
 
 def _hub_stopped_first_text(first: dict) -> str:

@@ -1,0 +1,59 @@
+"""The report says what loading data took of the steps, and calls a job whose every rank spends
+a good share of its steps waiting for its data input-bound (review 277: a job two thirds data
+loading said so nowhere; its medians hid the epochs' DataLoader start-ups, 88% of its time)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from pardash.telemetry import schema
+from pardash.telemetry.report import build_report, render_markdown, render_text
+
+T = 1.0e9
+
+
+def _log(tmp_path, data_s, name="run.jsonl", spike_every=0):
+    """Two ranks' 100 steps of 20 ms, ``data_s`` (rank -> seconds a step, None: not measured)
+    of each loading data; ``spike_every``: each such step's data took 200 ms more (an epoch's
+    DataLoader workers starting)."""
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, strategy="ddp", t=T) for r in (0, 1)]
+    for s in range(1, 101):
+        for r in (0, 1):
+            spike = 0.2 if spike_every and s % spike_every == 1 else 0.0
+            d = data_s[r]
+            records.append(schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.02 + spike, samples=8, t=T + s * 0.03,
+                                       data_s=None if d is None else d + spike, loss=1.0))  # fmt: skip
+    path = tmp_path / name
+    path.write_bytes(b"".join(schema.encode_json(msgspec.structs.replace(m, hseq=i + 1)) + b"\n" for i, m in enumerate(records)))
+    return str(path)
+
+
+def _row(text: str) -> str | None:
+    rows = [line for line in text.splitlines() if line.startswith("data loading")]
+    return " ".join(rows[0].split()[2:]) if rows else None
+
+
+def test_a_job_whose_ranks_all_wait_for_their_data_is_said_input_bound(tmp_path):
+    rep = build_report(_log(tmp_path, {0: 0.013, 1: 0.015}))
+    dl = rep["data_loading"]
+    assert (round(dl["share"], 3), round(dl["share_min"], 3), round(dl["share_max"], 3), dl["input_bound"]) == (0.7, 0.65, 0.75, True)
+    assert _row(render_text(rep)) == ("70% of the ranks' step time (65-75% by rank): input-bound, every rank waits for its data "
+                                      "(more DataLoader workers, num_workers, or a faster pipeline would speed it up)")  # fmt: skip
+    assert "| data loading | 70% of the ranks' step time (65-75% by rank): input-bound" in render_markdown(rep)
+
+
+
+def test_epoch_starts_that_medians_hide_count_and_a_little_data_loading_is_said_without_a_verdict(tmp_path):
+    # 1 ms of 20 a step, and every 25th step's 200 ms DataLoader start-up: the median data time
+    # says 1 ms (5%); the time spent, 32% (0.9 s of 2.8).
+    rep = build_report(_log(tmp_path, {0: 0.001, 1: 0.001}, spike_every=25))
+    assert rep["ranks"][0]["median_data_s"] == 0.001
+    assert _row(render_text(rep)).startswith("32% of the ranks' step time: input-bound")
+    rep = build_report(_log(tmp_path, {0: 0.002, 1: 0.002}, name="light.jsonl"))
+    assert _row(render_text(rep)) == "10% of the ranks' step time"
+    # One rank's slow loader is a straggler, not the job input-bound: the other waits in comm.
+    rep = build_report(_log(tmp_path, {0: 0.001, 1: 0.015}, name="one.jsonl"))
+    assert rep["data_loading"]["input_bound"] is False and _row(render_text(rep)) == "40% of the ranks' step time (5-75% by rank)"
+    # Not measured (a script's explicit API with no data phase): no line.
+    rep = build_report(_log(tmp_path, {0: None, 1: None}, name="none.jsonl"))
+    assert rep["data_loading"] is None and _row(render_text(rep)) is None
