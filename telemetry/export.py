@@ -14,7 +14,7 @@ number and wall clock:
 - ``custom/<name>`` for metrics a script logged with ``pardash.telemetry.log``.
 
 The rank's system samples (about one a second) become ``system/<field>``: cpu_pct,
-host_cpu_pct, rss_bytes, gpu_util_pct, gpu_mem_used_bytes, gpu_temp_c, gpu_power_w,
+host_cpu_pct, rss_bytes, children, children_cpu_pct, children_uss_bytes, gpu_util_pct, gpu_mem_used_bytes, gpu_temp_c, gpu_power_w,
 gpu_sm_clock_mhz (those the rank measured; not the device's total memory, no line over time).
 A sample is put at the last step the rank had finished when it was taken, by the wall clock
 ``t`` of the sample and of the steps (a system sample has no ``mono``): a rank sends its steps

@@ -324,6 +324,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     refused = _Refused()
     closed = False  # the hub's "hub stopped" came after the ranks' last record
     closed_t = 0.0  # ...at this time (the hub's clock)
+    children: dict[int, tuple[int, int]] = {}
+    """rank -> (the most memory its child processes held of their own, how many they were then)."""
     disk_full_end: dict | None = None
     """What the log's last record says became of the lines its disk never took (see
     :func:`_disk_full_end`), when it is the note of a hub that stopped with its disk full."""
@@ -450,6 +452,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 elif mem.rss_bytes is not None and peak_kind != "cuda":
                     peak_kind = "rss"
                     peak[msg.rank] = max(peak.get(msg.rank, 0), mem.rss_bytes)
+        elif isinstance(msg, schema.System) and msg.children_uss_bytes is not None:
+            # (a rank's DataLoader workers: their own memory, not in its RSS, review 277)
+            held = children.get(msg.rank)
+            if held is None or msg.children_uss_bytes > held[0]:
+                children[msg.rank] = (msg.children_uss_bytes, msg.children or 0)
         elif isinstance(msg, schema.Verdict):
             ended = open_stalls.get(msg.rank)
             _fold_verdict(msg, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits)
@@ -772,7 +779,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # figure mixes them, the steps one job ran after the other's counted as run again.
         # (Only where so.)
         **({"jobs_sharing_run_id": True} if jobs_mixed else {}),
-        "memory": _memory(ranks, expected, expected_basis, params_count, strategy, world, peak_kind, not_sharding),
+        "memory": _memory(ranks, expected, expected_basis, params_count, strategy, world, peak_kind, not_sharding, children),
         # (the rows' statuses counted: the ranks' own read "stalled 4" beside four "no exit")
         "statuses": dict(Counter(r["status"] for r in ranks)),
         "messages": dict(sorted(state.counts.items())),
@@ -1247,7 +1254,8 @@ def _devices(state: RunState) -> list[dict]:
     return [{"host": k[0], "device": k[1], "device_name": k[2], "ranks": n} for k, n in groups.items()]
 
 
-def _memory(ranks: list[dict], expected, basis: str, params_count: int, strategy: str, world: int, peak_kind: str, not_sharding: dict) -> dict:
+def _memory(ranks: list[dict], expected, basis: str, params_count: int, strategy: str, world: int, peak_kind: str, not_sharding: dict,
+            children: dict[int, tuple[int, int]] | None = None) -> dict:  # fmt: skip
     def span(key: str) -> tuple[int | None, int | None]:
         vals = [r[key] for r in ranks if r[key] is not None]
         return (min(vals), max(vals)) if vals else (None, None)
@@ -1282,6 +1290,9 @@ def _memory(ranks: list[dict], expected, basis: str, params_count: int, strategy
         "peak_kind": peak_kind or None,
         "not_sharding": sorted(not_sharding),
         "verdict": verdict,
+        # The most memory a rank's child processes (its DataLoader workers) held of their own (USS),
+        # and how many they were: not in its RSS (only where a rank had any).
+        **({"children_bytes_max": max(children.values())[0], "children_max": max(children.values())[1]} if children else {}),
     }
 
 

@@ -826,6 +826,10 @@ def memory_rows(rep: dict) -> list[tuple[str, str]]:
         rows.append(("DDP gradient buckets, a rank", human_bytes(m["buckets_bytes_max"])))
     if m["peak_bytes_max"] is not None:
         rows.append((f"peak ({'CUDA allocator' if m['peak_kind'] == 'cuda' else 'process RSS'}), largest rank", human_bytes(m["peak_bytes_max"])))
+    if m.get("children_bytes_max") is not None:
+        n = m["children_max"]
+        rows.append(("child processes' own memory (DataLoader workers: not in the RSS), largest rank",
+                     f"{human_bytes(m['children_bytes_max'])} in {n} process{'es' if n != 1 else ''}"))  # fmt: skip
     return rows
 
 

@@ -158,6 +158,13 @@ class System(Base, tag="system"):
     gpu_temp_c: float | None = None
     gpu_power_w: float | None = None
     gpu_sm_clock_mhz: float | None = None
+    children: int | None = None
+    """This process's child processes (DataLoader workers, compile workers), where it has any."""
+    children_cpu_pct: float | None = None
+    """Their CPU together, in % of one core (a rank at 17% whose two workers did its data work)."""
+    children_uss_bytes: int | None = None
+    """The memory only they hold (USS: pages shared with the rank, forked, not counted again),
+    together; their RSS where USS cannot be read."""
 
 
 class Event(Base, tag="event"):

@@ -137,6 +137,8 @@ def system_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str
         rows.append(("host cpu", f"{s.host_cpu_pct:.0f}%", "of all cores"))
     if s.rss_bytes is not None:
         rows.append(("rss", fmt_bytes(s.rss_bytes), ""))
+    if s.children:
+        rows.append(("children", str(s.children), _children_text(s)))
     if s.gpu_util_pct is not None:
         rows.append(("gpu util", f"{s.gpu_util_pct:.0f}%", ""))
     if s.gpu_mem_used_bytes is not None:
@@ -170,7 +172,17 @@ def _system_compact(s: schema.System) -> tuple[tuple[str, str, str | tuple[str, 
     if s.cpu_pct is not None or s.rss_bytes is not None:
         cpu = f"{s.cpu_pct:.0f}%" if s.cpu_pct is not None else "–"
         rows.append(("cpu", cpu, f"rss {fmt_bytes(s.rss_bytes)}" if s.rss_bytes is not None else ""))
+    if s.children:
+        rows.append(("children", str(s.children), _children_text(s)))
     return tuple(rows)
+
+
+def _children_text(s: schema.System) -> str | tuple[str, ...]:
+    """``cpu 183% · 1.3 GiB own``: what the rank's child processes (its DataLoader workers) take,
+    together: not in its own CPU and RSS."""
+    cpu = f"cpu {s.children_cpu_pct:.0f}%" if s.children_cpu_pct is not None else ""
+    own = f"{fmt_bytes(s.children_uss_bytes)} own" if s.children_uss_bytes is not None else ""
+    return tuple(dict.fromkeys(filter(None, (" · ".join(filter(None, (cpu, own))), cpu)))) or ""
 
 
 _GONE_AS = {
