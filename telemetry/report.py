@@ -668,6 +668,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             e["step"] = failure.get("step")  # killed without a word: the step it died in, as the failure line says
     _name_folders(list(saves.values()))
     data_and_step = {r: (phases[r]["data_s"].total() if "data_s" in phases[r] else 0.0, v.total()) for r, v in step_s.items()}
+    _at_epoch_starts(stalls, epoch_starts)
     return {
         "log": path,
         "run_id": state.run_id,
@@ -1168,6 +1169,18 @@ DATA_BOUND_ALIKE = 2 / 3
 """...and the least data time of a rank against the most: a rank whose loader is slower than the
 others' spends more (a genuine data straggler's peers read 0.01-0.2 of it, a data-bound job's
 0.8-0.9)."""
+
+
+def _at_epoch_starts(stalls: list[dict], epoch_starts: dict[int, int]) -> None:
+    """Mark (``epoch_start``) the stalls in data loading that ended as an epoch's first step came,
+    after the first epoch: a DataLoader's workers started again for each epoch (not persistent),
+    slow to start (a worker_init_fn's set-up, a dataset opened anew), read as hangs among the
+    real ones (review 277: "ranks 0-1 stalled in data after step 100 for 7.1 s" at each epoch)."""
+    later = set(epoch_starts.values()) - {min(epoch_starts.values(), default=0)}
+    for s in stalls:
+        if s["kind"] == "stalled" and s["phase"] == "data" and s["step"] is not None and s["step"] + 1 in later:
+            if (s["until"] or "").startswith("resumed"):
+                s["epoch_start"] = True
 
 
 INPUT_BOUND_SHARE = DATA_BOUND_SHARE

@@ -715,7 +715,9 @@ def stall_lines(rep: dict) -> list[str]:
         # (the run's last exit of the rank ended a stall the run ended in: a stop is said so, as
         # the rank table's "stopped"; it read "until it exited" of ranks stopped as they hung)
         stopped = s.get("ended_run") and stops.get(s["rank"], False)
-        ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'], stopped)}{cause}"), ([], []))
+        # (at an epoch's start, as its DataLoader's workers started again: why, and the remedy)
+        epoch = " (an epoch's first batch: its DataLoader workers starting? persistent_workers=True keeps them)" if s.get("epoch_start") else ""
+        ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'], stopped)}{cause}{epoch}"), ([], []))
         if s["rank"] not in ranks:
             ranks.append(s["rank"])
         if s.get("seconds") is not None:

@@ -57,3 +57,30 @@ def test_epoch_starts_that_medians_hide_count_and_a_little_data_loading_is_said_
     # Not measured (a script's explicit API with no data phase): no line.
     rep = build_report(_log(tmp_path, {0: None, 1: None}, name="none.jsonl"))
     assert rep["data_loading"] is None and _row(render_text(rep)) is None
+
+
+def test_a_stall_in_data_loading_as_an_epoch_begins_says_why(tmp_path):
+    # Review 277: a DataLoader whose workers (not persistent) took 7 s to start each epoch read
+    # "ranks 0-1 stalled in data after step 100 for 7.1 s" beside real hangs, with no word why.
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, strategy="ddp", t=T) for r in (0, 1)]
+    seq = {0: 0, 1: 0}
+    t = T
+    for s in range(1, 121):
+        t += 0.03 if s not in (31, 51, 101) else 7.1
+        for r in (0, 1):
+            if s in (31, 51, 101):  # stalled in data before this step, then resumed
+                records.append(schema.Verdict(run="r", rank=r, seq=-1, verdict="stalled", cause="data", step=s - 1, t=t - 2.0,
+                                              message=f"rank {r} stalled in data after step {s - 1} (5 s without progress)"))  # fmt: skip
+                records.append(schema.Verdict(run="r", rank=r, seq=-1, verdict="resumed", step=s, t=t, message=f"rank {r} resumed at step {s}"))
+            seq[r] += 1
+            records.append(schema.Step(run="r", rank=r, seq=seq[r], step=s, step_s=0.02, samples=8, t=t, epoch=(s - 1) // 50, data_s=0.005))
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"".join(schema.encode_json(msgspec.structs.replace(m, hseq=i + 1)) + b"\n" for i, m in enumerate(records)))
+    text = render_text(build_report(str(path)))
+    stalls = text.split("stalls:")[1].split("exits:")[0].strip().splitlines()
+    why = " (an epoch's first batch: its DataLoader workers starting? persistent_workers=True keeps them)"
+    assert [" ".join(line.split()) for line in stalls] == [
+        "ranks 0-1 stalled in data after step 30 for 7.1 s; resumed at step 31",  # (mid-epoch: a stall, no more said)
+        f"ranks 0-1 stalled in data after step 50 for 7.1 s; resumed at step 51{why}",
+        f"ranks 0-1 stalled in data after step 100 for 7.1 s; resumed at step 101{why}",
+    ], stalls
