@@ -226,6 +226,8 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         # it): the rank the hang waited for (stalled outside any collective, or behind the
         # others) is the cause, though the waiting rank's error ended the job.
         causes = hang_causes(hang, sharded=is_sharded(st.strategy)) - {first.rank}
+        if not causes and WAIT_FAILURE.search(message) and not PEER_FAILURE.search(message):
+            causes = _not_waiting(hang, events, first)
         waited = [{"rank": r, "kind": kind, "step": at, "phase": phase} for r, kind, at, phase in hang if r in causes]
         if waited:
             unrecorded = None
@@ -241,6 +243,20 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         f["alike"] = alike
     f["line"] = failure_line(f)
     return f
+
+
+def _not_waiting(hang: list, events: list[schema.Event], first: schema.Event) -> set[int]:
+    """The rank a collective's timeout (``first``'s) waited for, where the phases name none (a
+    tensor-parallel model's collectives and a pipeline's sends are in its forward, on every
+    rank: "ranks 0-1 stalled in forward"): the one rank of the hang that raised no error of its
+    own, stopped or never heard of again, the others each timed out waiting (a rank 1 that
+    slept in its forward read "rank 0 exited with code 1 ...: Timed out waiting 20000ms for
+    recv operation - the root cause", review 276). None where more than one is so (torchrun
+    stopped them before their own timeouts: any of them may be the one)."""
+    failed = {e.rank for e in events if e.name == "error" and e.rank >= 0} | {first.rank}
+    failed |= {e.rank for e in events if e.name == "exit" and e.rank >= 0 and e.code and not is_stop(e)}
+    left = {r for r, _kind, _at, _phase in hang if r not in failed}
+    return left if len(left) == 1 else set()
 
 
 _CAUGHT = re.compile(r"^[\w.]+: Caught [\w.]+ in (?P<where>.+?)\.?$")

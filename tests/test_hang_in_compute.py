@@ -160,3 +160,47 @@ def test_a_sharded_runs_forward_and_backward_hold_collectives_and_name_nobody_be
             st.apply(schema.Verdict(run="x", rank=r, seq=-1, verdict="stalled", cause=phase, step=20, message=f"rank {r} stalled", t=8.0), 8.0)
         assert hang_text(st) == named, strategy
         assert cause_ranks(st, None) == (frozenset() if strategy == "fsdp" else frozenset({1})), strategy
+
+
+GLOO_TIMEOUT = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
+                "waiting 20000ms for recv operation to complete")  # fmt: skip
+
+
+def _timed_out(strategy: str, world: int, timed_out: set[int], phase: str = "forward") -> RunState:
+    """A job of ``world`` ranks that hung after step 60, every rank stalled in ``phase``: the
+    ranks ``timed_out`` raised a collective's timeout (rank 0 first), torchrun stopped the rest."""
+    st = RunState()
+    for r in range(world):
+        st.apply(schema.Hello(run="x", rank=r, seq=0, world_size=world, strategy=strategy, t=1.0), 1.0)
+        st.apply(schema.Step(run="x", rank=r, seq=1, step=60, step_s=0.1, samples=4, t=2.0), 2.0)
+    for r in range(world):
+        st.apply(schema.Verdict(run="x", rank=r, seq=-1, verdict="stalled", cause=phase, step=60, message=f"rank {r} stalled", t=8.0), 8.0)
+    seq = 2
+    for r in sorted(timed_out):
+        st.apply(schema.Event(run="x", rank=r, seq=seq, name="error", message=GLOO_TIMEOUT, step=60, t=22.0 + r), 22.0 + r)
+        st.apply(schema.Event(run="x", rank=r, seq=seq + 1, name="exit", code=1, step=61, t=22.0 + r), 22.0 + r)
+    for r in range(world):
+        if r not in timed_out:
+            st.apply(schema.Event(run="x", rank=r, seq=-1, name="exit", code=-15, message="stopped by torchrun", t=23.0), 23.0)
+    return st
+
+
+@pytest.mark.parametrize("strategy", ["tp", "single"])  # (a pipeline's ranks say "single")
+def test_a_timeout_beside_one_rank_that_raised_nothing_names_that_rank_where_the_phases_cannot(strategy):
+    # Review 276: tensor parallel (its all-reduces in every rank's forward) and a pipeline (its
+    # sends there too), rank 1 asleep in its forward: "ranks 0-1 stalled in forward", then rank
+    # 0's timeout, "the root cause". The rank that timed out waited; the one that raised nothing,
+    # stopped by torchrun, is what it waited for.
+    from pardash.telemetry.failures import failure_summary
+
+    f = failure_summary(_timed_out(strategy, 2, {0}), hang=[(r, "stalled", 60, "forward") for r in (0, 1)])
+    assert f["rank"] == 0 and f["waited_for"] == [{"rank": 1, "kind": "stalled", "step": 60, "phase": "forward"}], f
+    assert f["line"].startswith("rank 1 stalled in forward after step 60 (the likely cause of the hang); rank 0 exited with code 1 "
+                                "at step 61 waiting for it"), f["line"]  # fmt: skip
+    # Four ranks, the others' timeouts in before torchrun stopped them: the one left.
+    f = failure_summary(_timed_out(strategy, 4, {0, 1, 3}), hang=[(r, "stalled", 60, "forward") for r in range(4)])
+    assert [w["rank"] for w in f["waited_for"]] == [2], f
+    # Two or more that raised nothing (torchrun stopped them before their own timeouts): any of
+    # them may be it, none named.
+    f = failure_summary(_timed_out(strategy, 4, {0}), hang=[(r, "stalled", 60, "forward") for r in range(4)])
+    assert f["waited_for"] == [] and f["line"].startswith("rank 0 exited with code 1 at step 61"), f["line"]
