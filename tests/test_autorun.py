@@ -666,14 +666,24 @@ def test_an_evaluation_its_rank_ended_in_says_it_was_cut_short(hooked, monkeypat
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(2):
         _timed_step(model, opt, clock)
+    import time
+
+    wall = [1000.0]  # (an evaluation's length is on the process's own clock)
+    monkeypatch.setattr(time, "perf_counter", lambda: wall[0])
+    took = []
+    said = rep.event
+    monkeypatch.setattr(rep, "event", lambda name, message="", **f: took.append(f.get("duration_s")) or said(name, message, **f))
     model.eval()
     with torch.no_grad():
         for _ in range(3):
             model(torch.randn(4, 8))
             clock[0] += 0.5
+            wall[0] += 0.5
+    wall[0] += 30.0  # then hung in it 30 s, until stopped (review 276: "0.034 s in all" of 33 s)
     inst.finish(failed=True)  # (autorun's at SIGTERM, or at the script's failure)
     assert [s["step"] for s in rep.steps] == [1, 2]
     assert rep.events == [("eval", EVAL_CUT_SHORT)]
+    assert took == [pytest.approx(31.5)]
 
 
 def test_an_evaluation_after_a_micro_batch_left_over_is_an_eval_and_the_step_goes_on(hooked, monkeypatch):
