@@ -1220,13 +1220,21 @@ def _data_bound(stragglers: list[dict], data: dict[int, tuple[float, float]], ep
         lo, hi = min(a["until_step"], b["since_step"]) - STREAK_GAP_STEPS, max(a["until_step"], b["since_step"]) + STREAK_GAP_STEPS
         began = [e for e, s in epoch_starts.items() if lo <= s <= hi and s > min(epoch_starts.values())]
         moves.append({"from_rank": a["rank"], "to_rank": b["rank"], "step": b["since_step"], "epoch": min(began) if began else None})
+    # The rank named changing from one spell to the next, a while between them or not: two
+    # workers a rank on a busy host named the ranks by turns for 12 spells, with quiet between
+    # most, and the line said the verdict "moved 2 times".
+    named = [ep["rank"] for ep in episodes]
+    turns = sum(1 for a, b in zip(named, named[1:]) if a != b)
     shares = [d / s for d, s in data.values() if s > 0]
-    if not moves or len(shares) < len(data) or len(data) < 2:
+    if (not moves and turns < 2) or len(shares) < len(data) or len(data) < 2:
         return None
     least, most = min(d for d, _ in data.values()), max(d for d, _ in data.values())
     if min(shares) < DATA_BOUND_SHARE or least < DATA_BOUND_ALIKE * most:
         return None
-    return {"moves": moves, "data_share_min": min(shares), "data_share_max": max(shares)}
+    out = {"moves": moves, "data_share_min": min(shares), "data_share_max": max(shares)}
+    if turns > len(moves):  # (only where so: {turns, spells, ranks})
+        out.update(turns=turns, spells=len(episodes), ranks=sorted(set(named)))
+    return out
 
 
 def _role(rank: int, failure: dict | None) -> str | None:

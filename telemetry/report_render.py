@@ -615,7 +615,9 @@ def data_bound_line(rep: dict) -> str | None:
     if not db:
         return None
     moves = db["moves"]
-    if len(moves) == 1:
+    if db.get("turns"):
+        moved = f"the data-loading verdict fell on {ranks_named(db['ranks'])} by turns ({db['spells']} spells, the rank named changing {db['turns']} times)"
+    elif len(moves) == 1:
         m = moves[0]
         when = f"as epoch {m['epoch']} began" if m["epoch"] is not None else f"at step {m['step']}"
         moved = f"the data-loading verdict moved from rank {m['from_rank']} to rank {m['to_rank']} {when}"

@@ -84,3 +84,29 @@ def test_a_stall_in_data_loading_as_an_epoch_begins_says_why(tmp_path):
         f"ranks 0-1 stalled in data after step 50 for 7.1 s; resumed at step 51{why}",
         f"ranks 0-1 stalled in data after step 100 for 7.1 s; resumed at step 101{why}",
     ], stalls
+
+
+def test_data_verdicts_on_the_ranks_by_turns_with_quiet_between_say_the_job_is_data_bound(tmp_path):
+    # Two DataLoader workers a rank on a busy host: rank 1, rank 0, rank 1, rank 0 named in
+    # spells with a while between each; every rank's loader as slow (40% of its steps). The
+    # line said the verdict "moved 2 times" (only those handed straight on), or nothing.
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, strategy="ddp", t=T) for r in (0, 1)]
+    spells = [(1, 20, 60), (0, 120, 160), (1, 220, 260), (0, 320, 360)]  # (rank, found at, cleared at)
+    t = T
+    for s in range(1, 401):
+        t += 0.025
+        for r in (0, 1):
+            records.append(schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.025, samples=8, t=t, data_s=0.010, self_s=0.011))
+        for r, found, cleared in spells:
+            if s == found:
+                records.append(schema.Verdict(run="r", rank=r, seq=-1, verdict="straggler", cause="data", step=s, cost_s=0.004,
+                                              message=f"rank {r} is a straggler", t=t))  # fmt: skip
+            if s == cleared:
+                records.append(schema.Verdict(run="r", rank=r, seq=-1, verdict="straggler_cleared", step=s, message="cleared", t=t))
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"".join(schema.encode_json(msgspec.structs.replace(m, hseq=i + 1)) + b"\n" for i, m in enumerate(records)))
+    rep = build_report(str(path))
+    db = rep["data_bound"]
+    assert (db["turns"], db["spells"], db["ranks"]) == (3, 4, [0, 1]), db
+    assert ("the data-loading verdict fell on ranks 0-1 by turns (4 spells, the rank named changing 3 times), and every rank "
+            "spent alike time loading data (40% of its steps)") in render_text(rep)  # fmt: skip
