@@ -196,6 +196,7 @@ def torchrun_restart(msg: schema.Message) -> bool:
     event of that name (``pardash.event("restart", ...)``)."""
     return isinstance(msg, schema.Event) and msg.name == "restart" and msg.seq < 0
 
+
 def launcher_stopping(msg: schema.Message) -> bool:
     """The launcher's note, as a stop begins (a person's, a viewer's, a signal to the launch),
     that it is stopping the rank (seq -1, dated when the stop began, ``message`` who stops it:
