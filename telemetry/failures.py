@@ -111,7 +111,7 @@ def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Eve
             errors.setdefault(e.rank, (e.message or "") + "\n" + (e.traceback or ""))
 
     def grade(e: schema.Event) -> int:
-        if e.code in STOPPED_CODES:
+        if e.code in STOPPED_CODES or _in_its_stop(st, e):
             return 3
         if e.code < 0:
             return 0
@@ -127,6 +127,15 @@ def root_cause(st, events: list[schema.Event] | None = None) -> tuple[schema.Eve
     victims = sorted({e.rank for e in exits if e.rank != first.rank and grade(e) == 2})
     stopped = sorted({e.rank for e in exits if e.rank != first.rank and e.code in STOPPED_CODES} - set(victims))
     return first, victims, stopped
+
+
+def _in_its_stop(st, e: schema.Event) -> bool:
+    """Whether a rank's exit came after the launcher began stopping it (its ``stopping`` note):
+    a failure of the stop's making (its collective broken as torchrun stopped a peer first),
+    no cause of the job's end (see RankState.ended_in_stop)."""
+    r = st.ranks.get(e.rank)
+    note = r.stopping if r is not None else None
+    return note is not None and (note.hseq < e.hseq or (bool(note.t) and bool(e.t) and note.t <= e.t))
 
 
 def _before(e: schema.Event, first: schema.Event) -> bool:

@@ -678,7 +678,7 @@ def job_end_text(st) -> str:
     """How a job whose every rank has ended ended, in one line: "the job has ended at step 500:
     ranks 0-3 finished", or with the root cause as the report and a launch's last line give
     it ("rank 1 exited with code 1 at step 10: RuntimeError: boom; rank 0 was stopped")."""
-    from .failures import STOPPED_CODES, failure_summary, signal_name
+    from .failures import failure_summary, signal_name
     from .printer import loss_text
     from .summary import ranks_named, stragglers_were
 
@@ -699,7 +699,7 @@ def job_end_text(st) -> str:
         hows: dict[str, list[int]] = {}
         for r in ranks:
             if not r.finished and r.exit_code is not None:
-                how = "stopped" if r.exit_code in STOPPED_CODES else "exited"
+                how = "stopped" if r.ended_in_stop else "exited"
                 how += f" ({signal_name(r.exit_code) or f'exit code {r.exit_code}'})"
                 hows.setdefault(how, []).append(r.rank)
         said.extend(f"{ranks_named(who)} {how}" for how, who in hows.items())
@@ -716,12 +716,11 @@ def _progress(st) -> dict:
     """Where a run is, for `pardash ps`: the slowest running rank's step, of how many (where the
     trainer said), samples a second now, the ranks by state, when this was so, and the strategy
     the ranks said (a launched script's entry says "script": the TUI said "ddp")."""
-    from .failures import STOPPED_CODES
     from .summary import samples_per_s, total_steps
 
     total = total_steps(st.hello)
     # (of the exited, those stopped: a hub alone's job stopped by a scheduler read "failed")
-    stopped = sum(1 for r in st.ranks.values() if r.exit_code in STOPPED_CODES)
+    stopped = sum(1 for r in st.ranks.values() if r.ended_in_stop)
     return {"step": st.step, "steps": total,
             "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "stopped": stopped,
             "t": round(time.time(), 1), "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip

@@ -633,7 +633,7 @@ def _stopped_or(r) -> str:
     """The rank's status, but "stopped" for one that exited by a stop (failures.STOPPED_CODES),
     as the report and Prometheus say it: a Ctrl-C's end read "2 exited", a failure's word."""
     status = r.status
-    return "stopped" if status == EXITED and r.exit_code in STOPPED_CODES else status
+    return "stopped" if status == EXITED and r.ended_in_stop else status
 
 
 def states_text(st) -> str:

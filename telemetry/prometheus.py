@@ -135,7 +135,7 @@ def rank_state(r: "RankState", stopped_codes: frozenset[int]) -> str:
     """The rank's ``state`` label: its state, but ``stopped`` for a rank that exited with a code
     of ``stopped_codes`` (failures.STOPPED_CODES: how the report tells a stop from a failure)."""
     s = r.status
-    return STOPPED if s == EXITED and r.exit_code in stopped_codes else s
+    return STOPPED if s == EXITED and (r.exit_code in stopped_codes or r.stopping is not None) else s
 
 
 def _stat(values: list[float]) -> tuple[float, float, float] | None:

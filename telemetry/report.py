@@ -664,6 +664,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
+        r = state.ranks.get(e["rank"])
+        if e["role"] is None and r is not None and r.stopping is not None and r.ended_in_stop:
+            # (failed after the launcher began stopping it: the stop's doing, see RankState.ended_in_stop)
+            e["role"], e["stopping"] = "in_stop", r.stopping.message
         if e["role"] in ("cause", "peer_left", "waited") and e["step"] is None and failure is not None:
             e["step"] = failure.get("step")  # killed without a word: the step it died in, as the failure line says
     _name_folders(list(saves.values()))
@@ -821,7 +825,7 @@ def _status(r: RankState, closed: bool) -> str:
     silent then stays so: that is what became of it, which "no exit" hid, and its episode says
     it never resumed."""
     status = r.status
-    if status == EXITED and r.exit_code in STOPPED_CODES:
+    if status == EXITED and r.ended_in_stop:
         return STOPPED
     if closed and status not in (FINISHED, EXITED, STALLED, SILENT):
         return NO_EXIT

@@ -488,6 +488,15 @@ class RankState:
         self.stopping = None
 
     @property
+    def ended_in_stop(self) -> bool:
+        """It exited by a stop, not failing: with a stop's code (STOPPED_CODES), or any other
+        after the launcher began stopping it (``stopping``: its collective broken as torchrun
+        stopped a peer first, gloo's "Connection closed by peer"; a Stop of a healthy job read
+        "rank 1 exited" and "rank 0 was stopped by you first; rank 1 exited with code 1 after
+        it", review 275)."""
+        return self.exit_code is not None and (self.exit_code in STOPPED_CODES or self.stopping is not None)
+
+    @property
     def last_step(self) -> int | None:
         """Its last step: its process's, or while a process restarted by torchrun has taken
         none, the previous one's."""

@@ -6,6 +6,8 @@ alert while it ended (review 275). Driven through a real HubCore with encoded me
 
 from __future__ import annotations
 
+import msgspec
+
 from pardash.telemetry import schema
 from pardash.telemetry.analysis import LivenessConfig
 from pardash.telemetry.hubcore import HubCore
@@ -87,3 +89,53 @@ def test_the_stop_is_said_once_for_the_ranks_and_a_scripts_own_event_of_that_nam
     core, send = _two_ranks_at_step_30()
     send(schema.Event(rank=0, name="stopping", message="early stopping at epoch 3"), T + 0.4)
     assert core.state.ranks[0].stopping is None
+
+
+def _stopped_healthy_job() -> list[schema.Message]:
+    """A Stop of a healthy 2-rank job: the launcher's stopping notes, then rank 1's own failure
+    (its all-reduce broken as torchrun stopped rank 0 first: gloo's "Connection closed by
+    peer"), and rank 0's stop noted by the launcher."""
+    recs: list[schema.Message] = [schema.Hello(run=RUN, rank=r, seq=0, world_size=2, strategy="ddp", t=T) for r in (0, 1)]
+    for s in range(1, 51):
+        recs += [schema.Step(run=RUN, rank=r, seq=s, step=s, step_s=0.02, samples=8, t=T + s * 0.02) for r in (0, 1)]
+    recs += [schema.Event(run=RUN, rank=r, seq=-1, name="stopping", message="by you", t=T + 1.1) for r in (0, 1)]
+    recs.append(schema.Event(run=RUN, rank=1, seq=51, name="error", step=50, t=T + 1.5,
+                             message="RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:1234"))  # fmt: skip
+    recs.append(schema.Event(run=RUN, rank=1, seq=52, name="exit", code=1, step=51, t=T + 1.5))
+    recs.append(schema.Event(run=RUN, rank=0, seq=-1, name="exit", code=-15, message="stopped by you", t=T + 1.1))
+    return [msgspec.structs.replace(m, hseq=i + 1) for i, m in enumerate(recs)]
+
+
+def test_a_rank_that_failed_as_the_launcher_stopped_it_was_stopped_not_the_jobs_failure(tmp_path):
+    # Review 275: kill -TERM of a healthy job: "rank 0 was stopped by you first; rank 1 exited with
+    # code 1 at step 51 after it: RuntimeError: ... Connection closed by peer" and rank 1
+    # "exited" in the rank table, where every rank was being stopped.
+    from pardash.telemetry.failures import failure_summary
+    from pardash.telemetry.prometheus import rank_state
+    from pardash.telemetry.report import build_report, render_text
+    from pardash.telemetry.state import STOPPED_CODES, RunState
+    from pardash.tui.alerts import run_alerts
+
+    records = _stopped_healthy_job()
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in records))
+    rep = build_report(str(log))
+    assert rep["failure"] is None
+    assert [(r["rank"], r["status"]) for r in rep["ranks"]] == [(0, "stopped"), (1, "stopped")]
+    text = render_text(rep)
+    exits = [" ".join(line.split()) for line in text.split("exits:")[1].split("\n\n")[0].strip().splitlines()]
+    assert exits == ["rank 0 stopped by you (SIGTERM)", "rank 1 exited with code 1 at step 51 as it was being stopped by you"], exits
+    assert "root cause" not in text
+    st = RunState()
+    for m in records:
+        st.apply(m, m.t)
+    assert failure_summary(st) is None
+    assert [rank_state(r, STOPPED_CODES) for r in st.ranks.values()] == ["stopped", "stopped"]
+    said = [a.text for a in run_alerts(st)]
+    assert "rank 1 was stopped by you at step 51 (exit code 1)" in said, said
+    # Without the notes (a log of an older launch): as before, rank 0's stop broke rank 1's collective.
+    st = RunState()
+    for m in records:
+        if not (isinstance(m, schema.Event) and m.name == "stopping"):
+            st.apply(m, m.t)
+    assert failure_summary(st)["stopped_first"] == [{"rank": 0, "how": "stopped by you"}]

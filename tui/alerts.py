@@ -17,7 +17,7 @@ from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
 from pardash.telemetry.failures import short_error
-from pardash.telemetry.failures import PEER_FAILURE, STOPPED_CODES, failure_summary, stop_text
+from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
 from pardash.telemetry.report_render import SHARED_RUN_ID
 from pardash.telemetry.summary import is_sharded, ranks_text
 
@@ -223,12 +223,12 @@ def rank_alerts(
     connection closed under it failed after a peer was stopped, not after one failed."""
     out: list[Alert] = []
     status = r.status
-    if status == st.EXITED and r.exit_code in STOPPED_CODES and not first and r.stalled is None and r.silent is None:
+    if status == st.EXITED and r.ended_in_stop and not first and r.stalled is None and r.silent is None:
         # Stopped (by the user, a scheduler, torchrun after another rank failed): no failure
         # of its own, said calmly (it read "exited with code -15" in the failure's red).
         text = f"rank {r.rank} was {_stopped_text(r, exit)}"
         out.append(Alert("stopped", r.rank, text + _straggled(r), code=r.exit_code))
-    elif status == st.EXITED and r.exit_code in STOPPED_CODES:
+    elif status == st.EXITED and r.ended_in_stop:
         # Stopped as it hung (Ctrl-C, a Stop on a hang; torchrun ending the rest): the hang
         # first, then the stop in its own words, as the header, the grid, the report's rank
         # table and Prometheus say "stopped" (it read "; then exited with code -15"). The rank
@@ -335,7 +335,10 @@ def _stopped_text(r: st.RankState, exit: ExitInfo | None) -> str:
     """'stopped by you at step 5 (SIGTERM)' of a rank ended by a stop, in the words every
     output says a stop in (failures.stop_text): who or what stopped it, from the launcher's
     note of it, and where it was."""
-    return stop_text(r.rank, r.exit_code, exit.cause if exit is not None else "", _exit_step(r, exit))
+    how = exit.cause if exit is not None else ""
+    if r.stopping is not None and r.exit_code not in st.STOPPED_CODES:
+        how = f"stopped {r.stopping.message}"  # (its own failure in the stop: who stopped it, the launcher's word)
+    return stop_text(r.rank, r.exit_code, how, _exit_step(r, exit))
 
 
 def _stuck_text(r: st.RankState, waiting_for: str = "") -> str:

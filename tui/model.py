@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
-from pardash.telemetry.failures import STOPPED_CODES
 from pardash.telemetry.ring import HISTORY_COLUMNS
 from pardash.telemetry.state import median_small
 from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, wall_step_s
@@ -67,11 +66,6 @@ as it hung, is stopped too, as the report's rank table and Prometheus count it; 
 the hang first and names it the likely cause ("rank 1 stalled in data after step 20, likely the
 cause: ...; then stopped by SIGTERM at step 20"), and it stays ``RankRow.cause`` (a sort by
 status puts it first; the line under the grid names it)."""
-
-
-def is_stop(status: str, exit_code: int | None) -> bool:
-    """Whether a rank of ``status`` ended by a stop, not failing (see :data:`STOPPED`)."""
-    return status == st.EXITED and exit_code in STOPPED_CODES
 
 
 def is_saving(r: st.RankState, step: schema.Step | None) -> bool:
@@ -577,7 +571,7 @@ class RowBuilder:
                     if changed is not None:
                         changed.add(e.rank)
                 continue
-            stopped = status == st.EXITED and r.exit_code in STOPPED_CODES
+            stopped = status == st.EXITED and r.ended_in_stop
             if stopped != e.stopped:
                 e.stopped = stopped
                 if changed is not None:
@@ -968,7 +962,7 @@ def run_totals(state: st.RunState) -> RunTotals:
     seen = False
     for r in state.ranks.values():
         status = r.status
-        counted = STOPPED if is_stop(status, r.exit_code) else status
+        counted = STOPPED if status == st.EXITED and r.ended_in_stop else status
         counts[counted] = counts.get(counted, 0) + 1
         hello = r.hello
         if hello is None:
