@@ -1,6 +1,7 @@
 """Where a rank arrives at its step's first collective, the end of its self time, the
-straggler signal (part of :class:`pardash.trainer.instrument.Instrument`; the DDP arrivals,
-at a backward or a buffer broadcast, are marked where those are seen).
+straggler signal (part of :class:`pardash.trainer.instrument.Instrument`; DDP's arrival, at
+the backward that all-reduces, is marked where that is seen), and the waits that are not its own
+work: in collectives between steps, DDP's wait for its all-reduces, its buffer broadcast.
 
 FSDP2 all-gathers each sharded module's parameters in its pre-forward hook (prefetched, then
 waited for there): a rank ahead of the others waits in it for the rank behind. A pre-hook
@@ -111,6 +112,37 @@ class Arrivals:
             return collective
 
         return wrap
+
+    def _wrap_ddp_buffer_sync(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """DDP's ``_sync_buffers``: its broadcast of the model's buffers (BatchNorm's running
+        statistics) from rank 0, as its forward begins (``broadcast_buffers=True``, DDP's
+        default). A collective: a rank early to it waits there for the rank late (one slow in
+        its data). That wait is the step's ``comm_s``, out of its forward time and its self
+        time, as a wait in a collective of the script's own; the step's arrival stays the
+        backward that all-reduces the gradients, as without buffers.
+
+        Taken for the arrival (the self time ended as the forward began), a rank slow in its
+        forward was never named: "stragglers: none", its peer's wait in the backward its
+        "comm 27.6 ms"; and a data straggler's peer read its wait as its forward ("fwd 24.8
+        ms"). (Review 276, a DDP MLP with BatchNorm1d.)"""
+
+        def _sync_buffers(ddp: Any, *args: Any, **kwargs: Any) -> Any:
+            if _get_ident() != self._tid or _is_compiling() or self.dead or not self._buffer_sync_begins():
+                return original(ddp, *args, **kwargs)
+            start = self._sync_begins()
+            try:
+                return original(ddp, *args, **kwargs)
+            finally:
+                self._synced(start)
+
+        return _sync_buffers
+
+    @_guarded
+    def _buffer_sync_begins(self) -> bool:
+        """Whether DDP's buffer broadcast beginning now is a training forward's (its wait timed):
+        not an evaluation's, nor one under no_grad (a GAN's fakes), nor a recomputation."""
+        return (self.reporter.identity.world_size > 1 and self._open is not None and self._phase == "forward"
+                and not self._in_backward and not self._eval_t0 and torch.is_grad_enabled())  # fmt: skip
 
     def _wrap_work_wait(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``Work.wait``: the wait for an asynchronous collective called between steps (a

@@ -82,8 +82,9 @@ optimizer step begins (a scheduler moves it right after).
 
 Self time (``self_s``, the straggler signal) runs from the end of the previous step to this
 rank's arrival at the step's first collective: DDP, the start of the backward whose gradients
-are all-reduced (the first one outside ``no_sync``), or the root forward when DDP broadcasts
-buffers first; FSDP2 (modules made by ``fully_shard``), whose pre-forward hooks all-gather each
+are all-reduced (the first one outside ``no_sync``), less its wait in the broadcast of the
+model's buffers as DDP's forward begins (BatchNorm's statistics, ``broadcast_buffers=True``);
+FSDP2 (modules made by ``fully_shard``), whose pre-forward hooks all-gather each
 block's parameters as the forward reaches it: the step's data and forward passes (backward
 passes are left out, as DDP's self time ends at its backward), less the time spent in those
 hooks (a pre-hook right before FSDP's and one right after it), where the waiting for the other
@@ -389,6 +390,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         """FSDP2 modules whose all-gather waits are timed (see _watch_gathers)."""
         self._gather_handles: list[Any] = []
         self._gather_t: Any = None
+        self._buffers_timed = False
+        """DDP's buffer broadcast is timed as a wait (see Arrivals._wrap_ddp_buffer_sync), not
+        taken for the step's arrival."""
 
     @property
     def roots(self) -> list[Any]:
@@ -454,6 +458,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             from torch.nn.parallel import DistributedDataParallel
 
             self._patch(DistributedDataParallel, "__getstate__", _without_hooks_in_state)
+            if hasattr(DistributedDataParallel, "_sync_buffers"):
+                self._patch(DistributedDataParallel, "_sync_buffers", self._wrap_ddp_buffer_sync)
+                self._buffers_timed = True
         api.attach_auto(self)
         return self
 
@@ -601,7 +608,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             if syncs:
                 self._ddp_sync = True  # the next backward all-reduces
             self._ddp_accumulates = not syncs  # (under no_sync: see Arrivals._collective_begins)
-            if not self._arrived() and ddp_syncs_buffers(module):
+            if not self._buffers_timed and not self._arrived() and ddp_syncs_buffers(module):
+                # (a torch whose DDP has no _sync_buffers to time: the broadcast of its buffers,
+                # first thing in its forward, is the step's arrival; see _wrap_ddp_buffer_sync)
                 self._arrive(self.clock.stamp())
 
     def _add_root(self, module: Any) -> None:

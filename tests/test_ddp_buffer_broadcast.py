@@ -1,0 +1,48 @@
+"""DDP with BatchNorm buffers, DDP's default ``broadcast_buffers=True`` (review 276), on real
+2-rank gloo runs under ``pardash launch --headless``, read in the report's JSON: the broadcast
+of the buffers at every forward's start was taken for the step's arrival, so a rank slow in its
+forward was never named ("stragglers: none", its peer's wait in the backward), and a data
+straggler's peer read its wait in the broadcast as its forward ("fwd 24.8 ms", not comm)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import pardash_env
+from pardash.telemetry.report import build_report
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+pytestmark = pytest.mark.slow
+
+
+def _report(tmp_path, *script: str) -> dict:
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs"), "--", *script],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return build_report(str(log))
+
+
+# (A verdict needs two flagged windows of 10 steps past 10 of warm-up: step 29 at the earliest.
+# 40 ms of sleep a step is far past the bar under any load, as in test_detection's.)
+@pytest.mark.parametrize("where, kind", [("fwd", "compute"), ("data", "data")])
+def test_ddp_with_buffers_names_the_slow_rank_and_its_peer_waits_in_comm(tmp_path, where, kind):
+    steps = 45
+    rep = _report(tmp_path, str(SCRIPTS / "ddp_batchnorm.py"), str(steps), "1", "0.04", where)
+    found = rep["stragglers"]
+    assert found, "no straggler named"
+    assert {s["rank"] for s in found} == {1}
+    assert found[0]["kind"] == kind
+    healthy, slow = rep["ranks"]
+    # Rank 0 waits for rank 1 every step: in the buffer broadcast as its forward begins (a data
+    # straggler) or in the gradients' all-reduce (a forward one); either is its comm, not its
+    # forward, and none of its own (self) time.
+    assert healthy["median_comm_s"] > 4 * healthy["median_forward_s"], healthy
+    assert slow["median_self_s"] > 4 * healthy["median_self_s"], (healthy, slow)
+    assert rep["samples"] == steps * 16 * 2  # (data parallel: each rank's batch its own)
