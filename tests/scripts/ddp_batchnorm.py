@@ -1,8 +1,10 @@
 """DDP with BatchNorm buffers, DDP's defaults kept (``broadcast_buffers=True``: rank 0's
 running statistics broadcast at the start of every forward), and an unused branch every other
 step (``find_unused_parameters=True``). ``python ddp_batchnorm.py STEPS SLOW_RANK SLOW_S WHERE``:
-rank SLOW_RANK sleeps SLOW_S a step in its forward (WHERE ``fwd``) or before it, as it loads
-its batch (``data``); SLOW_RANK -1: no rank is slow. Batches of 16."""
+rank SLOW_RANK computes SLOW_S more a step in its forward (WHERE ``fwd``: matrix products for
+SLOW_S of its thread's CPU time, as the bundled trainer's --inject-straggler RANK:compute; a
+sleep there, on a host saturated by other work, reads as a rank starved by its host), or sleeps
+SLOW_S before it, as it loads its batch (``data``); SLOW_RANK -1: no rank is slow. Batches of 16."""
 
 import sys, time, torch, torch.distributed as dist
 from torch import nn
@@ -12,6 +14,7 @@ steps, slow_rank, slow_s, where = int(sys.argv[1]), int(sys.argv[2]), float(sys.
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 slow = rank == slow_rank
+busy = torch.randn(96, 96)
 
 
 class Net(nn.Module):
@@ -22,7 +25,9 @@ class Net(nn.Module):
 
     def forward(self, x, use_aux=False):
         if slow and where == "fwd":
-            time.sleep(slow_s)
+            deadline = time.thread_time() + slow_s
+            while time.thread_time() < deadline:
+                busy @ busy
         h = self.body(x)
         return self.head(h) + self.aux(h) if use_aux else self.head(h)
 
