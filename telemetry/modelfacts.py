@@ -43,6 +43,73 @@ def tensor_parallel(model: Any) -> bool:
     return any(getattr(m, "_distribute_module_applied", False) for m in model.modules())
 
 
+def tensor_parallel_group(model: Any) -> tuple[int, int]:
+    """(ranks in this rank's tensor-parallel group, its place in that group, 0-based): the ranks
+    that split one copy of ``model``'s layers between them (``parallelize_module``), and so
+    train on one batch, the same on each. (1, 0) without tensor parallelism: DDP, FSDP alone,
+    one process.
+
+    Read from the parameters' DTensor meshes: a tensor-parallel parameter's is its group's
+    mesh; under FSDP2 on top (2-D parallelism), the mesh with FSDP's data-parallel dimensions
+    too, which are left out (FSDP's own mesh says them). The largest group any parameter is on."""
+    fsdp_meshes = _fsdp_meshes(model)
+    marked = None
+    best = (1, 0)
+    for p in model.parameters():
+        mesh = getattr(p, "device_mesh", None)
+        if mesh is None or getattr(p, "placements", None) is None:
+            continue
+        try:
+            dims = list(range(mesh.ndim))
+            dp_mesh = fsdp_meshes.get(id(p), False)
+            if dp_mesh is None:  # FSDP's, its mesh unknown (a torch that keeps it elsewhere)
+                if marked is None:
+                    marked = tensor_parallel(model)
+                if not marked or mesh.ndim < 2:
+                    continue  # FSDP's own DTensor
+                dims = dims[1:]  # (FSDP over TP: its dimension first, as fully_shard makes them)
+            elif dp_mesh is not False:
+                names, dp_names = mesh.mesh_dim_names or (), dp_mesh.mesh_dim_names or ()
+                if dp_names and all(n in names for n in dp_names):
+                    dims = [d for d in dims if names[d] not in dp_names]
+                else:
+                    dims = dims[dp_mesh.ndim :]
+            coordinate = mesh.get_coordinate()
+            if coordinate is None:
+                continue  # (a mesh this rank is not in)
+            ways, place = 1, 0
+            for d in dims:
+                size = int(mesh.size(d))
+                ways, place = ways * size, place * size + int(coordinate[d])
+        except Exception:  # (a DTensor API unlike this one: counted as not tensor parallel)
+            continue
+        if ways > best[0]:
+            best = (ways, place)
+    return best
+
+
+def _fsdp_meshes(model: Any) -> dict[int, Any]:
+    """id(parameter) -> the data-parallel mesh FSDP2 shards it over (None where FSDP2 holds it
+    but its mesh cannot be read), for the parameters ``fully_shard`` manages in ``model``."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch built without distributed
+        return {}
+    out: dict[int, Any] = {}
+    for m in model.modules():
+        if not isinstance(m, FSDPModule):
+            continue
+        try:  # (private: FSDP's state, its parameter group and mesh)
+            group = m._get_fsdp_state()._fsdp_param_group
+            if group is None:
+                continue
+            mesh = group.mesh_info.mesh
+            out.update((id(fp.sharded_param), mesh) for fp in group.fsdp_params)
+        except Exception:  # (its parameters and its submodules': an inner FSDP module, later, sets its own)
+            out.update((id(p), None) for p in m.parameters())
+    return out
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

@@ -9,8 +9,9 @@ is hooked, and what each hook tells:
 - module forward pre/post hooks (``register_module_forward_*_hook``), acting on the *root*
   call only, the outermost module call with parameters, under grad mode (a submodule call
   costs a depth increment): the start of a micro-batch's forward, its batch size (the first
-  dimension of the first tensor argument), and the model: the root modules seen training (the
-  DDP or FSDP2 wrapper when there is one), whose type gives the strategy. Once the same roots
+  dimension of the first tensor argument; under tensor parallelism, whose group of ranks
+  trains on one batch, this rank's share of it), and the model: the root modules seen
+  training (the DDP or FSDP2 wrapper when there is one), whose type gives the strategy. Once the same roots
   have trained for ``SETTLE_STEPS`` steps, the global hooks give way to hooks on the roots
   alone (and torch's ``AveragedModel``s, an EMA or SWA, only ever evaluated: its ``__init__``
   is followed), so submodule calls go back to PyTorch's fast path; a new optimizer, or a root
@@ -393,6 +394,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._buffers_timed = False
         """DDP's buffer broadcast is timed as a wait (see Arrivals._wrap_ddp_buffer_sync), not
         taken for the step's arrival."""
+        self._tp_group = (1, 0)
+        """(ranks in this rank's tensor-parallel group, its place in it): the group trains on
+        one batch, each rank a share of its samples (see modelfacts.tensor_parallel_group)."""
 
     @property
     def roots(self) -> list[Any]:
@@ -623,6 +627,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._watch_gathers(module)
         if not self.strategy or self.strategy == "single":
             self.strategy = strategy
+        tp_group = modelfacts.tensor_parallel_group(module)
+        if tp_group[0] > 1 or len(self.roots) == 1:
+            self._tp_group = tp_group
         if len(self.roots) == 1:
             facts = modelfacts.model_facts(module)
             cuda = facts["device"].startswith("cuda")
@@ -983,7 +990,14 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         out["epoch"] = d.epoch
         out["step_s"] = step_s
         out["self_s"] = self_s
-        out["samples"] = opened.samples
+        samples = opened.samples
+        ways, place = self._tp_group
+        if ways > 1:
+            # Tensor parallel: the ranks of one group train on one batch, the same on each, and
+            # the run's samples are its ranks' sum: each says its share (it read 3,767 samples/s
+            # where the job took ~1,880, twice the batches it trained on; review 276).
+            samples = samples * (place + 1) // ways - samples * place // ways
+        out["samples"] = samples
         out["loss"] = loss  # NaN goes on: the reporter says the loss is not finite
         out["lr"] = d.lr
         out["mem"] = d.mem

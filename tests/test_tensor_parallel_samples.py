@@ -1,0 +1,40 @@
+"""Tensor parallelism counts each batch once (review 276), on real 2-rank gloo runs under
+``pardash launch --headless``, read in the report's JSON: the ranks of a tensor-parallel group
+train on one batch, the same on each, and each counted it, so samples/s read twice what the job
+took (3,767 where ~1,880; with FSDP on top, 2-D, too). Data-parallel counts are
+tests/test_ddp_buffer_broadcast.py's (each rank's batch its own)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import pardash_env
+from pardash.telemetry.report import build_report
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+pytestmark = pytest.mark.slow
+
+
+def _report(tmp_path, *script: str) -> dict:
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs"), "--", *script],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return build_report(str(log))
+
+
+@pytest.mark.parametrize("two_d", [False, True], ids=["tp", "fsdp-over-tp"])
+def test_tensor_parallel_counts_each_batch_once(tmp_path, two_d):
+    steps, batch = 30, 8
+    rep = _report(tmp_path, str(SCRIPTS / "tensor_parallel.py"), str(steps), *(["2d"] if two_d else []))
+    assert rep["strategy"] == ("fsdp" if two_d else "tp")
+    assert rep["samples"] == steps * batch  # (one group of 2 ranks, one batch a step)
+    assert [r["samples"] for r in rep["ranks"]] == [steps * batch // 2] * 2
+    taken = steps * batch / rep["train_s"]
+    assert 0.8 < rep["samples_per_s"] / taken < 1.25, (rep["samples_per_s"], taken)
