@@ -4,6 +4,7 @@ code 2, and nothing is left behind."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pardash.parser import PROG, fail
@@ -85,9 +86,24 @@ def check_insecure_with_keys(ns: argparse.Namespace) -> None:
          f"so --insecure (a hub beyond loopback without keys, open to anyone) would do nothing; {drop}")  # fmt: skip
 
 
+def no_tui_here() -> str:
+    """Why the TUI cannot be shown here ('' where it can): no terminal (CI, nohup, a pipe), or
+    stderr not one (Textual draws there: `2>err.log` sent the whole TUI into the file, the
+    terminal blank), or TERM=dumb (a terminal that cannot redraw: the TUI stood on its first
+    frame and took no key; review 279)."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return "no terminal here"
+    if not sys.stderr.isatty():
+        return "stderr is not the terminal (the TUI draws there)"
+    if os.environ.get("TERM", "") == "dumb":
+        return "TERM=dumb cannot redraw"
+    return ""
+
+
 def headless_without_terminal(ns: argparse.Namespace) -> None:
     """Without a terminal (CI, nohup, a pipe) nobody could see the TUI or quit it, and the
     command would wait for its `q` for ever: progress lines instead, said once."""
-    if not ns.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
-        print(f"{PROG}: no terminal here, so progress lines instead of the TUI (as --headless)", file=sys.stderr, flush=True)
+    why = "" if ns.headless else no_tui_here()
+    if why:
+        print(f"{PROG}: {why}, so progress lines instead of the TUI (as --headless)", file=sys.stderr, flush=True)
         ns.headless = True

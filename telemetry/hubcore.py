@@ -861,7 +861,9 @@ class HubCore:
     def note(self, message: str, name: str = "hub", rank: int = -1, code: int | None = None) -> None:
         """Record an event the hub concluded (rank -1: about the hub itself) in the log and
         the event stream; seq -1 keeps it out of the rank's own message count."""
-        ev = schema.Event(rank=rank, seq=-1, name=name, message=message, t=time.time(), run=self.state.run_id, code=code)
+        # (plain text: a note may carry a path or the command, whose bytes need not be UTF-8)
+        ev = schema.Event(rank=rank, seq=-1, name=name, message=schema.plain_text(message, lines=True), t=time.time(), run=self.state.run_id,
+                          code=code)  # fmt: skip
         self._take(ev, time.monotonic())
         self._pending.append(ev)
 

@@ -224,6 +224,10 @@ _SEQUENCES = re.compile(
 _UNSHOWN = "\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\u2028-\u202e\u2060\u2066-\u2069\ufeff"
 _UNSHOWN_CHARS = re.compile(f"[{_UNSHOWN}]")
 _LINE_BREAKS = re.compile("[\n\t\r]+")
+_SURROGATES = re.compile("[\ud800-\udfff]")
+"""What stands for a byte of a name that is not UTF-8 (a path or an argument Python decoded with
+surrogateescape: a script named in Latin-1, a folder's name under the C locale): no UTF-8
+encoder takes it (the hub died on each frame that carried one, review 279); shown as U+FFFD."""
 
 
 def plain_text(text: str, *, lines: bool = False) -> str:
@@ -232,7 +236,7 @@ def plain_text(text: str, *, lines: bool = False) -> str:
     space)."""
     if text.isprintable():  # the common case, in C
         return text
-    text = _SEQUENCES.sub("", text)
+    text = _SURROGATES.sub("\ufffd", _SEQUENCES.sub("", text))
     if lines:
         return _UNSHOWN_CHARS.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
     return _UNSHOWN_CHARS.sub("", _LINE_BREAKS.sub(" ", text))

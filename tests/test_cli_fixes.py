@@ -194,6 +194,8 @@ def test_a_replay_asked_to_start_past_the_runs_end_says_how_long_the_run_is(tmp_
     started: list[float] = []
     monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: True)
     monkeypatch.setattr(cli.sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: True)  # (the TUI draws there)
+    monkeypatch.setenv("TERM", "xterm-256color")
     notices: list[str] = []
     dirs: list[str] = []
     monkeypatch.setattr(cli, "_run_tui", lambda source, title, notice="", runs_dir="runs": (started.append(source.position_s), notices.append(notice), dirs.append(runs_dir), 0)[3])

@@ -255,11 +255,26 @@ def new_spec(*, log_path: str | None, runs_dir: str = "runs", **kw) -> LaunchSpe
     if log_path and (refusal := gz_name_refusal(log_path)):
         raise LaunchError(refusal)
     log = os.path.abspath(log_path) if log_path else os.path.join(run_dir, "telemetry.jsonl")
+    if log_path:
+        check_run_dir(run_dir)  # (the log's own check makes it otherwise)
     if not kw.get("node_rank"):  # nodes > 0 start no hub: node 0's records the run
         # (the flag to mend is the one that placed the log: it said "pass a writable --log
         # PATH" of a --runs-dir /proc/x)
         check_writable(log, fix="--log PATH" if log_path else "--runs-dir DIR (or a --log PATH)")
     return LaunchSpec(run_id=run_id, log_path=log, run_dir=run_dir, **kw)
+
+
+def check_run_dir(run_dir: str) -> None:
+    """Raise LaunchError unless the run's folder (the ranks' output, torchrun's files, the result)
+    could be made, making nothing: a --log elsewhere, from a read-only folder, ended in a
+    traceback of its mkdir and an empty log left behind (review 279)."""
+    path = Path(run_dir).absolute()
+    there = next(p for p in (path, *path.parents) if p.exists())  # (the root, at worst)
+    if not there.is_dir():
+        raise LaunchError(f"cannot make the run's folder {run_dir}: {there} is a file; pass a writable --runs-dir DIR")
+    if there != path and not os.access(there, os.W_OK | os.X_OK):
+        raise LaunchError(f"cannot make the run's folder {run_dir}: {there} is not writable; pass a writable --runs-dir DIR "
+                          "(the ranks' output and the run's result go there)")  # fmt: skip
 
 
 def check_writable(path: str, fix: str = "--log PATH") -> None:
@@ -281,5 +296,5 @@ def check_writable(path: str, fix: str = "--log PATH") -> None:
         raise LaunchError(f"cannot write the log {path}: {exc.strerror or exc}; pass a writable {fix}") from None
 
 
-__all__ = ["Job", "LaunchError", "LaunchSpec", "Supervisor", "TRAINER_COMMAND", "check_writable", "exit_status", "lost_supervisor_result",
+__all__ = ["Job", "LaunchError", "LaunchSpec", "Supervisor", "TRAINER_COMMAND", "check_run_dir", "check_writable", "exit_status", "lost_supervisor_result",
            "new_spec", "start", "write_result"]

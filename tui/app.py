@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -56,6 +57,21 @@ QUIT = "quit"
 """Return value when a viewer that did not launch the job quits."""
 
 ExitChoiceCallback = Callable[[str], None]
+
+
+def _terminal_size_its_own() -> None:
+    """Draw in the terminal at its own size: COLUMNS and LINES exported (a container's, a CI
+    job's) stand for it where Rich and Textual ask (the app's console, made with the app;
+    shutil.get_terminal_size), and a TUI drawn at 400x100 in an 80x24 terminal was garbled
+    (review 279). Dropped from this process only, where the terminal says its size (a
+    pseudo-terminal given none keeps them)."""
+    try:
+        size = os.get_terminal_size(sys.__stdout__.fileno())
+    except (AttributeError, ValueError, OSError):
+        return
+    if size.columns > 0 and size.lines > 0:
+        for var in ("COLUMNS", "LINES"):
+            os.environ.pop(var, None)
 
 
 class PardashApp(App[str | None]):
@@ -530,5 +546,6 @@ def make_app(
     ``runs_dir``: where a replayed log's run folder (its output) is looked for besides beside it.
     ``remote_hub``: on a node > 0 of a launch, node 0's hub, said unreachable when quiet long.
     """
+    _terminal_size_its_own()  # (before the app's console is made: it reads them then)
     return PardashApp(source, launched=launched, title=title, on_exit_choice=on_exit_choice, job_over=job_over, notice=notice,
                       come_back=come_back, output=output, attached=attached, runs_dir=runs_dir, remote_hub=remote_hub)  # fmt: skip

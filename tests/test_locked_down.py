@@ -1,0 +1,110 @@
+"""pardash where the environment is not a developer's laptop (review 279): a container's or a CI
+job's terminal settings, names whose bytes are not UTF-8, a run folder that cannot be made.
+Real processes on a real pseudo-terminal where the terminal is the point."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+from helpers import pardash_env
+
+from pardash.telemetry import frames, schema
+from pardash.telemetry.client import NullDetector
+from pardash.telemetry.hubcore import HubCore
+
+
+def _replay_on_a_pty(tmp_path, *, term: str, stderr_to_file: bool = False, env: dict | None = None, quit_on: bytes = b"") -> tuple[int, str]:
+    """``pardash replay`` of a log, its stdin and stdout a pseudo-terminal of 80x24 (its stderr
+    too, or a file): its exit code and what it said on stderr (or all it wrote, on the
+    terminal). ``quit_on``: once it has written that, `q` is pressed."""
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(schema.encode_json(schema.Hello(run="r", rank=0, seq=0, world_size=1, t=1.0e9, hseq=1)) + b"\n")
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    err_path = tmp_path / "err.txt"
+    with open(err_path, "wb") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pardash", "replay", str(log)], stdin=follower, stdout=follower,
+            stderr=err_file if stderr_to_file else follower, env={**pardash_env(), "TERM": term, **(env or {})}, cwd=tmp_path,
+        )  # fmt: skip
+        os.close(follower)
+        seen = b""
+        deadline = time.monotonic() + 60  # (a TUI started there stands on its first frame: killed)
+        while time.monotonic() < deadline:
+            if quit_on and quit_on in seen:
+                os.write(leader, b"q")
+                quit_on = b""
+            if not select.select([leader], [], [], 1.0)[0]:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # (the other end closed: it ended)
+                break
+            if not chunk:
+                break
+            seen += chunk
+        if proc.poll() is None:
+            proc.kill()
+        code = proc.wait(timeout=60)
+    os.close(leader)
+    said = err_path.read_text() if stderr_to_file else seen.decode(errors="replace")
+    return code, said
+
+
+def test_term_dumb_or_stderr_in_a_file_is_no_place_for_the_tui(tmp_path):
+    # TERM=dumb: the TUI stood on its first frame and took no key (q, Ctrl-C) until killed;
+    # `2>err.log`: the whole TUI went into the file, the terminal blank. Headless launches
+    # print progress lines instead (headless_without_terminal); a replay says what to run.
+    code, said = _replay_on_a_pty(tmp_path, term="dumb", stderr_to_file=False)
+    assert code == 2 and "replay shows the TUI, which needs a terminal (TERM=dumb cannot redraw)" in said, said[-800:]
+    code, said = _replay_on_a_pty(tmp_path, term="xterm-256color", stderr_to_file=True)
+    assert code == 2 and "(stderr is not the terminal (the TUI draws there))" in said, said[-800:]
+    assert f"report {tmp_path / 'run.jsonl'}" in said
+
+
+def test_the_tui_draws_at_the_terminals_own_size_whatever_columns_and_lines_say(tmp_path):
+    # COLUMNS=400 LINES=100 exported (a container's): Textual asks shutil.get_terminal_size,
+    # which takes them over the terminal's, and an 80x24 terminal showed a garbled 400x100 TUI.
+    code, drawn = _replay_on_a_pty(tmp_path, term="xterm-256color", env={"COLUMNS": "400", "LINES": "100"}, quit_on=b"replay")
+    rows = [int(r) for r in re.findall(r"\x1b\[(\d+);1H", drawn)]
+    assert code == 0 and rows and max(rows) == 24, (code, sorted(set(rows))[-5:])
+
+
+def test_a_note_with_a_name_that_is_not_utf8_does_not_stop_the_hub():
+    # A script named in Latin-1 (or a folder's name under the C locale): Python decodes its
+    # bytes to surrogates, and the hub's note of the command ("command: python 'caf\udce9.py'")
+    # failed to encode in each frame: the hub died and was restarted 17 times.
+    core = HubCore(run_id="r", detector=NullDetector())  # type: ignore[arg-type]
+    core.note("command: python 'caf\udce9.py'")
+    frame = core.tick(1.0)
+    assert frames.decode_frame(frames.encode(frame)).messages[0].message == "command: python 'caf\ufffd.py'"
+    assert frames.decode_snapshot(frames.encode(core.snapshot())).messages[0].message == "command: python 'caf\ufffd.py'"
+
+
+def test_a_run_folder_that_cannot_be_made_is_said_in_a_line_and_leaves_no_log_behind(tmp_path):
+    # --log somewhere writable, the runs folder not (a read-only current folder): a traceback of
+    # its mkdir and an empty log left behind. (A file where a folder of its path must go: root,
+    # which CI is, may write anywhere.)
+    (tmp_path / "file").write_text("")
+    log = tmp_path / "logs" / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "single", "--steps", "3",
+         "--runs-dir", str(tmp_path / "file" / "runs"), "--log", str(log)],
+        capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"pardash: error: cannot make the run's folder {tmp_path / 'file' / 'runs'}/"), proc.stderr
+    assert lines[0].endswith(f"{tmp_path / 'file'} is a file; pass a writable --runs-dir DIR"), proc.stderr
+    assert not log.exists() and not log.parent.exists()
