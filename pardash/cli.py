@@ -171,7 +171,8 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         print(json.dumps(runs, indent=2))
         return 0
     if not runs:
-        print("no live runs")
+        why = registry.why_none_listed()
+        print(f"no live runs of yours: {why}" if why else "no live runs")
         return 0
     from pardash.tui.format import fmt_duration  # (plain functions: no textual)
 

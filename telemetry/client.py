@@ -169,6 +169,9 @@ def resolve(target: str | None) -> dict:
                 raise AttachError(f"{target!r} begins {len(several)} live runs' ids ({named}); give more of the one to attach to")
             # (an entry a cache cleaner deleted comes back within 5 s; a registry that cannot be
             # written, or one on another machine, leaves the hub's own address)
+            why = registry.why_none_listed(target)
+            if why:
+                raise AttachError(f"no live run {target!r} of yours: {why}")
             raise AttachError(f"no live run {target!r}; `pardash ps` lists the live ones, or name its hub as tcp://HOST:PORT, "
                               "the ingest address it printed")
         raise AttachError("no live run found; start one with `pardash launch` or name a hub as tcp://HOST:PORT")

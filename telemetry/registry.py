@@ -259,6 +259,35 @@ def reachable(endpoint: str) -> str:
     return endpoint
 
 
+def why_none_listed(run_id: str = "") -> str:
+    """Why this user is shown no live run (``run_id``: none of that id), where the registry says
+    more than that none runs: its folder cannot be made (a read-only or missing HOME: runs
+    launched so are not listed either), or the runs there are other users' (each sees only
+    their own); '' otherwise. A second user read "no live runs" of another's, and a read-only
+    HOME the same with no word why (review 279)."""
+    d = registry_dir()
+    if not d.is_dir():
+        there = next((p for p in d.absolute().parents if p.exists()), None)
+        if there is not None and (not there.is_dir() or not os.access(there, os.W_OK | os.X_OK)):
+            return (f"the run registry {d} cannot be made ({there} is not a writable folder), so runs launched here are not "
+                    "listed either: set PARDASH_REGISTRY_DIR to a writable folder, or attach with the tcp://HOST:PORT a hub prints")
+        return ""
+    theirs = []
+    for path in d.glob("*.json"):
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid != os.getuid() and (not run_id or path.stem.startswith(run_id)):
+            theirs.append(path)
+    if not theirs:
+        return ""
+    n = len(theirs)
+    what = f"run {run_id!r} is" if run_id and n == 1 else f"{n} run{'s' if n != 1 else ''} in {d} {'are' if n != 1 else 'is'}"
+    return (f"{what} another user's: each user's `pardash ps` and attach see only their own runs (attach with the "
+            "tcp://HOST:PORT its hub printed, if you may)")
+
+
 def live_runs(*, prune: bool = True) -> list[dict]:
     """This user's entries whose hub is alive (:func:`hub_alive`), newest first. With ``prune``,
     a dead hub's entry is removed

@@ -108,3 +108,30 @@ def test_a_run_folder_that_cannot_be_made_is_said_in_a_line_and_leaves_no_log_be
     assert len(lines) == 1 and lines[0].startswith(f"pardash: error: cannot make the run's folder {tmp_path / 'file' / 'runs'}/"), proc.stderr
     assert lines[0].endswith(f"{tmp_path / 'file'} is a file; pass a writable --runs-dir DIR"), proc.stderr
     assert not log.exists() and not log.parent.exists()
+
+
+def test_ps_and_attach_say_why_no_run_is_listed(tmp_path, monkeypatch, capsys):
+    # A second user: "no live runs" of the first user's run, and attach "no live run '<id>'";
+    # a read-only HOME: "no live runs" with a run live, no word why (review 279).
+    from pardash import cli
+    from pardash.telemetry import registry
+
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path / "reg"))
+    (tmp_path / "reg").mkdir()
+    (tmp_path / "reg" / "20261206-222851-c2a8.json").write_text('{"run_id": "20261206-222851-c2a8", "pid": 1}')
+    me = os.getuid()
+    monkeypatch.setattr(registry.os, "getuid", lambda: me + 4242)  # (the entry: another user's)
+    assert cli.main(["ps"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said == (f"no live runs of yours: 1 run in {tmp_path / 'reg'} is another user's: each user's `pardash ps` and attach "
+                    "see only their own runs (attach with the tcp://HOST:PORT its hub printed, if you may)"), said  # fmt: skip
+    assert cli.main(["attach", "--headless", "20261206-222851"]) == 2
+    err = capsys.readouterr().err
+    assert "no live run '20261206-222851' of yours: run '20261206-222851' is another user's" in err, err
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path / "file" / "reg"))
+    assert cli.main(["ps"]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said.startswith(f"no live runs of yours: the run registry {tmp_path / 'file' / 'reg'} cannot be made ({tmp_path / 'file'} is "
+                           "not a writable folder), so runs launched here are not listed either"), said  # fmt: skip
