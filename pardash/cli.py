@@ -15,7 +15,7 @@ import traceback
 from typing import Sequence
 
 from pardash.parser import BENCH_STEPS, PROG, build_parser, command, fail
-from pardash.preflight import check_hub_ports, check_insecure_with_keys, check_prometheus, gpu_count, headless_without_terminal, no_tui_here
+from pardash.preflight import check_hub_ports, check_insecure_with_keys, check_prometheus, gpu_count, headless_without_terminal, NO_TERMINAL, no_tui_here
 from pardash.recorded import cmd_export, cmd_report, find_log
 from pardash.telemetry import registry
 
@@ -443,7 +443,8 @@ def cmd_replay(ns: argparse.Namespace) -> int:
     ns.log = find_log(ns.log, ns.runs_dir)
     _check_log(ns.log)  # (first: without a terminal it sent to `pardash report` an empty log it then refused)
     if why := no_tui_here():
-        fail(f"replay shows the TUI, which needs a terminal ({why}); for a summary without one: {PROG} report {shlex.quote(ns.log)}")
+        why = "" if why == NO_TERMINAL else f" ({why})"
+        fail(f"replay shows the TUI, which needs a terminal{why}; for a summary without one: {PROG} report {shlex.quote(ns.log)}")
     if ns.speed <= 0:
         fail(f"--speed {ns.speed}: must be above 0")
     from pardash.recorded import ReadProgress

@@ -86,13 +86,16 @@ def check_insecure_with_keys(ns: argparse.Namespace) -> None:
          f"so --insecure (a hub beyond loopback without keys, open to anyone) would do nothing; {drop}")  # fmt: skip
 
 
+NO_TERMINAL = "no terminal here"
+
+
 def no_tui_here() -> str:
     """Why the TUI cannot be shown here ('' where it can): no terminal (CI, nohup, a pipe), or
     stderr not one (Textual draws there: `2>err.log` sent the whole TUI into the file, the
     terminal blank), or TERM=dumb (a terminal that cannot redraw: the TUI stood on its first
     frame and took no key; review 279)."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        return "no terminal here"
+        return NO_TERMINAL
     if not sys.stderr.isatty():
         return "stderr is not the terminal (the TUI draws there)"
     if os.environ.get("TERM", "") == "dumb":

@@ -88,7 +88,16 @@ def _report_of(path: str) -> dict:
     from pardash.telemetry.report_render import no_ranks_text, report_clock_warnings
 
     if not rep["ranks"]:
-        print(f"{PROG}: warning: {path}: {no_ranks_text(rep)}", file=sys.stderr)
+        said = no_ranks_text(rep)
+        code = _job_code_beside(path)
+        if code:
+            # (torchrun that failed before its ranks: a process limit, a port taken; the report
+            # read "exits: none with an error" of a launch that ended with 1, review 279)
+            rep["job_code"] = code
+            output = os.path.join(os.path.dirname(os.path.abspath(path)), "output.log")
+            said += f"; the job ended with exit code {code} before any rank reported" + (
+                f" (torchrun's own words: {output})" if os.path.exists(output) else "")
+        print(f"{PROG}: warning: {path}: {said}", file=sys.stderr)
 
     for line in report_clock_warnings(rep):
         print(f"{PROG}: warning: {path}: {line}", file=sys.stderr)
@@ -101,6 +110,17 @@ def _report_of(path: str) -> dict:
 
 
 LOG_NAME = "telemetry.jsonl"
+
+
+def _job_code_beside(path: str) -> int:
+    """The exit code the launch's result.json beside the log gives its job (0: none, or none
+    there)."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(path)), "result.json"), encoding="utf-8") as fh:
+            code = json.load(fh).get("code")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 def run_folder_log(folder: str) -> str | None:

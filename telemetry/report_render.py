@@ -882,7 +882,10 @@ def render_text(rep: dict, width: int = 10_000, all_ranks: bool = False) -> str:
     con.print("stalls:" + ("" if rep["stalls"] else " none"))
     for line in stall_lines(rep):
         con.print(f"  {line}")
-    con.print("exits:" + ("" if rep["exits"] else " none with an error" + (" in the last attempt" if rep.get("job_restarts") else "")))
+    if not rep["exits"] and rep.get("job_code"):  # (no rank reported: the launch's result says how the job ended)
+        con.print(f"exits: no rank reported; the job's exit code {rep['job_code']}")
+    else:
+        con.print("exits:" + ("" if rep["exits"] else " none with an error" + (" in the last attempt" if rep.get("job_restarts") else "")))
     for line in exit_lines(rep):
         con.print(f"  {line}")
     if rep.get("failure"):

@@ -135,3 +135,22 @@ def test_ps_and_attach_say_why_no_run_is_listed(tmp_path, monkeypatch, capsys):
     said = capsys.readouterr().out.strip()
     assert said.startswith(f"no live runs of yours: the run registry {tmp_path / 'file' / 'reg'} cannot be made ({tmp_path / 'file'} is "
                            "not a writable folder), so runs launched here are not listed either"), said  # fmt: skip
+
+
+def test_the_report_of_a_job_that_ended_before_any_rank_reported_says_its_exit_code(tmp_path, capsys):
+    # torchrun failed before its ranks (a process limit: "Resource temporarily unavailable"):
+    # the launch said "the job failed with exit code 1", the report "exits: none with an error".
+    import json
+
+    from pardash import cli
+
+    run = tmp_path / "runs" / "20261206-230000-abcd"
+    run.mkdir(parents=True)
+    note = schema.Event(run="20261206-230000-abcd", rank=-1, seq=-1, name="hub", message="hub started (pid 7)", t=1.0e9, hseq=1)
+    (run / "telemetry.jsonl").write_bytes(schema.encode_json(note) + b"\n")
+    (run / "result.json").write_text(json.dumps({"run_id": "20261206-230000-abcd", "code": 1, "stopped": False}))
+    (run / "output.log").write_text("RuntimeError: Resource temporarily unavailable\n")
+    assert cli.main(["report", str(run / "telemetry.jsonl")]) == 0
+    out, err = capsys.readouterr()
+    assert f"the job ended with exit code 1 before any rank reported (torchrun's own words: {run / 'output.log'})" in err, err
+    assert "exits: no rank reported; the job's exit code 1" in out and "none with an error" not in out, out
