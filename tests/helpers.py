@@ -170,6 +170,21 @@ def pardash_env(**extra: str | None) -> dict[str, str]:
     return env
 
 
+def launched_report(tmp_path, *script: str, nproc: int = 2) -> dict:
+    """The report of ``pardash launch --headless --nproc NPROC -- SCRIPT...`` run in ``tmp_path``
+    (which must end with 0)."""
+    from pardash.telemetry.report import build_report
+
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", str(nproc), "--headless", "--log", str(log),
+         "--runs-dir", str(tmp_path / "runs"), "--", *script],
+        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return build_report(str(log))
+
+
 class TerminalOutput:
     """Reads everything a process writes to the terminal ``master`` (a pty's master end) on a
     thread of its own, so a TUI never blocks on a full terminal; :meth:`text` once it is done."""

@@ -4,14 +4,11 @@ of the buffers at every forward's start was taken for the step's arrival, so a r
 forward was never named ("stragglers: none", its peer's wait in the backward), and a data
 straggler's peer read its wait in the broadcast as its forward ("fwd 24.8 ms", not comm)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import pardash_env
-from pardash.telemetry.report import build_report
+from helpers import launched_report
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -19,14 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def _report(tmp_path, *script: str) -> dict:
-    log = tmp_path / "run.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log),
-         "--runs-dir", str(tmp_path / "runs"), "--", *script],
-        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return build_report(str(log))
+    return launched_report(tmp_path, *script)
 
 
 # (A verdict needs two flagged windows of 10 steps past 10 of warm-up: step 29 at the earliest.

@@ -4,8 +4,16 @@ core whose two workers did its data work, each holding 400 MiB of its own, read 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
+import msgspec
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from helpers import pardash_env
 
 from pardash.telemetry import schema
 from pardash.telemetry.state import RankState
@@ -28,22 +36,31 @@ class Held(Dataset):
         return torch.zeros(4)
 
 
-def test_a_ranks_dataloader_workers_are_counted_apart_from_it():
+def _sampled() -> tuple[dict, dict, dict]:
+    """In a process of its own (a test's process may have children of other tests'): the
+    sampler's figures alone, then with a DataLoader's two workers running, and again."""
     sampler = SystemSampler()
     alone = sampler.sample()
-    assert (alone.children, alone.children_cpu_pct, alone.children_uss_bytes) == (None, None, None)
     loader = DataLoader(Held(), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=2)
     it = iter(loader)
     for _ in range(4):  # (both workers have loaded, each its own cache)
         next(it)
     first = sampler.sample()
-    assert first.children == 2
-    assert first.children_uss_bytes >= 2 * (64 << 20), first  # (each worker's own 64 MiB)
     for _ in range(8):
         next(it)
     again = sampler.sample()
+    return tuple(msgspec.to_builtins(m) for m in (alone, first, again))
+
+
+def test_a_ranks_dataloader_workers_are_counted_apart_from_it():
+    code = f"import sys, json; sys.path.insert(0, {os.path.dirname(__file__)!r}); import test_system_children as t; print(json.dumps(t._sampled()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=pardash_env())
+    assert out.returncode == 0, out.stderr[-2000:]
+    alone, first, again = (msgspec.convert(m, schema.System) for m in json.loads(out.stdout.strip().splitlines()[-1]))
+    assert (alone.children, alone.children_cpu_pct, alone.children_uss_bytes) == (None, None, None)
+    assert first.children == 2
+    assert first.children_uss_bytes >= 2 * (64 << 20), first  # (each worker's own 64 MiB)
     assert again.children == 2 and again.children_cpu_pct is not None
-    del it, loader  # (the workers end)
     # In the rank's detail: a row of their own.
     r = RankState(0)
     r.system = again

@@ -4,14 +4,11 @@ train on one batch, the same on each, and each counted it, so samples/s read twi
 took (3,767 where ~1,880; with FSDP on top, 2-D, too). Data-parallel counts are
 tests/test_ddp_buffer_broadcast.py's (each rank's batch its own)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import pardash_env
-from pardash.telemetry.report import build_report
+from helpers import launched_report
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -19,14 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def _report(tmp_path, *script: str) -> dict:
-    log = tmp_path / "run.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log),
-         "--runs-dir", str(tmp_path / "runs"), "--", *script],
-        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return build_report(str(log))
+    return launched_report(tmp_path, *script)
 
 
 @pytest.mark.parametrize("two_d", [False, True], ids=["tp", "fsdp-over-tp"])
