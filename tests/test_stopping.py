@@ -7,33 +7,17 @@ alert while it ended (review 275). Driven through a real HubCore with encoded me
 from __future__ import annotations
 
 import msgspec
+from test_node_exits import RUN, T, _hub_of_two_nodes
 
 from pardash.telemetry import schema
-from pardash.telemetry.analysis import LivenessConfig
 from pardash.telemetry.hubcore import HubCore
 from pardash.telemetry.printer import event_line, group_alike
 from pardash.tui.widgets.event_log import describe
 
-RUN = "r"
-T = 1.0e9
-
 
 def _two_ranks_at_step_30() -> tuple[HubCore, callable]:
-    core = HubCore(run_id=RUN, world_size=2)
-    core.detector.cfg = LivenessConfig()
-    seq = {0: 0, 1: 0}
-
-    def send(msg: schema.Message, t: float) -> None:
-        msg.run, msg.t = RUN, t
-        if msg.seq != -1:
-            msg.seq, seq[msg.rank] = seq[msg.rank], seq[msg.rank] + 1
-        assert core.ingest_bytes(schema.encode(msg), t - T), core.rejected
-
-    for r in (0, 1):
-        send(schema.Hello(rank=r, world_size=2, node=r, pid=100 + r, strategy="ddp"), T)
-    for s in range(1, 31):
-        for r in (0, 1):
-            send(schema.Step(rank=r, step=s, step_s=0.01, samples=8, loss=1.0), T + s / 100)
+    """A hub of a 2-rank DDP job at step 30 (test_node_exits's), looked at once."""
+    core, send = _hub_of_two_nodes()
     core.tick(0.3)
     return core, send
 
