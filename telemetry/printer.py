@@ -648,6 +648,8 @@ def states_text(st) -> str:
             # (a heartbeat from before the rank's latest step is of a phase it has left)
             if busy and (r.step is None or hb.step >= r.step.step):
                 status = busy
+        if status in (RUNNING, STARTING) and r.stopping is not None:
+            status = "stopping"  # (a slow stop's seconds read "2 running" until the ranks ended)
         counts[status] = counts.get(status, 0) + 1
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 

@@ -123,3 +123,16 @@ def test_a_rank_that_failed_as_the_launcher_stopped_it_was_stopped_not_the_jobs_
         if not (isinstance(m, schema.Event) and m.name == "stopping"):
             st.apply(m, m.t)
     assert failure_summary(st)["stopped_first"] == [{"rank": 0, "how": "stopped by you"}]
+
+
+def test_ranks_being_stopped_read_stopping_in_the_progress_line():
+    # A slow stop's seconds read "2 running" until the ranks ended (the "[stopping]" line above it).
+    from pardash.telemetry.printer import states_text
+    from pardash.telemetry.state import RunState
+
+    st = RunState()
+    for m in _stopped_healthy_job():
+        if isinstance(m, schema.Event) and m.name in ("error", "exit"):
+            break
+        st.apply(m, m.t)
+    assert states_text(st) == "2 stopping"
