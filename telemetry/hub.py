@@ -873,13 +873,14 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         try:
             entry = registry.register(info)
         except OSError as exc:
-            # A read-only home or runtime folder (a cluster's) costs the listing, not the run.
-            print(
-                f"pardash hub: cannot write the run registry {registry.registry_dir()} ({exc.strerror or exc}): "
-                f"`pardash ps` will not list this run; attach with `pardash attach {info['ingest']}`, "
-                "or set PARDASH_REGISTRY_DIR to a writable folder",
-                file=sys.stderr, flush=True,
-            )  # fmt: skip
+            # A read-only home or runtime folder (a cluster's) costs the listing, not the run. Said
+            # in the log and to viewers too: under a launch's TUI the line went by before it took
+            # the screen, and its events panel never said it (review 279).
+            said = (f"cannot write the run registry {registry.registry_dir()} ({exc.strerror or exc}): "
+                    f"`pardash ps` will not list this run; attach with `pardash attach {info['ingest']}`, "
+                    "or set PARDASH_REGISTRY_DIR to a writable folder")  # fmt: skip
+            print(f"pardash hub: {said}", file=sys.stderr, flush=True)
+            hub.core.note(said, name="warning")
     each_frame: list[Callable[[], None]] = []
     if entry is not None and not (info.get("strategy") and info.get("world_size")):
         # A hub alone (no launcher said what runs): `pardash ps` learns the strategy and the

@@ -1090,7 +1090,7 @@ MAX_WARNINGS = 50
 """Distinct warning texts a report lists; any more are counted under one entry with text ''."""
 
 _CLOCK_WARNING = re.compile(r"rank \d+'s clock .*the hub's: one of the two is wrong")
-_SAID_ELSEWHERE = ("cannot write --prometheus-textfile", "the launcher's supervisor (pid ")
+_SAID_ELSEWHERE = ("cannot write --prometheus-textfile", "the launcher's supervisor (pid ", "cannot write the run registry")
 _KEYS_WARNING = ("key(s) it admitted before", "a viewer's key watches and never publishes")
 
 
@@ -1107,8 +1107,8 @@ def hub_warning_kept(ev: schema.Event) -> bool:
       itself (its ``clocks`` line);
     - the end of a log whose disk was full as the hub stopped: not listed, its ``log ends
       early`` line says it (:func:`_disk_full_end`);
-    - the hub's Prometheus textfile it could not write, its admitted keys' folders, and the
-      launcher's supervisor gone: not listed, the hub's own running, nothing of the run's
+    - the hub's Prometheus textfile it could not write, the run registry it could not write, its
+      admitted keys' folders, and the launcher's supervisor gone: not listed, the hub's own running, nothing of the run's
       figures (the hub's terminal and the viewers had them)."""
     text = ev.message
     if _CLOCK_WARNING.match(text) or _disk_full_end(ev) is not None:

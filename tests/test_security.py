@@ -878,6 +878,8 @@ def test_a_hub_whose_registry_cannot_be_written_serves_and_says_how_to_attach(tm
     viewer = HubClient(info["updates"], info["snapshot"])
     try:
         assert viewer.wait_synced(20.0)
+        # ... and to its viewers (a launch's TUI took the screen after the line went by, review 279)
+        told = [e.message for e in viewer.state.events if e.name == "warning" and e.rank < 0]
     finally:
         viewer.close()
         proc.terminate()
@@ -886,6 +888,11 @@ def test_a_hub_whose_registry_cannot_be_written_serves_and_says_how_to_attach(tm
     (said,) = [line for line in err.splitlines() if "registry" in line and "hub stopped" not in line]
     assert f"cannot write the run registry {tmp_path / 'a_file' / 'registry'}" in said
     assert f"pardash attach {info['ingest']}" in said and "Traceback" not in err
+    assert told == [said.removeprefix("pardash hub: ")], told
+    from pardash.telemetry.report import build_report
+
+    assert [e.message for e in load_log(tmp_path / "run.jsonl")[0] if isinstance(e, schema.Event) and e.name == "warning"] == told
+    assert build_report(str(tmp_path / "run.jsonl"))["warnings"] == []  # (the listing, not the run's figures)
 
 
 def test_a_run_registered_again_by_a_restarted_hub_keeps_its_age(tmp_path, monkeypatch):
