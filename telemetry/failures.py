@@ -29,6 +29,13 @@ waiting 15000ms for recv", NCCL's watchdog timeout): a peer's doing when the hub
 stalled outside any collective (see :func:`failure_summary`)."""
 
 
+COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting \d+ ?ms for (?:recv|send|recv operation|send operation)|"
+                                r"Watchdog caught collective operation timeout|collective operation timeout", re.IGNORECASE)
+"""A collective's own timeout (gloo's "Timed out waiting 20000ms for recv operation to complete",
+NCCL's watchdog), not any error that says "timed out" (a DataLoader's, an S3 read's, a file
+lock's: review 280): what :func:`_not_waiting` takes as a wait for a peer."""
+
+
 def attempts(st) -> list[list[schema.Event]]:
     """The run's events, split where torchrun restarted the job (``--max-restarts``) or the job
     was run again under the run's id (a resume by hand, to a hub run alone): the hub notes each
@@ -135,7 +142,9 @@ def _in_its_stop(st, e: schema.Event) -> bool:
     no cause of the job's end (see RankState.ended_in_stop)."""
     r = st.ranks.get(e.rank)
     note = r.stopping if r is not None else None
-    return note is not None and (note.hseq < e.hseq or (bool(note.t) and bool(e.t) and note.t <= e.t))
+    if note is None or not e.code or e.code < 0 or r.own_error:
+        return False  # (a signal death, or an error of its own: a failure still, review 280)
+    return note.hseq < e.hseq or (bool(note.t) and bool(e.t) and note.t <= e.t)
 
 
 def _before(e: schema.Event, first: schema.Event) -> bool:
@@ -235,7 +244,7 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         # it): the rank the hang waited for (stalled outside any collective, or behind the
         # others) is the cause, though the waiting rank's error ended the job.
         causes = hang_causes(hang, sharded=is_sharded(st.strategy)) - {first.rank}
-        if not causes and WAIT_FAILURE.search(message) and not PEER_FAILURE.search(message):
+        if not causes and COLLECTIVE_TIMEOUT.search(message) and not PEER_FAILURE.search(message):
             causes = _not_waiting(hang, events, first)
         waited = [{"rank": r, "kind": kind, "step": at, "phase": phase} for r, kind, at, phase in hang if r in causes]
         if waited:
@@ -264,7 +273,11 @@ def _not_waiting(hang: list, events: list[schema.Event], first: schema.Event) ->
     stopped them before their own timeouts: any of them may be the one)."""
     failed = {e.rank for e in events if e.name == "error" and e.rank >= 0} | {first.rank}
     failed |= {e.rank for e in events if e.name == "exit" and e.rank >= 0 and e.code and not is_stop(e)}
-    left = {r for r, _kind, _at, _phase in hang if r not in failed}
+    phases = {r: phase for r, _kind, _at, phase in hang}
+    if phases.get(first.rank) in ("data", "checkpoint", "eval", "resume"):
+        return set()  # (it timed out in its own work, not in a collective)
+    # (one itself waiting in a collective, "sync", is no one the others wait for)
+    left = {r for r, _kind, _at, phase in hang if r not in failed and phase != "sync"}
     return left if len(left) == 1 else set()
 
 

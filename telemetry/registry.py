@@ -266,8 +266,12 @@ def why_none_listed(run_id: str = "") -> str:
     their own); '' otherwise. A second user read "no live runs" of another's, and a read-only
     HOME the same with no word why (review 279)."""
     d = registry_dir()
-    if not d.is_dir():
-        there = next((p for p in d.absolute().parents if p.exists()), None)
+    try:
+        made = d.is_dir()
+        there = None if made else next((p for p in d.absolute().parents if p.exists()), None)
+    except OSError as exc:  # (a folder on the way this user may not enter)
+        return f"the run registry {d} cannot be read ({exc.strerror or exc}): set PARDASH_REGISTRY_DIR to a folder of yours"
+    if not made:
         if there is not None and (not there.is_dir() or not os.access(there, os.W_OK | os.X_OK)):
             return (f"the run registry {d} cannot be made ({there} is not a writable folder), so runs launched here are not "
                     "listed either: set PARDASH_REGISTRY_DIR to a writable folder, or attach with the tcp://HOST:PORT a hub prints")
@@ -297,9 +301,13 @@ def live_runs(*, prune: bool = True) -> list[dict]:
     every entry."""
     d = registry_dir()
     out = []
-    if not d.is_dir():
+    try:
+        if not d.is_dir():
+            return out
+        paths = list(d.glob("*.json"))
+    except OSError:  # (a folder on the way this user may not enter: ps says so, see why_none_listed)
         return out
-    for path in d.glob("*.json"):
+    for path in paths:
         entry = _read_own(path)  # (another user's is passed over, never removed)
         if not _usable(entry):
             continue

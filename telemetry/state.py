@@ -335,6 +335,7 @@ class RankState:
         "exit_noted",
         "awaited",
         "stopping",
+        "own_error",
         "samples_mark",
         "t_mark",
         "samples_rate",
@@ -394,6 +395,10 @@ class RankState:
         self.stopping: schema.Event | None = None
         """The launcher's note that it began stopping the rank (:func:`launcher_stopping`):
         ending, not judged (no stall or silence: a framework's ranks may take seconds to end)."""
+        self.own_error = False
+        """This process raised an error of its own (not a peer's going: failures.PEER_FAILURE):
+        its exit after a stop began is still a failure (a full disk in its SIGTERM handler's
+        save, an error long before the stop: review 280)."""
         self.samples_mark: int | None = None
         """``samples_total`` of the step at its latest history point (None: not known, as
         after a restart), from which the next point's ``samples`` column counts."""
@@ -486,6 +491,7 @@ class RankState:
         self.finished = False
         self.silent = self.stalled = None
         self.stopping = None
+        self.own_error = False
 
     @property
     def ended_in_stop(self) -> bool:
@@ -494,7 +500,8 @@ class RankState:
         stopped a peer first, gloo's "Connection closed by peer"; a Stop of a healthy job read
         "rank 1 exited" and "rank 0 was stopped by you first; rank 1 exited with code 1 after
         it", review 275)."""
-        return self.exit_code is not None and (self.exit_code in STOPPED_CODES or self.stopping is not None)
+        code = self.exit_code
+        return code is not None and (code in STOPPED_CODES or (self.stopping is not None and code > 0 and not self.own_error))
 
     @property
     def last_step(self) -> int | None:
@@ -729,6 +736,10 @@ class RunState:
             r.alive_again()
         elif isinstance(msg, schema.Event):
             code = msg.code if msg.code is not None else 0
+            if msg.name == "error" and msg.seq >= 0:
+                from .failures import PEER_FAILURE  # (failures imports this module)
+
+                r.own_error = r.own_error or not PEER_FAILURE.search(f"{msg.message}\n{msg.traceback or ''}")
             if msg.name == "exit" and msg.seq < 0 and msg.step is None and code < 0 and code not in KILLED_NOT_STEPPING and r.step is not None:
                 # The launcher's note of a rank killed outright (SIGKILL, SIGSEGV: no word of its
                 # own) says nothing of where: the step it died in (:func:`died_in_step`). Kept

@@ -166,7 +166,7 @@ GLOO_TIMEOUT = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/trans
                 "waiting 20000ms for recv operation to complete")  # fmt: skip
 
 
-def _timed_out(strategy: str, world: int, timed_out: set[int], phase: str = "forward") -> RunState:
+def _timed_out(strategy: str, world: int, timed_out: set[int], phase: str = "forward", phases: dict[int, str] | None = None) -> RunState:
     """A job of ``world`` ranks that hung after step 60, every rank stalled in ``phase``: the
     ranks ``timed_out`` raised a collective's timeout (rank 0 first), torchrun stopped the rest."""
     st = RunState()
@@ -174,7 +174,8 @@ def _timed_out(strategy: str, world: int, timed_out: set[int], phase: str = "for
         st.apply(schema.Hello(run="x", rank=r, seq=0, world_size=world, strategy=strategy, t=1.0), 1.0)
         st.apply(schema.Step(run="x", rank=r, seq=1, step=60, step_s=0.1, samples=4, t=2.0), 2.0)
     for r in range(world):
-        st.apply(schema.Verdict(run="x", rank=r, seq=-1, verdict="stalled", cause=phase, step=60, message=f"rank {r} stalled", t=8.0), 8.0)
+        cause = (phases or {}).get(r, phase)
+        st.apply(schema.Verdict(run="x", rank=r, seq=-1, verdict="stalled", cause=cause, step=60, message=f"rank {r} stalled", t=8.0), 8.0)
     seq = 2
     for r in sorted(timed_out):
         st.apply(schema.Event(run="x", rank=r, seq=seq, name="error", message=GLOO_TIMEOUT, step=60, t=22.0 + r), 22.0 + r)
@@ -204,3 +205,19 @@ def test_a_timeout_beside_one_rank_that_raised_nothing_names_that_rank_where_the
     # them may be it, none named.
     f = failure_summary(_timed_out(strategy, 4, {0}), hang=[(r, "stalled", 60, "forward") for r in range(4)])
     assert f["waited_for"] == [] and f["line"].startswith("rank 0 exited with code 1 at step 61"), f["line"]
+
+
+def test_a_timeout_of_the_ranks_own_work_names_no_peer():
+    # Review 280: "RuntimeError: DataLoader timed out after 60 seconds" (rank 0 in its data, rank 1
+    # waiting in sync) named rank 1 "the likely cause of the hang". Only a collective's own
+    # timeout is a wait for a peer, and a rank itself waiting in a collective is nobody's cause.
+    from pardash.telemetry.failures import failure_summary
+
+    st = _timed_out("tp", 2, {0}, phases={0: "data", 1: "sync"})
+    for m in st.lifecycle:
+        if m.name == "error":
+            m.message = "RuntimeError: DataLoader timed out after 60 seconds"
+    f = failure_summary(st)
+    assert f["waited_for"] == [] and f["line"].startswith("rank 0 exited with code 1 at step 61: RuntimeError: DataLoader timed out"), f["line"]
+    f = failure_summary(_timed_out("tp", 2, {0}, phases={0: "forward", 1: "sync"}))
+    assert f["waited_for"] == [], f["line"]

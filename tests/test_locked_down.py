@@ -154,3 +154,32 @@ def test_the_report_of_a_job_that_ended_before_any_rank_reported_says_its_exit_c
     out, err = capsys.readouterr()
     assert f"the job ended with exit code 1 before any rank reported (torchrun's own words: {run / 'output.log'})" in err, err
     assert "exits: no rank reported; the job's exit code 1" in out and "none with an error" not in out, out
+
+
+def test_a_runs_folder_under_one_this_user_may_not_enter_is_said_in_a_line(tmp_path, monkeypatch):
+    # Review 280: Path.exists() raises (EACCES) for a path under a folder of mode 700 another user
+    # owns: a traceback still. (Root enters any folder: the refusal is made here.)
+    from pathlib import Path
+
+    from pardash.telemetry import registry
+    from pardash.trainer.launcher import LaunchError, check_run_dir
+
+    locked = tmp_path / "locked"
+    real = Path.exists
+
+    def exists(self, *a, **k):
+        if str(self).startswith(str(locked) + "/"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    monkeypatch.setattr(Path, "is_dir", lambda self: exists(self) and real(self) and os.path.isdir(self))
+    try:
+        check_run_dir(str(locked / "runs" / "r1"))
+    except LaunchError as exc:
+        assert str(exc) == f"cannot make the run's folder {locked / 'runs' / 'r1'}: Permission denied; pass a writable --runs-dir DIR"
+    else:
+        raise AssertionError("no refusal")
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(locked / "reg"))
+    assert registry.live_runs() == []
+    assert registry.why_none_listed().startswith(f"the run registry {locked / 'reg'} cannot be read (Permission denied)")

@@ -136,3 +136,21 @@ def test_ranks_being_stopped_read_stopping_in_the_progress_line():
             break
         st.apply(m, m.t)
     assert states_text(st) == "2 stopping"
+
+
+def test_a_rank_that_failed_of_its_own_around_a_stop_still_failed():
+    # Review 280: a full disk in a rank's SIGTERM handler's emergency save (after the stop began),
+    # and an error raised long before a stop of the job stuck in its teardown, read as stops:
+    # no root cause. Only a failure of the stop's making (a peer's going) is the stop's.
+    from pardash.telemetry.failures import failure_summary
+    from pardash.telemetry.state import RunState
+
+    for message, t in (("OSError: [Errno 28] No space left on device", T + 1.3), ("ValueError: corrupt record 765", T + 0.5)):
+        st = RunState()
+        for m in _stopped_healthy_job():
+            if isinstance(m, schema.Event) and m.name == "error":
+                m = msgspec.structs.replace(m, message=message, t=t)
+            st.apply(m, m.t)
+        f = failure_summary(st)
+        assert f is not None and f["rank"] == 1 and f["error"] == message, (message, f)
+        assert not st.ranks[1].ended_in_stop

@@ -269,7 +269,10 @@ def check_run_dir(run_dir: str) -> None:
     could be made, making nothing: a --log elsewhere, from a read-only folder, ended in a
     traceback of its mkdir and an empty log left behind (review 279)."""
     path = Path(run_dir).absolute()
-    there = next(p for p in (path, *path.parents) if p.exists())  # (the root, at worst)
+    try:
+        there = next(p for p in (path, *path.parents) if p.exists())  # (the root, at worst)
+    except OSError as exc:  # (a folder on the way this user may not enter: exists() raises)
+        raise LaunchError(f"cannot make the run's folder {run_dir}: {exc.strerror or exc}; pass a writable --runs-dir DIR") from None
     if not there.is_dir():
         raise LaunchError(f"cannot make the run's folder {run_dir}: {there} is a file; pass a writable --runs-dir DIR")
     if there != path and not os.access(there, os.W_OK | os.X_OK):
