@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pardash.telemetry import state as st
 
-from .model import SORT_LABELS, STOPPED, RankRow, sort_rows
+from .model import SORT_LABELS, STOPPED, STOPPING, RankRow, sort_rows
 
 FORMS = ("auto", "cells", "heat")
 """auto: the richest form that fits; cells: never a heat map (full cells scroll when even
@@ -27,6 +27,7 @@ HEAT_GLYPHS = {
     st.STALLED: "◆",
     st.SILENT: "○",
     st.EXITED: "×",
+    STOPPING: "◐",  # (a stop began, not ended yet: model.STOPPING; ● running on its way out)
     STOPPED: "▬",  # (exited by a stop, not failing: model.STOPPED)
     st.FINISHED: "□",
 }
@@ -48,12 +49,13 @@ _LEGEND: tuple[tuple[str | None, LegendItem], ...] = (
     ("waiting", (WAITING_GLYPH, "waiting", "waiting")),
     (st.SILENT, (HEAT_GLYPHS[st.SILENT], "silent", "silent")),
     (st.EXITED, (HEAT_GLYPHS[st.EXITED], "exited", "exited")),
+    (STOPPING, (HEAT_GLYPHS[STOPPING], "stopping", "stopping")),
     (STOPPED, (HEAT_GLYPHS[STOPPED], "stopped", "stopped")),
     (st.FINISHED, (HEAT_GLYPHS[st.FINISHED], "finished", "done")),
 )
 """The heat map's key. "self +10%" and "+25%": a running rank's self time that far above the
 other ranks' median (amber, red)."""
-_LEGEND_IF_SEEN = (st.STARTING, "waiting", STOPPED)
+_LEGEND_IF_SEEN = (st.STARTING, "waiting", STOPPING, STOPPED)
 """Entries listed only while some rank draws them ("waiting": a hang's victims)."""
 
 

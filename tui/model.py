@@ -56,6 +56,13 @@ totals count apart from the running ones (the header read "● 2 running" over a
 of them "saving")."""
 
 
+STOPPING = "stopping"
+"""What the grid calls a working rank the launcher began stopping (see :func:`is_stopping`),
+and the run's totals count apart from the running ones: a stop whose ranks take seconds to end
+(a SIGTERM handler's save) read "● 2 running" under the events' "ranks 0-1 being stopped by
+you", as the headless progress line no longer did ("2 stopping")."""
+
+
 STOPPED = "stopped"
 """What the grid and the header call a rank that exited by a stop, not failing: its exit code
 one of failures.STOPPED_CODES (Ctrl-C, a viewer's Stop, SIGTERM from a scheduler, or from
@@ -74,6 +81,15 @@ def is_saving(r: st.RankState, step: schema.Step | None) -> bool:
     still for the save's length, which read as a plain running rank gone quiet."""
     beat = r.heartbeat
     return beat is not None and beat.phase == "checkpoint" and (step is None or beat.step >= step.step)
+
+
+def is_stopping(r: st.RankState, status: str) -> bool:
+    """Whether a rank of ``status`` (its ``RankState.status``) is being stopped now: the
+    launcher said it began stopping it (``RankState.stopping``) and it has not ended. A running
+    or starting rank only, as the headless progress line says it: a straggler or a stalled rank
+    keeps its verdict, and one saving says so (:func:`is_saving`: what the stop waits for)."""
+    return r.stopping is not None and (status == st.RUNNING or status == st.STARTING)
+
 
 FLAGGED_STATUSES = frozenset({st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED})
 """Statuses that count as flagged (the filter keeps them)."""
@@ -94,9 +110,10 @@ _STATUS_ORDER = {
     st.STALLED: 2,
     st.STRAGGLER: 3,
     STOPPED: 4,
-    st.STARTING: 5,
-    st.RUNNING: 6,
-    st.FINISHED: 7,
+    STOPPING: 5,
+    st.STARTING: 6,
+    st.RUNNING: 7,
+    st.FINISHED: 8,
 }
 """Most urgent first when sorting by status."""
 
@@ -154,6 +171,8 @@ class RankRow:
     stopped: bool = False
     """Exited by a stop, not failing (see :data:`STOPPED`): the grid says "stopped", not
     "exit -15"."""
+    stopping: bool = False
+    """Being stopped: a stop began and the rank has not ended yet (see :data:`STOPPING`)."""
 
     @property
     def flagged(self) -> bool:
@@ -290,6 +309,7 @@ class _Rank:
         "exit_first",
         "cause",
         "stopped",
+        "stopping",
         "row",
         "row_gen",
         "smooth",
@@ -322,6 +342,8 @@ class _Rank:
         self.cause = False
         self.stopped = False
         """Exited with a code of a stop (:func:`is_stop`), cause or not."""
+        self.stopping = False
+        """Being stopped (:func:`is_stopping`, not saving)."""
         self.row: RankRow | None = None
         self.row_gen = -1
         self.smooth: dict[str, list] = {}
@@ -546,7 +568,15 @@ class RowBuilder:
                 else:
                     e.feed_self()
             self_s = e.self_med
-            if status is RUNNING and e.status is RUNNING and not e.flagged and r.not_sharding is None and r.loss_bad is None:
+            if (
+                status is RUNNING
+                and e.status is RUNNING
+                and not e.flagged
+                and r.not_sharding is None
+                and r.loss_bad is None
+                and r.stopping is None
+                and not e.stopping
+            ):
                 # Nearly every rank of a healthy run, every frame: running (so it has a step)
                 # and was running, nothing flagged; the general case below, cut short.
                 if r.heartbeat is not None and r.heartbeat.phase == "checkpoint" and is_saving(r, step):
@@ -572,11 +602,13 @@ class RowBuilder:
                         changed.add(e.rank)
                 continue
             stopped = status == st.EXITED and r.ended_in_stop
-            if stopped != e.stopped:
-                e.stopped = stopped
+            saving_now = status == RUNNING and is_saving(r, step)
+            stopping = not saving_now and is_stopping(r, status)
+            if stopped != e.stopped or stopping != e.stopping:
+                e.stopped, e.stopping = stopped, stopping
                 if changed is not None:
                     changed.add(e.rank)
-            counted = SAVING if status == RUNNING and is_saving(r, step) else STOPPED if stopped else status
+            counted = SAVING if saving_now else STOPPING if stopping else STOPPED if stopped else status
             counts[counted] = counts.get(counted, 0) + 1
             if step is not None:
                 if self_s is None:
@@ -642,7 +674,9 @@ class RowBuilder:
         if exited or stuck or self._causes:
             # Hung: every rank alive stalled or silent (a rank stalled in its data loader while
             # the others run waits for nobody, whoever failed elsewhere).
-            hung = stuck > 0 and not (counts.get(RUNNING) or counts.get(SAVING) or counts.get(st.STRAGGLER) or counts.get(st.STARTING))
+            hung = stuck > 0 and not (
+                counts.get(RUNNING) or counts.get(SAVING) or counts.get(STOPPING) or counts.get(st.STRAGGLER) or counts.get(st.STARTING)
+            )
             self._mark_causes(cause_ranks(state, first) if exited or stuck else frozenset(), hung)
             if self._waiting and counts.get(st.STALLED):
                 # Counted as the grid draws them: the stalled ranks waiting for a hang's cause
@@ -774,13 +808,14 @@ class RowBuilder:
 
     def heat_key(self, rank: int) -> tuple[str, int, bool | None, bool | None] | None:
         """What a rank's heat-map glyph shows: (status, deviation level, exit order mark, hang
-        mark); the status :data:`STOPPED` for a rank shown stopped (``RankRow.stopped``). The
+        mark); the status :data:`STOPPED` for a rank shown stopped (``RankRow.stopped``),
+        :data:`STOPPING` for one being stopped (``RankRow.stopping``). The
         hang mark is True for the stalled or silent rank a hang likely waits for
         (``RankRow.cause``), False for a stalled rank waiting for it, None otherwise."""
         e = self._by_rank.get(rank)
         if e is None:
             return None
-        return (STOPPED if e.stopped else e.status, e.level, e.exit_first, self._hang_mark(e))
+        return (STOPPED if e.stopped else STOPPING if e.stopping else e.status, e.level, e.exit_first, self._hang_mark(e))
 
     def _hang_mark(self, e: _Rank) -> bool | None:
         status = e.status
@@ -873,7 +908,14 @@ class RowBuilder:
             r.loss_not_finite,
             saving,
             e.stopped,
+            e.stopping,
         )
+
+
+def shown_status(row: RankRow) -> str:
+    """The status the grid draws a row with: its status, or :data:`STOPPED` or
+    :data:`STOPPING` (not "saving": a running rank's cell says it)."""
+    return STOPPED if row.stopped else STOPPING if row.stopping else row.status
 
 
 def comm_wait_s(step: schema.Step, hello: schema.Hello | None) -> float | None:
@@ -930,7 +972,7 @@ def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
         # timeout waiting for it ended the job); then the worst first, the root cause of a
         # failure first among the exited (it sat in its rank's place, among the 1023 ranks
         # stopped because of it).
-        return sorted(rows, key=lambda r: (not r.cause, _STATUS_ORDER.get(STOPPED if r.stopped else r.status, 9), r.exit_first is not True, r.rank))
+        return sorted(rows, key=lambda r: (not r.cause, _STATUS_ORDER.get(shown_status(r), 9), r.exit_first is not True, r.rank))
     raise ValueError(f"unknown sort key {key!r}")
 
 
@@ -940,7 +982,8 @@ class RunTotals:
 
     status_counts: dict[str, int]
     """Ranks by status, the stalled ones waiting for a hang's cause under ``WAITING`` and the
-    exited ones stopped under ``STOPPED`` (as the grid draws them; :func:`run_totals`, which
+    exited ones stopped under ``STOPPED``, those being stopped under ``STOPPING``, the running
+    ones saving under ``SAVING`` (as the grid draws them; :func:`run_totals`, which
     knows no grid, counts the waiting ones stalled)."""
     nodes: int
     step: int
@@ -962,7 +1005,14 @@ def run_totals(state: st.RunState) -> RunTotals:
     seen = False
     for r in state.ranks.values():
         status = r.status
-        counted = STOPPED if status == st.EXITED and r.ended_in_stop else status
+        if status == st.EXITED and r.ended_in_stop:
+            counted = STOPPED
+        elif status == st.RUNNING and is_saving(r, r.step):
+            counted = SAVING
+        elif is_stopping(r, status):
+            counted = STOPPING
+        else:
+            counted = status
         counts[counted] = counts.get(counted, 0) + 1
         hello = r.hello
         if hello is None:

@@ -37,7 +37,7 @@ from ..grid_layout import (
     shown_rows,
 )
 from ..messages import RankChosen, RankHighlighted
-from ..model import SORT_KEYS, STOPPED, RankRow, RowBuilder
+from ..model import SORT_KEYS, STOPPED, STOPPING, RankRow, RowBuilder, shown_status
 from ..styles import component_fg
 
 
@@ -92,6 +92,7 @@ class RankGrid(ScrollView, can_focus=True):
         "rank-grid--silent",
         "rank-grid--exited",
         "rank-grid--exited-after",
+        "rank-grid--stopping",
         "rank-grid--stopped",
         "rank-grid--finished",
         "rank-grid--dev-warn",
@@ -135,6 +136,7 @@ class RankGrid(ScrollView, can_focus=True):
     RankGrid > .rank-grid--silent { color: $text-error; }
     RankGrid > .rank-grid--exited { color: $text-error; text-style: bold reverse; }
     RankGrid > .rank-grid--exited-after { color: $text-error 70%; }
+    RankGrid > .rank-grid--stopping { color: $text-secondary; }
     RankGrid > .rank-grid--stopped { color: $text-secondary; }
     RankGrid > .rank-grid--finished { color: $text-primary; }
     RankGrid > .rank-grid--dev-warn { color: $text-warning; }
@@ -599,13 +601,15 @@ class RankGrid(ScrollView, can_focus=True):
         neighbouring fields of one style make one run."""
         base = self._base()
         dim = self._style("rank-grid--dim")
-        status = STOPPED if row.stopped else row.status
+        status = shown_status(row)
         exit_first = row.exit_first
         hang = True if row.cause and status in (st.STALLED, st.SILENT) else False if row.waiting else None
         if status == STOPPED:  # (by Ctrl-C, a Stop, SIGTERM: "exit -15" read as a failure)
             status_text, status_style = STOPPED, self._status_style(status, exit_first)
         elif status == st.EXITED and row.exit_code is not None:
             status_text, status_style = f"exit {row.exit_code}", self._status_style(status, exit_first)
+        elif status == STOPPING:  # (a stop began: "running" read as if it went on)
+            status_text, status_style = STOPPING, self._style("rank-grid--stopping")
         elif row.not_sharding and status == st.RUNNING:
             status_text, status_style = "unsharded", self._style("rank-grid--unsharded")
         elif row.saving:  # (its step stands still meanwhile: said, not a plain "running")

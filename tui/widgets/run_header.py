@@ -22,7 +22,7 @@ from pardash.telemetry.client import Source
 from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent, time_left_s, total_steps
 
 from ..format import fmt_count, fmt_duration, fmt_rate
-from ..model import SAVING, STOPPED, WAITING, RunTotals, run_totals
+from ..model import SAVING, STOPPED, STOPPING, WAITING, RunTotals, run_totals
 from ..run_clock import run_origin
 from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
@@ -35,6 +35,7 @@ STATUS_MARKS = (
     (WAITING, "◇"),  # (stalled, waiting for a hang's cause: as the grid draws and counts it)
     (st.SILENT, "○"),
     (st.EXITED, "×"),
+    (STOPPING, "◐"),  # (a stop began, not ended yet: as the grid draws and counts it)
     (STOPPED, "▬"),  # (exited by a stop, not failing: as the grid draws and counts it)
     (st.FINISHED, "□"),
     (st.STARTING, "·"),
@@ -292,7 +293,7 @@ def summarize(
     if hello is not None:
         device = hello.device_name or hello.device
     sps, when = totals.samples_per_s, ""
-    if sps is None and counts and not counts.get(st.RUNNING) and not counts.get(SAVING) and not counts.get(st.STARTING):
+    if sps is None and counts and not any(counts.get(s) for s in (st.RUNNING, SAVING, STOPPING, st.STARTING)):
         if counts.get(st.STALLED) or counts.get(WAITING) or counts.get(st.SILENT):
             sps = 0.0  # stuck: nothing moves (the rate of their last steps would say otherwise)
         elif ended_stuck(state):  # stopped or killed while stuck, as the launcher's last line says
@@ -361,6 +362,7 @@ class RunHeader(CachedStyles, Widget):
         "run-header--waiting",
         "run-header--silent",
         "run-header--exited",
+        "run-header--stopping",
         "run-header--stopped",
         "run-header--finished",
         "run-header--starting",
@@ -387,6 +389,7 @@ class RunHeader(CachedStyles, Widget):
     RunHeader > .run-header--waiting { color: $text-warning; }
     RunHeader > .run-header--silent { color: $text-error; }
     RunHeader > .run-header--exited { color: $text-error; text-style: bold; }
+    RunHeader > .run-header--stopping { color: $text-secondary; }
     RunHeader > .run-header--stopped { color: $text-secondary; }
     RunHeader > .run-header--finished { color: $text-primary; }
     RunHeader > .run-header--starting { color: $text-muted; }

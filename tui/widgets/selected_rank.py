@@ -94,7 +94,9 @@ class SelectedRank(CachedStyles, Widget):
         if row is None:
             text = "no rank selected"
             return [(text, self._s("label"))], cell_len(text)
-        if row.exit_code is None:
+        if row.stopping:  # (the grid's "stopping": a stop began, the rank not ended yet)
+            status = "stopping"
+        elif row.exit_code is None:
             status = row.status
         elif row.stopped:  # (ended by a stop, not failing: the grid's "stopped")
             status = f"stopped ({signal_name(row.exit_code) or f'code {row.exit_code}'})"
