@@ -2,7 +2,8 @@
 2-rank gloo runs under ``pardash launch --headless``, read in the report's JSON: the broadcast
 of the buffers at every forward's start was taken for the step's arrival, so a rank slow in its
 forward was never named ("stragglers: none", its peer's wait in the backward), and a data
-straggler's peer read its wait in the broadcast as its forward ("fwd 24.8 ms", not comm)."""
+straggler's peer read its wait in the broadcast as its forward ("fwd 24.8 ms", not comm); under
+torch.compile the broadcast went untimed, and a data straggler was not named."""
 
 from pathlib import Path
 
@@ -36,3 +37,18 @@ def test_ddp_with_buffers_names_the_slow_rank_and_its_peer_waits_in_comm(tmp_pat
     assert healthy["median_comm_s"] > 4 * healthy["median_forward_s"], healthy
     assert slow["median_self_s"] > 4 * healthy["median_self_s"], (healthy, slow)
     assert rep["samples"] == steps * 16 * 2  # (data parallel: each rank's batch its own)
+
+
+def test_compiled_ddp_with_buffers_names_a_data_straggler_and_its_peer_waits_in_comm(tmp_path):
+    # torch.compile(DDP(model)): dynamo traces DDP's forward, and the broadcast of its buffers
+    # with it; the broadcast went untimed and was no longer the arrival either, so rank 1 slow
+    # in its data read "stragglers: none", rank 0's wait its forward (45 ms a step). (The one
+    # compiled launch of the suite: compiling on CPU costs seconds per rank.)
+    steps = 45
+    rep = _report(tmp_path, str(SCRIPTS / "ddp_batchnorm_compiled.py"), str(steps), "1", "0.04", "data")
+    found = rep["stragglers"]
+    assert [(s["rank"], s["kind"]) for s in found] == [(1, "data")], found
+    healthy, slow = rep["ranks"]
+    assert healthy["median_comm_s"] > 4 * healthy["median_forward_s"], healthy
+    assert slow["median_self_s"] > 4 * healthy["median_self_s"], (healthy, slow)
+    assert rep["samples"] == steps * 16 * 2

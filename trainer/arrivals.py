@@ -126,7 +126,7 @@ class Arrivals:
         "comm 27.6 ms"; and a data straggler's peer read its wait as its forward ("fwd 24.8
         ms"). (Review 276, a DDP MLP with BatchNorm1d.)"""
 
-        def _sync_buffers(ddp: Any, *args: Any, **kwargs: Any) -> Any:
+        def timed(ddp: Any, *args: Any, **kwargs: Any) -> Any:
             if _get_ident() != self._tid or _is_compiling() or self.dead or not self._buffer_sync_begins():
                 return original(ddp, *args, **kwargs)
             start = self._sync_begins()
@@ -134,8 +134,34 @@ class Arrivals:
                 return original(ddp, *args, **kwargs)
             finally:
                 self._synced(start)
+                self._buffers_synced()
+
+        # torch.compile(DDP(model)): dynamo traces DDP's forward, and this wrapper with it, so
+        # none of it ran as the step ran (the broadcast untimed). Called from the trace, the
+        # wrapper runs outside it (_disable_dynamo: a graph break, here rather than at the
+        # broadcast itself, a pybind function dynamo breaks at anyway), and times it as in eager.
+        eager = getattr(torch, "_disable_dynamo", None)
+        timed_eagerly = eager(timed) if eager is not None else timed
+
+        def _sync_buffers(ddp: Any, *args: Any, **kwargs: Any) -> Any:
+            if _is_compiling():
+                return timed_eagerly(ddp, *args, **kwargs)
+            return timed(ddp, *args, **kwargs)
 
         return _sync_buffers
+
+    @_guarded
+    def _buffers_synced(self) -> None:
+        """DDP's buffer broadcast was timed as a wait: the step's arrival the forward's root
+        took for it, where the broadcast might go untimed (see Instrument._root_begin), is
+        taken back; the backward that all-reduces arrives."""
+        arrive, self._buffer_arrive = self._buffer_arrive, None
+        if arrive is None:
+            return
+        if self._arrive_next is arrive:
+            self._arrive_next = None
+        elif self._open is not None and self._open.arrive is arrive:
+            self._open.arrive = None
 
     @_guarded
     def _buffer_sync_begins(self) -> bool:

@@ -391,9 +391,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         """FSDP2 modules whose all-gather waits are timed (see _watch_gathers)."""
         self._gather_handles: list[Any] = []
         self._gather_t: Any = None
-        self._buffers_timed = False
-        """DDP's buffer broadcast is timed as a wait (see Arrivals._wrap_ddp_buffer_sync), not
-        taken for the step's arrival."""
+        self._buffer_arrive: Any = None
+        """The arrival a DDP forward that broadcasts its buffers took as it began, until the
+        broadcast is timed as a wait (Arrivals._buffers_synced takes it back)."""
         self._tp_group = (1, 0)
         """(ranks in this rank's tensor-parallel group, its place in it): the group trains on
         one batch, each rank a share of its samples (see modelfacts.tensor_parallel_group)."""
@@ -464,7 +464,6 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._patch(DistributedDataParallel, "__getstate__", _without_hooks_in_state)
             if hasattr(DistributedDataParallel, "_sync_buffers"):
                 self._patch(DistributedDataParallel, "_sync_buffers", self._wrap_ddp_buffer_sync)
-                self._buffers_timed = True
         api.attach_auto(self)
         return self
 
@@ -612,10 +611,15 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             if syncs:
                 self._ddp_sync = True  # the next backward all-reduces
             self._ddp_accumulates = not syncs  # (under no_sync: see Arrivals._collective_begins)
-            if not self._buffers_timed and not self._arrived() and ddp_syncs_buffers(module):
-                # (a torch whose DDP has no _sync_buffers to time: the broadcast of its buffers,
-                # first thing in its forward, is the step's arrival; see _wrap_ddp_buffer_sync)
-                self._arrive(self.clock.stamp())
+            self._buffer_arrive = None
+            if not self._arrived() and ddp_syncs_buffers(module):
+                # The broadcast of its buffers, first thing in its forward, is the step's
+                # arrival until it is timed as a wait (Arrivals._wrap_ddp_buffer_sync), decided
+                # each step from what ran: untimed (a torch whose DDP broadcasts elsewhere), a
+                # data straggler's peers read as slow as it (torch.compile(DDP(model)) did so
+                # while a torch with DDP._sync_buffers was taken to time it).
+                self._buffer_arrive = self.clock.stamp()
+                self._arrive(self._buffer_arrive)
 
     def _add_root(self, module: Any) -> None:
         self._settled_from = self.step
