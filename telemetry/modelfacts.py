@@ -47,44 +47,63 @@ def tensor_parallel_group(model: Any) -> tuple[int, int]:
     """(ranks in this rank's tensor-parallel group, its place in that group, 0-based): the ranks
     that split one copy of ``model``'s layers between them (``parallelize_module``), and so
     train on one batch, the same on each. (1, 0) without tensor parallelism: DDP, FSDP alone,
-    one process.
+    one process, expert parallelism.
 
-    Read from the parameters' DTensor meshes: a tensor-parallel parameter's is its group's
-    mesh; under FSDP2 on top (2-D parallelism), the mesh with FSDP's data-parallel dimensions
-    too, which are left out (FSDP's own mesh says them). The largest group any parameter is on."""
+    Read from the DTensor meshes of the parameters that tensor parallelism splits: the weights
+    of ``nn.Linear`` and ``nn.Embedding`` modules (ColwiseParallel's and RowwiseParallel's, the
+    styles whose ranks share a batch: a layer's input replicated over them, or its sequence
+    split), on the mesh dimensions they are split over (``Shard``). A parameter of another
+    module split over ranks (a mixture of experts' stacked weights, ``[experts, in, out]``
+    split by experts over an ``ep`` mesh, torchtitan's ExpertParallel) is no such evidence: the
+    ranks of expert parallelism each train on a batch of their own, and counted as a
+    tensor-parallel group a job read half its samples/s. Nor is a replicated one (a layer
+    ``distribute_module`` left whole). Where no split parameter is a linear layer's or an
+    embedding's, each rank's batch counts as its own, as data parallelism's: a tensor-parallel
+    job of custom modules split by hand reads twice its samples, never an expert-parallel one
+    half. Under FSDP2 on top (2-D parallelism), its data-parallel mesh dimensions are left out
+    (FSDP's own mesh says them). The largest group any parameter is on."""
+    try:
+        from torch import nn
+    except ImportError:  # (pragma: the callers have torch)
+        return (1, 0)
     fsdp_meshes = _fsdp_meshes(model)
     marked = None
     best = (1, 0)
-    for p in model.parameters():
-        mesh = getattr(p, "device_mesh", None)
-        if mesh is None or getattr(p, "placements", None) is None:
+    for module in model.modules():
+        if not isinstance(module, (nn.Linear, nn.Embedding)):
             continue
-        try:
-            dims = list(range(mesh.ndim))
-            dp_mesh = fsdp_meshes.get(id(p), False)
-            if dp_mesh is None:  # FSDP's, its mesh unknown (a torch that keeps it elsewhere)
-                if marked is None:
-                    marked = tensor_parallel(model)
-                if not marked or mesh.ndim < 2:
-                    continue  # FSDP's own DTensor
-                dims = dims[1:]  # (FSDP over TP: its dimension first, as fully_shard makes them)
-            elif dp_mesh is not False:
-                names, dp_names = mesh.mesh_dim_names or (), dp_mesh.mesh_dim_names or ()
-                if dp_names and all(n in names for n in dp_names):
-                    dims = [d for d in dims if names[d] not in dp_names]
-                else:
-                    dims = dims[dp_mesh.ndim :]
-            coordinate = mesh.get_coordinate()
-            if coordinate is None:
-                continue  # (a mesh this rank is not in)
-            ways, place = 1, 0
-            for d in dims:
-                size = int(mesh.size(d))
-                ways, place = ways * size, place * size + int(coordinate[d])
-        except Exception:  # (a DTensor API unlike this one: counted as not tensor parallel)
-            continue
-        if ways > best[0]:
-            best = (ways, place)
+        for p in module.parameters(recurse=False):
+            mesh, placements = getattr(p, "device_mesh", None), getattr(p, "placements", None)
+            if mesh is None or placements is None:
+                continue
+            try:
+                dims = list(range(mesh.ndim))
+                dp_mesh = fsdp_meshes.get(id(p), False)
+                if dp_mesh is None:  # FSDP's, its mesh unknown (a torch that keeps it elsewhere)
+                    if marked is None:
+                        marked = tensor_parallel(model)
+                    if not marked or mesh.ndim < 2:
+                        continue  # FSDP's own DTensor
+                    dims = dims[1:]  # (FSDP over TP: its dimension first, as fully_shard makes them)
+                elif dp_mesh is not False:
+                    names, dp_names = mesh.mesh_dim_names or (), dp_mesh.mesh_dim_names or ()
+                    if dp_names and all(n in names for n in dp_names):
+                        dims = [d for d in dims if names[d] not in dp_names]
+                    else:
+                        dims = dims[dp_mesh.ndim :]
+                coordinate = mesh.get_coordinate()
+                if coordinate is None:
+                    continue  # (a mesh this rank is not in)
+                ways, place = 1, 0
+                for d in dims:
+                    if not placements[d].is_shard():
+                        continue  # (replicated over that dimension: a layer left whole there)
+                    size = int(mesh.size(d))
+                    ways, place = ways * size, place * size + int(coordinate[d])
+            except Exception:  # (a DTensor API unlike this one: counted as not tensor parallel)
+                continue
+            if ways > best[0]:
+                best = (ways, place)
     return best
 
 
