@@ -42,8 +42,10 @@ def test_ddp_with_buffers_names_the_slow_rank_and_its_peer_waits_in_comm(tmp_pat
 def test_compiled_ddp_with_buffers_names_a_data_straggler_and_its_peer_waits_in_comm(tmp_path):
     # torch.compile(DDP(model)): dynamo traces DDP's forward, and the broadcast of its buffers
     # with it; the broadcast went untimed and was no longer the arrival either, so rank 1 slow
-    # in its data read "stragglers: none", rank 0's wait its forward (45 ms a step). (The one
-    # compiled launch of the suite: compiling on CPU costs seconds per rank.)
+    # in its data read "stragglers: none", rank 0's wait its forward (45 ms a step). A rank slow
+    # in its forward was named compiled then too (the backward that all-reduces its arrival),
+    # and still is: the script's "fwd", run by hand, not here. (The one compiled launch of the
+    # suite: compiling on CPU costs seconds per rank.)
     steps = 45
     rep = _report(tmp_path, str(SCRIPTS / "ddp_batchnorm_compiled.py"), str(steps), "1", "0.04", "data")
     found = rep["stragglers"]
