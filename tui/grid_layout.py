@@ -88,20 +88,33 @@ def heat_legend(width: int, present: set[str]) -> tuple[list[list[LegendItem]], 
     return wrap(used, 1)[:2], 1
 
 
-COLUMNS = ("rank", "status", "loss", "step", "held", "dev")
-"""Fields of a cell."""
+COLUMNS = ("rank", "status", "loss", "dev", "data", "comm")
+"""Fields of a cell where several go on a line (tens of ranks): the narrowest of
+:data:`WIDE_COLUMNS`, what finds a straggler and tells its kind (it drew loss, wall, held and
+Δself: a data straggler looked as a compute one)."""
 WIDE_COLUMNS = (
     ("rank", "status", "step_no", "loss", "step", "self", "dev", "data", "comm", "held", "gpu", "gpu_mem"),
     ("rank", "status", "step_no", "loss", "step", "self", "dev", "data", "comm", "held"),
-    ("rank", "status", "step_no", "loss", "step", "self", "dev", "data", "held"),
-    ("rank", "status", "step_no", "loss", "step", "self", "dev", "held"),
+    ("rank", "status", "step_no", "loss", "step", "self", "dev", "data", "comm"),
+    ("rank", "status", "step_no", "loss", "self", "dev", "data", "comm"),
+    ("rank", "status", "loss", "self", "dev", "data", "comm"),
+    ("rank", "status", "loss", "dev", "data", "comm"),
 )
-"""Richer cells, widest first, used when every rank fits on a line of its own (with the step
-each rank is at: the first thing to read when one is behind; several cells a line have no room
-for it). Narrower, the communication wait goes first (a victim's figure: Δself names the
-straggler, data its commonest cause), then the data time: a grid of 67 columns (a 70-column
-terminal, the side panels under it) drew the 42 columns of :data:`COLUMNS` and left 25 empty,
-without the step or the self time."""
+"""Richer cells, widest first (83, 70, 63, 56, 49 and 42 columns), used when every rank fits on
+a line of its own (with the step each rank is at: the first thing to read when one is behind;
+several cells a line have no room for it). Narrower, the figures that tell which rank the
+others wait for, and why, stay longest: Δself names the straggler, self its own work, data
+(its commonest cause) tells a data straggler from a compute one (Δself up, data as the
+others'), and comm the others' wait for it (the straggler's the shortest). What goes first is
+alike on every rank of a synchronous run or said elsewhere: the GPU figures, memory held (the
+memory panel, m, and the line under the grid), the wall step time (the same on every rank that
+waits at the collectives; the header's samples/s, the line under the grid), the step (the
+header's; a rank behind is stalled, and says so), then the self time in milliseconds (Δself
+says how far above the others' it is, and the line under the grid says it). The loss stays: a
+rank's loss gone "nan" shows there, and at 80x24 the loss chart gives way to a taller header. At 80x24 (a grid of 44 columns) the
+grid drew rank, status, loss, wall, held and Δself: no data or comm, so a data straggler and a
+compute one looked alike (review 277); a 70-column terminal (67, the side panels under the
+grid) drew 42 columns of :data:`COLUMNS` and left 25 empty, without the step or the self time."""
 COMPACT_COLUMNS = ("rank", "glyph", "dev")
 """Fields of a compact cell, when full cells do not fit but a heat map would waste the room."""
 COLUMN_SPEC = {

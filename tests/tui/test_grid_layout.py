@@ -35,7 +35,7 @@ def rows(n: int, per_node: int = 8) -> list[RankRow]:
     [
         (4, (120, 33), WIDE_COLUMNS[0], False),  # a few ranks: one a line, every figure
         (8, (74, 33), WIDE_COLUMNS[1], False),
-        (8, (44, 20), COLUMNS, False),  # 80x24 terminal
+        (8, (44, 20), WIDE_COLUMNS[-1], False),  # 80x24 terminal: a rank a line, the straggler's figures
         (64, (73, 33), COMPACT_COLUMNS, False),  # tens of ranks: compact cells
         (1024, (73, 33), None, True),  # thousands: a heat map
     ],
@@ -93,11 +93,37 @@ def test_a_narrow_grid_of_a_rank_a_line_shows_each_ranks_step_and_self_time(widt
     # 70 columns, the side panels under the grid (67): it drew loss, wall, held and Δself, and
     # 25 columns empty, without the step a rank is at or its self time, which fit
     layout = lay_out(rows(2), width=width, height=10)
-    assert {"step_no", "loss", "step", "self", "dev", "held"} <= set(layout.columns)
+    assert {"step_no", "loss", "self", "dev", "data", "comm"} <= set(layout.columns)
     assert layout.cell_width <= width - 1
     # so with more ranks than lines: full cells too go a rank a line, and scroll no less
     layout = lay_out(rows(64), width=width, height=10, form="cells")
     assert not layout.heat and layout.max_cols == 1 and {"step_no", "self"} <= set(layout.columns)
+
+
+@pytest.mark.parametrize(
+    ("grid_width", "terminal", "dropped"),
+    [
+        (85, "140x40", ()),
+        (73, "120x36", ("gpu", "gpu_mem")),
+        (67, "110x30, 70x24", ("gpu", "gpu_mem", "held")),
+        (60, "100x30", ("gpu", "gpu_mem", "held", "step")),
+        (54, "90x30", ("gpu", "gpu_mem", "held", "step", "step_no")),
+        (44, "80x24", ("gpu", "gpu_mem", "held", "step", "step_no", "self")),
+    ],
+)
+def test_a_narrower_grid_keeps_the_figures_that_tell_a_data_straggler_from_a_compute_one(grid_width, terminal, dropped):
+    # Review 277: at 80x24 the grid drew rank, status, loss, wall, held and Δself: a rank whose
+    # data loading made it the straggler (Δself +45%, data 51 ms where the others' 7 ms, comm
+    # 20 ms where theirs 64 ms) looked as one slow in its own compute. Its Δself, data and comm
+    # stay longest, and the loss (a "nan" shows there); what is alike on every rank of a
+    # synchronous run, or said elsewhere (memory held, the wall step time, the step, the self
+    # time beside its Δself), goes first.
+    width = grid_width - 1  # (the grid's scrollbar column)
+    layout = lay_out(rows(4), width=width, height=20)
+    assert layout.max_cols == 1 and layout.cell_width <= width - 1, terminal
+    assert set(WIDE_COLUMNS[0]) - set(layout.columns) == set(dropped), terminal
+    # Several cells a line (tens of ranks) carry them too.
+    assert {"dev", "data", "comm"} <= set(COLUMNS)
 
 
 def test_flagged_only_and_the_empty_note():

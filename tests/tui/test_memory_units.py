@@ -28,8 +28,9 @@ async def test_the_grid_and_memory_view_say_bytes_as_the_rest_and_ddp_buckets_on
         assert per_rank, summary
         state, buckets, held = per_rank.groups()
         assert held.endswith("MiB"), summary
-        # The grid's held is the memory view's per-rank total, in the same binary units.
-        assert grid.split().count(held.replace(" ", "")[:-1]) == 8, grid  # "487Mi" for each rank
+        # The grid's held is the memory view's per-rank total, in the same binary units (where
+        # the grid has the room for it: at 80x24 the data and comm columns come first).
+        assert grid.split().count(held.replace(" ", "")[:-1]) == (0 if size[0] < 100 else 8), grid  # "487Mi" for each rank
         assert not re.search(r"\d[KMGT]\b", grid), grid
         bars = app.screen.query_one(MemoryBars)
         lines = [" ".join(strip_text(bars.render_line(y)).split()) for y in range(8)]
