@@ -372,8 +372,8 @@ async def test_a_reader_scrolled_up_stays_where_they_are_as_lines_come_and_are_w
         def compose(self):
             yield EventLog()
 
-    def epoch(step: int) -> schema.Event:
-        return schema.Event(rank=0, seq=step, name="epoch_end", step=step, hseq=step)
+    def epoch(step: int) -> schema.Event:  # (a save each: epoch ends would be one line)
+        return schema.Event(rank=0, seq=step, name="checkpoint", step=step, hseq=step)
 
     app = One()
     async with app.run_test(size=(70, 12)) as pilot:
@@ -389,22 +389,22 @@ async def test_a_reader_scrolled_up_stays_where_they_are_as_lines_come_and_are_w
         assert "step 40" in log.lines[-1].text and log.scroll_y == log.max_scroll_y > 0
         log.scroll_to(y=10, animate=False, immediate=True)  # (as the wheel or the arrow keys do)
         await pilot.pause()
-        assert "epoch end at step 11" in top()
+        assert "checkpoint at step 11" in top()
 
         for step in range(41, 46):  # new lines come
             st.apply(epoch(step), 0.0)
         log.sync(st)
         await pilot.pause()
-        assert "epoch end at step 11" in top() and "step 45" in log.lines[-1].text
+        assert "checkpoint at step 11" in top() and "step 45" in log.lines[-1].text
 
         app.theme = "textual-light" if app.theme != "textual-light" else "nord"  # written again
         await pilot.pause()
         assert "step 45" in log.lines[-1].text
-        assert "epoch end at step 11" in top()
+        assert "checkpoint at step 11" in top()
         log.styles.width = 26  # wrapped again, each line in two rows: row 10 is another event's
         await pilot.pause()
         await pilot.pause()
-        assert len(log.lines) == 90 and top().startswith("--:-- rank 0 epoch end"), top()
+        assert len(log.lines) == 90 and top().startswith("--:-- rank 0 checkpoint"), top()
         assert log.lines[round(log.scroll_y) + 1].text.startswith("at step 11"), top()
 
         log.scroll_end(animate=False, immediate=True)  # back at the end: it follows again
@@ -414,3 +414,79 @@ async def test_a_reader_scrolled_up_stays_where_they_are_as_lines_come_and_are_w
         await pilot.pause()
         await pilot.pause()
         assert "step 46" in log.lines[-1].text and log.scroll_y == log.max_scroll_y
+
+
+async def test_epoch_ends_one_after_another_are_one_line_that_the_next_updates():
+    # A job whose epochs end every 50 steps wrote "ranks 0-1 epoch end at step 50: epoch 1
+    # ended" and a line for each after it, a screenful a minute that pushed the verdicts,
+    # warnings and errors out of the panel. Consecutive ones are one line, brought up to date by
+    # each; anything else said between them ends it (the log and the report keep every one).
+    from textual.app import App
+
+    from pardash.telemetry.state import RunState
+    from pardash.tui.widgets.event_log import EventLog
+
+    class One(App):
+        CSS = "EventLog { width: 70; height: 8; }"
+
+        def compose(self):
+            yield EventLog()
+
+    hseq = iter(range(1, 10_000))
+
+    def epoch_end(rank: int, n: int) -> schema.Event:
+        return schema.Event(rank=rank, seq=n, name="epoch_end", step=50 * n, message=f"epoch {n} ended", t=T0 + n, hseq=next(hseq))
+
+    def texts(log) -> list[str]:
+        return [line.text.rstrip()[6:] for line in log.lines]  # (less the clock)
+
+    app = One()
+    async with app.run_test(size=(80, 12)) as pilot:
+        st, log = RunState(), app.query_one(EventLog)
+        st.apply(schema.Event(rank=-1, seq=-1, name="hub", message="hub started", t=T0, hseq=next(hseq)), 0.0)
+        for r in (0, 1):
+            st.apply(schema.Hello(rank=r, seq=0, world_size=2, t=T0, hseq=next(hseq)), 0.0)
+        st.apply(epoch_end(0, 1), 0.0)  # rank 1's end of epoch 1 comes with the next frame
+        log.sync(st)
+        await pilot.pause()
+        assert texts(log) == ["hub: hub started", "rank 0 epoch end at step 50: epoch 1 ended"]
+        for m in (epoch_end(1, 1), epoch_end(0, 2), epoch_end(1, 2)):
+            st.apply(m, 0.0)
+            log.sync(st)
+            await pilot.pause()
+        assert texts(log) == ["hub: hub started", "ranks 0-1 ended epochs 1-2 (the last at step 100)"]
+        assert log.lines[-1].text.startswith("00:02 ")  # (the newest one's time)
+        for n in range(3, 42):  # many frames' worth at once (a late viewer, a seek)
+            st.apply(epoch_end(0, n), 0.0)
+            st.apply(epoch_end(1, n), 0.0)
+        log.sync(st)
+        await pilot.pause()
+        assert texts(log) == ["hub: hub started", "ranks 0-1 ended epochs 1-41 (the last at step 2050)"]
+        # A verdict between them ends the line; the epochs after it begin another.
+        st.apply(schema.Verdict(rank=1, seq=-1, verdict="straggler", step=2060, message="rank 1 is a straggler", t=T0 + 42, hseq=next(hseq)), 0.0)
+        log.sync(st)
+        for n in (42, 43):
+            st.apply(epoch_end(0, n), 0.0)
+            st.apply(epoch_end(1, n), 0.0)
+            log.sync(st)
+            await pilot.pause()
+        want = [
+            "hub: hub started",
+            "ranks 0-1 ended epochs 1-41 (the last at step 2050)",
+            "rank 1 is a straggler",
+            "ranks 0-1 ended epochs 42-43 (the last at step 2150)",
+        ]
+        assert texts(log) == want
+        # Written again (a theme change, a new width): the same lines.
+        app.theme = "textual-light" if app.theme != "textual-light" else "nord"
+        await pilot.pause()
+        assert texts(log) == want
+        # A script's own words of its epochs: the newest said, and they are counted.
+        st.apply(schema.Event(rank=0, seq=99, name="warning", step=2199, message="slow disk", t=T0 + 49, hseq=next(hseq)), 0.0)
+        for k in range(3):
+            st.apply(schema.Event(rank=0, seq=100 + k, name="epoch_end", step=2200 + k, message=f"val acc 0.9{k}", t=T0 + 50 + k, hseq=next(hseq)), 0.0)
+        log.sync(st)
+        await pilot.pause()
+        assert texts(log)[4:] == ["rank 0 warning after step 2199: slow disk", "rank 0 ended 3 epochs (steps 2200 to 2202): val acc 0.92"]
+
+T0 = 1.7e9

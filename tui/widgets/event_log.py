@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Size
 from textual.widgets import RichLog
 
 from pardash.telemetry import schema
+from pardash.telemetry.event_ring import is_routine
 from pardash.telemetry.failures import error_line, is_stop, short_error, stop_text
 from pardash.telemetry.printer import group_alike, verdict_text
-from pardash.telemetry.summary import ranks_named
+from pardash.telemetry.summary import ranks_named, ranks_text
 from pardash.telemetry.state import RunState, launcher_stopping, torchrun_restart
 
 from ..format import fmt_clock, fmt_step_time, tame
@@ -80,6 +83,68 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
     return type(m).__name__.lower(), "dim"
 
 
+EPOCH_ENDED = re.compile(r"epoch (\d+) ended")
+"""The bundled trainer's and the instrumentation's words of an epoch's end ("epoch 3 ended")."""
+
+
+def is_epoch_end(m: schema.Message) -> bool:
+    """A rank's own epoch end (not a hub's or a launcher's note of that name)."""
+    return isinstance(m, schema.Event) and m.name == "epoch_end" and is_routine(m)
+
+
+class EpochEnds:
+    """Epoch ends the event log wrote one after another, said as one line that the next one
+    updates ("ranks 0-7 ended epochs 3-41 (the last at step 2050)"). A job whose epochs end
+    every 50 steps wrote a line each, a screenful a minute that pushed its verdicts, warnings
+    and errors out of sight; the log and the report keep each one."""
+
+    __slots__ = ("first", "last", "ranks", "epochs", "numbered", "row")
+
+    def __init__(self, first: schema.Event) -> None:
+        self.first = first
+        """The first of them (the line's place in the log: its hseq)."""
+        self.last = first
+        """The newest of them (the line's time, its step, its words)."""
+        self.ranks: dict[int, None] = {}
+        """The ranks that said them, in order of first appearance."""
+        self.epochs: set[object] = set()
+        """Each epoch once: its number where its words say it, else its step."""
+        self.numbered = True
+        """Whether every one said its epoch's number."""
+        self.row: int | None = None
+        """The log's row the line begins at (None: written before the log had a size, its
+        render deferred by the RichLog)."""
+
+    def add(self, m: schema.Event, ranks: list[int] | None) -> None:
+        for rank in ranks or (m.rank,):
+            self.ranks[rank] = None
+        number = EPOCH_ENDED.fullmatch(m.message.strip())
+        if number is None:
+            self.numbered = False
+        self.epochs.add(int(number[1]) if number is not None else ("step", m.step))
+        self.last = m
+
+    def describe(self) -> tuple[str, str]:
+        """(text, style name) of the line."""
+        ranks = sorted(self.ranks)
+        if len(self.epochs) < 2:  # (one epoch, its ranks' ends taken a frame apart: one line)
+            return describe(self.first, ranks if len(ranks) > 1 else None)
+        first, last = self.first, self.last
+        if self.numbered:
+            text = f"{ranks_named(ranks)} ended epochs {ranks_text(sorted(self.epochs))}"  # type: ignore[arg-type]
+            if last.step is not None:
+                text += f" (the last at step {last.step})"
+        else:
+            # (counted from the first the log holds, not the run's first: from its step)
+            text = f"{ranks_named(ranks)} ended {len(self.epochs)} epochs"
+            if first.step is not None and last.step is not None:
+                text += f" (steps {first.step} to {last.step})"
+        said = error_line(last.message) if last.message and EPOCH_ENDED.fullmatch(last.message.strip()) is None else None
+        if said:  # (a script's own words of its epoch: its newest)
+            text += f": {said}"
+        return text, EVENT_STYLES["epoch_end"]
+
+
 class EventLog(CachedStyles, RichLog):
     """Checkpoints, epoch ends, warnings, errors, exits and the hub's verdicts (straggler found
     or cleared, stalled, silent, exited, not sharding), stamped with the run's own clock.
@@ -135,6 +200,8 @@ class EventLog(CachedStyles, RichLog):
         bound, the lines are written again from what the state keeps (see :meth:`sync`)."""
         self._starts: list[tuple[int, int]] = []
         """(hseq of the line's first event, index of its first row) of each line written."""
+        self._epochs: EpochEnds | None = None
+        """The epoch ends said by the last line written, while it is theirs (see EpochEnds)."""
 
     def on_mount(self) -> None:
         # Written lines keep the colours of the theme they were written in: rewrite on change.
@@ -205,6 +272,7 @@ class EventLog(CachedStyles, RichLog):
             self._state_id = id(state)
             self._last_hseq = -1
             self._starts.clear()
+            self._epochs = None
             self.clear()
         last = self._last_hseq
         fresh = []
@@ -264,16 +332,48 @@ class EventLog(CachedStyles, RichLog):
         place = self._top_line() if reading and id(state) != self._state_id else None  # (written again)
         mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
         for m, ranks, took in group_alike(mine):
-            if self._size_known:
-                self._starts.append((m.hseq, len(self.lines)))
-            text, style = describe(m, ranks, took)
-            text = tame(text)
-            t = m.t - zero if known and m.t and zero else None
-            line = Text.assemble((fmt_clock(t) + " ", self._s("time")), (text, self._s(style)))
-            if cut:
-                line.truncate(cut, overflow="ellipsis")
-                self.write(line, width=cut, scroll_end=not reading)
-            else:
-                self.write(line, scroll_end=not reading)
+            if is_epoch_end(m):
+                epochs = self._epochs
+                if epochs is None or not self._unwrite(epochs):
+                    epochs = self._epochs = EpochEnds(m)  # type: ignore[arg-type]
+                epochs.add(m, ranks)  # type: ignore[arg-type]
+                epochs.row = len(self.lines) if self._size_known else None
+                text, style = epochs.describe()
+                self._write_line(epochs.first, text, style, epochs.last.t, zero, known, cut, reading)
+                continue
+            self._epochs = None
+            self._write_line(m, *describe(m, ranks, took), m.t, zero, known, cut, reading)
         if place is not None:
             self._back_to(place)
+
+    def _write_line(self, m: schema.Message, text: str, style: str, t: float, zero: float | None, known: bool, cut: int, reading: bool) -> None:
+        """Write one line: ``m`` the first event it says (its place), ``t`` its time."""
+        if self._size_known:
+            self._starts.append((m.hseq, len(self.lines)))
+        text = tame(text)
+        at = t - zero if known and t and zero else None
+        line = Text.assemble((fmt_clock(at) + " ", self._s("time")), (text, self._s(style)))
+        if cut:
+            line.truncate(cut, overflow="ellipsis")
+            self.write(line, width=cut, scroll_end=not reading)
+        else:
+            self.write(line, scroll_end=not reading)
+
+    def _unwrite(self, epochs: EpochEnds) -> bool:
+        """Take back the line of ``epochs``, the last one written, to write it again; False where
+        it cannot be found (written before the log had a size, rendered since: it is written
+        again with every line at the next sync)."""
+        if epochs.row is None:
+            if self._size_known or not self._deferred_renders:
+                self._state_id = 0
+                return False
+            self._deferred_renders.pop()  # (its render, deferred until the log has a size)
+            return True
+        row = epochs.row
+        del self.lines[row:]
+        while self._starts and self._starts[-1][1] >= row:
+            self._starts.pop()
+        self._line_cache.clear()
+        self.virtual_size = Size(self._widest_line_width, len(self.lines))
+        self.refresh()
+        return True
