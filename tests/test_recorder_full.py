@@ -283,4 +283,7 @@ def test_a_tui_launch_whose_log_disk_stays_full_names_the_complete_copy(small_di
     out = screen.done().decode(errors="replace")
     (copy,) = (tmp_path / "runs").glob("*/run.complete-*.jsonl")
     assert f"pardash: done, 1 rank(s), step 120, log {log} (No space left on device: {CONTINUED_AT}{copy})" in out, out[-3000:]
-    assert _steps(copy) == list(range(1, 121))
+    # (What was said where steps are missing: a CI run under load once found 100-102 gone, with
+    # nothing kept to tell whether the rank, the hub or the recorder lost them.)
+    said = [(m.name, m.message) for m in load_log(copy)[0] if isinstance(m, schema.Event) and m.rank < 0]
+    assert _steps(copy) == list(range(1, 121)), (build_report(str(copy))["lost_messages"], said)
