@@ -490,3 +490,20 @@ async def test_epoch_ends_one_after_another_are_one_line_that_the_next_updates()
         assert texts(log)[4:] == ["rank 0 warning after step 2199: slow disk", "rank 0 ended 3 epochs (steps 2200 to 2202): val acc 0.92"]
 
 T0 = 1.7e9
+
+
+
+def test_a_textual_whose_richlog_keeps_other_fields_writes_the_log_again_instead():
+    # Taking a written line back uses RichLog's own fields (it has no public way); pyproject
+    # allows any Textual >= 0.80, and one without them would raise AttributeError out of the
+    # panel's sync at each epoch end. It asks for the whole log written again instead (from
+    # the state, where consecutive ends fold: the theme change of the test above).
+    from types import SimpleNamespace
+
+    from pardash.tui.widgets.event_log import EpochEnds, EventLog
+
+    ends = EpochEnds(schema.Event(rank=0, seq=1, name="epoch_end", step=50, message="epoch 1 ended", t=T0, hseq=1))
+    ends.row = 0
+    log = SimpleNamespace(_state_id=123, _size_known=True, lines=["a line"], _starts=[(1, 0)])
+    assert EventLog._unwrite(log, ends) is False
+    assert log._state_id == 0 and log.lines == ["a line"]

@@ -362,18 +362,26 @@ class EventLog(CachedStyles, RichLog):
     def _unwrite(self, epochs: EpochEnds) -> bool:
         """Take back the line of ``epochs``, the last one written, to write it again; False where
         it cannot be found (written before the log had a size, rendered since: it is written
-        again with every line at the next sync)."""
+        again with every line at the next sync). RichLog keeps no public way to take a line
+        back: its own fields are used, and a Textual without them (pyproject allows >= 0.80)
+        writes the whole log again instead, where the ends fold as well."""
+        deferred = getattr(self, "_deferred_renders", None)
+        cache = getattr(self, "_line_cache", None)
+        widest = getattr(self, "_widest_line_width", None)
+        if deferred is None or cache is None or widest is None:
+            self._state_id = 0
+            return False
         if epochs.row is None:
-            if self._size_known or not self._deferred_renders:
+            if self._size_known or not deferred:
                 self._state_id = 0
                 return False
-            self._deferred_renders.pop()  # (its render, deferred until the log has a size)
+            deferred.pop()  # (its render, deferred until the log has a size)
             return True
         row = epochs.row
         del self.lines[row:]
         while self._starts and self._starts[-1][1] >= row:
             self._starts.pop()
-        self._line_cache.clear()
-        self.virtual_size = Size(self._widest_line_width, len(self.lines))
+        cache.clear()
+        self.virtual_size = Size(widest, len(self.lines))
         self.refresh()
         return True
