@@ -43,7 +43,7 @@ def expected_bytes_per_rank(
     if params_count < 0 or world_size < 1:
         raise ValueError("params_count must be >= 0 and world_size >= 1")
     total = params_count * bytes_per_param
-    if strategy in _SHARDED:
+    if strategy.removeprefix("pp+") in _SHARDED:  # (a pipeline's stage: its own strategy's)
         return math.ceil(total / world_size)
     return total
 

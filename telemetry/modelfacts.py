@@ -37,6 +37,33 @@ def strategy_of(model: Any) -> str:
     return "single"
 
 
+PIPELINE = "pp"
+"""Pipeline parallelism's strategy: each rank holds a stage, a part of the model's layers, and
+trains it on every micro-batch of the step's batch (``torch.distributed.pipelining``)."""
+
+
+def pipelined(strategy: str) -> str:
+    """The strategy of a rank that holds a pipeline stage whose module reads as ``strategy``
+    (:func:`strategy_of`): ``pp`` for a stage alone (``single``), else ``pp+`` the stage's own
+    data or tensor parallelism (``pp+ddp``, ``pp+fsdp``, ``pp+tp``), so the memory expected of
+    it is its stage's, replicated or sharded as that says."""
+    if strategy.startswith(PIPELINE):
+        return strategy
+    return PIPELINE if strategy in ("", "single") else f"{PIPELINE}+{strategy}"
+
+
+def pipeline_stage(stages: list[Any]) -> tuple[int, int, bool, bool] | None:
+    """(the first stage index, the pipeline's stages, whether it is the first stage, whether
+    one is the last) of the pipeline stages a rank holds (``PipelineStage``: several under an
+    interleaved schedule); None where they cannot be read (a torch whose stages differ)."""
+    try:
+        index = [int(s.stage_index) for s in stages]
+        count = int(stages[0].num_stages)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    return (min(index), count, 0 in index, count - 1 in index)
+
+
 def tensor_parallel(model: Any) -> bool:
     """Whether a module of ``model`` is split by tensor parallelism (``parallelize_module``,
     which marks each module it distributes), FSDP on top of it or not."""

@@ -62,7 +62,7 @@ from .recorder import CONTINUED_AT
 from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
                     mem_state_bytes, run_again, run_over)
 from .summary import (
-    BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, named_by_step, not_sharding_hint, shards_of, total_steps,
+    BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_pipeline, is_sharded, named_by_step, not_sharding_hint, shards_of, total_steps,
 )  # fmt: skip
 
 
@@ -592,7 +592,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     world = state.world_size
     params_count = hello.params_count if hello else 0
     fulls = [f for f in (mem_full_bytes(r.step.mem) for r in state.ranks.values() if r.step is not None and r.step.mem is not None) if f]
-    full_state = int(statistics.median(fulls)) if fulls else None
+    # (a pipeline's stages hold parts of the model, unequal where one has the embedding or the
+    # head: each is expected to hold its own, so the largest one's is what the largest may hold)
+    full_state = (max(fulls) if is_pipeline(strategy) else int(statistics.median(fulls))) if fulls else None
     expected, expected_basis = expected_state_bytes(full_state, params_count if hello else 0, world, strategy, shards_of(state))
 
     ranks = []

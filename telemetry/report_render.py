@@ -17,7 +17,7 @@ from .clocks import clock_warnings
 from .failures import STOPPED_CODES, stop_text, stopped_how
 from .logreader import no_rank_reported
 from .schema import plain_text
-from .summary import is_sharded, ranks_named, ranks_text, unheard_why
+from .summary import is_pipeline, is_sharded, ranks_named, ranks_text, unheard_why
 from .summary import human_bytes, ms, took_text
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -934,8 +934,8 @@ def render_text(rep: dict, width: int = 10_000, all_ranks: bool = False) -> str:
     for line in under:
         con.print(line)
     if rows:
-        con.print(SELF_NOTE)
-        con.print(COMM_NOTES[comm_meaning(rep)])
+        for note in _notes(rep):
+            con.print(note)
     if own := own_phase_lines(rep):
         con.print("the script's own phases (median a step over ranks):")
         for line in own:
@@ -1059,9 +1059,24 @@ def comm_meaning(rep: dict) -> str | None:
     return None
 
 
+PIPELINE_NOTES = (
+    "self: a pipeline stage's own work, the step less comm: its stages compute in turn, so no collective ends it.",
+    "comm: a stage's waits for its neighbours, in the schedule's sends and receives (and in the script's own collectives "
+    "between steps), in no other phase: the phases and comm sum to the step.",
+)
+"""The rank table's notes of a pipeline's stages (strategy ``pp``, ``pp+...``), as the zero-code
+hooks time them."""
+
+
+def _notes(rep: dict) -> tuple[str, str]:
+    if is_pipeline(rep.get("strategy") or "") and comm_meaning(rep) == "script":
+        return PIPELINE_NOTES
+    return SELF_NOTE, COMM_NOTES[comm_meaning(rep)]
+
+
 def rank_notes(rep: dict) -> str:
     """The rank table's note: what self and comm are."""
-    return f"{SELF_NOTE} {COMM_NOTES[comm_meaning(rep)]}"
+    return " ".join(_notes(rep))
 
 
 def render_markdown(rep: dict, all_ranks: bool = False) -> str:

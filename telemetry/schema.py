@@ -102,6 +102,12 @@ class Hello(Base, tag="hello"):
     """``trainer`` (bundled), ``auto`` (zero-code hooks) or ``api`` (explicit API)."""
     note: str = ""
     """A line the TUI header and the log show, e.g. why DP runs one replica."""
+    pp_stage: int | None = None
+    """Pipeline parallelism (strategy ``pp``, or ``pp+ddp``... where a stage is data parallel):
+    the pipeline stage this rank holds, from 0 (under an interleaved schedule, the first of its
+    stages); None: no pipeline seen (and in logs older than the field)."""
+    pp_stages: int = 0
+    """The stages of that pipeline (0: no pipeline seen)."""
     config: dict[str, Any] = {}
 
 

@@ -22,9 +22,24 @@ NOT_SHARDING_FACTOR = 1.5
 block left unwrapped): the hub's ``not_sharding`` verdict, and the memory view's flag."""
 
 
-def is_sharded(strategy: str) -> bool:
-    """Does ``strategy`` shard parameters, gradients and optimizer state across ranks?"""
+PIPELINE = "pp"
+"""Pipeline parallelism: ``pp`` (a stage a rank), ``pp+ddp``, ``pp+fsdp``, ``pp+tp`` (a stage
+itself data or tensor parallel): each rank holds its own stage, a part of the model, whole
+unless the strategy after ``pp+`` shards it."""
+
+
+def is_pipeline(strategy: str) -> bool:
+    """Is ``strategy`` pipeline parallel (each rank its own stage of the model)?"""
     s = strategy.lower()
+    return s == PIPELINE or s.startswith(PIPELINE + "+")
+
+
+def is_sharded(strategy: str) -> bool:
+    """Does ``strategy`` shard parameters, gradients and optimizer state across ranks? (A
+    pipeline's stage: if the stage's own strategy does.)"""
+    s = strategy.lower()
+    if is_pipeline(s):
+        s = s[len(PIPELINE) + 1 :]
     return s == TENSOR_PARALLEL or any(name in s for name in SHARDED_STRATEGIES)
 
 
@@ -40,7 +55,10 @@ def unheard_why(no_key: int) -> str:
 
 def not_sharding_hint(strategy: str) -> str:
     """The question a rank holding far more than its share under ``strategy`` raises."""
-    if strategy.lower() == TENSOR_PARALLEL:
+    s = strategy.lower()
+    if is_pipeline(s):
+        s = s[len(PIPELINE) + 1 :]
+    if s == TENSOR_PARALLEL:
         return "is every large layer split (parallelize_module's plan)?"
     return "is every block wrapped (fully_shard per block)?"
 
@@ -57,7 +75,11 @@ def expected_state_bytes(
     Adam), which is wrong for other optimizers."""
     ways = shards or world_size
     sharded = is_sharded(strategy) and ways > 1
-    if full_bytes:
+    if full_bytes and is_pipeline(strategy):
+        # (each rank its own stage: what a stage holds, whole or sharded as its own strategy
+        # says, not the model's; a "full copy" of the model no rank should hold)
+        total, basis = full_bytes, "its stage's state unsharded"
+    elif full_bytes:
         total, basis = full_bytes, "its state unsharded"
     elif params_count:
         total, basis = params_count * BYTES_PER_PARAM, f"{BYTES_PER_PARAM} B/param"

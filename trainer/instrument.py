@@ -90,8 +90,9 @@ block's parameters as the forward reaches it: the step's data and forward passes
 passes are left out, as DDP's self time ends at its backward), less the time spent in those
 hooks (a pre-hook right before FSDP's and one right after it), where the waiting for the other
 ranks is (FSDP1, or a model compiled whole: up to the first root forward; so tensor parallelism,
-whose layers' collectives are untimed); one process alone,
-the whole step; otherwise unknown. Less, each time, the waits in collectives of the script's
+whose layers' collectives are untimed); a pipeline's stage (``torch.distributed.pipelining``,
+see :class:`~pardash.trainer.arrivals.Pipelines`), the step less its waits for its neighbours;
+one process alone, the whole step; otherwise unknown. Less, each time, the waits in collectives of the script's
 own between steps, or between two micro-batches of a step (PyTorch Lightning broadcasts before
 every batch), or in the forward of a micro-batch under DDP's ``no_sync`` (its ``self.log(...,
 sync_dist=True)``): no arrival, those (see :mod:`~pardash.trainer.arrivals`). The rank before
@@ -135,7 +136,7 @@ from pardash.telemetry import api, memory, modelfacts
 from pardash.trainer.strategies import CommTimer
 from pardash.trainer.trained import FORWARD_ARRIVES, Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of, rows
 from pardash.telemetry.reporter import Reporter
-from pardash.trainer.arrivals import Arrivals
+from pardash.trainer.arrivals import Arrivals, Pipelines
 from pardash.trainer.epochs import Epochs, _LoaderPass
 from pardash.trainer.evaluations import Evaluations, _holds
 from pardash.trainer.loads import Loads
@@ -173,7 +174,7 @@ in a step, or a sync point between steps (see Arrivals._wrap_collective)."""
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
-class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, Skips):
+class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, Pipelines, Skips):
     """Measures a training loop through global hooks and publishes one Step per step."""
 
     def __init__(self, reporter: Reporter, *, warn_after: int = WARN_AFTER_FORWARDS) -> None:
@@ -397,6 +398,16 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._tp_group = (1, 0)
         """(ranks in this rank's tensor-parallel group, its place in it): the group trains on
         one batch, each rank a share of its samples (see modelfacts.tensor_parallel_group)."""
+        # pipeline parallelism (torch.distributed.pipelining; see _wrap_schedule_step)
+        self._pp_stages: list[weakref.ref[Any]] = []
+        """The pipeline stages made in this process (PipelineStage), weakly."""
+        self._pp: tuple[int, int, bool, bool] | None = None
+        """(its first stage, the pipeline's stages, holds the first, holds the last) once a
+        schedule trained here: the rank is a pipeline's stage."""
+        self._pp_in_step = False
+        """A pipeline schedule's step() is running (its P2P waits are comm; see Arrivals)."""
+        self._pp_finder: Any = None
+        """Waits for the import of torch.distributed.pipelining, to wrap its schedules and stages."""
 
     @property
     def roots(self) -> list[Any]:
@@ -455,6 +466,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
         self._patch(torch.jit, "script", self._wrap_jit_script)
         self._watch_saves()
+        self._watch_pipelining()
         self._patch(torch, "load", self._wrap_load)
         self._patch(torch.optim.Optimizer, "load_state_dict", self._wrap_optimizer_load)
         self._patch(torch.nn.Module, "__getstate__", _without_hooks_in_state)
@@ -472,6 +484,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             h.remove()
         self._handles, self._module_handles, self._gather_handles = [], [], []
         self._unwatch_saves()
+        self._unwatch_pipelining()
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
@@ -540,7 +553,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._skip_forward(first)
         self._note_input(first)
         n = rows(first)
-        if n and self._open is not None:
+        if n and self._open is not None and not self._pp_in_step:  # (a pipeline's: its step's batch, see _pipeline_step_ends)
             self._open.samples += n
 
     @_guarded
@@ -631,6 +644,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._watch_gathers(module)
         if not self.strategy or self.strategy == "single":
             self.strategy = strategy
+        if self._pp is not None:
+            self.strategy = modelfacts.pipelined(strategy if self.strategy == modelfacts.PIPELINE else self.strategy)
         tp_group = modelfacts.tensor_parallel_group(module)
         if tp_group[0] > 1 or len(self.roots) == 1:
             self._tp_group = tp_group
@@ -966,6 +981,12 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             out["comm_s"] = wait_s
         if self.reporter.identity.world_size == 1:
             self_s: float | None = step_s  # one process alone waits for nobody
+        elif self._pp is not None:
+            # A pipeline's stage: its own work is the step less its waits for its neighbours
+            # (the schedule's sends and receives: comm_s) and, a stage sharded by FSDP, for its
+            # all-gathers. Its stages compute one after the other, not up to a common
+            # collective: there is no arrival to time up to.
+            self_s = max(0.0, step_s - out.get("comm_s", 0.0) - (CommTimer.seconds(opened.waits, within=(marks[0][1], d.end)) if opened.waits else 0.0))
         elif opened.waits and any(p == "backward" for p, _ in marks):
             # FSDP2: its data and forward (each micro-batch's) less the waits for its
             # all-gathers (a rank slow in a block keeps the others waiting in a later one).
@@ -1076,6 +1097,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             h.remove()
         self._gather_handles = []
         self._unwatch_saves()
+        self._unwatch_pipelining()
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
