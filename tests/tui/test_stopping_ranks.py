@@ -122,6 +122,11 @@ async def test_the_header_and_the_grid_say_stopping_during_a_slow_stop(tmp_path)
         cells = [line.split()[:2] for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()]
         assert cells == [["0", "stopping"], ["1", "stopping"]], cells
         assert " · stopping · " in widget_text(app.screen.query_one(SelectedRank))
+        # (the alerts panel read "✓ no alerts: every rank is healthy" over them)
+        from pardash.tui.widgets.alert_list import AlertList
+
+        calm = " ".join(widget_text(app.screen.query_one(AlertList)).split())
+        assert "ranks 0-1 being stopped by SIGTERM: waiting for them to end" in calm and "healthy" not in calm, calm
         await pilot.press("c")  # the heat map: its glyph, and its legend says it
         await pilot.pause()
         heat = grid_text(app).splitlines()

@@ -17,7 +17,7 @@ from textual.widget import Widget
 
 from pardash.telemetry.client import Source
 from pardash.telemetry.logreader import no_rank_reported
-from pardash.telemetry.summary import stragglers_were
+from pardash.telemetry.summary import ranks_named, stragglers_were
 
 from ..alerts import run_alerts
 from ..charts import newest_loss, run_series
@@ -25,7 +25,7 @@ from ..format import fmt_loss
 from ..grid_layout import lay_out
 from ..memory import memory_savings
 from ..messages import RankChosen, RankHighlighted, RunUpdated
-from ..model import SORT_KEYS, SORT_LABELS, RankRow, RowBuilder
+from ..model import SORT_KEYS, SORT_LABELS, RankRow, RowBuilder, is_stopping
 from ..run_clock import run_origin
 from ..widgets.alert_list import CHROME_ROWS, MAX_ROWS, STALE_MARK, AlertList
 from ..widgets.event_log import EventLog
@@ -492,6 +492,10 @@ class DashboardScreen(Screen):
         elif restart := _starting_again(state):
             # (every rank "healthy" read oddly right under the crash that made torchrun restart them)
             alerts.calm = f"… torchrun restarted the job (restart {restart}): its ranks are starting again"
+        elif being_stopped := _being_stopped(state):
+            # (a slow stop's seconds read "✓ no alerts: every rank is healthy" over a grid of
+            # ranks "stopping")
+            alerts.calm = being_stopped
         else:
             # (and who was a straggler before: someone looking in after hours read "every rank is
             # healthy" and nothing of the spell at 00:46, gone from the event log's 500 lines)
@@ -690,6 +694,19 @@ def _starting_again(state) -> int:
     """torchrun's restart count while a restarted rank has taken no step yet (0 otherwise)."""
     return max((r.restarts for r in state.ranks.values() if r.restarts and r.step is None and r.exit_code is None
                 and not r.finished), default=0)  # fmt: skip
+
+
+def _being_stopped(state) -> str:
+    """What the alerts panel says, with no alert, while the launcher stops ranks that have not
+    ended yet (as the grid draws them "stopping"): who is being stopped, by whom; '' otherwise."""
+    ranks, who = [], ""
+    for r in state.ranks.values():
+        if r.stopping is not None and is_stopping(r, r.status):
+            ranks.append(r.rank)
+            who = who or (r.stopping.message or "")
+    if not ranks:
+        return ""
+    return f"◐ {ranks_named(sorted(ranks))} being stopped {who}".rstrip() + ": waiting for them to end"
 
 
 def _stragglers_were(state) -> str:
