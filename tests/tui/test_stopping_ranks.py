@@ -8,6 +8,8 @@ handlers took, then the launcher's exit notes (dated when the stop began too).""
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 from tui_helpers import grid_text, widget_text
 
@@ -119,6 +121,7 @@ async def test_the_header_and_the_grid_say_stopping_during_a_slow_stop(tmp_path)
         await pilot.pause()
         header = widget_text(app.screen.query_one(RunHeader))
         assert "◐ 2 stopping" in header and "running" not in header, header
+        assert re.search(r"samples/s [\d,]+ before the stop", header), header  # (no rank steps now)
         cells = [line.split()[:2] for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()]
         assert cells == [["0", "stopping"], ["1", "stopping"]], cells
         assert " · stopping · " in widget_text(app.screen.query_one(SelectedRank))

@@ -302,6 +302,8 @@ def summarize(
             recent = samples_per_s_recent(state)  # every rank is done: what it ran at
             if recent > 0:
                 sps, when = recent, "at the end"
+    elif sps is not None and counts.get(STOPPING) and not any(counts.get(s) for s in (st.RUNNING, SAVING, st.STARTING)):
+        when = "before the stop"  # (no rank steps while it is stopped: not a rate of now)
     return RunSummary(
         run_id=state.run_id or getattr(source, "run_id", ""),
         strategy=state.strategy,
