@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 
 from pardash.telemetry import state as st
-from pardash.telemetry.summary import NOT_SHARDING_FACTOR, expected_state_bytes, is_sharded, shards_of
+from pardash.telemetry.summary import NOT_SHARDING_FACTOR, expected_state_bytes, is_pipeline, is_sharded, shards_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,11 @@ class MemorySavings:
         return is_sharded(self.strategy)
 
     @property
+    def pipeline(self) -> bool:
+        """Pipeline parallel: each rank holds its own stage of the model, not a copy of it."""
+        return is_pipeline(self.strategy)
+
+    @property
     def held_bytes(self) -> int:
         """Model state (parameters, gradients, optimizer state) held across all reporting ranks."""
         return sum(r.held_bytes for r in self.ranks)
@@ -92,7 +97,11 @@ class MemorySavings:
 
     @property
     def full_per_rank_bytes(self) -> int:
-        """Median bytes a rank would hold unsharded."""
+        """Median bytes a rank would hold unsharded (a pipeline's: the largest stage's, as the
+        report takes it; its stages hold unequal parts, one the embedding, one the head, and
+        the median flagged the larger ones over their expectation)."""
+        if self.pipeline:
+            return max(r.full_bytes for r in self.ranks)
         return int(statistics.median(r.full_bytes for r in self.ranks))
 
     def _expected(self, strategy: str) -> tuple[int | None, str]:
@@ -101,8 +110,9 @@ class MemorySavings:
 
     @property
     def sharded_expected_bytes(self) -> int | None:
-        """What a rank would hold fully sharded over the run's ranks (1/N of its state)."""
-        return self._expected("fsdp")[0] if self.world_size > 1 else None
+        """What a rank would hold fully sharded over the run's ranks (1/N of its state); None
+        for a pipeline (the other ranks hold other stages: not copies to shard over)."""
+        return self._expected("fsdp")[0] if self.world_size > 1 and not self.pipeline else None
 
     @property
     def expected_per_rank_bytes(self) -> int | None:

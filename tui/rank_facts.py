@@ -11,6 +11,7 @@ from pardash.telemetry import state as st
 from pardash.telemetry.clocks import CLOCK_OFF_S
 from pardash.telemetry.report_render import COUNTED_BY_PARDASH
 from pardash.telemetry.state import RankState, RunState
+from pardash.telemetry.summary import is_pipeline
 
 from .format import fmt_bytes, fmt_clock, fmt_duration, fmt_ratio
 from .model import comm_wait_s
@@ -82,6 +83,8 @@ def memory_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str
     if mem is None:
         return ()
     rows: list[tuple[str, str, str | tuple[str, ...]]] = []
+    # (a pipeline's rank holds its own stage of the model: "full copy" said the opposite)
+    whole = "its stage" if r.hello is not None and is_pipeline(r.hello.strategy or "") else "full copy"
 
     def share(held: int, full: int) -> tuple[str, ...]:
         # Shorter forms for a narrow panel: the saving outlasts the size it is against.
@@ -91,7 +94,7 @@ def memory_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str
         # what it is against: this rank's unsharded size, not the run's total.
         full_text = fmt_bytes(full)
         if held >= full:
-            return (f"of {full_text} unsharded (full copy)", f"of {full_text} (full copy)", "full copy")
+            return (f"of {full_text} unsharded ({whole})", f"of {full_text} ({whole})", whole)
         less = f"{fmt_ratio(full / held) if held else '∞'} less"
         return (f"of {full_text} unsharded ({less})", f"of {full_text} ({less})", less)
 

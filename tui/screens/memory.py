@@ -115,7 +115,7 @@ class MemoryScreen(Screen):
         if savings is not None and savings.expected_per_rank_bytes:
             how = savings.expected_label
             if savings.shards in (0, savings.world_size):  # (HSDP's, replicate()'s say what they are sharded over)
-                if not savings.sharded:
+                if not savings.sharded and not savings.pipeline:  # (a pipeline's label says "its stage's")
                     how += ", a full copy"
                 else:
                     how += ", its layers split" if savings.strategy == TENSOR_PARALLEL else ", fully sharded"
@@ -134,7 +134,8 @@ class MemoryScreen(Screen):
             legend.append((("█ ", styles[label]), (label, "$text-muted")))
         bars = self.query_one(MemoryBars)
         off = savings is not None and bars.off_scale(savings)
-        unsharded = "unsharded (a full copy of its state)" + (", runs off the scale »" if off else "")
+        whole = "its stage's state" if savings is not None and savings.pipeline else "a full copy of its state"
+        unsharded = f"unsharded ({whole})" + (", runs off the scale »" if off else "")
         legend.append((("░ ", "$foreground 40%"), (unsharded, "$text-muted")))
         legend.append((("┃ ", "bold $text-success"), ("expected for the strategy", "$text-muted")))
         # Each key whole (at 120 columns "expected for the" ended the line, "strategy" began

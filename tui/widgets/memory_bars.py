@@ -161,7 +161,7 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
         over = r.rank in s.over_expectation
         ratio = r.full_bytes / r.held_bytes if r.held_bytes else None
         shards = bool(ratio and ratio > 1.05)
-        saving = f"{fmt_ratio(ratio)} less" if shards else "full copy"
+        saving = f"{fmt_ratio(ratio)} less" if shards else "its stage" if s.pipeline else "full copy"
         saving_style = self._s("bad") if over else self._s("good") if shards else self._s("text")
         wide = s.buckets_bytes and self._tail_width(s, width) > TAIL_WIDTH + len(SHORT_BUCKETS)
         # In the units of the rest of the screen ("1.62 MiB"; "1.62M" beside "1.62 MiB" in the

@@ -70,12 +70,15 @@ class MemorySummary(FittedWidth, CachedStyles, Widget):
         if s.buckets_bytes:
             rows.append(self._row("buckets", fmt_bytes(s.buckets_bytes), "DDP buckets, extra"))
         # A total, like "state": what the same ranks would hold with a full copy each.
-        rows.append(self._row("unsharded", fmt_bytes(s.full_bytes), f"{n} full cop{'ies' if n != 1 else 'y'}"))
+        # (a pipeline's ranks each hold a stage of the model: "2 full copies" and "saving none:
+        # full copies" said the opposite)
+        copies = f"{n} stage{'s' if n != 1 else ''}, unsharded" if s.pipeline else f"{n} full cop{'ies' if n != 1 else 'y'}"
+        rows.append(self._row("unsharded", fmt_bytes(s.full_bytes), copies))
         ratio = s.ratio
         if s.saving_bytes > 0 and (ratio or 0) > 1.05:
             rows.append(self._row("saving", fmt_bytes(s.saving_bytes), f"· {fmt_ratio(ratio)} less", style="good"))
         else:
-            rows.append(self._row("saving", "none:", "full copies", style="dim"))
+            rows.append(self._row("saving", "none:", "each its own stage" if s.pipeline else "full copies", style="dim"))
         spread = f"(min {fmt_bytes(lo)} · max {fmt_bytes(hi)})" if hi > lo * 1.01 else ""
         if s.buckets_bytes:
             # The grid's "held" counts a DDP rank's buckets too: say the same sum here.
