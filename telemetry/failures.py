@@ -11,7 +11,7 @@ import signal
 from . import schema
 from .analysis import hang_causes, whole_hang
 from .state import BETWEEN_STEPS, STOPPED_CODES, between_steps, run_again, torchrun_restart
-from .summary import is_sharded, ranks_named
+from .summary import is_pipeline, is_sharded, ranks_named
 
 
 # Errors a rank raises because another rank died (its peer's socket closed under it).
@@ -480,8 +480,9 @@ def _died_stepping(death: schema.Event, r) -> bool:
 
 
 def _in_lockstep(st) -> bool:
+    """(A pipeline's stages too: each step's sends and receives need every stage.)"""
     hello = st.run_hello
-    return hello is not None and hello.strategy in LOCKSTEP and len(st.ranks) > 1
+    return hello is not None and (hello.strategy in LOCKSTEP or is_pipeline(hello.strategy)) and len(st.ranks) > 1
 
 
 def hung_text(waited: list[dict]) -> str:
