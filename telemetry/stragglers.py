@@ -24,10 +24,23 @@ others wait it out), so a fifth of it is a quarter of the step the job would tak
 straggler: one that slows the job by a quarter or more is over the bar. (The wall step is read
 when a window is scored, from the ranks' last few steps the state keeps, and its median over
 the last scoring passes taken: the hub's per-step path stays as it was.)
+
+What a straggler costs (the verdict's ``cost_s``, :func:`straggler_cost_s`) is the others' wait
+for it a step, the larger of two measures of it, never their sum (where its slowness is all
+before its step's first collective both are the same wait): its self time less the slowest
+other rank's, and the least of the other ranks' comm time (their waits in collectives) less
+its own. Self time ends at the first collective, so a straggler's work after it is missing
+from the first: the recompute of activation checkpointing in the backward, before DDP's
+first bucket all-reduce (a 10 ms sleep in a checkpointed forward ran twice a step: the others
+waited 21 ms, and the verdict said 10). The second holds all of it: in synchronous training
+every rank's step is as long and its phases and comm sum to it, so the others' extra comm is
+the straggler's extra work wherever in the step it falls. Who is named, and when, is the self
+time's alone. (:class:`StepWaits` is the same a step, for a log read step by step.)
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Iterable
@@ -81,6 +94,9 @@ class _RankWindow:
     the garbage collector's reach, which at 100k steps a second matters.)"""
     data_s: dict[int, float] = field(default_factory=dict)
     """Step -> data time, of the same steps."""
+    comm_s: dict[int, float] = field(default_factory=dict)
+    """Step -> comm time, of the same steps that measured one: what the verdict's cost is read
+    from besides the self time (see :func:`straggler_cost_s`)."""
     flagged: int = 0
     calm: int = 0
 
@@ -168,11 +184,14 @@ class StragglerDetector:
             pending = w.self_s
             pending[s] = x
             w.data_s[s] = step.data_s or 0.0
+            if step.comm_s is not None:
+                w.comm_s[s] = step.comm_s
             if len(pending) > MAX_PENDING:
                 # A rank far ahead of a stuck one must not grow without bound: drop its oldest.
                 oldest = next(iter(pending))
                 del pending[oldest]
                 w.data_s.pop(oldest, None)
+                w.comm_s.pop(oldest, None)
 
     @property
     def noise_s(self) -> float:
@@ -222,16 +241,20 @@ class StragglerDetector:
         cfg = self.cfg
         score: dict[int, float] = {}
         data: dict[int, float] = {}
+        comm: dict[int, float] = {}
         enough = max(1, len(steps) // 2)
         median = statistics.median
         for r in live:
             w = self._ranks[r]
             self_s = [x for x in map(w.self_s.pop, steps, repeat(None)) if x is not None]
             data_s = [x for x in map(w.data_s.pop, steps, repeat(None)) if x is not None]
+            comm_s = [x for x in map(w.comm_s.pop, steps, repeat(None)) if x is not None] if w.comm_s else ()
             if len(self_s) < enough:
                 continue
             score[r] = median(self_s)
             data[r] = median(data_s)
+            if len(comm_s) >= enough:
+                comm[r] = median(comm_s)
         if len(score) < 2:
             return []
         self.windows_scored += 1
@@ -249,7 +272,7 @@ class StragglerDetector:
                 w.flagged += 1
                 w.calm = 0
                 if not current and w.flagged >= cfg.persist:
-                    v = self._verdict(state, r, m, base, loo.max_without(r), data, steps)
+                    v = self._verdict(state, r, m, base, loo.max_without(r), data, comm, steps)
                     # (a busy host's, or ranks' sharing a saturated host alike: their turns at
                     # the CPU change by the second; one that stays behind for HOST_PERSIST
                     # times as long is named)
@@ -282,13 +305,23 @@ class StragglerDetector:
         return out
 
     def _verdict(
-        self, state: RunState, r: int, m: float, base: float, others_max: float, data: dict[int, float], steps: range
+        self,
+        state: RunState,
+        r: int,
+        m: float,
+        base: float,
+        others_max: float,
+        data: dict[int, float],
+        comm: dict[int, float],
+        steps: range,
     ) -> Verdict:
         others_data = LeaveOneOut(data).median_without(r)
         data_excess = data.get(r, 0.0) - others_data
         excess = m - base
         cause = "data" if data_excess > excess / 2 else "compute"
-        cost = max(0.0, m - others_max)
+        # (the window's medians: its comm and the least of the others' that measured one)
+        others_comm = min((c for q, c in comm.items() if q != r), default=None)
+        cost = straggler_cost_s(m, others_max, comm.get(r), others_comm)
         # (under the zero-code hooks a rank's data time is all it does outside its passes and
         # its optimizer step: a script's rank 0 writing its logs before a barrier read "data
         # loading")
@@ -307,6 +340,69 @@ class StragglerDetector:
             step=steps[-1],
             message=f"rank {r} is a straggler ({what}): the others wait {cost * 1e3:.0f} ms a step for it",
         )
+
+
+def straggler_cost_s(
+    self_s: float, others_self_s: float, comm_s: float | None = None, others_comm_s: float | None = None
+) -> float:
+    """Seconds a step the others wait for a straggler (see the module's docstring): the larger
+    of its self time ``self_s`` less the slowest other rank's (``others_self_s``), and the
+    least of the other ranks' comm time (``others_comm_s``) less its own (``comm_s``); the
+    first alone where either comm time is not known (None). Never under 0."""
+    cost = self_s - others_self_s
+    if comm_s is not None and others_comm_s is not None:
+        cost = max(cost, others_comm_s - comm_s)
+    return max(0.0, cost)
+
+
+class StepWaits:
+    """Per step, the rank the others waited for and how long (:func:`straggler_cost_s` of each
+    step): the last to arrive at its first collective, charged its lead over the second-last,
+    or the rank whose comm time was the least, charged the next least less its own, where that
+    is more (its slowness after its first collective, which the others waited for at a later
+    one). One rank a step, whichever of the two the others waited longer for: a step is never
+    charged to two ranks.
+
+    O(steps) memory whatever the world size: the top two self times and the least two comm
+    times of each step."""
+
+    def __init__(self) -> None:
+        self.top: dict[int, tuple[float, int, float]] = {}
+        """step -> (slowest self_s, its rank, second-slowest self_s)."""
+        self.least: dict[int, tuple[float, int, float]] = {}
+        """step -> (least comm_s, its rank, second-least comm_s)."""
+
+    def see(self, step: int, rank: int, self_s: float | None, comm_s: float | None = None) -> None:
+        """Note ``rank``'s self and comm time at ``step`` (None: not measured)."""
+        if self_s is not None:
+            cur = self.top.get(step)
+            if cur is None:
+                self.top[step] = (self_s, rank, -math.inf)
+            elif self_s > cur[0]:
+                self.top[step] = (self_s, rank, cur[0])
+            elif self_s > cur[2]:
+                self.top[step] = (cur[0], cur[1], self_s)
+        if comm_s is not None:
+            cur = self.least.get(step)
+            if cur is None:
+                self.least[step] = (comm_s, rank, math.inf)
+            elif comm_s < cur[0]:
+                self.least[step] = (comm_s, rank, cur[0])
+            elif comm_s < cur[2]:
+                self.least[step] = (cur[0], cur[1], comm_s)
+
+    def gap(self, step: int, rank: int) -> float | None:
+        """Seconds the others waited for ``rank`` at ``step`` (None: they waited for another
+        rank, or the step is not known of two ranks)."""
+        top = self.top.get(step)
+        by_self = top[0] - top[2] if top is not None and top[2] != -math.inf else None
+        low = self.least.get(step)
+        by_comm = low[2] - low[0] if low is not None and low[2] != math.inf else None
+        if by_comm is None or (by_self is not None and top[1] != low[1] and by_self >= by_comm):
+            return by_self if by_self is not None and top[1] == rank else None
+        if by_self is None or top[1] != low[1]:
+            return by_comm if low[1] == rank else None
+        return max(by_self, by_comm) if top[1] == rank else None
 
 
 class LeaveOneOut:

@@ -12,7 +12,7 @@ from pardash.telemetry.stragglers import StragglerConfig, StragglerDetector
 
 
 def _run(ranks, steps, self_s, data_s=lambda r, s: 0.001, system=None, seed=0, host=lambda r: "h", step_s=lambda r, s: 0.05,
-         source="trainer"):
+         source="trainer", comm_s=lambda r, s: None):
     """Feed a detector as the hub would; returns the verdicts with the step they came at."""
     rng = random.Random(seed)
     st = RunState()
@@ -25,7 +25,7 @@ def _run(ranks, steps, self_s, data_s=lambda r, s: 0.001, system=None, seed=0, h
     for s in range(steps):
         for r in range(ranks):
             x = self_s(r, s) + rng.uniform(0, 0.0005)
-            msg = schema.Step(rank=r, step=s, step_s=step_s(r, s), self_s=x, data_s=data_s(r, s))
+            msg = schema.Step(rank=r, step=s, step_s=step_s(r, s), self_s=x, data_s=data_s(r, s), comm_s=comm_s(r, s))
             st.apply(msg, 0.0)
             det.observe(msg)
         for v in det.update(st):
@@ -432,3 +432,83 @@ def test_a_rank_torchrun_restarted_is_starting_until_its_new_process_speaks():
     st.apply(schema.Step(rank=0, step=6, seq=1, step_s=0.1, samples=8), 31.0)
     assert st.ranks[0].status == "running"
     assert [(v.rank, v.verdict) for v in det.update(st, 40.0)] == [(0, "silent")]  # its new process is judged
+
+
+def _checkpointed(slow_rank: int, ranks: int, sleep_s: float = 0.010):
+    """A job like a reviewer's (DDP over a checkpoint_wrapper'd model, 2 ranks on CPU): each
+    rank's self time (data and forward) 1.2 ms, its comm 2 ms; ``slow_rank`` sleeps ``sleep_s``
+    in its forward, which the backward's recompute runs again, after its self time ended: it
+    is ``sleep_s`` late at the first collective and twice that at the all-reduces. The others'
+    comm holds both waits."""
+    def self_s(r, s):
+        return 0.0012 + (sleep_s if r == slow_rank else 0.0)
+
+    def comm_s(r, s):
+        return 0.002 + (0.0 if r == slow_rank else 2 * sleep_s) + (s % 3) * 0.0001
+
+    return dict(self_s=self_s, comm_s=comm_s, step_s=lambda r, s: 0.0072 + 2 * sleep_s)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_stragglers_cost_holds_its_slowness_after_its_first_collective(ranks):
+    # Its slowness in the backward's recompute (after self time ends) is waited for at DDP's
+    # all-reduces: the verdict said "the others wait 10 ms a step" where they waited 21 (rank
+    # 0's comm 23.2 ms, rank 1's 1.8). Named as before: the same rank, cause and step.
+    job = _checkpointed(1, ranks)
+    out = _run(ranks, 200, job["self_s"], step_s=job["step_s"], comm_s=job["comm_s"])
+    before = _run(ranks, 200, job["self_s"], step_s=job["step_s"])  # (no comm measured: self time's alone)
+    assert [(v.verdict, v.rank, v.cause, v.step) for v in out] == [(v.verdict, v.rank, v.cause, v.step) for v in before]
+    assert [(v.verdict, v.rank, v.cause) for v in out] == [("straggler", 1, "compute")]
+    assert before[0].cost_s == pytest.approx(0.010, abs=0.001)
+    assert out[0].cost_s == pytest.approx(0.020, abs=0.001)
+    assert "the others wait 20 ms a step for it" in out[0].message
+
+
+def test_a_stragglers_cost_is_one_wait_where_its_slowness_is_all_before_its_first_collective():
+    # Slow in its data only: the others' extra comm is the same wait as its self time's lead,
+    # counted once; a straggler whose comm is no less than the others' (its wait elsewhere, or
+    # not measured alike) costs its self time's lead, never less.
+    data = lambda r, s: 0.001 + (0.02 if r == 1 else 0)  # noqa: E731
+    slow = lambda r, s: 0.010 + (0.02 if r == 1 else 0)  # noqa: E731
+    (v,) = _run(2, 200, slow, data_s=data, comm_s=lambda r, s: 0.003 + (0.02 if r == 0 else 0))
+    assert (v.rank, v.cause) == (1, "data") and v.cost_s == pytest.approx(0.02, abs=0.002)
+    (v,) = _run(2, 200, slow, data_s=data, comm_s=lambda r, s: 0.03 if r == 1 else 0.003)
+    assert v.cost_s == pytest.approx(0.02, abs=0.002)
+
+
+def test_straggler_cost_is_the_larger_wait_never_the_sum():
+    from pardash.telemetry.stragglers import straggler_cost_s
+
+    assert straggler_cost_s(0.012, 0.002) == pytest.approx(0.010)
+    assert straggler_cost_s(0.012, 0.002, 0.002, 0.023) == pytest.approx(0.021)  # the recompute's
+    assert straggler_cost_s(0.012, 0.002, 0.002, 0.012) == pytest.approx(0.010)  # the same wait, once
+    assert straggler_cost_s(0.012, 0.002, 0.010, 0.002) == pytest.approx(0.010)
+    assert straggler_cost_s(0.012, 0.002, None, 0.023) == pytest.approx(0.010)
+    assert straggler_cost_s(0.002, 0.003, 0.004, 0.002) == 0.0
+
+
+def test_step_waits_charge_each_step_to_one_rank():
+    from pardash.telemetry.stragglers import StepWaits
+
+    w = StepWaits()
+    # Step 1: rank 1 last at its first collective by 10 ms, and the others waited 21 ms for
+    # it in all (the recompute): charged 21 ms.
+    for r, self_s, comm_s in [(0, 0.002, 0.023), (1, 0.012, 0.002), (2, 0.0025, 0.024)]:
+        w.see(1, r, self_s, comm_s)
+    assert w.gap(1, 1) == pytest.approx(0.021) and w.gap(1, 0) is None and w.gap(1, 2) is None
+    # Step 2: rank 1 last at the first collective by 9.5 ms; rank 2, slow after it only, waited
+    # for 17 ms by the next (rank 1's comm the least but its): the step is rank 2's, never
+    # both ranks'. Step 5 the other way round: rank 1's.
+    for r, self_s, comm_s in [(0, 0.002, 0.025), (1, 0.012, 0.020), (2, 0.0025, 0.003)]:
+        w.see(2, r, self_s, comm_s)
+    assert [w.gap(2, r) for r in range(3)] == [None, None, pytest.approx(0.017)]
+    for r, self_s, comm_s in [(0, 0.002, 0.025), (1, 0.012, 0.010), (2, 0.0025, 0.003)]:
+        w.see(5, r, self_s, comm_s)
+    assert [w.gap(5, r) for r in range(3)] == [None, pytest.approx(0.0095), None]
+    # Step 3: no comm measured: the lead at the first collective, as before.
+    for r, self_s in [(0, 0.002), (1, 0.012)]:
+        w.see(3, r, self_s)
+    assert w.gap(3, 1) == pytest.approx(0.010) and w.gap(3, 0) is None
+    # One rank known: nobody waited.
+    w.see(4, 0, 0.002, 0.001)
+    assert w.gap(4, 0) is None
