@@ -379,7 +379,10 @@ def raised_at(tb: str | None) -> str | None:
     frames = list(_FRAME.finditer(tb or ""))
     if not frames:
         return None
-    inner = frames[-1]
+    # (pardash's own wrapper of a wait is no library's line: a pipeline stage's receive that
+    # failed read "(in trainer/arrivals.py:195 in wait)"; the innermost frame under it, the
+    # library's that called the wait, where there is one)
+    inner = next((m for m in reversed(frames) if not _watching(m["file"])), frames[-1])
     own = next((m for m in reversed(frames) if not _is_library(m["file"])), None)
     if own is None or own is inner:
         return _frame_text(inner)

@@ -2816,6 +2816,13 @@ def test_raised_at_names_the_jobs_own_line_before_the_library_frame_it_raised_in
         wrapped = tb("/home/u/fsdp_desync.py:15:<module>", f"{here}:122:wait",
                      f"{venv}/torch/distributed/distributed_c10d.py:2816:all_reduce")  # fmt: skip
         assert raised_at(wrapped) == "/home/u/fsdp_desync.py:15 in <module> (in torch/distributed/distributed_c10d.py:2816 in all_reduce)"
+        # ...nor its wrapper of a Work's wait(), innermost, under a library's frame (a pipeline
+        # stage's receive read "(in trainer/arrivals.py:195 in wait)"): the library's that waited.
+        waited = tb("/home/u/pp.py:30:<module>", f"{venv}/torch/distributed/pipelining/schedules.py:690:step",
+                    f"{venv}/torch/distributed/pipelining/schedules.py:512:_step_microbatches", f"{here}:195:wait")  # fmt: skip
+        assert raised_at(waited) == "/home/u/pp.py:30 in <module> (in torch/distributed/pipelining/schedules.py:512 in _step_microbatches)"
+        # (the script's own call of the wrapped wait: the script's line alone)
+        assert raised_at(tb("/home/u/train.py:12:main", f"{here}:195:wait")) == "/home/u/train.py:12 in main"
     # A script's own package named telemetry/ is the job's code.
     assert raised_at(tb("/home/u/train.py:10:main", "/home/u/telemetry/log.py:5:write")) == "/home/u/telemetry/log.py:5 in write"
     # No frame of the job's own (a launcher's import failed): the innermost, as it is.
