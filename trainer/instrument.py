@@ -144,7 +144,7 @@ from pardash.trainer.rounds import Rounds
 from pardash.trainer.saves import Saves
 from pardash.trainer.skips import Skips
 from pardash.trainer.hooking import _get_ident, _guarded, _instruments, _is_compiling, _without_hooks_in_state
-from pardash.trainer.marks import _Between, _Clock, _Cut, _Done, _OpenStep
+from pardash.trainer.marks import _Between, _Clock, _Cut, _Done, _OpenStep, micro_batches
 from pardash.trainer.watching import Watching
 
 WARN_AFTER_FORWARDS = 20
@@ -182,7 +182,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self.warn_after = warn_after
         self.clock = _Clock()
         self._micro_said = False
-        """A step of several backward passes was published: every step says its count since
+        """A step of several micro-batches was published: every step says its count since
         (a last step of one, an epoch's remainder, read as the count of the step before it)."""
         self._handles: list[Any] = []
         self._module_handles: list[Any] = []
@@ -358,6 +358,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         events and loss are ready by then), on CPU until the next one begins."""
         # warnings and memory
         self.forwards = 0
+        self._forwarded: list[int] = []
+        """The ids of the roots whose training forwards began since the last backward (see
+        marks.micro_batches)."""
         self._stepped = False
         self._warned = False
         # iterations by hand, no optimizer step (see pardash.trainer.skips)
@@ -604,6 +607,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         if self._hand_after and not self._stepped and not self._explicit:
             self._hand_boundary()  # an iteration by hand may have ended (see pardash.trainer.skips)
         self.forwards += 1
+        self._forwarded.append(id(module))
         if (not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit
                 and not self._hand_updates):  # (updates by hand seen: they are counted, see pardash.trainer.skips)
             self._warned = True
@@ -771,6 +775,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._trains_from(self._batch_pass)
         step = self._open
         step.micro += 1
+        step.passes.append((self._posts, tuple(self._forwarded)))
+        self._forwarded.clear()
         # torch.autograd.backward([l1, l2]) backpropagates their sum, as two backward() calls
         # would: each one-element tensor is a loss of the step (it took the first alone).
         many = isinstance(tensors, (list, tuple))
@@ -1026,9 +1032,12 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         out["loss"] = loss  # NaN goes on: the reporter says the loss is not finite
         out["lr"] = d.lr
         out["mem"] = d.mem
-        if opened.micro > 1 or self._micro_said:
+        micro = opened.micro
+        if micro > 1 and self._pp is None:  # (a pipeline's stage: its backward passes, one a micro-batch a stage held)
+            micro = micro_batches(opened.passes)
+        if micro > 1 or self._micro_said:
             self._micro_said = True
-            out["custom"] = {"micro_batches": float(opened.micro)}
+            out["custom"] = {"micro_batches": float(micro)}
         if d.logged:  # (nothing logged, the common case: nothing to apply)
             d.logged.apply(out)
         if d.t is not None:

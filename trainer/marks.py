@@ -44,6 +44,11 @@ class _OpenStep:
     losses: list[Any] = field(default_factory=list)
     """Detached loss of each micro-batch."""
     micro: int = 0
+    """Backward passes (each one's, an autograd.grad of the parameters too)."""
+    passes: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    """For each backward: (optimizer steps ended before it, the ids of the roots whose training
+    forwards began since the backward before it): the step's micro-batches (see
+    :func:`micro_batches`)."""
     samples: int = 0
     arrive: Any = None
     """Stamp of the arrival at the first collective (None: not seen)."""
@@ -137,3 +142,27 @@ def _most_held(before: Any, now: Any) -> Any:
         buckets_bytes=max(before.buckets_bytes, now.buckets_bytes),
         cuda_peak_bytes=max(peaks) if peaks else None,
     )
+
+
+def micro_batches(passes: list[tuple[int, tuple[int, ...]]]) -> int:
+    """The step's micro-batches: forward passes of a trained model with a backward each, in
+    the most of any stretch between two optimizer steps (gradient accumulation: 4 forwards of
+    the model, 4 backwards). A second backward of the same forward's graph (gradient surgery, a
+    regulariser's loss on the weights) has no forward of its own, and a GAN's discriminator,
+    called again for the generator's loss, has it after the discriminator's optimizer step:
+    neither is another micro-batch (both read "micro_batches 2", as accumulation). Each stretch
+    counts, for the model forwarded most, the fewer of its forwards and of the backwards (a
+    siamese model's two forwards a backward are one micro-batch)."""
+    most = 0
+    i, n = 0, len(passes)
+    while i < n:
+        posts = passes[i][0]
+        forwards: dict[int, int] = {}
+        backwards = 0
+        while i < n and passes[i][0] == posts:
+            backwards += 1
+            for root in passes[i][1]:
+                forwards[root] = forwards.get(root, 0) + 1
+            i += 1
+        most = max(most, min(backwards, max(forwards.values(), default=1)))
+    return most

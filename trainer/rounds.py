@@ -241,6 +241,7 @@ class Rounds:
             marks=[("data", start), *step.marks[cut.marks :]],
             losses=step.losses[cut.losses :],
             micro=step.micro - cut.micro,
+            passes=step.passes[cut.micro :],
             samples=step.samples - cut.samples,
             arrive=self._arrive_next,
             syncs=self._sync_next if self._sync_next is not None else [],
@@ -249,6 +250,7 @@ class Rounds:
         del step.marks[cut.marks :]
         del step.losses[cut.losses :]
         del step.waits[cut.waits :]
+        del step.passes[cut.micro :]
         step.micro, step.samples = cut.micro, cut.samples
         self._arrive_next = self._sync_next = None
         self._resume_at = None
