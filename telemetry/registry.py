@@ -2,7 +2,7 @@
 find running jobs.
 
 Files live in ``$PARDASH_REGISTRY_DIR``, else ``$XDG_RUNTIME_DIR/pardash``, else
-``~/.cache/pardash/runs``; they are readable by their owner only, and only one's own are read (in
+``$XDG_CACHE_HOME/pardash/runs`` (``~/.cache``); they are readable by their owner only, and only one's own are read (in
 a folder others may write, theirs could point a viewer at anything). An entry whose hub is gone
 (its pid ended, or is another process's now) is stale and is ignored (and removed) by
 :func:`live_runs`.
@@ -28,7 +28,12 @@ def registry_dir() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime:
         return Path(runtime) / "pardash"
-    return Path.home() / ".cache" / "pardash" / "runs"
+    # $XDG_CACHE_HOME where it is set (an absolute path, as the XDG spec asks: a relative one
+    # is ignored), as every other tool on the machine takes it (a HOME on a small quota or
+    # read-only, the cache elsewhere); else ~/.cache.
+    cache = os.environ.get("XDG_CACHE_HOME")
+    base = Path(cache) if cache and os.path.isabs(cache) else Path.home() / ".cache"
+    return base / "pardash" / "runs"
 
 
 def new_run_id() -> str:

@@ -195,3 +195,20 @@ def test_a_hubs_progress_counts_its_stopped_ranks():
         st.apply(schema.Event(rank=rank, name="exit", code=code, run="r", seq=1, t=2.0), 2.0)
     progress = _progress(st)
     assert progress["ranks"] == {"exited": 3} and progress["stopped"] == 2
+
+
+def test_the_registry_folder_follows_the_xdg_variables(monkeypatch, tmp_path):
+    # $XDG_CACHE_HOME was not read: a user whose cache lives off a small or read-only HOME (as
+    # every other tool on the machine takes it) had pardash's registry under ~/.cache still.
+    for var in ("PARDASH_REGISTRY_DIR", "XDG_RUNTIME_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert registry.registry_dir() == tmp_path / "home" / ".cache" / "pardash" / "runs"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # (not absolute: ignored, as the spec asks)
+    assert registry.registry_dir() == tmp_path / "home" / ".cache" / "pardash" / "runs"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert registry.registry_dir() == tmp_path / "cache" / "pardash" / "runs"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    assert registry.registry_dir() == tmp_path / "run" / "pardash"
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(tmp_path / "mine"))
+    assert registry.registry_dir() == tmp_path / "mine"
