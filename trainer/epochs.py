@@ -18,7 +18,9 @@ not followed: nothing ties the new one to the old.
 The passes also tell an evaluation of a model left in training mode (see
 :mod:`~pardash.trainer.evaluations`): a pass begun after the last optimizer step whose
 batches the trained model runs on without grad, going on to its next batch (or to its end)
-before any training, is an evaluation's loader."""
+before any training, is an evaluation's loader; and a batch asked of the training loader
+ends an EMA's evaluation that no ``ema.train()`` ended (see
+:meth:`~pardash.trainer.evaluations.Evaluations._eval_meets_training`)."""
 
 from __future__ import annotations
 
@@ -136,6 +138,8 @@ class Epochs:
             p = getattr(it, "_pardash_pass", None)
             if self.step == self._step_base and p is not None and _get_ident() == self._tid:
                 self._first_batch_asked(p)
+            if self._eval_copy and p is not None and self._eval_t0 and _get_ident() == self._tid:
+                self._eval_meets_training(p)  # (an EMA's evaluation with no ema.train() to end it)
             try:
                 batch = original(it)
             except StopIteration:

@@ -20,7 +20,13 @@ epoch or of the unlabelled loader's pass). Its time runs from its loader's start
 of its last forward, or of its loader's pass if that comes later, and the next step starts at
 its end (what came before its loader's start is not kept: no stamp of the step's clock marks
 it). A validation without a DataLoader (a tensor held, a list of batches) is not seen so: it
-stays in the next step's data."""
+stays in the next step's data.
+
+An EMA of the trained model (a copy no optimizer holds, updated in place after each step, or
+torch's AveragedModel) put in eval mode between steps is evaluated from its ``ema.eval()`` to
+its ``ema.train()``, or, where that never comes, to its last forward or the next batch asked
+of the training loader (see :meth:`Evaluations._eval_of_copy`); a frozen distillation
+teacher's forward, in eval mode or not, stays part of its step."""
 
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ from pardash.telemetry import api
 from pardash.trainer.hooking import _get_ident, _guarded
 from pardash.trainer.marks import _OpenStep
 from pardash.trainer.saves import _left_out
-from pardash.trainer.trained import FORWARD_ARRIVES, batch_size
+from pardash.trainer.trained import FORWARD_ARRIVES, batch_size, is_average
 
 EVAL_CUT_SHORT = "cut short: the rank ended in it"
 """An ``eval`` event's message where the rank was stopped or failed before its end."""
@@ -53,6 +59,17 @@ class Evaluations:
     _eval_asked: tuple[int, Any] | None = None
     """(optimizer steps ended, stamp) at the script's last ``model.eval()`` of a model not seen
     training (an EMA's): an evaluation of it begins there, not at its first forward."""
+    _eval_copy = False
+    """The evaluation began at the script's ``model.eval()`` of a model no optimizer holds (an
+    EMA's, see :meth:`_eval_of_copy`), between steps: ``_eval_new`` holds that model, whose
+    ``model.train()`` ends it."""
+    _eval_until_train = False
+    """Such an evaluation of a model not known for an average: it stands only if the script puts
+    that model back in training mode (or evaluates the trained model, or an average, in it)
+    before training resumes; else it was a frozen teacher's forward of the step, and is dropped."""
+    _eval_written: Any = None
+    """WeakKeyDictionary: a model no optimizer holds -> (optimizer steps ended, its parameters'
+    in-place writes) at the script's last ``model.eval()`` of it (see :meth:`_eval_of_copy`)."""
 
     def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
         trained = self.trained.trained_ids
@@ -91,18 +108,72 @@ class Evaluations:
     @_guarded
     def _mode_set_new(self, module: Any, mode: bool) -> None:
         """``model.eval()`` on a model not seen training (none has stepped yet, say): noted, for
-        its forwards in eval mode to tell (see :meth:`_eval_of_new`); ``model.train()`` on it
-        ends the evaluation they began."""
+        its forwards in eval mode to tell (see :meth:`_eval_of_new`); between steps, on a copy
+        of the model no optimizer holds (an EMA), an evaluation begins there (see
+        :meth:`_eval_of_copy`). ``model.train()`` on it ends the evaluation."""
         new = self._eval_new
         if not mode:
+            if self._eval_t0 and self._eval_copy:
+                return  # (another model put in eval mode in it: the copy's train() still ends it)
             self._eval_new = (weakref.ref(module), time.perf_counter())
             self._eval_asked = (self._posts, self.clock.stamp())
+            if self._posts and not self._eval_t0 and self.trained.has_params(module):
+                self._eval_of_copy(module)
         elif new is not None and new[0]() is module:
             self._eval_new = None
             if self._eval_t0:
                 self._eval_end = self.clock.stamp()
                 self._eval_t1 = time.perf_counter()
                 self._eval_ends(by_script=True)
+
+    def _eval_of_copy(self, module: Any) -> None:
+        """``model.eval()``, between steps, of a model not seen training: an EMA of the trained
+        model (``copy.deepcopy(model).requires_grad_(False)`` updated with ``lerp_`` after each
+        step, timm's ModelEmaV2/V3, ema-pytorch, torch's AveragedModel) is evaluated from there
+        to its ``model.train()``. Its copy is no root and no optimizer holds it, so its
+        evaluations read as a distillation teacher's forwards (part of the step): "evals: 4"
+        in the script's words, no ``eval`` event, and 50 ms of its sample grid in the next
+        step's data (review 284). An average is told by its class (:func:`is_average`), or by
+        its parameters written in place since its last ``model.eval()`` an optimizer step ago
+        or more (their ``_version`` counters: ``lerp_``, ``copy_``, ``mul_``), while no
+        optimizer holds them; a frozen teacher's never are. Another model (its first
+        evaluation, one updated less often than evaluated) is evaluated provisionally: it
+        stands at its ``model.train()``, which a teacher's forward in the step has no call for
+        (see _eval_until_train). Its parameters are walked here once a ``model.eval()``, never
+        a forward."""
+        if self.trained.trained_by_an_optimizer(module):
+            return  # (one an optimizer holds: evaluated from its first forward, see _eval_of_new)
+        written = _written_since(self, module)
+        self._eval_begins(called=True, until_train=not (written or is_average(module)))
+        if not self._eval_t0:
+            return  # inside a step: part of it
+        self._eval_copy = True
+        if (written or is_average(module)) and module not in self._averages:
+            # Hooked beside the roots, as an AveragedModel is (once they settled, its forwards
+            # were not seen): an evaluation without model.train() ends at its last forward, or
+            # at the training loader's next batch (see _eval_meets_training).
+            self._averages.add(module)
+            if not self.watching_all and not self._depth:
+                self._watch_roots()
+
+    @_guarded
+    def _eval_meets_training(self, p: Any) -> None:
+        """A batch asked, in an evaluation begun at an EMA's ``model.eval()`` (see
+        :meth:`_eval_of_copy`), of the loader the training batches come from (its pass, or a
+        new one): the next step's, so the evaluation ended before it. An EMA is seldom put back
+        in training mode (timm's validate() puts it in eval mode, nothing after), and its
+        evaluation ended at its last forward: what came after (its metrics, a sample grid
+        saved) was the next step's data. One not known for an average was a teacher's forward
+        of the step (see _eval_until_train), and is dropped."""
+        train = self._train_pass
+        if train is None or (p is not train and (train.loader() is None or p.loader() is not train.loader())):
+            return
+        if self._eval_until_train:
+            self._eval_ends()
+            return
+        self._eval_end = self.clock.stamp()
+        self._eval_t1 = time.perf_counter()
+        self._eval_ends(by_script=True)
 
     def _eval_of_new(self, module: Any, t0: float) -> None:
         """A forward in eval mode of a model put in eval mode before it was seen training: an
@@ -126,7 +197,7 @@ class Evaluations:
         new = self._eval_new
         return new is not None and self._eval_t0 != 0.0 and _holds(new[0](), module)
 
-    def _eval_begins(self, called: bool = False, loader_pass: bool = False) -> None:
+    def _eval_begins(self, called: bool = False, loader_pass: bool = False, until_train: bool = False) -> None:
         """A forward of a trained model put in eval mode (``model.eval()``) between two steps:
         an evaluation. It is not the next step's data loading: the phase says "eval" (the hub
         then gives the ranks longer before calling one stalled), and the step after it starts
@@ -134,11 +205,17 @@ class Evaluations:
         training mode, a GAN's fakes, or of another model, a teacher's, is part of the step.)
         ``loader_pass``: a forward without grad of the trained model in training mode, on a
         batch of a loader pass begun between the steps: an evaluation provisionally, its phase
-        unchanged until it stands (see :meth:`_eval_stands`)."""
+        unchanged until it stands (see :meth:`_eval_stands`). ``until_train``: at the script's
+        ``model.eval()`` of a model no optimizer holds, not known for an average: provisionally,
+        until its ``model.train()`` (see :meth:`_eval_of_copy`)."""
         if self._eval_t0:
             if self._eval_pending is not None:  # model.eval(), or a model in eval mode, in one begun provisionally
                 self._eval_pending = None
                 self._eval_called = called
+                self._phase = "eval"
+                self.reporter.set_phase("eval")
+            elif self._eval_until_train and not loader_pass:  # the trained model, or an average, evaluated in it
+                self._eval_until_train = False
                 self._phase = "eval"
                 self.reporter.set_phase("eval")
             return
@@ -180,6 +257,9 @@ class Evaluations:
             self._eval_pending = (p, p.batches, p.ended)
             return
         self._eval_pending = None
+        self._eval_until_train = until_train
+        if until_train:
+            return  # (its phase unchanged until it stands)
         self._phase = "eval"
         self.reporter.set_phase("eval")
 
@@ -210,6 +290,10 @@ class Evaluations:
         self._eval_grad_pass = False
         self._eval_pending = None
         self._eval_saves = []
+        if self._eval_until_train:
+            self._eval_new = None  # (a teacher's: the question is not asked again until its next model.eval())
+            self._eval_until_train = False
+            self._eval_copy = False
 
     def _eval_clear(self) -> None:
         """No evaluation going, none pending."""
@@ -222,6 +306,8 @@ class Evaluations:
         self._eval_grad_pass = False
         self._eval_in_step = False
         self._eval_saves = []
+        self._eval_copy = False
+        self._eval_until_train = False
 
     def _eval_ends(self, by_script: bool = False, cut_short: bool = False) -> None:
         """Training resumes: the evaluation's time is left out of the open step, what came
@@ -233,7 +319,7 @@ class Evaluations:
         the next step, and the script's replaces it (it was counted twice). ``cut_short``: the
         rank ended in it (stopped, or failed): its event says so, with the time it ran (it read
         as an evaluation done)."""
-        if self._eval_pending is not None and not self._eval_stands():
+        if (self._eval_pending is not None and not self._eval_stands()) or (self._eval_until_train and not by_script):
             self._eval_drop()
             return
         # (cut short: it ran until the rank ended, not until its last forward: a rank hung in its
@@ -307,6 +393,22 @@ class Evaluations:
             self._arrive(stamp)
         if id(module) in self.trained.ddp_ids and module.require_backward_grad_sync:
             self._ddp_sync = True
+
+
+def _written_since(inst: Any, module: Any) -> bool:
+    """Whether ``module``'s parameters were written in place (their ``_version`` counters
+    moved) since the script last put it in eval mode, an optimizer step ago or more; notes
+    them for the next time."""
+    seen = inst._eval_written
+    if seen is None:
+        seen = inst._eval_written = weakref.WeakKeyDictionary()
+    try:
+        writes = sum(p._version for p in module.parameters())
+    except Exception:  # (a tensor without a version counter: an inference tensor's)
+        return False
+    last = seen.get(module)
+    seen[module] = (inst._posts, writes)
+    return last is not None and last[0] != inst._posts and last[1] != writes
 
 
 def _holds(outer: Any, module: Any) -> bool:
