@@ -111,14 +111,18 @@ def test_a_copys_evaluation_without_train_is_told_by_its_weights_written_in_plac
 
 
 @pytest.mark.parametrize("back", [False, True], ids=["left in eval mode", "train() after"])
-def test_a_teacher_put_in_eval_mode_each_step_is_still_the_steps(monkeypatch, back):
+@pytest.mark.parametrize("teacher_kind", ["frozen", "momentum"])
+def test_a_teacher_put_in_eval_mode_each_step_is_still_the_steps(monkeypatch, back, teacher_kind):
     # A frozen distillation teacher put in eval mode at the top of each step (no optimizer
     # holds it, its weights never written): its forward is the step's, as in training mode.
     # Put back in training mode after the student's backward it is still no evaluation: its
-    # eval() and train() are in the step, not between two.
+    # eval() and train() are in the step, not between two. So is a momentum teacher's (BYOL,
+    # MoCo: an EMA of the student, written in place after each step).
     def body(student, opt, clock):
-        teacher = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).requires_grad_(False)
+        teacher = copy.deepcopy(student).requires_grad_(False)
         for _ in range(12):
+            if teacher_kind == "momentum":
+                _update(teacher, student)
             teacher.eval()
             clock[0] += 0.010
             x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))

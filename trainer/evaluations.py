@@ -69,7 +69,8 @@ class Evaluations:
     before training resumes; else it was a frozen teacher's forward of the step, and is dropped."""
     _eval_written: Any = None
     """WeakKeyDictionary: a model no optimizer holds -> (optimizer steps ended, its parameters'
-    in-place writes) at the script's last ``model.eval()`` of it (see :meth:`_eval_of_copy`)."""
+    in-place writes, steps ended) at the script's last ``model.eval()`` of it (see
+    :meth:`_eval_of_copy`)."""
 
     def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
         trained = self.trained.trained_ids
@@ -136,7 +137,8 @@ class Evaluations:
         step's data (review 284). An average is told by its class (:func:`is_average`), or by
         its parameters written in place since its last ``model.eval()`` an optimizer step ago
         or more (their ``_version`` counters: ``lerp_``, ``copy_``, ``mul_``), while no
-        optimizer holds them; a frozen teacher's never are. Another model (its first
+        optimizer holds them; a frozen teacher's never are (a momentum teacher's are, but it
+        is put in eval mode every step: see _written_since). Another model (its first
         evaluation, one updated less often than evaluated) is evaluated provisionally: it
         stands at its ``model.train()``, which a teacher's forward in the step has no call for
         (see _eval_until_train). Its parameters are walked here once a ``model.eval()``, never
@@ -397,8 +399,10 @@ class Evaluations:
 
 def _written_since(inst: Any, module: Any) -> bool:
     """Whether ``module``'s parameters were written in place (their ``_version`` counters
-    moved) since the script last put it in eval mode, an optimizer step ago or more; notes
-    them for the next time."""
+    moved) since the script last put it in eval mode, an optimizer step ago or more, and not
+    in the step before: a momentum teacher (BYOL's, MoCo's, an EMA of the student) put in eval
+    mode at each step is written in place between steps too, and its forward is the step's.
+    Notes them for the next time."""
     seen = inst._eval_written
     if seen is None:
         seen = inst._eval_written = weakref.WeakKeyDictionary()
@@ -407,8 +411,9 @@ def _written_since(inst: Any, module: Any) -> bool:
     except Exception:  # (a tensor without a version counter: an inference tensor's)
         return False
     last = seen.get(module)
-    seen[module] = (inst._posts, writes)
-    return last is not None and last[0] != inst._posts and last[1] != writes
+    done = inst.steps_done()
+    seen[module] = (inst._posts, writes, done)
+    return last is not None and last[0] != inst._posts and last[1] != writes and last[2] < done - 1
 
 
 def _holds(outer: Any, module: Any) -> bool:
