@@ -2,17 +2,25 @@
 
 A :class:`Reporter` owns a ZeroMQ PUSH socket connected to the hub's ingest. ``send`` encodes
 with msgspec and sends with ``NOBLOCK``: when the queue (``hwm`` messages) is full, or the hub is
-gone, the message is dropped and counted, never waited for. A daemon thread with its own socket
-sends a heartbeat (last step, current phase, drop count) and a system sample about once a
-second, so a loop stuck in a collective still shows as alive-but-stalled.
+gone, the message is dropped and counted, never waited for. A daemon thread sends a heartbeat
+(last step, current phase, drop count) and a system sample about once a second, so a loop stuck
+in a collective still shows as alive-but-stalled.
+
+Every message of a rank goes on that one socket, the heartbeat thread's too (a lock makes its
+sends one at a time with the loop's): the hub takes one connection's messages in order, and
+takes turns between connections. Sent on a socket of the thread's own, the steps a held-up loop
+left held went out beside the newer ones the loop sent on its own when it came back, and the
+hub read a rank's steps out of order (107, 114, 108, 115, ...), a heartbeat ahead of older
+steps as lost messages until they came. The thread's own socket carries nothing: it connects
+only so that its handshake monitor tells whether the hub took the rank (see below).
 
 On a hub with CURVE keys (``pardash keys``), the reporter's sockets authenticate with the client
 keys from ``PARDASH_CURVE_DIR`` (or ``curve=``); that happens once per connection, so ``send``
 costs the same. Keys that cannot be read switch publishing off with one warning: telemetry
 never stops training.
 
-PUSH has no reply, so the heartbeat socket's handshake monitor (read at beats, never by
-``send``) is how a rank learns whether a hub took it: the first rank of each node says when none
+PUSH has no reply, so the heartbeat thread's socket's handshake monitor (read at beats, never
+by ``send``) is how a rank learns whether a hub took it: the first rank of each node says when none
 has after HUB_WAIT_S, and at its close that none ever did (nothing of it was recorded).
 """
 
@@ -44,11 +52,10 @@ BATCH_S = 0.05
 ZeroMQ's I/O thread, and each arrival the hub: on a machine whose cores the ranks keep busy,
 every wake-up takes a core from a rank and, through the next collective, from all of them. A
 burst per 50 ms wakes each once for many steps; frames reach viewers every 100 ms anyway.
-Events, hellos and a step after a slow one go at once. Before each heartbeat the loop is asked
-to send what it holds with its next step (a heartbeat ahead of them, a later seq, would read as
-lost messages until they came); steps still held HANDOFF_S later (the loop stopped sending:
-stuck, done, or in a long evaluation) go out from the heartbeat thread, ahead of the heartbeat.
-Without a heartbeat thread nothing is held."""
+Events, hellos and a step after a slow one go at once. A heartbeat takes what the loop holds
+with it, ahead of it; steps held RESCUE_S (the loop stopped sending: stuck, done, or in a long
+evaluation) go from the heartbeat thread between beats. Without a heartbeat thread nothing is
+held."""
 BATCH_MAX = 64
 RESCUE_S = 0.25
 """Steps the loop has held this long without sending (stuck, done, in an evaluation) go from
@@ -85,10 +92,6 @@ had its word yet: a connection whose handshake is under way, or fewer than DROPS
 dropped in the handshake. A rank of a loaded host (a CI run, 4 workers on 2 cores) made 2-3
 connections in the grace, each dropped so by a hub's updates port, and said its hub "refuses"
 it; another's first connection came 0.9 s in, and it said it "never reached a hub"."""
-HANDOFF_S = 0.06
-"""How long the heartbeat thread waits for the loop to send its held steps itself (a little
-more than BATCH_S: a loop that holds steps steps at least that often), so they reach the hub
-in order with the loop's next ones."""
 
 
 def say_unwatched(launch: str) -> None:
@@ -183,12 +186,14 @@ class Reporter:
         self._held: list[bytes] = []
         """Encoded steps waiting for the next burst (see BATCH_S)."""
         # Re-entrant: a rank stopped by SIGTERM flushes from its handler (telemetry.sigterm),
-        # which runs on the loop's thread, maybe inside one of these blocks of a send.
+        # which runs on the loop's thread, maybe inside one of these blocks of a send. Held
+        # through every send on the socket (``_sock``), which the heartbeat thread sends on too:
+        # a ZeroMQ socket is used from two threads only one at a time, and a batch taken first
+        # is sent first. (The heartbeat thread never waits for ``_count_lock`` holding it: the
+        # loop's thread, in a signal handler, may want this one while it holds that one.)
         self._held_lock = threading.RLock()
         self._count_lock = threading.RLock()
         self._flushed = time.monotonic()
-        self._flush_next = False
-        """The heartbeat thread asks the loop to send what it holds with its next step."""
         self._hwm = hwm
         self._heartbeat_s = heartbeat_s
         self._gpu_index = gpu_index
@@ -308,8 +313,8 @@ class Reporter:
             with self._count_lock:
                 self.dropped += 1  # a value that cannot be encoded: counted, never raised
             return False
-        if _sock is not None:  # the heartbeat thread's own socket
-            return self._send_all(sock, [data]) == 1
+        if _sock is not None:  # a socket of the caller's (the simulator's)
+            return self._count(self._send_all(sock, [data]), 1) == 1
         now = time.monotonic()
         with self._held_lock:
             self._held.append(data)
@@ -318,23 +323,25 @@ class Reporter:
                 and self._thread is not None  # someone to send what the loop leaves held
                 and now - self._flushed < BATCH_S
                 and len(self._held) < BATCH_MAX
-                and not self._flush_next
             )
         if hold:
             return True
         return self.flush(now) > 0
 
     def flush(self, now: float | None = None) -> int:
-        """Send the held steps now (from the loop's thread); returns how many went."""
-        if self._sock is None:
-            return 0
+        """Send the held steps now (from either thread); returns how many went."""
         with self._held_lock:
+            sock = self._sock
+            if sock is None:
+                return 0
             batch, self._held = self._held, []
             self._flushed = time.monotonic() if now is None else now
-            self._flush_next = False
-        return self._send_all(self._sock, batch) if batch else 0
+            sent = self._send_all(sock, batch) if batch else 0
+        return self._count(sent, len(batch))
 
     def _send_all(self, sock: zmq.Socket, batch: list[bytes]) -> int:
+        """Send ``batch`` on ``sock`` until its queue is full; returns how many went (the caller
+        counts them: see ``_count``)."""
         sent = 0
         for data in batch:
             try:
@@ -342,33 +349,23 @@ class Reporter:
             except (zmq.Again, zmq.ZMQError):
                 break  # queue full or hub gone: what is left is counted, never raised into the loop
             sent += 1
-        # The loop's thread and the heartbeat thread both send: ``+=`` on an attribute is no
-        # single step, and a count lost between them would hide a dropped message.
-        with self._count_lock:
-            self.sent += sent
-            self.dropped += len(batch) - sent
         return sent
 
-    def _rescue_held(self, sock: zmq.Socket) -> None:
-        """Heartbeat thread, right before a heartbeat: have the steps the loop holds sent first.
-        The loop sends them itself with its next step (in order with it, on its own socket);
-        a loop that sends nothing for HANDOFF_S has them sent from here."""
-        with self._held_lock:
-            if not self._held:
-                return
-            self._flush_next = True
-        end = time.monotonic() + HANDOFF_S
-        while time.monotonic() < end:
-            if self._stop.wait(0.005):
-                break
-            with self._held_lock:
-                if not self._held:
-                    return
-        with self._held_lock:
-            batch, self._held = self._held, []
-            self._flushed = time.monotonic()
-            self._flush_next = False
-        self._send_all(sock, batch)
+    def _count(self, sent: int, of: int) -> int:
+        """Count ``sent`` messages of ``of`` as sent, the rest as dropped; returns ``sent``."""
+        if of:
+            # The loop's thread and the heartbeat thread both send: ``+=`` on an attribute is
+            # no single step, and a count lost between them would hide a dropped message.
+            with self._count_lock:
+                self.sent += sent
+                self.dropped += of - sent
+        return sent
+
+    def _rescue_held(self) -> bool:
+        """Heartbeat thread, between beats: send the steps the loop has held RESCUE_S (it
+        stopped sending: stuck in a collective, killed soon by torchrun); returns whether any
+        went. On the loop's socket, as all: in order with whatever the loop sends next."""
+        return self.flush() > 0
 
     def step(self, **fields: Any) -> bool:
         """Publish one optimizer step (fields of :class:`schema.Step`). A loss that is not
@@ -424,7 +421,7 @@ class Reporter:
         with self._held_lock:
             held = self._held
             held.append(data)
-            hold = self._thread is not None and now - self._flushed < BATCH_S and len(held) < BATCH_MAX and not self._flush_next
+            hold = self._thread is not None and now - self._flushed < BATCH_S and len(held) < BATCH_MAX
         if hold:
             return True
         return self.flush(now) > 0
@@ -533,7 +530,9 @@ class Reporter:
         self._thread.start()
 
     def _beat(self) -> None:
-        sock = self._connect(watch=True)  # a socket of its own: ZeroMQ sockets are not thread-safe
+        # A socket of its own, that sends nothing: its handshake monitor tells whether the hub
+        # took the rank (the beats go on the loop's socket: see the module's docstring).
+        sock = self._connect(watch=True)
         if self.sampler is not None:
             self.sampler.prime()  # this thread samples: the first sample a second on has figures
         try:
@@ -544,13 +543,12 @@ class Reporter:
                     # Between beats: steps the loop has held for RESCUE_S (it stopped sending:
                     # stuck in a collective, killed soon by torchrun) go now, not at the beat
                     if self._held and now - self._flushed >= RESCUE_S:
-                        self._rescue_held(sock)
+                        self._rescue_held()
                     continue
                 next_beat = now + self._heartbeat_s
-                self._rescue_held(sock)
-                self.heartbeat(sock)
+                self.heartbeat()  # (the steps held go with it, ahead of it)
                 if self.sampler is not None:
-                    self.send(self.sampler.sample(), sock)
+                    self.send(self.sampler.sample())
                 if self._handshakes is not None:
                     self._read_handshakes(sock)
                     self._say_still_waiting(now)
@@ -673,9 +671,10 @@ class Reporter:
                 print(f"pardash: rank {self.rank} never reached a hub at {self.endpoint} (is `pardash hub` running "
                       "there?): nothing of this rank was recorded", file=sys.stderr, flush=True)  # fmt: skip
         self.flush()
-        self._sock.setsockopt(zmq.LINGER, linger_ms)
-        self._sock.close()
-        self._sock = None
+        with self._held_lock:  # (a heartbeat thread still going may be sending on it)
+            sock, self._sock = self._sock, None
+        sock.setsockopt(zmq.LINGER, linger_ms)
+        sock.close()
         if self._own_ctx:
             # Returns once what was queued is sent, or after linger_ms with no hub to take it:
             # a process may exit at once afterwards (the trainer skips its teardown).
