@@ -92,9 +92,8 @@ def test_heartbeats_name_the_phase_while_the_loop_is_stuck():
         return hello and beat and any(isinstance(m, schema.System) for m in seen)
 
     wait_for(said_all)
-    # The hello goes on the loop's socket, the heartbeats and samples on the heartbeat thread's
-    # own, and ZeroMQ keeps no order between two sockets: the hello need not arrive first (it
-    # did not, once a hub was late to bind), but it is the rank's first message by its seq.
+    # The hello is the rank's first message by its seq (the heartbeats and samples went on a
+    # socket of their own once, and the hello did not always arrive first).
     (hello,) = [m for m in seen if isinstance(m, schema.Hello)]
     assert hello.seq == 0 and hello.rank == 1
     assert all(m.seq > 0 and m.rank == 1 for m in seen if m is not hello)
