@@ -2175,6 +2175,13 @@ def test_a_rank_slow_inside_an_fsdp_models_blocks_is_named_the_straggler_and_eac
         assert r["params_bytes"] * 2 == pytest.approx(r["params_full_bytes"], rel=0.01)
     for rank in (0, 1):
         assert all(s.self_s is not None and s.mem.optim_bytes * 2 == pytest.approx(s.mem.optim_full_bytes, rel=0.01) for s in _steps(msgs, rank))
+    # Rank 0's waits for rank 1 in FSDP's all-gathers and reduce-scatters are its comm, not its
+    # forward and backward (it read "comm -", its backward 236 ms against rank 1's 73), by the
+    # ranks' medians.
+    fields = ("forward_s", "backward_s", "comm_s")
+    med = {r: {f: statistics.median(getattr(s, f) or 0.0 for s in _steps(msgs, r)[10:]) for f in fields} for r in (0, 1)}
+    assert med[0]["comm_s"] > med[0]["forward_s"] + med[0]["backward_s"] and med[0]["comm_s"] > med[1]["comm_s"]
+    assert med[1]["forward_s"] > 2 * med[0]["forward_s"]
     # Then the verdict.
     verdicts = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
     assert [(v.rank, v.cause) for v in verdicts] == [(1, "compute")]

@@ -5,7 +5,10 @@ work: in collectives between steps, DDP's wait for its all-reduces, its buffer b
 
 FSDP2 all-gathers each sharded module's parameters in its pre-forward hook (prefetched, then
 waited for there): a rank ahead of the others waits in it for the rank behind. A pre-hook
-before FSDP's and one after it time that wait; the step's self time leaves it out. A script
+before FSDP's and one after it time that wait; the step's self time leaves it out, and it is
+the step's ``comm_s``, out of its forward. In the backward, FSDP's all-gathers again and its
+reduce-scatters (``all_gather_single``, ``reduce_scatter_single``) are waits as well, comm out
+of the backward. A script
 that all-reduces its gradients itself, with no DDP or FSDP wrapper, arrives at its step's first
 ``all_reduce``.
 
@@ -26,6 +29,10 @@ from pardash.trainer.hooking import _Hook, _around_fsdp, _get_ident, _guarded, _
 from pardash.trainer.marks import _Between
 from pardash.trainer.saves import _once_imported
 from pardash.trainer.trained import FORWARD_ARRIVES, first_tensor, rows
+
+FSDP_COLLECTIVES = ("all_gather_single", "reduce_scatter_single")
+"""``torch.distributed``'s collectives FSDP2 calls (a script hardly does): timed in the
+backward only (see Arrivals._fsdp_waited)."""
 
 PIPELINING = "torch.distributed.pipelining"
 """Pipeline parallelism's package: its schedules and stages are wrapped once it is imported."""
@@ -95,6 +102,7 @@ class Arrivals:
         collective. DDP's and FSDP's own gradient collectives do not come this way (DDP's
         are in C++; FSDP's arrival is its first all-gather, at the forward's start)."""
         by_hand = name == "all_reduce"
+        fsdps = name in FSDP_COLLECTIVES
 
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             try:
@@ -105,6 +113,16 @@ class Arrivals:
             def collective(*args: Any, **kwargs: Any) -> Any:
                 if _get_ident() != self._tid or _is_compiling() or self.dead:
                     return original(*args, **kwargs)
+                if self._in_backward and self.strategy == "fsdp" and self._pp is None:
+                    if kwargs.get("async_op") or (0 <= at < len(args) and args[at]):
+                        return original(*args, **kwargs)
+                    start = self.clock.stamp()
+                    try:
+                        return original(*args, **kwargs)
+                    finally:
+                        self._fsdp_waited(start)
+                if fsdps:
+                    return original(*args, **kwargs)  # (FSDP2's forward: its all-gathers' waits are timed by _watch_gathers)
                 if by_hand and (self._by_hand or self.strategy == "single"):
                     self._all_reduce_by_hand()
                 if not self._collective_begins():
@@ -122,6 +140,16 @@ class Arrivals:
             return collective
 
         return wrap
+
+    @_guarded
+    def _fsdp_waited(self, start: Any) -> None:
+        """FSDP's collective in the backward, from ``start``, returned: its all-gather of a
+        module's parameters again (resharded after the forward) or its reduce-scatter of their
+        gradients, each blocking on CPU until every rank is there. A rank ahead waits in them
+        for the rank behind: the step's ``comm_s``, out of its backward, as DDP's wait for its
+        all-reduces (the victim of a rank slow in a block read "bwd 235.9 ms" against the slow
+        rank's 72.9). The self time leaves the backward out, as before."""
+        self._keep_wait((start, self.clock.stamp()))
 
     def _wrap_ddp_buffer_sync(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """DDP's ``_sync_buffers``: its broadcast of the model's buffers (BatchNorm's running
@@ -327,8 +355,54 @@ class Arrivals:
         if node is not None:
             # (a pre-hook on its node: a tensor hook cost twice as much; left on the node,
             # which goes with the graph, and unset after this backward)
-            self._graph_watch = True
+            self._graph_watch = self._ddp_backward = True
             node.register_prehook(self._graph_begins)
+
+    def _nested_backward(self, original: Callable[..., Any], tensors: Any, args: Any, kwargs: Any) -> Any:
+        """A backward called inside the backward that all-reduces DDP's gradients: a reentrant
+        activation checkpoint's (``checkpoint_wrapper(..., REENTRANT)``, ``checkpoint(...,
+        use_reentrant=True)``), which recomputes its part of the model and backpropagates
+        through it in a graph of its own. DDP's hooks run in that graph, and where its buckets
+        are all launched there, DDP waits for them in a callback of that graph, before the
+        nested backward returns (the outer graph's callback, :meth:`_graph_ends`, comes after).
+        The wait from the nested graph's end to its return is timed as the outer's is: the
+        step's ``comm_s``, out of its backward. (A checkpoint around the whole DDP module read
+        "comm 0.0", its wait the backward: the victim of a rank slow in its forward "bwd 24.8",
+        as if slowest in its backward; review 284.) A nested graph without DDP's wait times
+        the callbacks' return alone, microseconds."""
+        node = None
+        for t in tensors if isinstance(tensors, (list, tuple)) else (tensors,):
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                node = t.grad_fn
+                break
+        if node is None:
+            return original(tensors, *args, **kwargs)
+        done: list[Any] = []
+
+        def graph_ends() -> None:
+            if not self.dead:
+                done.append(self.clock.stamp())
+                self.reporter.set_phase("sync")
+
+        def graph_begins(grads: Any) -> None:
+            if not done:
+                done.append(None)
+                try:
+                    _queue_callback(graph_ends)
+                except Exception as exc:
+                    self._fail(exc)
+
+        node.register_prehook(graph_begins)
+        try:
+            return original(tensors, *args, **kwargs)
+        finally:
+            if len(done) == 2 and not self.dead:
+                self._nested_waited(done[1])
+
+    @_guarded
+    def _nested_waited(self, start: Any) -> None:
+        self._keep_wait((start, self.clock.stamp()))
+        self.reporter.set_phase(self._phase)
 
     def _graph_begins(self, grads: Any) -> None:
         """The loss's node runs (the backward's first): queue :meth:`_graph_ends`."""

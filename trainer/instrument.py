@@ -89,7 +89,9 @@ FSDP2 (modules made by ``fully_shard``), whose pre-forward hooks all-gather each
 block's parameters as the forward reaches it: the step's data and forward passes (backward
 passes are left out, as DDP's self time ends at its backward), less the time spent in those
 hooks (a pre-hook right before FSDP's and one right after it), where the waiting for the other
-ranks is (FSDP1, or a model compiled whole: up to the first root forward; so tensor parallelism,
+ranks is (those waits, and FSDP's collectives in the backward, are the step's ``comm_s``, out of
+its forward and backward, as DDP's wait for its all-reduces is) (FSDP1, or a model compiled
+whole: up to the first root forward; so tensor parallelism,
 whose layers' collectives are untimed); a pipeline's stage (``torch.distributed.pipelining``,
 see :class:`~pardash.trainer.arrivals.Pipelines`), the step less its waits for its neighbours;
 one process alone, the whole step; otherwise unknown. Less, each time, the waits in collectives of the script's
@@ -136,7 +138,7 @@ from pardash.telemetry import api, memory, modelfacts
 from pardash.trainer.strategies import CommTimer
 from pardash.trainer.trained import FORWARD_ARRIVES, Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of, rows
 from pardash.telemetry.reporter import Reporter
-from pardash.trainer.arrivals import Arrivals, Pipelines
+from pardash.trainer.arrivals import FSDP_COLLECTIVES, Arrivals, Pipelines
 from pardash.trainer.epochs import Epochs, _LoaderPass
 from pardash.trainer.evaluations import Evaluations, _holds
 from pardash.trainer.loads import Loads
@@ -166,7 +168,7 @@ _PHASE_FIELD = {"data": "data_s", "forward": "forward_s", "backward": "backward_
 COLLECTIVES = (
     "all_reduce", "barrier", "monitored_barrier", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
     "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-    "gather", "gather_object", "scatter", "scatter_object_list",
+    "gather", "gather_object", "scatter", "scatter_object_list", *FSDP_COLLECTIVES,
 )  # fmt: skip
 """``torch.distributed``'s collectives a script may call itself: each marks its rank's arrival
 in a step, or a sync point between steps (see Arrivals._wrap_collective)."""
@@ -243,6 +245,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         :meth:`~pardash.trainer.arrivals.Arrivals._watch_ddp_wait`)."""
         self._graph_watch = False
         """The hook on that backward's loss is to note it (see _graph_begins)."""
+        self._ddp_backward = False
+        """A backward that all-reduces DDP's gradients is running, its wait watched: a backward
+        nested in it (a reentrant checkpoint's) has DDP's wait timed too (see
+        Arrivals._nested_backward)."""
         self._scaled: dict[int, tuple[Any, Any]] = {}
         """id(scaled loss) -> (scaled, loss), for each GradScaler.scale() since the last backward."""
         self._eval_t0 = 0.0
@@ -697,6 +703,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if self._in_backward or _get_ident() != self._tid or _is_compiling():
+                if self._ddp_backward and self._in_backward and not self.dead and _get_ident() == self._tid:
+                    return self._nested_backward(original, tensors, args, kwargs)  # (a reentrant checkpoint's)
                 return original(tensors, *args, **kwargs)
             if not self.dead:  # (the guard of _backward_begins and _backward_returns, inline)
                 try:
@@ -811,7 +819,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
     @_guarded
     def _backward_returns(self) -> None:
         self._backward_end = self.clock.stamp()
-        self._graph_watch = False  # (a loss backpropagated again, its graph retained, waits for no all-reduce)
+        self._graph_watch = self._ddp_backward = False  # (a loss backpropagated again, its graph retained, waits for no all-reduce)
         if self._graph_done is not None:
             self._ddp_waited()
         if self._skip_from is not False:
@@ -970,18 +978,27 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             step_s += lead + opened.lead_wait_s
         self._step_s = step_s
         syncs = opened.syncs
+        gathers = opened.waits
         waited = 0.0  # (of which in its data and forward phases)
-        if syncs or opened.lead_wait_s:
+        synced_s = 0.0  # (of which in collectives between steps, not FSDP2's all-gathers)
+        if syncs or opened.lead_wait_s or gathers:
             # Waiting for the other ranks (in a barrier after the optimizer step, say): the
             # others', not this rank's, data or work. (A wait before the step's start, in an
-            # evaluation that moved it, is cut off.)
-            wait_s = opened.lead_wait_s
+            # evaluation that moved it, is cut off.) So are FSDP2's waits for its all-gathers
+            # in the forward: a rank ahead waits there for the one behind, as DDP's in its
+            # all-reduces. (Read as its forward, the comm column '-', a victim's forward looked
+            # as slow as the straggler's own: 35.0 ms beside its 35.5, review 284.)
+            wait_s = synced_s = opened.lead_wait_s
             for (phase, a), (_, b) in zip(bounds, bounds[1:]):
-                w = CommTimer.seconds(syncs, within=(a, b)) if syncs and phase != "eval" else 0.0
-                if w:
+                if phase == "eval":
+                    continue
+                w = CommTimer.seconds(syncs, within=(a, b)) if syncs else 0.0
+                g = CommTimer.seconds(gathers, within=(a, b)) if gathers else 0.0
+                if w or g:
                     field = _PHASE_FIELD[phase]
-                    out[field] = max(0.0, out[field] - w)
-                    wait_s += w
+                    out[field] = max(0.0, out[field] - w - g)
+                    wait_s += w + g
+                    synced_s += w
                     if phase in ("data", "forward"):
                         waited += w
             out["comm_s"] = wait_s
@@ -992,7 +1009,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             # (the schedule's sends and receives: comm_s) and, a stage sharded by FSDP, for its
             # all-gathers. Its stages compute one after the other, not up to a common
             # collective: there is no arrival to time up to.
-            self_s = max(0.0, step_s - out.get("comm_s", 0.0) - (CommTimer.seconds(opened.waits, within=(marks[0][1], d.end)) if opened.waits else 0.0))
+            self_s = max(0.0, step_s - synced_s - (CommTimer.seconds(opened.waits, within=(marks[0][1], d.end)) if opened.waits else 0.0))
         elif opened.waits and any(p == "backward" for p, _ in marks):
             # FSDP2: its data and forward (each micro-batch's) less the waits for its
             # all-gathers (a rank slow in a block keeps the others waiting in a later one).
