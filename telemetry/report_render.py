@@ -963,7 +963,7 @@ SHARED_RUN_ID = "two jobs share run id"
 the TUI's alerts find the warning by it."""
 
 
-COUNTED_BY_PARDASH = {"micro_batches": "backward passes a step, counted by pardash"}
+COUNTED_BY_PARDASH = {"micro_batches": "batches a step, each a forward with its own backward (gradient accumulation), counted by pardash"}
 """Custom metrics pardash's own instrumentation adds (the rest are the script's, ``pt.log``)."""
 
 
@@ -1025,11 +1025,12 @@ COMM_NOTES = {
     "trainer": "comm: the time in the step's collectives (DDP's all-reduces, FSDP's all-gathers and reduce-scatters), "
                "which run within forward and backward: the phases sum past the step.",
     "script": "comm: the wait for the other ranks, in the script's own collectives between steps (a barrier, or the "
-              "all-reduces of an update by hand) and in DDP's all-reduces once the backward's work is done, in no other "
-              "phase: the phases and comm sum to the step.",
+              "all-reduces of an update by hand), in DDP's all-reduces once the backward's work is done, and in FSDP2's "
+              "all-gathers and reduce-scatters, in no other phase: the phases and comm sum to the step.",
     None: "comm: of the bundled trainer, the time in the step's collectives, which run within forward and backward (the phases "
           "sum past the step); of a script's zero-code hooks, the wait for the other ranks, in its own collectives between "
-          "steps and in DDP's all-reduces after the backward's work, in no other phase (the phases and comm sum to the step).",
+          "steps, in DDP's all-reduces after the backward's work and in FSDP2's all-gathers and reduce-scatters, in no "
+          "other phase (the phases and comm sum to the step).",
 }
 """What a rank's comm time is, by what wrote the log (:func:`comm_meaning`): two things of one name."""
 

@@ -1992,7 +1992,7 @@ def test_metrics_the_script_logged_are_in_the_report(tmp_path):
     }
     assert "  grad_norm: 2.5 at the last step (first 10.5)" in render_text(rep)
     # pardash's own count is said as such (it read as a metric "the script logged").
-    assert "micro_batches: 2 at the last step (first 2) - backward passes a step, counted by pardash" in render_text(rep)
+    assert "micro_batches: 2 at the last step (first 2) - batches a step, each a forward with its own backward (gradient accumulation), counted by pardash" in render_text(rep)
     assert "## Other metrics" in render_markdown(rep)
 
 
