@@ -59,6 +59,7 @@ from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal
 from .report_render import PHASES, SHARED_RUN_ID, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
+from .stragglers import StepWaits
 from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
                     mem_state_bytes, run_again, run_over)
 from .summary import (
@@ -206,33 +207,6 @@ def _state_bytes(mem: schema.Mem | None) -> int | None:
     return None if mem is None else mem_state_bytes(mem)
 
 
-class _Arrivals:
-    """Per step, the last rank to arrive at the collective and its lead over the second-last.
-
-    O(steps) memory whatever the world size: the top two self times of each step.
-    """
-
-    def __init__(self) -> None:
-        self.top: dict[int, tuple[float, int, float]] = {}
-        """step -> (slowest self_s, its rank, second-slowest self_s)."""
-
-    def see(self, step: int, rank: int, self_s: float) -> None:
-        cur = self.top.get(step)
-        if cur is None:
-            self.top[step] = (self_s, rank, float("-inf"))
-        elif self_s > cur[0]:
-            self.top[step] = (self_s, rank, cur[0])
-        elif self_s > cur[2]:
-            self.top[step] = (cur[0], cur[1], self_s)
-
-    def gap(self, step: int, rank: int) -> float | None:
-        """Seconds the others waited for ``rank`` at ``step`` (None: it was not the last)."""
-        cur = self.top.get(step)
-        if cur is None or cur[1] != rank or cur[2] == float("-inf"):
-            return None
-        return cur[0] - cur[2]
-
-
 def build_report(path: str, progress: Progress | None = None) -> dict:
     """Read the log at ``path`` and summarise it (the ``--format json`` object); ``progress``
     is told how far the reading is (a log of gigabytes takes minutes)."""
@@ -281,7 +255,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """Metrics a script logged itself (``pt.log(grad_norm=...)``): each rank's first and last."""
     peak: dict[int, int] = {}
     peak_kind = ""
-    arrivals = _Arrivals()
+    arrivals = StepWaits()
     timeline = Timeline()
     """The run in about ten parts of its steps, for ``timeline`` (telemetry/timeline.py)."""
     stragglers: list[dict] = []
@@ -442,8 +416,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                     if times is None:
                         times = own[name] = Figures()
                     times.append(x)
-            if msg.self_s is not None:
-                arrivals.see(msg.step, msg.rank, msg.self_s)
+            # (what the others waited for a straggler each step: its self-time lead, or where it
+            # is larger their comm wait beyond its own, as the verdict's cost; see StepWaits)
+            arrivals.see(msg.step, msg.rank, msg.self_s, msg.comm_s)
             mem = msg.mem
             if mem is not None:
                 if mem.cuda_peak_bytes is not None:
@@ -1118,7 +1093,7 @@ def hub_warning_kept(ev: schema.Event) -> bool:
     return not text.startswith(_SAID_ELSEWHERE) and not any(k in text for k in _KEYS_WARNING)
 
 
-def _charge(ep: dict, arrivals: _Arrivals, last_step: int, after: int = 0) -> None:
+def _charge(ep: dict, arrivals: StepWaits, last_step: int, after: int = 0) -> None:
     """Measure what a straggler cost: from the first step of the streak in which it arrived
     last (before the verdict, which needs whole windows) to the streak's last step before its
     clearing (``until_step``) or to the end, charging each step it arrived last at with the

@@ -424,6 +424,29 @@ def test_a_stragglers_streak_survives_a_noisy_step_and_starts_where_the_straggli
     assert "rank 0 (compute): straggling from step 10, found at step 29, until the end" in render_text(build_report(str(log)))
 
 
+def test_a_stragglers_cost_is_what_the_others_waited_where_its_slowness_runs_on_after_its_first_collective(tmp_path):
+    # DDP over a checkpoint_wrapper'd model, rank 1 sleeping 10 ms in its forward: the sleep runs
+    # again in the backward's recompute, after its self time ends. Its self-time lead is 10 ms,
+    # its peer's comm wait 20 ms more than its own (review 284). The verdict said 20 ms since
+    # 7be7745, while the report charged the self-time lead and walked its streak by half the
+    # verdict's cost: "straggling from step 26 ... 10.3 ms a step ... (23.3 ms a step when
+    # found)"; it charges the wait, as the verdict does, from the straggling's start.
+    t, n = 1.0e9, 60
+    records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    for step in range(1, n + 1):
+        t += 0.04
+        records.append(schema.Step(run="r", rank=0, seq=step, step=step, samples=16, step_s=0.04, self_s=0.010, comm_s=0.023, t=t))
+        records.append(schema.Step(run="r", rank=1, seq=step, step=step, samples=16, step_s=0.04, self_s=0.020, comm_s=0.003, t=t))
+        if step == 29:
+            records.append(schema.Verdict(run="r", rank=1, seq=-1, verdict="straggler", cause="compute", cost_s=0.020, step=29,
+                                          message="rank 1 is a straggler (compute): the others wait 20 ms a step for it", t=t))
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    (s,) = build_report(str(log))["stragglers"]
+    assert (s["since_step"], s["step"]) == (1, 29)
+    assert s["steps_charged"] == n and s["cost_total_s"] == pytest.approx(n * 0.020, rel=1e-6)
+
+
 def test_a_stragglers_second_episode_is_not_charged_the_firsts_steps(tmp_path):
     # Rank 0 last from step 10 (by 20 ms, then by 6 ms: cleared at 50), noise at 45 and 50,
     # found again at 70. Passing over the noisy step, the second episode's walk back went on into
