@@ -23,7 +23,7 @@ from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.ring import HISTORY_COLUMNS
 from pardash.telemetry.state import median_small
-from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, wall_step_s
+from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, straggler_cost_s, wall_step_s
 from pardash.telemetry.summary import PAUSE_SLACK_S, RATE_POINTS, _samples_done
 
 from .alerts import cause_rank, cause_ranks, waited_for_text
@@ -722,12 +722,17 @@ class RowBuilder:
         if not stragglers or len(live) < 2:
             return out
         top = heapq.nlargest(2, live, key=_self_of)
+        # (and the others' comm wait beyond its own, where larger: a straggler slow again after
+        # its first collective, in its backward's recompute, cost them 23 ms a step where its
+        # self-time lead said 10; the hub's verdict says the larger, stragglers.straggler_cost_s)
+        comm = {e.rank: row.comm_s if (row := self.row(e.rank)) is not None else None for e in live}
         for e in stragglers:
             others_max = top[1].self_s if e is top[0] else top[0].self_s
+            others_comm = min((c for rank, c in comm.items() if rank != e.rank and c is not None), default=None)
             # In whole milliseconds, as the hub says it: the alert's text changes when the figure
             # does, not with every frame's smoothed figures (it re-fitted and repainted the
             # alerts each frame).
-            out[e.rank] = round(max(0.0, e.self_s - others_max), 3)  # type: ignore[operator]
+            out[e.rank] = round(straggler_cost_s(e.self_s, others_max, comm[e.rank], others_comm), 3)  # type: ignore[arg-type]
         return out
 
     def _fill_deviation(self, live: list[_Rank]) -> None:

@@ -725,3 +725,24 @@ def test_a_charts_columns_between_two_points_take_the_line_between_them():
     nan = float("nan")
     filled = _carry([nan, 1.0, nan, nan, 4.0, nan])
     assert math.isnan(filled[0]) and filled[1:] == pytest.approx([1.0, 2.0, 3.0, 4.0, 4.0])
+
+
+def test_a_stragglers_alert_counts_the_others_wait_after_its_first_collective():
+    # DDP over a checkpoint_wrapper'd model, rank 1 slow in its forward and again in its
+    # backward's recompute: its self-time lead 10 ms, its peer's comm 20 ms more than its own.
+    # The hub's verdict says 20 (stragglers.straggler_cost_s); the alert, which says the cost now
+    # from the grid's figures, said 10, the self-time lead alone.
+    st = RunState(run_id="r")
+    for r in range(2):
+        st.apply(schema.Hello(rank=r, world_size=2, node=0, host="h", strategy="ddp", t=1.0), 0)
+    for step in range(1, 8):
+        steps = [schema.Step(rank=r, step=step, loss=1.0, samples=8, step_s=0.04, self_s=(0.010, 0.020)[r],
+                             comm_s=(0.023, 0.003)[r], t=1.0 + step) for r in range(2)]  # fmt: skip
+        for s in steps:
+            st.apply(s, 0)
+        st.commit_history(steps)
+    st.apply(schema.Verdict(rank=1, verdict="straggler", cause="compute", cost_s=0.020,
+                            message="rank 1 is a straggler (compute): the others wait 20 ms a step for it"), 0)  # fmt: skip
+    table = RowBuilder()
+    table.update(st)
+    assert table.straggler_costs() == {1: pytest.approx(0.020)}
