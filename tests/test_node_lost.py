@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,7 +44,10 @@ def two_nodes(tmp_path):
     launches = [_node(tmp_path, node, master_port, hub_port) for node in (0, 1)]
     trees: list[list[psutil.Process]] = [[], []]
     try:
-        wait_for(lambda: "step " in (tmp_path / "node1.out").read_text() or launches[1].poll() is not None, timeout_s=180, poll_s=0.2)
+        # (a step taken: "step 0/100000 | 2 starting" came first, and a loaded run's node 0 was
+        # stopped before any step, its last line saying no step last heard)
+        taken = re.compile(r"\] step [1-9]")
+        wait_for(lambda: taken.search((tmp_path / "node1.out").read_text()) or launches[1].poll() is not None, timeout_s=180, poll_s=0.2)
         assert launches[1].poll() is None, (tmp_path / "node1.err").read_text()[-3000:]
         for i, p in enumerate(launches):
             trees[i] = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
