@@ -27,8 +27,8 @@ from types import TracebackType
 
 USAGE = "usage: python -m pardash.trainer.autorun SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
-_HOOKS = ("instrument.py", "watching.py", "evaluations.py", "epochs.py", "arrivals.py", "rounds.py", "skips.py", "hooking.py",
-          "saves.py", "loads.py")
+_HOOKS = ("instrument.py", "watching.py", "evaluations.py", "epochs.py", "arrivals.py", "pipelines.py", "rounds.py", "skips.py",
+          "hooking.py", "saves.py", "loads.py")
 """The instrument's files, whose wrappers (of a DataLoader iterator's ``__next__``, of
 ``Module.train``, of ``torch.autograd.backward``) sit between the script's frames."""
 _OURS = (

@@ -93,7 +93,7 @@ ranks is (those waits, and FSDP's collectives in the backward, are the step's ``
 its forward and backward, as DDP's wait for its all-reduces is) (FSDP1, or a model compiled
 whole: up to the first root forward; so tensor parallelism,
 whose layers' collectives are untimed); a pipeline's stage (``torch.distributed.pipelining``,
-see :class:`~pardash.trainer.arrivals.Pipelines`), the step less its waits for its neighbours;
+see :class:`~pardash.trainer.pipelines.Pipelines`), the step less its waits for its neighbours;
 one process alone, the whole step; otherwise unknown. Less, each time, the waits in collectives of the script's
 own between steps, or between two micro-batches of a step (PyTorch Lightning broadcasts before
 every batch), or in the forward of a micro-batch under DDP's ``no_sync`` (its ``self.log(...,
@@ -138,7 +138,8 @@ from pardash.telemetry import api, memory, modelfacts
 from pardash.trainer.strategies import CommTimer
 from pardash.trainer.trained import FORWARD_ARRIVES, Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of, rows
 from pardash.telemetry.reporter import Reporter
-from pardash.trainer.arrivals import FSDP_COLLECTIVES, Arrivals, Pipelines
+from pardash.trainer.arrivals import FSDP_COLLECTIVES, Arrivals
+from pardash.trainer.pipelines import Pipelines
 from pardash.trainer.epochs import Epochs, _LoaderPass
 from pardash.trainer.evaluations import Evaluations, _holds
 from pardash.trainer.loads import Loads
