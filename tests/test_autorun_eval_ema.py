@@ -125,7 +125,7 @@ def test_a_teacher_put_in_eval_mode_each_step_is_still_the_steps(monkeypatch, ba
                 _update(teacher, student)
             teacher.eval()
             clock[0] += 0.010
-            x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))
+            x = torch.randn(6, 8)
             with torch.no_grad():
                 target = teacher(x).softmax(-1)
             clock[0] += 0.050  # the teacher's forward
