@@ -365,9 +365,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         events and loss are ready by then), on CPU until the next one begins."""
         # warnings and memory
         self.forwards = 0
-        self._forwarded: list[int] = []
-        """The ids of the roots whose training forwards began since the last backward (see
-        marks.micro_batches)."""
+        self._forwarded: dict[int, int] = {}
+        """Root id -> its training forwards begun since the last backward (see
+        marks.micro_batches): a count, bounded by the roots, where a list of them grew with
+        each forward of a script that never calls backward."""
         self._stepped = False
         self._warned = False
         # iterations by hand, no optimizer step (see pardash.trainer.skips)
@@ -614,7 +615,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         if self._hand_after and not self._stepped and not self._explicit:
             self._hand_boundary()  # an iteration by hand may have ended (see pardash.trainer.skips)
         self.forwards += 1
-        self._forwarded.append(id(module))
+        forwarded = self._forwarded
+        forwarded[id(module)] = forwarded.get(id(module), 0) + 1
         if (not self._stepped and not self._warned and self.forwards >= self.warn_after and not self._explicit
                 and not self._hand_updates):  # (updates by hand seen: they are counted, see pardash.trainer.skips)
             self._warned = True
@@ -784,7 +786,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._trains_from(self._batch_pass)
         step = self._open
         step.micro += 1
-        step.passes.append((self._posts, tuple(self._forwarded)))
+        step.passes.append((self._posts, tuple(self._forwarded.items())))
         self._forwarded.clear()
         # torch.autograd.backward([l1, l2]) backpropagates their sum, as two backward() calls
         # would: each one-element tensor is a loss of the step (it took the first alone).

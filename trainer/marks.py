@@ -45,9 +45,9 @@ class _OpenStep:
     """Detached loss of each micro-batch."""
     micro: int = 0
     """Backward passes (each one's, an autograd.grad of the parameters too)."""
-    passes: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
-    """For each backward: (optimizer steps ended before it, the ids of the roots whose training
-    forwards began since the backward before it): the step's micro-batches (see
+    passes: list[tuple[int, tuple[tuple[int, int], ...]]] = field(default_factory=list)
+    """For each backward: (optimizer steps ended before it, (root id, its training forwards
+    begun since the backward before it) of each root): the step's micro-batches (see
     :func:`micro_batches`)."""
     samples: int = 0
     arrive: Any = None
@@ -144,7 +144,7 @@ def _most_held(before: Any, now: Any) -> Any:
     )
 
 
-def micro_batches(passes: list[tuple[int, tuple[int, ...]]]) -> int:
+def micro_batches(passes: list[tuple[int, tuple[tuple[int, int], ...]]]) -> int:
     """The step's micro-batches: forward passes of a trained model with a backward each, in
     the most of any stretch between two optimizer steps (gradient accumulation: 4 forwards of
     the model, 4 backwards). A second backward of the same forward's graph (gradient surgery, a
@@ -161,8 +161,8 @@ def micro_batches(passes: list[tuple[int, tuple[int, ...]]]) -> int:
         backwards = 0
         while i < n and passes[i][0] == posts:
             backwards += 1
-            for root in passes[i][1]:
-                forwards[root] = forwards.get(root, 0) + 1
+            for root, k in passes[i][1]:
+                forwards[root] = forwards.get(root, 0) + k
             i += 1
         most = max(most, min(backwards, max(forwards.values(), default=1)))
     return most
