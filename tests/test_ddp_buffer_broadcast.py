@@ -45,7 +45,9 @@ def test_compiled_ddp_with_buffers_names_a_data_straggler_and_its_peer_waits_in_
     # in its data read "stragglers: none", rank 0's wait its forward (45 ms a step). A rank slow
     # in its forward was named compiled then too (the backward that all-reduces its arrival),
     # and still is: the script's "fwd", run by hand, not here. (The one compiled launch of the
-    # suite: compiling on CPU costs seconds per rank.)
+    # suite: compiling on CPU costs seconds per rank. Its backend is aot_eager: the bug was
+    # dynamo's tracing of DDP's forward, which any backend gets; Inductor's code generation
+    # cost 4 CPU-s of the launch's 16, and without the fix (d197116) this test fails so too.)
     steps = 45
     rep = _report(tmp_path, str(SCRIPTS / "ddp_batchnorm_compiled.py"), str(steps), "1", "0.04", "data")
     found = rep["stragglers"]
