@@ -112,6 +112,10 @@ def test_a_rank_at_a_hubs_other_port_is_told_it_is_not_the_ingest(hub, capfd, mo
     assert hub.core.stats().received == 0
 
 
+# (alone, after the rest: a job this short has its 3 s of grace for its hub's word, and a loaded
+# host (4 workers on 2 cores, load ~15) once dropped each of its connections in the handshake
+# with no word of why that whole time; it said the hedged "refuses ... or not a pardash hub")
+@pytest.mark.serial
 def test_a_short_job_at_a_hubs_other_port_is_told_so_at_its_end_and_other_ranks_of_the_node_say_nothing(hub, capfd):
     endpoint = hub.endpoints["updates"]
     for local in (1, 0):  # (rank 1, the node's second: the first of the node says it)
