@@ -37,8 +37,10 @@ LAG_STEPS = 64
 """A step is taken as complete (every rank's record of it in) once a rank is this many steps past
 it; a record later than that counts its samples only."""
 BACK_STEPS = 2
-"""A rank's step more than this below its highest is no record sent out of order (a rank's
-reporter sends on two sockets) but a run of steps begun again. Within it, a step of a new attempt
+"""A rank's step more than this below its highest is no record sent out of order but a run of
+steps begun again. (A rank's reporter sends its messages in order, on one socket; logs recorded
+before it did so, when its heartbeats and rescued steps went on a second, had steps come late by
+more than this at times, and read them as steps run again.) Within it, a step of a new attempt
 (torchrun's restart count, where the caller says it) that is not past the rank's highest of the
 attempt before begins one too: a crash at step 2 runs steps 1-2 again."""
 _NEVER = -(1 << 62)
