@@ -462,38 +462,86 @@ def test_simulate_serves_aggregates_and_names_the_straggler(tmp_path):
         _stop(proc)
 
 
+class StoppedLaunch:
+    """``pardash launch --headless`` of the bundled trainer, FSDP on 2 ranks, with /metrics
+    (``--prometheus 0 --prometheus-per-rank``) and a textfile (``--prometheus-textfile``):
+    ``metrics`` its /metrics once both ranks run at step 2 or later, then stopped with Ctrl-C
+    once the log holds 10 steps: ``returncode``, ``err`` (its stderr), ``textfile`` the file's
+    text after it ended."""
+
+    def __init__(self, base) -> None:
+        from pardash.telemetry.logreader import load_log
+        from pardash.telemetry.schema import Step
+
+        log, prom = base / "run.jsonl", base / "run.prom"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "fsdp", "--nproc", "2", "--steps", "100000",
+             "--every", "60", "--log-every", "0", "--log", str(log), "--runs-dir", str(base / "runs"),
+             "--prometheus", "0", "--prometheus-per-rank", "--prometheus-textfile", str(prom)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(PARDASH_REGISTRY_DIR=str(base / "registry")), cwd=base,
+        )  # fmt: skip
+        try:
+            url = _read_until(proc, r"Prometheus metrics on (http://127\.0\.0\.1:\d+/metrics)").group(1)
+
+            def training():
+                try:
+                    fams = families(scrape(url))
+                except OSError:
+                    return False
+                return (value(fams, "pardash_step") or 0) >= 2 and value(fams, "pardash_ranks", state="running") == 2
+
+            wait_for(training, timeout_s=240, poll_s=0.3)
+            self.metrics = scrape(url)
+            stepped = lambda: log.exists() and sum(isinstance(m, Step) for m in load_log(log)[0]) >= 10  # noqa: E731
+            wait_for(stepped, timeout_s=120, poll_s=0.3)
+            proc.send_signal(signal.SIGINT)
+            _, self.err = proc.communicate(timeout=120)
+            self.returncode = proc.returncode
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self.textfile = prom.read_text()
+
+
+# One launch serves this file's test of /metrics while a job trains and review 244's of the
+# textfile a Ctrl-C leaves (test_prometheus_review244.py): a launch of 2 ranks costs 7 s of a
+# core here. Its tests share a worker, which makes it once.
+STOPPED_LAUNCH_GROUP = pytest.mark.xdist_group("h289_prometheus_stopped_launch")
+_stopped_launches: list = []
+
+
+def shared_stopped_launch(tmp_path_factory) -> StoppedLaunch:
+    """The worker's :class:`StoppedLaunch`, made by the first test that asks for it (a
+    module's fixture would make one for each of the two files)."""
+    if not _stopped_launches:
+        try:
+            _stopped_launches.append(StoppedLaunch(tmp_path_factory.mktemp("stopped-launch")))
+        except BaseException as e:  # (every test that shares it fails, with its cause)
+            _stopped_launches.append(e)
+    made = _stopped_launches[0]
+    if isinstance(made, BaseException):
+        raise made
+    return made
+
+
+@pytest.fixture
+def stopped_launch(tmp_path_factory) -> StoppedLaunch:
+    return shared_stopped_launch(tmp_path_factory)
+
+
 @pytest.mark.slow
-def test_launch_serves_metrics_from_its_hub_while_it_trains(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "fsdp", "--nproc", "2", "--steps", "300",
-         "--prometheus", "0", "--prometheus-per-rank", "--log", str(tmp_path / "run.jsonl"), "--runs-dir", str(tmp_path / "runs"), "--every", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
-    try:
-        url = _read_until(proc, r"Prometheus metrics on (http://127\.0\.0\.1:\d+/metrics)").group(1)
-        seen = {}
-
-        def training():
-            try:
-                fams = families(scrape(url))
-            except OSError:
-                return False
-            seen.update(fams)
-            return (value(fams, "pardash_step") or 0) >= 2 and value(fams, "pardash_ranks", state="running") == 2
-
-        wait_for(training, timeout_s=240, poll_s=0.3)
-        text = scrape(url)
-        fams = families(text)
-        assert AGGREGATES - {"pardash_straggler_cost_seconds"} <= set(fams)
-        assert value(fams, "pardash_world_size") == 2
-        run = [s for s in fams["pardash_run_info"].samples][0]
-        assert run.labels["strategy"] == "fsdp"
-        # FSDP on 2 ranks: each holds half the model state the ZeRO arithmetic expects unsharded
-        assert value(fams, "pardash_held_max_bytes") == pytest.approx(value(fams, "pardash_unsharded_bytes") / 2, rel=0.01)
-        assert value(fams, "pardash_rank_step", rank="0") >= 2 and value(fams, "pardash_rank_step", rank="1") >= 2
-        check_conventions(text)
-    finally:
-        _stop(proc)
+@STOPPED_LAUNCH_GROUP
+def test_launch_serves_metrics_from_its_hub_while_it_trains(stopped_launch):
+    fams = families(stopped_launch.metrics)
+    assert AGGREGATES - {"pardash_straggler_cost_seconds"} <= set(fams)
+    assert value(fams, "pardash_world_size") == 2
+    run = [s for s in fams["pardash_run_info"].samples][0]
+    assert run.labels["strategy"] == "fsdp"
+    # FSDP on 2 ranks: each holds half the model state the ZeRO arithmetic expects unsharded
+    assert value(fams, "pardash_held_max_bytes") == pytest.approx(value(fams, "pardash_unsharded_bytes") / 2, rel=0.01)
+    assert value(fams, "pardash_rank_step", rank="0") >= 2 and value(fams, "pardash_rank_step", rank="1") >= 2
+    check_conventions(stopped_launch.metrics)
 
 
 def test_hub_announces_its_metrics_url(tmp_path):

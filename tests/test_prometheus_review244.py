@@ -10,7 +10,7 @@ import pytest
 from pardash.telemetry import schema
 from pardash.telemetry.hubcore import HubCore
 from pardash.telemetry.prometheus import TextfileWriter, serve_metrics
-from test_prometheus import check_conventions, families, scrape, value
+from test_prometheus import STOPPED_LAUNCH_GROUP, check_conventions, families, scrape, shared_stopped_launch, value
 
 
 def _running(world: int = 2, samples: int = 8, steps: int = 3) -> HubCore:
@@ -171,34 +171,19 @@ def test_straggler_verdicts_are_counted_by_cause_and_kept_after_the_run(tmp_path
         server.close()
 
 
+@pytest.fixture
+def stopped_launch(tmp_path_factory):
+    return shared_stopped_launch(tmp_path_factory)
+
+
 @pytest.mark.slow
-def test_a_headless_launch_stopped_with_ctrl_c_leaves_a_textfile_of_stopped_ranks(tmp_path):
+@STOPPED_LAUNCH_GROUP
+def test_a_headless_launch_stopped_with_ctrl_c_leaves_a_textfile_of_stopped_ranks(stopped_launch):
     # The reviewer's run: Ctrl-C on a headless launch with --prometheus-textfile; its file said
-    # pardash_ranks{state="exited"} 2.0 and finished 0, as a crash's does.
-    import signal
-    import subprocess
-    import sys
-
-    from helpers import pardash_env, wait_for
-    from pardash.telemetry.logreader import load_log
-
-    log, prom = tmp_path / "run.jsonl", tmp_path / "run.prom"
-    p = subprocess.Popen(
-        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "ddp", "--nproc", "2", "--steps", "100000",
-         "--every", "60", "--log-every", "0", "--log", str(log), "--runs-dir", str(tmp_path / "runs"), "--prometheus-textfile", str(prom)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
-    try:
-        stepped = lambda: log.exists() and sum(isinstance(m, schema.Step) for m in load_log(log)[0]) >= 10  # noqa: E731
-        wait_for(stepped, timeout_s=120, poll_s=0.3)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 130, err[-2000:]
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    fams = families(prom.read_text())
+    # pardash_ranks{state="exited"} 2.0 and finished 0, as a crash's does. (The launch of 2
+    # ranks, stopped once its log holds 10 steps, is test_prometheus.py's, shared.)
+    assert stopped_launch.returncode == 130, stopped_launch.err[-2000:]
+    fams = families(stopped_launch.textfile)
     assert value(fams, "pardash_ranks", state="stopped") == 2 and value(fams, "pardash_ranks", state="exited") == 0
     assert value(fams, "pardash_ranks", state="finished") == 0
     assert value(fams, "pardash_steps_total") >= 10 and value(fams, "pardash_samples_total") > 0
