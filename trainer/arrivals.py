@@ -56,6 +56,10 @@ class Arrivals:
         # A training forward only (not an evaluation's, nor a recomputation in the backward)
         training = self._phase == "forward" and not self._in_backward and not self._eval_t0 and torch.is_grad_enabled()
         self._gather_t = self.clock.stamp() if training and self._open is not None else None
+        if self._gather_t is not None:
+            # (its heartbeat's phase "sync" while it waits, as in DDP's wait: a rank waiting
+            # here for a peer hung in its own forward read "stalled in forward" as that peer did)
+            self.reporter.set_phase("sync")
         return None
 
     def _gather_ends(self, module: Any, args: Any) -> None:
@@ -64,6 +68,7 @@ class Arrivals:
         if self._open is not None and not self.dead:
             self._open.waits.append((self._gather_t, self.clock.stamp()))
         self._gather_t = None
+        self.reporter.set_phase(self._phase)
         return None
 
     def _arrived(self) -> bool:
@@ -110,6 +115,7 @@ class Arrivals:
                     if kwargs.get("async_op") or (0 <= at < len(args) and args[at]):
                         return original(*args, **kwargs)
                     start = self.clock.stamp()
+                    self.reporter.set_phase("sync")
                     try:
                         return original(*args, **kwargs)
                     finally:
@@ -141,8 +147,10 @@ class Arrivals:
         gradients, each blocking on CPU until every rank is there. A rank ahead waits in them
         for the rank behind: the step's ``comm_s``, out of its backward, as DDP's wait for its
         all-reduces (the victim of a rank slow in a block read "bwd 235.9 ms" against the slow
-        rank's 72.9). The self time leaves the backward out, as before."""
+        rank's 72.9). The self time leaves the backward out, as before. Its heartbeat's phase
+        is "sync" while it waits (a hang there read "stalled in backward")."""
         self._keep_wait((start, self.clock.stamp()))
+        self.reporter.set_phase(self._phase)
 
     def _wrap_ddp_buffer_sync(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """DDP's ``_sync_buffers``: its broadcast of the model's buffers (BatchNorm's running
