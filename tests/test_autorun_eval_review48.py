@@ -68,18 +68,20 @@ def test_lightnings_validations_with_gradient_accumulation_are_evaluations(tmp_p
     # event, its 0.3 s in the next step's data (a rank validating slower named the
     # straggler). Rank 0 saves after the second (ModelCheckpoint): its 0.2 s is in neither
     # the evaluation (which it made 0.1 s) nor the step after it.
+    # One rank (DDP of a world of 1, its wrapper and no_sync as on 2): what is miscounted is
+    # each rank's own evaluations; a second rank is 3 s more of a core.
     (tmp_path / "light.py").write_text(LIGHTNING_ACCUMULATING)
-    proc, msgs = _launch(tmp_path, "light.py")
+    proc, msgs = _launch(tmp_path, "light.py", nproc=1)
     assert proc.returncode == 0, proc.stderr[-3000:]
     evals = sorted((m.rank, m.step, m.duration_s) for m in msgs if isinstance(m, schema.Event) and m.name == "eval")
-    assert [(r, s) for r, s, _ in evals] == [(0, 2), (0, 4), (1, 2), (1, 4)]
+    assert [(r, s) for r, s, _ in evals] == [(0, 2), (0, 4)]
     assert all(took >= 0.3 for _, _, took in evals), evals  # (3 batches of 0.1 s)
     saves = [m for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint"]
     assert [(m.rank, m.step) for m in saves] == [(0, 4)] and saves[0].duration_s >= 0.2
-    for rank in (0, 1):
-        steps = _steps(msgs, rank)
-        assert [s.step for s in steps] == list(range(1, 7))
-        assert all(s.data_s < 0.2 for s in steps), [(s.step, s.data_s) for s in steps]
+    assert {m.rank for m in msgs if isinstance(m, schema.Step)} == {0}
+    steps = _steps(msgs, 0)
+    assert [s.step for s in steps] == list(range(1, 7))
+    assert all(s.data_s < 0.2 for s in steps), [(s.step, s.data_s) for s in steps]
 
 
 class SleepyFile(io.BytesIO):

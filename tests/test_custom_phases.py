@@ -63,14 +63,17 @@ def test_a_launched_scripts_own_phases_reach_the_log_report_and_export_as_phases
     script = tmp_path / "own_phases.py"
     script.write_text(SCRIPT)
     log = tmp_path / "run.jsonl"
+    # One rank: its phases are its own, timed in its process (a second rank is 3 s more of a
+    # core and times the same; the rank detail against the others is in process below).
     proc = subprocess.run(
-        [PY, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log),
+        [PY, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(log),
          "--runs-dir", str(tmp_path / "runs"), "--", str(script)],
         capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     msgs, _ = load_log(log)
-    for rank in (0, 1):
+    assert {m.rank for m in msgs if isinstance(m, schema.Step)} == {0}
+    for rank in (0,):
         steps = sorted((m for m in msgs if isinstance(m, schema.Step) and m.rank == rank), key=lambda m: m.seq)
         assert [s.step for s in steps] == list(range(1, 7))
         for s in steps:
@@ -82,7 +85,7 @@ def test_a_launched_scripts_own_phases_reach_the_log_report_and_export_as_phases
     rep = build_report(str(log))
     assert list(rep["custom_phases"]) == ["augment", "loss_scale"]
     assert rep["custom_phases"]["augment"] >= 0.004 and rep["custom_phases"]["loss_scale"] >= 0.001
-    assert all(list(r["custom_phases"]) == ["augment", "loss_scale"] for r in rep["ranks"])
+    assert len(rep["ranks"]) == 1 and all(list(r["custom_phases"]) == ["augment", "loss_scale"] for r in rep["ranks"])
     assert not any(name.endswith("_s") for name in rep["custom"]), rep["custom"]
     # The text and markdown say them under a heading of their own (they read as a metric before).
     text, md = render_text(rep), render_markdown(rep)
