@@ -69,40 +69,59 @@ def test_an_evaluation_the_script_reports_itself_is_one_event(hooked, said, expl
         assert all(e["duration_s"] > 0 and e["duration_s"] != 0.5 for e in evals)
 
 
+# One 1-rank launch serves two tests: its script reports its own evaluations, and ends with a
+# bare pt.step() after its last step, under PYTHONWARNINGS=error::UserWarning (each claim needs
+# the script to train to its end; a launch costs ~5 CPU-s before the script's first line).
+OWN_EVALS_BARE_LAST = (
+    "import time\n"
+    "import torch, torch.distributed as dist\n"
+    "from torch import nn\n"
+    "import pardash.telemetry as pt\n"
+    "dist.init_process_group('gloo')\n"
+    "model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for step in range(1, 13):\n"
+    "    with pt.step():\n"
+    "        model(torch.randn(4, 8)).pow(2).mean().backward()\n"
+    "        opt.step()\n"
+    "        opt.zero_grad()\n"
+    "        pt.log(loss=1.0, samples=1)\n"
+    "    if step % 5 == 0:\n"
+    "        t0 = time.perf_counter()\n"
+    "        model.eval()\n"
+    "        with torch.no_grad():\n"
+    "            model(torch.randn(4, 8))\n"
+    "        model.train()\n"
+    "        pt.event('eval', step=step, duration_s=time.perf_counter() - t0)\n"
+    "pt.step()  # the last one bare\n"
+    "dist.destroy_process_group()\n"
+    "print('done')\n"
+)
+OWN_EVALS_GROUP = pytest.mark.xdist_group("api_review_own_evals_bare_last")
+
+
+@pytest.fixture(scope="module")
+def own_evals_run(tmp_path_factory):
+    """The launch of OWN_EVALS_BARE_LAST (its process, and its log's path)."""
+    tmp = tmp_path_factory.mktemp("own-evals")
+    script = tmp / "own_evals.py"
+    script.write_text(OWN_EVALS_BARE_LAST)
+    log = tmp / "run.jsonl"
+    proc = subprocess.run(
+        [PY, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(log),
+         "--runs-dir", str(tmp / "runs"), "--", str(script)],
+        capture_output=True, text=True, timeout=300, env=pardash_env(PYTHONWARNINGS="error::UserWarning"), cwd=tmp,
+    )  # fmt: skip
+    return proc, log
+
+
 @pytest.mark.slow
-def test_a_launched_scripts_own_eval_events_are_its_evaluations(tmp_path):
+@OWN_EVALS_GROUP
+def test_a_launched_scripts_own_eval_events_are_its_evaluations(own_evals_run):
     # One rank: an evaluation was two eval events of each rank ('[eval] ... after step 5'
     # twice), and the report, which counts the evaluations of the rank with the most, read 4.
     # A second rank read the same, for 2.5 s more of a core.
-    script = tmp_path / "own_evals.py"
-    script.write_text(
-        "import time\n"
-        "import torch, torch.distributed as dist\n"
-        "from torch import nn\n"
-        "import pardash.telemetry as pt\n"
-        "dist.init_process_group('gloo')\n"
-        "model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "for step in range(1, 13):\n"
-        "    with pt.step():\n"
-        "        model(torch.randn(4, 8)).pow(2).mean().backward()\n"
-        "        opt.step()\n"
-        "        opt.zero_grad()\n"
-        "    if step % 5 == 0:\n"
-        "        t0 = time.perf_counter()\n"
-        "        model.eval()\n"
-        "        with torch.no_grad():\n"
-        "            model(torch.randn(4, 8))\n"
-        "        model.train()\n"
-        "        pt.event('eval', step=step, duration_s=time.perf_counter() - t0)\n"
-        "dist.destroy_process_group()\n"
-    )
-    log = tmp_path / "run.jsonl"
-    proc = subprocess.run(
-        [PY, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(log),
-         "--runs-dir", str(tmp_path / "runs"), "--", str(script)],
-        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
+    proc, log = own_evals_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     msgs, _ = load_log(log)
     evals = [(m.rank, m.step) for m in msgs if isinstance(m, schema.Event) and m.name == "eval"]
@@ -223,16 +242,13 @@ def test_the_apis_warnings_never_raise_into_the_script(fresh_api, capfd):
     assert "pardash: warning: pardash.telemetry.step() called without `with`" in err, err
 
 
-def test_a_launched_script_under_w_error_ends_as_it_did(tmp_path):
+@pytest.mark.slow
+@OWN_EVALS_GROUP
+def test_a_launched_script_under_w_error_ends_as_it_did(own_evals_run):
     # A script that trained to its end, its last pt.step() bare, run with
     # PYTHONWARNINGS=error::UserWarning: pardash's exit raised the warning, the rank's exit
     # record never went, and the launch said "rank 0 exited with code 1".
-    script = tmp_path / "bare_last.py"
-    script.write_text("import pardash.telemetry as pt\nfor i in range(3):\n    with pt.step():\n        pt.log(loss=1.0, samples=1)\n"
-                      "pt.step()\nprint('done')\n")  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(tmp_path / "x.jsonl"),
-                           "--runs-dir", str(tmp_path / "runs"), "--", str(script)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=pardash_env(PYTHONWARNINGS="error::UserWarning"))  # fmt: skip
+    done, _ = own_evals_run
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "pardash: warning: pardash.telemetry.step() called without `with`" in done.stdout + done.stderr
 
