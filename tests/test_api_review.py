@@ -110,7 +110,9 @@ def own_evals_run(tmp_path_factory):
     proc = subprocess.run(
         [PY, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(log),
          "--runs-dir", str(tmp / "runs"), "--", str(script)],
-        capture_output=True, text=True, timeout=300, env=pardash_env(PYTHONWARNINGS="error::UserWarning"), cwd=tmp,
+        capture_output=True, text=True, timeout=300, cwd=tmp,
+        # (a registry of its own: made before any test's, as the shared runs' are)
+        env=pardash_env(PYTHONWARNINGS="error::UserWarning", PARDASH_REGISTRY_DIR=str(tmp / "registry")),
     )  # fmt: skip
     return proc, log
 
