@@ -274,19 +274,48 @@ LOGS_AFTER_THE_STEP = """
 """
 
 
-def test_under_launch_a_value_logged_after_the_optimizer_step_is_its_steps_in_the_log(tmp_path):
+class LoggedRun:
+    """``pardash launch --headless --nproc 1 -- logs_after.py`` (LOGS_AFTER_THE_STEP, STEPS
+    steps), ended: ``proc``, ``log``, ``textfile`` the Prometheus textfile it wrote too
+    (``--prometheus-textfile --prometheus-per-rank``)."""
+
+    STEPS = 4
+
+    def __init__(self, base) -> None:
+        (base / "logs_after.py").write_text(textwrap.dedent(LOGS_AFTER_THE_STEP).replace("STEPS", str(self.STEPS)))
+        self.log, self.textfile = base / "run.jsonl", base / "job.prom"
+        self.proc = subprocess.run(
+            [sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(self.log),
+             "--runs-dir", str(base / "runs"), "--prometheus-textfile", str(self.textfile), "--prometheus-per-rank", "--", "logs_after.py"],
+            capture_output=True, text=True, timeout=240, env=pardash_env(PARDASH_REGISTRY_DIR=str(base / "registry")), cwd=base,
+        )  # fmt: skip
+
+
+# One launch serves this test and test_prometheus_textfile.py's of the file a launch that
+# ended leaves (a launch is 4 s of a core here): its tests share a worker, which makes it once.
+LOGGED_RUN_GROUP = pytest.mark.xdist_group("h289_logged_run")
+_logged_runs: list[LoggedRun] = []
+
+
+def shared_logged_run(tmp_path_factory) -> LoggedRun:
+    """The worker's :class:`LoggedRun`, made by the first test that asks for it."""
+    if not _logged_runs:
+        _logged_runs.append(LoggedRun(tmp_path_factory.mktemp("logged-run")))
+    return _logged_runs[0]
+
+
+@pytest.fixture
+def logged_run(tmp_path_factory) -> LoggedRun:
+    return shared_logged_run(tmp_path_factory)
+
+
+@LOGGED_RUN_GROUP
+def test_under_launch_a_value_logged_after_the_optimizer_step_is_its_steps_in_the_log(logged_run):
     # pardash launch -- script.py, 2 ranks: the log read step 1 with no gnorm, step 2
     # gnorm 0 ... step 4 gnorm 2, and the last value, 3, nowhere. One rank here: the step a
     # value joins is each rank's own (the other rank read the same), and a second rank is
     # 2.5 s more of a core for it.
-    steps = 4
-    (tmp_path / "logs_after.py").write_text(textwrap.dedent(LOGS_AFTER_THE_STEP).replace("STEPS", str(steps)))
-    log = tmp_path / "run.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--headless", "--log", str(log),
-         "--runs-dir", str(tmp_path / "runs"), "--", "logs_after.py"],
-        capture_output=True, text=True, timeout=240, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
+    steps, log, proc = logged_run.STEPS, logged_run.log, logged_run.proc
     assert proc.returncode == 0, proc.stdout + proc.stderr
     msgs = load_log(log)[0]
     got = sorted((m for m in msgs if isinstance(m, schema.Step)), key=lambda m: m.seq)

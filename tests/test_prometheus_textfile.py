@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import identity, pardash_env, wait_for
 from pardash.telemetry.reporter import Reporter
+from test_autorun_logged import LOGGED_RUN_GROUP, shared_logged_run
 from test_prometheus import check_conventions, families, scrape, value
 
 
@@ -88,21 +89,26 @@ def test_a_hub_alone_writes_what_it_serves_and_keeps_its_end(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("pardash.prom")] == ["pardash.prom"]  # no temp file left
 
 
+@pytest.fixture
+def logged_run(tmp_path_factory):
+    return shared_logged_run(tmp_path_factory)
+
+
 @pytest.mark.slow
-def test_the_file_says_the_ranks_finished_after_a_launch_ended(tmp_path):
+@LOGGED_RUN_GROUP
+def test_the_file_says_the_ranks_finished_after_a_launch_ended(logged_run):
     # The reviewer's case: /metrics went with the job's hub 0.3 s after its end, so a scrape
     # every 15-60 s last saw "running". The file keeps the end; here without --prometheus.
-    prom = tmp_path / "job.prom"
-    p = subprocess.run(
-        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "single", "--steps", "5", "--every", "60",
-         "--prometheus-textfile", str(prom), "--prometheus-per-rank", "--runs-dir", str(tmp_path / "runs"), "--log", str(tmp_path / "run.jsonl")],
-        capture_output=True, text=True, timeout=300, env=pardash_env(), cwd=tmp_path,
-    )  # fmt: skip
-    assert p.returncode == 0, p.stdout + p.stderr
+    # (The launch, of a script's 4 steps on 1 rank, is test_autorun_logged.py's, shared: a job
+    # as short as the bundled trainer's 5 steps. Without the hub's last write its file said
+    # running in 3 runs of 3; the launch of test_export.py's 40 steps said finished in 2 of 3,
+    # a periodic write landing after the rank's end.)
+    assert logged_run.proc.returncode == 0, logged_run.proc.stdout + logged_run.proc.stderr
+    prom = logged_run.textfile
     fams = _read(prom)
     assert value(fams, "pardash_ranks", state="finished") == 1
     assert value(fams, "pardash_ranks", state="running") == 0 and value(fams, "pardash_ranks", state="exited") == 0
-    assert value(fams, "pardash_step") == 5 and value(fams, "pardash_rank_step", rank="0") == 5
+    assert value(fams, "pardash_step") == 4 and value(fams, "pardash_rank_step", rank="0") == 4
     assert value(fams, "pardash_rank_state", rank="0", state="finished") == 1
 
 
