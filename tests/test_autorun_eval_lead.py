@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from pardash.telemetry import api, schema
-from test_autorun import _launch, _steps, _timed_step
-from test_autorun_saves import on_a_fake_clock
+from test_autorun import _steps, _timed_step
+from test_autorun_saves import SAVES_RUN_GROUP, on_a_fake_clock, shared_saves_run
 
 
 @pytest.mark.parametrize("how", ["model.eval()", "lined up", "an ema"])
@@ -68,40 +68,21 @@ def test_the_work_and_the_wait_before_an_evaluation_stay_in_the_step(monkeypatch
     assert all(sum(s[p] for p in phases) == pytest.approx(s["step_s"]) for s in after)
 
 
-WORK_BEFORE_EVALUATIONS = """
-import time, torch, torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-torch.manual_seed(0)
-model = DDP(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(1, 11):
-    model(torch.randn(16, 16)).pow(2).mean().backward()
-    opt.step()
-    opt.zero_grad()
-    if rank == 0:
-        time.sleep(0.03)  # its own work after the step (writing its logs)
-    dist.barrier()
-    if step == 1 or step % 3 == 0:
-        model.eval()
-        with torch.no_grad():
-            for _ in range(4):
-                model(torch.randn(64, 16)).sum().item()
-        model.train()
-dist.destroy_process_group()
-"""
+@pytest.fixture
+def saves_run(tmp_path_factory):
+    return shared_saves_run(tmp_path_factory)
 
 
 @pytest.mark.slow
-def test_a_launched_ranks_work_and_wait_before_its_evaluation_stay_in_its_step(tmp_path):
+@SAVES_RUN_GROUP
+def test_a_launched_ranks_work_and_wait_before_its_evaluation_stay_in_its_step(saves_run):
     # Rank 0 works 30 ms after each optimizer step, then every rank waits in dist.barrier(),
     # then evaluates (after step 1, while its round may go on, and every 3 steps). The step
     # after an evaluation started at its end: rank 0's data read next to nothing, not its
-    # 30 ms, and rank 1's wait in the barrier was gone (comm_s 0).
-    (tmp_path / "work.py").write_text(WORK_BEFORE_EVALUATIONS)
-    proc, msgs = _launch(tmp_path, "work.py")
+    # 30 ms, and rank 1's wait in the barrier was gone (comm_s 0). (The launch is
+    # test_autorun_saves.py's, shared: its script saves before each evaluation, which leaves
+    # the same out, and at steps 5 and 10 alone.)
+    proc, msgs = saves_run.proc, saves_run.msgs
     assert proc.returncode == 0, proc.stderr[-3000:]
     evals = sorted((m.rank, m.step) for m in msgs if isinstance(m, schema.Event) and m.name == "eval")
     assert evals == [(r, s) for r in (0, 1) for s in (1, 3, 6, 9)]

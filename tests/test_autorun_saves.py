@@ -17,6 +17,7 @@ from torch import nn
 from pardash.telemetry import api, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.trainer.instrument import Instrument
+from helpers import pardash_env
 from pardash.trainer.saves import dcp_saved, file_saved, training_state
 from test_autorun import RecordingReporter, _launch, _steps, _timed_step
 
@@ -543,20 +544,54 @@ for step in range(1, 11):
         if rank == 0:
             torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict()}, f"ckpt{step}.pt")
         dist.barrier()
+    if step == 1 or step % 3 == 0:  # (test_autorun_eval_lead.py's evaluations, after the saves)
+        model.eval()
+        with torch.no_grad():
+            for _ in range(4):
+                model(torch.randn(64, 16)).sum().item()
+        model.train()
 save({"model": model.module.state_dict()}, checkpoint_id="dcp")  # every rank's shard
 dist.destroy_process_group()
 """
 
 
-def test_a_launched_scripts_saves_are_its_checkpoints_and_the_work_before_them_stays_in_its_step(tmp_path):
+class SavesRun:
+    """``pardash launch --headless --nproc 2 -- saves.py`` (SAVES), ended: ``proc`` and the
+    log's messages, ``msgs``."""
+
+    def __init__(self, base) -> None:
+        (base / "saves.py").write_text(SAVES)
+        self.proc, self.msgs = _launch(base, "saves.py", env=pardash_env(PARDASH_REGISTRY_DIR=str(base / "registry")))
+
+
+# One launch serves this test and test_autorun_eval_lead.py's launched one: the script saves
+# and evaluates between the same steps, as a validation and a checkpoint each epoch do (a
+# launch of 2 ranks is 7 s of a core here). Its tests share a worker, which makes it once.
+SAVES_RUN_GROUP = pytest.mark.xdist_group("h289_saves_run")
+_saves_runs: list[SavesRun] = []
+
+
+def shared_saves_run(tmp_path_factory) -> SavesRun:
+    """The worker's :class:`SavesRun`, made by the first test that asks for it."""
+    if not _saves_runs:
+        _saves_runs.append(SavesRun(tmp_path_factory.mktemp("saves-run")))
+    return _saves_runs[0]
+
+
+@pytest.fixture
+def saves_run(tmp_path_factory) -> SavesRun:
+    return shared_saves_run(tmp_path_factory)
+
+
+@SAVES_RUN_GROUP
+def test_a_launched_scripts_saves_are_its_checkpoints_and_the_work_before_them_stays_in_its_step(saves_run):
     # The script's own saves under `pardash launch`: each rank's model state after step 1 and
     # every 3 steps (at step 6 rank 0 alone), rank 0's model and optimizer every 5 steps before
     # a barrier, then a DCP save on every rank (imported by name before the run began).
     # Rank 0 works 30 ms after each optimizer step, then every rank waits in dist.barrier(),
     # then saves. The step after a save started at the save's end: rank 0's data read 0.1 ms,
     # not its 30 ms, and rank 1's wait in the barrier was gone (comm_s 0).
-    (tmp_path / "saves.py").write_text(SAVES)
-    proc, msgs = _launch(tmp_path, "saves.py")
+    proc, msgs = saves_run.proc, saves_run.msgs
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved = sorted((m.rank, m.step, m.message) for m in msgs if isinstance(m, schema.Event) and m.name == "checkpoint")
     mine = [(r, s, f"ck{r}.pt") for r, s in ((0, 1), (0, 3), (0, 6), (0, 9), (1, 1), (1, 3), (1, 9))]
