@@ -23,9 +23,9 @@ NEVER = f"pardash: rank 0 never reached a hub at {NO_HUB} (is `pardash hub` runn
 UNWATCHED = "pardash: PARDASH_ENDPOINT is not set: this run is unwatched (start `pardash hub` and export what it prints, or "
 
 
-def _torchrun(*cmd: str, env: dict, cwd=ROOT) -> subprocess.CompletedProcess:
+def _torchrun(*cmd: str, env: dict, cwd=ROOT, nproc: int = 2) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *cmd],
+        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *cmd],
         capture_output=True, text=True, timeout=240, env=env, cwd=cwd,
     )  # fmt: skip
 
@@ -104,10 +104,12 @@ def test_autorun_without_an_endpoint_says_so_on_rank_0_and_nothing_when_telemetr
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _said(proc.stderr) == [f"{UNWATCHED}use `pardash launch -- {script}`)"], proc.stderr[-3000:]
     assert proc.stdout.count('"name": "__main__"') == 2  # both ranks ran it
-    # PARDASH_TELEMETRY=0: off on purpose, nothing to say.
-    off = _torchrun("-m", "pardash.trainer.autorun", script, env=pardash_env(PARDASH_TELEMETRY="0"), cwd=tmp_path)
+    # PARDASH_TELEMETRY=0: off on purpose, nothing to say. (One rank: rank 0 is the one that
+    # would say it, as the run above shows.)
+    off = _torchrun("-m", "pardash.trainer.autorun", script, env=pardash_env(PARDASH_TELEMETRY="0"), cwd=tmp_path, nproc=1)
     assert off.returncode == 0, off.stderr[-3000:]
     assert _said(off.stderr) == [], off.stderr[-3000:]
+    assert off.stdout.count('"name": "__main__"') == 1  # (it ran)
 
 
 def test_the_bundled_trainer_without_an_endpoint_says_so(tmp_path):
