@@ -340,7 +340,7 @@ _STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(?:\.\d+)?[/\\]|^<frozen ")
 
 
 _WATCHING_TRAINER = ("instrument", "arrivals", "pipelines", "epochs", "evaluations", "loads", "rounds", "saves", "skips", "hooking",
-                     "marks", "watching", "trained", "autorun")  # fmt: skip
+                     "imported", "marks", "watching", "trained", "autorun")  # fmt: skip
 """pardash.trainer's modules that watch a script (the zero-code instrument, its wrappers of the
 script's collectives), not the bundled trainer's."""
 _WATCHING = re.compile(r"pardash[/\\](?:telemetry[/\\][^/\\]+|trainer[/\\](?:" + "|".join(_WATCHING_TRAINER) + r")\.py)$")

@@ -24,11 +24,12 @@ import sys
 import traceback
 import types
 from types import TracebackType
+from typing import Any
 
 USAGE = "usage: python -m pardash.trainer.autorun SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
 _HOOKS = ("instrument.py", "watching.py", "evaluations.py", "epochs.py", "arrivals.py", "pipelines.py", "rounds.py", "skips.py",
-          "hooking.py", "saves.py", "loads.py")
+          "hooking.py", "imported.py", "saves.py", "loads.py")
 """The instrument's files, whose wrappers (of a DataLoader iterator's ``__next__``, of
 ``Module.train``, of ``torch.autograd.backward``) sit between the script's frames."""
 _OURS = (
@@ -258,22 +259,27 @@ def _settle_before_destroy() -> None:
     thread holding the GIL, and the rank hangs forever (a torch bug; plain torchrun hits it
     as a rarer abort). The reporter's threads, contending for the GIL, made it 1 run in 3 of
     a small DDP script. Giving up the GIL for a moment at ``destroy_process_group`` lets the
-    work thread finish first; nothing else changes."""
-    try:
-        import functools
-        import time
+    work thread finish first; nothing else changes. Put in place once the script imports
+    ``torch.distributed`` (with telemetry on, the instrument has: at once): a rank whose
+    script never does (one that prints its arguments) imported torch for it, 2 s of a core."""
+    from pardash.trainer.imported import once_imported
 
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-    except Exception:
-        return
+    once_imported("torch.distributed.distributed_c10d", _settle_at_destroy)
+
+
+def _settle_at_destroy(distributed_c10d: Any) -> None:
+    """``torch.distributed.distributed_c10d``, imported: its ``destroy_process_group`` (and
+    ``torch.distributed``'s, where that module has it already) waits SETTLE_S first."""
+    import functools
+    import time
+
     original = distributed_c10d.destroy_process_group
 
     @functools.wraps(original)
     def destroy_process_group(group=None, *args, **kwargs):
         if group is None or group is distributed_c10d.GroupMember.WORLD:  # (a subgroup's costs nothing)
             try:
-                gloo = dist.is_initialized() and "gloo" in str(dist.get_backend())
+                gloo = distributed_c10d.is_initialized() and "gloo" in str(distributed_c10d.get_backend())
             except Exception:
                 gloo = False
             if gloo:
@@ -281,7 +287,8 @@ def _settle_before_destroy() -> None:
         return original(group, *args, **kwargs)
 
     distributed_c10d.destroy_process_group = destroy_process_group
-    if getattr(dist, "destroy_process_group", None) is original:
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and getattr(dist, "destroy_process_group", None) is original:
         dist.destroy_process_group = destroy_process_group
 
 

@@ -8,9 +8,7 @@ frames never show in the script's traceback: see autorun._HOOKS)."""
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import os
-import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
@@ -163,41 +161,3 @@ def _around(original: Callable[..., Any], begins: Callable[..., Any], ends: Call
     return call
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls ``then(module)`` once the module ``name`` is imported, before the import returns
-    (so ``from torch.distributed.checkpoint import save`` gets what ``then`` set). Finds the
-    module with the other finders, and is gone from ``sys.meta_path`` from then on."""
-
-    def __init__(self, name: str, then: Callable[[Any], None]) -> None:
-        self.name = name
-        self.then = then
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        self.remove()
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-        then = self.then
-
-        def exec_then(module: Any) -> None:
-            exec_module(module)
-            then(module)
-
-        loader.exec_module = exec_then  # (this spec's own loader object)
-        return spec
-
-    def remove(self) -> None:
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass

@@ -14,7 +14,7 @@ import torch
 
 from pardash.telemetry import modelfacts
 from pardash.trainer.hooking import _get_ident, _guarded, _is_compiling
-from pardash.trainer.saves import _once_imported
+from pardash.trainer.imported import once_imported
 from pardash.trainer.trained import first_tensor, rows
 
 PIPELINING = "torch.distributed.pipelining"
@@ -61,7 +61,7 @@ class Pipelines:
                 self._patch(cls, "step", self._wrap_schedule_step)
 
     def _watch_pipelining(self) -> None:
-        self._pp_finder = _once_imported(PIPELINING, self._pipelining_imported)
+        self._pp_finder = once_imported(PIPELINING, self._pipelining_imported)
 
     def _unwatch_pipelining(self) -> None:
         if self._pp_finder is not None:

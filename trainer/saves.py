@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -26,7 +25,8 @@ from typing import Any, Callable
 import torch
 
 from pardash.telemetry import api
-from pardash.trainer.hooking import _AfterImport, _around, _get_ident, _guarded
+from pardash.trainer.hooking import _around, _get_ident, _guarded
+from pardash.trainer.imported import once_imported
 from pardash.trainer.marks import _OpenStep
 from pardash.trainer.strategies import CommTimer
 
@@ -129,10 +129,10 @@ class Saves:
         """Wrap ``torch.save`` now, DCP's saves now if imported, else when it is; the same for
         DCP's state-dict helpers (:meth:`_state_dicts_imported`)."""
         self._patch(torch, "save", self._wrap_save(dcp=False))
-        self._dcp_finder = _once_imported(DCP, self._dcp_imported)
-        self._state_dict_finder = _once_imported(DCP_STATE_DICT, self._state_dicts_imported)
+        self._dcp_finder = once_imported(DCP, self._dcp_imported)
+        self._state_dict_finder = once_imported(DCP_STATE_DICT, self._state_dicts_imported)
         for name, saves in LIBRARY_SAVES.items():
-            finder = _once_imported(name, functools.partial(self._library_imported, saves))
+            finder = once_imported(name, functools.partial(self._library_imported, saves))
             if finder is not None:
                 self._library_finders.append(finder)
 
@@ -289,18 +289,6 @@ class Saves:
             return
         for fields in held:
             self.reporter.event("checkpoint", **fields)
-
-
-def _once_imported(name: str, then: Callable[[Any], None]) -> _AfterImport | None:
-    """``then(module)`` now if the module ``name`` is imported; else once it is, by the finder
-    returned (removed at uninstall)."""
-    module = sys.modules.get(name)
-    if module is not None:
-        then(module)
-        return None
-    finder = _AfterImport(name, then)
-    sys.meta_path.insert(0, finder)
-    return finder
 
 
 def _left_out(step: _OpenStep, began: Any, end: Any, clock: Any) -> None:
