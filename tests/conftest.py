@@ -21,6 +21,16 @@ PY = sys.executable
 # launch sets it itself for several local ranks of the bundled trainer; a test of that unsets it.)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# A run registry for what runs outside any test's own (a module's or the session's shared
+# launch, made before the test's fixture sets one): never the user's ~/.cache/pardash/runs.
+if "PARDASH_REGISTRY_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["PARDASH_REGISTRY_DIR"] = _REGISTRY = tempfile.mkdtemp(prefix="pardash-test-registry-")
+    atexit.register(shutil.rmtree, _REGISTRY, ignore_errors=True)
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Each worker's in-process tests import torch and its compiler (the hooks' tests compile
     # models): once here, as a rank does, with the collector off and then frozen (the
