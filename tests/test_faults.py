@@ -236,15 +236,15 @@ def test_a_sigterm_to_a_tui_launch_once_every_rank_has_finished_lets_the_job_end
 def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file_and_attach_says_it_is_over(tmp_path):
     # The ranks' output goes to its file alone under the TUI: on leaving it, the launch said
     # "rank 1 exited with code 1 at step 3; ..." with no error, no traceback, and nothing said
-    # where the output was.
+    # where the output was. (One rank: its failure is the job's, as rank 1's was of two.)
     import pty
     from pathlib import Path
 
-    script = Path(__file__).resolve().parent / "scripts" / "crash.py"
+    script = Path(__file__).resolve().parent / "scripts" / "h290_crash_on_the_last_rank.py"
     log = tmp_path / "run.jsonl"
     master, slave = pty.openpty()
     p = subprocess.Popen(
-        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
          "--", str(script)],
         stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
     )  # fmt: skip
@@ -259,7 +259,7 @@ def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file_
         capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path,
     )  # fmt: skip
     assert att.returncode == 1, att.stdout[-2000:] + att.stderr[-2000:]  # (the run failed)
-    assert "pardash: the run is over: " in att.stdout and "rank 1 exited with code 1" in att.stdout, att.stdout[-2000:]
+    assert "pardash: the run is over: " in att.stdout and "rank 0 exited with code 1" in att.stdout, att.stdout[-2000:]
     ps = subprocess.run([sys.executable, "-m", "pardash", "ps"], capture_output=True, text=True, timeout=60, env=pardash_env())
     (listed,) = [x for x in ps.stdout.splitlines() if x.startswith(entry["run_id"])]
     assert " ended 1 " in listed, ps.stdout
@@ -268,10 +268,10 @@ def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file_
     out = screen.done().decode(errors="replace").replace("\r\n", "\n")
     (output,) = (tmp_path / "runs").glob("*/output.log")
     after = out[out.rindex("\x1b[?1049l"):]  # what stays on the terminal once the TUI has gone
-    told = after[after.index("pardash: rank 1's error, as it reported it:"):]
+    told = after[after.index("pardash: rank 0's error, as it reported it:"):]
     assert 'File "' in told and "in backward" in told and "ValueError: boom in backward" in told, told
     last = told.strip().splitlines()[-1]
-    assert last.startswith("pardash: rank 1 exited with code 1 at step 3: ValueError: boom in backward; "), last
+    assert last.startswith("pardash: rank 0 exited with code 1 at step 3: ValueError: boom in backward; "), last
     assert f"; output {output.relative_to(tmp_path)}; log " in last or f"; output {output}; log " in last, last
     assert "ValueError: boom in backward" in output.read_text()  # the file named has it
 
