@@ -118,7 +118,11 @@ class ProgressPrinter:
             # Printed above the live bar, which redraws below it.
             self._progress.console.print(line, markup=False, highlight=False)
         else:
-            print(line, file=self.out, flush=True)
+            # One write, the line with its end: a Ctrl-C between print's two (the line, then its
+            # newline) left it open, and the launch's last word went on the end of it
+            # ("... likely waiting for rank 2pardash: stopped by you as it hung ...").
+            self.out.write(line + "\n")
+            self.out.flush()
 
     def _start_bar(self) -> None:
         if self._stopped_bar is not None:

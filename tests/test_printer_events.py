@@ -298,3 +298,31 @@ def test_a_stopped_ranks_end_is_said_as_a_stop_not_an_exit():
         "[exit] ranks 0-1 stopped by you (SIGTERM)",
     ]
     assert states_text(st) == "1 exited, 2 stopped"
+
+
+class _CtrlCOnSecondWrite(io.StringIO):
+    """A terminal pipe whose writer gets its Ctrl-C right after its first write call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        if self.writes == 2:
+            raise KeyboardInterrupt
+        return super().write(text)
+
+
+def test_a_ctrl_c_as_a_progress_line_is_printed_never_leaves_it_open():
+    # print() writes a line, then its newline: a Ctrl-C between the two left the line open, and
+    # the launch's last word went on the end of it ("... likely waiting for rank 2pardash:
+    # stopped by you as it hung after step 4 ..."), where a test matched the last line.
+    src = _Fed()
+    src.take(schema.Hello(rank=0, world_size=1, strategy="single"), 0.0)
+    out = _CtrlCOnSecondWrite()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600.0)
+    with pytest.raises(KeyboardInterrupt):
+        printer._print("[   6.4s] step 4 | 1 stalled")
+        printer._print("[   6.9s] step 4 | 1 stalled")
+    assert out.getvalue() == "[   6.4s] step 4 | 1 stalled\n"
