@@ -31,6 +31,12 @@ if "PARDASH_REGISTRY_DIR" not in os.environ:
     os.environ["PARDASH_REGISTRY_DIR"] = _REGISTRY = tempfile.mkdtemp(prefix="pardash-test-registry-")
     atexit.register(shutil.rmtree, _REGISTRY, ignore_errors=True)
 
+# The ranks torchrun starts are forked from a process that imported torch once (3 s of a core
+# a rank less; tests/scripts/rank_zygote.py says how). PARDASH_TEST_FORK_RANKS=0: each its own.
+import rank_forks  # noqa: E402
+
+rank_forks.start()
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Each worker's in-process tests import torch and its compiler (the hooks' tests compile
     # models): once here, as a rank does, with the collector off and then frozen (the
@@ -214,7 +220,10 @@ class SharedRun:
         self.log = base / "run.jsonl"
         cmd = [PY, "-m", "pardash", "launch", "--headless", "--log", str(self.log), "--nproc", "2",
                "--runs-dir", str(base / "runs"), "--every", "1", "--log-every", "5", *self.train_args]  # fmt: skip
-        env = pardash_env(PARDASH_REGISTRY_DIR=str(base / "registry"))
+        # (the DDP run's ranks each their own interpreter, as a user's are: the tests' other
+        # ranks are forked from one that imported torch already, tests/scripts/rank_zygote.py)
+        real = {"PYTHON_EXEC": None} if strategy == "ddp" else {}
+        env = pardash_env(PARDASH_REGISTRY_DIR=str(base / "registry"), **real)
         self.proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=base)
         self.messages, self.stats = load_log(self.log) if self.log.exists() else ([], None)
 

@@ -2006,7 +2006,9 @@ PLAIN_DDP_GROUP = pytest.mark.xdist_group("plain_ddp")
 @pytest.fixture(scope="module")
 def plain_ddp_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ddp-plain")
-    proc, msgs = _launch(tmp, *PLAIN_DDP)
+    # (each rank its own interpreter, as a user's are: the tests' others are forked from one
+    # that imported torch already, tests/scripts/rank_zygote.py)
+    proc, msgs = _launch(tmp, *PLAIN_DDP, env=pardash_env(PYTHON_EXEC=None))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, msgs
 
