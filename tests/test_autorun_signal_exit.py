@@ -6,10 +6,7 @@ where a plain script's ranks read "stopped by you". Real processes under autorun
 
 from __future__ import annotations
 
-import atexit
-import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -86,70 +83,22 @@ print("never stopped", file=sys.stderr)
 """
 
 
-class ScriptForks:
-    """``python -m pardash.trainer.autorun SCRIPT ARGS`` or ``python SCRIPT ARGS`` as a process
-    forked from one that has imported torch and its compiler already
-    (tests/scripts/h289_script_forks.py, which says what else a fork keeps of a fresh
-    interpreter): the same run, its own process and exit, less the 2.5 s of CPU its imports
-    take. One server per test worker, started at its first run; this file's tests of such
-    runs share a worker (FORKS_GROUP). (The launched test below is a fresh interpreter's.)"""
-
-    def __init__(self) -> None:
-        self._server: subprocess.Popen | None = None
-
-    def _start(self) -> subprocess.Popen:
-        if self._server is None or self._server.poll() is not None:
-            # Not the test's registry in its environment: the fixture that ends what a test
-            # left running would take it for one of the test's processes.
-            env = pardash_env(PARDASH_REGISTRY_DIR=None, OMP_NUM_THREADS="1")
-            script = Path(__file__).resolve().parent / "scripts" / "h289_script_forks.py"
-            self._server = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            text=True, env=env, start_new_session=True)  # fmt: skip
-            atexit.register(self._stop, self._server)
-        return self._server
-
-    @staticmethod
-    def _stop(server: subprocess.Popen) -> None:
-        server.stdin.close()  # its loop ends at the end of its input
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-    @staticmethod
-    def _reply(server: subprocess.Popen, timeout_s: float) -> dict:
-        ready, _, _ = select.select([server.stdout], [], [], timeout_s)
-        line = server.stdout.readline() if ready else ""
-        if not line:
-            raise TimeoutError if ready == [] else RuntimeError(f"the fork server ended ({server.poll()})")
-        return json.loads(line)
-
-    def run(self, argv: list[str], env: dict[str, str], cwd, autorun: bool, timeout: float = 120) -> subprocess.CompletedProcess:
-        server = self._start()
-        out, err = Path(cwd) / "fork.stdout", Path(cwd) / "fork.stderr"
-        request = {"autorun": autorun, "argv": argv, "env": env, "cwd": str(cwd), "stdout": str(out), "stderr": str(err)}
-        server.stdin.write(json.dumps(request) + "\n")
-        server.stdin.flush()
-        pid = self._reply(server, 60)["pid"]
-        try:
-            code = self._reply(server, timeout)["code"]
-        except TimeoutError:
-            os.kill(pid, signal.SIGKILL)
-            self._reply(server, 60)
-            raise subprocess.TimeoutExpired(argv, timeout) from None
-        return subprocess.CompletedProcess(argv, code, out.read_text(errors="replace"), err.read_text(errors="replace"))
-
-
-script_forks = ScriptForks()
-FORKS_GROUP = pytest.mark.xdist_group("h289_script_forks")
+def _forked(argv: list[str], env: dict[str, str], cwd: Path, autorun: bool, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m pardash.trainer.autorun SCRIPT ARGS`` or ``python SCRIPT ARGS`` as the tests'
+    ranks run: a process forked from one that imported torch and its compiler already, through
+    ``$PYTHON_EXEC`` (tests/scripts/rank_zygote.py): its own process, session, signals and exit,
+    less the 2.5 s of a core its imports take. (The launched test below is a fresh
+    interpreter's.)"""
+    run = ["-m", "pardash.trainer.autorun", *argv] if autorun else argv
+    return subprocess.run([os.environ.get("PYTHON_EXEC", sys.executable), "-u", *run], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=env, cwd=cwd, timeout=timeout)  # fmt: skip
 
 
 def _run(hub, tmp_path, how: str) -> tuple[subprocess.CompletedProcess, list, dict]:
     """``SCRIPT how`` under autorun, with the hub: the process, the rank's events, the report."""
     (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
     env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run", PARDASH_SUPERVISOR=None)
-    proc = script_forks.run(["train.py", how], env, tmp_path, autorun=True)
+    proc = _forked(["train.py", how], env, tmp_path, autorun=True)
     log = tmp_path / "telemetry.jsonl"
 
     def events() -> list:
@@ -159,7 +108,6 @@ def _run(hub, tmp_path, how: str) -> tuple[subprocess.CompletedProcess, list, di
     return proc, events(), build_report(str(log))
 
 
-@FORKS_GROUP
 @pytest.mark.parametrize(
     "how, returncode, sig",
     [("lightning", 0, "SIGTERM"), ("exits_in_handler", 0, "SIGTERM"), ("lightning_sigint", 1, "SIGINT"), ("ctrl_c", 130, "SIGINT")],
@@ -187,7 +135,6 @@ def test_an_exit_after_a_stop_signal_the_script_took_itself_is_a_stop(hub, tmp_p
     assert "none with an error" not in text and "finished" not in text, text
 
 
-@FORKS_GROUP
 def test_a_rank_sigterm_ends_without_pardash_launch_says_it_was_stopped(hub, tmp_path):
     # A scheduler's preemption of a plain torchrun: the script has no handler of its own, and
     # pardash's flushed and said nothing; its ranks read "silent ... never resumed" for ever.
@@ -200,7 +147,6 @@ def test_a_rank_sigterm_ends_without_pardash_launch_says_it_was_stopped(hub, tmp
     assert rep["stalls"] == [], rep["stalls"]
 
 
-@FORKS_GROUP
 def test_an_exit_with_no_signal_before_it_still_finishes(hub, tmp_path):
     proc, events, rep = _run(hub, tmp_path, "no_signal")
     assert proc.returncode == 0, proc.stderr
@@ -208,7 +154,6 @@ def test_an_exit_with_no_signal_before_it_still_finishes(hub, tmp_path):
     assert rep["exits"] == []
 
 
-@FORKS_GROUP
 def test_an_exit_long_after_a_stop_the_script_went_on_from_is_its_own(hub, tmp_path):
     # The script took a Ctrl-C and trained on; its sys.exit(msg) 47 steps later read "stopped
     # by SIGINT": no error, no error file.
@@ -281,7 +226,6 @@ print("never stopped", file=sys.stderr)
 """
 
 
-@FORKS_GROUP
 @pytest.mark.parametrize(
     "how, returncode, sig",
     [("its own handler", 0, "SIGTERM"), ("plain", -15, "SIGTERM"), ("ctrl_c", -2, "SIGINT"), ("ctrl_c, its hook replaced", -2, "SIGINT")],
@@ -292,7 +236,7 @@ def test_the_explicit_apis_exit_after_a_stop_signal_is_a_stop_too(hub, tmp_path,
     # Ctrl-C, error "interrupted" and exit 130.
     (tmp_path / "train.py").write_text(textwrap.dedent(API_SCRIPT))
     env = pardash_env(PARDASH_ENDPOINT=hub.ingest_endpoint, PARDASH_RUN_ID="test-run", PARDASH_SUPERVISOR=None)
-    proc = script_forks.run(["train.py", how], env, tmp_path, autorun=False)
+    proc = _forked(["train.py", how], env, tmp_path, autorun=False)
     assert proc.returncode == returncode and "never stopped" not in proc.stderr, proc.stderr
     log = tmp_path / "telemetry.jsonl"
 

@@ -1,4 +1,4 @@
-"""The test session's ranks, forked from a process that has imported torch already.
+"""The test session's ranks (and scripts), forked from a process that has imported torch already.
 
 Every rank torchrun starts in the tests (``python -u -m pardash.trainer.autorun SCRIPT`` or
 ``-m pardash.trainer.train``) imported torch and, through torch.optim, its compiler: about 3 s
@@ -13,7 +13,8 @@ environment differs in what an interpreter or torch reads as it starts (PYTHON*,
 or whose command is another, or that runs in other Linux namespaces (a second node's network),
 is run by the real python instead, as without this.
 
-``python rank_zygote.py SOCKET``: serves until its standard input ends (the test worker that
+It runs ``python -u -m MODULE ARGS`` and ``python -u SCRIPT ARGS`` (a test's script run alone,
+through ``$PYTHON_EXEC`` too). ``python rank_zygote.py SOCKET``: serves until its standard input ends (the test worker that
 started it is gone). One request a connection: a JSON header and the shim's fds 0-2; replies
 ``{"pid": N}`` then ``{"code": C}`` or ``{"signal": S}``, or ``{"exec": true}`` (run the real
 python). A shim gone before its rank (torchrun killed it) takes the rank's session with it."""
@@ -58,8 +59,9 @@ def namespaces() -> dict[str, int]:
 class Become(Exception):
     """Raised in a forked child: unwind the server's frames and run the rank at top level."""
 
-    def __init__(self, module: str, args: list[str]) -> None:
-        self.module, self.args = module, args
+    def __init__(self, module: bool, argv: list[str]) -> None:
+        self.module, self.argv = module, argv
+        """``-m MODULE ARGS`` (``module``) or ``SCRIPT ARGS``: ``[MODULE or SCRIPT, *ARGS]``."""
 
 
 def serve(listener: socket.socket, before: dict[str, str]) -> None:
@@ -103,7 +105,9 @@ def serve(listener: socket.socket, before: dict[str, str]) -> None:
                     continue
                 argv, env = request["argv"], request["env"]
                 theirs = startup_env(env)
-                if argv[:2] != ["-u", "-m"] or len(argv) < 3 or theirs != mine or request.get("ns") != spaces:
+                # (what it runs: -m's module, or a script; another flag, or a script on stdin, not)
+                runs = argv[2:3] if argv[:2] == ["-u", "-m"] else argv[1:2] if argv[:1] == ["-u"] else []
+                if not runs or runs[0].startswith("-") or theirs != mine or request.get("ns") != spaces:
                     differ = sorted(k for k in {*theirs, *mine} if theirs.get(k) != mine.get(k))
                     differ += ["namespaces"] if request.get("ns") != spaces else []
                     with open(log, "a") as f:  # (why a rank was not forked: a folder beside the socket)
@@ -133,7 +137,7 @@ def serve(listener: socket.socket, before: dict[str, str]) -> None:
                     os.environ.clear()
                     os.environ.update({**set_by_imports, **env})
                     os.chdir(request["cwd"])
-                    raise Become(argv[2], argv[3:])
+                    raise Become(argv[1] == "-m", argv[2:] if argv[1] == "-m" else argv[1:])
                 for fd in fds:
                     os.close(fd)
                 ranks[pid] = conn
@@ -223,11 +227,16 @@ if __name__ == "__main__":
         serve(listener, before)
         sys.exit(0)
     except Become as rank:
-        sys.argv = [rank.module, *rank.args]
+        sys.argv, module = rank.argv, rank.module
     # (out of the handler: an exception of the rank's own has no "during handling" of this)
     import runpy
 
-    sys.path[0] = os.getcwd()  # (python -m puts the working directory first)
-    # What python -m calls: an exception the rank leaves uncaught prints as there, but for one
-    # frame at its top, this file's (autorun prints a script's own, without it).
-    runpy._run_module_as_main(sys.argv[0], alter_argv=True)
+    # An exception the rank leaves uncaught prints as python's, but for the frames at its top:
+    # this file's, and runpy's where the rank is a script (autorun prints a script's own,
+    # without them).
+    if module:
+        sys.path[0] = os.getcwd()  # (python -m puts the working directory first)
+        runpy._run_module_as_main(sys.argv[0], alter_argv=True)  # (what python -m calls)
+    else:
+        sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))  # (python SCRIPT: its folder first)
+        runpy.run_path(sys.argv[0], run_name="__main__")
