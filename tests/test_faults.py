@@ -240,7 +240,7 @@ def test_a_failure_under_the_tui_prints_its_traceback_and_names_the_output_file_
     import pty
     from pathlib import Path
 
-    script = Path(__file__).resolve().parent / "scripts" / "h290_crash_on_the_last_rank.py"
+    script = Path(__file__).resolve().parent / "scripts" / "crash.py"
     log = tmp_path / "run.jsonl"
     master, slave = pty.openpty()
     p = subprocess.Popen(

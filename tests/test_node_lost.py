@@ -116,7 +116,7 @@ def test_a_job_that_failed_before_the_tuis_stop_exits_with_its_own_code(tmp_path
     # its failure is the job's, as rank 1's was of two.)
     import pty
 
-    script = Path(__file__).resolve().parent / "scripts" / "h290_crash_on_the_last_rank.py"
+    script = Path(__file__).resolve().parent / "scripts" / "crash.py"
     master, slave = pty.openpty()
     p = subprocess.Popen(
         [sys.executable, "-m", "pardash", "launch", "--nproc", "1", "--log", str(tmp_path / "run.jsonl"),
