@@ -34,12 +34,13 @@ run: setup
 # and which another test's load beside it could sway (marked serial: a clean run has no
 # straggler). Fails if either does. (The second collects only the files that hold such tests:
 # collecting all of them is 6 s of one core.)
-# 4 workers on 2 cores: the real-process tests wait on their jobs much of the time (on 2 cores,
+# More workers than cores: the real-process tests wait on their jobs much of the time (on 2 cores,
 # 502 s with 2 workers, 425 s with 3; on a slower day, 530 s with 3 and 485 s with 4; on
 # 2026-12-06, 515 s and 927 CPU-s with 3, 522 s and 1011 CPU-s with 4: as fast, the fourth
-# worker's overlap of the others' waits spent on the contention it adds; on 2026-12-07, with the
-# tests' ranks forked from a warm process (tests/scripts/rank_zygote.py), 430 s and 813 CPU-s with 4).
-TEST_JOBS ?= 4
+# worker's overlap of the others' waits spent on the contention it adds). Since 2026-12-07 the
+# tests' ranks are forked from a warm process (tests/scripts/rank_zygote.py), a third of the CPU
+# they took: 426 s and ~800 CPU-s with 4 workers, 359 s and ~700 with 6 (the waits overlap more).
+TEST_JOBS ?= 6
 # Bytecode is written (PYTHONDONTWRITEBYTECODE emptied for the run): the suite starts about a
 # thousand Python processes, each of which compiled the project's modules (and pytest's workers
 # the rewritten test modules, 5 s each) again where none was kept.
