@@ -475,6 +475,11 @@ class Reporter:
         self._phase = phase
         self._phase_t0 = time.monotonic()
 
+    @property
+    def phase(self) -> str:
+        """The phase last noted (what the heartbeat says)."""
+        return self._phase
+
     # -- rare messages --------------------------------------------------------------------
 
     def hello(self, **fields: Any) -> bool:

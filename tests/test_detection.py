@@ -78,9 +78,10 @@ def test_clean_run_has_no_straggler(tmp_path):
 
 # (Not alone: a stall is 5 s or more without a step (LivenessConfig.stall_min_s), which load
 # beside it does not make of 10 ms steps, and its cause is the phase rank 1 stopped in.)
-def test_stalled_rank_is_shown_with_its_phase(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_stalled_rank_is_shown_with_its_phase(tmp_path, strategy):
     p = subprocess.Popen(
-        _cmd(tmp_path, "--strategy", "ddp", "--nproc", "2", "--steps", "400", "--inject-stall", "1@30"),
+        _cmd(tmp_path, "--strategy", strategy, "--nproc", "2", "--steps", "400", "--inject-stall", "1@30"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env(), cwd=tmp_path, start_new_session=True,
     )  # fmt: skip
     log = tmp_path / "run.jsonl"
@@ -96,8 +97,9 @@ def test_stalled_rank_is_shown_with_its_phase(tmp_path):
         wait_for(both_stalled, timeout_s=120, poll_s=0.5)
         v = _verdicts(load_log(log)[0], "stalled")
         assert next(x for x in v if x.rank == 1).cause == "data"
-        # Rank 0 waits for it in DDP's all-reduces, past its own backward: "sync" (it read
-        # "stalled in backward", pointing at its own work).
+        # Rank 0 waits for it in DDP's all-reduces, past its own backward, or in FSDP's
+        # all-gather of its next forward: "sync" (it read "stalled in backward" and "stalled in
+        # forward", pointing at its own work).
         assert next(x for x in v if x.rank == 0).cause == "sync"
     finally:
         os.killpg(p.pid, signal.SIGINT)

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, ContextManager
+from typing import Any, ContextManager, Iterator
 
 import torch
 import torch.distributed as dist
@@ -220,6 +220,27 @@ class CommTimer:
         """Bucket all-reduces timed so far."""
         self._marks: list[Any] = []
         self._lock = threading.Lock()  # gloo runs completion callbacks on its own threads
+        self.reporter: Any = None
+        """The rank's reporter, told "sync" while a blocking collective (FSDP2's) waits for the
+        others, and the loop's phase again after (see :meth:`waiting`)."""
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """A blocking collective runs: the heartbeat's phase is "sync" for as long, as in DDP's
+        wait for its all-reduces. FSDP2 blocks in its all-gather in a block's pre-forward and in
+        its all-gathers and reduce-scatters in the backward: a rank waiting there for a peer
+        hung in its data or its own forward read "stalled in forward", as if its own forward
+        hung."""
+        rep = self.reporter
+        if rep is None:
+            yield
+            return
+        was = rep.phase
+        rep.set_phase("sync")
+        try:
+            yield
+        finally:
+            rep.set_phase(was)
 
     @staticmethod
     def hook(state, bucket):  # type: ignore[no-untyped-def]
@@ -378,7 +399,8 @@ class _TimedAllGather:
         self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, async_op: bool = False
     ) -> Any:
         start = self.timer._stamp()
-        work = dist.all_gather_single(output_tensor, input_tensor, group=group, async_op=async_op)  # type: ignore[attr-defined]
+        with contextlib.nullcontext() if async_op else self.timer.waiting():
+            work = dist.all_gather_single(output_tensor, input_tensor, group=group, async_op=async_op)  # type: ignore[attr-defined]
         self.timer.mark(start, work)
         return work
 
@@ -396,9 +418,10 @@ class _TimedReduceScatter(_TimedAllGather):
         async_op: bool = False,
     ) -> Any:
         start = self.timer._stamp()
-        work = dist.reduce_scatter_single(  # type: ignore[attr-defined]
-            output=output_tensor, input=input_tensor, group=group, op=op, async_op=async_op
-        )
+        with contextlib.nullcontext() if async_op else self.timer.waiting():
+            work = dist.reduce_scatter_single(  # type: ignore[attr-defined]
+                output=output_tensor, input=input_tensor, group=group, op=op, async_op=async_op
+            )
         self.timer.mark(start, work)
         return work
 

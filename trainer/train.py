@@ -156,6 +156,8 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
     model = build_model(cfg)
     params_count, params_bytes = count_params(model)
     w: Wrapped = wrap_model(model, cfg, rt)
+    if w.strategy == "fsdp" and w.comm is not None:
+        w.comm.reporter = reporter  # its blocking collectives are waits: phase "sync" there
     if w.strategy == "dp":  # DataParallel gathers each replica's scalar loss into a vector
         warnings.filterwarnings("ignore", message=".*gather along dimension 0.*")
     optimizer = torch.optim.AdamW(w.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
