@@ -15,8 +15,9 @@ def _epoch(hseq: int, rank: int = 0) -> schema.Event:
     return schema.Event(rank=rank, seq=hseq, name="epoch_end", step=hseq, t=float(hseq), hseq=hseq)
 
 
-def _checkpoint(hseq: int, rank: int = 0) -> schema.Event:
-    return schema.Event(rank=rank, seq=hseq, name="checkpoint", step=hseq, t=float(hseq), hseq=hseq)
+def _own_event(hseq: int, rank: int = 0) -> schema.Event:
+    """A script's own routine event (``pt.event("snapshot", ...)``)."""
+    return schema.Event(rank=rank, seq=hseq, name="snapshot", step=hseq, t=float(hseq), hseq=hseq)
 
 
 def _straggler(hseq: int) -> schema.Verdict:
@@ -62,10 +63,11 @@ def test_what_is_not_routine():
     assert not is_routine(_straggler(1))
 
 
-async def test_the_event_log_still_shows_the_first_verdict_after_many_checkpoints():
+async def test_the_event_log_still_shows_the_first_verdict_after_many_routine_events():
     # The widget's lines were bound by their count (500 rows): written as they came, the
-    # routine lines pushed the verdict out even while the state kept it. (Checkpoints: epoch
-    # ends one after another fold into one line, see tests/tui/test_event_log.py.)
+    # routine lines pushed the verdict out even while the state kept it. (A script's own
+    # events: epoch ends and checkpoints one after another fold into one line, see
+    # tests/tui/test_event_log.py.)
     from textual.app import App
 
     from pardash.tui.widgets.event_log import EventLog
@@ -82,13 +84,13 @@ async def test_the_event_log_still_shows_the_first_verdict_after_many_checkpoint
         st.apply(_straggler(1), 0.0)
         log.sync(st)
         h = 2
-        for _ in range(8):  # frames of checkpoints, as a long run sends them
+        for _ in range(8):  # frames of them, as a long run sends them
             for _ in range(EVENTS_KEPT // 3):
-                st.apply(_checkpoint(h, rank=0), 0.0)
+                st.apply(_own_event(h, rank=0), 0.0)
                 h += 1
             log.sync(st)
             await pilot.pause()
         texts = [strip.text.rstrip() for strip in log.lines]
         assert "rank 1: straggler" in texts[0], texts[:3]
-        assert texts[-1].endswith(f"rank 0 checkpoint at step {h - 1}"), texts[-3:]
+        assert texts[-1].endswith(f"rank 0 snapshot at step {h - 1}"), texts[-3:]
         assert len(texts) <= 3 * EVENTS_KEPT  # bounded: rewritten from the state past its bound

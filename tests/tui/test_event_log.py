@@ -372,8 +372,8 @@ async def test_a_reader_scrolled_up_stays_where_they_are_as_lines_come_and_are_w
         def compose(self):
             yield EventLog()
 
-    def epoch(step: int) -> schema.Event:  # (a save each: epoch ends would be one line)
-        return schema.Event(rank=0, seq=step, name="checkpoint", step=step, hseq=step)
+    def epoch(step: int) -> schema.Event:  # (a script's own event each: epoch ends and checkpoints would be one line)
+        return schema.Event(rank=0, seq=step, name="snapshot", step=step, hseq=step)
 
     app = One()
     async with app.run_test(size=(70, 12)) as pilot:
@@ -389,22 +389,22 @@ async def test_a_reader_scrolled_up_stays_where_they_are_as_lines_come_and_are_w
         assert "step 40" in log.lines[-1].text and log.scroll_y == log.max_scroll_y > 0
         log.scroll_to(y=10, animate=False, immediate=True)  # (as the wheel or the arrow keys do)
         await pilot.pause()
-        assert "checkpoint at step 11" in top()
+        assert "snapshot at step 11" in top()
 
         for step in range(41, 46):  # new lines come
             st.apply(epoch(step), 0.0)
         log.sync(st)
         await pilot.pause()
-        assert "checkpoint at step 11" in top() and "step 45" in log.lines[-1].text
+        assert "snapshot at step 11" in top() and "step 45" in log.lines[-1].text
 
         app.theme = "textual-light" if app.theme != "textual-light" else "nord"  # written again
         await pilot.pause()
         assert "step 45" in log.lines[-1].text
-        assert "checkpoint at step 11" in top()
+        assert "snapshot at step 11" in top()
         log.styles.width = 26  # wrapped again, each line in two rows: row 10 is another event's
         await pilot.pause()
         await pilot.pause()
-        assert len(log.lines) == 90 and top().startswith("--:-- rank 0 checkpoint"), top()
+        assert len(log.lines) == 90 and top().startswith("--:-- rank 0 snapshot"), top()
         assert log.lines[round(log.scroll_y) + 1].text.startswith("at step 11"), top()
 
         log.scroll_end(animate=False, immediate=True)  # back at the end: it follows again
@@ -489,6 +489,78 @@ async def test_epoch_ends_one_after_another_are_one_line_that_the_next_updates()
         await pilot.pause()
         assert texts(log)[4:] == ["rank 0 warning after step 2199: slow disk", "rank 0 ended 3 epochs (steps 2200 to 2202): val acc 0.92"]
 
+async def test_epoch_ends_and_checkpoints_taking_turns_are_one_line():
+    # A job saving at each epoch's end (`--checkpoint-every` an epoch's steps) filled the panel
+    # with the two taking turns, three rows an epoch ("ranks 0-1 epoch end at step 60: epoch 2
+    # ended", "ranks 0-1 checkpoint at step 60 (slowest 263ms):", its path), and the epoch ends'
+    # fold never came. Both fold into one line the next of either brings up to date.
+    from textual.app import App
+
+    from pardash.telemetry.state import RunState
+    from pardash.tui.widgets.event_log import EventLog
+
+    class One(App):
+        CSS = "EventLog { width: 100; height: 8; }"
+
+        def compose(self):
+            yield EventLog()
+
+    hseq = iter(range(1, 10_000))
+
+    def end(rank: int, n: int) -> schema.Event:
+        return schema.Event(rank=rank, seq=2 * n, name="epoch_end", step=20 * n, message=f"epoch {n} ended", t=T0 + n, hseq=next(hseq))
+
+    def save(rank: int, n: int, took: float) -> schema.Event:
+        return schema.Event(rank=rank, seq=2 * n + 1, name="checkpoint", step=20 * n, message=f"/ck/step-{20 * n:08d}",
+                            duration_s=took, t=T0 + n, hseq=next(hseq))  # fmt: skip
+
+    def texts(log) -> list[str]:
+        """Each line (its rows, where it wrapped, joined), less its clock."""
+        rows = [line.text.rstrip() for line in log.lines]
+        starts = [row for _, row in log._starts] + [len(rows)]
+        return [" ".join(rows[a:b])[6:] for a, b in zip(starts, starts[1:])]
+
+    app = One()
+    async with app.run_test(size=(160, 12)) as pilot:
+        st, log = RunState(), app.query_one(EventLog)
+        for r in (0, 1):
+            st.apply(schema.Hello(rank=r, seq=0, world_size=2, t=T0, hseq=next(hseq)), 0.0)
+        st.apply(save(0, 1, 0.2), 0.0)
+        st.apply(save(1, 1, 0.25), 0.0)
+        log.sync(st)
+        await pilot.pause()
+        assert texts(log) == ["ranks 0-1 checkpoint at step 20 (slowest 250ms): /ck/step-00000020"]  # (one: as it was)
+        for n in range(2, 10):
+            for m in (end(0, n), end(1, n), save(0, n, 0.1 * n), save(1, n, 0.1)):
+                st.apply(m, 0.0)
+            log.sync(st)
+            await pilot.pause()
+        assert texts(log) == [
+            "ranks 0-1 ended epochs 2-9 (the last at step 180) and saved 9 checkpoints, steps 20-180 (slowest 900ms): /ck/step-00000180"
+        ]
+        assert log.lines[0].text.startswith("00:09 ")  # (the newest one's time)
+        # A warning between them ends the line; the next ones begin another (here rank 0 alone
+        # saves: its ranks are named apart).
+        st.apply(schema.Event(rank=1, seq=50, name="warning", step=180, message="slow disk", t=T0 + 9, hseq=next(hseq)), 0.0)
+        for m in (end(0, 10), end(1, 10), save(0, 10, 0.3)):
+            st.apply(m, 0.0)
+        log.sync(st)
+        await pilot.pause()
+        assert texts(log)[1:] == [  # (one of each: their lines as they were)
+            "rank 1 warning after step 180: slow disk",
+            "ranks 0-1 epoch end at step 200: epoch 10 ended",
+            "rank 0 checkpoint at step 200 (300ms): /ck/step-00000200",
+        ]
+        for m in (end(0, 11), end(1, 11), save(0, 11, 0.2)):
+            st.apply(m, 0.0)
+        log.sync(st)
+        await pilot.pause()
+        assert texts(log)[1:] == [
+            "rank 1 warning after step 180: slow disk",
+            "ranks 0-1 ended epochs 10-11 (the last at step 220); rank 0 saved 2 checkpoints, steps 200-220 (slowest 300ms): /ck/step-00000220",
+        ]
+
+
 T0 = 1.7e9
 
 
@@ -500,9 +572,9 @@ def test_a_textual_whose_richlog_keeps_other_fields_writes_the_log_again_instead
     # the state, where consecutive ends fold: the theme change of the test above).
     from types import SimpleNamespace
 
-    from pardash.tui.widgets.event_log import EpochEnds, EventLog
+    from pardash.tui.widgets.event_log import EventLog, RoutineRun
 
-    ends = EpochEnds(schema.Event(rank=0, seq=1, name="epoch_end", step=50, message="epoch 1 ended", t=T0, hseq=1))
+    ends = RoutineRun(schema.Event(rank=0, seq=1, name="epoch_end", step=50, message="epoch 1 ended", t=T0, hseq=1))
     ends.row = 0
     log = SimpleNamespace(_state_id=123, _size_known=True, lines=["a line"], _starts=[(1, 0)])
     assert EventLog._unwrite(log, ends) is False

@@ -92,57 +92,132 @@ def is_epoch_end(m: schema.Message) -> bool:
     return isinstance(m, schema.Event) and m.name == "epoch_end" and is_routine(m)
 
 
-class EpochEnds:
-    """Epoch ends the event log wrote one after another, said as one line that the next one
-    updates ("ranks 0-7 ended epochs 3-41 (the last at step 2050)"). A job whose epochs end
-    every 50 steps wrote a line each, a screenful a minute that pushed its verdicts, warnings
-    and errors out of sight; the log and the report keep each one."""
+def is_save(m: schema.Message) -> bool:
+    """A rank's own checkpoint saved (as the bundled trainer and the instrumentation say it)."""
+    return isinstance(m, schema.Event) and m.name == "checkpoint" and is_routine(m)
 
-    __slots__ = ("first", "last", "ranks", "epochs", "numbered", "row")
+
+class RoutineRun:
+    """Epoch ends and checkpoints the event log wrote one after another, said as one line that
+    the next one updates ("ranks 0-7 ended epochs 3-41 (the last at step 2050) and saved 39
+    checkpoints, steps 100-2050 (slowest 1.20s): /ckpt/step-00002050"). A job whose epochs end
+    every 50 steps wrote a line each, a screenful a minute that pushed its verdicts, warnings
+    and errors out of sight; one that saved at each epoch's end wrote three rows an epoch (its
+    checkpoint's path wrapped), the two kinds taking turns. The log and the report keep each
+    one."""
+
+    __slots__ = ("first", "last", "ranks", "epochs", "numbered", "last_end", "first_end",
+                 "savers", "saves", "first_save", "last_save", "slowest", "row", "written")  # fmt: skip
 
     def __init__(self, first: schema.Event) -> None:
         self.first = first
         """The first of them (the line's place in the log: its hseq)."""
         self.last = first
-        """The newest of them (the line's time, its step, its words)."""
+        """The newest of them (the line's time)."""
         self.ranks: dict[int, None] = {}
-        """The ranks that said them, in order of first appearance."""
+        """The ranks that said the epoch ends, in order of first appearance."""
         self.epochs: set[object] = set()
         """Each epoch once: its number where its words say it, else its step."""
         self.numbered = True
-        """Whether every one said its epoch's number."""
+        """Whether every epoch end said its epoch's number."""
+        self.first_end: schema.Event | None = None
+        self.last_end: schema.Event | None = None
+        self.savers: dict[int, None] = {}
+        """The ranks that said the checkpoints."""
+        self.saves: dict[object, None] = {}
+        """Each checkpoint once: its step (its path where it has none)."""
+        self.first_save: schema.Event | None = None
+        self.last_save: schema.Event | None = None
+        self.slowest: float | None = None
+        """The slowest rank's time of the slowest checkpoint."""
         self.row: int | None = None
-        """The log's row the line begins at (None: written before the log had a size, its
-        render deferred by the RichLog)."""
+        """The log's row its lines begin at (None: written before the log had a size, their
+        renders deferred by the RichLog)."""
+        self.written = 0
+        """How many lines it was last written as."""
 
-    def add(self, m: schema.Event, ranks: list[int] | None) -> None:
+    def add(self, m: schema.Event, ranks: list[int] | None, took: float | None = None) -> None:
+        """Fold in ``m``, said by ``ranks`` (None: its own), ``took`` its slowest rank's time."""
+        self.last = m
+        if is_save(m):
+            for rank in ranks or (m.rank,):
+                self.savers[rank] = None
+            self.saves[m.step if m.step is not None else m.message] = None
+            self.first_save = self.first_save or m
+            self.last_save = m
+            took = took if ranks and len(ranks) > 1 else m.duration_s
+            if took is not None and (self.slowest is None or took > self.slowest):
+                self.slowest = took
+            return
         for rank in ranks or (m.rank,):
             self.ranks[rank] = None
         number = EPOCH_ENDED.fullmatch(m.message.strip())
         if number is None:
             self.numbered = False
         self.epochs.add(int(number[1]) if number is not None else ("step", m.step))
-        self.last = m
+        self.first_end = self.first_end or m
+        self.last_end = m
+
+    def lines(self) -> list[tuple[schema.Event, str, str, float]]:
+        """(the first event it says, its text, its style name, its time) of each line: one
+        epoch end or one checkpoint, or one of each, are said as they were (their ranks' taken
+        a frame apart, one line); more, one line."""
+        ranks, savers = sorted(self.ranks), sorted(self.savers)
+        if len(self.epochs) < 2 and len(self.saves) < 2:
+            out = []
+            if self.first_end is not None:
+                out.append((self.first_end, *describe(self.first_end, ranks if len(ranks) > 1 else None), self.last_end.t))
+            if self.first_save is not None:
+                out.append((self.first_save, *describe(self.first_save, savers if len(savers) > 1 else None, self.slowest), self.last_save.t))
+            return sorted(out, key=lambda line: line[0].hseq)
+        return [(self.first, *self.describe(), self.last.t)]
 
     def describe(self) -> tuple[str, str]:
-        """(text, style name) of the line."""
-        ranks = sorted(self.ranks)
-        if len(self.epochs) < 2:  # (one epoch, its ranks' ends taken a frame apart: one line)
-            return describe(self.first, ranks if len(ranks) > 1 else None)
-        first, last = self.first, self.last
+        """(text, style name) of the line that says them all."""
+        ranks, savers = sorted(self.ranks), sorted(self.savers)
+        parts = []
+        if self.epochs:
+            parts.append(self._ends(ranks))
+        if self.saves:
+            said = self._saved()
+            parts.append(said if ranks == savers else f"{ranks_named(savers)} {said}")
+        return (" and " if ranks == savers else "; ").join(parts), EVENT_STYLES["epoch_end"]
+
+    def _ends(self, ranks: list[int]) -> str:
+        first, last = self.first_end, self.last_end
+        assert first is not None and last is not None
+        n = len(self.epochs)
         if self.numbered:
-            text = f"{ranks_named(ranks)} ended epochs {ranks_text(sorted(self.epochs))}"  # type: ignore[arg-type]
+            text = f"{ranks_named(ranks)} ended epoch{'s' if n > 1 else ''} {ranks_text(sorted(self.epochs))}"  # type: ignore[arg-type]
             if last.step is not None:
-                text += f" (the last at step {last.step})"
+                text += f" ({'the last at' if n > 1 else 'at'} step {last.step})"
         else:
             # (counted from the first the log holds, not the run's first: from its step)
-            text = f"{ranks_named(ranks)} ended {len(self.epochs)} epochs"
-            if first.step is not None and last.step is not None:
+            text = f"{ranks_named(ranks)} ended {n} epoch{'s' if n > 1 else ''}"
+            if n > 1 and first.step is not None and last.step is not None:
                 text += f" (steps {first.step} to {last.step})"
+            elif last.step is not None:
+                text += f" (at step {last.step})"
         said = error_line(last.message) if last.message and EPOCH_ENDED.fullmatch(last.message.strip()) is None else None
         if said:  # (a script's own words of its epoch: its newest)
             text += f": {said}"
-        return text, EVENT_STYLES["epoch_end"]
+        return text
+
+    def _saved(self) -> str:
+        first, last = self.first_save, self.last_save
+        assert first is not None and last is not None
+        n = len(self.saves)
+        text = f"saved {n} checkpoints" if n > 1 else "saved a checkpoint"
+        if n > 1 and first.step is not None and last.step is not None:
+            text += f", steps {first.step}-{last.step}"
+        elif last.step is not None:
+            text += f" at step {last.step}"
+        if self.slowest:
+            text += f" ({'slowest ' if n > 1 or len(self.savers) > 1 else ''}{fmt_step_time(self.slowest)})"
+        said = error_line(last.message) if last.message else None
+        if said:  # (the newest one's path)
+            text += f": {said}"
+        return text
 
 
 class EventLog(CachedStyles, RichLog):
@@ -200,8 +275,9 @@ class EventLog(CachedStyles, RichLog):
         bound, the lines are written again from what the state keeps (see :meth:`sync`)."""
         self._starts: list[tuple[int, int]] = []
         """(hseq of the line's first event, index of its first row) of each line written."""
-        self._epochs: EpochEnds | None = None
-        """The epoch ends said by the last line written, while it is theirs (see EpochEnds)."""
+        self._routine: RoutineRun | None = None
+        """The epoch ends and checkpoints said by the last line written, while it is theirs
+        (see RoutineRun)."""
 
     def on_mount(self) -> None:
         # Written lines keep the colours of the theme they were written in: rewrite on change.
@@ -272,7 +348,7 @@ class EventLog(CachedStyles, RichLog):
             self._state_id = id(state)
             self._last_hseq = -1
             self._starts.clear()
-            self._epochs = None
+            self._routine = None
             self.clear()
         last = self._last_hseq
         fresh = []
@@ -332,16 +408,18 @@ class EventLog(CachedStyles, RichLog):
         place = self._top_line() if reading and id(state) != self._state_id else None  # (written again)
         mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
         for m, ranks, took in group_alike(mine):
-            if is_epoch_end(m):
-                epochs = self._epochs
-                if epochs is None or not self._unwrite(epochs):
-                    epochs = self._epochs = EpochEnds(m)  # type: ignore[arg-type]
-                epochs.add(m, ranks)  # type: ignore[arg-type]
-                epochs.row = len(self.lines) if self._size_known else None
-                text, style = epochs.describe()
-                self._write_line(epochs.first, text, style, epochs.last.t, zero, known, cut, reading)
+            if is_epoch_end(m) or is_save(m):
+                run = self._routine
+                if run is None or not self._unwrite(run):
+                    run = self._routine = RoutineRun(m)  # type: ignore[arg-type]
+                run.add(m, ranks, took)  # type: ignore[arg-type]
+                run.row = len(self.lines) if self._size_known else None
+                lines = run.lines()
+                run.written = len(lines)
+                for first, text, style, t in lines:
+                    self._write_line(first, text, style, t, zero, known, cut, reading)
                 continue
-            self._epochs = None
+            self._routine = None
             self._write_line(m, *describe(m, ranks, took), m.t, zero, known, cut, reading)
         if place is not None:
             self._back_to(place)
@@ -359,8 +437,8 @@ class EventLog(CachedStyles, RichLog):
         else:
             self.write(line, scroll_end=not reading)
 
-    def _unwrite(self, epochs: EpochEnds) -> bool:
-        """Take back the line of ``epochs``, the last one written, to write it again; False where
+    def _unwrite(self, run: RoutineRun) -> bool:
+        """Take back the lines of ``run``, the last ones written, to write it again; False where
         it cannot be found (written before the log had a size, rendered since: it is written
         again with every line at the next sync). RichLog keeps no public way to take a line
         back: its own fields are used, and a Textual without them (pyproject allows >= 0.80)
@@ -371,13 +449,14 @@ class EventLog(CachedStyles, RichLog):
         if deferred is None or cache is None or widest is None:
             self._state_id = 0
             return False
-        if epochs.row is None:
-            if self._size_known or not deferred:
+        if run.row is None:
+            if self._size_known or len(deferred) < run.written:
                 self._state_id = 0
                 return False
-            deferred.pop()  # (its render, deferred until the log has a size)
+            for _ in range(run.written):
+                deferred.pop()  # (their renders, deferred until the log has a size)
             return True
-        row = epochs.row
+        row = run.row
         del self.lines[row:]
         while self._starts and self._starts[-1][1] >= row:
             self._starts.pop()
