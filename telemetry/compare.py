@@ -443,10 +443,14 @@ def strategy_rows(results: list[dict]) -> list[dict]:
         elif rep is not None and rep["ranks"]:
             row["steps"] = rep["steps"]
             row["samples_per_s"] = rep["steady_samples_per_s"]
-            row["median_step_s"] = rep["median_step_s"]
-            row["p90_step_s"] = steady_step_p90(rep["log"])
+            # The step and phase times of the same steps as samples/s and p90: after the
+            # warm-up (the report's medians are of every step; single's read 32.5 ms beside
+            # a p90 of 105.0, where its steps after the warm-up took 10.6 at the median).
+            steady = steady_figures(rep["log"]) or {}
+            row["median_step_s"] = steady.get("median_step_s", rep["median_step_s"])
+            row["p90_step_s"] = steady.get("p90_step_s")
             for p in PHASES:
-                row[f"median_{p}"] = rep["phases"].get(p)
+                row[f"median_{p}"] = steady.get(f"median_{p}", rep["phases"].get(p)) if steady else rep["phases"].get(p)
             for key in ("params_bytes", "params_full_bytes", "grads_bytes", "optim_bytes", "buckets_bytes", "held_bytes", "peak_bytes"):
                 row[key] = _max_rank(rep, key)
             row["peak_kind"] = rep["memory"]["peak_kind"]
@@ -467,26 +471,39 @@ def strategy_rows(results: list[dict]) -> list[dict]:
     return rows
 
 
-def steady_step_p90(log: str) -> float | None:
-    """The time 9 in 10 of a run's steps after the warm-up (every rank's, as the steady
-    samples/s leaves out the first of each rank's) took at most: the spread the median hides. A
-    bench runs each strategy once: a difference smaller than this spread is no difference. None
-    where the log cannot be read or has too few steps."""
+def steady_figures(log: str) -> dict[str, float] | None:
+    """A run's step times after the warm-up (every rank's, as the steady samples/s leaves out
+    the first of each rank's): ``p90_step_s``, the time 9 in 10 of them took at most (the
+    spread the median hides: a bench runs each strategy once, and a difference smaller than
+    this spread is no difference); ``median_step_s`` and ``median_<phase>`` (each phase of
+    :data:`PHASES` some step timed), the median over the ranks of each rank's median, as the
+    report's medians are of every step. None where the log cannot be read or has too few steps."""
+    import statistics
+
     from .logreader import read_log
     from .schema import Step
 
-    by_rank: dict[int, list[float]] = {}
+    by_rank: dict[int, list[Step]] = {}
     try:
         for msg in read_log(log):
             if isinstance(msg, Step) and msg.rank >= 0 and msg.step_s > 0:
-                by_rank.setdefault(msg.rank, []).append(msg.step_s)
+                by_rank.setdefault(msg.rank, []).append(msg)
     except OSError:
         return None
     skip = _warmup_steps(max((len(v) for v in by_rank.values()), default=0))
-    steady = sorted(x for v in by_rank.values() for x in v[skip:])
+    kept = {rank: steps[skip:] for rank, steps in by_rank.items() if steps[skip:]}
+    steady = sorted(s.step_s for steps in kept.values() for s in steps)
     if len(steady) < 10:
         return None
-    return steady[-(-9 * len(steady) // 10) - 1]  # (the nearest rank: the ceil(0.9 n)-th smallest)
+    out = {
+        "p90_step_s": steady[-(-9 * len(steady) // 10) - 1],  # (the nearest rank: the ceil(0.9 n)-th smallest)
+        "median_step_s": statistics.median(statistics.median(s.step_s for s in steps) for steps in kept.values()),
+    }
+    for p in PHASES:
+        medians = [statistics.median(xs) for steps in kept.values() if (xs := [v for s in steps if (v := getattr(s, p)) is not None])]
+        if medians:
+            out[f"median_{p}"] = statistics.median(medians)
+    return out
 
 
 BENCH_COLUMNS = (

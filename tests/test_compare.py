@@ -428,13 +428,37 @@ def test_a_peak_a_few_mib_apart_is_the_same_and_one_further_is_not():
         assert row["verdict"] == verdict, (more, row)
 
 
+def test_the_benchs_step_and_phase_times_are_of_the_steps_after_the_warm_up(tmp_path):
+    # Review 292: its samples/s and p90 left the warm-up out, its step ms and phase columns were
+    # the report's medians of every step (single read 32.5 ms beside a p90 of 105.0, its steps
+    # after the warm-up 10.6 at the median). 50 steps: the first 10 slow (the warm-up left out),
+    # then 21 of 10 ms and 19 of 20 ms, half of each in data loading.
+    from pardash.telemetry import schema
+    from pardash.telemetry.compare import steady_figures
+
+    log = tmp_path / "warm.jsonl"
+    lines = [schema.Hello(rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=999.0, run="r") for r in (0, 1)]
+    for n in range(1, 51):
+        step_s = 9.0 if n <= 10 else 0.01 if n <= 31 else 0.02
+        lines += [schema.Step(rank=r, step=n, step_s=step_s, data_s=step_s / 2, samples=8, loss=1.0, t=1000.0 + 9 * n, seq=n, run="r")
+                  for r in (0, 1)]  # fmt: skip
+    lines += [schema.Event(rank=r, seq=51, name="exit", code=0, t=1500.0, run="r") for r in (0, 1)]
+    log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in lines))
+    rep = build_report(str(log))
+    assert rep["median_step_s"] == pytest.approx(0.02) and rep["phases"]["data_s"] == pytest.approx(0.01)  # (every step's)
+    (row,) = strategy_rows([{"strategy": "ddp", "ranks": 2, "devices": 2, "code": 0, "report": rep}])
+    assert row["median_step_s"] == pytest.approx(0.01) and row["median_data_s"] == pytest.approx(0.005), row
+    assert row["p90_step_s"] == pytest.approx(0.02)
+    assert steady_figures(str(log))["median_step_s"] == pytest.approx(0.01)
+
+
 def test_the_bench_shows_the_spread_of_each_strategys_steps(tmp_path):
     # Review 244: one run a strategy and medians alone, so a reader could not tell a difference
     # from noise (on a busy host, single's steps 100 ms at the median and 230-380 ms at p90 made
     # "scaling 307%" and, run again, "859%"). A run whose every fifth step is 10x slower: its
     # median is the fast steps', its p90 the slow ones'.
     from pardash.telemetry import schema
-    from pardash.telemetry.compare import render_bench_text, steady_step_p90
+    from pardash.telemetry.compare import render_bench_text, steady_figures
 
     log = tmp_path / "spread.jsonl"
     lines = [schema.Hello(rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=999.0, run="r") for r in (0, 1)]
@@ -455,7 +479,7 @@ def test_the_bench_shows_the_spread_of_each_strategys_steps(tmp_path):
     # of 50 change nothing.
     slow_start = [m if not isinstance(m, schema.Step) or m.step > 10 else msgspec.structs.replace(m, step_s=9.0) for m in lines]
     log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in slow_start))
-    assert steady_step_p90(str(log)) == pytest.approx(0.1)
+    assert steady_figures(str(log))["p90_step_s"] == pytest.approx(0.1)
     # Too few steps for a 90th percentile, or no log: none.
     log.write_bytes(b"".join(schema.encode_json(m) + b"\n" for m in lines[:8]))
-    assert steady_step_p90(str(log)) is None and steady_step_p90(str(tmp_path / "gone.jsonl")) is None
+    assert steady_figures(str(log)) is None and steady_figures(str(tmp_path / "gone.jsonl")) is None
