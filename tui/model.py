@@ -176,8 +176,14 @@ class RankRow:
 
     @property
     def flagged(self) -> bool:
-        """A verdict or a condition a person should look at."""
-        return self.status in FLAGGED_STATUSES or self.not_sharding or self.loss_not_finite is not None
+        """A verdict or a condition a person should look at. A rank the launcher or torchrun
+        stopped is none of its own: after one rank of 4096 failed, "flagged only" listed the
+        4,095 others torchrun stopped beside it. (The cause of a hang, stopped as it hung, stays.)"""
+        return (
+            (self.status in FLAGGED_STATUSES and (not self.stopped or self.cause))
+            or bool(self.not_sharding)
+            or self.loss_not_finite is not None
+        )
 
     @property
     def deviation_level(self) -> int:
@@ -636,7 +642,7 @@ class RowBuilder:
                     changed.add(e.rank)
             flagged = status in FLAGGED_STATUSES or r.not_sharding is not None or r.loss_bad is not None
             if flagged:
-                flagged_ranks.append(r)
+                flagged_ranks.append(r)  # (the alerts': the stopped ranks too; the grid's filter leaves them out, RankRow.flagged)
             if flagged != e.flagged:
                 e.flagged = flagged
                 flags_moved = True
