@@ -193,7 +193,8 @@ class TrainConfig:
     # -- fault injection (for straggler / stall / crash detection) ---------------------------
     inject_straggler: Straggler | None = None
     """RANK:KIND:SECONDS: that rank spends SECONDS more per step, sleeping in its data
-    phase (data) or busy computing in the forward of the model's last block (compute)."""
+    phase (data) or busy computing in the forward of the model's last block (compute: SECONDS
+    of its own CPU time on a CPU, more by the clock on a host busy with other work)."""
     inject_stall: RankStep | None = None
     """RANK@STEP: that rank blocks forever in the data phase of STEP (heartbeats go on), on
     the first attempt only (not after a torchrun restart): --pg-timeout-s ends the hang, and
