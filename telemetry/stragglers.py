@@ -391,6 +391,16 @@ class StepWaits:
             elif comm_s < cur[2]:
                 self.least[step] = (cur[0], cur[1], comm_s)
 
+    def measures(self, step: int, rank: int) -> tuple[float | None, float | None]:
+        """The two measures of the others' wait for ``rank`` at ``step``, each where it names
+        ``rank`` (None otherwise, or not known of two ranks): its self-time lead over the
+        second-last, and the next least comm time less its own."""
+        top = self.top.get(step)
+        by_self = top[0] - top[2] if top is not None and top[2] != -math.inf and top[1] == rank else None
+        low = self.least.get(step)
+        by_comm = low[2] - low[0] if low is not None and low[2] != math.inf and low[1] == rank else None
+        return by_self, by_comm
+
     def gap(self, step: int, rank: int) -> float | None:
         """Seconds the others waited for ``rank`` at ``step`` (None: they waited for another
         rank, or the step is not known of two ranks)."""
