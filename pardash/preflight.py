@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from pardash.parser import PROG, fail
 
@@ -89,14 +90,20 @@ def check_insecure_with_keys(ns: argparse.Namespace) -> None:
 NO_TERMINAL = "no terminal here"
 
 
+def _tty(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (a stream closed before Python started, ``<&-``, is
+    None: launch, simulate, replay and attach failed with a traceback on it)."""
+    return stream is not None and stream.isatty()
+
+
 def no_tui_here() -> str:
     """Why the TUI cannot be shown here ('' where it can): no terminal (CI, nohup, a pipe), or
     stderr not one (Textual draws there: `2>err.log` sent the whole TUI into the file, the
     terminal blank), or TERM=dumb (a terminal that cannot redraw: the TUI stood on its first
     frame and took no key; review 279)."""
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not (_tty(sys.stdin) and _tty(sys.stdout)):
         return NO_TERMINAL
-    if not sys.stderr.isatty():
+    if not _tty(sys.stderr):
         return "stderr is not the terminal (the TUI draws there)"
     if os.environ.get("TERM", "") == "dumb":
         return "TERM=dumb cannot redraw"
@@ -108,5 +115,8 @@ def headless_without_terminal(ns: argparse.Namespace) -> None:
     command would wait for its `q` for ever: progress lines instead, said once."""
     why = "" if ns.headless else no_tui_here()
     if why:
-        print(f"{PROG}: {why}, so progress lines instead of the TUI (as --headless)", file=sys.stderr, flush=True)
+        # Where the person at the terminal reads it: with `2>err.log` the lines came on the
+        # terminal and their reason went into the file.
+        to = sys.stdout if _tty(sys.stdout) and not _tty(sys.stderr) else sys.stderr
+        print(f"{PROG}: {why}, so progress lines instead of the TUI (as --headless)", file=to, flush=True)
         ns.headless = True

@@ -22,10 +22,12 @@ from pardash.telemetry.client import NullDetector
 from pardash.telemetry.hubcore import HubCore
 
 
-def _replay_on_a_pty(tmp_path, *, term: str, stderr_to_file: bool = False, env: dict | None = None, quit_on: bytes = b"") -> tuple[int, str]:
-    """``pardash replay`` of a log, its stdin and stdout a pseudo-terminal of 80x24 (its stderr
-    too, or a file): its exit code and what it said on stderr (or all it wrote, on the
-    terminal). ``quit_on``: once it has written that, `q` is pressed."""
+def _replay_on_a_pty(tmp_path, *, term: str, stderr_to_file: bool = False, env: dict | None = None, quit_on: bytes = b"",
+                     args: list[str] | None = None, terminal: bool = False) -> tuple[int, str]:  # fmt: skip
+    """``pardash replay`` of a log (or ``pardash ARGS``), its stdin and stdout a pseudo-terminal
+    of 80x24 (its stderr too, or a file): its exit code and what it said on stderr (or all it
+    wrote, on the terminal; ``terminal``: on the terminal, its stderr in a file). ``quit_on``:
+    once it has written that, `q` is pressed."""
     log = tmp_path / "run.jsonl"
     log.write_bytes(schema.encode_json(schema.Hello(run="r", rank=0, seq=0, world_size=1, t=1.0e9, hseq=1)) + b"\n")
     leader, follower = pty.openpty()
@@ -33,7 +35,7 @@ def _replay_on_a_pty(tmp_path, *, term: str, stderr_to_file: bool = False, env: 
     err_path = tmp_path / "err.txt"
     with open(err_path, "wb") as err_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pardash", "replay", str(log)], stdin=follower, stdout=follower,
+            [sys.executable, "-m", "pardash", *(args or ["replay", str(log)])], stdin=follower, stdout=follower,
             stderr=err_file if stderr_to_file else follower, env={**pardash_env(), "TERM": term, **(env or {})}, cwd=tmp_path,
         )  # fmt: skip
         os.close(follower)
@@ -58,7 +60,7 @@ def _replay_on_a_pty(tmp_path, *, term: str, stderr_to_file: bool = False, env: 
             proc.kill()
         code = proc.wait(timeout=60)
     os.close(leader)
-    said = err_path.read_text() if stderr_to_file else seen.decode(errors="replace")
+    said = err_path.read_text() if stderr_to_file and not terminal else seen.decode(errors="replace")
     return code, said
 
 
@@ -71,6 +73,25 @@ def test_term_dumb_or_stderr_in_a_file_is_no_place_for_the_tui(tmp_path):
     code, said = _replay_on_a_pty(tmp_path, term="xterm-256color", stderr_to_file=True)
     assert code == 2 and "(stderr is not the terminal (the TUI draws there))" in said, said[-800:]
     assert f"report {tmp_path / 'run.jsonl'}" in said
+
+
+def test_with_stderr_in_a_file_the_terminal_is_told_why_it_has_progress_lines(tmp_path):
+    # `pardash launch ... 2>err.log` (review 293): progress lines came on the terminal, and the
+    # reason, on stderr, went into the file.
+    code, said = _replay_on_a_pty(tmp_path, term="xterm-256color", stderr_to_file=True, terminal=True,
+                                  args=["simulate", "--ranks", "2", "--steps", "3", "--rate", "20", "--every", "60"])  # fmt: skip
+    assert code == 0, said[-800:]
+    assert "pardash: stderr is not the terminal (the TUI draws there), so progress lines instead of the TUI (as --headless)" in said
+
+
+def test_a_closed_stdin_is_no_terminal(tmp_path):
+    # `pardash launch ... <&-` (review 293): launch, simulate, replay and attach failed with
+    # "AttributeError: 'NoneType' object has no attribute 'isatty'" (Python's sys.stdin is None).
+    cmd = f"exec {sys.executable} -m pardash simulate --ranks 2 --steps 3 --rate 20 --every 60 <&-"
+    proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=pardash_env(), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "no terminal" in proc.stderr, proc.stderr[-2000:]
+    assert "pardash: done, 2 rank(s), step 3" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_the_tui_draws_at_the_terminals_own_size_whatever_columns_and_lines_say(tmp_path):
