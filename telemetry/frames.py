@@ -52,6 +52,9 @@ class HubStats(msgspec.Struct, omit_defaults=True):
     """Why the log is not being written, when it is not."""
     viewers: int = 0
     """Snapshots served so far (a proxy for viewers attached)."""
+    behind_s: float = 0.0
+    """Seconds the steps the hub takes now waited for it (beyond their ranks' least wait: clock
+    offsets and transit): how far behind the ranks what viewers see is. 0: keeping up."""
 
 
 class Frame(msgspec.Struct, omit_defaults=True):

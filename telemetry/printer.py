@@ -300,7 +300,8 @@ class ProgressPrinter:
             self._last_line = now
             if st.ranks:
                 line = progress_line(st, now - (self._run_t if self._run_t is not None else self.t_start), rejected, hub_quiet_s=quiet,
-                                     hub_lost=self.hub_lost_text(quiet, short=True))  # fmt: skip
+                                     hub_lost=self.hub_lost_text(quiet, short=True),
+                                     hub_behind_s=stats.behind_s if stats is not None else 0.0)  # fmt: skip
                 said = line.partition("] ")[2]  # the line but its time
                 # The last line said again: not as the closing line, nor every few seconds once
                 # the run is over (a job's teardown can take that long after its last step);
@@ -733,13 +734,15 @@ def rate_text(st) -> str:
 
 
 def progress_line(st, elapsed_s: float, rejected: dict[str, int] | None = None, *, hub_quiet_s: float | None = None,
-                  hub_lost: str = "") -> str:  # fmt: skip
+                  hub_lost: str = "", hub_behind_s: float = 0.0) -> str:  # fmt: skip
     """A headless progress line (step and self ms: the ranks' spread of their recent medians,
     :func:`recent_spread`; no step while none is known, see :func:`progress_step`);
     ``hub_quiet_s``: seconds the hub has sent nothing (its figures are as of then), when it is
     quiet. ``hub_lost``: node 0's hub unreachable (:meth:`ProgressPrinter.hub_lost_text`): the
     line is the step last heard and that, not the rates and the ranks' states as they were
-    ("2 running" of a rank held in an all-reduce with a node powered off, for minutes)."""
+    ("2 running" of a rank held in an all-reduce with a node powered off, for minutes).
+    ``hub_behind_s``: how far behind the ranks the hub is (HubStats.behind_s), said from
+    BEHIND_SAID_S."""
     hello = st.hello
     total = total_steps(hello)
     at = progress_step(st)
@@ -767,7 +770,15 @@ def progress_line(st, elapsed_s: float, rejected: dict[str, int] | None = None, 
     parts.extend(refused_texts(rejected))
     if hub_quiet_s is not None:
         parts.append(f"hub quiet for {hub_quiet_s:.0f} s")
+    elif hub_behind_s >= BEHIND_SAID_S:
+        parts.append(f"hub {hub_behind_s:.0f} s behind the ranks")
     return f"[{elapsed_s:6.1f}s] " + " | ".join(p for p in parts if p)
+
+
+BEHIND_SAID_S = 3.0
+"""A hub this far behind the ranks (HubStats.behind_s) is said: past a heartbeat or two (a
+frame's wait, a busy moment), what the lines say is old (a hub on 2 busy cores fell a minute
+behind 4096 ranks, its lines "4096 running" of ranks stalled long since)."""
 
 
 UNGROUPED = frozenset({"error"})

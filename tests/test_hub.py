@@ -881,6 +881,41 @@ def test_a_hello_from_a_clock_far_from_the_hubs_is_said_once_a_host():
     assert not [m for m in plain.state.events if m.name == "warning"]
 
 
+def test_a_hub_behind_its_ranks_says_how_far():
+    # Review 294: a hub on 2 busy cores fell a minute behind 4096 ranks ("step 291 ... 4096
+    # running" of ranks stalled at 299 a minute before), and nothing said it. Each ingest pass's
+    # newest step tells how long it waited for the hub, beyond the least its rank's steps have
+    # waited (rank 1's clock is 100 s ahead of the hub's: that is no wait).
+    from pardash.telemetry.printer import progress_line
+
+    wall = 1.8e9
+    core = HubCore(run_id="r", world_size=2, wall_clock=lambda: wall)
+    ahead = {0: 0.0, 1: 100.0}
+    for r in (0, 1):
+        assert core.ingest(schema.Hello(run="r", rank=r, world_size=2, pid=10 + r, host=f"n{r}", t=wall + ahead[r]), 1.0)
+    now, sent = 1.0, wall
+
+    def steps(first: int) -> list[bytes]:
+        return [schema.encode(schema.Step(run="r", rank=r, seq=n, step=n, step_s=0.1, t=sent + ahead[r])) for n in (first, first + 1) for r in (0, 1)]
+
+    for k in range(1, 20, 2):  # keeping up: each step taken 10 ms after it was sent
+        sent += 0.2
+        wall, now = sent + 0.01, now + 0.2
+        assert core.ingest_batch(steps(k), now) == 4
+    assert core.tick(now).stats.behind_s == 0.0
+    for k in range(21, 61, 2):  # then each taken 30 s after it was sent (waiting in the hub's queue)
+        sent += 0.2
+        wall, now = sent + 30.01, now + 0.2
+        core.ingest_batch(steps(k), now)
+    behind = core.tick(now).stats.behind_s
+    assert behind == 30.0
+    line = progress_line(core.state, 12.0, hub_behind_s=behind)
+    assert line.endswith(" | hub 30 s behind the ranks"), line
+    # Nothing taken for a while: nothing waits, it is behind nobody.
+    assert core.tick(now + 5.0).stats.behind_s == 0.0
+    assert "behind" not in progress_line(core.state, 17.0, hub_behind_s=0.0)
+
+
 def test_a_live_hub_says_a_ranks_clock_is_off(hub):
     push = zmq.Context.instance().socket(zmq.PUSH)
     push.connect(hub.ingest_endpoint)

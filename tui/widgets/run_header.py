@@ -19,6 +19,7 @@ from textual.widget import Widget
 
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
+from pardash.telemetry.printer import BEHIND_SAID_S
 from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent, time_left_s, total_steps
 
 from ..format import fmt_count, fmt_duration, fmt_rate
@@ -189,6 +190,8 @@ class RunSummary:
     log_path: str = ""
     log_error: str = ""
     ingest_hz: float = 0.0
+    hub_behind_s: float = 0.0
+    """How far behind the ranks the hub is (HubStats.behind_s): said from BEHIND_SAID_S."""
     note: str = ""
     live: bool = True
     synced: bool = True
@@ -328,6 +331,7 @@ def summarize(
         log_path=stats.log_path,
         log_error=stats.log_error,
         ingest_hz=stats.ingest_hz,
+        hub_behind_s=stats.behind_s if source.live else 0.0,
         note=" · ".join(notes),
         live=source.live,
         synced=getattr(source, "synced", True),
@@ -669,6 +673,10 @@ class RunHeader(CachedStyles, Widget):
         if s.live and s.ingest_hz and s.hub_quiet_s is None:  # a quiet hub's last rate is stale
             rate = fmt_rate(s.ingest_hz)
             second.append(_figure(self._pair("hub", f"{rate} msg/s", "label"), rate, RATE_CELLS))
+        if s.live and s.hub_behind_s >= BEHIND_SAID_S and s.hub_quiet_s is None:
+            # (what the screen shows is that old: a hub on 2 busy cores fell a minute behind
+            # 4096 ranks, its "running" ranks stalled long since, and nothing said it)
+            second.append([(f"hub {fmt_duration(s.hub_behind_s)} behind the ranks", self._s("warn"))])
         if s.log_error:
             second.append([(f"log: {s.log_error}", self._s("bad"))])
         elif s.log_path:
