@@ -284,12 +284,14 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     # Until the job is up a SIGTERM ends the start, the supervisor with it; from then on it stops
     # the job (the modes below say how). It left a job starting with nobody watching it.
     terminated: list[int] = []
+    stops = _stop_signals() if ns.headless else (signal.SIGTERM,)
 
-    def on_sigterm_starting(*_: object) -> None:
-        terminated.append(signal.SIGTERM)
+    def on_sigterm_starting(signum: int, _frame: object = None) -> None:
+        terminated.append(signum)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_sigterm_starting)
+    for sig in stops:
+        signal.signal(sig, on_sigterm_starting)
     try:
         if spec.remote_hub:  # node > 0: node 0's hub names the run and records it
             # (its ranks here, then the job's as this node reckons it: "2 rank(s)" of a node
@@ -313,11 +315,12 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         print(f"{PROG}: stopped before the job started", file=sys.stderr, flush=True)
         return 128 + (terminated[0] if terminated else signal.SIGINT)
 
-    def on_sigterm_started(*_: object) -> None:
-        terminated.append(signal.SIGTERM)
-        job.stop(signal.SIGTERM)
+    def on_sigterm_started(signum: int, _frame: object = None) -> None:
+        terminated.append(signum)
+        job.stop(signum)
 
-    signal.signal(signal.SIGTERM, on_sigterm_started)
+    for sig in stops:
+        signal.signal(sig, on_sigterm_started)
     if job.endpoints.get("metrics"):
         print(f"{PROG}: Prometheus metrics on {job.endpoints['metrics']}", flush=True)
     rendezvous = ""
@@ -337,13 +340,14 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             printer = None
             stopped = False
             # Headless, this process stands for the job (as torchrun does): a SIGTERM (`timeout`,
-            # `kill`, a CI job cancelled) stops the job as Ctrl-C does, rather than leave it
+            # `kill`, a CI job cancelled), a SIGHUP (the terminal closed, the ssh connection
+            # dropped) or a SIGQUIT (Ctrl-\) stops the job as Ctrl-C does, rather than leave it
             # running unwatched. (A viewer killed outright, SIGKILL, leaves it running.)
             stopped_by = terminated
             first_term: list[float] = []
 
-            def on_sigterm(*_: object) -> None:
-                stopped_by.append(signal.SIGTERM)
+            def on_sigterm(signum: int, _frame: object = None) -> None:
+                stopped_by.append(signum)
                 now = time.monotonic()
                 if first_term and now - first_term[0] < SIGNAL_RELAY_S:
                     # The same SIGTERM relayed (`timeout` signals the launch, then its process
@@ -357,7 +361,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 # (a Ctrl-C as the printer is made stops the job as one later does: it escaped,
                 # the job running with nobody to watch it)
                 printer = ProgressPrinter(client, every_s=ns.every, tail=spec.output, waiting=waiting, remote_hub=spec.remote_hub)
-                signal.signal(signal.SIGTERM, on_sigterm)
+                for sig in stops:
+                    signal.signal(sig, on_sigterm)
                 printer.follow(lambda: job.poll() is not None)
             except KeyboardInterrupt:
                 stopped_by.append(signal.SIGINT)
@@ -387,7 +392,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 # Again, while it stops: not waiting. Also a signal sent twice (`timeout` signals
                 # the launch, then its process group): the second came in job.stop or job.wait and
                 # left the launch with 130 and not a word, 3 tries in 15. No third one now.
-                for sig in (signal.SIGINT, signal.SIGTERM):
+                for sig in (signal.SIGINT, *stops):
                     signal.signal(sig, lambda *_: None)
                 if not stopped_by:
                     stopped_by.append(signal.SIGINT)
@@ -491,6 +496,14 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     )  # fmt: skip
     print(line, file=_closing_stream(ok=code == 0))
     return code
+
+
+def _stop_signals() -> tuple[int, ...]:
+    """The signals that stop a headless launch's job, as torchrun's stop its workers: SIGTERM,
+    and SIGHUP and SIGQUIT unless this process was started ignoring them (``nohup``: a launch
+    meant to outlive its terminal). A closed terminal or Ctrl-\\ ended the launch without a word
+    (129, 131), the job training on with nobody watching it."""
+    return (signal.SIGTERM, *(sig for sig in (signal.SIGHUP, signal.SIGQUIT) if signal.getsignal(sig) is signal.SIG_DFL))
 
 
 def _port_taken_line(result: dict, state, code: int, *, given: bool = True) -> str:

@@ -935,6 +935,10 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
         hub.on_frame = lambda: [f() for f in list(each_frame)]
     signal.signal(signal.SIGTERM, hub.stop)
     signal.signal(signal.SIGINT, hub.stop)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # (not under nohup)
+        # Its terminal closed: the hub stops as at a SIGTERM, its log closed with "hub stopped"
+        # and its registry entry gone (it died where it stood, both left behind).
+        signal.signal(signal.SIGHUP, hub.stop)
     # A hub outlives whoever reads its output (`pardash hub 2>&1 | tee hub.txt`, a terminal
     # closed, a tee killed): a line it cannot write is dropped, never an error in its loop (a
     # warning said to a reader gone was counted as an internal_error reject of the message).

@@ -93,19 +93,23 @@ def test_hub_killed_mid_run_is_restarted_and_the_log_carries_on(tmp_path):
 @pytest.mark.parametrize(
     ("sig", "code", "job"),
     # (2 ranks once: which of several stopped ranks exits first must not make it the cause)
-    [(signal.SIGINT, 130, ["--strategy", "ddp", "--nproc", "2"]), (signal.SIGTERM, 143, ["--strategy", "single"])],
-    ids=["ctrl-c", "sigterm"],
-)
+    [(signal.SIGINT, 130, ["--strategy", "ddp", "--nproc", "2"]), (signal.SIGTERM, 143, ["--strategy", "single"]),
+     (signal.SIGHUP, 129, ["--strategy", "single"])],
+    ids=["ctrl-c", "sigterm", "sighup"],
+)  # fmt: skip
 def test_a_job_stopped_with_ctrl_c_or_sigterm_exits_as_the_shell_says_and_blames_no_rank(tmp_path, sig, code, job):
     # Ctrl-C: the launcher stops the job (SIGTERM to torchrun, which passes it on), says so,
     # and exits as the shell would for the signal it took: 128 + 2 for Ctrl-C, 128 + 15 for
     # SIGTERM (not -15's byte, 241). The report of such a run names no rank as the root
     # cause: every rank was stopped. A SIGTERM to a headless launch (`timeout`, a cancelled CI
-    # job) stops the job too: nothing is left running.
+    # job) stops the job too: nothing is left running. So does a SIGHUP (its terminal closed,
+    # an ssh connection dropped), as torchrun stops its workers: the launch died of it without
+    # a word (129), the job training on unwatched (review 293). (Its terminal's: not ignored,
+    # as nohup would have it.)
     from pardash.telemetry.report import build_report
 
     log = tmp_path / "run.jsonl"
-    p = _start(tmp_path, *job, "--steps", "100000")
+    p = _start(tmp_path, *job, "--steps", "100000", preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     wait_for(lambda: len(_steps(log, 0)) >= 5, timeout_s=120, poll_s=0.3)
     run = registry.live_runs()[0]
     p.send_signal(sig)
@@ -118,7 +122,7 @@ def test_a_job_stopped_with_ctrl_c_or_sigterm_exits_as_the_shell_says_and_blames
     out, err = p.communicate(timeout=120)
     assert p.returncode == code, err[-2000:]
     # (Ctrl-C is yours; a SIGTERM may be a scheduler's time limit, `timeout`, `docker stop`)
-    assert f"stopped {'by you' if sig == signal.SIGINT else 'by SIGTERM'} (exit code {code})" in err
+    assert f"stopped {'by you' if sig == signal.SIGINT else f'by {sig.name}'} (exit code {code})" in err
     rep = build_report(str(log))
     assert rep["failure"] is None
     assert not registry.live_runs()

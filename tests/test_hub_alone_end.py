@@ -108,3 +108,28 @@ def test_a_hub_alone_says_how_each_job_it_serves_ends_and_serves_on(tmp_path):
     assert code == 0
     assert "hub stopped:" in err.read_text().splitlines()[-1]
     assert os.path.getsize(log) > 0
+
+
+def test_a_hub_alone_whose_terminal_closes_stops_as_at_a_sigterm(tmp_path):
+    # `pardash hub` in a terminal that closes (SIGHUP, review 293): it died where it stood (129),
+    # its log without "hub stopped" and its registry entry left behind. Under nohup (SIGHUP
+    # ignored) it would serve on.
+    from pardash.telemetry import registry
+
+    log = tmp_path / "h.jsonl"
+    hub = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "hub", "--run-id", "hup", "--log", str(log)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=pardash_env(), preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        json.loads(hub.stdout.readline())
+        wait_for(lambda: any(r.get("run_id") == "hup" for r in registry.live_runs()))
+        hub.send_signal(signal.SIGHUP)
+        code = hub.wait(30)
+    finally:
+        if hub.poll() is None:
+            hub.kill()
+            hub.wait()
+    assert code == 0, hub.stderr.read()[-2000:]
+    assert '"hub stopped: 0 messages' in log.read_text().splitlines()[-1]
+    assert not [r for r in registry.live_runs() if r.get("run_id") == "hup"]

@@ -571,7 +571,10 @@ class Supervisor:
     def run(self, ready_fd: int | None) -> int:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the terminal may close; the job goes on
+        # In a session of its own, no terminal's hangup reaches it: a SIGHUP or SIGQUIT is a
+        # headless launch's own, passed on (its terminal closed, Ctrl-\), a stop as torchrun's.
+        signal.signal(signal.SIGHUP, self.stop)
+        signal.signal(signal.SIGQUIT, self.stop)
         early = self._early_port()
         try:
             if early:
