@@ -5,7 +5,7 @@ the arrows, enter, clicks, the filter and the replay controls' ordinary use)."""
 from __future__ import annotations
 
 import pytest
-from tui_helpers import DATA, replay_app, until
+from tui_helpers import DATA, replay_app, replay_running_app, until
 
 from pardash.telemetry.client import FrameApplier, ReplaySource
 from pardash.tui.app import SPEEDS, make_app
@@ -507,3 +507,33 @@ async def test_a_form_chosen_in_a_replay_at_rest_fits_the_loss_chart_at_once():
         await until(pilot, lambda: not grid.heat and not screen.has_class("-trend"))
         await pilot.press("c")
         await until(pilot, lambda: grid.heat and screen.has_class("-trend"))
+
+
+async def test_slash_goes_to_a_rank_by_its_number():
+    # Review 294: at 4096 ranks nothing went to a given rank (rank 3001 was 62 presses of the
+    # arrows away). `/`, its number, enter: the cursor is on it, in view; under f, a rank not
+    # flagged shows every rank again to show it; a rank that is not there is said so.
+    app = replay_running_app("run1024.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        grid = app.screen.query_one(RankGrid)
+        await pilot.press("slash", "9", "0", "1", "enter")
+        await pilot.pause()
+        assert grid.cursor_rank == 901 and grid.shows(901)
+        top, rows = grid.scroll_offset.y, grid.scrollable_content_region.height
+        assert top <= grid.layout.where[901][0] + grid.head_lines < top + rows
+        assert grid.has_focus
+        await pilot.press("f")
+        await pilot.pause()
+        assert grid.flagged_only and not grid.shows(5)
+        await pilot.press("slash", "5", "enter")
+        await pilot.pause()
+        await pilot.pause()
+        assert grid.cursor_rank == 5 and grid.shows(5) and not grid.flagged_only
+        await pilot.press("slash", "5", "0", "0", "0", "enter")
+        await pilot.pause()
+        assert grid.cursor_rank == 5
+        assert any("no rank 5000 here (ranks 0-1023)" in str(n.message) for n in app._notifications)
+        await pilot.press("slash", "7", "escape")  # never mind
+        await pilot.pause()
+        assert grid.cursor_rank == 5 and grid.has_focus

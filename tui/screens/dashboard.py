@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
+from textual.widgets import Input
 
 from pardash.telemetry.client import Source
 from pardash.telemetry.logreader import no_rank_reported
@@ -161,6 +162,12 @@ class DashboardScreen(Screen):
     DashboardScreen #events:focus {
         border: round $border;
     }
+    DashboardScreen #goto {
+        display: none;
+    }
+    DashboardScreen #goto.-open {
+        display: block;
+    }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -169,6 +176,8 @@ class DashboardScreen(Screen):
         Binding("c", "toggle_form", "Cells/heat", tooltip="Switch the grid between cells and a heat map"),
         Binding("s", "cycle_sort", "Sort", tooltip="Sort by rank, step time, self time, memory, status"),
         Binding("f", "toggle_flagged", "Flagged", tooltip="Show only flagged ranks, or all"),
+        # (in the footer of none: ? lists it)
+        Binding("slash", "goto_rank", "Rank", key_display="/", show=False, tooltip="Go to a rank by its number"),
         # Shown while the event log has the focus (tab), where the grid's keys are not: the
         # footer lost "⏎ Detail" and said nothing of the way back (tab, shift+tab or this).
         Binding("escape", "focus_grid", "Grid", key_display="esc/tab", tooltip="Back to the rank grid"),
@@ -220,6 +229,7 @@ class DashboardScreen(Screen):
                 yield AlertList(id="alerts", classes="panel")
                 yield MemorySummary(id="memory", classes="panel")
                 yield EventLog(id="events", classes="panel")
+        yield Input(placeholder="go to rank: its number (enter; esc: never mind)", id="goto", type="integer")
         yield FittedFooter(compact=self.COMPACT_FOOTER)
 
     COMPACT_FOOTER = False
@@ -637,7 +647,42 @@ class DashboardScreen(Screen):
         self.refresh_bindings()
 
     def action_focus_grid(self) -> None:
+        box = self.query_one("#goto", Input)
+        if box.has_class("-open"):
+            box.remove_class("-open")
+            box.styles.display = "none"
         self.grid.focus()
+
+    def action_goto_rank(self) -> None:
+        """Ask for a rank's number, to put the cursor on it: at 4096 ranks, rank 3001 was 62
+        presses of the arrow keys away (review 294)."""
+        box = self.query_one("#goto", Input)
+        box.value = ""
+        box.add_class("-open")
+        # (at once, not at the next idle, as focus() would: the keys typed right after `/`,
+        # a fast typist's or a paste's, went to the grid, and its enter opened a rank's detail)
+        box.styles.display = "block"
+        self.set_focus(box)
+
+    @on(Input.Submitted, "#goto")
+    def _goto(self, event: Input.Submitted) -> None:
+        event.stop()
+        text = event.value.strip()
+        self.action_focus_grid()
+        if not text:
+            return
+        grid = self.grid
+        rank = int(text) if text.lstrip("-").isdigit() else -1
+        if rank not in self._rows:
+            ranks = self._rows.ranks
+            self.notify(f"no rank {text} here ({ranks_named(ranks) if ranks else 'no rank yet'})", severity="warning", timeout=4)
+            return
+        if grid.flagged_only and not grid.shows(rank):
+            grid.flagged_only = False  # (it is not flagged: every rank, to show it)
+            self._view_changed()
+            self.call_after_refresh(grid.select, rank)
+            return
+        grid.select(rank)
 
     def action_memory(self) -> None:
         from .memory import MemoryScreen

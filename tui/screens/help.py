@@ -22,6 +22,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("c", "cells or heat map (one character per rank)"),
             ("s", "sort: rank, step time, self time, memory, status (cells in their node, a heat map across nodes)"),
             ("f", "flagged ranks only, or all"),
+            ("/", "go to a rank: type its number, enter"),
             ("m", "memory: per-rank shards against unsharded"),
             ("o", "output: what the ranks print (their output file), followed as it grows"),
             ("tab", "focus the event log (scroll it with ↑ ↓; tab, shift+tab or escape: back)"),
