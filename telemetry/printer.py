@@ -781,11 +781,19 @@ frame's wait, a busy moment), what the lines say is old (a hub on 2 busy cores f
 behind 4096 ranks, its lines "4096 running" of ranks stalled long since)."""
 
 
-UNGROUPED = frozenset({"error"})
-"""Events said once for each rank: an error carries its own traceback. Any other event every
-rank sends alike (a save, a resume, an epoch's end, a clean exit, a script's own
+UNGROUPED: frozenset[str] = frozenset()
+"""Events said once for each rank, whatever the others say (none now). Any event every rank
+sends alike (a save, a resume, an epoch's end, a clean exit, a script's own
 ``pardash.event("my_eval", ...)``), the same name, step and text from several ranks taken in one
-refresh, is one line naming the ranks, in the progress lines and the TUI's event log."""
+refresh, is one line naming the ranks, in the progress lines and the TUI's event log. Errors are
+alike where their last lines are but for their numbers (see :data:`_NUMBERS`)."""
+
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
+"""What sets apart the same error of several ranks: each names its rank, its collective's
+sequence number, how long it waited ("[Rank 1021] Watchdog caught collective operation timeout:
+WorkNCCL(SeqNum=4243, ...) ran for 607147 milliseconds"). Said once for every rank, 1023 ranks'
+watchdog timeouts were 1023 entries of the TUI's event log, four rows each, the hang's verdicts
+thousands of rows up; one of them is said, its traceback the first rank's."""
 
 
 GROUPED_VERDICTS = frozenset({"stalled", "silent", "resumed"})
@@ -889,6 +897,9 @@ def alike_key(m: schema.Message) -> tuple | None:
         # (a script's own events too: "my_eval" of 256 ranks was 256 lines)
         # (torchrun's restart, said by the hub or the launcher: its text names its rank and
         # pid, alike by its count; a script's own event of that name is any event)
+        if m.name == "error":
+            said = short_error(m.message, 1000, m.traceback) or ""
+            return (m.name, m.step, _NUMBERS.sub("N", said), m.code, "error")
         if m.name == "checkpoint" and m.message and os.sep in m.message:
             # (a save's files in one folder, of every rank, at one step: one save, see
             # _saved_files; a message of the script's own, "best model (acc 0.91)", no file)

@@ -102,6 +102,31 @@ def test_one_frame_of_every_ranks_checkpoint_is_one_line():
     ]
 
 
+def test_every_ranks_watchdog_timeout_is_one_line_not_one_a_rank():
+    # Review 294: 1023 ranks' NCCL watchdog timeouts, each naming its rank, its collective's
+    # sequence number and its wait, were 1023 entries of the TUI's event log (four rows each)
+    # and of the headless lines: errors were said once for every rank. Alike but for their
+    # numbers, they are one line naming the ranks (the first's words and traceback); an error
+    # of other words stays a line of its own.
+    from pardash.telemetry.printer import event_line, group_alike
+    from pardash.tui.widgets.event_log import describe
+
+    def timeout(r: int) -> schema.Event:
+        msg = (f"RuntimeError: [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={4242 + r % 3}, "
+               f"OpType=ALLREDUCE, NumelIn=1048576) ran for {600000 + r * 7} milliseconds before timing out.")
+        return schema.Event(rank=r, name="error", step=299, message=msg, traceback=f"Traceback (most recent call last):\n  ...\n{msg}",
+                            run=RUN, seq=2, t=1.0e9 + 2)  # fmt: skip
+
+    errors = [timeout(r) for r in range(WORLD) if r != 700]
+    errors.insert(3, schema.Event(rank=700, name="error", step=299, message="ValueError: bad batch", run=RUN, seq=2, t=1.0e9 + 2))
+    entries = group_alike(errors)
+    assert [(m.rank, ranks) for m, ranks, _ in entries] == [(0, [r for r in range(WORLD) if r != 700]), (700, [700])]
+    first = event_line(*entries[0])
+    assert first.startswith("[error] ranks 0-699, 701-1023: RuntimeError: [Rank 0] Watchdog caught collective operation timeout"), first
+    assert event_line(*entries[1]) == "[error] rank 700: ValueError: bad batch"
+    assert describe(entries[0][0], entries[0][1])[0].startswith("ranks 0-699, 701-1023 error after step 299: RuntimeError: [Rank 0]")
+
+
 def test_the_tui_names_the_cause_not_the_first_exit_heard():
     from pardash.telemetry.state import RunState
     from pardash.tui.alerts import run_alerts
