@@ -431,7 +431,7 @@ class HubCore:
         messages, no step taken for BEHIND_FRESH_S)."""
         if self._behind_at is None or now - self._behind_at > BEHIND_FRESH_S:
             return 0.0
-        return max(0.0, statistics.median(self._behind))
+        return max(0.0, statistics.median(list(self._behind)))  # (a copy: /metrics reads it from its own thread)
 
     def _ingest_decoded(self, msg: schema.Message, size: int, now: float) -> bool:
         """The general way for one decoded frame of ``size`` bytes."""

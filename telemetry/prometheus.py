@@ -332,6 +332,7 @@ class HubCollector:
         dropped.add_metric([], stats.dropped)
         yield dropped
         yield gauge("pardash_ingest_messages_per_second", "Messages a second the hub ingested over the last second.", stats.ingest_hz)
+        yield gauge("pardash_hub_behind_seconds", "How long the steps the hub takes now waited for it (beyond their ranks' least wait): how far behind the ranks its figures are.", stats.behind_s)
 
         if self.per_rank:
             yield from self._per_rank(ranks, dict((r.rank, s) for r, s in steps))
