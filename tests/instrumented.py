@@ -3,6 +3,9 @@ keeps what it would publish: shared by the tests of the hooks' decisions that ne
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -41,14 +44,23 @@ class Recording:
         pass
 
 
-@pytest.fixture
-def hooked():
-    """The automatic instrumentation installed on this process's torch, as ``pardash launch``
-    installs it in a rank; removed after the test."""
+@contextlib.contextmanager
+def instrumented(rep) -> Iterator[Instrument]:
+    """The automatic instrumentation installed on this process's torch over the reporter
+    ``rep``, as ``pardash launch`` installs it in a rank; removed after."""
     api._reset_for_tests()
-    rep = Recording()
     inst = Instrument(rep).install()
     torch.manual_seed(0)
-    yield inst, rep
-    inst.uninstall()
-    api._reset_for_tests()
+    try:
+        yield inst
+    finally:
+        inst.uninstall()
+        api._reset_for_tests()
+
+
+@pytest.fixture
+def hooked():
+    """:func:`instrumented` over a :class:`Recording`, for a test."""
+    rep = Recording()
+    with instrumented(rep) as inst:
+        yield inst, rep

@@ -18,10 +18,11 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from helpers import pardash_env, wait_for
-from pardash.telemetry import api, memory, modelfacts, schema
+from instrumented import instrumented
+from pardash.telemetry import memory, modelfacts, schema
 from pardash.telemetry.env import RankIdentity
 from pardash.telemetry.logreader import load_log
-from pardash.trainer.instrument import NO_STEP_UNCOUNTED, NO_STEP_WARNING, SETTLE_STEPS, Instrument
+from pardash.trainer.instrument import NO_STEP_UNCOUNTED, NO_STEP_WARNING, SETTLE_STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -67,13 +68,9 @@ class RecordingReporter:
 @pytest.fixture
 def hooked():
     """An Instrument installed on this process's torch, removed after the test."""
-    api._reset_for_tests()
     rep = RecordingReporter()
-    inst = Instrument(rep).install()
-    torch.manual_seed(0)
-    yield inst, rep
-    inst.uninstall()
-    api._reset_for_tests()
+    with instrumented(rep) as inst:
+        yield inst, rep
 
 
 def _model() -> nn.Module:

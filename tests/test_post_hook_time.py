@@ -11,9 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from instrumented import Recording
-from pardash.telemetry import api
-from pardash.trainer.instrument import Instrument
+from instrumented import Recording, instrumented
 
 HOOK_S = 0.3
 """How long the stand-in reporter takes to publish a step (a hook slowed, as by preemption)."""
@@ -27,13 +25,9 @@ class SlowToPublish(Recording):
 
 @pytest.fixture
 def slow_hooked():
-    api._reset_for_tests()
     rep = SlowToPublish()
-    inst = Instrument(rep).install()
-    torch.manual_seed(0)
-    yield inst, rep
-    inst.uninstall()
-    api._reset_for_tests()
+    with instrumented(rep) as inst:
+        yield inst, rep
 
 
 def test_the_hooks_own_time_is_not_the_next_steps_data_loading(slow_hooked):
