@@ -424,6 +424,25 @@ def test_a_stragglers_streak_survives_a_noisy_step_and_starts_where_the_straggli
     assert "rank 0 (compute): straggling from step 10, found at step 29, until the end" in render_text(build_report(str(log)))
 
 
+def _rank_1_straggling(tmp_path, figures, *, cause: str, cost_s: float, n: int = 60) -> dict:
+    """The report's one straggler of two DDP ranks, rank 1 found at step 29: ``figures(step)``
+    gives (rank 0's self_s, comm_s, rank 1's self_s, comm_s) at each of ``n`` steps."""
+    t = 1.0e9
+    records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
+    for step in range(1, n + 1):
+        t += 0.06
+        mine0, comm0, mine1, comm1 = figures(step)
+        records.append(schema.Step(run="r", rank=0, seq=step, step=step, samples=16, step_s=0.06, self_s=mine0, comm_s=comm0, t=t))
+        records.append(schema.Step(run="r", rank=1, seq=step, step=step, samples=16, step_s=0.06, self_s=mine1, comm_s=comm1, t=t))
+        if step == 29:
+            records.append(schema.Verdict(run="r", rank=1, seq=-1, verdict="straggler", cause=cause, cost_s=cost_s, step=29,
+                                          message=f"rank 1 is a straggler ({cause}): the others wait {cost_s * 1e3:.0f} ms a step for it", t=t))
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    (s,) = build_report(str(log))["stragglers"]
+    return s
+
+
 def test_a_stragglers_cost_is_what_the_others_waited_where_its_slowness_runs_on_after_its_first_collective(tmp_path):
     # DDP over a checkpoint_wrapper'd model, rank 1 sleeping 10 ms in its forward: the sleep runs
     # again in the backward's recompute, after its self time ends. Its self-time lead is 10 ms,
@@ -431,20 +450,9 @@ def test_a_stragglers_cost_is_what_the_others_waited_where_its_slowness_runs_on_
     # 7be7745, while the report charged the self-time lead and walked its streak by half the
     # verdict's cost: "straggling from step 26 ... 10.3 ms a step ... (23.3 ms a step when
     # found)"; it charges the wait, as the verdict does, from the straggling's start.
-    t, n = 1.0e9, 60
-    records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
-    for step in range(1, n + 1):
-        t += 0.04
-        records.append(schema.Step(run="r", rank=0, seq=step, step=step, samples=16, step_s=0.04, self_s=0.010, comm_s=0.023, t=t))
-        records.append(schema.Step(run="r", rank=1, seq=step, step=step, samples=16, step_s=0.04, self_s=0.020, comm_s=0.003, t=t))
-        if step == 29:
-            records.append(schema.Verdict(run="r", rank=1, seq=-1, verdict="straggler", cause="compute", cost_s=0.020, step=29,
-                                          message="rank 1 is a straggler (compute): the others wait 20 ms a step for it", t=t))
-    log = tmp_path / "run.jsonl"
-    _write_log(log, records)
-    (s,) = build_report(str(log))["stragglers"]
+    s = _rank_1_straggling(tmp_path, lambda step: (0.010, 0.023, 0.020, 0.003), cause="compute", cost_s=0.020)
     assert (s["since_step"], s["step"]) == (1, 29)
-    assert s["steps_charged"] == n and s["cost_total_s"] == pytest.approx(n * 0.020, rel=1e-6)
+    assert s["steps_charged"] == 60 and s["cost_total_s"] == pytest.approx(60 * 0.020, rel=1e-6)
 
 
 def test_a_stragglers_cost_is_not_the_larger_of_two_noisy_measures_each_step(tmp_path):
@@ -452,20 +460,12 @@ def test_a_stragglers_cost_is_not_the_larger_of_two_noisy_measures_each_step(tmp
     # peer's comm beyond its own each about 31 ms a step over the run, the report's "the others
     # waited 35.1 ms a step": each step charged the larger of the two, its noise upward. Here
     # each measure is 30 ms a step on average, 25 and 35 by turns, the two out of step.
-    t, n = 1.0e9, 60
-    records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=t) for r in (0, 1)]
-    for step in range(1, n + 1):
-        t += 0.06
+    def figures(step: int) -> tuple[float, float, float, float]:
         lead, wait = (0.035, 0.025) if step % 2 else (0.025, 0.035)
-        records.append(schema.Step(run="r", rank=0, seq=step, step=step, samples=16, step_s=0.06, self_s=0.010, comm_s=0.005 + wait, t=t))
-        records.append(schema.Step(run="r", rank=1, seq=step, step=step, samples=16, step_s=0.06, self_s=0.010 + lead, comm_s=0.005, t=t))
-        if step == 29:
-            records.append(schema.Verdict(run="r", rank=1, seq=-1, verdict="straggler", cause="data", cost_s=0.030, step=29,
-                                          message="rank 1 is a straggler (data): the others wait 30 ms a step for it", t=t))
-    log = tmp_path / "run.jsonl"
-    _write_log(log, records)
-    (s,) = build_report(str(log))["stragglers"]
-    assert s["steps_charged"] == n and s["cost_total_s"] == pytest.approx(n * 0.030, rel=1e-6)
+        return 0.010, 0.005 + wait, 0.010 + lead, 0.005
+
+    s = _rank_1_straggling(tmp_path, figures, cause="data", cost_s=0.030)
+    assert s["steps_charged"] == 60 and s["cost_total_s"] == pytest.approx(60 * 0.030, rel=1e-6)
 
 
 def test_a_stragglers_second_episode_is_not_charged_the_firsts_steps(tmp_path):
