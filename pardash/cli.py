@@ -136,9 +136,47 @@ def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
 
 
 PS_COMMAND_MIN = 20
-"""The fewest characters of a run's COMMAND `ps` shows, however narrow its terminal."""
+"""The fewest characters of a run's COMMAND `ps` shows in a terminal; with less room it leaves
+the column out (fewer tell no two commands apart)."""
 PS_COMMAND_WANT = 60
-"""The characters of a COMMAND `ps` keeps in a narrow terminal, its LOG column left out for them."""
+"""The characters of a COMMAND `ps` keeps in a narrow terminal, its LOG and INGEST columns left out for them."""
+PS_COLUMNS = ("RUN", "STRATEGY", "RANKS", "AGE", "STEP", "SAMPLES/S", "KEYS", "JOB", "INGEST", "LOG", "COMMAND")
+"""`ps`'s columns, in order; each as wide as its widest cell (or its head)."""
+PS_RIGHT = frozenset({"RANKS", "AGE", "STEP", "SAMPLES/S"})
+"""The columns of numbers, right-aligned under their heads."""
+PS_NARROWING = ("LOG", "INGEST", "", "KEYS", "AGE", "STRATEGY", "RANKS", "COMMAND", "SAMPLES/S")
+"""What a terminal too narrow for the whole table gives up, first to last ("": the COMMAND cut
+to PS_COMMAND_MIN, from PS_COMMAND_WANT). LOG is runs/<run id>/telemetry.jsonl; INGEST matters
+to ranks started by hand, and `ps | cat` has both; KEYS says "-" of most runs; AGE is in the run
+id (its start); the COMMAND tells two runs of one script apart. RUN, STEP and JOB always stay."""
+
+
+def _ps_layout(widths: dict[str, int], command_chars: int, width: int) -> tuple[list[str], int]:
+    """The columns a ``width``-column terminal shows (PS_NARROWING) and the characters of COMMAND
+    it has room for (its whole ``command_chars`` with no terminal, width 0)."""
+    shown = list(PS_COLUMNS)
+    if not width:
+        return shown, command_chars
+
+    def room() -> int:  # (what the columns before COMMAND leave it)
+        return width - sum(widths[c] + 1 for c in shown if c != "COMMAND")
+
+    want = min(command_chars, PS_COMMAND_WANT)
+    for step in PS_NARROWING:
+        if room() >= (want if "COMMAND" in shown else -1):  # (-1: no space before a COMMAND)
+            break
+        if step:
+            shown.remove(step)
+        else:
+            want = min(command_chars, PS_COMMAND_MIN)
+    return shown, room()
+
+
+def _ps_note(text: str, width: int) -> str:
+    """A note under the table, in lines of ``width`` (whole with no terminal), as the rows."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)) if width else text
 
 
 def _ps_command(command: object) -> str:
@@ -151,16 +189,20 @@ def _ps_command(command: object) -> str:
 
 
 def _terminal_width() -> int:
-    """The columns `ps` may fill: $COLUMNS, else its terminal's width; 0 (no limit) when its
-    output goes to no terminal (a pipe, a file), as ps leaves its lines whole for grep."""
+    """The columns `ps` may fill in its terminal: $COLUMNS where set (as ps takes it), else the
+    terminal's width; 0 (no limit) when its output goes to no terminal (a pipe, a file), as ps
+    leaves its lines whole for grep: `ps | cat` has every column whatever $COLUMNS says (pytest's
+    workers set COLUMNS=80)."""
     try:
+        if not sys.stdout.isatty():
+            return 0
         columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
+    except (ValueError, AttributeError):  # (no COLUMNS, or a number it is not; stdout closed)
         columns = 0
     if columns > 0:
         return columns
     try:
-        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
+        return os.get_terminal_size(sys.stdout.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return 0
 
@@ -178,7 +220,7 @@ def cmd_ps(ns: argparse.Namespace) -> int:
 
     now = time.time()
     waiting = False
-    rows: list[tuple[str, str, str]] = []  # (the columns up to INGEST, LOG, COMMAND)
+    rows: list[dict[str, str]] = []
     for e in runs:
         age = fmt_duration(now - e.get("started", now))
         # A job that ended while its launch's TUI stays open keeps its hub (and so its entry).
@@ -200,34 +242,37 @@ def cmd_ps(ns: argparse.Namespace) -> int:
         # The strategy the ranks said, where the hub has heard it (a launched script's entry says "script")
         strategy = (e.get("progress") or {}).get("strategy") if isinstance(e.get("progress"), dict) else None
         strategy = strategy if isinstance(strategy, str) and strategy else e.get("strategy", "") or "-"
-        rows.append((
-            f"{e.get('run_id', ''):24} {strategy:9} {e.get('world_size', '-')!s:>5} "
-            f"{age:>7} {step:>11} {rate:>9} {keys:5} {job:12} {registry.reachable(str(e.get('ingest', ''))):23}",
-            str(log), _ps_command(e.get("command")),
-        ))  # fmt: skip
-    log_width = max(len("LOG"), *(len(log) for _, log, _ in rows))
+        cells = (str(e.get("run_id", "")), strategy, str(e.get("world_size", "-")), age, step, rate, keys, job,
+                 registry.reachable(str(e.get("ingest", ""))), str(log), _ps_command(e.get("command")))  # fmt: skip
+        rows.append(dict(zip(PS_COLUMNS, cells)))
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in PS_COLUMNS}
     width = _terminal_width()
-    show_log = True
-    if width:
-        # Narrow: the LOG column gives way to the COMMAND, which tells two runs of one script
-        # apart (it got PS_COMMAND_MIN after a 66-character log path at 160 columns); the log
-        # is runs/<run id>/telemetry.jsonl, and `ps --json` or a pipe has it whole.
-        want = min(max(len(ran) for _, _, ran in rows), PS_COMMAND_WANT)
-        show_log = len(rows[0][0]) + 1 + log_width + 1 + want <= width
-    for start, log, ran in [(f"{'RUN':24} {'STRATEGY':9} {'RANKS':>5} {'AGE':>7} {'STEP':>11} {'SAMPLES/S':>9} {'KEYS':5} "
-                             f"{'JOB':12} {'INGEST':23}", "LOG", "COMMAND"), *rows]:  # fmt: skip
-        line = f"{start} {log:{log_width}} " if show_log else f"{start} "
-        if width and len(line) + len(ran) > width:
-            # As ps cuts its COMMAND to the terminal (its whole line where COLUMNS or no terminal says
-            # no width), though never to less than PS_COMMAND_MIN: "…" says there is more.
-            room = max(width - len(line), PS_COMMAND_MIN)
-            ran = ran if len(ran) <= room else ran[: room - 1] + "…"
-        print(line + ran)
+    # Narrow: the columns a user needs least give way (PS_NARROWING), so that no row wraps (at
+    # 80 columns each took two lines, the columns before COMMAND 101 characters of fixed widths),
+    # and a note says which; `ps --json` or a pipe has them all.
+    shown, room = _ps_layout(widths, widths["COMMAND"], width)
+    for row in [dict(zip(PS_COLUMNS, PS_COLUMNS)), *rows]:
+        line = []
+        for c in shown:
+            cell = row[c]
+            if c == "COMMAND":
+                # As ps cuts its COMMAND to the terminal (its whole line where COLUMNS or no
+                # terminal says no width): "…" says there is more.
+                line.append(cell if len(cell) <= room else cell[: room - 1] + "…")
+            else:
+                line.append(f"{cell:>{widths[c]}}" if c in PS_RIGHT else f"{cell:{widths[c]}}")
+        print(" ".join(line).rstrip())
+    curve = [e.get("run_id", "") for e in runs if e.get("curve")]
+    left_out = [c for c in PS_COLUMNS if c not in shown]
+    if left_out:
+        print(_ps_note(f"Not shown at {width} columns: {', '.join(left_out)}; `{PROG} ps | cat` shows every column.", width))
     if waiting:
-        print("JOB waiting: no rank has reached the hub yet: a job still starting, or ranks sent elsewhere (their PARDASH_ENDPOINT "
-              "must be the hub's INGEST address) or refused for their keys")  # fmt: skip
-    if any(e.get("curve") for e in runs):
-        print(f"KEYS curve: a hub that takes only viewers with its keys; give `{PROG} attach` and `{PROG} record` --curve-dir DIR (or set PARDASH_CURVE_DIR)")
+        print(_ps_note("JOB waiting: no rank has reached the hub yet: a job still starting, or ranks sent elsewhere (their "
+                       "PARDASH_ENDPOINT must be the hub's INGEST address) or refused for their keys", width))  # fmt: skip
+    if curve:
+        of = "" if "KEYS" in shown else f" ({'runs' if len(curve) > 1 else 'run'} {', '.join(curve)})"
+        print(_ps_note(f"KEYS curve{of}: a hub that takes only viewers with its keys; give `{PROG} attach` and `{PROG} record` "
+                       "--curve-dir DIR (or set PARDASH_CURVE_DIR)", width))  # fmt: skip
     return 0
 
 
