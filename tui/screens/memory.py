@@ -133,6 +133,11 @@ class MemoryScreen(Screen):
                 continue
             legend.append((("█ ", styles[label]), (label, "$text-muted")))
         bars = self.query_one(MemoryBars)
+        # Past 32 ranks alike ones fold into a row: say so where the rows begin.
+        bars.border_title = "per rank"
+        if bars.folded:
+            differ = len(bars.lines) > 2  # (more than one fold's two lines)
+            bars.border_title += " · ranks alike in one row" + (", those that differ first" if differ else "")
         off = savings is not None and bars.off_scale(savings)
         whole = "its stage's state" if savings is not None and savings.pipeline else "a full copy of its state"
         unsharded = f"unsharded ({whole})" + (", runs off the scale »" if off else "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 from rich.segment import Segment
@@ -10,6 +12,9 @@ from textual.geometry import Size
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+
+from pardash.telemetry.report_render import GROUP_LISTED, RANKS_FOLDED_PAST
+from pardash.telemetry.summary import ranks_text
 
 from ..format import fmt_bytes, fmt_ratio
 from ..memory import MemorySavings, RankMemory
@@ -31,10 +36,75 @@ SHORT_BUCKETS = " + buckets"
 MIN_BAR = 16
 
 
+@dataclass(frozen=True, slots=True)
+class BarLine:
+    """A line of the view: a rank's bar, or for ranks folded into a row (``ranks``, more than
+    one), the line naming them (``names``) or their bar, drawn from ``memory``: the figures
+    most of them have."""
+
+    memory: RankMemory
+    ranks: tuple[int, ...]
+    names: str = ""
+    """On the line naming a fold's ranks: them, as ``ranks_text`` says them ("0-511, 513-1023")."""
+
+
+def bar_lines(s: MemorySavings, over: frozenset[int] | None = None) -> list[BarLine]:
+    """The view's lines. Up to RANKS_FOLDED_PAST ranks (as the report's rank table), a bar a
+    rank, by rank. Past them, ranks whose figures read alike (each part held, the buckets, the
+    unsharded size, the flag) fold into a row, named on a line over its bar, when more than
+    GROUP_LISTED of them are (fewer are a row each); the ranks that differ come first: those
+    flagged not sharding, then the rest, larger holders first, the largest fold (most ranks) last.
+    At 1,024 ranks a list of 1,024 alike rows buried the one that held a full copy. ``over``:
+    ``s.over_expectation``, where worked out already."""
+    if len(s.ranks) <= RANKS_FOLDED_PAST:
+        return [BarLine(m, (m.rank,)) for m in s.ranks]
+    over = frozenset(s.over_expectation) if over is None else over
+    # By bytes first (a few keys however many ranks), then by the figures as shown; a fold's
+    # bar is drawn from its most common bytes.
+    by_bytes: dict[tuple, list[RankMemory]] = {}
+    for m in s.ranks:
+        key = (m.params_bytes, m.grads_bytes, m.optim_bytes, m.buckets_bytes, m.full_bytes, m.rank in over)
+        by_bytes.setdefault(key, []).append(m)
+    alike: dict[tuple, list[list[RankMemory]]] = {}
+    for (*figures, flagged), ms in by_bytes.items():
+        alike.setdefault((*(fmt_bytes(b) for b in figures), flagged), []).append(ms)
+    groups = [(max(parts, key=len)[0], sorted(m.rank for ms in parts for m in ms)) for parts in alike.values()]
+    most = max(len(ranks) for _, ranks in groups)
+    groups.sort(key=lambda g: (g[0].rank not in over, len(g[1]) == most > GROUP_LISTED, -g[0].total_bytes, g[1][0]))
+    lines: list[BarLine] = []
+    by_rank = {m.rank: m for m in s.ranks}
+    for m, ranks in groups:
+        if len(ranks) > GROUP_LISTED:
+            folded = tuple(ranks)
+            lines += [BarLine(m, folded, names=_ranks_text(folded)), BarLine(m, folded)]
+        else:
+            lines += [BarLine(by_rank[r], (r,)) for r in ranks]
+    return lines
+
+
+@lru_cache(maxsize=16)
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    # (the same folds again at each redraw of a live run, whose RSS moves: at 32,768 ranks
+    # saying them took 20 ms)
+    return ranks_text(list(ranks))
+
+
+def names_text(line: BarLine, width: int) -> tuple[str, str]:
+    """A folded row's ranks and their count, ``("ranks 0-511, 513-1023", " (1,023 ranks,
+    alike)")``, the ranks cut at a comma to fit ``width`` (``"ranks 0-2, 4-76, …"``)."""
+    text, count = line.names, f" ({len(line.ranks):,} ranks, alike)"
+    room = width - len(count) - len("ranks ")
+    if len(text) > room:
+        cut = text.rfind(", ", 0, max(0, room - len(", …")))
+        text = (text[:cut] if cut > 0 else text.split(", ")[0]) + ", …"
+    return f"ranks {text}", count
+
+
 class MemoryBars(CachedStyles, ScrollView, can_focus=True):
     """One line per rank: parameters, gradients, optimizer state and DDP buckets as a stacked
     bar, the rest of what an unsharded rank would hold shaded after it, and a marker where the
-    strategy's expectation (ZeRO arithmetic) sits. Draws only the lines on screen."""
+    strategy's expectation (ZeRO arithmetic) sits. Past 32 ranks, ranks alike share a row and
+    the ranks that differ come first (:func:`bar_lines`). Draws only the lines on screen."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "memory-bars--params",
@@ -71,10 +141,21 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
     savings: reactive[MemorySavings | None] = reactive(None)
     """The run's per-rank memory (None until a rank has reported it)."""
 
+    lines: tuple[BarLine, ...] = ()
+    """The lines drawn, from :func:`bar_lines` (fewer than the ranks where alike ones fold)."""
+    _over: frozenset[int] = frozenset()
+    """The ranks flagged not sharding as expected (``MemorySavings.over_expectation``)."""
+
     def watch_savings(self, savings: MemorySavings | None) -> None:
-        n = len(savings.ranks) if savings is not None else 1
-        self.virtual_size = Size(self.scrollable_content_region.width, n)
+        self._over = frozenset(savings.over_expectation) if savings is not None else frozenset()
+        self.lines = tuple(bar_lines(savings, self._over)) if savings is not None else ()
+        self.virtual_size = Size(self.scrollable_content_region.width, max(1, len(self.lines)))
         self.refresh()
+
+    @property
+    def folded(self) -> bool:
+        """Are ranks alike folded into rows?"""
+        return any(len(line.ranks) > 1 for line in self.lines)
 
     def _s(self, name: str) -> Style:
         return self._base + component_fg(self, f"memory-bars--{name}")
@@ -96,9 +177,15 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
                     .crop_extend(0, width, base)
                 )
             return Strip.blank(width, base)
-        if index >= len(s.ranks):
+        if index >= len(self.lines):
             return Strip.blank(width, base)
-        return Strip(self._bar(s, s.ranks[index], width)).apply_style(base).crop_extend(0, width, base)
+        line = self.lines[index]
+        if line.names:  # (a fold's first line)
+            names, count = names_text(line, width - 1)
+            segments = [Segment(" "), Segment(names, self._s("rank")), Segment(count, self._s("text"))]
+        else:
+            segments = self._bar(s, line.memory, width, folded=len(line.ranks) > 1)
+        return Strip(segments).apply_style(base).crop_extend(0, width, base)
 
     @staticmethod
     def scale_bytes(s: MemorySavings, bar_w: int) -> int:
@@ -130,7 +217,7 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
         width = self.scrollable_content_region.width or self.size.width or 80
         return self.scale_bytes(s, self._bar_width(s, width)) < max(m.full_bytes for m in s.ranks)
 
-    def _bar(self, s: MemorySavings, r: RankMemory, width: int) -> list[Segment]:
+    def _bar(self, s: MemorySavings, r: RankMemory, width: int, folded: bool = False) -> list[Segment]:
         rank_w = max(3, len(str(s.ranks[-1].rank)))
         bar_w = self._bar_width(s, width)
         expected = s.expected_per_rank_bytes or 0
@@ -146,7 +233,8 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
         marker = min(bar_w - 1, int(round(expected * cells))) if expected else -1
         unsharded = self._s("unsharded")
         expected_style = self._s("expected")
-        segments = [Segment(f"{r.rank:>{rank_w}} ", self._s("rank"))]
+        # (a fold's bar under the line naming its ranks: no rank's number of its own)
+        segments = [Segment(" " * (rank_w + 1) if folded else f"{r.rank:>{rank_w}} ", self._s("rank"))]
         for x in range(bar_w):
             if x == marker:
                 segments.append(Segment("┃", expected_style))
@@ -158,7 +246,7 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
                 segments.append(Segment("»", unsharded))
             else:
                 segments.append(Segment("░" if x < full_end else " ", unsharded))
-        over = r.rank in s.over_expectation
+        over = r.rank in self._over
         ratio = r.full_bytes / r.held_bytes if r.held_bytes else None
         shards = bool(ratio and ratio > 1.05)
         saving = f"{fmt_ratio(ratio)} less" if shards else "its stage" if s.pipeline else "full copy"
