@@ -69,8 +69,21 @@ async def test_a_rank_not_sharding_among_1024_comes_first_and_the_ranks_alike_fo
     assert flagged.split()[0] == "512" and flagged.endswith("1.00 GiB of 1.00 GiB full copy ⚠"), flagged
     assert larger.split()[0] == "7" and larger.endswith("1.20 MiB of 1.00 GiB 853× less"), larger
     assert names == "ranks 0-6, 8-511, 513-1023 (1,022 ranks, alike)", names
-    assert rest.split()[0][0] in "┃█" and rest.endswith("1.00 MiB of 1.00 GiB 1024× less"), rest
+    assert rest.endswith("1.00 MiB of 1.00 GiB 1024× less"), rest
     assert title == "per rank · ranks alike in one row, those that differ first"
+
+
+async def test_a_rank_holding_a_full_copy_runs_off_the_scale_and_leaves_the_others_bars_drawn(tmp_path):
+    # Its full copy set the scale: the other 1,023 ranks' bars, 1/1024 of it, were no cell at
+    # all ('┃░░░░…'), rank 7's fifth more than theirs unseen.
+    held = {512: lambda shard: shard * 1024, 7: lambda shard: shard * 6 // 5}
+    app = _app(_job(tmp_path, 1024, lambda r, shard: held.get(r, lambda s: s)(shard)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        lines, _title = await _view(app, pilot)
+    flagged, larger, _names, rest = (line.split()[1] if line.split()[0].isdigit() else line.split()[0] for line in lines)
+    assert flagged.endswith("█»") and "░" not in flagged, flagged  # held, off the scale
+    assert rest.count("█") >= 4 and rest.endswith("░»"), rest  # held, then the unsharded rest off the scale
+    assert larger.count("█") > rest.count("█"), (larger, rest)
 
 
 async def test_many_ranks_flagged_alike_fold_first_and_a_long_list_of_ranks_is_cut_to_the_width(tmp_path):
