@@ -81,7 +81,7 @@ def write_log(path: str, ranks: int, seconds: float, rate_hz: float = 10.0, seed
                 fh.write(b"".join(out))
             out = []
             for r in range(ranks):
-                extra = 0.3 / rate_hz if r == cfg.straggler and s >= 20 else 0.0
+                extra = 0.3 / rate_hz if r in cfg.straggler and s >= 20 else 0.0
                 msg = step_message(cfg, r, s, rng.gauss(0, 0.01 / rate_hz), extra, rng.gauss(0, 0.02))
                 out.append(line(msg, r, t + r * 1e-5))
             if s % int(rate_hz) == 0:

@@ -586,7 +586,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
     import dataclasses
 
     from pardash.telemetry.client import HubClient
-    from pardash.telemetry.simulate import SimConfig, log_bytes_per_minute, parse_rank_step
+    from pardash.telemetry.simulate import SimConfig, log_bytes_per_minute, parse_rank_step, parse_ranks
     from pardash.telemetry.spawn import SpawnError, spawn_hub
 
     check_prometheus(ns)
@@ -597,7 +597,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
         fail(f"--log {ns.log} and --keep-log: --log records the log at that path, --keep-log under --runs-dir "
              f"({ns.runs_dir}/<run id>/telemetry.jsonl); give one of the two")  # fmt: skip
     if ns.straggler_kind is not None and ns.straggler is None:
-        fail(f"--straggler-kind {ns.straggler_kind} goes with --straggler RANK (the rank made slow)")
+        fail(f"--straggler-kind {ns.straggler_kind} goes with --straggler RANKS (the ranks made slow)")
     try:
         cfg = SimConfig(
             ranks=ns.ranks,
@@ -605,7 +605,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
             ranks_per_node=ns.ranks_per_node,
             strategy=ns.strategy,
             steps=ns.steps,
-            straggler=ns.straggler,
+            straggler=parse_ranks(ns.straggler, "--straggler") if ns.straggler is not None else None,
             straggler_kind=ns.straggler_kind or "data",
             stall=parse_rank_step(ns.stall, "--stall") if ns.stall else None,
             crash=parse_rank_step(ns.crash, "--crash") if ns.crash else None,

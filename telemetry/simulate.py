@@ -15,12 +15,14 @@ import math
 import random
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
 from . import schema
 from .env import RankIdentity
 from .reporter import Reporter
+from .summary import ranks_text
 
 
 @dataclass(kw_only=True, slots=True)
@@ -39,13 +41,16 @@ class SimConfig:
     """Parameters of the pretend model."""
     steps: int = 0
     """Stop after this many steps (0: run until stopped)."""
-    straggler: int | None = None
-    """Rank whose self time is 30% of a step longer from step 20 on."""
+    straggler: Any = None
+    """Ranks whose self time is 30% of a step longer from step 20 on: a rank, or several (any
+    iterable of ranks; kept as a tuple)."""
     straggler_kind: str = "data"
-    stall: tuple[int, int] | None = None
-    """(rank, step): that rank stops stepping at that step; the others wait in comm."""
-    crash: tuple[int, int] | None = None
-    """(rank, step): that rank exits with code 1 at that step; the others are stopped."""
+    stall: Any = None
+    """(ranks, step): those ranks (a rank, or several: a node hung) stop stepping at that step;
+    the others wait in comm. Kept as (tuple of ranks, step)."""
+    crash: Any = None
+    """(ranks, step): those ranks (a rank, or several: a node lost) exit with code 1 at that
+    step; the others are stopped. Kept as (tuple of ranks, step)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -53,23 +58,55 @@ class SimConfig:
             raise ValueError(f"--ranks {self.ranks}: need at least 1")
         if self.rate_hz <= 0:
             raise ValueError(f"--rate {self.rate_hz}: must be above 0")
-        for name, rs in (("--stall", self.stall), ("--crash", self.crash)):
-            if rs is not None and not 0 <= rs[0] < self.ranks:
-                raise ValueError(f"{name} {rs[0]}@{rs[1]}: rank must be below {self.ranks}")
-            if rs is not None and not (1 <= rs[1] and (not self.steps or rs[1] <= self.steps)):
+        if self.straggler is not None:
+            self.straggler = _ranks_of(self.straggler)
+            if not all(0 <= r < self.ranks for r in self.straggler):
+                raise ValueError(f"--straggler {ranks_text(self.straggler)}: {_rank_s(self.straggler)} must be below {self.ranks}")
+        for name in ("stall", "crash"):
+            rs = getattr(self, name)
+            if rs is None:
+                continue
+            ranks, step = _ranks_of(rs[0]), int(rs[1])
+            setattr(self, name, (ranks, step))
+            said = f"--{name} {ranks_text(ranks)}@{step}"
+            if not all(0 <= r < self.ranks for r in ranks):
+                raise ValueError(f"{said}: {_rank_s(ranks)} must be below {self.ranks}")
+            if not (1 <= step and (not self.steps or step <= self.steps)):
                 last = f" and at most --steps {self.steps}" if self.steps else ""
-                raise ValueError(f"{name} {rs[0]}@{rs[1]}: the step must be at least 1{last} (steps count from 1)")
-        if self.straggler is not None and not 0 <= self.straggler < self.ranks:
-            raise ValueError(f"--straggler {self.straggler}: rank must be below {self.ranks}")
+                raise ValueError(f"{said}: the step must be at least 1{last} (steps count from 1)")
 
 
-def parse_rank_step(text: str, flag: str) -> tuple[int, int]:
-    """'3@40' -> (3, 40)."""
+def _rank_s(ranks: tuple[int, ...]) -> str:
+    return "rank" if len(ranks) == 1 else "ranks"
+
+
+def _ranks_of(ranks: Any) -> tuple[int, ...]:
+    """A rank, or several, as a sorted tuple."""
+    return (int(ranks),) if isinstance(ranks, int) else tuple(sorted({int(r) for r in ranks}))
+
+
+def parse_ranks(text: str, flag: str) -> tuple[int, ...]:
+    """'3' -> (3,); '8-15' -> (8, ..., 15); '1,5,9-10' -> (1, 5, 9, 10)."""
+    out: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, dash, hi = part.strip().partition("-")
+            first, last = int(lo), int(hi) if dash else int(lo)
+            if last < first or last - first >= 1 << 16:
+                raise ValueError
+            out.update(range(first, last + 1))
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected ranks as 3, 8-15 or 1,5,9-10") from None
+    return tuple(sorted(out))
+
+
+def parse_rank_step(text: str, flag: str) -> tuple[tuple[int, ...], int]:
+    """'3@40' -> ((3,), 40); '8-15@200' -> ((8, ..., 15), 200): a node of 8 ranks."""
     try:
         r, s = text.split("@")
-        return int(r), int(s)
+        return parse_ranks(r, flag), int(s)
     except ValueError:
-        raise ValueError(f"{flag} {text!r}: expected RANK@STEP, e.g. 3@40") from None
+        raise ValueError(f"{flag} {text!r}: expected RANKS@STEP, e.g. 3@40 or 8-15@200 (a node's ranks)") from None
 
 
 def memory(cfg: SimConfig, rank: int) -> schema.Mem:
@@ -240,7 +277,7 @@ class SimulatedJob:
         s = self.step + 1  # steps are numbered from 1, as the trainer's
         base = 1.0 / cfg.rate_hz
         stalled = cfg.stall is not None and s >= cfg.stall[1]
-        if cfg.crash is not None and s == cfg.crash[1] and self.alive[cfg.crash[0]]:
+        if cfg.crash is not None and s == cfg.crash[1] and any(self.alive[r] for r in cfg.crash[0]):
             self._crash(cfg.crash[0])
             return
         slow = 0.3 * base if cfg.straggler is not None and s >= 20 else 0.0
@@ -249,7 +286,7 @@ class SimulatedJob:
                 r = rep.rank
                 if not self.alive[r]:
                     continue
-                extra = slow if r == cfg.straggler else 0.0
+                extra = slow if slow and r in cfg.straggler else 0.0
                 rep.send(step_message(cfg, r, s, rng.gauss(0, 0.01 * base), extra, rng.gauss(0, 0.02)), self._sock(r))
                 rep.last_step = s
             self.step += 1
@@ -268,23 +305,26 @@ class SimulatedJob:
             r = rep.rank
             if not self.alive[r]:
                 continue
-            phase = ("data" if r == cfg.stall[0] else "comm") if stalled and cfg.stall else "forward"
+            phase = ("data" if r in cfg.stall[0] else "comm") if stalled and cfg.stall else "forward"
             rep.send(schema.Heartbeat(step=rep.last_step, phase=phase, mono=time.monotonic()), self._sock(r))
             rep.send(system_sample(r, self.rng), self._sock(r))
 
-    def _crash(self, rank: int) -> None:
-        rep = self.reporters[rank]
-        rep.send(
-            schema.Event(
-                name="error",
-                message="RuntimeError: simulated crash",
-                traceback="Traceback (most recent call last):\n  ...\nRuntimeError: simulated crash",
-                step=self.step,  # an error carries the last step completed
-            ),
-            self._sock(rank),
-        )
-        rep.send(schema.Event(name="exit", code=1, step=self.step + 1), self._sock(rank))  # the step it died in
-        self.alive[rank] = False
+    def _crash(self, ranks: tuple[int, ...]) -> None:
+        for rank in ranks:
+            if not self.alive[rank]:
+                continue
+            rep = self.reporters[rank]
+            rep.send(
+                schema.Event(
+                    name="error",
+                    message="RuntimeError: simulated crash",
+                    traceback="Traceback (most recent call last):\n  ...\nRuntimeError: simulated crash",
+                    step=self.step,  # an error carries the last step completed
+                ),
+                self._sock(rank),
+            )
+            rep.send(schema.Event(name="exit", code=1, step=self.step + 1), self._sock(rank))  # the step it died in
+            self.alive[rank] = False
         for other in self.reporters:
             if self.alive[other.rank]:
                 other.send(schema.Event(name="exit", code=-15, step=other.last_step), self._sock(other.rank))

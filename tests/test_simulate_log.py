@@ -355,3 +355,41 @@ def test_simulate_in_the_tui_ends_with_the_headless_line_and_exit_code(tmp_path)
     text = out.decode(errors="replace")
     assert proc.returncode == 1, text[-2000:]
     assert "pardash: simulated failure: rank 1 exited with code 1" in text, text[-2000:]
+
+
+def test_a_simulated_node_lost_is_its_ranks_crashing_at_once():
+    # Review 294: simulate injected one fault of each kind, one rank each: no node lost (its 8
+    # ranks dying together), no several stragglers, to rehearse a big job's failures with.
+    # `--crash 8-15@3`: ranks 8-15 fail at step 3, torchrun stops the others.
+    from pardash.telemetry import schema
+    from pardash.telemetry.simulate import SimulatedJob, parse_rank_step, parse_ranks
+
+    assert parse_ranks("1,5,9-10", "--straggler") == (1, 5, 9, 10)
+    for bad in ("8-", "15-8", "x", ""):
+        with pytest.raises(ValueError, match="expected ranks as 3, 8-15 or 1,5,9-10"):
+            parse_ranks(bad, "--straggler")
+    with pytest.raises(ValueError, match=r"--crash 8-16@3: ranks must be below 16"):
+        SimConfig(ranks=16, crash=parse_rank_step("8-16@3", "--crash"))
+    assert SimConfig(ranks=4, straggler=2).straggler == (2,)  # (one rank, as before)
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    job = SimulatedJob(SimConfig(ranks=16, rate_hz=100.0, steps=50, crash=parse_rank_step("8-15@3", "--crash"), straggler=(1, 2)),
+                       f"tcp://127.0.0.1:{port}", "sim-node", context=ctx)  # fmt: skip
+    try:
+        job.hello()
+        while not job.done:
+            job.tick()
+        got = []
+        while pull.poll(2000):
+            got.append(schema.decode(pull.recv()))
+            if sum(isinstance(m, schema.Event) and m.name == "exit" for m in got) == 16:
+                break
+    finally:
+        job.close()
+        pull.close(0)
+        ctx.destroy(linger=0)
+    errors = sorted(m.rank for m in got if isinstance(m, schema.Event) and m.name == "error")
+    exits = {m.rank: m.code for m in got if isinstance(m, schema.Event) and m.name == "exit"}
+    assert errors == list(range(8, 16))
+    assert exits == {r: 1 if r >= 8 else -15 for r in range(16)}
