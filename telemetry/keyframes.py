@@ -7,10 +7,10 @@ its viewer's state, where its log cursor is) every so often as the replay plays 
 seek goes on from the nearest one at or before its target.
 
 Memory stays bounded by the state's size, whatever the log's length: past ``max_count`` copies,
-or ``budget_bytes`` of them, one goes, the one whose going leaves the least gap for its age
-(the log read between its neighbours, over the log read since it): the copies kept lie close
-behind the newest and further apart back from it, each gap about a fixed share of its distance
-from the newest. A seek back plays a share of how far back it goes, whatever the log's length.
+or ``budget_bytes`` of them (KEPT_AT_LEAST of them whatever their size), one goes, the one whose
+going leaves the least gap for its age (the log read between its neighbours, over the log read
+since it): the copies kept lie close behind the newest and further apart back from it, each gap
+about a fixed share of its distance from the newest. A seek back plays a share of how far back it goes, whatever the log's length.
 (Every other one went before, the spacing doubling for the whole log: after 24 hours of 256
 ranks the newest was 71 minutes behind the end, and `[` there played 7 GiB of log.)
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import io
 import math
+import operator
+import os
 import pickle
 from dataclasses import dataclass
 
@@ -36,20 +38,30 @@ EVERY_S = 10.0
 LEAST_BYTES = 4 << 20
 """Bytes of log read between two keyframes at least: a log this small plays again from its
 start in a moment, and its keyframes would be memory for nothing."""
-LOG_BYTES_PER_BYTE = 10
+LOG_BYTES_PER_BYTE = 1
 """Bytes of log read between two keyframes at least, for each byte of the last one: a keyframe
-takes about as long to make as a replay takes to play the log's bytes of its size (a 256-rank
-state, 3.7 MiB, in 0.1 s), so keyframes cost the replay a tenth of its time at the most, and a
-seek back plays no more than 10 keyframes' bytes of log (under a second at 256 ranks)."""
+takes about a quarter as long to make as a replay takes to play the log's bytes of its size (a
+4096-rank state, 73 MiB, in 0.7 s, against 2.8 s), so keyframes cost a replay a quarter of its
+time at the most, and much less where EVERY_S spaces them further (a tenth at 4096 ranks
+stepping 10 times a second). At 10 bytes of log a byte, a 4096-rank replay kept one every 750
+MiB of log, 30 s of it or more: a seek back played as much."""
 MAX_COUNT = 32
 """Keyframes kept at most."""
 NEWEST_KEPT = 4
 """The newest keyframes that stay when one goes (see :meth:`Keyframes._thin`): a seek back a
 little way from where the replay is plays a little."""
 BUDGET_BYTES = 64 << 20
-"""Bytes the keyframes may take, all together (a 256-rank replay's state is about 3.7 MiB). A
-state larger alone (tens of thousands of ranks) is kept in none: its seeks play the log from its
-start, as before keyframes."""
+"""Bytes the keyframes may take, all together (a 256-rank replay's state is about 3.7 MiB), or
+KEPT_AT_LEAST of them whatever that takes."""
+KEPT_AT_LEAST = 6
+"""Keyframes kept whatever their size (the newest NEWEST_KEPT, the oldest and one between), up
+to MEMORY_SHARE of the machine's memory: a 4096-rank state is 73 MiB, over BUDGET_BYTES alone,
+and was kept in none, so every seek back played the log from its start (`[` near the end of a
+2.5-minute log, 2 minutes). Their memory is the state's times this at most, bounded as the state
+is (by its ranks: 440 MiB at 4096)."""
+MEMORY_SHARE = 1 / 8
+"""The share of the machine's memory the keyframes take at most: a state larger alone is kept
+in none (its seeks play the log from its start, as before keyframes)."""
 
 
 @dataclass(slots=True)
@@ -81,10 +93,14 @@ class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: object):
         if isinstance(obj, msgspec.Struct):
             cls = type(obj)
-            fields = _FIELDS.get(cls)
-            if fields is None:
-                fields = _FIELDS[cls] = _fields_and_defaults(cls)
-            return (_struct_again, (cls, tuple((name, v) for name, default in fields if (v := getattr(obj, name)) is not default)))
+            defaults = _DEFAULTS.get(cls)
+            if defaults is None:
+                defaults = _DEFAULTS[cls] = _defaults(cls)
+            values = _astuple(obj)
+            # (which fields hold their default object: worked out in C, a field at a time in
+            # Python took 2 of the 3 s a 4096-rank state's keyframe took)
+            default = tuple(map(_is, values, defaults))
+            return (_struct_again, (cls, values, default if True in default else None))
         if type(obj) is Ring:
             rows = bytes(obj._buf)
             rows = self._rows.setdefault(rows, rows)
@@ -95,26 +111,40 @@ class _Pickler(pickle.Pickler):
 
 
 _NO_DEFAULT = object()
-_FIELDS: dict[type, tuple[tuple[str, object], ...]] = {}
+_DEFAULTS: dict[type, tuple[object, ...]] = {}
+_astuple = msgspec.structs.astuple
+_is = operator.is_
 
 
-def _fields_and_defaults(cls: type) -> tuple[tuple[str, object], ...]:
-    """(name, default object) of each field of a msgspec Struct (``_NO_DEFAULT``: none, or
-    made fresh for each: always pickled)."""
+def _defaults(cls: type) -> tuple[object, ...]:
+    """The default object of each field of a msgspec Struct, in order (``_NO_DEFAULT``: none,
+    or made fresh for each: always pickled)."""
     names = cls.__struct_fields__
     defaults = cls.__struct_defaults__
     pad = (_NO_DEFAULT,) * (len(names) - len(defaults))
-    return tuple((n, _NO_DEFAULT if _is_factory(d) else d) for n, d in zip(names, pad + defaults))
+    return tuple(_NO_DEFAULT if _is_factory(d) else d for d in pad + defaults)
 
 
 def _is_factory(default: object) -> bool:
     return type(default).__name__ == "Factory"  # (msgspec's, for a default such as {}: not public)
 
 
-def _struct_again(cls: type, fields: tuple[tuple[str, object], ...]) -> object:
-    """A message (a msgspec Struct) as :class:`_Pickler` keeps it: its fields not given take
-    the class's default objects."""
-    return cls(**dict(fields))
+def _struct_again(cls: type, values: tuple, default: tuple[bool, ...] | None) -> object:
+    """A message (a msgspec Struct) as :class:`_Pickler` keeps it: its fields' values, those
+    ``default`` marks taking the class's default objects themselves."""
+    names = cls.__struct_fields__
+    if default is not None:
+        defaults = _DEFAULTS.get(cls) or _defaults(cls)
+        values = [d if was else v for v, d, was in zip(values, defaults, default)]
+    return cls(**dict(zip(names, values)))
+
+
+def _machine_bytes() -> int:
+    """The machine's memory (16 GiB where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 16 << 30
 
 
 class Keyframes:
@@ -131,6 +161,9 @@ class Keyframes:
         last one's bytes)."""
         self.max_count = MAX_COUNT if max_count is None else max_count
         self.budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
+        self.kept_at_least = KEPT_AT_LEAST
+        self.most_bytes = MEMORY_SHARE * _machine_bytes()
+        """Bytes they take at most, whatever KEPT_AT_LEAST asks."""
         self._kept: list[Keyframe] = []
         self.bytes = 0
         """Bytes the keyframes kept take."""
@@ -155,7 +188,7 @@ class Keyframes:
         buf = io.BytesIO()
         _Pickler(buf).dump(state)
         kf = Keyframe(at=at, offset=offset, blob=buf.getvalue())
-        if kf.nbytes > self.budget_bytes:
+        if kf.nbytes > self._limit(kf.nbytes):
             self.every_s = math.inf
             return None
         self._kept.append(kf)
@@ -163,13 +196,18 @@ class Keyframes:
         self._thin()
         return kf
 
+    def _limit(self, nbytes: int) -> float:
+        """Bytes the keyframes may take, all together, when one takes ``nbytes``."""
+        return max(self.budget_bytes, min(self.kept_at_least * nbytes, self.most_bytes))
+
     def _thin(self) -> None:
         """Down to the limits, one keyframe going at a time: of those older than the newest
         NEWEST_KEPT (the oldest too: it stays), the one whose going leaves the least gap of log
         for its distance from the newest, so the gaps grow with the distance; where none is,
         the oldest (the newest stays)."""
         kept = self._kept
-        while len(kept) > 1 and (len(kept) > self.max_count or self.bytes > self.budget_bytes):
+        limit = self._limit(kept[-1].nbytes) if kept else 0
+        while len(kept) > 1 and (len(kept) > self.max_count or self.bytes > limit):
             newest = kept[-1].offset
             last = len(kept) - 1 - NEWEST_KEPT
             if last >= 1:

@@ -198,15 +198,18 @@ def test_the_keyframes_of_a_long_replay_stay_few_and_close_behind_where_it_is(tm
     src.seek(ats[2] + 0.5)
     assert _shown(src) == _shown(_from_the_start(log, ats[2] + 0.5))
     one = src.keyframes.bytes / len(ats)
-    # A byte budget of three keyframes' bytes keeps three at the most...
+    # A byte budget of three keyframes' bytes keeps three at the most (past KEPT_AT_LEAST)...
     monkeypatch.setattr(keyframes, "MAX_COUNT", 100)
+    monkeypatch.setattr(keyframes, "KEPT_AT_LEAST", 2)
     monkeypatch.setattr(keyframes, "BUDGET_BYTES", int(3.5 * one))
     src = ReplaySource(str(log))
     src.seek(src.duration_s)
     assert 1 <= len(src.keyframes) <= 3 and src.keyframes.bytes <= 3.5 * one
-    # ...and a state larger than the budget alone is kept in none, once tried (its seeks play
-    # the log from its start, as before): not copied at every frame after, to be thrown away.
+    # ...and a state larger alone than MEMORY_SHARE of the machine's memory is kept in none, once
+    # tried (its seeks play the log from its start, as before): not copied at every frame after,
+    # to be thrown away.
     monkeypatch.setattr(keyframes, "BUDGET_BYTES", int(0.1 * one))
+    monkeypatch.setattr(keyframes, "MEMORY_SHARE", 0.1 * one / keyframes._machine_bytes())
     src = ReplaySource(str(log))
     tried = []
     real = keyframes._Pickler.dump
@@ -215,6 +218,47 @@ def test_the_keyframes_of_a_long_replay_stay_few_and_close_behind_where_it_is(tm
     assert len(src.keyframes) == 0 and len(tried) == 1
     src.seek(30.0)
     assert _shown(src) == _shown(_from_the_start(log, 30.0))
+
+
+def test_a_state_larger_than_the_budget_alone_is_kept_still(tmp_path, kept_often, monkeypatch):
+    # A 4096-rank replay's state is 73 MiB, over the 64 MiB budget alone: it was kept in no
+    # keyframe, and every seek back played the log from its start (`[` near the end of a
+    # 2.5-minute log took 2 minutes, "seeking, at 0s, at 1s..."). KEPT_AT_LEAST are kept now,
+    # the budget theirs, and a seek back goes on from the nearest.
+    log = _log(tmp_path / "run.jsonl")
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    one = max(kf.nbytes for kf in src.keyframes)
+    monkeypatch.setattr(keyframes, "BUDGET_BYTES", one // 2)
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    assert len(src.keyframes) > 1
+    assert len(src.keyframes) == keyframes.KEPT_AT_LEAST and src.keyframes.bytes <= keyframes.KEPT_AT_LEAST * one
+    assert src.duration_s - list(src.keyframes)[-1].at + src.t_start < 2.0  # (the newest close behind)
+    src._restart = lambda: pytest.fail("a seek back played the log from its start")  # type: ignore[method-assign]
+    for at in (src.duration_s - 10.0, 31.0, src.duration_s - 0.5):
+        src.seek(at)
+        assert _shown(src) == _shown(_from_the_start(log, at)), at
+
+
+def test_keyframes_lie_about_their_own_bytes_of_log_apart(tmp_path, monkeypatch):
+    # A keyframe takes about a quarter as long to make as playing its bytes of log does. They
+    # were kept 10 bytes of log apart for each byte of theirs: at 4096 ranks (73 MiB a state)
+    # 750 MiB of log apart, 30 s of it and more, and a seek back played as much. (The four ranks'
+    # state here, about 70 KB, is 17 s of their log.)
+    monkeypatch.setattr(keyframes, "EVERY_S", 1.0)
+    monkeypatch.setattr(keyframes, "LEAST_BYTES", 0)
+    log = _log(tmp_path / "run.jsonl")
+    src = ReplaySource(str(log))
+    src.seek(src.duration_s)
+    kept = list(src.keyframes)
+    assert len(kept) >= 3, [(kf.at - src.t_start, kf.offset, kf.nbytes) for kf in kept]
+    for a, b in zip(kept, kept[1:]):
+        assert a.nbytes <= b.offset - a.offset < 1.2 * a.nbytes
+    src._restart = lambda: pytest.fail("a seek back played the log from its start")  # type: ignore[method-assign]
+    at = kept[-1].at - src.t_start - 1.0
+    src.seek(at)
+    assert _shown(src) == _shown(_from_the_start(log, at))
 
 
 def test_a_keyframe_keeps_a_ranks_history_once_for_the_hub_and_the_viewer(tmp_path, kept_often):
