@@ -27,6 +27,7 @@ import math
 import operator
 import os
 import pickle
+import time
 from dataclasses import dataclass
 
 import msgspec
@@ -39,12 +40,15 @@ LEAST_BYTES = 4 << 20
 """Bytes of log read between two keyframes at least: a log this small plays again from its
 start in a moment, and its keyframes would be memory for nothing."""
 LOG_BYTES_PER_BYTE = 1
-"""Bytes of log read between two keyframes at least, for each byte of the last one: a keyframe
-takes about a quarter as long to make as a replay takes to play the log's bytes of its size (a
-4096-rank state, 73 MiB, in 0.7 s, against 2.8 s), so keyframes cost a replay a quarter of its
-time at the most, and much less where EVERY_S spaces them further (a tenth at 4096 ranks
-stepping 10 times a second). At 10 bytes of log a byte, a 4096-rank replay kept one every 750
-MiB of log, 30 s of it or more: a seek back played as much."""
+"""Bytes of log read between two keyframes at least, for each byte of the last one. At 10 (a
+keyframe taken to cost as much as playing its bytes of log), a 4096-rank replay, its state 73
+MiB, kept one every 750 MiB of log, 30 s of it and more, and a seek back played as much: a
+4096-rank state takes a quarter as long to make as its bytes of log take to play (0.7 s against
+2.8 s), a 256-rank one (4.6 MiB) about as long. PLAY_PER_KEEP says how far apart they are."""
+PLAY_PER_KEEP = 9.0
+"""Wall time a replay spends playing between two keyframes at least, for each second the last
+one took to make: keyframes take a tenth of a replay's time at most, however fast it plays its
+log for their size (which the log's bytes alone could not say, see LOG_BYTES_PER_BYTE)."""
 MAX_COUNT = 32
 """Keyframes kept at most."""
 NEWEST_KEPT = 4
@@ -160,6 +164,10 @@ class Keyframes:
         """Bytes of log read between two keyframes at least (and LOG_BYTES_PER_BYTE times the
         last one's bytes)."""
         self.max_count = MAX_COUNT if max_count is None else max_count
+        self.play_per_keep = PLAY_PER_KEEP
+        self._made_s = 0.0
+        self._made_at = -math.inf
+        """How long the last keyframe took to make, and when it was made (``time.perf_counter``)."""
         self.budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
         self.kept_at_least = KEPT_AT_LEAST
         self.most_bytes = MEMORY_SHARE * _machine_bytes()
@@ -180,14 +188,21 @@ class Keyframes:
         last = self._kept[-1] if self._kept else None
         if last is None:
             return at - since >= self.every_s and offset >= self.least_bytes
-        return at - last.at >= self.every_s and offset - last.offset >= max(self.least_bytes, LOG_BYTES_PER_BYTE * last.nbytes)
+        return (
+            at - last.at >= self.every_s
+            and offset - last.offset >= max(self.least_bytes, LOG_BYTES_PER_BYTE * last.nbytes)
+            and time.perf_counter() - self._made_at >= self.play_per_keep * self._made_s
+        )
 
     def keep(self, at: float, offset: int, state: object) -> Keyframe | None:
         """Keep a copy of ``state`` as the replay's at ``at``, then thin the keyframes out to
         their limits; None (and none kept from now on) when the copy alone is over them."""
+        t0 = time.perf_counter()
         buf = io.BytesIO()
         _Pickler(buf).dump(state)
         kf = Keyframe(at=at, offset=offset, blob=buf.getvalue())
+        self._made_at = time.perf_counter()
+        self._made_s = self._made_at - t0
         if kf.nbytes > self._limit(kf.nbytes):
             self.every_s = math.inf
             return None

@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import os
+import time
 
 import msgspec
 import pytest
@@ -75,6 +76,7 @@ def kept_often(monkeypatch):
     monkeypatch.setattr(keyframes, "EVERY_S", 1.0)
     monkeypatch.setattr(keyframes, "LEAST_BYTES", 0)
     monkeypatch.setattr(keyframes, "LOG_BYTES_PER_BYTE", 0)
+    monkeypatch.setattr(keyframes, "PLAY_PER_KEEP", 0.0)
 
 
 def _from_the_start(path, at: float) -> ReplaySource:
@@ -248,6 +250,7 @@ def test_keyframes_lie_about_their_own_bytes_of_log_apart(tmp_path, monkeypatch)
     # state here, about 70 KB, is 17 s of their log.)
     monkeypatch.setattr(keyframes, "EVERY_S", 1.0)
     monkeypatch.setattr(keyframes, "LEAST_BYTES", 0)
+    monkeypatch.setattr(keyframes, "PLAY_PER_KEEP", 0.0)
     log = _log(tmp_path / "run.jsonl")
     src = ReplaySource(str(log))
     src.seek(src.duration_s)
@@ -284,11 +287,29 @@ def test_a_small_log_keeps_no_keyframes(tmp_path):
     assert len(src.keyframes) == 0
 
 
-def test_a_day_long_replays_newest_keyframe_stays_near_its_end():
+def test_a_keyframe_slow_to_make_waits_for_that_much_play_times_play_per_keep(monkeypatch):
+    # A 256-rank state takes about as long to make as its bytes of log take to play, a
+    # 4096-rank one a quarter as long: how far apart keyframes lie for a tenth of the replay's
+    # time is the wall time they take, not the log's bytes.
+    clock = [100.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    real = keyframes._Pickler.dump
+    monkeypatch.setattr(keyframes._Pickler, "dump", lambda self, obj: (clock.__setitem__(0, clock[0] + 0.5), real(self, obj))[1])
+    monkeypatch.setattr(keyframes, "PLAY_PER_KEEP", 9.0, raising=False)
+    kept = Keyframes(every_s=1.0, least_bytes=0)
+    assert kept.keep(1.0, 0, b"state") is not None  # (made in 0.5 s)
+    clock[0] += 4.49
+    assert not kept.due(30.0, 1 << 30, 0.0)  # (29 s and a GiB of log on, but 4.49 s of play)
+    clock[0] += 0.02
+    assert kept.due(30.0, 1 << 30, 0.0)
+
+
+def test_a_day_long_replays_newest_keyframe_stays_near_its_end(monkeypatch):
     # A day of 256 ranks (1.77 MB of log a second, a keyframe every 37 MiB of it): every other
     # keyframe went and the spacing doubled for the whole log, so the newest was 71 minutes
     # behind the end and `[` there played 7 GiB of log. Now a seek back plays a share of how far
     # back it goes.
+    monkeypatch.setattr(keyframes, "PLAY_PER_KEEP", 0.0)  # (the log's bytes alone: no wall clock)
     kept = Keyframes(least_bytes=37 << 20)
     rate = 1.77e6
     end = 24 * 3600
