@@ -120,6 +120,7 @@ def test_a_seek_by_keyframes_lands_where_full_frames_do(full_frames, tmp_path, m
     time (``seek_soon`` then ``seek_now`` until there)."""
     monkeypatch.setattr(keyframes, "LEAST_BYTES", 1 << 16)
     monkeypatch.setattr(keyframes, "EVERY_S", 5.0)
+    monkeypatch.setattr(keyframes, "PLAY_PER_KEEP", 0.0)  # (where they fall by the log alone, not the wall clock)
     path = _big_log(tmp_path / "run.jsonl")
     positions = ["end", 55.0, 12.3, 40.0, "end", 0.05]
 
