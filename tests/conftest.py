@@ -31,6 +31,15 @@ if "PARDASH_REGISTRY_DIR" not in os.environ:
     os.environ["PARDASH_REGISTRY_DIR"] = _REGISTRY = tempfile.mkdtemp(prefix="pardash-test-registry-")
     atexit.register(shutil.rmtree, _REGISTRY, ignore_errors=True)
 
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Started in the background by a shell without job control, which ignores SIGINT for the
+    # job, and every process started from here would inherit that: a launch stopped "with
+    # Ctrl-C" by a test would go on. A handler of our own is undone by exec in each child.
+    # (Before the rank server starts: it inherited SIGINT ignored, and so did each rank forked
+    # from it, a script's own Ctrl-C "never stopped" it.)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 # The ranks torchrun starts are forked from a process that imported torch once (3 s of a core
 # a rank less; tests/scripts/rank_zygote.py says how). PARDASH_TEST_FORK_RANKS=0: each its own.
 import rank_forks  # noqa: E402
@@ -55,13 +64,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 settings.register_profile("suite", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
-
-if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-    # Started in the background by a shell without job control, which ignores SIGINT for the
-    # job, and every process started from here would inherit that: a launch stopped "with
-    # Ctrl-C" by a test would go on. A handler of our own is undone by exec in each child.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
 
 def pytest_collection_modifyitems(config, items):
     # pytest-xdist hands tests out in this order. The real-process tests (marked slow) are spread

@@ -126,6 +126,13 @@ def serve(listener: socket.socket, before: dict[str, str]) -> None:
                     conn.close()
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    # As a rank torchrun starts has them, whatever this server inherited (the
+                    # suite run as a background job, SIGINT ignored, or under nohup): torchrun
+                    # handles these itself, so its workers' exec leaves them at their defaults,
+                    # and Python makes SIGINT a KeyboardInterrupt. A forked rank ignored a Ctrl-C.
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+                    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+                        signal.signal(sig, signal.SIG_DFL)
                     os.close(wake_r)
                     os.close(wake_w)
                     os.setsid()
