@@ -827,6 +827,8 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
     alike: dict[tuple, list] = {}
     files: dict[int, dict[int, dict[str, float]]] = {}
     """id(entry) -> rank -> path -> its time: a checkpoint's files (see :func:`_saved_files`)."""
+    differ: set[int] = set()
+    """id(entry) of the errors whose ranks' words differ (in their numbers: see alike_key)."""
     for m in msgs:
         key = alike_key(m)
         if key is not None:
@@ -834,6 +836,8 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
             if entry is None:
                 entry = alike[key] = [m, {}, None]  # ranks as a dict: ordered, and 1024 of them are cheap to look up
                 out.append(entry)
+            elif key[-1] == "error" and (m.message, m.traceback) != (entry[0].message, entry[0].traceback):
+                differ.add(id(entry))
             entry[1][m.rank] = None  # a rank that said it twice is named once
             took = m.duration_s if isinstance(m, schema.Event) else None
             if key[-1] == "files":
@@ -848,6 +852,14 @@ def group_alike(msgs: Iterable[schema.Message]) -> list[tuple[schema.Message, li
         by_rank = files.get(id(entry))
         if by_rank is not None:
             _saved_files(entry, by_rank)
+        elif id(entry) in differ:
+            # One rank's words for all of them, said to be its: ranks that failed each on its own
+            # shard read "ranks 0-1: FileNotFoundError: ... shard_0001_of_0002.bin", rank 0's
+            # path as rank 1's (each rank's own is in its detail, the alerts and the report).
+            m = entry[0]
+            note = f" (rank {m.rank}'s; the others' differ in their numbers)"
+            said = short_error(m.message, 160 - len(note), m.traceback) or "error"  # (the event log's cut: the note kept)
+            entry[0] = msgspec.structs.replace(m, message=said + note, traceback=None)
     # An error taken right after exits it caused (the ranks torchrun stopped, heard from first:
     # the hub takes from each rank in turn) goes ahead of them: the cause, then its
     # consequence. Only over the failed exits just before it, of the moments before it (the

@@ -124,7 +124,19 @@ def test_every_ranks_watchdog_timeout_is_one_line_not_one_a_rank():
     first = event_line(*entries[0])
     assert first.startswith("[error] ranks 0-699, 701-1023: RuntimeError: [Rank 0] Watchdog caught collective operation timeout"), first
     assert event_line(*entries[1]) == "[error] rank 700: ValueError: bad batch"
-    assert describe(entries[0][0], entries[0][1])[0].startswith("ranks 0-699, 701-1023 error after step 299: RuntimeError: [Rank 0]")
+    folded = describe(entries[0][0], entries[0][1])[0]
+    assert folded.startswith("ranks 0-699, 701-1023 error after step 299: RuntimeError: [Rank 0]"), folded
+    # Whose words they are, the others' not the same (review 298: two ranks failing each on its
+    # own shard read "ranks 0-1: ... shard_0001_of_0002.bin", rank 1's path as rank 0's too).
+    assert first.endswith("… (rank 0's; the others' differ in their numbers)") and folded.endswith(" (rank 0's; the others' differ in their numbers)")
+    shards = [schema.Event(rank=r, name="error", step=5, message=f"FileNotFoundError: [Errno 2] No such file or directory: '/data/shard_{r:04d}.bin'")
+              for r in (1, 0)]  # fmt: skip
+    assert [event_line(*e) for e in group_alike(shards)] == [
+        "[error] ranks 0-1: FileNotFoundError: [Errno 2] No such file or directory: '/data/shard_0001.bin' (rank 1's; the others' differ in their numbers)"
+    ]
+    # Ranks whose words are the same say them as they are.
+    same = [schema.Event(rank=r, name="error", step=5, message="RuntimeError: boom") for r in (5, 6)]
+    assert [event_line(*e) for e in group_alike(same)] == ["[error] ranks 5-6: RuntimeError: boom"]
 
 
 def test_the_tui_names_the_cause_not_the_first_exit_heard():
