@@ -203,7 +203,7 @@ def node_label(rows: list[RankRow], totals: dict[int, int] | None = None) -> str
     """``totals``: node -> its ranks, where ``rows`` are those of them shown (under f: a node's
     flagged ranks read "1 rank · 1 flagged" of a node of 8)."""
     first = rows[0]
-    flagged = sum(1 for row in rows if row.flagged)
+    flagged = sum(1 for row in rows if row.filtered_in)
     label = f"node {first.node}"
     if first.host:
         label += f" · {first.host}"
@@ -285,7 +285,7 @@ def shown_rows(
 ) -> list[RankRow]:
     """The rows the grid draws, in drawing order (``grouped``: by node, as cells are; else in
     ``sort_key`` order across nodes, as a sorted heat map is)."""
-    flat = sort_rows([row for row in rows if row.flagged] if flagged_only else rows, sort_key)
+    flat = sort_rows([row for row in rows if row.filtered_in] if flagged_only else rows, sort_key)
     return group_by_node(flat, sort_key) if grouped else flat
 
 

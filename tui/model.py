@@ -176,14 +176,19 @@ class RankRow:
 
     @property
     def flagged(self) -> bool:
-        """A verdict or a condition a person should look at. A rank the launcher or torchrun
-        stopped is none of its own: after one rank of 4096 failed, "flagged only" listed the
-        4,095 others torchrun stopped beside it. (The cause of a hang, stopped as it hung, stays.)"""
-        return (
-            (self.status in FLAGGED_STATUSES and (not self.stopped or self.cause))
-            or bool(self.not_sharding)
-            or self.loss_not_finite is not None
-        )
+        """A verdict or a condition a person should look at."""
+        return self.status in FLAGGED_STATUSES or self.not_sharding or self.loss_not_finite is not None
+
+    @property
+    def filtered_in(self) -> bool:
+        """Kept by the grid's "flagged only" (f): flagged, and a finding of its own. Not a rank
+        the launcher or torchrun stopped (after one rank of 4096 failed, it listed the 4,095
+        stopped beside it; the cause of a hang, stopped as it hung, stays), nor one waiting in a
+        hang for the rank that causes it (1,016 waiting hid the 8 stalled ranks of a node hung
+        among them)."""
+        if self.not_sharding or self.loss_not_finite is not None:
+            return True
+        return self.status in FLAGGED_STATUSES and (not self.stopped or self.cause) and not self.waiting
 
     @property
     def deviation_level(self) -> int:
@@ -683,7 +688,8 @@ class RowBuilder:
             hung = stuck > 0 and not (
                 counts.get(RUNNING) or counts.get(SAVING) or counts.get(STOPPING) or counts.get(st.STRAGGLER) or counts.get(st.STARTING)
             )
-            self._mark_causes(cause_ranks(state, first) if exited or stuck else frozenset(), hung)
+            if self._mark_causes(cause_ranks(state, first) if exited or stuck else frozenset(), hung):
+                flags_moved = True  # (the grid's flagged ranks: not those waiting for a cause, RankRow.flagged)
             if self._waiting and counts.get(st.STALLED):
                 # Counted as the grid draws them: the stalled ranks waiting for a hang's cause
                 # are "waiting" (◇), not stalled (the header read "◆ 1024 stalled" over a grid
@@ -758,12 +764,13 @@ class RowBuilder:
                 if changed is not None:
                     changed.add(e.rank)
 
-    def _mark_causes(self, causes: frozenset[int], hung: bool) -> None:
+    def _mark_causes(self, causes: frozenset[int], hung: bool) -> bool:
         """Mark the ranks a failure or hang started from (``causes``) and unmark the rest;
-        ``hung``: no rank alive makes progress (the other stalled ranks wait for the causes)."""
+        ``hung``: no rank alive makes progress (the other stalled ranks wait for the causes).
+        Whether any mark changed."""
         waiting = bool(causes) and hung
         if causes == self._causes and waiting == self._waiting:
-            return
+            return False
         by_rank = self._by_rank
         touched = [by_rank[rank] for rank in self._causes ^ causes if rank in by_rank]
         if waiting != self._waiting:
@@ -777,6 +784,7 @@ class RowBuilder:
         changed = self.changed
         if changed is not None:
             changed.update(e.rank for e, mark in zip(touched, before) if self._hang_mark(e) != mark)
+        return True
 
     def _mark_first_exit(self, first: int | None) -> None:
         """When several ranks exited (``first``: the root cause, see ``alerts.cause_rank``; None:

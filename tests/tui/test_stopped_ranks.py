@@ -106,6 +106,27 @@ async def test_flagged_only_keeps_the_failure_not_the_ranks_torchrun_stopped_aft
         assert "stopped by torchrun" in alerts, alerts
 
 
+async def test_flagged_only_keeps_a_hangs_cause_not_the_ranks_waiting_for_it(tmp_path):
+    # Review 298: in a hang of 1024 ranks, `f` left all 1,016 waiting ranks beside the 8 stalled
+    # that held them (a node hung): it filtered nothing a person needed filtered.
+    msgs: list = [schema.Hello(run="s", rank=r, world_size=3, strategy="ddp", seq=0, t=T) for r in range(3)]
+    msgs += [schema.Step(run="s", rank=r, step=s, seq=s, loss=1.0, samples=8, step_s=0.02, self_s=0.002, comm_s=0.01, t=T + s * 0.02)
+             for s in range(1, 21) for r in range(3)]  # fmt: skip
+    for r in range(3):
+        cause = "data" if r == 1 else "sync"
+        msgs.append(schema.Verdict(run="s", rank=r, seq=-1, verdict="stalled", cause=cause, step=20, t=T + 9,
+                                   message=f"rank {r} stalled in {cause} after step 20"))  # fmt: skip
+    log = tmp_path / "hung.jsonl"
+    log.write_bytes(schema.encode_json_lines(msgs))
+    app = replay_app(str(log))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("f")
+        await pilot.pause()
+        ranks = [int(line.split()[0]) for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()]
+        assert ranks == [1], grid_text(app)
+
+
 def _state_stopped_on_another_node(how: str) -> RunState:
     st = RunState(run_id="s")
     for r in range(2):
