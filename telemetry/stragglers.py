@@ -262,17 +262,23 @@ class StragglerDetector:
         out: list[Verdict] = []
         calm_scores = []
         loo = LeaveOneOut(score)
+        bars = {r: (base := loo.median_without(r), max(cfg.rel * base, abs_s, cfg.noise_k * noise)) for r in score}
+        over = {r for r, (base, bar) in bars.items() if score[r] - base > bar}
         for r, m in score.items():
-            base = loo.median_without(r)
+            base, bar = bars[r]
             excess = m - base
-            bar = max(cfg.rel * base, abs_s, cfg.noise_k * noise)
             w = self._ranks[r]
             current = said.get(r, state.ranks[r].straggler is not None)
             if excess > bar:
                 w.flagged += 1
                 w.calm = 0
                 if not current and w.flagged >= cfg.persist:
-                    v = self._verdict(state, r, m, base, loo.max_without(r), data, comm, steps)
+                    # (what it costs against the slowest of the ranks that are no stragglers: two
+                    # stragglers alike slow, each against the other, read "the others wait 0 ms")
+                    calm = [score[q] for q in score if q not in over]
+                    others_max = max(calm) if calm else loo.max_without(r)
+                    calm_comm = {q: c for q, c in comm.items() if q == r or q not in over}
+                    v = self._verdict(state, r, m, base, others_max, data, calm_comm if len(calm_comm) > 1 else comm, steps)
                     # (a busy host's, or ranks' sharing a saturated host alike: their turns at
                     # the CPU change by the second; one that stays behind for HOST_PERSIST
                     # times as long is named)

@@ -512,3 +512,14 @@ def test_step_waits_charge_each_step_to_one_rank():
     # One rank known: nobody waited.
     w.see(4, 0, 0.002, 0.001)
     assert w.gap(4, 0) is None
+
+
+def test_two_stragglers_alike_slow_each_cost_what_the_others_wait():
+    # Review 298: `simulate --straggler 3,40`, both 30 ms slow: each verdict said "the others
+    # wait 0 ms a step for it", charged its lead over the slowest other rank, the other straggler.
+    slow = {1, 5}
+    verdicts = _run(8, 200, lambda r, s: 0.010 + (0.020 if r in slow else 0.0),
+                    data_s=lambda r, s: 0.001 + (0.020 if r in slow else 0.0))  # fmt: skip
+    found = [v for v in verdicts if v.verdict == "straggler"]
+    assert {v.rank for v in found} == slow
+    assert all(v.cost_s == pytest.approx(0.020, abs=0.002) for v in found), [v.cost_s for v in found]

@@ -733,14 +733,23 @@ class RowBuilder:
         stragglers = [e for e in live if e.status == st.STRAGGLER]
         if not stragglers or len(live) < 2:
             return out
+        # Against the slowest of the ranks that are no stragglers, where there are any: two
+        # stragglers alike slow, each against the other, read "the others no longer wait for it"
+        # beside a grid marking both.
+        calm = [e for e in live if e.status != st.STRAGGLER]
         top = heapq.nlargest(2, live, key=_self_of)
         # (and the others' comm wait beyond its own, where larger: a straggler slow again after
         # its first collective, in its backward's recompute, cost them 23 ms a step where its
         # self-time lead said 10; the hub's verdict says the larger, stragglers.straggler_cost_s)
         comm = {e.rank: row.comm_s if (row := self.row(e.rank)) is not None else None for e in live}
+        calm_ranks = {e.rank for e in calm}
         for e in stragglers:
-            others_max = top[1].self_s if e is top[0] else top[0].self_s
-            others_comm = min((c for rank, c in comm.items() if rank != e.rank and c is not None), default=None)
+            if calm:
+                others_max = max(c.self_s for c in calm)  # type: ignore[type-var]
+            else:
+                others_max = top[1].self_s if e is top[0] else top[0].self_s
+            others_comm = min((c for rank, c in comm.items() if rank != e.rank and c is not None and (not calm or rank in calm_ranks)),
+                              default=None)  # fmt: skip
             # In whole milliseconds, as the hub says it: the alert's text changes when the figure
             # does, not with every frame's smoothed figures (it re-fitted and repainted the
             # alerts each frame).

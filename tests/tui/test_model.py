@@ -746,3 +746,23 @@ def test_a_stragglers_alert_counts_the_others_wait_after_its_first_collective():
     table = RowBuilder()
     table.update(st)
     assert table.straggler_costs() == {1: pytest.approx(0.020)}
+
+
+def test_two_stragglers_alike_slow_each_cost_the_others_wait_in_the_alerts():
+    # Review 298: `simulate --straggler 3,40`: the grid marked both ▲ while the alert said
+    # "the others no longer wait for it": each was charged its lead over the other straggler.
+    st = RunState(run_id="r")
+    for r in range(4):
+        st.apply(schema.Hello(rank=r, world_size=4, node=0, host="h", strategy="ddp", t=1.0), 0)
+    for step in range(1, 8):
+        steps = [schema.Step(rank=r, step=step, loss=1.0, samples=8, step_s=0.04, self_s=0.030 if r in (1, 2) else 0.010,
+                             comm_s=0.003 if r in (1, 2) else 0.023, t=1.0 + step) for r in range(4)]  # fmt: skip
+        for s in steps:
+            st.apply(s, 0)
+        st.commit_history(steps)
+    for r in (1, 2):
+        st.apply(schema.Verdict(rank=r, verdict="straggler", cause="data", cost_s=0.020,
+                                message=f"rank {r} is a straggler (data): the others wait 20 ms a step for it"), 0)  # fmt: skip
+    table = RowBuilder()
+    table.update(st)
+    assert table.straggler_costs() == {1: pytest.approx(0.020), 2: pytest.approx(0.020)}
