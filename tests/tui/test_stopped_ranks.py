@@ -91,17 +91,21 @@ async def test_a_failure_and_the_rank_torchrun_stopped_after_it_are_told_apart(t
         assert status.style.color not in (grid._style("rank-grid--exited").color, grid._style("rank-grid--exited-after").color)
 
 
+async def _flagged_only(app, pilot) -> list[int]:
+    """The ranks the grid lists once `f` (flagged only) is pressed."""
+    await pilot.pause()
+    await pilot.press("f")
+    await pilot.pause()
+    return [int(line.split()[0]) for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()]
+
+
 async def test_flagged_only_keeps_the_failure_not_the_ranks_torchrun_stopped_after_it(tmp_path):
     # Review 294: after one rank of 4096 failed, "flagged only" (f) listed every rank, the 4,095
     # torchrun stopped beside it with it: it filtered nothing. The alerts still say them.
     log = _log(tmp_path / "failed.jsonl", {1: (1, ""), 0: (-15, "stopped by torchrun"), 2: (-15, "stopped by torchrun")}, ranks=3, error=1)
     app = replay_app(log)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        await pilot.press("f")
-        await pilot.pause()
-        ranks = [int(line.split()[0]) for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()]
-        assert ranks == [1], grid_text(app)
+        assert await _flagged_only(app, pilot) == [1], grid_text(app)
         alerts = widget_text(app.screen.query_one(AlertList))
         assert "stopped by torchrun" in alerts, alerts
 
@@ -120,11 +124,7 @@ async def test_flagged_only_keeps_a_hangs_cause_not_the_ranks_waiting_for_it(tmp
     log.write_bytes(schema.encode_json_lines(msgs))
     app = replay_app(str(log))
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        await pilot.press("f")
-        await pilot.pause()
-        ranks = [int(line.split()[0]) for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()]
-        assert ranks == [1], grid_text(app)
+        assert await _flagged_only(app, pilot) == [1], grid_text(app)
 
 
 def _state_stopped_on_another_node(how: str) -> RunState:
