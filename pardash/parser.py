@@ -11,7 +11,7 @@ import argparse
 import re
 import shlex
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pardash.telemetry import cliargs
 from pardash.telemetry.limits import MAX_RANKS_TRACKED
@@ -128,6 +128,18 @@ def _bench_parser(sub) -> argparse.ArgumentParser:
     return b
 
 
+class _Once(argparse.Action):
+    """An option given once: a second refused in one line (`--crash 8-15@30 --crash 3@20` crashed
+    rank 3 alone, ranks 8-15 dropped without a word; several ranks go in one: 3,8-15@30)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest) is not None:
+            example = "3,8-15" if self.dest == "straggler" else "3,8-15@30"
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)} and {values}): give it once, its ranks "
+                         f"together ({example})")  # fmt: skip
+        setattr(namespace, self.dest, values)
+
+
 class _VersionAction(argparse.Action):
     """--version, looked up only when asked (the package metadata costs a CLI start ~0.1 s)."""
 
@@ -190,11 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--ranks-per-node", type=cliargs.count(1), default=8, help="ranks per host (default 8)")
     sim.add_argument("--strategy", choices=("ddp", "fsdp"), default="fsdp", help="strategy to pretend (default fsdp)")
     sim.add_argument("--steps", type=cliargs.count(0), default=0, help="stop after this many steps (default 0: until quit)")
-    sim.add_argument("--straggler", default=None, metavar="RANKS",
+    sim.add_argument("--straggler", default=None, metavar="RANKS", action=_Once,
                      help="make these ranks stragglers from step 20: a rank (3), a range (8-15) or a list (1,5,9-10)")
     sim.add_argument("--straggler-kind", choices=("data", "compute"), default=None, help="what the --straggler is slow at (default data)")
-    sim.add_argument("--stall", default=None, metavar="RANKS@STEP", help="these ranks stop at this step (8-15@300: a node hung)")
-    sim.add_argument("--crash", default=None, metavar="RANKS@STEP", help="these ranks exit with code 1 at this step (8-15@200: a node lost)")
+    sim.add_argument("--stall", default=None, metavar="RANKS@STEP", action=_Once, help="these ranks stop at this step (8-15@300: a node hung)")
+    sim.add_argument("--crash", default=None, metavar="RANKS@STEP", action=_Once,
+                     help="these ranks exit with code 1 at this step (8-15@200: a node lost)")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--headless", action="store_true", help="print progress lines; attach the TUI with `pardash attach`")
     sim.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between progress lines (default 5)")

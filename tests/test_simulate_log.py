@@ -186,6 +186,14 @@ def test_simulate_refuses_what_it_cannot_run_in_one_line(flag, value, said):
     assert p.returncode == 2 and said in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
+def test_a_simulated_fault_given_twice_is_refused_not_half_dropped():
+    # Review 298: `--crash 8-15@30 --crash 3@20` crashed rank 3 alone, ranks 8-15 dropped without a word.
+    p = subprocess.run([sys.executable, "-m", "pardash", "simulate", "--crash", "8-15@30", "--crash", "3@20"], capture_output=True,
+                       text=True, env=pardash_env(), timeout=60)  # fmt: skip
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "--crash given twice (8-15@30 and 3@20): give it once, its ranks together (3,8-15@30)" in p.stderr
+
+
 def test_a_simulated_straggler_slows_the_job_as_much_as_its_steps_say(monkeypatch):
     # The steps said 130 ms from step 20 while they came every 100 ms: a 29.9 s run of 299
     # such steps, and a rate "at the end" a third above the one shown while it ran.
