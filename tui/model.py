@@ -742,14 +742,15 @@ class RowBuilder:
         # its first collective, in its backward's recompute, cost them 23 ms a step where its
         # self-time lead said 10; the hub's verdict says the larger, stragglers.straggler_cost_s)
         comm = {e.rank: row.comm_s if (row := self.row(e.rank)) is not None else None for e in live}
-        calm_ranks = {e.rank for e in calm}
+        # (the calm ranks' figures, the same for every straggler: once)
+        calm_max = max(e.self_s for e in calm) if calm else None  # type: ignore[type-var]
+        calm_comm = min((c for e in calm if (c := comm[e.rank]) is not None), default=None)
         for e in stragglers:
-            if calm:
-                others_max = max(c.self_s for c in calm)  # type: ignore[type-var]
+            if calm_max is not None:
+                others_max, others_comm = calm_max, calm_comm
             else:
                 others_max = top[1].self_s if e is top[0] else top[0].self_s
-            others_comm = min((c for rank, c in comm.items() if rank != e.rank and c is not None and (not calm or rank in calm_ranks)),
-                              default=None)  # fmt: skip
+                others_comm = min((c for rank, c in comm.items() if rank != e.rank and c is not None), default=None)
             # In whole milliseconds, as the hub says it: the alert's text changes when the figure
             # does, not with every frame's smoothed figures (it re-fitted and repainted the
             # alerts each frame).
