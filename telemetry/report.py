@@ -525,8 +525,14 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         ep["ended_run"] = ep.pop("attempt", 0) == last_attempt and not (ep["until"] or "").startswith(("resumed", "finished", "restarted"))
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
     cleared: dict[int, int] = {}  # a rank's last episode's clearing: the next one's streak begins after it
+    spans = [(ep["rank"], ep["step"], ep["cleared_step"] or last_steps.get(ep["rank"], ep["step"])) for ep in stragglers if ep["step"] is not None]
     for ep in sorted(stragglers, key=lambda e: e["step"] if e["step"] is not None else -1):
-        _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0), after=cleared.get(ep["rank"], 0))
+        # (the ranks found straggling over some of the same steps: the others waited for the
+        # slowest of them, not for its lead over the next; one cleared as another was found is not)
+        at, to = ep["step"], ep["cleared_step"] or last_steps.get(ep["rank"], ep["step"])
+        peers = {r for r, a, b in spans if r != ep["rank"] and at is not None and a < to and b > at}
+        _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0), after=cleared.get(ep["rank"], 0), peers=peers)
+        ep["straggling_with"] = sorted(peers)
         if ep["cleared_step"] is not None:
             cleared[ep["rank"]] = ep["cleared_step"]
     train_s = restarting = between_jobs = 0.0
@@ -1093,7 +1099,7 @@ def hub_warning_kept(ev: schema.Event) -> bool:
     return not text.startswith(_SAID_ELSEWHERE) and not any(k in text for k in _KEYS_WARNING)
 
 
-def _charge(ep: dict, arrivals: StepWaits, last_step: int, after: int = 0) -> None:
+def _charge(ep: dict, arrivals: StepWaits, last_step: int, after: int = 0, peers: frozenset[int] | set[int] = frozenset()) -> None:
     """Measure what a straggler cost: from the first step of the streak in which it arrived
     last (before the verdict, which needs whole windows) to the streak's last step before its
     clearing (``until_step``) or to the end, charging each step it arrived last at with the
@@ -1106,7 +1112,8 @@ def _charge(ep: dict, arrivals: StepWaits, last_step: int, after: int = 0) -> No
     held it up. (A single noisy step ended it: a rank last at every step from 1 but 19 read
     "straggling from step 20", its cost 1.11 s of 1.51.) It begins after ``after``, the
     rank's previous episode's clearing: passing over a noisy step, the walk went on into that
-    episode, whose steps were charged twice (108 of 80 steps)."""
+    episode, whose steps were charged twice (108 of 80 steps). ``peers``: the ranks found
+    straggling with it, not among the others it is measured against (StepWaits)."""
     rank, found = ep["rank"], ep["step"]
     if found is None:
         ep.update(cost_total_s=0.0, steps_charged=0, until_step=None)
@@ -1116,8 +1123,9 @@ def _charge(ep: dict, arrivals: StepWaits, last_step: int, after: int = 0) -> No
     missed = 0
     while missed < STREAK_GAP_STEPS and step - 1 > after:
         step -= 1
-        g = arrivals.gap(step, rank)
-        if g is not None and g >= least:
+        # (a step charged to one of its peers held the others up as much: two stragglers alike
+        # slow, each the slowest at every other step, began "from step 38" of 20)
+        if any((g := arrivals.gap(step, q, peers - {q} | {rank})) is not None and g >= least for q in (rank, *peers)):
             since, missed = step, 0
         else:
             missed += 1
@@ -1129,7 +1137,7 @@ def _charge(ep: dict, arrivals: StepWaits, last_step: int, after: int = 0) -> No
         # episode of rank 1 that ended at step 63 read "cleared at step 89" beside rank 0's,
         # "straggling from step 64" (every rank's loader alike slow: the data-bound note).
         until = ep["until_step"] = next(
-            (s for s in range(ep["cleared_step"], since, -1) if (g := arrivals.gap(s, rank)) is not None and g >= least), since)
+            (s for s in range(ep["cleared_step"], since, -1) if (g := arrivals.gap(s, rank, peers)) is not None and g >= least), since)
     # Each step it held them up is charged by one measure of the wait, the one whose total over
     # those steps is the larger (its self-time lead, or the others' comm beyond its own: see
     # stragglers.straggler_cost_s), where that step has it. The larger of the two each step
@@ -1137,9 +1145,9 @@ def _charge(ep: dict, arrivals: StepWaits, last_step: int, after: int = 0) -> No
     # measure 30.6-31.4 ms a step over the run, read "the others waited 35.1 ms a step".
     held: list[tuple[int, float, float | None, float | None]] = []  # (step, its gap, by self time, by comm)
     for s in range(since, until + 1):
-        g = arrivals.gap(s, rank)
+        g = arrivals.gap(s, rank, peers)
         if g is not None:
-            held.append((s, g, *arrivals.measures(s, rank)))
+            held.append((s, g, *arrivals.measures(s, rank, peers)))
     by_comm = sum(c for _, _, _, c in held if c is not None) > sum(m for _, _, m, _ in held if m is not None)
     charged = ep["_charged"] = []  # (each step's wait, for the timeline's parts)
     for s, g, mine, comm in held:

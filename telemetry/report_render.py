@@ -603,6 +603,8 @@ def straggler_lines(rep: dict) -> list[str]:
             f"({_pct(s['share_of_train'])} of training"
             # what the live verdict said (and /metrics and export keep): the windows that found it
             + (f"; {ms(s['cost_s'])} ms a step when found)" if s["cost_s"] is not None and s["steps_charged"] else ")")
+            # (the steps each of several stragglers at once is charged: where it was the slowest)
+            + (f"; with {ranks_named(s['straggling_with'])}, each step charged to the slowest of them" if s.get("straggling_with") else "")
         )
     return out
 

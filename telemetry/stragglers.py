@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -361,64 +362,103 @@ def straggler_cost_s(
     return max(0.0, cost)
 
 
+STEP_WAITS_KEPT = 9
+"""Ranks kept a step by :class:`StepWaits` at each end: the slowest self times and the least
+comm times. Up to ``STEP_WAITS_KEPT - 1`` stragglers at once (a node of 8 slow GPUs) are then
+each measured against a rank that is not one."""
+
+
 class StepWaits:
     """Per step, the rank the others waited for and how long (:func:`straggler_cost_s` of each
-    step): the last to arrive at its first collective, charged its lead over the second-last,
-    or the rank whose comm time was the least, charged the next least less its own, where that
-    is more (its slowness after its first collective, which the others waited for at a later
+    step): the last to arrive at its first collective, charged its lead over the next, or the
+    rank whose comm time was the least, charged the next least less its own, where that is
+    more (its slowness after its first collective, which the others waited for at a later
     one). One rank a step, whichever of the two the others waited longer for: a step is never
     charged to two ranks.
 
-    O(steps) memory whatever the world size: the top two self times and the least two comm
-    times of each step."""
+    Where several ranks straggle over the same steps (``peers``), "the next" is the next rank
+    that is not one of them: the others waited for the slowest of them, as long as it took,
+    which its lead over the next straggler misses (two stragglers 30 ms slow read "0.7 ms a
+    step" each, review 298). The step is charged to whichever of them was slowest.
+
+    O(steps) memory whatever the world size: the STEP_WAITS_KEPT slowest self times and least
+    comm times of each step, each a flat array of (value, rank) pairs."""
 
     def __init__(self) -> None:
-        self.top: dict[int, tuple[float, int, float]] = {}
-        """step -> (slowest self_s, its rank, second-slowest self_s)."""
-        self.least: dict[int, tuple[float, int, float]] = {}
-        """step -> (least comm_s, its rank, second-least comm_s)."""
+        self.slow: dict[int, array] = {}
+        """step -> its slowest self times and their ranks, slowest first: (self_s, rank, ...)."""
+        self.quick: dict[int, array] = {}
+        """step -> its least comm times and their ranks, least first: (comm_s, rank, ...)."""
 
     def see(self, step: int, rank: int, self_s: float | None, comm_s: float | None = None) -> None:
         """Note ``rank``'s self and comm time at ``step`` (None: not measured)."""
         if self_s is not None:
-            cur = self.top.get(step)
-            if cur is None:
-                self.top[step] = (self_s, rank, -math.inf)
-            elif self_s > cur[0]:
-                self.top[step] = (self_s, rank, cur[0])
-            elif self_s > cur[2]:
-                self.top[step] = (cur[0], cur[1], self_s)
+            _keep(self.slow, step, -self_s, rank)
         if comm_s is not None:
-            cur = self.least.get(step)
-            if cur is None:
-                self.least[step] = (comm_s, rank, math.inf)
-            elif comm_s < cur[0]:
-                self.least[step] = (comm_s, rank, cur[0])
-            elif comm_s < cur[2]:
-                self.least[step] = (cur[0], cur[1], comm_s)
+            _keep(self.quick, step, comm_s, rank)
 
-    def measures(self, step: int, rank: int) -> tuple[float | None, float | None]:
+    def _measures(self, step: int, peers: Iterable[int]) -> tuple[int | None, float | None, int | None, float | None]:
+        """(the rank slowest by self time at ``step``, its lead over the slowest rank that is
+        not one of ``peers``, the rank least by comm time, the least comm time of a rank not of
+        ``peers`` less its own): each lead None where no such other rank is known, and of the
+        whole step (its rank one of ``peers`` or not)."""
+        group = set(peers)
+        # (self times are kept negated, slowest first: a lead is the same difference)
+        top, by_self = _lead(self.slow.get(step), group)
+        low, by_comm = _lead(self.quick.get(step), group)
+        return top, by_self, low, by_comm
+
+    def measures(self, step: int, rank: int, peers: Iterable[int] = ()) -> tuple[float | None, float | None]:
         """The two measures of the others' wait for ``rank`` at ``step``, each where it names
         ``rank`` (None otherwise, or not known of two ranks): its self-time lead over the
-        second-last, and the next least comm time less its own."""
-        top = self.top.get(step)
-        by_self = top[0] - top[2] if top is not None and top[2] != -math.inf and top[1] == rank else None
-        low = self.least.get(step)
-        by_comm = low[2] - low[0] if low is not None and low[2] != math.inf and low[1] == rank else None
-        return by_self, by_comm
+        slowest other rank, and the least other comm time less its own; other: not ``rank``
+        nor one of ``peers`` (the ranks straggling with it)."""
+        top, by_self, low, by_comm = self._measures(step, {rank, *peers})
+        return (by_self if top == rank else None), (by_comm if low == rank else None)
 
-    def gap(self, step: int, rank: int) -> float | None:
+    def gap(self, step: int, rank: int, peers: Iterable[int] = ()) -> float | None:
         """Seconds the others waited for ``rank`` at ``step`` (None: they waited for another
-        rank, or the step is not known of two ranks)."""
-        top = self.top.get(step)
-        by_self = top[0] - top[2] if top is not None and top[2] != -math.inf else None
-        low = self.least.get(step)
-        by_comm = low[2] - low[0] if low is not None and low[2] != math.inf else None
-        if by_comm is None or (by_self is not None and top[1] != low[1] and by_self >= by_comm):
-            return by_self if by_self is not None and top[1] == rank else None
-        if by_self is None or top[1] != low[1]:
-            return by_comm if low[1] == rank else None
-        return max(by_self, by_comm) if top[1] == rank else None
+        rank, or the step is not known of two ranks); ``peers``: the ranks straggling with it,
+        not among the others."""
+        top, by_self, low, by_comm = self._measures(step, {rank, *peers})
+        if by_comm is None or (by_self is not None and top != low and by_self >= by_comm):
+            return by_self if by_self is not None and top == rank else None
+        if by_self is None or top != low:
+            return by_comm if low == rank else None
+        return max(by_self, by_comm) if top == rank else None
+
+
+def _keep(kept: dict[int, array], step: int, key: float, rank: int) -> None:
+    """Put (``key``, ``rank``) in ``step``'s pairs, least ``key`` first, keeping
+    STEP_WAITS_KEPT."""
+    pairs = kept.get(step)
+    if pairs is None:
+        kept[step] = array("d", (key, rank))
+        return
+    n = len(pairs)
+    if n >= 2 * STEP_WAITS_KEPT and key >= pairs[-2]:
+        return
+    i = 0
+    while i < n and pairs[i] <= key:
+        i += 2
+    pairs[i:i] = array("d", (key, rank))
+    if n >= 2 * STEP_WAITS_KEPT:
+        del pairs[-2:]
+
+
+def _lead(pairs: array | None, group: set[int]) -> tuple[int | None, float | None]:
+    """(the rank of the first pair, its lead: the next key less its own, where its rank is of
+    ``group`` the first key of a rank not of the group): (None, None) where there are no
+    pairs, and the lead None where no other rank is kept."""
+    if pairs is None:
+        return None, None
+    first = int(pairs[1])
+    if first not in group:
+        return first, (pairs[2] - pairs[0] if len(pairs) > 2 else None)
+    for i in range(2, len(pairs), 2):
+        if int(pairs[i + 1]) not in group:
+            return first, pairs[i] - pairs[0]
+    return first, None
 
 
 class LeaveOneOut:

@@ -468,6 +468,33 @@ def test_a_stragglers_cost_is_not_the_larger_of_two_noisy_measures_each_step(tmp
     assert s["steps_charged"] == 60 and s["cost_total_s"] == pytest.approx(60 * 0.030, rel=1e-6)
 
 
+def test_two_stragglers_at_once_are_each_charged_the_others_wait_for_the_slower(tmp_path):
+    # Review 298, `simulate --straggler 3,40`: two ranks 30 ms slow, the slower of the two by
+    # turns. Each was charged its lead over the other ("the others waited 0.7 ms a step on the
+    # 75 steps it held them up"), and its streak began where the other was slower twice running.
+    t, n = 1.0e9, 60
+    records: list = [schema.Hello(run="r", rank=r, seq=0, world_size=4, pid=10 + r, strategy="ddp", t=t) for r in range(4)]
+    for step in range(1, n + 1):
+        t += 0.05
+        slower = 1 + step % 2
+        for r in range(4):
+            slow = 0.030 + (0.0005 if r == slower else 0.0) if step >= 10 and r in (1, 2) else 0.0
+            records.append(schema.Step(run="r", rank=r, seq=step, step=step, samples=16, step_s=0.05, self_s=0.01 + slow, t=t))
+        if step == 29:
+            records += [schema.Verdict(run="r", rank=r, seq=-1, verdict="straggler", cause="compute", cost_s=0.030, step=29,
+                                       message=f"rank {r} is a straggler (compute): the others wait 30 ms a step for it", t=t)
+                        for r in (1, 2)]  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    _write_log(log, records)
+    rep = build_report(str(log))
+    one, two = rep["stragglers"]
+    assert (one["rank"], one["since_step"], two["rank"], two["since_step"]) == (1, 10, 2, 10)
+    assert one["steps_charged"] + two["steps_charged"] == n - 9
+    assert one["cost_total_s"] + two["cost_total_s"] == pytest.approx((n - 9) * 0.0305, rel=1e-6)
+    assert (one["straggling_with"], two["straggling_with"]) == ([2], [1])
+    assert "; with rank 2, each step charged to the slowest of them" in render_text(rep)
+
+
 def test_a_stragglers_second_episode_is_not_charged_the_firsts_steps(tmp_path):
     # Rank 0 last from step 10 (by 20 ms, then by 6 ms: cleared at 50), noise at 45 and 50,
     # found again at 70. Passing over the noisy step, the second episode's walk back went on into

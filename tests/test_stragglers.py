@@ -514,6 +514,50 @@ def test_step_waits_charge_each_step_to_one_rank():
     assert w.gap(4, 0) is None
 
 
+def test_step_waits_measure_stragglers_together_against_the_ranks_that_are_not():
+    from pardash.telemetry.stragglers import StepWaits
+
+    # Ranks 1 and 2 both ~30 ms slow, rank 2 the slower by 1 ms at step 1: alone each is
+    # charged its lead over the next rank, the other straggler (1 ms; review 298's "0.7 ms a
+    # step"); together the slower is charged its lead over rank 0 or 3, the other nothing.
+    w = StepWaits()
+    for r, self_s, comm_s in [(0, 0.010, 0.040), (1, 0.040, 0.011), (2, 0.041, 0.010), (3, 0.009, 0.041)]:
+        w.see(1, r, self_s, comm_s)
+    assert w.gap(1, 2) == pytest.approx(0.001) and w.gap(1, 1) is None
+    assert w.gap(1, 2, {1}) == pytest.approx(0.031) and w.gap(1, 1, {2}) is None
+    assert w.measures(1, 2, {1}) == (pytest.approx(0.031), pytest.approx(0.030))
+    assert w.measures(1, 1, {2}) == (None, None)
+
+
+def test_step_waits_keep_what_every_rank_would_give():
+    # The kept pairs against every rank's figures (up to 8 stragglers at once: a slow node).
+    from pardash.telemetry.stragglers import STEP_WAITS_KEPT, StepWaits
+
+    rng = random.Random(7)
+    for trial in range(200):
+        world = rng.randint(2, 40)
+        selfs = {r: rng.random() for r in range(world)}
+        comms = {r: rng.random() for r in range(world)}
+        w = StepWaits()
+        for r in rng.sample(range(world), world):
+            w.see(trial, r, selfs[r], comms[r])
+        group = set(rng.sample(range(world), rng.randint(1, min(world - 1, STEP_WAITS_KEPT - 1))))
+        top, low = max(selfs, key=selfs.get), min(comms, key=comms.get)
+        rank = top if top in group and trial % 2 else min(group)
+        rest_self = [v for r, v in selfs.items() if r not in (group if top in group else {top})]
+        rest_comm = [v for r, v in comms.items() if r not in (group if low in group else {low})]
+        by_self, by_comm = selfs[top] - max(rest_self), min(rest_comm) - comms[low]
+        assert w.measures(trial, rank, group - {rank}) == (
+            pytest.approx(by_self) if top == rank else None, pytest.approx(by_comm) if low == rank else None)
+        if by_self >= by_comm and top != low:
+            want = by_self if top == rank else None
+        elif top != low:
+            want = by_comm if low == rank else None
+        else:
+            want = max(by_self, by_comm) if top == rank else None
+        assert w.gap(trial, rank, group - {rank}) == (None if want is None else pytest.approx(want))
+
+
 def test_two_stragglers_alike_slow_each_cost_what_the_others_wait():
     # Review 298: `simulate --straggler 3,40`, both 30 ms slow: each verdict said "the others
     # wait 0 ms a step for it", charged its lead over the slowest other rank, the other straggler.
