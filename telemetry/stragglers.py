@@ -40,7 +40,6 @@ time's alone. (:class:`StepWaits` is the same a step, for a log read step by ste
 
 from __future__ import annotations
 
-import math
 import statistics
 from array import array
 from collections import deque
