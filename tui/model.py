@@ -23,7 +23,7 @@ from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.ring import HISTORY_COLUMNS
 from pardash.telemetry.state import median_small
-from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, straggler_cost_s, wall_step_s
+from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, wall_step_s
 from pardash.telemetry.summary import PAUSE_SLACK_S, RATE_POINTS, _samples_done
 
 from .alerts import cause_rank, cause_ranks, waited_for_text
@@ -497,6 +497,11 @@ class RowBuilder:
         """Whether the stalled ranks other than a cause wait for it (see RankRow.waiting): a
         cause is named and no rank alive makes progress."""
         self._waits_for_text = ""
+        self._costs_gen = -1
+        self._costs: dict[int, float] = {}
+        self._cost_sums: dict[int, tuple[float, float]] = {}
+        """Rank -> each straggler's two measures of its cost summed since it was named (see
+        straggler_costs)."""
         """Who they wait for, said once for every row (see RankRow.waits_for)."""
         self.first_word: float | None = None
         """When the ranks first said anything, as of the last update (see
@@ -517,6 +522,7 @@ class RowBuilder:
             self._causes = frozenset()
             self._waiting = False
             self._waits_for_text = ""
+            self._cost_sums = {}
             self.layout_gen += 1  # the places go too (a seek to before any rank leaves none)
             changed = None
         if len(self._ranks) != len(state.ranks):
@@ -724,9 +730,38 @@ class RowBuilder:
 
     def straggler_costs(self) -> dict[int, float]:
         """Rank -> what each straggler costs the others a step as of the last update: its self
-        time less the slowest other working rank's (the hub's measure when it found it, on the
-        grid's smoothed figures)."""
+        time less the slowest other working rank's, or the others' comm wait beyond its own
+        (the hub's measures when it found it, on the grid's smoothed figures): of the two, the
+        one larger over all the updates since it was named a straggler. (The larger of the two
+        at each update pushed their noise upward: 36-42 ms live for a rank 31-33 ms slow,
+        review 292.)"""
+        if self._costs_gen != self.gen:
+            self._costs_gen = self.gen
+            self._costs = self._pick_costs(self._cost_measures())
+        return dict(self._costs)
+
+    def _pick_costs(self, measures: dict[int, tuple[float, float | None]]) -> dict[int, float]:
+        """Each straggler's cost, by the measure of the two (``measures``: rank -> its self-time
+        lead and the comm one, None where not known) whose sum over the updates that had both
+        is the larger; sums kept for the stragglers of now only."""
+        sums = {rank: self._cost_sums.get(rank, (0.0, 0.0)) for rank in measures}
         out: dict[int, float] = {}
+        for rank, (by_self, by_comm) in measures.items():
+            if by_comm is not None:
+                s0, s1 = sums[rank]
+                sums[rank] = (s0 + by_self, s1 + by_comm)
+            picked = by_comm if by_comm is not None and sums[rank][1] > sums[rank][0] else by_self
+            # In whole milliseconds, as the hub says it: the alert's text changes when the figure
+            # does, not with every frame's smoothed figures (it re-fitted and repainted the
+            # alerts each frame).
+            out[rank] = round(max(0.0, picked), 3)
+        self._cost_sums = sums
+        return out
+
+    def _cost_measures(self) -> dict[int, tuple[float, float | None]]:
+        """Rank -> each straggler's two measures of the others' wait a step, now (see
+        straggler_costs)."""
+        out: dict[int, tuple[float, float | None]] = {}
         if not self.totals.status_counts.get(st.STRAGGLER):
             return out
         live = [e for e in self._ranks if e.status in _LIVE and e.self_s is not None]
@@ -751,10 +786,8 @@ class RowBuilder:
             else:
                 others_max = top[1].self_s if e is top[0] else top[0].self_s
                 others_comm = min((c for rank, c in comm.items() if rank != e.rank and c is not None), default=None)
-            # In whole milliseconds, as the hub says it: the alert's text changes when the figure
-            # does, not with every frame's smoothed figures (it re-fitted and repainted the
-            # alerts each frame).
-            out[e.rank] = round(straggler_cost_s(e.self_s, others_max, comm[e.rank], others_comm), 3)  # type: ignore[arg-type]
+            mine = comm[e.rank]
+            out[e.rank] = (e.self_s - others_max, others_comm - mine if mine is not None and others_comm is not None else None)  # type: ignore[operator]
         return out
 
     def _fill_deviation(self, live: list[_Rank]) -> None:

@@ -748,6 +748,31 @@ def test_a_stragglers_alert_counts_the_others_wait_after_its_first_collective():
     assert table.straggler_costs() == {1: pytest.approx(0.020)}
 
 
+def test_a_stragglers_live_cost_is_not_the_larger_of_two_noisy_measures_each_update():
+    # Review 292: a rank 31-33 ms slow read 36-42 ms live: each update said the larger of its
+    # self-time lead and the others' comm beyond its own, each noisy. Here the lead is 30 ms at
+    # every update and the comm measure 34 and 20 by turns: the lead is the larger over the
+    # updates, and said at each of them after the first.
+    st = RunState(run_id="r")
+    for r in range(2):
+        st.apply(schema.Hello(rank=r, world_size=2, node=0, host="h", strategy="ddp", t=1.0), 0)
+    st.apply(schema.Verdict(rank=1, verdict="straggler", cause="data", cost_s=0.030,
+                            message="rank 1 is a straggler (data): the others wait 30 ms a step for it"), 0)  # fmt: skip
+    table, said, step = RowBuilder(), [], 0
+    for update in range(8):
+        wait = 0.034 if update % 2 == 0 else 0.020
+        for _ in range(8):
+            step += 1
+            steps = [schema.Step(rank=r, step=step, loss=1.0, samples=8, step_s=0.06, self_s=(0.010, 0.040)[r],
+                                 comm_s=(0.005 + wait, 0.005)[r], t=1.0 + step) for r in range(2)]  # fmt: skip
+            for m in steps:
+                st.apply(m, 0)
+            st.commit_history(steps)
+        table.update(st)
+        said.append(table.straggler_costs()[1])
+    assert said == [pytest.approx(0.034)] + [pytest.approx(0.030)] * 7
+
+
 def test_two_stragglers_alike_slow_each_cost_the_others_wait_in_the_alerts():
     # Review 298: `simulate --straggler 3,40`: the grid marked both ▲ while the alert said
     # "the others no longer wait for it": each was charged its lead over the other straggler.
