@@ -537,3 +537,19 @@ async def test_slash_goes_to_a_rank_by_its_number():
         await pilot.press("slash", "7", "escape")  # never mind
         await pilot.pause()
         assert grid.cursor_rank == 5 and grid.has_focus
+
+
+async def test_slash_and_a_number_in_one_burst_go_to_the_rank():
+    # A paste, or a fast typist's `/37⏎`, reaches the app in one read: the keys after `/` went
+    # to the grid before `/` had opened the box (its enter opened rank 0's detail).
+    from textual import events
+
+    app = replay_running_app("run1024.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        grid = app.screen.query_one(RankGrid)
+        for key, char in (("slash", "/"), ("3", "3"), ("7", "7"), ("enter", "\r")):
+            app._driver.send_message(events.Key(key, char))
+        for _ in range(5):  # (the app idle: every key taken)
+            await pilot.pause()
+        assert grid.cursor_rank == 37 and grid.has_focus and isinstance(app.screen, DashboardScreen)

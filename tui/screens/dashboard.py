@@ -177,7 +177,10 @@ class DashboardScreen(Screen):
         Binding("s", "cycle_sort", "Sort", tooltip="Sort by rank, step time, self time, memory, status"),
         Binding("f", "toggle_flagged", "Flagged", tooltip="Show only flagged ranks, or all"),
         # (in the footer of none: ? lists it)
-        Binding("slash", "goto_rank", "Rank", key_display="/", show=False, tooltip="Go to a rank by its number"),
+        # (a priority binding: `/` opens the box before the app routes the keys after it, which
+        # went to the grid where they came in one read, a paste's `/37⏎`; check_action leaves `/`
+        # to an input box)
+        Binding("slash", "goto_rank", "Rank", key_display="/", show=False, priority=True, tooltip="Go to a rank by its number"),
         # Shown while the event log has the focus (tab), where the grid's keys are not: the
         # footer lost "⏎ Detail" and said nothing of the way back (tab, shift+tab or this).
         Binding("escape", "focus_grid", "Grid", key_display="esc/tab", tooltip="Back to the rank grid"),
@@ -638,6 +641,8 @@ class DashboardScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "focus_grid":
             return self.focused is not None and self.focused is not self.grid
+        if action == "goto_rank":
+            return not isinstance(self.focused, Input)
         return True
 
     def on_descendant_focus(self) -> None:
