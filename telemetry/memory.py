@@ -13,6 +13,7 @@ cheap) without torch.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -126,10 +127,11 @@ class MemoryAccountant:
             self._dtensor: type | None = DTensor
         except ImportError:  # torch built without distributed
             self._dtensor = None
-        from .modelfacts import dtensor_shards, fsdp1_flat_params
+        from .modelfacts import fsdp1_flat_params
 
-        seen: set[int] = set()
         self.params: list[Any] = []
+        """The parameters this rank holds and trains: the model's, and any other an optimizer
+        trains (a free-standing nn.Parameter, a layer added as it trains)."""
         self.params_full_bytes = 0
         flats = fsdp1_flat_params(model)
         self._flat: dict[int, tuple[int, int]] = {
@@ -141,16 +143,12 @@ class MemoryAccountant:
         self._flat_full = [_trainable(flat, full) for flat, full, _, _ in flats]
         """Each flat parameter's trainable elements, unsharded: what its gradients and optimizer
         state are of (LoRA's frozen weights share a flat parameter with trained ones)."""
-        self.shards = max((ways for *_, ways in flats), default=0)
+        self._flat_shards = max((ways for *_, ways in flats), default=0)
+        self.shards = 0
         """Ranks the sharded parameters are split over (the most any is: see Mem.shards)."""
-        for p in model.parameters():
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            self.params.append(p)
-            self.params_full_bytes += self._flat.get(id(p), (0, p.numel()))[1] * p.element_size()
-            self.shards = max(self.shards, dtensor_shards(p))
-        self.is_cuda = any(p.device.type == "cuda" for p in self.params)
+        self.is_cuda = False
+        self._model = weakref.ref(model)
+        self._list_params(model, ())
         self.full_every = max(1, full_every)
         ddps = () if ddp_module is None else ddp_module if isinstance(ddp_module, (list, tuple)) else (ddp_module,)
         self._ddps = [weakref.ref(d) for d in ddps]
@@ -161,6 +159,29 @@ class MemoryAccountant:
         """Per slot (see :meth:`measure`): its last count, the optimizers' state sizes then, and
         its calls since."""
         self._rss = _Rss()
+
+    def _list_params(self, model: Any, optimizers: Sequence[Any]) -> None:
+        """List the model's parameters and the ones ``optimizers`` train besides (a soft
+        prompt's or a learnt loss weight's nn.Parameter no module holds; the layers of a model
+        grown as it trains, put in a param group then): their params and grads read 2.0 MiB
+        beside 12.0 MiB of Adam state (review 299)."""
+        from .modelfacts import dtensor_shards
+
+        seen: set[int] = set()
+        params: list[Any] = []
+        full = 0
+        shards = self._flat_shards
+        flat = self._flat
+        groups = (p for opt in optimizers for group in getattr(opt, "param_groups", ()) for p in group["params"])
+        for p in itertools.chain(model.parameters() if model is not None else (), groups):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            params.append(p)
+            full += flat.get(id(p), (0, p.numel()))[1] * p.element_size()
+            shards = max(shards, dtensor_shards(p))
+        self.params, self.params_full_bytes, self.shards = params, full, shards
+        self.is_cuda = any(p.device.type == "cuda" for p in params)
 
     def buckets_bytes(self, grads_bytes: int) -> int:
         """DDP gradient-bucket bytes, summed over the model's DDP wrappers.
@@ -293,9 +314,14 @@ class MemoryAccountant:
         would carry whichever the recount fell on to both."""
         # (and the gradients held: a branch no longer used, an expert no token reached, layers
         # frozen as it trains have none now, and the count before held theirs for 50 calls)
-        sig = (*(len(opt.state) for opt in optimizers), sum(p.grad is not None for p in self.params))
+        # (and the parameters the optimizers train: a param group added as it trains)
+        trained = sum(len(group["params"]) for opt in optimizers for group in getattr(opt, "param_groups", ()))
+        sig = (*(len(opt.state) for opt in optimizers), trained, sum(p.grad is not None for p in self.params))
         held = self._slots.get(slot)
         if held is None or sig != held[1] or held[2] >= self.full_every:
+            # Listed again with each count: a model grown as it trains has new parameters.
+            self._list_params(self._model(), optimizers)
+            sig = (*sig[:-1], sum(p.grad is not None for p in self.params))
             held = (self.count(optimizers), sig, 0)
         last = held[0]
         self._slots[slot] = (last, sig, held[2] + 1)

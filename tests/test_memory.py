@@ -187,6 +187,39 @@ def test_gradients_no_longer_held_are_counted_gone_at_the_next_measure():
     assert grads == [both, both, alone, alone]
 
 
+def test_parameters_an_optimizer_trains_outside_the_model_or_added_later_are_counted():
+    # Review 299: a free-standing nn.Parameter in the optimizer (a soft prompt, a learnt loss
+    # weight), and layers added to the model as it trains with a param group of their own:
+    # their optimizer state was counted, their params and grads not ("params 2.0 MiB grads
+    # 2.0 MiB optim 12.0 MiB").
+    import torch
+
+    from pardash.telemetry.memory import MemoryAccountant
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32))
+    prompt = torch.nn.Parameter(torch.zeros(64, 16))
+    opt = torch.optim.Adam([*model.parameters(), prompt])
+    acct = MemoryAccountant(model)  # (recounting every 50 measures, as each rank does)
+
+    def step() -> object:
+        (model(torch.randn(2, 16) + prompt.sum()).sum()).backward()
+        opt.step()
+        mem = acct.measure([opt])
+        opt.zero_grad()
+        return mem
+
+    size = lambda ps: sum(p.numel() * 4 for p in ps)  # noqa: E731
+    mem = step()
+    want = size(model.parameters()) + size([prompt])
+    assert (mem.params_bytes, mem.grads_bytes, mem.params_full_bytes) == (want, want, want)
+    model.append(torch.nn.Linear(32, 128))
+    opt.add_param_group({"params": list(model[1].parameters())})
+    mem = step()
+    want += size(model[1].parameters())
+    assert (mem.params_bytes, mem.grads_bytes, mem.params_full_bytes, mem.grads_full_bytes) == (want, want, want, want)
+    assert mem.optim_bytes == 2 * want + 5 * 4  # Adam's two moments, and its five parameters' step counts
+
+
 def test_memory_module_does_not_import_torch():
     code = (
         "import sys, pardash.telemetry.memory as m;"
