@@ -255,6 +255,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """Metrics a script logged itself (``pt.log(grad_norm=...)``): each rank's first and last."""
     peak: dict[int, int] = {}
     peak_kind = ""
+    rss_peak: dict[int, int] = {}
+    """rank -> its process's RSS high-water mark (System.rss_peak_bytes)."""
     arrivals = StepWaits()
     timeline = Timeline()
     """The run in about ten parts of its steps, for ``timeline`` (telemetry/timeline.py)."""
@@ -427,11 +429,16 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 elif mem.rss_bytes is not None and peak_kind != "cuda":
                     peak_kind = "rss"
                     peak[msg.rank] = max(peak.get(msg.rank, 0), mem.rss_bytes)
-        elif isinstance(msg, schema.System) and msg.children_uss_bytes is not None:
-            # (a rank's DataLoader workers: their own memory, not in its RSS, review 277)
-            held = children.get(msg.rank)
-            if held is None or msg.children_uss_bytes > held[0]:
-                children[msg.rank] = (msg.children_uss_bytes, msg.children or 0)
+        elif isinstance(msg, schema.System):
+            if msg.children_uss_bytes is not None:
+                # (a rank's DataLoader workers: their own memory, not in its RSS, review 277)
+                held = children.get(msg.rank)
+                if held is None or msg.children_uss_bytes > held[0]:
+                    children[msg.rank] = (msg.children_uss_bytes, msg.children or 0)
+            if msg.rss_peak_bytes is not None:
+                # (its high-water mark: the RSS read after each step missed the peak within the
+                # steps, 1.0 GiB of an FSDP rank whose kernel said 1.12, review 299)
+                rss_peak[msg.rank] = max(rss_peak.get(msg.rank, 0), msg.rss_peak_bytes)
         elif isinstance(msg, schema.Verdict):
             ended = open_stalls.get(msg.rank)
             _fold_verdict(msg, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits)
@@ -523,6 +530,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # The run ended in it: never over but by the rank's exit (or the log's end), in the
         # job's last attempt (an attempt torchrun restarted the job from went on).
         ep["ended_run"] = ep.pop("attempt", 0) == last_attempt and not (ep["until"] or "").startswith(("resumed", "finished", "restarted"))
+    if rss_peak and peak_kind != "cuda":
+        peak_kind = "rss"
+        for rank, nbytes in rss_peak.items():
+            peak[rank] = max(peak.get(rank, 0), nbytes)
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
     cleared: dict[int, int] = {}  # a rank's last episode's clearing: the next one's streak begins after it
     spans = [(ep["rank"], ep["step"], ep["cleared_step"] or last_steps.get(ep["rank"], ep["step"])) for ep in stragglers if ep["step"] is not None]

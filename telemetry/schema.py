@@ -158,6 +158,10 @@ class System(Base, tag="system"):
     host_cpu_pct: float | None = None
     """The whole host's CPU busy, in % of all its cores (a noisy neighbour shows here)."""
     rss_bytes: int | None = None
+    rss_peak_bytes: int | None = None
+    """The most the process has held resident since it started (the kernel's high-water mark,
+    VmHWM): its peak, which the RSS read after each step misses (FSDP's all-gathered
+    parameters, the backward's activations). None: not known (not Linux, or an older rank)."""
     gpu_util_pct: float | None = None
     gpu_mem_used_bytes: int | None = None
     gpu_mem_total_bytes: int | None = None

@@ -62,6 +62,18 @@ class SystemSampler:
         """Resident set size of this process."""
         return self._proc.memory_info().rss
 
+    def rss_peak_bytes(self) -> int | None:
+        """The most this process has held resident (VmHWM, Linux; None elsewhere): 8-9% over the
+        largest RSS read after a step of an FSDP job on CPU (review 299)."""
+        try:
+            with open("/proc/self/status", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"VmHWM:"):
+                        return int(line.split()[1]) * 1024  # (in kB)
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
+
     def prime(self) -> None:
         """Start the CPU figures' clocks in the calling thread, the one that will sample: the
         first call of each answers 0.0, and psutil keeps the host's last reading per thread
@@ -78,6 +90,7 @@ class SystemSampler:
         if not primed:
             self._host_threads.add(threading.get_ident())
         msg = System(cpu_pct=self._proc.cpu_percent(None), host_cpu_pct=host if primed else None, rss_bytes=self.rss_bytes())
+        msg.rss_peak_bytes = self.rss_peak_bytes()
         self._sample_children(msg)
         nv, h = self._nvml, self._handle
         if nv is not None and h is not None:

@@ -97,3 +97,31 @@ def test_the_report_says_the_most_memory_a_ranks_workers_held_of_their_own(tmp_p
     assert (rep["memory"]["children_bytes_max"], rep["memory"]["children_max"]) == (830 << 20, 2)
     line = [" ".join(x.split()) for x in render_text(rep).splitlines() if "child processes" in x]
     assert line == ["child processes' own memory (DataLoader workers: not in the RSS), largest rank 830.0 MiB in 2 processes"], line
+
+
+def test_a_ranks_peak_rss_is_its_processes_high_water_mark_not_the_largest_after_a_step(tmp_path):
+    # Review 299: on CPU the report's "peak (process RSS)" was the largest RSS read after a
+    # step; an FSDP rank's all-gathers and activations within the steps took it higher (1.0 GiB
+    # read, the kernel's VmHWM 1.12 GiB).
+    from pardash.telemetry.report import build_report
+
+    sampler = SystemSampler()
+    before = sampler.sample()
+    block = b"x" * (64 << 20)  # written: resident, then given back
+    del block
+    after = sampler.sample()
+    assert before.rss_peak_bytes >= before.rss_bytes
+    assert after.rss_peak_bytes >= before.rss_bytes + (60 << 20) > after.rss_bytes
+    t = 1.0e9
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, strategy="ddp", t=t) for r in (0, 1)]
+    for s in range(1, 11):
+        for r in (0, 1):
+            records.append(schema.Step(run="r", rank=r, seq=2 * s - 1, step=s, step_s=0.02, samples=8, t=t + s,
+                                       mem=schema.Mem(params_bytes=1 << 20, rss_bytes=(300 + s) << 20)))  # fmt: skip
+            records.append(schema.System(run="r", rank=r, seq=2 * s, t=t + s, rss_bytes=300 << 20,
+                                         rss_peak_bytes=(400 + 10 * r) << 20))  # fmt: skip
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(b"".join(schema.encode_json(msgspec.structs.replace(m, hseq=i + 1)) + b"\n" for i, m in enumerate(records)))
+    rep = build_report(str(log))
+    assert [r["peak_bytes"] for r in rep["ranks"]] == [400 << 20, 410 << 20]
+    assert rep["memory"]["peak_kind"] == "rss" and rep["memory"]["peak_bytes_max"] == 410 << 20
