@@ -368,7 +368,7 @@ def test_a_step_held_for_its_logged_values_goes_out_when_the_rank_is_stopped(tmp
     got = sorted((m for m in msgs if isinstance(m, schema.Step)), key=lambda m: m.seq)
     assert [(m.step, (m.custom or {}).get("gnorm")) for m in got] == [(1, 0.0), (2, 1.0), (3, 2.0)]
     exits = [(m.code, m.message) for m in msgs if isinstance(m, schema.Event) and m.name == "exit"]
-    assert exits == [(-signal.SIGTERM, "stopped by you")]
+    assert exits == [(-signal.SIGTERM, "stopped by Ctrl-C at the launch")]
 
 
 def test_an_event_sent_after_the_optimizer_step_is_that_steps(hooked):

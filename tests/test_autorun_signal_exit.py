@@ -177,17 +177,17 @@ def test_a_stop_of_a_launch_whose_rank_exits_through_its_own_handler_is_stopped_
     assert "never stopped" not in proc.stderr + proc.stdout
     msgs = load_log(log)[0]
     exits = [m for m in msgs if isinstance(m, schema.Event) and m.name == "exit" and m.rank == 0]
-    assert [(e.code, e.seq, e.message) for e in exits] == [(-15, -1, "stopped by you")], exits
+    assert [(e.code, e.seq, e.message) for e in exits] == [(-15, -1, "stopped by Ctrl-C at the launch")], exits
     # As the stop began, the launcher said so (dated as the exit's note is: the stop's start):
     # the hub judges no stall of a rank that takes seconds to end (test_stopping.py).
     stopping = [m for m in msgs if isinstance(m, schema.Event) and m.name == "stopping"]
-    assert [(m.rank, m.seq, m.message, m.t) for m in stopping] == [(0, -1, "by you", exits[0].t)], stopping
-    assert "[stopping] rank 0 being stopped by you" in proc.stdout, proc.stdout[-2000:]
+    assert [(m.rank, m.seq, m.message, m.t) for m in stopping] == [(0, -1, "by Ctrl-C at the launch", exits[0].t)], stopping
+    assert "[stopping] rank 0 being stopped by Ctrl-C at the launch" in proc.stdout, proc.stdout[-2000:]
     rep = build_report(str(log))
     (row,) = rep["exits"]
     assert (row["code"], row["role"]) == (-15, "stopped")
     text = render_text(rep)
-    assert "rank 0 stopped by you (SIGTERM)" in text, text  # (a stop in the words of every output)
+    assert "rank 0 stopped by Ctrl-C at the launch (SIGTERM)" in text, text  # (a stop in the words of every output)
     assert "none with an error" not in text, text
 
 

@@ -93,7 +93,7 @@ def test_ctrl_c_during_a_strategy_prints_the_table_so_far_and_says_stopped_by_yo
     assert (result["code"], result["stopped"], result["stopper"]) == (130, True, "by you")
     exits = [json.loads(line) for line in open(log) if '"name":"exit"' in line]
     notes = [e for e in exits if e["seq"] == -1]  # the launcher's word, for a rank that said none
-    assert notes and all(e["message"] == "stopped by you" for e in notes), exits  # (what `pardash report` says of them)
+    assert notes and all(e["message"] == "stopped by Ctrl-C at the launch" for e in notes), exits  # (what `pardash report` says of them)
     # torchrun signals its ranks one by one: on a busy host the stalled rank 0 can be gone before
     # rank 1's SIGTERM comes, and rank 1's all-reduce, its socket closed, fails first; it says
     # that exit itself (code 1, no "stopped by you": a CI run found one). Said after the stop

@@ -295,7 +295,7 @@ def test_a_rank_that_exits_1_of_the_stops_sigterm_is_stopped_not_failed(tmp_path
     exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"]
     # The exit its stop led to is the stop: the launcher's note stands ("stopped by you"), not
     # the rank's own word of code 1 (which the hub would take over the note).
-    assert [(m.code, m.seq, m.message) for m in exits] == [(-15, -1, "stopped by you")], exits
+    assert [(m.code, m.seq, m.message) for m in exits] == [(-15, -1, "stopped by Ctrl-C at the launch")], exits
     assert "pardash: stopped by you (exit code 130); log " in err, err[-2000:]
 
 

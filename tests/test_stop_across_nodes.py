@@ -99,8 +99,9 @@ def _supervisor(tmp_path: Path, **spec: object) -> Supervisor:
 @pytest.mark.parametrize(
     "spec, signum, asked, said",
     [
-        # one node: as before
-        ({}, signal.SIGINT, False, "by you"),
+        # one node: at the launch (not "by you" to the people attached, review 300)
+        ({}, signal.SIGINT, False, "by Ctrl-C at the launch"),
+        ({"viewer_pid": 1, "output": "output.log"}, signal.SIGINT, False, "by the launch's viewer"),
         ({}, signal.SIGTERM, False, "by SIGTERM"),
         ({}, signal.SIGINT, True, "by a viewer (pardash attach, pid 7)"),
         # several: where, and by what
@@ -117,4 +118,4 @@ def test_the_stops_note_says_where_on_a_job_of_several_nodes(tmp_path, spec, sig
         (tmp_path / STOP_REQUEST).write_text(json.dumps({"by": "pardash attach, pid 7", "t": sup._stop_t}))
     assert sup._stop_note() == said.replace("HOST", socket.gethostname())
     # The launch's own last line (result.json's stopper) is read where the stop was made.
-    assert sup._stopper() == ("by you" if signum == signal.SIGINT and not asked else said.split(" on node ")[0])
+    assert sup._stopper() == ("by you" if signum == signal.SIGINT and not asked else said.split(" on node ")[0]), sup._stopper()

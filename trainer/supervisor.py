@@ -682,13 +682,17 @@ class Supervisor:
         node; on a job of several nodes, where it was done ('by Ctrl-C on node 1 (HOST)', 'by
         the viewer on node 0 (HOST)', 'by SIGTERM on node 1 (HOST)'). Each node's "by you" said
         to the people at the others that they had stopped it ("rank 1 was stopped by you first"
-        on node 0 of a Ctrl-C on node 1). The launch's own last line keeps "by you"
-        (result.json's ``stopper``): it is read where the stop was made."""
+        on node 0 of a Ctrl-C on node 1); on one node, 'by Ctrl-C at the launch' or 'by the
+        launch's viewer'. The launch's own last line keeps "by you" (result.json's
+        ``stopper``): it is read where the stop was made."""
         spec = self.spec
         who = self._stopper()
+        here = self._stopped_by == signal.SIGINT and who == stopper_text(signal.SIGINT)
         if spec.nnodes <= 1:
-            return who
-        if self._stopped_by == signal.SIGINT and who == stopper_text(signal.SIGINT):
+            # (nor to the people attached to a job of one node: "ranks 0-1 stopped by you" in
+            # their viewers, the log and its report, of a Ctrl-C at the launch, review 300)
+            return ("by the launch's viewer" if self._under_a_tui() else "by Ctrl-C at the launch") if here else who
+        if here:
             # A person's stop here: a Stop chosen in the launch's viewer (which has the
             # terminal and its Ctrl-C), else Ctrl-C at a headless launch.
             who = "by the viewer" if self._under_a_tui() else "by Ctrl-C"
