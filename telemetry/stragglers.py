@@ -53,7 +53,13 @@ from .state import RunState, median_small
 
 HOST_PERSIST = 3
 """A straggler found slowed by its busy host, or one of ranks that share a saturated host alike
-(see :func:`_takes_turns`), is named after this many times ``persist`` windows."""
+(see :func:`_takes_turns`), is named after this many times ``persist`` windows..."""
+
+HOST_PERSIST_S = 10.0
+"""...and no sooner than this many seconds of its flagged windows' steps (at the ranks' wall
+step time): at 10-15 ms a step, six windows were under a second, and ranks sharing a saturated
+host with other jobs took turns that lasted longer (review 300: 8 verdicts in 6 clean runs of 2
+ranks on 2 cores beside two test suites, most of them "compute")."""
 
 MAX_PENDING = 1000
 """Steps kept per rank waiting for the slowest rank to finish their window."""
@@ -214,6 +220,7 @@ class StragglerDetector:
         once the hub applies them: a pass that scores several windows must not say it twice)."""
         abs_s: float | None = None
         """The absolute bar: worked out once, by a pass that scores a window."""
+        wall_s: float | None = None
         while first + cfg.window - 1 <= reached:
             # Jump over windows nobody has data for (a rank that says it is at step 10**9
             # must not make the hub walk a hundred million empty windows).
@@ -229,15 +236,17 @@ class StragglerDetector:
                 wall = wall_step_s(state, live)
                 if wall is not None:
                     self._wall.append(wall)
-                abs_s = absolute_bar_s(cfg, statistics.median(self._wall) if self._wall else None)
-            out.extend(self._score(state, live, steps, said, abs_s))
+                wall_s = statistics.median(self._wall) if self._wall else None
+                abs_s = absolute_bar_s(cfg, wall_s)
+            out.extend(self._score(state, live, steps, said, abs_s, wall_s))
             first += cfg.window
         self._next_window = first
         return out
 
-    def _score(self, state: RunState, live: list[int], steps: range, said: dict[int, bool], abs_s: float) -> list[Verdict]:
-        """Score the window of ``steps`` for the live ranks against the absolute bar ``abs_s``,
-        and forget its steps."""
+    def _score(self, state: RunState, live: list[int], steps: range, said: dict[int, bool], abs_s: float,
+               wall_s: float | None = None) -> list[Verdict]:  # fmt: skip
+        """Score the window of ``steps`` for the live ranks against the absolute bar ``abs_s``
+        (``wall_s``: the ranks' wall step time, where known), and forget its steps."""
         cfg = self.cfg
         score: dict[int, float] = {}
         data: dict[int, float] = {}
@@ -281,8 +290,9 @@ class StragglerDetector:
                     v = self._verdict(state, r, m, base, others_max, data, calm_comm if len(calm_comm) > 1 else comm, steps)
                     # (a busy host's, or ranks' sharing a saturated host alike: their turns at
                     # the CPU change by the second; one that stays behind for HOST_PERSIST
-                    # times as long is named)
-                    if w.flagged >= cfg.persist * HOST_PERSIST or (v.cause != "host" and not _takes_turns(state, r, v.cause)):
+                    # times as long, and HOST_PERSIST_S, is named)
+                    patient = w.flagged >= cfg.persist * HOST_PERSIST and (wall_s is None or w.flagged * cfg.window * wall_s >= HOST_PERSIST_S)
+                    if patient or (v.cause != "host" and not _takes_turns(state, r, v.cause)):
                         out.append(v)
                         said[r] = True
             else:
@@ -561,7 +571,7 @@ def _takes_turns(state: RunState, r: int, cause: str) -> bool:
     for may then be the scheduler's pick of the moment, not any rank's work (a 2-rank job beside
     another on 2 cores named rank 0, then rank 1, then rank 0 again, a second or two each, as
     "compute", at 30% of a core each). Such a straggler is named after HOST_PERSIST times the
-    windows, for its phase (the CPU figures can't tell its turn from a rank slowed by its own
+    windows and HOST_PERSIST_S, for its phase (the CPU figures can't tell its turn from a rank slowed by its own
     sleep or I/O, which gets the same share). A rank that burns more CPU than the others
     computes more, and is named as soon as any."""
     if cause != "compute":
