@@ -188,6 +188,88 @@ def _ps_command(command: object) -> str:
     return shlex.join(words) if words else "-"
 
 
+PS_TRAINER = ["python", "-m", "pardash.trainer.train"]
+"""The bundled trainer's command, before its flags (supervisor.user_command)."""
+PS_TRAINER_SHORT = "trainer"
+"""What a terminal too narrow for a bundled trainer's whole command shows of PS_TRAINER."""
+PS_TRAINER_FIRST = ("--strategy", "--model")
+"""The bundled trainer's flags a narrow COMMAND shows first: what two runs of it differ in most."""
+
+
+def _cut(text: str, room: int) -> str:
+    """``text`` in ``room`` characters: cut with "…" where it would go on (as ps cuts its COMMAND)."""
+    return text if len(text) <= room else text[: max(room - 1, 0)] + "…"
+
+
+def _trainer_short(words: list[str]) -> list[str]:
+    """A bundled trainer's command as a narrow COMMAND shows it: ``trainer`` and its flags,
+    --strategy and --model first (``python -m pardash.trainer…`` told two runs of it apart by
+    nothing, review 300)."""
+    first: dict[str, list[str]] = {flag: [] for flag in PS_TRAINER_FIRST}
+    rest: list[str] = []
+    flags = words[len(PS_TRAINER) :]
+    i = 0
+    while i < len(flags):
+        word = flags[i]
+        name = word.split("=", 1)[0]
+        if word in first and i + 1 < len(flags):  # (--strategy fsdp)
+            first[word] += flags[i : i + 2]
+            i += 2
+            continue
+        (first[name] if name in first and "=" in word else rest).append(word)  # (--strategy=fsdp)
+        i += 1
+    return [PS_TRAINER_SHORT, *(w for flag in PS_TRAINER_FIRST for w in first[flag]), *rest]
+
+
+def _ps_command_cells(commands: list[object], room: int | None) -> list[str]:
+    """Each run's COMMAND cell in ``room`` characters (None: whole, for no terminal). Where a
+    command does not fit: the bundled trainer's reads ``trainer --strategy fsdp --model ...``
+    (:func:`_trainer_short`), and each is cut with "…"; two runs whose commands differ but whose
+    cells would read alike are shown from the words where they part ("…--lr 3e-4 --seed 2"):
+    two jobs of one script never look the same (at 80 columns both read `python -m
+    pardash.trainer…`, review 300)."""
+    import shlex
+
+    whole = [_ps_command(c) for c in commands]
+    if room is None:
+        return whole
+    words = [registry.command_words(c) or ["-"] for c in commands]
+    words = [_trainer_short(w) if w[: len(PS_TRAINER)] == PS_TRAINER and len(t) > room else w for w, t in zip(words, whole)]
+    cells = [_cut(shlex.join(w) if w != ["-"] else "-", room) for w in words]
+
+    def alike(i: int) -> list[int]:  # (the others whose cell reads as this one's, their command another)
+        return [j for j in range(len(cells)) if j != i and cells[j] == cells[i] and whole[j] != whole[i]]
+
+    parted = list(cells)
+    for i in range(len(cells)):
+        if others := alike(i):
+            common = max(_common_words(words[i], words[j]) for j in others)
+            if 0 < common < len(words[i]) and words[i][common - 1].startswith("-") and not words[i][common].startswith("-"):
+                common -= 1  # (from the flag whose value differs: "--lr 3", not "3")
+            # The program before it where there is room ("python train.py …--lr 3e-4")
+            w = words[i]
+            program = 3 if w[:2] == ["python", "-m"] else 2 if w[0] == "python" else 1
+            tail = "…" + shlex.join(w[common:])
+            with_program = f"{shlex.join(w[:program])} {tail}"
+            parted[i] = with_program if program <= common and len(with_program) <= room else _cut(tail, room)
+    cells = parted
+    # (they part within a word too long to show: its end)
+    ends = [i for i in range(len(cells)) if alike(i)]
+    for i in ends:
+        cells[i] = "…" + whole[i][-(room - 1) :] if room > 1 else whole[i][:room]
+    return cells
+
+
+def _common_words(a: list[str], b: list[str]) -> int:
+    """How many words ``a`` and ``b`` begin with alike."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _terminal_width() -> int:
     """The columns `ps` may fill in its terminal: $COLUMNS where set (as ps takes it), else the
     terminal's width; 0 (no limit) when its output goes to no terminal (a pipe, a file), as ps
@@ -251,14 +333,16 @@ def cmd_ps(ns: argparse.Namespace) -> int:
     # 80 columns each took two lines, the columns before COMMAND 101 characters of fixed widths),
     # and a note says which; `ps --json` or a pipe has them all.
     shown, room = _ps_layout(widths, widths["COMMAND"], width)
+    # As ps cuts its COMMAND to the terminal (its whole line where COLUMNS or no terminal says
+    # no width): "…" says there is more; two runs never read alike where their commands differ.
+    for row, cell in zip(rows, _ps_command_cells([e.get("command") for e in runs], room if width else None)):
+        row["COMMAND"] = cell
     for row in [dict(zip(PS_COLUMNS, PS_COLUMNS)), *rows]:
         line = []
         for c in shown:
             cell = row[c]
             if c == "COMMAND":
-                # As ps cuts its COMMAND to the terminal (its whole line where COLUMNS or no
-                # terminal says no width): "…" says there is more.
-                line.append(cell if len(cell) <= room else cell[: room - 1] + "…")
+                line.append(_cut(cell, room))
             else:
                 line.append(f"{cell:>{widths[c]}}" if c in PS_RIGHT else f"{cell:{widths[c]}}")
         print(" ".join(line).rstrip())
@@ -326,20 +410,75 @@ def stop_unsupervised_job(entry: dict, supervisor: int, run_id: str, curve_dir: 
     return left
 
 
-def _ask_to_stop(run_dir: str) -> None:
+def _ask_to_stop(run_dir: str, since: float = 0.0) -> str:
     """Leave in the run folder whose Stop this is (supervisor.STOP_REQUEST), for the launch to
-    say; nothing where it cannot be written (the stop is the same, said "by you")."""
+    say; nothing where it cannot be written (the stop is the same, said "by you"). A request
+    another viewer left there since ``since`` (its supervisor's start) is left as it is, and
+    its words returned ("pardash attach, pid N"): that viewer's Stop came first (two at once
+    both said "stopped run X", the second's note in place of the first's); '' otherwise."""
     if not run_dir:
-        return
+        return ""
     from pardash.trainer.supervisor import STOP_REQUEST
 
     path = os.path.join(run_dir, STOP_REQUEST)
+    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(path + ".tmp", "w") as fh:
+        with open(tmp, "w") as fh:
             json.dump({"by": f"pardash attach, pid {os.getpid()}", "t": time.time()}, fh)
-        os.replace(path + ".tmp", path)
+        try:
+            os.link(tmp, path)  # (taken only where there is none: one request, the first)
+        except FileExistsError:
+            try:
+                with open(path) as fh:
+                    asked = json.load(fh)
+                by, t = asked["by"], float(asked["t"])
+                if isinstance(by, str) and by and t >= since - registry.CREATED_SLACK_S:
+                    return by
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            os.replace(tmp, path)  # (one of a job before, in the same folder: not this job's)
+        except OSError:  # (a file system without links)
+            os.replace(tmp, path)
     except OSError:
         pass
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    return ""
+
+
+def _stop_supervised(run: str, entry: dict, supervisor: int) -> int:
+    """An attached viewer's Stop of a launched job whose supervisor lives: its request left in
+    the run folder, SIGINT to the supervisor, then its end waited for (JOB_STOP_WAIT_S); said
+    in words as another viewer's where that one's Stop came first."""
+    import psutil
+
+    try:
+        since = psutil.Process(supervisor).create_time()
+    except psutil.Error:
+        since = 0.0
+    first = _ask_to_stop(str(entry.get("run_dir") or ""), since)
+    if first:
+        print(f"{PROG}: run {run} is being stopped already, by another viewer ({first}); waiting for it to end...", flush=True)
+    else:
+        print(f"{PROG}: stopping run {run}...", flush=True)
+    try:
+        # SIGINT: a person's stop, as the launch's own Ctrl-C (its exit code 130); SIGTERM
+        # would say it was killed (143). Sent after another's Stop too (a second is nothing to
+        # the supervisor): that viewer may have gone before its signal.
+        os.kill(supervisor, signal.SIGINT)
+    except ProcessLookupError:
+        pass
+    end = time.monotonic() + JOB_STOP_WAIT_S
+    while registry.pid_alive(supervisor) and time.monotonic() < end:
+        time.sleep(0.2)
+    if registry.pid_alive(supervisor):
+        fail(f"run {run} did not stop within {JOB_STOP_WAIT_S:.0f} s; its supervisor is pid {supervisor}", 1)
+    said = f"run {run} stopped, by another viewer ({first})" if first else f"stopped run {run}"
+    print(f"{PROG}: {said}; log {entry.get('log', '')}")
+    return 0
 
 
 def _run_tui(source, *, title: str, notice: str = "", runs_dir: str = "runs") -> int:
@@ -352,9 +491,18 @@ def _run_tui(source, *, title: str, notice: str = "", runs_dir: str = "runs") ->
 
 def cmd_attach(ns: argparse.Namespace) -> int:
     from pardash.record import run_over_or
-    from pardash.telemetry.client import AttachError, HubClient
+    from pardash.telemetry.client import AttachError, HubClient, hub_address
 
     _check_target(ns.target)
+    given = ns.target
+    if _names_a_path(ns.target):
+        # A live run's log or run folder, as report, replay and export take them (it said "no
+        # live run '/path/job1.jsonl'" of a log `pardash ps` listed as running, review 300)
+        ns.target = _live_run_of(ns.target)
+    elif ns.wait and hub_address(ns.target):
+        _wait_for_hub(ns)
+    elif ns.wait:
+        ns.target = _wait_for_run(ns)
     try:
         client = HubClient.attach(ns.target, curve=ns.curve_dir)
     except AttachError as exc:
@@ -368,7 +516,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     # viewer watched the newest with nothing said of the first). Others whose job ended (a
     # launch's TUI left open keeps its hub, and so its entry, up: `pardash ps` says "ended")
     # are not live runs: "the newest of 3 live runs" counted one such.
-    others = 0 if ns.target else sum(
+    others = 0 if given else sum(
         1 for e in registry.live_runs(prune=False) if e["run_id"] != run and registry.job_result(e) is None
     )
     newest = f", the newest of {others + 1} live runs (`pardash ps` lists them; `pardash attach RUN_ID` picks one)" if others > 0 else ""
@@ -377,7 +525,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         from pardash.telemetry.printer import ProgressPrinter, follow_attached, run_over
 
         try:
-            if run and run != ns.target:  # (the one live run, the one a prefix named, or the one at an address)
+            if run and run != given:  # (the one live run, the one a prefix, log or folder named, or the one at an address)
                 print(f"{PROG}: watching run {run}{newest}", flush=True)
             print(follow_attached(ProgressPrinter(client, every_s=ns.every, joined=True), client), flush=True)
         except KeyboardInterrupt:
@@ -391,16 +539,11 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         st = client.state
         ended_well = run_over(st) and failure_summary(st) is None and all(r.exit_code in (None, 0) for r in st.ranks.values())
         return 0 if ended_well else 1
-    # A job `pardash launch` started can be stopped from any viewer, as from the one that
-    # launched it (which may have detached): its supervisor is in the registry.
-    entry = getattr(client, "info", {})  # the registry's entry of a run attached by id
-    supervisor = int(entry.get("supervisor_pid") or 0)
-    from pardash.trainer.jobprocs import job_processes, supervisor_alive
+    entry, supervisor = _job_to_stop(client, ns, run)
+    from pardash.trainer.jobprocs import supervisor_alive
     from pardash.tui.app import make_app
 
     run_id = str(entry.get("run_id") or client.run_id or "")
-    if supervisor and not supervisor_alive(supervisor, run_id) and not job_processes(supervisor, run_id):
-        supervisor = 0  # its job is over (or runs elsewhere): nothing here to stop
     app = make_app(client, launched=bool(supervisor), title=f"pardash attach {run or ns.target or ''}", attached=True,
                    notice=f"watching run {run}{newest}" if newest else "", come_back=_attach_again(client, ns))  # fmt: skip
     choice = app.run()
@@ -408,31 +551,180 @@ def cmd_attach(ns: argparse.Namespace) -> int:
         # Its supervisor was killed outright (SIGKILL, the OOM killer): the ranks trained on,
         # and a SIGINT to its pid reached nothing, or another program given that pid since,
         # while this said "stopped". Stopped from here as the supervisor would have.
-        print(f"{PROG}: stopping run {client.run_id} (its supervisor is gone: torchrun gets SIGTERM from here)...", flush=True)
+        print(f"{PROG}: stopping run {run_id} (its supervisor is gone: torchrun gets SIGTERM from here)...", flush=True)
         left = stop_unsupervised_job(entry, supervisor, run_id, ns.curve_dir)
-        print(f"{PROG}: stopped run {client.run_id}" if left else f"{PROG}: run {client.run_id} had ended", end="")
+        print(f"{PROG}: stopped run {run_id}" if left else f"{PROG}: run {run_id} had ended", end="")
         print(f"; log {entry.get('log', '')}")
     elif choice == "stop" and supervisor:
-        print(f"{PROG}: stopping run {client.run_id}...", flush=True)
-        _ask_to_stop(str(entry.get("run_dir") or ""))
-        try:
-            # SIGINT: a person's stop, as the launch's own Ctrl-C (its exit code 130); SIGTERM
-            # would say it was killed (143).
-            os.kill(supervisor, signal.SIGINT)
-        except ProcessLookupError:
-            pass
-        end = time.monotonic() + JOB_STOP_WAIT_S
-        while registry.pid_alive(supervisor) and time.monotonic() < end:
-            time.sleep(0.2)
-        if registry.pid_alive(supervisor):
-            fail(f"run {client.run_id} did not stop within {JOB_STOP_WAIT_S:.0f} s; its supervisor is pid {supervisor}", 1)
-        print(f"{PROG}: stopped run {client.run_id}; log {entry.get('log', '')}")
+        return _stop_supervised(run_id, entry, supervisor)
     elif not app.return_code:
         from pardash.telemetry.printer import run_over
 
         if client.snapshots and not run_over(client.state):  # (a viewer that never had a snapshot saw no run)
             print(f"{PROG}: stopped watching; the run goes on (`{_attach_again(client, ns)}` watches it again)")
     return app.return_code or 0
+
+
+def _job_to_stop(client, ns: argparse.Namespace, run: str) -> tuple[dict, int]:
+    """The registry entry of the run an attached TUI watches, and its launch's supervisor (0:
+    none here to stop, and the quit dialog offers no Stop). A job `pardash launch` started can be
+    stopped from any viewer on its machine, as from the one that launched it (which may have
+    detached): attached by id, log or folder, its entry is the registry's; by the hub's address,
+    the run its hub names is looked up there (it offered no Stop, where an attach by id did:
+    "stopped watching; the run goes on", review 300)."""
+    from pardash.telemetry.client import hub_address
+    from pardash.trainer.jobprocs import job_processes, supervisor_alive
+
+    entry = getattr(client, "info", {}) or {}
+    if not entry.get("supervisor_pid") and (address := hub_address(ns.target)):
+        entry = registry.serving_here(run, address) or entry
+    supervisor = int(entry.get("supervisor_pid") or 0)
+    run_id = str(entry.get("run_id") or client.run_id or "")
+    if supervisor and not supervisor_alive(supervisor, run_id) and not job_processes(supervisor, run_id):
+        supervisor = 0  # its job is over (or runs elsewhere): nothing here to stop
+    return entry, supervisor
+
+
+def _names_a_path(target: str | None) -> bool:
+    """Whether an attach's ``target`` names a file or a folder (a run's log or its folder), not
+    a run id or a hub's address: it holds a '/', ends as a log's name does, or is there."""
+    from pardash.telemetry.client import hub_address
+
+    if not target or hub_address(target):
+        return False
+    return os.sep in target or target.endswith((".jsonl", ".jsonl.gz")) or os.path.exists(target)
+
+
+def _live_run_of(path: str) -> str:
+    """The id of the live run whose log, or run folder, ``path`` is (registry.serving); where
+    none is, fails in one line that says how its record is read instead (exit 2)."""
+    if why := registry.unusable():
+        fail(f"{path}: cannot tell which live run records it: {why}")
+    if not os.path.exists(path):
+        fail(f"{path}: no such log or run folder (attach takes a live run's id, log or folder, or a hub's tcp://HOST:PORT; "
+             f"`{PROG} ps` lists the live runs)")  # fmt: skip
+    found = registry.serving(path)
+    if found is not None:
+        return str(found["run_id"])
+    there = shlex.quote(path)
+    what = "run folder" if os.path.isdir(path) else "log"
+    if what == "run folder":
+        from pardash.recorded import run_folder_log
+
+        if run_folder_log(path) is None:
+            fail(f"{path}: no live run of yours records its log here, and it holds no run's log (a run's folder holds its "
+                 f"telemetry.jsonl; `{PROG} ps` lists the live runs)")  # fmt: skip
+    fail(f"{path}: no live run of yours records this {what} (its run is over, or its hub runs on another machine): "
+         f"`{PROG} replay {there}` shows it, `{PROG} report {there}` sums it up")  # fmt: skip
+
+
+WAIT_LOOK_S = 0.2
+"""How often `attach --wait` looks in the registry for the run it waits for."""
+
+
+class _StopWaiting(Exception):
+    """A signal (SIGINT, SIGTERM) that ended `attach --wait`'s wait."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stoppable_wait(wait, what: str):
+    """``wait()``, with SIGINT and SIGTERM ending it in one line, as `record`'s wait for a run
+    ends ("stopped before the run appeared", 128 + the signal's number), not in a
+    KeyboardInterrupt's silence or a traceback."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise _StopWaiting(signum)
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return wait()
+    except (_StopWaiting, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, _StopWaiting) else signal.SIGINT
+        print(f"{PROG} attach: stopped before {what}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum) from None
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _wait_for_run(ns: argparse.Namespace) -> str:
+    """``attach --wait``: the id of the run to attach to once it is live: one whose id begins
+    ``ns.target``, or, with none named, the first run to start after this command did (a viewer
+    started before its job); said once on stderr as it begins to wait. What waiting cannot mend
+    is said at once, in one line: an id several live runs begin, a run that is over, a
+    registry that cannot be read."""
+    from pardash.record import run_over_or
+    from pardash.telemetry.client import AttachError, resolve
+
+    if why := registry.unusable():
+        fail(why)
+    before = set() if ns.target else {e["run_id"] for e in registry.live_runs(prune=False)}
+    said = [False]
+
+    def wait() -> str:
+        while True:
+            if ns.target:
+                try:
+                    return str(resolve(ns.target)["run_id"])
+                except AttachError as exc:
+                    why = str(exc)
+                if "begins" in why:
+                    fail(why)
+                if not said[0] and (over := run_over_or(ns.target, why, ns.runs_dir)) != why:
+                    fail(over)
+            else:
+                new = [e for e in registry.live_runs() if e["run_id"] not in before]
+                if new:
+                    return str(new[0]["run_id"])
+            if not said[0]:
+                said[0] = True
+                what = f"run {ns.target} to appear" if ns.target else "a new run to appear" if before else "a live run to appear"
+                if before:  # (a viewer started before its job watches that job, not one live before it)
+                    what += f" ({len(before)} live already: `{PROG} attach` without --wait watches the newest)"
+                print(f"{PROG} attach: waiting for {what}...", file=sys.stderr, flush=True)
+            time.sleep(WAIT_LOOK_S)
+
+    return _stoppable_wait(wait, "the run appeared")
+
+
+def _wait_for_hub(ns: argparse.Namespace) -> None:
+    """``attach --wait tcp://HOST:PORT``: returns once something listens on the hub's snapshot
+    port (then the viewer connects as ever), said once on stderr as it begins to wait. Looked
+    for with a plain TCP connection every WAIT_LOOK_S, not the viewer's sockets: ZeroMQ's
+    reconnecting every 0.1 s to a port of this machine where nothing listens ends, in time, in
+    a connection to itself (the port is in the range the system picks a connection's own port
+    from) that holds the port, and the hub started then could not bind it (seen)."""
+    from pardash.telemetry.client import AttachError, hub_address, resolve
+
+    try:
+        host, _, port = resolve(hub_address(ns.target))["snapshot"].removeprefix("tcp://").rpartition(":")
+    except AttachError as exc:
+        fail(str(exc))
+    if _listens(host, int(port)):
+        return
+    ns.said_waiting = True
+    print(f"{PROG} attach: waiting for the hub at {hub_address(ns.target)} to answer...", file=sys.stderr, flush=True)
+
+    def wait() -> None:
+        while not _listens(host, int(port)):
+            time.sleep(WAIT_LOOK_S)
+
+    _stoppable_wait(wait, "the hub answered")
+
+
+def _listens(host: str, port: int) -> bool:
+    """Whether something takes TCP connections at ``host``:``port`` (a connection that reached
+    only itself is none: see _wait_for_hub)."""
+    import socket
+
+    try:
+        with socket.create_connection((host.strip("[]"), port), timeout=1.0) as sock:
+            return sock.getsockname()[:2] != sock.getpeername()[:2]
+    except OSError:
+        return False
 
 
 ATTACH_WAIT_S = 5.0
@@ -450,6 +742,26 @@ def _synced_or_fail(client, ns: argparse.Namespace, *, say_connecting: bool) -> 
 
     if client.wait_synced(min(CONNECTING_SAY_S, ATTACH_WAIT_S)):
         return
+    if getattr(ns, "wait", False) and hub_address(ns.target) and not client.refused:
+        # `attach --wait tcp://...`: a viewer started before its hub waits for it to answer
+        # (it said "nothing answers" after 5 s); a hub that refuses this viewer is said at once.
+        if not getattr(ns, "said_waiting", False):
+            print(f"{PROG} attach: waiting for the hub at {hub_address(ns.target)} to answer...", file=sys.stderr, flush=True)
+
+        def answered() -> bool:
+            while not client.refused:
+                if client.wait_synced(1.0):
+                    return True
+            return False
+
+        try:
+            if _stoppable_wait(answered, "the hub answered"):
+                return
+        except SystemExit:
+            client.close()
+            raise
+        client.close()
+        fail(unanswered(ns.target, client.run_id, client.snapshot_endpoint, client))
     if say_connecting:
         print(f"{PROG}: connecting to {hub_address(ns.target) or client.snapshot_endpoint}...", file=sys.stderr, flush=True)
     if client.wait_synced(max(0.0, ATTACH_WAIT_S - CONNECTING_SAY_S)):

@@ -182,10 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
         "attach",
         help="open the TUI on a running job",
         description="Open the TUI (or, with --headless or without a terminal, progress lines) on a live run: the "
-        "newest, one named by its run id (`pardash ps`), or a hub at tcp://HOST:PORT. A job `pardash launch` "
-        "started can be stopped from here (q, then s).",
+        "newest, one named by its run id (`pardash ps`), its log or its folder, or a hub at tcp://HOST:PORT. A job `pardash launch` "
+        "started can be stopped from here (q, then s), on its machine.",
     )
-    a.add_argument("target", nargs="?", default=None, help="run id (prefix) or tcp://HOST:PORT of a hub's ingest (default: the newest live run)")
+    a.add_argument("target", nargs="?", default=None, help="run id (prefix), a live run's log or folder, or tcp://HOST:PORT of a hub's ingest (default: the newest live run)")
+    a.add_argument("--wait", action="store_true", help="wait for the run to appear (with no run named: a run started after this), or for the hub at "
+                   "tcp://HOST:PORT to answer, until Ctrl-C: a viewer started before its job")  # fmt: skip
     a.add_argument("--headless", action="store_true", help="print progress lines instead of the TUI")
     a.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between progress lines (default 5)")
     a.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`, for a hub that admits only viewers with an authorised key (default $PARDASH_CURVE_DIR)")

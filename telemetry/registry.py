@@ -264,22 +264,32 @@ def reachable(endpoint: str) -> str:
     return endpoint
 
 
-def why_none_listed(run_id: str = "") -> str:
-    """Why this user is shown no live run (``run_id``: none of that id), where the registry says
-    more than that none runs: its folder cannot be made (a read-only or missing HOME: runs
-    launched so are not listed either), or the runs there are other users' (each sees only
-    their own); '' otherwise. A second user read "no live runs" of another's, and a read-only
-    HOME the same with no word why (review 279)."""
+def unusable() -> str:
+    """Why no run can ever be listed in this user's registry, in one line: its folder cannot be
+    read, or cannot be made (a read-only or missing HOME: runs launched so are not listed
+    either); '' where it can (a wait for a run to appear there may end)."""
     d = registry_dir()
     try:
         made = d.is_dir()
         there = None if made else next((p for p in d.absolute().parents if p.exists()), None)
     except OSError as exc:  # (a folder on the way this user may not enter)
         return f"the run registry {d} cannot be read ({exc.strerror or exc}): set PARDASH_REGISTRY_DIR to a folder of yours"
-    if not made:
-        if there is not None and (not there.is_dir() or not os.access(there, os.W_OK | os.X_OK)):
-            return (f"the run registry {d} cannot be made ({there} is not a writable folder), so runs launched here are not "
-                    "listed either: set PARDASH_REGISTRY_DIR to a writable folder, or attach with the tcp://HOST:PORT a hub prints")
+    if not made and there is not None and (not there.is_dir() or not os.access(there, os.W_OK | os.X_OK)):
+        return (f"the run registry {d} cannot be made ({there} is not a writable folder), so runs launched here are not "
+                "listed either: set PARDASH_REGISTRY_DIR to a writable folder, or attach with the tcp://HOST:PORT a hub prints")
+    return ""
+
+
+def why_none_listed(run_id: str = "") -> str:
+    """Why this user is shown no live run (``run_id``: none of that id), where the registry says
+    more than that none runs: its folder cannot be made (a read-only or missing HOME: runs
+    launched so are not listed either), or the runs there are other users' (each sees only
+    their own); '' otherwise. A second user read "no live runs" of another's, and a read-only
+    HOME the same with no word why (review 279)."""
+    if why := unusable():
+        return why
+    d = registry_dir()
+    if not d.is_dir():
         return ""
     theirs = []
     for path in d.glob("*.json"):
@@ -355,6 +365,56 @@ def same_file(a: object, b: str) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def serving(path: str) -> dict | None:
+    """The live run (a hub alive on this machine, of this user's) whose log is the file
+    ``path`` (its path or another path to it), or whose run folder, or its log's folder, is the
+    folder ``path``: what `pardash attach` takes a log or a run folder for, as report, replay
+    and export take them. A launch's TUI left open keeps its hub, and so its run, up after the
+    job ended: it is served still (an attach by its id shows it too). None where none is."""
+    folder = os.path.isdir(path)
+    for e in live_runs(prune=False):
+        log = e.get("log")
+        log = None if log == os.devnull else log  # (a simulate's that keeps none)
+        if folder:
+            if same_file(e.get("run_dir"), path) or (isinstance(log, str) and log and same_file(os.path.dirname(log), path)):
+                return e
+        elif same_file(log, path):
+            return e
+    return None
+
+
+def serving_here(run_id: str, address: str) -> dict | None:
+    """The live entry of run ``run_id`` whose hub takes ranks at ``address`` (tcp://HOST:PORT
+    of its ingest, as a viewer attached by address was given it), when HOST is this machine:
+    the job's own entry (its supervisor, run folder and log), which an attach by id reads. None
+    for a hub elsewhere (a run of the same id on another machine is another job), a port that
+    is not this run's hub's, or a run not listed here."""
+    if not run_id:
+        return None
+    e = entry(run_id)
+    if e is None or not _usable(e) or not hub_alive(e):
+        return None
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    _, _, own_port = str(e["ingest"]).rpartition(":")
+    if not port or port != own_port or not _this_machine(host.strip("[]")):
+        return None
+    return e
+
+
+def _this_machine(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is one of this machine's addresses."""
+    import psutil
+
+    if host in ("localhost", socket.gethostname()):
+        return True
+    try:
+        wanted = {ai[4][0] for ai in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return False
+    own = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return any(a.startswith("127.") or a == "::1" or a in own for a in wanted)
 
 
 def find(run_id: str | None = None) -> dict | None:
