@@ -220,6 +220,27 @@ def _trainer_flags_given(cfg) -> list[str]:
     return [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(default, f.name)]
 
 
+def _say_where_to_attach(spec, ingest: str) -> None:
+    """Where a hub bound beyond loopback is reached from other machines, and, without keys, that
+    anyone who reaches it may: a hub at 192.0.2.2 said neither, and a teammate had to find its
+    port with `pardash ps` on the job's machine (review 300)."""
+    from pardash.telemetry import security
+
+    bind = spec.telemetry_bind
+    if spec.remote_hub or not ingest or security.is_loopback(bind):
+        return
+    import socket
+
+    host = socket.gethostname() if bind in ("0.0.0.0", "*", "::", "") else bind
+    target = f"tcp://{host}:{ingest.rsplit(':', 1)[1]}"
+    if spec.curve_dir:
+        print(f"{PROG}: viewers on other machines: `pardash attach {target} --curve-dir DIR`, DIR a viewer's keys "
+              "(`pardash keys --viewer NAME` makes them)", flush=True)  # fmt: skip
+    else:
+        print(f"{PROG}: the hub listens on {target} without keys (--insecure): anyone who reaches it can read the run "
+              f"and send it records; viewers on other machines: `pardash attach {target}`", file=sys.stderr, flush=True)  # fmt: skip
+
+
 def _check_security(bind: str, curve_dir: str | None, insecure: bool, *, hub: bool) -> str:
     """The absolute key folder to use ('' for none), after checking that a hub may bind
     ``bind`` and that the keys it and the ranks need are there; fails with one line."""
@@ -323,6 +344,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         signal.signal(sig, on_sigterm_started)
     if job.endpoints.get("metrics"):
         print(f"{PROG}: Prometheus metrics on {job.endpoints['metrics']}", flush=True)
+    _say_where_to_attach(spec, job.endpoints.get("ingest", ""))
     rendezvous = ""
     if spec.nnodes > 1:
         others = "--node-rank 1 on the other" if spec.nnodes == 2 else f"--node-rank 1..{spec.nnodes - 1} on the others"

@@ -1015,3 +1015,21 @@ def test_a_headless_attach_the_hub_refuses_says_why(curve_hub, keys, tmp_path, c
     assert code == 2
     err = capsys.readouterr().err
     assert "refuses this viewer: it does not admit this viewer's client key" in err, err
+
+
+def test_a_launch_beyond_loopback_says_where_to_attach_and_that_it_takes_no_keys(tmp_path):
+    # Review 300: a hub at 192.0.2.2 under --insecure said neither that anyone who reaches it
+    # may read the run, nor where a teammate attaches (its port was found with `pardash ps`).
+    addr = _own_address()
+    if addr is None:
+        pytest.skip("this machine has no address beyond loopback")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--headless", "--strategy", "single", "--steps", "1",
+         "--telemetry-addr", addr, "--insecure", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120, env=pardash_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [line for line in proc.stderr.splitlines() if "without keys" in line]
+    assert len(said) == 1 and f"the hub listens on tcp://{addr}:" in said[0], proc.stderr[-2000:]
+    port = said[0].split(f"tcp://{addr}:")[1].split()[0]
+    assert f"`pardash attach tcp://{addr}:{port}`" in said[0] and "anyone who reaches it can read the run" in said[0]
