@@ -398,7 +398,7 @@ def stop_unsupervised_job(entry: dict, supervisor: int, run_id: str, curve_dir: 
     from pardash.trainer.launcher import lost_supervisor_result, write_result
 
     left = stop_unsupervised(supervisor, run_id, hub_pid=int(entry.get("pid") or 0), ingest=str(entry.get("ingest") or ""),
-                             curve_dir=curve_dir)  # fmt: skip
+                             curve_dir=curve_dir, who=f"by a viewer (pardash attach, pid {os.getpid()})")  # fmt: skip
     if left and entry.get("run_dir"):
         result = lost_supervisor_result(run_id, 130, str(entry.get("log") or ""), gone="gone before the job was stopped",
                                         stopped_by=signal.SIGINT, command=entry.get("command"), cwd=entry.get("cwd"))  # fmt: skip

@@ -1003,9 +1003,12 @@ def _stop_unsupervised(job, sig: int, client) -> int:
     spec = job.spec
     print(f"{PROG}: stopping the job (its supervisor is gone: torchrun gets SIGTERM from here)...", file=sys.stderr, flush=True)
     hub = (_own_hub_entry(spec) or {}).get("pid") or job.endpoints.get("pid") or 0
+    # (in the words the supervisor would have said it in to the viewers attached, the log and its
+    # report: not "by you", of a stop they had not made)
+    who = ("by the launch's viewer" if getattr(spec, "viewer_pid", 0) else "by Ctrl-C at the launch") if sig == signal.SIGINT else f"by {signal.Signals(sig).name}"
     try:
         found = stop_unsupervised(job.supervisor.pid, spec.run_id, hub_pid=int(hub), ingest=job.endpoints.get("ingest", ""),
-                                  curve_dir=spec.curve_dir, who="by you" if sig == signal.SIGINT else f"by {signal.Signals(sig).name}")  # fmt: skip
+                                  curve_dir=spec.curve_dir, who=who)  # fmt: skip
     except KeyboardInterrupt:
         print(f"{PROG}: not waiting for the job to stop; log {_log_of(spec)}", file=sys.stderr, flush=True)
         return 128 + sig

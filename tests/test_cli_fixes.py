@@ -359,22 +359,35 @@ def test_a_job_stopped_from_attach_without_its_supervisor_gets_its_result_file(t
     from pardash import cli
     from pardash.trainer.jobprocs import SUPERVISOR_VAR
 
+    import zmq
+
+    from pardash.telemetry import schema
+
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a supervisor pid that runs no more
     run_id = "20261205-000000-cafe"
-    env = {**os.environ, SUPERVISOR_VAR: str(gone.pid), "PARDASH_RUN_ID": run_id}
-    job = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)  # one of the job's processes
+    env = {**os.environ, SUPERVISOR_VAR: str(gone.pid), "PARDASH_RUN_ID": run_id, "RANK": "0"}
+    job = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)  # one of the job's processes (rank 0)
+    hub = zmq.Context.instance().socket(zmq.PULL)  # (its hub's ingest, for the rank's exit note)
+    port = hub.bind_to_random_port("tcp://127.0.0.1")
     try:
         # (until it runs sleep, the forked child has this test's environment, not the job's: the
         # stop found no process of the job, once in a CI run)
         from pardash.trainer.jobprocs import job_processes
 
         wait_for(lambda: [p.pid for p in job_processes(gone.pid, run_id)] == [job.pid])
-        entry = {"run_id": run_id, "log": str(tmp_path / "telemetry.jsonl"), "run_dir": str(tmp_path / "run")}
+        entry = {"run_id": run_id, "log": str(tmp_path / "telemetry.jsonl"), "run_dir": str(tmp_path / "run"),
+                 "ingest": f"tcp://127.0.0.1:{port}"}  # fmt: skip
         assert cli.stop_unsupervised_job(entry, gone.pid, run_id, None) == 1
         job.wait(30)  # (stop_unsupervised waited for it: its code is psutil's, not Popen's)
         assert not psutil.pid_exists(job.pid)
+        # The rank's exit, as every viewer, the log and the report read it: the viewer's stop,
+        # not "stopped by you" (review 300), which they had not made.
+        assert hub.poll(30_000)
+        note = schema.decode(hub.recv())
+        assert (note.rank, note.code, note.message) == (0, -15, f"stopped by a viewer (pardash attach, pid {os.getpid()}) (its supervisor was gone)")
     finally:
+        hub.close(0)
         if job.poll() is None:
             job.kill()
             job.wait()

@@ -671,7 +671,7 @@ def test_a_launch_whose_supervisor_was_killed_still_stops_the_job_at_ctrl_c(tmp_
     assert _ended(entry["pid"])
     events = [m for m in load_log(log)[0] if isinstance(m, schema.Event)]
     assert "hub stopped" in events[-1].message
-    assert [(m.rank, m.code, m.message) for m in events if m.name == "exit"] == [(0, -15, "stopped by you (its supervisor was gone)")]
+    assert [(m.rank, m.code, m.message) for m in events if m.name == "exit"] == [(0, -15, "stopped by Ctrl-C at the launch (its supervisor was gone)")]
     result = json.loads((Path(entry["run_dir"]) / "result.json").read_text())  # (written from the launch, which stopped it)
     assert (result["code"], result["stopped"], result["stopper"], result["supervisor_gone"]) == (130, True, "by you", "killed by SIGKILL")
 

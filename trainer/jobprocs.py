@@ -123,7 +123,7 @@ def hub_push(ingest: str, curve_dir: str | None):
 
 
 def stop_unsupervised(supervisor_pid: int, run_id: str, *, hub_pid: int = 0, ingest: str = "", curve_dir: str | None = None,
-                      who: str = "by you", grace_s: float = STOP_GRACE_S) -> int:  # fmt: skip
+                      who: str = "by a viewer", grace_s: float = STOP_GRACE_S) -> int:  # fmt: skip
     """Stop a job whose supervisor is gone (killed outright: SIGKILL, the OOM killer), as the
     supervisor would have: SIGTERM to torchrun, which stops its ranks (to each rank's process
     group when torchrun is gone too), SIGKILL to what is left after ``grace_s``; the ranks'
