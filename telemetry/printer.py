@@ -521,15 +521,17 @@ HUB_LOST_WARNING = ("; if so, the ranks here wait for it in their next collectiv
 
 
 def loss_figure(st) -> str:
-    """"loss 0.4123": the median over the ranks of each one's newest step's loss, the figure
-    the loss chart draws ('' while no rank has given a finite one). A headless run showed no
-    loss at all (only one that turned nan): a nohup or CI user read it from the report."""
+    """"loss med 0.4123": the median over the ranks of each one's newest step's loss, the figure
+    the loss chart draws ('' while no rank has given a finite one; "loss 0.4123" of one rank).
+    A headless run showed no loss at all (only one that turned nan): a nohup or CI user read it
+    from the report. (Said a median: beside a trainer's own lines, rank 0's loss, the two
+    differed and nothing said why, review 292.)"""
     losses = sorted(s.loss for r in st.ranks.values() if (s := r.step) is not None and s.loss is not None and math.isfinite(s.loss))
     if not losses:
         return ""
     n = len(losses)
     median = losses[n // 2] if n % 2 else (losses[n // 2 - 1] + losses[n // 2]) / 2
-    return f"loss {median:.4g}"
+    return f"loss {'med ' if n > 1 else ''}{median:.4g}"
 
 
 def loss_text(st, *, over: bool = False) -> str:

@@ -844,7 +844,7 @@ def test_a_run_whose_log_was_compressed_or_moved_is_found_or_said_so(tmp_path):
 # -- headless progress: a bar on a terminal, lines elsewhere ---------------------------------
 
 SIM = ["simulate", "--headless", "--ranks", "4", "--steps", "40", "--rate", "20", "--every", "0.5"]
-PLAIN_LINE = re.compile(r"^\[\s*\d+\.\ds\] step \d+/40 \| loss [\d.]+ \| (?:[\d,]+ (?:wall-clock )?samples/s(?: at the end)? \| )?step ms min/med/max [\d.]+/[\d.]+/[\d.]+ \|")
+PLAIN_LINE = re.compile(r"^\[\s*\d+\.\ds\] step \d+/40 \| loss med [\d.]+ \| (?:[\d,]+ (?:wall-clock )?samples/s(?: at the end)? \| )?step ms min/med/max [\d.]+/[\d.]+/[\d.]+ \|")
 
 
 def test_a_finished_run_shows_the_rate_it_ran_at():
@@ -1180,7 +1180,7 @@ def test_the_bar_prints_the_jobs_output_above_itself(tmp_path):
     lines = [line.strip() for line in text.replace("\r", "\n").splitlines()]
     assert "pardash trainer: ddp on 2 rank(s)" in lines and "step     1/12 | loss 4.1852" in lines and "done: 12 steps" in lines
     assert "load 3/3" in lines and "load 1/3" not in text
-    assert re.search(r"step 12/12 ━+ loss [\d.]+ \| 2 finished", text)  # (the step ms spread is the first to go)
+    assert re.search(r"step 12/12 ━+ loss med [\d.]+ \| 2 finished", text)  # (the step ms spread is the first to go)
 
 
 def test_the_bar_keeps_its_clock_when_it_goes_on_after_a_stop():
@@ -1215,7 +1215,7 @@ def test_plain_lines_keep_their_format():
     out = io.StringIO()
     ProgressPrinter(_LogSource(DATA / "real_ddp2.jsonl"), out=out, bar=False).update(force=True)
     (line,) = out.getvalue().splitlines()
-    assert re.fullmatch(r"\[\s*\d+\.\ds\] step 12/12 \| loss [\d.]+ \| step ms min/med/max [\d./]+ \| self ms [\d./]+ \| held/rank [\d.]+ MiB \| 2 finished", line)
+    assert re.fullmatch(r"\[\s*\d+\.\ds\] step 12/12 \| loss med [\d.]+ \| step ms min/med/max [\d./]+ \| self ms [\d./]+ \| held/rank [\d.]+ MiB \| 2 finished", line)
 
 
 def test_memory_a_few_bytes_apart_is_one_figure():
