@@ -158,6 +158,17 @@ def live_ranks(info: dict, run: str, log, steps: int = 3, *, wait: bool = True) 
         wait_for(lambda: log.exists() and log.read_bytes().count(b'"kind":"step"') == before + 2 * steps)
 
 
+def terminate(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """SIGTERM to ``proc`` if it runs, and wait for it; SIGKILL where it outlives ``timeout_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def pardash_env(**extra: str | None) -> dict[str, str]:
     """This process's environment less its hub endpoint, with ``extra`` (None: the variable unset)."""
     env = dict(os.environ)

@@ -17,7 +17,7 @@ import time
 
 import pytest
 import zmq
-from helpers import TerminalOutput, hub_alone, pardash_env, serving, wait_for
+from helpers import TerminalOutput, hub_alone, pardash_env, serving, terminate, wait_for
 
 from pardash.telemetry import logfeed, registry, security
 from pardash.telemetry.client import HubClient
@@ -52,12 +52,7 @@ def _listed_hub(tmp_path, run: str, keys=None):
     try:
         yield info
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
 
 
 # -- 1. attach's "watches it again" keeps --curve-dir -------------------------------------------

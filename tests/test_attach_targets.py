@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from helpers import TerminalOutput, hub_alone, pardash_env, wait_for
+from helpers import TerminalOutput, hub_alone, pardash_env, terminate, wait_for
 
 from pardash import cli
 from pardash.telemetry import registry
@@ -32,16 +32,6 @@ def _stand_in_supervisor(run: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code, "pardash.trainer.supervisor", "--run-id", run], env=pardash_env())
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @contextlib.contextmanager
 def _launched_hub(tmp_path, run: str):
     """A hub as a launch starts it (its registry entry names its supervisor and run folder),
@@ -55,8 +45,8 @@ def _launched_hub(tmp_path, run: str):
     try:
         yield info, sup
     finally:
-        _stop(hub)
-        _stop(sup)
+        terminate(hub)
+        terminate(sup)
 
 
 # -- 1. attached by the hub's address on the job's own machine: Stop is offered -----------------
@@ -183,7 +173,7 @@ def test_attach_wait_waits_for_a_run_started_after_it(tmp_path, how):
     finally:
         for proc in (hub, before, att):
             if proc is not None:
-                _stop(proc)
+                terminate(proc)
     waited = {"prefix": "run late- to appear...", "address": f"the hub at tcp://127.0.0.1:{port} to answer...",
               "newest": "a new run to appear (1 live already: `pardash attach` without --wait watches the newest)..."}[how]  # fmt: skip
     assert first == f"pardash attach: waiting for {waited}\n", first
@@ -301,9 +291,9 @@ def test_two_viewers_stopping_a_job_at_once_say_whose_stop_it_was(tmp_path):
         go.touch()  # both press Stop
         said = {v.pid: v.communicate(timeout=90)[0] for v in viewers}
     finally:
-        _stop(sup)
+        terminate(sup)
         for v in viewers:
-            _stop(v)
+            terminate(v)
     assert all(v.returncode == 0 for v in viewers), said
     asked = json.loads((run_dir / "stop-request.json").read_text())["by"]
     first = int(asked.rpartition(" ")[2])
