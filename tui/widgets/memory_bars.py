@@ -34,6 +34,10 @@ BUCKETS_WIDTH = len(" + 1023 KiB buckets")
 SHORT_BUCKETS = " + buckets"
 """The same where the figure would leave the bar under ``MIN_BAR`` cells."""
 MIN_BAR = 16
+ZOOMED_CELLS = 12
+"""Cells the middle rank's held part takes where the unsharded size would leave it under 4 (see
+:meth:`MemoryBars.scale_bytes`): enough to tell its parts apart, and less than a job of a few
+ranks shows, whose bars are to scale."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +217,9 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
         linear = max(held, full, expected, 1)
         if middle * bar_w / linear >= 4 or not middle:
             return linear
-        return int(max(middle, expected) * 1.5)
+        # (to ZOOMED_CELLS, no more: its held part across two thirds of the bar, "64.0× less" at
+        # 64 ranks looked fuller than 8 ranks' "8.0× less" across an eighth, review 298)
+        return max(1, int(max(middle, expected) * bar_w / ZOOMED_CELLS))
 
     def _bar_width(self, s: MemorySavings, width: int) -> int:
         return max(10, width - max(3, len(str(s.ranks[-1].rank))) - 2 - self._tail_width(s, width))
