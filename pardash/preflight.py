@@ -4,6 +4,7 @@ code 2, and nothing is left behind."""
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import sys
 from typing import Any
@@ -96,17 +97,30 @@ def _tty(stream: Any) -> bool:
     return stream is not None and stream.isatty()
 
 
+def _codec(encoding: str) -> str:
+    """The codec's own name of ``encoding`` ("utf8", "UTF-8" -> "utf-8"); itself where unknown."""
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return encoding
+
+
 def no_tui_here() -> str:
     """Why the TUI cannot be shown here ('' where it can): no terminal (CI, nohup, a pipe), or
     stderr not one (Textual draws there: `2>err.log` sent the whole TUI into the file, the
     terminal blank), or TERM=dumb (a terminal that cannot redraw: the TUI stood on its first
-    frame and took no key; review 279)."""
+    frame and took no key; review 279), or a terminal whose encoding is not UTF-8 (a locale
+    such as LANG=en_US, ISO-8859-1: the TUI's borders and glyphs came out as "\u2500" text
+    and its layout in pieces, review 302; the progress lines are ASCII)."""
     if not (_tty(sys.stdin) and _tty(sys.stdout)):
         return NO_TERMINAL
     if not _tty(sys.stderr):
         return "stderr is not the terminal (the TUI draws there)"
     if os.environ.get("TERM", "") == "dumb":
         return "TERM=dumb cannot redraw"
+    encoding = getattr(sys.stderr, "encoding", None) or ""
+    if encoding and _codec(encoding) != "utf-8":
+        return f"the terminal's encoding is {encoding}, not UTF-8 (set LANG to a UTF-8 locale, such as C.UTF-8, for the TUI)"
     return ""
 
 

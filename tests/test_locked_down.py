@@ -84,6 +84,18 @@ def test_with_stderr_in_a_file_the_terminal_is_told_why_it_has_progress_lines(tm
     assert "pardash: stderr is not the terminal (the TUI draws there), so progress lines instead of the TUI (as --headless)" in said
 
 
+def test_a_terminal_whose_encoding_is_not_utf8_gets_progress_lines_not_a_tui_in_pieces(tmp_path):
+    # Review 302: under a locale of ISO-8859-1 (LANG=en_US on glibc, left on old clusters) the
+    # TUI's borders and glyphs came out as "\u256d\u2500 ranks \u2500..." and its layout in
+    # pieces. The progress lines are ASCII.
+    code, said = _replay_on_a_pty(tmp_path, term="xterm-256color", env={"PYTHONIOENCODING": "iso-8859-1"},
+                                  args=["simulate", "--ranks", "2", "--steps", "3", "--rate", "20", "--every", "60"])  # fmt: skip
+    assert code == 0, said[-800:]
+    assert ("pardash: the terminal's encoding is iso8859-1, not UTF-8 (set LANG to a UTF-8 locale, such as C.UTF-8, "
+            "for the TUI), so progress lines instead of the TUI (as --headless)") in said, said[-800:]  # fmt: skip
+    assert "\\u25" not in said and "pardash: done, 2 rank(s), step 3" in said, said[-800:]
+
+
 def test_a_closed_stdin_is_no_terminal(tmp_path):
     # `pardash launch ... <&-` (review 293): launch, simulate, replay and attach failed with
     # "AttributeError: 'NoneType' object has no attribute 'isatty'" (Python's sys.stdin is None).
