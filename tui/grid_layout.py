@@ -20,9 +20,15 @@ FORMS = ("auto", "cells", "heat")
 """auto: the richest form that fits; cells: never a heat map (full cells scroll when even
 compact ones do not fit); heat: always one."""
 
+LEVEL_GLYPHS = ("▪", "■", "█")
+"""A running rank's glyph by how far its self time is over the other ranks' median: ok, "self
++10%", "+25%", heavier the slower (the level has a shape of its own: under NO_COLOR the three
+were one ■ in three greys alike, and a rank 30% slow looked as the rest)."""
+LEVEL_KEYS = ("running", "dev-warn", "dev-bad")
+"""What :func:`heat_legend` is told for a running rank of each level drawn (its style names)."""
 HEAT_GLYPHS = {
     st.STARTING: "·",
-    st.RUNNING: "■",
+    st.RUNNING: LEVEL_GLYPHS[0],
     st.STRAGGLER: "▲",
     st.STALLED: "◆",
     st.SILENT: "○",
@@ -39,10 +45,10 @@ LegendItem = tuple[str, str, str]
 """A heat-map legend entry: glyph, style name (``rank-grid--…``), text."""
 
 _LEGEND: tuple[tuple[str | None, LegendItem], ...] = (
-    # (the status whose ranks draw it, None: always listed; the entry)
-    (None, (HEAT_GLYPHS[st.RUNNING], "running", "ok")),
-    (None, (HEAT_GLYPHS[st.RUNNING], "dev-warn", "self +10%")),
-    (None, (HEAT_GLYPHS[st.RUNNING], "dev-bad", "+25%")),
+    # (what ranks draw it: their status, or their level (LEVEL_KEYS); the entry)
+    (LEVEL_KEYS[0], (LEVEL_GLYPHS[0], "running", "ok")),
+    (LEVEL_KEYS[1], (LEVEL_GLYPHS[1], "dev-warn", "self +10%")),
+    (LEVEL_KEYS[2], (LEVEL_GLYPHS[2], "dev-bad", "+25%")),
     (st.STARTING, (HEAT_GLYPHS[st.STARTING], "starting", "starting")),
     (st.STRAGGLER, (HEAT_GLYPHS[st.STRAGGLER], "straggler", "straggler")),
     (st.STALLED, (HEAT_GLYPHS[st.STALLED], "stalled", "stalled")),
@@ -54,7 +60,7 @@ _LEGEND: tuple[tuple[str | None, LegendItem], ...] = (
     (st.FINISHED, (HEAT_GLYPHS[st.FINISHED], "finished", "done")),
 )
 """The heat map's key. "self +10%" and "+25%": a running rank's self time that far above the
-other ranks' median (amber, red)."""
+other ranks' median (amber, red, and a heavier glyph each)."""
 _LEGEND_IF_SEEN = (st.STARTING, "waiting", STOPPING, STOPPED)
 """Entries listed only while some rank draws them ("waiting": a hang's victims)."""
 
@@ -62,10 +68,13 @@ _LEGEND_IF_SEEN = (st.STARTING, "waiting", STOPPING, STOPPED)
 def heat_legend(width: int, present: set[str]) -> tuple[list[list[LegendItem]], int]:
     """The heat map's legend in ``width`` columns: its lines (one, else two) and the spaces
     between entries. ``present``: the statuses some rank has ("waiting" while ranks wait for a
-    hang's cause). Every entry when they fit; else the ones no rank draws now give way; a glyph
-    on screen is never left out (two lines before that; a line is cut only past two)."""
+    hang's cause), with the running ranks by the level they draw (:data:`LEVEL_KEYS`: "running"
+    for the ones ok). Every entry when they fit; else the ones no rank draws now give way, the
+    running levels too (at 80x24 a hung job of 512 ranks, every one ◆ or ◇, had its legend need
+    two lines for the three unused ■ and lose it for the ranks' room); a glyph on screen is
+    never left out (two lines before that; a line is cut only past two)."""
     every = [item for status, item in _LEGEND if status not in _LEGEND_IF_SEEN or status in present]
-    used = [item for status, item in _LEGEND if status is None or status in present]
+    used = [item for status, item in _LEGEND if status in present]
 
     def length(items: list[LegendItem], gap: int) -> int:
         return 1 + sum(len(text) + 2 for _g, _c, text in items) + gap * (len(items) - 1)

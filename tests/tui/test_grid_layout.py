@@ -322,7 +322,7 @@ async def test_the_heat_maps_cursor_stands_out_on_an_exited_rank():
 async def test_the_heat_maps_legend_keeps_every_glyph_on_screen_and_says_what_its_percentages_are_of(size):
     # A grid too narrow for the whole legend cut its last entries, whatever was on screen:
     # "× exited" went while exited ranks were drawn, and "self +10%" read as a bare "+10%".
-    from pardash.tui.grid_layout import HEAT_GLYPHS, WAITING_GLYPH
+    from pardash.tui.grid_layout import HEAT_GLYPHS, LEVEL_GLYPHS, WAITING_GLYPH
     from pardash.tui.widgets.rank_grid import RankGrid
     from tui_helpers import grid_text, replay_app
 
@@ -335,18 +335,18 @@ async def test_the_heat_maps_legend_keeps_every_glyph_on_screen_and_says_what_it
         lines = grid_text(app).splitlines()
         legend = "\n".join(lines[: grid.head_lines])
         drawn = "".join(line for line in lines[grid.head_lines :] if "node " not in line)  # (its "·")
-        glyphs = {g for g in (*HEAT_GLYPHS.values(), WAITING_GLYPH) if g in drawn}
+        glyphs = {g for g in (*HEAT_GLYPHS.values(), *LEVEL_GLYPHS, WAITING_GLYPH) if g in drawn}
         assert {"×", WAITING_GLYPH} <= glyphs, drawn
         for glyph in glyphs:
             assert glyph in legend, (glyph, legend)
-        assert "self +10%" in legend, legend
+        assert "+10%" not in legend.replace("self +10%", ""), legend  # (where listed: never a bare "+10%")
         assert grid.head_lines <= 2
 
 
 def test_a_legend_wraps_to_a_second_line_before_it_leaves_out_a_glyph_in_use():
     from pardash.tui.grid_layout import heat_legend
 
-    present = {"running", "stalled", "waiting", "exited", "finished"}
+    present = {"running", "dev-warn", "dev-bad", "stalled", "waiting", "exited", "finished"}  # (running: ranks ok)
     (line,), _gap = heat_legend(200, present)
     assert [text for _g, _c, text in line][-1] == "done"
     for width in (40, 50, 60, 70):

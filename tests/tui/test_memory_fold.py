@@ -9,9 +9,15 @@ import pytest
 from tui_helpers import strip_text
 
 from pardash.telemetry import schema
+from pardash.tui.widgets.memory_bars import PART_GLYPHS
 
 T = 1.7e9
 MIB = 1 << 20
+
+
+def held_cells(bar: str) -> int:
+    """Cells of a bar drawn as held (params, grads, optimizer state, buckets: a fill each)."""
+    return sum(bar.count(glyph) for glyph in PART_GLYPHS.values())
 
 
 def _job(tmp_path, ranks: int, held_of=lambda rank, shard: shard, full: int = 1024 * MIB) -> str:
@@ -81,9 +87,9 @@ async def test_a_rank_holding_a_full_copy_runs_off_the_scale_and_leaves_the_othe
     async with app.run_test(size=(80, 24)) as pilot:
         lines, _title = await _view(app, pilot)
     flagged, larger, _names, rest = (line.split()[1] if line.split()[0].isdigit() else line.split()[0] for line in lines)
-    assert flagged.endswith("█»") and "░" not in flagged, flagged  # held, off the scale
-    assert rest.count("█") >= 4 and rest.endswith("░»"), rest  # held, then the unsharded rest off the scale
-    assert larger.count("█") > rest.count("█"), (larger, rest)
+    assert flagged[-2] in PART_GLYPHS.values() and flagged.endswith("»") and "░" not in flagged, flagged  # held, off the scale
+    assert held_cells(rest) >= 4 and rest.endswith("░»"), rest  # held, then the unsharded rest off the scale
+    assert held_cells(larger) > held_cells(rest), (larger, rest)
 
 
 async def test_many_ranks_flagged_alike_fold_first_and_a_long_list_of_ranks_is_cut_to_the_width(tmp_path):
@@ -143,6 +149,6 @@ async def test_a_job_sharded_more_ways_never_draws_its_held_part_larger_than_one
         app = _app(_job(tmp_path, ranks))
         async with app.run_test(size=(160, 45)) as pilot:
             lines, _title = await _view(app, pilot)
-        bar = next(line for line in lines if "█" in line)  # (the first rank's, or the fold's)
-        held[ranks] = bar.count("█")
+        bar = next(line for line in lines if held_cells(line))  # (the first rank's, or the fold's)
+        held[ranks] = held_cells(bar)
     assert held[8] >= held[64] == held[1024] >= 8, held  # (8: params, grads and optimizer told apart)

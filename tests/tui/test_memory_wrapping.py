@@ -8,6 +8,8 @@ from textual.geometry import Region
 
 from tui_helpers import replay_app, replay_running_app, strip_text
 
+from pardash.tui.widgets.memory_bars import PART_GLYPHS, PARTS
+
 
 def shown_lines(widget) -> list[str]:
     """The widget's lines as drawn (after any wrapping of its own), its border and padding
@@ -55,7 +57,8 @@ async def test_the_memory_screens_legend_and_title_keep_their_phrases_whole(widt
         await pilot.press("m")
         await pilot.pause()
         legend = shown_lines(app.screen.query_one("#legend"))
-        for key in ("█ params", "█ grads", "█ optimizer", "█ DDP buckets", "░ unsharded (a full copy of its state)", "┃ expected for the strategy"):
+        parts = [f"{PART_GLYPHS[cls]} {label}" for _field, cls, label in PARTS]
+        for key in (*parts, "░ unsharded (a full copy of its state)", "┃ expected for the strategy"):
             assert any(key in line for line in legend), (key, legend)
         title = shown_lines(app.screen.query_one("#title"))
         assert any("expected per rank 390 MiB" in line for line in title), title

@@ -12,6 +12,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from ..grid_layout import LEVEL_GLYPHS
+
 KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "Dashboard",
@@ -81,8 +83,8 @@ def keys_table() -> Table:
 
 
 GLOSSARY = (
-    "heat map (c): a character a rank; [$text-success]■[/] ok, [$text-warning]■[/] self +10%, "
-    "[$text-error]■[/] +25% (a running rank's self time that far over the other ranks' median), "
+    f"heat map (c): a character a rank; [$text-success]{LEVEL_GLYPHS[0]}[/] ok, [$text-warning]{LEVEL_GLYPHS[1]}[/] self +10%, "
+    f"[$text-error]{LEVEL_GLYPHS[2]}[/] +25% (a running rank's self time that far over the other ranks' median), "
     "[$text-warning]▲[/] straggler, [$text-error]◆[/] stalled ([$text-error reverse]◆[/]: the rank a hang "
     "likely waits for, [$text-warning]◇[/] waiting for it), [$text-error]○[/] silent (no heartbeat), "
     "[$text-error]×[/] exited ([$text-error reverse]×[/]: the first to exit), [$text-secondary]◐[/] stopping "

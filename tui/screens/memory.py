@@ -19,7 +19,7 @@ from ..memory import memory_savings
 from ..messages import RunUpdated
 from ..widgets.fit import Phrase, fit_phrases, joined
 from ..widgets.fitted_footer import FittedFooter
-from ..widgets.memory_bars import PARTS, MemoryBars
+from ..widgets.memory_bars import PART_GLYPHS, PARTS, MemoryBars
 from ..widgets.memory_summary import MemorySummary
 
 REFRESH_S = 0.5
@@ -128,10 +128,10 @@ class MemoryScreen(Screen):
         self.query_one("#title", Static).update(Content.assemble(*title))
         legend: list[Phrase] = []
         styles = {"params": "$primary", "grads": "$secondary", "optimizer": "$accent", "DDP buckets": "$foreground 45%"}
-        for _field, _cls, label in PARTS:
+        for _field, cls, label in PARTS:
             if label == "DDP buckets" and not (savings and savings.buckets_bytes):
                 continue
-            legend.append((("█ ", styles[label]), (label, "$text-muted")))
+            legend.append(((f"{PART_GLYPHS[cls]} ", styles[label]), (label, "$text-muted")))
         bars = self.query_one(MemoryBars)
         # Past 32 ranks alike ones fold into a row: say so where the rows begin.
         bars.border_title = "per rank"

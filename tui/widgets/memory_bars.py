@@ -27,6 +27,15 @@ PARTS = (
     ("buckets_bytes", "memory-bars--buckets", "DDP buckets"),
 )
 """Stacked parts, left to right: (RankMemory field, component class, legend label)."""
+PART_GLYPHS = {
+    "memory-bars--params": "█",
+    "memory-bars--grads": "▆",
+    "memory-bars--optim": "▄",
+    "memory-bars--buckets": "▂",
+}
+"""Each part's fill (by component class), lower the further right: the parts are told apart by
+their shape too, not by colour alone (all were █: under NO_COLOR the gradients were 1.3:1
+against the panel, and in 16 colours the same grey as the unsharded ░)."""
 TAIL_WIDTH = 35
 """Columns after the bar: held / unsharded, the saving and a warning mark."""
 BUCKETS_WIDTH = len(" + 1023 KiB buckets")
@@ -106,7 +115,7 @@ def names_text(line: BarLine, width: int) -> tuple[str, str]:
 
 class MemoryBars(CachedStyles, ScrollView, can_focus=True):
     """One line per rank: parameters, gradients, optimizer state and DDP buckets as a stacked
-    bar, the rest of what an unsharded rank would hold shaded after it, and a marker where the
+    bar (each part a fill of its own, :data:`PART_GLYPHS`), the rest of what an unsharded rank would hold shaded after it, and a marker where the
     strategy's expectation (ZeRO arithmetic) sits. Past 32 ranks, ranks alike share a row and
     the ranks that differ come first (:func:`bar_lines`). Draws only the lines on screen."""
 
@@ -248,7 +257,7 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
         acc = 0
         for field, cls, _ in PARTS:
             acc += getattr(r, field)
-            bounds.append((int(round(acc * cells)), self._s(cls.split("--")[1])))
+            bounds.append((int(round(acc * cells)), PART_GLYPHS[cls], self._s(cls.split("--")[1])))
         full_end = int(round(r.full_bytes * cells))
         off_scale = full_end > bar_w
         held_off = bounds[-1][0] > bar_w  # (a rank holding far more than most: see scale_bytes)
@@ -261,9 +270,9 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
             if x == marker:
                 segments.append(Segment("┃", expected_style))
                 continue
-            style = next((st for end, st in bounds if x < end), None)
-            if style is not None:
-                segments.append(Segment("»" if held_off and x == bar_w - 1 else "█", style))
+            part = next(((glyph, st) for end, glyph, st in bounds if x < end), None)
+            if part is not None:
+                segments.append(Segment("»" if held_off and x == bar_w - 1 else part[0], part[1]))
             elif off_scale and x == bar_w - 1:
                 segments.append(Segment("»", unsharded))
             else:

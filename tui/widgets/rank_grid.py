@@ -25,6 +25,8 @@ from ..grid_layout import (
     FORMS,
     HEAT_BLOCK,
     HEAT_GLYPHS,
+    LEVEL_GLYPHS,
+    LEVEL_KEYS,
     WIDE_COLUMNS,
     GridLayout,
     GridLine,
@@ -45,11 +47,15 @@ _GONE = (st.EXITED, STOPPED, st.FINISHED, st.SILENT)
 _CURSOR_HEAT = Style(reverse=True, bold=True)
 _CURSOR_ON_REVERSED = Style(reverse=False, bold=True, underline=True)
 """The heat map's cursor over a glyph's style, and over one drawn reversed (an exited rank)."""
+FULL_GLYPH = LEVEL_GLYPHS[2]
+"""A glyph that fills its cell (no reverse shows the cursor on it)."""
 Look = tuple[tuple[str, Style], ...]
 """How a rank is drawn: runs of text, a style each (a heat-map glyph, or a cell's fields)."""
 
 
-def _glyph(status: str, hang: bool | None) -> str:
+def _glyph(status: str, hang: bool | None, level: int = 0) -> str:
+    if status == st.RUNNING:
+        return LEVEL_GLYPHS[level]
     return WAITING_GLYPH if hang is False else HEAT_GLYPHS.get(status, "?")
 
 
@@ -195,6 +201,11 @@ class RankGrid(ScrollView, can_focus=True):
         """What the heat map's legend was made for (see _legend_present)."""
         self._legend: tuple[list[list[LegendItem]], int] = ([], 1)
         """The heat map's legend: its lines and the spaces between entries (see heat_legend)."""
+        self._levels: dict[int, int] = {}
+        """The self-time level of each rank drawn as running (▪ ■ █), for the legend to list
+        the levels drawn only (see _track_levels)."""
+        self._level_counts = [0, 0, 0]
+        """Ranks drawn as running at each level."""
         self._head = 1
         """Lines of the title (the column names) or the heat map's legend, above the ranks."""
         self._cursor_moved = False
@@ -262,6 +273,7 @@ class RankGrid(ScrollView, can_focus=True):
             self._table = table
             since = -1
         self._table_gen = table.gen
+        self._track_levels(table.changed if since == table.gen - 1 else None)
         layout = self._layout_key
         self._relayout()
         if self._layout_key != layout:
@@ -500,10 +512,29 @@ class RankGrid(ScrollView, can_focus=True):
         none where the grid is too short for them and its ranks)."""
         return self._head
 
+    def _track_levels(self, changed: Iterable[int] | None) -> None:
+        """Keep the level of each rank drawn as running, looking at the ranks in ``changed``
+        (None: every rank): what the legend lists of the three."""
+        table, levels, counts = self._table, self._levels, self._level_counts
+        if changed is None:
+            levels.clear()
+            counts[:] = [0, 0, 0]
+            changed = table.ranks
+        for rank in changed:
+            key = table.heat_key(rank)
+            level = key[1] if key is not None and key[0] == st.RUNNING else None
+            old = levels.pop(rank, None)
+            if old is not None:
+                counts[old] -= 1
+            if level is not None:
+                levels[rank] = level
+                counts[level] += 1
+
     def _legend_present(self) -> frozenset[str]:
         """What the legend must list: the statuses some rank has, "waiting" while stalled
-        ranks wait for a hang's cause (see heat_legend)."""
-        present = {status for status, n in self._table.totals.status_counts.items() if n}
+        ranks wait for a hang's cause, and the levels running ranks draw (see heat_legend)."""
+        present = {status for status, n in self._table.totals.status_counts.items() if n and status != st.RUNNING}
+        present.update(key for key, n in zip(LEVEL_KEYS, self._level_counts) if n)
         if self._table.waiting:
             present.add("waiting")
         return frozenset(present)
@@ -519,7 +550,7 @@ class RankGrid(ScrollView, can_focus=True):
                 look = self._glyphs.get(key)
                 if look is None:
                     status, level, exit_first, hang = key  # type: ignore[misc]
-                    look = ((_glyph(status, hang), self._heat_style(status, level, exit_first, hang)),)
+                    look = ((_glyph(status, hang, level), self._heat_style(status, level, exit_first, hang)),)
                     self._glyphs[key] = look
                 self._look_keys[index] = key
             else:
@@ -577,8 +608,13 @@ class RankGrid(ScrollView, can_focus=True):
             if ordered[payload].rank == cursor_rank:  # type: ignore[index]
                 if heat:
                     # A glyph drawn reversed already (an exited rank's) is drawn plain and
-                    # underlined: reversing it again showed it as every other exited rank.
-                    look = tuple((text, style + (_CURSOR_ON_REVERSED if style.reverse else _CURSOR_HEAT)) for text, style in look)
+                    # underlined: reversing it again showed it as every other exited rank. A
+                    # full block (+25%) reversed is a cell of the background, and underlined no
+                    # different: it takes the cursor's colours, as a cell does.
+                    look = tuple(
+                        (text, style + (self._cursor_style() if text == FULL_GLYPH else _CURSOR_ON_REVERSED if style.reverse else _CURSOR_HEAT))
+                        for text, style in look
+                    )
                 else:
                     extra = self._cursor_style()
                     look = tuple((text, style + extra) for text, style in look)
@@ -632,7 +668,7 @@ class RankGrid(ScrollView, can_focus=True):
             elif key == "status":
                 text, style = f"{status_text[:w]:<{w}}", status_style
             elif key == "glyph":
-                text, style = _glyph(status, hang), self._heat_style(status, level, exit_first, hang)
+                text, style = _glyph(status, hang, level), self._heat_style(status, level, exit_first, hang)
             elif key == "dev":
                 text = f"{DASH if gone else fmt_deviation(row.self_dev):>{w}}"
                 style = (
