@@ -30,6 +30,7 @@ from .messages import RunUpdated
 from .screens.dashboard import DashboardScreen, ReplayDashboardScreen
 from .screens.help import HelpScreen
 from .screens.quit import OVER, QuitScreen
+from .styles import sixteen_colour_variables
 
 POLL_S = 0.1
 """How often the app asks the source for new frames (the hub sends at most 10 a second); a
@@ -163,6 +164,18 @@ class PardashApp(App[str | None]):
         """Said once the screen is up (a note printed before it would be hidden behind it)."""
         if title:
             self.title = title
+
+    def get_css_variables(self) -> dict[str, str]:
+        # On a terminal of 16 colours (TERM=xterm, screen, linux) the theme's error, warning and
+        # success colours that would come out of another hue there are replaced by ones that
+        # keep it: a stalled rank was drawn grey (see styles.sixteen_colour_variables). Not under
+        # NO_COLOR, where every colour is drawn as a grey of its lightness: a pure red's is the
+        # header's dark grey, and its "◆ 1 stalled" was not there.
+        variables = super().get_css_variables()
+        if self.console.color_system in ("standard", "windows") and not self.no_color:
+            variables.update(sixteen_colour_variables(variables, dark=self.current_theme.dark))
+            self.theme_variables = variables
+        return variables
 
     # -- the source ---------------------------------------------------------------------------
 

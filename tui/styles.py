@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rich.color import ColorSystem
 from rich.style import Style
 from rich.text import Text
+from textual.color import Color, ColorParseError
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -65,3 +67,36 @@ def text_strip(widget: Widget, text: Text, width: int) -> Strip:
     """
     base = widget.rich_style
     return Strip(text.render(widget.app.console, end="")).apply_style(base).crop_extend(0, width, base)
+
+
+SIXTEEN_COLOURS: dict[str, tuple[tuple[int, ...], str, str]] = {
+    # variable: (the ANSI colours that keep its meaning, on a dark theme, on a light one)
+    "error": ((1, 9), "#ff2020", "#aa0000"),
+    "warning": ((3, 11), "#ffff33", "#a05000"),
+    "success": ((2, 10), "#33ff33", "#008800"),
+}
+"""On a terminal of 16 colours, what stands in for a theme's error, warning and success colours
+(and their ``text-`` forms) that would lose their hue there. Each downgrades to the bright ANSI
+colour (dark) or the plain one (light), and stays in its hue at the partial strengths the
+widgets draw with (``$text-error 70%``): #ff5555 went yellow (ANSI 3) at 70%."""
+
+
+def sixteen_colour_variables(variables: dict[str, str], *, dark: bool) -> dict[str, str]:
+    """The theme variables to replace where the terminal has 16 colours (Rich's STANDARD
+    colour system: TERM=xterm, screen, linux): the error, warning and success colours whose
+    nearest of the 16 is not of their hue. Textual's dark theme's ``$text-error``, #d17e92,
+    came out grey (ANSI 7), so a stalled or exited rank was drawn grey beside the bright
+    yellow of the ranks waiting for it. Truecolor and 256-colour terminals keep the theme's."""
+    out: dict[str, str] = {}
+    for name, (hues, on_dark, on_light) in SIXTEEN_COLOURS.items():
+        for variable in (name, f"text-{name}"):
+            value = variables.get(variable)
+            if value is None or value.startswith("ansi_"):  # (an ANSI theme's own choice)
+                continue
+            try:
+                number = Color.parse(value).rich_color.downgrade(ColorSystem.STANDARD).number
+            except ColorParseError:
+                continue
+            if number not in hues:
+                out[variable] = on_dark if dark else on_light
+    return out

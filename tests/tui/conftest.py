@@ -1,4 +1,5 @@
-"""TUI test fixtures: a steady cursor (snapshots must not depend on blink timing)."""
+"""TUI test fixtures: a steady cursor and a truecolor console (snapshots must depend on neither
+blink timing nor the TERM of the shell)."""
 
 from __future__ import annotations
 
@@ -12,3 +13,14 @@ def no_cursor_blink(monkeypatch):
 
     monkeypatch.setattr(Input, "cursor_blink", False)
     monkeypatch.setattr(TextArea, "cursor_blink", False)
+
+
+@pytest.fixture(autouse=True)
+def truecolor_console(monkeypatch):
+    """The app's console as a truecolor terminal's, whatever TERM the tests run under: on a
+    terminal of 16 colours (TERM=xterm, or none) the app swaps some theme colours
+    (styles.sixteen_colour_variables), and the snapshots would depend on the shell they were
+    taken in. A test of 16 colours sets ``textual.constants.COLOR_SYSTEM`` itself."""
+    from textual import constants
+
+    monkeypatch.setattr(constants, "COLOR_SYSTEM", "truecolor")
