@@ -214,3 +214,35 @@ async def test_a_live_run_is_polled_at_10_hz_until_it_is_over_and_its_hub_quiet(
             assert app._poll_timer._interval == tui_app.POLL_S
         finally:
             app._watched = []
+
+
+async def test_a_live_runs_frames_wait_for_the_pacer_where_drawing_them_costs_too_much(monkeypatch):
+    # Review 303: the TUI drew every 10 Hz frame, 7-12% of a core taken from two CPU-bound ranks
+    # on 2 cores (20% of their steps). Past its budget the pacer spaces the draws; a frame that
+    # came meanwhile is drawn when it says so, none lost.
+    import time
+
+    from pardash.tui.pacing import DrawPacer
+
+    monkeypatch.setattr(tui_app, "HUB_QUIET_S", 1e9)
+    job = Job(4)
+    job.steps(5)
+    app = make_app(job.viewer)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        app.paced = True  # (as on a terminal)
+        app._pacer = pacer = DrawPacer(tui_app.POLL_S, cpu=lambda: 0.0)
+        pacer.every = 1e9  # (as after seconds over its budget)
+        pacer.drawn(time.monotonic())
+        redraws = counting_redraws(screen)
+        version = app.version
+        job.steps(1)
+        app._poll()
+        await settle(pilot)
+        assert app.version == version + 1 and redraws == [0]  # (taken, not drawn yet)
+        pacer.every = 0.0
+        app._poll()  # (no new frame: the one waiting is drawn)
+        await settle(pilot)
+        assert redraws == [1]
+
