@@ -592,6 +592,12 @@ def straggler_lines(rep: dict) -> list[str]:
         until = f"cleared at step {s['cleared_step']}" if s["cleared_step"] is not None else "until the end"
         # (where its streak ended, before the hub's clearing: the windows it takes)
         to = f" to step {s['until_step']}" if s.get("until_step") not in (None, s["cleared_step"]) else ""
+        if not s["steps_charged"] and s["cost_s"] is not None:
+            # (no step of its streak could be measured against the others: not "29.3 ms a step on
+            # the 0 steps it held them up, 0.0 ms in all", review 305)
+            out.append(f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}{to}, found at step {s['step']}, "
+                       f"{until}; the others waited {ms(s['cost_s'])} ms a step when found, no step of it measured since")  # fmt: skip
+            continue
         out.append(
             f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}{to}, found at step {s['step']}, {until}; "
             # a step: the mean over the steps charged (the verdict's own figure is of the windows

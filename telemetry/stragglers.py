@@ -40,6 +40,7 @@ time's alone. (:class:`StepWaits` is the same a step, for a log read step by ste
 
 from __future__ import annotations
 
+import math
 import statistics
 from array import array
 from collections import deque
@@ -398,13 +399,24 @@ class StepWaits:
         """step -> its slowest self times and their ranks, slowest first: (self_s, rank, ...)."""
         self.quick: dict[int, array] = {}
         """step -> its least comm times and their ranks, least first: (comm_s, rank, ...)."""
+        self.ends: dict[int, list[float]] = {}
+        """step -> [its least self time, its most comm time]: the others' where more ranks
+        straggle at once than the pairs keep (the nearest to them known, review 305: ten
+        stragglers of 32 were charged nothing)."""
 
     def see(self, step: int, rank: int, self_s: float | None, comm_s: float | None = None) -> None:
         """Note ``rank``'s self and comm time at ``step`` (None: not measured)."""
+        if self_s is None and comm_s is None:
+            return
+        ends = self.ends.get(step)
+        if ends is None:
+            ends = self.ends[step] = [math.inf, -math.inf]
         if self_s is not None:
             _keep(self.slow, step, -self_s, rank)
+            ends[0] = min(ends[0], self_s)
         if comm_s is not None:
             _keep(self.quick, step, comm_s, rank)
+            ends[1] = max(ends[1], comm_s)
 
     def _measures(self, step: int, peers: Iterable[int]) -> tuple[int | None, float | None, int | None, float | None]:
         """(the rank slowest by self time at ``step``, its lead over the slowest rank that is
@@ -412,9 +424,10 @@ class StepWaits:
         ``peers`` less its own): each lead None where no such other rank is known, and of the
         whole step (its rank one of ``peers`` or not)."""
         group = set(peers)
+        ends = self.ends.get(step, (math.inf, -math.inf))
         # (self times are kept negated, slowest first: a lead is the same difference)
-        top, by_self = _lead(self.slow.get(step), group)
-        low, by_comm = _lead(self.quick.get(step), group)
+        top, by_self = _lead(self.slow.get(step), group, -ends[0])
+        low, by_comm = _lead(self.quick.get(step), group, ends[1])
         return top, by_self, low, by_comm
 
     def measures(self, step: int, rank: int, peers: Iterable[int] = ()) -> tuple[float | None, float | None]:
@@ -455,7 +468,7 @@ def _keep(kept: dict[int, array], step: int, key: float, rank: int) -> None:
         del pairs[-2:]
 
 
-def _lead(pairs: array | None, group: set[int]) -> tuple[int | None, float | None]:
+def _lead(pairs: array | None, group: set[int], last: float = math.inf) -> tuple[int | None, float | None]:
     """(the rank of the first pair, its lead: the next key less its own, where its rank is of
     ``group`` the first key of a rank not of the group): (None, None) where there are no
     pairs, and the lead None where no other rank is kept."""
@@ -467,7 +480,9 @@ def _lead(pairs: array | None, group: set[int]) -> tuple[int | None, float | Non
     for i in range(2, len(pairs), 2):
         if int(pairs[i + 1]) not in group:
             return first, pairs[i] - pairs[0]
-    return first, None
+    # Every rank kept is of the group: the farthest key of the step (``last``), where it is
+    # another rank's, stands for the others' (nearer than any the pairs let go).
+    return first, (last - pairs[0] if len(pairs) >= 2 * STEP_WAITS_KEPT and math.isfinite(last) else None)
 
 
 class LeaveOneOut:

@@ -549,6 +549,20 @@ def test_step_waits_measure_stragglers_together_against_the_ranks_that_are_not()
     assert w.measures(1, 1, {2}) == (None, None)
 
 
+def test_more_stragglers_at_once_than_step_waits_keeps_are_measured_against_the_fastest_rank():
+    # Review 305: ten stragglers of 32 (more than a slow node) filled the kept places, and no
+    # step was charged: "the others waited 29.3 ms a step on the 0 steps it held them up".
+    from pardash.telemetry.stragglers import STEP_WAITS_KEPT, StepWaits
+
+    slow = set(range(STEP_WAITS_KEPT + 1))
+    w = StepWaits()
+    for r in range(32):
+        w.see(1, r, 0.065 - 1e-4 * r if r in slow else 0.035 + 1e-5 * r, 0.005 if r in slow else 0.035)
+    # (the slowest of them charged, against the fastest other rank: the nearest to the others' known)
+    assert w.gap(1, 0, slow - {0}) == pytest.approx(0.065 - 0.035)
+    assert all(w.gap(1, r, slow - {r}) is None for r in slow - {0})
+
+
 def test_step_waits_keep_what_every_rank_would_give():
     # The kept pairs against every rank's figures (up to 8 stragglers at once: a slow node).
     from pardash.telemetry.stragglers import STEP_WAITS_KEPT, StepWaits
