@@ -139,16 +139,17 @@ def test_memory_screen_1024_ranks_one_not_sharding(snap_compare, tmp_path):
     assert snap_compare(app, terminal_size=(100, 30), press=["m"])
 
 
-async def test_a_job_sharded_more_ways_never_draws_its_held_part_larger_than_one_sharded_fewer(tmp_path):
+@pytest.mark.parametrize("size", [(160, 45), (100, 30), (80, 24)])
+async def test_a_job_sharded_more_ways_never_draws_its_held_part_larger_than_one_sharded_fewer(tmp_path, size):
     # Review 298: past 32 ranks the held part of a bar was drawn across two thirds of it (its
     # unsharded rest off the scale), so 64 ranks' "64.0× less" looked fuller than 8 ranks'
-    # "8.0× less" across an eighth. Zoomed, it is drawn no larger than the fewest cells that show
-    # its parts.
-    held = {}
-    for ranks in (8, 64, 1024):
+    # "8.0× less" across an eighth; review 305: zoomed from under 4 cells to 12, 10 ranks at 80
+    # columns were drawn across 12 cells beside 8 ranks' 5. Never larger for more ways.
+    held = []
+    for ranks in (2, 8, 10, 16, 64, 1024):
         app = _app(_job(tmp_path, ranks))
-        async with app.run_test(size=(160, 45)) as pilot:
+        async with app.run_test(size=size) as pilot:
             lines, _title = await _view(app, pilot)
-        bar = next(line for line in lines if held_cells(line))  # (the first rank's, or the fold's)
-        held[ranks] = held_cells(bar)
-    assert held[8] >= held[64] == held[1024] >= 8, held  # (8: params, grads and optimizer told apart)
+        bar = next(line for line in lines if "█" in line)  # (the first rank's, or the fold's)
+        held.append(sum(bar.count(c) for c in "█▆▄▂"))  # (params, grads, optimizer, buckets)
+    assert held == sorted(held, reverse=True) and held[-1] >= 8, held  # (8: its parts told apart)

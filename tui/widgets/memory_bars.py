@@ -43,10 +43,13 @@ BUCKETS_WIDTH = len(" + 1023 KiB buckets")
 SHORT_BUCKETS = " + buckets"
 """The same where the figure would leave the bar under ``MIN_BAR`` cells."""
 MIN_BAR = 16
-ZOOMED_CELLS = 12
-"""Cells the middle rank's held part takes where the unsharded size would leave it under 4 (see
-:meth:`MemoryBars.scale_bytes`): enough to tell its parts apart, and less than a job of a few
-ranks shows, whose bars are to scale."""
+ZOOMED_CELLS = 8
+"""Cells the middle rank's held part takes where the unsharded size would leave it fewer (see
+:meth:`MemoryBars.scale_bytes`): its parts told apart, and a rank a fifth over the rest
+seen so. A job sharded more ways is never
+drawn fuller than one sharded fewer: zoomed from under 4 cells to 12, 10 ranks at 80 columns were
+drawn across 12 cells beside 8 ranks' 5 to scale (review 305); across two thirds of the bar
+before, 64 ranks' "64.0× less" beside 8 ranks' "8.0× less" across an eighth (review 298)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,15 +220,15 @@ class MemoryBars(CachedStyles, ScrollView, can_focus=True):
 
     def scale_bytes(self, s: MemorySavings, bar_w: int) -> int:
         """Bytes a full bar stands for: the unsharded size, unless that would leave the middle
-        rank's held part under a few cells (hundreds of ranks sharding): then its held and the
+        rank's held part under ZOOMED_CELLS (many ranks sharding, or a narrow terminal): then its held and the
         expected bytes set the scale and the unsharded rest runs off it (drawn ``░…»``), as does
         the bar of a rank holding far more (``█…»``: at 1,024 ranks one holding a full copy set
         the scale, and the others' bars, 1/1024 of it, were no cell at all). Up to
         RANKS_FOLDED_PAST ranks the middle rank is the largest holder, as before."""
         held, middle, full, expected = self._figures(s)
         linear = max(held, full, expected, 1)
-        if middle * bar_w / linear >= 4 or not middle:
-            return linear
+        if middle * bar_w / linear >= ZOOMED_CELLS or not middle:
+            return linear  # (to scale)
         # (to ZOOMED_CELLS, no more: its held part across two thirds of the bar, "64.0× less" at
         # 64 ranks looked fuller than 8 ranks' "8.0× less" across an eighth, review 298)
         return max(1, int(max(middle, expected) * bar_w / ZOOMED_CELLS))
