@@ -20,20 +20,33 @@ DRAW_MAX_S = 1.0
 """Frames are drawn at least this often, however busy: a rank's stall or exit shows within it."""
 PACE_WINDOW_S = 1.0
 """How long the viewer's CPU is measured over before the pace is set again."""
+HOST_BUSY_PCT = 90.0
+"""The viewer backs off only on a host this busy (all its cores): where there are cores to spare
+(a viewer on a laptop, a node whose GPUs do the work) its CPU is taken from nobody, and it draws
+every frame (review 305: paced on its own CPU alone, it stayed at one frame a second)."""
+
+
+def _host_busy() -> float:
+    import psutil
+
+    return psutil.cpu_percent(None)
 
 
 class DrawPacer:
     """Whether a live run's new frame is drawn now (:meth:`due`), from the viewer's own CPU
-    time: every frame while under DRAW_BUDGET of a core; past it, each second, twice as far
-    apart (up to DRAW_MAX_S); well under it, twice as close again."""
+    time and its host's: every frame while under DRAW_BUDGET of a core or on a host with cores
+    to spare; past it on a busy host, each second, twice as far apart (up to DRAW_MAX_S); well
+    under it, or once the host has cores to spare, twice as close again."""
 
-    def __init__(self, min_s: float, *, cpu: Callable[[], float] = time.process_time, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, min_s: float, *, cpu: Callable[[], float] = time.process_time, clock: Callable[[], float] = time.monotonic,
+                 host_busy: Callable[[], float] = _host_busy) -> None:  # fmt: skip
         self.min_s = min_s
         """The least time apart that counts as drawing every frame (the app's poll)."""
         self.every = 0.0
         """Seconds between draws now (0: every frame)."""
-        self._cpu, self._clock = cpu, clock
+        self._cpu, self._clock, self._host_busy = cpu, clock, host_busy
         self._cpu0, self._t0 = cpu(), clock()
+        host_busy()  # (psutil's figure is since the last call)
         self._drawn = -math.inf
 
     def due(self, now: float) -> bool:
@@ -50,7 +63,8 @@ class DrawPacer:
         cpu = self._cpu()
         share = (cpu - self._cpu0) / (now - self._t0)
         self._cpu0, self._t0 = cpu, now
-        if share > DRAW_BUDGET:
+        busy = self._host_busy() >= HOST_BUSY_PCT
+        if share > DRAW_BUDGET and busy:
             self.every = min(DRAW_MAX_S, max(self.min_s, self.every * 2))
-        elif share < DRAW_BUDGET / 3 and self.every:
+        elif (share < DRAW_BUDGET / 3 or not busy) and self.every:
             self.every = 0.0 if self.every / 2 < self.min_s else self.every / 2

@@ -10,6 +10,7 @@ from pardash.tui.pacing import DRAW_BUDGET, DRAW_MAX_S, DrawPacer
 class _Clock:
     def __init__(self) -> None:
         self.t = self.cpu = 0.0
+        self.host = 100.0  # (the host's cores all busy)
 
 
 def _run(pacer: DrawPacer, clock: _Clock, seconds: float, cpu_share: float, frame_s: float = 0.125) -> int:
@@ -28,7 +29,7 @@ def _run(pacer: DrawPacer, clock: _Clock, seconds: float, cpu_share: float, fram
 
 def test_a_cheap_viewer_draws_every_frame_and_a_costly_one_backs_off_to_once_a_second_and_back():
     clock = _Clock()
-    pacer = DrawPacer(0.125, cpu=lambda: clock.cpu, clock=lambda: clock.t)  # (frames 1/8 s apart: exact sums)
+    pacer = DrawPacer(0.125, cpu=lambda: clock.cpu, clock=lambda: clock.t, host_busy=lambda: clock.host)  # (frames 1/8 s apart: exact sums)
     assert _run(pacer, clock, 5, DRAW_BUDGET / 4) == 40  # (every frame)
     assert pacer.every == 0.0
     # Over its budget: twice as far apart each second, to DRAW_MAX_S, no further.
@@ -42,3 +43,17 @@ def test_a_cheap_viewer_draws_every_frame_and_a_costly_one_backs_off_to_once_a_s
     # Well under: twice as close each second, then every frame.
     _run(pacer, clock, 10, DRAW_BUDGET / 4)
     assert pacer.every == 0.0 and _run(pacer, clock, 2, DRAW_BUDGET / 4) == 16
+
+
+def test_a_viewer_on_a_host_with_cores_to_spare_draws_every_frame_whatever_it_costs():
+    # Review 305: paced on its own CPU alone, a viewer drawing once a second still took more
+    # than a third of its budget (its frames' decoding) and never drew every frame again, on a
+    # laptop or a node of 64 cores alike. It takes its CPU from nobody there.
+    clock = _Clock()
+    pacer = DrawPacer(0.125, cpu=lambda: clock.cpu, clock=lambda: clock.t, host_busy=lambda: clock.host)
+    _run(pacer, clock, 10, DRAW_BUDGET * 3)
+    assert pacer.every == DRAW_MAX_S  # (the host busy: backed off)
+    clock.host = 40.0
+    _run(pacer, clock, 10, DRAW_BUDGET * 3)
+    assert pacer.every == 0.0 and _run(pacer, clock, 2, DRAW_BUDGET * 3) == 16
+
