@@ -531,7 +531,9 @@ def loss_figure(st) -> str:
         return ""
     n = len(losses)
     median = losses[n // 2] if n % 2 else (losses[n // 2 - 1] + losses[n // 2]) / 2
-    return f"loss {'med ' if n > 1 else ''}{median:.4g}"
+    # (a median of the job's ranks however many give a finite one: "loss 2.9" of 4 ranks, 3 of
+    # them at nan, read as the job's loss, review 305; which ranks are not finite is said apart)
+    return f"loss {'med ' if len(st.ranks) > 1 else ''}{median:.4g}"
 
 
 def loss_text(st, *, over: bool = False) -> str:

@@ -173,6 +173,8 @@ def test_the_progress_lines_and_the_last_line_say_it():
     st = two_ranks()
     line = progress_line(st, 12.0)
     assert line.endswith("2 running | rank 1's loss is nan since step 100"), line
+    # (rank 0's loss alone is finite: still the median of the job's ranks, said so, review 305)
+    assert re.search(r"\| loss med [\d.]+ \|", line), line
     assert "rank 1's loss is nan since step 100" in progress_stats(st)
     for r in (0, 1):
         st.apply(schema.Event(run=RUN, rank=r, seq=9000, name="exit", code=0, t=T + 300), 0.0)
