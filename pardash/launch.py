@@ -220,25 +220,29 @@ def _trainer_flags_given(cfg) -> list[str]:
     return [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(default, f.name)]
 
 
-def _say_where_to_attach(spec, ingest: str) -> None:
+def _say_where_to_attach(spec, ingest: str) -> str:
     """Where a hub bound beyond loopback is reached from other machines, and, without keys, that
     anyone who reaches it may: a hub at 192.0.2.2 said neither, and a teammate had to find its
-    port with `pardash ps` on the job's machine (review 300)."""
+    port with `pardash ps` on the job's machine (review 300). Returns the words (for the TUI,
+    which hides what was printed before it: review 305); '' where there is nothing to say."""
     from pardash.telemetry import security
 
     bind = spec.telemetry_bind
     if spec.remote_hub or not ingest or security.is_loopback(bind):
-        return
+        return ""
     import socket
 
     host = socket.gethostname() if bind in ("0.0.0.0", "*", "::", "") else bind
+    host = f"[{host}]" if ":" in host and not host.startswith("[") else host  # (an IPv6 address)
     target = f"tcp://{host}:{ingest.rsplit(':', 1)[1]}"
     if spec.curve_dir:
-        print(f"{PROG}: viewers on other machines: `pardash attach {target} --curve-dir DIR`, DIR a viewer's keys "
-              "(`pardash keys --viewer NAME` makes them)", flush=True)  # fmt: skip
+        said = f"viewers on other machines: `pardash attach {target} --curve-dir DIR`, DIR a viewer's keys (`pardash keys --viewer NAME` makes them)"
+        print(f"{PROG}: {said}", flush=True)
     else:
-        print(f"{PROG}: the hub listens on {target} without keys (--insecure): anyone who reaches it can read the run "
-              f"and send it records; viewers on other machines: `pardash attach {target}`", file=sys.stderr, flush=True)  # fmt: skip
+        said = (f"the hub listens on {target} without keys (--insecure): anyone who reaches it can read the run and send it "
+                f"records; viewers on other machines: `pardash attach {target}`")  # fmt: skip
+        print(f"{PROG}: {said}", file=sys.stderr, flush=True)
+    return said
 
 
 def _check_security(bind: str, curve_dir: str | None, insecure: bool, *, hub: bool) -> str:
@@ -344,7 +348,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
         signal.signal(sig, on_sigterm_started)
     if job.endpoints.get("metrics"):
         print(f"{PROG}: Prometheus metrics on {job.endpoints['metrics']}", flush=True)
-    _say_where_to_attach(spec, job.endpoints.get("ingest", ""))
+    open_hub = _say_where_to_attach(spec, job.endpoints.get("ingest", ""))
     rendezvous = ""
     if spec.nnodes > 1:
         others = "--node-rank 1 on the other" if spec.nnodes == 2 else f"--node-rank 1..{spec.nnodes - 1} on the others"
@@ -431,7 +435,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 from pardash.tui.app import make_app
 
                 app = make_app(client, launched=True, title=f"pardash {spec.run_id}", come_back=f"{PROG} attach {_watch(spec)}",
-                               job_over=lambda: job.poll() is not None or bool(job.result()), output=spec.output, remote_hub=spec.remote_hub)
+                               job_over=lambda: job.poll() is not None or bool(job.result()), output=spec.output, remote_hub=spec.remote_hub,
+                               notice=open_hub)  # fmt: skip
             except KeyboardInterrupt:
                 # Ctrl-C as the viewer was made (textual's import takes a while) is a stop, as one
                 # in it is: it escaped, and the job trained on with nobody to watch it.

@@ -1033,3 +1033,17 @@ def test_a_launch_beyond_loopback_says_where_to_attach_and_that_it_takes_no_keys
     assert len(said) == 1 and f"the hub listens on tcp://{addr}:" in said[0], proc.stderr[-2000:]
     port = said[0].split(f"tcp://{addr}:")[1].split()[0]
     assert f"`pardash attach tcp://{addr}:{port}`" in said[0] and "anyone who reaches it can read the run" in said[0]
+
+
+def test_where_to_attach_is_said_to_the_tui_too_and_an_ipv6_host_in_brackets(capsys):
+    # Review 305: a TUI launch printed it before its screen, which hid it for the whole run (it
+    # goes to the app as its notice); an IPv6 bind read "tcp://2001:db8::5:PORT".
+    from types import SimpleNamespace
+
+    from pardash.launch import _say_where_to_attach
+
+    spec = SimpleNamespace(telemetry_bind="2001:db8::5", remote_hub="", curve_dir="")
+    said = _say_where_to_attach(spec, "tcp://[2001:db8::5]:40000")
+    assert "the hub listens on tcp://[2001:db8::5]:40000 without keys" in said and "`pardash attach tcp://[2001:db8::5]:40000`" in said
+    assert said in capsys.readouterr().err
+    assert _say_where_to_attach(SimpleNamespace(telemetry_bind="127.0.0.1", remote_hub="", curve_dir=""), "tcp://127.0.0.1:1") == ""
