@@ -604,8 +604,12 @@ def _live_run_of(path: str) -> str:
         fail(f"{path}: no such log or run folder (attach takes a live run's id, log or folder, or a hub's tcp://HOST:PORT; "
              f"`{PROG} ps` lists the live runs)")  # fmt: skip
     found = registry.serving(path)
-    if found is not None:
-        return str(found["run_id"])
+    if len(found) == 1:
+        return str(found[0]["run_id"])
+    if found:
+        # (the newest of them was taken, with no word of the other: review 305)
+        ids = ", ".join(sorted(str(e["run_id"]) for e in found))
+        fail(f"{path} holds the logs of {len(found)} live runs ({ids}): attach one by its id or its log")
     there = shlex.quote(path)
     what = "run folder" if os.path.isdir(path) else "log"
     if what == "run folder":

@@ -367,22 +367,24 @@ def same_file(a: object, b: str) -> bool:
         return False
 
 
-def serving(path: str) -> dict | None:
-    """The live run (a hub alive on this machine, of this user's) whose log is the file
+def serving(path: str) -> list[dict]:
+    """The live runs (a hub alive on this machine, of this user's) whose log is the file
     ``path`` (its path or another path to it), or whose run folder, or its log's folder, is the
     folder ``path``: what `pardash attach` takes a log or a run folder for, as report, replay
     and export take them. A launch's TUI left open keeps its hub, and so its run, up after the
-    job ended: it is served still (an attach by its id shows it too). None where none is."""
+    job ended: it is served still (an attach by its id shows it too). A folder may hold the logs
+    of several (two runs given --log in one folder)."""
     folder = os.path.isdir(path)
+    found = []
     for e in live_runs(prune=False):
         log = e.get("log")
         log = None if log == os.devnull else log  # (a simulate's that keeps none)
         if folder:
             if same_file(e.get("run_dir"), path) or (isinstance(log, str) and log and same_file(os.path.dirname(log), path)):
-                return e
+                found.append(e)
         elif same_file(log, path):
-            return e
-    return None
+            found.append(e)
+    return found
 
 
 def serving_here(run_id: str, address: str) -> dict | None:

@@ -125,6 +125,22 @@ def test_attach_takes_a_live_runs_log_or_folder(tmp_path, given):
     assert "(`pardash attach job1-run` watches it again)" in err, err
 
 
+def test_attach_of_a_folder_holding_two_live_runs_logs_names_both(tmp_path):
+    # Review 305: two runs given --log in one folder: the folder attached to the newest, with no
+    # word of the other.
+    (tmp_path / "two").mkdir()
+    hubs = [hub_alone(tmp_path / "two" / f"{name}.jsonl", f"{name}-run")[0] for name in ("a", "b")]
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pardash", "attach", "--headless", str(tmp_path / "two")], capture_output=True,
+                              text=True, timeout=60, env=pardash_env())  # fmt: skip
+    finally:
+        for hub in hubs:
+            terminate(hub)
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    assert proc.stderr == (f"pardash: error: {tmp_path / 'two'} holds the logs of 2 live runs (a-run, b-run): attach one by its "
+                           "id or its log\n")  # fmt: skip
+
+
 def test_attach_of_a_log_no_live_run_records_says_where_it_is_read_instead(tmp_path):
     log = tmp_path / "old run.jsonl"
     log.write_text('{"kind": "event"}\n')
