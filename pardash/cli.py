@@ -498,7 +498,7 @@ def cmd_attach(ns: argparse.Namespace) -> int:
     if _names_a_path(ns.target):
         # A live run's log or run folder, as report, replay and export take them (it said "no
         # live run '/path/job1.jsonl'" of a log `pardash ps` listed as running, review 300)
-        ns.target = _live_run_of(ns.target)
+        ns.target = _wait_for_path(ns.target) if ns.wait else _live_run_of(ns.target)
     elif ns.wait and hub_address(ns.target):
         _wait_for_hub(ns)
     elif ns.wait:
@@ -689,6 +689,26 @@ def _wait_for_run(ns: argparse.Namespace) -> str:
                 if before:  # (a viewer started before its job watches that job, not one live before it)
                     what += f" ({len(before)} live already: `{PROG} attach` without --wait watches the newest)"
                 print(f"{PROG} attach: waiting for {what}...", file=sys.stderr, flush=True)
+            time.sleep(WAIT_LOOK_S)
+
+    return _stoppable_wait(wait, "the run appeared")
+
+
+def _wait_for_path(path: str) -> str:
+    """``attach --wait LOG`` (or a run folder): the id of the live run that records it, once one
+    does (--wait with a path failed at once, "no such log or run folder", review 305)."""
+    if why := registry.unusable():
+        fail(why)
+    said = [False]
+
+    def wait() -> str:
+        while True:
+            found = registry.serving(path)
+            if found:
+                return _live_run_of(path)  # (one: its id; several: said so, in one line)
+            if not said[0]:
+                said[0] = True
+                print(f"{PROG} attach: waiting for a live run to record {path}...", file=sys.stderr, flush=True)
             time.sleep(WAIT_LOOK_S)
 
     return _stoppable_wait(wait, "the run appeared")
