@@ -286,7 +286,8 @@ def _comm_differs(a: dict, b: dict) -> bool:
     return ka is not None and kb is not None and ka != kb
 
 
-_PEAK_KINDS = {"cuda": "the CUDA allocator's peak", "rss": "the process RSS"}
+_PEAK_KINDS = {"cuda": "the CUDA allocator's peak", "rss": "the process RSS after a step",
+               "rss_hwm": "the process's RSS high-water mark (its whole life)"}
 
 
 def _peak_kind(rep: dict) -> str | None:

@@ -531,7 +531,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # job's last attempt (an attempt torchrun restarted the job from went on).
         ep["ended_run"] = ep.pop("attempt", 0) == last_attempt and not (ep["until"] or "").startswith(("resumed", "finished", "restarted"))
     if rss_peak and peak_kind != "cuda":
-        peak_kind = "rss"
+        # (its own kind: an older log's largest RSS after a step is another figure, which
+        # `report --compare` would have judged against it, review 305)
+        peak_kind = "rss_hwm"
         for rank, nbytes in rss_peak.items():
             peak[rank] = max(peak.get(rank, 0), nbytes)
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}

@@ -838,7 +838,8 @@ def memory_rows(rep: dict) -> list[tuple[str, str]]:
     if m["buckets_bytes_max"]:
         rows.append(("DDP gradient buckets, a rank", human_bytes(m["buckets_bytes_max"])))
     if m["peak_bytes_max"] is not None:
-        rows.append((f"peak ({'CUDA allocator' if m['peak_kind'] == 'cuda' else 'process RSS'}), largest rank", human_bytes(m["peak_bytes_max"])))
+        kind = {"cuda": "CUDA allocator", "rss_hwm": "process RSS high-water mark"}.get(m["peak_kind"], "process RSS")
+        rows.append((f"peak ({kind}), largest rank", human_bytes(m["peak_bytes_max"])))
     if m.get("children_bytes_max") is not None:
         n = m["children_max"]
         rows.append(("child processes' own memory (DataLoader workers: not in the RSS), largest rank",

@@ -233,7 +233,7 @@ def test_a_cpu_runs_peak_rss_is_not_judged_against_a_gpu_runs_cuda_peak():
     cmp = compare_reports(a, b)
     peak = next(r for r in cmp["rows"] if r["metric"] == "peak_bytes")
     assert peak["b"] == 10 * peak["a"] and (peak["better"], peak["verdict"]) == ("", "")
-    assert "note: peak memory is the process RSS in A, the CUDA allocator's peak in B: shown, not judged" in render_compare_text(cmp)
+    assert "note: peak memory is the process RSS after a step in A, the CUDA allocator's peak in B: shown, not judged" in render_compare_text(cmp)
     same = {r["metric"]: r for r in compare_reports(a, json.loads(json.dumps(a)))["rows"]}
     assert same["peak_bytes"]["verdict"] == "same"
 
