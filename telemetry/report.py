@@ -538,12 +538,14 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             peak[rank] = max(peak.get(rank, 0), nbytes)
     last_steps = {rank: r.step.step for rank, r in state.ranks.items() if r.step is not None}
     cleared: dict[int, int] = {}  # a rank's last episode's clearing: the next one's streak begins after it
-    spans = [(ep["rank"], ep["step"], ep["cleared_step"] or last_steps.get(ep["rank"], ep["step"])) for ep in stragglers if ep["step"] is not None]
+    # Each episode's steps, from its finding to its clearing (or its rank's last step)
+    spans = {id(ep): (ep["step"], ep["cleared_step"] or last_steps.get(ep["rank"], ep["step"])) for ep in stragglers}
     for ep in sorted(stragglers, key=lambda e: e["step"] if e["step"] is not None else -1):
         # (the ranks found straggling over some of the same steps: the others waited for the
         # slowest of them, not for its lead over the next; one cleared as another was found is not)
-        at, to = ep["step"], ep["cleared_step"] or last_steps.get(ep["rank"], ep["step"])
-        peers = {r for r, a, b in spans if r != ep["rank"] and at is not None and a < to and b > at}
+        at, to = spans[id(ep)]
+        peers = {o["rank"] for o in stragglers if o["rank"] != ep["rank"] and o["step"] is not None and at is not None
+                 and spans[id(o)][0] < to and spans[id(o)][1] > at}  # fmt: skip
         _charge(ep, arrivals, last_steps.get(ep["rank"], ep["step"] or 0), after=cleared.get(ep["rank"], 0), peers=peers)
         ep["straggling_with"] = sorted(peers)
         if ep["cleared_step"] is not None:
