@@ -94,6 +94,13 @@ REFUSED_SAID_S = 2.0
 this often: those messages reached the hub, so they count as rejected, not as lost."""
 MAX_FOREIGN_SAID = 4
 """Other runs whose refused records the hub names, one warning each (a fuzzer's are many)."""
+REJECT_REASONS = (
+    "invalid", "undecodable", "too_deep", "too_large", "not_finite", "out_of_range", "rank_out_of_range",
+    "foreign_run", "world_size_mismatch", "too_many_ranks", "too_many_events", "newer_version", "unknown_version",
+    "verdict_from_rank", "no_key", "internal_error",
+)
+"""Every reason the hub refuses a message for (the keys of ``HubCore.rejected``): /metrics has a
+series for each from the start, so ``increase()`` sees a run's first refusal."""
 SEQ_KEPT_REASONS = frozenset(
     ("invalid", "not_finite", "out_of_range", "too_large", "too_many_events", "newer_version", "unknown_version")
 )

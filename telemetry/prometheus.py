@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from . import cliargs
 from .cliargs import TEXTFILE_EVERY_S, textfile_name  # (where its flag is made: see cliargs)
+from .hubcore import REJECT_REASONS
 from .security import metrics_refusal
 from .state import EXITED, STARTING, STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
 from .summary import expected_state_bytes, samples_per_s
@@ -322,7 +323,8 @@ class HubCollector:
         received.add_metric([], stats.received)
         yield received
         rejected = CounterMetricFamily("pardash_messages_rejected", "Messages the hub refused, by reason.", labels=["reason"])
-        for reason, n in sorted(stats.rejected.items()):
+        counts = dict.fromkeys(REJECT_REASONS, 0) | stats.rejected  # (zeros too: see REJECT_REASONS)
+        for reason, n in sorted(counts.items()):
             rejected.add_metric([reason], n)
         yield rejected
         lost = CounterMetricFamily("pardash_messages_lost", "Messages that never arrived (gaps in the ranks' sequence numbers).")

@@ -17,6 +17,7 @@ from helpers import wait_for  # noqa: E402
 from pardash.telemetry import frames  # noqa: E402
 from pardash.telemetry.client import HubClient  # noqa: E402
 from pardash.telemetry.hub import MAX_SNAPSHOT_WAITERS  # noqa: E402
+from pardash.telemetry.hubcore import REJECT_REASONS  # noqa: E402
 
 
 def test_a_live_hub_survives_hostile_frames_and_records_the_valid_rank(tmp_path):
@@ -26,6 +27,7 @@ def test_a_live_hub_survives_hostile_frames_and_records_the_valid_rank(tmp_path)
     # Every frame is accounted for: taken, or rejected under a reason; nothing hit the safety net.
     assert r.accounted, (r.received, r.rejected, r.valid_sent, r.frames)
     assert r.rejected.get("internal_error", 0) == 0
+    assert set(r.rejected) <= set(REJECT_REASONS), set(r.rejected) - set(REJECT_REASONS)  # each has its series on /metrics
     for reason in ("undecodable", "invalid", "too_deep", "too_large", "not_finite", "out_of_range",
                    "rank_out_of_range", "foreign_run", "newer_version", "unknown_version", "verdict_from_rank"):  # fmt: skip
         assert r.rejected.get(reason, 0) > 0, reason

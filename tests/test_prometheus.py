@@ -300,6 +300,27 @@ def test_before_any_hello_the_launchers_world_size_and_strategy_are_said():
         server.close()
 
 
+def test_every_reason_for_refusing_a_message_has_its_series_from_the_start():
+    # pardash_messages_rejected_total had no sample until the hub's first refusal, so
+    # increase() over a window with the first one read nothing (review 300).
+    from pardash.telemetry import schema
+    from pardash.telemetry.hubcore import REJECT_REASONS, HubCore
+
+    core = HubCore(run_id="r", world_size=2)
+    server = serve_metrics(core, 0)
+    try:
+        fams = families(scrape(server.url))
+        got = {s.labels["reason"]: s.value for s in fams["pardash_messages_rejected"].samples if s.name.endswith("_total")}
+        assert got == dict.fromkeys(REJECT_REASONS, 0.0)
+        core.ingest(schema.Step(rank=7, step=1, step_s=0.1, t=2.0, seq=1), 0.0)  # a rank this job has not
+        fams = families(scrape(server.url))
+        assert value(fams, "pardash_messages_rejected_total", reason="rank_out_of_range") == 1
+        assert value(fams, "pardash_messages_rejected_total", reason="invalid") == 0
+        check_conventions(scrape(server.url))
+    finally:
+        server.close()
+
+
 def test_a_busy_port_is_one_clear_line(hub):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
