@@ -176,6 +176,32 @@ async def test_the_quit_dialog_says_the_command_that_watches_the_run_again(come_
         assert f"come back with `{again}`." in said, said
 
 
+@pytest.mark.parametrize("size", [(40, 12), (40, 20), (60, 16), (80, 24)])
+async def test_the_quit_dialogs_buttons_are_whole_on_a_small_screen(size):
+    # At 40x12 the explanations, wrapped, pushed the three buttons below the screen's edge, and
+    # at 40 columns Cancel was cut to "Cance" (review 302).
+    from textual.containers import Vertical
+    from textual.widgets import Button, Label
+
+    app = replay_app("run4.jsonl", launched=True)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, QuitScreen)
+        box = dialog.query_one(Vertical)
+        assert dialog.region.contains_region(box.region), box.region  # its border too
+        for button in dialog.query(Button):
+            assert button.region.area and box.content_region.contains_region(button.region), (button.id, button.region)
+        keys = dialog.query_one("#keys", Label)
+        assert keys.region.area and box.content_region.contains_region(keys.region)
+        explained = [label for label in dialog.query(".explain") if label.display]
+        assert explained if size == (80, 24) else True  # (where they fit, the explanations stay)
+        await pilot.press("s")
+        await pilot.pause()
+    assert app.return_value == "stop"
+
+
 async def test_q_then_c_cancels_and_the_dashboard_carries_on():
     chosen: list[str] = []
     app = replay_app("run4.jsonl", launched=True, on_exit_choice=chosen.append)

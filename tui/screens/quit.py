@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -27,6 +28,8 @@ nothing to stop (the dialog is not shown, or says so when the job ended while it
 CHECK_S = 0.5
 """How often an open dialog asks whether the job has ended."""
 NOTHING_LEFT = "there is nothing to stop or leave running."
+TINY_WIDTH = 50
+"""Under this many columns the dialog's buttons are "Stop", "Detach", "Cancel", closer set."""
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -90,6 +93,18 @@ class QuitScreen(ModalScreen[str | None]):
     QuitScreen.-narrow Button {
         min-width: 10;
     }
+    QuitScreen.-tiny > Vertical {
+        padding: 1 1;
+    }
+    QuitScreen.-tiny Button {
+        min-width: 8;
+    }
+    QuitScreen.-short > Vertical {
+        padding: 0 1;
+    }
+    QuitScreen.-short .explain {
+        display: none;
+    }
     QuitScreen #keys {
         width: 100%;
         margin-top: 1;
@@ -132,16 +147,14 @@ class QuitScreen(ModalScreen[str | None]):
         run = f" {self.run_id}" if self.run_id else ""
         with Vertical():
             yield Label(f"Leave run{run}?", id="question")
-            yield Label(
-                "Stop: every rank is ended (torchrun gets SIGTERM); the hub writes the log to the end.",
-                classes="explain",
-            )
             # The run named: with several live runs, a bare `pardash attach` takes the newest.
             again = self.come_back or f"pardash attach {self.run_id}".rstrip()
-            yield Label(
-                Content(f"Detach: the job, the hub and the log go on; come back with `{again}`."),
-                classes="explain",
+            self._explained = (
+                "Stop: every rank is ended (torchrun gets SIGTERM); the hub writes the log to the end.",
+                f"Detach: the job, the hub and the log go on; come back with `{again}`.",
             )
+            for text in self._explained:
+                yield Label(Content(text), classes="explain")
             with Horizontal():
                 yield Button("Stop the job", variant="error", id="stop")
                 yield Button("Detach", variant="primary", id="detach")
@@ -151,7 +164,20 @@ class QuitScreen(ModalScreen[str | None]):
 
     def on_resize(self) -> None:
         # Under the dialog's width the buttons' least width (16 each) pushed Cancel off the screen
-        self.set_class(self.size.width < 66, "-narrow")
+        width, height = self.size
+        self.set_class(width < 66, "-narrow")
+        # At 40 columns "Stop the job" left Cancel cut to "Cance" (review 302).
+        self.set_class(width < TINY_WIDTH, "-tiny")
+        if not self.ended:
+            self.query_one("#stop", Button).label = "Stop" if width < TINY_WIDTH else "Stop the job"
+        # The explanations wrap to several lines each on a narrow screen: on a short one they
+        # pushed the buttons below its edge (at 40x12 the dialog had none). They go first; the
+        # keys line stays, and says what each key does.
+        inner = min(64, width) - 2 - (2 if width < TINY_WIDTH else 4)
+        keys = str(self.query_one("#keys", Label).render())
+        lines = (2 + 2) + 2 + 3 + 1 + len(textwrap.wrap(keys, max(inner, 1)))  # border, padding, question, buttons, keys
+        lines += sum(len(textwrap.wrap(text, max(inner, 1))) + 1 for text in self._explained)
+        self.set_class(lines > height, "-short")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
