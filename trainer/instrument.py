@@ -135,7 +135,7 @@ from typing import Any, Callable
 import torch
 
 from pardash.telemetry import api, memory, modelfacts
-from pardash.trainer.strategies import CommTimer
+from pardash.trainer.strategies import CommTimer, with_attempt_store
 from pardash.trainer.trained import FORWARD_ARRIVES, Trained, ddp_syncs_buffers, first_tensor, is_average, lr_of, rows
 from pardash.telemetry.reporter import Reporter
 from pardash.trainer.arrivals import FSDP_COLLECTIVES, Arrivals
@@ -1108,6 +1108,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
 
     def _wrap_init_process_group(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = with_attempt_store(original, args, kwargs)  # (after a torchrun restart)
             result = original(*args, **kwargs)
             if not self._hello_sent:
                 # The rank shows as starting (and its heartbeat runs) before its first forward;

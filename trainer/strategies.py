@@ -121,6 +121,37 @@ def attempt_store(restart: int, rank: int, world_size: int, timeout: datetime.ti
     return dist.PrefixStore(f"pardash/attempt{restart}/", store)
 
 
+def with_attempt_store(init: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A script's ``init_process_group(*args, **kwargs)`` call, after a torchrun restart, given
+    this attempt's own store (:func:`attempt_store`), as the bundled trainer's (see
+    init_distributed). torchrun's static rendezvous keeps one store across restarts, its keys
+    and all: the restarted ranks' gloo read a peer's address from the failed attempt and either
+    failed at once ("connectFullMesh failed ... Connection refused") or waited 100 s for a
+    peer long dead, and the job failed where plain torchrun's usually recovered (review 308:
+    6 of 8 runs against 1 of 8). A call that names its own store or init_method (tcp://,
+    file://), the first attempt, or ranks not started by torchrun are left as they are."""
+    restart = _env_int("TORCHELASTIC_RESTART_COUNT", 0)
+    if restart <= 0 or "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+        return args, kwargs
+    try:
+        bound = inspect.signature(init).bind_partial(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs
+    given = bound.arguments
+    if given.get("store") is not None or given.get("init_method") not in (None, "env://"):
+        return args, kwargs
+    rank = given.get("rank", -1)
+    world_size = given.get("world_size", -1)
+    rank = rank if isinstance(rank, int) and rank >= 0 else _env_int("RANK", -1)
+    world_size = world_size if isinstance(world_size, int) and world_size > 0 else _env_int("WORLD_SIZE", -1)
+    if rank < 0 or world_size <= 0:
+        return args, kwargs
+    timeout = given.get("timeout") or dist.constants.default_pg_timeout
+    given.pop("init_method", None)
+    given.update(rank=rank, world_size=world_size, store=attempt_store(restart, rank, world_size, timeout))
+    return bound.args, bound.kwargs
+
+
 def init_distributed(cfg: TrainConfig) -> Runtime:
     """Find this rank from torchrun's environment, pick its device and, for ddp and fsdp,
     create the process group (gloo on CPU, nccl on GPU).
