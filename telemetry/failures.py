@@ -390,6 +390,23 @@ def raised_at(tb: str | None) -> str | None:
     return f"{_frame_text(own)} (in {_frame_text(inner, inside)})"
 
 
+def own_frame_lines(tb: str, before: int) -> str:
+    """The lines of ``tb``'s innermost frame of the job's own code (its ``File ...`` line and
+    the source line under it), where that frame starts before offset ``before``; "" where it
+    does not or there is none. What a traceback cut to its end (state.TRACEBACK_KEPT) keeps
+    ahead of the end: a shape error under DDP and a two-layer model is 2,642 characters, and
+    the report's "raised at" read torch's linear.py alone, the script's line cut off (review 308)."""
+    frames = list(_FRAME.finditer(tb))
+    own = next((m for m in reversed(frames) if not _is_library(m["file"])), None)
+    if own is None or own.start() >= before:
+        return ""
+    head = tb[own.start() : own.end()].lstrip("\n") + "\n"
+    src_end = tb.find("\n", own.end() + 1)  # (the source line under it, where there is one)
+    if src_end < 0 or tb[own.end() + 1 : src_end].lstrip().startswith("File "):
+        return head
+    return head + tb[own.end() + 1 : src_end] + "\n"
+
+
 def _frame_text(m: re.Match, path: str | None = None) -> str:
     return f"{path or m['file']}:{m['line']} in {m['func'].strip()}"
 

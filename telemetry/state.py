@@ -84,10 +84,17 @@ def _kept(msg: "schema.Event") -> "schema.Event":
     tb, text = msg.traceback, msg.message
     if (tb is None or len(tb) <= TRACEBACK_KEPT) and len(text) <= MESSAGE_KEPT:
         return msg
+    if tb is not None and len(tb) > TRACEBACK_KEPT:
+        from .failures import own_frame_lines
+
+        # (its end, and the job's own innermost frame where the cut took it: see own_frame_lines)
+        own = own_frame_lines(tb, len(tb) - TRACEBACK_KEPT)
+        tail = tb[-TRACEBACK_KEPT:]
+        tb = f"Traceback (most recent call last):\n{own}  …\n{tail[tail.find(chr(10)) + 1:]}" if own else tail
     return msgspec.structs.replace(
         msg,
         message=text if len(text) <= MESSAGE_KEPT else text[: MESSAGE_KEPT // 2 - 1] + "…" + text[-(MESSAGE_KEPT // 2) :],
-        traceback=tb if tb is None or len(tb) <= TRACEBACK_KEPT else tb[-TRACEBACK_KEPT:],
+        traceback=tb,
     )
 
 
