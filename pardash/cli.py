@@ -819,6 +819,7 @@ def _check_log(path: str) -> None:
 
 
 def cmd_replay(ns: argparse.Namespace) -> int:
+    from pardash.telemetry.cliargs import StartStep
     from pardash.telemetry.client import AttachError, ReplaySource
 
     ns.log = find_log(ns.log, ns.runs_dir)
@@ -842,7 +843,13 @@ def cmd_replay(ns: argparse.Namespace) -> int:
         progress.close()
         playing.close()
     notice = ""
-    if ns.start != float("inf") and ns.start > source.duration_s:
+    if source.start_step_past is not None:
+        # (as a time past the end: said, and the replay starts at the end)
+        notice = f"--start step:{int(ns.start)}: the run's last step is {source.start_step_past}; the replay starts at its end"
+        print(f"{PROG}: {notice}", file=sys.stderr, flush=True)
+    elif isinstance(ns.start, StartStep):
+        pass
+    elif ns.start != float("inf") and ns.start > source.duration_s:
         # It opened at the run's end without a word (`--start 99:00:00` of a 5 s run): as if the
         # run had gone on that long. (`--start end` asks for its end: nothing to say.) Said
         # here and, as the dashboard covers the terminal, on it.

@@ -249,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--speed", type=cliargs.positive, default=1.0, help="playback speed (default 1.0)")
     r.add_argument(
         "--start", type=cliargs.replay_position, default=0.0, metavar="WHEN",
-        help="begin this far into the run: seconds, M:SS or H:MM:SS, or `end` for its last figures (default: its first step)",
+        help="begin this far into the run: seconds, M:SS or H:MM:SS; `step:N` where the run first reached step N (a step the "
+             "report or a warning names); or `end` for its last figures (default: its first step)",
     )  # fmt: skip
 
     rep = sub.add_parser(

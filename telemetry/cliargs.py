@@ -90,20 +90,30 @@ def run_id(text: str) -> str:
     return text
 
 
-def replay_position(text: str) -> float:
-    """Where a replay begins: seconds into the run (``90``, ``1:30``, ``1:02:03``) or ``end``
-    (its last figures; inf, which a seek takes as the end)."""
+class StartStep(int):
+    """``replay --start step:N``: the replay begins as the run first reached step N (a NaN's
+    step, a straggler's: what `pardash report` and the headless lines name), not at a time."""
+
+
+def replay_position(text: str) -> float | StartStep:
+    """Where a replay begins: seconds into the run (``90``, ``1:30``, ``1:02:03``), ``end``
+    (its last figures; inf, which a seek takes as the end) or ``step:N`` (a :class:`StartStep`)."""
     if text.strip().lower() == "end":
         return float("inf")
+    if text.strip().lower().startswith("step"):
+        number = text.strip()[4:].lstrip(": =")
+        if not number.isdigit():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a step: step:N, N a step's number (step:120)")
+        return StartStep(int(number))
     parts = text.strip().removesuffix("s").split(":")
     if len(parts) > 3:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a time into the run (seconds, M:SS, H:MM:SS or end)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time into the run (seconds, M:SS, H:MM:SS, end or step:N)")
     seconds = 0.0
     for i, part in enumerate(parts):
         try:
             x = _number(part, float)
         except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a time into the run (seconds, M:SS, H:MM:SS or end)") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a time into the run (seconds, M:SS, H:MM:SS, end or step:N)") from None
         if x < 0:
             raise argparse.ArgumentTypeError(f"{text!r}: a time into the run is not negative")
         if i and x >= 60:

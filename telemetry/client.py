@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+from array import array
+from bisect import bisect_left
 import re
 import stat
 import time
@@ -19,6 +21,7 @@ import msgspec
 import zmq
 
 from . import frames, registry, schema, security
+from .cliargs import StartStep
 from .clocks import CLOCK_OFF_S, RankClocks, is_hub_side
 from .hubcore import HubCore
 from .keyframes import Keyframes
@@ -522,10 +525,17 @@ class LogSpan:
         self.end_note: schema.Event | None = None
         """The log's last record when it is a note of its hub's after the ranks' last (what
         became of a full disk's lines, see report's ``_disk_full_end``)."""
+        self.steps_reached = array("q")
+        self.steps_reached_t = array("d")
+        """Each step number the run reached past all before it, and when (the record's time):
+        where ``replay --start step:N`` begins (see :meth:`step_time`)."""
 
     def take(self, msg: schema.Message) -> None:
         self.records += 1
         self.last = msg
+        if type(msg) is schema.Step and msg.t and (not self.steps_reached or msg.step > self.steps_reached[-1]):
+            self.steps_reached.append(msg.step)
+            self.steps_reached_t.append(msg.t)
         if msg.rank >= 0:
             self.rank_records += 1
             self.closed = False
@@ -543,6 +553,12 @@ class LogSpan:
         self.clocks.take(msg)
         self.any_first = min(self.any_first, t) if self.any_first else t
         self.any_last = max(self.any_last, t)
+
+    def step_time(self, step: int) -> float | None:
+        """When the run first reached ``step`` (a rank's step record of it, or of a later one
+        where the log lacks it); None past its last step."""
+        at = bisect_left(self.steps_reached, step)
+        return self.steps_reached_t[at] if at < len(self.steps_reached) else None
 
     @property
     def hub_stopped(self) -> bool:
@@ -587,7 +603,8 @@ class ReplaySource(FrameApplier):
 
     def __init__(self, path: str, *, speed: float = 1.0, frame_s: float = 0.1, start_s: float = 0.0, progress: Progress | None = None,
                  start_progress: Progress | None = None) -> None:  # fmt: skip
-        """``start_s``: begin that far into the run (past its end: at its end), not at its start;
+        """``start_s``: begin that far into the run (past its end: at its end), not at its start,
+        or, a :class:`~.cliargs.StartStep`, where the run first reached that step;
         the viewer's keys move 10 s, a minute (a tenth of a long run), or to the start or end.
         ``progress``: told how far the first pass over the log is (a log of gigabytes takes a
         minute); ``start_progress``: how far the play up to ``start_s`` is, in milliseconds of
@@ -657,6 +674,14 @@ class ReplaySource(FrameApplier):
         self.keyframes = Keyframes()
         """Copies of the replay's state kept as it plays, which a seek goes on from."""
         self._restart()
+        self.start_step_past: int | None = None
+        """``start_s`` was a step (``--start step:N``) past the run's last one, this its last:
+        the replay begins at the end."""
+        if isinstance(start_s, StartStep):
+            at = self._span.step_time(int(start_s))
+            if at is None:
+                self.start_step_past = self._span.steps_reached[-1] if self._span.steps_reached else 0
+            start_s = math.inf if at is None else max(0.0, at - self.t_start)
         if start_s > 0:
             self.seek(start_s, progress=start_progress)
 

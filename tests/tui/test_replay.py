@@ -489,6 +489,16 @@ def test_a_replay_can_begin_anywhere_in_the_run_or_at_its_end(tmp_path):
     assert at.position_s == 3630.0 and at.state.step == 60 and not at.done
     end = ReplaySource(str(log), start_s=replay_position("end"))
     assert end.done and end.state.step == 120 and all(r.finished for r in end.state.ranks.values())
+    # A step the report or a warning names ("loss is nan at step 77"): it had to be found by
+    # time, by hand, pausing and seeking (review 306).
+    assert [replay_position(w) for w in ("step:77", "step77", "STEP:0")] == [77, 77, 0]
+    for wrong in ("step:", "step:-3", "step:1.5", "steps"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not a step"):
+            replay_position(wrong)
+    at = ReplaySource(str(log), start_s=replay_position("step:77"))
+    assert at.state.step == 77 and at.position_s == 77 * 60 and at.start_step_past is None and not at.done
+    past = ReplaySource(str(log), start_s=replay_position("step:500"))
+    assert past.done and past.start_step_past == 120
 
 
 def test_a_replay_of_a_log_holding_two_runs_says_so(tmp_path):
