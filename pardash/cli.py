@@ -952,6 +952,7 @@ def cmd_simulate(ns: argparse.Namespace) -> int:
             straggler_kind=ns.straggler_kind or "data",
             stall=parse_rank_step(ns.stall, "--stall") if ns.stall else None,
             crash=parse_rank_step(ns.crash, "--crash") if ns.crash else None,
+            nan=parse_rank_step(ns.nan, "--nan") if ns.nan else None,
             seed=ns.seed,
         )
     except ValueError as exc:

@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate",
         help="a synthetic job of N ranks, to try the TUI without GPUs",
         description="A synthetic job of N ranks (a hub, the ranks and the viewer each a process, real sockets) with a straggler, "
-        "stall or crash if asked, to try the TUI and the hub at 1024 ranks on a laptop.",
+        "stall, crash or NaN loss if asked, to try the TUI and the hub at 1024 ranks on a laptop.",
     )
     sim.add_argument("--ranks", type=cliargs.count(1, MAX_RANKS_TRACKED), default=64, help=f"number of ranks (default 64, at most {MAX_RANKS_TRACKED}, what a hub tracks)")
     sim.add_argument("--rate", type=cliargs.positive, default=10.0, help="steps a second per rank (default 10)")
@@ -210,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--stall", default=None, metavar="RANKS@STEP", action=_Once, help="these ranks stop at this step (8-15@300: a node hung)")
     sim.add_argument("--crash", default=None, metavar="RANKS@STEP", action=_Once,
                      help="these ranks exit with code 1 at this step (8-15@200: a node lost)")
+    sim.add_argument("--nan", default=None, metavar="RANKS@STEP", action=_Once,
+                     help="these ranks' loss turns NaN at this step (3@120: a bad batch), every other rank's at the next, to the end")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--headless", action="store_true", help="print progress lines; attach the TUI with `pardash attach`")
     sim.add_argument("--every", type=cliargs.positive, default=5.0, help="seconds between progress lines (default 5)")

@@ -51,6 +51,9 @@ class SimConfig:
     crash: Any = None
     """(ranks, step): those ranks (a rank, or several: a node lost) exit with code 1 at that
     step; the others are stopped. Kept as (tuple of ranks, step)."""
+    nan: Any = None
+    """(ranks, step): those ranks' loss turns NaN at that step (a bad batch), every other rank's
+    at the next, as the gradients' all-reduce carries it, to the end. Kept as (tuple of ranks, step)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -62,7 +65,7 @@ class SimConfig:
             self.straggler = _ranks_of(self.straggler)
             if not all(0 <= r < self.ranks for r in self.straggler):
                 raise ValueError(f"--straggler {ranks_text(self.straggler)}: {_rank_s(self.straggler)} must be below {self.ranks}")
-        for name in ("stall", "crash"):
+        for name in FAULTS:
             rs = getattr(self, name)
             if rs is None:
                 continue
@@ -74,6 +77,10 @@ class SimConfig:
             if not (1 <= step and (not self.steps or step <= self.steps)):
                 last = f" and at most --steps {self.steps}" if self.steps else ""
                 raise ValueError(f"{said}: the step must be at least 1{last} (steps count from 1)")
+
+
+FAULTS = ("stall", "crash", "nan")
+"""The faults given as RANKS@STEP (``--stall``, ``--crash``, ``--nan``)."""
 
 
 def _rank_s(ranks: tuple[int, ...]) -> str:
@@ -287,7 +294,16 @@ class SimulatedJob:
                 if not self.alive[r]:
                     continue
                 extra = slow if slow and r in cfg.straggler else 0.0
-                rep.send(step_message(cfg, r, s, rng.gauss(0, 0.01 * base), extra, rng.gauss(0, 0.02)), self._sock(r))
+                msg = step_message(cfg, r, s, rng.gauss(0, 0.01 * base), extra, rng.gauss(0, 0.02))
+                if cfg.nan is not None and s >= cfg.nan[1] + (r not in cfg.nan[0]):
+                    # As a rank's reporter says it: a warning as it turns, then steps without a
+                    # loss (JSON has no NaN) while it is not finite.
+                    msg.loss = None
+                    if s == cfg.nan[1] + (r not in cfg.nan[0]):
+                        rep.send(schema.Event(name="warning", step=s, message=(
+                            f"loss is nan at step {s}: diverged, or a spike (steps go on without a loss while it is not finite)")),
+                            self._sock(r))  # fmt: skip
+                rep.send(msg, self._sock(r))
                 rep.last_step = s
             self.step += 1
         if cfg.steps and self.step >= cfg.steps:
@@ -369,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="SimConfig fields as JSON")
     ns = p.parse_args(argv)
     fields = json.loads(ns.config)
-    for key in ("stall", "crash"):
+    for key in FAULTS:
         if fields.get(key) is not None:
             fields[key] = tuple(fields[key])
     job = SimulatedJob(SimConfig(**fields), ns.endpoint, ns.run_id)

@@ -401,3 +401,28 @@ def test_a_simulated_node_lost_is_its_ranks_crashing_at_once():
     exits = {m.rank: m.code for m in got if isinstance(m, schema.Event) and m.name == "exit"}
     assert errors == list(range(8, 16))
     assert exits == {r: 1 if r >= 8 else -15 for r in range(16)}
+
+
+def test_a_simulated_nan_turns_the_ranks_loss_as_a_real_ranks_reporter_says_it(tmp_path):
+    # Review 306: simulate offered a straggler, a stall and a crash, no loss going wrong, to try
+    # what the TUI, the report and /metrics say of one. `--nan 3@20`: rank 3's loss is NaN from
+    # step 20, every other rank's from 21 (the all-reduce carries it), as a rank's reporter says
+    # it: a warning as it turns, then steps without a loss.
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import render_text
+    from pardash.telemetry import schema
+    from pardash.telemetry.schema import decode_json as schema_decode
+
+    log = tmp_path / "nan.jsonl"
+    _simulate(tmp_path, "--nan", "3@20", "--log", str(log))
+    msgs = [m for m in (schema_decode(line) for line in log.read_bytes().splitlines()) if m.rank >= 0]
+    warned = {m.rank: m.step for m in msgs if isinstance(m, schema.Event) and m.name == "warning" and m.message.startswith("loss is nan")}
+    assert warned == {r: 20 if r == 3 else 21 for r in range(8)}
+    losses = {(m.rank, m.step): m.loss for m in msgs if isinstance(m, schema.Step)}
+    assert all((loss is None) == (step >= (20 if rank == 3 else 21)) for (rank, step), loss in losses.items())
+    assert len(losses) == 8 * 40
+    text = render_text(build_report(str(log)))
+    assert "rank 3" in text and "nan at 20" in text, text
+    p = subprocess.run([sys.executable, "-m", "pardash", *SIM, "--nan", "8@20"], capture_output=True, text=True,
+                       env=pardash_env(), cwd=tmp_path, timeout=60)  # fmt: skip
+    assert p.returncode == 2 and "--nan 8@20: rank must be below 8" in p.stderr, p.stderr
