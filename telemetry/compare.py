@@ -7,11 +7,16 @@ is what the report says of each run; no figure is measured twice in two ways.
 
 from __future__ import annotations
 
+import shlex
+import statistics
 from typing import Any
 
 from .report import WARMUP_STEPS, _warmup_steps
-from .report_render import COMM_NOTES, PHASE_LABELS, PHASES, _ends_early_text, comm_meaning, loss_text, md_table, plain_report
-from .summary import human_bytes, is_sharded, ranks_named
+from .report_render import (
+    COMM_NOTES, PHASE_LABELS, PHASES, _ends_early_text, comm_meaning, data_bound_line, data_loading_text, loss_text, md_table,
+    md_text, plain_report,
+)  # fmt: skip
+from .summary import first_few, human_bytes, is_sharded, ms, ranks_named
 
 # (key, label, unit, better): unit is "1/s", "s" (shown in ms), "seconds" (a total), "share" (of
 # the training time), "bytes", "loss" or "count"; better "higher",
@@ -74,6 +79,15 @@ PEAK_FLOOR_BYTES = 4 << 20
 holds: the process RSS moves by a few MiB between runs of one script (the allocator's arenas,
 pages touched once), the CUDA caching allocator takes memory in blocks of 2 MiB."""
 
+NOISE_CAP = 0.5
+"""The widest a run's own spread makes the band of "within noise" (see :func:`within_noise`):
+a step 1.5 times as long, or a phase that moved by half a step, is always judged, however much
+the steps varied (the reviewer's 20 ms sleep in the data loading, 8.6 -> 29.7 ms, reads worse)."""
+
+SAMPLES_SAME_WITHIN = 0.01
+"""Steps whose samples (every rank's together) differ by less than this fraction hold the same
+work: a partial last batch moves a run's mean by a little."""
+
 
 def _max_rank(rep: dict, key: str) -> float | None:
     vals = [r[key] for r in rep["ranks"] if r.get(key) is not None]
@@ -81,6 +95,10 @@ def _max_rank(rep: dict, key: str) -> float | None:
 
 
 def _value(rep: dict, key: str) -> float | None:
+    if key.startswith("rank:"):  # rank:<n>:<its row's key>, of --all-ranks
+        _, rank, field = key.split(":", 2)
+        row = next((r for r in rep["ranks"] if r["rank"] == int(rank)), None)
+        return row.get(field) if row is not None else None
     if key.startswith("phase:"):
         return rep.get("phases", {}).get(key[6:])
     if key.startswith("own_phase:"):
@@ -168,20 +186,299 @@ def steps_text(rep: dict) -> str:
     return f"{steps} steps, to step {last}"
 
 
-def compare_reports(a: dict, b: dict) -> dict:
-    """Two reports side by side: every metric with A, B, B - A, B / A - 1 and a verdict."""
+# -- what makes two runs comparable, and what tells a change from noise --------------------
+
+
+def step_spread(rep: dict) -> float | None:
+    """How much a run's own pace moved while it ran, as a fraction: the median step times of
+    the parts of its timeline (the first left out: it holds the warm-up), their upper quartile
+    over their lower quartile, less 1. 0.28: a quarter of its parts ran 28% or more slower than
+    another quarter (a busy host's run drifts so: the same command, made twice, read -32.6%);
+    an idle host's by a few %. Parts, not steps: a median of 200 steps moves far less than its
+    steps do (their p90 is 40% over it on 2 busy cores), and what moves it between two runs is
+    the host's load, which moves a run's parts alike. None: fewer than 4 parts timed after the
+    first (a short run)."""
+    medians = [p["step_s_median"] for p in (rep.get("timeline") or [])[1:] if p.get("step_s_median")]
+    if len(medians) < 4:
+        return None
+    low, _, high = statistics.quantiles(medians, n=4)
+    return max(0.0, high / low - 1) if low > 0 else None
+
+
+def noise_band(a: dict, b: dict) -> float:
+    """The band of "within noise": the larger of the two runs' :func:`step_spread`, at most
+    :data:`NOISE_CAP` (0 where neither run's steps were timed in parts)."""
+    spreads = [s for s in (step_spread(a), step_spread(b)) if s is not None]
+    return min(NOISE_CAP, max(spreads, default=0.0))
+
+
+def within_noise(key: str, va: float, vb: float, band: float, step_s: float | None) -> bool:
+    """Whether a change of a time or a rate from ``va`` to ``vb`` is inside the runs' own spread
+    (``band``, :func:`noise_band`), so that it is "within noise", neither better nor worse.
+
+    The rule: the step time and samples/s (a run's and its steady one) are within noise when the
+    larger of the two over the smaller is under 1 + band: a run whose pace moved by 28% while it
+    ran can differ by as much from itself made again (the same command read -32.6% on a busy
+    host). A phase (and a rank's own figure under --all-ranks) is within noise when it
+    moved by less than band times ``step_s``, the shorter of the two median steps: the report
+    has no spread of each phase, and a wait (comm) moves with the step's noise as a whole (the
+    same command's comm read -59.2%); but a phase of the rank's own work that doubled or halved
+    is judged whatever the spread (comm, a wait on the others, is not the rank's own work). The
+    band is capped (:data:`NOISE_CAP`) so that a 2x change of the step is never called noise.
+    Other figures (memory, losses, counts) are not judged by it."""
+    if band <= 0 or va is None or vb is None:
+        return False
+    if key in ("median_step_s", "samples_per_s", "steady_samples_per_s"):
+        lo, hi = sorted((abs(va), abs(vb)))
+        return lo > 0 and hi / lo < 1 + band
+    if key.startswith(("phase:", "own_phase:", "rank:")) and step_s:
+        lo, hi = sorted((abs(va), abs(vb)))
+        waits = key == "phase:comm_s" or key.endswith("median_comm_s")
+        return abs(vb - va) < band * step_s and (waits or (lo > 0 and hi / lo < 2))
+    return False
+
+
+def samples_a_step(rep: dict) -> float | None:
+    """The samples a step of the job holds: each rank's samples over its steps, the ranks'
+    together (None: no rank took a step)."""
+    per = [r["samples"] / r["steps"] for r in rep.get("ranks") or () if r.get("steps") and r.get("samples")]
+    return sum(per) if per else None
+
+
+def _steps_differ(a: dict, b: dict) -> bool:
+    """Whether a step of each run holds other numbers of samples (a batch size, the ranks):
+    a step and its phases then take longer or shorter for that alone."""
+    sa, sb = samples_a_step(a), samples_a_step(b)
+    return bool(sa and sb) and abs(sb - sa) / sa >= SAMPLES_SAME_WITHIN
+
+
+def log_pardash_version(rep: dict) -> str:
+    """The pardash version a run's first hello names ("" where it names none: recorded by a
+    pardash older than the field, or a log that cannot be read). The report's own key where it
+    has one; else read from the head of its log, up to its first hello."""
+    if "pardash_version" in rep:
+        return rep["pardash_version"] or ""
+    from .logreader import read_log
+    from .schema import Hello
+
+    try:
+        for n, msg in enumerate(read_log(rep["log"])):
+            if isinstance(msg, Hello):
+                return msg.pardash_version
+            if n >= HELLO_WITHIN:
+                break
+    except (OSError, KeyError, TypeError):
+        pass
+    return ""
+
+
+HELLO_WITHIN = 10_000
+"""Records read for a run's first hello before giving up (a hub's notes come first)."""
+
+OLDEST_MEANINGS = "a script's FSDP2 waits became comm, not forward or backward, and a straggler's cost its self-time lead or the others' extra comm, on 2026-12-07"
+"""What changed meaning last, said beside a log that names no pardash version."""
+
+
+def _version_note(a: dict, b: dict, va: str, vb: str) -> tuple[str | None, bool]:
+    """The note where the two runs' pardash versions differ or a run's log names none, and
+    whether their self and comm are then left unjudged: where one names none and the other
+    one, or they name two versions. Two logs that both name none were both recorded by a
+    pardash older than the field, most likely alike: said, and judged as before. A simulated
+    run's figures are the simulator's, not a measure whose meaning changed: its lack of a
+    version says nothing."""
+    missing = [name for name, rep, v in (("A", a, va), ("B", b, vb)) if not v and rep.get("source") != "simulate"]
+    if len(missing) == 2:
+        return ("neither log names a pardash version: both were recorded by a pardash older than this one, and whether "
+                "by the same one cannot be told (what some figures mean last changed on 2026-12-07)"), False
+    if missing:
+        return (f"{missing[0]}'s log names no pardash version: it was recorded by a pardash older than this one, whose figures "
+                f"may mean otherwise ({OLDEST_MEANINGS}): self and comm get no verdict"), True
+    if va and vb and va != vb:
+        return f"the runs were recorded by different pardash versions (A {va}, B {vb}): self and comm get no verdict", True
+    return None, False
+
+
+def _shown(v: Any) -> str:
+    """A config value or the like as the "what differs" part shows it."""
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return shlex.join(str(x) for x in v)
+    return str(v)
+
+
+NOT_SET = "(not set)"
+
+_CONFIG_LEFT_OUT = {"steps", "total_steps"}
+"""Config keys the "what differs" part says otherwise: the planned steps, from the report."""
+
+
+def _options(command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A command line's words: its positional ones, and its ``--name value`` / ``--name=value``
+    / ``--flag`` options by name (a flag's value "set")."""
+    words, opts = [], {}
+    i = 0
+    while i < len(command):
+        w = command[i]
+        if w.startswith("-") and len(w) > 1 and not _number(w):
+            name, eq, value = w.partition("=")
+            if not eq and i + 1 < len(command) and not (command[i + 1].startswith("-") and not _number(command[i + 1])):
+                value, i = command[i + 1], i + 1
+            opts[name] = value if (eq or value) else "set"
+        else:
+            words.append(w)
+        i += 1
+    return words, opts
+
+
+def _number(w: str) -> bool:
+    try:
+        float(w)
+        return True
+    except ValueError:
+        return False
+
+
+def _device_kinds(rep: dict) -> str:
+    """``2 x Intel Xeon (cpu)``: the run's devices by kind, hosts aside."""
+    kinds: dict[tuple[str, str], int] = {}
+    for d in rep.get("devices") or ():
+        key = (d.get("device_name") or d.get("device") or "?", d.get("device") or "?")
+        kinds[key] = kinds.get(key, 0) + d.get("ranks", 0)
+    return "; ".join(f"{n} x {name} ({dev})" for (name, dev), n in kinds.items()) or "-"
+
+
+def _hosts(rep: dict) -> str:
+    hosts = sorted({d.get("host") or "?" for d in rep.get("devices") or ()})
+    return f"{len(hosts)} ({first_few(hosts)})" if len(hosts) > 1 else (hosts[0] if hosts else "-")
+
+
+def what_differs(a: dict, b: dict, va: str = "", vb: str = "") -> list[dict]:
+    """What the two runs' logs say was set otherwise, A then B: ``{"what", "a", "b"}`` each,
+    values as shown (``batch_size``, 16, 64). The bundled trainer's config keys that differ;
+    a script's command line's options and words that differ (where a run has no config); the
+    strategy and ranks; torch and pardash versions (``va``, ``vb``); devices by kind and
+    hosts; the steps planned."""
+    out: list[dict] = []
+
+    def differ(what: str, x: Any, y: Any) -> None:
+        if x != y:
+            out.append({"what": what, "a": x, "b": y})
+
+    differ("strategy", a.get("strategy") or NOT_SET, b.get("strategy") or NOT_SET)
+    differ("ranks", a.get("world_size"), b.get("world_size"))
+    ca, cb = a.get("config") or {}, b.get("config") or {}
+    for key in dict.fromkeys([*ca, *cb]):
+        if key in _CONFIG_LEFT_OUT or key == "strategy":
+            continue
+        differ(key, _shown(ca[key]) if key in ca else NOT_SET, _shown(cb[key]) if key in cb else NOT_SET)
+    cmd_a, cmd_b = a.get("command"), b.get("command")
+    if cmd_a and cmd_b and cmd_a != cmd_b and not (ca and cb):
+        (wa, oa), (wb, ob) = _options(cmd_a), _options(cmd_b)
+        if wa != wb:
+            differ("command", shlex.join(wa), shlex.join(wb))
+        for name in dict.fromkeys([*oa, *ob]):
+            differ(name, oa.get(name, NOT_SET), ob.get(name, NOT_SET))
+    differ("torch", a.get("torch_version") or NOT_SET, b.get("torch_version") or NOT_SET)
+    differ("pardash", va or NOT_SET, vb or NOT_SET)
+    differ("devices", _device_kinds(a), _device_kinds(b))
+    differ("hosts", _hosts(a), _hosts(b))
+    differ("planned steps", _shown(a.get("total_steps")) if a.get("total_steps") else "not said",
+           _shown(b.get("total_steps")) if b.get("total_steps") else "not said")  # fmt: skip
+    return out
+
+
+def straggler_texts(rep: dict) -> list[str]:
+    """A run's stragglers as its report names them, each with its cause and cost: ``rank 3
+    (data) from step 20 to the end: the others waited 14.6 ms a step, 1.91 s in all``."""
+    out = []
+    for s in rep.get("stragglers") or ():
+        until = f"cleared at step {s['cleared_step']}" if s.get("cleared_step") is not None else "to the end"
+        each = s["cost_total_s"] / s["steps_charged"] if s.get("steps_charged") else s.get("cost_s")
+        cost = f"the others waited {ms(each)} ms a step" if each is not None else "its cost not measured"
+        if s.get("steps_charged"):
+            cost += f", {s['cost_total_s']:.2f} s in all"
+        out.append(f"rank {s['rank']} ({s.get('kind') or '?'}) from step {s['since_step']}, {until}: {cost}")
+    return out
+
+
+def _straggler_set(rep: dict) -> set[tuple[int, str]]:
+    return {(s["rank"], s.get("kind") or "") for s in rep.get("stragglers") or ()}
+
+
+def input_texts(rep: dict) -> list[str]:
+    """What the single report says of a run's data loading where it matters: input-bound (its
+    data phase a large share of every rank's steps), or its loaders alike slow (data-bound)."""
+    out = []
+    dl = rep.get("data_loading")
+    if dl and dl.get("input_bound"):
+        out.append(f"data loading {data_loading_text(dl)}")
+    if line := data_bound_line(rep):
+        out.append(line)
+    return out
+
+
+def nothing_to_compare(a: dict, b: dict) -> str | None:
+    """One line where a run took no step (it failed first, or was stopped): every figure of
+    it is "-", and there is nothing to set beside the other's. None where both took steps."""
+    empty = [(name, rep) for name, rep in (("A", a), ("B", b)) if not rep.get("steps")]
+    if not empty:
+        return None
+    if len(empty) == 2:
+        return "neither run took a step: nothing to compare"
+    name, rep = empty[0]
+    why = ""
+    if rep.get("failure") and rep["failure"].get("line"):
+        why = f" (root cause: {rep['failure']['line']})"
+    elif rep.get("log_ends_early") is not None and not rep.get("ranks"):
+        why = " (no rank reported)"
+    return f"{name} took no step{why}: nothing to compare"
+
+
+def _rank_metrics(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
+    """--all-ranks: each rank's step, self and data medians, the ranks of either run in order."""
+    ranks = sorted({r["rank"] for r in a["ranks"]} | {r["rank"] for r in b["ranks"]})
+    return [m for n in ranks for m in ((f"rank:{n}:median_step_s", f"  rank {n} step", "s", "lower"),
+                                        (f"rank:{n}:median_self_s", f"  rank {n} self", "s", ""),
+                                        (f"rank:{n}:median_data_s", f"  rank {n} data", "s", "lower"))]  # fmt: skip
+
+
+def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
+    """Two reports side by side: what differs between the runs (``differs``), every metric
+    with A, B, B - A, B / A - 1 and a verdict (better, worse, same, within noise: see
+    :func:`within_noise`; different: other stragglers), each run's stragglers as its report
+    names them, and notes. ``all_ranks``: a row of each rank's step, self and data medians too.
+    Where a run took no step, ``nothing_to_compare`` says so and there are no rows."""
+    side = ("log", "run_id", "strategy", "world_size", "devices", "steps", "last_step", "params_count")
+    sides = {"a": {k: a.get(k) for k in side} | {"furthest_step": _furthest_step(a)},
+             "b": {k: b.get(k) for k in side} | {"furthest_step": _furthest_step(b)}}  # fmt: skip
+    if nothing := nothing_to_compare(a, b):
+        return {**sides, "rows": [], "notes": [], "nothing_to_compare": nothing}
+    version_a, version_b = log_pardash_version(a), log_pardash_version(b)
+    version_note, versions_differ = _version_note(a, b, version_a, version_b)
+    steps_differ = _steps_differ(a, b)
+    band = noise_band(a, b)
+    shorter_step = min((s for s in (a.get("median_step_s"), b.get("median_step_s")) if s), default=None)
+    noisy = []
     rows: list[dict[str, Any]] = []
     sections = (
         ("throughput and time", _RUN_METRICS + _own_phase_metrics(a, b)),
         ("loss (median over ranks)", _LOSS_METRICS),
         ("memory per rank (largest rank)", _MEMORY_METRICS),
         ("health", _HEALTH_METRICS),
+        *((("ranks (each rank's medians)", _rank_metrics(a, b)),) if all_ranks else ()),
     )
     for section, metrics in sections:
         for key, label, unit, better in metrics:
             va, vb = _value(a, key), _value(b, key)
             if va is None and vb is None:
                 continue
+            if steps_differ and (key == "median_step_s" or key.startswith(("phase:", "own_phase:", "rank:"))):
+                better = ""  # a step of more samples takes longer for that alone: samples/s is judged
+            if versions_differ and (key in ("phase:self_s", "phase:comm_s") or key.endswith(("median_self_s", "median_comm_s"))):
+                better = ""  # measured by another pardash, maybe another way
             if key == "last_loss" and not _same_end(a, b):
                 better = ""  # a loss further on is lower for that alone: not judged
             if key == "peak_bytes" and not _same_peak(a, b):
@@ -193,6 +490,11 @@ def compare_reports(a: dict, b: dict) -> dict:
             if key == "phase:comm_s" and _comm_differs(a, b):
                 better = ""  # the trainer's collectives within backward against a script's waits between steps
             verdict = _verdict(va, vb, better, _noise_floor(key, unit, a, b))
+            if verdict in ("better", "worse") and within_noise(key, va, vb, band, shorter_step):
+                verdict = "within noise"
+                noisy.append(label.strip())
+            if key == "stragglers" and verdict == "same" and _straggler_set(a) != _straggler_set(b):
+                verdict = "different"  # as many, but other ranks or causes
             not_finite = {}
             if key == "last_loss":
                 # A loss NaN at its end on any rank ("-" read as none measured, and the finite
@@ -219,7 +521,6 @@ def compare_reports(a: dict, b: dict) -> dict:
                     **not_finite,
                 }
             )
-    side = ("log", "run_id", "strategy", "world_size", "devices", "steps", "last_step", "params_count")
     notes = []
     if a.get("run_id") and a.get("run_id") == b.get("run_id") and a.get("log") != b.get("log"):
         # (a log against a copy of itself: "same" on every row read as two runs that agreed; one
@@ -237,6 +538,10 @@ def compare_reports(a: dict, b: dict) -> dict:
             f"the runs ended at different steps (A {a.get('last_step')}, B {b.get('last_step')}): "
             "their last losses are shown, not judged"
         )
+    if not _same_end(a, b):
+        # (a run stopped at step 124 of 3000 set beside one of 200 steps: medians of other steps)
+        notes.append(f"the medians are over each run's own steps (A {_step_range(a)}, B {_step_range(b)}), "
+                     "not over the steps both took")
     starts = {name: _resumed_at(rep) for name, rep in (("A", a), ("B", b))}
     if starts["A"] != starts["B"]:
         # (its "loss at the first step" is then the loss of a trained model: B's 0.93 against
@@ -269,8 +574,41 @@ def compare_reports(a: dict, b: dict) -> dict:
         notes.append(
             f"peak memory is {_PEAK_KINDS[_peak_kind(a)]} in A, {_PEAK_KINDS[_peak_kind(b)]} in B: shown, not judged"
         )
-    return {"a": {k: a.get(k) for k in side} | {"furthest_step": _furthest_step(a)},
-            "b": {k: b.get(k) for k in side} | {"furthest_step": _furthest_step(b)}, "rows": rows, "notes": notes}
+    per_step = {"a": samples_a_step(a), "b": samples_a_step(b)}
+    if steps_differ:
+        notes.append(
+            f"a step holds other numbers of samples (A {per_step['a']:,.0f}, B {per_step['b']:,.0f}, every rank's): a step and "
+            "its phases take longer with more samples for that alone, so their times are shown, not judged; samples/s is the "
+            "figure to judge"
+        )
+    if version_note:
+        notes.append(version_note)
+    spreads = {"a": step_spread(a), "b": step_spread(b)}
+    if noisy:
+        notes.append(
+            f"within noise: a change smaller than each run's own pace moved while it ran (its parts' median steps, upper "
+            f"quartile over lower, A {_spread_text(spreads['a'])}, B {_spread_text(spreads['b'])}; a phase: that share of "
+            "the step), as the same command made twice differs: neither better nor worse"
+        )
+    return {**sides, "differs": what_differs(a, b, version_a, version_b), "rows": rows,
+            "stragglers": {"a": straggler_texts(a), "b": straggler_texts(b)},
+            "input": {"a": input_texts(a), "b": input_texts(b)},
+            "samples_a_step": per_step, "step_spread": spreads, "noise_band": band,
+            "pardash_version": {"a": version_a, "b": version_b}, "notes": notes}
+
+
+def _spread_text(spread: float | None) -> str:
+    return "too short to tell" if spread is None else f"+{spread * 100:.0f}%"
+
+
+def _step_range(rep: dict) -> str:
+    """``steps 1-200``: the steps a run's figures are of."""
+    parts = rep.get("timeline") or []
+    first = min((p["first_step"] for p in parts if p.get("first_step") is not None), default=None)
+    last = _furthest_step(rep)
+    if first is None or last is None:
+        return f"to step {rep.get('last_step')}"
+    return f"steps {first}-{last}"
 
 
 _COMM_WHOSE = {
@@ -380,16 +718,30 @@ def _compare_cells(cmp: dict) -> tuple[list[str], list[list[str]]]:
         if r["section"] != section:
             section = r["section"]
             body.append([f"**{section}**", "", "", "", "", ""])
-        label = r["label"] if not r["metric"].startswith("phase:") else f"  {r['label']}"
+        label = r["label"] if not r["metric"].startswith(("phase:", "rank:")) else f"  {r['label']}"
         body.append([label, r.get("a_not_finite") or _fmt(r["a"], r["unit"]), r.get("b_not_finite") or _fmt(r["b"], r["unit"]), _fmt(r["delta"], r["unit"], signed=True), _change(r["change"]), r["verdict"]])
     return head, body
 
 
+NOTHING_DIFFERS = "nothing the logs record (config, command, torch and pardash versions, devices, steps planned)"
+
+
+def differs_lines(cmp: dict) -> list[str]:
+    """``batch_size 16 -> 64``: the comparison's "what differs" part, a line each."""
+    return [f"{d['what']} {d['a']} -> {d['b']}" for d in cmp.get("differs") or ()]
+
+
+def side_lines(cmp: dict, key: str) -> list[str]:
+    """``A: none``, ``B: rank 3 (data) ...``: each run's stragglers (``key`` "stragglers") or
+    what its report says of its data loading ("input", only where either says something)."""
+    said = cmp.get(key) or {}
+    if key == "input" and not (said.get("a") or said.get("b")):
+        return []
+    return [f"{name}: {'; '.join(said.get(side) or []) or 'none'}" for name, side in (("A", "a"), ("B", "b"))]
+
+
 def render_compare_markdown(cmp: dict) -> str:
     cmp = plain_report(cmp)  # (the runs' ids and logs, as the report shows them)
-    head, body = _compare_cells(cmp)
-    for row in body:
-        row[0] = row[0].replace("  ", "&nbsp;&nbsp;", 1) if row[0].startswith("  ") else row[0]
     a, b = cmp["a"], cmp["b"]
     out = [
         f"# pardash: {run_label(a)} against {run_label(b)}",
@@ -397,7 +749,23 @@ def render_compare_markdown(cmp: dict) -> str:
         f"- A: `{a['run_id'] or a['log']}` ({run_label(a)}, {steps_text(a)})",
         f"- B: `{b['run_id'] or b['log']}` ({run_label(b)}, {steps_text(b)})",
         "",
+    ]
+    if cmp.get("nothing_to_compare"):
+        return "\n".join([*out, cmp["nothing_to_compare"]]) + "\n"
+    head, body = _compare_cells(cmp)
+    for row in body:
+        row[0] = row[0].replace("  ", "&nbsp;&nbsp;", 1) if row[0].startswith("  ") else row[0]
+    differs = differs_lines(cmp)
+    out += [
+        "## what differs (A → B)" if differs else f"what differs: {NOTHING_DIFFERS}",
+        *(["", *(f"- {md_text(d['what'])} {md_text(str(d['a']))} → {md_text(str(d['b']))}" for d in cmp["differs"])] if differs else []),
+        "",
         md_table(head, body, right={1, 2, 3, 4}),
+        "",
+        "## stragglers (as each run's report names them)",
+        "",
+        *(f"- {md_text(line)}" for line in side_lines(cmp, "stragglers")),
+        *(["", "## data loading", "", *(f"- {md_text(line)}" for line in side_lines(cmp, "input"))] if side_lines(cmp, "input") else []),
         *(["", *(f"- {n}" for n in cmp.get("notes", []))] if cmp.get("notes") else []),
     ]
     return "\n".join(out) + "\n"
@@ -410,18 +778,32 @@ def render_compare_text(cmp: dict, width: int = 120) -> str:
     from rich.table import Table
 
     cmp = plain_report(cmp)
-    head, body = _compare_cells(cmp)
     buf = StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, markup=False, highlight=False)
     a, b = cmp["a"], cmp["b"]
     con.print(f"A: {a['run_id'] or a['log']} ({run_label(a)}, {steps_text(a)})")
     con.print(f"B: {b['run_id'] or b['log']} ({run_label(b)}, {steps_text(b)})")
+    if cmp.get("nothing_to_compare"):
+        con.print(cmp["nothing_to_compare"], soft_wrap=True)  # (one line, as a refusal)
+        return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
+    differs = differs_lines(cmp)
+    con.print("what differs (A -> B):" if differs else f"what differs: {NOTHING_DIFFERS}")
+    for line in differs:
+        con.print(f"  {line}")
+    head, body = _compare_cells(cmp)
     t = Table(box=None, pad_edge=False)
     for i, h in enumerate(head):
         t.add_column(h, justify="right" if i in (1, 2, 3, 4) else "left")
     for row in body:
         t.add_row(row[0].replace("**", ""), *row[1:])
     con.print(t)
+    con.print("stragglers (as each run's report names them):")
+    for line in side_lines(cmp, "stragglers"):
+        con.print(f"  {line}")
+    if side_lines(cmp, "input"):
+        con.print("data loading:")
+        for line in side_lines(cmp, "input"):
+            con.print(f"  {line}")
     for note in cmp.get("notes", []):
         con.print(f"note: {note}")
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())

@@ -534,6 +534,10 @@ def timeline_table(rep: dict) -> tuple[tuple[str, ...], list[list[str]]]:
         wall, train = p.get("wall_s"), p.get("train_s")
         if wall and train is not None and wall - train > 0.1 * wall:
             notes.append(f"{_seconds(wall - train)} of it no training (an evaluation, a save or a restart)")
+        bad = p.get("loss_not_finite")
+        if bad and p.get("loss_median") is not None:
+            # (some of its steps: its loss is the others', these said here)
+            notes.append(f"loss {bad['value']} from step {bad['from_step']} ({bad['steps']} of its steps)")
         cost = p.get("straggler_s") or 0.0
         rows.append([
             f"{p['first_step']}-{p['last_step']}" if p["last_step"] != p["first_step"] else str(p["first_step"]),
@@ -542,13 +546,55 @@ def timeline_table(rep: dict) -> tuple[tuple[str, ...], list[list[str]]]:
             _num(p.get("samples_per_s")),
             ms(p.get("step_s_median")),
             ms(p.get("step_s_p90")),
-            "-" if p.get("loss_median") is None else loss_text(p["loss_median"]),
+            _part_loss_text(p, rep.get("world_size") or 0),
             f"{_total_text(cost)} ({_pct(p.get('straggler_share'))})" if cost else "-",
             "; ".join(notes),
         ])  # fmt: skip
     if not any(row[-1] for row in rows):
         return TIMELINE_HEAD[:-1], [row[:-1] for row in rows]
     return TIMELINE_HEAD, rows
+
+
+def _part_loss_text(p: dict, world: int) -> str:
+    """A timeline part's loss: its median; where its every step's loss was not finite, what it
+    was (``nan``, ``nan (1 of 2 ranks)`` where only some ranks' were): "-" read as no loss ever
+    reported (review 306); "-" where none was."""
+    if p.get("loss_median") is not None:
+        return loss_text(p["loss_median"])
+    bad = p.get("loss_not_finite")
+    if not bad:
+        return "-"
+    return bad["value"] if bad["ranks"] >= world else f"{bad['value']} ({bad['ranks']} of {world} ranks)"
+
+
+LOSS_TURNS_SAID = 6
+"""Pieces the findings' loss line says (ranks whose loss turned alike at one step are one); past
+them, counted (the JSON lists them all)."""
+
+
+def loss_line(rep: dict) -> str | None:
+    """The findings' line of the ranks whose loss stopped being finite, the first first: "loss:
+    not finite to the end: rank 1 nan from step 120, rank 0 nan from step 121"; or each with its
+    end ("...; rank 0 inf from step 7, finite again at step 9"). None where every loss was
+    finite (the findings read "stragglers: none ... exits: none" of a run that diverged)."""
+    turns = rep.get("loss_not_finite") or []
+    if not turns:
+        return None
+    alike: dict[tuple, list[int]] = {}
+    for t in turns:
+        alike.setdefault((t["step"], t["value"], t["until"], t.get("finite_again_step")), []).append(t["rank"])
+    ends = {(until, again) for (_, _, until, again) in alike}
+    to_end = ends == {("end", None)}
+    pieces = []
+    for (step, value, until, again), ranks in alike.items():
+        piece = f"{ranks_named(ranks)} {value} from step {step}"
+        if not to_end:
+            piece += {"end": " to the end", "restart": " until torchrun restarted it"}.get(until, f", finite again at step {again}")
+        pieces.append(piece)
+    more = len(pieces) - LOSS_TURNS_SAID + (rep.get("loss_not_finite_more") or 0)
+    pieces = pieces[:LOSS_TURNS_SAID]
+    line = f"loss: not finite to the end: {', '.join(pieces)}" if to_end else f"loss: not finite: {'; '.join(pieces)}"
+    return line + (f"; {more} more times a loss stopped being finite" if more > 0 else "")
 
 
 TIMELINE_NOTE = ("the run in parts of its steps, in the log's order: samples/s over the part's training time; step ms "
@@ -903,6 +949,8 @@ def render_text(rep: dict, width: int = 10_000, all_ranks: bool = False) -> str:
             con.print(f"raised at: {rep['failure']['where']}")
     for line in recovered_lines(rep):
         con.print(line)
+    if loss_line(rep):
+        con.print(loss_line(rep))
     con.print()
     rows = memory_rows(rep)
     if rows:
@@ -1064,7 +1112,9 @@ def comm_meaning(rep: dict) -> str | None:
     config = rep.get("config") or {}
     if config.get("simulated") or _TRAINER_CONFIG <= set(config):
         return "trainer"
-    if not config and rep.get("ranks"):
+    if not config and rep.get("ranks") and rep.get("steps"):
+        # (a run that took no step, its hello unheard, is no script for that: the bundled
+        # trainer failing before its first step has no config either)
         return "script"
     return None
 
@@ -1112,6 +1162,8 @@ def render_markdown(rep: dict, all_ranks: bool = False) -> str:
             out += ["", f"Raised at `{rep['failure']['where']}`."]
     if rep.get("recovered"):
         out += [""] + [f"- {md_text(line)}" for line in recovered_lines(rep)]
+    if loss_line(rep):
+        out += ["", f"**Loss:** {md_text(loss_line(rep).removeprefix('loss: '))}"]
     rows = memory_rows(rep)
     out += ["", "## Memory", ""] + ([md_table(["model state a rank holds", "bytes"], [list(r) for r in rows]), ""] if rows else [])
     verdict = rep["memory"]["verdict"]

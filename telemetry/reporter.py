@@ -37,6 +37,7 @@ from typing import Any
 
 import zmq
 
+from .. import __version__
 from . import limits, schema, security
 from .env import ENDPOINT_VAR, RUN_ID_VAR, RankIdentity, rank_identity, telemetry_enabled, telemetry_switched_off
 from .system import SystemSampler
@@ -495,6 +496,7 @@ class Reporter:
             pid=os.getpid(),
             restart=ident.restart,
             max_restarts=ident.max_restarts,
+            pardash_version=__version__,
         )
         base.update(fields)
         ok = self.send(schema.Hello(**base))

@@ -95,6 +95,9 @@ class Hello(Base, tag="hello"):
     device_name: str = ""
     device_mem_bytes: int = 0
     torch_version: str = ""
+    pardash_version: str = ""
+    """The pardash that sent this hello (``pardash.__version__``); "": not said (a pardash
+    older than the field, whose figures may mean otherwise: ``report --compare`` says so)."""
     params_count: int = 0
     params_bytes: int = 0
     """Bytes of the full (unsharded) model parameters."""
@@ -122,6 +125,12 @@ class Step(Base, tag="step"):
     step_s: float = 0.0
     """Wall time from the end of the previous step to the end of this one."""
     data_s: float | None = None
+    loader_s: float | None = None
+    """The part of ``data_s`` spent inside a torch DataLoader (its iterator's ``__next__``, and
+    ``iter(loader)``, which starts its workers), as a script's zero-code hooks time it; the rest
+    of ``data_s`` is the script's own work between steps (logging, a checkpoint or evaluation of
+    its own, a sleep). None: no DataLoader gave the step its batch (batches the script makes
+    itself, the bundled trainer, a log older than the field)."""
     forward_s: float | None = None
     backward_s: float | None = None
     optimizer_s: float | None = None

@@ -210,7 +210,9 @@ def test_runs_that_ended_at_different_steps_have_their_losses_shown_not_judged()
     said = f"the runs ended at different steps (A {a['last_step']}, B {b['last_step']})"
     assert said in render_compare_text(cmp) and said in render_compare_markdown(cmp)
     assert all(line == line.rstrip() for line in render_compare_text(cmp).splitlines())  # (for grep and diff)
-    assert compare_reports(a, json.loads(json.dumps(a)))["notes"] == []
+    # (a log that names its pardash version: one that names none has a note of it)
+    versioned = a | {"pardash_version": "0.1.0"}
+    assert compare_reports(versioned, json.loads(json.dumps(versioned)))["notes"] == []
     # The header says the step each run ended at where its step count is not it ("B (ddp x2,
     # 60 steps)" beside "B 50" in the note).
     assert a["steps"] == a["last_step"]
