@@ -84,6 +84,11 @@ NOISE_CAP = 0.5
 a step 1.5 times as long, or a phase that moved by half a step, is always judged, however much
 the steps varied (the reviewer's 20 ms sleep in the data loading, 8.6 -> 29.7 ms, reads worse)."""
 
+BUSY_SPREAD = 0.25
+"""A run whose pace moved by this much or more while it ran (:func:`step_spread`) is said to
+have run on a likely busy host: an idle host's runs move by a few % (the bundled trainer's
+200 steps on 2 idle cores: 8%), one shared with other work by 28-54%."""
+
 SAMPLES_SAME_WITHIN = 0.01
 """Steps whose samples (every rank's together) differ by less than this fraction hold the same
 work: a partial last batch moves a run's mean by a little."""
@@ -584,6 +589,13 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
     if version_note:
         notes.append(version_note)
     spreads = {"a": step_spread(a), "b": step_spread(b)}
+    busy = [f"{name} by {spreads[side] * 100:.0f}%" for name, side in (("A", "a"), ("B", "b")) if (spreads[side] or 0) >= BUSY_SPREAD]
+    if busy:
+        # (the report has no host CPU of its own: the pace's drift is what tells, and what matters)
+        notes.append(
+            f"the pace moved while the run ran ({', '.join(busy)}: its parts' median steps, upper quartile over lower): "
+            f"its host was likely busy with other work, and two runs on such a host differ by as much: compare on an idle one"
+        )
     if noisy:
         notes.append(
             f"within noise: a change smaller than each run's own pace moved while it ran (its parts' median steps, upper "

@@ -185,6 +185,9 @@ def test_a_change_inside_the_runs_own_spread_is_within_noise(tmp_path, scale, dr
     assert step_spread(a) == pytest.approx(drift * 0.02 / 0.022, abs=0.01)
     cmp = compare_reports(a, b)
     assert _rows(cmp)["median_step_s"]["verdict"] == verdict
+    # (a busy host's drift said: the report has no host CPU of its own)
+    busy = [n for n in cmp["notes"] if n.startswith("the pace moved while the run ran (A by 27%, B by 2")]
+    assert bool(busy) == (drift > 0) and all("its host was likely busy with other work" in n for n in busy), cmp["notes"]
     if verdict == "within noise":
         assert any(n.startswith("within noise: a change smaller than each run's own pace moved") for n in cmp["notes"])
     else:  # (a step twice as long: its own work's phases, doubled, are judged too)
