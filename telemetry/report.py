@@ -250,6 +250,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     loss_bad: dict[int, dict] = {}
     """rank -> the value and step its loss stopped being finite at, while it is not (a step
     with a loss again, or a restarted process, ends it)."""
+    loss_turns: list[dict] = []
+    """Each time a rank's loss stopped being finite (:func:`_loss_turn`), in the log's order:
+    the report's ``loss_not_finite``."""
+    loss_open: dict[int, dict] = {}
+    """rank -> its entry of ``loss_turns`` while its loss is not finite."""
+    loss_turns_more = 0
+    """Those past MAX_LOSS_TURNS, counted."""
     custom_first: dict[str, dict[int, float]] = defaultdict(dict)
     custom_last: dict[str, dict[int, float]] = defaultdict(dict)
     """Metrics a script logged itself (``pt.log(grad_norm=...)``): each rank's first and last."""
@@ -324,6 +331,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         if isinstance(msg, schema.Hello):
             noted.discard(msg.rank)  # a (re)started rank: its next exit is a new one
             loss_bad.pop(msg.rank, None)
+            if (turn := loss_open.pop(msg.rank, None)) is not None:
+                turn["until"] = "restart"
             was = started.get(msg.rank)
             if msg.pid and msg.seq >= 0 and (was is None or was[0] != msg.pid):
                 started[msg.rank] = (msg.pid, 0 if was is None else was[1] + 1)
@@ -388,7 +397,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 if msg.step < epoch_starts.get(msg.epoch, msg.step + 1):
                     epoch_starts[msg.epoch] = msg.step
             samples[msg.rank] += msg.samples
-            timeline.step(msg.rank, msg.step, msg.t, msg.step_s, msg.samples, msg.loss, state.ranks[msg.rank].restarts)
+            turn = loss_open.get(msg.rank)
+            # (a step without a loss while the rank's is not finite: the part's loss is so, not "-")
+            bad = turn["value"] if turn is not None and msg.loss is None and msg.step >= turn["step"] else None
+            timeline.step(msg.rank, msg.step, msg.t, msg.step_s, msg.samples, msg.loss, state.ranks[msg.rank].restarts, bad)
             if msg.t:
                 earliest = first_steps[msg.rank]
                 if len(earliest) <= WARMUP_STEPS or msg.t < earliest[-1][0]:
@@ -397,6 +409,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             if msg.loss is not None:
                 first_loss.setdefault(msg.rank, msg.loss)
                 loss_bad.pop(msg.rank, None)
+                if turn is not None and msg.step > turn["step"]:
+                    del loss_open[msg.rank]
+                    turn["until"], turn["finite_again_step"] = "finite", msg.step
             for name, x in msg.custom.items():
                 custom_first[name].setdefault(msg.rank, x)
                 custom_last[name][msg.rank] = x
@@ -498,6 +513,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             _fold_event(msg, state, saves, resumes, warnings, outside)
             if msg.name == "warning" and (bad := LOSS_NOT_FINITE.match(msg.message)) is not None:
                 loss_bad[msg.rank] = {"value": bad["value"], "step": int(bad["step"])}
+                if msg.rank not in loss_open:
+                    turn = loss_open[msg.rank] = {"rank": msg.rank, "value": bad["value"], "step": int(bad["step"]),
+                                                  "until": "end", "finite_again_step": None}
+                    if len(loss_turns) < MAX_LOSS_TURNS:
+                        loss_turns.append(turn)
+                    else:
+                        loss_turns_more += 1
         elif isinstance(msg, schema.Hello) and msg.restart and msg.rank in open_stalls:
             # torchrun stopped the rank to restart the job (it sends no word for the ranks it
             # stops then): the episode ends with the restart.
@@ -767,6 +789,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         "failure": failure,
+        # Each time a rank's loss stopped being finite, by step then rank: {rank, value ("nan",
+        # "inf", "-inf": the first value), step (its first step so), until ("end": so to the
+        # rank's end; "finite": finite again at finite_again_step; "restart": until torchrun
+        # restarted the rank), finite_again_step}; [] where every loss was finite. Past
+        # MAX_LOSS_TURNS the rest are counted in loss_not_finite_more (only where some are).
+        "loss_not_finite": sorted(loss_turns, key=lambda t: (t["step"], t["rank"])),
+        **({"loss_not_finite_more": loss_turns_more} if loss_turns_more else {}),
         # When the launcher restarted a hub that died (seconds into the run): the messages
         # the ranks sent while none listened are the lost ones.
         "hub_restarts": [round(t - first_t, 1) if first_t is not None and t else None for t in hub_restarts],
@@ -777,7 +806,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                         **_saving(list(saves.values()))},
         # Each text once, with the ranks that sent it; the hub's own (those a report keeps, see
         # hub_warning_kept) with "hub": true and no rank.
-        "warnings": [w | {"ranks": sorted(w["ranks"])} for w in warnings.values()],
+        # By step (the first to say it), the first to turn first: in the hub's order, "ranks 0-5,
+        # 7 at step 31: loss is nan" read before rank 6's at step 30 that began it (review 306).
+        # Those without a step (the hub's) keep their places, the count of the rest last.
+        "warnings": _by_step([w | {"ranks": sorted(w["ranks"])} for w in warnings.values()]),
         # Two jobs sent under the run's id at once (the hub's warning says which pids): every
         # figure mixes them, the steps one job ran after the other's counted as run again.
         # (Only where so.)
@@ -971,6 +1003,20 @@ def _fold_verdict(v: schema.Verdict, stragglers, open_stragglers, stalls, open_s
         not_sharding.pop(v.rank, None)
     elif v.verdict == "exited" and v.rank not in exits:
         exits[v.rank] = {"rank": v.rank, "code": v.code, "step": v.step, "message": v.message}
+
+
+MAX_LOSS_TURNS = 256
+"""Times a rank's loss stopped being finite that a report lists; past them, counted (a loss that
+spikes to inf and back every few steps for a week)."""
+
+
+def _by_step(warnings: list[dict]) -> list[dict]:
+    """``warnings`` with those that say a step in its order (stable), in the places those held;
+    the entry that counts the rest (no message) last."""
+    rest = [w for w in warnings if not w["message"]]
+    kept = [w for w in warnings if w["message"]]
+    stepped = iter(sorted((w for w in kept if w.get("step") is not None), key=lambda w: w["step"]))
+    return [next(stepped) if w.get("step") is not None else w for w in kept] + rest
 
 
 def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, warnings: dict,

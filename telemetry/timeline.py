@@ -51,6 +51,16 @@ times the part's median time from a step's end to the next's (a step, or the ste
 a script logs)."""
 
 
+def not_finite(a: str | None, b: str | None) -> str | None:
+    """What losses not finite add up to: "nan" where one is, or where "inf" meets "-inf"; else
+    the infinity they are (None: none)."""
+    if a is None or a == b:
+        return b
+    if b is None:
+        return a
+    return "nan"
+
+
 def part_steps(total: int, width: int = 1) -> int:
     """The steps a part spans, of a run of ``total`` steps (its runs of steps' spans added up),
     gathered in bins of ``width`` steps: a round number (1, 1.5, 2, 3, 4, 5, 6 or 8 times a power
@@ -165,7 +175,8 @@ class Sketch:
 class _Bin:
     """The steps of one run of steps from ``lo`` to ``hi`` within one bin."""
 
-    __slots__ = ("lo", "hi", "steps", "samples", "t0", "t1", "step_s", "loss", "every_s", "gap_s", "gap_after")
+    __slots__ = ("lo", "hi", "steps", "samples", "t0", "t1", "step_s", "loss", "every_s", "gap_s", "gap_after",
+                 "bad_steps", "bad_from", "bad_value", "bad_ranks")
 
     def __init__(self) -> None:
         self.lo = self.hi = None
@@ -182,6 +193,14 @@ class _Bin:
         self.gap_s = 0.0
         """The longest time from one step's end to the next one's start, the latter's in this bin."""
         self.gap_after: int | None = None
+        self.bad_steps = 0
+        """Steps whose loss was not finite on some rank (their mean loss is not: no figure in ``loss``)."""
+        self.bad_from: int | None = None
+        """The first of them."""
+        self.bad_value: str | None = None
+        """What their loss was: "nan", "inf" or "-inf" (:func:`not_finite`)."""
+        self.bad_ranks = 0
+        """The most ranks whose loss was not finite at one of them."""
 
     def merge(self, o: _Bin) -> None:
         self.lo = o.lo if self.lo is None else min(self.lo, o.lo) if o.lo is not None else self.lo
@@ -195,6 +214,11 @@ class _Bin:
         self.every_s.merge(o.every_s)
         if o.gap_s > self.gap_s:
             self.gap_s, self.gap_after = o.gap_s, o.gap_after
+        if o.bad_steps:
+            self.bad_steps += o.bad_steps
+            self.bad_from = o.bad_from if self.bad_from is None else min(self.bad_from, o.bad_from)
+            self.bad_value = not_finite(self.bad_value, o.bad_value)
+            self.bad_ranks = max(self.bad_ranks, o.bad_ranks)
 
 
 class Timeline:
@@ -208,7 +232,8 @@ class Timeline:
         time it went back), the attempt of its records, its highest step before that attempt's
         first record (_NEVER: none before it in this run of steps)]."""
         self.open: dict[int, dict[int, list]] = {}
-        """run of steps -> step -> [records, step seconds summed, samples, loss summed, losses, ends]."""
+        """run of steps -> step -> [records, step seconds summed, samples, loss summed, losses, ends,
+        ranks whose loss was not finite, what it was (:func:`not_finite`)]."""
         self.highest: dict[int, int] = {}
         """run of steps -> the highest step a rank took in it."""
         self.closed_to: dict[int, int] = {}
@@ -217,7 +242,10 @@ class Timeline:
         self.attempt: dict[int, Any] = {}
         """run of steps -> the attempt (torchrun's restart count) its first record was of."""
 
-    def step(self, rank: int, step: int, t: float, step_s: float, samples: int, loss: float | None, attempt: Any = 0) -> None:
+    def step(self, rank: int, step: int, t: float, step_s: float, samples: int, loss: float | None, attempt: Any = 0,
+             loss_bad: str | None = None) -> None:
+        """A rank's record of a step; ``loss_bad``: its loss was not finite there ("nan", "inf",
+        "-inf": its reporter sends none then, and said what it turned to)."""
         # (once a record of every rank: kept lean)
         mine = self._ranks.get(rank)
         if mine is None:
@@ -248,7 +276,7 @@ class Timeline:
                 # (complete already: a rank far behind the others, its records late)
                 self._bin(run, step).samples += samples
                 return
-            acc = steps[step] = [0, 0.0, 0, 0.0, 0, []]
+            acc = steps[step] = [0, 0.0, 0, 0.0, 0, [], 0, None]
             if step > self.highest.get(run, _NEVER):
                 self.highest[run] = step
                 self._close(run, step - LAG_STEPS)
@@ -260,6 +288,9 @@ class Timeline:
             acc[4] += 1
         if t:
             acc[5].append(t)
+        if loss_bad is not None:
+            acc[6] += 1
+            acc[7] = not_finite(acc[7], loss_bad)
 
     def run_of(self, rank: int) -> int:
         """The run of steps ``rank``'s records are in now (0 the first)."""
@@ -292,7 +323,7 @@ class Timeline:
         steps = self.open.get(run) or {}
         done = sorted(s for s in steps if s <= upto)
         for s in done:
-            n, step_sum, samples, loss_sum, losses, ends = steps.pop(s)
+            n, step_sum, samples, loss_sum, losses, ends, bad, bad_value = steps.pop(s)
             b = self._bin(run, s)
             b.lo = s if b.lo is None else min(b.lo, s)
             b.hi = s if b.hi is None else max(b.hi, s)
@@ -300,7 +331,13 @@ class Timeline:
             b.samples += samples
             mean_s = step_sum / n
             b.step_s.add(mean_s)
-            if losses:
+            if bad:
+                # (the ranks' mean loss is not finite: the finite ones' alone read as the step's)
+                b.bad_steps += 1
+                b.bad_from = s if b.bad_from is None else min(b.bad_from, s)
+                b.bad_value = not_finite(b.bad_value, bad_value)
+                b.bad_ranks = max(b.bad_ranks, bad)
+            elif losses:
                 b.loss.add(loss_sum / losses)
             if ends:
                 ends.sort()
@@ -382,6 +419,10 @@ class Timeline:
                 "step_s_median": median,
                 "step_s_p90": p.step_s.p90(),
                 "loss_median": p.loss.median(),
+                # Its steps whose loss was not finite on some rank (None: none): {value ("nan",
+                # "inf", "-inf"), steps, from_step (the first), ranks (the most at one step)}.
+                "loss_not_finite": {"value": p.bad_value, "steps": p.bad_steps, "from_step": p.bad_from, "ranks": p.bad_ranks}
+                if p.bad_steps else None,
                 "straggler_s": cost[i],
                 "straggler_share": cost[i] / train if train else None,
                 # (only past GAP_FLOOR_S and GAP_STEPS steps: a stall, the hub down, the job paused)

@@ -1,0 +1,148 @@
+"""A loss that goes wrong (NaN or infinite), said plainly after the run (review 306): the
+report's findings name it at the top, its JSON has a field of it, its timeline's parts read
+``nan`` where their loss was so (``-`` read as no loss ever reported), and its warnings come in
+the order the ranks turned, not the hub's."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from helpers import pardash_env
+from pardash.telemetry import schema
+from pardash.telemetry.report import build_report, render_markdown, render_text
+from pardash.telemetry.reporter import Reporter
+
+DATA = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(DATA))
+import make_logs  # noqa: E402  (tests/data/make_logs.py: the logs' writer)
+
+
+def reporter_says(loss: float, step: int, bad_since: int | None = None) -> str:
+    """What a rank's reporter says as its loss turns (Reporter._loss_turns), in its words."""
+    said: list[str] = []
+    fake = SimpleNamespace(_loss_bad=bad_since, event=lambda name, message, **kw: said.append(message))
+    Reporter._loss_turns(fake, {"loss": loss}, loss, step)  # type: ignore[arg-type]
+    assert len(said) == 1, said
+    return said[0]
+
+
+def loss_log(path: Path, world: int, bad: dict[int, tuple[float, int, int | None]], *, steps: int = 200,
+             said_first: tuple[int, ...] = ()) -> Path:  # fmt: skip
+    """A DDP job of ``world`` ranks; ``bad``: rank -> (the value its loss turned to, the step it
+    did, the step it was finite again or None); its warning goes before its step (as its reporter
+    sends it), those of the ranks in ``said_first`` before the others' at each step."""
+    log = make_logs.Log("lossy")
+    for r in range(world):
+        log.add(make_logs.hello(r, world, strategy="ddp", host="vm", node=0, local=r, steps=steps, cpu=True), 0.1)
+    t = 1.0
+    for s in range(1, steps + 1):
+        t += 0.1
+        order = sorted(range(world), key=lambda r: (r not in said_first, r))
+        for r in order:
+            value, since, again = bad.get(r, (0.0, steps + 1, None))
+            if s == since:
+                log.add(schema.Event(rank=r, name="warning", step=s, message=reporter_says(value, s)), t)
+            if again is not None and s == again:
+                log.add(schema.Event(rank=r, name="warning", step=s, message=reporter_says(1.0, s, bad_since=since)), t)
+            not_finite = since <= s and (again is None or s < again)
+            log.add(schema.Step(rank=r, step=s, loss=None if not_finite else 2.0 - 0.001 * s, samples=16, step_s=0.1), t)
+    for r in range(world):
+        log.add(schema.Event(rank=r, name="exit", code=0, step=steps), t + 0.2)
+    log.write(path)
+    return path
+
+
+def findings(text: str) -> list[str]:
+    """The report's findings: from 'stragglers:' to the first blank line."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("stragglers:"))
+    return lines[at: lines.index("", at)]
+
+
+def timeline_losses(text: str) -> list[str]:
+    """The timeline's loss cells, by part (the column between p90 and stragglers)."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("step range"))
+    head = lines[at]
+    start, end = head.index("p90 ms") + len("p90 ms"), head.index("stragglers")
+    out = []
+    for line in lines[at + 1:]:
+        if not line.strip() or line.startswith("the run in parts"):
+            break
+        out.append(line[start:end].strip())
+    return out
+
+
+def test_a_diverged_run_says_so_in_its_findings_json_and_markdown(tmp_path):
+    log = loss_log(tmp_path / "nan.jsonl", 2, {1: (math.nan, 120, None), 0: (math.nan, 121, None)})
+    rep = build_report(str(log))
+    # At the top: it read "stragglers: none / stalls: none / exits: none with an error" alone.
+    assert findings(render_text(rep)) == [
+        "stragglers: none",
+        "stalls: none",
+        "exits: none with an error",
+        "loss: not finite to the end: rank 1 nan from step 120, rank 0 nan from step 121",
+    ]
+    assert rep["loss_not_finite"] == [
+        {"rank": 1, "value": "nan", "step": 120, "until": "end", "finite_again_step": None},
+        {"rank": 0, "value": "nan", "step": 121, "until": "end", "finite_again_step": None},
+    ]
+    assert json.loads(json.dumps(rep))["loss_not_finite"][0]["rank"] == 1
+    md = render_markdown(rep)
+    assert "**Loss:** not finite to the end: rank 1 nan from step 120, rank 0 nan from step 121" in md
+    assert md.index("**Loss:**") < md.index("## Memory")
+
+
+def test_a_run_whose_loss_came_back_says_when_and_a_healthy_one_says_nothing(tmp_path):
+    log = loss_log(tmp_path / "spike.jsonl", 2, {1: (math.inf, 50, 53), 0: (-math.inf, 150, None)})
+    rep = build_report(str(log))
+    assert findings(render_text(rep))[-1] == (
+        "loss: not finite: rank 1 inf from step 50, finite again at step 53; rank 0 -inf from step 150 to the end")
+    assert [(t["rank"], t["until"], t["finite_again_step"]) for t in rep["loss_not_finite"]] == [(1, "finite", 53), (0, "end", None)]
+    healthy = build_report(str(loss_log(tmp_path / "ok.jsonl", 2, {})))
+    assert healthy["loss_not_finite"] == []
+    assert not any(line.startswith("loss") for line in findings(render_text(healthy)))
+    assert "**Loss:**" not in render_markdown(healthy)
+
+
+def test_the_timeline_reads_nan_where_a_parts_loss_was_not_finite(tmp_path):
+    rep = build_report(str(loss_log(tmp_path / "nan.jsonl", 2, {1: (math.nan, 120, None), 0: (math.nan, 121, None)})))
+    text = render_text(rep)
+    cells = timeline_losses(text)
+    assert len(cells) == 10
+    # Its parts after the NaN read "-", the mark of a loss never reported.
+    assert cells[6:] == ["nan"] * 4
+    assert all(c not in ("-", "nan") for c in cells[:6])
+    # The part it turned in: the steps before it, and a note of the step it turned at.
+    part = next(line for line in text.splitlines() if line.lstrip().startswith("101-120"))
+    assert part.endswith("loss nan from step 120 (1 of its steps)")
+    assert rep["timeline"][6]["loss_not_finite"] == {"value": "nan", "steps": 20, "from_step": 121, "ranks": 2}
+    assert rep["timeline"][0]["loss_not_finite"] is None
+    # One rank of two (its grads finite, the other's loss too): said so.
+    one = render_text(build_report(str(loss_log(tmp_path / "nan1.jsonl", 2, {1: (math.nan, 120, None)}))))
+    assert timeline_losses(one)[6:] == ["nan (1 of 2 ranks)"] * 4
+
+
+def test_the_warnings_and_the_loss_line_begin_with_the_first_to_turn(tmp_path):
+    # 8 ranks: rank 6 NaN at step 30, the others at 31, their warnings taken first by the hub.
+    bad = {r: (math.nan, 30 if r == 6 else 31, None) for r in range(8)}
+    rep = build_report(str(loss_log(tmp_path / "nan8.jsonl", 8, bad, steps=60, said_first=(0, 1, 2, 3, 4, 5, 7))))
+    text = render_text(rep)
+    assert findings(text)[-1] == "loss: not finite to the end: rank 6 nan from step 30, ranks 0-5, 7 nan from step 31"
+    warned = text.splitlines()[text.splitlines().index("warnings:") + 1:]
+    assert [w.split(":")[0].strip() for w in warned] == ["rank 6 at step 30", "ranks 0-5, 7 at step 31"]
+    assert [w["step"] for w in rep["warnings"]] == [30, 31]
+
+
+def test_the_report_command_says_it(tmp_path):
+    log = loss_log(tmp_path / "nan.jsonl", 2, {1: (math.nan, 120, None), 0: (math.nan, 121, None)})
+    out = subprocess.run([sys.executable, "-m", "pardash", "report", str(log)], capture_output=True, text=True,
+                         env=pardash_env(), timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "loss: not finite to the end: rank 1 nan from step 120, rank 0 nan from step 121" in out.stdout
+
