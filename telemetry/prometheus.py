@@ -46,6 +46,7 @@ them over a rank's restart or past the event log's bound.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import socket
 import statistics
@@ -106,7 +107,8 @@ class MetricsError(Exception):
 
 LOSS_MEAN_HELP = (
     "Mean of the ranks' latest losses, each weighted by its step's samples: for DDP and FSDP, the global batch's mean loss "
-    "(each rank's loss the mean over its own batch, whatever its size). The plain mean over the ranks where a rank with a loss said no samples."
+    "(each rank's loss the mean over its own batch, whatever its size). The plain mean over the ranks where a rank with a loss said no samples. "
+    "NaN while any rank's loss is not finite (NaN or infinite: pardash_ranks_loss_not_finite counts them)."
 )
 """``pardash_loss_mean``'s HELP: what the figure is, exactly."""
 
@@ -120,11 +122,26 @@ PHASE_HELP = (
 """``pardash_rank_phase_seconds``'s HELP: a query that adds the phases up needs to know which comm it has."""
 
 
-def _loss_mean(steps: "list[schema.Step]") -> float | None:
+def loss_now(r: "RankState", s: "schema.Step") -> float | None:
+    """The rank's latest loss: its step's, or while its loss is not finite (its reporter sends
+    none then, JSON having no NaN) what it turned to, NaN or an infinity, as the exposition
+    format writes them (it was left out: a NaN rank had no series, and the mean was the
+    others', review 306); None where it gave none."""
+    if s.loss is not None:
+        return s.loss
+    bad = r.loss_not_finite
+    return float(bad[0]) if bad is not None else None  # ("nan", "inf", "-inf")
+
+
+def _loss_mean(steps: "list[tuple[RankState, schema.Step]]") -> float | None:
     """The ranks' latest losses as one figure (see LOSS_MEAN_HELP): weighted by the samples of
     each step when every step with a loss has some; else their plain mean (a rank of batch 16
-    and one of 48 read as the mean of the two losses, not the global batch's)."""
-    losses = [(s.loss, s.samples) for s in steps if s.loss is not None]
+    and one of 48 read as the mean of the two losses, not the global batch's); NaN while a
+    rank's loss is not finite (a run whose every rank was NaN had no sample: an alert on it
+    never fired)."""
+    losses = [(x, s.samples) for r, s in steps if (x := loss_now(r, s)) is not None]
+    if any(not math.isfinite(x) for x, _ in losses):
+        return math.nan
     if not losses:
         return None
     if all(n > 0 for _, n in losses):
@@ -253,7 +270,10 @@ class HubCollector:
         restarts.add_metric([], max((r.restarts for r in ranks), default=0))
         yield restarts
 
-        yield gauge("pardash_loss_mean", LOSS_MEAN_HELP, _loss_mean([s for _, s in steps]))
+        yield gauge("pardash_loss_mean", LOSS_MEAN_HELP, _loss_mean(steps))
+        yield gauge("pardash_ranks_loss_not_finite", "Ranks whose loss is not finite (NaN or infinite: diverged, or a spike), "
+                    "from the step it turned so until it is finite again; a rank that ended so, to its end.",
+                    sum(1 for r in ranks if r.loss_not_finite is not None))  # fmt: skip
         step_stat = _stat([s.step_s for _, s in steps])
         self_stat = _stat([s.self_s for _, s in steps if s.self_s is not None])
         yield gauge("pardash_step_median_seconds", "Median over ranks of the latest step's wall time.", step_stat[1] if step_stat else None)
@@ -346,7 +366,7 @@ class HubCollector:
         step_s = GaugeMetricFamily("pardash_rank_step_seconds", "Wall time of the rank's latest step.", labels=["rank"])
         self_s = GaugeMetricFamily("pardash_rank_self_seconds", "Self time of the rank's latest step.", labels=["rank"])
         phase = GaugeMetricFamily("pardash_rank_phase_seconds", PHASE_HELP, labels=["rank", "phase"])
-        loss = GaugeMetricFamily("pardash_rank_loss", "Loss of the rank's latest step.", labels=["rank"])
+        loss = GaugeMetricFamily("pardash_rank_loss", "Loss of the rank's latest step; NaN, +Inf or -Inf while it is not finite.", labels=["rank"])
         held = GaugeMetricFamily("pardash_rank_held_bytes", "Memory the rank holds for training: its model state plus DDP's gradient buckets.", labels=["rank"])
         device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS).", labels=["rank"])
         state = GaugeMetricFamily(
@@ -378,8 +398,9 @@ class HubCollector:
                 v = getattr(s, f"{p}_s")
                 if v is not None:
                     phase.add_metric([lab, p], v)
-            if s.loss is not None:
-                loss.add_metric([lab], s.loss)
+            x = loss_now(r, s)
+            if x is not None:
+                loss.add_metric([lab], x)
             for name, v in r.custom_last.items():
                 if name != "micro_batches":  # (pardash's own count, not the script's: the report says so)
                     metric.add_metric([lab, name], v)

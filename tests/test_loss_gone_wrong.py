@@ -146,3 +146,69 @@ def test_the_report_command_says_it(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "loss: not finite to the end: rank 1 nan from step 120, rank 0 nan from step 121" in out.stdout
 
+
+# -- Prometheus ------------------------------------------------------------------------------
+
+
+def _hub_of(world: int, bad: dict[int, tuple[float, int]], steps: int = 10):
+    """A hub's core fed ``world`` ranks' steps, as their reporters send them: ``bad``, rank ->
+    (what its loss turned to, the step it did), its warning before that step, its steps after
+    without a loss."""
+    from pardash.telemetry.hubcore import HubCore
+
+    core = HubCore(run_id="r")
+    seq = dict.fromkeys(range(world), 1)
+    for r in range(world):
+        core.ingest(schema.Hello(rank=r, world_size=world, t=1.0, seq=0), 0.0)
+    for s in range(1, steps + 1):
+        for r in range(world):
+            value, since = bad.get(r, (0.0, steps + 1))
+            if s == since:
+                core.ingest(schema.Event(rank=r, name="warning", step=s, message=reporter_says(value, s), t=1.0 + s, seq=seq[r]), 0.0)
+                seq[r] += 1
+            core.ingest(schema.Step(rank=r, step=s, loss=None if s >= since else 1.0 + r, samples=8, step_s=0.1, t=1.0 + s, seq=seq[r]), 0.0)
+            seq[r] += 1
+    return core
+
+
+def _scrape(core) -> str:
+    import urllib.request
+
+    from pardash.telemetry.prometheus import serve_metrics
+
+    server = serve_metrics(core, 0, per_rank=True)
+    try:
+        with urllib.request.urlopen(server.url, timeout=10) as r:
+            return r.read().decode()
+    finally:
+        server.close()
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    """rank label (or "" without one) -> value of each sample of ``name``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {s.labels.get("rank", ""): s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name}
+
+
+def test_prometheus_says_a_loss_not_finite_and_the_mean_is_so():
+    from test_prometheus import check_conventions
+
+    text = _scrape(_hub_of(2, {1: (math.nan, 5)}))
+    check_conventions(text)
+    # Rank 1's series was missing, and the mean was rank 0's alone (1.0).
+    loss = _samples(text, "pardash_rank_loss")
+    assert loss["0"] == 1.0 and math.isnan(loss["1"])
+    assert 'pardash_rank_loss{rank="1"} NaN' in text
+    assert math.isnan(_samples(text, "pardash_loss_mean")[""])
+    assert _samples(text, "pardash_ranks_loss_not_finite") == {"": 1.0}
+    assert "NaN while any rank's loss is not finite" in text
+    # Every rank's NaN: the mean had no sample, so an alert on it (> X) never fired.
+    text = _scrape(_hub_of(2, {0: (math.nan, 5), 1: (math.inf, 4)}))
+    assert math.isnan(_samples(text, "pardash_loss_mean")[""])
+    assert 'pardash_rank_loss{rank="1"} +Inf' in text
+    assert _samples(text, "pardash_ranks_loss_not_finite") == {"": 2.0}
+    # A healthy run: its mean, and none counted.
+    text = _scrape(_hub_of(2, {}))
+    assert _samples(text, "pardash_loss_mean") == {"": 1.5} and _samples(text, "pardash_ranks_loss_not_finite") == {"": 0.0}
+
