@@ -5,6 +5,8 @@ selector overlays the ranks. Every step record becomes one point per scalar, at 
 number and wall clock:
 
 - ``loss``, ``lr``, ``epoch``, ``throughput/samples_per_s`` (the rank's samples / its step time);
+  ``loss`` is NaN or an infinity at the steps it was not finite (its reporter sends none then,
+  JSON having no NaN: its warning says what it turned to, and at which step it is finite again);
 - ``time/step_s`` and the phases ``time/data_s`` ... ``time/self_s`` (seconds), and the
   script's own phases (``pt.phase("augment")``: ``Step.phases``) beside them as
   ``time/<name>_s`` (``time/augment_s``; one named as a phase above, ``step`` or ``self``, as
@@ -520,7 +522,13 @@ class _Export:
             self._write_again(rank, self.points_at[rank].passed(last, msg.step))
             self.last[rank] = self.at[rank] = msg.step
             self.sent[rank] = msg.seq
-        values = [tb.Summary.Value(tag=tag, simple_value=v) for tag, v in step_scalars(msg).items()]
+        scalars = step_scalars(msg)
+        bad = self.seqs.ranks[rank].loss_not_finite if msg.loss is None else None
+        if bad is not None and msg.step >= bad[1]:
+            # Not finite: TensorBoard keeps NaN and infinite points (the curve just stopped at
+            # the step before, as if the rank had stopped logging, review 306).
+            scalars = {"loss": float(bad[0]), **scalars}
+        values = [tb.Summary.Value(tag=tag, simple_value=v) for tag, v in scalars.items()]
         self._add_point(rank, tb.Event(wall_time=msg.t, step=msg.step, summary=tb.Summary(value=values)))
         if again:
             self.rerun[rank] = self.rerun.get(rank, 0) + 1

@@ -212,3 +212,28 @@ def test_prometheus_says_a_loss_not_finite_and_the_mean_is_so():
     text = _scrape(_hub_of(2, {}))
     assert _samples(text, "pardash_loss_mean") == {"": 1.5} and _samples(text, "pardash_ranks_loss_not_finite") == {"": 0.0}
 
+
+# -- TensorBoard -----------------------------------------------------------------------------
+
+
+def test_tensorboard_gets_the_loss_at_each_step_it_was_not_finite(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from pardash.telemetry.export import export_tensorboard
+
+    log = loss_log(tmp_path / "nan.jsonl", 2, {1: (math.nan, 120, 150), 0: (math.inf, 121, None)}, steps=160)
+    export_tensorboard(str(log), str(tmp_path / "tb"))
+
+    def loss(rank: int) -> dict[int, float]:
+        acc = EventAccumulator(str(tmp_path / "tb" / f"rank{rank}"), size_guidance={"scalars": 0})
+        acc.Reload()
+        return {e.step: e.value for e in acc.Scalars("loss")}
+
+    # Rank 1's curve stopped at step 119, as if it had stopped logging.
+    one = loss(1)
+    assert sorted(one) == list(range(1, 161))
+    assert all(math.isnan(one[s]) for s in range(120, 150))
+    assert all(math.isfinite(one[s]) for s in (*range(1, 120), *range(150, 161)))
+    zero = loss(0)
+    assert sorted(zero) == list(range(1, 161))
+    assert all(zero[s] == math.inf for s in range(121, 161)) and math.isfinite(zero[120])
