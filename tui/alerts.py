@@ -44,6 +44,12 @@ class Alert:
     waiting_for: str = ""
     """Who a stalled rank waits for, a hang's victim ("rank 3", as said in its text); empty
     otherwise. The grid draws it waiting (◇)."""
+    step: int | None = None
+    """The step a loss alert's ranks' loss stopped being finite at (the first to turn reads
+    first); None otherwise."""
+    ranks: tuple[int, ...] = ()
+    """Every rank an alert says, where it says several alike (``rank`` the first of them: ranks
+    whose loss turned alike, one line as the events panel says them); empty: ``rank`` alone."""
 
     @property
     def severity(self) -> int:
@@ -212,6 +218,7 @@ def rank_alerts(
     cost_s: float | None = None,
     waiting_for: str = "",
     peer_stopped: bool = False,
+    peer_left: bool = False,
 ) -> list[Alert]:
     """The alerts of one rank (a rank may be both a straggler and not sharding); ``t0``: the
     run's start, to say since when on the run's clock (the event log's); ``why``: what a rank
@@ -220,7 +227,8 @@ def rank_alerts(
     it was found with, and stayed so for the whole run while the gap grew); ``waiting_for``:
     who a stalled rank waits for, a hang's victim ("rank 3"); ``peer_stopped``: the failure
     began with ranks stopped (another node's launch, by you or a scheduler): a rank whose
-    connection closed under it failed after a peer was stopped, not after one failed."""
+    connection closed under it failed after a peer was stopped, not after one failed;
+    ``peer_left``: a peer had left the job (its script ended, exit 0) as the others trained on."""
     out: list[Alert] = []
     status = r.status
     if status == st.EXITED and r.ended_in_stop and not first and r.stalled is None and r.silent is None:
@@ -254,7 +262,8 @@ def rank_alerts(
             if not first and PEER_FAILURE.search(exit.cause):
                 # Its connection to a rank that failed first closed under it: said so, not in
                 # gloo's words (a path and a "This is typically caused by..." cut mid-sentence).
-                text += f", after a peer {'was stopped' if peer_stopped else 'failed'} (its connection closed)"
+                peer = "was stopped" if peer_stopped else "had left the job" if peer_left else "failed"
+                text += f", after a peer {peer} (its connection closed)"
             else:
                 cause = exit.cause
                 text += f": {cause if len(cause) <= CAUSE_MAX else cause[: CAUSE_MAX - 1].rstrip() + '…'}"
@@ -293,17 +302,56 @@ def rank_alerts(
         )
     bad = r.loss_not_finite
     if bad is not None:  # (last: an exit's alert stays the rank's first)
-        out.append(Alert("loss", r.rank, loss_text(r.rank, *bad, done=status in (st.EXITED, st.FINISHED))))
+        out.append(Alert("loss", r.rank, loss_text(r.rank, *bad, done=status in (st.EXITED, st.FINISHED)), step=bad[1]))
     return out
 
 
-def loss_text(rank: int, value: str, step: int, *, done: bool = False) -> str:
+def _losses_alike(alerts: list[Alert], state: st.RunState) -> list[Alert]:
+    """The loss alerts of ranks whose loss turned alike (the same value at the same step, the
+    same end) as one ("ranks 0-5, 7' loss is nan since step 31"), where the first of them
+    was: eight ranks gone NaN read as eight lines at 80x24, the rank that turned first cut off
+    below them (review 306)."""
+    alike: dict[tuple, list[int]] = {}
+    for a in alerts:
+        if a.kind == "loss":
+            r = state.ranks[a.rank]
+            bad = r.loss_not_finite
+            alike.setdefault((*bad, r.status in (st.EXITED, st.FINISHED)) if bad else (a.rank,), []).append(a.rank)
+    if all(len(ranks) == 1 for ranks in alike.values()):
+        return alerts
+    out = []
+    for a in alerts:
+        if a.kind != "loss":
+            out.append(a)
+            continue
+        r = state.ranks[a.rank]
+        bad = r.loss_not_finite
+        ranks = alike.get((*bad, r.status in (st.EXITED, st.FINISHED))) if bad else None
+        if ranks is None or len(ranks) == 1:
+            out.append(a)
+        elif ranks[0] == a.rank:
+            done = r.status in (st.EXITED, st.FINISHED)
+            out.append(replace(a, text=loss_text(a.rank, *bad, done=done, ranks=ranks), ranks=tuple(sorted(ranks)), rank=min(ranks)))
+    return out
+
+
+def loss_text(rank: int, value: str, step: int, *, done: bool = False, ranks: Iterable[int] = ()) -> str:
     """"rank 1's loss is nan since step 100 (diverged, or a spike)"; ``done``: of a rank that
-    ended so, "rank 1's loss was nan from step 100 to the end". Its steps go on without a loss
-    while it is not finite, which read as a loss never reported."""
+    ended so, "rank 1's loss was nan from step 100 to the end"; ``ranks``: of several alike,
+    "ranks 0-5, 7' loss is nan since step 31 ...". Its steps go on without a loss while it is
+    not finite, which read as a loss never reported."""
+    ranks = sorted(ranks)
+    who = f"ranks {ranks_text(ranks)}'" if len(ranks) > 1 else f"rank {rank}'s"
     if done:
-        return f"rank {rank}'s loss was {value} from step {step} to the end"
-    return f"rank {rank}'s loss is {value} since step {step} (diverged, or a spike)"
+        return f"{who} loss was {value} from step {step} to the end"
+    return f"{who} loss is {value} since step {step} (diverged, or a spike)"
+
+
+def left_early_text(rank: int, step: int | None) -> str:
+    """Of a rank that left the job (exit 0) as the others trained on, in the report's words."""
+    at = f" at step {step}" if step is not None else ""
+    return (f"rank {rank}, the root cause, left the job{at} (exit code 0) while the others trained on: "
+            "a rank that leaves the loop early breaks the others' collectives")  # fmt: skip
 
 
 def last_word(r: st.RankState) -> float | None:
@@ -482,7 +530,14 @@ def run_alerts(
         cost = costs.get(r.rank) if costs is not None and status == st.STRAGGLER else None
         waiting = who if who and status == st.STALLED and r.rank not in waits_for else ""
         stops = bool(failure and failure.get("stopped_first"))
-        out.extend(rank_alerts(r, info, t0=t0 or state.t0, cost_s=cost, waiting_for=waiting, peer_stopped=stops))
+        left = bool(failure and failure.get("left_early"))
+        out.extend(rank_alerts(r, info, t0=t0 or state.t0, cost_s=cost, waiting_for=waiting, peer_stopped=stops, peer_left=left))
+    if failure is not None and failure.get("left_early"):
+        # A rank that left the loop early (exit 0) as the others waited in its collective: the
+        # root cause, as the report and the launcher's last line name it. It read "1 finished"
+        # on the grid, and the only alert was its peer's "after a peer failed", no peer failed
+        # (review 308).
+        out.extend(Alert("exited", x["rank"], left_early_text(x["rank"], x["step"]), code=0, first=True) for x in failure["left_early"])
     first = _cause_of(failure) if exited > 1 and exits else None
     if first is None and exited > 1 and failure is not None and failure.get("stopped_first"):
         # Ranks stopped first (another node's launch stopped, by you or a scheduler) broke the
@@ -507,6 +562,7 @@ def run_alerts(
         why = f", likely the cause: {failed} other{'s' if failed > 1 else ''} failed waiting for it"
         out = [Alert(a.kind, a.rank, a.text + why, first=True) if a.kind in ("stalled", "silent") and a.rank == first else a for a in out]
     out = _stall_causes(state, out, exits if first is None else None)
+    out = _losses_alike(out, state)
     out = _ends_unsaid(state, out)
     mixed = jobs_mixed_alert(state)
     if mixed is not None:
@@ -522,6 +578,10 @@ def run_alerts(
             # ranks that failed waiting for it (exited, graver) took the panel's rows, and its
             # own alert was cut at "likely the cause: 2 others failed waitin…".
             return (-1, -1, a.rank)
+        if a.kind == "loss" and a.step is not None:
+            # (the first to turn first: by rank, rank 3's NaN at step 60 read below ranks 0-2's
+            # at 61, which its all-reduce had passed it to, review 306)
+            order = a.step
         return (a.severity, order, a.rank)
 
     out.sort(key=key)
