@@ -681,7 +681,9 @@ class ReplaySource(FrameApplier):
             at = self._span.step_time(int(start_s))
             if at is None:
                 self.start_step_past = self._span.steps_reached[-1] if self._span.steps_reached else 0
-            start_s = math.inf if at is None else max(0.0, at - self.t_start)
+            # (a frame later: the replay shows what its frames hold, cut every frame_s, and the
+            # frame before it ends short of the step, five steps short at 50 a second)
+            start_s = math.inf if at is None else max(0.0, at - self.t_start) + frame_s
         if start_s > 0:
             self.seek(start_s, progress=start_progress)
 

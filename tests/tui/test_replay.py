@@ -496,7 +496,17 @@ def test_a_replay_can_begin_anywhere_in_the_run_or_at_its_end(tmp_path):
         with pytest.raises(argparse.ArgumentTypeError, match="is not a step"):
             replay_position(wrong)
     at = ReplaySource(str(log), start_s=replay_position("step:77"))
-    assert at.state.step == 77 and at.position_s == 77 * 60 and at.start_step_past is None and not at.done
+    assert at.state.step == 77 and 77 * 60 <= at.position_s <= 77 * 60 + 0.1 and at.start_step_past is None and not at.done
+    # Steps closer than the replay's frames (0.1 s of the run): the step itself is shown, not
+    # the frame before it, five steps short at 50 steps a second.
+    fast = tmp_path / "fast.jsonl"
+    msgs = [schema.Hello(rank=r, world_size=2, t=t0, run="x", seq=0) for r in (0, 1)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, t=t0 + 0.02 * s, seq=s, run="x") for s in range(1, 101) for r in (0, 1)]
+    msgs += [schema.Event(rank=r, name="exit", code=0, step=100, t=t0 + 2.01, run="x", seq=101) for r in (0, 1)]
+    fast.write_bytes(schema.encode_json_lines(msgs))
+    os.utime(fast, (1.6e9, 1.6e9))
+    at = ReplaySource(str(fast), start_s=replay_position("step:53"))
+    assert 53 <= at.state.step <= 59, at.state.step
     past = ReplaySource(str(log), start_s=replay_position("step:500"))
     assert past.done and past.start_step_past == 120
 
