@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pardash.telemetry import state as st
 
-from .model import SORT_LABELS, STOPPED, STOPPING, RankRow, sort_rows
+from .model import LOSS_BAD, SORT_LABELS, STOPPED, STOPPING, RankRow, sort_rows
 
 FORMS = ("auto", "cells", "heat")
 """auto: the richest form that fits; cells: never a heat map (full cells scroll when even
@@ -36,6 +36,7 @@ HEAT_GLYPHS = {
     STOPPING: "◐",  # (a stop began, not ended yet: model.STOPPING; ● running on its way out)
     STOPPED: "▬",  # (exited by a stop, not failing: model.STOPPED)
     st.FINISHED: "□",
+    LOSS_BAD: "⊘",  # (a running or finished rank whose loss is not finite: model.LOSS_BAD; as the alerts mark it)
 }
 """One character per rank: the shape says the status (the colour says the rest)."""
 WAITING_GLYPH = "◇"
@@ -58,10 +59,11 @@ _LEGEND: tuple[tuple[str | None, LegendItem], ...] = (
     (STOPPING, (HEAT_GLYPHS[STOPPING], "stopping", "stopping")),
     (STOPPED, (HEAT_GLYPHS[STOPPED], "stopped", "stopped")),
     (st.FINISHED, (HEAT_GLYPHS[st.FINISHED], "finished", "done")),
+    (LOSS_BAD, (HEAT_GLYPHS[LOSS_BAD], "loss-bad", "loss nan")),
 )
 """The heat map's key. "self +10%" and "+25%": a running rank's self time that far above the
 other ranks' median (amber, red, and a heavier glyph each)."""
-_LEGEND_IF_SEEN = (st.STARTING, "waiting", STOPPING, STOPPED)
+_LEGEND_IF_SEEN = (st.STARTING, "waiting", STOPPING, STOPPED, LOSS_BAD)
 """Entries listed only while some rank draws them ("waiting": a hang's victims)."""
 
 

@@ -63,6 +63,15 @@ and the run's totals count apart from the running ones: a stop whose ranks take 
 you", as the headless progress line no longer did ("2 stopping")."""
 
 
+LOSS_BAD = "loss-bad"
+"""What the heat map and the cells draw (⊘) for a running or finished rank whose loss is not
+finite (``RankRow.loss_not_finite``): past a few ranks, where cells have no loss column, one rank
+gone NaN among 40 looked as the others (review 306). Its status stays its own (the header counts
+it running)."""
+LOSS_BAD_STATUSES = frozenset((st.RUNNING, st.FINISHED))
+"""The statuses :data:`LOSS_BAD` stands in for (a straggler, a stall or an exit says more)."""
+
+
 STOPPED = "stopped"
 """What the grid and the header call a rank that exited by a stop, not failing: its exit code
 one of failures.STOPPED_CODES (Ctrl-C, a viewer's Stop, SIGTERM from a scheduler, or from
@@ -94,13 +103,14 @@ def is_stopping(r: st.RankState, status: str) -> bool:
 FLAGGED_STATUSES = frozenset({st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED})
 """Statuses that count as flagged (the filter keeps them)."""
 
-SORT_KEYS = ("rank", "step_time", "self_time", "memory", "status")
+SORT_KEYS = ("rank", "step_time", "self_time", "memory", "loss", "status")
 """Orders of the grid, in the order the sort key cycles through them."""
 SORT_LABELS = {
     "rank": "rank",
     "step_time": "step time ↓",
     "self_time": "self time ↓",
     "memory": "memory ↓",
+    "loss": "loss ↓",
     "status": "status",
 }
 
@@ -871,13 +881,17 @@ class RowBuilder:
     def heat_key(self, rank: int) -> tuple[str, int, bool | None, bool | None] | None:
         """What a rank's heat-map glyph shows: (status, deviation level, exit order mark, hang
         mark); the status :data:`STOPPED` for a rank shown stopped (``RankRow.stopped``),
-        :data:`STOPPING` for one being stopped (``RankRow.stopping``). The
+        :data:`STOPPING` for one being stopped (``RankRow.stopping``), :data:`LOSS_BAD` for a
+        running or finished one whose loss is not finite. The
         hang mark is True for the stalled or silent rank a hang likely waits for
         (``RankRow.cause``), False for a stalled rank waiting for it, None otherwise."""
         e = self._by_rank.get(rank)
         if e is None:
             return None
-        return (STOPPED if e.stopped else STOPPING if e.stopping else e.status, e.level, e.exit_first, self._hang_mark(e))
+        status = STOPPED if e.stopped else STOPPING if e.stopping else e.status
+        if e.r.loss_not_finite is not None and status in LOSS_BAD_STATUSES:
+            status = LOSS_BAD
+        return (status, e.level, e.exit_first, self._hang_mark(e))
 
     def _hang_mark(self, e: _Rank) -> bool | None:
         status = e.status
@@ -1028,6 +1042,10 @@ def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
         )
     if key == "memory":
         return sorted(rows, key=lambda r: (-(r.held_bytes if r.held_bytes is not None else -1), r.rank))
+    if key == "loss":
+        # Not finite first (a NaN's rank among hundreds), then the highest: ranks drifting apart
+        # or one spiking; ranks with no loss last.
+        return sorted(rows, key=lambda r: (r.loss_not_finite is None, r.loss is None, -(r.loss or 0.0), r.rank))
     if key == "status":
         # The rank a failure or hang started from first, whatever its status (a rank stalled in
         # its data loader sat after the ranks stalled waiting for it, and after a rank whose

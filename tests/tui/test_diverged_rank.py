@@ -166,3 +166,47 @@ async def test_the_runs_loss_chart_says_the_ranks_it_leaves_out(tmp_path):
         trend = app.screen.query_one("#trend", HistoryChart)
         await until(pilot, lambda: "not finite" in str(trend.border_title or ""))
         assert "▀ 1 rank, ░ its range · rank 1 not finite, left out" in str(trend.border_title)
+
+
+def _wide_log(path, ranks: int = 40, bad: int = 17) -> str:
+    """``ranks`` DDP ranks of which ``bad`` logs a NaN loss from step 30 (the others train on)."""
+    msgs: list = [schema.Hello(run="w", rank=r, world_size=ranks, strategy="ddp", pid=10 + r, seq=0, t=T, host=f"h{r // 8}", node=r // 8)
+                  for r in range(ranks)]  # fmt: skip
+    for s in range(1, 61):
+        for r in range(ranks):
+            if r == bad and s == 30:
+                msgs.append(schema.Event(run="w", rank=r, seq=1000 + s, name="warning", step=30, t=T + s * 0.02,
+                                         message=NAN_AT_100.replace("100", "30")))  # fmt: skip
+            loss = None if r == bad and s >= 30 else 2.0 - s / 1000 + r / 1e4
+            msgs.append(schema.Step(run="w", rank=r, step=s, seq=s, loss=loss, samples=8, step_s=0.02, self_s=0.004, comm_s=0.01, t=T + s * 0.02))
+    path.write_bytes(schema.encode_json_lines(msgs))
+    return str(path)
+
+
+async def test_one_rank_gone_nan_among_40_stands_out_in_cells_and_the_heat_map_and_sorts_first(tmp_path):
+    # Review 306: past a few ranks the cells have no loss column, and rank 17's cell read
+    # "17 □ –" as every other's; the heat map was all one glyph, its legend with no mark for a
+    # loss not finite; `s` had no order by loss.
+    from pardash.tui.grid_layout import HEAT_GLYPHS
+    from pardash.tui.model import LOSS_BAD
+
+    bad = HEAT_GLYPHS[LOSS_BAD]
+    app = replay_app(_wide_log(tmp_path / "wide.jsonl"))
+    async with app.run_test(size=(120, 35)) as pilot:
+        await until(pilot, lambda: bad in grid_text(app))
+        text = grid_text(app)
+        marked = [cell.split()[0] for line in text.splitlines() for cell in line.split("  ") if bad in cell]
+        assert marked == ["17"], text
+        assert "loss" not in text.splitlines()[0]  # (cells without a loss column: the mark is all there is)
+        await pilot.press("c")  # the heat map
+        await until(pilot, lambda: "loss nan" in grid_text(app))
+        heat = grid_text(app)
+        assert sum(line.count(bad) for line in heat.splitlines()[1:]) == 1, heat
+        assert f"{bad} loss nan" in heat.splitlines()[0], heat
+        await pilot.press("c")
+        grid = app.screen.query_one(RankGrid)
+        while grid.sort_key != "loss":
+            await pilot.press("s")
+        await pilot.pause()
+        first = next(line for line in grid_text(app).splitlines() if line.strip()[:1].isdigit())
+        assert first.split()[:2] == ["17", bad], grid_text(app)

@@ -89,11 +89,12 @@ async def test_the_selected_rank_line_shortens_a_hung_ranks_status_rather_than_d
 async def test_a_ranks_charts_say_whose_range_their_band_is_in_the_width_they_have(size, said):
     # At 100x30 a rank of 1024's charts read "░ range of 128…" of "range of 128 of the 1023
     # others": cut, it read as a band over 128 ranks.
+    from pardash.tui.model import SORT_KEYS
     from pardash.tui.widgets.history_chart import HistoryChart
 
     app = replay_app("run1024.jsonl")
     async with app.run_test(size=size) as pilot:
-        await pilot.press("s", "s", "s", "s", "home", "enter")
+        await pilot.press(*["s"] * SORT_KEYS.index("status"), "home", "enter")  # (sorted by status: the cause first)
         await pilot.pause()
         await until(pilot, lambda: all(c.border_subtitle for c in app.screen.query(HistoryChart)))
         charts = list(app.screen.query(HistoryChart))

@@ -218,7 +218,9 @@ async def test_a_hangs_cause_stopped_as_it_hung_is_stopped_in_the_header_grid_an
                                " then stopped by SIGTERM at step 21 ▬ rank 0 stalled in sync after step 20;"
                                " then stopped by SIGTERM at step 21"), said  # fmt: skip
         # (and sorted by status, the cause first, as before)
-        await pilot.press(*["s"] * 4)
+        from pardash.tui.model import SORT_KEYS
+
+        await pilot.press(*["s"] * SORT_KEYS.index("status"))
         await pilot.pause()
         first = [line for line in grid_text(app).splitlines() if line.strip()[:1].isdigit()][0]
         assert first.split()[:2] == ["1", "stopped"], first

@@ -39,7 +39,7 @@ from ..grid_layout import (
     shown_rows,
 )
 from ..messages import RankChosen, RankHighlighted
-from ..model import SORT_KEYS, STOPPED, STOPPING, RankRow, RowBuilder, shown_status
+from ..model import LOSS_BAD, LOSS_BAD_STATUSES, SORT_KEYS, STOPPED, STOPPING, RankRow, RowBuilder, shown_status
 from ..styles import component_fg
 
 
@@ -205,6 +205,8 @@ class RankGrid(ScrollView, can_focus=True):
         """The self-time level of each rank drawn as running (▪ ■ █), for the legend to list
         the levels drawn only (see _track_levels)."""
         self._level_counts = [0, 0, 0]
+        self._loss_bad: set[int] = set()
+        """Ranks drawn ⊘, their loss not finite (model.LOSS_BAD): the legend lists it while any is."""
         """Ranks drawn as running at each level."""
         self._head = 1
         """Lines of the title (the column names) or the heat map's legend, above the ranks."""
@@ -440,6 +442,8 @@ class RankGrid(ScrollView, can_focus=True):
         return self._style(f"rank-grid--{status}")
 
     def _heat_style(self, status: str, level: int, exit_first: bool | None, hang: bool | None = None) -> Style:
+        if status == LOSS_BAD:
+            return self._style("rank-grid--loss-bad")
         if status == st.RUNNING:
             if level == 2:
                 return self._style("rank-grid--dev-bad")
@@ -519,10 +523,15 @@ class RankGrid(ScrollView, can_focus=True):
         if changed is None:
             levels.clear()
             counts[:] = [0, 0, 0]
+            self._loss_bad.clear()
             changed = table.ranks
         for rank in changed:
             key = table.heat_key(rank)
             level = key[1] if key is not None and key[0] == st.RUNNING else None
+            if key is not None and key[0] == LOSS_BAD:
+                self._loss_bad.add(rank)
+            else:
+                self._loss_bad.discard(rank)
             old = levels.pop(rank, None)
             if old is not None:
                 counts[old] -= 1
@@ -535,6 +544,8 @@ class RankGrid(ScrollView, can_focus=True):
         ranks wait for a hang's cause, and the levels running ranks draw (see heat_legend)."""
         present = {status for status, n in self._table.totals.status_counts.items() if n and status != st.RUNNING}
         present.update(key for key, n in zip(LEVEL_KEYS, self._level_counts) if n)
+        if self._loss_bad:
+            present.add(LOSS_BAD)
         if self._table.waiting:
             present.add("waiting")
         return frozenset(present)
@@ -668,7 +679,10 @@ class RankGrid(ScrollView, can_focus=True):
             elif key == "status":
                 text, style = f"{status_text[:w]:<{w}}", status_style
             elif key == "glyph":
-                text, style = _glyph(status, hang, level), self._heat_style(status, level, exit_first, hang)
+                if row.loss_not_finite is not None and status in LOSS_BAD_STATUSES:
+                    text, style = HEAT_GLYPHS[LOSS_BAD], self._style("rank-grid--loss-bad")  # (see model.LOSS_BAD)
+                else:
+                    text, style = _glyph(status, hang, level), self._heat_style(status, level, exit_first, hang)
             elif key == "dev":
                 text = f"{DASH if gone else fmt_deviation(row.self_dev):>{w}}"
                 style = (
