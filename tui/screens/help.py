@@ -22,7 +22,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("home end pgup pgdn", "first, last, a page up or down"),
             ("enter / double click", "rank detail: charts, phases, memory, system, events"),
             ("c", "cells or heat map (one character per rank)"),
-            ("s", "sort: rank, step time, self time, memory, status (cells in their node, a heat map across nodes)"),
+            ("s", "sort: rank, step time, self time, memory, loss (not finite first), status (cells in their node, a heat map across nodes)"),
             ("f", "flagged ranks only, or all"),
             ("/", "go to a rank: type its number, enter"),
             ("m", "memory: per-rank shards against unsharded"),
