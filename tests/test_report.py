@@ -731,7 +731,7 @@ def test_bad_input_to_the_recorded_run_commands_is_one_line_naming_the_command(t
         (("report", "--runs-dir", str(tmp_path / "none"), "ID"), f"(runs are in {tmp_path / 'none'};"),
         (("replay", "--speed", "nan", log), "pardash replay: error: argument --speed: 'nan' is not a finite number"),
         (("replay", "--speed", "inf", log), "'inf' is not a finite number"),
-        (("replay", "--start", "1:x", log), "argument --start: '1:x' is not a time into the run (seconds, M:SS, H:MM:SS or end)"),
+        (("replay", "--start", "1:x", log), "argument --start: '1:x' is not a time into the run (seconds, M:SS, H:MM:SS, end or step:N)"),
         (("export", log, "--tensorboard", ""), "--tensorboard: give a folder for the event files"),
         (("report", "/dev/null"), "/dev/null: not a regular file"),  # it said "no such log file"
     ]
