@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("log", type=cliargs.path, help=LOG_HELP)
     rep.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")
     rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
-    rep.add_argument("--all-ranks", action="store_true", help="list every rank in the text and markdown rank tables (past 32 ranks they list the ranks that stand out and fold the rest into one row; JSON lists every rank)")
+    rep.add_argument("--all-ranks", action="store_true", help="list every rank in the text and markdown rank tables (past 32 ranks they list the ranks that stand out and fold the rest into one row; JSON lists every rank); with --compare, each rank's step, self and data times, A against B")
     rep.add_argument("--compare", type=cliargs.path, default=None, metavar="LOG_B", help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after)")
 
     k = sub.add_parser(

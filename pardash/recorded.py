@@ -312,7 +312,9 @@ def cmd_report(ns: argparse.Namespace) -> int:
     if ns.compare is not None:
         from pardash.telemetry.compare import compare_reports, render_compare_markdown, render_compare_text
 
-        cmp = compare_reports(rep, _report_of(ns.compare))
+        cmp = compare_reports(rep, _report_of(ns.compare), all_ranks=getattr(ns, "all_ranks", False))
+        if cmp.get("nothing_to_compare"):
+            fail(cmp["nothing_to_compare"])  # (a run that took no step, refused as other bad input is)
         out = {"json": json_text, "markdown": render_compare_markdown, "text": render_compare_text}[ns.format](cmp)
     else:
         out = json_text(rep) if ns.format == "json" else (render_markdown if ns.format == "markdown" else render_text)(rep, all_ranks=getattr(ns, "all_ranks", False))

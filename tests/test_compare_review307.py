@@ -158,6 +158,11 @@ def test_all_ranks_adds_each_ranks_medians(tmp_path):
     assert (rows["rank:1:median_data_s"]["a"], rows["rank:1:median_data_s"]["b"]) == pytest.approx((0.002, 0.010))
     assert rows["rank:1:median_data_s"]["verdict"] == "worse" and rows["rank:0:median_data_s"]["verdict"] == "same"
     assert "  rank 1 data" in render_compare_text(compare_reports(a, b, all_ranks=True))
+    # ...and from the command line (--all-ranks was taken with --compare and did nothing).
+    logs = [str(tmp_path / f"{name}.jsonl") for name in ("even", "rank1")]
+    shown = _cli(logs[0], "--compare", logs[1], "--all-ranks")
+    assert shown.returncode == 0 and "  rank 1 data" in shown.stdout, shown.stdout + shown.stderr
+    assert "  rank 1 data" not in _cli(logs[0], "--compare", logs[1]).stdout
 
 
 # -- 3. noise ------------------------------------------------------------------------------------
@@ -283,9 +288,12 @@ def test_a_run_that_took_no_step_leaves_nothing_to_compare(tmp_path):
     failed = build_report(a)
     assert failed["steps"] == 0 and failed["ranks"] and comm_meaning(failed) is None
     p = _cli(a, "--compare", b)
-    tail = p.stdout.splitlines()[2:]
-    assert len(tail) == 1 and tail[0].startswith("A took no step") and tail[0].endswith(": nothing to compare"), p.stdout
-    assert "comm" not in p.stdout
+    # (one line on stderr and exit 2, as other input it cannot compare: it printed the line as
+    # the comparison and exited 0)
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout)
+    said = p.stderr.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("pardash: error: A took no step") and said[0].endswith(": nothing to compare"), p.stderr
+    assert "comm" not in p.stderr
     cmp = compare_reports(build_report(b), failed)
     assert cmp["rows"] == [] and cmp["nothing_to_compare"].startswith("B took no step")
     assert render_compare_markdown(cmp).rstrip().endswith(": nothing to compare")
