@@ -19,6 +19,7 @@ from typing import Any
 
 import zmq
 
+from .. import __version__
 from . import schema
 from .env import RankIdentity
 from .reporter import Reporter
@@ -81,6 +82,13 @@ class SimConfig:
 
 FAULTS = ("stall", "crash", "nan")
 """The faults given as RANKS@STEP (``--stall``, ``--crash``, ``--nan``)."""
+
+
+def _fault_text(fault: Any) -> str:
+    """A fault as its flag gives it: ``3``, ``8-15@200``."""
+    if isinstance(fault, tuple) and len(fault) == 2 and isinstance(fault[0], tuple):
+        return f"{ranks_text(fault[0])}@{fault[1]}"
+    return ranks_text(fault)
 
 
 def _rank_s(ranks: tuple[int, ...]) -> str:
@@ -273,7 +281,11 @@ class SimulatedJob:
                     params_count=cfg.params,
                     params_bytes=cfg.params * 4,
                     source="simulate",
-                    config={"steps": cfg.steps or None, "simulated": True},
+                    pardash_version=__version__,
+                    # (what a compare of two simulated runs says differs: --straggler 3 read as nothing)
+                    config={"steps": cfg.steps or None, "simulated": True, "rate": cfg.rate_hz,
+                            **{name: _fault_text(getattr(cfg, name)) for name in ("straggler", *FAULTS) if getattr(cfg, name) is not None},
+                            **({"straggler_kind": cfg.straggler_kind} if cfg.straggler is not None else {})},
                 ),
                 self._sock(rep.rank),
             )

@@ -421,6 +421,12 @@ def test_a_simulated_nan_turns_the_ranks_loss_as_a_real_ranks_reporter_says_it(t
     losses = {(m.rank, m.step): m.loss for m in msgs if isinstance(m, schema.Step)}
     assert all((loss is None) == (step >= (20 if rank == 3 else 21)) for (rank, step), loss in losses.items())
     assert len(losses) == 8 * 40
+    # Its hellos say the fault and the pardash that made them, as a compare reads them
+    # (two simulated runs, one with --straggler 3, read as differing in nothing).
+    from pardash import __version__
+
+    hello = next(m for m in msgs if isinstance(m, schema.Hello))
+    assert hello.config["nan"] == "3@20" and "straggler" not in hello.config and hello.pardash_version == __version__
     text = render_text(build_report(str(log)))
     assert "rank 3" in text and "nan at 20" in text, text
     p = subprocess.run([sys.executable, "-m", "pardash", *SIM, "--nan", "8@20"], capture_output=True, text=True,
