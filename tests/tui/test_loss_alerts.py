@@ -102,3 +102,32 @@ def test_a_rank_that_left_the_job_early_is_named_the_root_cause():
                             "a rank that leaves the loop early breaks the others' collectives"),
         ("exited", 0, False, "rank 0 exited with code 1 at step 41, after a peer had left the job (its connection closed)"),
     ]  # fmt: skip
+
+
+def test_a_line_of_ranks_alike_counts_each_rank_where_the_panel_leaves_it_out():
+    # The panel's "+N more" counted a loss alert of seven ranks as one rank ("+1 more rank").
+    from pardash.tui.widgets.alert_list import more_text
+
+    alerts = run_alerts(_state(_nan_log(8, 6, 30)))
+    assert more_text(alerts[1:], 80).startswith("+7 more ranks with a loss not finite"), more_text(alerts[1:], 80)
+    assert more_text(alerts, 80).startswith("+8 more ranks with a loss not finite")
+
+
+async def test_a_ranks_detail_holds_the_alert_of_the_line_it_is_on(tmp_path):
+    # A loss alert of ranks alike ("ranks 0-5, 7' loss is nan since step 31") showed in the
+    # detail of rank 0 alone, the first of them.
+    from textual.widgets import Static
+
+    log = tmp_path / "nan8.jsonl"
+    log.write_bytes(schema.encode_json_lines(sorted(_nan_log(8, 6, 30), key=lambda m: m.t)))
+    app = replay_app(str(log))
+    async with app.run_test(size=(140, 40)) as pilot:
+        panel = app.screen.query_one(AlertList)
+        await until(pilot, lambda: len(panel.alerts) == 2)
+        from pardash.tui.widgets.rank_grid import RankGrid
+
+        app.screen.query_one(RankGrid).select(5)
+        await pilot.press("enter")
+        await until(pilot, lambda: "⚠" in str(app.screen.query_one("#title", Static).render()))
+        title = " ".join(str(app.screen.query_one("#title", Static).render()).split())
+        assert "ranks 0-5, 7' loss is nan since step 31" in title, title

@@ -390,7 +390,7 @@ class RankDetailScreen(Screen):
             return []
         # (over every flagged rank, as the panel: a hang's likely cause, the root cause)
         alerts = run_alerts(state, table.flagged, t0=origin, costs=table.straggler_costs(), waits_for=table.waits_for)
-        return [a for a in alerts if a.rank == self.rank]
+        return [a for a in alerts if self.rank in (a.ranks or (a.rank,))]  # (a loss alert of ranks alike: each one's)
 
     def _title(self, state: st.RunState, r: st.RankState | None, width: int = 200, origin: float = 0.0) -> Content:
         """The title's lines, fitted to ``width`` cells."""

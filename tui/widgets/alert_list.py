@@ -232,22 +232,24 @@ def more_text(hidden: list[Alert], width: int) -> str:
     """'+19 more ranks exited', '+14 more ranks: 10 exited, 4 stalled', '+22 more alerts' (a
     rank has two): how many ranks or alerts the panel leaves out, not how many of its folded
     lines ("+2 more" said 14 ranks); what kinds, and the events note, where they fit."""
-    n = len(hidden)
+    # (an alert of several ranks alike, a loss gone NaN on seven at once, counts them all: it
+    # was one, "+1 more rank" of seven)
+    n = sum(len(a.ranks) or 1 for a in hidden)
     counts: dict[str, int] = {}
     for a in hidden:
         kind = shown_kind(a)
-        counts[kind] = counts.get(kind, 0) + 1
+        counts[kind] = counts.get(kind, 0) + (len(a.ranks) or 1)
     if len(counts) == 1:
         (kind,) = counts
         said = SAID[kind][n != 1]
         text = f"+{n} more {said}" if kind == "straggler" else f"+{n} more rank{'s' if n != 1 else ''} {said}"
-    elif len({a.rank for a in hidden}) == n:  # an alert a rank: counted as ranks
+    elif len({r for a in hidden for r in (a.ranks or (a.rank,))}) == n:  # an alert a rank: counted as ranks
         text = f"+{n} more ranks"
         kinds = f"{text}: " + ", ".join(f"{k} {SAID[kind][k != 1]}" for kind, k in counts.items())
         if cell_len(kinds) <= width:
             text = kinds
     else:
-        text = f"+{n} more alerts"
+        text = f"+{len(hidden)} more alerts"
     return text + MORE_NOTE if cell_len(text + MORE_NOTE) <= width else text
 
 
