@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .schema import Verdict
+from .schema import Step, Verdict
 from .state import RankState, RunState, mem_full_bytes
 from .stragglers import StragglerDetector
 from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded, not_sharding_hint
@@ -120,8 +120,30 @@ def _stuck(r: RankState) -> tuple[int, str, int | None, str | None]:
     # The step the verdict names ("stalled after step N"), else the rank's last.
     step = v.step if v.step is not None else r.step.step if r.step is not None else None
     if r.silent is not None:
-        return (r.rank, "silent", step, r.heartbeat.phase if r.heartbeat is not None else None)
+        return (r.rank, "silent", step, stall_phase(r.heartbeat.phase, r.step)[0] if r.heartbeat is not None else None)
     return (r.rank, "stalled", step, v.cause or None)
+
+
+LOADER_PHASE = "loader"
+"""The phase a rank's heartbeat says while its DataLoader is asked for the step's batch (the
+zero-code hooks', pardash.trainer.epochs): the step's data phase, inside the loader. Its
+heartbeat's "data" is then the rest of that phase, the script's own work between steps."""
+
+
+def stall_phase(said: str, step: Step | None) -> tuple[str, str]:
+    """(the phase a rank stuck where its heartbeat ``said`` is in, as its verdict's cause names it;
+    the words that say where, "in data") of a rank whose latest step is ``step``. A rank whose
+    steps' batches come from a DataLoader (``step.loader_s`` known) and whose heartbeat says
+    "data", not LOADER_PHASE, is in its own code between steps, not in its loader: the cause is
+    its data phase still (the whole gap between steps, as ``data_s``), and the words say so. A
+    script's rank 0 writing a checkpoint or logs of its own while the others waited, or one hung
+    in its own code after its batch came, read "stalled in data" (review 308)."""
+    if said == LOADER_PHASE:
+        return "data", "in data"
+    if said == "data" and step is not None and step.loader_s is not None:
+        return "data", "between steps, in its own code (not in its DataLoader)"
+    phase = said or "unknown"
+    return phase, f"in {phase}"
 
 
 BUSY_PHASES = ("eval", "checkpoint", "resume")
@@ -323,15 +345,15 @@ class Detector:
         if r.silent is not None:
             out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} heard from again"))
         stuck_s = now - max(last[1], self._back, self._busy_over)
-        phase = r.heartbeat.phase if r.heartbeat is not None and r.heartbeat.phase else "unknown"
         if step >= 0 and stuck_s > stall_after and r.stalled is None:
+            phase, where = stall_phase(r.heartbeat.phase if r.heartbeat is not None else "", r.step)
             out.append(
                 Verdict(
                     rank=r.rank,
                     verdict="stalled",
                     cause=phase,
                     step=step,
-                    message=f"rank {r.rank} stalled in {phase} after step {step} ({stuck_s:.0f} s without progress)",
+                    message=f"rank {r.rank} stalled {where} after step {step} ({stuck_s:.0f} s without progress)",
                 )
             )
         return out

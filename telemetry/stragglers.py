@@ -104,6 +104,9 @@ class _RankWindow:
     comm_s: dict[int, float] = field(default_factory=dict)
     """Step -> comm time, of the same steps that measured one: what the verdict's cost is read
     from besides the self time (see :func:`straggler_cost_s`)."""
+    loader_s: dict[int, float] = field(default_factory=dict)
+    """Step -> time in its DataLoader (``Step.loader_s``), of the same steps that measured one:
+    whether a data straggler's lead is its loader's or its own work between steps."""
     flagged: int = 0
     calm: int = 0
 
@@ -193,12 +196,15 @@ class StragglerDetector:
             w.data_s[s] = step.data_s or 0.0
             if step.comm_s is not None:
                 w.comm_s[s] = step.comm_s
+            if step.loader_s is not None:
+                w.loader_s[s] = step.loader_s
             if len(pending) > MAX_PENDING:
                 # A rank far ahead of a stuck one must not grow without bound: drop its oldest.
                 oldest = next(iter(pending))
                 del pending[oldest]
                 w.data_s.pop(oldest, None)
                 w.comm_s.pop(oldest, None)
+                w.loader_s.pop(oldest, None)
 
     @property
     def noise_s(self) -> float:
@@ -252,6 +258,7 @@ class StragglerDetector:
         score: dict[int, float] = {}
         data: dict[int, float] = {}
         comm: dict[int, float] = {}
+        loader: dict[int, float] = {}
         enough = max(1, len(steps) // 2)
         median = statistics.median
         for r in live:
@@ -265,6 +272,10 @@ class StragglerDetector:
             data[r] = median(data_s)
             if len(comm_s) >= enough:
                 comm[r] = median(comm_s)
+            if w.loader_s:
+                loader_s = [x for x in map(w.loader_s.pop, steps, repeat(None)) if x is not None]
+                if len(loader_s) >= enough:
+                    loader[r] = median(loader_s)
         if len(score) < 2:
             return []
         self.windows_scored += 1
@@ -288,7 +299,7 @@ class StragglerDetector:
                     calm = [score[q] for q in score if q not in over]
                     others_max = max(calm) if calm else loo.max_without(r)
                     calm_comm = {q: c for q, c in comm.items() if q == r or q not in over}
-                    v = self._verdict(state, r, m, base, others_max, data, calm_comm if len(calm_comm) > 1 else comm, steps)
+                    v = self._verdict(state, r, m, base, others_max, data, calm_comm if len(calm_comm) > 1 else comm, steps, loader)
                     # (a busy host's, or ranks' sharing a saturated host alike: their turns at
                     # the CPU change by the second; one that stays behind for HOST_PERSIST
                     # times as long, and HOST_PERSIST_S, is named)
@@ -331,6 +342,7 @@ class StragglerDetector:
         data: dict[int, float],
         comm: dict[int, float],
         steps: range,
+        loader: dict[int, float] | None = None,
     ) -> Verdict:
         others_data = LeaveOneOut(data).median_without(r)
         data_excess = data.get(r, 0.0) - others_data
@@ -339,12 +351,9 @@ class StragglerDetector:
         # (the window's medians: its comm and the least of the others' that measured one)
         others_comm = min((c for q, c in comm.items() if q != r), default=None)
         cost = straggler_cost_s(m, others_max, comm.get(r), others_comm)
-        # (under the zero-code hooks a rank's data time is all it does outside its passes and
-        # its optimizer step: a script's rank 0 writing its logs before a barrier read "data
-        # loading")
-        hello = state.ranks[r].hello if r in state.ranks else None
-        loading = "data loading or its own work between steps" if hello is not None and hello.source == "auto" else "data loading"
-        what = loading if cause == "data" else "compute"
+        what = "compute"
+        if cause == "data":
+            what = _data_words(state, r, data_excess, loader or {})
         if cause == "compute":
             hint = _device_hint(state, r)
             if hint:
@@ -357,6 +366,27 @@ class StragglerDetector:
             step=steps[-1],
             message=f"rank {r} is a straggler ({what}): the others wait {cost * 1e3:.0f} ms a step for it",
         )
+
+
+OWN_WORK = "its own work between steps, not its DataLoader"
+"""What a data straggler is slow at whose lead is not in its DataLoader (``Step.loader_s``)."""
+
+
+def _data_words(state: RunState, r: int, data_excess: float, loader: dict[int, float]) -> str:
+    """What rank ``r``, a data straggler by ``data_excess`` seconds a step over the others' data
+    time, is slow at, by the window's median time in the DataLoader of each rank that measured
+    one (``loader``). Its loader's lead over the others' holding under half its data lead: its
+    own work between steps (a script's rank 1 doing 20 matmuls before its forward, rank 0 writing
+    logs, read "a straggler (data)", review 307); at least half: "data loading". Not known (no
+    DataLoader, the bundled trainer, an older rank): "data loading", or under the zero-code hooks,
+    whose data time is all a rank does outside its passes and its optimizer step, either."""
+    mine = loader.get(r)
+    if mine is not None:
+        others = [x for q, x in loader.items() if q != r]
+        lead = mine - statistics.median(others) if others else mine
+        return "data loading" if lead >= data_excess / 2 else OWN_WORK
+    hello = state.ranks[r].hello if r in state.ranks else None
+    return "data loading or its own work between steps" if hello is not None and hello.source == "auto" else "data loading"
 
 
 def straggler_cost_s(

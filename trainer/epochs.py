@@ -36,6 +36,19 @@ from pardash.trainer.hooking import _get_ident, _guarded
 from pardash.trainer.marks import _OpenStep
 
 
+LOADER_PHASE = "loader"
+"""What the heartbeat says while a DataLoader is asked for the step's batch (its iterator's
+``__next__``, ``iter(loader)``): the step's ``data`` phase, inside the loader. The rest of that
+phase ("data") is the script's own work between steps; the hub tells the two apart when a rank
+stalls there (a hung loader, or rank 0 writing a checkpoint of its own while the others wait),
+and names the stall's phase ``data`` either way (analysis.stall_phase)."""
+
+BETWEEN_PASSES = ("data", "backward", "optimizer")
+"""The instrument's phases a batch for the step is asked for in: its data phase, and after a
+backward or an optimizer step before the next pass's forward marks the data phase that began
+there (Rounds._micro_batch_begins)."""
+
+
 @dataclass(slots=True)
 class _LoaderPass:
     """One pass over a DataLoader (an ``iter(loader)``): whose, over which dataset, from when,
@@ -92,9 +105,16 @@ class Epochs:
 
     def _wrap_loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def __iter__(loader: Any) -> Any:
-            it = original(loader)
+            mine = _get_ident() == self._tid
+            # (a new pass's iterator starts its workers: a loader's time too, each epoch's)
+            t0 = self._loader_enters() if mine and self._batch_is_data() else None
+            try:
+                it = original(loader)
+            finally:
+                if t0 is not None:
+                    self._loader_leaves(t0)
             # (with a sampler's epochs too: an evaluation's loader is told by its pass)
-            if not self.dead and _get_ident() == self._tid:
+            if not self.dead and mine:
                 self._loader_pass(loader, it)
             return it
 
@@ -136,23 +156,58 @@ class Epochs:
         # evaluation); only a backward makes its pass the training one (_trains_from).
         def __next__(it: Any) -> Any:
             p = getattr(it, "_pardash_pass", None)
-            if self.step == self._step_base and p is not None and _get_ident() == self._tid:
+            mine = _get_ident() == self._tid
+            if self.step == self._step_base and p is not None and mine:
                 self._first_batch_asked(p)
-            if self._eval_copy and p is not None and self._eval_t0 and _get_ident() == self._tid:
+            if self._eval_copy and p is not None and self._eval_t0 and mine:
                 self._eval_meets_training(p)  # (an EMA's evaluation with no ema.train() to end it)
+            t0 = self._loader_enters() if mine and self._batch_is_data() else None
             try:
                 batch = original(it)
             except StopIteration:
-                if p is not None and _get_ident() == self._tid:
+                if t0 is not None:
+                    self._loader_leaves(t0)
+                    t0 = None
+                if p is not None and mine:
                     self._pass_ends(p)
                 raise
-            if p is not None and _get_ident() == self._tid:
+            finally:
+                if t0 is not None:
+                    self._loader_leaves(t0)
+            if p is not None and mine:
                 p.batches += 1
                 p.last_in_eval = bool(self._eval_t0)
                 self._batch_pass = p
             return batch
 
         return __next__
+
+    def _batch_is_data(self) -> bool:
+        """Whether a batch asked for now is the step's data (see LOADER_PHASE): between steps or
+        micro-batches, not in an evaluation, a save, a backward or an optimizer step."""
+        return (not self.dead and self._phase in BETWEEN_PASSES and not self._eval_t0 and not self._in_backward
+                and not self._in_optimizer and self._saving is None)  # fmt: skip
+
+    @_guarded
+    def _loader_enters(self) -> float:
+        """A DataLoader is asked for a batch (or a pass) in the step's data: the heartbeat says
+        so while it is in there. (perf_counter now)"""
+        self.reporter.set_phase(LOADER_PHASE)
+        return time.perf_counter()
+
+    @_guarded
+    def _loader_leaves(self, t0: float) -> None:
+        """Back from the DataLoader, in the step's data phase (after a backward, the next
+        micro-batch's, which its forward marks from there): its seconds are the step's
+        ``loader_s``; those after a cut the next step's, unless the round goes on (as the
+        waits in collectives: Arrivals._keep_wait)."""
+        took = time.perf_counter() - t0
+        self.reporter.set_phase("data")
+        if self._cut is not None or self._orphan is not None:
+            self._loader_next = (self._loader_next or 0.0) + took
+        elif self._open is not None:
+            self._open.loader_s = (self._open.loader_s or 0.0) + took
+        # (no step open: one opens at the next forward, its data from there, none of this)
 
     @_guarded
     def _first_batch_asked(self, p: _LoaderPass) -> None:
@@ -170,6 +225,7 @@ class Epochs:
             self._open = _OpenStep(marks=[("data", self.clock.stamp())])
         else:
             step.marks[0] = ("data", self.clock.stamp())
+            step.loader_s = None  # (the batches before were asked for before the step began)
         if self._phase != "data":
             self._phase = "data"
             self.reporter.set_phase("data")

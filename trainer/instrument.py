@@ -66,9 +66,12 @@ time from a backward's return (or an optimizer step) to the next micro-batch's f
 data again (the first step's data from the request for its first batch, when a DataLoader's
 came before its forward). The waits in collectives the script calls itself between steps (a
 barrier after the optimizer step) are in no phase: they are the step's ``comm_s``. So the phases
-and ``comm_s`` sum to the step time. A trained model put in eval mode between two
-steps is an evaluation, from ``model.eval()`` to ``model.train()`` (or, without those calls,
-its forwards in eval mode without grad; after ``model.eval()``, forwards with grad too, unless a
+and ``comm_s`` sum to the step time. Of the data phase, the time inside a DataLoader (its
+iterators' ``__next__``, and ``iter(loader)``, which starts its workers) is the step's ``loader_s``
+(one ``perf_counter`` pair a batch), the rest the script's own work between steps; the heartbeat
+says ``loader`` while the rank is in there (see :mod:`~pardash.trainer.epochs`). A trained
+model put in eval mode between two steps is an evaluation, from ``model.eval()`` to
+``model.train()`` (or, without those calls, its forwards in eval mode without grad; after ``model.eval()``, forwards with grad too, unless a
 backward follows them: that is training with BatchNorm and dropout frozen); so is a model put in
 eval mode by ``model.eval()`` before it was seen training (a baseline validation before the first
 step) whose weights an optimizer already holds; and so, the model left in training mode (no
@@ -342,6 +345,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._sync_next: list[tuple[Any, Any]] | None = None
         """Waits in collectives between steps after the cut (see Arrivals._synced): the next
         step's, unless the round goes on."""
+        self._loader_next: float | None = None
+        """Seconds in a DataLoader after the cut (see Epochs._loader_leaves): the next step's
+        ``loader_s``, unless the round goes on."""
         self._sync_work: Any = None
         """An asynchronous collective called between steps, its wait() not called yet."""
         self._between: _Between | None = None
@@ -675,7 +681,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
                     now = time.perf_counter()
                     waits = CommTimer.seconds(before.syncs, within=(before.marks[0][1], now)) if before.syncs else 0.0
                     lead = max(0.0, now - before.marks[0][1] - waits)
-                    self._open = _OpenStep(marks=[("data", self.clock.stamp())], lead_s=lead, lead_wait_s=waits)
+                    self._open = _OpenStep(marks=[("data", self.clock.stamp())], lead_s=lead, lead_wait_s=waits,
+                                           loader_s=before.loader_s)
             self._hello.update(facts)
         else:  # a second model (a GAN's): the hello counts the parameters of all, once each
             self._hello["params_count"], self._hello["params_bytes"] = self.trained.params()
@@ -1032,6 +1039,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self_s = max(0.0, own)
         else:
             self_s = None
+        if opened.loader_s is not None:
+            # (the DataLoader's part of the data phase; a batch asked for in a data phase an
+            # evaluation then moved is in no step's data, and a GPU's phases are its stream's)
+            out["loader_s"] = min(opened.loader_s, out["data_s"])
         losses = opened.losses
         if len(losses) == 1:  # (sum() of one: 0 + it, so a loss of -0.0 reads 0.0, as ever)
             loss = 0 + float(losses[0].item())

@@ -67,6 +67,10 @@ class _OpenStep:
     asked for before the clock turned to CUDA events, which cannot be stamped in the past)."""
     lead_wait_s: float = 0.0
     """Seconds of that lead spent waiting in collectives between steps (as ``syncs``)."""
+    loader_s: float | None = None
+    """Seconds of its data phases spent inside a DataLoader (its iterators' ``__next__``,
+    ``iter(loader)``); None: no DataLoader was asked for a batch in them (see
+    Epochs._loader_leaves)."""
 
 
 @dataclass(slots=True)

@@ -109,6 +109,10 @@ class Rounds:
             if self._open is not None:
                 self._open.syncs += self._sync_next
             self._sync_next = None
+        if self._loader_next is not None:  # (and its time in a DataLoader)
+            if self._open is not None:
+                self._open.loader_s = (self._open.loader_s or 0.0) + self._loader_next
+            self._loader_next = None
         if self._explicit:
             self._pending_mem = _most_held(self._pending_mem, self._memory(slot=len(self._round) - 1))
             return None
@@ -203,7 +207,7 @@ class Rounds:
             self._last_round = self._round  # (a new list follows: this one is not changed again)
         self._round = []
         self._published_round = False
-        self._cut = self._pending_mem = self._arrive_next = self._sync_next = None
+        self._cut = self._pending_mem = self._arrive_next = self._sync_next = self._loader_next = None
 
     def _next_step_begins(self) -> None:
         """The first thing of the step after a cut (a forward, a backward, an optimizer step,
@@ -264,13 +268,14 @@ class Rounds:
             arrive=self._arrive_next,
             syncs=self._sync_next if self._sync_next is not None else [],
             waits=step.waits[cut.waits :],
+            loader_s=self._loader_next,
         )
         del step.marks[cut.marks :]
         del step.losses[cut.losses :]
         del step.waits[cut.waits :]
         del step.passes[cut.micro :]
         step.micro, step.samples = cut.micro, cut.samples
-        self._arrive_next = self._sync_next = None
+        self._arrive_next = self._sync_next = self._loader_next = None
         self._resume_at = None
         self._publish(cut.end, mem, cut.logged, ended=(cut.t, cut.mono))
         self._open = rest

@@ -193,6 +193,9 @@ class Skips:
         self._skip_grad = None
         cut, self._cut = self._cut, None
         self._pending_mem = self._arrive_next = self._sync_next = self._resume_at = None
+        if self._loader_next is not None and self._open is not None:  # (the open step's, as never cut)
+            self._open.loader_s = (self._open.loader_s or 0.0) + self._loader_next
+        self._loader_next = None
         self._uncut(cut, resumed)
         if cut is not None:
             self._logged_back(cut.logged)
