@@ -533,7 +533,17 @@ def loss_figure(st) -> str:
     median = losses[n // 2] if n % 2 else (losses[n // 2 - 1] + losses[n // 2]) / 2
     # (a median of the job's ranks however many give a finite one: "loss 2.9" of 4 ranks, 3 of
     # them at nan, read as the job's loss, review 305; which ranks are not finite is said apart)
+    if n > 1 and losses[-1] - losses[0] > LOSS_APART * abs(median):
+        # Ranks far apart (one rank's data gone bad: 0.197 and 19.04) have a median that is
+        # neither's: "loss med 9.619" said nothing of it (review 306). Their spread is said, as
+        # the step times' is.
+        return f"loss min/med/max {losses[0]:.4g}/{median:.4g}/{losses[-1]:.4g}"
     return f"loss {'med ' if len(st.ranks) > 1 else ''}{median:.4g}"
+
+
+LOSS_APART = 0.5
+"""Ranks' losses whose largest and smallest are further apart than this share of their median
+are said as min/med/max on a progress line, not as the median alone."""
 
 
 def loss_text(st, *, over: bool = False) -> str:

@@ -237,3 +237,21 @@ def test_tensorboard_gets_the_loss_at_each_step_it_was_not_finite(tmp_path):
     zero = loss(0)
     assert sorted(zero) == list(range(1, 161))
     assert all(zero[s] == math.inf for s in range(121, 161)) and math.isfinite(zero[120])
+
+
+def test_ranks_losses_far_apart_are_said_with_their_spread_on_a_progress_line():
+    # Review 306: one rank's data gone bad, its loss 19.04 against rank 0's 0.197, read
+    # "loss med 9.619", a figure neither rank had.
+    from pardash.telemetry.printer import loss_figure
+    from pardash.telemetry.state import RunState
+
+    def state(*losses: float) -> RunState:
+        st = RunState(run_id="d")
+        for r, loss in enumerate(losses):
+            st.apply(schema.Hello(run="d", rank=r, world_size=len(losses), seq=0, t=1.0), 0.0)
+            st.apply(schema.Step(run="d", rank=r, step=300, seq=1, loss=loss, step_s=0.01, t=2.0), 0.0)
+        return st
+
+    assert loss_figure(state(0.1971, 19.04)) == "loss min/med/max 0.1971/9.619/19.04"
+    assert loss_figure(state(2.31, 2.35, 2.29, 2.40)) == "loss med 2.33"
+    assert loss_figure(state(0.5)) == "loss 0.5"
