@@ -372,21 +372,29 @@ OWN_WORK = "its own work between steps, not its DataLoader"
 """What a data straggler is slow at whose lead is not in its DataLoader (``Step.loader_s``)."""
 
 
+def data_words(data_lead_s: float, loader_lead_s: float | None, auto: bool = False) -> str:
+    """What a data straggler is slow at, its data time ``data_lead_s`` seconds a step over the
+    others' and its time in its DataLoader ``loader_lead_s`` over theirs (None: not known: no
+    DataLoader, the bundled trainer, an older rank). Its loader's lead under half its data lead:
+    its own work between steps (a script's rank 1 doing 20 matmuls before its forward, rank 0
+    writing logs, read "a straggler (data)", review 307); at least half: "data loading". Not
+    known: "data loading", or under the zero-code hooks (``auto``), whose data time is all a
+    rank does outside its passes and its optimizer step, either."""
+    if loader_lead_s is not None:
+        return "data loading" if loader_lead_s >= data_lead_s / 2 else OWN_WORK
+    return "data loading or its own work between steps" if auto else "data loading"
+
+
 def _data_words(state: RunState, r: int, data_excess: float, loader: dict[int, float]) -> str:
-    """What rank ``r``, a data straggler by ``data_excess`` seconds a step over the others' data
-    time, is slow at, by the window's median time in the DataLoader of each rank that measured
-    one (``loader``). Its loader's lead over the others' holding under half its data lead: its
-    own work between steps (a script's rank 1 doing 20 matmuls before its forward, rank 0 writing
-    logs, read "a straggler (data)", review 307); at least half: "data loading". Not known (no
-    DataLoader, the bundled trainer, an older rank): "data loading", or under the zero-code hooks,
-    whose data time is all a rank does outside its passes and its optimizer step, either."""
+    """:func:`data_words` of rank ``r``, by the window's median time in the DataLoader of each
+    rank that measured one (``loader``), against the others' median."""
     mine = loader.get(r)
+    lead = None
     if mine is not None:
         others = [x for q, x in loader.items() if q != r]
         lead = mine - statistics.median(others) if others else mine
-        return "data loading" if lead >= data_excess / 2 else OWN_WORK
     hello = state.ranks[r].hello if r in state.ranks else None
-    return "data loading or its own work between steps" if hello is not None and hello.source == "auto" else "data loading"
+    return data_words(data_excess, lead, hello is not None and hello.source == "auto")
 
 
 def straggler_cost_s(

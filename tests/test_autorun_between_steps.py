@@ -278,3 +278,20 @@ def test_a_rank_gone_silent_in_its_dataloader_is_one_stuck_in_its_data():
     assert hang_causes(stuck_ranks(st)) == {1}
     # (the hub's name for it is the ranks')
     assert getattr(analysis, "LOADER_PHASE", None) == getattr(epochs, "LOADER_PHASE", None) == LOADER_PHASE
+
+
+@pytest.mark.parametrize(
+    "data_lead, loader_lead, auto, words",
+    [
+        (0.030, 0.0002, True, "its own work between steps, not its DataLoader"),
+        (0.030, 0.029, True, "data loading"),
+        (0.030, 0.016, True, "data loading"),  # (half of it or more: its loader's)
+        (0.030, None, True, "data loading or its own work between steps"),  # (no DataLoader)
+        (0.030, None, False, "data loading"),  # (the bundled trainer: its data phase is its loader)
+    ],
+)
+def test_what_a_data_straggler_is_slow_at(data_lead, loader_lead, auto, words):
+    # (what the live verdict says, and the report may say of an episode from its steps)
+    from pardash.telemetry.stragglers import data_words
+
+    assert data_words(data_lead, loader_lead, auto) == words
