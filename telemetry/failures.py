@@ -176,7 +176,7 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         # whose exit reached the hub first (rank 1 one launch, rank 0 the next).
         first = min((e for e in events if e.name == "exit" and e.rank == alike[0] and e.code == first.code),
                     key=lambda e: (e.seq < 0, e.hseq))  # (its own, which says its step)  # fmt: skip
-    error, step, where, message = None, first.step, None, ""  # the step it died in, when it said (exit events carry it)
+    error, step, where, message, tb = None, first.step, None, "", None  # the step it died in, when it said (exit events carry it)
     # One the launcher noted for a rank (seq -1: torchrun saw it die) says nothing of where:
     # guessed from what the rank said. A rank's own exit without a step died before its first
     # (or is from a log older than exit steps: then its error's step tells).
@@ -186,6 +186,7 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
             error = error_line(e.message, e.traceback)
             message = e.message or ""
             where = raised_at(e.traceback)
+            tb = e.traceback
             if step is None and e.step is not None and (guess or e.step > 0):
                 step = e.step + 1  # an error event carries the last step completed
             break
@@ -257,6 +258,8 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
     # (only where they say something: the report's JSON of any other failure keeps its keys)
     if busy is not None:
         f["during"] = busy[1]
+    if tb:
+        f["traceback"] = traceback_end(tb)
     if alike:
         f["alike"] = alike
     f["line"] = failure_line(f)
@@ -388,6 +391,31 @@ def raised_at(tb: str | None) -> str | None:
         return _frame_text(inner)
     inside = _PACKAGES.split(inner["file"])[-1]  # (torch/..., as it is imported)
     return f"{_frame_text(own)} (in {_frame_text(inner, inside)})"
+
+
+TRACEBACK_SHOWN = 8
+"""Lines of the root cause's traceback the report shows: its end, where the error is, and the
+job's own innermost frame above it where that is further up."""
+_CARETS = re.compile(r"^\s*[\^~]+\s*$")
+
+
+def traceback_end(tb: str) -> list[str]:
+    """What the report shows of a traceback under "raised at" (it named the line and left the
+    traceback to be found in the ranks' output, review 308): its last TRACEBACK_SHOWN lines,
+    and the job's own innermost frame first, with "..." between, where it is not among them;
+    Python's ``^^^^`` marks and the "Traceback (most recent call last):" head left out."""
+    def kept(text: str) -> list[str]:
+        return [line for line in text.rstrip("\n").splitlines()
+                if line.strip() and not _CARETS.match(line) and not line.startswith("Traceback (most recent call last)") and line.strip() != "…"]  # fmt: skip
+
+    lines = kept(tb)
+    end = lines[-TRACEBACK_SHOWN:]
+    while len(end) > 1 and not end[0].lstrip().startswith("File ") and any(line.lstrip().startswith("File ") for line in end):
+        end = end[1:]  # (from a frame's start: not its source line alone)
+    own = kept(own_frame_lines(tb, len(tb)))
+    if own and own[0] not in end:
+        return [*own, "  ...", *end]
+    return end
 
 
 def own_frame_lines(tb: str, before: int) -> str:

@@ -947,6 +947,10 @@ def render_text(rep: dict, width: int = 10_000, all_ranks: bool = False) -> str:
         con.print(f"root cause: {rep['failure']['line']}")
         if rep["failure"].get("where"):
             con.print(f"raised at: {rep['failure']['where']}")
+        if rep["failure"].get("traceback"):
+            con.print("its traceback's end (the whole of it is in the log, and in the ranks' output: `o` in `pardash replay`):")
+            for line in rep["failure"]["traceback"]:
+                con.print(f"  | {line}", soft_wrap=True)
     for line in recovered_lines(rep):
         con.print(line)
     if loss_line(rep):
@@ -1160,6 +1164,8 @@ def render_markdown(rep: dict, all_ranks: bool = False) -> str:
         out += ["", f"**Root cause:** {md_text(rep['failure']['line'])}"]
         if rep["failure"].get("where"):
             out += ["", f"Raised at `{rep['failure']['where']}`."]
+        if rep["failure"].get("traceback"):
+            out += ["", "```", *rep["failure"]["traceback"], "```"]
     if rep.get("recovered"):
         out += [""] + [f"- {md_text(line)}" for line in recovered_lines(rep)]
     if loss_line(rep):

@@ -41,3 +41,19 @@ def test_a_short_traceback_is_kept_whole_and_one_of_library_frames_alone_is_cut_
     assert _kept(_error(tb)).traceback == tb
     only_torch = "".join(f'  File "{TORCH}/a.py", line {i}, in f\n    g()\n' for i in range(100)) + "RuntimeError: x\n"
     assert _kept(_error(only_torch)).traceback == only_torch[-TRACEBACK_KEPT:]
+
+
+def test_the_report_shows_the_tracebacks_end_and_the_scripts_own_frame_above_it():
+    # The report named the line ("raised at") and left the traceback to be found in the ranks'
+    # output (review 308): its end is shown now, the script's frame first where it is further
+    # up, Python's ^^^^ marks left out.
+    from pardash.telemetry.failures import TRACEBACK_SHOWN, traceback_end
+
+    tb = _traceback(30).replace("    return forward_call(*args, **kwargs)\n", "    return forward_call(*args, **kwargs)\n           ^^^^^^^^^^^^\n")
+    shown = traceback_end(tb)
+    assert shown[:3] == ['  File "/home/me/train.py", line 29, in main', "    loss = ((m(x) - y) ** 2).mean()", "  ..."], shown
+    assert shown[-1] == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x17 and 32x256)"
+    assert shown[3].lstrip().startswith("File ") and len(shown) <= 3 + TRACEBACK_SHOWN  # (from a frame's start)
+    assert not any(set(line.strip()) <= {"^", "~"} for line in shown)
+    short = _traceback(0)
+    assert traceback_end(short) == [line for line in short.splitlines()[1:]][-TRACEBACK_SHOWN:]
