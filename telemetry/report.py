@@ -223,6 +223,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     # the steps", no wait; counted as 0 where the rank waited on other steps (its median over
     # only the steps with a barrier read 30 ms of comm beside a 13 ms step).
     no_comm: Counter[int] = Counter()
+    loader_s: Counter[int] = Counter()
+    """Each rank's seconds in its DataLoader (Step.loader_s), over the steps that said it."""
+    loader_steps: Counter[int] = Counter()
     own_phases: dict[int, dict[str, Figures]] = defaultdict(dict)
     """rank -> every step's seconds of each phase of the script's own (``Step.phases``), by name
     in the order the rank first timed them."""
@@ -415,6 +418,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             for name, x in msg.custom.items():
                 custom_first[name].setdefault(msg.rank, x)
                 custom_last[name][msg.rank] = x
+            if msg.loader_s is not None:
+                loader_s[msg.rank] += msg.loader_s
+                loader_steps[msg.rank] += 1
             rank_phases = phases[msg.rank]
             for p in PHASES:
                 v = getattr(msg, p)
@@ -785,7 +791,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # Each rank's share of its step time spent loading data (its data phase's total, epoch
         # starts' worker start-ups in: the medians hide them): {share (every rank's together),
         # share_min, share_max, input_bound}; None where no rank measured its data loading.
-        "data_loading": _data_loading(data_and_step),
+        "data_loading": _data_loading(data_and_step, {r: loader_s[r] for r in step_s if loader_steps[r]} if all(loader_steps[r] for r in step_s) else None),
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         "failure": failure,
@@ -1245,18 +1251,33 @@ INPUT_BOUND_SHARE = DATA_BOUND_SHARE
 input-bound (the report's ``data loading`` line)."""
 
 
-def _data_loading(data: dict[int, tuple[float, float]]) -> dict | None:
+def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float] | None = None) -> dict | None:
     """Each rank's share of its step time spent loading data (``data``: rank -> its data and
     step seconds): {share (every rank's together), share_min, share_max, input_bound (every rank
     at least INPUT_BOUND_SHARE: the ranks wait for their data, not one slower loader, which is a
-    straggler)}; None where no rank measured its data loading. A job whose steps were two
-    thirds data loading said so nowhere (review 277): PyTorch's profiler says it past 5%."""
-    measured = [(d, s) for d, s in data.values() if s > 0]
-    if not any(d > 0 for d, _ in measured):
+    straggler), loader_share (of it, in the ranks' DataLoaders: ``loader``, rank -> seconds, where
+    every rank's zero-code hooks timed it; else None), between_steps (the data time is mostly the
+    script's own work between steps, not its DataLoader)}; None where no rank measured its data
+    loading. A job whose steps were two thirds data loading said so nowhere (review 277):
+    PyTorch's profiler says it past 5%. The zero-code hooks' data time is the whole gap between
+    steps: a script that slept 10 ms after its optimizer's step over a loader of microseconds
+    read "input-bound ... more DataLoader workers would speed it up" (review 308)."""
+    measured = [(r, d, s) for r, (d, s) in data.items() if s > 0]
+    if not any(d > 0 for _, d, _ in measured):
         return None
-    shares = [d / s for d, s in measured]
-    share = sum(d for d, _ in measured) / sum(s for _, s in measured)
-    return {"share": share, "share_min": min(shares), "share_max": max(shares), "input_bound": min(shares) >= INPUT_BOUND_SHARE}
+    shares = [d / s for _, d, s in measured]
+    total = sum(s for _, _, s in measured)
+    share = sum(d for _, d, _ in measured) / total
+    out = {"share": share, "share_min": min(shares), "share_max": max(shares), "input_bound": min(shares) >= INPUT_BOUND_SHARE,
+           "loader_share": None, "between_steps": False}  # fmt: skip
+    if loader is not None and all(r in loader for r, _, _ in measured):
+        in_loader = [min(loader[r], d) / s for r, d, s in measured]
+        out["loader_share"] = sum(min(loader[r], d) for r, d, _ in measured) / total
+        if out["input_bound"] and min(in_loader) < INPUT_BOUND_SHARE:
+            # (a rank whose loader waits less than the bar: its data time is its own work)
+            out["input_bound"] = False
+            out["between_steps"] = out["loader_share"] < share / 2
+    return out
 
 
 def _data_bound(stragglers: list[dict], data: dict[int, tuple[float, float]], epoch_starts: dict[int, int]) -> dict | None:

@@ -104,7 +104,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         *([("epochs", _epochs_text(rep["epochs"]))] if rep.get("epochs") and rep["epochs"]["last"] > rep["epochs"]["first"] else []),
         ("samples/s", sps),
         ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms"),  # (not "- ms")
-        *([("data loading", data_loading_text(rep["data_loading"]))] if rep.get("data_loading") else []),
+        *([(DATA_LABELS[bool(rep["data_loading"].get("between_steps"))], data_loading_text(rep["data_loading"]))] if rep.get("data_loading") else []),
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
         *([("restarts", f"torchrun restarted the {'jobs' if rep.get('jobs_run_again') else 'job'} {rep['job_restarts']}x "
                         f"(--max-restarts{', over the ' + str(rep['jobs_run_again'] + 1) + ' jobs of the log' if rep.get('jobs_run_again') else ''})")]
@@ -118,13 +118,23 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
     ]
 
 
+DATA_LABELS = ("data loading", "between steps")
+"""The report's line of the ranks' data time: loading data, or (the zero-code hooks' DataLoader
+said little of it) the script's own work between steps."""
+
+
 def data_loading_text(dl: dict) -> str:
     """``68% of the ranks' step time (66-68% by rank): input-bound ...``: what loading data took
     of the steps (report._data_loading)."""
     least, most = f"{dl['share_min'] * 100:.0f}%", f"{dl['share_max'] * 100:.0f}%"
     by_rank = "" if least == most else f" ({least[:-1]}-{most} by rank)"
     text = f"{dl['share'] * 100:.0f}% of the ranks' step time{by_rank}"
-    if dl["input_bound"]:
+    if dl.get("loader_share") is not None:
+        text += f", {dl['loader_share'] * 100:.0f}% in the DataLoader"
+    if dl.get("between_steps"):
+        text += (": the script's own work between steps (logging, evaluating, saving, sleeping), not its data loading; "
+                 "more DataLoader workers would not speed it up")  # fmt: skip
+    elif dl["input_bound"]:
         text += (": input-bound, every rank waits for its data (more DataLoader workers, num_workers, or a faster "
                  "pipeline would speed it up)")  # fmt: skip
     return text

@@ -12,7 +12,7 @@ from pardash.telemetry.report import build_report, render_markdown, render_text
 T = 1.0e9
 
 
-def _log(tmp_path, data_s, name="run.jsonl", spike_every=0):
+def _log(tmp_path, data_s, name="run.jsonl", spike_every=0, loader_s=None):
     """Two ranks' 100 steps of 20 ms, ``data_s`` (rank -> seconds a step, None: not measured)
     of each loading data; ``spike_every``: each such step's data took 200 ms more (an epoch's
     DataLoader workers starting)."""
@@ -22,7 +22,8 @@ def _log(tmp_path, data_s, name="run.jsonl", spike_every=0):
             spike = 0.2 if spike_every and s % spike_every == 1 else 0.0
             d = data_s[r]
             records.append(schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.02 + spike, samples=8, t=T + s * 0.03,
-                                       data_s=None if d is None else d + spike, loss=1.0))  # fmt: skip
+                                       data_s=None if d is None else d + spike, loss=1.0,
+                                       loader_s=None if loader_s is None else loader_s[r]))  # fmt: skip
     path = tmp_path / name
     path.write_bytes(b"".join(schema.encode_json(msgspec.structs.replace(m, hseq=i + 1)) + b"\n" for i, m in enumerate(records)))
     return str(path)
@@ -110,3 +111,20 @@ def test_data_verdicts_on_the_ranks_by_turns_with_quiet_between_say_the_job_is_d
     assert (db["turns"], db["spells"], db["ranks"]) == (3, 4, [0, 1]), db
     assert ("the data-loading verdict fell on ranks 0-1 by turns (4 spells, the rank named changing 3 times), and every rank "
             "spent alike time loading data (40% of its steps)") in render_text(rep)  # fmt: skip
+
+
+def test_time_between_steps_outside_the_dataloader_is_not_called_input_bound(tmp_path):
+    # Review 308: a script that slept 10 ms after its optimizer's step, over a DataLoader of
+    # microseconds, read "data loading 68% ...: input-bound, every rank waits for its data (more
+    # DataLoader workers ... would speed it up)". The zero-code hooks now time the DataLoader.
+    rep = build_report(_log(tmp_path, {0: 0.013, 1: 0.015}, loader_s={0: 0.0003, 1: 0.0004}))
+    dl = rep["data_loading"]
+    assert (dl["input_bound"], dl["between_steps"], round(dl["loader_share"], 4)) == (False, True, 0.0175)
+    line = [x for x in render_text(rep).splitlines() if x.startswith("between steps")]
+    assert line == ["between steps      70% of the ranks' step time (65-75% by rank), 2% in the DataLoader: the script's own work between "
+                    "steps (logging, evaluating, saving, sleeping), not its data loading; more DataLoader workers would not speed it up"], line
+    # A loader that takes the time: input-bound, as before, the DataLoader's share said.
+    rep = build_report(_log(tmp_path, {0: 0.013, 1: 0.015}, name="slow.jsonl", loader_s={0: 0.0128, 1: 0.0149}))
+    dl = rep["data_loading"]
+    assert (dl["input_bound"], dl["between_steps"]) == (True, False)
+    assert _row(render_text(rep)).startswith("70% of the ranks' step time (65-75% by rank), 69% in the DataLoader: input-bound")
