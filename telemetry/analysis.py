@@ -130,6 +130,11 @@ zero-code hooks', pardash.trainer.epochs): the step's data phase, inside the loa
 heartbeat's "data" is then the rest of that phase, the script's own work between steps."""
 
 
+BETWEEN_STEPS_WORDS = "between steps, in its own code (not in its DataLoader)"
+"""Where a rank stalled in its data phase is when it is not in its DataLoader (see stall_phase):
+the live verdict, the failure's line and the report's stall lines say it alike."""
+
+
 def stall_phase(said: str, step: Step | None) -> tuple[str, str]:
     """(the phase a rank stuck where its heartbeat ``said`` is in, as its verdict's cause names it;
     the words that say where, "in data") of a rank whose latest step is ``step``. A rank whose
@@ -141,7 +146,7 @@ def stall_phase(said: str, step: Step | None) -> tuple[str, str]:
     if said == LOADER_PHASE:
         return "data", "in data"
     if said == "data" and step is not None and step.loader_s is not None:
-        return "data", "between steps, in its own code (not in its DataLoader)"
+        return "data", BETWEEN_STEPS_WORDS
     phase = said or "unknown"
     return phase, f"in {phase}"
 

@@ -9,7 +9,7 @@ import re
 import signal
 
 from . import schema
-from .analysis import hang_causes, whole_hang
+from .analysis import BETWEEN_STEPS_WORDS, hang_causes, stall_phase, whole_hang
 from .state import BETWEEN_STEPS, STOPPED_CODES, between_steps, run_again, torchrun_restart
 from .summary import is_pipeline, is_sharded, ranks_named
 
@@ -247,7 +247,7 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         causes = hang_causes(hang, sharded=is_sharded(st.strategy)) - {first.rank}
         if not causes and COLLECTIVE_TIMEOUT.search(message) and not PEER_FAILURE.search(message):
             causes = _not_waiting(hang, events, first)
-        waited = [{"rank": r, "kind": kind, "step": at, "phase": phase} for r, kind, at, phase in hang if r in causes]
+        waited = [{"rank": r, "kind": kind, "step": at, "phase": phase, **_where(st, r, phase)} for r, kind, at, phase in hang if r in causes]
         if waited:
             unrecorded = None
             victims = [v for v in victims if v not in causes]  # (one that then died of a closed socket: the cause still)
@@ -533,12 +533,25 @@ def _in_lockstep(st) -> bool:
     return hello is not None and (hello.strategy in LOCKSTEP or is_pipeline(hello.strategy)) and len(st.ranks) > 1
 
 
+def _where(st, rank: int, phase: str | None) -> dict:
+    """{"where": words} of a rank stalled in its data phase outside its DataLoader (its last
+    heartbeat and step say so, analysis.stall_phase), as its live verdict says it; {} otherwise.
+    A rank hung in its own code after its batch came read "rank 1 stalled in data after step 40
+    (the likely cause of the hang)" in the launch's last line and the report (review 308)."""
+    r = st.ranks.get(rank)
+    if phase != "data" or r is None or r.heartbeat is None:
+        return {}
+    words = stall_phase(r.heartbeat.phase, r.step)[1]
+    return {"where": words} if words == BETWEEN_STEPS_WORDS else {}
+
+
 def hung_text(waited: list[dict]) -> str:
     """'rank 1 stalled in data after step 29' of a failure's ``waited_for``, ranks stuck alike
     on one line."""
     alike: dict[str, list[int]] = {}
     for w in waited:
-        what = f"stalled in {w['phase'] or 'an unknown phase'}" if w["kind"] == "stalled" else "went silent (no heartbeat)"
+        where = w.get("where") or f"in {w['phase'] or 'an unknown phase'}"
+        what = f"stalled {where}" if w["kind"] == "stalled" else "went silent (no heartbeat)"
         alike.setdefault(what + (f" after step {w['step']}" if w["step"] is not None else ""), []).append(w["rank"])
     return ", ".join(f"{ranks_named(ranks)} {what}" for what, ranks in alike.items())
 

@@ -12,7 +12,7 @@ import statistics
 from collections import Counter
 from decimal import Decimal
 
-from .analysis import hang_causes
+from .analysis import BETWEEN_STEPS_WORDS, hang_causes
 from .clocks import clock_warnings
 from .failures import STOPPED_CODES, stop_text, stopped_how
 from .logreader import no_rank_reported
@@ -774,7 +774,10 @@ def stall_lines(rep: dict) -> list[str]:
     stops = {e["rank"]: e["code"] in STOPPED_CODES for e in rep.get("exits") or ()}
     alike: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
     for s in rep["stalls"]:
-        what = f"stalled in {s['phase']}" if s["kind"] == "stalled" else "silent (no heartbeat)"
+        # (the hub's verdict said where a rank stalled in its data phase was: its own code, not its
+        # DataLoader, where the zero-code hooks timed the loader: said here as there, review 308)
+        where = BETWEEN_STEPS_WORDS if s["phase"] == "data" and BETWEEN_STEPS_WORDS in (s.get("message") or "") else f"in {s['phase']}"
+        what = f"stalled {where}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
         resumed = (s["until"] or "").startswith("resumed")
         cause = (WAITED_FOR if resumed else LIKELY_CAUSE) if id(s) in causes else ""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
-from pardash.telemetry.analysis import whole_hang, hang_causes, stuck_ranks
+from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, whole_hang, hang_causes, stuck_ranks
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
 from pardash.telemetry.report_render import SHARED_RUN_ID
@@ -396,7 +396,10 @@ def _stuck_text(r: st.RankState, waiting_for: str = "") -> str:
         return f"{_stuck_text(r)}, waiting for {waiting_for}"
     if r.stalled is None:
         return "went silent (no heartbeat)"
-    text = f"stalled in {r.stalled.cause or 'unknown phase'}"
+    if r.stalled.cause == "data" and BETWEEN_STEPS_WORDS in (r.stalled.message or ""):
+        text = f"stalled {BETWEEN_STEPS_WORDS}"  # (as the hub's verdict says it: its own code, not its DataLoader)
+    else:
+        text = f"stalled in {r.stalled.cause or 'unknown phase'}"
     if r.stalled.step is not None:
         text += f" after step {r.stalled.step}"  # the last one done, as the event log says
     return text

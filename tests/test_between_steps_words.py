@@ -1,0 +1,40 @@
+"""A rank hung in its own code between steps (not in its DataLoader, which the zero-code hooks
+time) is said so wherever its hang is named: the hub's live verdict said it (helper 311), but
+the launch's last line, the report's stall lines and root cause, and the TUI's alert read "rank
+1 stalled in data after step 40 (the likely cause of the hang)" (review 308). The log is a real
+run's: tests/data/between_steps_hang.jsonl, review 308's crash.py MODE=hang (rank 1 sleeps after
+its batch came at step 40; rank 0 times out in the all-reduce after 20 s)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS
+from pardash.telemetry.failures import failure_summary
+from pardash.telemetry.logreader import load_log
+from pardash.telemetry.report import build_report
+from pardash.telemetry.report_render import render_text
+from pardash.telemetry.state import RunState
+from pardash.tui.alerts import run_alerts
+
+LOG = Path(__file__).parent / "data" / "between_steps_hang.jsonl"
+SAID = f"rank 1 stalled {BETWEEN_STEPS_WORDS} after step 40"
+
+
+def test_the_report_names_the_hang_between_steps_as_the_live_verdict_did():
+    text = render_text(build_report(str(LOG)))
+    stalls = [line.strip() for line in text.splitlines() if "stalled" in line and line.startswith("  ")]
+    assert stalls[0].startswith(f"{SAID} for 20.3 s until it was stopped; likely the cause of the hang"), stalls
+    assert "rank 0 stalled in sync after step 40" in stalls[1]
+    root = next(line for line in text.splitlines() if line.startswith("root cause:"))
+    assert root.startswith(f"root cause: {SAID} (the likely cause of the hang); rank 0 exited with code 1"), root
+
+
+def test_the_failure_line_and_the_tui_alert_say_it_too():
+    msgs, _ = load_log(LOG)
+    st = RunState()
+    for m in msgs:
+        st.apply(m, m.t)
+    assert failure_summary(st)["line"].startswith(f"{SAID} (the likely cause of the hang)")
+    first = run_alerts(st)[0]
+    assert first.rank == 1 and first.text.startswith(f"rank 1, the root cause, stalled {BETWEEN_STEPS_WORDS} after step 40"), first.text
