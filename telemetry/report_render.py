@@ -17,7 +17,7 @@ from .clocks import clock_warnings
 from .failures import STOPPED_CODES, stop_text, stopped_how
 from .logreader import no_rank_reported
 from .schema import plain_text
-from .summary import is_pipeline, is_sharded, ranks_named, ranks_text, unheard_why
+from .summary import is_pipeline, is_sharded, ranks_named, ranks_text, straggler_cause, unheard_why
 from .summary import human_bytes, ms, took_text
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -651,11 +651,11 @@ def straggler_lines(rep: dict) -> list[str]:
         if not s["steps_charged"] and s["cost_s"] is not None:
             # (no step of its streak could be measured against the others: not "29.3 ms a step on
             # the 0 steps it held them up, 0.0 ms in all", review 305)
-            out.append(f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}{to}, found at step {s['step']}, "
+            out.append(f"rank {s['rank']} ({straggler_cause(s['kind'], s.get('message')) if s['kind'] else '?'}): straggling from step {s['since_step']}{to}, found at step {s['step']}, "
                        f"{until}; the others waited {ms(s['cost_s'])} ms a step when found, no step of it measured since")  # fmt: skip
             continue
         out.append(
-            f"rank {s['rank']} ({s['kind'] or '?'}): straggling from step {s['since_step']}{to}, found at step {s['step']}, {until}; "
+            f"rank {s['rank']} ({straggler_cause(s['kind'], s.get('message')) if s['kind'] else '?'}): straggling from step {s['since_step']}{to}, found at step {s['step']}, {until}; "
             # a step: the mean over the steps charged (the verdict's own figure is of the windows
             # that found it, which the total would not multiply back to)
             # (said of those steps: "on average ... over 57 steps" beside the verdict's 15 ms read

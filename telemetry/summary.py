@@ -288,13 +288,25 @@ def time_left_s(state: RunState, total: int | None) -> float | None:
     return left
 
 
+def straggler_cause(cause: str | None, message: str | None) -> str:
+    """A straggler's cause as said after its verdict: the verdict's cause, or, a data straggler
+    the hub found slow in its own work between steps (not its DataLoader: its verdict's words,
+    stragglers.OWN_WORK), "own work between steps": the launch's last line and the report read
+    "rank 1 was a straggler (data)" where the verdict said its DataLoader was not it (review 308)."""
+    from .stragglers import OWN_WORK
+
+    if cause == "data" and OWN_WORK in (message or ""):
+        return "own work between steps"
+    return cause or "cause unknown"
+
+
 def straggled_text(r) -> str:
     """A rank that was a straggler (its first spell: ``RankState.straggled``, cleared at
     ``straggled_to``), once it is done or caught up: when the hub found it and, where it caught
     up, when (the report gives since when it straggled, from the steps before). "found at step
     29" alone read the same of a spell of ten steps and of one to the run's end."""
     v = r.straggled
-    text = f"rank {v.rank} was a straggler ({v.cause or 'cause unknown'}), found at step {v.step}"
+    text = f"rank {v.rank} was a straggler ({straggler_cause(v.cause, v.message)}), found at step {v.step}"
     return text + (f", no longer at step {r.straggled_to}" if r.straggled_to is not None else "")
 
 

@@ -38,3 +38,24 @@ def test_the_failure_line_and_the_tui_alert_say_it_too():
     assert failure_summary(st)["line"].startswith(f"{SAID} (the likely cause of the hang)")
     first = run_alerts(st)[0]
     assert first.rank == 1 and first.text.startswith(f"rank 1, the root cause, stalled {BETWEEN_STEPS_WORDS} after step 40"), first.text
+
+
+def test_a_straggler_slow_in_its_own_work_between_steps_is_said_so_after_its_verdict():
+    # The hub's verdict said "(its own work between steps, not its DataLoader)"; the launch's last
+    # line and the report's stragglers read "rank 1 was a straggler (data)".
+    from pardash.telemetry import schema
+    from pardash.telemetry.stragglers import OWN_WORK
+    from pardash.telemetry.summary import straggled_text, straggler_cause
+
+    said = f"rank 1 is a straggler ({OWN_WORK}): the others wait 31 ms a step for it"
+    assert straggler_cause("data", said) == "own work between steps"
+    assert straggler_cause("data", "rank 1 is a straggler (data loading): ...") == "data"
+    assert straggler_cause("compute", said) == "compute" and straggler_cause(None, None) == "cause unknown"
+    st = RunState()
+    msgs = [schema.Hello(run="s", rank=r, world_size=2, seq=0, t=1.0) for r in (0, 1)]
+    msgs += [schema.Step(run="s", rank=r, step=s, seq=s, step_s=0.04, data_s=0.03 if r else 0.0, loader_s=0.0003, t=1.0 + s * 0.04)
+             for s in range(1, 31) for r in (0, 1)]  # fmt: skip
+    msgs.append(schema.Verdict(run="s", rank=1, seq=-1, verdict="straggler", cause="data", step=29, cost_s=0.031, message=said, t=2.3))
+    for m in msgs:
+        st.apply(m, m.t)
+    assert straggled_text(st.ranks[1]) == "rank 1 was a straggler (own work between steps), found at step 29"

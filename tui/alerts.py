@@ -19,7 +19,7 @@ from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, whole_hang, hang_cau
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
 from pardash.telemetry.report_render import SHARED_RUN_ID
-from pardash.telemetry.summary import is_sharded, ranks_text
+from pardash.telemetry.summary import is_sharded, ranks_text, straggler_cause
 
 from .format import fmt_clock, fmt_step_time
 
@@ -376,7 +376,7 @@ def _straggled(r: st.RankState) -> str:
     alert went with its exit, and the grid no longer says it. Not for a verdict cleared before
     (a rank stopped 1,700 steps after its one slow spell was said to be a straggler then)."""
     v = r.straggler
-    return f"; it was a straggler ({v.cause or 'cause unknown'})" if v is not None else ""
+    return f"; it was a straggler ({straggler_cause(v.cause, v.message)})" if v is not None else ""
 
 
 def _stopped_text(r: st.RankState, exit: ExitInfo | None) -> str:
