@@ -59,3 +59,18 @@ def test_a_straggler_slow_in_its_own_work_between_steps_is_said_so_after_its_ver
     for m in msgs:
         st.apply(m, m.t)
     assert straggled_text(st.ranks[1]) == "rank 1 was a straggler (own work between steps), found at step 29"
+
+
+def test_a_ranks_detail_shows_the_part_of_its_data_time_in_its_dataloader():
+    from pardash.telemetry import schema
+    from pardash.tui.rank_facts import LOADER_LABEL, phases_of
+
+    st = RunState()
+    for r in (0, 1):
+        st.apply(schema.Hello(run="s", rank=r, world_size=2, seq=0, t=1.0), 0.0)
+        st.apply(schema.Step(run="s", rank=r, step=5, seq=1, step_s=0.04, data_s=0.03, loader_s=0.0003 * (r + 1), t=2.0), 0.0)
+    rows = [(p.name, p.seconds, p.others_median_s) for p in phases_of(st, 1)]
+    at = [name for name, _, _ in rows].index("data")
+    assert rows[at + 1] == (LOADER_LABEL, 0.0006, 0.0003), rows
+    st.apply(schema.Step(run="s", rank=1, step=6, seq=2, step_s=0.04, data_s=0.03, t=3.0), 0.0)  # (no DataLoader: no row)
+    assert LOADER_LABEL not in [p.name for p in phases_of(st, 1)]

@@ -38,6 +38,10 @@ PHASES = (
 """(label, Step field) of each phase row; the first is the whole step."""
 
 
+LOADER_LABEL = " in DataLoader"
+"""The row under "data" of the part of it in the rank's DataLoader (``Step.loader_s``)."""
+
+
 OWN_PHASES_SHOWN = 4
 """Phases of the script's own (``pt.phase("augment")``) shown after the known ones; past one
 more, the rest are counted in a last row, ``+N more`` (the log, the report and the export have
@@ -64,6 +68,11 @@ def phases_of(state: RunState, rank: int) -> tuple[Phase, ...]:
             continue
         values = [getattr(s, name) for s in others if getattr(s, name) is not None]
         out.append(Phase(label, mine, statistics.median(values) if values else None))
+        if name == "data_s" and r.step.loader_s is not None:
+            # Of the data time, the part in its DataLoader (the zero-code hooks time it): the rest
+            # is its own work between steps (review 308: 10 ms of sleep read as data loading).
+            values = [s.loader_s for s in others if s.loader_s is not None]
+            out.append(Phase(LOADER_LABEL, r.step.loader_s, statistics.median(values) if values else None))
     own = r.step.phases
     if own:
         shown = len(own) if len(own) <= OWN_PHASES_SHOWN + 1 else OWN_PHASES_SHOWN  # (never "+1 more": its row)
