@@ -938,6 +938,7 @@ async def test_sorting_by_status_puts_the_rank_a_hang_waits_for_first_and_says_w
     # others wait for it") came last, after the ranks stalled waiting for it; once their gloo
     # timeout had failed them, after them too (exited sorted first). The line under the grid said
     # "stalled" alone.
+    from pardash.tui.model import SORT_KEYS
     from pardash.tui.widgets.alert_list import AlertList
     from pardash.tui.widgets.selected_rank import SelectedRank
 
@@ -947,7 +948,7 @@ async def test_sorting_by_status_puts_the_rank_a_hang_waits_for_first_and_says_w
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         grid = app.screen.query_one(RankGrid)
-        await pilot.press(*["s"] * 4)
+        await pilot.press(*["s"] * SORT_KEYS.index("status"))
         await pilot.pause()
         assert grid.sort_key == "status"
         assert grid.shown_ranks == [2, 0, 1], grid_text(app)
