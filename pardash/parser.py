@@ -301,15 +301,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser(
         "export",
-        help="write a recorded log's per-rank scalars and events for TensorBoard",
+        help="write a recorded log's per-rank scalars and events for TensorBoard, or its steps as CSV",
         description="Write a recorded run's per-rank scalars (loss, step and phase times, memory, custom metrics, system "
         "samples: GPU and CPU utilisation, memory, temperature; evaluation, checkpoint save and load times) and its events "
         "(checkpoints, errors with their tracebacks, exits, warnings, the hub's verdicts) as TensorBoard event files, one "
-        "folder a rank: `tensorboard --logdir DIR`.",
+        "folder a rank: `tensorboard --logdir DIR`; or (--csv FILE) its steps as one CSV table, a row a rank's step.",
     )
     ex.add_argument("log", type=cliargs.path, help=LOG_HELP)
     ex.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")
-    ex.add_argument("--tensorboard", required=True, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
+    ex.add_argument("--tensorboard", default=None, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
+    ex.add_argument("--csv", default=None, metavar="FILE",
+                    help="one CSV table of the steps, a row a rank's step (run, rank, step, t, then loss, lr, time/step_s, "
+                         "memory/held_bytes, custom/NAME ... as TensorBoard's tags; nan or inf where the loss was not "
+                         "finite): for pandas, R or a spreadsheet; - writes it to stdout")  # fmt: skip
     ex.add_argument(
         "--ranks", type=cliargs.rank_set, metavar="LIST",
         help="only these ranks, e.g. 0,17,100-103 (default: every rank; TensorBoard shows each as a run)",

@@ -386,9 +386,15 @@ def check_ranks_in_log(asked, in_log, log: str, flag: str = "--ranks") -> None:
 def cmd_export(ns: argparse.Namespace) -> int:
     from pardash.telemetry.export import ExportError, end_warning, export_tensorboard, skipped_text
 
-    if not ns.tensorboard.strip():
+    if ns.tensorboard is None and ns.csv is None:
+        fail("give --tensorboard DIR (TensorBoard's event files) or --csv FILE (a CSV table of the steps), or both")
+    if ns.tensorboard is not None and not ns.tensorboard.strip():
         fail("--tensorboard: give a folder for the event files (an empty path would write into this one)")
+    if ns.csv is not None and not ns.csv.strip():
+        fail("--csv: give a file for the table (- for stdout)")
     ns.log = find_log(ns.log, ns.runs_dir)
+    if ns.tensorboard is None:
+        return _export_csv(ns)
     progress = ReadProgress(ns.log, "exporting")
     try:
         res = export_tensorboard(ns.log, ns.tensorboard, progress, ranks=ns.ranks, force=ns.force)
@@ -439,4 +445,39 @@ def cmd_export(ns: argparse.Namespace) -> int:
         print(f"{PROG}: {said}")
     if res["left_out"]:
         print(f"{PROG}: left out {res['left_out']} other rank(s) with steps (--ranks)")
+    return _export_csv(ns) if ns.csv is not None else 0
+
+
+def _export_csv(ns: argparse.Namespace) -> int:
+    """``export --csv FILE``: the log's steps as one CSV table (see export.export_csv); what it
+    wrote said on stderr where the table goes to stdout."""
+    from pardash.telemetry.export import ExportError, end_warning, export_csv, skipped_text
+
+    say = sys.stderr if ns.csv == "-" else sys.stdout
+    reading, writing = ReadProgress(ns.log, "reading"), ReadProgress(ns.log, "writing the CSV of", of_bytes=True)
+    try:
+        res = export_csv(ns.log, ns.csv, reading, ranks=ns.ranks, write_progress=writing)
+    except ExportError as exc:
+        reading.close()
+        writing.close()
+        fail(str(exc))
+    finally:
+        reading.close()
+        writing.close()
+    check_ranks_in_log(ns.ranks, res["in_log"], ns.log)
+    if not res["rows"]:
+        if res["left_out"]:
+            fail(f"{ns.log}: no step of --ranks {_ranks_given(ns.ranks)} in the log, so nothing to export ({res['left_out']} other rank(s) have steps)", 1)
+        fail(f"{ns.log}: no step in the log, so nothing to export (its ranks published none)", 1)
+    if res.get("runs"):
+        print(f"{PROG}: warning: {ns.log} holds {len(res['runs'])} runs: the table mixes them (its run column tells them apart)", file=sys.stderr)
+    if said := end_warning(res, ns.log):
+        print(f"{PROG}: warning: {said}", file=sys.stderr)
+    where = "stdout" if ns.csv == "-" else ns.csv
+    print(f"{PROG}: wrote {res['rows']} rows of {len(res['columns'])} columns to {where} (steps {steps_by_rank(res['ranks'])}); "
+          f"read with e.g. pandas.read_csv", file=say)  # fmt: skip
+    if said := skipped_text({**res, "skipped_lines": res["skipped_lines"]}):
+        print(f"{PROG}: {said}", file=say)
+    if res["left_out"]:
+        print(f"{PROG}: left out {res['left_out']} other rank(s) with steps (--ranks)", file=say)
     return 0

@@ -53,12 +53,15 @@ restarts) are no rank's, and left out.
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import glob
 import itertools
 import math
 import os
 import re
 import struct
+import sys
 from array import array
 from bisect import bisect_right
 from types import SimpleNamespace
@@ -797,6 +800,108 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     }
 
 
+CSV_BASE = ("run", "rank", "step", "t")
+"""The columns of ``export --csv`` before the step's figures: its run id, rank, step number and
+wall clock (Unix seconds)."""
+_CSV_GROUPS = ("loss", "lr", "epoch", "throughput/", "time/", "memory/", "custom/")
+
+
+def _csv_order(name: str) -> int:
+    return next((i for i, group in enumerate(_CSV_GROUPS) if name == group or (group.endswith("/") and name.startswith(group))), len(_CSV_GROUPS))
+
+
+def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks: Collection[int] | None = None,
+               write_progress: Progress | None = None) -> dict:  # fmt: skip
+    """Write ``log_path``'s step records as one CSV table, a row a rank's step (``ranks`` only
+    if given): CSV_BASE, then the figures the TensorBoard export writes of a step, by the same
+    names (``loss``, ``time/step_s``, ``memory/held_bytes``, ``custom/<name>``; an empty cell: the
+    step had none), ``nan``/``inf`` where the rank's loss was not finite. ``out`` "-": stdout.
+    For pandas, R or a spreadsheet: ``pd.read_csv(FILE)``; a step a rank runs again (a restart,
+    a resume) is a row again, as in the log. The log is read twice (the first time for the
+    columns: a custom metric can first come at any step); the file is written under a temporary
+    name and renamed once whole. Returns {"rows", "ranks": {rank: rows}, "columns", "in_log",
+    "skipped_lines", "skipped_by_reason", "gzip_damage", "left_out", "runs", "live_run",
+    "log_ends_early"} as export_tensorboard's where they mean the same."""
+    if not os.path.isfile(log_path):
+        raise ExportError(f"{log_path}: no such log file")
+    stats = LogReadStats()
+    columns: dict[str, None] = {}
+    in_log: set[int] = set()
+    others: set[int] = set()
+    seqs = RunState(track_seq=True)
+    try:
+        for msg in read_log(log_path, stats, progress):
+            seqs.apply(msg, 0.0)
+            if msg.rank < 0:
+                continue
+            in_log.add(msg.rank)
+            if type(msg) is schema.Step:
+                if ranks is not None and msg.rank not in ranks:
+                    others.add(msg.rank)
+                    continue
+                for name in step_scalars(msg):
+                    columns.setdefault(name)
+                if msg.loss is None and seqs.ranks[msg.rank].loss_not_finite is not None:
+                    columns.setdefault("loss")
+    except OSError as exc:
+        raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
+    if not stats.records:
+        raise ExportError(no_records(log_path, stats))
+    names = sorted(columns, key=_csv_order)  # (stable: first seen within a group)
+    rows: dict[int, int] = {}
+    runs: set[str] = set()
+    tmp = None
+    try:
+        if out == "-":
+            fh = sys.stdout
+        else:
+            tmp = f"{out}.tmp-{os.getpid()}"
+            fh = open(tmp, "w", newline="", encoding="utf-8")
+        try:
+            writer = csv.writer(fh)
+            writer.writerow([*CSV_BASE, *names])
+            state = RunState(track_seq=True)
+            for msg in read_log(log_path, LogReadStats(), write_progress):
+                state.apply(msg, 0.0)
+                if type(msg) is not schema.Step or msg.rank < 0 or (ranks is not None and msg.rank not in ranks):
+                    continue
+                figures = step_scalars(msg)
+                bad = state.ranks[msg.rank].loss_not_finite if msg.loss is None else None
+                if bad is not None and msg.step >= bad[1]:
+                    figures["loss"] = float(bad[0])  # (as TensorBoard's: NaN or inf, not a gap)
+                writer.writerow([msg.run, msg.rank, msg.step, msg.t, *(figures.get(name, "") for name in names)])
+                rows[msg.rank] = rows.get(msg.rank, 0) + 1
+                runs.add(msg.run)
+        finally:
+            if fh is not sys.stdout:
+                fh.close()
+            else:
+                fh.flush()
+        if tmp is not None:
+            os.replace(tmp, out)
+            tmp = None
+    except OSError as exc:
+        raise ExportError(f"{out}: cannot write it: {exc.strerror or exc}; choose a writable --csv FILE") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # (a failure or a Ctrl-C: nothing half written is left)
+    going = registry.recording(log_path, runs)
+    return {
+        "rows": sum(rows.values()),
+        "ranks": dict(sorted(rows.items())),
+        "columns": [*CSV_BASE, *names],
+        "in_log": sorted(in_log),
+        "left_out": len(others),
+        "skipped_lines": stats.skipped_total,
+        "skipped_by_reason": dict(sorted(stats.skipped.items())),
+        "gzip_damage": {"how": stats.gzip_damage, "after_line": stats.lines} if stats.gzip_damage else None,
+        **({"runs": sorted(runs)} if len(runs) > 1 else {}),
+        "live_run": going["run_id"] if going else None,
+        "log_ends_early": None,
+    }
+
+
 def _ends_early(log_path: str, export: _Export, stats: LogReadStats) -> dict | None:
     """Where a log without its end stops, and why, as the report and a replay reckon it (its
     ranks not all ended and no "hub stopped" after their last record); None where it has its end."""
@@ -843,4 +948,4 @@ def skipped_text(res: dict) -> str | None:
     return "; ".join(parts) or None
 
 
-__all__ = ["ExportError", "end_warning", "event_text", "export_tensorboard", "skipped_text", "step_scalars", "verdict_text"]
+__all__ = ["ExportError", "end_warning", "event_text", "export_csv", "export_tensorboard", "skipped_text", "step_scalars", "verdict_text"]
