@@ -127,6 +127,11 @@ def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
         # refused for their keys): "running" told a user checking that the job was watched that
         # it was. The viewer says "waiting for the ranks to start".
         step_text, stuck = "-", "waiting"  # (its step read 0)
+    bad = progress.get("loss_not_finite") if isinstance(progress.get("loss_not_finite"), dict) else {}
+    bad = {str(what): n for what, n in bad.items() if isinstance(n, int) and n > 0}
+    if bad and not stuck:
+        # (its loss gone NaN: it read "running", review 306)
+        stuck = f"{sum(bad.values())} loss {next(iter(bad)) if len(bad) == 1 else 'not finite'}"
     if ranks and set(ranks) <= {"finished", "exited"} and not launched:
         # Every rank ended (a hub alone has no launcher to write result.json: it read "running");
         # its exits all stops (a scheduler's preemption): "stopped", not "failed"

@@ -721,8 +721,13 @@ def _progress(st) -> dict:
     total = total_steps(st.hello)
     # (of the exited, those stopped: a hub alone's job stopped by a scheduler read "failed")
     stopped = sum(1 for r in st.ranks.values() if r.ended_in_stop)
+    # (ranks whose loss is not finite, by what it is: a run gone NaN read "running", review 306)
+    bad: dict[str, int] = {}
+    for r in st.ranks.values():
+        if r.loss_not_finite is not None:
+            bad[r.loss_not_finite[0]] = bad.get(r.loss_not_finite[0], 0) + 1
     return {"step": st.step, "steps": total,
-            "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "stopped": stopped,
+            "samples_per_s": round(samples_per_s(st), 1), "ranks": st.status_counts(), "stopped": stopped, "loss_not_finite": bad,
             "t": round(time.time(), 1), "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
 
 

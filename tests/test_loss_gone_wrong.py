@@ -255,3 +255,24 @@ def test_ranks_losses_far_apart_are_said_with_their_spread_on_a_progress_line():
     assert loss_figure(state(0.1971, 19.04)) == "loss min/med/max 0.1971/9.619/19.04"
     assert loss_figure(state(2.31, 2.35, 2.29, 2.40)) == "loss med 2.33"
     assert loss_figure(state(0.5)) == "loss 0.5"
+
+
+def test_ps_says_a_runs_ranks_whose_loss_is_not_finite():
+    # Review 306: a run whose loss had been NaN since step 30 was listed as "JOB running".
+    from pardash.cli import _ps_progress
+    from pardash.telemetry.hub import _progress
+    from pardash.telemetry.state import RunState
+
+    st = RunState(run_id="p")
+    for r in range(4):
+        st.apply(schema.Hello(run="p", rank=r, world_size=4, seq=0, t=1.0), 0.0)
+        if r >= 1:
+            st.apply(schema.Event(run="p", rank=r, seq=1, name="warning", step=30, t=2.0,
+                                  message="loss is nan at step 30: diverged, or a spike (steps go on without a loss while it is not finite)"), 0.0)  # fmt: skip
+        st.apply(schema.Step(run="p", rank=r, step=31, seq=2, loss=None if r else 1.0, step_s=0.1, t=3.0), 0.0)
+    progress = _progress(st)
+    assert progress["loss_not_finite"] == {"nan": 3}
+    assert _ps_progress(progress, launched=True)[2] == "3 loss nan"
+    assert _ps_progress({**progress, "loss_not_finite": {"nan": 1, "inf": 2}}, launched=True)[2] == "3 loss not finite"
+    assert _ps_progress({**progress, "loss_not_finite": {}}, launched=True)[2] == ""
+    assert _ps_progress({**progress, "ranks": {"stalled": 4}}, launched=True)[2] == "4 stalled"  # (a hang says more)
