@@ -548,6 +548,12 @@ def timeline_table(rep: dict) -> tuple[tuple[str, ...], list[list[str]]]:
         if bad and p.get("loss_median") is not None:
             # (some of its steps: its loss is the others', these said here)
             notes.append(f"loss {bad['value']} from step {bad['from_step']} ({bad['steps']} of its steps)")
+        top, median = p.get("loss_max"), p.get("loss_median")
+        if top is not None and median is not None and median > 0 and top > LOSS_SPIKE * median and p is not parts[0]:
+            # (the first part's highest is the first steps' descent, no spike)
+            # (a loss 100x for a few steps read "101-120 ... 4.7856", its median, and nothing
+            # else said it anywhere, review 306)
+            notes.append(f"loss up to {top:.4g} at step {p['loss_max_step']}")
         cost = p.get("straggler_s") or 0.0
         rows.append([
             f"{p['first_step']}-{p['last_step']}" if p["last_step"] != p["first_step"] else str(p["first_step"]),
@@ -563,6 +569,10 @@ def timeline_table(rep: dict) -> tuple[tuple[str, ...], list[list[str]]]:
     if not any(row[-1] for row in rows):
         return TIMELINE_HEAD[:-1], [row[:-1] for row in rows]
     return TIMELINE_HEAD, rows
+
+
+LOSS_SPIKE = 10.0
+"""A part of the timeline whose highest step loss is this many times its median says it in its note."""
 
 
 def _part_loss_text(p: dict, world: int) -> str:

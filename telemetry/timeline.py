@@ -176,7 +176,7 @@ class _Bin:
     """The steps of one run of steps from ``lo`` to ``hi`` within one bin."""
 
     __slots__ = ("lo", "hi", "steps", "samples", "t0", "t1", "step_s", "loss", "every_s", "gap_s", "gap_after",
-                 "bad_steps", "bad_from", "bad_value", "bad_ranks")
+                 "bad_steps", "bad_from", "bad_value", "bad_ranks", "loss_max", "loss_max_step")
 
     def __init__(self) -> None:
         self.lo = self.hi = None
@@ -201,6 +201,9 @@ class _Bin:
         """What their loss was: "nan", "inf" or "-inf" (:func:`not_finite`)."""
         self.bad_ranks = 0
         """The most ranks whose loss was not finite at one of them."""
+        self.loss_max: float | None = None
+        self.loss_max_step: int | None = None
+        """Its highest step loss (the ranks' mean) and that step: a spike the median hides."""
 
     def merge(self, o: _Bin) -> None:
         self.lo = o.lo if self.lo is None else min(self.lo, o.lo) if o.lo is not None else self.lo
@@ -214,6 +217,8 @@ class _Bin:
         self.every_s.merge(o.every_s)
         if o.gap_s > self.gap_s:
             self.gap_s, self.gap_after = o.gap_s, o.gap_after
+        if o.loss_max is not None and (self.loss_max is None or o.loss_max > self.loss_max):
+            self.loss_max, self.loss_max_step = o.loss_max, o.loss_max_step
         if o.bad_steps:
             self.bad_steps += o.bad_steps
             self.bad_from = o.bad_from if self.bad_from is None else min(self.bad_from, o.bad_from)
@@ -338,7 +343,10 @@ class Timeline:
                 b.bad_value = not_finite(b.bad_value, bad_value)
                 b.bad_ranks = max(b.bad_ranks, bad)
             elif losses:
-                b.loss.add(loss_sum / losses)
+                mean = loss_sum / losses
+                b.loss.add(mean)
+                if b.loss_max is None or mean > b.loss_max:
+                    b.loss_max, b.loss_max_step = mean, s
             if ends:
                 ends.sort()
                 m = len(ends)
@@ -419,6 +427,9 @@ class Timeline:
                 "step_s_median": median,
                 "step_s_p90": p.step_s.p90(),
                 "loss_median": p.loss.median(),
+                # Its highest step loss and its step (a spike of a few steps the median hides)
+                "loss_max": p.loss_max,
+                "loss_max_step": p.loss_max_step,
                 # Its steps whose loss was not finite on some rank (None: none): {value ("nan",
                 # "inf", "-inf"), steps, from_step (the first), ranks (the most at one step)}.
                 "loss_not_finite": {"value": p.bad_value, "steps": p.bad_steps, "from_step": p.bad_from, "ranks": p.bad_ranks}

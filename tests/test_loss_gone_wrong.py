@@ -276,3 +276,23 @@ def test_ps_says_a_runs_ranks_whose_loss_is_not_finite():
     assert _ps_progress({**progress, "loss_not_finite": {"nan": 1, "inf": 2}}, launched=True)[2] == "3 loss not finite"
     assert _ps_progress({**progress, "loss_not_finite": {}}, launched=True)[2] == ""
     assert _ps_progress({**progress, "ranks": {"stalled": 4}}, launched=True)[2] == "4 stalled"  # (a hang says more)
+
+
+def test_a_spike_the_parts_median_hides_is_said_in_its_note(tmp_path):
+    # Review 306: a loss 100x for a few steps read "101-120 ... 4.7856", the part's median, and
+    # nothing said it anywhere; a first part's descent from a high first loss is no spike.
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import render_text
+
+    log = tmp_path / "spike.jsonl"
+    msgs: list = [schema.Hello(run="k", rank=r, world_size=2, seq=0, t=1.0) for r in (0, 1)]
+    for s in range(1, 201):
+        loss = 30.0 / s + 0.3 if s < 100 or s > 102 else 3000.0
+        msgs += [schema.Step(run="k", rank=r, step=s, seq=s, loss=loss, step_s=0.01, samples=8, t=1.0 + s * 0.01) for r in (0, 1)]
+    msgs += [schema.Event(run="k", rank=r, seq=201, name="exit", code=0, step=200, t=4.0) for r in (0, 1)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    rep = build_report(str(log))
+    spiked = [p for p in rep["timeline"] if p["first_step"] <= 100 <= p["last_step"]][0]
+    assert (spiked["loss_max"], spiked["loss_max_step"]) == (3000.0, 100)
+    notes = [line.split()[0] + " " + line.rstrip().rsplit("  ", 1)[-1] for line in render_text(rep).splitlines() if "loss up to" in line]
+    assert notes == ["81-100 loss up to 3000 at step 100", "101-120 loss up to 3000 at step 101"], render_text(rep)  # (the first part's 30.3 at step 1: none)
