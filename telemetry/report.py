@@ -715,6 +715,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "device_name": hello.device_name if hello else "",
         "devices": _devices(state),
         "torch_version": hello.torch_version if hello else "",
+        # (the pardash that recorded it: "" of a log older than the field; report --compare
+        # judges two runs' self and comm only where they name the same)
+        "pardash_version": hello.pardash_version if hello else "",
         "note": hello.note if hello else "",
         # (what made the log: "trainer", "auto" (the zero-code hooks), "api", "simulate": what its
         # comm time is, the bundled trainer's all-reduce or a script's wait between steps)
