@@ -23,6 +23,8 @@ class Recording:
         self.identity = RankIdentity(rank=0, local_rank=0, world_size=1, node=0, host="here", restart=0)
         self.steps: list[dict] = []
         self.events: list[tuple[str, dict]] = []
+        self.phases: list[str] = []
+        """The phases its heartbeat would say, in turn."""
         self.last_step = 0
 
     def step(self, **fields) -> bool:
@@ -38,7 +40,7 @@ class Recording:
         return True
 
     def set_phase(self, phase: str) -> None:
-        pass
+        self.phases.append(phase)
 
     def close(self, linger_ms: int = 0) -> None:
         pass

@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from helpers import pardash_env, terminate, wait_for
-from instrumented import instrumented
+from instrumented import Recording, instrumented
 from pardash.telemetry import schema
 from pardash.telemetry import analysis
 from pardash.telemetry.analysis import Detector, hang_causes, stuck_ranks
@@ -165,43 +165,12 @@ class _Rows(Dataset):
         return torch.randn(8), torch.randn(4)
 
 
-class _Phases:
-    """A reporter that keeps what instrumentation sends, and the phases said."""
-
-    enabled = True
-
-    def __init__(self) -> None:
-        from pardash.telemetry.env import RankIdentity
-
-        self.identity = RankIdentity(rank=0, local_rank=0, world_size=1, node=0, host="here", restart=0)
-        self.steps: list[dict] = []
-        self.phases: list[str] = []
-        self.last_step = 0
-
-    def step(self, **fields) -> bool:
-        self.steps.append(fields)
-        self.last_step = fields["step"]
-        return True
-
-    def hello(self, **fields) -> bool:
-        return True
-
-    def event(self, name: str, message: str = "", **fields) -> bool:
-        return True
-
-    def set_phase(self, phase: str) -> None:
-        self.phases.append(phase)
-
-    def close(self, linger_ms: int = 0) -> None:
-        pass
-
-
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_the_heartbeat_says_loader_only_while_the_dataloader_is_asked(accumulate):
     # What the hub names a stalled rank's phase from: "loader" inside the DataLoader's
     # __next__, "data" in the script's own code between steps (its logging, a sleep). With
     # gradient accumulation, the batch of a step's second micro-batch too.
-    rep = _Phases()
+    rep = Recording()
     with instrumented(rep) as inst:
         rows = _Rows(rep)
         model = nn.Linear(8, 4)
@@ -225,7 +194,7 @@ def test_two_optimizers_each_step_has_its_loader_time():
     # A GAN's round of two optimizer steps: its step is cut at the second's post-hook and
     # published when the round ends, a step later; the batch asked for after the cut is the
     # next step's.
-    rep = _Phases()
+    rep = Recording()
     with instrumented(rep) as inst:
         d, g = nn.Linear(8, 4), nn.Linear(8, 8)
         od, og = torch.optim.SGD(d.parameters(), lr=0.01), torch.optim.SGD(g.parameters(), lr=0.01)

@@ -61,10 +61,15 @@ def test_the_rank_whose_loss_turned_first_reads_first_and_the_rest_on_one_line()
     ]
 
 
-async def test_eight_ranks_gone_nan_at_80x24_name_the_first_first(tmp_path):
+def _nan8_app(tmp_path):
+    """The TUI replaying 8 ranks whose loss went NaN, rank 6 first (at step 30), to the end."""
     log = tmp_path / "nan8.jsonl"
     log.write_bytes(schema.encode_json_lines(sorted(_nan_log(8, 6, 30), key=lambda m: m.t)))
-    app = replay_app(str(log))
+    return replay_app(str(log))
+
+
+async def test_eight_ranks_gone_nan_at_80x24_name_the_first_first(tmp_path):
+    app = _nan8_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         panel = app.screen.query_one(AlertList)
         await until(pilot, lambda: len(panel.alerts) == 2)
@@ -118,9 +123,7 @@ async def test_a_ranks_detail_holds_the_alert_of_the_line_it_is_on(tmp_path):
     # detail of rank 0 alone, the first of them.
     from textual.widgets import Static
 
-    log = tmp_path / "nan8.jsonl"
-    log.write_bytes(schema.encode_json_lines(sorted(_nan_log(8, 6, 30), key=lambda m: m.t)))
-    app = replay_app(str(log))
+    app = _nan8_app(tmp_path)
     async with app.run_test(size=(140, 40)) as pilot:
         panel = app.screen.query_one(AlertList)
         await until(pilot, lambda: len(panel.alerts) == 2)
