@@ -327,6 +327,7 @@ class _Rank:
         "self_dev",
         "level",
         "flagged",
+        "loss_bad",
         "exit_first",
         "cause",
         "stopped",
@@ -359,6 +360,8 @@ class _Rank:
         self.self_dev: float | None = None
         self.level = 0
         self.flagged = False
+        self.loss_bad = False
+        """Its loss not finite (its heat-map glyph ⊘, see heat_key), as of the last update."""
         self.exit_first: bool | None = None
         self.cause = False
         self.stopped = False
@@ -662,6 +665,12 @@ class RowBuilder:
                 if changed is not None:
                     changed.add(e.rank)
             flagged = status in FLAGGED_STATUSES or r.not_sharding is not None or r.loss_bad is not None
+            if (r.loss_bad is not None) != e.loss_bad:
+                # (its glyph turns ⊘ or back: the heat map's legend counts the ranks that draw it
+                # from the ranks changed, and listed no ⊘ while every rank drew it, review 312)
+                e.loss_bad = not e.loss_bad
+                if changed is not None:
+                    changed.add(e.rank)
             if flagged:
                 flagged_ranks.append(r)  # (the alerts': the stopped ranks too; the grid's filter leaves them out, RankRow.flagged)
             if flagged != e.flagged:
@@ -889,7 +898,7 @@ class RowBuilder:
         if e is None:
             return None
         status = STOPPED if e.stopped else STOPPING if e.stopping else e.status
-        if e.r.loss_not_finite is not None and status in LOSS_BAD_STATUSES:
+        if e.loss_bad and status in LOSS_BAD_STATUSES:  # (as of the last update, as its status)
             status = LOSS_BAD
         return (status, e.level, e.exit_first, self._hang_mark(e))
 

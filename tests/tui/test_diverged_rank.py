@@ -210,3 +210,32 @@ async def test_one_rank_gone_nan_among_40_stands_out_in_cells_and_the_heat_map_a
         await pilot.pause()
         first = next(line for line in grid_text(app).splitlines() if line.strip()[:1].isdigit())
         assert first.split()[:2] == ["17", bad], grid_text(app)
+
+
+async def test_a_live_heat_maps_legend_lists_the_nan_mark_once_a_rank_draws_it():
+    # Review 312: with the heat map open as the ranks' loss went NaN, every rank drew ⊘ and the
+    # legend still read "▪ ok" alone (the ranks drawing ⊘ were counted from the ranks changed,
+    # which a loss turning NaN was not).
+    from fed_job import RUN, Job
+
+    from pardash.tui.app import make_app
+    from pardash.tui.grid_layout import HEAT_GLYPHS
+    from pardash.tui.model import LOSS_BAD
+
+    job = Job(512)
+    for _ in range(3):
+        job.step()
+        job.frame()
+    app = make_app(job.viewer)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        grid = app.screen.query_one(RankGrid)
+        assert grid.heat and "loss nan" not in grid_text(app).splitlines()[0]
+        job.core.replay(schema.Event(rank=17, name="warning", step=job.steps + 1, run=RUN, t=job.t,
+                                     message=f"loss is nan at step {job.steps + 1}: diverged, or a spike"), job.t)  # fmt: skip
+        job.step()
+        job.frame()
+        app._poll()
+        await pilot.pause()
+        legend = grid_text(app).splitlines()[0]
+        assert f"{HEAT_GLYPHS[LOSS_BAD]} loss nan" in legend, grid_text(app)

@@ -97,7 +97,15 @@ def test_rows_kept_frame_by_frame_match_rows_built_afresh():
         if i == 25:
             for r in (7, 9):
                 job.send(schema.Event(rank=r, name="exit", code=1, run=RUN, t=job.t))
-        job.step([r for r in job.steps if not (i >= 25 and r in (7, 9)) and not (i >= 20 and r == 11)])
+        if i == 30:
+            # (its glyph turns ⊘: changed too; the heat map's legend counts the ranks that draw
+            # it from the ranks changed, and listed none while every rank drew it, review 312)
+            job.send(schema.Event(rank=3, name="warning", step=job.steps[3] + 1, run=RUN, t=job.t,
+                                  message=f"loss is nan at step {job.steps[3] + 1}: diverged, or a spike"))  # fmt: skip
+        if i >= 30:
+            job.steps[3] += 1
+            job.send(schema.Step(rank=3, step=job.steps[3], loss=None, samples=8, step_s=0.1, self_s=0.06, t=job.t, run=RUN))
+        job.step([r for r in job.steps if not (i >= 25 and r in (7, 9)) and not (i >= 20 and r == 11) and not (i >= 30 and r == 3)])
         job.frame()
         state = job.viewer.state
         before = heat_keys(kept)
@@ -111,7 +119,10 @@ def test_rows_kept_frame_by_frame_match_rows_built_afresh():
     rows = {row.rank: row for row in kept.rows()}
     assert rows[5].status == "straggler" and rows[11].status == "stalled"
     assert rows[7].status == "exited" and {rows[7].exit_first, rows[9].exit_first} == {True, False}
-    assert {r.rank for r in kept.flagged} == {5, 7, 9, 11}
+    assert {r.rank for r in kept.flagged} == {3, 5, 7, 9, 11}  # (rank 3: its loss not finite)
+    from pardash.tui.model import LOSS_BAD
+
+    assert kept.heat_key(3)[0] == LOSS_BAD
 
 
 def test_memory_savings_reuse_what_did_not_change():
