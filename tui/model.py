@@ -1054,7 +1054,10 @@ def sort_rows(rows: list[RankRow], key: str) -> list[RankRow]:
     if key == "loss":
         # Not finite first (a NaN's rank among hundreds), then the highest: ranks drifting apart
         # or one spiking; ranks with no loss last.
-        return sorted(rows, key=lambda r: (r.loss_not_finite is None, r.loss is None, -(r.loss or 0.0), r.rank))
+        # (of those not finite, the first to turn first: it read rank 0 first of 40 gone NaN at
+        # step 31, rank 17 at step 30 among them, review 312)
+        return sorted(rows, key=lambda r: (r.loss_not_finite is None, r.loss_not_finite[1] if r.loss_not_finite else 0, r.loss is None,
+                                           -(r.loss or 0.0), r.rank))  # fmt: skip
     if key == "status":
         # The rank a failure or hang started from first, whatever its status (a rank stalled in
         # its data loader sat after the ranks stalled waiting for it, and after a rank whose

@@ -239,3 +239,20 @@ async def test_a_live_heat_maps_legend_lists_the_nan_mark_once_a_rank_draws_it()
         await pilot.pause()
         legend = grid_text(app).splitlines()[0]
         assert f"{HEAT_GLYPHS[LOSS_BAD]} loss nan" in legend, grid_text(app)
+
+
+def test_sorted_by_loss_the_first_rank_to_go_nan_comes_first():
+    # Review 312: with every rank gone NaN (rank 2 at step 30, the rest at 31) the order fell
+    # back to the rank number: rank 0 first.
+    from pardash.telemetry.state import RunState
+    from pardash.tui.model import RowBuilder, sort_rows
+
+    st = RunState(run_id="o")
+    for r in range(4):
+        st.apply(schema.Hello(run="o", rank=r, world_size=4, seq=0, t=T), 0.0)
+        at = 30 if r == 2 else 31
+        st.apply(schema.Event(run="o", rank=r, seq=1, name="warning", step=at, t=T + 1, message=NAN_AT_100.replace("100", str(at))), 0.0)
+        st.apply(schema.Step(run="o", rank=r, step=31, seq=2, loss=None, step_s=0.02, t=T + 2), 0.0)
+    rows = RowBuilder()
+    rows.update(st)
+    assert [row.rank for row in sort_rows(rows.rows(), "loss")] == [2, 0, 1, 3]
