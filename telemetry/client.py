@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-from array import array
-from bisect import bisect_left
 import re
 import stat
 import time
@@ -525,17 +523,23 @@ class LogSpan:
         self.end_note: schema.Event | None = None
         """The log's last record when it is a note of its hub's after the ranks' last (what
         became of a full disk's lines, see report's ``_disk_full_end``)."""
-        self.steps_reached = array("q")
-        self.steps_reached_t = array("d")
-        """Each step number the run reached past all before it, and when (the record's time):
-        where ``replay --start step:N`` begins (see :meth:`step_time`)."""
+        self.step_wanted: int | None = None
+        """``replay --start step:N``'s N: when the run first reached it is kept (:attr:`step_t`)."""
+        self.step_t: float | None = None
+        """When the run first reached :attr:`step_wanted` (a rank's step record of it, or of a
+        later one where the log lacks it); None before, or past the run's last step."""
+        self.top_step = 0
+        """The highest step a rank's record names."""
 
     def take(self, msg: schema.Message) -> None:
         self.records += 1
         self.last = msg
-        if type(msg) is schema.Step and msg.t and (not self.steps_reached or msg.step > self.steps_reached[-1]):
-            self.steps_reached.append(msg.step)
-            self.steps_reached_t.append(msg.t)
+        if type(msg) is schema.Step:
+            # (one figure, not each step's time: a replay of days keeps the memory of minutes)
+            if msg.step > self.top_step:
+                self.top_step = msg.step
+            if self.step_t is None and self.step_wanted is not None and msg.t and msg.step >= self.step_wanted:
+                self.step_t = msg.t
         if msg.rank >= 0:
             self.rank_records += 1
             self.closed = False
@@ -553,12 +557,6 @@ class LogSpan:
         self.clocks.take(msg)
         self.any_first = min(self.any_first, t) if self.any_first else t
         self.any_last = max(self.any_last, t)
-
-    def step_time(self, step: int) -> float | None:
-        """When the run first reached ``step`` (a rank's step record of it, or of a later one
-        where the log lacks it); None past its last step."""
-        at = bisect_left(self.steps_reached, step)
-        return self.steps_reached_t[at] if at < len(self.steps_reached) else None
 
     @property
     def hub_stopped(self) -> bool:
@@ -620,6 +618,8 @@ class ReplaySource(FrameApplier):
         self.read_stats = LogReadStats()
         self._tail: LogTail | None = None
         self._span = LogSpan()
+        if isinstance(start_s, StartStep):
+            self._span.step_wanted = int(start_s)
         self._seek_to: float | None = None
         """Where a seek asked for goes (see :meth:`seek_soon`)."""
         self._seeking_to: float | None = None
@@ -678,9 +678,9 @@ class ReplaySource(FrameApplier):
         """``start_s`` was a step (``--start step:N``) past the run's last one, this its last:
         the replay begins at the end."""
         if isinstance(start_s, StartStep):
-            at = self._span.step_time(int(start_s))
+            at = self._span.step_t
             if at is None:
-                self.start_step_past = self._span.steps_reached[-1] if self._span.steps_reached else 0
+                self.start_step_past = self._span.top_step
             # (a frame later: the replay shows what its frames hold, cut every frame_s, and the
             # frame before it ends short of the step, five steps short at 50 a second)
             start_s = math.inf if at is None else max(0.0, at - self.t_start) + frame_s
