@@ -16,7 +16,7 @@ from .report_render import (
     COMM_NOTES, PHASE_LABELS, PHASES, _ends_early_text, comm_meaning, data_bound_line, data_loading_text, loss_text, md_table,
     md_text, plain_report,
 )  # fmt: skip
-from .summary import first_few, human_bytes, is_sharded, ms, ranks_named
+from .summary import first_few, human_bytes, is_sharded, ms, ranks_named, straggler_cause
 
 # (key, label, unit, better): unit is "1/s", "s" (shown in ms), "seconds" (a total), "share" (of
 # the training time), "bytes", "loss" or "count"; better "higher",
@@ -360,6 +360,11 @@ def _hosts(rep: dict) -> str:
     return f"{len(hosts)} ({first_few(hosts)})" if len(hosts) > 1 else (hosts[0] if hosts else "-")
 
 
+def _unset(v: Any) -> bool:
+    """A config value that sets nothing: absent, None, false, 0 or empty."""
+    return v is None or v is False or v == 0 or v == "" or v == [] or v == {}
+
+
 def what_differs(a: dict, b: dict, va: str = "", vb: str = "") -> list[dict]:
     """What the two runs' logs say was set otherwise, A then B: ``{"what", "a", "b"}`` each,
     values as shown (``batch_size``, 16, 64). The bundled trainer's config keys that differ;
@@ -377,6 +382,10 @@ def what_differs(a: dict, b: dict, va: str = "", vb: str = "") -> list[dict]:
     ca, cb = a.get("config") or {}, b.get("config") or {}
     for key in dict.fromkeys([*ca, *cb]):
         if key in _CONFIG_LEFT_OUT or key == "strategy":
+            continue
+        if _unset(ca.get(key)) and _unset(cb.get(key)):
+            # (a key an older trainer wrote otherwise, or not at all: "resume false -> none" and
+            # "checkpoint_keep (not set) -> 0" of two runs that set neither, review 312)
             continue
         differ(key, _shown(ca[key]) if key in ca else NOT_SET, _shown(cb[key]) if key in cb else NOT_SET)
     cmd_a, cmd_b = a.get("command"), b.get("command")
@@ -405,7 +414,8 @@ def straggler_texts(rep: dict) -> list[str]:
         cost = f"the others waited {ms(each)} ms a step" if each is not None else "its cost not measured"
         if s.get("steps_charged"):
             cost += f", {s['cost_total_s']:.2f} s in all"
-        out.append(f"rank {s['rank']} ({s.get('kind') or '?'}) from step {s['since_step']}, {until}: {cost}")
+        kind = straggler_cause(s["kind"], s.get("message")) if s.get("kind") else "?"  # (as the report says it)
+        out.append(f"rank {s['rank']} ({kind}) from step {s['since_step']}, {until}: {cost}")
     return out
 
 

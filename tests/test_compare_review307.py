@@ -297,3 +297,18 @@ def test_a_run_that_took_no_step_leaves_nothing_to_compare(tmp_path):
     cmp = compare_reports(build_report(b), failed)
     assert cmp["rows"] == [] and cmp["nothing_to_compare"].startswith("B took no step")
     assert render_compare_markdown(cmp).rstrip().endswith(": nothing to compare")
+
+
+def test_config_keys_neither_run_sets_are_no_difference_and_stragglers_read_as_the_report_says():
+    # Review 312: an older trainer's log against a new one read "resume false -> none" and
+    # "checkpoint_keep (not set) -> 0", though neither run set them; a straggler the report names
+    # "(own work between steps)" read "(data)" in the comparison.
+    from pardash.telemetry.compare import straggler_texts, what_differs
+    from pardash.telemetry.stragglers import OWN_WORK
+
+    a = {"config": {"resume": False, "batch_size": 16}, "world_size": 2}
+    b = {"config": {"resume": None, "checkpoint_keep": 0, "batch_size": 32}, "world_size": 2}
+    assert [(d["what"], d["a"], d["b"]) for d in what_differs(a, b)] == [("batch_size", "16", "32")]
+    rep = {"stragglers": [{"rank": 1, "kind": "data", "message": f"rank 1 is a straggler ({OWN_WORK}): ...", "since_step": 3,
+                           "cleared_step": None, "cost_total_s": 1.17, "steps_charged": 38, "cost_s": 0.031}]}  # fmt: skip
+    assert straggler_texts(rep) == ["rank 1 (own work between steps) from step 3, to the end: the others waited 30.8 ms a step, 1.17 s in all"]
