@@ -196,18 +196,23 @@ def steps_text(rep: dict) -> str:
 
 def step_spread(rep: dict) -> float | None:
     """How much a run's own pace moved while it ran, as a fraction: the median step times of
-    the parts of its timeline (the first left out: it holds the warm-up), their upper quartile
-    over their lower quartile, less 1. 0.28: a quarter of its parts ran 28% or more slower than
-    another quarter (a busy host's run drifts so: the same command, made twice, read -32.6%);
-    an idle host's by a few %. Parts, not steps: a median of 200 steps moves far less than its
+    the parts of its timeline (the first left out: it holds the warm-up), from each part to the
+    next, the median of the larger over the smaller, less 1. 0.28: its pace moved by 28% from a
+    part to the next as often as not (a busy host's run drifts so: the same command, made twice,
+    read -32.6%); an idle host's by a few %. Parts, not steps: a median of 200 steps moves far less than its
     steps do (their p90 is 40% over it on 2 busy cores), and what moves it between two runs is
     the host's load, which moves a run's parts alike. None: fewer than 4 parts timed after the
     first (a short run)."""
     medians = [p["step_s_median"] for p in (rep.get("timeline") or [])[1:] if p.get("step_s_median")]
-    if len(medians) < 4:
+    if len(medians) < 4 or min(medians) <= 0:
         return None
-    low, _, high = statistics.quantiles(medians, n=4)
-    return max(0.0, high / low - 1) if low > 0 else None
+    # From each part to the next, the median of how far the pace moved: a host's load moves it
+    # back and forth from part to part; a change the run went through once (a straggler from
+    # step 100 of 200, the regression a user compares for) is one move among them, not the
+    # spread. Its quartiles over the whole run took that change for noise: 7.5 -> 23 ms a step
+    # read "within noise" and "its host was likely busy" (review 312).
+    moves = sorted(max(x, y) / min(x, y) - 1 for x, y in zip(medians, medians[1:]))
+    return statistics.median(moves)
 
 
 def noise_band(a: dict, b: dict) -> float:
@@ -603,13 +608,13 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
     if busy:
         # (the report has no host CPU of its own: the pace's drift is what tells, and what matters)
         notes.append(
-            f"the pace moved while the run ran ({', '.join(busy)}: its parts' median steps, upper quartile over lower): "
+            f"the pace moved while the run ran ({', '.join(busy)}: its parts' median steps, from a part to the next, as often as not): "
             f"its host was likely busy with other work, and two runs on such a host differ by as much: compare on an idle one"
         )
     if noisy:
         notes.append(
-            f"within noise: a change smaller than each run's own pace moved while it ran (its parts' median steps, upper "
-            f"quartile over lower, A {_spread_text(spreads['a'])}, B {_spread_text(spreads['b'])}; a phase: that share of "
+            f"within noise: a change smaller than each run's own pace moved while it ran (its parts' median steps, from a "
+            f"part to the next, as often as not, A {_spread_text(spreads['a'])}, B {_spread_text(spreads['b'])}; a phase: that share of "
             "the step), as the same command made twice differs: neither better nor worse"
         )
     return {**sides, "differs": what_differs(a, b, version_a, version_b), "rows": rows,

@@ -312,3 +312,17 @@ def test_config_keys_neither_run_sets_are_no_difference_and_stragglers_read_as_t
     rep = {"stragglers": [{"rank": 1, "kind": "data", "message": f"rank 1 is a straggler ({OWN_WORK}): ...", "since_step": 3,
                            "cleared_step": None, "cost_total_s": 1.17, "steps_charged": 38, "cost_s": 0.031}]}  # fmt: skip
     assert straggler_texts(rep) == ["rank 1 (own work between steps) from step 3, to the end: the others waited 30.8 ms a step, 1.17 s in all"]
+
+
+def test_a_slowdown_from_the_middle_of_a_run_is_a_change_not_its_noise(tmp_path):
+    # Review 312: a straggler from step 100 of 200 made B's pace move from 7.5 to 23 ms a step
+    # once; its quartiles over the whole run took that move for B's spread (201%), and the
+    # comparison read "within noise" and "its host was likely busy".
+    from pardash.telemetry.compare import step_spread
+
+    a = _report(tmp_path, "a", steps=200, step_s=lambda n, r: 0.0075)
+    b = _report(tmp_path, "b", steps=200, step_s=lambda n, r: 0.0075 if n < 100 else 0.023)
+    assert step_spread(b) == pytest.approx(0.0, abs=0.01)
+    cmp = compare_reports(a, b)
+    assert _rows(cmp)["median_step_s"]["verdict"] == "worse" and _rows(cmp)["samples_per_s"]["verdict"] == "worse"
+    assert not [n for n in cmp["notes"] if "likely busy" in n or n.startswith("within noise")], cmp["notes"]
