@@ -123,6 +123,17 @@ DATA_LABELS = ("data loading", "between steps")
 said little of it) the script's own work between steps."""
 
 
+def _error_of_other(f: dict) -> str:
+    """`` (rank 0, which failed after it)`` where the failure's error and traceback are of a rank
+    that failed after the cause the line names (it waited for a hung rank, or a peer that left or
+    was stopped first, or one that left no word), '' where they are the cause's own: a hang's
+    report showed rank 0's gloo timeout under "raised at" and "its traceback" below the line that
+    named rank 1 (review 312)."""
+    if f.get("waited_for") or f.get("left_early") or f.get("stopped_first") or f.get("unrecorded"):
+        return f" (rank {f['rank']}, which failed after it)"
+    return ""
+
+
 def data_loading_text(dl: dict) -> str:
     """``68% of the ranks' step time (66-68% by rank): input-bound ...``: what loading data took
     of the steps (report._data_loading)."""
@@ -968,10 +979,12 @@ def render_text(rep: dict, width: int = 10_000, all_ranks: bool = False) -> str:
         con.print(f"  {line}")
     if rep.get("failure"):
         con.print(f"root cause: {rep['failure']['line']}")
+        whose = _error_of_other(rep["failure"])
         if rep["failure"].get("where"):
-            con.print(f"raised at: {rep['failure']['where']}")
+            con.print(f"raised at{whose}: {rep['failure']['where']}")
         if rep["failure"].get("traceback"):
-            con.print("its traceback's end (the whole of it is in the log, and in the ranks' output: `o` in `pardash replay`):")
+            who = f"rank {rep['failure']['rank']}'s traceback's end, it failed after the cause;" if whose else "its traceback's end"
+            con.print(f"{who} (the whole of it is in the log, and in the ranks' output: `o` in `pardash replay`):")
             for line in rep["failure"]["traceback"]:
                 con.print(f"  | {line}", soft_wrap=True)
     for line in recovered_lines(rep):
@@ -1186,7 +1199,7 @@ def render_markdown(rep: dict, all_ranks: bool = False) -> str:
     if rep.get("failure"):
         out += ["", f"**Root cause:** {md_text(rep['failure']['line'])}"]
         if rep["failure"].get("where"):
-            out += ["", f"Raised at `{rep['failure']['where']}`."]
+            out += ["", f"Raised at{_error_of_other(rep['failure'])} `{rep['failure']['where']}`."]
         if rep["failure"].get("traceback"):
             out += ["", "```", *rep["failure"]["traceback"], "```"]
     if rep.get("recovered"):

@@ -74,3 +74,13 @@ def test_a_ranks_detail_shows_the_part_of_its_data_time_in_its_dataloader():
     assert rows[at + 1] == (LOADER_LABEL, 0.0006, 0.0003), rows
     st.apply(schema.Step(run="s", rank=1, step=6, seq=2, step_s=0.04, data_s=0.03, t=3.0), 0.0)  # (no DataLoader: no row)
     assert LOADER_LABEL not in [p.name for p in phases_of(st, 1)]
+
+
+def test_the_report_says_whose_traceback_it_shows_where_that_rank_failed_after_the_cause():
+    # Review 312: the hang's report showed rank 0's gloo timeout under "raised at" and "its
+    # traceback" below a root cause line that named rank 1.
+    text = render_text(build_report(str(LOG)))
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("raised at"))
+    assert lines[at].startswith("raised at (rank 0, which failed after it): crash.py:30 in main"), lines[at]
+    assert lines[at + 1].startswith("rank 0's traceback's end, it failed after the cause;"), lines[at + 1]
