@@ -296,3 +296,24 @@ def test_a_spike_the_parts_median_hides_is_said_in_its_note(tmp_path):
     assert (spiked["loss_max"], spiked["loss_max_step"]) == (3000.0, 100)
     notes = [line.split()[0] + " " + line.rstrip().rsplit("  ", 1)[-1] for line in render_text(rep).splitlines() if "loss up to" in line]
     assert notes == ["81-100 loss up to 3000 at step 100", "101-120 loss up to 3000 at step 101"], render_text(rep)  # (the first part's 30.3 at step 1: none)
+
+
+def test_warnings_are_in_step_order_within_each_of_torchruns_attempts(tmp_path):
+    # Review 312: sorted by step alone, after a restart from a checkpoint attempt 1's warning at
+    # step 118 read before attempt 0's at step 120.
+    from pardash.telemetry.report import build_report
+
+    log = tmp_path / "restarted.jsonl"
+    msgs: list = [schema.Hello(run="w", rank=0, world_size=1, seq=0, pid=10, t=1.0)]
+    msgs += [schema.Step(run="w", rank=0, step=s, seq=s, loss=1.0, step_s=0.01, t=1.0 + s / 100) for s in range(1, 121)]
+    msgs.append(schema.Event(run="w", rank=0, seq=200, name="warning", step=120, message="first attempt's warning at step 120", t=2.3))
+    msgs.append(schema.Hello(run="w", rank=0, world_size=1, seq=0, pid=11, restart=1, t=3.0))
+    msgs += [schema.Step(run="w", rank=0, step=s, seq=s - 99, loss=1.0, step_s=0.01, t=3.0 + s / 100) for s in range(100, 119)]
+    msgs.append(schema.Event(run="w", rank=0, seq=30, name="warning", step=118, message="second attempt's warning at step 118", t=4.3))
+    for i, m in enumerate(msgs):
+        m.hseq = i + 1
+    log.write_bytes(schema.encode_json_lines(msgs))
+    rep = build_report(str(log))
+    said = [w["message"] for w in rep["warnings"] if "attempt" in w["message"]]
+    assert said == ["first attempt's warning at step 120", "second attempt's warning at step 118"], rep["warnings"]
+    assert all("attempt" not in w and "_at" not in w for w in rep["warnings"])
