@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .schema import Step, Verdict
+from .schema import LOADER_PHASE, Step, Verdict
 from .state import RankState, RunState, mem_full_bytes
 from .stragglers import StragglerDetector
 from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded, not_sharding_hint
@@ -124,10 +124,6 @@ def _stuck(r: RankState) -> tuple[int, str, int | None, str | None]:
     return (r.rank, "stalled", step, v.cause or None)
 
 
-LOADER_PHASE = "loader"
-"""The phase a rank's heartbeat says while its DataLoader is asked for the step's batch (the
-zero-code hooks', pardash.trainer.epochs): the step's data phase, inside the loader. Its
-heartbeat's "data" is then the rest of that phase, the script's own work between steps."""
 
 
 BETWEEN_STEPS_WORDS = "between steps, in its own code (not in its DataLoader)"

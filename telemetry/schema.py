@@ -19,6 +19,13 @@ import msgspec
 SCHEMA_VERSION = 1
 """Bumped when a field changes meaning. Readers accept this version and older ones."""
 
+LOADER_PHASE = "loader"
+"""The phase a rank's heartbeat says while its DataLoader is asked for the step's batch (the
+zero-code hooks', pardash.trainer.epochs: its iterator's ``__next__``, ``iter(loader)``): the
+step's data phase, inside the loader. Its heartbeat's "data" is the rest of that phase, the
+script's own work between steps; the hub tells the two apart when a rank stalls there and names
+the stall's phase ``data`` either way (analysis.stall_phase)."""
+
 MAX_MESSAGE_BYTES = 1 << 20
 """Largest frame a receiving socket accepts (ZMQ_MAXMSGSIZE); a hello with a big config fits."""
 

@@ -32,16 +32,10 @@ from typing import Any, Callable
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from pardash.telemetry import api
+from pardash.telemetry.schema import LOADER_PHASE
 from pardash.trainer.hooking import _get_ident, _guarded
 from pardash.trainer.marks import _OpenStep
 
-
-LOADER_PHASE = "loader"
-"""What the heartbeat says while a DataLoader is asked for the step's batch (its iterator's
-``__next__``, ``iter(loader)``): the step's ``data`` phase, inside the loader. The rest of that
-phase ("data") is the script's own work between steps; the hub tells the two apart when a rank
-stalls there (a hung loader, or rank 0 writing a checkpoint of its own while the others wait),
-and names the stall's phase ``data`` either way (analysis.stall_phase)."""
 
 BETWEEN_PASSES = ("data", "backward", "optimizer")
 """The instrument's phases a batch for the step is asked for in: its data phase, and after a
