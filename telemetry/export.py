@@ -880,6 +880,8 @@ def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks:
         if tmp is not None:
             os.replace(tmp, out)
             tmp = None
+    except BrokenPipeError:
+        raise  # (stdout's reader went away, `| head`: the command ends as a Unix tool does, 141)
     except OSError as exc:
         raise ExportError(f"{out}: cannot write it: {exc.strerror or exc}; choose a writable --csv FILE") from None
     finally:

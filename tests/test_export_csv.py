@@ -71,3 +71,14 @@ def test_no_target_or_an_unwritable_file_is_one_line_and_nothing_half_written(tm
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "cannot write it" in p.stderr, p.stderr
     res = export_csv(log, str(tmp_path / "x.csv"))
     assert res["rows"] == 24 and res["ranks"] == {0: 12, 1: 12} and not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_a_reader_that_goes_away_ends_the_export_as_a_unix_tool_ends(tmp_path):
+    # `export --csv - | head -2` said "error: -: cannot write it: Broken pipe" and exited 2.
+    log = tmp_path / "long.jsonl"  # (a table past the pipe's buffer: its writer meets the closed pipe)
+    msgs: list = [schema.Hello(run="l", rank=r, world_size=2, seq=0, t=1.0) for r in (0, 1)]
+    msgs += [schema.Step(run="l", rank=r, step=s, seq=s, loss=1.0, step_s=0.01, data_s=0.001, t=1.0 + s / 100) for s in range(1, 3001) for r in (0, 1)]
+    log.write_bytes(schema.encode_json_lines(msgs))
+    p = subprocess.run(f"{sys.executable} -m pardash export {log} --csv - | head -c 50 > /dev/null; echo ${{PIPESTATUS[0]}}",
+                       shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    assert p.stdout.strip() == "141" and "error" not in p.stderr, (p.stdout, p.stderr)
