@@ -15,6 +15,7 @@ from textual.widgets import Static
 
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
+from pardash.telemetry.schema import LOADER_PHASE
 from pardash.telemetry.summary import straggled_text
 
 from ..alerts import Alert, run_alerts
@@ -440,7 +441,16 @@ class RankDetailScreen(Screen):
             line, epoch, lr = [], None, None
         now = None
         if r.heartbeat is not None and r.heartbeat.phase and r.status not in (st.EXITED, st.FINISHED):
-            now = (f" · now in {r.heartbeat.phase}", "$text-muted")
+            # (the zero-code hooks' "loader": its DataLoader; "data" where the DataLoader is timed:
+            # its own code between steps, as a stall there is said: analysis.stall_phase)
+            phase = r.heartbeat.phase
+            if phase == LOADER_PHASE:
+                where = "in its DataLoader"
+            elif phase == "data" and r.step is not None and r.step.loader_s is not None:
+                where = "between steps, in its own code"
+            else:
+                where = f"in {phase}"
+            now = (f" · now {where}", "$text-muted")
         for dropped in range(4):
             got = line[:1] + ([epoch] if epoch and dropped < 1 else []) + line[1:]
             got += ([lr] if lr and dropped < 2 else []) + ([now] if now and dropped < 3 else [])
