@@ -220,10 +220,13 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         # stop decided on one rank; not a rank that finished the last step with the others
         # while a peer failed in teardown). Else the rank that failed first left no exit
         # (torchrun, restarting, names only the first worker it saw fail): ranks with no word
-        # in this attempt are where to look.
+        # in this attempt are where to look. Before it as it happened, not only as the hub took
+        # them: the exit of the rank that left could reach the hub after the failure it caused
+        # (1 of 3 runs under the TUI read "the rank that failed first left no exit record", its
+        # exit in the log the line after; review 313).
         ended = {
             e.rank: e.step for e in events
-            if e.name == "exit" and e.rank >= 0 and e.code == 0 and e.hseq < first.hseq
+            if e.name == "exit" and e.rank >= 0 and e.code == 0 and _before(e, first)
             and e.step is not None and step is not None and e.step < step
         }  # fmt: skip
         left = sorted(ended.items())

@@ -109,6 +109,20 @@ def test_a_rank_that_left_the_job_early_is_named_the_root_cause():
     ]  # fmt: skip
 
 
+def test_the_rank_that_left_is_named_when_its_exit_reaches_the_hub_after_the_failure_it_caused():
+    # Review 313: 1 of 3 runs under the TUI read "rank 0 exited ... the root cause" and "the rank
+    # that failed first left no exit record", rank 1's exit 0 (its time the earlier) the log's
+    # next line: the hub took it after rank 0's.
+    msgs = _left_early()
+    i = next(k for k, m in enumerate(msgs) if isinstance(m, schema.Event) and m.name == "exit" and m.rank == 1)
+    msgs.append(msgs.pop(i))  # (after rank 0's error and exit, its t still the earlier)
+    for k, m in enumerate(msgs):
+        m.hseq = k + 1
+    st = _state(msgs)
+    assert "rank 1 at step 40 had left the job (exit code 0)" in failure_summary(st)["line"]
+    assert [(a.rank, a.first) for a in run_alerts(st)][0] == (1, True)
+
+
 def test_a_line_of_ranks_alike_counts_each_rank_where_the_panel_leaves_it_out():
     # The panel's "+N more" counted a loss alert of seven ranks as one rank ("+1 more rank").
     from pardash.tui.widgets.alert_list import more_text
