@@ -7,7 +7,8 @@ number and wall clock:
 - ``loss``, ``lr``, ``epoch``, ``throughput/samples_per_s`` (the rank's samples / its step time);
   ``loss`` is NaN or an infinity at the steps it was not finite (its reporter sends none then,
   JSON having no NaN: its warning says what it turned to, and at which step it is finite again);
-- ``time/step_s`` and the phases ``time/data_s`` ... ``time/self_s`` (seconds), and the
+- ``time/step_s`` and the phases ``time/data_s`` ... ``time/self_s`` (seconds; ``time/loader_s`` the
+  part of the data time in a DataLoader, where the zero-code hooks timed one), and the
   script's own phases (``pt.phase("augment")``: ``Step.phases``) beside them as
   ``time/<name>_s`` (``time/augment_s``; one named as a phase above, ``step`` or ``self``, as
   ``time/phase/<name>_s``);
@@ -73,7 +74,9 @@ from .failures import is_stop, signal_name, stop_text
 from .logreader import LogReadStats, Progress, no_records, read_log
 from .state import RunState, mem_held_bytes
 
-TIMES = ("step_s", "data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
+TIMES = ("step_s", "data_s", "loader_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
+"""A step's times the export writes (``time/<name>``): ``loader_s`` is the part of ``data_s`` in a
+DataLoader (the zero-code hooks'), where one gave the step its batch."""
 MEM_FIELDS = (
     "params_bytes", "grads_bytes", "optim_bytes", "buckets_bytes",
     "params_full_bytes", "grads_full_bytes", "optim_full_bytes",
@@ -800,9 +803,10 @@ def export_tensorboard(log_path: str, out_dir: str, progress: Progress | None = 
     }
 
 
-CSV_BASE = ("run", "rank", "step", "t")
-"""The columns of ``export --csv`` before the step's figures: its run id, rank, step number and
-wall clock (Unix seconds)."""
+CSV_BASE = ("run", "rank", "restart", "step", "t")
+"""The columns of ``export --csv`` before the step's figures: its run id, rank, torchrun's restart
+count of the rank when it took the step (a step run again after a restart is a row again: this
+tells the two apart), step number and wall clock (Unix seconds)."""
 _CSV_GROUPS = ("loss", "lr", "epoch", "throughput/", "time/", "memory/", "custom/")
 
 
@@ -869,7 +873,7 @@ def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks:
                 bad = state.ranks[msg.rank].loss_not_finite if msg.loss is None else None
                 if bad is not None and msg.step >= bad[1]:
                     figures["loss"] = float(bad[0])  # (as TensorBoard's: NaN or inf, not a gap)
-                writer.writerow([msg.run, msg.rank, msg.step, msg.t, *(figures.get(name, "") for name in names)])
+                writer.writerow([msg.run, msg.rank, state.ranks[msg.rank].restarts, msg.step, msg.t, *(figures.get(name, "") for name in names)])
                 rows[msg.rank] = rows.get(msg.rank, 0) + 1
                 runs.add(msg.run)
         finally:

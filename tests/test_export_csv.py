@@ -82,3 +82,22 @@ def test_a_reader_that_goes_away_ends_the_export_as_a_unix_tool_ends(tmp_path):
     p = subprocess.run(f"{sys.executable} -m pardash export {log} --csv - | head -c 50 > /dev/null; echo ${{PIPESTATUS[0]}}",
                        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120, env=pardash_env(), cwd=tmp_path)  # fmt: skip
     assert p.stdout.strip() == "141" and "error" not in p.stderr, (p.stdout, p.stderr)
+
+
+def test_steps_run_again_after_a_restart_are_told_apart_and_the_dataloaders_time_is_a_column(tmp_path):
+    # Review 313: after a torchrun restart the table had each (rank, step) twice, with nothing
+    # but the clock to tell the attempts apart; and no loader_s, the split of the data time.
+    log = DATA / "real_ddp2_restart.jsonl"
+    res = export_csv(str(log), str(tmp_path / "r.csv"))
+    with open(tmp_path / "r.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    keys = [(row["rank"], row["restart"], row["step"]) for row in rows]
+    assert len(keys) == len(set(keys)) == res["rows"], "a (rank, restart, step) twice"
+    assert {row["restart"] for row in rows} == {"0", "1"}
+    fast = tmp_path / "loader.jsonl"
+    fast.write_bytes(schema.encode_json_lines([schema.Hello(run="d", rank=0, world_size=1, seq=0, t=1.0),
+                                               schema.Step(run="d", rank=0, step=1, seq=1, step_s=0.1, data_s=0.03, loader_s=0.001, t=2.0)]))  # fmt: skip
+    export_csv(str(fast), str(tmp_path / "d.csv"))
+    with open(tmp_path / "d.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert (float(row["time/data_s"]), float(row["time/loader_s"])) == (0.03, 0.001)
