@@ -311,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")
     ex.add_argument("--tensorboard", default=None, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
     ex.add_argument("--csv", default=None, metavar="FILE",
-                    help="one CSV table of the steps, a row a rank's step (run, rank, step, t, then loss, lr, time/step_s, "
+                    help="one CSV table of the steps, a row a rank's step (run, rank, restart, step, t, then loss, lr, time/step_s, "
                          "memory/held_bytes, custom/NAME ... as TensorBoard's tags; nan or inf where the loss was not "
                          "finite): for pandas, R or a spreadsheet; - writes it to stdout")  # fmt: skip
     ex.add_argument(
