@@ -525,9 +525,9 @@ class LogSpan:
         became of a full disk's lines, see report's ``_disk_full_end``)."""
         self.step_wanted: int | None = None
         """``replay --start step:N``'s N: when the run first reached it is kept (:attr:`step_t`)."""
-        self.step_t: float | None = None
-        """When the run first reached :attr:`step_wanted` (a rank's step record of it, or of a
-        later one where the log lacks it); None before, or past the run's last step."""
+        self.step_ts: dict[int, float] = {}
+        """When each rank first reached :attr:`step_wanted` (its step record of it, or of a later
+        one where the log lacks it): see :attr:`step_t`."""
         self.top_step = 0
         """The highest step a rank's record names."""
 
@@ -538,8 +538,8 @@ class LogSpan:
             # (one figure, not each step's time: a replay of days keeps the memory of minutes)
             if msg.step > self.top_step:
                 self.top_step = msg.step
-            if self.step_t is None and self.step_wanted is not None and msg.t and msg.step >= self.step_wanted:
-                self.step_t = msg.t
+            if self.step_wanted is not None and msg.t and msg.step >= self.step_wanted and msg.rank not in self.step_ts:
+                self.step_ts[msg.rank] = msg.t
         if msg.rank >= 0:
             self.rank_records += 1
             self.closed = False
@@ -557,6 +557,13 @@ class LogSpan:
         self.clocks.take(msg)
         self.any_first = min(self.any_first, t) if self.any_first else t
         self.any_last = max(self.any_last, t)
+
+    @property
+    def step_t(self) -> float | None:
+        """When the ranks had all reached :attr:`step_wanted`, those that did (the last of them
+        to: a rank whose loss went NaN at step 120 says so before its step's record, and opened at
+        step 119 under the alert of it, review 313); None where none did."""
+        return max(self.step_ts.values()) if self.step_ts else None
 
     @property
     def hub_stopped(self) -> bool:

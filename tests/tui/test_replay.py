@@ -507,6 +507,16 @@ def test_a_replay_can_begin_anywhere_in_the_run_or_at_its_end(tmp_path):
     os.utime(fast, (1.6e9, 1.6e9))
     at = ReplaySource(str(fast), start_s=replay_position("step:53"))
     assert 53 <= at.state.step <= 59, at.state.step
+    # A rank that reaches it later (its NaN warning said first: it opened at step 119 under the
+    # alert of step 120, review 313): every rank is at the step.
+    late = tmp_path / "late.jsonl"
+    msgs = [schema.Hello(rank=r, world_size=2, t=t0, run="x", seq=0) for r in (0, 1)]
+    msgs += [schema.Step(rank=r, step=s, loss=1.0, t=t0 + 0.02 * s + 0.5 * r, seq=s, run="x") for s in range(1, 101) for r in (0, 1)]
+    msgs.sort(key=lambda m: m.t)
+    late.write_bytes(schema.encode_json_lines(msgs))
+    os.utime(late, (1.6e9, 1.6e9))
+    at = ReplaySource(str(late), start_s=replay_position("step:53"))
+    assert min(r.step.step for r in at.state.ranks.values()) >= 53, {q: r.step.step for q, r in at.state.ranks.items()}
     past = ReplaySource(str(log), start_s=replay_position("step:500"))
     assert past.done and past.start_step_past == 120
 
