@@ -794,7 +794,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # Each rank's share of its step time spent loading data (its data phase's total, epoch
         # starts' worker start-ups in: the medians hide them): {share (every rank's together),
         # share_min, share_max, input_bound}; None where no rank measured its data loading.
-        "data_loading": _data_loading(data_and_step, {r: loader_s[r] for r in step_s if loader_steps[r]} if all(loader_steps[r] for r in step_s) else None),
+        "data_loading": _data_loading(data_and_step, {r: loader_s[r] for r in step_s if loader_steps[r]} if all(loader_steps[r] for r in step_s) else None,
+                                      # (a script's, by a pardash that times DataLoaders, none of whose steps came from one)
+                                      no_dataloader=bool(hello and hello.source == "auto" and hello.pardash_version and not any(loader_steps.values()))),
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         "failure": failure,
@@ -1261,7 +1263,7 @@ INPUT_BOUND_SHARE = DATA_BOUND_SHARE
 input-bound (the report's ``data loading`` line)."""
 
 
-def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float] | None = None) -> dict | None:
+def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float] | None = None, *, no_dataloader: bool = False) -> dict | None:
     """Each rank's share of its step time spent loading data (``data``: rank -> its data and
     step seconds): {share (every rank's together), share_min, share_max, input_bound (every rank
     at least INPUT_BOUND_SHARE: the ranks wait for their data, not one slower loader, which is a
@@ -1289,6 +1291,12 @@ def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float]
         # Mostly not in the DataLoader, whatever the ranks' shares: one rank's augmentation on
         # its main thread read "data loading 33% ..., 1% in the DataLoader" (review 314).
         out["between_steps"] = out["loader_share"] < share / 2
+    elif no_dataloader:
+        # No torch DataLoader gave a step its batch (the zero-code hooks time one where there is):
+        # the time is the script's own between steps, its batches made there among it; it read
+        # "input-bound ... more DataLoader workers would speed it up" of a script with none and a
+        # sleep after its optimizer's step (review 313).
+        out["input_bound"], out["between_steps"], out["no_dataloader"] = False, True, True
     return out
 
 

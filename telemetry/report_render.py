@@ -144,6 +144,9 @@ def data_loading_text(dl: dict) -> str:
     least, most = f"{dl['share_min'] * 100:.0f}%", f"{dl['share_max'] * 100:.0f}%"
     by_rank = "" if least == most else f" ({least[:-1]}-{most} by rank)"
     text = f"{dl['share'] * 100:.0f}% of the ranks' step time{by_rank}"
+    if dl.get("no_dataloader"):
+        return text + (": no torch DataLoader gave the steps their batches: the script's own work between steps (making its "
+                       "batches, logging, evaluating, saving)")  # fmt: skip
     loader = dl.get("loader_share")
     if loader is not None and dl["share"] >= OWN_WORK_SAID:  # (of 2% of the step: nothing to part)
         # Both parts, each with what would speed it up: 23% in the DataLoader beside 47% of

@@ -139,3 +139,22 @@ def test_time_between_steps_outside_the_dataloader_is_not_called_input_bound(tmp
     assert "23% in the DataLoader (more DataLoader workers, num_workers, would speed that up), 47% the script's own work" in line, line
     rep = build_report(_log(tmp_path, {0: 0.0004, 1: 0.019}, name="one.jsonl", loader_s={0: 0.0003, 1: 0.0002}))
     assert not rep["data_loading"]["input_bound"] and rep["data_loading"]["between_steps"]
+
+
+def test_a_scripts_steps_none_of_which_came_from_a_dataloader_are_its_own_work(tmp_path):
+    # Review 313: a script with no DataLoader that slept after its optimizer's step read
+    # "input-bound, every rank waits for its data (more DataLoader workers ... would speed it up)".
+    path = tmp_path / "nodl.jsonl"
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, strategy="ddp", t=T, source="auto", pardash_version="0.1.0") for r in (0, 1)]
+    records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.02, samples=8, t=T + s * 0.03, data_s=0.014, loss=1.0)
+                for s in range(1, 101) for r in (0, 1)]  # fmt: skip
+    path.write_bytes(schema.encode_json_lines(records))
+    rep = build_report(str(path))
+    assert rep["data_loading"]["no_dataloader"] and not rep["data_loading"]["input_bound"]
+    line = [x for x in render_text(rep).splitlines() if x.startswith("between steps")]
+    assert line == ["between steps      70% of the ranks' step time: no torch DataLoader gave the steps their batches: the script's own "
+                    "work between steps (making its batches, logging, evaluating, saving)"], line
+    # A log older than the DataLoader's timing says what it said (its hooks timed none).
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(schema.encode_json_lines([msgspec.structs.replace(m, pardash_version="") if isinstance(m, schema.Hello) else m for m in records]))
+    assert build_report(str(old))["data_loading"]["input_bound"]
