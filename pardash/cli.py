@@ -870,7 +870,7 @@ def cmd_replay(ns: argparse.Namespace) -> int:
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
-    from pardash.telemetry.compare import render_bench_markdown, render_bench_text
+    from pardash.telemetry.bench_table import render_bench_markdown, render_bench_text
     from pardash.trainer import config as train_config
     from pardash.trainer.bench import BenchConfig, run_bench
     from pardash.trainer.launcher import LaunchError

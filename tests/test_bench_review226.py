@@ -131,7 +131,7 @@ def test_a_fault_on_a_rank_single_lacks_says_it_goes_to_every_strategy(fault):
 
 def test_a_strategy_stopped_with_ctrl_c_reads_stopped_in_the_table_not_failed():
     # Its row read "failed (exit code 130, after 2 steps)": the strategy blamed for the user's stop.
-    from pardash.telemetry.compare import bench_cells
+    from pardash.telemetry.bench_table import bench_cells
 
     row = {"strategy": "ddp", "ranks": 2, "samples_per_s": None, "steps": 2, "code": 130, "stopped": "by you"}
     assert bench_cells(row)[:3] == ["ddp", "2", "stopped by you, after 2 steps"]

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from helpers import pardash_env
-from pardash.telemetry.compare import render_bench_markdown, strategy_rows
+from pardash.telemetry.bench_table import render_bench_markdown, strategy_rows
 from pardash.telemetry.report import build_report
 from pardash.trainer.bench import BenchConfig, plan
 from pardash.trainer.config import TrainConfig
@@ -436,7 +436,7 @@ def test_the_benchs_step_and_phase_times_are_of_the_steps_after_the_warm_up(tmp_
     # after the warm-up 10.6 at the median). 50 steps: the first 10 slow (the warm-up left out),
     # then 21 of 10 ms and 19 of 20 ms, half of each in data loading.
     from pardash.telemetry import schema
-    from pardash.telemetry.compare import steady_figures
+    from pardash.telemetry.bench_table import steady_figures
 
     log = tmp_path / "warm.jsonl"
     lines = [schema.Hello(rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=999.0, run="r") for r in (0, 1)]
@@ -460,7 +460,7 @@ def test_the_bench_shows_the_spread_of_each_strategys_steps(tmp_path):
     # "scaling 307%" and, run again, "859%"). A run whose every fifth step is 10x slower: its
     # median is the fast steps', its p90 the slow ones'.
     from pardash.telemetry import schema
-    from pardash.telemetry.compare import render_bench_text, steady_figures
+    from pardash.telemetry.bench_table import render_bench_text, steady_figures
 
     log = tmp_path / "spread.jsonl"
     lines = [schema.Hello(rank=r, seq=0, world_size=2, pid=10 + r, strategy="ddp", t=999.0, run="r") for r in (0, 1)]

@@ -13,7 +13,7 @@ import pytest
 
 from pardash.telemetry import printer as printer_mod
 from pardash.telemetry import schema
-from pardash.telemetry.compare import render_bench_markdown, render_bench_text, strategy_rows
+from pardash.telemetry.bench_table import render_bench_markdown, render_bench_text, strategy_rows
 from pardash.telemetry.printer import ProgressPrinter, outcome_line
 from pardash.telemetry.report import build_report, render_markdown, render_text
 from pardash.telemetry.state import RunState

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from pardash.telemetry import registry
-from pardash.telemetry.compare import strategy_rows
+from pardash.telemetry.bench_table import strategy_rows
 from pardash.telemetry.report import build_report
 
 from .config import STRATEGIES, TrainConfig, check_checkpoint_dir
