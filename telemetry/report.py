@@ -43,6 +43,7 @@ What the report answers, beyond the per-rank table:
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import re
 import statistics
@@ -268,6 +269,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     rss_peak: dict[int, int] = {}
     """rank -> its process's RSS high-water mark (System.rss_peak_bytes)."""
     arrivals = StepWaits()
+    long_steps: dict[tuple[int, int], tuple[float | None, float | None]] = {}
+    """(rank, step) -> its data and DataLoader seconds, of steps whose own work took HOLD_MIN_S or
+    more (at most HOLD_KEPT): the steps one rank may have held the others (see _holds)."""
     timeline = Timeline()
     """The run in about ten parts of its steps, for ``timeline`` (telemetry/timeline.py)."""
     stragglers: list[dict] = []
@@ -442,6 +446,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             # (what the others waited for a straggler each step: its self-time lead, or where it
             # is larger their comm wait beyond its own, as the verdict's cost; see StepWaits)
             arrivals.see(msg.step, msg.rank, msg.self_s, msg.comm_s)
+            if msg.self_s is not None and msg.self_s >= HOLD_MIN_S and len(long_steps) < HOLD_KEPT:
+                long_steps[(msg.rank, msg.step)] = (msg.data_s, msg.loader_s)
             mem = msg.mem
             if mem is not None:
                 if mem.cuda_peak_bytes is not None:
@@ -686,6 +692,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     # the job's, and only "refused by the hub 66 connection attempt(s)" hinted why.
     unheard = sorted(set(range(world)) - set(state.ranks)) if ranks else []
     median_step = _median([r["median_step_s"] for r in ranks])
+    holds = _holds(arrivals, long_steps, median_step, train_s, stragglers)
     failure = failure_summary(state)
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
@@ -788,6 +795,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "timeline": parts,
         "ranks": ranks,
         "stragglers": stragglers,
+        # A rank that now and then held the others far past a step (rank 0 saving and uploading
+        # every 50 steps): no straggler step after step, named nowhere (review 314).
+        "holds": holds,
         # Data-loading verdicts that moved from one rank to another, where every rank's loader
         # took alike time: the job is data-bound, no rank's loader slower (None: not so).
         "data_bound": _data_bound(stragglers, data_and_step, epoch_starts),
@@ -1261,6 +1271,52 @@ def _at_epoch_starts(stalls: list[dict], epoch_starts: dict[int, int]) -> None:
 INPUT_BOUND_SHARE = DATA_BOUND_SHARE
 """The share of its step time every rank spends loading data for the job to read as
 input-bound (the report's ``data loading`` line)."""
+
+
+HOLD_MIN_S = 0.25
+"""The least a rank's lead over the others at one step for it to have held them (see _holds)."""
+HOLD_FACTOR = 5.0
+"""...and the least, in the run's median steps."""
+HOLD_KEPT = 10_000
+"""Steps of long own work the report keeps the phases of (a straggler of 1 s steps: each)."""
+
+
+def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, train_s: float, stragglers: list[dict]) -> list[dict]:
+    """Ranks that now and then held the others far past a step: at a step, a lead over the
+    others of HOLD_MIN_S and HOLD_FACTOR median steps or more (StepWaits.gap, as a straggler's
+    cost), outside that rank's straggler episodes. By rank: {rank, count, steps (the first 20),
+    every (steps between them, where alike), each_s (their median lead), total_s, share_of_train,
+    where (its data phase's: "own work" out of its DataLoader, "dataloader", "data" where no
+    DataLoader was timed; else "step", the step's own work)}."""
+    bar = max(HOLD_MIN_S, HOLD_FACTOR * (median_step or 0.0))
+    episodes: dict[int, list[tuple[int, float]]] = {}
+    for ep in stragglers:
+        episodes.setdefault(ep["rank"], []).append((ep["since_step"], ep["cleared_step"] if ep["cleared_step"] is not None else math.inf))
+    by_rank: dict[int, list[tuple[int, float, float | None, float | None]]] = {}
+    for (rank, step), (data_s, loader_s) in sorted(long_steps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if any(lo <= step <= hi for lo, hi in episodes.get(rank, ())):
+            continue
+        lead = arrivals.gap(step, rank)
+        if lead is not None and lead >= bar:
+            by_rank.setdefault(rank, []).append((step, lead, data_s, loader_s))
+    out = []
+    for rank, held in sorted(by_rank.items()):
+        steps = [s for s, *_ in held]
+        gaps = {b - a for a, b in zip(steps, steps[1:])}
+        leads = sorted(g for _, g, _, _ in held)
+        data = [(d or 0.0, ld) for _, g, d, ld in held]
+        in_data = sum(d for d, _ in data) >= sum(leads) / 2
+        if not in_data:
+            where = "step"
+        elif all(ld is None for _, ld in data):
+            where = "data"
+        else:
+            where = "dataloader" if sum(ld or 0.0 for _, ld in data) >= sum(d for d, _ in data) / 2 else "own work"
+        total = sum(leads)
+        out.append({"rank": rank, "count": len(held), "steps": steps[:20], "every": gaps.pop() if len(gaps) == 1 else None,
+                    "each_s": leads[len(leads) // 2], "total_s": total, "share_of_train": total / train_s if train_s > 0 else None,
+                    "where": where})  # fmt: skip
+    return out
 
 
 def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float] | None = None, *, no_dataloader: bool = False) -> dict | None:

@@ -705,6 +705,29 @@ def straggler_lines(rep: dict) -> list[str]:
     return out
 
 
+HOLD_WHERE = {
+    "own work": "in its own code between steps (not its DataLoader)",
+    "dataloader": "in its DataLoader",
+    "data": "between steps (loading data or its own work)",
+    "step": "in its step's own work",
+}
+
+
+def hold_lines(rep: dict) -> list[str]:
+    """``held up: rank 0 held the others 4 times, at steps 51, 101, 151, 201 (every 50 steps), 1.02 s
+    each, 4.07 s in all (59.8% of training), in its own code between steps (not its DataLoader)``:
+    a rank that now and then held the others far past a step (report._holds)."""
+    out = []
+    for h in rep.get("holds") or ():
+        steps = ", ".join(map(str, h["steps"])) + (f" and {h['count'] - len(h['steps'])} more" if h["count"] > len(h["steps"]) else "")
+        times = "once" if h["count"] == 1 else f"{h['count']} times"
+        every = f" (every {h['every']} steps)" if h.get("every") else ""
+        each = f"{h['each_s']:.2f} s" + ("" if h["count"] == 1 else " each")
+        out.append(f"held up: rank {h['rank']} held the others {times}, at step{'s' if h['count'] != 1 else ''} {steps}{every}, {each}, "
+                   f"{_total_text(h['total_s'])} in all ({_pct(h['share_of_train'])} of training), {HOLD_WHERE.get(h['where'], '')}")  # fmt: skip
+    return out
+
+
 def data_bound_line(rep: dict) -> str | None:
     """One line where the data-loading verdict moved between ranks whose loaders all took alike
     time (report._data_bound): two ranks each named for a while in a 2-rank job, as if each in
@@ -981,6 +1004,8 @@ def render_text(rep: dict, width: int = 10_000, all_ranks: bool = False) -> str:
         con.print(f"  {line}")
     if data_bound_line(rep):
         con.print(f"  {data_bound_line(rep)}")
+    for line in hold_lines(rep):
+        con.print(line)
     con.print("stalls:" + ("" if rep["stalls"] else " none"))
     for line in stall_lines(rep):
         con.print(f"  {line}")
@@ -1204,6 +1229,8 @@ def render_markdown(rep: dict, all_ranks: bool = False) -> str:
     if data_bound_line(rep):
         line = md_text(data_bound_line(rep))
         out += ["", line[0].upper() + line[1:]]
+    if hold_lines(rep):
+        out += ["", *(f"- {md_text(line[0].upper() + line[1:])}" for line in hold_lines(rep))]
     out += ["", "## Stalls and exits", ""]
     lines = stall_lines(rep) + exit_lines(rep)
     # (After a torchrun restart, the exits listed are the last attempt's: the earlier failure

@@ -5,6 +5,7 @@ loading said so nowhere; its medians hid the epochs' DataLoader start-ups, 88% o
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from pardash.telemetry import schema
 from pardash.telemetry.report import build_report, render_markdown, render_text
@@ -158,3 +159,29 @@ def test_a_scripts_steps_none_of_which_came_from_a_dataloader_are_its_own_work(t
     old = tmp_path / "old.jsonl"
     old.write_bytes(schema.encode_json_lines([msgspec.structs.replace(m, pardash_version="") if isinstance(m, schema.Hello) else m for m in records]))
     assert build_report(str(old))["data_loading"]["input_bound"]
+
+
+def test_a_rank_that_now_and_then_holds_the_others_is_said(tmp_path):
+    # Review 314: rank 0 slept 1 s after its checkpoint every 50 steps, the others waiting in their
+    # all-reduce: no straggler step after step, named nowhere; the report said "stragglers: none".
+    path = tmp_path / "holds.jsonl"
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, strategy="ddp", t=T, source="auto", pardash_version="0.1.0") for r in (0, 1)]
+    t = T
+    for s in range(1, 201):
+        held = s % 50 == 1 and s > 1
+        t += 1.02 if held else 0.02
+        for r in (0, 1):
+            own = 1.0 if held and r == 0 else 0.01
+            records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=1.02 if held else 0.02,
+                                       data_s=own - 0.005, loader_s=0.0005, self_s=own, comm_s=1.01 if held and r == 1 else 0.005))  # fmt: skip
+    path.write_bytes(schema.encode_json_lines(records))
+    rep = build_report(str(path))
+    (hold,) = rep["holds"]
+    assert (hold["rank"], hold["count"], hold["steps"], hold["every"], hold["where"]) == (0, 3, [51, 101, 151], 50, "own work")
+    assert hold["total_s"] == pytest.approx(3.0, abs=0.1)
+    line = [x for x in render_text(rep).splitlines() if x.startswith("held up")]
+    assert line == ["held up: rank 0 held the others 3 times, at steps 51, 101, 151 (every 50 steps), 1.01 s each, 3.02 s in all "
+                    f"({hold['share_of_train'] * 100:.1f}% of training), in its own code between steps (not its DataLoader)"], line
+    assert "- Held up: rank 0 held the others 3 times" in render_markdown(rep)
+    # A run whose steps are all alike holds nobody.
+    assert build_report(_log(tmp_path, {0: 0.013, 1: 0.015}))["holds"] == []
