@@ -520,6 +520,33 @@ HUB_LOST_WARNING = ("; if so, the ranks here wait for it in their next collectiv
 """What the warning that node 0's hub is unreachable says after :func:`hub_lost_words`."""
 
 
+BETWEEN_STEPS_SAID = 0.5
+"""The ranks' median share of their step time between steps (data_s) from which a launch's last
+line says it."""
+
+
+def between_steps_said(st) -> str:
+    """"each step 76% between steps (...)" where the ranks spent half their steps or more between
+    them over their last history points (their median); '' otherwise. A job input-bound, or whose
+    logging took three quarters of each step, ended on "pardash: done, 2 rank(s), step 200", only
+    the report saying it (review 314)."""
+    shares = []
+    for r in st.ranks.values():
+        h = r.history
+        data, step = h["data_s"].values(), h["step_s"].values()
+        pairs = [(d, s) for d, s in zip(data, step) if math.isfinite(d) and math.isfinite(s)]
+        total = sum(s for _, s in pairs)
+        if total > 0:
+            shares.append(sum(d for d, _ in pairs) / total)
+    if not shares:
+        return ""
+    shares.sort()
+    share = shares[len(shares) // 2]
+    if share < BETWEEN_STEPS_SAID:
+        return ""
+    return f"each step {share * 100:.0f}% between steps (loading data or the script's own work: `pardash report` tells them apart)"
+
+
 def loss_figure(st) -> str:
     """"loss med 0.4123": the median over the ranks of each one's newest step's loss, the figure
     the loss chart draws ('' while no rank has given a finite one; "loss 0.4123" of one rank).
@@ -1076,6 +1103,8 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
             # (the TUI said it as the run ended; a headless launch's last line, what a CI job's
             # log is read by, said only "done")
             said += f"; {slow}"
+        if between := between_steps_said(st):
+            said += f"; {between}"
         return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{seen}{said}, {log}{kept}"
     if result.get("stopped"):
         # A rank that failed of itself (its own error, or a signal not the stop's) before the

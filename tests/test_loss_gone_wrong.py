@@ -317,3 +317,24 @@ def test_warnings_are_in_step_order_within_each_of_torchruns_attempts(tmp_path):
     said = [w["message"] for w in rep["warnings"] if "attempt" in w["message"]]
     assert said == ["first attempt's warning at step 120", "second attempt's warning at step 118"], rep["warnings"]
     assert all("attempt" not in w and "_at" not in w for w in rep["warnings"])
+
+
+def test_a_launchs_last_line_says_a_job_that_spent_most_of_each_step_between_steps():
+    # Review 314: a job input-bound, or whose logging took three quarters of each step, ended on
+    # "pardash: done, 2 rank(s), step 200": only the report said it.
+    from pardash.telemetry.printer import between_steps_said
+    from pardash.telemetry.state import RunState
+
+    def state(data_s: float) -> RunState:
+        st = RunState(run_id="b")
+        for r in (0, 1):
+            st.apply(schema.Hello(run="b", rank=r, world_size=2, seq=0, t=1.0), 0.0)
+        for s in range(1, 21):
+            steps = [schema.Step(run="b", rank=r, step=s, seq=s, step_s=0.04, data_s=data_s, t=1.0 + s) for r in (0, 1)]
+            for m in steps:
+                st.apply(m, 0.0)
+            st.commit_history(steps)
+        return st
+
+    assert between_steps_said(state(0.03)) == "each step 75% between steps (loading data or the script's own work: `pardash report` tells them apart)"
+    assert between_steps_said(state(0.004)) == ""
