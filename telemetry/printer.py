@@ -5,6 +5,7 @@ a plain line every few seconds otherwise (logs, CI, pipes: the format tests pars
 from __future__ import annotations
 
 import math
+import statistics
 import os
 import re
 import signal
@@ -522,7 +523,9 @@ HUB_LOST_WARNING = ("; if so, the ranks here wait for it in their next collectiv
 
 BETWEEN_STEPS_SAID = 0.5
 """The ranks' median share of their step time between steps (data_s) from which a launch's last
-line says it."""
+line says it..."""
+BETWEEN_STEPS_MIN_S = 0.005
+"""...where that is this long a step or more."""
 
 
 def between_steps_said(st) -> str:
@@ -530,19 +533,24 @@ def between_steps_said(st) -> str:
     them over their last history points (their median); '' otherwise. A job input-bound, or whose
     logging took three quarters of each step, ended on "pardash: done, 2 rank(s), step 200", only
     the report saying it (review 314)."""
-    shares = []
+    shares, each = [], []
     for r in st.ranks.values():
         h = r.history
         data, step = h["data_s"].values(), h["step_s"].values()
-        pairs = [(d, s) for d, s in zip(data, step) if math.isfinite(d) and math.isfinite(s)]
-        total = sum(s for _, s in pairs)
-        if total > 0:
-            shares.append(sum(d for d, _ in pairs) / total)
+        # (each step's share, their median: a first step that held a script's work before its
+        # training, 30 passes of gradient statistics, is one step, not most of the run's time)
+        pairs = sorted((d / s, d) for d, s in zip(data, step) if math.isfinite(d) and math.isfinite(s) and s > 0)
+        if pairs:
+            shares.append(pairs[len(pairs) // 2][0])
+            each.append(statistics.median(d for _, d in pairs))
     if not shares:
         return ""
     shares.sort()
+    each.sort()
     share = shares[len(shares) // 2]
-    if share < BETWEEN_STEPS_SAID:
+    if share < BETWEEN_STEPS_SAID or each[len(each) // 2] < BETWEEN_STEPS_MIN_S:
+        # (a small model's steps of a millisecond spend half of it in the loop's own Python:
+        # nothing to act on, and every such run said it)
         return ""
     return f"each step {share * 100:.0f}% between steps (loading data or the script's own work: `pardash report` tells them apart)"
 
