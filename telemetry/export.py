@@ -833,11 +833,19 @@ def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks:
     in_log: set[int] = set()
     others: set[int] = set()
     seqs = RunState(track_seq=True)
+    seen = SimpleNamespace(in_log=in_log, closed=False, end_note=None, seqs=seqs, runs=set())
+    """What _ends_early asks of an export (a log without its end is said, as the report says it)."""
     try:
         for msg in read_log(log_path, stats, progress):
-            seqs.apply(msg, 0.0)
             if msg.rank < 0:
+                seen.end_note = msg if isinstance(msg, schema.Event) else None
+                if seen.end_note is not None and msg.name == "hub" and msg.message.startswith("hub stopped"):
+                    seen.closed = True
                 continue
+            seen.closed, seen.end_note = False, None
+            seqs.apply(msg, 0.0)
+            if msg.run:
+                seen.runs.add(msg.run)
             in_log.add(msg.rank)
             if type(msg) is schema.Step:
                 if ranks is not None and msg.rank not in ranks:
@@ -904,7 +912,8 @@ def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks:
         "gzip_damage": {"how": stats.gzip_damage, "after_line": stats.lines} if stats.gzip_damage else None,
         **({"runs": sorted(runs)} if len(runs) > 1 else {}),
         "live_run": going["run_id"] if going else None,
-        "log_ends_early": None,
+        # (a log whose hub was killed: the export is of the steps it holds, as the TensorBoard one says)
+        "log_ends_early": _ends_early(log_path, seen, stats),  # type: ignore[arg-type]
     }
 
 

@@ -101,3 +101,19 @@ def test_steps_run_again_after_a_restart_are_told_apart_and_the_dataloaders_time
     with open(tmp_path / "d.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
     assert (float(row["time/data_s"]), float(row["time/loader_s"])) == (0.03, 0.001)
+
+
+def test_a_csv_of_a_log_without_its_end_says_so_as_the_tensorboard_export_does(tmp_path):
+    # Its hub killed before the ranks ended: the TensorBoard export said "ends early", the CSV's
+    # said nothing, read as the whole run.
+    from pardash.telemetry.export import export_tensorboard
+
+    lines = (DATA / "real_ddp2.jsonl").read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines[:20]))
+    res = export_csv(str(cut), str(tmp_path / "cut.csv"))
+    tb = export_tensorboard(str(cut), str(tmp_path / "tb"))
+    assert res["log_ends_early"] == tb["log_ends_early"] and res["log_ends_early"]["running"] == 2
+    p = _cli(str(cut), "--csv", "cut2.csv", cwd=tmp_path)
+    assert p.returncode == 0 and f"pardash: warning: {cut} ends early" in p.stderr, p.stderr
+    assert export_csv(str(DATA / "real_ddp2.jsonl"), str(tmp_path / "whole.csv"))["log_ends_early"] is None
