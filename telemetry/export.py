@@ -395,12 +395,8 @@ class _Export:
 
     def add(self, msg: schema.Message) -> None:
         rank = msg.rank
-        if rank < 0:
-            self.end_note = msg if isinstance(msg, schema.Event) else None
-            if self.end_note is not None and msg.name == "hub" and msg.message.startswith("hub stopped"):
-                self.closed = True
+        if _log_end(self, msg):
             return  # the hub's own records: no rank's run
-        self.closed, self.end_note = False, None
         self.seqs.apply(msg, 0.0)
         self.in_log.add(rank)
         if self.ranks is not None and rank not in self.ranks:
@@ -837,12 +833,8 @@ def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks:
     """What _ends_early asks of an export (a log without its end is said, as the report says it)."""
     try:
         for msg in read_log(log_path, stats, progress):
-            if msg.rank < 0:
-                seen.end_note = msg if isinstance(msg, schema.Event) else None
-                if seen.end_note is not None and msg.name == "hub" and msg.message.startswith("hub stopped"):
-                    seen.closed = True
+            if _log_end(seen, msg):
                 continue
-            seen.closed, seen.end_note = False, None
             seqs.apply(msg, 0.0)
             if msg.run:
                 seen.runs.add(msg.run)
@@ -915,6 +907,19 @@ def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks:
         # (a log whose hub was killed: the export is of the steps it holds, as the TensorBoard one says)
         "log_ends_early": _ends_early(log_path, seen, stats),  # type: ignore[arg-type]
     }
+
+
+def _log_end(seen, msg: schema.Message) -> bool:
+    """Keep ``seen.closed`` and ``seen.end_note`` (what :func:`_ends_early` asks) as ``msg`` is
+    read: a hub's note after the ranks' last record, its "hub stopped" the log's end; a rank's
+    record after it, no end yet. True where ``msg`` is the hub's own (no rank's)."""
+    if msg.rank < 0:
+        seen.end_note = msg if isinstance(msg, schema.Event) else None
+        if seen.end_note is not None and msg.name == "hub" and msg.message.startswith("hub stopped"):
+            seen.closed = True
+        return True
+    seen.closed, seen.end_note = False, None
+    return False
 
 
 def _ends_early(log_path: str, export: _Export, stats: LogReadStats) -> dict | None:
