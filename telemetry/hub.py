@@ -21,6 +21,7 @@ import argparse
 import fcntl
 import json
 import os
+import random
 import shlex
 import signal
 import stat
@@ -63,6 +64,29 @@ def _bind(sock: zmq.Socket, host: str, port: int) -> str:
     else:
         sock.bind(f"tcp://{host}:*")
     return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+"""The ports Linux gives a connecting socket as its own (its source port)."""
+QUIET_PORTS_LEAST = 256
+"""The fewest ports above the ephemeral range worth choosing from (fewer: any free port)."""
+
+
+def quiet_ports(path: str = EPHEMERAL_RANGE) -> range | None:
+    """Ingest ports for a hub that chooses its own (PORT, PORT+1, PORT+2 all in it): those above
+    the kernel's ephemeral range, where no connecting socket takes its source port. A hub's
+    free port in that range could become a viewer's or a rank's own: one left reconnecting every
+    0.1 s to a hub that went walks the range's source ports in about 25 minutes, and a DEALER
+    or PUSH that draws the hub's port connects to itself (TCP's simultaneous open) and holds
+    it, so the hub restarted there cannot bind. None where the range leaves too few above it
+    (or is not Linux's to read)."""
+    try:
+        with open(path) as f:
+            top = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    quiet = range(top + 1, 65535 - 2 + 1)
+    return quiet if len(quiet) >= QUIET_PORTS_LEAST else None
 
 
 class Hub:
@@ -268,9 +292,17 @@ class Hub:
 
     def _bind_consecutive(self, host: str, tries: int = 50) -> None:
         # Three consecutive ports, so `attach tcp://HOST:PORT` (the ingest port that ranks
-        # know) finds updates at PORT+1 and snapshots at PORT+2.
-        for _ in range(tries):
-            self.ingest_endpoint = _bind(self.ingest, host, 0)
+        # know) finds updates at PORT+1 and snapshots at PORT+2; above the kernel's ephemeral
+        # range where it leaves room (quiet_ports), else any free ones.
+        quiet = quiet_ports()
+        for i in range(tries):
+            if quiet is not None and i < tries // 2:
+                try:
+                    self.ingest_endpoint = _bind(self.ingest, host, random.choice(quiet))
+                except zmq.ZMQError:
+                    continue
+            else:
+                self.ingest_endpoint = _bind(self.ingest, host, 0)
             port = int(self.ingest_endpoint.rsplit(":", 1)[1])
             try:
                 self.updates_endpoint = _bind(self.updates, host, port + 1)
