@@ -59,7 +59,7 @@ from .cliargs import TEXTFILE_EVERY_S, textfile_name  # (where its flag is made:
 from .hubcore import REJECT_REASONS
 from .security import metrics_refusal
 from .state import EXITED, STARTING, STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
-from .summary import expected_state_bytes, samples_per_s
+from .summary import expected_state_bytes, is_own_work, samples_per_s
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import schema
@@ -96,9 +96,17 @@ RANKS_HELP = (
 )
 """``pardash_ranks``'s HELP: what each state means, so an alert on ``exited`` knows what it fires on."""
 
-STRAGGLER_CAUSES = ("data", "compute", "gpu", "host")
-"""The causes a straggler verdict names (stragglers.py): each has its counter series from the
-start, so ``increase()`` sees a run's first verdict (a series that appears with it does not)."""
+STRAGGLER_CAUSES = ("data", "own_work", "compute", "gpu", "host")
+"""The causes of a straggler as the ``cause`` label says them: a verdict's (stragglers.py), or
+"own_work" for a data straggler slow in its own work between steps, not its DataLoader
+(summary.is_own_work; the TUI, the launch's last line and the report say it so: a Grafana panel
+read "data" of a script that logged for 30 ms after each step). Each has its counter series
+from the start, so ``increase()`` sees a run's first verdict (a series that appears with it does not)."""
+
+
+def cause_label(cause: str | None, message: str | None) -> str:
+    """A straggler verdict's ``cause`` label (STRAGGLER_CAUSES)."""
+    return "own_work" if is_own_work(cause, message) else cause or "unknown"
 
 
 class MetricsError(Exception):
@@ -291,7 +299,7 @@ class HubCollector:
             # and a stalled or silent one is that first (the whole job waits, not for a pace).
             if v is not None and r.status == STRAGGLER:
                 n_strag += 1
-                strag.add_metric([str(r.rank), v.cause or "unknown"], v.cost_s or 0.0)
+                strag.add_metric([str(r.rank), cause_label(v.cause, v.message)], v.cost_s or 0.0)
         yield gauge("pardash_stragglers", "Ranks judged stragglers now.", n_strag)
         yield strag
         verdicts = CounterMetricFamily(
@@ -366,6 +374,9 @@ class HubCollector:
         step_s = GaugeMetricFamily("pardash_rank_step_seconds", "Wall time of the rank's latest step.", labels=["rank"])
         self_s = GaugeMetricFamily("pardash_rank_self_seconds", "Self time of the rank's latest step.", labels=["rank"])
         phase = GaugeMetricFamily("pardash_rank_phase_seconds", PHASE_HELP, labels=["rank", "phase"])
+        loader = GaugeMetricFamily("pardash_rank_loader_seconds", "The part of the rank's latest step's data phase spent in its DataLoader "
+                                   "(a script's zero-code hooks time it): the rest of phase=\"data\" is the script's own work between steps.",
+                                   labels=["rank"])  # fmt: skip
         loss = GaugeMetricFamily("pardash_rank_loss", "Loss of the rank's latest step; NaN, +Inf or -Inf while it is not finite.", labels=["rank"])
         held = GaugeMetricFamily("pardash_rank_held_bytes", "Memory the rank holds for training: its model state plus DDP's gradient buckets.", labels=["rank"])
         device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS).", labels=["rank"])
@@ -398,6 +409,8 @@ class HubCollector:
                 v = getattr(s, f"{p}_s")
                 if v is not None:
                     phase.add_metric([lab, p], v)
+            if s.loader_s is not None:
+                loader.add_metric([lab], s.loader_s)
             x = loss_now(r, s)
             if x is not None:
                 loss.add_metric([lab], x)
@@ -411,7 +424,7 @@ class HubCollector:
                 held.add_metric([lab], h)
             if d is not None:
                 device.add_metric([lab], d)
-        yield from (step, step_s, self_s, phase, loss, held, device, state, lost, metric, own)
+        yield from (step, step_s, self_s, phase, loader, loss, held, device, state, lost, metric, own)
 
 
 def _bounded_server(addr: str, port: int, *, read_timeout_s: float, max_connections: int):

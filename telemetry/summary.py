@@ -293,11 +293,19 @@ def straggler_cause(cause: str | None, message: str | None) -> str:
     the hub found slow in its own work between steps (not its DataLoader: its verdict's words,
     stragglers.OWN_WORK), "own work between steps": the launch's last line and the report read
     "rank 1 was a straggler (data)" where the verdict said its DataLoader was not it (review 308)."""
+    return OWN_WORK_CAUSE if is_own_work(cause, message) else cause or "cause unknown"
+
+
+OWN_WORK_CAUSE = "own work between steps"
+"""How a data straggler slow in its own work between steps (:func:`is_own_work`) is said."""
+
+
+def is_own_work(cause: str | None, message: str | None) -> bool:
+    """Whether a straggler verdict's cause (``cause``, its ``message``) is the rank's own work
+    between steps: a data straggler whose DataLoader the hub found was not it."""
     from .stragglers import OWN_WORK
 
-    if cause == "data" and OWN_WORK in (message or ""):
-        return "own work between steps"
-    return cause or "cause unknown"
+    return cause == "data" and OWN_WORK in (message or "")
 
 
 def straggled_text(r) -> str:
