@@ -11,7 +11,7 @@ import signal
 from . import schema
 from .analysis import BETWEEN_STEPS_WORDS, hang_causes, stall_phase, whole_hang
 from .state import BETWEEN_STEPS, STOPPED_CODES, between_steps, run_again, torchrun_restart
-from .summary import is_pipeline, is_sharded, ranks_named
+from .summary import is_pipeline, is_sharded, ranks_named, total_steps
 
 
 # Errors a rank raises because another rank died (its peer's socket closed under it).
@@ -594,3 +594,66 @@ def signal_name(code: int | None) -> str | None:
         return signal.Signals(-code).name
     except ValueError:
         return None
+
+
+STEP_PHASES = ("forward", "backward", "optimizer", "comm", "sync")
+"""Phases a rank's heartbeat names while inside a step (a step's own work or its collectives),
+not between two ("data": the loop's next batch, or its end; a save, an evaluation)."""
+
+_ASK = object()
+
+
+def left_early(st, failure=_ASK) -> dict[int, int | None]:
+    """Rank -> the step it left at, of each rank that left the job early: its script ended well
+    (exit 0) while its peers, who did not finish, trained on past that step (a loop broken on
+    one rank: its peers then wait, or fail, in the collective it never joins). The one test
+    the TUI's grid, header and detail, the headless progress and the report's rank table share,
+    as the alerts and the failure line name it: they read "finished" (□) of the rank the failure
+    line called the root cause. Found from ``failure`` (:func:`failure_summary`'s, worked out
+    here unless given; its ``left_early``: exits 0 before the step a peer's failure came in), or,
+    before any peer failed, from the peers themselves: one not finished that took a step past
+    it, or whose heartbeat says it is inside the step after it (DDP's all-reduce no one joins),
+    or that got as far while the run planned more steps (``total_steps``). Not a rank whose
+    every peer finished too (all reached the end), nor one that did the steps the run planned;
+    a rank at the end of a lockstep run, gone a moment before its peers, is in no step after
+    its own (their heartbeats say "data" once their loop is done)."""
+    ranks = st.ranks
+    done = [r for r in ranks.values() if r.finished and r.exit_code is None]
+    if not done or len(done) == len(ranks):
+        return {}
+    if failure is _ASK:
+        failure = failure_summary(st) if any(r.exit_code is not None for r in ranks.values()) else None
+    out: dict[int, int | None] = {x["rank"]: x["step"] for x in (failure or {}).get("left_early") or ()}
+    peers = [r for r in ranks.values() if not r.finished]
+    total = total_steps(st.hello)
+    steps = None
+    for r in done:
+        if r.rank in out:
+            continue
+        if steps is None:
+            steps = _exit_steps(st)
+        at = steps.get(r.rank, r.step.step if r.step is not None else None)
+        if at is None or (total is not None and at >= total):
+            continue  # (never stepped; or did every step the run planned)
+        if any(_went_on(q, at, total) for q in peers):
+            out[r.rank] = at
+    return out
+
+
+def _exit_steps(st) -> dict[int, int]:
+    """Rank -> the step its own exit 0 said (its last completed), of the ranks that said one."""
+    return {e.rank: e.step for e in st.lifecycle
+            if isinstance(e, schema.Event) and e.name == "exit" and e.rank >= 0 and e.seq >= 0 and not e.code and e.step is not None}  # fmt: skip
+
+
+def _went_on(q, at: int, total: int | None) -> bool:
+    """Whether peer ``q`` (not finished) trained on past step ``at``: took a later step, is
+    inside the step after it (its heartbeat's phase, newer than its last step), or reached it
+    where the run planned more."""
+    last = q.step.step if q.step is not None else None
+    if last is not None and last > at:
+        return True
+    hb = q.heartbeat
+    if hb is not None and hb.phase in STEP_PHASES and hb.step >= at and (last is None or hb.step >= last):
+        return True
+    return total is not None and last is not None and last >= at

@@ -19,10 +19,10 @@ import msgspec
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
 from .client import HUB_QUIET_S, Source
-from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, root_cause, short_error,
-                       signal_name, stop_text)
+from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, left_early, root_cause,
+                       short_error, signal_name, stop_text)
 from .recorder import CONTINUED_AT
-from .state import EXITED, RUNNING, SMOOTH_FIGURES, STARTING, launcher_stopping, run_over, torchrun_restart
+from .state import EXITED, RUNNING, SMOOTH_FIGURES, STARTING, launcher_stopping, run_over, status_of, torchrun_restart
 from .summary import (
     held_spread,
     named_by_step,
@@ -683,10 +683,12 @@ BUSY_STATES = {"checkpoint": "saving", "eval": "evaluating", "resume": "resuming
 is said to be doing: a save of 6 s read "2 running" beside a step that stood still."""
 
 
-def _stopped_or(r) -> str:
+def _stopped_or(r, left: dict[int, int | None]) -> str:
     """The rank's status, but "stopped" for one that exited by a stop (failures.STOPPED_CODES),
-    as the report and Prometheus say it: a Ctrl-C's end read "2 exited", a failure's word."""
-    status = r.status
+    as the report and Prometheus say it: a Ctrl-C's end read "2 exited", a failure's word; and
+    "left early" for one of ``left`` (failures.left_early: "1 exited, 1 finished" of a run whose
+    failure line named the rank that had left the job the root cause)."""
+    status = status_of(r, left)
     return "stopped" if status == EXITED and r.ended_in_stop else status
 
 
@@ -694,8 +696,9 @@ def states_text(st) -> str:
     """How many ranks are in each state ("1 running, 1 saving"): a working rank whose heartbeat
     says it saves, evaluates or loads a checkpoint is said so (see BUSY_STATES)."""
     counts: dict[str, int] = {}
+    left = left_early(st)
     for r in st.ranks.values():
-        status = _stopped_or(r)
+        status = _stopped_or(r, left)
         hb = r.heartbeat
         if status in (RUNNING, STARTING) and hb is not None:
             busy = BUSY_STATES.get(hb.phase)

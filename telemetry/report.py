@@ -56,13 +56,13 @@ from .figures import EXACT as FIGURES_KEPT
 from .figures import Figures
 from .logreader import LogReadStats, Progress, read_log
 from .timeline import Timeline
-from .failures import STOPPED_CODES, failure_summary, recovered_failures, signal_name
+from .failures import STOPPED_CODES, failure_summary, left_early, recovered_failures, signal_name
 from .report_render import PHASES, SHARED_RUN_ID, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
 from .stragglers import StepWaits
-from .state import (EXITED, FINISHED, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes, mem_held_bytes,
-                    mem_state_bytes, run_again, run_over)
+from .state import (EXITED, FINISHED, LEFT_EARLY, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes,
+                    mem_held_bytes, mem_state_bytes, run_again, run_over, status_of)
 from .summary import (
     BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_pipeline, is_sharded, named_by_step, not_sharding_hint, shards_of, total_steps,
 )  # fmt: skip
@@ -627,6 +627,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     full_state = (max(fulls) if is_pipeline(strategy) else int(statistics.median(fulls))) if fulls else None
     expected, expected_basis = expected_state_bytes(full_state, params_count if hello else 0, world, strategy, shards_of(state))
 
+    failure = failure_summary(state)
+    left = left_early(state, failure)
     ranks = []
     for rank in sorted(state.ranks):
         r = state.ranks[rank]
@@ -636,7 +638,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             "rank": rank,
             "host": r.host,
             "device": r.hello.device if r.hello else "",
-            "status": _status(r, closed),
+            "status": _status(r, closed, left),
             "steps": len(step_s.get(rank, ())) - rerun.get(rank, 0),
             "steps_rerun": rerun.get(rank, 0),
             # Steps between its first and last that the log lacks: when messages were lost (a
@@ -693,7 +695,6 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     unheard = sorted(set(range(world)) - set(state.ranks)) if ranks else []
     median_step = _median([r["median_step_s"] for r in ranks])
     holds = _holds(arrivals, long_steps, median_step, train_s, stragglers)
-    failure = failure_summary(state)
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
@@ -809,6 +810,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                                       no_dataloader=bool(hello and hello.source == "auto" and hello.pardash_version and not any(loader_steps.values()))),
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
+        # (only where some did: a rank whose script ended well as its peers trained on, the
+        # rank table's "left early", failures.left_early)
+        **({"left_early": [{"rank": rank, "step": at} for rank, at in sorted(left.items())]} if left else {}),
         "failure": failure,
         # Each time a rank's loss stopped being finite, by step then rank: {rank, value ("nan",
         # "inf", "-inf": the first value), step (its first step so), until ("end": so to the
@@ -871,14 +875,15 @@ after another rank failed), as the TUI's alerts and Prometheus's ``state`` say i
 a failure's (a stopped rank read "exited" beside its exits line's "stopped by you")."""
 
 
-def _status(r: RankState, closed: bool) -> str:
+def _status(r: RankState, closed: bool, left: dict[int, int | None] | None = None) -> str:
     """A rank's status at the log's end (``closed``: by its hub's stop line). A rank stalled or
     silent then stays so: that is what became of it, which "no exit" hid, and its episode says
-    it never resumed."""
-    status = r.status
+    it never resumed. One of ``left`` (failures.left_early) "left early": it read "finished"
+    under the failure line that named it the root cause."""
+    status = status_of(r, left or {})
     if status == EXITED and r.ended_in_stop:
         return STOPPED
-    if closed and status not in (FINISHED, EXITED, STALLED, SILENT):
+    if closed and status not in (FINISHED, LEFT_EARLY, EXITED, STALLED, SILENT):
         return NO_EXIT
     return status
 

@@ -858,6 +858,11 @@ def exit_lines(rep: dict) -> list[str]:
     cause first, then in the order of their first rank (a job of 1024 ranks stopped after one
     failed is two lines)."""
     alike: dict[str, list[int]] = {}
+    for x in rep.get("left_early") or ():
+        # A rank that left the job early (exit 0) as its peers trained on: the root cause, first
+        # (the section listed only the rank that failed of it, "failed as a peer had left the job").
+        at = f" at step {x['step']}" if x.get("step") is not None else ""
+        alike.setdefault(f"left the job{at} (exit code 0) while the others trained on - the root cause", []).append(x["rank"])
     first = {"cause": 0, "peer_left": 0, "hung": 0, "stopped_first": 0, "waited": 1}
     for e in sorted(rep["exits"], key=lambda e: first.get(e.get("role") or "", 2)):  # stable: the rest keep their order
         if e["code"] in STOPPED_CODES:

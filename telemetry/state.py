@@ -11,7 +11,7 @@ import re
 import shlex
 import statistics
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from math import inf, nan
 from operator import attrgetter
@@ -263,6 +263,20 @@ STARTING, RUNNING, STRAGGLER, STALLED, SILENT, EXITED, FINISHED = (
     "finished",
 )
 STATUSES = (STARTING, RUNNING, STRAGGLER, STALLED, SILENT, EXITED, FINISHED)
+
+LEFT_EARLY = "left early"
+"""What the TUI, the headless progress and the report call a rank whose script ended well (exit 0)
+while its peers trained on and then broke in the collective it never joined
+(:func:`pardash.telemetry.failures.left_early` decides which): the root cause, which read
+"finished" (□) on the grid, the header and the report's rank table beside the alerts' and the
+failure line's "rank 1 ... left the job at step 20". Not one of :data:`STATUSES`: its
+``RankState.status`` stays ``finished`` (the rank alone cannot tell; its peers do)."""
+
+
+def status_of(r: "RankState", left: Mapping[int, int | None]) -> str:
+    """``r``'s status as every view says it: :data:`LEFT_EARLY` for a rank of ``left`` (what
+    ``failures.left_early`` found), else its own ``status``."""
+    return LEFT_EARLY if left and r.rank in left else r.status
 
 
 @dataclass(slots=True)
