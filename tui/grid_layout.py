@@ -33,6 +33,7 @@ HEAT_GLYPHS = {
     st.STALLED: "◆",
     st.SILENT: "○",
     st.EXITED: "×",
+    st.LEFT_EARLY: "◁",  # (exit 0 as its peers trained on: failures.left_early; □ read as a rank done with the others)
     STOPPING: "◐",  # (a stop began, not ended yet: model.STOPPING; ● running on its way out)
     STOPPED: "▬",  # (exited by a stop, not failing: model.STOPPED)
     st.FINISHED: "□",
@@ -56,6 +57,7 @@ _LEGEND: tuple[tuple[str | None, LegendItem], ...] = (
     ("waiting", (WAITING_GLYPH, "waiting", "waiting")),
     (st.SILENT, (HEAT_GLYPHS[st.SILENT], "silent", "silent")),
     (st.EXITED, (HEAT_GLYPHS[st.EXITED], "exited", "exited")),
+    (st.LEFT_EARLY, (HEAT_GLYPHS[st.LEFT_EARLY], "left", "left early")),
     (STOPPING, (HEAT_GLYPHS[STOPPING], "stopping", "stopping")),
     (STOPPED, (HEAT_GLYPHS[STOPPED], "stopped", "stopped")),
     (st.FINISHED, (HEAT_GLYPHS[st.FINISHED], "finished", "done")),
@@ -63,7 +65,7 @@ _LEGEND: tuple[tuple[str | None, LegendItem], ...] = (
 )
 """The heat map's key. "self +10%" and "+25%": a running rank's self time that far above the
 other ranks' median (amber, red, and a heavier glyph each)."""
-_LEGEND_IF_SEEN = (st.STARTING, "waiting", STOPPING, STOPPED, LOSS_BAD)
+_LEGEND_IF_SEEN = (st.STARTING, "waiting", st.LEFT_EARLY, STOPPING, STOPPED, LOSS_BAD)
 """Entries listed only while some rank draws them ("waiting": a hang's victims)."""
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
+from pardash.telemetry.failures import left_early
 from pardash.telemetry.ring import HISTORY_COLUMNS
 from pardash.telemetry.state import median_small
 from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, wall_step_s
@@ -100,7 +101,7 @@ def is_stopping(r: st.RankState, status: str) -> bool:
     return r.stopping is not None and (status == st.RUNNING or status == st.STARTING)
 
 
-FLAGGED_STATUSES = frozenset({st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED})
+FLAGGED_STATUSES = frozenset({st.STRAGGLER, st.STALLED, st.SILENT, st.EXITED, st.LEFT_EARLY})
 """Statuses that count as flagged (the filter keeps them)."""
 
 SORT_KEYS = ("rank", "step_time", "self_time", "memory", "loss", "status")
@@ -115,6 +116,7 @@ SORT_LABELS = {
 }
 
 _STATUS_ORDER = {
+    st.LEFT_EARLY: -1,  # (the root cause of its peers' failure: before them)
     st.EXITED: 0,
     st.SILENT: 1,
     st.STALLED: 2,
@@ -244,7 +246,7 @@ def _known(values: list[float]) -> list[float]:
 _LIVE = (st.RUNNING, st.STRAGGLER)
 """Statuses whose self time sets the pace (gone ranks are left out of the others' median, and
 stalled ones: their figure is from before the stall, and pointed at a victim)."""
-_GONE = (st.EXITED, st.FINISHED, st.SILENT)
+_GONE = (st.EXITED, st.FINISHED, st.LEFT_EARLY, st.SILENT)
 _NO_RATE = (*_GONE, st.STALLED)
 """Statuses whose last step is no rate of the run's (a stalled rank's moves nothing)."""
 
@@ -570,9 +572,18 @@ class RowBuilder:
         self.flagged = flagged_ranks = []
         exited = running = saving = 0
         RUNNING = st.RUNNING
+        left: dict[int, int | None] | None = None
         for e in self._ranks:
             r = e.r
             status = r.status
+            if status == st.FINISHED:
+                # A rank that left the job early (exit 0 as its peers trained on) reads so, as
+                # the alerts and the failure line name it: it read "finished" (□) beside them.
+                # (Asked once an update, at the first finished rank: never on a running run.)
+                if left is None:
+                    left = left_early(state)
+                if e.rank in left:
+                    status = st.LEFT_EARLY
             hello = r.hello
             if hello is not e.hello:
                 e.hello = hello
@@ -705,8 +716,8 @@ class RowBuilder:
         self._fill_deviation(live)
         stuck = counts.get(st.STALLED, 0) + counts.get(st.SILENT, 0)
         first = cause_rank(state) if exited else None
-        if exited >= 2 or self._exit_marked:
-            self._mark_first_exit(first if exited >= 2 else None)
+        if exited >= 2 or self._exit_marked or (exited and left):
+            self._mark_first_exit(first if exited >= 2 else None, after=bool(exited and left))
         if exited or stuck or self._causes:
             # Hung: every rank alive stalled or silent (a rank stalled in its data loader while
             # the others run waits for nobody, whoever failed elsewhere).
@@ -848,13 +859,15 @@ class RowBuilder:
             changed.update(e.rank for e, mark in zip(touched, before) if self._hang_mark(e) != mark)
         return True
 
-    def _mark_first_exit(self, first: int | None) -> None:
+    def _mark_first_exit(self, first: int | None, after: bool = False) -> None:
         """When several ranks exited (``first``: the root cause, see ``alerts.cause_rank``; None:
-        fewer exited), mark the root cause and the others."""
+        fewer exited), mark the root cause and the others. ``after``: a rank left the job early,
+        the root cause: every exited rank failed after it (its one peer's exit was drawn as a
+        root cause's, beside it)."""
         changed = self.changed
         marked = False
         for e in self._ranks:
-            mark = (e.rank == first) if first is not None and e.status == st.EXITED else None
+            mark = False if after and e.status == st.EXITED else (e.rank == first) if first is not None and e.status == st.EXITED else None
             marked = marked or mark is not None
             if mark != e.exit_first:
                 e.exit_first = mark
@@ -1095,8 +1108,9 @@ def run_totals(state: st.RunState) -> RunTotals:
     slowest: int | None = None
     total = 0.0
     seen = False
+    left = left_early(state) if any(r.finished for r in state.ranks.values()) else {}
     for r in state.ranks.values():
-        status = r.status
+        status = st.status_of(r, left)
         if status == st.EXITED and r.ended_in_stop:
             counted = STOPPED
         elif status == st.RUNNING and is_saving(r, r.step):

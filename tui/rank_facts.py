@@ -200,19 +200,21 @@ def _children_text(s: schema.System) -> str | tuple[str, ...]:
 _GONE_AS = {
     st.EXITED: "at its exit",
     st.FINISHED: "as it finished",
+    st.LEFT_EARLY: "as it left the job",
     st.SILENT: "before it went silent",
 }
 """What a gone rank's last system sample is, by its status (its figures are no longer now)."""
 
 
-def system_staleness(r: RankState, origin: float, now: float) -> tuple[str, str] | None:
+def system_staleness(r: RankState, origin: float, now: float, status: str | None = None) -> tuple[str, str] | None:
     """For a rank that exited, finished or went silent, what its system panel says of its
     figures, which are its last sample's and no longer now (nvitop greys a process that is
     gone): a title ("at its exit") and when the sample was taken on the run's clock and how
     long ago ("last sample 00:10 · 12s ago"). None while the rank is alive (its samples come
-    about once a second) or it sent none."""
+    about once a second) or it sent none. ``status``: the rank's as the grid says it (one that
+    left the job early: ``state.LEFT_EARLY``), default its own."""
     s = r.system
-    gone_as = _GONE_AS.get(r.status)
+    gone_as = _GONE_AS.get(status or r.status)
     if s is None or gone_as is None:
         return None
     when = [f"last sample {fmt_clock(s.t - origin)}"] if s.t and origin else ["last sample"]

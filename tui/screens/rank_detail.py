@@ -15,6 +15,7 @@ from textual.widgets import Static
 
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
+from pardash.telemetry.failures import left_early
 from pardash.telemetry.schema import LOADER_PHASE
 from pardash.telemetry.summary import straggled_text
 
@@ -48,6 +49,7 @@ STATUS_STYLES = {
     st.STALLED: "$text-warning",
     st.SILENT: "$text-error",
     st.EXITED: "$text-error",
+    st.LEFT_EARLY: "$text-error",
     st.STARTING: "$text-muted",
 }
 
@@ -229,7 +231,8 @@ class RankDetailScreen(Screen):
             system = self.query_one("#system", FactList)
             self._set_facts(system, system_facts(r, compact=short))
             # A gone rank's figures are its last sample's: said so, and greyed, not shown as now.
-            stale = system_staleness(r, origin, run_now(self.source))
+            row = self._rows.row(self.rank)
+            stale = system_staleness(r, origin, run_now(self.source), row.status if row is not None else None)
             system.set_class(stale is not None, "-stale")
             title, subtitle = stale if stale is not None else ("", "")
             system.border_title = f"system · {title}" if title else "system"
@@ -400,9 +403,14 @@ class RankDetailScreen(Screen):
             parts.append(("  not seen yet", "$text-muted"))
             return Content.assemble(*parts)
         width = max(20, width)
-        status = r.status
-        label = status if r.exit_code is None else f"exited with code {r.exit_code}"
         row = self._rows.row(self.rank)
+        # (as the grid says it: a rank that left the job early read "finished" here, under the
+        # alert that named it the root cause)
+        status = row.status if row is not None else r.status
+        label = status if r.exit_code is None else f"exited with code {r.exit_code}"
+        if status == st.LEFT_EARLY:
+            at = left_early(state).get(self.rank)
+            label = "left the job early" + (f" at step {at}" if at is not None else "") + " (exit code 0)"
         if status == st.STALLED and row is not None and row.waits_for:
             # A hang's victim, drawn waiting (◇) on the grid: whom it waits for, as the grid
             # and the alerts name it, not only that it is stalled.

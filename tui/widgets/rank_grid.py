@@ -43,7 +43,7 @@ from ..model import LOSS_BAD, LOSS_BAD_STATUSES, SORT_KEYS, STOPPED, STOPPING, R
 from ..styles import component_fg
 
 
-_GONE = (st.EXITED, STOPPED, st.FINISHED, st.SILENT)
+_GONE = (st.EXITED, STOPPED, st.FINISHED, st.LEFT_EARLY, st.SILENT)
 _CURSOR_HEAT = Style(reverse=True, bold=True)
 _CURSOR_ON_REVERSED = Style(reverse=False, bold=True, underline=True)
 """The heat map's cursor over a glyph's style, and over one drawn reversed (an exited rank)."""
@@ -98,6 +98,7 @@ class RankGrid(ScrollView, can_focus=True):
         "rank-grid--silent",
         "rank-grid--exited",
         "rank-grid--exited-after",
+        "rank-grid--left",
         "rank-grid--stopping",
         "rank-grid--stopped",
         "rank-grid--finished",
@@ -142,6 +143,7 @@ class RankGrid(ScrollView, can_focus=True):
     RankGrid > .rank-grid--silent { color: $text-error; }
     RankGrid > .rank-grid--exited { color: $text-error; text-style: bold reverse; }
     RankGrid > .rank-grid--exited-after { color: $text-error 70%; }
+    RankGrid > .rank-grid--left { color: $text-error; text-style: bold reverse; }
     RankGrid > .rank-grid--stopping { color: $text-secondary; }
     RankGrid > .rank-grid--stopped { color: $text-secondary; }
     RankGrid > .rank-grid--finished { color: $text-primary; }
@@ -433,6 +435,8 @@ class RankGrid(ScrollView, can_focus=True):
         (see RowBuilder.heat_key): the cause stands out from its victims."""
         if status == STOPPED:  # (stopped after a failure: no failure of its own, not its colour)
             return self._style("rank-grid--stopped")
+        if status == st.LEFT_EARLY:  # (the root cause of its peers' failure, as an exit that caused theirs)
+            return self._style("rank-grid--left")
         if exit_first is False:
             return self._style("rank-grid--exited-after")
         if hang is True:
@@ -655,6 +659,8 @@ class RankGrid(ScrollView, can_focus=True):
             status_text, status_style = STOPPED, self._status_style(status, exit_first)
         elif status == st.EXITED and row.exit_code is not None:
             status_text, status_style = f"exit {row.exit_code}", self._status_style(status, exit_first)
+        elif status == st.LEFT_EARLY:  # (its step is in the cell's step column; the legend says "left early")
+            status_text, status_style = "left", self._status_style(status, exit_first)
         elif status == STOPPING:  # (a stop began: "running" read as if it went on)
             status_text, status_style = STOPPING, self._style("rank-grid--stopping")
         elif row.not_sharding and status == st.RUNNING:

@@ -36,6 +36,7 @@ STATUS_MARKS = (
     (WAITING, "◇"),  # (stalled, waiting for a hang's cause: as the grid draws and counts it)
     (st.SILENT, "○"),
     (st.EXITED, "×"),
+    (st.LEFT_EARLY, "◁"),  # (exit 0 as its peers trained on, the root cause: as the grid draws and counts it)
     (STOPPING, "◐"),  # (a stop began, not ended yet: as the grid draws and counts it)
     (STOPPED, "▬"),  # (exited by a stop, not failing: as the grid draws and counts it)
     (st.FINISHED, "□"),
@@ -241,15 +242,17 @@ class RunSummary:
             # (the ranks never heard from too: the world size's, where the hub heard fewer)
             unknown = max(self.world_size, sum(counts.values())) - done
             return f"torchrun exited; how {unknown} rank{'s' if unknown != 1 else ''} ended is not known" if unknown else "torchrun exited"
-        exited, stopped = counts.get(st.EXITED, 0), counts.get(STOPPED, 0)
-        if not exited and not stopped:
+        # (a rank that left the job early, the root cause, first: it read "1 rank exited" of a
+        # job whose one other rank had left it)
+        ends = [(n, how) for n, how in ((counts.get(st.LEFT_EARLY, 0), "left early"), (counts.get(st.EXITED, 0), "exited"),
+                                        (counts.get(STOPPED, 0), "stopped")) if n]  # fmt: skip
+        if not ends:
             return "every rank finished"
-        n = exited or stopped
-        how = f"{n} rank{'s' if n != 1 else ''} {'exited' if exited else 'stopped'}"
-        return f"{how}, {stopped} stopped" if exited and stopped else how
+        (n, how), *rest = ends
+        return f"{n} rank{'s' if n != 1 else ''} {how}" + "".join(f", {k} {what}" for k, what in rest)
 
 
-_ENDS = (st.FINISHED, st.EXITED, STOPPED)
+_ENDS = (st.FINISHED, st.LEFT_EARLY, st.EXITED, STOPPED)
 """Statuses of a rank that has ended."""
 
 
@@ -368,6 +371,7 @@ class RunHeader(CachedStyles, Widget):
         "run-header--waiting",
         "run-header--silent",
         "run-header--exited",
+        "run-header--left",
         "run-header--stopping",
         "run-header--stopped",
         "run-header--finished",
@@ -395,6 +399,7 @@ class RunHeader(CachedStyles, Widget):
     RunHeader > .run-header--waiting { color: $text-warning; }
     RunHeader > .run-header--silent { color: $text-error; }
     RunHeader > .run-header--exited { color: $text-error; text-style: bold; }
+    RunHeader > .run-header--left { color: $text-error; text-style: bold; }
     RunHeader > .run-header--stopping { color: $text-secondary; }
     RunHeader > .run-header--stopped { color: $text-secondary; }
     RunHeader > .run-header--finished { color: $text-primary; }
@@ -622,7 +627,7 @@ class RunHeader(CachedStyles, Widget):
             glyph = _GLYPHS[status]
             if marks:
                 marks.append(("  ", None))
-            marks.append((f"{glyph} {n} {status}", self._s(status)))
+            marks.append((f"{glyph} {n} {status}", self._s("left" if status == st.LEFT_EARLY else status)))
         if marks and s.log_ends_early:
             marks.append((f" {s.log_ends_early}", self._s("label")))  # (what they were then, not how they ended)
         elif marks and s.live and s.hub_lost and not s.ended:
