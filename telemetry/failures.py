@@ -624,8 +624,12 @@ def left_early(st, failure=_ASK) -> dict[int, int | None]:
     if failure is _ASK:
         failure = failure_summary(st) if any(r.exit_code is not None for r in ranks.values()) else None
     out: dict[int, int | None] = {x["rank"]: x["step"] for x in (failure or {}).get("left_early") or ()}
-    peers = [r for r in ranks.values() if not r.finished]
     total = total_steps(st.hello)
+    # (the last step any peer not finished went on past: once, not a pass over the peers for
+    # each finished rank, a thousand ranks ending one by one)
+    reach = max((p for q in ranks.values() if not q.finished and (p := _went_on_past(q, total)) is not None), default=None)
+    if reach is None:
+        return out
     steps = None
     for r in done:
         if r.rank in out:
@@ -635,7 +639,7 @@ def left_early(st, failure=_ASK) -> dict[int, int | None]:
         at = steps.get(r.rank, r.step.step if r.step is not None else None)
         if at is None or (total is not None and at >= total):
             continue  # (never stepped; or did every step the run planned)
-        if any(_went_on(q, at, total) for q in peers):
+        if at <= reach:
             out[r.rank] = at
     return out
 
@@ -646,14 +650,14 @@ def _exit_steps(st) -> dict[int, int]:
             if isinstance(e, schema.Event) and e.name == "exit" and e.rank >= 0 and e.seq >= 0 and not e.code and e.step is not None}  # fmt: skip
 
 
-def _went_on(q, at: int, total: int | None) -> bool:
-    """Whether peer ``q`` (not finished) trained on past step ``at``: took a later step, is
-    inside the step after it (its heartbeat's phase, newer than its last step), or reached it
-    where the run planned more."""
+def _went_on_past(q, total: int | None) -> int | None:
+    """The last step peer ``q`` (not finished) trained on past: the one before its last step
+    taken; the step its heartbeat says it is inside the step after (newer than its last step:
+    DDP's all-reduce no one joins), or its last step where the run planned more (``total``: the
+    caller leaves out a rank that did them all). None: none it is known to have."""
     last = q.step.step if q.step is not None else None
-    if last is not None and last > at:
-        return True
+    past = None if last is None else last if total is not None else last - 1
     hb = q.heartbeat
-    if hb is not None and hb.phase in STEP_PHASES and hb.step >= at and (last is None or hb.step >= last):
-        return True
-    return total is not None and last is not None and last >= at
+    if hb is not None and hb.phase in STEP_PHASES and (last is None or hb.step >= last):
+        past = hb.step if past is None else max(past, hb.step)
+    return past
