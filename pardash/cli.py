@@ -392,6 +392,10 @@ def cmd_record_checked(ns: argparse.Namespace) -> int:
     _check_target(ns.target)
     if refusal := _log_folder_refusal("-o", ns.output) or (ns.output and not_a_file(ns.output)):
         fail(refusal)
+    if _names_a_path(ns.target):
+        # A log or run folder, as attach takes them: the live run that records it, else what
+        # reads it ("no live run '/runs/.../telemetry.jsonl'; `pardash ps` lists the live ones").
+        ns.target = _live_run_of(ns.target, "record")
     return cmd_record(ns)
 
 
@@ -600,13 +604,14 @@ def _names_a_path(target: str | None) -> bool:
     return os.sep in target or target.endswith((".jsonl", ".jsonl.gz")) or os.path.exists(target)
 
 
-def _live_run_of(path: str) -> str:
+def _live_run_of(path: str, command: str = "attach") -> str:
     """The id of the live run whose log, or run folder, ``path`` is (registry.serving); where
-    none is, fails in one line that says how its record is read instead (exit 2)."""
+    none is, fails in one line that says how its record is read instead (exit 2). ``command``:
+    the one whose target it is (attach, record)."""
     if why := registry.unusable():
         fail(f"{path}: cannot tell which live run records it: {why}")
     if not os.path.exists(path):
-        fail(f"{path}: no such log or run folder (attach takes a live run's id, log or folder, or a hub's tcp://HOST:PORT; "
+        fail(f"{path}: no such log or run folder ({command} takes a live run's id, log or folder, or a hub's tcp://HOST:PORT; "
              f"`{PROG} ps` lists the live runs)")  # fmt: skip
     found = registry.serving(path)
     if len(found) == 1:

@@ -340,3 +340,36 @@ def test_a_hubs_address_without_tcp_is_taken_as_one():
     attach = subprocess.run([sys.executable, "-m", "pardash", "attach", "--headless", "127.0.0.1:1"],
                             capture_output=True, text=True, env=pardash_env(), timeout=60)  # fmt: skip
     assert attach.returncode == 2 and "nothing answers at tcp://127.0.0.1:1 (asked on its snapshot port" in attach.stderr, attach.stderr
+
+
+@pytest.mark.parametrize("given", ["log", "folder"])
+def test_record_takes_a_live_runs_log_or_folder_as_attach_does(tmp_path, given):
+    # `pardash record runs/<id>/telemetry.jsonl` (the LOG `ps` lists) said "no live run
+    # '.../telemetry.jsonl'; `pardash ps` lists the live ones", of the run ps listed.
+    log, copy = tmp_path / "job" / "telemetry.jsonl", tmp_path / "copy.jsonl"
+    proc, info = hub_alone(log, "path-run")
+    rec = None
+    try:
+        live_ranks(info, "path-run", log, steps=3)
+        rec = _record(str(log if given == "log" else log.parent), "-o", str(copy))
+        wait_for(lambda: _same_so_far(copy, log))
+    finally:
+        _stop_hub(proc)
+        if rec is not None:
+            out, err = rec.communicate(timeout=30)
+    assert rec.returncode == 0, err
+    assert f"run path-run ended; {copy} holds its whole log" in out
+    assert copy.read_bytes() == log.read_bytes()
+
+
+def test_record_of_a_log_no_live_run_records_says_where_it_is_read_instead(tmp_path):
+    log = tmp_path / "old.jsonl"
+    log.write_text('{"kind": "event"}\n')
+    for target, said in ((log, f"{log}: no live run of yours records this log (its run is over, or its hub runs on another machine): "
+                               f"`pardash replay {log}` shows it, `pardash report {log}` sums it up"),
+                         (tmp_path / "gone.jsonl", f"{tmp_path / 'gone.jsonl'}: no such log or run folder (record takes a live run's id, "
+                                                   "log or folder, or a hub's tcp://HOST:PORT; `pardash ps` lists the live runs)")):  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "pardash", "record", str(target)], capture_output=True, text=True, timeout=60,
+                              env=pardash_env())  # fmt: skip
+        assert proc.returncode == 2 and proc.stdout == "", proc
+        assert proc.stderr == f"pardash: error: {said}\n"
