@@ -121,7 +121,16 @@ def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     rate_text = f"{rate:,.0f}" if isinstance(rate, (int, float)) and rate > 0 else "-"
     ranks = progress.get("ranks") if isinstance(progress.get("ranks"), dict) else {}
     held = {s: n for s, n in ranks.items() if s in ("stalled", "silent") and isinstance(n, int) and n > 0}
+    # (of a hang, the stalled ranks that wait for its likely cause, as the TUI draws them: "2
+    # stalled" read of a hang the TUI showed as 1 stalled, 1 waiting)
+    waiting = progress.get("waiting") if isinstance(progress.get("waiting"), int) else 0
+    waiting = min(max(waiting, 0), held.get("stalled", 0))
+    if waiting:
+        held["stalled"] -= waiting
+        held = {s: n for s, n in held.items() if n}
     stuck = f"{sum(held.values())} {next(iter(held)) if len(held) == 1 else 'stuck'}" if held else ""
+    if waiting:
+        stuck = f"{stuck}, {waiting} waiting" if stuck else f"{waiting} waiting"
     if not ranks:
         # No rank has reached the hub (a job still starting; ranks pointed at another port, or
         # refused for their keys): "running" told a user checking that the job was watched that

@@ -149,7 +149,7 @@ def test_a_sharded_runs_forward_and_backward_hold_collectives_and_name_nobody_be
     assert hang_causes([(0, "stalled", 20, "sync"), (1, "stalled", 20, "optimizer")], sharded=True) == {1}
     # What the outputs take it from: the run's strategy (the ranks' hello).
     from pardash.telemetry.printer import hang_text
-    from pardash.tui.alerts import cause_ranks
+    from pardash.telemetry.causes import cause_ranks
 
     for strategy, named in (("fsdp", ""), ("ddp", "likely waiting for rank 1")):
         st = RunState()

@@ -189,7 +189,7 @@ def test_the_report_and_the_grid_name_the_silent_or_stopped_peer_not_the_rank_th
     # The failure line named rank 1 (silent) the likely cause, or rank 1's stop first, while the
     # report's exits said "rank 0 exited with code 1 - the root cause" and the TUI marked rank 0.
     from pardash.telemetry.report import _role
-    from pardash.tui.alerts import cause_rank
+    from pardash.telemetry.causes import cause_rank
 
     core, send = _hub_of_two_nodes()
     send(schema.Event(rank=0, name="error", step=30, message=GLOO), T + 1.72)

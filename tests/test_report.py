@@ -1880,7 +1880,7 @@ def test_a_rank_that_left_early_is_named_behind_its_peers_failure(tmp_path):
     assert "left no exit record" not in f["line"]
     assert "rank 0 exited with code 1 at step 16 - failed as a peer had left the job" in render_text(rep)
     # The TUI names no victim "the root cause" either.
-    from pardash.tui.alerts import cause_rank
+    from pardash.telemetry.causes import cause_rank
 
     st = RunState()
     for m in load_log(log)[0]:
@@ -2484,7 +2484,8 @@ def test_a_collective_that_timed_out_waiting_for_a_stalled_rank_names_that_rank_
     # raised: the root cause, the launcher's last line and the TUI named rank 0, whose error
     # only ended the wait, while the stalls section said rank 1 was likely the cause.
     from pardash.telemetry.printer import outcome_line
-    from pardash.tui.alerts import cause_rank, run_alerts
+    from pardash.telemetry.causes import cause_rank
+    from pardash.tui.alerts import run_alerts
 
     t = 1.0e9
     timeout = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv operation to complete"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, whole_hang, hang_causes, stuck_ranks
+from pardash.telemetry.causes import cause_of, waited_for
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
 from pardash.telemetry.report_render import SHARED_RUN_ID
@@ -133,61 +134,6 @@ def exit_info(state: st.RunState, failure: dict | None = None) -> dict[int, Exit
         # its last logged one ("at step 1825") where the report and the launcher said 1839.
         steps[failure["rank"]] = failure["step"]
     return {rank: ExitInfo(order=i, cause=causes.get(rank, ""), step=steps.get(rank)) for rank, i in order.items()}
-
-
-def cause_rank(state: st.RunState) -> int | None:
-    """The rank whose exit caused the others', as the report and the launcher's last line name
-    it (a signal death, then a rank's own error, before the ranks that failed on its closed
-    connection or were stopped); None when no rank did (every one was stopped). Not the first
-    exit heard: the hub takes from each rank in turn, so a rank torchrun stopped may be heard
-    from before the one that failed. None too where ranks all failed alike (the same error
-    at the same step: a resume none of whose checkpoints could be read): no rank's failure
-    caused the others', and the failure line names them together ("ranks 0-1 exited with
-    code 1: ..."); the lowest of them marked the first exit read as the others failing after it."""
-    return _cause_of(failure_summary(state))
-
-
-def _cause_of(f: dict | None) -> int | None:
-    """:func:`cause_rank` of the run's failure summary ``f`` (None: no failure)."""
-    if f is not None and f.get("alike"):
-        return None
-    if f is not None and f["waited_for"]:
-        # The rank whose hang the failing one timed out waiting for; several: none here, the
-        # hang's own marks name them (run_alerts)
-        return f["waited_for"][0]["rank"] if len(f["waited_for"]) == 1 else None
-    if f is None or f["left_early"] or f.get("stopped_first"):
-        # A rank that left the job early (exit 0), or one stopped first (another node's launch
-        # stopped), broke its peers' collectives: no victim is the cause.
-        return None
-    if f.get("unrecorded"):
-        # Its error says only that a peer went, and ranks left no word (killed with their
-        # node): the likely cause is the silent one, as the failure line names it.
-        return f["unrecorded"][0] if len(f["unrecorded"]) == 1 else None
-    return f["rank"]
-
-
-def cause_ranks(state: st.RunState, first: int | None) -> frozenset[int]:
-    """The ranks a failure or a hang most likely started from, as the alerts and the
-    launcher's last line name them: ``first`` (:func:`cause_rank`, when a rank exited: the one
-    whose exit caused the others', or the stalled rank their failure waited for); else the
-    ranks a hang going on waits for; else those of the hang the run was stopped in (empty:
-    no failure, or nothing tells its ranks apart)."""
-    if first is not None:
-        return frozenset((first,))
-    sharded = is_sharded(state.strategy)
-    causes = hang_causes(stuck_ranks(state), sharded=sharded)
-    if not causes:
-        causes = hang_causes(whole_hang(state), sharded=sharded)
-    return frozenset(causes)
-
-
-def waited_for(state: st.RunState) -> frozenset[int]:
-    """The ranks the stalled ranks of a hang going on wait for, as the grid marks them (the
-    likely causes, :func:`cause_ranks`, while no rank alive makes progress); empty otherwise."""
-    if not stuck_ranks(state):  # (some rank alive makes progress, or none is stuck)
-        return frozenset()
-    exited = any(r.exit_code is not None for r in state.ranks.values())
-    return cause_ranks(state, cause_rank(state) if exited else None)
 
 
 WAITED_FOR_PIECES = 3
@@ -541,7 +487,7 @@ def run_alerts(
         # on the grid, and the only alert was its peer's "after a peer failed", no peer failed
         # (review 308).
         out.extend(Alert("exited", x["rank"], left_early_text(x["rank"], x["step"]), code=0, first=True) for x in failure["left_early"])
-    first = _cause_of(failure) if exited > 1 and exits else None
+    first = cause_of(failure) if exited > 1 and exits else None
     if first is None and exited > 1 and failure is not None and failure.get("stopped_first"):
         # Ranks stopped first (another node's launch stopped, by you or a scheduler) broke the
         # others' collectives: they read first, as the report's and the launcher's root cause

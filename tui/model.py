@@ -21,13 +21,14 @@ from dataclasses import dataclass
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
+from pardash.telemetry.causes import cause_rank, cause_ranks
 from pardash.telemetry.failures import left_early
 from pardash.telemetry.ring import HISTORY_COLUMNS
 from pardash.telemetry.state import median_small
 from pardash.telemetry.stragglers import StragglerConfig, absolute_bar_s, wall_step_s
 from pardash.telemetry.summary import PAUSE_SLACK_S, RATE_POINTS, _samples_done
 
-from .alerts import cause_rank, cause_ranks, waited_for_text
+from .alerts import waited_for_text
 from .run_clock import ranks_first_word
 
 
@@ -158,10 +159,10 @@ class RankRow:
     gpu_mem_bytes: int | None = None
     """Device memory in use (NVML), else CUDA allocated."""
     exit_first: bool | None = None
-    """When several ranks exited: True for the root cause (see ``alerts.cause_rank``), False
+    """When several ranks exited: True for the root cause (see ``causes.cause_rank``), False
     for the others (failed or stopped because of it); None otherwise."""
     cause: bool = False
-    """The rank a failure or a hang most likely started from (``alerts.cause_ranks``: the
+    """The rank a failure or a hang most likely started from (``causes.cause_ranks``: the
     alerts' "the root cause" or "likely the cause"), whatever its status: a rank stalled in its
     data loader that the others wait for, or that the rank whose timeout ended the job waited
     for. A sort by status puts it first."""
@@ -860,7 +861,7 @@ class RowBuilder:
         return True
 
     def _mark_first_exit(self, first: int | None, after: bool = False) -> None:
-        """When several ranks exited (``first``: the root cause, see ``alerts.cause_rank``; None:
+        """When several ranks exited (``first``: the root cause, see ``causes.cause_rank``; None:
         fewer exited), mark the root cause and the others. ``after``: a rank left the job early,
         the root cause: every exited rank failed after it (its one peer's exit was drawn as a
         root cause's, beside it)."""
