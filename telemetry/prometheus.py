@@ -52,6 +52,7 @@ import socket
 import statistics
 import sys
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Iterator
 
 from . import cliargs
@@ -85,14 +86,19 @@ STOPPED = "stopped"
 """The state of a rank that ended by a stop, not failing (see RANKS_HELP); the hub's own state
 calls it exited (its exit code tells the two apart: failures.STOPPED_CODES)."""
 _AFTER_EXITED = STATUSES.index(EXITED) + 1
-RANK_STATES = (*STATUSES[:_AFTER_EXITED], STOPPED, *STATUSES[_AFTER_EXITED:])
-"""The ``state`` label's values: the hub's states, and ``stopped`` after ``exited``."""
+LEFT_EARLY = "left_early"
+"""The state of a rank whose script ended well (exit 0) while its peers trained on
+(failures.left_early: the TUI and the report say "left early"); the hub's own state calls it
+finished."""
+RANK_STATES = (*STATUSES[:_AFTER_EXITED], STOPPED, *STATUSES[_AFTER_EXITED:], LEFT_EARLY)
+"""The ``state`` label's values: the hub's states, ``stopped`` after ``exited``, and ``left_early``."""
 
 RANKS_HELP = (
     "Ranks in each state: starting (not heard from yet, or started again by torchrun), running, straggler, stalled, silent, "
     "exited (failed: an error, a nonzero exit code, or killed by a signal such as SIGKILL or SIGSEGV), "
     "stopped (ended by a stop, not failing: Ctrl-C or a viewer's stop, or SIGTERM, as torchrun stops the other ranks "
-    "after one failed and as a scheduler stops a job), finished (exit 0). exited > 0: a rank failed."
+    "after one failed and as a scheduler stops a job), finished (exit 0), left_early (exit 0 while its peers trained on: "
+    "its loop ended early, and its peers then wait or fail in the collective it never joins). exited > 0: a rank failed."
 )
 """``pardash_ranks``'s HELP: what each state means, so an alert on ``exited`` knows what it fires on."""
 
@@ -157,9 +163,12 @@ def _loss_mean(steps: "list[tuple[RankState, schema.Step]]") -> float | None:
     return sum(loss for loss, _ in losses) / len(losses)
 
 
-def rank_state(r: "RankState", stopped_codes: frozenset[int]) -> str:
+def rank_state(r: "RankState", stopped_codes: frozenset[int], left: "Mapping[int, int | None] | None" = None) -> str:
     """The rank's ``state`` label: its state, but ``stopped`` for a rank that exited with a code
-    of ``stopped_codes`` (failures.STOPPED_CODES: how the report tells a stop from a failure)."""
+    of ``stopped_codes`` (failures.STOPPED_CODES: how the report tells a stop from a failure),
+    and ``left_early`` for one of ``left`` (failures.left_early)."""
+    if left and r.rank in left:
+        return LEFT_EARLY
     s = r.status
     return STOPPED if s == EXITED and (r.exit_code in stopped_codes or r.stopping is not None) else s
 
@@ -264,12 +273,13 @@ class HubCollector:
         yield gauge("pardash_step", "Last step completed by the slowest rank (the run's progress).", st.step if stepped else None)
         yield gauge("pardash_samples_per_second", "Samples a second over all ranks, each over its last second or so of steps.", samples_per_s(st) if stepped else None)
 
-        from .failures import STOPPED_CODES  # (what `pardash report` calls a stop)
+        from .failures import STOPPED_CODES, left_early  # (what `pardash report` calls a stop)
 
+        left = left_early(st)
         by_state = GaugeMetricFamily("pardash_ranks", RANKS_HELP, labels=["state"])
         counts = dict.fromkeys(RANK_STATES, 0)
         for r in ranks:
-            counts[rank_state(r, STOPPED_CODES)] += 1
+            counts[rank_state(r, STOPPED_CODES, left)] += 1
         counts[STARTING] += max(0, world_size - len(ranks))
         for s in RANK_STATES:
             by_state.add_metric([s], counts[s])
@@ -365,9 +375,9 @@ class HubCollector:
         yield gauge("pardash_hub_behind_seconds", "How long the steps the hub takes now waited for it (beyond their ranks' least wait): how far behind the ranks its figures are.", stats.behind_s)
 
         if self.per_rank:
-            yield from self._per_rank(ranks, dict((r.rank, s) for r, s in steps))
+            yield from self._per_rank(ranks, dict((r.rank, s) for r, s in steps), left)
 
-    def _per_rank(self, ranks: "list[RankState]", steps: "dict[int, schema.Step]") -> Iterator:
+    def _per_rank(self, ranks: "list[RankState]", steps: "dict[int, schema.Step]", left: "Mapping[int, int | None]") -> Iterator:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         step = GaugeMetricFamily("pardash_rank_step", "Last step the rank completed.", labels=["rank"])
@@ -394,7 +404,7 @@ class HubCollector:
 
         for r in ranks:
             lab = str(r.rank)
-            now = rank_state(r, STOPPED_CODES)
+            now = rank_state(r, STOPPED_CODES, left)
             for s_ in RANK_STATES:  # every state, so a series does not vanish when the rank leaves it
                 state.add_metric([lab, s_], 1 if s_ == now else 0)
             lost.add_metric([lab], r.seq.lost)

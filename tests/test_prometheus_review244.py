@@ -49,7 +49,7 @@ def test_a_run_stopped_by_the_launcher_reads_stopped_not_exited(code, message):
         check_conventions(text)
         fams = families(text)
         assert _states(fams) == {"starting": 0, "running": 0, "straggler": 0, "stalled": 0, "silent": 0, "exited": 0,
-                                 "stopped": 2, "finished": 0}  # fmt: skip
+                                 "stopped": 2, "finished": 0, "left_early": 0}  # fmt: skip
         for r in ("0", "1"):
             assert value(fams, "pardash_rank_state", rank=r, state="stopped") == 1
             assert value(fams, "pardash_rank_state", rank=r, state="exited") == 0

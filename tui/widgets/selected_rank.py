@@ -113,7 +113,7 @@ class SelectedRank(CachedStyles, Widget):
             status += said
             short += said
         self_text = fmt_step_time(row.self_s)
-        if row.self_dev is not None and row.status not in (st.EXITED, st.FINISHED):
+        if row.self_dev is not None and row.status not in (st.EXITED, st.FINISHED, st.LEFT_EARLY):
             self_text += f" ({fmt_deviation(row.self_dev)})"
         pieces = [
             [(f"rank {row.rank}", self._s("value"))],
