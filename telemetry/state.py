@@ -636,7 +636,7 @@ class RunState:
     """Lost messages as reported by the hub (viewers)."""
     hub_note: str = ""
     straggler_verdicts: dict[str, int] = field(default_factory=dict)
-    """Straggler verdicts so far, by cause (every one applied, however many the event log keeps:
+    """Straggler verdicts so far, by cause as Prometheus labels it (own_work: a data straggler slow in its own work between steps; every one applied, however many the event log keeps:
     Prometheus' counter, which a hub reading its log back counts again as it was)."""
     trend: Trend = field(default_factory=Trend)
     """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
@@ -914,7 +914,10 @@ class RunState:
             r.straggler = v
             if r.straggled is None:
                 r.straggled = v
-            cause = v.cause or "unknown"
+            from .summary import is_own_work  # (summary imports this module)
+
+            # (by cause as Prometheus labels it: a data straggler slow in its own work between steps is "own_work")
+            cause = "own_work" if is_own_work(v.cause, v.message) else v.cause or "unknown"
             self.straggler_verdicts[cause] = self.straggler_verdicts.get(cause, 0) + 1
         elif name == "straggler_cleared":
             if r.straggler is not None and r.straggler is r.straggled:

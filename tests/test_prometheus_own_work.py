@@ -31,7 +31,10 @@ def test_a_straggler_in_its_own_work_between_steps_is_labelled_own_work():
     words = data_words(0.029, 0.0003)
     assert words == OWN_WORK
     core.verdict(schema.Verdict(rank=1, verdict="straggler", cause="data", cost_s=0.029, message=f"rank 1 is slow in {words} (+29 ms a step)"))
-    assert _costs(_fams(core)) == {("1", "own_work"): 0.029}
+    fams = _fams(core)
+    assert _costs(fams) == {("1", "own_work"): 0.029}
+    verdicts = {s.labels["cause"]: s.value for s in fams["pardash_straggler_verdicts"].samples if s.name.endswith("_total")}
+    assert verdicts["own_work"] == 1 and verdicts["data"] == 0
     # Its DataLoader's time, the part of data_s in it: the rest is the script's own work.
     fams = _fams(core)
     assert {s.labels["rank"]: s.value for s in fams["pardash_rank_loader_seconds"].samples} == {"1": 0.0004}
@@ -44,4 +47,7 @@ def test_a_data_loading_straggler_stays_data():
     assert words != OWN_WORK
     core.verdict(schema.Verdict(rank=1, verdict="straggler", cause="data", cost_s=0.029, message=f"rank 1 is slow in {words} (+29 ms a step)"))
     core.verdict(schema.Verdict(rank=0, verdict="straggler", cause="compute", cost_s=0.01, message="rank 0 is slow in compute"))
-    assert _costs(_fams(core)) == {("1", "data"): 0.029, ("0", "compute"): 0.01}
+    fams = _fams(core)
+    assert _costs(fams) == {("1", "data"): 0.029, ("0", "compute"): 0.01}
+    verdicts = {s.labels["cause"]: s.value for s in fams["pardash_straggler_verdicts"].samples if s.name.endswith("_total")}
+    assert verdicts == {"data": 1, "own_work": 0, "compute": 1, "gpu": 0, "host": 0}
