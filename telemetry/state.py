@@ -636,8 +636,9 @@ class RunState:
     """Lost messages as reported by the hub (viewers)."""
     hub_note: str = ""
     straggler_verdicts: dict[str, int] = field(default_factory=dict)
-    """Straggler verdicts so far, by cause as Prometheus labels it (own_work: a data straggler slow in its own work between steps; every one applied, however many the event log keeps:
-    Prometheus' counter, which a hub reading its log back counts again as it was)."""
+    """Straggler verdicts so far, by cause as Prometheus labels it (own_work: a data straggler
+    slow in its own work between steps), every one applied, however many the event log keeps:
+    Prometheus' counter, which a hub reading its log back counts again as it was."""
     trend: Trend = field(default_factory=Trend)
     """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
     attempt_note: schema.Event | None = None
