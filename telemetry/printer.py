@@ -54,6 +54,15 @@ recorder.Recorder._keep_elsewhere), not a disk full while the run goes on."""
 
 TAIL_CHUNK = 1 << 20
 """Bytes of the job's output read at a time."""
+DRAWING_MAX = 1000
+"""Bytes of the line the job is drawing (:meth:`ProgressPrinter._show_drawing`) looked at: its end."""
+_CONTROLS = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def strip_controls(text: str) -> str:
+    """``text`` without terminal escapes and control characters (a bar's colours, cursor moves):
+    drawn inside the printer's own live display, they would move it."""
+    return _CONTROLS.sub("", text)
 
 class ProgressPrinter:
     """Prints what a :class:`Source` shows: events as lines, progress as a bar or lines."""
@@ -151,7 +160,17 @@ class ProgressPrinter:
         self._bar_column = _FittedBar(bar_width=BAR_WIDTH)
         self._stats_column = TextColumn("{task.fields[stats]}", table_column=Column(no_wrap=True, overflow="ellipsis"))
         self._elapsed_column = TimeElapsedColumn(table_column=Column(no_wrap=True))
-        self._progress = Progress(
+        class _WithDrawing(Progress):
+            """The bar, under the job's line being drawn (:meth:`ProgressPrinter._drawing`)."""
+
+            drawing = ""
+
+            def get_renderables(self):
+                if self.drawing:
+                    yield Text(self.drawing, no_wrap=True, overflow="ellipsis", style="dim")
+                yield from super().get_renderables()
+
+        self._progress = _WithDrawing(
             self._step_column,
             self._bar_column,
             self._stats_column,
@@ -204,12 +223,30 @@ class ProgressPrinter:
             if final and self._tail_rest and not more:
                 lines.append(self._tail_rest)
                 self._tail_rest = b""
+            # (the line being drawn shown first: each line printed redraws the bar as last
+            # rendered, which showed the drawing that line ended above it again)
+            if self._show_drawing():
+                self._progress.refresh()
             for line in lines:
                 # A line redrawn with carriage returns (a tqdm bar) shows as a terminal would
                 # leave it: its last drawing.
                 self._print(line.rstrip(b"\r").rpartition(b"\r")[2].decode(errors="replace"))
             if not (final and more):
                 return
+
+    def _show_drawing(self) -> bool:
+        """Show above the bar the job's line not ended yet, as its last drawing: a tqdm bar,
+        redrawn with carriage returns and ended by a newline only when its loop is done. Under
+        plain torchrun it animates; here nothing showed until an epoch's end (review 315).
+        Whether what the bar shows changed."""
+        if self._progress is None:
+            return False
+        drawing = self._tail_rest.rstrip(b"\r").rpartition(b"\r")[2][-DRAWING_MAX:].decode(errors="replace")
+        drawing = strip_controls(drawing).strip()
+        if drawing == self._progress.drawing:
+            return False
+        self._progress.drawing = drawing
+        return True
 
     def update(self, *, force: bool = False) -> None:
         """Poll the source; print new events now, and progress (the bar, or a line when due)."""
