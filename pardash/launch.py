@@ -309,7 +309,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     # Until the job is up a SIGTERM ends the start, the supervisor with it; from then on it stops
     # the job (the modes below say how). It left a job starting with nobody watching it.
     terminated: list[int] = []
-    stops = _stop_signals() if ns.headless else (signal.SIGTERM,)
+    stops = _stop_signals()
 
     def on_sigterm_starting(signum: int, _frame: object = None) -> None:
         terminated.append(signum)
@@ -442,17 +442,23 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 # in it is: it escaped, and the job trained on with nobody to watch it.
                 terminated.append(signal.SIGINT)
 
-            def on_sigterm(*_: object) -> None:
-                # As headless: a SIGTERM (`kill`, `timeout`) stops the job, and the app leaves
-                # the terminal as it found it (it went on under a frozen screen, job and all).
-                # Once every rank has finished, the job ends by itself, as `q` leaves it then.
+            def on_sigterm(signum: int, _frame: object = None) -> None:
+                # As headless: a SIGTERM (`kill`, `timeout`), a SIGHUP (the terminal closed, the
+                # ssh connection dropped) or a SIGQUIT stops the job, and the app leaves the
+                # terminal as it found it (it went on under a frozen screen, job and all; a closed
+                # terminal's job trained on with nobody watching it, review 317). Once every rank
+                # has finished, the job ends by itself, as `q` leaves it then.
                 from pardash.telemetry.state import run_finished
+                from pardash.telemetry.streams import unbreakable_stdio
 
-                terminated.append(signal.SIGTERM)
+                if signum == signal.SIGHUP:
+                    unbreakable_stdio()  # (the terminal is gone: what is said after goes nowhere, not a traceback)
+                terminated.append(signum)
                 if app is not None:
                     app.exit("over" if run_finished(client.state) else STOP)
 
-            signal.signal(signal.SIGTERM, on_sigterm)
+            for sig in stops:
+                signal.signal(sig, on_sigterm)
             choice = STOP if terminated or app is None else app.run()  # (one came as the app was made: no app)
             # None: the app ended some other way (crashed, terminal gone). The job must not
             # die with its viewer, so that counts as a detach.

@@ -317,19 +317,23 @@ def _launch_in_a_terminal(tmp_path):
     return p, master, screen, log
 
 
-def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_back(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_back(tmp_path, sig):
     # Only the headless launch took SIGTERM: the TUI's died with 143 under a frozen screen (the
-    # terminal never left its alternate screen) while the job ran on, unwatched and unsaid.
+    # terminal never left its alternate screen) while the job ran on, unwatched and unsaid. And
+    # SIGHUP (its terminal closed: a tmux window killed, an ssh connection dropped) ended the
+    # TUI's launch alone, the job training on with nobody watching it, where a headless
+    # launch's stopped (review 317).
     p, master, screen, log = _launch_in_a_terminal(tmp_path)
     (entry,) = registry.live_runs()
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(timeout=120) == 143
+    p.send_signal(sig)
+    assert p.wait(timeout=120) == 128 + sig
     out = screen.done()
     assert b"\x1b[?1049h" in out and out.rindex(b"\x1b[?1049l") > out.rindex(b"\x1b[?1049h")  # the screen given back
     wait_for(lambda: not psutil.pid_exists(entry["supervisor_pid"]), timeout_s=60)
     msgs, _ = load_log(log)
     exits = [m for m in msgs if isinstance(m, schema.Event) and m.name == "exit"]
-    assert exits and all(m.code == -15 and m.message == "stopped by SIGTERM" for m in exits)
+    assert exits and all(m.code == -15 and m.message == f"stopped by {signal.Signals(sig).name}" for m in exits), exits
 
 
 def test_a_stop_chosen_in_the_tui_exits_130_as_ctrl_c_does_headless(tmp_path):
