@@ -227,6 +227,17 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     loader_s: Counter[int] = Counter()
     """Each rank's seconds in its DataLoader (Step.loader_s), over the steps that said it."""
     loader_steps: Counter[int] = Counter()
+    loader_at_starts: Counter[int] = Counter()
+    """Each rank's DataLoader seconds on its epochs' first steps (see ``epoch_of``)."""
+    starts_timed: Counter[int] = Counter()
+    """...and how many epoch starts of the rank timed its DataLoader."""
+    epoch_of: dict[int, int] = {}
+    """rank -> the latest epoch its process's steps said; a rank's step of a later epoch, or its
+    process's first step, begins an epoch: where a DataLoader without persistent_workers starts
+    its workers anew (a script's first epoch's steps may carry no epoch, 0, the next 1, 2, ...)."""
+    process_first: dict[tuple, int] = {}
+    """(rank, torchrun's restarts, its process) -> the process's first step: its warm-up
+    (torch.compile, the DataLoader workers' first batch), no hold (see _holds)."""
     own_phases: dict[int, dict[str, Figures]] = defaultdict(dict)
     """rank -> every step's seconds of each phase of the script's own (``Step.phases``), by name
     in the order the rank first timed them."""
@@ -343,6 +354,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             was = started.get(msg.rank)
             if msg.pid and msg.seq >= 0 and (was is None or was[0] != msg.pid):
                 started[msg.rank] = (msg.pid, 0 if was is None else was[1] + 1)
+                epoch_of.pop(msg.rank, None)  # (a new process's first step starts its DataLoader's workers)
                 if job_again_next:
                     jobs_again.add((state.ranks[msg.rank].restarts, started[msg.rank][1]))
                     job_again_next = False
@@ -422,9 +434,18 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             for name, x in msg.custom.items():
                 custom_first[name].setdefault(msg.rank, x)
                 custom_last[name][msg.rank] = x
+            starts_epoch = msg.epoch > epoch_of.get(msg.rank, -math.inf)
+            if starts_epoch:
+                epoch_of[msg.rank] = msg.epoch
             if msg.loader_s is not None:
                 loader_s[msg.rank] += msg.loader_s
                 loader_steps[msg.rank] += 1
+                if starts_epoch:
+                    loader_at_starts[msg.rank] += msg.loader_s
+                    starts_timed[msg.rank] += 1
+            process = (msg.rank, state.ranks[msg.rank].restarts, started.get(msg.rank))
+            if msg.step < process_first.get(process, msg.step + 1):
+                process_first[process] = msg.step
             rank_phases = phases[msg.rank]
             for p in PHASES:
                 v = getattr(msg, p)
@@ -694,7 +715,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     # the job's, and only "refused by the hub 66 connection attempt(s)" hinted why.
     unheard = sorted(set(range(world)) - set(state.ranks)) if ranks else []
     median_step = _median([r["median_step_s"] for r in ranks])
-    holds = _holds(arrivals, long_steps, median_step, train_s, stragglers)
+    holds = _holds(arrivals, long_steps, median_step, train_s, stragglers, {(p[0], step) for p, step in process_first.items()})
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
@@ -804,8 +825,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         "data_bound": _data_bound(stragglers, data_and_step, epoch_starts),
         # Each rank's share of its step time spent loading data (its data phase's total, epoch
         # starts' worker start-ups in: the medians hide them): {share (every rank's together),
-        # share_min, share_max, input_bound}; None where no rank measured its data loading.
+        # share_min, share_max, input_bound, loader_share, between_steps, and epoch_starts where
+        # most DataLoader time was its workers starting anew each epoch}; None where no rank
+        # measured its data loading.
         "data_loading": _data_loading(data_and_step, {r: loader_s[r] for r in step_s if loader_steps[r]} if all(loader_steps[r] for r in step_s) else None,
+                                      {r: (loader_at_starts[r], starts_timed[r]) for r in starts_timed},
                                       # (a script's, by a pardash that times DataLoaders, none of whose steps came from one)
                                       no_dataloader=bool(hello and hello.source == "auto" and hello.pardash_version and not any(loader_steps.values()))),
         "stalls": stalls,
@@ -1286,10 +1310,14 @@ HOLD_KEPT = 10_000
 """Steps of long own work the report keeps the phases of (a straggler of 1 s steps: each)."""
 
 
-def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, train_s: float, stragglers: list[dict]) -> list[dict]:
+def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, train_s: float, stragglers: list[dict],
+           warmup: set[tuple[int, int]] = frozenset()) -> list[dict]:
     """Ranks that now and then held the others far past a step: at a step, a lead over the
     others of HOLD_MIN_S and HOLD_FACTOR median steps or more (StepWaits.gap, as a straggler's
-    cost), outside that rank's straggler episodes. By rank: {rank, count, steps (the first 20),
+    cost), outside that rank's straggler episodes and its processes' first steps (``warmup``:
+    (rank, step); one rank's torch.compile, or its DataLoader workers' first batch, slower than
+    the other's read "rank 1 held the others once, at step 1, 2.07 s ... (17.3% of training)",
+    review 320). By rank: {rank, count, steps (the first 20),
     every (steps between them, where alike), each_s (their median lead), total_s, share_of_train,
     where (its data phase's: "own work" out of its DataLoader, "dataloader", "data" where no
     DataLoader was timed; else "step", the step's own work)}."""
@@ -1299,7 +1327,7 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
         episodes.setdefault(ep["rank"], []).append((ep["since_step"], ep["cleared_step"] if ep["cleared_step"] is not None else math.inf))
     by_rank: dict[int, list[tuple[int, float, float | None, float | None]]] = {}
     for (rank, step), (data_s, loader_s) in sorted(long_steps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if any(lo <= step <= hi for lo, hi in episodes.get(rank, ())):
+        if (rank, step) in warmup or any(lo <= step <= hi for lo, hi in episodes.get(rank, ())):
             continue
         lead = arrivals.gap(step, rank)
         if lead is not None and lead >= bar:
@@ -1324,7 +1352,13 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
     return out
 
 
-def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float] | None = None, *, no_dataloader: bool = False) -> dict | None:
+EPOCH_STARTS_SAID = 0.5
+"""The share of the ranks' DataLoader time on their epochs' first steps from which the report
+says it is mostly the workers starting anew each epoch (persistent_workers=True keeps them)."""
+
+
+def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float] | None = None,
+                  at_starts: dict[int, tuple[float, int]] | None = None, *, no_dataloader: bool = False) -> dict | None:
     """Each rank's share of its step time spent loading data (``data``: rank -> its data and
     step seconds): {share (every rank's together), share_min, share_max, input_bound (every rank
     at least INPUT_BOUND_SHARE: the ranks wait for their data, not one slower loader, which is a
@@ -1334,7 +1368,15 @@ def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float]
     loading. A job whose steps were two thirds data loading said so nowhere (review 277):
     PyTorch's profiler says it past 5%. The zero-code hooks' data time is the whole gap between
     steps: a script that slept 10 ms after its optimizer's step over a loader of microseconds
-    read "input-bound ... more DataLoader workers would speed it up" (review 308)."""
+    read "input-bound ... more DataLoader workers would speed it up" (review 308).
+
+    ``at_starts`` (rank -> its DataLoader seconds on its epochs' first steps, and how many):
+    where every rank timed 2 or more epoch starts and EPOCH_STARTS_SAID or more of the ranks'
+    DataLoader time fell on them, ``epoch_starts``: {share (of the step time, as loader_share),
+    of_loader, epochs (the fewest a rank started)}: its workers started anew each epoch (no
+    persistent_workers), which more workers make longer; 4 epochs of one worker, 0.2-0.7 s to
+    start against 1 ms a batch, read "35% in the DataLoader (more DataLoader workers, num_workers,
+    would speed that up)"."""
     measured = [(r, d, s) for r, (d, s) in data.items() if s > 0]
     if not any(d > 0 for _, d, _ in measured):
         return None
@@ -1352,6 +1394,13 @@ def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float]
         # Mostly not in the DataLoader, whatever the ranks' shares: one rank's augmentation on
         # its main thread read "data loading 33% ..., 1% in the DataLoader" (review 314).
         out["between_steps"] = out["loader_share"] < share / 2
+        starts = at_starts or {}
+        timed = sum(loader[r] for r, _, _ in measured)
+        if timed > 0 and all(starts.get(r, (0.0, 0))[1] >= 2 for r, _, _ in measured):
+            of_loader = min(1.0, sum(starts[r][0] for r, _, _ in measured) / timed)
+            if of_loader >= EPOCH_STARTS_SAID:
+                out["epoch_starts"] = {"share": out["loader_share"] * of_loader, "of_loader": of_loader,
+                                       "epochs": min(starts[r][1] for r, _, _ in measured)}
     elif no_dataloader:
         # No torch DataLoader gave a step its batch (the zero-code hooks time one where there is):
         # the time is the script's own between steps, its batches made there among it; it read

@@ -154,6 +154,15 @@ def data_loading_text(dl: dict) -> str:
         # would not speed it up", and two workers took 24% off its step (review 314).
         own = max(0.0, dl["share"] - loader)
         parts = [f"{loader * 100:.0f}% in the DataLoader" + (" (more DataLoader workers, num_workers, would speed that up)" if loader >= LOADER_SAID else "")]
+        if (starts := dl.get("epoch_starts")) is not None:
+            # Most of it its workers starting anew each epoch, which more workers make longer
+            # (4 epochs of one worker, 0.2-0.7 s to start against 1 ms a batch): say so, and
+            # "more workers" only of the rest.
+            rest = max(0.0, loader - starts["share"])
+            parts = [f"{loader * 100:.0f}% in the DataLoader: {starts['share'] * 100:.0f}% its workers starting anew on each of "
+                     f"{starts['epochs']} epochs' first steps (persistent_workers=True keeps them from one epoch to the next; "
+                     f"more workers take longer to start), {rest * 100:.0f}% its batches"
+                     + (" (more DataLoader workers, num_workers, would speed that up)" if rest >= LOADER_SAID else "")]  # fmt: skip
         if own >= OWN_WORK_SAID:
             parts.append(f"{own * 100:.0f}% the script's own work between steps (logging, evaluating, saving, preprocessing on "
                          "the main thread), which DataLoader workers do not speed up")  # fmt: skip
@@ -616,11 +625,30 @@ LOSS_TURNS_SAID = 6
 them, counted (the JSON lists them all)."""
 
 
+LOSS_SPIKES_GROUPED = 3
+"""Times a set of ranks' loss stopped being finite and came back, alike, from which the loss line
+says them as one piece (a script that skips the update of each inf loss read 40 of them)."""
+
+
+def _spikes_text(ranks: list[int], value: str, turns: list[tuple[int, int]]) -> str:
+    """``ranks 0-1 inf at 20 steps (every 7 steps, from step 7 to 140), finite again the step
+    after each``: ``turns`` (step, finite-again step) of one set of ranks, each over."""
+    steps = [s for s, _ in turns]
+    gaps = {b - a for a, b in zip(steps, steps[1:])}
+    every = f"every {gaps.pop()} steps, " if len(gaps) == 1 else ""
+    lasted = {again - s for s, again in turns}
+    after = "after each" if len(lasted) > 1 else "the step after each" if lasted == {1} else f"{lasted.pop()} steps after each"
+    return f"{ranks_named(ranks)} {value} at {len(turns)} steps ({every}from step {steps[0]} to {steps[-1]}), finite again {after}"
+
+
 def loss_line(rep: dict) -> str | None:
     """The findings' line of the ranks whose loss stopped being finite, the first first: "loss:
     not finite to the end: rank 1 nan from step 120, rank 0 nan from step 121"; or each with its
     end ("...; rank 0 inf from step 7, finite again at step 9"). None where every loss was
-    finite (the findings read "stragglers: none ... exits: none" of a run that diverged)."""
+    finite (the findings read "stragglers: none ... exits: none" of a run that diverged). A set
+    of ranks whose loss stopped being finite and came back LOSS_SPIKES_GROUPED times or more is
+    one piece (:func:`_spikes_text`): a script that skips each inf loss's update read 40 pieces
+    "ranks 0-1 inf from step 7, finite again at step 8; ranks 0-1 inf from step 13, ..."."""
     turns = rep.get("loss_not_finite") or []
     if not turns:
         return None
@@ -629,15 +657,27 @@ def loss_line(rep: dict) -> str | None:
         alike.setdefault((t["step"], t["value"], t["until"], t.get("finite_again_step")), []).append(t["rank"])
     ends = {(until, again) for (_, _, until, again) in alike}
     to_end = ends == {("end", None)}
-    pieces = []
+    spikes: dict[tuple, list[tuple[int, int]]] = {}
     for (step, value, until, again), ranks in alike.items():
+        if until == "finite" and again is not None:
+            spikes.setdefault((tuple(ranks), value), []).append((step, again))
+    pieces: list[tuple[str, int]] = []
+    """Each piece, and how many times (of its ranks at one step) a loss stopped being finite it says."""
+    said: set[tuple] = set()
+    for (step, value, until, again), ranks in alike.items():
+        group = (tuple(ranks), value)
+        if until == "finite" and len(spikes.get(group, ())) >= LOSS_SPIKES_GROUPED:
+            if group not in said:
+                said.add(group)
+                pieces.append((_spikes_text(ranks, value, spikes[group]), len(spikes[group])))
+            continue
         piece = f"{ranks_named(ranks)} {value} from step {step}"
         if not to_end:
             piece += {"end": " to the end", "restart": " until torchrun restarted it"}.get(until, f", finite again at step {again}")
-        pieces.append(piece)
-    more = len(pieces) - LOSS_TURNS_SAID + (rep.get("loss_not_finite_more") or 0)
-    pieces = pieces[:LOSS_TURNS_SAID]
-    line = f"loss: not finite to the end: {', '.join(pieces)}" if to_end else f"loss: not finite: {'; '.join(pieces)}"
+        pieces.append((piece, 1))
+    more = sum(n for _, n in pieces[LOSS_TURNS_SAID:]) + (rep.get("loss_not_finite_more") or 0)
+    texts = [text for text, _ in pieces[:LOSS_TURNS_SAID]]
+    line = f"loss: not finite to the end: {', '.join(texts)}" if to_end else f"loss: not finite: {'; '.join(texts)}"
     return line + (f"; {more} more times a loss stopped being finite" if more > 0 else "")
 
 
