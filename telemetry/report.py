@@ -280,8 +280,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     rss_peak: dict[int, int] = {}
     """rank -> its process's RSS high-water mark (System.rss_peak_bytes)."""
     arrivals = StepWaits()
-    long_steps: dict[tuple[int, int], tuple[float | None, float | None]] = {}
-    """(rank, step) -> its data and DataLoader seconds, of steps whose own work took HOLD_MIN_S or
+    long_steps: dict[tuple[int, int], tuple[float | None, float | None, bool]] = {}
+    """(rank, step) -> its data and DataLoader seconds, and whether it began an epoch, of steps whose own work took HOLD_MIN_S or
     more (at most HOLD_KEPT): the steps one rank may have held the others (see _holds)."""
     timeline = Timeline()
     """The run in about ten parts of its steps, for ``timeline`` (telemetry/timeline.py)."""
@@ -468,7 +468,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             # is larger their comm wait beyond its own, as the verdict's cost; see StepWaits)
             arrivals.see(msg.step, msg.rank, msg.self_s, msg.comm_s)
             if msg.self_s is not None and msg.self_s >= HOLD_MIN_S and len(long_steps) < HOLD_KEPT:
-                long_steps[(msg.rank, msg.step)] = (msg.data_s, msg.loader_s)
+                long_steps[(msg.rank, msg.step)] = (msg.data_s, msg.loader_s, starts_epoch)
             mem = msg.mem
             if mem is not None:
                 if mem.cuda_peak_bytes is not None:
@@ -1320,18 +1320,21 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
     review 320). By rank: {rank, count, steps (the first 20),
     every (steps between them, where alike), each_s (their median lead), total_s, share_of_train,
     where (its data phase's: "own work" out of its DataLoader, "dataloader", "data" where no
-    DataLoader was timed; else "step", the step's own work)}."""
+    DataLoader was timed; else "step", the step's own work), epoch_starts (how many of the steps
+    began an epoch of the rank: its DataLoader's workers started anew; only where some did)}."""
     bar = max(HOLD_MIN_S, HOLD_FACTOR * (median_step or 0.0))
     episodes: dict[int, list[tuple[int, float]]] = {}
     for ep in stragglers:
         episodes.setdefault(ep["rank"], []).append((ep["since_step"], ep["cleared_step"] if ep["cleared_step"] is not None else math.inf))
     by_rank: dict[int, list[tuple[int, float, float | None, float | None]]] = {}
-    for (rank, step), (data_s, loader_s) in sorted(long_steps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    at_starts: Counter[int] = Counter()
+    for (rank, step), (data_s, loader_s, starts_epoch) in sorted(long_steps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         if (rank, step) in warmup or any(lo <= step <= hi for lo, hi in episodes.get(rank, ())):
             continue
         lead = arrivals.gap(step, rank)
         if lead is not None and lead >= bar:
             by_rank.setdefault(rank, []).append((step, lead, data_s, loader_s))
+            at_starts[rank] += starts_epoch
     out = []
     for rank, held in sorted(by_rank.items()):
         steps = [s for s, *_ in held]
@@ -1348,7 +1351,7 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
         total = sum(leads)
         out.append({"rank": rank, "count": len(held), "steps": steps[:20], "every": gaps.pop() if len(gaps) == 1 else None,
                     "each_s": leads[len(leads) // 2], "total_s": total, "share_of_train": total / train_s if train_s > 0 else None,
-                    "where": where})  # fmt: skip
+                    "where": where, **({"epoch_starts": at_starts[rank]} if at_starts[rank] else {})})  # fmt: skip
     return out
 
 

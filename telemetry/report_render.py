@@ -763,8 +763,14 @@ def hold_lines(rep: dict) -> list[str]:
         times = "once" if h["count"] == 1 else f"{h['count']} times"
         every = f" (every {h['every']} steps)" if h.get("every") else ""
         each = f"{h['each_s']:.2f} s" + ("" if h["count"] == 1 else " each")
+        starts = ""
+        if h.get("epoch_starts") and h["where"] == "dataloader":
+            # (an epoch's first step: its workers starting anew, review 320)
+            on = "on an epoch's first step" if h["count"] == 1 else "each on an epoch's first step" if h["epoch_starts"] == h["count"] else (
+                f"{h['epoch_starts']} of them on an epoch's first step")
+            starts = f", {on}: its workers starting anew (persistent_workers=True keeps them from one epoch to the next)"
         out.append(f"held up: rank {h['rank']} held the others {times}, at step{'s' if h['count'] != 1 else ''} {steps}{every}, {each}, "
-                   f"{_total_text(h['total_s'])} in all ({_pct(h['share_of_train'])} of training), {HOLD_WHERE.get(h['where'], '')}")  # fmt: skip
+                   f"{_total_text(h['total_s'])} in all ({_pct(h['share_of_train'])} of training), {HOLD_WHERE.get(h['where'], '')}{starts}")  # fmt: skip
     return out
 
 

@@ -144,3 +144,23 @@ def test_a_loss_that_spiked_twice_or_diverged_reads_as_before(tmp_path):
     assert _line(rep, "loss:") == "loss: not finite: ranks 0-1 inf from step 7, finite again at step 9; ranks 0-1 inf from step 30, finite again at step 31"
     rep = build_report(_loss_log(tmp_path, {30: 0}, 40, name="diverged.jsonl"))
     assert _line(rep, "loss:") == "loss: not finite to the end: ranks 0-1 inf from step 30"
+
+
+def test_a_hold_on_an_epochs_first_step_says_its_workers_started_anew(tmp_path):
+    # Rank 1's DataLoader workers took 1 s to start at epoch 2's first step (step 51), rank 0's
+    # at once: "held up ... in its DataLoader" said nothing of why.
+    records = [_hello(r) for r in (0, 1)]
+    t = T
+    for s in range(1, 101):
+        slow = 1.0 if s == 51 else 0.0
+        t += 0.02 + slow
+        for r in (0, 1):
+            own = slow if r == 1 else 0.0
+            records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=0.02 + slow,
+                                       epoch=(s - 1) // 25, data_s=0.001 + own, loader_s=0.0005 + own, self_s=0.01 + own,
+                                       comm_s=0.005 + (slow if r == 0 else 0.0)))  # fmt: skip
+    rep = build_report(_write(tmp_path, records))
+    (hold,) = rep["holds"]
+    assert (hold["rank"], hold["steps"], hold["where"], hold["epoch_starts"]) == (1, [51], "dataloader", 1)
+    assert _line(rep, "held up").endswith("in its DataLoader, on an epoch's first step: its workers starting anew "
+                                          "(persistent_workers=True keeps them from one epoch to the next)")  # fmt: skip
