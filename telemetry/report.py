@@ -235,9 +235,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """rank -> the latest epoch its process's steps said; a rank's step of a later epoch, or its
     process's first step, begins an epoch: where a DataLoader without persistent_workers starts
     its workers anew (a script's first epoch's steps may carry no epoch, 0, the next 1, 2, ...)."""
-    process_first: dict[tuple, int] = {}
-    """(rank, torchrun's restarts, its process) -> the process's first step: its warm-up
-    (torch.compile, the DataLoader workers' first batch), no hold (see _holds)."""
+    process_first: dict[tuple, tuple[int, float]] = {}
+    """(rank, torchrun's restarts, its process) -> the process's first step and its seconds: its
+    warm-up (torch.compile, the DataLoader workers' first batch), no hold (see _holds)."""
     own_phases: dict[int, dict[str, Figures]] = defaultdict(dict)
     """rank -> every step's seconds of each phase of the script's own (``Step.phases``), by name
     in the order the rank first timed them."""
@@ -444,8 +444,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                     loader_at_starts[msg.rank] += msg.loader_s
                     starts_timed[msg.rank] += 1
             process = (msg.rank, state.ranks[msg.rank].restarts, started.get(msg.rank))
-            if msg.step < process_first.get(process, msg.step + 1):
-                process_first[process] = msg.step
+            if msg.step < process_first.get(process, (msg.step + 1,))[0]:
+                process_first[process] = (msg.step, msg.step_s)
             rank_phases = phases[msg.rank]
             for p in PHASES:
                 v = getattr(msg, p)
@@ -715,7 +715,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     # the job's, and only "refused by the hub 66 connection attempt(s)" hinted why.
     unheard = sorted(set(range(world)) - set(state.ranks)) if ranks else []
     median_step = _median([r["median_step_s"] for r in ranks])
-    holds = _holds(arrivals, long_steps, median_step, train_s, stragglers, {(p[0], step) for p, step in process_first.items()})
+    holds = _holds(arrivals, long_steps, median_step, train_s, stragglers, {(p[0], step) for p, (step, _) in process_first.items()})
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
@@ -802,6 +802,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # (``ranks_unheard``): not the job's. (Only so.)
         **({"samples_partial": True} if unheard else {}),
         "median_step_s": median_step,
+        # The slowest first step of a process, where it took as long as a hold would (_holds):
+        # its warm-up, no hold (torch.compile's 2 s read "rank 1 held the others once, at step 1",
+        # review 320). {step_s, processes (how many processes' first steps: more than ranks,
+        # restarts or resumes), ranks}; only where so.
+        **_warmup_step(process_first, median_step),
         "phases": {p: _median([r[f"median_{p}"] for r in ranks]) for p in PHASES},
         # The script's own phases as "phases" has the known ones: the median over the ranks
         # that timed each of their medians, seconds a step (a log from before Step.phases has
@@ -1358,6 +1363,16 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
 EPOCH_STARTS_SAID = 0.5
 """The share of the ranks' DataLoader time on their epochs' first steps from which the report
 says it is mostly the workers starting anew each epoch (persistent_workers=True keeps them)."""
+
+
+def _warmup_step(process_first: dict[tuple, tuple[int, float]], median_step: float | None) -> dict:
+    """``{"warmup_step": {step_s, processes, ranks}}`` where a process's first step (``process_first``,
+    see build_report) took HOLD_MIN_S and HOLD_FACTOR median steps or more; else {}."""
+    slowest = max((step_s for _, step_s in process_first.values()), default=0.0)
+    if slowest < max(HOLD_MIN_S, HOLD_FACTOR * (median_step or 0.0)):
+        return {}
+    ranks = {p[0] for p in process_first}
+    return {"warmup_step": {"step_s": slowest, "processes": len(process_first), "ranks": len(ranks)}}
 
 
 def _data_loading(data: dict[int, tuple[float, float]], loader: dict[int, float] | None = None,

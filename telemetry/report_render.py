@@ -103,7 +103,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         # (more than one: every step says epoch 0 of a script that has none)
         *([("epochs", _epochs_text(rep["epochs"]))] if rep.get("epochs") and rep["epochs"]["last"] > rep["epochs"]["first"] else []),
         ("samples/s", sps),
-        ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms"),  # (not "- ms")
+        ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms" + _warmup_text(rep)),  # (not "- ms")
         *([(DATA_LABELS[bool(rep["data_loading"].get("between_steps"))], data_loading_text(rep["data_loading"]))] if rep.get("data_loading") else []),
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
         *([("restarts", f"torchrun restarted the {'jobs' if rep.get('jobs_run_again') else 'job'} {rep['job_restarts']}x "
@@ -116,6 +116,17 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
           if rep.get("log_ends_early") and rep["ranks"] else []),
         *([("not ended", _hub_stopped_first_text(rep["hub_stopped_first"]))] if rep.get("hub_stopped_first") else []),
     ]
+
+
+def _warmup_text(rep: dict) -> str:
+    """`` (the first step took 2.11 s: warm-up, such as torch.compile or the DataLoader's first
+    batch; not counted as held up)``: a process's first step as long as a hold
+    (report._warmup_step); '' where none was."""
+    warm = rep.get("warmup_step")
+    if not warm:
+        return ""
+    first = "the first step took" if warm["processes"] <= warm["ranks"] else "a process's first step (restarts and resumes too) took up to"
+    return f" ({first} {_seconds(warm['step_s'])}: warm-up, such as torch.compile or the DataLoader's first batch; not counted as held up)"
 
 
 LOADER_SAID = 0.10

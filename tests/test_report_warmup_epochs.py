@@ -95,8 +95,14 @@ def test_a_processs_first_step_is_warm_up_not_a_hold(tmp_path):
     (hold,) = rep["holds"]
     assert (hold["rank"], hold["steps"]) == (1, [30])
     assert _line(rep, "held up").startswith("held up: rank 1 held the others once, at step 30, 2.00 s")
+    assert "(a process's first step (restarts and resumes too) took up to 2.0 s: warm-up" in _line(rep, "median step")
     rep = build_report(_held_log(tmp_path, {1: 2.0}, name="first.jsonl"))
     assert rep["holds"] == [] and _line(rep, "held up") is None
+    # ...said beside the median step instead.
+    assert _line(rep, "median step") == ("median step 20.0 ms (the first step took 2.0 s: warm-up, such as torch.compile or the "
+                                         "DataLoader's first batch; not counted as held up)")  # fmt: skip
+    rep = build_report(_held_log(tmp_path, {}, name="even.jsonl"))
+    assert "warmup_step" not in rep and _line(rep, "median step") == "median step 20.0 ms"
 
 
 def _says(loss: float, step: int, bad_since: int | None = None) -> str:
