@@ -103,6 +103,8 @@ class PardashApp(App[str | None]):
         Binding("right_curly_bracket", "jump(1)", "Jump forward", key_display="}", show=False),
         Binding("less_than_sign", "ends(-1)", "Start/end", key_display="</>", tooltip="To the run's start (<) or end (>)"),
         Binding("greater_than_sign", "ends(1)", "To the end", key_display=">", show=False),
+        # (as less and vim: the shell's `fg` brings it back; the job trains on meanwhile)
+        Binding("ctrl+z", "suspend_process", "Suspend", show=False),
     ]
 
     REPLAY_ACTIONS = frozenset({"pause", "play", "speed", "seek", "jump", "ends"})
@@ -193,10 +195,17 @@ class PardashApp(App[str | None]):
     def on_mount(self) -> None:
         if self.notice:
             self.notify(self.notice, severity="warning", timeout=15)
+        self.app_resume_signal.subscribe(self, self._repaint_all)
         self._poll()
         self._poll_timer = self.set_interval(self._poll_every, self._poll)
         self._watch_sockets()
         self.call_after_refresh(self._settle_gc)
+
+    def _repaint_all(self, _app: object = None) -> None:
+        """Draw the whole screen again as the app comes back from a suspend (Ctrl-Z, then the
+        shell's `fg`): the terminal's screen was the shell's meanwhile, and only the cells that
+        changed came back (no borders, headers or footer for as long as they stayed alike)."""
+        self.refresh(layout=True)
 
     def _settle_gc(self) -> None:
         """Leave the objects built so far (widgets, styles, the stylesheet) out of the cyclic

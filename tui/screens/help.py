@@ -64,6 +64,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("?", "this help"),
             ("ctrl+p", "command palette (actions, themes)"),
             ("q, ctrl+c", "quit (a job pardash launched asks: stop or detach)"),
+            ("ctrl+z", "suspend the viewer (the shell's fg brings it back; the job trains on)"),
         ),
     ),
 )
@@ -89,7 +90,8 @@ GLOSSARY = (
     "likely waits for, [$text-warning]◇[/] waiting for it), [$text-error]○[/] silent (no heartbeat), "
     "[$text-error]×[/] exited ([$text-error reverse]×[/]: the first to exit), [$text-secondary]◐[/] stopping "
     "(a stop began and the rank has not ended yet: its SIGTERM handler still running), [$text-secondary]▬[/] stopped "
-    "(Ctrl-C, a Stop, SIGTERM: not a failure), [$text-primary]□[/] done, "
+    "(Ctrl-C, a Stop, SIGTERM: not a failure), [$text-primary]□[/] done, [$text-error]◁[/] left early (its script "
+    "ended well while its peers trained on: the likely cause of their failure), "
     "· starting; a row is labelled by its first rank, or by its node (n3).\n"
     "columns: step: the rank's last step done (the header's: the slowest rank's, the one every rank has done); loss; wall; self; Δself; data: data loading "
     "(waiting for the next batch); comm; held (state + DDP buckets, below); gpu: utilisation; gpu mem: the device's "
