@@ -30,8 +30,8 @@ is hooked, and what each hook tells:
   from, or over one made anew on the same dataset, ``DataLoader.__iter__`` and its iterators'
   ``__next__``, which also tell a validation loader's pass); ``GradScaler.scale``: the unscaled loss behind
   a scaled one; ``GradScaler.step``: a step it skipped (inf gradients) still ends a round;
-  ``Optimizer.zero_grad`` and ``Module.zero_grad``: right after a backward, maybe an iteration
-  that skipped its optimizer step (see :mod:`~pardash.trainer.skips`);
+  ``Optimizer.zero_grad`` and ``Module.zero_grad``: right after a backward, or after the forward
+  that follows one, maybe an iteration that skipped its optimizer step (see :mod:`~pardash.trainer.skips`);
   ``torch.jit.script``: the roots' hooks are lifted while it compiles (hooks on a module are
   ``_Hook`` objects, which ``Module.__getstate__`` leaves out of copies and pickles);
   ``torch.save`` and ``torch.distributed.checkpoint``'s saves: the script's checkpoints (see
@@ -361,9 +361,15 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._skip_more: list[tuple[Any, Any, Any, Any, Any]] = []
         self._skip_grad: Any = None
         self._input: weakref.ref[Any] | None = None
+        """The last training forward's first tensor argument (see pardash.trainer.skips)."""
         self._input_grad = False
         """The last training forward's first tensor required grad (an adversarial example's)."""
-        """The last training forward's first tensor argument (see pardash.trainer.skips)."""
+        self._returned: tuple[Any, Any, int, int, float | None, int, int] | None = None
+        """The open step as the last backward returned: that stamp, the last training forward's
+        input (weakly), the step's samples, FSDP2 waits, ``loader_s`` and waits in collectives
+        between steps, and those after a pending cut (``_sync_next``): where its iteration ended,
+        should its gradients be zeroed after the next forward with no optimizer step (see
+        Skips._zeroed_after_forward)."""
         self._pending_mem: Any = None
         self._explicit = False
         self._late: _Done | None = None
@@ -828,10 +834,14 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
 
     @_guarded
     def _backward_returns(self) -> None:
-        self._backward_end = self.clock.stamp()
+        self._backward_end = end = self.clock.stamp()
         self._graph_watch = self._ddp_backward = False  # (a loss backpropagated again, its graph retained, waits for no all-reduce)
         if self._graph_done is not None:
             self._ddp_waited()
+        step = self._open
+        if step is not None:  # (see _returned: a tuple, the cheapest to make a backward; DDP's wait in it)
+            self._returned = (end, self._input, step.samples, len(step.waits), step.loader_s, len(step.syncs),
+                              len(self._sync_next or ()))  # fmt: skip
         if self._skip_from is not False:
             self._skip_grads()  # (a cut pending: the gradients the optimizer should step on)
         if self._in_optimizer and self._closure is not None:

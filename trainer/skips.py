@@ -9,14 +9,20 @@ A step ends at an optimizer's post-hook. Two kinds of iteration end without one:
   this, that iteration and the next were one step: twice the step time, both losses summed
   (a spike on the loss curve) and "2 micro-batches". A ``zero_grad`` (the optimizer's, or a
   trained model's) right after a backward in training mode, with one optimizer stepping and no
-  step since, is where the iteration may have ended: the open step is cut there, pending. It is
-  decided at the next optimizer step (with the cuts of skips in a row after it, each another
+  step since, is where the iteration may have ended: the open step is cut there, pending. So is
+  one after the next training forward, on another input, with no step since that backward
+  (``loss = ...; optimizer.zero_grad(); loss.backward(); if not finite: continue``, the
+  zero_grad at the top of the loop): cut at that backward's return, as a zero_grad there
+  would have, the next batch's loading and forward after it (the time the skipped iteration
+  took after its backward, clipping, is the next step's data). It is decided at the next
+  optimizer step (with the cuts of skips in a row after it, each another
   batch trained on and zeroed): a step of its own if a training forward on another batch
   (another input tensor) came after the cut, or an evaluation, and the optimizer steps after a
   backward, as iterations do. Dropped, the iteration goes on as one step: a backward with no
   new forward first (a backward per task loss, PCGrad's), a forward on the same input (SAM's
-  second pass), or gradients zeroed again right before the step (per-micro-batch clipping, or
-  a batch per task: each backward's gradients read, zeroed, their combination set and stepped).
+  second pass), or gradients zeroed again right before the step, or set anew (per-micro-batch
+  clipping, or a batch per task: each backward's gradients read, zeroed, their combination set
+  and stepped).
 
 A script that never calls an optimizer's step (its update by hand: ``p.data -= lr * p.grad``,
 its gradients all-reduced by ``dist.all_reduce``) has no step at all from the above: pardash
@@ -46,8 +52,11 @@ time joins the next step's, with no backward nor loss), a skip in a loop over on
 or one input buffer refilled each time (the same input tensor), an iteration skipped last
 without a ``zero_grad`` after it (no step), an evaluation right after a skip whose ``zero_grad``
 comes at the next iteration's start (part of the skipped step), a skip right before an
-iteration whose gradients are set by hand (it joins that iteration's step), and a skip whose
-forward's input requires grad (taken for an adversarial example's pass: part of the step).
+iteration whose gradients are set by hand (it joins that iteration's step), a skip whose
+forward's input requires grad (taken for an adversarial example's pass: part of the step), and,
+zeroed after each forward, passes of one iteration whose gradients are combined in place
+(``p.grad.copy_(...)``, not set anew: each pass read as an iteration skipped) or an
+evaluation between a skipped backward and the next forward (one step with the next).
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ import torch
 
 from pardash.trainer.hooking import _get_ident, _guarded, _is_compiling
 from pardash.trainer.marks import _Cut
+from pardash.trainer.trained import FORWARD_ARRIVES
 
 
 @dataclass(slots=True)
@@ -116,8 +126,15 @@ class Skips:
         """``Optimizer.zero_grad`` or ``Module.zero_grad``: read before the gradients go."""
 
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> Any:
-            if not _is_compiling() and self._phase == "backward" and _get_ident() == self._tid:
-                self._zeroed(owner)
+            if not _is_compiling():
+                phase = self._phase
+                if phase == "backward":
+                    if _get_ident() == self._tid:
+                        self._zeroed(owner)
+                elif phase == "forward" and self._open is not None and self._open.micro and _get_ident() == self._tid:
+                    # (a backward in the step, no optimizer step since: most loops zero here
+                    # with none, their last step just published)
+                    self._zeroed_after_forward(owner)
             return original(owner, *args, **kwargs)
 
         return zero_grad
@@ -146,21 +163,11 @@ class Skips:
             # adversarial example's PGD passes, zeroed after each or before the training pass):
             # a pass of the iteration, not one skipped.
             return
-        if not self._early or not self._published_round or self._cut is not None or self._orphan is not None:
-            return  # several optimizers, a round going on, or not seen to step twice yet
-        optimizers = self.trained.optimizers
-        if len(optimizers) != 1:
-            return
-        if isinstance(owner, torch.optim.Optimizer):
-            if owner is not optimizers[0]:
-                return  # another optimizer's (SAM's own, around the one that steps)
-        elif not self.trained.trains(owner):
+        if not self._may_cut(owner):
             return
         step = self._open
         if step is None or not step.micro:
             return
-        if not any(m.training for m in self.trained.roots):
-            return  # a backward in eval mode (test-time adaptation inside an evaluation)
         now = self.clock.stamp()
         self._cut = _Cut(now, len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits), self._logged_to_cut(),
                          time.time(), time.monotonic())  # fmt: skip
@@ -171,6 +178,87 @@ class Skips:
         self._skip_zeroed = True
         self._backward_end = None  # what follows is the next step's data, if the cut holds
         self._resume_at = None
+
+    def _may_cut(self, owner: Any) -> bool:
+        """Whether a ``zero_grad`` of ``owner`` may end an iteration (none pending): one optimizer,
+        seen to step twice, each step published at its post-hook, and ``owner`` it or a model
+        it trains, in training mode."""
+        if not self._early or not self._published_round or self._cut is not None or self._orphan is not None:
+            return False  # several optimizers, a round going on, or not seen to step twice yet
+        optimizers = self.trained.optimizers
+        if len(optimizers) != 1:
+            return False
+        if isinstance(owner, torch.optim.Optimizer):
+            if owner is not optimizers[0]:
+                return False  # another optimizer's (SAM's own, around the one that steps)
+        elif not self.trained.trains(owner):
+            return False
+        # (not in eval mode: a backward there is test-time adaptation inside an evaluation)
+        return any(m.training for m in self.trained.roots)
+
+    @_guarded
+    def _zeroed_after_forward(self, owner: Any) -> None:
+        """Gradients zeroed after a training forward that came after a backward with no
+        optimizer step since (``loss = ...; optimizer.zero_grad(); loss.backward(); if not
+        finite(grad norm): continue``, the zero_grad at the top of the next iteration): that
+        backward's gradients are thrown away unstepped, its iteration ended as it returned.
+        Cut there, pending, as a ``zero_grad`` right after it would have been, and decided at
+        the next optimizer step as such a cut is (see the module): what came since its return
+        (the loading of the next batch, waits in collectives, the next forward's samples and
+        arrival) goes after the cut."""
+        if self._in_optimizer or self._in_backward or self._explicit or self._input_grad:
+            return  # (an input optimised: an adversarial example's passes, see _zeroed)
+        step, returned = self._open, self._returned
+        if returned is None or step is None:
+            return
+        end, before, samples, waits, loader, syncs, syncs_next = returned
+        marks = step.marks
+        at = len(marks) - 2
+        if at < 1 or marks[at][0] != "data" or marks[at][1] is not end or marks[-1][0] != "forward":
+            return  # not a data phase from that return, then forwards (an evaluation between)
+        last = before() if before is not None else None
+        if last is not None and self._input is not None and last is self._input():
+            return  # a forward on the same input: the same iteration's (SAM's second pass)
+        pending = self._skip_from is not False
+        if pending:
+            prior = self._skip_more[-1][0] if self._skip_more else self._cut
+            if not self._skip_batch or prior is None or step.micro <= prior.micro:
+                return  # (no other batch trained on since the last cut)
+        elif not self._may_cut(owner):
+            return
+        forward = marks[-1][1]
+        t, mono = time.time(), time.monotonic()
+        if not self.clock.cuda:  # (when the backward returned: a perf_counter stamp)
+            ago = time.perf_counter() - end
+            t, mono = t - ago, mono - ago
+        del marks[at]  # (the next step's data, from the cut: as a cut at the backward's return leaves it)
+        cut = _Cut(end, at, len(step.losses), step.micro, samples, waits, self._logged_to_cut(), t, mono)
+        # The next iteration's arrival: its forward's (FSDP, TP), or, the cut one's iteration
+        # not arrived, whatever arrived since (DDP's broadcast of its buffers).
+        arrived = self._arrive_next if pending else step.arrive
+        if arrived is not None and (arrived is forward or arrived is self._buffer_arrive):
+            arrived, arrive_next = None, arrived
+        else:
+            arrive_next = forward if self.strategy in FORWARD_ARRIVES else None
+        mem = self._memory(slot=0)  # (the gradients are still held)
+        if pending:
+            held = self._sync_next or []
+            self._skip_more.append((cut, mem, arrived, held[:syncs_next] or None, end))
+            self._sync_next = held[syncs_next:] or None
+        else:
+            self._sync_next = step.syncs[syncs:] or None
+            del step.syncs[syncs:]
+            step.arrive = arrived
+            if step.loader_s is not None and step.loader_s != loader:  # (the next batch's loading)
+                self._loader_next = step.loader_s - (loader or 0.0)
+                step.loader_s = loader
+            self._cut = cut
+            self._pending_mem = mem
+            self._skip_from = end
+            self._resume_at = None
+        self._arrive_next = arrive_next
+        self._skip_batch = True  # (another batch trained on since the cut: the forward just seen)
+        self._skip_zeroed = True
 
     def _uncut(self, cut: Any, resumed: Any) -> None:
         """Undo a cut's taking of the data mark at the backward's end ``resumed``."""
@@ -184,6 +272,9 @@ class Skips:
 
     def _skip_drop(self) -> None:
         """The pending cuts were inside an iteration: the open step goes on as if never cut."""
+        step = self._open
+        after = [(arrive, sync) for _cut, _mem, arrive, sync, _resumed in self._skip_more]
+        after.append((self._arrive_next, self._sync_next))
         for cut, _mem, _arrive, _sync, resumed in reversed(self._skip_more):  # (later marks first)
             self._uncut(cut, resumed)
             self._logged_back(cut.logged)
@@ -193,8 +284,14 @@ class Skips:
         self._skip_grad = None
         cut, self._cut = self._cut, None
         self._pending_mem = self._arrive_next = self._sync_next = self._resume_at = None
-        if self._loader_next is not None and self._open is not None:  # (the open step's, as never cut)
-            self._open.loader_s = (self._open.loader_s or 0.0) + self._loader_next
+        if step is not None:  # (the open step's, as never cut: its first arrival, its waits, its loading)
+            for arrive, sync in after:
+                if step.arrive is None:
+                    step.arrive = arrive
+                if sync:
+                    step.syncs += sync
+            if self._loader_next is not None:
+                step.loader_s = (step.loader_s or 0.0) + self._loader_next
         self._loader_next = None
         self._uncut(cut, resumed)
         if cut is not None:
@@ -216,7 +313,7 @@ class Skips:
         self._uncut(cut, resumed)
         self._logged_back(cut.logged)
         self._arrive_next = arrive if arrive is not None else self._arrive_next
-        self._sync_next = sync if sync is not None else self._sync_next
+        self._sync_next = (sync or []) + (self._sync_next or []) or None  # (its waits, then those since)
         self._skip_batch = True  # (the cut before it had another batch after it)
 
     def _first_grad(self) -> Any:
