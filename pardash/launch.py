@@ -389,6 +389,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 printer = ProgressPrinter(client, every_s=ns.every, tail=spec.output, waiting=waiting, remote_hub=spec.remote_hub)
                 for sig in stops:
                     signal.signal(sig, on_sigterm)
+                _say_suspends(printer, spec)
                 printer.follow(lambda: job.poll() is not None)
             except KeyboardInterrupt:
                 stopped_by.append(signal.SIGINT)
@@ -529,6 +530,24 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
     )  # fmt: skip
     print(line, file=_closing_stream(ok=code == 0))
     return code
+
+
+def _say_suspends(printer, spec) -> None:
+    """A headless launch suspended (Ctrl-Z: SIGTSTP) says, as it stops, that its job trains on:
+    the job runs in a session of its own, which the terminal's stop does not reach, and under
+    torchrun alone Ctrl-Z pauses the workers too (review 317). Not where SIGTSTP is ignored
+    (no job control)."""
+    if signal.getsignal(signal.SIGTSTP) is not signal.SIG_DFL:
+        return
+
+    def on_tstp(_signum: int, _frame: object = None) -> None:
+        printer.say(f"{PROG}: this launch is suspended; the job trains on (`fg` brings its progress back, "
+                    f"`{PROG} attach {_watch(spec)}` watches it meanwhile)")  # fmt: skip
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # (stopped here until SIGCONT: `fg`, `bg`)
+        signal.signal(signal.SIGTSTP, on_tstp)
+
+    signal.signal(signal.SIGTSTP, on_tstp)
 
 
 def _stop_signals() -> tuple[int, ...]:

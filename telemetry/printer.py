@@ -134,6 +134,10 @@ class ProgressPrinter:
             self.out.write(line + "\n")
             self.out.flush()
 
+    def say(self, line: str) -> None:
+        """Print ``line`` among the events (above the bar in a terminal)."""
+        self._print(line)
+
     def _start_bar(self) -> None:
         if self._stopped_bar is not None:
             # The bar goes on after a stop (headless Ctrl-C: "stopping the job..."), its clock

@@ -336,6 +336,30 @@ def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_b
     assert exits and all(m.code == -15 and m.message == f"stopped by {signal.Signals(sig).name}" for m in exits), exits
 
 
+def test_a_suspended_headless_launch_says_its_job_trains_on(tmp_path):
+    # Ctrl-Z suspended the launch alone (its job runs in a session of its own) and said nothing:
+    # under torchrun alone it pauses the workers too, so a user read the job as paused (review 317).
+    log = tmp_path / "run.jsonl"
+    p = _start(tmp_path, "--strategy", "single", "--steps", "100000", stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: len(_steps(log)) >= 3, timeout_s=120, poll_s=0.2)
+        p.send_signal(signal.SIGTSTP)
+        proc = psutil.Process(p.pid)
+        wait_for(lambda: proc.status() == psutil.STATUS_STOPPED, timeout_s=30, poll_s=0.1)
+        trained = len(_steps(log))
+        wait_for(lambda: len(_steps(log)) > trained + 3, timeout_s=60, poll_s=0.2)  # the job trains on
+        os.kill(p.pid, signal.SIGCONT)
+        wait_for(lambda: proc.status() != psutil.STATUS_STOPPED, timeout_s=30, poll_s=0.1)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, out[-2000:]
+    assert "pardash: this launch is suspended; the job trains on (`fg` brings its progress back, `pardash attach " in out, out[-2000:]
+
+
 def test_a_stop_chosen_in_the_tui_exits_130_as_ctrl_c_does_headless(tmp_path):
     # q (or Ctrl-C), then Stop, in the TUI exited 143 (torchrun's code for the SIGTERM that
     # stopped it) where a headless Ctrl-C exits 130, as the README says of Ctrl-C.
