@@ -49,6 +49,16 @@ def is_terminal(out: TextIO) -> bool:
 
 
 _LINES_LOST = re.compile(r"; [\d,]+ lines(?: of steps? [\d-]+)? lost: ")
+LOG_NEWS_EVERY_S = 60.0
+"""The least time between two lines on the log's state (a disk full, then writable again)."""
+LOG_SAME_EVERY_S = 600.0
+"""...and between two of the same trouble (a disk still full, its dropped lines counted anew)."""
+_COUNTS = re.compile(r"\d[\d,.]*")
+
+
+def _log_kind(log_error: str) -> str:
+    """A log error without its figures (the lines dropped so far, held in memory): the same trouble."""
+    return _COUNTS.sub("#", log_error)
 """In a hub's log error: the lines it held as it stopped, which no place took (its last word;
 recorder.Recorder._keep_elsewhere), not a disk full while the run goes on."""
 
@@ -104,6 +114,14 @@ class ProgressPrinter:
         """The hub's last word on its log: '' while it writes, else why it cannot."""
         self.log_path = ""
         """Where the hub's log is, as it last said."""
+        self._log_said = ""
+        self._log_said_t = -math.inf
+        """What was last said of the log (:func:`_log_kind` of its error, '' writable) and when
+        (monotonic); ``_log_pending``: a change not said yet (see :meth:`_log_due`)."""
+        self._log_pending = False
+        self._log_said_text = ""
+        self._log_kinds_said: dict[str, float] = {}
+        """When each kind of the log's state was last said (see :meth:`_log_due`)."""
         self.t_start = time.monotonic()
         """When the printer started (monotonic): its clock until the run's is known."""
         self._run_origin: float | None = None
@@ -267,13 +285,20 @@ class ProgressPrinter:
         stats = getattr(self.source, "stats", None)
         log_error = stats.log_error if stats is not None else ""
         log_path = (stats.log_path if stats is not None else "") or self.log_path
-        if log_error != self.log_error:
-            line = self._log_line(st, log_error, log_path)
-            if line:
-                self._print(line)
+        now = time.monotonic()
+        if log_error != self.log_error or self._log_pending:
+            self._log_pending = True
+            if self._log_due(log_error, log_path, now, force):
+                line = self._log_line(st, log_error, log_path)
+                if line:
+                    self._print(line)
+                self._log_pending = False
+                self._log_said, self._log_said_t, self._log_said_text = _log_kind(log_error), now, log_error
+                self._log_kinds_said[self._log_said] = now
+            elif not log_error and self._log_said == "":
+                self._log_pending = False  # (writable again, as last said: nothing to say)
             self.log_error = log_error
         self.log_path = log_path
-        now = time.monotonic()
         # A live hub that refuses this viewer after taking it (its key revoked, the hub
         # restarted since): said once, as the TUI's header says it; "the hub has sent nothing"
         # alone blamed its liveness. Said again should it take the viewer back.
@@ -405,6 +430,24 @@ class ProgressPrinter:
         if cell_len(form) > room:
             form = form[: max(0, room - 1)] + "…" if room > 0 else ""
         return form
+
+    def _log_due(self, log_error: str, log_path: str, now: float, force: bool) -> bool:
+        """Whether the log's state, changed to ``log_error`` at ``log_path``, is said now. Lines
+        lost and a log continued elsewhere at once (each said once, at the end); a disk that
+        fills and frees by turns at most once a LOG_NEWS_EVERY_S, and each state (the same
+        trouble, its count of dropped lines grown) again once a LOG_SAME_EVERY_S; the state at the end
+        (``force``) whatever: a disk left full printed 224 warnings in 80 s, burying the progress
+        lines, and "writable again" between them (review 316)."""
+        if (log_error and _LINES_LOST.search(log_error)) or (not log_error and self.log_path and log_path != self.log_path):
+            return True
+        if force:
+            return log_error != self._log_said_text
+        kind = _log_kind(log_error)
+        if kind == self._log_said and not log_error:
+            return False
+        # (a kind said a while ago waits as the same trouble does: a disk full and freed by
+        # turns said each turn, once a minute)
+        return now - self._log_said_t >= LOG_NEWS_EVERY_S and now - self._log_kinds_said.get(kind, -math.inf) >= LOG_SAME_EVERY_S
 
     def _log_line(self, st, log_error: str, log_path: str) -> str:
         """What became of the hub's log, now that its error is ``log_error`` ('' none) and it is

@@ -994,13 +994,53 @@ def test_the_headless_view_warns_when_the_log_cannot_be_written():
     printer.update()
     printer.update()
     src.stats = frames.HubStats()
-    printer.update()
+    printer.update()  # (writable again a moment later: said in a while, or at the end)
+    printer.update(force=True)
     assert out.getvalue().splitlines() == [
         "warning: cannot write /x/run.jsonl: No space left on device; training goes on, the hub keeps the newest lines in memory until it can write",
         "log: writable again, the lines kept in memory are written",
     ]
     line = outcome_line(src.state, 0, {}, "/x/run.jsonl", log_error="cannot write /x/run.jsonl: No space left on device")
     assert line.endswith("log /x/run.jsonl (incomplete: cannot write /x/run.jsonl: No space left on device)")
+
+
+def test_a_disk_full_and_freed_by_turns_is_said_a_few_times_not_at_each_turn(monkeypatch):
+    # A disk left full: the hub's error changed with each count of lines dropped, and went
+    # "writable again" and back (a line fitted in a freed block): 224 warnings in 80 s buried
+    # the progress lines (review 316). Said at most once a minute, the same trouble once in ten.
+    import io
+
+    from pardash.telemetry import frames
+    from pardash.telemetry import printer as printer_mod
+    from pardash.telemetry.printer import ProgressPrinter
+    from pardash.telemetry.state import RunState
+
+    class Source:
+        live = True
+
+        def __init__(self):
+            self.state, self.stats = RunState(), frames.HubStats()
+
+        def poll(self):
+            return False
+
+    clock = [1000.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+    src, out = Source(), io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600)
+    printer.update()
+    full = "cannot write /x/run.jsonl: No space left on device ({} lines dropped so far, 512 MiB held)"
+    for second in range(900):  # 15 minutes: a new count each second, writable for a second in ten
+        clock[0] = 1000.0 + second
+        src.stats = frames.HubStats(log_error="" if second % 10 == 9 else full.format(second * 100))
+        printer.update()
+    lines = [line for line in out.getvalue().splitlines() if line.startswith(("warning", "log"))]
+    assert 2 <= len(lines) <= 6, lines  # (it said 1,800 lines: one at each turn)
+    assert lines[0].startswith("warning: cannot write /x/run.jsonl: No space left on device (0 lines dropped so far")
+    # The state at the end is said, whatever the wait: writable again.
+    src.stats = frames.HubStats()
+    printer.update(force=True)
+    assert out.getvalue().splitlines()[-1] == "log: writable again, the lines kept in memory are written"
 
 
 def test_the_headless_view_says_when_its_hub_goes_quiet_and_when_it_sends_again(monkeypatch):
