@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import pardash_env
 from instrumented import Recording, instrumented
@@ -76,6 +77,33 @@ def test_an_update_skipped_with_zero_grad_after_the_forward_is_a_step_of_its_own
     assert [s["loss"] for s in rep.steps] == pytest.approx(losses)  # (inf for each skipped one)
     assert [i for i, s in enumerate(rep.steps) if math.isinf(s["loss"])] == list(skips)
     assert all("custom" not in s for s in rep.steps)  # (no "2 micro-batches")
+    _phases_add_up(rep.steps)
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["zeroed after the forward", "zeroed after the backward"])
+def test_updates_skipped_in_a_row_each_have_their_own_batch_loading(hooked, first):
+    # Each skipped step's time in the DataLoader is its own: the loading of a run of skips
+    # went to the step after the first (its loader_s capped at its data time), the others none.
+    inst, rep = hooked
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(24, 8), torch.randint(0, 4, (24,)))
+    for i, (x, y) in enumerate(DataLoader(data, batch_size=2)):
+        loss = nn.functional.cross_entropy(model(x), y)
+        if first:
+            opt.zero_grad()
+        loss.backward()
+        if i in (4, 5, 6, 9):
+            if not first:
+                opt.zero_grad()
+            continue
+        opt.step()
+        if not first:
+            opt.zero_grad()
+    inst.finish()
+    assert [s["step"] for s in rep.steps] == list(range(1, 13))
+    assert [s["samples"] for s in rep.steps] == [2] * 12
+    assert all(0 < s.get("loader_s", 0) <= s["data_s"] for s in rep.steps), [s.get("loader_s") for s in rep.steps]
     _phases_add_up(rep.steps)
 
 

@@ -358,16 +358,16 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         backward's end it took from the open step (None: none); False: no cut pending."""
         self._skip_batch = False
         self._skip_zeroed = False
-        self._skip_more: list[tuple[Any, Any, Any, Any, Any]] = []
+        self._skip_more: list[tuple[Any, Any, Any, Any, Any, Any]] = []
         self._skip_grad: Any = None
         self._input: weakref.ref[Any] | None = None
         """The last training forward's first tensor argument (see pardash.trainer.skips)."""
         self._input_grad = False
         """The last training forward's first tensor required grad (an adversarial example's)."""
-        self._returned: tuple[Any, Any, int, int, float | None, int, int] | None = None
+        self._returned: tuple[Any, Any, int, int, float | None, int, int, float | None] | None = None
         """The open step as the last backward returned: that stamp, the last training forward's
         input (weakly), the step's samples, FSDP2 waits, ``loader_s`` and waits in collectives
-        between steps, and those after a pending cut (``_sync_next``): where its iteration ended,
+        between steps, and those after a pending cut (``_sync_next``, ``_loader_next``): where its iteration ended,
         should its gradients be zeroed after the next forward with no optimizer step (see
         Skips._zeroed_after_forward)."""
         self._pending_mem: Any = None
@@ -841,7 +841,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         step = self._open
         if step is not None:  # (see _returned: a tuple, the cheapest to make a backward; DDP's wait in it)
             self._returned = (end, self._input, step.samples, len(step.waits), step.loader_s, len(step.syncs),
-                              len(self._sync_next or ()))  # fmt: skip
+                              len(self._sync_next or ()), self._loader_next)  # fmt: skip
         if self._skip_from is not False:
             self._skip_grads()  # (a cut pending: the gradients the optimizer should step on)
         if self._in_optimizer and self._closure is not None:

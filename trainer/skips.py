@@ -105,10 +105,11 @@ class Skips:
     ``_skip_from`` (the backward's end the pending cut took from the open step, or ``False``
     when no cut is pending), ``_skip_batch`` (a forward on another batch came after the cut),
     ``_skip_zeroed`` (gradients zeroed since the last backward), ``_skip_more`` (the cuts of
-    skips in a row after the first: cut, memory, the arrival and sync point before it, the
-    backward's end it took), ``_skip_grad`` (the gradient the last backward left on the
-    optimizer's first parameter, weakly), ``_input`` (the last training forward's first
-    tensor, weakly) and ``_input_grad`` (whether it required grad)."""
+    skips in a row after the first: cut, memory, the arrival, waits in collectives and seconds
+    in a DataLoader between the cut before it and it, the backward's end it took),
+    ``_skip_grad`` (the gradient the last backward left on the optimizer's first parameter,
+    weakly), ``_input`` (the last training forward's first tensor, weakly), ``_input_grad``
+    (whether it required grad) and ``_returned`` (the open step as the last backward returned)."""
 
     def _wrap_scaler_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -153,9 +154,10 @@ class Skips:
                 # micro-batches zeroed one by one (told apart at the step, as the first cut)
                 cut = _Cut(self.clock.stamp(), len(step.marks), len(step.losses), step.micro, step.samples, len(step.waits),
                            self._logged_to_cut(), time.time(), time.monotonic())  # fmt: skip
-                self._skip_more.append((cut, self._memory(slot=0), self._arrive_next, self._sync_next, self._backward_end))
+                self._skip_more.append((cut, self._memory(slot=0), self._arrive_next, self._sync_next, self._loader_next,
+                                        self._backward_end))  # fmt: skip
                 self._logging_to = cut.logged
-                self._arrive_next = self._sync_next = self._backward_end = None
+                self._arrive_next = self._sync_next = self._loader_next = self._backward_end = None
                 self._skip_batch = False
             return
         if self._input_grad:
@@ -211,7 +213,7 @@ class Skips:
         step, returned = self._open, self._returned
         if returned is None or step is None:
             return
-        end, before, samples, waits, loader, syncs, syncs_next = returned
+        end, before, samples, waits, loader, syncs, syncs_next, loader_next = returned
         marks = step.marks
         at = len(marks) - 2
         if at < 1 or marks[at][0] != "data" or marks[at][1] is not end or marks[-1][0] != "forward":
@@ -243,8 +245,12 @@ class Skips:
         mem = self._memory(slot=0)  # (the gradients are still held)
         if pending:
             held = self._sync_next or []
-            self._skip_more.append((cut, mem, arrived, held[:syncs_next] or None, end))
+            self._skip_more.append((cut, mem, arrived, held[:syncs_next] or None, loader_next, end))
             self._sync_next = held[syncs_next:] or None
+            if self._loader_next is not None and self._loader_next != loader_next:  # (the next batch's loading)
+                self._loader_next -= loader_next or 0.0
+            else:
+                self._loader_next = None
         else:
             self._sync_next = step.syncs[syncs:] or None
             del step.syncs[syncs:]
@@ -273,9 +279,9 @@ class Skips:
     def _skip_drop(self) -> None:
         """The pending cuts were inside an iteration: the open step goes on as if never cut."""
         step = self._open
-        after = [(arrive, sync) for _cut, _mem, arrive, sync, _resumed in self._skip_more]
-        after.append((self._arrive_next, self._sync_next))
-        for cut, _mem, _arrive, _sync, resumed in reversed(self._skip_more):  # (later marks first)
+        after = [(arrive, sync, loader) for _cut, _mem, arrive, sync, loader, _resumed in self._skip_more]
+        after.append((self._arrive_next, self._sync_next, self._loader_next))
+        for cut, _mem, _arrive, _sync, _loader, resumed in reversed(self._skip_more):  # (later marks first)
             self._uncut(cut, resumed)
             self._logged_back(cut.logged)
         self._skip_more = []
@@ -285,13 +291,13 @@ class Skips:
         cut, self._cut = self._cut, None
         self._pending_mem = self._arrive_next = self._sync_next = self._resume_at = None
         if step is not None:  # (the open step's, as never cut: its first arrival, its waits, its loading)
-            for arrive, sync in after:
+            for arrive, sync, loader in after:
                 if step.arrive is None:
                     step.arrive = arrive
                 if sync:
                     step.syncs += sync
-            if self._loader_next is not None:
-                step.loader_s = (step.loader_s or 0.0) + self._loader_next
+                if loader is not None:
+                    step.loader_s = (step.loader_s or 0.0) + loader
         self._loader_next = None
         self._uncut(cut, resumed)
         if cut is not None:
@@ -309,11 +315,13 @@ class Skips:
         if not self._skip_more:
             self._skip_drop()
             return
-        cut, _mem, arrive, sync, resumed = self._skip_more.pop()
+        cut, _mem, arrive, sync, loader, resumed = self._skip_more.pop()
         self._uncut(cut, resumed)
         self._logged_back(cut.logged)
         self._arrive_next = arrive if arrive is not None else self._arrive_next
         self._sync_next = (sync or []) + (self._sync_next or []) or None  # (its waits, then those since)
+        if loader is not None:
+            self._loader_next = (self._loader_next or 0.0) + loader
         self._skip_batch = True  # (the cut before it had another batch after it)
 
     def _first_grad(self) -> Any:
@@ -356,20 +364,20 @@ class Skips:
 
     def _skip_publish(self) -> None:
         """Make each pending cut the end of a step."""
-        # Each cut ends a step; the arrival (and sync point) after each is the next one's.
-        cuts = [(self._cut, self._pending_mem)] + [(c, m) for c, m, _a, _s, _r in self._skip_more]
-        after = [(a, s) for _c, _m, a, s, _r in self._skip_more] + [(self._arrive_next, self._sync_next)]
+        # Each cut ends a step; the arrival, waits and loading after each are the next one's.
+        cuts = [(self._cut, self._pending_mem)] + [(c, m) for c, m, _a, _s, _ld, _r in self._skip_more]
+        after = [(a, s, ld) for _c, _m, a, s, ld, _r in self._skip_more] + [(self._arrive_next, self._sync_next, self._loader_next)]
         self._skip_from = False
         self._skip_more = []
         self._skip_grad = None
         self._cut = self._pending_mem = None
         before = None
-        for (cut, mem), (arrive, sync) in zip(cuts, after):
+        for (cut, mem), (arrive, sync, loader) in zip(cuts, after):
             here = cut
             if before is not None:  # (counted in the open step as it was: now after the last cut)
                 here = _Cut(cut.end, cut.marks - before.marks + 1, cut.losses - before.losses, cut.micro - before.micro,
                             cut.samples - before.samples, cut.waits - before.waits, cut.logged, cut.t, cut.mono)  # fmt: skip
-            self._arrive_next, self._sync_next = arrive, sync
+            self._arrive_next, self._sync_next, self._loader_next = arrive, sync, loader
             self._publish_cut(here, mem)
             before = cut
 
