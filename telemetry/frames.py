@@ -50,6 +50,9 @@ class HubStats(msgspec.Struct, omit_defaults=True):
     log_path: str = ""
     log_error: str = ""
     """Why the log is not being written, when it is not."""
+    log_bytes: int = 0
+    """How big the log is now, in bytes (0: no log, or not known): what a long run's disk
+    holds of it, which nothing said while it grew (review 316)."""
     viewers: int = 0
     """Snapshots served so far (a proxy for viewers attached)."""
     behind_s: float = 0.0

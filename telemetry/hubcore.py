@@ -942,6 +942,7 @@ class HubCore:
             # (a simulate's hub records to /dev/null: no log, which its viewers' headers said it was)
             log_path=str(rec.path) if rec and str(rec.path) != os.devnull else "",
             log_error=rec.error if rec else "",
+            log_bytes=rec.size() if rec and str(rec.path) != os.devnull else 0,
             viewers=self.snapshots_served,
             behind_s=round(self.behind_s(time.monotonic() if now is None else now), 1),
         )

@@ -252,6 +252,16 @@ class Recorder:
             self._fh = None
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
 
+    def size(self) -> int:
+        """The log's size on disk now, in bytes (0 while it has no file open: not written yet, or
+        its disk refusing it). Asked from the hub's loop as the writer writes: the file's own
+        size, as the kernel keeps it."""
+        fh = self._fh
+        try:
+            return os.fstat(fh.fileno()).st_size if fh is not None else 0
+        except (OSError, ValueError):
+            return 0
+
     def write(self, msg: schema.Message) -> None:
         """Keep ``msg`` for the next ``encode`` (or flush). The hub never changes a message
         once taken, so encoding it later writes the same line."""

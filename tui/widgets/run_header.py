@@ -22,7 +22,7 @@ from pardash.telemetry.client import Source
 from pardash.telemetry.printer import BEHIND_SAID_S
 from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent, time_left_s, total_steps
 
-from ..format import fmt_count, fmt_duration, fmt_rate
+from ..format import fmt_bytes, fmt_count, fmt_duration, fmt_rate
 from ..model import SAVING, STOPPED, STOPPING, WAITING, RunTotals, run_totals
 from ..run_clock import run_origin
 from ..styles import CachedStyles, component_fg, text_strip
@@ -190,6 +190,8 @@ class RunSummary:
     dropped: int = 0
     log_path: str = ""
     log_error: str = ""
+    log_size: str = ""
+    """How big the log is now (``103 MiB``; '' not known): a long run's disk fills with it."""
     ingest_hz: float = 0.0
     hub_behind_s: float = 0.0
     """How far behind the ranks the hub is (HubStats.behind_s): said from BEHIND_SAID_S."""
@@ -333,6 +335,7 @@ def summarize(
         dropped=stats.dropped,
         log_path=stats.log_path,
         log_error=stats.log_error,
+        log_size=fmt_bytes(stats.log_bytes) if stats.log_bytes and source.live else "",
         ingest_hz=stats.ingest_hz,
         hub_behind_s=stats.behind_s if source.live else 0.0,
         note=" · ".join(notes),
@@ -688,7 +691,8 @@ class RunHeader(CachedStyles, Widget):
             forms = short_log_path(s.log_path, s.run_id)
             if short_log and len(forms) > 1:
                 forms = forms[1:]
-            second.append(Choice(tuple(self._pair("log", p, "label") for p in forms)))
+            size = f" ({s.log_size})" if s.log_size else ""
+            second.append(Choice(tuple(self._pair("log", p + size, "label") for p in forms)))
         if s.command:  # (two runs of one script folder told apart by more than their ids; the first to go)
             forms = command_forms(s.command)
             if command_form is not None:
