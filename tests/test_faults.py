@@ -969,6 +969,21 @@ def test_a_log_deleted_after_its_last_check_is_written_again_at_close(tmp_path):
     assert [m.message.split(":")[0] for m in msgs if isinstance(m, schema.Event)] == [f"log {path} was deleted while the hub wrote it"]
 
 
+class _StatsSource:
+    """A live printer's source that says only the hub's counts (``stats``), set by the test."""
+
+    live = True
+
+    def __init__(self):
+        from pardash.telemetry import frames
+        from pardash.telemetry.state import RunState
+
+        self.state, self.stats = RunState(), frames.HubStats()
+
+    def poll(self):
+        return False
+
+
 def test_the_headless_view_warns_when_the_log_cannot_be_written():
     # The TUI's header shows the hub's log error; the headless view (and the launcher's last
     # line) must say it too, or a run whose disk filled would read as recorded in full.
@@ -976,18 +991,8 @@ def test_the_headless_view_warns_when_the_log_cannot_be_written():
 
     from pardash.telemetry import frames
     from pardash.telemetry.printer import ProgressPrinter, outcome_line
-    from pardash.telemetry.state import RunState
 
-    class Source:
-        live = True
-
-        def __init__(self):
-            self.state, self.stats = RunState(), frames.HubStats()
-
-        def poll(self):
-            return False
-
-    src, out = Source(), io.StringIO()
+    src, out = _StatsSource(), io.StringIO()
     printer = ProgressPrinter(src, out=out, bar=False, every_s=3600)
     printer.update()
     src.stats = frames.HubStats(log_error="cannot write /x/run.jsonl: No space left on device")
@@ -1013,20 +1018,10 @@ def test_a_disk_full_and_freed_by_turns_is_said_a_few_times_not_at_each_turn(mon
     from pardash.telemetry import frames
     from pardash.telemetry import printer as printer_mod
     from pardash.telemetry.printer import ProgressPrinter
-    from pardash.telemetry.state import RunState
-
-    class Source:
-        live = True
-
-        def __init__(self):
-            self.state, self.stats = RunState(), frames.HubStats()
-
-        def poll(self):
-            return False
 
     clock = [1000.0]
     monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
-    src, out = Source(), io.StringIO()
+    src, out = _StatsSource(), io.StringIO()
     printer = ProgressPrinter(src, out=out, bar=False, every_s=3600)
     printer.update()
     full = "cannot write /x/run.jsonl: No space left on device ({} lines dropped so far, 512 MiB held)"
