@@ -24,17 +24,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import pardash_env
-from instrumented import Recording, instrumented
+from instrumented import hooked  # noqa: F401 (the fixture)
 
 SCRIPT = str(Path(__file__).resolve().parent / "scripts" / "skip_zero_grad_first.py")
-
-
-@pytest.fixture
-def hooked():
-    """The hooks installed on this process's torch, over a reporter that keeps the steps."""
-    rep = Recording()
-    with instrumented(rep) as inst:
-        yield inst, rep
 
 
 def _model() -> nn.Module:
@@ -55,7 +47,7 @@ def _phases_add_up(steps: list[dict]) -> None:
     "zero, skips, set_to_none",
     [("optimizer", (3, 6, 7), True), ("model", (3, 6, 7), True), ("optimizer", (2, 3, 4, 5, 6, 7), False)],
 )
-def test_an_update_skipped_with_zero_grad_after_the_forward_is_a_step_of_its_own(hooked, zero, skips, set_to_none):
+def test_an_update_skipped_with_zero_grad_after_the_forward_is_a_step_of_its_own(hooked, zero, skips, set_to_none):  # noqa: F811
     inst, rep = hooked
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -81,7 +73,7 @@ def test_an_update_skipped_with_zero_grad_after_the_forward_is_a_step_of_its_own
 
 
 @pytest.mark.parametrize("first", [True, False], ids=["zeroed after the forward", "zeroed after the backward"])
-def test_updates_skipped_in_a_row_each_have_their_own_batch_loading(hooked, first):
+def test_updates_skipped_in_a_row_each_have_their_own_batch_loading(hooked, first):  # noqa: F811
     # Each skipped step's time in the DataLoader is its own: the loading of a run of skips
     # went to the step after the first (its loader_s capped at its data time), the others none.
     inst, rep = hooked
@@ -108,7 +100,7 @@ def test_updates_skipped_in_a_row_each_have_their_own_batch_loading(hooked, firs
 
 
 @pytest.mark.parametrize("algorithm", ["sam", "clipping", "tasks"])
-def test_passes_zeroed_after_their_forward_inside_an_iteration_stay_one_step(hooked, algorithm):
+def test_passes_zeroed_after_their_forward_inside_an_iteration_stay_one_step(hooked, algorithm):  # noqa: F811
     # The same zero_grad after a forward that followed a backward with no optimizer step
     # since, inside one iteration: SAM's second pass (on the same batch), per-micro-batch
     # clipping and a batch per task (each pass's gradients read, then their sum set and
