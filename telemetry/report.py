@@ -57,12 +57,12 @@ from .figures import Figures
 from .logreader import LogReadStats, Progress, read_log
 from .timeline import Timeline
 from .failures import STOPPED_CODES, failure_summary, left_early, recovered_failures, signal_name
-from .report_render import PHASES, SHARED_RUN_ID, md_table, render_markdown, render_text
+from .report_render import LOSS_SPIKES_GROUPED, PHASES, SHARED_RUN_ID, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
 from .stragglers import StepWaits
-from .state import (EXITED, FINISHED, LEFT_EARLY, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState, mem_full_bytes,
-                    mem_held_bytes, mem_state_bytes, run_again, run_over, status_of)
+from .state import (EXITED, FINISHED, LEFT_EARLY, LOSS_FINITE_AGAIN, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState,
+                    mem_full_bytes, mem_held_bytes, mem_state_bytes, run_again, run_over, status_of)
 from .summary import (
     BYTES_PER_PARAM, NOT_SHARDING_FACTOR, expected_state_bytes, is_pipeline, is_sharded, named_by_step, not_sharding_hint, shards_of, total_steps,
 )  # fmt: skip
@@ -299,6 +299,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     saves: dict[int, dict] = {}
     resumes: dict[tuple[int, int], dict] = {}
     warnings: dict[str, dict] = {}
+    said_turns: dict[str, dict] = {}
+    """Ranks' warnings that their loss stopped being finite or is finite again, by text, apart
+    from ``warnings``: a script that skips each inf loss's update sends two each time, which
+    filled the report's MAX_WARNINGS and pushed the run's other warnings out
+    (:func:`_fold_loss_turns` folds them)."""
     jobs_mixed = False
     """The hub warned that two jobs sent under the run's id (:data:`SHARED_RUN_ID`)."""
     first_t = hub_last_t = None
@@ -543,7 +548,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 began = msg.t - msg.duration_s if stepped is None else max(msg.t - msg.duration_s, stepped[1])
                 outside = max(0.0, msg.t - began)
                 pauses[msg.rank].append((msg.t, outside))
-            _fold_event(msg, state, saves, resumes, warnings, outside)
+            _fold_event(msg, state, saves, resumes, said_turns if _loss_turn_said(msg) else warnings, outside,
+                        cap=2 * MAX_LOSS_TURNS if _loss_turn_said(msg) else MAX_WARNINGS)
             if msg.name == "warning" and (bad := LOSS_NOT_FINITE.match(msg.message)) is not None:
                 loss_bad[msg.rank] = {"value": bad["value"], "step": int(bad["step"])}
                 if msg.rank not in loss_open:
@@ -863,7 +869,11 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # By step (the first to say it), the first to turn first: in the hub's order, "ranks 0-5,
         # 7 at step 31: loss is nan" read before rank 6's at step 30 that began it (review 306).
         # Those without a step (the hub's) keep their places, the count of the rest last.
-        "warnings": _by_step([w | {"ranks": sorted(w["ranks"])} for w in warnings.values()]),
+        # A set of ranks' loss that stopped being finite and came back alike LOSS_SPIKES_GROUPED
+        # times or more is one entry, the first's, with "loss_turns": {"value", "turns": [[step,
+        # finite-again step], ...]} (:func:`_fold_loss_turns`).
+        "warnings": _by_step([w | {"ranks": sorted(w["ranks"])}
+                              for w in [*warnings.values(), *_fold_loss_turns(list(said_turns.values()))]]),
         # Two jobs sent under the run's id at once (the hub's warning says which pids): every
         # figure mixes them, the steps one job ran after the other's counted as run again.
         # (Only where so.)
@@ -1080,17 +1090,58 @@ def _by_step(warnings: list[dict]) -> list[dict]:
     return out
 
 
+def _loss_turn_said(msg: schema.Event) -> bool:
+    """Whether ``msg`` is a rank's warning that its loss stopped being finite or is finite again."""
+    return msg.name == "warning" and msg.rank >= 0 and (LOSS_NOT_FINITE.match(msg.message) is not None
+                                                         or LOSS_FINITE_AGAIN.match(msg.message) is not None)
+
+
+_NOT_FINITE_FROM = re.compile(r"\(not finite from step (\d+)\)")
+"""In a rank's warning that its loss is finite again: the step it stopped being finite."""
+
+
+def _fold_loss_turns(said: list[dict]) -> list[dict]:
+    """The warning entries of ranks' loss turns (``said``, by text as :func:`_fold_event` keeps
+    them), a set of ranks' loss that stopped being finite and was finite again, alike (one value),
+    LOSS_SPIKES_GROUPED times or more folded into the first's entry with ``loss_turns``: a script
+    that skips each inf loss's update listed 40 warnings, two each time, where the report's loss
+    line says them in one piece. A single divergence, a spike or two, and a turn without its
+    other half (ranks finite again at different steps) stay as they are."""
+    turned: dict[tuple, tuple[dict, str]] = {}
+    again: dict[tuple, tuple[dict, int]] = {}
+    for w in said:
+        ranks = tuple(sorted(w["ranks"]))
+        if (bad := LOSS_NOT_FINITE.match(w["message"])) is not None:
+            turned[(ranks, int(bad["step"]))] = (w, bad["value"])
+        elif (ok := LOSS_FINITE_AGAIN.match(w["message"])) and (since := _NOT_FINITE_FROM.search(w["message"])):
+            again[(ranks, int(since[1]))] = (w, int(ok["step"]))
+    spikes: dict[tuple, list[tuple[dict, dict, int]]] = {}
+    for (ranks, step), (w, value) in turned.items():
+        if (ranks, step) in again:
+            w_again, at = again[(ranks, step)]
+            spikes.setdefault((ranks, value), []).append((w, w_again, at))
+    folded: set[int] = set()
+    out = []
+    for (ranks, value), turns in spikes.items():
+        if len(turns) < LOSS_SPIKES_GROUPED:
+            continue
+        turns.sort(key=lambda t: (t[0]["attempt"], t[0]["step"] or 0))
+        out.append(turns[0][0] | {"loss_turns": {"value": value, "turns": [[t[0]["step"], t[2]] for t in turns]}})
+        folded.update(id(w) for t in turns for w in t[:2])
+    return out + [w for w in said if id(w) not in folded]
+
+
 def _fold_event(msg: schema.Event, state: RunState, saves: dict, resumes: dict, warnings: dict,
-                outside_s: float | None = None) -> None:  # fmt: skip
+                outside_s: float | None = None, cap: int | None = None) -> None:  # fmt: skip
     """Checkpoint saves by step, resumes by (torchrun attempt, step) and warnings by text, each
-    with the ranks that said it; a save or resume takes as long as its slowest rank (a save's
-    files, see :func:`_fold_save`; ``outside_s``: of a save's time, what was outside the rank's
-    steps)."""
+    with the ranks that said it, ``cap`` texts at most (MAX_WARNINGS; the rest counted under
+    one); a save or resume takes as long as its slowest rank (a save's files, see
+    :func:`_fold_save`; ``outside_s``: of a save's time, what was outside the rank's steps)."""
     r = state.ranks.get(msg.rank)
     if msg.name == "warning":
         hub = msg.rank < 0
         key = ("hub: " if hub else "") + msg.message  # (a rank's text and the hub's apart)
-        if key not in warnings and len(warnings) >= MAX_WARNINGS:
+        if key not in warnings and len(warnings) >= (MAX_WARNINGS if cap is None else cap):
             key = ""  # the rest are counted under one entry
         entry = warnings.get(key)
         if entry is None:

@@ -644,12 +644,18 @@ says them as one piece (a script that skips the update of each inf loss read 40 
 def _spikes_text(ranks: list[int], value: str, turns: list[tuple[int, int]]) -> str:
     """``ranks 0-1 inf at 20 steps (every 7 steps, from step 7 to 140), finite again the step
     after each``: ``turns`` (step, finite-again step) of one set of ranks, each over."""
+    return f"{ranks_named(ranks)} {spikes_said(value, turns)}"
+
+
+def spikes_said(value: str, turns: list[tuple[int, int]]) -> str:
+    """:func:`_spikes_text` less its ranks: ``inf at 20 steps (every 7 steps, from step 7 to 140),
+    finite again the step after each`` (the report's warnings say it of the ranks' warnings)."""
     steps = [s for s, _ in turns]
     gaps = {b - a for a, b in zip(steps, steps[1:])}
     every = f"every {gaps.pop()} steps, " if len(gaps) == 1 else ""
     lasted = {again - s for s, again in turns}
     after = "after each" if len(lasted) > 1 else "the step after each" if lasted == {1} else f"{lasted.pop()} steps after each"
-    return f"{ranks_named(ranks)} {value} at {len(turns)} steps ({every}from step {steps[0]} to {steps[-1]}), finite again {after}"
+    return f"{value} at {len(turns)} steps ({every}from step {steps[0]} to {steps[-1]}), finite again {after}"
 
 
 def loss_line(rep: dict) -> str | None:
@@ -984,12 +990,17 @@ def checkpoint_lines(rep: dict) -> list[str]:
 
 
 def warning_lines(rep: dict) -> list[str]:
-    """Each warning text the ranks sent, once, with the ranks that sent it; the hub's, "hub:"."""
+    """Each warning text the ranks sent, once, with the ranks that sent it; the hub's, "hub:". A
+    set of ranks' loss that kept turning not finite and back (the report's ``loss_turns``), one
+    line where the first turn was: "ranks 0-1 at step 7: loss inf at 19 steps (every 6 steps,
+    from step 7 to 115), finite again the step after each", as the findings' loss line says it."""
     out = []
     for w in rep.get("warnings") or []:
         who = "hub" if w.get("hub") else ranks_named(w["ranks"])
         at = f" at step {w['step']}" if w.get("step") is not None else ""
-        out.append(f"{who}{at}: {w['message'] or '(more warnings than a report lists)'}")
+        turns = w.get("loss_turns")
+        said = f"loss {spikes_said(turns['value'], [tuple(t) for t in turns['turns']])}" if turns else w["message"]
+        out.append(f"{who}{at}: {said or '(more warnings than a report lists)'}")
     return out
 
 
