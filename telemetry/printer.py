@@ -22,7 +22,7 @@ from .client import HUB_QUIET_S, Source
 from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, left_early, root_cause,
                        short_error, signal_name, stop_text)
 from .recorder import CONTINUED_AT
-from .state import EXITED, RUNNING, SMOOTH_FIGURES, STARTING, launcher_stopping, run_over, status_of, torchrun_restart
+from .state import EXITED, LOSS_FINITE_AGAIN, LOSS_NOT_FINITE, RUNNING, SMOOTH_FIGURES, STARTING, launcher_stopping, run_over, status_of, torchrun_restart
 from .summary import (
     held_spread,
     named_by_step,
@@ -137,6 +137,8 @@ class ProgressPrinter:
         """The bar :meth:`close` stopped, which a later update goes on with."""
         self._task = None
         self._said_events = False
+        self._loss_turns = LossTurnsHeld()
+        """Which of the ranks' loss turns are printed (a loss inf every 7 steps: 2 lines each)."""
         self._earlier_upto: int | None = None
         """The events the hub had before this printer first heard from it (a late attach: its
         snapshot's), by hseq: printed under a line that says they are the run's past, not news."""
@@ -342,7 +344,9 @@ class ProgressPrinter:
         if self._earlier_upto is None and self.joined and getattr(self.source, "synced", True):
             self._earlier_upto = max((ev.hseq for ev in st.events), default=0)
         for ev, ranks, took in group_alike(fresh):
-            line = event_line(ev, ranks, took)
+            held = self._loss_turns.take(ev, ranks)
+            line = event_line(ev, ranks, took) if held is None else "" if held == 0 else (
+                f"[warning] {ranks_named(ranks or [ev.rank])}: {held_text(ev, held)}")  # type: ignore[arg-type]
             if line:
                 if not self._said_events and self._earlier_upto and ev.hseq <= self._earlier_upto:
                     # (a viewer that joined a run going on: "[straggler] rank 2 ..." read as news)
@@ -582,6 +586,61 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
             line += f": {text}"
         return line
     return ""
+
+
+LOSS_TURNS_PRINTED = 3
+"""Times a set of ranks' loss turning not finite is said as it comes (its reporter's warning, and
+that it is finite again); the next says that later ones are not (:class:`LossTurnsHeld`)."""
+
+LOSS_TURNS_QUIET_S = 600.0
+"""Seconds (the ranks' clock) without a turn of a set of ranks' loss after which the next is
+said again, as a first."""
+
+
+class LossTurnsHeld:
+    """Which of the ranks' warnings that their loss is not finite, or finite again, are said as
+    they come: a script that skips the update of each inf loss (a GradScaler's, or its own)
+    sent two every 7 steps, 40 ``[warning]`` lines of a headless launch and 40 entries of the
+    TUI's event log that pushed everything else out. A set of ranks' first LOSS_TURNS_PRINTED
+    turns are said; the next one, a line that says later ones are not (:func:`held_text`);
+    then none, until a turn to another value, or one LOSS_TURNS_QUIET_S after the last. The
+    log keeps each (the hub's state turns a rank's loss not finite and back by them) and the
+    report sums them up. Alike ranks are as :func:`group_alike` puts them."""
+
+    __slots__ = ("_sets",)
+
+    def __init__(self) -> None:
+        self._sets: dict[tuple[int, ...], list] = {}
+        """Ranks -> [turns counted, the last one's time, its value]."""
+
+    def take(self, ev: schema.Message, ranks: list[int] | None) -> int | None:
+        """None: ``ev`` is said as ever (not a loss's turn, or one of the first); 0: not said;
+        else the count of the turn it is, to be said by :func:`held_text` instead."""
+        if not isinstance(ev, schema.Event) or ev.name != "warning" or ev.rank < 0:
+            return None
+        bad = LOSS_NOT_FINITE.match(ev.message or "")
+        if bad is None and LOSS_FINITE_AGAIN.match(ev.message or "") is None:
+            return None
+        key = tuple(ranks) if ranks else (ev.rank,)
+        t = ev.t or 0.0
+        seen = self._sets.get(key)
+        if seen is None or t - seen[1] >= LOSS_TURNS_QUIET_S or (bad is not None and bad["value"] != seen[2]):
+            seen = self._sets[key] = [0, t, bad["value"] if bad is not None else None]
+        seen[1] = t
+        if bad is None:  # finite again: said while its turn was
+            return None if seen[0] <= LOSS_TURNS_PRINTED else 0
+        seen[0] += 1
+        return None if seen[0] <= LOSS_TURNS_PRINTED else seen[0] if seen[0] == LOSS_TURNS_PRINTED + 1 else 0
+
+
+def held_text(ev: schema.Event, turns: int, what: str = "printed") -> str:
+    """``loss inf again at step 28, the 4th time: later turns are not printed each (pardash report
+    sums them up)``: of the turn :meth:`LossTurnsHeld.take` holds from (``what`` the TUI's word)."""
+    bad = LOSS_NOT_FINITE.match(ev.message or "")
+    value = bad["value"] if bad is not None else "not finite"
+    nth = f"{turns}{'th' if 10 <= turns % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(turns % 10, 'th')}"
+    return (f"loss {value} again at step {ev.step}, the {nth} time: later turns are not {what} each "
+            "(pardash report sums them up)")
 
 
 LOSS_GROUPS_SAID = 3
