@@ -601,17 +601,19 @@ class LossTurnsHeld:
     """Which of the ranks' warnings that their loss is not finite, or finite again, are said as
     they come: a script that skips the update of each inf loss (a GradScaler's, or its own)
     sent two every 7 steps, 40 ``[warning]`` lines of a headless launch and 40 entries of the
-    TUI's event log that pushed everything else out. A set of ranks' first LOSS_TURNS_PRINTED
-    turns are said; the next one, a line that says later ones are not (:func:`held_text`);
-    then none, until a turn to another value, or one LOSS_TURNS_QUIET_S after the last. The
-    log keeps each (the hub's state turns a rank's loss not finite and back by them) and the
-    report sums them up. Alike ranks are as :func:`group_alike` puts them."""
+    TUI's event log that pushed everything else out. A rank's first LOSS_TURNS_PRINTED turns
+    are said; the next one, a line that says later ones are not (:func:`held_text`); then
+    none, until a turn to another value, or one LOSS_TURNS_QUIET_S after its last. Alike
+    ranks, as :func:`group_alike` puts them, go by the one of them turned the fewest times
+    (the TUI takes a rank's warning in one frame and the other's in the next). The log keeps
+    each (the hub's state turns a rank's loss not finite and back by them) and the report
+    sums them up."""
 
-    __slots__ = ("_sets",)
+    __slots__ = ("_ranks",)
 
     def __init__(self) -> None:
-        self._sets: dict[tuple[int, ...], list] = {}
-        """Ranks -> [turns counted, the last one's time, its value]."""
+        self._ranks: dict[int, list] = {}
+        """Rank -> [its turns counted, the last one's time (the ranks' clock), its value]."""
 
     def take(self, ev: schema.Message, ranks: list[int] | None) -> int | None:
         """None: ``ev`` is said as ever (not a loss's turn, or one of the first); 0: not said;
@@ -621,16 +623,19 @@ class LossTurnsHeld:
         bad = LOSS_NOT_FINITE.match(ev.message or "")
         if bad is None and LOSS_FINITE_AGAIN.match(ev.message or "") is None:
             return None
-        key = tuple(ranks) if ranks else (ev.rank,)
         t = ev.t or 0.0
-        seen = self._sets.get(key)
-        if seen is None or t - seen[1] >= LOSS_TURNS_QUIET_S or (bad is not None and bad["value"] != seen[2]):
-            seen = self._sets[key] = [0, t, bad["value"] if bad is not None else None]
-        seen[1] = t
-        if bad is None:  # finite again: said while its turn was
-            return None if seen[0] <= LOSS_TURNS_PRINTED else 0
-        seen[0] += 1
-        return None if seen[0] <= LOSS_TURNS_PRINTED else seen[0] if seen[0] == LOSS_TURNS_PRINTED + 1 else 0
+        counts = []
+        for rank in ranks or [ev.rank]:
+            seen = self._ranks.get(rank)
+            if seen is None or t - seen[1] >= LOSS_TURNS_QUIET_S or (bad is not None and bad["value"] != seen[2]):
+                seen = self._ranks[rank] = [0, t, bad["value"] if bad is not None else None]
+            seen[1] = t
+            seen[0] += bad is not None
+            counts.append(seen[0])
+        turns = min(counts)
+        if turns <= LOSS_TURNS_PRINTED:
+            return None
+        return turns if bad is not None and turns == LOSS_TURNS_PRINTED + 1 else 0
 
 
 def held_text(ev: schema.Event, turns: int, what: str = "printed") -> str:

@@ -174,3 +174,48 @@ def test_a_headless_launch_prints_a_spike_or_three_as_before():
     fed_turns(src, turns_at(LOSS_TURNS_PRINTED), 1000.0)
     lines = printed_warnings(printer, out)
     assert len(lines) == 2 * LOSS_TURNS_PRINTED and not any("later turns" in line for line in lines)
+
+
+async def test_the_tuis_event_log_lists_the_first_turns_then_says_later_ones_are_not_listed():
+    # Rank 0's warnings in one frame, rank 1's in the next (each its own line, as it comes);
+    # epoch ends between the turns stay one line, the turns held not ending it.
+    from textual.app import App
+
+    from pardash.tui.widgets.event_log import EventLog
+
+    class One(App):
+        CSS = "EventLog { width: 150; height: 30; }"
+
+        def compose(self):
+            yield EventLog()
+
+    app = One()
+    async with app.run_test(size=(160, 34)) as pilot:
+        src, log = _Fed(), app.query_one(EventLog)
+        await pilot.pause()  # (its size known: lines not wrapped)
+        for r in (0, 1):
+            src.take(schema.Hello(rank=r, seq=0, world_size=2), 1000.0)
+        for i, s in enumerate(turns_at(TURNS)):
+            for r in (0, 1):
+                src.take(schema.Event(rank=r, seq=3 * s, name="warning", step=s, message=reporter_says(math.inf, s)), 1000.0 + s)
+                log.sync(src.state)
+            for r in (0, 1):
+                src.take(schema.Event(rank=r, seq=3 * s + 1, name="warning", step=s + 1,
+                                      message=reporter_says(1.0, s + 1, bad_since=s)), 1000.5 + s)  # fmt: skip
+                log.sync(src.state)
+            if i >= LOSS_TURNS_PRINTED + 1:
+                for r in (0, 1):
+                    src.take(schema.Event(rank=r, seq=3 * s + 2, name="epoch_end", step=s + 2, message=f"epoch {i} ended"), 1001.0 + s)
+                log.sync(src.state)
+        await pilot.pause()
+        rows = [line.text.rstrip() for line in log.lines]
+        starts = [row for _, row in log._starts] + [len(rows)]  # (each entry's first row: wrapped)
+        texts = [" ".join(rows[a:b])[6:] for a, b in zip(starts, starts[1:])]  # (less the clock)
+        loss = [t for t in texts if "loss" in t]
+        assert len(loss) == 2 * (2 * LOSS_TURNS_PRINTED + 1), texts
+        assert loss[0] == ("rank 0 warning after step 7: loss is inf at step 7: diverged, or a spike (steps go on without a "
+                           "loss while it is not finite)")  # fmt: skip
+        assert loss[-2:] == [f"rank {r} warning after step 25: loss inf again at step 25, the 4th time: later turns are not "
+                             "listed each (pardash report sums them up)" for r in (0, 1)]  # fmt: skip
+        assert texts[-1].startswith(f"ranks 0-1 ended epochs {LOSS_TURNS_PRINTED + 1}-{TURNS - 1}")
+        assert len(texts) == len(loss) + 1, texts

@@ -7,6 +7,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from typing import ClassVar
 
+import msgspec
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
@@ -15,7 +16,7 @@ from textual.widgets import RichLog
 from pardash.telemetry import schema
 from pardash.telemetry.event_ring import is_routine
 from pardash.telemetry.failures import error_line, is_stop, short_error, stop_text
-from pardash.telemetry.printer import group_alike, verdict_text
+from pardash.telemetry.printer import LossTurnsHeld, group_alike, held_text, verdict_text
 from pardash.telemetry.summary import ranks_named, ranks_text
 from pardash.telemetry.state import RunState, launcher_stopping, torchrun_restart
 
@@ -278,6 +279,9 @@ class EventLog(CachedStyles, RichLog):
         self._routine: RoutineRun | None = None
         """The epoch ends and checkpoints said by the last line written, while it is theirs
         (see RoutineRun)."""
+        self._loss_turns = LossTurnsHeld()
+        """Which of the ranks' loss turns are listed: a loss inf every 7 steps (a script that
+        skips each such update) listed two warnings each time, 40 of them."""
 
     def on_mount(self) -> None:
         # Written lines keep the colours of the theme they were written in: rewrite on change.
@@ -349,6 +353,7 @@ class EventLog(CachedStyles, RichLog):
             self._last_hseq = -1
             self._starts.clear()
             self._routine = None
+            self._loss_turns = LossTurnsHeld()
             self.clear()
         last = self._last_hseq
         fresh = []
@@ -408,6 +413,11 @@ class EventLog(CachedStyles, RichLog):
         place = self._top_line() if reading and id(state) != self._state_id else None  # (written again)
         mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
         for m, ranks, took in group_alike(mine):
+            held = self._loss_turns.take(m, ranks)
+            if held == 0:
+                continue  # (not a line: the epoch ends' line before it goes on)
+            if held:  # (its own words less "the loss is inf at step N: diverged, ..." again)
+                m = msgspec.structs.replace(m, message=held_text(m, held, "listed"))  # type: ignore[arg-type]
             if is_epoch_end(m) or is_save(m):
                 run = self._routine
                 if run is None or not self._unwrite(run):
