@@ -450,10 +450,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 # terminal's job trained on with nobody watching it, review 317). Once every rank
                 # has finished, the job ends by itself, as `q` leaves it then.
                 from pardash.telemetry.state import run_finished
-                from pardash.telemetry.streams import unbreakable_stdio
 
-                if signum == signal.SIGHUP:
-                    unbreakable_stdio()  # (the terminal is gone: what is said after goes nowhere, not a traceback)
                 terminated.append(signum)
                 if app is not None:
                     app.exit("over" if run_finished(client.state) else STOP)
@@ -461,6 +458,13 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             for sig in stops:
                 signal.signal(sig, on_sigterm)
             choice = STOP if terminated or app is None else app.run()  # (one came as the app was made: no app)
+            if signal.SIGHUP in terminated:
+                # The terminal is gone: what is said from here goes nowhere, not a traceback
+                # (EIO) that left the launch with 1 before it waited for the job (review 322).
+                # (Once the app has given back the streams it held.)
+                from pardash.telemetry.streams import unbreakable_stdio
+
+                unbreakable_stdio()
             # None: the app ended some other way (crashed, terminal gone). The job must not
             # die with its viewer, so that counts as a detach.
             over_unsupervised = False

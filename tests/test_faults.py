@@ -299,10 +299,17 @@ def test_a_rank_that_exits_1_of_the_stops_sigterm_is_stopped_not_failed(tmp_path
     assert "pardash: stopped by you (exit code 130); log " in err, err[-2000:]
 
 
-def _launch_in_a_terminal(tmp_path):
+def _launch_in_a_terminal(tmp_path, *, controlling: bool = False):
     """A TUI launch of the bundled trainer in a pty, once its ranks have stepped: (process,
-    the terminal's master end, what it shows, the log)."""
+    the terminal's master end, what it shows, the log). ``controlling``: the pty is the
+    launch's controlling terminal, as a shell's is (its closing sends SIGHUP)."""
+    import fcntl
     import pty
+    import termios
+
+    def own_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     master, slave = pty.openpty()
     log = tmp_path / "run.jsonl"
@@ -310,6 +317,7 @@ def _launch_in_a_terminal(tmp_path):
         [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "100000", "--log", str(log),
          "--runs-dir", str(tmp_path / "runs")],
         stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
+        preexec_fn=own_terminal if controlling else None,
     )  # fmt: skip
     os.close(slave)
     screen = TerminalOutput(master)
@@ -317,13 +325,26 @@ def _launch_in_a_terminal(tmp_path):
     return p, master, screen, log
 
 
+def test_a_launch_in_the_tui_whose_terminal_closes_stops_the_job_and_exits_129(tmp_path):
+    # Its terminal closed (a tmux window killed, an ssh connection dropped: SIGHUP) ended the
+    # TUI's launch alone, the job training on with nobody watching it, where a headless launch's
+    # stopped (review 317); then the launch exited 1 on writing to the terminal gone, before it
+    # waited for the job (review 322).
+    p, master, screen, log = _launch_in_a_terminal(tmp_path, controlling=True)
+    (entry,) = registry.live_runs()
+    os.close(master)  # the terminal goes: the kernel hangs up its session
+    assert p.wait(timeout=120) == 129
+    wait_for(lambda: not psutil.pid_exists(entry["supervisor_pid"]), timeout_s=60)
+    exits = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "exit"]
+    assert exits and all(m.code == -15 and m.message == "stopped by SIGHUP" for m in exits), exits
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "result.json").read_text())["code"] == 129
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
 def test_a_sigterm_to_a_launch_in_the_tui_stops_the_job_and_gives_the_terminal_back(tmp_path, sig):
     # Only the headless launch took SIGTERM: the TUI's died with 143 under a frozen screen (the
-    # terminal never left its alternate screen) while the job ran on, unwatched and unsaid. And
-    # SIGHUP (its terminal closed: a tmux window killed, an ssh connection dropped) ended the
-    # TUI's launch alone, the job training on with nobody watching it, where a headless
-    # launch's stopped (review 317).
+    # terminal never left its alternate screen) while the job ran on, unwatched and unsaid.
     p, master, screen, log = _launch_in_a_terminal(tmp_path)
     (entry,) = registry.live_runs()
     p.send_signal(sig)
