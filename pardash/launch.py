@@ -390,7 +390,12 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 for sig in stops:
                     signal.signal(sig, on_sigterm)
                 _say_suspends(printer, spec)
-                printer.follow(lambda: job.poll() is not None)
+                try:
+                    printer.follow(lambda: job.poll() is not None)
+                finally:
+                    # (not while the job stops: the job does not train on then)
+                    if signal.getsignal(signal.SIGTSTP) is not signal.SIG_IGN:
+                        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
             except KeyboardInterrupt:
                 stopped_by.append(signal.SIGINT)
                 try:
@@ -547,9 +552,11 @@ def _say_suspends(printer, spec) -> None:
     def on_tstp(_signum: int, _frame: object = None) -> None:
         printer.say(f"{PROG}: this launch is suspended; the job trains on (`fg` brings its progress back, "
                     f"`{PROG} attach {_watch(spec)}` watches it meanwhile)")  # fmt: skip
+        printer.hold_display()  # (its bar stopped, the cursor shown: the shell's prompt had none)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # (stopped here until SIGCONT: `fg`, `bg`)
         signal.signal(signal.SIGTSTP, on_tstp)
+        printer.go_on_display()
 
     signal.signal(signal.SIGTSTP, on_tstp)
 

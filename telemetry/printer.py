@@ -120,8 +120,10 @@ class ProgressPrinter:
         (monotonic); ``_log_pending``: a change not said yet (see :meth:`_log_due`)."""
         self._log_pending = False
         self._log_said_text = ""
-        self._log_kinds_said: dict[str, float] = {}
-        """When each kind of the log's state was last said (see :meth:`_log_due`)."""
+        self._log_state = ""
+        self._log_state_t = -math.inf
+        """The log's state now (:func:`_log_kind`) and since when (monotonic): writable again is
+        said once it has stayed so a while (see :meth:`_log_due`)."""
         self.t_start = time.monotonic()
         """When the printer started (monotonic): its clock until the run's is known."""
         self._run_origin: float | None = None
@@ -157,6 +159,17 @@ class ProgressPrinter:
     def say(self, line: str) -> None:
         """Print ``line`` among the events (above the bar in a terminal)."""
         self._print(line)
+
+    def hold_display(self) -> None:
+        """Stop the live bar where it is (its cursor shown again), until :meth:`go_on_display`:
+        the terminal is the shell's meanwhile (this process suspended)."""
+        if self._progress is not None:
+            self._progress.stop()
+
+    def go_on_display(self) -> None:
+        """The live bar again, after :meth:`hold_display`."""
+        if self._progress is not None:
+            self._progress.start()
 
     def _start_bar(self) -> None:
         if self._stopped_bar is not None:
@@ -296,7 +309,6 @@ class ProgressPrinter:
                     self._print(line)
                 self._log_pending = False
                 self._log_said, self._log_said_t, self._log_said_text = _log_kind(log_error), now, log_error
-                self._log_kinds_said[self._log_said] = now
             elif not log_error and self._log_said == "":
                 self._log_pending = False  # (writable again, as last said: nothing to say)
             self.log_error = log_error
@@ -437,21 +449,22 @@ class ProgressPrinter:
 
     def _log_due(self, log_error: str, log_path: str, now: float, force: bool) -> bool:
         """Whether the log's state, changed to ``log_error`` at ``log_path``, is said now. Lines
-        lost and a log continued elsewhere at once (each said once, at the end); a disk that
-        fills and frees by turns at most once a LOG_NEWS_EVERY_S, and each state (the same
-        trouble, its count of dropped lines grown) again once a LOG_SAME_EVERY_S; the state at the end
-        (``force``) whatever: a disk left full printed 224 warnings in 80 s, burying the progress
-        lines, and "writable again" between them (review 316)."""
+        lost and a log continued elsewhere at once (each said once, at the end); the state at
+        the end (``force``) whatever; a trouble other than the last said once a LOG_NEWS_EVERY_S
+        from the last line, the same trouble (its count of dropped lines grown) once a
+        LOG_SAME_EVERY_S, and writable again once it has stayed so LOG_NEWS_EVERY_S: a disk left
+        full printed 224 warnings in 80 s, burying the progress lines, with "writable again"
+        between them whenever a line fitted in a block freed (review 316)."""
         if (log_error and _LINES_LOST.search(log_error)) or (not log_error and self.log_path and log_path != self.log_path):
             return True
         if force:
             return log_error != self._log_said_text
         kind = _log_kind(log_error)
-        if kind == self._log_said and not log_error:
-            return False
-        # (a kind said a while ago waits as the same trouble does: a disk full and freed by
-        # turns said each turn, once a minute)
-        return now - self._log_said_t >= LOG_NEWS_EVERY_S and now - self._log_kinds_said.get(kind, -math.inf) >= LOG_SAME_EVERY_S
+        if kind != self._log_state:
+            self._log_state, self._log_state_t = kind, now
+        if not log_error:
+            return self._log_said != "" and now - self._log_state_t >= LOG_NEWS_EVERY_S
+        return now - self._log_said_t >= (LOG_SAME_EVERY_S if kind == self._log_said else LOG_NEWS_EVERY_S)
 
     def _log_line(self, st, log_error: str, log_path: str) -> str:
         """What became of the hub's log, now that its error is ``log_error`` ('' none) and it is

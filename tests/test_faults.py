@@ -1059,6 +1059,30 @@ def test_a_disk_full_and_freed_by_turns_is_said_a_few_times_not_at_each_turn(mon
     assert out.getvalue().splitlines()[-1] == "log: writable again, the lines kept in memory are written"
 
 
+def test_a_disk_full_again_after_it_was_said_writable_is_said_within_a_minute(monkeypatch):
+    # Full (said), freed for good (said a minute on), full again: said 8 minutes late, the last
+    # line saying the log was writable while its lines were dropped (review 322).
+    import io
+
+    from pardash.telemetry import frames
+    from pardash.telemetry import printer as printer_mod
+    from pardash.telemetry.printer import ProgressPrinter
+
+    clock = [0.0]
+    monkeypatch.setattr(printer_mod.time, "monotonic", lambda: clock[0])
+    src, out = _StatsSource(), io.StringIO()
+    printer = ProgressPrinter(src, out=out, bar=False, every_s=3600)
+    said: list[tuple[float, str]] = []
+    for second in range(300):
+        clock[0] = float(second)
+        full = second < 30 or second >= 120
+        src.stats = frames.HubStats(log_error="cannot write /x/run.jsonl: No space left on device" if full else "")
+        before = out.getvalue()
+        printer.update()
+        said += [(clock[0], line.split(":")[0]) for line in out.getvalue()[len(before):].splitlines()]
+    assert said == [(0.0, "warning"), (90.0, "log"), (150.0, "warning")], said
+
+
 def test_the_headless_view_says_when_its_hub_goes_quiet_and_when_it_sends_again(monkeypatch):
     # A hub stopped (SIGSTOP, swapped out, cut off) for 20 s: the TUI's header said "hub quiet";
     # the headless view printed the hub's last figures every few seconds as if they were
