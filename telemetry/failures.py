@@ -653,11 +653,17 @@ def _exit_steps(st) -> dict[int, int]:
 def _went_on_past(q, total: int | None) -> int | None:
     """The last step peer ``q`` (not finished) trained on past: the one before its last step
     taken; the step its heartbeat says it is inside the step after (newer than its last step:
-    DDP's all-reduce no one joins), or its last step where the run planned more (``total``: the
-    caller leaves out a rank that did them all). None: none it is known to have."""
+    DDP's all-reduce no one joins), or, while its heartbeat says it is inside a step, its last
+    step where the run planned more (``total``: the caller leaves out a rank that did them
+    all). None: none it is known to have."""
     last = q.step.step if q.step is not None else None
-    past = None if last is None else last if total is not None else last - 1
     hb = q.heartbeat
-    if hb is not None and hb.phase in STEP_PHASES and (last is None or hb.step >= last):
+    in_step = hb is not None and hb.phase in STEP_PHASES
+    # (its last step counts where the run planned more only while the peer is inside a step:
+    # ranks that all ended their loop at step 120 of 200 planned, the last between steps, named
+    # the first gone "left early", and the root cause of a failure at the last one's exit;
+    # review 322)
+    past = None if last is None else last if total is not None and in_step else last - 1
+    if in_step and (last is None or hb.step >= last):
         past = hb.step if past is None else max(past, hb.step)
     return past

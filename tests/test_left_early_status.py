@@ -112,9 +112,25 @@ def test_a_rank_that_left_reads_so_before_its_peer_fails():
     state = _state(msgs)
     assert left_early(state) == {1: 20}
     assert states_text(state) == "1 left early, 1 running"
-    # Or the run planned more steps than it did (no heartbeat yet).
+    # Or the run planned more steps than it did, and the peer is inside a step (its heartbeat
+    # says so); not before its heartbeat says where it is.
     msgs = _steps(20, planned=200) + [schema.Event(run=RUN, rank=1, seq=21, name="exit", code=0, step=20, t=T + 1)]
+    assert left_early(_state(msgs)) == {}
+    msgs.append(schema.Heartbeat(run=RUN, rank=0, seq=21, step=19, phase="backward", t=T + 2))
     assert left_early(_state(msgs)) == {1: 20}
+
+
+def test_ranks_that_all_ended_before_the_planned_steps_did_not_leave_early():
+    # Both ranks ended their loop at step 20 of 200 planned, rank 0 a moment after rank 1 (its
+    # heartbeat between steps), then failed on its way out: rank 1 read "left early", and the
+    # root cause of rank 0's failure (review 322).
+    msgs = _steps(20, planned=200) + [schema.Event(run=RUN, rank=1, seq=21, name="exit", code=0, step=20, t=T + 1)]
+    msgs.append(schema.Heartbeat(run=RUN, rank=0, seq=21, step=20, phase="data", t=T + 1.005))
+    state = _state(msgs)
+    assert left_early(state) == {} and states_text(state) == "1 finished, 1 running"
+    msgs.append(schema.Event(run=RUN, rank=0, seq=22, name="exit", code=1, step=20, t=T + 1.2))
+    state = _state(msgs)
+    assert left_early(state) == {} and states_text(state) == "1 exited, 1 finished"
 
 
 def test_the_reports_rank_table_and_exits_say_it_left_early(tmp_path):
