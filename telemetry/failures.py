@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+from bisect import bisect_right
+from itertools import accumulate
 
 from . import schema
 from .analysis import BETWEEN_STEPS_WORDS, hang_causes, stall_phase, whole_hang
@@ -611,12 +613,14 @@ def left_early(st, failure=_ASK) -> dict[int, int | None]:
     as the alerts and the failure line name it: they read "finished" (□) of the rank the failure
     line called the root cause. Found from ``failure`` (:func:`failure_summary`'s, worked out
     here unless given; its ``left_early``: exits 0 before the step a peer's failure came in), or,
-    before any peer failed, from the peers themselves: one not finished that took a step past
-    it, or whose heartbeat says it is inside the step after it (DDP's all-reduce no one joins),
-    or that got as far while the run planned more steps (``total_steps``). Not a rank whose
-    every peer finished too (all reached the end), nor one that did the steps the run planned;
-    a rank at the end of a lockstep run, gone a moment before its peers, is in no step after
-    its own (their heartbeats say "data" once their loop is done)."""
+    before any peer failed, from the peers themselves: one not finished, held no further than
+    the step after it, that took a step past it, or whose heartbeat says it is inside the step
+    after it (DDP's all-reduce no one joins), or that got as far while the run planned more
+    steps (``total_steps``) and is inside a step. Not a rank whose peers train on far past it
+    (they share no collective with it), nor one whose every peer finished too (all reached the
+    end), nor one that did the steps the run planned; a rank at the end of a lockstep run, gone
+    a moment before its peers, is in no step after its own (their heartbeats say "data" once
+    their loop is done)."""
     ranks = st.ranks
     done = [r for r in ranks.values() if r.finished and r.exit_code is None]
     if not done or len(done) == len(ranks):
@@ -625,11 +629,15 @@ def left_early(st, failure=_ASK) -> dict[int, int | None]:
         failure = failure_summary(st) if any(r.exit_code is not None for r in ranks.values()) else None
     out: dict[int, int | None] = {x["rank"]: x["step"] for x in (failure or {}).get("left_early") or ()}
     total = total_steps(st.hello)
-    # (the last step any peer not finished went on past: once, not a pass over the peers for
-    # each finished rank, a thousand ranks ending one by one)
-    reach = max((p for q in ranks.values() if not q.finished and (p := _went_on_past(q, total)) is not None), default=None)
-    if reach is None:
+    # The peers not finished, by their last step: (last step, the step each went on past).
+    # Sorted once, with the furthest reach among those up to each (not a pass over the peers
+    # for each finished rank: a thousand ranks ending one by one).
+    peers = sorted((q.step.step if q.step is not None else -1, p) for q in ranks.values()
+                   if not q.finished and (p := _went_on_past(q, total)) is not None)  # fmt: skip
+    if not peers:
         return out
+    lasts = [last for last, _ in peers]
+    reach = list(accumulate((p for _, p in peers), max))
     steps = None
     for r in done:
         if r.rank in out:
@@ -639,7 +647,13 @@ def left_early(st, failure=_ASK) -> dict[int, int | None]:
         at = steps.get(r.rank, r.step.step if r.step is not None else None)
         if at is None or (total is not None and at >= total):
             continue  # (never stepped; or did every step the run planned)
-        if at <= reach:
+        # A peer that went on past its step, and is held there: no further than the step after
+        # it, which needs the rank's part in its collective. Peers that train on steps beyond
+        # (ranks that share no collective: each its own work) did not need it: a rank of 100
+        # steps beside one of 1,500 read "left early" while both ran, and fired an alert on a
+        # job that then ended well (review 323).
+        i = bisect_right(lasts, at + 1)
+        if i and reach[i - 1] >= at:
             out[r.rank] = at
     return out
 

@@ -133,6 +133,23 @@ def test_ranks_that_all_ended_before_the_planned_steps_did_not_leave_early():
     assert left_early(state) == {} and states_text(state) == "1 exited, 1 finished"
 
 
+def test_a_rank_whose_peers_train_on_far_past_it_did_not_leave_early():
+    # Ranks sharing no collective (each its own work): rank 1 done at step 20, rank 0 training on
+    # to step 60. It read "left early" (and Prometheus' left_early fired) on a job that then
+    # ended well (review 323); a peer held by it goes no further than the step after its own.
+    msgs = _steps(20) + [schema.Event(run=RUN, rank=1, seq=21, name="exit", code=0, step=20, t=T + 1)]
+    msgs += [schema.Step(run=RUN, rank=0, step=s, seq=s, loss=1.0, samples=8, step_s=0.01, self_s=0.002, t=T + 1 + s * 0.01)
+             for s in range(21, 61)]  # fmt: skip
+    msgs.append(schema.Heartbeat(run=RUN, rank=0, seq=61, step=60, phase="forward", t=T + 2))
+    state = _state(msgs)
+    assert left_early(state) == {} and states_text(state) == "1 finished, 1 running"
+    # One step past it, and held there: left early, as before.
+    msgs = _steps(20) + [schema.Event(run=RUN, rank=1, seq=21, name="exit", code=0, step=20, t=T + 1)]
+    msgs.append(schema.Step(run=RUN, rank=0, step=21, seq=21, loss=1.0, samples=8, step_s=0.01, self_s=0.002, t=T + 1.2))
+    msgs.append(schema.Heartbeat(run=RUN, rank=0, seq=22, step=21, phase="sync", t=T + 2))
+    assert left_early(_state(msgs)) == {1: 20}
+
+
 def test_the_reports_rank_table_and_exits_say_it_left_early(tmp_path):
     rep = build_report(_log(tmp_path, _left()))
     assert [r["status"] for r in rep["ranks"]] == ["exited", "left early"]
