@@ -488,6 +488,13 @@ def failure_line(f: dict, *, error: bool = True) -> str:
         who = ranks_named([x["rank"] for x in first])
         line = f"{who} {'were' if len(first) > 1 else 'was'} {how} first; {line} after it"
     left = f.get("left_early") or []
+    if left:
+        # The rank that left named first, as the cause (the line led with the failure it
+        # caused, "rank 0 exited with code 1 ...; that is a peer's failure: rank 1 ... had left
+        # the job", under the report's "rank 1 ... - the root cause"; review 323).
+        said = ", ".join(f"rank {x['rank']}" + (f" at step {x['step']}" if x["step"] is not None else "") for x in left)
+        line = (f"{said} left the job (exit code 0) while the others trained on (a rank that leaves the loop early breaks "
+                f"the others' collectives); {line} after it")  # fmt: skip
     unrecorded = f.get("unrecorded")
     if unrecorded and not left:
         # A peer's failure, and ranks silent to the end: the likely cause is among them, not
@@ -504,9 +511,6 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     if stopped:
         line += f"; {ranks_named(stopped)} {'were' if len(stopped) > 1 else 'was'} stopped"
     if left:
-        said = ", ".join(f"rank {x['rank']}" + (f" at step {x['step']}" if x["step"] is not None else "") for x in left)
-        line += (f"; that is a peer's failure: {said} had left the job (exit code 0) while the others trained on"
-                 " (a rank that leaves the loop early breaks the others' collectives)")
         if unrecorded:
             line += f"; no word from {ranks_named(unrecorded)}: killed?"
     elif unrecorded is not None and not unrecorded:

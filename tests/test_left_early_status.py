@@ -212,7 +212,7 @@ def test_a_launch_whose_rank_leaves_its_loop_says_it_left_early(tmp_path):
     out = proc.stdout + proc.stderr
     lines = [line for line in out.splitlines() if re.match(r"\[\s*[\d.]+s\] step", line)]
     assert lines and lines[-1].endswith("1 exited, 1 left early"), out[-3000:]
-    assert "rank 1 at step 20 had left the job (exit code 0)" in out, out[-3000:]
+    assert "rank 1 at step 20 left the job (exit code 0)" in out, out[-3000:]
     state = st.RunState()
     for m in load_log(log)[0]:
         state.apply(m, m.t)

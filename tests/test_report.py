@@ -1876,7 +1876,7 @@ def test_a_rank_that_left_early_is_named_behind_its_peers_failure(tmp_path):
     rep = build_report(str(log))
     f = rep["failure"]
     assert (f["rank"], f["left_early"], f["unrecorded"]) == (0, [{"rank": 1, "step": 15}], [])
-    assert "that is a peer's failure: rank 1 at step 15 had left the job (exit code 0) while the others trained on" in f["line"]
+    assert "rank 1 at step 15 left the job (exit code 0) while the others trained on" in f["line"]
     assert "left no exit record" not in f["line"]
     assert "rank 0 exited with code 1 at step 16 - failed as a peer had left the job" in render_text(rep)
     # The TUI names no victim "the root cause" either.

@@ -99,7 +99,7 @@ def _left_early() -> list[schema.Message]:
 
 def test_a_rank_that_left_the_job_early_is_named_the_root_cause():
     st = _state(_left_early())
-    assert "rank 1 at step 40 had left the job (exit code 0)" in failure_summary(st)["line"]  # (the report's and the launch's)
+    assert "rank 1 at step 40 left the job (exit code 0)" in failure_summary(st)["line"]  # (the report's and the launch's)
     alerts = run_alerts(st)
     # It read only "rank 0 exited with code 1 at step 41, after a peer failed (its connection closed)".
     assert [(a.kind, a.rank, a.first, a.text) for a in alerts] == [
@@ -119,7 +119,7 @@ def test_the_rank_that_left_is_named_when_its_exit_reaches_the_hub_after_the_fai
     for k, m in enumerate(msgs):
         m.hseq = k + 1
     st = _state(msgs)
-    assert "rank 1 at step 40 had left the job (exit code 0)" in failure_summary(st)["line"]
+    assert "rank 1 at step 40 left the job (exit code 0)" in failure_summary(st)["line"]
     assert [(a.rank, a.first) for a in run_alerts(st)][0] == (1, True)
 
 
