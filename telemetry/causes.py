@@ -63,3 +63,18 @@ def waited_for(state: RunState) -> frozenset[int]:
         return frozenset()
     exited = any(r.exit_code is not None for r in state.ranks.values())
     return cause_ranks(state, cause_rank(state) if exited else None)
+
+
+def waiting_count(state: RunState, counts: dict[str, int] | None = None) -> int:
+    """Of a hang going on (every rank alive stalled or silent), the stalled ranks that wait for
+    its likely cause, as the TUI draws them (◇ "waiting", the cause ◆ "stalled"): `ps` and the
+    headless lines said "2 stalled" of a hang the TUI showed as 1 stalled, 1 waiting. 0
+    otherwise. ``counts``: the ranks by status, where the caller has them."""
+    from .state import STALLED
+
+    if counts is not None and not counts.get(STALLED):
+        return 0
+    causes = waited_for(state)
+    if not causes:
+        return 0
+    return sum(1 for r in state.ranks.values() if r.status == STALLED and r.rank not in causes)

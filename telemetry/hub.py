@@ -748,6 +748,7 @@ def _progress(st) -> dict:
     """Where a run is, for `pardash ps`: the slowest running rank's step, of how many (where the
     trainer said), samples a second now, the ranks by state, when this was so, and the strategy
     the ranks said (a launched script's entry says "script": the TUI said "ddp")."""
+    from .causes import waiting_count
     from .summary import samples_per_s, total_steps
 
     total = total_steps(st.hello)
@@ -760,23 +761,8 @@ def _progress(st) -> dict:
             bad[r.loss_not_finite[0]] = bad.get(r.loss_not_finite[0], 0) + 1
     counts = st.status_counts()
     return {"step": st.step, "steps": total,
-            "samples_per_s": round(samples_per_s(st), 1), "ranks": counts, "waiting": _waiting(st, counts), "stopped": stopped, "loss_not_finite": bad,
+            "samples_per_s": round(samples_per_s(st), 1), "ranks": counts, "waiting": waiting_count(st, counts), "stopped": stopped, "loss_not_finite": bad,
             "t": round(time.time(), 1), "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
-
-
-def _waiting(st, counts: dict[str, int]) -> int:
-    """Of a hang going on (every rank alive stalled or silent), the stalled ranks that wait for
-    its likely cause, as the TUI draws them (◇ "waiting", the cause ◆ "stalled"): `ps` said "2
-    stalled" of a hang the TUI showed as 1 stalled, 1 waiting. 0 otherwise."""
-    from .causes import waited_for
-    from .state import STALLED
-
-    if not counts.get(STALLED):
-        return 0
-    causes = waited_for(st)
-    if not causes:
-        return 0
-    return sum(1 for r in st.ranks.values() if r.status == STALLED and r.rank not in causes)
 
 
 def _told_command(meta: dict) -> list[str] | None:

@@ -18,11 +18,12 @@ import msgspec
 
 from . import schema
 from .analysis import hang_causes, stuck_ranks, whole_hang
+from .causes import waiting_count
 from .client import HUB_QUIET_S, Source
 from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, left_early, root_cause,
                        short_error, signal_name, stop_text)
 from .recorder import CONTINUED_AT
-from .state import EXITED, LOSS_FINITE_AGAIN, LOSS_NOT_FINITE, RUNNING, SMOOTH_FIGURES, STARTING, launcher_stopping, run_over, status_of, torchrun_restart
+from .state import EXITED, LOSS_FINITE_AGAIN, LOSS_NOT_FINITE, RUNNING, SMOOTH_FIGURES, STALLED, STARTING, launcher_stopping, run_over, status_of, torchrun_restart
 from .summary import (
     held_spread,
     named_by_step,
@@ -869,6 +870,14 @@ def states_text(st) -> str:
         if status in (RUNNING, STARTING) and r.stopping is not None:
             status = "stopping"  # (a slow stop's seconds read "2 running" until the ranks ended)
         counts[status] = counts.get(status, 0) + 1
+    if counts.get(STALLED):
+        # (as the TUI and `ps` say a hang: its likely cause stalled, the others waiting for it)
+        waiting = min(waiting_count(st), counts[STALLED])
+        if waiting:
+            counts[STALLED] -= waiting
+            counts["waiting"] = waiting
+            if not counts[STALLED]:
+                del counts[STALLED]
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 

@@ -4,6 +4,7 @@ that wait for it waiting (it said "2 stalled" of a hang the TUI showed as 1 stal
 from pardash.cli import _ps_progress
 from pardash.telemetry import schema
 from pardash.telemetry.hub import _progress
+from pardash.telemetry.printer import states_text
 from pardash.telemetry.state import RunState
 
 
@@ -23,12 +24,15 @@ def test_a_hang_is_its_cause_stalled_and_the_others_waiting():
     progress = _progress(_hung(4, {0: "comm", 1: "data", 2: "comm", 3: "comm"}))
     assert progress["ranks"] == {"stalled": 4} and progress["waiting"] == 3
     assert _ps_progress(progress, launched=True)[2] == "1 stalled, 3 waiting"
+    # The headless progress lines say it so too (they said "4 stalled | likely waiting for rank 1").
+    assert states_text(_hung(4, {0: "comm", 1: "data", 2: "comm", 3: "comm"})) == "1 stalled, 3 waiting"
 
 
 def test_no_cause_told_apart_or_no_hang_is_stalled_as_before():
     # Every rank stalled in the same collective: nothing tells a cause, none is "waiting".
     progress = _progress(_hung(2, {0: "comm", 1: "comm"}))
     assert progress["waiting"] == 0 and _ps_progress(progress, launched=True)[2] == "2 stalled"
+    assert states_text(_hung(2, {0: "comm", 1: "comm"})) == "2 stalled"
     # A rank stalled while another trains on: no hang, nobody waits.
     progress = _progress(_hung(2, {1: "data"}))
     assert progress["waiting"] == 0 and _ps_progress(progress, launched=True)[2] == "1 stalled"

@@ -2079,7 +2079,7 @@ def test_the_progress_line_says_which_rank_a_hang_waits_for():
         st.apply(schema.Step(rank=r, step=345, step_s=0.1), 0)
     st.apply(schema.Verdict(rank=1, verdict="silent", step=345), 0)
     st.apply(schema.Verdict(rank=0, verdict="stalled", cause="backward", step=345), 0)
-    assert progress_line(st, 12.0).endswith("| 1 silent, 1 stalled | likely waiting for rank 1")
+    assert progress_line(st, 12.0).endswith("| 1 silent, 1 waiting | likely waiting for rank 1")
 
 
 def test_an_exit_torchrun_noted_keeps_its_code_and_the_root_cause_its_step(tmp_path):
