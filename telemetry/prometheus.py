@@ -60,7 +60,7 @@ from .cliargs import TEXTFILE_EVERY_S, textfile_name  # (where its flag is made:
 from .hubcore import REJECT_REASONS
 from .security import metrics_refusal
 from .state import EXITED, STARTING, STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
-from .summary import expected_state_bytes, is_own_work, samples_per_s
+from .summary import cause_label, expected_state_bytes, samples_per_s
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import schema
@@ -108,11 +108,6 @@ STRAGGLER_CAUSES = ("data", "own_work", "compute", "gpu", "host")
 (summary.is_own_work; the TUI, the launch's last line and the report say it so: a Grafana panel
 read "data" of a script that logged for 30 ms after each step). Each has its counter series
 from the start, so ``increase()`` sees a run's first verdict (a series that appears with it does not)."""
-
-
-def cause_label(cause: str | None, message: str | None) -> str:
-    """A straggler verdict's ``cause`` label (STRAGGLER_CAUSES)."""
-    return "own_work" if is_own_work(cause, message) else cause or "unknown"
 
 
 class MetricsError(Exception):

@@ -915,10 +915,9 @@ class RunState:
             r.straggler = v
             if r.straggled is None:
                 r.straggled = v
-            from .summary import is_own_work  # (summary imports this module)
+            from .summary import cause_label  # (summary imports this module)
 
-            # (by cause as Prometheus labels it: a data straggler slow in its own work between steps is "own_work")
-            cause = "own_work" if is_own_work(v.cause, v.message) else v.cause or "unknown"
+            cause = cause_label(v.cause, v.message)
             self.straggler_verdicts[cause] = self.straggler_verdicts.get(cause, 0) + 1
         elif name == "straggler_cleared":
             if r.straggler is not None and r.straggler is r.straggled:

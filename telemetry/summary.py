@@ -300,6 +300,12 @@ OWN_WORK_CAUSE = "own work between steps"
 """How a data straggler slow in its own work between steps (:func:`is_own_work`) is said."""
 
 
+def cause_label(cause: str | None, message: str | None) -> str:
+    """A straggler verdict's cause as Prometheus' ``cause`` label says it: "own_work" for a data
+    straggler slow in its own work between steps (:func:`is_own_work`), else its cause."""
+    return "own_work" if is_own_work(cause, message) else cause or "unknown"
+
+
 def is_own_work(cause: str | None, message: str | None) -> bool:
     """Whether a straggler verdict's cause (``cause``, its ``message``) is the rank's own work
     between steps: a data straggler whose DataLoader the hub found was not it."""
