@@ -13,7 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pardash.telemetry import schema
-from pardash.telemetry.printer import LOSS_TURNS_PRINTED, LOSS_TURNS_QUIET_S, ProgressPrinter
+from pardash.telemetry.loss_turns import LOSS_TURNS_PRINTED, LOSS_TURNS_QUIET_S
+from pardash.telemetry.printer import ProgressPrinter
 from pardash.telemetry.report import MAX_WARNINGS, build_report, render_markdown, render_text
 from pardash.telemetry.reporter import Reporter
 from pardash.telemetry.state import RunState

@@ -16,7 +16,8 @@ from textual.widgets import RichLog
 from pardash.telemetry import schema
 from pardash.telemetry.event_ring import is_routine
 from pardash.telemetry.failures import error_line, is_stop, short_error, stop_text
-from pardash.telemetry.printer import LossTurnsHeld, group_alike, held_text, verdict_text
+from pardash.telemetry.loss_turns import LossTurnsHeld, held_text
+from pardash.telemetry.printer import group_alike, verdict_text
 from pardash.telemetry.summary import ranks_named, ranks_text
 from pardash.telemetry.state import RunState, launcher_stopping, torchrun_restart
 
