@@ -60,6 +60,12 @@ def check_prometheus(ns: argparse.Namespace) -> None:
     refusal = security.metrics_refusal(ns.prometheus_addr, insecure=getattr(ns, "insecure", False))
     if refusal:
         fail(refusal)
+    hub = next((port for name in ("telemetry_port", "port") if (port := getattr(ns, name, None))), None)
+    if ns.prometheus and hub and hub <= ns.prometheus <= hub + 2:
+        # (free before the start, then taken by the hub: it read "cannot serve /metrics ...
+        # (Address already in use)" with nothing else on the port; review 323)
+        flag = "--telemetry-port" if getattr(ns, "telemetry_port", None) else "--port"
+        fail(f"--prometheus {ns.prometheus}: the hub takes {flag} {hub} and the two after it ({hub}-{hub + 2}); choose another --prometheus PORT")
     if ns.prometheus and not port_free(ns.prometheus_addr, ns.prometheus):
         fail(f"--prometheus {ns.prometheus}: port {ns.prometheus} is busy on {ns.prometheus_addr}; choose another --prometheus PORT")
 

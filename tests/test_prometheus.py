@@ -597,6 +597,17 @@ def test_launch_refuses_a_busy_metrics_port_before_starting_anything(tmp_path):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.parametrize("command, flag", [("launch", "--telemetry-port"), ("simulate", "--port")])
+def test_a_metrics_port_among_the_hubs_own_is_refused_before_starting_anything(tmp_path, command, flag):
+    # The hub took PORT..PORT+2 first, then /metrics "cannot serve ... (Address already in use)"
+    # with nothing else on the port (review 323).
+    p = subprocess.run([sys.executable, "-m", "pardash", command, "--headless", flag, "53150", "--prometheus", "53152",
+                        "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 2 and p.stderr == (f"pardash: error: --prometheus 53152: the hub takes {flag} 53150 and the two after it "
+                                              "(53150-53152); choose another --prometheus PORT\n"), p.stderr  # fmt: skip
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
 @pytest.mark.parametrize(
     "command",
     [
