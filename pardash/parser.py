@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pod). report, replay and export read the copy; run the same command again to carry a stopped copy on. "
         "It ends when the run's hub stops, with the log's last line.",
     )
-    rec.add_argument("target", nargs="?", default=None, help="run id (prefix) or tcp://HOST:PORT of a hub's ingest (default: the newest live run)")
+    rec.add_argument("target", nargs="?", default=None, help="run id (prefix), the live run's log or run folder (as `pardash ps` lists it), or tcp://HOST:PORT of a hub's ingest (default: the newest live run)")
     rec.add_argument("-o", "--output", type=cliargs.path, default=None, metavar="PATH", help="where the copy goes (default RUNS_DIR/<run id>/telemetry.jsonl)")
     rec.add_argument("--runs-dir", type=cliargs.path, default="runs", help="folder of the default copy (default ./runs)")
     rec.add_argument("--curve-dir", default=None, metavar="DIR", help="CURVE keys from `pardash keys`, for a hub that admits only viewers with an authorised key (default $PARDASH_CURVE_DIR)")
