@@ -226,12 +226,7 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         # them: the exit of the rank that left could reach the hub after the failure it caused
         # (1 of 3 runs under the TUI read "the rank that failed first left no exit record", its
         # exit in the log the line after; review 313).
-        ended = {
-            e.rank: e.step for e in events
-            if e.name == "exit" and e.rank >= 0 and e.code == 0 and _before(e, first)
-            and e.step is not None and step is not None and e.step < step
-        }  # fmt: skip
-        left = sorted(ended.items())
+        left = _left_before(events, first, step)
         said = {e.rank for e in events if e.name == "exit"}
         unrecorded = sorted(q for q in st.ranks if q not in said)
         # A rank stopped before it (one node's launch stopped, by you or a scheduler): the stop
@@ -243,6 +238,12 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
             stopped_first = [{"rank": r, "how": (e.message or "") if (e.message or "").startswith("stopped") else "stopped"}
                              for r, e in sorted(stops.items())]  # fmt: skip
             unrecorded = None
+    elif first.code > 0 and error is not None and COLLECTIVE_TIMEOUT.search(error):
+        # A collective that timed out (gloo's "Timed out waiting 20000ms for recv") waiting for
+        # a rank that had left the job before: the cause, as of a peer's closed connection. The
+        # grid and the header said "left early" of it while this line named the rank that
+        # timed out (review 324).
+        left = _left_before(events, first, step)
     waited: list[dict] = []
     if hang and first.code > 0 and not left and (PEER_FAILURE.search(message) or WAIT_FAILURE.search(message)):
         # The first failure is a wait (a collective's timeout) or a peer's failure, in a run the
@@ -468,6 +469,19 @@ def _failed_alike(events: list[schema.Event], first: schema.Event, victims: list
     return sorted(failed)
 
 
+def _left_before(events, first: schema.Event, step: int | None) -> list[tuple[int, int | None]]:
+    """(rank, step) of the ranks that ended well (exit 0) before the step the failing rank
+    ``first`` died in (``step``), and before it as it happened: an early stop decided on one
+    rank left the others' collectives without a peer (not a rank that finished the last step
+    with the others while a peer failed in teardown)."""
+    ended = {
+        e.rank: e.step for e in events
+        if e.name == "exit" and e.rank >= 0 and e.code == 0 and _before(e, first)
+        and e.step is not None and step is not None and e.step < step
+    }  # fmt: skip
+    return sorted(ended.items())
+
+
 def failure_line(f: dict, *, error: bool = True) -> str:
     """One sentence of a :func:`failure_summary` (``error``: with the error's first line)."""
     who = ranks_named(f["alike"]) if f.get("alike") else f"rank {f['rank']}"
@@ -492,9 +506,12 @@ def failure_line(f: dict, *, error: bool = True) -> str:
         # The rank that left named first, as the cause (the line led with the failure it
         # caused, "rank 0 exited with code 1 ...; that is a peer's failure: rank 1 ... had left
         # the job", under the report's "rank 1 ... - the root cause"; review 323).
-        said = ", ".join(f"rank {x['rank']}" + (f" at step {x['step']}" if x["step"] is not None else "") for x in left)
+        by_step: dict[int | None, list[int]] = {}
+        for x in left:
+            by_step.setdefault(x["step"], []).append(x["rank"])
+        said = ", ".join(ranks_named(rs) + (f" at step {at}" if at is not None else "") for at, rs in by_step.items())
         line = (f"{said} left the job (exit code 0) while the others trained on (a rank that leaves the loop early breaks "
-                f"the others' collectives); {line} after it")  # fmt: skip
+                f"the others' collectives); {line} after {'them' if len(left) > 1 else 'it'}")  # fmt: skip
     unrecorded = f.get("unrecorded")
     if unrecorded and not left:
         # A peer's failure, and ranks silent to the end: the likely cause is among them, not
@@ -671,17 +688,19 @@ def _exit_steps(st) -> dict[int, int]:
 def _went_on_past(q, total: int | None) -> int | None:
     """The last step peer ``q`` (not finished) trained on past: the one before its last step
     taken; the step its heartbeat says it is inside the step after (newer than its last step:
-    DDP's all-reduce no one joins), or, while its heartbeat says it is inside a step, its last
-    step where the run planned more (``total``: the caller leaves out a rank that did them
-    all). None: none it is known to have."""
+    DDP's all-reduce no one joins), or, while its heartbeat says it is inside a step (or it is
+    stalled or silent), its last step where the run planned more (``total``: the caller leaves
+    out a rank that did them all). None: none it is known to have."""
     last = q.step.step if q.step is not None else None
     hb = q.heartbeat
-    in_step = hb is not None and hb.phase in STEP_PHASES
+    # (inside a step, or stuck wherever it is: a metrics all-reduce or a checkpoint's barrier
+    # between steps waits for the rank too; review 324)
+    in_step = (hb is not None and hb.phase in STEP_PHASES) or q.stalled is not None or q.silent is not None
     # (its last step counts where the run planned more only while the peer is inside a step:
     # ranks that all ended their loop at step 120 of 200 planned, the last between steps, named
     # the first gone "left early", and the root cause of a failure at the last one's exit;
     # review 322)
     past = None if last is None else last if total is not None and in_step else last - 1
-    if in_step and (last is None or hb.step >= last):
+    if hb is not None and hb.phase in STEP_PHASES and (last is None or hb.step >= last):
         past = hb.step if past is None else max(past, hb.step)
     return past

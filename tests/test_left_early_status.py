@@ -16,7 +16,7 @@ import pytest
 from helpers import pardash_env
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
-from pardash.telemetry.failures import left_early
+from pardash.telemetry.failures import failure_summary, left_early
 from pardash.telemetry.logreader import load_log
 from pardash.telemetry.printer import states_text
 from pardash.telemetry.report import build_report
@@ -118,6 +118,13 @@ def test_a_rank_that_left_reads_so_before_its_peer_fails():
     assert left_early(_state(msgs)) == {}
     msgs.append(schema.Heartbeat(run=RUN, rank=0, seq=21, step=19, phase="backward", t=T + 2))
     assert left_early(_state(msgs)) == {1: 20}
+    # Or held between steps, stalled there (a metrics all-reduce, a checkpoint's barrier: its
+    # heartbeat says "data"): it waits for the rank too (review 324).
+    msgs = _steps(20, planned=200) + [schema.Event(run=RUN, rank=1, seq=21, name="exit", code=0, step=20, t=T + 1)]
+    msgs.append(schema.Heartbeat(run=RUN, rank=0, seq=21, step=20, phase="data", t=T + 2))
+    assert left_early(_state(msgs)) == {}
+    msgs.append(schema.Verdict(run=RUN, rank=0, seq=-1, verdict="stalled", cause="data", step=20, t=T + 8))
+    assert left_early(_state(msgs)) == {1: 20}
 
 
 def test_ranks_that_all_ended_before_the_planned_steps_did_not_leave_early():
@@ -148,6 +155,21 @@ def test_a_rank_whose_peers_train_on_far_past_it_did_not_leave_early():
     msgs.append(schema.Step(run=RUN, rank=0, step=21, seq=21, loss=1.0, samples=8, step_s=0.01, self_s=0.002, t=T + 1.2))
     msgs.append(schema.Heartbeat(run=RUN, rank=0, seq=22, step=21, phase="sync", t=T + 2))
     assert left_early(_state(msgs)) == {1: 20}
+
+
+def test_a_collective_timeout_after_a_rank_left_names_the_rank_that_left():
+    # gloo's "Timed out waiting ...ms for recv" (no peer's closed connection): the grid said
+    # "left early" of rank 1, the failure line named rank 0, which timed out (review 324).
+    timeout = "RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete"
+    msgs = _steps(20, planned=200) + [schema.Event(run=RUN, rank=1, seq=21, name="exit", code=0, step=20, t=T + 1)]
+    msgs.append(schema.Heartbeat(run=RUN, rank=0, seq=21, step=20, phase="backward", t=T + 2))
+    msgs.append(schema.Event(run=RUN, rank=0, seq=22, name="error", step=20, message=timeout, t=T + 1800))
+    msgs.append(schema.Event(run=RUN, rank=0, seq=23, name="exit", code=1, step=21, t=T + 1800.1))
+    state = _state(msgs)
+    line = failure_summary(state)["line"]
+    assert line.startswith("rank 1 at step 20 left the job (exit code 0) while the others trained on"), line
+    assert "; rank 0 exited with code 1 at step 21 after it: RuntimeError:" in line, line
+    assert left_early(state) == {1: 20} and states_text(state) == "1 exited, 1 left early"
 
 
 def test_the_reports_rank_table_and_exits_say_it_left_early(tmp_path):
