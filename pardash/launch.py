@@ -455,7 +455,13 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                 # terminal's job trained on with nobody watching it, review 317). Once every rank
                 # has finished, the job ends by itself, as `q` leaves it then.
                 from pardash.telemetry.state import run_finished
+                from pardash.telemetry.streams import unbreakable_stdio
 
+                if signum == signal.SIGHUP:
+                    # (the terminal is gone: once the app has ended, what is said goes nowhere,
+                    # not an EIO traceback; while it runs, it gives back its streams as it ends,
+                    # and this is done again then, below)
+                    unbreakable_stdio()
                 terminated.append(signum)
                 if app is not None:
                     app.exit("over" if run_finished(client.state) else STOP)
@@ -463,6 +469,11 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             for sig in stops:
                 signal.signal(sig, on_sigterm)
             choice = STOP if terminated or app is None else app.run()  # (one came as the app was made: no app)
+            # Textual's driver took Ctrl-Z and the shell's fg for itself and left its handlers:
+            # one after the app had ended ("stopping the job...") raised in them, the launch
+            # ending on a traceback with exit 1 (review 324).
+            for sig in (signal.SIGTSTP, signal.SIGCONT):
+                signal.signal(sig, signal.SIG_DFL)
             if signal.SIGHUP in terminated:
                 # The terminal is gone: what is said from here goes nowhere, not a traceback
                 # (EIO) that left the launch with 1 before it waited for the job (review 322).

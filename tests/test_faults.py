@@ -299,10 +299,10 @@ def test_a_rank_that_exits_1_of_the_stops_sigterm_is_stopped_not_failed(tmp_path
     assert "pardash: stopped by you (exit code 130); log " in err, err[-2000:]
 
 
-def _launch_in_a_terminal(tmp_path, *, controlling: bool = False):
-    """A TUI launch of the bundled trainer in a pty, once its ranks have stepped: (process,
-    the terminal's master end, what it shows, the log). ``controlling``: the pty is the
-    launch's controlling terminal, as a shell's is (its closing sends SIGHUP)."""
+def _launch_in_a_terminal(tmp_path, *, controlling: bool = False, script: Path | None = None):
+    """A TUI launch of the bundled trainer (or ``script``) in a pty, once its ranks have
+    stepped: (process, the terminal's master end, what it shows, the log). ``controlling``: the
+    pty is the launch's controlling terminal, as a shell's is (its closing sends SIGHUP)."""
     import fcntl
     import pty
     import termios
@@ -313,9 +313,9 @@ def _launch_in_a_terminal(tmp_path, *, controlling: bool = False):
 
     master, slave = pty.openpty()
     log = tmp_path / "run.jsonl"
+    what = ["--", str(script)] if script else ["--strategy", "single", "--steps", "100000"]
     p = subprocess.Popen(
-        [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "100000", "--log", str(log),
-         "--runs-dir", str(tmp_path / "runs")],
+        [sys.executable, "-m", "pardash", "launch", "--log", str(log), "--runs-dir", str(tmp_path / "runs"), *what],
         stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
         preexec_fn=own_terminal if controlling else None,
     )  # fmt: skip
@@ -339,6 +339,20 @@ def test_a_launch_in_the_tui_whose_terminal_closes_stops_the_job_and_exits_129(t
     assert exits and all(m.code == -15 and m.message == "stopped by SIGHUP" for m in exits), exits
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "result.json").read_text())["code"] == 129
+
+
+def test_a_terminal_closed_as_the_tui_launch_waits_for_its_job_to_stop_leaves_no_traceback(tmp_path):
+    # SIGTERM, the app ends, "stopping the job..." while the ranks take 4 s to end; then the
+    # terminal closes (SIGHUP, SIGCONT): Textual's handlers, left in place, raised "no running
+    # event loop", and writing to the terminal gone an EIO: exit 1, no last line (review 324).
+    script = Path(__file__).resolve().parent / "scripts" / "slow_to_stop.py"
+    p, master, screen, log = _launch_in_a_terminal(tmp_path, controlling=True, script=script)
+    p.send_signal(signal.SIGTERM)
+    wait_for(lambda: b"stopping the job..." in bytes(screen.data), timeout_s=60, poll_s=0.1)
+    os.close(master)  # the terminal goes as the launch waits
+    assert p.wait(timeout=120) == 143
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "result.json").read_text())["code"] == 143
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])

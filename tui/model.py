@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import weakref
 from array import array
 from collections import deque
 from dataclasses import dataclass
@@ -1101,6 +1102,7 @@ class RunTotals:
 
 
 _FRAME_FAILURE: tuple[tuple, tuple[dict | None, dict[int, int | None]]] | None = None
+"""((a weak reference to the state, its hseq, messages, lifecycle events), its answer): see frame_failure."""
 
 
 def frame_failure(state: st.RunState) -> tuple[dict | None, dict[int, int | None]]:
@@ -1109,13 +1111,15 @@ def frame_failure(state: st.RunState) -> tuple[dict | None, dict[int, int | None
     root cause's mark and the header's counts each asked, three summaries a frame, 84% of a
     1,024-rank frame's time (review 322). Known again while no message has come since."""
     global _FRAME_FAILURE
-    key = (id(state), state.hseq, sum(state.counts.values()), len(state.lifecycle))
-    if _FRAME_FAILURE is not None and _FRAME_FAILURE[0] == key:
+    # (the state itself, by a weak reference: another state given the id of one gone, with as
+    # many messages, got its answer; review 324)
+    key = (state.hseq, sum(state.counts.values()), len(state.lifecycle))
+    if _FRAME_FAILURE is not None and _FRAME_FAILURE[0][0]() is state and _FRAME_FAILURE[0][1:] == key:
         return _FRAME_FAILURE[1]
     ranks = state.ranks.values()
     failure = failure_summary(state) if any(r.exit_code is not None for r in ranks) else None
     left = left_early(state, failure) if any(r.finished for r in ranks) else {}
-    _FRAME_FAILURE = (key, (failure, left))
+    _FRAME_FAILURE = ((weakref.ref(state), *key), (failure, left))
     return failure, left
 
 
