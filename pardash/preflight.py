@@ -61,10 +61,14 @@ def check_prometheus(ns: argparse.Namespace) -> None:
     if refusal:
         fail(refusal)
     hub = next((port for name in ("telemetry_port", "port") if (port := getattr(ns, name, None))), None)
+    if hub is None and getattr(ns, "nnodes", 1) > 1:
+        hub = 29600  # (a launch of several nodes: the hub's default there, launch.py's)
+    if getattr(ns, "node_rank", 0) > 0:
+        hub = None  # (no hub on a node > 0: its ranks send to node 0's)
     if ns.prometheus and hub and hub <= ns.prometheus <= hub + 2:
         # (free before the start, then taken by the hub: it read "cannot serve /metrics ...
         # (Address already in use)" with nothing else on the port; review 323)
-        flag = "--telemetry-port" if getattr(ns, "telemetry_port", None) else "--port"
+        flag = "--telemetry-port" if hasattr(ns, "telemetry_port") else "--port"
         fail(f"--prometheus {ns.prometheus}: the hub takes {flag} {hub} and the two after it ({hub}-{hub + 2}); choose another --prometheus PORT")
     if ns.prometheus and not port_free(ns.prometheus_addr, ns.prometheus):
         fail(f"--prometheus {ns.prometheus}: port {ns.prometheus} is busy on {ns.prometheus_addr}; choose another --prometheus PORT")

@@ -608,6 +608,13 @@ def test_a_metrics_port_among_the_hubs_own_is_refused_before_starting_anything(t
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_a_metrics_port_among_a_multi_node_hubs_default_ports_is_refused(tmp_path):
+    # Several nodes: node 0's hub takes 29600-29602 unless told; the check knew only a port given.
+    p = subprocess.run([sys.executable, "-m", "pardash", "launch", "--headless", "--nnodes", "2", "--node-rank", "0", "--prometheus", "29601",
+                        "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=60, env=pardash_env(), cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 2 and "--prometheus 29601: the hub takes --telemetry-port 29600 and the two after it (29600-29602)" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize(
     "command",
     [
