@@ -59,7 +59,7 @@ from . import cliargs
 from .cliargs import TEXTFILE_EVERY_S, textfile_name  # (where its flag is made: see cliargs)
 from .hubcore import REJECT_REASONS
 from .security import metrics_refusal
-from .state import EXITED, STARTING, STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
+from .state import EXITED, SILENT, STALLED, STARTING, STATUSES, STRAGGLER, mem_device_bytes, mem_full_bytes, mem_held_bytes, mem_state_bytes
 from .summary import cause_label, expected_state_bytes, samples_per_s
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -279,6 +279,19 @@ class HubCollector:
         for s in RANK_STATES:
             by_state.add_metric([s], counts[s])
         yield by_state
+        # Which ranks a hang going on waits for (its likely causes): "stalled 1024" named none,
+        # where the headless line said "likely waiting for rank 5" (review 325).
+        cause = GaugeMetricFamily("pardash_hang_cause", "1 for each rank a hang going on likely waits for (every rank alive stalled or "
+                                  "silent, the others waiting for it): the node to look at; no series while no hang.", labels=["rank"])  # fmt: skip
+        if counts[STALLED] or counts[SILENT]:
+            from .causes import waited_for
+
+            for rank in sorted(waited_for(st)):
+                cause.add_metric([str(rank)], 1)
+        yield cause
+        yield gauge("pardash_last_heard_timestamp_seconds", "When the hub last heard from a rank, Unix seconds (the ranks' clock): a job "
+                    "killed outright (SIGKILL, the OOM killer, its node lost) leaves its textfile as it last was, its ranks "
+                    "'running'; time() minus this tells it.", st.t_last_rank or None)  # fmt: skip
         restarts = CounterMetricFamily("pardash_job_restarts", "Times torchrun restarted the job's workers (--max-restarts), as the launcher saw it or the ranks' hellos said.")
         restarts.add_metric([], max((r.restarts for r in ranks), default=0))
         yield restarts
