@@ -396,6 +396,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     # (not while the job stops: the job does not train on then)
                     if signal.getsignal(signal.SIGTSTP) is not signal.SIG_IGN:
                         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+                    signal.signal(signal.SIGCONT, signal.SIG_DFL)
             except KeyboardInterrupt:
                 stopped_by.append(signal.SIGINT)
                 try:
@@ -560,6 +561,17 @@ def _say_suspends(printer, spec) -> None:
     if signal.getsignal(signal.SIGTSTP) is not signal.SIG_DFL:
         return
 
+    def in_front() -> bool:
+        """Whether this launch is the terminal's foreground job (`fg`), not in the background (`bg`)."""
+        try:
+            return os.tcgetpgrp(sys.stdout.fileno()) == os.getpgrp()
+        except (OSError, ValueError):
+            return True
+
+    def on_cont(_signum: int = 0, _frame: object = None) -> None:
+        if in_front():  # (after `bg`, the bar drawn over the shell's prompt; `fg` sends SIGCONT again)
+            printer.go_on_display()
+
     def on_tstp(_signum: int, _frame: object = None) -> None:
         printer.say(f"{PROG}: this launch is suspended; the job trains on (`fg` brings its progress back, "
                     f"`{PROG} attach {_watch(spec)}` watches it meanwhile)")  # fmt: skip
@@ -567,7 +579,8 @@ def _say_suspends(printer, spec) -> None:
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # (stopped here until SIGCONT: `fg`, `bg`)
         signal.signal(signal.SIGTSTP, on_tstp)
-        printer.go_on_display()
+        signal.signal(signal.SIGCONT, on_cont)
+        on_cont()
 
     signal.signal(signal.SIGTSTP, on_tstp)
 
