@@ -17,11 +17,11 @@ from pardash.telemetry.loss_turns import LOSS_TURNS_PRINTED, LOSS_TURNS_QUIET_S
 from pardash.telemetry.printer import ProgressPrinter
 from pardash.telemetry.report import MAX_WARNINGS, build_report, render_markdown, render_text
 from pardash.telemetry.reporter import Reporter
-from pardash.telemetry.state import RunState
 
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))
 import make_logs  # noqa: E402  (tests/data/make_logs.py: the logs' writer)
+from test_printer_events import _Fed  # noqa: E402  (a source fed message by message)
 
 EVERY = 6
 TURNS = 19
@@ -107,24 +107,6 @@ def test_the_turns_leave_the_runs_other_warnings_their_room(tmp_path):
     said = warned(render_text(rep))
     assert len(said) == 1 + others and "(more warnings than a report lists)" not in "\n".join(said)
     assert said[0].startswith("ranks 0-1 at step 7: loss inf at 19 steps")
-
-
-class _Fed:
-    """A Source whose state the test feeds message by message, as a hub's frames would."""
-
-    live = False
-
-    def __init__(self) -> None:
-        self.state = RunState(run_id="r")
-        self.hseq = 0
-
-    def poll(self) -> bool:
-        return False
-
-    def take(self, msg: schema.Message, t: float) -> None:
-        self.hseq += 1
-        msg.run, msg.hseq, msg.t = "r", self.hseq, t
-        self.state.apply(msg, t)
 
 
 def fed_turns(src: _Fed, steps: list[int], t0: float) -> None:
