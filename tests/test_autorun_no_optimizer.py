@@ -7,6 +7,8 @@ are no steps of their own."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -258,7 +260,8 @@ def test_gradient_statistics_before_training_are_no_steps_of_their_own(tmp_path)
     # all-reduced, the parameters untouched, then 40 optimizer steps: 40 steps (it read 70).
     proc, msgs = _launch(tmp_path, str(SCRIPTS / "fisher_then_train.py"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "done, 2 rank(s), step 40," in proc.stdout
+    # (then the log, or on a loaded host first how much of each step was between steps)
+    assert re.search(r"done, 2 rank\(s\), step 40[,;] ", proc.stdout), proc.stdout[-2000:]
     for rank in (0, 1):
         steps = _steps(msgs, rank)
         assert [s.step for s in steps] == list(range(1, 41))

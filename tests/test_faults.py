@@ -363,9 +363,14 @@ def test_a_suspended_headless_launch_says_its_job_trains_on(tmp_path):
     import threading
 
     log = tmp_path / "run.jsonl"
-    # (as a shell's job: Ctrl-Z's default, whatever the test's runner left it)
-    p = _start(tmp_path, "--strategy", "single", "--steps", "100000", stderr=subprocess.STDOUT,
-               preexec_fn=lambda: signal.signal(signal.SIGTSTP, signal.SIG_DFL))  # fmt: skip
+    def as_a_shells_job() -> None:
+        # A process group of its own in the test's session, as a shell's job is, with Ctrl-Z's
+        # default: the kernel discards a stop sent to an orphaned group's process (the test
+        # runner's own group under a CI with no job control), and the runner may ignore it.
+        os.setpgid(0, 0)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+
+    p = _start(tmp_path, "--strategy", "single", "--steps", "100000", stderr=subprocess.STDOUT, preexec_fn=as_a_shells_job)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True).start()
     try:
