@@ -241,3 +241,42 @@ def test_a_launch_whose_rank_leaves_its_loop_says_it_left_early(tmp_path):
     assert left_early(state) == {1: 20}
     rep = build_report(str(log))
     assert [r["status"] for r in rep["ranks"]] == ["exited", "left early"]
+
+
+async def test_the_event_log_says_the_rank_left_once_its_peers_show_it():
+    # Its exit 0 comes first, a "finished" as far as anyone knows; once rank 0 fails in the
+    # collective rank 1 never joined, its line says it left (it stayed a green "rank 1
+    # finished (exit code 0)" beside the alert that named it the root cause).
+    from textual.app import App
+
+    from pardash.tui.widgets.event_log import EventLog
+
+    msgs = _left()
+    cut = next(i for i, m in enumerate(msgs) if isinstance(m, schema.Event) and m.rank == 1) + 1
+    state = st.RunState(run_id=RUN)
+
+    def feed(part: list[schema.Message]) -> None:
+        for m in part:
+            m.hseq = state.hseq + 1
+            state.apply(m, m.t)
+
+    class One(App):
+        def compose(self):
+            yield EventLog()
+
+    app = One()
+    async with app.run_test(size=(120, 20)) as pilot:
+        log = app.query_one(EventLog)
+
+        def text() -> str:
+            return "\n".join("".join(seg.text for seg in line) for line in log.lines)
+
+        feed(msgs[:cut])
+        log.sync(state)
+        await pilot.pause()
+        assert "rank 1 finished (exit code 0)" in text(), text()  # (nothing says otherwise yet)
+        feed(msgs[cut:])
+        log.sync(state)
+        await pilot.pause()
+        assert "rank 1 left the job early (exit code 0) while the others trained on" in text(), text()
+        assert "finished" not in text() and "rank 0 exited with code 1" in text(), text()

@@ -22,6 +22,7 @@ from pardash.telemetry.summary import ranks_named, ranks_text
 from pardash.telemetry.state import RunState, launcher_stopping, torchrun_restart
 
 from ..format import fmt_clock, fmt_step_time, tame
+from ..model import frame_failure
 from ..run_clock import zero_known
 from ..styles import CachedStyles, component_fg
 
@@ -39,10 +40,12 @@ VERDICT_STYLES = {
 EVENT_STYLES = {"error": "bad", "warning": "warn", "refused": "warn", "exit": "bad", "checkpoint": "info", "epoch_end": "info", "eval": "dim"}
 
 
-def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: float | None = None) -> tuple[str, str]:
+def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: float | None = None,
+             left: dict[int, int | None] | None = None) -> tuple[str, str]:
     """(text, style name) of one event or verdict, in the user's words; ``ranks`` (two or
     more) and ``duration_s`` (the slowest of theirs) when it stands for the same event of
-    several ranks."""
+    several ranks; ``left``: the ranks that left the job early (failures.left_early), whose
+    exit 0 is no finish."""
     if isinstance(m, schema.Verdict):
         return verdict_text(m, ranks), VERDICT_STYLES.get(m.verdict, "info")
     if isinstance(m, schema.Event):
@@ -53,6 +56,13 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
             return f"{who} {stop_text(m.rank, m.code, m.message)}", "dim"
         if m.name == "exit":
             code = m.code if m.code is not None else 0
+            gone = [r for r in (ranks if several else [m.rank]) if r in left] if left and not code else []
+            if gone:
+                # (it read "rank 1 finished (exit code 0)" in green beside the alert that named it
+                # the root cause, its peers failing in the collective it never joined)
+                rest = [r for r in (ranks if several else [m.rank]) if r not in left]
+                text = f"{ranks_named(gone)} left the job early (exit code 0) while the others trained on"
+                return text + (f"; {ranks_named(rest)} finished (exit code 0)" if rest else ""), "bad"
             text = f"{who} exited with code {code}" if code else f"{who} finished (exit code 0)"
             said = short_error(m.message)
             if said:
@@ -280,6 +290,8 @@ class EventLog(CachedStyles, RichLog):
         self._routine: RoutineRun | None = None
         """The epoch ends and checkpoints said by the last line written, while it is theirs
         (see RoutineRun)."""
+        self._left: dict[int, int | None] = {}
+        """The ranks that left the job early when the lines were written (their exit 0 said so)."""
         self._loss_turns = LossTurnsHeld()
         """Which of the ranks' loss turns are listed: a loss inf every 7 steps (a script that
         skips each such update) listed two warnings each time, 40 of them."""
@@ -410,6 +422,12 @@ class EventLog(CachedStyles, RichLog):
             # verdicts. Written again from the state, the log holds what the state holds (and
             # at most its bound's worth of lines more).
             self._state_id = 0
+        left = frame_failure(state)[1]
+        if left != self._left:
+            # A rank's exit 0 is known for a departure only once its peers are held or fail
+            # after it: its line, written as "finished", is written again.
+            self._left = left
+            self._state_id = 0
         reading = self._reading()
         place = self._top_line() if reading and id(state) != self._state_id else None  # (written again)
         mine = [m for m in self._new(state) if self.rank is None or m.rank == self.rank]
@@ -431,7 +449,7 @@ class EventLog(CachedStyles, RichLog):
                     self._write_line(first, text, style, t, zero, known, cut, reading)
                 continue
             self._routine = None
-            self._write_line(m, *describe(m, ranks, took), m.t, zero, known, cut, reading)
+            self._write_line(m, *describe(m, ranks, took, left), m.t, zero, known, cut, reading)
         if place is not None:
             self._back_to(place)
 
