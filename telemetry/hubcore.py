@@ -24,7 +24,9 @@ import msgspec
 from . import frames, limits, schema
 from .analysis import Detector
 from .clocks import CLOCK_OFF_S, human_span
+from .logspace import LogSpace
 from .recorder import Recorder
+from .summary import total_steps
 from .state import RankState, RunState, keep_custom, smooth_of
 
 MAX_RANK = 1 << 20
@@ -253,6 +255,8 @@ class HubCore:
         """rank -> (events it may still send at once, when that was reckoned)."""
         self._ticked: float | None = None
         """Hub time of the last frame."""
+        self.log_space = LogSpace()
+        """Whether the log's disk will hold the run (a warning before it fills)."""
         self.wall_clock = wall_clock
         """The hub's wall clock, which each rank's hello is held against: a node whose clock is
         far off (never set: 1970; a wrong year or zone) is said live, once, where otherwise only
@@ -967,6 +971,10 @@ class HubCore:
         rec = self.recorder
         while rec is not None and rec.notices:
             self.note(rec.notices.popleft(), name="warning")
+        if rec is not None and not lean and self.log_space.due(now):
+            said = self.log_space.check(now, rec.path, rec.size(), self.state.step, total_steps(self.state.hello))
+            if said:
+                self.warn(said)
         rejected = sum(self.rejected.values())
         if rec is not None and rejected != self._rejects_noted and now - self._rejects_noted_at >= REJECTS_NOTE_S:
             # In the log as it goes, so a hub killed outright still leaves its count there.
