@@ -832,7 +832,7 @@ def _run_claimed(ns: argparse.Namespace, run_id: str, log: str, made: list[str],
     if textfile_path and not refusal:
         from .prometheus import textfile_refusal
 
-        refusal = textfile_refusal(textfile_path)
+        refusal = textfile_refusal(textfile_path, run_id)
     if refusal:
         print(f"pardash hub: {refusal}", file=sys.stderr)
         _unmake(made)

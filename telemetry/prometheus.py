@@ -48,6 +48,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import socket
 import statistics
 import sys
@@ -641,13 +642,46 @@ class TextfileWriter:
         return self.take_warning()
 
 
-def textfile_refusal(path: str) -> str | None:
+TEXTFILE_RUN = re.compile(rb'\brun="([^"\\]{1,200})"')
+"""The ``run`` label every series of a textfile carries (:class:`TextfileWriter`)."""
+
+
+def textfile_writer(path: str, run_id: str = "") -> dict | None:
+    """The registry entry of another run (not ``run_id``) of this user's still running whose
+    hub writes ``path`` (the run its series are labelled with), else None."""
+    from . import registry
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return None
+    found = TEXTFILE_RUN.search(head)
+    if found is None:
+        return None
+    other = found.group(1).decode("utf-8", "replace")
+    if other == run_id:
+        return None  # (this run's hub, started again by its launcher)
+    entry = registry.entry(other)
+    if entry is None or not registry.hub_alive(entry) or registry.job_result(entry) is not None:
+        return None
+    return entry
+
+
+def textfile_refusal(path: str, run_id: str = "") -> str | None:
     """Why the hub could not write ``path`` (one line), or None: a folder that does not exist or
     takes no file, checked before anything starts (a probe file made and removed at once: as
-    root, permissions say nothing)."""
+    root, permissions say nothing); a file another running job's hub writes (``run_id``: this
+    run's, whose hub's file it may be): each would overwrite the other's every few seconds, and
+    the file say one job or the other by turns, the alert on either's end lost."""
     import tempfile
 
     flag = f"--prometheus-textfile {path}"
+    other = textfile_writer(path, run_id)
+    if other is not None:
+        stem = path[: -len(".prom")] if path.endswith(".prom") else path
+        return (f"{flag}: run {other['run_id']} (still running) writes that file; give this job a file of its own, "
+                f"e.g. --prometheus-textfile {stem}-2.prom (node_exporter reads every *.prom in its folder)")  # fmt: skip
     if path.endswith(("/", os.sep)) or os.path.isdir(path):
         return f"{flag} is a folder; give a file in it: --prometheus-textfile {os.path.join(path, 'pardash.prom')}"
     folder = os.path.dirname(os.path.abspath(path))

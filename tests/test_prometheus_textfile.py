@@ -224,3 +224,38 @@ def test_a_launched_hub_says_the_launchers_strategy_before_any_hello(tmp_path, t
         assert _stop(proc) == 0
     fams = _read(prom)
     assert fams["pardash_run_info"].samples[0].labels["strategy"] == said
+
+
+@pytest.mark.parametrize("command", [["hub", "--run-id", "second-job", "--log", "second.jsonl"], ["launch", "--headless", "--strategy", "single"]])
+def test_a_textfile_another_running_job_writes_is_refused(tmp_path, monkeypatch, command):
+    # Two jobs given one --prometheus-textfile overwrote each other's file every 15 s without a
+    # word: the file said one job or the other by turns, and the alert on either's end was lost.
+    prom = tmp_path / "pardash.prom"
+    registry = tmp_path / "registry"
+    env = pardash_env(PARDASH_REGISTRY_DIR=str(registry))
+    err = open(tmp_path / "hub.err", "w")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "pardash", "hub", "--run-id", "first-job", "--log", str(tmp_path / "t.jsonl"), "--prometheus-textfile", str(prom)],
+        stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+    )  # fmt: skip
+    err.close()
+    try:
+        json.loads(first.stdout.readline())
+        wait_for(lambda: 'run="first-job"' in (prom.read_text() if prom.exists() else ""), timeout_s=60)
+        work = tmp_path / "work"
+        work.mkdir()
+        p = subprocess.run([sys.executable, "-m", "pardash", *command, "--prometheus-textfile", str(prom)],
+                           capture_output=True, text=True, timeout=120, env=env, cwd=work)  # fmt: skip
+        assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+        (line,) = p.stderr.strip().splitlines()
+        assert f"--prometheus-textfile {prom}: run first-job (still running) writes that file" in line, line
+        assert f"--prometheus-textfile {tmp_path / 'pardash-2.prom'}" in line, line
+        assert list(work.iterdir()) == []  # nothing started, nothing written
+        assert 'run="first-job"' in prom.read_text()
+    finally:
+        assert _stop(first) == 0
+    # Its job over, the file is anyone's: the next job's hub may write it.
+    from pardash.telemetry.prometheus import textfile_refusal
+
+    monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(registry))
+    assert textfile_refusal(str(prom)) is None
