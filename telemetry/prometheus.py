@@ -296,6 +296,10 @@ class HubCollector:
         restarts = CounterMetricFamily("pardash_job_restarts", "Times torchrun restarted the job's workers (--max-restarts), as the launcher saw it or the ranks' hellos said.")
         restarts.add_metric([], max((r.restarts for r in ranks), default=0))
         yield restarts
+        hub_restarts = CounterMetricFamily("pardash_hub_restarts", "Times the launcher started the run's hub again (it died; the ranks trained "
+                                           "on, and what they sent meanwhile is counted lost), as its log says.")  # fmt: skip
+        hub_restarts.add_metric([], st.hub_restarts)
+        yield hub_restarts
 
         yield gauge("pardash_loss_mean", LOSS_MEAN_HELP, _loss_mean(steps))
         yield gauge("pardash_ranks_loss_not_finite", "Ranks whose loss is not finite (NaN or infinite: diverged, or a spike), "

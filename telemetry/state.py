@@ -635,6 +635,9 @@ class RunState:
     lost_reported: int = 0
     """Lost messages as reported by the hub (viewers)."""
     hub_note: str = ""
+    hub_restarts: int = 0
+    """Times the run's hub was started again on its log (its ``hub_restart`` notes, every one
+    applied): Prometheus' counter, which a hub reading its log back counts again."""
     straggler_verdicts: dict[str, int] = field(default_factory=dict)
     """Straggler verdicts so far, by cause as Prometheus labels it (own_work: a data straggler
     slow in its own work between steps), every one applied, however many the event log keeps:
@@ -694,6 +697,8 @@ class RunState:
             self.t_last_rank = msg.t
         if msg.rank < 0:
             if isinstance(msg, schema.Event):
+                if msg.name == "hub_restart":
+                    self.hub_restarts += 1
                 self.events.append(_kept(msg))
                 if is_lifecycle(msg):
                     self._keep_lifecycle(msg)

@@ -30,7 +30,7 @@ AGGREGATES = {
     "pardash_unsharded_bytes", "pardash_expected_bytes", "pardash_device_memory_min_bytes", "pardash_device_memory_max_bytes",
     "pardash_messages_received", "pardash_messages_lost", "pardash_messages_dropped", "pardash_ingest_messages_per_second",
     "pardash_hub_behind_seconds",
-    "pardash_job_restarts", "pardash_loss_mean",
+    "pardash_job_restarts", "pardash_hub_restarts", "pardash_loss_mean",
 }  # fmt: skip
 
 

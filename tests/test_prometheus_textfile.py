@@ -259,3 +259,17 @@ def test_a_textfile_another_running_job_writes_is_refused(tmp_path, monkeypatch,
 
     monkeypatch.setenv("PARDASH_REGISTRY_DIR", str(registry))
     assert textfile_refusal(str(prom)) is None
+
+
+def test_the_hubs_restarts_are_counted(tmp_path):
+    # A hub that died and was started again on its log showed only as hub_id changing; an
+    # on-call engineer had no series that said it (the ranks' messages meanwhile are lost).
+    prom = tmp_path / "pardash.prom"
+    for restarts in range(3):
+        resume = ["--resume"] if restarts else []
+        proc, _info = _hub(tmp_path, "--prometheus-textfile", str(prom), *resume)
+        try:
+            wait_for(lambda: "pardash_hub_restarts_total" in (prom.read_text() if prom.exists() else ""), timeout_s=60)
+        finally:
+            assert _stop(proc) == 0, (tmp_path / "hub.err").read_text()
+        assert value(families(prom.read_text()), "pardash_hub_restarts_total", run="textfile-run") == restarts
