@@ -53,6 +53,9 @@ class HubStats(msgspec.Struct, omit_defaults=True):
     log_bytes: int = 0
     """How big the log is now, in bytes (0: no log, or not known): what a long run's disk
     holds of it, which nothing said while it grew (review 316)."""
+    log_full_in_s: float = 0.0
+    """Seconds until the log's disk fills at the log's rate, while the hub has found the log
+    will not fit there (telemetry/logspace.py); 0: it fits, or not known."""
     viewers: int = 0
     """Snapshots served so far (a proxy for viewers attached)."""
     behind_s: float = 0.0

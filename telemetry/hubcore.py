@@ -947,9 +947,17 @@ class HubCore:
             log_path=str(rec.path) if rec and str(rec.path) != os.devnull else "",
             log_error=rec.error if rec else "",
             log_bytes=rec.size() if rec and str(rec.path) != os.devnull else 0,
+            log_full_in_s=self._log_full_in(now),
             viewers=self.snapshots_served,
             behind_s=round(self.behind_s(time.monotonic() if now is None else now), 1),
         )
+
+    def _log_full_in(self, now: float | None) -> float:
+        """HubStats.log_full_in_s: seconds until the log's disk fills, while it will."""
+        full_at = self.log_space.full_at
+        if full_at is None:
+            return 0.0
+        return float(max(1, round(full_at - (time.monotonic() if now is None else now))))
 
     def tick(self, now: float, *, lean: bool = False) -> frames.Frame:
         """Judge, then fold everything since the last frame into a new one. ``lean``: a frame no

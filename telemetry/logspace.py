@@ -10,7 +10,9 @@ grown for :data:`LEAST_S`, against the free space of the log's file system, and 
   when the rest of them will not fit: at about which step the disk fills, and when;
 - else, when the disk fills within :data:`HORIZON_S` at this rate;
 
-and once more when it fills within :data:`LAST_S`. Checked every :data:`CHECK_S` seconds.
+and once more when it fills within :data:`LAST_S`. Checked every :data:`CHECK_S` seconds; while
+the log will not fit, viewers' headers say when the disk fills (``HubStats.log_full_in_s``). Once
+it fits again (space freed), a later shortage is said again.
 """
 
 from __future__ import annotations
@@ -46,11 +48,14 @@ def free_bytes(path: str | os.PathLike[str]) -> int | None:
 class LogSpace:
     """The hub's forecast of its log's disk (see the module's docstring)."""
 
-    __slots__ = ("free", "_base", "_said", "_said_last", "_checked")
+    __slots__ = ("free", "full_at", "_base", "_said", "_said_last", "_checked")
 
     def __init__(self, free: Callable[[str | os.PathLike[str]], int | None] = free_bytes) -> None:
         self.free = free
         """How the free space of the log's file system is read."""
+        self.full_at: float | None = None
+        """When (the monotonic clock) the log's disk fills at its rate, while the log will not
+        fit there (the viewers' header counts down to it); None otherwise."""
         self._base: tuple[float, int, int] | None = None
         """(time, log size, step) when the growth began to be measured."""
         self._said = False
@@ -59,13 +64,13 @@ class LogSpace:
 
     def due(self, now: float) -> bool:
         """Whether :meth:`check` has something to do at ``now`` (a monotonic clock): every
-        CHECK_S seconds, until its last word is said."""
-        return not self._said_last and (self._checked is None or now - self._checked >= CHECK_S)
+        CHECK_S seconds."""
+        return self._checked is None or now - self._checked >= CHECK_S
 
     def check(self, now: float, path: str | os.PathLike[str], size: int, step: int, total: int | None) -> str | None:
         """The warning to give now, if any (call when :meth:`due`): ``now`` a monotonic clock,
         ``size`` the log's bytes, ``step`` the run's (its slowest rank's), ``total`` the steps
-        it says it takes (None: not said)."""
+        it says it takes (None: not said). Sets :attr:`full_at` while the log will not fit."""
         self._checked = now
         if size <= 0 or step <= 0:
             return None
@@ -83,29 +88,33 @@ class LogSpace:
             return None
         per_s = grew / took
         fills_in = free / per_s
+        need = per_step = None
+        if total is not None:
+            if step < total and step > step0:
+                per_step = grew / (step - step0)
+                need = per_step * (total - step)
+            short = need is not None and need > free * ROOM
+        else:
+            short = fills_in < HORIZON_S
+        if not short:
+            # (space freed, or the rate fell: a shortage later is said again)
+            self.full_at = None
+            self._said = self._said_last = False
+            return None
+        self.full_at = now + fills_in
         per_h = f"{human_bytes(per_s * 3600)} an hour"
         where = f"its disk ({os.path.dirname(os.path.abspath(path))}) has {human_bytes(free)} free"
-        if fills_in < LAST_S and self._said:
-            self._said_last = True
-            return (f"the log's disk fills in about {human_span(fills_in)} at this rate ({per_h}; {human_bytes(free)} free): "
-                    f"free space there now, or the log stops where it fills (the run goes on)")  # fmt: skip
+        then = "free space there, or the log stops where it fills (the run goes on)"
         if self._said:
-            return None
-        if total is not None and step < total and step > step0:
-            per_step = grew / (step - step0)
-            need = per_step * (total - step)
-            if need <= free * ROOM:
+            if self._said_last or fills_in >= LAST_S:
                 return None
+            self._said_last = True
+            return f"the log's disk fills in about {human_span(fills_in)} at this rate ({per_h}; {human_bytes(free)} free): {then}"
+        self._said = True
+        self._said_last = fills_in < LAST_S  # (said now: not again 30 s later)
+        if need is not None and per_step is not None:
             at = step + int(free / per_step)
-            self._said = True
-            self._said_last = fills_in < LAST_S  # (said now: not again in 30 s)
             return (f"the log will not fit on its disk: it grows {per_h} ({human_bytes(per_step)} a step) and the "
                     f"{total - step:,} steps left need about {human_bytes(need)}; {where}, which fills at about "
-                    f"step {at:,} of {total:,}, in about {human_span(fills_in)}: free space there, or the log stops "
-                    f"where it fills (the run goes on)")  # fmt: skip
-        if total is None and fills_in < HORIZON_S:
-            self._said = True
-            self._said_last = fills_in < LAST_S
-            return (f"the log grows {per_h}; {where}, which it fills in about {human_span(fills_in)}: free space "
-                    f"there, or the log stops where it fills (the run goes on)")  # fmt: skip
-        return None
+                    f"step {at:,} of {total:,}, in about {human_span(fills_in)}: {then}")  # fmt: skip
+        return f"the log grows {per_h}; {where}, which it fills in about {human_span(fills_in)}: {then}"

@@ -66,23 +66,60 @@ def test_an_unknown_free_space_says_nothing():
 def test_a_hubs_log_holds_the_warning(tmp_path):
     # A hub with a real log: the warning is a hub event in it (the TUI's event log, the headless
     # lines and the report read it from there), with the disk's free space read as a tiny one.
-    log = tmp_path / "run.jsonl"
-    rec = Recorder(log)
+    _core, rec, _now = _short_hub(tmp_path)
+    rec.flush()
+    rec.close()
+    warnings = [m for m in load_log(rec.path)[0] if isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1]
+    assert len(warnings) == 1 and "the log will not fit on its disk" in warnings[0].message, warnings
+    assert "of 100,000" in warnings[0].message, warnings[0].message
+
+
+def _short_hub(tmp_path) -> tuple[HubCore, Recorder, float]:
+    """A hub with a real log whose disk has 64 KiB left, two ranks stepping at 10 steps/s
+    until past its first forecast; (the hub, its recorder, its clock then)."""
+    rec = Recorder(tmp_path / "run.jsonl")
     core = HubCore(run_id="r", recorder=rec, world_size=2)
-    core.log_space.free = lambda _p: 64 * 1024  # (the rest of the disk: 64 KiB)
+    core.log_space.free = lambda _p: 64 * 1024
     t0 = 1.7e9
     for r in range(2):
         core.ingest(schema.Hello(run="r", rank=r, world_size=2, pid=10 + r, seq=0, t=t0, config={"steps": 100_000}), 0.0)
-    now = 0.0
-    step = 0
+    now, step = 0.0, 0
     while now < LEAST_S + 2 * CHECK_S:
         step += 1
         now = step * 0.1
         for r in range(2):
             core.ingest(schema.Step(run="r", rank=r, step=step, seq=step, loss=1.0, samples=8, step_s=0.1, t=t0 + now), now)
         core.tick(now)
-    rec.flush()
-    rec.close()
-    warnings = [m for m in load_log(log)[0] if isinstance(m, schema.Event) and m.name == "warning" and m.rank == -1]
-    assert len(warnings) == 1 and "the log will not fit on its disk" in warnings[0].message, warnings
-    assert "of 100,000" in warnings[0].message, warnings[0].message
+    return core, rec, now
+
+
+async def test_the_viewers_header_counts_down_to_the_disk_full(tmp_path):
+    # The warning scrolls out of the events; the header keeps saying it while the log will not fit.
+    from types import SimpleNamespace
+
+    from textual.app import App
+
+    from pardash.tui.widgets.run_header import RunHeader, summarize
+
+    core, rec, now = _short_hub(tmp_path)
+    stats = core.tick(now).stats
+    try:
+        assert 0 < stats.log_full_in_s < 3600, stats  # (64 KiB at the log's rate: a few seconds, to the second)
+
+        class One(App):
+            def compose(self):
+                yield RunHeader()
+
+        app = One()
+        async with app.run_test(size=(200, 8)) as pilot:
+            header = app.query_one(RunHeader)
+            header.summary = summarize(SimpleNamespace(state=core.state, stats=stats, live=True))
+            await pilot.pause()
+            text = header.render()
+            assert "log's disk full in " in getattr(text, "plain", str(text)), text
+        # Space freed: it fits, and nothing is counted down.
+        core.log_space.free = lambda _p: 1 << 40
+        later = now + 2 * CHECK_S
+        assert core.tick(later).stats.log_full_in_s == 0
+    finally:
+        rec.close()

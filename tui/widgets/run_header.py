@@ -192,6 +192,8 @@ class RunSummary:
     log_error: str = ""
     log_size: str = ""
     """How big the log is now (``103 MiB``; '' not known): a long run's disk fills with it."""
+    log_full_in_s: float = 0.0
+    """Seconds until the log's disk fills, while the hub says the log will not fit (0: it fits)."""
     ingest_hz: float = 0.0
     hub_behind_s: float = 0.0
     """How far behind the ranks the hub is (HubStats.behind_s): said from BEHIND_SAID_S."""
@@ -336,6 +338,7 @@ def summarize(
         log_path=stats.log_path,
         log_error=stats.log_error,
         log_size=fmt_bytes(stats.log_bytes) if stats.log_bytes and source.live else "",
+        log_full_in_s=stats.log_full_in_s if source.live else 0.0,
         ingest_hz=stats.ingest_hz,
         hub_behind_s=stats.behind_s if source.live else 0.0,
         note=" · ".join(notes),
@@ -693,6 +696,9 @@ class RunHeader(CachedStyles, Widget):
                 forms = forms[1:]
             size = f" ({s.log_size})" if s.log_size else ""
             second.append(Choice(tuple(self._pair("log", p + size, "label") for p in forms)))
+            if s.log_full_in_s:
+                # (the hub's warning scrolls out of the events; the run will not fit on the disk)
+                second.append([(f"log's disk full in {fmt_duration(s.log_full_in_s)}", self._s("warn"))])
         if s.command:  # (two runs of one script folder told apart by more than their ids; the first to go)
             forms = command_forms(s.command)
             if command_form is not None:
