@@ -296,7 +296,10 @@ def test_a_rank_that_exits_1_of_the_stops_sigterm_is_stopped_not_failed(tmp_path
     # The exit its stop led to is the stop: the launcher's note stands ("stopped by you"), not
     # the rank's own word of code 1 (which the hub would take over the note).
     assert [(m.code, m.seq, m.message) for m in exits] == [(-15, -1, "stopped by Ctrl-C at the launch")], exits
-    assert "pardash: stopped by you (exit code 130); log " in err, err[-2000:]
+    # Stopped, not failed: never "stopped by you after the job failed: rank 0 exited with code 1".
+    # A loaded host may add " as it hung after step N": its rank unheard for 3 s (silent) before
+    # the stop was said (a CI run; the rank held 4 s with SIGSTOP before the Ctrl-C reads so).
+    assert re.search(r"pardash: stopped by you( as it hung[^;(]*)? \(exit code 130\); log ", err), err[-2000:]
 
 
 def _launch_in_a_terminal(tmp_path, *, controlling: bool = False):
