@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,6 +148,28 @@ def prepare_launch(ns: argparse.Namespace, script: list[str]):
     except LaunchError as exc:
         fail(str(exc))
     return spec
+
+
+TTY_VAR = "TTY_COMPATIBLE"
+"""rich's word that its output goes to a terminal (rich >= 13.9): set for the ranks of a launch
+seen in a terminal (see :func:`_terminal_output`)."""
+
+
+def _terminal_output(ns: argparse.Namespace, spec) -> None:
+    """Draw the ranks' live displays as in a terminal when the launch is seen in one (its TUI,
+    or headless in a terminal): their output goes to a file the launch shows, where rich (PyTorch
+    Lightning's progress bar, whenever rich is installed, as pardash's own TUI has it) drew
+    nothing until the end. tqdm draws either way. The user's own TTY_COMPATIBLE and COLUMNS
+    stand."""
+    from pardash.telemetry.printer import is_terminal
+
+    if TTY_VAR in os.environ or (ns.headless and not is_terminal(sys.stdout)):
+        return
+    spec.extra_env[TTY_VAR] = "1"
+    if "COLUMNS" not in os.environ:
+        # (as wide as the terminal: at rich's 80 columns without one, Lightning's bar wrapped onto
+        # a second line, drawn again a line at a time)
+        spec.extra_env["COLUMNS"] = str(shutil.get_terminal_size().columns)
 
 
 def _not_python(path: str) -> str:
@@ -306,6 +329,7 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
             + (_log_of(spec) if spec.remote_hub else f"in {spec.log_path}"),  # (node > 0 writes no log)
             file=sys.stderr, flush=True,
         )  # fmt: skip
+    _terminal_output(ns, spec)
     # Until the job is up a SIGTERM ends the start, the supervisor with it; from then on it stops
     # the job (the modes below say how). It left a job starting with nobody watching it.
     terminated: list[int] = []

@@ -24,6 +24,7 @@ from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, fail
                        short_error, signal_name, stop_text)
 from .loss_turns import LossTurnsHeld, held_text
 from .recorder import CONTINUED_AT
+from .redraws import Redraws, last_drawing
 from .state import EXITED, RUNNING, SMOOTH_FIGURES, STALLED, STARTING, launcher_stopping, run_over, status_of, torchrun_restart
 from .summary import (
     held_spread,
@@ -76,6 +77,7 @@ def strip_controls(text: str) -> str:
     drawn inside the printer's own live display, they would move it."""
     return _CONTROLS.sub("", text)
 
+
 class ProgressPrinter:
     """Prints what a :class:`Source` shows: events as lines, progress as a bar or lines."""
 
@@ -102,6 +104,7 @@ class ProgressPrinter:
         as they come, above the bar, which otherwise they would tear apart."""
         self._tail_pos = 0
         self._tail_rest = b""
+        self._redraws = Redraws()
         self._last_line = 0.0
         self._last_said = ""
         self._printed_hseq = 0
@@ -266,10 +269,11 @@ class ProgressPrinter:
             # rendered, which showed the drawing that line ended above it again)
             if self._show_drawing():
                 self._progress.refresh()
-            for line in lines:
+            # (a display drawn over several lines, rich's, shows as it ends: see telemetry/redraws.py)
+            for line in self._redraws.take(lines) + self._redraws.flush(final=final and not more):
                 # A line redrawn with carriage returns (a tqdm bar) shows as a terminal would
                 # leave it: its last drawing.
-                self._print(line.rstrip(b"\r").rpartition(b"\r")[2].decode(errors="replace"))
+                self._print(last_drawing(line).decode(errors="replace"))
             if not (final and more):
                 return
 

@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import Input, RichLog, Static
 
+from pardash.telemetry.redraws import Redraws
 from pardash.telemetry.schema import plain_text
 
 from ..widgets.fitted_footer import FittedFooter
@@ -39,7 +40,9 @@ class OutputTail:
     """The complete lines added to a text file since the last read, from its last TAIL_BYTES
     at the first; a file made anew (truncated, or another at its path) is read from its start.
     A carriage return ends a line's drawing as a terminal's does: what follows the last one is
-    the line (a progress bar redrawn in place is its latest state, not every state joined)."""
+    the line (a progress bar redrawn in place is its latest state, not every state joined); a
+    display drawn in place over several lines (rich's: a Lightning bar with its validation bar)
+    shows as it ends, not a line each time it is drawn again."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -50,6 +53,7 @@ class OutputTail:
         self._partial = b""
         self._drop = False
         """The first line read is the end of one begun before the part read: not shown."""
+        self._redraws = Redraws()
 
     def read(self) -> list[str] | None:
         """The new complete lines ([] when none), or None when the file cannot be read."""
@@ -59,6 +63,7 @@ class OutputTail:
                 if self.offset is None or st.st_ino != self._ino or st.st_size < self.offset:
                     first = self.offset is None
                     self._ino, self._partial = st.st_ino, b""
+                    self._redraws = Redraws()
                     self.offset = max(0, st.st_size - TAIL_BYTES) if first else 0
                     self.skipped = self.offset
                     self._drop = False
@@ -76,7 +81,7 @@ class OutputTail:
             whole, self._drop = whole[1:], False
         if len(self._partial) > LINE_MAX * 4:  # (no newline for a long while: keep its latest drawing)
             self._partial = self._partial[self._partial.rfind(b"\r", 0, len(self._partial) - 1) + 1 :][-LINE_MAX:]
-        return [_shown(line) for line in whole]
+        return [_shown(line) for line in self._redraws.take(whole) + self._redraws.flush()]
 
     @property
     def partial(self) -> str:
