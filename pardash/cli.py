@@ -785,11 +785,14 @@ def _synced_or_fail(client, ns: argparse.Namespace, *, say_connecting: bool) -> 
 
     if client.wait_synced(min(CONNECTING_SAY_S, ATTACH_WAIT_S)):
         return
-    if getattr(ns, "wait", False) and hub_address(ns.target) and not client.refused:
-        # `attach --wait tcp://...`: a viewer started before its hub waits for it to answer
-        # (it said "nothing answers" after 5 s); a hub that refuses this viewer is said at once.
+    if getattr(ns, "wait", False) and not client.refused:
+        # `attach --wait`: a viewer started before its hub waits for it to answer (it said
+        # "nothing answers" after 5 s); a hub that refuses this viewer is said at once. So does
+        # one found by its run id (or the newest, a log): listed as it starts, a hub that reads a
+        # long log back first (--resume), or on a loaded host, answered after the 5 s.
         if not getattr(ns, "said_waiting", False):
-            print(f"{PROG} attach: waiting for the hub at {hub_address(ns.target)} to answer...", file=sys.stderr, flush=True)
+            where = hub_address(ns.target) or client.snapshot_endpoint
+            print(f"{PROG} attach: waiting for the hub at {where} to answer...", file=sys.stderr, flush=True)
 
         def answered() -> bool:
             while not client.refused:
