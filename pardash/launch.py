@@ -892,13 +892,15 @@ def _follow_unsupervised(job, client, printer, code: int, stopped_by: list[int])
     from pardash.telemetry.state import run_over
 
     spec = job.spec
-    print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
-          f"(Ctrl-C stops them, as before)", file=sys.stderr, flush=True)  # fmt: skip
-    entry = _own_hub_entry(spec) or {"pid": job.endpoints.get("pid")}
-    # Followed while its hub lives: the hub, unsupervised, stops once every rank is done
-    # (after a failure it waits for torchrun to start them again, --max-restarts).
-    client.info = {**entry, "supervisor_pid": entry.get("pid")}
     try:
+        # (a Ctrl-C from the first word on stops the ranks: one between it and the following,
+        # with the hub's entry still being read, left the launch exiting 130 and the job training)
+        print(f"{PROG}: {_lost_words(code)}; its ranks train on without it (no hub restarts now): following them to the end "
+              f"(Ctrl-C stops them, as before)", file=sys.stderr, flush=True)  # fmt: skip
+        entry = _own_hub_entry(spec) or {"pid": job.endpoints.get("pid")}
+        # Followed while its hub lives: the hub, unsupervised, stops once every rank is done
+        # (after a failure it waits for torchrun to start them again, --max-restarts).
+        client.info = {**entry, "supervisor_pid": entry.get("pid")}
         line = follow_attached(printer, client)
         if not run_over(client.state):
             # The hub gone too (killed as well, nothing to start it again): the job's processes
