@@ -51,6 +51,7 @@ from collections import Counter, defaultdict, deque
 from typing import Any
 
 from . import schema
+from .analysis import BETWEEN_STEPS_WORDS
 from .clocks import RankClocks, is_hub_side
 from .figures import EXACT as FIGURES_KEPT
 from .figures import Figures
@@ -731,6 +732,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             e["role"], e["stopping"] = "in_stop", r.stopping.message
         if e["role"] in ("cause", "peer_left", "waited") and e["step"] is None and failure is not None:
             e["step"] = failure.get("step")  # killed without a word: the step it died in, as the failure line says
+    _after_saves(saves, stalls, holds, {r for r in step_s if loader_steps[r]})
     _name_folders(list(saves.values()))
     data_and_step = {r: (phases[r]["data_s"].total() if "data_s" in phases[r] else 0.0, v.total()) for r, v in step_s.items()}
     _at_epoch_starts(stalls, epoch_starts)
@@ -1231,7 +1233,10 @@ def _saving(saves: list[dict]) -> dict:
     timed = [c for c in saves if c["duration_s"] is not None]
     if not timed:
         return {"saving_s": None, "saving_outside_steps_s": None}
-    return {"saving_s": sum(c["duration_s"] for c in timed), "saving_outside_steps_s": sum(c["_outside_s"] for c in timed)}
+    after = [c["_after_s"] for c in saves if c.get("_after_s")]
+    return {"saving_s": sum(c["duration_s"] for c in timed), "saving_outside_steps_s": sum(c["_outside_s"] for c in timed),
+            # (the time a rank paused right after its save, in its own code: an upload; see _after_saves)
+            **({"after_saves_s": sum(after), "after_saves": len(after)} if after else {})}  # fmt: skip
 
 
 def _public(entry: dict) -> dict:
@@ -1407,8 +1412,69 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
         total = sum(leads)
         out.append({"rank": rank, "count": len(held), "steps": steps[:20], "every": gaps.pop() if len(gaps) == 1 else None,
                     "each_s": leads[len(leads) // 2], "total_s": total, "share_of_train": total / train_s if train_s > 0 else None,
-                    "where": where, **({"epoch_starts": at_starts[rank]} if at_starts[rank] else {})})  # fmt: skip
+                    "where": where, **({"epoch_starts": at_starts[rank]} if at_starts[rank] else {}),
+                    "_held": held})  # fmt: skip
     return out
+
+
+def _after_saves(saves: dict[int, dict], stalls: list[dict], holds: list[dict], loader_timed: set[int] = frozenset()) -> None:
+    """Pauses a rank made right after its own checkpoint save: a stall it came out of (or
+    finished in) after the step it saved at, or a hold at the step after it. Their time went to
+    the checkpoint, in the script's own code after the save's file was written (an upload to
+    object storage, a copy, a wait for a slow filesystem's sync), which the save's own time
+    leaves out: "checkpoints 4 saved, 0.03 s in all" of a run whose rank 0 spent 6 s after each
+    save, beside three "held up" and six stall lines that named no save (review 327). Only a
+    pause in the rank's own code between steps: not one in its DataLoader (an epoch's first
+    batch after an epoch end's save, its workers starting anew), nor in its step's work
+    (``loader_timed``: the ranks whose steps timed their DataLoader, whose stall "in data" is
+    in it; see analysis.stall_phase).
+    Marks each stall with ``after_checkpoint`` ({step, after_save_s}) and ``held_step`` (the
+    step of a hold of its rank it is: said once, by the hold); each hold with
+    ``after_checkpoints`` ({count, steps (the first 20), after_save_s}) where some of its steps
+    follow a save of its rank; each checkpoint with ``_after_s``: the longest such pause of a
+    rank after it (the others waited for it: the checkpoint's time, as its slowest rank's save)."""
+
+    def saved(rank: int, step: int | None) -> float | None:
+        """The rank's save's seconds at ``step`` (None: it saved nothing there)."""
+        c = saves.get(step) if step is not None else None
+        if c is None or rank not in c["_ranks"]:
+            return None
+        sums = c["_sums"].get(rank)
+        return sums[0] if sums else 0.0
+
+    held: dict[tuple[int, int], float] = {}
+    own: set[tuple[int, int]] = set()  # (the holds whose lead was in the rank's own code between steps)
+    for h in holds:
+        for s, lead, data_s, loader_s in h.pop("_held", ()):
+            held[(h["rank"], s)] = lead
+            if (data_s or 0.0) - (loader_s or 0.0) >= lead / 2:
+                own.add((h["rank"], s))
+    for h in holds:
+        after = [(s, lead) for (rank, s), lead in sorted(held.items())
+                 if rank == h["rank"] and (rank, s) in own and saved(rank, s - 1) is not None]  # fmt: skip
+        for s, lead in after:
+            c = saves[s - 1]
+            c["_after_s"] = max(c.get("_after_s", 0.0), lead)
+        if after:
+            h["after_checkpoints"] = {"count": len(after), "steps": [s - 1 for s, _ in after][:20],
+                                      "after_save_s": sum(lead for _, lead in after)}  # fmt: skip
+    for ep in stalls:
+        until = ep["until"] or ""
+        if ep["step"] is None or not until.startswith(("resumed", "finished")):
+            continue
+        if until == f"resumed at step {ep['step'] + 1}" and (ep["rank"], ep["step"] + 1) in held:
+            ep["held_step"] = ep["step"] + 1
+        took = saved(ep["rank"], ep["step"])
+        in_own_code = ep["phase"] == "data" and (BETWEEN_STEPS_WORDS in (ep["message"] or "") or ep["rank"] not in loader_timed)
+        if took is None or ep["kind"] != "stalled" or not in_own_code or ep.get("seconds") is None:
+            continue
+        after = max(0.0, ep["seconds"] - took)
+        ep["after_checkpoint"] = {"step": ep["step"], "after_save_s": round(after, 3)}
+        c = saves[ep["step"]]
+        c["_after_s"] = max(c.get("_after_s", 0.0), after)
+    for c in saves.values():
+        if c.get("_after_s"):
+            c["after_save_s"] = round(c["_after_s"], 3)
 
 
 EPOCH_STARTS_SAID = 0.5

@@ -212,6 +212,14 @@ def _saving_text(ck: dict) -> str:
     # said its time read as all three's)
     line = f"{len(saved)} saved, {_seconds(total)} in all" if timed == len(saved) else (
         f"{len(saved)} saved, {_seconds(total)} in the {timed} that said their time")
+    if ck.get("after_saves_s"):
+        # (a rank's pause right after its save, in its own code: an upload. "4 saved, 0.03 s in
+        # all" of a run that spent 24 s on them, review 327; see report._after_saves)
+        n = ck.get("after_saves") or 0
+        after = "right after it" if len(saved) == 1 else "right after each" if n == len(saved) else f"right after {n} of them"
+        writing = "writing" if timed == len(saved) else f"writing the {timed} that said their time"
+        return (f"{len(saved)} saved, {_seconds(total + ck['after_saves_s'])} in all: {_seconds(total)} {writing}, "
+                f"{_seconds(ck['after_saves_s'])} in the script's own code {after} (e.g. an upload)")
     if outside is None or _seconds(outside) == _seconds(total):
         return line + ", outside the steps"
     if not outside:
@@ -227,6 +235,10 @@ def _paused_text(rep: dict) -> str:
     doing = [what for what, did in (("evaluating", rep.get("evaluations")),
                                     ("saving", any(s.get("duration_s") for s in (rep.get("checkpoints") or {}).get("saved") or ())))
              if did]  # fmt: skip
+    if "saving" in doing and (rep.get("checkpoints") or {}).get("after_saves_s"):
+        # (the ranks' own code right after their saves, an upload, is in: the others trained
+        # not, but waited for it in their steps, as for any work between steps)
+        doing[doing.index("saving")] = "writing a checkpoint"
     return f", none {' or '.join(doing)}" if doing else ""
 
 
@@ -775,6 +787,7 @@ def hold_lines(rep: dict) -> list[str]:
     each, 4.07 s in all (59.8% of training), in its own code between steps (not its DataLoader)``:
     a rank that now and then held the others far past a step (report._holds)."""
     out = []
+    folded = _pause_sets(rep)[2]
     for h in rep.get("holds") or ():
         steps = ", ".join(map(str, h["steps"])) + (f" and {h['count'] - len(h['steps'])} more" if h["count"] > len(h["steps"]) else "")
         times = "once" if h["count"] == 1 else f"{h['count']} times"
@@ -786,8 +799,22 @@ def hold_lines(rep: dict) -> list[str]:
             on = "on an epoch's first step" if h["count"] == 1 else "each on an epoch's first step" if h["epoch_starts"] == h["count"] else (
                 f"{h['epoch_starts']} of them on an epoch's first step")
             starts = f", {on}: its workers starting anew (persistent_workers=True keeps them from one epoch to the next)"
+        where = HOLD_WHERE.get(h["where"], "")
+        if ck := h.get("after_checkpoints"):
+            # (right after the rank's own save: its upload's time, named nowhere, review 327)
+            at = ", ".join(map(str, ck["steps"])) + (f" and {ck['count'] - len(ck['steps'])} more" if ck["count"] > len(ck["steps"]) else "")
+            if ck["count"] == h["count"] and h["where"] in ("own work", "data"):
+                after = "right after its checkpoint" if h["count"] == 1 else "each right after its checkpoint"
+                where = f"{after} (at step{'s' if ck['count'] != 1 else ''} {at}): in its own code after the save, e.g. an upload"
+            else:
+                where += f"; {ck['count']} of them right after its checkpoint (at step{'s' if ck['count'] != 1 else ''} {at}): in its own code after the save, e.g. an upload"
+        said = sorted({s["step"] for s in rep["stalls"] if s["rank"] == h["rank"] and id(s) in folded})
+        if said:
+            # (the hub's stall verdicts of the same pauses, said here once, not again as stalls)
+            where += (f"; the hub's stall verdict{'s' if len(said) > 1 else ''} after step{'s' if len(said) > 1 else ''} "
+                      f"{', '.join(map(str, said))} {'were these pauses' if len(said) > 1 else 'was this pause'}: no hang")
         out.append(f"held up: rank {h['rank']} held the others {times}, at step{'s' if h['count'] != 1 else ''} {steps}{every}, {each}, "
-                   f"{_total_text(h['total_s'])} in all ({_pct(h['share_of_train'])} of training), {HOLD_WHERE.get(h['where'], '')}{starts}")  # fmt: skip
+                   f"{_total_text(h['total_s'])} in all ({_pct(h['share_of_train'])} of training), {where}{starts}")  # fmt: skip
     return out
 
 
@@ -826,8 +853,10 @@ def _last_steps_text(rep: dict) -> str:
 
 
 LIKELY_CAUSE = "; likely the cause of the hang"
-WAITED_FOR = "; the others waited for it"
-"""The same guess about a stall every rank was in and came out of: no hang, a wait."""
+WAITED_OUT = "; a pause the others waited out"
+"""The same guess about a stall every rank was in and came out of (or finished in): no hang, a
+pause (a rank that finished after 6 s of uploading its last checkpoint read "likely the cause
+of the hang" of a job that exited 0, review 327)."""
 
 
 def _stall_end(until: str | None, stopped: bool = False) -> str:
@@ -844,27 +873,35 @@ def _stall_end(until: str | None, stopped: bool = False) -> str:
     return f"; {until}"
 
 
+def _came_out(s: dict) -> bool:
+    """Whether the stall ended with its rank going on: stepping again, or finishing well (its
+    own word, exit 0). Either is a pause the others waited out, no hang."""
+    return (s["until"] or "").startswith(("resumed", "finished"))
+
+
 def _never_resumed(stalls: list[dict]) -> list[dict]:
-    """The episodes that did not end in a resumption: the hang the run ended in."""
-    return [s for s in stalls if not (s["until"] or "").startswith("resumed")]
+    """The episodes that did not end in a resumption or the rank's finishing: the hang the run
+    ended in."""
+    return [s for s in stalls if not _came_out(s)]
 
 
 def _resumed_hangs(stalls: list[dict]) -> list[list[dict]]:
-    """The episodes that ended in a resumption, in sets that held the ranks at about one time:
-    each set one hang the job came out of. An episode holds its rank in the steps after its
-    last one up to the one it resumed at ("after step 10; resumed at step 11": step 11); those
-    of one hang are the same steps, or next to each other (a rank that hung after its step's
-    collective has not sent the step the others finished). An episode that says no steps is a
-    set of its own: nothing says which others it waited with."""
+    """The episodes that ended in a resumption (or the rank's finishing), in sets that held the
+    ranks at about one time: each set one pause the job came out of. An episode holds its rank
+    in the steps after its last one up to the one it resumed at ("after step 10; resumed at step
+    11": step 11; finished: the step after its last); those of one pause are the same steps, or
+    next to each other (a rank that stopped after its step's collective has not sent the step
+    the others finished). An episode that says no steps is a set of its own: nothing says which
+    others it waited with."""
     spans, alone = [], []
     for s in stalls:
-        if not (s["until"] or "").startswith("resumed"):
+        if not _came_out(s):
             continue
         at = re.fullmatch(r"resumed at step (\d+)", s["until"])
-        if s["step"] is None or at is None:
+        if s["step"] is None or (at is None and s["until"] != "finished"):
             alone.append([s])
         else:
-            spans.append((s["step"] + 1, max(s["step"] + 1, int(at[1])), s))
+            spans.append((s["step"] + 1, max(s["step"] + 1, int(at[1])) if at else s["step"] + 1, s))
     hangs: list[list[dict]] = []
     last = 0
     for first, end, s in sorted(spans, key=lambda x: x[0]):
@@ -877,41 +914,86 @@ def _resumed_hangs(stalls: list[dict]) -> list[list[dict]]:
     return hangs + alone
 
 
+def _pause_sets(rep: dict) -> tuple[set[int], dict[int, list[dict]], set[int]]:
+    """The episodes a hang most likely waits for (analysis.hang_causes): among the episodes
+    that never ended (the hang the run ended in), and among each set of those that ended that
+    held the ranks at one time (a pause the job came out of). A hang holds every rank: ranks
+    stuck apart from a job that went on wait for nobody. (All the ended ones taken together
+    named a rank that waited in its all-reduce at step 10 "waited for", for its step was lower
+    than the step of another rank's stall some time later.) Returns the ids of those episodes;
+    of each pause's first such episode, the others' episodes (that waited it out: said on its
+    line, not each on one of its own: a pause is said once); and the ids of the episodes said
+    elsewhere: those waiters, and the pauses a hold says (its rank's hold at the step it resumed
+    at: report._after_saves' ``held_step``) with the others' waits in them."""
+    causes: set[int] = set()
+    waiters: dict[int, list[dict]] = {}
+    folded: set[int] = set()
+    never = _never_resumed(rep["stalls"])
+    for hang in [never, *_resumed_hangs(rep["stalls"])]:
+        if len({s["rank"] for s in hang}) < rep["world_size"]:
+            continue
+        waited_for = hang_causes(((s["rank"], s["kind"], s["step"], s["phase"]) for s in hang), sharded=is_sharded(rep.get("strategy") or ""))
+        held = [s for s in hang if s["rank"] in waited_for]
+        causes |= {id(s) for s in held}
+        if hang is never or not held:
+            continue
+        others = [s for s in hang if s["rank"] not in waited_for]
+        if all(s.get("held_step") for s in held):
+            folded |= {id(s) for s in hang}
+        else:
+            waiters[id(held[0])] = others
+            folded |= {id(s) for s in others}
+    # (a rank's pause none of the others was found stalled in, its hold says too)
+    folded |= {id(s) for s in rep["stalls"] if s.get("held_step") and id(s) not in causes}
+    return causes, waiters, folded
+
+
+def _waiting_text(waiters: list[dict]) -> str:
+    """`` (rank 1 in sync)``: where the others waited a pause out, by phase."""
+    by: dict[str, list[int]] = {}
+    for s in waiters:
+        by.setdefault("silent" if s["kind"] == "silent" else f"in {s['phase']}", []).append(s["rank"])
+    return f" ({', '.join(f'{ranks_named(sorted(set(r)))} {where}' for where, r in by.items())})" if by else ""
+
+
+def _after_save_text(s: dict) -> str:
+    """``, after its checkpoint at step 50: 6.0 s in its own code after the save, e.g. an
+    upload``: a pause right after the rank's own save (report._after_saves)."""
+    ck = s.get("after_checkpoint")
+    if not ck:
+        return ""
+    return f", after its checkpoint at step {ck['step']}: {_seconds(ck['after_save_s'])} in its own code after the save, e.g. an upload"
+
+
 def stall_lines(rep: dict) -> list[str]:
     """Stall and silence episodes, ranks that stalled alike (phase, step, end) on one line: in
-    a hang every rank waits in the same collective."""
-    # The episodes a hang most likely waits for (analysis.hang_causes), named first: among the
-    # episodes that never ended (the hang the run ended in), and among each set of those that
-    # ended that held the ranks at one time (a hang the job came out of). A hang holds every
-    # rank: ranks stuck apart from a job that went on wait for nobody. (All the ended ones
-    # taken together named a rank that waited in its all-reduce at step 10 "waited for", for
-    # its step was lower than the step of another rank's stall some time later.)
-    causes: set[int] = set()  # (ids of the episodes)
-    for hang in [_never_resumed(rep["stalls"]), *_resumed_hangs(rep["stalls"])]:
-        if len({s["rank"] for s in hang}) >= rep["world_size"]:
-            waited_for = hang_causes(((s["rank"], s["kind"], s["step"], s["phase"]) for s in hang), sharded=is_sharded(rep.get("strategy") or ""))
-            causes |= {id(s) for s in hang if s["rank"] in waited_for}
+    a hang every rank waits in the same collective. A pause the job came out of is one line, its
+    likely cause's, the others' waits said on it; one a hold says (hold_lines) none."""
+    causes, waiters, folded = _pause_sets(rep)
     stops = {e["rank"]: e["code"] in STOPPED_CODES for e in rep.get("exits") or ()}
     alike: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
     for s in rep["stalls"]:
+        if id(s) in folded:
+            continue
         # (the hub's verdict said where a rank stalled in its data phase was: its own code, not its
         # DataLoader, where the zero-code hooks timed the loader: said here as there, review 308)
         where = BETWEEN_STEPS_WORDS if s["phase"] == "data" and BETWEEN_STEPS_WORDS in (s.get("message") or "") else f"in {s['phase']}"
         what = f"stalled {where}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
-        resumed = (s["until"] or "").startswith("resumed")
-        cause = (WAITED_FOR if resumed else LIKELY_CAUSE) if id(s) in causes else ""
+        cause = ""
+        if id(s) in causes:
+            cause = f"{WAITED_OUT}{_waiting_text(waiters.get(id(s), []))}, not a hang" if _came_out(s) else LIKELY_CAUSE
         # (the run's last exit of the rank ended a stall the run ended in: a stop is said so, as
         # the rank table's "stopped"; it read "until it exited" of ranks stopped as they hung)
         stopped = s.get("ended_run") and stops.get(s["rank"], False)
         # (at an epoch's start, as its DataLoader's workers started again: why, and the remedy)
         epoch = " (an epoch's first batch: its DataLoader workers starting? persistent_workers=True keeps them)" if s.get("epoch_start") else ""
-        ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'], stopped)}{cause}{epoch}"), ([], []))
+        ranks, took = alike.setdefault((f"{what}{at}", f"{_stall_end(s['until'], stopped)}{_after_save_text(s)}{cause}{epoch}"), ([], []))
         if s["rank"] not in ranks:
             ranks.append(s["rank"])
         if s.get("seconds") is not None:
             took.append(s["seconds"])
-    lines = sorted(alike.items(), key=lambda item: not item[0][1].endswith((LIKELY_CAUSE, WAITED_FOR)))  # stable: the rest keep their order
+    lines = sorted(alike.items(), key=lambda item: LIKELY_CAUSE not in item[0][1] and WAITED_OUT not in item[0][1])  # stable: the rest keep their order
     # (for how long: the longest of the ranks that stalled alike, from their last step)
     return [f"{ranks_named(ranks)} {what}{f' for {_seconds(max(took))}' if took else ''}{end}" for (what, end), (ranks, took) in lines]
 
@@ -1079,7 +1161,8 @@ def render_text(rep: dict, width: int = 10_000, all_ranks: bool = False) -> str:
         con.print(f"  {data_bound_line(rep)}")
     for line in hold_lines(rep):
         con.print(line)
-    con.print("stalls:" + ("" if rep["stalls"] else " none"))
+    # (stalls a hold says, the pauses the job came out of, are said there once: "none" beside it)
+    con.print("stalls:" + ("" if stall_lines(rep) else " none" + (" but the pauses held up above, no hang" if rep["stalls"] else "")))
     for line in stall_lines(rep):
         con.print(f"  {line}")
     if not rep["exits"] and rep.get("job_code"):  # (no rank reported: the launch's result says how the job ended)
@@ -1308,7 +1391,10 @@ def render_markdown(rep: dict, all_ranks: bool = False) -> str:
     lines = stall_lines(rep) + exit_lines(rep)
     # (After a torchrun restart, the exits listed are the last attempt's: the earlier failure
     # follows as what the job was restarted after.)
-    out += [f"- {md_text(line)}" for line in lines] or ["None in the last attempt." if rep.get("job_restarts") else "None."]
+    none = "None in the last attempt." if rep.get("job_restarts") else "None."
+    if rep["stalls"]:
+        none = none[:-1] + " but the pauses held up above, no hang."
+    out += [f"- {md_text(line)}" for line in lines] or [none]
     if rep.get("failure"):
         out += ["", f"**Root cause:** {md_text(rep['failure']['line'])}"]
         if rep["failure"].get("where"):

@@ -2561,8 +2561,9 @@ def test_a_stall_the_ranks_stepped_on_from_before_the_hub_said_so_is_no_hang(tmp
     assert [(s["rank"], s["until"], s["ended_run"]) for s in rep["stalls"]] == [(1, "resumed at step 10", False), (0, "resumed at step 10", False)]
     assert rep["stalls"][0]["seconds"] == pytest.approx(13.0 - 0.9, abs=0.01)  # from its step 9 to its step 10
     text = render_text(rep)
-    assert "rank 1 stalled in data after step 9 for 12.1 s; resumed at step 10; the others waited for it" in text
-    assert "hang" not in text and "until it finished" not in text
+    assert "rank 1 stalled in data after step 9 for 12.1 s; resumed at step 10; a pause the others waited out (rank 0 in backward), not a hang" in text
+    assert "cause of the hang" not in text and "until it finished" not in text
+    assert not any(line.strip().startswith("rank 0") for line in text.splitlines())  # (its wait: on rank 1's line, once)
 
 
 def test_a_stall_torchrun_restarted_the_job_from_is_not_how_the_run_ended(tmp_path):
