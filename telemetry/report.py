@@ -845,6 +845,10 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                                       {r: (loader_at_starts[r], starts_timed[r]) for r in starts_timed},
                                       # (a script's, by a pardash that times DataLoaders, none of whose steps came from one)
                                       no_dataloader=bool(hello and hello.source == "auto" and hello.pardash_version and not any(loader_steps.values()))),
+        # Stall and silence episodes; a stall a rank came out of right after its own save (in
+        # its own code: an upload) has "after_checkpoint" {step, after_save_s}, and one that is a
+        # hold of "holds" (whose "after_checkpoints" says the saves it followed) "held_step"
+        # (see _after_saves); the checkpoints' "after_save_s" and "after_saves_s" hold that time.
         "stalls": stalls,
         "exits": sorted(exits.values(), key=lambda e: e["rank"]),
         # (only where some did: a rank whose script ended well as its peers trained on, the

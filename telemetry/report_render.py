@@ -1063,6 +1063,12 @@ def checkpoint_lines(rep: dict) -> list[str]:
         slowest = max((c for c in saved if c["duration_s"] is not None), key=lambda c: c["duration_s"], default=None)
         if slowest is not None:
             line += f"; slowest save {took_text(slowest['duration_s'])} (step {slowest['step']})"
+        after = [c for c in saved if c.get("after_save_s")]
+        if after:
+            # (what the saving rank did right after, an upload: the checkpoints' time too, review 327)
+            longest = max(after, key=lambda c: c["after_save_s"])
+            line += (f"; then {_seconds(sum(c['after_save_s'] for c in after))} in the saving rank's own code right after "
+                     f"{'it' if len(saved) == 1 else 'each' if len(after) == len(saved) else f'{len(after)} of them'} (e.g. an upload), the longest {_seconds(longest['after_save_s'])} (step {longest['step']})")
         out.append(line)
     for r in ck.get("resumed") or []:
         after = f" after torchrun restart {r['restart']}" if r.get("restart") else ""

@@ -134,6 +134,8 @@ def test_pauses_right_after_a_ranks_own_saves_are_said_with_its_checkpoints(tmp_
     assert len(stalled) == 1, text
     assert [s["after_checkpoint"]["step"] for s in rep["stalls"] if s.get("after_checkpoint")] == [10, 30, 40]
     assert "after its checkpoint at step 40: 6.0 s in its own code after the save" in md
+    (listed,) = [line.strip() for line in text.splitlines() if line.strip().startswith("4 saved at steps")]
+    assert listed.endswith("; then 24.0 s in the saving rank's own code right after each (e.g. an upload), the longest 6.0 s (step 40)"), listed
 
 
 def test_pauses_the_holds_say_leave_the_stalls_none(tmp_path):
