@@ -255,3 +255,39 @@ def test_a_rank_slow_in_each_micro_batch_costs_the_others_all_of_it_despite_coll
     assert healthy["median_comm_s"] > 2.5 * slow_s and healthy["median_data_s"] < 0.25 * healthy["median_comm_s"]
     assert slow["median_self_s"] - healthy["median_self_s"] > 2.5 * slow_s
     assert all(s.custom == {"micro_batches": 4.0} for s in _steps(msgs, 0)[1:])
+
+
+def test_a_collective_in_the_forward_is_the_arrival_and_its_wait_is_comm_not_forward(hooked):
+    # PyTorch Lightning's self.log(..., sync_dist=True) in training_step all-reduces the metric
+    # in the forward: the step's first collective, its arrival, where the rank ahead waits for
+    # the slow one. The wait read as its forward ("fwd 54.0" beside the straggler's 9.8; review
+    # 327): it is its comm now, and its self time still ends where it arrived.
+    inst, rep, clock = hooked
+    during: list[str] = []
+
+    def waits_20ms(*args, **kwargs):
+        during.append(rep.phases[-1])
+        clock[0] += 0.020
+
+    all_reduce = inst._wrap_collective("all_reduce")(waits_20ms)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        clock[0] += 0.001  # loading its batch
+        x, y = _batch()
+        out = model(x)
+        clock[0] += 0.002  # its forward, then the metric synced
+        all_reduce(torch.zeros(1))
+        loss = nn.functional.cross_entropy(out, y)
+        loss.backward()
+        clock[0] += 0.003
+        opt.step()
+        opt.zero_grad()
+    inst.finish()
+    steps = rep.steps[1:]
+    assert len(steps) == 3
+    assert [s["forward_s"] for s in steps] == pytest.approx([0.002] * 3)
+    assert [s["comm_s"] for s in steps] == pytest.approx([0.020] * 3)
+    assert [s["self_s"] for s in steps] == pytest.approx([0.003] * 3)  # its data and forward, to its arrival
+    assert [s["step_s"] for s in steps] == pytest.approx([0.026] * 3)
+    assert during == ["sync"] * 4  # (a hang there: "stalled in sync", waiting, not its forward)

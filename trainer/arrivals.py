@@ -256,8 +256,15 @@ class Arrivals:
             # forward time (130 ms a step). (In the micro-batch that all-reduces, it is the
             # arrival, as without accumulation: a contrastive loss's all_gather.)
             return True
-        if self._phase in ("forward", "backward") and not self._eval_t0 and self.strategy != "fsdp" and not self._arrived():
-            self._arrive(self.clock.stamp())
+        if self._phase in ("forward", "backward") and not self._eval_t0 and self.strategy != "fsdp":
+            # In the step's forward or backward (a metric's all_reduce in Lightning's
+            # training_step, self.log(..., sync_dist=True); a contrastive loss's all_gather):
+            # the first is the step's arrival, and the time in each is the rank's wait for the
+            # others, its comm, not its forward (the rank waiting for a slow one read "fwd 54.0"
+            # against the straggler's 9.8; review 327).
+            if not self._arrived():
+                self._arrive(self.clock.stamp())
+            return True
         return False
 
     @_guarded
