@@ -9,7 +9,9 @@ launcher's last line name it), and the order in which the rest exited.
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -19,12 +21,14 @@ from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, whole_hang, hang_cau
 from pardash.telemetry.causes import cause_of, waited_for
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
+from pardash.telemetry.printer import BETWEEN_STEPS_MIN_S, BETWEEN_STEPS_SAID
 from pardash.telemetry.report_render import SHARED_RUN_ID
 from pardash.telemetry.summary import is_sharded, ranks_text, straggler_cause
 
 from .format import fmt_clock, fmt_step_time
 
-SEVERITY = {"jobs_mixed": -1, "exited": 0, "silent": 1, "stalled": 2, "loss": 3, "straggler": 4, "not_sharding": 5, "stopped": 6}
+SEVERITY = {"jobs_mixed": -1, "exited": 0, "silent": 1, "stalled": 2, "loss": 3, "straggler": 4, "not_sharding": 5, "stopped": 6,
+            "input_bound": 7}
 """Lower is more severe. ``jobs_mixed`` (two jobs under the run's id, :func:`jobs_mixed_alert`)
 reads before all: every figure and alert after it mixes the two jobs."""
 
@@ -55,6 +59,46 @@ class Alert:
     @property
     def severity(self) -> int:
         return SEVERITY[self.kind]
+
+
+INPUT_BOUND_POINTS = 30
+"""A rank's last history points its share of each step between steps is the median of."""
+INPUT_BOUND_RANKS = 16
+"""Ranks looked at, spread over the job (every rank alike is the case: one slow rank is a
+straggler, which its own alert says)."""
+
+
+def input_bound_alert(state: st.RunState) -> Alert | None:
+    """Of a job whose ranks spend half of each step or more between steps (loading data, or the
+    script's own work), a few milliseconds a step or more, alike: every rank's data slowed at
+    once (shared storage) read nowhere live but in the numbers, the straggler detector rightly
+    naming no one (review 328). The rule of the launch's last line (``between_steps_said``),
+    over each rank's last INPUT_BOUND_POINTS steps; None while any rank is not running."""
+    ranks = list(state.ranks.values())
+    if not ranks:
+        return None
+    shares: list[float] = []
+    each: list[float] = []
+    for r in ranks[:: max(1, len(ranks) // INPUT_BOUND_RANKS)]:
+        if r.status != st.RUNNING:
+            return None
+        h = r.history
+        data = h["data_s"].values()[-INPUT_BOUND_POINTS:]
+        step = h["step_s"].values()[-INPUT_BOUND_POINTS:]
+        pairs = sorted((d / s, d) for d, s in zip(data, step) if math.isfinite(d) and math.isfinite(s) and s > 0)
+        if len(pairs) < INPUT_BOUND_POINTS // 3:
+            return None  # (its first steps: not yet)
+        shares.append(pairs[len(pairs) // 2][0])
+        each.append(statistics.median(d for _, d in pairs))
+    shares.sort()
+    each.sort()
+    # (the lower median: of 2 ranks, the less of them; one rank slow in its data, the others
+    # waiting in comm, is a straggler, not a job input-bound)
+    share = shares[(len(shares) - 1) // 2]
+    if share < BETWEEN_STEPS_SAID or each[(len(each) - 1) // 2] < BETWEEN_STEPS_MIN_S:
+        return None
+    return Alert("input_bound", -1, f"every rank spends {share * 100:.0f}% of each step between steps (loading data or the script's "
+                 "own work, alike: the job is input-bound; `pardash report` tells them apart)")  # fmt: skip
 
 
 def jobs_mixed_alert(state: st.RunState) -> Alert | None:
@@ -516,6 +560,8 @@ def run_alerts(
     mixed = jobs_mixed_alert(state)
     if mixed is not None:
         out.append(mixed)
+    if not out and (bound := input_bound_alert(state)) is not None:  # (only of a job otherwise well)
+        out.append(bound)
     big = len(state.ranks) + 1
 
     def key(a: Alert) -> tuple[int, int, int]:

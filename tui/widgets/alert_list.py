@@ -27,6 +27,7 @@ GLYPHS = {
     "straggler": "▲",
     "not_sharding": "▣",
     "stopped": "▬",
+    "input_bound": "◔",
 }
 """Each kind's glyph, as the grid's (a stalled rank waiting for a hang's cause: ◇ waiting)."""
 LABELS = {
@@ -39,6 +40,7 @@ LABELS = {
     "straggler": "stragglers",
     "not_sharding": "not sharding",
     "stopped": "stopped",
+    "input_bound": "input-bound",
 }
 MAX_ROWS = 10
 """Screen rows the alerts take at most (the panel's max-height less its border): alerts wrap,
@@ -80,6 +82,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
         "alert-list--straggler",
         "alert-list--not_sharding",
         "alert-list--stopped",
+        "alert-list--input_bound",
         "alert-list--stale",
     }
 
@@ -99,6 +102,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
     AlertList > .alert-list--straggler { color: $text-warning; }
     AlertList > .alert-list--not_sharding { color: $text-warning; }
     AlertList > .alert-list--stopped { color: $text-muted; }
+    AlertList > .alert-list--input_bound { color: $text-warning; }
     AlertList > .alert-list--stale { color: $text-warning; }
     """
 
@@ -223,6 +227,7 @@ SAID = {
     "straggler": ("straggler", "stragglers"),
     "not_sharding": ("not sharding", "not sharding"),
     "stopped": ("stopped", "stopped"),
+    "input_bound": ("input-bound", "input-bound"),
 }
 """Each kind of alert after a count of ranks (one, many): '4 stalled', '2 stragglers'."""
 MORE_NOTE = " (the events list them)"
