@@ -1321,12 +1321,12 @@ SELF_NOTE = (
 COMM_NOTES = {
     "trainer": "comm: the time in the step's collectives (DDP's all-reduces, FSDP's all-gathers and reduce-scatters), "
                "which run within forward and backward: the phases sum past the step.",
-    "script": "comm: the wait for the other ranks, in the script's own collectives between steps (a barrier, or the "
-              "all-reduces of an update by hand), in DDP's all-reduces once the backward's work is done, and in FSDP2's "
+    "script": "comm: the wait for the other ranks, in the script's own collectives (between steps: a barrier, or the "
+              "all-reduces of an update by hand; in its forward or backward: a metric's all_reduce), in DDP's all-reduces once the backward's work is done, and in FSDP2's "
               "all-gathers and reduce-scatters, in no other phase: the phases and comm sum to the step.",
     None: "comm: of the bundled trainer, the time in the step's collectives, which run within forward and backward (the phases "
-          "sum past the step); of a script's zero-code hooks, the wait for the other ranks, in its own collectives between "
-          "steps, in DDP's all-reduces after the backward's work and in FSDP2's all-gathers and reduce-scatters, in no "
+          "sum past the step); of a script's zero-code hooks, the wait for the other ranks, in its own collectives (between "
+          "steps, or in its forward or backward), in DDP's all-reduces after the backward's work and in FSDP2's all-gathers and reduce-scatters, in no "
           "other phase (the phases and comm sum to the step).",
 }
 """What a rank's comm time is, by what wrote the log (:func:`comm_meaning`): two things of one name."""

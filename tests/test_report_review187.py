@@ -120,8 +120,8 @@ def test_only_the_rank_that_held_the_others_up_in_an_episode_is_said_waited_for(
 # -- what comm is -----------------------------------------------------------------------------
 
 TRAINER_COMM = "which run within forward and backward: the phases sum past the step"
-SCRIPT_COMM = ("in the script's own collectives between steps (a barrier, or the all-reduces of an update by hand), in "
-               "DDP's all-reduces once the backward's work is done, and in FSDP2's all-gathers and reduce-scatters, in no other phase")
+SCRIPT_COMM = ("in the script's own collectives (between steps: a barrier, or the all-reduces of an update by hand; in its "
+               "forward or backward: a metric's all_reduce), in DDP's all-reduces once the backward's work is done, and in FSDP2's all-gathers and reduce-scatters, in no other phase")
 
 
 def test_the_rank_table_says_what_comm_is_of_the_trainer_and_of_a_script(tmp_path):
