@@ -34,8 +34,24 @@ from the first: the recompute of activation checkpointing in the backward, befor
 first bucket all-reduce (a 10 ms sleep in a checkpointed forward ran twice a step: the others
 waited 21 ms, and the verdict said 10). The second holds all of it: in synchronous training
 every rank's step is as long and its phases and comm sum to it, so the others' extra comm is
-the straggler's extra work wherever in the step it falls. Who is named, and when, is the self
-time's alone. (:class:`StepWaits` is the same a step, for a log read step by step.)
+the straggler's extra work wherever in the step it falls. (:class:`StepWaits` is the same a
+step, for a log read step by step.)
+
+A rank slow only after its first collective (in its backward, past DDP's first bucket
+all-reduce, which fires early in it; in a comm hook; in its optimizer step) arrives at the
+first collective with the others: its self time says nothing. It is found by that second
+measure, its comm deficit (the others' median comm less its own: in synchronous training the
+last to arrive waits least), scored in the same windows against the same bars (the self time's
+relative bar, the absolute bar) and a noise floor of its own, with the same persistence and
+clearing, a rank flagged by either. Its cause is the phase its excess is in, by its phases
+against the others' (each rank's last steps, read only of a flagged rank: nothing more a step),
+over its flagged windows: "backward", "forward", "optimizer", "data", or "compute" where no
+phase holds half the wait, or its phases hold its collectives (the bundled trainer's forward and
+backward do: the others' waits are in theirs). The comm waits move with the host's scheduling
+more than self time does: one found by its comm deficit alone, on a saturated host (or before
+its host's load is known), or with no phase holding the wait, is named only after HOST_PERSIST
+times the windows and HOST_PERSIST_S. Every verdict's cause, the self time's data or compute
+too, is read over its flagged windows, not its last one alone (review 328).
 """
 
 from __future__ import annotations
@@ -50,6 +66,7 @@ from itertools import repeat
 
 from .schema import Step, Verdict
 from .state import RunState, median_small
+from .summary import is_pipeline
 
 
 HOST_PERSIST = 3
@@ -94,6 +111,18 @@ class StragglerConfig:
     """Consecutive calm windows before a verdict is cleared."""
 
 
+PHASES = ("data", "forward", "backward", "optimizer")
+"""The phases a straggler past its first collective may be slow in, as its cause names them."""
+
+S_SELF, S_DATA, S_DEFICIT, S_PHASE, S_INSIDE, S_SEEN = 0, 1, 2, 3, 3 + len(PHASES), 4 + len(PHASES)
+STREAK_FIELDS = 5 + len(PHASES)
+"""A flagged rank's streak sums (``_RankWindow.streak``), at these indexes: its self-time
+excess, its data time's excess, its comm deficit (the others' comm less its own), each phase's
+excess (of its last steps' medians over the others', PHASES in order), how many of those
+windows its phases held its comm (the bundled trainer's: its collectives are inside its forward
+and backward), and how many windows the phases were read in."""
+
+
 @dataclass(slots=True)
 class _RankWindow:
     self_s: dict[int, float] = field(default_factory=dict)
@@ -109,6 +138,14 @@ class _RankWindow:
     whether a data straggler's lead is its loader's or its own work between steps."""
     flagged: int = 0
     calm: int = 0
+    streak: list[float] = field(default_factory=lambda: [0.0] * STREAK_FIELDS)
+    """Sums over the windows of its current run of flagged ones (``flagged``; zeroed with it):
+    see STREAK_FIELDS. A verdict's cause is read from them, not from its last window alone: a
+    healthy rank on a loaded host whose data time jumped in one window (12 ms, against 0.5 the
+    rest of the run) read "(data loading)" though its excess was in its forward (review 328)."""
+    by_comm: bool = False
+    """Its verdict was for the others' wait past its step's first collective (its comm
+    deficit), not its self time: the clearing says it by that measure."""
 
 
 WALL_SAMPLE = 64
@@ -154,6 +191,10 @@ class StragglerDetector:
         self._noise: deque[float] = deque(maxlen=50)
         """Per-window spread of the calm ranks' scores (excess under half the bar, as for the
         clearing; windows with two or more of them): the noise floor is their median."""
+        self._comm_noise: deque[float] = deque(maxlen=50)
+        """The same of the calm ranks' comm times (comm deficit under half its bar): the comm
+        deficit's noise floor, its own (a rank's waits at the collectives move more from window
+        to window than its self time does)."""
         self._wall: deque[float] = deque(maxlen=50)
         """The ranks' wall step time at the last scoring passes: the absolute bar scales with
         their median (a slow moment, a burst of load, does not lift it for a window)."""
@@ -209,6 +250,10 @@ class StragglerDetector:
     @property
     def noise_s(self) -> float:
         return statistics.median(self._noise) if self._noise else 0.0
+
+    @property
+    def comm_noise_s(self) -> float:
+        return statistics.median(self._comm_noise) if self._comm_noise else 0.0
 
     def update(self, state: RunState) -> list[Verdict]:
         out: list[Verdict] = []
@@ -283,30 +328,77 @@ class StragglerDetector:
         out: list[Verdict] = []
         calm_scores = []
         loo = LeaveOneOut(score)
-        bars = {r: (base := loo.median_without(r), max(cfg.rel * base, abs_s, cfg.noise_k * noise)) for r in score}
+        rel, floor = cfg.rel, max(abs_s, cfg.noise_k * noise)
+        bars = {r: (base, max(rel * base, floor)) for r, base in loo.medians_without().items()}
+        # The others' wait past its first collective: their comm less its own (its comm
+        # deficit), against the same bars, with a noise floor of its own. (Not of a pipeline's
+        # stages, whose self time is already their step less their comm.)
+        deficit: dict[int, tuple[float, float, float]] = {}
+        """rank -> (its comm deficit, the others' median comm, the bar it must beat), of the
+        ranks whose deficit is half that bar or more: the others' comm deficit is calm."""
+        calm_comm = []
+        if len(comm) >= 2 and not is_pipeline(state.strategy):
+            floor_c = max(abs_s, cfg.noise_k * self.comm_noise_s)
+            for r, base_c in LeaveOneOut(comm).medians_without().items():
+                c = comm[r]
+                bar_c = max(rel * bars[r][0], floor_c)
+                if base_c - c < bar_c / 2:
+                    calm_comm.append(c)
+                else:
+                    deficit[r] = (base_c - c, base_c, bar_c)
         over = {r for r, (base, bar) in bars.items() if score[r] - base > bar}
+        over.update(r for r, (d, _, bar) in deficit.items() if d > bar)
+        peers: dict[str, float] | None = None
+        """The phases of the ranks that are not flagged, worked out once a window where needed."""
+        data_loo: LeaveOneOut | None = None
         for r, m in score.items():
             base, bar = bars[r]
             excess = m - base
+            d, base_c, bar_c = deficit.get(r, (None, None, None))
             w = self._ranks[r]
             current = said.get(r, state.ranks[r].straggler is not None)
-            if excess > bar:
+            if r in over:
+                if w.flagged == 0:
+                    w.streak = [0.0] * STREAK_FIELDS
                 w.flagged += 1
                 w.calm = 0
+                k = w.streak
+                k[S_SELF] += excess
+                if data_loo is None:
+                    data_loo = LeaveOneOut(data)
+                k[S_DATA] += data.get(r, 0.0) - data_loo.median_without(r)
+                if d is not None:
+                    k[S_DEFICIT] += d
+                    if d > bar_c or k[S_DEFICIT] > k[S_SELF]:
+                        # (where its excess is past its first collective: its phases' against the
+                        # others', from each rank's last steps, read only of a flagged rank)
+                        if peers is None:
+                            peers = _phase_medians(state, [q for q in live if q not in over and q in score])
+                        _note_phases(k, state, r, peers)
                 if not current and w.flagged >= cfg.persist:
                     # (what it costs against the slowest of the ranks that are no stragglers: two
                     # stragglers alike slow, each against the other, read "the others wait 0 ms")
                     calm = [score[q] for q in score if q not in over]
                     others_max = max(calm) if calm else loo.max_without(r)
-                    calm_comm = {q: c for q, c in comm.items() if q == r or q not in over}
-                    v = self._verdict(state, r, m, base, others_max, data, calm_comm if len(calm_comm) > 1 else comm, steps, loader)
+                    calm_c = {q: c for q, c in comm.items() if q == r or q not in over}
+                    v = self._verdict(state, r, m, base, others_max, data, calm_c if len(calm_c) > 1 else comm, steps, loader,
+                                      w.streak, w.flagged)  # fmt: skip
                     # (a busy host's, or ranks' sharing a saturated host alike: their turns at
                     # the CPU change by the second; one that stays behind for HOST_PERSIST
                     # times as long, and HOST_PERSIST_S, is named)
+                    # So is one found by its comm deficit alone on a saturated host (or one not
+                    # known yet), or whose own phases do not hold the wait ("compute": none holds
+                    # half of it): a rank's waits in collectives move with the host's scheduling
+                    # more than its self time does (clean runs of 5 ms steps beside a busy loop:
+                    # one rank's backward 3 ms longer than the other's for half a second, then
+                    # the other's, named in turns, whatever share of a core each burnt).
+                    by_comm = _said_by_comm(w.streak)
+                    wary = by_comm and excess <= bar and (_host_busy(state, r) or (v.cause == "compute" and _phase_cause(w.streak, w.flagged)[1] is None))
                     patient = w.flagged >= cfg.persist * HOST_PERSIST and (wall_s is None or w.flagged * cfg.window * wall_s >= HOST_PERSIST_S)
-                    if patient or (v.cause != "host" and not _takes_turns(state, r, v.cause)):
+                    if patient or (v.cause != "host" and not _takes_turns(state, r, v.cause) and not wary):
                         out.append(v)
                         said[r] = True
+                        w.by_comm = by_comm
             else:
                 w.flagged = 0
                 if excess < bar / 2:
@@ -314,22 +406,27 @@ class StragglerDetector:
                     # bar, counted in, taught a 2-rank job half its excess, and noise_k of that
                     # put the bar at twice its excess (hidden until its excess doubled).
                     calm_scores.append(m)
+                if excess < bar / 2 and d is None:
                     w.calm += 1
                     if current and w.calm >= cfg.clear_after:
                         said[r] = False
-                        out.append(
-                            Verdict(
-                                rank=r,
-                                verdict="straggler_cleared",
-                                step=steps[-1],
-                                # (it may still be a little slower: said how far, against what names one)
-                                message=f"rank {r} no longer a straggler (self time {m * 1e3:.1f} ms, others {base * 1e3:.1f} ms: "
-                                f"{excess * 1e3:+.1f} ms, under the {bar * 1e3:.1f} ms that names one)",
-                            )
-                        )
+                        if w.by_comm and r in comm and len(comm) > 1:
+                            base_c = LeaveOneOut(comm).median_without(r)
+                            d, bar_c = base_c - comm[r], max(rel * base, abs_s, cfg.noise_k * self.comm_noise_s)
+                            # (it may still be a little slower: said how far, against what names one)
+                            why = (f"the others' comm {base_c * 1e3:.1f} ms a step, its own {comm[r] * 1e3:.1f} ms: they wait "
+                                   f"{d * 1e3:+.1f} ms for it, under the {bar_c * 1e3:.1f} ms that names one")  # fmt: skip
+                        else:
+                            why = (f"self time {m * 1e3:.1f} ms, others {base * 1e3:.1f} ms: "
+                                   f"{excess * 1e3:+.1f} ms, under the {bar * 1e3:.1f} ms that names one")  # fmt: skip
+                        out.append(Verdict(rank=r, verdict="straggler_cleared", step=steps[-1],
+                                           message=f"rank {r} no longer a straggler ({why})"))  # fmt: skip
         if len(calm_scores) >= 2:
             med = statistics.median(calm_scores)
             self._noise.append(statistics.median([abs(v - med) for v in calm_scores]))
+        if len(calm_comm) >= 2:
+            med = statistics.median(calm_comm)
+            self._comm_noise.append(statistics.median([abs(v - med) for v in calm_comm]))
         return out
 
     def _verdict(
@@ -343,29 +440,130 @@ class StragglerDetector:
         comm: dict[int, float],
         steps: range,
         loader: dict[int, float] | None = None,
+        streak: list[float] | None = None,
+        windows: int = 1,
     ) -> Verdict:
-        others_data = LeaveOneOut(data).median_without(r)
-        data_excess = data.get(r, 0.0) - others_data
-        excess = m - base
-        cause = "data" if data_excess > excess / 2 else "compute"
+        """Rank ``r``'s verdict, its cause read from its ``streak`` sums over its ``windows``
+        flagged windows (None: from this window's ``data`` alone)."""
         # (the window's medians: its comm and the least of the others' that measured one)
         others_comm = min((c for q, c in comm.items() if q != r), default=None)
         cost = straggler_cost_s(m, others_max, comm.get(r), others_comm)
-        what = "compute"
+        n = max(1, windows)
+        if streak is None:
+            streak = [0.0] * STREAK_FIELDS
+            streak[S_SELF] = m - base
+            streak[S_DATA] = data.get(r, 0.0) - LeaveOneOut(data).median_without(r)
+        after = ""
+        """Where, past its first collective, the others wait for it ('' : in its self time)."""
+        lead: float | None = None
+        """Its lead over the others in the phase named, past its first collective."""
+        if _said_by_comm(streak):
+            cause, lead = _phase_cause(streak, n)
+            data_excess = lead or 0.0
+            after = ", past its first collective" if cause != "data" else ""
+        else:
+            data_excess = streak[S_DATA] / n
+            cause = "data" if data_excess > streak[S_SELF] / n / 2 else "compute"
+        what = cause + after
         if cause == "data":
             what = _data_words(state, r, data_excess, loader or {})
-        if cause == "compute":
+        elif cause in COMPUTE_CAUSES:
             hint = _device_hint(state, r)
             if hint:
-                cause, what = hint
+                what = hint[1] + (f", in its {cause}" if cause != "compute" else "") + after
+                cause = hint[0]
+        tail = ""
+        if lead is not None and cause in COMPUTE_CAUSES:
+            where = "forward and backward, which hold its collectives," if cause == "compute" else cause
+            tail = f" (its {where} {lead * 1e3:.0f} ms a step longer than theirs)"
         return Verdict(
             rank=r,
             verdict="straggler",
             cause=cause,
             cost_s=cost,
             step=steps[-1],
-            message=f"rank {r} is a straggler ({what}): the others wait {cost * 1e3:.0f} ms a step for it",
+            message=f"rank {r} is a straggler ({what}): the others wait {cost * 1e3:.0f} ms a step for it{tail}",
         )
+
+
+COMPUTE_CAUSES = ("compute", "forward", "backward", "optimizer")
+"""A straggler's causes that are its own computation: the device and host hints, and the
+rules for ranks taking turns at a saturated host, apply to each."""
+
+
+def _said_by_comm(streak: list[float]) -> bool:
+    """Whether a flagged rank's excess is past its step's first collective: its comm deficit
+    (the others' extra wait in collectives) over its streak more than twice its self-time
+    excess, which then holds under half of what the others wait for it."""
+    return streak[S_DEFICIT] > 2 * max(0.0, streak[S_SELF])
+
+
+def _phase_medians(state: RunState, ranks: list[int]) -> dict[str, float]:
+    """The median over ``ranks`` (up to WALL_SAMPLE of them, spread) of each one's median time
+    in each phase over its last few steps (``RankState.recent``, else its latest step)."""
+    per: dict[str, list[float]] = {p: [] for p in PHASES}
+    for q in ranks[:: max(1, -(-len(ranks) // WALL_SAMPLE))]:
+        for p, x in _own_phases(state, q)[0].items():
+            per[p].append(x)
+    return {p: statistics.median(v) for p, v in per.items() if v}
+
+
+def _own_phases(state: RunState, r: int) -> tuple[dict[str, float], bool]:
+    """(rank ``r``'s median time in each phase over its last few steps; whether its phases hold
+    its comm time: the bundled trainer's collectives are inside its forward and backward, a
+    script's zero-code hooks' waits in no phase; nothing known: not)."""
+    rs = state.ranks.get(r)
+    if rs is None:
+        return {}, False
+    steps = list(rs.recent) if rs.recent else [rs.step] if rs.step is not None else []
+    out = {}
+    for p in PHASES:
+        xs = [x for s in steps if (x := getattr(s, p + "_s")) is not None]
+        if xs:
+            out[p] = median_small(xs)
+    # Phases that sum to the step hold the comm; phases and comm that sum to it, not.
+    gaps = [(abs(t - s.step_s), abs(t + s.comm_s - s.step_s)) for s in steps if s.comm_s
+            for t in (sum(getattr(s, p + "_s") or 0.0 for p in PHASES),)]  # fmt: skip
+    inside = sum(a < b for a, b in gaps) > len(gaps) / 2 if gaps else False
+    return out, inside
+
+
+def _note_phases(streak: list[float], state: RunState, r: int, peers: dict[str, float]) -> None:
+    """Add flagged rank ``r``'s phases' excess over ``peers`` (:func:`_phase_medians` of the
+    ranks not flagged) to its ``streak``."""
+    mine, inside = _own_phases(state, r)
+    if not mine or not peers:
+        return
+    for i, p in enumerate(PHASES):
+        if p in mine and p in peers:
+            streak[S_PHASE + i] += mine[p] - peers[p]
+    streak[S_INSIDE] += inside
+    streak[S_SEEN] += 1
+
+
+def _phase_cause(streak: list[float], windows: int) -> tuple[str, float | None]:
+    """(the phase a straggler past its first collective is slow in, by its ``streak`` over
+    ``windows`` windows: the one holding the most of the others' wait and at least half of it,
+    else "compute"; that phase's lead over the others' a step, None where no phase holds it).
+
+    Where its phases hold its comm (the bundled trainer's forward and backward hold its
+    collectives), the others' waits are inside their forward and backward too, which hides its
+    excess there: the two are one then, "compute", with its comm deficit added back, beside its
+    data and optimizer step."""
+    seen = streak[S_SEEN]
+    if not seen:
+        return "compute", None
+    wait = streak[S_DEFICIT] / windows
+    lead = {p: streak[S_PHASE + i] / seen for i, p in enumerate(PHASES)}
+    if streak[S_INSIDE] > seen / 2:
+        passes = lead.pop("forward") + lead.pop("backward") + wait
+        best = max(lead, key=lead.__getitem__)
+        if passes >= lead[best]:
+            return "compute", passes
+    best = max(lead, key=lead.__getitem__)
+    if lead[best] < wait / 2:
+        return "compute", None
+    return best, lead[best]
 
 
 OWN_WORK = "its own work between steps, not its DataLoader"
@@ -528,10 +726,21 @@ class LeaveOneOut:
     1024-rank window must not cost a million operations)."""
 
     def __init__(self, values: dict[int, float]) -> None:
-        self._sorted = sorted(values.values())
         # Index of each key's value in the sorted list (ties: each key gets its own slot).
         order = sorted(values, key=values.__getitem__)
+        self._sorted = [values[k] for k in order]
         self._index = {k: i for i, k in enumerate(order)}
+
+    def medians_without(self) -> dict[int, float]:
+        """:meth:`median_without` of every key at once: one of three values, by where the key
+        sits against the middle (a window of 1024 ranks scores each, twice)."""
+        s = self._sorted
+        m = len(s) - 1
+        if m <= 0:
+            return dict.fromkeys(self._index, s[0])
+        lo, hi = (m - 1) // 2, m // 2
+        above, below, middle = (s[lo] + s[hi]) / 2, (s[lo + 1] + s[hi + 1]) / 2, (s[lo] + s[hi + 1]) / 2
+        return {k: above if i > hi else below if i <= lo else middle for k, i in self._index.items()}
 
     def _at(self, j: int, skip: int) -> float:
         return self._sorted[j if j < skip else j + 1]
@@ -618,6 +827,14 @@ def _starved_hint(r: int, me, own: list[float]) -> tuple[str, str] | None:
                     f"against the others' {ref_own:.0f}%")  # fmt: skip
 
 
+def _host_busy(state: RunState, r: int) -> bool:
+    """Whether rank ``r``'s host is saturated (SATURATED_PCT), or not known yet (no system
+    sample from it: the first comes a second into the run)."""
+    rs = state.ranks.get(r)
+    me = rs.system if rs is not None else None
+    return me is None or me.host_cpu_pct is None or me.host_cpu_pct >= SATURATED_PCT
+
+
 def _takes_turns(state: RunState, r: int, cause: str) -> bool:
     """Whether rank ``r``, a straggler in its compute, shares one saturated host with the other
     ranks, each getting a fraction of a core and it no more than they: which rank the others wait
@@ -627,7 +844,7 @@ def _takes_turns(state: RunState, r: int, cause: str) -> bool:
     windows and HOST_PERSIST_S, for its phase (the CPU figures can't tell its turn from a rank slowed by its own
     sleep or I/O, which gets the same share). A rank that burns more CPU than the others
     computes more, and is named as soon as any."""
-    if cause != "compute":
+    if cause not in COMPUTE_CAUSES:
         return False
     rs = state.ranks.get(r)
     me = rs.system if rs is not None else None
