@@ -79,6 +79,14 @@ step time): at 10-15 ms a step, six windows were under a second, and ranks shari
 host with other jobs took turns that lasted longer (review 300: 8 verdicts in 6 clean runs of 2
 ranks on 2 cores beside two test suites, most of them "compute")."""
 
+CLEAR_LOOKBACK = 5
+"""A straggler is cleared once its last ``clear_after`` windows are calm and the median of its
+excess over its last this many windows (each as a share of its bar) is under half the bar: a
+steady straggler near the bar, its lead hidden for two windows by the other rank's slow
+moments, was named, cleared, named, cleared and named again (rank 1 a constant 4.8 ms slower
+in its data: three episodes in the report, review 328). One long over the bar that stops
+straggling is cleared a window later than its two calm windows."""
+
 MAX_PENDING = 1000
 """Steps kept per rank waiting for the slowest rank to finish their window."""
 
@@ -143,6 +151,10 @@ class _RankWindow:
     see STREAK_FIELDS. A verdict's cause is read from them, not from its last window alone: a
     healthy rank on a loaded host whose data time jumped in one window (12 ms, against 0.5 the
     rest of the run) read "(data loading)" though its excess was in its forward (review 328)."""
+    levels: list[float] = field(default_factory=list)
+    """Of its run of flagged windows and while it is a straggler, its last CLEAR_LOOKBACK
+    windows' excess as a share of its bar (the larger of its self time's and its comm
+    deficit's, where that named it), newest last."""
     by_comm: bool = False
     """Its verdict was for the others' wait past its step's first collective (its comm
     deficit), not its self time: the clearing says it by that measure."""
@@ -357,7 +369,24 @@ class StragglerDetector:
             d, base_c, bar_c = deficit.get(r, (None, None, None))
             w = self._ranks[r]
             current = said.get(r, state.ranks[r].straggler is not None)
-            if r in over:
+            # A straggler is judged, and cleared, by the measure that named it: one named by its
+            # self time is not held by the comm's noise after it caught up (a rank slow in its
+            # forward for 100 steps, then for 50 steps, on a saturated host, 20 ms "behind" in
+            # its backward by the comm only).
+            by_self = current and not w.by_comm
+            if by_self or d is None:
+                d = None
+                flag = excess > bar
+            else:
+                flag = r in over
+            if current or flag:
+                # (its excess as a share of its bar, over its flagged windows and while it is a
+                # straggler, for the clearing: CLEAR_LOOKBACK)
+                w.levels.append(excess / bar if d is None else max(excess / bar, d / bar_c))
+                del w.levels[:-CLEAR_LOOKBACK]
+            elif w.levels:
+                w.levels = []
+            if flag:
                 if w.flagged == 0:
                     w.streak = [0.0] * STREAK_FIELDS
                 w.flagged += 1
@@ -408,8 +437,9 @@ class StragglerDetector:
                     calm_scores.append(m)
                 if excess < bar / 2 and d is None:
                     w.calm += 1
-                    if current and w.calm >= cfg.clear_after:
+                    if current and w.calm >= cfg.clear_after and (median_small(w.levels) or 0.0) < 0.5:
                         said[r] = False
+                        w.levels = []
                         if w.by_comm and r in comm and len(comm) > 1:
                             base_c = LeaveOneOut(comm).median_without(r)
                             d, bar_c = base_c - comm[r], max(rel * base, abs_s, cfg.noise_k * self.comm_noise_s)

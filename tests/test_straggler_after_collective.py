@@ -301,3 +301,19 @@ def test_a_real_rank_sleeping_in_its_backward_is_named(tmp_path):
     assert report.returncode == 0, report.stderr[-2000:]
     assert "stragglers: none" not in report.stdout
     assert "rank 1" in report.stdout.split("stragglers", 1)[1].split("\n\n", 1)[0]
+
+
+def test_a_steady_straggler_near_the_bar_is_named_once():
+    # Rank 1 a constant 5.5 ms slower in its data (--inject-straggler 1:data:0.005, review 328),
+    # the bar 5 ms; every sixth pair of windows the other rank's forward is slower too (a loaded
+    # host), which hides its lead there. It was named, cleared, named, cleared and named again.
+    def phases(r, s):
+        hidden = r == 0 and (s // 10) % 6 in (3, 4)
+        return 0.0006 + (0.0055 if r == 1 else 0.0), 0.005 + (0.005 if hidden else 0.0), 0.015, 0.011
+
+    out = _run(2, 400, phases, lambda r, s: 0.004, step_s=lambda s: 0.04)
+    assert [(v.verdict, v.rank, v.cause) for v in out] == [("straggler", 1, "data")]
+    # One that stops straggling is still cleared within three windows.
+    out = _run(2, 400, lambda r, s: phases(r if s < 200 else 0, s), lambda r, s: 0.004, step_s=lambda s: 0.04)
+    assert [(v.verdict, v.rank) for v in out] == [("straggler", 1), ("straggler_cleared", 1)]
+    assert 200 <= out[1].step < 200 + 3 * CFG.window
