@@ -6,6 +6,10 @@ SECONDS a step from step 1). Clean runs: ddp and fsdp x 2 and 4 ranks, no inject
 Short steps: demos/ddp_plain.py on 2 ranks (a few ms a step), rank 1 sleeping SHORT_INJECT_S in
 its data path (over half of every step lost; under a fixed 5 ms bar it went unnamed), and the
 same script clean for SHORT_CLEAN_STEPS steps.
+After the first collective: a plain DDP script (written to the run's folder, under the zero-code
+hooks) whose rank 1 sleeps INJECT_S in its backward, past DDP's first bucket all-reduce: its
+self time is the others', and it is named by the others' extra comm (review 328); the same
+script clean for AFTER_CLEAN_STEPS steps.
 Baseline in the same run: the wall step time spread (max/min across ranks) that a naive
 "compare step times" detector would use, which in synchronous training cannot tell the
 straggler (all ranks wait for it).
@@ -22,6 +26,7 @@ from pathlib import Path
 
 from pardash.telemetry import schema
 from pardash.telemetry.logreader import load_log
+from pardash.telemetry.stragglers import HOST_PERSIST, HOST_PERSIST_S, StragglerConfig
 
 from .common import Row
 
@@ -31,6 +36,54 @@ WARMUP = 10
 SHORT_INJECT_S = 0.003
 SHORT_CLEAN_STEPS = 1500
 DEMO = Path(__file__).resolve().parents[1] / "demos" / "ddp_plain.py"
+AFTER_STEPS = 300
+AFTER_CLEAN_STEPS = 500
+AFTER_JOB = """
+import os, sys, time
+import torch, torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+RANK = dist.get_rank()
+SLEEP = float(sys.argv[2]) if RANK == 1 else 0.0
+
+
+class SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        if SLEEP:
+            time.sleep(SLEEP)  # past the last bucket's all-reduce: after the step's first collective
+        return g
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(32, 256), nn.Linear(256, 256), nn.Linear(256, 4)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(SlowBackward.apply(torch.relu(self.a(x))))))
+
+
+torch.manual_seed(0)
+model = DDP(Net(), bucket_cap_mb=0.01)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x, y = torch.randn(64, 32), torch.randint(0, 4, (64,))
+for step in range(int(sys.argv[1])):
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+"""A DDP script whose rank 1 sleeps ``argv[2]`` seconds a step in its backward, past its first
+collective, for ``argv[1]`` steps."""
 
 
 def _launch(d: Path, name: str, args: list[str]) -> list:
@@ -58,8 +111,9 @@ def _naive_names_straggler(msgs, rank: int) -> bool:
     return max(med, key=med.get) == rank
 
 
-def _judge_injected(name: str, msgs: list, kind: str) -> tuple[Row, int | None, int]:
-    """The row of a run with rank 1 made a straggler of ``kind``; the step it was named at
+def _judge_injected(name: str, msgs: list, kind: str, max_windows: int | None = 3) -> tuple[Row, int | None, int]:
+    """The row of a run with rank 1 made a straggler of ``kind``, to be named within
+    ``max_windows`` windows after the warm-up (None: within the run); the step it was named at
     (None: missed) and the number of verdicts naming another rank."""
     found = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
     right = [v for v in found if v.rank == 1 and v.cause == kind]
@@ -70,7 +124,8 @@ def _judge_injected(name: str, msgs: list, kind: str) -> tuple[Row, int | None, 
     row = Row(f"detect {name}", "named at step (windows after warm-up); verdicts",
               ("missed" if lat is None else f"{lat} ({windows})") + f"; {said}",
               "naive: " + ("right" if _naive_names_straggler(msgs, 1) else "wrong"),
-              "", "<= 3 windows, only rank 1", lat is not None and windows <= 3 and not others)  # fmt: skip
+              "", f"<= {max_windows} windows, only rank 1" if max_windows else "named, only rank 1",
+              lat is not None and (max_windows is None or windows <= max_windows) and not others)  # fmt: skip
     return row, lat, len(others)
 
 
@@ -109,11 +164,25 @@ def run(clean_steps: int = 500, injected_steps: int = 60) -> tuple[list[Row], st
         rows.append(row)
         wrong += others
         short_step_ms = 1e3 * _median_step_s(msgs)
+        # Slow after its first collective: its self time is the others'.
+        after = d / "after_collective.py"
+        after.write_text(AFTER_JOB)
+        name = "after-first-collective-ddp-backward-2"
+        msgs = _launch(d, name, ["--nproc", "2", "--", str(after), str(AFTER_STEPS), str(INJECT_S)])
+        # (found by the others' comm alone: on a saturated host, or before its load is known,
+        # only once it has lasted HOST_PERSIST times the windows and HOST_PERSIST_S, as ranks
+        # taking turns at its cores are)
+        row, _, others = _judge_injected(name, msgs, "backward", max_windows=None)
+        rows.append(row)
+        wrong += others
+        injected += 1
+        naive_right += _naive_names_straggler(msgs, 1)
         false_verdicts = 0
         clean_total = 0
         clean_runs = [(f"{strategy}-clean-{nproc}", ["--strategy", strategy, "--nproc", str(nproc), "--steps", str(clean_steps)])
                       for strategy in ("ddp", "fsdp") for nproc in (2, 4)]  # fmt: skip
         clean_runs.append(("short-step-ddp-clean-2", ["--nproc", "2", "--", str(DEMO), "--steps", str(SHORT_CLEAN_STEPS)]))
+        clean_runs.append(("after-first-collective-ddp-clean-2", ["--nproc", "2", "--", str(after), str(AFTER_CLEAN_STEPS), "0"]))
         for name, args in clean_runs:
             msgs = _launch(d, name, args)
             fv = [m for m in msgs if isinstance(m, schema.Verdict) and m.verdict == "straggler"]
@@ -129,6 +198,11 @@ def run(clean_steps: int = 500, injected_steps: int = 60) -> tuple[list[Row], st
     notes.append(f"detection: injected {INJECT_S * 1e3:.0f} ms/step on rank 1 from step 1; windows of {WINDOW} steps after {WARMUP} warm-up steps; clean runs {clean_steps} steps.")
     notes.append(f"Short steps: demos/ddp_plain.py, rank 1 sleeping {SHORT_INJECT_S * 1e3:.0f} ms a step in its data "
                  f"(median step {short_step_ms:.1f} ms with it), and clean for {SHORT_CLEAN_STEPS} steps.")  # fmt: skip
+    notes.append(f"After the first collective: a DDP script under the zero-code hooks, rank 1 sleeping {INJECT_S * 1e3:.0f} ms "
+                 f"a step in its backward past its first bucket all-reduce ({AFTER_STEPS} steps; named within 3 windows on a "
+                 f"host with cores to spare, else after {HOST_PERSIST * StragglerConfig().persist} windows and "
+                 f"{HOST_PERSIST_S:.0f} s, as ranks taking turns at a saturated host's cores are), and clean for "
+                 f"{AFTER_CLEAN_STEPS} steps.")  # fmt: skip
     return rows, " ".join(notes)
 
 
