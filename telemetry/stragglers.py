@@ -145,6 +145,12 @@ class _RankWindow:
     """Step -> time in its DataLoader (``Step.loader_s``), of the same steps that measured one:
     whether a data straggler's lead is its loader's or its own work between steps."""
     flagged: int = 0
+    """Consecutive windows its self time has been over the bar."""
+    flagged_c: int = 0
+    """Consecutive windows its comm deficit has been over the bar: each measure must persist
+    on its own (either over in turns, two noisy measures, named clean ranks of 4 on 2 cores)."""
+    run: int = 0
+    """Consecutive windows either has been: its streak's (``streak``)."""
     calm: int = 0
     streak: list[float] = field(default_factory=lambda: [0.0] * STREAK_FIELDS)
     """Sums over the windows of its current run of flagged ones (``flagged``; zeroed with it):
@@ -373,12 +379,10 @@ class StragglerDetector:
             # self time is not held by the comm's noise after it caught up (a rank slow in its
             # forward for 100 steps, then for 50 steps, on a saturated host, 20 ms "behind" in
             # its backward by the comm only).
-            by_self = current and not w.by_comm
-            if by_self or d is None:
+            if current and not w.by_comm:
                 d = None
-                flag = excess > bar
-            else:
-                flag = r in over
+            over_c = d is not None and d > bar_c
+            flag = excess > bar or over_c
             if current or flag:
                 # (its excess as a share of its bar, over its flagged windows and while it is a
                 # straggler, for the clearing: CLEAR_LOOKBACK)
@@ -387,9 +391,11 @@ class StragglerDetector:
             elif w.levels:
                 w.levels = []
             if flag:
-                if w.flagged == 0:
+                if w.run == 0:
                     w.streak = [0.0] * STREAK_FIELDS
-                w.flagged += 1
+                w.run += 1
+                w.flagged = w.flagged + 1 if excess > bar else 0
+                w.flagged_c = w.flagged_c + 1 if over_c else 0
                 w.calm = 0
                 k = w.streak
                 k[S_SELF] += excess
@@ -404,32 +410,34 @@ class StragglerDetector:
                         if peers is None:
                             peers = _phase_medians(state, [q for q in live if q not in over and q in score])
                         _note_phases(k, state, r, peers)
-                if not current and w.flagged >= cfg.persist:
+                if not current and (w.flagged >= cfg.persist or w.flagged_c >= cfg.persist):
                     # (what it costs against the slowest of the ranks that are no stragglers: two
                     # stragglers alike slow, each against the other, read "the others wait 0 ms")
                     calm = [score[q] for q in score if q not in over]
                     others_max = max(calm) if calm else loo.max_without(r)
                     calm_c = {q: c for q, c in comm.items() if q == r or q not in over}
                     v = self._verdict(state, r, m, base, others_max, data, calm_c if len(calm_c) > 1 else comm, steps, loader,
-                                      w.streak, w.flagged)  # fmt: skip
+                                      w.streak, w.run)  # fmt: skip
                     # (a busy host's, or ranks' sharing a saturated host alike: their turns at
                     # the CPU change by the second; one that stays behind for HOST_PERSIST
                     # times as long, and HOST_PERSIST_S, is named)
                     # So is one found by its comm deficit alone on a saturated host (or one not
-                    # known yet), or whose own phases do not hold the wait ("compute": none holds
-                    # half of it): a rank's waits in collectives move with the host's scheduling
-                    # more than its self time does (clean runs of 5 ms steps beside a busy loop:
-                    # one rank's backward 3 ms longer than the other's for half a second, then
-                    # the other's, named in turns, whatever share of a core each burnt).
+                    # known yet), or with no one phase to name ("compute": none holds half the
+                    # wait, or its phases hold its collectives): a rank's waits in collectives
+                    # move with the host's scheduling more than its self time does (clean runs
+                    # of 5 ms steps beside a busy loop: one rank's backward 3 ms longer than the
+                    # other's for half a second, then the other's, named in turns, whatever share
+                    # of a core each burnt; 4 ranks of the bundled trainer on 2 cores).
                     by_comm = _said_by_comm(w.streak)
-                    wary = by_comm and excess <= bar and (_host_busy(state, r) or (v.cause == "compute" and _phase_cause(w.streak, w.flagged)[1] is None))
-                    patient = w.flagged >= cfg.persist * HOST_PERSIST and (wall_s is None or w.flagged * cfg.window * wall_s >= HOST_PERSIST_S)
+                    wary = w.flagged < cfg.persist and (_host_busy(state, r) or v.cause == "compute")
+                    n = max(w.flagged, w.flagged_c)
+                    patient = n >= cfg.persist * HOST_PERSIST and (wall_s is None or n * cfg.window * wall_s >= HOST_PERSIST_S)
                     if patient or (v.cause != "host" and not _takes_turns(state, r, v.cause) and not wary):
                         out.append(v)
                         said[r] = True
                         w.by_comm = by_comm
             else:
-                w.flagged = 0
+                w.flagged = w.flagged_c = w.run = 0
                 if excess < bar / 2:
                     # Only clearly calm ranks teach the noise floor: a straggler just under the
                     # bar, counted in, taught a 2-rank job half its excess, and noise_k of that
