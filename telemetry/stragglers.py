@@ -42,15 +42,16 @@ all-reduce, which fires early in it; in a comm hook; in its optimizer step) arri
 first collective with the others: its self time says nothing. It is found by that second
 measure, its comm deficit (the others' median comm less its own: in synchronous training the
 last to arrive waits least), scored in the same windows against the same bars (the self time's
-relative bar, the absolute bar) and a noise floor of its own, with the same persistence and
-clearing, a rank flagged by either. Its cause is the phase its excess is in, by its phases
+relative bar, the absolute bar) and a noise floor of its own, with the same persistence (each
+measure persisting on its own) and clearing (by the measure that named it, CLEAR_LOOKBACK).
+Its cause is the phase its excess is in, by its phases
 against the others' (each rank's last steps, read only of a flagged rank: nothing more a step),
 over its flagged windows: "backward", "forward", "optimizer", "data", or "compute" where no
 phase holds half the wait, or its phases hold its collectives (the bundled trainer's forward and
 backward do: the others' waits are in theirs). The comm waits move with the host's scheduling
 more than self time does: one found by its comm deficit alone, on a saturated host (or before
-its host's load is known), or with no phase holding the wait, is named only after HOST_PERSIST
-times the windows and HOST_PERSIST_S. Every verdict's cause, the self time's data or compute
+its host's load is known), or with no one phase to name ("compute"), is named only after
+HOST_PERSIST times the windows and HOST_PERSIST_S. Every verdict's cause, the self time's data or compute
 too, is read over its flagged windows, not its last one alone (review 328).
 """
 
