@@ -103,8 +103,9 @@ RANKS_HELP = (
 )
 """``pardash_ranks``'s HELP: what each state means, so an alert on ``exited`` knows what it fires on."""
 
-STRAGGLER_CAUSES = ("data", "own_work", "compute", "gpu", "host")
-"""The causes of a straggler as the ``cause`` label says them: a verdict's (stragglers.py), or
+STRAGGLER_CAUSES = ("data", "own_work", "compute", "forward", "backward", "optimizer", "gpu", "host")
+"""The causes of a straggler as the ``cause`` label says them: a verdict's (stragglers.py: a phase
+for one slow past its step's first collective, found by its comm deficit), or
 "own_work" for a data straggler slow in its own work between steps, not its DataLoader
 (summary.is_own_work; the TUI, the launch's last line and the report say it so: a Grafana panel
 read "data" of a script that logged for 30 ms after each step). Each has its counter series
