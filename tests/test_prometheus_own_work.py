@@ -50,4 +50,4 @@ def test_a_data_loading_straggler_stays_data():
     fams = _fams(core)
     assert _costs(fams) == {("1", "data"): 0.029, ("0", "compute"): 0.01}
     verdicts = {s.labels["cause"]: s.value for s in fams["pardash_straggler_verdicts"].samples if s.name.endswith("_total")}
-    assert verdicts == {"data": 1, "own_work": 0, "compute": 1, "gpu": 0, "host": 0}
+    assert verdicts == {"data": 1, "own_work": 0, "compute": 1, "forward": 0, "backward": 0, "optimizer": 0, "gpu": 0, "host": 0}

@@ -147,7 +147,7 @@ def test_straggler_verdicts_are_counted_by_cause_and_kept_after_the_run(tmp_path
         fams = families(scrape(server.url))
         # every cause's series from the start, so increase() sees the first verdict
         assert {s.labels["cause"]: s.value for s in fams["pardash_straggler_verdicts"].samples if s.name.endswith("_total")} == {
-            "data": 0, "own_work": 0, "compute": 0, "gpu": 0, "host": 0}  # fmt: skip
+            "data": 0, "own_work": 0, "compute": 0, "forward": 0, "backward": 0, "optimizer": 0, "gpu": 0, "host": 0}  # fmt: skip
         core.verdict(schema.Verdict(rank=1, verdict="straggler", cause="data", cost_s=0.03))
         assert value(families(scrape(server.url)), "pardash_straggler_verdicts_total", cause="data") == 1
         # A spell found and cleared between two scrapes, and one found again: each counts once.
