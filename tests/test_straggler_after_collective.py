@@ -13,10 +13,10 @@ import math
 import random
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
+from bench.detection import AFTER_JOB
 from pardash.telemetry import schema
 from pardash.telemetry.state import RunState
 from pardash.telemetry.stragglers import StragglerConfig, StragglerDetector
@@ -236,48 +236,9 @@ def test_a_healthy_rank_whose_data_jumped_in_one_window_is_not_said_data_loading
     assert out[0].cause == "compute" and out[0].message.startswith("rank 1 is a straggler (compute): ")
 
 
-JOB = textwrap.dedent(
-    """
-    import os, time
-    import torch, torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    RANK = dist.get_rank()
-
-    class SlowBackward(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            if RANK == 1:
-                time.sleep(0.03)  # after the last bucket's all-reduce fired: past the first collective
-            return g
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b, self.c = nn.Linear(32, 256), nn.Linear(256, 256), nn.Linear(256, 4)
-
-        def forward(self, x):
-            return self.c(torch.relu(self.b(SlowBackward.apply(torch.relu(self.a(x))))))
-
-    torch.manual_seed(0)
-    model = DDP(Net(), bucket_cap_mb=0.01)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x, y = torch.randn(64, 32), torch.randint(0, 4, (64,))
-    for step in range(int(os.environ["STEPS"])):
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    dist.destroy_process_group()
-    """
-)
+JOB = AFTER_JOB
+"""The bench's job (bench/detection.py): a DDP script whose rank 1 sleeps SECONDS in its backward,
+after DDP's first bucket all-reduce fired (``job.py STEPS SECONDS``)."""
 
 
 @pytest.mark.slow
@@ -293,8 +254,8 @@ def test_a_real_rank_sleeping_in_its_backward_is_named(tmp_path):
     log = tmp_path / "run.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "pardash", "launch", "--headless", "--log", str(log), "--runs-dir", str(tmp_path / "runs"),
-         "--every", "5", "--nproc", "2", "--", "job.py"],
-        capture_output=True, text=True, timeout=300, env=pardash_env(STEPS="300"), cwd=tmp_path,
+         "--every", "5", "--nproc", "2", "--", "job.py", "300", "0.03"],
+        capture_output=True, text=True, timeout=300, env=pardash_env(), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     msgs, _ = load_log(log)
