@@ -487,9 +487,16 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     # not an EIO traceback; while it runs, it gives back its streams as it ends,
                     # and this is done again then, below)
                     unbreakable_stdio()
+                    # The kernel follows a terminal's hangup with a SIGCONT: Textual's handler of
+                    # it started the app's driver again as the app ended, the old writer's queue
+                    # full, and the launch hung there (a CI run; py-spy showed it).
+                    for sig in (signal.SIGCONT, signal.SIGTSTP):
+                        signal.signal(sig, signal.SIG_DFL)
                 terminated.append(signum)
                 if app is not None:
-                    app.exit("over" if run_finished(client.state) else STOP)
+                    # (and at its next poll, should its loop not have taken this one yet)
+                    app.end_with = "over" if run_finished(client.state) else STOP
+                    app.exit(app.end_with)
 
             for sig in stops:
                 signal.signal(sig, on_sigterm)

@@ -172,6 +172,10 @@ class PardashApp(App[str | None]):
         self._gc_saved: tuple[int, ...] | None = None
         self.notice = notice
         """Said once the screen is up (a note printed before it would be hidden behind it)."""
+        self.end_with: str | None = None
+        """The result to exit with as soon as the app can (a launch's SIGTERM or SIGHUP): an
+        ``exit()`` asked before the app's loop took it was lost, and the app ran on, job and all,
+        with its launch past the signal (a CI run's terminal closed as the screen came up)."""
         if title:
             self.title = title
 
@@ -251,6 +255,9 @@ class PardashApp(App[str | None]):
         self._watched = []
 
     def _poll(self) -> None:
+        if self.end_with is not None:
+            self.exit(self.end_with)
+            return
         try:
             changed = self.source.poll()
         except Exception as exc:  # a bad frame must not take the dashboard down
