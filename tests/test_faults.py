@@ -311,8 +311,12 @@ def _launch_in_a_terminal(tmp_path, *, controlling: bool = False):
     import termios
 
     def own_terminal() -> None:
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        # (SIGHUP as a shell leaves it: a suite run under nohup hands its ignoring down, and a
+        # launch started ignoring SIGHUP rightly ignores it; the tests of SIGHUP then hung)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        if controlling:
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     master, slave = pty.openpty()
     log = tmp_path / "run.jsonl"
@@ -320,7 +324,7 @@ def _launch_in_a_terminal(tmp_path, *, controlling: bool = False):
         [sys.executable, "-m", "pardash", "launch", "--strategy", "single", "--steps", "100000", "--log", str(log),
          "--runs-dir", str(tmp_path / "runs")],
         stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=pardash_env(TERM="xterm-256color", COLUMNS="120", LINES="40"),
-        preexec_fn=own_terminal if controlling else None,
+        preexec_fn=own_terminal,
     )  # fmt: skip
     os.close(slave)
     screen = TerminalOutput(master)
