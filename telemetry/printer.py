@@ -635,6 +635,21 @@ BETWEEN_STEPS_MIN_S = 0.005
 """...where that is this long a step or more."""
 
 
+def between_steps_of(r, last: int | None = None) -> tuple[float, float, int] | None:
+    """A rank's median share of its step time between steps (data_s) and its median seconds
+    there, over its history points (``last``: its last that many), and how many points had both;
+    None where none did. Each step's share, their median: a first step that held a script's work
+    before its training, 30 passes of gradient statistics, is one step, not most of the run's time."""
+    h = r.history
+    data, step = h["data_s"].values(), h["step_s"].values()
+    if last is not None:
+        data, step = data[-last:], step[-last:]
+    pairs = sorted((d / s, d) for d, s in zip(data, step) if math.isfinite(d) and math.isfinite(s) and s > 0)
+    if not pairs:
+        return None
+    return pairs[len(pairs) // 2][0], statistics.median(d for _, d in pairs), len(pairs)
+
+
 def between_steps_said(st) -> str:
     """"each step 76% between steps (...)" where the ranks spent half their steps or more between
     them over their last history points (their median); '' otherwise. A job input-bound, or whose
@@ -642,14 +657,9 @@ def between_steps_said(st) -> str:
     the report saying it (review 314)."""
     shares, each = [], []
     for r in st.ranks.values():
-        h = r.history
-        data, step = h["data_s"].values(), h["step_s"].values()
-        # (each step's share, their median: a first step that held a script's work before its
-        # training, 30 passes of gradient statistics, is one step, not most of the run's time)
-        pairs = sorted((d / s, d) for d, s in zip(data, step) if math.isfinite(d) and math.isfinite(s) and s > 0)
-        if pairs:
-            shares.append(pairs[len(pairs) // 2][0])
-            each.append(statistics.median(d for _, d in pairs))
+        if (found := between_steps_of(r)) is not None:
+            shares.append(found[0])
+            each.append(found[1])
     if not shares:
         return ""
     shares.sort()

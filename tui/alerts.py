@@ -9,9 +9,7 @@ launcher's last line name it), and the order in which the rest exited.
 
 from __future__ import annotations
 
-import math
 import re
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -21,7 +19,7 @@ from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, whole_hang, hang_cau
 from pardash.telemetry.causes import cause_of, waited_for
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
-from pardash.telemetry.printer import BETWEEN_STEPS_MIN_S, BETWEEN_STEPS_SAID
+from pardash.telemetry.printer import BETWEEN_STEPS_MIN_S, BETWEEN_STEPS_SAID, between_steps_of
 from pardash.telemetry.report_render import SHARED_RUN_ID
 from pardash.telemetry.summary import is_sharded, ranks_text, straggler_cause
 
@@ -82,14 +80,11 @@ def input_bound_alert(state: st.RunState) -> Alert | None:
     for r in ranks[:: max(1, len(ranks) // INPUT_BOUND_RANKS)]:
         if r.status != st.RUNNING:
             return None
-        h = r.history
-        data = h["data_s"].values()[-INPUT_BOUND_POINTS:]
-        step = h["step_s"].values()[-INPUT_BOUND_POINTS:]
-        pairs = sorted((d / s, d) for d, s in zip(data, step) if math.isfinite(d) and math.isfinite(s) and s > 0)
-        if len(pairs) < INPUT_BOUND_POINTS // 3:
+        found = between_steps_of(r, INPUT_BOUND_POINTS)
+        if found is None or found[2] < INPUT_BOUND_POINTS // 3:
             return None  # (its first steps: not yet)
-        shares.append(pairs[len(pairs) // 2][0])
-        each.append(statistics.median(d for _, d in pairs))
+        shares.append(found[0])
+        each.append(found[1])
     shares.sort()
     each.sort()
     # (the lower median: of 2 ranks, the less of them; one rank slow in its data, the others
