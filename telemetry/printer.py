@@ -650,24 +650,31 @@ def between_steps_of(r, last: int | None = None) -> tuple[float, float, int] | N
     return pairs[len(pairs) // 2][0], statistics.median(d for _, d in pairs), len(pairs)
 
 
-def between_steps_said(st) -> str:
-    """"each step 76% between steps (...)" where the ranks spent half their steps or more between
-    them over their last history points (their median); '' otherwise. A job input-bound, or whose
-    logging took three quarters of each step, ended on "pardash: done, 2 rank(s), step 200", only
-    the report saying it (review 314)."""
-    shares, each = [], []
-    for r in st.ranks.values():
-        if (found := between_steps_of(r)) is not None:
-            shares.append(found[0])
-            each.append(found[1])
-    if not shares:
-        return ""
-    shares.sort()
-    each.sort()
-    share = shares[len(shares) // 2]
-    if share < BETWEEN_STEPS_SAID or each[len(each) // 2] < BETWEEN_STEPS_MIN_S:
+def job_between_steps(found: list[tuple[float, float, int]]) -> float | None:
+    """Of the ranks' :func:`between_steps_of`, the job's share of each step between steps where
+    it is worth saying (BETWEEN_STEPS_SAID or more, BETWEEN_STEPS_MIN_S a step or more); None
+    otherwise. Their lower medians: of 2 ranks the less, as one rank slow in its data, the other
+    waiting in comm, is a straggler, not a job spending its steps between them (the launch's
+    last line said "each step 80% between steps" of such a job, the slow rank's share)."""
+    if not found:
+        return None
+    shares = sorted(f[0] for f in found)
+    each = sorted(f[1] for f in found)
+    share = shares[(len(shares) - 1) // 2]
+    if share < BETWEEN_STEPS_SAID or each[(len(each) - 1) // 2] < BETWEEN_STEPS_MIN_S:
         # (a small model's steps of a millisecond spend half of it in the loop's own Python:
         # nothing to act on, and every such run said it)
+        return None
+    return share
+
+
+def between_steps_said(st) -> str:
+    """"each step 76% between steps (...)" where the ranks spent half their steps or more between
+    them over their last history points (:func:`job_between_steps`); '' otherwise. A job
+    input-bound, or whose logging took three quarters of each step, ended on "pardash: done, 2
+    rank(s), step 200", only the report saying it (review 314)."""
+    share = job_between_steps([found for r in st.ranks.values() if (found := between_steps_of(r)) is not None])
+    if share is None:
         return ""
     return f"each step {share * 100:.0f}% between steps (loading data or the script's own work: `pardash report` tells them apart)"
 

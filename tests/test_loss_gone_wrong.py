@@ -325,12 +325,13 @@ def test_a_launchs_last_line_says_a_job_that_spent_most_of_each_step_between_ste
     from pardash.telemetry.printer import between_steps_said
     from pardash.telemetry.state import RunState
 
-    def state(data_s: float, step_s: float = 0.04) -> RunState:
+    def state(data_s: float, step_s: float = 0.04, rank_1_data_s: float | None = None) -> RunState:
         st = RunState(run_id="b")
         for r in (0, 1):
             st.apply(schema.Hello(run="b", rank=r, world_size=2, seq=0, t=1.0), 0.0)
         for s in range(1, 21):
-            steps = [schema.Step(run="b", rank=r, step=s, seq=s, step_s=step_s, data_s=data_s, t=1.0 + s) for r in (0, 1)]
+            steps = [schema.Step(run="b", rank=r, step=s, seq=s, step_s=step_s, t=1.0 + s,
+                                 data_s=data_s if r == 0 or rank_1_data_s is None else rank_1_data_s) for r in (0, 1)]
             for m in steps:
                 st.apply(m, 0.0)
             st.commit_history(steps)
@@ -339,3 +340,6 @@ def test_a_launchs_last_line_says_a_job_that_spent_most_of_each_step_between_ste
     assert between_steps_said(state(0.03)) == "each step 75% between steps (loading data or the script's own work: `pardash report` tells them apart)"
     assert between_steps_said(state(0.004)) == ""
     assert between_steps_said(state(0.0009, step_s=0.0012)) == ""  # (a millisecond's step: the loop's own Python)
+    # One rank slow in its data, the other waiting for it in comm: a straggler (its own line
+    # says it), not every step spent between steps (the slow rank's 80% was said of the job)
+    assert between_steps_said(state(0.002, rank_1_data_s=0.032)) == ""

@@ -19,7 +19,7 @@ from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, whole_hang, hang_cau
 from pardash.telemetry.causes import cause_of, waited_for
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
-from pardash.telemetry.printer import BETWEEN_STEPS_MIN_S, BETWEEN_STEPS_SAID, between_steps_of
+from pardash.telemetry.printer import between_steps_of, job_between_steps
 from pardash.telemetry.report_render import SHARED_RUN_ID
 from pardash.telemetry.summary import is_sharded, ranks_text, straggler_cause
 
@@ -70,27 +70,20 @@ def input_bound_alert(state: st.RunState) -> Alert | None:
     """Of a job whose ranks spend half of each step or more between steps (loading data, or the
     script's own work), a few milliseconds a step or more, alike: every rank's data slowed at
     once (shared storage) read nowhere live but in the numbers, the straggler detector rightly
-    naming no one (review 328). The rule of the launch's last line (``between_steps_said``),
+    naming no one (review 328). The rule of the launch's last line (``job_between_steps``),
     over each rank's last INPUT_BOUND_POINTS steps; None while any rank is not running."""
     ranks = list(state.ranks.values())
     if not ranks:
         return None
-    shares: list[float] = []
-    each: list[float] = []
+    found: list[tuple[float, float, int]] = []
     for r in ranks[:: max(1, len(ranks) // INPUT_BOUND_RANKS)]:
         if r.status != st.RUNNING:
             return None
-        found = between_steps_of(r, INPUT_BOUND_POINTS)
-        if found is None or found[2] < INPUT_BOUND_POINTS // 3:
+        of = between_steps_of(r, INPUT_BOUND_POINTS)
+        if of is None or of[2] < INPUT_BOUND_POINTS // 3:
             return None  # (its first steps: not yet)
-        shares.append(found[0])
-        each.append(found[1])
-    shares.sort()
-    each.sort()
-    # (the lower median: of 2 ranks, the less of them; one rank slow in its data, the others
-    # waiting in comm, is a straggler, not a job input-bound)
-    share = shares[(len(shares) - 1) // 2]
-    if share < BETWEEN_STEPS_SAID or each[(len(each) - 1) // 2] < BETWEEN_STEPS_MIN_S:
+        found.append(of)
+    if (share := job_between_steps(found)) is None:
         return None
     return Alert("input_bound", -1, f"every rank spends {share * 100:.0f}% of each step between steps (loading data or the script's "
                  "own work, alike: the job is input-bound; `pardash report` tells them apart)")  # fmt: skip
