@@ -249,6 +249,9 @@ class Detector:
                     continue
                 lively.extend(self._liveness(r, now, stall_after))
             out.extend(_causes_first(lively, sharded=is_sharded(state.strategy)))
+            for v in lively:
+                if v.verdict == "stalled":  # (a pause said so is no hold to say again, once it resumed)
+                    self.stragglers.holds.note_stall(v.rank, v.step)
             if state.world_size > 1 and is_sharded(state.strategy):
                 out.extend(self._sharding(state))
         out.extend(self.stragglers.update(state))

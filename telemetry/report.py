@@ -61,6 +61,7 @@ from .failures import STOPPED_CODES, failure_summary, left_early, recovered_fail
 from .report_render import LOSS_SPIKES_GROUPED, PHASES, SHARED_RUN_ID, md_table, render_markdown, render_text
 from .hubcore import parse_rejects
 from .recorder import CONTINUED_AT
+from .holds import HOLD_FACTOR, HOLD_MIN_S
 from .stragglers import StepWaits
 from .state import (EXITED, FINISHED, LEFT_EARLY, LOSS_FINITE_AGAIN, LOSS_NOT_FINITE, SILENT, STALLED, RankState, RunState,
                     mem_full_bytes, mem_held_bytes, mem_state_bytes, run_again, run_over, status_of)
@@ -1367,10 +1368,6 @@ INPUT_BOUND_SHARE = DATA_BOUND_SHARE
 input-bound (the report's ``data loading`` line)."""
 
 
-HOLD_MIN_S = 0.25
-"""The least a rank's lead over the others at one step for it to have held them (see _holds)."""
-HOLD_FACTOR = 5.0
-"""...and the least, in the run's median steps."""
 HOLD_KEPT = 10_000
 """Steps of long own work the report keeps the phases of (a straggler of 1 s steps: each)."""
 

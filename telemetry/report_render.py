@@ -15,6 +15,7 @@ from decimal import Decimal
 from .analysis import BETWEEN_STEPS_WORDS, hang_causes
 from .clocks import clock_warnings
 from .failures import STOPPED_CODES, stop_text, stopped_how
+from .holds import WHERE
 from .logreader import no_rank_reported
 from .schema import plain_text
 from .summary import is_pipeline, is_sharded, ranks_named, ranks_text, straggler_cause, unheard_why
@@ -774,12 +775,6 @@ def straggler_lines(rep: dict) -> list[str]:
     return out
 
 
-HOLD_WHERE = {
-    "own work": "in its own code between steps (not its DataLoader)",
-    "dataloader": "in its DataLoader",
-    "data": "between steps (loading data or its own work)",
-    "step": "in its step's own work",
-}
 
 
 def hold_lines(rep: dict) -> list[str]:
@@ -799,7 +794,7 @@ def hold_lines(rep: dict) -> list[str]:
             on = "on an epoch's first step" if h["count"] == 1 else "each on an epoch's first step" if h["epoch_starts"] == h["count"] else (
                 f"{h['epoch_starts']} of them on an epoch's first step")
             starts = f", {on}: its workers starting anew (persistent_workers=True keeps them from one epoch to the next)"
-        where = HOLD_WHERE.get(h["where"], "")
+        where = WHERE.get(h["where"], "")
         if ck := h.get("after_checkpoints"):
             # (right after the rank's own save: its upload's time, named nowhere, review 327)
             at = ", ".join(map(str, ck["steps"])) + (f" and {ck['count'] - len(ck['steps'])} more" if ck["count"] > len(ck["steps"]) else "")

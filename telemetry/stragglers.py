@@ -65,6 +65,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 
+from .holds import HoldWatch
 from .schema import Step, Verdict
 from .state import RunState, median_small
 from .summary import is_pipeline
@@ -218,6 +219,8 @@ class StragglerDetector:
         """The ranks' wall step time at the last scoring passes: the absolute bar scales with
         their median (a slow moment, a burst of load, does not lift it for a window)."""
         self.windows_scored = 0
+        self.holds = HoldWatch()
+        """Ranks that now and then hold the others far past a step (read from the same windows)."""
         self._rewarm = False
         """The job restarted (torchrun): the next step seen starts a new warm-up."""
 
@@ -227,6 +230,7 @@ class StragglerDetector:
         plus the warm-up; what the last attempt left pending, and its streaks, are dropped
         (its noise floor and wall step times are kept: the same job on the same machines)."""
         self._ranks.clear()
+        self.holds.restart()
         self._next_window = 0
         self._rewarm = True
 
@@ -282,7 +286,7 @@ class StragglerDetector:
             if r.exit_code is None and not r.finished and r.step is not None and r.rank in self._ranks
         ]
         if len(live) < 2:
-            return out
+            return self._last_holds(state) + self.holds.flush(state.t_last)
         cfg = self.cfg
         first = max(self._next_window, cfg.warmup_steps)
         reached = min(state.ranks[r].step.step for r in live)
@@ -304,6 +308,8 @@ class StragglerDetector:
                 continue
             steps = range(first, first + cfg.window)
             if abs_s is None:
+                for r in live:  # (once a pass that scores: a rank's latest own event, a save's)
+                    self.holds.note_busy(r, state.ranks[r].said)
                 wall = wall_step_s(state, live)
                 if wall is not None:
                     self._wall.append(wall)
@@ -313,6 +319,23 @@ class StragglerDetector:
             first += cfg.window
         self._next_window = first
         return out
+
+    def _last_holds(self, state: RunState) -> list[Verdict]:
+        """The holds in the steps of ranks that finished before their last windows were scored
+        (a job's last steps and its ranks' exits came within one pass of the hub: a pause at
+        step 61 of 80 went unsaid): their steps are read for holds alone, then forgotten."""
+        ended = [r.rank for r in state.ranks.values()
+                 if r.finished and r.exit_code is None and r.step is not None and r.rank in self._ranks and self._ranks[r.rank].self_s]  # fmt: skip
+        if len(ended) < 2:
+            return []
+        reached = min(state.ranks[r].step.step for r in ended)
+        steps = sorted({s for r in ended for s in self._ranks[r].self_s if s <= reached})
+        at_self = {r: list(map(self._ranks[r].self_s.pop, steps, repeat(None))) for r in ended}
+        at_data = {r: list(map(self._ranks[r].data_s.pop, steps, repeat(None))) for r in ended}
+        at_loader = {r: list(map(self._ranks[r].loader_s.pop, steps, repeat(None))) for r in ended if self._ranks[r].loader_s}
+        wall_s = statistics.median(self._wall) if self._wall else None
+        named = {r for r in ended if state.ranks[r].straggler is not None}
+        return self.holds.window(steps, at_self, at_data, at_loader, wall_s, named, state.t_last)
 
     def _score(self, state: RunState, live: list[int], steps: range, said: dict[int, bool], abs_s: float,
                wall_s: float | None = None) -> list[Verdict]:  # fmt: skip
@@ -325,19 +348,26 @@ class StragglerDetector:
         loader: dict[int, float] = {}
         enough = max(1, len(steps) // 2)
         median = statistics.median
+        at_self: dict[int, list] = {}
+        at_data: dict[int, list] = {}
+        at_loader: dict[int, list] = {}
+        """Each rank's times in step order (None: not measured), for the holds (HoldWatch)."""
         for r in live:
             w = self._ranks[r]
-            self_s = [x for x in map(w.self_s.pop, steps, repeat(None)) if x is not None]
-            data_s = [x for x in map(w.data_s.pop, steps, repeat(None)) if x is not None]
+            at_self[r] = xs = list(map(w.self_s.pop, steps, repeat(None)))
+            at_data[r] = ds = list(map(w.data_s.pop, steps, repeat(None)))
+            self_s = [x for x in xs if x is not None]
             comm_s = [x for x in map(w.comm_s.pop, steps, repeat(None)) if x is not None] if w.comm_s else ()
+            if w.loader_s:
+                at_loader[r] = ls = list(map(w.loader_s.pop, steps, repeat(None)))
             if len(self_s) < enough:
                 continue
             score[r] = median(self_s)
-            data[r] = median(data_s)
+            data[r] = median([x for x in ds if x is not None])
             if len(comm_s) >= enough:
                 comm[r] = median(comm_s)
-            if w.loader_s:
-                loader_s = [x for x in map(w.loader_s.pop, steps, repeat(None)) if x is not None]
+            if r in at_loader:
+                loader_s = [x for x in ls if x is not None]
                 if len(loader_s) >= enough:
                     loader[r] = median(loader_s)
         if len(score) < 2:
@@ -460,6 +490,10 @@ class StragglerDetector:
                                    f"{excess * 1e3:+.1f} ms, under the {bar * 1e3:.1f} ms that names one")  # fmt: skip
                         out.append(Verdict(rank=r, verdict="straggler_cleared", step=steps[-1],
                                            message=f"rank {r} no longer a straggler ({why})"))  # fmt: skip
+        # (a rank named a straggler: its episode is its verdict's; one flagged in this window, not
+        # named, may hold the others besides, as the report counts it)
+        stragglers = {r for r in score if said.get(r, state.ranks[r].straggler is not None)}
+        out.extend(self.holds.window(steps, at_self, at_data, at_loader, wall_s, stragglers, state.t_last))
         if len(calm_scores) >= 2:
             med = statistics.median(calm_scores)
             self._noise.append(statistics.median([abs(v - med) for v in calm_scores]))

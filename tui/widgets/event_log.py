@@ -28,6 +28,7 @@ from ..styles import CachedStyles, component_fg
 
 VERDICT_STYLES = {
     "straggler": "warn",
+    "held": "warn",
     "stalled": "warn",
     "not_sharding": "warn",
     "silent": "bad",

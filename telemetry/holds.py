@@ -1,0 +1,188 @@
+"""Ranks that now and then hold the others far past a step, said as the job runs.
+
+A rank that pauses 1.5 s every 60 steps (an upload of its metrics, a slow read of shared
+storage, a garbage collection of a large heap) holds every other rank in its next collective
+for as long: the job lost 58% of its training time so, and nothing said it as it ran (the
+report's "held up" line, afterwards, alone did). The straggler detector rightly names no one:
+its windows' medians see one slow step in sixty. Here each scored window's steps are read one
+by one: a rank whose self time at a step leads the next slowest rank's by HOLD_MIN_S and by
+HOLD_FACTOR of the ranks' wall step time or more held the others that long (the report's rule,
+``report._holds``, which imports these constants).
+
+Said as a ``held`` verdict: the first of a rank as it is found, the next ones gathered into one
+line at most every HOLD_SAY_S. Not said: a pause its own checkpoint save or evaluation made
+(its ``checkpoint``/``eval`` line says how long that took; only what the rank spent past it,
+an upload after the save, is), one the liveness rule said was a stall (its "stalled" and
+"resumed" said it: ``note_stall``), and a straggler's steps (its own
+verdict says them, and its lead is never HOLD_FACTOR steps: the others' steps wait it out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .schema import Verdict
+
+HOLD_MIN_S = 0.25
+"""The least a rank's lead over the others at one step for it to have held them..."""
+HOLD_FACTOR = 5.0
+"""...and the least, in the ranks' wall step times."""
+HOLD_SAY_S = (10.0, 60.0)
+"""Of a rank that holds the others again and again, its second line no sooner than the first of
+these after its first (seconds of the ranks' clock: soon, to show whether they repeat), each
+later one no sooner than the second after the last, of the holds since its last."""
+STEPS_NAMED = 5
+"""Steps a gathered line names; "and N more" after them."""
+BUSY = {"checkpoint": "checkpoint", "eval": "evaluation", "resume": "resume"}
+"""Events of a rank's own pause between steps, said by their own lines with how long they took."""
+BUSY_KEPT = 8
+"""A rank's latest such events kept."""
+
+WHERE = {
+    "own work": "in its own code between steps (not its DataLoader)",
+    "dataloader": "in its DataLoader",
+    "data": "between steps (loading data or its own work)",
+    "step": "in its step's own work",
+}
+"""Where a hold's time went, as the held verdicts and the report's "held up" lines say it."""
+
+
+@dataclass(slots=True)
+class _Rank:
+    said: bool = False
+    """Its first hold has been said."""
+    said_t: float = 0.0
+    """The ranks' clock at its last line."""
+    lines: int = 0
+    """Its lines said."""
+    since: int = 0
+    """The step of its last hold said."""
+    steps: list[int] = field(default_factory=list)
+    """Its holds since its last line (steps, and their leads in ``leads``)."""
+    leads: list[float] = field(default_factory=list)
+    busy: dict[int, tuple[str, float]] = field(default_factory=dict)
+    """Step -> (event name, seconds it took) of its latest BUSY events."""
+
+
+def where_held(lead: float, data_s: float | None, loader_s: float | None) -> str:
+    """Where a hold of ``lead`` seconds went, from the step's data time (between steps) and time
+    in its DataLoader: a key of WHERE."""
+    if (data_s or 0.0) < lead / 2:
+        return "step"
+    if loader_s is None:
+        return "data"
+    return "dataloader" if loader_s >= data_s / 2 else "own work"
+
+
+def steps_named(steps: list[int]) -> str:
+    """"121, 181 and 3 more"."""
+    named = ", ".join(map(str, steps[:STEPS_NAMED]))
+    return named + (f" and {len(steps) - STEPS_NAMED} more" if len(steps) > STEPS_NAMED else "")
+
+
+class HoldWatch:
+    """Fed each scored window's steps by the straggler detector; gives ``held`` verdicts."""
+
+    def __init__(self) -> None:
+        self._ranks: dict[int, _Rank] = {}
+        self._stalls: set[tuple[int, int]] = set()
+        """(rank, step) of the stall verdicts said: a pause said as a stall, then "resumed"."""
+
+    def restart(self) -> None:
+        """A new attempt of the job: its processes are new, their holds not yet said."""
+        self._ranks.clear()
+        self._stalls.clear()
+
+    def note_stall(self, rank: int, step: int | None) -> None:
+        """A stall said of ``rank`` after ``step`` (the liveness rule's verdict)."""
+        if step is not None:
+            self._stalls.add((rank, step))
+            if len(self._stalls) > 4 * BUSY_KEPT:
+                self._stalls.remove(min(self._stalls, key=lambda k: k[1]))
+
+    def note_busy(self, rank: int, said) -> None:
+        """The rank's latest own event (``RankState.said``): a save's or an evaluation's step
+        and time, kept for the holds right after it."""
+        if said is None or said.name not in BUSY or said.step is None:
+            return
+        r = self._ranks.get(rank)
+        if r is None:
+            r = self._ranks[rank] = _Rank()
+        if said.step not in r.busy:
+            r.busy[said.step] = (said.name, said.duration_s or 0.0)
+            if len(r.busy) > BUSY_KEPT:
+                del r.busy[next(iter(r.busy))]
+
+    def window(self, steps: Sequence[int], selfs: dict[int, list], data: dict[int, list], loader: dict[int, list],
+               wall_s: float | None, skip: set[int], now: float) -> list[Verdict]:  # fmt: skip
+        """Of the window of ``steps``: each rank's self times, data and DataLoader times, in step
+        order (None where not measured; ``loader`` of the ranks that measure one), the ranks'
+        wall step time, the ranks not judged (stragglers), the ranks' clock now."""
+        bar = max(HOLD_MIN_S, HOLD_FACTOR * (wall_s or 0.0))
+        out: list[Verdict] = []
+        for rank, xs in selfs.items():
+            if rank in skip or max((x for x in xs if x is not None), default=0.0) < bar:
+                continue
+            r = self._ranks.get(rank)
+            for i, x in enumerate(xs):
+                if x is None or x < bar:
+                    continue
+                nxt = max((ys[i] for q, ys in selfs.items() if q != rank and ys[i] is not None), default=None)
+                step = steps[i]
+                if nxt is None or (lead := x - nxt) < bar or (rank, step - 1) in self._stalls or (rank, step) in self._stalls:
+                    continue
+                busy = None
+                if r is not None:
+                    busy = next(((s, *r.busy[s]) for s in (step - 1, step) if s in r.busy), None)
+                if busy is not None:
+                    lead -= busy[2]  # (the save's or evaluation's own time: its line says it)
+                    if lead < bar:
+                        continue
+                if r is None:
+                    r = self._ranks[rank] = _Rank()
+                d = data.get(rank)
+                ld = loader.get(rank)
+                where = where_held(lead, d[i] if d else None, ld[i] if ld else None)
+                if not r.said:
+                    r.said, r.said_t, r.since, r.lines = True, now, step, 1
+                    out.append(self._first(rank, step, lead, where, busy, wall_s))
+                else:
+                    r.steps.append(step)
+                    r.leads.append(lead)
+        for rank, r in self._ranks.items():
+            if r.steps and now - r.said_t >= HOLD_SAY_S[min(r.lines, 2) - 1]:
+                out.append(self._more(rank, r, now))
+        return out
+
+    def flush(self, now: float) -> list[Verdict]:
+        """The holds not said yet, of every rank (the job is ending: fewer than two ranks run)."""
+        return [self._more(rank, r, now) for rank, r in self._ranks.items() if r.steps]
+
+    @staticmethod
+    def _first(rank: int, step: int, lead: float, where: str, busy: tuple | None, wall_s: float | None) -> Verdict:
+        steps_take = f" (its steps take {wall_s * 1e3:.1f} ms)" if wall_s else ""
+        if busy is not None:
+            at, name, took = busy
+            what = (f"right after its {BUSY[name]} at step {at} ({took:.2f} s, said apart): in its own code after it"
+                    + (", e.g. an upload" if name == "checkpoint" else ""))  # fmt: skip
+        else:
+            what = WHERE[where]
+        return Verdict(rank=rank, verdict="held", cause=where if busy is None else busy[1], cost_s=lead, step=step,
+                       message=f"rank {rank} held the others {lead:.2f} s at step {step}{steps_take}, {what}")  # fmt: skip
+
+    @staticmethod
+    def _more(rank: int, r: _Rank, now: float) -> Verdict:
+        """The line of its holds since its last, which it then forgets."""
+        steps, leads = r.steps, sorted(r.leads)
+        since = r.since
+        r.said_t, r.since, r.lines = now, steps[-1], r.lines + 1
+        r.steps, r.leads = [], []
+        gaps = {b - a for a, b in zip([since, *steps], steps)}
+        every = f" (every {gaps.pop()} steps)" if len(gaps) == 1 else ""
+        n = len(steps)
+        if n == 1:
+            said = f"once more, {leads[0]:.2f} s at step {steps[0]} ({steps[0] - since} steps after step {since})"
+        else:
+            said = f"{n} more times since step {since}, at steps {steps_named(steps)}{every}, {leads[n // 2]:.2f} s each, {sum(leads):.2f} s in all"
+        return Verdict(rank=rank, verdict="held", cost_s=sum(leads), step=steps[-1], message=f"rank {rank} held the others {said}")

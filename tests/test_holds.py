@@ -1,0 +1,126 @@
+"""Ranks that now and then hold the others far past a step, said as the job runs (telemetry/holds.py):
+fed as the hub feeds its detector, and from a real launch."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pardash.telemetry import schema
+from pardash.telemetry.analysis import Detector
+from pardash.telemetry.state import RunState
+
+from helpers import pardash_env
+
+T = 1_800_000_000.0
+
+
+def _run(steps: int, pause_at, *, ranks: int = 2, step_s: float = 0.015, events=(), end: bool = True):
+    """Feed a hub's detector ``steps`` steps of each rank; ``pause_at(rank, step)``: the seconds
+    that rank spent between steps before that step (the others wait them out in their comm);
+    ``events``: (step, rank, Event) applied once the step is in. Returns the held verdicts."""
+    st = RunState()
+    det = Detector()
+    out = []
+    t = T
+    for r in range(ranks):
+        st.apply(schema.Hello(rank=r, world_size=ranks, t=t, source="auto"), t)
+    for s in range(1, steps + 1):
+        pauses = {r: pause_at(r, s) for r in range(ranks)}
+        longest = max(pauses.values())
+        for tick in range(1, int(longest) + 1):  # (the hub's ticks while the ranks wait, their heartbeats)
+            for r in range(ranks):
+                st.apply(schema.Heartbeat(rank=r, step=s - 1, phase="data" if pauses[r] else "comm", t=t + tick), t + tick)
+            out.extend(det.update(st, t + tick))
+        t += step_s + longest
+        for r in range(ranks):
+            own = 0.011 + pauses[r]
+            msg = schema.Step(rank=r, step=s, seq=s, t=t, step_s=step_s + longest, self_s=own, data_s=0.009 + pauses[r],
+                              loader_s=0.0005, comm_s=0.002 + longest - pauses[r])  # fmt: skip
+            st.apply(msg, t)
+            det.stragglers.observe(msg)
+        for at, r, ev in events:
+            if at == s:
+                st.apply(ev, t)
+        for v in det.update(st, t):
+            st.apply(v, t)
+            out.append(v)
+    if end:
+        for r in range(ranks):
+            st.apply(schema.Verdict(rank=r, verdict="finished", t=t), t)
+        for v in det.update(st, t + 1):
+            out.append(v)
+    return [v for v in out if v.verdict == "held"]
+
+
+def every_60(rank: int, step: int) -> float:
+    return 1.5 if rank == 1 and step % 60 == 1 and step > 1 else 0.0
+
+
+def test_a_rank_that_now_and_then_pauses_is_said_as_it_goes_then_in_gathered_lines():
+    # A rank pausing 1.5 s every 60 steps cost the job 58% of its time; nothing said it live.
+    held = _run(1200, every_60)
+    assert [v.message for v in held[:2]] == [
+        "rank 1 held the others 1.50 s at step 61 (its steps take 15.0 ms), in its own code between steps (not its DataLoader)",
+        "rank 1 held the others 4 more times since step 61, at steps 121, 181, 241, 301 (every 60 steps), 1.50 s each, 6.00 s in all",
+    ]
+    assert all(v.rank == 1 for v in held) and held[0].cause == "own work" and held[0].cost_s == 1.5
+    # Every hold is said once, the last ones as the job ends; the later lines a minute apart.
+    said = [1] + [int(v.message.split(" more times")[0].rsplit(" ", 1)[1]) for v in held[1:]]
+    assert sum(said) == 19 == len([s for s in range(1, 1201) if every_60(1, s)])
+    assert len(held) == 3
+
+
+def test_a_pause_its_own_save_made_is_its_checkpoint_lines_but_what_follows_the_save_is_said():
+    def after_save(rank: int, step: int) -> float:
+        return {51: 1.0, 101: 4.5}.get(step, 0.0) if rank == 0 else 0.0
+
+    saves = [(s, 0, schema.Event(rank=0, name="checkpoint", step=s, duration_s=1.0, message="/ckpt")) for s in (50, 100)]
+    saving = [(s, 0, schema.Heartbeat(rank=0, step=s, phase="checkpoint", seq=s)) for s in (50, 100)]
+    held = _run(200, after_save, events=saving + saves)
+    # The save of step 50 took the whole pause (its line says 1.0 s); after that of step 100 the
+    # rank spent 3.5 s more of its own (an upload; 5 s more would be said a stall, then resumed).
+    assert [v.message for v in held] == [
+        "rank 0 held the others 3.50 s at step 101 (its steps take 15.0 ms), right after its checkpoint at step 100 (1.00 s, said "
+        "apart): in its own code after it, e.g. an upload"
+    ]
+
+
+def test_a_pause_long_enough_to_be_a_stall_is_the_stalls_and_a_straggler_holds_no_one():
+    assert _run(200, lambda r, s: 7.0 if r == 1 and s == 101 else 0.0) == []  # (said stalled after 5 s, then resumed)
+    assert len(_run(200, lambda r, s: 4.0 if r == 1 and s == 101 else 0.0)) == 1
+    assert _run(200, lambda r, s: 0.3 if r == 1 and s > 20 else 0.0) == []  # (a straggler: its own verdict)
+    assert _run(400, lambda r, s: 0.0) == []
+
+
+HOLDER = """
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(1, 81):
+    loss = model(torch.randn(4, 8)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    if dist.get_rank() == 1 and step % 30 == 0:
+        time.sleep(1.0)  # (an upload of its metrics, every 30 steps)
+dist.destroy_process_group()
+"""
+
+
+def test_a_launch_says_a_rank_that_held_the_others_as_its_report_does(tmp_path: Path):
+    from pardash.telemetry.report import build_report
+
+    (tmp_path / "holder.py").write_text(HOLDER)
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pardash", "launch", "--nproc", "2", "--headless", "--log", str(log), "--runs-dir",
+         str(tmp_path / "runs"), "--", "holder.py"],
+        cwd=tmp_path, env=pardash_env(PARDASH_REGISTRY_DIR=str(tmp_path / "registry")), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    held = [line for line in proc.stdout.splitlines() if line.startswith("[held]")]
+    assert held and held[0].startswith("[held] rank 1 held the others 1."), proc.stdout
+    assert " at step 31 (its steps take " in held[0] and held[0].endswith("between steps (loading data or its own work)"), held
+    # The holds the report finds in the log are those said live (the first, then the rest gathered).
+    (hold,) = build_report(str(log))["holds"]
+    more = [int(line.split(" more times")[0].rsplit(" ", 1)[1]) if " more times" in line else 1 for line in held[1:]]
+    assert (hold["rank"], hold["count"], hold["steps"]) == (1, 1 + sum(more), [31, 61]), (hold, held)
