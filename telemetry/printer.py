@@ -152,8 +152,16 @@ class ProgressPrinter:
 
     def _print(self, line: str) -> None:
         if self._progress is not None:
-            # Printed above the live bar, which redraws below it.
-            self._progress.console.print(line, markup=False, highlight=False)
+            # Printed above the live bar, which redraws below it; a line of the job's with
+            # escapes, as text whose colours are kept and whose cursor moves are not: rich's own
+            # live display, drawn in the ranks (TTY_COMPATIBLE), starts its lines by moving the
+            # cursor up and erasing, which wiped the line above pardash's bar (review 332).
+            if "\x1b" in line or "\x9b" in line:
+                from rich.text import Text  # (rich is loaded: the bar is its)
+
+                self._progress.console.print(Text.from_ansi(line), markup=False, highlight=False)
+            else:
+                self._progress.console.print(line, markup=False, highlight=False)
         else:
             # One write, the line with its end: a Ctrl-C between print's two (the line, then its
             # newline) left it open, and the launch's last word went on the end of it

@@ -23,14 +23,19 @@ _MOVES = re.compile(rb"(?:\x1b\[[0-2]?K|\x1b\[\d*A)+")
 """What a redraw begins with, after its line's last carriage return (rich's: erase the line,
 then up one and erase, once for each line above)."""
 _UP = re.compile(rb"\x1b\[(\d*)A")
+_ERASED = re.compile(rb"\x1b\[[0-2]?K")
 
 
 def lines_up(line: bytes) -> int:
-    """How many lines up the last drawing of ``line`` begins by moving (0: none)."""
-    moves = _MOVES.match(last_drawing(line))
-    if moves is None:
-        return 0
-    return sum(int(n or 1) for n in _UP.findall(moves.group()))
+    """How many lines up the drawings of ``line`` begin by moving, in all (0: none): each drawing
+    after a carriage return may move up first (a display of two lines redrawn as one, its second
+    bar gone, then drawn again in place: "train 50%" of its last two-line drawing stayed)."""
+    up = 0
+    for drawing in line.rstrip(b"\r").split(b"\r"):
+        moves = _MOVES.match(drawing)
+        if moves is not None:
+            up += sum(int(n or 1) for n in _UP.findall(moves.group()))
+    return up
 
 
 def last_drawing(line: bytes) -> bytes:
@@ -62,6 +67,13 @@ class Redraws:
                 self.depth = max(self.depth, n)
                 self.live_until = now + HOLD_S
                 del held[max(0, len(held) - n) :]  # (drawn over: gone from the screen)
+                held.append(line)
+            elif _ERASED.match(last_drawing(line)):
+                # A drawing that begins by erasing its line, with no move up: a display's first
+                # drawing (its next one moves up over it; rich's first "train 0%" went out as a
+                # line of its own, review 332), or a line printed during a one-line display's.
+                self.depth = max(self.depth, 1)
+                self.live_until = now + HOLD_S
                 held.append(line)
             elif now < self.live_until:
                 held.append(line)
