@@ -50,6 +50,7 @@ import math
 import os
 import re
 import socket
+import stat
 import statistics
 import sys
 import threading
@@ -657,10 +658,19 @@ def textfile_writer(path: str, run_id: str = "") -> dict | None:
     from . import registry
 
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(1 << 16)
+        # (never blocking: a FIFO at the path, opened for reading, waited for a writer, and the
+        # hub hung before its first line, review 332)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        head = os.read(fd, 1 << 16)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     found = TEXTFILE_RUN.search(head)
     if found is None:
         return None
@@ -689,6 +699,8 @@ def textfile_refusal(path: str, run_id: str = "") -> str | None:
                 f"e.g. --prometheus-textfile {stem}-2.prom (node_exporter reads every *.prom in its folder)")  # fmt: skip
     if path.endswith(("/", os.sep)) or os.path.isdir(path):
         return f"{flag} is a folder; give a file in it: --prometheus-textfile {os.path.join(path, 'pardash.prom')}"
+    if os.path.exists(path) and not os.path.isfile(path):
+        return f"{flag} is not a regular file (a FIFO, a device or a socket); give a .prom file node_exporter reads"
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         what = "is not a folder" if os.path.exists(folder) else "does not exist"

@@ -273,3 +273,16 @@ def test_the_hubs_restarts_are_counted(tmp_path):
         finally:
             assert _stop(proc) == 0, (tmp_path / "hub.err").read_text()
         assert value(families(prom.read_text()), "pardash_hub_restarts_total", run="textfile-run") == restarts
+
+
+def test_a_textfile_path_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    # Review 332: the check for another job's file opened the path to read it; a FIFO there
+    # waited for a writer, and the hub hung before its first line, saying nothing.
+    fifo = tmp_path / "pardash.prom"
+    os.mkfifo(fifo)
+    p = subprocess.run([sys.executable, "-m", "pardash", "hub", "--run-id", "fifo-run", "--log", str(tmp_path / "t.jsonl"),
+                        "--prometheus-textfile", str(fifo)],
+                       capture_output=True, text=True, timeout=60, env=pardash_env(PARDASH_REGISTRY_DIR=str(tmp_path / "registry")))  # fmt: skip
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.stderr.strip().endswith(f"--prometheus-textfile {fifo} is not a regular file (a FIFO, a device or a socket); give a .prom "
+                                     "file node_exporter reads"), p.stderr
