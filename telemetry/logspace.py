@@ -32,8 +32,6 @@ HORIZON_S = 12 * 3600.0
 """A run that says no number of steps is warned of a disk that its log fills within this."""
 LAST_S = 3600.0
 """A second word when the disk fills within this."""
-ROOM = 0.95
-"""The share of the free space the rest of the run may need before it is said not to fit."""
 
 
 def free_bytes(path: str | os.PathLike[str]) -> int | None:
@@ -72,7 +70,12 @@ class LogSpace:
         ``size`` the log's bytes, ``step`` the run's (its slowest rank's), ``total`` the steps
         it says it takes (None: not said). Sets :attr:`full_at` while the log will not fit."""
         self._checked = now
-        if size <= 0 or step <= 0:
+        if size <= 0:
+            # (no log, or none any more: a recorder whose disk filled closed it, and says so;
+            # the header counted down to "full in 1s" for the rest of the hub's life)
+            self.full_at = None
+            return None
+        if step <= 0:
             return None
         base = self._base
         if base is None or size < base[1] or step < base[2]:  # (a log cut back, a run started again)
@@ -93,7 +96,10 @@ class LogSpace:
             if step < total and step > step0:
                 per_step = grew / (step - step0)
                 need = per_step * (total - step)
-            short = need is not None and need > free * ROOM
+            # (need against free alone: both fall alike as the log grows, so the verdict holds;
+            # against a share of free, a run needing 95-100% of it was said not to fit, to fill
+            # "at about step 103,092 of 100,000", then was no longer short, without a word)
+            short = need is not None and need > free
         else:
             short = fills_in < HORIZON_S
         if not short:

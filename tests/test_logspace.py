@@ -52,6 +52,25 @@ def test_a_run_that_fits_is_not_warned():
     assert _run(LogSpace(), total=10_000, free=GiB, bytes_per_s=52_000.0, seconds=900) == []
 
 
+def test_a_run_that_needs_nearly_all_the_free_space_fits_and_is_not_warned():
+    # Review 332: a run whose rest needed 95-100% of the free space was said not to fit, "which
+    # fills at about step 103,092 of 100,000", and the header's countdown then went away unsaid.
+    # 52,000 B/s at 10 steps/s: 5,200 B a step, 520 MB for 100,000 steps; 536 MB free.
+    space = LogSpace()
+    assert _run(space, total=100_000, free=int(52_000 * 10_000 / 0.97), bytes_per_s=52_000.0, seconds=9000) == []
+    assert space.full_at is None
+
+
+def test_the_countdown_ends_once_the_log_is_closed_by_a_full_disk():
+    # The recorder closes its log when its disk fills (its size then reads 0); the header said
+    # "log's disk full in 1s" for the rest of the hub's life.
+    space = LogSpace()
+    _run(space, total=None, free=2 * GiB, bytes_per_s=52_000.0, seconds=600)
+    assert space.full_at is not None
+    space.check(40_000.0, "/runs/x/telemetry.jsonl", 0, 400_000, None)
+    assert space.full_at is None
+
+
 def test_without_planned_steps_it_warns_of_a_disk_full_within_half_a_day_only():
     assert _run(LogSpace(), total=None, free=20 * GiB, bytes_per_s=52_000.0, seconds=600) == []  # (4.6 days)
     said = _run(LogSpace(), total=None, free=2 * GiB, bytes_per_s=52_000.0, seconds=600)  # (11.5 hours)
