@@ -661,15 +661,15 @@ def between_steps_of(r, last: int | None = None) -> tuple[float, float, int] | N
 def job_between_steps(found: list[tuple[float, float, int]]) -> float | None:
     """Of the ranks' :func:`between_steps_of`, the job's share of each step between steps where
     it is worth saying (BETWEEN_STEPS_SAID or more, BETWEEN_STEPS_MIN_S a step or more); None
-    otherwise. Their lower medians: of 2 ranks the less, as one rank slow in its data, the other
-    waiting in comm, is a straggler, not a job spending its steps between them (the launch's
-    last line said "each step 80% between steps" of such a job, the slow rank's share)."""
+    otherwise. The least of the ranks': every rank's, as the alert says it. One rank slow in its
+    data, the others waiting for it in comm, is a straggler, not a job spending its steps
+    between them (the launch's last line said "each step 80% between steps" of such a job, the
+    slow rank's share; the alert "every rank spends 70%" of 3 ranks, one of them at 4%, waiting
+    for the two others, review 332)."""
     if not found:
         return None
-    shares = sorted(f[0] for f in found)
-    each = sorted(f[1] for f in found)
-    share = shares[(len(shares) - 1) // 2]
-    if share < BETWEEN_STEPS_SAID or each[(len(each) - 1) // 2] < BETWEEN_STEPS_MIN_S:
+    share = min(f[0] for f in found)
+    if share < BETWEEN_STEPS_SAID or min(f[1] for f in found) < BETWEEN_STEPS_MIN_S:
         # (a small model's steps of a millisecond spend half of it in the loop's own Python:
         # nothing to act on, and every such run said it)
         return None

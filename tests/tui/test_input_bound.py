@@ -34,6 +34,8 @@ def test_a_job_every_rank_of_which_waits_for_its_data_is_said_input_bound():
 
 def test_not_a_straggler_nor_a_job_whose_steps_are_its_own_work():
     assert run_alerts(_state({0: 0.002, 1: 0.035})) == []  # (one rank slow in its data: the others wait in comm)
+    # Two of three slow in their data, the third waiting for them: not "every rank" (review 332)
+    assert run_alerts(_state({0: 0.002, 1: 0.035, 2: 0.035})) == []
     assert run_alerts(_state({0: 0.010, 1: 0.012})) == []  # (a fifth of each step)
     assert run_alerts(_state({0: 0.0009, 1: 0.0009}, step_s=0.0012)) == []  # (a millisecond's step: the loop's own Python)
     assert run_alerts(_state({0: 0.035, 1: 0.035}, steps=5)) == []  # (its first steps: not yet)
