@@ -145,6 +145,7 @@ from pardash.trainer.arrivals import FSDP_COLLECTIVES, Arrivals
 from pardash.trainer.pipelines import Pipelines
 from pardash.trainer.epochs import Epochs, _LoaderPass
 from pardash.trainer.evaluations import Evaluations, _holds
+from pardash.trainer.frameworks import Frameworks
 from pardash.trainer.loads import Loads
 from pardash.trainer.rounds import Rounds
 from pardash.trainer.saves import Saves
@@ -180,7 +181,7 @@ in a step, or a sync point between steps (see Arrivals._wrap_collective)."""
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
-class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, Pipelines, Skips):
+class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, Pipelines, Skips, Frameworks):
     """Measures a training loop through global hooks and publishes one Step per step."""
 
     def __init__(self, reporter: Reporter, *, warn_after: int = WARN_AFTER_FORWARDS) -> None:
@@ -218,6 +219,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._lazy: Callable[[], Any] | None = None
         """The model whose lazy modules have parameters still to make, while it has."""
         self._hello_extra: dict[str, Any] = {}
+        self._planned_steps: int | None = None
+        """The steps the script's framework says the run ends at (see pardash.trainer.frameworks)."""
+        self._framework_finders: list[Any] = []
+        """Wait for the import of the frameworks whose planned steps are read."""
         # the step being measured
         self.step = 0
         self.epoch = 0
@@ -490,6 +495,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._patch(torch.jit, "script", self._wrap_jit_script)
         self._watch_saves()
         self._watch_pipelining()
+        self._watch_frameworks()
         self._patch(torch, "load", self._wrap_load)
         self._patch(torch.optim.Optimizer, "load_state_dict", self._wrap_optimizer_load)
         self._patch(torch.nn.Module, "__getstate__", _without_hooks_in_state)
@@ -508,6 +514,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._handles, self._module_handles, self._gather_handles = [], [], []
         self._unwatch_saves()
         self._unwatch_pipelining()
+        self._unwatch_frameworks()
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
@@ -1123,6 +1130,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         fields = {"source": "auto", "torch_version": str(torch.__version__), **self._hello}
         fields.update(modelfacts.process_group_facts())
         fields.update(self._hello_extra)
+        if self._planned_steps:  # (a config the script gave says its own steps first)
+            fields["config"] = {"total_steps": self._planned_steps, **(fields.get("config") or {})}
         self.backend = fields.get("backend", self.backend)
         self.reporter.hello(**fields)
         self._hello_sent = True
@@ -1149,6 +1158,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._gather_handles = []
         self._unwatch_saves()
         self._unwatch_pipelining()
+        self._unwatch_frameworks()
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
