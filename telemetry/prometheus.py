@@ -298,8 +298,9 @@ class HubCollector:
         restarts = CounterMetricFamily("pardash_job_restarts", "Times torchrun restarted the job's workers (--max-restarts), as the launcher saw it or the ranks' hellos said.")
         restarts.add_metric([], max((r.restarts for r in ranks), default=0))
         yield restarts
-        hub_restarts = CounterMetricFamily("pardash_hub_restarts", "Times the launcher started the run's hub again (it died; the ranks trained "
-                                           "on, and what they sent meanwhile is counted lost), as its log says.")  # fmt: skip
+        hub_restarts = CounterMetricFamily("pardash_hub_restarts", "Times the run's hub was started again on its log (--resume): the launcher's "
+                                           "after one died, the ranks training on, what they sent meanwhile counted lost; or a "
+                                           "`pardash hub --resume` of yours), as its log says.")  # fmt: skip
         hub_restarts.add_metric([], st.hub_restarts)
         yield hub_restarts
 
