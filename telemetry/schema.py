@@ -119,6 +119,12 @@ class Hello(Base, tag="hello"):
     pp_stages: int = 0
     """The stages of that pipeline (0: no pipeline seen)."""
     config: dict[str, Any] = {}
+    """The run's settings (rank 0's are the run's). ``steps`` or ``total_steps``: the step number
+    the run ends at (``summary.total_steps``), from which every viewer says "step N/TOTAL" and
+    the time left. A rank may send its hello again, the same process, when it learns more (its
+    model at its first forward; the steps a script's framework plans, known only once training
+    begins: ``total_steps``, see trainer/frameworks.py): the hub, the log and every viewer take a
+    rank's latest hello as its own, a viewer attached later too (the snapshot holds it)."""
 
 
 class Step(Base, tag="step"):

@@ -338,8 +338,10 @@ def stragglers_were(state: RunState) -> str:
 
 def total_steps(hello) -> int | None:
     """The steps the run is to take, as its hello's config says them: --steps, or (the bundled
-    trainer under --epochs) the steps its epochs come to; None where it does not say (a
-    script's). With --epochs the progress said "step 16" where the trainer said "step 16/16"."""
+    trainer under --epochs) the steps its epochs come to, or what a script's framework plans
+    (PyTorch Lightning, Hugging Face's Trainer: its hello sent again once training begins, see
+    trainer/frameworks.py); None where it does not say (a plain script's). With --epochs the
+    progress said "step 16" where the trainer said "step 16/16"."""
     config = (hello.config or {}) if hello is not None else {}
     for total in (config.get("steps"), config.get("total_steps")):
         if isinstance(total, int) and not isinstance(total, bool) and total > 0:
