@@ -188,6 +188,13 @@ def unanswered(target: str | None, run_id: str, snapshot: str, viewer) -> str:
     given = hub_address(target)
     where = f"{given} (asked on its snapshot port, {snapshot})" if given else snapshot
     hub = f"the hub of run {run_id} (its snapshot port, {snapshot})" if run_id and not given else f"the hub at {where}"
+    entry = registry.entry(run_id) if run_id and not given else None
+    if entry is not None and not registry.hub_alive(entry):
+        # (killed as this viewer waited: its dropped connection read as a hub refusing the
+        # viewer's keys, review 332)
+        log = entry.get("log")
+        return (f"the hub of run {run_id} is gone: its process (pid {entry.get('pid')}) ended before it answered this viewer"
+                + (f"; its log {log} holds the run so far (`pardash report` or `pardash replay` reads it)" if log else ""))  # fmt: skip
     if viewer.refused:
         return f"{hub} refuses this viewer: {viewer.refused}"
     live = "is the run still live? (`pardash ps`)"

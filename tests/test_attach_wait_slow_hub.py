@@ -37,3 +37,28 @@ def test_attach_wait_by_run_id_waits_for_a_hub_slow_to_answer(tmp_path):
         for proc in (att, hub):
             if proc is not None:
                 terminate(proc)
+
+
+def test_attach_wait_says_a_hub_killed_as_it_waited_is_gone(tmp_path):
+    # Review 332: its dropped connection read "refuses this viewer: it has CURVE keys and this
+    # viewer has none ... or what listens there is not a pardash hub".
+    log = tmp_path / "gone.jsonl"
+    hub, _info = hub_alone(log, "gone-run")
+    att = None
+    try:
+        hub.send_signal(signal.SIGSTOP)
+        att = subprocess.Popen([sys.executable, "-m", "pardash", "attach", "--headless", "--every", "1", "--wait", "gone-run"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env())  # fmt: skip
+        first = att.stderr.readline()
+        assert first.endswith(" to answer...\n"), first
+        hub.send_signal(signal.SIGKILL)
+        hub.wait(30)
+        _, err = att.communicate(timeout=60)
+        assert att.returncode == 2, err
+        assert err.strip().endswith(f"the hub of run gone-run is gone: its process (pid {hub.pid}) ended before it answered this viewer; "
+                                    f"its log {log} holds the run so far (`pardash report` or `pardash replay` reads it)"), err
+        assert "CURVE" not in err, err
+    finally:
+        for proc in (att, hub):
+            if proc is not None:
+                terminate(proc)
