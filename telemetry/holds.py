@@ -19,7 +19,7 @@ verdict says them, and its lead is never HOLD_FACTOR steps: the others' steps wa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .schema import Verdict
@@ -114,16 +114,18 @@ class HoldWatch:
             if len(r.busy) > BUSY_KEPT:
                 del r.busy[next(iter(r.busy))]
 
-    def window(self, steps: Sequence[int], selfs: dict[int, list], data: dict[int, list], loader: dict[int, list],
-               wall_s: float | None, skip: set[int], now: float) -> list[Verdict]:  # fmt: skip
-        """Of the window of ``steps``: each rank's self times, data and DataLoader times, in step
-        order (None where not measured; ``loader`` of the ranks that measure one), the ranks'
-        wall step time, the ranks not judged (stragglers), the ranks' clock now."""
+    def window(self, steps: Sequence[int], candidates: Iterable[int], selfs: dict[int, list], data: dict[int, list],
+               loader: dict[int, list], wall_s: float | None, skip: set[int], now: float) -> list[Verdict]:  # fmt: skip
+        """Of the window of ``steps``: the ranks that may have held the others (a step of
+        HOLD_MIN_S or more), each rank's self times, data and DataLoader times, in step order
+        (None where not measured; ``loader`` of the ranks that measure one), the ranks' wall step
+        time, the ranks not judged (stragglers), the ranks' clock now."""
         bar = max(HOLD_MIN_S, HOLD_FACTOR * (wall_s or 0.0))
         out: list[Verdict] = []
-        for rank, xs in selfs.items():
-            if rank in skip or max((x for x in xs if x is not None), default=0.0) < bar:
+        for rank in candidates:
+            if rank in skip:
                 continue
+            xs = selfs[rank]
             r = self._ranks.get(rank)
             for i, x in enumerate(xs):
                 if x is None or x < bar:

@@ -65,7 +65,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from .holds import HoldWatch
+from .holds import HOLD_MIN_S, HoldWatch
 from .schema import Step, Verdict
 from .state import RunState, median_small
 from .summary import is_pipeline
@@ -335,7 +335,7 @@ class StragglerDetector:
         at_loader = {r: list(map(self._ranks[r].loader_s.pop, steps, repeat(None))) for r in ended if self._ranks[r].loader_s}
         wall_s = statistics.median(self._wall) if self._wall else None
         named = {r for r in ended if state.ranks[r].straggler is not None}
-        return self.holds.window(steps, at_self, at_data, at_loader, wall_s, named, state.t_last)
+        return self.holds.window(steps, ended, at_self, at_data, at_loader, wall_s, named, state.t_last)
 
     def _score(self, state: RunState, live: list[int], steps: range, said: dict[int, bool], abs_s: float,
                wall_s: float | None = None) -> list[Verdict]:  # fmt: skip
@@ -352,6 +352,8 @@ class StragglerDetector:
         at_data: dict[int, list] = {}
         at_loader: dict[int, list] = {}
         """Each rank's times in step order (None: not measured), for the holds (HoldWatch)."""
+        held: list[int] = []
+        """The ranks with a step of HOLD_MIN_S or more in the window: the holds' candidates."""
         for r in live:
             w = self._ranks[r]
             at_self[r] = xs = list(map(w.self_s.pop, steps, repeat(None)))
@@ -360,6 +362,8 @@ class StragglerDetector:
             comm_s = [x for x in map(w.comm_s.pop, steps, repeat(None)) if x is not None] if w.comm_s else ()
             if w.loader_s:
                 at_loader[r] = ls = list(map(w.loader_s.pop, steps, repeat(None)))
+            if self_s and max(self_s) >= HOLD_MIN_S:
+                held.append(r)
             if len(self_s) < enough:
                 continue
             score[r] = median(self_s)
@@ -493,7 +497,7 @@ class StragglerDetector:
         # (a rank named a straggler: its episode is its verdict's; one flagged in this window, not
         # named, may hold the others besides, as the report counts it)
         stragglers = {r for r in score if said.get(r, state.ranks[r].straggler is not None)}
-        out.extend(self.holds.window(steps, at_self, at_data, at_loader, wall_s, stragglers, state.t_last))
+        out.extend(self.holds.window(steps, held, at_self, at_data, at_loader, wall_s, stragglers, state.t_last))
         if len(calm_scores) >= 2:
             med = statistics.median(calm_scores)
             self._noise.append(statistics.median([abs(v - med) for v in calm_scores]))
