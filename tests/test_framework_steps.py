@@ -17,8 +17,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from helpers import pardash_env, terminate, wait_for
+from instrumented import Recording, instrumented
 from pardash.telemetry import schema
 from pardash.telemetry.hub import _progress
 from pardash.telemetry.hubcore import HubCore
@@ -150,6 +152,52 @@ def test_a_total_said_once_training_began_reaches_the_hub_ps_attach_lines_log_an
     assert any(left is not None and left > 0 for left in lefts)
 
 
+class _Hellos(Recording):
+    """A reporter that keeps the hellos too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hellos: list[dict] = []
+
+    def hello(self, **fields) -> bool:
+        self.hellos.append(fields)
+        return True
+
+
+def test_a_resume_whose_checkpoint_holds_no_count_goes_on_from_the_frameworks_global_step(tmp_path, monkeypatch):
+    # Hugging Face's optimizer.pt under SGD without momentum holds no step count (its global
+    # step is in trainer_state.json): the steps counted from 1, and a resume from step 20 to 25
+    # ended at "step 5/25"
+    (tmp_path / "transformers").mkdir()
+    (tmp_path / "transformers" / "__init__.py").write_text("")
+    (tmp_path / "transformers" / "trainer_callback.py").write_text(STAND_IN_HANDLER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n.split(".")[0] == "transformers"]:
+        monkeypatch.delitem(sys.modules, name)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "optimizer.pt")
+    rep = _Hellos()
+    try:
+        with instrumented(rep) as inst:
+            opt.load_state_dict(torch.load(tmp_path / "optimizer.pt")["optimizer"])
+            from transformers.trainer_callback import CallbackHandler
+
+            state = type("TrainerState", (), {"global_step": 20, "max_steps": 25})()
+            CallbackHandler().on_train_begin(None, state, None)
+            for _ in range(5):
+                model(torch.randn(8, 4)).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+            inst.finish()
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "transformers"]:
+            del sys.modules[name]
+    assert [s["step"] for s in rep.steps] == [21, 22, 23, 24, 25]
+    assert [f.get("step") for name, f in rep.events if name == "resume"][-1] == 20
+    assert rep.hellos[-1]["config"]["total_steps"] == 25
+
+
 class _Hf:
     def __init__(self, max_steps):
         self.max_steps = max_steps
@@ -270,9 +318,10 @@ class Data(torch.utils.data.Dataset):
 
 args = TrainingArguments(output_dir="out", per_device_train_batch_size=16, gradient_accumulation_steps=int(os.environ["ACC"]),
                          max_steps=int(os.environ.get("MAX_STEPS", "-1")), num_train_epochs=float(os.environ.get("EPOCHS", "1")),
-                         use_cpu=True, report_to=[], disable_tqdm=True, save_strategy="no", learning_rate=1e-3)
+                         use_cpu=True, report_to=[], disable_tqdm=True, save_strategy="steps" if os.environ.get("SAVE") else "no",
+                         save_steps=int(os.environ.get("SAVE", "500")), optim=os.environ.get("OPTIM", "adamw_torch"), learning_rate=1e-3)
 trainer = Trainer(model=Model(), args=args, train_dataset=Data())
-trainer.train()
+trainer.train(resume_from_checkpoint=os.environ.get("RESUME") or None)
 print(f"[global_step] rank {os.environ['RANK']} {trainer.state.global_step}", flush=True)
 '''
 
@@ -311,8 +360,12 @@ def test_lightning_says_its_steps_as_its_global_step_counts_them(tmp_path):
 
 def test_hugging_faces_trainer_says_its_steps_as_its_global_step_counts_them(tmp_path):
     pytest.importorskip("transformers")
-    theirs, total, out = _run_framework(tmp_path, HF_SCRIPT, ACC="2", MAX_STEPS="12")
+    theirs, total, out = _run_framework(tmp_path, HF_SCRIPT, ACC="2", MAX_STEPS="12", SAVE="6", OPTIM="sgd")
     assert theirs == [12, 12] and total == 12 and _last_line_step(out) == "12/12"
+    # resumed at step 6 (SGD's optimizer.pt holds no count: the framework's own count says it)
+    theirs, total, out = _run_framework(tmp_path, HF_SCRIPT, ACC="2", MAX_STEPS="16", OPTIM="sgd", RESUME="out/checkpoint-6")
+    assert theirs == [16, 16] and total == 16 and _last_line_step(out) == "16/16"
+    assert build_report(str(tmp_path / "run.jsonl"))["steps"] == 10
     # num_train_epochs, no max_steps: 20 batches a rank an epoch, 2 a step
     theirs, total, out = _run_framework(tmp_path, HF_SCRIPT, ACC="2", EPOCHS="1.5")
     assert theirs == [15, 15] and total == 15 and _last_line_step(out) == "15/15"

@@ -22,7 +22,9 @@ What is read, when training begins (on every rank):
   pardash's, counts optimizer steps, and a resume's goes on from the checkpoint's).
 
 Both are the step number the run ends at, a resume's steps included: the instrument's count goes
-on from a resumed checkpoint's (see :mod:`pardash.trainer.loads`). No total where the framework
+on from a resumed checkpoint's (see :mod:`pardash.trainer.loads`), and from the framework's own
+global step as its training begins where that says otherwise (a checkpoint whose count the
+instrument could not read). No total where the framework
 has none to say (Lightning's ``max_steps=-1`` with ``max_epochs=-1``, an iterable dataset with no
 length: -1 or inf), where a version lacks what is read, or where reading it fails: the run is
 shown as it was without this. Accelerate plans no steps of its own. Nothing is imported: each
@@ -108,7 +110,7 @@ class Frameworks:
             """pardash's: says the steps this fit will take to the run's viewers (no state)."""
 
             def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-                says(lightning_steps, trainer)
+                says(lightning_steps, trainer, getattr(trainer, "global_step", None))
 
             def __reduce__(self) -> Any:
                 return (base, ())  # a copy or a pickle (a spawned process's trainer) is a plain Callback
@@ -124,18 +126,37 @@ class Frameworks:
     def _wrap_train_begin(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def on_train_begin(handler: Any, args: Any, state: Any, *rest: Any, **kwargs: Any) -> Any:
             control = original(handler, args, state, *rest, **kwargs)
-            self._framework_says(hf_steps, state)
+            self._framework_says(hf_steps, state, getattr(state, "global_step", None))
             return control
 
         return on_train_begin
 
     @_guarded
-    def _framework_says(self, steps_of: Callable[[Any], int | None], source: Any) -> None:
+    def _framework_says(self, steps_of: Callable[[Any], int | None], source: Any, done: Any) -> None:
+        """As the framework's training begins: its steps done so far (``done``, its global step)
+        and the steps it plans (``steps_of(source)``)."""
+        self._goes_on_from(done)
         try:
             total = steps_of(source)
         except Exception:  # (another version, without what is read: no total, as without pardash)
             total = None
         self.plan_steps(total)
+
+    def _goes_on_from(self, done: Any) -> None:
+        """The framework's own count of the steps done as its training begins (a resume's: its
+        checkpoint's global step): where this process's steps go on from, while none was taken
+        here, so that pardash's step numbers are the framework's, which its planned steps count
+        to. The optimizer's state a Hugging Face resume loads holds no count under SGD without
+        momentum (its global step is in trainer_state.json, which no ``torch.load`` reads): the
+        steps counted from 1, and a resume from step 20 to 70 ended at "step 50/70". A ``resume``
+        event says the step they go on from."""
+        if isinstance(done, bool) or not isinstance(done, int) or done < 0 or self._posts or self._explicit or done == self.step:
+            return
+        self.step = self._step_base = done
+        self.reporter.last_step = done
+        # (after the load's "no step count ..., steps count from 1", where it said that: the
+        # viewers count a rank not stepped yet at the step its latest resume says)
+        self.reporter.event("resume", message=f"step {done} (the framework's own count)", step=done)
 
     @_guarded
     def plan_steps(self, total: int | None) -> None:
