@@ -10,10 +10,11 @@ HOLD_FACTOR of the ranks' wall step time or more held the others that long (the 
 ``report._holds``, which imports these constants).
 
 Said as a ``held`` verdict: the first of a rank as it is found, the next ones gathered into one
-line at most every HOLD_SAY_S. Not said: a pause its own checkpoint save or evaluation made
-(its ``checkpoint``/``eval`` line says how long that took; only what the rank spent past it,
-an upload after the save, is), one the liveness rule said was a stall (its "stalled" and
-"resumed" said it: ``note_stall``), and a straggler's steps (its own
+line at most every HOLD_SAY_S. A rank's own checkpoint save or evaluation is in no step (the
+zero-code hooks and the bundled trainer leave its time out; its ``checkpoint``/``eval`` line
+says how long it took): what the rank did right after it, an upload of the checkpoint, is a
+hold said so. Not said: a pause the liveness rule said was a stall (its "stalled" and "resumed"
+said it: ``note_stall``), and a straggler's steps (its own
 verdict says them, and its lead is never HOLD_FACTOR steps: the others' steps wait it out).
 """
 
@@ -35,7 +36,8 @@ later one no sooner than the second after the last, of the holds since its last.
 STEPS_NAMED = 5
 """Steps a gathered line names; "and N more" after them."""
 BUSY = {"checkpoint": "checkpoint", "eval": "evaluation", "resume": "resume"}
-"""Events of a rank's own pause between steps, said by their own lines with how long they took."""
+"""Events of a rank's own pause between steps, said by their own lines with how long they took
+(in no step's time)."""
 BUSY_KEPT = 8
 """A rank's latest such events kept."""
 
@@ -134,13 +136,9 @@ class HoldWatch:
                 step = steps[i]
                 if nxt is None or (lead := x - nxt) < bar or (rank, step - 1) in self._stalls or (rank, step) in self._stalls:
                     continue
-                busy = None
-                if r is not None:
-                    busy = next(((s, *r.busy[s]) for s in (step - 1, step) if s in r.busy), None)
-                if busy is not None:
-                    lead -= busy[2]  # (the save's or evaluation's own time: its line says it)
-                    if lead < bar:
-                        continue
+                # (right after its own save or evaluation: their time is in no step, the hooks
+                # and the bundled trainer leave it out, so the lead is what it did after it)
+                busy = next(((s, *r.busy[s]) for s in (step - 1, step) if s in r.busy), None) if r is not None else None
                 if r is None:
                     r = self._ranks[rank] = _Rank()
                 d = data.get(rank)
