@@ -204,8 +204,9 @@ class _Hf:
 
 
 class _Pl:
-    def __init__(self, max_steps=-1, estimated=None, loaded=True, optimizers=1, manual=False, raises=False):
+    def __init__(self, max_steps=-1, estimated=None, loaded=True, optimizers=1, manual=False, raises=False, global_step=0):
         self.max_steps = max_steps
+        self.global_step = global_step
         self._estimated = estimated
         self.train_dataloader = object() if loaded else None
         self.optimizers = [object()] * optimizers
@@ -236,6 +237,12 @@ class _Pl:
 )
 def test_lightnings_planned_steps(trainer, total):
     assert frameworks.lightning_steps(trainer) == total
+
+
+@pytest.mark.parametrize("trainer, done", [(_Pl(global_step=20), 20), (_Pl(global_step=20, optimizers=2), None), (object(), None)])
+def test_lightnings_steps_done(trainer, done):
+    # (several optimizers: its global_step counts each one's steps, pardash a round of them)
+    assert frameworks.lightning_done(trainer) == done
 
 
 @pytest.mark.parametrize("value, total", [(_Hf(60), 60), (_Hf(-1), None), (_Hf(0), None), (object(), None)])

@@ -9,8 +9,8 @@ run's planned steps, as they take the bundled trainer's (``summary.total_steps``
 
 What is read, when training begins (on every rank):
 
-- Lightning (``lightning.pytorch`` or ``pytorch_lightning``): a callback of pardash's, added to
-  each ``Trainer`` as it is made (a new list: the script's own is left as it was), reads at
+- Lightning (``lightning.pytorch`` or ``pytorch_lightning``): a callback of pardash's, put first
+  in each ``Trainer``'s as it is made (a new list: the script's own is left as it was), reads at
   ``on_train_start`` (data set up, a checkpoint's ``global_step`` restored) the optimizer steps
   the fit will end at: ``trainer.estimated_stepping_batches`` (``max_steps``, or what
   ``max_epochs`` come to with gradient accumulation, whichever is first); ``max_steps`` alone
@@ -24,10 +24,9 @@ What is read, when training begins (on every rank):
 Both are the step number the run ends at, a resume's steps included: the instrument's count goes
 on from a resumed checkpoint's (see :mod:`pardash.trainer.loads`), and from the framework's own
 global step as its training begins where that says otherwise (a checkpoint whose count the
-instrument could not read). No total where the framework
-has none to say (Lightning's ``max_steps=-1`` with ``max_epochs=-1``, an iterable dataset with no
-length: -1 or inf), where a version lacks what is read, or where reading it fails: the run is
-shown as it was without this. Accelerate plans no steps of its own. Nothing is imported: each
+instrument could not read). No total where the framework has none to say (Lightning's
+``max_steps=-1`` with ``max_epochs=-1``, an iterable dataset with no length: -1 or inf), where a
+version lacks what is read, or where reading it fails: the run is shown as it was without this. Accelerate plans no steps of its own. Nothing is imported: each
 framework is watched once the script imports it (:func:`pardash.trainer.imported.once_imported`).
 """
 
@@ -73,6 +72,14 @@ def lightning_steps(trainer: Any) -> int | None:
         return planned(getattr(trainer, "max_steps", None))
 
 
+def lightning_done(trainer: Any) -> int | None:
+    """A Lightning ``trainer``'s steps done as its fit begins (its ``global_step``: a resume's),
+    where they count as pardash's do: None with several optimizers (each one's step counts)."""
+    if len(getattr(trainer, "optimizers", None) or ()) > 1:
+        return None
+    return getattr(trainer, "global_step", None)
+
+
 def hf_steps(state: Any) -> int | None:
     """The optimizer steps a Hugging Face ``TrainerState`` says its training ends at."""
     return planned(getattr(state, "max_steps", None))
@@ -110,7 +117,7 @@ class Frameworks:
             """pardash's: says the steps this fit will take to the run's viewers (no state)."""
 
             def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-                says(lightning_steps, trainer, getattr(trainer, "global_step", None))
+                says(lightning_steps, trainer, lightning_done(trainer))
 
             def __reduce__(self) -> Any:
                 return (base, ())  # a copy or a pickle (a spawned process's trainer) is a plain Callback
@@ -171,15 +178,15 @@ class Frameworks:
 
 
 def _with_callback(callback: type, init: Callable[..., Any]) -> Callable[..., Any]:
-    """Lightning's ``Trainer.__init__``, then a ``callback`` of pardash's added to the trainer's
-    callbacks (as a new list: the script's own list is not changed)."""
+    """Lightning's ``Trainer.__init__``, then a ``callback`` of pardash's put first in the
+    trainer's callbacks (a new list: the script's own list is not changed)."""
 
     def __init__(trainer: Any, *args: Any, **kwargs: Any) -> None:
         init(trainer, *args, **kwargs)
         try:
             callbacks = trainer.callbacks
             if not any(type(c) is callback for c in callbacks):  # (a subclass's __init__ calls ours once more)
-                trainer.callbacks = [*callbacks, callback()]
+                trainer.callbacks = [callback(), *callbacks]  # (first: Lightning keeps its checkpoints' last)
         except Exception:
             pass  # (another version: no total, the trainer as it was)
 
