@@ -61,8 +61,10 @@ class _Rank:
     since: int = 0
     """The step of its last hold said."""
     steps: list[int] = field(default_factory=list)
-    """Its holds since its last line (steps, and their leads in ``leads``)."""
+    """Its holds since its last line (steps, and their leads in ``leads``, and the event each
+    came right after, if one did, in ``after``)."""
     leads: list[float] = field(default_factory=list)
+    after: list[str | None] = field(default_factory=list)
     busy: dict[int, tuple[str, float]] = field(default_factory=dict)
     """Step -> (event name, seconds it took) of its latest BUSY events."""
 
@@ -150,6 +152,7 @@ class HoldWatch:
                 else:
                     r.steps.append(step)
                     r.leads.append(lead)
+                    r.after.append(busy[1] if busy is not None else None)
         for rank, r in self._ranks.items():
             if r.steps and now - r.said_t >= HOLD_SAY_S[min(r.lines, 2) - 1]:
                 out.append(self._more(rank, r, now))
@@ -174,10 +177,10 @@ class HoldWatch:
     @staticmethod
     def _more(rank: int, r: _Rank, now: float) -> Verdict:
         """The line of its holds since its last, which it then forgets."""
-        steps, leads = r.steps, sorted(r.leads)
+        steps, leads, after = r.steps, sorted(r.leads), set(r.after)
         since = r.since
         r.said_t, r.since, r.lines = now, steps[-1], r.lines + 1
-        r.steps, r.leads = [], []
+        r.steps, r.leads, r.after = [], [], []
         gaps = {b - a for a, b in zip([since, *steps], steps)}
         every = f" (every {gaps.pop()} steps)" if len(gaps) == 1 else ""
         n = len(steps)
@@ -185,4 +188,6 @@ class HoldWatch:
             said = f"once more, {leads[0]:.2f} s at step {steps[0]} ({steps[0] - since} steps after step {since})"
         else:
             said = f"{n} more times since step {since}, at steps {steps_named(steps)}{every}, {leads[n // 2]:.2f} s each, {sum(leads):.2f} s in all"
+        if len(after) == 1 and (name := after.pop()) is not None:
+            said += f", {'' if n == 1 else 'each '}right after its {BUSY[name]}: in its own code after it" + (", e.g. an upload" if name == "checkpoint" else "")
         return Verdict(rank=rank, verdict="held", cost_s=sum(leads), step=steps[-1], message=f"rank {rank} held the others {said}")

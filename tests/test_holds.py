@@ -84,6 +84,11 @@ def test_what_a_rank_does_right_after_its_own_save_is_said_so():
         "rank 0 held the others 3.50 s at step 101 (its steps take 15.0 ms), right after its checkpoint at step 100 (1.00 s, said "
         "apart): in its own code after it, e.g. an upload"
     ]
+    # An upload after every save from step 100 on: the gathered lines say so of them all.
+    uploads = [(s, 0, schema.Event(rank=0, name="checkpoint", step=s, duration_s=0.5, message="/ckpt")) for s in range(50, 801, 50)]
+    held = _run(800, lambda r, s: 2.0 if r == 0 and s % 50 == 1 and s > 100 else 0.0, events=uploads)
+    assert held[1].message == ("rank 0 held the others 4 more times since step 101, at steps 151, 201, 251, 301 (every 50 steps), "
+                               "2.00 s each, 8.00 s in all, each right after its checkpoint: in its own code after it, e.g. an upload")
 
 
 def test_a_pause_long_enough_to_be_a_stall_is_the_stalls_and_a_straggler_holds_no_one():
