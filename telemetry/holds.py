@@ -9,13 +9,14 @@ by one: a rank whose self time at a step leads the next slowest rank's by HOLD_M
 HOLD_FACTOR of the ranks' wall step time or more held the others that long (the report's rule,
 ``report._holds``, which imports these constants).
 
-Said as a ``held`` verdict: the first of a rank as it is found, the next ones gathered into one
-line at most every HOLD_SAY_S. A rank's own checkpoint save or evaluation is in no step (the
-zero-code hooks and the bundled trainer leave its time out; its ``checkpoint``/``eval`` line
-says how long it took): what the rank did right after it, an upload of the checkpoint, is a
-hold said so. Not said: a pause the liveness rule said was a stall (its "stalled" and "resumed"
-said it: ``note_stall``), and a straggler's steps (its own
-verdict says them, and its lead is never HOLD_FACTOR steps: the others' steps wait it out).
+Said as a ``held_up`` verdict (not "held": that is a rank's memory figure): the first of a rank
+as it is found, the next ones gathered into one line at most every HOLD_SAY_S. A rank's own
+checkpoint save or evaluation is in no step (the zero-code hooks and the bundled trainer leave
+its time out; its ``checkpoint``/``eval`` line says how long it took): what the rank did right
+after it, an upload of the checkpoint, is a hold said so. Not said: a pause the liveness rule
+said was a stall (its "stalled" and "resumed" said it: ``note_stall``), and a named straggler's
+steps (its own verdict says them; its steady lead is never HOLD_FACTOR steps, the others' steps
+wait it out).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ HOLD_SAY_S = (10.0, 60.0)
 """Of a rank that holds the others again and again, its second line no sooner than the first of
 these after its first (seconds of the ranks' clock: soon, to show whether they repeat), each
 later one no sooner than the second after the last, of the holds since its last."""
+GROWING = 1.1
+"""Holds each this much longer than the one before read as growing (said so, not a median)."""
 STEPS_NAMED = 5
 """Steps a gathered line names; "and N more" after them."""
 BUSY = {"checkpoint": "checkpoint", "eval": "evaluation", "resume": "resume"}
@@ -66,7 +69,16 @@ class _Rank:
     leads: list[float] = field(default_factory=list)
     after: list[str | None] = field(default_factory=list)
     busy: dict[int, tuple[str, float]] = field(default_factory=dict)
-    """Step -> (event name, seconds it took) of its latest BUSY events."""
+    """Step -> (event name, seconds it took) of its latest BUSY events (a checkpoint over an
+    evaluation at the same step: what came right after is more likely its upload)."""
+
+
+def _busy_before(r: _Rank, step: int) -> tuple[int, str, float] | None:
+    """(step, event name, seconds) of the rank's own save or evaluation right before ``step``."""
+    for at in (step - 1, step):
+        if at in r.busy:
+            return (at, *r.busy[at])
+    return None
 
 
 def where_held(lead: float, data_s: float | None, loader_s: float | None) -> str:
@@ -86,7 +98,7 @@ def steps_named(steps: list[int]) -> str:
 
 
 class HoldWatch:
-    """Fed each scored window's steps by the straggler detector; gives ``held`` verdicts."""
+    """Fed each scored window's steps by the straggler detector; gives ``held_up`` verdicts."""
 
     def __init__(self) -> None:
         self._ranks: dict[int, _Rank] = {}
@@ -113,7 +125,8 @@ class HoldWatch:
         r = self._ranks.get(rank)
         if r is None:
             r = self._ranks[rank] = _Rank()
-        if said.step not in r.busy:
+        known = r.busy.get(said.step)
+        if known is None or (known[0] != "checkpoint" and said.name == "checkpoint"):
             r.busy[said.step] = (said.name, said.duration_s or 0.0)
             if len(r.busy) > BUSY_KEPT:
                 del r.busy[next(iter(r.busy))]
@@ -140,7 +153,7 @@ class HoldWatch:
                     continue
                 # (right after its own save or evaluation: their time is in no step, the hooks
                 # and the bundled trainer leave it out, so the lead is what it did after it)
-                busy = next(((s, *r.busy[s]) for s in (step - 1, step) if s in r.busy), None) if r is not None else None
+                busy = _busy_before(r, step) if r is not None else None
                 if r is None:
                     r = self._ranks[rank] = _Rank()
                 d = data.get(rank)
@@ -171,13 +184,14 @@ class HoldWatch:
                     + (", e.g. an upload" if name == "checkpoint" else ""))  # fmt: skip
         else:
             what = WHERE[where]
-        return Verdict(rank=rank, verdict="held", cause=where if busy is None else busy[1], cost_s=lead, step=step,
-                       message=f"rank {rank} held the others {lead:.2f} s at step {step}{steps_take}, {what}")  # fmt: skip
+        return Verdict(rank=rank, verdict="held_up", cause=where if busy is None else busy[1], cost_s=lead, step=step,
+                       message=f"rank {rank} held the others up {lead:.2f} s at step {step}{steps_take}, {what}")  # fmt: skip
 
     @staticmethod
     def _more(rank: int, r: _Rank, now: float) -> Verdict:
         """The line of its holds since its last, which it then forgets."""
-        steps, leads, after = r.steps, sorted(r.leads), set(r.after)
+        steps, in_order, after = r.steps, r.leads, set(r.after)
+        leads = sorted(in_order)
         since = r.since
         r.said_t, r.since, r.lines = now, steps[-1], r.lines + 1
         r.steps, r.leads, r.after = [], [], []
@@ -187,7 +201,10 @@ class HoldWatch:
         if n == 1:
             said = f"once more, {leads[0]:.2f} s at step {steps[0]} ({steps[0] - since} steps after step {since})"
         else:
-            said = f"{n} more times since step {since}, at steps {steps_named(steps)}{every}, {leads[n // 2]:.2f} s each, {sum(leads):.2f} s in all"
+            # (pauses that grow, 0.3 s then 1.5 s, read as a median "0.9 s each", review 333)
+            growing = n >= 3 and all(b > a * GROWING for a, b in zip(in_order, in_order[1:]))
+            each = f"growing from {in_order[0]:.2f} s to {in_order[-1]:.2f} s" if growing else f"{leads[n // 2]:.2f} s each"
+            said = f"{n} more times since step {since}, at steps {steps_named(steps)}{every}, {each}, {sum(leads):.2f} s in all"
         if len(after) == 1 and (name := after.pop()) is not None:
             said += f", {'' if n == 1 else 'each '}right after its {BUSY[name]}: in its own code after it" + (", e.g. an upload" if name == "checkpoint" else "")
-        return Verdict(rank=rank, verdict="held", cost_s=sum(leads), step=steps[-1], message=f"rank {rank} held the others {said}")
+        return Verdict(rank=rank, verdict="held_up", cost_s=sum(leads), step=steps[-1], message=f"rank {rank} held the others up {said}")

@@ -49,7 +49,7 @@ def _run(steps: int, pause_at, *, ranks: int = 2, step_s: float = 0.015, events=
             st.apply(schema.Verdict(rank=r, verdict="finished", t=t), t)
         for v in det.update(st, t + 1):
             out.append(v)
-    return [v for v in out if v.verdict == "held"]
+    return [v for v in out if v.verdict == "held_up"]
 
 
 def every_60(rank: int, step: int) -> float:
@@ -60,14 +60,23 @@ def test_a_rank_that_now_and_then_pauses_is_said_as_it_goes_then_in_gathered_lin
     # A rank pausing 1.5 s every 60 steps cost the job 58% of its time; nothing said it live.
     held = _run(1200, every_60)
     assert [v.message for v in held[:2]] == [
-        "rank 1 held the others 1.50 s at step 61 (its steps take 15.0 ms), in its own code between steps (not its DataLoader)",
-        "rank 1 held the others 4 more times since step 61, at steps 121, 181, 241, 301 (every 60 steps), 1.50 s each, 6.00 s in all",
+        "rank 1 held the others up 1.50 s at step 61 (its steps take 15.0 ms), in its own code between steps (not its DataLoader)",
+        "rank 1 held the others up 4 more times since step 61, at steps 121, 181, 241, 301 (every 60 steps), 1.50 s each, 6.00 s in all",
     ]
     assert all(v.rank == 1 for v in held) and held[0].cause == "own work" and held[0].cost_s == 1.5
     # Every hold is said once, the last ones as the job ends; the later lines a minute apart.
     said = [1] + [int(v.message.split(" more times")[0].rsplit(" ", 1)[1]) for v in held[1:]]
     assert sum(said) == 19 == len([s for s in range(1, 1201) if every_60(1, s)])
     assert len(held) == 3
+
+
+def test_pauses_that_grow_are_said_growing_not_as_their_median():
+    # Review 333: 0.3, 0.6, 0.9, 1.2, 1.5 s read "1.20 s each".
+    grows = {60 * k + 1: 0.3 * k for k in range(1, 7)}
+    held = _run(420, lambda r, s: grows.get(s, 0.0) if r == 1 else 0.0)
+    assert held[0].message.startswith("rank 1 held the others up 0.30 s at step 61 "), held[0].message
+    assert [v.message for v in held[1:]] == ["rank 1 held the others up 5 more times since step 61, at steps 121, 181, 241, 301, 361 "
+                                             "(every 60 steps), growing from 0.60 s to 1.80 s, 6.00 s in all"]
 
 
 def test_what_a_rank_does_right_after_its_own_save_is_said_so():
@@ -81,13 +90,13 @@ def test_what_a_rank_does_right_after_its_own_save_is_said_so():
     saving = [(s, 0, schema.Heartbeat(rank=0, step=s, phase="checkpoint", seq=s)) for s in (50, 100)]
     held = _run(200, after_save, events=saving + saves)
     assert [v.message for v in held] == [
-        "rank 0 held the others 3.50 s at step 101 (its steps take 15.0 ms), right after its checkpoint at step 100 (1.00 s, said "
+        "rank 0 held the others up 3.50 s at step 101 (its steps take 15.0 ms), right after its checkpoint at step 100 (1.00 s, said "
         "apart): in its own code after it, e.g. an upload"
     ]
     # An upload after every save from step 100 on: the gathered lines say so of them all.
     uploads = [(s, 0, schema.Event(rank=0, name="checkpoint", step=s, duration_s=0.5, message="/ckpt")) for s in range(50, 801, 50)]
     held = _run(800, lambda r, s: 2.0 if r == 0 and s % 50 == 1 and s > 100 else 0.0, events=uploads)
-    assert held[1].message == ("rank 0 held the others 4 more times since step 101, at steps 151, 201, 251, 301 (every 50 steps), "
+    assert held[1].message == ("rank 0 held the others up 4 more times since step 101, at steps 151, 201, 251, 301 (every 50 steps), "
                                "2.00 s each, 8.00 s in all, each right after its checkpoint: in its own code after it, e.g. an upload")
 
 
@@ -123,8 +132,8 @@ def test_a_launch_says_a_rank_that_held_the_others_as_its_report_does(tmp_path: 
         cwd=tmp_path, env=pardash_env(PARDASH_REGISTRY_DIR=str(tmp_path / "registry")), capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    held = [line for line in proc.stdout.splitlines() if line.startswith("[held]")]
-    assert held and held[0].startswith("[held] rank 1 held the others 1."), proc.stdout
+    held = [line for line in proc.stdout.splitlines() if line.startswith("[held_up]")]
+    assert held and held[0].startswith("[held_up] rank 1 held the others up 1."), proc.stdout
     assert " at step 31 (its steps take " in held[0] and held[0].endswith("between steps (loading data or its own work)"), held
     # The holds the report finds in the log are those said live (the first, then the rest gathered).
     (hold,) = build_report(str(log))["holds"]

@@ -28,7 +28,7 @@ from ..styles import CachedStyles, component_fg
 
 VERDICT_STYLES = {
     "straggler": "warn",
-    "held": "warn",
+    "held_up": "warn",
     "stalled": "warn",
     "not_sharding": "warn",
     "silent": "bad",
