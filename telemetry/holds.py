@@ -49,6 +49,7 @@ WHERE = {
     "dataloader": "in its DataLoader",
     "data": "between steps (loading data or its own work)",
     "step": "in its step's own work",
+    "after": "past its step's first collective (in its backward or optimizer step, or between them)",
 }
 """Where a hold's time went, as the held verdicts and the report's "held up" lines say it."""
 
@@ -132,44 +133,66 @@ class HoldWatch:
                 del r.busy[next(iter(r.busy))]
 
     def window(self, steps: Sequence[int], candidates: Iterable[int], selfs: dict[int, list], data: dict[int, list],
-               loader: dict[int, list], wall_s: float | None, skip: set[int], now: float) -> list[Verdict]:  # fmt: skip
+               loader: dict[int, list], wall_s: float | None, skip: set[int], now: float,
+               comms: dict[int, list] | None = None) -> list[Verdict]:  # fmt: skip
         """Of the window of ``steps``: the ranks that may have held the others (a step of
         HOLD_MIN_S or more), each rank's self times, data and DataLoader times, in step order
         (None where not measured; ``loader`` of the ranks that measure one), the ranks' wall step
-        time, the ranks not judged (stragglers), the ranks' clock now."""
+        time, the ranks not judged (stragglers), the ranks' clock now; ``comms``: each rank's
+        comm times in step order, where some rank waited HOLD_MIN_S or more in its collectives
+        (else None). A rank that held the others *past* its step's first collective (a pause
+        between its backward and its optimizer step: a synchronous log of the gradients' norm)
+        has no lead in self time: the others' comm less its own at the next collective is its
+        lead there (review 333: such pauses, 12 s of a 15 s run, were said nowhere)."""
         bar = max(HOLD_MIN_S, HOLD_FACTOR * (wall_s or 0.0))
         out: list[Verdict] = []
+        found: set[int] = set()
+        """The window's steps (indexes) a hold was found at: one rank a step."""
         for rank in candidates:
             if rank in skip:
                 continue
             xs = selfs[rank]
-            r = self._ranks.get(rank)
             for i, x in enumerate(xs):
                 if x is None or x < bar:
                     continue
                 nxt = max((ys[i] for q, ys in selfs.items() if q != rank and ys[i] is not None), default=None)
-                step = steps[i]
-                if nxt is None or (lead := x - nxt) < bar or (rank, step - 1) in self._stalls or (rank, step) in self._stalls:
+                if nxt is not None and x - nxt >= bar:
+                    d, ld = data.get(rank), loader.get(rank)
+                    if self._held(out, rank, steps[i], x - nxt, where_held(x - nxt, d[i] if d else None, ld[i] if ld else None),
+                                  wall_s, now):  # fmt: skip
+                        found.add(i)
+        if comms:
+            for i in range(len(steps)):
+                if i in found:
                     continue
-                # (right after its own save or evaluation: their time is in no step, the hooks
-                # and the bundled trainer leave it out, so the lead is what it did after it)
-                busy = _busy_before(r, step) if r is not None else None
-                if r is None:
-                    r = self._ranks[rank] = _Rank()
-                d = data.get(rank)
-                ld = loader.get(rank)
-                where = where_held(lead, d[i] if d else None, ld[i] if ld else None)
-                if not r.said:
-                    r.said, r.said_t, r.since, r.lines = True, now, step, 1
-                    out.append(self._first(rank, step, lead, where, busy, wall_s))
-                else:
-                    r.steps.append(step)
-                    r.leads.append(lead)
-                    r.after.append(busy[1] if busy is not None else None)
+                at = sorted((cs[i], q) for q, cs in comms.items() if cs is not None and cs[i] is not None)
+                if len(at) < 2 or at[-1][0] < bar or (lead := at[1][0] - at[0][0]) < bar or at[0][1] in skip:
+                    continue
+                self._held(out, at[0][1], steps[i], lead, "after", wall_s, now)
         for rank, r in self._ranks.items():
             if r.steps and now - r.said_t >= HOLD_SAY_S[min(r.lines, 2) - 1]:
                 out.append(self._more(rank, r, now))
         return out
+
+    def _held(self, out: list[Verdict], rank: int, step: int, lead: float, where: str, wall_s: float | None, now: float) -> bool:
+        """Note that ``rank`` held the others ``lead`` seconds at ``step`` (its first hold said
+        into ``out``, the next kept for a gathered line); False where a stall said it."""
+        if (rank, step - 1) in self._stalls or (rank, step) in self._stalls:
+            return False
+        r = self._ranks.get(rank)
+        if r is None:
+            r = self._ranks[rank] = _Rank()
+        # (right after its own save or evaluation: their time is in no step, the hooks and the
+        # bundled trainer leave it out, so the lead is what it did after it)
+        busy = _busy_before(r, step)
+        if not r.said:
+            r.said, r.said_t, r.since, r.lines = True, now, step, 1
+            out.append(self._first(rank, step, lead, where, busy, wall_s))
+        else:
+            r.steps.append(step)
+            r.leads.append(lead)
+            r.after.append(busy[1] if busy is not None else None)
+        return True
 
     def flush(self, now: float) -> list[Verdict]:
         """The holds not said yet, of every rank (the job is ending: fewer than two ranks run)."""

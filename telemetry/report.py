@@ -283,6 +283,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """rank -> its process's RSS high-water mark (System.rss_peak_bytes)."""
     arrivals = StepWaits()
     long_steps: dict[tuple[int, int], tuple[float | None, float | None, bool]] = {}
+    waited_steps: set[int] = set()
+    """Steps some rank waited HOLD_MIN_S or more in its collectives (see _holds: one held the
+    others past its first collective)."""
     """(rank, step) -> its data and DataLoader seconds, and whether it began an epoch, of steps whose own work took HOLD_MIN_S or
     more (at most HOLD_KEPT): the steps one rank may have held the others (see _holds)."""
     timeline = Timeline()
@@ -476,6 +479,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             arrivals.see(msg.step, msg.rank, msg.self_s, msg.comm_s)
             if msg.self_s is not None and msg.self_s >= HOLD_MIN_S and len(long_steps) < HOLD_KEPT:
                 long_steps[(msg.rank, msg.step)] = (msg.data_s, msg.loader_s, starts_epoch)
+            if msg.comm_s is not None and msg.comm_s >= HOLD_MIN_S and len(waited_steps) < HOLD_KEPT:
+                waited_steps.add(msg.step)
             mem = msg.mem
             if mem is not None:
                 if mem.cuda_peak_bytes is not None:
@@ -723,7 +728,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     # the job's, and only "refused by the hub 66 connection attempt(s)" hinted why.
     unheard = sorted(set(range(world)) - set(state.ranks)) if ranks else []
     median_step = _median([r["median_step_s"] for r in ranks])
-    holds = _holds(arrivals, long_steps, median_step, train_s, stragglers, {(p[0], step) for p, (step, _) in process_first.items()})
+    holds = _holds(arrivals, long_steps, median_step, train_s, stragglers, {(p[0], step) for p, (step, _) in process_first.items()},
+                   waited_steps)  # fmt: skip
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
@@ -1373,7 +1379,7 @@ HOLD_KEPT = 10_000
 
 
 def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, train_s: float, stragglers: list[dict],
-           warmup: set[tuple[int, int]] = frozenset()) -> list[dict]:
+           warmup: set[tuple[int, int]] = frozenset(), waited: set[int] = frozenset()) -> list[dict]:
     """Ranks that now and then held the others far past a step: at a step, a lead over the
     others of HOLD_MIN_S and HOLD_FACTOR median steps or more (StepWaits.gap, as a straggler's
     cost), outside that rank's straggler episodes and its processes' first steps (``warmup``:
@@ -1382,9 +1388,12 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
     review 320). By rank: {rank, count, steps (the first 20),
     every (steps between them, where alike), each_s (their median lead), total_s, share_of_train,
     where (its data phase's: "own work" out of its DataLoader, "dataloader", "data" where no
-    DataLoader was timed; else "step", the step's own work), epoch_starts (how many of the steps
+    DataLoader was timed; else "step", the step's own work; "after": past its step's first
+    collective, every one found by the others' wait there), epoch_starts (how many of the steps
     began an epoch of the rank: its DataLoader's workers started anew; only where some did)}."""
     bar = max(HOLD_MIN_S, HOLD_FACTOR * (median_step or 0.0))
+    seen: set[int] = set()
+    """Steps a hold by self time was found at: one rank a step."""
     episodes: dict[int, list[tuple[int, float]]] = {}
     for ep in stragglers:
         episodes.setdefault(ep["rank"], []).append((ep["since_step"], ep["cleared_step"] if ep["cleared_step"] is not None else math.inf))
@@ -1397,14 +1406,30 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
         if lead is not None and lead >= bar:
             by_rank.setdefault(rank, []).append((step, lead, data_s, loader_s))
             at_starts[rank] += starts_epoch
+            seen.add(step)
+    # A rank that held the others past its step's first collective (between its backward and its
+    # optimizer step) has no lead in self time: the others' wait in their comm is it (``waited``:
+    # the steps some rank waited HOLD_MIN_S or more there; review 333, said nowhere).
+    past: set[tuple[int, int]] = set()
+    for step in sorted(set(waited) - seen):
+        rank = arrivals.least_comm(step)
+        if rank is None or (rank, step) in warmup or any(lo <= step <= hi for lo, hi in episodes.get(rank, ())):
+            continue
+        lead = arrivals.gap(step, rank)
+        if lead is not None and lead >= bar:
+            by_rank.setdefault(rank, []).append((step, lead, None, None))
+            past.add((rank, step))
     out = []
     for rank, held in sorted(by_rank.items()):
+        held.sort(key=lambda h: h[0])
         steps = [s for s, *_ in held]
         gaps = {b - a for a, b in zip(steps, steps[1:])}
         leads = sorted(g for _, g, _, _ in held)
         data = [(d or 0.0, ld) for _, g, d, ld in held]
         in_data = sum(d for d, _ in data) >= sum(leads) / 2
-        if not in_data:
+        if all((rank, st) in past for st in steps):
+            where = "after"
+        elif not in_data:
             where = "step"
         elif all(ld is None for _, ld in data):
             where = "data"

@@ -333,9 +333,10 @@ class StragglerDetector:
         at_self = {r: list(map(self._ranks[r].self_s.pop, steps, repeat(None))) for r in ended}
         at_data = {r: list(map(self._ranks[r].data_s.pop, steps, repeat(None))) for r in ended}
         at_loader = {r: list(map(self._ranks[r].loader_s.pop, steps, repeat(None))) for r in ended if self._ranks[r].loader_s}
+        at_comm = {r: list(map(self._ranks[r].comm_s.pop, steps, repeat(None))) for r in ended if self._ranks[r].comm_s}
         wall_s = statistics.median(self._wall) if self._wall else None
         named = {r for r in ended if state.ranks[r].straggler is not None}
-        return self.holds.window(steps, ended, at_self, at_data, at_loader, wall_s, named, state.t_last)
+        return self.holds.window(steps, ended, at_self, at_data, at_loader, wall_s, named, state.t_last, at_comm)
 
     def _score(self, state: RunState, live: list[int], steps: range, said: dict[int, bool], abs_s: float,
                wall_s: float | None = None) -> list[Verdict]:  # fmt: skip
@@ -354,12 +355,21 @@ class StragglerDetector:
         """Each rank's times in step order (None: not measured), for the holds (HoldWatch)."""
         held: list[int] = []
         """The ranks with a step of HOLD_MIN_S or more in the window: the holds' candidates."""
+        at_comm: dict[int, list] = {}
+        waited = False
+        """Some rank waited HOLD_MIN_S or more in its collectives at a step of the window."""
         for r in live:
             w = self._ranks[r]
             at_self[r] = xs = list(map(w.self_s.pop, steps, repeat(None)))
             at_data[r] = ds = list(map(w.data_s.pop, steps, repeat(None)))
             self_s = [x for x in xs if x is not None]
-            comm_s = [x for x in map(w.comm_s.pop, steps, repeat(None)) if x is not None] if w.comm_s else ()
+            if w.comm_s:
+                at_comm[r] = cs = list(map(w.comm_s.pop, steps, repeat(None)))
+                comm_s = [x for x in cs if x is not None]
+                if comm_s and max(comm_s) >= HOLD_MIN_S:
+                    waited = True
+            else:
+                comm_s = ()
             if w.loader_s:
                 at_loader[r] = ls = list(map(w.loader_s.pop, steps, repeat(None)))
             if self_s and max(self_s) >= HOLD_MIN_S:
@@ -497,7 +507,8 @@ class StragglerDetector:
         # (a rank named a straggler: its episode is its verdict's; one flagged in this window, not
         # named, may hold the others besides, as the report counts it)
         stragglers = {r for r in score if said.get(r, state.ranks[r].straggler is not None)}
-        out.extend(self.holds.window(steps, held, at_self, at_data, at_loader, wall_s, stragglers, state.t_last))
+        out.extend(self.holds.window(steps, held, at_self, at_data, at_loader, wall_s, stragglers, state.t_last,
+                                     at_comm if waited else None))  # fmt: skip
         if len(calm_scores) >= 2:
             med = statistics.median(calm_scores)
             self._noise.append(statistics.median([abs(v - med) for v in calm_scores]))
@@ -750,6 +761,11 @@ class StepWaits:
         nor one of ``peers`` (the ranks straggling with it)."""
         top, by_self, low, by_comm = self._measures(step, {rank, *peers})
         return (by_self if top == rank else None), (by_comm if low == rank else None)
+
+    def least_comm(self, step: int) -> int | None:
+        """The rank whose comm time at ``step`` was the least (the one the others waited for in
+        their collectives, where they did); None where no comm time is known of it."""
+        return self._measures(step, ())[2]
 
     def gap(self, step: int, rank: int, peers: Iterable[int] = ()) -> float | None:
         """Seconds the others waited for ``rank`` at ``step`` (None: they waited for another

@@ -14,10 +14,12 @@ from helpers import pardash_env
 T = 1_800_000_000.0
 
 
-def _run(steps: int, pause_at, *, ranks: int = 2, step_s: float = 0.015, events=(), end: bool = True):
+def _run(steps: int, pause_at, *, ranks: int = 2, step_s: float = 0.015, events=(), end: bool = True, past: bool = False):
     """Feed a hub's detector ``steps`` steps of each rank; ``pause_at(rank, step)``: the seconds
-    that rank spent between steps before that step (the others wait them out in their comm);
-    ``events``: (step, rank, Event) applied once the step is in. Returns the held verdicts."""
+    that rank spent between steps before that step (the others wait them out in their comm;
+    ``past``: in that step past its first collective, the others waiting at a later one, its
+    self time as ever); ``events``: (step, rank, Event) applied once the step is in. Returns
+    the held verdicts."""
     st = RunState()
     det = Detector()
     out = []
@@ -33,8 +35,8 @@ def _run(steps: int, pause_at, *, ranks: int = 2, step_s: float = 0.015, events=
             out.extend(det.update(st, t + tick))
         t += step_s + longest
         for r in range(ranks):
-            own = 0.011 + pauses[r]
-            msg = schema.Step(rank=r, step=s, seq=s, t=t, step_s=step_s + longest, self_s=own, data_s=0.009 + pauses[r],
+            own = 0.011 + pauses[r] * (not past)
+            msg = schema.Step(rank=r, step=s, seq=s, t=t, step_s=step_s + longest, self_s=own, data_s=0.009 + pauses[r] * (not past),
                               loader_s=0.0005, comm_s=0.002 + longest - pauses[r])  # fmt: skip
             st.apply(msg, t)
             det.stragglers.observe(msg)
@@ -68,6 +70,16 @@ def test_a_rank_that_now_and_then_pauses_is_said_as_it_goes_then_in_gathered_lin
     said = [1] + [int(v.message.split(" more times")[0].rsplit(" ", 1)[1]) for v in held[1:]]
     assert sum(said) == 19 == len([s for s in range(1, 1201) if every_60(1, s)])
     assert len(held) == 3
+
+
+def test_a_pause_past_the_steps_first_collective_is_found_by_the_others_wait():
+    # Review 333: rank 0 logging its gradients' norm for 1 s between its backward and its
+    # optimizer step every 40 steps (12 s of a 15 s run) was said nowhere: its self time (to its
+    # first collective) had no lead; the others' comm at their next collective had it all.
+    held = _run(500, lambda r, s: 1.0 if r == 0 and s % 40 == 1 and s > 40 else 0.0, past=True)
+    assert held[0].message == ("rank 0 held the others up 1.00 s at step 41 (its steps take 15.0 ms), past its step's first collective "
+                               "(in its backward or optimizer step, or between them)")
+    assert sum(1 if " more times" not in v.message else int(v.message.split(" more times")[0].rsplit(" ", 1)[1]) for v in held) == 12
 
 
 def test_pauses_that_grow_are_said_growing_not_as_their_median():
@@ -139,3 +151,24 @@ def test_a_launch_says_a_rank_that_held_the_others_as_its_report_does(tmp_path: 
     (hold,) = build_report(str(log))["holds"]
     more = [int(line.split(" more times")[0].rsplit(" ", 1)[1]) if " more times" in line else 1 for line in held[1:]]
     assert (hold["rank"], hold["count"], hold["steps"]) == (1, 1 + sum(more), [31, 61]), (hold, held)
+
+
+def test_the_report_finds_the_holds_past_the_first_collective_as_the_hub_does(tmp_path):
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import render_text
+
+    records = [schema.Hello(run="r", rank=r, seq=0, world_size=2, strategy="ddp", t=T, source="auto", pardash_version="0.1.0") for r in (0, 1)]
+    t = T
+    for s in range(1, 201):
+        held = s % 50 == 1 and s > 1  # (rank 0's 1 s between its backward and its optimizer step of the step before)
+        t += 1.02 if held else 0.02
+        for r in (0, 1):
+            records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=1.02 if held else 0.02,
+                                       data_s=0.005, loader_s=0.0005, self_s=0.01, comm_s=1.005 if held and r == 1 else 0.005))  # fmt: skip
+    path = tmp_path / "past.jsonl"
+    path.write_bytes(schema.encode_json_lines(records))
+    rep = build_report(str(path))
+    (hold,) = rep["holds"]
+    assert (hold["rank"], hold["count"], hold["steps"], hold["where"]) == (0, 3, [51, 101, 151], "after")
+    (line,) = [x for x in render_text(rep).splitlines() if x.startswith("held up")]
+    assert line.endswith("past its step's first collective (in its backward or optimizer step, or between them)"), line
