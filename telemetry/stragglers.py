@@ -221,6 +221,8 @@ class StragglerDetector:
         self.windows_scored = 0
         self.holds = HoldWatch()
         """Ranks that now and then hold the others far past a step (read from the same windows)."""
+        self._waited: set[int] = set()
+        """Steps not scored yet at which some rank waited HOLD_MIN_S or more in its collectives."""
         self._rewarm = False
         """The job restarted (torchrun): the next step seen starts a new warm-up."""
 
@@ -231,6 +233,7 @@ class StragglerDetector:
         (its noise floor and wall step times are kept: the same job on the same machines)."""
         self._ranks.clear()
         self.holds.restart()
+        self._waited.clear()
         self._next_window = 0
         self._rewarm = True
 
@@ -243,6 +246,7 @@ class StragglerDetector:
         # Steps of windows already scored (or in warm-up) are of no use any more.
         floor = max(self.cfg.warmup_steps, self._next_window)
         ranks = self._ranks
+        waited, hold_min = self._waited, HOLD_MIN_S
         for step in steps:
             x = step.self_s
             s = step.step
@@ -259,7 +263,9 @@ class StragglerDetector:
             pending[s] = x
             w.data_s[s] = step.data_s or 0.0
             if step.comm_s is not None:
-                w.comm_s[s] = step.comm_s
+                w.comm_s[s] = c = step.comm_s
+                if c >= hold_min:
+                    waited.add(s)  # (a rank held the others here, maybe past its first collective)
             if step.loader_s is not None:
                 w.loader_s[s] = step.loader_s
             if len(pending) > MAX_PENDING:
@@ -356,20 +362,24 @@ class StragglerDetector:
         held: list[int] = []
         """The ranks with a step of HOLD_MIN_S or more in the window: the holds' candidates."""
         at_comm: dict[int, list] = {}
-        waited = False
+        waited = bool(self._waited) and any(s in self._waited for s in steps)
         """Some rank waited HOLD_MIN_S or more in its collectives at a step of the window."""
+        if waited:
+            self._waited.difference_update(steps)
+        if len(self._waited) > MAX_PENDING:  # (steps of ranks no longer scored, a restart)
+            self._waited = {s for s in self._waited if s > steps[-1]}
         for r in live:
             w = self._ranks[r]
             at_self[r] = xs = list(map(w.self_s.pop, steps, repeat(None)))
             at_data[r] = ds = list(map(w.data_s.pop, steps, repeat(None)))
             self_s = [x for x in xs if x is not None]
-            if w.comm_s:
+            if not w.comm_s:
+                comm_s = ()
+            elif waited:
                 at_comm[r] = cs = list(map(w.comm_s.pop, steps, repeat(None)))
                 comm_s = [x for x in cs if x is not None]
-                if comm_s and max(comm_s) >= HOLD_MIN_S:
-                    waited = True
             else:
-                comm_s = ()
+                comm_s = [x for x in map(w.comm_s.pop, steps, repeat(None)) if x is not None]
             if w.loader_s:
                 at_loader[r] = ls = list(map(w.loader_s.pop, steps, repeat(None)))
             if self_s and max(self_s) >= HOLD_MIN_S:
