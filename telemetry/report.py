@@ -357,11 +357,14 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         if msg.run:
             run_ids.add(msg.run)
         if isinstance(msg, schema.Hello):
-            noted.discard(msg.rank)  # a (re)started rank: its next exit is a new one
-            loss_bad.pop(msg.rank, None)
-            if (turn := loss_open.pop(msg.rank, None)) is not None:
-                turn["until"] = "restart"
             was = started.get(msg.rank)
+            if not msg.pid or was is None or was[0] != msg.pid:
+                # (a hello its process sends again, its framework's planned steps learnt once
+                # training began, is no restart)
+                noted.discard(msg.rank)  # a (re)started rank: its next exit is a new one
+                loss_bad.pop(msg.rank, None)
+                if (turn := loss_open.pop(msg.rank, None)) is not None:
+                    turn["until"] = "restart"
             if msg.pid and msg.seq >= 0 and (was is None or was[0] != msg.pid):
                 started[msg.rank] = (msg.pid, 0 if was is None else was[1] + 1)
                 epoch_of.pop(msg.rank, None)  # (a new process's first step starts its DataLoader's workers)

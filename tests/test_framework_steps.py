@@ -378,3 +378,26 @@ def test_hugging_faces_trainer_says_its_steps_as_its_global_step_counts_them(tmp
     # num_train_epochs, no max_steps: 20 batches a rank an epoch, 2 a step
     theirs, total, out = _run_framework(tmp_path, HF_SCRIPT, ACC="2", EPOCHS="1.5")
     assert theirs == [15, 15] and total == 15 and _last_line_step(out) == "15/15"
+
+
+AGAIN_T = 1_800_000_000.0
+
+
+def test_a_hello_its_process_sends_again_is_no_restart_in_the_report(tmp_path):
+    # A framework's ranks send their hello again once training begins (its planned steps): the
+    # report read each as a restart, closing a loss gone NaN as "until restart".
+    hello = [schema.Hello(run="r", rank=r, seq=0, world_size=2, pid=100 + r, t=AGAIN_T, source="auto", pardash_version="0.1.0") for r in (0, 1)]
+    records = list(hello)
+    for s in range(1, 41):
+        if s == 10:
+            records.append(schema.Event(run="r", rank=1, seq=1000 + s, name="warning", step=9, t=AGAIN_T + s,
+                                        message="loss is nan at step 9: diverged, or a spike (steps go on without a loss while it is not finite)"))  # fmt: skip
+        if s == 20:
+            records += [schema.Hello(run="r", rank=r, seq=2000 + r, world_size=2, pid=100 + r, t=AGAIN_T + s, source="auto",
+                                     pardash_version="0.1.0", config={"total_steps": 40}) for r in (0, 1)]  # fmt: skip
+        records += [schema.Step(run="r", rank=r, seq=s, step=s, step_s=0.02, samples=8, t=AGAIN_T + s, loss=None if r == 1 and s >= 9 else 1.0)
+                    for r in (0, 1)]  # fmt: skip
+    path = tmp_path / "again.jsonl"
+    path.write_bytes(schema.encode_json_lines(records))
+    (turn,) = build_report(str(path))["loss_not_finite"]
+    assert (turn["rank"], turn["step"], turn["until"]) == (1, 9, "end"), turn

@@ -172,3 +172,4 @@ def test_the_report_finds_the_holds_past_the_first_collective_as_the_hub_does(tm
     assert (hold["rank"], hold["count"], hold["steps"], hold["where"]) == (0, 3, [51, 101, 151], "after")
     (line,) = [x for x in render_text(rep).splitlines() if x.startswith("held up")]
     assert line.endswith("past its step's first collective (in its backward or optimizer step, or between them)"), line
+
