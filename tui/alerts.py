@@ -25,8 +25,8 @@ from pardash.telemetry.summary import is_sharded, ranks_text, straggler_cause
 
 from .format import fmt_clock, fmt_step_time
 
-SEVERITY = {"jobs_mixed": -1, "exited": 0, "silent": 1, "stalled": 2, "loss": 3, "straggler": 4, "not_sharding": 5, "stopped": 6,
-            "input_bound": 7}
+SEVERITY = {"jobs_mixed": -1, "exited": 0, "silent": 1, "stalled": 2, "loss": 3, "straggler": 4, "held_up": 4, "not_sharding": 5,
+            "stopped": 6, "input_bound": 7}
 """Lower is more severe. ``jobs_mixed`` (two jobs under the run's id, :func:`jobs_mixed_alert`)
 reads before all: every figure and alert after it mixes the two jobs."""
 
@@ -36,8 +36,8 @@ class Alert:
     """One rank's condition."""
 
     kind: str
-    """exited | silent | stopped | stalled | loss (not finite) | straggler | not_sharding;
-    jobs_mixed, of the run (rank -1)"""
+    """exited | silent | stopped | stalled | loss (not finite) | straggler | held_up | not_sharding;
+    jobs_mixed and input_bound, of the run (rank -1)"""
     rank: int
     text: str
     code: int | None = None
@@ -87,6 +87,27 @@ def input_bound_alert(state: st.RunState) -> Alert | None:
         return None
     return Alert("input_bound", -1, f"every rank spends {share * 100:.0f}% of each step between steps (loading data or the script's "
                  "own work, alike: the job is input-bound; `pardash report` tells them apart)")  # fmt: skip
+
+
+HELD_UP_ALERT_S = 150.0
+"""A rank's latest ``held_up`` verdict stands as its alert this long (the ranks' clock): past
+the gathered lines' minute apart, so one that goes on holding the others up stays."""
+
+
+def held_up_alerts(state: st.RunState) -> list[Alert]:
+    """The ranks that hold the others up now and then (their ``held_up`` verdicts of the last
+    HELD_UP_ALERT_S, the latest's words), still running: pauses that cost a job 70-80% of its
+    time left the panel at "no alerts: every rank is healthy", said only in the events (review
+    333)."""
+    latest: dict[int, schema.Verdict] = {}
+    since = state.t_last - HELD_UP_ALERT_S
+    for m in reversed(state.events):
+        if m.t and m.t < since:
+            break
+        if isinstance(m, schema.Verdict) and m.verdict == "held_up" and m.rank not in latest:
+            latest[m.rank] = m
+    return [Alert("held_up", rank, v.message or f"rank {rank} held the others up") for rank, v in sorted(latest.items())
+            if (r := state.ranks.get(rank)) is not None and r.status == st.RUNNING]
 
 
 def jobs_mixed_alert(state: st.RunState) -> Alert | None:
@@ -548,6 +569,7 @@ def run_alerts(
     mixed = jobs_mixed_alert(state)
     if mixed is not None:
         out.append(mixed)
+    out.extend(held_up_alerts(state))
     if not out and (bound := input_bound_alert(state)) is not None:  # (only of a job otherwise well)
         out.append(bound)
     big = len(state.ranks) + 1

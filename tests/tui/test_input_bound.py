@@ -39,3 +39,18 @@ def test_not_a_straggler_nor_a_job_whose_steps_are_its_own_work():
     assert run_alerts(_state({0: 0.010, 1: 0.012})) == []  # (a fifth of each step)
     assert run_alerts(_state({0: 0.0009, 1: 0.0009}, step_s=0.0012)) == []  # (a millisecond's step: the loop's own Python)
     assert run_alerts(_state({0: 0.035, 1: 0.035}, steps=5)) == []  # (its first steps: not yet)
+
+
+def test_a_rank_that_holds_the_others_up_now_and_then_is_an_alert_while_it_does():
+    # Review 333: pauses that cost the job 70-80% of its time left the panel at "no alerts:
+    # every rank is healthy", said only in the events.
+    from pardash.tui.alerts import HELD_UP_ALERT_S
+
+    state = _state({0: 0.002, 1: 0.002})
+    said = "rank 1 held the others up 4 more times since step 61, at steps 121, 181, 241, 301 (every 60 steps), 1.50 s each, 6.00 s in all"
+    state.apply(schema.Verdict(run="r", rank=1, verdict="held_up", step=301, cost_s=6.0, message=said, t=state.t_last - 5), state.t_last)
+    assert [(a.kind, a.rank, a.text) for a in run_alerts(state)] == [("held_up", 1, said)]
+    later = state.t_last + HELD_UP_ALERT_S + 1  # (its holds stopped: gone from the panel, kept in the events)
+    state.apply(schema.Step(run="r", rank=0, step=31, seq=31, step_s=0.05, t=later), later)
+    state.apply(schema.Step(run="r", rank=1, step=31, seq=31, step_s=0.05, t=later), later)
+    assert run_alerts(state) == []

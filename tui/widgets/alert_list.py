@@ -25,6 +25,7 @@ GLYPHS = {
     "waiting": "◇",
     "loss": "⊘",
     "straggler": "▲",
+    "held_up": "◑",
     "not_sharding": "▣",
     "stopped": "▬",
     "input_bound": "◔",
@@ -38,6 +39,7 @@ LABELS = {
     "waiting": "waiting",
     "loss": "losses not finite",
     "straggler": "stragglers",
+    "held_up": "holding the others up now and then",
     "not_sharding": "not sharding",
     "stopped": "stopped",
     "input_bound": "input-bound",
@@ -80,6 +82,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
         "alert-list--waiting",
         "alert-list--loss",
         "alert-list--straggler",
+        "alert-list--held_up",
         "alert-list--not_sharding",
         "alert-list--stopped",
         "alert-list--input_bound",
@@ -100,6 +103,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
     AlertList > .alert-list--waiting { color: $text-warning; }
     AlertList > .alert-list--loss { color: $text-error; }
     AlertList > .alert-list--straggler { color: $text-warning; }
+    AlertList > .alert-list--held_up { color: $text-warning; }
     AlertList > .alert-list--not_sharding { color: $text-warning; }
     AlertList > .alert-list--stopped { color: $text-muted; }
     AlertList > .alert-list--input_bound { color: $text-warning; }
@@ -225,6 +229,7 @@ SAID = {
     "waiting": ("waiting", "waiting"),
     "loss": ("with a loss not finite", "with a loss not finite"),
     "straggler": ("straggler", "stragglers"),
+    "held_up": ("holding the others up", "holding the others up"),
     "not_sharding": ("not sharding", "not sharding"),
     "stopped": ("stopped", "stopped"),
     "input_bound": ("input-bound", "input-bound"),
