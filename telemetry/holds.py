@@ -168,6 +168,13 @@ class HoldWatch:
                 at = sorted((cs[i], q) for q, cs in comms.items() if cs is not None and cs[i] is not None)
                 if len(at) < 2 or at[-1][0] < bar or (lead := at[1][0] - at[0][0]) < bar or at[0][1] in skip:
                     continue
+                r = self._ranks.get(at[0][1])
+                if r is not None and (busy := _busy_before(r, steps[i])) is not None:
+                    # (its own save or evaluation is in no step of its own but in the others'
+                    # wait: their lines say it; a rank evaluating alone is no hold of its own code)
+                    lead -= busy[2]
+                    if lead < bar:
+                        continue
                 self._held(out, at[0][1], steps[i], lead, "after", wall_s, now)
         for rank, r in self._ranks.items():
             if r.steps and now - r.said_t >= HOLD_SAY_S[min(r.lines, 2) - 1]:

@@ -283,6 +283,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """rank -> its process's RSS high-water mark (System.rss_peak_bytes)."""
     arrivals = StepWaits()
     long_steps: dict[tuple[int, int], tuple[float | None, float | None, bool]] = {}
+    busy_at: dict[tuple[int, int], float] = {}
+    """(rank, step) -> the seconds of its own saves and evaluations after that step: in no step's
+    time, but in the others' wait for it at their next collective (see _holds)."""
     waited_steps: set[int] = set()
     """Steps some rank waited HOLD_MIN_S or more in its collectives (see _holds: one held the
     others past its first collective)."""
@@ -543,12 +546,16 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                     ep["until"], ep["end_t"] = "finished", msg.t
         elif isinstance(msg, schema.Event) and msg.name == "eval" and msg.rank >= 0:
             evals[msg.rank].append(msg.duration_s or 0.0)
+            if msg.step is not None and len(busy_at) < HOLD_KEPT:
+                busy_at[(msg.rank, msg.step)] = busy_at.get((msg.rank, msg.step), 0.0) + (msg.duration_s or 0.0)
             pauses[msg.rank].append((msg.t, msg.duration_s or 0.0))
         elif isinstance(msg, schema.Event) and msg.name == "warning" and msg.rank < 0:
             if hub_warning_kept(msg):
                 _fold_event(msg, state, saves, resumes, warnings)
                 jobs_mixed = jobs_mixed or SHARED_RUN_ID in msg.message
         elif isinstance(msg, schema.Event) and msg.name in ("checkpoint", "resume", "warning") and msg.seq >= 0:
+            if msg.name != "warning" and msg.rank >= 0 and msg.step is not None and len(busy_at) < HOLD_KEPT:
+                busy_at[(msg.rank, msg.step)] = busy_at.get((msg.rank, msg.step), 0.0) + (msg.duration_s or 0.0)
             outside = msg.duration_s
             if msg.name == "checkpoint" and msg.duration_s and msg.t:
                 # A save follows the rank's step (the trainer sends the step first, on the same
@@ -732,7 +739,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     unheard = sorted(set(range(world)) - set(state.ranks)) if ranks else []
     median_step = _median([r["median_step_s"] for r in ranks])
     holds = _holds(arrivals, long_steps, median_step, train_s, stragglers, {(p[0], step) for p, (step, _) in process_first.items()},
-                   waited_steps)  # fmt: skip
+                   waited_steps, busy_at)  # fmt: skip
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
@@ -1382,7 +1389,8 @@ HOLD_KEPT = 10_000
 
 
 def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, train_s: float, stragglers: list[dict],
-           warmup: set[tuple[int, int]] = frozenset(), waited: set[int] = frozenset()) -> list[dict]:
+           warmup: set[tuple[int, int]] = frozenset(), waited: set[int] = frozenset(),
+           busy_at: dict[tuple[int, int], float] | None = None) -> list[dict]:
     """Ranks that now and then held the others far past a step: at a step, a lead over the
     others of HOLD_MIN_S and HOLD_FACTOR median steps or more (StepWaits.gap, as a straggler's
     cost), outside that rank's straggler episodes and its processes' first steps (``warmup``:
@@ -1419,6 +1427,10 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
         if rank is None or (rank, step) in warmup or any(lo <= step <= hi for lo, hi in episodes.get(rank, ())):
             continue
         lead = arrivals.gap(step, rank)
+        if lead is not None and busy_at:
+            # (its own save or evaluation right before, in no step of its own but in the others'
+            # wait: their lines say it; a rank evaluating alone is no hold of its own code)
+            lead -= busy_at.get((rank, step - 1), 0.0) + busy_at.get((rank, step), 0.0)
         if lead is not None and lead >= bar:
             by_rank.setdefault(rank, []).append((step, lead, None, None))
             past.add((rank, step))

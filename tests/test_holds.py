@@ -82,6 +82,17 @@ def test_a_pause_past_the_steps_first_collective_is_found_by_the_others_wait():
     assert sum(1 if " more times" not in v.message else int(v.message.split(" more times")[0].rsplit(" ", 1)[1]) for v in held) == 12
 
 
+def test_a_rank_evaluating_alone_is_its_eval_lines_not_a_hold():
+    # Review 333: rank 0 alone evaluating 1.6 s every 100 steps; its evaluation is in no step of
+    # its own, but in rank 1's wait at its next collective.
+    evals = [(s, 0, schema.Event(rank=0, name="eval", step=s, duration_s=1.6)) for s in range(100, 401, 100)]
+    assert _run(400, lambda r, s: 1.6 if r == 0 and s % 100 == 1 and s > 1 else 0.0, past=True, events=evals) == []
+    # ...and 1 s of its own code after it, past its first collective, is its hold.
+    held = _run(400, lambda r, s: 2.6 if r == 0 and s == 201 else 0.0, past=True, events=evals)
+    assert [v.message for v in held] == ["rank 0 held the others up 1.00 s at step 201 (its steps take 15.0 ms), right after its "
+                                         "evaluation at step 200 (1.60 s, said apart): in its own code after it"]
+
+
 def test_pauses_that_grow_are_said_growing_not_as_their_median():
     # Review 333: 0.3, 0.6, 0.9, 1.2, 1.5 s read "1.20 s each".
     grows = {60 * k + 1: 0.3 * k for k in range(1, 7)}
@@ -172,4 +183,8 @@ def test_the_report_finds_the_holds_past_the_first_collective_as_the_hub_does(tm
     assert (hold["rank"], hold["count"], hold["steps"], hold["where"]) == (0, 3, [51, 101, 151], "after")
     (line,) = [x for x in render_text(rep).splitlines() if x.startswith("held up")]
     assert line.endswith("past its step's first collective (in its backward or optimizer step, or between them)"), line
+    # The same waits, of rank 0's evaluations alone (in no step of its own): its eval lines, no hold.
+    evals = [schema.Event(run="r", rank=0, seq=1000 + s, name="eval", step=s, duration_s=1.0, t=T + s) for s in (50, 100, 150)]
+    path.write_bytes(schema.encode_json_lines(records + evals))
+    assert build_report(str(path))["holds"] == []
 
