@@ -464,6 +464,9 @@ class NullDetector:
         def observe_many(self, steps: object) -> None:  # (HubCore.ingest_batch's fast path)
             pass
 
+        def note_event(self, event: schema.Event) -> None:
+            pass
+
     stragglers = _NoStragglers()
 
     def update(self, state: RunState, now: float) -> list:

@@ -119,8 +119,8 @@ class HoldWatch:
                 self._stalls.remove(min(self._stalls, key=lambda k: k[1]))
 
     def note_busy(self, rank: int, said) -> None:
-        """The rank's latest own event (``RankState.said``): a save's or an evaluation's step
-        and time, kept for the holds right after it."""
+        """A rank's own event: a save's or an evaluation's step and time, kept for the holds
+        right after it."""
         if said is None or said.name not in BUSY or said.step is None:
             return
         r = self._ranks.get(rank)
@@ -210,7 +210,8 @@ class HoldWatch:
         steps_take = f" (its steps take {wall_s * 1e3:.1f} ms)" if wall_s else ""
         if busy is not None:
             at, name, took = busy
-            what = (f"right after its {BUSY[name]} at step {at} ({took:.2f} s, said apart): in its own code after it"
+            took_said = f"{took:.2f} s" if took >= 0.1 else f"{took * 1e3:.1f} ms"
+            what = (f"right after its {BUSY[name]} at step {at} ({took_said}, said apart): in its own code after it"
                     + (", e.g. an upload" if name == "checkpoint" else ""))  # fmt: skip
         else:
             what = WHERE[where]

@@ -903,6 +903,8 @@ class HubCore:
         self.hseq += 1
         msg.hseq = self.hseq
         self.state.apply(msg, now)
+        if msg.__class__ is schema.Event and msg.rank >= 0:
+            self.detector.stragglers.note_event(msg)  # (a rank's own save or evaluation: see holds.py)
         if self.recorder is not None:
             self.recorder.write(msg)
 

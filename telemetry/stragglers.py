@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from .holds import HOLD_MIN_S, HoldWatch
-from .schema import Step, Verdict
+from .schema import Event, Step, Verdict
 from .state import RunState, median_small
 from .summary import is_pipeline
 
@@ -240,6 +240,11 @@ class StragglerDetector:
     def observe(self, step: Step) -> None:
         self.observe_many((step,))
 
+    def note_event(self, event: Event) -> None:
+        """A rank's own event as the hub takes it: its saves and evaluations, for the holds
+        right after them (HoldWatch.note_busy)."""
+        self.holds.note_busy(event.rank, event)
+
     def observe_many(self, steps: Iterable[Step]) -> None:
         """Keep each step's self and data time for the scoring of its window (the hub's loop
         hands over the steps it took in one pass)."""
@@ -314,8 +319,6 @@ class StragglerDetector:
                 continue
             steps = range(first, first + cfg.window)
             if abs_s is None:
-                for r in live:  # (once a pass that scores: a rank's latest own event, a save's)
-                    self.holds.note_busy(r, state.ranks[r].said)
                 wall = wall_step_s(state, live)
                 if wall is not None:
                     self._wall.append(wall)

@@ -43,6 +43,8 @@ def _run(steps: int, pause_at, *, ranks: int = 2, step_s: float = 0.015, events=
         for at, r, ev in events:
             if at == s:
                 st.apply(ev, t)
+                if isinstance(ev, schema.Event):
+                    det.stragglers.note_event(ev)  # (as the hub takes it)
         for v in det.update(st, t):
             st.apply(v, t)
             out.append(v)
