@@ -35,6 +35,7 @@ from .summary import (
     ranks_named,
     samples_per_s,
     samples_per_s_recent,
+    held_up_were,
     stragglers_were,
     spread,
     took_text,
@@ -1254,6 +1255,8 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
             # (the TUI said it as the run ended; a headless launch's last line, what a CI job's
             # log is read by, said only "done")
             said += f"; {slow}"
+        if held := held_up_were(st):
+            said += f"; {held}"
         if between := between_steps_said(st):
             said += f"; {between}"
         return f"pardash: done, {len(st.ranks)} rank(s), {_progress_text(st)}{seen}{said}, {log}{kept}"

@@ -337,6 +337,13 @@ class HubCollector:
         for cause in (*STRAGGLER_CAUSES, *sorted(set(counted) - set(STRAGGLER_CAUSES))):
             verdicts.add_metric([cause], counted.get(cause, 0))
         yield verdicts
+        held_up = CounterMetricFamily(
+            "pardash_held_up_seconds",
+            "Seconds ranks held the others up now and then, far past a step (a pause on one rank the others waited out, "
+            "not a straggler's every step), as the hub's held_up verdicts said them.",
+        )  # fmt: skip
+        held_up.add_metric([], sum(st.held_up_s.values()))
+        yield held_up
 
         steps_total = CounterMetricFamily(
             "pardash_steps",

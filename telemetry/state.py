@@ -642,6 +642,9 @@ class RunState:
     """Straggler verdicts so far, by cause as Prometheus labels it (own_work: a data straggler
     slow in its own work between steps), every one applied, however many the event log keeps:
     Prometheus' counter, which a hub reading its log back counts again as it was."""
+    held_up_s: dict[int, float] = field(default_factory=dict)
+    """rank -> the seconds it held the others up now and then (its ``held_up`` verdicts' cost,
+    every one applied): the launch's last line and Prometheus' counter."""
     trend: Trend = field(default_factory=Trend)
     """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
     attempt_note: schema.Event | None = None
@@ -924,6 +927,8 @@ class RunState:
 
             cause = cause_label(v.cause, v.message)
             self.straggler_verdicts[cause] = self.straggler_verdicts.get(cause, 0) + 1
+        elif name == "held_up":
+            self.held_up_s[v.rank] = self.held_up_s.get(v.rank, 0.0) + max(0.0, min(v.cost_s or 0.0, 1e9))
         elif name == "straggler_cleared":
             if r.straggler is not None and r.straggler is r.straggled:
                 r.straggled_to = v.step  # (the first spell's end: "no longer at step 110")

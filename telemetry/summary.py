@@ -336,6 +336,17 @@ def stragglers_were(state: RunState) -> str:
     return f"ranks {names} were stragglers (see the events)"
 
 
+def held_up_were(state: RunState) -> str:
+    """The ranks that held the others up now and then, said once the run is over: 'rank 1 held
+    the others up 28.5 s in all, now and then (see the events)'; '' when none did."""
+    held = sorted(state.held_up_s.items())
+    if not held:
+        return ""
+    who = f"rank {held[0][0]}" if len(held) == 1 else "ranks " + ", ".join(str(r) for r, _ in held[:6]) + (", …" if len(held) > 6 else "")
+    total = sum(s for _, s in held)
+    return f"{who} held the others up {total:.1f} s in all, now and then (see the events)"
+
+
 def total_steps(hello) -> int | None:
     """The steps the run is to take, as its hello's config says them: --steps, or (the bundled
     trainer under --epochs) the steps its epochs come to, or what a script's framework plans

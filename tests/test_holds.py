@@ -190,3 +190,23 @@ def test_the_report_finds_the_holds_past_the_first_collective_as_the_hub_does(tm
     path.write_bytes(schema.encode_json_lines(records + evals))
     assert build_report(str(path))["holds"] == []
 
+
+
+def test_the_seconds_held_up_are_the_launchs_last_line_and_a_prometheus_counter():
+    from pardash.telemetry.hubcore import HubCore
+    from pardash.telemetry.printer import outcome_line
+    from pardash.telemetry.prometheus import HubCollector
+
+    core = HubCore(run_id="held", world_size=2)
+    for r in (0, 1):
+        core.ingest(schema.Hello(run="held", rank=r, world_size=2, t=T, source="auto"), 1.0)
+        core.ingest(schema.Step(run="held", rank=r, step=100, seq=1, t=T + 10, step_s=0.02, samples=8), 1.0)
+    for v in _run(1200, every_60):
+        core.verdict(v)
+    for r in (0, 1):
+        core.ingest(schema.Event(run="held", rank=r, seq=2, name="exit", code=0, step=100, t=T + 11), 1.0)
+    assert core.state.held_up_s == {1: 28.5}
+    line = outcome_line(core.state, 0, {}, "log.jsonl")
+    assert "; rank 1 held the others up 28.5 s in all, now and then (see the events)" in line, line
+    fams = {f.name: f for f in HubCollector(core).collect()}
+    assert fams["pardash_held_up_seconds"].samples[0].value == 28.5
