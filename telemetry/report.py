@@ -797,7 +797,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         **({"jobs_run_again": len(jobs_again), "between_jobs_s": between_jobs} if jobs_again else {}),
         # Evaluations between steps (the zero-code hooks'): the rank with the most, and the
         # longest total (they are outside the step times; None: none).
-        "evaluations": {"count": max(len(v) for v in evals.values()), "seconds": max(sum(v) for v in evals.values())}
+        # "ranks": the ranks that evaluated (some alone: the others waited for them).
+        "evaluations": {"count": max(len(v) for v in evals.values()), "seconds": max(sum(v) for v in evals.values()),
+                        "ranks": sorted(evals)}
         if evals else None,
         "steps": max((r["steps"] for r in ranks), default=0),
         "steps_rerun": max((r["steps_rerun"] for r in ranks), default=0),

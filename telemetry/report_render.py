@@ -97,8 +97,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("devices", _devices_text(rep)),
         ("duration", f"{_seconds(rep['duration_s'])} (training {_seconds(rep['train_s'])}{_restart_text(rep)}{_hung_text(rep)})"),
         *([("clocks", "; ".join(report_clock_warnings(rep)))] if report_clock_warnings(rep) else []),
-        *([("evaluations", f"{rep['evaluations']['count']}, {_seconds(rep['evaluations']['seconds'])} in all, outside the steps")]
-          if rep.get("evaluations") else []),
+        *([("evaluations", _evaluations_text(rep))] if rep.get("evaluations") else []),
         *([("checkpoints", _saving_text(rep["checkpoints"]))] if (rep.get("checkpoints") or {}).get("saving_s") else []),
         ("steps", _steps_text(rep)),
         # (more than one: every step says epoch 0 of a script that has none)
@@ -284,6 +283,20 @@ def _steps_text(rep: dict) -> str:
     return (f"{rep['steps']} (last step {_last_steps_text(rep)}{short}"
             + (f"; {rep['steps_rerun']} run again {_rerun_why(rep)}" if rep.get("steps_rerun") else "")
             + (f"; {rep['steps_missing']} more not in the log: among the lost messages" if rep.get("steps_missing") else "") + ")")
+
+
+def _evaluations_text(rep: dict) -> str:
+    """``4, 6.5 s in all, outside the steps; rank 0 alone evaluated: the others waited 6.5 s for
+    it (68% of the run)``: a rank evaluating alone keeps the others idle in their next
+    collective, which the samples/s beside it (none evaluating) leave out (review 333)."""
+    ev = rep["evaluations"]
+    text = f"{ev['count']}, {_seconds(ev['seconds'])} in all, outside the steps"
+    ranks = ev.get("ranks") or []
+    if 0 < len(ranks) < rep["world_size"]:
+        share = f" ({_pct(ev['seconds'] / rep['duration_s'])} of the run)" if rep.get("duration_s") else ""
+        text += (f"; {ranks_named(ranks)} alone evaluated: the others waited {_seconds(ev['seconds'])} for "
+                 f"{'it' if len(ranks) == 1 else 'them'}{share}")  # fmt: skip
+    return text
 
 
 def _seconds(s: float) -> str:
