@@ -923,7 +923,11 @@ def rate_text(st) -> str:
     if stuck:  # ended stuck (stopped, killed): its last steps' rate is not how it ended
         return "0 samples/s at the end (stalled)"
     recent = samples_per_s_recent(st)
-    return f"{recent:,.0f} wall-clock samples/s at the end" if recent > 0 else ""
+    if recent <= 0:
+        return ""
+    # (its last stretch of steady steps: of a job held up now and then, since its last pause:
+    # "10,332 samples/s" of a job at 2,500, review 333)
+    return f"{recent:,.0f} wall-clock samples/s at the end" + (", since the last held-up pause (`pardash report` counts them)" if st.held_up_s else "")
 
 
 def progress_line(st, elapsed_s: float, rejected: dict[str, int] | None = None, *, hub_quiet_s: float | None = None,

@@ -1,6 +1,7 @@
 """Ranks that now and then hold the others far past a step, said as the job runs (telemetry/holds.py):
 fed as the hub feeds its detector, and from a real launch."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,11 @@ def test_a_launch_says_a_rank_that_held_the_others_as_its_report_does(tmp_path: 
     held = [line for line in proc.stdout.splitlines() if line.startswith("[held_up]")]
     assert held and held[0].startswith("[held_up] rank 1 held the others up 1."), proc.stdout
     assert " at step 31 (its steps take " in held[0] and held[0].endswith("between steps (loading data or its own work)"), held
+    # Its end: the rate of its last steps is since the last pause; the last line says the holds.
+    ends = [line for line in proc.stdout.splitlines() if "wall-clock samples/s at the end" in line]
+    assert ends and "wall-clock samples/s at the end, since the last held-up pause (`pardash report` counts them)" in ends[-1], ends
+    last = proc.stdout.strip().splitlines()[-1]
+    assert re.search(r"; rank 1 held the others up \d+\.\d s in all, now and then \(see the events\)", last), last
     # The holds the report finds in the log are those said live (the first, then the rest gathered).
     (hold,) = build_report(str(log))["holds"]
     more = [int(line.split(" more times")[0].rsplit(" ", 1)[1]) if " more times" in line else 1 for line in held[1:]]
