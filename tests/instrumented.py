@@ -15,12 +15,13 @@ from pardash.trainer.instrument import Instrument
 
 
 class Recording:
-    """Stands in for the instrumentation's Reporter: keeps the steps and events it sends."""
+    """Stands in for the instrumentation's Reporter: keeps the hellos, steps and events it sends."""
 
     enabled = True
 
     def __init__(self) -> None:
         self.identity = RankIdentity(rank=0, local_rank=0, world_size=1, node=0, host="here", restart=0)
+        self.hellos: list[dict] = []
         self.steps: list[dict] = []
         self.events: list[tuple[str, dict]] = []
         self.phases: list[str] = []
@@ -33,6 +34,7 @@ class Recording:
         return True
 
     def hello(self, **fields) -> bool:
+        self.hellos.append(fields)
         return True
 
     def event(self, name: str, message: str = "", **fields) -> bool:

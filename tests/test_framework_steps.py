@@ -154,18 +154,6 @@ def test_a_total_said_once_training_began_reaches_the_hub_ps_attach_lines_log_an
     assert any(left is not None and left > 0 for left in lefts)
 
 
-class _Hellos(Recording):
-    """A reporter that keeps the hellos too."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hellos: list[dict] = []
-
-    def hello(self, **fields) -> bool:
-        self.hellos.append(fields)
-        return True
-
-
 def test_a_resume_whose_checkpoint_holds_no_count_goes_on_from_the_frameworks_global_step(tmp_path, monkeypatch):
     # Hugging Face's optimizer.pt under SGD without momentum holds no step count (its global
     # step is in trainer_state.json): the steps counted from 1, and a resume from step 20 to 25
@@ -179,7 +167,7 @@ def test_a_resume_whose_checkpoint_holds_no_count_goes_on_from_the_frameworks_gl
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "optimizer.pt")
-    rep = _Hellos()
+    rep = Recording()
     try:
         with instrumented(rep) as inst:
             opt.load_state_dict(torch.load(tmp_path / "optimizer.pt")["optimizer"])

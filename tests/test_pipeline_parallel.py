@@ -32,18 +32,6 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "pipeline_stages.py"
 BATCH = 32
 
 
-class _Told(Recording):
-    """A recording reporter that keeps the hellos too."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hellos: list[dict] = []
-
-    def hello(self, **fields) -> bool:
-        self.hellos.append(fields)
-        return True
-
-
 @pytest.fixture
 def one_rank_pipeline(tmp_path):
     """The zero-code hooks installed over a recording reporter, then a gloo group of one rank
@@ -51,7 +39,7 @@ def one_rank_pipeline(tmp_path):
     import torch.distributed as dist
 
     api._reset_for_tests()
-    rep = _Told()
+    rep = Recording()
     inst = Instrument(rep).install()
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
