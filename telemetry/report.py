@@ -283,14 +283,14 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """rank -> its process's RSS high-water mark (System.rss_peak_bytes)."""
     arrivals = StepWaits()
     long_steps: dict[tuple[int, int], tuple[float | None, float | None, bool]] = {}
-    busy_at: dict[tuple[int, int], float] = {}
-    """(rank, step) -> the seconds of its own saves and evaluations after that step: in no step's
-    time, but in the others' wait for it at their next collective (see _holds)."""
+    """(rank, step) -> its data and DataLoader seconds, and whether it began an epoch, of steps whose own work took HOLD_MIN_S or
+    more (at most HOLD_KEPT): the steps one rank may have held the others (see _holds)."""
     waited_steps: set[int] = set()
     """Steps some rank waited HOLD_MIN_S or more in its collectives (see _holds: one held the
     others past its first collective)."""
-    """(rank, step) -> its data and DataLoader seconds, and whether it began an epoch, of steps whose own work took HOLD_MIN_S or
-    more (at most HOLD_KEPT): the steps one rank may have held the others (see _holds)."""
+    busy_at: dict[tuple[int, int], float] = {}
+    """(rank, step) -> the seconds of its own saves and evaluations after that step: in no step's
+    time, but in the others' wait for it at their next collective (see _holds)."""
     timeline = Timeline()
     """The run in about ten parts of its steps, for ``timeline`` (telemetry/timeline.py)."""
     stragglers: list[dict] = []
@@ -546,16 +546,15 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                     ep["until"], ep["end_t"] = "finished", msg.t
         elif isinstance(msg, schema.Event) and msg.name == "eval" and msg.rank >= 0:
             evals[msg.rank].append(msg.duration_s or 0.0)
-            if msg.step is not None and len(busy_at) < HOLD_KEPT:
-                busy_at[(msg.rank, msg.step)] = busy_at.get((msg.rank, msg.step), 0.0) + (msg.duration_s or 0.0)
+            _busy(busy_at, msg)
             pauses[msg.rank].append((msg.t, msg.duration_s or 0.0))
         elif isinstance(msg, schema.Event) and msg.name == "warning" and msg.rank < 0:
             if hub_warning_kept(msg):
                 _fold_event(msg, state, saves, resumes, warnings)
                 jobs_mixed = jobs_mixed or SHARED_RUN_ID in msg.message
         elif isinstance(msg, schema.Event) and msg.name in ("checkpoint", "resume", "warning") and msg.seq >= 0:
-            if msg.name != "warning" and msg.rank >= 0 and msg.step is not None and len(busy_at) < HOLD_KEPT:
-                busy_at[(msg.rank, msg.step)] = busy_at.get((msg.rank, msg.step), 0.0) + (msg.duration_s or 0.0)
+            if msg.name != "warning":
+                _busy(busy_at, msg)
             outside = msg.duration_s
             if msg.name == "checkpoint" and msg.duration_s and msg.t:
                 # A save follows the rank's step (the trainer sends the step first, on the same
@@ -1388,6 +1387,12 @@ input-bound (the report's ``data loading`` line)."""
 
 HOLD_KEPT = 10_000
 """Steps of long own work the report keeps the phases of (a straggler of 1 s steps: each)."""
+
+
+def _busy(busy_at: dict[tuple[int, int], float], ev: schema.Event) -> None:
+    """Add a rank's own save's or evaluation's seconds to ``busy_at`` (see build_report)."""
+    if ev.rank >= 0 and ev.step is not None and len(busy_at) < HOLD_KEPT:
+        busy_at[(ev.rank, ev.step)] = busy_at.get((ev.rank, ev.step), 0.0) + (ev.duration_s or 0.0)
 
 
 def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, train_s: float, stragglers: list[dict],

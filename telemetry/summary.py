@@ -342,9 +342,8 @@ def held_up_were(state: RunState) -> str:
     held = sorted(state.held_up_s.items())
     if not held:
         return ""
-    who = f"rank {held[0][0]}" if len(held) == 1 else "ranks " + ", ".join(str(r) for r, _ in held[:6]) + (", …" if len(held) > 6 else "")
     total = sum(s for _, s in held)
-    return f"{who} held the others up {total:.1f} s in all, now and then (see the events)"
+    return f"{ranks_named([r for r, _ in held])} held the others up {total:.1f} s in all, now and then (see the events)"
 
 
 def total_steps(hello) -> int | None:
