@@ -242,6 +242,7 @@ after DDP's first bucket all-reduce fired (``job.py STEPS SECONDS``)."""
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # (load beside it, two busy cores, delays the verdict past the job's end: a CI failure)
 def test_a_real_rank_sleeping_in_its_backward_is_named(tmp_path):
     # A real 2-rank gloo DDP job under the zero-code hooks: rank 1 sleeps 30 ms in its
     # backward, after DDP's first bucket all-reduce. The hub's verdict, the launch's last line
