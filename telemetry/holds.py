@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .schema import Verdict
+from .summary import took_text
 
 HOLD_MIN_S = 0.25
 """The least a rank's lead over the others at one step for it to have held them..."""
@@ -210,8 +211,7 @@ class HoldWatch:
         steps_take = f" (its steps take {wall_s * 1e3:.1f} ms)" if wall_s else ""
         if busy is not None:
             at, name, took = busy
-            took_said = f"{took:.2f} s" if took >= 0.1 else f"{took * 1e3:.1f} ms"
-            what = (f"right after its {BUSY[name]} at step {at} ({took_said}, said apart): in its own code after it"
+            what = (f"right after its {BUSY[name]} at step {at} ({took_text(took)}, said apart): in its own code after it"
                     + (", e.g. an upload" if name == "checkpoint" else ""))  # fmt: skip
         else:
             what = WHERE[where]

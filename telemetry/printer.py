@@ -36,9 +36,11 @@ from .summary import (
     samples_per_s,
     samples_per_s_recent,
     held_up_were,
+    span_text,
     stragglers_were,
     spread,
     took_text,
+    time_left_s,
     total_steps,
     unheard_why,
 )
@@ -388,6 +390,8 @@ class ProgressPrinter:
                 total = total_steps(hello)
                 step = progress_step(st)
                 step_text = f"step {step}/{total}" if step is not None and total else f"step {step}" if step is not None else ""
+                if step_text and (left := time_left_s(st, total)) is not None:
+                    step_text += f" ({span_text(left)} left)"
                 forms = progress_stats_forms(st, rejected, hub_quiet_s=quiet, hub_lost=self.hub_lost_text(quiet, short=True))
                 stats_text = self._fit_bar(step_text, forms, bar=bool(total))
                 self._progress.update(self._task, completed=step or 0, total=total or None, stats=stats_text, step=step_text)
@@ -944,6 +948,8 @@ def progress_line(st, elapsed_s: float, rejected: dict[str, int] | None = None, 
     total = total_steps(hello)
     at = progress_step(st)
     step = "" if at is None else f"step {at}" + (f"/{total}" if total else "")
+    if step and (left := time_left_s(st, total)) is not None:
+        step += f" ({span_text(left)} left)"  # (the TUI's header said it, the headless lines not)
     if hub_lost:
         return f"[{elapsed_s:6.1f}s] " + " | ".join(p for p in (step and f"{step} when last heard", hub_lost) if p)
     parts = [step, loss_figure(st), rate_text(st)]

@@ -364,6 +364,22 @@ def first_few(names: list[str], n: int = 3) -> str:
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
+def span_text(seconds: float) -> str:
+    """A span of run time, compact: ``42s``, ``3m05s``, ``1h02m``, ``2d03h`` (the TUI's header
+    and the headless lines alike)."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m}m{s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
 def took_text(s: float) -> str:
     """How long a save or a resume took, in the report and the headless lines alike: ``5 ms``
     under 0.1 s (a 4.8 ms save read "0.00 s" in the report), else ``2.80 s``."""

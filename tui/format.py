@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import re
 
+from pardash.telemetry.summary import span_text
+
 DASH = "–"
 
 
@@ -62,19 +64,7 @@ def fmt_step_time(seconds: float | None) -> str:
 
 def fmt_duration(seconds: float | None) -> str:
     """A span of run time: ``42s``, ``3m05s``, ``1h02m``, ``2d03h``."""
-    if _missing(seconds):
-        return DASH
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    m, s = divmod(s, 60)
-    if m < 60:
-        return f"{m}m{s:02d}s"
-    h, m = divmod(m, 60)
-    if h < 24:
-        return f"{h}h{m:02d}m"
-    d, h = divmod(h, 24)
-    return f"{d}d{h:02d}h"
+    return DASH if _missing(seconds) else span_text(seconds)
 
 
 def fmt_clock(seconds: float | None) -> str:
