@@ -746,12 +746,13 @@ def job_end_text(st) -> str:
 
 def _progress(st) -> dict:
     """Where a run is, for `pardash ps`: the slowest running rank's step, of how many (where the
-    trainer said), samples a second now, the ranks by state, when this was so, and the strategy
+    trainer said), the time left to them (as the TUI's header says it), samples a second now, the ranks by state, when this was so, and the strategy
     the ranks said (a launched script's entry says "script": the TUI said "ddp")."""
     from .causes import waiting_count
-    from .summary import samples_per_s, total_steps
+    from .summary import samples_per_s, time_left_s, total_steps
 
     total = total_steps(st.hello)
+    left = time_left_s(st, total)
     # (of the exited, those stopped: a hub alone's job stopped by a scheduler read "failed")
     stopped = sum(1 for r in st.ranks.values() if r.ended_in_stop)
     # (ranks whose loss is not finite, by what it is: a run gone NaN read "running", review 306)
@@ -760,7 +761,7 @@ def _progress(st) -> dict:
         if r.loss_not_finite is not None:
             bad[r.loss_not_finite[0]] = bad.get(r.loss_not_finite[0], 0) + 1
     counts = st.status_counts()
-    return {"step": st.step, "steps": total,
+    return {"step": st.step, "steps": total, "left_s": None if left is None else round(left, 1),
             "samples_per_s": round(samples_per_s(st), 1), "ranks": counts, "waiting": waiting_count(st, counts), "stopped": stopped, "loss_not_finite": bad,
             "t": round(time.time(), 1), "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
 

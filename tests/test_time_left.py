@@ -29,3 +29,14 @@ def test_a_headless_line_says_the_time_left_where_the_run_says_its_total():
     line = progress_line(_state(400), 20.0)
     assert re.search(r"\] step 100/400 \((59s|1m00s) left\) \|", line), line  # (300 steps at 0.2 s)
     assert "left" not in progress_line(_state(None), 20.0)  # (no total: the step alone)
+
+
+def test_ps_says_the_time_left_its_hub_wrote():
+    from pardash.cli import _ps_progress
+    from pardash.telemetry.hub import _progress
+
+    progress = _progress(_state(400))
+    assert 59 <= progress["left_s"] <= 60 and progress["steps"] == 400
+    step, _, _ = _ps_progress(progress, launched=True)
+    assert re.fullmatch(r"100/400 \((59s|1m00s) left\)", step), step
+    assert _ps_progress(_progress(_state(None)), launched=True)[0] == "100"  # (no total: the step alone)
