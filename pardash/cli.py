@@ -18,7 +18,6 @@ from pardash.parser import BENCH_STEPS, PROG, build_parser, command, fail
 from pardash.preflight import check_hub_ports, check_insecure_with_keys, check_prometheus, gpu_count, headless_without_terminal, NO_TERMINAL, no_tui_here
 from pardash.recorded import cmd_export, cmd_report, find_log
 from pardash.telemetry import registry
-from pardash.telemetry.summary import span_text
 
 JOB_STOP_WAIT_S = 60.0
 """How long an attached viewer that stops a job waits for it to end (torchrun's grace is 10 s)."""
@@ -121,6 +120,8 @@ def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     step_text = "-" if not isinstance(step, int) else f"{step}/{total}" if isinstance(total, int) else str(step)
     left = progress.get("left_s")
     if isinstance(step, int) and isinstance(left, (int, float)) and not isinstance(left, bool) and 0 <= left < 1e9:
+        from pardash.telemetry.summary import span_text  # (not at import: every command's start would load the state)
+
         step_text += f" ({span_text(left)} left)"  # (the TUI's header said it alone)
     rate_text = f"{rate:,.0f}" if isinstance(rate, (int, float)) and rate > 0 else "-"
     ranks = progress.get("ranks") if isinstance(progress.get("ranks"), dict) else {}
