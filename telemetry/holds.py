@@ -70,6 +70,8 @@ class _Rank:
     came right after, if one did, in ``after``)."""
     leads: list[float] = field(default_factory=list)
     after: list[str | None] = field(default_factory=list)
+    wheres: list[str] = field(default_factory=list)
+    """Where each of those holds' time went (a key of WHERE)."""
     busy: dict[int, tuple[str, float]] = field(default_factory=dict)
     """Step -> (event name, seconds it took) of its latest BUSY events (a checkpoint over an
     evaluation at the same step: what came right after is more likely its upload)."""
@@ -200,6 +202,7 @@ class HoldWatch:
             r.steps.append(step)
             r.leads.append(lead)
             r.after.append(busy[1] if busy is not None else None)
+            r.wheres.append(where)
         return True
 
     def flush(self, now: float) -> list[Verdict]:
@@ -221,11 +224,11 @@ class HoldWatch:
     @staticmethod
     def _more(rank: int, r: _Rank, now: float) -> Verdict:
         """The line of its holds since its last, which it then forgets."""
-        steps, in_order, after = r.steps, r.leads, set(r.after)
+        steps, in_order, after, wheres = r.steps, r.leads, set(r.after), set(r.wheres)
         leads = sorted(in_order)
         since = r.since
         r.said_t, r.since, r.lines = now, steps[-1], r.lines + 1
-        r.steps, r.leads, r.after = [], [], []
+        r.steps, r.leads, r.after, r.wheres = [], [], [], []
         gaps = {b - a for a, b in zip([since, *steps], steps)}
         every = f" (every {gaps.pop()} steps)" if len(gaps) == 1 else ""
         n = len(steps)
@@ -236,6 +239,9 @@ class HoldWatch:
             growing = n >= 3 and all(b > a * GROWING for a, b in zip(in_order, in_order[1:]))
             each = f"growing from {in_order[0]:.2f} s to {in_order[-1]:.2f} s" if growing else f"{leads[n // 2]:.2f} s each"
             said = f"{n} more times since step {since}, at steps {steps_named(steps)}{every}, {each}, {sum(leads):.2f} s in all"
-        if len(after) == 1 and (name := after.pop()) is not None:
+        name = next(iter(after)) if len(after) == 1 else None
+        if name is not None:
             said += f", {'' if n == 1 else 'each '}right after its {BUSY[name]}: in its own code after it" + (", e.g. an upload" if name == "checkpoint" else "")
+        elif after == {None} and len(wheres) == 1:
+            said += f", {WHERE[next(iter(wheres))]}"  # (as its first line said where: the gathered ones too)
         return Verdict(rank=rank, verdict="held_up", cost_s=sum(leads), step=steps[-1], message=f"rank {rank} held the others up {said}")

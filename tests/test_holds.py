@@ -66,7 +66,8 @@ def test_a_rank_that_now_and_then_pauses_is_said_as_it_goes_then_in_gathered_lin
     held = _run(1200, every_60)
     assert [v.message for v in held[:2]] == [
         "rank 1 held the others up 1.50 s at step 61 (its steps take 15.0 ms), in its own code between steps (not its DataLoader)",
-        "rank 1 held the others up 4 more times since step 61, at steps 121, 181, 241, 301 (every 60 steps), 1.50 s each, 6.00 s in all",
+        "rank 1 held the others up 4 more times since step 61, at steps 121, 181, 241, 301 (every 60 steps), 1.50 s each, 6.00 s in all, "
+        "in its own code between steps (not its DataLoader)",
     ]
     assert all(v.rank == 1 for v in held) and held[0].cause == "own work" and held[0].cost_s == 1.5
     # Every hold is said once, the last ones as the job ends; the later lines a minute apart.
@@ -102,7 +103,8 @@ def test_pauses_that_grow_are_said_growing_not_as_their_median():
     held = _run(420, lambda r, s: grows.get(s, 0.0) if r == 1 else 0.0)
     assert held[0].message.startswith("rank 1 held the others up 0.30 s at step 61 "), held[0].message
     assert [v.message for v in held[1:]] == ["rank 1 held the others up 5 more times since step 61, at steps 121, 181, 241, 301, 361 "
-                                             "(every 60 steps), growing from 0.60 s to 1.80 s, 6.00 s in all"]
+                                             "(every 60 steps), growing from 0.60 s to 1.80 s, 6.00 s in all, in its own code between steps "
+                                             "(not its DataLoader)"]
 
 
 def test_what_a_rank_does_right_after_its_own_save_is_said_so():
