@@ -73,8 +73,9 @@ class _Rank:
     wheres: list[str] = field(default_factory=list)
     """Where each of those holds' time went (a key of WHERE)."""
     busy: dict[int, tuple[str, float]] = field(default_factory=dict)
-    """Step -> (event name, seconds it took) of its latest BUSY events (a checkpoint over an
-    evaluation at the same step: what came right after is more likely its upload)."""
+    """Step -> (event name, seconds they took) of its latest BUSY events, those of one step
+    summed (an evaluation then a save at step 200: both are in no step; named after the
+    checkpoint, what came right after is more likely its upload)."""
 
 
 def _busy_before(r: _Rank, step: int) -> tuple[int, str, float] | None:
@@ -83,6 +84,22 @@ def _busy_before(r: _Rank, step: int) -> tuple[int, str, float] | None:
         if at in r.busy:
             return (at, *r.busy[at])
     return None
+
+
+def _two_slowest(selfs: dict[int, list], i: int) -> tuple[tuple[float | None, int], tuple[float | None, int]]:
+    """The two slowest (self time, rank) at index ``i`` of the ranks' ``selfs`` ((None, -1)
+    where fewer ranks measured one)."""
+    a: tuple[float | None, int] = (None, -1)
+    b: tuple[float | None, int] = (None, -1)
+    for q, ys in selfs.items():
+        y = ys[i]
+        if y is None:
+            continue
+        if a[0] is None or y > a[0]:
+            a, b = (y, q), a
+        elif b[0] is None or y > b[0]:
+            b = (y, q)
+    return a, b
 
 
 def where_held(lead: float, data_s: float | None, loader_s: float | None) -> str:
@@ -130,10 +147,13 @@ class HoldWatch:
         if r is None:
             r = self._ranks[rank] = _Rank()
         known = r.busy.get(said.step)
-        if known is None or (known[0] != "checkpoint" and said.name == "checkpoint"):
-            r.busy[said.step] = (said.name, said.duration_s or 0.0)
+        took = said.duration_s or 0.0
+        if known is None:
+            r.busy[said.step] = (said.name, took)
             if len(r.busy) > BUSY_KEPT:
                 del r.busy[next(iter(r.busy))]
+        else:
+            r.busy[said.step] = ("checkpoint" if "checkpoint" in (known[0], said.name) else known[0], known[1] + took)
 
     def window(self, steps: Sequence[int], candidates: Iterable[int], selfs: dict[int, list], data: dict[int, list],
                loader: dict[int, list], wall_s: float | None, skip: set[int], now: float,
@@ -151,6 +171,10 @@ class HoldWatch:
         out: list[Verdict] = []
         found: set[int] = set()
         """The window's steps (indexes) a hold was found at: one rank a step."""
+        tops: dict[int, tuple] = {}
+        """Index -> the two slowest (self time, rank) there: read once a step, however many
+        ranks pass the bar at it (an epoch's first step, each rank's workers starting anew:
+        every rank read every other's, 0.4 s of the hub's loop at 2,048 ranks, review 334)."""
         for rank in candidates:
             if rank in skip:
                 continue
@@ -158,7 +182,10 @@ class HoldWatch:
             for i, x in enumerate(xs):
                 if x is None or x < bar:
                     continue
-                nxt = max((ys[i] for q, ys in selfs.items() if q != rank and ys[i] is not None), default=None)
+                top = tops.get(i)
+                if top is None:
+                    top = tops[i] = _two_slowest(selfs, i)
+                nxt = top[1][0] if top[0][1] == rank else top[0][0]
                 if nxt is not None and x - nxt >= bar:
                     d, ld = data.get(rank), loader.get(rank)
                     if self._held(out, rank, steps[i], x - nxt, where_held(x - nxt, d[i] if d else None, ld[i] if ld else None),
@@ -171,30 +198,42 @@ class HoldWatch:
                 at = sorted((cs[i], q) for q, cs in comms.items() if cs is not None and cs[i] is not None)
                 if len(at) < 2 or at[-1][0] < bar or (lead := at[1][0] - at[0][0]) < bar or at[0][1] in skip:
                     continue
-                r = self._ranks.get(at[0][1])
-                if r is not None and (busy := _busy_before(r, steps[i])) is not None:
-                    # (its own save or evaluation is in no step of its own but in the others'
-                    # wait: their lines say it; a rank evaluating alone is no hold of its own code)
-                    lead -= busy[2]
-                    if lead < bar:
-                        continue
-                self._held(out, at[0][1], steps[i], lead, "after", wall_s, now)
+                # (its own save or evaluation is in no step of its own but in the others' wait,
+                # less what the next rank spent in its own: their lines say it; a rank evaluating
+                # alone is no hold of its own code, nor are all ranks evaluating together)
+                own, next_s = self._busy_s(at[0][1], steps[i]), self._busy_s(at[1][1], steps[i])
+                lead -= max(0.0, own - next_s)
+                if lead < bar:
+                    continue
+                self._held(out, at[0][1], steps[i], lead, "after", wall_s, now, after_busy=own > next_s)
         for rank, r in self._ranks.items():
             if r.steps and now - r.said_t >= HOLD_SAY_S[min(r.lines, 2) - 1]:
                 out.append(self._more(rank, r, now))
         return out
 
-    def _held(self, out: list[Verdict], rank: int, step: int, lead: float, where: str, wall_s: float | None, now: float) -> bool:
+    def _busy_s(self, rank: int, step: int) -> float:
+        """Seconds of ``rank``'s own saves and evaluations right before ``step`` (in no step)."""
+        r = self._ranks.get(rank)
+        busy = _busy_before(r, step) if r is not None else None
+        return busy[2] if busy is not None else 0.0
+
+    def _held(self, out: list[Verdict], rank: int, step: int, lead: float, where: str, wall_s: float | None, now: float,
+              after_busy: bool = True) -> bool:  # fmt: skip
         """Note that ``rank`` held the others ``lead`` seconds at ``step`` (its first hold said
-        into ``out``, the next kept for a gathered line); False where a stall said it."""
-        if (rank, step - 1) in self._stalls or (rank, step) in self._stalls:
+        into ``out``, the next kept for a gathered line; ``after_busy``: said right after its own
+        save or evaluation where one came before, not where the others' were as long, their
+        wait holding none of it); False where a stall said it: a stall
+        after the step before (a pause between steps), or the one before that (a pause past the
+        step's first collective, said "stalled in backward after step 29", shows in the others'
+        wait at step 31's first collective, review 334)."""
+        if any((rank, step - k) in self._stalls for k in (0, 1, 2)):
             return False
         r = self._ranks.get(rank)
         if r is None:
             r = self._ranks[rank] = _Rank()
         # (right after its own save or evaluation: their time is in no step, the hooks and the
         # bundled trainer leave it out, so the lead is what it did after it)
-        busy = _busy_before(r, step)
+        busy = _busy_before(r, step) if after_busy else None
         if not r.said:
             r.said, r.said_t, r.since, r.lines = True, now, step, 1
             out.append(self._first(rank, step, lead, where, busy, wall_s))

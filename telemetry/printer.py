@@ -162,7 +162,8 @@ class ProgressPrinter:
             if "\x1b" in line or "\x9b" in line:
                 from rich.text import Text  # (rich is loaded: the bar is its)
 
-                self._progress.console.print(Text.from_ansi(line), markup=False, highlight=False)
+                # (8-bit CSI as its 7-bit form: rich reads only "ESC [", review 334)
+                self._progress.console.print(Text.from_ansi(line.replace("\x9b", "\x1b[")), markup=False, highlight=False)
             else:
                 self._progress.console.print(line, markup=False, highlight=False)
         else:

@@ -285,9 +285,6 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     long_steps: dict[tuple[int, int], tuple[float | None, float | None, bool]] = {}
     """(rank, step) -> its data and DataLoader seconds, and whether it began an epoch, of steps whose own work took HOLD_MIN_S or
     more (at most HOLD_KEPT): the steps one rank may have held the others (see _holds)."""
-    waited_steps: set[int] = set()
-    """Steps some rank waited HOLD_MIN_S or more in its collectives (see _holds: one held the
-    others past its first collective)."""
     busy_at: dict[tuple[int, int], float] = {}
     """(rank, step) -> the seconds of its own saves and evaluations after that step: in no step's
     time, but in the others' wait for it at their next collective (see _holds)."""
@@ -485,8 +482,6 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             arrivals.see(msg.step, msg.rank, msg.self_s, msg.comm_s)
             if msg.self_s is not None and msg.self_s >= HOLD_MIN_S and len(long_steps) < HOLD_KEPT:
                 long_steps[(msg.rank, msg.step)] = (msg.data_s, msg.loader_s, starts_epoch)
-            if msg.comm_s is not None and msg.comm_s >= HOLD_MIN_S and len(waited_steps) < HOLD_KEPT:
-                waited_steps.add(msg.step)
             mem = msg.mem
             if mem is not None:
                 if mem.cuda_peak_bytes is not None:
@@ -738,7 +733,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     unheard = sorted(set(range(world)) - set(state.ranks)) if ranks else []
     median_step = _median([r["median_step_s"] for r in ranks])
     holds = _holds(arrivals, long_steps, median_step, train_s, stragglers, {(p[0], step) for p, (step, _) in process_first.items()},
-                   waited_steps, busy_at)  # fmt: skip
+                   busy_at)  # fmt: skip
     for e in exits.values():
         e["signal"] = signal_name(e["code"])
         e["role"] = _role(e["rank"], failure) or ("stopped" if e["code"] in STOPPED_CODES else None)
@@ -1396,8 +1391,7 @@ def _busy(busy_at: dict[tuple[int, int], float], ev: schema.Event) -> None:
 
 
 def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, train_s: float, stragglers: list[dict],
-           warmup: set[tuple[int, int]] = frozenset(), waited: set[int] = frozenset(),
-           busy_at: dict[tuple[int, int], float] | None = None) -> list[dict]:
+           warmup: set[tuple[int, int]] = frozenset(), busy_at: dict[tuple[int, int], float] | None = None) -> list[dict]:
     """Ranks that now and then held the others far past a step: at a step, a lead over the
     others of HOLD_MIN_S and HOLD_FACTOR median steps or more (StepWaits.gap, as a straggler's
     cost), outside that rank's straggler episodes and its processes' first steps (``warmup``:
@@ -1426,18 +1420,27 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
             at_starts[rank] += starts_epoch
             seen.add(step)
     # A rank that held the others past its step's first collective (between its backward and its
-    # optimizer step) has no lead in self time: the others' wait in their comm is it (``waited``:
-    # the steps some rank waited HOLD_MIN_S or more there; review 333, said nowhere).
+    # optimizer step) has no lead in self time: the others' wait in their comm is it (the steps
+    # some rank waited HOLD_MIN_S or more there, of every step the arrivals know: a set capped
+    # at HOLD_KEPT steps found none past step 10,000 of a job whose collectives take that long,
+    # review 334; review 333, said nowhere).
+    busy_by_step: dict[int, dict[int, float]] = {}
+    for (rank, step), took in (busy_at or {}).items():
+        for at in (step, step + 1):
+            ranks = busy_by_step.setdefault(at, {})
+            ranks[rank] = ranks.get(rank, 0.0) + took
     past: set[tuple[int, int]] = set()
-    for step in sorted(set(waited) - seen):
+    for step in sorted(s for s, (_, most_comm) in arrivals.ends.items() if most_comm >= HOLD_MIN_S and s not in seen):
         rank = arrivals.least_comm(step)
         if rank is None or (rank, step) in warmup or any(lo <= step <= hi for lo, hi in episodes.get(rank, ())):
             continue
         lead = arrivals.gap(step, rank)
-        if lead is not None and busy_at:
+        busy = busy_by_step.get(step)
+        if lead is not None and busy:
             # (its own save or evaluation right before, in no step of its own but in the others'
-            # wait: their lines say it; a rank evaluating alone is no hold of its own code)
-            lead -= busy_at.get((rank, step - 1), 0.0) + busy_at.get((rank, step), 0.0)
+            # wait, less the longest of theirs: their lines say it; a rank evaluating alone is no
+            # hold of its own code, nor are all ranks evaluating together, review 334)
+            lead -= max(0.0, busy.get(rank, 0.0) - max((x for q, x in busy.items() if q != rank), default=0.0))
         if lead is not None and lead >= bar:
             by_rank.setdefault(rank, []).append((step, lead, None, None))
             past.add((rank, step))
@@ -1510,8 +1513,12 @@ def _after_saves(saves: dict[int, dict], stalls: list[dict], holds: list[dict], 
         until = ep["until"] or ""
         if ep["step"] is None or not until.startswith(("resumed", "finished")):
             continue
-        if until == f"resumed at step {ep['step'] + 1}" and (ep["rank"], ep["step"] + 1) in held:
-            ep["held_step"] = ep["step"] + 1
+        if until == f"resumed at step {ep['step'] + 1}":
+            # (the hold at the step it resumed at; of a pause past that step's first collective,
+            # "stalled in optimizer after step 100", the others' wait at step 102's)
+            at = next((ep["step"] + k for k in (1, 2) if (ep["rank"], ep["step"] + k) in held), None)
+            if at is not None:
+                ep["held_step"] = at
         took = saved(ep["rank"], ep["step"])
         in_own_code = ep["phase"] == "data" and (BETWEEN_STEPS_WORDS in (ep["message"] or "") or ep["rank"] not in loader_timed)
         if took is None or ep["kind"] != "stalled" or not in_own_code or ep.get("seconds") is None:

@@ -645,6 +645,10 @@ class RunState:
     held_up_s: dict[int, float] = field(default_factory=dict)
     """rank -> the seconds it held the others up now and then (its ``held_up`` verdicts' cost,
     every one applied): the launch's last line and Prometheus' counter."""
+    held_up_last: dict[int, tuple[schema.Verdict, float]] = field(default_factory=dict)
+    """rank -> its latest ``held_up`` verdict and the ranks' clock as it came (``t_last_rank``:
+    the verdict's own ``t`` is the hub's, which ranks' clocks off by minutes made old at once,
+    review 334): the TUI's alert of it, for a while."""
     trend: Trend = field(default_factory=Trend)
     """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
     attempt_note: schema.Event | None = None
@@ -756,14 +760,18 @@ class RunState:
             if restarts > r.restarts:  # torchrun's count so far: a viewer that attached late knows it too
                 self._restarting(restarts)
                 r.restarts = restarts
-            if r.hello is not None and (msg.pid != r.hello.pid or msg.restart != r.hello.restart) and not was_awaited:
+            # Its process's hello sent again (a framework's planned steps learnt at its train
+            # start): no restart, its stall stands (cleared, it was said twice, review 334).
+            again = r.hello is not None and msg.pid == r.hello.pid and msg.restart == r.hello.restart
+            if r.hello is not None and not again and not was_awaited:
                 r.new_process()  # (awaited: the restart's note began it, with what its old one left)
             # The run's config is rank 0's (every rank's is the same): another rank's copy is
             # not kept in memory (up to 256 KiB a rank; the JSONL log keeps every hello whole).
             r.hello = msg if msg.rank == 0 or not msg.config else msgspec.structs.replace(msg, config={})
             if self.run_hello is None or msg.rank == 0 or self.run_hello.rank == msg.rank:
                 self.run_hello = msg
-            r.alive_again()
+            if not again:
+                r.alive_again()
         elif isinstance(msg, schema.Event):
             code = msg.code if msg.code is not None else 0
             if msg.name == "error" and msg.seq >= 0:
@@ -929,6 +937,7 @@ class RunState:
             self.straggler_verdicts[cause] = self.straggler_verdicts.get(cause, 0) + 1
         elif name == "held_up":
             self.held_up_s[v.rank] = self.held_up_s.get(v.rank, 0.0) + max(0.0, min(v.cost_s or 0.0, 1e9))
+            self.held_up_last[v.rank] = (v, self.t_last_rank or v.t)
         elif name == "straggler_cleared":
             if r.straggler is not None and r.straggler is r.straggled:
                 r.straggled_to = v.step  # (the first spell's end: "no longer at step 110")

@@ -225,6 +225,10 @@ class StragglerDetector:
         """Steps not scored yet at which some rank waited HOLD_MIN_S or more in its collectives."""
         self._rewarm = False
         """The job restarted (torchrun): the next step seen starts a new warm-up."""
+        self._fresh = True
+        """No step seen yet: a job resumed from its checkpoint at step 5,000 warms up from its
+        first step too (its processes' first steps: a compile, its DataLoader's workers
+        starting; they read as a hold of 1.6 s at step 5,001, review 334)."""
 
     def restart(self) -> None:
         """A new attempt of the job (torchrun restarted it): its ranks start again from step 1
@@ -255,6 +259,9 @@ class StragglerDetector:
         for step in steps:
             x = step.self_s
             s = step.step
+            if self._fresh:
+                self._fresh = False
+                self._rewarm = s > self.cfg.warmup_steps
             if self._rewarm:
                 # The first step of a restarted job (every rank resumes from the same one).
                 self._rewarm = False

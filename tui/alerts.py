@@ -99,15 +99,9 @@ def held_up_alerts(state: st.RunState) -> list[Alert]:
     HELD_UP_ALERT_S, the latest's words), still running: pauses that cost a job 70-80% of its
     time left the panel at "no alerts: every rank is healthy", said only in the events (review
     333)."""
-    latest: dict[int, schema.Verdict] = {}
-    since = state.t_last - HELD_UP_ALERT_S
-    for m in reversed(state.events):
-        if m.t and m.t < since:
-            break
-        if isinstance(m, schema.Verdict) and m.verdict == "held_up" and m.rank not in latest:
-            latest[m.rank] = m
-    return [Alert("held_up", rank, v.message or f"rank {rank} held the others up") for rank, v in sorted(latest.items())
-            if (r := state.ranks.get(rank)) is not None and r.status == st.RUNNING]
+    now = state.t_last_rank
+    return [Alert("held_up", rank, v.message or f"rank {rank} held the others up") for rank, (v, at) in sorted(state.held_up_last.items())
+            if now - at <= HELD_UP_ALERT_S and (r := state.ranks.get(rank)) is not None and r.status == st.RUNNING]  # fmt: skip
 
 
 def jobs_mixed_alert(state: st.RunState) -> Alert | None:
