@@ -13,10 +13,10 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .schema import LOADER_PHASE, Step, Verdict
+from .schema import JOIN_PHASE, LOADER_PHASE, Step, Verdict
 from .state import RankState, RunState, mem_full_bytes
 from .stragglers import StragglerDetector
-from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded, not_sharding_hint
+from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded, joined, not_sharding_hint
 
 SHARDING_OK_FACTOR = 1.25
 """A rank flagged not sharding is cleared once it holds at most this many times its share (a
@@ -69,6 +69,15 @@ def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]], *, sha
     beside others waiting (review 274: rank 0 in an all-reduce of its own, rank 1 blocked in
     FSDP's all-gather of its next forward, and rank 1 was named the hang's root cause)."""
     ranks = list(stuck)
+    joiners = [q for q in ranks if q[1] == JOINED]
+    if joiners:
+        # Ranks that ran out of inputs under DDP's Join wait by design (their last step behind
+        # the others', their phase a collective's): never the cause. The ranks still stepping
+        # are judged among themselves, and one stuck alone holds every joined rank (rank 0
+        # joined at step 400, rank 1 hung in its data at 600: rank 0 was named, review 335).
+        ranks = [q for q in ranks if q[1] != JOINED]
+        if len(ranks) == 1:
+            return {ranks[0][0]}
     if len(ranks) < 2:
         return set()
     steps = [s for _, _, s, _ in ranks if s is not None]
@@ -89,30 +98,53 @@ def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]], *, sha
     return set()
 
 
+JOINED = "joined"
+"""The kind (beside "stalled" and "silent") :func:`stuck_ranks` and :func:`whole_hang` give a
+rank that ran out of inputs under DDP's Join (:func:`joined`): waiting for the others by
+design, part of their hang, never its cause."""
+
+
+def _was_joined(r: RankState) -> bool:
+    """``r``'s last word said it had joined (:func:`joined`), whether it has ended since or not."""
+    return r.heartbeat is not None and r.heartbeat.phase == JOIN_PHASE and not r.finished and r.silent is None and r.stalled is None
+
+
 def stuck_ranks(state: RunState) -> list[tuple[int, str, int | None, str | None]]:
     """The ranks of a hang, as :func:`hang_causes` takes them: every rank still alive in
-    ``state`` stalled or silent. Empty while some rank still makes progress (two ranks stuck
-    apart from a job that goes on are not one waiting for the other)."""
+    ``state`` stalled or silent, or joined (:data:`JOINED`: out of inputs under DDP's Join,
+    waiting for the others by design). Empty while some rank still makes progress (two ranks
+    stuck apart from a job that goes on are not one waiting for the other), and while no rank
+    is stalled or silent (every rank alive joined: the job's end)."""
     out = []
     for r in state.ranks.values():
         if r.exit_code is not None or r.finished:
             continue
+        if joined(r):
+            out.append(_joined_entry(r))
+            continue
         if r.silent is None and r.stalled is None:
             return []
         out.append(_stuck(r))
-    return out
+    return out if any(kind != JOINED for _, kind, _, _ in out) else []
 
 
 def whole_hang(state: RunState) -> list[tuple[int, str, int | None, str | None]]:
     """The hang a run is in or ended in, as :func:`hang_causes` takes it: every rank stalled or
-    silent, alive or exited since (a job stopped or killed as it hung: the report's episodes
-    that never ended); empty otherwise."""
+    silent, or joined (see :func:`stuck_ranks`), alive or exited since (a job stopped or killed
+    as it hung: the report's episodes that never ended); empty otherwise."""
     out = []
     for r in state.ranks.values():
+        if _was_joined(r):
+            out.append(_joined_entry(r))
+            continue
         if r.finished or (r.silent is None and r.stalled is None):
             return []
         out.append(_stuck(r))
-    return out
+    return out if any(kind != JOINED for _, kind, _, _ in out) else []
+
+
+def _joined_entry(r: RankState) -> tuple[int, str, int | None, str | None]:
+    return (r.rank, JOINED, r.step.step if r.step is not None else None, JOIN_PHASE)
 
 
 def _stuck(r: RankState) -> tuple[int, str, int | None, str | None]:
@@ -348,6 +380,11 @@ class Detector:
             return out
         if r.silent is not None:
             out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} heard from again"))
+        if joined(r):
+            # Out of inputs under DDP's Join: no step comes, by design, until the others run out
+            # too (they are judged). Its wait counts from when it ends, as a new look's.
+            self._progress[r.rank] = (step, now)
+            return out
         stuck_s = now - max(last[1], self._back, self._busy_over)
         if step >= 0 and stuck_s > stall_after and r.stalled is None:
             phase, where = stall_phase(r.heartbeat.phase if r.heartbeat is not None else "", r.step)

@@ -17,7 +17,7 @@ from typing import TextIO
 import msgspec
 
 from . import schema
-from .analysis import hang_causes, stuck_ranks, whole_hang
+from .analysis import JOINED, hang_causes, stuck_ranks, whole_hang
 from .causes import waiting_count
 from .client import HUB_QUIET_S, Source
 from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, left_early, root_cause,
@@ -25,14 +25,16 @@ from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, fail
 from .loss_turns import LossTurnsHeld, held_text
 from .recorder import CONTINUED_AT
 from .redraws import Redraws, last_drawing
-from .state import EXITED, RUNNING, SMOOTH_FIGURES, STALLED, STARTING, launcher_stopping, run_over, status_of, torchrun_restart
+from .state import EXITED, RUNNING, SMOOTH_FIGURES, STALLED, STARTING, STRAGGLER, launcher_stopping, run_over, status_of, torchrun_restart
 from .summary import (
     held_spread,
     named_by_step,
     human_bytes,
     is_sharded,
+    joined,
     ms,
     ranks_named,
+    ran_out,
     samples_per_s,
     samples_per_s_recent,
     held_up_were,
@@ -596,6 +598,8 @@ def event_line(ev: schema.Message, ranks: list[int] | None = None, took: float |
             return f"[error] {who}: {short_error(ev.message, EVENT_TEXT_MAX, ev.traceback) or 'error'}"
         if ev.name in ("hub", "epoch_end"):
             return ""
+        if ev.name == "join":  # ("[join] rank 0 ran out of inputs at step 400 and joined: ...")
+            return f"[join] {who} {' '.join((ev.message or 'joined').split())[:EVENT_TEXT_MAX]}"
         if torchrun_restart(ev):
             return f"[restart] {who} restarted by torchrun" + (f" (restart {ev.code})" if ev.code else "")
         if launcher_stopping(ev):
@@ -816,6 +820,10 @@ BAR_WIDTH = 30
 BAR_MIN_WIDTH = 10
 """Cells below which the bar gives way to a shorter form of the stats, then to none."""
 
+JOINED_STATE = "joined"
+"""What a rank that ran out of inputs under DDP's Join (summary.joined) is said to be doing: it
+waits for the others by design ("1 running, 1 joined")."""
+
 BUSY_STATES = {"checkpoint": "saving", "eval": "evaluating", "resume": "resuming"}
 """What a working rank whose heartbeat says it is in one of these phases (analysis.BUSY_PHASES)
 is said to be doing: a save of 6 s read "2 running" beside a step that stood still."""
@@ -845,6 +853,8 @@ def states_text(st) -> str:
                 status = busy
         if status in (RUNNING, STARTING) and r.stopping is not None:
             status = "stopping"  # (a slow stop's seconds read "2 running" until the ranks ended)
+        elif status in (RUNNING, STRAGGLER) and joined(r):
+            status = JOINED_STATE  # (out of inputs under DDP's Join: it read "1 stalled")
         counts[status] = counts.get(status, 0) + 1
     if counts.get(STALLED):
         # (as the TUI and `ps` say a hang: its likely cause stalled, the others waiting for it)
@@ -868,8 +878,12 @@ def progress_step(st) -> int | None:
     unsure = set()
     config = (st.hello.config or {}) if st.hello is not None else {}
     may_resume = bool(config.get("checkpoint_dir") and config.get("resume"))
+    out = ran_out(st)
+    stepping = out and any(r.step is not None and r.rank not in out for r in st.ranks.values())
     for r in st.ranks.values():
         hb = r.heartbeat
+        if stepping and r.rank in out:
+            continue  # (out of inputs under DDP's Join: the ranks still stepping say how far the job is)
         if r.step is not None:
             steps.append(r.step.step)
         elif r.restarts or r.step_before is not None or may_resume or (hb is not None and hb.phase == "resume"):
@@ -1216,8 +1230,18 @@ def _progress_text(st) -> str:
     left to train, as its own warning says)."""
     last = [s for s in (r.last_step for r in st.ranks.values()) if s is not None]
     if any(r.step is not None for r in st.ranks.values()):
-        # Ranks that ended at different steps (DDP's Join, a rank done early): both, as report says
-        return f"step {max(last)} (last step {st.step} on the slowest rank)" if max(last) > st.step else f"step {st.step}"
+        if max(last) > st.step:
+            joins = {ev.rank: ev.step for ev in st.events if isinstance(ev, schema.Event) and ev.name == "join" and ev.rank >= 0}
+            if joins and all(r.last_step == max(last) or r.rank in joins for r in st.ranks.values() if r.last_step is not None):
+                # Ranks that ran out of inputs under DDP's Join, as they said it: by design, not
+                # a rank behind ("step 800 (last step 400 on the slowest rank)", review 335)
+                early = sorted((at, q) for q, at in joins.items() if at is not None and at < max(last))
+                said = "; ".join(f"{ranks_named([q for a, q in early if a == at])} ran out of inputs at step {at} and joined"
+                                 for at in sorted({a for a, _ in early}))  # fmt: skip
+                return f"step {max(last)}" + (f" ({said})" if said else "")
+            # Ranks that ended at different steps (a rank done early): both, as report says
+            return f"step {max(last)} (last step {st.step} on the slowest rank)"
+        return f"step {st.step}"
     resumed = [m.step for m in st.events if isinstance(m, schema.Event) and m.name == "resume" and m.step is not None]
     return "no step taken" + (f" (resumed at step {max(resumed)}, nothing left to train)" if resumed else "")
 
@@ -1336,7 +1360,7 @@ def as_it_hung(st) -> str:
     hang = whole_hang(st)
     if not hang:
         return ""
-    steps = [s for _, _, s, _ in hang if s is not None]
+    steps = [s for _, kind, s, _ in hang if s is not None and kind != JOINED]  # (one joined under DDP's Join waits by design)
     causes = hang_causes(hang, sharded=is_sharded(st.strategy))
     return (" as it hung" + (f" after step {min(steps)}" if steps else "")
             + (f", likely waiting for {ranks_named(sorted(causes))}" if causes else ""))

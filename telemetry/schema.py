@@ -26,6 +26,13 @@ step's data phase, inside the loader. Its heartbeat's "data" is the rest of that
 script's own work between steps; the hub tells the two apart when a rank stalls there and names
 the stall's phase ``data`` either way (analysis.stall_phase)."""
 
+JOIN_PHASE = "join"
+"""The phase a rank's heartbeat says while it has run out of inputs under DDP's ``Join``
+(``torch.distributed.algorithms.join``) and shadows the other ranks' collectives until they all
+have (the zero-code hooks', pardash.trainer.joins; a ``join`` event says it as it begins). It
+takes no step there by design: the hub reads it as waiting, neither stalled nor a hang's cause
+(analysis.joined)."""
+
 MAX_MESSAGE_BYTES = 1 << 20
 """Largest frame a receiving socket accepts (ZMQ_MAXMSGSIZE); a hello with a big config fits."""
 
@@ -203,7 +210,8 @@ class Event(Base, tag="event"):
     """Something that happened once: checkpoint, epoch end, warning, error, exit."""
 
     name: str = ""
-    """checkpoint | epoch_end | warning | error | exit | restart | info"""
+    """checkpoint | epoch_end | warning | error | exit | restart | info | join (a rank ran out of
+    inputs under DDP's Join: see JOIN_PHASE)"""
     message: str = ""
     step: int | None = None
     code: int | None = None

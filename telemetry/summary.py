@@ -7,7 +7,8 @@ import os
 import re
 import statistics
 
-from .state import RunState, mem_full_bytes, mem_held_bytes
+from .schema import JOIN_PHASE, Event
+from .state import RankState, RunState, mem_full_bytes, mem_held_bytes
 
 BYTES_PER_PARAM = 16
 """The ZeRO paper's model state per parameter for (mixed-precision or fp32) Adam: 4 parameter +
@@ -110,6 +111,29 @@ PAUSE_SLACK_S = 1.0
 a pause (an evaluation, a save) and the latest step's rate stands instead."""
 
 
+def joined(r: RankState) -> bool:
+    """Whether ``r`` ran out of inputs under DDP's ``Join`` and shadows the others' collectives
+    until they finish (its heartbeat says :data:`~.schema.JOIN_PHASE`; the zero-code hooks say
+    so, pardash.trainer.joins): it takes no step, by design, and is neither stalled nor a
+    hang's cause; the job's progress, its time left and its rate are the ranks' still stepping.
+    Not once it has ended, nor while silent."""
+    hb = r.heartbeat
+    return hb is not None and hb.phase == JOIN_PHASE and not r.finished and r.exit_code is None and r.silent is None
+
+
+def ran_out(state: RunState) -> set[int]:
+    """The ranks that ran out of inputs under DDP's Join and took no step since: joined now
+    (:func:`joined`), or ended since at the step their ``join`` event said. Their last step is
+    not how far the job went (the others stepped on)."""
+    out = {r.rank for r in state.ranks.values() if joined(r)}
+    for ev in state.events:
+        if isinstance(ev, Event) and ev.name == "join" and ev.rank >= 0 and ev.step is not None:
+            r = state.ranks.get(ev.rank)
+            if r is not None and r.last_step == ev.step:
+                out.add(ev.rank)
+    return out
+
+
 def samples_per_s(state: RunState) -> float:
     """Samples a second across ranks, now: each working rank's over its last RATE_POINTS
     history points (steps done over the time they took), else its latest step's (a stalled
@@ -120,6 +144,8 @@ def samples_per_s(state: RunState) -> float:
         s = r.step
         if s is None or s.step_s <= 0 or r.exit_code is not None or r.finished or r.stalled is not None or r.silent is not None:
             continue
+        if joined(r):
+            continue  # (out of inputs under DDP's Join: its last steps' rate is not now's)
         h = r.history
         then = h.ago("step", k)
         if then is not None:
@@ -176,8 +202,11 @@ def samples_per_s_recent(state: RunState) -> float:
     steady training counts (:func:`_last_run`: a torchrun restart, an evaluation or a long save
     before it is no step), and of that its later half: the first steps of a job (allocations,
     the first collectives, DDP's bucket rebuild) ran several times slower, which on a short job
-    read as a tenth of its speed."""
-    total = 0.0
+    read as a tenth of its speed. A rank whose last step came well before the last rank's (one
+    that ran out of inputs under DDP's Join, or left its loop early, 30 s before the end) was
+    not stepping at the end: not counted (it read 28,694 samples/s where the rank still
+    stepping then did 15,556, review 335)."""
+    rates: list[tuple[float, float, float]] = []  # (the time of its last step, slack, samples/s)
     for r in state.ranks.values():
         s = r.step
         if s is None or not (s.samples or s.samples_total):
@@ -187,8 +216,11 @@ def samples_per_s_recent(state: RunState) -> float:
         first += (last - first) // 2
         if last > first and t[last] > t[first] and steps[last] > steps[first]:
             done = _samples_done(r.history["samples"].values()[first + 1 : last + 1])
-            total += (s.samples * (steps[last] - steps[first]) if done is None else done) / (t[last] - t[first])
-    return total
+            pace = (t[last] - t[first]) / (steps[last] - steps[first])
+            rates.append((t[last], max(GAP_S, GAP_PACE * pace),
+                          (s.samples * (steps[last] - steps[first]) if done is None else done) / (t[last] - t[first])))  # fmt: skip
+    end = max((at for at, _, _ in rates), default=0.0)
+    return sum(rate for at, slack, rate in rates if at >= end - slack)
 
 
 def _samples_done(points: list[float | None]) -> float | None:
@@ -278,8 +310,8 @@ def time_left_s(state: RunState, total: int | None) -> float | None:
         return None
     left = None
     for r in state.ranks.values():
-        if r.step is None or r.exit_code is not None or r.finished:
-            continue
+        if r.step is None or r.exit_code is not None or r.finished or joined(r):
+            continue  # (joined under DDP's Join: done with its inputs, the others' pace says it)
         steps, t = r.history["step"].values(), r.history["t"].values()
         if len(steps) < 2 or t[-1] - t[0] < ETA_LEAST_S or steps[-1] <= steps[0] or steps[-1] >= total:
             continue
@@ -321,7 +353,15 @@ def straggled_text(r) -> str:
     29" alone read the same of a spell of ten steps and of one to the run's end."""
     v = r.straggled
     text = f"rank {v.rank} was a straggler ({straggler_cause(v.cause, v.message)}), found at step {v.step}"
-    return text + (f", no longer at step {r.straggled_to}" if r.straggled_to is not None else "")
+    text += f", no longer at step {r.straggled_to}" if r.straggled_to is not None else ""
+    again = r.straggler
+    if again is not None and again is not v:
+        # A later spell that ran to the end ("found at step 29, no longer at step 149" of a
+        # rank that straggled again from step 160 to the end, as the report said; review 335)
+        cause = straggler_cause(again.cause, again.message)
+        same = cause == straggler_cause(v.cause, v.message)
+        text += f", and again{'' if same else f' ({cause})'} from step {again.step} to the end"
+    return text
 
 
 def stragglers_were(state: RunState) -> str:

@@ -109,7 +109,9 @@ class Arrivals:
                 at = -1  # (no async_op: a barrier's always blocks)
 
             def collective(*args: Any, **kwargs: Any) -> Any:
-                if _get_ident() != self._tid or _is_compiling() or self.dead:
+                if _get_ident() != self._tid or _is_compiling() or self.dead or self._joined:
+                    # (joined: the collectives DDP's Join shadows for the others are no wait
+                    # of a step of its own; its heartbeat says "join" throughout, see Joins)
                     return original(*args, **kwargs)
                 if self._in_backward and self.strategy == "fsdp" and self._pp is None:
                     if kwargs.get("async_op") or (0 <= at < len(args) and args[at]):

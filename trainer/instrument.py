@@ -146,6 +146,7 @@ from pardash.trainer.pipelines import Pipelines
 from pardash.trainer.epochs import Epochs, _LoaderPass
 from pardash.trainer.evaluations import Evaluations, _holds
 from pardash.trainer.frameworks import Frameworks
+from pardash.trainer.joins import Joins
 from pardash.trainer.loads import Loads
 from pardash.trainer.rounds import Rounds
 from pardash.trainer.saves import Saves
@@ -181,7 +182,7 @@ in a step, or a sync point between steps (see Arrivals._wrap_collective)."""
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
-class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, Pipelines, Skips, Frameworks):
+class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, Pipelines, Skips, Frameworks, Joins):
     """Measures a training loop through global hooks and publishes one Step per step."""
 
     def __init__(self, reporter: Reporter, *, warn_after: int = WARN_AFTER_FORWARDS) -> None:
@@ -505,6 +506,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             self._patch(DistributedDataParallel, "__getstate__", _without_hooks_in_state)
             if hasattr(DistributedDataParallel, "_sync_buffers"):
                 self._patch(DistributedDataParallel, "_sync_buffers", self._wrap_ddp_buffer_sync)
+            self._watch_joins()
         api.attach_auto(self)
         return self
 
