@@ -249,6 +249,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     steady rate's steps begin, and the samples before them."""
     evals: dict[int, list[float]] = defaultdict(list)
     """Each rank's evaluations (``eval`` events): how long each took."""
+    eval_at: dict[int, float] = {}
+    """step -> the longest evaluation after it (for the others' wait at the next step)."""
     pauses: dict[int, list[tuple[float, float]]] = defaultdict(list)
     """rank -> (end, seconds) of each evaluation and checkpoint save: outside its steps' times,
     and no training time for any rank (the others wait for it)."""
@@ -541,6 +543,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                     ep["until"], ep["end_t"] = "finished", msg.t
         elif isinstance(msg, schema.Event) and msg.name == "eval" and msg.rank >= 0:
             evals[msg.rank].append(msg.duration_s or 0.0)
+            if msg.step is not None and len(eval_at) < HOLD_KEPT:
+                eval_at[msg.step] = max(eval_at.get(msg.step, 0.0), msg.duration_s or 0.0)
             _busy(busy_at, msg)
             pauses[msg.rank].append((msg.t, msg.duration_s or 0.0))
         elif isinstance(msg, schema.Event) and msg.name == "warning" and msg.rank < 0:
@@ -791,9 +795,13 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         **({"jobs_run_again": len(jobs_again), "between_jobs_s": between_jobs} if jobs_again else {}),
         # Evaluations between steps (the zero-code hooks'): the rank with the most, and the
         # longest total (they are outside the step times; None: none).
-        # "ranks": the ranks that evaluated (some alone: the others waited for them).
+        # "ranks": the ranks that evaluated; "others_waited_s": where only some did, what the
+        # others waited at their next collective after each evaluation, up to its time (a script
+        # that says its evaluations on rank 0 alone, every rank evaluating, read "the others
+        # waited 4.0 s for it" of a wait of none, review 334).
         "evaluations": {"count": max(len(v) for v in evals.values()), "seconds": max(sum(v) for v in evals.values()),
-                        "ranks": sorted(evals)}
+                        "ranks": sorted(evals),
+                        **({"others_waited_s": _waited_after(eval_at, arrivals)} if len(evals) < world else {})}  # fmt: skip
         if evals else None,
         "steps": max((r["steps"] for r in ranks), default=0),
         "steps_rerun": max((r["steps_rerun"] for r in ranks), default=0),
@@ -1382,6 +1390,19 @@ input-bound (the report's ``data loading`` line)."""
 
 HOLD_KEPT = 10_000
 """Steps of long own work the report keeps the phases of (a straggler of 1 s steps: each)."""
+
+
+def _waited_after(eval_at: dict[int, float], arrivals: StepWaits) -> float:
+    """Seconds the ranks waited at their first collective after the evaluations (``eval_at``:
+    step -> the longest evaluation after it), each at most the evaluation's own: the most comm
+    time of the step after it (a rank that evaluated alone held the others that long); where no
+    rank timed its collectives there, the evaluation's (the others' wait is in their step)."""
+    waited = 0.0
+    for step, took in eval_at.items():
+        ends = arrivals.ends.get(step + 1)
+        if ends is not None:  # (none after the job's last step)
+            waited += took if ends[1] == -math.inf else min(took, max(0.0, ends[1]))
+    return waited
 
 
 def _busy(busy_at: dict[tuple[int, int], float], ev: schema.Event) -> None:

@@ -292,9 +292,12 @@ def _evaluations_text(rep: dict) -> str:
     ev = rep["evaluations"]
     text = f"{ev['count']}, {_seconds(ev['seconds'])} in all, outside the steps"
     ranks = ev.get("ranks") or []
-    if 0 < len(ranks) < rep["world_size"]:
-        share = f" ({_pct(ev['seconds'] / rep['duration_s'])} of the run)" if rep.get("duration_s") else ""
-        text += (f"; {ranks_named(ranks)} alone evaluated: the others waited {_seconds(ev['seconds'])} for "
+    waited = ev.get("others_waited_s") or 0.0
+    # (said where the others' collectives waited at least half of it: a script that says its
+    # evaluations on rank 0 alone may evaluate on every rank)
+    if 0 < len(ranks) < rep["world_size"] and waited >= ev["seconds"] / 2:
+        share = f" ({_pct(waited / rep['duration_s'])} of the run)" if rep.get("duration_s") else ""
+        text += (f"; {ranks_named(ranks)} alone evaluated: the others waited {_seconds(waited)} for "
                  f"{'it' if len(ranks) == 1 else 'them'}{share}")  # fmt: skip
     return text
 

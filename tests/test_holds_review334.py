@@ -236,3 +236,30 @@ def test_the_held_up_alert_stands_by_the_ranks_clock_whatever_the_hubs():
         st.apply(schema.Step(run="r", rank=0, step=40, seq=40, step_s=0.05, t=T + ahead + 2 + 151), T + 153)
         st.apply(schema.Step(run="r", rank=1, step=40, seq=40, step_s=0.05, t=T + ahead + 2 + 151), T + 153)
         assert held_up_alerts(st) == [], ahead
+
+
+def test_a_rank_that_alone_says_its_evaluations_is_said_alone_only_where_the_others_waited(tmp_path):
+    # A script that says its evaluations on rank 0 alone (`if rank == 0: pardash.event(...)`)
+    # while every rank evaluates: rank 1's collectives after each waited nothing, and the
+    # report said "rank 0 alone evaluated: the others waited 4.0 s for it (most of the run)".
+    from pardash.telemetry.report_render import render_text
+
+    for alone in (False, True):
+        records: list = _hellos()
+        t = T
+        for s in range(1, 201):
+            after = s > 1 and (s - 1) % 50 == 0
+            t += 0.02 + (1.0 if after and alone else 0.0)
+            for r in (0, 1):
+                waited = 1.0 if after and alone and r == 1 else 0.0
+                records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=0.02 + waited,
+                                           data_s=0.005, loader_s=0.0005, self_s=0.01, comm_s=0.005 + waited))  # fmt: skip
+            if s % 50 == 0:
+                t += 0.0 if alone else 1.0  # (every rank evaluates: nobody waits for anyone)
+                records.append(schema.Event(run="r", rank=0, seq=1000 + s, name="eval", step=s, duration_s=1.0, t=t))
+        path = tmp_path / f"run{alone}.jsonl"
+        path.write_bytes(schema.encode_json_lines(records))
+        lines = [line for line in render_text(build_report(str(path))).splitlines() if line.startswith("evaluations")]
+        assert ("alone evaluated" in lines[0]) == alone, lines
+        if alone:  # (three of them: the job's last step came before the last)
+            assert "rank 0 alone evaluated: the others waited 3.0 s for it" in lines[0], lines
