@@ -584,6 +584,8 @@ class StragglerDetector:
         if lead is not None and cause in COMPUTE_CAUSES:
             where = "forward and backward, which hold its collectives," if cause == "compute" else cause
             tail = f" (its {where} {lead * 1e3:.0f} ms a step longer than theirs)"
+        if cause in COMPUTE_CAUSES:
+            tail += _accumulation_words(state, r)
         return Verdict(
             rank=r,
             verdict="straggler",
@@ -870,6 +872,27 @@ class LeaveOneOut:
         i = self._index[key]
         n = len(self._sorted)
         return self._sorted[-1] if i != n - 1 or n == 1 else self._sorted[-2]
+
+
+def _accumulation_words(state: RunState, r: int) -> str:
+    """``: it runs 4 micro-batches a step (gradient accumulation), the others 2``: a compute
+    straggler whose steps hold more forward and backward passes than the others' (each rank
+    its own accumulation count: the verdict said "compute", its cause in the rank's detail
+    alone, review 335); '' otherwise. pardash's own count (``micro_batches``, its steps' custom
+    figures), of each rank's latest step."""
+
+    def micro(q: int) -> float | None:
+        step = state.ranks[q].step
+        custom = step.custom if step is not None else None
+        return custom.get("micro_batches") if custom else None
+
+    me = micro(r)
+    others = [m for q in state.ranks if q != r and (m := micro(q)) is not None]
+    if me is None or not others or me <= max(others):
+        return ""
+    lo, hi = min(others), max(others)
+    theirs = f"{lo:.0f}" if lo == hi else f"{lo:.0f} to {hi:.0f}"
+    return f": it runs {me:.0f} micro-batches a step (gradient accumulation), the others {theirs}"
 
 
 def _device_hint(state: RunState, r: int) -> tuple[str, str] | None:
