@@ -348,7 +348,7 @@ _PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(?:\.\d+)?[/\\]|^<frozen ")
 
 
-_WATCHING_TRAINER = ("instrument", "arrivals", "pipelines", "epochs", "evaluations", "loads", "rounds", "saves", "skips", "hooking",
+_WATCHING_TRAINER = ("instrument", "arrivals", "joins", "pipelines", "epochs", "evaluations", "loads", "rounds", "saves", "skips", "hooking",
                      "imported", "marks", "watching", "trained", "autorun")  # fmt: skip
 """pardash.trainer's modules that watch a script (the zero-code instrument, its wrappers of the
 script's collectives), not the bundled trainer's."""

@@ -759,8 +759,10 @@ def recent_spread(st, figure: str) -> tuple[float, float, float] | None:
     of a run whose ranks' last five steps took 16-18 ms (the report: median 17.7)."""
     at = SMOOTH_FIGURES.index(figure)
     values = []
+    out = ran_out(st)  # (out of inputs under DDP's Join: their last steps are not the job's now)
+    stepping = out and any(r.step is not None and r.rank not in out for r in st.ranks.values())
     for r in st.ranks.values():
-        if r.step is None:
+        if r.step is None or (stepping and r.rank in out):
             continue
         x = r.smooth[at] if r.smooth is not None and r.smooth[at] is not None else getattr(r.step, figure)
         if x is not None:

@@ -44,10 +44,11 @@ class Joins:
             if exc_type is not None or not getattr(join, "_enable", True) or _get_ident() != self._tid or self.dead:
                 return original(join, exc_type, *rest)
             self._join_begins(join)
-            try:
-                return original(join, exc_type, *rest)
-            finally:
-                self._join_ends()
+            # (not on an error, a collective's timeout as a peer hung: its heartbeat still says
+            # it waited joined, and the hub names the hung peer, not it)
+            out = original(join, exc_type, *rest)
+            self._join_ends()
+            return out
 
         return __exit__
 
