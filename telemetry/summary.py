@@ -126,6 +126,8 @@ def ran_out(state: RunState) -> set[int]:
     (:func:`joined`), or ended since at the step their ``join`` event said. Their last step is
     not how far the job went (the others stepped on)."""
     out = {r.rank for r in state.ranks.values() if joined(r)}
+    if len({r.last_step for r in state.ranks.values()}) < 2:
+        return out  # (every rank at one step: none ended behind; the events need no look)
     for ev in state.events:
         if isinstance(ev, Event) and ev.name == "join" and ev.rank >= 0 and ev.step is not None:
             r = state.ranks.get(ev.rank)

@@ -130,3 +130,35 @@ def test_a_later_straggler_spell_to_the_end_is_said_too():
     assert straggled_text(st.ranks[1]) == (
         "rank 1 was a straggler (compute), found at step 29, no longer at step 149, and again from step 170 to the end"
     )
+
+
+def _hung_after_a_join() -> RunState:
+    st, det = _two_ranks(), Detector()
+    _steps(st, 0, range(1, 401), 0.0)
+    _steps(st, 1, range(1, 601), 0.0)
+    _joined_at(st, 0, 400, 4.0)
+    _judged(st, det, 6.0)
+    for k in range(1, 21):
+        now = 6.0 + 0.5 * k
+        st.apply(schema.Heartbeat(rank=0, step=400, phase=schema.JOIN_PHASE), now)
+        st.apply(schema.Heartbeat(rank=1, step=600, phase="data"), now)
+        _judged(st, det, now)
+    return st
+
+
+def test_the_tuis_alert_names_the_hung_rank_the_cause_and_the_header_says_the_joined_rank():
+    from pardash.tui.alerts import run_alerts
+    from pardash.tui.widgets.run_header import summarize
+
+    st = _hung_after_a_join()
+    alerts = [a.text for a in run_alerts(st)]
+    assert alerts == ["rank 1 stalled in data after step 600, likely the cause: 1 other waits for it"], alerts
+
+    from pardash.telemetry.frames import HubStats
+
+    class Source:  # (what summarize reads of a live hub's source)
+        state, live, stats = st, True, HubStats()
+
+    head = summarize(Source(), origin=0.0)
+    assert dict(head.status_counts) == {"stalled": 1, "joined": 1}
+    assert head.step == 600

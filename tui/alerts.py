@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
-from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, whole_hang, hang_causes, stuck_ranks
+from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, JOINED, whole_hang, hang_causes, stuck_ranks
 from pardash.telemetry.causes import cause_of, waited_for
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
@@ -411,6 +411,9 @@ def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, Exit
     if not causes:
         return alerts
     waiting = sum(1 for a in alerts if a.kind in kinds and a.rank not in causes)
+    # (and the ranks out of inputs under DDP's Join, waiting by design, no alert of their own:
+    # rank 1 hung in its data beside rank 0 joined was named no cause)
+    waiting += sum(1 for _, kind, _, _ in hang if kind == JOINED)
     if not waiting:
         return alerts
     verb = ("wait" if waiting > 1 else "waits") if now else "waited"

@@ -73,6 +73,8 @@ def describe(m: schema.Message, ranks: list[int] | None = None, duration_s: floa
             return f"{who} restarted by torchrun" + (f" (restart {m.code})" if m.code else ""), EVENT_STYLES.get(m.name, "info")
         if launcher_stopping(m):
             return f"{who} being stopped {m.message}".rstrip(), "dim"
+        if m.name == "join" and m.rank >= 0 and m.message:  # ("rank 0 ran out of inputs at step 400 and joined: ...")
+            return f"{who} {' '.join(m.message.split())}", "info"
         text = f"{who} {name}"
         if m.step is not None:
             # An error's or a warning's step is the last one done (the crash of step 300 says

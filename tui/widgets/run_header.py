@@ -20,13 +20,18 @@ from textual.widget import Widget
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
 from pardash.telemetry.printer import BEHIND_SAID_S
-from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent, time_left_s, total_steps
+from pardash.telemetry.summary import ended_stuck, first_few, joined, ran_out, samples_per_s_recent, time_left_s, total_steps
 
 from ..format import fmt_bytes, fmt_count, fmt_duration, fmt_rate
-from ..model import SAVING, STOPPED, STOPPING, WAITING, RunTotals, run_totals
+from ..model import SAVING, STOPPED, STOPPING, WAITING, RunTotals, rank_rate, run_totals
 from ..run_clock import run_origin
 from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
+
+JOINED = "joined"
+"""A rank out of inputs under DDP's Join (summary.joined): "◌ 1 joined", as the headless lines
+say it ("● 1 running  ● 1 running" of a job where one had joined, or "◆ 1 stalled" once the
+hub took its wait for a stall, review 335)."""
 
 STATUS_MARKS = (
     (st.RUNNING, "●"),
@@ -34,6 +39,7 @@ STATUS_MARKS = (
     (st.STRAGGLER, "▲"),
     (st.STALLED, "◆"),
     (WAITING, "◇"),  # (stalled, waiting for a hang's cause: as the grid draws and counts it)
+    (JOINED, "◌"),  # (out of inputs under DDP's Join, waiting for the others by design)
     (st.SILENT, "○"),
     (st.EXITED, "×"),
     (st.LEFT_EARLY, "◁"),  # (exit 0 as its peers trained on, the root cause: as the grid draws and counts it)
@@ -260,6 +266,27 @@ _ENDS = (st.FINISHED, st.LEFT_EARLY, st.EXITED, STOPPED)
 """Statuses of a rank that has ended."""
 
 
+def _joined_apart(state: st.RunState, out: set[int], counts: dict[str, int], step: int,
+                  sps: float | None) -> tuple[dict[str, int], int, float | None]:
+    """(counts, step, samples/s) of the header with the ranks of ``out`` (summary.ran_out: out
+    of inputs under DDP's Join) apart: those joined now counted "joined", not running, and their
+    last steps' rate left out; the step the slowest rank's still stepping, where one is."""
+    stepping = [r.last_step for r in state.ranks.values() if r.rank not in out and r.last_step is not None]
+    if stepping:
+        step = min(stepping)
+    now = [r for r in state.ranks.values() if joined(r) and r.status in (st.RUNNING, st.STRAGGLER)]
+    if now:
+        counts = dict(counts)
+        for r in now:
+            counts[r.status] -= 1
+            if not counts[r.status]:
+                del counts[r.status]
+            counts[JOINED] = counts.get(JOINED, 0) + 1
+            if sps is not None:
+                sps = max(0.0, sps - (rank_rate(r) or 0.0))
+    return counts, step, sps
+
+
 def summarize(
     source: Source, *, hub_quiet_s: float | None = None, totals: RunTotals | None = None, origin: float | None = None,
     hub_lost: str = "",
@@ -272,6 +299,12 @@ def summarize(
     if totals is None:
         totals = run_totals(state)
     counts = totals.status_counts
+    step, sps = totals.step, totals.samples_per_s
+    out = ran_out(state)
+    if out:
+        # Ranks out of inputs under DDP's Join: the job's step is the ranks' still stepping,
+        # and the joined ranks wait, by design (see _joined_apart)
+        counts, step, sps = _joined_apart(state, out, counts, step, sps)
     notes = totals.notes
     if state.hub_note and state.hub_note not in notes:
         notes = [*notes, state.hub_note]
@@ -302,7 +335,7 @@ def summarize(
     device = ""
     if hello is not None:
         device = hello.device_name or hello.device
-    sps, when = totals.samples_per_s, ""
+    when = ""
     if sps is None and counts and not any(counts.get(s) for s in (st.RUNNING, SAVING, STOPPING, st.STARTING)):
         if counts.get(st.STALLED) or counts.get(WAITING) or counts.get(st.SILENT):
             sps = 0.0  # stuck: nothing moves (the rate of their last steps would say otherwise)
@@ -320,7 +353,7 @@ def summarize(
         world_size=state.world_size,
         nodes=totals.nodes,
         device=device,
-        step=totals.step,
+        step=step,
         total_steps=(total := total_steps(hello)),
         time_left_s=time_left_s(state, total) if counts.get(st.RUNNING) else None,
         restarts=max((r.restarts for r in state.ranks.values()), default=0),
@@ -375,6 +408,7 @@ class RunHeader(CachedStyles, Widget):
         "run-header--straggler",
         "run-header--stalled",
         "run-header--waiting",
+        "run-header--joined",
         "run-header--silent",
         "run-header--exited",
         "run-header--left",
@@ -403,6 +437,7 @@ class RunHeader(CachedStyles, Widget):
     RunHeader > .run-header--straggler { color: $text-warning; text-style: bold; }
     RunHeader > .run-header--stalled { color: $text-error; text-style: bold; }
     RunHeader > .run-header--waiting { color: $text-warning; }
+    RunHeader > .run-header--joined { color: $text-secondary; }
     RunHeader > .run-header--silent { color: $text-error; }
     RunHeader > .run-header--exited { color: $text-error; text-style: bold; }
     RunHeader > .run-header--left { color: $text-error; text-style: bold; }
