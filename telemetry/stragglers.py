@@ -115,6 +115,12 @@ class StragglerConfig:
     scheduler time slice or two, a timer's resolution, sit below."""
     noise_k: float = 4.0
     """Excess must also exceed this many times the run's learnt noise floor."""
+    spread_k: float = 2.0
+    """...and this many standard errors of the difference of the window's medians, read from
+    the spread of the ranks' own steps in it (their median absolute deviations): a rank's
+    median over ten steps of honest variable-length batches is no straggler's (each rank of
+    two drawing sequence lengths from one range was named by turns, seven times in 600 steps,
+    review 335); steady steps have no spread, and their bar is as before."""
     persist: int = 2
     """Consecutive flagged windows before a verdict."""
     clear_after: int = 2
@@ -372,6 +378,8 @@ class StragglerDetector:
         held: list[int] = []
         """The ranks with a step of HOLD_MIN_S or more in the window: the holds' candidates."""
         at_comm: dict[int, list] = {}
+        comms: dict[int, list[float]] = {}
+        """Each rank's comm times in the window (those scored: the spread of the deficit's)."""
         waited = bool(self._waited) and any(s in self._waited for s in steps)
         """Some rank waited HOLD_MIN_S or more in its collectives at a step of the window."""
         if waited:
@@ -400,6 +408,7 @@ class StragglerDetector:
             data[r] = median([x for x in ds if x is not None])
             if len(comm_s) >= enough:
                 comm[r] = median(comm_s)
+                comms[r] = comm_s
             if r in at_loader:
                 loader_s = [x for x in ls if x is not None]
                 if len(loader_s) >= enough:
@@ -420,15 +429,28 @@ class StragglerDetector:
         """rank -> (its comm deficit, the others' median comm, the bar it must beat), of the
         ranks whose deficit is half that bar or more: the others' comm deficit is calm."""
         calm_comm = []
+        comm_spreads: dict[int, float] | None = None
         if len(comm) >= 2 and not is_pipeline(state.strategy):
             floor_c = max(abs_s, cfg.noise_k * self.comm_noise_s)
             for r, base_c in LeaveOneOut(comm).medians_without().items():
                 c = comm[r]
                 bar_c = max(rel * bars[r][0], floor_c)
+                if base_c - c > bar_c:
+                    if comm_spreads is None:
+                        comm_spreads = _spreads(comms, comm)
+                    bar_c = max(bar_c, cfg.spread_k * _median_se(r, comm_spreads, comms))
                 if base_c - c < bar_c / 2:
                     calm_comm.append(c)
                 else:
                     deficit[r] = (base_c - c, base_c, bar_c)
+        spreads: dict[int, float] | None = None
+        """Each rank's median absolute deviation of its self times in the window, worked out
+        once a window where some rank's excess passes its bar."""
+        for r, (base, bar) in bars.items():
+            if score[r] - base > bar:
+                if spreads is None:
+                    spreads = _spreads(at_self, score)
+                bars[r] = (base, max(bar, cfg.spread_k * _median_se(r, spreads, at_self)))
         over = {r for r, (base, bar) in bars.items() if score[r] - base > bar}
         over.update(r for r, (d, _, bar) in deficit.items() if d > bar)
         peers: dict[str, float] | None = None
@@ -599,6 +621,28 @@ class StragglerDetector:
 COMPUTE_CAUSES = ("compute", "forward", "backward", "optimizer")
 """A straggler's causes that are its own computation: the device and host hints, and the
 rules for ranks taking turns at a saturated host, apply to each."""
+
+
+def _spreads(times: dict[int, list], medians: dict[int, float]) -> dict[int, float]:
+    """Each scored rank's median absolute deviation of its times in the window (self or comm
+    times, None where not measured) about its median."""
+    median = statistics.median
+    return {r: median([abs(x - m) for x in times[r] if x is not None]) for r, m in medians.items()}
+
+
+MAD_SIGMA = 1.4826
+"""A normal spread's standard deviation over its median absolute deviation."""
+MEDIAN_SE = 1.2533
+"""A median's standard error over the mean's (sqrt(pi / 2)), of normal samples."""
+
+
+def _median_se(r: int, spreads: dict[int, float], times: dict[int, list]) -> float:
+    """The standard error of rank ``r``'s window median less the others' (their median spread
+    for theirs), from the spreads of their times in the window (``times``, as ``_spreads``)."""
+    n = max(1, sum(x is not None for x in times[r]))
+    others = [v for q, v in spreads.items() if q != r]
+    theirs = statistics.median(others) if others else 0.0
+    return MEDIAN_SE * MAD_SIGMA * math.hypot(spreads[r], theirs) / math.sqrt(n)
 
 
 def _said_by_comm(streak: list[float]) -> bool:
