@@ -21,6 +21,24 @@ def _report_holds(tmp_path, records) -> list[tuple[int, list[int], str]]:
     return [(h["rank"], h["steps"], h["where"]) for h in build_report(str(path))["holds"]]
 
 
+def _waited_log(at: int, held_s: float, *, steps: int = 400, step_s: float = 0.02, comm_s: float = 0.005, events=()) -> list:
+    """Two ranks' log: rank 1 waits ``held_s`` more in its collectives at step ``at`` (rank 0
+    held it past its first collective); ``events``: (rank, name, step, seconds) of their saves
+    and evaluations, each after that step."""
+    records: list = _hellos()
+    t = T
+    for s in range(1, steps + 1):
+        t += step_s + (held_s if s == at else 0.0)
+        for r in (0, 1):
+            waited = held_s if s == at and r == 1 else 0.0
+            records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=step_s + (held_s if s == at else 0.0),
+                                       data_s=0.005, loader_s=0.0005, self_s=0.01, comm_s=comm_s + waited))  # fmt: skip
+        for k, (r, name, step, took) in enumerate(events):
+            if step == s:
+                records.append(schema.Event(run="r", rank=r, seq=1000 + k, name=name, step=s, duration_s=took, t=t + took))
+    return records
+
+
 def _hellos(ranks: int = 2, **kw) -> list[schema.Hello]:
     return [schema.Hello(run="r", rank=r, seq=0, world_size=ranks, strategy="ddp", t=T, source="auto", pardash_version="0.1.0", **kw)
             for r in range(ranks)]  # fmt: skip
@@ -113,16 +131,7 @@ def test_an_evaluation_then_a_save_at_one_step_are_both_in_no_hold(tmp_path):
               (200, 0, schema.Event(rank=0, name="checkpoint", step=200, duration_s=1.0, message="/ckpt"))]  # fmt: skip
     held = _run(400, lambda r, s: 2.6 if r == 0 and s == 201 else 0.0, past=True, events=events)
     assert [v.message for v in held] == []
-    records: list = _hellos()
-    t = T
-    for s in range(1, 401):
-        t += 2.62 if s == 201 else 0.02
-        for r in (0, 1):
-            records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=2.62 if s == 201 else 0.02,
-                                       data_s=0.005, loader_s=0.0005, self_s=0.01, comm_s=2.605 if s == 201 and r == 1 else 0.005))  # fmt: skip
-        if s == 200:
-            records.append(schema.Event(run="r", rank=0, seq=1000, name="eval", step=200, duration_s=1.6, t=t + 1.6))
-            records.append(schema.Event(run="r", rank=0, seq=1001, name="checkpoint", step=200, duration_s=1.0, t=t + 2.6, message="/ckpt"))
+    records = _waited_log(201, 2.6, events=[(0, "eval", 200, 1.6), (0, "checkpoint", 200, 1.0)])
     assert _report_holds(tmp_path, records) == []
 
 
@@ -138,16 +147,7 @@ def test_a_hold_while_every_rank_evaluates_is_still_said(tmp_path):
         "rank 0 held the others up 1.50 s at step 201 (its steps take 15.0 ms), past its step's first collective "
         "(in its backward or optimizer step, or between them)"
     ]
-    records: list = _hellos()
-    t = T
-    for s in range(1, 401):
-        t += 1.52 if s == 201 else 0.02
-        for r in (0, 1):
-            records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=1.52 if s == 201 else 0.02,
-                                       data_s=0.005, loader_s=0.0005, self_s=0.01, comm_s=1.505 if s == 201 and r == 1 else 0.005))  # fmt: skip
-        if s == 200:
-            for r in (0, 1):
-                records.append(schema.Event(run="r", rank=r, seq=1000, name="eval", step=200, duration_s=1.6, t=t + 1.6))
+    records = _waited_log(201, 1.5, events=[(r, "eval", 200, 1.6) for r in (0, 1)])
     assert _report_holds(tmp_path, records) == [(0, [201], "after")]
 
 
@@ -201,13 +201,7 @@ def test_the_report_finds_holds_past_the_first_collective_however_many_steps_wai
     # 0.25 s or more were kept up to HOLD_KEPT (10,000), and a 4 s hold past rank 0's first
     # collective after that was in no report. (HOLD_KEPT made small here, as 10,000 steps are.)
     monkeypatch.setattr(report, "HOLD_KEPT", 50)
-    records: list = _hellos()
-    t = T
-    for s in range(1, 201):
-        t += 4.32 if s == 151 else 0.32
-        for r in (0, 1):
-            records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=4.32 if s == 151 else 0.32,
-                                       data_s=0.005, loader_s=0.0005, self_s=0.01, comm_s=0.3 + (4.0 if s == 151 and r == 1 else 0.0)))  # fmt: skip
+    records = _waited_log(151, 4.0, steps=200, step_s=0.32, comm_s=0.3)
     assert _report_holds(tmp_path, records) == [(0, [151], "after")]
 
 
