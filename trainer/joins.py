@@ -25,7 +25,7 @@ JOIN_WORDS = "ran out of inputs at step {step} and joined: it shadows the others
 
 
 class Joins:
-    """Wraps ``Join.__exit__``: see the module's docstring. Part of :class:`Instrument` (its
+    """Watches ``Join``'s shadowing: see the module's docstring. Part of :class:`Instrument` (its
     state set here, lazily: ``_joined`` is read by the collectives' wrappers)."""
 
     _joined: bool = False
@@ -36,41 +36,47 @@ class Joins:
             from torch.distributed.algorithms.join import Join
         except ImportError:  # (a build without torch.distributed)
             return
-        self._patch(Join, "__exit__", self._wrap_join_exit)
+        # Its __enter__, not its __exit__: the shadowing's warning of a skew over 1,000 steps
+        # names the frame that called __exit__ (the script's ``with`` line), not a wrapper's.
+        self._patch(Join, "__enter__", self._wrap_join_enter)
 
-    def _wrap_join_exit(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        def __exit__(join: Any, exc_type: Any, *rest: Any) -> Any:
-            # An exception leaving the loop, or a Join made with enable=False: no shadowing.
-            if exc_type is not None or not getattr(join, "_enable", True) or _get_ident() != self._tid or self.dead:
-                return original(join, exc_type, *rest)
-            self._join_begins(join)
-            # (not on an error, a collective's timeout as a peer hung: its heartbeat still says
-            # it waited joined, and the hub names the hung peer, not it)
-            out = original(join, exc_type, *rest)
-            self._join_ends()
+    def _wrap_join_enter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def __enter__(join: Any) -> Any:
+            out = original(join)
+            if _get_ident() == self._tid and not self.dead:
+                self._join_entered(join)
             return out
 
-        return __exit__
+        return __enter__
 
     @_guarded
-    def _join_begins(self, join: Any) -> None:
-        self._joined = True
-        self.reporter.set_phase(JOIN_PHASE)
+    def _join_entered(self, join: Any) -> None:
+        """Watch the context's count of the ranks not joined yet: its first call is the rank
+        running out of inputs (``Join.__exit__`` without an exception, enabled), and it is
+        called again at each collective shadowed, until it finds none (every rank ran out).
+        The last rank to run out finds none at its first count: it shadowed nobody, said not."""
         count = getattr(join, "_get_num_nonjoined_procs", None)
-        if count is None:  # (another torch: said at once)
-            self._joined_said()
+        if count is None or not callable(count):  # (another torch: not watched)
             return
+        said = [False]
 
-        # The last rank to run out enters the same way, and leaves at its first count of the
-        # ranks not joined (none): said only once a count finds some, so it shadows them.
         def counted() -> Any:
-            n = count()
-            if n:
-                del join._get_num_nonjoined_procs  # (once: the instance's own again)
+            if not said[0]:
+                self._join_begins()
+            n = count()  # (a timeout here, a peer hung: its heartbeat still says "join", see below)
+            if n and not said[0]:
+                said[0] = True
                 self._joined_said()
+            elif not n:
+                self._join_ends()
             return n
 
         join._get_num_nonjoined_procs = counted
+
+    @_guarded
+    def _join_begins(self) -> None:
+        self._joined = True
+        self.reporter.set_phase(JOIN_PHASE)
 
     @_guarded
     def _joined_said(self) -> None:
@@ -82,6 +88,7 @@ class Joins:
     @_guarded
     def _join_ends(self) -> None:
         self._joined = False
-        # Every rank has run out (or the context raised): what follows is the script's own,
-        # between steps, until a next step begins.
+        # Every rank has run out: what follows is the script's own, between steps, until a
+        # next step begins. (Not on an error, a collective's timeout as a peer hung: its
+        # heartbeat still says it waited joined, and the hub names the hung peer, not it.)
         self.reporter.set_phase("data")
