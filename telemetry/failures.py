@@ -11,7 +11,7 @@ from bisect import bisect_right
 from itertools import accumulate
 
 from . import schema
-from .analysis import BETWEEN_STEPS_WORDS, hang_causes, stall_phase, whole_hang
+from .analysis import BETWEEN_STEPS_WORDS, JOINED, hang_causes, stall_phase, whole_hang
 from .state import BETWEEN_STEPS, STOPPED_CODES, between_steps, run_again, torchrun_restart
 from .summary import is_pipeline, is_sharded, ranks_named, total_steps
 
@@ -286,7 +286,8 @@ def _not_waiting(hang: list, events: list[schema.Event], first: schema.Event) ->
     if phases.get(first.rank) in ("data", "checkpoint", "eval", "resume"):
         return set()  # (it timed out in its own work, not in a collective)
     # (one itself waiting in a collective, "sync", is no one the others wait for)
-    left = {r for r, _kind, _at, phase in hang if r not in failed and phase != "sync"}
+    # (nor one joined under DDP's Join: it waits for the others by design)
+    left = {r for r, kind, _at, phase in hang if r not in failed and phase != "sync" and kind != JOINED}
     return left if len(left) == 1 else set()
 
 

@@ -22,6 +22,8 @@ from pardash.trainer.hooking import _get_ident, _guarded
 
 JOIN_WORDS = "ran out of inputs at step {step} and joined: it shadows the others' collectives until they finish"
 """The ``join`` event's message (the progress line reads "[join] rank 0 ran out of ...")."""
+THROW_WORDS = "ran out of inputs at step {step}: Join(throw_on_early_termination=True) ends every rank's loop with an error"
+"""The same, of a ``Join`` made to raise on every rank once one runs out (no shadowing)."""
 
 
 class Joins:
@@ -66,7 +68,7 @@ class Joins:
             n = count()  # (a timeout here, a peer hung: its heartbeat still says "join", see below)
             if n and not said[0]:
                 said[0] = True
-                self._joined_said()
+                self._joined_said(bool(getattr(join, "_throw_on_early_termination", False)))
             elif not n:
                 self._join_ends()
             return n
@@ -79,10 +81,10 @@ class Joins:
         self.reporter.set_phase(JOIN_PHASE)
 
     @_guarded
-    def _joined_said(self) -> None:
+    def _joined_said(self, throws: bool = False) -> None:
         rep = self.reporter
         step = rep.last_step
-        rep.event("join", JOIN_WORDS.format(step=step), step=step)
+        rep.event("join", (THROW_WORDS if throws else JOIN_WORDS).format(step=step), step=step)
         rep.heartbeat()  # (now, not up to a second later: the hub reads the rank as joined at once)
 
     @_guarded
