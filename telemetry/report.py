@@ -434,7 +434,7 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             turn = loss_open.get(msg.rank)
             # (a step without a loss while the rank's is not finite: the part's loss is so, not "-")
             bad = turn["value"] if turn is not None and msg.loss is None and msg.step >= turn["step"] else None
-            timeline.step(msg.rank, msg.step, msg.t, msg.step_s, msg.samples, msg.loss, state.ranks[msg.rank].restarts, bad)
+            timeline.step(msg.rank, msg.step, msg.t, msg.step_s, msg.samples, msg.loss, state.ranks[msg.rank].restarts, bad, msg.data_s)
             if msg.t:
                 earliest = first_steps[msg.rank]
                 if len(earliest) <= WARMUP_STEPS or msg.t < earliest[-1][0]:

@@ -584,7 +584,7 @@ def _differs(key: tuple, most: tuple) -> list[str]:
     return [say(v) for (_, say), v, m in zip(_STANDING, key, most) if v != m]
 
 
-TIMELINE_HEAD = ("step range", "from", "wall", "samples/s", "step ms", "p90 ms", "loss", "stragglers", "note")
+TIMELINE_HEAD = ("step range", "from", "wall", "samples/s", "step ms", "p90 ms", "data", "loss", "stragglers", "note")
 
 
 def _clock(s: float | None, run_s: float) -> str:
@@ -635,13 +635,24 @@ def timeline_table(rep: dict) -> tuple[tuple[str, ...], list[list[str]]]:
             _num(p.get("samples_per_s")),
             ms(p.get("step_s_median")),
             ms(p.get("step_s_p90")),
+            _pct(p["data_share"]) if p.get("data_share") is not None else "-",
             _part_loss_text(p, rep.get("world_size") or 0),
             f"{_total_text(cost)} ({_pct(p.get('straggler_share'))})" if cost else "-",
             "; ".join(notes),
         ])  # fmt: skip
+    keep = list(range(len(TIMELINE_HEAD)))
+    if not any((p.get("data_share") or 0.0) >= TIMELINE_DATA_SHARE for p in parts):
+        keep.remove(TIMELINE_HEAD.index("data"))
     if not any(row[-1] for row in rows):
-        return TIMELINE_HEAD[:-1], [row[:-1] for row in rows]
-    return TIMELINE_HEAD, rows
+        keep.remove(len(TIMELINE_HEAD) - 1)
+    return tuple(TIMELINE_HEAD[i] for i in keep), [[row[i] for i in keep] for row in rows]
+
+
+TIMELINE_DATA_SHARE = 0.1
+"""The timeline says the share of each part's step time spent loading data (its ``data``
+column) where some part spent this much: a job input-bound in some parts, its reads slower as
+the page cache went cold or another job shared its storage (the report's one ``data loading``
+line is the run's median)."""
 
 
 LOSS_SPIKE = 10.0
@@ -728,7 +739,8 @@ def loss_line(rep: dict) -> str | None:
 
 
 TIMELINE_NOTE = ("the run in parts of its steps, in the log's order: samples/s over the part's training time; step ms "
-                 "(median) and p90 (9 in 10 of its steps took at most this) of the ranks' mean step time; loss the median "
+                 "(median) and p90 (9 in 10 of its steps took at most this) of the ranks' mean step time; data (where "
+                 "some part spent 10% or more loading data) the share of the ranks' step time in it; loss the median "
                  "of the ranks' mean loss a step; stragglers: what the others waited for them in it, and its share of the "
                  "part's training")
 

@@ -176,7 +176,7 @@ class _Bin:
     """The steps of one run of steps from ``lo`` to ``hi`` within one bin."""
 
     __slots__ = ("lo", "hi", "steps", "samples", "t0", "t1", "step_s", "loss", "every_s", "gap_s", "gap_after",
-                 "bad_steps", "bad_from", "bad_value", "bad_ranks", "loss_max", "loss_max_step")
+                 "bad_steps", "bad_from", "bad_value", "bad_ranks", "loss_max", "loss_max_step", "data_s", "timed_s")
 
     def __init__(self) -> None:
         self.lo = self.hi = None
@@ -204,6 +204,10 @@ class _Bin:
         self.loss_max: float | None = None
         self.loss_max_step: int | None = None
         """Its highest step loss (the ranks' mean) and that step: a spike the median hides."""
+        self.data_s = 0.0
+        self.timed_s = 0.0
+        """The ranks' seconds loading data, and the step seconds of the records that said so:
+        the share of its steps the part spent loading data."""
 
     def merge(self, o: _Bin) -> None:
         self.lo = o.lo if self.lo is None else min(self.lo, o.lo) if o.lo is not None else self.lo
@@ -215,6 +219,8 @@ class _Bin:
         self.step_s.merge(o.step_s)
         self.loss.merge(o.loss)
         self.every_s.merge(o.every_s)
+        self.data_s += o.data_s
+        self.timed_s += o.timed_s
         if o.gap_s > self.gap_s:
             self.gap_s, self.gap_after = o.gap_s, o.gap_after
         if o.loss_max is not None and (self.loss_max is None or o.loss_max > self.loss_max):
@@ -238,7 +244,8 @@ class Timeline:
         first record (_NEVER: none before it in this run of steps)]."""
         self.open: dict[int, dict[int, list]] = {}
         """run of steps -> step -> [records, step seconds summed, samples, loss summed, losses, ends,
-        ranks whose loss was not finite, what it was (:func:`not_finite`)]."""
+        ranks whose loss was not finite, what it was (:func:`not_finite`), data seconds summed,
+        step seconds of the records that timed their data]."""
         self.highest: dict[int, int] = {}
         """run of steps -> the highest step a rank took in it."""
         self.closed_to: dict[int, int] = {}
@@ -248,9 +255,10 @@ class Timeline:
         """run of steps -> the attempt (torchrun's restart count) its first record was of."""
 
     def step(self, rank: int, step: int, t: float, step_s: float, samples: int, loss: float | None, attempt: Any = 0,
-             loss_bad: str | None = None) -> None:
+             loss_bad: str | None = None, data_s: float | None = None) -> None:
         """A rank's record of a step; ``loss_bad``: its loss was not finite there ("nan", "inf",
-        "-inf": its reporter sends none then, and said what it turned to)."""
+        "-inf": its reporter sends none then, and said what it turned to); ``data_s``: its time
+        loading data (None: not timed)."""
         # (once a record of every rank: kept lean)
         mine = self._ranks.get(rank)
         if mine is None:
@@ -281,7 +289,7 @@ class Timeline:
                 # (complete already: a rank far behind the others, its records late)
                 self._bin(run, step).samples += samples
                 return
-            acc = steps[step] = [0, 0.0, 0, 0.0, 0, [], 0, None]
+            acc = steps[step] = [0, 0.0, 0, 0.0, 0, [], 0, None, 0.0, 0.0]
             if step > self.highest.get(run, _NEVER):
                 self.highest[run] = step
                 self._close(run, step - LAG_STEPS)
@@ -296,6 +304,9 @@ class Timeline:
         if loss_bad is not None:
             acc[6] += 1
             acc[7] = not_finite(acc[7], loss_bad)
+        if data_s is not None:
+            acc[8] += data_s
+            acc[9] += step_s
 
     def run_of(self, rank: int) -> int:
         """The run of steps ``rank``'s records are in now (0 the first)."""
@@ -328,8 +339,10 @@ class Timeline:
         steps = self.open.get(run) or {}
         done = sorted(s for s in steps if s <= upto)
         for s in done:
-            n, step_sum, samples, loss_sum, losses, ends, bad, bad_value = steps.pop(s)
+            n, step_sum, samples, loss_sum, losses, ends, bad, bad_value, data_sum, timed = steps.pop(s)
             b = self._bin(run, s)
+            b.data_s += data_sum
+            b.timed_s += timed
             b.lo = s if b.lo is None else min(b.lo, s)
             b.hi = s if b.hi is None else max(b.hi, s)
             b.steps += 1
@@ -426,6 +439,8 @@ class Timeline:
                 "samples_per_s": p.samples / train if train else None,
                 "step_s_median": median,
                 "step_s_p90": p.step_s.p90(),
+                # The share of its ranks' step time spent loading data (None: none timed it)
+                "data_share": min(1.0, p.data_s / p.timed_s) if p.timed_s > 0 else None,
                 "loss_median": p.loss.median(),
                 # Its highest step loss and its step (a spike of a few steps the median hides)
                 "loss_max": p.loss_max,

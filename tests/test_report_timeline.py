@@ -130,7 +130,9 @@ def test_the_timeline_cuts_the_run_into_ten_parts_with_the_stragglers_cost_in_ea
     text = render_text(rep)
     assert "timeline (10 parts of the steps)" in text
     row = next(line for line in text.splitlines() if line.lstrip().startswith("25-30 "))
-    assert row.split()[5:10] == ["492", "130.2", "130.3", "2.6049", "0.18"], row
+    # (data: rank 2's slower loads in it, beside the others' 10 ms of 100 ms)
+    assert row.split()[5:11] == ["492", "130.2", "130.3", "13.8%", "2.6049", "0.18"], row
+    assert [round(p["data_share"] * 100, 1) for p in parts][2:5] == [10.4, 13.4, 13.8], [p["data_share"] for p in parts]
 
 
 def _restarted_log(path: Path, *, gap_s: float = 0.0, lost: range = range(0)) -> Path:
