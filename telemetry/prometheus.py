@@ -268,7 +268,7 @@ class HubCollector:
             return g
 
         yield gauge("pardash_world_size", "Ranks in the job (as its launcher said it, else from the ranks' hellos).", world_size)
-        yield gauge("pardash_step", "Last step completed by the slowest rank (the run's progress).", st.step if stepped else None)
+        yield gauge("pardash_step", "Last step completed by the slowest rank still stepping (the run's progress).", st.step if stepped else None)
         yield gauge("pardash_samples_per_second", "Samples a second over all ranks, each over its last second or so of steps.", samples_per_s(st) if stepped else None)
 
         from .failures import STOPPED_CODES, left_early  # (what `pardash report` calls a stop)

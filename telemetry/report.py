@@ -251,6 +251,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     """Each rank's evaluations (``eval`` events): how long each took."""
     eval_at: dict[int, float] = {}
     """step -> the longest evaluation after it (for the others' wait at the next step)."""
+    joins: dict[int, int] = {}
+    """rank -> the step at which it ran out of inputs under DDP's Join (its ``join`` event)."""
     pauses: dict[int, list[tuple[float, float]]] = defaultdict(list)
     """rank -> (end, seconds) of each evaluation and checkpoint save: outside its steps' times,
     and no training time for any rank (the others wait for it)."""
@@ -541,6 +543,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 ep = open_stalls.pop(msg.rank, None)
                 if ep is not None:
                     ep["until"], ep["end_t"] = "finished", msg.t
+        elif isinstance(msg, schema.Event) and msg.name == "join" and msg.rank >= 0 and msg.step is not None:
+            joins[msg.rank] = msg.step
         elif isinstance(msg, schema.Event) and msg.name == "eval" and msg.rank >= 0:
             evals[msg.rank].append(msg.duration_s or 0.0)
             if msg.step is not None and len(eval_at) < HOLD_KEPT:
@@ -815,6 +819,9 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
             for name, last in sorted(custom_last.items())
         },
         "last_step": state.step,
+        # The ranks that ran out of inputs under DDP's Join and the step they did (their last: by
+        # design, not ranks behind), where some did: [{rank, step}].
+        **({"joined": [{"rank": r, "step": at} for r, at in sorted(joins.items())]} if joins else {}),
         # The steps the run was to take (the trainer's --steps, what its --epochs came to, or a
         # script's config "steps"), when its hello says: a run stopped at step 83,840 of 300,000
         # read "steps 83840", as if that were all it was for. None: not known.

@@ -279,8 +279,10 @@ def _steps_text(rep: dict) -> str:
     if not rep["steps"] and resumed:
         return f"0 (resumed at step {max(resumed)}, nothing left to train)"
     total = rep.get("total_steps")
-    short = f" of {total} planned" if total and (rep.get("last_step") or 0) < total else ""
-    return (f"{rep['steps']} (last step {_last_steps_text(rep)}{short}"
+    joined = _joined_last(rep)
+    reached = joined[0] if joined else rep.get("last_step") or 0
+    short = f" of {total} planned" if total and reached < total else ""
+    return (f"{rep['steps']} (last step {_last_steps_text(rep)}{short}" + (f"; {joined[1]}" if joined and joined[1] else "")
             + (f"; {rep['steps_rerun']} run again {_rerun_why(rep)}" if rep.get("steps_rerun") else "")
             + (f"; {rep['steps_missing']} more not in the log: among the lost messages" if rep.get("steps_missing") else "") + ")")
 
@@ -872,7 +874,24 @@ def _last_steps_text(rep: dict) -> str:
     last = [r["last_step"] for r in rep["ranks"] if r.get("last_step") is not None]
     if not last or max(last) == rep["last_step"]:
         return str(rep["last_step"])
+    joined = _joined_last(rep)
+    if joined:
+        return str(joined[0])
     return f"{rep['last_step']} on the slowest rank, {max(last)} on the furthest"
+
+
+def _joined_last(rep: dict) -> tuple[int, str] | None:
+    """(the furthest rank's last step, which ranks ran out of inputs under DDP's Join at which
+    step), where every rank behind it stopped there (by design, as the launch's last line says
+    it: "400 on the slowest rank" read as a rank behind, review 335); None otherwise."""
+    joined = {j["rank"]: j["step"] for j in rep.get("joined") or ()}
+    last = [r["last_step"] for r in rep["ranks"] if r.get("last_step") is not None]
+    if not joined or not last or not all(r["last_step"] in (max(last), joined.get(r["rank"])) for r in rep["ranks"] if r.get("last_step") is not None):
+        return None
+    early = sorted((at, q) for q, at in joined.items() if at < max(last))
+    said = "; ".join(f"{ranks_named([q for a, q in early if a == at])} ran out of inputs at step {at} and joined"
+                     for at in sorted({a for a, _ in early}))  # fmt: skip
+    return max(last), said
 
 
 LIKELY_CAUSE = "; likely the cause of the hang"

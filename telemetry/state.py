@@ -465,6 +465,16 @@ class RankState:
         return loss_not_finite(self.loss_bad) if self.loss_bad is not None else None
 
     @property
+    def joined(self) -> bool:
+        """Whether it ran out of inputs under DDP's ``Join`` and shadows the others' collectives
+        until they finish (its heartbeat says :data:`~.schema.JOIN_PHASE`; the zero-code hooks say
+        so, pardash.trainer.joins): it takes no step, by design, and is neither stalled nor a
+        hang's cause; the job's progress, its time left and its rate are the ranks' still
+        stepping. Not once it has ended, nor while silent."""
+        hb = self.heartbeat
+        return hb is not None and hb.phase == schema.JOIN_PHASE and not self.finished and self.exit_code is None and self.silent is None
+
+    @property
     def status(self) -> str:
         if self.finished:
             return FINISHED
@@ -1105,8 +1115,12 @@ class RunState:
     @property
     def step(self) -> int:
         """The slowest running rank's last step (the run's progress); of a rank restarted by
-        torchrun that has taken no step yet, its previous process's last."""
-        steps = [s for s in (r.last_step for r in self.ranks.values()) if s is not None]
+        torchrun that has taken no step yet, its previous process's last. A rank that ran out of
+        inputs under DDP's Join (``RankState.joined``) is not how far the job went while others
+        step on (``pardash ps`` and Prometheus' ``pardash_step`` stood at its step, review 335)."""
+        steps = [s for r in self.ranks.values() if (s := r.last_step) is not None and not r.joined]
+        if not steps:
+            steps = [s for s in (r.last_step for r in self.ranks.values()) if s is not None]
         return min(steps) if steps else 0
 
     def median_step_s(self) -> float | None:

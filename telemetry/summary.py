@@ -7,7 +7,7 @@ import os
 import re
 import statistics
 
-from .schema import JOIN_PHASE, Event
+from .schema import Event
 from .state import RankState, RunState, mem_full_bytes, mem_held_bytes
 
 BYTES_PER_PARAM = 16
@@ -112,13 +112,8 @@ a pause (an evaluation, a save) and the latest step's rate stands instead."""
 
 
 def joined(r: RankState) -> bool:
-    """Whether ``r`` ran out of inputs under DDP's ``Join`` and shadows the others' collectives
-    until they finish (its heartbeat says :data:`~.schema.JOIN_PHASE`; the zero-code hooks say
-    so, pardash.trainer.joins): it takes no step, by design, and is neither stalled nor a
-    hang's cause; the job's progress, its time left and its rate are the ranks' still stepping.
-    Not once it has ended, nor while silent."""
-    hb = r.heartbeat
-    return hb is not None and hb.phase == JOIN_PHASE and not r.finished and r.exit_code is None and r.silent is None
+    """Whether ``r`` ran out of inputs under DDP's ``Join`` (``RankState.joined``)."""
+    return r.joined
 
 
 def ran_out(state: RunState) -> set[int]:

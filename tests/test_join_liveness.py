@@ -162,3 +162,16 @@ def test_the_tuis_alert_names_the_hung_rank_the_cause_and_the_header_says_the_jo
     head = summarize(Source(), origin=0.0)
     assert dict(head.status_counts) == {"stalled": 1, "joined": 1}
     assert head.step == 600
+
+
+def test_the_runs_step_is_the_ranks_still_stepping_as_ps_and_prometheus_say_it():
+    # `pardash ps` and Prometheus' pardash_step stood at the joined rank's step 800 while rank 1
+    # stepped on (RunState.step: the slowest rank's); once it has ended, every rank's again.
+    st = _two_ranks()
+    _steps(st, 0, range(1, 801), 0.0)
+    _steps(st, 1, range(1, 801), 0.0)
+    _joined_at(st, 0, 800, 8.0)
+    _steps(st, 1, range(801, 1201), 8.0)
+    assert st.step == 1200 and st.ranks[0].joined and not st.ranks[1].joined
+    st.apply(schema.Verdict(rank=0, verdict="finished", t=13.0), 13.0)
+    assert st.step == 800 and not st.ranks[0].joined
