@@ -6,6 +6,7 @@ import math
 import os
 import re
 import statistics
+from bisect import bisect_left
 
 from .schema import Event
 from .state import RankState, RunState, mem_full_bytes, mem_held_bytes
@@ -299,8 +300,9 @@ ETA_LEAST_S = 5.0
 
 def time_left_s(state: RunState, total: int | None) -> float | None:
     """Seconds until the run reaches step ``total`` (the trainer's ``--steps``, or what its
-    epochs come to) at its slowest running rank's pace over its recent history (its last
-    HISTORY_POINTS frames: pauses for evaluations and saves included, as they will recur);
+    epochs come to) at its slowest running rank's pace over its recent history (the newest half
+    of its last HISTORY_POINTS frames: pauses for evaluations and saves included, as they will
+    recur);
     None when not known: no total, no rank training, under ETA_LEAST_S of history, or the total
     reached."""
     if not total:
@@ -312,7 +314,12 @@ def time_left_s(state: RunState, total: int | None) -> float | None:
         steps, t = r.history["step"].values(), r.history["t"].values()
         if len(steps) < 2 or t[-1] - t[0] < ETA_LEAST_S or steps[-1] <= steps[0] or steps[-1] >= total:
             continue
-        mine = (total - steps[-1]) * (t[-1] - t[0]) / (steps[-1] - steps[0])
+        # (its newest half, ETA_LEAST_S at the least: a pace that changed shows twice as soon; a
+        # slow start held "45 s left" of a run 29.5 s from its end, review 337)
+        i = min(bisect_left(t, t[-1] - max(ETA_LEAST_S, (t[-1] - t[0]) / 2)), len(t) - 2)
+        if steps[-1] <= steps[i] or t[-1] <= t[i]:
+            i = 0
+        mine = (total - steps[-1]) * (t[-1] - t[i]) / (steps[-1] - steps[i])
         left = mine if left is None else max(left, mine)
     return left
 

@@ -46,6 +46,20 @@ def test_the_time_left_is_the_slowest_ranks_steps_to_go_at_its_recent_pace():
     assert time_left_s(st, 1000) is None
 
 
+def test_a_pace_that_changed_shows_in_the_time_left_soon():
+    # A slow start (150 steps of 0.12 s, a loaded host), then 0.04 s a step: the time left over
+    # the whole history said 35 s of the 20 s left at step 300 (review 337: 45 s of 29.5 s).
+    st = RunState(run_id="r")
+    st.apply(schema.Hello(run="r", rank=0, world_size=1, strategy="ddp", config={"steps": 800}, t=T0), T0)
+    t = T0
+    for k in range(1, 301):
+        t += 0.12 if k <= 150 else 0.04
+        s = schema.Step(run="r", rank=0, step=k, step_s=0.1, samples=4, t=t)
+        st.apply(s, t)
+        st.commit_history([s])
+    assert time_left_s(st, 800) <= 1.25 * (800 - 300) * 0.04
+
+
 async def test_the_header_says_the_step_of_how_many_and_the_time_left():
     app = make_app(replay_app("run4.jsonl").source)
     running = RunSummary(run_id="r", strategy="ddp", world_size=2, step=75125, total_steps=300000, time_left_s=3725.0,
