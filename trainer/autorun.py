@@ -29,7 +29,7 @@ from typing import Any
 USAGE = "usage: python -m pardash.trainer.autorun SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
 _HOOKS = ("instrument.py", "watching.py", "evaluations.py", "epochs.py", "arrivals.py", "pipelines.py", "rounds.py", "skips.py",
-          "frameworks.py", "hooking.py", "imported.py", "saves.py", "loads.py")
+          "frameworks.py", "hooking.py", "imported.py", "saves.py", "loads.py", "norms.py")
 """The instrument's files, whose wrappers (of a DataLoader iterator's ``__next__``, of
 ``Module.train``, of ``torch.autograd.backward``) sit between the script's frames."""
 _OURS = (

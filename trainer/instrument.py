@@ -148,6 +148,7 @@ from pardash.trainer.evaluations import Evaluations, _holds
 from pardash.trainer.frameworks import Frameworks
 from pardash.trainer.joins import Joins
 from pardash.trainer.loads import Loads
+from pardash.trainer.norms import GradNorms, group_lrs
 from pardash.trainer.rounds import Rounds
 from pardash.trainer.saves import Saves
 from pardash.trainer.skips import Skips
@@ -182,7 +183,7 @@ in a step, or a sync point between steps (see Arrivals._wrap_collective)."""
 SETTLE_STEPS = 3
 """Steps with no new root module before the global module hooks give way to root hooks."""
 
-class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, Pipelines, Skips, Frameworks, Joins):
+class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, Pipelines, Skips, Frameworks, Joins, GradNorms):
     """Measures a training loop through global hooks and publishes one Step per step."""
 
     def __init__(self, reporter: Reporter, *, warn_after: int = WARN_AFTER_FORWARDS) -> None:
@@ -192,6 +193,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._micro_said = False
         """A step of several micro-batches was published: every step says its count since
         (a last step of one, an epoch's remainder, read as the count of the step before it)."""
+        self._lrs_said = False
+        """A step's parameter groups had different lrs: every step says each group's since."""
+        self._fsdp_norms = False
+        """FSDP's ``clip_grad_norm_`` is wrapped (see pardash.trainer.norms)."""
         self._handles: list[Any] = []
         self._module_handles: list[Any] = []
         self.watching_all = False
@@ -494,6 +499,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad)
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
         self._patch(torch.jit, "script", self._wrap_jit_script)
+        self._watch_norms()
         self._watch_saves()
         self._watch_pipelining()
         self._watch_frameworks()
@@ -676,6 +682,7 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
             # untimed, and "its forward less its all-gathers" held them: a data straggler's
             # peers read as slow as it. Self time ends as the forward begins, as TP's alone.)
             self._watch_gathers(module)
+            self._watch_fsdp_norms()
         if not self.strategy or self.strategy == "single":
             self.strategy = strategy
         if self._pp is not None:
@@ -946,7 +953,9 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         ``ended``: the wall and monotonic clocks when it ended (a cut's, published later), else now."""
         step = self._open or _OpenStep(marks=[("data", end)])
         self.step += 1
-        lr = step.lr if step.lr is not None else (lr_of(self._round[0]()) if self._round else None)
+        if step.lr is None and self._round:
+            step.lr, step.lrs = lr_of(self._round[0]()), group_lrs(self._round[0]())
+        lr = step.lr
         if self._saves_held:  # (the checkpoints saved since the last step, theirs)
             self._send_saves()
         if logged is None:
@@ -1088,6 +1097,10 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         if micro > 1 or self._micro_said:
             self._micro_said = True
             out["custom"] = {"micro_batches": float(micro)}
+        if opened.grad_norms or opened.lrs is not None:
+            figures = self._norm_figures(opened, d.lr)
+            if figures:
+                out["custom"] = {**out.get("custom", {}), **figures}
         if d.logged:  # (nothing logged, the common case: nothing to apply)
             d.logged.apply(out)
         if d.t is not None:

@@ -59,6 +59,13 @@ class _OpenStep:
     Arrivals._wrap_collective)."""
     lr: float | None = None
     """The first optimizer's learning rate as its step began (a scheduler changes it after)."""
+    lrs: tuple[float, ...] | None = None
+    """That optimizer's other parameter groups' learning rates then (None: it has one group;
+    see :mod:`pardash.trainer.norms`)."""
+    grad_norms: list[tuple[int, Any]] | None = None
+    """(marks then, tensor) of each ``clip_grad_norm_`` in the step: the total gradient norm
+    it returned, read as the step is published, the last one's (None: none clipped). A cut
+    at an optimizer's post-hook gives those after it to the next step, as its marks."""
     waits: list[tuple[Any, Any]] = field(default_factory=list)
     """FSDP2: (start, end) stamps of each sharded module's pre-forward in the step, where it
     waits for its parameters' all-gather (and so for the ranks behind it)."""

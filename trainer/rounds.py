@@ -24,6 +24,7 @@ from typing import Any
 from pardash.telemetry import api
 from pardash.trainer.hooking import _get_ident, _is_compiling, _untraced
 from pardash.trainer.marks import _Cut, _most_held, _OpenStep
+from pardash.trainer.norms import group_lrs
 from pardash.trainer.trained import lr_of
 
 
@@ -50,6 +51,7 @@ class Rounds:
             self._open = _OpenStep(marks=[("data", self.clock.stamp())])
         if self._open.lr is None:
             self._open.lr = lr_of(optimizer)  # the step's first optimizer, as it steps
+            self._open.lrs = group_lrs(optimizer)
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # (args[0]: the optimizer)
         if not self._in_optimizer and callable(closure):
             # optimizer.step(closure): the closure's first pass is the step's forward and
@@ -270,6 +272,10 @@ class Rounds:
             waits=step.waits[cut.waits :],
             loader_s=self._loader_next,
         )
+        if step.grad_norms:  # (a clipping after the cut: the next step's)
+            k = cut.marks
+            rest.grad_norms = [(i - k + 1, t) for i, t in step.grad_norms if i >= k] or None
+            step.grad_norms = [(i, t) for i, t in step.grad_norms if i < k] or None
         del step.marks[cut.marks :]
         del step.losses[cut.losses :]
         del step.waits[cut.waits :]
