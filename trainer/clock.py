@@ -35,6 +35,9 @@ class StepRecord:
     samples: int
     mem: Any
     last_in_epoch: bool
+    grad_norm: torch.Tensor | None = None
+    """The total gradient norm ``--grad-clip``'s clipping returned (a device tensor, read with
+    the loss; None: no clipping)."""
 
 
 class StepClock:

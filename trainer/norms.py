@@ -46,6 +46,20 @@ def group_lrs(optimizer: Any) -> tuple[float, ...] | None:
         return None
 
 
+def readable_norm(total: Any) -> torch.Tensor | None:
+    """The norm ``clip_grad_norm_`` returned, as a tensor readable without a collective: a
+    DTensor's (FSDP2's gradients) local value where it is replicated, None where it is not
+    (its value is the ranks' sum yet: reading it would all-reduce)."""
+    if not isinstance(total, torch.Tensor):
+        return None
+    placements = getattr(total, "placements", None)
+    if placements is not None:
+        if not all(p.is_replicate() for p in placements):
+            return None
+        total = total.to_local()
+    return total.detach()
+
+
 class GradNorms:
     """Wraps the clipping functions; puts their norm and the groups' lrs in the step."""
 
@@ -84,14 +98,10 @@ class GradNorms:
     @_guarded
     def _clipped(self, total: Any) -> None:
         step = self._open
-        if step is None or not isinstance(total, torch.Tensor):
+        norm = readable_norm(total) if step is not None else None
+        if norm is None:
             return
-        placements = getattr(total, "placements", None)
-        if placements is not None:  # a DTensor (FSDP2's gradients): its local value where replicated
-            if not all(p.is_replicate() for p in placements):
-                return
-            total = total.to_local()
-        seen = (len(step.marks), total.detach())
+        seen = (len(step.marks), norm)
         if step.grad_norms is None:
             step.grad_norms = [seen]
         else:

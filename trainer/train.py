@@ -55,6 +55,7 @@ from . import config as config_mod
 from .config import TrainConfig
 from .data import build_dataset, build_loader, step_batches, steps_per_epoch
 from .models import build_model, count_params
+from .norms import GRAD_NORM, readable_norm
 from .strategies import (
     CommTimer,
     Runtime,
@@ -276,6 +277,9 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
             rec.end.synchronize()
         times = clock.resolve(rec)
         loss = rec.loss.item()  # sync on GPU, but the step has completed (see above)
+        # (read after the loss: the stream drained by its read, a copy of one number)
+        norm = rec.grad_norm.item() if rec.grad_norm is not None else None
+        custom = {GRAD_NORM: norm} if norm is not None and math.isfinite(norm) else {}
         comm_s = CommTimer.seconds(rec.comm) if rec.comm is not None else None  # (single: none, no one to wait for)
         self_s = times["self_s"]
         if w.strategy == "fsdp" and rec.comm is not None and rec.arrive is not None:
@@ -289,7 +293,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
             step=rec.step, epoch=rec.epoch, loss=loss, samples=rec.samples,
             step_s=times["step_s"], data_s=times["data_s"], forward_s=times["forward_s"],
             backward_s=times["backward_s"], optimizer_s=times["optimizer_s"], comm_s=comm_s,
-            self_s=self_s, lr=rec.lr, mem=rec.mem,
+            self_s=self_s, lr=rec.lr, mem=rec.mem, custom=custom,
         )
         if rec.last_in_epoch:  # after the epoch's last step, also when that is read late
             reporter.event("epoch_end", step=rec.step, message=f"epoch {rec.epoch} ended")  # (as a script's: trainer/epochs.py)
@@ -366,8 +370,9 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
         # -- optimizer ----------------------------------------------------------------------
         marks.append(("optimizer", clock.stamp()))
         reporter.set_phase("optimizer")
+        grad_norm = None
         if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(w.model.parameters(), cfg.grad_clip)
+            grad_norm = readable_norm(torch.nn.utils.clip_grad_norm_(w.model.parameters(), cfg.grad_clip))
         optimizer.step()
         # After the step and before zero_grad: parameters, gradients and Adam state all held.
         # Sizes and the allocator's counters are host-side figures: no sync.
@@ -379,7 +384,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
         rec = StepRecord(
             step=step, epoch=sb.epoch, loss=loss_sum, marks=marks, end=end, arrive=arrive,
             comm=w.comm.take() if w.comm is not None else None, lr=lr,
-            samples=cfg.batch_size * micro_steps, mem=mem, last_in_epoch=sb.last_in_epoch,
+            samples=cfg.batch_size * micro_steps, mem=mem, last_in_epoch=sb.last_in_epoch, grad_norm=grad_norm,
         )
         if not on:
             pass  # an A/B chunk without telemetry (PARDASH_AB_STEPS)
