@@ -419,7 +419,8 @@ class HubCollector:
         lost = CounterMetricFamily("pardash_rank_messages_lost", "The rank's messages that never arrived.", labels=["rank"])
         # What the script logs and times itself (pt.log's own names, pt.phase's): its tokens/s
         # or grad norm were in the TUI, the log and TensorBoard, and nowhere here.
-        metric = GaugeMetricFamily("pardash_rank_metric", "The last value of a metric the script logs itself (pt.log), by name.",
+        metric = GaugeMetricFamily("pardash_rank_metric", "The last value of a metric the script logs itself (pt.log), by name; and pardash's own grad_norm (the "
+                                   "total gradient norm the script's clip_grad_norm_ returned) and lr_group1.. (each parameter group's lr past group 0's).",
                                    labels=["rank", "name"])  # fmt: skip
         own = GaugeMetricFamily("pardash_rank_own_phase_seconds", "A phase the script times itself (pt.phase) in the rank's latest step.",
                                 labels=["rank", "phase"])  # fmt: skip

@@ -1302,8 +1302,32 @@ SHARED_RUN_ID = "two jobs share run id"
 the TUI's alerts find the warning by it."""
 
 
-COUNTED_BY_PARDASH = {"micro_batches": "batches a step, each a forward with its own backward (gradient accumulation), counted by pardash"}
-"""Custom metrics pardash's own instrumentation adds (the rest are the script's, ``pt.log``)."""
+COUNTED_BY_PARDASH = {
+    "micro_batches": "batches a step, each a forward with its own backward (gradient accumulation), counted by pardash",
+    "grad_norm": "the total gradient norm the script's clip_grad_norm_ returned (its last call in the step), read by pardash where the script logs none of its own",
+}
+"""Custom metrics pardash's own instrumentation adds (the rest are the script's, ``pt.log``);
+and ``lr_group1``, ... (see :func:`by_pardash`)."""
+
+LR_GROUP = "lr_group"
+"""Prefix of pardash's figures ``lr_group1``, ...: where an optimizer's parameter groups' learning
+rates differ, group N's (the step's ``lr`` is group 0's; pardash.trainer.norms)."""
+
+
+def lr_group_of(name: str) -> int | None:
+    """The parameter group whose learning rate the custom metric ``name`` is (None: no such)."""
+    if name.startswith(LR_GROUP) and name[len(LR_GROUP):].isdigit():
+        return int(name[len(LR_GROUP):])
+    return None
+
+
+def by_pardash(name: str) -> str | None:
+    """What the custom metric ``name`` is where pardash's own instrumentation adds it (None: the
+    script's own, ``pt.log``)."""
+    said = COUNTED_BY_PARDASH.get(name)
+    if said is None and (group := lr_group_of(name)) is not None:
+        return f"the learning rate of the optimizer's parameter group {group} (lr is group 0's), read by pardash"
+    return said
 
 
 def own_phase_lines(rep: dict) -> list[str]:
@@ -1321,11 +1345,12 @@ def own_phase_lines(rep: dict) -> list[str]:
 
 
 def custom_lines(rep: dict) -> list[str]:
-    """A line per custom metric (the script's ``pt.log``, or pardash's own count of backward
-    passes): its last value, and its first."""
+    """A line per custom metric (the script's ``pt.log``, or pardash's own: its count of backward
+    passes, the gradient norm a clipping returned, the lrs of parameter groups past the first):
+    its last value, and its first."""
     return [
         f"{name}: {c['last']:.6g} at the last step (first {c['first']:.6g})"
-        + (f" - {COUNTED_BY_PARDASH[name]}" if name in COUNTED_BY_PARDASH else "")
+        + (f" - {said}" if (said := by_pardash(name)) else "")
         for name, c in (rep.get("custom") or {}).items()
         if c.get("last") is not None and c.get("first") is not None
     ]

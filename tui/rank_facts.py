@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
 from pardash.telemetry.clocks import CLOCK_OFF_S
-from pardash.telemetry.report_render import COUNTED_BY_PARDASH
+from pardash.telemetry.report_render import COUNTED_BY_PARDASH, by_pardash, lr_group_of
 from pardash.telemetry.state import RankState, RunState
 from pardash.telemetry.summary import is_pipeline
 
@@ -224,6 +224,27 @@ def system_staleness(r: RankState, origin: float, now: float, status: str | None
     return gone_as, " · ".join(when)
 
 
+def _pardash_says(name: str) -> str:
+    """The note beside a custom metric pardash's own hooks add ('' for the script's own)."""
+    if name in COUNTED_BY_PARDASH:
+        return "counted by pardash" if name == "micro_batches" else "clipping's, by pardash"
+    group = lr_group_of(name)
+    return f"group {group}'s lr, by pardash" if group is not None else ""
+
+
+def group_lrs(r: RankState) -> list[float]:
+    """The learning rates of the rank's optimizer's parameter groups at its last step, group
+    0's (its ``lr``) first, where they differ ([]: one group, or all at one lr)."""
+    step = r.step
+    if step is None or step.lr is None or not step.custom or "lr_group1" not in step.custom:
+        return []
+    out, group = [step.lr], 1
+    while (x := step.custom.get(f"lr_group{group}")) is not None:
+        out.append(x)
+        group += 1
+    return out
+
+
 LOGGED_SHOWN = 12
 """Metrics the script logged shown in a rank's detail (the rest are counted)."""
 
@@ -233,10 +254,11 @@ def logged_facts(r: RankState) -> tuple[tuple[str, str, str], ...]:
     a log from before ``Step.phases``, its own ``pt.phase`` blocks too, as ``<name>_s``), by
     name. Its own phases are rows of :func:`phases_of`, against the other ranks."""
     custom = r.step.custom if r.step is not None else {}
-    # The script's own first; then what pardash's instrumentation adds (micro_batches), said
-    # as such: it read as the script's, alone in the panel the script's own were cut from.
-    named = sorted(custom.items(), key=lambda item: (item[0] in COUNTED_BY_PARDASH, item[0]))
-    rows = [(name, f"{value:.6g}", "counted by pardash" if name in COUNTED_BY_PARDASH else "") for name, value in named[:LOGGED_SHOWN]]
+    # The script's own first; then what pardash's instrumentation adds (micro_batches,
+    # grad_norm, lr_group1..), said as such: it read as the script's, alone in the panel the
+    # script's own were cut from.
+    named = sorted(custom.items(), key=lambda item: (by_pardash(item[0]) is not None, item[0]))
+    rows = [(name, f"{value:.6g}", _pardash_says(name)) for name, value in named[:LOGGED_SHOWN]]
     if len(custom) > LOGGED_SHOWN:
         rows.append(("", f"+{len(custom) - LOGGED_SHOWN} more in the log", ""))
     return tuple(rows)

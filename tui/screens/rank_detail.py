@@ -24,7 +24,7 @@ from ..charts import ChartSeries, chart_series
 from ..format import fmt_bytes, fmt_loss, fmt_step_no, fmt_step_time
 from ..messages import RunUpdated
 from ..model import RowBuilder
-from ..rank_facts import logged_facts, memory_facts, phases_of, system_facts, system_staleness
+from ..rank_facts import group_lrs, logged_facts, memory_facts, phases_of, system_facts, system_staleness
 from ..run_clock import run_now, run_origin
 from ..widgets.event_log import EventLog
 from ..widgets.fact_list import FactList
@@ -189,7 +189,7 @@ class RankDetailScreen(Screen):
         self.query_one("#phases").border_title = "last step"
         self.query_one("#memory").border_title = "memory"
         self.query_one("#system").border_title = "system"
-        self.query_one("#logged").border_title = "logged by the script"
+        self.query_one("#logged").border_title = "other metrics"  # (the script's pt.log, and pardash's own: said in each row)
         self.query_one("#rank-events").border_title = f"rank {self.rank} events"
         self.set_interval(CHART_REFRESH_S, self._refresh_charts)
         self.refresh_run()
@@ -441,7 +441,13 @@ class RankDetailScreen(Screen):
                 line += [(" · loss ", ""), (f"{bad[0]} since step {bad[1]}", "bold $text-error"), (f" · last step {fmt_step_time(r.step.step_s)}", "")]
             else:
                 line.append((f" · loss {fmt_loss(r.step.loss)} · last step {fmt_step_time(r.step.step_s)}", ""))
-            lr = (f" · lr {r.step.lr:.3g}", "") if r.step.lr is not None else None
+            lrs = group_lrs(r)
+            if len(lrs) > 3:  # (each one's row is under "other metrics")
+                lr = (f" · lr {lrs[0]:.3g} (group 0 of {len(lrs)})", "")
+            elif lrs:  # a head at 10x the body's lr: group 0's alone hid it (review 337)
+                lr = (f" · lr {', '.join(f'{x:.3g}' for x in lrs)} (groups 0-{len(lrs) - 1})", "")
+            else:
+                lr = (f" · lr {r.step.lr:.3g}", "") if r.step.lr is not None else None
         elif r.step_before is not None:  # torchrun restarted it: its new process has not stepped
             line = [(f"step {r.step_before}", "bold"), (" · its previous process's last; none since its restart", "$text-muted")]
             epoch = lr = None
