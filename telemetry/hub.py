@@ -39,6 +39,7 @@ from .state import COMMAND_NOTE
 from .logfeed import LINGER_S, LOG_REQUEST, LogServer
 from .logreader import is_log
 from .recorder import LOG_MODE, Recorder, gz_name_refusal, holds_records, is_gzip
+from .spawn import quiet_ports
 from .state import run_over
 from .unsupervised import SupervisorWatch
 
@@ -64,29 +65,6 @@ def _bind(sock: zmq.Socket, host: str, port: int) -> str:
     else:
         sock.bind(f"tcp://{host}:*")
     return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-
-
-EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
-"""The ports Linux gives a connecting socket as its own (its source port)."""
-QUIET_PORTS_LEAST = 256
-"""The fewest ports above the ephemeral range worth choosing from (fewer: any free port)."""
-
-
-def quiet_ports(path: str = EPHEMERAL_RANGE) -> range | None:
-    """Ingest ports for a hub that chooses its own (PORT, PORT+1, PORT+2 all in it): those above
-    the kernel's ephemeral range, where no connecting socket takes its source port. A hub's
-    free port in that range could become a viewer's or a rank's own: one left reconnecting every
-    0.1 s to a hub that went walks the range's source ports in about 25 minutes, and a DEALER
-    or PUSH that draws the hub's port connects to itself (TCP's simultaneous open) and holds
-    it, so the hub restarted there cannot bind. None where the range leaves too few above it
-    (or is not Linux's to read)."""
-    try:
-        with open(path) as f:
-            top = int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    quiet = range(top + 1, 65535 - 2 + 1)
-    return quiet if len(quiet) >= QUIET_PORTS_LEAST else None
 
 
 class Hub:

@@ -407,9 +407,9 @@ def test_an_export_of_a_live_runs_log_warns_that_it_is_partial_and_exports_it(tm
     assert over.returncode == 0 and "(steps rank 0: 3, rank 1: 3)" in over.stdout, over.stderr
     assert "removed the earlier export's 2 event file(s) there" in over.stdout
     (said,) = over.stderr.splitlines()
-    # (its ranks silent since their last steps: said so where the hub lived long enough to find it,
+    # (its ranks silent since their last steps: said so, one or both, where the hub lived long enough to find it,
     # the first export slow to start on a loaded machine)
-    assert re.match(rf"pardash: warning: {re.escape(str(log))} ends early at step 3, with 2 rank\(s\) not ended( \(2 silent\))? and no "
+    assert re.match(rf"pardash: warning: {re.escape(str(log))} ends early at step 3, with 2 rank\(s\) not ended( \([12] silent\))? and no "
                     "closing line from the hub", said), said
     # (the export command takes --force, its help saying what it removes)
     from pardash.parser import build_parser

@@ -6,7 +6,8 @@ import pytest
 import zmq
 
 from pardash.telemetry import hub as hub_mod
-from pardash.telemetry.hub import Hub, quiet_ports
+from pardash.telemetry.hub import Hub
+from pardash.telemetry.spawn import EPHEMERAL_RANGE, quiet_ports
 
 
 def _port(endpoint: str) -> int:
@@ -33,7 +34,7 @@ def test_quiet_ports_lie_above_the_ephemeral_range(tmp_path):
 @pytest.mark.skipif(quiet_ports() is None, reason="this kernel's ephemeral range leaves no room above it")
 def test_a_hub_binds_its_three_ports_above_the_ephemeral_range(tmp_path):
     quiet = quiet_ports()
-    with open(hub_mod.EPHEMERAL_RANGE) as f:
+    with open(EPHEMERAL_RANGE) as f:
         top = int(f.read().split()[1])
     hubs = [Hub(run_id=f"r{i}", log_path=str(tmp_path / f"t{i}.jsonl")) for i in range(3)]
     try:
@@ -67,3 +68,21 @@ def test_no_free_quiet_port_leaves_any_free_ones(tmp_path, monkeypatch):
 def _bind_free(sock: zmq.Socket) -> str:
     sock.bind("tcp://127.0.0.1:*")
     return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+@pytest.mark.skipif(quiet_ports() is None, reason="this kernel's ephemeral range leaves no room above it")
+def test_a_launchs_hub_ports_picked_before_it_starts_lie_above_the_ephemeral_range_too():
+    # The supervisor picks the hub's three ports before the hub binds them (the ranks start
+    # meanwhile, told the ingest port); picked by the kernel (bind to port 0), from its
+    # ephemeral range, a connecting socket of another process took one of them in between, and
+    # the launch ended "cannot bind 127.0.0.1:35807 (Address already in use)" (a fresh-clone CI run).
+    from types import SimpleNamespace
+
+    from pardash.trainer.supervisor import Supervisor
+
+    sup = Supervisor.__new__(Supervisor)
+    sup.spec = SimpleNamespace(remote_hub="", telemetry_port=0, telemetry_bind="127.0.0.1")
+    quiet = quiet_ports()
+    for _ in range(20):
+        port = sup._early_port()
+        assert port in quiet and port + 2 in quiet, port

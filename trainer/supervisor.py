@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -28,7 +29,7 @@ import psutil
 from pardash.telemetry import registry, schema, security
 from pardash.telemetry.env import ENDPOINT_VAR, LINE_BUFFERED_VAR, RUN_ID_VAR
 from pardash.telemetry.failures import signal_name
-from pardash.telemetry.spawn import exit_code, read_line
+from pardash.telemetry.spawn import exit_code, quiet_ports, read_line
 from pardash.telemetry.streams import off_the_terminal, unbreakable_stdio
 from pardash.trainer.torchrun import AUTORUN, MASTER_PORT_BUSY_FILE, attempt_dirs
 from pardash.trainer.jobprocs import (
@@ -383,12 +384,17 @@ class Supervisor:
         spec = self.spec
         if spec.remote_hub or spec.telemetry_port or spec.telemetry_bind != "127.0.0.1":
             return 0
-        for _ in range(20):
+        # Above the kernel's ephemeral range, as a hub picks its own (spawn.quiet_ports): picked
+        # from it, a port was free here and some process's connecting socket had it as its
+        # source port by the time the hub bound it ("cannot bind 127.0.0.1:35807 (Address already
+        # in use)", the launch ended), the ranks already told the ingest port.
+        quiet = quiet_ports()
+        for i in range(20):
             socks = []
             try:
                 first = socket.socket()
                 socks.append(first)
-                first.bind(("127.0.0.1", 0))
+                first.bind(("127.0.0.1", random.choice(quiet) if quiet is not None and i < 15 else 0))
                 port = first.getsockname()[1]
                 for p in (port + 1, port + 2):
                     s = socket.socket()
