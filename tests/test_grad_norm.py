@@ -118,3 +118,41 @@ def test_a_scripts_own_logged_grad_norm_wins(hooked):  # noqa: F811
         opt.step()
     inst.finish()
     assert _custom(rep, "grad_norm") == [123.0] * 3
+
+
+def test_a_norm_that_is_not_finite_is_left_out_of_its_step(hooked):  # noqa: F811
+    # A GradScaler's overflow step (its norm inf, the update skipped): no grad_norm that step,
+    # the steps before and after theirs.
+    inst, rep = hooked
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i in range(3):
+        x, y = _batch()
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        if i == 1:
+            model.weight.grad[0, 0] = float("inf")
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if i == 1:
+            opt.zero_grad()  # (the update skipped, as a GradScaler's: the weights stay finite)
+        opt.step()
+    inst.finish()
+    assert len(rep.steps) == 3
+    norms = _custom(rep, "grad_norm")
+    assert norms[1] is None and norms[0] > 0 and norms[2] is not None
+
+
+def test_fsdps_own_clip_grad_norm_is_wrapped_and_given_back(hooked):  # noqa: F811
+    # (FSDP1 needs an accelerator in this torch: its method is wrapped, as the module functions)
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    inst, _rep = hooked
+    inst._watch_fsdp_norms()  # (done at install where its module is loaded, else as an FSDP root is seen)
+    inst._watch_fsdp_norms()  # (again: wrapped once)
+
+    def ours(fn) -> int:  # (pardash's wrappers around it)
+        return 0 if fn is None else (fn.__code__.co_filename.endswith("norms.py")) + ours(getattr(fn, "__wrapped__", None))
+
+    assert ours(FullyShardedDataParallel.__dict__["clip_grad_norm_"]) == 1
+    inst.uninstall()
+    assert ours(FullyShardedDataParallel.__dict__["clip_grad_norm_"]) == 0
