@@ -21,7 +21,7 @@ def _batch():
     return x, x[:, :1] * 0.5
 
 
-@pytest.mark.parametrize("how", ["torch.nn.utils.clip_grad_norm_", "imported name", "clip_grad_norm (deprecated)"])
+@pytest.mark.parametrize("how", ["torch.nn.utils.clip_grad_norm_", "imported name", "clip_grad_norm (deprecated)", "get_total_norm, then clip_grads_with_norm_"])
 def test_each_steps_clipping_norm_is_its_grad_norm(hooked, how):  # noqa: F811
     inst, rep = hooked
     from torch.nn.utils import clip_grad_norm_  # (bound after pardash installed, as a script's import)
@@ -38,6 +38,9 @@ def test_each_steps_clipping_norm_is_its_grad_norm(hooked, how):  # noqa: F811
         elif how == "clip_grad_norm (deprecated)":
             with pytest.warns(FutureWarning):
                 total = torch.nn.utils.clip_grad_norm(model.parameters(), 0.5)
+        elif how.startswith("get_total_norm"):
+            total = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+            torch.nn.utils.clip_grads_with_norm_(model.parameters(), 0.5, total)
         else:
             total = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         norms.append(total.item())

@@ -3,7 +3,7 @@ first parameter group: figures of the step (its ``custom``, as pardash's own ``m
 
 ``torch.nn.utils.clip_grad_norm_`` (and the deprecated ``clip_grad_norm``, which calls it, and
 FSDP's ``FullyShardedDataParallel.clip_grad_norm_``) returns the total norm of the gradients it
-clipped: a script that clips every step had that norm nowhere in pardash (review 337: norms
+clipped (``clip_grads_with_norm_`` is given it): a script that clips every step had that norm nowhere in pardash (review 337: norms
 0.49-1.96 in its run). The last call's in a step is its ``grad_norm``.
 
 No new device synchronisation: the returned tensor is kept, and read with the step's loss when
@@ -71,6 +71,11 @@ class GradNorms:
         self._patch(clip_grad, "clip_grad_norm_", self._wrap_clip_grad_norm)
         if getattr(torch.nn.utils, "clip_grad_norm_", None) is not None:
             self._patch(torch.nn.utils, "clip_grad_norm_", self._wrap_clip_grad_norm)
+        # The two-part form (torch.nn.utils.get_total_norm, then clip_grads_with_norm_ given
+        # it): the norm it clips with. (Only the package's name: clip_grad_norm_ calls the
+        # module's, its norm said once.)
+        if getattr(torch.nn.utils, "clip_grads_with_norm_", None) is not None:
+            self._patch(torch.nn.utils, "clip_grads_with_norm_", self._wrap_clip_with_norm)
         self._fsdp_norms = False
         self._watch_fsdp_norms()
 
@@ -94,6 +99,15 @@ class GradNorms:
             return total
 
         return clip_grad_norm_
+
+    def _wrap_clip_with_norm(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def clip_grads_with_norm_(parameters: Any, max_norm: Any, total_norm: Any, *args: Any, **kwargs: Any) -> Any:
+            done = original(parameters, max_norm, total_norm, *args, **kwargs)
+            if not self.dead and not _is_compiling() and _get_ident() == self._tid:
+                self._clipped(total_norm)
+            return done
+
+        return clip_grads_with_norm_
 
     @_guarded
     def _clipped(self, total: Any) -> None:
