@@ -159,3 +159,18 @@ def test_fsdps_own_clip_grad_norm_is_wrapped_and_given_back(hooked):  # noqa: F8
     assert ours(FullyShardedDataParallel.__dict__["clip_grad_norm_"]) == 1
     inst.uninstall()
     assert ours(FullyShardedDataParallel.__dict__["clip_grad_norm_"]) == 0
+
+
+def test_a_layerwise_lr_decays_many_groups_say_the_first_eight(hooked):  # noqa: F811
+    # One group a layer (dozens in a ViT's fine-tuning): lr and lr_group1-7, not a figure each.
+    inst, rep = hooked
+    layers = nn.Sequential(*(nn.Linear(4, 4) for _ in range(12)))
+    opt = torch.optim.SGD([{"params": m.parameters(), "lr": 0.5**i} for i, m in enumerate(layers)], lr=1.0)
+    for _ in range(2):
+        x = torch.randn(6, 4)
+        opt.zero_grad()
+        layers(x).pow(2).mean().backward()
+        opt.step()
+    inst.finish()
+    assert sorted(rep.steps[-1]["custom"]) == [f"lr_group{i}" for i in range(1, 8)]
+    assert rep.steps[-1]["custom"]["lr_group7"] == 0.5**7

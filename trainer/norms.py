@@ -15,8 +15,8 @@ out of its step, as the hub leaves out any figure that is not.
 
 Several parameter groups with different learning rates (a body at x0.1, a head at x1): the
 step's ``lr`` stays group 0's, as ever, and groups 1.. are ``lr_group1``, ... (from the first
-step where any differs from group 0's on, every step; one group, or groups all at one lr: as
-before, nothing added). Its state is :class:`Instrument`'s (set in its ``__init__``)."""
+step where any differs from group 0's on, every step, for the first MAX_LR_GROUPS groups; one
+group, or groups all at one lr: as before, nothing added). Its state is :class:`Instrument`'s (set in its ``__init__``)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,19 @@ LR_GROUP = "lr_group"
 """Prefix of the step's custom figures ``lr_group1``, ...: parameter group N's learning rate."""
 
 
+MAX_LR_GROUPS = 8
+"""Parameter groups whose lrs a step says (``lr`` and ``lr_group1`` to ``lr_group7``): a layer-wise
+lr decay's group a layer (dozens) would be as many figures a step, and as many reads in the hook."""
+
+
 def group_lrs(optimizer: Any) -> tuple[float, ...] | None:
-    """The learning rates of ``optimizer``'s parameter groups past the first (None: one group)."""
+    """The learning rates of ``optimizer``'s parameter groups past the first, up to
+    :data:`MAX_LR_GROUPS` in all (None: one group)."""
     try:
         groups = optimizer.param_groups
         if len(groups) < 2:
             return None
-        return tuple(float(g["lr"]) for g in groups[1:])
+        return tuple(float(g["lr"]) for g in groups[1:MAX_LR_GROUPS])
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
 

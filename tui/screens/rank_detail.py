@@ -443,7 +443,7 @@ class RankDetailScreen(Screen):
                 line.append((f" · loss {fmt_loss(r.step.loss)} · last step {fmt_step_time(r.step.step_s)}", ""))
             lrs = group_lrs(r)
             if len(lrs) > 3:  # (each one's row is under "other metrics")
-                lr = (f" · lr {lrs[0]:.3g} (group 0 of {len(lrs)})", "")
+                lr = (f" · lr {lrs[0]:.3g} (group 0; groups 1-{len(lrs) - 1} below)", "")
             elif lrs:  # a head at 10x the body's lr: group 0's alone hid it (review 337)
                 lr = (f" · lr {', '.join(f'{x:.3g}' for x in lrs)} (groups 0-{len(lrs) - 1})", "")
             else:
