@@ -68,7 +68,9 @@ def test_an_update_skipped_with_zero_grad_after_the_forward_is_a_step_of_its_own
     assert [s["samples"] for s in rep.steps] == [6] * 10
     assert [s["loss"] for s in rep.steps] == pytest.approx(losses)  # (inf for each skipped one)
     assert [i for i, s in enumerate(rep.steps) if math.isinf(s["loss"])] == list(skips)
-    assert all("custom" not in s for s in rep.steps)  # (no "2 micro-batches")
+    assert all("micro_batches" not in s.get("custom", {}) for s in rep.steps)  # (no "2 micro-batches")
+    # (the clipping's norm, by pardash: of the steps whose norm was finite alone)
+    assert [i for i, s in enumerate(rep.steps) if "grad_norm" not in s.get("custom", {})] == list(skips)
     _phases_add_up(rep.steps)
 
 
