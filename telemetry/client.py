@@ -189,6 +189,11 @@ def unanswered(target: str | None, run_id: str, snapshot: str, viewer) -> str:
     where = f"{given} (asked on its snapshot port, {snapshot})" if given else snapshot
     hub = f"the hub of run {run_id} (its snapshot port, {snapshot})" if run_id and not given else f"the hub at {where}"
     entry = registry.entry(run_id) if run_id and not given else None
+    if entry is None and run_id and not given:
+        # (its entry pruned as a dead hub's by another viewer or `pardash ps` meanwhile: the one
+        # this viewer found the run by, a fresh-clone CI run's "refuses this viewer" again)
+        known = getattr(viewer, "info", None)
+        entry = known if isinstance(known, dict) and known.get("run_id") == run_id and known.get("pid") else None
     if entry is not None and not registry.hub_alive(entry):
         # (killed as this viewer waited: its dropped connection read as a hub refusing the
         # viewer's keys, review 332)

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from helpers import hub_alone, pardash_env, terminate
 
 
@@ -39,9 +41,13 @@ def test_attach_wait_by_run_id_waits_for_a_hub_slow_to_answer(tmp_path):
                 terminate(proc)
 
 
-def test_attach_wait_says_a_hub_killed_as_it_waited_is_gone(tmp_path):
+@pytest.mark.parametrize("pruned", [False, True], ids=["listed", "its entry pruned"])
+def test_attach_wait_says_a_hub_killed_as_it_waited_is_gone(tmp_path, pruned):
     # Review 332: its dropped connection read "refuses this viewer: it has CURVE keys and this
-    # viewer has none ... or what listens there is not a pardash hub".
+    # viewer has none ... or what listens there is not a pardash hub". So it did again where the
+    # dead hub's entry was pruned meanwhile (by another viewer, or `pardash ps`: a CI run's).
+    from pardash.telemetry import registry
+
     log = tmp_path / "gone.jsonl"
     hub, _info = hub_alone(log, "gone-run")
     att = None
@@ -51,6 +57,8 @@ def test_attach_wait_says_a_hub_killed_as_it_waited_is_gone(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pardash_env())  # fmt: skip
         first = att.stderr.readline()
         assert first.endswith(" to answer...\n"), first
+        if pruned:
+            (registry.registry_dir() / "gone-run.json").unlink()  # (the hub stopped: it writes it again no more)
         hub.send_signal(signal.SIGKILL)
         hub.wait(30)
         _, err = att.communicate(timeout=60)
