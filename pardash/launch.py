@@ -525,6 +525,8 @@ def cmd_launch(ns: argparse.Namespace, script: list[str]) -> int:
                     if _supervisor_lost(job, code):
                         code = _over_unsupervised(job, client, code)
                         over_unsupervised = True
+                    else:
+                        client = _caught_up(job, client)
             if choice in ("detach", None):
                 how = "the viewer ended on an error" if app.return_code else "detached"
                 print(f"{PROG}: {how}; the job goes on. `{PROG} attach {_watch(spec)}` to watch it again, log {_log_of(spec)}")
@@ -677,6 +679,25 @@ def _launch_client(base):
             self.heard_at = time.monotonic()
 
     return LaunchClient
+
+
+def _caught_up(job, client):
+    """The viewer's client once the job ended by itself under the TUI, as of now: the app closed
+    its own as it ended, its state as of the app's last poll, which a quick end left behind the
+    hub (a rank's last steps in the frame after its exit's: the last line read "done, 1 rank(s),
+    step 1" of a job of 5 steps, a CI run). A new one synced with the hub (kept up for this
+    viewer) where it answers in time; else the one it was."""
+    if client.sockets() or job.spec.remote_hub:
+        return client
+    try:
+        fresh = type(client)(job.endpoints["updates"], job.endpoints["snapshot"], run_id=job.spec.run_id,
+                             curve=job.spec.curve_dir or None)  # fmt: skip
+    except Exception:  # (a hub gone, keys that no longer load: the last line from what was seen)
+        return client
+    if not fresh.wait_synced(HUB_SYNC_S):
+        fresh.close()
+        return client
+    return fresh
 
 
 def _hear_the_logs_end(job, client) -> str:
