@@ -32,6 +32,7 @@ from .summary import (
     human_bytes,
     is_sharded,
     joined,
+    joined_words,
     ms,
     ranks_named,
     ran_out,
@@ -1237,9 +1238,7 @@ def _progress_text(st) -> str:
             if joins and all(r.last_step == max(last) or r.rank in joins for r in st.ranks.values() if r.last_step is not None):
                 # Ranks that ran out of inputs under DDP's Join, as they said it: by design, not
                 # a rank behind ("step 800 (last step 400 on the slowest rank)", review 335)
-                early = sorted((at, q) for q, at in joins.items() if at is not None and at < max(last))
-                said = "; ".join(f"{ranks_named([q for a, q in early if a == at])} ran out of inputs at step {at} and joined"
-                                 for at in sorted({a for a, _ in early}))  # fmt: skip
+                said = joined_words(joins, max(last))
                 return f"step {max(last)}" + (f" ({said})" if said else "")
             # Ranks that ended at different steps (a rank done early): both, as report says
             return f"step {max(last)} (last step {st.step} on the slowest rank)"

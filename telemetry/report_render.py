@@ -18,7 +18,7 @@ from .failures import STOPPED_CODES, stop_text, stopped_how
 from .holds import WHERE
 from .logreader import no_rank_reported
 from .schema import plain_text
-from .summary import is_pipeline, is_sharded, ranks_named, ranks_text, straggler_cause, unheard_why
+from .summary import is_pipeline, is_sharded, joined_words, ranks_named, ranks_text, straggler_cause, unheard_why
 from .summary import human_bytes, ms, took_text
 
 PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_s", "self_s")
@@ -888,10 +888,7 @@ def _joined_last(rep: dict) -> tuple[int, str] | None:
     last = [r["last_step"] for r in rep["ranks"] if r.get("last_step") is not None]
     if not joined or not last or not all(r["last_step"] in (max(last), joined.get(r["rank"])) for r in rep["ranks"] if r.get("last_step") is not None):
         return None
-    early = sorted((at, q) for q, at in joined.items() if at < max(last))
-    said = "; ".join(f"{ranks_named([q for a, q in early if a == at])} ran out of inputs at step {at} and joined"
-                     for at in sorted({a for a, _ in early}))  # fmt: skip
-    return max(last), said
+    return max(last), joined_words(joined, max(last))
 
 
 LIKELY_CAUSE = "; likely the cause of the hang"

@@ -132,6 +132,15 @@ def ran_out(state: RunState) -> set[int]:
     return out
 
 
+def joined_words(joins: dict[int, int], furthest: int) -> str:
+    """``rank 0 ran out of inputs at step 400 and joined`` (``; ranks 2-3 ... at step 500 ...``): of
+    ``joins`` (rank -> the step its ``join`` event said), those before ``furthest``; '' if none.
+    The launch's last line and the report say it alike."""
+    early = sorted((at, q) for q, at in joins.items() if at is not None and at < furthest)
+    return "; ".join(f"{ranks_named([q for a, q in early if a == at])} ran out of inputs at step {at} and joined"
+                     for at in sorted({a for a, _ in early}))  # fmt: skip
+
+
 def samples_per_s(state: RunState) -> float:
     """Samples a second across ranks, now: each working rank's over its last RATE_POINTS
     history points (steps done over the time they took), else its latest step's (a stalled
