@@ -14,6 +14,40 @@ import sys
 import tempfile
 
 
+def free_ports(n: int = 3) -> list[int]:
+    """``n`` consecutive ports free on 127.0.0.1 (a hub takes PORT..PORT+2), drawn above the
+    kernel's ephemeral range where the system leaves room (quiet_ports): a port there is not
+    taken meanwhile as another test's connecting socket's own before the test binds it (one let
+    go in the ephemeral range was busy again by a launch's check in a CI run of 6 workers)."""
+    import random
+    import socket
+
+    from pardash.telemetry.spawn import quiet_ports
+
+    quiet = quiet_ports()
+    for i in range(100):
+        if quiet is not None and i < 50:
+            base = random.choice(quiet[: len(quiet) - n])
+        else:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                base = s.getsockname()[1]
+            if base + n > 65536:
+                continue
+        socks = []
+        try:
+            for port in range(base, base + n):
+                socks.append(socket.socket())
+                socks[-1].bind(("127.0.0.1", port))
+            return list(range(base, base + n))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} free ports in a row")
+
+
 def file_mode(path) -> int:
     """The permission bits of ``path`` (0o600, 0o700)."""
     import stat

@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from helpers import TerminalOutput, hub_alone, pardash_env, terminate, wait_for
+from helpers import TerminalOutput, free_ports, hub_alone, pardash_env, terminate, wait_for
 
 from pardash import cli
 from pardash.telemetry import registry
@@ -154,29 +154,11 @@ def test_attach_of_a_log_no_live_run_records_says_where_it_is_read_instead(tmp_p
 # -- 3. --wait: a viewer started before its job ------------------------------------------------
 
 
-def _free_ports() -> int:
-    """A port whose next two are free too (a hub takes PORT..PORT+2)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 2 > 65535:
-            continue
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port + 1))
-                b.bind(("127.0.0.1", port + 2))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no three free ports in a row")
-
-
 @pytest.mark.parametrize("how", ["prefix", "newest", "address", "log"])
 def test_attach_wait_waits_for_a_run_started_after_it(tmp_path, how):
     # With nothing running it exited 2 at once, and with no hub at the address it gave up after 5 s.
     before, _ = hub_alone(tmp_path / "before.jsonl", "live-before")  # (a run live already: not the one waited for)
-    port = _free_ports()
+    port = free_ports()[0]
     # (log: review 305, --wait with a log not yet written failed at once, "no such log or run folder")
     target = {"prefix": ["late-"], "newest": [], "address": [f"tcp://127.0.0.1:{port}"], "log": [str(tmp_path / "late.jsonl")]}[how]
     att = _attach_headless("--wait", *target)

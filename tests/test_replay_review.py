@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 
-from helpers import identity, pardash_env, wait_for
+from helpers import free_ports, identity, pardash_env, wait_for
 
 from pardash.telemetry import client, schema, security
 from pardash.telemetry.client import HubClient, ReplaySource
@@ -155,34 +155,12 @@ def test_a_whole_log_says_nothing_of_an_early_end(tmp_path):
     assert src.done and _said_early(src) == [] and src.ended_early is None
 
 
-def _free_ports() -> int:
-    """A hub's ingest port on 127.0.0.1 whose next two ports are free too."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base > 65533:
-            continue
-        taken = []
-        try:
-            for port in range(base, base + 3):
-                taken.append(socket.socket())
-                taken[-1].bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in taken:
-                s.close()
-    raise RuntimeError("no three free ports in a row")
-
-
 def test_a_viewer_its_restarted_hub_refuses_says_so_not_hub_quiet(tmp_path, keys, monkeypatch):
     # Alice's key revoked, then the hub restarted (a launch's, killed): her viewer read "hub
     # quiet for 41 s" for ever, where a fresh attach was told the hub refuses her key.
     security.make_viewer_keys(keys, "alice")
     alice = keys / "viewers" / "alice"
-    args = ["--run-id", "kept", "--no-registry", "--curve-dir", str(keys), "--port", str(_free_ports())]
+    args = ["--run-id", "kept", "--no-registry", "--curve-dir", str(keys), "--port", str(free_ports()[0])]
     first, info = spawn_hub([*args, "--log", str(tmp_path / "run.jsonl")], stderr=subprocess.DEVNULL, env=pardash_env())
     second = None
     viewer = HubClient(info["updates"], info["snapshot"], curve=alice)

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import pardash_env
+from helpers import free_ports, pardash_env
 from pardash.telemetry import schema
 from pardash.telemetry.logreader import load_log
 
@@ -241,31 +240,8 @@ def test_two_nodes_share_node0s_hub(tmp_path, namespaces):
 # -- the same on loopback ----------------------------------------------------------------------
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` free TCP ports on 127.0.0.1, consecutive in threes for the hub."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65536:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return list(range(base, base + n))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no run of free ports")
-
-
 def _on_loopback(tmp_path: Path) -> None:
-    master_port, *hub_ports = _free_ports(4)
+    master_port, *hub_ports = free_ports(4)
     log = tmp_path / "job.jsonl"
     cmds = [
         _launch_cmd(node, "127.0.0.1", log if node == 0 else tmp_path / "node1.jsonl",
