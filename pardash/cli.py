@@ -109,6 +109,7 @@ PS_QUIET_AFTER = 3
 def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     """(step, samples/s, what the job column should say where no result.json says it: "2
     stalled" (or silent, or "3 stuck" of both), "waiting" while no rank has reached the hub,
+    "running, 1 joined" where ranks ran out of inputs under DDP's Join,
     or, of a hub alone once every rank ended, "finished" or "failed"; else '') from where a
     hub last said its run was
     (registry.PROGRESS_EVERY_S); '-' where it has not said yet. ``launched``: a launch's run,
@@ -146,6 +147,11 @@ def _ps_progress(progress: object, *, launched: bool) -> tuple[str, str, str]:
     if bad and not stuck:
         # (its loss gone NaN: it read "running", review 306)
         stuck = f"{sum(bad.values())} loss {next(iter(bad)) if len(bad) == 1 else 'not finite'}"
+    joined = progress.get("joined")
+    if isinstance(joined, int) and not isinstance(joined, bool) and joined > 0 and not stuck:
+        # (ranks out of inputs under DDP's Join shadow the others' collectives, taking no step:
+        # "running" of them all read as if each trained on, review 335)
+        stuck = f"running, {joined} joined"
     if ranks and set(ranks) <= {"finished", "exited"} and not launched:
         # Every rank ended (a hub alone has no launcher to write result.json: it read "running");
         # its exits all stops (a scheduler's preemption): "stopped", not "failed"

@@ -739,8 +739,11 @@ def _progress(st) -> dict:
         if r.loss_not_finite is not None:
             bad[r.loss_not_finite[0]] = bad.get(r.loss_not_finite[0], 0) + 1
     counts = st.status_counts()
+    # (ranks out of inputs under DDP's Join: "running" of a job whose rank 0 had joined, review 335)
+    joined = sum(1 for r in st.ranks.values() if r.joined)
     return {"step": st.step, "steps": total, "left_s": None if left is None else round(left, 1),
             "samples_per_s": round(samples_per_s(st), 1), "ranks": counts, "waiting": waiting_count(st, counts), "stopped": stopped, "loss_not_finite": bad,
+            "joined": joined,
             "t": round(time.time(), 1), "strategy": (st.hello.strategy or None) if st.hello else None}  # fmt: skip
 
 

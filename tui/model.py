@@ -182,6 +182,9 @@ class RankRow:
     saving: bool = False
     """Running and saving a checkpoint now (its heartbeat's phase, since its last step): its step
     stands still for the save's length, which read as a plain running rank gone quiet."""
+    joined: bool = False
+    """Running, out of inputs under DDP's Join (``RankState.joined``): it shadows the others'
+    collectives, taking no step, by design; the grid says "joined", not "running"."""
     stopped: bool = False
     """Exited by a stop, not failing (see :data:`STOPPED`): the grid says "stopped", not
     "exit -15"."""
@@ -1007,6 +1010,7 @@ class RowBuilder:
             self.dev_floor_s,
             r.loss_not_finite,
             saving,
+            e.status == st.RUNNING and r.joined,
             e.stopped,
             e.stopping,
         )

@@ -91,6 +91,7 @@ class RankGrid(ScrollView, can_focus=True):
         "rank-grid--starting",
         "rank-grid--running",
         "rank-grid--saving",
+        "rank-grid--joined",
         "rank-grid--straggler",
         "rank-grid--stalled",
         "rank-grid--stall-cause",
@@ -135,6 +136,7 @@ class RankGrid(ScrollView, can_focus=True):
     RankGrid > .rank-grid--starting { color: $text-muted; }
     RankGrid > .rank-grid--running { color: $text-success; }
     RankGrid > .rank-grid--saving { color: $text-primary; }
+    RankGrid > .rank-grid--joined { color: $text-secondary; }
     RankGrid > .rank-grid--straggler { color: $text-warning; text-style: bold; }
     RankGrid > .rank-grid--stalled { color: $text-error; text-style: bold; }
     RankGrid > .rank-grid--stall-cause { color: $text-error; text-style: bold reverse; }
@@ -667,6 +669,8 @@ class RankGrid(ScrollView, can_focus=True):
             status_text, status_style = "unsharded", self._style("rank-grid--unsharded")
         elif row.saving:  # (its step stands still meanwhile: said, not a plain "running")
             status_text, status_style = "saving", self._style("rank-grid--saving")
+        elif row.joined:  # (out of inputs under DDP's Join: its step stands still, by design)
+            status_text, status_style = "joined", self._style("rank-grid--joined")
         elif hang is False:
             status_text, status_style = "waiting", self._status_style(status, exit_first, hang)
         else:
