@@ -238,20 +238,22 @@ def test_a_rank_that_alone_says_its_evaluations_is_said_alone_only_where_the_oth
     # report said "rank 0 alone evaluated: the others waited 4.0 s for it (most of the run)".
     from pardash.telemetry.report_render import render_text
 
-    for alone in (False, True):
+    # (and where every step's collectives take 0.8 s, that usual time is no wait for it: "the
+    # others waited 2.4 s" of a job where every rank evaluated, review 339)
+    for alone, usual in ((False, 0.005), (True, 0.005), (False, 0.8), (True, 0.8)):
         records: list = _hellos()
         t = T
         for s in range(1, 201):
             after = s > 1 and (s - 1) % 50 == 0
-            t += 0.02 + (1.0 if after and alone else 0.0)
+            t += 0.015 + usual + (1.0 if after and alone else 0.0)
             for r in (0, 1):
                 waited = 1.0 if after and alone and r == 1 else 0.0
-                records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=0.02 + waited,
-                                           data_s=0.005, loader_s=0.0005, self_s=0.01, comm_s=0.005 + waited))  # fmt: skip
+                records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=0.015 + usual + waited,
+                                           data_s=0.005, loader_s=0.0005, self_s=0.01, comm_s=usual + waited))  # fmt: skip
             if s % 50 == 0:
                 t += 0.0 if alone else 1.0  # (every rank evaluates: nobody waits for anyone)
                 records.append(schema.Event(run="r", rank=0, seq=1000 + s, name="eval", step=s, duration_s=1.0, t=t))
-        path = tmp_path / f"run{alone}.jsonl"
+        path = tmp_path / f"run{alone}{usual}.jsonl"
         path.write_bytes(schema.encode_json_lines(records))
         lines = [line for line in render_text(build_report(str(path))).splitlines() if line.startswith("evaluations")]
         assert ("alone evaluated" in lines[0]) == alone, lines
