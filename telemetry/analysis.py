@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .schema import JOIN_PHASE, LOADER_PHASE, Step, Verdict
 from .state import RankState, RunState, mem_full_bytes
 from .stragglers import StragglerDetector
-from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded, joined, not_sharding_hint
+from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded, not_sharding_hint
 
 SHARDING_OK_FACTOR = 1.25
 """A rank flagged not sharding is cleared once it holds at most this many times its share (a
@@ -99,14 +99,10 @@ def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]], *, sha
 
 
 JOINED = "joined"
-"""The kind (beside "stalled" and "silent") :func:`stuck_ranks` and :func:`whole_hang` give a
-rank that ran out of inputs under DDP's Join (:func:`joined`): waiting for the others by
-design, part of their hang, never its cause."""
-
-
-def _was_joined(r: RankState) -> bool:
-    """``r``'s last word said it had joined (:func:`joined`), whether it has ended since or not."""
-    return r.heartbeat is not None and r.heartbeat.phase == JOIN_PHASE and not r.finished and r.silent is None and r.stalled is None
+"""A rank that ran out of inputs under DDP's Join (``RankState.joined``), waiting for the others
+by design: the kind (beside "stalled" and "silent") :func:`stuck_ranks` and :func:`whole_hang`
+give it (part of their hang, never its cause), and what every view says it is doing ("1
+running, 1 joined", the header's "◌ 1 joined")."""
 
 
 def stuck_ranks(state: RunState) -> list[tuple[int, str, int | None, str | None]]:
@@ -119,7 +115,7 @@ def stuck_ranks(state: RunState) -> list[tuple[int, str, int | None, str | None]
     for r in state.ranks.values():
         if r.exit_code is not None or r.finished:
             continue
-        if joined(r):
+        if r.joined:
             out.append(_joined_entry(r))
             continue
         if r.silent is None and r.stalled is None:
@@ -134,7 +130,7 @@ def whole_hang(state: RunState) -> list[tuple[int, str, int | None, str | None]]
     as it hung: the report's episodes that never ended); empty otherwise."""
     out = []
     for r in state.ranks.values():
-        if _was_joined(r):
+        if r.said_joined and r.stalled is None:  # (whether it has ended since or not)
             out.append(_joined_entry(r))
             continue
         if r.finished or (r.silent is None and r.stalled is None):
@@ -380,7 +376,7 @@ class Detector:
             return out
         if r.silent is not None:
             out.append(Verdict(rank=r.rank, verdict="resumed", step=step, message=f"rank {r.rank} heard from again"))
-        if joined(r):
+        if r.joined:
             # Out of inputs under DDP's Join: no step comes, by design, until the others run out
             # too (they are judged). Its wait counts from when it ends, as a new look's.
             self._progress[r.rank] = (step, now)

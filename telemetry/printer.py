@@ -31,11 +31,10 @@ from .summary import (
     named_by_step,
     human_bytes,
     is_sharded,
-    joined,
     joined_words,
     ms,
     ranks_named,
-    ran_out,
+    ran_out_apart,
     samples_per_s,
     samples_per_s_recent,
     held_up_were,
@@ -760,10 +759,9 @@ def recent_spread(st, figure: str) -> tuple[float, float, float] | None:
     of a run whose ranks' last five steps took 16-18 ms (the report: median 17.7)."""
     at = SMOOTH_FIGURES.index(figure)
     values = []
-    out = ran_out(st)  # (out of inputs under DDP's Join: their last steps are not the job's now)
-    stepping = out and any(r.step is not None and r.rank not in out for r in st.ranks.values())
+    out = ran_out_apart(st)  # (out of inputs under DDP's Join: their last steps are not the job's now)
     for r in st.ranks.values():
-        if r.step is None or (stepping and r.rank in out):
+        if r.step is None or r.rank in out:
             continue
         x = r.smooth[at] if r.smooth is not None and r.smooth[at] is not None else getattr(r.step, figure)
         if x is not None:
@@ -823,10 +821,6 @@ BAR_WIDTH = 30
 BAR_MIN_WIDTH = 10
 """Cells below which the bar gives way to a shorter form of the stats, then to none."""
 
-JOINED_STATE = "joined"
-"""What a rank that ran out of inputs under DDP's Join (summary.joined) is said to be doing: it
-waits for the others by design ("1 running, 1 joined")."""
-
 BUSY_STATES = {"checkpoint": "saving", "eval": "evaluating", "resume": "resuming"}
 """What a working rank whose heartbeat says it is in one of these phases (analysis.BUSY_PHASES)
 is said to be doing: a save of 6 s read "2 running" beside a step that stood still."""
@@ -856,8 +850,8 @@ def states_text(st) -> str:
                 status = busy
         if status in (RUNNING, STARTING) and r.stopping is not None:
             status = "stopping"  # (a slow stop's seconds read "2 running" until the ranks ended)
-        elif status in (RUNNING, STRAGGLER) and joined(r):
-            status = JOINED_STATE  # (out of inputs under DDP's Join: it read "1 stalled")
+        elif status in (RUNNING, STRAGGLER) and r.joined:
+            status = JOINED  # (out of inputs under DDP's Join: it read "1 stalled")
         counts[status] = counts.get(status, 0) + 1
     if counts.get(STALLED):
         # (as the TUI and `ps` say a hang: its likely cause stalled, the others waiting for it)
@@ -881,11 +875,10 @@ def progress_step(st) -> int | None:
     unsure = set()
     config = (st.hello.config or {}) if st.hello is not None else {}
     may_resume = bool(config.get("checkpoint_dir") and config.get("resume"))
-    out = ran_out(st)
-    stepping = out and any(r.step is not None and r.rank not in out for r in st.ranks.values())
+    out = ran_out_apart(st)
     for r in st.ranks.values():
         hb = r.heartbeat
-        if stepping and r.rank in out:
+        if r.rank in out:
             continue  # (out of inputs under DDP's Join: the ranks still stepping say how far the job is)
         if r.step is not None:
             steps.append(r.step.step)
@@ -1233,15 +1226,16 @@ def _progress_text(st) -> str:
     left to train, as its own warning says)."""
     last = [s for s in (r.last_step for r in st.ranks.values()) if s is not None]
     if any(r.step is not None for r in st.ranks.values()):
-        if max(last) > st.step:
-            joins = {ev.rank: ev.step for ev in st.events if isinstance(ev, schema.Event) and ev.name == "join" and ev.rank >= 0}
-            if joins and all(r.last_step == max(last) or r.rank in joins for r in st.ranks.values() if r.last_step is not None):
+        top, low = max(last), min(last)
+        if top > low:
+            out = st.ran_out()
+            if out and all(r.last_step == top or r.rank in out for r in st.ranks.values() if r.last_step is not None):
                 # Ranks that ran out of inputs under DDP's Join, as they said it: by design, not
                 # a rank behind ("step 800 (last step 400 on the slowest rank)", review 335)
-                said = joined_words(joins, max(last))
-                return f"step {max(last)}" + (f" ({said})" if said else "")
+                said = joined_words({q: st.ranks[q].joined_at for q in out}, top)
+                return f"step {top}" + (f" ({said})" if said else "")
             # Ranks that ended at different steps (a rank done early): both, as report says
-            return f"step {max(last)} (last step {st.step} on the slowest rank)"
+            return f"step {top} (last step {low} on the slowest rank)"
         return f"step {st.step}"
     resumed = [m.step for m in st.events if isinstance(m, schema.Event) and m.name == "resume" and m.step is not None]
     return "no step taken" + (f" (resumed at step {max(resumed)}, nothing left to train)" if resumed else "")

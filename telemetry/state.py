@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 import statistics
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -370,6 +371,8 @@ class RankState:
         "before_top",
         "before_noted",
         "before_samples",
+        "join",
+        "step_seen",
     )
 
     def __init__(self, rank: int) -> None:
@@ -393,6 +396,9 @@ class RankState:
         self.heartbeat: schema.Heartbeat | None = None
         self.last_seen = 0.0
         """Receiver's clock (hub: monotonic) when anything last came from this rank."""
+        self.step_seen = 0.0
+        """Receiver's clock when its latest step came: one clock for every rank, whatever their
+        own (nodes' clocks disagree by seconds or more)."""
         self.steps_seen = 0
         self.exit_code: int | None = None
         self.finished = False
@@ -457,6 +463,10 @@ class RankState:
         """The exit code the launcher noted for its previous process (None: none noted)."""
         self.before_samples = 0
         """``samples_total`` of its previous process as ``samples_before`` counts it."""
+        self.join: schema.Event | None = None
+        """Its process's ``join`` event (it ran out of inputs under DDP's Join, at the step it
+        says: ``joined_at``), kept on the rank: the event log's ring lets it go on a long job,
+        and with it the last line's "rank 0 ran out of inputs at step 400 and joined"."""
 
     @property
     def loss_not_finite(self) -> tuple[str, int] | None:
@@ -471,8 +481,21 @@ class RankState:
         so, pardash.trainer.joins): it takes no step, by design, and is neither stalled nor a
         hang's cause; the job's progress, its time left and its rate are the ranks' still
         stepping. Not once it has ended, nor while silent."""
+        return self.said_joined and self.exit_code is None
+
+    @property
+    def said_joined(self) -> bool:
+        """Its last word said it shadowed the others' collectives under DDP's ``Join``
+        (:attr:`joined`), whether it has exited since or not (a job stopped or killed as it hung:
+        the hang it was part of); not once finished, nor while silent."""
         hb = self.heartbeat
-        return hb is not None and hb.phase == schema.JOIN_PHASE and not self.finished and self.exit_code is None and self.silent is None
+        return hb is not None and hb.phase == schema.JOIN_PHASE and not self.finished and self.silent is None
+
+    @property
+    def joined_at(self) -> int | None:
+        """The step at which its process ran out of inputs under DDP's ``Join`` (its ``join``
+        event's), whether it shadows the others still or not; None: it did not."""
+        return self.join.step if self.join is not None else None
 
     @property
     def status(self) -> str:
@@ -509,6 +532,7 @@ class RankState:
         self.smooth = None
         self.loss_bad = None  # (a new process's loss is its own)
         self.said = None
+        self.join = None  # (a new process's inputs are its own)
         # (the old process's last word: a job run again under the run's id, resumed from step
         # 20, read its old heartbeat's step 24 as done already, its steps 21-24 as no progress,
         # and "stalled in data after step 24 (7 s without progress)" at full speed)
@@ -533,6 +557,21 @@ class RankState:
         it", review 275)."""
         code = self.exit_code
         return code is not None and (code in STOPPED_CODES or (self.stopping is not None and code > 0 and not self.own_error))
+
+    def t_at_step(self, step: int) -> float | None:
+        """When (history ``t``: since the run's ``t0``, its own clock) it reached ``step``, by
+        its history (a point a frame): the first point at or past it, or, of a step before the
+        oldest point kept, that point less the steps between at the history's pace. None: not
+        reached in its history (or none kept)."""
+        steps = self.history["step"].values()
+        if not steps or not steps[-1] >= step:
+            return None
+        t = self.history["t"].values()
+        i = bisect_left(steps, step)
+        if i < len(steps) and (i or steps[0] == step):
+            return t[i]
+        span = steps[-1] - steps[0]
+        return t[0] - (steps[0] - step) * (t[-1] - t[0]) / span if span > 0 else t[0]
 
     @property
     def last_step(self) -> int | None:
@@ -658,7 +697,7 @@ class RunState:
     held_up_last: dict[int, tuple[schema.Verdict, float]] = field(default_factory=dict)
     """rank -> its latest ``held_up`` verdict and the ranks' clock as it came (``t_last_rank``:
     the verdict's own ``t`` is the hub's, which ranks' clocks off by minutes made old at once,
-    review 334): the TUI's alert of it, for a while."""
+    review 334): the TUI's alert of it, for a while. Read it with :meth:`held_up_at`."""
     trend: Trend = field(default_factory=Trend)
     """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
     attempt_note: schema.Event | None = None
@@ -753,6 +792,7 @@ class RunState:
             # heartbeat thread sends the steps its loop left held on a socket of its own).
             if r.step is None or msg.seq >= r.step.seq:
                 r.step = msg
+                r.step_seen = now
             r.steps_seen += 1
             if msg.custom:
                 keep_custom(r, msg.custom)
@@ -798,6 +838,8 @@ class RunState:
                 msg = msgspec.structs.replace(msg, step=died_in_step(r))
             elif msg.name not in ("error", "exit") and msg.seq >= 0:
                 r.said = msg
+                if msg.name == "join" and msg.step is not None:
+                    r.join = _kept(msg)
             # A rank's own failed exit after the launcher's note of it (its messages held up as
             # it died) is the same exit: the event log says it once, with the code the launcher
             # saw the process end with (a rank torchrun stopped with SIGTERM says "1" itself).
@@ -921,12 +963,17 @@ class RunState:
 
     def events_for_snapshot(self) -> list[schema.Message]:
         """``events`` and ``lifecycle`` merged in the hub's order (each message once, the
-        event log's copy first): applied in order, they give a viewer both."""
+        event log's copy first): applied in order, they give a viewer both; and each rank's
+        ``join`` event where the event log has let it go (a viewer that attached late read the
+        rank that ran out of inputs under DDP's Join as a rank behind)."""
         seen: dict[int, schema.Message] = {}
         for m in self.events:
             seen.setdefault(m.hseq or id(m), m)
         for m in self.lifecycle:
             seen.setdefault(m.hseq or id(m), m)
+        for r in self.ranks.values():
+            if (m := r.join) is not None:
+                seen.setdefault(m.hseq or id(m), m)
         return sorted(seen.values(), key=lambda m: m.hseq)
 
     def _apply_verdict(self, v: schema.Verdict) -> None:
@@ -1009,6 +1056,7 @@ class RunState:
                             keep_custom(r, msg.custom)
                         if r.step is None or msg.seq >= r.step.seq:  # see apply()
                             r.step = msg
+                            r.step_seen = now
                             steps.append(msg)
                     elif cls is System:
                         r.system = msg
@@ -1116,12 +1164,50 @@ class RunState:
     def step(self) -> int:
         """The slowest running rank's last step (the run's progress); of a rank restarted by
         torchrun that has taken no step yet, its previous process's last. A rank that ran out of
-        inputs under DDP's Join (``RankState.joined``) is not how far the job went while others
-        step on (``pardash ps`` and Prometheus' ``pardash_step`` stood at its step, review 335)."""
-        steps = [s for r in self.ranks.values() if (s := r.last_step) is not None and not r.joined]
+        inputs under DDP's Join (:meth:`ran_out`) is not how far the job went, while others step
+        on nor once they are done (``pardash ps`` and Prometheus' ``pardash_step`` stood at its
+        step, review 335, and went back to it as Join's shadowing ended, review 339)."""
+        out = self.ran_out()
+        steps = [s for r in self.ranks.values() if (s := r.last_step) is not None and r.rank not in out]
         if not steps:
             steps = [s for s in (r.last_step for r in self.ranks.values()) if s is not None]
         return min(steps) if steps else 0
+
+    def ran_out(self) -> set[int]:
+        """The ranks that ran out of inputs under DDP's Join and took no step since: joined now
+        (``RankState.joined``), or ended since, or done shadowing, at the step their ``join``
+        event said (``RankState.joined_at``). Their last step is not how far the job went (the
+        others stepped on)."""
+        out = set()
+        low = high = None
+        for r in self.ranks.values():
+            if r.joined:
+                out.add(r.rank)
+            s = r.last_step
+            if s is not None:
+                low = s if low is None or s < low else low
+                high = s if high is None or s > high else high
+        if low == high:
+            return out  # (every rank at one step: none ended behind)
+        for r in self.ranks.values():
+            at = r.joined_at
+            if at is not None and r.last_step == at:
+                out.add(r.rank)
+        return out
+
+    def held_up_at(self, rank: int) -> float:
+        """The ranks' clock as ``rank``'s latest ``held_up`` verdict came (``held_up_last``),
+        at the least when its rank reached the verdict's step (:meth:`RankState.t_at_step`): a
+        viewer that attached late applies the hub's snapshot, its verdicts before the ranks'
+        latest steps, and ``t_last_rank`` then was their hellos', which read a verdict of just
+        now as minutes old (its alert never shown, review 339)."""
+        v, at = self.held_up_last[rank]
+        r = self.ranks.get(rank)
+        if r is not None and v.step is not None:
+            reached = r.t_at_step(v.step)
+            if reached is not None and self.t0:
+                at = max(at, self.t0 + reached)
+        return at
 
     def median_step_s(self) -> float | None:
         values = [r.step.step_s for r in self.ranks.values() if r.step is not None]

@@ -8,8 +8,7 @@ import re
 import statistics
 from bisect import bisect_left
 
-from .schema import Event
-from .state import RankState, RunState, mem_full_bytes, mem_held_bytes
+from .state import RunState, mem_full_bytes, mem_held_bytes
 
 BYTES_PER_PARAM = 16
 """The ZeRO paper's model state per parameter for (mixed-precision or fp32) Adam: 4 parameter +
@@ -112,24 +111,14 @@ PAUSE_SLACK_S = 1.0
 a pause (an evaluation, a save) and the latest step's rate stands instead."""
 
 
-def joined(r: RankState) -> bool:
-    """Whether ``r`` ran out of inputs under DDP's ``Join`` (``RankState.joined``)."""
-    return r.joined
-
-
-def ran_out(state: RunState) -> set[int]:
-    """The ranks that ran out of inputs under DDP's Join and took no step since: joined now
-    (:func:`joined`), or ended since at the step their ``join`` event said. Their last step is
-    not how far the job went (the others stepped on)."""
-    out = {r.rank for r in state.ranks.values() if joined(r)}
-    if len({r.last_step for r in state.ranks.values()}) < 2:
-        return out  # (every rank at one step: none ended behind; the events need no look)
-    for ev in state.events:
-        if isinstance(ev, Event) and ev.name == "join" and ev.rank >= 0 and ev.step is not None:
-            r = state.ranks.get(ev.rank)
-            if r is not None and r.last_step == ev.step:
-                out.add(ev.rank)
-    return out
+def ran_out_apart(state: RunState) -> set[int]:
+    """The ranks that ran out of inputs under DDP's Join (``RunState.ran_out``), where another
+    rank stepped on: the job's step, rate and step times are the others' (a rank's own, where
+    none did). Empty otherwise."""
+    out = state.ran_out()
+    if out and any(r.step is not None and r.rank not in out for r in state.ranks.values()):
+        return out
+    return set()
 
 
 def joined_words(joins: dict[int, int], furthest: int) -> str:
@@ -151,7 +140,7 @@ def samples_per_s(state: RunState) -> float:
         s = r.step
         if s is None or s.step_s <= 0 or r.exit_code is not None or r.finished or r.stalled is not None or r.silent is not None:
             continue
-        if joined(r):
+        if r.joined:
             continue  # (out of inputs under DDP's Join: its last steps' rate is not now's)
         h = r.history
         then = h.ago("step", k)
@@ -209,14 +198,17 @@ def samples_per_s_recent(state: RunState) -> float:
     steady training counts (:func:`_last_run`: a torchrun restart, an evaluation or a long save
     before it is no step), and of that its later half: the first steps of a job (allocations,
     the first collectives, DDP's bucket rebuild) ran several times slower, which on a short job
-    read as a tenth of its speed. A rank whose last step came well before the last rank's (one
-    that ran out of inputs under DDP's Join, or left its loop early, 30 s before the end) was
-    not stepping at the end: not counted (it read 28,694 samples/s where the rank still
-    stepping then did 15,556, review 335)."""
-    rates: list[tuple[float, float, float]] = []  # (the time of its last step, slack, samples/s)
+    read as a tenth of its speed. A rank that ran out of inputs under DDP's Join
+    (``RunState.ran_out``), or whose last step reached us well before the last rank's (one that
+    left its loop early, 30 s before the end), was not stepping at the end: not counted (it read
+    28,694 samples/s where the rank still stepping then did 15,556, review 335). When its last
+    step came is the receiver's clock, one for every rank (``RankState.step_seen``): the ranks'
+    own clocks disagree across nodes, and a rank's 2 s behind was left out (review 339)."""
+    rates: list[tuple[float, float, float]] = []  # (when its last step came, slack, samples/s)
+    out = ran_out_apart(state)
     for r in state.ranks.values():
         s = r.step
-        if s is None or not (s.samples or s.samples_total):
+        if s is None or not (s.samples or s.samples_total) or r.rank in out:
             continue
         steps, t = r.history["step"].values(), r.history["t"].values()
         first, last = _last_run(steps, t)
@@ -224,7 +216,7 @@ def samples_per_s_recent(state: RunState) -> float:
         if last > first and t[last] > t[first] and steps[last] > steps[first]:
             done = _samples_done(r.history["samples"].values()[first + 1 : last + 1])
             pace = (t[last] - t[first]) / (steps[last] - steps[first])
-            rates.append((t[last], max(GAP_S, GAP_PACE * pace),
+            rates.append((r.step_seen, max(GAP_S, GAP_PACE * pace),
                           (s.samples * (steps[last] - steps[first]) if done is None else done) / (t[last] - t[first])))  # fmt: skip
     end = max((at for at, _, _ in rates), default=0.0)
     return sum(rate for at, slack, rate in rates if at >= end - slack)
@@ -318,7 +310,7 @@ def time_left_s(state: RunState, total: int | None) -> float | None:
         return None
     left = None
     for r in state.ranks.values():
-        if r.step is None or r.exit_code is not None or r.finished or joined(r):
+        if r.step is None or r.exit_code is not None or r.finished or r.joined:
             continue  # (joined under DDP's Join: done with its inputs, the others' pace says it)
         steps, t = r.history["step"].values(), r.history["t"].values()
         if len(steps) < 2 or t[-1] - t[0] < ETA_LEAST_S or steps[-1] <= steps[0] or steps[-1] >= total:

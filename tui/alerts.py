@@ -100,8 +100,8 @@ def held_up_alerts(state: st.RunState) -> list[Alert]:
     time left the panel at "no alerts: every rank is healthy", said only in the events (review
     333)."""
     now = state.t_last_rank
-    return [Alert("held_up", rank, v.message or f"rank {rank} held the others up") for rank, (v, at) in sorted(state.held_up_last.items())
-            if now - at <= HELD_UP_ALERT_S and (r := state.ranks.get(rank)) is not None and r.status == st.RUNNING]  # fmt: skip
+    return [Alert("held_up", rank, v.message or f"rank {rank} held the others up") for rank, (v, _) in sorted(state.held_up_last.items())
+            if now - state.held_up_at(rank) <= HELD_UP_ALERT_S and (r := state.ranks.get(rank)) is not None and r.status == st.RUNNING]  # fmt: skip
 
 
 def jobs_mixed_alert(state: st.RunState) -> Alert | None:

@@ -20,18 +20,14 @@ from textual.widget import Widget
 from pardash.telemetry import state as st
 from pardash.telemetry.client import Source
 from pardash.telemetry.printer import BEHIND_SAID_S
-from pardash.telemetry.summary import ended_stuck, first_few, joined, ran_out, samples_per_s_recent, time_left_s, total_steps
+from pardash.telemetry.analysis import JOINED
+from pardash.telemetry.summary import ended_stuck, first_few, samples_per_s_recent, time_left_s, total_steps
 
 from ..format import fmt_bytes, fmt_count, fmt_duration, fmt_rate
-from ..model import SAVING, STOPPED, STOPPING, WAITING, RunTotals, rank_rate, run_totals
+from ..model import SAVING, STOPPED, STOPPING, WAITING, RunTotals, is_stopping, rank_rate, run_totals
 from ..run_clock import run_origin
 from ..styles import CachedStyles, component_fg, text_strip
 from .fit import refresh_fitted
-
-JOINED = "joined"
-"""A rank out of inputs under DDP's Join (summary.joined): "◌ 1 joined", as the headless lines
-say it ("● 1 running  ● 1 running" of a job where one had joined, or "◆ 1 stalled" once the
-hub took its wait for a stall, review 335)."""
 
 STATUS_MARKS = (
     (st.RUNNING, "●"),
@@ -39,7 +35,7 @@ STATUS_MARKS = (
     (st.STRAGGLER, "▲"),
     (st.STALLED, "◆"),
     (WAITING, "◇"),  # (stalled, waiting for a hang's cause: as the grid draws and counts it)
-    (JOINED, "◌"),  # (out of inputs under DDP's Join, waiting for the others by design)
+    (JOINED, "◌"),  # (out of inputs under DDP's Join, waiting for the others by design: as the headless lines say it, review 335)
     (st.SILENT, "○"),
     (st.EXITED, "×"),
     (st.LEFT_EARLY, "◁"),  # (exit 0 as its peers trained on, the root cause: as the grid draws and counts it)
@@ -268,22 +264,27 @@ _ENDS = (st.FINISHED, st.LEFT_EARLY, st.EXITED, STOPPED)
 
 def _joined_apart(state: st.RunState, out: set[int], counts: dict[str, int], step: int,
                   sps: float | None) -> tuple[dict[str, int], int, float | None]:
-    """(counts, step, samples/s) of the header with the ranks of ``out`` (summary.ran_out: out
-    of inputs under DDP's Join) apart: those joined now counted "joined", not running, and their
-    last steps' rate left out; the step the slowest rank's still stepping, where one is."""
+    """(counts, step, samples/s) of the header with the ranks of ``out`` (``RunState.ran_out``:
+    out of inputs under DDP's Join) apart: those joined now counted "joined", not running, and
+    their last steps' rate left out; the step the slowest rank's still stepping, where one is.
+    One being stopped stays "stopping", as the grid says it (run_totals counted it so: taken
+    from "running", absent, the header raised KeyError and a viewer of a Join job being
+    stopped died, review 339)."""
     stepping = [r.last_step for r in state.ranks.values() if r.rank not in out and r.last_step is not None]
     if stepping:
         step = min(stepping)
-    now = [r for r in state.ranks.values() if joined(r) and r.status in (st.RUNNING, st.STRAGGLER)]
+    now = [r for r in state.ranks.values() if r.joined and r.status in (st.RUNNING, st.STRAGGLER)]
     if now:
         counts = dict(counts)
         for r in now:
+            if sps is not None:
+                sps = max(0.0, sps - (rank_rate(r) or 0.0))
+            if is_stopping(r, r.status) or not counts.get(r.status):
+                continue
             counts[r.status] -= 1
             if not counts[r.status]:
                 del counts[r.status]
             counts[JOINED] = counts.get(JOINED, 0) + 1
-            if sps is not None:
-                sps = max(0.0, sps - (rank_rate(r) or 0.0))
     return counts, step, sps
 
 
@@ -300,7 +301,7 @@ def summarize(
         totals = run_totals(state)
     counts = totals.status_counts
     step, sps = totals.step, totals.samples_per_s
-    out = ran_out(state)
+    out = state.ran_out()
     if out:
         # Ranks out of inputs under DDP's Join: the job's step is the ranks' still stepping,
         # and the joined ranks wait, by design (see _joined_apart)
