@@ -24,6 +24,9 @@ JOIN_WORDS = "ran out of inputs at step {step} and joined: it shadows the others
 """The ``join`` event's message (the progress line reads "[join] rank 0 ran out of ...")."""
 THROW_WORDS = "ran out of inputs at step {step}: Join(throw_on_early_termination=True) ends every rank's loop with an error"
 """The same, of a ``Join`` made to raise on every rank once one runs out (no shadowing)."""
+THROWN = "exhausted all inputs"
+"""In the error ``Join._notify_procs_to_terminate`` raises on purpose ("Rank 0 exhausted all
+inputs."), not in a collective's (gloo's timeout is a RuntimeError too)."""
 
 
 class Joins:
@@ -74,6 +77,22 @@ class Joins:
             return n
 
         join._get_num_nonjoined_procs = counted
+        notify = getattr(join, "_notify_procs_to_terminate", None)
+        if notify is not None and callable(notify):
+
+            def notified() -> Any:
+                # Join(throw_on_early_termination=True): the rank that ran out tells the others
+                # and raises, by design, where no count ends its shadowing: without this it read
+                # joined for good, its later collectives untimed, the next epoch's too (review
+                # 339). Not on a collective's timeout here (a peer hung: see _join_ends).
+                try:
+                    return notify()
+                except RuntimeError as e:
+                    if THROWN in str(e):
+                        self._join_ends()
+                    raise
+
+            join._notify_procs_to_terminate = notified
 
     @_guarded
     def _join_begins(self) -> None:
