@@ -694,6 +694,11 @@ def _caught_up(job, client):
                              curve=job.spec.curve_dir or None)  # fmt: skip
     except Exception:  # (a hub gone, keys that no longer load: the last line from what was seen)
         return client
+    # What the frames noted of the log as the run went (its disk filled, the hub went on writing
+    # elsewhere): the snapshot says only where it writes now, and the last line lost its "LOG
+    # (...: continued at NEW)" (review 339). Its own snapshot clears it where the log is written
+    # again where it was.
+    fresh.log_trouble = getattr(client, "log_trouble", ("", ""))
     if not fresh.wait_synced(HUB_SYNC_S):
         fresh.close()
         return client
