@@ -19,8 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import TerminalOutput, pardash_env, wait_for
-from test_two_nodes import _free_ports
+from helpers import TerminalOutput, free_ports, pardash_env, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +39,7 @@ def _node(tmp_path: Path, node: int, master_port: int, hub_port: int) -> subproc
 def two_nodes(tmp_path):
     """Node 0 and node 1 launched, node 1 printing steps: (node 0's process tree, node 1's
     launch). Whatever is left of either is killed afterwards (only the processes started here)."""
-    master_port, hub_port = _free_ports(4)[:2]
+    master_port, hub_port = free_ports(4)[:2]
     launches = [_node(tmp_path, node, master_port, hub_port) for node in (0, 1)]
     trees: list[list[psutil.Process]] = [[], []]
     try:

@@ -15,8 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from helpers import pardash_env, wait_for
-from test_two_nodes import _free_ports
+from helpers import free_ports, pardash_env, wait_for
 from pardash.telemetry.report import build_report
 from pardash.trainer.supervisor import STOP_REQUEST, LaunchSpec, Supervisor
 
@@ -38,7 +37,7 @@ def _logged(log: Path) -> list:
 
 @pytest.mark.slow
 def test_a_ctrl_c_on_node_1_is_told_as_node_1s_on_node_0_and_in_the_report(tmp_path):
-    base = _free_ports(4)[0]  # torchrun's master port, then the hub's three
+    base = free_ports(4)[0]  # torchrun's master port, then the hub's three
     log = tmp_path / "job.jsonl"
     common = ["--headless", "--every", "2", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(base),
               "--telemetry-port", str(base + 1), "--nproc", "1", "--model", "mlp", "--steps", "1000000", "--log-every", "0"]  # fmt: skip
