@@ -194,7 +194,9 @@ def unanswered(target: str | None, run_id: str, snapshot: str, viewer) -> str:
         # this viewer found the run by, a fresh-clone CI run's "refuses this viewer" again)
         known = getattr(viewer, "info", None)
         entry = known if isinstance(known, dict) and known.get("run_id") == run_id and known.get("pid") else None
-    if entry is not None and not registry.hub_alive(entry):
+    if entry is not None and not _hub_gone_soon(entry, viewer):
+        entry = None
+    if entry is not None:
         # (killed as this viewer waited: its dropped connection read as a hub refusing the
         # viewer's keys, review 332)
         log = entry.get("log")
@@ -210,6 +212,24 @@ def unanswered(target: str | None, run_id: str, snapshot: str, viewer) -> str:
     else:
         hint = "; or it does not admit this viewer's key (its authorized folder must hold it)"
     return f"no answer from {hub}; {live}{hint}"
+
+
+GONE_WAIT_S = 2.0
+"""How long a viewer whose hub dropped its connection looks whether the hub's process is gone
+before saying it refuses the viewer: a hub killed drops its connections as its process ends,
+a moment before it is gone (on a loaded machine the viewer asked within that moment, and a
+fresh-clone CI run read "refuses this viewer: it has CURVE keys ..." of a hub killed)."""
+
+
+def _hub_gone_soon(entry: dict, viewer) -> bool:
+    """Whether the hub of ``entry`` is gone, or goes within GONE_WAIT_S where it dropped
+    ``viewer``'s connection (``viewer.refused``)."""
+    end = time.monotonic() + (GONE_WAIT_S if viewer.refused else 0.0)
+    while registry.hub_alive(entry):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def viewer_keys(info: dict, curve=None):

@@ -70,3 +70,34 @@ def test_attach_wait_says_a_hub_killed_as_it_waited_is_gone(tmp_path, pruned):
         for proc in (att, hub):
             if proc is not None:
                 terminate(proc)
+
+
+def test_a_hub_whose_process_ends_just_after_it_dropped_the_viewer_is_gone_not_refusing(tmp_path):
+    # A hub killed drops its connections as its process ends, a moment before it is gone: a
+    # viewer asking within that moment read "refuses this viewer: it has CURVE keys ..." (a
+    # fresh-clone CI run on a loaded host). A process that ends half a second on stands in.
+    import types
+
+    import psutil
+
+    from pardash.telemetry.client import unanswered
+
+    ending = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    try:
+        entry = {"run_id": "ending-run", "pid": ending.pid, "pid_created": psutil.Process(ending.pid).create_time(),
+                 "log": str(tmp_path / "ending.jsonl")}  # fmt: skip
+        viewer = types.SimpleNamespace(refused="it has CURVE keys and this viewer has none", reached=True, keys=None, info=entry)
+        said = unanswered("ending-run", "ending-run", "tcp://127.0.0.1:1", viewer)
+        assert said.startswith(f"the hub of run ending-run is gone: its process (pid {ending.pid}) ended before it answered"), said
+        # A hub that lives on and drops the viewer refuses it
+        alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        try:
+            entry = {**entry, "pid": alive.pid, "pid_created": psutil.Process(alive.pid).create_time()}
+            said = unanswered("ending-run", "ending-run", "tcp://127.0.0.1:1", types.SimpleNamespace(**{**vars(viewer), "info": entry}))
+            assert said.startswith("the hub of run ending-run (its snapshot port, tcp://127.0.0.1:1) refuses this viewer"), said
+        finally:
+            alive.kill()
+            alive.wait(30)
+    finally:
+        ending.kill()
+        ending.wait(30)

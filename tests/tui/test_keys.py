@@ -227,12 +227,14 @@ async def test_help_opens_on_question_mark_and_closes_on_it_escape_or_q():
 async def test_escape_walks_back_from_detail_and_memory():
     app = replay_app("straggler8.jsonl")
     async with app.run_test(size=SIZE) as pilot:
+        # (each screen waited for: one is pushed after its key's handler returns, and a loaded
+        # machine took longer than the press to show it)
         await pilot.press("enter")
-        assert isinstance(app.screen, RankDetailScreen)
+        await until(pilot, lambda: isinstance(app.screen, RankDetailScreen))
         await pilot.press("escape", "m")
-        assert isinstance(app.screen, MemoryScreen)
+        await until(pilot, lambda: isinstance(app.screen, MemoryScreen))
         await pilot.press("m")  # m toggles it
-        assert isinstance(app.screen, DashboardScreen)
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
 
 
 async def test_paging_through_1024_ranks_in_cells():
@@ -435,8 +437,7 @@ async def test_back_from_a_ranks_detail_the_grid_is_on_the_rank_last_shown():
     app = replay_app("straggler8.jsonl")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("enter", "n", "n", "n", "escape")
-        await pilot.pause()
-        assert isinstance(app.screen, DashboardScreen)
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
         assert app.screen.query_one(RankGrid).cursor_rank == 3
 
 
