@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .schema import JOIN_PHASE, LOADER_PHASE, Step, Verdict
 from .state import RankState, RunState, mem_full_bytes
 from .stragglers import StragglerDetector
-from .summary import NOT_SHARDING_FACTOR, human_bytes, is_sharded, not_sharding_hint
+from .summary import NOT_SHARDING_FACTOR, human_bytes, is_pipeline, is_sharded, not_sharding_hint, ranks_named
 
 SHARDING_OK_FACTOR = 1.25
 """A rank flagged not sharding is cleared once it holds at most this many times its share (a
@@ -96,6 +96,41 @@ def hang_causes(stuck: Iterable[tuple[int, str, int | None, str | None]], *, sha
     if silent and len(silent) < len(ranks):
         return silent
     return set()
+
+
+def different_collectives(state: RunState, hang: Iterable[tuple[int, str, int | None, str | None]]) -> list[tuple[int, str]]:
+    """(rank, the collective it waits in) of each rank of ``hang`` (as :func:`stuck_ranks` or
+    :func:`whole_hang` give it) where they wait in different collectives: every rank of it not
+    joined stalled waiting in one (WAIT_PHASES), each saying which (its stall's ``waits_in``,
+    from its heartbeat), and not all the same. Such ranks wait for a collective some ranks never
+    call (rank 0 out of its loop in a final barrier, rank 1 in its next step's gradient
+    all-reduce: a hang of mismatched collectives that named no cause, review 335): none of
+    them holds the others by being slow, and none returns until the process group's timeout.
+    Empty otherwise (a pipeline's stages wait in sends and receives of their own by design)."""
+    out: list[tuple[int, str]] = []
+    for rank, kind, _, phase in hang:
+        if kind == JOINED:
+            continue
+        r = state.ranks.get(rank)
+        said = r.stalled.waits_in if r is not None and r.stalled is not None else ""
+        if kind != "stalled" or phase not in WAIT_PHASES or not said:
+            return []
+        out.append((rank, said))
+    if len({w for _, w in out}) < 2 or is_pipeline(state.strategy):
+        return []
+    return out
+
+
+def collectives_words(waits: list[tuple[int, str]]) -> str:
+    """``in different collectives (rank 0 in barrier, rank 1 in DDP's gradient all-reduce): a
+    collective some ranks never call`` of :func:`different_collectives`' pairs; '' of none."""
+    if not waits:
+        return ""
+    by: dict[str, list[int]] = {}
+    for rank, said in waits:
+        by.setdefault(said, []).append(rank)
+    each = ", ".join(f"{ranks_named(sorted(ranks))} in {said}" for said, ranks in sorted(by.items(), key=lambda kv: min(kv[1])))
+    return f"in different collectives ({each}): a collective some ranks never call"
 
 
 JOINED = "joined"
@@ -384,13 +419,16 @@ class Detector:
         stuck_s = now - max(last[1], self._back, self._busy_over)
         if step >= 0 and stuck_s > stall_after and r.stalled is None:
             phase, where = stall_phase(r.heartbeat.phase if r.heartbeat is not None else "", r.step)
+            # (in a collective: which one, where its heartbeat says: see different_collectives)
+            waits = r.heartbeat.waits_in if r.heartbeat is not None and phase in WAIT_PHASES else ""
             out.append(
                 Verdict(
                     rank=r.rank,
                     verdict="stalled",
                     cause=phase,
                     step=step,
-                    message=f"rank {r.rank} stalled {where} after step {step} ({stuck_s:.0f} s without progress)",
+                    message=f"rank {r.rank} stalled {where}{f' ({waits})' if waits else ''} after step {step} ({stuck_s:.0f} s without progress)",
+                    waits_in=waits,
                 )
             )
         return out

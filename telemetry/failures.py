@@ -11,7 +11,7 @@ from bisect import bisect_right
 from itertools import accumulate
 
 from . import schema
-from .analysis import BETWEEN_STEPS_WORDS, JOINED, hang_causes, stall_phase, whole_hang
+from .analysis import BETWEEN_STEPS_WORDS, JOINED, collectives_words, different_collectives, hang_causes, stall_phase, whole_hang
 from .state import BETWEEN_STEPS, STOPPED_CODES, between_steps, run_again, torchrun_restart
 from .summary import is_pipeline, is_sharded, ranks_named, total_steps
 
@@ -257,6 +257,12 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
         if waited:
             unrecorded = None
             victims = [v for v in victims if v not in causes]  # (one that then died of a closed socket: the cause still)
+    apart: list[tuple[int, str]] = []
+    if last and hang and not waited and not left and first.code > 0 and (PEER_FAILURE.search(message) or WAIT_FAILURE.search(message)):
+        # A wait's failure (a collective's timeout) in a hang whose ranks each waited in a
+        # collective the others did not call (rank 0 in a final barrier, rank 1 in its next
+        # step's all-reduce): that mismatch is the cause, no rank's slowness (review 335).
+        apart = different_collectives(st, hang)
     f = {"rank": first.rank, "code": first.code, "signal": signal_name(first.code), "step": step, "error": error,
          "where": where, "victims": victims, "stopped": stopped, "unrecorded": unrecorded,
          "left_early": [{"rank": r, "step": at} for r, at in left], "waited_for": waited,
@@ -264,6 +270,8 @@ def failure_summary(st, events: list[schema.Event] | None = None, hang: list | N
     # (only where they say something: the report's JSON of any other failure keeps its keys)
     if busy is not None:
         f["during"] = busy[1]
+    if apart:
+        f["collectives"] = [{"rank": r, "waits_in": w} for r, w in apart]
     if tb:
         f["traceback"] = traceback_end(tb)
     if alike:
@@ -496,6 +504,9 @@ def failure_line(f: dict, *, error: bool = True) -> str:
     waited = f.get("waited_for") or []
     if waited:
         line = f"{hung_text(waited)} (the likely cause of the hang); {line} waiting for {'it' if len(waited) == 1 else 'them'}"
+    apart = [(x["rank"], x["waits_in"]) for x in f.get("collectives") or []]
+    if apart:
+        line = f"{ranks_named(sorted(r for r, _ in apart))} hung {collectives_words(apart)}; {line}"
     first = f.get("stopped_first") or []
     if first:
         hows = {x["how"] for x in first}

@@ -513,6 +513,8 @@ class HubCore:
             if not 0 <= msg.dropped <= limits.MAX_COUNT:
                 return "out_of_range"
             msg.phase = schema.plain_text(msg.phase[:MAX_FIELD])
+            if msg.waits_in:
+                msg.waits_in = schema.plain_text(msg.waits_in[:MAX_FIELD])
             if not (isfinite(msg.phase_s) and isfinite(msg.mono)):
                 return "not_finite"
         elif isinstance(msg, schema.Hello):

@@ -17,7 +17,7 @@ from typing import TextIO
 import msgspec
 
 from . import schema
-from .analysis import JOINED, hang_causes, stuck_ranks, whole_hang
+from .analysis import JOINED, collectives_words, different_collectives, hang_causes, stuck_ranks, whole_hang
 from .causes import waiting_count
 from .client import HUB_QUIET_S, Source
 from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, left_early, root_cause,
@@ -746,9 +746,14 @@ def loss_text(st, *, over: bool = False) -> str:
 
 
 def hang_text(st) -> str:
-    """'likely waiting for rank 3' while the job hangs on ranks it can name (analysis.hang_causes), else ''."""
-    causes = hang_causes(stuck_ranks(st), sharded=is_sharded(st.strategy))
-    return f"likely waiting for {ranks_named(sorted(causes))}" if causes else ""
+    """'likely waiting for rank 3' while the job hangs on ranks it can name (analysis.hang_causes),
+    'in different collectives (rank 0 in barrier, rank 1 in all_reduce): ...' where its ranks wait
+    in collectives that do not match (analysis.different_collectives), else ''."""
+    hang = stuck_ranks(st)
+    causes = hang_causes(hang, sharded=is_sharded(st.strategy))
+    if causes:
+        return f"likely waiting for {ranks_named(sorted(causes))}"
+    return collectives_words(different_collectives(st, hang))
 
 
 def recent_spread(st, figure: str) -> tuple[float, float, float] | None:
@@ -1357,8 +1362,9 @@ def as_it_hung(st) -> str:
         return ""
     steps = [s for _, kind, s, _ in hang if s is not None and kind != JOINED]  # (one joined under DDP's Join waits by design)
     causes = hang_causes(hang, sharded=is_sharded(st.strategy))
+    apart = "" if causes else collectives_words(different_collectives(st, hang))
     return (" as it hung" + (f" after step {min(steps)}" if steps else "")
-            + (f", likely waiting for {ranks_named(sorted(causes))}" if causes else ""))
+            + (f", likely waiting for {ranks_named(sorted(causes))}" if causes else f", {apart}" if apart else ""))
 
 
 def restart_notes(st, result: dict) -> list[str]:

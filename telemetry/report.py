@@ -1084,6 +1084,8 @@ def _fold_verdict(v: schema.Verdict, stragglers, open_stragglers, stalls, open_s
             ep["cleared_step"] = v.step
     elif v.verdict in ("stalled", "silent"):
         ep = {"rank": v.rank, "kind": v.verdict, "phase": v.cause or None, "step": v.step, "until": None, "message": v.message}
+        if v.waits_in:  # (the collective it waited in, where its heartbeat said: analysis.different_collectives)
+            ep["waits_in"] = v.waits_in
         stalls.append(ep)
         open_stalls[v.rank] = ep
     elif v.verdict == "resumed":

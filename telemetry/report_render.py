@@ -1017,6 +1017,7 @@ def stall_lines(rep: dict) -> list[str]:
         # (the hub's verdict said where a rank stalled in its data phase was: its own code, not its
         # DataLoader, where the zero-code hooks timed the loader: said here as there, review 308)
         where = BETWEEN_STEPS_WORDS if s["phase"] == "data" and BETWEEN_STEPS_WORDS in (s.get("message") or "") else f"in {s['phase']}"
+        where += f" ({s['waits_in']})" if s.get("waits_in") else ""  # (the collective, as the live verdict says it)
         what = f"stalled {where}" if s["kind"] == "stalled" else "silent (no heartbeat)"
         at = f" after step {s['step']}" if s["step"] is not None else ""
         cause = ""

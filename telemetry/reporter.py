@@ -182,6 +182,7 @@ class Reporter:
         """Samples of every step published so far (each step carries the sum: see
         schema.Step.samples_total)."""
         self._phase = ""
+        self._waits_in = ""
         self._phase_t0 = time.monotonic()
         self._seq = itertools.count()
         self._held: list[bytes] = []
@@ -471,9 +472,11 @@ class Reporter:
             self.event("warning", f"{name} is {value} at step {step} (steps go on without it while it is not finite)", step=step)
         return kept
 
-    def set_phase(self, phase: str) -> None:
-        """Note the phase the loop enters (data, forward, backward, optimizer, ...)."""
+    def set_phase(self, phase: str, waits_in: str = "") -> None:
+        """Note the phase the loop enters (data, forward, backward, optimizer, ...); in "sync",
+        ``waits_in`` names the collective it waits in where known (``Heartbeat.waits_in``)."""
         self._phase = phase
+        self._waits_in = waits_in
         self._phase_t0 = time.monotonic()
 
     @property
@@ -524,6 +527,7 @@ class Reporter:
                 step=self.last_step,
                 phase=self._phase,
                 phase_s=now - self._phase_t0,
+                waits_in=self._waits_in,
                 dropped=self.dropped,
                 mono=now,
             ),

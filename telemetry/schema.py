@@ -229,6 +229,12 @@ class Heartbeat(Base, tag="heartbeat"):
     """Phase the loop is in now (data, forward, backward, optimizer, ...)."""
     phase_s: float = 0.0
     """How long it has been in that phase."""
+    waits_in: str = ""
+    """In phase "sync", the collective it waits in where the instrumentation knows it: a
+    ``torch.distributed`` function the script calls by its name ("barrier", "all_reduce"), or
+    "DDP's gradient all-reduce", "FSDP's all-gather" ...; '' otherwise. Ranks of one hang
+    waiting in different ones wait for a collective some ranks never call
+    (analysis.different_collectives)."""
     dropped: int = 0
     """Messages the reporter dropped so far (queue full)."""
     mono: float = 0.0
@@ -246,6 +252,9 @@ class Verdict(Base, tag="verdict"):
     step: int | None = None
     code: int | None = None
     message: str = ""
+    waits_in: str = ""
+    """Of a rank stalled in phase "sync": the collective it waits in, as its heartbeat said
+    (``Heartbeat.waits_in``); '' where not known."""
 
 
 Message = Union[Hello, Step, System, Event, Heartbeat, Verdict]

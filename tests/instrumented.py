@@ -41,8 +41,9 @@ class Recording:
         self.events.append((name, fields))
         return True
 
-    def set_phase(self, phase: str) -> None:
+    def set_phase(self, phase: str, waits_in: str = "") -> None:
         self.phases.append(phase)
+        self.waits_in = waits_in  # (the collective it waits in, as its heartbeat would say)
 
     def close(self, linger_ms: int = 0) -> None:
         pass

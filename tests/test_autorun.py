@@ -61,7 +61,7 @@ class RecordingReporter:
         self.events.append((name, message))
         return True
 
-    def set_phase(self, phase: str) -> None:
+    def set_phase(self, phase: str, waits_in: str = "") -> None:
         self.phases.append(phase)
 
 

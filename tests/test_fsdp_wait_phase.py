@@ -28,8 +28,8 @@ class Phases(Recording):
 
     phase = ""
 
-    def set_phase(self, phase: str) -> None:
-        self.phase = phase
+    def set_phase(self, phase: str, waits_in: str = "") -> None:
+        self.phase, self.waits_in = phase, waits_in
 
 
 @pytest.fixture

@@ -145,5 +145,5 @@ class _NullReporter:
     def event(self, *a, **fields):
         return True
 
-    def set_phase(self, phase):
+    def set_phase(self, phase, waits_in=""):
         pass

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from pardash.trainer.hooking import _Hook, _around_fsdp, _get_ident, _guarded, _is_compiling
+from pardash.trainer.hooking import DDP_ALL_REDUCE, DDP_BROADCAST, FSDP_ALL_GATHER, FSDP_SAYS, _Hook, _around_fsdp, _get_ident, _guarded, _is_compiling
 from pardash.trainer.marks import _Between
 from pardash.trainer.trained import FORWARD_ARRIVES
 
@@ -59,7 +59,7 @@ class Arrivals:
         if self._gather_t is not None:
             # (its heartbeat's phase "sync" while it waits, as in DDP's wait: a rank waiting
             # here for a peer hung in its own forward read "stalled in forward" as that peer did)
-            self.reporter.set_phase("sync")
+            self.reporter.set_phase("sync", FSDP_ALL_GATHER)
         return None
 
     def _gather_ends(self, module: Any, args: Any) -> None:
@@ -101,6 +101,7 @@ class Arrivals:
         are in C++; FSDP's arrival is its first all-gather, at the forward's start)."""
         by_hand = name == "all_reduce"
         fsdps = name in FSDP_COLLECTIVES
+        says = FSDP_SAYS.get(name, name)
 
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             try:
@@ -117,7 +118,7 @@ class Arrivals:
                     if kwargs.get("async_op") or (0 <= at < len(args) and args[at]):
                         return original(*args, **kwargs)
                     start = self.clock.stamp()
-                    self.reporter.set_phase("sync")
+                    self.reporter.set_phase("sync", says)
                     try:
                         return original(*args, **kwargs)
                     finally:
@@ -130,9 +131,9 @@ class Arrivals:
                     return original(*args, **kwargs)
                 if kwargs.get("async_op") or (0 <= at < len(args) and args[at]):
                     out = original(*args, **kwargs)
-                    self._sync_work = out  # the rank waits in its wait()
+                    self._sync_work, self._sync_work_name = out, name  # the rank waits in its wait()
                     return out
-                start = self._sync_begins()
+                start = self._sync_begins(name)
                 try:
                     return original(*args, **kwargs)
                 finally:
@@ -170,7 +171,7 @@ class Arrivals:
         def timed(ddp: Any, *args: Any, **kwargs: Any) -> Any:
             if _get_ident() != self._tid or _is_compiling() or self.dead or not self._buffer_sync_begins():
                 return original(ddp, *args, **kwargs)
-            start = self._sync_begins()
+            start = self._sync_begins(DDP_BROADCAST)
             try:
                 return original(ddp, *args, **kwargs)
             finally:
@@ -228,7 +229,7 @@ class Arrivals:
                         self._synced(start)
                 return original(work, *args, **kwargs)
             self._sync_work = None
-            start = self._sync_begins()
+            start = self._sync_begins(self._sync_work_name)
             try:
                 return original(work, *args, **kwargs)
             finally:
@@ -270,11 +271,11 @@ class Arrivals:
         return False
 
     @_guarded
-    def _sync_begins(self) -> Any:
+    def _sync_begins(self, waits_in: str = "") -> Any:
         """The rank begins to wait in a collective between steps: its heartbeat says "sync"
         (it read "data", the phase of the rank it waits for, so a hang could not tell them
-        apart). The wait's start stamp."""
-        self.reporter.set_phase("sync")
+        apart), and which collective, ``waits_in``, where known. The wait's start stamp."""
+        self.reporter.set_phase("sync", waits_in)
         return self.clock.stamp()
 
     @_guarded
@@ -392,7 +393,7 @@ class Arrivals:
         def graph_ends() -> None:
             if not self.dead:
                 done.append(self.clock.stamp())
-                self.reporter.set_phase("sync")
+                self.reporter.set_phase("sync", DDP_ALL_REDUCE)
 
         def graph_begins(grads: Any) -> None:
             if not done:
@@ -428,7 +429,7 @@ class Arrivals:
         """The backward's graph has run (an engine callback, before DDP's wait): the rank waits
         from here, its heartbeat's phase "sync" as in a collective of its own."""
         self._graph_done = self.clock.stamp()
-        self.reporter.set_phase("sync")
+        self.reporter.set_phase("sync", DDP_ALL_REDUCE)
 
     def _ddp_waited(self) -> None:
         """The backward that waited for DDP's all-reduces returned: its wait is the step's."""

@@ -21,6 +21,15 @@ if TYPE_CHECKING:
 _is_compiling = torch.compiler.is_compiling
 _get_ident = threading.get_ident
 
+# What a rank waiting in phase "sync" says it waits in (schema.Heartbeat.waits_in), beside the
+# name of a torch.distributed function the script calls itself ("barrier", "all_reduce").
+DDP_ALL_REDUCE = "DDP's gradient all-reduce"
+DDP_BROADCAST = "DDP's buffer broadcast"
+FSDP_ALL_GATHER = "FSDP's all-gather"
+FSDP_REDUCE_SCATTER = "FSDP's reduce-scatter"
+FSDP_SAYS = {"all_gather_single": FSDP_ALL_GATHER, "reduce_scatter_single": FSDP_REDUCE_SCATTER}
+"""The torch.distributed functions FSDP2 calls, by what a rank waiting in one says."""
+
 
 class _Hook(functools.partial):
     """A hook pardash puts on one of the script's modules: calls ``fn``. Copies and pickles of

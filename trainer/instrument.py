@@ -361,6 +361,8 @@ class Instrument(Rounds, Watching, Evaluations, Saves, Loads, Epochs, Arrivals, 
         ``loader_s``, unless the round goes on."""
         self._sync_work: Any = None
         """An asynchronous collective called between steps, its wait() not called yet."""
+        self._sync_work_name = ""
+        """The torch.distributed function that made ``_sync_work`` (what its wait waits in)."""
         self._between: _Between | None = None
         """Collectives called since the last backward returned, between two micro-batches if
         another pass follows (see Arrivals._between_passes)."""

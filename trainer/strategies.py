@@ -32,6 +32,7 @@ import torch.nn as nn
 from pardash.telemetry.modelfacts import cpu_name
 
 from .config import TrainConfig
+from .hooking import FSDP_ALL_GATHER, FSDP_REDUCE_SCATTER
 
 
 # -- where this rank runs ----------------------------------------------------------------------
@@ -256,7 +257,7 @@ class CommTimer:
         others, and the loop's phase again after (see :meth:`waiting`)."""
 
     @contextlib.contextmanager
-    def waiting(self) -> Iterator[None]:
+    def waiting(self, waits_in: str = "") -> Iterator[None]:
         """A blocking collective runs: the heartbeat's phase is "sync" for as long, as in DDP's
         wait for its all-reduces. FSDP2 blocks in its all-gather in a block's pre-forward and in
         its all-gathers and reduce-scatters in the backward: a rank waiting there for a peer
@@ -267,7 +268,7 @@ class CommTimer:
             yield
             return
         was = rep.phase
-        rep.set_phase("sync")
+        rep.set_phase("sync", waits_in)
         try:
             yield
         finally:
@@ -430,7 +431,7 @@ class _TimedAllGather:
         self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, async_op: bool = False
     ) -> Any:
         start = self.timer._stamp()
-        with contextlib.nullcontext() if async_op else self.timer.waiting():
+        with contextlib.nullcontext() if async_op else self.timer.waiting(FSDP_ALL_GATHER):
             work = dist.all_gather_single(output_tensor, input_tensor, group=group, async_op=async_op)  # type: ignore[attr-defined]
         self.timer.mark(start, work)
         return work
@@ -449,7 +450,7 @@ class _TimedReduceScatter(_TimedAllGather):
         async_op: bool = False,
     ) -> Any:
         start = self.timer._stamp()
-        with contextlib.nullcontext() if async_op else self.timer.waiting():
+        with contextlib.nullcontext() if async_op else self.timer.waiting(FSDP_REDUCE_SCATTER):
             work = dist.reduce_scatter_single(  # type: ignore[attr-defined]
                 output=output_tensor, input=input_tensor, group=group, op=op, async_op=async_op
             )

@@ -51,6 +51,7 @@ from pardash.telemetry.streams import Unbreakable, unbreakable_stdio
 
 from . import checkpoint, resume
 from .clock import StepClock, StepRecord
+from .hooking import DDP_ALL_REDUCE
 from . import config as config_mod
 from .config import TrainConfig
 from .data import build_dataset, build_loader, step_batches, steps_per_epoch
@@ -311,7 +312,7 @@ def train(cfg: TrainConfig, rt: Runtime, reporter: Reporter, between: Between | 
         _queue_callback(_syncing)
 
     def _syncing() -> None:
-        reporter.set_phase("sync")
+        reporter.set_phase("sync", DDP_ALL_REDUCE)
 
     for step in range(start.step + 1, total_steps + 1):
         rt.step = step

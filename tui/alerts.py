@@ -15,13 +15,13 @@ from dataclasses import dataclass, replace
 
 from pardash.telemetry import schema
 from pardash.telemetry import state as st
-from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, JOINED, whole_hang, hang_causes, stuck_ranks
+from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, JOINED, collectives_words, different_collectives, whole_hang, hang_causes, stuck_ranks
 from pardash.telemetry.causes import cause_of, waited_for
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
 from pardash.telemetry.printer import between_steps_of, job_between_steps
 from pardash.telemetry.report_render import SHARED_RUN_ID
-from pardash.telemetry.summary import is_sharded, ranks_text, straggler_cause
+from pardash.telemetry.summary import is_sharded, ranks_named, ranks_text, straggler_cause
 
 from .format import fmt_clock, fmt_step_time
 
@@ -393,6 +393,8 @@ def _stuck_text(r: st.RankState, waiting_for: str = "") -> str:
         text = f"stalled {BETWEEN_STEPS_WORDS}"  # (as the hub's verdict says it: its own code, not its DataLoader)
     else:
         text = f"stalled in {r.stalled.cause or 'unknown phase'}"
+    if r.stalled.waits_in:
+        text += f" ({r.stalled.waits_in})"  # (the collective it waits in, as its heartbeat said)
     if r.stalled.step is not None:
         text += f" after step {r.stalled.step}"  # the last one done, as the event log says
     return text
@@ -409,6 +411,15 @@ def _stall_causes(state: st.RunState, alerts: list[Alert], exits: dict[int, Exit
         hang, kinds, now = whole_hang(state), ("exited", "stopped"), False
     causes = hang_causes(hang, sharded=is_sharded(state.strategy))
     if not causes:
+        apart = different_collectives(state, hang) if now else []
+        if apart:
+            # Ranks waiting in collectives that do not match (rank 0 in a final barrier, rank 1
+            # in its next step's all-reduce): no rank is the cause, the mismatch is; said on the
+            # first of them, first (it read as two hangs of their own, review 335).
+            ranks = {r for r, _ in apart}
+            lead = min(ranks)
+            said = f"; {ranks_named(sorted(ranks))} wait {collectives_words(apart)}"
+            return [Alert(a.kind, a.rank, a.text + said, first=True) if a.kind == "stalled" and a.rank == lead else a for a in alerts]
         return alerts
     waiting = sum(1 for a in alerts if a.kind in kinds and a.rank not in causes)
     # (and the ranks out of inputs under DDP's Join, waiting by design, no alert of their own:

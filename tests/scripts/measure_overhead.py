@@ -45,7 +45,7 @@ class NullReporter:
     def event(self, *a, **f):
         return True
 
-    def set_phase(self, p):
+    def set_phase(self, p, waits_in=""):
         pass
 
 
