@@ -1419,6 +1419,25 @@ def _waited_after(eval_at: dict[int, float], arrivals: StepWaits) -> float:
     return waited
 
 
+def _lead_less_busy(arrivals: StepWaits, step: int, rank: int, busy: dict[int, float] | None) -> float | None:
+    """The others' wait for ``rank`` at ``step`` (StepWaits.gap), less its own save's or
+    evaluation's time right before (``busy``: rank -> seconds, of that step and the one before)
+    beyond the longest of the others': that time is in the others' wait in their collectives
+    (their comm), not in its steps, and its own lines say it (a rank evaluating alone is no hold
+    of its own code, nor are all ranks evaluating together, review 334). Its lead in its own
+    step's work stays whole: a save then 1.2 s of its own code read "held the others 14.23 s"
+    of an evaluation's 11.7 s and a save's 1.8 s (review 340), where the live verdict said 0.74 s."""
+    lead = arrivals.gap(step, rank)
+    if lead is None or not busy:
+        return lead
+    own = max(0.0, busy.get(rank, 0.0) - max((x for q, x in busy.items() if q != rank), default=0.0))
+    if not own:
+        return lead
+    by_self, by_comm = arrivals.measures(step, rank)
+    parts = [x for x in (by_self, None if by_comm is None else by_comm - own) if x is not None]
+    return max(parts) if parts else lead - own
+
+
 def _busy(busy_at: dict[tuple[int, int], float], ev: schema.Event) -> None:
     """Add a rank's own save's or evaluation's seconds to ``busy_at`` (see build_report)."""
     if ev.rank >= 0 and ev.step is not None and len(busy_at) < HOLD_KEPT:
@@ -1446,10 +1465,15 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
         episodes.setdefault(ep["rank"], []).append((ep["since_step"], ep["cleared_step"] if ep["cleared_step"] is not None else math.inf))
     by_rank: dict[int, list[tuple[int, float, float | None, float | None]]] = {}
     at_starts: Counter[int] = Counter()
+    busy_by_step: dict[int, dict[int, float]] = {}
+    for (rank, step), took in (busy_at or {}).items():
+        for at in (step, step + 1):
+            ranks = busy_by_step.setdefault(at, {})
+            ranks[rank] = ranks.get(rank, 0.0) + took
     for (rank, step), (data_s, loader_s, starts_epoch) in sorted(long_steps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         if (rank, step) in warmup or any(lo <= step <= hi for lo, hi in episodes.get(rank, ())):
             continue
-        lead = arrivals.gap(step, rank)
+        lead = _lead_less_busy(arrivals, step, rank, busy_by_step.get(step))
         if lead is not None and lead >= bar:
             by_rank.setdefault(rank, []).append((step, lead, data_s, loader_s))
             at_starts[rank] += starts_epoch
@@ -1459,23 +1483,12 @@ def _holds(arrivals: StepWaits, long_steps: dict, median_step: float | None, tra
     # some rank waited HOLD_MIN_S or more there, of every step the arrivals know: a set capped
     # at HOLD_KEPT steps found none past step 10,000 of a job whose collectives take that long,
     # review 334; review 333, said nowhere).
-    busy_by_step: dict[int, dict[int, float]] = {}
-    for (rank, step), took in (busy_at or {}).items():
-        for at in (step, step + 1):
-            ranks = busy_by_step.setdefault(at, {})
-            ranks[rank] = ranks.get(rank, 0.0) + took
     past: set[tuple[int, int]] = set()
     for step in sorted(s for s, (_, most_comm) in arrivals.ends.items() if most_comm >= HOLD_MIN_S and s not in seen):
         rank = arrivals.least_comm(step)
         if rank is None or (rank, step) in warmup or any(lo <= step <= hi for lo, hi in episodes.get(rank, ())):
             continue
-        lead = arrivals.gap(step, rank)
-        busy = busy_by_step.get(step)
-        if lead is not None and busy:
-            # (its own save or evaluation right before, in no step of its own but in the others'
-            # wait, less the longest of theirs: their lines say it; a rank evaluating alone is no
-            # hold of its own code, nor are all ranks evaluating together, review 334)
-            lead -= max(0.0, busy.get(rank, 0.0) - max((x for q, x in busy.items() if q != rank), default=0.0))
+        lead = _lead_less_busy(arrivals, step, rank, busy_by_step.get(step))
         if lead is not None and lead >= bar:
             by_rank.setdefault(rank, []).append((step, lead, None, None))
             past.add((rank, step))

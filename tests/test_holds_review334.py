@@ -259,3 +259,30 @@ def test_a_rank_that_alone_says_its_evaluations_is_said_alone_only_where_the_oth
         assert ("alone evaluated" in lines[0]) == alone, lines
         if alone:  # (three of them: the job's last step came before the last)
             assert "rank 0 alone evaluated: the others waited 3.0 s for it" in lines[0], lines
+
+
+def test_a_hold_after_a_save_counts_its_own_work_not_the_save_the_others_waited_through(tmp_path):
+    # Review 340: rank 0 saves 2.16 s after step 150, then spends 1.19 s of its own code before
+    # step 151 (in its data phase); rank 1 waits through both in its next collective. Live:
+    # "held the others up 1.19 s at step 151 ... right after its checkpoint (2.16 s, said
+    # apart)"; the report said 3.32 s (its lead in self time and in the others' comm was one, the
+    # comm holding the save). At step 301: an evaluation (11.67 s) and a save (1.82 s), then 0.74
+    # s of its own code: "14.23 s" in the report.
+    records: list = _hellos()
+    t = T
+    own = {151: 1.19, 301: 0.74}
+    busy = {150: [("checkpoint", 2.16)], 300: [("eval", 11.67), ("checkpoint", 1.82)]}
+    for s in range(1, 361):
+        pause = own.get(s, 0.0) + sum(x for _, x in busy.get(s - 1, ()))
+        t += 0.1 + pause
+        for r in (0, 1):
+            mine = own.get(s, 0.0) if r == 0 else 0.0
+            records.append(schema.Step(run="r", rank=r, seq=s, step=s, samples=8, t=t, loss=1.0, step_s=0.1 + pause,
+                                       data_s=0.05 + mine, self_s=0.055 + mine, comm_s=0.01 + (pause if r == 1 else 0.0)))  # fmt: skip
+        for k, (name, took) in enumerate(busy.get(s, ())):
+            records.append(schema.Event(run="r", rank=0, seq=1000 + s + k, name=name, step=s, duration_s=took, t=t + took))
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(schema.encode_json_lines(records))
+    [held] = build_report(str(path))["holds"]
+    assert (held["rank"], held["steps"]) == (0, [151, 301])
+    assert abs(held["total_s"] - (1.19 + 0.74)) < 0.05, held
