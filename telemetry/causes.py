@@ -24,7 +24,8 @@ def cause_rank(state: RunState) -> int | None:
 
 def cause_of(f: dict | None) -> int | None:
     """:func:`cause_rank` of the run's failure summary ``f`` (None: no failure)."""
-    if f is not None and f.get("alike"):
+    if f is not None and (f.get("alike") or f.get("collectives")):
+        # (ranks hung in different collectives: the mismatch is the cause, no rank of them)
         return None
     if f is not None and f["waited_for"]:
         # The rank whose hang the failing one timed out waiting for; several: none here, the

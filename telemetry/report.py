@@ -1696,6 +1696,8 @@ def _role(rank: int, failure: dict | None) -> str | None:
         # exited with code 1 - the root cause" beside it read as the opposite)
         if failure.get("stopped_first") or (failure.get("unrecorded") and not failure.get("left_early")):
             return "victim"
+        if failure.get("collectives"):
+            return "mismatched"  # (the first to time out in a hang of different collectives: no cause of its own)
         return "peer_left" if failure.get("left_early") else "waited" if failure.get("waited_for") else "cause"
     if rank in (failure.get("alike") or ()):
         # Ranks that all failed alike (the same error at the same step), which the failure

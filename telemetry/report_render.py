@@ -1069,6 +1069,7 @@ def exit_lines(rep: dict) -> list[str]:
             "stopped_first": f" - stopped{how} first, the others failed after it",
             "peer_left": " - failed as a peer had left the job",
             "hung": " - the root cause: it hung, the others waited", "waited": " - failed waiting for the hung rank(s)",
+            "mismatched": " - timed out first, in a collective the others never called",
             "in_stop": f" as it was being stopped {e.get('stopping') or ''}".rstrip(),
         }.get(e.get("role") or "", "")  # fmt: skip
         alike.setdefault(f"exited with code {e['code']}{sig}{at}{role}", []).append(e["rank"])

@@ -130,3 +130,23 @@ def test_a_real_job_hung_in_mismatched_collectives_says_so_in_its_last_line(tmp_
     last = [line for line in out.splitlines() if line.startswith("pardash: ")][-1]
     assert last.startswith("pardash: ranks 0-1 hung in different collectives (rank 0 in barrier, rank 1 in DDP's gradient "
                            "all-reduce): a collective some ranks never call; rank "), last  # fmt: skip
+    # The TUI's alerts of the job as it ended: the mismatch first, no rank called the root cause
+    from pardash.telemetry.logreader import read_log
+    from pardash.tui.alerts import run_alerts
+
+    [log] = (tmp_path / "runs").glob("*/telemetry.jsonl")
+    st = RunState()
+    for m in read_log(log):
+        st.apply(m, m.t)
+    alerts = run_alerts(st)
+    assert alerts[0].first and alerts[0].rank == 0, alerts
+    assert alerts[0].text.endswith("; ranks 0-1 hung in different collectives (rank 0 in barrier, rank 1 in DDP's gradient "
+                                   "all-reduce): a collective some ranks never call"), alerts[0].text  # fmt: skip
+    assert not any("root cause" in a.text for a in alerts), alerts
+    # ...and the report's exit lines (its root cause line is the last line's)
+    from pardash.telemetry.report import build_report
+    from pardash.telemetry.report_render import exit_lines
+
+    lines = exit_lines(build_report(str(log)))
+    assert not any("root cause" in line for line in lines), lines
+    assert sum(line.endswith(" - timed out first, in a collective the others never called") for line in lines) == 1, lines

@@ -548,6 +548,14 @@ def run_alerts(
         # on the grid, and the only alert was its peer's "after a peer failed", no peer failed
         # (review 308).
         out.extend(Alert("exited", x["rank"], left_early_text(x["rank"], x["step"]), code=0, first=True) for x in failure["left_early"])
+    if failure is not None and failure.get("collectives"):
+        # Its ranks hung in different collectives, then a wait's timeout ended the job: the
+        # mismatch is the cause, as the launch's last line and the report say (the first rank
+        # to exit read "the root cause"). Said on the first of them, first.
+        apart = [(x["rank"], x["waits_in"]) for x in failure["collectives"]]
+        lead = min(r for r, _ in apart)
+        said = f"; {ranks_named(sorted(r for r, _ in apart))} hung {collectives_words(apart)}"
+        out = [replace(a, text=a.text + said, first=True) if a.rank == lead and a.kind in ("exited", "stalled", "stopped") else a for a in out]
     first = cause_of(failure) if exited > 1 and exits else None
     if first is None and exited > 1 and failure is not None and failure.get("stopped_first"):
         # Ranks stopped first (another node's launch stopped, by you or a scheduler) broke the
