@@ -397,8 +397,10 @@ class RankState:
         self.last_seen = 0.0
         """Receiver's clock (hub: monotonic) when anything last came from this rank."""
         self.step_seen = 0.0
-        """Receiver's clock when its latest step came: one clock for every rank, whatever their
-        own (nodes' clocks disagree by seconds or more)."""
+        """The ranks' newest time (``RunState.t_last_rank``) as of the frame that brought its
+        latest step (``RunState.commit_history``): one clock for every rank, whichever rank's is
+        ahead, where nodes' own clocks disagree by seconds or more. 0.0: none since the state
+        began (a snapshot's steps come with their history)."""
         self.steps_seen = 0
         self.exit_code: int | None = None
         self.finished = False
@@ -792,7 +794,6 @@ class RunState:
             # heartbeat thread sends the steps its loop left held on a socket of its own).
             if r.step is None or msg.seq >= r.step.seq:
                 r.step = msg
-                r.step_seen = now
             r.steps_seen += 1
             if msg.custom:
                 keep_custom(r, msg.custom)
@@ -1056,7 +1057,6 @@ class RunState:
                             keep_custom(r, msg.custom)
                         if r.step is None or msg.seq >= r.step.seq:  # see apply()
                             r.step = msg
-                            r.step_seen = now
                             steps.append(msg)
                     elif cls is System:
                         r.system = msg
@@ -1087,10 +1087,12 @@ class RunState:
             self.trend.add_frame(steps)
         t0 = self.t0
         ranks = self.ranks
+        seen = self.t_last_rank
         for s in steps:
             r = ranks.get(s.rank)
             if r is None:
                 r = self.rank(s.rank)
+            r.step_seen = seen
             mem = s.mem
             if mem is None:
                 held = device = nan

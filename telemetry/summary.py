@@ -202,8 +202,8 @@ def samples_per_s_recent(state: RunState) -> float:
     (``RunState.ran_out``), or whose last step reached us well before the last rank's (one that
     left its loop early, 30 s before the end), was not stepping at the end: not counted (it read
     28,694 samples/s where the rank still stepping then did 15,556, review 335). When its last
-    step came is the receiver's clock, one for every rank (``RankState.step_seen``): the ranks'
-    own clocks disagree across nodes, and a rank's 2 s behind was left out (review 339)."""
+    step came is read on one clock for every rank (``RankState.step_seen``), not on its own:
+    nodes' clocks disagree, and a rank's 2 s behind was left out (review 339)."""
     rates: list[tuple[float, float, float]] = []  # (when its last step came, slack, samples/s)
     out = ran_out_apart(state)
     for r in state.ranks.values():
