@@ -171,6 +171,23 @@ def rank_state(r: "RankState", stopped_codes: frozenset[int], left: "Mapping[int
     return STOPPED if s == EXITED and (r.exit_code in stopped_codes or r.stopping is not None) else s
 
 
+RANK_RSS_HELP = ("The rank's process resident set now: its latest system sample's (about every second, between steps "
+                 "too: an evaluation's or a save's memory, a leak's growth), else its latest step's.")
+RSS_MAX_HELP = ("Largest process resident set of a rank still running, now (its latest system sample, about every second): what the host's "
+                "memory and the OOM killer see, beside the model state pardash_state_max_bytes counts.")
+
+
+def _rss_now(r: "RankState", step: "schema.Step | None") -> int | None:
+    """The rank's process resident set now: its latest system sample's, else its latest step's
+    (the steps' figure stood still through an evaluation that held 300 MiB more, and a rank
+    killed there left its textfile's RSS below its peer's, review 340)."""
+    sysm = r.system
+    if sysm is not None and sysm.rss_bytes is not None:
+        return sysm.rss_bytes
+    mem = step.mem if step is not None else None
+    return mem.rss_bytes if mem is not None else None
+
+
 def _stat(values: list[float]) -> tuple[float, float, float] | None:
     return (min(values), statistics.median(values), max(values)) if values else None
 
@@ -378,6 +395,9 @@ class HubCollector:
         yield gauge("pardash_expected_bytes", "Model state a rank should hold for the strategy (compare pardash_state_max_bytes): its state unsharded (measured), / N when sharded (16 bytes a parameter before any measure).", expected)
         yield gauge("pardash_device_memory_min_bytes", "Smallest device memory of a rank (CUDA allocated on GPU, RSS on CPU).", dev[0] if dev else None)
         yield gauge("pardash_device_memory_max_bytes", "Largest device memory of a rank (CUDA allocated on GPU, RSS on CPU).", dev[2] if dev else None)
+        latest = {r.rank: s for r, s in steps}
+        rss_now = [b for b in (_rss_now(r, latest.get(r.rank)) for r in ranks if r.exit_code is None and not r.finished) if b is not None]
+        yield gauge("pardash_rss_max_bytes", RSS_MAX_HELP, max(rss_now) if rss_now else None)
         yield gauge("pardash_device_peak_max_bytes", "Largest CUDA allocator peak of a rank during its latest step.", max(peaks) if peaks else None)
 
         received = CounterMetricFamily("pardash_messages_received", "Messages the hub took from ranks.")
@@ -412,7 +432,8 @@ class HubCollector:
                                    labels=["rank"])  # fmt: skip
         loss = GaugeMetricFamily("pardash_rank_loss", "Loss of the rank's latest step; NaN, +Inf or -Inf while it is not finite.", labels=["rank"])
         held = GaugeMetricFamily("pardash_rank_held_bytes", "Memory the rank holds for training: its model state plus DDP's gradient buckets.", labels=["rank"])
-        device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS).", labels=["rank"])
+        device = GaugeMetricFamily("pardash_rank_device_memory_bytes", "Device memory of the rank (CUDA allocated, or RSS), as of its latest step.", labels=["rank"])
+        rss = GaugeMetricFamily("pardash_rank_rss_bytes", RANK_RSS_HELP, labels=["rank"])
         state = GaugeMetricFamily(
             "pardash_rank_state", "1 for the rank's current state, 0 for the others (the states as pardash_ranks says them).", labels=["rank", "state"]
         )  # fmt: skip
@@ -458,7 +479,10 @@ class HubCollector:
                 held.add_metric([lab], h)
             if d is not None:
                 device.add_metric([lab], d)
-        yield from (step, step_s, self_s, phase, loader, loss, held, device, state, lost, metric, own)
+            b = _rss_now(r, s)
+            if b is not None:
+                rss.add_metric([lab], b)
+        yield from (step, step_s, self_s, phase, loader, loss, held, device, rss, state, lost, metric, own)
 
 
 def _bounded_server(addr: str, port: int, *, read_timeout_s: float, max_connections: int):
