@@ -804,6 +804,15 @@ CSV_BASE = ("run", "rank", "restart", "step", "t")
 count of the rank when it took the step (a step run again after a restart is a row again: this
 tells the two apart), step number and wall clock (Unix seconds)."""
 _CSV_GROUPS = ("loss", "lr", "epoch", "throughput/", "time/", "memory/", "custom/")
+CSV_KNOWN = ("loss", "lr", "epoch", "samples", "samples_total", "throughput/samples_per_s", *(f"time/{n}" for n in TIMES),
+             *(f"memory/{n}" for n in MEM_FIELDS), "memory/held_bytes")  # fmt: skip
+"""The columns of ``export --csv`` after CSV_BASE, in this order in every export, whether or not
+the log has them (an empty column where it has none): two runs' tables line up column for column
+(an FSDP run's had no memory/buckets_bytes, a script's time/loader_s came in the middle, review
+341). ``samples`` is the rank's samples in the step, ``samples_total`` its running sum (a run of
+partial batches, or of other batch sizes, compared at equal samples seen). A step's other
+figures (the script's own phases, its ``custom/`` metrics) come after them, by group, each
+group's in the order they first came."""
 
 
 def _csv_order(name: str) -> int:
@@ -813,9 +822,10 @@ def _csv_order(name: str) -> int:
 def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks: Collection[int] | None = None,
                write_progress: Progress | None = None) -> dict:  # fmt: skip
     """Write ``log_path``'s step records as one CSV table, a row a rank's step (``ranks`` only
-    if given): CSV_BASE, then the figures the TensorBoard export writes of a step, by the same
-    names (``loss``, ``time/step_s``, ``memory/held_bytes``, ``custom/<name>``; an empty cell: the
-    step had none), ``nan``/``inf`` where the rank's loss was not finite. ``out`` "-": stdout.
+    if given): CSV_BASE, then CSV_KNOWN (every export's same columns: the step's samples and the
+    figures the TensorBoard export writes of a step, by the same names: ``loss``, ``time/step_s``,
+    ``memory/held_bytes``), then the step's others (``custom/<name>``); an empty cell: the
+    step had none; ``nan``/``inf`` where the rank's loss was not finite. ``out`` "-": stdout.
     For pandas, R or a spreadsheet: ``pd.read_csv(FILE)``; a step a rank runs again (a restart,
     a resume) is a row again, as in the log. The log is read twice (the first time for the
     columns: a custom metric can first come at any step); the file is written under a temporary
@@ -851,7 +861,7 @@ def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks:
         raise ExportError(f"{log_path}: cannot read it: {exc.strerror or exc}") from None
     if not stats.records:
         raise ExportError(no_records(log_path, stats))
-    names = sorted(columns, key=_csv_order)  # (stable: first seen within a group)
+    names = [*CSV_KNOWN, *sorted((c for c in columns if c not in CSV_KNOWN), key=_csv_order)]  # (stable: first seen within a group)
     rows: dict[int, int] = {}
     runs: set[str] = set()
     tmp = None
@@ -869,7 +879,9 @@ def export_csv(log_path: str, out: str, progress: Progress | None = None, ranks:
                 state.apply(msg, 0.0)
                 if type(msg) is not schema.Step or msg.rank < 0 or (ranks is not None and msg.rank not in ranks):
                     continue
-                figures = step_scalars(msg)
+                figures = {**step_scalars(msg), "samples": msg.samples}
+                if msg.samples_total is not None:
+                    figures["samples_total"] = msg.samples_total
                 bad = state.ranks[msg.rank].loss_not_finite if msg.loss is None else None
                 if bad is not None and msg.step >= bad[1]:
                     figures["loss"] = float(bad[0])  # (as TensorBoard's: NaN or inf, not a gap)
