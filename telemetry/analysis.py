@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .memgrowth import MemGrowthDetector
 from .schema import JOIN_PHASE, LOADER_PHASE, Step, Verdict
 from .state import RankState, RunState, mem_full_bytes
 from .stragglers import StragglerDetector
@@ -237,9 +238,12 @@ class LivenessConfig:
 class Detector:
     """Turns a RunState into verdicts; keeps only what it needs to not repeat itself."""
 
-    def __init__(self, liveness: LivenessConfig | None = None, stragglers: StragglerDetector | None = None) -> None:
+    def __init__(self, liveness: LivenessConfig | None = None, stragglers: StragglerDetector | None = None,
+                 memgrowth: MemGrowthDetector | None = None) -> None:  # fmt: skip
         self.cfg = liveness or LivenessConfig()
         self.stragglers = stragglers or StragglerDetector()
+        self.memgrowth = memgrowth or MemGrowthDetector()
+        """Ranks whose memory grows step after step (a leak): memgrowth.py."""
         self._progress: dict[int, tuple[int, float]] = {}
         """rank -> (last step seen, hub time it was first seen)."""
         self._checked = -float("inf")
@@ -318,6 +322,7 @@ class Detector:
             if state.world_size > 1 and is_sharded(state.strategy):
                 out.extend(self._sharding(state))
         out.extend(self.stragglers.update(state))
+        out.extend(self.memgrowth.update(state, now))
         return out
 
     @staticmethod
