@@ -133,6 +133,10 @@ class _Once(argparse.Action):
     rank 3 alone, ranks 8-15 dropped without a word; several ranks go in one: 3,8-15@30)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest) is not None and self.dest == "compare":
+            # (`report A --compare X --compare Y` compared A with Y alone, without a word)
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)} and {values}): a report sets one run "
+                         "beside its log; run it once for each pair")  # fmt: skip
         if getattr(namespace, self.dest) is not None:
             example = "3,8-15" if self.dest == "straggler" else "3,8-15@30"
             parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)} and {values}): give it once, its ranks "
@@ -276,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")
     rep.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output format (default text)")
     rep.add_argument("--all-ranks", action="store_true", help="list every rank in the text and markdown rank tables (past 32 ranks they list the ranks that stand out and fold the rest into one row; JSON lists every rank); with --compare, each rank's step, self and data times, A against B")
-    rep.add_argument("--compare", type=cliargs.path, default=None, metavar="LOG_B", help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after)")
+    rep.add_argument("--compare", type=cliargs.path, default=None, metavar="LOG_B", action=_Once, help="set this second run (a log, folder or run id) beside the first (DDP against FSDP, before against after), once: a change is judged better or worse only past 3 times the runs' own noise (how much each run's pace moved from part to part over its course), and 'host load' where nothing the logs record differs and the slower run's ranks got less of their host's CPU for the same CPU a step")
 
     k = sub.add_parser(
         "keys",

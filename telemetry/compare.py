@@ -7,6 +7,7 @@ is what the report says of each run; no figure is measured twice in two ways.
 
 from __future__ import annotations
 
+import math
 import shlex
 import statistics
 from typing import Any
@@ -91,6 +92,48 @@ have run on a likely busy host: an idle host's runs move by a few % (the bundled
 SAMPLES_SAME_WITHIN = 0.01
 """Steps whose samples (every rank's together) differ by less than this fraction hold the same
 work: a partial last batch moves a run's mean by a little."""
+
+PART_T = 3.0
+"""How many times the runs' own noise a change of a time, a rate or the loss must be to be
+judged: the noise of a figure is the standard error of its difference, from each run's parts
+(the timeline's parts after the first, the warm-up's: how much the figure moved from part to
+part over the run's course, the host's load with it) or, of the loss, from its steps in the
+window both runs reached. The same command made three times on a busy 2-core host moved
+samples/s by 19% and 15% at t = 1.9 and 2.3; the changes the reviewer found real (batch size,
+compile, FSDP, a host's load) stood at t >= 4 (review 341)."""
+
+WAIT_NOISE = 2.0
+"""A wait on the others (comm) is the gap between the ranks' arrivals, each off by the step's
+noise, and it takes time the phases around it lose when the host moves a rank: it is within
+noise up to this many times the pace's noise of the step (the same command three times read
+comm 14.9, 12.5 and 3.2 ms of a 48-60 ms step; FSDP's all-gathers, +50 ms, and a straggling
+DataLoader's wait, +26 ms, stay judged)."""
+
+MIN_PARTS = 3
+"""The fewest parts after the first a run needs for its own spread to be told (a short run's
+figures are judged by SAME_WITHIN and the step's floor alone, as before)."""
+
+LOSS_STEPS = 20
+"""The loss is compared over this many of the last steps both runs reached (fewer where they
+reached fewer: a quarter of them), the mean of each step's ranks' median: one step's loss
+moves with its batch by more than a change of the run does (0.7709 against 0.7216 read
+"-6.4% better" of one step, review 341)."""
+
+HOST_SHARE_MOVED = 0.15
+"""The ranks' CPU share (their processes', in % of a core, DataLoader workers in) of one run
+lower than the other's by this fraction or more, while their CPU time a step stayed within
+CPU_STEP_SAME, is a host that gave them less of its CPU: its load, not the runs, made the
+slower one slower (the reviewer's script twice: 27% against 18% of a core, 14.1 against 15.0
+ms of CPU a step, -35.9% samples/s)."""
+
+CPU_STEP_SAME = 0.25
+"""Ranks whose CPU time a step (their CPU share times their step time) differs by less than
+this fraction did the same work a step; by more (THREADS=1 against 2: 18 against 210 ms a
+step), they did other work, whatever their log records."""
+
+HOST_BUSY_PCT = 80.0
+"""The host's CPU busy (System.host_cpu_pct, its median, % of all its cores) under which a run's
+lower CPU share is not the host's load (a sleep, a wait on I/O): where the log records it."""
 
 
 def _max_rank(rep: dict, key: str) -> float | None:
@@ -245,6 +288,153 @@ def within_noise(key: str, va: float, vb: float, band: float, step_s: float | No
         waits = key == "phase:comm_s" or key.endswith("median_comm_s")
         return abs(vb - va) < band * step_s and (waits or (lo > 0 and hi / lo < 2))
     return False
+
+
+def run_course(rep: dict, loss_from: int | None = None, loss_to: int | None = None) -> dict:
+    """What the comparison reads of a run's log beside its report, in one pass: each phase's
+    median in each of the timeline's parts after the first (``parts``: ``phase:data_s`` ->
+    one figure a part, the ranks' median of each rank's median, as the report's phases are),
+    the ranks' CPU share (``cpu_pct``: the median of their System samples' cpu_pct, their
+    DataLoader workers' children_cpu_pct added, % of a core; ``cpu_samples`` how many) and
+    the host's (``host_cpu_pct``), and each step's loss from ``loss_from`` to ``loss_to``
+    (``loss``: step -> the ranks' median). Empty where the log cannot be read (a report made
+    of a dict, a log moved)."""
+    from bisect import bisect_right
+
+    from .logreader import read_log
+    from .schema import Step, System
+    from .timeline import Sketch
+
+    out: dict[str, Any] = {"parts": {}, "cpu_pct": None, "cpu_samples": 0, "host_cpu_pct": None, "loss": {}}
+    bounds = [(p["first_step"], p["last_step"]) for p in (rep.get("timeline") or [])[1:]
+              if p.get("first_step") is not None and p.get("last_step") is not None and not p.get("restart")]  # fmt: skip
+    firsts = [f for f, _ in bounds]
+    cells: dict[tuple[str, int, int], Sketch] = {}
+    cpu, host = Sketch(), Sketch()
+    losses: dict[int, dict[int, float]] = {}
+    try:
+        for msg in read_log(rep["log"]):
+            if isinstance(msg, Step):
+                i = bisect_right(firsts, msg.step) - 1
+                if i >= 0 and msg.step <= bounds[i][1]:
+                    for p in PHASES:
+                        if (v := getattr(msg, p)) is not None:
+                            cells.setdefault((f"phase:{p}", i, msg.rank), Sketch()).add(v)
+                    for name, v in (msg.phases or {}).items():
+                        cells.setdefault((f"own_phase:{name}", i, msg.rank), Sketch()).add(v)
+                if loss_from is not None and loss_to is not None and loss_from <= msg.step <= loss_to \
+                        and msg.loss is not None and math.isfinite(msg.loss):  # fmt: skip
+                    losses.setdefault(msg.step, {})[msg.rank] = msg.loss  # (a step run again: its last)
+            elif isinstance(msg, System) and msg.cpu_pct is not None:
+                cpu.add(msg.cpu_pct + (msg.children_cpu_pct or 0.0))
+                if msg.host_cpu_pct is not None:
+                    host.add(msg.host_cpu_pct)
+    except (OSError, KeyError, TypeError, ValueError):
+        return out
+    by_key: dict[str, dict[int, list[float]]] = {}
+    for (key, i, _rank), sk in cells.items():
+        if (m := sk.median()) is not None:
+            by_key.setdefault(key, {}).setdefault(i, []).append(m)
+    out["parts"] = {key: [statistics.median(parts[i]) for i in sorted(parts)] for key, parts in by_key.items()}
+    out["cpu_pct"], out["cpu_samples"], out["host_cpu_pct"] = cpu.median(), len(cpu), host.median()
+    out["loss"] = {step: statistics.median(v.values()) for step, v in sorted(losses.items())}
+    return out
+
+
+def part_series(rep: dict, course: dict, key: str) -> list[float]:
+    """A figure in each part of the run after the first: samples/s and the step's median from
+    the report's timeline, a phase's from :func:`run_course`."""
+    parts = [p for p in (rep.get("timeline") or [])[1:] if not p.get("restart")]
+    if key in ("samples_per_s", "steady_samples_per_s"):
+        return [p["samples_per_s"] for p in parts if p.get("samples_per_s")]
+    if key == "median_step_s":
+        return [p["step_s_median"] for p in parts if p.get("step_s_median")]
+    return list((course.get("parts") or {}).get(key) or [])
+
+
+def _log_var(values: list[float]) -> tuple[float, int] | None:
+    """The variance of the logs of a run's part figures, and how many (None: fewer than
+    MIN_PARTS that are positive), from how far the figure moved from each part to the next
+    (the median of those moves over 0.954, the median move of two draws of one spread): a run
+    that changed once (a straggler from its middle) moved once, and one part apart (a restart's
+    gap: samples/s 41 among 800s) moves two of them, neither its spread."""
+    logs = [math.log(v) for v in values if v and v > 0]
+    if len(logs) < MIN_PARTS:
+        return None
+    sd = statistics.median(abs(y - x) for x, y in zip(logs, logs[1:])) / 0.954
+    return sd * sd, len(logs)
+
+
+def part_noise(xs: list[float], ys: list[float]) -> float | None:
+    """The standard error of the log of B's figure over A's, from each run's parts (how far
+    the figure moved from part to part over its course): None where a run has too few."""
+    va, vb = _log_var(xs), _log_var(ys)
+    if va is None or vb is None:
+        return None
+    return math.sqrt(va[0] / va[1] + vb[0] / vb[1])
+
+
+def beyond_noise(va: float | None, vb: float | None, se: float | None) -> bool | None:
+    """Whether B's figure is off A's by PART_T times the runs' own noise ``se`` (in logs, from
+    :func:`part_noise`) or more, or by 1 + NOISE_CAP times; None where it cannot be told (no
+    spread, a figure not positive)."""
+    if not va or not vb or va <= 0 or vb <= 0:
+        return None
+    d = abs(math.log(vb / va))
+    if d >= math.log1p(NOISE_CAP):
+        return True  # (1.5x is judged, however the runs moved: NOISE_CAP)
+    if se is None:
+        return None
+    return d > 0 if se == 0 else d >= PART_T * se
+
+
+def host_load(a: dict, b: dict, ca: dict, cb: dict) -> dict | None:
+    """What the ranks' CPU says of the two runs' hosts: each run's ranks' CPU share
+    (``share``, % of a core), their CPU time a step (``cpu_step_s``: share times the median
+    step) and the host's busy (``host_pct``), and ``says``: "host" where the slower run's
+    ranks had a share lower by HOST_SHARE_MOVED or more for the same CPU a step (their host
+    gave them less: its load), "work" where their CPU a step differs by more than
+    CPU_STEP_SAME (they did other work a step), "" otherwise. None where a run's log has no
+    CPU samples."""
+    if not ca.get("cpu_pct") or not cb.get("cpu_pct") or not a.get("median_step_s") or not b.get("median_step_s"):
+        return None
+    share = {"a": ca["cpu_pct"], "b": cb["cpu_pct"]}
+    cpu_step = {"a": share["a"] / 100 * a["median_step_s"], "b": share["b"] / 100 * b["median_step_s"]}
+    out = {"share": share, "cpu_step_s": cpu_step, "host_pct": {"a": ca.get("host_cpu_pct"), "b": cb.get("host_cpu_pct")}, "says": ""}
+    lo, hi = sorted(cpu_step.values())
+    slow = "b" if b["median_step_s"] > a["median_step_s"] else "a"
+    fast = "a" if slow == "b" else "b"
+    if lo <= 0 or hi / lo - 1 > CPU_STEP_SAME:
+        out["says"] = "work"
+    elif share[slow] <= share[fast] * (1 - HOST_SHARE_MOVED) and (out["host_pct"][slow] is None or out["host_pct"][slow] >= HOST_BUSY_PCT):
+        out["says"], out["slower"] = "host", slow
+    return out
+
+
+def loss_window(a: dict, b: dict) -> tuple[int, int] | None:
+    """The last steps both runs reached (their slowest ranks'): LOSS_STEPS of them, or a quarter
+    of the steps where fewer; None where a run has no last step."""
+    ends = [rep.get("last_step") for rep in (a, b)]
+    if None in ends:
+        return None
+    end = min(ends)
+    firsts = [min((p["first_step"] for p in rep.get("timeline") or () if p.get("first_step") is not None), default=1) for rep in (a, b)]
+    first = max(firsts)
+    n = min(LOSS_STEPS, max(1, (end - first + 1) // 4))
+    return (max(first, end - n + 1), end) if end >= first else None
+
+
+def loss_compare(la: dict[int, float], lb: dict[int, float]) -> dict | None:
+    """The two runs' losses over the steps both logged in the window: each run's mean, and the
+    noise of one step (``step_sd``: the spread of B's loss less A's, step by step, each run's
+    batches' own noise in it) and of the mean (``se``). None: fewer than 2 such steps."""
+    steps = sorted(set(la) & set(lb))
+    if len(steps) < 2:
+        return None
+    diffs = [lb[s] - la[s] for s in steps]
+    sd = statistics.stdev(diffs)
+    return {"first": steps[0], "last": steps[-1], "steps": len(steps), "a": statistics.fmean(la[s] for s in steps),
+            "b": statistics.fmean(lb[s] for s in steps), "step_sd": sd, "se": sd / math.sqrt(len(steps))}
 
 
 def samples_a_step(rep: dict) -> float | None:
@@ -489,6 +679,26 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
     steps_differ = _steps_differ(a, b)
     band = noise_band(a, b)
     shorter_step = min((s for s in (a.get("median_step_s"), b.get("median_step_s")) if s), default=None)
+    window = loss_window(a, b)
+    ca, cb = run_course(a, *(window or (None, None))), run_course(b, *(window or (None, None)))
+    losses = loss_compare(ca["loss"], cb["loss"])
+    host = host_load(a, b, ca, cb)
+    differs = what_differs(a, b, version_a, version_b)
+    # One test of the pace for its three rows (samples/s, steady, the step): the same figure
+    # inverted read "-19.3% better" beside "+19.6% within noise" when each was judged alone.
+    pace_key = next((k for k in _PACE_KEYS if _value(a, k) and _value(b, k)), None)
+    pace = {"a": _value(a, pace_key), "b": _value(b, pace_key)} if pace_key else {"a": None, "b": None}
+    # (its noise from the parts' median steps: a part's samples/s holds its pauses too, a
+    # restart's gap read 41 samples/s among 800s, and a pause is no noise of the pace)
+    pace_se = part_noise(part_series(a, ca, "median_step_s"), part_series(b, cb, "median_step_s")) if pace_key else None
+    pace_noisy = pace_key is not None and (beyond_noise(pace["a"], pace["b"], pace_se) is False
+                                           or within_noise(pace_key, pace["a"], pace["b"], band, shorter_step))  # fmt: skip
+    # What the pace's noise is as a share of the step, for the phases (a phase that moved by less
+    # than the step's own noise cannot be told apart from it: same command, fwd +75.6%)
+    pace_band = min(NOISE_CAP, max(band, math.expm1(PART_T * pace_se) if pace_se is not None else 0.0))
+    host_said = bool(host and host["says"] == "host" and not differs)
+    step_a, step_b = a.get("median_step_s"), b.get("median_step_s")
+    step_moved = 0 if pace_noisy or steps_differ or not step_a or not step_b or step_a == step_b else (1 if step_b > step_a else -1)
     noisy = []
     rows: list[dict[str, Any]] = []
     sections = (
@@ -517,10 +727,17 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
                 better = ""  # twice the ranks see twice the samples a step: a lower loss at its step for that alone
             if key == "phase:comm_s" and _comm_differs(a, b):
                 better = ""  # the trainer's collectives within backward against a script's waits between steps
+            if key == "last_loss" and steps_differ:
+                better = ""  # a step of more samples: a loss at the same step after more seen
             verdict = _verdict(va, vb, better, _noise_floor(key, unit, a, b))
-            if verdict in ("better", "worse") and within_noise(key, va, vb, band, shorter_step):
+            if verdict in ("better", "worse") and _within_noise(key, va, vb, a, b, ca, cb, pace_noisy, pace_band, shorter_step, step_moved):
                 verdict = "within noise"
                 noisy.append(label.strip())
+            if key == "last_loss" and verdict in ("better", "worse") and losses and abs(vb - va) < PART_T * losses["step_sd"]:
+                verdict = "within noise"  # one step's loss, inside what a step's batch moves it by
+                noisy.append(label.strip())
+            if host_said and verdict in ("better", "worse") and (key in _PACE_KEYS or key.startswith(("phase:", "own_phase:", "rank:"))):
+                verdict = "host load"  # nothing recorded differs, and the slower run's ranks got less CPU
             if key == "stragglers" and verdict == "same" and _straggler_set(a) != _straggler_set(b):
                 verdict = "different"  # as many, but other ranks or causes
             not_finite = {}
@@ -549,6 +766,7 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
                     **not_finite,
                 }
             )
+    _extra_rows(rows, a, b, host, losses, steps_differ)
     notes = []
     if a.get("run_id") and a.get("run_id") == b.get("run_id") and a.get("log") != b.get("log"):
         # (a log against a copy of itself: "same" on every row read as two runs that agreed; one
@@ -613,23 +831,112 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
         notes.append(version_note)
     spreads = {"a": step_spread(a), "b": step_spread(b)}
     busy = [f"{name} by {spreads[side] * 100:.0f}%" for name, side in (("A", "a"), ("B", "b")) if (spreads[side] or 0) >= BUSY_SPREAD]
-    if busy:
+    notes += _host_notes(host, differs, pace_noisy)
+    if steps_differ and losses:
+        notes.append("the loss at a step is of other samples seen where a step holds other numbers of samples: "
+                     "the losses are shown, not judged")
+    if busy and host is None:  # (the ranks' CPU, where the log has it, says whether the host was busy)
         # (the report has no host CPU of its own: the pace's drift is what tells, and what matters)
         notes.append(
             f"the pace moved while the run ran ({', '.join(busy)}: its parts' median steps, from a part to the next, as often as not): "
             f"its host was likely busy with other work, and two runs on such a host differ by as much: compare on an idle one"
         )
     if noisy:
+        parts = f"; {PART_T:g} times the noise of its parts over the run's course, {_spread_text(pace_band)} of the pace" if pace_se is not None else ""
+        loss = f"; a loss, {PART_T:g} times how much it moves from a step to the next" if any(n.startswith("loss") for n in noisy) else ""
         notes.append(
             f"within noise: a change smaller than each run's own pace moved while it ran (its parts' median steps, from a "
-            f"part to the next, as often as not, A {_spread_text(spreads['a'])}, B {_spread_text(spreads['b'])}; a phase: that share of "
-            "the step), as the same command made twice differs: neither better nor worse"
+            f"part to the next, as often as not, A {_spread_text(spreads['a'])}, B {_spread_text(spreads['b'])}{parts}; a phase: that share of "
+            f"the step{loss}), as the same command made twice differs: neither better nor worse"
         )
-    return {**sides, "differs": what_differs(a, b, version_a, version_b), "rows": rows,
+    return {**sides, "differs": differs, "rows": rows, "host": host, "loss_window": losses, "pace_noise": pace_band,
             "stragglers": {"a": straggler_texts(a), "b": straggler_texts(b)},
             "input": {"a": input_texts(a), "b": input_texts(b)},
             "samples_a_step": per_step, "step_spread": spreads, "noise_band": band,
             "pardash_version": {"a": version_a, "b": version_b}, "notes": notes}
+
+
+_PACE_KEYS = ("steady_samples_per_s", "samples_per_s", "median_step_s")
+
+
+def _within_noise(key: str, va: float, vb: float, a: dict, b: dict, ca: dict, cb: dict, pace_noisy: bool,
+                  pace_band: float, step_s: float | None, step_moved: int = 0) -> bool:  # fmt: skip
+    """Whether a better or worse of a time or a rate is within the runs' noise: the pace's rows
+    by their one test (``pace_noisy``); a phase where it moved by less than the pace's noise
+    (``pace_band``) of the step (:func:`within_noise`; not where it moved as the step did,
+    ``step_moved`` +1 longer or -1 shorter past its noise), or by less than PART_T times its
+    own noise over the runs' parts; other figures never."""
+    if key in _PACE_KEYS:
+        return pace_noisy
+    if key.startswith(("phase:", "own_phase:", "rank:")):
+        waits = key == "phase:comm_s" or key.endswith("median_comm_s")
+        # A phase that moved with a step that moved past its noise is part of that change (the
+        # step twice as long, its backward 1.9x: judged); else it must move by more than the
+        # step's own noise, which moves time from a phase to another (the same command's fwd +75.6%).
+        with_step = step_moved and (vb > va) == step_moved > 0
+        if not with_step and within_noise(key, va, vb, min(NOISE_CAP, pace_band * (WAIT_NOISE if waits else 1)), step_s):
+            return True
+        if key.startswith("rank:"):
+            return False
+        return beyond_noise(va, vb, part_noise(part_series(a, ca, key), part_series(b, cb, key))) is False
+    return False
+
+
+def _extra_rows(rows: list[dict], a: dict, b: dict, host: dict | None, losses: dict | None, steps_differ: bool) -> None:
+    """The rows the logs give beside the reports: the ranks' CPU share and CPU a step (after
+    the phases; shown, not judged: a figure of the host's load and of the work alike), and the
+    loss over the last steps both runs reached (after the last step's)."""
+
+    def row(section: str, key: str, label: str, unit: str, better: str, va: float, vb: float, verdict: str) -> dict:
+        return {"section": section, "metric": key, "label": label, "unit": unit, "better": better, "a": va, "b": vb,
+                "delta": vb - va, "change": (vb - va) / va if va else None, "verdict": verdict}  # fmt: skip
+
+    if host:
+        at = max((i for i, r in enumerate(rows) if r["section"] == "throughput and time"), default=len(rows) - 1) + 1
+        rows[at:at] = [
+            row("throughput and time", "cpu_pct", "ranks' CPU (median, % of a core, workers in)", "pct", "", host["share"]["a"], host["share"]["b"], ""),
+            row("throughput and time", "cpu_step_s", "their CPU time a step", "s", "", host["cpu_step_s"]["a"], host["cpu_step_s"]["b"], ""),
+        ]
+    if losses:
+        last = next((i for i, r in enumerate(rows) if r["metric"] == "last_loss"), None)
+        if last is None:
+            return
+        # (at the same steps in both: judged where their ends differ too, but not of other samples a step
+        # or where a rank's loss was not finite)
+        judged = not steps_differ and not _differ(a, b, "world_size") and not {"a_not_finite", "b_not_finite"} & set(rows[last])
+        better = "lower" if judged else ""
+        verdict = _verdict(losses["a"], losses["b"], better)
+        if verdict in ("better", "worse") and abs(losses["b"] - losses["a"]) < PART_T * losses["se"]:
+            verdict = "within noise"
+        steps = f"step {losses['last']}" if losses["first"] == losses["last"] else f"steps {losses['first']}-{losses['last']}"
+        rows.insert(last + 1, row(rows[last]["section"], "window_loss", f"loss, mean of {steps} (both runs')", "loss", better,
+                                  losses["a"], losses["b"], verdict))  # fmt: skip
+
+
+def _host_notes(host: dict | None, differs: list[dict], pace_noisy: bool) -> list[str]:
+    """What the ranks' CPU says of the runs' hosts, where it says something."""
+    if not host or not host["says"] or differs:
+        # (where the logs record a difference, a run slower for it gets a lower CPU share for
+        # the same CPU a step too: the share cannot tell the host's load from the change, and
+        # other work a step is what a change does)
+        return []
+    share, cpu_step = host["share"], host["cpu_step_s"]
+    shares = f"A {share['a']:.0f}%, B {share['b']:.0f}% of a core"
+    steps = f"A {cpu_step['a'] * 1e3:.1f} ms, B {cpu_step['b'] * 1e3:.1f} ms"
+    if host["says"] == "host":
+        slow = "B" if host["slower"] == "b" else "A"
+        busy = host["host_pct"][host["slower"]]
+        on = f", on a host {busy:.0f}% busy" if busy is not None else ""
+        return [f"the ranks of {slow} had less of their host's CPU ({shares}), for the same CPU time a step ({steps}){on}: "
+                f"nothing the logs record differs, and the host's load likely explains {slow}'s slower pace, not a change of the "
+                "runs (\"host load\"): compare on an idle host"]
+    if pace_noisy:
+        return []
+    more = "B" if cpu_step["b"] > cpu_step["a"] else "A"
+    ratio = max(cpu_step.values()) / min(cpu_step.values())
+    return [f"the ranks of {more} spent {ratio:.1f}x the CPU time a step ({steps}; {shares}): nothing the logs record "
+            "differs, so something they do not does (an environment variable, threads, the code or data the script reads), "
+            "not the host's load"]
 
 
 def _spread_text(spread: float | None) -> str:
@@ -736,6 +1043,8 @@ def _fmt(x: float | None, unit: str, signed: bool = False) -> str:
         return f"{sign}{v * 100:.1f} points" if signed else f"{v * 100:.1f}%"
     if unit == "1/s":
         return f"{sign}{v:,.0f}"
+    if unit == "pct":  # (of a core: 150% is a core and a half)
+        return f"{sign}{v:.0f}%"
     if unit == "loss":  # (a diverged run's 1e308 printed in full: 300 digits in a cell)
         return sign + loss_text(v)
     return f"{sign}{v:g}"
