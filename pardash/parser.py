@@ -315,9 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--runs-dir", type=cliargs.path, default="runs", help="where to look for a run id (default ./runs)")
     ex.add_argument("--tensorboard", default=None, metavar="DIR", help="folder for the event files: DIR/rank0, DIR/rank1, ...")
     ex.add_argument("--csv", default=None, metavar="FILE",
-                    help="one CSV table of the steps, a row a rank's step (run, rank, restart, step, t, then loss, lr, time/step_s, "
-                         "memory/held_bytes, custom/NAME ... as TensorBoard's tags; nan or inf where the loss was not "
-                         "finite): for pandas, R or a spreadsheet; - writes it to stdout")  # fmt: skip
+                    help="one CSV table of the steps, a row a rank's step (run, rank, restart, step, t, then loss, lr, epoch, samples, "
+                         "samples_total, time/step_s, memory/held_bytes ... as TensorBoard's tags, the same columns in the same "
+                         "order for every run, empty where the log has none, then the script's own phases and custom/NAME; nan "
+                         "or inf where the loss was not finite): for pandas, R or a spreadsheet; - writes it to stdout")  # fmt: skip
     ex.add_argument(
         "--ranks", type=cliargs.rank_set, metavar="LIST",
         help="only these ranks, e.g. 0,17,100-103 (default: every rank; TensorBoard shows each as a run)",

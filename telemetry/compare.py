@@ -131,6 +131,10 @@ CPU_STEP_SAME = 0.25
 this fraction did the same work a step; by more (THREADS=1 against 2: 18 against 210 ms a
 step), they did other work, whatever their log records."""
 
+MIN_CPU_SAMPLES = 4
+"""The fewest System samples (about one a second a rank) a run's log needs for its ranks' CPU
+share to be told."""
+
 HOST_BUSY_PCT = 80.0
 """The host's CPU busy (System.host_cpu_pct, its median, % of all its cores) under which a run's
 lower CPU share is not the host's load (a sleep, a wait on I/O): where the log records it."""
@@ -394,10 +398,12 @@ def host_load(a: dict, b: dict, ca: dict, cb: dict) -> dict | None:
     step) and the host's busy (``host_pct``), and ``says``: "host" where the slower run's
     ranks had a share lower by HOST_SHARE_MOVED or more for the same CPU a step (their host
     gave them less: its load), "work" where their CPU a step differs by more than
-    CPU_STEP_SAME (they did other work a step), "" otherwise. None where a run's log has no
-    CPU samples."""
+    CPU_STEP_SAME (they did other work a step), "" otherwise. None where a run's log has
+    fewer than MIN_CPU_SAMPLES CPU samples."""
     if not ca.get("cpu_pct") or not cb.get("cpu_pct") or not a.get("median_step_s") or not b.get("median_step_s"):
         return None
+    if min(ca.get("cpu_samples") or 0, cb.get("cpu_samples") or 0) < MIN_CPU_SAMPLES:
+        return None  # (a run of a second or two: its one sample is of its start)
     share = {"a": ca["cpu_pct"], "b": cb["cpu_pct"]}
     cpu_step = {"a": share["a"] / 100 * a["median_step_s"], "b": share["b"] / 100 * b["median_step_s"]}
     out = {"share": share, "cpu_step_s": cpu_step, "host_pct": {"a": ca.get("host_cpu_pct"), "b": cb.get("host_cpu_pct")}, "says": ""}
@@ -1043,8 +1049,8 @@ def _fmt(x: float | None, unit: str, signed: bool = False) -> str:
         return f"{sign}{v * 100:.1f} points" if signed else f"{v * 100:.1f}%"
     if unit == "1/s":
         return f"{sign}{v:,.0f}"
-    if unit == "pct":  # (of a core: 150% is a core and a half)
-        return f"{sign}{v:.0f}%"
+    if unit == "pct":  # (of a core: 150% is a core and a half; a change of it in points)
+        return f"{sign}{v:.0f} points" if signed else f"{v:.0f}%"
     if unit == "loss":  # (a diverged run's 1e308 printed in full: 300 digits in a cell)
         return sign + loss_text(v)
     return f"{sign}{v:g}"
