@@ -20,6 +20,7 @@ from . import schema
 from .analysis import JOINED, collectives_words, different_collectives, hang_causes, stuck_ranks, whole_hang
 from .causes import waiting_count
 from .client import HUB_QUIET_S, Source
+from .memgrowth import growing_now
 from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, left_early, root_cause,
                        short_error, signal_name, stop_text)
 from .loss_turns import LossTurnsHeld, held_text
@@ -1246,6 +1247,18 @@ def _progress_text(st) -> str:
     return "no step taken" + (f" (resumed at step {max(resumed)}, nothing left to train)" if resumed else "")
 
 
+def memory_growing_were(st) -> str:
+    """"rank 1's memory grew 1.6 MiB a step to the end (a leak? `pardash report` says more)" of a
+    job that ended with ranks said growing (the hub's memory_growing verdicts not cleared); ''
+    otherwise. A rank killed by the OOM killer reads "exited with code -9": this says why."""
+    said = []
+    for v in growing_now(st.events).values():
+        head, _, _ = (v.message or "").partition(" (")
+        if head:
+            said.append(head.replace(" grows ", " grew ", 1))
+    return f"{'; '.join(said)} to the end (a leak? `pardash report` says more)" if said else ""
+
+
 def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = "", output: str = "", refused: str = "",
                  no_key: int = 0) -> str:
     """The launcher's last line: success, or the one-line cause of a failure (``log_error``:
@@ -1272,6 +1285,8 @@ def outcome_line(st, code: int, result: dict, log_path: str, log_error: str = ""
     loss = loss_text(st, over=True)
     if loss:  # (nothing else of the run says it: its steps went on without a loss)
         said += f"; {loss}"
+    if grew := memory_growing_were(st):
+        said += f"; {grew}"
     f = failure_summary(st)
     if code == 0:
         if f is not None:

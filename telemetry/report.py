@@ -56,6 +56,7 @@ from .clocks import RankClocks, is_hub_side
 from .figures import EXACT as FIGURES_KEPT
 from .figures import Figures
 from .logreader import LogReadStats, Progress, read_log
+from .memgrowth import MemGrowthConfig
 from .timeline import Timeline
 from .failures import STOPPED_CODES, failure_summary, left_early, recovered_failures, signal_name
 from .report_render import LOSS_SPIKES_GROUPED, PHASES, SHARED_RUN_ID, md_table, render_markdown, render_text
@@ -301,6 +302,12 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
     stall_from: dict[int, float] = {}
     """Each rank's newest step's time: where a stall it is then found in began."""
     not_sharding: dict[int, str] = {}
+    growing: list[dict] = []
+    """Each time a rank's memory was said to grow (memory_growing), till it was steady again."""
+    open_growing: dict[int, dict] = {}
+    mem_track: dict[int, list] = {}
+    """rank -> [first step, its RSS, its CUDA allocated; last step, RSS, allocated] of its
+    process's steps past the detector's warm-up (memgrowth: what a growing rank's line says)."""
     exits: dict[int, dict] = {}
     noted: set[int] = set()
     """Ranks whose exit the launcher noted (torchrun saw the process end): a failed exit the
@@ -488,6 +495,12 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
                 long_steps[(msg.rank, msg.step)] = (msg.data_s, msg.loader_s, starts_epoch)
             mem = msg.mem
             if mem is not None:
+                if msg.step > MEM_WARMUP_STEPS:
+                    track = mem_track.get(msg.rank)
+                    if track is None or msg.step < track[3]:  # (a new process: its memory counts anew)
+                        mem_track[msg.rank] = [msg.step, mem.rss_bytes, mem.cuda_allocated_bytes, msg.step, mem.rss_bytes, mem.cuda_allocated_bytes]
+                    else:
+                        track[3], track[4], track[5] = msg.step, mem.rss_bytes, mem.cuda_allocated_bytes
                 if mem.cuda_peak_bytes is not None:
                     peak_kind = "cuda"
                     peak[msg.rank] = max(peak.get(msg.rank, 0), mem.cuda_peak_bytes)
@@ -507,6 +520,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         elif isinstance(msg, schema.Verdict):
             ended = open_stalls.get(msg.rank)
             _fold_verdict(msg, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits)
+            if msg.verdict in ("memory_growing", "memory_steady"):
+                _fold_growth(msg, growing, open_growing, mem_track)
             if msg.verdict == "straggler":
                 stragglers[-1]["_run"] = timeline.run_of(msg.rank)  # (its steps: the run of steps it was found in)
             if msg.verdict in ("stalled", "silent"):
@@ -912,7 +927,8 @@ def build_report(path: str, progress: Progress | None = None) -> dict:
         # figure mixes them, the steps one job ran after the other's counted as run again.
         # (Only where so.)
         **({"jobs_sharing_run_id": True} if jobs_mixed else {}),
-        "memory": _memory(ranks, expected, expected_basis, params_count, strategy, world, peak_kind, not_sharding, children),
+        "memory": _memory(ranks, expected, expected_basis, params_count, strategy, world, peak_kind, not_sharding, children)
+        | {"growing": [_growth_figures(ep, mem_track) for ep in growing]},
         # (the rows' statuses counted: the ranks' own read "stalled 4" beside four "no exit")
         "statuses": dict(Counter(r["status"] for r in ranks)),
         "messages": dict(sorted(state.counts.items())),
@@ -1063,6 +1079,43 @@ class _Refused:
         for why, n in self.current.items():
             total[why] = total.get(why, 0) + n
         return dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+MEM_WARMUP_STEPS = MemGrowthConfig().warmup_steps
+"""Steps of a process the memory-growth detector leaves out, as the report does."""
+
+
+def _fold_growth(v: schema.Verdict, growing: list[dict], open_growing: dict[int, dict], mem_track: dict[int, list]) -> None:
+    """A rank's memory said growing (an episode opens) or steady again (it closes, its figures
+    as of then: the rank's memory then, its process's first past the warm-up)."""
+    if v.verdict == "memory_growing":
+        ep = {"rank": v.rank, "series": v.cause or "rss", "step": v.step, "steady_step": None, "message": v.message}
+        growing.append(ep)
+        open_growing[v.rank] = ep
+        return
+    ep = open_growing.pop(v.rank, None)
+    if ep is not None:
+        ep["steady_step"] = v.step
+        ep["_to"] = _growth_figures(ep, mem_track)
+
+
+def _growth_figures(ep: dict, mem_track: dict[int, list]) -> dict:
+    """An episode of memory growth (see _fold_growth) with its figures: ``from_step``,
+    ``from_bytes`` (its process's first step past the warm-up), ``to_step``, ``to_bytes`` (where
+    it was said steady, else the rank's last step), ``per_step_bytes``; of every rank alike
+    (rank -1), the median rank's. None where not measured."""
+    if "_to" in ep:
+        return {k: v for k, v in ep["_to"].items() if not k.startswith("_")}
+    col = 2 if ep["series"] == "cuda_allocated" else 1
+    tracks = [mem_track[ep["rank"]]] if ep["rank"] in mem_track else [] if ep["rank"] >= 0 else list(mem_track.values())
+    tracks = [t for t in tracks if t[col] is not None and t[col + 3] is not None]
+    out = {k: v for k, v in ep.items() if not k.startswith("_")}
+    if not tracks:
+        return out | {"from_step": None, "from_bytes": None, "to_step": None, "to_bytes": None, "per_step_bytes": None}
+    t = sorted(tracks, key=lambda t: t[col + 3] - t[col])[len(tracks) // 2]
+    steps = t[3] - t[0]
+    return out | {"from_step": t[0], "from_bytes": t[col], "to_step": t[3], "to_bytes": t[col + 3],
+                  "per_step_bytes": (t[col + 3] - t[col]) / steps if steps > 0 else None}  # fmt: skip
 
 
 def _fold_verdict(v: schema.Verdict, stragglers, open_stragglers, stalls, open_stalls, not_sharding, exits) -> None:
@@ -1723,6 +1776,12 @@ def _devices(state: RunState) -> list[dict]:
     return [{"host": k[0], "device": k[1], "device_name": k[2], "ranks": n} for k, n in groups.items()]
 
 
+MODEL_STATE_WORDS = ", counting model state only (parameters, gradients, optimizer state; not the processes' memory)"
+"""What the memory verdict's ratio counts: an FSDP run on CPU whose model state was halved used
+more process RSS than DDP's, and "ranks hold 1.00x what ddp x2 should" read of a rank whose RSS
+had tripled in a leak (review 340)."""
+
+
 def _memory(ranks: list[dict], expected, basis: str, params_count: int, strategy: str, world: int, peak_kind: str, not_sharding: dict,
             children: dict[int, tuple[int, int]] | None = None) -> dict:  # fmt: skip
     def span(key: str) -> tuple[int | None, int | None]:
@@ -1739,9 +1798,9 @@ def _memory(ranks: list[dict], expected, basis: str, params_count: int, strategy
     if vs is None:
         verdict = "no memory figures in this log"
     elif vs > NOT_SHARDING_FACTOR and is_sharded(strategy):
-        verdict = f"ranks hold {vs:.1f}x what {strategy} x{world} should ({basis}): {not_sharding_hint(strategy)}"
+        verdict = f"ranks hold {vs:.1f}x what {strategy} x{world} should ({basis}){MODEL_STATE_WORDS}: {not_sharding_hint(strategy)}"
     else:
-        verdict = f"ranks hold {vs:.2f}x what {strategy} x{world} should ({basis})"
+        verdict = f"ranks hold {vs:.2f}x what {strategy} x{world} should ({basis}){MODEL_STATE_WORDS}"
     return {
         "bytes_per_param": BYTES_PER_PARAM,
         "expected_bytes_per_rank": expected,

@@ -105,6 +105,7 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
         ("samples/s", sps),
         ("median step", "-" if rep["median_step_s"] is None else f"{ms(rep['median_step_s'])} ms" + _warmup_text(rep)),  # (not "- ms")
         *([(DATA_LABELS[bool(rep["data_loading"].get("between_steps"))], data_loading_text(rep["data_loading"]))] if rep.get("data_loading") else []),
+        *([("memory growing", _growth_summary(rep))] if _growth_summary(rep) else []),
         ("lost messages", str(rep["lost_messages"]) + _hub_restarts_text(rep)),
         *([("restarts", f"torchrun restarted the {'jobs' if rep.get('jobs_run_again') else 'job'} {rep['job_restarts']}x "
                         f"(--max-restarts{', over the ' + str(rep['jobs_run_again'] + 1) + ' jobs of the log' if rep.get('jobs_run_again') else ''})")]
@@ -1133,6 +1134,39 @@ def warning_lines(rep: dict) -> list[str]:
     return out
 
 
+def growth_lines(rep: dict) -> list[str]:
+    """Each time a rank's memory grew step after step (the hub's ``memory_growing`` verdicts,
+    telemetry/memgrowth.py): "rank 1's memory grew 1.6 MiB a step (383 MiB at step 21 -> 1.1 GiB
+    at step 500), said at step 266, to the end: tensors kept across steps? ..."; the figures are
+    its process's from past the warm-up to where it was said steady again, else its last step.
+    A leak of 1.6 MiB a step read "ranks hold 1.00x what ddp x2 should" (review 340)."""
+    out = []
+    for g in (rep.get("memory") or {}).get("growing") or ():
+        what = "GPU memory (allocated)" if g["series"] == "cuda_allocated" else "memory"
+        who = "every rank's" if g["rank"] < 0 else f"rank {g['rank']}'s"
+        line = f"{who} {what} grew"
+        if g.get("per_step_bytes") is not None:
+            line += (f" {human_bytes(g['per_step_bytes'])} a step ({human_bytes(g['from_bytes'])} at step {g['from_step']} -> "
+                     f"{human_bytes(g['to_bytes'])} at step {g['to_step']}{', the median rank' if g['rank'] < 0 else ''})")  # fmt: skip
+        line += f", said at step {g['step']}" if g.get("step") is not None else ""
+        line += f", steady again at step {g['steady_step']}" if g.get("steady_step") is not None else ", to the end"
+        _, _, hint = (g.get("message") or "").partition("): ")
+        out.append(line + (f": {hint}" if hint else ""))
+    return out
+
+
+def _growth_summary(rep: dict) -> str:
+    """The summary's line of memory growth: which ranks, how fast, to the end or not."""
+    said = []
+    for g in (rep.get("memory") or {}).get("growing") or ():
+        who = "every rank alike" if g["rank"] < 0 else f"rank {g['rank']}"
+        if g.get("per_step_bytes") is not None:
+            who += f": {human_bytes(g['from_bytes'])} -> {human_bytes(g['to_bytes'])}, {human_bytes(g['per_step_bytes'])} a step"
+        end = f", steady from step {g['steady_step']}" if g.get("steady_step") is not None else ", to the end"
+        said.append(who + end)
+    return "; ".join(said) + " (a leak? see memory below)" if said else ""
+
+
 def memory_rows(rep: dict) -> list[tuple[str, str]]:
     """The memory table's rows; none for a log without a figure of it (a script that never
     stepped an optimizer: a table of dashes and "expected for ? x2 (?)")."""
@@ -1244,6 +1278,8 @@ def render_text(rep: dict, width: int = 10_000, all_ranks: bool = False) -> str:
     con.print(rep["memory"]["verdict"])
     if rep["memory"]["not_sharding"]:
         con.print(f"  {ranks_named(rep['memory']['not_sharding'])}: not sharding")
+    for line in growth_lines(rep):
+        con.print(line)
     head, rows = timeline_table(rep)
     if rows:
         con.print()
@@ -1483,6 +1519,7 @@ def render_markdown(rep: dict, all_ranks: bool = False) -> str:
     out.append(verdict if verdict.endswith(("?", ".")) else verdict + ".")
     if rep["memory"]["not_sharding"]:
         out.append(f"- {ranks_named(rep['memory']['not_sharding'])}: not sharding")
+    out += [f"- {md_text(line)}" for line in growth_lines(rep)]
     head, rows = timeline_table(rep)
     if rows:
         note = TIMELINE_NOTE[0].upper() + TIMELINE_NOTE[1:]

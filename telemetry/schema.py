@@ -244,7 +244,9 @@ class Verdict(Base, tag="verdict"):
     """A conclusion the hub drew (rank = the rank it is about)."""
 
     verdict: str = ""
-    """straggler | straggler_cleared | stalled | silent | exited | finished | not_sharding | sharding_ok | resumed"""
+    """straggler | straggler_cleared | stalled | silent | exited | finished | not_sharding | sharding_ok | resumed |
+    memory_growing | memory_steady (a rank's memory grows step after step, a leak, or no longer does; rank -1:
+    every rank alike; ``cause`` "rss" or "cuda_allocated": telemetry/memgrowth.py)"""
     cause: str = ""
     """Kind of straggler (data, compute, host, gpu), phase of a stall, ..."""
     cost_s: float | None = None

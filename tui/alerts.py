@@ -19,14 +19,15 @@ from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, JOINED, collectives_
 from pardash.telemetry.causes import cause_of, waited_for
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
+from pardash.telemetry.memgrowth import growing_now
 from pardash.telemetry.printer import between_steps_of, job_between_steps
 from pardash.telemetry.report_render import SHARED_RUN_ID
 from pardash.telemetry.summary import is_sharded, ranks_named, ranks_text, straggler_cause
 
 from .format import fmt_clock, fmt_step_time
 
-SEVERITY = {"jobs_mixed": -1, "exited": 0, "silent": 1, "stalled": 2, "loss": 3, "straggler": 4, "held_up": 4, "not_sharding": 5,
-            "stopped": 6, "input_bound": 7}
+SEVERITY = {"jobs_mixed": -1, "exited": 0, "silent": 1, "stalled": 2, "loss": 3, "memory": 3.5, "straggler": 4, "held_up": 4,
+            "not_sharding": 5, "stopped": 6, "input_bound": 7}
 """Lower is more severe. ``jobs_mixed`` (two jobs under the run's id, :func:`jobs_mixed_alert`)
 reads before all: every figure and alert after it mixes the two jobs."""
 
@@ -36,8 +37,9 @@ class Alert:
     """One rank's condition."""
 
     kind: str
-    """exited | silent | stopped | stalled | loss (not finite) | straggler | held_up | not_sharding;
-    jobs_mixed and input_bound, of the run (rank -1)"""
+    """exited | silent | stopped | stalled | loss (not finite) | memory (growing: a leak) | straggler |
+    held_up | not_sharding; jobs_mixed and input_bound, of the run (rank -1), and memory of every
+    rank alike (rank -1)"""
     rank: int
     text: str
     code: int | None = None
@@ -55,7 +57,7 @@ class Alert:
     whose loss turned alike, one line as the events panel says them); empty: ``rank`` alone."""
 
     @property
-    def severity(self) -> int:
+    def severity(self) -> float:
         return SEVERITY[self.kind]
 
 
@@ -102,6 +104,34 @@ def held_up_alerts(state: st.RunState) -> list[Alert]:
     now = state.t_last_rank
     return [Alert("held_up", rank, v.message or f"rank {rank} held the others up") for rank, (v, _) in sorted(state.held_up_last.items())
             if now - state.held_up_at(rank) <= HELD_UP_ALERT_S and (r := state.ranks.get(rank)) is not None and r.status == st.RUNNING]  # fmt: skip
+
+
+def memory_alerts(state: st.RunState) -> list[Alert]:
+    """The ranks whose memory grows step after step (the hub's ``memory_growing`` verdicts not
+    cleared since, see telemetry/memgrowth.py), or every rank alike (one alert, rank -1), in the
+    hub's words; of a rank that has ended since, said in the past ("grew ... to its end": a rank
+    killed by the OOM killer reads as exited, and its growth is why). A leak of 1.6 MiB a step on
+    one rank read "no alerts: every rank is healthy" (review 340)."""
+    events = state.events
+    if not events:
+        return []
+    seen = _memory_seen
+    last = events[-1]
+    if not (seen[0] is events and seen[1] == len(events) and seen[2] is last):
+        seen[:] = [events, len(events), last, growing_now(events)]  # (read again only when the ring changed)
+    out = []
+    for rank, v in sorted(seen[3].items()):
+        r = state.ranks.get(rank)
+        text = v.message or f"rank {rank}'s memory grows"
+        if r is not None and r.status in (st.EXITED, st.FINISHED):
+            text = text.replace(" grows ", " grew ", 1).replace(" (", " to its end (", 1)
+        out.append(Alert("memory", rank, text))
+    return out
+
+
+_memory_seen: list = [None, 0, None, {}]
+"""The event ring :func:`memory_alerts` read last, its length and newest event then, and the
+growing ranks' verdicts it found."""
 
 
 def jobs_mixed_alert(state: st.RunState) -> Alert | None:
@@ -586,11 +616,12 @@ def run_alerts(
     if mixed is not None:
         out.append(mixed)
     out.extend(held_up_alerts(state))
+    out.extend(memory_alerts(state))
     if not out and (bound := input_bound_alert(state)) is not None:  # (only of a job otherwise well)
         out.append(bound)
     big = len(state.ranks) + 1
 
-    def key(a: Alert) -> tuple[int, int, int]:
+    def key(a: Alert) -> tuple[float, int, int]:
         if a.kind == "jobs_mixed":
             return (-2, -1, -1)  # (the root cause's figures are of two jobs too)
         order = exits[a.rank].order if a.kind == "exited" and exits and a.rank in exits else big

@@ -24,6 +24,7 @@ GLYPHS = {
     "stalled": "◆",
     "waiting": "◇",
     "loss": "⊘",
+    "memory": "↗",
     "straggler": "▲",
     "held_up": "◑",
     "not_sharding": "▣",
@@ -38,6 +39,7 @@ LABELS = {
     "stalled": "stalled",
     "waiting": "waiting",
     "loss": "losses not finite",
+    "memory": "ranks' memory growing",
     "straggler": "stragglers",
     "held_up": "holding the others up now and then",
     "not_sharding": "not sharding",
@@ -70,7 +72,8 @@ def rank_list(ranks: list[int], limit: int = 6) -> str:
 
 class AlertList(FittedWidth, CachedStyles, Widget):
     """Stragglers with what they cost, stalled ranks with the phase they are stuck in, silent
-    ranks, exited ranks with their code and ranks that do not shard. Calm when there are
+    ranks, exited ranks with their code, ranks whose memory grows (a leak) and ranks that do not
+    shard. Calm when there are
     none; folded into one line per kind when there are many."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -81,6 +84,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
         "alert-list--stalled",
         "alert-list--waiting",
         "alert-list--loss",
+        "alert-list--memory",
         "alert-list--straggler",
         "alert-list--held_up",
         "alert-list--not_sharding",
@@ -102,6 +106,7 @@ class AlertList(FittedWidth, CachedStyles, Widget):
     AlertList > .alert-list--stalled { color: $text-error; }
     AlertList > .alert-list--waiting { color: $text-warning; }
     AlertList > .alert-list--loss { color: $text-error; }
+    AlertList > .alert-list--memory { color: $text-error; }
     AlertList > .alert-list--straggler { color: $text-warning; }
     AlertList > .alert-list--held_up { color: $text-warning; }
     AlertList > .alert-list--not_sharding { color: $text-warning; }
@@ -228,6 +233,7 @@ SAID = {
     "stalled": ("stalled", "stalled"),
     "waiting": ("waiting", "waiting"),
     "loss": ("with a loss not finite", "with a loss not finite"),
+    "memory": ("with memory growing", "with memory growing"),
     "straggler": ("straggler", "stragglers"),
     "held_up": ("holding the others up", "holding the others up"),
     "not_sharding": ("not sharding", "not sharding"),
