@@ -430,6 +430,35 @@ def loss_window(a: dict, b: dict) -> tuple[int, int] | None:
     return (max(first, end - n + 1), end) if end >= first else None
 
 
+def samples_windows(a: dict, b: dict) -> tuple[tuple[int, int], tuple[int, int], tuple[float, float]] | None:
+    """Where a step of each run holds other numbers of samples (:func:`samples_a_step`): the
+    steps of A and of B over which both saw the same samples, the last both saw (LOSS_STEPS of
+    the larger steps' samples, a quarter of them where fewer), and those samples (from, to).
+    None where a run has no samples or last step."""
+    sa, sb, la, lb = samples_a_step(a), samples_a_step(b), a.get("last_step"), b.get("last_step")
+    if not sa or not sb or not la or not lb:
+        return None
+    end = min(la * sa, lb * sb)
+    start = end - min(LOSS_STEPS * max(sa, sb), end / 4)
+
+    def steps(per: float) -> tuple[int, int]:
+        return max(1, math.floor(start / per) + 1), math.floor(end / per + 1e-9)
+
+    wa, wb = steps(sa), steps(sb)
+    return (wa, wb, (start, end)) if wa[0] <= wa[1] and wb[0] <= wb[1] else None
+
+
+def loss_at_equal_samples(la: dict[int, float], lb: dict[int, float], seen: tuple[float, float]) -> dict | None:
+    """The two runs' mean losses over their steps of the same samples seen (``seen``, from
+    :func:`samples_windows`), and the noise of their difference (``se``, from each run's
+    steps' spread). None: fewer than 2 steps of a run."""
+    if len(la) < 2 or len(lb) < 2:
+        return None
+    se = math.sqrt(statistics.variance(la.values()) / len(la) + statistics.variance(lb.values()) / len(lb))
+    return {"seen": [round(seen[0]), round(seen[1])], "steps_a": [min(la), max(la)], "steps_b": [min(lb), max(lb)],
+            "a": statistics.fmean(la.values()), "b": statistics.fmean(lb.values()), "se": se}  # fmt: skip
+
+
 def loss_compare(la: dict[int, float], lb: dict[int, float]) -> dict | None:
     """The two runs' losses over the steps both logged in the window: each run's mean, and the
     noise of one step (``step_sd``: the spread of B's loss less A's, step by step, each run's
@@ -682,12 +711,18 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
         return {**sides, "rows": [], "notes": [], "nothing_to_compare": nothing}
     version_a, version_b = log_pardash_version(a), log_pardash_version(b)
     version_note, versions_differ = _version_note(a, b, version_a, version_b)
-    steps_differ = _steps_differ(a, b)
     band = noise_band(a, b)
     shorter_step = min((s for s in (a.get("median_step_s"), b.get("median_step_s")) if s), default=None)
-    window = loss_window(a, b)
-    ca, cb = run_course(a, *(window or (None, None))), run_course(b, *(window or (None, None)))
-    losses = loss_compare(ca["loss"], cb["loss"])
+    steps_differ = _steps_differ(a, b)
+    # The loss over the last steps both reached; where a step holds other samples, over the
+    # steps of each at the same samples seen (a loss at a step after 4x the samples is lower for that)
+    equal = samples_windows(a, b) if steps_differ else None
+    window = loss_window(a, b) if not steps_differ else None
+    wa, wb = (equal[0], equal[1]) if equal else (window, window) if window else ((None, None), (None, None))
+    ca, cb = run_course(a, *wa), run_course(b, *wb)
+    losses = loss_compare(ca["loss"], cb["loss"]) if window else None
+    if equal:
+        losses = loss_at_equal_samples(ca["loss"], cb["loss"], equal[2])
     host = host_load(a, b, ca, cb)
     differs = what_differs(a, b, version_a, version_b)
     # One test of the pace for its three rows (samples/s, steady, the step): the same figure
@@ -739,7 +774,7 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
             if verdict in ("better", "worse") and _within_noise(key, va, vb, a, b, ca, cb, pace_noisy, pace_band, shorter_step, step_moved):
                 verdict = "within noise"
                 noisy.append(label.strip())
-            if key == "last_loss" and verdict in ("better", "worse") and losses and abs(vb - va) < PART_T * losses["step_sd"]:
+            if key == "last_loss" and verdict in ("better", "worse") and losses and "step_sd" in losses and abs(vb - va) < PART_T * losses["step_sd"]:
                 verdict = "within noise"  # one step's loss, inside what a step's batch moves it by
                 noisy.append(label.strip())
             if host_said and verdict in ("better", "worse") and (key in _PACE_KEYS or key.startswith(("phase:", "own_phase:", "rank:"))):
@@ -838,9 +873,11 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
     spreads = {"a": step_spread(a), "b": step_spread(b)}
     busy = [f"{name} by {spreads[side] * 100:.0f}%" for name, side in (("A", "a"), ("B", "b")) if (spreads[side] or 0) >= BUSY_SPREAD]
     notes += _host_notes(host, differs, pace_noisy)
-    if steps_differ and losses:
-        notes.append("the loss at a step is of other samples seen where a step holds other numbers of samples: "
-                     "the losses are shown, not judged")
+    if steps_differ:
+        # (a bigger batch's last step read "-6.4% better": a loss after 4x the samples)
+        at = (f": the loss is compared at the same samples seen, A's steps {losses['steps_a'][0]}-{losses['steps_a'][1]} against "
+              f"B's {losses['steps_b'][0]}-{losses['steps_b'][1]}") if losses else ""
+        notes.append(f"where a step holds other numbers of samples, the loss at a step is of other samples seen, not judged{at}")
     if busy and host is None:  # (the ranks' CPU, where the log has it, says whether the host was busy)
         # (the report has no host CPU of its own: the pace's drift is what tells, and what matters)
         notes.append(
@@ -907,16 +944,18 @@ def _extra_rows(rows: list[dict], a: dict, b: dict, host: dict | None, losses: d
         last = next((i for i, r in enumerate(rows) if r["metric"] == "last_loss"), None)
         if last is None:
             return
-        # (at the same steps in both: judged where their ends differ too, but not of other samples a step
-        # or where a rank's loss was not finite)
-        judged = not steps_differ and not _differ(a, b, "world_size") and not {"a_not_finite", "b_not_finite"} & set(rows[last])
+        # (at the same steps, or the same samples seen, in both: judged where their ends differ too,
+        # but not where a rank's loss was not finite)
+        judged = not {"a_not_finite", "b_not_finite"} & set(rows[last])
         better = "lower" if judged else ""
         verdict = _verdict(losses["a"], losses["b"], better)
         if verdict in ("better", "worse") and abs(losses["b"] - losses["a"]) < PART_T * losses["se"]:
             verdict = "within noise"
-        steps = f"step {losses['last']}" if losses["first"] == losses["last"] else f"steps {losses['first']}-{losses['last']}"
-        rows.insert(last + 1, row(rows[last]["section"], "window_loss", f"loss, mean of {steps} (both runs')", "loss", better,
-                                  losses["a"], losses["b"], verdict))  # fmt: skip
+        if "seen" in losses:
+            label = f"loss, mean at samples {losses['seen'][0]:,}-{losses['seen'][1]:,} seen (both runs')"
+        else:
+            label = "loss, mean of " + (f"step {losses['last']}" if losses["first"] == losses["last"] else f"steps {losses['first']}-{losses['last']}") + " (both runs')"
+        rows.insert(last + 1, row(rows[last]["section"], "window_loss", label, "loss", better, losses["a"], losses["b"], verdict))
 
 
 def _host_notes(host: dict | None, differs: list[dict], pace_noisy: bool) -> list[str]:

@@ -132,11 +132,17 @@ def test_the_loss_is_judged_over_the_last_steps_both_runs_reached(tmp_path):
     # ...a loss lower by 0.1 at every step is better...
     rows = _rows(_compare(tmp_path, a, {**b, "loss": _noisy_loss(2, offset=-0.1)}))
     assert rows["window_loss"]["verdict"] == "better", rows["window_loss"]
-    # ...and of other samples a step, a loss at a step is not judged (a bigger batch, -6.4% "better")
-    cmp = _compare(tmp_path, a, {**b, "loss": _noisy_loss(2, offset=-0.1), "samples": 64, "batch_size": 64})
+    # ...and of other samples a step, a loss at a step is not judged (a bigger batch, -6.4% "better"):
+    # the losses are set side by side at the same samples seen, the last quarter both saw
+    cmp = _compare(tmp_path, a, {**b, "loss": _noisy_loss(2), "samples": 64, "batch_size": 64})
     rows = _rows(cmp)
-    assert rows["window_loss"]["verdict"] == "" and rows["last_loss"]["verdict"] == "", (rows["window_loss"], rows["last_loss"])
-    assert any("the losses are shown, not judged" in n for n in cmp["notes"]), cmp["notes"]
+    assert rows["last_loss"]["verdict"] == "", rows["last_loss"]
+    assert rows["window_loss"]["label"] == "loss, mean at samples 7,200-9,600 seen (both runs')", rows["window_loss"]
+    assert rows["window_loss"]["verdict"] in ("within noise", "same"), rows["window_loss"]
+    (note,) = [n for n in cmp["notes"] if "the loss at a step is of other samples seen, not judged" in n]
+    assert note.endswith("at the same samples seen, A's steps 226-300 against B's 57-75"), note
+    cmp = _compare(tmp_path, a, {**b, "loss": _noisy_loss(2, offset=0.1), "samples": 64, "batch_size": 64})
+    assert _rows(cmp)["window_loss"]["verdict"] == "worse", _rows(cmp)["window_loss"]
 
 
 def test_compare_given_twice_is_refused_in_one_line(tmp_path):
