@@ -872,7 +872,7 @@ def compare_reports(a: dict, b: dict, all_ranks: bool = False) -> dict:
         notes.append(version_note)
     spreads = {"a": step_spread(a), "b": step_spread(b)}
     busy = [f"{name} by {spreads[side] * 100:.0f}%" for name, side in (("A", "a"), ("B", "b")) if (spreads[side] or 0) >= BUSY_SPREAD]
-    notes += _host_notes(host, differs, pace_noisy)
+    notes += _host_notes(host, differs, pace_noisy, any(r["verdict"] == "host load" for r in rows))
     if steps_differ:
         # (a bigger batch's last step read "-6.4% better": a loss after 4x the samples)
         at = (f": the loss is compared at the same samples seen, A's steps {losses['steps_a'][0]}-{losses['steps_a'][1]} against "
@@ -958,7 +958,10 @@ def _extra_rows(rows: list[dict], a: dict, b: dict, host: dict | None, losses: d
         rows.insert(last + 1, row(rows[last]["section"], "window_loss", label, "loss", better, losses["a"], losses["b"], verdict))
 
 
-def _host_notes(host: dict | None, differs: list[dict], pace_noisy: bool) -> list[str]:
+HOST_LOAD_SAID = ' ("host load" in the table)'
+
+
+def _host_notes(host: dict | None, differs: list[dict], pace_noisy: bool, marked: bool = False) -> list[str]:
     """What the ranks' CPU says of the runs' hosts, where it says something."""
     if not host or not host["says"] or differs:
         # (where the logs record a difference, a run slower for it gets a lower CPU share for
@@ -974,7 +977,7 @@ def _host_notes(host: dict | None, differs: list[dict], pace_noisy: bool) -> lis
         on = f", on a host {busy:.0f}% busy" if busy is not None else ""
         return [f"the ranks of {slow} had less of their host's CPU ({shares}), for the same CPU time a step ({steps}){on}: "
                 f"nothing the logs record differs, and the host's load likely explains {slow}'s slower pace, not a change of the "
-                "runs (\"host load\"): compare on an idle host"]
+                f"runs{HOST_LOAD_SAID if marked else ''}: compare on an idle host"]
     if pace_noisy:
         return []
     more = "B" if cpu_step["b"] > cpu_step["a"] else "A"
