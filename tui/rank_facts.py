@@ -129,7 +129,10 @@ def memory_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str
         # The peak outlasts the reserve in a narrow panel: it is what ran out, if anything.
         rows.append(("allocated", fmt_bytes(mem.cuda_allocated_bytes), (" · ".join(extra), *extra[-1:], "")))
     elif mem.rss_bytes is not None:
-        rows.append(("rss", fmt_bytes(mem.rss_bytes), ("process resident set", "process")))
+        # As of its last step (the system panel's "rss" is its latest sample, "now": 404 MiB here
+        # beside 685 MiB there read as two figures of one thing, review 340).
+        at = f"at step {r.step.step}" if r.step is not None else ""
+        rows.append(("rss", fmt_bytes(mem.rss_bytes), (f"process resident set {at}".rstrip(), at or "process")))
     return tuple(rows)
 
 
@@ -148,7 +151,7 @@ def system_facts(r: RankState, *, compact: bool = False) -> tuple[tuple[str, str
     if s.host_cpu_pct is not None:
         rows.append(("host cpu", f"{s.host_cpu_pct:.0f}%", "of all cores"))
     if s.rss_bytes is not None:
-        rows.append(("rss", fmt_bytes(s.rss_bytes), ""))
+        rows.append(("rss", fmt_bytes(s.rss_bytes), ("process resident set now", "now")))  # (the memory panel's is its last step's)
     if s.children:
         rows.append(("children", str(s.children), _children_text(s)))
     if s.gpu_util_pct is not None:
@@ -183,7 +186,7 @@ def _system_compact(s: schema.System) -> tuple[tuple[str, str, str | tuple[str, 
     # The GPU first: where a long title leaves the panel one line, the device a rank trains on.
     if s.cpu_pct is not None or s.rss_bytes is not None:
         cpu = f"{s.cpu_pct:.0f}%" if s.cpu_pct is not None else "–"
-        rows.append(("cpu", cpu, f"rss {fmt_bytes(s.rss_bytes)}" if s.rss_bytes is not None else ""))
+        rows.append(("cpu", cpu, (f"rss {fmt_bytes(s.rss_bytes)} now", f"rss {fmt_bytes(s.rss_bytes)}") if s.rss_bytes is not None else ""))
     if s.children:
         rows.append(("children", str(s.children), _children_text(s)))
     return tuple(rows)
