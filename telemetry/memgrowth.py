@@ -109,7 +109,7 @@ class _Ring:
     """A rank's samples at one time scale: step, time (the rank's clock), RSS and CUDA
     allocated bytes (NaN where not measured), in fixed arrays."""
 
-    __slots__ = ("step", "t", "rss", "cuda", "n", "head", "new", "found", "calm", "last")
+    __slots__ = ("step", "t", "rss", "cuda", "n", "head", "top", "new", "found", "calm", "last")
 
     def __init__(self) -> None:
         zeros = [0.0] * SAMPLES
@@ -121,6 +121,8 @@ class _Ring:
         """Samples held (up to SAMPLES)."""
         self.head = 0
         """Where the next sample goes."""
+        self.top = -1
+        """The newest sample's step (-1: none)."""
         self.new = 0
         """Samples since the last judgement."""
         self.found: dict[str, int] = {}
@@ -129,20 +131,6 @@ class _Ring:
         """Judgements in a row that found the rank's said series calm."""
         self.last: _Growth | None = None
         """Its latest judgement's figures (the growing series', else RSS), None: not judged."""
-
-    def last_step(self) -> float:
-        return self.step[(self.head - 1) % SAMPLES] if self.n else -1.0
-
-    def add(self, step: int, t: float, rss: float, cuda: float) -> None:
-        h = self.head
-        self.step[h] = step
-        self.t[h] = t
-        self.rss[h] = rss
-        self.cuda[h] = cuda
-        self.head = (h + 1) % SAMPLES
-        if self.n < SAMPLES:
-            self.n += 1
-        self.new += 1
 
     def ordered(self, arr: array) -> list[float]:
         h = self.head
@@ -180,19 +168,22 @@ def measure(steps: list[float], ts: list[float], values: list[float], series: st
     """The growth of one window (samples oldest first), judged by every test but persistence;
     None where a value is missing (not measured) or the window is too short."""
     n = len(values)
-    if n < SEGMENTS * 2 or values[0] != values[0] or values[-1] != values[-1]:
+    total = sum(values)
+    if n < SEGMENTS * 2 or total != total:  # (NaN: not measured, a CPU rank's CUDA bytes)
         return None
     if steps[-1] - steps[0] < cfg.min_steps or ts[-1] - ts[0] < cfg.min_span_s:
         return None
+    if max(values) - min(values) < cfg.min_rise_bytes:
+        # No rise as large anywhere in the window (most ranks, most of the time): flat as far as
+        # this detector cares, for the price of two passes in C.
+        mid = total / n
+        return _Growth(series, 0.0, 0.0, mid, mid, int(steps[0]), int(steps[-1]))
     part = n // SEGMENTS
     levels, times, at = [], [], []
     for i in range(SEGMENTS):
         lo = i * part
         hi = n if i == SEGMENTS - 1 else lo + part
-        chunk = values[lo:hi]
-        if any(v != v for v in chunk):
-            return None
-        levels.append(_median(chunk))
+        levels.append(_median(values[lo:hi]))
         mid = (lo + hi) // 2
         times.append(ts[mid])
         at.append(steps[mid])
@@ -220,6 +211,8 @@ class _Rank:
     rings: list[_Ring]
     ident: tuple = ()
     """(restarts, pid) of its process: a new one starts its rings again."""
+    seen: object = None
+    """The step it was last sampled at (the state's object: the same one, nothing new)."""
     said: _Growth | None = None
     said_level: int = -1
 
@@ -251,27 +244,49 @@ class MemGrowthDetector:
         judge: dict[int, list[tuple[int, _Rank]]] = {}
         warm = cfg.warmup_steps
         ranks = self._ranks
+        nan = float("nan")
         for r in state.ranks.values():
             s = r.step
-            if s is None or s.mem is None or r.exit_code is not None or r.finished:
+            if s is None:
                 continue
             me = ranks.get(r.rank)
-            ident = (r.restarts, r.hello.pid if r.hello is not None else 0)
-            if me is None:
-                me = ranks[r.rank] = _Rank([_Ring() for _ in range(cfg.levels)], ident)
-            elif me.ident != ident or s.step < me.rings[0].last_step():
-                out.extend(self._new_process(r, me, ident))
-            if s.step <= warm:
-                continue
+            if me is not None and me.seen is s:
+                continue  # (no new step since the last look: a stalled rank's memory is its last step's)
             mem = s.mem
-            rss = float(mem.rss_bytes) if mem.rss_bytes is not None else float("nan")
-            cuda = float(mem.cuda_allocated_bytes) if mem.cuda_allocated_bytes is not None else float("nan")
+            if mem is None or r.exit_code is not None or r.finished:
+                continue
+            hello = r.hello
+            at = s.step
+            if me is None:
+                me = ranks[r.rank] = _Rank([_Ring() for _ in range(cfg.levels)], (r.restarts, hello.pid if hello is not None else 0))
+            elif me.ident[0] != r.restarts or at < me.rings[0].top or (hello is not None and me.ident[1] not in (0, hello.pid)):
+                out.extend(self._new_process(r, me, (r.restarts, hello.pid if hello is not None else 0)))
+            elif hello is not None and not me.ident[1]:
+                me.ident = (r.restarts, hello.pid)  # (its hello came after its first steps)
+            me.seen = s
+            if at <= warm:
+                continue
+            rss = mem.rss_bytes
+            cuda = mem.cuda_allocated_bytes
+            rss = nan if rss is None else float(rss)
+            cuda = nan if cuda is None else float(cuda)
+            rings = me.rings
             for lv in due:
-                ring = me.rings[lv]
-                if ring.n and ring.last_step() >= s.step:
-                    continue  # (no new step since: a stalled rank's memory is its last step's)
-                ring.add(s.step, s.t, rss, cuda)
-                if ring.n == SAMPLES and ring.new >= JUDGE_EVERY:
+                ring = rings[lv]
+                if ring.top >= at:
+                    continue
+                # (Ring.add, inline: this is the walk's one per-rank cost)
+                h = ring.head
+                ring.step[h] = at
+                ring.t[h] = s.t
+                ring.rss[h] = rss
+                ring.cuda[h] = cuda
+                ring.top = at
+                ring.head = h + 1 if h + 1 < SAMPLES else 0
+                ring.new += 1
+                if ring.n < SAMPLES:
+                    ring.n += 1
+                elif ring.new >= JUDGE_EVERY:
                     ring.new = 0
                     judge.setdefault(lv, []).append((r.rank, me))
         for lv, judged in sorted(judge.items()):
@@ -320,7 +335,10 @@ class MemGrowthDetector:
                 out.append(self._steady(rank, me.said, ring.last, state))
                 me.said, me.said_level, ring.calm = None, -1, 0
         if self._job is not None and self._job_level == lv:
-            calm = not any(me.rings[lv].found for me in self._ranks.values())
+            # Calm by its rate, as a rank's: the tests that found it (a rise of a tenth of the
+            # memory over the window) fail of a process grown large while it grows as before.
+            bar = CLEAR_SHARE * self._job.rate_s
+            calm = all(me.rings[lv].last is None or me.rings[lv].last.newest_rate_s < bar for _, me in judged)
             self._job_calm = self._job_calm + 1 if calm else 0
             if self._job_calm >= cfg.clear_after:
                 out.append(self._steady(-1, self._job, None, state))

@@ -128,3 +128,15 @@ def test_a_restarted_rank_s_memory_counts_anew():
     again, _, _ = feed(2, 300, leak(1, 0.0), state=st, detector=det, pid=200)
     assert [(v.rank, v.verdict) for v in again] == [(1, "memory_steady")], again
     assert "a new process" in again[0].message
+
+
+def test_growth_that_goes_on_is_not_said_steady_as_the_process_grows_large():
+    # A tenth of the memory over the finest window fails once the process is large (9 GiB
+    # growing 160 MiB in 32 s): found so, the verdict cleared and said again, over and over.
+    said, _, _ = feed(2, 8000, leak(1, 1.6 * MIB), step_s=0.1)
+    assert [(v.rank, v.verdict) for v in said] == [(1, "memory_growing")], said
+
+    def rss(r: int, s: int) -> float:
+        return 360 * MIB + 1.6 * MIB * s
+    said, _, _ = feed(3, 8000, rss, step_s=0.1)
+    assert [(v.rank, v.verdict) for v in said] == [(-1, "memory_growing")], said
