@@ -31,11 +31,13 @@ VERDICT_STYLES = {
     "held_up": "warn",
     "stalled": "warn",
     "not_sharding": "warn",
+    "memory_growing": "warn",
     "silent": "bad",
     "exited": "bad",
     "straggler_cleared": "good",
     "resumed": "good",
     "sharding_ok": "good",
+    "memory_steady": "good",
     "finished": "good",
 }
 EVENT_STYLES = {"error": "bad", "warning": "warn", "refused": "warn", "exit": "bad", "checkpoint": "info", "epoch_end": "info", "eval": "dim"}
