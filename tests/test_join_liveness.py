@@ -166,7 +166,8 @@ def test_the_tuis_alert_names_the_hung_rank_the_cause_and_the_header_says_the_jo
 
 def test_the_runs_step_is_the_ranks_still_stepping_as_ps_and_prometheus_say_it():
     # `pardash ps` and Prometheus' pardash_step stood at the joined rank's step 800 while rank 1
-    # stepped on (RunState.step: the slowest rank's); once it has ended, every rank's again.
+    # stepped on (RunState.step: the slowest rank's); once it has ended too, still the ranks'
+    # that stepped on (its step 800 read at the end, review 339).
     st = _two_ranks()
     _steps(st, 0, range(1, 801), 0.0)
     _steps(st, 1, range(1, 801), 0.0)
@@ -174,4 +175,4 @@ def test_the_runs_step_is_the_ranks_still_stepping_as_ps_and_prometheus_say_it()
     _steps(st, 1, range(801, 1201), 8.0)
     assert st.step == 1200 and st.ranks[0].joined and not st.ranks[1].joined
     st.apply(schema.Verdict(rank=0, verdict="finished", t=13.0), 13.0)
-    assert st.step == 800 and not st.ranks[0].joined
+    assert st.step == 1200 and not st.ranks[0].joined
