@@ -20,7 +20,6 @@ from . import schema
 from .analysis import JOINED, collectives_words, different_collectives, hang_causes, stuck_ranks, whole_hang
 from .causes import waiting_count
 from .client import HUB_QUIET_S, Source
-from .memgrowth import growing_now
 from .failures import (PEER_FAILURE, STOPPED_CODES, attempts, failure_line, failure_summary, is_stop, left_early, root_cause,
                        short_error, signal_name, stop_text)
 from .loss_turns import LossTurnsHeld, held_text
@@ -1252,7 +1251,7 @@ def memory_growing_were(st) -> str:
     job that ended with ranks said growing (the hub's memory_growing verdicts not cleared); ''
     otherwise. A rank killed by the OOM killer reads "exited with code -9": this says why."""
     said = []
-    for v in growing_now(st.events).values():
+    for v in st.memory_growing.values():
         head, _, _ = (v.message or "").partition(" (")
         if head:
             said.append(head.replace(" grows ", " grew ", 1))

@@ -700,6 +700,11 @@ class RunState:
     """rank -> its latest ``held_up`` verdict and the ranks' clock as it came (``t_last_rank``:
     the verdict's own ``t`` is the hub's, which ranks' clocks off by minutes made old at once,
     review 334): the TUI's alert of it, for a while. Read it with :meth:`held_up_at`."""
+    memory_growing: dict[int, schema.Verdict] = field(default_factory=dict)
+    """rank (-1: every rank alike) -> its standing ``memory_growing`` verdict (a leak, see
+    memgrowth.py), till a ``memory_steady`` of it: kept here, not read from the event log's ring,
+    which lets it go on a long run (the alert went with it), and sent in a snapshot to a viewer
+    that attaches later (:meth:`events_for_snapshot`)."""
     trend: Trend = field(default_factory=Trend)
     """The run's loss from its first step, a point a frame (``commit_history``), bounded."""
     attempt_note: schema.Event | None = None
@@ -966,7 +971,8 @@ class RunState:
         """``events`` and ``lifecycle`` merged in the hub's order (each message once, the
         event log's copy first): applied in order, they give a viewer both; and each rank's
         ``join`` event where the event log has let it go (a viewer that attached late read the
-        rank that ran out of inputs under DDP's Join as a rank behind)."""
+        rank that ran out of inputs under DDP's Join as a rank behind), and the standing
+        ``memory_growing`` verdicts (:attr:`memory_growing`)."""
         seen: dict[int, schema.Message] = {}
         for m in self.events:
             seen.setdefault(m.hseq or id(m), m)
@@ -975,12 +981,18 @@ class RunState:
         for r in self.ranks.values():
             if (m := r.join) is not None:
                 seen.setdefault(m.hseq or id(m), m)
+        for m in self.memory_growing.values():  # (a leak said long ago stands: its alert too)
+            seen.setdefault(m.hseq or id(m), m)
         return sorted(seen.values(), key=lambda m: m.hseq)
 
     def _apply_verdict(self, v: schema.Verdict) -> None:
         self.events.append(v)
         if is_lifecycle(v):
             self._keep_lifecycle(v)
+        if v.verdict == "memory_growing":
+            self.memory_growing[v.rank] = v
+        elif v.verdict == "memory_steady":
+            self.memory_growing.pop(v.rank, None)
         if v.rank < 0:
             return
         r = self.rank(v.rank)

@@ -19,7 +19,6 @@ from pardash.telemetry.analysis import BETWEEN_STEPS_WORDS, JOINED, collectives_
 from pardash.telemetry.causes import cause_of, waited_for
 from pardash.telemetry.failures import short_error
 from pardash.telemetry.failures import PEER_FAILURE, failure_summary, stop_text
-from pardash.telemetry.memgrowth import growing_now
 from pardash.telemetry.printer import between_steps_of, job_between_steps
 from pardash.telemetry.report_render import SHARED_RUN_ID
 from pardash.telemetry.summary import is_sharded, ranks_named, ranks_text, straggler_cause
@@ -108,30 +107,18 @@ def held_up_alerts(state: st.RunState) -> list[Alert]:
 
 def memory_alerts(state: st.RunState) -> list[Alert]:
     """The ranks whose memory grows step after step (the hub's ``memory_growing`` verdicts not
-    cleared since, see telemetry/memgrowth.py), or every rank alike (one alert, rank -1), in the
+    cleared since, ``RunState.memory_growing``, see telemetry/memgrowth.py), or every rank alike (one alert, rank -1), in the
     hub's words; of a rank that has ended since, said in the past ("grew ... to its end": a rank
     killed by the OOM killer reads as exited, and its growth is why). A leak of 1.6 MiB a step on
     one rank read "no alerts: every rank is healthy" (review 340)."""
-    events = state.events
-    if not events:
-        return []
-    seen = _memory_seen
-    last = events[-1]
-    if not (seen[0] is events and seen[1] == len(events) and seen[2] is last):
-        seen[:] = [events, len(events), last, growing_now(events)]  # (read again only when the ring changed)
     out = []
-    for rank, v in sorted(seen[3].items()):
+    for rank, v in sorted(state.memory_growing.items()):
         r = state.ranks.get(rank)
         text = v.message or f"rank {rank}'s memory grows"
         if r is not None and r.status in (st.EXITED, st.FINISHED):
             text = text.replace(" grows ", " grew ", 1).replace(" (", " to its end (", 1)
         out.append(Alert("memory", rank, text))
     return out
-
-
-_memory_seen: list = [None, 0, None, {}]
-"""The event ring :func:`memory_alerts` read last, its length and newest event then, and the
-growing ranks' verdicts it found."""
 
 
 def jobs_mixed_alert(state: st.RunState) -> Alert | None:

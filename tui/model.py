@@ -190,11 +190,13 @@ class RankRow:
     "exit -15"."""
     stopping: bool = False
     """Being stopped: a stop began and the rank has not ended yet (see :data:`STOPPING`)."""
+    memory_growing: bool = False
+    """Said growing in memory step after step (``RunState.memory_growing``: a leak): flagged."""
 
     @property
     def flagged(self) -> bool:
         """A verdict or a condition a person should look at."""
-        return self.status in FLAGGED_STATUSES or self.not_sharding or self.loss_not_finite is not None
+        return self.status in FLAGGED_STATUSES or self.not_sharding or self.loss_not_finite is not None or self.memory_growing
 
     @property
     def filtered_in(self) -> bool:
@@ -488,6 +490,8 @@ class RowBuilder:
         """By rank."""
         self._by_rank: dict[int, _Rank] = {}
         self._rows: list[RankRow] | None = None
+        self._growing: dict | None = None
+        """The state's ranks said growing in memory, as of the last update (RunState.memory_growing)."""
         self.gen = 0
         """Counts updates (rows made for one update are kept until the next)."""
         self.changed: set[int] | None = None
@@ -560,6 +564,7 @@ class RowBuilder:
     def _update(self, state: st.RunState) -> None:
         # The hot loop of a frame at 1024 ranks: plain attribute reads, no calls per rank
         # beyond the status and the window's sort.
+        growing = self._growing = state.memory_growing  # (the ranks said leaking: flagged; nearly always none)
         full = SMOOTH_POINTS
         mid = SMOOTH_POINTS // 2 if SMOOTH_POINTS % 2 else -1
         changed = self.changed
@@ -619,6 +624,7 @@ class RowBuilder:
                 and e.status is RUNNING
                 and not e.flagged
                 and r.not_sharding is None
+                and (not growing or e.rank not in growing)
                 and r.loss_bad is None
                 and r.stopping is None
                 and not e.stopping
@@ -680,7 +686,7 @@ class RowBuilder:
                 e.status = status
                 if changed is not None:
                     changed.add(e.rank)
-            flagged = status in FLAGGED_STATUSES or r.not_sharding is not None or r.loss_bad is not None
+            flagged = status in FLAGGED_STATUSES or r.not_sharding is not None or r.loss_bad is not None or e.rank in growing
             if (r.loss_bad is not None) != e.loss_bad:
                 # (its glyph turns ⊘ or back: the heat map's legend counts the ranks that draw it
                 # from the ranks changed, and listed no ⊘ while every rank drew it, review 312)
@@ -1013,6 +1019,7 @@ class RowBuilder:
             e.status == st.RUNNING and r.joined,
             e.stopped,
             e.stopping,
+            self._growing is not None and e.rank in self._growing,
         )
 
 
